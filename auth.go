@@ -1,0 +1,82 @@
+package pigeon
+
+import (
+	"context"
+	"slices"
+)
+
+// Principal is an authenticated identity. The broker resolves it from a
+// credential; nothing in a message body can change it.
+type Principal struct {
+	ID         string            `json:"id" yaml:"principal"`
+	Attributes map[string]string `json:"attributes,omitempty" yaml:"attributes,omitempty"`
+	Roles      []string          `json:"roles,omitempty" yaml:"roles,omitempty"`
+}
+
+// HasRole reports whether p holds role.
+func (p *Principal) HasRole(role string) bool { return p != nil && slices.Contains(p.Roles, role) }
+
+// Authenticator resolves a credential (a bearer token, say) to a principal.
+// It returns an error matching ErrUnauthenticated for an unknown credential.
+// Implementations must be safe for concurrent use.
+type Authenticator interface {
+	Authenticate(ctx context.Context, credential string) (*Principal, error)
+}
+
+// AuthenticatorFunc adapts a function to an Authenticator.
+type AuthenticatorFunc func(ctx context.Context, credential string) (*Principal, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, credential string) (*Principal, error) {
+	return f(ctx, credential)
+}
+
+// StaticToken binds one bearer token to a principal.
+type StaticToken struct {
+	Token      string            `json:"token" yaml:"token"`
+	Principal  string            `json:"principal" yaml:"principal"`
+	Attributes map[string]string `json:"attributes,omitempty" yaml:"attributes,omitempty"`
+	Roles      []string          `json:"roles,omitempty" yaml:"roles,omitempty"`
+}
+
+// StaticTokens authenticates a fixed set of bearer tokens. It is immutable once built and safe for
+// concurrent use.
+type StaticTokens struct {
+	tokens []StaticToken
+	byTok  map[string]*Principal
+}
+
+// NewStaticTokens builds an authenticator from tokens (copied).
+func NewStaticTokens(tokens ...StaticToken) *StaticTokens {
+	s := &StaticTokens{byTok: make(map[string]*Principal, len(tokens))}
+	for _, t := range tokens {
+		if t.Token == "" || t.Principal == "" {
+			continue
+		}
+		s.tokens = append(s.tokens, t)
+		s.byTok[t.Token] = &Principal{ID: t.Principal, Attributes: cloneMap(t.Attributes), Roles: slices.Clone(t.Roles)}
+	}
+	return s
+}
+
+// Tokens returns a copy of the configured tokens.
+func (s *StaticTokens) Tokens() []StaticToken { return slices.Clone(s.tokens) }
+
+// Authenticate implements Authenticator.
+func (s *StaticTokens) Authenticate(_ context.Context, credential string) (*Principal, error) {
+	if p, ok := s.byTok[credential]; ok && credential != "" {
+		return p, nil
+	}
+	return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return nil
+	}
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

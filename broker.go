@@ -1,0 +1,359 @@
+package pigeon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon/store"
+	"pigeon/store/memory"
+)
+
+// Broker is what an application connects to: it authenticates a
+// credential, negotiates a contract and hands back a Session. *Engine is
+// the in-process implementation; a networked client offers the same
+// Session.
+type Broker interface {
+	// Connect authenticates credential, negotiates a contract for subjects
+	// and returns a session running under it.
+	Connect(ctx context.Context, credential string, subjects []string, opts ...ConnectOption) (Session, error)
+	// Shutdown stops the broker; see Engine.Shutdown.
+	Shutdown(ctx context.Context) error
+}
+
+// Options configure an Engine. The zero value (or nil) is usable: an
+// in-memory store, no credentials, an empty catalog. New copies Options;
+// later changes to the caller's value have no effect.
+type Options struct {
+	// Store persists everything. Nil means a fresh in-memory store, which
+	// the engine closes on Shutdown; a store passed in is closed by its owner.
+	Store store.Store
+	// Authenticator resolves credentials. Nil refuses every credential.
+	Authenticator Authenticator
+	// Catalog is the initial policy catalog.
+	Catalog *Catalog
+	// Gates run after the built-in gates, in order, before duplicate
+	// detection and the append.
+	Gates []Gate
+	// ContractTTL is a contract's lifetime when negotiation asks for none
+	// (default 15 minutes); MaxContractTTL caps what it may ask (default 24 h).
+	ContractTTL    time.Duration
+	MaxContractTTL time.Duration
+	// Region is a session's region when Connect names none (default "local").
+	Region string
+	// RetryBase is the first redelivery backoff (default 1 s).
+	RetryBase time.Duration
+	// MaxReplay caps the messages one replay or receive returns (default 1000).
+	MaxReplay int
+	// Now is the clock (default time.Now). Tests move it.
+	Now func() time.Time
+	// Logger receives operational events; never payload values. Default: discard.
+	Logger *slog.Logger
+}
+
+// Engine is the in-process broker. It is safe for concurrent use by any
+// number of goroutines. Every method that blocks takes a context.
+type Engine struct {
+	opts      Options
+	store     store.Store
+	ownStore  bool
+	auth      Authenticator
+	catalog   atomic.Pointer[catalogState]
+	catMu     sync.Mutex
+	contracts contracts
+	gates     []Gate
+	limiter   *rateLimiter
+	auditor   auditor
+	replies   replyTable
+	groups    groupTable
+	subs      subscriptions
+
+	closed   atomic.Bool
+	done     chan struct{}
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+}
+
+var _ Broker = (*Engine)(nil)
+
+// catalogState is an immutable snapshot of compiled subjects.
+type catalogState struct {
+	subjects map[string]*subject
+	schemas  map[string][]byte
+}
+
+// New builds an engine. It compiles the catalog (failing on the first
+// invalid subject), restores the audit chain head from the store and starts
+// the background janitor.
+func New(ctx context.Context, opts *Options) (*Engine, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+		o.Gates = append([]Gate(nil), opts.Gates...)
+	}
+	if o.ContractTTL <= 0 {
+		o.ContractTTL = 15 * time.Minute
+	}
+	if o.MaxContractTTL <= 0 {
+		o.MaxContractTTL = 24 * time.Hour
+	}
+	if o.Region == "" {
+		o.Region = "local"
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = time.Second
+	}
+	if o.MaxReplay <= 0 {
+		o.MaxReplay = 1000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Authenticator == nil {
+		o.Authenticator = NewStaticTokens()
+	}
+	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{})}
+	if e.store == nil {
+		e.store = memory.New(nil)
+		e.ownStore = true
+	}
+	e.contracts.m = map[string]*contract{}
+	e.limiter = newRateLimiter()
+	e.replies.init()
+	e.groups.init()
+	e.subs.init()
+	if err := e.auditor.restore(ctx, e.store); err != nil {
+		return nil, err
+	}
+	e.catalog.Store(&catalogState{subjects: map[string]*subject{}, schemas: map[string][]byte{}})
+	if o.Catalog != nil {
+		if err := e.LoadCatalog(ctx, o.Catalog); err != nil {
+			return nil, err
+		}
+	}
+	e.gates = append(builtinGates(e), o.Gates...)
+	e.goTracked(e.janitor)
+	return e, nil
+}
+
+func (e *Engine) now() time.Time { return e.opts.Now() }
+
+// goTracked starts fn on a goroutine that Shutdown waits for.
+func (e *Engine) goTracked(fn func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		fn()
+	}()
+}
+
+// janitor sweeps expired contracts, replies and idle rate buckets.
+func (e *Engine) janitor() {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.done:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			e.sweepContracts(ctx)
+			e.replies.sweep(e.now())
+			e.limiter.sweep(e.now())
+			cancel()
+		}
+	}
+}
+
+// LoadCatalog compiles every subject of c and makes the result current,
+// replacing subjects of the same name. A subject whose compiled policy
+// differs from the one it replaces makes contracts compiled from the old
+// version fail with CONTRACT_STALE until renegotiated. Nothing changes when
+// any subject fails to compile.
+func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
+	e.catMu.Lock()
+	defer e.catMu.Unlock()
+	old := e.catalog.Load()
+	next := &catalogState{subjects: make(map[string]*subject, len(old.subjects)+len(c.Subjects)), schemas: make(map[string][]byte, len(old.schemas)+len(c.Schemas))}
+	for k, v := range old.schemas {
+		next.schemas[k] = v
+	}
+	var newSchemas []string
+	for k, v := range c.Schemas {
+		if _, ok := old.schemas[k]; !ok || string(old.schemas[k]) != string(v) {
+			newSchemas = append(newSchemas, k)
+		}
+		next.schemas[k] = append([]byte(nil), v...)
+	}
+	for k, v := range old.subjects {
+		next.subjects[k] = v
+	}
+	var changed []*subject
+	for _, p := range c.Subjects {
+		s, err := compileSubject(p, next.schemas)
+		if err != nil {
+			return err
+		}
+		if prev := old.subjects[s.name]; prev != nil && prev.digest == s.digest {
+			continue
+		}
+		next.subjects[s.name] = s
+		changed = append(changed, s)
+	}
+	e.catalog.Store(next)
+	for _, k := range newSchemas {
+		e.audit(ctx, store.AuditRecord{Type: "schema.registered", SchemaID: k})
+	}
+	for _, s := range changed {
+		e.audit(ctx, store.AuditRecord{Type: "subject.registered", Subject: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Ref: s.digest})
+	}
+	return nil
+}
+
+// ReplaceSubject compiles p and makes it current (see LoadCatalog).
+func (e *Engine) ReplaceSubject(ctx context.Context, p SubjectPolicy) error {
+	return e.LoadCatalog(ctx, &Catalog{Subjects: []SubjectPolicy{p}})
+}
+
+// Subjects returns the current policies, sorted by name.
+func (e *Engine) Subjects() []SubjectPolicy {
+	cat := e.catalog.Load()
+	out := make([]SubjectPolicy, 0, len(cat.subjects))
+	for _, s := range cat.subjects {
+		out = append(out, s.policy)
+	}
+	sortSubjects(out)
+	return out
+}
+
+// Subject returns one current policy.
+func (e *Engine) Subject(name string) (SubjectPolicy, error) {
+	s := e.catalog.Load().subjects[name]
+	if s == nil {
+		return SubjectPolicy{}, NewError(CodeSubjectNotFound, "unknown subject %q", name)
+	}
+	return s.policy, nil
+}
+
+func (e *Engine) subject(name string) *subject { return e.catalog.Load().subjects[name] }
+
+// Authenticate resolves a credential to a principal.
+func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principal, error) {
+	if e.closed.Load() {
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	p, err := e.auth.Authenticate(ctx, credential)
+	if err != nil {
+		var pe *Error
+		if errors.As(err, &pe) {
+			return nil, pe
+		}
+		return nil, WrapError(CodeUnauthenticated, err, "unknown or missing credential")
+	}
+	if p == nil || p.ID == "" {
+		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
+	}
+	return p, nil
+}
+
+// Negotiate issues a contract to p for the subjects policy permits. ttl 0
+// means the default.
+func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, subjects []string, ttl time.Duration) (Contract, error) {
+	if e.closed.Load() {
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	if region == "" {
+		region = e.opts.Region
+	}
+	c, err := e.negotiate(ctx, p, region, subjects, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Connect implements Broker with an in-process session.
+func (e *Engine) Connect(ctx context.Context, credential string, subjects []string, opts ...ConnectOption) (Session, error) {
+	var co connectOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	p, err := e.Authenticate(ctx, credential)
+	if err != nil {
+		return nil, err
+	}
+	region := co.region
+	if region == "" {
+		region = e.opts.Region
+	}
+	c, err := e.negotiate(ctx, p, region, subjects, co.ttl)
+	if err != nil {
+		return nil, err
+	}
+	return e.newLocalSession(Caller{Principal: p, Region: region, ContractID: c.info.ID}, c), nil
+}
+
+// Shutdown stops accepting work, ends subscriptions and waits for
+// background goroutines, or for ctx, whichever comes first. It closes the
+// store only when the engine made it. It is idempotent; later calls return
+// nil once the first has finished.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	first := false
+	e.shutOnce.Do(func() {
+		first = true
+		e.closed.Store(true)
+		close(e.done)
+		e.subs.closeAll()
+		e.replies.closeAll()
+	})
+	waited := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if first && e.ownStore {
+		return e.store.Close(ctx)
+	}
+	return nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.store }
+
+// storeError maps a store error to the typed error.
+func storeError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		return WrapError(CodeNotFound, err, "not found")
+	case errors.Is(err, store.ErrFull):
+		return WrapError(CodeStoreFull, err, "store is full")
+	case errors.Is(err, store.ErrCorrupt):
+		return WrapError(CodeStoreCorrupt, err, "%v", err)
+	case errors.Is(err, store.ErrTampered):
+		return WrapError(CodeAuditTampered, err, "%v", err)
+	case errors.Is(err, store.ErrClosed):
+		return WrapError(CodeShutdown, err, "store is closed")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return WrapError(CodeRequestTimeout, err, "%v", err)
+	}
+	return WrapError(CodeStoreUnavailable, err, "store failure")
+}
+
+func sortSubjects(s []SubjectPolicy) {
+	slices.SortFunc(s, func(a, b SubjectPolicy) int { return strings.Compare(a.Name, b.Name) })
+}

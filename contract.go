@@ -1,0 +1,327 @@
+package pigeon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon/store"
+)
+
+// Contract is a negotiated session contract: what one principal may do on
+// which subjects, compiled from named policy versions, until it expires or
+// is revoked. Implementations are immutable and safe for concurrent use.
+type Contract interface {
+	// ID is the unguessable contract id that every call presents.
+	ID() string
+	// Principal is the identity the contract was negotiated for.
+	Principal() string
+	// ExpiresAt is when the contract stops working.
+	ExpiresAt() time.Time
+	// Allows reports whether the contract grants op on subject.
+	Allows(subject string, op Operation) bool
+	// Info is the contract in its JSON shape.
+	Info() ContractInfo
+}
+
+// ContractSubject is one subject granted by a contract.
+type ContractSubject struct {
+	Name       string      `json:"name"`
+	SubjectID  string      `json:"subjectId"`
+	SchemaID   string      `json:"schemaId"`
+	PolicyID   string      `json:"policyId"`
+	Operations []Operation `json:"operations"`
+	// Digest identifies the exact compiled policy (and schema) version.
+	Digest string `json:"digest,omitempty"`
+}
+
+// ContractInfo is a contract's JSON shape.
+type ContractInfo struct {
+	ID        string            `json:"id"`
+	Principal string            `json:"principal"`
+	Subjects  []ContractSubject `json:"subjects"`
+	PolicyIDs []string          `json:"policyIds"`
+	IssuedAt  time.Time         `json:"issuedAt"`
+	ExpiresAt time.Time         `json:"expiresAt"`
+	Region    string            `json:"region,omitempty"`
+}
+
+// View returns a Contract backed by a copy of the info, for clients that
+// received a contract over the wire.
+func (ci ContractInfo) View() Contract {
+	c := &contract{info: ci, grants: map[string]*grant{}}
+	for _, s := range ci.Subjects {
+		g := &grant{digest: s.Digest}
+		for _, op := range s.Operations {
+			g.ops |= opBit(op)
+		}
+		c.grants[s.Name] = g
+	}
+	return c
+}
+
+type contract struct {
+	info    ContractInfo
+	grants  map[string]*grant
+	revoked atomic.Bool
+}
+
+type grant struct {
+	ops    uint8
+	digest string
+	subj   atomic.Pointer[subject]
+}
+
+func opBit(op Operation) uint8 {
+	switch op {
+	case OpPublish:
+		return 1
+	case OpReceive:
+		return 2
+	case OpAck:
+		return 4
+	case OpReplay:
+		return 8
+	}
+	return 0
+}
+
+func (c *contract) ID() string           { return c.info.ID }
+func (c *contract) Principal() string    { return c.info.Principal }
+func (c *contract) ExpiresAt() time.Time { return c.info.ExpiresAt }
+func (c *contract) Info() ContractInfo {
+	ci := c.info
+	ci.Subjects = slices.Clone(ci.Subjects)
+	ci.PolicyIDs = slices.Clone(ci.PolicyIDs)
+	return ci
+}
+func (c *contract) Allows(subject string, op Operation) bool {
+	g, ok := c.grants[subject]
+	return ok && g.ops&opBit(op) != 0
+}
+
+// MarshalJSON renders the contract's JSON shape.
+func (c *contract) MarshalJSON() ([]byte, error) { return json.Marshal(c.info) }
+
+// contracts is the engine's table of live contracts.
+type contracts struct {
+	mu sync.RWMutex
+	m  map[string]*contract
+}
+
+func newContractID() string {
+	var b [18]byte
+	_, _ = rand.Read(b[:])
+	return "ctr_" + hex.EncodeToString(b[:])
+}
+
+// negotiate intersects the requested subjects with policy at identity
+// level and issues a contract.
+func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, names []string, ttl time.Duration) (*contract, error) {
+	if len(names) == 0 {
+		return nil, NewError(CodeBadRequest, "negotiation needs at least one subject")
+	}
+	if ttl <= 0 {
+		ttl = e.opts.ContractTTL
+	}
+	if ttl > e.opts.MaxContractTTL {
+		ttl = e.opts.MaxContractTTL
+	}
+	cat := e.catalog.Load()
+	now := e.now()
+	c := &contract{grants: map[string]*grant{}}
+	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl)}
+	seen := map[string]bool{}
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		s := cat.subjects[name]
+		if s == nil {
+			e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeSubjectNotFound), Subject: name, Principal: p.ID})
+			return nil, NewError(CodeSubjectNotFound, "unknown subject %q", name)
+		}
+		g := &grant{digest: s.digest}
+		var ops []Operation
+		for _, op := range Operations {
+			if s.allowsAtIdentity(op, p, region) {
+				g.ops |= opBit(op)
+				ops = append(ops, op)
+			}
+		}
+		if g.ops == 0 {
+			continue
+		}
+		g.subj.Store(s)
+		c.grants[name] = g
+		c.info.Subjects = append(c.info.Subjects, ContractSubject{Name: name, SubjectID: s.name, SchemaID: s.schemaID, PolicyID: s.policyID, Operations: ops, Digest: s.digest})
+		c.info.PolicyIDs = append(c.info.PolicyIDs, s.policyID)
+	}
+	if len(c.grants) == 0 {
+		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeNoPermittedSubjects), Principal: p.ID})
+		return nil, NewError(CodeNoPermittedSubjects, "no requested subject is permitted to this principal")
+	}
+	if err := e.saveContract(ctx, c); err != nil {
+		return nil, err
+	}
+	e.contracts.mu.Lock()
+	e.contracts.m[c.info.ID] = c
+	e.contracts.mu.Unlock()
+	for _, s := range c.info.Subjects {
+		e.audit(ctx, store.AuditRecord{Type: "contract.negotiated", Outcome: string(OutcomeAllow), Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID})
+	}
+	return c, nil
+}
+
+func (e *Engine) saveContract(ctx context.Context, c *contract) error {
+	body, err := json.Marshal(c.info)
+	if err != nil {
+		return WrapError(CodeInternal, err, "encode contract")
+	}
+	rec := store.ContractRecord{ID: c.info.ID, Principal: c.info.Principal, Region: c.info.Region,
+		IssuedAt: c.info.IssuedAt, ExpiresAt: c.info.ExpiresAt, Revoked: c.revoked.Load(), Body: body}
+	if err := e.store.PutContract(ctx, rec); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
+// lookupContract finds a live contract, loading it from the store when this
+// process has not seen it (after a restart).
+func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, error) {
+	e.contracts.mu.RLock()
+	c := e.contracts.m[id]
+	e.contracts.mu.RUnlock()
+	if c != nil {
+		return c, nil
+	}
+	rec, err := e.store.GetContract(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, storeError(err)
+	}
+	var info ContractInfo
+	if err := json.Unmarshal(rec.Body, &info); err != nil {
+		return nil, WrapError(CodeInternal, err, "decode contract")
+	}
+	c = info.View().(*contract)
+	c.revoked.Store(rec.Revoked)
+	e.contracts.mu.Lock()
+	if prev := e.contracts.m[id]; prev != nil {
+		c = prev
+	} else {
+		e.contracts.m[id] = c
+	}
+	e.contracts.mu.Unlock()
+	return c, nil
+}
+
+// checkContract validates a contract for op on subj by p. It fails closed.
+func (e *Engine) checkContract(ctx context.Context, id string, p *Principal, subj *subject, op Operation) (*contract, Code, string) {
+	if id == "" {
+		return nil, CodeContractRequired, "a contract is required"
+	}
+	c, err := e.lookupContract(ctx, id)
+	if err != nil {
+		return nil, ErrorCode(err), "contract lookup failed"
+	}
+	if c == nil {
+		return nil, CodeContractNotFound, "unknown contract"
+	}
+	if c.info.Principal != p.ID {
+		return nil, CodeContractPrincipalMismatch, "the contract belongs to another principal"
+	}
+	if c.revoked.Load() {
+		return nil, CodeContractRevoked, "the contract was revoked"
+	}
+	if !e.now().Before(c.info.ExpiresAt) {
+		return nil, CodeContractExpired, "the contract has expired"
+	}
+	if subj == nil {
+		return nil, CodeSubjectNotFound, "unknown subject"
+	}
+	g := c.grants[subj.name]
+	if g == nil {
+		return nil, CodeSubjectNotInContract, "the subject is not in the contract"
+	}
+	if g.subj.Load() != subj {
+		if g.digest != subj.digest {
+			return nil, CodeContractStale, "the subject's policy changed; negotiate again"
+		}
+		g.subj.Store(subj)
+	}
+	if g.ops&opBit(op) == 0 {
+		return nil, CodeOperationNotInContract, "the contract does not grant " + string(op)
+	}
+	return c, CodeOK, ""
+}
+
+// contractError returns the typed error for a failed contract check on a
+// non-publish operation, with an audit record.
+func (e *Engine) contractError(ctx context.Context, typ string, p *Principal, subject, contractID string, code Code, reason string) error {
+	e.audit(ctx, store.AuditRecord{Type: typ, Outcome: string(OutcomeDeny), Code: string(code), Gate: GateContract, Subject: subject, Principal: p.ID, ContractID: contractID})
+	return NewError(code, "%s", reason)
+}
+
+// RevokeContract revokes a contract. Only its holder may revoke it; every
+// later use fails with CONTRACT_REVOKED.
+func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) error {
+	c, err := e.lookupContract(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		return NewError(CodeContractNotFound, "unknown contract")
+	}
+	if c.info.Principal != p.ID {
+		return NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal")
+	}
+	if c.revoked.Swap(true) {
+		return nil
+	}
+	if err := e.saveContract(ctx, c); err != nil {
+		return err
+	}
+	e.audit(ctx, store.AuditRecord{Type: "contract.revoked", Outcome: string(OutcomeDeny), Code: string(CodeContractRevoked), Principal: p.ID, ContractID: id})
+	e.onContractRevoked(id)
+	return nil
+}
+
+// GetContract returns a contract to its holder.
+func (e *Engine) GetContract(ctx context.Context, p *Principal, id string) (Contract, error) {
+	c, err := e.lookupContract(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, NewError(CodeContractNotFound, "unknown contract")
+	}
+	if c.info.Principal != p.ID {
+		return nil, NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal")
+	}
+	return c, nil
+}
+
+// sweepContracts drops expired contracts from memory and the store.
+func (e *Engine) sweepContracts(ctx context.Context) {
+	// Expired contracts stay an hour so that late callers learn
+	// CONTRACT_EXPIRED rather than CONTRACT_NOT_FOUND.
+	cut := e.now().Add(-time.Hour)
+	e.contracts.mu.Lock()
+	for id, c := range e.contracts.m {
+		if c.info.ExpiresAt.Before(cut) {
+			delete(e.contracts.m, id)
+		}
+	}
+	e.contracts.mu.Unlock()
+	_, _ = e.store.DeleteExpiredContracts(ctx, cut)
+}

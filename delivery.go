@@ -1,0 +1,463 @@
+package pigeon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// DefaultGroup is the consumer group of pull receivers and of subscribers
+// that name none, on work-queue and request/reply subjects.
+const DefaultGroup = "default"
+
+// groupTable holds the live state of every consumer group.
+type groupTable struct {
+	mu sync.Mutex
+	m  map[store.GroupKey]*group
+}
+
+func (t *groupTable) init() { t.m = map[store.GroupKey]*group{} }
+
+// group is one consumer group's delivery state on one subject: for a
+// pubsub cursor, Floor is the last delivered sequence; for a work queue,
+// every sequence <= floor is done and leases track what is in flight.
+type group struct {
+	mu       sync.Mutex
+	key      store.GroupKey
+	floor    uint64
+	next     uint64 // lowest sequence never handed out, > floor
+	done     map[uint64]bool
+	attempts map[uint64]int
+	leases   map[uint64]*lease
+	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
+}
+
+// lease is one in-flight delivery.
+type lease struct {
+	seq      uint64
+	holder   string
+	deadline time.Time
+	attempt  int
+}
+
+// group returns the loaded state of key. Leases live in memory only: after
+// a restart every recorded attempt that is not done is due again.
+func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) {
+	e.groups.mu.Lock()
+	g := e.groups.m[key]
+	e.groups.mu.Unlock()
+	if g != nil {
+		return g, nil
+	}
+	st, err := e.store.LoadGroup(ctx, key)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	g = &group{key: key, floor: st.Floor, next: st.Floor + 1, done: map[uint64]bool{}, attempts: map[uint64]int{}, leases: map[uint64]*lease{}}
+	for _, s := range st.Done {
+		g.done[s] = true
+		if s >= g.next {
+			g.next = s + 1
+		}
+	}
+	var due []uint64
+	for s, n := range st.Attempts {
+		g.attempts[s] = n
+		if s >= g.next {
+			g.next = s + 1
+		}
+		due = append(due, s)
+	}
+	sort.Slice(due, func(i, j int) bool { return due[i] < due[j] })
+	g.retry = due
+	e.groups.mu.Lock()
+	if prev := e.groups.m[key]; prev != nil {
+		g = prev
+	} else {
+		e.groups.m[key] = g
+	}
+	e.groups.mu.Unlock()
+	return g, nil
+}
+
+// markDone records seq as done; g.mu must be held.
+func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
+	if seq <= g.floor || g.done[seq] {
+		return nil
+	}
+	if err := e.store.MarkDone(ctx, g.key, seq); err != nil {
+		return storeError(err)
+	}
+	delete(g.leases, seq)
+	delete(g.attempts, seq)
+	g.done[seq] = true
+	for g.done[g.floor+1] {
+		delete(g.done, g.floor+1)
+		g.floor++
+	}
+	if g.next <= g.floor {
+		g.next = g.floor + 1
+	}
+	return nil
+}
+
+// ReceiveRequest asks for up to Max messages from Subject.
+type ReceiveRequest struct {
+	Subject string
+	Max     int
+}
+
+// Receive pulls messages for the caller. On a pubsub subject every
+// principal has its own cursor and each message is returned once. On a
+// work-queue or request/reply subject, messages are leased to the caller
+// for the subject's ack wait: one that is not acked in time is returned
+// again (to this or another receiver) until its attempts run out.
+func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
+	if e.closed.Load() {
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	s := e.subject(subjectName)
+	if s == nil {
+		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+	}
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive); code != CodeOK {
+		return nil, e.contractError(ctx, "receive.denied", c.Principal, s.name, c.ContractID, code, reason)
+	}
+	if max <= 0 || max > e.opts.MaxReplay {
+		max = e.opts.MaxReplay
+	}
+	var (
+		out []*Message
+		err error
+	)
+	if s.mode == ModePubSub {
+		out, err = e.receiveCursor(ctx, c, s, max)
+	} else {
+		out, err = e.receiveLeased(ctx, c, s, DefaultGroup, c.Principal.ID, max)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range out {
+		e.audit(ctx, store.AuditRecord{Type: "delivery.dispatched", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID,
+			ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID})
+	}
+	return out, nil
+}
+
+func cursorKey(subject, principal string) store.GroupKey {
+	return store.GroupKey{Subject: subject, Group: "cursor:" + principal}
+}
+
+func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int) ([]*Message, error) {
+	g, err := e.group(ctx, cursorKey(s.name, c.Principal.ID))
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sms, err := e.store.Read(ctx, s.name, g.floor+1, max)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	out := make([]*Message, 0, len(sms))
+	for _, sm := range sms {
+		m, err := decodeStored(sm)
+		if err != nil {
+			return out, err
+		}
+		if err := e.markDone(ctx, g, sm.Seq); err != nil {
+			return out, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// receiveLeased hands out up to max messages of group to holder under lease.
+func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int) ([]*Message, error) {
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := e.now()
+	var out []*Message
+	// Expired leases first: their messages are due again.
+	for seq, l := range g.leases {
+		if !now.Before(l.deadline) {
+			delete(g.leases, seq)
+			g.retry = append(g.retry, seq)
+		}
+	}
+	sort.Slice(g.retry, func(i, j int) bool { return g.retry[i] < g.retry[j] })
+	for len(g.retry) > 0 && len(out) < max {
+		seq := g.retry[0]
+		g.retry = g.retry[1:]
+		if seq <= g.floor || g.done[seq] || g.leases[seq] != nil {
+			continue
+		}
+		m, err := e.leaseOne(ctx, g, s, seq, holder, now)
+		if err != nil {
+			return out, err
+		}
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+	for len(out) < max {
+		sms, err := e.store.Read(ctx, s.name, g.next, max-len(out))
+		if err != nil {
+			return out, storeError(err)
+		}
+		if len(sms) == 0 {
+			break
+		}
+		for _, sm := range sms {
+			g.next = sm.Seq + 1
+			if g.done[sm.Seq] || g.leases[sm.Seq] != nil {
+				continue
+			}
+			m, err := e.leaseMsg(ctx, g, s, sm, holder, now)
+			if err != nil {
+				return out, err
+			}
+			if m != nil {
+				out = append(out, m)
+			}
+		}
+	}
+	return out, nil
+}
+
+// leaseOne leases seq, reading it from the store.
+func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64, holder string, now time.Time) (*Message, error) {
+	sms, err := e.store.Read(ctx, s.name, seq, 1)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if len(sms) == 0 || sms[0].Seq != seq {
+		// Trimmed by retention: nothing left to deliver.
+		return nil, e.markDone(ctx, g, seq)
+	}
+	return e.leaseMsg(ctx, g, s, sms[0], holder, now)
+}
+
+// leaseMsg starts the next attempt of sm for holder, or exhausts it.
+func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder string, now time.Time) (*Message, error) {
+	n := g.attempts[sm.Seq] + 1
+	if n > s.maxAtt {
+		return nil, e.exhaust(ctx, g, s, sm)
+	}
+	if err := e.store.MarkAttempt(ctx, g.key, sm.Seq, n); err != nil {
+		return nil, storeError(err)
+	}
+	g.attempts[sm.Seq] = n
+	g.leases[sm.Seq] = &lease{seq: sm.Seq, holder: holder, deadline: now.Add(s.ackWait), attempt: n}
+	return decodeStored(sm)
+}
+
+// exhaust ends a message whose attempts ran out: quarantined with
+// DELIVERY_EXHAUSTED when the subject says so, dropped otherwise; audited
+// either way.
+func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Message) error {
+	rec := store.AuditRecord{Type: "delivery.exhausted", Outcome: string(OutcomeDeny), Code: string(CodeDeliveryExhausted), Subject: s.name,
+		PolicyID: s.policyID, MessageID: sm.ID, Ref: g.key.Group}
+	if s.policy.Quarantine.OnHandlerFailure {
+		m, err := decodeStored(sm)
+		if err == nil {
+			var data any
+			_ = json.Unmarshal(m.Data, &data)
+			a := &Admission{Message: m, Data: data, Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
+			d := &Decision{Outcome: OutcomeQuarantine, Code: CodeDeliveryExhausted, Gate: "delivery", Reason: "delivery attempts exhausted",
+				Subject: s.name, SubjectID: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Principal: m.Source, ContractID: m.ContractID, MessageID: m.ID}
+			if id, err := e.quarantine(ctx, a, d); err == nil {
+				rec.Outcome, rec.Ref = string(OutcomeQuarantine), id
+			}
+		}
+	}
+	e.audit(ctx, rec)
+	return e.markDone(ctx, g, sm.Seq)
+}
+
+// Ack acknowledges a received message. Acking twice is a no-op. On a
+// work-queue or request/reply subject, only the current lease holder may
+// ack (ACK_NOT_ALLOWED otherwise).
+func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID string) error {
+	return e.ackAs(ctx, c, subjectName, messageID, DefaultGroup, c.Principal.ID)
+}
+
+func (e *Engine) ackAs(ctx context.Context, c Caller, subjectName, messageID, groupName, holder string) error {
+	if e.closed.Load() {
+		return NewError(CodeShutdown, "broker is shutting down")
+	}
+	s := e.subject(subjectName)
+	if s == nil {
+		return NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+	}
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpAck); code != CodeOK {
+		return e.contractError(ctx, "ack.denied", c.Principal, s.name, c.ContractID, code, reason)
+	}
+	sm, err := e.store.Lookup(ctx, messageID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
+		return NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	if s.mode == ModePubSub {
+		e.audit(ctx, store.AuditRecord{Type: "delivery.acked", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+		return nil
+	}
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if sm.Seq <= g.floor || g.done[sm.Seq] {
+		return nil
+	}
+	l := g.leases[sm.Seq]
+	if l == nil || l.holder != holder {
+		e.audit(ctx, store.AuditRecord{Type: "ack.denied", Outcome: string(OutcomeDeny), Code: string(CodeAckNotAllowed), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
+	}
+	if err := e.markDone(ctx, g, sm.Seq); err != nil {
+		return err
+	}
+	e.audit(ctx, store.AuditRecord{Type: "delivery.acked", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+	return nil
+}
+
+// Nack gives a leased message back for redelivery after delay (the
+// subject's backoff when delay < 0).
+func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID string, delay time.Duration) error {
+	return e.nackAs(ctx, c, subjectName, messageID, DefaultGroup, c.Principal.ID, delay)
+}
+
+func (e *Engine) nackAs(ctx context.Context, c Caller, subjectName, messageID, groupName, holder string, delay time.Duration) error {
+	s := e.subject(subjectName)
+	if s == nil {
+		return NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+	}
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpAck); code != CodeOK {
+		return e.contractError(ctx, "ack.denied", c.Principal, s.name, c.ContractID, code, reason)
+	}
+	sm, err := e.store.Lookup(ctx, messageID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
+		return NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
+	}
+	if err != nil {
+		return storeError(err)
+	}
+	if s.mode == ModePubSub {
+		return NewError(CodeBadRequest, "nack applies to work-queue and request/reply subjects")
+	}
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.leases[sm.Seq]
+	if l == nil || l.holder != holder {
+		if sm.Seq <= g.floor || g.done[sm.Seq] {
+			return nil
+		}
+		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
+	}
+	if delay < 0 {
+		delay = e.backoff(s, l.attempt)
+	}
+	l.deadline = e.now().Add(delay)
+	l.holder = ""
+	e.audit(ctx, store.AuditRecord{Type: "delivery.nacked", Outcome: string(OutcomeDeny), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+	return nil
+}
+
+func (e *Engine) backoff(s *subject, attempt int) time.Duration {
+	d := s.backoffDelay(attempt)
+	return time.Duration(float64(d) * float64(e.opts.RetryBase) / float64(time.Second))
+}
+
+// ReplayRequest asks for retained messages of a subject again.
+type ReplayRequest struct {
+	Subject      string `json:"subject"`
+	Reason       string `json:"reason,omitempty"`
+	FromSequence uint64 `json:"fromSequence,omitempty"`
+	ToSequence   uint64 `json:"toSequence,omitempty"`
+	Max          int    `json:"max,omitempty"`
+}
+
+// Replay returns retained messages of a subject in sequence order. The
+// subject must allow replay, the contract must grant it, and a reason must
+// be given where policy requires one; otherwise REPLAY_DENIED. Both
+// outcomes are audited.
+func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Message, error) {
+	if e.closed.Load() {
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	s := e.subject(r.Subject)
+	if s == nil {
+		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", r.Subject)
+	}
+	deny := func(code Code, reason string) error {
+		e.audit(ctx, store.AuditRecord{Type: "replay.denied", Outcome: string(OutcomeDeny), Code: string(code), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID})
+		return NewError(code, "%s", reason)
+	}
+	_, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
+	switch {
+	case code == CodeOperationNotInContract || (code == CodeOK && !s.policy.Replay.Allowed):
+		return nil, deny(CodeReplayDenied, "replay is not allowed on this subject for this principal")
+	case code != CodeOK:
+		return nil, deny(code, reason)
+	case s.policy.Replay.RequireReason && r.Reason == "":
+		return nil, deny(CodeReplayDenied, "replay requires a reason")
+	}
+	a := &Admission{Message: &Message{Subject: s.name, Reason: r.Reason, Source: c.Principal.ID}, Principal: c.Principal, Region: c.Region, subj: s, Now: e.now()}
+	if v := s.evalRules(OpReplay, a); !v.Allowed() {
+		if v.Code == CodePolicyDenied {
+			v.Code = CodeReplayDenied
+		}
+		return nil, deny(v.Code, v.Reason)
+	}
+	max := r.Max
+	if max <= 0 || max > e.opts.MaxReplay {
+		max = e.opts.MaxReplay
+	}
+	from := r.FromSequence
+	if from == 0 {
+		from = 1
+	}
+	sms, err := e.store.Read(ctx, s.name, from, max)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	var cut time.Time
+	if s.replayAge > 0 {
+		cut = a.Now.Add(-s.replayAge)
+	}
+	out := make([]*Message, 0, len(sms))
+	for _, sm := range sms {
+		if r.ToSequence != 0 && sm.Seq > r.ToSequence {
+			break
+		}
+		if !cut.IsZero() && sm.Time.Before(cut) {
+			continue
+		}
+		m, err := decodeStored(sm)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	e.audit(ctx, store.AuditRecord{Type: "replay.executed", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID})
+	return out, nil
+}

@@ -1,0 +1,224 @@
+package pigeon
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// SpecVersion is the only envelope version the broker speaks.
+const SpecVersion = "1.0"
+
+// Defaults applied to an envelope that leaves the field empty.
+const (
+	DefaultClassification = "internal"
+)
+
+// Message is the CloudEvents-like envelope every message travels in. A
+// publisher fills the first group; the broker overwrites Source with the
+// authenticated principal and, on acceptance, fills the second group.
+//
+// Message values are not safe for concurrent mutation; the broker never
+// mutates a Message it was given (it works on a copy).
+type Message struct {
+	SpecVersion    string          `json:"specversion"`
+	ID             string          `json:"id"`
+	Type           string          `json:"type"`
+	Source         string          `json:"source"`
+	Subject        string          `json:"subject"`
+	Time           string          `json:"time"`
+	Intent         string          `json:"intent"`
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Classification string          `json:"classification"`
+	Region         string          `json:"region"`
+	Data           json.RawMessage `json:"data"`
+	ReplyTo        string          `json:"replyTo,omitempty"`
+	CorrelationID  string          `json:"correlationId,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	Signature      *Signature      `json:"signature,omitempty"`
+
+	Sequence   uint64 `json:"sequence,omitempty"`
+	ContractID string `json:"contractId,omitempty"`
+	SubjectID  string `json:"subjectId,omitempty"`
+	SchemaID   string `json:"schemaId,omitempty"`
+	AcceptedAt string `json:"acceptedAt,omitempty"`
+}
+
+// Signature is a detached signature over the canonical form of a message.
+type Signature struct {
+	KID string `json:"kid"`
+	Alg string `json:"alg"`
+	Sig string `json:"sig"`
+}
+
+// DecodeMessage decodes one JSON envelope. It fails with ENVELOPE_INVALID
+// when b is not a JSON object, has a field of the wrong type, or has data
+// that is not valid JSON. Missing fields are left empty; the envelope gate
+// judges them.
+func DecodeMessage(b []byte) (*Message, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, NewError(CodeEnvelopeInvalid, "message must be a JSON object")
+	}
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, WrapError(CodeEnvelopeInvalid, err, "message is not a valid envelope: %s", jsonErrorText(err))
+	}
+	return &m, nil
+}
+
+// jsonErrorText describes a decoding error without quoting input values.
+func jsonErrorText(err error) string {
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return "malformed JSON at offset " + strconv.FormatInt(e.Offset, 10)
+	case *json.UnmarshalTypeError:
+		return "field " + strconv.Quote(e.Field) + " must be " + e.Type.String()
+	}
+	return "malformed JSON"
+}
+
+// Clone returns a deep copy of m.
+func (m *Message) Clone() *Message {
+	c := *m
+	if m.Data != nil {
+		c.Data = append(json.RawMessage(nil), m.Data...)
+	}
+	if m.Signature != nil {
+		s := *m.Signature
+		c.Signature = &s
+	}
+	return &c
+}
+
+// AppendJSON appends the JSON encoding of m to b. It is the encoding the
+// broker stores, equal in meaning to json.Marshal(m) but without reflection.
+func (m *Message) AppendJSON(b []byte) []byte {
+	b = append(b, `{"specversion":`...)
+	b = appendJSONString(b, m.SpecVersion)
+	b = appendField(b, "id", m.ID)
+	b = appendField(b, "type", m.Type)
+	b = appendField(b, "source", m.Source)
+	b = appendField(b, "subject", m.Subject)
+	b = appendField(b, "time", m.Time)
+	b = appendField(b, "intent", m.Intent)
+	if m.IdempotencyKey != "" {
+		b = appendField(b, "idempotencyKey", m.IdempotencyKey)
+	}
+	b = appendField(b, "classification", m.Classification)
+	b = appendField(b, "region", m.Region)
+	b = append(b, `,"data":`...)
+	if len(m.Data) == 0 {
+		b = append(b, "{}"...)
+	} else {
+		b = append(b, m.Data...)
+	}
+	if m.ReplyTo != "" {
+		b = appendField(b, "replyTo", m.ReplyTo)
+	}
+	if m.CorrelationID != "" {
+		b = appendField(b, "correlationId", m.CorrelationID)
+	}
+	if m.Reason != "" {
+		b = appendField(b, "reason", m.Reason)
+	}
+	if s := m.Signature; s != nil {
+		b = append(b, `,"signature":{"kid":`...)
+		b = appendJSONString(b, s.KID)
+		b = appendField(b, "alg", s.Alg)
+		b = appendField(b, "sig", s.Sig)
+		b = append(b, '}')
+	}
+	if m.Sequence != 0 {
+		b = append(b, `,"sequence":`...)
+		b = strconv.AppendUint(b, m.Sequence, 10)
+	}
+	if m.ContractID != "" {
+		b = appendField(b, "contractId", m.ContractID)
+	}
+	if m.SubjectID != "" {
+		b = appendField(b, "subjectId", m.SubjectID)
+	}
+	if m.SchemaID != "" {
+		b = appendField(b, "schemaId", m.SchemaID)
+	}
+	if m.AcceptedAt != "" {
+		b = appendField(b, "acceptedAt", m.AcceptedAt)
+	}
+	return append(b, '}')
+}
+
+// MarshalJSON implements json.Marshaler with AppendJSON.
+func (m *Message) MarshalJSON() ([]byte, error) {
+	if len(m.Data) > 0 && !json.Valid(m.Data) {
+		return nil, NewError(CodeEnvelopeInvalid, "data is not valid JSON")
+	}
+	return m.AppendJSON(make([]byte, 0, 256+len(m.Data))), nil
+}
+
+func appendField(b []byte, name, v string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, v)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string, escaping as encoding/json
+// does (HTML-safe, invalid UTF-8 replaced).
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// formatTime renders t as the envelope does (RFC 3339, milliseconds, UTC).
+func formatTime(t time.Time) string {
+	var buf [32]byte
+	return string(t.UTC().AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z07:00"))
+}

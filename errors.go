@@ -1,0 +1,220 @@
+package pigeon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Code is a stable, machine-readable decision or error code. The same code
+// appears in a Decision, in the audit record, in the HTTP error body and in
+// the WebSocket error frame. Codes never change meaning once published.
+type Code string
+
+// Stable codes. The first group matches the reference broker one for one.
+const (
+	CodeOK                        Code = ""
+	CodeUnauthenticated           Code = "UNAUTHENTICATED"
+	CodeForbidden                 Code = "FORBIDDEN"
+	CodePolicyDenied              Code = "POLICY_DENIED"
+	CodeReplayDenied              Code = "REPLAY_DENIED"
+	CodeRegionDenied              Code = "REGION_DENIED"
+	CodeIntentDenied              Code = "INTENT_DENIED"
+	CodeContractRequired          Code = "CONTRACT_REQUIRED"
+	CodeContractNotFound          Code = "CONTRACT_NOT_FOUND"
+	CodeContractExpired           Code = "CONTRACT_EXPIRED"
+	CodeContractPrincipalMismatch Code = "CONTRACT_PRINCIPAL_MISMATCH"
+	CodeContractStale             Code = "CONTRACT_STALE"
+	CodeContractRevoked           Code = "CONTRACT_REVOKED"
+	CodeSubjectNotInContract      Code = "SUBJECT_NOT_IN_CONTRACT"
+	CodeOperationNotInContract    Code = "OPERATION_NOT_IN_CONTRACT"
+	CodeNoPermittedSubjects       Code = "NO_PERMITTED_SUBJECTS"
+	CodeRateLimited               Code = "RATE_LIMITED"
+	CodeSensitiveFieldDenied      Code = "SENSITIVE_FIELD_DENIED"
+	CodeRawPANDetected            Code = "RAW_PAN_DETECTED"
+	CodeIdempotencyRequired       Code = "IDEMPOTENCY_REQUIRED"
+	CodeClassificationDenied      Code = "CLASSIFICATION_DENIED"
+	CodeEnvelopeInvalid           Code = "ENVELOPE_INVALID"
+	CodeSchemaInvalid             Code = "SCHEMA_INVALID"
+	CodeSubjectNotFound           Code = "SUBJECT_NOT_FOUND"
+	CodeMessageNotFound           Code = "MESSAGE_NOT_FOUND"
+	CodeQuarantineNotFound        Code = "QUARANTINE_NOT_FOUND"
+	CodeBadRequest                Code = "BAD_REQUEST"
+	CodePayloadTooLarge           Code = "PAYLOAD_TOO_LARGE"
+	CodeMethodNotAllowed          Code = "METHOD_NOT_ALLOWED"
+	CodeNotFound                  Code = "NOT_FOUND"
+	CodeInternal                  Code = "INTERNAL"
+
+	// Codes beyond the reference broker.
+	CodeDataQuality       Code = "DATA_QUALITY_FAILED"
+	CodeAckNotAllowed     Code = "ACK_NOT_ALLOWED"
+	CodeSelectorInvalid   Code = "SELECTOR_INVALID"
+	CodeFilterInvalid     Code = "FILTER_INVALID"
+	CodeRequestTimeout    Code = "REQUEST_TIMEOUT"
+	CodeDeliveryExhausted Code = "DELIVERY_EXHAUSTED"
+	CodePolicyInvalid     Code = "POLICY_INVALID"
+	CodeStoreCorrupt      Code = "STORE_CORRUPT"
+	CodeAuditTampered     Code = "AUDIT_TAMPERED"
+	CodeStoreUnavailable  Code = "STORE_UNAVAILABLE"
+	CodeStoreFull         Code = "STORE_FULL"
+	CodeShutdown          Code = "SHUTTING_DOWN"
+	CodeSessionClosed     Code = "SESSION_CLOSED"
+	CodeGrantRevoked      Code = "GRANT_REVOKED"
+	CodeSignatureRequired Code = "SIGNATURE_REQUIRED"
+	CodeSignatureInvalid  Code = "SIGNATURE_INVALID"
+	CodeEncryptionReq     Code = "ENCRYPTION_REQUIRED"
+	CodeInvalidArgument   Code = "INVALID_ARGUMENT"
+)
+
+// Sentinel errors. Every *Error matches exactly one group with errors.Is, so
+// callers can branch on the kind of failure without listing codes.
+var (
+	// ErrDenied groups admission denials: the message or request was refused
+	// by policy and nothing was stored.
+	ErrDenied = errors.New("pigeon: denied")
+	// ErrQuarantined groups refusals whose message was kept, redacted, in
+	// quarantine for review.
+	ErrQuarantined = errors.New("pigeon: quarantined")
+	// ErrContract groups contract failures (missing, unknown, expired,
+	// revoked, stale, stolen or out of scope).
+	ErrContract = errors.New("pigeon: contract invalid")
+	// ErrUnauthenticated is returned when a credential resolves to no principal.
+	ErrUnauthenticated = errors.New("pigeon: unauthenticated")
+	// ErrNotFound groups lookups of unknown subjects, messages and records.
+	ErrNotFound = errors.New("pigeon: not found")
+	// ErrInvalid groups malformed input: envelopes, selectors, filters, policies.
+	ErrInvalid = errors.New("pigeon: invalid input")
+	// ErrTimeout is returned when a request's deadline passes without a reply.
+	ErrTimeout = errors.New("pigeon: timeout")
+	// ErrClosed is returned by a broker or session after Shutdown or Close.
+	ErrClosed = errors.New("pigeon: closed")
+	// ErrStore groups storage failures (corrupt, tampered, full, unavailable).
+	ErrStore = errors.New("pigeon: store failure")
+)
+
+// Error is the one typed error of the package. Read it with errors.As; group
+// it with errors.Is against the Err* sentinels. Message never holds payload
+// values, so it is safe to log.
+type Error struct {
+	Code     Code           `json:"code"`
+	Message  string         `json:"message"`
+	Details  map[string]any `json:"details,omitempty"`
+	Decision *Decision      `json:"-"`
+	cause    error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return "pigeon: " + string(e.Code)
+	}
+	return fmt.Sprintf("pigeon: %s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is reports whether target is the sentinel group of e's code. A refusal
+// refused by an admission gate also matches ErrDenied, and one whose message
+// was quarantined matches ErrQuarantined too.
+func (e *Error) Is(target error) bool {
+	if e.Decision != nil {
+		if target == ErrDenied || (target == ErrQuarantined && e.Decision.Outcome == OutcomeQuarantine) {
+			return true
+		}
+	}
+	return target == e.Code.group()
+}
+
+// Status is the HTTP status that the code maps to.
+func (e *Error) Status() int { return e.Code.Status() }
+
+// NewError builds an *Error with a code and message.
+func NewError(code Code, format string, args ...any) *Error {
+	msg := format
+	if len(args) > 0 {
+		msg = fmt.Sprintf(format, args...)
+	}
+	return &Error{Code: code, Message: msg}
+}
+
+// WrapError builds an *Error with a code that wraps cause.
+func WrapError(code Code, cause error, format string, args ...any) *Error {
+	e := NewError(code, format, args...)
+	e.cause = cause
+	return e
+}
+
+// ErrorCode returns the code of err when it is (or wraps) an *Error, and
+// CodeInternal for any other non-nil error.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return CodeOK
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return CodeInternal
+}
+
+func (c Code) group() error {
+	switch c {
+	case CodeUnauthenticated:
+		return ErrUnauthenticated
+	case CodeContractRequired, CodeContractNotFound, CodeContractExpired, CodeContractPrincipalMismatch,
+		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
+		CodeGrantRevoked:
+		return ErrContract
+	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
+		return ErrNotFound
+	case CodeBadRequest, CodeEnvelopeInvalid, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid,
+		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed:
+		return ErrInvalid
+	case CodeRequestTimeout:
+		return ErrTimeout
+	case CodeShutdown, CodeSessionClosed:
+		return ErrClosed
+	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeInternal:
+		return ErrStore
+	case CodeDeliveryExhausted:
+		return ErrQuarantined
+	}
+	return ErrDenied
+}
+
+// Status maps a code to its HTTP status, as the reference broker does.
+func (c Code) Status() int {
+	switch c {
+	case CodeOK:
+		return http.StatusOK
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden, CodePolicyDenied, CodeReplayDenied, CodeRegionDenied, CodeIntentDenied,
+		CodeContractRequired, CodeContractNotFound, CodeContractExpired, CodeContractPrincipalMismatch,
+		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
+		CodeNoPermittedSubjects, CodeAckNotAllowed, CodeGrantRevoked:
+		return http.StatusForbidden
+	case CodeRateLimited:
+		return http.StatusTooManyRequests
+	case CodeSensitiveFieldDenied, CodeRawPANDetected, CodeIdempotencyRequired, CodeClassificationDenied,
+		CodeEnvelopeInvalid, CodeSchemaInvalid, CodeDataQuality, CodeSignatureRequired, CodeSignatureInvalid,
+		CodeEncryptionReq, CodeDeliveryExhausted:
+		return http.StatusUnprocessableEntity
+	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
+		return http.StatusNotFound
+	case CodeBadRequest, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid, CodeInvalidArgument:
+		return http.StatusBadRequest
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case CodeRequestTimeout:
+		return http.StatusGatewayTimeout
+	case CodeShutdown, CodeStoreUnavailable:
+		return http.StatusServiceUnavailable
+	case CodeStoreFull:
+		return http.StatusInsufficientStorage
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,143 @@
+package pigeon
+
+import (
+	"context"
+	"time"
+)
+
+// Outcome is what admission decided about a message.
+type Outcome string
+
+// Outcomes of admission.
+const (
+	OutcomeAllow      Outcome = "allow"
+	OutcomeDeny       Outcome = "deny"
+	OutcomeQuarantine Outcome = "quarantine"
+)
+
+// Verdict is one gate's answer. The zero Verdict allows.
+type Verdict struct {
+	Outcome Outcome
+	Code    Code
+	// Reason explains the verdict to a human. It must never quote a payload
+	// value: it is stored in audit records and returned to callers.
+	Reason string
+}
+
+// Allow lets the message through to the next gate.
+func Allow() Verdict { return Verdict{} }
+
+// Deny refuses the message with a stable code. The broker turns a denial
+// into a quarantine where the subject's policy says so.
+func Deny(code Code, reason string) Verdict {
+	return Verdict{Outcome: OutcomeDeny, Code: code, Reason: reason}
+}
+
+// Quarantine refuses the message and keeps a redacted copy for review,
+// whatever the subject's quarantine policy says.
+func Quarantine(code Code, reason string) Verdict {
+	return Verdict{Outcome: OutcomeQuarantine, Code: code, Reason: reason}
+}
+
+// Allowed reports whether the verdict lets the message pass.
+func (v Verdict) Allowed() bool { return v.Outcome == "" || v.Outcome == OutcomeAllow }
+
+// Gate is one admission check. Gates run in a fixed order for every
+// published message; the first one that does not allow decides.
+//
+// Check must be safe for concurrent use, must not retain the Admission, and
+// must not mutate it. It should be fast: it runs on every publish.
+type Gate interface {
+	Name() string
+	Check(ctx context.Context, a *Admission) Verdict
+}
+
+// GateFunc adapts a function to a Gate.
+func GateFunc(name string, fn func(ctx context.Context, a *Admission) Verdict) Gate {
+	return gateFunc{name: name, fn: fn}
+}
+
+type gateFunc struct {
+	name string
+	fn   func(context.Context, *Admission) Verdict
+}
+
+func (g gateFunc) Name() string                                     { return g.name }
+func (g gateFunc) Check(ctx context.Context, a *Admission) Verdict { return g.fn(ctx, a) }
+
+// Admission is what a gate sees of one publish. Everything in it is
+// read-only.
+type Admission struct {
+	// Message is the envelope after defaults were applied and Source was
+	// set to the authenticated principal.
+	Message *Message
+	// Data is Message.Data decoded (map[string]any, []any, string, float64,
+	// bool or nil).
+	Data any
+	// Principal is the authenticated caller.
+	Principal *Principal
+	// Region is the publishing session's region.
+	Region string
+	// Contract is the caller's contract (nil before the contract gate).
+	Contract Contract
+	// Policy is the subject's policy (nil when the subject is unknown).
+	Policy *SubjectPolicy
+	// Now is the broker's clock at admission.
+	Now time.Time
+
+	subj       *subject
+	contract   *contract
+	contractID string
+	op         Operation
+	idemKey    string
+	dataErr    string
+	timeErr    bool
+	celP       *celPrincipal
+	celM       *celMessage
+}
+
+// celPrincipal returns the principal as CEL sees it, built once.
+func (a *Admission) celPrincipal() celPrincipal {
+	if a.celP == nil {
+		a.celP = &celPrincipal{ID: a.Principal.ID, Attributes: a.Principal.Attributes, Roles: a.Principal.Roles}
+	}
+	return *a.celP
+}
+
+// celMessage returns the message as CEL sees it, built once.
+func (a *Admission) celMessage() celMessage {
+	if a.celM == nil {
+		m := a.Message
+		a.celM = &celMessage{ID: m.ID, Type: m.Type, Source: m.Source, Subject: m.Subject, Intent: m.Intent,
+			Region: m.Region, Reason: m.Reason, Classification: m.Classification, Data: a.Data}
+	}
+	return *a.celM
+}
+
+// Decision is the recorded outcome of one admission or operation.
+type Decision struct {
+	Outcome      Outcome   `json:"outcome"`
+	Code         Code      `json:"code,omitempty"`
+	Gate         string    `json:"gate,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	Subject      string    `json:"subject,omitempty"`
+	SubjectID    string    `json:"subjectId,omitempty"`
+	ContractID   string    `json:"contractId,omitempty"`
+	PolicyID     string    `json:"policyId,omitempty"`
+	SchemaID     string    `json:"schemaId,omitempty"`
+	Principal    string    `json:"principal,omitempty"`
+	MessageID    string    `json:"messageId,omitempty"`
+	QuarantineID string    `json:"quarantineId,omitempty"`
+	Time         time.Time `json:"time"`
+}
+
+// err turns a refusing decision into the package's typed error.
+func (d *Decision) err() *Error {
+	e := &Error{Code: d.Code, Message: d.Reason, Decision: d}
+	if d.QuarantineID != "" {
+		e.Details = map[string]any{"quarantineId": d.QuarantineID, "gate": d.Gate}
+	} else if d.Gate != "" {
+		e.Details = map[string]any{"gate": d.Gate}
+	}
+	return e
+}

@@ -1,0 +1,397 @@
+package pigeon
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xeipuuv/gojsonschema"
+)
+
+// Names of the built-in gates, in the order they run.
+const (
+	GateEnvelope       = "envelope"
+	GateContract       = "contract"
+	GateRate           = "rate"
+	GateRule           = "rule"
+	GateIntent         = "intent"
+	GateIdempotency    = "idempotency"
+	GateClassification = "classification"
+	GateRegion         = "region"
+	GateForbidden      = "forbidden-fields"
+	GateTokenized      = "tokenized-fields"
+	GateSchema         = "schema"
+	GateQuality        = "data-quality"
+	GateDuplicate      = "duplicate"
+)
+
+// builtinGates returns the built-in chain; the broker appends its own
+// options' gates after it and ends with duplicate detection in the store.
+func builtinGates(e *Engine) []Gate {
+	return []Gate{
+		envelopeGate{},
+		contractGate{e: e},
+		rateGate{l: e.limiter},
+		ruleGate{},
+		intentGate{},
+		idempotencyGate{},
+		classificationGate{},
+		regionGate{},
+		forbiddenGate{},
+		tokenizedGate{},
+		schemaGate{},
+		qualityGate{},
+	}
+}
+
+type envelopeGate struct{}
+
+func (envelopeGate) Name() string { return GateEnvelope }
+func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
+	m := a.Message
+	switch {
+	case a.dataErr != "":
+		return Deny(CodeEnvelopeInvalid, a.dataErr)
+	case m.SpecVersion != SpecVersion:
+		return Deny(CodeEnvelopeInvalid, "specversion must be "+SpecVersion)
+	case m.Subject == "":
+		return Deny(CodeEnvelopeInvalid, "subject is required")
+	case m.Type == "":
+		return Deny(CodeEnvelopeInvalid, "type is required")
+	case m.Source == "":
+		return Deny(CodeEnvelopeInvalid, "source is required")
+	case m.Intent == "":
+		return Deny(CodeEnvelopeInvalid, "intent is required")
+	case len(m.ID) > 256 || len(m.Subject) > 256 || len(m.Type) > 256 || len(m.IdempotencyKey) > 256 || len(m.CorrelationID) > 256:
+		return Deny(CodeEnvelopeInvalid, "an envelope field is longer than 256 bytes")
+	}
+	if a.timeErr {
+		return Deny(CodeEnvelopeInvalid, "time must be an RFC 3339 timestamp")
+	}
+	return Allow()
+}
+
+type contractGate struct{ e *Engine }
+
+func (contractGate) Name() string { return GateContract }
+func (g contractGate) Check(ctx context.Context, a *Admission) Verdict {
+	if a.subj == nil {
+		return Deny(CodeSubjectNotFound, "unknown subject")
+	}
+	c, code, reason := g.e.checkContract(ctx, a.contractID, a.Principal, a.subj, a.op)
+	if code != CodeOK {
+		return Deny(code, reason)
+	}
+	a.contract, a.Contract = c, c
+	return Allow()
+}
+
+type rateGate struct{ l *rateLimiter }
+
+func (rateGate) Name() string { return GateRate }
+func (g rateGate) Check(_ context.Context, a *Admission) Verdict {
+	if a.subj.rate == nil || g.l.allow(a.subj, a.Principal.ID, a.Now) {
+		return Allow()
+	}
+	return Deny(CodeRateLimited, "rate limit exceeded for this subject")
+}
+
+type ruleGate struct{}
+
+func (ruleGate) Name() string { return GateRule }
+func (ruleGate) Check(_ context.Context, a *Admission) Verdict {
+	return a.subj.evalRules(a.op, a)
+}
+
+// evalRules applies the subject's rules for op to one message: a matching
+// deny rule wins; otherwise some allow rule must match completely.
+func (s *subject) evalRules(op Operation, a *Admission) Verdict {
+	var (
+		allowed     bool
+		intentMiss  bool
+		reasonMiss  bool
+		whenFailed  bool
+		evalFailure bool
+	)
+	m := a.Message
+	for _, r := range s.rules[op] {
+		if !r.matchesIdentity(a.Principal, a.Region) {
+			continue
+		}
+		if len(r.intents) > 0 && !slices.Contains(r.intents, m.Intent) {
+			intentMiss = intentMiss || !r.deny
+			continue
+		}
+		if r.requireReason && m.Reason == "" {
+			reasonMiss = reasonMiss || !r.deny
+			continue
+		}
+		if r.when != nil {
+			ok, err := r.when.eval(a.celPrincipal(), a.celMessage())
+			if err != nil {
+				evalFailure = true
+				if r.deny {
+					return Deny(CodePolicyDenied, "a deny rule could not be evaluated")
+				}
+				continue
+			}
+			if !ok {
+				whenFailed = whenFailed || !r.deny
+				continue
+			}
+		}
+		if r.deny {
+			return Deny(CodePolicyDenied, "a deny rule matched")
+		}
+		allowed = true
+	}
+	switch {
+	case allowed:
+		return Allow()
+	case intentMiss:
+		return Deny(CodeIntentDenied, "intent is not allowed to this principal")
+	case reasonMiss:
+		return Deny(CodePolicyDenied, "a reason is required")
+	case evalFailure:
+		return Deny(CodePolicyDenied, "a rule condition could not be evaluated")
+	case whenFailed:
+		return Deny(CodePolicyDenied, "no rule condition holds for this message")
+	}
+	return Deny(CodePolicyDenied, "no rule allows this principal")
+}
+
+type intentGate struct{}
+
+func (intentGate) Name() string { return GateIntent }
+func (intentGate) Check(_ context.Context, a *Admission) Verdict {
+	if len(a.subj.intents) == 0 || a.subj.hasIntent(a.Message.Intent) {
+		return Allow()
+	}
+	return Deny(CodeIntentDenied, "intent is not listed on the subject")
+}
+
+type idempotencyGate struct{}
+
+func (idempotencyGate) Name() string { return GateIdempotency }
+func (idempotencyGate) Check(_ context.Context, a *Admission) Verdict {
+	if a.subj.policy.Delivery.Idempotency.Required && a.idemKey == "" {
+		return Deny(CodeIdempotencyRequired, "an idempotency key is required on this subject")
+	}
+	return Allow()
+}
+
+type classificationGate struct{}
+
+func (classificationGate) Name() string { return GateClassification }
+func (classificationGate) Check(_ context.Context, a *Admission) Verdict {
+	want := a.subj.policy.Data.Classification
+	if want == "" || a.Message.Classification == want {
+		return Allow()
+	}
+	return Deny(CodeClassificationDenied, "classification must be "+want)
+}
+
+type regionGate struct{}
+
+func (regionGate) Name() string { return GateRegion }
+func (regionGate) Check(_ context.Context, a *Admission) Verdict {
+	rp := &a.subj.policy.RegionPolicy
+	region := a.Message.Region
+	if len(rp.AllowedRegions) > 0 && !slices.Contains(rp.AllowedRegions, region) {
+		return Deny(CodeRegionDenied, "region is not allowed on this subject")
+	}
+	if rp.CrossRegion == "deny" && a.Region != "" && region != a.Region {
+		return Deny(CodeRegionDenied, "cross-region publish is denied on this subject")
+	}
+	return Allow()
+}
+
+type forbiddenGate struct{}
+
+func (forbiddenGate) Name() string { return GateForbidden }
+func (forbiddenGate) Check(_ context.Context, a *Admission) Verdict {
+	for _, f := range a.subj.forbidden {
+		if v, ok := lookupPath(a.Data, f.parts); ok && v != nil {
+			return Deny(CodeSensitiveFieldDenied, "forbidden field "+f.text+" is present")
+		}
+	}
+	return Allow()
+}
+
+type tokenizedGate struct{}
+
+func (tokenizedGate) Name() string { return GateTokenized }
+func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
+	for _, f := range a.subj.tokenized {
+		v, ok := lookupPath(a.Data, f.parts)
+		if !ok {
+			continue
+		}
+		var s string
+		switch x := v.(type) {
+		case string:
+			s = x
+		case float64:
+			s = strconv.FormatFloat(x, 'f', -1, 64)
+		default:
+			continue
+		}
+		if IsPAN(s) {
+			return Deny(CodeRawPANDetected, "field "+f.text+" holds a raw card number, not a token")
+		}
+	}
+	return Allow()
+}
+
+// IsPAN reports whether s is a Luhn-valid card number of 13 to 19 digits,
+// ignoring spaces and dashes between digits.
+func IsPAN(s string) bool {
+	var digits [19]byte
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if n == len(digits) {
+				return false
+			}
+			digits[n] = c - '0'
+			n++
+		case c == ' ' || c == '-':
+		default:
+			return false
+		}
+	}
+	if n < 13 {
+		return false
+	}
+	sum := 0
+	for i := 0; i < n; i++ {
+		d := int(digits[n-1-i])
+		if i%2 == 1 {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+	}
+	return sum%10 == 0
+}
+
+type schemaGate struct{}
+
+func (schemaGate) Name() string { return GateSchema }
+func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
+	if a.subj.schema == nil {
+		return Allow()
+	}
+	res, err := a.subj.schema.Validate(gojsonschema.NewRawLoader(a.Data))
+	if err != nil {
+		return Deny(CodeSchemaInvalid, "data could not be validated")
+	}
+	if res.Valid() {
+		return Allow()
+	}
+	return Deny(CodeSchemaInvalid, schemaReason(res.Errors()))
+}
+
+// schemaReason names the failing fields and rules, never their values.
+func schemaReason(errs []gojsonschema.ResultError) string {
+	var b strings.Builder
+	b.WriteString("data does not match schema: ")
+	for i, e := range errs {
+		if i == 5 {
+			b.WriteString("; …")
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.Field())
+		b.WriteString(": ")
+		b.WriteString(e.Type())
+	}
+	return b.String()
+}
+
+type qualityGate struct{}
+
+func (qualityGate) Name() string { return GateQuality }
+func (qualityGate) Check(_ context.Context, a *Admission) Verdict {
+	for _, q := range a.subj.quality {
+		ok, err := q.cond.eval(a.celPrincipal(), a.celMessage())
+		if err == nil && ok {
+			continue
+		}
+		reason := "data-quality rule " + q.name + " failed"
+		if err != nil {
+			reason = "data-quality rule " + q.name + " could not be evaluated"
+		}
+		if q.quarantine {
+			return Quarantine(q.code, reason)
+		}
+		return Deny(q.code, reason)
+	}
+	return Allow()
+}
+
+// lookupPath walks parts into data (objects by key, arrays by index).
+func lookupPath(data any, parts []string) (any, bool) {
+	cur := data
+	for _, p := range parts {
+		switch x := cur.(type) {
+		case map[string]any:
+			v, ok := x[p]
+			if !ok {
+				return nil, false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			cur = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// quarantinable reports whether a denial with code is kept in quarantine
+// under the subject's policy.
+func (s *subject) quarantinable(code Code) bool {
+	q := &s.policy.Quarantine
+	switch code {
+	case CodeSchemaInvalid:
+		return q.OnSchemaViolation
+	case CodeSensitiveFieldDenied, CodeClassificationDenied, CodeRegionDenied, CodeIntentDenied, CodeRawPANDetected:
+		return q.OnPolicyViolation
+	}
+	return false
+}
+
+// backoffDelay is the wait before delivery attempt n+1 after attempt n failed.
+func (s *subject) backoffDelay(n int) time.Duration {
+	base := time.Second
+	var d time.Duration
+	switch s.backoff {
+	case "fixed":
+		d = base
+	case "linear":
+		d = base * time.Duration(n)
+	default:
+		if n > 30 {
+			n = 30
+		}
+		d = base << (n - 1)
+	}
+	if d > s.maxDelay {
+		d = s.maxDelay
+	}
+	return d
+}

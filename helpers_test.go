@@ -1,0 +1,93 @@
+package pigeon_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(5 * time.Second); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// fixture is an engine on the demo catalog.
+type fixture struct {
+	t     *testing.T
+	e     *pigeon.Engine
+	clock *clock
+}
+
+func newFixture(t *testing.T, mutate ...func(*pigeon.Options)) *fixture {
+	t.Helper()
+	clk := newClock()
+	opts := &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog:       demo.Catalog(),
+		Region:        "uk",
+		Now:           clk.Now,
+		RetryBase:     time.Millisecond,
+	}
+	for _, m := range mutate {
+		m(opts)
+	}
+	e, err := pigeon.New(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return &fixture{t: t, e: e, clock: clk}
+}
+
+func (f *fixture) connect(token string, subjects ...string) pigeon.Session {
+	f.t.Helper()
+	s, err := f.e.Connect(context.Background(), token, subjects)
+	require.NoError(f.t, err)
+	f.t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// requireCode asserts err is a *pigeon.Error with code.
+func requireCode(t *testing.T, err error, code pigeon.Code) *pigeon.Error {
+	t.Helper()
+	require.Error(t, err)
+	var pe *pigeon.Error
+	require.True(t, errors.As(err, &pe), "error %v is not *pigeon.Error", err)
+	require.Equal(t, code, pe.Code, "error: %v", err)
+	return pe
+}
+
+var ctx = context.Background()

@@ -1,0 +1,227 @@
+package pigeon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// Caller is who performs an operation: the authenticated principal, the
+// session's region and the contract it presents.
+type Caller struct {
+	Principal  *Principal
+	Region     string
+	ContractID string
+}
+
+// Publish statuses.
+const (
+	StatusAccepted  = "accepted"
+	StatusDuplicate = "duplicate"
+)
+
+// Result is the answer to an accepted publish.
+type Result struct {
+	// Status is "accepted", or "duplicate" when the idempotency key was
+	// seen within its window; Message is then the original.
+	Status  string   `json:"status"`
+	Message *Message `json:"message"`
+}
+
+var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
+
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// newMessageID returns a fresh message id.
+func newMessageID() string {
+	var b [24]byte
+	copy(b[:4], "msg_")
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+	r := rand.Uint64()
+	r2 := rand.Uint64()
+	for i := 4; i < 24; i++ {
+		if i == 14 {
+			r = r2
+		}
+		b[i] = alphabet[r%36]
+		r /= 36
+	}
+	return string(b[:])
+}
+
+// Publish admits m under the caller's contract through every gate and, when
+// all allow, appends it. A refusal is returned as *Error with the decision;
+// a quarantined message carries the quarantine id in its details. m is not
+// modified.
+func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, error) {
+	if e.closed.Load() {
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	if in == nil {
+		return nil, NewError(CodeEnvelopeInvalid, "message is required")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, WrapError(CodeRequestTimeout, err, "context done")
+	}
+	m := *in
+	m.Signature = in.Signature
+	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 0, "", "", "", ""
+	now := e.now()
+	m.Source = c.Principal.ID
+	if m.SpecVersion == "" {
+		m.SpecVersion = SpecVersion
+	}
+	if m.ID == "" {
+		m.ID = newMessageID()
+	}
+	a := admissionPool.Get().(*Admission)
+	defer func() { *a = Admission{}; admissionPool.Put(a) }()
+	if m.Time == "" {
+		m.Time = formatTime(now)
+	} else if _, err := time.Parse(time.RFC3339Nano, m.Time); err != nil {
+		a.timeErr = true
+	}
+	if m.Classification == "" {
+		m.Classification = DefaultClassification
+	}
+	if m.Region == "" {
+		m.Region = c.Region
+	}
+	if len(m.Data) == 0 {
+		m.Data = json.RawMessage("{}")
+		a.Data = map[string]any{}
+	} else if err := json.Unmarshal(m.Data, &a.Data); err != nil {
+		a.dataErr = "data is not valid JSON"
+	}
+	a.Message, a.Principal, a.Region, a.Now = &m, c.Principal, c.Region, now
+	a.contractID, a.op = c.ContractID, OpPublish
+	a.subj = e.subject(m.Subject)
+	if a.subj != nil {
+		a.Policy = &a.subj.policy
+		if a.subj.mode == ModeRequestReply && m.CorrelationID != "" {
+			if req, ok := e.requestFor(ctx, a.subj, m.CorrelationID); ok {
+				return e.reply(ctx, a, req)
+			}
+		}
+		a.idemKey = a.subj.idempotencyKey(&m, a.Data)
+	}
+	for _, g := range e.gates {
+		v := g.Check(ctx, a)
+		if !v.Allowed() {
+			return nil, e.refuse(ctx, a, g.Name(), v)
+		}
+	}
+	return e.accept(ctx, a)
+}
+
+// idempotencyKey is the message's key as the subject names it: the
+// envelope's idempotencyKey, or a "data." path.
+func (s *subject) idempotencyKey(m *Message, data any) string {
+	k := s.policy.Delivery.Idempotency.Key
+	if k == "" || k == "idempotencyKey" {
+		return m.IdempotencyKey
+	}
+	if len(k) > 5 && k[:5] == "data." {
+		v, ok := lookupPath(data, splitPath(k[5:]).parts)
+		if !ok {
+			return ""
+		}
+		switch x := v.(type) {
+		case string:
+			return x
+		case float64:
+			return strconv.FormatFloat(x, 'f', -1, 64)
+		}
+		return ""
+	}
+	return m.IdempotencyKey
+}
+
+// accept appends an admitted message.
+func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
+	m := a.Message
+	s := a.subj
+	m.ContractID, m.SubjectID, m.SchemaID = a.contractID, s.name, s.schemaID
+	bp := bodyPool.Get().(*[]byte)
+	body := m.AppendJSON((*bp)[:0])
+	sm := store.Message{Subject: s.name, ID: m.ID, Time: a.Now, Body: body}
+	if a.idemKey != "" {
+		sm.IdemKey = s.name + "\x00" + a.Principal.ID + "\x00" + a.idemKey
+		sm.IdemExpires = a.Now.Add(s.idemTTL)
+	}
+	stored, dup, err := e.store.Append(ctx, sm)
+	*bp = body[:0]
+	bodyPool.Put(bp)
+	if err != nil {
+		err = storeError(err)
+		e.audit(ctx, store.AuditRecord{Type: "publish.failed", Outcome: string(OutcomeDeny), Code: string(ErrorCode(err)), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, MessageID: m.ID})
+		return nil, err
+	}
+	if dup {
+		orig, err := decodeStored(stored)
+		if err != nil {
+			return nil, err
+		}
+		e.audit(ctx, store.AuditRecord{Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: m.ID})
+		return &Result{Status: StatusDuplicate, Message: orig}, nil
+	}
+	out := *m
+	out.Sequence = stored.Seq
+	out.AcceptedAt = formatTime(stored.Time)
+	e.audit(ctx, store.AuditRecord{Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
+	e.notify(s.name, stored.Seq)
+	return &Result{Status: StatusAccepted, Message: &out}, nil
+}
+
+// decodeStored rebuilds an accepted message from its stored form.
+func decodeStored(sm store.Message) (*Message, error) {
+	var m Message
+	if err := json.Unmarshal(sm.Body, &m); err != nil {
+		return nil, WrapError(CodeStoreCorrupt, err, "stored message %s does not decode", sm.ID)
+	}
+	m.Sequence = sm.Seq
+	m.AcceptedAt = formatTime(sm.Time)
+	return &m, nil
+}
+
+// refuse records a refusal: audit, quarantine where policy says so, and the
+// typed error.
+func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdict) error {
+	d := &Decision{Outcome: v.Outcome, Code: v.Code, Gate: gate, Reason: v.Reason, Subject: a.Message.Subject,
+		ContractID: a.contractID, Principal: a.Principal.ID, MessageID: a.Message.ID, Time: a.Now}
+	if s := a.subj; s != nil {
+		d.SubjectID, d.PolicyID, d.SchemaID = s.name, s.policyID, s.schemaID
+		if d.Outcome == OutcomeDeny && s.quarantinable(v.Code) {
+			d.Outcome = OutcomeQuarantine
+		}
+	} else if d.Outcome == OutcomeQuarantine {
+		d.Outcome = OutcomeDeny
+	}
+	e.audit(ctx, store.AuditRecord{Type: "publish.denied", Outcome: string(d.Outcome), Code: string(d.Code), Gate: gate,
+		Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID, PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: d.MessageID})
+	if d.Outcome == OutcomeQuarantine {
+		id, err := e.quarantine(ctx, a, d)
+		if err != nil {
+			e.opts.Logger.Error("quarantine failed", "subject", d.Subject, "code", d.Code, "err", err)
+			d.Outcome = OutcomeDeny
+		} else {
+			d.QuarantineID = id
+		}
+	}
+	return d.err()
+}
+
+// decisionOf returns the decision inside err, if any.
+func decisionOf(err error) *Decision {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Decision
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package pigeon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"pigeon/store"
+)
+
+// Redacted replaces every forbidden and tokenized field in a quarantined copy.
+const Redacted = "[REDACTED]"
+
+// QuarantineRecord is a refused message kept for review. Its Message has
+// every forbidden and tokenized field replaced by "[REDACTED]".
+type QuarantineRecord struct {
+	store.QuarantineRecord
+	Message *Message `json:"message,omitempty"`
+}
+
+func newQuarantineID() string { return "qr_" + newMessageID()[4:] }
+
+// quarantine keeps a redacted copy of the refused message.
+func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (string, error) {
+	m := *a.Message
+	m.Data = redactData(a.Data, a.subj.redact)
+	rec := store.QuarantineRecord{
+		ID: newQuarantineID(), Time: a.Now, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID,
+		PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: m.ID, Code: string(d.Code), Gate: d.Gate, Reason: d.Reason,
+		Body: m.AppendJSON(nil),
+	}
+	if err := e.store.PutQuarantine(ctx, rec); err != nil {
+		return "", storeError(err)
+	}
+	e.audit(ctx, store.AuditRecord{Type: "quarantine.created", Outcome: string(OutcomeQuarantine), Code: rec.Code, Gate: rec.Gate,
+		Subject: rec.Subject, Principal: rec.Principal, ContractID: rec.ContractID, PolicyID: rec.PolicyID, SchemaID: rec.SchemaID,
+		MessageID: rec.MessageID, Ref: rec.ID})
+	return rec.ID, nil
+}
+
+// redactData returns data encoded with every path in paths replaced by
+// "[REDACTED]". Data that did not decode is dropped entirely.
+func redactData(data any, paths []fieldPath) json.RawMessage {
+	if data == nil {
+		return json.RawMessage("null")
+	}
+	c := deepCopy(data)
+	for _, p := range paths {
+		setPath(c, p.parts, Redacted)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return json.RawMessage(`"` + Redacted + `"`)
+	}
+	return b
+}
+
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		c := make(map[string]any, len(x))
+		for k, v := range x {
+			c[k] = deepCopy(v)
+		}
+		return c
+	case []any:
+		c := make([]any, len(x))
+		for i, v := range x {
+			c[i] = deepCopy(v)
+		}
+		return c
+	}
+	return v
+}
+
+// setPath replaces the value at parts, when present.
+func setPath(data any, parts []string, val any) {
+	cur := data
+	for i, p := range parts {
+		last := i == len(parts)-1
+		switch x := cur.(type) {
+		case map[string]any:
+			v, ok := x[p]
+			if !ok {
+				return
+			}
+			if last {
+				x[p] = val
+				return
+			}
+			cur = v
+		case []any:
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 0 || n >= len(x) {
+				return
+			}
+			if last {
+				x[n] = val
+				return
+			}
+			cur = x[n]
+		default:
+			return
+		}
+	}
+}
+
+func quarantineView(r store.QuarantineRecord) QuarantineRecord {
+	q := QuarantineRecord{QuarantineRecord: r}
+	if len(r.Body) > 0 {
+		if m, err := DecodeMessage(r.Body); err == nil {
+			q.Message = m
+		}
+	}
+	return q
+}
+
+// Quarantine lists up to max quarantine records accepted at or after since,
+// oldest first.
+func (e *Engine) Quarantine(ctx context.Context, since time.Time, max int) ([]QuarantineRecord, error) {
+	recs, err := e.store.ListQuarantine(ctx, since, max)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	out := make([]QuarantineRecord, len(recs))
+	for i, r := range recs {
+		out[i] = quarantineView(r)
+	}
+	return out, nil
+}
+
+// QuarantineRecord returns one quarantine record.
+func (e *Engine) QuarantineRecord(ctx context.Context, id string) (QuarantineRecord, error) {
+	r, err := e.store.GetQuarantine(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return QuarantineRecord{}, NewError(CodeQuarantineNotFound, "unknown quarantine record")
+	}
+	if err != nil {
+		return QuarantineRecord{}, storeError(err)
+	}
+	return quarantineView(r), nil
+}
+
+// ReleaseQuarantine re-publishes a quarantined message under the
+// releasing caller's contract, through every gate again (Source becomes the
+// releaser). A record is released once; the release is audited whether the
+// re-publish is accepted or refused.
+func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*Result, error) {
+	r, err := e.store.GetQuarantine(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, NewError(CodeQuarantineNotFound, "unknown quarantine record")
+	}
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if r.Released {
+		return nil, NewError(CodeBadRequest, "quarantine record %s was already released", id)
+	}
+	m, err := DecodeMessage(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	res, err := e.Publish(ctx, c, m)
+	rec := store.AuditRecord{Type: "quarantine.released", Subject: r.Subject, Principal: c.Principal.ID, ContractID: c.ContractID,
+		PolicyID: r.PolicyID, SchemaID: r.SchemaID, MessageID: r.MessageID, Ref: r.ID}
+	if err != nil {
+		rec.Outcome, rec.Code = string(OutcomeDeny), string(ErrorCode(err))
+		e.audit(ctx, rec)
+		return nil, err
+	}
+	r.Released, r.ReleasedBy, r.ReleasedAt, r.ReleasedAs = true, c.Principal.ID, e.now(), res.Message.ID
+	if err := e.store.PutQuarantine(ctx, r); err != nil {
+		return nil, storeError(err)
+	}
+	rec.Outcome = string(OutcomeAllow)
+	e.audit(ctx, rec)
+	return res, nil
+}

@@ -1,0 +1,124 @@
+package pigeon
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Session is one client's connection to a broker, running under one
+// negotiated contract. The in-process session and the WebSocket session
+// implement it identically, so application code and tests do not change
+// between the two. A Session is safe for concurrent use.
+type Session interface {
+	// Contract is the session's contract.
+	Contract() Contract
+	// Publish admits one message; see Engine.Publish.
+	Publish(ctx context.Context, m *Message) (*Result, error)
+	// Request publishes a request and blocks until its reply or ctx ends.
+	Request(ctx context.Context, m *Message) (*Message, error)
+	// Receive pulls up to max messages from subject.
+	Receive(ctx context.Context, subject string, max int) ([]*Message, error)
+	// Ack acknowledges a received message.
+	Ack(ctx context.Context, subject, messageID string) error
+	// Nack gives a leased message back for redelivery after delay (< 0:
+	// the subject's backoff).
+	Nack(ctx context.Context, subject, messageID string, delay time.Duration) error
+	// Replay returns retained messages again.
+	Replay(ctx context.Context, r ReplayRequest) ([]*Message, error)
+	// Subscribe starts push delivery of subject to h.
+	Subscribe(ctx context.Context, subject string, h Handler, opts ...SubscribeOption) (Subscription, error)
+	// Close ends the session and its subscriptions. It is idempotent.
+	Close(ctx context.Context) error
+}
+
+// ConnectOption configures Connect.
+type ConnectOption func(*connectOptions)
+
+type connectOptions struct {
+	region string
+	ttl    time.Duration
+}
+
+// WithRegion sets the session's region.
+func WithRegion(region string) ConnectOption { return func(o *connectOptions) { o.region = region } }
+
+// WithContractTTL asks for a contract lifetime.
+func WithContractTTL(d time.Duration) ConnectOption { return func(o *connectOptions) { o.ttl = d } }
+
+// localSession is the in-process Session.
+type localSession struct {
+	e      *Engine
+	caller Caller
+	c      *contract
+	closed atomic.Bool
+	subs   sessionSubs
+}
+
+var _ Session = (*localSession)(nil)
+
+func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
+	return &localSession{e: e, caller: c, c: k}
+}
+
+// Caller returns who the session acts as.
+func (s *localSession) Caller() Caller { return s.caller }
+
+func (s *localSession) Contract() Contract { return s.c }
+
+func (s *localSession) check() error {
+	if s.closed.Load() {
+		return NewError(CodeSessionClosed, "session is closed")
+	}
+	return nil
+}
+
+func (s *localSession) Publish(ctx context.Context, m *Message) (*Result, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.e.Publish(ctx, s.caller, m)
+}
+
+func (s *localSession) Request(ctx context.Context, m *Message) (*Message, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.e.Request(ctx, s.caller, m)
+}
+
+func (s *localSession) Receive(ctx context.Context, subject string, max int) ([]*Message, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.e.Receive(ctx, s.caller, subject, max)
+}
+
+func (s *localSession) Ack(ctx context.Context, subject, messageID string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.e.Ack(ctx, s.caller, subject, messageID)
+}
+
+func (s *localSession) Nack(ctx context.Context, subject, messageID string, delay time.Duration) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.e.Nack(ctx, s.caller, subject, messageID, delay)
+}
+
+func (s *localSession) Replay(ctx context.Context, r ReplayRequest) ([]*Message, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.e.Replay(ctx, s.caller, r)
+}
+
+func (s *localSession) Close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.subs.closeAll()
+	return nil
+}

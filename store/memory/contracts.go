@@ -1,0 +1,63 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"pigeon/store"
+)
+
+// PutContract stores a copy of c, replacing a contract with the same ID.
+func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.Body = bytes.Clone(c.Body)
+	s.contractMu.Lock()
+	defer s.contractMu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return err
+	}
+	s.contracts[c.ID] = c
+	return nil
+}
+
+// GetContract returns a copy of one contract, or store.ErrNotFound.
+func (s *Store) GetContract(ctx context.Context, id string) (store.ContractRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ContractRecord{}, err
+	}
+	s.contractMu.RLock()
+	defer s.contractMu.RUnlock()
+	if err := s.checkClosed(); err != nil {
+		return store.ContractRecord{}, err
+	}
+	c, ok := s.contracts[id]
+	if !ok {
+		return store.ContractRecord{}, store.ErrNotFound
+	}
+	c.Body = bytes.Clone(c.Body)
+	return c, nil
+}
+
+// DeleteExpiredContracts drops the contracts whose ExpiresAt is before t and
+// returns how many it dropped. A contract expiring exactly at t stays.
+func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.contractMu.Lock()
+	defer s.contractMu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, c := range s.contracts {
+		if c.ExpiresAt.Before(t) {
+			delete(s.contracts, id)
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,144 @@
+// Package memory is an in-memory store.Store: every record lives in maps and
+// slices of the process and is gone when the process ends. It is the store of
+// tests, examples and brokers that need no durability.
+//
+// # Model
+//
+// Each subject has a log whose messages sit in a slice indexed by
+// seq - first, so Read finds its start in O(1). Message ids are indexed in a
+// map. Idempotency entries are kept in a map and a min-heap ordered by
+// expiry; every Append evicts the entries that expired before the newest
+// message time seen so far (less Options.IdempotencyGrace), so memory stays
+// bounded under unique keys without a background goroutine.
+//
+// # Ownership
+//
+// Byte slices are copied on the way in and on the way out: a caller may
+// reuse or change a slice it passed, and may change a slice it got back,
+// without touching what the store keeps. Read copies the bodies of one call
+// into a single buffer, so a Read costs two allocations whatever its length.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Each kind of record has its own lock,
+// so progress or audit writes do not wait for message appends. After Close
+// every method returns store.ErrClosed and the records are released.
+package memory
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon/store"
+)
+
+// Options configure a Store. The zero value, like a nil *Options, is the
+// default.
+type Options struct {
+	// IdempotencyGrace keeps an idempotency entry this long after it expired,
+	// measured against the newest message time seen, before it is evicted.
+	// It only matters when Appends arrive with times out of order by more
+	// than the time left on an entry; an entry never deduplicates a message
+	// whose Time is at or after its expiry, grace or not. Zero (the default)
+	// evicts as soon as the newest message time passes the expiry; a negative
+	// value counts as zero.
+	IdempotencyGrace time.Duration
+}
+
+// Store is the in-memory store. Create one with New.
+type Store struct {
+	opts   Options
+	closed atomic.Bool
+
+	msgs messageLog
+
+	progMu sync.RWMutex
+	groups map[store.GroupKey]*group
+
+	quarMu     sync.RWMutex
+	quarantine map[string]store.QuarantineRecord
+
+	auditMu sync.RWMutex
+	audit   []store.AuditRecord
+
+	contractMu sync.RWMutex
+	contracts  map[string]store.ContractRecord
+
+	kvMu sync.RWMutex
+	kv   map[string]map[string][]byte
+}
+
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Trimmer = (*Store)(nil)
+)
+
+// New returns an empty Store. A nil opts means the defaults; opts is copied
+// and never changed.
+func New(opts *Options) *Store {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.IdempotencyGrace < 0 {
+		o.IdempotencyGrace = 0
+	}
+	s := &Store{
+		opts:       o,
+		groups:     make(map[store.GroupKey]*group),
+		quarantine: make(map[string]store.QuarantineRecord),
+		contracts:  make(map[string]store.ContractRecord),
+		kv:         make(map[string]map[string][]byte),
+	}
+	s.msgs.init()
+	return s
+}
+
+// Close releases every record. It is idempotent; every later call of any
+// other method returns store.ErrClosed. It closes the store even when ctx is
+// done, and then returns ctx.Err().
+func (s *Store) Close(ctx context.Context) error {
+	if !s.closed.Swap(true) {
+		s.release()
+	}
+	return ctx.Err()
+}
+
+// release drops every record. Each method checks closed under its lock, so
+// once release has taken a lock no method touches what it guards again.
+func (s *Store) release() {
+	s.msgs.mu.Lock()
+	s.msgs.release()
+	s.msgs.mu.Unlock()
+
+	s.progMu.Lock()
+	s.groups = nil
+	s.progMu.Unlock()
+
+	s.quarMu.Lock()
+	s.quarantine = nil
+	s.quarMu.Unlock()
+
+	s.auditMu.Lock()
+	s.audit = nil
+	s.auditMu.Unlock()
+
+	s.contractMu.Lock()
+	s.contracts = nil
+	s.contractMu.Unlock()
+
+	s.kvMu.Lock()
+	s.kv = nil
+	s.kvMu.Unlock()
+}
+
+// checkClosed returns store.ErrClosed after Close. Call it with the lock of
+// the records about to be used held.
+func (s *Store) checkClosed() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}

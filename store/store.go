@@ -1,0 +1,217 @@
+// Package store defines the persistence seam of the broker: the records it
+// keeps (messages, consumer progress, quarantine, audit, contracts) and the
+// small interfaces a backend implements to keep them.
+//
+// The broker owns the meaning of every record; a store only keeps them,
+// indexes them and gives them back. Message bodies are opaque bytes (the
+// encoded envelope), so a backend never decodes a payload.
+//
+// # Concurrency
+//
+// Every method of every interface here is safe for concurrent use. A method
+// that has returned without error has made its write visible to every later
+// call; durable backends document when it is also on disk. Every method takes
+// a context and returns ctx.Err() when the context ends before the work starts.
+//
+// # Conformance
+//
+// Package storetest holds the suite every Store must pass.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors a store returns. The broker maps them to its stable codes.
+var (
+	// ErrNotFound is returned for an unknown message, record or contract.
+	ErrNotFound = errors.New("store: not found")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("store: closed")
+	// ErrCorrupt is returned (wrapped in *CorruptError) when persisted data
+	// fails its checksum or framing anywhere before the tail.
+	ErrCorrupt = errors.New("store: corrupt")
+	// ErrTampered is returned when the audit hash chain does not verify.
+	ErrTampered = errors.New("store: audit chain tampered")
+	// ErrFull is returned when the medium has no space left; nothing of the
+	// failed write stays visible.
+	ErrFull = errors.New("store: no space left")
+	// ErrLocked is returned when another process holds the store.
+	ErrLocked = errors.New("store: locked by another process")
+)
+
+// CorruptError names where corruption was found.
+type CorruptError struct {
+	File   string
+	Offset int64
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("store: corrupt: %s at offset %d: %s", e.File, e.Offset, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Message is one accepted message as stored.
+type Message struct {
+	// Subject is the subject name the message was accepted on.
+	Subject string
+	// Seq is the per-subject sequence, assigned by Append, from 1, no gaps.
+	Seq uint64
+	// ID is the message id, unique across subjects.
+	ID string
+	// Time is when the broker accepted the message.
+	Time time.Time
+	// IdemKey, when not empty, is the scoped idempotency key: a second
+	// Append with the same key before IdemExpires returns this message.
+	IdemKey string
+	// IdemExpires is when IdemKey stops deduplicating.
+	IdemExpires time.Time
+	// Body is the encoded envelope. The store never decodes it.
+	Body []byte
+}
+
+// MessageLog keeps the per-subject message logs.
+type MessageLog interface {
+	// Append assigns the next sequence of m.Subject and stores m. When
+	// m.IdemKey is set and an entry for it has not expired at m.Time, nothing
+	// is stored and the original message is returned with dup true. The check
+	// and the write are one atomic step.
+	Append(ctx context.Context, m Message) (stored Message, dup bool, err error)
+	// Read returns up to max messages of subject with Seq >= from, in order.
+	Read(ctx context.Context, subject string, from uint64, max int) ([]Message, error)
+	// Lookup returns the message with the given id, or ErrNotFound.
+	Lookup(ctx context.Context, id string) (Message, error)
+	// Bounds returns the first and last sequence retained for subject; both
+	// are 0 for a subject with no messages ever, and first > last when every
+	// message has been trimmed.
+	Bounds(ctx context.Context, subject string) (first, last uint64, err error)
+}
+
+// Trimmer is the optional ability to drop old messages (retention).
+type Trimmer interface {
+	// TrimBefore removes messages of subject accepted before t, from the
+	// front of the log, and returns how many were removed.
+	TrimBefore(ctx context.Context, subject string, t time.Time) (int, error)
+}
+
+// GroupKey names one consumer's or consumer group's progress on a subject.
+type GroupKey struct {
+	Subject string
+	Group   string
+}
+
+// GroupState is the persisted progress of a consumer group.
+type GroupState struct {
+	// Floor: every sequence <= Floor is done (acked, exhausted or, for a
+	// pubsub cursor, delivered).
+	Floor uint64
+	// Done holds sequences above Floor that are done, ascending.
+	Done []uint64
+	// Attempts counts delivery attempts of sequences that are not done.
+	Attempts map[uint64]int
+}
+
+// ProgressLog keeps consumer progress: cursors, acks and delivery attempts.
+type ProgressLog interface {
+	// MarkDone records seq as done for the group (ack, exhaust or cursor
+	// advance). Marking a done sequence again is a no-op.
+	MarkDone(ctx context.Context, key GroupKey, seq uint64) error
+	// MarkAttempt records that delivery attempt n of seq began (a lease).
+	MarkAttempt(ctx context.Context, key GroupKey, seq uint64, n int) error
+	// LoadGroup returns the group's state; a group never seen is zero.
+	LoadGroup(ctx context.Context, key GroupKey) (GroupState, error)
+}
+
+// QuarantineRecord is a refused message kept for review, already redacted.
+type QuarantineRecord struct {
+	ID         string    `json:"id"`
+	Time       time.Time `json:"time"`
+	Subject    string    `json:"subject"`
+	Principal  string    `json:"principal"`
+	ContractID string    `json:"contractId,omitempty"`
+	PolicyID   string    `json:"policyId,omitempty"`
+	SchemaID   string    `json:"schemaId,omitempty"`
+	MessageID  string    `json:"messageId,omitempty"`
+	Code       string    `json:"code"`
+	Gate       string    `json:"gate,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	// Body is the redacted encoded envelope.
+	Body []byte `json:"-"`
+	// Released is set once the record was released.
+	Released   bool      `json:"released"`
+	ReleasedBy string    `json:"releasedBy,omitempty"`
+	ReleasedAt time.Time `json:"releasedAt,omitzero"`
+	// ReleasedAs is the id of the message the release published.
+	ReleasedAs string `json:"releasedAs,omitempty"`
+}
+
+// QuarantineLog keeps quarantine records.
+type QuarantineLog interface {
+	// PutQuarantine stores a new record or replaces one with the same ID.
+	PutQuarantine(ctx context.Context, r QuarantineRecord) error
+	// GetQuarantine returns one record or ErrNotFound.
+	GetQuarantine(ctx context.Context, id string) (QuarantineRecord, error)
+	// ListQuarantine returns up to max records, oldest first, with Time >= since.
+	ListQuarantine(ctx context.Context, since time.Time, max int) ([]QuarantineRecord, error)
+}
+
+// AuditLog keeps the hash-chained audit records.
+type AuditLog interface {
+	// AppendAudit appends records whose Seq continues the log, in order.
+	// The caller computes the chain; a durable store verifies it on open.
+	AppendAudit(ctx context.Context, recs ...AuditRecord) error
+	// ReadAudit returns up to max records with Seq >= from, in order.
+	ReadAudit(ctx context.Context, from uint64, max int) ([]AuditRecord, error)
+	// AuditHead returns the last record (zero value when empty) and the
+	// checkpoint that stands for trimmed records before the first.
+	AuditHead(ctx context.Context) (last AuditRecord, cp Checkpoint, err error)
+}
+
+// ContractRecord is a negotiated contract as persisted.
+type ContractRecord struct {
+	ID        string    `json:"id"`
+	Principal string    `json:"principal"`
+	Region    string    `json:"region,omitempty"`
+	IssuedAt  time.Time `json:"issuedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	Revoked   bool      `json:"revoked,omitempty"`
+	// Body is the broker's encoding of the contract's grants.
+	Body []byte `json:"body"`
+}
+
+// ContractLog keeps negotiated contracts.
+type ContractLog interface {
+	// PutContract stores or replaces a contract.
+	PutContract(ctx context.Context, c ContractRecord) error
+	// GetContract returns one contract or ErrNotFound.
+	GetContract(ctx context.Context, id string) (ContractRecord, error)
+	// DeleteExpiredContracts drops contracts that expired before t.
+	DeleteExpiredContracts(ctx context.Context, t time.Time) (int, error)
+}
+
+// KV is a small keyed store for broker metadata (accounts, roles, keys,
+// grants). Values are opaque bytes.
+type KV interface {
+	Put(ctx context.Context, bucket, key string, val []byte) error
+	Get(ctx context.Context, bucket, key string) ([]byte, error)
+	Delete(ctx context.Context, bucket, key string) error
+	List(ctx context.Context, bucket string) (map[string][]byte, error)
+}
+
+// Store is everything the broker persists.
+type Store interface {
+	MessageLog
+	ProgressLog
+	QuarantineLog
+	AuditLog
+	ContractLog
+	KV
+	// Close releases the store. It is idempotent.
+	Close(ctx context.Context) error
+}

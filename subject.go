@@ -1,0 +1,248 @@
+package pigeon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xeipuuv/gojsonschema"
+)
+
+// Defaults of a subject's delivery settings.
+const (
+	DefaultAckWait        = 30 * time.Second
+	DefaultIdempotencyTTL = 24 * time.Hour
+	DefaultMaxAttempts    = 5
+)
+
+// subject is one subject policy compiled once per version. It is immutable
+// after compile and shared by every contract compiled from it.
+type subject struct {
+	policy    SubjectPolicy
+	name      string
+	policyID  string
+	schemaID  string
+	digest    string
+	mode      Mode
+	intents   []string
+	forbidden []fieldPath
+	tokenized []fieldPath
+	redact    []fieldPath
+	schema    *gojsonschema.Schema
+	rules     map[Operation][]*rule
+	quality   []*qualityRule
+	idemTTL   time.Duration
+	ackWait   time.Duration
+	maxAtt    int
+	maxDelay  time.Duration
+	backoff   string
+	replayAge time.Duration
+	rate      *RateLimitPolicy
+}
+
+// rule is a compiled RuleSpec.
+type rule struct {
+	deny          bool
+	anyPrincipal  bool
+	principals    []string
+	roles         []string
+	intents       []string
+	regions       []string
+	attributes    map[string]string
+	requireReason bool
+	when          *condition
+}
+
+type qualityRule struct {
+	name       string
+	quarantine bool
+	code       Code
+	cond       *condition
+}
+
+// fieldPath is a dot path into data, split once.
+type fieldPath struct {
+	text  string
+	parts []string
+}
+
+func splitPath(p string) fieldPath { return fieldPath{text: p, parts: strings.Split(p, ".")} }
+
+// compileSubject compiles p against the catalog's schemas.
+func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error) {
+	if p.Name == "" {
+		return nil, NewError(CodePolicyInvalid, "subject without a name")
+	}
+	if p.Version == "" {
+		p.Version = "v1"
+	}
+	s := &subject{
+		policy:   p,
+		name:     p.Name,
+		policyID: p.PolicyID(),
+		mode:     p.Mode,
+		intents:  slices.Clone(p.Intents),
+		rules:    map[Operation][]*rule{},
+		rate:     p.RateLimit,
+	}
+	if s.mode == "" {
+		s.mode = ModePubSub
+	}
+	switch s.mode {
+	case ModePubSub, ModeWorkQueue, ModeRequestReply:
+	default:
+		return nil, NewError(CodePolicyInvalid, "subject %s: unknown mode %q", p.Name, p.Mode)
+	}
+	for _, f := range p.Data.ForbiddenFields {
+		s.forbidden = append(s.forbidden, splitPath(f))
+	}
+	for _, f := range p.Data.TokenizedFields {
+		s.tokenized = append(s.tokenized, splitPath(f))
+	}
+	s.redact = append(slices.Clone(s.forbidden), s.tokenized...)
+	digest := sha256.New()
+	pj, _ := json.Marshal(p)
+	digest.Write(pj)
+	if p.Schema != nil && p.Schema.Name != "" {
+		raw, ok := schemas[p.Schema.Name]
+		if !ok {
+			return nil, NewError(CodePolicyInvalid, "subject %s: unknown schema %q", p.Name, p.Schema.Name)
+		}
+		sch, err := gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw))
+		if err != nil {
+			return nil, WrapError(CodePolicyInvalid, err, "subject %s: schema %s does not compile: %v", p.Name, p.Schema.Name, err)
+		}
+		s.schema = sch
+		s.schemaID = p.Schema.Name
+		digest.Write(raw)
+	}
+	s.digest = hex.EncodeToString(digest.Sum(nil)[:12])
+	for op, specs := range p.Policy {
+		if !validOperation(string(op)) {
+			return nil, NewError(CodePolicyInvalid, "subject %s: unknown operation %q", p.Name, op)
+		}
+		for i, spec := range specs {
+			r, err := compileRule(spec)
+			if err != nil {
+				return nil, WrapError(CodePolicyInvalid, err, "subject %s: policy.%s[%d]: %v", p.Name, op, i, err)
+			}
+			s.rules[op] = append(s.rules[op], r)
+		}
+	}
+	for i, q := range p.Rules {
+		c, err := compileCondition(q.Expr)
+		if err != nil {
+			return nil, WrapError(CodePolicyInvalid, err, "subject %s: rules[%d] (%s): %v", p.Name, i, q.Name, err)
+		}
+		qr := &qualityRule{name: q.Name, cond: c, code: Code(q.Code)}
+		switch q.OnFailure {
+		case "", "deny":
+		case "quarantine":
+			qr.quarantine = true
+		default:
+			return nil, NewError(CodePolicyInvalid, "subject %s: rules[%d]: onFailure must be deny or quarantine", p.Name, i)
+		}
+		if qr.code == "" {
+			qr.code = CodeDataQuality
+		}
+		s.quality = append(s.quality, qr)
+	}
+	if r := p.RateLimit; r != nil && (r.PerSecond <= 0 || r.Burst < 1) {
+		return nil, NewError(CodePolicyInvalid, "subject %s: rateLimit needs perSecond > 0 and burst >= 1", p.Name)
+	}
+	s.idemTTL = msOr(p.Delivery.Idempotency.TTLMs, DefaultIdempotencyTTL)
+	s.ackWait = msOr(p.Delivery.AckWaitMs, DefaultAckWait)
+	s.maxAtt = p.Delivery.Retry.MaxAttempts
+	if s.maxAtt <= 0 {
+		s.maxAtt = DefaultMaxAttempts
+	}
+	s.maxDelay = msOr(p.Delivery.Retry.MaxDelayMs, time.Minute)
+	s.backoff = p.Delivery.Retry.Backoff
+	s.replayAge = time.Duration(p.Replay.MaxAgeMs) * time.Millisecond
+	return s, nil
+}
+
+func msOr(ms int64, def time.Duration) time.Duration {
+	if ms <= 0 {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func compileRule(spec RuleSpec) (*rule, error) {
+	r := &rule{
+		principals:    slices.Clone(spec.Principals),
+		roles:         slices.Clone(spec.Roles),
+		intents:       slices.Clone(spec.Intents),
+		regions:       slices.Clone(spec.Regions),
+		attributes:    cloneMap(spec.Attributes),
+		requireReason: spec.RequireReason,
+	}
+	switch spec.Effect {
+	case EffectAllow, "":
+	case EffectDeny:
+		r.deny = true
+	default:
+		return nil, NewError(CodePolicyInvalid, "effect must be allow or deny, not %q", spec.Effect)
+	}
+	r.anyPrincipal = len(r.principals) == 0 || slices.Contains(r.principals, "*")
+	if spec.When != "" {
+		c, err := compileCondition(spec.When)
+		if err != nil {
+			return nil, err
+		}
+		r.when = c
+	}
+	return r, nil
+}
+
+// matchesIdentity reports whether the rule applies to the principal in the
+// region, ignoring everything that depends on a message.
+func (r *rule) matchesIdentity(p *Principal, region string) bool {
+	if !r.anyPrincipal && !slices.Contains(r.principals, p.ID) {
+		return false
+	}
+	if len(r.roles) > 0 && !slices.ContainsFunc(r.roles, p.HasRole) {
+		return false
+	}
+	if len(r.regions) > 0 && !slices.Contains(r.regions, region) {
+		return false
+	}
+	for k, v := range r.attributes {
+		if p.Attributes[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// messageDependent reports whether the rule looks at the message.
+func (r *rule) messageDependent() bool {
+	return len(r.intents) > 0 || r.requireReason || r.when != nil
+}
+
+// allowsAtIdentity reports whether op may be granted to p in region at
+// negotiation: some allow rule matches the identity, and no deny rule that
+// does not depend on the message matches it.
+func (s *subject) allowsAtIdentity(op Operation, p *Principal, region string) bool {
+	allowed := false
+	for _, r := range s.rules[op] {
+		if !r.matchesIdentity(p, region) {
+			continue
+		}
+		if r.deny {
+			if !r.messageDependent() {
+				return false
+			}
+			continue
+		}
+		allowed = true
+	}
+	return allowed
+}
+
+// hasIntent reports whether the subject lists intent.
+func (s *subject) hasIntent(intent string) bool { return slices.Contains(s.intents, intent) }
