@@ -43,6 +43,7 @@ type lease struct {
 	holder   string
 	deadline time.Time
 	attempt  int
+	busy     bool // an in-process handler is running: the lease does not expire
 }
 
 // group returns the loaded state of key. Leases live in memory only: after
@@ -185,13 +186,29 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	if err != nil {
 		return nil, err
 	}
+	return e.leaseBatch(ctx, g, s, holder, max, nil)
+}
+
+// leaseBatch leases up to max messages of g to holder: first those whose
+// lease expired or whose nack delay passed, then new ones. A message that
+// match rejects is done for this group (skipped).
+func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max int, match func(*Message) bool) ([]*Message, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := e.now()
 	var out []*Message
-	// Expired leases first: their messages are due again.
+	take := func(m *Message, err error) error {
+		if err != nil || m == nil {
+			return err
+		}
+		if match != nil && !match(m) {
+			return e.markDone(ctx, g, m.Sequence)
+		}
+		out = append(out, m)
+		return nil
+	}
 	for seq, l := range g.leases {
-		if !now.Before(l.deadline) {
+		if !l.busy && !now.Before(l.deadline) {
 			delete(g.leases, seq)
 			g.retry = append(g.retry, seq)
 		}
@@ -203,12 +220,8 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 		if seq <= g.floor || g.done[seq] || g.leases[seq] != nil {
 			continue
 		}
-		m, err := e.leaseOne(ctx, g, s, seq, holder, now)
-		if err != nil {
+		if err := take(e.leaseOne(ctx, g, s, seq, holder, now)); err != nil {
 			return out, err
-		}
-		if m != nil {
-			out = append(out, m)
 		}
 	}
 	for len(out) < max {
@@ -224,12 +237,8 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 			if g.done[sm.Seq] || g.leases[sm.Seq] != nil {
 				continue
 			}
-			m, err := e.leaseMsg(ctx, g, s, sm, holder, now)
-			if err != nil {
+			if err := take(e.leaseMsg(ctx, g, s, sm, holder, now)); err != nil {
 				return out, err
-			}
-			if m != nil {
-				out = append(out, m)
 			}
 		}
 	}

@@ -2,57 +2,682 @@ package pigeon
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon/store"
 )
 
 // Handler handles one pushed delivery. Returning nil acknowledges it;
-// returning an error (or panicking) gives it back for redelivery.
+// returning an error, or panicking, gives it back for redelivery with the
+// subject's backoff.
 type Handler func(ctx context.Context, d *Delivery) error
+
+// Middleware wraps a Handler.
+type Middleware func(Handler) Handler
 
 // Delivery is one pushed message.
 type Delivery struct {
 	Subject string
 	Message *Message
+	// Attempt counts deliveries of this message to this consumer or group, from 1.
 	Attempt int
+	// Session is the receiving session: a handler publishes replies and
+	// follow-up messages through it, under its contract and every gate.
+	Session Session
 }
 
 // Subscription is a running push subscription.
 type Subscription interface {
-	// ID identifies the subscription within its session.
+	// ID identifies the subscription.
 	ID() string
-	// Unsubscribe stops deliveries; in-flight handlers finish first. It is
-	// idempotent.
+	// Unsubscribe stops deliveries and waits for running handlers (or ctx).
+	// Leased messages go back to the group. It is idempotent.
 	Unsubscribe(ctx context.Context) error
 	// Done is closed when the subscription has stopped, for any reason.
 	Done() <-chan struct{}
-	// Err says why a stopped subscription stopped (nil after Unsubscribe).
+	// Err says why a stopped subscription stopped: nil after Unsubscribe,
+	// the contract error (CONTRACT_REVOKED, CONTRACT_EXPIRED, …) otherwise.
 	Err() error
 }
 
-// SubscribeOption configures Subscribe.
-type SubscribeOption func(*subscribeOptions)
-
-type subscribeOptions struct{}
-
-// subscriptions is the engine's table of running subscriptions.
-type subscriptions struct {
-	mu sync.Mutex
+// Start positions of a subscription on a pubsub subject.
+type Start struct {
+	kind byte // 0 new, 1 first, 2 sequence
+	seq  uint64
 }
 
-func (t *subscriptions) init()     {}
-func (t *subscriptions) closeAll() {}
+// Start positions.
+var (
+	StartNew   = Start{}
+	StartFirst = Start{kind: 1}
+)
+
+// StartAt starts at sequence seq.
+func StartAt(seq uint64) Start { return Start{kind: 2, seq: seq} }
+
+// SubscribeOption configures Subscribe.
+type SubscribeOption func(*SubscribeOptions)
+
+// SubscribeOptions are the resolved options of a subscription; transports
+// carry them over the wire.
+type SubscribeOptions struct {
+	Selector    string
+	Filter      string
+	Group       string
+	MaxInFlight int
+	Start       Start
+	Middleware  []Middleware
+}
+
+// WithSelector selects messages by content, e.g. "/kind=chat/room=lobby".
+func WithSelector(sel string) SubscribeOption { return func(o *SubscribeOptions) { o.Selector = sel } }
+
+// WithFilter selects messages with a CEL expression over principal and message.
+func WithFilter(expr string) SubscribeOption { return func(o *SubscribeOptions) { o.Filter = expr } }
+
+// WithGroup names the consumer group on a work-queue subject.
+func WithGroup(g string) SubscribeOption { return func(o *SubscribeOptions) { o.Group = g } }
+
+// WithMaxInFlight bounds concurrent handler calls (1 to 10000, default 1).
+func WithMaxInFlight(n int) SubscribeOption { return func(o *SubscribeOptions) { o.MaxInFlight = n } }
+
+// WithStart sets where a pubsub subscription starts (default StartNew).
+func WithStart(s Start) SubscribeOption { return func(o *SubscribeOptions) { o.Start = s } }
+
+// WithMiddleware wraps the handler, outermost first.
+func WithMiddleware(mw ...Middleware) SubscribeOption {
+	return func(o *SubscribeOptions) { o.Middleware = append(o.Middleware, mw...) }
+}
+
+// MaxInFlightLimit is the largest accepted WithMaxInFlight.
+const MaxInFlightLimit = 10000
+
+// liveQueue is how many messages a live pubsub subscriber may have waiting
+// before it falls back to reading from the store.
+const liveQueue = 256
+
+type subscription struct {
+	id      string
+	e       *Engine
+	sess    Session
+	caller  Caller
+	subj    *subject
+	opts    SubscribeOptions
+	sel     Selector
+	filter  *condition
+	group   string
+	h       Handler
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	wake    chan struct{}
+	slots   chan struct{}
+	running sync.WaitGroup
+	errMu   sync.Mutex
+	err     error
+	stopped atomic.Bool
+
+	// pubsub: messages pushed by the subject's fan-out while live.
+	queue   chan queued
+	lagging atomic.Bool
+	cursor  uint64 // next sequence to deliver (owned by the loop)
+}
+
+type queued struct {
+	m    *Message
+	data any
+}
+
+var subSeq atomic.Uint64
+
+func (s *subscription) ID() string            { return s.id }
+func (s *subscription) Done() <-chan struct{} { return s.done }
+func (s *subscription) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+func (s *subscription) Unsubscribe(ctx context.Context) error {
+	s.stop(nil)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop ends the subscription with err (nil for a plain unsubscribe).
+func (s *subscription) stop(err error) {
+	if s.stopped.Swap(true) {
+		return
+	}
+	s.errMu.Lock()
+	s.err = err
+	s.errMu.Unlock()
+	s.cancel()
+}
+
+func (s *subscription) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// subscriptions is the engine's table of running subscriptions and the
+// per-subject fan-outs.
+type subscriptions struct {
+	mu      sync.Mutex
+	all     map[*subscription]struct{}
+	fanouts map[string]*fanout
+}
+
+func (t *subscriptions) init() {
+	t.all = map[*subscription]struct{}{}
+	t.fanouts = map[string]*fanout{}
+}
+
+func (t *subscriptions) closeAll() {
+	t.mu.Lock()
+	subs := make([]*subscription, 0, len(t.all))
+	for s := range t.all {
+		subs = append(subs, s)
+	}
+	t.mu.Unlock()
+	for _, s := range subs {
+		s.stop(NewError(CodeShutdown, "broker is shutting down"))
+	}
+}
 
 // sessionSubs tracks one session's subscriptions.
-type sessionSubs struct{}
+type sessionSubs struct {
+	mu   sync.Mutex
+	subs []*subscription
+}
 
-func (s *sessionSubs) closeAll() {}
+func (ss *sessionSubs) add(s *subscription) {
+	ss.mu.Lock()
+	ss.subs = append(ss.subs, s)
+	ss.mu.Unlock()
+}
 
-// notify wakes deliveries of subject after seq was appended.
-func (e *Engine) notify(subject string, seq uint64) {}
+func (ss *sessionSubs) closeAll() {
+	ss.mu.Lock()
+	subs := ss.subs
+	ss.subs = nil
+	ss.mu.Unlock()
+	for _, s := range subs {
+		s.stop(nil)
+		<-s.done
+	}
+}
 
-// onContractRevoked stops subscriptions running under a revoked contract.
-func (e *Engine) onContractRevoked(id string) {}
+// notify wakes deliveries of subject after seq was appended. It never
+// blocks the publisher.
+func (e *Engine) notify(subject string, _ uint64) {
+	e.subs.mu.Lock()
+	f := e.subs.fanouts[subject]
+	e.subs.mu.Unlock()
+	if f != nil {
+		f.poke()
+	}
+}
+
+// onContractRevoked wakes subscriptions so that they notice at once.
+func (e *Engine) onContractRevoked(id string) {
+	e.subs.mu.Lock()
+	var hit []*subscription
+	for s := range e.subs.all {
+		if s.caller.ContractID == id {
+			hit = append(hit, s)
+		}
+	}
+	e.subs.mu.Unlock()
+	for _, s := range hit {
+		s.poke()
+	}
+}
+
+// Subscribe starts push delivery on the engine for caller; see Session.Subscribe.
+func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+	if e.closed.Load() {
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	if h == nil {
+		return nil, NewError(CodeInvalidArgument, "a handler is required")
+	}
+	var o SubscribeOptions
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 1
+	}
+	if o.MaxInFlight < 0 || o.MaxInFlight > MaxInFlightLimit {
+		return nil, NewError(CodeInvalidArgument, "maxInFlight must be between 1 and %d", MaxInFlightLimit)
+	}
+	s := e.subject(subjectName)
+	if s == nil {
+		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+	}
+	sel, err := ParseSelector(orAll(o.Selector))
+	if err != nil {
+		return nil, err
+	}
+	var filter *condition
+	if o.Filter != "" {
+		if filter, err = compileCondition(o.Filter); err != nil {
+			return nil, WrapError(CodeFilterInvalid, err, "filter does not compile: %v", err)
+		}
+	}
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive); code != CodeOK {
+		return nil, e.contractError(ctx, "subscribe.denied", c.Principal, s.name, c.ContractID, code, reason)
+	}
+	for i := len(o.Middleware) - 1; i >= 0; i-- {
+		h = o.Middleware[i](h)
+	}
+	sub := &subscription{
+		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h,
+		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight),
+	}
+	sub.ctx, sub.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if s.mode == ModePubSub {
+		first, last, err := e.store.Bounds(ctx, s.name)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		switch o.Start.kind {
+		case 0:
+			sub.cursor = last + 1
+		case 1:
+			sub.cursor = max(first, 1)
+		default:
+			sub.cursor = max(o.Start.seq, 1)
+		}
+		sub.queue = make(chan queued, liveQueue)
+		sub.lagging.Store(true)
+	} else {
+		g := o.Group
+		if g == "" {
+			g = DefaultGroup
+		}
+		if o.Selector != "" || o.Filter != "" {
+			// Members that select differently cannot share one queue
+			// position: each selection is its own competing group.
+			g += "|" + sel.String() + "|" + o.Filter
+		}
+		sub.group = g
+	}
+	e.subs.mu.Lock()
+	if e.closed.Load() {
+		e.subs.mu.Unlock()
+		return nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	e.subs.all[sub] = struct{}{}
+	f := e.subs.fanouts[s.name]
+	if f == nil {
+		f = newFanout(e, s.name)
+		e.subs.fanouts[s.name] = f
+		e.goTracked(f.run)
+	}
+	f.add(sub)
+	e.subs.mu.Unlock()
+	e.audit(ctx, store.AuditRecord{Type: "subscription.started", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, Ref: sub.id})
+	e.goTracked(sub.run)
+	return sub, nil
+}
+
+func orAll(sel string) string {
+	if sel == "" {
+		return "/"
+	}
+	return sel
+}
+
+// run is the subscription's delivery loop.
+func (s *subscription) run() {
+	defer s.finish()
+	if s.subj.mode == ModePubSub {
+		s.runPubSub()
+	} else {
+		s.runGroup()
+	}
+}
+
+func (s *subscription) finish() {
+	s.stop(nil)
+	s.running.Wait()
+	e := s.e
+	e.subs.mu.Lock()
+	delete(e.subs.all, s)
+	if f := e.subs.fanouts[s.subj.name]; f != nil {
+		f.remove(s)
+	}
+	e.subs.mu.Unlock()
+	if s.group != "" {
+		e.releaseLeases(s)
+	}
+	rec := store.AuditRecord{Type: "subscription.stopped", Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, Ref: s.id}
+	if err := s.Err(); err != nil {
+		rec.Outcome, rec.Code = string(OutcomeDeny), string(ErrorCode(err))
+	}
+	e.audit(context.Background(), rec)
+	close(s.done)
+}
+
+// checkDelivery re-checks the contract and receive rule before a delivery;
+// a failure stops the subscription.
+func (s *subscription) checkDelivery() bool {
+	cur := s.e.subject(s.subj.name)
+	if _, code, reason := s.e.checkContract(s.ctx, s.caller.ContractID, s.caller.Principal, cur, OpReceive); code != CodeOK {
+		s.stop(NewError(code, "%s", reason))
+		return false
+	}
+	return true
+}
+
+// selects reports whether the message passes the subscription's filter.
+func (s *subscription) selects(m *Message, data any) bool {
+	if s.filter == nil {
+		return true
+	}
+	ok, err := s.filter.eval(celPrincipal{ID: s.caller.Principal.ID, Attributes: s.caller.Principal.Attributes, Roles: s.caller.Principal.Roles},
+		celMessage{ID: m.ID, Type: m.Type, Source: m.Source, Subject: m.Subject, Intent: m.Intent, Region: m.Region, Reason: m.Reason, Classification: m.Classification, Data: data})
+	return err == nil && ok
+}
+
+// runPubSub delivers in sequence order: from the store while behind, from
+// the fan-out's queue while live.
+func (s *subscription) runPubSub() {
+	e := s.e
+	f := e.fanoutOf(s.subj.name)
+	for s.ctx.Err() == nil {
+		if !s.lagging.Load() {
+			select {
+			case q := <-s.queue:
+				if q.m.Sequence < s.cursor {
+					continue
+				}
+				s.deliverPubSub(q.m, q.data)
+				s.cursor = q.m.Sequence + 1
+				continue
+			case <-s.wake:
+				if !s.checkDelivery() {
+					return
+				}
+				continue
+			case <-s.ctx.Done():
+				return
+			}
+		}
+		// Behind: drain what the queue still holds, then read the store.
+		for drained := false; !drained; {
+			select {
+			case q := <-s.queue:
+				if q.m.Sequence >= s.cursor {
+					s.deliverPubSub(q.m, q.data)
+					s.cursor = q.m.Sequence + 1
+				}
+			default:
+				drained = true
+			}
+		}
+		sms, err := e.store.Read(s.ctx, s.subj.name, s.cursor, 256)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.stop(storeError(err))
+			}
+			return
+		}
+		for _, sm := range sms {
+			if s.ctx.Err() != nil {
+				return
+			}
+			m, err := decodeStored(sm)
+			if err != nil {
+				s.cursor = sm.Seq + 1
+				continue
+			}
+			var data any
+			_ = json.Unmarshal(m.Data, &data)
+			if s.sel.Match(data) {
+				s.deliverPubSub(m, data)
+			}
+			s.cursor = sm.Seq + 1
+		}
+		if len(sms) == 256 {
+			continue
+		}
+		if f.join(s) {
+			continue
+		}
+		select {
+		case <-s.wake:
+			if !s.checkDelivery() {
+				return
+			}
+		case <-s.ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// deliverPubSub runs the handler for one message, retrying a failure with
+// the subject's backoff up to its attempts, then exhausting it.
+func (s *subscription) deliverPubSub(m *Message, data any) {
+	if !s.checkDelivery() || !s.selects(m, data) {
+		return
+	}
+	s.acquire()
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		defer s.release()
+		for attempt := 1; ; attempt++ {
+			err := s.call(m, attempt)
+			if err == nil {
+				return
+			}
+			if attempt >= s.subj.maxAtt || s.ctx.Err() != nil {
+				if s.ctx.Err() == nil {
+					s.e.audit(s.ctx, store.AuditRecord{Type: "delivery.exhausted", Outcome: string(OutcomeDeny), Code: string(CodeDeliveryExhausted), Subject: s.subj.name,
+						Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, MessageID: m.ID, Ref: s.id})
+				}
+				return
+			}
+			select {
+			case <-time.After(s.e.backoff(s.subj, attempt)):
+			case <-s.ctx.Done():
+				return
+			}
+			if !s.checkDelivery() {
+				return
+			}
+		}
+	}()
+}
+
+func (s *subscription) acquire() {
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.ctx.Done():
+		s.slots <- struct{}{} // handlers still finish; a slot frees soon
+	}
+}
+
+func (s *subscription) release() { <-s.slots }
+
+// call runs the handler once, recovering a panic as a failure, and audits
+// the outcome.
+func (s *subscription) call(m *Message, attempt int) (err error) {
+	e := s.e
+	rec := store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, PolicyID: s.subj.policyID, MessageID: m.ID, Ref: s.id}
+	rec.Type, rec.Outcome = "delivery.dispatched", string(OutcomeAllow)
+	e.audit(s.ctx, rec)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pigeon: handler panicked: %v", p)
+		}
+		if err == nil {
+			rec.Type = "delivery.acked"
+		} else {
+			rec.Type, rec.Outcome = "delivery.nacked", string(OutcomeDeny)
+		}
+		e.audit(s.ctx, rec)
+	}()
+	return s.h(s.ctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
+}
+
+// runGroup competes for leased messages of a work-queue group.
+func (s *subscription) runGroup() {
+	e := s.e
+	for s.ctx.Err() == nil {
+		free := cap(s.slots) - len(s.slots)
+		var wait time.Duration = 50 * time.Millisecond
+		if free > 0 && s.checkDelivery() {
+			msgs, attempts, next, err := e.leaseFor(s, free)
+			if err != nil {
+				if s.ctx.Err() == nil {
+					s.stop(err)
+				}
+				return
+			}
+			for i, m := range msgs {
+				s.acquire()
+				s.running.Add(1)
+				go s.handleLeased(m, attempts[i])
+			}
+			if len(msgs) == free {
+				continue
+			}
+			if next > 0 && next < wait {
+				wait = next
+			}
+		}
+		select {
+		case <-s.wake:
+		case <-s.ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (s *subscription) handleLeased(m *Message, attempt int) {
+	defer s.running.Done()
+	defer s.release()
+	err := s.call(m, attempt)
+	ctx := context.WithoutCancel(s.ctx)
+	if err == nil {
+		_ = s.e.settle(ctx, s, m.Sequence, true)
+	} else {
+		_ = s.e.settle(ctx, s, m.Sequence, false)
+	}
+	s.e.pokeGroup(s.subj.name)
+}
+
+// leaseFor leases up to n messages of the subscription's group to it. It
+// also returns when the next lease of the group falls due.
+func (e *Engine) leaseFor(s *subscription, n int) ([]*Message, []int, time.Duration, error) {
+	g, err := e.group(s.ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	match := func(m *Message) bool {
+		var data any
+		_ = json.Unmarshal(m.Data, &data)
+		return s.sel.Match(data) && s.selects(m, data)
+	}
+	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	attempts := make([]int, len(msgs))
+	g.mu.Lock()
+	now := e.now()
+	var next time.Duration
+	for i, m := range msgs {
+		if l := g.leases[m.Sequence]; l != nil {
+			attempts[i] = l.attempt
+			l.busy = true
+		}
+	}
+	for _, l := range g.leases {
+		if l.busy {
+			continue
+		}
+		if d := l.deadline.Sub(now); d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	g.mu.Unlock()
+	return msgs, attempts, next, nil
+}
+
+// settle acks or nacks a leased message of a subscription.
+func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, ok bool) error {
+	g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.leases[seq]
+	if l == nil || l.holder != s.id {
+		return nil
+	}
+	if ok {
+		return e.markDone(ctx, g, seq)
+	}
+	l.busy = false
+	l.holder = ""
+	l.deadline = e.now().Add(e.backoff(s.subj, l.attempt))
+	return nil
+}
+
+// releaseLeases gives a departing subscription's leases back to its group.
+func (e *Engine) releaseLeases(s *subscription) {
+	e.groups.mu.Lock()
+	g := e.groups.m[store.GroupKey{Subject: s.subj.name, Group: s.group}]
+	e.groups.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	now := e.now()
+	for _, l := range g.leases {
+		if l.holder == s.id {
+			l.holder, l.busy, l.deadline = "", false, now
+		}
+	}
+	g.mu.Unlock()
+	e.pokeGroup(s.subj.name)
+}
+
+// pokeGroup wakes every group subscriber of subject.
+func (e *Engine) pokeGroup(subject string) {
+	e.subs.mu.Lock()
+	f := e.subs.fanouts[subject]
+	e.subs.mu.Unlock()
+	if f != nil {
+		f.pokeGroups()
+	}
+}
 
 func (s *localSession) Subscribe(ctx context.Context, subject string, h Handler, opts ...SubscribeOption) (Subscription, error) {
-	return nil, NewError(CodeBadRequest, "push subscriptions are not available yet")
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	sub, err := s.e.Subscribe(ctx, s, s.caller, subject, h, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.subs.add(sub.(*subscription))
+	return sub, nil
 }

@@ -4,9 +4,9 @@
 //
 // # Model
 //
-// Each subject has a log whose messages sit in a slice indexed by
-// seq - first, so Read finds its start in O(1). Message ids are indexed in a
-// map. Idempotency entries are kept in a map and a min-heap ordered by
+// Each subject has a log whose messages sit in fixed-size chunks indexed by
+// seq - first, so Read finds its start in O(1) and Append never moves old
+// messages. Message ids are indexed in a map. Idempotency entries are kept in a map and a min-heap ordered by
 // expiry; every Append evicts the entries that expired before the newest
 // message time seen so far (less Options.IdempotencyGrace), so memory stays
 // bounded under unique keys without a background goroutine.

@@ -3,7 +3,6 @@ package memory
 import (
 	"bytes"
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,11 +19,23 @@ type messageLog struct {
 	idem     idempotency
 }
 
-// subjectLog is one subject's retained messages: msgs[i].Seq == first+i.
+// chunkLen is how many messages a full chunk of a subject log holds
+// (128 KiB of message headers; bodies are separate).
+const chunkLen = 1024
+
+// subjectLog is one subject's retained messages, in chunks. Every chunk but
+// the last holds chunkLen messages, counting the trimmed slots at the front
+// of the first; so the i-th retained message is at position head+i, found in
+// O(1). A full chunk is never copied again: Append does not move old
+// messages, and trimming frees whole chunks.
 type subjectLog struct {
-	msgs []store.Message
-	// first is the sequence of msgs[0]; when msgs is empty it is the next
-	// sequence Append assigns.
+	chunks [][]store.Message
+	// head is the index in chunks[0] of the first retained message.
+	head int
+	// n is how many messages are retained.
+	n int
+	// first is the sequence of the first retained message; when none is
+	// retained it is the next sequence Append assigns.
 	first uint64
 }
 
@@ -48,28 +59,84 @@ func (l *messageLog) release() {
 
 // last is the sequence of the last message appended; first-1 when every
 // message has been trimmed.
-func (sl *subjectLog) last() uint64 { return sl.first + uint64(len(sl.msgs)) - 1 }
+func (sl *subjectLog) last() uint64 { return sl.first + uint64(sl.n) - 1 }
+
+// at returns the i-th retained message, 0 <= i < n.
+func (sl *subjectLog) at(i int) *store.Message {
+	p := sl.head + i
+	return &sl.chunks[p/chunkLen][p%chunkLen]
+}
 
 // get returns the retained message with sequence seq.
 func (sl *subjectLog) get(seq uint64) (*store.Message, bool) {
-	if seq < sl.first || seq-sl.first >= uint64(len(sl.msgs)) {
+	if seq < sl.first || seq-sl.first >= uint64(sl.n) {
 		return nil, false
 	}
-	return &sl.msgs[seq-sl.first], true
+	return sl.at(int(seq - sl.first)), true
 }
 
-// window returns up to limit (no limit when limit <= 0) retained messages
-// with Seq >= from. The result aliases the log.
+// push appends m, whose Seq is last()+1.
+func (sl *subjectLog) push(m *store.Message) {
+	last := len(sl.chunks) - 1
+	if last < 0 || len(sl.chunks[last]) == chunkLen {
+		var c []store.Message
+		if last >= 0 {
+			// The subject filled a chunk: give it full ones from now on.
+			// A first chunk grows by append, so a quiet subject stays small.
+			c = make([]store.Message, 0, chunkLen)
+		}
+		sl.chunks = append(sl.chunks, c)
+		last++
+	}
+	sl.chunks[last] = append(sl.chunks[last], *m)
+	sl.n++
+}
+
+// window copies up to limit (no limit when limit <= 0) retained messages
+// with Seq >= from, and their bodies; see copyBodies.
 func (sl *subjectLog) window(from uint64, limit int) []store.Message {
 	from = max(from, sl.first)
-	if from-sl.first >= uint64(len(sl.msgs)) {
+	if from-sl.first >= uint64(sl.n) {
 		return nil
 	}
-	msgs := sl.msgs[from-sl.first:]
-	if limit > 0 && limit < len(msgs) {
-		msgs = msgs[:limit]
+	i := int(from - sl.first)
+	n := sl.n - i
+	if limit > 0 && limit < n {
+		n = limit
 	}
-	return msgs
+	out := make([]store.Message, n)
+	for done := 0; done < n; {
+		p := sl.head + i + done
+		done += copy(out[done:], sl.chunks[p/chunkLen][p%chunkLen:])
+	}
+	copyBodies(out)
+	return out
+}
+
+// dropFront removes the first k retained messages, calling gone for each
+// before it goes.
+func (sl *subjectLog) dropFront(k int, gone func(*store.Message)) {
+	for k > 0 {
+		c := sl.chunks[0]
+		end := min(len(c), sl.head+k)
+		for i := sl.head; i < end; i++ {
+			gone(&c[i])
+		}
+		clear(c[sl.head:end]) // let the bodies go
+		dropped := end - sl.head
+		k -= dropped
+		sl.n -= dropped
+		sl.first += uint64(dropped)
+		sl.head = end
+		if sl.head == chunkLen || sl.n == 0 {
+			sl.chunks[0] = nil
+			sl.chunks = sl.chunks[1:]
+			sl.head = 0
+		}
+	}
+	if len(sl.chunks) == 0 {
+		sl.chunks = nil
+	}
 }
 
 // Append assigns the next sequence of m.Subject and stores a copy of m; see
@@ -99,8 +166,8 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 		sl = &subjectLog{first: 1}
 		l.subjects[m.Subject] = sl
 	}
-	m.Seq = sl.first + uint64(len(sl.msgs))
-	sl.msgs = append(sl.msgs, m)
+	m.Seq = sl.last() + 1
+	sl.push(&m)
 	if m.ID != "" {
 		l.byID[m.ID] = msgRef{log: sl, seq: m.Seq}
 	}
@@ -126,18 +193,13 @@ func (s *Store) Read(ctx context.Context, subject string, from uint64, max int) 
 	if sl == nil {
 		return nil, nil
 	}
-	return copyMessages(sl.window(from, max)), nil
+	return sl.window(from, max), nil
 }
 
-// copyMessages copies src and its bodies, the bodies into one buffer. Each
-// body is capped at its length, so appending to one cannot overwrite the
+// copyBodies replaces the bodies of out by copies, all in one buffer. Each
+// copy is capped at its length, so appending to one cannot overwrite the
 // next.
-func copyMessages(src []store.Message) []store.Message {
-	if len(src) == 0 {
-		return nil
-	}
-	out := make([]store.Message, len(src))
-	copy(out, src)
+func copyBodies(out []store.Message) {
 	n := 0
 	for i := range out {
 		n += len(out[i].Body)
@@ -151,7 +213,6 @@ func copyMessages(src []store.Message) []store.Message {
 		out[i].Body = buf[:k:k]
 		buf = buf[k:]
 	}
-	return out
 }
 
 // Lookup returns a copy of the retained message with the given id, or
@@ -218,30 +279,14 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 		return 0, nil
 	}
 	k := 0
-	for k < len(sl.msgs) && sl.msgs[k].Time.Before(t) {
+	for k < sl.n && sl.at(k).Time.Before(t) {
 		k++
 	}
-	if k == 0 {
-		return 0, nil
-	}
-	for i := range sl.msgs[:k] {
-		m := &sl.msgs[i]
+	sl.dropFront(k, func(m *store.Message) {
 		if ref, ok := l.byID[m.ID]; ok && ref.log == sl && ref.seq == m.Seq {
 			delete(l.byID, m.ID)
 		}
-	}
-	clear(sl.msgs[:k]) // let the bodies go
-	rest := sl.msgs[k:]
-	switch {
-	case len(rest) == 0:
-		rest = nil
-	case len(rest) < k:
-		// Most of the backing array is dead: move the rest to a fresh one.
-		// The copy costs less than the trim did, so trimming stays linear.
-		rest = slices.Clone(rest)
-	}
-	sl.msgs = rest
-	sl.first += uint64(k)
+	})
 	return k, nil
 }
 

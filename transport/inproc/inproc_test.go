@@ -1,0 +1,35 @@
+package inproc_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/leakcheck"
+	"pigeon/transport/inproc"
+	"pigeon/transport/transporttest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(5 * time.Second); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
+		e, err := pigeon.New(context.Background(), transporttest.Options())
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial}
+	})
+}
