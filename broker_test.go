@@ -299,16 +299,16 @@ func TestOpaqueTokenAccepted(t *testing.T) {
 
 func TestIsPAN(t *testing.T) {
 	tests := map[string]bool{
-		"4111111111111111":    true,
-		"4111 1111 1111 1111": true,
-		"4111-1111-1111-1111": true,
-		"5500005555555559":    true,
-		"378282246310005":     true,
-		"4111111111111112":    false,
-		"411111111111":        false,
+		"4111111111111111":     true,
+		"4111 1111 1111 1111":  true,
+		"4111-1111-1111-1111":  true,
+		"5500005555555559":     true,
+		"378282246310005":      true,
+		"4111111111111112":     false,
+		"411111111111":         false,
 		"41111111111111111111": false,
 		"tok_4111111111111111": false,
-		"":                    false,
+		"":                     false,
 	}
 	for in, want := range tests {
 		require.Equal(t, want, pigeon.IsPAN(in), in)

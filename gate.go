@@ -62,7 +62,7 @@ type gateFunc struct {
 	fn   func(context.Context, *Admission) Verdict
 }
 
-func (g gateFunc) Name() string                                     { return g.name }
+func (g gateFunc) Name() string                                    { return g.name }
 func (g gateFunc) Check(ctx context.Context, a *Admission) Verdict { return g.fn(ctx, a) }
 
 // Admission is what a gate sees of one publish. Everything in it is

@@ -15,4 +15,6 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
 
-func verifyRecords(recs []pigeon.AuditRecord) error { return store.VerifyChain(store.Checkpoint{}, recs) }
+func verifyRecords(recs []pigeon.AuditRecord) error {
+	return store.VerifyChain(store.Checkpoint{}, recs)
+}
