@@ -46,15 +46,16 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 // caller already earned.
 func (e *Engine) audit(ctx context.Context, r store.AuditRecord) {
 	if r.Time.IsZero() {
-		r.Time = e.now().UTC()
+		r.Time = e.now()
 	}
+	r.Time = r.Time.UTC()
 	a := &e.auditor
 	a.mu.Lock()
 	r.Seq = a.seq + 1
 	r.ID = "aud_" + strconv.FormatUint(r.Seq, 10)
 	r.PrevHash = a.prev
 	r.Hash = r.ComputeHash()
-	err := a.st.AppendAudit(context.WithoutCancel(ctx), r)
+	err := a.st.AppendAudit(context.Background(), r) // evidence is kept even when the caller gives up
 	if err == nil {
 		a.seq, a.prev = r.Seq, r.Hash
 	} else {

@@ -9,18 +9,16 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/transport/transporttest"
 )
 
 // benchEngine is an engine on the demo catalog with a memory store and a
 // contract TTL long enough for any benchmark.
 func benchEngine(b *testing.B) *pigeon.Engine {
 	b.Helper()
-	e, err := pigeon.New(context.Background(), &pigeon.Options{
-		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog:       demo.Catalog(),
-		Region:        "uk",
-		ContractTTL:   24 * time.Hour,
-	})
+	opts := transporttest.Options()
+	opts.ContractTTL = 24 * time.Hour
+	e, err := pigeon.New(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,4 +89,110 @@ func BenchmarkNegotiate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkGate measures each built-in gate on the payment message, after
+// the contract gate has resolved the contract.
+func BenchmarkGate(b *testing.B) {
+	e := benchEngine(b)
+	s := benchSession(b, e, "checkout-token", "payments.authorize")
+	c := s.(interface{ Caller() pigeon.Caller }).Caller()
+	ctx := context.Background()
+	gates := e.Gates()
+	for _, g := range gates {
+		b.Run(g.Name(), func(b *testing.B) {
+			a := e.NewAdmission(c, demo.Payment("o-1"))
+			if v := gates[1].Check(ctx, a); !v.Allowed() {
+				b.Fatal(v)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if v := g.Check(ctx, a); !v.Allowed() {
+					b.Fatal(v)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDeliver is publish → handler latency and throughput in process:
+// each iteration publishes one message and waits for its handler.
+func BenchmarkDeliver(b *testing.B) {
+	e := benchEngine(b)
+	ctx := context.Background()
+	pub := benchSession(b, e, "alice-token", "chat.messages")
+	sub := benchSession(b, e, "bob-token", "chat.messages")
+	got := make(chan struct{}, 1)
+	if _, err := sub.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { got <- struct{}{}; return nil }); err != nil {
+		b.Fatal(err)
+	}
+	m := chatMessage("lobby")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := pub.Publish(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+		<-got
+	}
+}
+
+// BenchmarkFanOut publishes b.N messages to n subscribers and waits until
+// every subscriber has every message; ns/op is per published message.
+func BenchmarkFanOut(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run("subs="+strconv.Itoa(n), func(b *testing.B) {
+			e := benchEngine(b)
+			ctx := context.Background()
+			pub := benchSession(b, e, "alice-token", "chat.messages")
+			var delivered atomic.Int64
+			for range n {
+				s := benchSession(b, e, "bob-token", "chat.messages")
+				if _, err := s.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { delivered.Add(1); return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m := chatMessage("lobby")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := pub.Publish(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for delivered.Load() < int64(b.N*n) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "deliveries/s")
+		})
+	}
+}
+
+// BenchmarkWorkQueue has 4 competing consumers handle b.N jobs.
+func BenchmarkWorkQueue(b *testing.B) {
+	e := benchEngine(b)
+	ctx := context.Background()
+	boss := benchSession(b, e, "boss-token", "jobs.run")
+	var done atomic.Int64
+	for range 4 {
+		s := benchSession(b, e, "crew-token", "jobs.run")
+		if _, err := s.Subscribe(ctx, "jobs.run", func(context.Context, *pigeon.Delivery) error { done.Add(1); return nil }, pigeon.WithMaxInFlight(16)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m := &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: []byte(`{"n":1}`)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := boss.Publish(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for done.Load() < int64(b.N) {
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func chatMessage(room string) *pigeon.Message {
+	return &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
+		Data: []byte(`{"kind":"chat","room":"` + room + `","text":"hello"}`)}
 }

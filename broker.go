@@ -72,6 +72,7 @@ type Engine struct {
 	replies   replyTable
 	groups    groupTable
 	subs      subscriptions
+	recent    recentCache
 
 	closed   atomic.Bool
 	done     chan struct{}

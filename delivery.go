@@ -2,7 +2,6 @@ package pigeon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"sync"
@@ -168,14 +167,14 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	}
 	out := make([]*Message, 0, len(sms))
 	for _, sm := range sms {
-		m, err := decodeStored(sm)
+		d, err := e.decode(sm)
 		if err != nil {
 			return out, err
 		}
 		if err := e.markDone(ctx, g, sm.Seq); err != nil {
 			return out, err
 		}
-		out = append(out, m)
+		out = append(out, d.m.Clone())
 	}
 	return out, nil
 }
@@ -186,25 +185,30 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	if err != nil {
 		return nil, err
 	}
-	return e.leaseBatch(ctx, g, s, holder, max, nil)
+	ds, err := e.leaseBatch(ctx, g, s, holder, max, nil)
+	out := make([]*Message, len(ds))
+	for i, d := range ds {
+		out[i] = d.m.Clone()
+	}
+	return out, err
 }
 
 // leaseBatch leases up to max messages of g to holder: first those whose
 // lease expired or whose nack delay passed, then new ones. A message that
 // match rejects is done for this group (skipped).
-func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max int, match func(*Message) bool) ([]*Message, error) {
+func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max int, match func(*decoded) bool) ([]*decoded, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := e.now()
-	var out []*Message
-	take := func(m *Message, err error) error {
-		if err != nil || m == nil {
+	var out []*decoded
+	take := func(d *decoded, err error) error {
+		if err != nil || d == nil {
 			return err
 		}
-		if match != nil && !match(m) {
-			return e.markDone(ctx, g, m.Sequence)
+		if match != nil && !match(d) {
+			return e.markDone(ctx, g, d.seq)
 		}
-		out = append(out, m)
+		out = append(out, d)
 		return nil
 	}
 	for seq, l := range g.leases {
@@ -246,7 +250,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 }
 
 // leaseOne leases seq, reading it from the store.
-func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64, holder string, now time.Time) (*Message, error) {
+func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64, holder string, now time.Time) (*decoded, error) {
 	sms, err := e.store.Read(ctx, s.name, seq, 1)
 	if err != nil {
 		return nil, storeError(err)
@@ -259,7 +263,7 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 }
 
 // leaseMsg starts the next attempt of sm for holder, or exhausts it.
-func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder string, now time.Time) (*Message, error) {
+func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder string, now time.Time) (*decoded, error) {
 	n := g.attempts[sm.Seq] + 1
 	if n > s.maxAtt {
 		return nil, e.exhaust(ctx, g, s, sm)
@@ -269,7 +273,11 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 	}
 	g.attempts[sm.Seq] = n
 	g.leases[sm.Seq] = &lease{seq: sm.Seq, holder: holder, deadline: now.Add(s.ackWait), attempt: n}
-	return decodeStored(sm)
+	d, err := e.decode(sm)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // exhaust ends a message whose attempts ran out: quarantined with
@@ -279,11 +287,10 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 	rec := store.AuditRecord{Type: "delivery.exhausted", Outcome: string(OutcomeDeny), Code: string(CodeDeliveryExhausted), Subject: s.name,
 		PolicyID: s.policyID, MessageID: sm.ID, Ref: g.key.Group}
 	if s.policy.Quarantine.OnHandlerFailure {
-		m, err := decodeStored(sm)
+		dm, err := e.decode(sm)
 		if err == nil {
-			var data any
-			_ = json.Unmarshal(m.Data, &data)
-			a := &Admission{Message: m, Data: data, Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
+			m := dm.m
+			a := &Admission{Message: m, Data: dm.data, Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
 			d := &Decision{Outcome: OutcomeQuarantine, Code: CodeDeliveryExhausted, Gate: "delivery", Reason: "delivery attempts exhausted",
 				Subject: s.name, SubjectID: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Principal: m.Source, ContractID: m.ContractID, MessageID: m.ID}
 			if id, err := e.quarantine(ctx, a, d); err == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -217,8 +218,23 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+type formattedTime struct {
+	ms  int64
+	str string
+}
+
+// lastTime caches the latest rendering: under load many messages share a
+// millisecond.
+var lastTime atomic.Pointer[formattedTime]
+
 // formatTime renders t as the envelope does (RFC 3339, milliseconds, UTC).
 func formatTime(t time.Time) string {
+	ms := t.UnixMilli()
+	if c := lastTime.Load(); c != nil && c.ms == ms {
+		return c.str
+	}
 	var buf [32]byte
-	return string(t.UTC().AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z07:00"))
+	s := string(t.UTC().AppendFormat(buf[:0], "2006-01-02T15:04:05.000Z07:00"))
+	lastTime.Store(&formattedTime{ms: ms, str: s})
+	return s
 }

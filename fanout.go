@@ -2,7 +2,6 @@ package pigeon
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 )
@@ -112,17 +111,13 @@ func (f *fanout) run() {
 				break
 			}
 			for _, sm := range sms {
-				m, err := decodeStored(sm)
-				var data any
-				if err == nil {
-					_ = json.Unmarshal(m.Data, &data)
-				}
+				d, err := e.decode(sm)
 				f.mu.Lock()
 				if err == nil {
-					f.hits = f.live.AppendMatches(f.hits[:0], data)
+					f.hits = f.live.AppendMatches(f.hits[:0], d.data)
 					for _, s := range f.hits {
 						select {
-						case s.queue <- queued{m: m, data: data}:
+						case s.queue <- queued{m: d.m, data: d.data}:
 						default:
 							// Full: the subscriber falls behind and reads the store.
 							f.live.Remove(s.sel, s)

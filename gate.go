@@ -85,6 +85,7 @@ type Admission struct {
 	// Now is the broker's clock at admission.
 	Now time.Time
 
+	m          Message
 	subj       *subject
 	contract   *contract
 	contractID string

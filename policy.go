@@ -168,4 +168,7 @@ type Catalog struct {
 	Subjects []SubjectPolicy
 	// Schemas maps a schema name to its JSON text.
 	Schemas map[string][]byte
+	// Sources records the file each subject and schema came from (set by
+	// LoadCatalog; empty for catalogs built in code).
+	Sources CatalogSources
 }

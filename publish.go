@@ -69,8 +69,29 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 	if err := ctx.Err(); err != nil {
 		return nil, WrapError(CodeRequestTimeout, err, "context done")
 	}
-	m := *in
-	m.Signature = in.Signature
+	a := admissionPool.Get().(*Admission)
+	defer func() { *a = Admission{}; admissionPool.Put(a) }()
+	e.prepare(a, c, in)
+	if s := a.subj; s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
+		if req, ok := e.requestFor(ctx, s, a.Message.CorrelationID); ok {
+			return e.reply(ctx, a, req)
+		}
+	}
+	for _, g := range e.gates {
+		v := g.Check(ctx, a)
+		if !v.Allowed() {
+			return nil, e.refuse(ctx, a, g.Name(), v)
+		}
+	}
+	return e.accept(ctx, a)
+}
+
+// prepare fills a with what the gates see of in published by c: a copy of
+// the envelope with defaults applied and Source set to the principal, the
+// decoded data, and the subject.
+func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
+	a.m = *in
+	m := &a.m
 	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 0, "", "", "", ""
 	now := e.now()
 	m.Source = c.Principal.ID
@@ -80,8 +101,6 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 	if m.ID == "" {
 		m.ID = newMessageID()
 	}
-	a := admissionPool.Get().(*Admission)
-	defer func() { *a = Admission{}; admissionPool.Put(a) }()
 	if m.Time == "" {
 		m.Time = formatTime(now)
 	} else if _, err := time.Parse(time.RFC3339Nano, m.Time); err != nil {
@@ -93,32 +112,32 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 	if m.Region == "" {
 		m.Region = c.Region
 	}
+	var err error
 	if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data = map[string]any{}
-	} else if err := json.Unmarshal(m.Data, &a.Data); err != nil {
+	} else if a.Data, err = decodeValue(m.Data); err != nil {
 		a.dataErr = "data is not valid JSON"
 	}
-	a.Message, a.Principal, a.Region, a.Now = &m, c.Principal, c.Region, now
+	a.Message, a.Principal, a.Region, a.Now = m, c.Principal, c.Region, now
 	a.contractID, a.op = c.ContractID, OpPublish
 	a.subj = e.subject(m.Subject)
 	if a.subj != nil {
 		a.Policy = &a.subj.policy
-		if a.subj.mode == ModeRequestReply && m.CorrelationID != "" {
-			if req, ok := e.requestFor(ctx, a.subj, m.CorrelationID); ok {
-				return e.reply(ctx, a, req)
-			}
-		}
-		a.idemKey = a.subj.idempotencyKey(&m, a.Data)
+		a.idemKey = a.subj.idempotencyKey(m, a.Data)
 	}
-	for _, g := range e.gates {
-		v := g.Check(ctx, a)
-		if !v.Allowed() {
-			return nil, e.refuse(ctx, a, g.Name(), v)
-		}
-	}
-	return e.accept(ctx, a)
 }
+
+// NewAdmission prepares what the gates see of m published by c, without
+// running any gate: for testing and benchmarking gates, and for dry runs.
+func (e *Engine) NewAdmission(c Caller, m *Message) *Admission {
+	a := new(Admission)
+	e.prepare(a, c, m)
+	return a
+}
+
+// Gates returns the engine's admission chain, in order.
+func (e *Engine) Gates() []Gate { return append([]Gate(nil), e.gates...) }
 
 // idempotencyKey is the message's key as the subject names it: the
 // envelope's idempotencyKey, or a "data." path.
@@ -168,13 +187,13 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.audit(ctx, store.AuditRecord{Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: m.ID})
+		e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: m.ID})
 		return &Result{Status: StatusDuplicate, Message: orig}, nil
 	}
 	out := *m
 	out.Sequence = stored.Seq
 	out.AcceptedAt = formatTime(stored.Time)
-	e.audit(ctx, store.AuditRecord{Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
+	e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
 	e.notify(s.name, stored.Seq)
 	return &Result{Status: StatusAccepted, Message: &out}, nil
 }
@@ -203,7 +222,7 @@ func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdic
 	} else if d.Outcome == OutcomeQuarantine {
 		d.Outcome = OutcomeDeny
 	}
-	e.audit(ctx, store.AuditRecord{Type: "publish.denied", Outcome: string(d.Outcome), Code: string(d.Code), Gate: gate,
+	e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.denied", Outcome: string(d.Outcome), Code: string(d.Code), Gate: gate,
 		Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID, PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: d.MessageID})
 	if d.Outcome == OutcomeQuarantine {
 		id, err := e.quarantine(ctx, a, d)

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/xeipuuv/gojsonschema"
 )
 
 // Defaults of a subject's delivery settings.
@@ -31,7 +29,7 @@ type subject struct {
 	forbidden []fieldPath
 	tokenized []fieldPath
 	redact    []fieldPath
-	schema    *gojsonschema.Schema
+	schema    *schema
 	rules     map[Operation][]*rule
 	quality   []*qualityRule
 	idemTTL   time.Duration
@@ -111,7 +109,7 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		if !ok {
 			return nil, NewError(CodePolicyInvalid, "subject %s: unknown schema %q", p.Name, p.Schema.Name)
 		}
-		sch, err := gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw))
+		sch, err := compileSchema(raw)
 		if err != nil {
 			return nil, WrapError(CodePolicyInvalid, err, "subject %s: schema %s does not compile: %v", p.Name, p.Schema.Name, err)
 		}

@@ -2,7 +2,6 @@ package pigeon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
@@ -440,15 +439,13 @@ func (s *subscription) runPubSub() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			m, err := decodeStored(sm)
+			d, err := e.decode(sm)
 			if err != nil {
 				s.cursor = sm.Seq + 1
 				continue
 			}
-			var data any
-			_ = json.Unmarshal(m.Data, &data)
-			if s.sel.Match(data) {
-				s.deliverPubSub(m, data)
+			if s.sel.Match(d.data) {
+				s.deliverPubSub(d.m, d.data)
 			}
 			s.cursor = sm.Seq + 1
 		}
@@ -475,11 +472,7 @@ func (s *subscription) deliverPubSub(m *Message, data any) {
 	if !s.checkDelivery() || !s.selects(m, data) {
 		return
 	}
-	s.acquire()
-	s.running.Add(1)
-	go func() {
-		defer s.running.Done()
-		defer s.release()
+	s.dispatch(func() {
 		for attempt := 1; ; attempt++ {
 			err := s.call(m, attempt)
 			if err == nil {
@@ -501,6 +494,22 @@ func (s *subscription) deliverPubSub(m *Message, data any) {
 				return
 			}
 		}
+	})
+}
+
+// dispatch runs fn inline when the subscription handles one message at a
+// time, and on a goroutine of its own within the in-flight bound otherwise.
+func (s *subscription) dispatch(fn func()) {
+	if cap(s.slots) == 1 {
+		fn()
+		return
+	}
+	s.acquire()
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		defer s.release()
+		fn()
 	}()
 }
 
@@ -540,6 +549,9 @@ func (s *subscription) runGroup() {
 	e := s.e
 	for s.ctx.Err() == nil {
 		free := cap(s.slots) - len(s.slots)
+		if cap(s.slots) == 1 {
+			free = 1
+		}
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
 			msgs, attempts, next, err := e.leaseFor(s, free)
@@ -549,10 +561,8 @@ func (s *subscription) runGroup() {
 				}
 				return
 			}
-			for i, m := range msgs {
-				s.acquire()
-				s.running.Add(1)
-				go s.handleLeased(m, attempts[i])
+			for i, d := range msgs {
+				s.dispatch(func() { s.handleLeased(d.m, attempts[i]) })
 			}
 			if len(msgs) == free {
 				continue
@@ -570,8 +580,6 @@ func (s *subscription) runGroup() {
 }
 
 func (s *subscription) handleLeased(m *Message, attempt int) {
-	defer s.running.Done()
-	defer s.release()
 	err := s.call(m, attempt)
 	ctx := context.WithoutCancel(s.ctx)
 	if err == nil {
@@ -584,16 +592,12 @@ func (s *subscription) handleLeased(m *Message, attempt int) {
 
 // leaseFor leases up to n messages of the subscription's group to it. It
 // also returns when the next lease of the group falls due.
-func (e *Engine) leaseFor(s *subscription, n int) ([]*Message, []int, time.Duration, error) {
+func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
 	g, err := e.group(s.ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	match := func(m *Message) bool {
-		var data any
-		_ = json.Unmarshal(m.Data, &data)
-		return s.sel.Match(data) && s.selects(m, data)
-	}
+	match := func(d *decoded) bool { return s.sel.Match(d.data) && s.selects(d.m, d.data) }
 	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
 	if err != nil {
 		return nil, nil, 0, err
@@ -602,8 +606,8 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*Message, []int, time.Durat
 	g.mu.Lock()
 	now := e.now()
 	var next time.Duration
-	for i, m := range msgs {
-		if l := g.leases[m.Sequence]; l != nil {
+	for i, d := range msgs {
+		if l := g.leases[d.seq]; l != nil {
 			attempts[i] = l.attempt
 			l.busy = true
 		}

@@ -67,7 +67,9 @@ func (r *AuditRecord) ComputeHash() string {
 	field(r.Ref)
 	field(r.PrevHash)
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	var out [64]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // ChainError says where an audit chain stopped verifying.

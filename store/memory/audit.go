@@ -20,13 +20,15 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	if err := s.checkClosed(); err != nil {
 		return err
 	}
-	want := uint64(len(s.audit)) + 1
+	want := uint64(s.audit.n) + 1
 	for i := range recs {
 		if recs[i].Seq != want+uint64(i) {
 			return fmt.Errorf("memory: audit record seq %d does not continue the log, want %d", recs[i].Seq, want+uint64(i))
 		}
 	}
-	s.audit = append(s.audit, recs...)
+	for i := range recs {
+		s.audit.push(&recs[i])
+	}
 	return nil
 }
 
@@ -43,14 +45,18 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.
 	}
 	// Records start at Seq 1: s.audit[i].Seq == i+1.
 	from = max(from, 1)
-	if from > uint64(len(s.audit)) {
+	if from > uint64(s.audit.n) {
 		return nil, nil
 	}
-	recs := s.audit[from-1:]
-	if limit > 0 && limit < len(recs) {
-		recs = recs[:limit]
+	n := s.audit.n - int(from-1)
+	if limit > 0 && limit < n {
+		n = limit
 	}
-	return append([]store.AuditRecord(nil), recs...), nil
+	out := make([]store.AuditRecord, 0, n)
+	for i := int(from - 1); len(out) < n; i++ {
+		out = append(out, *s.audit.at(i))
+	}
+	return out, nil
 }
 
 // AuditHead returns the last record (zero when empty) and a zero Checkpoint:
@@ -64,8 +70,28 @@ func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpo
 	if err := s.checkClosed(); err != nil {
 		return store.AuditRecord{}, store.Checkpoint{}, err
 	}
-	if len(s.audit) == 0 {
+	if s.audit.n == 0 {
 		return store.AuditRecord{}, store.Checkpoint{}, nil
 	}
-	return s.audit[len(s.audit)-1], store.Checkpoint{}, nil
+	return *s.audit.at(s.audit.n - 1), store.Checkpoint{}, nil
 }
+
+// auditChunk is how many records one chunk of the audit log holds: the log
+// grows by chunks, never by copying what it already holds.
+const auditChunk = 4096
+
+type auditLog struct {
+	chunks [][]store.AuditRecord
+	n      int
+}
+
+func (l *auditLog) push(r *store.AuditRecord) {
+	if l.n%auditChunk == 0 {
+		l.chunks = append(l.chunks, make([]store.AuditRecord, 0, auditChunk))
+	}
+	c := &l.chunks[len(l.chunks)-1]
+	*c = append(*c, *r)
+	l.n++
+}
+
+func (l *auditLog) at(i int) *store.AuditRecord { return &l.chunks[i/auditChunk][i%auditChunk] }

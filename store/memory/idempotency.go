@@ -15,15 +15,33 @@ import (
 // heap holds at most one item per Append with a key, and each item is pushed
 // and popped once: O(log n) per Append.
 type idempotency struct {
-	// entries maps a key to the message that claimed it. Its Body is shared
-	// with the log; both treat it as immutable.
-	entries map[string]store.Message
+	// entries maps a key to the message that claimed it: a reference into
+	// the log, or a kept copy once retention trimmed it from the log.
+	entries map[string]idemEntry
 	expiry  expiryHeap
 	newest  time.Time
 }
 
+// idemEntry is small so that the map stays cheap to grow.
+type idemEntry struct {
+	log     *subjectLog
+	seq     uint64
+	expires time.Time
+	kept    *store.Message
+}
+
+func (e *idemEntry) message() (store.Message, bool) {
+	if e.kept != nil {
+		return *e.kept, true
+	}
+	if m, ok := e.log.get(e.seq); ok {
+		return *m, true
+	}
+	return store.Message{}, false
+}
+
 func (x *idempotency) init() {
-	x.entries = make(map[string]store.Message)
+	x.entries = make(map[string]idemEntry)
 }
 
 // find returns the message holding key when its entry has not expired at t.
@@ -31,18 +49,31 @@ func (x *idempotency) find(key string, t time.Time) (store.Message, bool) {
 	if key == "" {
 		return store.Message{}, false
 	}
-	m, ok := x.entries[key]
-	if !ok || !m.IdemExpires.After(t) {
+	e, ok := x.entries[key]
+	if !ok || !e.expires.After(t) {
 		return store.Message{}, false
 	}
-	return m, true
+	return e.message()
+}
+
+// keep copies m out of the log before retention drops it, when m still
+// holds its idempotency key.
+func (x *idempotency) keep(m *store.Message) {
+	if m.IdemKey == "" {
+		return
+	}
+	if e, ok := x.entries[m.IdemKey]; ok && e.kept == nil && e.seq == m.Seq && e.log.first <= m.Seq {
+		c := *m
+		e.kept = &c
+		x.entries[m.IdemKey] = e
+	}
 }
 
 // add records m's key, unless m has none or it is already expired at m.Time,
 // advances the clock to m.Time and evicts what expired grace before it.
-func (x *idempotency) add(m *store.Message, grace time.Duration) {
+func (x *idempotency) add(m *store.Message, sl *subjectLog, grace time.Duration) {
 	if m.IdemKey != "" && m.IdemExpires.After(m.Time) {
-		x.entries[m.IdemKey] = *m
+		x.entries[m.IdemKey] = idemEntry{log: sl, seq: m.Seq, expires: m.IdemExpires}
 		x.expiry.push(expiry{at: m.IdemExpires, key: m.IdemKey})
 	}
 	if m.Time.After(x.newest) {
@@ -56,7 +87,7 @@ func (x *idempotency) evict(cutoff time.Time) {
 	for len(x.expiry) > 0 && !x.expiry[0].at.After(cutoff) {
 		e := x.expiry.pop()
 		// The key may since have been claimed again with a later expiry.
-		if cur, ok := x.entries[e.key]; ok && !cur.IdemExpires.After(cutoff) {
+		if cur, ok := x.entries[e.key]; ok && !cur.expires.After(cutoff) {
 			delete(x.entries, e.key)
 		}
 	}

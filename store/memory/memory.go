@@ -61,7 +61,7 @@ type Store struct {
 	quarantine map[string]store.QuarantineRecord
 
 	auditMu sync.RWMutex
-	audit   []store.AuditRecord
+	audit   auditLog
 
 	contractMu sync.RWMutex
 	contracts  map[string]store.ContractRecord
@@ -122,7 +122,7 @@ func (s *Store) release() {
 	s.quarMu.Unlock()
 
 	s.auditMu.Lock()
-	s.audit = nil
+	s.audit = auditLog{}
 	s.auditMu.Unlock()
 
 	s.contractMu.Lock()

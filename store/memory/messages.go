@@ -171,7 +171,7 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 	if m.ID != "" {
 		l.byID[m.ID] = msgRef{log: sl, seq: m.Seq}
 	}
-	l.idem.add(&m, s.opts.IdempotencyGrace)
+	l.idem.add(&m, sl, s.opts.IdempotencyGrace)
 	m.Body = given
 	return m, false, nil
 }
@@ -283,6 +283,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 		k++
 	}
 	sl.dropFront(k, func(m *store.Message) {
+		l.idem.keep(m)
 		if ref, ok := l.byID[m.ID]; ok && ref.log == sl && ref.seq == m.Seq {
 			delete(l.byID, m.ID)
 		}

@@ -1,0 +1,50 @@
+// Package pigeon is a contract-native message broker that Go services embed,
+// test against in process, or run as a standalone server.
+//
+// # The model
+//
+// Every message runs under a contract. A service authenticates (an
+// Authenticator resolves its credential to a Principal; nothing in a message
+// body can change who sent it), negotiates a contract (the subjects it asks
+// for intersected with the catalog's policy at identity level, compiled once
+// per policy version, with an unguessable id and a TTL), and communicates
+// under that contract: Publish, Subscribe, Receive, Ack, Nack, Request and
+// Replay.
+//
+// Every published message passes an ordered chain of admission gates:
+// envelope, contract, rate limit, rules (with CEL conditions, deny wins),
+// intent, idempotency key, classification, region, forbidden fields,
+// tokenized fields (a Luhn-valid card number is RAW_PAN_DETECTED), JSON
+// schema, data-quality rules, the application's own gates (Options.Gates),
+// and finally duplicate detection in the store. The first gate that does not
+// allow decides. A refusal is returned as *Error carrying a stable Code and
+// the Decision; where the subject's policy says so the message is kept in
+// quarantine with every forbidden and tokenized field replaced by
+// "[REDACTED]". Every decision and lifecycle event is an AuditRecord in a
+// SHA-256 hash chain that VerifyAudit checks.
+//
+// # Delivery
+//
+// On a pubsub subject every subscriber receives every message it may see,
+// in sequence order; a selector such as "/kind=chat/room=lobby" routes by
+// content. On a work-queue subject the members of a consumer group compete
+// for messages under leases; a failed or expired delivery is retried with
+// the subject's backoff and, after its attempts, quarantined or dropped
+// with an audit record. Request/reply routes a reply to the waiting
+// requester by correlation id. See docs/delivery.md.
+//
+// # Concurrency
+//
+// An Engine and its Sessions are safe for concurrent use by any number of
+// goroutines. Every call that can block takes a context.Context and returns
+// when it ends. Handlers run on goroutines the engine owns, at most
+// WithMaxInFlight at a time per subscription. Shutdown stops accepting
+// work, ends subscriptions, waits for the engine's goroutines, and is
+// idempotent. Values handed to the engine (Options, Messages) are copied;
+// the engine never mutates them.
+//
+// # Storage
+//
+// Options.Store is the persistence seam (package store). The default is an
+// in-memory store; store/wal is the durable one.
+package pigeon

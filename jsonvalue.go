@@ -1,0 +1,322 @@
+package pigeon
+
+import (
+	"errors"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// decodeValue decodes one JSON document into the same values encoding/json
+// produces for an `any` (map[string]any, []any, string, float64, bool,
+// nil), with the same acceptance (a differential fuzz test holds it to
+// encoding/json). It copies the input once into a string and slices keys
+// and unescaped strings out of it, so a small object costs a handful of
+// allocations instead of one per token.
+func decodeValue(b []byte) (any, error) {
+	d := valueDecoder{s: string(b)}
+	d.skip()
+	v, err := d.value(0)
+	if err != nil {
+		return nil, err
+	}
+	d.skip()
+	if d.i != len(d.s) {
+		return nil, errSyntax
+	}
+	return v, nil
+}
+
+var errSyntax = errors.New("pigeon: malformed JSON")
+
+// maxDepth matches encoding/json's nesting limit.
+const maxDepth = 10000
+
+type valueDecoder struct {
+	s string
+	i int
+}
+
+func (d *valueDecoder) skip() {
+	for d.i < len(d.s) {
+		switch d.s[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *valueDecoder) value(depth int) (any, error) {
+	if d.i >= len(d.s) {
+		return nil, errSyntax
+	}
+	switch c := d.s[d.i]; {
+	case c == '{':
+		return d.object(depth + 1)
+	case c == '[':
+		return d.array(depth + 1)
+	case c == '"':
+		return d.str()
+	case c == 't':
+		return d.lit("true", true)
+	case c == 'f':
+		return d.lit("false", false)
+	case c == 'n':
+		return d.lit("null", nil)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.number()
+	}
+	return nil, errSyntax
+}
+
+func (d *valueDecoder) lit(word string, v any) (any, error) {
+	if len(d.s)-d.i < len(word) || d.s[d.i:d.i+len(word)] != word {
+		return nil, errSyntax
+	}
+	d.i += len(word)
+	return v, nil
+}
+
+func (d *valueDecoder) object(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errSyntax
+	}
+	d.i++ // {
+	m := make(map[string]any)
+	d.skip()
+	if d.i < len(d.s) && d.s[d.i] == '}' {
+		d.i++
+		return m, nil
+	}
+	for {
+		d.skip()
+		if d.i >= len(d.s) || d.s[d.i] != '"' {
+			return nil, errSyntax
+		}
+		k, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		d.skip()
+		if d.i >= len(d.s) || d.s[d.i] != ':' {
+			return nil, errSyntax
+		}
+		d.i++
+		d.skip()
+		v, err := d.value(depth)
+		if err != nil {
+			return nil, err
+		}
+		m[k] = v
+		d.skip()
+		if d.i >= len(d.s) {
+			return nil, errSyntax
+		}
+		switch d.s[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return m, nil
+		default:
+			return nil, errSyntax
+		}
+	}
+}
+
+func (d *valueDecoder) array(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errSyntax
+	}
+	d.i++ // [
+	a := []any{}
+	d.skip()
+	if d.i < len(d.s) && d.s[d.i] == ']' {
+		d.i++
+		return a, nil
+	}
+	for {
+		d.skip()
+		v, err := d.value(depth)
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, v)
+		d.skip()
+		if d.i >= len(d.s) {
+			return nil, errSyntax
+		}
+		switch d.s[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return a, nil
+		default:
+			return nil, errSyntax
+		}
+	}
+}
+
+// str decodes a string starting at the opening quote.
+func (d *valueDecoder) str() (string, error) {
+	start := d.i + 1
+	i := start
+	for i < len(d.s) {
+		c := d.s[i]
+		switch {
+		case c == '"':
+			d.i = i + 1
+			return d.s[start:i], nil
+		case c == '\\':
+			return d.strSlow(start)
+		case c < 0x20:
+			return "", errSyntax
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRuneInString(d.s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return d.strSlow(start)
+			}
+			i += size
+		default:
+			i++
+		}
+	}
+	return "", errSyntax
+}
+
+// strSlow decodes a string with escapes or invalid UTF-8, as encoding/json
+// does (invalid bytes and lone surrogates become U+FFFD).
+func (d *valueDecoder) strSlow(start int) (string, error) {
+	buf := make([]byte, 0, 32)
+	i := start
+	for i < len(d.s) {
+		c := d.s[i]
+		switch {
+		case c == '"':
+			d.i = i + 1
+			return string(buf), nil
+		case c < 0x20:
+			return "", errSyntax
+		case c == '\\':
+			if i+1 >= len(d.s) {
+				return "", errSyntax
+			}
+			e := d.s[i+1]
+			i += 2
+			switch e {
+			case '"', '\\', '/':
+				buf = append(buf, e)
+			case 'b':
+				buf = append(buf, '\b')
+			case 'f':
+				buf = append(buf, '\f')
+			case 'n':
+				buf = append(buf, '\n')
+			case 'r':
+				buf = append(buf, '\r')
+			case 't':
+				buf = append(buf, '\t')
+			case 'u':
+				r, ok := hex4(d.s, i)
+				if !ok {
+					return "", errSyntax
+				}
+				i += 4
+				if utf16.IsSurrogate(r) {
+					if r2, ok := hex4(d.s, i+2); ok && i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							i += 6
+							buf = utf8.AppendRune(buf, dec)
+							break
+						}
+					}
+					r = utf8.RuneError
+				}
+				buf = utf8.AppendRune(buf, r)
+			default:
+				return "", errSyntax
+			}
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRuneInString(d.s[i:])
+			if r == utf8.RuneError && size == 1 {
+				buf = utf8.AppendRune(buf, utf8.RuneError)
+			} else {
+				buf = append(buf, d.s[i:i+size]...)
+			}
+			i += size
+		default:
+			buf = append(buf, c)
+			i++
+		}
+	}
+	return "", errSyntax
+}
+
+func hex4(s string, i int) (rune, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range []byte(s[i : i+4]) {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
+
+// number scans a JSON number and parses it as float64.
+func (d *valueDecoder) number() (any, error) {
+	s, i := d.s, d.i
+	if s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	default:
+		return nil, errSyntax
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return nil, errSyntax
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return nil, errSyntax
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	f, err := strconv.ParseFloat(s[d.i:i], 64)
+	if err != nil {
+		return nil, errSyntax
+	}
+	d.i = i
+	return f, nil
+}

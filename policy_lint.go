@@ -1,0 +1,465 @@
+package pigeon
+
+import (
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/xeipuuv/gojsonschema"
+)
+
+// Problem severities. A catalog with an error problem is refused by the
+// broker and makes `pigeon policy lint` exit 1; warnings are advice.
+const (
+	SeverityError   = "error"
+	SeverityWarning = "warning"
+)
+
+// Problem is one finding of Lint: where (file, subject, field path such as
+// "policy.publish[0].effect") and what.
+type Problem struct {
+	File     string `json:"file,omitempty"`
+	Subject  string `json:"subject,omitempty"`
+	Field    string `json:"field,omitempty"`
+	Severity string `json:"severity"`
+	Message  string `json:"message"`
+}
+
+// String renders the problem as
+// "subjects/x.json: policy.publish[0].effect: error: effect must be ...".
+// Without a file it names the subject instead.
+func (p Problem) String() string {
+	var b strings.Builder
+	switch {
+	case p.File != "":
+		b.WriteString(p.File)
+	case p.Subject != "":
+		b.WriteString("subject " + p.Subject)
+	default:
+		b.WriteString("catalog")
+	}
+	if p.Field != "" {
+		b.WriteString(": " + p.Field)
+	}
+	b.WriteString(": " + p.Severity + ": " + p.Message)
+	return b.String()
+}
+
+// IsError reports whether the problem has error severity.
+func (p Problem) IsError() bool { return p.Severity == SeverityError }
+
+// LintDir loads the catalog in dir and lints it. A catalog that does not
+// load is returned as the error (an *Error with CodePolicyInvalid); the
+// problems then include unknown fields and ignored files as warnings.
+func LintDir(dir string) ([]Problem, error) {
+	return LintFS(os.DirFS(dir))
+}
+
+// LintFS is LintDir over a file system rooted at the catalog.
+func LintFS(fsys fs.FS) ([]Problem, error) {
+	c, ld, err := loadCatalog(fsys, func(p string) string { return p })
+	if err != nil {
+		return nil, err
+	}
+	problems := append(ld.problems, lintCatalog(c, ld.files)...)
+	return problems, nil
+}
+
+// Lint checks every subject and schema of c and returns every problem it
+// finds, in catalog order; it never stops at the first. A catalog with no
+// error problems is one the broker accepts. Lint does not modify c.
+func Lint(c *Catalog) []Problem {
+	if c == nil {
+		return []Problem{{Severity: SeverityError, Message: "no catalog"}}
+	}
+	files := make([]string, len(c.Subjects))
+	for i := range c.Subjects {
+		files[i] = c.Sources.Subjects[c.Subjects[i].Name]
+	}
+	return lintCatalog(c, files)
+}
+
+func lintCatalog(c *Catalog, files []string) []Problem {
+	var l linter
+	seen := map[string]int{}
+	used := map[string]bool{}
+	for i := range c.Subjects {
+		s := &c.Subjects[i]
+		l.file, l.subject = files[i], s.Name
+		if j, dup := seen[s.Name]; dup && s.Name != "" {
+			l.errorf("name", "subject %q is also defined by subject #%d", s.Name, j+1)
+		}
+		seen[s.Name] = i
+		if s.Schema != nil {
+			used[s.Schema.Name] = true
+		}
+		l.subjectPolicy(s, c.Schemas)
+	}
+	names := make([]string, 0, len(c.Schemas))
+	for n := range c.Schemas {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		l.file, l.subject = c.Sources.Schemas[n], ""
+		field := ""
+		if l.file == "" {
+			field = "schemas." + n
+		}
+		if err := compileJSONSchema(c.Schemas[n]); err != nil {
+			l.errorf(field, "schema %q does not compile: %v", n, err)
+		}
+		if !used[n] {
+			l.warnf(field, "schema %q is not used by any subject", n)
+		}
+	}
+	return l.problems
+}
+
+// compileJSONSchema compiles a schema the way the broker does, turning a
+// panic inside the schema library into an error.
+func compileJSONSchema(js []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("schema library panic: %v", r)
+		}
+	}()
+	_, err = gojsonschema.NewSchema(gojsonschema.NewBytesLoader(js))
+	return err
+}
+
+type linter struct {
+	file, subject string
+	problems      []Problem
+}
+
+func (l *linter) add(sev, field, format string, args ...any) {
+	l.problems = append(l.problems, Problem{File: l.file, Subject: l.subject, Field: field,
+		Severity: sev, Message: fmt.Sprintf(format, args...)})
+}
+
+func (l *linter) errorf(field, format string, args ...any) {
+	l.add(SeverityError, field, format, args...)
+}
+
+func (l *linter) warnf(field, format string, args ...any) {
+	l.add(SeverityWarning, field, format, args...)
+}
+
+// oneOf checks an enumerated string field; empty is allowed when the
+// allowed list contains "".
+func (l *linter) oneOf(field, value string, allowed ...string) {
+	if slices.Contains(allowed, value) {
+		return
+	}
+	quoted := make([]string, 0, len(allowed))
+	for _, a := range allowed {
+		if a != "" {
+			quoted = append(quoted, fmt.Sprintf("%q", a))
+		}
+	}
+	l.errorf(field, "%s is %q; must be %s", lastSegment(field), value, orList(quoted))
+}
+
+func (l *linter) nonNegative(field string, v int64) {
+	if v < 0 {
+		l.errorf(field, "%s must not be negative (got %d)", lastSegment(field), v)
+	}
+}
+
+func lastSegment(field string) string {
+	if i := strings.LastIndexByte(field, '.'); i >= 0 {
+		return field[i+1:]
+	}
+	return field
+}
+
+func orList(items []string) string {
+	switch len(items) {
+	case 0:
+		return "empty"
+	case 1:
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
+}
+
+var (
+	// qualityCodePattern is the shape of a stable decision code.
+	qualityCodePattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	// fieldSegment is one segment of a dot path into data.
+	fieldSegment = regexp.MustCompile(`^[^\s.\[\]*]+$`)
+)
+
+func (l *linter) subjectPolicy(s *SubjectPolicy, schemas map[string][]byte) {
+	l.name(s.Name)
+	if s.Version == "" {
+		l.errorf("version", "version is required")
+	} else if strings.ContainsAny(s.Version, "@ \t\r\n") {
+		l.errorf("version", "version %q must not contain '@' or whitespace (policy ids are name@version)", s.Version)
+	}
+	switch s.Mode {
+	case "":
+		l.warnf("mode", "mode is empty; defaults to %q", ModePubSub)
+	case ModePubSub, ModeWorkQueue, ModeRequestReply:
+	default:
+		l.errorf("mode", "mode is %q; must be %q, %q or %q", s.Mode, ModePubSub, ModeWorkQueue, ModeRequestReply)
+	}
+	if len(s.Intents) == 0 {
+		l.errorf("intents", "intents must list at least one intent")
+	}
+	l.stringList("intents", s.Intents)
+
+	l.schema(s.Schema, schemas)
+	l.region(&s.RegionPolicy)
+	l.delivery(&s.Delivery)
+
+	l.nonNegative("replay.maxAgeMs", s.Replay.MaxAgeMs)
+	l.nonNegative("retention.messagesMs", s.Retention.MessagesMs)
+	l.nonNegative("retention.auditMs", s.Retention.AuditMs)
+
+	l.data(&s.Data)
+	l.rules(s)
+
+	if rl := s.RateLimit; rl != nil {
+		if !(rl.PerSecond > 0) || math.IsInf(rl.PerSecond, 0) {
+			l.errorf("rateLimit.perSecond", "perSecond must be a positive number (got %v)", rl.PerSecond)
+		}
+		if rl.Burst < 1 {
+			l.errorf("rateLimit.burst", "burst must be at least 1 (got %d)", rl.Burst)
+		}
+	}
+	l.qualityRules(s.Rules)
+	l.oneOf("integrity.signature", s.Integrity.Signature, "", "required", "optional")
+}
+
+func (l *linter) name(name string) {
+	switch {
+	case name == "":
+		l.errorf("name", "name is required")
+	case strings.ContainsAny(name, "*> \t\r\n"):
+		l.errorf("name", "name %q must not contain '*', '>' or whitespace", name)
+	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, ".."):
+		l.errorf("name", "name %q has an empty dot-separated token", name)
+	}
+}
+
+// stringList reports empty and repeated entries.
+func (l *linter) stringList(field string, list []string) {
+	seen := map[string]bool{}
+	for i, v := range list {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		switch {
+		case strings.TrimSpace(v) == "":
+			l.errorf(at, "entry is empty")
+		case seen[v]:
+			l.warnf(at, "%q is listed twice", v)
+		}
+		seen[v] = true
+	}
+}
+
+var schemaCompatibility = []string{"", "backward", "backward_transitive", "forward", "forward_transitive",
+	"full", "full_transitive", "none"}
+
+func (l *linter) schema(ref *SchemaRef, schemas map[string][]byte) {
+	if ref == nil {
+		l.warnf("schema", "no schema: message data is not validated")
+		return
+	}
+	if ref.Name == "" {
+		l.errorf("schema.name", "schema.name is required when schema is set")
+	} else if _, ok := schemas[ref.Name]; !ok {
+		l.errorf("schema.name", "unknown schema %q: no schemas/%s.json, .yaml or .yml in the catalog", ref.Name, ref.Name)
+	}
+	if !slices.Contains(schemaCompatibility, strings.ToLower(ref.Compatibility)) {
+		l.warnf("schema.compatibility", "compatibility %q is not one of %s", ref.Compatibility,
+			strings.Join(schemaCompatibility[1:], ", "))
+	}
+}
+
+func (l *linter) region(r *RegionPolicy) {
+	l.stringList("regionPolicy.allowedRegions", r.AllowedRegions)
+	l.oneOf("regionPolicy.crossRegion", r.CrossRegion, "", "allow", "deny")
+	if r.Home != "" && len(r.AllowedRegions) > 0 && !slices.Contains(r.AllowedRegions, r.Home) {
+		l.warnf("regionPolicy.home", "home region %q is not in allowedRegions", r.Home)
+	}
+}
+
+func (l *linter) delivery(d *DeliveryPolicy) {
+	if d.Retry.MaxAttempts < 0 {
+		l.errorf("delivery.retry.maxAttempts", "maxAttempts must not be negative (got %d)", d.Retry.MaxAttempts)
+	}
+	l.oneOf("delivery.retry.backoff", d.Retry.Backoff, "", "fixed", "exponential", "linear")
+	l.nonNegative("delivery.retry.maxDelayMs", d.Retry.MaxDelayMs)
+	l.nonNegative("delivery.idempotency.ttlMs", d.Idempotency.TTLMs)
+	switch key := d.Idempotency.Key; {
+	case key == "" || key == "idempotencyKey":
+	case strings.HasPrefix(key, "data."):
+		l.fieldPath("delivery.idempotency.key", strings.TrimPrefix(key, "data."))
+	default:
+		l.warnf("delivery.idempotency.key", "key %q is neither \"idempotencyKey\" nor a \"data.\" path; the envelope's idempotencyKey is used", key)
+	}
+	l.nonNegative("delivery.ackWaitMs", d.AckWaitMs)
+}
+
+func (l *linter) data(d *DataPolicy) {
+	if d.Classification == "" {
+		l.warnf("data.classification", "no classification: messages of any classification are accepted")
+	}
+	l.oneOf("data.encryption", d.Encryption, "", "required", "optional")
+	l.oneOf("data.tokenization", d.Tokenization, "", "required", "optional")
+	l.fieldPaths("data.forbiddenFields", d.ForbiddenFields)
+	l.fieldPaths("data.tokenizedFields", d.TokenizedFields)
+	l.fieldPaths("data.routingFields", d.RoutingFields)
+	for i, f := range d.RoutingFields {
+		if slices.Contains(d.ForbiddenFields, f) || slices.Contains(d.TokenizedFields, f) {
+			l.errorf(fmt.Sprintf("data.routingFields[%d]", i), "%q is forbidden or tokenized and cannot stay in clear", f)
+		}
+	}
+}
+
+// fieldPaths checks a list of dot paths into data such as "card.pan".
+func (l *linter) fieldPaths(field string, paths []string) {
+	seen := map[string]bool{}
+	for i, p := range paths {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		l.fieldPath(at, p)
+		if seen[p] && p != "" {
+			l.warnf(at, "%q is listed twice", p)
+		}
+		seen[p] = true
+	}
+}
+
+// fieldPath checks one dot path: non-empty segments without whitespace,
+// brackets or wildcards.
+func (l *linter) fieldPath(at, p string) {
+	if p == "" {
+		l.errorf(at, "field path is empty")
+		return
+	}
+	for seg := range strings.SplitSeq(p, ".") {
+		if !fieldSegment.MatchString(seg) {
+			l.errorf(at, "field path %q is malformed: want dot-separated names such as \"card.pan\"", p)
+			return
+		}
+	}
+}
+
+func (l *linter) rules(s *SubjectPolicy) {
+	ops := make([]string, 0, len(s.Policy))
+	for op := range s.Policy {
+		ops = append(ops, string(op))
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		return opRank(ops[i]) < opRank(ops[j]) || opRank(ops[i]) == opRank(ops[j]) && ops[i] < ops[j]
+	})
+
+	allows := map[Operation]bool{}
+	for _, op := range ops {
+		field := "policy." + op
+		if !validOperation(op) {
+			l.errorf(field, "unknown operation %q; must be publish, receive, ack or replay", op)
+		}
+		for i := range s.Policy[Operation(op)] {
+			r := &s.Policy[Operation(op)][i]
+			if r.Effect == EffectAllow {
+				allows[Operation(op)] = true
+			}
+			l.rule(fmt.Sprintf("%s[%d]", field, i), Operation(op), r, s)
+		}
+	}
+	if !allows[OpPublish] {
+		l.warnf("policy.publish", "no rule allows publish: nobody can publish to this subject")
+	}
+	if s.Replay.Allowed && !allows[OpReplay] {
+		l.warnf("policy.replay", "replay.allowed is true but no rule allows replay")
+	}
+	if !s.Replay.Allowed && allows[OpReplay] {
+		l.warnf("policy.replay", "rules allow replay but replay.allowed is false: replay stays denied")
+	}
+}
+
+func opRank(op string) int {
+	if i := slices.Index(Operations, Operation(op)); i >= 0 {
+		return i
+	}
+	return len(Operations)
+}
+
+func (l *linter) rule(at string, op Operation, r *RuleSpec, s *SubjectPolicy) {
+	if r.Effect != EffectAllow && r.Effect != EffectDeny {
+		l.errorf(at+".effect", "effect must be %q or %q (got %q)", EffectAllow, EffectDeny, r.Effect)
+	}
+	l.stringList(at+".principals", r.Principals)
+	l.stringList(at+".roles", r.Roles)
+	l.stringList(at+".intents", r.Intents)
+	l.stringList(at+".regions", r.Regions)
+	for i, in := range r.Intents {
+		if in != "" && len(s.Intents) > 0 && !slices.Contains(s.Intents, in) {
+			l.warnf(fmt.Sprintf("%s.intents[%d]", at, i), "intent %q is not among the subject's intents: it never matches", in)
+		}
+	}
+	for i, rg := range r.Regions {
+		if rg != "" && len(s.RegionPolicy.AllowedRegions) > 0 && !slices.Contains(s.RegionPolicy.AllowedRegions, rg) {
+			l.warnf(fmt.Sprintf("%s.regions[%d]", at, i), "region %q is not in regionPolicy.allowedRegions", rg)
+		}
+	}
+	keys := make([]string, 0, len(r.Attributes))
+	for k := range r.Attributes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if strings.TrimSpace(k) == "" {
+			l.errorf(at+".attributes", "attribute name is empty")
+		}
+	}
+	if r.When != "" {
+		if _, err := compileCondition(r.When); err != nil {
+			l.errorf(at+".when", "%s", celMessageOf(err))
+		}
+	}
+	if r.Effect == EffectAllow && op == OpPublish && len(r.Principals) == 0 && len(r.Roles) == 0 &&
+		len(r.Attributes) == 0 && r.When == "" {
+		l.warnf(at, "rule allows publish to every principal")
+	}
+}
+
+func (l *linter) qualityRules(rules []QualityRule) {
+	seen := map[string]bool{}
+	for i := range rules {
+		q := &rules[i]
+		at := fmt.Sprintf("rules[%d]", i)
+		switch {
+		case strings.TrimSpace(q.Name) == "":
+			l.errorf(at+".name", "name is required")
+		case seen[q.Name]:
+			l.errorf(at+".name", "rule name %q is used twice", q.Name)
+		}
+		seen[q.Name] = true
+		if strings.TrimSpace(q.Expr) == "" {
+			l.errorf(at+".expr", "expr is required")
+		} else if _, err := compileCondition(q.Expr); err != nil {
+			l.errorf(at+".expr", "%s", celMessageOf(err))
+		}
+		l.oneOf(at+".onFailure", q.OnFailure, "", "deny", "quarantine")
+		if q.Code != "" && !qualityCodePattern.MatchString(q.Code) {
+			l.errorf(at+".code", "code %q must be upper-case letters, digits and '_' (like %s)", q.Code, CodeDataQuality)
+		}
+	}
+}
+
+// celMessageOf strips the "pigeon: CODE: " prefix from a compile error.
+func celMessageOf(err error) string {
+	if pe, ok := err.(*Error); ok {
+		return pe.Message
+	}
+	return err.Error()
+}

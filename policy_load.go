@@ -1,0 +1,498 @@
+package pigeon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Catalog layout on disk: subjects/*.{json,yaml,yml} hold one SubjectPolicy
+// each; schemas/*.{json,yaml,yml} hold one JSON schema each, named by the
+// file's base name without its extension.
+const (
+	subjectsDir = "subjects"
+	schemasDir  = "schemas"
+)
+
+// CatalogSources records which file defined each subject and schema, as a
+// slash-separated path relative to the catalog root (for example
+// "subjects/payments.authorize.json"). It is empty for catalogs built in
+// code.
+type CatalogSources struct {
+	Subjects map[string]string // subject name → file
+	Schemas  map[string]string // schema name → file
+}
+
+// LoadCatalog reads a catalog directory: subject policies from dir/subjects
+// and JSON schemas from dir/schemas (which may be absent). JSON files are
+// read as the reference broker writes them, YAML files through the same
+// field names. Unknown fields are ignored (LintDir reports them). A file
+// that does not parse, two files defining the same subject or schema, or a
+// missing subjects directory is an *Error with CodePolicyInvalid that names
+// the file and, where known, the line and column.
+//
+// LoadCatalog does not validate policies; run Lint on the result (the
+// broker does so when it registers the catalog).
+func LoadCatalog(dir string) (*Catalog, error) {
+	c, _, err := loadCatalog(os.DirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
+	return c, err
+}
+
+// LoadCatalogFS is LoadCatalog over a file system rooted at the catalog,
+// such as an embed.FS or fstest.MapFS.
+func LoadCatalogFS(fsys fs.FS) (*Catalog, error) {
+	c, _, err := loadCatalog(fsys, func(p string) string { return p })
+	return c, err
+}
+
+// ParseSubjectPolicy decodes one subject policy. name is a file name: a
+// ".json" extension selects JSON, ".yaml" or ".yml" YAML; with any other
+// extension the content decides (JSON when it starts with '{'). Unknown
+// fields are ignored. Errors are *Error with CodePolicyInvalid naming name
+// and the position.
+func ParseSubjectPolicy(name string, data []byte) (SubjectPolicy, error) {
+	p, _, err := parseSubjectPolicy(name, data)
+	return p, err
+}
+
+// catalogLoad is what loading learns beyond the Catalog: the file of each
+// subject (parallel to Catalog.Subjects, so nameless subjects keep theirs)
+// and warnings such as unknown fields.
+type catalogLoad struct {
+	files    []string
+	problems []Problem
+}
+
+func loadCatalog(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, error) {
+	c := &Catalog{
+		Schemas: map[string][]byte{},
+		Sources: CatalogSources{Subjects: map[string]string{}, Schemas: map[string]string{}},
+	}
+	ld := &catalogLoad{}
+
+	subjects, warns, err := catalogFiles(fsys, subjectsDir, false)
+	if err != nil {
+		return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(subjectsDir), err)
+	}
+	ld.problems = append(ld.problems, warns...)
+	for _, file := range subjects {
+		data, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(file), err)
+		}
+		p, unknown, err := parseSubjectPolicy(display(file), data)
+		if err != nil {
+			return nil, nil, err
+		}
+		if p.Name != "" {
+			if prev, dup := c.Sources.Subjects[p.Name]; dup {
+				return nil, nil, NewError(CodePolicyInvalid, "%s: subject %q is already defined in %s",
+					display(file), p.Name, display(prev))
+			}
+			c.Sources.Subjects[p.Name] = file
+		}
+		for _, f := range unknown {
+			ld.problems = append(ld.problems, Problem{File: file, Subject: p.Name, Field: f,
+				Severity: SeverityWarning, Message: "unknown field (ignored)"})
+		}
+		c.Subjects = append(c.Subjects, p)
+		ld.files = append(ld.files, file)
+	}
+
+	schemas, warns, err := catalogFiles(fsys, schemasDir, true)
+	if err != nil {
+		return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(schemasDir), err)
+	}
+	ld.problems = append(ld.problems, warns...)
+	for _, file := range schemas {
+		data, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(file), err)
+		}
+		base := path.Base(file)
+		name := strings.TrimSuffix(base, path.Ext(base))
+		if prev, dup := c.Sources.Schemas[name]; dup {
+			return nil, nil, NewError(CodePolicyInvalid, "%s: schema %q is already defined in %s",
+				display(file), name, display(prev))
+		}
+		js, err := parseSchema(display(file), data)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.Schemas[name] = js
+		c.Sources.Schemas[name] = file
+	}
+	return c, ld, nil
+}
+
+// catalogFiles lists the policy files of one catalog directory in name
+// order. Hidden files are skipped silently; subdirectories and other
+// extensions are skipped with a warning.
+func catalogFiles(fsys fs.FS, dir string, optional bool) (files []string, warns []Problem, err error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		if optional && errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, nil
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, errors.New("missing directory: a catalog holds subjects/ and schemas/")
+		}
+		return nil, nil, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		file := path.Join(dir, name)
+		switch {
+		case strings.HasPrefix(name, "."):
+		case e.IsDir():
+			warns = append(warns, Problem{File: file, Severity: SeverityWarning, Message: "directory ignored"})
+		case formatOf(name) == "":
+			warns = append(warns, Problem{File: file, Severity: SeverityWarning,
+				Message: "file ignored: not .json, .yaml or .yml"})
+		default:
+			files = append(files, file)
+		}
+	}
+	return files, warns, nil
+}
+
+// formatOf returns "json" or "yaml" from a file name's extension, or "".
+func formatOf(name string) string {
+	switch strings.ToLower(path.Ext(name)) {
+	case ".json":
+		return "json"
+	case ".yaml", ".yml":
+		return "yaml"
+	}
+	return ""
+}
+
+// sniffFormat picks JSON for content that starts with '{', YAML otherwise.
+func sniffFormat(name string, data []byte) string {
+	if f := formatOf(name); f != "" {
+		return f
+	}
+	if t := bytes.TrimLeft(data, " \t\r\n\ufeff"); len(t) > 0 && t[0] == '{' {
+		return "json"
+	}
+	return "yaml"
+}
+
+// parseSubjectPolicy decodes a subject policy and lists the unknown fields
+// it held, as dot paths.
+func parseSubjectPolicy(name string, data []byte) (SubjectPolicy, []string, error) {
+	var p SubjectPolicy
+	var generic any
+	if sniffFormat(name, data) == "json" {
+		if err := decodeJSON(data, &p); err != nil {
+			return SubjectPolicy{}, nil, jsonError(name, data, err)
+		}
+		_ = json.Unmarshal(data, &generic) // cannot fail: the typed decode succeeded
+	} else {
+		if err := decodeYAML(data, &p); err != nil {
+			return SubjectPolicy{}, nil, yamlError(name, err)
+		}
+		_ = yaml.Unmarshal(data, &generic)
+	}
+	if _, ok := asObject(generic); !ok {
+		return SubjectPolicy{}, nil, NewError(CodePolicyInvalid, "%s: a subject policy must be an object", name)
+	}
+	var unknown []string
+	unknownFields(generic, reflect.TypeFor[SubjectPolicy](), "", sniffFormat(name, data) == "json", &unknown)
+	return p, unknown, nil
+}
+
+// parseSchema checks that a schema file parses and returns it as JSON: JSON
+// files unchanged, YAML files converted.
+func parseSchema(name string, data []byte) ([]byte, error) {
+	if formatOf(name) == "json" {
+		var v any
+		if err := decodeJSON(data, &v); err != nil {
+			return nil, jsonError(name, data, err)
+		}
+		return data, nil
+	}
+	var v any
+	if err := decodeYAML(data, &v); err != nil {
+		return nil, yamlError(name, err)
+	}
+	v, err := yamlToJSONValue(v)
+	if err != nil {
+		return nil, NewError(CodePolicyInvalid, "%s: %v", name, err)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, WrapError(CodePolicyInvalid, err, "%s: cannot convert to JSON: %v", name, err)
+	}
+	return out, nil
+}
+
+var errEmptyFile = errors.New("empty file")
+
+// trailingDataError reports content after the one top-level JSON value.
+type trailingDataError struct{ offset int64 }
+
+func (e *trailingDataError) Error() string { return "unexpected data after the top-level value" }
+
+// decodeJSON decodes exactly one JSON value.
+func decodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		if err == io.EOF {
+			return errEmptyFile
+		}
+		return err
+	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); err != io.EOF {
+		for end < int64(len(data)) && strings.IndexByte(" \t\r\n", data[end]) >= 0 {
+			end++
+		}
+		return &trailingDataError{offset: end}
+	}
+	return nil
+}
+
+// decodeYAML decodes exactly one YAML document.
+func decodeYAML(data []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(v); err != nil {
+		if err == io.EOF {
+			return errEmptyFile
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err != io.EOF {
+		return errors.New("more than one YAML document")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into an *Error naming file, line and
+// column.
+func jsonError(name string, data []byte, err error) error {
+	var (
+		syn   *json.SyntaxError
+		typ   *json.UnmarshalTypeError
+		trail *trailingDataError
+	)
+	switch {
+	case errors.Is(err, errEmptyFile):
+		return WrapError(CodePolicyInvalid, err, "%s: empty file", name)
+	case errors.As(err, &syn):
+		// Offset counts the offending byte.
+		return positionError(name, data, syn.Offset-1, err, syn.Error())
+	case errors.As(err, &trail):
+		return positionError(name, data, trail.offset, err, trail.Error())
+	case errors.As(err, &typ):
+		msg := fmt.Sprintf("cannot use a JSON %s as %s", typ.Value, jsonKind(typ.Type))
+		if typ.Field != "" {
+			msg = typ.Field + ": " + msg
+		}
+		return positionError(name, data, typ.Offset, err, msg)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return positionError(name, data, int64(len(data)), err, "unexpected end of JSON input")
+	}
+	return WrapError(CodePolicyInvalid, err, "%s: %v", name, err)
+}
+
+func positionError(name string, data []byte, offset int64, cause error, msg string) error {
+	line, col := lineCol(data, offset)
+	e := WrapError(CodePolicyInvalid, cause, "%s: line %d, column %d: %s", name, line, col, msg)
+	e.Details = map[string]any{"file": name, "line": line, "column": col}
+	return e
+}
+
+// lineCol converts a byte offset into a 1-based line and column.
+func lineCol(data []byte, offset int64) (line, col int) {
+	offset = min(max(offset, 0), int64(len(data)))
+	before := data[:offset]
+	line = 1 + bytes.Count(before, []byte{'\n'})
+	col = int(offset) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
+}
+
+var yamlLine = regexp.MustCompile(`line (\d+)`)
+
+// yamlError turns a yaml.v3 error into an *Error naming the file and line.
+func yamlError(name string, err error) error {
+	if errors.Is(err, errEmptyFile) {
+		return WrapError(CodePolicyInvalid, err, "%s: empty file", name)
+	}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
+	lines := strings.Split(msg, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	msg = strings.ReplaceAll(strings.Join(lines, "; "), "into pigeon.SubjectPolicy", "into a subject policy")
+	e := WrapError(CodePolicyInvalid, err, "%s: %s", name, msg)
+	e.Details = map[string]any{"file": name}
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		if n, convErr := strconv.Atoi(m[1]); convErr == nil {
+			e.Details["line"] = n
+		}
+	}
+	return e
+}
+
+// yamlToJSONValue makes a decoded YAML value encodable as JSON: mapping
+// keys become strings and non-finite numbers are refused.
+func yamlToJSONValue(v any) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			c, err := yamlToJSONValue(e)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = c
+		}
+		return x, nil
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			c, err := yamlToJSONValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[fmt.Sprint(k)] = c
+		}
+		return out, nil
+	case []any:
+		for i, e := range x {
+			c, err := yamlToJSONValue(e)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = c
+		}
+		return x, nil
+	}
+	return v, nil
+}
+
+func asObject(v any) (map[string]any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		return x, true
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = e
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// unknownFields walks a generically decoded document beside the Go type it
+// was decoded into and appends the paths of keys that no field took.
+// encoding/json matches keys case-insensitively; yaml.v3 does not.
+func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := asObject(v)
+		if !ok {
+			return
+		}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			f, ok := structField(t, k, foldCase)
+			if !ok {
+				*out = append(*out, joinField(at, k))
+				continue
+			}
+			unknownFields(obj[k], f.Type, joinField(at, k), foldCase, out)
+		}
+	case reflect.Map:
+		obj, ok := asObject(v)
+		if !ok {
+			return
+		}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			unknownFields(obj[k], t.Elem(), joinField(at, k), foldCase, out)
+		}
+	case reflect.Slice:
+		list, ok := v.([]any)
+		if !ok {
+			return
+		}
+		for i, e := range list {
+			unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", at, i), foldCase, out)
+		}
+	}
+}
+
+func structField(t reflect.Type, key string, foldCase bool) (reflect.StructField, bool) {
+	tag := "yaml"
+	if foldCase {
+		tag = "json"
+	}
+	var folded reflect.StructField
+	found := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get(tag), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if foldCase && !found && strings.EqualFold(name, key) {
+			folded, found = f, true
+		}
+	}
+	return folded, found
+}
+
+func joinField(at, key string) string {
+	if at == "" {
+		return key
+	}
+	return at + "." + key
+}

@@ -1,0 +1,66 @@
+package pigeon
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"pigeon/store"
+)
+
+// recentSize is how many decoded messages per subject the engine keeps so
+// that the fan-out, lagging subscribers and receivers decode a message once
+// rather than once each.
+const recentSize = 4096
+
+// decoded is a stored message decoded once; it is shared and never mutated.
+type decoded struct {
+	seq  uint64
+	m    *Message
+	data any
+}
+
+type recentRing struct {
+	slots [recentSize]atomic.Pointer[decoded]
+}
+
+type recentCache struct {
+	mu    sync.RWMutex
+	rings map[string]*recentRing
+}
+
+func (c *recentCache) ring(subject string) *recentRing {
+	c.mu.RLock()
+	r := c.rings[subject]
+	c.mu.RUnlock()
+	if r != nil {
+		return r
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rings == nil {
+		c.rings = map[string]*recentRing{}
+	}
+	if r = c.rings[subject]; r == nil {
+		r = new(recentRing)
+		c.rings[subject] = r
+	}
+	return r
+}
+
+// decode returns the decoded form of sm, from the cache when it is there.
+// The returned message and data are shared: callers must not mutate them.
+func (e *Engine) decode(sm store.Message) (*decoded, error) {
+	r := e.recent.ring(sm.Subject)
+	slot := &r.slots[sm.Seq%recentSize]
+	if d := slot.Load(); d != nil && d.seq == sm.Seq && d.m.ID == sm.ID {
+		return d, nil
+	}
+	m, err := decodeStored(sm)
+	if err != nil {
+		return nil, err
+	}
+	d := &decoded{seq: sm.Seq, m: m}
+	d.data, _ = decodeValue(m.Data)
+	slot.Store(d)
+	return d, nil
+}

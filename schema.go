@@ -1,0 +1,390 @@
+package pigeon
+
+import (
+	"encoding/json"
+	"math"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/xeipuuv/gojsonschema"
+)
+
+// schema is a JSON schema compiled once per subject version. Schemas that
+// use only the common keywords (type, properties, required,
+// additionalProperties: bool, enum and const of scalars, pattern,
+// min/maxLength, minimum/maximum, items, min/maxItems, and annotations) are
+// also compiled to a direct validator that needs no allocation; any other
+// schema is validated by gojsonschema. Both agree on every document (a
+// differential fuzz test holds them to it).
+type schema struct {
+	full *gojsonschema.Schema
+	fast *fastSchema
+}
+
+func compileSchema(raw []byte) (*schema, error) {
+	full, err := gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw))
+	if err != nil {
+		return nil, err
+	}
+	s := &schema{full: full}
+	var doc any
+	if json.Unmarshal(raw, &doc) == nil {
+		s.fast = compileFast(doc)
+	}
+	return s, nil
+}
+
+// validate returns "" when data is valid, else a reason naming the failing
+// fields and rules, never their values. data is raw decoded; gojsonschema
+// reads raw (it needs numbers as json.Number to check them).
+func (s *schema) validate(data any, raw []byte) string {
+	if s.fast != nil {
+		if s.fast.valid(data) {
+			return ""
+		}
+		// Fall through for the detailed reason; refusals are rare.
+	}
+	res, err := s.full.Validate(gojsonschema.NewBytesLoader(raw))
+	if err != nil {
+		return "data could not be validated"
+	}
+	if res.Valid() {
+		if s.fast != nil {
+			return "data does not match schema"
+		}
+		return ""
+	}
+	return schemaReason(res.Errors())
+}
+
+// schemaReason names the failing fields and rules, never their values.
+func schemaReason(errs []gojsonschema.ResultError) string {
+	var b strings.Builder
+	b.WriteString("data does not match schema: ")
+	for i, e := range errs {
+		if i == 5 {
+			b.WriteString("; …")
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e.Field())
+		b.WriteString(": ")
+		b.WriteString(e.Type())
+	}
+	return b.String()
+}
+
+type jsonType uint8
+
+const (
+	tNull jsonType = 1 << iota
+	tBool
+	tNumber
+	tInteger
+	tString
+	tObject
+	tArray
+)
+
+// fastSchema is the direct validator of the common subset.
+type fastSchema struct {
+	types      jsonType // 0: any
+	props      map[string]*fastSchema
+	propNames  []string
+	required   []string
+	noExtra    bool
+	enum       []any
+	hasConst   bool
+	konst      any
+	pattern    *regexp.Regexp
+	minLen     int
+	maxLen     int
+	min, max   float64
+	hasMin     bool
+	hasMax     bool
+	items      *fastSchema
+	minItems   int
+	maxItems   int
+	hasMaxItem bool
+}
+
+// compileFast returns nil when the schema uses anything outside the subset.
+func compileFast(doc any) *fastSchema {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil
+	}
+	s := &fastSchema{maxLen: -1}
+	for k, v := range m {
+		switch k {
+		case "$schema", "$id", "id", "title", "description", "default", "examples", "$comment":
+		case "type":
+			t, ok := parseTypes(v)
+			if !ok {
+				return nil
+			}
+			s.types = t
+		case "properties":
+			pm, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			s.props = make(map[string]*fastSchema, len(pm))
+			for name, sub := range pm {
+				c := compileFast(sub)
+				if c == nil {
+					return nil
+				}
+				s.props[name] = c
+				s.propNames = append(s.propNames, name)
+			}
+		case "required":
+			arr, ok := v.([]any)
+			if !ok {
+				return nil
+			}
+			for _, r := range arr {
+				rs, ok := r.(string)
+				if !ok {
+					return nil
+				}
+				s.required = append(s.required, rs)
+			}
+		case "additionalProperties":
+			b, ok := v.(bool)
+			if !ok {
+				return nil
+			}
+			s.noExtra = !b
+		case "enum":
+			arr, ok := v.([]any)
+			if !ok || len(arr) == 0 {
+				return nil
+			}
+			for _, e := range arr {
+				if !scalar(e) {
+					return nil
+				}
+			}
+			s.enum = arr
+		case "const":
+			if !scalar(v) {
+				return nil
+			}
+			s.hasConst, s.konst = true, v
+		case "pattern":
+			p, ok := v.(string)
+			if !ok {
+				return nil
+			}
+			re, err := regexp.Compile(p)
+			if err != nil {
+				return nil
+			}
+			s.pattern = re
+		case "minLength", "maxLength", "minItems", "maxItems":
+			n, ok := v.(float64)
+			if !ok || n < 0 || n != math.Trunc(n) || n > 1<<31 {
+				return nil
+			}
+			switch k {
+			case "minLength":
+				s.minLen = int(n)
+			case "maxLength":
+				s.maxLen = int(n)
+			case "minItems":
+				s.minItems = int(n)
+			case "maxItems":
+				s.maxItems, s.hasMaxItem = int(n), true
+			}
+		case "minimum", "maximum":
+			n, ok := v.(float64)
+			if !ok {
+				return nil
+			}
+			if k == "minimum" {
+				s.min, s.hasMin = n, true
+			} else {
+				s.max, s.hasMax = n, true
+			}
+		case "items":
+			c := compileFast(v)
+			if c == nil {
+				return nil
+			}
+			s.items = c
+		default:
+			return nil
+		}
+	}
+	return s
+}
+
+func scalar(v any) bool {
+	switch v.(type) {
+	case nil, bool, float64, string:
+		return true
+	}
+	return false
+}
+
+func parseTypes(v any) (jsonType, bool) {
+	one := func(s string) (jsonType, bool) {
+		switch s {
+		case "null":
+			return tNull, true
+		case "boolean":
+			return tBool, true
+		case "number":
+			return tNumber | tInteger, true
+		case "integer":
+			return tInteger, true
+		case "string":
+			return tString, true
+		case "object":
+			return tObject, true
+		case "array":
+			return tArray, true
+		}
+		return 0, false
+	}
+	switch x := v.(type) {
+	case string:
+		return one(x)
+	case []any:
+		var t jsonType
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return 0, false
+			}
+			tt, ok := one(s)
+			if !ok {
+				return 0, false
+			}
+			t |= tt
+		}
+		return t, t != 0
+	}
+	return 0, false
+}
+
+func typeOf(v any) (jsonType, bool) {
+	switch x := v.(type) {
+	case nil:
+		return tNull, true
+	case bool:
+		return tBool, true
+	case float64:
+		if x == math.Trunc(x) && !math.IsInf(x, 0) {
+			return tInteger, true
+		}
+		return tNumber, true
+	case string:
+		return tString, true
+	case map[string]any:
+		return tObject, true
+	case []any:
+		return tArray, true
+	}
+	return 0, false
+}
+
+func (s *fastSchema) valid(v any) bool {
+	t, ok := typeOf(v)
+	if !ok {
+		return false
+	}
+	if s.types != 0 && s.types&t == 0 {
+		return false
+	}
+	if s.enum != nil {
+		hit := false
+		for _, e := range s.enum {
+			if scalarEqual(e, v) {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			return false
+		}
+	}
+	if s.hasConst && !scalarEqual(s.konst, v) {
+		return false
+	}
+	switch x := v.(type) {
+	case string:
+		if s.minLen > 0 || s.maxLen >= 0 {
+			n := utf8.RuneCountInString(x)
+			if n < s.minLen || (s.maxLen >= 0 && n > s.maxLen) {
+				return false
+			}
+		}
+		if s.pattern != nil && !s.pattern.MatchString(x) {
+			return false
+		}
+	case float64:
+		if (s.hasMin && x < s.min) || (s.hasMax && x > s.max) {
+			return false
+		}
+	case map[string]any:
+		for _, r := range s.required {
+			if _, ok := x[r]; !ok {
+				return false
+			}
+		}
+		if s.noExtra {
+			for k := range x {
+				if _, ok := s.props[k]; !ok {
+					return false
+				}
+			}
+		}
+		if len(s.props) < len(x) {
+			for _, name := range s.propNames {
+				if pv, ok := x[name]; ok && !s.props[name].valid(pv) {
+					return false
+				}
+			}
+		} else {
+			for k, pv := range x {
+				if ps := s.props[k]; ps != nil && !ps.valid(pv) {
+					return false
+				}
+			}
+		}
+	case []any:
+		if len(x) < s.minItems || (s.hasMaxItem && len(x) > s.maxItems) {
+			return false
+		}
+		if s.items != nil {
+			for _, e := range x {
+				if !s.items.valid(e) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+func scalarEqual(a, b any) bool {
+	switch x := a.(type) {
+	case nil:
+		return b == nil
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case float64:
+		y, ok := b.(float64)
+		return ok && x == y
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	}
+	return false
+}

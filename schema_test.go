@@ -1,0 +1,85 @@
+package pigeon
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/xeipuuv/gojsonschema"
+)
+
+var testSchemas = []string{
+	`{"type":"object","required":["merchantId","amount","currency","paymentToken","orderId"],"properties":{"merchantId":{"type":"string"},"orderId":{"type":"string"},"amount":{"type":"number"},"currency":{"type":"string","pattern":"^[A-Z]{3}$"},"paymentToken":{"type":"string"},"card":{"type":"object","properties":{"pan":{"type":"string"}}}}}`,
+	`{"type":"object","required":["recipientId","channel","templateId"],"properties":{"recipientId":{"type":"string"},"channel":{"type":"string","enum":["email","sms","push"]},"templateId":{"type":"string"},"locale":{"type":"string"},"params":{"type":"object"},"recipient":{"type":"object","properties":{"ssn":{"type":"string"}}}}}`,
+	`{"type":"object","additionalProperties":false,"properties":{"n":{"type":"integer","minimum":0,"maximum":10},"s":{"type":["string","null"],"minLength":2,"maxLength":4},"a":{"type":"array","items":{"type":"number"},"minItems":1,"maxItems":3},"c":{"const":true}}}`,
+	`{"type":["object","array"],"items":{"enum":[1,"x",null,false]}}`,
+}
+
+func TestFastSchemaCompiles(t *testing.T) {
+	for i, s := range testSchemas {
+		var doc any
+		require.NoError(t, json.Unmarshal([]byte(s), &doc))
+		require.NotNil(t, compileFast(doc), "schema %d is in the fast subset", i)
+	}
+	for _, s := range []string{`{"oneOf":[{"type":"string"}]}`, `{"type":"object","additionalProperties":{"type":"string"}}`, `{"format":"email"}`, `{"exclusiveMinimum":1}`, `{"enum":[{"a":1}]}`} {
+		var doc any
+		require.NoError(t, json.Unmarshal([]byte(s), &doc))
+		require.Nil(t, compileFast(doc), s)
+	}
+}
+
+func TestSchemaFallbackValidates(t *testing.T) {
+	sch, err := compileSchema([]byte(`{"type":"object","properties":{"e":{"type":"string","format":"email"}}}`))
+	require.NoError(t, err)
+	require.Nil(t, sch.fast)
+	require.Empty(t, sch.validate(map[string]any{"e": "a@b.example"}, []byte(`{"e":"a@b.example"}`)))
+	require.Contains(t, sch.validate(map[string]any{"e": "nope"}, []byte(`{"e":"nope"}`)), "e: format")
+}
+
+func TestSchemaReasonHasNoValues(t *testing.T) {
+	sch, err := compileSchema([]byte(testSchemas[0]))
+	require.NoError(t, err)
+	raw := `{"merchantId":"secret-merchant","amount":"4111111111111111","currency":"pounds"}`
+	var data any
+	require.NoError(t, json.Unmarshal([]byte(raw), &data))
+	reason := sch.validate(data, []byte(raw))
+	require.Contains(t, reason, "amount: invalid_type")
+	require.NotContains(t, reason, "4111111111111111")
+	require.NotContains(t, reason, "pounds")
+}
+
+// FuzzSchemaAgreement holds the fast validator to gojsonschema's verdict.
+func FuzzSchemaAgreement(f *testing.F) {
+	for _, seed := range []string{
+		`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP","paymentToken":"t"}`,
+		`{"merchantId":"m","orderId":"o","amount":1.5,"currency":"gbp","paymentToken":"t","card":{"pan":5}}`,
+		`{"recipientId":"r","channel":"sms","templateId":"t","params":[]}`,
+		`{"n":3,"s":"ab","a":[1,2],"c":true}`, `{"n":3.5}`, `{"n":-1,"x":1}`, `{"s":null}`, `{"s":"ééééé"}`,
+		`[1,"x",null,false]`, `[2]`, `{}`, `null`, `"str"`, `1e400`,
+	} {
+		f.Add(seed)
+	}
+	var compiled []*schema
+	for _, s := range testSchemas {
+		c, err := compileSchema([]byte(s))
+		if err != nil || c.fast == nil {
+			f.Fatal("schema does not compile to the fast subset")
+		}
+		compiled = append(compiled, c)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		var data any
+		if json.Unmarshal([]byte(doc), &data) != nil {
+			return
+		}
+		for i, c := range compiled {
+			res, err := c.full.Validate(gojsonschema.NewBytesLoader([]byte(doc)))
+			if err != nil {
+				continue
+			}
+			if got := c.fast.valid(data); got != res.Valid() {
+				t.Fatalf("schema %d on %s: fast=%v gojsonschema=%v (%v)", i, doc, got, res.Valid(), res.Errors())
+			}
+		}
+	})
+}
