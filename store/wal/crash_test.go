@@ -1,0 +1,212 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/store"
+	"pigeon/store/wal/crashtest"
+)
+
+var crashOpts = &Options{Sync: SyncBatch, SegmentSize: 32 << 10, CompactAfter: 100}
+
+var crashGroup = store.GroupKey{Subject: "s0", Group: "g"}
+
+// TestCrash SIGKILLs a child process that writes everything the store
+// keeps, ten times, and checks after each kill that every acknowledged
+// write is there exactly once, sequences have no gaps, retries are still
+// duplicates and the audit chain verifies.
+func TestCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("re-executes the test binary")
+	}
+	crashtest.Run(t, crashtest.Config{Child: "TestCrashChild", Rounds: 10, Check: checkCrash})
+}
+
+// TestCrashChild is the child of TestCrash: it writes until it is killed.
+func TestCrashChild(t *testing.T) {
+	dir, ok := crashtest.ChildDir()
+	if !ok {
+		t.Skip("runs as the child of TestCrash")
+	}
+	s, err := Open(dir, crashOpts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child open:", err)
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	pid := os.Getpid()
+	stop := time.After(20 * time.Second) // killed long before
+	var wg sync.WaitGroup
+	run := func(f func(i int) error) {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := f(i); err != nil {
+					fmt.Fprintln(os.Stderr, "child:", err)
+					os.Exit(3)
+				}
+			}
+		})
+	}
+	for g := range 4 {
+		run(func(i int) error {
+			subject := fmt.Sprint("s", (g+i)%3)
+			id := fmt.Sprintf("%d-%d-%d", pid, g, i)
+			m := store.Message{Subject: subject, ID: id, Time: time.Now(), Body: []byte(strings.Repeat(id, 10))}
+			if i%2 == 0 {
+				m.IdemKey, m.IdemExpires = "key-"+id, m.Time.Add(time.Hour)
+			}
+			got, _, err := s.Append(ctx, m)
+			if err == nil {
+				crashtest.Ack("msg", subject, got.Seq, id)
+			}
+			return err
+		})
+	}
+	var auditMu sync.Mutex
+	run(func(i int) error {
+		auditMu.Lock()
+		defer auditMu.Unlock()
+		last, cp, err := s.AuditHead(ctx)
+		if err != nil {
+			return err
+		}
+		prev := store.Checkpoint{Seq: last.Seq, Hash: last.Hash}
+		if last.Seq == 0 {
+			prev = cp
+		}
+		if prev.Hash == "" {
+			prev.Hash = store.Genesis
+		}
+		r := store.AuditRecord{Seq: prev.Seq + 1, ID: fmt.Sprint("a", pid, "-", i), Type: "crash", Time: time.Now(), PrevHash: prev.Hash}
+		r.Hash = r.ComputeHash()
+		if err := s.AppendAudit(ctx, r); err != nil {
+			return err
+		}
+		crashtest.Ack("audit", r.Seq)
+		return nil
+	})
+	g, err := s.LoadGroup(ctx, crashGroup)
+	if err != nil {
+		os.Exit(4)
+	}
+	next := g.Floor + 1
+	run(func(i int) error {
+		seq := next + uint64(i)
+		if err := s.MarkAttempt(ctx, crashGroup, seq+1, 1); err != nil {
+			return err
+		}
+		if err := s.MarkDone(ctx, crashGroup, seq); err != nil {
+			return err
+		}
+		crashtest.Ack("done", seq)
+		return nil
+	})
+	run(func(i int) error {
+		key := fmt.Sprintf("%d-%d", pid, i)
+		if err := s.Put(ctx, "crash", key, []byte(key)); err != nil {
+			return err
+		}
+		crashtest.Ack("kv", key)
+		return nil
+	})
+	run(func(i int) error {
+		id := fmt.Sprintf("q%d-%d", pid, i)
+		if err := s.PutQuarantine(ctx, store.QuarantineRecord{ID: id, Time: time.Now(), Body: []byte(id)}); err != nil {
+			return err
+		}
+		crashtest.Ack("q", id)
+		return nil
+	})
+	wg.Wait()
+	_ = s.Close(ctx)
+}
+
+func checkCrash(t *testing.T, dir string, acks []string) {
+	ctx := context.Background()
+	s, err := Open(dir, crashOpts)
+	require.NoError(t, err, "reopen after the kill")
+	defer func() { require.NoError(t, s.Close(ctx)) }()
+	if torn := s.TornTails(); len(torn) > 0 {
+		t.Logf("dropped torn tails: %+v", torn)
+	}
+
+	// Every message is stored once, sequences have no gaps.
+	where := map[string]string{} // id -> "subject seq"
+	for _, subject := range []string{"s0", "s1", "s2"} {
+		ms, err := s.Read(ctx, subject, 0, 0)
+		require.NoError(t, err)
+		for i, m := range ms {
+			require.Equal(t, uint64(i+1), m.Seq, "%s: gap at %d", subject, i)
+			prev, twice := where[m.ID]
+			require.False(t, twice, "%s stored twice: %s and %s %d", m.ID, prev, subject, m.Seq)
+			where[m.ID] = fmt.Sprint(subject, " ", m.Seq)
+		}
+	}
+	var auditMax uint64
+	g, err := s.LoadGroup(ctx, crashGroup)
+	require.NoError(t, err)
+	retried := 0
+	for _, a := range acks {
+		f := strings.Fields(a)
+		switch f[0] {
+		case "msg":
+			require.Equal(t, f[1]+" "+f[2], where[f[3]], "acknowledged message %s", f[3])
+			m, err := s.Lookup(ctx, f[3])
+			require.NoError(t, err)
+			require.Equal(t, f[1], m.Subject)
+			if m.IdemKey != "" && retried < 20 {
+				retried++
+				retry := store.Message{Subject: m.Subject, ID: "retry-" + m.ID, Time: time.Now(), IdemKey: m.IdemKey, IdemExpires: time.Now().Add(time.Hour)}
+				got, dup, err := s.Append(ctx, retry)
+				require.NoError(t, err)
+				require.True(t, dup, "a retry after the crash is still a duplicate")
+				require.Equal(t, m.ID, got.ID)
+			}
+		case "audit":
+			seq, _ := strconv.ParseUint(f[1], 10, 64)
+			auditMax = max(auditMax, seq)
+		case "done":
+			seq, _ := strconv.ParseUint(f[1], 10, 64)
+			require.True(t, seq <= g.Floor || contains(g.Done, seq), "acknowledged MarkDone %d (floor %d)", seq, g.Floor)
+		case "kv":
+			v, err := s.Get(ctx, "crash", f[1])
+			require.NoError(t, err, "acknowledged Put %s", f[1])
+			require.Equal(t, f[1], string(v))
+		case "q":
+			_, err := s.GetQuarantine(ctx, f[1])
+			require.NoError(t, err, "acknowledged quarantine %s", f[1])
+		}
+	}
+	last, cp, err := s.AuditHead(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, last.Seq, auditMax)
+	recs, err := s.ReadAudit(ctx, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, store.VerifyChain(cp, recs))
+	n, err := VerifyAudit(dir)
+	require.NoError(t, err)
+	require.Equal(t, uint64(len(recs)), n)
+}
+
+func contains(s []uint64, v uint64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

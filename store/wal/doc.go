@@ -1,0 +1,82 @@
+// Package wal is the durable store.Store: append-only logs on local disk,
+// kept with github.com/tidwall/wal, with a checksum on every record, group
+// commit, crash recovery, retention and offline audit tools.
+//
+//	s, err := wal.Open("/var/lib/pigeon", nil) // SyncBatch by default
+//	...
+//	defer s.Close(ctx)
+//
+// docs/storage.md describes the on-disk layout and record format.
+//
+// # Durability
+//
+// Under SyncAlways and SyncBatch, a returned Append means durable: the
+// record is on disk (fsync) before Append returns, and so is every other
+// write (MarkDone, MarkAttempt, PutQuarantine, AppendAudit, PutContract,
+// Put, Delete, the trims). SyncBatch (the default) is group commit:
+// concurrent writers to one log share one fsync, and each returns only
+// after its own record is on disk. SyncAlways writes and fsyncs each
+// request on its own. SyncNone never fsyncs: a returned write survives the
+// process crashing, but the last writes are lost when the machine crashes
+// or loses power.
+//
+// A write is visible to readers (Read, Lookup, Bounds, LoadGroup, ...)
+// only once it is committed, so nothing a reader saw can vanish in a
+// crash under SyncAlways and SyncBatch.
+//
+// # Recovery
+//
+// Open checks every record of every log against its CRC-32C. A torn last
+// record, what a crash in the middle of a write leaves, is dropped and the
+// log continues (TornTails lists what was dropped). Damage anywhere before
+// the tail makes Open fail with a *store.CorruptError naming the file and
+// the offset of the damaged record (errors.Is(err, store.ErrCorrupt));
+// nothing is truncated but a torn tail. The audit chain is verified from
+// its checkpoint; a chain that does not verify fails Open with an error
+// matching store.ErrTampered. A second Open of a directory that another
+// process (or another Store) holds fails with store.ErrLocked.
+//
+// Open rebuilds its indexes by reading every record, but keeps no message
+// body in memory: per subject its bounds, per message a hashed id (about
+// 20-30 bytes a message), and the idempotency keys that are still live.
+// Bodies are read from disk on demand.
+//
+// # Idempotency
+//
+// Keys are global to the store. An entry deduplicates a message whose
+// Time is before the entry's IdemExpires, also after a restart: Open
+// rebuilds the live entries from the message records. The store's clock
+// for forgetting expired entries is the latest message Time it has seen.
+// Retention that removes a message ends its key's deduplication.
+//
+// # Failure
+//
+// A write that fails (disk full, I/O error) or whose fsync fails is taken
+// back: the log is cut back to its last committed record, the caller (and
+// every caller whose record was in the same batch) gets the error, and
+// reads go on. ENOSPC is reported as an error matching store.ErrFull (and
+// syscall.ENOSPC). Should the log not be repairable, that log refuses
+// writes until the store is reopened.
+//
+// # Retention
+//
+// TrimBefore (store.Trimmer), TrimAuditBefore and TrimQuarantineBefore
+// remove records from the front of their logs. Audit retention keeps a
+// checkpoint (sequence and hash of the last removed record), written
+// durably before the records go; AuditHead returns it and verification
+// starts from it.
+//
+// # Offline tools
+//
+// VerifyAudit and ExportAudit read a store's audit log without opening
+// the store: they take no lock and write nothing, so they may run beside
+// a live broker.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use. Writers never wait for another
+// log's fsync; readers of a log are serialised with each other (tidwall/wal
+// fills its segment cache on read) but not with writers. Close waits for
+// calls in flight, stops the one background goroutine (the metadata
+// compactor) and releases the lock; it is idempotent.
+package wal

@@ -1,0 +1,642 @@
+package wal
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// Messages: one tidwall/wal log per subject, entry index == sequence.
+// Only an index is kept in memory (see msgIndex); bodies are read from disk.
+
+// A location packs a subject number and a sequence into 64 bits.
+const seqBits = 40
+
+func pack(num uint32, seq uint64) uint64 { return uint64(num)<<seqBits | seq }
+func unpack(loc uint64) (uint32, uint64) { return uint32(loc >> seqBits), loc & (1<<seqBits - 1) }
+
+type subject struct {
+	name   string
+	num    uint32
+	w      *logw
+	trimMu sync.Mutex // one TrimBefore at a time
+}
+
+type messages struct {
+	mu     sync.RWMutex
+	byName map[string]*subject
+	list   []*subject // by num
+	idx    msgIndex
+}
+
+// msgIndex is everything Open rebuilds about messages. The id index maps
+// a seeded 64-bit hash of the id to the location (idTable, about 20-30
+// bytes a message whatever the id's length); a hit is confirmed against
+// the record read from disk. Idempotency keys are kept only while live.
+type msgIndex struct {
+	mu      sync.Mutex
+	seed    maphash.Seed
+	ids     idTable
+	idem    map[string]idemEnt
+	clock   int64 // latest message time seen, unix nanoseconds
+	sweepAt int
+}
+
+type idemEnt struct {
+	loc uint64
+	exp int64 // unix nanoseconds
+	req *wreq // the original's request while it is not committed
+}
+
+func (x *msgIndex) init() {
+	x.seed = maphash.MakeSeed()
+	x.idem = make(map[string]idemEnt)
+	x.sweepAt = 1024
+}
+
+func (x *msgIndex) hash(id string) uint64 { return maphash.String(x.seed, id) }
+
+// addID records id at loc; mu held.
+func (x *msgIndex) addID(id string, loc uint64) { x.ids.insert(x.hash(id), loc) }
+
+// removeID forgets id at loc; mu held.
+func (x *msgIndex) removeID(id string, loc uint64) { x.ids.remove(x.hash(id), loc) }
+
+// findID returns the candidate locations of id, latest first.
+func (x *msgIndex) findID(id string) []uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	locs := x.ids.find(x.hash(id))
+	slices.Reverse(locs)
+	return locs
+}
+
+// addIdem records an idempotency entry found by a scan, keeping the
+// latest expiry; mu held or loading.
+func (x *msgIndex) addIdem(key string, e idemEnt) {
+	if old, ok := x.idem[key]; !ok || e.exp > old.exp {
+		x.idem[key] = e
+	}
+}
+
+// sweepLocked drops expired idempotency entries once the map has doubled.
+func (x *msgIndex) sweepLocked() {
+	if len(x.idem) < x.sweepAt {
+		return
+	}
+	for k, e := range x.idem {
+		if e.exp <= x.clock && e.req == nil {
+			delete(x.idem, k)
+		}
+	}
+	x.sweepAt = max(1024, 2*len(x.idem))
+}
+
+// subjectDir names the directory of a subject: the name with bytes other
+// than [A-Za-z0-9_-] (and a leading '.') escaped as %XX, or, for names
+// that would escape to more than 200 bytes, '#' and a hash. The SUBJECT
+// file inside holds the real name.
+func subjectDir(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' && i > 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	if b.Len() > 200 {
+		sum := sha256.Sum256([]byte(name))
+		return "#" + hex.EncodeToString(sum[:16])
+	}
+	return b.String()
+}
+
+func (s *Store) messagesDir() string { return filepath.Join(s.dir, "messages") }
+
+// subjectScan is what scanning one subject's log found.
+type subjectScan struct {
+	dir, name string
+	w         *logw
+	ids       []idSlot // hash, location
+	idem      map[string]idemEnt
+	clock     int64
+	err       error
+}
+
+func (s *Store) loadMessages() error {
+	s.msgs.byName = make(map[string]*subject)
+	s.msgs.idx.init()
+	root := s.messagesDir()
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return fmt.Errorf("wal: create %s: %w", root, err)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("wal: read %s: %w", root, err)
+	}
+	var scans []*subjectScan
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		name, err := readSubjectFile(dir, s.opts.MaxRecordSize)
+		if errors.Is(err, os.ErrNotExist) {
+			// A crash while the subject was being created: the name is
+			// written before any message, so there is nothing to lose.
+			if segs, _ := listSegments(dir); len(segs) == 0 || emptySegments(segs) {
+				if err := os.RemoveAll(dir); err != nil {
+					return fmt.Errorf("wal: remove unfinished %s: %w", dir, err)
+				}
+				continue
+			}
+			return &store.CorruptError{File: filepath.Join(dir, "SUBJECT"), Offset: 0, Reason: "missing subject name"}
+		}
+		if err != nil {
+			return err
+		}
+		if subjectDir(name) != e.Name() {
+			return &store.CorruptError{File: filepath.Join(dir, "SUBJECT"), Offset: 0,
+				Reason: fmt.Sprintf("subject %q does not belong in directory %s", name, e.Name())}
+		}
+		scans = append(scans, &subjectScan{dir: dir, name: name})
+	}
+
+	// Scan the subjects in parallel; merge in directory order.
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(scans)) {
+		wg.Go(func() {
+			for i := range work {
+				s.scanSubject(uint32(i), scans[i])
+			}
+		})
+	}
+	for i := range scans {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	x := &s.msgs.idx
+	var firstErr error
+	for _, sc := range scans {
+		if sc.w != nil {
+			s.addSubject(sc.name, sc.w) // so that Open's error path closes it
+		}
+		if sc.err != nil && firstErr == nil {
+			firstErr = sc.err
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	total := 0
+	for _, sc := range scans {
+		total += len(sc.ids)
+	}
+	x.ids.reserve(total)
+	for _, sc := range scans {
+		for _, id := range sc.ids {
+			x.ids.insert(id.h, id.loc)
+		}
+		sc.ids = nil
+		for k, e := range sc.idem {
+			x.addIdem(k, e)
+		}
+		x.clock = max(x.clock, sc.clock)
+	}
+	for k, e := range x.idem {
+		if e.exp <= x.clock {
+			delete(x.idem, k)
+		}
+	}
+	x.sweepAt = max(1024, 2*len(x.idem))
+	return nil
+}
+
+// scanSubject opens one subject's log, collecting its index entries.
+func (s *Store) scanSubject(num uint32, sc *subjectScan) {
+	x := &s.msgs.idx
+	sc.idem = make(map[string]idemEnt)
+	visit := func(index uint64, _ string, _ int64, rec []byte) error {
+		h, err := decodeMessageHead(rec)
+		if err != nil {
+			return err
+		}
+		if h.seq != index {
+			return fmt.Errorf("message seq %d stored at index %d", h.seq, index)
+		}
+		loc := pack(num, index)
+		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), loc: loc})
+		if h.idemKey != "" {
+			exp := unixNano(h.idemExp)
+			if exp > sc.clock { // an entry expired before this point never matters again
+				if old, ok := sc.idem[h.idemKey]; !ok || exp > old.exp {
+					sc.idem[h.idemKey] = idemEnt{loc: loc, exp: exp}
+				}
+			}
+		}
+		sc.clock = max(sc.clock, unixNano(h.time))
+		return nil
+	}
+	sc.w, _, sc.err = s.openLog(sc.dir, "subject "+sc.name, visit)
+}
+
+func emptySegments(segs []segFile) bool {
+	for _, sg := range segs {
+		if fi, err := os.Stat(sg.path); err != nil || fi.Size() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func readSubjectFile(dir string, maxRecord int) (string, error) {
+	path := filepath.Join(dir, "SUBJECT")
+	if _, err := os.Stat(path); err != nil {
+		return "", err
+	}
+	var name string
+	n := 0
+	err := readFramedFile(path, maxRecord, func(off int64, rec []byte) error {
+		if rec[4] != kindSubject || n > 0 {
+			return errors.New("not a subject record")
+		}
+		n++
+		d := newDec(rec)
+		name = d.str()
+		return d.done()
+	})
+	if err == nil && n == 0 {
+		err = &store.CorruptError{File: path, Offset: 0, Reason: "empty subject file"}
+	}
+	return name, err
+}
+
+func (s *Store) addSubject(name string, w *logw) *subject {
+	sub := &subject{name: name, num: uint32(len(s.msgs.list)), w: w}
+	x := &s.msgs.idx
+	w.onCommit = func(r *wreq) {
+		if r.key == "" {
+			return
+		}
+		x.mu.Lock()
+		if e, ok := x.idem[r.key]; ok && e.req == r {
+			e.req = nil
+			x.idem[r.key] = e
+		}
+		x.mu.Unlock()
+	}
+	w.onFail = func(r *wreq) {
+		x.mu.Lock()
+		x.removeID(r.id, r.loc)
+		if r.key != "" {
+			if e, ok := x.idem[r.key]; ok && e.req == r {
+				delete(x.idem, r.key)
+			}
+		}
+		x.mu.Unlock()
+	}
+	s.msgs.byName[name] = sub
+	s.msgs.list = append(s.msgs.list, sub)
+	return sub
+}
+
+// subject returns the subject's log, creating it when create is set.
+func (s *Store) subject(name string, create bool) (*subject, error) {
+	s.msgs.mu.RLock()
+	sub := s.msgs.byName[name]
+	s.msgs.mu.RUnlock()
+	if sub != nil || !create {
+		return sub, nil
+	}
+	s.msgs.mu.Lock()
+	defer s.msgs.mu.Unlock()
+	if sub := s.msgs.byName[name]; sub != nil {
+		return sub, nil
+	}
+	if len(s.msgs.list) >= 1<<(64-seqBits) {
+		return nil, errors.New("wal: too many subjects")
+	}
+	dir := filepath.Join(s.messagesDir(), subjectDir(name))
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("wal: create subject %q: %w", name, err)
+	}
+	e := newEnc(kindSubject, len(name)+8)
+	e.str(name)
+	if err := writeFileAtomic(filepath.Join(dir, "SUBJECT"), frame(nil, e.finish())); err != nil {
+		return nil, writeError("subject "+name, err)
+	}
+	if err := syncDir(s.messagesDir()); err != nil {
+		return nil, writeError("subject "+name, err)
+	}
+	w, _, err := s.openLog(dir, "subject "+name, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := syncDir(dir); err != nil {
+		w.close()
+		return nil, writeError("subject "+name, err)
+	}
+	return s.addSubject(name, w), nil
+}
+
+func (s *Store) subjectByNum(num uint32) *subject {
+	s.msgs.mu.RLock()
+	defer s.msgs.mu.RUnlock()
+	if int(num) >= len(s.msgs.list) {
+		return nil
+	}
+	return s.msgs.list[num]
+}
+
+// Append implements store.MessageLog. Under SyncBatch and SyncAlways a
+// returned Append is durable; under SyncNone it survives a process crash
+// only. The idempotency check and the write are one step: the key is
+// reserved before the record is queued, and a duplicate of a record still
+// being written waits for it.
+func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Message{}, false, err
+	}
+	defer s.leave()
+	if m.Subject == "" {
+		return store.Message{}, false, errors.New("wal: append: empty subject")
+	}
+	if len(m.Body)+len(m.ID)+len(m.IdemKey)+64 > s.opts.MaxRecordSize {
+		return store.Message{}, false, fmt.Errorf("wal: append: message of %d bytes exceeds MaxRecordSize", len(m.Body))
+	}
+	sub, err := s.subject(m.Subject, true)
+	if err != nil {
+		return store.Message{}, false, err
+	}
+	for range 100 {
+		stored, dup, retry, err := s.appendOnce(sub, m)
+		if !retry {
+			return stored, dup, err
+		}
+	}
+	return store.Message{}, false, fmt.Errorf("wal: append to %q: idempotency key %q kept changing", m.Subject, m.IdemKey)
+}
+
+func (s *Store) appendOnce(sub *subject, m store.Message) (store.Message, bool, bool, error) {
+	w := sub.w
+	x := &s.msgs.idx
+	w.mu.Lock()
+	if w.failed != nil {
+		w.mu.Unlock()
+		return store.Message{}, false, false, w.failed
+	}
+	seq := w.next
+	if seq >= 1<<seqBits {
+		w.mu.Unlock()
+		return store.Message{}, false, false, fmt.Errorf("wal: subject %q is out of sequences", sub.name)
+	}
+	m.Seq = seq
+	loc := pack(sub.num, seq)
+	r := &wreq{id: m.ID, key: m.IdemKey, loc: loc}
+	at := unixNano(m.Time)
+	x.mu.Lock()
+	if m.IdemKey != "" {
+		if e, ok := x.idem[m.IdemKey]; ok && at < e.exp {
+			x.mu.Unlock()
+			w.mu.Unlock()
+			return s.duplicate(e)
+		}
+		x.idem[m.IdemKey] = idemEnt{loc: loc, exp: unixNano(m.IdemExpires), req: r}
+	}
+	x.addID(m.ID, loc)
+	x.clock = max(x.clock, at)
+	x.sweepLocked()
+	x.mu.Unlock()
+	r.data = [][]byte{encodeMessage(&m)}
+	w.enqueueLocked(r)
+	err := w.waitLocked(r)
+	w.mu.Unlock()
+	if err != nil {
+		return store.Message{}, false, false, err
+	}
+	return m, false, false, nil
+}
+
+// duplicate returns the original of an idempotent retry, waiting for it
+// when it is still being written. retry is set when the original went
+// away meanwhile (its write failed, or retention removed it).
+func (s *Store) duplicate(e idemEnt) (store.Message, bool, bool, error) {
+	num, seq := unpack(e.loc)
+	sub := s.subjectByNum(num)
+	if sub == nil {
+		return store.Message{}, false, true, nil
+	}
+	if e.req != nil {
+		sub.w.mu.Lock()
+		err := sub.w.waitLocked(e.req)
+		sub.w.mu.Unlock()
+		if err != nil {
+			return store.Message{}, false, true, nil
+		}
+	}
+	m, err := s.readMessage(sub, seq)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Message{}, false, true, nil
+	}
+	if err != nil {
+		return store.Message{}, false, false, err
+	}
+	return m, true, false, nil
+}
+
+func (s *Store) readMessage(sub *subject, seq uint64) (store.Message, error) {
+	first, last := sub.w.bounds()
+	if seq < first || seq > last {
+		return store.Message{}, store.ErrNotFound
+	}
+	p, err := sub.w.read(seq)
+	if err != nil {
+		return store.Message{}, err
+	}
+	return s.decodeMessageAt(sub, seq, p)
+}
+
+func (s *Store) decodeMessageAt(sub *subject, seq uint64, p []byte) (store.Message, error) {
+	m, err := decodeMessage(p, sub.name)
+	if err != nil || m.Seq != seq {
+		return store.Message{}, &store.CorruptError{File: sub.w.dir, Offset: -1,
+			Reason: fmt.Sprintf("entry %d is not message %d (%v)", seq, seq, err)}
+	}
+	return m, nil
+}
+
+// Read implements store.MessageLog.
+func (s *Store) Read(ctx context.Context, subject string, from uint64, max int) ([]store.Message, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	sub, _ := s.subject(subject, false)
+	if sub == nil {
+		return nil, nil
+	}
+	if max <= 0 {
+		max = math.MaxInt
+	}
+	w := sub.w
+	first, last := w.bounds()
+	from = maxU(from, first)
+	if from > last {
+		return nil, nil
+	}
+	out := make([]store.Message, 0, min(uint64(max), last-from+1, 1024))
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
+	for seq := from; seq <= last && len(out) < max; seq++ {
+		p, err := w.readLocked(seq)
+		if errors.Is(err, store.ErrNotFound) && seq < w.first.Load() {
+			seq = w.first.Load() - 1 // trimmed meanwhile
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, err := s.decodeMessageAt(sub, seq, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// Lookup implements store.MessageLog.
+func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.Message{}, err
+	}
+	defer s.leave()
+	for _, loc := range s.msgs.idx.findID(id) {
+		num, seq := unpack(loc)
+		sub := s.subjectByNum(num)
+		if sub == nil {
+			continue
+		}
+		m, err := s.readMessage(sub, seq)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return store.Message{}, err
+		}
+		if m.ID == id {
+			return m, nil
+		}
+	}
+	return store.Message{}, store.ErrNotFound
+}
+
+// Bounds implements store.MessageLog.
+func (s *Store) Bounds(ctx context.Context, subject string) (uint64, uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer s.leave()
+	sub, _ := s.subject(subject, false)
+	if sub == nil {
+		return 0, 0, nil
+	}
+	first, last := sub.w.bounds()
+	if last == 0 {
+		return 0, 0, nil
+	}
+	return first, last, nil
+}
+
+// trimChunk bounds how many messages one truncation removes, so that the
+// ids to forget stay few and each truncation is short.
+const trimChunk = 1 << 16
+
+// TrimBefore implements store.Trimmer: it removes the messages of subject
+// accepted before t from the front of the log. Appends to the subject wait
+// only while tidwall/wal rewrites the segment holding the new first
+// message (at most SegmentSize bytes); the scan that finds the cut does
+// not block them. The idempotency keys of removed messages stop
+// deduplicating.
+func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	sub, _ := s.subject(subject, false)
+	if sub == nil {
+		return 0, nil
+	}
+	sub.trimMu.Lock()
+	defer sub.trimMu.Unlock()
+	w := sub.w
+	total := 0
+	for {
+		first, last := w.bounds()
+		cut := first
+		var heads []msgHead
+		stop := false
+		for cut <= last && len(heads) < trimChunk {
+			p, err := w.read(cut)
+			if err != nil {
+				return total, err
+			}
+			h, err := decodeMessageHead(p)
+			if err != nil {
+				return total, &store.CorruptError{File: w.dir, Offset: -1, Reason: fmt.Sprintf("entry %d: %v", cut, err)}
+			}
+			if !h.time.Before(t) {
+				stop = true
+				break
+			}
+			heads = append(heads, h)
+			cut++
+		}
+		if cut == first {
+			return total, nil
+		}
+		if err := w.truncateFront(cut); err != nil {
+			return total, err
+		}
+		x := &s.msgs.idx
+		x.mu.Lock()
+		for _, h := range heads {
+			loc := pack(sub.num, h.seq)
+			x.removeID(h.id, loc)
+			if h.idemKey != "" {
+				if e, ok := x.idem[h.idemKey]; ok && e.loc == loc {
+					delete(x.idem, h.idemKey)
+				}
+			}
+		}
+		x.mu.Unlock()
+		total += int(cut - first)
+		if stop || cut > last {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,390 @@
+package wal
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"pigeon/store"
+)
+
+// This file reads tidwall/wal segment files directly: Open scans every
+// segment once (checksums, index building, torn-tail repair) before handing
+// the directory to tidwall/wal, and the offline tools read them without
+// opening a log at all.
+//
+// A tidwall/wal binary segment is a run of entries, each uvarint(len) + data;
+// its file name is the 20-digit index of its first entry. A truncation in
+// progress leaves NAME.START (TruncateFront) or NAME.END (TruncateBack),
+// which tidwall/wal settles on its next open; listSegments settles them the
+// same way, but only in memory.
+
+// segFile is one segment of a log, in index order.
+type segFile struct {
+	path  string
+	start uint64 // index of its first entry
+}
+
+func segmentName(index uint64) string { return fmt.Sprintf("%020d", index) }
+
+// listSegments returns the segments of the log in dir as tidwall/wal would
+// see them after settling START/END files. A missing dir is an empty log.
+func listSegments(dir string) ([]segFile, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	var segs []segFile
+	startIdx, endIdx := -1, -1
+	for _, name := range names {
+		if len(name) < 20 {
+			continue
+		}
+		index, err := strconv.ParseUint(name[:20], 10, 64)
+		if err != nil || index == 0 {
+			continue
+		}
+		isStart := len(name) == 26 && strings.HasSuffix(name, ".START")
+		isEnd := len(name) == 24 && strings.HasSuffix(name, ".END")
+		if len(name) != 20 && !isStart && !isEnd {
+			continue
+		}
+		if isStart {
+			startIdx = len(segs)
+		} else if isEnd && endIdx == -1 {
+			endIdx = len(segs)
+		}
+		segs = append(segs, segFile{path: filepath.Join(dir, name), start: index})
+	}
+	if startIdx != -1 && endIdx != -1 {
+		return nil, &store.CorruptError{File: dir, Offset: -1, Reason: "both START and END segments present"}
+	}
+	if startIdx != -1 {
+		segs = segs[startIdx:]
+	}
+	if endIdx != -1 {
+		segs = segs[:endIdx+1]
+		if n := len(segs); n > 1 && segs[n-2].start == segs[n-1].start {
+			segs[n-2] = segs[n-1]
+			segs = segs[:n-1]
+		}
+	}
+	return segs, nil
+}
+
+// scanStats is the result of scanning one log.
+type scanStats struct {
+	first, last uint64 // first index and last index (last = first-1 when empty)
+	tailPath    string // the last segment file
+	tailStart   uint64
+	tailSize    int64 // good bytes of the last segment
+	torn        bool  // the last segment has a torn tail after tailSize
+	tornReason  string
+}
+
+// visitFunc receives each checked record with its index, file and offset.
+type visitFunc func(index uint64, path string, off int64, rec []byte) error
+
+// scanLog checks every record of the log in dir and calls visit for each.
+// Corruption before the tail is a *store.CorruptError. A torn last record
+// (crash mid-write) is reported in the stats, not repaired: see repairTail.
+func scanLog(dir string, maxRecord int, visit visitFunc) (scanStats, error) {
+	var st scanStats
+	segs, err := listSegments(dir)
+	if err != nil {
+		return st, err
+	}
+	if len(segs) == 0 {
+		st.first, st.last = 1, 0
+		return st, nil
+	}
+	st.first = segs[0].start
+	index := segs[0].start
+	var buf scanBuf
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		if seg.start != index {
+			return st, &store.CorruptError{File: seg.path, Offset: 0,
+				Reason: fmt.Sprintf("segment starts at index %d, want %d", seg.start, index)}
+		}
+		n, good, torn, reason, err := scanSegment(seg.path, index, last, maxRecord, &buf, visit)
+		if err != nil {
+			return st, err
+		}
+		index += n
+		if last {
+			st.tailPath, st.tailStart, st.tailSize = seg.path, seg.start, good
+			st.torn, st.tornReason = torn, reason
+		}
+	}
+	st.last = index - 1
+	return st, nil
+}
+
+// scanSegment reads one segment file. It returns how many good records it
+// holds and the offset just past the last good one. Only in the last
+// segment may the tail be torn: a record whose length runs past the end of
+// the file, or a final record (or one followed by nothing but zero bytes)
+// that fails its checksum. Anything else is corruption.
+// scanBuf holds the buffers a scan reuses from segment to segment.
+type scanBuf struct {
+	rec []byte
+	rd  *bufio.Reader
+}
+
+func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *scanBuf, visit visitFunc) (n uint64, good int64, torn bool, reason string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, false, "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, false, "", err
+	}
+	size := fi.Size()
+	if buf.rd == nil {
+		buf.rd = bufio.NewReaderSize(f, 256<<10)
+	} else {
+		buf.rd.Reset(f)
+	}
+	r := buf.rd
+	corrupt := func(off int64, why string) error {
+		return &store.CorruptError{File: path, Offset: off, Reason: why}
+	}
+	var off int64
+	for off < size {
+		length, vn, verr := readUvarint(r)
+		if verr != nil {
+			if tailOK && (errors.Is(verr, io.EOF) || errors.Is(verr, io.ErrUnexpectedEOF)) {
+				return n, off, true, "length prefix cut short", nil
+			}
+			return n, off, false, "", corrupt(off, "bad length prefix")
+		}
+		if length > uint64(maxRecord)+recHeader+64 {
+			return n, off, false, "", corrupt(off, fmt.Sprintf("record length %d exceeds the limit", length))
+		}
+		if uint64(size-off-int64(vn)) < length {
+			if tailOK {
+				return n, off, true, "record runs past the end of the file", nil
+			}
+			return n, off, false, "", corrupt(off, "record runs past the end of the segment")
+		}
+		if cap(buf.rec) < int(length) {
+			buf.rec = make([]byte, length)
+		}
+		rec := buf.rec[:length]
+		if _, err := io.ReadFull(r, rec); err != nil {
+			return n, off, false, "", fmt.Errorf("wal: read %s: %w", path, err)
+		}
+		end := off + int64(vn) + int64(length)
+		if _, ok := checkRecord(rec); !ok {
+			if tailOK && (end == size || zeroRest(r)) {
+				return n, off, true, "last record fails its checksum", nil
+			}
+			return n, off, false, "", corrupt(off, fmt.Sprintf("record %d fails its checksum", index+n))
+		}
+		if visit != nil {
+			if err := visit(index+n, path, off, rec); err != nil {
+				if err == errStopScan {
+					return n + 1, end, false, "", err
+				}
+				var ce *store.CorruptError
+				if errors.As(err, &ce) || errors.Is(err, store.ErrTampered) {
+					return n, off, false, "", err
+				}
+				return n, off, false, "", corrupt(off, fmt.Sprintf("record %d: %v", index+n, err))
+			}
+		}
+		n++
+		off = end
+	}
+	return n, off, false, "", nil
+}
+
+func readUvarint(r *bufio.Reader) (uint64, int, error) {
+	var x uint64
+	var s uint
+	for i := 0; i < binary.MaxVarintLen64; i++ {
+		b, err := r.ReadByte()
+		if err != nil {
+			if i > 0 && errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, i, err
+		}
+		if b < 0x80 {
+			if i == binary.MaxVarintLen64-1 && b > 1 {
+				return 0, i + 1, errors.New("uvarint overflows")
+			}
+			return x | uint64(b)<<s, i + 1, nil
+		}
+		x |= uint64(b&0x7f) << s
+		s += 7
+	}
+	return 0, binary.MaxVarintLen64, errors.New("uvarint overflows")
+}
+
+// zeroRest reports whether everything left in r is zero bytes.
+func zeroRest(r *bufio.Reader) bool {
+	var b [4096]byte
+	for {
+		n, err := r.Read(b[:])
+		for _, c := range b[:n] {
+			if c != 0 {
+				return false
+			}
+		}
+		if err != nil {
+			return errors.Is(err, io.EOF)
+		}
+	}
+}
+
+// truncateFile cuts path to size and syncs it.
+func truncateFile(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// errStopScan, returned by a visitFunc, ends a scan after that record.
+var errStopScan = errors.New("stop scan")
+
+// cutLog makes the log in dir hold exactly the entries up to index keep:
+// the segment that would hold keep+1 is cut just before it and every later
+// segment is removed. It takes back a write that failed half way. It
+// returns the new tail segment and its size.
+func cutLog(dir string, keep uint64) (segFile, int64, error) {
+	segs, err := listSegments(dir)
+	if err != nil {
+		return segFile{}, 0, err
+	}
+	t := -1
+	for i, s := range segs {
+		if s.start <= keep+1 {
+			t = i
+		}
+	}
+	if t < 0 {
+		return segFile{}, 0, fmt.Errorf("wal: cut %s at %d: no segment", dir, keep)
+	}
+	tail := segs[t]
+	var cut int64
+	if want := keep + 1 - tail.start; want > 0 {
+		var buf scanBuf
+		n, good, _, _, err := scanSegment(tail.path, tail.start, true, 1<<31-1, &buf, func(index uint64, _ string, _ int64, _ []byte) error {
+			if index == keep {
+				return errStopScan
+			}
+			return nil
+		})
+		if err != nil && err != errStopScan {
+			return segFile{}, 0, err
+		}
+		if n != want {
+			return segFile{}, 0, fmt.Errorf("wal: cut %s at %d: segment holds only %d entries", dir, keep, n)
+		}
+		cut = good
+	}
+	if err := truncateFile(tail.path, cut); err != nil {
+		return segFile{}, 0, err
+	}
+	for _, s := range segs[t+1:] {
+		if err := os.Remove(s.path); err != nil {
+			return segFile{}, 0, err
+		}
+	}
+	return tail, cut, syncDir(dir)
+}
+
+// syncDir fsyncs a directory so that created, renamed and removed entries
+// are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeFileAtomic writes data to path through a temporary file, fsync and
+// rename, then fsyncs the directory.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// frame returns uvarint(len(rec)) + rec, the tidwall/wal binary framing,
+// used for the files this package writes itself (snapshot, checkpoint).
+func frame(dst, rec []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(rec)))
+	return append(dst, rec...)
+}
+
+// framedSize is the on-disk size of an entry of n bytes.
+func framedSize(n int) int64 {
+	var b [binary.MaxVarintLen64]byte
+	return int64(binary.PutUvarint(b[:], uint64(n)) + n)
+}
+
+// readFramedFile reads a file written whole by this package (snapshot,
+// checkpoint) and calls visit for each record; any damage is corruption.
+func readFramedFile(path string, maxRecord int, visit func(off int64, rec []byte) error) error {
+	var buf scanBuf
+	_, _, _, _, err := scanSegment(path, 1, false, maxRecord, &buf, func(_ uint64, _ string, off int64, rec []byte) error {
+		return visit(off, rec)
+	})
+	return err
+}

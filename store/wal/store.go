@@ -1,0 +1,264 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"pigeon/store"
+)
+
+// SyncMode says when an acknowledged write is on disk.
+type SyncMode int
+
+const (
+	// SyncBatch (the default) is group commit: concurrent writers share one
+	// fsync and each returns only after its own record is on disk.
+	SyncBatch SyncMode = iota
+	// SyncAlways writes and fsyncs every request on its own before
+	// returning; requests to one log are serialised.
+	SyncAlways
+	// SyncNone never fsyncs (tidwall/wal still fsyncs a segment when it
+	// starts the next). A returned write survives the process crashing but
+	// the last writes are lost if the machine crashes or loses power.
+	SyncNone
+)
+
+// String names the mode: "batch", "always" or "none".
+func (m SyncMode) String() string {
+	switch m {
+	case SyncBatch:
+		return "batch"
+	case SyncAlways:
+		return "always"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int(m))
+}
+
+// Options configure Open. A nil *Options means the defaults; Open copies
+// the value and never changes the caller's.
+type Options struct {
+	// Sync is the durability mode. The zero value is SyncBatch.
+	Sync SyncMode
+	// SegmentSize is the target size of a segment file. tidwall/wal keeps
+	// the tail segment of every open log in memory, and up to two more
+	// segments per log as a read cache, so this bounds memory per subject.
+	// Default 1 MiB.
+	SegmentSize int
+	// MaxRecordSize bounds one record (a message body plus its header).
+	// Default 32 MiB.
+	MaxRecordSize int
+	// CompactAfter is how many metadata records (progress, contracts, KV)
+	// may accumulate before the metadata log is compacted into a
+	// snapshot. Default 65536.
+	CompactAfter int
+}
+
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.SegmentSize <= 0 {
+		c.SegmentSize = 1 << 20
+	}
+	if c.MaxRecordSize <= 0 {
+		c.MaxRecordSize = 32 << 20
+	}
+	if c.CompactAfter <= 0 {
+		c.CompactAfter = 65536
+	}
+	return c
+}
+
+// TornTail describes a torn last record that Open dropped: the tail of a
+// write that a crash cut short.
+type TornTail struct {
+	File   string
+	Offset int64 // the file was cut to this size
+	Reason string
+}
+
+// Store is the durable store.Store. Create it with Open.
+type Store struct {
+	dir  string
+	opts Options
+	lock *os.File
+
+	life   sync.RWMutex
+	closed bool
+	ops    sync.WaitGroup
+
+	faults atomic.Pointer[faults]
+	tornMu sync.Mutex
+	torn   []TornTail
+
+	msgs  messages
+	meta  metaLog
+	quar  quarantine
+	audit auditLog
+
+	quit chan struct{}
+	bg   sync.WaitGroup
+}
+
+// faults are test hooks: a non-nil error from write or sync makes that
+// write or fsync fail as if the disk had returned it.
+type faults struct {
+	write func(w *logw) error
+	sync  func(w *logw) error
+}
+
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Trimmer = (*Store)(nil)
+)
+
+// Open opens (creating if needed) the store in dir and recovers it: every
+// record is checked, a torn last record is dropped, the indexes are
+// rebuilt and the audit chain is verified. Open fails with an error that
+// matches store.ErrLocked when another process holds dir,
+// store.ErrCorrupt (a *store.CorruptError) when a record before the tail
+// is damaged, and store.ErrTampered when the audit chain does not verify.
+func Open(dir string, opts *Options) (*Store, error) {
+	o := opts.withDefaults()
+	switch o.Sync {
+	case SyncBatch, SyncAlways, SyncNone:
+	default:
+		return nil, fmt.Errorf("wal: unknown sync mode %d", int(o.Sync))
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("wal: data directory %q: %w", dir, err)
+	}
+	dir = abs
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("wal: create data directory: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("wal: data directory %s is not writable: %w", dir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("wal: %s: %w", dir, store.ErrLocked)
+		}
+		return nil, fmt.Errorf("wal: lock %s: %w", dir, err)
+	}
+	if err := probeWritable(dir); err != nil {
+		unlock(lock)
+		return nil, fmt.Errorf("wal: data directory %s is not writable: %w", dir, err)
+	}
+	s := &Store{dir: dir, opts: o, lock: lock, quit: make(chan struct{})}
+	if err := s.load(); err != nil {
+		s.closeLogs()
+		unlock(lock)
+		return nil, err
+	}
+	s.bg.Add(1)
+	go s.compactLoop()
+	return s, nil
+}
+
+func unlock(f *os.File) {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	f.Close()
+}
+
+func probeWritable(dir string) error {
+	p := filepath.Join(dir, ".probe")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte("probe"))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if rerr := os.Remove(p); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (s *Store) load() error {
+	if err := s.loadMeta(); err != nil {
+		return err
+	}
+	if err := s.loadQuarantine(); err != nil {
+		return err
+	}
+	if err := s.loadAudit(); err != nil {
+		return err
+	}
+	return s.loadMessages()
+}
+
+// Dir is the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// TornTails lists the torn last records Open dropped, for the operator's
+// log. It is empty after a clean shutdown.
+func (s *Store) TornTails() []TornTail {
+	s.tornMu.Lock()
+	defer s.tornMu.Unlock()
+	return append([]TornTail(nil), s.torn...)
+}
+
+// enter admits one operation; leave ends it. Close waits for admitted
+// operations.
+func (s *Store) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	s.ops.Add(1)
+	return nil
+}
+
+func (s *Store) leave() { s.ops.Done() }
+
+// Close waits for operations in flight, stops the compactor, closes every
+// log (tidwall/wal fsyncs each tail) and releases the directory lock. It
+// is idempotent; ctx is not consulted once closing has begun, since the
+// operations it waits for are bounded by disk I/O.
+func (s *Store) Close(ctx context.Context) error {
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.life.Unlock()
+	s.ops.Wait()
+	close(s.quit)
+	s.bg.Wait()
+	err := s.closeLogs()
+	unlock(s.lock)
+	return err
+}
+
+func (s *Store) closeLogs() error {
+	var errs []error
+	for _, w := range s.msgs.list {
+		errs = append(errs, w.w.close())
+	}
+	for _, w := range []*logw{s.meta.w, s.quar.w, s.audit.w} {
+		if w != nil {
+			errs = append(errs, w.close())
+		}
+	}
+	return errors.Join(errs...)
+}
