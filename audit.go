@@ -13,14 +13,22 @@ import (
 // ids and codes, never payload values.
 type AuditRecord = store.AuditRecord
 
-// auditor chains and appends audit records. Appends are serialized so the
-// chain order is the append order.
+// auditor chains and appends audit records. Chaining (sequence, hashes) is
+// serialized so the chain order is the append order; the store write is
+// group-committed: while one caller writes a batch, others queue behind it
+// and the next writer takes them all, so concurrent callers share one
+// durable write.
 type auditor struct {
-	mu     sync.Mutex
-	st     store.AuditLog
-	seq    uint64
-	prev   string
-	failed uint64
+	mu       sync.Mutex
+	cond     *sync.Cond
+	st       store.AuditLog
+	seq      uint64 // last chained
+	prev     string
+	pending  []store.AuditRecord
+	writing  bool
+	written  uint64 // last written (or failed) sequence
+	failed   uint64
+	batchBuf []store.AuditRecord
 }
 
 // restore reads the chain head from the store.
@@ -30,6 +38,7 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 		return storeError(err)
 	}
 	a.st = st
+	a.cond = sync.NewCond(&a.mu)
 	switch {
 	case last.Seq != 0:
 		a.seq, a.prev = last.Seq, last.Hash
@@ -38,13 +47,24 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 	default:
 		a.seq, a.prev = 0, store.Genesis
 	}
+	a.written = a.seq
 	return nil
 }
 
-// audit appends one record, filling its sequence, id, time and hashes. A
-// store failure is logged and counted; it never changes the answer the
-// caller already earned.
-func (e *Engine) audit(ctx context.Context, r store.AuditRecord) {
+// audit appends one record, filling its sequence, id, time and hashes, and
+// returns once the store has it. A store failure is logged and counted; it
+// never changes the answer the caller already earned.
+func (e *Engine) audit(ctx context.Context, r store.AuditRecord) { e.appendAudit(r, true) }
+
+// auditAsync chains a record without waiting for the store write when
+// another caller is writing already (that writer writes it next); for the
+// high-rate events: accepted publishes, whose message is already durable,
+// and deliveries. Under a durable store a crash can lose the last
+// milliseconds of such records, never a message, and never a link of the
+// chain (what is on disk is a prefix of it).
+func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
+
+func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 	if r.Time.IsZero() {
 		r.Time = e.now()
 	}
@@ -55,16 +75,55 @@ func (e *Engine) audit(ctx context.Context, r store.AuditRecord) {
 	r.ID = "aud_" + strconv.FormatUint(r.Seq, 10)
 	r.PrevHash = a.prev
 	r.Hash = r.ComputeHash()
-	err := a.st.AppendAudit(context.Background(), r) // evidence is kept even when the caller gives up
-	if err == nil {
-		a.seq, a.prev = r.Seq, r.Hash
-	} else {
-		a.failed++
+	a.seq, a.prev = r.Seq, r.Hash
+	a.pending = append(a.pending, r)
+	mine := r.Seq
+	for {
+		if a.written >= mine {
+			a.mu.Unlock()
+			return
+		}
+		if !a.writing {
+			break
+		}
+		if !wait {
+			a.mu.Unlock()
+			return
+		}
+		a.cond.Wait()
+	}
+	// Become the writer: write batches until nothing is pending.
+	a.writing = true
+	for len(a.pending) > 0 {
+		batch := a.pending
+		a.pending = a.batchBuf[:0]
+		a.mu.Unlock()
+		err := a.st.AppendAudit(context.Background(), batch...) // evidence is kept even when the caller gives up
+		a.mu.Lock()
+		a.written = batch[len(batch)-1].Seq
+		if err != nil {
+			a.failed += uint64(len(batch))
+			e.opts.Logger.Error("audit append failed", "records", len(batch), "err", err)
+		}
+		a.batchBuf = batch[:0]
+		a.cond.Broadcast()
+	}
+	a.writing = false
+	a.mu.Unlock()
+}
+
+// flush waits until every chained record has been written.
+func (a *auditor) flush() {
+	a.mu.Lock()
+	for a.writing || len(a.pending) > 0 {
+		if !a.writing {
+			// Nobody is writing what is pending (cannot happen: the caller
+			// that queued it writes it); leave it rather than spin.
+			break
+		}
+		a.cond.Wait()
 	}
 	a.mu.Unlock()
-	if err != nil {
-		e.opts.Logger.Error("audit append failed", "type", r.Type, "err", err)
-	}
 }
 
 // Audit returns up to max audit records with sequence >= from, in order.

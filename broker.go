@@ -54,6 +54,11 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives operational events; never payload values. Default: discard.
 	Logger *slog.Logger
+	// QuarantineRetention is how long quarantine records are kept (default 30 days).
+	QuarantineRetention time.Duration
+	// SweepInterval is how often expired contracts, parked replies and
+	// retention are swept (default 1 minute).
+	SweepInterval time.Duration
 }
 
 // Engine is the in-process broker. It is safe for concurrent use by any
@@ -109,6 +114,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.RetryBase <= 0 {
 		o.RetryBase = time.Second
 	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Minute
+	}
 	if o.MaxReplay <= 0 {
 		o.MaxReplay = 1000
 	}
@@ -158,7 +166,7 @@ func (e *Engine) goTracked(fn func()) {
 
 // janitor sweeps expired contracts, replies and idle rate buckets.
 func (e *Engine) janitor() {
-	t := time.NewTicker(time.Minute)
+	t := time.NewTicker(e.opts.SweepInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -169,6 +177,7 @@ func (e *Engine) janitor() {
 			e.sweepContracts(ctx)
 			e.replies.sweep(e.now())
 			e.limiter.sweep(e.now())
+			e.enforceRetention(ctx)
 			cancel()
 		}
 	}
@@ -325,6 +334,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	e.auditor.flush()
 	if first && e.ownStore {
 		return e.store.Close(ctx)
 	}

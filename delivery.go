@@ -144,7 +144,7 @@ func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max 
 		return nil, err
 	}
 	for _, m := range out {
-		e.audit(ctx, store.AuditRecord{Type: "delivery.dispatched", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID,
+		e.auditAsync(store.AuditRecord{Type: "delivery.dispatched", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID,
 			ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID})
 	}
 	return out, nil

@@ -38,6 +38,8 @@ var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+func itoa(n int) string { return strconv.Itoa(n) }
+
 // newMessageID returns a fresh message id.
 func newMessageID() string {
 	var b [24]byte
@@ -193,7 +195,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	out := *m
 	out.Sequence = stored.Seq
 	out.AcceptedAt = formatTime(stored.Time)
-	e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
+	e.auditAsync(store.AuditRecord{Time: a.Now, Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
 	e.notify(s.name, stored.Seq)
 	return &Result{Status: StatusAccepted, Message: &out}, nil
 }

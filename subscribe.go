@@ -529,7 +529,7 @@ func (s *subscription) call(m *Message, attempt int) (err error) {
 	e := s.e
 	rec := store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, PolicyID: s.subj.policyID, MessageID: m.ID, Ref: s.id}
 	rec.Type, rec.Outcome = "delivery.dispatched", string(OutcomeAllow)
-	e.audit(s.ctx, rec)
+	e.auditAsync(rec)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("pigeon: handler panicked: %v", p)
@@ -539,7 +539,7 @@ func (s *subscription) call(m *Message, attempt int) (err error) {
 		} else {
 			rec.Type, rec.Outcome = "delivery.nacked", string(OutcomeDeny)
 		}
-		e.audit(s.ctx, rec)
+		e.auditAsync(rec)
 	}()
 	return s.h(s.ctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
 }

@@ -1,0 +1,61 @@
+package pigeon
+
+import (
+	"context"
+	"time"
+
+	"pigeon/store"
+)
+
+// AuditTrimmer is the optional store ability to drop old audit records
+// while keeping a checkpoint that still proves the remainder.
+type AuditTrimmer interface {
+	TrimAuditBefore(ctx context.Context, t time.Time) (int, error)
+}
+
+// QuarantineTrimmer is the optional store ability to drop old quarantine records.
+type QuarantineTrimmer interface {
+	TrimQuarantineBefore(ctx context.Context, t time.Time) (int, error)
+}
+
+// DefaultQuarantineRetention is how long quarantine records are kept when
+// Options.QuarantineRetention is zero.
+const DefaultQuarantineRetention = 30 * 24 * time.Hour
+
+// enforceRetention trims what policy no longer keeps: each subject's
+// messages older than retention.messagesMs, audit records older than the
+// longest retention.auditMs of any subject, and quarantine records older
+// than Options.QuarantineRetention. It runs in the background and never
+// blocks publishers for longer than the store's trim step.
+func (e *Engine) enforceRetention(ctx context.Context) {
+	now := e.now()
+	var auditKeep time.Duration
+	if tr, ok := e.store.(store.Trimmer); ok {
+		for name, s := range e.catalog.Load().subjects {
+			if ms := s.policy.Retention.MessagesMs; ms > 0 {
+				if n, err := tr.TrimBefore(ctx, name, now.Add(-time.Duration(ms)*time.Millisecond)); err != nil {
+					e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
+				} else if n > 0 {
+					e.audit(ctx, store.AuditRecord{Type: "retention.messages", Subject: name, PolicyID: s.policyID, Ref: itoa(n)})
+				}
+			}
+		}
+	}
+	for _, s := range e.catalog.Load().subjects {
+		auditKeep = max(auditKeep, time.Duration(s.policy.Retention.AuditMs)*time.Millisecond)
+	}
+	if at, ok := e.store.(AuditTrimmer); ok && auditKeep > 0 {
+		if _, err := at.TrimAuditBefore(ctx, now.Add(-auditKeep)); err != nil {
+			e.opts.Logger.Error("retention: trim audit", "err", err)
+		}
+	}
+	if qt, ok := e.store.(QuarantineTrimmer); ok {
+		keep := e.opts.QuarantineRetention
+		if keep <= 0 {
+			keep = DefaultQuarantineRetention
+		}
+		if _, err := qt.TrimQuarantineBefore(ctx, now.Add(-keep)); err != nil {
+			e.opts.Logger.Error("retention: trim quarantine", "err", err)
+		}
+	}
+}
