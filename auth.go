@@ -11,6 +11,9 @@ type Principal struct {
 	ID         string            `json:"id" yaml:"principal"`
 	Attributes map[string]string `json:"attributes,omitempty" yaml:"attributes,omitempty"`
 	Roles      []string          `json:"roles,omitempty" yaml:"roles,omitempty"`
+
+	baseRoles []string // roles the credential itself carries
+	grantID   string   // the grant token's id, for a grant credential
 }
 
 // HasRole reports whether p holds role.

@@ -2,6 +2,8 @@ package pigeon_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -246,6 +248,86 @@ func BenchmarkPublishDurable(b *testing.B) {
 				})
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "publishes/s")
 			})
+		}
+	}
+}
+
+// BenchmarkAccessCheck is the per-message cost of checking a contract whose
+// principal came with a grant token (and roles from its account) when
+// nothing changed: one version comparison. "changed" bumps the directory
+// every iteration, forcing the roles to be recomputed.
+func BenchmarkAccessCheck(b *testing.B) {
+	e := benchEngine(b)
+	ctx := context.Background()
+	if _, err := e.CreateAccount(ctx, pigeon.Account{ID: transporttest.Boss, Roles: []string{"boss"}}); err != nil {
+		b.Fatal(err)
+	}
+	g, err := e.IssueGrant(ctx, transporttest.Boss, []string{"boss"}, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := benchSession(b, e, g.Token, "jobs.run")
+	c := s.(interface{ Caller() pigeon.Caller }).Caller()
+	contractGate := e.Gates()[1]
+	a := e.NewAdmission(c, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: []byte(`{"n":1}`)})
+	b.Run("unchanged", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if v := contractGate.Check(ctx, a); !v.Allowed() {
+				b.Fatal(v)
+			}
+		}
+	})
+	b.Run("changed", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := e.PutRole(ctx, pigeon.Role{Name: "other", Permissions: []pigeon.Permission{}}); err != nil {
+				b.Fatal(err)
+			}
+			if v := contractGate.Check(ctx, a); !v.Allowed() {
+				b.Fatal(v)
+			}
+		}
+	})
+}
+
+// BenchmarkSignatureGate is the signature gate on a signed message.
+func BenchmarkSignatureGate(b *testing.B) {
+	opts := transporttest.Options()
+	opts.Catalog.Subjects = append(opts.Catalog.Subjects, pigeon.SubjectPolicy{Name: "signed.jobs", Version: "v1", Intents: []string{"run"},
+		Integrity: pigeon.IntegrityPolicy{Signature: "required"},
+		Policy:    map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: {{Effect: "allow", Principals: []string{transporttest.Boss}}}}})
+	e, err := pigeon.New(context.Background(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	ctx := context.Background()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	if _, err := e.CreateAccount(ctx, pigeon.Account{ID: transporttest.Boss, Keys: []pigeon.PublicKey{pigeon.Ed25519PublicKey("k1", pub)}}); err != nil {
+		b.Fatal(err)
+	}
+	s := benchSession(b, e, "boss-token", "signed.jobs")
+	c := s.(interface{ Caller() pigeon.Caller }).Caller()
+	m := &pigeon.Message{Type: "job", Subject: "signed.jobs", Intent: "run", Data: []byte(`{"n":1}`)}
+	if err := pigeon.SignMessage(m, "k1", priv); err != nil {
+		b.Fatal(err)
+	}
+	a := e.NewAdmission(c, m)
+	gates := e.Gates()
+	if v := gates[1].Check(ctx, a); !v.Allowed() {
+		b.Fatal(v)
+	}
+	var sig pigeon.Gate
+	for _, g := range gates {
+		if g.Name() == pigeon.GateSignature {
+			sig = g
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := sig.Check(ctx, a); !v.Allowed() {
+			b.Fatal(v)
 		}
 	}
 }

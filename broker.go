@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"log/slog"
 	"slices"
@@ -78,6 +79,8 @@ type Engine struct {
 	groups    groupTable
 	subs      subscriptions
 	recent    recentCache
+	dir       directory
+	grantKey  ed25519.PrivateKey
 
 	closed   atomic.Bool
 	done     chan struct{}
@@ -140,6 +143,12 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e.groups.init()
 	e.subs.init()
 	if err := e.auditor.restore(ctx, e.store); err != nil {
+		return nil, err
+	}
+	if err := e.loadDirectory(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.loadGrantKey(ctx); err != nil {
 		return nil, err
 	}
 	e.catalog.Store(&catalogState{subjects: map[string]*subject{}, schemas: map[string][]byte{}})
@@ -260,6 +269,9 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 	if e.closed.Load() {
 		return nil, NewError(CodeShutdown, "broker is shutting down")
 	}
+	if looksLikeJWT(credential) {
+		return e.authenticateGrant(credential)
+	}
 	p, err := e.auth.Authenticate(ctx, credential)
 	if err != nil {
 		var pe *Error
@@ -271,7 +283,7 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 	if p == nil || p.ID == "" {
 		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
 	}
-	return p, nil
+	return e.resolveAccount(p), nil
 }
 
 // Negotiate issues a contract to p for the subjects policy permits. ttl 0

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,11 @@ type ContractSubject struct {
 	Operations []Operation `json:"operations"`
 	// Digest identifies the exact compiled policy (and schema) version.
 	Digest string `json:"digest,omitempty"`
+	// Scope lists, per operation granted only through role permissions
+	// with selectors, the selectors a message must match (any of them).
+	Scope map[Operation][]string `json:"scope,omitempty"`
+	// ViaRole lists the operations granted through role permissions.
+	ViaRole []Operation `json:"viaRole,omitempty"`
 }
 
 // ContractInfo is a contract's JSON shape.
@@ -50,6 +56,13 @@ type ContractInfo struct {
 	IssuedAt  time.Time         `json:"issuedAt"`
 	ExpiresAt time.Time         `json:"expiresAt"`
 	Region    string            `json:"region,omitempty"`
+	// Roles are the principal's roles when the contract was negotiated;
+	// removing any of them fails the contract's next check with
+	// GRANT_REVOKED. BaseRoles came with the credential itself; GrantID
+	// names the grant token it was negotiated with.
+	Roles     []string `json:"roles,omitempty"`
+	BaseRoles []string `json:"baseRoles,omitempty"`
+	GrantID   string   `json:"grantId,omitempty"`
 }
 
 // View returns a Contract backed by a copy of the info, for clients that
@@ -61,21 +74,86 @@ func (ci ContractInfo) View() Contract {
 		for _, op := range s.Operations {
 			g.ops |= opBit(op)
 		}
+		for _, op := range s.ViaRole {
+			g.viaRole |= opBit(op)
+		}
+		for op, sels := range s.Scope {
+			for _, txt := range sels {
+				if sel, err := ParseSelector(txt); err == nil {
+					g.setScope(op, sel)
+				}
+			}
+		}
 		c.grants[s.Name] = g
 	}
 	return c
 }
 
 type contract struct {
-	info    ContractInfo
-	grants  map[string]*grant
-	revoked atomic.Bool
+	info      ContractInfo
+	grants    map[string]*grant
+	revoked   atomic.Bool
+	accessVer atomic.Uint64 // directory version of the last access check
 }
 
 type grant struct {
-	ops    uint8
-	digest string
-	subj   atomic.Pointer[subject]
+	ops     uint8
+	viaRole uint8
+	digest  string
+	subj    atomic.Pointer[subject]
+	scope   [4][]Selector // per operation (opIndex); nil: not scoped
+}
+
+func opIndex(op Operation) int {
+	switch op {
+	case OpPublish:
+		return 0
+	case OpReceive:
+		return 1
+	case OpAck:
+		return 2
+	}
+	return 3
+}
+
+func (g *grant) setScope(op Operation, sel Selector) {
+	i := opIndex(op)
+	g.scope[i] = append(g.scope[i], sel)
+}
+
+// scoped reports whether op is restricted to routes.
+func (g *grant) scoped(op Operation) bool { return g != nil && g.scope[opIndex(op)] != nil }
+
+// scopeKey names op's scope, for keying consumer groups.
+func (g *grant) scopeKey(op Operation) string {
+	if !g.scoped(op) {
+		return ""
+	}
+	var b strings.Builder
+	for i, s := range g.scope[opIndex(op)] {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s.String())
+	}
+	return b.String()
+}
+
+// inScope reports whether data is within the grant's scope for op.
+func (g *grant) inScope(op Operation, data any) bool {
+	if g == nil {
+		return true
+	}
+	sels := g.scope[opIndex(op)]
+	if sels == nil {
+		return true
+	}
+	for _, s := range sels {
+		if s.Match(data) {
+			return true
+		}
+	}
+	return false
 }
 
 func opBit(op Operation) uint8 {
@@ -136,7 +214,16 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	cat := e.catalog.Load()
 	now := e.now()
 	c := &contract{grants: map[string]*grant{}}
-	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl)}
+	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
+		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID}
+	if p.grantID != "" {
+		e.dir.mu.RLock()
+		if g := e.dir.grants[p.grantID]; g != nil && g.ExpiresAt.Before(c.info.ExpiresAt) {
+			c.info.ExpiresAt = g.ExpiresAt
+		}
+		e.dir.mu.RUnlock()
+	}
+	c.accessVer.Store(e.dir.version.Load())
 	seen := map[string]bool{}
 	for _, name := range names {
 		if seen[name] {
@@ -149,19 +236,41 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 			return nil, NewError(CodeSubjectNotFound, "unknown subject %q", name)
 		}
 		g := &grant{digest: s.digest}
-		var ops []Operation
+		cs := ContractSubject{Name: name, SubjectID: s.name, SchemaID: s.schemaID, PolicyID: s.policyID, Digest: s.digest}
 		for _, op := range Operations {
-			if s.allowsAtIdentity(op, p, region) {
-				g.ops |= opBit(op)
-				ops = append(ops, op)
+			allowed, denied := s.identityVerdict(op, p, region)
+			switch {
+			case allowed:
+			case denied:
+				continue
+			default:
+				scope, ok := e.permissionScope(p.Roles, name, op)
+				if !ok {
+					continue
+				}
+				g.viaRole |= opBit(op)
+				cs.ViaRole = append(cs.ViaRole, op)
+				for _, txt := range scope {
+					sel, err := ParseSelector(txt)
+					if err != nil {
+						continue
+					}
+					g.setScope(op, sel)
+					if cs.Scope == nil {
+						cs.Scope = map[Operation][]string{}
+					}
+					cs.Scope[op] = append(cs.Scope[op], sel.String())
+				}
 			}
+			g.ops |= opBit(op)
+			cs.Operations = append(cs.Operations, op)
 		}
 		if g.ops == 0 {
 			continue
 		}
 		g.subj.Store(s)
 		c.grants[name] = g
-		c.info.Subjects = append(c.info.Subjects, ContractSubject{Name: name, SubjectID: s.name, SchemaID: s.schemaID, PolicyID: s.policyID, Operations: ops, Digest: s.digest})
+		c.info.Subjects = append(c.info.Subjects, cs)
 		c.info.PolicyIDs = append(c.info.PolicyIDs, s.policyID)
 	}
 	if len(c.grants) == 0 {
@@ -245,6 +354,9 @@ func (e *Engine) checkContract(ctx context.Context, id string, p *Principal, sub
 	}
 	if !e.now().Before(c.info.ExpiresAt) {
 		return nil, CodeContractExpired, "the contract has expired"
+	}
+	if code, reason := e.checkAccess(c); code != CodeOK {
+		return nil, code, reason
 	}
 	if subj == nil {
 		return nil, CodeSubjectNotFound, "unknown subject"

@@ -125,9 +125,11 @@ func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max 
 	if s == nil {
 		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
 	}
-	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive); code != CodeOK {
+	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive)
+	if code != CodeOK {
 		return nil, e.contractError(ctx, "receive.denied", c.Principal, s.name, c.ContractID, code, reason)
 	}
+	scope := k.grants[s.name]
 	if max <= 0 || max > e.opts.MaxReplay {
 		max = e.opts.MaxReplay
 	}
@@ -136,9 +138,13 @@ func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max 
 		err error
 	)
 	if s.mode == ModePubSub {
-		out, err = e.receiveCursor(ctx, c, s, max)
+		out, err = e.receiveCursor(ctx, c, s, max, scope)
 	} else {
-		out, err = e.receiveLeased(ctx, c, s, DefaultGroup, c.Principal.ID, max)
+		group := DefaultGroup
+		if scope.scoped(OpReceive) {
+			group += "|scope:" + scope.scopeKey(OpReceive)
+		}
+		out, err = e.receiveLeased(ctx, c, s, group, c.Principal.ID, max, scope)
 	}
 	if err != nil {
 		return nil, err
@@ -154,7 +160,7 @@ func cursorKey(subject, principal string) store.GroupKey {
 	return store.GroupKey{Subject: subject, Group: "cursor:" + principal}
 }
 
-func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int) ([]*Message, error) {
+func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *grant) ([]*Message, error) {
 	g, err := e.group(ctx, cursorKey(s.name, c.Principal.ID))
 	if err != nil {
 		return nil, err
@@ -174,18 +180,25 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 		if err := e.markDone(ctx, g, sm.Seq); err != nil {
 			return out, err
 		}
+		if !scope.inScope(OpReceive, d.data) {
+			continue
+		}
 		out = append(out, d.m.Clone())
 	}
 	return out, nil
 }
 
 // receiveLeased hands out up to max messages of group to holder under lease.
-func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int) ([]*Message, error) {
+func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int, scope *grant) ([]*Message, error) {
 	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
 	if err != nil {
 		return nil, err
 	}
-	ds, err := e.leaseBatch(ctx, g, s, holder, max, nil)
+	var match func(*decoded) bool
+	if scope.scoped(OpReceive) {
+		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.data) }
+	}
+	ds, err := e.leaseBatch(ctx, g, s, holder, max, match)
 	out := make([]*Message, len(ds))
 	for i, d := range ds {
 		out[i] = d.m.Clone()

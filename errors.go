@@ -64,6 +64,7 @@ const (
 	CodeSignatureInvalid  Code = "SIGNATURE_INVALID"
 	CodeEncryptionReq     Code = "ENCRYPTION_REQUIRED"
 	CodeInvalidArgument   Code = "INVALID_ARGUMENT"
+	CodeConflict          Code = "CONFLICT"
 )
 
 // Sentinel errors. Every *Error matches exactly one group with errors.Is, so
@@ -169,7 +170,7 @@ func (c Code) group() error {
 	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
 		return ErrNotFound
 	case CodeBadRequest, CodeEnvelopeInvalid, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid,
-		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed:
+		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict:
 		return ErrInvalid
 	case CodeRequestTimeout:
 		return ErrTimeout
@@ -209,6 +210,8 @@ func (c Code) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
+	case CodeConflict:
+		return http.StatusConflict
 	case CodeRequestTimeout:
 		return http.StatusGatewayTimeout
 	case CodeShutdown, CodeStoreUnavailable:

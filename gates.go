@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"time"
@@ -38,8 +39,10 @@ func builtinGates(e *Engine) []Gate {
 		regionGate{},
 		forbiddenGate{},
 		tokenizedGate{},
+		encryptionGate{},
 		schemaGate{},
 		qualityGate{},
+		signatureGate{e: e},
 	}
 }
 
@@ -99,7 +102,41 @@ type ruleGate struct{}
 
 func (ruleGate) Name() string { return GateRule }
 func (ruleGate) Check(_ context.Context, a *Admission) Verdict {
+	if a.contract != nil {
+		if g := a.contract.grants[a.subj.name]; g != nil && g.viaRole&opBit(a.op) != 0 {
+			// Granted by a role permission: catalog deny rules still win,
+			// and the message must lie within the permission's routes.
+			if v := a.subj.evalDenies(a.op, a); !v.Allowed() {
+				return v
+			}
+			if !g.inScope(a.op, a.Data) {
+				return Deny(CodePolicyDenied, "the message is outside the routes this principal holds")
+			}
+			return Allow()
+		}
+	}
 	return a.subj.evalRules(a.op, a)
+}
+
+// evalDenies applies only the subject's deny rules for op.
+func (s *subject) evalDenies(op Operation, a *Admission) Verdict {
+	m := a.Message
+	for _, r := range s.rules[op] {
+		if !r.deny || !r.matchesIdentity(a.Principal, a.Region) {
+			continue
+		}
+		if len(r.intents) > 0 && !slices.Contains(r.intents, m.Intent) {
+			continue
+		}
+		if r.when != nil {
+			ok, err := r.when.eval(a.celPrincipal(), a.celMessage())
+			if err == nil && !ok {
+				continue
+			}
+		}
+		return Deny(CodePolicyDenied, "a deny rule matched")
+	}
+	return Allow()
 }
 
 // evalRules applies the subject's rules for op to one message: a matching
@@ -285,7 +322,12 @@ func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
 	if a.subj.schema == nil {
 		return Allow()
 	}
-	if reason := a.subj.schema.validate(a.Data, a.Message.Data); reason != "" {
+	data, raw := a.Data, []byte(a.Message.Data)
+	if a.subj.e2e {
+		// Only the clear (routing) fields are validated; the sealed part is opaque.
+		data, raw = clearPart(a.Data)
+	}
+	if reason := a.subj.schema.validate(data, raw); reason != "" {
 		return Deny(CodeSchemaInvalid, reason)
 	}
 	return Allow()
@@ -310,6 +352,22 @@ func (qualityGate) Check(_ context.Context, a *Admission) Verdict {
 		return Deny(q.code, reason)
 	}
 	return Allow()
+}
+
+// clearPart returns data without its sealed part, decoded and encoded.
+func clearPart(data any) (any, []byte) {
+	obj, ok := data.(map[string]any)
+	if !ok {
+		return data, []byte("null")
+	}
+	c := make(map[string]any, len(obj))
+	for k, v := range obj {
+		if k != SealedField {
+			c[k] = v
+		}
+	}
+	raw, _ := json.Marshal(c)
+	return c, raw
 }
 
 // lookupPath walks parts into data (objects by key, arrays by index).

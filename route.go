@@ -20,7 +20,7 @@ const (
 )
 
 // Selector is a parsed content-routing selector: a conjunction of tests on
-// fields of a message's data. The grammar is in docs/selectors.md; in short:
+// fields of a message's data. The grammar is in docs/delivery.md; in short:
 //
 //	/                      matches everything
 //	/kind=chat/room=lobby  kind equals "chat" AND room equals "lobby"

@@ -39,6 +39,8 @@ type subject struct {
 	backoff   string
 	replayAge time.Duration
 	rate      *RateLimitPolicy
+	e2e       bool            // end-to-end encryption enforced
+	routing   map[string]bool // fields that stay in clear beside the sealed part
 }
 
 // rule is a compiled RuleSpec.
@@ -101,6 +103,13 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		s.tokenized = append(s.tokenized, splitPath(f))
 	}
 	s.redact = append(slices.Clone(s.forbidden), s.tokenized...)
+	if p.Data.Encryption == "required" && p.Data.RoutingFields != nil {
+		s.e2e = true
+		s.routing = map[string]bool{}
+		for _, f := range p.Data.RoutingFields {
+			s.routing[f] = true
+		}
+	}
 	digest := sha256.New()
 	pj, _ := json.Marshal(p)
 	digest.Write(pj)
@@ -222,24 +231,23 @@ func (r *rule) messageDependent() bool {
 	return len(r.intents) > 0 || r.requireReason || r.when != nil
 }
 
-// allowsAtIdentity reports whether op may be granted to p in region at
-// negotiation: some allow rule matches the identity, and no deny rule that
-// does not depend on the message matches it.
-func (s *subject) allowsAtIdentity(op Operation, p *Principal, region string) bool {
-	allowed := false
+// identityVerdict says at negotiation whether the catalog grants op to p in
+// region (some allow rule matches the identity) and whether it refuses it
+// outright (a deny rule that does not depend on the message matches).
+func (s *subject) identityVerdict(op Operation, p *Principal, region string) (allowed, denied bool) {
 	for _, r := range s.rules[op] {
 		if !r.matchesIdentity(p, region) {
 			continue
 		}
 		if r.deny {
 			if !r.messageDependent() {
-				return false
+				return false, true
 			}
 			continue
 		}
 		allowed = true
 	}
-	return allowed
+	return allowed, false
 }
 
 // hasIntent reports whether the subject lists intent.

@@ -111,6 +111,7 @@ type subscription struct {
 	filter  *condition
 	group   string
 	h       Handler
+	scope   *grant // the contract's grant on the subject: its receive scope applies
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -276,15 +277,17 @@ func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectN
 			return nil, WrapError(CodeFilterInvalid, err, "filter does not compile: %v", err)
 		}
 	}
-	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive); code != CodeOK {
+	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive)
+	if code != CodeOK {
 		return nil, e.contractError(ctx, "subscribe.denied", c.Principal, s.name, c.ContractID, code, reason)
 	}
+	scope := k.grants[s.name]
 	for i := len(o.Middleware) - 1; i >= 0; i-- {
 		h = o.Middleware[i](h)
 	}
 	sub := &subscription{
 		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h,
-		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight),
+		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
 	}
 	sub.ctx, sub.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if s.mode == ModePubSub {
@@ -307,10 +310,10 @@ func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		if g == "" {
 			g = DefaultGroup
 		}
-		if o.Selector != "" || o.Filter != "" {
+		if o.Selector != "" || o.Filter != "" || scope.scoped(OpReceive) {
 			// Members that select differently cannot share one queue
 			// position: each selection is its own competing group.
-			g += "|" + sel.String() + "|" + o.Filter
+			g += "|" + sel.String() + "|" + o.Filter + "|" + scope.scopeKey(OpReceive)
 		}
 		sub.group = g
 	}
@@ -384,6 +387,9 @@ func (s *subscription) checkDelivery() bool {
 
 // selects reports whether the message passes the subscription's filter.
 func (s *subscription) selects(m *Message, data any) bool {
+	if s.scope != nil && !s.scope.inScope(OpReceive, data) {
+		return false
+	}
 	if s.filter == nil {
 		return true
 	}

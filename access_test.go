@@ -1,0 +1,271 @@
+package pigeon_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/transporttest"
+)
+
+const (
+	carol = "spiffe://chat/carol"
+	dave  = "spiffe://chat/dave"
+)
+
+// accessFixture is an engine with a chat subject that no catalog rule
+// opens: access comes from roles only.
+func accessFixture(t *testing.T) *fixture {
+	return newFixture(t, func(o *pigeon.Options) {
+		base := transporttest.Options()
+		o.Catalog = base.Catalog
+		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
+			Name: "rooms.chat", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+				pigeon.OpPublish: {{Effect: "deny", Principals: []string{dave}, Intents: []string{"chat"}, When: `message.data.text == "spam"`}},
+				pigeon.OpReceive: {{Effect: "allow", Roles: []string{"moderator"}}},
+			},
+		})
+		o.Authenticator = pigeon.NewStaticTokens(append(transporttest.Options().Authenticator.(*pigeon.StaticTokens).Tokens(),
+			pigeon.StaticToken{Token: "carol-token", Principal: carol},
+			pigeon.StaticToken{Token: "dave-token", Principal: dave})...)
+		o.Now = nil
+	})
+}
+
+func chatIn(room, text string) *pigeon.Message {
+	b, _ := json.Marshal(map[string]string{"kind": "chat", "room": room, "text": text})
+	return &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: b}
+}
+
+func TestRolePermissionsScopeContent(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "lobby-member", Permissions: []pigeon.Permission{
+		{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish, pigeon.OpReceive}, Selector: "/room=lobby"},
+	}})
+	require.NoError(t, err)
+	_, err = e.PutRole(ctx, pigeon.Role{Name: "writer", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.PutRole(ctx, pigeon.Role{Name: "bad", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{"fly"}}}})
+	requireCode(t, err, pigeon.CodeBadRequest)
+	_, err = e.PutRole(ctx, pigeon.Role{Name: "bad", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}, Selector: "room=x"}}})
+	requireCode(t, err, pigeon.CodeSelectorInvalid)
+
+	_, err = e.Connect(ctx, "carol-token", []string{"rooms.chat"})
+	requireCode(t, err, pigeon.CodeNoPermittedSubjects)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"lobby-member"}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol})
+	requireCode(t, err, pigeon.CodeConflict)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: dave, Roles: []string{"writer"}})
+	require.NoError(t, err)
+
+	c := f.connect("carol-token", "rooms.chat")
+	cs := c.Contract().Info().Subjects[0]
+	require.Equal(t, []pigeon.Operation{pigeon.OpPublish, pigeon.OpReceive}, cs.Operations)
+	require.Equal(t, []string{"/room=lobby"}, cs.Scope[pigeon.OpPublish])
+
+	var mu sync.Mutex
+	var got []string
+	_, err = c.Subscribe(ctx, "rooms.chat", func(_ context.Context, d *pigeon.Delivery) error {
+		var m map[string]string
+		_ = json.Unmarshal(d.Message.Data, &m)
+		mu.Lock()
+		got = append(got, m["room"]+":"+m["text"])
+		mu.Unlock()
+		return nil
+	})
+	require.NoError(t, err)
+
+	_, err = c.Publish(ctx, chatIn("lobby", "hi"))
+	require.NoError(t, err)
+	_, err = c.Publish(ctx, chatIn("kitchen", "psst"))
+	requireCode(t, err, pigeon.CodePolicyDenied)
+
+	d := f.connect("dave-token", "rooms.chat")
+	_, err = d.Publish(ctx, chatIn("kitchen", "from dave"))
+	require.NoError(t, err, "an unscoped permission publishes anywhere")
+	_, err = d.Publish(ctx, chatIn("lobby", "spam"))
+	requireCode(t, err, pigeon.CodePolicyDenied) // a catalog deny rule still wins over a role permission
+	_, err = d.Publish(ctx, chatIn("lobby", "from dave"))
+	require.NoError(t, err)
+	_, err = d.Subscribe(ctx, "rooms.chat", func(context.Context, *pigeon.Delivery) error { return nil })
+	requireCode(t, err, pigeon.CodeOperationNotInContract)
+
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 }, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	require.Equal(t, []string{"lobby:hi", "lobby:from dave"}, got, "kitchen messages never reach a lobby member")
+	mu.Unlock()
+
+	// Catalog rules may allow by role too.
+	_, err = e.AddAccountRole(ctx, dave, "moderator")
+	require.NoError(t, err)
+	d2 := f.connect("dave-token", "rooms.chat")
+	require.True(t, d2.Contract().Allows("rooms.chat", pigeon.OpReceive))
+}
+
+func TestRemovingRoleTakesEffectAtNextCheck(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish, pigeon.OpReceive}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+	c := f.connect("carol-token", "rooms.chat")
+	sub, err := c.Subscribe(ctx, "rooms.chat", func(context.Context, *pigeon.Delivery) error { return nil })
+	require.NoError(t, err)
+	_, err = c.Publish(ctx, chatIn("lobby", "before"))
+	require.NoError(t, err)
+
+	_, err = e.RemoveAccountRole(ctx, carol, "member")
+	require.NoError(t, err)
+	_, err = c.Publish(ctx, chatIn("lobby", "after"))
+	requireCode(t, err, pigeon.CodeGrantRevoked)
+	select {
+	case <-sub.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the subscription did not stop")
+	}
+	requireCode(t, sub.Err(), pigeon.CodeGrantRevoked)
+	recs, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	var denied, stopped bool
+	for _, r := range recs {
+		denied = denied || (r.Type == "publish.denied" && r.Code == string(pigeon.CodeGrantRevoked))
+		stopped = stopped || (r.Type == "subscription.stopped" && r.Code == string(pigeon.CodeGrantRevoked))
+	}
+	require.True(t, denied && stopped, "both are audited")
+	_, err = e.Connect(ctx, "carol-token", []string{"rooms.chat"})
+	requireCode(t, err, pigeon.CodeNoPermittedSubjects)
+}
+
+func TestGrantTokens(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+
+	_, err = e.IssueGrant(ctx, "spiffe://nobody", []string{"member"}, time.Hour)
+	requireCode(t, err, pigeon.CodeNotFound)
+	_, err = e.IssueGrant(ctx, carol, nil, time.Hour)
+	requireCode(t, err, pigeon.CodeBadRequest)
+
+	g, err := e.IssueGrant(ctx, carol, []string{"member", "admin"}, time.Hour)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(g.JTI, "gr_"))
+	p, err := e.Authenticate(ctx, g.Token)
+	require.NoError(t, err)
+	require.Equal(t, carol, p.ID)
+	require.Equal(t, []string{"member"}, p.Roles, "a grant gives only roles the account holds")
+
+	s, err := e.Connect(ctx, g.Token, []string{"rooms.chat"})
+	require.NoError(t, err)
+	defer s.Close(ctx)
+	_, err = s.Publish(ctx, chatIn("lobby", "hi"))
+	require.NoError(t, err)
+
+	// Revoking the grant refuses the token and stops the contract.
+	require.NoError(t, e.RevokeGrant(ctx, g.JTI))
+	require.NoError(t, e.RevokeGrant(ctx, g.JTI), "revoking twice is a no-op")
+	requireCode(t, e.RevokeGrant(ctx, "gr_nope"), pigeon.CodeNotFound)
+	_, err = s.Publish(ctx, chatIn("lobby", "again"))
+	requireCode(t, err, pigeon.CodeGrantRevoked)
+	_, err = e.Authenticate(ctx, g.Token)
+	requireCode(t, err, pigeon.CodeUnauthenticated)
+
+	// A grant for a role the account no longer holds gives nothing.
+	g2, err := e.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+	require.NoError(t, err)
+	_, err = e.RemoveAccountRole(ctx, carol, "member")
+	require.NoError(t, err)
+	_, err = e.Connect(ctx, g2.Token, []string{"rooms.chat"})
+	requireCode(t, err, pigeon.CodeNoPermittedSubjects)
+
+	// Expired.
+	g3, err := e.IssueGrant(ctx, carol, []string{"member"}, time.Second)
+	require.NoError(t, err)
+	exp := e.Authenticate
+	_ = exp
+	tok := g3.Token
+	require.Eventually(t, func() bool {
+		_, err := e.Authenticate(ctx, tok)
+		return pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated
+	}, 5*time.Second, 50*time.Millisecond, "an expired grant is refused")
+}
+
+func TestForgedGrantTokensRefused(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"admin"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, carol, []string{"admin"}, time.Hour)
+	require.NoError(t, err)
+	claims := jwt.MapClaims{"iss": "pigeon", "sub": carol, "jti": g.JTI, "roles": []string{"admin"}, "exp": time.Now().Add(time.Hour).Unix()}
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	wrongKey, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims).SignedString(otherKey)
+	require.NoError(t, err)
+	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	require.NoError(t, err)
+	hs, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte("guess"))
+	require.NoError(t, err)
+	parts := strings.Split(g.Token, ".")
+	tampered := parts[0] + "." + strings.TrimRight(parts[1], "A") + "B." + parts[2]
+	for name, tok := range map[string]string{"wrong key": wrongKey, "alg none": none, "HS256 confusion": hs, "tampered": tampered, "truncated": g.Token[:len(g.Token)-4]} {
+		t.Run(name, func(t *testing.T) {
+			_, err := e.Authenticate(ctx, tok)
+			requireCode(t, err, pigeon.CodeUnauthenticated)
+		})
+	}
+}
+
+func TestAccountsAndStaticTokens(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	a, err := e.CreateAccount(ctx, pigeon.Account{ID: carol, Attributes: map[string]string{"team": "chat"}, Roles: []string{"b", "a", "a"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, a.Roles)
+	p, err := e.Authenticate(ctx, "carol-token")
+	require.NoError(t, err)
+	require.Equal(t, "chat", p.Attributes["team"], "a static token resolves to its account")
+	require.Equal(t, []string{"a", "b"}, p.Roles)
+	_, err = e.AddAccountRole(ctx, "nobody", "x")
+	requireCode(t, err, pigeon.CodeNotFound)
+	require.Len(t, e.ListAccounts(ctx), 1)
+	require.NoError(t, e.DeleteAccount(ctx, carol))
+	requireCode(t, e.DeleteAccount(ctx, carol), pigeon.CodeNotFound)
+	_, err = e.GetAccount(ctx, carol)
+	requireCode(t, err, pigeon.CodeNotFound)
+}
+
+func TestAccessSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	e, st := openDurable(t, dir, nil)
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://x", Roles: []string{"r"}})
+	require.NoError(t, err)
+	_, err = e.PutRole(ctx, pigeon.Role{Name: "r", Permissions: []pigeon.Permission{{Subject: "payments.authorize", Operations: []pigeon.Operation{pigeon.OpReceive}, Selector: "/currency=GBP"}}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, "spiffe://x", []string{"r"}, time.Hour)
+	require.NoError(t, err)
+	closeDurable(t, e, st)
+	e, st = openDurable(t, dir, nil)
+	defer closeDurable(t, e, st)
+	p, err := e.Authenticate(ctx, g.Token)
+	require.NoError(t, err, "the grant key and grants are durable")
+	require.Equal(t, []string{"r"}, p.Roles)
+	r, err := e.GetRole(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, "/currency=GBP", r.Permissions[0].Selector)
+}

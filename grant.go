@@ -1,0 +1,172 @@
+package pigeon
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"pigeon/store"
+)
+
+// Limits of grant tokens.
+const (
+	DefaultGrantTTL = time.Hour
+	MaxGrantTTL     = 30 * 24 * time.Hour
+	grantIssuer     = "pigeon"
+)
+
+// GrantToken is an issued grant: a signed JWT (EdDSA) that the broker
+// accepts as a credential for Account with the given roles.
+type GrantToken struct {
+	Token     string    `json:"token"`
+	JTI       string    `json:"jti"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// grantRecord is what the broker keeps of an issued grant.
+type grantRecord struct {
+	JTI       string    `json:"jti"`
+	Account   string    `json:"account"`
+	Roles     []string  `json:"roles"`
+	IssuedAt  time.Time `json:"issuedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+type grantClaims struct {
+	Roles []string `json:"roles"`
+	jwt.RegisteredClaims
+}
+
+// loadGrantKey reads (or creates and stores) the broker's grant signing key.
+func (e *Engine) loadGrantKey(ctx context.Context) error {
+	b, err := e.store.Get(ctx, bucketBroker, "grant-key")
+	switch {
+	case err == nil && len(b) == ed25519.PrivateKeySize:
+		e.grantKey = ed25519.PrivateKey(b)
+		return nil
+	case err == nil:
+		return NewError(CodeStoreCorrupt, "the stored grant signing key is malformed")
+	case !errors.Is(err, store.ErrNotFound):
+		return storeError(err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return WrapError(CodeInternal, err, "generate grant key")
+	}
+	if err := e.store.Put(ctx, bucketBroker, "grant-key", priv); err != nil {
+		return storeError(err)
+	}
+	e.grantKey = priv
+	return nil
+}
+
+// IssueGrant signs a grant token for account with roles, valid for ttl
+// (default 1 h, at most 30 days). The roles in effect at every later check
+// are those of the grant that the account still holds then.
+func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
+	if e.grantKey == nil {
+		return GrantToken{}, WrapError(CodeInternal, errNoGrantKey, "grants are unavailable")
+	}
+	if _, err := e.GetAccount(ctx, account); err != nil {
+		return GrantToken{}, err
+	}
+	if len(roles) == 0 {
+		return GrantToken{}, NewError(CodeBadRequest, "a grant needs at least one role")
+	}
+	if ttl <= 0 {
+		ttl = DefaultGrantTTL
+	}
+	if ttl > MaxGrantTTL {
+		return GrantToken{}, NewError(CodeBadRequest, "a grant lives at most %s", MaxGrantTTL)
+	}
+	var jb [16]byte
+	_, _ = rand.Read(jb[:])
+	now := e.now().UTC().Truncate(time.Second)
+	rec := grantRecord{JTI: "gr_" + hex.EncodeToString(jb[:]), Account: account, Roles: uniqueSorted(roles), IssuedAt: now, ExpiresAt: now.Add(ttl)}
+	claims := grantClaims{Roles: rec.Roles, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: grantIssuer, Subject: account, ID: rec.JTI,
+		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(rec.ExpiresAt),
+	}}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims).SignedString(e.grantKey)
+	if err != nil {
+		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")
+	}
+	d := &e.dir
+	d.mu.Lock()
+	err = e.putJSON(ctx, bucketGrants, rec.JTI, &rec)
+	if err == nil {
+		d.grants[rec.JTI] = &rec
+		d.bump()
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return GrantToken{}, err
+	}
+	e.audit(ctx, store.AuditRecord{Type: "grant.issued", Principal: account, Ref: rec.JTI})
+	return GrantToken{Token: tok, JTI: rec.JTI, ExpiresAt: rec.ExpiresAt}, nil
+}
+
+// RevokeGrant revokes a grant: the token is refused from now on, and every
+// contract negotiated with it fails its next check with GRANT_REVOKED.
+func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
+	d := &e.dir
+	d.mu.Lock()
+	g, ok := d.grants[jti]
+	var err error
+	if !ok {
+		err = NewError(CodeNotFound, "no grant %s", jti)
+	} else if _, done := d.revoked[jti]; !done {
+		if err = e.putJSON(ctx, bucketRevoked, jti, g.ExpiresAt); err == nil {
+			d.revoked[jti] = g.ExpiresAt
+			d.bump()
+		}
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	e.audit(ctx, store.AuditRecord{Type: "grant.revoked", Outcome: string(OutcomeDeny), Code: string(CodeGrantRevoked), Principal: g.Account, Ref: jti})
+	e.onAccessChanged()
+	return nil
+}
+
+// looksLikeJWT reports whether a credential has the shape of a compact JWS.
+func looksLikeJWT(s string) bool {
+	return strings.HasPrefix(s, "eyJ") && strings.Count(s, ".") == 2
+}
+
+// authenticateGrant verifies a grant token: EdDSA signed by this broker,
+// issued by it, not expired, not revoked, for an account that exists. Any
+// other algorithm (none, HS256, RS256) is refused before the signature is
+// looked at.
+func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
+	if e.grantKey == nil {
+		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
+	}
+	var claims grantClaims
+	pub := e.grantKey.Public()
+	_, err := jwt.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return pub, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithIssuer(grantIssuer),
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(e.now))
+	if err != nil {
+		return nil, NewError(CodeUnauthenticated, "invalid grant token")
+	}
+	roles, code := e.effectiveRoles(claims.Subject, nil, claims.ID, e.now())
+	if code != CodeOK {
+		return nil, NewError(CodeUnauthenticated, "the grant was revoked or has expired")
+	}
+	e.dir.mu.RLock()
+	a := e.dir.accounts[claims.Subject]
+	var attrs map[string]string
+	if a != nil {
+		attrs = cloneMap(a.Attributes)
+	}
+	e.dir.mu.RUnlock()
+	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, grantID: claims.ID}, nil
+}

@@ -1,0 +1,140 @@
+package pigeon_test
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/seal"
+	"pigeon/transport/transporttest"
+)
+
+const signer = "spiffe://sig/signer"
+
+// integrityFixture has a subject that requires signatures and one that
+// requires end-to-end encryption with routing fields.
+func integrityFixture(t *testing.T) *fixture {
+	return newFixture(t, func(o *pigeon.Options) {
+		o.Catalog = transporttest.Options().Catalog
+		allow := map[pigeon.Operation][]pigeon.RuleSpec{
+			pigeon.OpPublish: {{Effect: "allow", Principals: []string{signer}}},
+			pigeon.OpReceive: {{Effect: "allow", Principals: []string{signer}}},
+		}
+		o.Catalog.Schemas["sealed.v1"] = []byte(`{"type":"object","required":["kind","room"],"properties":{"kind":{"type":"string"},"room":{"type":"string"}}}`)
+		o.Catalog.Subjects = append(o.Catalog.Subjects,
+			pigeon.SubjectPolicy{Name: "signed.events", Version: "v1", Intents: []string{"tell"}, Policy: allow,
+				Integrity: pigeon.IntegrityPolicy{Signature: "required"}},
+			pigeon.SubjectPolicy{Name: "secret.chat", Version: "v1", Intents: []string{"tell"}, Policy: allow,
+				Schema: &pigeon.SchemaRef{Name: "sealed.v1"},
+				Data:   pigeon.DataPolicy{Encryption: "required", RoutingFields: []string{"kind", "room"}}},
+		)
+		o.Authenticator = pigeon.NewStaticTokens(pigeon.StaticToken{Token: "signer-token", Principal: signer})
+		o.Now = nil
+	})
+}
+
+func TestSignatureGate(t *testing.T) {
+	f := integrityFixture(t)
+	_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: signer})
+	require.NoError(t, err)
+	pub1, priv1, _ := ed25519.GenerateKey(rand.Reader)
+	pub2, priv2, _ := ed25519.GenerateKey(rand.Reader)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	now := time.Now().UTC()
+	old := pigeon.Ed25519PublicKey("k1", pub1)
+	old.NotAfter = now.Add(-time.Minute) // rotated out a minute ago
+	p, err := f.e.Authenticate(ctx, "signer-token")
+	require.NoError(t, err)
+	_, err = f.e.PutAccountKeys(ctx, &pigeon.Principal{ID: "spiffe://someone-else"}, signer, nil)
+	requireCode(t, err, pigeon.CodeForbidden)
+	_, err = f.e.PutAccountKeys(ctx, p, signer, []pigeon.PublicKey{old, pigeon.Ed25519PublicKey("k2", pub2)})
+	require.NoError(t, err)
+	keys, err := f.e.AccountKeys(ctx, signer)
+	require.NoError(t, err)
+	require.Len(t, keys, 2, "a rotated key stays readable")
+
+	s := f.connect("signer-token", "signed.events")
+	msg := func() *pigeon.Message {
+		return &pigeon.Message{Type: "t", Subject: "signed.events", Intent: "tell", Data: json.RawMessage(`{"n":1}`)}
+	}
+	tests := []struct {
+		name string
+		make func() *pigeon.Message
+		code pigeon.Code
+	}{
+		{"unsigned", msg, pigeon.CodeSignatureRequired},
+		{"valid", func() *pigeon.Message { m := msg(); require.NoError(t, pigeon.SignMessage(m, "k2", priv2)); return m }, ""},
+		{"tampered data", func() *pigeon.Message {
+			m := msg()
+			require.NoError(t, pigeon.SignMessage(m, "k2", priv2))
+			m.Data = json.RawMessage(`{"n":2}`)
+			return m
+		}, pigeon.CodeSignatureInvalid},
+		{"wrong key", func() *pigeon.Message { m := msg(); require.NoError(t, pigeon.SignMessage(m, "k2", other)); return m }, pigeon.CodeSignatureInvalid},
+		{"rotated key at a later time", func() *pigeon.Message { m := msg(); require.NoError(t, pigeon.SignMessage(m, "k1", priv1)); return m }, pigeon.CodeSignatureInvalid},
+		{"rotated key for an older message", func() *pigeon.Message {
+			m := msg()
+			m.Time = now.Add(-time.Hour).Format(time.RFC3339Nano)
+			require.NoError(t, pigeon.SignMessage(m, "k1", priv1))
+			return m
+		}, ""},
+		{"unknown kid", func() *pigeon.Message { m := msg(); require.NoError(t, pigeon.SignMessage(m, "k9", priv2)); return m }, pigeon.CodeSignatureInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.make()
+			res, err := s.Publish(ctx, m)
+			if tc.code == "" {
+				require.NoError(t, err)
+				// The recipient verifies the same signature with the library.
+				require.NoError(t, pigeon.VerifyMessageWithKeys(res.Message, keys))
+				return
+			}
+			requireCode(t, err, tc.code)
+		})
+	}
+}
+
+func TestEncryptionGate(t *testing.T) {
+	f := integrityFixture(t)
+	s := f.connect("signer-token", "secret.chat")
+	rk, err := seal.GenerateKeys()
+	require.NoError(t, err)
+	sk, err := seal.GenerateKeys()
+	require.NoError(t, err)
+	sealedData := func(clear map[string]any) json.RawMessage {
+		d, err := seal.SealData(clear, []byte(`{"text":"meet at noon"}`), rk.EncryptionKID, rk.EncryptionPublic, sk.SigningKID, sk.SigningPrivate)
+		require.NoError(t, err)
+		return d
+	}
+	tests := []struct {
+		name string
+		data json.RawMessage
+		code pigeon.Code
+	}{
+		{"sealed with routing fields", sealedData(map[string]any{"kind": "chat", "room": "lobby"}), ""},
+		{"clear payload", json.RawMessage(`{"kind":"chat","room":"lobby","text":"meet at noon"}`), pigeon.CodeEncryptionReq},
+		{"extra clear field", sealedData(map[string]any{"kind": "chat", "room": "lobby", "text": "leak"}), pigeon.CodeEncryptionReq},
+		{"not an object", json.RawMessage(`"x"`), pigeon.CodeEncryptionReq},
+		{"routing fields fail the schema", sealedData(map[string]any{"kind": "chat"}), pigeon.CodeSchemaInvalid},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := s.Publish(ctx, &pigeon.Message{Type: "t", Subject: "secret.chat", Intent: "tell", Data: tc.data})
+			if tc.code != "" {
+				requireCode(t, err, tc.code)
+				return
+			}
+			require.NoError(t, err)
+			clear, payload, err := seal.OpenData(res.Message.Data, rk.EncryptionPrivate, sk.SigningPublic)
+			require.NoError(t, err)
+			require.Equal(t, "lobby", clear["room"])
+			require.JSONEq(t, `{"text":"meet at noon"}`, string(payload))
+		})
+	}
+}

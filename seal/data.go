@@ -1,0 +1,87 @@
+package seal
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Field is the member of message data that holds the sealed part.
+const Field = "sealed"
+
+// ErrNotSealed is returned by OpenData when data has no sealed part.
+var ErrNotSealed = errors.New("seal: data has no sealed part")
+
+// SealData seals payload as Seal does and returns message data that holds
+// the clear fields beside it:
+//
+//	{...clear..., "sealed": {Sealed}}
+//
+// The clear fields are the ones the broker must read to route the message
+// (a room, a kind, a tenant): they stay in clear, readable by the broker and
+// by every subscriber, and the seal does not cover them. Put nothing in
+// clear that is not needed for routing, and sign the envelope
+// (pigeon.SignMessage) to protect them from change. clear must not hold
+// Field and must marshal to JSON; it is not modified.
+func SealData(clear map[string]any, payload []byte, recipientKID string, recipientPub []byte, senderKID string, senderPriv ed25519.PrivateKey) (json.RawMessage, error) {
+	if _, ok := clear[Field]; ok {
+		return nil, fmt.Errorf("seal: clear fields must not include %q", Field)
+	}
+	s, err := Seal(payload, recipientKID, recipientPub, senderKID, senderPriv)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]any, len(clear)+1)
+	for k, v := range clear {
+		m[k] = v
+	}
+	m[Field] = s
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("seal: clear fields: %w", err)
+	}
+	return b, nil
+}
+
+// OpenData splits message data built by SealData into its clear fields and
+// the opened payload, with the recipient's X25519 private key and the
+// sender's Ed25519 public key. It returns ErrNotSealed when data is a JSON
+// object without Field, ErrTampered when the sealed part is malformed or
+// fails to open (an unknown member in it counts as malformed), and
+// ErrUnsupported for an unknown version. The clear fields are returned as
+// they came, decoded as encoding/json decodes into any: they are not
+// authenticated by the seal.
+func OpenData(data json.RawMessage, recipientPriv []byte, senderPub ed25519.PublicKey) (clear map[string]any, payload []byte, err error) {
+	var parts map[string]json.RawMessage
+	if err := json.Unmarshal(data, &parts); err != nil || parts == nil {
+		return nil, nil, fmt.Errorf("seal: data is not a JSON object")
+	}
+	raw, ok := parts[Field]
+	if !ok {
+		return nil, nil, ErrNotSealed
+	}
+	var s Sealed
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, nil, fmt.Errorf("%w: sealed part is not a sealed object", ErrTampered)
+	}
+	payload, err = Open(&s, recipientPriv, senderPub)
+	if err != nil {
+		return nil, nil, err
+	}
+	clear = make(map[string]any, len(parts)-1)
+	for k, v := range parts {
+		if k == Field {
+			continue
+		}
+		var x any
+		if err := json.Unmarshal(v, &x); err != nil {
+			return nil, nil, err
+		}
+		clear[k] = x
+	}
+	return clear, payload, nil
+}

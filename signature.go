@@ -1,0 +1,334 @@
+package pigeon
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Signature algorithms and key uses.
+const (
+	// AlgEd25519 is the only signature algorithm: Ed25519 (RFC 8032), as
+	// crypto/ed25519 implements it.
+	AlgEd25519 = "ed25519"
+	// AlgX25519 is the key agreement algorithm of encryption keys.
+	AlgX25519 = "x25519"
+	// UseSig marks a key that verifies signatures.
+	UseSig = "sig"
+	// UseEnc marks a key that payloads are sealed for.
+	UseEnc = "enc"
+)
+
+// SigningContext is the first element of the canonical signing input. It
+// names the format version, so that a signature made for Pigeon messages
+// cannot be taken for a signature over anything else.
+const SigningContext = "pigeon-sig-v1"
+
+// keyEncoding is how keys and signatures travel: base64url without padding.
+// Strict rejects non-zero trailing bits, so each value has one encoding.
+var keyEncoding = base64.RawURLEncoding.Strict()
+
+// CanonicalSigningInput returns the bytes a sender signs for m: the RFC 8785
+// (JCS) canonical JSON of the array
+//
+//	["pigeon-sig-v1", subject, id, time, data]
+//
+// where subject, id and time are the envelope's strings exactly as they are
+// (no normalisation) and data is the message data, canonicalised by
+// CanonicalJSON; empty data counts as {} as the broker stores it. The result
+// holds no whitespace, so two parties that agree on those four values build
+// the same bytes whatever the JSON text they exchanged. Other envelope fields
+// are not covered. It fails with ENVELOPE_INVALID when subject, id or time is
+// empty or not valid UTF-8, or when data cannot be canonicalised.
+func CanonicalSigningInput(m *Message) ([]byte, error) {
+	return appendSigningInput(nil, m)
+}
+
+func appendSigningInput(b []byte, m *Message) ([]byte, error) {
+	if m == nil {
+		return nil, NewError(CodeEnvelopeInvalid, "message is required")
+	}
+	for _, f := range [...]struct{ name, v string }{{"subject", m.Subject}, {"id", m.ID}, {"time", m.Time}} {
+		if f.v == "" {
+			return nil, NewError(CodeEnvelopeInvalid, "%s is required for a signature", f.name)
+		}
+		if !utf8.ValidString(f.v) {
+			return nil, NewError(CodeEnvelopeInvalid, "%s is not valid UTF-8", f.name)
+		}
+	}
+	b = append(b, `["`+SigningContext+`",`...)
+	b = appendCanonicalString(b, m.Subject)
+	b = append(b, ',')
+	b = appendCanonicalString(b, m.ID)
+	b = append(b, ',')
+	b = appendCanonicalString(b, m.Time)
+	b = append(b, ',')
+	if len(m.Data) == 0 {
+		b = append(b, "{}"...)
+	} else {
+		var err error
+		if b, err = AppendCanonicalJSON(b, m.Data); err != nil {
+			return nil, WrapError(CodeEnvelopeInvalid, err, "data has no canonical form: %s", err.(*canonicalError).detail())
+		}
+	}
+	return append(b, ']'), nil
+}
+
+// signingBufs holds buffers for signing inputs.
+var signingBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func putSigningBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBytes {
+		*bp = (*bp)[:0]
+		signingBufs.Put(bp)
+	}
+}
+
+// SignMessage signs m with priv and sets m.Signature to {kid, "ed25519",
+// base64url signature}. The id and time are part of what is signed, so an
+// empty ID is first set to a fresh "msg_" id and an empty Time to the
+// current time (RFC 3339, milliseconds, UTC); the broker keeps both as
+// given. m is not modified when SignMessage fails: INVALID_ARGUMENT for a
+// bad key or kid, ENVELOPE_INVALID for a time that is not RFC 3339 or data
+// without a canonical form.
+//
+// Any change to subject, id, time or the meaning of data after signing makes
+// the signature fail; a change of data's formatting (whitespace, key order,
+// escapes, number spelling) does not.
+func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
+	if m == nil {
+		return NewError(CodeInvalidArgument, "message is required")
+	}
+	if len(priv) != ed25519.PrivateKeySize {
+		return NewError(CodeInvalidArgument, "signing key is not an Ed25519 private key")
+	}
+	if err := checkKID(kid); err != nil {
+		return err
+	}
+	c := *m
+	if c.ID == "" {
+		c.ID = newMessageID()
+	}
+	if c.Time == "" {
+		c.Time = formatTime(time.Now())
+	} else if _, err := time.Parse(time.RFC3339Nano, c.Time); err != nil {
+		return NewError(CodeEnvelopeInvalid, "time is not an RFC 3339 timestamp")
+	}
+	bp := signingBufs.Get().(*[]byte)
+	defer putSigningBuf(bp)
+	in, err := appendSigningInput((*bp)[:0], &c)
+	if err != nil {
+		return err
+	}
+	*bp = in
+	m.ID, m.Time = c.ID, c.Time
+	m.Signature = &Signature{KID: kid, Alg: AlgEd25519, Sig: keyEncoding.EncodeToString(ed25519.Sign(priv, in))}
+	return nil
+}
+
+// VerifyMessage checks m's signature against pub. It returns nil when the
+// signature is an Ed25519 signature by pub over CanonicalSigningInput(m);
+// SIGNATURE_REQUIRED when m carries no signature; SIGNATURE_INVALID when the
+// algorithm is not "ed25519", the signature does not decode, pub is not an
+// Ed25519 public key, the message has no canonical form, or the signature
+// does not verify. It does not look at the kid: choosing the key is the
+// caller's (see SelectKey and VerifyMessageWithKeys).
+func VerifyMessage(m *Message, pub ed25519.PublicKey) error {
+	if m == nil || m.Signature == nil {
+		return NewError(CodeSignatureRequired, "message is not signed")
+	}
+	s := m.Signature
+	if s.Alg != AlgEd25519 {
+		return NewError(CodeSignatureInvalid, "signature algorithm must be %q", AlgEd25519)
+	}
+	var sig [ed25519.SignatureSize]byte
+	if keyEncoding.EncodedLen(len(sig)) != len(s.Sig) {
+		return NewError(CodeSignatureInvalid, "signature is not a base64url Ed25519 signature")
+	}
+	if n, err := keyEncoding.Decode(sig[:], []byte(s.Sig)); err != nil || n != len(sig) {
+		return NewError(CodeSignatureInvalid, "signature is not a base64url Ed25519 signature")
+	}
+	if len(pub) != ed25519.PublicKeySize {
+		return NewError(CodeSignatureInvalid, "verification key is not an Ed25519 public key")
+	}
+	bp := signingBufs.Get().(*[]byte)
+	defer putSigningBuf(bp)
+	in, err := appendSigningInput((*bp)[:0], m)
+	if err != nil {
+		return WrapError(CodeSignatureInvalid, err, "message has no canonical signing form")
+	}
+	*bp = in
+	if !ed25519.Verify(pub, in, sig[:]) {
+		return NewError(CodeSignatureInvalid, "signature does not verify")
+	}
+	return nil
+}
+
+// VerifyMessageWithKeys verifies m against the sender's published keys: it
+// selects the signing key named by m.Signature.KID that is valid at the
+// message time (SelectKey) and calls VerifyMessage. SIGNATURE_REQUIRED when
+// m is unsigned; SIGNATURE_INVALID when the time is not RFC 3339, no
+// published key matches, or the signature does not verify.
+func VerifyMessageWithKeys(m *Message, keys []PublicKey) error {
+	if m == nil || m.Signature == nil {
+		return NewError(CodeSignatureRequired, "message is not signed")
+	}
+	at, err := time.Parse(time.RFC3339Nano, m.Time)
+	if err != nil {
+		return NewError(CodeSignatureInvalid, "message time is not an RFC 3339 timestamp")
+	}
+	if m.Signature.KID == "" {
+		return NewError(CodeSignatureInvalid, "signature has no kid")
+	}
+	k, ok := SelectKey(keys, m.Signature.KID, UseSig, at)
+	if !ok {
+		return NewError(CodeSignatureInvalid, "no signing key %q valid at the message time", m.Signature.KID)
+	}
+	pub, err := k.Ed25519()
+	if err != nil {
+		return WrapError(CodeSignatureInvalid, err, "signing key %q is unusable", k.KID)
+	}
+	return VerifyMessage(m, pub)
+}
+
+// PublicKey is a public key an account publishes: an Ed25519 key to verify
+// its signatures (use "sig") or an X25519 key to seal payloads for it (use
+// "enc"). A key is valid from NotBefore (inclusive; zero means always) until
+// NotAfter (exclusive; zero means open). Rotation publishes a new key under a
+// new kid and closes the old key's window, keeping the old key listed so that
+// messages signed within its window still verify; a compromised key is
+// removed instead.
+type PublicKey struct {
+	KID       string    `json:"kid"`
+	Use       string    `json:"use"`
+	Alg       string    `json:"alg"`
+	Key       string    `json:"key"`
+	NotBefore time.Time `json:"notBefore,omitzero"`
+	NotAfter  time.Time `json:"notAfter,omitzero"`
+}
+
+// Ed25519PublicKey returns pub as a published signing key named kid, valid
+// at all times.
+func Ed25519PublicKey(kid string, pub ed25519.PublicKey) PublicKey {
+	return PublicKey{KID: kid, Use: UseSig, Alg: AlgEd25519, Key: keyEncoding.EncodeToString(pub)}
+}
+
+// X25519PublicKey returns the raw 32-byte X25519 key pub as a published
+// encryption key named kid, valid at all times.
+func X25519PublicKey(kid string, pub []byte) PublicKey {
+	return PublicKey{KID: kid, Use: UseEnc, Alg: AlgX25519, Key: keyEncoding.EncodeToString(pub)}
+}
+
+// ValidAt reports whether t lies in the key's window [NotBefore, NotAfter).
+func (k PublicKey) ValidAt(t time.Time) bool {
+	if !k.NotBefore.IsZero() && t.Before(k.NotBefore) {
+		return false
+	}
+	return k.NotAfter.IsZero() || t.Before(k.NotAfter)
+}
+
+// Ed25519 decodes a signing key. It fails with INVALID_ARGUMENT unless the
+// key's alg is "ed25519" and Key is the base64url of 32 bytes.
+func (k PublicKey) Ed25519() (ed25519.PublicKey, error) {
+	if k.Alg != AlgEd25519 {
+		return nil, NewError(CodeInvalidArgument, "key %q is not an %s key", k.KID, AlgEd25519)
+	}
+	b, err := decodeKey(k)
+	return ed25519.PublicKey(b), err
+}
+
+// X25519 decodes an encryption key to its raw 32 bytes. It fails with
+// INVALID_ARGUMENT unless the key's alg is "x25519" and Key is the base64url
+// of 32 bytes.
+func (k PublicKey) X25519() ([]byte, error) {
+	if k.Alg != AlgX25519 {
+		return nil, NewError(CodeInvalidArgument, "key %q is not an %s key", k.KID, AlgX25519)
+	}
+	return decodeKey(k)
+}
+
+func decodeKey(k PublicKey) ([]byte, error) {
+	b, err := keyEncoding.DecodeString(k.Key)
+	if err != nil || len(b) != 32 {
+		return nil, NewError(CodeInvalidArgument, "key %q is not the base64url of a 32-byte key", k.KID)
+	}
+	return b, nil
+}
+
+// Validate checks a key before it is published: a kid of 1 to 128
+// printable ASCII characters, use "sig" with alg "ed25519" or use "enc" with
+// alg "x25519", a key that decodes, and NotAfter after NotBefore when both
+// are set. Errors are INVALID_ARGUMENT.
+func (k PublicKey) Validate() error {
+	if err := checkKID(k.KID); err != nil {
+		return err
+	}
+	switch {
+	case k.Use == UseSig && k.Alg == AlgEd25519, k.Use == UseEnc && k.Alg == AlgX25519:
+	case k.Use != UseSig && k.Use != UseEnc:
+		return NewError(CodeInvalidArgument, "key %q: use must be %q or %q", k.KID, UseSig, UseEnc)
+	default:
+		return NewError(CodeInvalidArgument, "key %q: use %q requires alg %q", k.KID, k.Use, map[string]string{UseSig: AlgEd25519, UseEnc: AlgX25519}[k.Use])
+	}
+	if _, err := decodeKey(k); err != nil {
+		return err
+	}
+	if !k.NotBefore.IsZero() && !k.NotAfter.IsZero() && !k.NotAfter.After(k.NotBefore) {
+		return NewError(CodeInvalidArgument, "key %q: notAfter must be after notBefore", k.KID)
+	}
+	return nil
+}
+
+// ValidateKeys validates each key and checks that no kid appears twice.
+func ValidateKeys(keys []PublicKey) error {
+	for i, k := range keys {
+		if err := k.Validate(); err != nil {
+			return err
+		}
+		for _, o := range keys[:i] {
+			if o.KID == k.KID {
+				return NewError(CodeInvalidArgument, "kid %q appears twice", k.KID)
+			}
+		}
+	}
+	return nil
+}
+
+func checkKID(kid string) error {
+	if kid == "" || len(kid) > 128 {
+		return NewError(CodeInvalidArgument, "kid must be 1 to 128 characters")
+	}
+	for i := 0; i < len(kid); i++ {
+		if kid[i] <= ' ' || kid[i] > '~' {
+			return NewError(CodeInvalidArgument, "kid must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}
+
+// SelectKey picks the key for use ("sig" or "enc"; empty matches any) valid
+// at time at. With a kid it returns the first key of that kid, which is how a
+// verifier finds the key a signature names, old or new. Without a kid it
+// returns the valid key with the latest NotBefore (the last listed among
+// equals), which is how a sender picks the current encryption key of a
+// recipient. ok is false when no key qualifies.
+func SelectKey(keys []PublicKey, kid, use string, at time.Time) (PublicKey, bool) {
+	best := -1
+	for i, k := range keys {
+		if (use != "" && k.Use != use) || (kid != "" && k.KID != kid) || !k.ValidAt(at) {
+			continue
+		}
+		if kid != "" {
+			return k, true
+		}
+		if best < 0 || !k.NotBefore.Before(keys[best].NotBefore) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return PublicKey{}, false
+	}
+	return keys[best], true
+}
