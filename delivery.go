@@ -106,6 +106,15 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	return nil
 }
 
+// requeue makes seq due again after a lease attempt failed part-way (the
+// store refused the attempt, or the caller went away), so that no message
+// is left neither leased, done nor due; g.mu must be held.
+func (g *group) requeue(seq uint64) {
+	if seq > g.floor && !g.done[seq] && g.leases[seq] == nil {
+		g.retry = append(g.retry, seq)
+	}
+}
+
 // ReceiveRequest asks for up to Max messages from Subject.
 type ReceiveRequest struct {
 	Subject string
@@ -238,6 +247,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 			continue
 		}
 		if err := take(e.leaseOne(ctx, g, s, seq, holder, now)); err != nil {
+			g.requeue(seq)
 			return out, err
 		}
 	}
@@ -255,6 +265,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 				continue
 			}
 			if err := take(e.leaseMsg(ctx, g, s, sm, holder, now)); err != nil {
+				g.requeue(sm.Seq)
 				return out, err
 			}
 		}

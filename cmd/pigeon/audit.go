@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"pigeon"
+	"pigeon/store/wal"
+)
+
+func auditVerifyCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./pigeon-data", "data directory of the store")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	n, err := wal.VerifyAudit(*data)
+	if err != nil {
+		fmt.Fprintf(stderr, "pigeon audit verify: the audit chain of %s does not hold: %v\n", *data, err)
+		if n > 0 {
+			fmt.Fprintf(stderr, "pigeon audit verify: %d records verified before the first bad one\n", n)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "pigeon audit verify: the audit chain of %s holds: %d records\n", *data, n)
+	return 0
+}
+
+func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := clientFlags(fs)
+	from := fs.Uint64("from", 0, "first sequence to print")
+	follow := fs.Bool("follow", false, "keep printing new records until interrupted")
+	every := fs.Duration("interval", time.Second, "how often --follow polls")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	next := *from
+	for {
+		b, err := a.do(ctx, http.MethodGet, "/v1/audit?max=1000&from="+strconv.FormatUint(next, 10), nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0
+			}
+			return fail(stderr, "audit tail", err)
+		}
+		var out struct {
+			Records []pigeon.AuditRecord `json:"records"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return fail(stderr, "audit tail", err)
+		}
+		enc := json.NewEncoder(stdout)
+		for _, r := range out.Records {
+			if err := enc.Encode(r); err != nil {
+				return fail(stderr, "audit tail", err)
+			}
+			next = r.Seq + 1
+		}
+		if len(out.Records) == 1000 {
+			continue
+		}
+		if !*follow {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(*every):
+		}
+	}
+}

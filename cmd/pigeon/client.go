@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"pigeon"
+	"pigeon/transport/ws"
+)
+
+// api talks to a running server over HTTP.
+type api struct {
+	url, token, region string
+	hc                 *http.Client
+}
+
+// clientFlags adds the flags every client command shares.
+func clientFlags(fs *flag.FlagSet) *api {
+	a := &api{hc: &http.Client{Timeout: 30 * time.Second}}
+	fs.StringVar(&a.url, "url", "http://127.0.0.1:8787", "server URL")
+	fs.StringVar(&a.token, "token", os.Getenv("PIGEON_TOKEN"), "bearer token (default $PIGEON_TOKEN)")
+	fs.StringVar(&a.region, "region", "", "region of the session (default: the server's)")
+	return a
+}
+
+// do sends one request and returns the body of a 2xx answer; any other
+// answer is the typed error of its error body.
+func (a *api) do(ctx context.Context, method, path string, body any, headers ...string) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(a.url, "/")+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	if a.region != "" {
+		req.Header.Set("X-Pigeon-Region", a.region)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return b, nil
+	}
+	var eb struct {
+		Error *ws.WireError `json:"error"`
+	}
+	if json.Unmarshal(b, &eb) == nil && eb.Error != nil {
+		return nil, eb.Error.Err()
+	}
+	return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+}
+
+// negotiate returns a contract id for subjects.
+func (a *api) negotiate(ctx context.Context, subjects ...string) (string, error) {
+	b, err := a.do(ctx, http.MethodPost, "/v1/contracts", map[string]any{"subjects": subjects})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Contract pigeon.ContractInfo `json:"contract"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return "", err
+	}
+	return out.Contract.ID, nil
+}
+
+// wsURL is the WebSocket endpoint of the server.
+func (a *api) wsURL() string { return strings.TrimSuffix(a.url, "/") + "/v1/ws" }
+
+// fail prints err (its code too when typed) and returns exit code 1.
+func fail(stderr io.Writer, cmd string, err error) int {
+	var pe *pigeon.Error
+	if errors.As(err, &pe) {
+		b, _ := json.Marshal(map[string]any{"error": ws.EncodeError(pe)})
+		fmt.Fprintf(stderr, "pigeon %s: %s\n%s\n", cmd, pe.Code, b)
+		return 1
+	}
+	fmt.Fprintf(stderr, "pigeon %s: %v\n", cmd, err)
+	return 1
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments, which it returns.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// printJSON writes v as one indented JSON document.
+func printJSON(w io.Writer, raw []byte) {
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	buf.WriteByte('\n')
+	_, _ = w.Write(buf.Bytes())
+}
+
+func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := clientFlags(fs)
+	subject := fs.String("subject", "", "subject to publish on (required unless the message names one)")
+	file := fs.String("file", "", `file holding the whole envelope as JSON ("-": standard input)`)
+	data := fs.String("data", "", "the message's data, JSON")
+	typ := fs.String("type", "", "message type")
+	intent := fs.String("intent", "", "message intent")
+	key := fs.String("key", "", "idempotency key")
+	class := fs.String("classification", "", "classification")
+	contract := fs.String("contract", "", "contract id (default: negotiate one for the subject)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	m := &pigeon.Message{}
+	if *file != "" {
+		var b []byte
+		var err error
+		if *file == "-" {
+			b, err = io.ReadAll(os.Stdin)
+		} else {
+			b, err = os.ReadFile(*file)
+		}
+		if err != nil {
+			return fail(stderr, "publish", err)
+		}
+		if m, err = pigeon.DecodeMessage(b); err != nil {
+			return fail(stderr, "publish", err)
+		}
+	}
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{{&m.Subject, *subject}, {&m.Type, *typ}, {&m.Intent, *intent}, {&m.IdempotencyKey, *key}, {&m.Classification, *class}} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
+	if *data != "" {
+		if !json.Valid([]byte(*data)) {
+			fmt.Fprintln(stderr, "pigeon publish: --data is not JSON")
+			return 2
+		}
+		m.Data = json.RawMessage(*data)
+	}
+	if m.Subject == "" {
+		fmt.Fprintln(stderr, "pigeon publish: --subject is required")
+		return 2
+	}
+	id := *contract
+	if id == "" {
+		var err error
+		if id, err = a.negotiate(ctx, m.Subject); err != nil {
+			return fail(stderr, "publish", err)
+		}
+	}
+	b, err := a.do(ctx, http.MethodPost, "/v1/messages", m, "X-Pigeon-Contract", id)
+	if err != nil {
+		return fail(stderr, "publish", err)
+	}
+	printJSON(stdout, b)
+	return 0
+}
+
+func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("quarantine "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := clientFlags(fs)
+	since := fs.String("since", "", "list records from this RFC 3339 time")
+	contract := fs.String("contract", "", "release: contract id that grants publish on the record's subject (default: negotiate one)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	cmd := "quarantine " + sub
+	if sub == "list" {
+		path := "/v1/quarantine"
+		if *since != "" {
+			path += "?since=" + *since
+		}
+		b, err := a.do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		var out struct {
+			Records []json.RawMessage `json:"records"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return fail(stderr, cmd, err)
+		}
+		for _, r := range out.Records {
+			fmt.Fprintf(stdout, "%s\n", r)
+		}
+		return 0
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "pigeon %s: one record id is required\n", cmd)
+		return 2
+	}
+	id := pos[0]
+	b, err := a.do(ctx, http.MethodGet, "/v1/quarantine/"+id, nil)
+	if err != nil {
+		return fail(stderr, cmd, err)
+	}
+	if sub == "show" {
+		printJSON(stdout, b)
+		return 0
+	}
+	cid := *contract
+	if cid == "" {
+		var rec struct {
+			Record struct {
+				Subject string `json:"subject"`
+			} `json:"record"`
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fail(stderr, cmd, err)
+		}
+		if cid, err = a.negotiate(ctx, rec.Record.Subject); err != nil {
+			return fail(stderr, cmd, err)
+		}
+	}
+	b, err = a.do(ctx, http.MethodPost, "/v1/quarantine/"+id+"/release", nil, "X-Pigeon-Contract", cid)
+	if err != nil {
+		return fail(stderr, cmd, err)
+	}
+	printJSON(stdout, b)
+	return 0
+}

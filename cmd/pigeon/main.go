@@ -1,0 +1,85 @@
+// Command pigeon runs a standalone Pigeon broker and talks to one.
+//
+//	pigeon serve [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none]
+//	pigeon policy lint DIR
+//	pigeon publish --subject S [--data JSON | --file F] [flags]
+//	pigeon subscribe --subject S [flags]
+//	pigeon quarantine list|show ID|release ID [flags]
+//	pigeon audit verify --data DIR
+//	pigeon audit tail [--from N] [--follow]
+//
+// Client commands reach a running server with --url (default
+// http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN).
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: pigeon <command> [flags]
+
+commands:
+  serve                       run the broker (the demo catalog when --policies is not given)
+  policy lint DIR             check a policy directory (exit 1 on errors)
+  publish                     publish one message
+  subscribe                   stream deliveries as JSON lines until interrupted
+  quarantine list|show|release
+                              review quarantined messages (role auditor)
+  audit verify --data DIR     verify the audit chain of a data directory, offline
+  audit tail                  print audit records as JSON lines (role auditor)
+
+Run "pigeon <command> -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches a command line; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	sub := ""
+	if len(rest) > 0 {
+		sub = rest[0]
+	}
+	switch {
+	case cmd == "serve":
+		return serveCmd(ctx, rest, stdout, stderr)
+	case cmd == "policy" && sub == "lint":
+		return policyLintCmd(rest[1:], stdout, stderr)
+	case cmd == "publish":
+		return publishCmd(ctx, rest, stdout, stderr)
+	case cmd == "subscribe":
+		return subscribeCmd(ctx, rest, stdout, stderr)
+	case cmd == "quarantine" && (sub == "list" || sub == "show" || sub == "release"):
+		return quarantineCmd(ctx, sub, rest[1:], stdout, stderr)
+	case cmd == "audit" && sub == "verify":
+		return auditVerifyCmd(rest[1:], stdout, stderr)
+	case cmd == "audit" && sub == "tail":
+		return auditTailCmd(ctx, rest[1:], stdout, stderr)
+	case cmd == "help" || cmd == "-h" || cmd == "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "pigeon: unknown command %q\n\n%s", joinArgs(args), usage)
+	return 2
+}
+
+func joinArgs(args []string) string {
+	if len(args) > 1 {
+		return args[0] + " " + args[1]
+	}
+	return args[0]
+}

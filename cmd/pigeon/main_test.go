@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/demo"
+	"pigeon/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(10 * time.Second); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is a `pigeon serve` started by a test.
+type running struct {
+	url    string
+	data   string
+	out    *syncBuffer
+	stop   func()
+	result chan error
+}
+
+// startServe runs serve on 127.0.0.1:0 until the test ends (or stop).
+func startServe(t *testing.T, cfg serveConfig) *running {
+	t.Helper()
+	if cfg.data == "" {
+		cfg.data = filepath.Join(t.TempDir(), "pigeon-data")
+	}
+	cfg.addr, cfg.region, cfg.sync, cfg.shutdownTimeout = "127.0.0.1:0", "uk", "batch", 10*time.Second
+	addr := make(chan string, 1)
+	cfg.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{data: cfg.data, out: &syncBuffer{}, result: make(chan error, 1)}
+	go func() { r.result <- serve(ctx, cfg, r.out, io.Discard) }()
+	select {
+	case a := <-addr:
+		r.url = "http://" + a
+	case err := <-r.result:
+		cancel()
+		t.Fatalf("serve: %v", err)
+	}
+	var once sync.Once
+	var err error
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			err = <-r.result
+		})
+		require.NoError(t, err)
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// pigeon runs a command line against r and returns its exit code and output.
+func (r *running) pigeon(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	if r != nil && len(args) > 0 && args[0] != "audit" || len(args) > 1 && args[1] == "tail" {
+		args = append(args, "--url", r.url)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// The README quickstart, request for request: negotiate, one valid
+// payment, one violation, and the auditor's quarantine list.
+func TestQuickstart(t *testing.T) {
+	r := startServe(t, serveConfig{})
+	out := r.out.String()
+	require.Contains(t, out, "DEMO MODE")
+	require.Contains(t, out, r.url+"/health")
+	require.Contains(t, out, "ws://"+strings.TrimPrefix(r.url, "http://")+"/v1/ws")
+
+	post := func(path, body string, headers ...string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
+		require.NoError(t, err)
+		for i := 0; i < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// 1. curl ... -d '{"subjects":["payments.authorize"]}' | sed -E 's/.*"id":"([^"]+)".*/\1/'
+	status, body := post("/v1/contracts", `{"subjects":["payments.authorize"]}`,
+		"authorization", "Bearer checkout-token", "content-type", "application/json")
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, 1, strings.Count(body, `"id":"`), "the README's sed finds exactly one id: %s", body)
+	contract := body[strings.Index(body, `"id":"`)+6:]
+	contract = contract[:strings.IndexByte(contract, '"')]
+
+	// 2. one valid payment (curl -d sends application/x-www-form-urlencoded)
+	status, body = post("/v1/messages", `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",
+       "idempotencyKey":"pay-1","classification":"pci",
+       "data":{"merchantId":"m-1","orderId":"o-1","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}}`,
+		"authorization", "Bearer checkout-token", "x-pigeon-contract", contract, "content-type", "application/x-www-form-urlencoded")
+	require.Equal(t, http.StatusAccepted, status, body)
+	require.Contains(t, body, `"status":"accepted"`)
+
+	// 3. a violation
+	status, body = post("/v1/messages", `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",
+       "idempotencyKey":"pay-2","classification":"pci",
+       "data":{"merchantId":"m-1","orderId":"o-2","amount":10,"currency":"GBP","paymentToken":"tok_x","card":{"pan":"4111111111111111"}}}`,
+		"authorization", "Bearer checkout-token", "x-pigeon-contract", contract, "content-type", "application/x-www-form-urlencoded")
+	require.Equal(t, http.StatusUnprocessableEntity, status)
+	require.Contains(t, body, `"code":"SENSITIVE_FIELD_DENIED"`)
+	require.Contains(t, body, `"quarantineId":"qr_`)
+
+	// 4. the auditor lists the quarantine
+	req, err := http.NewRequest(http.MethodGet, r.url+"/v1/quarantine", nil)
+	require.NoError(t, err)
+	req.Header.Set("authorization", "Bearer auditor-token")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(b), `"pan":"[REDACTED]"`)
+	require.NotContains(t, string(b), "4111111111111111")
+
+	r.stop()
+	require.Contains(t, r.out.String(), "stopped cleanly")
+	code, stdout, stderr := r.pigeon(t, context.Background(), "audit", "verify", "--data", r.data)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "holds")
+}
+
+func TestClientCommands(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.yaml")
+	require.NoError(t, os.WriteFile(tokens, []byte(`tokens:
+  - token: orders-token
+    principal: spiffe://merchant-prod/ns/orders/sa/orders-api
+  - token: notifier-token
+    principal: spiffe://merchant-prod/ns/notify/sa/notifier-worker
+  - token: checkout-token
+    principal: spiffe://merchant-prod/ns/checkout/sa/checkout-api
+    roles: [auditor]
+`), 0o600))
+	r := startServe(t, serveConfig{tokens: tokens})
+	require.Contains(t, r.out.String(), "3 bearer tokens from")
+	require.NotContains(t, r.out.String(), "notifier-token", "tokens from a file are never printed")
+	ctx := context.Background()
+
+	// subscribe streams deliveries as JSON lines until interrupted.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lines := &syncBuffer{}
+	subDone := make(chan int, 1)
+	go func() {
+		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--token", "notifier-token", "--subject", "notifications.send", "--start", "first"}, lines, io.Discard)
+	}()
+
+	code, stdout, stderr := r.pigeon(t, ctx, "publish", "--token", "orders-token", "--subject", "notifications.send",
+		"--type", "notification.requested", "--intent", "send_notification", "--key", "k-1", "--classification", "pii",
+		"--data", `{"recipientId":"cust-42","channel":"email","templateId":"order-shipped"}`)
+	require.Equal(t, 0, code, stderr)
+	var res struct {
+		Status  string
+		Message struct{ ID string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	require.Equal(t, "accepted", res.Status)
+
+	msgFile := filepath.Join(dir, "msg.json")
+	require.NoError(t, os.WriteFile(msgFile, []byte(`{"type":"notification.requested","subject":"notifications.send","intent":"send_notification",
+		"idempotencyKey":"k-2","classification":"pii","data":{"recipientId":"cust-42","channel":"sms","templateId":"t","recipient":{"ssn":"078-05-1120"}}}`), 0o600))
+	code, _, stderr = r.pigeon(t, ctx, "publish", "--token", "orders-token", "--file", msgFile)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "SENSITIVE_FIELD_DENIED")
+	require.NotContains(t, stderr, "078-05-1120")
+
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(lines.String(), res.Message.ID) {
+		require.True(t, time.Now().Before(deadline), "subscribe printed %q", lines.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	var line struct {
+		Subject string
+		Attempt int
+		Message struct{ ID string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(lines.String(), "\n", 2)[0]), &line))
+	require.Equal(t, "notifications.send", line.Subject)
+	require.Equal(t, 1, line.Attempt)
+	cancel()
+	require.Equal(t, 0, <-subDone)
+
+	code, stdout, stderr = r.pigeon(t, ctx, "quarantine", "list", "--token", "checkout-token")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 1, strings.Count(stdout, "\n"))
+	var rec struct{ ID, Code string }
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rec))
+	require.Equal(t, "SENSITIVE_FIELD_DENIED", rec.Code)
+	code, stdout, stderr = r.pigeon(t, ctx, "quarantine", "show", rec.ID, "--token", "checkout-token")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"ssn": "[REDACTED]"`)
+	code, _, stderr = r.pigeon(t, ctx, "quarantine", "release", rec.ID, "--token", "checkout-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "NO_PERMITTED_SUBJECTS", "checkout may not publish notifications")
+	code, _, stderr = r.pigeon(t, ctx, "quarantine", "list", "--token", "orders-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "FORBIDDEN")
+	code, _, _ = r.pigeon(t, ctx, "quarantine", "show", "--token", "checkout-token")
+	require.Equal(t, 2, code)
+
+	code, stdout, stderr = r.pigeon(t, ctx, "audit", "tail", "--token", "checkout-token", "--from", "1")
+	require.Equal(t, 0, code, stderr)
+	first := strings.SplitN(stdout, "\n", 2)[0]
+	require.Contains(t, first, `"seq":1`)
+	require.Contains(t, stdout, `"type":"quarantine.created"`)
+}
+
+func TestServeWithPolicies(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(filepath.Join(dir, "policies"), demo.FS()))
+	tokens := filepath.Join(dir, "tokens.json")
+	require.NoError(t, os.WriteFile(tokens, []byte(`{"tokens":[{"token":"t1","principal":"spiffe://merchant-prod/ns/checkout/sa/checkout-api","attributes":{"team":"pay"}}]}`), 0o600))
+	r := startServe(t, serveConfig{policies: filepath.Join(dir, "policies"), tokens: tokens, data: ""})
+	require.NotContains(t, r.out.String(), "DEMO")
+	code, _, stderr := r.pigeon(t, context.Background(), "publish", "--token", "t1", "--subject", "payments.authorize",
+		"--type", "payment.authorization.requested", "--intent", "authorize_payment", "--key", "p-1", "--classification", "pci",
+		"--data", `{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok"}`)
+	require.Equal(t, 0, code, stderr)
+
+	err := serve(context.Background(), serveConfig{policies: filepath.Join(dir, "policies"), addr: "127.0.0.1:0", sync: "batch"}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "--tokens")
+	err = serve(context.Background(), serveConfig{addr: "127.0.0.1:0", sync: "sometimes"}, io.Discard, io.Discard)
+	require.ErrorContains(t, err, "--sync")
+	err = serve(context.Background(), serveConfig{policies: filepath.Join(dir, "nope"), tokens: tokens, addr: "127.0.0.1:0", sync: "batch"}, io.Discard, io.Discard)
+	require.Error(t, err)
+}
+
+func TestLoadTokens(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+		return p
+	}
+	toks, err := loadTokens(write("ok.yaml", "tokens:\n  - token: a\n    principal: spiffe://x/a\n    roles: [auditor]\n    attributes: {team: ops}\n"))
+	require.NoError(t, err)
+	require.Len(t, toks, 1)
+	require.Equal(t, []string{"auditor"}, toks[0].Roles)
+	require.Equal(t, "ops", toks[0].Attributes["team"])
+	toks, err = loadTokens(write("ok.json", `{"tokens":[{"token":"a","principal":"p"},{"token":"b","principal":"q"}]}`))
+	require.NoError(t, err)
+	require.Len(t, toks, 2)
+	for name, body := range map[string]string{
+		"empty.yaml":     "tokens: []\n",
+		"notoken.json":   `{"tokens":[{"principal":"p"}]}`,
+		"noprin.json":    `{"tokens":[{"token":"a"}]}`,
+		"dup.json":       `{"tokens":[{"token":"a","principal":"p"},{"token":"a","principal":"q"}]}`,
+		"unknown.yaml":   "tokens:\n  - token: a\n    principle: p\n",
+		"malformed.json": `{"tokens":`,
+	} {
+		_, err := loadTokens(write(name, body))
+		require.Error(t, err, name)
+	}
+	_, err = loadTokens(filepath.Join(dir, "missing.yaml"))
+	require.Error(t, err)
+}
+
+func TestPolicyLint(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, demo.FS()))
+	code, stdout, _ := (*running)(nil).pigeon(t, context.Background(), "policy", "lint", dir)
+	require.Equal(t, 0, code, stdout)
+	require.Contains(t, stdout, "ok")
+
+	bad := filepath.Join(dir, "subjects", "payments.authorize.json")
+	b, err := fs.ReadFile(demo.FS(), "subjects/payments.authorize.json")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bad, bytes.Replace(b, []byte(`"effect": "allow"`), []byte(`"effect": "maybe"`), 1), 0o600))
+	code, stdout, _ = (*running)(nil).pigeon(t, context.Background(), "policy", "lint", dir)
+	require.Equal(t, 1, code)
+	require.Contains(t, stdout, "error")
+	code, _, _ = (*running)(nil).pigeon(t, context.Background(), "policy", "lint")
+	require.Equal(t, 2, code)
+}
+
+func TestAuditVerifyFindsTampering(t *testing.T) {
+	r := startServe(t, serveConfig{})
+	r.stop()
+	code, stdout, stderr := (*running)(nil).pigeon(t, context.Background(), "audit", "verify", "--data", r.data)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "records")
+	segs, err := filepath.Glob(filepath.Join(r.data, "audit", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, segs)
+	b, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	tampered := bytes.Replace(b, []byte("subject.registered"), []byte("subject.registerez"), 1)
+	require.False(t, bytes.Equal(b, tampered), "the segment holds the record types")
+	require.NoError(t, os.WriteFile(segs[0], tampered, 0o600))
+	code, _, stderr = (*running)(nil).pigeon(t, context.Background(), "audit", "verify", "--data", r.data)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "does not hold")
+}
+
+func TestUsage(t *testing.T) {
+	code, _, stderr := (*running)(nil).pigeon(t, context.Background())
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "usage")
+	code, _, stderr = (*running)(nil).pigeon(t, context.Background(), "fly")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "unknown command")
+	code, stdout, _ := (*running)(nil).pigeon(t, context.Background(), "help")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "serve")
+	code, _, _ = (*running)(nil).pigeon(t, context.Background(), "serve", "--nope")
+	require.Equal(t, 2, code)
+}

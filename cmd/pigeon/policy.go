@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"pigeon"
+)
+
+// loadCatalog loads a policy directory and refuses one with lint errors.
+func loadCatalog(dir string) (*pigeon.Catalog, error) {
+	c, err := pigeon.LoadCatalog(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pigeon.Lint(c) {
+		if p.IsError() {
+			return nil, fmt.Errorf("policy %s (run `pigeon policy lint %s` for every problem)", p, dir)
+		}
+	}
+	return c, nil
+}
+
+func policyLintCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: pigeon policy lint DIR")
+		return 2
+	}
+	dir := args[0]
+	problems, err := pigeon.LintDir(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "pigeon policy lint: %v\n", err)
+		return 1
+	}
+	errs := 0
+	for _, p := range problems {
+		fmt.Fprintln(stdout, p)
+		if p.IsError() {
+			errs++
+		}
+	}
+	if errs > 0 {
+		fmt.Fprintf(stdout, "%s: %d errors, %d warnings\n", dir, errs, len(problems)-errs)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d warnings)\n", dir, len(problems))
+	return 0
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/server"
+	"pigeon/store"
+	"pigeon/store/wal"
+)
+
+// serveConfig is what the serve flags say.
+type serveConfig struct {
+	addr, data, policies, tokens, region, sync string
+	shutdownTimeout                            time.Duration
+	verbose                                    bool
+	// ready, when set, is called with the listening address.
+	ready func(addr string)
+}
+
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cfg serveConfig
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8787", "address to listen on")
+	fs.StringVar(&cfg.data, "data", "./pigeon-data", `data directory of the durable store ("" keeps everything in memory)`)
+	fs.StringVar(&cfg.policies, "policies", "", "policy directory (subjects/ and schemas/); without it the demo catalog is served")
+	fs.StringVar(&cfg.tokens, "tokens", "", "bearer tokens file, YAML or JSON (required with --policies)")
+	fs.StringVar(&cfg.region, "region", "uk", "default region of a request or connection that names none")
+	fs.StringVar(&cfg.sync, "sync", "batch", "when a write is on disk: batch (group commit), always, none")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for work in flight")
+	fs.BoolVar(&cfg.verbose, "v", false, "log connections and requests")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pigeon serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if err := serve(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "pigeon serve:", err)
+		return 1
+	}
+	return 0
+}
+
+func syncMode(s string) (wal.SyncMode, error) {
+	switch s {
+	case "batch":
+		return wal.SyncBatch, nil
+	case "always":
+		return wal.SyncAlways, nil
+	case "none":
+		return wal.SyncNone, nil
+	}
+	return 0, fmt.Errorf("--sync must be batch, always or none, not %q", s)
+}
+
+// serve runs the broker until ctx ends, then shuts it down.
+func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
+	level := slog.LevelInfo
+	if cfg.verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	isDemo := cfg.policies == ""
+	catalog, tokens, err := catalogAndTokens(cfg)
+	if err != nil {
+		return err
+	}
+	mode, err := syncMode(cfg.sync)
+	if err != nil {
+		return err
+	}
+	var st store.Store
+	if cfg.data != "" {
+		ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode})
+		if err != nil {
+			return fmt.Errorf("open store %s: %w", cfg.data, err)
+		}
+		st = ws
+	}
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(tokens...), Catalog: catalog,
+		Region: cfg.region, Logger: logger})
+	if err != nil {
+		if st != nil {
+			_ = st.Close(context.Background())
+		}
+		return err
+	}
+	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger})
+	l, err := net.Listen("tcp", cfg.addr)
+	if err == nil {
+		banner(stdout, l.Addr().String(), cfg, isDemo, catalog, tokens)
+		if cfg.ready != nil {
+			cfg.ready(l.Addr().String())
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(stdout, "pigeon: shutting down")
+		case err = <-served:
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	errs := []error{err}
+	if err := srv.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("server shutdown: %w", err))
+	}
+	if err := e.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("engine shutdown: %w", err))
+	}
+	if st != nil {
+		if err := st.Close(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("store close: %w", err))
+		}
+	}
+	err = errors.Join(errs...)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if err == nil {
+		fmt.Fprintln(stdout, "pigeon: stopped cleanly")
+	}
+	return err
+}
+
+// catalogAndTokens loads --policies and --tokens, or the demo.
+func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []pigeon.StaticToken, error) {
+	if cfg.policies == "" {
+		tokens := demo.Tokens()
+		if cfg.tokens != "" {
+			t, err := loadTokens(cfg.tokens)
+			if err != nil {
+				return nil, nil, err
+			}
+			tokens = t
+		}
+		return demo.Catalog(), tokens, nil
+	}
+	if cfg.tokens == "" {
+		return nil, nil, errors.New("--policies needs --tokens: with no tokens nobody could connect")
+	}
+	c, err := loadCatalog(cfg.policies)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := loadTokens(cfg.tokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, t, nil
+}
+
+// banner says what is being served and where.
+func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Catalog, tokens []pigeon.StaticToken) {
+	names := make([]string, len(c.Subjects))
+	for i, s := range c.Subjects {
+		names[i] = s.Name
+	}
+	if isDemo {
+		fmt.Fprintf(w, "pigeon: DEMO MODE: serving the built-in demo catalog (%s)\n", strings.Join(names, ", "))
+		if cfg.tokens == "" {
+			toks := make([]string, len(tokens))
+			for i, t := range tokens {
+				toks[i] = t.Token
+			}
+			fmt.Fprintf(w, "pigeon: demo bearer tokens: %s\n", strings.Join(toks, ", "))
+		} else {
+			fmt.Fprintf(w, "pigeon: %d bearer tokens from %s\n", len(tokens), cfg.tokens)
+		}
+		fmt.Fprintln(w, "pigeon: not for production; pass --policies DIR and --tokens FILE to serve your own")
+	} else {
+		fmt.Fprintf(w, "pigeon: serving %d subjects from %s (%s), %d tokens\n", len(names), cfg.policies, strings.Join(names, ", "), len(tokens))
+	}
+	if cfg.data == "" {
+		fmt.Fprintln(w, "pigeon: store: in memory (nothing survives a restart)")
+	} else {
+		fmt.Fprintf(w, "pigeon: store: %s (write-ahead log, sync %s)\n", cfg.data, cfg.sync)
+	}
+	base := "http://" + addr
+	fmt.Fprintf(w, "pigeon: health     %s/health\n", base)
+	fmt.Fprintf(w, "pigeon: HTTP API   %s/v1/subjects\n", base)
+	fmt.Fprintf(w, "pigeon: WebSocket  ws://%s/v1/ws\n", addr)
+	fmt.Fprintln(w, "pigeon: Ctrl-C stops it")
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"gopkg.in/yaml.v3"
+
+	"pigeon"
+)
+
+// tokensFile is the --tokens file, YAML or JSON:
+// {"tokens": [{"token": "…", "principal": "spiffe://…", "attributes": {…}, "roles": […]}]}.
+type tokensFile struct {
+	Tokens []pigeon.StaticToken `yaml:"tokens"`
+}
+
+// loadTokens reads a tokens file. Every entry needs a token and a
+// principal, and a token may appear once.
+func loadTokens(path string) ([]pigeon.StaticToken, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f tokensFile
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	seen := map[string]bool{}
+	for i, t := range f.Tokens {
+		switch {
+		case t.Token == "":
+			return nil, fmt.Errorf("%s: tokens[%d] has no token", path, i)
+		case t.Principal == "":
+			return nil, fmt.Errorf("%s: tokens[%d] has no principal", path, i)
+		case seen[t.Token]:
+			return nil, fmt.Errorf("%s: tokens[%d] repeats a token", path, i)
+		}
+		seen[t.Token] = true
+	}
+	if len(f.Tokens) == 0 {
+		return nil, fmt.Errorf("%s: no tokens", path)
+	}
+	return f.Tokens, nil
+}

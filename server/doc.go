@@ -1,0 +1,32 @@
+// Package server is the HTTP face of a standalone Pigeon broker: the
+// pigeonmq-compatible JSON API (docs/http.md), the WebSocket endpoint at
+// /v1/ws (package transport/ws, docs/protocol.md), and application
+// handlers mounted behind the same bearer-token authentication.
+//
+// # Routes
+//
+// GET /health and the catalog (GET /v1/subjects, GET /v1/subjects/{name})
+// are public. Every other route authenticates "Authorization: Bearer
+// <token>" (401 UNAUTHENTICATED without a valid one) and acts in the
+// region of the x-pigeon-region header (default "uk"). Operations under a
+// contract name it in the x-pigeon-contract header or as "contractId" in
+// the body. The audit log and the quarantine need the role "auditor" (403
+// FORBIDDEN without it); releasing from quarantine also needs a contract
+// that lets the auditor publish on the record's subject.
+//
+// Errors are {"error":{"code","message","details"}} with the status of the
+// code (pigeon.Code.Status). A known path with another method is 405 with
+// an Allow header, an unknown path 404, a body that is not JSON 400, a body
+// over Options.MaxBody (1 MiB) 413 PAYLOAD_TOO_LARGE.
+//
+// # Mounting
+//
+// Mount serves an application handler behind the same authentication; it
+// reads the caller with PrincipalFrom and RegionFrom.
+//
+// # Lifecycle
+//
+// New, then Serve (or use the Server as an http.Handler in a server of your
+// own), then Shutdown, then the engine's Shutdown. A Server is safe for
+// concurrent use; Shutdown is idempotent.
+package server

@@ -1,0 +1,153 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"pigeon"
+	"pigeon/transport/ws"
+)
+
+// writeJSON writes body (a value, or raw bytes) with status. Bodies carry
+// no trailing newline, as the reference broker's do.
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	var b []byte
+	switch v := body.(type) {
+	case []byte:
+		b = v
+	default:
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			ws.WriteHTTPError(w, pigeon.WrapError(pigeon.CodeInternal, err, "encode response"))
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// readBody reads the request body within limit. An empty body is nil.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
+		}
+		return nil, pigeon.WrapError(pigeon.CodeBadRequest, err, "the body could not be read")
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(b) {
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "the body is not JSON")
+	}
+	return b, nil
+}
+
+// decodeBody decodes a JSON object body into v; an empty body leaves v
+// unchanged unless required.
+func decodeBody(b []byte, v any, required bool) error {
+	if len(b) == 0 {
+		if required {
+			return pigeon.NewError(pigeon.CodeBadRequest, "a JSON body is required")
+		}
+		return nil
+	}
+	if b[0] != '{' {
+		return pigeon.NewError(pigeon.CodeBadRequest, "the body must be a JSON object")
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return pigeon.NewError(pigeon.CodeBadRequest, "field %q must be %s", te.Field, te.Type.String())
+		}
+		return pigeon.NewError(pigeon.CodeBadRequest, "the body is not a valid request")
+	}
+	return nil
+}
+
+// queryInt reads an optional non-negative integer query parameter.
+func queryInt(r *http.Request, name string) (uint64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 63)
+	if err != nil {
+		return 0, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s must be a non-negative integer", name)
+	}
+	return n, nil
+}
+
+// queryTime reads an optional RFC 3339 query parameter.
+func queryTime(r *http.Request, name string) (time.Time, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s must be an RFC 3339 time", name)
+	}
+	return t, nil
+}
+
+// subjectView is a subject as the reference broker lists it.
+type subjectView struct {
+	Name                string      `json:"name"`
+	Mode                pigeon.Mode `json:"mode"`
+	Intents             []string    `json:"intents"`
+	Classification      string      `json:"classification"`
+	Regions             []string    `json:"regions"`
+	IdempotencyRequired bool        `json:"idempotencyRequired"`
+	ReplayAllowed       bool        `json:"replayAllowed"`
+}
+
+func viewSubject(p pigeon.SubjectPolicy) subjectView {
+	v := subjectView{Name: p.Name, Mode: p.Mode, Intents: p.Intents, Classification: p.Data.Classification,
+		Regions: p.RegionPolicy.AllowedRegions, IdempotencyRequired: p.Delivery.Idempotency.Required, ReplayAllowed: p.Replay.Allowed}
+	if v.Mode == "" {
+		v.Mode = pigeon.ModePubSub
+	}
+	if v.Intents == nil {
+		v.Intents = []string{}
+	}
+	if v.Regions == nil {
+		v.Regions = []string{}
+	}
+	if v.Classification == "" {
+		v.Classification = pigeon.DefaultClassification
+	}
+	return v
+}
+
+// messagesBody is {"messages":[…]}, never null.
+func messagesBody(msgs []*pigeon.Message) any {
+	if msgs == nil {
+		msgs = []*pigeon.Message{}
+	}
+	return struct {
+		Messages []*pigeon.Message `json:"messages"`
+	}{msgs}
+}
+
+// publishStatus is the status of a publish answer: 202 accepted, 200
+// duplicate.
+func publishStatus(res *pigeon.Result) int {
+	if res.Status == pigeon.StatusDuplicate {
+		return http.StatusOK
+	}
+	return http.StatusAccepted
+}

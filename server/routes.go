@@ -1,0 +1,351 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"pigeon"
+	"pigeon/transport/ws"
+)
+
+// access is who may call an endpoint.
+type access int
+
+const (
+	public  access = iota // anyone
+	member                // any authenticated principal
+	auditor               // a principal with RoleAuditor
+)
+
+// request is one API call being served.
+type request struct {
+	s      *Server
+	w      http.ResponseWriter
+	r      *http.Request
+	ctx    context.Context
+	p      *pigeon.Principal
+	region string
+}
+
+// caller is who the request acts as, under the contract of the
+// x-pigeon-contract header or, failing that, bodyContract.
+func (rq *request) caller(bodyContract string) pigeon.Caller {
+	id := rq.r.Header.Get("X-Pigeon-Contract")
+	if id == "" {
+		id = bodyContract
+	}
+	return pigeon.Caller{Principal: rq.p, Region: rq.region, ContractID: id}
+}
+
+// body reads and decodes the JSON object body into v.
+func (rq *request) body(v any, required bool) error {
+	b, err := readBody(rq.w, rq.r, rq.s.opts.MaxBody)
+	if err != nil {
+		return err
+	}
+	return decodeBody(b, v, required)
+}
+
+type endpoint struct {
+	access access
+	fn     func(rq *request) (int, any, error)
+}
+
+// route serves pattern (a path) with one endpoint per method. Another
+// method is answered 405 with an Allow header.
+func (s *Server) route(pattern string, methods map[string]endpoint) {
+	allowed := make([]string, 0, len(methods))
+	for m := range methods {
+		allowed = append(allowed, m)
+	}
+	slices.Sort(allowed)
+	allow := strings.Join(allowed, ", ")
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		ep, ok := methods[r.Method]
+		if !ok {
+			w.Header().Set("Allow", allow)
+			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, allow))
+			return
+		}
+		rq := &request{s: s, w: w, r: r, ctx: r.Context()}
+		if ep.access != public {
+			p, region, err := s.authenticate(r)
+			if err != nil {
+				unauthorized(w, err)
+				return
+			}
+			if ep.access == auditor && !p.HasRole(RoleAuditor) {
+				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
+				return
+			}
+			rq.p, rq.region = p, region
+		}
+		status, body, err := ep.fn(rq)
+		if err != nil {
+			ws.WriteHTTPError(w, err)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+func (s *Server) routes() {
+	get := func(a access, fn func(*request) (int, any, error)) map[string]endpoint {
+		return map[string]endpoint{http.MethodGet: {a, fn}}
+	}
+	post := func(a access, fn func(*request) (int, any, error)) map[string]endpoint {
+		return map[string]endpoint{http.MethodPost: {a, fn}}
+	}
+	s.route("/health", get(public, health))
+	s.route("/v1/subjects", get(public, listSubjects))
+	s.route("/v1/subjects/{name}", get(public, getSubject))
+	s.route("/v1/subjects/{name}/receive", post(member, receive))
+	s.route("/v1/subjects/{name}/ack", post(member, ack))
+	s.route("/v1/subjects/{name}/nack", post(member, nack))
+	s.route("/v1/subjects/{name}/replay", post(member, replay))
+	s.route("/v1/contracts", post(member, negotiate))
+	s.route("/v1/contracts/{id}", map[string]endpoint{http.MethodGet: {member, getContract}, http.MethodDelete: {member, revokeContract}})
+	s.route("/v1/messages", post(member, publish))
+	s.route("/v1/audit", get(auditor, audit))
+	s.route("/v1/quarantine", get(auditor, listQuarantine))
+	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
+	s.route("/v1/quarantine/{id}/release", post(auditor, release))
+	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: GET", r.Method))
+			return
+		}
+		s.ws.ServeHTTP(w, r)
+	})
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
+	})
+}
+
+var healthBody = []byte(`{"ok":true,"service":"pigeon"}`)
+
+func health(*request) (int, any, error) { return http.StatusOK, healthBody, nil }
+
+func listSubjects(rq *request) (int, any, error) {
+	subs := rq.s.e.Subjects()
+	out := make([]subjectView, len(subs))
+	for i, p := range subs {
+		out[i] = viewSubject(p)
+	}
+	return http.StatusOK, map[string]any{"subjects": out}, nil
+}
+
+func getSubject(rq *request) (int, any, error) {
+	p, err := rq.s.e.Subject(rq.r.PathValue("name"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"subject": viewSubject(p)}, nil
+}
+
+func negotiate(rq *request) (int, any, error) {
+	var in struct {
+		Subjects []string `json:"subjects"`
+		TTLMs    int64    `json:"ttlMs"`
+	}
+	if err := rq.body(&in, true); err != nil {
+		return 0, nil, err
+	}
+	if in.TTLMs < 0 {
+		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "ttlMs must not be negative")
+	}
+	k, err := rq.s.e.Negotiate(rq.ctx, rq.p, rq.region, in.Subjects, time.Duration(in.TTLMs)*time.Millisecond)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, map[string]any{"contract": k.Info()}, nil
+}
+
+func getContract(rq *request) (int, any, error) {
+	k, err := rq.s.e.GetContract(rq.ctx, rq.p, rq.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"contract": k.Info()}, nil
+}
+
+func revokeContract(rq *request) (int, any, error) {
+	id := rq.r.PathValue("id")
+	if err := rq.s.e.RevokeContract(rq.ctx, rq.p, id); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"id": id, "revoked": true}, nil
+}
+
+func publish(rq *request) (int, any, error) {
+	b, err := readBody(rq.w, rq.r, rq.s.opts.MaxBody)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(b) == 0 {
+		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "a JSON body is required")
+	}
+	m, err := pigeon.DecodeMessage(b)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := rq.s.e.Publish(rq.ctx, rq.caller(m.ContractID), m)
+	if err != nil {
+		return 0, nil, err
+	}
+	return publishStatus(res), res, nil
+}
+
+func receive(rq *request) (int, any, error) {
+	var in struct {
+		Max        int    `json:"max"`
+		ContractID string `json:"contractId"`
+	}
+	if err := rq.body(&in, false); err != nil {
+		return 0, nil, err
+	}
+	msgs, err := rq.s.e.Receive(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.Max)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, messagesBody(msgs), nil
+}
+
+type settleBody struct {
+	MessageID  string `json:"messageId"`
+	DelayMs    *int64 `json:"delayMs"`
+	ContractID string `json:"contractId"`
+}
+
+func (rq *request) settleBody() (settleBody, error) {
+	var in settleBody
+	if err := rq.body(&in, true); err != nil {
+		return in, err
+	}
+	if in.MessageID == "" {
+		return in, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required")
+	}
+	return in, nil
+}
+
+func ack(rq *request) (int, any, error) {
+	in, err := rq.settleBody()
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := rq.s.e.Ack(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.MessageID); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil
+}
+
+func nack(rq *request) (int, any, error) {
+	in, err := rq.settleBody()
+	if err != nil {
+		return 0, nil, err
+	}
+	delay := time.Duration(-1)
+	if in.DelayMs != nil && *in.DelayMs >= 0 {
+		delay = time.Duration(*in.DelayMs) * time.Millisecond
+	}
+	if err := rq.s.e.Nack(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.MessageID, delay); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil
+}
+
+func replay(rq *request) (int, any, error) {
+	var in struct {
+		Reason       string `json:"reason"`
+		FromSequence uint64 `json:"fromSequence"`
+		ToSequence   uint64 `json:"toSequence"`
+		Max          int    `json:"max"`
+		ContractID   string `json:"contractId"`
+	}
+	if err := rq.body(&in, false); err != nil {
+		return 0, nil, err
+	}
+	msgs, err := rq.s.e.Replay(rq.ctx, rq.caller(in.ContractID), pigeon.ReplayRequest{Subject: rq.r.PathValue("name"),
+		Reason: in.Reason, FromSequence: in.FromSequence, ToSequence: in.ToSequence, Max: in.Max})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, messagesBody(msgs), nil
+}
+
+// maxRecords caps one page of audit or quarantine records.
+const maxRecords = 10000
+
+func audit(rq *request) (int, any, error) {
+	from, err := queryInt(rq.r, "from")
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := queryInt(rq.r, "max")
+	if err != nil {
+		return 0, nil, err
+	}
+	if n == 0 || n > maxRecords {
+		n = maxRecords
+	}
+	recs, err := rq.s.e.Audit(rq.ctx, from, int(n))
+	if err != nil {
+		return 0, nil, err
+	}
+	if recs == nil {
+		recs = []pigeon.AuditRecord{}
+	}
+	return http.StatusOK, map[string]any{"records": recs}, nil
+}
+
+func listQuarantine(rq *request) (int, any, error) {
+	since, err := queryTime(rq.r, "since")
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := queryInt(rq.r, "max")
+	if err != nil {
+		return 0, nil, err
+	}
+	if n == 0 || n > maxRecords {
+		n = maxRecords
+	}
+	recs, err := rq.s.e.Quarantine(rq.ctx, since, int(n))
+	if err != nil {
+		return 0, nil, err
+	}
+	if recs == nil {
+		recs = []pigeon.QuarantineRecord{}
+	}
+	return http.StatusOK, map[string]any{"records": recs}, nil
+}
+
+func getQuarantine(rq *request) (int, any, error) {
+	rec, err := rq.s.e.QuarantineRecord(rq.ctx, rq.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"record": rec}, nil
+}
+
+func release(rq *request) (int, any, error) {
+	var in struct {
+		ContractID string `json:"contractId"`
+	}
+	if err := rq.body(&in, false); err != nil {
+		return 0, nil, err
+	}
+	c := rq.caller(in.ContractID)
+	if c.ContractID == "" {
+		return 0, nil, pigeon.NewError(pigeon.CodeContractRequired, "releasing re-publishes: an x-pigeon-contract with publish on the subject is required")
+	}
+	res, err := rq.s.e.ReleaseQuarantine(rq.ctx, c, rq.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return publishStatus(res), res, nil
+}

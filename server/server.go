@@ -1,0 +1,184 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"pigeon"
+	"pigeon/transport/ws"
+)
+
+// Defaults of Options.
+const (
+	DefaultRegion            = "uk"
+	DefaultMaxBody           = 1 << 20
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+)
+
+// Options configure a Server. A nil *Options means the defaults; New copies
+// the value and never changes the caller's.
+type Options struct {
+	// Region is a request's region when it sends no x-pigeon-region header
+	// (default "uk", as the reference broker). It is also the WebSocket
+	// default unless WebSocket.Region says otherwise.
+	Region string
+	// MaxBody bounds a request body (default 1 MiB); a larger one is
+	// answered 413 PAYLOAD_TOO_LARGE.
+	MaxBody int64
+	// WebSocket configures the endpoint at /v1/ws.
+	WebSocket *ws.Options
+	// Timeouts of the HTTP server that Serve runs (see http.Server). A
+	// WebSocket connection is not bound by them once upgraded.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// Logger receives operational events; never payload values. Default:
+	// discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Region == "" {
+		c.Region = DefaultRegion
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	var wo ws.Options
+	if o != nil && o.WebSocket != nil {
+		wo = *o.WebSocket
+	}
+	if wo.Region == "" {
+		wo.Region = c.Region
+	}
+	if wo.Logger == nil {
+		wo.Logger = c.Logger
+	}
+	c.WebSocket = &wo
+	return c
+}
+
+// Server is the standalone broker's HTTP face: the pigeonmq-compatible API
+// of docs/http.md, the WebSocket endpoint at /v1/ws, and the application
+// handlers mounted behind the same authentication. It is an http.Handler,
+// safe for concurrent use; Serve runs it on a listener with timeouts.
+type Server struct {
+	e    *pigeon.Engine
+	opts Options
+	mux  *http.ServeMux
+	ws   *ws.Server
+
+	mu       sync.Mutex
+	hs       []*http.Server
+	closing  bool
+	shutOnce sync.Once
+	shutErr  error
+}
+
+// New returns the server of e.
+func New(e *pigeon.Engine, opts *Options) *Server {
+	o := opts.withDefaults()
+	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket)}
+	s.routes()
+	return s
+}
+
+// WebSocket returns the WebSocket endpoint (for its Stats).
+func (s *Server) WebSocket() *ws.Server { return s.ws }
+
+// ServeHTTP routes a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Mount serves h at pattern (an http.ServeMux pattern, such as "/app/" or
+// "POST /app/orders") behind the server's authentication: a request
+// without a valid bearer token is answered 401, and h finds the
+// authenticated principal with PrincipalFrom. It fails when pattern is
+// invalid or conflicts with a route already served.
+func (s *Server) Mount(pattern string, h http.Handler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("server: mount %q: %v", pattern, p)
+		}
+	}()
+	s.mux.Handle(pattern, s.authenticated(h))
+	return nil
+}
+
+// Serve accepts HTTP connections on l until Shutdown, with the timeouts
+// of Options. It returns http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
+		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		_ = l.Close()
+		return http.ErrServerClosed
+	}
+	s.hs = append(s.hs, hs)
+	s.mu.Unlock()
+	return hs.Serve(l)
+}
+
+// ListenAndServe listens on the TCP address addr and serves.
+func (s *Server) ListenAndServe(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(l)
+}
+
+// Shutdown stops accepting connections, lets every HTTP request in flight
+// finish, closes every WebSocket connection gracefully (see
+// ws.Server.Shutdown), and returns when all is done or ctx ends
+// (ctx.Err()). It leaves the engine running: its owner shuts it down after.
+// It is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		servers := s.hs
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		errs := make([]error, len(servers)+1)
+		for i, hs := range servers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = hs.Shutdown(ctx)
+			}()
+		}
+		errs[len(servers)] = s.ws.Shutdown(ctx)
+		wg.Wait()
+		s.shutErr = errors.Join(errs...)
+	})
+	return s.shutErr
+}

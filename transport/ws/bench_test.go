@@ -1,0 +1,140 @@
+package ws_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/transport/ws"
+)
+
+// benchEnv is a server with no publish rate limit and contracts that
+// outlive any benchmark.
+func benchEnv(b *testing.B) *env {
+	return newEnv(b, &ws.Options{PublishRate: -1, MaxInFlight: 1024}, func(o *pigeon.Options) {
+		o.ContractTTL = 24 * time.Hour
+	})
+}
+
+// BenchmarkPublishPipelined is the governed payment publish (every gate,
+// the schema, the audit chain) over one WebSocket connection shared by many
+// goroutines, so that publishes are pipelined.
+func BenchmarkPublishPipelined(b *testing.B) {
+	v := benchEnv(b)
+	s := v.dial(b, "checkout-token", []string{"payments.authorize"})
+	ctx := context.Background()
+	var n atomic.Int64
+	b.SetParallelism(64)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		m := demo.Payment("o")
+		for pb.Next() {
+			m.IdempotencyKey = "k-" + strconv.FormatInt(n.Add(1), 10)
+			if _, err := s.Publish(ctx, m); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkPublishRoundTrip waits for each answer before the next publish.
+func BenchmarkPublishRoundTrip(b *testing.B) {
+	v := benchEnv(b)
+	s := v.dial(b, "checkout-token", []string{"payments.authorize"})
+	ctx := context.Background()
+	m := demo.Payment("o")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		m.IdempotencyKey = "k-" + strconv.Itoa(i)
+		if _, err := s.Publish(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// publishN publishes n chat messages from 16 goroutines on s.
+func publishN(b *testing.B, s pigeon.Session, n int) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"kind":"chat","room":"lobby","text":"hello"}`)}
+			for next.Add(1) <= int64(n) {
+				if _, err := s.Publish(context.Background(), m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkPublishDeliver is publish → push through the server: a
+// publisher session and a subscriber session on two connections; ns/op is
+// the time per message from the first publish to the last delivery acked.
+func BenchmarkPublishDeliver(b *testing.B) {
+	v := benchEnv(b)
+	pub := v.dial(b, "alice-token", []string{"chat.messages"})
+	sub := v.dial(b, "bob-token", []string{"chat.messages"})
+	var got atomic.Int64
+	done := make(chan struct{})
+	target := int64(b.N)
+	_, err := sub.Subscribe(context.Background(), "chat.messages", func(context.Context, *pigeon.Delivery) error {
+		if got.Add(1) == target {
+			close(done)
+		}
+		return nil
+	}, pigeon.WithMaxInFlight(256))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	publishN(b, pub, b.N)
+	<-done
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkFanout100 delivers each message to 100 WebSocket subscribers,
+// each on its own connection; ns/op is per published message, and
+// deliveries/s counts every push acked.
+func BenchmarkFanout100(b *testing.B) {
+	v := benchEnv(b)
+	pub := v.dial(b, "alice-token", []string{"chat.messages"})
+	const subs = 100
+	var got atomic.Int64
+	done := make(chan struct{})
+	target := int64(b.N) * subs
+	for range subs {
+		s := v.dial(b, "bob-token", []string{"chat.messages"})
+		_, err := s.Subscribe(context.Background(), "chat.messages", func(context.Context, *pigeon.Delivery) error {
+			if got.Add(1) == target {
+				close(done)
+			}
+			return nil
+		}, pigeon.WithMaxInFlight(64))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	publishN(b, pub, b.N)
+	<-done
+	b.StopTimer()
+	b.ReportMetric(float64(target)/b.Elapsed().Seconds(), "deliveries/s")
+}

@@ -1,0 +1,376 @@
+package ws
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"pigeon"
+)
+
+// Option configures Dial.
+type Option func(*dialOptions)
+
+type dialOptions struct {
+	region          string
+	ttl             time.Duration
+	client          *http.Client
+	header          http.Header
+	subprotocolAuth bool
+	maxFrame        int64
+	writeQueue      int
+	settleTimeout   time.Duration
+	logger          *slog.Logger
+}
+
+// WithRegion sets the session's region (the upgrade's x-pigeon-region).
+func WithRegion(region string) Option { return func(o *dialOptions) { o.region = region } }
+
+// WithContractTTL asks for a contract lifetime.
+func WithContractTTL(d time.Duration) Option { return func(o *dialOptions) { o.ttl = d } }
+
+// WithHTTPClient dials with c.
+func WithHTTPClient(c *http.Client) Option { return func(o *dialOptions) { o.client = c } }
+
+// WithHeader adds headers to the upgrade request (copied).
+func WithHeader(h http.Header) Option { return func(o *dialOptions) { o.header = h.Clone() } }
+
+// WithSubprotocolAuth sends the credential as the pigeon.bearer.<token>
+// subprotocol and the region as ?region=, as a browser must, instead of
+// the Authorization and x-pigeon-region headers.
+func WithSubprotocolAuth() Option { return func(o *dialOptions) { o.subprotocolAuth = true } }
+
+// WithMaxFrame bounds the frames the client accepts (default 256 MiB: a
+// replay answer carries up to the broker's MaxReplay messages).
+func WithMaxFrame(n int64) Option { return func(o *dialOptions) { o.maxFrame = n } }
+
+// WithLogger receives the client's operational events. Default: discard.
+func WithLogger(l *slog.Logger) Option { return func(o *dialOptions) { o.logger = l } }
+
+// Session is a pigeon.Session over WebSocket. It behaves as the
+// in-process session does: the same operations, the same typed errors with
+// the same codes, handlers that ack by returning nil. It is safe for
+// concurrent use.
+//
+// A Session holds one connection at a time. When the connection is lost,
+// calls fail with SESSION_CLOSED (SHUTTING_DOWN when the server is going
+// away) and Done is closed; Reconnect dials again, negotiates a fresh
+// contract for the same subjects and resumes every subscription on it.
+type Session struct {
+	url      string
+	cred     string
+	subjects []string
+	o        dialOptions
+
+	reconnMu sync.Mutex // orders Reconnect and Close
+	mu       sync.Mutex
+	cc       *clientConn
+	contract pigeon.Contract
+	closed   bool
+	subs     map[*clientSub]struct{}
+	bySID    map[string]*clientSub
+	bg       sync.WaitGroup
+}
+
+var _ pigeon.Session = (*Session)(nil)
+
+// Dial connects to the WebSocket endpoint at url (ws://, wss://, http:// or
+// https://; a URL without a path gets /v1/ws), authenticates credential and
+// negotiates a contract for subjects, as Engine.Connect does in process.
+// A refusal is the same *pigeon.Error: UNAUTHENTICATED for an unknown
+// credential, NO_PERMITTED_SUBJECTS, SUBJECT_NOT_FOUND, …
+func Dial(ctx context.Context, url, credential string, subjects []string, opts ...Option) (*Session, error) {
+	o := dialOptions{maxFrame: 256 << 20, writeQueue: 256, settleTimeout: 30 * time.Second}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Session{url: url, cred: credential, subjects: append([]string(nil), subjects...), o: o,
+		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}}
+	cc, k, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.cc, s.contract = cc, k
+	return s, nil
+}
+
+// Dialer dials WebSocket sessions with fixed options; its Dial has the
+// shape of the in-process dialer's.
+type Dialer struct {
+	URL     string
+	Options []Option
+}
+
+// Dial connects a session; see the package function Dial.
+func (d Dialer) Dial(ctx context.Context, credential string, subjects []string) (pigeon.Session, error) {
+	s, err := Dial(ctx, d.URL, credential, subjects, d.Options...)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect dials a connection and negotiates on it.
+func (s *Session) connect(ctx context.Context) (*clientConn, pigeon.Contract, error) {
+	cc, err := s.dialConn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := cc.call(ctx, jsonFrame(Frame{Op: OpNegotiate, Subjects: s.subjects, TTLMs: s.o.ttl.Milliseconds()}), nil)
+	if err != nil {
+		cc.close(ctx)
+		return nil, nil, err
+	}
+	var info pigeon.ContractInfo
+	if err := json.Unmarshal(f.Contract, &info); err != nil {
+		cc.close(ctx)
+		return nil, nil, pigeon.WrapError(pigeon.CodeInternal, err, "undecodable contract from server")
+	}
+	return cc, info.View(), nil
+}
+
+// conn returns the current connection.
+func (s *Session) conn() (*clientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, pigeon.NewError(pigeon.CodeSessionClosed, "the session is closed")
+	}
+	return s.cc, nil
+}
+
+func (s *Session) call(ctx context.Context, build func(b []byte, id string) []byte, hook func(*Frame)) (*Frame, error) {
+	cc, err := s.conn()
+	if err != nil {
+		return nil, err
+	}
+	return cc.call(ctx, build, hook)
+}
+
+// Contract returns the contract negotiated last.
+func (s *Session) Contract() pigeon.Contract {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.contract
+}
+
+// Done is closed when the current connection ends; Err then says why.
+// After Reconnect they describe the new connection.
+func (s *Session) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cc.done
+}
+
+// Err is why the current connection ended, or nil while it is up.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	cc := s.cc
+	s.mu.Unlock()
+	return cc.failed()
+}
+
+// messageFrame renders a publish or request frame.
+func messageFrame(op string, m *pigeon.Message, timeoutMs int64) func(b []byte, id string) []byte {
+	return func(b []byte, id string) []byte {
+		b = appendHead(b, op, "")
+		b = append(b, `,"id":`...)
+		b = appendString(b, id)
+		if timeoutMs > 0 {
+			b = append(b, `,"timeoutMs":`...)
+			b = strconv.AppendInt(b, timeoutMs, 10)
+		}
+		b = append(b, `,"message":`...)
+		b = m.AppendJSON(b)
+		return append(b, '}')
+	}
+}
+
+func checkMessage(m *pigeon.Message) error {
+	if m == nil {
+		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
+	}
+	if len(m.Data) > 0 && !json.Valid(m.Data) {
+		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data is not valid JSON")
+	}
+	return nil
+}
+
+// answerMessage is the message of an answer frame.
+func answerMessage(f *Frame) (*pigeon.Message, error) {
+	if f.Message == nil {
+		return nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message")
+	}
+	return f.Message, nil
+}
+
+func answerMessages(f *Frame) []*pigeon.Message {
+	if f.Messages == nil {
+		return []*pigeon.Message{}
+	}
+	return f.Messages
+}
+
+// Publish admits one message; see Engine.Publish.
+func (s *Session) Publish(ctx context.Context, m *pigeon.Message) (*pigeon.Result, error) {
+	if err := checkMessage(m); err != nil {
+		return nil, err
+	}
+	f, err := s.call(ctx, messageFrame(OpPublish, m, 0), nil)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := answerMessage(f)
+	if err != nil {
+		return nil, err
+	}
+	return &pigeon.Result{Status: f.Status, Message: msg}, nil
+}
+
+// Request publishes a request and blocks until its reply or ctx ends
+// (REQUEST_TIMEOUT). The server waits as long as ctx's deadline allows,
+// or DefaultRequestTimeout when ctx has none, capped by its
+// MaxRequestTimeout.
+func (s *Session) Request(ctx context.Context, m *pigeon.Message) (*pigeon.Message, error) {
+	if err := checkMessage(m); err != nil {
+		return nil, err
+	}
+	var timeoutMs int64
+	if dl, ok := ctx.Deadline(); ok {
+		timeoutMs = max(1, time.Until(dl).Milliseconds())
+	}
+	f, err := s.call(ctx, messageFrame(OpRequest, m, timeoutMs), nil)
+	var pe *pigeon.Error
+	if errors.As(err, &pe) && pe.Code == pigeon.CodeRequestTimeout && timeoutMs > 0 && pe.Unwrap() == nil {
+		// The server's wait was the caller's deadline.
+		return nil, pigeon.WrapError(pe.Code, context.DeadlineExceeded, "%s", pe.Message)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return answerMessage(f)
+}
+
+// Receive pulls up to max messages from subject; see Engine.Receive.
+func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pigeon.Message, error) {
+	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReceive, Subject: subject, Max: max}), nil)
+	if err != nil {
+		return nil, err
+	}
+	return answerMessages(f), nil
+}
+
+// Ack acknowledges a received message; see Engine.Ack.
+func (s *Session) Ack(ctx context.Context, subject, messageID string) error {
+	_, err := s.call(ctx, jsonFrame(Frame{Op: OpAck, Subject: subject, MessageID: messageID}), nil)
+	return err
+}
+
+// Nack gives a received message back for redelivery after delay (< 0:
+// the subject's backoff); see Engine.Nack.
+func (s *Session) Nack(ctx context.Context, subject, messageID string, delay time.Duration) error {
+	f := Frame{Op: OpNack, Subject: subject, MessageID: messageID}
+	if delay >= 0 {
+		ms := delay.Milliseconds()
+		f.DelayMs = &ms
+	}
+	_, err := s.call(ctx, jsonFrame(f), nil)
+	return err
+}
+
+// Replay returns retained messages again; see Engine.Replay.
+func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon.Message, error) {
+	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReplay, Subject: r.Subject, Reason: r.Reason, FromSequence: r.FromSequence, ToSequence: r.ToSequence, Max: r.Max}), nil)
+	if err != nil {
+		return nil, err
+	}
+	return answerMessages(f), nil
+}
+
+// Reconnect replaces the connection: it dials again, negotiates a fresh
+// contract for the session's subjects, closes the old connection (its
+// unacknowledged deliveries go back for redelivery) and resumes every
+// subscription on the new one. A pubsub subscription resumes after the
+// last sequence it was handed. When dialing or negotiating fails the old
+// connection is kept and the error returned; a subscription the new
+// contract no longer permits stops with the refusal as its Err.
+func (s *Session) Reconnect(ctx context.Context) error {
+	s.reconnMu.Lock()
+	defer s.reconnMu.Unlock()
+	if _, err := s.conn(); err != nil {
+		return err
+	}
+	cc, k, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.cc
+	s.cc, s.contract = cc, k
+	subs := make([]*clientSub, 0, len(s.subs))
+	for cs := range s.subs {
+		subs = append(subs, cs)
+	}
+	s.mu.Unlock()
+	old.close(ctx)
+	for _, cs := range subs {
+		if cs.isStopping() {
+			continue
+		}
+		start := cs.o.Start
+		if seq := cs.lastSeq.Load(); seq > 0 {
+			start = pigeon.StartAt(seq + 1)
+		}
+		if err := cs.subscribeOn(ctx, cc, start); err != nil {
+			s.goBG(func() {
+				cs.stopWith(err)
+				cs.abandon(cc, err)
+			})
+		}
+	}
+	return nil
+}
+
+func (s *Session) goBG(fn func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn()
+	}()
+}
+
+// Close ends the subscriptions (waiting for their handlers, or ctx) and the
+// connection. It is idempotent.
+func (s *Session) Close(ctx context.Context) error {
+	s.reconnMu.Lock()
+	defer s.reconnMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	cc := s.cc
+	subs := make([]*clientSub, 0, len(s.subs))
+	for cs := range s.subs {
+		subs = append(subs, cs)
+	}
+	s.mu.Unlock()
+	var err error
+	for _, cs := range subs {
+		if e := cs.unsubscribeOn(ctx, cc); e != nil && err == nil {
+			err = e
+		}
+	}
+	cc.close(ctx)
+	s.bg.Wait()
+	return err
+}

@@ -1,0 +1,372 @@
+package ws
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+
+	"pigeon"
+)
+
+// clientConn is one WebSocket connection of a Session. Its reader routes
+// answers to waiting calls by "re" and pushes to subscriptions; its writer
+// is the only goroutine that writes. Calls never write with their own
+// context, so a caller's deadline never tears the connection down.
+type clientConn struct {
+	s      *Session
+	ws     *websocket.Conn
+	cork   *corkConn // nil with a caller's HTTP client
+	ctx    context.Context
+	cancel context.CancelFunc
+	out    chan []byte
+	seq    atomic.Uint64
+	done   chan struct{}
+	bg     sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[string]*pendingCall
+	orphans map[string]bool // server subscriptions told to end
+	ended   bool
+	err     *pigeon.Error
+}
+
+// pendingCall waits for one answer. hook, when set, runs on the reader
+// goroutine before any later frame is read (a subscribe uses it to route
+// deliveries that follow the answer at once), even when the caller has
+// stopped waiting.
+type pendingCall struct {
+	ch   chan *Frame
+	hook func(*Frame)
+}
+
+// wsURL makes u the URL of the WebSocket endpoint.
+func wsURL(u string, query url.Values) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", pigeon.WrapError(pigeon.CodeInvalidArgument, err, "bad URL")
+	}
+	switch p.Scheme {
+	case "ws", "http":
+		p.Scheme = "ws"
+	case "wss", "https":
+		p.Scheme = "wss"
+	default:
+		return "", pigeon.NewError(pigeon.CodeInvalidArgument, "URL scheme must be ws, wss, http or https")
+	}
+	if p.Path == "" || p.Path == "/" {
+		p.Path = "/v1/ws"
+	}
+	if len(query) > 0 {
+		q := p.Query()
+		for k, v := range query {
+			q[k] = v
+		}
+		p.RawQuery = q.Encode()
+	}
+	return p.String(), nil
+}
+
+// dialConn opens and authenticates one connection.
+func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
+	hdr := s.o.header.Clone()
+	if hdr == nil {
+		hdr = http.Header{}
+	}
+	protos := []string{Subprotocol}
+	query := url.Values{}
+	if s.o.subprotocolAuth {
+		protos = append(protos, BearerSubprotocolPrefix+s.cred)
+		if s.o.region != "" {
+			query.Set("region", s.o.region)
+		}
+	} else {
+		hdr.Set("Authorization", "Bearer "+s.cred)
+		if s.o.region != "" {
+			hdr.Set("X-Pigeon-Region", s.o.region)
+		}
+	}
+	u, err := wsURL(s.url, query)
+	if err != nil {
+		return nil, err
+	}
+	hc := s.o.client
+	var cork atomic.Pointer[corkConn]
+	if hc == nil {
+		hc = corkClient(&cork)
+	}
+	wsc, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr, Subprotocols: protos})
+	if s.o.client == nil {
+		hc.CloseIdleConnections()
+	}
+	if err != nil {
+		return nil, dialError(resp, err)
+	}
+	wsc.SetReadLimit(s.o.maxFrame)
+	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), done: make(chan struct{}), pending: map[string]*pendingCall{}}
+	cc.ctx, cc.cancel = context.WithCancel(context.Background())
+	cc.bg.Add(2)
+	go cc.readLoop()
+	go cc.writeLoop()
+	return cc, nil
+}
+
+// dialError turns a refused upgrade into the typed error its body carries.
+func dialError(resp *http.Response, err error) error {
+	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+		var body struct {
+			Error *WireError `json:"error"`
+		}
+		if resp.Body != nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+			if json.Unmarshal(b, &body) == nil && body.Error != nil {
+				return body.Error.Err()
+			}
+		}
+		return pigeon.NewError(pigeon.CodeSessionClosed, "upgrade refused with HTTP %d", resp.StatusCode)
+	}
+	return pigeon.WrapError(pigeon.CodeSessionClosed, err, "cannot connect: %v", err)
+}
+
+func (cc *clientConn) readLoop() {
+	defer cc.bg.Done()
+	var buf bytes.Buffer
+	for {
+		_, r, err := cc.ws.Reader(cc.ctx)
+		if err == nil {
+			if buf.Cap() > maxKeptBuffer {
+				buf = bytes.Buffer{} // one large frame does not pin its memory
+			}
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
+		if err != nil {
+			cc.fail(err)
+			return
+		}
+		f, err := DecodeFrame(buf.Bytes())
+		if err != nil {
+			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
+			continue
+		}
+		switch f.Op {
+		case OpDeliver:
+			cc.s.deliver(cc, f)
+		case OpUnsubscribed:
+			cc.s.serverEnded(f)
+		default:
+			if f.Re == "" {
+				if f.Error != nil {
+					cc.s.o.logger.Warn("pigeon ws: server error", "code", f.Error.Code, "message", f.Error.Message)
+				}
+				continue
+			}
+			cc.mu.Lock()
+			p := cc.pending[f.Re]
+			delete(cc.pending, f.Re)
+			cc.mu.Unlock()
+			if p == nil {
+				continue
+			}
+			if p.hook != nil && f.Op != OpError {
+				p.hook(f)
+			}
+			p.ch <- f
+		}
+	}
+}
+
+func (cc *clientConn) writeLoop() {
+	defer cc.bg.Done()
+	for {
+		var b []byte
+		select {
+		case b = <-cc.out:
+		case <-cc.ctx.Done():
+			return
+		}
+		// The first frame goes out at once; what queued up meanwhile
+		// follows under one cork.
+		var err error
+		for n := 0; b != nil && err == nil; n++ {
+			err = cc.ws.Write(cc.ctx, websocket.MessageText, b)
+			b = nil
+			if n < maxBatch-1 {
+				if b = nextQueued(cc.out); n == 0 && b != nil {
+					corkOn(cc.cork)
+				}
+			}
+		}
+		if e := corkOff(cc.cork); err == nil {
+			err = e
+		}
+		if err != nil {
+			cc.fail(err)
+			return
+		}
+	}
+}
+
+// closeError is why a connection ended, as the typed error calls return.
+func closeError(err error) *pigeon.Error {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusGoingAway:
+		return pigeon.NewError(pigeon.CodeShutdown, "the server is shutting down")
+	case websocket.StatusPolicyViolation:
+		var ce websocket.CloseError
+		errors.As(err, &ce)
+		return pigeon.NewError(pigeon.CodeSessionClosed, "the server closed the connection: %s", ce.Reason)
+	case websocket.StatusMessageTooBig:
+		return pigeon.NewError(pigeon.CodeSessionClosed, "the server closed the connection: frame too big")
+	}
+	return pigeon.NewError(pigeon.CodeSessionClosed, "the connection was lost; call Reconnect")
+}
+
+// end marks the connection ended with err; it reports whether this call
+// did it.
+func (cc *clientConn) end(err *pigeon.Error) bool {
+	cc.mu.Lock()
+	if cc.ended {
+		cc.mu.Unlock()
+		return false
+	}
+	cc.ended, cc.err, cc.pending = true, err, nil
+	cc.mu.Unlock()
+	close(cc.done)
+	return true
+}
+
+// fail ends the connection after a read or write error.
+func (cc *clientConn) fail(err error) {
+	if cc.end(closeError(err)) {
+		cc.cancel()
+		_ = cc.ws.CloseNow()
+	}
+}
+
+// close ends the connection with a normal closure and waits for its
+// goroutines. When ctx ends before the server answers the close, the
+// connection is dropped.
+func (cc *clientConn) close(ctx context.Context) {
+	if cc.end(pigeon.NewError(pigeon.CodeSessionClosed, "the session is closed")) {
+		stop := context.AfterFunc(ctx, cc.cancel) // a cancelled read drops the connection
+		_ = cc.ws.Close(websocket.StatusNormalClosure, "")
+		stop()
+		cc.cancel()
+	}
+	cc.bg.Wait()
+}
+
+func (cc *clientConn) failed() error {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err == nil {
+		return nil
+	}
+	return cc.err
+}
+
+// send queues one frame for the writer.
+func (cc *clientConn) send(ctx context.Context, b []byte) error {
+	select {
+	case cc.out <- b:
+		return nil
+	case <-ctx.Done():
+		return ctxError(ctx)
+	case <-cc.done:
+		return cc.failed()
+	}
+}
+
+func ctxError(ctx context.Context) error {
+	return pigeon.WrapError(pigeon.CodeRequestTimeout, ctx.Err(), "the request ended before an answer: %v", ctx.Err())
+}
+
+// call sends the frame build renders for a fresh id and waits for its
+// answer. An error frame comes back as the typed error it carries.
+func (cc *clientConn) call(ctx context.Context, build func(b []byte, id string) []byte, hook func(*Frame)) (*Frame, error) {
+	if ctx.Err() != nil {
+		return nil, ctxError(ctx)
+	}
+	id := strconv.FormatUint(cc.seq.Add(1), 36)
+	p := &pendingCall{ch: make(chan *Frame, 1), hook: hook}
+	cc.mu.Lock()
+	if cc.ended {
+		err := cc.err
+		cc.mu.Unlock()
+		return nil, err
+	}
+	cc.pending[id] = p
+	cc.mu.Unlock()
+	if err := cc.send(ctx, build(make([]byte, 0, 256), id)); err != nil {
+		cc.forget(id)
+		return nil, err
+	}
+	select {
+	case f := <-p.ch:
+		return answerOf(f)
+	case <-ctx.Done():
+		if hook == nil {
+			cc.forget(id)
+		} // else the hook still sees the answer when it comes
+		return nil, ctxError(ctx)
+	case <-cc.done:
+		select {
+		case f := <-p.ch:
+			return answerOf(f)
+		default:
+			return nil, cc.failed()
+		}
+	}
+}
+
+func answerOf(f *Frame) (*Frame, error) {
+	if f.Op != OpError {
+		return f, nil
+	}
+	if f.Error == nil {
+		return nil, pigeon.NewError(pigeon.CodeInternal, "error frame without an error")
+	}
+	return nil, f.Error.Err()
+}
+
+// orphan reports whether sub was not yet known as an orphan, and records it.
+func (cc *clientConn) orphan(sub string) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.orphans == nil {
+		cc.orphans = map[string]bool{}
+	}
+	if cc.orphans[sub] {
+		return false
+	}
+	cc.orphans[sub] = true
+	return true
+}
+
+func (cc *clientConn) forget(id string) {
+	cc.mu.Lock()
+	delete(cc.pending, id)
+	cc.mu.Unlock()
+}
+
+// jsonFrame renders a frame with encoding/json, for ops off the hot path.
+func jsonFrame(f Frame) func(b []byte, id string) []byte {
+	return func(b []byte, id string) []byte {
+		f.ID = id
+		out, err := json.Marshal(&f)
+		if err != nil {
+			// Frame holds nothing json.Marshal refuses.
+			panic("ws: encode frame: " + err.Error())
+		}
+		return append(b, out...)
+	}
+}

@@ -1,0 +1,357 @@
+package ws
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"pigeon"
+)
+
+// conn is one server-side connection. Three goroutines serve it: the
+// reader (the HTTP handler's goroutine, which decodes frames and dispatches
+// them), the writer (the only one that writes data frames, from the
+// bounded queue out) and the pinger. Work on frames runs on goroutines of
+// its own, bounded by the in-flight semaphore.
+type conn struct {
+	srv       *Server
+	ws        *websocket.Conn
+	cork      *corkConn // nil when the connection could not be wrapped
+	principal *pigeon.Principal
+	region    string
+
+	// ctx ends when the connection is torn down; every op runs under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	out       chan outFrame
+	stalled   atomic.Bool
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	caller pigeon.Caller
+	subs   map[string]*serverSub
+
+	// opMu orders op registration against draining, so that ops.Add never
+	// races ops.Wait.
+	opMu     sync.Mutex
+	draining bool
+	ops      sync.WaitGroup
+	sem      chan struct{}
+	requests atomic.Int64
+
+	bucket bucket
+	bg     sync.WaitGroup
+}
+
+// outFrame is one queued write: a data frame, or (close != 0) the close
+// that ends a graceful drain after every frame queued before it.
+type outFrame struct {
+	b      []byte
+	close  websocket.StatusCode
+	reason string
+}
+
+var (
+	errStalled = pigeon.NewError(pigeon.CodeSessionClosed, "connection stalled")
+	errGone    = pigeon.NewError(pigeon.CodeSessionClosed, "connection closed")
+)
+
+func newConn(s *Server, wsc *websocket.Conn, cork *corkConn, p *pigeon.Principal, region string) *conn {
+	c := &conn{srv: s, ws: wsc, cork: cork, principal: p, region: region, out: make(chan outFrame, s.opts.WriteQueue),
+		subs: map[string]*serverSub{}, sem: make(chan struct{}, s.opts.MaxInFlight),
+		bucket: newBucket(s.opts.PublishRate, s.opts.PublishBurst)}
+	c.caller = pigeon.Caller{Principal: p, Region: region}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// serve runs the connection until it ends, then tears it down.
+func (c *conn) serve() {
+	c.goBG(c.writeLoop)
+	if c.srv.opts.PingInterval > 0 {
+		c.goBG(c.pingLoop)
+	}
+	c.readLoop()
+	c.teardown()
+}
+
+func (c *conn) goBG(fn func()) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		fn()
+	}()
+}
+
+// readLoop reads and dispatches frames until the connection fails.
+func (c *conn) readLoop() {
+	var buf bytes.Buffer
+	for {
+		typ, r, err := c.ws.Reader(c.ctx)
+		if err == nil {
+			if buf.Cap() > maxKeptBuffer {
+				buf = bytes.Buffer{} // one large frame does not pin its memory
+			}
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
+		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				c.srv.stats.tooBig.Add(1)
+			}
+			return
+		}
+		if typ != websocket.MessageText {
+			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, "frames are JSON text"))
+			continue
+		}
+		f, err := DecodeFrame(buf.Bytes())
+		if err != nil {
+			re := ""
+			if f != nil {
+				re = f.ID
+			}
+			c.answer(re, err)
+			continue
+		}
+		if f.ID == "" {
+			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, `a frame needs a string "id"`))
+			continue
+		}
+		c.dispatch(f)
+	}
+}
+
+// dispatch answers cheap ops inline and starts the others on their own
+// goroutine.
+func (c *conn) dispatch(f *Frame) {
+	switch f.Op {
+	case OpPing:
+		_ = c.send(c.ctx, encodeSimple(OpPong, f.ID))
+		return
+	case OpAck, OpNack:
+		if f.Sub != "" {
+			// Inline: it only hands the answer to the waiting handler.
+			c.settleSub(f)
+			return
+		}
+		// A pulled message settles in the store: off the read loop.
+	case OpPublish, OpRequest:
+		if !c.bucket.take(time.Now()) {
+			c.srv.stats.rateLimited.Add(1)
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded"))
+			return
+		}
+	case OpNegotiate:
+		// Inline: every frame read after it runs under the new contract.
+		if !c.begin() {
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeShutdown, "server is shutting down"))
+			return
+		}
+		c.handle(f, pigeon.Caller{})
+		c.ops.Done()
+		return
+	case OpSubscribe, OpUnsubscribe, OpReplay, OpReceive:
+	default:
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "unknown op %q", f.Op))
+		return
+	}
+	if !c.begin() {
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeShutdown, "server is shutting down"))
+		return
+	}
+	// A frame runs under the contract in force when it was read, however
+	// long it waits for a slot.
+	caller := c.callerNow()
+	if f.Op == OpRequest {
+		// A request waits for a reply that may come from this very
+		// connection: it must not hold a slot that the reply needs.
+		if c.requests.Add(1) > int64(cap(c.sem)) {
+			c.requests.Add(-1)
+			c.ops.Done()
+			c.srv.stats.rateLimited.Add(1)
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "too many requests waiting on this connection"))
+			return
+		}
+		go func() {
+			defer c.ops.Done()
+			defer c.requests.Add(-1)
+			c.request(f, caller)
+		}()
+		return
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.ctx.Done():
+		c.ops.Done()
+		return
+	}
+	go func() {
+		defer c.ops.Done()
+		defer func() { <-c.sem }()
+		c.handle(f, caller)
+	}()
+}
+
+// begin registers one op unless the connection is draining.
+func (c *conn) begin() bool {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if c.draining {
+		return false
+	}
+	c.ops.Add(1)
+	return true
+}
+
+// send queues one frame. When the queue stays full for the stall timeout
+// the connection is closed with 1008 and send fails.
+func (c *conn) send(ctx context.Context, b []byte) error {
+	if c.stalled.Load() {
+		return errStalled
+	}
+	select {
+	case c.out <- outFrame{b: b}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(c.srv.opts.StallTimeout)
+	defer t.Stop()
+	select {
+	case c.out <- outFrame{b: b}:
+		return nil
+	case <-t.C:
+		c.stall()
+		return errStalled
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return errGone
+	}
+}
+
+// answer queues an error frame answering re.
+func (c *conn) answer(re string, err error) {
+	_ = c.send(c.ctx, encodeError(re, err))
+}
+
+// stall closes a connection whose writes stopped making progress.
+func (c *conn) stall() {
+	if c.stalled.Swap(true) {
+		return
+	}
+	c.srv.stats.stalled.Add(1)
+	c.srv.opts.Logger.Warn("websocket write queue stalled; closing", "principal", c.principal.ID)
+	c.goBG(func() { c.close(websocket.StatusPolicyViolation, "write stalled") })
+}
+
+// close performs the close handshake with code (once) and then tears the
+// connection's context down.
+func (c *conn) close(code websocket.StatusCode, reason string) {
+	c.closeOnce.Do(func() {
+		_ = c.ws.Close(code, reason)
+		c.cancel()
+	})
+}
+
+// abort closes the connection at once, without a handshake.
+func (c *conn) abort() {
+	c.cancel()
+	_ = c.ws.CloseNow()
+}
+
+// writeLoop writes queued frames in order. The first frame of a burst goes
+// out at once, the rest under one cork, in one system call.
+func (c *conn) writeLoop() {
+	for {
+		var f outFrame
+		select {
+		case f = <-c.out:
+		case <-c.ctx.Done():
+			return
+		}
+		// The first frame goes out at once; what queued up meanwhile
+		// follows under one cork.
+		var err error
+		for n := 0; f.b != nil && err == nil && !c.stalled.Load(); n++ {
+			err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
+			f = outFrame{}
+			if n < maxBatch-1 {
+				if f = nextQueued(c.out); n == 0 && f.b != nil {
+					corkOn(c.cork)
+				}
+			}
+		}
+		if e := corkOff(c.cork); err == nil {
+			err = e
+		}
+		switch {
+		case err != nil:
+			c.abort()
+			return
+		case f.close != 0:
+			c.close(f.close, f.reason)
+			return
+		case c.stalled.Load():
+			return
+		}
+	}
+}
+
+// pingLoop keeps the connection alive and drops it when a pong does not
+// come back in time.
+func (c *conn) pingLoop() {
+	t := time.NewTicker(c.srv.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(c.ctx, c.srv.opts.PingTimeout)
+			err := c.ws.Ping(ctx)
+			cancel()
+			if err != nil {
+				if c.ctx.Err() == nil {
+					// A peer that does not answer pings will not answer a
+					// close handshake either.
+					c.srv.stats.pingTimeouts.Add(1)
+					c.srv.opts.Logger.Warn("websocket keepalive timeout; closing", "principal", c.principal.ID)
+					c.abort()
+				}
+				return
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// drain closes the connection gracefully (see Server.Shutdown).
+func (c *conn) drain() {
+	c.opMu.Lock()
+	c.draining = true
+	c.opMu.Unlock()
+	c.stopSubs()
+	c.ops.Wait()
+	select {
+	case c.out <- outFrame{close: websocket.StatusGoingAway, reason: "server shutting down"}:
+	case <-c.ctx.Done():
+	}
+}
+
+// teardown releases everything once the reader has stopped.
+func (c *conn) teardown() {
+	c.cancel()
+	c.stopSubs()
+	c.opMu.Lock()
+	c.draining = true
+	c.opMu.Unlock()
+	c.ops.Wait()
+	_ = c.ws.CloseNow()
+	c.bg.Wait()
+}

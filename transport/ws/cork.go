@@ -1,0 +1,149 @@
+package ws
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// corkConn is the network connection under a WebSocket. The WebSocket
+// library flushes every frame with a write of its own; while a writer loop
+// is corked, those writes collect in a buffer instead and go out together
+// when it uncorks, so that a burst of queued frames costs one system call.
+// Writes from other goroutines (pongs, close frames) keep their order: every
+// write and the flush take the same lock.
+type corkConn struct {
+	net.Conn
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+}
+
+// maxCork bounds what a cork collects before it writes anyway.
+const maxCork = 256 << 10
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corked && len(c.buf)+len(p) <= maxCork {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	if err := c.flushLocked(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *corkConn) flushLocked() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.buf)
+	if cap(c.buf) > maxCork {
+		c.buf = nil
+	} else {
+		c.buf = c.buf[:0]
+	}
+	return err
+}
+
+// cork starts collecting writes.
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+// uncork writes what was collected and stops collecting.
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	return c.flushLocked()
+}
+
+// corkWriter makes the connection hijacked from w a corkConn.
+type corkWriter struct {
+	http.ResponseWriter
+	cc *corkConn
+}
+
+func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, http.ErrNotSupported
+	}
+	conn, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	w.cc = &corkConn{Conn: conn}
+	return w.cc, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(w.cc, 4096)), nil
+}
+
+func (w *corkWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// corkClient returns an HTTP client whose connection becomes a corkConn,
+// stored in out once dialed.
+func corkClient(out *atomic.Pointer[corkConn]) *http.Client {
+	d := &net.Dialer{}
+	return &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			cc := &corkConn{Conn: conn}
+			out.Store(cc)
+			return cc, nil
+		},
+	}}
+}
+
+// maxKeptBuffer is the largest read buffer a connection keeps between
+// frames.
+const maxKeptBuffer = 64 << 10
+
+// maxBatch bounds the frames a writer loop sends under one cork.
+const maxBatch = 64
+
+// corkOn and corkOff cork c when it is a corkConn.
+func corkOn(c *corkConn) {
+	if c != nil {
+		c.cork()
+	}
+}
+
+func corkOff(c *corkConn) error {
+	if c != nil {
+		return c.uncork()
+	}
+	return nil
+}
+
+// nextQueued returns the next queued item, yielding once to the goroutines
+// that may be about to queue one, or the zero value.
+func nextQueued[T any](q chan T) T {
+	var zero T
+	for i := 0; i < 2; i++ {
+		select {
+		case v := <-q:
+			return v
+		default:
+		}
+		if i == 0 {
+			runtime.Gosched()
+		}
+	}
+	return zero
+}

@@ -1,0 +1,38 @@
+// Package ws is the WebSocket transport of Pigeon: the server endpoint a
+// standalone broker serves at /v1/ws, and a Go client whose Session is a
+// pigeon.Session, so that application code and tests do not change between
+// an in-process broker and a remote one. The wire protocol (JSON text
+// frames, any language can speak it) is docs/protocol.md.
+//
+// # Server
+//
+// NewServer(engine, opts) is an http.Handler. It authenticates the upgrade
+// request (an Authorization bearer token, or the subprotocols pigeon.v1 and
+// pigeon.bearer.<token> for browsers) and refuses it with the JSON error
+// body before upgrading. On the connection, every client frame is answered
+// by one frame echoing its id; subscriptions push deliver frames and wait
+// for the client's ack or nack, so leases, redelivery, backoff and
+// exhaustion stay the engine's. Each connection has a bounded write queue
+// and its own writer: a slow client holds only its own deliveries and is
+// closed with 1008 when its queue stays full past Options.StallTimeout.
+// Shutdown drains every connection and closes it with 1001.
+//
+// # Client
+//
+// Dial(ctx, url, credential, subjects, opts...) mirrors Engine.Connect:
+// it authenticates, negotiates a contract and returns a *Session. Every
+// refusal is the *pigeon.Error the engine returned, rebuilt from the error
+// frame with its code, message, details and decision. Handlers run on the
+// client; returning nil acks, an error or a panic nacks. A caller's context
+// bounds its own call and never the connection. After the connection is
+// lost, calls fail with SESSION_CLOSED (SHUTTING_DOWN after a 1001) until
+// Reconnect, which negotiates afresh and resumes the subscriptions.
+//
+// # Concurrency
+//
+// Server and Session are safe for concurrent use by any number of
+// goroutines. Frames of one connection are worked on concurrently (up to
+// Options.MaxInFlight), except negotiate, which is a barrier: every frame
+// read after it runs under the new contract. Answers are matched by id, not
+// by order. Server.Shutdown and Session.Close are idempotent.
+package ws

@@ -1,0 +1,226 @@
+package ws
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"pigeon"
+)
+
+// Ops a client sends. Each is answered by exactly one frame whose "re"
+// echoes the client's "id": the answer op named in the comment, or "error".
+const (
+	OpNegotiate   = "negotiate"   // → contract
+	OpPublish     = "publish"     // → decision
+	OpSubscribe   = "subscribe"   // → subscribed
+	OpAck         = "ack"         // → ok
+	OpNack        = "nack"        // → ok
+	OpUnsubscribe = "unsubscribe" // → ok
+	OpRequest     = "request"     // → reply
+	OpReplay      = "replay"      // → messages
+	OpReceive     = "receive"     // → messages
+	OpPing        = "ping"        // → pong
+)
+
+// Ops the server sends: answers, and the pushes "deliver" and
+// "unsubscribed", which carry no "re".
+const (
+	OpContract     = "contract"
+	OpDecision     = "decision"
+	OpSubscribed   = "subscribed"
+	OpOK           = "ok"
+	OpReply        = "reply"
+	OpMessages     = "messages"
+	OpPong         = "pong"
+	OpError        = "error"
+	OpDeliver      = "deliver"
+	OpUnsubscribed = "unsubscribed"
+)
+
+// Subprotocol is the WebSocket subprotocol of this protocol.
+const Subprotocol = "pigeon.v1"
+
+// BearerSubprotocolPrefix prefixes a credential carried as a subprotocol,
+// for clients (browsers) that cannot set the Authorization header.
+const BearerSubprotocolPrefix = "pigeon.bearer."
+
+// Frame is one protocol frame in either direction. Frames are JSON text;
+// which fields a frame carries depends on its op (see docs/protocol.md).
+// Unknown fields are ignored, so that either side may add fields.
+type Frame struct {
+	Op  string `json:"op"`
+	ID  string `json:"id,omitempty"`
+	Re  string `json:"re,omitempty"`
+	Sub string `json:"sub,omitempty"`
+
+	// negotiate, contract
+	Subjects []string        `json:"subjects,omitempty"`
+	TTLMs    int64           `json:"ttlMs,omitempty"`
+	Contract json.RawMessage `json:"contract,omitempty"`
+
+	// publish, request, decision, reply, deliver, messages
+	Message  *pigeon.Message   `json:"message,omitempty"`
+	Messages []*pigeon.Message `json:"messages,omitempty"`
+	Status   string            `json:"status,omitempty"`
+	Attempt  int               `json:"attempt,omitempty"`
+
+	// subscribe, receive, replay, ack, nack
+	Subject     string          `json:"subject,omitempty"`
+	Selector    string          `json:"selector,omitempty"`
+	Filter      string          `json:"filter,omitempty"`
+	Group       string          `json:"group,omitempty"`
+	MaxInFlight int             `json:"maxInFlight,omitempty"`
+	Start       json.RawMessage `json:"start,omitempty"`
+	MessageID   string          `json:"messageId,omitempty"`
+	DelayMs     *int64          `json:"delayMs,omitempty"`
+	TimeoutMs   int64           `json:"timeoutMs,omitempty"`
+	Max         int             `json:"max,omitempty"`
+
+	Reason       string `json:"reason,omitempty"`
+	FromSequence uint64 `json:"fromSequence,omitempty"`
+	ToSequence   uint64 `json:"toSequence,omitempty"`
+
+	Error *WireError `json:"error,omitempty"`
+}
+
+// DecodeFrame decodes one frame, its envelope included, in one pass. It
+// fails with BAD_REQUEST when b is not a JSON object, has a field of the
+// wrong type, or has no op, and with ENVELOPE_INVALID when only its
+// "message" is malformed. When the frame decoded far enough to have an id,
+// the returned frame is not nil even on error, so the answer can echo it.
+func DecodeFrame(b []byte) (*Frame, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
+	}
+	f := new(Frame)
+	if err := json.Unmarshal(b, f); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			// The envelope decodes in the same pass as the frame; its
+			// errors are the envelope's, as pigeon.DecodeMessage says them.
+			switch {
+			case te.Field == "message":
+				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message must be a JSON object")
+			case strings.HasPrefix(te.Field, "message."):
+				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is not a valid envelope: field %q must be %s",
+					strings.TrimPrefix(te.Field, "message."), te.Type.String())
+			}
+			return f, pigeon.NewError(pigeon.CodeBadRequest, "frame field %q has the wrong type", te.Field)
+		}
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
+	}
+	if f.Op == "" {
+		return f, pigeon.NewError(pigeon.CodeBadRequest, `a frame needs an "op"`)
+	}
+	return f, nil
+}
+
+// appendHead starts a frame: {"op":OP and, when re is not empty, ,"re":RE.
+func appendHead(b []byte, op, re string) []byte {
+	b = append(b, `{"op":`...)
+	b = appendString(b, op)
+	if re != "" {
+		b = append(b, `,"re":`...)
+		b = appendString(b, re)
+	}
+	return b
+}
+
+// appendMessages appends ,"messages":[…]} closing the frame.
+func appendMessages(b []byte, msgs []*pigeon.Message) []byte {
+	b = append(b, `,"messages":[`...)
+	for i, m := range msgs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = m.AppendJSON(b)
+	}
+	return append(b, "]}"...)
+}
+
+// encodeError renders an error frame answering re.
+func encodeError(re string, err error) []byte {
+	we := EncodeError(err)
+	body, mErr := json.Marshal(we)
+	if mErr != nil {
+		body = []byte(`{"code":"INTERNAL","message":"internal error","details":{}}`)
+	}
+	b := appendHead(make([]byte, 0, 64+len(body)), OpError, re)
+	b = append(b, `,"error":`...)
+	b = append(b, body...)
+	return append(b, '}')
+}
+
+// encodeSimple renders a frame with only op and re.
+func encodeSimple(op, re string) []byte {
+	return append(appendHead(make([]byte, 0, 32+len(re)), op, re), '}')
+}
+
+// encodeDeliver renders a deliver push.
+func encodeDeliver(b []byte, sub string, m *pigeon.Message, attempt int) []byte {
+	b = appendHead(b, OpDeliver, "")
+	b = append(b, `,"sub":`...)
+	b = appendString(b, sub)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(attempt), 10)
+	b = append(b, `,"message":`...)
+	b = m.AppendJSON(b)
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			if r == utf8.RuneError {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

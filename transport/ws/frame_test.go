@@ -1,0 +1,113 @@
+package ws_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/ws"
+)
+
+func TestDecodeFrame(t *testing.T) {
+	tests := []struct {
+		name, in string
+		op, id   string
+		err      bool
+	}{
+		{"ping", `{"op":"ping","id":"1"}`, "ping", "1", false},
+		{"spaces", " \n\t{\"op\":\"ping\",\"id\":\"1\"} ", "ping", "1", false},
+		{"unknown fields", `{"op":"ping","id":"1","future":{"x":[1]}}`, "ping", "1", false},
+		{"publish", `{"op":"publish","id":"p","message":{"subject":"a"}}`, "publish", "p", false},
+		{"empty", ``, "", "", true},
+		{"null", `null`, "", "", true},
+		{"array", `[]`, "", "", true},
+		{"bad json", `{"op":`, "", "", true},
+		{"no op", `{"id":"1"}`, "", "1", true},
+		{"wrong type keeps id", `{"id":"1","op":"receive","max":"x"}`, "receive", "1", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := ws.DecodeFrame([]byte(tc.in))
+			if tc.err {
+				require.Error(t, err)
+				require.Equal(t, pigeon.CodeBadRequest, pigeon.ErrorCode(err))
+				if tc.id != "" {
+					require.NotNil(t, f)
+					require.Equal(t, tc.id, f.ID)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.op, f.Op)
+			require.Equal(t, tc.id, f.ID)
+		})
+	}
+}
+
+func TestWireErrorRoundTrip(t *testing.T) {
+	e := pigeon.NewError(pigeon.CodeSchemaInvalid, "data does not match")
+	e.Details = map[string]any{"gate": "schema"}
+	e.Decision = &pigeon.Decision{Outcome: pigeon.OutcomeDeny, Code: pigeon.CodeSchemaInvalid, Gate: "schema"}
+	b, err := json.Marshal(ws.EncodeError(e))
+	require.NoError(t, err)
+	var we ws.WireError
+	require.NoError(t, json.Unmarshal(b, &we))
+	got := we.Err()
+	require.Equal(t, e.Code, got.Code)
+	require.Equal(t, e.Message, got.Message)
+	require.Equal(t, e.Details, got.Details)
+	require.Equal(t, e.Decision.Gate, got.Decision.Gate)
+	require.ErrorIs(t, got, pigeon.ErrDenied)
+
+	require.Equal(t, pigeon.CodeInternal, ws.EncodeError(json.Unmarshal([]byte("x"), new(int))).Code, "a foreign error reveals nothing")
+	require.Equal(t, "internal error", ws.EncodeError(json.Unmarshal([]byte("x"), new(int))).Message)
+	require.Equal(t, pigeon.CodeInternal, ws.WireError{}.Err().Code)
+}
+
+// FuzzDecodeFrame feeds arbitrary bytes to the frame decoder: it never
+// panics, a frame it accepts has an op, and what it accepts survives a
+// round trip through encoding/json.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"ping","id":"1"}`,
+		`{"op":"negotiate","id":"n","subjects":["a","b"],"ttlMs":1000}`,
+		`{"op":"publish","id":"p","message":{"type":"t","subject":"s","intent":"i","data":{"x":[1,2,{"y":null}]}}}`,
+		`{"op":"subscribe","id":"s","subject":"chat","selector":"/kind=chat","filter":"true","group":"g","maxInFlight":3,"start":{"sequence":4}}`,
+		`{"op":"nack","id":"k","sub":"sub_1","messageId":"m","delayMs":-5}`,
+		`{"op":"replay","id":"r","subject":"s","reason":"why","fromSequence":1,"toSequence":18446744073709551615}`,
+		`{"op":"error","re":"x","error":{"code":"BAD_REQUEST","message":"m","details":{"decision":{"outcome":"deny"}}}}`,
+		`{"op":"deliver","sub":"s","attempt":2,"message":{}}`,
+		`{"op":"\u0000","id":"\ud800"}`,
+		`{"op":1}`, `[`, `{}`, ` `, `{"op":"a","id":"b","messages":[{},1,"x"]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := ws.DecodeFrame(b)
+		if err != nil {
+			if pigeon.ErrorCode(err) != pigeon.CodeBadRequest {
+				t.Fatalf("error %v is not BAD_REQUEST", err)
+			}
+			return
+		}
+		if fr.Op == "" {
+			t.Fatal("accepted a frame without op")
+		}
+		out, err := json.Marshal(fr)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, err := ws.DecodeFrame(out)
+		if err != nil {
+			t.Fatalf("decode of re-encoded frame %s: %v", out, err)
+		}
+		if again.Op != fr.Op || again.ID != fr.ID || again.Re != fr.Re || again.Sub != fr.Sub || again.MessageID != fr.MessageID {
+			t.Fatalf("round trip changed the frame: %+v vs %+v", fr, again)
+		}
+		if fr.Error != nil {
+			_ = fr.Error.Err()
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package ws_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/leakcheck"
+	"pigeon/transport/transporttest"
+	"pigeon/transport/ws"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := leakcheck.Check(10 * time.Second); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// env is an engine on the conformance catalog behind a WebSocket server
+// listening on 127.0.0.1.
+type env struct {
+	e   *pigeon.Engine
+	srv *ws.Server
+	hs  *httptest.Server
+	kl  *killListener
+	url string // ws://127.0.0.1:port/v1/ws
+}
+
+func newEnv(t testing.TB, wsOpts *ws.Options, mutate ...func(*pigeon.Options)) *env {
+	t.Helper()
+	opts := transporttest.Options()
+	for _, fn := range mutate {
+		fn(opts)
+	}
+	e, err := pigeon.New(context.Background(), opts)
+	require.NoError(t, err)
+	srv := ws.NewServer(e, wsOpts)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/ws", srv)
+	hs := httptest.NewUnstartedServer(mux)
+	kl := &killListener{Listener: hs.Listener}
+	hs.Listener = kl
+	hs.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, srv.Shutdown(ctx))
+		hs.Close()
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	return &env{e: e, srv: srv, hs: hs, kl: kl, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws"}
+}
+
+// killListener remembers the connections it accepted, so that a test can
+// cut them all as a network failure would.
+type killListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (l *killListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// kill cuts every connection accepted so far.
+func (l *killListener) kill() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+// dial connects a Go client session and closes it with the test.
+func (v *env) dial(t testing.TB, token string, subjects []string, opts ...ws.Option) *ws.Session {
+	t.Helper()
+	s, err := ws.Dial(context.Background(), v.url, token, subjects, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t testing.TB, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: "+msg, args...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestConformance runs the session conformance suite on the WebSocket
+// session, end to end over 127.0.0.1.
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
+		v := newEnv(t, nil)
+		return transporttest.Harness{Engine: v.e, Connect: ws.Dialer{URL: v.url}.Dial}
+	})
+}

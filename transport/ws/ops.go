@@ -1,0 +1,252 @@
+package ws
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"pigeon"
+)
+
+// callerNow is who the connection acts as: its principal, under the
+// contract negotiated last.
+func (c *conn) callerNow() pigeon.Caller {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.caller
+}
+
+// handle works on one frame and queues its answer.
+func (c *conn) handle(f *Frame, caller pigeon.Caller) {
+	var (
+		b   []byte
+		err error
+	)
+	switch f.Op {
+	case OpNegotiate:
+		b, err = c.negotiate(f)
+	case OpPublish:
+		b, err = c.publish(f, caller)
+	case OpSubscribe:
+		b, err = c.subscribe(f, caller)
+	case OpUnsubscribe:
+		b, err = c.unsubscribe(f)
+	case OpReplay:
+		b, err = c.replay(f, caller)
+	case OpReceive:
+		b, err = c.receive(f, caller)
+	case OpAck, OpNack:
+		b, err = c.settle(f, caller)
+	}
+	if err != nil {
+		c.answer(f.ID, err)
+		return
+	}
+	if b != nil {
+		_ = c.send(c.ctx, b)
+	}
+}
+
+func (c *conn) negotiate(f *Frame) ([]byte, error) {
+	if f.TTLMs < 0 {
+		return nil, pigeon.NewError(pigeon.CodeInvalidArgument, "ttlMs must not be negative")
+	}
+	k, err := c.srv.e.Negotiate(c.ctx, c.principal, c.region, f.Subjects, time.Duration(f.TTLMs)*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	info := k.Info()
+	body, err := json.Marshal(info)
+	if err != nil {
+		return nil, pigeon.WrapError(pigeon.CodeInternal, err, "encode contract")
+	}
+	c.mu.Lock()
+	c.caller = pigeon.Caller{Principal: c.principal, Region: info.Region, ContractID: info.ID}
+	c.mu.Unlock()
+	b := appendHead(make([]byte, 0, 64+len(body)), OpContract, f.ID)
+	b = append(b, `,"contract":`...)
+	b = append(b, body...)
+	return append(b, '}'), nil
+}
+
+// message decodes the envelope of a publish or request frame.
+func message(f *Frame) (*pigeon.Message, error) {
+	if f.Message == nil {
+		return nil, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
+	}
+	return f.Message, nil
+}
+
+func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	m, err := message(f)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.srv.e.Publish(c.ctx, caller, m)
+	if err != nil {
+		return nil, err
+	}
+	b := appendHead(make([]byte, 0, 512+len(res.Message.Data)), OpDecision, f.ID)
+	b = append(b, `,"status":`...)
+	b = appendString(b, res.Status)
+	b = append(b, `,"message":`...)
+	b = res.Message.AppendJSON(b)
+	return append(b, '}'), nil
+}
+
+// request publishes a request and answers with its reply.
+func (c *conn) request(f *Frame, caller pigeon.Caller) {
+	m, err := message(f)
+	if err != nil {
+		c.answer(f.ID, err)
+		return
+	}
+	timeout := time.Duration(f.TimeoutMs) * time.Millisecond
+	switch {
+	case f.TimeoutMs < 0:
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeInvalidArgument, "timeoutMs must not be negative"))
+		return
+	case timeout == 0:
+		timeout = DefaultRequestTimeout
+	}
+	timeout = min(timeout, c.srv.opts.MaxRequestTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
+	reply, err := c.srv.e.Request(ctx, caller, m)
+	cancel()
+	if err != nil {
+		c.answer(f.ID, err)
+		return
+	}
+	b := appendHead(make([]byte, 0, 512+len(reply.Data)), OpReply, f.ID)
+	b = append(b, `,"message":`...)
+	b = reply.AppendJSON(b)
+	_ = c.send(c.ctx, append(b, '}'))
+}
+
+func (c *conn) replay(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	msgs, err := c.srv.e.Replay(c.ctx, caller, pigeon.ReplayRequest{Subject: f.Subject, Reason: f.Reason,
+		FromSequence: f.FromSequence, ToSequence: f.ToSequence, Max: f.Max})
+	if err != nil {
+		return nil, err
+	}
+	return appendMessages(appendHead(nil, OpMessages, f.ID), msgs), nil
+}
+
+func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	msgs, err := c.srv.e.Receive(c.ctx, caller, f.Subject, f.Max)
+	if err != nil {
+		return nil, err
+	}
+	return appendMessages(appendHead(nil, OpMessages, f.ID), msgs), nil
+}
+
+// subscribeOptions turns a subscribe frame into engine options.
+func subscribeOptions(f *Frame) ([]pigeon.SubscribeOption, error) {
+	var opts []pigeon.SubscribeOption
+	if f.Selector != "" {
+		opts = append(opts, pigeon.WithSelector(f.Selector))
+	}
+	if f.Filter != "" {
+		opts = append(opts, pigeon.WithFilter(f.Filter))
+	}
+	if f.Group != "" {
+		opts = append(opts, pigeon.WithGroup(f.Group))
+	}
+	if f.MaxInFlight != 0 {
+		opts = append(opts, pigeon.WithMaxInFlight(f.MaxInFlight))
+	}
+	if len(f.Start) > 0 {
+		var st pigeon.Start
+		if err := json.Unmarshal(f.Start, &st); err != nil {
+			var pe *pigeon.Error
+			if errors.As(err, &pe) {
+				return nil, pe
+			}
+			return nil, pigeon.NewError(pigeon.CodeInvalidArgument, `start must be "new", "first" or {"sequence": N}`)
+		}
+		opts = append(opts, pigeon.WithStart(st))
+	}
+	return opts, nil
+}
+
+func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	opts, err := subscribeOptions(f)
+	if err != nil {
+		return nil, err
+	}
+	ackWait := pigeon.DefaultAckWait
+	if p, err := c.srv.e.Subject(f.Subject); err == nil && p.Delivery.AckWaitMs > 0 {
+		ackWait = time.Duration(p.Delivery.AckWaitMs) * time.Millisecond
+	}
+	ss := newServerSub(c, ackWait)
+	sub, err := c.srv.e.Subscribe(c.ctx, nil, caller, f.Subject, ss.handle, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ss.start(sub)
+	b := appendHead(make([]byte, 0, 64), OpSubscribed, f.ID)
+	b = append(b, `,"sub":`...)
+	b = appendString(b, sub.ID())
+	b = append(b, '}')
+	// The answer is queued before the subscription may push: the client
+	// learns the sub id before its first delivery.
+	err = c.send(c.ctx, b)
+	ss.ready()
+	if err != nil {
+		ss.end()
+	}
+	return nil, nil
+}
+
+func (c *conn) unsubscribe(f *Frame) ([]byte, error) {
+	c.mu.Lock()
+	ss := c.subs[f.Sub]
+	c.mu.Unlock()
+	if ss == nil {
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "unknown subscription %q", f.Sub)
+	}
+	ss.end()
+	return encodeSimple(OpOK, f.ID), nil
+}
+
+// settleSub answers an ack or nack of a subscription delivery.
+func (c *conn) settleSub(f *Frame) {
+	if f.MessageID == "" {
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required"))
+		return
+	}
+	c.mu.Lock()
+	ss := c.subs[f.Sub]
+	c.mu.Unlock()
+	if ss == nil {
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "unknown subscription %q", f.Sub))
+		return
+	}
+	if !ss.settle(f.MessageID, f.Op == OpAck) {
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, or its ack wait passed)", f.MessageID, f.Sub))
+		return
+	}
+	_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))
+}
+
+// settle acks or nacks a message taken with receive.
+func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	if f.MessageID == "" {
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required")
+	}
+	var err error
+	if f.Op == OpAck {
+		err = c.srv.e.Ack(c.ctx, caller, f.Subject, f.MessageID)
+	} else {
+		delay := time.Duration(-1)
+		if f.DelayMs != nil && *f.DelayMs >= 0 {
+			delay = time.Duration(*f.DelayMs) * time.Millisecond
+		}
+		err = c.srv.e.Nack(c.ctx, caller, f.Subject, f.MessageID, delay)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return encodeSimple(OpOK, f.ID), nil
+}

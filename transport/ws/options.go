@@ -1,0 +1,134 @@
+package ws
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxFrame          = 1 << 20
+	DefaultWriteQueue        = 256
+	DefaultStallTimeout      = 10 * time.Second
+	DefaultPingInterval      = 30 * time.Second
+	DefaultPingTimeout       = 15 * time.Second
+	DefaultMaxConnections    = 10000
+	DefaultPublishRate       = 10000
+	DefaultMaxInFlight       = 256
+	DefaultMaxRequestTimeout = 5 * time.Minute
+	DefaultRequestTimeout    = 30 * time.Second
+)
+
+// Options configure a Server. A nil *Options means the defaults; NewServer
+// copies the value and never changes the caller's.
+type Options struct {
+	// Region is a connection's region when the upgrade request names none
+	// (header x-pigeon-region or query ?region=). Empty means the engine's.
+	Region string
+	// MaxFrame is the largest frame a client may send, in bytes (default
+	// 1 MiB). A larger frame closes the connection with status 1009.
+	MaxFrame int64
+	// WriteQueue bounds the frames waiting to be written to one connection
+	// (default 256).
+	WriteQueue int
+	// StallTimeout is how long a connection's write queue may stay full
+	// before the server closes it with status 1008 (default 10 s).
+	StallTimeout time.Duration
+	// PingInterval is how often the server pings an idle client (default
+	// 30 s; negative disables); PingTimeout is how long it waits for the
+	// pong before closing with 1008 (default 15 s).
+	PingInterval time.Duration
+	PingTimeout  time.Duration
+	// MaxConnections caps open connections (default 10000); an upgrade
+	// beyond it is refused with 429 RATE_LIMITED.
+	MaxConnections int
+	// PublishRate is how many publish and request frames per second one
+	// connection may send (default 10000, negative: unlimited), with bursts
+	// of PublishBurst (default PublishRate/10, at least 1). Beyond it a
+	// frame is answered RATE_LIMITED.
+	PublishRate  float64
+	PublishBurst int
+	// MaxInFlight bounds the frames of one connection being worked on at
+	// once (default 256); the server stops reading the connection while it
+	// is full. Requests waiting for a reply count against it separately:
+	// beyond MaxInFlight of them a request is answered RATE_LIMITED.
+	MaxInFlight int
+	// MaxRequestTimeout caps a request's timeoutMs (default 5 min); a
+	// request without one waits DefaultRequestTimeout.
+	MaxRequestTimeout time.Duration
+	// OriginPatterns lists the origins (host patterns, see
+	// websocket.AcceptOptions) browsers may connect from besides the
+	// server's own host.
+	OriginPatterns []string
+	// Logger receives connection events; never payload values. Default:
+	// discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+		c.OriginPatterns = append([]string(nil), o.OriginPatterns...)
+	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = DefaultMaxFrame
+	}
+	if c.WriteQueue <= 0 {
+		c.WriteQueue = DefaultWriteQueue
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = DefaultPingTimeout
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.PublishRate == 0 {
+		c.PublishRate = DefaultPublishRate
+	}
+	if c.PublishBurst <= 0 {
+		c.PublishBurst = max(1, int(c.PublishRate/10))
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxRequestTimeout <= 0 {
+		c.MaxRequestTimeout = DefaultMaxRequestTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// bucket is a token bucket; it is used by one goroutine only.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newBucket(rate float64, burst int) bucket {
+	return bucket{rate: rate, burst: float64(burst), tokens: float64(burst)}
+}
+
+// take reports whether one token was available at now.
+func (b *bucket) take(now time.Time) bool {
+	if b.rate < 0 {
+		return true
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

@@ -1,0 +1,207 @@
+package ws
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+
+	"pigeon"
+)
+
+// Server is the WebSocket endpoint of an engine: an http.Handler that
+// authenticates the upgrade and then speaks the frame protocol of
+// docs/protocol.md on the connection. It is safe for concurrent use.
+type Server struct {
+	e    *pigeon.Engine
+	opts Options
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	closing  bool
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+	drained  chan struct{}
+
+	stats counters
+}
+
+type counters struct {
+	open, accepted, refused, stalled, tooBig, pingTimeouts, rateLimited atomic.Int64
+}
+
+// Stats are a server's counters since it started.
+type Stats struct {
+	// Open is the number of open connections.
+	Open int64
+	// Accepted counts upgraded connections; Refused counts upgrades refused
+	// (unauthenticated, over the connection limit, shutting down).
+	Accepted, Refused int64
+	// Stalled counts connections closed with 1008 because their write queue
+	// stayed full; PingTimeouts those closed because a pong never came;
+	// TooBig those closed with 1009.
+	Stalled, PingTimeouts, TooBig int64
+	// RateLimited counts frames answered RATE_LIMITED.
+	RateLimited int64
+}
+
+// NewServer returns the WebSocket endpoint of e.
+func NewServer(e *pigeon.Engine, opts *Options) *Server {
+	return &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, drained: make(chan struct{})}
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	c := &s.stats
+	return Stats{Open: c.open.Load(), Accepted: c.accepted.Load(), Refused: c.refused.Load(), Stalled: c.stalled.Load(),
+		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), RateLimited: c.rateLimited.Load()}
+}
+
+// credential returns the bearer token of an upgrade request: the
+// Authorization header, or the pigeon.bearer.<token> subprotocol.
+func credential(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			return strings.TrimSpace(h[7:])
+		}
+		return ""
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if len(p) > len(BearerSubprotocolPrefix) && strings.EqualFold(p[:len(BearerSubprotocolPrefix)], BearerSubprotocolPrefix) {
+				return p[len(BearerSubprotocolPrefix):]
+			}
+		}
+	}
+	return ""
+}
+
+// ServeHTTP authenticates the upgrade request and serves the connection
+// until it ends. A missing or unknown credential is answered 401 with the
+// JSON error body, and the connection is not upgraded.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, err := s.e.Authenticate(r.Context(), credential(r))
+	if err != nil {
+		s.stats.refused.Add(1)
+		if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pigeon"`)
+		}
+		WriteHTTPError(w, err)
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		s.stats.refused.Add(1)
+		WriteHTTPError(w, pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request"))
+		return
+	}
+	region := r.Header.Get("X-Pigeon-Region")
+	if region == "" {
+		region = r.URL.Query().Get("region")
+	}
+	if region == "" {
+		region = s.opts.Region
+	}
+	if err := s.admit(); err != nil {
+		s.stats.refused.Add(1)
+		WriteHTTPError(w, err)
+		return
+	}
+	defer s.wg.Done()
+	cw := &corkWriter{ResponseWriter: w}
+	wsc, err := websocket.Accept(cw, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, OriginPatterns: s.opts.OriginPatterns})
+	if err != nil {
+		s.stats.refused.Add(1)
+		s.release(nil)
+		return
+	}
+	wsc.SetReadLimit(s.opts.MaxFrame)
+	c := newConn(s, wsc, cw.cc, p, region)
+	if !s.track(c) {
+		_ = wsc.Close(websocket.StatusGoingAway, "server shutting down")
+		s.release(nil)
+		return
+	}
+	s.stats.accepted.Add(1)
+	s.opts.Logger.Debug("websocket connected", "principal", p.ID, "region", region, "remote", r.RemoteAddr)
+	c.serve()
+	s.release(c)
+	s.opts.Logger.Debug("websocket closed", "principal", p.ID, "remote", r.RemoteAddr)
+}
+
+// admit reserves a connection slot.
+func (s *Server) admit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return pigeon.NewError(pigeon.CodeShutdown, "server is shutting down")
+	}
+	if s.stats.open.Load() >= int64(s.opts.MaxConnections) {
+		return pigeon.NewError(pigeon.CodeRateLimited, "connection limit reached")
+	}
+	s.stats.open.Add(1)
+	s.wg.Add(1)
+	return nil
+}
+
+// track registers an accepted connection unless the server is closing.
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) release(c *conn) {
+	s.mu.Lock()
+	if c != nil {
+		delete(s.conns, c)
+	}
+	s.mu.Unlock()
+	s.stats.open.Add(-1)
+}
+
+// Shutdown stops accepting connections and closes every open one
+// gracefully: it stops taking new work (a frame read meanwhile is answered
+// SHUTTING_DOWN; an ack or nack of a delivery is still taken), ends the
+// connection's subscriptions (their unanswered deliveries go back for
+// redelivery), lets every frame already being worked on finish and its
+// answer be written, and then closes with status 1001. It waits for all of that or for ctx; when ctx
+// ends first it closes what is left at once and returns ctx.Err(). It is
+// idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		s.mu.Lock()
+		s.closing = true
+		conns := make([]*conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			go c.drain()
+		}
+		go func() {
+			s.wg.Wait()
+			close(s.drained)
+		}()
+	})
+	select {
+	case <-s.drained:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.abort()
+		}
+		s.mu.Unlock()
+		<-s.drained
+		return ctx.Err()
+	}
+}

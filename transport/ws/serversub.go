@@ -1,0 +1,164 @@
+package ws
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon"
+)
+
+// serverSub is the server side of one WebSocket subscription: an engine
+// subscription whose handler pushes each delivery to the client as a
+// deliver frame and then waits for the client's ack or nack, the ack wait,
+// or the end of the subscription or connection. Returning nil acks,
+// returning an error nacks: leases, redelivery, backoff and exhaustion all
+// stay the engine's.
+type serverSub struct {
+	c       *conn
+	ackWait time.Duration
+	sub     pigeon.Subscription
+	id      string
+	readyCh chan struct{}
+	ended   atomic.Bool // ended by the client or the connection: no push
+
+	mu      sync.Mutex
+	pending map[string]chan bool // by message id
+}
+
+var (
+	errNacked  = errors.New("ws: the client nacked the delivery")
+	errAckWait = errors.New("ws: the client did not answer within the ack wait")
+)
+
+func newServerSub(c *conn, ackWait time.Duration) *serverSub {
+	return &serverSub{c: c, ackWait: ackWait, readyCh: make(chan struct{}), pending: map[string]chan bool{}}
+}
+
+// start registers the running engine subscription with the connection.
+func (ss *serverSub) start(sub pigeon.Subscription) {
+	ss.sub, ss.id = sub, sub.ID()
+	ss.c.mu.Lock()
+	ss.c.subs[ss.id] = ss
+	ss.c.mu.Unlock()
+	ss.c.goBG(ss.watch)
+}
+
+// ready lets deliveries flow once the subscribed answer is queued.
+func (ss *serverSub) ready() { close(ss.readyCh) }
+
+// watch forgets the subscription when it stops and, when it stopped on its
+// own (contract revoked or expired, broker shutting down), tells the client.
+func (ss *serverSub) watch() {
+	<-ss.readyCh
+	<-ss.sub.Done()
+	c := ss.c
+	c.mu.Lock()
+	if c.subs[ss.id] == ss {
+		delete(c.subs, ss.id)
+	}
+	c.mu.Unlock()
+	if ss.ended.Load() {
+		return
+	}
+	b := appendHead(make([]byte, 0, 128), OpUnsubscribed, "")
+	b = append(b, `,"sub":`...)
+	b = appendString(b, ss.id)
+	if err := ss.sub.Err(); err != nil {
+		we := EncodeError(err)
+		b = append(b, `,"error":{"code":`...)
+		b = appendString(b, string(we.Code))
+		b = append(b, `,"message":`...)
+		b = appendString(b, we.Message)
+		b = append(b, `,"details":{}}`...)
+	}
+	_ = c.send(c.ctx, append(b, '}'))
+}
+
+// end stops the subscription (idempotent) and waits for its handlers.
+func (ss *serverSub) end() {
+	ss.ended.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = ss.sub.Unsubscribe(ctx)
+	<-ss.sub.Done()
+}
+
+// handle is the engine handler of the subscription.
+func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
+	select {
+	case <-ss.readyCh:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if ss.ended.Load() {
+		return errGone
+	}
+	id := d.Message.ID
+	ch := make(chan bool, 1)
+	ss.mu.Lock()
+	ss.pending[id] = ch
+	ss.mu.Unlock()
+	defer ss.forget(id, ch)
+	if err := ss.c.send(ctx, encodeDeliver(make([]byte, 0, 512+len(d.Message.Data)), ss.id, d.Message, d.Attempt)); err != nil {
+		return err
+	}
+	t := time.NewTimer(ss.ackWait)
+	defer t.Stop()
+	select {
+	case ok := <-ch:
+		if ok {
+			return nil
+		}
+		return errNacked
+	case <-t.C:
+		return errAckWait
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ss.c.ctx.Done():
+		return errGone
+	}
+}
+
+func (ss *serverSub) forget(id string, ch chan bool) {
+	ss.mu.Lock()
+	if ss.pending[id] == ch {
+		delete(ss.pending, id)
+	}
+	ss.mu.Unlock()
+}
+
+// settle hands the client's answer to the waiting handler; it reports
+// whether one was waiting.
+func (ss *serverSub) settle(id string, ok bool) bool {
+	ss.mu.Lock()
+	ch := ss.pending[id]
+	delete(ss.pending, id)
+	ss.mu.Unlock()
+	if ch == nil {
+		return false
+	}
+	ch <- ok
+	return true
+}
+
+// stopSubs ends every subscription of the connection.
+func (c *conn) stopSubs() {
+	c.mu.Lock()
+	subs := make([]*serverSub, 0, len(c.subs))
+	for _, ss := range c.subs {
+		subs = append(subs, ss)
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ss := range subs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ss.end()
+		}()
+	}
+	wg.Wait()
+}
