@@ -18,6 +18,7 @@ const (
 	public  access = iota // anyone
 	member                // any authenticated principal
 	auditor               // a principal with RoleAuditor
+	admin                 // a principal with RoleAdmin
 )
 
 // request is one API call being served.
@@ -81,6 +82,10 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
 				return
 			}
+			if ep.access == admin && !p.HasRole(RoleAdmin) {
+				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
+				return
+			}
 			rq.p, rq.region = p, region
 		}
 		status, body, err := ep.fn(rq)
@@ -113,6 +118,7 @@ func (s *Server) routes() {
 	s.route("/v1/quarantine", get(auditor, listQuarantine))
 	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
 	s.route("/v1/quarantine/{id}/release", post(auditor, release))
+	s.adminRoutes()
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)

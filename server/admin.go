@@ -1,0 +1,183 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"pigeon"
+)
+
+// RoleAdmin is the role that manages accounts, roles and grants.
+const RoleAdmin = pigeon.RoleAdmin
+
+// adminRoutes serves the account, role, grant and key API. Path segments
+// that hold a principal id are percent-encoded (spiffe%3A%2F%2F…).
+func (s *Server) adminRoutes() {
+	s.route("/v1/accounts", map[string]endpoint{
+		http.MethodGet:  {admin, listAccounts},
+		http.MethodPost: {admin, createAccount},
+	})
+	s.route("/v1/accounts/{id}", map[string]endpoint{
+		http.MethodGet:    {admin, getAccount},
+		http.MethodDelete: {admin, deleteAccount},
+	})
+	s.route("/v1/accounts/{id}/roles/{role}", map[string]endpoint{
+		http.MethodPut:    {admin, addAccountRole},
+		http.MethodDelete: {admin, removeAccountRole},
+	})
+	s.route("/v1/accounts/{id}/keys", map[string]endpoint{
+		http.MethodGet: {member, getKeys},
+		http.MethodPut: {member, putKeys},
+	})
+	s.route("/v1/roles", map[string]endpoint{http.MethodGet: {admin, listRoles}})
+	s.route("/v1/roles/{name}", map[string]endpoint{
+		http.MethodGet:    {admin, getRole},
+		http.MethodPut:    {admin, putRole},
+		http.MethodDelete: {admin, deleteRole},
+	})
+	s.route("/v1/grants", map[string]endpoint{http.MethodPost: {admin, issueGrant}})
+	s.route("/v1/grants/{jti}", map[string]endpoint{http.MethodDelete: {admin, revokeGrant}})
+}
+
+type accountBody struct {
+	Account pigeon.Account `json:"account"`
+}
+
+func listAccounts(rq *request) (int, any, error) {
+	return http.StatusOK, map[string]any{"accounts": rq.s.e.ListAccounts(rq.ctx)}, nil
+}
+
+func createAccount(rq *request) (int, any, error) {
+	var in struct {
+		ID         string            `json:"id"`
+		Attributes map[string]string `json:"attributes"`
+		Roles      []string          `json:"roles"`
+	}
+	if err := rq.body(&in, true); err != nil {
+		return 0, nil, err
+	}
+	a, err := rq.s.e.CreateAccount(rq.ctx, pigeon.Account{ID: in.ID, Attributes: in.Attributes, Roles: in.Roles})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, accountBody{a}, nil
+}
+
+func getAccount(rq *request) (int, any, error) {
+	a, err := rq.s.e.GetAccount(rq.ctx, rq.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, accountBody{a}, nil
+}
+
+func deleteAccount(rq *request) (int, any, error) {
+	if err := rq.s.e.DeleteAccount(rq.ctx, rq.r.PathValue("id")); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]bool{"ok": true}, nil
+}
+
+func addAccountRole(rq *request) (int, any, error) {
+	a, err := rq.s.e.AddAccountRole(rq.ctx, rq.r.PathValue("id"), rq.r.PathValue("role"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, accountBody{a}, nil
+}
+
+func removeAccountRole(rq *request) (int, any, error) {
+	a, err := rq.s.e.RemoveAccountRole(rq.ctx, rq.r.PathValue("id"), rq.r.PathValue("role"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, accountBody{a}, nil
+}
+
+func getKeys(rq *request) (int, any, error) {
+	keys, err := rq.s.e.AccountKeys(rq.ctx, rq.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if keys == nil {
+		keys = []pigeon.PublicKey{}
+	}
+	return http.StatusOK, map[string]any{"keys": keys}, nil
+}
+
+func putKeys(rq *request) (int, any, error) {
+	var in struct {
+		Keys []pigeon.PublicKey `json:"keys"`
+	}
+	if err := rq.body(&in, true); err != nil {
+		return 0, nil, err
+	}
+	a, err := rq.s.e.PutAccountKeys(rq.ctx, rq.p, rq.r.PathValue("id"), in.Keys)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, accountBody{a}, nil
+}
+
+type roleBody struct {
+	Role pigeon.Role `json:"role"`
+}
+
+func listRoles(rq *request) (int, any, error) {
+	return http.StatusOK, map[string]any{"roles": rq.s.e.ListRoles(rq.ctx)}, nil
+}
+
+func getRole(rq *request) (int, any, error) {
+	r, err := rq.s.e.GetRole(rq.ctx, rq.r.PathValue("name"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, roleBody{r}, nil
+}
+
+func putRole(rq *request) (int, any, error) {
+	var in struct {
+		Permissions []pigeon.Permission `json:"permissions"`
+	}
+	if err := rq.body(&in, true); err != nil {
+		return 0, nil, err
+	}
+	r, err := rq.s.e.PutRole(rq.ctx, pigeon.Role{Name: rq.r.PathValue("name"), Permissions: in.Permissions})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, roleBody{r}, nil
+}
+
+func deleteRole(rq *request) (int, any, error) {
+	if err := rq.s.e.DeleteRole(rq.ctx, rq.r.PathValue("name")); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]bool{"ok": true}, nil
+}
+
+func issueGrant(rq *request) (int, any, error) {
+	var in struct {
+		Account string   `json:"account"`
+		Roles   []string `json:"roles"`
+		TTLMs   int64    `json:"ttlMs"`
+	}
+	if err := rq.body(&in, true); err != nil {
+		return 0, nil, err
+	}
+	if in.TTLMs < 0 {
+		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "ttlMs must not be negative")
+	}
+	g, err := rq.s.e.IssueGrant(rq.ctx, in.Account, in.Roles, time.Duration(in.TTLMs)*time.Millisecond)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, g, nil
+}
+
+func revokeGrant(rq *request) (int, any, error) {
+	if err := rq.s.e.RevokeGrant(rq.ctx, rq.r.PathValue("jti")); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]bool{"ok": true}, nil
+}
