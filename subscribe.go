@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -15,6 +16,35 @@ import (
 // returning an error, or panicking, gives it back for redelivery with the
 // subject's backoff.
 type Handler func(ctx context.Context, d *Delivery) error
+
+// RetryError is a handler failure that asks for redelivery after Delay
+// rather than after the subject's backoff.
+type RetryError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryError) Error() string {
+	if e.Err == nil {
+		return "pigeon: retry after " + e.Delay.String()
+	}
+	return e.Err.Error()
+}
+
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter returns a handler error that nacks the delivery and asks for
+// the next attempt after delay.
+func RetryAfter(delay time.Duration, err error) error { return &RetryError{Delay: delay, Err: err} }
+
+// retryDelay is the delay a handler error asks for, or the backoff.
+func (e *Engine) retryDelay(s *subject, attempt int, err error) time.Duration {
+	var re *RetryError
+	if errors.As(err, &re) && re.Delay >= 0 {
+		return re.Delay
+	}
+	return e.backoff(s, attempt)
+}
 
 // Middleware wraps a Handler.
 type Middleware func(Handler) Handler
@@ -492,7 +522,7 @@ func (s *subscription) deliverPubSub(m *Message, data any) {
 				return
 			}
 			select {
-			case <-time.After(s.e.backoff(s.subj, attempt)):
+			case <-time.After(s.e.retryDelay(s.subj, attempt, err)):
 			case <-s.ctx.Done():
 				return
 			}
@@ -588,11 +618,7 @@ func (s *subscription) runGroup() {
 func (s *subscription) handleLeased(m *Message, attempt int) {
 	err := s.call(m, attempt)
 	ctx := context.WithoutCancel(s.ctx)
-	if err == nil {
-		_ = s.e.settle(ctx, s, m.Sequence, true)
-	} else {
-		_ = s.e.settle(ctx, s, m.Sequence, false)
-	}
+	_ = s.e.settle(ctx, s, m.Sequence, err)
 	s.e.pokeGroup(s.subj.name)
 }
 
@@ -631,7 +657,7 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 }
 
 // settle acks or nacks a leased message of a subscription.
-func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, ok bool) error {
+func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handlerErr error) error {
 	g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
 	if err != nil {
 		return err
@@ -642,12 +668,12 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, ok boo
 	if l == nil || l.holder != s.id {
 		return nil
 	}
-	if ok {
+	if handlerErr == nil {
 		return e.markDone(ctx, g, seq)
 	}
 	l.busy = false
 	l.holder = ""
-	l.deadline = e.now().Add(e.backoff(s.subj, l.attempt))
+	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
 	return nil
 }
 

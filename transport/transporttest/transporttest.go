@@ -91,6 +91,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"WorkQueueRedelivery", testWorkQueueRedelivery},
 		{"WorkQueueExhaustedQuarantined", testWorkQueueExhausted},
 		{"HandlerPanicNacks", testHandlerPanic},
+		{"RetryAfterDelay", testRetryAfter},
 		{"UnsubscribeReturnsLeases", testUnsubscribeReturnsLeases},
 		{"RequestReply", testRequestReply},
 		{"RequestTimeout", testRequestTimeout},
@@ -410,6 +411,32 @@ func testHandlerPanic(t *testing.T, h Harness) {
 	_, err = boss.Publish(ctx, job(1))
 	require.NoError(t, err)
 	eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == 2 }, "a panic nacks and the job comes back")
+}
+
+// testRetryAfter nacks with a delay longer than the backoff (10 ms) and the
+// ack wait (300 ms): the next attempt must not come before it.
+func testRetryAfter(t *testing.T, h Harness) {
+	ctx := context.Background()
+	boss := connect(t, h, "boss-token", "jobs.run")
+	crew := connect(t, h, "crew-token", "jobs.run")
+	var mu sync.Mutex
+	var at []time.Time
+	_, err := crew.Subscribe(ctx, "jobs.run", func(ctx context.Context, d *pigeon.Delivery) error {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if d.Attempt == 1 {
+			return pigeon.RetryAfter(700*time.Millisecond, errors.New("not yet"))
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	_, err = boss.Publish(ctx, job(1))
+	require.NoError(t, err)
+	eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == 2 }, "redelivered after the delay")
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, at[1].Sub(at[0]), 650*time.Millisecond, "the asked delay is honoured (a lower bound, never an upper one)")
 }
 
 func testUnsubscribeReturnsLeases(t *testing.T, h Harness) {

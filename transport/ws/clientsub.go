@@ -3,6 +3,7 @@ package ws
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -251,7 +252,7 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 		// call gave up before the answer came).
 		s.goBG(func() {
 			if m != nil {
-				s.settle(cc, f.Sub, m.ID, false)
+				s.settle(cc, f.Sub, m.ID, errGone)
 			}
 			s.endOrphan(cc, f.Sub)
 		})
@@ -269,7 +270,7 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 	go func() {
 		defer cs.running.Done()
 		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: m, Attempt: f.Attempt, Session: s})
-		s.settle(cc, f.Sub, id, err == nil)
+		s.settle(cc, f.Sub, id, err)
 	}()
 }
 
@@ -284,18 +285,25 @@ func (cs *clientSub) call(d *pigeon.Delivery) (err error) {
 	return cs.h(cs.ctx, d)
 }
 
-// settle answers a delivery with ack or nack.
-func (s *Session) settle(cc *clientConn, sid, messageID string, ok bool) {
+// settle answers a delivery: ack when the handler returned nil, nack
+// otherwise, with the delay a pigeon.RetryAfter error asks for.
+func (s *Session) settle(cc *clientConn, sid, messageID string, handlerErr error) {
 	if messageID == "" {
 		return
 	}
-	op := OpAck
-	if !ok {
-		op = OpNack
+	f := Frame{Op: OpAck, Sub: sid, MessageID: messageID}
+	if handlerErr != nil {
+		f.Op = OpNack
+		var re *pigeon.RetryError
+		if errors.As(handlerErr, &re) && re.Delay >= 0 {
+			ms := re.Delay.Milliseconds()
+			f.DelayMs = &ms
+		}
 	}
+	op := f.Op
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.settleTimeout)
 	defer cancel()
-	if _, err := cc.call(ctx, jsonFrame(Frame{Op: op, Sub: sid, MessageID: messageID}), nil); err != nil {
+	if _, err := cc.call(ctx, jsonFrame(f), nil); err != nil {
 		s.o.logger.Debug("pigeon ws: settle failed", "op", op, "sub", sid, "err", err)
 	}
 }

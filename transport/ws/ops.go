@@ -223,7 +223,11 @@ func (c *conn) settleSub(f *Frame) {
 		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "unknown subscription %q", f.Sub))
 		return
 	}
-	if !ss.settle(f.MessageID, f.Op == OpAck) {
+	a := answer{ok: f.Op == OpAck, delay: -1}
+	if f.DelayMs != nil && *f.DelayMs >= 0 {
+		a.delay = time.Duration(*f.DelayMs) * time.Millisecond
+	}
+	if !ss.settle(f.MessageID, a) {
 		c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, or its ack wait passed)", f.MessageID, f.Sub))
 		return
 	}

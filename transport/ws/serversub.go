@@ -25,7 +25,7 @@ type serverSub struct {
 	ended   atomic.Bool // ended by the client or the connection: no push
 
 	mu      sync.Mutex
-	pending map[string]chan bool // by message id
+	pending map[string]chan answer // by message id
 }
 
 var (
@@ -34,7 +34,7 @@ var (
 )
 
 func newServerSub(c *conn, ackWait time.Duration) *serverSub {
-	return &serverSub{c: c, ackWait: ackWait, readyCh: make(chan struct{}), pending: map[string]chan bool{}}
+	return &serverSub{c: c, ackWait: ackWait, readyCh: make(chan struct{}), pending: map[string]chan answer{}}
 }
 
 // start registers the running engine subscription with the connection.
@@ -97,7 +97,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 		return errGone
 	}
 	id := d.Message.ID
-	ch := make(chan bool, 1)
+	ch := make(chan answer, 1)
 	ss.mu.Lock()
 	ss.pending[id] = ch
 	ss.mu.Unlock()
@@ -108,9 +108,12 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	t := time.NewTimer(ss.ackWait)
 	defer t.Stop()
 	select {
-	case ok := <-ch:
-		if ok {
+	case a := <-ch:
+		if a.ok {
 			return nil
+		}
+		if a.delay >= 0 {
+			return pigeon.RetryAfter(a.delay, errNacked)
 		}
 		return errNacked
 	case <-t.C:
@@ -122,7 +125,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	}
 }
 
-func (ss *serverSub) forget(id string, ch chan bool) {
+func (ss *serverSub) forget(id string, ch chan answer) {
 	ss.mu.Lock()
 	if ss.pending[id] == ch {
 		delete(ss.pending, id)
@@ -130,9 +133,16 @@ func (ss *serverSub) forget(id string, ch chan bool) {
 	ss.mu.Unlock()
 }
 
+// answer is a client's ack (ok) or nack, with the nack's delay (< 0: the
+// subject's backoff).
+type answer struct {
+	ok    bool
+	delay time.Duration
+}
+
 // settle hands the client's answer to the waiting handler; it reports
 // whether one was waiting.
-func (ss *serverSub) settle(id string, ok bool) bool {
+func (ss *serverSub) settle(id string, a answer) bool {
 	ss.mu.Lock()
 	ch := ss.pending[id]
 	delete(ss.pending, id)
@@ -140,7 +150,7 @@ func (ss *serverSub) settle(id string, ok bool) bool {
 	if ch == nil {
 		return false
 	}
-	ch <- ok
+	ch <- a
 	return true
 }
 
