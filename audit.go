@@ -27,6 +27,7 @@ type auditor struct {
 	pending  []store.AuditRecord
 	writing  bool
 	written  uint64 // last written (or failed) sequence
+	kick     chan struct{}
 	failed   uint64
 	batchBuf []store.AuditRecord
 }
@@ -39,6 +40,7 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 	}
 	a.st = st
 	a.cond = sync.NewCond(&a.mu)
+	a.kick = make(chan struct{}, 1)
 	switch {
 	case last.Seq != 0:
 		a.seq, a.prev = last.Seq, last.Hash
@@ -56,8 +58,8 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 // never changes the answer the caller already earned.
 func (e *Engine) audit(ctx context.Context, r store.AuditRecord) { e.appendAudit(r, true) }
 
-// auditAsync chains a record without waiting for the store write when
-// another caller is writing already (that writer writes it next); for the
+// auditAsync chains a record and leaves the store write to the background
+// writer, which batches what accumulates while it writes; for the
 // high-rate events: accepted publishes, whose message is already durable,
 // and deliveries. Under a durable store a crash can lose the last
 // milliseconds of such records, never a message, and never a link of the
@@ -78,6 +80,15 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 	a.seq, a.prev = r.Seq, r.Hash
 	a.pending = append(a.pending, r)
 	mine := r.Seq
+	if !wait {
+		// The background writer (or the writer at work) takes it.
+		a.mu.Unlock()
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
 	for {
 		if a.written >= mine {
 			a.mu.Unlock()
@@ -86,13 +97,33 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 		if !a.writing {
 			break
 		}
-		if !wait {
-			a.mu.Unlock()
-			return
-		}
 		a.cond.Wait()
 	}
-	// Become the writer: write batches until nothing is pending.
+	e.writeAudit()
+	a.mu.Unlock()
+}
+
+// auditWriter writes records queued without waiting, until Shutdown.
+func (e *Engine) auditWriter() {
+	a := &e.auditor
+	for {
+		select {
+		case <-a.kick:
+		case <-e.done:
+			return
+		}
+		a.mu.Lock()
+		if !a.writing {
+			e.writeAudit()
+		}
+		a.mu.Unlock()
+	}
+}
+
+// writeAudit writes batches until nothing is pending; a.mu is held, and
+// released around each store write.
+func (e *Engine) writeAudit() {
+	a := &e.auditor
 	a.writing = true
 	for len(a.pending) > 0 {
 		batch := a.pending
@@ -109,25 +140,22 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 		a.cond.Broadcast()
 	}
 	a.writing = false
-	a.mu.Unlock()
 }
 
-// flush waits until every chained record has been written.
-func (a *auditor) flush() {
+// flushAudit writes what is still pending, waiting for a writer at work.
+func (e *Engine) flushAudit() {
+	a := &e.auditor
 	a.mu.Lock()
-	for a.writing || len(a.pending) > 0 {
-		if !a.writing {
-			// Nobody is writing what is pending (cannot happen: the caller
-			// that queued it writes it); leave it rather than spin.
-			break
-		}
+	for a.writing {
 		a.cond.Wait()
 	}
+	e.writeAudit()
 	a.mu.Unlock()
 }
 
 // Audit returns up to max audit records with sequence >= from, in order.
 func (e *Engine) Audit(ctx context.Context, from uint64, max int) ([]AuditRecord, error) {
+	e.flushAudit() // an auditor reads every record chained so far
 	recs, err := e.store.ReadAudit(ctx, from, max)
 	return recs, storeError(err)
 }
@@ -136,6 +164,7 @@ func (e *Engine) Audit(ctx context.Context, from uint64, max int) ([]AuditRecord
 // verify. Any altered, removed or reordered record fails with
 // AUDIT_TAMPERED naming the first bad record.
 func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
+	e.flushAudit()
 	return VerifyAuditLog(ctx, e.store)
 }
 

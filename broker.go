@@ -159,6 +159,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	e.gates = append(builtinGates(e), o.Gates...)
 	e.goTracked(e.janitor)
+	e.goTracked(e.auditWriter)
 	return e, nil
 }
 
@@ -346,7 +347,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	e.auditor.flush()
+	e.flushAudit()
 	if first && e.ownStore {
 		return e.store.Close(ctx)
 	}

@@ -84,7 +84,7 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		return nil, errSyntax
 	}
 	d.i++ // {
-	m := make(map[string]any)
+	m := make(map[string]any, 8)
 	d.skip()
 	if d.i < len(d.s) && d.s[d.i] == '}' {
 		d.i++
