@@ -429,7 +429,7 @@ func appendCanonicalRune(b []byte, r rune) []byte {
 		return append(b, '\\', 't')
 	}
 	if r < 0x20 {
-		return append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xF])
+		return append(b, '\\', 'u', '0', '0', lowerHex[r>>4], lowerHex[r&0xF])
 	}
 	return utf8.AppendRune(b, r)
 }
@@ -551,3 +551,5 @@ func appendES6Number(b []byte, f float64) []byte {
 	}
 	return b
 }
+
+const lowerHex = "0123456789abcdef"

@@ -3,10 +3,10 @@ package pigeon
 import (
 	"bytes"
 	"encoding/json"
+	"pigeon/internal/jsonenc"
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 )
 
 // SpecVersion is the only envelope version the broker speaks.
@@ -98,7 +98,7 @@ func (m *Message) Clone() *Message {
 // broker stores, equal in meaning to json.Marshal(m) but without reflection.
 func (m *Message) AppendJSON(b []byte) []byte {
 	b = append(b, `{"specversion":`...)
-	b = appendJSONString(b, m.SpecVersion)
+	b = jsonenc.AppendString(b, m.SpecVersion)
 	b = appendField(b, "id", m.ID)
 	b = appendField(b, "type", m.Type)
 	b = appendField(b, "source", m.Source)
@@ -127,7 +127,7 @@ func (m *Message) AppendJSON(b []byte) []byte {
 	}
 	if s := m.Signature; s != nil {
 		b = append(b, `,"signature":{"kid":`...)
-		b = appendJSONString(b, s.KID)
+		b = jsonenc.AppendString(b, s.KID)
 		b = appendField(b, "alg", s.Alg)
 		b = appendField(b, "sig", s.Sig)
 		b = append(b, '}')
@@ -163,59 +163,7 @@ func appendField(b []byte, name, v string) []byte {
 	b = append(b, ',', '"')
 	b = append(b, name...)
 	b = append(b, '"', ':')
-	return appendJSONString(b, v)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string, escaping as encoding/json
-// does (HTML-safe, invalid UTF-8 replaced).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return jsonenc.AppendString(b, v)
 }
 
 type formattedTime struct {

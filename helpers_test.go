@@ -3,7 +3,6 @@ package pigeon_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,16 +14,7 @@ import (
 	"pigeon/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Check(5 * time.Second); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // clock is a settable test clock.
 type clock struct {

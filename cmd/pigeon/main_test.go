@@ -20,16 +20,7 @@ import (
 	"pigeon/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Check(10 * time.Second); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
 type syncBuffer struct {

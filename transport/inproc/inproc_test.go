@@ -2,9 +2,7 @@ package inproc_test
 
 import (
 	"context"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -14,16 +12,7 @@ import (
 	"pigeon/transport/transporttest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Check(5 * time.Second); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {

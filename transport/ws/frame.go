@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"pigeon/internal/jsonenc"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"pigeon"
 )
@@ -123,10 +123,10 @@ func DecodeFrame(b []byte) (*Frame, error) {
 // appendHead starts a frame: {"op":OP and, when re is not empty, ,"re":RE.
 func appendHead(b []byte, op, re string) []byte {
 	b = append(b, `{"op":`...)
-	b = appendString(b, op)
+	b = jsonenc.AppendString(b, op)
 	if re != "" {
 		b = append(b, `,"re":`...)
-		b = appendString(b, re)
+		b = jsonenc.AppendString(b, re)
 	}
 	return b
 }
@@ -165,62 +165,10 @@ func encodeSimple(op, re string) []byte {
 func encodeDeliver(b []byte, sub string, m *pigeon.Message, attempt int) []byte {
 	b = appendHead(b, OpDeliver, "")
 	b = append(b, `,"sub":`...)
-	b = appendString(b, sub)
+	b = jsonenc.AppendString(b, sub)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(attempt), 10)
 	b = append(b, `,"message":`...)
 	b = m.AppendJSON(b)
 	return append(b, '}')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			if r == utf8.RuneError {
-				b = append(b, `\ufffd`...)
-			} else {
-				b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			}
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

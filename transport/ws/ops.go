@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"pigeon/internal/jsonenc"
 	"time"
 
 	"pigeon"
@@ -89,7 +90,7 @@ func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	}
 	b := appendHead(make([]byte, 0, 512+len(res.Message.Data)), OpDecision, f.ID)
 	b = append(b, `,"status":`...)
-	b = appendString(b, res.Status)
+	b = jsonenc.AppendString(b, res.Status)
 	b = append(b, `,"message":`...)
 	b = res.Message.AppendJSON(b)
 	return append(b, '}'), nil
@@ -187,7 +188,7 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	ss.start(sub)
 	b := appendHead(make([]byte, 0, 64), OpSubscribed, f.ID)
 	b = append(b, `,"sub":`...)
-	b = appendString(b, sub.ID())
+	b = jsonenc.AppendString(b, sub.ID())
 	b = append(b, '}')
 	// The answer is queued before the subscription may push: the client
 	// learns the sub id before its first delivery.

@@ -3,6 +3,7 @@ package ws
 import (
 	"context"
 	"errors"
+	"pigeon/internal/jsonenc"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,13 +66,13 @@ func (ss *serverSub) watch() {
 	}
 	b := appendHead(make([]byte, 0, 128), OpUnsubscribed, "")
 	b = append(b, `,"sub":`...)
-	b = appendString(b, ss.id)
+	b = jsonenc.AppendString(b, ss.id)
 	if err := ss.sub.Err(); err != nil {
 		we := EncodeError(err)
 		b = append(b, `,"error":{"code":`...)
-		b = appendString(b, string(we.Code))
+		b = jsonenc.AppendString(b, string(we.Code))
 		b = append(b, `,"message":`...)
-		b = appendString(b, we.Message)
+		b = jsonenc.AppendString(b, we.Message)
 		b = append(b, `,"details":{}}`...)
 	}
 	_ = c.send(c.ctx, append(b, '}'))
