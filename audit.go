@@ -13,23 +13,25 @@ import (
 // ids and codes, never payload values.
 type AuditRecord = store.AuditRecord
 
-// auditor chains and appends audit records. Chaining (sequence, hashes) is
-// serialized so the chain order is the append order; the store write is
-// group-committed: while one caller writes a batch, others queue behind it
-// and the next writer takes them all, so concurrent callers share one
-// durable write.
+// auditor chains and appends audit records. Callers only queue a record;
+// the writer (the background goroutine, or a caller that must wait and
+// finds nobody writing) takes the whole queue, chains it (sequence, id,
+// hashes) in queue order and writes it in one store call, so concurrent
+// callers share one durable write and hashing stays off their path.
 type auditor struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	st       store.AuditLog
-	seq      uint64 // last chained
-	prev     string
 	pending  []store.AuditRecord
+	queued   uint64 // records ever queued
+	handled  uint64 // records ever written (or failed)
 	writing  bool
-	written  uint64 // last written (or failed) sequence
-	kick     chan struct{}
 	failed   uint64
+	kick     chan struct{}
 	batchBuf []store.AuditRecord
+	// Owned by the single active writer.
+	seq  uint64 // last sequence written
+	prev string // its hash
 }
 
 // restore reads the chain head from the store.
@@ -49,19 +51,19 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 	default:
 		a.seq, a.prev = 0, store.Genesis
 	}
-	a.written = a.seq
 	return nil
 }
 
-// audit appends one record, filling its sequence, id, time and hashes, and
-// returns once the store has it. A store failure is logged and counted; it
-// never changes the answer the caller already earned.
+// audit appends one record and returns once the store has it. A store
+// failure is logged and counted; it never changes the answer the caller
+// already earned, and never breaks the chain (the failed records are
+// dropped and the next ones chain to the last written).
 func (e *Engine) audit(ctx context.Context, r store.AuditRecord) { e.appendAudit(r, true) }
 
-// auditAsync chains a record and leaves the store write to the background
-// writer, which batches what accumulates while it writes; for the
-// high-rate events: accepted publishes, whose message is already durable,
-// and deliveries. Under a durable store a crash can lose the last
+// auditAsync queues a record and leaves chaining and writing to the
+// background writer, which batches what accumulates while it writes; for
+// the high-rate events: accepted publishes, whose message is already
+// durable, and deliveries. Under a durable store a crash can lose the last
 // milliseconds of such records, never a message, and never a link of the
 // chain (what is on disk is a prefix of it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
@@ -70,18 +72,12 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 	if r.Time.IsZero() {
 		r.Time = e.now()
 	}
-	r.Time = r.Time.UTC()
 	a := &e.auditor
 	a.mu.Lock()
-	r.Seq = a.seq + 1
-	r.ID = "aud_" + strconv.FormatUint(r.Seq, 10)
-	r.PrevHash = a.prev
-	r.Hash = r.ComputeHash()
-	a.seq, a.prev = r.Seq, r.Hash
 	a.pending = append(a.pending, r)
-	mine := r.Seq
+	a.queued++
+	mine := a.queued
 	if !wait {
-		// The background writer (or the writer at work) takes it.
 		a.mu.Unlock()
 		select {
 		case a.kick <- struct{}{}:
@@ -89,21 +85,17 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 		}
 		return
 	}
-	for {
-		if a.written >= mine {
-			a.mu.Unlock()
-			return
-		}
+	for a.handled < mine {
 		if !a.writing {
-			break
+			e.writeAudit()
+			continue
 		}
 		a.cond.Wait()
 	}
-	e.writeAudit()
 	a.mu.Unlock()
 }
 
-// auditWriter writes records queued without waiting, until Shutdown.
+// auditWriter writes queued records until Shutdown.
 func (e *Engine) auditWriter() {
 	a := &e.auditor
 	for {
@@ -120,8 +112,8 @@ func (e *Engine) auditWriter() {
 	}
 }
 
-// writeAudit writes batches until nothing is pending; a.mu is held, and
-// released around each store write.
+// writeAudit chains and writes batches until nothing is pending; a.mu is
+// held, and released while a batch is chained and written.
 func (e *Engine) writeAudit() {
 	a := &e.auditor
 	a.writing = true
@@ -129,13 +121,27 @@ func (e *Engine) writeAudit() {
 		batch := a.pending
 		a.pending = a.batchBuf[:0]
 		a.mu.Unlock()
+		seq, prev := a.seq, a.prev
+		for i := range batch {
+			r := &batch[i]
+			seq++
+			r.Seq, r.Time = seq, r.Time.UTC()
+			r.ID = "aud_" + strconv.FormatUint(seq, 10)
+			r.PrevHash = prev
+			r.Hash = r.ComputeHash()
+			prev = r.Hash
+		}
 		err := a.st.AppendAudit(context.Background(), batch...) // evidence is kept even when the caller gives up
+		if err == nil {
+			a.seq, a.prev = seq, prev
+		}
 		a.mu.Lock()
-		a.written = batch[len(batch)-1].Seq
+		a.handled += uint64(len(batch))
 		if err != nil {
 			a.failed += uint64(len(batch))
 			e.opts.Logger.Error("audit append failed", "records", len(batch), "err", err)
 		}
+		clear(batch)
 		a.batchBuf = batch[:0]
 		a.cond.Broadcast()
 	}
