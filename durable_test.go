@@ -2,10 +2,12 @@ package pigeon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store"
+	"pigeon/store/memory"
 	"pigeon/store/wal"
 	"pigeon/store/wal/crashtest"
 )
@@ -195,4 +199,39 @@ func TestRetentionTrimsInBackground(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond)
 	_, err = e.VerifyAudit(ctx)
 	require.NoError(t, err)
+}
+
+// failingAudit is a memory store whose audit appends fail while fail is set.
+type failingAudit struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (f *failingAudit) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
+	if f.fail.Load() {
+		return errors.New("disk on fire")
+	}
+	return f.Store.AppendAudit(ctx, recs...)
+}
+
+func TestAuditStoreFailureKeepsChain(t *testing.T) {
+	st := &failingAudit{Store: memory.New(nil)}
+	defer st.Close(ctx)
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
+	require.NoError(t, err)
+	defer e.Shutdown(ctx)
+	s, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	require.NoError(t, err)
+	_, err = s.Publish(ctx, demo.Payment("o-1"))
+	require.NoError(t, err)
+	st.fail.Store(true)
+	_, err = s.Publish(ctx, demo.Payment("o-2"))
+	require.NoError(t, err, "an audit failure never changes the answer")
+	_, _ = e.Audit(ctx, 0, 0) // flush while failing
+	st.fail.Store(false)
+	_, err = s.Publish(ctx, demo.Payment("o-3"))
+	require.NoError(t, err)
+	n, err := e.VerifyAudit(ctx)
+	require.NoError(t, err, "the chain still verifies after a failed write")
+	require.Positive(t, n)
 }
