@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	"pigeon/store"
 )
@@ -95,12 +96,25 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 	a.mu.Unlock()
 }
 
+// auditLinger is how long the background writer lets records accumulate
+// before a write: one durable write (an fsync on a durable store) then
+// covers the records of many publishes.
+const auditLinger = 2 * time.Millisecond
+
 // auditWriter writes queued records until Shutdown.
 func (e *Engine) auditWriter() {
 	a := &e.auditor
+	t := time.NewTimer(0)
+	<-t.C
 	for {
 		select {
 		case <-a.kick:
+		case <-e.done:
+			return
+		}
+		t.Reset(auditLinger)
+		select {
+		case <-t.C:
 		case <-e.done:
 			return
 		}
