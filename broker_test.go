@@ -735,3 +735,38 @@ func TestConcurrentPublishers(t *testing.T) {
 	_, err = f.e.VerifyAudit(ctx)
 	require.NoError(t, err)
 }
+
+func TestLoadCatalogRefusesInvalidPolicies(t *testing.T) {
+	f := newFixture(t)
+	base := func() pigeon.SubjectPolicy {
+		return pigeon.SubjectPolicy{Name: "x.y", Version: "v1", Intents: []string{"i"},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: {{Effect: "allow"}}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(p *pigeon.SubjectPolicy)
+	}{
+		{"no name", func(p *pigeon.SubjectPolicy) { p.Name = "" }},
+		{"no version", func(p *pigeon.SubjectPolicy) { p.Version = "" }},
+		{"empty effect", func(p *pigeon.SubjectPolicy) { p.Policy[pigeon.OpPublish][0].Effect = "" }},
+		{"bad effect", func(p *pigeon.SubjectPolicy) { p.Policy[pigeon.OpPublish][0].Effect = "maybe" }},
+		{"unknown operation", func(p *pigeon.SubjectPolicy) { p.Policy["fly"] = []pigeon.RuleSpec{{Effect: "allow"}} }},
+		{"bad mode", func(p *pigeon.SubjectPolicy) { p.Mode = "broadcast" }},
+		{"unknown schema", func(p *pigeon.SubjectPolicy) { p.Schema = &pigeon.SchemaRef{Name: "nope"} }},
+		{"CEL that does not compile", func(p *pigeon.SubjectPolicy) { p.Policy[pigeon.OpPublish][0].When = "message.data.x ==" }},
+		{"CEL that is not bool", func(p *pigeon.SubjectPolicy) { p.Rules = []pigeon.QualityRule{{Name: "r", Expr: "message.region"}} }},
+		{"bad onFailure", func(p *pigeon.SubjectPolicy) { p.Rules = []pigeon.QualityRule{{Name: "r", Expr: "true", OnFailure: "shrug"}} }},
+		{"bad rate limit", func(p *pigeon.SubjectPolicy) { p.RateLimit = &pigeon.RateLimitPolicy{PerSecond: 0, Burst: 1} }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := base()
+			tc.mutate(&p)
+			err := f.e.ReplaceSubject(ctx, p)
+			requireCode(t, err, pigeon.CodePolicyInvalid)
+			_, err = f.e.Subject("x.y")
+			requireCode(t, err, pigeon.CodeSubjectNotFound)
+		})
+	}
+	require.NoError(t, f.e.ReplaceSubject(ctx, base()))
+}

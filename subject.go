@@ -77,7 +77,7 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		return nil, NewError(CodePolicyInvalid, "subject without a name")
 	}
 	if p.Version == "" {
-		p.Version = "v1"
+		return nil, NewError(CodePolicyInvalid, "subject %s: version is required", p.Name)
 	}
 	s := &subject{
 		policy:   p,
@@ -189,11 +189,11 @@ func compileRule(spec RuleSpec) (*rule, error) {
 		requireReason: spec.RequireReason,
 	}
 	switch spec.Effect {
-	case EffectAllow, "":
+	case EffectAllow:
 	case EffectDeny:
 		r.deny = true
 	default:
-		return nil, NewError(CodePolicyInvalid, "effect must be allow or deny, not %q", spec.Effect)
+		return nil, NewError(CodePolicyInvalid, "effect must be \"allow\" or \"deny\", not %q", spec.Effect)
 	}
 	r.anyPrincipal = len(r.principals) == 0 || slices.Contains(r.principals, "*")
 	if spec.When != "" {
