@@ -755,7 +755,9 @@ func TestLoadCatalogRefusesInvalidPolicies(t *testing.T) {
 		{"unknown schema", func(p *pigeon.SubjectPolicy) { p.Schema = &pigeon.SchemaRef{Name: "nope"} }},
 		{"CEL that does not compile", func(p *pigeon.SubjectPolicy) { p.Policy[pigeon.OpPublish][0].When = "message.data.x ==" }},
 		{"CEL that is not bool", func(p *pigeon.SubjectPolicy) { p.Rules = []pigeon.QualityRule{{Name: "r", Expr: "message.region"}} }},
-		{"bad onFailure", func(p *pigeon.SubjectPolicy) { p.Rules = []pigeon.QualityRule{{Name: "r", Expr: "true", OnFailure: "shrug"}} }},
+		{"bad onFailure", func(p *pigeon.SubjectPolicy) {
+			p.Rules = []pigeon.QualityRule{{Name: "r", Expr: "true", OnFailure: "shrug"}}
+		}},
 		{"bad rate limit", func(p *pigeon.SubjectPolicy) { p.RateLimit = &pigeon.RateLimitPolicy{PerSecond: 0, Burst: 1} }},
 	}
 	for _, tc := range tests {
