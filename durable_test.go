@@ -235,3 +235,45 @@ func TestAuditStoreFailureKeepsChain(t *testing.T) {
 	require.NoError(t, err, "the chain still verifies after a failed write")
 	require.Positive(t, n)
 }
+
+// fullStore is a store whose appends fail with ErrFull while full is set.
+type fullStore struct {
+	store.Store
+	full atomic.Bool
+}
+
+func (f *fullStore) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	if f.full.Load() {
+		return store.Message{}, false, fmt.Errorf("append: %w", store.ErrFull)
+	}
+	return f.Store.Append(ctx, m)
+}
+
+func TestDiskFullFailsPublishKeepsReads(t *testing.T) {
+	st := &fullStore{Store: memory.New(nil)}
+	defer st.Close(ctx)
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
+	require.NoError(t, err)
+	defer e.Shutdown(ctx)
+	orders, err := e.Connect(ctx, "orders-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	first, err := orders.Publish(ctx, demo.Notification("k-1"))
+	require.NoError(t, err)
+	st.full.Store(true)
+	_, err = orders.Publish(ctx, demo.Notification("k-2"))
+	pe := requireCode(t, err, pigeon.CodeStoreFull)
+	require.ErrorIs(t, err, pigeon.ErrStore)
+	require.Equal(t, 507, pe.Status())
+	// Reads keep working and see only what was accepted.
+	w, err := e.Connect(ctx, "notifier-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	got, err := w.Receive(ctx, "notifications.send", 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, first.Message.ID, got[0].ID)
+	st.full.Store(false)
+	res, err := orders.Publish(ctx, demo.Notification("k-2"))
+	require.NoError(t, err, "the retry after space returns is accepted, not a duplicate")
+	require.Equal(t, pigeon.StatusAccepted, res.Status)
+	require.Equal(t, uint64(2), res.Message.Sequence)
+}
