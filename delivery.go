@@ -93,6 +93,15 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	if err := e.store.MarkDone(ctx, g.key, seq); err != nil {
 		return storeError(err)
 	}
+	g.setDone(seq)
+	return nil
+}
+
+// setDone records seq as done in memory; g.mu must be held.
+func (g *group) setDone(seq uint64) {
+	if seq <= g.floor || g.done[seq] {
+		return
+	}
 	delete(g.leases, seq)
 	delete(g.attempts, seq)
 	g.done[seq] = true
@@ -102,6 +111,26 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	}
 	if g.next <= g.floor {
 		g.next = g.floor + 1
+	}
+}
+
+// markDoneAll records seqs as done with one store write where the store
+// can batch them.
+func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error {
+	bp, ok := e.store.(store.BatchProgress)
+	if !ok || len(seqs) < 2 {
+		for _, seq := range seqs {
+			if err := e.markDone(ctx, g, seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := bp.MarkDoneBatch(ctx, g.key, seqs); err != nil {
+		return storeError(err)
+	}
+	for _, seq := range seqs {
+		g.setDone(seq)
 	}
 	return nil
 }
@@ -181,18 +210,21 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 		return nil, storeError(err)
 	}
 	out := make([]*Message, 0, len(sms))
+	seqs := make([]uint64, 0, len(sms))
 	for _, sm := range sms {
+		seqs = append(seqs, sm.Seq)
 		d, err := e.decode(sm)
 		if err != nil {
-			return out, err
-		}
-		if err := e.markDone(ctx, g, sm.Seq); err != nil {
-			return out, err
-		}
-		if !scope.inScope(OpReceive, d.data) {
+			e.opts.Logger.Error("receive: a stored message does not decode; skipped", "subject", s.name, "seq", sm.Seq)
 			continue
 		}
-		out = append(out, d.m.Clone())
+		if scope.inScope(OpReceive, d.data) {
+			out = append(out, d.m.Clone())
+		}
+	}
+	// The cursor moves past what is handed out, in one durable write.
+	if err := e.markDoneAll(ctx, g, seqs); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -128,6 +128,12 @@ type ProgressLog interface {
 	LoadGroup(ctx context.Context, key GroupKey) (GroupState, error)
 }
 
+// BatchProgress is the optional ability to mark many sequences done in one
+// write (one durable commit), for receivers that take a batch at once.
+type BatchProgress interface {
+	MarkDoneBatch(ctx context.Context, key GroupKey, seqs []uint64) error
+}
+
 // QuarantineRecord is a refused message kept for review, already redacted.
 type QuarantineRecord struct {
 	ID         string    `json:"id"`

@@ -112,3 +112,15 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 	}
 	return st, nil
 }
+
+// MarkDoneBatch implements store.BatchProgress.
+func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []uint64) error {
+	for _, seq := range seqs {
+		if err := s.MarkDone(ctx, key, seq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ store.BatchProgress = (*Store)(nil)

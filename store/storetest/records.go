@@ -17,6 +17,22 @@ func requireGroup(t *testing.T, s store.Store, key store.GroupKey, want store.Gr
 }
 
 func (su *suite) testProgress(t *testing.T) {
+	t.Run("MarkDoneBatch", func(t *testing.T) {
+		s := su.store(t)
+		bp, ok := s.(store.BatchProgress)
+		if !ok {
+			t.Skip("the store does not batch progress")
+		}
+		ctx := t.Context()
+		k := store.GroupKey{Subject: "s", Group: "batch"}
+		require.NoError(t, bp.MarkDoneBatch(ctx, k, []uint64{3, 1, 5, 2}))
+		require.NoError(t, bp.MarkDoneBatch(ctx, k, []uint64{1, 3}), "marking done again is a no-op")
+		require.NoError(t, bp.MarkDoneBatch(ctx, k, nil))
+		g, err := s.LoadGroup(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), g.Floor)
+		require.Equal(t, []uint64{5}, g.Done)
+	})
 	t.Run("MarkDone", func(t *testing.T) {
 		cases := []struct {
 			name  string

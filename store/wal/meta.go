@@ -349,6 +349,36 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 	return err
 }
 
+// MarkDoneBatch implements store.BatchProgress: every sequence in one
+// commit.
+func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []uint64) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	s.meta.mu.RLock()
+	g := s.meta.groups[key]
+	recs := make([][]byte, 0, len(seqs))
+	for _, seq := range seqs {
+		if seq == 0 || g != nil && g.isDone(seq) {
+			continue
+		}
+		e := newEnc(kindDone, len(key.Subject)+len(key.Group)+16)
+		e.str(key.Subject)
+		e.str(key.Group)
+		e.uvarint(seq)
+		recs = append(recs, e.finish())
+	}
+	s.meta.mu.RUnlock()
+	if len(recs) == 0 {
+		return nil
+	}
+	_, err := s.metaWrite(recs...)
+	return err
+}
+
+var _ store.BatchProgress = (*Store)(nil)
+
 // MarkAttempt implements store.ProgressLog. An attempt recorded before a
 // crash stays recorded; the broker treats its lease as expired.
 func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
