@@ -197,8 +197,6 @@ func TestGrantTokens(t *testing.T) {
 	// Expired.
 	g3, err := e.IssueGrant(ctx, carol, []string{"member"}, time.Second)
 	require.NoError(t, err)
-	exp := e.Authenticate
-	_ = exp
 	tok := g3.Token
 	require.Eventually(t, func() bool {
 		_, err := e.Authenticate(ctx, tok)
@@ -294,4 +292,32 @@ func FuzzGrantTokenInput(f *testing.F) {
 			t.Fatalf("credential %q authenticated as %s", tok, p.ID)
 		}
 	})
+}
+
+// A principal whose receive is scoped by a role permission pulls from its
+// own group and must be able to ack and nack what it pulled.
+func TestScopedPullReceiveAck(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "email-worker", Permissions: []pigeon.Permission{
+		{Subject: "jobs.run", Operations: []pigeon.Operation{pigeon.OpReceive, pigeon.OpAck}, Selector: "/kind=email"},
+	}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"email-worker"}})
+	require.NoError(t, err)
+	boss := f.connect("boss-token", "jobs.run")
+	for _, kind := range []string{"sms", "email", "email"} {
+		_, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: json.RawMessage(`{"kind":"` + kind + `"}`)})
+		require.NoError(t, err)
+	}
+	w := f.connect("carol-token", "jobs.run")
+	got, err := w.Receive(ctx, "jobs.run", 10)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "only email jobs are in scope")
+	require.NoError(t, w.Ack(ctx, "jobs.run", got[0].ID))
+	require.NoError(t, w.Nack(ctx, "jobs.run", got[1].ID, 0))
+	again, err := w.Receive(ctx, "jobs.run", 10)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, got[1].ID, again[0].ID, "the nacked job comes back, the acked one does not")
 }

@@ -84,6 +84,8 @@ type Engine struct {
 
 	closed   atomic.Bool
 	done     chan struct{}
+	ctx      context.Context // canceled by Shutdown; background work derives from it
+	stop     context.CancelFunc
 	wg       sync.WaitGroup
 	shutOnce sync.Once
 }
@@ -133,6 +135,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		o.Authenticator = NewStaticTokens()
 	}
 	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{})}
+	e.ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if e.store == nil {
 		e.store = memory.New(nil)
 		e.ownStore = true
@@ -335,6 +338,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 		e.closed.Store(true)
 		close(e.done)
 		e.subs.closeAll()
+		e.stop()
 		e.replies.closeAll()
 	})
 	waited := make(chan struct{})

@@ -772,3 +772,28 @@ func TestLoadCatalogRefusesInvalidPolicies(t *testing.T) {
 	}
 	require.NoError(t, f.e.ReplaceSubject(ctx, base()))
 }
+
+func TestIdempotencyKeyFromData(t *testing.T) {
+	cat := demo.Catalog()
+	for i := range cat.Subjects {
+		if cat.Subjects[i].Name == "payments.authorize" {
+			cat.Subjects[i].Delivery.Idempotency.Key = "data.orderId"
+		}
+	}
+	f := newFixture(t, func(o *pigeon.Options) { o.Catalog = cat })
+	s := f.connect("checkout-token", "payments.authorize")
+	a := demo.Payment("o-1")
+	a.IdempotencyKey = ""
+	first, err := s.Publish(ctx, a)
+	require.NoError(t, err, "the key comes from data.orderId, not the envelope")
+	b := demo.Payment("o-1")
+	b.IdempotencyKey = "something-else"
+	dup, err := s.Publish(ctx, b)
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusDuplicate, dup.Status)
+	require.Equal(t, first.Message.ID, dup.Message.ID)
+	c := demo.Payment("o-2")
+	c.Data = json.RawMessage(`{"merchantId":"m","amount":1,"currency":"GBP","paymentToken":"tok_1"}`)
+	_, err = s.Publish(ctx, c)
+	requireCode(t, err, pigeon.CodeIdempotencyRequired)
+}

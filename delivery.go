@@ -38,7 +38,6 @@ type group struct {
 
 // lease is one in-flight delivery.
 type lease struct {
-	seq      uint64
 	holder   string
 	deadline time.Time
 	attempt  int
@@ -144,12 +143,6 @@ func (g *group) requeue(seq uint64) {
 	}
 }
 
-// ReceiveRequest asks for up to Max messages from Subject.
-type ReceiveRequest struct {
-	Subject string
-	Max     int
-}
-
 // Receive pulls messages for the caller. On a pubsub subject every
 // principal has its own cursor and each message is returned once. On a
 // work-queue or request/reply subject, messages are leased to the caller
@@ -178,11 +171,7 @@ func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max 
 	if s.mode == ModePubSub {
 		out, err = e.receiveCursor(ctx, c, s, max, scope)
 	} else {
-		group := DefaultGroup
-		if scope.scoped(OpReceive) {
-			group += "|scope:" + scope.scopeKey(OpReceive)
-		}
-		out, err = e.receiveLeased(ctx, c, s, group, c.Principal.ID, max, scope)
+		out, err = e.receiveLeased(ctx, c, s, pullGroup(scope), c.Principal.ID, max, scope)
 	}
 	if err != nil {
 		return nil, err
@@ -328,7 +317,7 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 		return nil, storeError(err)
 	}
 	g.attempts[sm.Seq] = n
-	g.leases[sm.Seq] = &lease{seq: sm.Seq, holder: holder, deadline: now.Add(s.ackWait), attempt: n}
+	g.leases[sm.Seq] = &lease{holder: holder, deadline: now.Add(s.ackWait), attempt: n}
 	d, err := e.decode(sm)
 	if err != nil {
 		return nil, err
@@ -362,42 +351,20 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 // work-queue or request/reply subject, only the current lease holder may
 // ack (ACK_NOT_ALLOWED otherwise).
 func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID string) error {
-	return e.ackAs(ctx, c, subjectName, messageID, DefaultGroup, c.Principal.ID)
-}
-
-func (e *Engine) ackAs(ctx context.Context, c Caller, subjectName, messageID, groupName, holder string) error {
-	if e.closed.Load() {
-		return NewError(CodeShutdown, "broker is shutting down")
-	}
-	s := e.subject(subjectName)
-	if s == nil {
-		return NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
-	}
-	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpAck); code != CodeOK {
-		return e.contractError(ctx, "ack.denied", c.Principal, s.name, c.ContractID, code, reason)
-	}
-	sm, err := e.store.Lookup(ctx, messageID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
-		return NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
-	}
-	if err != nil {
-		return storeError(err)
-	}
-	if s.mode == ModePubSub {
-		e.audit(ctx, store.AuditRecord{Type: "delivery.acked", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
-		return nil
-	}
-	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
+	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, "ack.denied")
 	if err != nil {
 		return err
+	}
+	if g == nil { // pubsub: the cursor already moved; the ack is recorded
+		e.audit(ctx, store.AuditRecord{Type: "delivery.acked", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if sm.Seq <= g.floor || g.done[sm.Seq] {
 		return nil
 	}
-	l := g.leases[sm.Seq]
-	if l == nil || l.holder != holder {
+	if l := g.leases[sm.Seq]; l == nil || l.holder != c.Principal.ID {
 		e.audit(ctx, store.AuditRecord{Type: "ack.denied", Outcome: string(OutcomeDeny), Code: string(CodeAckNotAllowed), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
@@ -411,35 +378,17 @@ func (e *Engine) ackAs(ctx context.Context, c Caller, subjectName, messageID, gr
 // Nack gives a leased message back for redelivery after delay (the
 // subject's backoff when delay < 0).
 func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID string, delay time.Duration) error {
-	return e.nackAs(ctx, c, subjectName, messageID, DefaultGroup, c.Principal.ID, delay)
-}
-
-func (e *Engine) nackAs(ctx context.Context, c Caller, subjectName, messageID, groupName, holder string, delay time.Duration) error {
-	s := e.subject(subjectName)
-	if s == nil {
-		return NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
-	}
-	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpAck); code != CodeOK {
-		return e.contractError(ctx, "ack.denied", c.Principal, s.name, c.ContractID, code, reason)
-	}
-	sm, err := e.store.Lookup(ctx, messageID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
-		return NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
-	}
-	if err != nil {
-		return storeError(err)
-	}
-	if s.mode == ModePubSub {
-		return NewError(CodeBadRequest, "nack applies to work-queue and request/reply subjects")
-	}
-	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
+	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, "nack.denied")
 	if err != nil {
 		return err
+	}
+	if g == nil {
+		return NewError(CodeBadRequest, "nack applies to work-queue and request/reply subjects")
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[sm.Seq]
-	if l == nil || l.holder != holder {
+	if l == nil || l.holder != c.Principal.ID {
 		if sm.Seq <= g.floor || g.done[sm.Seq] {
 			return nil
 		}
@@ -452,6 +401,48 @@ func (e *Engine) nackAs(ctx context.Context, c Caller, subjectName, messageID, g
 	l.holder = ""
 	e.audit(ctx, store.AuditRecord{Type: "delivery.nacked", Outcome: string(OutcomeDeny), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
 	return nil
+}
+
+// settleTarget resolves what a pull ack or nack names: the subject (with
+// the contract granting ack), the stored message, and the caller's pull
+// group — nil on a pubsub subject, where pulls move a cursor instead.
+func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID, deniedType string) (*subject, store.Message, *group, error) {
+	if e.closed.Load() {
+		return nil, store.Message{}, nil, NewError(CodeShutdown, "broker is shutting down")
+	}
+	s := e.subject(subjectName)
+	if s == nil {
+		return nil, store.Message{}, nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+	}
+	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpAck)
+	if code != CodeOK {
+		return nil, store.Message{}, nil, e.contractError(ctx, deniedType, c.Principal, s.name, c.ContractID, code, reason)
+	}
+	sm, err := e.store.Lookup(ctx, messageID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
+		return nil, store.Message{}, nil, NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
+	}
+	if err != nil {
+		return nil, store.Message{}, nil, storeError(err)
+	}
+	if s.mode == ModePubSub {
+		return s, sm, nil, nil
+	}
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: pullGroup(k.grants[s.name])})
+	if err != nil {
+		return nil, store.Message{}, nil, err
+	}
+	return s, sm, g, nil
+}
+
+// pullGroup is the consumer group of pull receivers under a grant: the
+// default group, or one per receive scope (members that see different
+// messages cannot share a queue position).
+func pullGroup(scope *grant) string {
+	if scope.scoped(OpReceive) {
+		return DefaultGroup + "|scope:" + scope.scopeKey(OpReceive)
+	}
+	return DefaultGroup
 }
 
 func (e *Engine) backoff(s *subject, attempt int) time.Duration {

@@ -1,7 +1,6 @@
 package pigeon
 
 import (
-	"context"
 	"sync"
 	"time"
 )
@@ -31,8 +30,8 @@ func newFanout(e *Engine, subject string) *fanout {
 }
 
 func (e *Engine) fanoutOf(subject string) *fanout {
-	e.subs.mu.Lock()
-	defer e.subs.mu.Unlock()
+	e.subs.mu.RLock()
+	defer e.subs.mu.RUnlock()
 	return e.subs.fanouts[subject]
 }
 
@@ -87,15 +86,7 @@ func (f *fanout) pokeGroups() {
 // run is the fan-out loop; it ends with the engine.
 func (f *fanout) run() {
 	e := f.e
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-e.done:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
+	ctx := e.ctx // ends with Shutdown
 	_, last, err := e.store.Bounds(ctx, f.subject)
 	if err != nil {
 		return

@@ -3,7 +3,6 @@ package pigeon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -144,24 +143,20 @@ func (e *Engine) Gates() []Gate { return append([]Gate(nil), e.gates...) }
 // idempotencyKey is the message's key as the subject names it: the
 // envelope's idempotencyKey, or a "data." path.
 func (s *subject) idempotencyKey(m *Message, data any) string {
-	k := s.policy.Delivery.Idempotency.Key
-	if k == "" || k == "idempotencyKey" {
+	if s.idemPath == nil {
 		return m.IdempotencyKey
 	}
-	if len(k) > 5 && k[:5] == "data." {
-		v, ok := lookupPath(data, splitPath(k[5:]).parts)
-		if !ok {
-			return ""
-		}
-		switch x := v.(type) {
-		case string:
-			return x
-		case float64:
-			return strconv.FormatFloat(x, 'f', -1, 64)
-		}
+	v, ok := lookupPath(data, s.idemPath)
+	if !ok {
 		return ""
 	}
-	return m.IdempotencyKey
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return ""
 }
 
 // accept appends an admitted message.
@@ -236,13 +231,4 @@ func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdic
 		}
 	}
 	return d.err()
-}
-
-// decisionOf returns the decision inside err, if any.
-func decisionOf(err error) *Decision {
-	var pe *Error
-	if errors.As(err, &pe) {
-		return pe.Decision
-	}
-	return nil
 }

@@ -39,6 +39,7 @@ type subject struct {
 	backoff   string
 	replayAge time.Duration
 	rate      *RateLimitPolicy
+	idemPath  []string        // non-nil when the key is a "data." path
 	e2e       bool            // end-to-end encryption enforced
 	routing   map[string]bool // fields that stay in clear beside the sealed part
 }
@@ -159,6 +160,9 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 	}
 	if r := p.RateLimit; r != nil && (r.PerSecond <= 0 || r.Burst < 1) {
 		return nil, NewError(CodePolicyInvalid, "subject %s: rateLimit needs perSecond > 0 and burst >= 1", p.Name)
+	}
+	if k := p.Delivery.Idempotency.Key; strings.HasPrefix(k, "data.") && len(k) > 5 {
+		s.idemPath = splitPath(k[5:]).parts
 	}
 	s.idemTTL = msOr(p.Delivery.Idempotency.TTLMs, DefaultIdempotencyTTL)
 	s.ackWait = msOr(p.Delivery.AckWaitMs, DefaultAckWait)

@@ -204,7 +204,7 @@ func (s *subscription) poke() {
 // subscriptions is the engine's table of running subscriptions and the
 // per-subject fan-outs.
 type subscriptions struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex // write-locked to change the tables
 	all     map[*subscription]struct{}
 	fanouts map[string]*fanout
 }
@@ -252,10 +252,7 @@ func (ss *sessionSubs) closeAll() {
 // notify wakes deliveries of subject after seq was appended. It never
 // blocks the publisher.
 func (e *Engine) notify(subject string, _ uint64) {
-	e.subs.mu.Lock()
-	f := e.subs.fanouts[subject]
-	e.subs.mu.Unlock()
-	if f != nil {
+	if f := e.fanoutOf(subject); f != nil {
 		f.poke()
 	}
 }
@@ -319,7 +316,7 @@ func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
 	}
-	sub.ctx, sub.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	sub.ctx, sub.cancel = context.WithCancel(e.ctx) // ends with the subscription or Shutdown
 	if s.mode == ModePubSub {
 		first, last, err := e.store.Bounds(ctx, s.name)
 		if err != nil {
@@ -698,10 +695,7 @@ func (e *Engine) releaseLeases(s *subscription) {
 
 // pokeGroup wakes every group subscriber of subject.
 func (e *Engine) pokeGroup(subject string) {
-	e.subs.mu.Lock()
-	f := e.subs.fanouts[subject]
-	e.subs.mu.Unlock()
-	if f != nil {
+	if f := e.fanoutOf(subject); f != nil {
 		f.pokeGroups()
 	}
 }

@@ -286,19 +286,28 @@ func replay(rq *request) (int, any, error) {
 // maxRecords caps one page of audit or quarantine records.
 const maxRecords = 10000
 
+// pageSize reads ?max=, defaulting to and capped at maxRecords.
+func pageSize(r *http.Request) (int, error) {
+	n, err := queryInt(r, "max")
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 || n > maxRecords {
+		n = maxRecords
+	}
+	return int(n), nil
+}
+
 func audit(rq *request) (int, any, error) {
 	from, err := queryInt(rq.r, "from")
 	if err != nil {
 		return 0, nil, err
 	}
-	n, err := queryInt(rq.r, "max")
+	n, err := pageSize(rq.r)
 	if err != nil {
 		return 0, nil, err
 	}
-	if n == 0 || n > maxRecords {
-		n = maxRecords
-	}
-	recs, err := rq.s.e.Audit(rq.ctx, from, int(n))
+	recs, err := rq.s.e.Audit(rq.ctx, from, n)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -313,14 +322,11 @@ func listQuarantine(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	n, err := queryInt(rq.r, "max")
+	n, err := pageSize(rq.r)
 	if err != nil {
 		return 0, nil, err
 	}
-	if n == 0 || n > maxRecords {
-		n = maxRecords
-	}
-	recs, err := rq.s.e.Quarantine(rq.ctx, since, int(n))
+	recs, err := rq.s.e.Quarantine(rq.ctx, since, n)
 	if err != nil {
 		return 0, nil, err
 	}
