@@ -284,7 +284,7 @@ func (o *celObject) ConvertToNative(typeDesc reflect.Type) (any, error) {
 
 func (o *celObject) ConvertToType(typeVal ref.Type) ref.Val {
 	if typeVal == types.TypeType {
-		return types.NewObjectTypeValue(o.typ.name)
+		return types.NewObjectType(o.typ.name)
 	}
 	if typeVal.TypeName() == o.typ.name {
 		return o

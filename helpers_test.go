@@ -3,7 +3,7 @@ package pigeon_test
 import (
 	"context"
 	"errors"
-	"sync"
+	"pigeon/internal/testclock"
 	"testing"
 	"time"
 
@@ -16,31 +16,15 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+func newClock() *testclock.Clock {
+	return testclock.New(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 }
 
 // fixture is an engine on the demo catalog.
 type fixture struct {
 	t     *testing.T
 	e     *pigeon.Engine
-	clock *clock
+	clock *testclock.Clock
 }
 
 func newFixture(t *testing.T, mutate ...func(*pigeon.Options)) *fixture {

@@ -6,8 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"pigeon/internal/testclock"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +21,6 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // Principals beyond the demo ones.
 const alice = "spiffe://test/alice"
 
@@ -48,7 +30,7 @@ type fixture struct {
 	e     *pigeon.Engine
 	s     *server.Server
 	hs    *httptest.Server
-	clock *clock
+	clock *testclock.Clock
 }
 
 func testCatalog() *pigeon.Catalog {
@@ -76,7 +58,7 @@ func testCatalog() *pigeon.Catalog {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	clk := &clock{t: time.Now()}
+	clk := testclock.New(time.Now())
 	tokens := append(demo.Tokens(),
 		pigeon.StaticToken{Token: "alice-token", Principal: alice},
 		pigeon.StaticToken{Token: "checkout-auditor-token", Principal: demo.Checkout, Roles: []string{"auditor"}},
