@@ -81,7 +81,8 @@ type MessageLog interface {
 	// Append assigns the next sequence of m.Subject and stores m. When
 	// m.IdemKey is set and an entry for it has not expired at m.Time, nothing
 	// is stored and the original message is returned with dup true. The check
-	// and the write are one atomic step.
+	// and the write are one atomic step. Append does not retain m.Body: the
+	// caller may reuse the buffer once Append returns.
 	Append(ctx context.Context, m Message) (stored Message, dup bool, err error)
 	// Read returns up to max messages of subject with Seq >= from, in order.
 	Read(ctx context.Context, subject string, from uint64, max int) ([]Message, error)
