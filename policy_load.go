@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -430,12 +431,7 @@ func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]strin
 		if !ok {
 			return
 		}
-		keys := make([]string, 0, len(obj))
-		for k := range obj {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			f, ok := structField(t, k, foldCase)
 			if !ok {
 				*out = append(*out, joinField(at, k))
@@ -448,12 +444,7 @@ func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]strin
 		if !ok {
 			return
 		}
-		keys := make([]string, 0, len(obj))
-		for k := range obj {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			unknownFields(obj[k], t.Elem(), joinField(at, k), foldCase, out)
 		}
 	case reflect.Slice:
