@@ -10,134 +10,135 @@ import (
 // message time seen, not the wall clock, so a store fed old timestamps (a
 // replay, a test) behaves as it did when they were new.
 //
-// Every entry has an item in the expiry heap. Replacing an entry pushes a new
-// item and leaves the old one, which eviction recognises and skips; so the
-// heap holds at most one item per Append with a key, and each item is pushed
-// and popped once: O(log n) per Append.
+// An entry is the message that claimed a key; its expiry is that message's
+// IdemExpires. Every entry has an item in the expiry queue. Replacing an
+// entry pushes a new item and leaves the old one, which eviction recognises
+// (it names another message) and skips; so the queue holds at most one item
+// per Append with a key, and each item is pushed and popped once: O(1) per
+// Append while expiries come in order, O(log n) otherwise.
+//
+// Neither keys nor the queue hold a pointer; only kept does, and only for
+// messages trimmed while their key still deduplicates.
 type idempotency struct {
-	// entries maps a key to the message that claimed it: a reference into
-	// the log, or a kept copy once retention trimmed it from the log.
-	entries map[string]idemEntry
-	expiry  expiryHeap
-	newest  time.Time
+	// keys maps each key to the message that claimed it.
+	keys index
+	// kept holds a copy of each claiming message that retention trimmed
+	// from its log while its entry lived, by its location in the log.
+	kept   map[msgLoc]store.Message
+	expiry expiryQueue
+	grace  time.Duration
+	newest stamp
+	// cutoff is newest less grace: entries that expire at or before it
+	// are evicted.
+	cutoff stamp
 }
 
-// idemEntry is small so that the map stays cheap to grow.
-type idemEntry struct {
-	log     *subjectLog
-	seq     uint64
-	expires time.Time
-	kept    *store.Message
+func (x *idempotency) init(grace time.Duration) {
+	x.keys = newIndex()
+	x.grace = grace
+	x.newest = stampOf(time.Time{})
+	x.cutoff = stampOf(time.Time{}.Add(-grace))
 }
 
-func (e *idemEntry) message() (store.Message, bool) {
-	if e.kept != nil {
-		return *e.kept, true
+// holdsKey tells whether the message at loc, in its log or kept, has the
+// idempotency key key.
+func (l *messageLog) holdsKey(loc msgLoc, key string) bool {
+	if c, j, ok := l.logs[loc.log].get(loc.seq); ok {
+		return string(c.key(j)) == key
 	}
-	if m, ok := e.log.get(e.seq); ok {
-		return *m, true
+	m, ok := l.idem.kept[loc]
+	return ok && m.IdemKey == key
+}
+
+// claimKey returns the idempotency key of the message at loc, in its log or
+// kept.
+func (l *messageLog) claimKey(loc msgLoc) (string, bool) {
+	if c, j, ok := l.logs[loc.log].get(loc.seq); ok {
+		return string(c.key(j)), true
 	}
-	return store.Message{}, false
+	m, ok := l.idem.kept[loc]
+	return m.IdemKey, ok
 }
 
-func (x *idempotency) init() {
-	x.entries = make(map[string]idemEntry)
-}
-
-// find returns the message holding key when its entry has not expired at t.
-func (x *idempotency) find(key string, t time.Time) (store.Message, bool) {
-	if key == "" {
+// claim returns a copy of the message holding key, whose hash is h, when
+// its entry has not expired at t.
+func (l *messageLog) claim(h uint64, key string, t stamp) (store.Message, bool) {
+	loc, ok := l.idem.keys.get(h, key, l.holdsKey)
+	if !ok {
 		return store.Message{}, false
 	}
-	e, ok := x.entries[key]
-	if !ok || !e.expires.After(t) {
+	sl := l.logs[loc.log]
+	if c, j, ok := sl.get(loc.seq); ok {
+		if !t.before(c.hdrs[j].expiry) {
+			return store.Message{}, false
+		}
+		return sl.message(c, j, loc.seq, "", key), true
+	}
+	m := l.idem.kept[loc]
+	if !t.before(stampOf(m.IdemExpires)) {
 		return store.Message{}, false
 	}
-	return e.message()
+	m.Body = append([]byte(nil), m.Body...)
+	return m, true
 }
 
-// keep copies m out of the log before retention drops it, when m still
-// holds its idempotency key.
-func (x *idempotency) keep(m *store.Message) {
-	if m.IdemKey == "" {
+// addClaim records that the message m, just stored at loc, holds its key,
+// whose hash is h, unless m has none or it is already expired at m.Time,
+// which is now; then it advances the clock to now and evicts what expired
+// grace before it. Times compare as instants, never by monotonic reading.
+func (l *messageLog) addClaim(m *store.Message, h uint64, loc msgLoc, now stamp) {
+	x := &l.idem
+	if m.IdemKey != "" {
+		if expires := stampOf(m.IdemExpires); now.before(expires) {
+			if old, ok := x.keys.put(h, m.IdemKey, loc, l.holdsKey); ok && len(x.kept) > 0 {
+				delete(x.kept, old)
+			}
+			x.expiry.push(expiry{at: expires, hash: h, loc: loc})
+		}
+	}
+	if x.newest.before(now) {
+		x.newest = now
+		x.cutoff = stampOf(m.Time.Add(-x.grace))
+	}
+	for {
+		e, ok := x.expiry.popDue(x.cutoff)
+		if !ok {
+			break
+		}
+		l.dropClaim(e.hash, e.loc)
+	}
+}
+
+// dropClaim removes the entry of the key whose hash is h when the message
+// at loc still holds it.
+func (l *messageLog) dropClaim(h uint64, loc msgLoc) {
+	x := &l.idem
+	dropped := x.keys.dropHashed(h, loc)
+	if !dropped && len(x.keys.overflow) > 0 {
+		if key, ok := l.claimKey(loc); ok {
+			dropped = x.keys.dropString(key, loc)
+		}
+	}
+	if dropped && len(x.kept) > 0 {
+		delete(x.kept, loc)
+	}
+}
+
+// keepClaim copies message j of c, sequence seq of sl, out of the log
+// before retention drops it, when its entry still holds its key.
+func (l *messageLog) keepClaim(sl *subjectLog, c *chunk, j int, seq uint64) {
+	key := c.key(j)
+	if len(key) == 0 {
 		return
 	}
-	if e, ok := x.entries[m.IdemKey]; ok && e.kept == nil && e.seq == m.Seq && e.log.first <= m.Seq {
-		c := *m
-		e.kept = &c
-		x.entries[m.IdemKey] = e
+	x := &l.idem
+	loc := msgLoc{log: sl.num, seq: seq}
+	cur, ok := x.keys.byHash[l.hash.bytes(key)]
+	if !(ok && cur == loc) && !(len(x.keys.overflow) > 0 && x.keys.overflow[string(key)] == loc) {
+		return
 	}
-}
-
-// add records m's key, unless m has none or it is already expired at m.Time,
-// advances the clock to m.Time and evicts what expired grace before it.
-func (x *idempotency) add(m *store.Message, sl *subjectLog, grace time.Duration) {
-	if m.IdemKey != "" && m.IdemExpires.After(m.Time) {
-		x.entries[m.IdemKey] = idemEntry{log: sl, seq: m.Seq, expires: m.IdemExpires}
-		x.expiry.push(expiry{at: m.IdemExpires, key: m.IdemKey})
+	if x.kept == nil {
+		x.kept = make(map[msgLoc]store.Message)
 	}
-	if m.Time.After(x.newest) {
-		x.newest = m.Time
-	}
-	x.evict(x.newest.Add(-grace))
-}
-
-// evict drops the entries that expire at or before cutoff.
-func (x *idempotency) evict(cutoff time.Time) {
-	for len(x.expiry) > 0 && !x.expiry[0].at.After(cutoff) {
-		e := x.expiry.pop()
-		// The key may since have been claimed again with a later expiry.
-		if cur, ok := x.entries[e.key]; ok && !cur.expires.After(cutoff) {
-			delete(x.entries, e.key)
-		}
-	}
-}
-
-type expiry struct {
-	at  time.Time
-	key string
-}
-
-// expiryHeap is a binary min-heap on at. It is written out rather than built
-// on container/heap to keep items out of interfaces: no allocation per push.
-type expiryHeap []expiry
-
-func (h *expiryHeap) push(e expiry) {
-	*h = append(*h, e)
-	q := *h
-	i := len(q) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !q[i].at.Before(q[p].at) {
-			break
-		}
-		q[i], q[p] = q[p], q[i]
-		i = p
-	}
-}
-
-func (h *expiryHeap) pop() expiry {
-	q := *h
-	top := q[0]
-	n := len(q) - 1
-	q[0] = q[n]
-	q[n] = expiry{} // drop the key string
-	q = q[:n]
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		c := l
-		if r := l + 1; r < n && q[r].at.Before(q[l].at) {
-			c = r
-		}
-		if !q[c].at.Before(q[i].at) {
-			break
-		}
-		q[i], q[c] = q[c], q[i]
-		i = c
-	}
-	*h = q
-	return top
+	x.kept[loc] = sl.message(c, j, seq, "", "")
 }

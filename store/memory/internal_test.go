@@ -11,7 +11,7 @@ import (
 )
 
 // These tests look at what the public API cannot see: memory that must be
-// let go.
+// let go, and the plain forms the store keeps records in.
 
 func TestTrimReleasesIndexAndChunks(t *testing.T) {
 	s := New(nil)
@@ -44,12 +44,13 @@ func TestTrimReleasesIndexAndChunks(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, c.removed, n, "trim before %d", c.before)
 		require.Len(t, sl.chunks, c.chunks, "trim before %d", c.before)
-		require.Len(t, s.msgs.byID, c.remaining, "trimmed ids leave the index")
+		require.Equal(t, c.remaining, s.msgs.ids.len(), "trimmed ids leave the index")
 		require.Equal(t, c.remaining, sl.n)
 		if c.remaining > 0 {
-			require.Equal(t, c.firstID, sl.at(0).ID)
+			c0, j := sl.at(0)
+			require.Equal(t, c.firstID, string(c0.id(j)))
 			for _, ch := range sl.chunks[:len(sl.chunks)-1] {
-				require.Len(t, ch, chunkLen, "every chunk but the last is full")
+				require.Len(t, ch.hdrs, chunkLen, "every chunk but the last is full")
 			}
 		}
 	}
@@ -99,7 +100,7 @@ func TestExpiryHeapStaysBounded(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = s.Append(ctx, store.Message{Subject: "b", ID: "n" + strconv.Itoa(i), Time: now, IdemKey: "u" + strconv.Itoa(i), IdemExpires: now.Add(ttl * time.Millisecond)})
 		require.NoError(t, err)
-		require.LessOrEqual(t, len(s.msgs.idem.expiry), 2*ttl+2)
+		require.LessOrEqual(t, s.msgs.idem.expiry.len(), 2*ttl+2)
 	}
 }
 
@@ -108,12 +109,152 @@ func TestExpiryHeapOrder(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	in := []int{5, 3, 9, 1, 1, 7, 2, 8, 6, 4, 0}
 	for _, d := range in {
-		h.push(expiry{at: t0.Add(time.Duration(d)), key: strconv.Itoa(d)})
+		h.push(expiry{at: stampOf(t0.Add(time.Duration(d))), hash: uint64(d)})
 	}
 	var got []int
 	for len(h) > 0 {
 		e := h.pop()
-		got = append(got, int(e.at.Sub(t0)))
+		got = append(got, int(e.at.time().Sub(t0)))
 	}
 	require.Equal(t, []int{0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9}, got)
+}
+
+func TestExpiryQueue(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d int) stamp { return stampOf(t0.Add(time.Duration(d) * time.Second)) }
+	var q expiryQueue
+	// In order, with a few late ones, over several FIFO chunks.
+	const n = 3*fifoChunk + 7
+	for i := range n {
+		d := i
+		if i%100 == 99 {
+			d = i - 50 // late: goes to the heap
+		}
+		q.push(expiry{at: at(d), hash: uint64(i)})
+	}
+	require.Equal(t, n, q.len())
+	require.Equal(t, n/100, len(q.heap))
+	require.Equal(t, (n-n/100+fifoChunk-1)/fifoChunk, len(q.fifo.chunks))
+
+	popped := map[uint64]bool{}
+	prev := at(-1)
+	for _, cut := range []int{-1, 0, 10, fifoChunk, 2 * fifoChunk, n} {
+		for {
+			e, ok := q.popDue(at(cut))
+			if !ok {
+				break
+			}
+			require.False(t, at(cut).before(e.at), "popped %v before its time", e.at.time())
+			require.False(t, e.at.before(prev), "popped %v after %v", e.at.time(), prev.time())
+			prev = e.at
+			popped[e.hash] = true
+		}
+		for i := range n {
+			d := i
+			if i%100 == 99 {
+				d = i - 50
+			}
+			require.Equal(t, d <= cut, popped[uint64(i)], "item %d at %d, cut %d", i, d, cut)
+		}
+		require.LessOrEqual(t, len(q.fifo.chunks), (n-cut)/fifoChunk+2, "popped chunks go")
+	}
+	require.Zero(t, q.len())
+	require.Equal(t, 1, len(q.fifo.chunks), "an emptied FIFO keeps one chunk for the next push")
+	q.push(expiry{at: at(1)})
+	e, ok := q.popDue(at(1))
+	require.True(t, ok)
+	require.Equal(t, at(1), e.at)
+}
+
+func TestStamp(t *testing.T) {
+	times := []time.Time{
+		{},
+		time.Date(1, 1, 1, 0, 0, 0, 1, time.UTC),
+		time.Date(1500, 6, 1, 12, 0, 0, 999_999_999, time.UTC), // before UnixNano's range
+		time.Date(1969, 12, 31, 23, 59, 59, 500_000_000, time.UTC),
+		time.Unix(0, 0),
+		time.Date(2025, 1, 1, 0, 0, 0, 0, time.FixedZone("X", 3600)),
+		time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Now(), // monotonic reading, local zone
+		time.Date(3000, 1, 1, 0, 0, 0, 1, time.UTC), // after UnixNano's range
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
+	}
+	for i, a := range times {
+		got := stampOf(a).time()
+		require.True(t, got.Equal(a), "%v came back as %v", a, got)
+		require.Equal(t, time.UTC, got.Location())
+		for _, b := range times {
+			require.Equal(t, a.Before(b), stampOf(a).before(stampOf(b)), "%v before %v", a, b)
+		}
+		if i == 0 {
+			require.Equal(t, time.Time{}, got, "the zero time comes back as the zero time")
+		}
+	}
+}
+
+func TestChunkArena(t *testing.T) {
+	s := New(nil)
+	ctx := t.Context()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	body := make([]byte, 100)
+	for i := range 2*chunkLen + 1 {
+		m := store.Message{Subject: "a", ID: "m" + strconv.Itoa(i%10), Time: t0, Body: body}
+		switch i % 4 { // every field empty in turn
+		case 1:
+			m.ID = ""
+		case 2:
+			m.IdemKey, m.IdemExpires = "k"+strconv.Itoa(i), t0.Add(time.Hour)
+		case 3:
+			m.Body = nil
+		}
+		_, _, err := s.Append(ctx, m)
+		require.NoError(t, err)
+	}
+	sl := s.msgs.subjects["a"]
+	require.Len(t, sl.chunks, 3)
+	first, second := sl.chunks[0], sl.chunks[1]
+	require.Equal(t, len(first.data)+len(first.data)/8, cap(second.data), "a new chunk's arena is sized from the last full one, and did not regrow")
+	require.Equal(t, sl.arena, cap(sl.chunks[2].data))
+
+	got, err := s.Read(ctx, "a", 0, 0)
+	require.NoError(t, err)
+	for i, m := range got {
+		require.Equal(t, uint64(i+1), m.Seq)
+		require.Equal(t, "a", m.Subject)
+		require.Equal(t, i%4 == 1, m.ID == "", "id of %d", i)
+		require.Equal(t, i%4 == 2, m.IdemKey != "", "key of %d", i)
+		require.Equal(t, i%4 == 2, !m.IdemExpires.IsZero(), "expiry of %d", i)
+		if i%4 == 3 {
+			require.Nil(t, m.Body, "an empty body comes back nil")
+		} else {
+			require.Equal(t, body, m.Body)
+		}
+	}
+}
+
+func TestKeptCopiesAreDropped(t *testing.T) {
+	s := New(&Options{IdempotencyGrace: 10 * time.Second})
+	ctx := t.Context()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	for i := range 10 { // k<i> at i s, expiring a minute later
+		_, _, err := s.Append(ctx, store.Message{Subject: "a", ID: "m" + strconv.Itoa(i), Time: at(i), IdemKey: "k" + strconv.Itoa(i), IdemExpires: at(i + 60)})
+		require.NoError(t, err)
+	}
+	n, err := s.TrimBefore(ctx, "a", at(3600))
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	require.Len(t, s.msgs.idem.kept, 10, "live keys keep their trimmed messages")
+
+	_, _, err = s.Append(ctx, store.Message{Subject: "a", ID: "late", Time: at(75)})
+	require.NoError(t, err)
+	require.Len(t, s.msgs.idem.kept, 4, "keys evicted at 75s less grace drop their copies")
+	got, dup, err := s.Append(ctx, store.Message{Subject: "b", ID: "x", Time: at(67), IdemKey: "k8", IdemExpires: at(3600)})
+	require.NoError(t, err)
+	require.True(t, dup, "k8 expires at 68s")
+	require.Equal(t, "m8", got.ID)
+	_, dup, err = s.Append(ctx, store.Message{Subject: "b", ID: "y", Time: at(70), IdemKey: "k9", IdemExpires: at(3600)})
+	require.NoError(t, err)
+	require.False(t, dup, "k9 expired at 69s")
+	require.Len(t, s.msgs.idem.kept, 3, "a key claimed again drops its old copy")
 }

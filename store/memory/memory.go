@@ -5,18 +5,59 @@
 // # Model
 //
 // Each subject has a log whose messages sit in fixed-size chunks indexed by
-// seq - first, so Read finds its start in O(1) and Append never moves old
-// messages. Message ids are indexed in a map. Idempotency entries are kept in a map and a min-heap ordered by
-// expiry; every Append evicts the entries that expired before the newest
-// message time seen so far (less Options.IdempotencyGrace), so memory stays
-// bounded under unique keys without a background goroutine.
+// seq - first, so Read finds its start in O(1), Append never moves old
+// messages and trimming frees whole chunks. A chunk keeps no pointer per
+// message: each message is a fixed header (lengths, and times as Unix
+// seconds and nanoseconds) plus the bytes of its id, idempotency key and
+// body, copied one after the other into the chunk's byte arena. A new
+// chunk's arena is sized from the last full one's, so it rarely regrows.
+// The subject is the log's; messages are rebuilt as store.Message values on
+// the way out. The bytes of a trimmed message stay until its whole chunk
+// goes.
+//
+// Message ids and idempotency keys are indexed by a 64-bit hash of the
+// string (hash/maphash, seeded per store) that maps to the number of a
+// subject log and a sequence in it. Every hit is checked against the bytes
+// in the arena, and a string whose hash another one already holds is
+// indexed by the string itself in a small overflow map, so colliding
+// hashes cost time, never correctness.
+//
+// An idempotency entry is the message that claimed the key; entries expire
+// through a queue of (expiry, hash, message) items, a FIFO for expiries
+// that come in order and a heap for the others. Every Append evicts the
+// entries that expired before the newest message time seen so far (less
+// Options.IdempotencyGrace), so memory stays bounded under unique keys
+// without a background goroutine. A message trimmed while its key still
+// deduplicates is copied out of its chunk until its entry goes.
+//
+// Audit records are kept the same way: chunks of fixed 64-byte headers and
+// a byte arena. The fields that repeat (type, outcome, code, gate, subject,
+// principal, contract, policy and schema ids) are numbered in one interned
+// table per store; an id of the form "aud_<seq>", a previous hash equal to
+// the record before's hash and a lowercase-hex hash are stored in short
+// forms, and anything else verbatim, so every record reads back as it was
+// appended.
+//
+// The indexes, the queue and the chunks hold no pointers, so the garbage
+// collector has nothing in them to scan: what Append and a collection cost
+// does not grow with the number of messages held.
+//
+// # Times
+//
+// The store keeps instants, not time.Time values: the messages that Read,
+// Lookup and a duplicate Append return have Time and IdemExpires in UTC,
+// with no monotonic reading; compare them with time.Time.Equal. (A stored
+// Append returns the caller's own m.) Idempotency compares instants, never
+// monotonic readings.
 //
 // # Ownership
 //
-// Byte slices are copied on the way in and on the way out: a caller may
-// reuse or change a slice it passed, and may change a slice it got back,
-// without touching what the store keeps. Read copies the bodies of one call
-// into a single buffer, so a Read costs two allocations whatever its length.
+// Bytes and strings are copied on the way in and on the way out: a caller
+// may reuse or change a slice it passed, and may change a slice it got
+// back, without touching what the store keeps. Read copies the bodies of
+// one call into a single buffer and their ids and keys into a single
+// string, so a Read costs three allocations whatever its length. An empty
+// Body comes back nil.
 //
 // # Concurrency
 //
@@ -92,7 +133,7 @@ func New(opts *Options) *Store {
 		contracts:  make(map[string]store.ContractRecord),
 		kv:         make(map[string]map[string][]byte),
 	}
-	s.msgs.init()
+	s.msgs.init(o.IdempotencyGrace)
 	return s
 }
 

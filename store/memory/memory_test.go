@@ -1,9 +1,7 @@
 package memory_test
 
 import (
-	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,114 +144,22 @@ func TestIdempotencyEntriesAfterClose(t *testing.T) {
 	require.Zero(t, s.IdempotencyEntries())
 }
 
-var body = make([]byte, 256)
-
-func ids(n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = "msg-" + strconv.Itoa(i)
-	}
-	return out
-}
-
-// BenchmarkAppend appends 256-byte messages to one subject, without
-// idempotency key.
-func BenchmarkAppend(b *testing.B) {
+// A key claimed again on another subject, at the same sequence there as the
+// expired claim had, must not bring the old message back when its subject
+// is trimmed.
+func TestTrimKeepsOnlyTheCurrentClaim(t *testing.T) {
 	s := memory.New(nil)
-	ctx := b.Context()
-	id := ids(b.N)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, _, err := s.Append(ctx, store.Message{Subject: "orders", ID: id[i], Time: t0, Body: body}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkAppendIdempotent appends with a unique idempotency key each, the
-// clock advancing 1µs per message and keys living 1ms, so eviction runs.
-func BenchmarkAppendIdempotent(b *testing.B) {
-	s := memory.New(nil)
-	ctx := b.Context()
-	id := ids(b.N)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		now := t0.Add(time.Duration(i) * time.Microsecond)
-		m := store.Message{Subject: "orders", ID: id[i], Time: now, IdemKey: id[i], IdemExpires: now.Add(time.Millisecond), Body: body}
-		if _, _, err := s.Append(ctx, m); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkAppendParallel appends from GOMAXPROCS goroutines over 8
-// subjects.
-func BenchmarkAppendParallel(b *testing.B) {
-	s := memory.New(nil)
-	ctx := b.Context()
-	id := ids(b.N)
-	subjects := make([]string, 8)
-	for i := range subjects {
-		subjects[i] = fmt.Sprintf("subject-%d", i)
-	}
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			i := next.Add(1) - 1
-			m := store.Message{Subject: subjects[i%int64(len(subjects))], ID: id[i], Time: t0, Body: body}
-			if _, _, err := s.Append(ctx, m); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-}
-
-// BenchmarkRead reads 100 messages of 256 bytes from a log of 100,000.
-func BenchmarkRead(b *testing.B) {
-	const logLen, batch = 100_000, 100
-	s := memory.New(nil)
-	ctx := b.Context()
-	for i, id := range ids(logLen) {
-		if _, _, err := s.Append(ctx, store.Message{Subject: "orders", ID: id, Time: t0.Add(time.Duration(i)), Body: body}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	b.SetBytes(batch * int64(len(body)))
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		from := uint64(i*batch%(logLen-batch)) + 1
-		ms, err := s.Read(ctx, "orders", from, batch)
-		if err != nil || len(ms) != batch || ms[0].Seq != from {
-			b.Fatalf("Read from %d: %d messages, err %v", from, len(ms), err)
-		}
-	}
-}
-
-// BenchmarkLookup looks messages up by id in a log of 100,000.
-func BenchmarkLookup(b *testing.B) {
-	const logLen = 100_000
-	s := memory.New(nil)
-	ctx := b.Context()
-	id := ids(logLen)
-	for _, x := range id {
-		if _, _, err := s.Append(ctx, store.Message{Subject: "orders", ID: x, Time: t0, Body: body}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := s.Lookup(ctx, id[i%logLen]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	ctx := t.Context()
+	_, _, err := s.Append(ctx, store.Message{Subject: "a", ID: "old", Time: t0, IdemKey: "k", IdemExpires: t0.Add(time.Second)})
+	require.NoError(t, err)
+	_, dup, err := s.Append(ctx, store.Message{Subject: "b", ID: "new", Time: t0.Add(2 * time.Second), IdemKey: "k", IdemExpires: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.False(t, dup)
+	n, err := s.TrimBefore(ctx, "a", t0.Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got, dup, err := s.Append(ctx, store.Message{Subject: "b", ID: "again", Time: t0.Add(3 * time.Second), IdemKey: "k", IdemExpires: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.True(t, dup)
+	require.Equal(t, "new", got.ID)
 }

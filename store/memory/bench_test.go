@@ -1,0 +1,263 @@
+package memory_test
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pigeon/store"
+	"pigeon/store/memory"
+)
+
+// BenchmarkAppend appends to a store that already holds held messages, the
+// way the broker publishes: a 256-byte body, a new 24-byte id and, with
+// key=true, a new scoped idempotency key each time, living a day (the
+// broker's default) so that no entry expires and the store only grows. The
+// ids and keys are made in batches with the timer stopped, so allocs/op is
+// the store's own.
+func BenchmarkAppend(b *testing.B) {
+	for _, held := range []int{10_000, 1_000_000} {
+		for _, keyed := range []bool{false, true} {
+			b.Run(fmt.Sprintf("held=%dk/key=%v", held/1000, keyed), func(b *testing.B) {
+				s := memory.New(nil)
+				ctx := b.Context()
+				f := feed{keyed: keyed}
+				for range held {
+					if _, _, err := s.Append(ctx, f.next(nil)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC() // the filling's garbage is not the loop's
+				b.ReportAllocs()
+				b.SetBytes(int64(len(body)))
+				for b.Loop() {
+					if _, dup, err := s.Append(ctx, f.next(b)); err != nil || dup {
+						b.Fatalf("dup %v, err %v", dup, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// feed makes the messages of BenchmarkAppend.
+type feed struct {
+	keyed     bool
+	n         int // messages made
+	ids, keys []string
+}
+
+const feedBatch = 4096
+
+// next returns the next message. It makes the strings of the next batch
+// when the last is used up, with b's timer stopped unless b is nil.
+func (f *feed) next(b *testing.B) store.Message {
+	i := f.n % feedBatch
+	if i == 0 {
+		if b != nil {
+			b.StopTimer()
+			defer b.StartTimer()
+		}
+		f.refill()
+	}
+	now := t0.Add(time.Duration(f.n) * time.Microsecond)
+	f.n++
+	m := store.Message{Subject: "payments.authorize", ID: f.ids[i], Time: now, Body: body}
+	if f.keyed {
+		m.IdemKey, m.IdemExpires = f.keys[i], now.Add(24*time.Hour)
+	}
+	return m
+}
+
+func (f *feed) refill() {
+	if f.ids == nil {
+		f.ids, f.keys = make([]string, feedBatch), make([]string, feedBatch)
+	}
+	for i := range f.ids {
+		n := strconv.Itoa(f.n + i)
+		f.ids[i] = fmt.Sprintf("msg_%020s", n)
+		if f.keyed {
+			f.keys[i] = "payments.authorize\x00svc-checkout\x00k-" + n
+		}
+	}
+}
+
+var body = make([]byte, 256)
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "msg-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// BenchmarkAppendIdempotent appends with a unique idempotency key each, the
+// clock advancing 1µs per message and keys living 1ms, so eviction runs.
+func BenchmarkAppendIdempotent(b *testing.B) {
+	s := memory.New(nil)
+	ctx := b.Context()
+	id := ids(b.N)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now := t0.Add(time.Duration(i) * time.Microsecond)
+		m := store.Message{Subject: "orders", ID: id[i], Time: now, IdemKey: id[i], IdemExpires: now.Add(time.Millisecond), Body: body}
+		if _, _, err := s.Append(ctx, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAppendParallel appends from GOMAXPROCS goroutines over 8
+// subjects.
+func BenchmarkAppendParallel(b *testing.B) {
+	s := memory.New(nil)
+	ctx := b.Context()
+	id := ids(b.N)
+	subjects := make([]string, 8)
+	for i := range subjects {
+		subjects[i] = fmt.Sprintf("subject-%d", i)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1) - 1
+			m := store.Message{Subject: subjects[i%int64(len(subjects))], ID: id[i], Time: t0, Body: body}
+			if _, _, err := s.Append(ctx, m); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkRead reads 100 messages of 256 bytes from a log of 100,000.
+func BenchmarkRead(b *testing.B) {
+	const logLen, batch = 100_000, 100
+	s := memory.New(nil)
+	ctx := b.Context()
+	for i, id := range ids(logLen) {
+		if _, _, err := s.Append(ctx, store.Message{Subject: "orders", ID: id, Time: t0.Add(time.Duration(i)), Body: body}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.SetBytes(batch * int64(len(body)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		from := uint64(i*batch%(logLen-batch)) + 1
+		ms, err := s.Read(ctx, "orders", from, batch)
+		if err != nil || len(ms) != batch || ms[0].Seq != from {
+			b.Fatalf("Read from %d: %d messages, err %v", from, len(ms), err)
+		}
+	}
+}
+
+// BenchmarkLookup looks messages up by id in a log of 100,000.
+func BenchmarkLookup(b *testing.B) {
+	const logLen = 100_000
+	s := memory.New(nil)
+	ctx := b.Context()
+	id := ids(logLen)
+	for _, x := range id {
+		if _, _, err := s.Append(ctx, store.Message{Subject: "orders", ID: x, Time: t0, Body: body}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Lookup(ctx, id[i%logLen]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAppendAudit appends one audit record at a time to a store that
+// already holds a million, the way the broker chains them: Seq from 1, ID
+// "aud_" and the Seq, PrevHash the previous Hash, the low-cardinality fields
+// mostly as in the previous record, a new message id each. The records are
+// made and hashed in batches with the timer stopped, so allocs/op is the
+// store's own. heap-B/held is the heap in use per held record before the
+// loop, gc-µs how long a full collection takes then.
+func BenchmarkAppendAudit(b *testing.B) {
+	const held = 1_000_000
+	s := memory.New(nil)
+	ctx := b.Context()
+	var f auditFeed
+	for range held {
+		if err := s.AppendAudit(ctx, f.next(nil)...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// What the held records cost: heap bytes each, and the time of a full
+	// collection, which marks whatever they hold pointers to.
+	runtime.GC() // the filling's garbage is not the loop's
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap := ms.HeapAlloc
+	start := time.Now()
+	runtime.GC()
+	gc := time.Since(start)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.AppendAudit(ctx, f.next(b)...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(heap)/held, "heap-B/held")
+	b.ReportMetric(float64(gc.Microseconds()), "gc-µs")
+}
+
+// auditFeed makes the records of BenchmarkAppendAudit.
+type auditFeed struct {
+	n    int // records made
+	prev string
+	recs []store.AuditRecord
+}
+
+// next returns the next record, as a one-record batch. It makes the next
+// batch when the last is used up, with b's timer stopped unless b is nil.
+func (f *auditFeed) next(b *testing.B) []store.AuditRecord {
+	i := f.n % feedBatch
+	if i == 0 {
+		if b != nil {
+			b.StopTimer()
+			defer b.StartTimer()
+		}
+		f.refill()
+	}
+	f.n++
+	return f.recs[i : i+1]
+}
+
+func (f *auditFeed) refill() {
+	if f.recs == nil {
+		f.recs = make([]store.AuditRecord, feedBatch)
+		f.prev = store.Genesis
+	}
+	for i := range f.recs {
+		seq := uint64(f.n + i + 1)
+		r := store.AuditRecord{
+			Seq: seq, ID: "aud_" + strconv.FormatUint(seq, 10),
+			Type: "publish.accepted", Time: t0.Add(time.Duration(seq) * time.Microsecond),
+			Outcome: "allow", Subject: "payments.authorize", Principal: "svc-checkout",
+			ContractID: "ctr_7k2m9x4q1w8e5r3t6y0u", PolicyID: "payments-v3", SchemaID: "payment.authorization.v1",
+			MessageID: fmt.Sprintf("msg_%020d", seq), PrevHash: f.prev,
+		}
+		if seq%16 == 0 {
+			r.Type, r.Outcome, r.Code, r.Gate = "publish.denied", "deny", "SCHEMA_INVALID", "schema"
+		}
+		r.Hash = r.ComputeHash()
+		f.prev = r.Hash
+		f.recs[i] = r
+	}
+}

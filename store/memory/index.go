@@ -1,0 +1,113 @@
+package memory
+
+import "hash/maphash"
+
+// msgLoc names one message ever appended: the number of its subject log
+// and its sequence there. Sequences start at 1, so the zero msgLoc names
+// none.
+type msgLoc struct {
+	log uint32
+	seq uint64
+}
+
+// hasher hashes the strings the indexes are keyed by: message ids and
+// idempotency keys. Its seed is the store's own, so what one store's
+// clients choose cannot collide on purpose in another.
+type hasher struct {
+	seed maphash.Seed
+	// mask is ANDed into every hash: all ones, except in tests that force
+	// collisions.
+	mask uint64
+}
+
+func newHasher() hasher { return hasher{seed: maphash.MakeSeed(), mask: ^uint64(0)} }
+
+func (h *hasher) string(s string) uint64 { return maphash.String(h.seed, s) & h.mask }
+
+// bytes is string for the same bytes held as a slice.
+func (h *hasher) bytes(b []byte) uint64 { return maphash.Bytes(h.seed, b) & h.mask }
+
+// index maps strings (the ids, or the idempotency keys) to the message that
+// holds each. It is keyed by a 64-bit hash of the string rather than the
+// string, and holds no pointer, so it is cheap to grow and the garbage
+// collector never scans it. Two strings may share a hash: every hit is
+// checked against the string the message holds, and a string whose hash is
+// taken by another one goes into overflow, keyed by the string itself.
+// Overflow is almost always empty; correctness does not depend on it being
+// so.
+//
+// A string is in byHash or overflow, never both. holds(loc, s) tells
+// whether the message at loc holds s, for every loc the index holds: an
+// index must be kept free of locations of messages that are gone.
+type index struct {
+	byHash   map[uint64]msgLoc
+	overflow map[string]msgLoc
+}
+
+func newIndex() index { return index{byHash: make(map[uint64]msgLoc)} }
+
+func (x *index) len() int { return len(x.byHash) + len(x.overflow) }
+
+// get returns the message holding s, whose hash is h.
+func (x *index) get(h uint64, s string, holds func(msgLoc, string) bool) (msgLoc, bool) {
+	if loc, ok := x.byHash[h]; ok && holds(loc, s) {
+		return loc, true
+	}
+	if len(x.overflow) == 0 {
+		return msgLoc{}, false
+	}
+	loc, ok := x.overflow[s]
+	return loc, ok
+}
+
+// prefetch reads the slot of hash h, so that a get or put of it that
+// follows finds it in cache. In a large index a lookup costs a cache miss
+// or two; prefetching one index just before looking up another lets the
+// two misses overlap.
+func (x *index) prefetch(h uint64) { _ = x.byHash[h] }
+
+// put makes loc the message holding s, whose hash is h, and returns the
+// one that held it before, if any.
+func (x *index) put(h uint64, s string, loc msgLoc, holds func(msgLoc, string) bool) (old msgLoc, replaced bool) {
+	cur, taken := x.byHash[h]
+	if taken && !holds(cur, s) {
+		// The hash is another string's: s goes to overflow.
+		if x.overflow == nil {
+			x.overflow = make(map[string]msgLoc)
+		}
+		old, replaced = x.overflow[s]
+		x.overflow[s] = loc
+		return old, replaced
+	}
+	x.byHash[h] = loc
+	if taken {
+		return cur, true
+	}
+	// s may have gone to overflow while another string had the hash.
+	if len(x.overflow) > 0 {
+		if old, replaced = x.overflow[s]; replaced {
+			delete(x.overflow, s)
+		}
+	}
+	return old, replaced
+}
+
+// dropHashed removes the string whose hash is h when loc holds it there, and
+// tells whether it did. A string in overflow needs dropString.
+func (x *index) dropHashed(h uint64, loc msgLoc) bool {
+	if cur, ok := x.byHash[h]; ok && cur == loc {
+		delete(x.byHash, h)
+		return true
+	}
+	return false
+}
+
+// dropString removes s from overflow when loc holds it there, and tells
+// whether it did.
+func (x *index) dropString(s string, loc msgLoc) bool {
+	if cur, ok := x.overflow[s]; ok && cur == loc {
+		delete(x.overflow, s)
+		return true
+	}
+	return false
+}
