@@ -205,9 +205,9 @@ func chatMessage(room string) *pigeon.Message {
 func BenchmarkPublishDurable(b *testing.B) {
 	for _, mode := range []wal.SyncMode{wal.SyncAlways, wal.SyncBatch, wal.SyncNone} {
 		for _, parallel := range []bool{false, true} {
-			name := mode.String()
+			name := mode.String() + "/single"
 			if parallel {
-				name += "/parallel"
+				name = mode.String() + "/parallel"
 			}
 			b.Run(name, func(b *testing.B) {
 				st, err := wal.Open(b.TempDir(), &wal.Options{Sync: mode})

@@ -133,11 +133,13 @@ func (s *Store) loadAudit() error {
 		a.pend = headOf(sc.head)
 	}
 	w.onCommit = func(r *wreq) {
+		r.freeBuf()
 		a.mu.Lock()
 		a.head = *r.aux.(*store.AuditRecord)
 		a.mu.Unlock()
 	}
 	w.onFail = func(r *wreq) {
+		r.freeBuf()
 		a.mu.Lock()
 		a.pend = a.cp
 		if a.head.Seq != 0 {
@@ -167,30 +169,42 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	a := &s.audit
 	w := a.w
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.failed != nil {
-		return w.failed
+	if err := w.failed; err != nil {
+		w.mu.Unlock()
+		return err
 	}
 	a.mu.Lock()
-	v := store.Verifier{From: a.pend}
-	data := make([][]byte, len(recs))
-	for i := range recs {
-		if err := v.Next(&recs[i]); err != nil {
-			a.mu.Unlock()
-			return fmt.Errorf("wal: append audit: %w", err)
-		}
-		data[i] = encodeAudit(&recs[i])
+	buf := getRecBuf()
+	fail := func(err error) error {
+		a.mu.Unlock()
+		w.mu.Unlock()
+		buf.put()
+		return fmt.Errorf("wal: append audit: %w", err)
 	}
 	if recs[0].Seq != w.next {
-		a.mu.Unlock()
-		return fmt.Errorf("wal: append audit: seq %d but the log is at %d", recs[0].Seq, w.next)
+		return fail(fmt.Errorf("seq %d but the log is at %d", recs[0].Seq, w.next))
+	}
+	v := store.Verifier{From: a.pend}
+	ends := make([]int, len(recs))
+	for i := range recs {
+		if err := v.Next(&recs[i]); err != nil {
+			return fail(err)
+		}
+		buf.b = appendAudit(buf.b, &recs[i])
+		ends[i] = len(buf.b)
 	}
 	a.pend = v.Head()
 	a.mu.Unlock()
+	data := make([][]byte, len(recs))
+	start := 0
+	for i, end := range ends {
+		data[i] = buf.b[start:end:end]
+		start = end
+	}
 	last := recs[len(recs)-1]
-	r := &wreq{data: data, aux: &last}
+	r := &wreq{data: data, aux: &last, buf: buf}
 	w.enqueueLocked(r)
-	return w.waitLocked(r)
+	return w.awaitLocked(r)
 }
 
 // ReadAudit implements store.AuditLog.

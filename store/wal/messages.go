@@ -45,29 +45,90 @@ type messages struct {
 // msgIndex is everything Open rebuilds about messages. The id index maps
 // a seeded 64-bit hash of the id to the location (idTable, about 20-30
 // bytes a message whatever the id's length); a hit is confirmed against
-// the record read from disk. Idempotency keys are kept only while live.
+// the record read from disk.
+//
+// The idempotency index likewise maps the hash of a key to the claiming
+// message's location and the claim's expiry (24 bytes a live key, no
+// pointers: a string-keyed map cost two or three cache misses a lookup
+// once it held a few hundred thousand keys). A claim whose record is not
+// yet committed also has its request in pending, by location, and is
+// confirmed against the request's key; a committed one is confirmed
+// against the record when a duplicate reads it, and a claim that turns out
+// to be another key's is skipped (Append retries past it). Keys are kept
+// only while live.
 type msgIndex struct {
 	mu      sync.Mutex
 	seed    maphash.Seed
 	ids     idTable
-	idem    map[string]idemEnt
-	clock   int64 // latest message time seen, unix nanoseconds
+	idem    hashTable[idemSlot]
+	pending map[uint64]*wreq // location → request, for claims not yet committed
+	clock   int64            // latest message time seen, unix nanoseconds
 	sweepAt int
+	hashFn  func(seed maphash.Seed, s string) uint64 // indexHash when opened
 }
 
-type idemEnt struct {
+// indexHash hashes ids and idempotency keys. Tests replace it, before Open,
+// to force collisions.
+var indexHash = maphash.String
+
+// idemSlot is one claim of an idempotency key.
+type idemSlot struct {
 	loc uint64
 	exp int64 // unix nanoseconds
-	req *wreq // the original's request while it is not committed
+}
+
+// idemEnt is a claim found for a key: its slot and, while the record is
+// not committed, its request.
+type idemEnt struct {
+	idemSlot
+	req *wreq
 }
 
 func (x *msgIndex) init() {
 	x.seed = maphash.MakeSeed()
-	x.idem = make(map[string]idemEnt)
+	x.idem = hashTable[idemSlot]{}
+	x.pending = make(map[uint64]*wreq)
 	x.sweepAt = 1024
+	x.hashFn = indexHash
 }
 
-func (x *msgIndex) hash(id string) uint64 { return maphash.String(x.seed, id) }
+func (x *msgIndex) hash(id string) uint64 { return x.hashFn(x.seed, id) }
+
+// findClaim returns the live claim of key at time at (unix nanoseconds),
+// passing over the locations in skip; mu held. A committed claim is not
+// confirmed here: the caller reads its record and compares the key.
+func (x *msgIndex) findClaim(key string, at int64, skip []uint64) (idemEnt, bool) {
+	var e idemEnt
+	i := x.idem.lookup(x.hash(key), func(v *idemSlot) bool {
+		if at >= v.exp || slices.Contains(skip, v.loc) {
+			return false
+		}
+		r := x.pending[v.loc]
+		if r != nil && r.key != key {
+			return false // another key with the same hash
+		}
+		e = idemEnt{*v, r}
+		return true
+	})
+	return e, i >= 0
+}
+
+// claim records that the message at loc, written by r (nil when already
+// committed), holds key until exp; mu held.
+func (x *msgIndex) claim(key string, loc uint64, exp int64, r *wreq) {
+	x.idem.insert(x.hash(key), idemSlot{loc: loc, exp: exp})
+	if r != nil {
+		x.pending[loc] = r
+	}
+}
+
+// unclaim forgets key's claim by the message at loc, if any; mu held.
+func (x *msgIndex) unclaim(key string, loc uint64) {
+	delete(x.pending, loc)
+	if i := x.idem.lookup(x.hash(key), func(v *idemSlot) bool { return v.loc == loc }); i >= 0 {
+		x.idem.removeAt(i)
+	}
+}
 
 // addID records id at loc; mu held.
 func (x *msgIndex) addID(id string, loc uint64) { x.ids.insert(x.hash(id), loc) }
@@ -84,25 +145,13 @@ func (x *msgIndex) findID(id string) []uint64 {
 	return locs
 }
 
-// addIdem records an idempotency entry found by a scan, keeping the
-// latest expiry; mu held or loading.
-func (x *msgIndex) addIdem(key string, e idemEnt) {
-	if old, ok := x.idem[key]; !ok || e.exp > old.exp {
-		x.idem[key] = e
-	}
-}
-
-// sweepLocked drops expired idempotency entries once the map has doubled.
+// sweepLocked drops expired claims once the index has doubled.
 func (x *msgIndex) sweepLocked() {
-	if len(x.idem) < x.sweepAt {
+	if x.idem.n < x.sweepAt {
 		return
 	}
-	for k, e := range x.idem {
-		if e.exp <= x.clock && e.req == nil {
-			delete(x.idem, k)
-		}
-	}
-	x.sweepAt = max(1024, 2*len(x.idem))
+	x.idem.keepOnly(func(v *idemSlot) bool { return v.exp > x.clock || x.pending[v.loc] != nil })
+	x.sweepAt = max(1024, 2*x.idem.n)
 }
 
 // subjectDir names the directory of a subject: the name with bytes other
@@ -133,7 +182,7 @@ type subjectScan struct {
 	dir, name string
 	w         *logw
 	ids       []idSlot // hash, location
-	idem      map[string]idemEnt
+	idem      map[string]idemSlot
 	clock     int64
 	err       error
 }
@@ -212,27 +261,33 @@ func (s *Store) loadMessages() error {
 	x.ids.reserve(total)
 	for _, sc := range scans {
 		for _, id := range sc.ids {
-			x.ids.insert(id.h, id.loc)
+			x.ids.insert(id.h, id.v)
 		}
 		sc.ids = nil
-		for k, e := range sc.idem {
-			x.addIdem(k, e)
-		}
 		x.clock = max(x.clock, sc.clock)
 	}
-	for k, e := range x.idem {
-		if e.exp <= x.clock {
-			delete(x.idem, k)
+	// A key claimed on several subjects counts with its latest claim.
+	live := make(map[string]idemSlot)
+	for _, sc := range scans {
+		for k, e := range sc.idem {
+			if old, ok := live[k]; e.exp > x.clock && (!ok || e.exp > old.exp) {
+				live[k] = e
+			}
 		}
+		sc.idem = nil
 	}
-	x.sweepAt = max(1024, 2*len(x.idem))
+	x.idem.reserve(len(live))
+	for k, e := range live {
+		x.claim(k, e.loc, e.exp, nil)
+	}
+	x.sweepAt = max(1024, 2*x.idem.n)
 	return nil
 }
 
 // scanSubject opens one subject's log, collecting its index entries.
 func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 	x := &s.msgs.idx
-	sc.idem = make(map[string]idemEnt)
+	sc.idem = make(map[string]idemSlot)
 	visit := func(index uint64, _ string, _ int64, rec []byte) error {
 		h, err := decodeMessageHead(rec)
 		if err != nil {
@@ -242,12 +297,12 @@ func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 			return fmt.Errorf("message seq %d stored at index %d", h.seq, index)
 		}
 		loc := pack(num, index)
-		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), loc: loc})
+		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), v: loc})
 		if h.idemKey != "" {
 			exp := unixNano(h.idemExp)
 			if exp > sc.clock { // an entry expired before this point never matters again
 				if old, ok := sc.idem[h.idemKey]; !ok || exp > old.exp {
-					sc.idem[h.idemKey] = idemEnt{loc: loc, exp: exp}
+					sc.idem[h.idemKey] = idemSlot{loc: loc, exp: exp}
 				}
 			}
 		}
@@ -292,23 +347,20 @@ func (s *Store) addSubject(name string, w *logw) *subject {
 	sub := &subject{name: name, num: uint32(len(s.msgs.list)), w: w}
 	x := &s.msgs.idx
 	w.onCommit = func(r *wreq) {
+		r.freeBuf()
 		if r.key == "" {
 			return
 		}
 		x.mu.Lock()
-		if e, ok := x.idem[r.key]; ok && e.req == r {
-			e.req = nil
-			x.idem[r.key] = e
-		}
+		delete(x.pending, r.loc)
 		x.mu.Unlock()
 	}
 	w.onFail = func(r *wreq) {
+		r.freeBuf()
 		x.mu.Lock()
 		x.removeID(r.id, r.loc)
 		if r.key != "" {
-			if e, ok := x.idem[r.key]; ok && e.req == r {
-				delete(x.idem, r.key)
-			}
+			x.unclaim(r.key, r.loc)
 		}
 		x.mu.Unlock()
 	}
@@ -385,27 +437,38 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 	if err != nil {
 		return store.Message{}, false, err
 	}
+	var skip []uint64 // claims found to be other keys'
 	for range 100 {
-		stored, dup, retry, err := s.appendOnce(sub, m)
-		if !retry {
+		stored, dup, retry, err := s.appendOnce(sub, m, skip)
+		if !retry.again {
 			return stored, dup, err
+		}
+		if retry.skip != 0 {
+			skip = append(skip, retry.skip)
 		}
 	}
 	return store.Message{}, false, fmt.Errorf("wal: append to %q: idempotency key %q kept changing", m.Subject, m.IdemKey)
 }
 
-func (s *Store) appendOnce(sub *subject, m store.Message) (store.Message, bool, bool, error) {
+// retry says whether appendOnce must be tried again, and which claim to
+// pass over when it turned out to be another key's.
+type retry struct {
+	again bool
+	skip  uint64
+}
+
+func (s *Store) appendOnce(sub *subject, m store.Message, skip []uint64) (store.Message, bool, retry, error) {
 	w := sub.w
 	x := &s.msgs.idx
 	w.mu.Lock()
 	if w.failed != nil {
 		w.mu.Unlock()
-		return store.Message{}, false, false, w.failed
+		return store.Message{}, false, retry{}, w.failed
 	}
 	seq := w.next
 	if seq >= 1<<seqBits {
 		w.mu.Unlock()
-		return store.Message{}, false, false, fmt.Errorf("wal: subject %q is out of sequences", sub.name)
+		return store.Message{}, false, retry{}, fmt.Errorf("wal: subject %q is out of sequences", sub.name)
 	}
 	m.Seq = seq
 	loc := pack(sub.num, seq)
@@ -413,52 +476,59 @@ func (s *Store) appendOnce(sub *subject, m store.Message) (store.Message, bool, 
 	at := unixNano(m.Time)
 	x.mu.Lock()
 	if m.IdemKey != "" {
-		if e, ok := x.idem[m.IdemKey]; ok && at < e.exp {
+		if e, ok := x.findClaim(m.IdemKey, at, skip); ok {
 			x.mu.Unlock()
 			w.mu.Unlock()
-			return s.duplicate(e)
+			return s.duplicate(e, m.IdemKey)
 		}
-		x.idem[m.IdemKey] = idemEnt{loc: loc, exp: unixNano(m.IdemExpires), req: r}
+		x.claim(m.IdemKey, loc, unixNano(m.IdemExpires), r)
 	}
 	x.addID(m.ID, loc)
 	x.clock = max(x.clock, at)
 	x.sweepLocked()
 	x.mu.Unlock()
-	r.data = [][]byte{encodeMessage(&m)}
+	r.buf = getRecBuf()
+	r.buf.b = appendMessage(r.buf.b[:0], &m)
+	r.one[0] = r.buf.b
+	r.data = r.one[:]
 	w.enqueueLocked(r)
-	err := w.waitLocked(r)
-	w.mu.Unlock()
+	err := w.awaitLocked(r)
 	if err != nil {
-		return store.Message{}, false, false, err
+		return store.Message{}, false, retry{}, err
 	}
-	return m, false, false, nil
+	return m, false, retry{}, nil
 }
 
-// duplicate returns the original of an idempotent retry, waiting for it
-// when it is still being written. retry is set when the original went
-// away meanwhile (its write failed, or retention removed it).
-func (s *Store) duplicate(e idemEnt) (store.Message, bool, bool, error) {
+// duplicate returns the original of an idempotent retry with key, waiting
+// for it when it is still being written. It asks for a retry when the
+// original went away meanwhile (its write failed, or retention removed
+// it), and to skip the claim when the original holds another key (their
+// hashes collide).
+func (s *Store) duplicate(e idemEnt, key string) (store.Message, bool, retry, error) {
 	num, seq := unpack(e.loc)
 	sub := s.subjectByNum(num)
 	if sub == nil {
-		return store.Message{}, false, true, nil
+		return store.Message{}, false, retry{again: true}, nil
 	}
 	if e.req != nil {
 		sub.w.mu.Lock()
-		err := sub.w.waitLocked(e.req)
+		err := sub.w.waitOtherLocked(e.req)
 		sub.w.mu.Unlock()
 		if err != nil {
-			return store.Message{}, false, true, nil
+			return store.Message{}, false, retry{again: true}, nil
 		}
 	}
 	m, err := s.readMessage(sub, seq)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Message{}, false, true, nil
+		return store.Message{}, false, retry{again: true}, nil
 	}
 	if err != nil {
-		return store.Message{}, false, false, err
+		return store.Message{}, false, retry{}, err
 	}
-	return m, true, false, nil
+	if m.IdemKey != key {
+		return store.Message{}, false, retry{again: true, skip: e.loc}, nil
+	}
+	return m, true, retry{}, nil
 }
 
 func (s *Store) readMessage(sub *subject, seq uint64) (store.Message, error) {
@@ -628,9 +698,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 			loc := pack(sub.num, h.seq)
 			x.removeID(h.id, loc)
 			if h.idemKey != "" {
-				if e, ok := x.idem[h.idemKey]; ok && e.loc == loc {
-					delete(x.idem, h.idemKey)
-				}
+				x.unclaim(h.idemKey, loc)
 			}
 		}
 		x.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"math"
+	"sync"
 	"time"
 
 	"pigeon/store"
@@ -43,13 +44,42 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // errShort is the decoder's sticky error.
 var errShort = errors.New("record too short or malformed")
 
-// enc builds a record. Call finish to fill in the checksum.
-type enc struct{ b []byte }
+// enc builds a record at the end of b, from start. Call finish to fill in
+// the checksum.
+type enc struct {
+	b     []byte
+	start int
+}
 
 func newEnc(kind byte, sizeHint int) *enc {
 	e := &enc{b: make([]byte, recHeader, recHeader+sizeHint)}
 	e.b[4] = kind
 	return e
+}
+
+// appendEnc starts a record at the end of dst.
+func appendEnc(dst []byte, kind byte) enc {
+	return enc{b: append(dst, 0, 0, 0, 0, kind), start: len(dst)}
+}
+
+// recBuf is a pooled buffer that message and audit records are encoded in.
+// WriteBatch copies records, so the buffer is free again once its request
+// is committed or failed.
+type recBuf struct{ b []byte }
+
+var recBufs = sync.Pool{New: func() any { return new(recBuf) }}
+
+// maxPooledRec is the largest buffer kept for reuse.
+const maxPooledRec = 256 << 10
+
+func getRecBuf() *recBuf { return recBufs.Get().(*recBuf) }
+
+func (p *recBuf) put() {
+	if cap(p.b) > maxPooledRec {
+		p.b = nil
+	}
+	p.b = p.b[:0]
+	recBufs.Put(p)
 }
 
 func (e *enc) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
@@ -93,9 +123,11 @@ func (e *enc) time(t time.Time) {
 	e.uvarint(uint64(t.Nanosecond()))
 }
 
+// finish fills in the checksum and returns the record.
 func (e *enc) finish() []byte {
-	binary.LittleEndian.PutUint32(e.b, crc32.Checksum(e.b[4:], castagnoli))
-	return e.b
+	p := e.b[e.start:]
+	binary.LittleEndian.PutUint32(p, crc32.Checksum(p[4:], castagnoli))
+	return p
 }
 
 // checkRecord verifies the checksum and returns the kind.
@@ -254,14 +286,20 @@ func unixNano(t time.Time) int64 {
 // ---- messages ----
 
 func encodeMessage(m *store.Message) []byte {
-	e := newEnc(kindMessage, 32+len(m.ID)+len(m.IdemKey)+len(m.Body))
+	return appendMessage(make([]byte, 0, recHeader+32+len(m.ID)+len(m.IdemKey)+len(m.Body)), m)
+}
+
+// appendMessage appends m's record to dst and returns dst grown by it.
+func appendMessage(dst []byte, m *store.Message) []byte {
+	e := appendEnc(dst, kindMessage)
 	e.uvarint(m.Seq)
 	e.str(m.ID)
 	e.time(m.Time)
 	e.str(m.IdemKey)
 	e.time(m.IdemExpires)
 	e.raw(m.Body)
-	return e.finish()
+	e.finish()
+	return e.b
 }
 
 // msgHead is what the index needs from a message record.
@@ -295,7 +333,12 @@ func decodeMessage(p []byte, subject string) (store.Message, error) {
 // ---- audit ----
 
 func encodeAudit(r *store.AuditRecord) []byte {
-	e := newEnc(kindAudit, 256)
+	return appendAudit(nil, r)
+}
+
+// appendAudit appends r's record to dst and returns dst grown by it.
+func appendAudit(dst []byte, r *store.AuditRecord) []byte {
+	e := appendEnc(dst, kindAudit)
 	e.uvarint(r.Seq)
 	for _, s := range []string{r.ID, r.Type} {
 		e.str(s)
@@ -305,7 +348,8 @@ func encodeAudit(r *store.AuditRecord) []byte {
 		r.PolicyID, r.SchemaID, r.MessageID, r.Ref, r.PrevHash, r.Hash} {
 		e.str(s)
 	}
-	return e.finish()
+	e.finish()
+	return e.b
 }
 
 func decodeAudit(p []byte) (store.AuditRecord, error) {

@@ -19,10 +19,24 @@ import (
 // Writers enqueue requests under mu and wait. Whoever finds the log idle
 // becomes the leader: it takes the whole queue (one request under
 // SyncAlways), writes it with one WriteBatch, fsyncs once (unless
-// SyncNone), marks every request done and wakes the rest. Requests that
-// arrive meanwhile form the next batch, so concurrent writers share one
-// fsync and each returns only after its own records are on disk. No
+// SyncNone), marks every request done and wakes their owners. Requests
+// that arrive meanwhile form the next batch, so concurrent writers share
+// one fsync and each returns only after its own records are on disk. No
 // goroutine is involved: a caller is either waiting or leading.
+//
+// Batches are written one at a time on purpose. An fsync here costs about
+// as much CPU as wall time, so overlapping the next batch's write and
+// fsync with this one's only made batches smaller and fsyncs more
+// numerous, and throughput lower.
+//
+// Wakeups are targeted: an owner sleeps on its request's own channel and is
+// woken when its request is done, or when the log goes idle with its
+// request at the head of the queue (it then leads the next batch); an
+// owner whose request is done leaves without taking mu again. Waking
+// every waiter through a cond made hundreds of goroutines queue on mu
+// after each fsync, and the next leader behind them. The cond serves only
+// the rare waiters on a request they do not own (waitOtherLocked) and
+// exclusive.
 //
 // A failed write or fsync takes the log back to its last committed entry
 // (cutLog) so that nothing half written stays, and fails every request
@@ -62,14 +76,27 @@ type logw struct {
 // outcome. The owner fields carry what onCommit and onFail need.
 type wreq struct {
 	data  [][]byte
-	first uint64 // index of data[0], set when enqueued
-	done  bool
+	first uint64      // index of data[0], set when enqueued
+	done  atomic.Bool // set under mu, after err and onCommit or onFail
 	err   error
+	wake  chan struct{} // the owner's, set under mu; see wakeLocked
 
 	id, key string // messages: id and idempotency key
 	loc     uint64 // messages: packed location
 	res     int    // meta: result of applying (e.g. how many removed)
 	aux     any
+	buf     *recBuf   // what data is encoded in, when pooled; see freeBuf
+	one     [1][]byte // data of a one-record request
+}
+
+// freeBuf recycles the buffer r's data was encoded in. Call it from
+// onCommit or onFail: by then WriteBatch has copied the records, or they
+// will not be written.
+func (r *wreq) freeBuf() {
+	if r.buf != nil {
+		r.buf.put()
+		r.buf, r.data, r.one[0] = nil, nil, nil
+	}
 }
 
 func (r *wreq) last() uint64 { return r.first + uint64(len(r.data)) - 1 }
@@ -155,32 +182,93 @@ func (w *logw) enqueueLocked(r *wreq) {
 // submit enqueues r and waits until it is committed or failed.
 func (w *logw) submit(r *wreq) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.failed != nil {
-		return w.failed
+	if err := w.failed; err != nil {
+		w.mu.Unlock()
+		return err
 	}
 	w.enqueueLocked(r)
-	return w.waitLocked(r)
+	return w.awaitLocked(r)
 }
 
-// waitLocked waits for r, leading a commit whenever the log is idle.
-func (w *logw) waitLocked(r *wreq) error {
-	for !r.done {
-		if w.busy {
-			w.cond.Wait()
+// wakeChans recycles the owners' wake channels. A channel may come back
+// holding a stale token, or get one late from a committer that set done
+// before it woke the owner; a stale token only makes the next owner look
+// again. awaitLocked drains it before use.
+var wakeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// awaitLocked waits for r, which the caller enqueued and owns, leading a
+// batch whenever one may be written. mu is held on entry and released on
+// return. An owner woken because its request is done returns without
+// taking mu again: hundreds of them leaving after one fsync would
+// otherwise queue on mu, and the next leader behind them.
+func (w *logw) awaitLocked(r *wreq) error {
+	ch := wakeChans.Get().(chan struct{})
+	select {
+	case <-ch:
+	default:
+	}
+	r.wake = ch
+	defer wakeChans.Put(ch)
+	for !r.done.Load() {
+		if w.mayLeadLocked() {
+			w.commitLocked()
 			continue
 		}
-		w.commitLocked()
+		w.mu.Unlock()
+		<-ch
+		if r.done.Load() {
+			return r.err
+		}
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	return r.err
+}
+
+// waitOtherLocked waits for r, a request some other caller owns (an
+// idempotent retry waiting for its original). mu is held on entry and exit.
+func (w *logw) waitOtherLocked(r *wreq) error {
+	for !r.done.Load() {
+		if w.mayLeadLocked() {
+			w.commitLocked()
+			continue
+		}
+		w.cond.Wait()
 	}
 	return r.err
 }
 
-// commitLocked writes and syncs one batch. mu is held on entry and exit
-// and released during I/O.
-func (w *logw) commitLocked() {
-	if len(w.queue) == 0 {
+// mayLeadLocked reports whether a batch may be written now.
+func (w *logw) mayLeadLocked() bool {
+	return !w.busy && len(w.queue) > 0
+}
+
+// wakeLocked wakes r's owner if it is waiting; a wake it does not need
+// only makes it look again. mu must be held.
+func (w *logw) wakeLocked(r *wreq) {
+	if r.wake == nil {
 		return
 	}
+	select {
+	case r.wake <- struct{}{}:
+	default: // a token is already there
+	}
+}
+
+// idleLocked marks the log idle and wakes whoever must act on it: the
+// other-request waiters and exclusive (cond), and the owner of the head of
+// the queue, which leads the next batch. mu must be held.
+func (w *logw) idleLocked() {
+	w.busy = false
+	w.cond.Broadcast()
+	if len(w.queue) > 0 {
+		w.wakeLocked(w.queue[0])
+	}
+}
+
+// commitLocked writes and syncs one batch. mu is held on entry and exit
+// and released during I/O; mayLeadLocked must be true.
+func (w *logw) commitLocked() {
 	w.busy = true
 	var batch []*wreq
 	if w.s.opts.Sync == SyncAlways {
@@ -198,11 +286,11 @@ func (w *logw) commitLocked() {
 		w.committed.Store(batch[len(batch)-1].last())
 		for _, r := range batch {
 			w.onCommit(r)
-			r.done = true
+			r.done.Store(true)
+			w.wakeLocked(r)
 		}
 	}
-	w.busy = false
-	w.cond.Broadcast()
+	w.idleLocked()
 }
 
 // write appends the batch with one WriteBatch and fsyncs it. Only the
@@ -272,16 +360,19 @@ func (w *logw) sync() error {
 	return w.tailFile.Sync()
 }
 
-// takeBackLocked undoes a failed batch: the log is cut back to keep and
-// every request not committed fails with cause. mu is held, busy is set.
-func (w *logw) takeBackLocked(keep uint64, cause error, batch []*wreq) {
+// takeBackLocked undoes what was written after keep: the log is cut back
+// to keep and reqs and every queued request fail with cause. mu is held
+// and busy is set; mu is released while the files are cut.
+func (w *logw) takeBackLocked(keep uint64, cause error, reqs []*wreq) {
 	err := writeError(w.name, cause)
-	reqs := append(batch, w.queue...)
+	reqs = append(reqs, w.queue...)
 	w.queue = nil
 	w.next = keep + 1
 	for _, r := range reqs {
-		r.err, r.done = err, true
+		r.err = err
 		w.onFail(r)
+		r.done.Store(true)
+		w.wakeLocked(r)
 	}
 	w.mu.Unlock()
 	rerr := w.repair(keep)
@@ -289,8 +380,10 @@ func (w *logw) takeBackLocked(keep uint64, cause error, batch []*wreq) {
 	if rerr != nil {
 		w.failed = fmt.Errorf("wal: %s is unusable after a failed write (%v); reopen the store: %w", w.name, rerr, err)
 		for _, r := range w.queue {
-			r.err, r.done = w.failed, true
+			r.err = w.failed
 			w.onFail(r)
+			r.done.Store(true)
+			w.wakeLocked(r)
 		}
 		w.queue = nil
 	}
@@ -327,7 +420,9 @@ func (w *logw) repair(keep uint64) error {
 		return fmt.Errorf("log ends at %d after the cut, want %d", li, keep)
 	}
 	w.log = l
-	w.tailStart, w.tailBytes, w.tailNew = tail.start, size, false
+	// The directory is synced again with the next batch: a failed fsync
+	// may have been the one that was to make the tail's entry durable.
+	w.tailStart, w.tailBytes, w.tailNew = tail.start, size, true
 	return nil
 }
 
@@ -346,8 +441,7 @@ func (w *logw) exclusive(fn func() error) error {
 	w.mu.Unlock()
 	err := fn()
 	w.mu.Lock()
-	w.busy = false
-	w.cond.Broadcast()
+	w.idleLocked()
 	w.mu.Unlock()
 	return err
 }

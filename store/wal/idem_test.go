@@ -1,0 +1,121 @@
+package wal
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// idemScript appends, looks up, trims and reopens, and returns what every
+// step answered. Run with every hash colliding, it must answer as it does
+// with the real hash: correctness may never rest on hashes not colliding.
+func idemScript(t *testing.T) []string {
+	dir := t.TempDir()
+	s := open(t, dir, nil)
+	ctx := t.Context()
+	var out []string
+	put := func(subject, id, key string, d, ttl time.Duration) {
+		m := msg(subject, id, at(d))
+		if key != "" {
+			m.IdemKey, m.IdemExpires = key, at(d+ttl)
+		}
+		got, dup, err := s.Append(ctx, m)
+		require.NoError(t, err)
+		out = append(out, fmt.Sprintf("append %s/%s key=%q: seq=%d dup=%v id=%s", subject, id, key, got.Seq, dup, got.ID))
+	}
+	look := func(id string) {
+		m, err := s.Lookup(ctx, id)
+		out = append(out, fmt.Sprintf("lookup %s: %s %d %v", id, m.ID, m.Seq, err))
+	}
+	put("a", "a1", "k1", 0, time.Hour)
+	put("a", "a2", "k2", time.Second, time.Hour)
+	put("b", "b1", "k3", 2*time.Second, time.Hour)
+	put("a", "a3", "k1", 3*time.Second, time.Hour) // duplicate of a1
+	put("b", "b2", "k2", 4*time.Second, time.Hour) // duplicate of a2, across subjects
+	put("b", "b3", "", 5*time.Second, 0)
+	put("a", "a4", "k4", 6*time.Second, 10*time.Second)
+	put("a", "a5", "k4", 20*time.Second, time.Hour) // k4 expired: a new claim
+	put("a", "a6", "k4", 21*time.Second, time.Hour) // duplicate of a5
+
+	// Concurrent appends: one original per key, every other a duplicate.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	origs := map[string]int{}
+	for i := range 24 {
+		wg.Go(func() {
+			key := fmt.Sprint("c", i%4)
+			m := msg("c", fmt.Sprint("c-", i), at(30*time.Second))
+			m.IdemKey, m.IdemExpires = key, at(time.Hour)
+			_, dup, err := s.Append(ctx, m)
+			require.NoError(t, err)
+			if !dup {
+				mu.Lock()
+				origs[key]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	out = append(out, fmt.Sprint("concurrent originals: ", origs))
+
+	for _, id := range []string{"a1", "a2", "a3", "b1", "b3", "a5", "nope"} {
+		look(id)
+	}
+	n, err := s.TrimBefore(ctx, "a", at(time.Second)) // drops a1 and its claim of k1
+	require.NoError(t, err)
+	out = append(out, fmt.Sprint("trimmed ", n))
+	put("a", "a7", "k1", 40*time.Second, time.Hour)
+	put("b", "b4", "k3", 41*time.Second, time.Hour) // still b1's
+
+	require.NoError(t, s.Close(ctx))
+	s = open(t, dir, nil)
+	put("a", "a8", "k1", 42*time.Second, time.Hour) // a7's, across a restart
+	put("a", "a9", "k2", 43*time.Second, time.Hour) // a2's
+	put("a", "a10", "k9", 44*time.Second, time.Hour)
+	for _, id := range []string{"a2", "a7", "b1", "a10"} {
+		look(id)
+	}
+	return out
+}
+
+func TestIdempotencyUnderHashCollisions(t *testing.T) {
+	want := idemScript(t)
+	defer func(h func(maphash.Seed, string) uint64) { indexHash = h }(indexHash)
+	for _, h := range []uint64{0, 42} {
+		indexHash = func(maphash.Seed, string) uint64 { return h }
+		require.Equal(t, want, idemScript(t), "every hash %d", h)
+	}
+	require.Contains(t, want, `append a/a3 key="k1": seq=1 dup=true id=a1`)
+	require.Contains(t, want, `append a/a8 key="k1": seq=5 dup=true id=a7`)
+	require.Contains(t, want, "concurrent originals: map[c0:1 c1:1 c2:1 c3:1]")
+}
+
+// A store with many live keys keeps them in the pointer-free index and
+// drops expired ones as it goes.
+func TestIdempotencyIndexSweeps(t *testing.T) {
+	s := open(t, t.TempDir(), &Options{Sync: SyncNone})
+	ctx := t.Context()
+	for i := range 5000 {
+		m := msg("a", fmt.Sprint("m", i), at(time.Duration(i)*time.Second))
+		m.IdemKey, m.IdemExpires = fmt.Sprint("k", i), at(time.Duration(i)*time.Second+time.Minute)
+		_, dup, err := s.Append(ctx, m)
+		require.NoError(t, err)
+		require.False(t, dup)
+	}
+	x := &s.msgs.idx
+	x.mu.Lock()
+	n, pending := x.idem.n, len(x.pending)
+	x.mu.Unlock()
+	require.Less(t, n, 2100, "expired claims are swept")
+	require.Zero(t, pending, "committed claims leave pending")
+	m := msg("a", "again", at(4999*time.Second))
+	m.IdemKey, m.IdemExpires = "k4990", at(5000*time.Second)
+	got, dup, err := s.Append(ctx, m)
+	require.NoError(t, err)
+	require.True(t, dup)
+	require.Equal(t, "m4990", got.ID)
+}
