@@ -140,7 +140,7 @@ func (e *Engine) writeAudit() {
 			r := &batch[i]
 			seq++
 			r.Seq, r.Time = seq, r.Time.UTC()
-			r.ID = "aud_" + strconv.FormatUint(seq, 10)
+			r.ID = auditID(seq)
 			r.PrevHash = prev
 			r.Hash = r.ComputeHash()
 			prev = r.Hash
@@ -215,4 +215,10 @@ func VerifyAuditLog(ctx context.Context, st store.AuditLog) (uint64, error) {
 		}
 		from = recs[len(recs)-1].Seq + 1
 	}
+}
+
+// auditID names the audit record with sequence seq: "aud_" and the number.
+func auditID(seq uint64) string {
+	var b [24]byte
+	return string(strconv.AppendUint(append(b[:0], "aud_"...), seq, 10))
 }

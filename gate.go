@@ -91,6 +91,7 @@ type Admission struct {
 	contractID string
 	op         Operation
 	idemKey    string
+	nowText    string // Now as the envelope writes times, once formatted
 	dataErr    string
 	timeErr    bool
 	celP       *celPrincipal

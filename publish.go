@@ -103,7 +103,8 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		m.ID = newMessageID()
 	}
 	if m.Time == "" {
-		m.Time = formatTime(now)
+		a.nowText = formatTime(now)
+		m.Time = a.nowText
 	} else if _, err := time.Parse(time.RFC3339Nano, m.Time); err != nil {
 		a.timeErr = true
 	}
@@ -187,12 +188,24 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: m.ID})
 		return &Result{Status: StatusDuplicate, Message: orig}, nil
 	}
-	out := *m
-	out.Sequence = stored.Seq
-	out.AcceptedAt = formatTime(stored.Time)
+	res := &acceptedResult{m: *m}
+	res.m.Sequence = stored.Seq
+	if a.nowText != "" && stored.Time.Equal(a.Now) {
+		res.m.AcceptedAt = a.nowText
+	} else {
+		res.m.AcceptedAt = formatTime(stored.Time)
+	}
+	res.r = Result{Status: StatusAccepted, Message: &res.m}
 	e.auditAsync(store.AuditRecord{Time: a.Now, Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
 	e.notify(s.name, stored.Seq)
-	return &Result{Status: StatusAccepted, Message: &out}, nil
+	return &res.r, nil
+}
+
+// acceptedResult is an accepted publish's Result with its message, in one
+// allocation.
+type acceptedResult struct {
+	r Result
+	m Message
 }
 
 // decodeStored rebuilds an accepted message from its stored form.

@@ -6,6 +6,15 @@ import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
+// safe marks the ASCII bytes written as they are: not a control
+// character, a quote, a backslash or one of the HTML-sensitive <, > and &.
+var safe = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // AppendString appends s as a JSON string, escaped as encoding/json
 // escapes it (HTML-safe; invalid UTF-8 becomes U+FFFD).
 func AppendString(b []byte, s string) []byte {
@@ -14,7 +23,7 @@ func AppendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if safe[c] {
 				i++
 				continue
 			}
