@@ -53,7 +53,7 @@ func TestCollidingKeys(t *testing.T) {
 		_, dup := add("a", "m"+k, k, time.Duration(i)*time.Second, 10*time.Second)
 		require.False(t, dup, k)
 	}
-	require.Len(t, s.msgs.ids.byHash, 1)
+	require.Equal(t, 1, s.msgs.ids.byHash.Len())
 	require.Len(t, s.msgs.ids.overflow, 2)
 	require.Len(t, s.msgs.idem.keys.overflow, 2)
 	require.Equal(t, 3, s.IdempotencyEntries())

@@ -133,7 +133,7 @@ func (l *messageLog) keepClaim(sl *subjectLog, c *chunk, j int, seq uint64) {
 	}
 	x := &l.idem
 	loc := msgLoc{log: sl.num, seq: seq}
-	cur, ok := x.keys.byHash[l.hash.bytes(key)]
+	cur, ok := x.keys.hashedLoc(l.hash.bytes(key))
 	if !(ok && cur == loc) && !(len(x.keys.overflow) > 0 && x.keys.overflow[string(key)] == loc) {
 		return
 	}

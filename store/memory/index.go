@@ -1,6 +1,10 @@
 package memory
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+
+	"pigeon/internal/hashtab"
+)
 
 // msgLoc names one message ever appended: the number of its subject log
 // and its sequence there. Sequences start at 1, so the zero msgLoc names
@@ -40,17 +44,31 @@ func (h *hasher) bytes(b []byte) uint64 { return maphash.Bytes(h.seed, b) & h.ma
 // whether the message at loc holds s, for every loc the index holds: an
 // index must be kept free of locations of messages that are gone.
 type index struct {
-	byHash   map[uint64]msgLoc
+	byHash   hashtab.Table[msgLoc] // at most one slot per hash
 	overflow map[string]msgLoc
+	touched  uint64 // what prefetch read, so that the read stays
 }
 
-func newIndex() index { return index{byHash: make(map[uint64]msgLoc)} }
+func newIndex() index { return index{} }
 
-func (x *index) len() int { return len(x.byHash) + len(x.overflow) }
+func (x *index) len() int { return x.byHash.Len() + len(x.overflow) }
+
+func anyLoc(*msgLoc) bool { return true }
+
+// hashed returns the slot of hash h, or -1.
+func (x *index) hashed(h uint64) int { return x.byHash.Lookup(h, anyLoc) }
+
+// hashedLoc returns the message whose string has hash h in byHash.
+func (x *index) hashedLoc(h uint64) (msgLoc, bool) {
+	if i := x.hashed(h); i >= 0 {
+		return *x.byHash.At(i), true
+	}
+	return msgLoc{}, false
+}
 
 // get returns the message holding s, whose hash is h.
 func (x *index) get(h uint64, s string, holds func(msgLoc, string) bool) (msgLoc, bool) {
-	if loc, ok := x.byHash[h]; ok && holds(loc, s) {
+	if loc, ok := x.hashedLoc(h); ok && holds(loc, s) {
 		return loc, true
 	}
 	if len(x.overflow) == 0 {
@@ -64,12 +82,17 @@ func (x *index) get(h uint64, s string, holds func(msgLoc, string) bool) (msgLoc
 // follows finds it in cache. In a large index a lookup costs a cache miss
 // or two; prefetching one index just before looking up another lets the
 // two misses overlap.
-func (x *index) prefetch(h uint64) { _ = x.byHash[h] }
+func (x *index) prefetch(h uint64) { x.touched ^= x.byHash.Touch(h) }
 
 // put makes loc the message holding s, whose hash is h, and returns the
 // one that held it before, if any.
 func (x *index) put(h uint64, s string, loc msgLoc, holds func(msgLoc, string) bool) (old msgLoc, replaced bool) {
-	cur, taken := x.byHash[h]
+	i := x.hashed(h)
+	taken := i >= 0
+	var cur msgLoc
+	if taken {
+		cur = *x.byHash.At(i)
+	}
 	if taken && !holds(cur, s) {
 		// The hash is another string's: s goes to overflow.
 		if x.overflow == nil {
@@ -79,10 +102,11 @@ func (x *index) put(h uint64, s string, loc msgLoc, holds func(msgLoc, string) b
 		x.overflow[s] = loc
 		return old, replaced
 	}
-	x.byHash[h] = loc
 	if taken {
+		*x.byHash.At(i) = loc
 		return cur, true
 	}
+	x.byHash.Insert(h, loc)
 	// s may have gone to overflow while another string had the hash.
 	if len(x.overflow) > 0 {
 		if old, replaced = x.overflow[s]; replaced {
@@ -95,8 +119,8 @@ func (x *index) put(h uint64, s string, loc msgLoc, holds func(msgLoc, string) b
 // dropHashed removes the string whose hash is h when loc holds it there, and
 // tells whether it did. A string in overflow needs dropString.
 func (x *index) dropHashed(h uint64, loc msgLoc) bool {
-	if cur, ok := x.byHash[h]; ok && cur == loc {
-		delete(x.byHash, h)
+	if i := x.hashed(h); i >= 0 && *x.byHash.At(i) == loc {
+		x.byHash.RemoveAt(i)
 		return true
 	}
 	return false

@@ -108,7 +108,7 @@ func TestIdempotencyIndexSweeps(t *testing.T) {
 	}
 	x := &s.msgs.idx
 	x.mu.Lock()
-	n, pending := x.idem.n, len(x.pending)
+	n, pending := x.idem.Len(), len(x.pending)
 	x.mu.Unlock()
 	require.Less(t, n, 2100, "expired claims are swept")
 	require.Zero(t, pending, "committed claims leave pending")

@@ -21,7 +21,7 @@ func TestIDTable(t *testing.T) {
 		}
 		if r.IntN(3) > 0 || len(ref[h]) == 0 {
 			loc := uint64(i)
-			tab.insert(h, loc)
+			tab.Insert(h, loc)
 			ref[h] = append(ref[h], loc)
 		} else {
 			locs := ref[h]
@@ -46,7 +46,7 @@ func TestIDTable(t *testing.T) {
 	for _, l := range ref {
 		n += len(l)
 	}
-	require.Equal(t, n, tab.n)
+	require.Equal(t, n, tab.Len())
 	tab.remove(12345678, 1) // absent: no-op
-	require.Equal(t, n, tab.n)
+	require.Equal(t, n, tab.Len())
 }

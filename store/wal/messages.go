@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"pigeon/internal/hashtab"
 	"pigeon/store"
 )
 
@@ -60,7 +61,7 @@ type msgIndex struct {
 	mu      sync.Mutex
 	seed    maphash.Seed
 	ids     idTable
-	idem    hashTable[idemSlot]
+	idem    hashtab.Table[idemSlot]
 	pending map[uint64]*wreq // location → request, for claims not yet committed
 	clock   int64            // latest message time seen, unix nanoseconds
 	sweepAt int
@@ -86,7 +87,7 @@ type idemEnt struct {
 
 func (x *msgIndex) init() {
 	x.seed = maphash.MakeSeed()
-	x.idem = hashTable[idemSlot]{}
+	x.idem = hashtab.Table[idemSlot]{}
 	x.pending = make(map[uint64]*wreq)
 	x.sweepAt = 1024
 	x.hashFn = indexHash
@@ -99,7 +100,7 @@ func (x *msgIndex) hash(id string) uint64 { return x.hashFn(x.seed, id) }
 // confirmed here: the caller reads its record and compares the key.
 func (x *msgIndex) findClaim(key string, at int64, skip []uint64) (idemEnt, bool) {
 	var e idemEnt
-	i := x.idem.lookup(x.hash(key), func(v *idemSlot) bool {
+	i := x.idem.Lookup(x.hash(key), func(v *idemSlot) bool {
 		if at >= v.exp || slices.Contains(skip, v.loc) {
 			return false
 		}
@@ -116,7 +117,7 @@ func (x *msgIndex) findClaim(key string, at int64, skip []uint64) (idemEnt, bool
 // claim records that the message at loc, written by r (nil when already
 // committed), holds key until exp; mu held.
 func (x *msgIndex) claim(key string, loc uint64, exp int64, r *wreq) {
-	x.idem.insert(x.hash(key), idemSlot{loc: loc, exp: exp})
+	x.idem.Insert(x.hash(key), idemSlot{loc: loc, exp: exp})
 	if r != nil {
 		x.pending[loc] = r
 	}
@@ -125,13 +126,13 @@ func (x *msgIndex) claim(key string, loc uint64, exp int64, r *wreq) {
 // unclaim forgets key's claim by the message at loc, if any; mu held.
 func (x *msgIndex) unclaim(key string, loc uint64) {
 	delete(x.pending, loc)
-	if i := x.idem.lookup(x.hash(key), func(v *idemSlot) bool { return v.loc == loc }); i >= 0 {
-		x.idem.removeAt(i)
+	if i := x.idem.Lookup(x.hash(key), func(v *idemSlot) bool { return v.loc == loc }); i >= 0 {
+		x.idem.RemoveAt(i)
 	}
 }
 
 // addID records id at loc; mu held.
-func (x *msgIndex) addID(id string, loc uint64) { x.ids.insert(x.hash(id), loc) }
+func (x *msgIndex) addID(id string, loc uint64) { x.ids.Insert(x.hash(id), loc) }
 
 // removeID forgets id at loc; mu held.
 func (x *msgIndex) removeID(id string, loc uint64) { x.ids.remove(x.hash(id), loc) }
@@ -147,11 +148,11 @@ func (x *msgIndex) findID(id string) []uint64 {
 
 // sweepLocked drops expired claims once the index has doubled.
 func (x *msgIndex) sweepLocked() {
-	if x.idem.n < x.sweepAt {
+	if x.idem.Len() < x.sweepAt {
 		return
 	}
-	x.idem.keepOnly(func(v *idemSlot) bool { return v.exp > x.clock || x.pending[v.loc] != nil })
-	x.sweepAt = max(1024, 2*x.idem.n)
+	x.idem.KeepOnly(func(v *idemSlot) bool { return v.exp > x.clock || x.pending[v.loc] != nil })
+	x.sweepAt = max(1024, 2*x.idem.Len())
 }
 
 // subjectDir names the directory of a subject: the name with bytes other
@@ -258,10 +259,10 @@ func (s *Store) loadMessages() error {
 	for _, sc := range scans {
 		total += len(sc.ids)
 	}
-	x.ids.reserve(total)
+	x.ids.Reserve(total)
 	for _, sc := range scans {
 		for _, id := range sc.ids {
-			x.ids.insert(id.h, id.v)
+			x.ids.Insert(id.h, id.loc)
 		}
 		sc.ids = nil
 		x.clock = max(x.clock, sc.clock)
@@ -276,11 +277,11 @@ func (s *Store) loadMessages() error {
 		}
 		sc.idem = nil
 	}
-	x.idem.reserve(len(live))
+	x.idem.Reserve(len(live))
 	for k, e := range live {
 		x.claim(k, e.loc, e.exp, nil)
 	}
-	x.sweepAt = max(1024, 2*x.idem.n)
+	x.sweepAt = max(1024, 2*x.idem.Len())
 	return nil
 }
 
@@ -297,7 +298,7 @@ func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 			return fmt.Errorf("message seq %d stored at index %d", h.seq, index)
 		}
 		loc := pack(num, index)
-		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), v: loc})
+		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), loc: loc})
 		if h.idemKey != "" {
 			exp := unixNano(h.idemExp)
 			if exp > sc.clock { // an entry expired before this point never matters again

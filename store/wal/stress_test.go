@@ -100,7 +100,7 @@ func TestStressOpenChild(t *testing.T) {
 		openTime.Round(time.Millisecond), (ms.HeapInuse)>>20, heap0>>20, procStatus("VmRSS"), rss0, procStatus("VmHWM"))
 	s.msgs.idx.mu.Lock()
 	t.Logf("STRESS index: %d ids in %d slots (%d MiB), %d live idempotency keys",
-		s.msgs.idx.ids.n, len(s.msgs.idx.ids.slots), len(s.msgs.idx.ids.slots)*16>>20, s.msgs.idx.idem.n)
+		s.msgs.idx.ids.Len(), s.msgs.idx.ids.Cap(), s.msgs.idx.ids.Cap()*16>>20, s.msgs.idx.idem.Len())
 	s.msgs.idx.mu.Unlock()
 
 	ctx := context.Background()
