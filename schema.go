@@ -16,7 +16,8 @@ import (
 // min/maxLength, minimum/maximum, items, min/maxItems, and annotations) are
 // also compiled to a direct validator that needs no allocation; any other
 // schema is validated by gojsonschema. Both agree on every document (a
-// differential fuzz test holds them to it).
+// differential fuzz test holds them to it). Anchored patterns as simple as
+// ^[A-Z]{3}$ are matched without the regexp engine (schema_pattern.go).
 type schema struct {
 	full *gojsonschema.Schema
 	fast *fastSchema
@@ -100,6 +101,7 @@ type fastSchema struct {
 	hasConst   bool
 	konst      any
 	pattern    *regexp.Regexp
+	anchored   anchoredPattern // pattern without regexp, when it is that simple
 	minLen     int
 	maxLen     int
 	min, max   float64
@@ -185,6 +187,7 @@ func compileFast(doc any) *fastSchema {
 				return nil
 			}
 			s.pattern = re
+			s.anchored, _ = parseAnchoredPattern(p)
 		case "minLength", "maxLength", "minItems", "maxItems":
 			n, ok := v.(float64)
 			if !ok || n < 0 || n != math.Trunc(n) || n > 1<<31 {
@@ -324,7 +327,11 @@ func (s *fastSchema) valid(v any) bool {
 				return false
 			}
 		}
-		if s.pattern != nil && !s.pattern.MatchString(x) {
+		if s.anchored != nil {
+			if !s.anchored.match(x) {
+				return false
+			}
+		} else if s.pattern != nil && !s.pattern.MatchString(x) {
 			return false
 		}
 	case float64:
