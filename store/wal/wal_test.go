@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -382,4 +383,45 @@ func TestErrorsAreDistinct(t *testing.T) {
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	err = writeError("x", syscall.EIO)
 	require.False(t, errors.Is(err, store.ErrFull))
+}
+
+// The commit delay never holds up a lone writer, and lets concurrent
+// writers share batches.
+func TestBatchDelay(t *testing.T) {
+	ctx := t.Context()
+	t.Run("a lone writer is never delayed", func(t *testing.T) {
+		s := open(t, t.TempDir(), &Options{BatchDelay: time.Hour})
+		for i := range 20 {
+			_, _, err := s.Append(ctx, msg("a", fmt.Sprint("m", i), at(0)))
+			require.NoError(t, err) // a delayed append would hang here
+		}
+		sub, _ := s.subject("a", false)
+		require.Equal(t, uint64(20), sub.w.batches.Load())
+	})
+	t.Run("the leader waits for as many as the last batch held", func(t *testing.T) {
+		s := open(t, t.TempDir(), &Options{BatchDelay: time.Hour})
+		_, _, err := s.Append(ctx, msg("a", "first", at(0)))
+		require.NoError(t, err)
+		sub, _ := s.subject("a", false)
+		w := sub.w
+		w.mu.Lock()
+		w.lastBatch = 4 // as if four writers had shared the last fsync
+		w.mu.Unlock()
+		before := w.batches.Load()
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				_, _, err := s.Append(ctx, msg("a", fmt.Sprint("m", i), at(0)))
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait() // the fourth arrival wakes the leader; an hour's wait would time out
+		require.Equal(t, before+1, w.batches.Load(), "one batch, one fsync for the four")
+		require.Len(t, readAll(t, s, "a"), 5)
+	})
+	t.Run("disabled", func(t *testing.T) {
+		o := (&Options{BatchDelay: -1}).withDefaults()
+		require.Negative(t, o.BatchDelay)
+		require.Equal(t, 100*time.Microsecond, (&Options{}).withDefaults().BatchDelay)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	twal "github.com/tidwall/wal"
 
@@ -60,6 +61,7 @@ type logw struct {
 	failed    error // set when a failed write could not be taken back
 	committed atomic.Uint64
 	first     atomic.Uint64
+	batches   atomic.Uint64 // batches written, for tests and benchmarks
 
 	// Owned by whoever holds busy.
 	batch     twal.Batch
@@ -67,6 +69,15 @@ type logw struct {
 	tailBytes int64    // size of the tail segment (mirrors tidwall)
 	tailFile  *os.File // read-only handle used for fsync; nil = reopen
 	tailNew   bool     // the tail segment was created since the last dir sync
+
+	// The commit delay (Options.BatchDelay): the size of the last batch,
+	// owned by whoever holds busy, and while the leader waits for the
+	// queue to reach it, lingering is set and enqueueLocked wakes it
+	// through filled once the queue is that long.
+	lastBatch int
+	lingering bool
+	filled    chan struct{}
+	delay     *time.Timer
 
 	onCommit func(r *wreq) // with mu held, in index order
 	onFail   func(r *wreq) // with mu held, for each request taken back
@@ -177,6 +188,43 @@ func (w *logw) enqueueLocked(r *wreq) {
 	r.first = w.next
 	w.next += uint64(len(r.data))
 	w.queue = append(w.queue, r)
+	if w.lingering && len(w.queue) >= w.lastBatch {
+		w.lingering = false
+		select {
+		case w.filled <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lingerLocked is the commit delay: when the last batch held several
+// requests and fewer are queued, it waits up to Options.BatchDelay for as
+// many. mu is held on entry and exit, and released while it waits; busy
+// is set.
+func (w *logw) lingerLocked() {
+	d := w.s.opts.BatchDelay
+	if w.s.opts.Sync != SyncBatch || d <= 0 || w.lastBatch < 2 || len(w.queue) >= w.lastBatch {
+		return
+	}
+	if w.filled == nil {
+		w.filled = make(chan struct{}, 1)
+		w.delay = time.NewTimer(d)
+	} else {
+		select {
+		case <-w.filled:
+		default:
+		}
+		w.delay.Reset(d)
+	}
+	w.lingering = true
+	w.mu.Unlock()
+	select {
+	case <-w.filled:
+	case <-w.delay.C:
+	}
+	w.delay.Stop()
+	w.mu.Lock()
+	w.lingering = false
 }
 
 // submit enqueues r and waits until it is committed or failed.
@@ -270,6 +318,7 @@ func (w *logw) idleLocked() {
 // and released during I/O; mayLeadLocked must be true.
 func (w *logw) commitLocked() {
 	w.busy = true
+	w.lingerLocked()
 	var batch []*wreq
 	if w.s.opts.Sync == SyncAlways {
 		batch, w.queue = w.queue[:1:1], w.queue[1:]
@@ -277,6 +326,8 @@ func (w *logw) commitLocked() {
 		batch, w.queue = w.queue, nil
 	}
 	keep := w.committed.Load()
+	w.lastBatch = len(batch)
+	w.batches.Add(1)
 	w.mu.Unlock()
 	err := w.write(batch, keep)
 	w.mu.Lock()
