@@ -334,8 +334,15 @@ func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, erro
 	return c, nil
 }
 
-// checkContract validates a contract for op on subj by p. It fails closed.
+// checkContract validates a contract for op on subj by p, now. It fails
+// closed.
 func (e *Engine) checkContract(ctx context.Context, id string, p *Principal, subj *subject, op Operation) (*contract, Code, string) {
+	return e.checkContractAt(ctx, id, p, subj, op, e.now())
+}
+
+// checkContractAt is checkContract at time now: a publish checks expiry at
+// its admission time rather than reading the clock again.
+func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, subj *subject, op Operation, now time.Time) (*contract, Code, string) {
 	if id == "" {
 		return nil, CodeContractRequired, "a contract is required"
 	}
@@ -352,7 +359,7 @@ func (e *Engine) checkContract(ctx context.Context, id string, p *Principal, sub
 	if c.revoked.Load() {
 		return nil, CodeContractRevoked, "the contract was revoked"
 	}
-	if !e.now().Before(c.info.ExpiresAt) {
+	if !now.Before(c.info.ExpiresAt) {
 		return nil, CodeContractExpired, "the contract has expired"
 	}
 	if code, reason := e.checkAccess(c); code != CodeOK {

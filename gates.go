@@ -80,7 +80,11 @@ func (g contractGate) Check(ctx context.Context, a *Admission) Verdict {
 	if a.subj == nil {
 		return Deny(CodeSubjectNotFound, "unknown subject")
 	}
-	c, code, reason := g.e.checkContract(ctx, a.contractID, a.Principal, a.subj, a.op)
+	now := a.Now
+	if now.IsZero() { // never let a missing time skip the expiry check
+		now = g.e.now()
+	}
+	c, code, reason := g.e.checkContractAt(ctx, a.contractID, a.Principal, a.subj, a.op, now)
 	if code != CodeOK {
 		return Deny(code, reason)
 	}
