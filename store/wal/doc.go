@@ -15,7 +15,9 @@
 // write (MarkDone, MarkAttempt, PutQuarantine, AppendAudit, PutContract,
 // Put, Delete, the trims). SyncBatch (the default) is group commit:
 // concurrent writers to one log share one fsync, and each returns only
-// after its own record is on disk. SyncAlways writes and fsyncs each
+// after its own record is on disk; under many concurrent writers a leader
+// may wait up to Options.BatchDelay for more of them before it writes, a
+// lone writer never. SyncAlways writes and fsyncs each
 // request on its own. SyncNone never fsyncs: a returned write survives the
 // process crashing, but the last writes are lost when the machine crashes
 // or loses power.

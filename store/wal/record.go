@@ -285,10 +285,6 @@ func unixNano(t time.Time) int64 {
 
 // ---- messages ----
 
-func encodeMessage(m *store.Message) []byte {
-	return appendMessage(make([]byte, 0, recHeader+32+len(m.ID)+len(m.IdemKey)+len(m.Body)), m)
-}
-
 // appendMessage appends m's record to dst and returns dst grown by it.
 func appendMessage(dst []byte, m *store.Message) []byte {
 	e := appendEnc(dst, kindMessage)
