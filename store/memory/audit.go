@@ -161,14 +161,11 @@ func (l *auditLog) push(r *store.AuditRecord) {
 	last := len(l.chunks) - 1
 	if last < 0 || len(l.chunks[last].hdrs) == auditChunkLen {
 		var c auditChunk
+		full := -1
 		if last >= 0 {
-			full := len(l.chunks[last].data)
-			l.arena = full + full/8
+			full = len(l.chunks[last].data)
 		}
-		if l.arena > 0 {
-			c.hdrs = make([]auditHeader, 0, auditChunkLen)
-			c.data = make([]byte, 0, l.arena)
-		}
+		c.hdrs, c.data = newChunk[auditHeader](auditChunkLen, full, &l.arena)
 		if l.strs == nil {
 			l.strs = []string{""}
 			l.ids = make(map[string]uint32)

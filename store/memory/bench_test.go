@@ -52,17 +52,25 @@ type feed struct {
 
 const feedBatch = 4096
 
-// next returns the next message. It makes the strings of the next batch
-// when the last is used up, with b's timer stopped unless b is nil.
-func (f *feed) next(b *testing.B) store.Message {
-	i := f.n % feedBatch
+// batchSlot returns where the n-th item made falls in its batch, calling
+// refill first, with b's timer stopped unless b is nil, when a new batch
+// starts.
+func batchSlot(b *testing.B, n int, refill func()) int {
+	i := n % feedBatch
 	if i == 0 {
 		if b != nil {
 			b.StopTimer()
 			defer b.StartTimer()
 		}
-		f.refill()
+		refill()
 	}
+	return i
+}
+
+// next returns the next message. It makes the strings of the next batch
+// when the last is used up, with b's timer stopped unless b is nil.
+func (f *feed) next(b *testing.B) store.Message {
+	i := batchSlot(b, f.n, f.refill)
 	now := t0.Add(time.Duration(f.n) * time.Microsecond)
 	f.n++
 	m := store.Message{Subject: "payments.authorize", ID: f.ids[i], Time: now, Body: body}
@@ -227,14 +235,7 @@ type auditFeed struct {
 // next returns the next record, as a one-record batch. It makes the next
 // batch when the last is used up, with b's timer stopped unless b is nil.
 func (f *auditFeed) next(b *testing.B) []store.AuditRecord {
-	i := f.n % feedBatch
-	if i == 0 {
-		if b != nil {
-			b.StopTimer()
-			defer b.StartTimer()
-		}
-		f.refill()
-	}
+	i := batchSlot(b, f.n, f.refill)
 	f.n++
 	return f.recs[i : i+1]
 }

@@ -101,15 +101,11 @@ func (sl *subjectLog) push(m *store.Message) {
 	last := len(sl.chunks) - 1
 	if last < 0 || len(sl.chunks[last].hdrs) == chunkLen {
 		var c chunk
+		full := -1
 		if last >= 0 {
-			full := len(sl.chunks[last].data)
-			sl.arena = full + full/8
+			full = len(sl.chunks[last].data)
 		}
-		if sl.arena > 0 {
-			// Full chunks from now on, arena sized to rarely regrow.
-			c.hdrs = make([]msgHeader, 0, chunkLen)
-			c.data = make([]byte, 0, sl.arena)
-		}
+		c.hdrs, c.data = newChunk[msgHeader](chunkLen, full, &sl.arena)
 		sl.chunks = append(sl.chunks, c)
 		last++
 	}
@@ -246,4 +242,20 @@ func (sl *subjectLog) dropFront(k int, gone func(c *chunk, j int, seq uint64)) {
 	if len(sl.chunks) == 0 {
 		sl.chunks = nil
 	}
+}
+
+// newChunk returns the headers and arena of a log's next chunk, which holds
+// n headers. full is how long the last full chunk's arena grew (-1 for the
+// first chunk). The first chunk grows by append, so a quiet log stays
+// small; every later one gets all its headers at once and an arena an
+// eighth larger than the last one's, so it rarely regrows. arena keeps that
+// size between calls.
+func newChunk[H any](n, full int, arena *int) ([]H, []byte) {
+	if full >= 0 {
+		*arena = full + full/8
+	}
+	if *arena == 0 {
+		return nil, nil
+	}
+	return make([]H, 0, n), make([]byte, 0, *arena)
 }
