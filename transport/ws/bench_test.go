@@ -85,40 +85,22 @@ func publishN(b *testing.B, s pigeon.Session, n int) {
 // BenchmarkPublishDeliver is publish → push through the server: a
 // publisher session and a subscriber session on two connections; ns/op is
 // the time per message from the first publish to the last delivery acked.
-func BenchmarkPublishDeliver(b *testing.B) {
-	v := benchEnv(b)
-	pub := v.dial(b, "alice-token", []string{"chat.messages"})
-	sub := v.dial(b, "bob-token", []string{"chat.messages"})
-	var got atomic.Int64
-	done := make(chan struct{})
-	target := int64(b.N)
-	_, err := sub.Subscribe(context.Background(), "chat.messages", func(context.Context, *pigeon.Delivery) error {
-		if got.Add(1) == target {
-			close(done)
-		}
-		return nil
-	}, pigeon.WithMaxInFlight(256))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	publishN(b, pub, b.N)
-	<-done
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-}
+func BenchmarkPublishDeliver(b *testing.B) { benchDeliver(b, 1, 256, "msgs/s") }
 
 // BenchmarkFanout100 delivers each message to 100 WebSocket subscribers,
 // each on its own connection; ns/op is per published message, and
 // deliveries/s counts every push acked.
-func BenchmarkFanout100(b *testing.B) {
+func BenchmarkFanout100(b *testing.B) { benchDeliver(b, 100, 64, "deliveries/s") }
+
+// benchDeliver publishes b.N messages on one connection to subs
+// subscribers, each on its own connection with maxInFlight pushes in
+// flight, and reports the deliveries acked a second as metric.
+func benchDeliver(b *testing.B, subs, maxInFlight int, metric string) {
 	v := benchEnv(b)
 	pub := v.dial(b, "alice-token", []string{"chat.messages"})
-	const subs = 100
 	var got atomic.Int64
 	done := make(chan struct{})
-	target := int64(b.N) * subs
+	target := int64(b.N) * int64(subs)
 	for range subs {
 		s := v.dial(b, "bob-token", []string{"chat.messages"})
 		_, err := s.Subscribe(context.Background(), "chat.messages", func(context.Context, *pigeon.Delivery) error {
@@ -126,7 +108,7 @@ func BenchmarkFanout100(b *testing.B) {
 				close(done)
 			}
 			return nil
-		}, pigeon.WithMaxInFlight(64))
+		}, pigeon.WithMaxInFlight(maxInFlight))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,5 +118,5 @@ func BenchmarkFanout100(b *testing.B) {
 	publishN(b, pub, b.N)
 	<-done
 	b.StopTimer()
-	b.ReportMetric(float64(target)/b.Elapsed().Seconds(), "deliveries/s")
+	b.ReportMetric(float64(target)/b.Elapsed().Seconds(), metric)
 }

@@ -140,14 +140,7 @@ func (cc *clientConn) readLoop() {
 	defer cc.bg.Done()
 	var buf bytes.Buffer
 	for {
-		_, r, err := cc.ws.Reader(cc.ctx)
-		if err == nil {
-			if buf.Cap() > maxKeptBuffer {
-				buf = bytes.Buffer{} // one large frame does not pin its memory
-			}
-			buf.Reset()
-			_, err = buf.ReadFrom(r)
-		}
+		_, err := readMessage(cc.ctx, cc.ws, &buf)
 		if err != nil {
 			cc.fail(err)
 			return

@@ -93,14 +93,7 @@ func (c *conn) goBG(fn func()) {
 func (c *conn) readLoop() {
 	var buf bytes.Buffer
 	for {
-		typ, r, err := c.ws.Reader(c.ctx)
-		if err == nil {
-			if buf.Cap() > maxKeptBuffer {
-				buf = bytes.Buffer{} // one large frame does not pin its memory
-			}
-			buf.Reset()
-			_, err = buf.ReadFrom(r)
-		}
+		typ, err := readMessage(c.ctx, c.ws, &buf)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				c.srv.stats.tooBig.Add(1)

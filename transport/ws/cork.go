@@ -110,10 +110,6 @@ func corkClient(out *atomic.Pointer[corkConn]) *http.Client {
 	}}
 }
 
-// maxKeptBuffer is the largest read buffer a connection keeps between
-// frames.
-const maxKeptBuffer = 64 << 10
-
 // maxBatch bounds the frames a writer loop sends under one cork.
 const maxBatch = 64
 
