@@ -3,10 +3,14 @@ package pigeon
 import (
 	"bytes"
 	"encoding/json"
-	"pigeon/internal/jsonenc"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
+
+	"pigeon/internal/jsonenc"
+	"pigeon/internal/jsontext"
 )
 
 // SpecVersion is the only envelope version the broker speaks.
@@ -54,7 +58,49 @@ type Signature struct {
 	Sig string `json:"sig"`
 }
 
-// DecodeMessage decodes one JSON envelope. It fails with ENVELOPE_INVALID
+// MaxJSONDepth is how deeply a message's data may nest objects and arrays.
+// A message or frame read from the network may nest a few levels more, for
+// the envelope and the frame around the data.
+const MaxJSONDepth = 64
+
+// edgeDepth is the nesting CheckJSON allows: the data's limit plus the
+// envelope and frame levels around it, so the engine names the data's
+// limit precisely.
+const edgeDepth = MaxJSONDepth + 8
+
+// CheckJSON refuses JSON text that readers could decode to different
+// values, before anything reads it: DUPLICATE_KEY for an object with two
+// members of one name, INVALID_UTF8 for bytes that are not UTF-8 or a lone
+// surrogate escape, and BAD_REQUEST for text that is not JSON or nests
+// deeper than MaxJSONDepth plus the envelope's levels. Transports call it
+// on every message and frame they read; DecodeMessage calls it too. The
+// error's message names an offset and a path, never a value.
+func CheckJSON(b []byte) error {
+	err := jsontext.Validate(b, edgeDepth)
+	if err == nil {
+		return nil
+	}
+	return jsonTextError(err, CodeBadRequest)
+}
+
+// jsonTextError maps a jsontext refusal to its code; other refusals take
+// fallback.
+func jsonTextError(err error, fallback Code) *Error {
+	var je *jsontext.Error
+	if !errors.As(err, &je) {
+		return WrapError(fallback, err, "malformed JSON")
+	}
+	switch je.Kind {
+	case jsontext.KindDuplicateKey:
+		return WrapError(CodeDuplicateKey, err, "%s", je.Error())
+	case jsontext.KindInvalidUTF8:
+		return WrapError(CodeInvalidUTF8, err, "%s", je.Error())
+	}
+	return WrapError(fallback, err, "%s", je.Error())
+}
+
+// DecodeMessage decodes one JSON envelope. It fails as CheckJSON does on
+// ambiguous text (DUPLICATE_KEY, INVALID_UTF8), and with ENVELOPE_INVALID
 // when b is not a JSON object, has a field of the wrong type, or has data
 // that is not valid JSON. Missing fields are left empty; the envelope gate
 // judges them.
@@ -62,6 +108,9 @@ func DecodeMessage(b []byte) (*Message, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, NewError(CodeEnvelopeInvalid, "message must be a JSON object")
+	}
+	if err := jsontext.Validate(b, edgeDepth); err != nil {
+		return nil, jsonTextError(err, CodeEnvelopeInvalid)
 	}
 	var m Message
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -79,6 +128,22 @@ func jsonErrorText(err error) string {
 		return "field " + strconv.Quote(e.Field) + " must be " + e.Type.String()
 	}
 	return "malformed JSON"
+}
+
+// validText reports whether every string field of m is valid UTF-8. The
+// stored encoding would replace invalid bytes, so a field that is not
+// valid would be stored other than the gates judged it.
+func (m *Message) validText() bool {
+	for _, s := range [...]string{m.SpecVersion, m.ID, m.Type, m.Source, m.Subject, m.Time, m.Intent,
+		m.IdempotencyKey, m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason} {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	if g := m.Signature; g != nil {
+		return utf8.ValidString(g.KID) && utf8.ValidString(g.Alg) && utf8.ValidString(g.Sig)
+	}
+	return true
 }
 
 // Clone returns a deep copy of m.

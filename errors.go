@@ -65,6 +65,13 @@ const (
 	CodeEncryptionReq     Code = "ENCRYPTION_REQUIRED"
 	CodeInvalidArgument   Code = "INVALID_ARGUMENT"
 	CodeConflict          Code = "CONFLICT"
+	// CodeDuplicateKey refuses JSON with an object holding two members of
+	// one name anywhere in a message or frame: readers disagree on which
+	// one wins, so the gates could judge a value a receiver never sees.
+	CodeDuplicateKey Code = "DUPLICATE_KEY"
+	// CodeInvalidUTF8 refuses text that is not UTF-8, or a \u escape of a
+	// lone UTF-16 surrogate, anywhere in a message or frame.
+	CodeInvalidUTF8 Code = "INVALID_UTF8"
 )
 
 // Sentinel errors. Every *Error matches exactly one group with errors.Is, so
@@ -170,7 +177,7 @@ func (c Code) group() error {
 	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
 		return ErrNotFound
 	case CodeBadRequest, CodeEnvelopeInvalid, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid,
-		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict:
+		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict, CodeDuplicateKey, CodeInvalidUTF8:
 		return ErrInvalid
 	case CodeRequestTimeout:
 		return ErrTimeout
@@ -204,7 +211,8 @@ func (c Code) Status() int {
 		return http.StatusUnprocessableEntity
 	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
 		return http.StatusNotFound
-	case CodeBadRequest, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid, CodeInvalidArgument:
+	case CodeBadRequest, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid, CodeInvalidArgument,
+		CodeDuplicateKey, CodeInvalidUTF8:
 		return http.StatusBadRequest
 	case CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge

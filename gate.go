@@ -92,6 +92,7 @@ type Admission struct {
 	op         Operation
 	idemKey    string
 	nowText    string // Now as the envelope writes times, once formatted
+	dataCode   Code   // with dataErr: why the data or envelope text is refused
 	dataErr    string
 	timeErr    bool
 	celP       *celPrincipal

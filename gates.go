@@ -53,7 +53,7 @@ func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
 	m := a.Message
 	switch {
 	case a.dataErr != "":
-		return Deny(CodeEnvelopeInvalid, a.dataErr)
+		return Deny(a.dataCode, a.dataErr)
 	case m.SpecVersion != SpecVersion:
 		return Deny(CodeEnvelopeInvalid, "specversion must be "+SpecVersion)
 	case m.Subject == "":

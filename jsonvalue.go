@@ -9,10 +9,15 @@ import (
 
 // decodeValue decodes one JSON document into the same values encoding/json
 // produces for an `any` (map[string]any, []any, string, float64, bool,
-// nil), with the same acceptance (a differential fuzz test holds it to
-// encoding/json). It copies the input once into a string and slices keys
-// and unescaped strings out of it, so a small object costs a handful of
-// allocations instead of one per token.
+// nil). It accepts less: a document encoding/json would read with a loss
+// is refused, so the value returned is the only one any reader can see —
+// errDuplicateKey for an object with two members of one name,
+// errInvalidUTF8 for invalid UTF-8 or a lone surrogate escape (encoding/json
+// replaces both with U+FFFD), errTooDeep past MaxJSONDepth. A differential
+// fuzz test holds it to encoding/json on everything else. It copies the
+// input once into a string and slices keys and unescaped strings out of
+// it, so a small object costs a handful of allocations instead of one per
+// token.
 func decodeValue(b []byte) (any, error) {
 	d := valueDecoder{s: string(b)}
 	d.skip()
@@ -27,10 +32,16 @@ func decodeValue(b []byte) (any, error) {
 	return v, nil
 }
 
-var errSyntax = errors.New("pigeon: malformed JSON")
+// Refusals of decodeValue.
+var (
+	errSyntax       = errors.New("pigeon: malformed JSON")
+	errDuplicateKey = errors.New("pigeon: duplicate member name")
+	errInvalidUTF8  = errors.New("pigeon: invalid UTF-8 or lone surrogate")
+	errTooDeep      = errors.New("pigeon: nesting too deep")
+)
 
-// maxDepth matches encoding/json's nesting limit.
-const maxDepth = 10000
+// maxDepth is the data's nesting limit.
+const maxDepth = MaxJSONDepth
 
 type valueDecoder struct {
 	s string
@@ -81,7 +92,7 @@ func (d *valueDecoder) lit(word string, v any) (any, error) {
 
 func (d *valueDecoder) object(depth int) (any, error) {
 	if depth > maxDepth {
-		return nil, errSyntax
+		return nil, errTooDeep
 	}
 	d.i++ // {
 	m := make(map[string]any, 8)
@@ -109,7 +120,11 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		n := len(m)
 		m[k] = v
+		if len(m) == n {
+			return nil, errDuplicateKey
+		}
 		d.skip()
 		if d.i >= len(d.s) {
 			return nil, errSyntax
@@ -128,7 +143,7 @@ func (d *valueDecoder) object(depth int) (any, error) {
 
 func (d *valueDecoder) array(depth int) (any, error) {
 	if depth > maxDepth {
-		return nil, errSyntax
+		return nil, errTooDeep
 	}
 	d.i++ // [
 	a := []any{}
@@ -177,7 +192,7 @@ func (d *valueDecoder) str() (string, error) {
 		case c >= utf8.RuneSelf:
 			r, size := utf8.DecodeRuneInString(d.s[i:])
 			if r == utf8.RuneError && size == 1 {
-				return d.strSlow(start)
+				return "", errInvalidUTF8
 			}
 			i += size
 		default:
@@ -187,8 +202,8 @@ func (d *valueDecoder) str() (string, error) {
 	return "", errSyntax
 }
 
-// strSlow decodes a string with escapes or invalid UTF-8, as encoding/json
-// does (invalid bytes and lone surrogates become U+FFFD).
+// strSlow decodes a string with escapes, as encoding/json does, but
+// refuses invalid UTF-8 and lone surrogates, which it would replace.
 func (d *valueDecoder) strSlow(start int) (string, error) {
 	buf := make([]byte, 0, 32)
 	i := start
@@ -233,7 +248,7 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 							break
 						}
 					}
-					r = utf8.RuneError
+					return "", errInvalidUTF8
 				}
 				buf = utf8.AppendRune(buf, r)
 			default:
@@ -242,10 +257,9 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 		case c >= utf8.RuneSelf:
 			r, size := utf8.DecodeRuneInString(d.s[i:])
 			if r == utf8.RuneError && size == 1 {
-				buf = utf8.AppendRune(buf, utf8.RuneError)
-			} else {
-				buf = append(buf, d.s[i:i+size]...)
+				return "", errInvalidUTF8
 			}
+			buf = append(buf, d.s[i:i+size]...)
 			i += size
 		default:
 			buf = append(buf, c)

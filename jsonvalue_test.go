@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"pigeon/internal/jsontext"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,15 +23,55 @@ func TestDecodeValueMatchesEncodingJSON(t *testing.T) {
 	for _, c := range jsonCases {
 		compareDecoders(t, c)
 	}
-	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
-	_, err := decodeValue([]byte(deep))
-	require.Error(t, err)
+	for _, n := range []int{MaxJSONDepth, MaxJSONDepth + 1, 10001} {
+		deep := strings.Repeat("[", n) + strings.Repeat("]", n)
+		_, err := decodeValue([]byte(deep))
+		if n > MaxJSONDepth {
+			require.ErrorIs(t, err, errTooDeep)
+		} else {
+			require.NoError(t, err)
+		}
+	}
 }
 
+func TestDecodeValueRefusesAmbiguousText(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want error
+	}{
+		{`{"paymentToken":"4111111111111111","amount":1,"paymentToken":"tok_abc"}`, errDuplicateKey},
+		{`{"a":{"b":[{"c":1,"c":1}]}}`, errDuplicateKey},
+		{`{"a":1,"\u0061":2}`, errDuplicateKey},
+		{"{\"a\":\"\xff\"}", errInvalidUTF8},
+		{"{\"\xc3\":1}", errInvalidUTF8},
+		{`{"a":"\ud800"}`, errInvalidUTF8},
+		{`{"a":"x\udc00y"}`, errInvalidUTF8},
+		{`{"a":"\ud83d\u0041"}`, errInvalidUTF8},
+	} {
+		_, err := decodeValue([]byte(tt.in))
+		require.ErrorIs(t, err, tt.want, tt.in)
+	}
+}
+
+// compareDecoders holds decodeValue to encoding/json and to the edge
+// validator: it refuses exactly what jsontext.Validate refuses at the data
+// depth limit (and numbers beyond float64, which encoding/json refuses
+// too), and what it accepts it decodes as encoding/json does.
 func compareDecoders(t *testing.T, in string) {
 	var want any
 	werr := json.Unmarshal([]byte(in), &want)
 	got, gerr := decodeValue([]byte(in))
+	verr := jsontext.Validate([]byte(in), MaxJSONDepth)
+	switch {
+	case gerr == errDuplicateKey || gerr == errInvalidUTF8 || gerr == errTooDeep:
+		// The two may name different faults of one text (they check a
+		// member's name and its value in different orders), never refuse
+		// a text the other accepts.
+		require.Error(t, verr, "%q: decodeValue %v but the validator accepts", in, gerr)
+		return
+	case verr != nil:
+		require.Error(t, gerr, "%q: validator refuses (%v) what decodeValue accepts", in, verr)
+	}
 	if (werr == nil) != (gerr == nil) {
 		t.Fatalf("%q: encoding/json err=%v, decodeValue err=%v", in, werr, gerr)
 	}

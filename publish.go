@@ -119,7 +119,10 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		m.Data = json.RawMessage("{}")
 		a.Data = map[string]any{}
 	} else if a.Data, err = decodeValue(m.Data); err != nil {
-		a.dataErr = "data is not valid JSON"
+		a.dataCode, a.dataErr = dataError(err)
+	}
+	if a.dataErr == "" && !m.validText() {
+		a.dataCode, a.dataErr = CodeInvalidUTF8, "an envelope field is not valid UTF-8"
 	}
 	a.Message, a.Principal, a.Region, a.Now = m, c.Principal, c.Region, now
 	a.contractID, a.op = c.ContractID, OpPublish
@@ -128,6 +131,20 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		a.Policy = &a.subj.policy
 		a.idemKey = a.subj.idempotencyKey(m, a.Data)
 	}
+}
+
+// dataError is the envelope gate's code and reason for data that
+// decodeValue refused.
+func dataError(err error) (Code, string) {
+	switch err {
+	case errDuplicateKey:
+		return CodeDuplicateKey, "data has an object with two members of one name"
+	case errInvalidUTF8:
+		return CodeInvalidUTF8, "data holds a string that is not valid UTF-8 (or a lone surrogate escape)"
+	case errTooDeep:
+		return CodeEnvelopeInvalid, "data nests deeper than " + itoa(MaxJSONDepth) + " levels"
+	}
+	return CodeEnvelopeInvalid, "data is not valid JSON"
 }
 
 // NewAdmission prepares what the gates see of m published by c, without

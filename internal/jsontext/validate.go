@@ -1,0 +1,444 @@
+// Package jsontext checks JSON text for the properties the broker relies
+// on: that every reader decodes it to one and the same value.
+package jsontext
+
+import (
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Kind says why a text was refused.
+type Kind uint8
+
+// Kinds of refusal.
+const (
+	// KindSyntax is text that is not JSON (RFC 8259).
+	KindSyntax Kind = iota + 1
+	// KindDuplicateKey is an object with two members of one name, compared
+	// after unescaping ("a" and "\u0061" are the same name). Readers
+	// disagree on which one wins, so such a text has no single meaning.
+	KindDuplicateKey
+	// KindInvalidUTF8 is a string holding bytes that are not UTF-8, or a
+	// \u escape of a lone UTF-16 surrogate.
+	KindInvalidUTF8
+	// KindTooDeep is nesting beyond the limit given to Validate.
+	KindTooDeep
+)
+
+// Error is the reason Validate refused a text. Its message names the
+// offset and, for a duplicate, the path of the object, never a value.
+type Error struct {
+	Kind   Kind
+	Offset int    // byte offset where the problem was found
+	Path   string // JSON Pointer of the object with a duplicate member
+	Depth  int    // the limit, for KindTooDeep
+}
+
+func (e *Error) Error() string {
+	at := " at offset " + strconv.Itoa(e.Offset)
+	switch e.Kind {
+	case KindDuplicateKey:
+		p := e.Path
+		if p == "" {
+			p = "/"
+		}
+		return "duplicate member name in the object at " + strconv.Quote(p) + at
+	case KindInvalidUTF8:
+		return "string is not valid UTF-8 (or holds a lone surrogate escape)" + at
+	case KindTooDeep:
+		return "nesting deeper than " + strconv.Itoa(e.Depth) + " levels" + at
+	}
+	return "malformed JSON" + at
+}
+
+// Validate reports whether b is exactly one JSON value, surrounded only by
+// whitespace, with valid UTF-8 and no lone surrogate escapes in its
+// strings, no object holding two members of one name, and no more than
+// maxDepth nested objects and arrays. It allocates only for objects with
+// many members and for names with escapes.
+func Validate(b []byte, maxDepth int) error {
+	v := validator{in: b, maxDepth: maxDepth}
+	v.ws()
+	if err := v.value(0); err != nil {
+		return err
+	}
+	v.ws()
+	if v.i != len(v.in) {
+		return v.fail(KindSyntax)
+	}
+	return nil
+}
+
+type validator struct {
+	in       []byte
+	i        int
+	maxDepth int
+	// path is where the scan is (its first len(path) levels), rendered
+	// only for an error; depth counts every level.
+	path    [maxPath]step
+	depth   int
+	scratch []byte
+}
+
+func (v *validator) fail(k Kind) *Error {
+	e := &Error{Kind: k, Offset: v.i}
+	if k == KindTooDeep {
+		e.Depth = v.maxDepth
+	}
+	return e
+}
+
+func (v *validator) ws() {
+	for v.i < len(v.in) {
+		switch v.in[v.i] {
+		case ' ', '\t', '\n', '\r':
+			v.i++
+		default:
+			return
+		}
+	}
+}
+
+func (v *validator) value(depth int) error {
+	if v.i >= len(v.in) {
+		return v.fail(KindSyntax)
+	}
+	switch c := v.in[v.i]; {
+	case c == '{':
+		return v.object(depth + 1)
+	case c == '[':
+		return v.array(depth + 1)
+	case c == '"':
+		_, _, err := v.str(false)
+		return err
+	case c == 't':
+		return v.lit("true")
+	case c == 'f':
+		return v.lit("false")
+	case c == 'n':
+		return v.lit("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return v.number()
+	}
+	return v.fail(KindSyntax)
+}
+
+func (v *validator) lit(word string) error {
+	if len(v.in)-v.i < len(word) || string(v.in[v.i:v.i+len(word)]) != word {
+		return v.fail(KindSyntax)
+	}
+	v.i += len(word)
+	return nil
+}
+
+// smallObject is how many member names an object keeps in a slice before
+// it switches to a map.
+const smallObject = 16
+
+func (v *validator) object(depth int) error {
+	if depth > v.maxDepth {
+		return v.fail(KindTooDeep)
+	}
+	v.i++ // {
+	v.ws()
+	if v.i < len(v.in) && v.in[v.i] == '}' {
+		v.i++
+		return nil
+	}
+	var small [smallObject][]byte
+	names := small[:0]
+	var many map[string]struct{}
+	for {
+		v.ws()
+		if v.i >= len(v.in) || v.in[v.i] != '"' {
+			return v.fail(KindSyntax)
+		}
+		at := v.i
+		raw, escaped, err := v.str(true)
+		if err != nil {
+			return err
+		}
+		name := raw
+		if escaped {
+			name = append([]byte(nil), v.scratch...)
+		}
+		dup := false
+		if many != nil {
+			_, dup = many[string(name)]
+		} else {
+			for _, n := range names {
+				if string(n) == string(name) {
+					dup = true
+					break
+				}
+			}
+		}
+		if dup {
+			return &Error{Kind: KindDuplicateKey, Offset: at, Path: v.pointer()}
+		}
+		switch {
+		case many != nil:
+			many[string(name)] = struct{}{}
+		case len(names) < smallObject:
+			names = append(names, name)
+		default:
+			many = make(map[string]struct{}, 2*smallObject)
+			for _, n := range names {
+				many[string(n)] = struct{}{}
+			}
+			many[string(name)] = struct{}{}
+		}
+		v.ws()
+		if v.i >= len(v.in) || v.in[v.i] != ':' {
+			return v.fail(KindSyntax)
+		}
+		v.i++
+		v.ws()
+		v.push(step{name: name, index: -1})
+		err = v.value(depth)
+		v.depth--
+		if err != nil {
+			return err
+		}
+		v.ws()
+		if v.i >= len(v.in) {
+			return v.fail(KindSyntax)
+		}
+		switch v.in[v.i] {
+		case ',':
+			v.i++
+		case '}':
+			v.i++
+			return nil
+		default:
+			return v.fail(KindSyntax)
+		}
+	}
+}
+
+func (v *validator) array(depth int) error {
+	if depth > v.maxDepth {
+		return v.fail(KindTooDeep)
+	}
+	v.i++ // [
+	v.ws()
+	if v.i < len(v.in) && v.in[v.i] == ']' {
+		v.i++
+		return nil
+	}
+	for n := 0; ; n++ {
+		v.ws()
+		v.push(step{index: n})
+		err := v.value(depth)
+		v.depth--
+		if err != nil {
+			return err
+		}
+		v.ws()
+		if v.i >= len(v.in) {
+			return v.fail(KindSyntax)
+		}
+		switch v.in[v.i] {
+		case ',':
+			v.i++
+		case ']':
+			v.i++
+			return nil
+		default:
+			return v.fail(KindSyntax)
+		}
+	}
+}
+
+// step is one level of the path: a member name, or an array index when
+// index >= 0.
+type step struct {
+	name  []byte
+	index int
+}
+
+// maxPath is how many levels of the path an error names.
+const maxPath = 32
+
+func (v *validator) push(s step) {
+	if v.depth < maxPath {
+		v.path[v.depth] = s
+	}
+	v.depth++
+}
+
+// pointer renders the current path as a JSON Pointer (RFC 6901).
+func (v *validator) pointer() string {
+	var b []byte
+	for _, s := range v.path[:min(v.depth, maxPath)] {
+		b = append(b, '/')
+		if s.index >= 0 {
+			b = strconv.AppendInt(b, int64(s.index), 10)
+			continue
+		}
+		p := s.name
+		for i := 0; i < len(p); i++ {
+			switch p[i] {
+			case '~':
+				b = append(b, '~', '0')
+			case '/':
+				b = append(b, '~', '1')
+			default:
+				b = append(b, p[i])
+			}
+		}
+	}
+	return string(b)
+}
+
+// str checks a string starting at its opening quote. It returns the raw
+// text between the quotes (aliasing the input) and whether it held escapes;
+// when it did and decode is set, v.scratch holds the decoded text.
+func (v *validator) str(decode bool) ([]byte, bool, error) {
+	v.i++ // "
+	start := v.i
+	escaped := false
+	if decode {
+		v.scratch = v.scratch[:0]
+	}
+	for v.i < len(v.in) {
+		c := v.in[v.i]
+		switch {
+		case c == '"':
+			raw := v.in[start:v.i]
+			v.i++
+			return raw, escaped, nil
+		case c < 0x20:
+			return nil, false, v.fail(KindSyntax)
+		case c == '\\':
+			if !escaped && decode {
+				v.scratch = append(v.scratch, v.in[start:v.i]...)
+			}
+			escaped = true
+			if v.i+1 >= len(v.in) {
+				return nil, false, v.fail(KindSyntax)
+			}
+			e := v.in[v.i+1]
+			var r rune
+			switch e {
+			case '"', '\\', '/':
+				r = rune(e)
+			case 'b':
+				r = '\b'
+			case 'f':
+				r = '\f'
+			case 'n':
+				r = '\n'
+			case 'r':
+				r = '\r'
+			case 't':
+				r = '\t'
+			case 'u':
+				u, ok := hex4(v.in, v.i+2)
+				if !ok {
+					return nil, false, v.fail(KindSyntax)
+				}
+				r = u
+				if utf16.IsSurrogate(u) {
+					lo, ok := rune(0), false
+					if v.i+7 < len(v.in) && v.in[v.i+6] == '\\' && v.in[v.i+7] == 'u' {
+						lo, ok = hex4(v.in, v.i+8)
+					}
+					if !ok || u >= 0xDC00 || lo < 0xDC00 || lo > 0xDFFF {
+						return nil, false, v.fail(KindInvalidUTF8)
+					}
+					r = utf16.DecodeRune(u, lo)
+					v.i += 6
+				}
+				v.i += 4
+			default:
+				return nil, false, v.fail(KindSyntax)
+			}
+			v.i += 2
+			if decode {
+				v.scratch = utf8.AppendRune(v.scratch, r)
+			}
+			continue
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(v.in[v.i:])
+			if r == utf8.RuneError && size == 1 {
+				return nil, false, v.fail(KindInvalidUTF8)
+			}
+			if escaped && decode {
+				v.scratch = append(v.scratch, v.in[v.i:v.i+size]...)
+			}
+			v.i += size
+			continue
+		}
+		if escaped && decode {
+			v.scratch = append(v.scratch, c)
+		}
+		v.i++
+	}
+	return nil, false, v.fail(KindSyntax)
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
+
+func (v *validator) number() error {
+	in, i := v.in, v.i
+	if in[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(in) && in[i] == '0':
+		i++
+	case i < len(in) && in[i] >= '1' && in[i] <= '9':
+		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
+			i++
+		}
+	default:
+		v.i = i
+		return v.fail(KindSyntax)
+	}
+	if i < len(in) && in[i] == '.' {
+		i++
+		if i >= len(in) || in[i] < '0' || in[i] > '9' {
+			v.i = i
+			return v.fail(KindSyntax)
+		}
+		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
+		i++
+		if i < len(in) && (in[i] == '+' || in[i] == '-') {
+			i++
+		}
+		if i >= len(in) || in[i] < '0' || in[i] > '9' {
+			v.i = i
+			return v.fail(KindSyntax)
+		}
+		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
+			i++
+		}
+	}
+	v.i = i
+	return nil
+}

@@ -1,0 +1,123 @@
+package jsontext
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidate(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	tests := []struct {
+		name string
+		in   string
+		kind Kind // 0: valid
+		path string
+	}{
+		{"object", `{"a":1,"b":[true,false,null],"c":{"d":"e"}}`, 0, ""},
+		{"whitespace", " \t\n{ \"a\" : 1 }\r\n", 0, ""},
+		{"same name in sibling objects", `{"a":{"x":1},"b":{"x":2}}`, 0, ""},
+		{"surrogate pair", `{"a":"\ud83d\ude00"}`, 0, ""},
+		{"utf8", `{"é":"日本"}`, 0, ""},
+		{"many members", `{` + members(40, false) + `}`, 0, ""},
+		{"depth at limit", deep(8), 0, ""},
+		{"duplicate", `{"a":1,"a":2}`, KindDuplicateKey, ""},
+		{"duplicate deep", `{"data":{"card":[{"pan":1,"pan":2}]}}`, KindDuplicateKey, "/data/card/0"},
+		{"duplicate by escape", `{"a":1,"\u0061":2}`, KindDuplicateKey, ""},
+		{"duplicate among many", `{` + members(40, true) + `}`, KindDuplicateKey, ""},
+		{"duplicate name with slash", `{"a/b~":{"x":1,"x":2}}`, KindDuplicateKey, "/a~1b~0"},
+		{"invalid utf8", "{\"a\":\"\xff\"}", KindInvalidUTF8, ""},
+		{"invalid utf8 in name", "{\"\xc3\":1}", KindInvalidUTF8, ""},
+		{"lone high surrogate", `{"a":"\ud83d"}`, KindInvalidUTF8, ""},
+		{"lone low surrogate", `{"a":"\ude00"}`, KindInvalidUTF8, ""},
+		{"high then non-surrogate", `{"a":"\ud83d\u0041"}`, KindInvalidUTF8, ""},
+		{"too deep", deep(9), KindTooDeep, ""},
+		{"trailing", `{} {}`, KindSyntax, ""},
+		{"trailing comma", `{"a":1,}`, KindSyntax, ""},
+		{"bad escape", `"\x"`, KindSyntax, ""},
+		{"control char", "\"\x01\"", KindSyntax, ""},
+		{"leading zero", `01`, KindSyntax, ""},
+		{"empty", ``, KindSyntax, ""},
+		{"bad literal", `tru`, KindSyntax, ""},
+		{"unterminated", `{"a":"b`, KindSyntax, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Validate([]byte(tt.in), 8)
+			if tt.kind == 0 {
+				require.NoError(t, err)
+				return
+			}
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, tt.kind, e.Kind, err.Error())
+			if tt.kind == KindDuplicateKey {
+				require.Equal(t, tt.path, e.Path)
+			}
+			require.NotContains(t, err.Error(), "\xff")
+		})
+	}
+}
+
+func members(n int, dup bool) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k := i
+		if dup && i == n-1 {
+			k = 3
+		}
+		b.WriteString(`"k` + strings.Repeat("x", k) + `":1`)
+	}
+	return b.String()
+}
+
+func TestValidateNoAllocs(t *testing.T) {
+	in := []byte(`{"merchantId":"m-1","orderId":"o-1","amount":42.5,"currency":"GBP","paymentToken":"tok_abc","card":{"last4":"1111"},"tags":["a","b"]}`)
+	allocs := testing.AllocsPerRun(100, func() {
+		if Validate(in, 64) != nil {
+			panic("invalid")
+		}
+	})
+	require.Zero(t, allocs)
+}
+
+// FuzzValidate holds Validate to encoding/json: what it accepts,
+// encoding/json accepts; what encoding/json accepts, it accepts unless the
+// text has a duplicate name, invalid UTF-8 or a lone surrogate, and what
+// it accepts survives a decode and re-encode unchanged in meaning.
+func FuzzValidate(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a":1,"a":2}`, `"\ud800"`, "\"\xff\"", `[1,[2,{"x":"\u0078"}]]`, `{"a":{"b":1},"b":{"a":2}}`, `-0.5e+10`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := Validate(b, 10000)
+		if err == nil {
+			require.True(t, json.Valid(b), "accepted what encoding/json refuses: %q", b)
+			var v any
+			d := json.NewDecoder(bytes.NewReader(b))
+			d.UseNumber() // numbers beyond float64 are JSON too
+			require.NoError(t, d.Decode(&v))
+			out, err := json.Marshal(v)
+			require.NoError(t, err)
+			require.NoError(t, Validate(out, 10000), "re-encoding of an accepted text is refused")
+			return
+		}
+		var e *Error
+		require.ErrorAs(t, err, &e)
+		if e.Kind == KindSyntax {
+			require.False(t, json.Valid(b), "refused as syntax what encoding/json accepts: %q", b)
+		}
+		if e.Kind == KindInvalidUTF8 && json.Valid(b) {
+			// encoding/json replaces what Validate refuses: either raw
+			// invalid bytes or a lone surrogate escape.
+			require.True(t, !utf8.Valid(b) || strings.Contains(strings.ToLower(string(b)), `\ud`), "%q", b)
+		}
+	})
+}
