@@ -39,7 +39,9 @@ type Options struct {
 	// Catalog is the initial policy catalog.
 	Catalog *Catalog
 	// Gates run after the built-in gates, in order, before duplicate
-	// detection and the append.
+	// detection and the append. They judge every message that can reach a
+	// receiver: publishes, replies (Admission.Request is then the request
+	// answered) and quarantine releases.
 	Gates []Gate
 	// ContractTTL is a contract's lifetime when negotiation asks for none
 	// (default 15 minutes); MaxContractTTL caps what it may ask (default 24 h).
@@ -65,22 +67,24 @@ type Options struct {
 // Engine is the in-process broker. It is safe for concurrent use by any
 // number of goroutines. Every method that blocks takes a context.
 type Engine struct {
-	opts      Options
-	store     store.Store
-	ownStore  bool
-	auth      Authenticator
-	catalog   atomic.Pointer[catalogState]
-	catMu     sync.Mutex
-	contracts contracts
-	gates     []Gate
-	limiter   *rateLimiter
-	auditor   auditor
-	replies   replyTable
-	groups    groupTable
-	subs      subscriptions
-	recent    recentCache
-	dir       directory
-	grantKey  ed25519.PrivateKey
+	opts       Options
+	store      store.Store
+	ownStore   bool
+	auth       Authenticator
+	catalog    atomic.Pointer[catalogState]
+	catMu      sync.Mutex
+	contracts  contracts
+	gates      []Gate
+	replyGates []Gate // gates without the publish-only ones
+	idLocks    idLocks
+	limiter    *rateLimiter
+	auditor    auditor
+	replies    replyTable
+	groups     groupTable
+	subs       subscriptions
+	recent     recentCache
+	dir        directory
+	grantKey   ed25519.PrivateKey
 
 	closed   atomic.Bool
 	done     chan struct{}
@@ -161,6 +165,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		}
 	}
 	e.gates = append(builtinGates(e), o.Gates...)
+	e.replyGates = replyChain(e.gates)
 	e.goTracked(e.janitor)
 	e.goTracked(e.auditWriter)
 	return e, nil

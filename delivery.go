@@ -150,7 +150,7 @@ func (g *group) requeue(seq uint64) {
 // again (to this or another receiver) until its attempts run out.
 func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
 	if e.closed.Load() {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	s := e.subject(subjectName)
 	if s == nil {
@@ -408,7 +408,7 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 // group — nil on a pubsub subject, where pulls move a cursor instead.
 func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID, deniedType string) (*subject, store.Message, *group, error) {
 	if e.closed.Load() {
-		return nil, store.Message{}, nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, store.Message{}, nil, errShutdown()
 	}
 	s := e.subject(subjectName)
 	if s == nil {
@@ -465,7 +465,7 @@ type ReplayRequest struct {
 // outcomes are audited.
 func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Message, error) {
 	if e.closed.Load() {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	s := e.subject(r.Subject)
 	if s == nil {

@@ -72,6 +72,10 @@ const (
 	// CodeInvalidUTF8 refuses text that is not UTF-8, or a \u escape of a
 	// lone UTF-16 surrogate, anywhere in a message or frame.
 	CodeInvalidUTF8 Code = "INVALID_UTF8"
+	// CodeMessageIDTaken refuses a publish or request whose id is the id
+	// of a message the broker holds (or of a request waiting for its
+	// reply): ids name one message, so acks and replies cannot be misrouted.
+	CodeMessageIDTaken Code = "MESSAGE_ID_TAKEN"
 )
 
 // Sentinel errors. Every *Error matches exactly one group with errors.Is, so
@@ -137,6 +141,10 @@ func (e *Error) Is(target error) bool {
 // Status is the HTTP status that the code maps to.
 func (e *Error) Status() int { return e.Code.Status() }
 
+// errShutdown is the error of every operation refused because the broker
+// is shutting down.
+func errShutdown() *Error { return NewError(CodeShutdown, "broker is shutting down") }
+
 // NewError builds an *Error with a code and message.
 func NewError(code Code, format string, args ...any) *Error {
 	msg := format
@@ -177,7 +185,8 @@ func (c Code) group() error {
 	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
 		return ErrNotFound
 	case CodeBadRequest, CodeEnvelopeInvalid, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid,
-		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict, CodeDuplicateKey, CodeInvalidUTF8:
+		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict, CodeDuplicateKey, CodeInvalidUTF8,
+		CodeMessageIDTaken:
 		return ErrInvalid
 	case CodeRequestTimeout:
 		return ErrTimeout
@@ -218,7 +227,7 @@ func (c Code) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case CodeConflict:
+	case CodeConflict, CodeMessageIDTaken:
 		return http.StatusConflict
 	case CodeRequestTimeout:
 		return http.StatusGatewayTimeout

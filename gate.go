@@ -84,6 +84,8 @@ type Admission struct {
 	Policy *SubjectPolicy
 	// Now is the broker's clock at admission.
 	Now time.Time
+	// Request is, for a reply, the request it answers; nil for a publish.
+	Request *Message
 
 	m          Message
 	subj       *subject

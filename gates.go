@@ -25,6 +25,30 @@ const (
 	GateDuplicate      = "duplicate"
 )
 
+// publishOnly marks a built-in gate that governs what a publish into a
+// subject's log must look like (its rate, rules, intent, idempotency key,
+// schema and data quality). A reply is not published into the log: it
+// passes every other gate, the application's included.
+type publishOnly interface{ publishOnly() }
+
+func (rateGate) publishOnly()        {}
+func (ruleGate) publishOnly()        {}
+func (intentGate) publishOnly()      {}
+func (idempotencyGate) publishOnly() {}
+func (schemaGate) publishOnly()      {}
+func (qualityGate) publishOnly()     {}
+
+// replyChain is chain without its publish-only gates, in order.
+func replyChain(chain []Gate) []Gate {
+	var out []Gate
+	for _, g := range chain {
+		if _, ok := g.(publishOnly); !ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
 // builtinGates returns the built-in chain; the broker appends its own
 // options' gates after it and ends with duplicate detection in the store.
 func builtinGates(e *Engine) []Gate {

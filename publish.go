@@ -3,6 +3,8 @@ package pigeon
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -62,7 +64,7 @@ func newMessageID() string {
 // modified.
 func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, error) {
 	if e.closed.Load() {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	if in == nil {
 		return nil, NewError(CodeEnvelopeInvalid, "message is required")
@@ -84,7 +86,46 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 			return nil, e.refuse(ctx, a, g.Name(), v)
 		}
 	}
+	if in.ID != "" {
+		return e.acceptClientID(ctx, a)
+	}
 	return e.accept(ctx, a)
+}
+
+// idLocks serialize the publishes of one client-chosen id, so that the
+// check that the id is free and the append are one step.
+type idLocks [64]sync.Mutex
+
+func (l *idLocks) of(id string) *sync.Mutex { return &l[maphash.String(idSeed, id)%uint64(len(l))] }
+
+var idSeed = maphash.MakeSeed()
+
+// acceptClientID accepts a message whose id the publisher chose: an id the
+// broker holds already is refused with MESSAGE_ID_TAKEN, unless the held
+// message is this publisher's own under the same subject and idempotency
+// key, when the publish is a duplicate of it. Ids the broker draws are
+// random (over 100 bits) and skip the check.
+func (e *Engine) acceptClientID(ctx context.Context, a *Admission) (*Result, error) {
+	m, s := a.Message, a.subj
+	mu := e.idLocks.of(m.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	held, err := e.store.Lookup(ctx, m.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return e.accept(ctx, a)
+	case err != nil:
+		return nil, storeError(err)
+	}
+	if a.idemKey != "" && held.Subject == s.name {
+		if orig, err := decodeStored(held); err == nil && orig.Source == a.Principal.ID {
+			data, _ := decodeValue(orig.Data)
+			if s.idempotencyKey(orig, data) == a.idemKey {
+				return e.duplicate(ctx, a, orig), nil
+			}
+		}
+	}
+	return nil, e.refuse(ctx, a, GateDuplicate, Deny(CodeMessageIDTaken, "the message id is taken"))
 }
 
 // prepare fills a with what the gates see of in published by c: a copy of
@@ -202,8 +243,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: m.ID})
-		return &Result{Status: StatusDuplicate, Message: orig}, nil
+		return e.duplicate(ctx, a, orig), nil
 	}
 	res := &acceptedResult{m: *m}
 	res.m.Sequence = stored.Seq
@@ -216,6 +256,13 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	e.auditAsync(store.AuditRecord{Time: a.Now, Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
 	e.notify(s.name, stored.Seq)
 	return &res.r, nil
+}
+
+// duplicate answers a publish that repeats orig.
+func (e *Engine) duplicate(ctx context.Context, a *Admission, orig *Message) *Result {
+	s := a.subj
+	e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: a.Message.ID})
+	return &Result{Status: StatusDuplicate, Message: orig}
 }
 
 // acceptedResult is an accepted publish's Result with its message, in one

@@ -15,12 +15,20 @@ const replyTTL = 5 * time.Minute
 // maxParkedReplies bounds the replies parked for requesters not waiting.
 const maxParkedReplies = 100_000
 
-// replyTable routes replies to waiting requesters by correlation id.
+// replyTable routes replies to waiting requesters by request id. A waiter
+// is bound to the principal that publishes the request: a reply goes to it
+// only when the stored request is that principal's, and a second waiter
+// for an id that is waited on is refused, never swapped in.
 type replyTable struct {
 	mu      sync.Mutex
-	waiters map[string]chan *Message
+	waiters map[string]replyWaiter
 	parked  map[string]parkedReply
 	closed  bool
+}
+
+type replyWaiter struct {
+	ch        chan *Message
+	requester string
 }
 
 type parkedReply struct {
@@ -30,20 +38,25 @@ type parkedReply struct {
 }
 
 func (t *replyTable) init() {
-	t.waiters = map[string]chan *Message{}
+	t.waiters = map[string]replyWaiter{}
 	t.parked = map[string]parkedReply{}
 }
 
-// wait registers a waiter for replies to request id.
-func (t *replyTable) wait(id string) (chan *Message, bool) {
+// wait registers requester's waiter for the reply to request id. It fails
+// with SHUTTING_DOWN after closeAll, and with MESSAGE_ID_TAKEN when another
+// request is already waiting under id.
+func (t *replyTable) wait(id, requester string) (chan *Message, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil, false
+		return nil, errShutdown()
+	}
+	if _, taken := t.waiters[id]; taken {
+		return nil, NewError(CodeMessageIDTaken, "a request with this id is already waiting for its reply")
 	}
 	ch := make(chan *Message, 1)
-	t.waiters[id] = ch
-	return ch, true
+	t.waiters[id] = replyWaiter{ch: ch, requester: requester}
+	return ch, nil
 }
 
 // claim takes a parked reply to request id for requester.
@@ -60,19 +73,20 @@ func (t *replyTable) claim(id, requester string) *Message {
 
 func (t *replyTable) cancel(id string, ch chan *Message) {
 	t.mu.Lock()
-	if t.waiters[id] == ch {
+	if t.waiters[id].ch == ch {
 		delete(t.waiters, id)
 	}
 	t.mu.Unlock()
 }
 
-// deliver hands a reply to its waiter, or parks it.
+// deliver hands a reply to request id, published by requester, to that
+// requester's waiter, or parks it for the requester.
 func (t *replyTable) deliver(id, requester string, m *Message, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if ch, ok := t.waiters[id]; ok {
+	if w, ok := t.waiters[id]; ok && w.requester == requester {
 		delete(t.waiters, id)
-		ch <- m
+		w.ch <- m
 		return
 	}
 	if len(t.parked) < maxParkedReplies {
@@ -94,8 +108,8 @@ func (t *replyTable) closeAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
-	for k, ch := range t.waiters {
-		close(ch)
+	for k, w := range t.waiters {
+		close(w.ch)
 		delete(t.waiters, k)
 	}
 }
@@ -114,12 +128,13 @@ func (e *Engine) requestFor(ctx context.Context, s *subject, correlationID strin
 }
 
 // reply admits a reply to req: the replier must hold receive on the
-// subject, and the reply passes the envelope, forbidden-field and
-// tokenized-field gates. It goes to the requester only, never into the
-// subject's log.
+// subject, and the reply passes every gate that does not govern only a
+// publish into the log (see publishOnly), the application's gates
+// included. It goes to the requester only, never into the subject's log;
+// the requester's contract is checked again when the reply is handed over.
 func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result, error) {
-	a.op = OpReceive
-	for _, g := range []Gate{envelopeGate{}, contractGate{e: e}, forbiddenGate{}, tokenizedGate{}} {
+	a.op, a.Request = OpReceive, req
+	for _, g := range e.replyGates {
 		if v := g.Check(ctx, a); !v.Allowed() {
 			return nil, e.refuse(ctx, a, g.Name(), v)
 		}
@@ -134,6 +149,17 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result
 	return &Result{Status: StatusAccepted, Message: &m}, nil
 }
 
+// handReply gives the requester c the reply r to its request req, if c's
+// contract still allows the request's subject at this moment; otherwise
+// the reply is dropped (audited) and the requester gets the contract's
+// refusal.
+func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Message, error) {
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, e.subject(req.Subject), OpPublish); code != CodeOK {
+		return nil, e.contractError(ctx, "reply.dropped", c.Principal, req.Subject, c.ContractID, code, reason)
+	}
+	return r, nil
+}
+
 // Request publishes m as a request and blocks until its reply arrives or
 // ctx ends (REQUEST_TIMEOUT). The reply is the message a responder
 // published with correlationId equal to the request's id.
@@ -145,9 +171,9 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 	if req.ID == "" {
 		req.ID = newMessageID()
 	}
-	ch, ok := e.replies.wait(req.ID)
-	if !ok {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+	ch, err := e.replies.wait(req.ID, c.Principal.ID)
+	if err != nil {
+		return nil, err
 	}
 	res, err := e.Publish(ctx, c, &req)
 	if err != nil {
@@ -160,18 +186,18 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 		e.replies.cancel(req.ID, ch)
 		id = res.Message.ID
 		if r := e.replies.claim(id, c.Principal.ID); r != nil {
-			return r, nil
+			return e.handReply(ctx, c, res.Message, r)
 		}
-		if ch, ok = e.replies.wait(id); !ok {
-			return nil, NewError(CodeShutdown, "broker is shutting down")
+		if ch, err = e.replies.wait(id, c.Principal.ID); err != nil {
+			return nil, err
 		}
 	}
 	select {
 	case r, ok := <-ch:
 		if !ok {
-			return nil, NewError(CodeShutdown, "broker is shutting down")
+			return nil, errShutdown()
 		}
-		return r, nil
+		return e.handReply(ctx, c, res.Message, r)
 	case <-ctx.Done():
 		e.replies.cancel(id, ch)
 		code := CodeRequestTimeout

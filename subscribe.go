@@ -222,7 +222,7 @@ func (t *subscriptions) closeAll() {
 	}
 	t.mu.Unlock()
 	for _, s := range subs {
-		s.stop(NewError(CodeShutdown, "broker is shutting down"))
+		s.stop(errShutdown())
 	}
 }
 
@@ -275,7 +275,7 @@ func (e *Engine) onContractRevoked(id string) {
 // Subscribe starts push delivery on the engine for caller; see Session.Subscribe.
 func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
 	if e.closed.Load() {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	if h == nil {
 		return nil, NewError(CodeInvalidArgument, "a handler is required")
@@ -347,7 +347,7 @@ func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	e.subs.mu.Lock()
 	if e.closed.Load() {
 		e.subs.mu.Unlock()
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	e.subs.all[sub] = struct{}{}
 	f := e.subs.fanouts[s.name]

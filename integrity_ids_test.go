@@ -1,0 +1,268 @@
+package pigeon_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+)
+
+// TestAmbiguousJSONRefused: what the gates judge is what is stored, so a
+// message whose text readers could decode differently is refused, in
+// process as at the edges, and nothing reaches a receiver.
+func TestAmbiguousJSONRefused(t *testing.T) {
+	pan := `{"merchantId":"m-1","orderId":"o-1","amount":42.5,"currency":"GBP","paymentToken":"4111111111111111","paymentToken":"tok_abc"}`
+	tests := []struct {
+		name   string
+		mutate func(m *pigeon.Message)
+		code   pigeon.Code
+	}{
+		{"duplicate card field", func(m *pigeon.Message) { m.Data = json.RawMessage(pan) }, pigeon.CodeDuplicateKey},
+		{"duplicate amount passes no schema", func(m *pigeon.Message) {
+			m.Data = json.RawMessage(`{"merchantId":"m-1","orderId":"o-1","amount":"x","currency":"GBP","paymentToken":"tok_abc","amount":42.5}`)
+		}, pigeon.CodeDuplicateKey},
+		{"duplicate in a nested array", func(m *pigeon.Message) {
+			m.Data = json.RawMessage(`{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_abc","items":[{"sku":1,"sku":2}]}`)
+		}, pigeon.CodeDuplicateKey},
+		{"invalid utf-8 in data", func(m *pigeon.Message) {
+			m.Data = json.RawMessage("{\"merchantId\":\"m-\xff\",\"orderId\":\"o-1\",\"amount\":1,\"currency\":\"GBP\",\"paymentToken\":\"tok_abc\"}")
+		}, pigeon.CodeInvalidUTF8},
+		{"lone surrogate in data", func(m *pigeon.Message) {
+			m.Data = json.RawMessage(`{"merchantId":"m-\ud800","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_abc"}`)
+		}, pigeon.CodeInvalidUTF8},
+		{"invalid utf-8 in an envelope field", func(m *pigeon.Message) { m.Reason = "why\xc3" }, pigeon.CodeInvalidUTF8},
+		{"too deep", func(m *pigeon.Message) {
+			deep := `{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_abc","x":`
+			for range pigeon.MaxJSONDepth {
+				deep += "["
+			}
+			for range pigeon.MaxJSONDepth {
+				deep += "]"
+			}
+			m.Data = json.RawMessage(deep + "}")
+		}, pigeon.CodeEnvelopeInvalid},
+	}
+	f := newFixture(t)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	gateway := f.connect("gateway-token", "payments.authorize")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := demo.Payment("o-" + tt.name)
+			tt.mutate(m)
+			_, err := checkout.Publish(ctx, m)
+			requireCode(t, err, tt.code)
+			require.ErrorIs(t, err, pigeon.ErrDenied)
+		})
+	}
+	got, err := gateway.Receive(ctx, "payments.authorize", 100)
+	require.NoError(t, err)
+	require.Empty(t, got, "a refused message reached a receiver")
+
+	// DecodeMessage refuses the same at the edge, naming no value.
+	for _, raw := range []string{
+		`{"subject":"payments.authorize","data":` + pan + `}`,
+		`{"subject":"a","subject":"b","data":{}}`,
+		"{\"subject\":\"payments.authorize\",\"data\":{\"a\":\"\xff\"}}",
+	} {
+		_, err := pigeon.DecodeMessage([]byte(raw))
+		require.Error(t, err)
+		require.NotContains(t, err.Error(), "4111")
+		require.Contains(t, []pigeon.Code{pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8}, pigeon.ErrorCode(err))
+		require.Equal(t, 400, pigeon.ErrorCode(err).Status())
+	}
+}
+
+// TestMessageIDTaken: an id names one message. A publisher may choose it,
+// but not one the broker holds, its own or another principal's; a retry
+// of its own message under the same idempotency key is a duplicate.
+func TestMessageIDTaken(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	orders := f.connect("orders-token", "notifications.send")
+
+	first := demo.Payment("o-1")
+	first.ID = "msg-chosen"
+	res, err := checkout.Publish(ctx, first)
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusAccepted, res.Status)
+
+	retry := demo.Payment("o-1")
+	retry.ID = "msg-chosen"
+	res, err = checkout.Publish(ctx, retry)
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusDuplicate, res.Status)
+	require.Equal(t, "msg-chosen", res.Message.ID)
+
+	tests := []struct {
+		name string
+		s    pigeon.Session
+		m    *pigeon.Message
+	}{
+		{"same publisher, other key", checkout, demo.Payment("o-2")},
+		{"another principal, other subject", orders, demo.Notification("n-1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.m.ID = "msg-chosen"
+			_, err := tt.s.Publish(ctx, tt.m)
+			pe := requireCode(t, err, pigeon.CodeMessageIDTaken)
+			require.Equal(t, 409, pe.Status())
+		})
+	}
+	recs, err := f.e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	denied := 0
+	for _, r := range recs {
+		if r.Type == "publish.denied" && r.Code == string(pigeon.CodeMessageIDTaken) {
+			denied++
+		}
+	}
+	require.Equal(t, len(tests), denied, "every refusal is audited")
+}
+
+// TestMessageIDTakenConcurrently: of many publishes racing with one id,
+// exactly one is accepted.
+func TestMessageIDTakenConcurrently(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	var accepted, taken atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := demo.Payment("race-" + string(rune('a'+i)))
+			m.ID = "msg-race"
+			_, err := checkout.Publish(ctx, m)
+			if err == nil {
+				accepted.Add(1)
+			} else if pigeon.ErrorCode(err) == pigeon.CodeMessageIDTaken {
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int32(1), accepted.Load())
+	require.Equal(t, int32(15), taken.Load())
+}
+
+// TestRequestIDCannotBeHijacked: a second requester using the id of a
+// request that waits for its reply is refused, and the first requester
+// gets its reply.
+func TestRequestIDCannotBeHijacked(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	gateway := f.connect("gateway-token", "payments.authorize")
+	victim := demo.Payment("o-1")
+	victim.ID = "req-victim"
+	type answer struct {
+		m   *pigeon.Message
+		err error
+	}
+	done := make(chan answer, 1)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() {
+		m, err := checkout.Request(rctx, victim)
+		done <- answer{m, err}
+	}()
+	// Wait until the victim's request is stored.
+	var req *pigeon.Message
+	require.Eventually(t, func() bool {
+		got, err := gateway.Receive(ctx, "payments.authorize", 1)
+		if err == nil && len(got) == 1 {
+			req = got[0]
+		}
+		return req != nil
+	}, 5*time.Second, time.Millisecond)
+	require.Equal(t, "req-victim", req.ID)
+
+	// The thief asks with the same id: refused, from another principal
+	// and from the same one.
+	thief := f.connect("gateway-token", "payments.authorize")
+	m := demo.Payment("o-9")
+	m.ID = "req-victim"
+	short, cancel2 := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel2()
+	_, err := thief.Request(short, m)
+	requireCode(t, err, pigeon.CodeMessageIDTaken)
+	_, err = checkout.Request(short, m)
+	requireCode(t, err, pigeon.CodeMessageIDTaken)
+
+	_, err = gateway.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
+		Intent: "authorize_payment", Classification: "pci", CorrelationID: req.ID, Data: json.RawMessage(`{"approved":true}`)})
+	require.NoError(t, err)
+	a := <-done
+	require.NoError(t, a.err)
+	require.JSONEq(t, `{"approved":true}`, string(a.m.Data))
+}
+
+// TestReplyPassesEveryGate: a reply passes the application's gates, which
+// see the request it answers; the publish-only gates (schema here) do not
+// judge it.
+func TestReplyPassesEveryGate(t *testing.T) {
+	var sawRequest atomic.Bool
+	noSecrets := pigeon.GateFunc("no-secrets", func(_ context.Context, a *pigeon.Admission) pigeon.Verdict {
+		if a.Request != nil {
+			sawRequest.Store(true)
+		}
+		if d, ok := a.Data.(map[string]any); ok && d["secret"] != nil {
+			return pigeon.Deny(pigeon.CodePolicyDenied, "no secrets")
+		}
+		return pigeon.Allow()
+	})
+	f := newFixture(t, func(o *pigeon.Options) { o.Gates = []pigeon.Gate{noSecrets} })
+	checkout := f.connect("checkout-token", "payments.authorize")
+	gateway := f.connect("gateway-token", "payments.authorize")
+	res, err := checkout.Publish(ctx, demo.Payment("o-1"))
+	require.NoError(t, err)
+	reply := func(data string) error {
+		_, err := gateway.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
+			Intent: "authorize_payment", Classification: "pci", CorrelationID: res.Message.ID, Data: json.RawMessage(data)})
+		return err
+	}
+	err = reply(`{"approved":true,"secret":"s3"}`)
+	pe := requireCode(t, err, pigeon.CodePolicyDenied)
+	require.Equal(t, "no-secrets", pe.Decision.Gate)
+	require.True(t, sawRequest.Load())
+	require.NoError(t, reply(`{"approved":true}`), "a reply is not held to the request's schema")
+}
+
+// TestReplyDroppedWhenRequesterLosesContract: a reply is handed over only
+// while the requester's contract still allows the subject.
+func TestReplyDroppedWhenRequesterLosesContract(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	gateway := f.connect("gateway-token", "payments.authorize")
+	done := make(chan error, 1)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	go func() {
+		_, err := checkout.Request(rctx, demo.Payment("o-1"))
+		done <- err
+	}()
+	var req *pigeon.Message
+	require.Eventually(t, func() bool {
+		got, err := gateway.Receive(ctx, "payments.authorize", 1)
+		if err == nil && len(got) == 1 {
+			req = got[0]
+		}
+		return req != nil
+	}, 5*time.Second, time.Millisecond)
+	p := checkout.(interface{ Caller() pigeon.Caller }).Caller().Principal
+	require.NoError(t, f.e.RevokeContract(ctx, p, checkout.Contract().ID()))
+	_, err := gateway.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
+		Intent: "authorize_payment", Classification: "pci", CorrelationID: req.ID, Data: json.RawMessage(`{"approved":true}`)})
+	require.NoError(t, err)
+	requireCode(t, <-done, pigeon.CodeContractRevoked)
+	recs, err := f.e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	require.Contains(t, auditTypes(recs), "reply.dropped")
+}
