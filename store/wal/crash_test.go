@@ -140,7 +140,7 @@ func checkCrash(t *testing.T, dir string, acks []string) {
 	s, err := Open(dir, crashOpts)
 	require.NoError(t, err, "reopen after the kill")
 	defer func() { require.NoError(t, s.Close(ctx)) }()
-	if torn := s.TornTails(); len(torn) > 0 {
+	if torn := s.Recovered(); len(torn) > 0 {
 		t.Logf("dropped torn tails: %+v", torn)
 	}
 

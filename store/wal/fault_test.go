@@ -97,7 +97,7 @@ func TestDiskFullSimulated(t *testing.T) {
 
 	require.NoError(t, s.Close(ctx))
 	s = open(t, dir, opts)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	require.Equal(t, append(ms, got), readAll(t, s, "a"))
 }
 
@@ -171,7 +171,7 @@ func TestDiskFullMetaAndAudit(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 
 	s = open(t, dir, nil)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	g, err := s.LoadGroup(ctx, k)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), g.Floor)
@@ -225,6 +225,6 @@ func TestDiskFullReal(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 
 	s = open(t, dir, opts)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	require.Equal(t, acked, readAll(t, s, "a"))
 }
