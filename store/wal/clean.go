@@ -50,3 +50,14 @@ func removeClean(dir string) error {
 	}
 	return syncDir(dir)
 }
+
+// cleanStamp returns the marker's text, or "" when there is none. The
+// offline tools compare it before and after they read: the same text means
+// no store had the directory open in between.
+func cleanStamp(dir string) string {
+	b, err := os.ReadFile(cleanPath(dir))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}

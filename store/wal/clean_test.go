@@ -216,3 +216,38 @@ func TestNoCleanMarkerAfterFailedClose(t *testing.T) {
 		})
 	}
 }
+
+// The offline tools refuse a bad last audit record after a clean shutdown,
+// as Open does, and ignore it as a write cut short otherwise.
+func TestVerifyAuditBadTail(t *testing.T) {
+	for _, clean := range []bool{true, false} {
+		t.Run(fmt.Sprint("clean=", clean), func(t *testing.T) {
+			s := open(t, t.TempDir(), nil)
+			require.NoError(t, s.AppendAudit(t.Context(), storetest.Chain(3)...))
+			dir := s.Dir()
+			if !clean {
+				dir = crashCopy(t, s)
+			}
+			require.NoError(t, s.Close(t.Context()))
+			path, off := tailSegment(t, dir, "audit")
+			flipByte(t, path, fileSize(t, path)-3)
+
+			n, err := VerifyAudit(dir)
+			var out bytes.Buffer
+			eerr := ExportAudit(dir, &out)
+			require.Equal(t, 2, bytes.Count(out.Bytes(), []byte("\n")), "the good records are exported")
+			if !clean {
+				require.NoError(t, err)
+				require.Equal(t, uint64(2), n)
+				require.NoError(t, eerr)
+				return
+			}
+			for _, err := range []error{err, eerr} {
+				var ce *store.CorruptError
+				require.ErrorAs(t, err, &ce)
+				require.Equal(t, path, ce.File)
+				require.Equal(t, off, ce.Offset)
+			}
+		})
+	}
+}
