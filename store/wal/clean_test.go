@@ -201,6 +201,7 @@ func TestNoCleanMarkerAfterFailedClose(t *testing.T) {
 			err := s.Close(t.Context())
 			if c.fix == nil {
 				require.ErrorIs(t, err, store.ErrFull)
+				require.ErrorContains(t, err, "wal: close audit:")
 			} else {
 				c.fix(t, dir)
 			}

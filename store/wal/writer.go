@@ -470,6 +470,14 @@ func writeError(name string, err error) error {
 	return fmt.Errorf("wal: write %s: %w", name, err)
 }
 
+// closeError wraps a failure to close a log; ENOSPC becomes store.ErrFull.
+func closeError(name string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("wal: close %s: %w: %w", name, store.ErrFull, err)
+	}
+	return fmt.Errorf("wal: close %s: %w", name, err)
+}
+
 // repair closes the tidwall log, cuts the files back to keep entries and
 // reopens it. Only the holder of busy calls it.
 func (w *logw) repair(keep uint64) error {
@@ -599,14 +607,14 @@ func (w *logw) close() error {
 		ferr = f.sync(w) // the final fsync fails
 	}
 	if err := w.log.Close(); err != nil && !errors.Is(err, twal.ErrClosed) {
-		return writeError("close "+w.name, err)
+		return closeError(w.name, err)
 	}
 	if ferr != nil {
-		return writeError("close "+w.name, ferr)
+		return closeError(w.name, ferr)
 	}
 	if w.tailNew {
 		if err := syncDir(w.dir); err != nil {
-			return writeError("close "+w.name, err)
+			return closeError(w.name, err)
 		}
 		w.tailNew = false
 	}
