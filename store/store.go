@@ -211,6 +211,35 @@ type KV interface {
 	List(ctx context.Context, bucket string) (map[string][]byte, error)
 }
 
+// RecoveryReporter is the optional ability of a durable store to say what
+// its recovery removed when it opened. The broker reads it once at startup
+// and writes an audit record for each Truncation, so that the loss is on
+// the record, not only in a log line.
+type RecoveryReporter interface {
+	// Recovered returns the torn tails dropped when the store was opened,
+	// in the order they were found. It is empty after a clean shutdown
+	// (a store that finds damage at the tail after a clean shutdown
+	// refuses to open instead) and after a crash that tore nothing.
+	Recovered() []Truncation
+}
+
+// Truncation is one torn tail that recovery after a crash dropped: the
+// bytes of a write that the crash cut short. Under the store's durable
+// modes those bytes never held an acknowledged write.
+type Truncation struct {
+	// Log names the log, in the store's terms (for store/wal: "meta",
+	// "audit", "quarantine" or "subject " followed by the subject name).
+	Log string `json:"log"`
+	// File is the file that was cut.
+	File string `json:"file"`
+	// Offset is where the file was cut: the end of its last good record.
+	Offset int64 `json:"offset"`
+	// Bytes is how many bytes were dropped from Offset on.
+	Bytes int64 `json:"bytes"`
+	// Reason says what was wrong with the tail.
+	Reason string `json:"reason"`
+}
+
 // Store is everything the broker persists.
 type Store interface {
 	MessageLog

@@ -308,7 +308,9 @@ func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 // written, so it may run beside a live broker; a record being written at
 // that moment is ignored as a torn tail). It returns how many records
 // verified after the checkpoint. A broken chain is an error matching
-// store.ErrTampered, damaged records store.ErrCorrupt.
+// store.ErrTampered, damaged records store.ErrCorrupt; so is a bad last
+// record when the store was shut down cleanly and stayed closed while
+// VerifyAudit read it, as Open would refuse it.
 func VerifyAudit(dir string) (uint64, error) {
 	sc, err := scanAuditDir(dir, nil)
 	if err != nil {
@@ -335,8 +337,12 @@ func scanAuditDir(dir string, each func(*store.AuditRecord) error) (*auditScan, 
 	if err != nil {
 		return nil, err
 	}
+	stamp := cleanStamp(dir)
 	sc := newAuditScan(cp, each)
 	st, err := scanLog(auditDir(dir), (*Options)(nil).withDefaults().MaxRecordSize, sc.visit)
+	if err == nil && st.torn && stamp != "" && cleanStamp(dir) == stamp {
+		err = &store.CorruptError{File: st.tailPath, Offset: st.tailSize, Reason: st.tornReason + " after a clean shutdown"}
+	}
 	if err == nil {
 		err = sc.finish(st)
 	}

@@ -28,13 +28,20 @@
 //
 // # Recovery
 //
-// Open checks every record of every log against its CRC-32C. A torn last
-// record, what a crash in the middle of a write leaves, is dropped and the
-// log continues (TornTails lists what was dropped). Damage anywhere before
-// the tail makes Open fail with a *store.CorruptError naming the file and
-// the offset of the damaged record (errors.Is(err, store.ErrCorrupt));
-// nothing is truncated but a torn tail. The audit chain is verified from
-// its checkpoint; a chain that does not verify fails Open with an error
+// Open checks every record of every log against its CRC-32C. Damage
+// anywhere before the tail makes Open fail with a *store.CorruptError
+// naming the file and the offset of the damaged record (errors.Is(err,
+// store.ErrCorrupt)). What happens to a bad last record depends on how
+// the store was last shut down. A Close that got every log to disk leaves
+// a marker file, CLEAN, which Open removes before it returns: after a
+// clean shutdown nothing was being written, so a bad tail is damage like
+// any other and Open fails the same way, changing nothing. Without the
+// marker (a crash, or a directory from before the marker existed) a torn
+// last record is what a crash in the middle of a write leaves: Open drops
+// it, logs the log, file, offset and bytes dropped to Options.Logger, and
+// Recovered (store.RecoveryReporter) lists it for the broker's audit.
+// Nothing else is ever truncated. The audit chain is verified from its
+// checkpoint; a chain that does not verify fails Open with an error
 // matching store.ErrTampered. A second Open of a directory that another
 // process (or another Store) holds fails with store.ErrLocked.
 //
@@ -58,7 +65,8 @@
 // every caller whose record was in the same batch) gets the error, and
 // reads go on. ENOSPC is reported as an error matching store.ErrFull (and
 // syscall.ENOSPC). Should the log not be repairable, that log refuses
-// writes until the store is reopened.
+// writes until the store is reopened, and Close records no clean
+// shutdown.
 //
 // # Retention
 //
@@ -80,5 +88,6 @@
 // log's fsync; readers of a log are serialised with each other (tidwall/wal
 // fills its segment cache on read) but not with writers. Close waits for
 // calls in flight, stops the one background goroutine (the metadata
-// compactor) and releases the lock; it is idempotent.
+// compactor), writes the clean-shutdown marker when every log closed
+// without error, and releases the lock; it is idempotent.
 package wal

@@ -97,7 +97,7 @@ func TestDiskFullSimulated(t *testing.T) {
 
 	require.NoError(t, s.Close(ctx))
 	s = open(t, dir, opts)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	require.Equal(t, append(ms, got), readAll(t, s, "a"))
 }
 
@@ -171,13 +171,74 @@ func TestDiskFullMetaAndAudit(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 
 	s = open(t, dir, nil)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	g, err := s.LoadGroup(ctx, k)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), g.Floor)
 	got, err := s.ReadAudit(ctx, 0, 0)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
+}
+
+// AppendAudit on a full disk fails with store.ErrFull and writes nothing;
+// the log stays readable and verifiable meanwhile, takes the chain on
+// from its committed head once there is room, and is whole enough for a
+// clean shutdown (the strict reopen finds no half-written record).
+func TestDiskFullAudit(t *testing.T) {
+	for _, phase := range []string{"write", "fsync"} {
+		t.Run(phase, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, nil)
+			ctx := t.Context()
+			recs := storetest.Chain(6)
+			require.NoError(t, s.AppendAudit(ctx, recs[:2]...))
+
+			var mu sync.Mutex
+			full := true
+			if phase == "write" {
+				diskFull(t, s, "audit", &full, &mu)
+			} else {
+				s.faults.Store(&faults{sync: func(w *logw) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if full && w.name == "audit" {
+						return fmt.Errorf("fsync: %w", syscall.ENOSPC)
+					}
+					return nil
+				}})
+			}
+			for _, batch := range [][]store.AuditRecord{recs[2:3], recs[2:5]} {
+				err := s.AppendAudit(ctx, batch...)
+				require.ErrorIs(t, err, store.ErrFull)
+				require.ErrorIs(t, err, syscall.ENOSPC)
+			}
+			last, _, err := s.AuditHead(ctx)
+			require.NoError(t, err)
+			require.Equal(t, recs[1], last, "nothing of a failed append is visible")
+			got, err := s.ReadAudit(ctx, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, recs[:2], got)
+			n, err := VerifyAudit(dir)
+			require.NoError(t, err)
+			require.Equal(t, uint64(2), n, "the log on disk verifies while the disk is full")
+
+			mu.Lock()
+			full = false
+			mu.Unlock()
+			require.NoError(t, s.AppendAudit(ctx, recs[2:]...))
+			n, err = VerifyAudit(dir)
+			require.NoError(t, err)
+			require.Equal(t, uint64(6), n)
+			require.NoError(t, s.Close(ctx))
+			require.FileExists(t, cleanPath(dir))
+
+			s = open(t, dir, nil)
+			require.Empty(t, s.Recovered())
+			got, err = s.ReadAudit(ctx, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, recs, got)
+		})
+	}
 }
 
 // TestDiskFullReal fills a 2 MiB tmpfs. It needs CAP_SYS_ADMIN (root in
@@ -225,6 +286,6 @@ func TestDiskFullReal(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 
 	s = open(t, dir, opts)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	require.Equal(t, acked, readAll(t, s, "a"))
 }

@@ -48,12 +48,23 @@ func flipByte(t *testing.T, path string, off int64) {
 	require.NoError(t, err)
 }
 
-// storeWithTail returns a closed store whose subject "a" has n messages and
-// whose last segment is not empty.
+// crashCopy copies the data directory of the open store s as a crash
+// would leave it: every acknowledged write and no clean-shutdown marker.
+// s stays open.
+func crashCopy(t *testing.T, s *Store) string {
+	t.Helper()
+	dst := t.TempDir()
+	require.NoError(t, os.CopyFS(dst, os.DirFS(s.Dir())))
+	require.NoFileExists(t, cleanPath(dst))
+	return dst
+}
+
+// storeWithTail returns the directory of a store that crashed after its
+// subject "a" got n messages, with a last segment that is not empty.
 func storeWithTail(t *testing.T, n int) (dir string, ms []store.Message, last string) {
-	dir = t.TempDir()
-	s := open(t, dir, &Options{SegmentSize: 4096})
+	s := open(t, t.TempDir(), &Options{SegmentSize: 4096})
 	ms = appendN(t, s, "a", 1, n)
+	dir = crashCopy(t, s)
 	require.NoError(t, s.Close(t.Context()))
 	ss := segs(t, subjectLogDir(dir, "a"))
 	last = ss[len(ss)-1].path
@@ -98,7 +109,7 @@ func TestTornTail(t *testing.T) {
 			dir, ms, last := storeWithTail(t, 40)
 			c.tear(t, last)
 			s := open(t, dir, &Options{SegmentSize: 4096})
-			torn := s.TornTails()
+			torn := s.Recovered()
 			require.Len(t, torn, 1)
 			require.Equal(t, last, torn[0].File)
 			keep := ms[:len(ms)-c.drops]
@@ -113,7 +124,7 @@ func TestTornTail(t *testing.T) {
 			require.NoError(t, s.Close(t.Context()))
 
 			s = open(t, dir, &Options{SegmentSize: 4096})
-			require.Empty(t, s.TornTails())
+			require.Empty(t, s.Recovered())
 			require.Equal(t, append(keep, m), readAll(t, s, "a"))
 		})
 	}
@@ -129,6 +140,7 @@ func TestTornTailOfEveryLog(t *testing.T) {
 	require.NoError(t, s.Put(ctx, "b", "k2", []byte("v2")))
 	require.NoError(t, s.PutQuarantine(ctx, store.QuarantineRecord{ID: "q1", Time: base}))
 	require.NoError(t, s.PutQuarantine(ctx, store.QuarantineRecord{ID: "q2", Time: base}))
+	dir = crashCopy(t, s)
 	require.NoError(t, s.Close(ctx))
 	for _, d := range []string{"audit", "meta", "quarantine"} {
 		ss := segs(t, filepath.Join(dir, d))
@@ -136,7 +148,7 @@ func TestTornTailOfEveryLog(t *testing.T) {
 		require.NoError(t, os.Truncate(p, fileSize(t, p)-3))
 	}
 	s = open(t, dir, nil)
-	require.Len(t, s.TornTails(), 3)
+	require.Len(t, s.Recovered(), 3)
 	last, _, err := s.AuditHead(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), last.Seq)

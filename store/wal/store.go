@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -68,6 +69,9 @@ type Options struct {
 	// well as time. A lone writer is never delayed. Default 100µs; a
 	// negative value disables it.
 	BatchDelay time.Duration
+	// Logger receives what recovery did (a torn tail dropped after a
+	// crash: log, file, offset and bytes). Default slog.Default().
+	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() Options {
@@ -87,15 +91,10 @@ func (o *Options) withDefaults() Options {
 	if c.BatchDelay == 0 {
 		c.BatchDelay = 100 * time.Microsecond
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	return c
-}
-
-// TornTail describes a torn last record that Open dropped: the tail of a
-// write that a crash cut short.
-type TornTail struct {
-	File   string
-	Offset int64 // the file was cut to this size
-	Reason string
 }
 
 // Store is the durable store.Store. Create it with Open.
@@ -109,8 +108,9 @@ type Store struct {
 	ops    sync.WaitGroup
 
 	faults atomic.Pointer[faults]
+	clean  bool // Open found the clean-shutdown marker; set before load
 	tornMu sync.Mutex
-	torn   []TornTail
+	torn   []store.Truncation
 
 	msgs  messages
 	meta  metaLog
@@ -129,16 +129,21 @@ type faults struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Trimmer = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.Trimmer          = (*Store)(nil)
+	_ store.RecoveryReporter = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in dir and recovers it: every
-// record is checked, a torn last record is dropped, the indexes are
-// rebuilt and the audit chain is verified. Open fails with an error that
-// matches store.ErrLocked when another process holds dir,
-// store.ErrCorrupt (a *store.CorruptError) when a record before the tail
-// is damaged, and store.ErrTampered when the audit chain does not verify.
+// record is checked, the indexes are rebuilt and the audit chain is
+// verified. After a crash a torn last record is dropped (logged, and
+// listed by Recovered); after a clean shutdown (Close left its marker)
+// nothing may be torn. Open fails with an error that matches
+// store.ErrLocked when another process holds dir, store.ErrCorrupt (a
+// *store.CorruptError) when a record before the tail is damaged, or the
+// tail is after a clean shutdown, and store.ErrTampered when the audit
+// chain does not verify. The marker is removed before Open returns a
+// store, and kept when Open fails.
 func Open(dir string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	switch o.Sync {
@@ -169,8 +174,19 @@ func Open(dir string, opts *Options) (*Store, error) {
 		unlock(lock)
 		return nil, fmt.Errorf("wal: data directory %s is not writable: %w", dir, err)
 	}
-	s := &Store{dir: dir, opts: o, lock: lock, quit: make(chan struct{})}
-	if err := s.load(); err != nil {
+	clean, err := readClean(dir)
+	if err != nil {
+		unlock(lock)
+		return nil, fmt.Errorf("wal: read the clean-shutdown marker of %s: %w", dir, err)
+	}
+	s := &Store{dir: dir, opts: o, lock: lock, clean: clean, quit: make(chan struct{})}
+	err = s.load()
+	if err == nil && clean {
+		if err = removeClean(dir); err != nil {
+			err = fmt.Errorf("wal: remove the clean-shutdown marker of %s: %w", dir, err)
+		}
+	}
+	if err != nil {
 		s.closeLogs()
 		unlock(lock)
 		return nil, err
@@ -217,12 +233,13 @@ func (s *Store) load() error {
 // Dir is the data directory.
 func (s *Store) Dir() string { return s.dir }
 
-// TornTails lists the torn last records Open dropped, for the operator's
-// log. It is empty after a clean shutdown.
-func (s *Store) TornTails() []TornTail {
+// Recovered implements store.RecoveryReporter: the torn tails Open
+// dropped after a crash, one per log, each also logged to
+// Options.Logger. It is empty when the store was shut down cleanly.
+func (s *Store) Recovered() []store.Truncation {
 	s.tornMu.Lock()
 	defer s.tornMu.Unlock()
-	return append([]TornTail(nil), s.torn...)
+	return append([]store.Truncation(nil), s.torn...)
 }
 
 // enter admits one operation; leave ends it. Close waits for admitted
@@ -243,9 +260,13 @@ func (s *Store) enter(ctx context.Context) error {
 func (s *Store) leave() { s.ops.Done() }
 
 // Close waits for operations in flight, stops the compactor, closes every
-// log (tidwall/wal fsyncs each tail) and releases the directory lock. It
-// is idempotent; ctx is not consulted once closing has begun, since the
-// operations it waits for are bounded by disk I/O.
+// log (tidwall/wal fsyncs each tail), records the clean shutdown and
+// releases the directory lock. The clean-shutdown marker is written only
+// when every log closed without error and none was left unusable by a
+// failed write; otherwise the next Open recovers as after a crash. Close
+// is idempotent, and the store is closed even when it returns an error;
+// ctx is not consulted once closing has begun, since the operations it
+// waits for are bounded by disk I/O.
 func (s *Store) Close(ctx context.Context) error {
 	s.life.Lock()
 	if s.closed {
@@ -258,8 +279,34 @@ func (s *Store) Close(ctx context.Context) error {
 	close(s.quit)
 	s.bg.Wait()
 	err := s.closeLogs()
+	if err == nil && s.healthy() {
+		if werr := writeClean(s.dir, time.Now()); werr != nil {
+			err = writeError("clean-shutdown marker", werr)
+		}
+	}
 	unlock(s.lock)
 	return err
+}
+
+// healthy reports whether every log is usable: none was left in an
+// unknown state by a write or truncation that could not be taken back.
+func (s *Store) healthy() bool {
+	logs := []*logw{s.meta.w, s.quar.w, s.audit.w}
+	for _, sub := range s.msgs.list {
+		logs = append(logs, sub.w)
+	}
+	for _, w := range logs {
+		if w == nil {
+			return false
+		}
+		w.mu.Lock()
+		failed := w.failed
+		w.mu.Unlock()
+		if failed != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Store) closeLogs() error {

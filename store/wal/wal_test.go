@@ -99,7 +99,7 @@ func TestReopenAcrossSegments(t *testing.T) {
 	require.Greater(t, len(segs(t, subjectLogDir(dir, "orders.created"))), 20)
 
 	s = open(t, dir, opts)
-	require.Empty(t, s.TornTails())
+	require.Empty(t, s.Recovered())
 	require.Equal(t, a, readAll(t, s, "orders.created"))
 	require.Equal(t, b, readAll(t, s, "odd/subject name%ü"))
 	for _, m := range []store.Message{a[0], a[77], a[199], b[29]} {

@@ -126,7 +126,8 @@ func (s *Store) twalOptions() *twal.Options {
 }
 
 // openLog scans the log in dir (calling visit for every record), drops a
-// torn tail, opens it with tidwall/wal and returns its writer.
+// torn tail (refuses it after a clean shutdown), opens the log with
+// tidwall/wal and returns its writer.
 func (s *Store) openLog(dir, name string, visit visitFunc) (*logw, scanStats, error) {
 	fresh := false
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -140,12 +141,9 @@ func (s *Store) openLog(dir, name string, visit visitFunc) (*logw, scanStats, er
 		return nil, st, err
 	}
 	if st.torn {
-		if err := truncateFile(st.tailPath, st.tailSize); err != nil {
-			return nil, st, fmt.Errorf("wal: drop torn tail of %s: %w", st.tailPath, err)
+		if err := s.dropTornTail(name, st); err != nil {
+			return nil, st, err
 		}
-		s.tornMu.Lock()
-		s.torn = append(s.torn, TornTail{File: st.tailPath, Offset: st.tailSize, Reason: st.tornReason})
-		s.tornMu.Unlock()
 	}
 	l, err := twal.Open(dir, s.twalOptions())
 	if err != nil {
@@ -181,6 +179,30 @@ func (s *Store) openLog(dir, name string, visit visitFunc) (*logw, scanStats, er
 	w.onCommit = func(*wreq) {}
 	w.onFail = func(*wreq) {}
 	return w, st, nil
+}
+
+// dropTornTail cuts the torn tail that a scan of log name found, records
+// it for Recovered and logs it. After a clean shutdown no write was in
+// progress, so the tail is damage: nothing is cut and the error is a
+// *store.CorruptError, as for damage before the tail.
+func (s *Store) dropTornTail(name string, st scanStats) error {
+	if s.clean {
+		return &store.CorruptError{File: st.tailPath, Offset: st.tailSize, Reason: st.tornReason + " after a clean shutdown"}
+	}
+	fi, err := os.Stat(st.tailPath)
+	if err != nil {
+		return fmt.Errorf("wal: drop torn tail of %s: %w", st.tailPath, err)
+	}
+	if err := truncateFile(st.tailPath, st.tailSize); err != nil {
+		return fmt.Errorf("wal: drop torn tail of %s: %w", st.tailPath, err)
+	}
+	tr := store.Truncation{Log: name, File: st.tailPath, Offset: st.tailSize, Bytes: fi.Size() - st.tailSize, Reason: st.tornReason}
+	s.opts.Logger.Warn("wal: dropped the torn tail of a log after a crash",
+		"log", tr.Log, "file", tr.File, "offset", tr.Offset, "bytes", tr.Bytes, "reason", tr.Reason)
+	s.tornMu.Lock()
+	s.torn = append(s.torn, tr)
+	s.tornMu.Unlock()
+	return nil
 }
 
 // enqueueLocked gives r its indexes and queues it. mu must be held.
@@ -448,6 +470,14 @@ func writeError(name string, err error) error {
 	return fmt.Errorf("wal: write %s: %w", name, err)
 }
 
+// closeError wraps a failure to close a log; ENOSPC becomes store.ErrFull.
+func closeError(name string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("wal: close %s: %w: %w", name, store.ErrFull, err)
+	}
+	return fmt.Errorf("wal: close %s: %w", name, err)
+}
+
 // repair closes the tidwall log, cuts the files back to keep entries and
 // reopens it. Only the holder of busy calls it.
 func (w *logw) repair(keep uint64) error {
@@ -561,7 +591,10 @@ func (w *logw) bounds() (first, last uint64) {
 	return first, last
 }
 
-// close closes the tidwall log. No request may be in flight.
+// close closes the tidwall log, which fsyncs its tail segment, and
+// fsyncs the directory when a segment was created since it was last
+// synced (under SyncNone it never is before). No request may be in
+// flight. A nil error means every entry of the log is on disk.
 func (w *logw) close() error {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
@@ -569,8 +602,21 @@ func (w *logw) close() error {
 		w.tailFile.Close()
 		w.tailFile = nil
 	}
+	var ferr error
+	if f := w.s.faults.Load(); f != nil && f.sync != nil {
+		ferr = f.sync(w) // the final fsync fails
+	}
 	if err := w.log.Close(); err != nil && !errors.Is(err, twal.ErrClosed) {
-		return fmt.Errorf("wal: close %s: %w", w.name, err)
+		return closeError(w.name, err)
+	}
+	if ferr != nil {
+		return closeError(w.name, ferr)
+	}
+	if w.tailNew {
+		if err := syncDir(w.dir); err != nil {
+			return closeError(w.name, err)
+		}
+		w.tailNew = false
 	}
 	return nil
 }
