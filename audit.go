@@ -96,6 +96,21 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 	a.mu.Unlock()
 }
 
+// auditRecovery records what the store dropped when it recovered from a
+// crash (a torn tail of a log), one record each, so that the loss is in
+// the evidence and not only in an operator's log.
+func (e *Engine) auditRecovery(ctx context.Context) {
+	rr, ok := e.store.(store.RecoveryReporter)
+	if !ok {
+		return
+	}
+	for _, t := range rr.Recovered() {
+		e.opts.Logger.Warn("store dropped a torn tail on recovery", "log", t.Log, "file", t.File, "offset", t.Offset, "bytes", t.Bytes, "reason", t.Reason)
+		e.audit(ctx, store.AuditRecord{Type: "store.truncated", Outcome: string(OutcomeAllow), Subject: t.Log,
+			Ref: t.File + " at offset " + strconv.FormatInt(t.Offset, 10) + ": " + strconv.FormatInt(t.Bytes, 10) + " bytes dropped (" + t.Reason + ")"})
+	}
+}
+
 // auditLinger is how long the background writer lets records accumulate
 // before a write: one durable write (an fsync on a durable store) then
 // covers the records of many publishes.

@@ -152,6 +152,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if err := e.auditor.restore(ctx, e.store); err != nil {
 		return nil, err
 	}
+	e.auditRecovery(ctx)
 	if err := e.loadDirectory(ctx); err != nil {
 		return nil, err
 	}

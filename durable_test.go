@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -276,4 +278,53 @@ func TestDiskFullFailsPublishKeepsReads(t *testing.T) {
 	require.NoError(t, err, "the retry after space returns is accepted, not a duplicate")
 	require.Equal(t, pigeon.StatusAccepted, res.Status)
 	require.Equal(t, uint64(2), res.Message.Sequence)
+}
+
+// TestRecoveryIsAudited: a torn tail dropped after a crash is logged by the
+// store and recorded in the audit log when the broker starts.
+func TestRecoveryIsAudited(t *testing.T) {
+	dir := t.TempDir()
+	e, st := openDurable(t, dir, nil)
+	checkout, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err = checkout.Publish(ctx, demo.Payment(fmt.Sprint("o-", i)))
+		require.NoError(t, err)
+	}
+	closeDurable(t, e, st)
+	// A crash instead of that clean shutdown: no marker, a torn last record.
+	require.NoError(t, os.Remove(filepath.Join(dir, "CLEAN")))
+	segs, err := filepath.Glob(filepath.Join(dir, "messages", "*", "*"))
+	require.NoError(t, err)
+	var last string
+	for _, s := range segs {
+		base := filepath.Base(s)
+		if strings.Trim(base, "0123456789") != "" {
+			continue // not a segment
+		}
+		if fi, err := os.Stat(s); err == nil && fi.Size() > 0 && s > last {
+			last = s
+		}
+	}
+	require.NotEmpty(t, last, "segments: %v", segs)
+	fi, err := os.Stat(last)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(last, fi.Size()-3))
+
+	e, st = openDurable(t, dir, nil)
+	defer closeDurable(t, e, st)
+	require.NotEmpty(t, st.Recovered())
+	recs, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	var found *pigeon.AuditRecord
+	for i := range recs {
+		if recs[i].Type == "store.truncated" {
+			found = &recs[i]
+		}
+	}
+	require.NotNil(t, found, "the truncation is in the audit log")
+	require.Equal(t, "subject payments.authorize", found.Subject)
+	require.Contains(t, found.Ref, "bytes dropped")
+	_, err = e.VerifyAudit(ctx)
+	require.NoError(t, err)
 }
