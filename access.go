@@ -139,11 +139,47 @@ func cloneAccount(a *Account) Account {
 	return c
 }
 
+// MaxIDLength is the longest account id, role name or grant id accepted.
+const MaxIDLength = 256
+
+// validID checks an account id, role name or grant id: 1 to MaxIDLength
+// bytes of ASCII letters, digits and '.', '_', '-', ':', '@', '/'. That
+// covers SPIFFE ids and e-mail-like names and keeps control characters,
+// NUL, whitespace and look-alike Unicode out of audit records and logs.
+func validID(kind, s string) error {
+	if s == "" || len(s) > MaxIDLength {
+		return NewError(CodeInvalidArgument, "%s must be 1 to %d bytes", kind, MaxIDLength)
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == '-', c == ':', c == '@', c == '/':
+		default:
+			return NewError(CodeInvalidArgument, "%s has a character outside letters, digits and . _ - : @ / (at byte %d)", kind, i)
+		}
+	}
+	return nil
+}
+
+// validIDs checks every name of list with validID.
+func validIDs(kind string, list []string) error {
+	for _, s := range list {
+		if err := validID(kind, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CreateAccount adds an account. It fails with CONFLICT when one with the
-// id exists.
+// id exists, and with INVALID_ARGUMENT when the id or a role name is not a
+// valid id (see MaxIDLength).
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
-	if a.ID == "" || len(a.ID) > 512 {
-		return Account{}, NewError(CodeBadRequest, "an account needs an id of at most 512 bytes")
+	if err := validID("an account id", a.ID); err != nil {
+		return Account{}, err
+	}
+	if err := validIDs("a role name", a.Roles); err != nil {
+		return Account{}, err
 	}
 	d := &e.dir
 	d.mu.Lock()
@@ -233,8 +269,8 @@ func (e *Engine) updateAccount(ctx context.Context, id string, fn func(a *Accoun
 
 // AddAccountRole gives account id the role.
 func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, error) {
-	if role == "" {
-		return Account{}, NewError(CodeBadRequest, "a role name is required")
+	if err := validID("a role name", role); err != nil {
+		return Account{}, err
 	}
 	a, err := e.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = uniqueSorted(append(a.Roles, role))
@@ -261,11 +297,11 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 	return a, err
 }
 
-// PutRole defines or replaces a role. Selectors must parse and operations
-// must be known.
+// PutRole defines or replaces a role. The name must be a valid id (see
+// MaxIDLength), selectors must parse and operations must be known.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
-	if r.Name == "" || len(r.Name) > 256 {
-		return Role{}, NewError(CodeBadRequest, "a role needs a name of at most 256 bytes")
+	if err := validID("a role name", r.Name); err != nil {
+		return Role{}, err
 	}
 	for i, p := range r.Permissions {
 		if p.Subject == "" {

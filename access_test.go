@@ -321,3 +321,50 @@ func TestScopedPullReceiveAck(t *testing.T) {
 	require.Len(t, again, 1)
 	require.Equal(t, got[1].ID, again[0].ID, "the nacked job comes back, the acked one does not")
 }
+
+func TestAccountAndRoleIDsValidated(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	long := strings.Repeat("a", pigeon.MaxIDLength+1)
+	for _, tc := range []struct {
+		name string
+		id   string
+		ok   bool
+	}{
+		{"spiffe id", "spiffe://merchant-prod/ns/checkout/sa/checkout-api", true},
+		{"email-like", "ops_team.lead@example.com", true},
+		{"longest", strings.Repeat("a", pigeon.MaxIDLength), true},
+		{"empty", "", false},
+		{"too long", long, false},
+		{"NUL", "alice\x00admin", false},
+		{"newline", "alice\nadmin", false},
+		{"tab", "alice\tadmin", false},
+		{"space", "alice admin", false},
+		{"DEL", "alice\x7f", false},
+		{"invalid UTF-8", "alice\xff", false},
+		{"non-ASCII look-alike", "аlice", false}, // Cyrillic а
+		{"quote", `alice"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, accErr := e.CreateAccount(ctx, pigeon.Account{ID: tc.id})
+			_, roleErr := e.PutRole(ctx, pigeon.Role{Name: tc.id})
+			_, withRoleErr := e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://x/" + tc.name[:1], Roles: []string{tc.id}})
+			if tc.ok {
+				require.NoError(t, accErr)
+				require.NoError(t, roleErr)
+				require.NoError(t, withRoleErr)
+				return
+			}
+			requireCode(t, accErr, pigeon.CodeInvalidArgument)
+			requireCode(t, roleErr, pigeon.CodeInvalidArgument)
+			requireCode(t, withRoleErr, pigeon.CodeInvalidArgument)
+			require.Equal(t, 400, pigeon.CodeInvalidArgument.Status())
+		})
+	}
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol})
+	require.NoError(t, err)
+	_, err = e.AddAccountRole(ctx, carol, "bad\nrole")
+	requireCode(t, err, pigeon.CodeInvalidArgument)
+	_, err = e.IssueGrant(ctx, carol, []string{"bad\x00role"}, time.Hour)
+	requireCode(t, err, pigeon.CodeInvalidArgument)
+}

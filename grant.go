@@ -79,6 +79,9 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if len(roles) == 0 {
 		return GrantToken{}, NewError(CodeBadRequest, "a grant needs at least one role")
 	}
+	if err := validIDs("a role name", roles); err != nil {
+		return GrantToken{}, err
+	}
 	if ttl <= 0 {
 		ttl = DefaultGrantTTL
 	}
