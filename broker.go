@@ -27,6 +27,12 @@ type Broker interface {
 	Shutdown(ctx context.Context) error
 }
 
+// Contract lifetimes when Options leave them zero.
+const (
+	DefaultContractTTL    = 15 * time.Minute
+	DefaultMaxContractTTL = 24 * time.Hour
+)
+
 // Options configure an Engine. The zero value (or nil) is usable: an
 // in-memory store, no credentials, an empty catalog. New copies Options;
 // later changes to the caller's value have no effect.
@@ -42,7 +48,9 @@ type Options struct {
 	// detection and the append.
 	Gates []Gate
 	// ContractTTL is a contract's lifetime when negotiation asks for none
-	// (default 15 minutes); MaxContractTTL caps what it may ask (default 24 h).
+	// (default DefaultContractTTL, 15 minutes); MaxContractTTL is the longest
+	// it may ask for (default DefaultMaxContractTTL, 24 h): a longer or
+	// negative ttl is refused with INVALID_ARGUMENT.
 	ContractTTL    time.Duration
 	MaxContractTTL time.Duration
 	// Region is a session's region when Connect names none (default "local").
@@ -108,10 +116,10 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		o.Gates = append([]Gate(nil), opts.Gates...)
 	}
 	if o.ContractTTL <= 0 {
-		o.ContractTTL = 15 * time.Minute
+		o.ContractTTL = DefaultContractTTL
 	}
 	if o.MaxContractTTL <= 0 {
-		o.MaxContractTTL = 24 * time.Hour
+		o.MaxContractTTL = DefaultMaxContractTTL
 	}
 	if o.Region == "" {
 		o.Region = "local"
@@ -291,7 +299,9 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 }
 
 // Negotiate issues a contract to p for the subjects policy permits. ttl 0
-// means the default.
+// means Options.ContractTTL; a negative ttl or one above
+// Options.MaxContractTTL is refused with INVALID_ARGUMENT (wire callers
+// convert ttlMs with TTLFromMillis).
 func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, subjects []string, ttl time.Duration) (Contract, error) {
 	if e.closed.Load() {
 		return nil, NewError(CodeShutdown, "broker is shutting down")

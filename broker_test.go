@@ -3,6 +3,7 @@ package pigeon_test
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -796,4 +797,87 @@ func TestIdempotencyKeyFromData(t *testing.T) {
 	c.Data = json.RawMessage(`{"merchantId":"m","amount":1,"currency":"GBP","paymentToken":"tok_1"}`)
 	_, err = s.Publish(ctx, c)
 	requireCode(t, err, pigeon.CodeIdempotencyRequired)
+}
+
+func TestTTLFromMillis(t *testing.T) {
+	for _, tc := range []struct {
+		ms   int64
+		want time.Duration
+		ok   bool
+	}{
+		{0, 0, true},
+		{60000, time.Minute, true},
+		{9223372036854, 9223372036854 * time.Millisecond, true}, // the largest that fits
+		{9223372036855, 0, false},                               // overflows to a negative Duration
+		{18446744073710, 0, false},                              // wraps to under a millisecond
+		{math.MaxInt64, 0, false},
+		{-1, 0, false},
+		{math.MinInt64, 0, false},
+	} {
+		d, err := pigeon.TTLFromMillis(tc.ms)
+		if !tc.ok {
+			requireCode(t, err, pigeon.CodeInvalidArgument)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, d)
+	}
+}
+
+// A ttl out of range is refused, never silently replaced by the default,
+// clamped or wrapped around.
+func TestContractAndGrantTTLRange(t *testing.T) {
+	f := newFixture(t)
+	p, err := f.e.Authenticate(ctx, "checkout-token")
+	require.NoError(t, err)
+	ms := int64(9223372036855)
+	wrapped := time.Duration(ms) * time.Millisecond // what a raw ms conversion makes of it: negative
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		code pigeon.Code
+	}{
+		{"default", 0, pigeon.CodeOK},
+		{"an hour", time.Hour, pigeon.CodeOK},
+		{"the maximum", pigeon.DefaultMaxContractTTL, pigeon.CodeOK},
+		{"above the maximum", pigeon.DefaultMaxContractTTL + time.Millisecond, pigeon.CodeInvalidArgument},
+		{"negative", -time.Second, pigeon.CodeInvalidArgument},
+		{"overflowed", wrapped, pigeon.CodeInvalidArgument},
+	} {
+		t.Run("contract "+tc.name, func(t *testing.T) {
+			c, err := f.e.Negotiate(ctx, p, "", []string{"payments.authorize"}, tc.ttl)
+			if tc.code != pigeon.CodeOK {
+				requireCode(t, err, tc.code)
+				return
+			}
+			require.NoError(t, err)
+			want := tc.ttl
+			if want == 0 {
+				want = pigeon.DefaultContractTTL
+			}
+			require.Equal(t, want, c.ExpiresAt().Sub(c.Info().IssuedAt))
+		})
+	}
+	_, err = f.e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://x", Roles: []string{"r"}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		code pigeon.Code
+	}{
+		{"default", 0, pigeon.CodeOK},
+		{"the maximum", pigeon.MaxGrantTTL, pigeon.CodeOK},
+		{"above the maximum", pigeon.MaxGrantTTL + time.Second, pigeon.CodeInvalidArgument},
+		{"negative", -time.Second, pigeon.CodeInvalidArgument},
+		{"overflowed", wrapped, pigeon.CodeInvalidArgument},
+	} {
+		t.Run("grant "+tc.name, func(t *testing.T) {
+			_, err := f.e.IssueGrant(ctx, "spiffe://x", []string{"r"}, tc.ttl)
+			if tc.code != pigeon.CodeOK {
+				requireCode(t, err, tc.code)
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -199,17 +200,39 @@ func newContractID() string {
 	return "ctr_" + hex.EncodeToString(b[:])
 }
 
+// maxTTLMillis is the largest ttlMs whose time.Duration does not overflow.
+const maxTTLMillis = int64(math.MaxInt64 / int64(time.Millisecond))
+
+// TTLFromMillis converts a ttlMs read from the wire (HTTP, WebSocket) into a
+// time.Duration. 0 stays 0, which asks for the default. A negative value, or
+// one so large that the multiplication by time.Millisecond would overflow
+// (and wrap around to a default or to a lifetime of under a second), is an
+// *Error with CodeInvalidArgument. It does not apply a maximum: Negotiate
+// and IssueGrant refuse lifetimes above theirs (Options.MaxContractTTL,
+// MaxGrantTTL) with the same code.
+func TTLFromMillis(ms int64) (time.Duration, error) {
+	if ms < 0 {
+		return 0, NewError(CodeInvalidArgument, "ttlMs must not be negative (got %d)", ms)
+	}
+	if ms > maxTTLMillis {
+		return 0, NewError(CodeInvalidArgument, "ttlMs %d is out of range", ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // negotiate intersects the requested subjects with policy at identity
 // level and issues a contract.
 func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, names []string, ttl time.Duration) (*contract, error) {
 	if len(names) == 0 {
 		return nil, NewError(CodeBadRequest, "negotiation needs at least one subject")
 	}
-	if ttl <= 0 {
-		ttl = e.opts.ContractTTL
-	}
-	if ttl > e.opts.MaxContractTTL {
-		ttl = e.opts.MaxContractTTL
+	switch {
+	case ttl < 0:
+		return nil, NewError(CodeInvalidArgument, "a contract ttl must not be negative")
+	case ttl == 0:
+		ttl = min(e.opts.ContractTTL, e.opts.MaxContractTTL)
+	case ttl > e.opts.MaxContractTTL:
+		return nil, NewError(CodeInvalidArgument, "a contract lives at most %s", e.opts.MaxContractTTL)
 	}
 	cat := e.catalog.Load()
 	now := e.now()
