@@ -204,15 +204,23 @@ func (e *Engine) janitor() {
 	}
 }
 
-// LoadCatalog compiles every subject of c and makes the result current,
-// replacing subjects of the same name. A subject whose compiled policy
-// differs from the one it replaces makes contracts compiled from the old
-// version fail with CONTRACT_STALE until renegotiated. Nothing changes when
-// any subject fails to compile.
+// LoadCatalog lints c, compiles every subject of it and makes the result
+// current, replacing subjects of the same name. A catalog with a lint
+// problem of error severity (see Lint) is refused with POLICY_INVALID naming
+// the file (or subject) and field; warnings are not. A subject whose
+// compiled policy differs from the one it replaces makes contracts compiled
+// from the old version fail with CONTRACT_STALE until renegotiated. Nothing
+// changes when any subject fails to lint or compile.
 func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
+	if c == nil {
+		return NewError(CodePolicyInvalid, "no catalog")
+	}
 	e.catMu.Lock()
 	defer e.catMu.Unlock()
 	old := e.catalog.Load()
+	if err := lintForLoad(c, old.schemas); err != nil {
+		return err
+	}
 	next := &catalogState{subjects: make(map[string]*subject, len(old.subjects)+len(c.Subjects)), schemas: make(map[string][]byte, len(old.schemas)+len(c.Schemas))}
 	for k, v := range old.schemas {
 		next.schemas[k] = v
