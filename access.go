@@ -98,6 +98,15 @@ func (e *Engine) loadDirectory(ctx context.Context) error {
 		if err := json.Unmarshal(v, &r); err != nil {
 			return err
 		}
+		for i, p := range r.Permissions {
+			if p.Selector == "" {
+				continue
+			}
+			if _, err := ParseSelector(p.Selector); err != nil {
+				e.opts.Logger.Warn("pigeon: a stored role permission has a selector that does not parse; it grants nothing",
+					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
+			}
+		}
 		d.roles[r.Name] = &r
 		return nil
 	}); err != nil {
@@ -298,7 +307,9 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 }
 
 // PutRole defines or replaces a role. The name must be a valid id (see
-// MaxIDLength), selectors must parse and operations must be known.
+// MaxIDLength), selectors must parse and operations must be known. A
+// contract or subscription that relied on a permission the new definition
+// drops or narrows fails its next check with GRANT_REVOKED.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	if err := validID("a role name", r.Name); err != nil {
 		return Role{}, err
@@ -334,6 +345,7 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	d.roles[c.Name] = &c
 	d.bump()
 	e.audit(ctx, store.AuditRecord{Type: "role.defined", Ref: c.Name})
+	e.onAccessChanged()
 	return c, nil
 }
 
@@ -362,7 +374,9 @@ func (e *Engine) ListRoles(_ context.Context) []Role {
 	return out
 }
 
-// DeleteRole removes a role definition.
+// DeleteRole removes a role definition. Every contract and subscription
+// that relied on one of its permissions fails its next check with
+// GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 	d := &e.dir
 	d.mu.Lock()
@@ -376,6 +390,7 @@ func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 	delete(d.roles, name)
 	d.bump()
 	e.audit(ctx, store.AuditRecord{Type: "role.deleted", Ref: name})
+	e.onAccessChanged()
 	return nil
 }
 
@@ -472,14 +487,56 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 			return CodeGrantRevoked, "a role this contract relied on was removed"
 		}
 	}
+	if !e.rolePermissionsCover(c, now) {
+		return CodeGrantRevoked, "a role permission this contract relied on was deleted or narrowed; negotiate again"
+	}
 	c.accessVer.Store(v)
 	return CodeOK, ""
 }
 
+// rolePermissionsCover reports whether roles still grant every operation
+// that c holds through role permissions, with a scope at least as wide as
+// the one c was negotiated with: an operation granted without a selector
+// then needs a permission without one, and a scoped operation needs each of
+// its selectors among the permissions' now. It fails closed: any narrowing,
+// even one that a cleverer comparison of selectors might accept, refuses.
+func (e *Engine) rolePermissionsCover(c *contract, roles []string) bool {
+	for name, g := range c.grants {
+		if g.viaRole == 0 {
+			continue
+		}
+		for _, op := range Operations {
+			if g.viaRole&opBit(op) == 0 {
+				continue
+			}
+			scope, ok := e.permissionScope(roles, name, op)
+			if !ok {
+				return false
+			}
+			if scope == nil {
+				continue // unscoped now: covers any scope
+			}
+			had := g.scope[opIndex(op)]
+			if had == nil {
+				return false // was unscoped, is scoped now
+			}
+			for _, sel := range had {
+				if !slices.ContainsFunc(scope, func(s Selector) bool { return s.String() == sel.String() }) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // permissionScope returns how the principal's roles grant op on subject:
 // ok false when no permission does; scope nil when some permission grants
-// it without a selector; otherwise the selectors that scope it.
-func (e *Engine) permissionScope(roles []string, subject string, op Operation) (scope []string, ok bool) {
+// it without a selector; otherwise the selectors that scope it. A
+// permission whose selector does not parse (only a store written behind
+// the broker's back holds one: PutRole refuses it) grants nothing, so it
+// can never widen a scope to the whole subject.
+func (e *Engine) permissionScope(roles []string, subject string, op Operation) (scope []Selector, ok bool) {
 	d := &e.dir
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -493,12 +550,16 @@ func (e *Engine) permissionScope(roles []string, subject string, op Operation) (
 			if p.Subject != subject || !slices.Contains(p.Operations, op) {
 				continue
 			}
-			ok = true
 			if p.Selector == "" {
-				unscoped = true
-			} else {
-				scope = append(scope, p.Selector)
+				ok, unscoped = true, true
+				continue
 			}
+			sel, err := ParseSelector(p.Selector)
+			if err != nil {
+				continue
+			}
+			ok = true
+			scope = append(scope, sel)
 		}
 	}
 	if unscoped {

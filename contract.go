@@ -58,7 +58,8 @@ type ContractInfo struct {
 	ExpiresAt time.Time         `json:"expiresAt"`
 	Region    string            `json:"region,omitempty"`
 	// Roles are the principal's roles when the contract was negotiated;
-	// removing any of them fails the contract's next check with
+	// removing any of them, or deleting or narrowing a role permission an
+	// operation was granted through, fails the contract's next check with
 	// GRANT_REVOKED. BaseRoles came with the credential itself; GrantID
 	// names the grant token it was negotiated with.
 	Roles     []string `json:"roles,omitempty"`
@@ -273,11 +274,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 				}
 				g.viaRole |= opBit(op)
 				cs.ViaRole = append(cs.ViaRole, op)
-				for _, txt := range scope {
-					sel, err := ParseSelector(txt)
-					if err != nil {
-						continue
-					}
+				for _, sel := range scope {
 					g.setScope(op, sel)
 					if cs.Scope == nil {
 						cs.Scope = map[Operation][]string{}
