@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -27,11 +28,16 @@ type Broker interface {
 	Shutdown(ctx context.Context) error
 }
 
-// Contract lifetimes when Options leave them zero.
+// Contract lifetimes and limits when Options leave them zero.
 const (
-	DefaultContractTTL    = 15 * time.Minute
-	DefaultMaxContractTTL = 24 * time.Hour
+	DefaultContractTTL              = 15 * time.Minute
+	DefaultMaxContractTTL           = 24 * time.Hour
+	DefaultMaxContractsPerPrincipal = 1000
 )
+
+// DefaultNegotiateRate is Options.NegotiateRate when it is zero: 20
+// negotiations a second per principal, in bursts of up to 100.
+var DefaultNegotiateRate = RateLimitPolicy{PerSecond: 20, Burst: 100}
 
 // Options configure an Engine. The zero value (or nil) is usable: an
 // in-memory store, no credentials, an empty catalog. New copies Options;
@@ -53,6 +59,16 @@ type Options struct {
 	// negative ttl is refused with INVALID_ARGUMENT.
 	ContractTTL    time.Duration
 	MaxContractTTL time.Duration
+	// MaxContractsPerPrincipal caps the live (unexpired, unrevoked)
+	// contracts of one principal (default DefaultMaxContractsPerPrincipal;
+	// negative: no cap). Negotiating beyond it fails with
+	// TOO_MANY_CONTRACTS until one expires or is revoked.
+	MaxContractsPerPrincipal int
+	// NegotiateRate limits how fast one principal may negotiate, as a token
+	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
+	// Burst below 1: PerSecond rounded up). Beyond it negotiation
+	// fails with RATE_LIMITED.
+	NegotiateRate RateLimitPolicy
 	// Region is a session's region when Connect names none (default "local").
 	Region string
 	// RetryBase is the first redelivery backoff (default 1 s).
@@ -80,6 +96,7 @@ type Engine struct {
 	catalog   atomic.Pointer[catalogState]
 	catMu     sync.Mutex
 	contracts contracts
+	live      liveContracts
 	gates     []Gate
 	limiter   *rateLimiter
 	auditor   auditor
@@ -121,6 +138,15 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.MaxContractTTL <= 0 {
 		o.MaxContractTTL = DefaultMaxContractTTL
 	}
+	if o.MaxContractsPerPrincipal == 0 {
+		o.MaxContractsPerPrincipal = DefaultMaxContractsPerPrincipal
+	}
+	switch nr := &o.NegotiateRate; {
+	case nr.PerSecond == 0:
+		*nr = DefaultNegotiateRate
+	case nr.PerSecond > 0 && nr.Burst < 1:
+		nr.Burst = int(math.Ceil(nr.PerSecond))
+	}
 	if o.Region == "" {
 		o.Region = "local"
 	}
@@ -149,6 +175,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		e.ownStore = true
 	}
 	e.contracts.m = map[string]*contract{}
+	e.live.by = map[string]*principalLive{}
 	e.limiter = newRateLimiter()
 	e.replies.init()
 	e.groups.init()
@@ -160,6 +187,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.loadGrantKey(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.countStoredContracts(ctx); err != nil {
 		return nil, err
 	}
 	e.catalog.Store(&catalogState{subjects: map[string]*subject{}, schemas: map[string][]byte{}})

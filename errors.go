@@ -65,6 +65,7 @@ const (
 	CodeEncryptionReq     Code = "ENCRYPTION_REQUIRED"
 	CodeInvalidArgument   Code = "INVALID_ARGUMENT"
 	CodeConflict          Code = "CONFLICT"
+	CodeTooManyContracts  Code = "TOO_MANY_CONTRACTS"
 )
 
 // Sentinel errors. Every *Error matches exactly one group with errors.Is, so
@@ -196,7 +197,7 @@ func (c Code) Status() int {
 		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
 		CodeNoPermittedSubjects, CodeAckNotAllowed, CodeGrantRevoked:
 		return http.StatusForbidden
-	case CodeRateLimited:
+	case CodeRateLimited, CodeTooManyContracts:
 		return http.StatusTooManyRequests
 	case CodeSensitiveFieldDenied, CodeRawPANDetected, CodeIdempotencyRequired, CodeClassificationDenied,
 		CodeEnvelopeInvalid, CodeSchemaInvalid, CodeDataQuality, CodeSignatureRequired, CodeSignatureInvalid,
