@@ -98,6 +98,15 @@ func (e *Engine) loadDirectory(ctx context.Context) error {
 		if err := json.Unmarshal(v, &r); err != nil {
 			return err
 		}
+		for i, p := range r.Permissions {
+			if p.Selector == "" {
+				continue
+			}
+			if _, err := ParseSelector(p.Selector); err != nil {
+				e.opts.Logger.Warn("pigeon: a stored role permission has a selector that does not parse; it grants nothing",
+					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
+			}
+		}
 		d.roles[r.Name] = &r
 		return nil
 	}); err != nil {
@@ -139,11 +148,47 @@ func cloneAccount(a *Account) Account {
 	return c
 }
 
+// MaxIDLength is the longest account id, role name or grant id accepted.
+const MaxIDLength = 256
+
+// validID checks an account id, role name or grant id: 1 to MaxIDLength
+// bytes of ASCII letters, digits and '.', '_', '-', ':', '@', '/'. That
+// covers SPIFFE ids and e-mail-like names and keeps control characters,
+// NUL, whitespace and look-alike Unicode out of audit records and logs.
+func validID(kind, s string) error {
+	if s == "" || len(s) > MaxIDLength {
+		return NewError(CodeInvalidArgument, "%s must be 1 to %d bytes", kind, MaxIDLength)
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == '-', c == ':', c == '@', c == '/':
+		default:
+			return NewError(CodeInvalidArgument, "%s has a character outside letters, digits and . _ - : @ / (at byte %d)", kind, i)
+		}
+	}
+	return nil
+}
+
+// validIDs checks every name of list with validID.
+func validIDs(kind string, list []string) error {
+	for _, s := range list {
+		if err := validID(kind, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CreateAccount adds an account. It fails with CONFLICT when one with the
-// id exists.
+// id exists, and with INVALID_ARGUMENT when the id or a role name is not a
+// valid id (see MaxIDLength).
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
-	if a.ID == "" || len(a.ID) > 512 {
-		return Account{}, NewError(CodeBadRequest, "an account needs an id of at most 512 bytes")
+	if err := validID("an account id", a.ID); err != nil {
+		return Account{}, err
+	}
+	if err := validIDs("a role name", a.Roles); err != nil {
+		return Account{}, err
 	}
 	d := &e.dir
 	d.mu.Lock()
@@ -233,8 +278,8 @@ func (e *Engine) updateAccount(ctx context.Context, id string, fn func(a *Accoun
 
 // AddAccountRole gives account id the role.
 func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, error) {
-	if role == "" {
-		return Account{}, NewError(CodeBadRequest, "a role name is required")
+	if err := validID("a role name", role); err != nil {
+		return Account{}, err
 	}
 	a, err := e.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = uniqueSorted(append(a.Roles, role))
@@ -261,11 +306,13 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 	return a, err
 }
 
-// PutRole defines or replaces a role. Selectors must parse and operations
-// must be known.
+// PutRole defines or replaces a role. The name must be a valid id (see
+// MaxIDLength), selectors must parse and operations must be known. A
+// contract or subscription that relied on a permission the new definition
+// drops or narrows fails its next check with GRANT_REVOKED.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
-	if r.Name == "" || len(r.Name) > 256 {
-		return Role{}, NewError(CodeBadRequest, "a role needs a name of at most 256 bytes")
+	if err := validID("a role name", r.Name); err != nil {
+		return Role{}, err
 	}
 	for i, p := range r.Permissions {
 		if p.Subject == "" {
@@ -298,6 +345,7 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	d.roles[c.Name] = &c
 	d.bump()
 	e.audit(ctx, store.AuditRecord{Type: "role.defined", Ref: c.Name})
+	e.onAccessChanged()
 	return c, nil
 }
 
@@ -326,7 +374,9 @@ func (e *Engine) ListRoles(_ context.Context) []Role {
 	return out
 }
 
-// DeleteRole removes a role definition.
+// DeleteRole removes a role definition. Every contract and subscription
+// that relied on one of its permissions fails its next check with
+// GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 	d := &e.dir
 	d.mu.Lock()
@@ -340,6 +390,7 @@ func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 	delete(d.roles, name)
 	d.bump()
 	e.audit(ctx, store.AuditRecord{Type: "role.deleted", Ref: name})
+	e.onAccessChanged()
 	return nil
 }
 
@@ -436,14 +487,56 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 			return CodeGrantRevoked, "a role this contract relied on was removed"
 		}
 	}
+	if !e.rolePermissionsCover(c, now) {
+		return CodeGrantRevoked, "a role permission this contract relied on was deleted or narrowed; negotiate again"
+	}
 	c.accessVer.Store(v)
 	return CodeOK, ""
 }
 
+// rolePermissionsCover reports whether roles still grant every operation
+// that c holds through role permissions, with a scope at least as wide as
+// the one c was negotiated with: an operation granted without a selector
+// then needs a permission without one, and a scoped operation needs each of
+// its selectors among the permissions' now. It fails closed: any narrowing,
+// even one that a cleverer comparison of selectors might accept, refuses.
+func (e *Engine) rolePermissionsCover(c *contract, roles []string) bool {
+	for name, g := range c.grants {
+		if g.viaRole == 0 {
+			continue
+		}
+		for _, op := range Operations {
+			if g.viaRole&opBit(op) == 0 {
+				continue
+			}
+			scope, ok := e.permissionScope(roles, name, op)
+			if !ok {
+				return false
+			}
+			if scope == nil {
+				continue // unscoped now: covers any scope
+			}
+			had := g.scope[opIndex(op)]
+			if had == nil {
+				return false // was unscoped, is scoped now
+			}
+			for _, sel := range had {
+				if !slices.ContainsFunc(scope, func(s Selector) bool { return s.String() == sel.String() }) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // permissionScope returns how the principal's roles grant op on subject:
 // ok false when no permission does; scope nil when some permission grants
-// it without a selector; otherwise the selectors that scope it.
-func (e *Engine) permissionScope(roles []string, subject string, op Operation) (scope []string, ok bool) {
+// it without a selector; otherwise the selectors that scope it. A
+// permission whose selector does not parse (only a store written behind
+// the broker's back holds one: PutRole refuses it) grants nothing, so it
+// can never widen a scope to the whole subject.
+func (e *Engine) permissionScope(roles []string, subject string, op Operation) (scope []Selector, ok bool) {
 	d := &e.dir
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -457,12 +550,16 @@ func (e *Engine) permissionScope(roles []string, subject string, op Operation) (
 			if p.Subject != subject || !slices.Contains(p.Operations, op) {
 				continue
 			}
-			ok = true
 			if p.Selector == "" {
-				unscoped = true
-			} else {
-				scope = append(scope, p.Selector)
+				ok, unscoped = true, true
+				continue
 			}
+			sel, err := ParseSelector(p.Selector)
+			if err != nil {
+				continue
+			}
+			ok = true
+			scope = append(scope, sel)
 		}
 	}
 	if unscoped {

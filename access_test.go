@@ -5,6 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
 )
 
@@ -24,8 +28,8 @@ const (
 
 // accessFixture is an engine with a chat subject that no catalog rule
 // opens: access comes from roles only.
-func accessFixture(t *testing.T) *fixture {
-	return newFixture(t, func(o *pigeon.Options) {
+func accessFixture(t *testing.T, mutate ...func(*pigeon.Options)) *fixture {
+	return newFixture(t, append([]func(*pigeon.Options){func(o *pigeon.Options) {
 		base := transporttest.Options()
 		o.Catalog = base.Catalog
 		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
@@ -39,7 +43,7 @@ func accessFixture(t *testing.T) *fixture {
 			pigeon.StaticToken{Token: "carol-token", Principal: carol},
 			pigeon.StaticToken{Token: "dave-token", Principal: dave})...)
 		o.Now = nil
-	})
+	}}, mutate...)...)
 }
 
 func chatIn(room, text string) *pigeon.Message {
@@ -320,4 +324,188 @@ func TestScopedPullReceiveAck(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, again, 1)
 	require.Equal(t, got[1].ID, again[0].ID, "the nacked job comes back, the acked one does not")
+}
+
+func TestAccountAndRoleIDsValidated(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	long := strings.Repeat("a", pigeon.MaxIDLength+1)
+	for _, tc := range []struct {
+		name string
+		id   string
+		ok   bool
+	}{
+		{"spiffe id", "spiffe://merchant-prod/ns/checkout/sa/checkout-api", true},
+		{"email-like", "ops_team.lead@example.com", true},
+		{"longest", strings.Repeat("a", pigeon.MaxIDLength), true},
+		{"empty", "", false},
+		{"too long", long, false},
+		{"NUL", "alice\x00admin", false},
+		{"newline", "alice\nadmin", false},
+		{"tab", "alice\tadmin", false},
+		{"space", "alice admin", false},
+		{"DEL", "alice\x7f", false},
+		{"invalid UTF-8", "alice\xff", false},
+		{"non-ASCII look-alike", "аlice", false}, // Cyrillic а
+		{"quote", `alice"`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, accErr := e.CreateAccount(ctx, pigeon.Account{ID: tc.id})
+			_, roleErr := e.PutRole(ctx, pigeon.Role{Name: tc.id})
+			_, withRoleErr := e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://x/" + tc.name[:1], Roles: []string{tc.id}})
+			if tc.ok {
+				require.NoError(t, accErr)
+				require.NoError(t, roleErr)
+				require.NoError(t, withRoleErr)
+				return
+			}
+			requireCode(t, accErr, pigeon.CodeInvalidArgument)
+			requireCode(t, roleErr, pigeon.CodeInvalidArgument)
+			requireCode(t, withRoleErr, pigeon.CodeInvalidArgument)
+			require.Equal(t, 400, pigeon.CodeInvalidArgument.Status())
+		})
+	}
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol})
+	require.NoError(t, err)
+	_, err = e.AddAccountRole(ctx, carol, "bad\nrole")
+	requireCode(t, err, pigeon.CodeInvalidArgument)
+	_, err = e.IssueGrant(ctx, carol, []string{"bad\x00role"}, time.Hour)
+	requireCode(t, err, pigeon.CodeInvalidArgument)
+}
+
+// Deleting a role or narrowing its permissions takes effect at the next
+// check of every contract and subscription that relied on it, exactly as
+// taking the role from the account does; changes that take nothing away
+// leave them running.
+func TestRoleChangesTakeEffectAtNextCheck(t *testing.T) {
+	pub, recv, ack := pigeon.OpPublish, pigeon.OpReceive, pigeon.OpAck
+	perm := func(sel string, ops ...pigeon.Operation) pigeon.Permission {
+		return pigeon.Permission{Subject: "rooms.chat", Operations: ops, Selector: sel}
+	}
+	for _, tc := range []struct {
+		name    string
+		before  []pigeon.Permission
+		change  func(e *pigeon.Engine) error
+		revoked bool
+	}{
+		{"role deleted", []pigeon.Permission{perm("", pub, recv)},
+			func(e *pigeon.Engine) error { return e.DeleteRole(ctx, "member") }, true},
+		{"receive dropped", []pigeon.Permission{perm("", pub, recv)},
+			putMember(perm("", pub)), true},
+		{"publish dropped", []pigeon.Permission{perm("", pub, recv)},
+			putMember(perm("", recv)), true},
+		{"permissions emptied", []pigeon.Permission{perm("", pub, recv)},
+			putMember(), true},
+		{"selector added", []pigeon.Permission{perm("", pub, recv)},
+			putMember(perm("/room=lobby", pub, recv)), true},
+		{"selector replaced", []pigeon.Permission{perm("/room=lobby", pub, recv)},
+			putMember(perm("/room=kitchen", pub, recv)), true},
+		{"one of two selectors dropped", []pigeon.Permission{perm("/room=lobby", pub, recv), perm("/room=kitchen", pub, recv)},
+			putMember(perm("/room=lobby", pub, recv)), true},
+		{"subject renamed", []pigeon.Permission{perm("", pub, recv)},
+			putMember(pigeon.Permission{Subject: "chat.messages", Operations: []pigeon.Operation{pub, recv}}), true},
+
+		{"same definition again", []pigeon.Permission{perm("/room=lobby", pub, recv)},
+			putMember(perm("/room=lobby", pub, recv)), false},
+		{"operation added", []pigeon.Permission{perm("", pub, recv)},
+			putMember(perm("", pub, recv, ack)), false},
+		{"selector removed (wider)", []pigeon.Permission{perm("/room=lobby", pub, recv)},
+			putMember(perm("", pub, recv)), false},
+		{"another selector added (wider)", []pigeon.Permission{perm("/room=lobby", pub, recv)},
+			putMember(perm("/room=lobby", pub, recv), perm("/room=kitchen", pub, recv)), false},
+		{"unrelated role deleted", []pigeon.Permission{perm("", pub, recv)},
+			func(e *pigeon.Engine) error { return e.DeleteRole(ctx, "other") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := accessFixture(t)
+			e := f.e
+			_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: tc.before})
+			require.NoError(t, err)
+			_, err = e.PutRole(ctx, pigeon.Role{Name: "other", Permissions: []pigeon.Permission{{Subject: "jobs.run", Operations: []pigeon.Operation{recv}}}})
+			require.NoError(t, err)
+			_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member", "other"}})
+			require.NoError(t, err)
+			c := f.connect("carol-token", "rooms.chat")
+			var mu sync.Mutex
+			var got []string
+			sub, err := c.Subscribe(ctx, "rooms.chat", func(_ context.Context, d *pigeon.Delivery) error {
+				var m map[string]string
+				_ = json.Unmarshal(d.Message.Data, &m)
+				mu.Lock()
+				got = append(got, m["text"])
+				mu.Unlock()
+				return nil
+			})
+			require.NoError(t, err)
+			_, err = c.Publish(ctx, chatIn("lobby", "before"))
+			require.NoError(t, err)
+
+			require.NoError(t, tc.change(e))
+			if !tc.revoked {
+				_, err = c.Publish(ctx, chatIn("lobby", "after"))
+				require.NoError(t, err)
+				require.Eventually(t, func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return slices.Contains(got, "after")
+				}, 5*time.Second, 5*time.Millisecond, "the subscription keeps receiving")
+				return
+			}
+			_, err = c.Publish(ctx, chatIn("lobby", "after"))
+			requireCode(t, err, pigeon.CodeGrantRevoked)
+			select {
+			case <-sub.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the subscription did not stop")
+			}
+			requireCode(t, sub.Err(), pigeon.CodeGrantRevoked)
+		})
+	}
+}
+
+func putMember(perms ...pigeon.Permission) func(e *pigeon.Engine) error {
+	return func(e *pigeon.Engine) error {
+		_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: perms})
+		return err
+	}
+}
+
+// A role permission whose selector does not parse (written to the store
+// behind PutRole's back) grants nothing: it never opens the whole subject.
+func TestStoredRoleWithBadSelectorGrantsNothing(t *testing.T) {
+	st := memory.New(nil)
+	t.Cleanup(func() { _ = st.Close(ctx) })
+	role := `{"name":"member","permissions":[
+		{"subject":"rooms.chat","operations":["publish"],"selector":"room=lobby"},
+		{"subject":"rooms.chat","operations":["receive"],"selector":"/room=lobby"}]}`
+	require.NoError(t, st.Put(ctx, "roles", "member", []byte(role)))
+	acct := `{"id":"` + carol + `","roles":["member"],"createdAt":"2026-11-29T12:00:00Z"}`
+	require.NoError(t, st.Put(ctx, "accounts", carol, []byte(acct)))
+	var logs strings.Builder
+	var logMu sync.Mutex
+	f := accessFixture(t, func(o *pigeon.Options) {
+		o.Store = st
+		o.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	})
+	c := f.connect("carol-token", "rooms.chat")
+	info := c.Contract().Info().Subjects[0]
+	require.Equal(t, []pigeon.Operation{pigeon.OpReceive}, info.Operations, "the bad permission grants no publish")
+	require.Equal(t, []string{"/room=lobby"}, info.Scope[pigeon.OpReceive])
+	_, err := c.Publish(ctx, chatIn("kitchen", "psst"))
+	requireCode(t, err, pigeon.CodeOperationNotInContract)
+	logMu.Lock()
+	defer logMu.Unlock()
+	require.Contains(t, logs.String(), "does not parse")
+	require.Contains(t, logs.String(), "role=member")
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

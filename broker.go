@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,17 @@ type Broker interface {
 	Shutdown(ctx context.Context) error
 }
 
+// Contract lifetimes and limits when Options leave them zero.
+const (
+	DefaultContractTTL              = 15 * time.Minute
+	DefaultMaxContractTTL           = 24 * time.Hour
+	DefaultMaxContractsPerPrincipal = 1000
+)
+
+// DefaultNegotiateRate is Options.NegotiateRate when it is zero: 20
+// negotiations a second per principal, in bursts of up to 100.
+var DefaultNegotiateRate = RateLimitPolicy{PerSecond: 20, Burst: 100}
+
 // Options configure an Engine. The zero value (or nil) is usable: an
 // in-memory store, no credentials, an empty catalog. New copies Options;
 // later changes to the caller's value have no effect.
@@ -44,9 +56,21 @@ type Options struct {
 	// answered) and quarantine releases.
 	Gates []Gate
 	// ContractTTL is a contract's lifetime when negotiation asks for none
-	// (default 15 minutes); MaxContractTTL caps what it may ask (default 24 h).
+	// (default DefaultContractTTL, 15 minutes); MaxContractTTL is the longest
+	// it may ask for (default DefaultMaxContractTTL, 24 h): a longer or
+	// negative ttl is refused with INVALID_ARGUMENT.
 	ContractTTL    time.Duration
 	MaxContractTTL time.Duration
+	// MaxContractsPerPrincipal caps the live (unexpired, unrevoked)
+	// contracts of one principal (default DefaultMaxContractsPerPrincipal;
+	// negative: no cap). Negotiating beyond it fails with
+	// TOO_MANY_CONTRACTS until one expires or is revoked.
+	MaxContractsPerPrincipal int
+	// NegotiateRate limits how fast one principal may negotiate, as a token
+	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
+	// Burst below 1: PerSecond rounded up). Beyond it negotiation
+	// fails with RATE_LIMITED.
+	NegotiateRate RateLimitPolicy
 	// Region is a session's region when Connect names none (default "local").
 	Region string
 	// RetryBase is the first redelivery backoff (default 1 s).
@@ -74,6 +98,7 @@ type Engine struct {
 	catalog    atomic.Pointer[catalogState]
 	catMu      sync.Mutex
 	contracts  contracts
+	live       liveContracts
 	gates      []Gate
 	replyGates []Gate // gates without the publish-only ones
 	idLocks    idLocks
@@ -112,10 +137,19 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		o.Gates = append([]Gate(nil), opts.Gates...)
 	}
 	if o.ContractTTL <= 0 {
-		o.ContractTTL = 15 * time.Minute
+		o.ContractTTL = DefaultContractTTL
 	}
 	if o.MaxContractTTL <= 0 {
-		o.MaxContractTTL = 24 * time.Hour
+		o.MaxContractTTL = DefaultMaxContractTTL
+	}
+	if o.MaxContractsPerPrincipal == 0 {
+		o.MaxContractsPerPrincipal = DefaultMaxContractsPerPrincipal
+	}
+	switch nr := &o.NegotiateRate; {
+	case nr.PerSecond == 0:
+		*nr = DefaultNegotiateRate
+	case nr.PerSecond > 0 && nr.Burst < 1:
+		nr.Burst = int(math.Ceil(nr.PerSecond))
 	}
 	if o.Region == "" {
 		o.Region = "local"
@@ -145,6 +179,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		e.ownStore = true
 	}
 	e.contracts.m = map[string]*contract{}
+	e.live.by = map[string]*principalLive{}
 	e.limiter = newRateLimiter()
 	e.replies.init()
 	e.groups.init()
@@ -157,6 +192,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	if err := e.loadGrantKey(ctx); err != nil {
+		return nil, err
+	}
+	if err := e.countStoredContracts(ctx); err != nil {
 		return nil, err
 	}
 	e.catalog.Store(&catalogState{subjects: map[string]*subject{}, schemas: map[string][]byte{}})
@@ -202,15 +240,23 @@ func (e *Engine) janitor() {
 	}
 }
 
-// LoadCatalog compiles every subject of c and makes the result current,
-// replacing subjects of the same name. A subject whose compiled policy
-// differs from the one it replaces makes contracts compiled from the old
-// version fail with CONTRACT_STALE until renegotiated. Nothing changes when
-// any subject fails to compile.
+// LoadCatalog lints c, compiles every subject of it and makes the result
+// current, replacing subjects of the same name. A catalog with a lint
+// problem of error severity (see Lint) is refused with POLICY_INVALID naming
+// the file (or subject) and field; warnings are not. A subject whose
+// compiled policy differs from the one it replaces makes contracts compiled
+// from the old version fail with CONTRACT_STALE until renegotiated. Nothing
+// changes when any subject fails to lint or compile.
 func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
+	if c == nil {
+		return NewError(CodePolicyInvalid, "no catalog")
+	}
 	e.catMu.Lock()
 	defer e.catMu.Unlock()
 	old := e.catalog.Load()
+	if err := lintForLoad(c, old.schemas); err != nil {
+		return err
+	}
 	next := &catalogState{subjects: make(map[string]*subject, len(old.subjects)+len(c.Subjects)), schemas: make(map[string][]byte, len(old.schemas)+len(c.Schemas))}
 	for k, v := range old.schemas {
 		next.schemas[k] = v
@@ -297,7 +343,9 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 }
 
 // Negotiate issues a contract to p for the subjects policy permits. ttl 0
-// means the default.
+// means Options.ContractTTL; a negative ttl or one above
+// Options.MaxContractTTL is refused with INVALID_ARGUMENT (wire callers
+// convert ttlMs with TTLFromMillis).
 func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, subjects []string, ttl time.Duration) (Contract, error) {
 	if e.closed.Load() {
 		return nil, NewError(CodeShutdown, "broker is shutting down")

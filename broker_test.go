@@ -1,8 +1,12 @@
 package pigeon_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"math"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +16,8 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store"
+	"pigeon/store/memory"
 )
 
 func TestAcceptedPayment(t *testing.T) {
@@ -796,4 +802,216 @@ func TestIdempotencyKeyFromData(t *testing.T) {
 	c.Data = json.RawMessage(`{"merchantId":"m","amount":1,"currency":"GBP","paymentToken":"tok_1"}`)
 	_, err = s.Publish(ctx, c)
 	requireCode(t, err, pigeon.CodeIdempotencyRequired)
+}
+
+func TestTTLFromMillis(t *testing.T) {
+	for _, tc := range []struct {
+		ms   int64
+		want time.Duration
+		ok   bool
+	}{
+		{0, 0, true},
+		{60000, time.Minute, true},
+		{9223372036854, 9223372036854 * time.Millisecond, true}, // the largest that fits
+		{9223372036855, 0, false},                               // overflows to a negative Duration
+		{18446744073710, 0, false},                              // wraps to under a millisecond
+		{math.MaxInt64, 0, false},
+		{-1, 0, false},
+		{math.MinInt64, 0, false},
+	} {
+		d, err := pigeon.TTLFromMillis(tc.ms)
+		if !tc.ok {
+			requireCode(t, err, pigeon.CodeInvalidArgument)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, d)
+	}
+}
+
+// A ttl out of range is refused, never silently replaced by the default,
+// clamped or wrapped around.
+func TestContractAndGrantTTLRange(t *testing.T) {
+	f := newFixture(t)
+	p, err := f.e.Authenticate(ctx, "checkout-token")
+	require.NoError(t, err)
+	ms := int64(9223372036855)
+	wrapped := time.Duration(ms) * time.Millisecond // what a raw ms conversion makes of it: negative
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		code pigeon.Code
+	}{
+		{"default", 0, pigeon.CodeOK},
+		{"an hour", time.Hour, pigeon.CodeOK},
+		{"the maximum", pigeon.DefaultMaxContractTTL, pigeon.CodeOK},
+		{"above the maximum", pigeon.DefaultMaxContractTTL + time.Millisecond, pigeon.CodeInvalidArgument},
+		{"negative", -time.Second, pigeon.CodeInvalidArgument},
+		{"overflowed", wrapped, pigeon.CodeInvalidArgument},
+	} {
+		t.Run("contract "+tc.name, func(t *testing.T) {
+			c, err := f.e.Negotiate(ctx, p, "", []string{"payments.authorize"}, tc.ttl)
+			if tc.code != pigeon.CodeOK {
+				requireCode(t, err, tc.code)
+				return
+			}
+			require.NoError(t, err)
+			want := tc.ttl
+			if want == 0 {
+				want = pigeon.DefaultContractTTL
+			}
+			require.Equal(t, want, c.ExpiresAt().Sub(c.Info().IssuedAt))
+		})
+	}
+	_, err = f.e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://x", Roles: []string{"r"}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		code pigeon.Code
+	}{
+		{"default", 0, pigeon.CodeOK},
+		{"the maximum", pigeon.MaxGrantTTL, pigeon.CodeOK},
+		{"above the maximum", pigeon.MaxGrantTTL + time.Second, pigeon.CodeInvalidArgument},
+		{"negative", -time.Second, pigeon.CodeInvalidArgument},
+		{"overflowed", wrapped, pigeon.CodeInvalidArgument},
+	} {
+		t.Run("grant "+tc.name, func(t *testing.T) {
+			_, err := f.e.IssueGrant(ctx, "spiffe://x", []string{"r"}, tc.ttl)
+			if tc.code != pigeon.CodeOK {
+				requireCode(t, err, tc.code)
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+}
+
+// listingStore is a store that can list its contracts (pigeon.ContractLister).
+type listingStore struct {
+	store.Store
+	mu   sync.Mutex
+	recs map[string]store.ContractRecord
+}
+
+func (s *listingStore) PutContract(ctx context.Context, c store.ContractRecord) error {
+	s.mu.Lock()
+	s.recs[c.ID] = c
+	s.mu.Unlock()
+	return s.Store.PutContract(ctx, c)
+}
+
+func (s *listingStore) ListContracts(_ context.Context, after time.Time) ([]store.ContractRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []store.ContractRecord
+	for _, r := range s.recs {
+		if r.ExpiresAt.After(after) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// A principal holds at most MaxContractsPerPrincipal live contracts:
+// revoking or expiring one frees its place, other principals are not
+// affected, and contracts from before a restart count.
+func TestContractsPerPrincipalCapped(t *testing.T) {
+	st := &listingStore{Store: memory.New(nil), recs: map[string]store.ContractRecord{}}
+	t.Cleanup(func() { _ = st.Close(ctx) })
+	limits := func(o *pigeon.Options) {
+		o.Store = st
+		o.MaxContractsPerPrincipal = 3
+		o.NegotiateRate = pigeon.RateLimitPolicy{PerSecond: -1}
+	}
+	f := newFixture(t, limits)
+	p, err := f.e.Authenticate(ctx, "checkout-token")
+	require.NoError(t, err)
+	negotiate := func(e *pigeon.Engine, ttl time.Duration) (pigeon.Contract, error) {
+		return e.Negotiate(ctx, p, "", []string{"payments.authorize"}, ttl)
+	}
+	var held []pigeon.Contract
+	for range 3 {
+		c, err := negotiate(f.e, time.Minute)
+		require.NoError(t, err)
+		held = append(held, c)
+	}
+	_, err = negotiate(f.e, time.Minute)
+	pe := requireCode(t, err, pigeon.CodeTooManyContracts)
+	require.Equal(t, http.StatusTooManyRequests, pe.Status())
+	other, err := f.e.Connect(ctx, "orders-token", []string{"notifications.send"})
+	require.NoError(t, err, "another principal has its own count")
+	require.NoError(t, other.Close(ctx))
+
+	require.NoError(t, f.e.RevokeContract(ctx, p, held[0].ID()))
+	require.NoError(t, f.e.RevokeContract(ctx, p, held[0].ID()), "revoking twice frees one place only")
+	c, err := negotiate(f.e, 2*time.Minute)
+	require.NoError(t, err, "revoking frees a place")
+	held = append(held[1:], c)
+	_, err = negotiate(f.e, time.Minute)
+	requireCode(t, err, pigeon.CodeTooManyContracts)
+
+	f.clock.Advance(time.Minute) // held[0] and held[1] expire
+	for range 2 {
+		_, err = negotiate(f.e, time.Hour)
+		require.NoError(t, err, "expiring frees a place")
+	}
+	_, err = negotiate(f.e, time.Hour)
+	requireCode(t, err, pigeon.CodeTooManyContracts)
+
+	// After a restart on the same store, the live contracts still count.
+	e2, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(),
+		Region: "uk", Now: f.clock.Now, MaxContractsPerPrincipal: 3, NegotiateRate: pigeon.RateLimitPolicy{PerSecond: -1}})
+	require.NoError(t, err)
+	defer e2.Shutdown(ctx)
+	_, err = negotiate(e2, time.Minute)
+	requireCode(t, err, pigeon.CodeTooManyContracts)
+}
+
+// A store that cannot list contracts counts one from before a restart as
+// soon as it is used again.
+func TestContractsCountedWhenRestoredLazily(t *testing.T) {
+	st := memory.New(nil)
+	t.Cleanup(func() { _ = st.Close(ctx) })
+	clk := newClock()
+	open := func() *pigeon.Engine {
+		e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(),
+			Region: "uk", Now: clk.Now, MaxContractsPerPrincipal: 1})
+		require.NoError(t, err)
+		return e
+	}
+	e1 := open()
+	p, err := e1.Authenticate(ctx, "checkout-token")
+	require.NoError(t, err)
+	c, err := e1.Negotiate(ctx, p, "", []string{"payments.authorize"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, e1.Shutdown(ctx))
+	e2 := open()
+	defer e2.Shutdown(ctx)
+	_, err = e2.GetContract(ctx, p, c.ID())
+	require.NoError(t, err)
+	_, err = e2.Negotiate(ctx, p, "", []string{"payments.authorize"}, time.Minute)
+	requireCode(t, err, pigeon.CodeTooManyContracts)
+}
+
+// Negotiation is rate-limited per principal with a token bucket.
+func TestNegotiateRateLimited(t *testing.T) {
+	f := newFixture(t, func(o *pigeon.Options) { o.NegotiateRate = pigeon.RateLimitPolicy{PerSecond: 1, Burst: 2} })
+	for range 2 {
+		f.connect("checkout-token", "payments.authorize")
+	}
+	_, err := f.e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	pe := requireCode(t, err, pigeon.CodeRateLimited)
+	require.Equal(t, http.StatusTooManyRequests, pe.Status())
+	f.connect("orders-token", "notifications.send") // another principal has its own bucket
+	f.clock.Advance(time.Second)
+	f.connect("checkout-token", "payments.authorize")
+	_, err = f.e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	requireCode(t, err, pigeon.CodeRateLimited)
+
+	recs, err := f.e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(recs, func(r store.AuditRecord) bool {
+		return r.Type == "contract.denied" && r.Code == string(pigeon.CodeRateLimited)
+	}), "the refusal is audited")
 }

@@ -1,11 +1,13 @@
 package pigeon
 
 import (
+	"container/heap"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -57,7 +59,8 @@ type ContractInfo struct {
 	ExpiresAt time.Time         `json:"expiresAt"`
 	Region    string            `json:"region,omitempty"`
 	// Roles are the principal's roles when the contract was negotiated;
-	// removing any of them fails the contract's next check with
+	// removing any of them, or deleting or narrowing a role permission an
+	// operation was granted through, fails the contract's next check with
 	// GRANT_REVOKED. BaseRoles came with the credential itself; GrantID
 	// names the grant token it was negotiated with.
 	Roles     []string `json:"roles,omitempty"`
@@ -199,20 +202,46 @@ func newContractID() string {
 	return "ctr_" + hex.EncodeToString(b[:])
 }
 
+// maxTTLMillis is the largest ttlMs whose time.Duration does not overflow.
+const maxTTLMillis = int64(math.MaxInt64 / int64(time.Millisecond))
+
+// TTLFromMillis converts a ttlMs read from the wire (HTTP, WebSocket) into a
+// time.Duration. 0 stays 0, which asks for the default. A negative value, or
+// one so large that the multiplication by time.Millisecond would overflow
+// (and wrap around to a default or to a lifetime of under a second), is an
+// *Error with CodeInvalidArgument. It does not apply a maximum: Negotiate
+// and IssueGrant refuse lifetimes above theirs (Options.MaxContractTTL,
+// MaxGrantTTL) with the same code.
+func TTLFromMillis(ms int64) (time.Duration, error) {
+	if ms < 0 {
+		return 0, NewError(CodeInvalidArgument, "ttlMs must not be negative (got %d)", ms)
+	}
+	if ms > maxTTLMillis {
+		return 0, NewError(CodeInvalidArgument, "ttlMs %d is out of range", ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // negotiate intersects the requested subjects with policy at identity
 // level and issues a contract.
 func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, names []string, ttl time.Duration) (*contract, error) {
 	if len(names) == 0 {
 		return nil, NewError(CodeBadRequest, "negotiation needs at least one subject")
 	}
-	if ttl <= 0 {
-		ttl = e.opts.ContractTTL
+	switch {
+	case ttl < 0:
+		return nil, NewError(CodeInvalidArgument, "a contract ttl must not be negative")
+	case ttl == 0:
+		ttl = min(e.opts.ContractTTL, e.opts.MaxContractTTL)
+	case ttl > e.opts.MaxContractTTL:
+		return nil, NewError(CodeInvalidArgument, "a contract lives at most %s", e.opts.MaxContractTTL)
 	}
-	if ttl > e.opts.MaxContractTTL {
-		ttl = e.opts.MaxContractTTL
+	now := e.now()
+	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{principal: p.ID}, rp, now) {
+		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeRateLimited), Principal: p.ID})
+		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
 	}
 	cat := e.catalog.Load()
-	now := e.now()
 	c := &contract{grants: map[string]*grant{}}
 	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
 		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID}
@@ -250,11 +279,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 				}
 				g.viaRole |= opBit(op)
 				cs.ViaRole = append(cs.ViaRole, op)
-				for _, txt := range scope {
-					sel, err := ParseSelector(txt)
-					if err != nil {
-						continue
-					}
+				for _, sel := range scope {
 					g.setScope(op, sel)
 					if cs.Scope == nil {
 						cs.Scope = map[Operation][]string{}
@@ -277,7 +302,12 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeNoPermittedSubjects), Principal: p.ID})
 		return nil, NewError(CodeNoPermittedSubjects, "no requested subject is permitted to this principal")
 	}
+	if !e.live.reserve(p.ID, c.info.ID, c.info.ExpiresAt, now, e.opts.MaxContractsPerPrincipal) {
+		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeTooManyContracts), Principal: p.ID})
+		return nil, NewError(CodeTooManyContracts, "this principal holds %d live contracts, the most allowed; revoke one or wait for one to expire", e.opts.MaxContractsPerPrincipal)
+	}
 	if err := e.saveContract(ctx, c); err != nil {
+		e.live.release(p.ID, c.info.ID)
 		return nil, err
 	}
 	e.contracts.mu.Lock()
@@ -329,6 +359,9 @@ func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, erro
 		c = prev
 	} else {
 		e.contracts.m[id] = c
+		if !rec.Revoked {
+			e.live.add(c.info.Principal, id, c.info.ExpiresAt, e.now())
+		}
 	}
 	e.contracts.mu.Unlock()
 	return c, nil
@@ -407,6 +440,7 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 	if c.revoked.Swap(true) {
 		return nil
 	}
+	e.live.release(c.info.Principal, id)
 	if err := e.saveContract(ctx, c); err != nil {
 		return err
 	}
@@ -442,5 +476,157 @@ func (e *Engine) sweepContracts(ctx context.Context) {
 		}
 	}
 	e.contracts.mu.Unlock()
+	e.live.sweep(e.now())
 	_, _ = e.store.DeleteExpiredContracts(ctx, cut)
+}
+
+// ContractLister is an optional ability of a store: listing the contracts
+// it keeps that expire after a time. With it, New counts each principal's
+// live contracts from before a restart against
+// Options.MaxContractsPerPrincipal; without it, such a contract counts
+// once it is used again.
+type ContractLister interface {
+	ListContracts(ctx context.Context, expiringAfter time.Time) ([]store.ContractRecord, error)
+}
+
+// countStoredContracts counts the live contracts the store keeps, when it
+// can list them.
+func (e *Engine) countStoredContracts(ctx context.Context) error {
+	l, ok := e.store.(ContractLister)
+	if !ok {
+		return nil
+	}
+	now := e.now()
+	recs, err := l.ListContracts(ctx, now)
+	if err != nil {
+		return storeError(err)
+	}
+	for _, r := range recs {
+		if !r.Revoked {
+			e.live.add(r.Principal, r.ID, r.ExpiresAt, now)
+		}
+	}
+	return nil
+}
+
+// liveContracts counts each principal's live (unexpired, unrevoked)
+// contracts for Options.MaxContractsPerPrincipal. Every operation costs
+// amortized O(log n) in the principal's own contracts, never a scan of all
+// contracts.
+type liveContracts struct {
+	mu sync.Mutex
+	by map[string]*principalLive
+}
+
+// principalLive is one principal's live contracts: their expiries by id,
+// and a min-heap of expiries that may still hold revoked ids (dropped as
+// they expire, or when the heap grows to twice the live set).
+type principalLive struct {
+	live map[string]time.Time
+	exp  expiryHeap
+}
+
+type expiryEntry struct {
+	at time.Time
+	id string
+}
+
+type expiryHeap []expiryEntry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryEntry)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// prune drops the contracts that have expired by now.
+func (p *principalLive) prune(now time.Time) {
+	for len(p.exp) > 0 && !now.Before(p.exp[0].at) {
+		x := heap.Pop(&p.exp).(expiryEntry)
+		delete(p.live, x.id)
+	}
+}
+
+func (p *principalLive) put(id string, at time.Time) {
+	if _, ok := p.live[id]; ok {
+		return
+	}
+	p.live[id] = at
+	heap.Push(&p.exp, expiryEntry{at: at, id: id})
+}
+
+// entry returns principal's counts, made when missing. l.mu is held.
+func (l *liveContracts) entry(principal string) *principalLive {
+	p := l.by[principal]
+	if p == nil {
+		p = &principalLive{live: map[string]time.Time{}}
+		l.by[principal] = p
+	}
+	return p
+}
+
+// forget drops principal's counts when they are empty. l.mu is held.
+func (l *liveContracts) forget(principal string, p *principalLive) {
+	if len(p.live) == 0 {
+		delete(l.by, principal)
+	}
+}
+
+// reserve counts contract id of principal, expiring at, unless principal
+// already holds max live contracts at now (max < 0: no cap).
+func (l *liveContracts) reserve(principal, id string, at, now time.Time, max int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.entry(principal)
+	p.prune(now)
+	if max >= 0 && len(p.live) >= max {
+		l.forget(principal, p)
+		return false
+	}
+	p.put(id, at)
+	return true
+}
+
+// add counts a contract restored from the store, if it is live at now.
+func (l *liveContracts) add(principal, id string, at, now time.Time) {
+	if !now.Before(at) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entry(principal).put(id, at)
+}
+
+// release stops counting a revoked contract.
+func (l *liveContracts) release(principal, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.by[principal]
+	if p == nil {
+		return
+	}
+	delete(p.live, id)
+	if len(p.exp) > 2*len(p.live)+32 {
+		p.exp = p.exp[:0]
+		for id, at := range p.live {
+			p.exp = append(p.exp, expiryEntry{at: at, id: id})
+		}
+		heap.Init(&p.exp)
+	}
+	l.forget(principal, p)
+}
+
+// sweep drops expired contracts and principals with none left.
+func (l *liveContracts) sweep(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for principal, p := range l.by {
+		p.prune(now)
+		l.forget(principal, p)
+	}
 }

@@ -65,6 +65,7 @@ const (
 	CodeEncryptionReq     Code = "ENCRYPTION_REQUIRED"
 	CodeInvalidArgument   Code = "INVALID_ARGUMENT"
 	CodeConflict          Code = "CONFLICT"
+	CodeTooManyContracts  Code = "TOO_MANY_CONTRACTS"
 	// CodeDuplicateKey refuses JSON with an object holding two members of
 	// one name anywhere in a message or frame: readers disagree on which
 	// one wins, so the gates could judge a value a receiver never sees.
@@ -212,7 +213,7 @@ func (c Code) Status() int {
 		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
 		CodeNoPermittedSubjects, CodeAckNotAllowed, CodeGrantRevoked:
 		return http.StatusForbidden
-	case CodeRateLimited:
+	case CodeRateLimited, CodeTooManyContracts:
 		return http.StatusTooManyRequests
 	case CodeSensitiveFieldDenied, CodeRawPANDetected, CodeIdempotencyRequired, CodeClassificationDenied,
 		CodeEnvelopeInvalid, CodeSchemaInvalid, CodeDataQuality, CodeSignatureRequired, CodeSignatureInvalid,

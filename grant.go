@@ -67,7 +67,7 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 }
 
 // IssueGrant signs a grant token for account with roles, valid for ttl
-// (default 1 h, at most 30 days). The roles in effect at every later check
+// (0: 1 h; at most 30 days; a negative or longer ttl is INVALID_ARGUMENT). The roles in effect at every later check
 // are those of the grant that the account still holds then.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
 	if e.grantKey == nil {
@@ -79,11 +79,16 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if len(roles) == 0 {
 		return GrantToken{}, NewError(CodeBadRequest, "a grant needs at least one role")
 	}
-	if ttl <= 0 {
-		ttl = DefaultGrantTTL
+	if err := validIDs("a role name", roles); err != nil {
+		return GrantToken{}, err
 	}
-	if ttl > MaxGrantTTL {
-		return GrantToken{}, NewError(CodeBadRequest, "a grant lives at most %s", MaxGrantTTL)
+	switch {
+	case ttl < 0:
+		return GrantToken{}, NewError(CodeInvalidArgument, "a grant ttl must not be negative")
+	case ttl == 0:
+		ttl = DefaultGrantTTL
+	case ttl > MaxGrantTTL:
+		return GrantToken{}, NewError(CodeInvalidArgument, "a grant lives at most %s", MaxGrantTTL)
 	}
 	var jb [16]byte
 	_, _ = rand.Read(jb[:])

@@ -45,8 +45,9 @@ type CatalogSources struct {
 // missing subjects directory is an *Error with CodePolicyInvalid that names
 // the file and, where known, the line and column.
 //
-// LoadCatalog does not validate policies; run Lint on the result (the
-// broker does so when it registers the catalog).
+// LoadCatalog does not validate policies; run Lint on the result. The
+// broker lints every catalog it registers (New, Engine.LoadCatalog,
+// Engine.ReplaceSubject) and refuses one with errors.
 func LoadCatalog(dir string) (*Catalog, error) {
 	c, _, err := loadCatalog(os.DirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
 	return c, err
@@ -486,4 +487,46 @@ func joinField(at, key string) string {
 		return key
 	}
 	return at + "." + key
+}
+
+// lintForLoad lints c as the broker registers it: schemas c refers to but
+// does not hold may come from the catalog already loaded (loaded). It
+// returns nil when no problem has error severity, and otherwise an *Error
+// with CodePolicyInvalid whose message is the first error problem (file or
+// subject, field, message) and whose details list every error problem.
+func lintForLoad(c *Catalog, loaded map[string][]byte) error {
+	lc := &Catalog{Subjects: c.Subjects, Schemas: c.Schemas, Sources: c.Sources}
+	cloned := false
+	for i := range c.Subjects {
+		ref := c.Subjects[i].Schema
+		if ref == nil {
+			continue
+		}
+		if _, ok := c.Schemas[ref.Name]; ok {
+			continue
+		}
+		if js, ok := loaded[ref.Name]; ok {
+			if !cloned {
+				lc.Schemas, cloned = make(map[string][]byte, len(c.Schemas)+1), true
+				maps.Copy(lc.Schemas, c.Schemas)
+			}
+			lc.Schemas[ref.Name] = js
+		}
+	}
+	var errs []Problem
+	for _, p := range Lint(lc) {
+		if p.IsError() {
+			errs = append(errs, p)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msg := "catalog refused: " + errs[0].String()
+	if len(errs) > 1 {
+		msg += fmt.Sprintf(" (and %d more errors)", len(errs)-1)
+	}
+	e := NewError(CodePolicyInvalid, "%s", msg)
+	e.Details = map[string]any{"file": errs[0].File, "subject": errs[0].Subject, "field": errs[0].Field, "problems": errs}
+	return e
 }

@@ -27,8 +27,13 @@ func newRateLimiter() *rateLimiter { return &rateLimiter{buckets: map[rateKey]*b
 
 // allow takes one token for (s, principal) at now.
 func (l *rateLimiter) allow(s *subject, principal string, now time.Time) bool {
-	rp := s.rate
-	k := rateKey{s.name, principal}
+	return l.take(rateKey{s.name, principal}, *s.rate, now)
+}
+
+// take takes one token from k's bucket, refilled at rp, at now. Subject
+// names are never empty, so a key with an empty subject is free for limits
+// that are not per subject (negotiation).
+func (l *rateLimiter) take(k rateKey, rp RateLimitPolicy, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[k]

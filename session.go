@@ -43,7 +43,9 @@ type connectOptions struct {
 // WithRegion sets the session's region.
 func WithRegion(region string) ConnectOption { return func(o *connectOptions) { o.region = region } }
 
-// WithContractTTL asks for a contract lifetime.
+// WithContractTTL asks for a contract lifetime: 0 means the default; a
+// negative one or one above Options.MaxContractTTL makes Connect fail with
+// INVALID_ARGUMENT.
 func WithContractTTL(d time.Duration) ConnectOption { return func(o *connectOptions) { o.ttl = d } }
 
 // localSession is the in-process Session.
