@@ -184,6 +184,9 @@ func validIDs(kind string, list []string) error {
 // id exists, and with INVALID_ARGUMENT when the id or a role name is not a
 // valid id (see MaxIDLength).
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return Account{}, err
+	}
 	if err := validID("an account id", a.ID); err != nil {
 		return Account{}, err
 	}
@@ -278,6 +281,9 @@ func (e *Engine) updateAccount(ctx context.Context, id string, fn func(a *Accoun
 
 // AddAccountRole gives account id the role.
 func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return Account{}, err
+	}
 	if err := validID("a role name", role); err != nil {
 		return Account{}, err
 	}
@@ -311,6 +317,9 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 // contract or subscription that relied on a permission the new definition
 // drops or narrows fails its next check with GRANT_REVOKED.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return Role{}, err
+	}
 	if err := validID("a role name", r.Name); err != nil {
 		return Role{}, err
 	}
@@ -399,6 +408,9 @@ func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 // so older signatures still verify; callers rotate by adding a key with a
 // later NotBefore and closing the old one's NotAfter.
 func (e *Engine) PutAccountKeys(ctx context.Context, by *Principal, id string, keys []PublicKey) (Account, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return Account{}, err
+	}
 	if by == nil || (by.ID != id && !by.HasRole(RoleAdmin)) {
 		return Account{}, NewError(CodeForbidden, "only the account itself or an admin may publish its keys")
 	}

@@ -3,8 +3,10 @@ package pigeon
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pigeon/store"
@@ -30,6 +32,16 @@ type auditor struct {
 	failed   uint64
 	kick     chan struct{}
 	batchBuf []store.AuditRecord
+	// results parallels pending: where a waiting caller learns whether
+	// its record was written (nil for records nobody waits for).
+	results   []*error
+	resultBuf []*error
+	// broken is why the last write failed, nil while writes succeed; lost
+	// counts the records dropped since it broke. While broken, operations
+	// that must leave evidence are refused (see auditGuard).
+	broken  atomic.Pointer[Error]
+	lost    uint64
+	probeMu sync.Mutex
 	// Owned by the single active writer.
 	seq  uint64 // last sequence written
 	prev string // its hash
@@ -55,11 +67,53 @@ func (a *auditor) restore(ctx context.Context, st store.AuditLog) error {
 	return nil
 }
 
-// audit appends one record and returns once the store has it. A store
-// failure is logged and counted; it never changes the answer the caller
-// already earned, and never breaks the chain (the failed records are
-// dropped and the next ones chain to the last written).
-func (e *Engine) audit(ctx context.Context, r store.AuditRecord) { e.appendAudit(r, true) }
+// audit appends one record and returns once the store has it, with the
+// store's error when it could not be written. A failed write never breaks
+// the chain (the failed records are dropped and the next ones chain to the
+// last written); it marks the log broken, so that operations that must
+// leave evidence are refused until a write succeeds again (auditGuard).
+// Callers whose operation succeeds only with its evidence check the error;
+// records of refusals may ignore it, the refusal stands either way.
+func (e *Engine) audit(ctx context.Context, r store.AuditRecord) error { return e.appendAudit(r, true) }
+
+// auditGuard refuses an operation while the audit log cannot be written
+// (after a failed write): the broker fails closed rather than act without
+// evidence. One caller at a time probes the log by writing the
+// audit.resumed record, which names how many records were lost; when it
+// is written, the log is whole again and the caller goes on. Its common
+// path is one atomic load.
+func (e *Engine) auditGuard(ctx context.Context) error {
+	a := &e.auditor
+	broken := a.broken.Load()
+	if broken == nil {
+		return nil
+	}
+	if !a.probeMu.TryLock() {
+		return broken // another caller is probing
+	}
+	defer a.probeMu.Unlock()
+	if a.broken.Load() == nil {
+		return nil
+	}
+	a.mu.Lock()
+	lost := a.lost
+	a.mu.Unlock()
+	if err := e.audit(ctx, store.AuditRecord{Type: "audit.resumed", Outcome: string(OutcomeAllow),
+		Ref: strconv.FormatUint(lost, 10) + " records could not be written"}); err != nil {
+		return a.broken.Load()
+	}
+	return nil
+}
+
+// auditFailure is the error of an operation refused because the audit
+// log cannot be written: the store's code (STORE_FULL on a full disk).
+func auditFailure(err error) *Error {
+	code := ErrorCode(storeError(err))
+	if code == CodeInternal {
+		code = CodeStoreUnavailable
+	}
+	return WrapError(code, err, "the audit log cannot be written; refused until it can")
+}
 
 // auditAsync queues a record and leaves chaining and writing to the
 // background writer, which batches what accumulates while it writes; for
@@ -69,7 +123,7 @@ func (e *Engine) audit(ctx context.Context, r store.AuditRecord) { e.appendAudit
 // chain (what is on disk is a prefix of it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
-func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
+func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
 	if r.Time.IsZero() {
 		r.Time = e.now()
 	}
@@ -79,13 +133,16 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 	a.queued++
 	mine := a.queued
 	if !wait {
+		a.results = append(a.results, nil)
 		a.mu.Unlock()
 		select {
 		case a.kick <- struct{}{}:
 		default:
 		}
-		return
+		return nil
 	}
+	var res error
+	a.results = append(a.results, &res)
 	for a.handled < mine {
 		if !a.writing {
 			e.writeAudit()
@@ -94,6 +151,7 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) {
 		a.cond.Wait()
 	}
 	a.mu.Unlock()
+	return res
 }
 
 // auditRecovery records what the store dropped when it recovered from a
@@ -147,8 +205,8 @@ func (e *Engine) writeAudit() {
 	a := &e.auditor
 	a.writing = true
 	for len(a.pending) > 0 {
-		batch := a.pending
-		a.pending = a.batchBuf[:0]
+		batch, results := a.pending, a.results
+		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
 		a.mu.Unlock()
 		seq, prev := a.seq, a.prev
 		for i := range batch {
@@ -168,10 +226,31 @@ func (e *Engine) writeAudit() {
 		a.handled += uint64(len(batch))
 		if err != nil {
 			a.failed += uint64(len(batch))
-			e.opts.Logger.Error("audit append failed", "records", len(batch), "err", err)
+			a.lost += uint64(len(batch))
+			fail := auditFailure(err)
+			for _, r := range results {
+				if r != nil {
+					*r = fail
+				}
+			}
+			if a.broken.Swap(fail) == nil {
+				e.opts.Logger.Error("audit log cannot be written: refusing operations until it can", "records", len(batch), "err", err)
+			}
+		} else if a.broken.Load() != nil {
+			e.opts.Logger.Warn("audit log is writable again", "lost", a.lost)
+			a.broken.Store(nil)
+			if !slices.ContainsFunc(batch, func(r store.AuditRecord) bool { return r.Type == "audit.resumed" }) {
+				// The evidence says how much is missing, whoever wrote first.
+				a.pending = append(a.pending, store.AuditRecord{Time: e.now(), Type: "audit.resumed", Outcome: string(OutcomeAllow),
+					Ref: strconv.FormatUint(a.lost, 10) + " records could not be written"})
+				a.results = append(a.results, nil)
+				a.queued++
+			}
+			a.lost = 0
 		}
 		clear(batch)
-		a.batchBuf = batch[:0]
+		clear(results)
+		a.batchBuf, a.resultBuf = batch[:0], results[:0]
 		a.cond.Broadcast()
 	}
 	a.writing = false

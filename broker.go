@@ -362,6 +362,9 @@ func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, sub
 
 // Connect implements Broker with an in-process session.
 func (e *Engine) Connect(ctx context.Context, credential string, subjects []string, opts ...ConnectOption) (Session, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return nil, err
+	}
 	var co connectOptions
 	for _, o := range opts {
 		o(&co)

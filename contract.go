@@ -310,12 +310,19 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		e.live.release(p.ID, c.info.ID)
 		return nil, err
 	}
+	for _, s := range c.info.Subjects {
+		if err := e.audit(ctx, store.AuditRecord{Type: "contract.negotiated", Outcome: string(OutcomeAllow), Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID}); err != nil {
+			// No contract without its evidence: it is revoked before anyone
+			// holds it.
+			c.revoked.Store(true)
+			_ = e.saveContract(ctx, c)
+			e.live.release(p.ID, c.info.ID)
+			return nil, err
+		}
+	}
 	e.contracts.mu.Lock()
 	e.contracts.m[c.info.ID] = c
 	e.contracts.mu.Unlock()
-	for _, s := range c.info.Subjects {
-		e.audit(ctx, store.AuditRecord{Type: "contract.negotiated", Outcome: string(OutcomeAllow), Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID})
-	}
 	return c, nil
 }
 

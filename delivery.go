@@ -149,6 +149,9 @@ func (g *group) requeue(seq uint64) {
 // for the subject's ack wait: one that is not acked in time is returned
 // again (to this or another receiver) until its attempts run out.
 func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return nil, err
+	}
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
@@ -464,6 +467,9 @@ type ReplayRequest struct {
 // be given where policy requires one; otherwise REPLAY_DENIED. Both
 // outcomes are audited.
 func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Message, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return nil, err
+	}
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}

@@ -2,8 +2,8 @@ package pigeon_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -211,7 +211,7 @@ type failingAudit struct {
 
 func (f *failingAudit) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
 	if f.fail.Load() {
-		return errors.New("disk on fire")
+		return fmt.Errorf("disk on fire: %w", store.ErrFull)
 	}
 	return f.Store.AppendAudit(ctx, recs...)
 }
@@ -327,4 +327,80 @@ func TestRecoveryIsAudited(t *testing.T) {
 	require.Contains(t, found.Ref, "bytes dropped")
 	_, err = e.VerifyAudit(ctx)
 	require.NoError(t, err)
+}
+
+// TestAuditFailsClosed: while the audit log cannot be written, operations
+// that must leave evidence are refused (and logged); revocations still
+// work; once a write succeeds the broker goes on and the log says how many
+// records were lost.
+func TestAuditFailsClosed(t *testing.T) {
+	st := &failingAudit{Store: memory.New(nil)}
+	defer st.Close(ctx)
+	var logs syncBuffer
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk",
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	require.NoError(t, err)
+	defer e.Shutdown(ctx)
+	s, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	require.NoError(t, err)
+	_, err = s.Publish(ctx, demo.Payment("o-1"))
+	require.NoError(t, err)
+
+	// A negotiation whose evidence cannot be written issues no contract.
+	st.fail.Store(true)
+	_, err = e.Connect(ctx, "gateway-token", []string{"payments.authorize"})
+	requireCode(t, err, pigeon.CodeStoreFull)
+	require.Contains(t, logs.String(), "audit log cannot be written")
+
+	refused := []struct {
+		name string
+		op   func() error
+	}{
+		{"publish", func() error { _, err := s.Publish(ctx, demo.Payment("o-2")); return err }},
+		{"connect", func() error { _, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"}); return err }},
+		{"receive", func() error { _, err := s.Receive(ctx, "payments.authorize", 1); return err }},
+		{"grant", func() error { _, err := e.IssueGrant(ctx, "checkout-api", nil, time.Minute); return err }},
+	}
+	for _, tt := range refused {
+		requireCode(t, tt.op(), pigeon.CodeStoreFull)
+	}
+	// Revocation never waits for the audit log.
+	p := s.(interface{ Caller() pigeon.Caller }).Caller().Principal
+	require.NoError(t, e.RevokeContract(ctx, p, s.Contract().ID()))
+
+	st.fail.Store(false)
+	s2, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	require.NoError(t, err, "the first operation after recovery goes on")
+	_, err = s2.Publish(ctx, demo.Payment("o-3"))
+	require.NoError(t, err)
+	recs, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	var resumed []pigeon.AuditRecord
+	for _, r := range recs {
+		if r.Type == "audit.resumed" {
+			resumed = append(resumed, r)
+		}
+	}
+	require.Len(t, resumed, 1)
+	require.Regexp(t, `^[1-9][0-9]* records could not be written$`, resumed[0].Ref)
+	_, err = e.VerifyAudit(ctx)
+	require.NoError(t, err)
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -70,6 +70,9 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 // (0: 1 h; at most 30 days; a negative or longer ttl is INVALID_ARGUMENT). The roles in effect at every later check
 // are those of the grant that the account still holds then.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return GrantToken{}, err
+	}
 	if e.grantKey == nil {
 		return GrantToken{}, WrapError(CodeInternal, errNoGrantKey, "grants are unavailable")
 	}
@@ -113,7 +116,10 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if err != nil {
 		return GrantToken{}, err
 	}
-	e.audit(ctx, store.AuditRecord{Type: "grant.issued", Principal: account, Ref: rec.JTI})
+	if err := e.audit(ctx, store.AuditRecord{Type: "grant.issued", Principal: account, Ref: rec.JTI}); err != nil {
+		_ = e.RevokeGrant(ctx, rec.JTI) // no grant without its evidence
+		return GrantToken{}, err
+	}
 	return GrantToken{Token: tok, JTI: rec.JTI, ExpiresAt: rec.ExpiresAt}, nil
 }
 

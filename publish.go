@@ -63,6 +63,9 @@ func newMessageID() string {
 // a quarantined message carries the quarantine id in its details. m is not
 // modified.
 func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return nil, err
+	}
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}

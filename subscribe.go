@@ -274,6 +274,9 @@ func (e *Engine) onContractRevoked(id string) {
 
 // Subscribe starts push delivery on the engine for caller; see Session.Subscribe.
 func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+	if err := e.auditGuard(ctx); err != nil {
+		return nil, err
+	}
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
