@@ -404,3 +404,47 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestAuditFailurePausesDeliveries: a running subscription delivers nothing
+// while the audit log cannot be written, and everything once it can.
+func TestAuditFailurePausesDeliveries(t *testing.T) {
+	st := &failingAudit{Store: memory.New(nil)}
+	defer st.Close(ctx)
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
+	require.NoError(t, err)
+	defer e.Shutdown(ctx)
+	orders, err := e.Connect(ctx, "orders-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	notifier, err := e.Connect(ctx, "notifier-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	got := make(chan string, 10)
+	hold := make(chan struct{})
+	sub, err := notifier.Subscribe(ctx, "notifications.send", func(_ context.Context, d *pigeon.Delivery) error {
+		got <- d.Message.ID
+		<-hold
+		return nil
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe(ctx)
+	first, err := orders.Publish(ctx, demo.Notification("k-1"))
+	require.NoError(t, err)
+	require.Equal(t, first.Message.ID, <-got) // the handler now holds k-1
+	second, err := orders.Publish(ctx, demo.Notification("k-2"))
+	require.NoError(t, err)
+
+	// Break the log: the record of a refusal cannot be written.
+	st.fail.Store(true)
+	bad := demo.Notification("k-3")
+	bad.Subject = "no.such.subject"
+	_, err = orders.Publish(ctx, bad)
+	require.Error(t, err)
+	close(hold) // k-2 is next, and must wait
+	require.Never(t, func() bool { return len(got) > 0 }, 300*time.Millisecond, 10*time.Millisecond)
+	st.fail.Store(false)
+	select {
+	case id := <-got:
+		require.Equal(t, second.Message.ID, id)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery never resumed")
+	}
+}

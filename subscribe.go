@@ -404,9 +404,22 @@ func (s *subscription) finish() {
 	close(s.done)
 }
 
+// auditPause is how often a subscription paused by an audit log that
+// cannot be written probes it again.
+const auditPause = 100 * time.Millisecond
+
 // checkDelivery re-checks the contract and receive rule before a delivery;
-// a failure stops the subscription.
+// a failure stops the subscription. While the audit log cannot be written
+// it waits: nothing is delivered without its evidence, and the
+// subscription goes on once the log is whole.
 func (s *subscription) checkDelivery() bool {
+	for s.e.auditGuard(s.ctx) != nil {
+		select {
+		case <-s.ctx.Done():
+			return false
+		case <-time.After(auditPause):
+		}
+	}
 	cur := s.e.subject(s.subj.name)
 	if _, code, reason := s.e.checkContract(s.ctx, s.caller.ContractID, s.caller.Principal, cur, OpReceive); code != CodeOK {
 		s.stop(NewError(code, "%s", reason))
