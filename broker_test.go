@@ -887,7 +887,7 @@ func TestContractAndGrantTTLRange(t *testing.T) {
 	}
 }
 
-// listingStore is a store that can list its contracts (pigeon.ContractLister).
+// listingStore is a store that can list its contracts (store.ContractLister).
 type listingStore struct {
 	store.Store
 	mu   sync.Mutex

@@ -487,19 +487,13 @@ func (e *Engine) sweepContracts(ctx context.Context) {
 	_, _ = e.store.DeleteExpiredContracts(ctx, cut)
 }
 
-// ContractLister is an optional ability of a store: listing the contracts
-// it keeps that expire after a time. With it, New counts each principal's
-// live contracts from before a restart against
-// Options.MaxContractsPerPrincipal; without it, such a contract counts
-// once it is used again.
-type ContractLister interface {
-	ListContracts(ctx context.Context, expiringAfter time.Time) ([]store.ContractRecord, error)
-}
-
 // countStoredContracts counts the live contracts the store keeps, when it
-// can list them.
+// can list them (store.ContractLister), so that New counts each principal's
+// live contracts from before a restart against
+// Options.MaxContractsPerPrincipal; with any other store such a contract
+// counts once it is used again.
 func (e *Engine) countStoredContracts(ctx context.Context) error {
-	l, ok := e.store.(ContractLister)
+	l, ok := e.store.(store.ContractLister)
 	if !ok {
 		return nil
 	}

@@ -202,6 +202,19 @@ type ContractLog interface {
 	DeleteExpiredContracts(ctx context.Context, t time.Time) (int, error)
 }
 
+// ContractLister is the optional ability to list the contracts a store
+// keeps. The broker uses it when it starts, to count each principal's live
+// contracts from before a restart against its cap; without it, such a
+// contract counts only once it is used again.
+type ContractLister interface {
+	// ListContracts returns every contract kept whose ExpiresAt is after
+	// expiringAfter (one expiring exactly then is left out), revoked ones
+	// included (the caller skips those it does not want), ordered by ID.
+	// The records are copies: the caller may change them. A durable store
+	// lists only committed contracts, so a restart lists the same set.
+	ListContracts(ctx context.Context, expiringAfter time.Time) ([]ContractRecord, error)
+}
+
 // KV is a small keyed store for broker metadata (accounts, roles, keys,
 // grants). Values are opaque bytes.
 type KV interface {

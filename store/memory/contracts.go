@@ -3,6 +3,8 @@ package memory
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"pigeon/store"
@@ -60,4 +62,28 @@ func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, e
 		}
 	}
 	return n, nil
+}
+
+var _ store.ContractLister = (*Store)(nil)
+
+// ListContracts returns copies of the contracts whose ExpiresAt is after t,
+// revoked ones included, ordered by ID.
+func (s *Store) ListContracts(ctx context.Context, t time.Time) ([]store.ContractRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.contractMu.RLock()
+	defer s.contractMu.RUnlock()
+	if err := s.checkClosed(); err != nil {
+		return nil, err
+	}
+	var out []store.ContractRecord
+	for _, c := range s.contracts {
+		if c.ExpiresAt.After(t) {
+			c.Body = bytes.Clone(c.Body)
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.ContractRecord) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }

@@ -63,6 +63,12 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.ContractLister); ok {
+		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})
+			return err
+		}})
+	}
 	return list
 }
 

@@ -451,3 +451,88 @@ func (su *suite) testKV(t *testing.T) {
 	require.NoError(t, err, "an empty value is a value")
 	require.Empty(t, got)
 }
+
+func (su *suite) testListContracts(t *testing.T) {
+	s := su.store(t)
+	if _, ok := s.(store.ContractLister); !ok {
+		t.Skip("the store does not list contracts")
+	}
+	ctx := t.Context()
+	list := func(s store.Store, after time.Time) []store.ContractRecord {
+		t.Helper()
+		got, err := s.(store.ContractLister).ListContracts(ctx, after)
+		require.NoError(t, err, "ListContracts %v", after)
+		return got
+	}
+	require.Empty(t, list(s, time.Time{}), "an empty store")
+
+	contract := func(id, principal string, expires time.Duration) store.ContractRecord {
+		return store.ContractRecord{
+			ID: id, Principal: principal, Region: "eu-west", IssuedAt: at(-3 * time.Hour),
+			ExpiresAt: at(expires), Body: []byte(`{"grants":["` + id + `"]}`),
+		}
+	}
+	put := func(c store.ContractRecord) {
+		t.Helper()
+		in := c
+		in.Body = append([]byte(nil), c.Body...)
+		require.NoError(t, s.PutContract(ctx, in))
+		if len(in.Body) > 0 {
+			in.Body[0] = 'X' // the caller reuses its buffer
+		}
+	}
+	// Put out of ID order: the list is ordered by ID.
+	expired := contract("c-expired", "p1", -time.Hour)
+	atCut := contract("c-at-cut", "p1", 0) // expires exactly at base
+	justAfter := contract("c-just-after", "p2", time.Nanosecond)
+	live := contract("c-live", "p1", time.Hour)
+	revoked := contract("c-revoked", "p1", time.Hour)
+	revoked.Revoked = true
+	later := contract("c-later", "p2", 2*time.Hour)
+	later.Body = nil
+	extended := contract("c-extended", "p1", time.Hour) // was expired
+	shortened := contract("c-shortened", "p2", -time.Minute)
+	gone := contract("c-gone", "p1", -2*time.Hour) // deleted as expired
+	for _, c := range []store.ContractRecord{later, revoked, gone, live, justAfter, atCut, expired} {
+		put(c)
+	}
+	put(contract(extended.ID, extended.Principal, -time.Hour))
+	put(extended)
+	put(contract(shortened.ID, shortened.Principal, time.Hour))
+	put(shortened)
+	n, err := s.DeleteExpiredContracts(ctx, at(-90*time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	cases := []struct {
+		name  string
+		after time.Time
+		want  []store.ContractRecord
+	}{
+		{"zero time lists all kept", time.Time{},
+			[]store.ContractRecord{atCut, expired, extended, justAfter, later, live, revoked, shortened}},
+		{"expiring at the cut is left out", base,
+			[]store.ContractRecord{extended, justAfter, later, live, revoked}},
+		{"strictly after", at(time.Hour), []store.ContractRecord{later}},
+		{"after the last", at(2 * time.Hour), nil},
+	}
+	check := func(t *testing.T, s store.Store) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				require.Equal(t, normContracts(c.want...), normContracts(list(s, c.after)...))
+			})
+		}
+	}
+	check(t, s)
+
+	got := list(s, base)
+	require.NotEmpty(t, got)
+	got[0].Body[0] = 'Y'
+	got[0].Principal = "changed"
+	require.Equal(t, normContracts(cases[1].want...), normContracts(list(s, base)...),
+		"a returned record was changed")
+
+	if su.f.Reopen != nil {
+		t.Run("AfterReopen", func(t *testing.T) { check(t, su.reopen(t, s)) })
+	}
+}

@@ -10,8 +10,9 @@
 //
 // Features says what else the backend can do. A durable backend sets Reopen,
 // and the suite checks that everything written survives a close and an
-// open. Optional abilities found by type assertion (store.Trimmer) are
-// tested when the store has them and skipped when it has not.
+// open. Optional abilities found by type assertion (store.Trimmer,
+// store.BatchProgress, store.ContractLister) are tested when the store has
+// them and skipped when it has not.
 //
 // # Semantics the suite pins down
 //
@@ -72,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("Quarantine", su.testQuarantine)
 	t.Run("Audit", su.testAudit)
 	t.Run("Contracts", su.testContracts)
+	t.Run("ListContracts", su.testListContracts)
 	t.Run("KV", su.testKV)
 	t.Run("Close", su.testClose)
 	t.Run("CanceledContext", su.testCanceled)
@@ -168,6 +170,17 @@ func normContract(c store.ContractRecord) store.ContractRecord {
 	c.ExpiresAt = c.ExpiresAt.UTC()
 	c.Body = normBytes(c.Body)
 	return c
+}
+
+func normContracts(cs ...store.ContractRecord) []store.ContractRecord {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]store.ContractRecord, len(cs))
+	for i, c := range cs {
+		out[i] = normContract(c)
+	}
+	return out
 }
 
 func normGroup(g store.GroupState) store.GroupState {

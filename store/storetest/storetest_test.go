@@ -32,8 +32,9 @@ type handle struct {
 }
 
 var (
-	_ store.Store   = (*handle)(nil)
-	_ store.Trimmer = (*handle)(nil)
+	_ store.Store          = (*handle)(nil)
+	_ store.Trimmer        = (*handle)(nil)
+	_ store.ContractLister = (*handle)(nil)
 )
 
 func newHandle(data *memory.Store) *handle {
@@ -117,6 +118,10 @@ func (h *handle) GetContract(ctx context.Context, id string) (store.ContractReco
 
 func (h *handle) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, error) {
 	return h.s().DeleteExpiredContracts(ctx, t)
+}
+
+func (h *handle) ListContracts(ctx context.Context, t time.Time) ([]store.ContractRecord, error) {
+	return h.s().ListContracts(ctx, t)
 }
 
 func (h *handle) Put(ctx context.Context, bucket, key string, val []byte) error {

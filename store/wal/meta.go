@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -478,6 +479,29 @@ func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, e
 	e := newEnc(kindContractGC, 16)
 	e.time(t)
 	return s.metaWrite(e.finish())
+}
+
+var _ store.ContractLister = (*Store)(nil)
+
+// ListContracts implements store.ContractLister: copies of the contracts
+// whose ExpiresAt is after t, revoked ones included, ordered by ID. It reads
+// the committed metadata, which is what Open rebuilds after a restart.
+func (s *Store) ListContracts(ctx context.Context, t time.Time) ([]store.ContractRecord, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var out []store.ContractRecord
+	s.meta.mu.RLock()
+	for _, c := range s.meta.contracts {
+		if c.ExpiresAt.After(t) {
+			c.Body = cloneBytes(c.Body)
+			out = append(out, c)
+		}
+	}
+	s.meta.mu.RUnlock()
+	slices.SortFunc(out, func(a, b store.ContractRecord) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // Put implements store.KV.
