@@ -33,7 +33,10 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_, _ = w.Write(b)
 }
 
-// readBody reads the request body within limit. An empty body is nil.
+// readBody reads the request body within limit and checks it with
+// pigeon.CheckJSON: text that is not JSON, nests too deeply, repeats a
+// member name (DUPLICATE_KEY) or is not UTF-8 (INVALID_UTF8) is refused
+// before any route decodes it. An empty body is nil.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
@@ -50,8 +53,8 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if len(b) == 0 {
 		return nil, nil
 	}
-	if !json.Valid(b) {
-		return nil, pigeon.NewError(pigeon.CodeBadRequest, "the body is not JSON")
+	if err := pigeon.CheckJSON(b); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

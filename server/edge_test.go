@@ -1,0 +1,108 @@
+package server_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// message is the error message of an error body.
+func (r response) message(t *testing.T) string {
+	t.Helper()
+	e, ok := r.json(t)["error"].(map[string]any)
+	require.True(t, ok, "not an error body: %s", r.body)
+	return e["message"].(string)
+}
+
+// Ambiguous JSON (a member name twice, bytes that are not UTF-8, a lone
+// surrogate escape) is refused at the edge on every route that reads a
+// body, before anything decodes or stores it.
+func TestAmbiguousJSONRefused(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.contract(t, "checkout-token", "payments.authorize")
+	gateway := f.contract(t, "gateway-token", "payments.authorize")
+	notifier := f.contract(t, "notifier-token", "notifications.send")
+	replayer := f.contract(t, "notify-replay-token", "notifications.send")
+	payment := func(data string) string {
+		return `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",` +
+			`"idempotencyKey":"pay-` + fmt.Sprint(time.Now().UnixNano()) + `","classification":"pci","data":` + data + `}`
+	}
+	withContract := func(id string) []string { return []string{"x-pigeon-contract", id} }
+
+	tests := []struct {
+		name, method, path, token, body string
+		headers                         []string
+		code                            pigeon.Code
+	}{
+		// The issue's probes, on publish.
+		{"publish paymentToken twice", "POST", "/v1/messages", "checkout-token",
+			payment(`{"paymentToken":"4111111111111111","merchantId":"m-1","orderId":"o-1","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}`),
+			withContract(checkout), pigeon.CodeDuplicateKey},
+		{"publish amount twice", "POST", "/v1/messages", "checkout-token",
+			payment(`{"merchantId":"m-1","orderId":"o-2","amount":"x","currency":"GBP","paymentToken":"tok_abc","amount":42.5}`),
+			withContract(checkout), pigeon.CodeDuplicateKey},
+		{"publish raw 0xff", "POST", "/v1/messages", "checkout-token",
+			payment(`{"merchantId":"m-1` + "\xff" + `","orderId":"o-3","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}`),
+			withContract(checkout), pigeon.CodeInvalidUTF8},
+		{"publish lone surrogate", "POST", "/v1/messages", "checkout-token",
+			payment(`{"merchantId":"m-1\ud800","orderId":"o-4","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}`),
+			withContract(checkout), pigeon.CodeInvalidUTF8},
+
+		// Every other body the server reads.
+		{"negotiate subjects twice", "POST", "/v1/contracts", "checkout-token", `{"subjects":["orders.events"],"subjects":["payments.authorize"]}`, nil, pigeon.CodeDuplicateKey},
+		{"negotiate raw 0xff", "POST", "/v1/contracts", "checkout-token", "{\"subjects\":[\"payments.authorize\xff\"]}", nil, pigeon.CodeInvalidUTF8},
+		{"negotiate lone surrogate", "POST", "/v1/contracts", "checkout-token", `{"subjects":["payments.authorize\ud800"]}`, nil, pigeon.CodeInvalidUTF8},
+		{"receive max twice", "POST", "/v1/subjects/payments.authorize/receive", "gateway-token", `{"max":1,"max":2}`, withContract(gateway), pigeon.CodeDuplicateKey},
+		{"receive lone surrogate", "POST", "/v1/subjects/payments.authorize/receive", "gateway-token", `{"contractId":"\udc00"}`, withContract(gateway), pigeon.CodeInvalidUTF8},
+		{"ack messageId twice", "POST", "/v1/subjects/notifications.send/ack", "notifier-token", `{"messageId":"a","messageId":"b"}`, withContract(notifier), pigeon.CodeDuplicateKey},
+		{"nack delayMs twice", "POST", "/v1/subjects/notifications.send/nack", "notifier-token", `{"messageId":"a","delayMs":1,"delayMs":2}`, withContract(notifier), pigeon.CodeDuplicateKey},
+		{"replay reason twice", "POST", "/v1/subjects/notifications.send/replay", "notify-replay-token", `{"reason":"a","reason":"b"}`, withContract(replayer), pigeon.CodeDuplicateKey},
+		{"replay raw 0xff", "POST", "/v1/subjects/notifications.send/replay", "notify-replay-token", "{\"reason\":\"\xff\"}", withContract(replayer), pigeon.CodeInvalidUTF8},
+		{"release contractId twice", "POST", "/v1/quarantine/qr_x/release", "checkout-auditor-token", `{"contractId":"a","contractId":"b"}`, nil, pigeon.CodeDuplicateKey},
+		{"account id twice", "POST", "/v1/accounts", "admin-token", `{"id":"a","id":"b"}`, nil, pigeon.CodeDuplicateKey},
+		{"account raw 0xff", "POST", "/v1/accounts", "admin-token", "{\"id\":\"a\xff\"}", nil, pigeon.CodeInvalidUTF8},
+		{"role permissions twice", "PUT", "/v1/roles/r", "admin-token", `{"permissions":[],"permissions":[{"subject":"payments.authorize","operations":["publish"]}]}`, nil, pigeon.CodeDuplicateKey},
+		{"grant ttlMs twice", "POST", "/v1/grants", "admin-token", `{"account":"a","roles":["r"],"ttlMs":1,"ttlMs":2}`, nil, pigeon.CodeDuplicateKey},
+		{"keys twice", "PUT", "/v1/accounts/a/keys", "admin-token", `{"keys":[],"keys":[]}`, nil, pigeon.CodeDuplicateKey},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, tc.method, tc.path, tc.token, tc.body, tc.headers...)
+			require.Equal(t, http.StatusBadRequest, r.status, "body %s", r.body)
+			require.Equal(t, tc.code, r.code(t))
+			require.NotContains(t, string(r.body), "4111111111111111", "a refusal never quotes a value")
+		})
+	}
+
+	// Nothing was stored: the receiver sees nothing, the quarantine is
+	// untouched, and no contract or account came of it.
+	r := f.do(t, http.MethodPost, "/v1/subjects/payments.authorize/receive", "gateway-token", `{}`, withContract(gateway)...)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Empty(t, r.json(t)["messages"])
+	r = f.do(t, http.MethodGet, "/v1/quarantine", "auditor-token", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Empty(t, r.json(t)["records"])
+	r = f.do(t, http.MethodGet, "/v1/accounts/a", "admin-token", "")
+	require.Equal(t, http.StatusNotFound, r.status)
+}
+
+// A body nested deeper than the edge allows is refused as what it is, not
+// as "not JSON" or a field of the wrong type.
+func TestOverDeepBodyNamesTheNesting(t *testing.T) {
+	f := newFixture(t)
+	notifier := f.contract(t, "notifier-token", "notifications.send")
+	deep := `{"max":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`
+	r := f.do(t, http.MethodPost, "/v1/subjects/notifications.send/receive", "notifier-token", deep, "x-pigeon-contract", notifier)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeBadRequest, r.code(t))
+	require.Contains(t, r.message(t), "nesting deeper than")
+	r = f.do(t, http.MethodPost, "/v1/contracts", "checkout-token", `{"subjects":`+strings.Repeat("[", 20000)+strings.Repeat("]", 20000)+`}`)
+	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+	require.Contains(t, r.message(t), "nesting deeper than")
+}
