@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -105,4 +106,39 @@ func TestOverDeepBodyNamesTheNesting(t *testing.T) {
 	r = f.do(t, http.MethodPost, "/v1/contracts", "checkout-token", `{"subjects":`+strings.Repeat("[", 20000)+strings.Repeat("]", 20000)+`}`)
 	require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
 	require.Contains(t, r.message(t), "nesting deeper than")
+}
+
+// A path that is not in canonical form gets the usual JSON error, never a
+// redirect to another route and never HTML.
+func TestUncleanPathsAnswerJSON(t *testing.T) {
+	f := newFixture(t)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	tests := []struct{ method, path string }{
+		{"GET", "//v1/subjects"},
+		{"GET", "/v1/../v1/subjects"},
+		{"GET", "/v1/./subjects"},
+		{"GET", "/v1/subjects/"},
+		{"GET", "/v1/subjects//payments.authorize"},
+		{"GET", "/health/"},
+		{"POST", "//v1/contracts"},
+		{"POST", "/v1/contracts/"},
+		{"POST", "/v1/subjects/payments.authorize/../notifications.send/receive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, f.hs.URL+tc.path, strings.NewReader(`{"subjects":["payments.authorize"]}`))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer checkout-token")
+			resp, err := noRedirect.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			r := response{status: resp.StatusCode, header: resp.Header, body: b}
+			require.Equal(t, http.StatusNotFound, r.status, "body %s", b)
+			require.Empty(t, r.header.Get("Location"))
+			require.Equal(t, "application/json", r.header.Get("Content-Type"))
+			require.Equal(t, pigeon.CodeNotFound, r.code(t))
+		})
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,8 +114,36 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 // WebSocket returns the WebSocket endpoint (for its Stats).
 func (s *Server) WebSocket() *ws.Server { return s.ws }
 
-// ServeHTTP routes a request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP routes a request. A path that is not in canonical form (a
+// doubled slash, a "." or ".." segment) is answered 404 NOT_FOUND with the
+// usual JSON error body: http.ServeMux would redirect it, with an HTML
+// body, to a route the client did not name.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect {
+		if p := r.URL.EscapedPath(); canonicalPath(p) != p {
+			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route: the path is not in canonical form"))
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// canonicalPath is p as http.ServeMux cleans it before routing: rooted,
+// without doubled slashes or "." and ".." segments, keeping a trailing
+// slash.
+func canonicalPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
 
 // Mount serves h at pattern (an http.ServeMux pattern, such as "/app/" or
 // "POST /app/orders") behind the server's authentication: a request
