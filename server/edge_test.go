@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 )
 
 // message is the error message of an error body.
@@ -140,5 +141,65 @@ func TestUncleanPathsAnswerJSON(t *testing.T) {
 			require.Equal(t, "application/json", r.header.Get("Content-Type"))
 			require.Equal(t, pigeon.CodeNotFound, r.code(t))
 		})
+	}
+}
+
+// An HTTP receive settles what it returns unless the request asks for
+// explicit acks, so a pull consumer written for the reference broker (which
+// cannot ack) does not get every message again after the ack wait.
+func TestReceiveAcksUnlessExplicit(t *testing.T) {
+	tests := []struct {
+		name, subject, publisher, receiver string
+		msg                                func() *pigeon.Message
+		ack                                string // the request's "ack", "" for none
+		redelivered                        bool
+	}{
+		{"work queue, default", "notifications.send", "orders-token", "notifier-token", func() *pigeon.Message { return demo.Notification("n-1") }, "", false},
+		{"work queue, auto", "notifications.send", "orders-token", "notifier-token", func() *pigeon.Message { return demo.Notification("n-1") }, "auto", false},
+		{"work queue, explicit", "notifications.send", "orders-token", "notifier-token", func() *pigeon.Message { return demo.Notification("n-1") }, "explicit", true},
+		{"request/reply, default", "payments.authorize", "checkout-token", "gateway-token", func() *pigeon.Message { return demo.Payment("o-1") }, "", false},
+		{"request/reply, explicit", "payments.authorize", "checkout-token", "gateway-token", func() *pigeon.Message { return demo.Payment("o-1") }, "explicit", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			pub := f.contract(t, tc.publisher, tc.subject)
+			sub := f.contract(t, tc.receiver, tc.subject)
+			r := f.do(t, http.MethodPost, "/v1/messages", tc.publisher, msgBody(t, tc.msg()), "x-pigeon-contract", pub)
+			require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+			id := r.json(t)["message"].(map[string]any)["id"].(string)
+
+			body := `{}`
+			if tc.ack != "" {
+				body = `{"ack":"` + tc.ack + `"}`
+			}
+			receiveIDs := func() []string {
+				r := f.do(t, http.MethodPost, "/v1/subjects/"+tc.subject+"/receive", tc.receiver, body, "x-pigeon-contract", sub)
+				require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+				var ids []string
+				for _, m := range r.json(t)["messages"].([]any) {
+					ids = append(ids, m.(map[string]any)["id"].(string))
+				}
+				return ids
+			}
+			require.Equal(t, []string{id}, receiveIDs())
+			// The lease (the subject's ack wait, 30 s) runs out.
+			f.clock.Advance(pigeon.DefaultAckWait + time.Second)
+			if tc.redelivered {
+				require.Equal(t, []string{id}, receiveIDs(), "an unacked explicit receive comes back")
+			} else {
+				require.Empty(t, receiveIDs(), "a received message is done for this consumer")
+			}
+		})
+	}
+}
+
+func TestReceiveAckModeIsValidated(t *testing.T) {
+	f := newFixture(t)
+	sub := f.contract(t, "notifier-token", "notifications.send")
+	for _, body := range []string{`{"ack":"sometimes"}`, `{"ack":"AUTO"}`, `{"ack":true}`} {
+		r := f.do(t, http.MethodPost, "/v1/subjects/notifications.send/receive", "notifier-token", body, "x-pigeon-contract", sub)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", body, r.body)
+		require.Equal(t, pigeon.CodeBadRequest, r.code(t))
 	}
 }

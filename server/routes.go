@@ -206,19 +206,61 @@ func publish(rq *request) (int, any, error) {
 	return publishStatus(res), res, nil
 }
 
+// Acknowledgement modes of an HTTP receive.
+const (
+	// ackAuto settles every message a receive returns, as the reference
+	// broker's pull does: a received message is done for that consumer.
+	ackAuto = "auto"
+	// ackExplicit leaves the messages leased for the subject's ack wait,
+	// until the caller acks or nacks them (as over WebSocket).
+	ackExplicit = "explicit"
+)
+
 func receive(rq *request) (int, any, error) {
 	var in struct {
 		Max        int    `json:"max"`
 		ContractID string `json:"contractId"`
+		Ack        string `json:"ack"`
 	}
 	if err := rq.body(&in, false); err != nil {
 		return 0, nil, err
 	}
-	msgs, err := rq.s.e.Receive(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.Max)
+	if in.Ack == "" {
+		in.Ack = ackAuto
+	}
+	if in.Ack != ackAuto && in.Ack != ackExplicit {
+		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, `ack must be "auto" (the default) or "explicit"`)
+	}
+	name, c := rq.r.PathValue("name"), rq.caller(in.ContractID)
+	msgs, err := rq.s.e.Receive(rq.ctx, c, name, in.Max)
 	if err != nil {
 		return 0, nil, err
 	}
+	if in.Ack == ackAuto {
+		rq.autoAck(c, name, msgs)
+	}
 	return http.StatusOK, messagesBody(msgs), nil
+}
+
+// autoAck settles msgs, just received from subject name, for c, the same
+// way an explicit ack does. On a pubsub subject the receive already moved
+// the caller's cursor: there is nothing to settle. A failed ack is logged
+// and leaves the rest leased: they come back after the ack wait, as
+// explicit ones would.
+func (rq *request) autoAck(c pigeon.Caller, name string, msgs []*pigeon.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	if p, err := rq.s.e.Subject(name); err != nil || p.Mode == "" || p.Mode == pigeon.ModePubSub {
+		return
+	}
+	for _, m := range msgs {
+		if err := rq.s.e.Ack(rq.ctx, c, name, m.ID); err != nil {
+			rq.s.opts.Logger.Warn("receive: auto-ack failed; the messages stay leased", "subject", name,
+				"principal", c.Principal.ID, "messageId", m.ID, "code", pigeon.ErrorCode(err))
+			return
+		}
+	}
 }
 
 type settleBody struct {
