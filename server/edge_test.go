@@ -203,3 +203,29 @@ func TestReceiveAckModeIsValidated(t *testing.T) {
 		require.Equal(t, pigeon.CodeBadRequest, r.code(t))
 	}
 }
+
+// Every JSON answer, success or error, ends with a newline.
+func TestJSONBodiesEndWithNewline(t *testing.T) {
+	f := newFixture(t)
+	tests := []struct {
+		name, method, path, token, body string
+		status                          int
+	}{
+		{"health", "GET", "/health", "", "", 200},
+		{"subjects", "GET", "/v1/subjects", "", "", 200},
+		{"negotiate", "POST", "/v1/contracts", "checkout-token", `{"subjects":["payments.authorize"]}`, 201},
+		{"not JSON", "POST", "/v1/contracts", "checkout-token", `subjects=x`, 400},
+		{"no credential", "POST", "/v1/contracts", "", `{}`, 401},
+		{"not found", "GET", "/nope", "", "", 404},
+		{"wrong method", "DELETE", "/health", "", "", 405},
+		{"unclean path", "GET", "//health", "", "", 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, tc.method, tc.path, tc.token, tc.body)
+			require.Equal(t, tc.status, r.status, "%s", r.body)
+			require.True(t, strings.HasSuffix(string(r.body), "}\n"), "%q", r.body)
+			require.Equal(t, 1, strings.Count(string(r.body), "\n"), "%q", r.body)
+		})
+	}
+}

@@ -13,8 +13,9 @@ import (
 	"pigeon/transport/ws"
 )
 
-// writeJSON writes body (a value, or raw bytes) with status. Bodies carry
-// no trailing newline, as the reference broker's do.
+// writeJSON writes body (a value, or raw bytes) with status. Every body
+// ends with a newline, so that a terminal prompt after curl starts on a
+// line of its own; JSON readers ignore it.
 func writeJSON(w http.ResponseWriter, status int, body any) {
 	var b []byte
 	switch v := body.(type) {
@@ -23,14 +24,30 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	default:
 		var err error
 		if b, err = json.Marshal(v); err != nil {
-			ws.WriteHTTPError(w, pigeon.WrapError(pigeon.CodeInternal, err, "encode response"))
+			writeError(w, pigeon.WrapError(pigeon.CodeInternal, err, "encode response"))
 			return
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError writes err as the error body {"error":{code, message,
+// details}} with the status of its code.
+func writeError(w http.ResponseWriter, err error) {
+	we := ws.EncodeError(err)
+	b, mErr := json.Marshal(errorBody{we})
+	if mErr != nil {
+		we.Code = pigeon.CodeInternal
+		b = []byte(`{"error":{"code":"INTERNAL","message":"internal error","details":{}}}`)
+	}
+	writeJSON(w, we.Code.Status(), b)
+}
+
+type errorBody struct {
+	Error ws.WireError `json:"error"`
 }
 
 // readBody reads the request body within limit and checks it with

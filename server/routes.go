@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"pigeon"
-	"pigeon/transport/ws"
 )
 
 // access is who may call an endpoint.
@@ -68,7 +67,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		ep, ok := methods[r.Method]
 		if !ok {
 			w.Header().Set("Allow", allow)
-			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, allow))
+			writeError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, allow))
 			return
 		}
 		rq := &request{s: s, w: w, r: r, ctx: r.Context()}
@@ -79,18 +78,18 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 				return
 			}
 			if ep.access == auditor && !p.HasRole(RoleAuditor) {
-				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
 				return
 			}
 			if ep.access == admin && !p.HasRole(RoleAdmin) {
-				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
 				return
 			}
 			rq.p, rq.region = p, region
 		}
 		status, body, err := ep.fn(rq)
 		if err != nil {
-			ws.WriteHTTPError(w, err)
+			writeError(w, err)
 			return
 		}
 		writeJSON(w, status, body)
@@ -122,13 +121,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
-			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: GET", r.Method))
+			writeError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: GET", r.Method))
 			return
 		}
 		s.ws.ServeHTTP(w, r)
 	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
+		writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
 	})
 }
 

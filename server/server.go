@@ -121,7 +121,7 @@ func (s *Server) WebSocket() *ws.Server { return s.ws }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodConnect {
 		if p := r.URL.EscapedPath(); canonicalPath(p) != p {
-			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route: the path is not in canonical form"))
+			writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route: the path is not in canonical form"))
 			return
 		}
 	}

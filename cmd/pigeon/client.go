@@ -128,6 +128,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // printJSON writes v as one indented JSON document.
 func printJSON(w io.Writer, raw []byte) {
+	raw = bytes.TrimSpace(raw)
 	var buf bytes.Buffer
 	if json.Indent(&buf, raw, "", "  ") != nil {
 		buf.Reset()
