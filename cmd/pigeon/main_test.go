@@ -45,6 +45,7 @@ type running struct {
 	url    string
 	data   string
 	out    *syncBuffer
+	errOut *syncBuffer
 	stop   func()
 	result chan error
 }
@@ -59,8 +60,8 @@ func startServe(t *testing.T, cfg serveConfig) *running {
 	addr := make(chan string, 1)
 	cfg.ready = func(a string) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{data: cfg.data, out: &syncBuffer{}, result: make(chan error, 1)}
-	go func() { r.result <- serve(ctx, cfg, r.out, io.Discard) }()
+	r := &running{data: cfg.data, out: &syncBuffer{}, errOut: &syncBuffer{}, result: make(chan error, 1)}
+	go func() { r.result <- serve(ctx, cfg, r.out, r.errOut) }()
 	select {
 	case a := <-addr:
 		r.url = "http://" + a
