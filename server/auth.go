@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"pigeon"
-	"pigeon/transport/ws"
 )
 
 // RoleAuditor is the role that reads the audit log and the quarantine and
@@ -62,7 +61,7 @@ func unauthorized(w http.ResponseWriter, err error) {
 	if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pigeon"`)
 	}
-	ws.WriteHTTPError(w, err)
+	writeError(w, err)
 }
 
 // authenticated wraps h: the request must carry a valid bearer token, and

@@ -13,8 +13,9 @@ import (
 	"pigeon/transport/ws"
 )
 
-// writeJSON writes body (a value, or raw bytes) with status. Bodies carry
-// no trailing newline, as the reference broker's do.
+// writeJSON writes body (a value, or raw bytes) with status. Every body
+// ends with a newline, so that a terminal prompt after curl starts on a
+// line of its own; JSON readers ignore it.
 func writeJSON(w http.ResponseWriter, status int, body any) {
 	var b []byte
 	switch v := body.(type) {
@@ -23,17 +24,36 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	default:
 		var err error
 		if b, err = json.Marshal(v); err != nil {
-			ws.WriteHTTPError(w, pigeon.WrapError(pigeon.CodeInternal, err, "encode response"))
+			writeError(w, pigeon.WrapError(pigeon.CodeInternal, err, "encode response"))
 			return
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	_, _ = w.Write(append(b, '\n'))
 }
 
-// readBody reads the request body within limit. An empty body is nil.
+// writeError writes err as the error body {"error":{code, message,
+// details}} with the status of its code.
+func writeError(w http.ResponseWriter, err error) {
+	we := ws.EncodeError(err)
+	b, mErr := json.Marshal(errorBody{we})
+	if mErr != nil {
+		we.Code = pigeon.CodeInternal
+		b = []byte(`{"error":{"code":"INTERNAL","message":"internal error","details":{}}}`)
+	}
+	writeJSON(w, we.Code.Status(), b)
+}
+
+type errorBody struct {
+	Error ws.WireError `json:"error"`
+}
+
+// readBody reads the request body within limit and checks it with
+// pigeon.CheckJSON: text that is not JSON, nests too deeply, repeats a
+// member name (DUPLICATE_KEY) or is not UTF-8 (INVALID_UTF8) is refused
+// before any route decodes it. An empty body is nil.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
@@ -50,8 +70,8 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if len(b) == 0 {
 		return nil, nil
 	}
-	if !json.Valid(b) {
-		return nil, pigeon.NewError(pigeon.CodeBadRequest, "the body is not JSON")
+	if err := pigeon.CheckJSON(b); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"pigeon"
-	"pigeon/transport/ws"
 )
 
 // access is who may call an endpoint.
@@ -68,7 +67,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		ep, ok := methods[r.Method]
 		if !ok {
 			w.Header().Set("Allow", allow)
-			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, allow))
+			writeError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: %s", r.Method, allow))
 			return
 		}
 		rq := &request{s: s, w: w, r: r, ctx: r.Context()}
@@ -79,18 +78,18 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 				return
 			}
 			if ep.access == auditor && !p.HasRole(RoleAuditor) {
-				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
 				return
 			}
 			if ep.access == admin && !p.HasRole(RoleAdmin) {
-				ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
 				return
 			}
 			rq.p, rq.region = p, region
 		}
 		status, body, err := ep.fn(rq)
 		if err != nil {
-			ws.WriteHTTPError(w, err)
+			writeError(w, err)
 			return
 		}
 		writeJSON(w, status, body)
@@ -122,13 +121,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
-			ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: GET", r.Method))
+			writeError(w, pigeon.NewError(pigeon.CodeMethodNotAllowed, "%s is not allowed here; allowed: GET", r.Method))
 			return
 		}
 		s.ws.ServeHTTP(w, r)
 	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		ws.WriteHTTPError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
+		writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
 	})
 }
 
@@ -206,19 +205,61 @@ func publish(rq *request) (int, any, error) {
 	return publishStatus(res), res, nil
 }
 
+// Acknowledgement modes of an HTTP receive.
+const (
+	// ackAuto settles every message a receive returns, as the reference
+	// broker's pull does: a received message is done for that consumer.
+	ackAuto = "auto"
+	// ackExplicit leaves the messages leased for the subject's ack wait,
+	// until the caller acks or nacks them (as over WebSocket).
+	ackExplicit = "explicit"
+)
+
 func receive(rq *request) (int, any, error) {
 	var in struct {
 		Max        int    `json:"max"`
 		ContractID string `json:"contractId"`
+		Ack        string `json:"ack"`
 	}
 	if err := rq.body(&in, false); err != nil {
 		return 0, nil, err
 	}
-	msgs, err := rq.s.e.Receive(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.Max)
+	if in.Ack == "" {
+		in.Ack = ackAuto
+	}
+	if in.Ack != ackAuto && in.Ack != ackExplicit {
+		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, `ack must be "auto" (the default) or "explicit"`)
+	}
+	name, c := rq.r.PathValue("name"), rq.caller(in.ContractID)
+	msgs, err := rq.s.e.Receive(rq.ctx, c, name, in.Max)
 	if err != nil {
 		return 0, nil, err
 	}
+	if in.Ack == ackAuto {
+		rq.autoAck(c, name, msgs)
+	}
 	return http.StatusOK, messagesBody(msgs), nil
+}
+
+// autoAck settles msgs, just received from subject name, for c, the same
+// way an explicit ack does. On a pubsub subject the receive already moved
+// the caller's cursor: there is nothing to settle. A failed ack is logged
+// and leaves the rest leased: they come back after the ack wait, as
+// explicit ones would.
+func (rq *request) autoAck(c pigeon.Caller, name string, msgs []*pigeon.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	if p, err := rq.s.e.Subject(name); err != nil || p.Mode == "" || p.Mode == pigeon.ModePubSub {
+		return
+	}
+	for _, m := range msgs {
+		if err := rq.s.e.Ack(rq.ctx, c, name, m.ID); err != nil {
+			rq.s.opts.Logger.Warn("receive: auto-ack failed; the messages stay leased", "subject", name,
+				"principal", c.Principal.ID, "messageId", m.ID, "code", pigeon.ErrorCode(err))
+			return
+		}
+	}
 }
 
 type settleBody struct {

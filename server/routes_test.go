@@ -21,7 +21,7 @@ func TestHealthIsByteForByte(t *testing.T) {
 	f := newFixture(t)
 	r := f.do(t, http.MethodGet, "/health", "", "")
 	require.Equal(t, http.StatusOK, r.status)
-	require.Equal(t, `{"ok":true,"service":"pigeon"}`, string(r.body))
+	require.Equal(t, `{"ok":true,"service":"pigeon"}`+"\n", string(r.body))
 	require.Equal(t, "application/json", r.header.Get("Content-Type"))
 }
 

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -112,8 +114,84 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 // WebSocket returns the WebSocket endpoint (for its Stats).
 func (s *Server) WebSocket() *ws.Server { return s.ws }
 
-// ServeHTTP routes a request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP routes a request. A path that is not in canonical form (a
+// doubled slash, a "." or ".." segment) is answered 404 NOT_FOUND with the
+// usual JSON error body: http.ServeMux would redirect it, with an HTML
+// body, to a route the client did not name.
+//
+// With a Logger enabled at slog.LevelDebug, every request is logged when
+// its answer is written: method, path, status, bytes and duration (never a
+// header, a query or a body).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Logger.Enabled(r.Context(), slog.LevelDebug) {
+		lw := &loggedWriter{ResponseWriter: w}
+		start := time.Now()
+		defer func() {
+			s.opts.Logger.Debug("http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", lw.statusCode(),
+				"bytes", lw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
+		}()
+		w = lw
+	}
+	if r.Method != http.MethodConnect {
+		if p := r.URL.EscapedPath(); canonicalPath(p) != p {
+			writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route: the path is not in canonical form"))
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// loggedWriter records the status and size of an answer. Unwrap lets
+// http.ResponseController and the WebSocket upgrade reach the connection.
+type loggedWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (w *loggedWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *loggedWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusCode is the answer's status; 101 for a WebSocket upgrade, which
+// writes through the hijacked connection.
+func (w *loggedWriter) statusCode() int {
+	if w.status == 0 {
+		return http.StatusSwitchingProtocols
+	}
+	return w.status
+}
+
+// canonicalPath is p as http.ServeMux cleans it before routing: rooted,
+// without doubled slashes or "." and ".." segments, keeping a trailing
+// slash.
+func canonicalPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
 
 // Mount serves h at pattern (an http.ServeMux pattern, such as "/app/" or
 // "POST /app/orders") behind the server's authentication: a request
@@ -136,6 +214,13 @@ func (s *Server) Serve(l net.Listener) error {
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
 		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)}
+	if s.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		hs.ConnState = func(c net.Conn, st http.ConnState) {
+			if st == http.StateNew || st == http.StateClosed || st == http.StateHijacked {
+				s.opts.Logger.Debug("http connection", "state", st.String(), "remote", c.RemoteAddr().String())
+			}
+		}
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

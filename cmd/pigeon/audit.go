@@ -19,7 +19,7 @@ func auditVerifyCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	n, err := wal.VerifyAudit(*data)
 	if err != nil {
@@ -41,7 +41,7 @@ func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	follow := fs.Bool("follow", false, "keep printing new records until interrupted")
 	every := fs.Duration("interval", time.Second, "how often --follow polls")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	next := *from
 	for {

@@ -26,7 +26,11 @@ type api struct {
 // clientFlags adds the flags every client command shares.
 func clientFlags(fs *flag.FlagSet) *api {
 	a := &api{hc: &http.Client{Timeout: 30 * time.Second}}
-	fs.StringVar(&a.url, "url", "http://127.0.0.1:8787", "server URL")
+	url := os.Getenv("PIGEON_URL")
+	if url == "" {
+		url = "http://127.0.0.1:8787"
+	}
+	fs.StringVar(&a.url, "url", url, "server URL (default $PIGEON_URL when set)")
 	fs.StringVar(&a.token, "token", os.Getenv("PIGEON_TOKEN"), "bearer token (default $PIGEON_TOKEN)")
 	fs.StringVar(&a.region, "region", "", "region of the session (default: the server's)")
 	return a
@@ -128,6 +132,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // printJSON writes v as one indented JSON document.
 func printJSON(w io.Writer, raw []byte) {
+	raw = bytes.TrimSpace(raw)
 	var buf bytes.Buffer
 	if json.Indent(&buf, raw, "", "  ") != nil {
 		buf.Reset()
@@ -144,13 +149,13 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	subject := fs.String("subject", "", "subject to publish on (required unless the message names one)")
 	file := fs.String("file", "", `file holding the whole envelope as JSON ("-": standard input)`)
 	data := fs.String("data", "", "the message's data, JSON")
-	typ := fs.String("type", "", "message type")
+	typ := fs.String("type", "", "message type (default: the subject's name, as the reference CLI fills it)")
 	intent := fs.String("intent", "", "message intent")
 	key := fs.String("key", "", "idempotency key")
 	class := fs.String("classification", "", "classification")
 	contract := fs.String("contract", "", "contract id (default: negotiate one for the subject)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	m := &pigeon.Message{}
 	if *file != "" {
@@ -187,6 +192,9 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "pigeon publish: --subject is required")
 		return 2
 	}
+	if m.Type == "" {
+		m.Type = m.Subject
+	}
 	id := *contract
 	if id == "" {
 		var err error
@@ -210,7 +218,7 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	contract := fs.String("contract", "", "release: contract id that grants publish on the record's subject (default: negotiate one)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return 2
+		return parseExit(err)
 	}
 	cmd := "quarantine " + sub
 	if sub == "list" {

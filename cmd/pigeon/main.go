@@ -1,6 +1,8 @@
 // Command pigeon runs a standalone Pigeon broker and talks to one.
 //
-//	pigeon serve [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none]
+//	pigeon serve [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [-v]
+//	pigeon broker start [serve's flags]
+//	pigeon demo
 //	pigeon policy lint DIR
 //	pigeon publish --subject S [--data JSON | --file F] [flags]
 //	pigeon subscribe --subject S [flags]
@@ -8,8 +10,11 @@
 //	pigeon audit verify --data DIR
 //	pigeon audit tail [--from N] [--follow]
 //
-// Client commands reach a running server with --url (default
-// http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN).
+// Client commands reach a running server with --url (default $PIGEON_URL,
+// else http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN). serve
+// listens on 127.0.0.1:$PORT when PORT is set and keeps its data in
+// $PIGEON_DATA_DIR when that is set, as the reference broker does; a flag
+// wins over the environment.
 package main
 
 import (
@@ -25,6 +30,8 @@ const usage = `usage: pigeon <command> [flags]
 
 commands:
   serve                       run the broker (the demo catalog when --policies is not given)
+  broker start                the same as serve
+  demo                        narrate the adoption path on an embedded broker (no network)
   policy lint DIR             check a policy directory (exit 1 on errors)
   publish                     publish one message
   subscribe                   stream deliveries as JSON lines until interrupted
@@ -34,6 +41,12 @@ commands:
   audit tail                  print audit records as JSON lines (role auditor)
 
 Run "pigeon <command> -h" for the flags of a command.
+
+environment (a flag wins over it):
+  PORT                        serve: listen on 127.0.0.1:$PORT
+  PIGEON_DATA_DIR             serve: the data directory
+  PIGEON_URL                  client commands: the server URL
+  PIGEON_TOKEN                client commands: the bearer token
 `
 
 func main() {
@@ -57,6 +70,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case cmd == "serve":
 		return serveCmd(ctx, rest, stdout, stderr)
+	case cmd == "broker" && sub == "start":
+		return serveCmd(ctx, rest[1:], stdout, stderr)
+	case cmd == "demo":
+		return demoCmd(ctx, rest, stdout, stderr)
 	case cmd == "policy" && sub == "lint":
 		return policyLintCmd(rest[1:], stdout, stderr)
 	case cmd == "publish":

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,7 @@ type running struct {
 	url    string
 	data   string
 	out    *syncBuffer
+	errOut *syncBuffer
 	stop   func()
 	result chan error
 }
@@ -59,8 +61,8 @@ func startServe(t *testing.T, cfg serveConfig) *running {
 	addr := make(chan string, 1)
 	cfg.ready = func(a string) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{data: cfg.data, out: &syncBuffer{}, result: make(chan error, 1)}
-	go func() { r.result <- serve(ctx, cfg, r.out, io.Discard) }()
+	r := &running{data: cfg.data, out: &syncBuffer{}, errOut: &syncBuffer{}, result: make(chan error, 1)}
+	go func() { r.result <- serve(ctx, cfg, r.out, r.errOut) }()
 	select {
 	case a := <-addr:
 		r.url = "http://" + a
@@ -92,17 +94,28 @@ func (r *running) pigeon(t *testing.T, ctx context.Context, args ...string) (int
 	return code, stdout.String(), stderr.String()
 }
 
-// The README quickstart, request for request: negotiate, one valid
-// payment, one violation, and the auditor's quarantine list.
+// The README quickstart, request for request, run twice as its text says it
+// can be: negotiate (stopping with the real error when that fails), one
+// valid payment, one violation, and the auditor's quarantine list.
 func TestQuickstart(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	// The README's extraction of the contract id, and its fresh keys.
+	const sedExpr = `s/^[{]"contract":[{]"id":"([^"]+)".*/\1/p`
+	for _, want := range []string{"sh -e <<'EOF'", "run=$(date +%s)", sedExpr, `[ -n "$CONTRACT" ] || { echo "negotiate failed: $resp" >&2; exit 1; }`,
+		`"idempotencyKey":"pay-'$run'-1"`, `"idempotencyKey":"pay-'$run'-2"`, "curl -sS localhost:8787/v1/quarantine -H 'authorization: Bearer auditor-token'"} {
+		require.Contains(t, string(readme), want, "the test follows the README")
+	}
+	contractID := regexp.MustCompile(`^[{]"contract":[{]"id":"([^"]+)"`)
+
 	r := startServe(t, serveConfig{})
 	out := r.out.String()
 	require.Contains(t, out, "DEMO MODE")
 	require.Contains(t, out, r.url+"/health")
 	require.Contains(t, out, "ws://"+strings.TrimPrefix(r.url, "http://")+"/v1/ws")
 
-	post := func(path, body string, headers ...string) (int, string) {
-		req, err := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
+	send := func(method, path, body string, headers ...string) (int, string) {
+		req, err := http.NewRequest(method, r.url+path, strings.NewReader(body))
 		require.NoError(t, err)
 		for i := 0; i < len(headers); i += 2 {
 			req.Header.Set(headers[i], headers[i+1])
@@ -111,44 +124,51 @@ func TestQuickstart(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		// $(...) drops the trailing newline; sed reads one line.
+		return resp.StatusCode, strings.TrimSuffix(string(b), "\n")
 	}
-	// 1. curl ... -d '{"subjects":["payments.authorize"]}' | sed -E 's/.*"id":"([^"]+)".*/\1/'
-	status, body := post("/v1/contracts", `{"subjects":["payments.authorize"]}`,
-		"authorization", "Bearer checkout-token", "content-type", "application/json")
-	require.Equal(t, http.StatusCreated, status)
-	require.Equal(t, 1, strings.Count(body, `"id":"`), "the README's sed finds exactly one id: %s", body)
-	contract := body[strings.Index(body, `"id":"`)+6:]
-	contract = contract[:strings.IndexByte(contract, '"')]
 
-	// 2. one valid payment (curl -d sends application/x-www-form-urlencoded)
-	status, body = post("/v1/messages", `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",
-       "idempotencyKey":"pay-1","classification":"pci",
-       "data":{"merchantId":"m-1","orderId":"o-1","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}}`,
-		"authorization", "Bearer checkout-token", "x-pigeon-contract", contract, "content-type", "application/x-www-form-urlencoded")
-	require.Equal(t, http.StatusAccepted, status, body)
-	require.Contains(t, body, `"status":"accepted"`)
+	// A refused negotiate leaves CONTRACT empty: the block stops and
+	// prints the error body, instead of sending it on as a contract id.
+	status, body := send(http.MethodPost, "/v1/contracts", `{"subjects":["payments.authorize"]}`,
+		"authorization", "Bearer catalog-token", "content-type", "application/json")
+	require.Equal(t, http.StatusForbidden, status)
+	require.Nil(t, contractID.FindStringSubmatch(body))
+	require.Contains(t, body, "NO_PERMITTED_SUBJECTS")
 
-	// 3. a violation
-	status, body = post("/v1/messages", `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",
-       "idempotencyKey":"pay-2","classification":"pci",
-       "data":{"merchantId":"m-1","orderId":"o-2","amount":10,"currency":"GBP","paymentToken":"tok_x","card":{"pan":"4111111111111111"}}}`,
-		"authorization", "Bearer checkout-token", "x-pigeon-contract", contract, "content-type", "application/x-www-form-urlencoded")
-	require.Equal(t, http.StatusUnprocessableEntity, status)
-	require.Contains(t, body, `"code":"SENSITIVE_FIELD_DENIED"`)
-	require.Contains(t, body, `"quarantineId":"qr_`)
+	for i, run := range []string{"1796092966", "1796092967"} {
+		// 1. negotiate
+		status, body := send(http.MethodPost, "/v1/contracts", `{"subjects":["payments.authorize"]}`,
+			"authorization", "Bearer checkout-token", "content-type", "application/json")
+		require.Equal(t, http.StatusCreated, status)
+		m := contractID.FindStringSubmatch(body)
+		require.NotNil(t, m, "the README's sed finds the id: %s", body)
+		contract := m[1]
+		require.True(t, strings.HasPrefix(contract, "ctr_"), contract)
 
-	// 4. the auditor lists the quarantine
-	req, err := http.NewRequest(http.MethodGet, r.url+"/v1/quarantine", nil)
-	require.NoError(t, err)
-	req.Header.Set("authorization", "Bearer auditor-token")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, string(b), `"pan":"[REDACTED]"`)
-	require.NotContains(t, string(b), "4111111111111111")
+		// 2. one valid payment (curl -d sends application/x-www-form-urlencoded)
+		status, body = send(http.MethodPost, "/v1/messages", `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",
+       "idempotencyKey":"pay-`+run+`-1","classification":"pci",
+       "data":{"merchantId":"m-1","orderId":"o-`+run+`-1","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}}`,
+			"authorization", "Bearer checkout-token", "x-pigeon-contract", contract, "content-type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusAccepted, status, "run %d: %s", i+1, body)
+		require.Contains(t, body, `"status":"accepted"`)
+
+		// 3. a violation
+		status, body = send(http.MethodPost, "/v1/messages", `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",
+       "idempotencyKey":"pay-`+run+`-2","classification":"pci",
+       "data":{"merchantId":"m-1","orderId":"o-`+run+`-2","amount":10,"currency":"GBP","paymentToken":"tok_x","card":{"pan":"4111111111111111"}}}`,
+			"authorization", "Bearer checkout-token", "x-pigeon-contract", contract, "content-type", "application/x-www-form-urlencoded")
+		require.Equal(t, http.StatusUnprocessableEntity, status)
+		require.Contains(t, body, `"code":"SENSITIVE_FIELD_DENIED"`)
+		require.Contains(t, body, `"quarantineId":"qr_`)
+
+		// 4. the auditor lists the quarantine: one more record per run
+		status, body = send(http.MethodGet, "/v1/quarantine", "", "authorization", "Bearer auditor-token")
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, i+1, strings.Count(body, `"pan":"[REDACTED]"`), body)
+		require.NotContains(t, body, "4111111111111111")
+	}
 
 	r.stop()
 	require.Contains(t, r.out.String(), "stopped cleanly")

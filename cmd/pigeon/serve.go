@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -29,29 +30,62 @@ type serveConfig struct {
 }
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var cfg serveConfig
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8787", "address to listen on")
-	fs.StringVar(&cfg.data, "data", "./pigeon-data", `data directory of the durable store ("" keeps everything in memory)`)
-	fs.StringVar(&cfg.policies, "policies", "", "policy directory (subjects/ and schemas/); without it the demo catalog is served")
-	fs.StringVar(&cfg.tokens, "tokens", "", "bearer tokens file, YAML or JSON (required with --policies)")
-	fs.StringVar(&cfg.region, "region", "uk", "default region of a request or connection that names none")
-	fs.StringVar(&cfg.sync, "sync", "batch", "when a write is on disk: batch (group commit), always, none")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for work in flight")
-	fs.BoolVar(&cfg.verbose, "v", false, "log connections and requests")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pigeon serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	cfg, code, ok := parseServe(args, stderr)
+	if !ok {
+		return code
 	}
 	if err := serve(ctx, cfg, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "pigeon serve:", err)
 		return 1
 	}
 	return 0
+}
+
+// Environment variables of the reference broker that serve reads; a flag
+// given on the command line wins over them.
+const (
+	envPort    = "PORT"            // the port to listen on, on 127.0.0.1
+	envDataDir = "PIGEON_DATA_DIR" // the data directory
+)
+
+// parseServe reads the serve flags over the environment's defaults. When
+// ok is false the command ends with code (0 for --help).
+func parseServe(args []string, stderr io.Writer) (cfg serveConfig, code int, ok bool) {
+	addr := "127.0.0.1:8787"
+	if port := os.Getenv(envPort); port != "" {
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	data := "./pigeon-data"
+	if d := os.Getenv(envDataDir); d != "" {
+		data = d
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.addr, "addr", addr, "address to listen on (default 127.0.0.1:$PORT when PORT is set)")
+	fs.StringVar(&cfg.data, "data", data, `data directory of the durable store, default $PIGEON_DATA_DIR when set ("" keeps everything in memory)`)
+	fs.StringVar(&cfg.policies, "policies", "", "policy directory (subjects/ and schemas/); without it the demo catalog is served")
+	fs.StringVar(&cfg.tokens, "tokens", "", "bearer tokens file, YAML or JSON (required with --policies)")
+	fs.StringVar(&cfg.region, "region", "uk", "default region of a request or connection that names none")
+	fs.StringVar(&cfg.sync, "sync", "batch", "when a write is on disk: batch (group commit), always, none")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for work in flight")
+	fs.BoolVar(&cfg.verbose, "v", false, "log every connection and request (method, path, status, duration) to stderr")
+	if err := fs.Parse(args); err != nil {
+		return cfg, parseExit(err), false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pigeon serve: unexpected argument %q\n", fs.Arg(0))
+		return cfg, 2, false
+	}
+	return cfg, 0, true
+}
+
+// parseExit is the exit code of a command whose flags did not parse: 0
+// when the user asked for help, 2 otherwise.
+func parseExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }
 
 func syncMode(s string) (wal.SyncMode, error) {

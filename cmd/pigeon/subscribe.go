@@ -31,7 +31,7 @@ func subscribeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	start := fs.String("start", "new", `where a pubsub subscription starts: "new", "first" or a sequence`)
 	inFlight := fs.Int("max-in-flight", 1, "deliveries handled at once")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseExit(err)
 	}
 	if *subject == "" {
 		fmt.Fprintln(stderr, "pigeon subscribe: --subject is required")
