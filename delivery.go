@@ -149,6 +149,19 @@ func (g *group) requeue(seq uint64) {
 // for the subject's ack wait: one that is not acked in time is returned
 // again (to this or another receiver) until its attempts run out.
 func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
+	return e.receive(ctx, c, subjectName, max, false)
+}
+
+// ReceiveSettled is Receive for consumers that do not ack, as the
+// reference broker's HTTP pull: on a work-queue or request/reply subject
+// the messages handed out are done for the caller's group at once, in one
+// store write, under the receive grant alone; nothing is leased, nothing
+// comes back. On a pubsub subject it is Receive.
+func (e *Engine) ReceiveSettled(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
+	return e.receive(ctx, c, subjectName, max, true)
+}
+
+func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max int, settle bool) ([]*Message, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
@@ -171,19 +184,51 @@ func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max 
 		out []*Message
 		err error
 	)
-	if s.mode == ModePubSub {
+	switch {
+	case s.mode == ModePubSub:
 		out, err = e.receiveCursor(ctx, c, s, max, scope)
-	} else {
+	case settle:
+		out, err = e.receiveLeased(ctx, c, s, pullGroup(scope), c.Principal.ID, max, scope)
+		if err == nil {
+			err = e.settleReceived(ctx, s, pullGroup(scope), c.Principal.ID, out)
+		}
+	default:
 		out, err = e.receiveLeased(ctx, c, s, pullGroup(scope), c.Principal.ID, max, scope)
 	}
 	if err != nil {
 		return nil, err
 	}
 	for _, m := range out {
-		e.auditAsync(store.AuditRecord{Type: "delivery.dispatched", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID,
-			ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID})
+		rec := store.AuditRecord{Type: "delivery.dispatched", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID,
+			ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID}
+		e.auditAsync(rec)
+		if settle && s.mode != ModePubSub {
+			rec.Type = "delivery.acked"
+			e.auditAsync(rec)
+		}
 	}
 	return out, nil
+}
+
+// settleReceived marks msgs, just leased to holder in group, done in one
+// write. A message whose lease holder changed meanwhile is left alone.
+func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder string, msgs []*Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: group})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	seqs := make([]uint64, 0, len(msgs))
+	for _, m := range msgs {
+		if l := g.leases[m.Sequence]; l != nil && l.holder == holder {
+			seqs = append(seqs, m.Sequence)
+		}
+	}
+	return e.markDoneAll(ctx, g, seqs)
 }
 
 func cursorKey(subject, principal string) store.GroupKey {

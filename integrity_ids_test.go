@@ -266,3 +266,36 @@ func TestReplyDroppedWhenRequesterLosesContract(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, auditTypes(recs), "reply.dropped")
 }
+
+// TestReceiveSettled: a consumer that never acks (the reference broker's
+// HTTP pull) gets each work-queue message once; with Receive the same
+// message comes back after the ack wait.
+func TestReceiveSettled(t *testing.T) {
+	for _, settled := range []bool{true, false} {
+		t.Run(map[bool]string{true: "settled", false: "leased"}[settled], func(t *testing.T) {
+			f := newFixture(t)
+			checkout := f.connect("checkout-token", "payments.authorize")
+			gateway := f.connect("gateway-token", "payments.authorize")
+			c := gateway.(interface{ Caller() pigeon.Caller }).Caller()
+			res, err := checkout.Publish(ctx, demo.Payment("o-1"))
+			require.NoError(t, err)
+			receive := f.e.Receive
+			if settled {
+				receive = f.e.ReceiveSettled
+			}
+			got, err := receive(ctx, c, "payments.authorize", 10)
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			require.Equal(t, res.Message.ID, got[0].ID)
+			f.clock.Advance(2 * time.Minute) // past the ack wait, within the contract
+			again, err := receive(ctx, c, "payments.authorize", 10)
+			require.NoError(t, err)
+			if settled {
+				require.Empty(t, again, "a settled message came back")
+				require.NoError(t, gateway.Ack(ctx, "payments.authorize", res.Message.ID), "acking a settled message is a no-op")
+			} else {
+				require.Len(t, again, 1, "an unacked lease comes back")
+			}
+		})
+	}
+}

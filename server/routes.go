@@ -231,35 +231,15 @@ func receive(rq *request) (int, any, error) {
 		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, `ack must be "auto" (the default) or "explicit"`)
 	}
 	name, c := rq.r.PathValue("name"), rq.caller(in.ContractID)
-	msgs, err := rq.s.e.Receive(rq.ctx, c, name, in.Max)
+	receive := rq.s.e.ReceiveSettled // a received message is done for this consumer
+	if in.Ack == ackExplicit {
+		receive = rq.s.e.Receive // leased until acked or nacked
+	}
+	msgs, err := receive(rq.ctx, c, name, in.Max)
 	if err != nil {
 		return 0, nil, err
 	}
-	if in.Ack == ackAuto {
-		rq.autoAck(c, name, msgs)
-	}
 	return http.StatusOK, messagesBody(msgs), nil
-}
-
-// autoAck settles msgs, just received from subject name, for c, the same
-// way an explicit ack does. On a pubsub subject the receive already moved
-// the caller's cursor: there is nothing to settle. A failed ack is logged
-// and leaves the rest leased: they come back after the ack wait, as
-// explicit ones would.
-func (rq *request) autoAck(c pigeon.Caller, name string, msgs []*pigeon.Message) {
-	if len(msgs) == 0 {
-		return
-	}
-	if p, err := rq.s.e.Subject(name); err != nil || p.Mode == "" || p.Mode == pigeon.ModePubSub {
-		return
-	}
-	for _, m := range msgs {
-		if err := rq.s.e.Ack(rq.ctx, c, name, m.ID); err != nil {
-			rq.s.opts.Logger.Warn("receive: auto-ack failed; the messages stay leased", "subject", name,
-				"principal", c.Principal.ID, "messageId", m.ID, "code", pigeon.ErrorCode(err))
-			return
-		}
-	}
 }
 
 type settleBody struct {
