@@ -212,12 +212,18 @@ const maxTTLMillis = int64(math.MaxInt64 / int64(time.Millisecond))
 // *Error with CodeInvalidArgument. It does not apply a maximum: Negotiate
 // and IssueGrant refuse lifetimes above theirs (Options.MaxContractTTL,
 // MaxGrantTTL) with the same code.
-func TTLFromMillis(ms int64) (time.Duration, error) {
+func TTLFromMillis(ms int64) (time.Duration, error) { return MillisField("ttlMs", ms) }
+
+// MillisField converts a wire field of milliseconds named name (ttlMs,
+// delayMs, timeoutMs) to a Duration, refusing with INVALID_ARGUMENT a
+// negative value or one whose Duration would overflow, instead of letting
+// it wrap around.
+func MillisField(name string, ms int64) (time.Duration, error) {
 	if ms < 0 {
-		return 0, NewError(CodeInvalidArgument, "ttlMs must not be negative (got %d)", ms)
+		return 0, NewError(CodeInvalidArgument, "%s must not be negative (got %d)", name, ms)
 	}
 	if ms > maxTTLMillis {
-		return 0, NewError(CodeInvalidArgument, "ttlMs %d is out of range", ms)
+		return 0, NewError(CodeInvalidArgument, "%s %d is out of range", name, ms)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"time"
 
 	"pigeon"
 )
@@ -165,10 +164,11 @@ func issueGrant(rq *request) (int, any, error) {
 	if err := rq.body(&in, true); err != nil {
 		return 0, nil, err
 	}
-	if in.TTLMs < 0 {
-		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "ttlMs must not be negative")
+	ttl, err := pigeon.TTLFromMillis(in.TTLMs)
+	if err != nil {
+		return 0, nil, err
 	}
-	g, err := rq.s.e.IssueGrant(rq.ctx, in.Account, in.Roles, time.Duration(in.TTLMs)*time.Millisecond)
+	g, err := rq.s.e.IssueGrant(rq.ctx, in.Account, in.Roles, ttl)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -229,3 +229,19 @@ func TestJSONBodiesEndWithNewline(t *testing.T) {
 		})
 	}
 }
+
+// TestMillisecondFieldsDoNotWrap: a ttlMs or delayMs whose Duration would
+// overflow is refused, never wrapped to a default or a tiny value.
+func TestMillisecondFieldsDoNotWrap(t *testing.T) {
+	f := newFixture(t)
+	for _, ms := range []string{"9223372036855", "9223372036854775807", "-1"} {
+		r := f.do(t, "POST", "/v1/contracts", "checkout-token", `{"subjects":["payments.authorize"],"ttlMs":`+ms+`}`)
+		require.Equal(t, 400, r.status, "ttlMs %s: %s", ms, r.body)
+		require.Equal(t, pigeon.CodeInvalidArgument, r.code(t))
+		r = f.do(t, "POST", "/v1/grants", "admin-token", `{"account":"checkout-api","ttlMs":`+ms+`}`)
+		require.Equal(t, 400, r.status, "grant ttlMs %s: %s", ms, r.body)
+		c := f.contract(t, "gateway-token", "payments.authorize")
+		r = f.do(t, "POST", "/v1/subjects/payments.authorize/nack", "gateway-token", `{"messageId":"m","contractId":"`+c+`","delayMs":`+ms+`}`)
+		require.Equal(t, 400, r.status, "delayMs %s: %s", ms, r.body)
+	}
+}

@@ -160,10 +160,11 @@ func negotiate(rq *request) (int, any, error) {
 	if err := rq.body(&in, true); err != nil {
 		return 0, nil, err
 	}
-	if in.TTLMs < 0 {
-		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "ttlMs must not be negative")
+	ttl, err := pigeon.TTLFromMillis(in.TTLMs)
+	if err != nil {
+		return 0, nil, err
 	}
-	k, err := rq.s.e.Negotiate(rq.ctx, rq.p, rq.region, in.Subjects, time.Duration(in.TTLMs)*time.Millisecond)
+	k, err := rq.s.e.Negotiate(rq.ctx, rq.p, rq.region, in.Subjects, ttl)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -275,9 +276,11 @@ func nack(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	delay := time.Duration(-1)
-	if in.DelayMs != nil && *in.DelayMs >= 0 {
-		delay = time.Duration(*in.DelayMs) * time.Millisecond
+	delay := time.Duration(-1) // the subject's backoff
+	if in.DelayMs != nil {
+		if delay, err = pigeon.MillisField("delayMs", *in.DelayMs); err != nil {
+			return 0, nil, err
+		}
 	}
 	if err := rq.s.e.Nack(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.MessageID, delay); err != nil {
 		return 0, nil, err

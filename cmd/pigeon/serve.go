@@ -118,7 +118,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	var st store.Store
 	if cfg.data != "" {
-		ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode})
+		ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode, Logger: logger})
 		if err != nil {
 			return fmt.Errorf("open store %s: %w", cfg.data, err)
 		}
