@@ -3,6 +3,7 @@ package pigeon
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -274,37 +275,53 @@ type forbiddenGate struct{}
 
 func (forbiddenGate) Name() string { return GateForbidden }
 func (forbiddenGate) Check(_ context.Context, a *Admission) Verdict {
-	for _, f := range a.subj.forbidden {
-		if v, ok := lookupPath(a.Data, f.parts); ok && v != nil {
+	for i := range a.subj.forbidden {
+		f := &a.subj.forbidden[i]
+		if f.find(a.Data, isPresent) {
 			return Deny(CodeSensitiveFieldDenied, "forbidden field "+f.text+" is present")
 		}
 	}
 	return Allow()
 }
 
+// isPresent reports whether a value a forbidden path matches counts as
+// present: any value but null.
+func isPresent(v any) bool { return v != nil }
+
 type tokenizedGate struct{}
 
 func (tokenizedGate) Name() string { return GateTokenized }
 func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
-	for _, f := range a.subj.tokenized {
-		v, ok := lookupPath(a.Data, f.parts)
-		if !ok {
-			continue
-		}
-		var s string
-		switch x := v.(type) {
-		case string:
-			s = x
-		case float64:
-			s = strconv.FormatFloat(x, 'f', -1, 64)
-		default:
-			continue
-		}
-		if IsPAN(s) {
+	for i := range a.subj.tokenized {
+		f := &a.subj.tokenized[i]
+		if f.find(a.Data, holdsPAN) {
 			return Deny(CodeRawPANDetected, "field "+f.text+" holds a raw card number, not a token")
 		}
 	}
 	return Allow()
+}
+
+// holdsPAN reports whether v, a value a tokenized path matches, is a raw
+// card number: a string or number IsPAN accepts, or an array holding one.
+func holdsPAN(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return IsPAN(x)
+	case float64:
+		return floatIsPAN(x)
+	case []any:
+		return slices.ContainsFunc(x, holdsPAN)
+	}
+	return false
+}
+
+// floatIsPAN reports whether the number f, written in full, is a card number.
+func floatIsPAN(f float64) bool {
+	if a := math.Abs(f); a < 1e12 || a >= 1e19 { // not 13 to 19 digits
+		return false
+	}
+	var buf [32]byte
+	return IsPAN(string(strconv.AppendFloat(buf[:0], f, 'f', -1, 64)))
 }
 
 // IsPAN reports whether s is a Luhn-valid card number of 13 to 19 digits,
@@ -398,7 +415,9 @@ func clearPart(data any) (any, []byte) {
 	return c, raw
 }
 
-// lookupPath walks parts into data (objects by key, arrays by index).
+// lookupPath walks parts into data exactly: objects by member name, case
+// included, arrays by index. It reads a data. idempotency key; forbidden and
+// tokenized fields match more widely (fieldPath.find).
 func lookupPath(data any, parts []string) (any, bool) {
 	cur := data
 	for _, p := range parts {

@@ -314,26 +314,27 @@ func (l *linter) data(d *DataPolicy) {
 	}
 	l.oneOf("data.encryption", d.Encryption, "", "required", "optional")
 	l.oneOf("data.tokenization", d.Tokenization, "", "required", "optional")
-	l.fieldPaths("data.forbiddenFields", d.ForbiddenFields)
-	l.fieldPaths("data.tokenizedFields", d.TokenizedFields)
-	l.fieldPaths("data.routingFields", d.RoutingFields)
+	// Forbidden and tokenized paths match member names ignoring case.
+	l.fieldPaths("data.forbiddenFields", d.ForbiddenFields, strings.EqualFold)
+	l.fieldPaths("data.tokenizedFields", d.TokenizedFields, strings.EqualFold)
+	l.fieldPaths("data.routingFields", d.RoutingFields, func(a, b string) bool { return a == b })
 	for i, f := range d.RoutingFields {
-		if slices.Contains(d.ForbiddenFields, f) || slices.Contains(d.TokenizedFields, f) {
+		folds := func(p string) bool { return strings.EqualFold(p, f) }
+		if slices.ContainsFunc(d.ForbiddenFields, folds) || slices.ContainsFunc(d.TokenizedFields, folds) {
 			l.errorf(fmt.Sprintf("data.routingFields[%d]", i), "%q is forbidden or tokenized and cannot stay in clear", f)
 		}
 	}
 }
 
-// fieldPaths checks a list of dot paths into data such as "card.pan".
-func (l *linter) fieldPaths(field string, paths []string) {
-	seen := map[string]bool{}
+// fieldPaths checks a list of dot paths into data such as "card.pan"; same
+// says when two entries name the same field.
+func (l *linter) fieldPaths(field string, paths []string, same func(a, b string) bool) {
 	for i, p := range paths {
 		at := fmt.Sprintf("%s[%d]", field, i)
 		l.fieldPath(at, p)
-		if seen[p] && p != "" {
+		if p != "" && slices.ContainsFunc(paths[:i], func(q string) bool { return same(p, q) }) {
 			l.warnf(at, "%q is listed twice", p)
 		}
-		seen[p] = true
 	}
 }
 

@@ -4,17 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"time"
 
 	"pigeon/store"
 )
 
-// Redacted replaces every forbidden and tokenized field in a quarantined copy.
+// Redacted replaces every forbidden and tokenized field, and every raw card
+// number, in a quarantined copy.
 const Redacted = "[REDACTED]"
 
 // QuarantineRecord is a refused message kept for review. Its Message has
-// every forbidden and tokenized field replaced by "[REDACTED]".
+// every forbidden and tokenized field, and every value that is a raw card
+// number (IsPAN) whatever its field, replaced by "[REDACTED]".
 type QuarantineRecord struct {
 	store.QuarantineRecord
 	Message *Message `json:"message,omitempty"`
@@ -26,6 +27,11 @@ func newQuarantineID() string { return "qr_" + newMessageID()[4:] }
 func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (string, error) {
 	m := *a.Message
 	m.Data = redactData(a.Data, a.subj.redact)
+	for _, f := range []*string{&m.IdempotencyKey, &m.CorrelationID, &m.ReplyTo, &m.Reason} {
+		if IsPAN(*f) {
+			*f = Redacted
+		}
+	}
 	rec := store.QuarantineRecord{
 		ID: newQuarantineID(), Time: a.Now, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID,
 		PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: m.ID, Code: string(d.Code), Gate: d.Gate, Reason: d.Reason,
@@ -40,15 +46,19 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 	return rec.ID, nil
 }
 
-// redactData returns data encoded with every path in paths replaced by
+// redactData returns data encoded with every value that paths match (as
+// the forbidden and tokenized gates match them: member names ignoring
+// case, through arrays) replaced by "[REDACTED]", and, as a backstop,
+// every string or number anywhere that is a raw card number too, whatever
+// its field; a member whose name is a card number is renamed
 // "[REDACTED]". Data that did not decode is dropped entirely.
 func redactData(data any, paths []fieldPath) json.RawMessage {
 	if data == nil {
 		return json.RawMessage("null")
 	}
-	c := deepCopy(data)
-	for _, p := range paths {
-		setPath(c, p.parts, Redacted)
+	c := redactCopy(data)
+	for i := range paths {
+		paths[i].replace(c, Redacted)
 	}
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -57,54 +67,39 @@ func redactData(data any, paths []fieldPath) json.RawMessage {
 	return b
 }
 
-func deepCopy(v any) any {
+// redactCopy returns a deep copy of v with every raw card number replaced
+// by "[REDACTED]".
+func redactCopy(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		c := make(map[string]any, len(x))
 		for k, v := range x {
-			c[k] = deepCopy(v)
+			if IsPAN(k) {
+				k = Redacted
+			}
+			c[k] = redactCopy(v)
 		}
 		return c
 	case []any:
 		c := make([]any, len(x))
 		for i, v := range x {
-			c[i] = deepCopy(v)
+			c[i] = redactCopy(v)
 		}
 		return c
-	}
-	return v
-}
-
-// setPath replaces the value at parts, when present.
-func setPath(data any, parts []string, val any) {
-	cur := data
-	for i, p := range parts {
-		last := i == len(parts)-1
-		switch x := cur.(type) {
-		case map[string]any:
-			v, ok := x[p]
-			if !ok {
-				return
-			}
-			if last {
-				x[p] = val
-				return
-			}
-			cur = v
-		case []any:
-			n, err := strconv.Atoi(p)
-			if err != nil || n < 0 || n >= len(x) {
-				return
-			}
-			if last {
-				x[n] = val
-				return
-			}
-			cur = x[n]
-		default:
-			return
+	case string:
+		if IsPAN(x) {
+			return Redacted
+		}
+	case float64:
+		if floatIsPAN(x) {
+			return Redacted
+		}
+	case json.Number:
+		if IsPAN(string(x)) {
+			return Redacted
 		}
 	}
+	return v
 }
 
 func quarantineView(r store.QuarantineRecord) QuarantineRecord {

@@ -15,7 +15,7 @@ const (
 	// MaxSelectorLen is the longest selector text accepted, in bytes.
 	MaxSelectorLen = 1024
 	// MaxSelectorSegments is the largest number of '/'-separated segments
-	// accepted, counting a trailing '*'.
+	// accepted, counting a '*' and the segments ignored after it.
 	MaxSelectorSegments = 32
 )
 
@@ -27,7 +27,8 @@ const (
 //	/narf                  field narf is present (also /narf= and /narf=*)
 //	/customer.tier=gold    dotted keys walk into objects and arrays
 //	/0=foo                 on array data, an integer key is an index
-//	/kind=chat/*           a trailing * adds nothing; nothing may follow it
+//	/kind=chat/*           a * segment ends the selector: it and whatever
+//	                       follows it are ignored (/kind=chat/*/x is /kind=chat)
 //
 // A Selector is immutable and safe for concurrent use. Match never re-parses
 // and does not allocate for the JSON value types.
@@ -61,6 +62,12 @@ type selPart struct {
 // an *Error with code SELECTOR_INVALID (errors.Is(err, ErrInvalid) holds);
 // a malformed selector never degrades to match-all. The error message names
 // a byte offset, never the selector text.
+//
+// A segment that is exactly '*' ends the selector, as in mesgd: it matches
+// everything from there on, so the text after it is not parsed and adds
+// nothing ("/foo=bar/*/narf=borf" is "/foo=bar"). Only the checks on the
+// whole text (length, segment count, UTF-8, control characters) still
+// apply to it.
 func ParseSelector(s string) (Selector, error) {
 	switch {
 	case s == "":
@@ -90,22 +97,21 @@ func ParseSelector(s string) (Selector, error) {
 	}
 	terms := make([]selTerm, 0, n)
 	off := 1 // byte offset of the current segment in s
-	for i := range n {
+	for range n {
 		seg, tail, _ := strings.Cut(rest, "/")
-		switch {
-		case seg == "":
-			return Selector{}, selectorError("empty segment at byte %d", off)
-		case seg == "*":
-			if i != n-1 {
-				return Selector{}, selectorError("segment after '*' at byte %d", off+2)
-			}
-		default:
-			t, err := parseTerm(seg, off)
-			if err != nil {
-				return Selector{}, err
-			}
-			terms = append(terms, t)
+		if seg == "*" {
+			// As mesgd parses paths: '*' matches everything from here on,
+			// so whatever follows it is not read at all.
+			break
 		}
+		if seg == "" {
+			return Selector{}, selectorError("empty segment at byte %d", off)
+		}
+		t, err := parseTerm(seg, off)
+		if err != nil {
+			return Selector{}, err
+		}
+		terms = append(terms, t)
 		off += len(seg) + 1
 		rest = tail
 	}
@@ -250,7 +256,8 @@ func selectorError(format string, args ...any) *Error {
 }
 
 // String returns the canonical form: segments sorted and deduplicated,
-// "key=" and "key=*" written as "key", a trailing "*" dropped, escapes
+// "key=" and "key=*" written as "key", a "*" segment and everything after
+// it dropped, escapes
 // written only where needed in upper case. The zero Selector is "/".
 // ParseSelector(s.String()) returns a selector Equal to s.
 func (s Selector) String() string {

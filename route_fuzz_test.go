@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,11 @@ func FuzzParseSelector(f *testing.F) {
 		{"/名前=値", `{"名前":"値"}`},
 		{"/0.0.0=x", `[[["x"]]]`},
 		{"/id=12345678901234567891", `{"id":12345678901234567891}`},
+		// As mesgd: what follows a '*' segment is ignored.
+		{"/foo=bar/*/narf=borf", `{"foo":"bar","narf":"blat"}`},
+		{"/foo=bar/*/narf=borf", `{"foo":"bar","narf":"borf"}`},
+		{"/*/a", `{}`},
+		{"/a=1/*//%zz/*", `{"a":1}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.sel, []byte(s.data))
@@ -69,6 +75,20 @@ func FuzzParseSelector(f *testing.F) {
 		if len(canon) > len(s) {
 			t.Fatalf("canonical %q is longer than %q", canon, s)
 		}
+		// A '*' segment ends a selector, as in mesgd: anything after it
+		// (here the input itself) is ignored, by Match and by the index.
+		sels := []Selector{sel}
+		starred := strings.TrimSuffix(canon, "/") + "/*" + s
+		if len(starred) <= MaxSelectorLen && strings.Count(starred, "/") <= MaxSelectorSegments {
+			tail, err := ParseSelector(starred)
+			if err != nil {
+				t.Fatalf("%q does not parse: %v", starred, err)
+			}
+			if !tail.Equal(sel) || tail.String() != canon {
+				t.Fatalf("%q parses to %q, not %q", starred, tail, canon)
+			}
+			sels = append(sels, tail)
+		}
 
 		for _, useNumber := range []bool{false, true} {
 			d := json.NewDecoder(bytes.NewReader(data))
@@ -83,13 +103,18 @@ func FuzzParseSelector(f *testing.F) {
 			if again.Match(v) != got {
 				t.Fatalf("%q and its canonical %q disagree", s, canon)
 			}
-			var idx SelectorIndex[int]
-			idx.Add(sel, 1)
-			if n := len(idx.AppendMatches(nil, v)); (n == 1) != got || n > 1 {
-				t.Fatalf("index returned %d matches for %q, Match says %v", n, s, got)
-			}
-			if !idx.Remove(again, 1) || idx.Len() != 0 || !idx.root.empty() {
-				t.Fatalf("remove of %q left the index non-empty", canon)
+			for _, sel := range sels {
+				if sel.Match(v) != got {
+					t.Fatalf("%q and %q disagree", sel, s)
+				}
+				var idx SelectorIndex[int]
+				idx.Add(sel, 1)
+				if n := len(idx.AppendMatches(nil, v)); (n == 1) != got || n > 1 {
+					t.Fatalf("index returned %d matches for %q, Match says %v", n, s, got)
+				}
+				if !idx.Remove(again, 1) || idx.Len() != 0 || !idx.root.empty() {
+					t.Fatalf("remove of %q left the index non-empty", canon)
+				}
 			}
 		}
 	})

@@ -49,6 +49,14 @@ func TestParseSelectorCanonical(t *testing.T) {
 		{"/a=b/a=b", "/a=b"},
 		{"/a=c/a=b", "/a=b/a=c"},
 		{"/a=b/*", "/a=b"},
+		// As mesgd: a '*' segment ends the selector; what follows is ignored.
+		{"/foo=bar/*/narf=borf", "/foo=bar"},
+		{"/*/a", "/"},
+		{"/*/*", "/"},
+		{"/*/", "/"},
+		{"/a=b/*/c", "/a=b"},
+		{"/b/a/*/c/d=e", "/a/b"},
+		{"/a/*/%zz/=x/a..b//a*", "/a"},
 		{"/foo=bar/narf", "/foo=bar/narf"},
 		{"/customer.tier=gold", "/customer.tier=gold"},
 		{"/items.0.sku", "/items.0.sku"},
@@ -90,16 +98,15 @@ func TestParseSelectorInvalid(t *testing.T) {
 		{"double slash", "//"},
 		{"empty middle segment", "/a//b"},
 		{"trailing slash", "/a/"},
-		{"trailing slash after star", "/*/"},
 		{"empty key", "/=x"},
 		{"empty key no value", "/="},
 		{"empty key part", "/a..b"},
 		{"leading dot", "/.a"},
 		{"trailing dot", "/a."},
 		{"trailing dot with value", "/a.=x"},
-		{"segment after star", "/*/a"},
-		{"star after star", "/*/*"},
-		{"segment after middle star", "/a=b/*/c"},
+		{"control character after star", "/a/*/b\x00"},
+		{"invalid UTF-8 after star", "/a/*/\xff"},
+		{"too long with star", "/a/*/" + strings.Repeat("v", MaxSelectorLen-4)},
 		{"star key with value", "/*=x"},
 		{"star key part", "/a.*"},
 		{"star inside key", "/a*"},
@@ -160,6 +167,15 @@ func TestSelectorMatch(t *testing.T) {
 		{"/*", `[]`, true},
 		{"/kind=chat/*", chat, true},
 		{"/kind=chat/*", foo, false},
+
+		// As mesgd: '*' matches everything from there on, so a segment
+		// after it is ignored.
+		{"/foo=bar/*/narf=borf", foo, true},
+		{"/foo=bar/*/narf=borf", `{"foo":"bar"}`, true},
+		{"/foo=bar/*/narf=borf", `{"foo":"baz","narf":"borf"}`, false},
+		{"/*/kind=other", chat, true},
+		{"/*/kind=other", `null`, true},
+		{"/kind=chat/*/room=kitchen/missing", chat, true},
 
 		// Equality on strings is exact.
 		{"/kind=chat", chat, true},
@@ -485,6 +501,12 @@ func randSelectorText(r *rand.Rand) string {
 	}
 	if n == 0 || r.IntN(8) == 0 {
 		b.WriteString("/*")
+		// As mesgd: whatever follows a '*' segment is ignored, even text
+		// that would not parse on its own.
+		for range r.IntN(3) {
+			b.WriteByte('/')
+			b.WriteString([]string{"a=x", "b", "*", "", "a..b", "%zz", "c=*"}[r.IntN(7)])
+		}
 	}
 	return b.String()
 }

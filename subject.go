@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults of a subject's delivery settings.
@@ -64,13 +66,122 @@ type qualityRule struct {
 	cond       *condition
 }
 
-// fieldPath is a dot path into data, split once.
+// fieldPath is a dot path into data, split once. parts are the segments as
+// written, for exact lookups (lookupPath); segs are the same segments
+// compiled for the matching of forbidden, tokenized and redacted fields
+// (see fieldPath.find).
 type fieldPath struct {
 	text  string
 	parts []string
+	segs  []pathSeg
 }
 
-func splitPath(p string) fieldPath { return fieldPath{text: p, parts: strings.Split(p, ".")} }
+// pathSeg is one compiled segment of a fieldPath.
+type pathSeg struct {
+	name string
+	// index is the array index name spells, or -1.
+	index int
+	// sameLen holds when every member name that folds to name has
+	// len(name) bytes, so a name of another length is skipped without
+	// folding: name is ASCII without k or s, the only ASCII letters whose
+	// case-fold orbits hold a multi-byte rune (U+212A KELVIN SIGN, U+017F
+	// LATIN SMALL LETTER LONG S).
+	sameLen bool
+}
+
+func splitPath(p string) fieldPath {
+	f := fieldPath{text: p, parts: strings.Split(p, ".")}
+	f.segs = make([]pathSeg, len(f.parts))
+	for i, name := range f.parts {
+		seg := pathSeg{name: name, index: -1, sameLen: true}
+		if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+			seg.index = n
+		}
+		for j := 0; j < len(name); j++ {
+			if c := name[j] | 0x20; name[j] >= utf8.RuneSelf || c == 'k' || c == 's' {
+				seg.sameLen = false
+				break
+			}
+		}
+		f.segs[i] = seg
+	}
+	return f
+}
+
+// matches reports whether the object member name k is the segment's name,
+// ignoring case (Unicode simple folding, as strings.EqualFold).
+func (s *pathSeg) matches(k string) bool {
+	return (len(k) == len(s.name) || !s.sameLen) && (k == s.name || strings.EqualFold(k, s.name))
+}
+
+// find calls fn with every value p matches in data, until fn returns true,
+// and reports whether it did. A segment names an object's members ignoring
+// case, so it matches every member whose name folds to it ("pan", "PAN"
+// and "Pan" alike). Applied to an array, a segment that is an array index
+// picks that element; any other segment applies to every element, through
+// nested arrays too, so card.pan matches {"card":[{"pan":1},{"x":2}]}.
+// Strings, numbers, booleans and null match no further segment.
+func (p *fieldPath) find(data any, fn func(v any) bool) bool {
+	return findSegs(data, p.segs, fn)
+}
+
+func findSegs(cur any, segs []pathSeg, fn func(v any) bool) bool {
+	if len(segs) == 0 {
+		return fn(cur)
+	}
+	s := &segs[0]
+	switch x := cur.(type) {
+	case map[string]any:
+		for k, v := range x {
+			if s.matches(k) && findSegs(v, segs[1:], fn) {
+				return true
+			}
+		}
+	case []any:
+		if s.index >= 0 {
+			return s.index < len(x) && findSegs(x[s.index], segs[1:], fn)
+		}
+		for _, v := range x {
+			if findSegs(v, segs, fn) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// replace sets every value p matches in data (see find) to val.
+func (p *fieldPath) replace(data any, val any) { replaceSegs(data, p.segs, val) }
+
+func replaceSegs(cur any, segs []pathSeg, val any) {
+	s, last := &segs[0], len(segs) == 1
+	switch x := cur.(type) {
+	case map[string]any:
+		for k, v := range x {
+			switch {
+			case !s.matches(k):
+			case last:
+				x[k] = val
+			default:
+				replaceSegs(v, segs[1:], val)
+			}
+		}
+	case []any:
+		if s.index >= 0 {
+			switch {
+			case s.index >= len(x):
+			case last:
+				x[s.index] = val
+			default:
+				replaceSegs(x[s.index], segs[1:], val)
+			}
+			return
+		}
+		for _, v := range x {
+			replaceSegs(v, segs, val)
+		}
+	}
+}
 
 // compileSubject compiles p against the catalog's schemas.
 func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error) {
