@@ -19,8 +19,8 @@
 // and finally duplicate detection in the store. The first gate that does not
 // allow decides. A refusal is returned as *Error carrying a stable Code and
 // the Decision; where the subject's policy says so the message is kept in
-// quarantine with every forbidden and tokenized field replaced by
-// "[REDACTED]". Every decision and lifecycle event is an AuditRecord in a
+// quarantine with every forbidden and tokenized field, and every card
+// number anywhere in its data, replaced by "[REDACTED]". Every decision and lifecycle event is an AuditRecord in a
 // SHA-256 hash chain that VerifyAudit checks.
 //
 // # Delivery
