@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"pigeon/internal/jsontext"
 )
 
 // decodeValue decodes one JSON document into the same values encoding/json
@@ -235,13 +237,13 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 			case 't':
 				buf = append(buf, '\t')
 			case 'u':
-				r, ok := hex4(d.s, i)
+				r, ok := jsontext.Hex4(d.s, i)
 				if !ok {
 					return "", errSyntax
 				}
 				i += 4
 				if utf16.IsSurrogate(r) {
-					if r2, ok := hex4(d.s, i+2); ok && i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
+					if r2, ok := jsontext.Hex4(d.s, i+2); ok && i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
 							i += 6
 							buf = utf8.AppendRune(buf, dec)
@@ -269,68 +271,16 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 	return "", errSyntax
 }
 
-func hex4(s string, i int) (rune, bool) {
-	if i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range []byte(s[i : i+4]) {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r*16 + rune(c)
-	}
-	return r, true
-}
-
 // number scans a JSON number and parses it as float64.
 func (d *valueDecoder) number() (any, error) {
-	s, i := d.s, d.i
-	if s[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(s) && s[i] == '0':
-		i++
-	case i < len(s) && s[i] >= '1' && s[i] <= '9':
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	default:
+	end, ok := jsontext.NumberEnd(d.s, d.i)
+	if !ok {
 		return nil, errSyntax
 	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if i >= len(s) || s[i] < '0' || s[i] > '9' {
-			return nil, errSyntax
-		}
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if i >= len(s) || s[i] < '0' || s[i] > '9' {
-			return nil, errSyntax
-		}
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	}
-	f, err := strconv.ParseFloat(s[d.i:i], 64)
+	f, err := strconv.ParseFloat(d.s[d.i:end], 64)
 	if err != nil {
 		return nil, errSyntax
 	}
-	d.i = i
+	d.i = end
 	return f, nil
 }

@@ -335,7 +335,7 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 			case 't':
 				r = '\t'
 			case 'u':
-				u, ok := hex4(v.in, v.i+2)
+				u, ok := Hex4(v.in, v.i+2)
 				if !ok {
 					return nil, false, v.fail(KindSyntax)
 				}
@@ -343,7 +343,7 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 				if utf16.IsSurrogate(u) {
 					lo, ok := rune(0), false
 					if v.i+7 < len(v.in) && v.in[v.i+6] == '\\' && v.in[v.i+7] == 'u' {
-						lo, ok = hex4(v.in, v.i+8)
+						lo, ok = Hex4(v.in, v.i+8)
 					}
 					if !ok || u >= 0xDC00 || lo < 0xDC00 || lo > 0xDFFF {
 						return nil, false, v.fail(KindInvalidUTF8)
@@ -379,12 +379,17 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 	return nil, false, v.fail(KindSyntax)
 }
 
-func hex4(b []byte, i int) (rune, bool) {
-	if i+4 > len(b) {
+// Text is the input the scanners read: a string or a byte slice.
+type Text interface{ ~string | ~[]byte }
+
+// Hex4 reads the four hex digits of a \u escape at s[i:i+4].
+func Hex4[T Text](s T, i int) (rune, bool) {
+	if i+4 > len(s) {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[i : i+4] {
+	for j := i; j < i+4; j++ {
+		c := s[j]
 		switch {
 		case c >= '0' && c <= '9':
 			c -= '0'
@@ -400,45 +405,52 @@ func hex4(b []byte, i int) (rune, bool) {
 	return r, true
 }
 
-func (v *validator) number() error {
-	in, i := v.in, v.i
-	if in[i] == '-' {
+// NumberEnd scans the JSON number (RFC 8259 grammar) that starts at s[i]
+// and returns the index just past it; ok is false when the text there is
+// not a number, with end where the scan stopped.
+func NumberEnd[T Text](s T, i int) (end int, ok bool) {
+	if i < len(s) && s[i] == '-' {
 		i++
 	}
 	switch {
-	case i < len(in) && in[i] == '0':
+	case i < len(s) && s[i] == '0':
 		i++
-	case i < len(in) && in[i] >= '1' && in[i] <= '9':
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			i++
 		}
 	default:
-		v.i = i
+		return i, false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return i, false
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return i, false
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	}
+	return i, true
+}
+
+func (v *validator) number() error {
+	end, ok := NumberEnd(v.in, v.i)
+	v.i = end
+	if !ok {
 		return v.fail(KindSyntax)
 	}
-	if i < len(in) && in[i] == '.' {
-		i++
-		if i >= len(in) || in[i] < '0' || in[i] > '9' {
-			v.i = i
-			return v.fail(KindSyntax)
-		}
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
-		i++
-		if i < len(in) && (in[i] == '+' || in[i] == '-') {
-			i++
-		}
-		if i >= len(in) || in[i] < '0' || in[i] > '9' {
-			v.i = i
-			return v.fail(KindSyntax)
-		}
-		for i < len(in) && in[i] >= '0' && in[i] <= '9' {
-			i++
-		}
-	}
-	v.i = i
 	return nil
 }
