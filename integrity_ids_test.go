@@ -173,15 +173,7 @@ func TestRequestIDCannotBeHijacked(t *testing.T) {
 		m, err := checkout.Request(rctx, victim)
 		done <- answer{m, err}
 	}()
-	// Wait until the victim's request is stored.
-	var req *pigeon.Message
-	require.Eventually(t, func() bool {
-		got, err := gateway.Receive(ctx, "payments.authorize", 1)
-		if err == nil && len(got) == 1 {
-			req = got[0]
-		}
-		return req != nil
-	}, 5*time.Second, time.Millisecond)
+	req := receiveOne(t, gateway, "payments.authorize") // the victim's request is stored
 	require.Equal(t, "req-victim", req.ID)
 
 	// The thief asks with the same id: refused, from another principal
@@ -248,14 +240,7 @@ func TestReplyDroppedWhenRequesterLosesContract(t *testing.T) {
 		_, err := checkout.Request(rctx, demo.Payment("o-1"))
 		done <- err
 	}()
-	var req *pigeon.Message
-	require.Eventually(t, func() bool {
-		got, err := gateway.Receive(ctx, "payments.authorize", 1)
-		if err == nil && len(got) == 1 {
-			req = got[0]
-		}
-		return req != nil
-	}, 5*time.Second, time.Millisecond)
+	req := receiveOne(t, gateway, "payments.authorize")
 	p := checkout.(interface{ Caller() pigeon.Caller }).Caller().Principal
 	require.NoError(t, f.e.RevokeContract(ctx, p, checkout.Contract().ID()))
 	_, err := gateway.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
@@ -298,4 +283,18 @@ func TestReceiveSettled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// receiveOne polls s until one message of subject arrives.
+func receiveOne(t *testing.T, s pigeon.Session, subject string) *pigeon.Message {
+	t.Helper()
+	var m *pigeon.Message
+	require.Eventually(t, func() bool {
+		got, err := s.Receive(ctx, subject, 1)
+		if err == nil && len(got) == 1 {
+			m = got[0]
+		}
+		return m != nil
+	}, 5*time.Second, time.Millisecond)
+	return m
 }
