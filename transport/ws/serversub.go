@@ -3,6 +3,7 @@ package ws
 import (
 	"context"
 	"errors"
+	"fmt"
 	"pigeon/internal/jsonenc"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,8 @@ type serverSub struct {
 var (
 	errNacked  = errors.New("ws: the client nacked the delivery")
 	errAckWait = errors.New("ws: the client did not answer within the ack wait")
+	// errUnsubscribed: the client unsubscribed before answering.
+	errUnsubscribed = errors.New("ws: the client unsubscribed before answering")
 )
 
 func newServerSub(c *conn, ackWait time.Duration) *serverSub {
@@ -87,15 +90,22 @@ func (ss *serverSub) end() {
 	<-ss.sub.Done()
 }
 
-// handle is the engine handler of the subscription.
+// handle is the engine handler of the subscription. A delivery that never
+// went out (the subscription or connection is ending, the write queue is
+// stalled) is ErrUndelivered: back to the group at once, no attempt spent.
+// One that went out is answered by the client, or fails when the ack wait
+// passes; when the client unsubscribes first it is given back uncounted
+// (the Go client leaves unanswered only what no handler saw), and when the
+// connection or the engine subscription ends first it is given back at
+// once as a spent attempt: the client may have seen it.
 func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	select {
 	case <-ss.readyCh:
 	case <-ctx.Done():
-		return ctx.Err()
+		return undelivered(ctx.Err())
 	}
 	if ss.ended.Load() {
-		return errGone
+		return undelivered(errGone)
 	}
 	id := d.Message.ID
 	ch := make(chan answer, 1)
@@ -104,7 +114,10 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	ss.mu.Unlock()
 	defer ss.forget(id, ch)
 	if err := ss.c.send(ctx, encodeDeliver(make([]byte, 0, 512+len(d.Message.Data)), ss.id, d.Message, d.Attempt)); err != nil {
-		return err
+		// This consumer cannot take deliveries any more: stop competing
+		// for them, or the group would hand them straight back to it.
+		ss.stop()
+		return undelivered(err)
 	}
 	t := time.NewTimer(ss.ackWait)
 	defer t.Stop()
@@ -120,10 +133,25 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	case <-t.C:
 		return errAckWait
 	case <-ctx.Done():
-		return ctx.Err()
+		if ss.c.ctx.Err() == nil && ss.ended.Load() {
+			return undelivered(errUnsubscribed)
+		}
+		return pigeon.RetryAfter(0, ctx.Err())
 	case <-ss.c.ctx.Done():
-		return errGone
+		return pigeon.RetryAfter(0, errGone)
 	}
+}
+
+// undelivered marks err as a delivery that never reached the client.
+func undelivered(err error) error { return fmt.Errorf("%w: %w", pigeon.ErrUndelivered, err) }
+
+// stop ends the engine subscription without waiting for its handlers (a
+// handler may call it).
+func (ss *serverSub) stop() {
+	ss.ended.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = ss.sub.Unsubscribe(ctx) // stops at once; waiting is end's business
 }
 
 func (ss *serverSub) forget(id string, ch chan answer) {
