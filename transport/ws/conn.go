@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -103,6 +104,13 @@ func (c *conn) readLoop() {
 		if typ != websocket.MessageText {
 			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, "frames are JSON text"))
 			continue
+		}
+		if !utf8.Valid(buf.Bytes()) {
+			// RFC 6455 §8.1: a text message must be UTF-8; the WebSocket
+			// library leaves that check to us.
+			c.srv.stats.badText.Add(1)
+			c.close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
+			return
 		}
 		f, err := DecodeFrame(buf.Bytes())
 		if err != nil {

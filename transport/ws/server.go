@@ -30,7 +30,7 @@ type Server struct {
 }
 
 type counters struct {
-	open, accepted, refused, stalled, tooBig, pingTimeouts, rateLimited atomic.Int64
+	open, accepted, refused, stalled, tooBig, badText, pingTimeouts, rateLimited atomic.Int64
 }
 
 // Stats are a server's counters since it started.
@@ -42,8 +42,9 @@ type Stats struct {
 	Accepted, Refused int64
 	// Stalled counts connections closed with 1008 because their write queue
 	// stayed full; PingTimeouts those closed because a pong never came;
-	// TooBig those closed with 1009.
-	Stalled, PingTimeouts, TooBig int64
+	// TooBig those closed with 1009; InvalidText those closed with 1007
+	// because a text frame was not UTF-8.
+	Stalled, PingTimeouts, TooBig, InvalidText int64
 	// RateLimited counts frames answered RATE_LIMITED.
 	RateLimited int64
 }
@@ -57,7 +58,7 @@ func NewServer(e *pigeon.Engine, opts *Options) *Server {
 func (s *Server) Stats() Stats {
 	c := &s.stats
 	return Stats{Open: c.open.Load(), Accepted: c.accepted.Load(), Refused: c.refused.Load(), Stalled: c.stalled.Load(),
-		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), RateLimited: c.rateLimited.Load()}
+		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), InvalidText: c.badText.Load(), RateLimited: c.rateLimited.Load()}
 }
 
 // credential returns the bearer token of an upgrade request: the
