@@ -151,8 +151,12 @@ func TestClientRefusesInvalidServerFrames(t *testing.T) {
 		closed bool
 	}{
 		{"duplicate member", func(id string) []byte { return []byte(`{"op":"pong","re":"` + id + `","op":"error"}`) }, pigeon.CodeDuplicateKey, false},
-		{"lone surrogate", func(id string) []byte { return []byte(`{"op":"messages","re":"` + id + `","messages":[{"id":"\ud800"}]}`) }, pigeon.CodeInvalidUTF8, false},
-		{"not UTF-8", func(id string) []byte { return []byte("{\"op\":\"messages\",\"re\":\"" + id + "\",\"messages\":[{\"id\":\"\xff\"}]}") }, pigeon.CodeSessionClosed, true},
+		{"lone surrogate", func(id string) []byte {
+			return []byte(`{"op":"messages","re":"` + id + `","messages":[{"id":"\ud800"}]}`)
+		}, pigeon.CodeInvalidUTF8, false},
+		{"not UTF-8", func(id string) []byte {
+			return []byte("{\"op\":\"messages\",\"re\":\"" + id + "\",\"messages\":[{\"id\":\"\xff\"}]}")
+		}, pigeon.CodeSessionClosed, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := ws.Dial(ctx, fakeServer(t, tc.answer), "token", []string{"chat.messages"})
