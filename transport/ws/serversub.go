@@ -2,6 +2,7 @@ package ws
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"pigeon/internal/jsonenc"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/store"
 )
 
 // serverSub is the server side of one WebSocket subscription: an engine
@@ -113,7 +115,14 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	ss.pending[id] = ch
 	ss.mu.Unlock()
 	defer ss.forget(id, ch)
-	if err := ss.c.send(ctx, encodeDeliver(make([]byte, 0, 512+len(d.Message.Data)), ss.id, d.Message, d.Attempt)); err != nil {
+	b, n, err := ss.frame(ctx, d)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // trimmed by retention while it waited: nothing left to deliver
+	}
+	if err == nil {
+		err = ss.c.enqueue(ctx, b, n)
+	}
+	if err != nil {
 		// This consumer cannot take deliveries any more: stop competing
 		// for them, or the group would hand them straight back to it.
 		ss.stop()
@@ -140,6 +149,52 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	case <-ss.c.ctx.Done():
 		return pigeon.RetryAfter(0, errGone)
 	}
+}
+
+// frame renders the deliver frame of d once the connection's write budgets
+// have room for it, and returns it with the bytes it holds. A client that
+// reads slowly makes deliveries wait here: d's data is let go meanwhile
+// and read back from the store when there is room, so that what waits for
+// a slow client is bounded by the budgets, not by maxInFlight times the
+// message size. d.Message is nil afterwards: the frame is all that is kept.
+func (ss *serverSub) frame(ctx context.Context, d *pigeon.Delivery) ([]byte, int64, error) {
+	m := d.Message
+	d.Message = nil
+	n := int64(len(m.Data)) + frameOverhead
+	if !ss.c.tryReserve(n) {
+		meta := *m
+		meta.Data = nil
+		m = &meta
+		if err := ss.c.reserve(ctx, n); err != nil {
+			return nil, 0, err
+		}
+		data, err := ss.storedData(ctx, m.ID)
+		if err != nil {
+			ss.c.unreserve(n)
+			return nil, 0, err
+		}
+		m.Data = data
+	}
+	return encodeDeliver(make([]byte, 0, n), ss.id, m, d.Attempt), n, nil
+}
+
+// frameOverhead is what a deliver frame adds to the message data, at most
+// for all but unusually long envelope fields.
+const frameOverhead = 1024
+
+// storedData reads the data of message id back from the store.
+func (ss *serverSub) storedData(ctx context.Context, id string) (json.RawMessage, error) {
+	sm, err := ss.c.srv.e.Store().Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(sm.Body, &body); err != nil {
+		return nil, err
+	}
+	return body.Data, nil
 }
 
 // undelivered marks err as a delivery that never reached the client.
