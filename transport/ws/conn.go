@@ -431,6 +431,7 @@ func (c *conn) drain() {
 	c.opMu.Unlock()
 	c.stopSubs()
 	c.ops.Wait()
+	c.stopSubs() // those that subscribe frames worked on meanwhile started
 	select {
 	case c.out <- outFrame{close: websocket.StatusGoingAway, reason: "server shutting down"}:
 	case <-c.ctx.Done():
@@ -445,6 +446,9 @@ func (c *conn) teardown() {
 	c.draining = true
 	c.opMu.Unlock()
 	c.ops.Wait()
+	// A subscribe frame worked on meanwhile may have started one more: its
+	// watcher would keep the connection from ever finishing.
+	c.stopSubs()
 	_ = c.ws.CloseNow()
 	c.bg.Wait()
 	// Frames never written give their bytes back.
