@@ -123,9 +123,13 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 		err = ss.c.enqueue(ctx, b, n)
 	}
 	if err != nil {
-		// This consumer cannot take deliveries any more: stop competing
-		// for them, or the group would hand them straight back to it.
-		ss.stop()
+		if ctx.Err() == nil {
+			// This consumer cannot take deliveries any more: stop
+			// competing for them, or the group would hand them straight
+			// back to it. (An engine subscription that is ending tells
+			// the client why itself.)
+			ss.stop()
+		}
 		return undelivered(err)
 	}
 	t := time.NewTimer(ss.ackWait)
