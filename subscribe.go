@@ -37,6 +37,13 @@ func (e *RetryError) Unwrap() error { return e.Err }
 // the next attempt after delay.
 func RetryAfter(delay time.Duration, err error) error { return &RetryError{Delay: delay, Err: err} }
 
+// ErrUndelivered is what a transport's handler returns (or wraps) when a
+// delivery of a work-queue or request/reply subject never reached its
+// consumer, which is going away: the message goes back to the group at
+// once and the attempt does not count, so the next consumer sees the same
+// attempt number and no attempt is spent on a consumer that never saw it.
+var ErrUndelivered = errors.New("pigeon: the delivery did not reach the consumer")
+
 // retryDelay is the delay a handler error asks for, or the backoff.
 func (e *Engine) retryDelay(s *subject, attempt int, err error) time.Duration {
 	var re *RetryError
@@ -684,6 +691,16 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 	if handlerErr == nil {
 		return e.markDone(ctx, g, seq)
 	}
+	if errors.Is(handlerErr, ErrUndelivered) {
+		// Back at once, as the attempt before it. The store keeps the
+		// higher count until the next lease writes it again: after a crash
+		// in between, the message has spent one attempt too many, never
+		// one too few.
+		delete(g.leases, seq)
+		g.attempts[seq] = l.attempt - 1
+		g.retry = append(g.retry, seq)
+		return nil
+	}
 	l.busy = false
 	l.holder = ""
 	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
@@ -700,10 +717,16 @@ func (e *Engine) releaseLeases(s *subscription) {
 	}
 	g.mu.Lock()
 	now := e.now()
-	for _, l := range g.leases {
-		if l.holder == s.id {
-			l.holder, l.busy, l.deadline = "", false, now
+	for seq, l := range g.leases {
+		if l.holder != s.id {
+			continue
 		}
+		if !l.busy {
+			// Leased as the subscription stopped, never handed to the
+			// handler: the attempt does not count.
+			g.attempts[seq] = l.attempt - 1
+		}
+		l.holder, l.busy, l.deadline = "", false, now
 	}
 	g.mu.Unlock()
 	e.pokeGroup(s.subj.name)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -140,15 +141,30 @@ func (cc *clientConn) readLoop() {
 	defer cc.bg.Done()
 	var buf bytes.Buffer
 	for {
-		_, err := readMessage(cc.ctx, cc.ws, &buf)
+		typ, err := readMessage(cc.ctx, cc.ws, &buf)
 		if err != nil {
 			cc.fail(err)
+			return
+		}
+		if typ == websocket.MessageText && !utf8.Valid(buf.Bytes()) {
+			// RFC 6455 §8.1, as the server does: close with 1007.
+			cc.s.o.logger.Warn("pigeon ws: the server sent a text frame that is not UTF-8; closing")
+			if cc.end(pigeon.NewError(pigeon.CodeSessionClosed, "the server sent a frame that is not UTF-8; call Reconnect")) {
+				_ = cc.ws.Close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
+				cc.cancel()
+			}
 			return
 		}
 		f, err := DecodeFrame(buf.Bytes())
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
-			continue
+			if f == nil || f.Re == "" {
+				continue
+			}
+			// The call it answers fails with the reason rather than
+			// waiting for an answer that never comes.
+			we := EncodeError(err)
+			f = &Frame{Op: OpError, Re: f.Re, Error: &we}
 		}
 		switch f.Op {
 		case OpDeliver:

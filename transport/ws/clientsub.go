@@ -226,36 +226,35 @@ func (cs *clientSub) finish(err error) {
 	close(cs.done)
 }
 
-// deliver runs on the reader: it starts the handler for one deliver frame,
-// or nacks the delivery at once when no running subscription wants it.
+// deliver runs on the reader: it starts the handler for one deliver frame.
+// A delivery that no running subscription wants is left unanswered: the
+// unsubscribe that ends its server subscription gives it back to the group
+// at once, without spending an attempt on a consumer that never saw it.
 func (s *Session) deliver(cc *clientConn, f *Frame) {
+	m := f.Message
+	if m == nil || m.ID == "" {
+		// Nothing to hand over or answer; the ack wait gives it back.
+		s.o.logger.Warn("pigeon ws: deliver frame without a message; ignored", "sub", f.Sub)
+		return
+	}
 	s.mu.Lock()
 	cs := s.bySID[f.Sub]
 	s.mu.Unlock()
-	if cs != nil {
-		cs.mu.Lock()
-		if cs.stopping {
-			cs = nil
-		} else {
-			cs.running.Add(1)
-		}
-		cs.mu.Unlock()
-	}
-	m := f.Message
-	if m == nil && cs != nil {
-		cs.running.Done()
-		cs = nil
-	}
 	if cs == nil {
-		// No running subscription wants it: give it back, and end a server
-		// subscription the client no longer knows (one whose subscribe
-		// call gave up before the answer came).
-		s.goBG(func() {
-			if m != nil {
-				s.settle(cc, f.Sub, m.ID, errGone)
-			}
-			s.endOrphan(cc, f.Sub)
-		})
+		// A server subscription the client does not know (its subscribe
+		// call gave up before the answer came): end it.
+		s.goBG(func() { s.endOrphan(cc, f.Sub) })
+		return
+	}
+	cs.mu.Lock()
+	stopping := cs.stopping
+	if !stopping {
+		cs.running.Add(1)
+	}
+	cs.mu.Unlock()
+	if stopping {
+		// Unsubscribing: its unsubscribe follows once the running
+		// handlers have answered, or the server already ended it.
 		return
 	}
 	id := m.ID

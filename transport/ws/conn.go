@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -30,6 +31,8 @@ type conn struct {
 	cancel context.CancelFunc
 
 	out       chan outFrame
+	budget    budget        // bytes of the frames in out (and being written)
+	written   atomic.Uint64 // frames written: progress, for the stall timeout
 	stalled   atomic.Bool
 	closeOnce sync.Once
 
@@ -49,10 +52,12 @@ type conn struct {
 	bg     sync.WaitGroup
 }
 
-// outFrame is one queued write: a data frame, or (close != 0) the close
-// that ends a graceful drain after every frame queued before it.
+// outFrame is one queued write: a data frame holding n bytes of the write
+// budgets, or (close != 0) the close that ends a graceful drain after every
+// frame queued before it.
 type outFrame struct {
 	b      []byte
+	n      int64
 	close  websocket.StatusCode
 	reason string
 }
@@ -64,7 +69,8 @@ var (
 
 func newConn(s *Server, wsc *websocket.Conn, cork *corkConn, p *pigeon.Principal, region string) *conn {
 	c := &conn{srv: s, ws: wsc, cork: cork, principal: p, region: region, out: make(chan outFrame, s.opts.WriteQueue),
-		subs: map[string]*serverSub{}, sem: make(chan struct{}, s.opts.MaxInFlight),
+		budget: budget{limit: s.opts.WriteQueueBytes},
+		subs:   map[string]*serverSub{}, sem: make(chan struct{}, s.opts.MaxInFlight),
 		bucket: newBucket(s.opts.PublishRate, s.opts.PublishBurst)}
 	c.caller = pigeon.Caller{Principal: p, Region: region}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -103,6 +109,13 @@ func (c *conn) readLoop() {
 		if typ != websocket.MessageText {
 			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, "frames are JSON text"))
 			continue
+		}
+		if !utf8.Valid(buf.Bytes()) {
+			// RFC 6455 §8.1: a text message must be UTF-8; the WebSocket
+			// library leaves that check to us.
+			c.srv.stats.badText.Add(1)
+			c.close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
+			return
 		}
 		f, err := DecodeFrame(buf.Bytes())
 		if err != nil {
@@ -203,30 +216,114 @@ func (c *conn) begin() bool {
 	return true
 }
 
-// send queues one frame. When the queue stays full for the stall timeout
-// the connection is closed with 1008 and send fails.
+// send queues one frame. It waits while the connection's write queue or
+// write budgets are full; when its own frames make no progress for the
+// stall timeout the connection is closed with 1008 and send fails.
 func (c *conn) send(ctx context.Context, b []byte) error {
+	n := int64(len(b))
+	if err := c.reserve(ctx, n); err != nil {
+		return err
+	}
+	return c.enqueue(ctx, b, n)
+}
+
+// enqueue queues a frame that holds n reserved bytes; on failure it gives
+// them back.
+func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
 	if c.stalled.Load() {
+		c.unreserve(n)
 		return errStalled
 	}
 	select {
-	case c.out <- outFrame{b: b}:
+	case c.out <- outFrame{b: b, n: n}:
 		return nil
 	default:
 	}
 	t := time.NewTimer(c.srv.opts.StallTimeout)
 	defer t.Stop()
 	select {
-	case c.out <- outFrame{b: b}:
+	case c.out <- outFrame{b: b, n: n}:
 		return nil
 	case <-t.C:
+		c.unreserve(n)
 		c.stall()
 		return errStalled
 	case <-ctx.Done():
+		c.unreserve(n)
 		return ctx.Err()
 	case <-c.ctx.Done():
+		c.unreserve(n)
 		return errGone
 	}
+}
+
+// tryReserve takes n bytes of the connection's and the server's write
+// budgets when both have room.
+func (c *conn) tryReserve(n int64) bool {
+	ok, _ := c.reserveOnce(n)
+	return ok
+}
+
+// reserveOnce takes n bytes of the connection's budget and then of the
+// server's, unless either is spent; the channel it returns then is closed
+// when the one that is spent gets bytes back.
+func (c *conn) reserveOnce(n int64) (ok bool, wait <-chan struct{}) {
+	ok, first, wait := c.budget.take(n, false)
+	if !ok {
+		return false, wait
+	}
+	if ok, _, wait = c.srv.budget.take(n, first); !ok {
+		c.budget.give(n)
+		return false, wait
+	}
+	return true, nil
+}
+
+// reserve takes n bytes of the connection's and the server's write
+// budgets, waiting while either is spent. A connection whose writer makes
+// no progress for the stall timeout while it waits is stalled (1008).
+// Waiting on the server's budget alone cannot last: a connection with
+// nothing queued always gets room for one frame.
+func (c *conn) reserve(ctx context.Context, n int64) error {
+	var (
+		t        *time.Timer
+		progress uint64
+	)
+	for {
+		if c.stalled.Load() {
+			return errStalled
+		}
+		ok, wait := c.reserveOnce(n)
+		if ok {
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(c.srv.opts.StallTimeout)
+			defer t.Stop()
+			progress = c.written.Load()
+		}
+		select {
+		case <-wait:
+		case <-t.C:
+			if c.written.Load() == progress {
+				c.stall()
+				return errStalled
+			}
+			progress = c.written.Load()
+			t.Reset(c.srv.opts.StallTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.ctx.Done():
+			return errGone
+		}
+	}
+}
+
+// unreserve gives back n bytes of the write budgets.
+func (c *conn) unreserve(n int64) {
+	// The server's first: it never counts more than its connections do.
+	c.srv.budget.give(n)
+	c.budget.give(n)
 }
 
 // answer queues an error frame answering re.
@@ -274,6 +371,8 @@ func (c *conn) writeLoop() {
 		var err error
 		for n := 0; f.b != nil && err == nil && !c.stalled.Load(); n++ {
 			err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
+			c.unreserve(f.n)
+			c.written.Add(1)
 			f = outFrame{}
 			if n < maxBatch-1 {
 				if f = nextQueued(c.out); n == 0 && f.b != nil {
@@ -284,6 +383,7 @@ func (c *conn) writeLoop() {
 		if e := corkOff(c.cork); err == nil {
 			err = e
 		}
+		c.unreserve(f.n) // a frame taken but not written (stalled)
 		switch {
 		case err != nil:
 			c.abort()
@@ -331,6 +431,7 @@ func (c *conn) drain() {
 	c.opMu.Unlock()
 	c.stopSubs()
 	c.ops.Wait()
+	c.stopSubs() // those that subscribe frames worked on meanwhile started
 	select {
 	case c.out <- outFrame{close: websocket.StatusGoingAway, reason: "server shutting down"}:
 	case <-c.ctx.Done():
@@ -345,6 +446,18 @@ func (c *conn) teardown() {
 	c.draining = true
 	c.opMu.Unlock()
 	c.ops.Wait()
+	// A subscribe frame worked on meanwhile may have started one more: its
+	// watcher would keep the connection from ever finishing.
+	c.stopSubs()
 	_ = c.ws.CloseNow()
 	c.bg.Wait()
+	// Frames never written give their bytes back.
+	for {
+		select {
+		case f := <-c.out:
+			c.unreserve(f.n)
+		default:
+			return
+		}
+	}
 }

@@ -12,10 +12,17 @@
 // body before upgrading. On the connection, every client frame is answered
 // by one frame echoing its id; subscriptions push deliver frames and wait
 // for the client's ack or nack, so leases, redelivery, backoff and
-// exhaustion stay the engine's. Each connection has a bounded write queue
-// and its own writer: a slow client holds only its own deliveries and is
-// closed with 1008 when its queue stays full past Options.StallTimeout.
-// Shutdown drains every connection and closes it with 1001.
+// exhaustion stay the engine's; a delivery that never reached the client
+// goes back to its group at once without spending an attempt
+// (pigeon.ErrUndelivered). Each connection has a write queue bounded in
+// frames and in bytes (Options.WriteQueueBytes, and ServerQueueBytes
+// across connections) and its own writer: a slow client holds at most its
+// queue's bytes, its subscriptions falling back to the store, and is closed
+// with 1008 when its writes make no progress past Options.StallTimeout.
+// Frames are refused at the edge as pigeon.CheckJSON refuses ambiguous
+// JSON (DUPLICATE_KEY, INVALID_UTF8); a text frame that is not UTF-8
+// closes the connection with 1007. Shutdown drains every connection and
+// closes it with 1001.
 //
 // # Client
 //

@@ -90,12 +90,24 @@ type Frame struct {
 // DecodeFrame decodes one frame, its envelope included, in one pass. It
 // fails with BAD_REQUEST when b is not a JSON object, has a field of the
 // wrong type, or has no op, and with ENVELOPE_INVALID when only its
-// "message" is malformed. When the frame decoded far enough to have an id,
-// the returned frame is not nil even on error, so the answer can echo it.
+// "message" is malformed. Text that readers could take differently is
+// refused first, as pigeon.CheckJSON says: DUPLICATE_KEY for an object with
+// two members of one name, INVALID_UTF8 for bytes that are not UTF-8 or a
+// lone surrogate escape. When the frame decoded far enough to have an id,
+// the returned frame is not nil even on error, so the answer can echo it
+// (an ambiguous frame gives only its "id" and "re", and only when each is
+// one plain string).
 func DecodeFrame(b []byte) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
+	}
+	if err := pigeon.CheckJSON(b); err != nil {
+		switch pigeon.ErrorCode(err) {
+		case pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8:
+			return frameHead(b), err
+		}
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
 	f := new(Frame)
 	if err := json.Unmarshal(b, f); err != nil {
@@ -118,6 +130,47 @@ func DecodeFrame(b []byte) (*Frame, error) {
 		return f, pigeon.NewError(pigeon.CodeBadRequest, `a frame needs an "op"`)
 	}
 	return f, nil
+}
+
+// frameHead returns the "id" and "re" of a frame that CheckJSON refused
+// but that is JSON all the same, each only when the object has exactly one
+// member of that name and its value is a string CheckJSON accepts; nil
+// when it has neither.
+func frameHead(b []byte) *Frame {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	var (
+		raw   [2]json.RawMessage // id, re
+		count [2]int
+	)
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		for i, name := range [2]string{"id", "re"} {
+			if t == name {
+				raw[i] = v
+				count[i]++
+			}
+		}
+	}
+	var out [2]string
+	for i := range out {
+		if count[i] == 1 && pigeon.CheckJSON(raw[i]) == nil {
+			_ = json.Unmarshal(raw[i], &out[i])
+		}
+	}
+	if out[0] == "" && out[1] == "" {
+		return nil
+	}
+	return &Frame{ID: out[0], Re: out[1]}
 }
 
 // appendHead starts a frame: {"op":OP and, when re is not empty, ,"re":RE.

@@ -3,6 +3,7 @@ package ws_test
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -81,16 +82,22 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"op":"deliver","sub":"s","attempt":2,"message":{}}`,
 		`{"op":"\u0000","id":"\ud800"}`,
 		`{"op":1}`, `[`, `{}`, ` `, `{"op":"a","id":"b","messages":[{},1,"x"]}`,
+		`{"op":"ping","id":"a","id":"b"}`, `{"op":"publish","id":"p","message":{"data":{"k":1,"\u006b":2}}}`, "{\"op\":\"ping\",\"id\":\"\xff\"}",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := ws.DecodeFrame(b)
 		if err != nil {
-			if pigeon.ErrorCode(err) != pigeon.CodeBadRequest {
-				t.Fatalf("error %v is not BAD_REQUEST", err)
+			switch pigeon.ErrorCode(err) {
+			case pigeon.CodeBadRequest, pigeon.CodeEnvelopeInvalid, pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8:
+			default:
+				t.Fatalf("error %v is not BAD_REQUEST, ENVELOPE_INVALID, DUPLICATE_KEY or INVALID_UTF8", err)
 			}
 			return
+		}
+		if !utf8.Valid(b) || pigeon.CheckJSON(b) != nil {
+			t.Fatalf("accepted ambiguous text %q", b)
 		}
 		if fr.Op == "" {
 			t.Fatal("accepted a frame without op")

@@ -134,12 +134,22 @@ func (c *conn) replay(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	return appendMessages(appendHead(nil, OpMessages, f.ID), msgs), nil
 }
 
+// receive answers a pull. When the answer cannot be queued (the
+// connection is going away), leased messages go back to the group at once
+// instead of waiting out their ack wait under a lease nobody saw.
 func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	msgs, err := c.srv.e.Receive(c.ctx, caller, f.Subject, f.Max)
 	if err != nil {
 		return nil, err
 	}
-	return appendMessages(appendHead(nil, OpMessages, f.ID), msgs), nil
+	if err := c.send(c.ctx, appendMessages(appendHead(nil, OpMessages, f.ID), msgs)); err != nil && len(msgs) > 0 {
+		ctx := context.WithoutCancel(c.ctx)
+		for _, m := range msgs {
+			// Not leased on a pubsub subject: nothing to give back there.
+			_ = c.srv.e.Nack(ctx, caller, f.Subject, m.ID, 0)
+		}
+	}
+	return nil, nil
 }
 
 // subscribeOptions turns a subscribe frame into engine options.

@@ -9,6 +9,8 @@ import (
 const (
 	DefaultMaxFrame          = 1 << 20
 	DefaultWriteQueue        = 256
+	DefaultWriteQueueBytes   = 8 << 20
+	DefaultServerQueueBytes  = 256 << 20
 	DefaultStallTimeout      = 10 * time.Second
 	DefaultPingInterval      = 30 * time.Second
 	DefaultPingTimeout       = 15 * time.Second
@@ -31,6 +33,15 @@ type Options struct {
 	// WriteQueue bounds the frames waiting to be written to one connection
 	// (default 256).
 	WriteQueue int
+	// WriteQueueBytes bounds the bytes of the frames waiting to be written
+	// to one connection (default 8 MiB), and ServerQueueBytes those of all
+	// connections together (default 256 MiB). A frame waits for room
+	// before it is encoded; a subscription whose client reads slowly holds
+	// no message data meanwhile, and falls behind to catch up from the
+	// store. One frame is let through however large when nothing else
+	// waits to be written.
+	WriteQueueBytes  int64
+	ServerQueueBytes int64
 	// StallTimeout is how long a connection's write queue may stay full
 	// before the server closes it with status 1008 (default 10 s).
 	StallTimeout time.Duration
@@ -76,6 +87,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.WriteQueue <= 0 {
 		c.WriteQueue = DefaultWriteQueue
+	}
+	if c.WriteQueueBytes <= 0 {
+		c.WriteQueueBytes = DefaultWriteQueueBytes
+	}
+	if c.ServerQueueBytes <= 0 {
+		c.ServerQueueBytes = DefaultServerQueueBytes
 	}
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = DefaultStallTimeout

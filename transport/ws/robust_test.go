@@ -291,3 +291,18 @@ func groupState(t testing.TB, v *env, subject string) string {
 	require.NoError(t, err)
 	return fmt.Sprintf("floor %d, done %d, attempts %v", st.Floor, len(st.Done), st.Attempts)
 }
+
+// A connection that closes while its subscribe frame is being worked on
+// ends that subscription too: nothing keeps the connection from finishing.
+// (Found by FuzzFrames.)
+func TestCloseDuringSubscribeEndsTheSubscription(t *testing.T) {
+	v := newEnv(t, nil)
+	for range 300 {
+		r := v.raw(t, "alice-token")
+		r.negotiate("chat.messages")
+		r.write(`{"op":"subscribe","id":"s","subject":"chat.messages","filter":"message.type == 'chat'"}`)
+		_ = r.c.Close(websocket.StatusNormalClosure, "")
+	}
+	eventually(t, func() bool { return v.srv.Stats().Open == 0 }, "every connection finished: %+v", v.srv.Stats())
+	require.Zero(t, v.srv.Stats().QueuedBytes)
+}

@@ -26,11 +26,12 @@ type Server struct {
 	shutOnce sync.Once
 	drained  chan struct{}
 
-	stats counters
+	budget budget // bytes queued for writing, across connections
+	stats  counters
 }
 
 type counters struct {
-	open, accepted, refused, stalled, tooBig, pingTimeouts, rateLimited atomic.Int64
+	open, accepted, refused, stalled, tooBig, badText, pingTimeouts, rateLimited, queuedPeak atomic.Int64
 }
 
 // Stats are a server's counters since it started.
@@ -42,22 +43,30 @@ type Stats struct {
 	Accepted, Refused int64
 	// Stalled counts connections closed with 1008 because their write queue
 	// stayed full; PingTimeouts those closed because a pong never came;
-	// TooBig those closed with 1009.
-	Stalled, PingTimeouts, TooBig int64
+	// TooBig those closed with 1009; InvalidText those closed with 1007
+	// because a text frame was not UTF-8.
+	Stalled, PingTimeouts, TooBig, InvalidText int64
 	// RateLimited counts frames answered RATE_LIMITED.
 	RateLimited int64
+	// QueuedBytes is the bytes of frames waiting to be written, across
+	// connections (bounded by Options.ServerQueueBytes); QueuedBytesPeak
+	// the most there ever were.
+	QueuedBytes, QueuedBytesPeak int64
 }
 
 // NewServer returns the WebSocket endpoint of e.
 func NewServer(e *pigeon.Engine, opts *Options) *Server {
-	return &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, drained: make(chan struct{})}
+	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, drained: make(chan struct{})}
+	s.budget = budget{limit: s.opts.ServerQueueBytes, peak: &s.stats.queuedPeak}
+	return s
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
 	c := &s.stats
 	return Stats{Open: c.open.Load(), Accepted: c.accepted.Load(), Refused: c.refused.Load(), Stalled: c.stalled.Load(),
-		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), RateLimited: c.rateLimited.Load()}
+		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), InvalidText: c.badText.Load(), RateLimited: c.rateLimited.Load(),
+		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load()}
 }
 
 // credential returns the bearer token of an upgrade request: the

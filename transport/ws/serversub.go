@@ -2,13 +2,16 @@ package ws
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"pigeon/internal/jsonenc"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"pigeon"
+	"pigeon/store"
 )
 
 // serverSub is the server side of one WebSocket subscription: an engine
@@ -32,6 +35,8 @@ type serverSub struct {
 var (
 	errNacked  = errors.New("ws: the client nacked the delivery")
 	errAckWait = errors.New("ws: the client did not answer within the ack wait")
+	// errUnsubscribed: the client unsubscribed before answering.
+	errUnsubscribed = errors.New("ws: the client unsubscribed before answering")
 )
 
 func newServerSub(c *conn, ackWait time.Duration) *serverSub {
@@ -87,15 +92,22 @@ func (ss *serverSub) end() {
 	<-ss.sub.Done()
 }
 
-// handle is the engine handler of the subscription.
+// handle is the engine handler of the subscription. A delivery that never
+// went out (the subscription or connection is ending, the write queue is
+// stalled) is ErrUndelivered: back to the group at once, no attempt spent.
+// One that went out is answered by the client, or fails when the ack wait
+// passes; when the client unsubscribes first it is given back uncounted
+// (the Go client leaves unanswered only what no handler saw), and when the
+// connection or the engine subscription ends first it is given back at
+// once as a spent attempt: the client may have seen it.
 func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	select {
 	case <-ss.readyCh:
 	case <-ctx.Done():
-		return ctx.Err()
+		return undelivered(ctx.Err())
 	}
 	if ss.ended.Load() {
-		return errGone
+		return undelivered(errGone)
 	}
 	id := d.Message.ID
 	ch := make(chan answer, 1)
@@ -103,8 +115,22 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	ss.pending[id] = ch
 	ss.mu.Unlock()
 	defer ss.forget(id, ch)
-	if err := ss.c.send(ctx, encodeDeliver(make([]byte, 0, 512+len(d.Message.Data)), ss.id, d.Message, d.Attempt)); err != nil {
-		return err
+	b, n, err := ss.frame(ctx, d)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // trimmed by retention while it waited: nothing left to deliver
+	}
+	if err == nil {
+		err = ss.c.enqueue(ctx, b, n)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			// This consumer cannot take deliveries any more: stop
+			// competing for them, or the group would hand them straight
+			// back to it. (An engine subscription that is ending tells
+			// the client why itself.)
+			ss.stop()
+		}
+		return undelivered(err)
 	}
 	t := time.NewTimer(ss.ackWait)
 	defer t.Stop()
@@ -120,10 +146,71 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	case <-t.C:
 		return errAckWait
 	case <-ctx.Done():
-		return ctx.Err()
+		if ss.c.ctx.Err() == nil && ss.ended.Load() {
+			return undelivered(errUnsubscribed)
+		}
+		return pigeon.RetryAfter(0, ctx.Err())
 	case <-ss.c.ctx.Done():
-		return errGone
+		return pigeon.RetryAfter(0, errGone)
 	}
+}
+
+// frame renders the deliver frame of d once the connection's write budgets
+// have room for it, and returns it with the bytes it holds. A client that
+// reads slowly makes deliveries wait here: d's data is let go meanwhile
+// and read back from the store when there is room, so that what waits for
+// a slow client is bounded by the budgets, not by maxInFlight times the
+// message size. d.Message is nil afterwards: the frame is all that is kept.
+func (ss *serverSub) frame(ctx context.Context, d *pigeon.Delivery) ([]byte, int64, error) {
+	m := d.Message
+	d.Message = nil
+	n := int64(len(m.Data)) + frameOverhead
+	if !ss.c.tryReserve(n) {
+		meta := *m
+		meta.Data = nil
+		m = &meta
+		if err := ss.c.reserve(ctx, n); err != nil {
+			return nil, 0, err
+		}
+		data, err := ss.storedData(ctx, m.ID)
+		if err != nil {
+			ss.c.unreserve(n)
+			return nil, 0, err
+		}
+		m.Data = data
+	}
+	return encodeDeliver(make([]byte, 0, n), ss.id, m, d.Attempt), n, nil
+}
+
+// frameOverhead is what a deliver frame adds to the message data, at most
+// for all but unusually long envelope fields.
+const frameOverhead = 1024
+
+// storedData reads the data of message id back from the store.
+func (ss *serverSub) storedData(ctx context.Context, id string) (json.RawMessage, error) {
+	sm, err := ss.c.srv.e.Store().Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(sm.Body, &body); err != nil {
+		return nil, err
+	}
+	return body.Data, nil
+}
+
+// undelivered marks err as a delivery that never reached the client.
+func undelivered(err error) error { return fmt.Errorf("%w: %w", pigeon.ErrUndelivered, err) }
+
+// stop ends the engine subscription without waiting for its handlers (a
+// handler may call it).
+func (ss *serverSub) stop() {
+	ss.ended.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = ss.sub.Unsubscribe(ctx) // stops at once; waiting is end's business
 }
 
 func (ss *serverSub) forget(id string, ch chan answer) {
