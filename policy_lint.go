@@ -166,9 +166,14 @@ func (l *linter) oneOf(field, value string, allowed ...string) {
 	l.errorf(field, "%s is %q; must be %s", lastSegment(field), value, orList(quoted))
 }
 
+// nonNegative checks a duration in milliseconds: not negative, and small
+// enough that its time.Duration does not overflow.
 func (l *linter) nonNegative(field string, v int64) {
-	if v < 0 {
+	switch {
+	case v < 0:
 		l.errorf(field, "%s must not be negative (got %d)", lastSegment(field), v)
+	case v > maxTTLMillis:
+		l.errorf(field, "%s %d is out of range", lastSegment(field), v)
 	}
 }
 

@@ -98,6 +98,8 @@ func TestLintDetectsEachProblem(t *testing.T) {
 		{"bad mode", func(p *SubjectPolicy) { p.Mode = "fanout" }, "mode", SeverityError, `mode is "fanout"; must be "pubsub", "workQueue" or "requestReply"`},
 		{"empty mode", func(p *SubjectPolicy) { p.Mode = "" }, "mode", SeverityWarning, `defaults to "pubsub"`},
 		{"no intents", func(p *SubjectPolicy) { p.Intents = nil }, "intents", SeverityError, "at least one intent"},
+		{"overflowing ackWaitMs", func(p *SubjectPolicy) { p.Delivery.AckWaitMs = 9223372036855 }, "delivery.ackWaitMs", SeverityError, "out of range"},
+		{"overflowing maxAgeMs", func(p *SubjectPolicy) { p.Replay.MaxAgeMs = 1 << 62 }, "replay.maxAgeMs", SeverityError, "out of range"},
 		{"empty intent", func(p *SubjectPolicy) { p.Intents = append(p.Intents, " ") }, "intents[1]", SeverityError, "entry is empty"},
 		{"repeated intent", func(p *SubjectPolicy) { p.Intents = append(p.Intents, p.Intents[0]) }, "intents[1]", SeverityWarning, "listed twice"},
 		{"unknown schema", func(p *SubjectPolicy) { p.Schema.Name = "payment.authorization.v9" }, "schema.name", SeverityError, `unknown schema "payment.authorization.v9"`},

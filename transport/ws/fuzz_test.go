@@ -54,7 +54,7 @@ func FuzzFrames(f *testing.F) {
 	}
 	f.Add([]byte(`{"op":"ping","id":"1"}`), true)
 
-	v := newEnv(f, &ws.Options{MaxFrame: 256 << 10, PublishRate: -1, PingInterval: -1})
+	v := newEnv(f, &ws.Options{MaxFrame: 256 << 10, PublishRate: -1, PingInterval: -1}, manyContracts)
 	// The engine starts one fan-out per subject on first use, and the test
 	// framework runs a goroutine per input: they count in the baseline.
 	base := runtime.NumGoroutine() + 16

@@ -50,10 +50,11 @@ func (c *conn) handle(f *Frame, caller pigeon.Caller) {
 }
 
 func (c *conn) negotiate(f *Frame) ([]byte, error) {
-	if f.TTLMs < 0 {
-		return nil, pigeon.NewError(pigeon.CodeInvalidArgument, "ttlMs must not be negative")
+	ttl, err := pigeon.TTLFromMillis(f.TTLMs)
+	if err != nil {
+		return nil, err
 	}
-	k, err := c.srv.e.Negotiate(c.ctx, c.principal, c.region, f.Subjects, time.Duration(f.TTLMs)*time.Millisecond)
+	k, err := c.srv.e.Negotiate(c.ctx, c.principal, c.region, f.Subjects, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -103,12 +104,12 @@ func (c *conn) request(f *Frame, caller pigeon.Caller) {
 		c.answer(f.ID, err)
 		return
 	}
-	timeout := time.Duration(f.TimeoutMs) * time.Millisecond
-	switch {
-	case f.TimeoutMs < 0:
-		c.answer(f.ID, pigeon.NewError(pigeon.CodeInvalidArgument, "timeoutMs must not be negative"))
+	timeout, err := pigeon.MillisField("timeoutMs", f.TimeoutMs)
+	if err != nil {
+		c.answer(f.ID, err)
 		return
-	case timeout == 0:
+	}
+	if timeout == 0 {
 		timeout = DefaultRequestTimeout
 	}
 	timeout = min(timeout, c.srv.opts.MaxRequestTimeout)
@@ -235,8 +236,13 @@ func (c *conn) settleSub(f *Frame) {
 		return
 	}
 	a := answer{ok: f.Op == OpAck, delay: -1}
-	if f.DelayMs != nil && *f.DelayMs >= 0 {
-		a.delay = time.Duration(*f.DelayMs) * time.Millisecond
+	if f.DelayMs != nil {
+		d, err := pigeon.MillisField("delayMs", *f.DelayMs)
+		if err != nil {
+			c.answer(f.ID, err)
+			return
+		}
+		a.delay = d
 	}
 	if !ss.settle(f.MessageID, a) {
 		c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, or its ack wait passed)", f.MessageID, f.Sub))
@@ -254,9 +260,11 @@ func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if f.Op == OpAck {
 		err = c.srv.e.Ack(c.ctx, caller, f.Subject, f.MessageID)
 	} else {
-		delay := time.Duration(-1)
-		if f.DelayMs != nil && *f.DelayMs >= 0 {
-			delay = time.Duration(*f.DelayMs) * time.Millisecond
+		delay := time.Duration(-1) // the subject's backoff
+		if f.DelayMs != nil {
+			if delay, err = pigeon.MillisField("delayMs", *f.DelayMs); err != nil {
+				return nil, err
+			}
 		}
 		err = c.srv.e.Nack(c.ctx, caller, f.Subject, f.MessageID, delay)
 	}

@@ -296,7 +296,7 @@ func groupState(t testing.TB, v *env, subject string) string {
 // ends that subscription too: nothing keeps the connection from finishing.
 // (Found by FuzzFrames.)
 func TestCloseDuringSubscribeEndsTheSubscription(t *testing.T) {
-	v := newEnv(t, nil)
+	v := newEnv(t, nil, manyContracts)
 	for range 300 {
 		r := v.raw(t, "alice-token")
 		r.negotiate("chat.messages")

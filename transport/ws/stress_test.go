@@ -26,7 +26,7 @@ const stressConns, stressPerConn = 1000, 20
 // chat.messages (a selector) and publishes to room i+1, so every message
 // goes to exactly one other connection.
 func TestStressThousandConnectionsPubSub(t *testing.T) {
-	v := newEnv(t, &ws.Options{PublishRate: -1})
+	v := newEnv(t, &ws.Options{PublishRate: -1}, manyContracts)
 	stress(t, v, "bob-token", "chat.messages",
 		func(i int) []pigeon.SubscribeOption {
 			return []pigeon.SubscribeOption{pigeon.WithSelector("/kind=chat/room=r" + strconv.Itoa(i)), pigeon.WithMaxInFlight(4)}
@@ -41,7 +41,7 @@ func TestStressThousandConnectionsPubSub(t *testing.T) {
 // TestStressThousandConnectionsWorkQueue: every connection publishes jobs
 // and competes for them in one work-queue group.
 func TestStressThousandConnectionsWorkQueue(t *testing.T) {
-	v := newEnv(t, &ws.Options{PublishRate: -1}, func(o *pigeon.Options) {
+	v := newEnv(t, &ws.Options{PublishRate: -1}, manyContracts, func(o *pigeon.Options) {
 		for i := range o.Catalog.Subjects {
 			if p := &o.Catalog.Subjects[i]; p.Name == "jobs.run" {
 				p.Delivery.AckWaitMs = 60000 // keep redelivery out of the count
