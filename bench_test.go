@@ -21,6 +21,9 @@ func benchEngine(b *testing.B) *pigeon.Engine {
 	b.Helper()
 	opts := transporttest.Options()
 	opts.ContractTTL = 24 * time.Hour
+	// Benchmarks negotiate far more than a principal may: no cap, no rate
+	// (the live-contract accounting still runs).
+	opts.MaxContractsPerPrincipal, opts.NegotiateRate.PerSecond = -1, -1
 	e, err := pigeon.New(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)
