@@ -298,3 +298,26 @@ func receiveOne(t *testing.T, s pigeon.Session, subject string) *pigeon.Message 
 	}, 5*time.Second, time.Millisecond)
 	return m
 }
+
+// TestMessageByID: a message read again by id is read under the reader's
+// contract at that moment.
+func TestMessageByID(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	gateway := f.connect("gateway-token", "payments.authorize")
+	orders := f.connect("orders-token", "notifications.send")
+	res, err := checkout.Publish(ctx, demo.Payment("o-1"))
+	require.NoError(t, err)
+	caller := func(s pigeon.Session) pigeon.Caller { return s.(interface{ Caller() pigeon.Caller }).Caller() }
+
+	m, err := f.e.Message(ctx, caller(gateway), res.Message.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, string(demo.Payment("o-1").Data), string(m.Data))
+	_, err = f.e.Message(ctx, caller(orders), res.Message.ID)
+	requireCode(t, err, pigeon.CodeSubjectNotInContract)
+	_, err = f.e.Message(ctx, caller(gateway), "msg-nope")
+	requireCode(t, err, pigeon.CodeMessageNotFound)
+	require.NoError(t, f.e.RevokeContract(ctx, caller(gateway).Principal, gateway.Contract().ID()))
+	_, err = f.e.Message(ctx, caller(gateway), res.Message.ID)
+	requireCode(t, err, pigeon.CodeContractRevoked)
+}

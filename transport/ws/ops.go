@@ -191,7 +191,7 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if p, err := c.srv.e.Subject(f.Subject); err == nil && p.Delivery.AckWaitMs > 0 {
 		ackWait = time.Duration(p.Delivery.AckWaitMs) * time.Millisecond
 	}
-	ss := newServerSub(c, ackWait)
+	ss := newServerSub(c, caller, ackWait)
 	sub, err := c.srv.e.Subscribe(c.ctx, nil, caller, f.Subject, ss.handle, opts...)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"pigeon"
-	"pigeon/store"
 )
 
 // serverSub is the server side of one WebSocket subscription: an engine
@@ -22,6 +21,7 @@ import (
 // stay the engine's.
 type serverSub struct {
 	c       *conn
+	caller  pigeon.Caller // whose subscription: data read again is read as theirs
 	ackWait time.Duration
 	sub     pigeon.Subscription
 	id      string
@@ -39,8 +39,8 @@ var (
 	errUnsubscribed = errors.New("ws: the client unsubscribed before answering")
 )
 
-func newServerSub(c *conn, ackWait time.Duration) *serverSub {
-	return &serverSub{c: c, ackWait: ackWait, readyCh: make(chan struct{}), pending: map[string]chan answer{}}
+func newServerSub(c *conn, caller pigeon.Caller, ackWait time.Duration) *serverSub {
+	return &serverSub{c: c, caller: caller, ackWait: ackWait, readyCh: make(chan struct{}), pending: map[string]chan answer{}}
 }
 
 // start registers the running engine subscription with the connection.
@@ -116,7 +116,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 	ss.mu.Unlock()
 	defer ss.forget(id, ch)
 	b, n, err := ss.frame(ctx, d)
-	if errors.Is(err, store.ErrNotFound) {
+	if pigeon.ErrorCode(err) == pigeon.CodeMessageNotFound {
 		return nil // trimmed by retention while it waited: nothing left to deliver
 	}
 	if err == nil {
@@ -186,19 +186,14 @@ func (ss *serverSub) frame(ctx context.Context, d *pigeon.Delivery) ([]byte, int
 // for all but unusually long envelope fields.
 const frameOverhead = 1024
 
-// storedData reads the data of message id back from the store.
+// storedData reads the data of message id again, through the broker: the
+// subscriber's contract is checked at this moment, after the wait.
 func (ss *serverSub) storedData(ctx context.Context, id string) (json.RawMessage, error) {
-	sm, err := ss.c.srv.e.Store().Lookup(ctx, id)
+	m, err := ss.c.srv.e.Message(ctx, ss.caller, id)
 	if err != nil {
 		return nil, err
 	}
-	var body struct {
-		Data json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(sm.Body, &body); err != nil {
-		return nil, err
-	}
-	return body.Data, nil
+	return m.Data, nil
 }
 
 // undelivered marks err as a delivery that never reached the client.
