@@ -188,7 +188,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	e.auditRecovery(ctx)
-	if err := e.loadDirectory(ctx); err != nil {
+	if err := e.dir.load(ctx, e.store, e.opts.Logger); err != nil {
 		return nil, err
 	}
 	if err := e.loadGrantKey(ctx); err != nil {

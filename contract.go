@@ -252,13 +252,11 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
 		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID}
 	if p.grantID != "" {
-		e.dir.mu.RLock()
-		if g := e.dir.grants[p.grantID]; g != nil && g.ExpiresAt.Before(c.info.ExpiresAt) {
-			c.info.ExpiresAt = g.ExpiresAt
+		if at, ok := e.dir.grantExpiry(p.grantID); ok && at.Before(c.info.ExpiresAt) {
+			c.info.ExpiresAt = at
 		}
-		e.dir.mu.RUnlock()
 	}
-	c.accessVer.Store(e.dir.version.Load())
+	c.accessVer.Store(e.dir.version())
 	seen := map[string]bool{}
 	for _, name := range names {
 		if seen[name] {
@@ -279,7 +277,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 			case denied:
 				continue
 			default:
-				scope, ok := e.permissionScope(p.Roles, name, op)
+				scope, ok := e.dir.permissionScope(p.Roles, name, op)
 				if !ok {
 					continue
 				}

@@ -105,15 +105,7 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if err != nil {
 		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")
 	}
-	d := &e.dir
-	d.mu.Lock()
-	err = e.putJSON(ctx, bucketGrants, rec.JTI, &rec)
-	if err == nil {
-		d.grants[rec.JTI] = &rec
-		d.bump()
-	}
-	d.mu.Unlock()
-	if err != nil {
+	if err := e.dir.addGrant(ctx, &rec); err != nil {
 		return GrantToken{}, err
 	}
 	if err := e.audit(ctx, store.AuditRecord{Type: "grant.issued", Principal: account, Ref: rec.JTI}); err != nil {
@@ -126,23 +118,11 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 // RevokeGrant revokes a grant: the token is refused from now on, and every
 // contract negotiated with it fails its next check with GRANT_REVOKED.
 func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
-	d := &e.dir
-	d.mu.Lock()
-	g, ok := d.grants[jti]
-	var err error
-	if !ok {
-		err = NewError(CodeNotFound, "no grant %s", jti)
-	} else if _, done := d.revoked[jti]; !done {
-		if err = e.putJSON(ctx, bucketRevoked, jti, g.ExpiresAt); err == nil {
-			d.revoked[jti] = g.ExpiresAt
-			d.bump()
-		}
-	}
-	d.mu.Unlock()
+	account, err := e.dir.revokeGrant(ctx, jti)
 	if err != nil {
 		return err
 	}
-	e.audit(ctx, store.AuditRecord{Type: "grant.revoked", Outcome: string(OutcomeDeny), Code: string(CodeGrantRevoked), Principal: g.Account, Ref: jti})
+	e.audit(ctx, store.AuditRecord{Type: "grant.revoked", Outcome: string(OutcomeDeny), Code: string(CodeGrantRevoked), Principal: account, Ref: jti})
 	e.onAccessChanged()
 	return nil
 }
@@ -168,16 +148,13 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	if err != nil {
 		return nil, NewError(CodeUnauthenticated, "invalid grant token")
 	}
-	roles, code := e.effectiveRoles(claims.Subject, nil, claims.ID, e.now())
+	roles, code := e.dir.effectiveRoles(claims.Subject, nil, claims.ID, e.now())
 	if code != CodeOK {
 		return nil, NewError(CodeUnauthenticated, "the grant was revoked or has expired")
 	}
-	e.dir.mu.RLock()
-	a := e.dir.accounts[claims.Subject]
 	var attrs map[string]string
-	if a != nil {
+	if a := e.dir.lookup(claims.Subject); a != nil {
 		attrs = cloneMap(a.Attributes)
 	}
-	e.dir.mu.RUnlock()
 	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, grantID: claims.ID}, nil
 }
