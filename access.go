@@ -289,7 +289,7 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 // its selectors among the permissions' now. It fails closed: any narrowing,
 // even one that a cleverer comparison of selectors might accept, refuses.
 func (e *Engine) rolePermissionsCover(c *contract, roles []string) bool {
-	for name, g := range c.grants {
+	for name, g := range c.permits {
 		if g.viaRole == 0 {
 			continue
 		}

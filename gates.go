@@ -132,7 +132,7 @@ type ruleGate struct{}
 func (ruleGate) Name() string { return GateRule }
 func (ruleGate) Check(_ context.Context, a *Admission) Verdict {
 	if a.contract != nil {
-		if g := a.contract.grants[a.subj.name]; g != nil && g.viaRole&opBit(a.op) != 0 {
+		if g := a.contract.permits[a.subj.name]; g != nil && g.viaRole&opBit(a.op) != 0 {
 			// Granted by a role permission: catalog deny rules still win,
 			// and the message must lie within the permission's routes.
 			if v := a.subj.evalDenies(a.op, a); !v.Allowed() {

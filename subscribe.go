@@ -148,7 +148,7 @@ type subscription struct {
 	filter  *condition
 	group   string
 	h       Handler
-	scope   *grant // the contract's grant on the subject: its receive scope applies
+	scope   *permit // the contract's permit on the subject: its receive scope applies
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -318,7 +318,7 @@ func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if code != CodeOK {
 		return nil, e.contractError(ctx, "subscribe.denied", c.Principal, s.name, c.ContractID, code, reason)
 	}
-	scope := k.grants[s.name]
+	scope := k.permits[s.name]
 	for i := len(o.Middleware) - 1; i >= 0; i-- {
 		h = o.Middleware[i](h)
 	}
