@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pigeon/internal/grant"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -325,7 +326,7 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 	if e.closed.Load() {
 		return nil, NewError(CodeShutdown, "broker is shutting down")
 	}
-	if looksLikeJWT(credential) {
+	if grant.LooksLikeJWT(credential) {
 		return e.authenticateGrant(credential)
 	}
 	p, err := e.auth.Authenticate(ctx, credential)

@@ -6,11 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
+	"pigeon/internal/grant"
 	"pigeon/store"
 )
 
@@ -18,7 +16,6 @@ import (
 const (
 	DefaultGrantTTL = time.Hour
 	MaxGrantTTL     = 30 * 24 * time.Hour
-	grantIssuer     = "pigeon"
 )
 
 // GrantToken is an issued grant: a signed JWT (EdDSA) that the broker
@@ -36,11 +33,6 @@ type grantRecord struct {
 	Roles     []string  `json:"roles"`
 	IssuedAt  time.Time `json:"issuedAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-type grantClaims struct {
-	Roles []string `json:"roles"`
-	jwt.RegisteredClaims
 }
 
 // loadGrantKey reads (or creates and stores) the broker's grant signing key.
@@ -97,11 +89,7 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	_, _ = rand.Read(jb[:])
 	now := e.now().UTC().Truncate(time.Second)
 	rec := grantRecord{JTI: "gr_" + hex.EncodeToString(jb[:]), Account: account, Roles: uniqueSorted(roles), IssuedAt: now, ExpiresAt: now.Add(ttl)}
-	claims := grantClaims{Roles: rec.Roles, RegisteredClaims: jwt.RegisteredClaims{
-		Issuer: grantIssuer, Subject: account, ID: rec.JTI,
-		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(rec.ExpiresAt),
-	}}
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims).SignedString(e.grantKey)
+	tok, err := grant.Sign(e.grantKey, grant.Claims{Subject: account, ID: rec.JTI, Roles: rec.Roles, IssuedAt: now, ExpiresAt: rec.ExpiresAt})
 	if err != nil {
 		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")
 	}
@@ -127,11 +115,6 @@ func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
 	return nil
 }
 
-// looksLikeJWT reports whether a credential has the shape of a compact JWS.
-func looksLikeJWT(s string) bool {
-	return strings.HasPrefix(s, "eyJ") && strings.Count(s, ".") == 2
-}
-
 // authenticateGrant verifies a grant token: EdDSA signed by this broker,
 // issued by it, not expired, not revoked, for an account that exists. Any
 // other algorithm (none, HS256, RS256) is refused before the signature is
@@ -140,11 +123,7 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	if e.grantKey == nil {
 		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
 	}
-	var claims grantClaims
-	pub := e.grantKey.Public()
-	_, err := jwt.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return pub, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithIssuer(grantIssuer),
-		jwt.WithExpirationRequired(), jwt.WithTimeFunc(e.now))
+	claims, err := grant.Verify(tok, e.grantKey.Public().(ed25519.PublicKey), e.now)
 	if err != nil {
 		return nil, NewError(CodeUnauthenticated, "invalid grant token")
 	}
