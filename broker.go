@@ -366,7 +366,7 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
-	var co connectOptions
+	var co ConnectOptions
 	for _, o := range opts {
 		o(&co)
 	}
@@ -374,11 +374,11 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	if err != nil {
 		return nil, err
 	}
-	region := co.region
+	region := co.Region
 	if region == "" {
 		region = e.opts.Region
 	}
-	c, err := e.negotiate(ctx, p, region, subjects, co.ttl)
+	c, err := e.negotiate(ctx, p, region, subjects, co.ContractTTL)
 	if err != nil {
 		return nil, err
 	}
