@@ -279,8 +279,15 @@ func (e *Engine) onContractRevoked(id string) {
 	}
 }
 
-// Subscribe starts push delivery on the engine for caller; see Session.Subscribe.
-func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+// Subscribe starts push delivery on the engine for caller; see
+// Session.Subscribe. It serves transports, which hold no in-process
+// Session: the deliveries' Session is nil.
+func (e *Engine) Subscribe(ctx context.Context, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+	return e.subscribe(ctx, nil, c, subjectName, h, opts...)
+}
+
+// subscribe is Subscribe for sess, which the deliveries carry.
+func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
@@ -743,7 +750,7 @@ func (s *localSession) Subscribe(ctx context.Context, subject string, h Handler,
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	sub, err := s.e.Subscribe(ctx, s, s.caller, subject, h, opts...)
+	sub, err := s.e.subscribe(ctx, s, s.caller, subject, h, opts...)
 	if err != nil {
 		return nil, err
 	}
