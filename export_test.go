@@ -18,3 +18,6 @@ func (e *Engine) Gates() []Gate { return append([]Gate(nil), e.gates...) }
 
 // Tokens returns a copy of the configured tokens.
 func (s *StaticTokens) Tokens() []StaticToken { return slices.Clone(s.tokens) }
+
+// IsPAN is isPAN.
+var IsPAN = isPAN
