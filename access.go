@@ -2,27 +2,19 @@ package pigeon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"pigeon/store"
 )
 
-// KV buckets of the access directory.
-const (
-	bucketAccounts = "accounts"
-	bucketRoles    = "roles"
-	bucketGrants   = "grants"
-	bucketRevoked  = "grants.revoked"
-	bucketBroker   = "broker"
-)
-
-// Roles the broker itself knows.
+// Roles the broker itself knows. The Engine methods that manage accounts,
+// roles, grants and keys, and those that read the audit log and the
+// quarantine, do not check them: they trust their caller, as an embedding
+// application is trusted. The server's route table is where a remote
+// caller's role is checked.
 const (
 	RoleAdmin   = "admin"
 	RoleAuditor = "auditor"
@@ -50,102 +42,6 @@ type Permission struct {
 type Role struct {
 	Name        string       `json:"name"`
 	Permissions []Permission `json:"permissions"`
-}
-
-// directory holds accounts, roles and grant revocations. Every change bumps
-// version; a contract remembers the version it last checked, so the common
-// path of an authorization check is one atomic load and one comparison.
-type directory struct {
-	mu       sync.RWMutex
-	accounts map[string]*Account
-	roles    map[string]*Role
-	grants   map[string]*grantRecord
-	revoked  map[string]time.Time
-	version  atomic.Uint64
-}
-
-func (d *directory) bump() { d.version.Add(1) }
-
-// loadDirectory reads the directory from the store.
-func (e *Engine) loadDirectory(ctx context.Context) error {
-	d := &e.dir
-	d.accounts, d.roles, d.grants, d.revoked = map[string]*Account{}, map[string]*Role{}, map[string]*grantRecord{}, map[string]time.Time{}
-	d.version.Store(1)
-	load := func(bucket string, fn func(k string, v []byte) error) error {
-		kv, err := e.store.List(ctx, bucket)
-		if err != nil {
-			return storeError(err)
-		}
-		for k, v := range kv {
-			if err := fn(k, v); err != nil {
-				return WrapError(CodeStoreCorrupt, err, "%s/%s does not decode", bucket, k)
-			}
-		}
-		return nil
-	}
-	if err := load(bucketAccounts, func(k string, v []byte) error {
-		var a Account
-		if err := json.Unmarshal(v, &a); err != nil {
-			return err
-		}
-		d.accounts[a.ID] = &a
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := load(bucketRoles, func(k string, v []byte) error {
-		var r Role
-		if err := json.Unmarshal(v, &r); err != nil {
-			return err
-		}
-		for i, p := range r.Permissions {
-			if p.Selector == "" {
-				continue
-			}
-			if _, err := ParseSelector(p.Selector); err != nil {
-				e.opts.Logger.Warn("pigeon: a stored role permission has a selector that does not parse; it grants nothing",
-					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
-			}
-		}
-		d.roles[r.Name] = &r
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := load(bucketGrants, func(k string, v []byte) error {
-		var g grantRecord
-		if err := json.Unmarshal(v, &g); err != nil {
-			return err
-		}
-		d.grants[g.JTI] = &g
-		return nil
-	}); err != nil {
-		return err
-	}
-	return load(bucketRevoked, func(k string, v []byte) error {
-		var t time.Time
-		if err := json.Unmarshal(v, &t); err != nil {
-			return err
-		}
-		d.revoked[k] = t
-		return nil
-	})
-}
-
-func (e *Engine) putJSON(ctx context.Context, bucket, key string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return WrapError(CodeInternal, err, "encode %s", bucket)
-	}
-	return storeError(e.store.Put(ctx, bucket, key, b))
-}
-
-func cloneAccount(a *Account) Account {
-	c := *a
-	c.Attributes = cloneMap(a.Attributes)
-	c.Roles = slices.Clone(a.Roles)
-	c.Keys = slices.Clone(a.Keys)
-	return c
 }
 
 // MaxIDLength is the longest account id, role name or grant id accepted.
@@ -193,90 +89,35 @@ func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) 
 	if err := validIDs("a role name", a.Roles); err != nil {
 		return Account{}, err
 	}
-	d := &e.dir
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.accounts[a.ID]; ok {
-		return Account{}, NewError(CodeConflict, "account %s exists", a.ID)
-	}
 	c := cloneAccount(&a)
 	c.Roles = uniqueSorted(c.Roles)
 	if c.Roles == nil {
 		c.Roles = []string{}
 	}
 	c.CreatedAt = e.now().UTC()
-	if err := e.putJSON(ctx, bucketAccounts, c.ID, &c); err != nil {
+	if err := e.dir.createAccount(ctx, &c, func() {
+		e.audit(ctx, store.AuditRecord{Type: "account.created", Principal: c.ID})
+	}); err != nil {
 		return Account{}, err
 	}
-	d.accounts[c.ID] = &c
-	d.bump()
-	e.audit(ctx, store.AuditRecord{Type: "account.created", Principal: c.ID})
 	return cloneAccount(&c), nil
 }
 
 // GetAccount returns one account (NOT_FOUND otherwise).
 func (e *Engine) GetAccount(_ context.Context, id string) (Account, error) {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	a, ok := d.accounts[id]
-	if !ok {
-		return Account{}, NewError(CodeNotFound, "no account %s", id)
-	}
-	return cloneAccount(a), nil
+	return e.dir.account(id)
 }
 
 // ListAccounts returns every account, sorted by id.
-func (e *Engine) ListAccounts(_ context.Context) []Account {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	out := make([]Account, 0, len(d.accounts))
-	for _, a := range d.accounts {
-		out = append(out, cloneAccount(a))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
+func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accountList() }
 
 // DeleteAccount removes an account; contracts that relied on its roles
 // stop working at their next check.
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
-	d := &e.dir
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.accounts[id]; !ok {
-		return NewError(CodeNotFound, "no account %s", id)
-	}
-	if err := storeError(e.store.Delete(ctx, bucketAccounts, id)); err != nil {
-		return err
-	}
-	delete(d.accounts, id)
-	d.bump()
-	e.audit(ctx, store.AuditRecord{Type: "account.deleted", Principal: id})
-	e.onAccessChanged()
-	return nil
-}
-
-// updateAccount applies fn to a copy of account id and stores it.
-func (e *Engine) updateAccount(ctx context.Context, id string, fn func(a *Account) error) (Account, error) {
-	d := &e.dir
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	cur, ok := d.accounts[id]
-	if !ok {
-		return Account{}, NewError(CodeNotFound, "no account %s", id)
-	}
-	c := cloneAccount(cur)
-	if err := fn(&c); err != nil {
-		return Account{}, err
-	}
-	if err := e.putJSON(ctx, bucketAccounts, id, &c); err != nil {
-		return Account{}, err
-	}
-	d.accounts[id] = &c
-	d.bump()
-	return cloneAccount(&c), nil
+	return e.dir.deleteAccount(ctx, id, func() {
+		e.audit(ctx, store.AuditRecord{Type: "account.deleted", Principal: id})
+		e.onAccessChanged()
+	})
 }
 
 // AddAccountRole gives account id the role.
@@ -287,7 +128,7 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	if err := validID("a role name", role); err != nil {
 		return Account{}, err
 	}
-	a, err := e.updateAccount(ctx, id, func(a *Account) error {
+	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = uniqueSorted(append(a.Roles, role))
 		return nil
 	})
@@ -301,7 +142,7 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // very next authorization check of every contract and subscription that
 // relied on it.
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
-	a, err := e.updateAccount(ctx, id, func(a *Account) error {
+	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = slices.DeleteFunc(a.Roles, func(r string) bool { return r == role })
 		return nil
 	})
@@ -345,79 +186,44 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	if c.Permissions == nil {
 		c.Permissions = []Permission{}
 	}
-	d := &e.dir
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := e.putJSON(ctx, bucketRoles, c.Name, &c); err != nil {
+	if err := e.dir.putRole(ctx, &c, func() {
+		e.audit(ctx, store.AuditRecord{Type: "role.defined", Ref: c.Name})
+		e.onAccessChanged()
+	}); err != nil {
 		return Role{}, err
 	}
-	d.roles[c.Name] = &c
-	d.bump()
-	e.audit(ctx, store.AuditRecord{Type: "role.defined", Ref: c.Name})
-	e.onAccessChanged()
 	return c, nil
 }
 
 // GetRole returns one role.
-func (e *Engine) GetRole(_ context.Context, name string) (Role, error) {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	r, ok := d.roles[name]
-	if !ok {
-		return Role{}, NewError(CodeNotFound, "no role %s", name)
-	}
-	return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)}, nil
-}
+func (e *Engine) GetRole(_ context.Context, name string) (Role, error) { return e.dir.role(name) }
 
 // ListRoles returns every role, sorted by name.
-func (e *Engine) ListRoles(_ context.Context) []Role {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	out := make([]Role, 0, len(d.roles))
-	for _, r := range d.roles {
-		out = append(out, Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
+func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
 
 // DeleteRole removes a role definition. Every contract and subscription
 // that relied on one of its permissions fails its next check with
 // GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
-	d := &e.dir
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, ok := d.roles[name]; !ok {
-		return NewError(CodeNotFound, "no role %s", name)
-	}
-	if err := storeError(e.store.Delete(ctx, bucketRoles, name)); err != nil {
-		return err
-	}
-	delete(d.roles, name)
-	d.bump()
-	e.audit(ctx, store.AuditRecord{Type: "role.deleted", Ref: name})
-	e.onAccessChanged()
-	return nil
+	return e.dir.deleteRole(ctx, name, func() {
+		e.audit(ctx, store.AuditRecord{Type: "role.deleted", Ref: name})
+		e.onAccessChanged()
+	})
 }
 
-// PutAccountKeys replaces the public keys account id publishes. Only the
-// account itself or an admin may. Keys that are no longer valid stay listed
-// so older signatures still verify; callers rotate by adding a key with a
-// later NotBefore and closing the old one's NotAfter.
-func (e *Engine) PutAccountKeys(ctx context.Context, by *Principal, id string, keys []PublicKey) (Account, error) {
+// PutAccountKeys replaces the public keys account id publishes. Keys that
+// are no longer valid stay listed so older signatures still verify; callers
+// rotate by adding a key with a later NotBefore and closing the old one's
+// NotAfter. Like the other account methods it trusts its caller; the
+// server lets only the account itself or an admin call it.
+func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
-	}
-	if by == nil || (by.ID != id && !by.HasRole(RoleAdmin)) {
-		return Account{}, NewError(CodeForbidden, "only the account itself or an admin may publish its keys")
 	}
 	if err := ValidateKeys(keys); err != nil {
 		return Account{}, WrapError(CodeBadRequest, err, "%v", err)
 	}
-	a, err := e.updateAccount(ctx, id, func(a *Account) error {
+	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Keys = slices.Clone(keys)
 		return nil
 	})
@@ -429,26 +235,16 @@ func (e *Engine) PutAccountKeys(ctx context.Context, by *Principal, id string, k
 
 // AccountKeys returns the public keys account id publishes.
 func (e *Engine) AccountKeys(_ context.Context, id string) ([]PublicKey, error) {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	a, ok := d.accounts[id]
-	if !ok {
-		return nil, NewError(CodeNotFound, "no account %s", id)
-	}
-	return slices.Clone(a.Keys), nil
+	return e.dir.accountKeys(id)
 }
 
 // resolveAccount merges a principal authenticated by a static credential
 // with its account, if any: roles are the union, attributes the account's
 // overlaid by the credential's.
 func (e *Engine) resolveAccount(p *Principal) *Principal {
-	d := &e.dir
-	d.mu.RLock()
-	a, ok := d.accounts[p.ID]
-	d.mu.RUnlock()
+	a := e.dir.lookup(p.ID)
 	out := &Principal{ID: p.ID, Attributes: p.Attributes, Roles: p.Roles, baseRoles: slices.Clone(p.Roles)}
-	if !ok {
+	if a == nil {
 		return out
 	}
 	attrs := cloneMap(a.Attributes)
@@ -463,34 +259,14 @@ func (e *Engine) resolveAccount(p *Principal) *Principal {
 	return out
 }
 
-// effectiveRoles is what p's credential is worth now.
-func (e *Engine) effectiveRoles(principal string, baseRoles []string, grantID string, now time.Time) ([]string, Code) {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	a := d.accounts[principal]
-	if grantID != "" {
-		g := d.grants[grantID]
-		if _, revoked := d.revoked[grantID]; revoked || g == nil || a == nil || !now.Before(g.ExpiresAt) {
-			return nil, CodeGrantRevoked
-		}
-		return intersect(g.Roles, a.Roles), CodeOK
-	}
-	roles := slices.Clone(baseRoles)
-	if a != nil {
-		roles = append(roles, a.Roles...)
-	}
-	return uniqueSorted(roles), CodeOK
-}
-
 // checkAccess re-validates a contract's roles when the directory changed
 // since its last check; the common path is one comparison.
 func (e *Engine) checkAccess(c *contract) (Code, string) {
-	v := e.dir.version.Load()
+	v := e.dir.version()
 	if c.accessVer.Load() == v {
 		return CodeOK, ""
 	}
-	now, code := e.effectiveRoles(c.info.Principal, c.info.BaseRoles, c.info.GrantID, e.now())
+	now, code := e.dir.effectiveRoles(c.info.Principal, c.info.BaseRoles, c.info.GrantID, e.now())
 	if code != CodeOK {
 		return code, "the grant behind this contract was revoked or expired"
 	}
@@ -513,7 +289,7 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 // its selectors among the permissions' now. It fails closed: any narrowing,
 // even one that a cleverer comparison of selectors might accept, refuses.
 func (e *Engine) rolePermissionsCover(c *contract, roles []string) bool {
-	for name, g := range c.grants {
+	for name, g := range c.permits {
 		if g.viaRole == 0 {
 			continue
 		}
@@ -521,7 +297,7 @@ func (e *Engine) rolePermissionsCover(c *contract, roles []string) bool {
 			if g.viaRole&opBit(op) == 0 {
 				continue
 			}
-			scope, ok := e.permissionScope(roles, name, op)
+			scope, ok := e.dir.permissionScope(roles, name, op)
 			if !ok {
 				return false
 			}
@@ -542,44 +318,6 @@ func (e *Engine) rolePermissionsCover(c *contract, roles []string) bool {
 	return true
 }
 
-// permissionScope returns how the principal's roles grant op on subject:
-// ok false when no permission does; scope nil when some permission grants
-// it without a selector; otherwise the selectors that scope it. A
-// permission whose selector does not parse (only a store written behind
-// the broker's back holds one: PutRole refuses it) grants nothing, so it
-// can never widen a scope to the whole subject.
-func (e *Engine) permissionScope(roles []string, subject string, op Operation) (scope []Selector, ok bool) {
-	d := &e.dir
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	unscoped := false
-	for _, name := range roles {
-		r := d.roles[name]
-		if r == nil {
-			continue
-		}
-		for _, p := range r.Permissions {
-			if p.Subject != subject || !slices.Contains(p.Operations, op) {
-				continue
-			}
-			if p.Selector == "" {
-				ok, unscoped = true, true
-				continue
-			}
-			sel, err := ParseSelector(p.Selector)
-			if err != nil {
-				continue
-			}
-			ok = true
-			scope = append(scope, sel)
-		}
-	}
-	if unscoped {
-		return nil, ok
-	}
-	return scope, ok
-}
-
 // onAccessChanged wakes subscriptions so a removed role stops them at once.
 func (e *Engine) onAccessChanged() {
 	e.subs.mu.Lock()
@@ -597,16 +335,6 @@ func uniqueSorted(s []string) []string {
 	s = slices.Clone(s)
 	sort.Strings(s)
 	return slices.Compact(s)
-}
-
-func intersect(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return uniqueSorted(out)
 }
 
 var errNoGrantKey = errors.New("pigeon: no grant signing key")

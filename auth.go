@@ -62,9 +62,6 @@ func NewStaticTokens(tokens ...StaticToken) *StaticTokens {
 	return s
 }
 
-// Tokens returns a copy of the configured tokens.
-func (s *StaticTokens) Tokens() []StaticToken { return slices.Clone(s.tokens) }
-
 // Authenticate implements Authenticator.
 func (s *StaticTokens) Authenticate(_ context.Context, credential string) (*Principal, error) {
 	if p, ok := s.byTok[credential]; ok && credential != "" {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pigeon/internal/grant"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -188,7 +189,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	e.auditRecovery(ctx)
-	if err := e.loadDirectory(ctx); err != nil {
+	if err := e.dir.load(ctx, e.store, e.opts.Logger); err != nil {
 		return nil, err
 	}
 	if err := e.loadGrantKey(ctx); err != nil {
@@ -325,7 +326,7 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 	if e.closed.Load() {
 		return nil, NewError(CodeShutdown, "broker is shutting down")
 	}
-	if looksLikeJWT(credential) {
+	if grant.LooksLikeJWT(credential) {
 		return e.authenticateGrant(credential)
 	}
 	p, err := e.auth.Authenticate(ctx, credential)
@@ -365,7 +366,7 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
-	var co connectOptions
+	var co ConnectOptions
 	for _, o := range opts {
 		o(&co)
 	}
@@ -373,11 +374,11 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	if err != nil {
 		return nil, err
 	}
-	region := co.region
+	region := co.Region
 	if region == "" {
 		region = e.opts.Region
 	}
-	c, err := e.negotiate(ctx, p, region, subjects, co.ttl)
+	c, err := e.negotiate(ctx, p, region, subjects, co.ContractTTL)
 	if err != nil {
 		return nil, err
 	}

@@ -71,9 +71,9 @@ type ContractInfo struct {
 // View returns a Contract backed by a copy of the info, for clients that
 // received a contract over the wire.
 func (ci ContractInfo) View() Contract {
-	c := &contract{info: ci, grants: map[string]*grant{}}
+	c := &contract{info: ci, permits: map[string]*permit{}}
 	for _, s := range ci.Subjects {
-		g := &grant{digest: s.Digest}
+		g := &permit{digest: s.Digest}
 		for _, op := range s.Operations {
 			g.ops |= opBit(op)
 		}
@@ -87,19 +87,22 @@ func (ci ContractInfo) View() Contract {
 				}
 			}
 		}
-		c.grants[s.Name] = g
+		c.permits[s.Name] = g
 	}
 	return c
 }
 
 type contract struct {
 	info      ContractInfo
-	grants    map[string]*grant
+	permits   map[string]*permit
 	revoked   atomic.Bool
 	accessVer atomic.Uint64 // directory version of the last access check
 }
 
-type grant struct {
+// permit is what a contract allows on one subject: the operations, those
+// of them held through role permissions, and their scopes. (A grant, in
+// grant.go, is a token that authenticates an account.)
+type permit struct {
 	ops     uint8
 	viaRole uint8
 	digest  string
@@ -119,16 +122,16 @@ func opIndex(op Operation) int {
 	return 3
 }
 
-func (g *grant) setScope(op Operation, sel Selector) {
+func (g *permit) setScope(op Operation, sel Selector) {
 	i := opIndex(op)
 	g.scope[i] = append(g.scope[i], sel)
 }
 
 // scoped reports whether op is restricted to routes.
-func (g *grant) scoped(op Operation) bool { return g != nil && g.scope[opIndex(op)] != nil }
+func (g *permit) scoped(op Operation) bool { return g != nil && g.scope[opIndex(op)] != nil }
 
 // scopeKey names op's scope, for keying consumer groups.
-func (g *grant) scopeKey(op Operation) string {
+func (g *permit) scopeKey(op Operation) string {
 	if !g.scoped(op) {
 		return ""
 	}
@@ -142,8 +145,8 @@ func (g *grant) scopeKey(op Operation) string {
 	return b.String()
 }
 
-// inScope reports whether data is within the grant's scope for op.
-func (g *grant) inScope(op Operation, data any) bool {
+// inScope reports whether data is within the permit's scope for op.
+func (g *permit) inScope(op Operation, data any) bool {
 	if g == nil {
 		return true
 	}
@@ -183,7 +186,7 @@ func (c *contract) Info() ContractInfo {
 	return ci
 }
 func (c *contract) Allows(subject string, op Operation) bool {
-	g, ok := c.grants[subject]
+	g, ok := c.permits[subject]
 	return ok && g.ops&opBit(op) != 0
 }
 
@@ -248,17 +251,15 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
 	}
 	cat := e.catalog.Load()
-	c := &contract{grants: map[string]*grant{}}
+	c := &contract{permits: map[string]*permit{}}
 	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
 		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID}
 	if p.grantID != "" {
-		e.dir.mu.RLock()
-		if g := e.dir.grants[p.grantID]; g != nil && g.ExpiresAt.Before(c.info.ExpiresAt) {
-			c.info.ExpiresAt = g.ExpiresAt
+		if at, ok := e.dir.grantExpiry(p.grantID); ok && at.Before(c.info.ExpiresAt) {
+			c.info.ExpiresAt = at
 		}
-		e.dir.mu.RUnlock()
 	}
-	c.accessVer.Store(e.dir.version.Load())
+	c.accessVer.Store(e.dir.version())
 	seen := map[string]bool{}
 	for _, name := range names {
 		if seen[name] {
@@ -270,7 +271,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 			e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeSubjectNotFound), Subject: name, Principal: p.ID})
 			return nil, NewError(CodeSubjectNotFound, "unknown subject %q", name)
 		}
-		g := &grant{digest: s.digest}
+		g := &permit{digest: s.digest}
 		cs := ContractSubject{Name: name, SubjectID: s.name, SchemaID: s.schemaID, PolicyID: s.policyID, Digest: s.digest}
 		for _, op := range Operations {
 			allowed, denied := s.identityVerdict(op, p, region)
@@ -279,7 +280,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 			case denied:
 				continue
 			default:
-				scope, ok := e.permissionScope(p.Roles, name, op)
+				scope, ok := e.dir.permissionScope(p.Roles, name, op)
 				if !ok {
 					continue
 				}
@@ -300,11 +301,11 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 			continue
 		}
 		g.subj.Store(s)
-		c.grants[name] = g
+		c.permits[name] = g
 		c.info.Subjects = append(c.info.Subjects, cs)
 		c.info.PolicyIDs = append(c.info.PolicyIDs, s.policyID)
 	}
-	if len(c.grants) == 0 {
+	if len(c.permits) == 0 {
 		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeNoPermittedSubjects), Principal: p.ID})
 		return nil, NewError(CodeNoPermittedSubjects, "no requested subject is permitted to this principal")
 	}
@@ -414,7 +415,7 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 	if subj == nil {
 		return nil, CodeSubjectNotFound, "unknown subject"
 	}
-	g := c.grants[subj.name]
+	g := c.permits[subj.name]
 	if g == nil {
 		return nil, CodeSubjectNotInContract, "the subject is not in the contract"
 	}

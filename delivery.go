@@ -176,7 +176,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	if code != CodeOK {
 		return nil, e.contractError(ctx, "receive.denied", c.Principal, s.name, c.ContractID, code, reason)
 	}
-	scope := k.grants[s.name]
+	scope := k.permits[s.name]
 	if max <= 0 || max > e.opts.MaxReplay {
 		max = e.opts.MaxReplay
 	}
@@ -235,7 +235,7 @@ func cursorKey(subject, principal string) store.GroupKey {
 	return store.GroupKey{Subject: subject, Group: "cursor:" + principal}
 }
 
-func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *grant) ([]*Message, error) {
+func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *permit) ([]*Message, error) {
 	g, err := e.group(ctx, cursorKey(s.name, c.Principal.ID))
 	if err != nil {
 		return nil, err
@@ -267,7 +267,7 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 }
 
 // receiveLeased hands out up to max messages of group to holder under lease.
-func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int, scope *grant) ([]*Message, error) {
+func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int, scope *permit) ([]*Message, error) {
 	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
 	if err != nil {
 		return nil, err
@@ -476,7 +476,7 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	if s.mode == ModePubSub {
 		return s, sm, nil, nil
 	}
-	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: pullGroup(k.grants[s.name])})
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: pullGroup(k.permits[s.name])})
 	if err != nil {
 		return nil, store.Message{}, nil, err
 	}
@@ -486,7 +486,7 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 // pullGroup is the consumer group of pull receivers under a grant: the
 // default group, or one per receive scope (members that see different
 // messages cannot share a queue position).
-func pullGroup(scope *grant) string {
+func pullGroup(scope *permit) string {
 	if scope.scoped(OpReceive) {
 		return DefaultGroup + "|scope:" + scope.scopeKey(OpReceive)
 	}

@@ -17,7 +17,7 @@ type fanout struct {
 	wake    chan struct{}
 
 	mu     sync.Mutex
-	live   *SelectorIndex[*subscription]
+	live   *selectorIndex[*subscription]
 	groups map[*subscription]struct{}
 	subs   int
 	cursor uint64 // next sequence the fan-out reads
@@ -26,7 +26,7 @@ type fanout struct {
 }
 
 func newFanout(e *Engine, subject string) *fanout {
-	return &fanout{e: e, subject: subject, wake: make(chan struct{}, 1), live: NewSelectorIndex[*subscription](), groups: map[*subscription]struct{}{}}
+	return &fanout{e: e, subject: subject, wake: make(chan struct{}, 1), live: newSelectorIndex[*subscription](), groups: map[*subscription]struct{}{}}
 }
 
 func (e *Engine) fanoutOf(subject string) *fanout {

@@ -132,7 +132,7 @@ type ruleGate struct{}
 func (ruleGate) Name() string { return GateRule }
 func (ruleGate) Check(_ context.Context, a *Admission) Verdict {
 	if a.contract != nil {
-		if g := a.contract.grants[a.subj.name]; g != nil && g.viaRole&opBit(a.op) != 0 {
+		if g := a.contract.permits[a.subj.name]; g != nil && g.viaRole&opBit(a.op) != 0 {
 			// Granted by a role permission: catalog deny rules still win,
 			// and the message must lie within the permission's routes.
 			if v := a.subj.evalDenies(a.op, a); !v.Allowed() {
@@ -302,11 +302,11 @@ func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
 }
 
 // holdsPAN reports whether v, a value a tokenized path matches, is a raw
-// card number: a string or number IsPAN accepts, or an array holding one.
+// card number: a string or number isPAN accepts, or an array holding one.
 func holdsPAN(v any) bool {
 	switch x := v.(type) {
 	case string:
-		return IsPAN(x)
+		return isPAN(x)
 	case float64:
 		return floatIsPAN(x)
 	case []any:
@@ -321,12 +321,12 @@ func floatIsPAN(f float64) bool {
 		return false
 	}
 	var buf [32]byte
-	return IsPAN(string(strconv.AppendFloat(buf[:0], f, 'f', -1, 64)))
+	return isPAN(string(strconv.AppendFloat(buf[:0], f, 'f', -1, 64)))
 }
 
-// IsPAN reports whether s is a Luhn-valid card number of 13 to 19 digits,
+// isPAN reports whether s is a Luhn-valid card number of 13 to 19 digits,
 // ignoring spaces and dashes between digits.
-func IsPAN(s string) bool {
+func isPAN(s string) bool {
 	var digits [19]byte
 	n := 0
 	for i := 0; i < len(s); i++ {

@@ -6,11 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
+	"pigeon/internal/grant"
 	"pigeon/store"
 )
 
@@ -18,7 +16,6 @@ import (
 const (
 	DefaultGrantTTL = time.Hour
 	MaxGrantTTL     = 30 * 24 * time.Hour
-	grantIssuer     = "pigeon"
 )
 
 // GrantToken is an issued grant: a signed JWT (EdDSA) that the broker
@@ -36,11 +33,6 @@ type grantRecord struct {
 	Roles     []string  `json:"roles"`
 	IssuedAt  time.Time `json:"issuedAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
-}
-
-type grantClaims struct {
-	Roles []string `json:"roles"`
-	jwt.RegisteredClaims
 }
 
 // loadGrantKey reads (or creates and stores) the broker's grant signing key.
@@ -97,23 +89,11 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	_, _ = rand.Read(jb[:])
 	now := e.now().UTC().Truncate(time.Second)
 	rec := grantRecord{JTI: "gr_" + hex.EncodeToString(jb[:]), Account: account, Roles: uniqueSorted(roles), IssuedAt: now, ExpiresAt: now.Add(ttl)}
-	claims := grantClaims{Roles: rec.Roles, RegisteredClaims: jwt.RegisteredClaims{
-		Issuer: grantIssuer, Subject: account, ID: rec.JTI,
-		IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(rec.ExpiresAt),
-	}}
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims).SignedString(e.grantKey)
+	tok, err := grant.Sign(e.grantKey, grant.Claims{Subject: account, ID: rec.JTI, Roles: rec.Roles, IssuedAt: now, ExpiresAt: rec.ExpiresAt})
 	if err != nil {
 		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")
 	}
-	d := &e.dir
-	d.mu.Lock()
-	err = e.putJSON(ctx, bucketGrants, rec.JTI, &rec)
-	if err == nil {
-		d.grants[rec.JTI] = &rec
-		d.bump()
-	}
-	d.mu.Unlock()
-	if err != nil {
+	if err := e.dir.addGrant(ctx, &rec); err != nil {
 		return GrantToken{}, err
 	}
 	if err := e.audit(ctx, store.AuditRecord{Type: "grant.issued", Principal: account, Ref: rec.JTI}); err != nil {
@@ -126,30 +106,13 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 // RevokeGrant revokes a grant: the token is refused from now on, and every
 // contract negotiated with it fails its next check with GRANT_REVOKED.
 func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
-	d := &e.dir
-	d.mu.Lock()
-	g, ok := d.grants[jti]
-	var err error
-	if !ok {
-		err = NewError(CodeNotFound, "no grant %s", jti)
-	} else if _, done := d.revoked[jti]; !done {
-		if err = e.putJSON(ctx, bucketRevoked, jti, g.ExpiresAt); err == nil {
-			d.revoked[jti] = g.ExpiresAt
-			d.bump()
-		}
-	}
-	d.mu.Unlock()
+	account, err := e.dir.revokeGrant(ctx, jti)
 	if err != nil {
 		return err
 	}
-	e.audit(ctx, store.AuditRecord{Type: "grant.revoked", Outcome: string(OutcomeDeny), Code: string(CodeGrantRevoked), Principal: g.Account, Ref: jti})
+	e.audit(ctx, store.AuditRecord{Type: "grant.revoked", Outcome: string(OutcomeDeny), Code: string(CodeGrantRevoked), Principal: account, Ref: jti})
 	e.onAccessChanged()
 	return nil
-}
-
-// looksLikeJWT reports whether a credential has the shape of a compact JWS.
-func looksLikeJWT(s string) bool {
-	return strings.HasPrefix(s, "eyJ") && strings.Count(s, ".") == 2
 }
 
 // authenticateGrant verifies a grant token: EdDSA signed by this broker,
@@ -160,24 +123,17 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	if e.grantKey == nil {
 		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
 	}
-	var claims grantClaims
-	pub := e.grantKey.Public()
-	_, err := jwt.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return pub, nil },
-		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithIssuer(grantIssuer),
-		jwt.WithExpirationRequired(), jwt.WithTimeFunc(e.now))
+	claims, err := grant.Verify(tok, e.grantKey.Public().(ed25519.PublicKey), e.now)
 	if err != nil {
 		return nil, NewError(CodeUnauthenticated, "invalid grant token")
 	}
-	roles, code := e.effectiveRoles(claims.Subject, nil, claims.ID, e.now())
+	roles, code := e.dir.effectiveRoles(claims.Subject, nil, claims.ID, e.now())
 	if code != CodeOK {
 		return nil, NewError(CodeUnauthenticated, "the grant was revoked or has expired")
 	}
-	e.dir.mu.RLock()
-	a := e.dir.accounts[claims.Subject]
 	var attrs map[string]string
-	if a != nil {
+	if a := e.dir.lookup(claims.Subject); a != nil {
 		attrs = cloneMap(a.Attributes)
 	}
-	e.dir.mu.RUnlock()
 	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, grantID: claims.ID}, nil
 }

@@ -191,17 +191,6 @@ func dataError(err error) (Code, string) {
 	return CodeEnvelopeInvalid, "data is not valid JSON"
 }
 
-// NewAdmission prepares what the gates see of m published by c, without
-// running any gate: for testing and benchmarking gates, and for dry runs.
-func (e *Engine) NewAdmission(c Caller, m *Message) *Admission {
-	a := new(Admission)
-	e.prepare(a, c, m)
-	return a
-}
-
-// Gates returns the engine's admission chain, in order.
-func (e *Engine) Gates() []Gate { return append([]Gate(nil), e.gates...) }
-
 // idempotencyKey is the message's key as the subject names it: the
 // envelope's idempotencyKey, or a "data." path.
 func (s *subject) idempotencyKey(m *Message, data any) string {

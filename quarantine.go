@@ -15,7 +15,7 @@ const Redacted = "[REDACTED]"
 
 // QuarantineRecord is a refused message kept for review. Its Message has
 // every forbidden and tokenized field, and every value that is a raw card
-// number (IsPAN) whatever its field, replaced by "[REDACTED]".
+// number (isPAN) whatever its field, replaced by "[REDACTED]".
 type QuarantineRecord struct {
 	store.QuarantineRecord
 	Message *Message `json:"message,omitempty"`
@@ -28,7 +28,7 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 	m := *a.Message
 	m.Data = redactData(a.Data, a.subj.redact)
 	for _, f := range []*string{&m.IdempotencyKey, &m.CorrelationID, &m.ReplyTo, &m.Reason} {
-		if IsPAN(*f) {
+		if isPAN(*f) {
 			*f = Redacted
 		}
 	}
@@ -74,7 +74,7 @@ func redactCopy(v any) any {
 	case map[string]any:
 		c := make(map[string]any, len(x))
 		for k, v := range x {
-			if IsPAN(k) {
+			if isPAN(k) {
 				k = Redacted
 			}
 			c[k] = redactCopy(v)
@@ -87,7 +87,7 @@ func redactCopy(v any) any {
 		}
 		return c
 	case string:
-		if IsPAN(x) {
+		if isPAN(x) {
 			return Redacted
 		}
 	case float64:
@@ -95,7 +95,7 @@ func redactCopy(v any) any {
 			return Redacted
 		}
 	case json.Number:
-		if IsPAN(string(x)) {
+		if isPAN(string(x)) {
 			return Redacted
 		}
 	}

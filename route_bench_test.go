@@ -52,7 +52,7 @@ func BenchmarkParseSelector(b *testing.B) {
 func BenchmarkSelectorIndex(b *testing.B) {
 	for _, n := range []int{1, 100, 10000} {
 		sels := make([]Selector, n)
-		var idx SelectorIndex[int]
+		var idx selectorIndex[int]
 		for i := range sels {
 			sel, err := ParseSelector(fmt.Sprintf("/kind=chat/room=room-%d", i))
 			if err != nil {

@@ -107,7 +107,7 @@ func FuzzParseSelector(f *testing.F) {
 				if sel.Match(v) != got {
 					t.Fatalf("%q and %q disagree", sel, s)
 				}
-				var idx SelectorIndex[int]
+				var idx selectorIndex[int]
 				idx.Add(sel, 1)
 				if n := len(idx.AppendMatches(nil, v)); (n == 1) != got || n > 1 {
 					t.Fatalf("index returned %d matches for %q, Match says %v", n, s, got)

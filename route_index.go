@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// SelectorIndex holds many (Selector, value) pairs, typically the
+// selectorIndex holds many (Selector, value) pairs, typically the
 // subscriptions of one subject, and finds those whose selector matches a
 // message without testing every selector in turn.
 //
@@ -23,22 +23,22 @@ import (
 //
 // # Concurrency
 //
-// SelectorIndex has no lock of its own. Match, AppendMatches and Len only
+// selectorIndex has no lock of its own. Match, AppendMatches and Len only
 // read, so any number of them may run at once; Add and Remove must not run
 // concurrently with any other method. The usual arrangement is a
 // sync.RWMutex held by the owner: RLock around Match, Lock around Add and
 // Remove. The callback given to Match must not call Add or Remove.
 //
-// The zero SelectorIndex is empty and ready to use. It must not be copied
+// The zero selectorIndex is empty and ready to use. It must not be copied
 // after first use.
-type SelectorIndex[T comparable] struct {
+type selectorIndex[T comparable] struct {
 	root selNode[T]
 	n    int
 }
 
-// NewSelectorIndex returns an empty index. It is the same as new(SelectorIndex[T]);
+// newSelectorIndex returns an empty index. It is the same as new(selectorIndex[T]);
 // the zero value is ready to use too.
-func NewSelectorIndex[T comparable]() *SelectorIndex[T] { return new(SelectorIndex[T]) }
+func newSelectorIndex[T comparable]() *selectorIndex[T] { return new(selectorIndex[T]) }
 
 // selNode is a trie node: values whose selector ends here, and branches for
 // the next key. Small sets are scanned; past indexMapMin a map finds entries.
@@ -65,7 +65,7 @@ const indexMapMin = 8
 // Add records v under sel. It reports whether the pair was new; adding the
 // same (sel, v) twice is a no-op, but one v may be added under several
 // selectors.
-func (x *SelectorIndex[T]) Add(sel Selector, v T) bool {
+func (x *selectorIndex[T]) Add(sel Selector, v T) bool {
 	n := &x.root
 	for i := range sel.terms {
 		t := &sel.terms[i]
@@ -85,7 +85,7 @@ func (x *SelectorIndex[T]) Add(sel Selector, v T) bool {
 
 // Remove deletes the pair (sel, v) and reports whether it was present.
 // Nodes left empty are freed.
-func (x *SelectorIndex[T]) Remove(sel Selector, v T) bool {
+func (x *selectorIndex[T]) Remove(sel Selector, v T) bool {
 	type step struct {
 		n *selNode[T]
 		b *selBranch[T]
@@ -125,19 +125,19 @@ func (x *SelectorIndex[T]) Remove(sel Selector, v T) bool {
 }
 
 // Len returns the number of (selector, value) pairs.
-func (x *SelectorIndex[T]) Len() int { return x.n }
+func (x *selectorIndex[T]) Len() int { return x.n }
 
 // Match calls fn once for every pair (sel, v) in the index with
 // sel.Match(data), in no particular order. A value added under several
 // matching selectors is passed once per selector. Match does not allocate.
-func (x *SelectorIndex[T]) Match(data any, fn func(T)) {
+func (x *selectorIndex[T]) Match(data any, fn func(T)) {
 	x.root.match(data, fn)
 }
 
 // AppendMatches appends to dst the values Match would pass to fn, and
 // returns the extended slice. With enough capacity in dst it does not
 // allocate.
-func (x *SelectorIndex[T]) AppendMatches(dst []T, data any) []T {
+func (x *selectorIndex[T]) AppendMatches(dst []T, data any) []T {
 	x.root.match(data, func(v T) { dst = append(dst, v) })
 	return dst
 }

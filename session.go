@@ -32,21 +32,37 @@ type Session interface {
 	Close(ctx context.Context) error
 }
 
-// ConnectOption configures Connect.
-type ConnectOption func(*connectOptions)
+// Dialer opens sessions to a broker. transport/inproc dials an *Engine in
+// process and transport/ws one over WebSocket; each is configured with its
+// ConnectOptions when it is built.
+type Dialer interface {
+	// Dial authenticates credential and negotiates a contract for
+	// subjects, as Broker.Connect does.
+	Dial(ctx context.Context, credential string, subjects []string) (Session, error)
+}
 
-type connectOptions struct {
-	region string
-	ttl    time.Duration
+// ConnectOption configures Connect, or a transport's dial.
+type ConnectOption func(*ConnectOptions)
+
+// ConnectOptions are the resolved options of a connection; a transport
+// applies the caller's ConnectOption values to a zero ConnectOptions and
+// carries the result over the wire.
+type ConnectOptions struct {
+	// Region is the session's region ("": the broker's Options.Region).
+	Region string
+	// ContractTTL is the contract lifetime asked for (0: the default).
+	ContractTTL time.Duration
 }
 
 // WithRegion sets the session's region.
-func WithRegion(region string) ConnectOption { return func(o *connectOptions) { o.region = region } }
+func WithRegion(region string) ConnectOption { return func(o *ConnectOptions) { o.Region = region } }
 
 // WithContractTTL asks for a contract lifetime: 0 means the default; a
 // negative one or one above Options.MaxContractTTL makes Connect fail with
 // INVALID_ARGUMENT.
-func WithContractTTL(d time.Duration) ConnectOption { return func(o *connectOptions) { o.ttl = d } }
+func WithContractTTL(d time.Duration) ConnectOption {
+	return func(o *ConnectOptions) { o.ContractTTL = d }
+}
 
 // localSession is the in-process Session.
 type localSession struct {

@@ -148,7 +148,7 @@ type subscription struct {
 	filter  *condition
 	group   string
 	h       Handler
-	scope   *grant // the contract's grant on the subject: its receive scope applies
+	scope   *permit // the contract's permit on the subject: its receive scope applies
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -279,8 +279,15 @@ func (e *Engine) onContractRevoked(id string) {
 	}
 }
 
-// Subscribe starts push delivery on the engine for caller; see Session.Subscribe.
-func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+// Subscribe starts push delivery on the engine for caller; see
+// Session.Subscribe. It serves transports, which hold no in-process
+// Session: the deliveries' Session is nil.
+func (e *Engine) Subscribe(ctx context.Context, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+	return e.subscribe(ctx, nil, c, subjectName, h, opts...)
+}
+
+// subscribe is Subscribe for sess, which the deliveries carry.
+func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
@@ -318,7 +325,7 @@ func (e *Engine) Subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if code != CodeOK {
 		return nil, e.contractError(ctx, "subscribe.denied", c.Principal, s.name, c.ContractID, code, reason)
 	}
-	scope := k.grants[s.name]
+	scope := k.permits[s.name]
 	for i := len(o.Middleware) - 1; i >= 0; i-- {
 		h = o.Middleware[i](h)
 	}
@@ -743,7 +750,7 @@ func (s *localSession) Subscribe(ctx context.Context, subject string, h Handler,
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	sub, err := s.e.Subscribe(ctx, s, s.caller, subject, h, opts...)
+	sub, err := s.e.subscribe(ctx, s, s.caller, subject, h, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,9 @@ const RoleAdmin = pigeon.RoleAdmin
 
 // adminRoutes serves the account, role, grant and key API. Path segments
 // that hold a principal id are percent-encoded (spiffe%3A%2F%2F…).
+//
+// This table is where admin operations are authorized: the Engine methods
+// behind it trust their caller, as they trust an embedding application.
 func (s *Server) adminRoutes() {
 	s.route("/v1/accounts", map[string]endpoint{
 		http.MethodGet:  {admin, listAccounts},
@@ -26,7 +29,7 @@ func (s *Server) adminRoutes() {
 	})
 	s.route("/v1/accounts/{id}/keys", map[string]endpoint{
 		http.MethodGet: {member, getKeys},
-		http.MethodPut: {member, putKeys},
+		http.MethodPut: {self, putKeys},
 	})
 	s.route("/v1/roles", map[string]endpoint{http.MethodGet: {admin, listRoles}})
 	s.route("/v1/roles/{name}", map[string]endpoint{
@@ -111,7 +114,7 @@ func putKeys(rq *request) (int, any, error) {
 	if err := rq.body(&in, true); err != nil {
 		return 0, nil, err
 	}
-	a, err := rq.s.e.PutAccountKeys(rq.ctx, rq.p, rq.r.PathValue("id"), in.Keys)
+	a, err := rq.s.e.PutAccountKeys(rq.ctx, rq.r.PathValue("id"), in.Keys)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -24,9 +24,13 @@ func TestAdminAPIRefusedToNonAdmins(t *testing.T) {
 		{http.MethodPut, "/v1/accounts/x/roles/r", ""},
 		{http.MethodDelete, "/v1/accounts/x/roles/r", ""},
 		{http.MethodGet, "/v1/roles", ""},
+		{http.MethodGet, "/v1/roles/r", ""},
 		{http.MethodPut, "/v1/roles/r", `{"permissions":[]}`},
+		{http.MethodDelete, "/v1/roles/r", ""},
 		{http.MethodPost, "/v1/grants", `{"account":"x","roles":["r"]}`},
 		{http.MethodDelete, "/v1/grants/gr_x", ""},
+		// Keys: the account itself may too, but the auditor is not x.
+		{http.MethodPut, "/v1/accounts/x/keys", `{"keys":[]}`},
 	}
 	for _, rt := range routes {
 		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
@@ -98,6 +102,8 @@ func TestAdminAccountsRolesGrantsAndKeys(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, r.status, "another principal may not publish the keys")
 	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "orders-token", string(keys))
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "admin-token", string(keys))
+	require.Equal(t, http.StatusOK, r.status, "an admin may publish another account's keys: %s", r.body)
 	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "orders-token", `{"keys":[{"kid":"k","use":"sig","alg":"ed25519","key":"!!"}]}`)
 	require.Equal(t, http.StatusBadRequest, r.status)
 	r = f.do(t, http.MethodGet, "/v1/accounts/"+esc+"/keys", "gateway-token", "")

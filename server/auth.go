@@ -10,7 +10,7 @@ import (
 
 // RoleAuditor is the role that reads the audit log and the quarantine and
 // releases quarantined messages.
-const RoleAuditor = "auditor"
+const RoleAuditor = pigeon.RoleAuditor
 
 type ctxKey int
 

@@ -18,6 +18,7 @@ const (
 	member                // any authenticated principal
 	auditor               // a principal with RoleAuditor
 	admin                 // a principal with RoleAdmin
+	self                  // the account the path's {id} names, or a principal with RoleAdmin
 )
 
 // request is one API call being served.
@@ -83,6 +84,10 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 			}
 			if ep.access == admin && !p.HasRole(RoleAdmin) {
 				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
+				return
+			}
+			if ep.access == self && p.ID != r.PathValue("id") && !p.HasRole(RoleAdmin) {
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "only the account itself or an admin may call this route"))
 				return
 			}
 			rq.p, rq.region = p, region

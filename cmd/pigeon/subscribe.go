@@ -60,7 +60,7 @@ func subscribeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	var dialOpts []ws.Option
 	if a.region != "" {
-		dialOpts = append(dialOpts, ws.WithRegion(a.region))
+		dialOpts = append(dialOpts, ws.WithConnectOptions(pigeon.WithRegion(a.region)))
 	}
 	s, err := ws.Dial(ctx, a.wsURL(), a.token, []string{*subject}, dialOpts...)
 	if err != nil {

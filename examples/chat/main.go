@@ -82,12 +82,12 @@ func run(ctx context.Context, out io.Writer) error {
 		if _, err := broker.CreateAccount(ctx, pigeon.Account{ID: m.id, Roles: []string{"lobby-member"}}); err != nil {
 			return err
 		}
-		// The member publishes its public keys (as itself).
+		// The member's public keys, published for it by the application.
 		keys := []pigeon.PublicKey{
 			pigeon.Ed25519PublicKey(m.keys.SigningKID, m.keys.SigningPublic),
 			pigeon.X25519PublicKey(m.keys.EncryptionKID, m.keys.EncryptionPublic),
 		}
-		if _, err := broker.PutAccountKeys(ctx, &pigeon.Principal{ID: m.id}, m.id, keys); err != nil {
+		if _, err := broker.PutAccountKeys(ctx, m.id, keys); err != nil {
 			return err
 		}
 		grant, err := broker.IssueGrant(ctx, m.id, []string{"lobby-member"}, time.Hour)

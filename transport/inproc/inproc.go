@@ -16,6 +16,8 @@ type Dialer struct {
 	Opts   []pigeon.ConnectOption
 }
 
+var _ pigeon.Dialer = Dialer{}
+
 // Dial authenticates credential and negotiates subjects, returning a session.
 func (d Dialer) Dial(ctx context.Context, credential string, subjects []string) (pigeon.Session, error) {
 	return d.Engine.Connect(ctx, credential, subjects, d.Opts...)

@@ -18,8 +18,7 @@ import (
 type Option func(*dialOptions)
 
 type dialOptions struct {
-	region          string
-	ttl             time.Duration
+	connect         pigeon.ConnectOptions
 	client          *http.Client
 	header          http.Header
 	subprotocolAuth bool
@@ -29,11 +28,16 @@ type dialOptions struct {
 	logger          *slog.Logger
 }
 
-// WithRegion sets the session's region (the upgrade's x-pigeon-region).
-func WithRegion(region string) Option { return func(o *dialOptions) { o.region = region } }
-
-// WithContractTTL asks for a contract lifetime.
-func WithContractTTL(d time.Duration) Option { return func(o *dialOptions) { o.ttl = d } }
+// WithConnectOptions applies pigeon's connect options (pigeon.WithRegion,
+// pigeon.WithContractTTL) to the sessions dialed: the region travels as the
+// upgrade's x-pigeon-region (or ?region=), the lifetime in the negotiation.
+func WithConnectOptions(opts ...pigeon.ConnectOption) Option {
+	return func(o *dialOptions) {
+		for _, fn := range opts {
+			fn(&o.connect)
+		}
+	}
+}
 
 // WithHTTPClient dials with c.
 func WithHTTPClient(c *http.Client) Option { return func(o *dialOptions) { o.client = c } }
@@ -103,12 +107,14 @@ func Dial(ctx context.Context, url, credential string, subjects []string, opts .
 	return s, nil
 }
 
-// Dialer dials WebSocket sessions with fixed options; its Dial has the
-// shape of the in-process dialer's.
+// Dialer dials WebSocket sessions with fixed options; it is a
+// pigeon.Dialer, as the in-process dialer is.
 type Dialer struct {
 	URL     string
 	Options []Option
 }
+
+var _ pigeon.Dialer = Dialer{}
 
 // Dial connects a session; see the package function Dial.
 func (d Dialer) Dial(ctx context.Context, credential string, subjects []string) (pigeon.Session, error) {
@@ -125,7 +131,7 @@ func (s *Session) connect(ctx context.Context) (*clientConn, pigeon.Contract, er
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := cc.call(ctx, jsonFrame(Frame{Op: OpNegotiate, Subjects: s.subjects, TTLMs: s.o.ttl.Milliseconds()}), nil)
+	f, err := cc.call(ctx, jsonFrame(Frame{Op: OpNegotiate, Subjects: s.subjects, TTLMs: s.o.connect.ContractTTL.Milliseconds()}), nil)
 	if err != nil {
 		cc.close(ctx)
 		return nil, nil, err

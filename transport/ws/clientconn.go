@@ -86,13 +86,13 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 	query := url.Values{}
 	if s.o.subprotocolAuth {
 		protos = append(protos, BearerSubprotocolPrefix+s.cred)
-		if s.o.region != "" {
-			query.Set("region", s.o.region)
+		if s.o.connect.Region != "" {
+			query.Set("region", s.o.connect.Region)
 		}
 	} else {
 		hdr.Set("Authorization", "Bearer "+s.cred)
-		if s.o.region != "" {
-			hdr.Set("X-Pigeon-Region", s.o.region)
+		if s.o.connect.Region != "" {
+			hdr.Set("X-Pigeon-Region", s.o.connect.Region)
 		}
 	}
 	u, err := wsURL(s.url, query)

@@ -192,7 +192,7 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		ackWait = time.Duration(p.Delivery.AckWaitMs) * time.Millisecond
 	}
 	ss := newServerSub(c, caller, ackWait)
-	sub, err := c.srv.e.Subscribe(c.ctx, nil, caller, f.Subject, ss.handle, opts...)
+	sub, err := c.srv.e.Subscribe(c.ctx, caller, f.Subject, ss.handle, opts...)
 	if err != nil {
 		return nil, err
 	}

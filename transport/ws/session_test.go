@@ -126,7 +126,7 @@ func TestCallerDeadlineLeavesTheConnectionUp(t *testing.T) {
 
 func TestSessionSubprotocolAuthAndRegion(t *testing.T) {
 	v := newEnv(t, nil)
-	s := v.dial(t, "orders-token", []string{"notifications.send"}, ws.WithSubprotocolAuth(), ws.WithRegion("eu"), ws.WithContractTTL(time.Minute))
+	s := v.dial(t, "orders-token", []string{"notifications.send"}, ws.WithSubprotocolAuth(), ws.WithConnectOptions(pigeon.WithRegion("eu"), pigeon.WithContractTTL(time.Minute)))
 	info := s.Contract().Info()
 	require.Equal(t, "eu", info.Region)
 	require.WithinDuration(t, info.IssuedAt.Add(time.Minute), info.ExpiresAt, time.Second)

@@ -1,0 +1,393 @@
+package pigeon
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon/store"
+)
+
+// KV buckets of the access directory.
+const (
+	bucketAccounts = "accounts"
+	bucketRoles    = "roles"
+	bucketGrants   = "grants"
+	bucketRevoked  = "grants.revoked"
+	bucketBroker   = "broker"
+)
+
+// directory holds accounts, roles, issued grants and grant revocations, and
+// keeps them in the store's KV buckets. It owns its lock: nothing outside
+// this file reads its maps. Every change bumps the version; a contract
+// remembers the version it last checked, so the common path of an
+// authorization check is one atomic load and one comparison.
+//
+// Accounts and roles in the maps are never changed in place: a change
+// stores a new value, so a pointer handed out by lookup stays valid.
+//
+// A change persists to the store and updates the maps under the write lock;
+// its then callback (an audit record, waking subscriptions) runs under the
+// same lock, so that records of changes are written in the order of the
+// changes.
+type directory struct {
+	st       store.Store
+	mu       sync.RWMutex
+	accounts map[string]*Account
+	roles    map[string]*Role
+	grants   map[string]*grantRecord
+	revoked  map[string]time.Time
+	ver      atomic.Uint64
+}
+
+// version is the directory's version: it changes whenever what any
+// credential is worth may have changed.
+func (d *directory) version() uint64 { return d.ver.Load() }
+
+func (d *directory) bump() { d.ver.Add(1) }
+
+// load reads the directory from st, which it keeps for later changes.
+func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) error {
+	d.st = st
+	d.accounts, d.roles, d.grants, d.revoked = map[string]*Account{}, map[string]*Role{}, map[string]*grantRecord{}, map[string]time.Time{}
+	d.ver.Store(1)
+	load := func(bucket string, fn func(k string, v []byte) error) error {
+		kv, err := st.List(ctx, bucket)
+		if err != nil {
+			return storeError(err)
+		}
+		for k, v := range kv {
+			if err := fn(k, v); err != nil {
+				return WrapError(CodeStoreCorrupt, err, "%s/%s does not decode", bucket, k)
+			}
+		}
+		return nil
+	}
+	if err := load(bucketAccounts, func(k string, v []byte) error {
+		var a Account
+		if err := json.Unmarshal(v, &a); err != nil {
+			return err
+		}
+		d.accounts[a.ID] = &a
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := load(bucketRoles, func(k string, v []byte) error {
+		var r Role
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		for i, p := range r.Permissions {
+			if p.Selector == "" {
+				continue
+			}
+			if _, err := ParseSelector(p.Selector); err != nil {
+				log.Warn("pigeon: a stored role permission has a selector that does not parse; it grants nothing",
+					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
+			}
+		}
+		d.roles[r.Name] = &r
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := load(bucketGrants, func(k string, v []byte) error {
+		var g grantRecord
+		if err := json.Unmarshal(v, &g); err != nil {
+			return err
+		}
+		d.grants[g.JTI] = &g
+		return nil
+	}); err != nil {
+		return err
+	}
+	return load(bucketRevoked, func(k string, v []byte) error {
+		var t time.Time
+		if err := json.Unmarshal(v, &t); err != nil {
+			return err
+		}
+		d.revoked[k] = t
+		return nil
+	})
+}
+
+// put stores v as JSON under bucket/key.
+func (d *directory) put(ctx context.Context, bucket, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return WrapError(CodeInternal, err, "encode %s", bucket)
+	}
+	return storeError(d.st.Put(ctx, bucket, key, b))
+}
+
+func cloneAccount(a *Account) Account {
+	c := *a
+	c.Attributes = cloneMap(a.Attributes)
+	c.Roles = slices.Clone(a.Roles)
+	c.Keys = slices.Clone(a.Keys)
+	return c
+}
+
+// lookup returns account id, or nil. The account is shared: callers read
+// it and never change it.
+func (d *directory) lookup(id string) *Account {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.accounts[id]
+}
+
+// account returns a copy of account id (NOT_FOUND otherwise).
+func (d *directory) account(id string) (Account, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	a, ok := d.accounts[id]
+	if !ok {
+		return Account{}, NewError(CodeNotFound, "no account %s", id)
+	}
+	return cloneAccount(a), nil
+}
+
+// accountKeys returns a copy of the public keys account id publishes.
+func (d *directory) accountKeys(id string) ([]PublicKey, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	a, ok := d.accounts[id]
+	if !ok {
+		return nil, NewError(CodeNotFound, "no account %s", id)
+	}
+	return slices.Clone(a.Keys), nil
+}
+
+// accountList returns a copy of every account, sorted by id.
+func (d *directory) accountList() []Account {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]Account, 0, len(d.accounts))
+	for _, a := range d.accounts {
+		out = append(out, cloneAccount(a))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// createAccount adds account a (CONFLICT when its id exists), then calls then.
+func (d *directory) createAccount(ctx context.Context, a *Account, then func()) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.accounts[a.ID]; ok {
+		return NewError(CodeConflict, "account %s exists", a.ID)
+	}
+	if err := d.put(ctx, bucketAccounts, a.ID, a); err != nil {
+		return err
+	}
+	d.accounts[a.ID] = a
+	d.bump()
+	then()
+	return nil
+}
+
+// updateAccount applies fn to a copy of account id and stores it.
+func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Account) error) (Account, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, ok := d.accounts[id]
+	if !ok {
+		return Account{}, NewError(CodeNotFound, "no account %s", id)
+	}
+	c := cloneAccount(cur)
+	if err := fn(&c); err != nil {
+		return Account{}, err
+	}
+	if err := d.put(ctx, bucketAccounts, id, &c); err != nil {
+		return Account{}, err
+	}
+	d.accounts[id] = &c
+	d.bump()
+	return cloneAccount(&c), nil
+}
+
+// deleteAccount removes account id (NOT_FOUND otherwise), then calls then.
+func (d *directory) deleteAccount(ctx context.Context, id string, then func()) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.accounts[id]; !ok {
+		return NewError(CodeNotFound, "no account %s", id)
+	}
+	if err := storeError(d.st.Delete(ctx, bucketAccounts, id)); err != nil {
+		return err
+	}
+	delete(d.accounts, id)
+	d.bump()
+	then()
+	return nil
+}
+
+// role returns a copy of role name (NOT_FOUND otherwise).
+func (d *directory) role(name string) (Role, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	r, ok := d.roles[name]
+	if !ok {
+		return Role{}, NewError(CodeNotFound, "no role %s", name)
+	}
+	return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)}, nil
+}
+
+// roleList returns a copy of every role, sorted by name.
+func (d *directory) roleList() []Role {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]Role, 0, len(d.roles))
+	for _, r := range d.roles {
+		out = append(out, Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// putRole defines or replaces role r, then calls then.
+func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.put(ctx, bucketRoles, r.Name, r); err != nil {
+		return err
+	}
+	d.roles[r.Name] = r
+	d.bump()
+	then()
+	return nil
+}
+
+// deleteRole removes role name (NOT_FOUND otherwise), then calls then.
+func (d *directory) deleteRole(ctx context.Context, name string, then func()) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.roles[name]; !ok {
+		return NewError(CodeNotFound, "no role %s", name)
+	}
+	if err := storeError(d.st.Delete(ctx, bucketRoles, name)); err != nil {
+		return err
+	}
+	delete(d.roles, name)
+	d.bump()
+	then()
+	return nil
+}
+
+// addGrant records an issued grant.
+func (d *directory) addGrant(ctx context.Context, g *grantRecord) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.put(ctx, bucketGrants, g.JTI, g); err != nil {
+		return err
+	}
+	d.grants[g.JTI] = g
+	d.bump()
+	return nil
+}
+
+// revokeGrant revokes grant jti (NOT_FOUND when it was never issued) and
+// returns the account it was issued to. Revoking twice is not an error.
+func (d *directory) revokeGrant(ctx context.Context, jti string) (account string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g, ok := d.grants[jti]
+	if !ok {
+		return "", NewError(CodeNotFound, "no grant %s", jti)
+	}
+	if _, done := d.revoked[jti]; !done {
+		if err := d.put(ctx, bucketRevoked, jti, g.ExpiresAt); err != nil {
+			return "", err
+		}
+		d.revoked[jti] = g.ExpiresAt
+		d.bump()
+	}
+	return g.Account, nil
+}
+
+// grantExpiry returns when grant jti expires; ok is false for an unknown
+// grant.
+func (d *directory) grantExpiry(jti string) (at time.Time, ok bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if g := d.grants[jti]; g != nil {
+		return g.ExpiresAt, true
+	}
+	return time.Time{}, false
+}
+
+// effectiveRoles is what a credential of principal is worth at now: the
+// roles it carries (baseRoles) and its account's, or, for a grant token
+// (grantID), the grant's roles that the account still holds. A revoked,
+// expired or unknown grant, or one whose account is gone, is worth nothing
+// (GRANT_REVOKED).
+func (d *directory) effectiveRoles(principal string, baseRoles []string, grantID string, now time.Time) ([]string, Code) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	a := d.accounts[principal]
+	if grantID != "" {
+		g := d.grants[grantID]
+		if _, revoked := d.revoked[grantID]; revoked || g == nil || a == nil || !now.Before(g.ExpiresAt) {
+			return nil, CodeGrantRevoked
+		}
+		return intersect(g.Roles, a.Roles), CodeOK
+	}
+	roles := slices.Clone(baseRoles)
+	if a != nil {
+		roles = append(roles, a.Roles...)
+	}
+	return uniqueSorted(roles), CodeOK
+}
+
+// permissionScope returns how the principal's roles grant op on subject:
+// ok false when no permission does; scope nil when some permission grants
+// it without a selector; otherwise the selectors that scope it. A
+// permission whose selector does not parse (only a store written behind
+// the broker's back holds one: PutRole refuses it) grants nothing, so it
+// can never widen a scope to the whole subject.
+func (d *directory) permissionScope(roles []string, subject string, op Operation) (scope []Selector, ok bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	unscoped := false
+	for _, name := range roles {
+		r := d.roles[name]
+		if r == nil {
+			continue
+		}
+		for _, p := range r.Permissions {
+			if p.Subject != subject || !slices.Contains(p.Operations, op) {
+				continue
+			}
+			if p.Selector == "" {
+				ok, unscoped = true, true
+				continue
+			}
+			sel, err := ParseSelector(p.Selector)
+			if err != nil {
+				continue
+			}
+			ok = true
+			scope = append(scope, sel)
+		}
+	}
+	if unscoped {
+		return nil, ok
+	}
+	return scope, ok
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return uniqueSorted(out)
+}
