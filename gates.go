@@ -372,7 +372,7 @@ func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
 		// Only the clear (routing) fields are validated; the sealed part is opaque.
 		data, raw = clearPart(a.Data)
 	}
-	if reason := a.subj.schema.validate(data, raw); reason != "" {
+	if reason := a.subj.schema.Validate(data, raw); reason != "" {
 		return Deny(CodeSchemaInvalid, reason)
 	}
 	return Allow()

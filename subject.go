@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"pigeon/internal/schema"
 )
 
 // Defaults of a subject's delivery settings.
@@ -31,7 +33,7 @@ type subject struct {
 	forbidden []fieldPath
 	tokenized []fieldPath
 	redact    []fieldPath
-	schema    *schema
+	schema    *schema.Schema
 	rules     map[Operation][]*rule
 	quality   []*qualityRule
 	idemTTL   time.Duration
@@ -230,7 +232,7 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		if !ok {
 			return nil, NewError(CodePolicyInvalid, "subject %s: unknown schema %q", p.Name, p.Schema.Name)
 		}
-		sch, err := compileSchema(raw)
+		sch, err := schema.Compile(raw)
 		if err != nil {
 			return nil, WrapError(CodePolicyInvalid, err, "subject %s: schema %s does not compile: %v", p.Name, p.Schema.Name, err)
 		}
