@@ -4,12 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"pigeon/internal/cond"
 	"pigeon/internal/schema"
 )
 
@@ -58,14 +60,14 @@ type rule struct {
 	regions       []string
 	attributes    map[string]string
 	requireReason bool
-	when          *condition
+	when          *cond.Condition
 }
 
 type qualityRule struct {
 	name       string
 	quarantine bool
 	code       Code
-	cond       *condition
+	cond       *cond.Condition
 }
 
 // fieldPath is a dot path into data, split once. parts are the segments as
@@ -294,6 +296,20 @@ func msOr(ms int64, def time.Duration) time.Duration {
 		return def
 	}
 	return time.Duration(ms) * time.Millisecond
+}
+
+// compileCondition compiles a CEL condition; a failure is an *Error with
+// CodePolicyInvalid whose message carries the CEL issues.
+func compileCondition(expr string) (*cond.Condition, error) {
+	c, err := cond.Compile(expr)
+	if err != nil {
+		code := CodePolicyInvalid
+		if errors.Is(err, cond.ErrEnvironment) {
+			code = CodeInternal
+		}
+		return nil, WrapError(code, err, "%s", err)
+	}
+	return c, nil
 }
 
 func compileRule(spec RuleSpec) (*rule, error) {
