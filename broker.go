@@ -243,7 +243,7 @@ func (e *Engine) janitor() {
 
 // LoadCatalog lints c, compiles every subject of it and makes the result
 // current, replacing subjects of the same name. A catalog with a lint
-// problem of error severity (see Lint) is refused with POLICY_INVALID naming
+// problem of error severity (see policy.Lint) is refused with POLICY_INVALID naming
 // the file (or subject) and field; warnings are not. A subject whose
 // compiled policy differs from the one it replaces makes contracts compiled
 // from the old version fail with CONTRACT_STALE until renegotiated. Nothing

@@ -110,16 +110,14 @@ type permit struct {
 	scope   [4][]Selector // per operation (opIndex); nil: not scoped
 }
 
+// opIndex is op's slot in a grant's per-operation arrays: its position in
+// the operation table (policy.Operations). An unknown operation gets the
+// last slot.
 func opIndex(op Operation) int {
-	switch op {
-	case OpPublish:
-		return 0
-	case OpReceive:
-		return 1
-	case OpAck:
-		return 2
+	if i := op.Index(); i >= 0 {
+		return i
 	}
-	return 3
+	return len(Operations) - 1
 }
 
 func (g *permit) setScope(op Operation, sel Selector) {
@@ -162,16 +160,11 @@ func (g *permit) inScope(op Operation, data any) bool {
 	return false
 }
 
+// opBit is op's bit in a grant's operation set: 1 << its position in the
+// operation table; 0 for an unknown operation.
 func opBit(op Operation) uint8 {
-	switch op {
-	case OpPublish:
-		return 1
-	case OpReceive:
-		return 2
-	case OpAck:
-		return 4
-	case OpReplay:
-		return 8
+	if i := op.Index(); i >= 0 {
+		return 1 << i
 	}
 	return 0
 }

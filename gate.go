@@ -3,6 +3,8 @@ package pigeon
 import (
 	"context"
 	"time"
+
+	"pigeon/internal/cond"
 )
 
 // Outcome is what admission decided about a message.
@@ -97,26 +99,26 @@ type Admission struct {
 	dataCode   Code   // with dataErr: why the data or envelope text is refused
 	dataErr    string
 	timeErr    bool
-	celP       *celPrincipal
-	celM       *celMessage
+	vars       cond.Vars // with hasVars: what CEL conditions see, built once
+	hasVars    bool
 }
 
-// celPrincipal returns the principal as CEL sees it, built once.
-func (a *Admission) celPrincipal() celPrincipal {
-	if a.celP == nil {
-		a.celP = &celPrincipal{ID: a.Principal.ID, Attributes: a.Principal.Attributes, Roles: a.Principal.Roles}
+// condVars returns the variables CEL conditions see, built once.
+func (a *Admission) condVars() *cond.Vars {
+	if !a.hasVars {
+		a.vars, a.hasVars = condVars(a.Principal, a.Message, a.Data), true
 	}
-	return *a.celP
+	return &a.vars
 }
 
-// celMessage returns the message as CEL sees it, built once.
-func (a *Admission) celMessage() celMessage {
-	if a.celM == nil {
-		m := a.Message
-		a.celM = &celMessage{ID: m.ID, Type: m.Type, Source: m.Source, Subject: m.Subject, Intent: m.Intent,
-			Region: m.Region, Reason: m.Reason, Classification: m.Classification, Data: a.Data}
+// condVars is the one place that builds the variables of a CEL condition:
+// principal p and message m with its decoded data.
+func condVars(p *Principal, m *Message, data any) cond.Vars {
+	return cond.Vars{
+		Principal: cond.Principal{ID: p.ID, Attributes: p.Attributes, Roles: p.Roles},
+		Message: cond.Message{ID: m.ID, Type: m.Type, Source: m.Source, Subject: m.Subject, Intent: m.Intent,
+			Region: m.Region, Reason: m.Reason, Classification: m.Classification, Data: data},
 	}
-	return *a.celM
 }
 
 // Decision is the recorded outcome of one admission or operation.

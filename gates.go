@@ -158,7 +158,7 @@ func (s *subject) evalDenies(op Operation, a *Admission) Verdict {
 			continue
 		}
 		if r.when != nil {
-			ok, err := r.when.eval(a.celPrincipal(), a.celMessage())
+			ok, err := r.when.Eval(a.condVars())
 			if err == nil && !ok {
 				continue
 			}
@@ -192,7 +192,7 @@ func (s *subject) evalRules(op Operation, a *Admission) Verdict {
 			continue
 		}
 		if r.when != nil {
-			ok, err := r.when.eval(a.celPrincipal(), a.celMessage())
+			ok, err := r.when.Eval(a.condVars())
 			if err != nil {
 				evalFailure = true
 				if r.deny {
@@ -372,7 +372,7 @@ func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
 		// Only the clear (routing) fields are validated; the sealed part is opaque.
 		data, raw = clearPart(a.Data)
 	}
-	if reason := a.subj.schema.validate(data, raw); reason != "" {
+	if reason := a.subj.schema.Validate(data, raw); reason != "" {
 		return Deny(CodeSchemaInvalid, reason)
 	}
 	return Allow()
@@ -383,7 +383,7 @@ type qualityGate struct{}
 func (qualityGate) Name() string { return GateQuality }
 func (qualityGate) Check(_ context.Context, a *Admission) Verdict {
 	for _, q := range a.subj.quality {
-		ok, err := q.cond.eval(a.celPrincipal(), a.celMessage())
+		ok, err := q.cond.Eval(a.condVars())
 		if err == nil && ok {
 			continue
 		}

@@ -1,174 +1,116 @@
 package pigeon
 
-// Operation is something a contract can permit on a subject.
-type Operation string
+import (
+	"fmt"
+	"maps"
+
+	"pigeon/policy"
+)
+
+// The policy types live in package policy, which also loads catalogs from
+// files and lints them; these aliases keep them at hand for building a
+// catalog in code (Options.Catalog).
+type (
+	// Operation is something a contract can permit on a subject.
+	Operation = policy.Operation
+	// Mode is how a subject delivers.
+	Mode = policy.Mode
+	// Catalog is a set of subject policies and the JSON schemas they name.
+	Catalog = policy.Catalog
+	// SubjectPolicy is one subject's policy; see policy.SubjectPolicy.
+	SubjectPolicy = policy.SubjectPolicy
+	// SchemaRef names the JSON schema of a subject's data.
+	SchemaRef = policy.SchemaRef
+	// RegionPolicy is where a subject's data may live.
+	RegionPolicy = policy.RegionPolicy
+	// DeliveryPolicy governs retries, leases and idempotency.
+	DeliveryPolicy = policy.DeliveryPolicy
+	// RetryPolicy says how often and how fast a failed delivery is retried.
+	RetryPolicy = policy.RetryPolicy
+	// IdempotencyPolicy says whether a key is required and how long it dedups.
+	IdempotencyPolicy = policy.IdempotencyPolicy
+	// ReplayPolicy governs replay of retained messages.
+	ReplayPolicy = policy.ReplayPolicy
+	// RetentionPolicy says how long messages and audit records are kept.
+	RetentionPolicy = policy.RetentionPolicy
+	// DataPolicy classifies a subject's data and names sensitive fields.
+	DataPolicy = policy.DataPolicy
+	// QuarantinePolicy says which refusals keep a redacted copy.
+	QuarantinePolicy = policy.QuarantinePolicy
+	// RuleSpec allows or denies one operation to matching principals.
+	RuleSpec = policy.RuleSpec
+	// RateLimitPolicy is a token bucket per (subject, principal).
+	RateLimitPolicy = policy.RateLimitPolicy
+	// QualityRule is a subject-level data-quality rule in CEL.
+	QualityRule = policy.QualityRule
+	// IntegrityPolicy says whether messages must be signed.
+	IntegrityPolicy = policy.IntegrityPolicy
+)
 
 // Operations a rule can allow or deny.
 const (
-	OpPublish Operation = "publish"
-	OpReceive Operation = "receive"
-	OpAck     Operation = "ack"
-	OpReplay  Operation = "replay"
+	OpPublish = policy.OpPublish
+	OpReceive = policy.OpReceive
+	OpAck     = policy.OpAck
+	OpReplay  = policy.OpReplay
 )
 
-// Operations lists every operation in contract order.
-var Operations = []Operation{OpPublish, OpReceive, OpAck, OpReplay}
+// Operations lists every operation in contract order (policy.Operations).
+var Operations = policy.Operations
 
-func validOperation(op string) bool {
-	switch Operation(op) {
-	case OpPublish, OpReceive, OpAck, OpReplay:
-		return true
-	}
-	return false
-}
-
-// Mode is how a subject delivers.
-type Mode string
+func validOperation(op string) bool { return Operation(op).Valid() }
 
 // Delivery modes.
 const (
-	ModePubSub       Mode = "pubsub"
-	ModeWorkQueue    Mode = "workQueue"
-	ModeRequestReply Mode = "requestReply"
+	ModePubSub       = policy.ModePubSub
+	ModeWorkQueue    = policy.ModeWorkQueue
+	ModeRequestReply = policy.ModeRequestReply
 )
-
-// SubjectPolicy is one subject's policy in the catalog format of the
-// reference broker, plus the extensions documented in docs/policy.md. It is
-// plain data: the broker compiles it once per version.
-type SubjectPolicy struct {
-	Name         string                   `json:"name" yaml:"name"`
-	Version      string                   `json:"version" yaml:"version"`
-	Mode         Mode                     `json:"mode" yaml:"mode"`
-	Intents      []string                 `json:"intents" yaml:"intents"`
-	Schema       *SchemaRef               `json:"schema,omitempty" yaml:"schema,omitempty"`
-	RegionPolicy RegionPolicy             `json:"regionPolicy" yaml:"regionPolicy"`
-	Delivery     DeliveryPolicy           `json:"delivery" yaml:"delivery"`
-	Replay       ReplayPolicy             `json:"replay" yaml:"replay"`
-	Retention    RetentionPolicy          `json:"retention" yaml:"retention"`
-	Data         DataPolicy               `json:"data" yaml:"data"`
-	Quarantine   QuarantinePolicy         `json:"quarantine" yaml:"quarantine"`
-	Policy       map[Operation][]RuleSpec `json:"policy" yaml:"policy"`
-	RateLimit    *RateLimitPolicy         `json:"rateLimit,omitempty" yaml:"rateLimit,omitempty"`
-	Rules        []QualityRule            `json:"rules,omitempty" yaml:"rules,omitempty"`
-	Integrity    IntegrityPolicy          `json:"integrity,omitempty" yaml:"integrity,omitempty"`
-}
-
-// SchemaRef names the JSON schema of a subject's data.
-type SchemaRef struct {
-	Name          string `json:"name" yaml:"name"`
-	Compatibility string `json:"compatibility,omitempty" yaml:"compatibility,omitempty"`
-}
-
-// RegionPolicy is where a subject's data may live. With CrossRegion "deny",
-// a message's region must also equal the publishing session's region.
-type RegionPolicy struct {
-	Home           string   `json:"home,omitempty" yaml:"home,omitempty"`
-	AllowedRegions []string `json:"allowedRegions,omitempty" yaml:"allowedRegions,omitempty"`
-	CrossRegion    string   `json:"crossRegion,omitempty" yaml:"crossRegion,omitempty"`
-}
-
-// DeliveryPolicy governs retries, leases and idempotency.
-type DeliveryPolicy struct {
-	Retry       RetryPolicy       `json:"retry" yaml:"retry"`
-	Idempotency IdempotencyPolicy `json:"idempotency" yaml:"idempotency"`
-	// AckWaitMs is the lease of a work-queue delivery (default 30 s).
-	AckWaitMs int64 `json:"ackWaitMs,omitempty" yaml:"ackWaitMs,omitempty"`
-}
-
-// RetryPolicy says how often and how fast a failed delivery is retried.
-type RetryPolicy struct {
-	MaxAttempts int    `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty"`
-	Backoff     string `json:"backoff,omitempty" yaml:"backoff,omitempty"`
-	MaxDelayMs  int64  `json:"maxDelayMs,omitempty" yaml:"maxDelayMs,omitempty"`
-}
-
-// IdempotencyPolicy says whether a key is required and how long it dedups.
-type IdempotencyPolicy struct {
-	Required bool   `json:"required,omitempty" yaml:"required,omitempty"`
-	Key      string `json:"key,omitempty" yaml:"key,omitempty"`
-	TTLMs    int64  `json:"ttlMs,omitempty" yaml:"ttlMs,omitempty"`
-}
-
-// ReplayPolicy governs replay of retained messages.
-type ReplayPolicy struct {
-	Allowed       bool  `json:"allowed" yaml:"allowed"`
-	RequireReason bool  `json:"requireReason,omitempty" yaml:"requireReason,omitempty"`
-	MaxAgeMs      int64 `json:"maxAgeMs,omitempty" yaml:"maxAgeMs,omitempty"`
-}
-
-// RetentionPolicy says how long messages and audit records are kept.
-type RetentionPolicy struct {
-	MessagesMs int64 `json:"messagesMs,omitempty" yaml:"messagesMs,omitempty"`
-	AuditMs    int64 `json:"auditMs,omitempty" yaml:"auditMs,omitempty"`
-}
-
-// DataPolicy classifies a subject's data and names sensitive fields (dot
-// paths into data).
-type DataPolicy struct {
-	Classification  string   `json:"classification,omitempty" yaml:"classification,omitempty"`
-	Encryption      string   `json:"encryption,omitempty" yaml:"encryption,omitempty"`
-	Tokenization    string   `json:"tokenization,omitempty" yaml:"tokenization,omitempty"`
-	ForbiddenFields []string `json:"forbiddenFields,omitempty" yaml:"forbiddenFields,omitempty"`
-	TokenizedFields []string `json:"tokenizedFields,omitempty" yaml:"tokenizedFields,omitempty"`
-	// RoutingFields stay in clear when data is sealed end to end.
-	RoutingFields []string `json:"routingFields,omitempty" yaml:"routingFields,omitempty"`
-}
-
-// QuarantinePolicy says which refusals keep a redacted copy.
-type QuarantinePolicy struct {
-	OnSchemaViolation bool `json:"onSchemaViolation,omitempty" yaml:"onSchemaViolation,omitempty"`
-	OnPolicyViolation bool `json:"onPolicyViolation,omitempty" yaml:"onPolicyViolation,omitempty"`
-	OnHandlerFailure  bool `json:"onHandlerFailure,omitempty" yaml:"onHandlerFailure,omitempty"`
-}
 
 // Effect of a rule.
 const (
-	EffectAllow = "allow"
-	EffectDeny  = "deny"
+	EffectAllow = policy.EffectAllow
+	EffectDeny  = policy.EffectDeny
 )
 
-// RuleSpec allows or denies one operation to matching principals. Empty
-// lists match everything; "*" in Principals matches any principal.
-type RuleSpec struct {
-	Effect        string            `json:"effect" yaml:"effect"`
-	Principals    []string          `json:"principals,omitempty" yaml:"principals,omitempty"`
-	Roles         []string          `json:"roles,omitempty" yaml:"roles,omitempty"`
-	Intents       []string          `json:"intents,omitempty" yaml:"intents,omitempty"`
-	Regions       []string          `json:"regions,omitempty" yaml:"regions,omitempty"`
-	Attributes    map[string]string `json:"attributes,omitempty" yaml:"attributes,omitempty"`
-	RequireReason bool              `json:"requireReason,omitempty" yaml:"requireReason,omitempty"`
-	// When is a CEL condition over principal and message; see docs/policy.md.
-	When string `json:"when,omitempty" yaml:"when,omitempty"`
-}
-
-// RateLimitPolicy is a token bucket per (subject, principal).
-type RateLimitPolicy struct {
-	PerSecond float64 `json:"perSecond" yaml:"perSecond"`
-	Burst     int     `json:"burst" yaml:"burst"`
-}
-
-// QualityRule is a subject-level data-quality rule in CEL.
-type QualityRule struct {
-	Name      string `json:"name" yaml:"name"`
-	Expr      string `json:"expr" yaml:"expr"`
-	OnFailure string `json:"onFailure,omitempty" yaml:"onFailure,omitempty"` // deny | quarantine
-	Code      string `json:"code,omitempty" yaml:"code,omitempty"`
-}
-
-// IntegrityPolicy says whether messages must be signed.
-type IntegrityPolicy struct {
-	Signature string `json:"signature,omitempty" yaml:"signature,omitempty"` // required | optional
-}
-
-// PolicyID is name@version.
-func (p *SubjectPolicy) PolicyID() string { return p.Name + "@" + p.Version }
-
-// Catalog is a set of subject policies and the JSON schemas they name.
-type Catalog struct {
-	Subjects []SubjectPolicy
-	// Schemas maps a schema name to its JSON text.
-	Schemas map[string][]byte
-	// Sources records the file each subject and schema came from (set by
-	// LoadCatalog; empty for catalogs built in code).
-	Sources CatalogSources
+// lintForLoad lints c as the broker registers it: schemas c refers to but
+// does not hold may come from the catalog already loaded (loaded). It
+// returns nil when no problem has error severity, and otherwise an *Error
+// with CodePolicyInvalid whose message is the first error problem (file or
+// subject, field, message) and whose details list every error problem.
+func lintForLoad(c *Catalog, loaded map[string][]byte) error {
+	lc := &Catalog{Subjects: c.Subjects, Schemas: c.Schemas, Sources: c.Sources}
+	cloned := false
+	for i := range c.Subjects {
+		ref := c.Subjects[i].Schema
+		if ref == nil {
+			continue
+		}
+		if _, ok := c.Schemas[ref.Name]; ok {
+			continue
+		}
+		if js, ok := loaded[ref.Name]; ok {
+			if !cloned {
+				lc.Schemas, cloned = make(map[string][]byte, len(c.Schemas)+1), true
+				maps.Copy(lc.Schemas, c.Schemas)
+			}
+			lc.Schemas[ref.Name] = js
+		}
+	}
+	var errs []policy.Problem
+	for _, p := range policy.Lint(lc) {
+		if p.IsError() {
+			errs = append(errs, p)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	msg := "catalog refused: " + errs[0].String()
+	if len(errs) > 1 {
+		msg += fmt.Sprintf(" (and %d more errors)", len(errs)-1)
+	}
+	e := NewError(CodePolicyInvalid, "%s", msg)
+	e.Details = map[string]any{"file": errs[0].File, "subject": errs[0].Subject, "field": errs[0].Field, "problems": errs}
+	return e
 }

@@ -4,11 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"pigeon/internal/cond"
+	"pigeon/internal/schema"
 )
 
 // Defaults of a subject's delivery settings.
@@ -31,7 +35,7 @@ type subject struct {
 	forbidden []fieldPath
 	tokenized []fieldPath
 	redact    []fieldPath
-	schema    *schema
+	schema    *schema.Schema
 	rules     map[Operation][]*rule
 	quality   []*qualityRule
 	idemTTL   time.Duration
@@ -56,14 +60,14 @@ type rule struct {
 	regions       []string
 	attributes    map[string]string
 	requireReason bool
-	when          *condition
+	when          *cond.Condition
 }
 
 type qualityRule struct {
 	name       string
 	quarantine bool
 	code       Code
-	cond       *condition
+	cond       *cond.Condition
 }
 
 // fieldPath is a dot path into data, split once. parts are the segments as
@@ -230,7 +234,7 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		if !ok {
 			return nil, NewError(CodePolicyInvalid, "subject %s: unknown schema %q", p.Name, p.Schema.Name)
 		}
-		sch, err := compileSchema(raw)
+		sch, err := schema.Compile(raw)
 		if err != nil {
 			return nil, WrapError(CodePolicyInvalid, err, "subject %s: schema %s does not compile: %v", p.Name, p.Schema.Name, err)
 		}
@@ -292,6 +296,20 @@ func msOr(ms int64, def time.Duration) time.Duration {
 		return def
 	}
 	return time.Duration(ms) * time.Millisecond
+}
+
+// compileCondition compiles a CEL condition; a failure is an *Error with
+// CodePolicyInvalid whose message carries the CEL issues.
+func compileCondition(expr string) (*cond.Condition, error) {
+	c, err := cond.Compile(expr)
+	if err != nil {
+		code := CodePolicyInvalid
+		if errors.Is(err, cond.ErrEnvironment) {
+			code = CodeInternal
+		}
+		return nil, WrapError(code, err, "%s", err)
+	}
+	return c, nil
 }
 
 func compileRule(spec RuleSpec) (*rule, error) {

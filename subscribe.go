@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pigeon/internal/cond"
 	"pigeon/store"
 )
 
@@ -145,7 +146,7 @@ type subscription struct {
 	subj    *subject
 	opts    SubscribeOptions
 	sel     Selector
-	filter  *condition
+	filter  *cond.Condition
 	group   string
 	h       Handler
 	scope   *permit // the contract's permit on the subject: its receive scope applies
@@ -315,7 +316,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if err != nil {
 		return nil, err
 	}
-	var filter *condition
+	var filter *cond.Condition
 	if o.Filter != "" {
 		if filter, err = compileCondition(o.Filter); err != nil {
 			return nil, WrapError(CodeFilterInvalid, err, "filter does not compile: %v", err)
@@ -450,8 +451,8 @@ func (s *subscription) selects(m *Message, data any) bool {
 	if s.filter == nil {
 		return true
 	}
-	ok, err := s.filter.eval(celPrincipal{ID: s.caller.Principal.ID, Attributes: s.caller.Principal.Attributes, Roles: s.caller.Principal.Roles},
-		celMessage{ID: m.ID, Type: m.Type, Source: m.Source, Subject: m.Subject, Intent: m.Intent, Region: m.Region, Reason: m.Reason, Classification: m.Classification, Data: data})
+	v := condVars(s.caller.Principal, m, data)
+	ok, err := s.filter.Eval(&v)
 	return err == nil && ok
 }
 

@@ -8,10 +8,9 @@ import (
 	"embed"
 	"encoding/json"
 	"io/fs"
-	"path"
-	"strings"
 
 	"pigeon"
+	"pigeon/policy"
 )
 
 //go:embed policies
@@ -48,23 +47,14 @@ func Tokens() []pigeon.StaticToken {
 // paymentToken declared as a tokenized field of payments.authorize (as the
 // reference broker's in-code demo does).
 func Catalog() *pigeon.Catalog {
-	c := &pigeon.Catalog{Schemas: map[string][]byte{}}
-	subjects, _ := fs.Glob(files, "policies/subjects/*.json")
-	for _, f := range subjects {
-		b, _ := files.ReadFile(f)
-		var p pigeon.SubjectPolicy
-		if err := json.Unmarshal(b, &p); err != nil {
-			panic("demo: " + f + ": " + err.Error())
-		}
-		if p.Name == "payments.authorize" {
+	c, err := policy.LoadFS(FS())
+	if err != nil {
+		panic("demo: " + err.Error())
+	}
+	for i := range c.Subjects {
+		if p := &c.Subjects[i]; p.Name == "payments.authorize" {
 			p.Data.TokenizedFields = []string{"paymentToken"}
 		}
-		c.Subjects = append(c.Subjects, p)
-	}
-	schemas, _ := fs.Glob(files, "policies/schemas/*.json")
-	for _, f := range schemas {
-		b, _ := files.ReadFile(f)
-		c.Schemas[strings.TrimSuffix(path.Base(f), ".json")] = b
 	}
 	return c
 }

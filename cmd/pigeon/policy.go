@@ -5,15 +5,16 @@ import (
 	"io"
 
 	"pigeon"
+	"pigeon/policy"
 )
 
 // loadCatalog loads a policy directory and refuses one with lint errors.
 func loadCatalog(dir string) (*pigeon.Catalog, error) {
-	c, err := pigeon.LoadCatalog(dir)
+	c, err := policy.LoadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, loadError(err)
 	}
-	for _, p := range pigeon.Lint(c) {
+	for _, p := range policy.Lint(c) {
 		if p.IsError() {
 			return nil, fmt.Errorf("policy %s (run `pigeon policy lint %s` for every problem)", p, dir)
 		}
@@ -27,9 +28,9 @@ func policyLintCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	dir := args[0]
-	problems, err := pigeon.LintDir(dir)
+	problems, err := policy.LintDir(dir)
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon policy lint: %v\n", err)
+		fmt.Fprintf(stderr, "pigeon policy lint: %v\n", loadError(err))
 		return 1
 	}
 	errs := 0
@@ -45,4 +46,10 @@ func policyLintCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d warnings)\n", dir, len(problems))
 	return 0
+}
+
+// loadError reports a catalog that does not load as POLICY_INVALID, as the
+// broker does.
+func loadError(err error) error {
+	return pigeon.WrapError(pigeon.CodePolicyInvalid, err, "%v", err)
 }

@@ -1,4 +1,4 @@
-package pigeon
+package policy
 
 import (
 	"fmt"
@@ -9,8 +9,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
-	"github.com/xeipuuv/gojsonschema"
+	"pigeon/internal/cond"
+	"pigeon/internal/schema"
 )
 
 // Problem severities. A catalog with an error problem is refused by the
@@ -54,15 +56,15 @@ func (p Problem) String() string {
 func (p Problem) IsError() bool { return p.Severity == SeverityError }
 
 // LintDir loads the catalog in dir and lints it. A catalog that does not
-// load is returned as the error (an *Error with CodePolicyInvalid); the
-// problems then include unknown fields and ignored files as warnings.
+// load is returned as the error (an *Error); the problems then include
+// unknown fields and ignored files as warnings.
 func LintDir(dir string) ([]Problem, error) {
 	return LintFS(os.DirFS(dir))
 }
 
 // LintFS is LintDir over a file system rooted at the catalog.
 func LintFS(fsys fs.FS) ([]Problem, error) {
-	c, ld, err := loadCatalog(fsys, func(p string) string { return p })
+	c, ld, err := load(fsys, func(p string) string { return p })
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +131,7 @@ func compileJSONSchema(js []byte) (err error) {
 			err = fmt.Errorf("schema library panic: %v", r)
 		}
 	}()
-	_, err = gojsonschema.NewSchema(gojsonschema.NewBytesLoader(js))
+	_, err = schema.Compile(js)
 	return err
 }
 
@@ -166,13 +168,17 @@ func (l *linter) oneOf(field, value string, allowed ...string) {
 	l.errorf(field, "%s is %q; must be %s", lastSegment(field), value, orList(quoted))
 }
 
+// maxMillis is the largest number of milliseconds whose time.Duration does
+// not overflow: the broker refuses larger ones (pigeon.MillisField).
+const maxMillis = int64(math.MaxInt64 / int64(time.Millisecond))
+
 // nonNegative checks a duration in milliseconds: not negative, and small
 // enough that its time.Duration does not overflow.
 func (l *linter) nonNegative(field string, v int64) {
 	switch {
 	case v < 0:
 		l.errorf(field, "%s must not be negative (got %d)", lastSegment(field), v)
-	case v > maxTTLMillis:
+	case v > maxMillis:
 		l.errorf(field, "%s %d is out of range", lastSegment(field), v)
 	}
 }
@@ -370,7 +376,7 @@ func (l *linter) rules(s *SubjectPolicy) {
 	allows := map[Operation]bool{}
 	for _, op := range ops {
 		field := "policy." + op
-		if !validOperation(op) {
+		if !Operation(op).Valid() {
 			l.errorf(field, "unknown operation %q; must be publish, receive, ack or replay", op)
 		}
 		for i := range s.Policy[Operation(op)] {
@@ -393,7 +399,7 @@ func (l *linter) rules(s *SubjectPolicy) {
 }
 
 func opRank(op string) int {
-	if i := slices.Index(Operations, Operation(op)); i >= 0 {
+	if i := Operation(op).Index(); i >= 0 {
 		return i
 	}
 	return len(Operations)
@@ -428,8 +434,8 @@ func (l *linter) rule(at string, op Operation, r *RuleSpec, s *SubjectPolicy) {
 		}
 	}
 	if r.When != "" {
-		if _, err := compileCondition(r.When); err != nil {
-			l.errorf(at+".when", "%s", celMessageOf(err))
+		if _, err := cond.Compile(r.When); err != nil {
+			l.errorf(at+".when", "%s", err)
 		}
 	}
 	if r.Effect == EffectAllow && op == OpPublish && len(r.Principals) == 0 && len(r.Roles) == 0 &&
@@ -452,20 +458,16 @@ func (l *linter) qualityRules(rules []QualityRule) {
 		seen[q.Name] = true
 		if strings.TrimSpace(q.Expr) == "" {
 			l.errorf(at+".expr", "expr is required")
-		} else if _, err := compileCondition(q.Expr); err != nil {
-			l.errorf(at+".expr", "%s", celMessageOf(err))
+		} else if _, err := cond.Compile(q.Expr); err != nil {
+			l.errorf(at+".expr", "%s", err)
 		}
 		l.oneOf(at+".onFailure", q.OnFailure, "", "deny", "quarantine")
 		if q.Code != "" && !qualityCodePattern.MatchString(q.Code) {
-			l.errorf(at+".code", "code %q must be upper-case letters, digits and '_' (like %s)", q.Code, CodeDataQuality)
+			l.errorf(at+".code", "code %q must be upper-case letters, digits and '_' (like %s)", q.Code, codeDataQuality)
 		}
 	}
 }
 
-// celMessageOf strips the "pigeon: CODE: " prefix from a compile error.
-func celMessageOf(err error) string {
-	if pe, ok := err.(*Error); ok {
-		return pe.Message
-	}
-	return err.Error()
-}
+// codeDataQuality is the broker's default code of a failed data-quality
+// rule (pigeon.CodeDataQuality), named as an example.
+const codeDataQuality = "DATA_QUALITY_FAILED"

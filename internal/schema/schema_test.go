@@ -1,4 +1,4 @@
-package pigeon
+package schema
 
 import (
 	"encoding/json"
@@ -29,20 +29,20 @@ func TestFastSchemaCompiles(t *testing.T) {
 }
 
 func TestSchemaFallbackValidates(t *testing.T) {
-	sch, err := compileSchema([]byte(`{"type":"object","properties":{"e":{"type":"string","format":"email"}}}`))
+	sch, err := Compile([]byte(`{"type":"object","properties":{"e":{"type":"string","format":"email"}}}`))
 	require.NoError(t, err)
 	require.Nil(t, sch.fast)
-	require.Empty(t, sch.validate(map[string]any{"e": "a@b.example"}, []byte(`{"e":"a@b.example"}`)))
-	require.Contains(t, sch.validate(map[string]any{"e": "nope"}, []byte(`{"e":"nope"}`)), "e: format")
+	require.Empty(t, sch.Validate(map[string]any{"e": "a@b.example"}, []byte(`{"e":"a@b.example"}`)))
+	require.Contains(t, sch.Validate(map[string]any{"e": "nope"}, []byte(`{"e":"nope"}`)), "e: format")
 }
 
 func TestSchemaReasonHasNoValues(t *testing.T) {
-	sch, err := compileSchema([]byte(testSchemas[0]))
+	sch, err := Compile([]byte(testSchemas[0]))
 	require.NoError(t, err)
 	raw := `{"merchantId":"secret-merchant","amount":"4111111111111111","currency":"pounds"}`
 	var data any
 	require.NoError(t, json.Unmarshal([]byte(raw), &data))
-	reason := sch.validate(data, []byte(raw))
+	reason := sch.Validate(data, []byte(raw))
 	require.Contains(t, reason, "amount: invalid_type")
 	require.NotContains(t, reason, "4111111111111111")
 	require.NotContains(t, reason, "pounds")
@@ -59,9 +59,9 @@ func FuzzSchemaAgreement(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	var compiled []*schema
+	var compiled []*Schema
 	for _, s := range testSchemas {
-		c, err := compileSchema([]byte(s))
+		c, err := Compile([]byte(s))
 		if err != nil || c.fast == nil {
 			f.Fatal("schema does not compile to the fast subset")
 		}

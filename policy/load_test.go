@@ -1,7 +1,6 @@
-package pigeon
+package policy
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,10 +11,11 @@ import (
 )
 
 const (
-	refCatalogDir  = "testdata/pigeonmq-policies"
+	// refCatalogDir is the reference catalog as the demo package embeds it.
+	refCatalogDir  = "../demo/policies"
 	yamlCatalogDir = "testdata/yaml-policies"
 	// sharedCatalogDir is the reference catalog as shipped beside the repo.
-	sharedCatalogDir = "../shared/reference/pigeonmq-policies"
+	sharedCatalogDir = "../../shared/reference/pigeonmq-policies"
 )
 
 // wantPaymentsAuthorize is payments.authorize exactly as the reference
@@ -87,8 +87,8 @@ func wantNotificationsSend() SubjectPolicy {
 	}
 }
 
-func TestLoadCatalogReference(t *testing.T) {
-	c, err := LoadCatalog(refCatalogDir)
+func TestLoadDirReference(t *testing.T) {
+	c, err := LoadDir(refCatalogDir)
 	require.NoError(t, err)
 
 	require.Equal(t, []SubjectPolicy{wantNotificationsSend(), wantPaymentsAuthorize()}, c.Subjects)
@@ -110,10 +110,10 @@ func TestLoadCatalogReference(t *testing.T) {
 	}, c.Sources.Subjects)
 }
 
-func TestLoadCatalogYAMLEqualsJSON(t *testing.T) {
-	js, err := LoadCatalog(refCatalogDir)
+func TestLoadYAMLEqualsJSON(t *testing.T) {
+	js, err := LoadDir(refCatalogDir)
 	require.NoError(t, err)
-	ys, err := LoadCatalog(yamlCatalogDir)
+	ys, err := LoadDir(yamlCatalogDir)
 	require.NoError(t, err)
 
 	require.Equal(t, js.Subjects, ys.Subjects)
@@ -144,14 +144,14 @@ func TestReferenceCatalogCopyIsCurrent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(got), file)
 	}
-	shared, err := LoadCatalog(sharedCatalogDir)
+	shared, err := LoadDir(sharedCatalogDir)
 	require.NoError(t, err)
-	local, err := LoadCatalog(refCatalogDir)
+	local, err := LoadDir(refCatalogDir)
 	require.NoError(t, err)
 	require.Equal(t, local, shared)
 }
 
-func TestLoadCatalogFS(t *testing.T) {
+func TestLoadFS(t *testing.T) {
 	subject := []byte(`{"name":"a.b","version":"v1","mode":"pubsub","intents":["x"]}`)
 	fsys := fstest.MapFS{
 		"subjects/a.b.json":    {Data: subject},
@@ -161,7 +161,7 @@ func TestLoadCatalogFS(t *testing.T) {
 		"schemas/s.yaml":       {Data: []byte("type: object\nproperties:\n  n: {type: integer}\n")},
 		"schemas/.editorlock#": {Data: []byte("")},
 	}
-	c, err := LoadCatalogFS(fsys)
+	c, err := LoadFS(fsys)
 	require.NoError(t, err)
 	require.Len(t, c.Subjects, 1)
 	require.Equal(t, "a.b", c.Subjects[0].Name)
@@ -173,14 +173,15 @@ func TestLoadCatalogFS(t *testing.T) {
 	requireProblem(t, problems, "subjects/old", "", SeverityWarning, "directory ignored")
 
 	// A catalog without schemas/ is fine; one without subjects/ is not.
-	_, err = LoadCatalogFS(fstest.MapFS{"subjects/a.b.json": {Data: subject}})
+	_, err = LoadFS(fstest.MapFS{"subjects/a.b.json": {Data: subject}})
 	require.NoError(t, err)
-	_, err = LoadCatalogFS(fstest.MapFS{"schemas/s.json": {Data: []byte(`{}`)}})
+	_, err = LoadFS(fstest.MapFS{"schemas/s.json": {Data: []byte(`{}`)}})
 	require.ErrorContains(t, err, "subjects: missing directory")
-	require.Equal(t, CodePolicyInvalid, ErrorCode(err))
+	var pe *Error
+	require.ErrorAs(t, err, &pe)
 }
 
-func TestLoadCatalogErrors(t *testing.T) {
+func TestLoadErrors(t *testing.T) {
 	good := `{"name":"a.b","version":"v1","mode":"pubsub","intents":["x"]}`
 	tests := []struct {
 		name  string
@@ -284,17 +285,15 @@ func TestLoadCatalogErrors(t *testing.T) {
 			for name, data := range tt.files {
 				fsys[name] = &fstest.MapFile{Data: []byte(data)}
 			}
-			_, err := LoadCatalogFS(fsys)
+			_, err := LoadFS(fsys)
 			require.Error(t, err)
 			for _, w := range tt.want {
 				require.ErrorContains(t, err, w)
 			}
-			require.ErrorIs(t, err, ErrInvalid)
 			var pe *Error
 			require.ErrorAs(t, err, &pe)
-			require.Equal(t, CodePolicyInvalid, pe.Code)
 			if tt.line != 0 {
-				require.Equal(t, tt.line, pe.Details["line"])
+				require.Equal(t, tt.line, pe.Line)
 			}
 
 			// LintFS returns a catalog that does not load as its error.
@@ -304,20 +303,20 @@ func TestLoadCatalogErrors(t *testing.T) {
 	}
 }
 
-func TestLoadCatalogErrorNamesPath(t *testing.T) {
+func TestLoadDirErrorNamesPath(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "subjects"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "subjects", "x.json"), []byte("{,}"), 0o644))
-	_, err := LoadCatalog(dir)
+	_, err := LoadDir(dir)
 	require.ErrorContains(t, err, filepath.Join(dir, "subjects", "x.json")+": line 1, column 2")
 	_, err = LintDir(dir)
 	require.ErrorContains(t, err, "subjects/x.json: line 1, column 2")
 
-	_, err = LoadCatalog(filepath.Join(dir, "nope"))
+	_, err = LoadDir(filepath.Join(dir, "nope"))
 	require.ErrorContains(t, err, "missing directory")
 }
 
-func TestParseSubjectPolicyFormats(t *testing.T) {
+func TestParseSubjectFormats(t *testing.T) {
 	jsonDoc := []byte(`{"name": "a.b", "version": "v1", "intents": ["x"]}`)
 	yamlDoc := []byte("name: a.b\nversion: v1\nintents: [x]\n")
 	want := SubjectPolicy{Name: "a.b", Version: "v1", Intents: []string{"x"}}
@@ -334,17 +333,17 @@ func TestParseSubjectPolicyFormats(t *testing.T) {
 		{"a", yamlDoc},
 		{"a.txt", yamlDoc},
 	} {
-		p, err := ParseSubjectPolicy(tt.name, tt.data)
+		p, err := ParseSubject(tt.name, tt.data)
 		require.NoError(t, err, tt.name)
 		require.Equal(t, want, p, tt.name)
 	}
 
 	// YAML under a .json name is parsed as JSON and fails.
-	_, err := ParseSubjectPolicy("a.json", yamlDoc)
+	_, err := ParseSubject("a.json", yamlDoc)
 	require.ErrorContains(t, err, "a.json: line 1, column 2: invalid character 'a'")
 }
 
-func TestParseSubjectPolicyExtensions(t *testing.T) {
+func TestParseSubjectExtensions(t *testing.T) {
 	doc := `name: orders.created
 version: "2"
 mode: pubsub
@@ -372,7 +371,7 @@ policy:
       attributes: {team: orders}
       when: message.data.amount < 10000
 `
-	p, err := ParseSubjectPolicy("orders.created.yaml", []byte(doc))
+	p, err := ParseSubject("orders.created.yaml", []byte(doc))
 	require.NoError(t, err)
 	require.Equal(t, &RateLimitPolicy{PerSecond: 50.5, Burst: 100}, p.RateLimit)
 	require.Equal(t, IntegrityPolicy{Signature: "required"}, p.Integrity)
@@ -438,56 +437,9 @@ func TestLineCol(t *testing.T) {
 	}
 }
 
-func TestLoadErrorIsNotDenied(t *testing.T) {
-	_, err := ParseSubjectPolicy("x.json", []byte("{"))
-	require.True(t, errors.Is(err, ErrInvalid))
-	require.False(t, errors.Is(err, ErrDenied))
-}
-
-// New and Engine.LoadCatalog refuse a catalog that Lint reports errors for,
-// even one that compiles; warnings do not stop it.
-func TestBrokerRefusesCatalogWithLintErrors(t *testing.T) {
-	ctx := context.Background()
-	for _, dir := range []string{refCatalogDir, yamlCatalogDir} {
-		c, err := LoadCatalog(dir)
-		require.NoError(t, err)
-		e, err := New(ctx, &Options{Catalog: c})
-		require.NoError(t, err, "%s loads", dir)
-		require.NoError(t, e.Shutdown(ctx))
-	}
-
-	// Two data-quality rules named r: compile accepts it, Lint does not.
-	subject := `{"name":"a.b","version":"v1","mode":"pubsub","intents":["x"],
-		"rules":[{"name":"r","expr":"true"},{"name":"r","expr":"true"}]}`
-	c, err := LoadCatalogFS(fstest.MapFS{"subjects/a.b.json": {Data: []byte(subject)}})
-	require.NoError(t, err)
-	_, err = compileSubject(c.Subjects[0], c.Schemas)
-	require.NoError(t, err, "compile alone does not catch it")
-	_, err = New(ctx, &Options{Catalog: c})
-	require.Equal(t, CodePolicyInvalid, ErrorCode(err), "%v", err)
-	require.ErrorContains(t, err, "subjects/a.b.json: rules[1].name: error: rule name \"r\" is used twice")
+func TestLoadErrorNamesPosition(t *testing.T) {
+	_, err := ParseSubject("x.json", []byte("{"))
 	var pe *Error
 	require.True(t, errors.As(err, &pe))
-	require.Equal(t, "subjects/a.b.json", pe.Details["file"])
-	require.Equal(t, "rules[1].name", pe.Details["field"])
-
-	// The same through LoadCatalog and ReplaceSubject on a running engine:
-	// nothing changes.
-	e, err := New(ctx, nil)
-	require.NoError(t, err)
-	defer e.Shutdown(ctx)
-	require.Equal(t, CodePolicyInvalid, ErrorCode(e.LoadCatalog(ctx, c)))
-	require.Equal(t, CodePolicyInvalid, ErrorCode(e.ReplaceSubject(ctx, c.Subjects[0])))
-	require.Empty(t, e.Subjects())
-	bad := c.Subjects[0]
-	bad.Rules = nil
-	bad.Intents = []string{"x", " "}
-	err = e.ReplaceSubject(ctx, bad)
-	require.ErrorContains(t, err, "subject a.b: intents[1]: error: entry is empty")
-
-	// A subject that refers to a schema loaded before still lints.
-	ref, err := LoadCatalog(refCatalogDir)
-	require.NoError(t, err)
-	require.NoError(t, e.LoadCatalog(ctx, ref))
-	require.NoError(t, e.ReplaceSubject(ctx, ref.Subjects[0]))
+	require.Equal(t, []any{"x.json", 1, 2}, []any{pe.File, pe.Line, pe.Column})
 }

@@ -1,4 +1,4 @@
-package pigeon
+package policy
 
 import (
 	"bytes"
@@ -28,45 +28,69 @@ const (
 	schemasDir  = "schemas"
 )
 
-// CatalogSources records which file defined each subject and schema, as a
+// Sources records which file defined each subject and schema, as a
 // slash-separated path relative to the catalog root (for example
 // "subjects/payments.authorize.json"). It is empty for catalogs built in
 // code.
-type CatalogSources struct {
+type Sources struct {
 	Subjects map[string]string // subject name → file
 	Schemas  map[string]string // schema name → file
 }
 
-// LoadCatalog reads a catalog directory: subject policies from dir/subjects
+// Error is a catalog that cannot be loaded or a subject policy that does
+// not parse. Its text names the file and, where known, the line and column;
+// File, Line and Column hold them where they are known (0 when not).
+// `pigeon serve` and `pigeon policy lint` report it as POLICY_INVALID.
+type Error struct {
+	File         string
+	Line, Column int
+	msg          string
+	err          error
+}
+
+func (e *Error) Error() string { return e.msg }
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.err }
+
+// newError builds an *Error wrapping cause (which may be nil).
+func newError(cause error, format string, args ...any) *Error {
+	msg := format
+	if len(args) > 0 {
+		msg = fmt.Sprintf(format, args...)
+	}
+	return &Error{msg: msg, err: cause}
+}
+
+// LoadDir reads a catalog directory: subject policies from dir/subjects
 // and JSON schemas from dir/schemas (which may be absent). JSON files are
 // read as the reference broker writes them, YAML files through the same
 // field names. Unknown fields are ignored (LintDir reports them). A file
 // that does not parse, two files defining the same subject or schema, or a
-// missing subjects directory is an *Error with CodePolicyInvalid that names
-// the file and, where known, the line and column.
+// missing subjects directory is an *Error that names the file and, where
+// known, the line and column.
 //
-// LoadCatalog does not validate policies; run Lint on the result. The
-// broker lints every catalog it registers (New, Engine.LoadCatalog,
+// LoadDir does not validate policies; run Lint on the result. The broker
+// lints every catalog it registers (pigeon.New, Engine.LoadCatalog,
 // Engine.ReplaceSubject) and refuses one with errors.
-func LoadCatalog(dir string) (*Catalog, error) {
-	c, _, err := loadCatalog(os.DirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
+func LoadDir(dir string) (*Catalog, error) {
+	c, _, err := load(os.DirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
 	return c, err
 }
 
-// LoadCatalogFS is LoadCatalog over a file system rooted at the catalog,
-// such as an embed.FS or fstest.MapFS.
-func LoadCatalogFS(fsys fs.FS) (*Catalog, error) {
-	c, _, err := loadCatalog(fsys, func(p string) string { return p })
+// LoadFS is LoadDir over a file system rooted at the catalog, such as an
+// embed.FS or fstest.MapFS.
+func LoadFS(fsys fs.FS) (*Catalog, error) {
+	c, _, err := load(fsys, func(p string) string { return p })
 	return c, err
 }
 
-// ParseSubjectPolicy decodes one subject policy. name is a file name: a
-// ".json" extension selects JSON, ".yaml" or ".yml" YAML; with any other
-// extension the content decides (JSON when it starts with '{'). Unknown
-// fields are ignored. Errors are *Error with CodePolicyInvalid naming name
-// and the position.
-func ParseSubjectPolicy(name string, data []byte) (SubjectPolicy, error) {
-	p, _, err := parseSubjectPolicy(name, data)
+// ParseSubject decodes one subject policy. name is a file name: a ".json"
+// extension selects JSON, ".yaml" or ".yml" YAML; with any other extension
+// the content decides (JSON when it starts with '{'). Unknown fields are
+// ignored. Errors are *Error naming name and the position.
+func ParseSubject(name string, data []byte) (SubjectPolicy, error) {
+	p, _, err := parseSubject(name, data)
 	return p, err
 }
 
@@ -78,30 +102,30 @@ type catalogLoad struct {
 	problems []Problem
 }
 
-func loadCatalog(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, error) {
+func load(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, error) {
 	c := &Catalog{
 		Schemas: map[string][]byte{},
-		Sources: CatalogSources{Subjects: map[string]string{}, Schemas: map[string]string{}},
+		Sources: Sources{Subjects: map[string]string{}, Schemas: map[string]string{}},
 	}
 	ld := &catalogLoad{}
 
 	subjects, warns, err := catalogFiles(fsys, subjectsDir, false)
 	if err != nil {
-		return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(subjectsDir), err)
+		return nil, nil, newError(err, "%s: %v", display(subjectsDir), err)
 	}
 	ld.problems = append(ld.problems, warns...)
 	for _, file := range subjects {
 		data, err := fs.ReadFile(fsys, file)
 		if err != nil {
-			return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(file), err)
+			return nil, nil, newError(err, "%s: %v", display(file), err)
 		}
-		p, unknown, err := parseSubjectPolicy(display(file), data)
+		p, unknown, err := parseSubject(display(file), data)
 		if err != nil {
 			return nil, nil, err
 		}
 		if p.Name != "" {
 			if prev, dup := c.Sources.Subjects[p.Name]; dup {
-				return nil, nil, NewError(CodePolicyInvalid, "%s: subject %q is already defined in %s",
+				return nil, nil, newError(nil, "%s: subject %q is already defined in %s",
 					display(file), p.Name, display(prev))
 			}
 			c.Sources.Subjects[p.Name] = file
@@ -116,18 +140,18 @@ func loadCatalog(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoa
 
 	schemas, warns, err := catalogFiles(fsys, schemasDir, true)
 	if err != nil {
-		return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(schemasDir), err)
+		return nil, nil, newError(err, "%s: %v", display(schemasDir), err)
 	}
 	ld.problems = append(ld.problems, warns...)
 	for _, file := range schemas {
 		data, err := fs.ReadFile(fsys, file)
 		if err != nil {
-			return nil, nil, WrapError(CodePolicyInvalid, err, "%s: %v", display(file), err)
+			return nil, nil, newError(err, "%s: %v", display(file), err)
 		}
 		base := path.Base(file)
 		name := strings.TrimSuffix(base, path.Ext(base))
 		if prev, dup := c.Sources.Schemas[name]; dup {
-			return nil, nil, NewError(CodePolicyInvalid, "%s: schema %q is already defined in %s",
+			return nil, nil, newError(nil, "%s: schema %q is already defined in %s",
 				display(file), name, display(prev))
 		}
 		js, err := parseSchema(display(file), data)
@@ -193,9 +217,9 @@ func sniffFormat(name string, data []byte) string {
 	return "yaml"
 }
 
-// parseSubjectPolicy decodes a subject policy and lists the unknown fields
+// parseSubject decodes a subject policy and lists the unknown fields
 // it held, as dot paths.
-func parseSubjectPolicy(name string, data []byte) (SubjectPolicy, []string, error) {
+func parseSubject(name string, data []byte) (SubjectPolicy, []string, error) {
 	var p SubjectPolicy
 	var generic any
 	if sniffFormat(name, data) == "json" {
@@ -210,7 +234,7 @@ func parseSubjectPolicy(name string, data []byte) (SubjectPolicy, []string, erro
 		_ = yaml.Unmarshal(data, &generic)
 	}
 	if _, ok := asObject(generic); !ok {
-		return SubjectPolicy{}, nil, NewError(CodePolicyInvalid, "%s: a subject policy must be an object", name)
+		return SubjectPolicy{}, nil, newError(nil, "%s: a subject policy must be an object", name)
 	}
 	var unknown []string
 	unknownFields(generic, reflect.TypeFor[SubjectPolicy](), "", sniffFormat(name, data) == "json", &unknown)
@@ -233,11 +257,11 @@ func parseSchema(name string, data []byte) ([]byte, error) {
 	}
 	v, err := yamlToJSONValue(v)
 	if err != nil {
-		return nil, NewError(CodePolicyInvalid, "%s: %v", name, err)
+		return nil, newError(nil, "%s: %v", name, err)
 	}
 	out, err := json.Marshal(v)
 	if err != nil {
-		return nil, WrapError(CodePolicyInvalid, err, "%s: cannot convert to JSON: %v", name, err)
+		return nil, newError(err, "%s: cannot convert to JSON: %v", name, err)
 	}
 	return out, nil
 }
@@ -294,7 +318,7 @@ func jsonError(name string, data []byte, err error) error {
 	)
 	switch {
 	case errors.Is(err, errEmptyFile):
-		return WrapError(CodePolicyInvalid, err, "%s: empty file", name)
+		return newError(err, "%s: empty file", name)
 	case errors.As(err, &syn):
 		// Offset counts the offending byte.
 		return positionError(name, data, syn.Offset-1, err, syn.Error())
@@ -309,13 +333,13 @@ func jsonError(name string, data []byte, err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return positionError(name, data, int64(len(data)), err, "unexpected end of JSON input")
 	}
-	return WrapError(CodePolicyInvalid, err, "%s: %v", name, err)
+	return newError(err, "%s: %v", name, err)
 }
 
 func positionError(name string, data []byte, offset int64, cause error, msg string) error {
 	line, col := lineCol(data, offset)
-	e := WrapError(CodePolicyInvalid, cause, "%s: line %d, column %d: %s", name, line, col, msg)
-	e.Details = map[string]any{"file": name, "line": line, "column": col}
+	e := newError(cause, "%s: line %d, column %d: %s", name, line, col, msg)
+	e.File, e.Line, e.Column = name, line, col
 	return e
 }
 
@@ -350,7 +374,7 @@ var yamlLine = regexp.MustCompile(`line (\d+)`)
 // yamlError turns a yaml.v3 error into an *Error naming the file and line.
 func yamlError(name string, err error) error {
 	if errors.Is(err, errEmptyFile) {
-		return WrapError(CodePolicyInvalid, err, "%s: empty file", name)
+		return newError(err, "%s: empty file", name)
 	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	msg = strings.TrimPrefix(msg, "unmarshal errors:\n")
@@ -358,12 +382,12 @@ func yamlError(name string, err error) error {
 	for i := range lines {
 		lines[i] = strings.TrimSpace(lines[i])
 	}
-	msg = strings.ReplaceAll(strings.Join(lines, "; "), "into pigeon.SubjectPolicy", "into a subject policy")
-	e := WrapError(CodePolicyInvalid, err, "%s: %s", name, msg)
-	e.Details = map[string]any{"file": name}
+	msg = strings.ReplaceAll(strings.Join(lines, "; "), "into policy.SubjectPolicy", "into a subject policy")
+	e := newError(err, "%s: %s", name, msg)
+	e.File = name
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		if n, convErr := strconv.Atoi(m[1]); convErr == nil {
-			e.Details["line"] = n
+			e.Line = n
 		}
 	}
 	return e
@@ -487,46 +511,4 @@ func joinField(at, key string) string {
 		return key
 	}
 	return at + "." + key
-}
-
-// lintForLoad lints c as the broker registers it: schemas c refers to but
-// does not hold may come from the catalog already loaded (loaded). It
-// returns nil when no problem has error severity, and otherwise an *Error
-// with CodePolicyInvalid whose message is the first error problem (file or
-// subject, field, message) and whose details list every error problem.
-func lintForLoad(c *Catalog, loaded map[string][]byte) error {
-	lc := &Catalog{Subjects: c.Subjects, Schemas: c.Schemas, Sources: c.Sources}
-	cloned := false
-	for i := range c.Subjects {
-		ref := c.Subjects[i].Schema
-		if ref == nil {
-			continue
-		}
-		if _, ok := c.Schemas[ref.Name]; ok {
-			continue
-		}
-		if js, ok := loaded[ref.Name]; ok {
-			if !cloned {
-				lc.Schemas, cloned = make(map[string][]byte, len(c.Schemas)+1), true
-				maps.Copy(lc.Schemas, c.Schemas)
-			}
-			lc.Schemas[ref.Name] = js
-		}
-	}
-	var errs []Problem
-	for _, p := range Lint(lc) {
-		if p.IsError() {
-			errs = append(errs, p)
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	msg := "catalog refused: " + errs[0].String()
-	if len(errs) > 1 {
-		msg += fmt.Sprintf(" (and %d more errors)", len(errs)-1)
-	}
-	e := NewError(CodePolicyInvalid, "%s", msg)
-	e.Details = map[string]any{"file": errs[0].File, "subject": errs[0].Subject, "field": errs[0].Field, "problems": errs}
-	return e
 }

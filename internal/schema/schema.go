@@ -1,4 +1,7 @@
-package pigeon
+// Package schema validates decoded JSON documents against a JSON schema:
+// a direct validator for the common keywords, with gojsonschema as the
+// reference for everything else and for the reasons it gives.
+package schema
 
 import (
 	"encoding/json"
@@ -10,25 +13,27 @@ import (
 	"github.com/xeipuuv/gojsonschema"
 )
 
-// schema is a JSON schema compiled once per subject version. Schemas that
+// Schema is a JSON schema compiled once per subject version. Schemas that
 // use only the common keywords (type, properties, required,
 // additionalProperties: bool, enum and const of scalars, pattern,
 // min/maxLength, minimum/maximum, items, min/maxItems, and annotations) are
 // also compiled to a direct validator that needs no allocation; any other
 // schema is validated by gojsonschema. Both agree on every document (a
 // differential fuzz test holds them to it). Anchored patterns as simple as
-// ^[A-Z]{3}$ are matched without the regexp engine (schema_pattern.go).
-type schema struct {
+// ^[A-Z]{3}$ are matched without the regexp engine (pattern.go). A Schema
+// is safe for concurrent use.
+type Schema struct {
 	full *gojsonschema.Schema
 	fast *fastSchema
 }
 
-func compileSchema(raw []byte) (*schema, error) {
+// Compile compiles the JSON schema raw.
+func Compile(raw []byte) (*Schema, error) {
 	full, err := gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw))
 	if err != nil {
 		return nil, err
 	}
-	s := &schema{full: full}
+	s := &Schema{full: full}
 	var doc any
 	if json.Unmarshal(raw, &doc) == nil {
 		s.fast = compileFast(doc)
@@ -36,10 +41,10 @@ func compileSchema(raw []byte) (*schema, error) {
 	return s, nil
 }
 
-// validate returns "" when data is valid, else a reason naming the failing
+// Validate returns "" when data is valid, else a reason naming the failing
 // fields and rules, never their values. data is raw decoded; gojsonschema
 // reads raw (it needs numbers as json.Number to check them).
-func (s *schema) validate(data any, raw []byte) string {
+func (s *Schema) Validate(data any, raw []byte) string {
 	if s.fast != nil {
 		if s.fast.valid(data) {
 			return ""

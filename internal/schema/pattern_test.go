@@ -1,4 +1,4 @@
-package pigeon
+package schema
 
 import (
 	"regexp"

@@ -1,4 +1,4 @@
-package pigeon
+package policy
 
 import (
 	"encoding/json"
@@ -46,7 +46,7 @@ func TestLintReferenceCatalog(t *testing.T) {
 		require.Empty(t, errorsOnly(problems), "%s: %v", dir, problems)
 		require.Empty(t, problems, "%s: the reference catalog is clean", dir)
 
-		c, err := LoadCatalog(dir)
+		c, err := LoadDir(dir)
 		require.NoError(t, err)
 		require.Empty(t, Lint(c))
 	}
@@ -68,7 +68,7 @@ func refFS(t *testing.T, mutate func(*SubjectPolicy)) fstest.MapFS {
 	}
 	data, err := os.ReadFile(filepath.Join(refCatalogDir, "subjects/payments.authorize.json"))
 	require.NoError(t, err)
-	p, err := ParseSubjectPolicy("payments.authorize.json", data)
+	p, err := ParseSubject("payments.authorize.json", data)
 	require.NoError(t, err)
 	mutate(&p)
 	data, err = json.MarshalIndent(p, "", "  ")
@@ -282,7 +282,7 @@ func TestProblemString(t *testing.T) {
 
 // FuzzParseSubjectPolicy feeds JSON and YAML documents to the parser: it
 // must never panic, and Lint must never panic on whatever parses.
-func FuzzParseSubjectPolicy(f *testing.F) {
+func FuzzParseSubject(f *testing.F) {
 	for _, dir := range []string{refCatalogDir + "/subjects", yamlCatalogDir + "/subjects"} {
 		entries, err := os.ReadDir(dir)
 		require.NoError(f, err)
@@ -296,9 +296,10 @@ func FuzzParseSubjectPolicy(f *testing.F) {
 	f.Add("json", []byte(`{"name":"a","rateLimit":{"perSecond":1,"burst":1},"data":{"forbiddenFields":["a..b"]}}`))
 	f.Add("yml", []byte("&a [*a]"))
 	f.Fuzz(func(t *testing.T, ext string, data []byte) {
-		p, err := ParseSubjectPolicy("fuzz."+ext, data)
+		p, err := ParseSubject("fuzz."+ext, data)
 		if err != nil {
-			require.Equal(t, CodePolicyInvalid, ErrorCode(err))
+			var pe *Error
+			require.ErrorAs(t, err, &pe)
 			return
 		}
 		// Schema compilation and LintFS are left out: they add nothing the

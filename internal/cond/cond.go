@@ -1,7 +1,11 @@
-package pigeon
+// Package cond compiles and evaluates the broker's CEL conditions: the
+// `when` of a rule, the `expr` of a data-quality rule and a subscription's
+// filter. Its errors are plain; the broker gives them a decision code.
+package cond
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -16,9 +20,7 @@ import (
 	"github.com/google/cel-go/interpreter"
 )
 
-// CEL conditions: the `when` of a rule and the `expr` of a data-quality rule.
-//
-// Both see two variables, typed so that the checker catches misspelt fields
+// Conditions see two variables, typed so that the checker catches misspelt fields
 // and wrong comparisons at load time:
 //
 //	principal  pigeon.Principal{id string, attributes map(string, string), roles list(string)}
@@ -42,49 +44,60 @@ const (
 	celMaxExprLen = 4096
 )
 
-// celPrincipal is what a condition sees as `principal`.
-type celPrincipal struct {
+// Principal is what a condition sees as `principal`.
+type Principal struct {
 	ID         string
 	Attributes map[string]string
 	Roles      []string
 }
 
-// celMessage is what a condition sees as `message`. Data is the decoded
+// Message is what a condition sees as `message`. Data is the decoded
 // JSON value of the message's data (map[string]any, []any, string, float64,
 // bool or nil); json.RawMessage and []byte are accepted too and decoded on
 // first use, once per evaluation.
-type celMessage struct {
+type Message struct {
 	ID, Type, Source, Subject, Intent, Region, Reason, Classification string
 	Data                                                              any
 }
 
-// condition is a compiled, type-checked CEL expression whose result is a
+// Vars are the variables of one evaluation.
+type Vars struct {
+	Principal Principal
+	Message   Message
+}
+
+// Condition is a compiled, type-checked CEL expression whose result is a
 // bool. It is immutable and safe for concurrent use.
-type condition struct {
+type Condition struct {
 	src string
 	prg cel.Program
 }
 
 // String returns the source text.
-func (c *condition) String() string { return c.src }
+func (c *Condition) String() string { return c.src }
 
-// compileCondition parses and type-checks expr against the policy
-// environment and plans it. The result type must be bool. Any failure is an
-// *Error with CodePolicyInvalid whose message carries the CEL issues.
-func compileCondition(expr string) (*condition, error) {
+// ErrEnvironment marks a failure to build the CEL environment itself: a
+// fault of the program, not of the expression.
+var ErrEnvironment = errors.New("CEL environment")
+
+// Compile parses and type-checks expr against the policy environment and
+// plans it. The result type must be bool. The error text carries the CEL
+// issues on one line; a failure to build the environment wraps
+// ErrEnvironment.
+func Compile(expr string) (*Condition, error) {
 	env, err := celPolicyEnv()
 	if err != nil {
-		return nil, WrapError(CodeInternal, err, "CEL environment: %v", err)
+		return nil, fmt.Errorf("%w: %w", ErrEnvironment, err)
 	}
 	if strings.TrimSpace(expr) == "" {
-		return nil, NewError(CodePolicyInvalid, "empty CEL expression")
+		return nil, errors.New("empty CEL expression")
 	}
 	ast, iss := env.Compile(expr)
 	if iss != nil && iss.Err() != nil {
-		return nil, WrapError(CodePolicyInvalid, iss.Err(), "CEL: %s", celIssues(iss))
+		return nil, errors.New("CEL: " + celIssues(iss))
 	}
 	if !ast.OutputType().IsExactType(types.BoolType) {
-		return nil, NewError(CodePolicyInvalid,
+		return nil, fmt.Errorf(
 			"CEL: result is %s, want bool (compare dynamic values explicitly, e.g. message.data.flag == true)",
 			ast.OutputType())
 	}
@@ -98,9 +111,9 @@ func compileCondition(expr string) (*condition, error) {
 	}
 	prg, err := env.Program(ast, opts...)
 	if err != nil {
-		return nil, WrapError(CodePolicyInvalid, err, "CEL: %v", err)
+		return nil, fmt.Errorf("CEL: %w", err)
 	}
-	return &condition{src: expr, prg: prg}, nil
+	return &Condition{src: expr, prg: prg}, nil
 }
 
 // celIssues renders CEL issues on one line: "1:14: message; 1:20: message".
@@ -122,39 +135,39 @@ func hasComprehension(a *cel.Ast) bool {
 	return len(celast.MatchDescendants(nav, celast.KindMatcher(celast.ComprehensionKind))) > 0
 }
 
-// eval runs the condition. A runtime error (a missing key in message.data,
+// Eval runs the condition with the variables v. A runtime error (a missing key in message.data,
 // a type mismatch inside dynamic data, the cost limit) is returned as err
 // with false; the caller decides whether that fails open or closed. Error
 // texts come from CEL: they name keys and types, but a few (for example
 // timestamp("…") on a bad string, or a key taken from the data) quote
 // payload text, so do not copy them into audit records or replies.
-func (c *condition) eval(p celPrincipal, m celMessage) (bool, error) {
+func (c *Condition) Eval(v *Vars) (bool, error) {
 	act := activationPool.Get().(*celActivation)
-	act.principal = p
-	act.message = celMessageBinding{celMessage: m}
+	act.principal = v.Principal
+	act.message = celMessageBinding{Message: v.Message}
 	out, _, err := c.prg.Eval(act)
 	*act = celActivation{}
 	activationPool.Put(act)
 	if err != nil {
-		return false, fmt.Errorf("pigeon: CEL %q: %w", c.src, err)
+		return false, fmt.Errorf("CEL %q: %w", c.src, err)
 	}
 	b, ok := out.(types.Bool)
 	if !ok {
-		return false, fmt.Errorf("pigeon: CEL %q: result is %s, want bool", c.src, out.Type().TypeName())
+		return false, fmt.Errorf("CEL %q: result is %s, want bool", c.src, out.Type().TypeName())
 	}
 	return bool(b), nil
 }
 
 // celActivation binds the two variables without building a map per call.
 type celActivation struct {
-	principal celPrincipal
+	principal Principal
 	message   celMessageBinding
 }
 
 // celMessageBinding caches the decoded form of raw JSON data for the length
 // of one evaluation.
 type celMessageBinding struct {
-	celMessage
+	Message
 	decoded bool
 	data    any
 	dataErr error
@@ -335,9 +348,9 @@ var (
 	_ traits.FieldTester = (*celObject)(nil)
 )
 
-func principalField(get func(*celPrincipal) any) func(any) (any, error) {
+func principalField(get func(*Principal) any) func(any) (any, error) {
 	return func(obj any) (any, error) {
-		p, ok := obj.(*celPrincipal)
+		p, ok := obj.(*Principal)
 		if !ok {
 			return nil, fmt.Errorf("principal: unexpected %T", obj)
 		}
@@ -357,11 +370,11 @@ func messageField(get func(*celMessageBinding) any) func(any) (any, error) {
 
 var principalType = &celObjectType{
 	name:   "pigeon.Principal",
-	goType: reflect.TypeFor[*celPrincipal](),
+	goType: reflect.TypeFor[*Principal](),
 	fields: map[string]celField{
-		"id":         {types.StringType, principalField(func(p *celPrincipal) any { return p.ID })},
-		"attributes": {types.NewMapType(types.StringType, types.StringType), principalField(func(p *celPrincipal) any { return p.Attributes })},
-		"roles":      {types.NewListType(types.StringType), principalField(func(p *celPrincipal) any { return p.Roles })},
+		"id":         {types.StringType, principalField(func(p *Principal) any { return p.ID })},
+		"attributes": {types.NewMapType(types.StringType, types.StringType), principalField(func(p *Principal) any { return p.Attributes })},
+		"roles":      {types.NewListType(types.StringType), principalField(func(p *Principal) any { return p.Roles })},
 	},
 }
 
