@@ -1,5 +1,7 @@
-// Package jsontext checks JSON text for the properties the broker relies
-// on: that every reader decodes it to one and the same value.
+// Package jsontext checks and decodes JSON text with the property the
+// broker relies on: that every reader decodes it to one and the same value.
+// Validate and Decode refuse the same texts; they share the number scanner
+// and the \u reader.
 package jsontext
 
 import (
