@@ -1,7 +1,8 @@
-// Package jsontext checks and decodes JSON text with the property the
-// broker relies on: that every reader decodes it to one and the same value.
-// Validate and Decode refuse the same texts; they share the number scanner
-// and the \u reader.
+// Package jsontext checks, decodes and writes JSON text with the property
+// the broker relies on: that every reader decodes it to one and the same
+// value. Validate and Decode refuse the same texts; they share the number
+// scanner and the \u reader. AppendString writes strings as encoding/json
+// does.
 package jsontext
 
 import (

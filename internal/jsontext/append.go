@@ -1,6 +1,4 @@
-// Package jsonenc appends JSON text without reflection, for the encoders on
-// hot paths (the envelope, WebSocket frames).
-package jsonenc
+package jsontext
 
 import "unicode/utf8"
 
@@ -16,7 +14,9 @@ var safe = func() (t [utf8.RuneSelf]bool) {
 }()
 
 // AppendString appends s as a JSON string, escaped as encoding/json
-// escapes it (HTML-safe; invalid UTF-8 becomes U+FFFD).
+// escapes it (HTML-safe; invalid UTF-8 becomes U+FFFD), without
+// reflection, for the encoders on hot paths (the envelope, WebSocket
+// frames).
 func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
