@@ -2,7 +2,7 @@
 // the broker relies on: that every reader decodes it to one and the same
 // value. Validate and Decode refuse the same texts; they share the number
 // scanner and the \u reader. AppendString writes strings as encoding/json
-// does.
+// does; Canonical writes the RFC 8785 (JCS) form that signatures cover.
 package jsontext
 
 import (

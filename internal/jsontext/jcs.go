@@ -1,4 +1,4 @@
-package pigeon
+package jsontext
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// CanonicalJSON returns the RFC 8785 JSON Canonicalization Scheme (JCS) form
+// Canonical returns the RFC 8785 JSON Canonicalization Scheme (JCS) form
 // of the JSON document raw: no insignificant whitespace; object members
 // sorted by their names' UTF-16 code units; strings with the minimal escapes
 // (\" \\ \b \f \n \r \t, other controls as \u00xx, everything else as UTF-8);
@@ -22,13 +22,13 @@ import (
 // numbers beyond the double range, and nesting deeper than 10000. Integers
 // beyond 2^53 keep only double precision (12345678901234567891 becomes
 // 12345678901234567000), as JCS prescribes; send such values as strings.
-func CanonicalJSON(raw []byte) ([]byte, error) {
-	return AppendCanonicalJSON(make([]byte, 0, len(raw)), raw)
+func Canonical(raw []byte) ([]byte, error) {
+	return AppendCanonical(make([]byte, 0, len(raw)), raw)
 }
 
-// AppendCanonicalJSON appends CanonicalJSON(raw) to b. On error it
-// returns nil.
-func AppendCanonicalJSON(b, raw []byte) ([]byte, error) {
+// AppendCanonical appends Canonical(raw) to b. On error it returns nil
+// and a *CanonicalError.
+func AppendCanonical(b, raw []byte) ([]byte, error) {
 	c := canonicalizers.Get().(*canonicalizer)
 	c.in, c.i, c.out = raw, 0, b
 	out, err := c.run()
@@ -55,8 +55,8 @@ func (c *canonicalizer) run() ([]byte, error) {
 // canonicalizers recycles the scratch space of canonicalizers.
 var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
 
-// maxPooledBytes bounds the buffers that the canonical JSON and signing
-// pools keep for reuse.
+// maxPooledBytes bounds the buffers that the canonicalizer pool keeps for
+// reuse.
 const maxPooledBytes = 64 << 10
 
 // canonicalMaxDepth matches encoding/json's nesting limit.
@@ -79,21 +79,24 @@ type jcsMember struct {
 	start, end    int // `"name":value` in out
 }
 
-// ErrNotCanonicalizable is wrapped by every CanonicalJSON error.
-var ErrNotCanonicalizable = errors.New("pigeon: JSON has no canonical form")
+// ErrNoCanonicalForm is wrapped by every Canonical error.
+var ErrNoCanonicalForm = errors.New("pigeon: JSON has no canonical form")
 
-type canonicalError struct {
+// CanonicalError is the reason Canonical refused a text. It wraps
+// ErrNoCanonicalForm.
+type CanonicalError struct {
 	msg string
 	at  int
 }
 
-func (e *canonicalError) Error() string { return "pigeon: JSON has no canonical form: " + e.detail() }
+func (e *CanonicalError) Error() string { return "pigeon: JSON has no canonical form: " + e.Detail() }
 
-func (e *canonicalError) detail() string { return e.msg + " at offset " + strconv.Itoa(e.at) }
+// Detail is the reason and its byte offset, without the sentinel's text.
+func (e *CanonicalError) Detail() string { return e.msg + " at offset " + strconv.Itoa(e.at) }
 
-func (e *canonicalError) Unwrap() error { return ErrNotCanonicalizable }
+func (e *CanonicalError) Unwrap() error { return ErrNoCanonicalForm }
 
-func (c *canonicalizer) fail(msg string) error { return &canonicalError{msg: msg, at: c.i} }
+func (c *canonicalizer) fail(msg string) error { return &CanonicalError{msg: msg, at: c.i} }
 
 func (c *canonicalizer) skip() {
 	for c.i < len(c.in) {
@@ -396,8 +399,8 @@ func (c *canonicalizer) hex4() (rune, bool) {
 	return r, true
 }
 
-// appendCanonicalString appends s (valid UTF-8) as a JCS string.
-func appendCanonicalString(b []byte, s string) []byte {
+// AppendCanonicalString appends s (valid UTF-8) as a JCS string.
+func AppendCanonicalString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
