@@ -353,19 +353,21 @@ func (c *canonicalizer) escape() (rune, error) {
 	case 't':
 		return '\t', nil
 	case 'u':
-		r, ok := c.hex4()
+		r, ok := Hex4(c.in, c.i)
 		if !ok {
 			return 0, c.fail("invalid \\u escape")
 		}
+		c.i += 4
 		if utf16.IsSurrogate(r) {
 			if r >= 0xDC00 || c.i+1 >= len(c.in) || c.in[c.i] != '\\' || c.in[c.i+1] != 'u' {
 				return 0, c.fail("lone surrogate")
 			}
 			c.i += 2
-			r2, ok := c.hex4()
+			r2, ok := Hex4(c.in, c.i)
 			if !ok {
 				return 0, c.fail("invalid \\u escape")
 			}
+			c.i += 4
 			if r2 < 0xDC00 || r2 > 0xDFFF {
 				return 0, c.fail("lone surrogate")
 			}
@@ -375,28 +377,6 @@ func (c *canonicalizer) escape() (rune, error) {
 	}
 	c.i -= 2
 	return 0, c.fail("invalid escape")
-}
-
-func (c *canonicalizer) hex4() (rune, bool) {
-	if len(c.in)-c.i < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, h := range c.in[c.i : c.i+4] {
-		switch {
-		case h >= '0' && h <= '9':
-			h -= '0'
-		case h >= 'a' && h <= 'f':
-			h -= 'a' - 10
-		case h >= 'A' && h <= 'F':
-			h -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(h)
-	}
-	c.i += 4
-	return r, true
 }
 
 // AppendCanonicalString appends s (valid UTF-8) as a JCS string.
@@ -432,7 +412,7 @@ func appendCanonicalRune(b []byte, r rune) []byte {
 		return append(b, '\\', 't')
 	}
 	if r < 0x20 {
-		return append(b, '\\', 'u', '0', '0', lowerHex[r>>4], lowerHex[r&0xF])
+		return append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xF])
 	}
 	return utf8.AppendRune(b, r)
 }
@@ -440,40 +420,16 @@ func appendCanonicalRune(b []byte, r rune) []byte {
 // number parses a JSON number and writes its ECMAScript form.
 func (c *canonicalizer) number() error {
 	start := c.i
-	integer := true
-	if c.in[c.i] == '-' {
-		c.i++
-	}
-	switch {
-	case c.i < len(c.in) && c.in[c.i] == '0':
-		c.i++
-	case c.i < len(c.in) && c.in[c.i] >= '1' && c.in[c.i] <= '9':
-		c.digits()
-	default:
+	end, ok := NumberEnd(c.in, c.i)
+	c.i = end
+	if !ok {
 		return c.fail("invalid number")
 	}
-	if c.i < len(c.in) && c.in[c.i] == '.' {
-		c.i++
-		integer = false
-		if c.digits() == 0 {
-			return c.fail("invalid number")
-		}
-	}
-	if c.i < len(c.in) && (c.in[c.i] == 'e' || c.in[c.i] == 'E') {
-		c.i++
-		integer = false
-		if c.i < len(c.in) && (c.in[c.i] == '+' || c.in[c.i] == '-') {
-			c.i++
-		}
-		if c.digits() == 0 {
-			return c.fail("invalid number")
-		}
-	}
-	lit := c.in[start:c.i]
+	lit := c.in[start:end]
 	// An integer literal of at most 15 digits is exact as a double
 	// (below 2^53) and already in ECMAScript form (JSON forbids leading
 	// zeros), except -0.
-	if n := len(lit); integer && (n <= 15 || n == 16 && lit[0] == '-') {
+	if n := len(lit); (n <= 15 || n == 16 && lit[0] == '-') && integral(lit) {
 		if string(lit) == "-0" {
 			lit = lit[1:]
 		}
@@ -488,12 +444,15 @@ func (c *canonicalizer) number() error {
 	return nil
 }
 
-func (c *canonicalizer) digits() int {
-	start := c.i
-	for c.i < len(c.in) && c.in[c.i] >= '0' && c.in[c.i] <= '9' {
-		c.i++
+// integral reports whether the number literal lit has neither a fraction
+// nor an exponent.
+func integral(lit []byte) bool {
+	for _, ch := range lit {
+		if ch == '.' || ch == 'e' || ch == 'E' {
+			return false
+		}
 	}
-	return c.i - start
+	return true
 }
 
 // appendES6Number appends f as ECMAScript's Number.prototype.toString does
@@ -554,5 +513,3 @@ func appendES6Number(b []byte, f float64) []byte {
 	}
 	return b
 }
-
-const lowerHex = "0123456789abcdef"
