@@ -3,7 +3,6 @@ package jsontext
 import (
 	"errors"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -216,44 +215,15 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 		case c < 0x20:
 			return "", ErrSyntax
 		case c == '\\':
-			if i+1 >= len(d.s) {
-				return "", ErrSyntax
-			}
-			e := d.s[i+1]
-			i += 2
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, ok := Hex4(d.s, i)
-				if !ok {
-					return "", ErrSyntax
-				}
-				i += 4
-				if utf16.IsSurrogate(r) {
-					if r2, ok := Hex4(d.s, i+2); ok && i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
-						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-							i += 6
-							buf = utf8.AppendRune(buf, dec)
-							break
-						}
-					}
+			r, end, f := escape(d.s, i)
+			if f != escapeOK {
+				if f.kind() == KindInvalidUTF8 {
 					return "", ErrInvalidUTF8
 				}
-				buf = utf8.AppendRune(buf, r)
-			default:
 				return "", ErrSyntax
 			}
+			i = end
+			buf = utf8.AppendRune(buf, r)
 		case c >= utf8.RuneSelf:
 			r, size := utf8.DecodeRuneInString(d.s[i:])
 			if r == utf8.RuneError && size == 1 {

@@ -322,9 +322,10 @@ func (c *canonicalizer) str() error {
 			c.names = append(c.names, c.in[c.i:c.i+n]...)
 			c.i += n
 		default: // backslash
-			r, err := c.escape()
-			if err != nil {
-				return err
+			r, end, f := escape(c.in, c.i)
+			c.i = end
+			if f != escapeOK {
+				return c.fail(escapeReasons[f])
 			}
 			c.out = appendCanonicalRune(c.out, r)
 			c.names = utf8.AppendRune(c.names, r)
@@ -332,51 +333,13 @@ func (c *canonicalizer) str() error {
 	}
 }
 
-// escape decodes the escape sequence at the backslash.
-func (c *canonicalizer) escape() (rune, error) {
-	if c.i+1 >= len(c.in) {
-		return 0, c.fail("unterminated escape")
-	}
-	e := c.in[c.i+1]
-	c.i += 2
-	switch e {
-	case '"', '\\', '/':
-		return rune(e), nil
-	case 'b':
-		return '\b', nil
-	case 'f':
-		return '\f', nil
-	case 'n':
-		return '\n', nil
-	case 'r':
-		return '\r', nil
-	case 't':
-		return '\t', nil
-	case 'u':
-		r, ok := Hex4(c.in, c.i)
-		if !ok {
-			return 0, c.fail("invalid \\u escape")
-		}
-		c.i += 4
-		if utf16.IsSurrogate(r) {
-			if r >= 0xDC00 || c.i+1 >= len(c.in) || c.in[c.i] != '\\' || c.in[c.i+1] != 'u' {
-				return 0, c.fail("lone surrogate")
-			}
-			c.i += 2
-			r2, ok := Hex4(c.in, c.i)
-			if !ok {
-				return 0, c.fail("invalid \\u escape")
-			}
-			c.i += 4
-			if r2 < 0xDC00 || r2 > 0xDFFF {
-				return 0, c.fail("lone surrogate")
-			}
-			r = utf16.DecodeRune(r, r2)
-		}
-		return r, nil
-	}
-	c.i -= 2
-	return 0, c.fail("invalid escape")
+// escapeReasons words the escape faults in a CanonicalError.
+var escapeReasons = [...]string{
+	escapeTruncated: "unterminated escape",
+	escapeUnknown:   "invalid escape",
+	escapeBadHex:    "invalid \\u escape",
+	escapePairHex:   "invalid \\u escape",
+	escapeLone:      "lone surrogate",
 }
 
 // AppendCanonicalString appends s (valid UTF-8) as a JCS string.

@@ -2,6 +2,8 @@ package jsontext
 
 // The pieces of JSON scanning that Validate, Decode and Canonical share.
 
+import "unicode/utf16"
+
 // Text is the input the scanners read: a string or a byte slice.
 type Text interface{ ~string | ~[]byte }
 
@@ -67,4 +69,80 @@ func NumberEnd[T Text](s T, i int) (end int, ok bool) {
 		}
 	}
 	return i, true
+}
+
+// escapeFault says why escape refused a sequence.
+type escapeFault uint8
+
+const (
+	escapeOK        escapeFault = iota
+	escapeTruncated             // the text ends after the backslash
+	escapeUnknown               // a letter JSON defines no escape for
+	escapeBadHex                // \u without four hex digits
+	escapePairHex               // a high surrogate, then \u without four hex digits
+	escapeLone                  // a surrogate that is not a high half completed by a low half
+)
+
+// kind is how Validate and Decode refuse a fault: a lone surrogate (which
+// encoding/json would replace with U+FFFD) as invalid UTF-8, anything else
+// as malformed JSON.
+func (f escapeFault) kind() Kind {
+	switch f {
+	case escapePairHex, escapeLone:
+		return KindInvalidUTF8
+	}
+	return KindSyntax
+}
+
+// escape reads the escape sequence at s[i], a backslash (RFC 8259 section
+// 7), and returns the character and the index just past the sequence. A
+// \u escape of a UTF-16 surrogate must be a high half that the next \u
+// escape completes with a low half; the pair is one character. On a fault,
+// end is where it was found: the backslash for a truncated or unknown
+// escape, the missing hex digits, or just past the \u escape that should
+// have been followed by (or was not) a low half.
+func escape[T Text](s T, i int) (r rune, end int, f escapeFault) {
+	if i+1 >= len(s) {
+		return 0, i, escapeTruncated
+	}
+	switch e := s[i+1]; e {
+	case '"', '\\', '/':
+		return rune(e), i + 2, escapeOK
+	case 'b':
+		return '\b', i + 2, escapeOK
+	case 'f':
+		return '\f', i + 2, escapeOK
+	case 'n':
+		return '\n', i + 2, escapeOK
+	case 'r':
+		return '\r', i + 2, escapeOK
+	case 't':
+		return '\t', i + 2, escapeOK
+	case 'u':
+		return escapeU(s, i)
+	}
+	return 0, i, escapeUnknown
+}
+
+// escapeU is escape for a \u escape at s[i].
+func escapeU[T Text](s T, i int) (r rune, end int, f escapeFault) {
+	r, ok := Hex4(s, i+2)
+	if !ok {
+		return 0, i + 2, escapeBadHex
+	}
+	i += 6
+	if !utf16.IsSurrogate(r) {
+		return r, i, escapeOK
+	}
+	if r >= 0xDC00 || i+1 >= len(s) || s[i] != '\\' || s[i+1] != 'u' {
+		return 0, i, escapeLone
+	}
+	lo, ok := Hex4(s, i+2)
+	if !ok {
+		return 0, i + 2, escapePairHex
+	}
+	if lo < 0xDC00 || lo > 0xDFFF {
+		return 0, i + 6, escapeLone
+	}
+	return utf16.DecodeRune(r, lo), i + 6, escapeOK
 }

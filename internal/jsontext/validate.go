@@ -1,13 +1,13 @@
 // Package jsontext checks, decodes and writes JSON text with the property
 // the broker relies on: that every reader decodes it to one and the same
-// value. Validate and Decode refuse the same texts; they share the number
-// scanner and the \u reader. AppendString writes strings as encoding/json
-// does; Canonical writes the RFC 8785 (JCS) form that signatures cover.
+// value. Validate and Decode refuse the same texts; Canonical writes the
+// RFC 8785 (JCS) form that signatures cover; the three read numbers and
+// escapes with the same code (scan.go). AppendString writes strings as
+// encoding/json does.
 package jsontext
 
 import (
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -319,46 +319,11 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 				v.scratch = append(v.scratch, v.in[start:v.i]...)
 			}
 			escaped = true
-			if v.i+1 >= len(v.in) {
-				return nil, false, v.fail(KindSyntax)
+			r, end, f := escape(v.in, v.i)
+			if f != escapeOK {
+				return nil, false, v.fail(f.kind())
 			}
-			e := v.in[v.i+1]
-			var r rune
-			switch e {
-			case '"', '\\', '/':
-				r = rune(e)
-			case 'b':
-				r = '\b'
-			case 'f':
-				r = '\f'
-			case 'n':
-				r = '\n'
-			case 'r':
-				r = '\r'
-			case 't':
-				r = '\t'
-			case 'u':
-				u, ok := Hex4(v.in, v.i+2)
-				if !ok {
-					return nil, false, v.fail(KindSyntax)
-				}
-				r = u
-				if utf16.IsSurrogate(u) {
-					lo, ok := rune(0), false
-					if v.i+7 < len(v.in) && v.in[v.i+6] == '\\' && v.in[v.i+7] == 'u' {
-						lo, ok = Hex4(v.in, v.i+8)
-					}
-					if !ok || u >= 0xDC00 || lo < 0xDC00 || lo > 0xDFFF {
-						return nil, false, v.fail(KindInvalidUTF8)
-					}
-					r = utf16.DecodeRune(u, lo)
-					v.i += 6
-				}
-				v.i += 4
-			default:
-				return nil, false, v.fail(KindSyntax)
-			}
-			v.i += 2
+			v.i = end
 			if decode {
 				v.scratch = utf8.AppendRune(v.scratch, r)
 			}
