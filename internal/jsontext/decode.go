@@ -47,16 +47,7 @@ type valueDecoder struct {
 	maxDepth int
 }
 
-func (d *valueDecoder) skip() {
-	for d.i < len(d.s) {
-		switch d.s[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
+func (d *valueDecoder) skip() { d.i = spaceEnd(d.s, d.i) }
 
 func (d *valueDecoder) value(depth int) (any, error) {
 	if d.i >= len(d.s) {

@@ -98,16 +98,7 @@ func (e *CanonicalError) Unwrap() error { return ErrNoCanonicalForm }
 
 func (c *canonicalizer) fail(msg string) error { return &CanonicalError{msg: msg, at: c.i} }
 
-func (c *canonicalizer) skip() {
-	for c.i < len(c.in) {
-		switch c.in[c.i] {
-		case ' ', '\t', '\n', '\r':
-			c.i++
-		default:
-			return
-		}
-	}
-}
+func (c *canonicalizer) skip() { c.i = spaceEnd(c.in, c.i) }
 
 func (c *canonicalizer) value(depth int) error {
 	if c.i >= len(c.in) {

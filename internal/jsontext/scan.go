@@ -146,3 +146,17 @@ func escapeU[T Text](s T, i int) (r rune, end int, f escapeFault) {
 	}
 	return utf16.DecodeRune(r, lo), i + 6, escapeOK
 }
+
+// spaceEnd returns the index of the first byte at or after s[i] that is not
+// JSON whitespace (space, tab, line feed, carriage return).
+func spaceEnd[T Text](s T, i int) int {
+	for i < len(s) {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}

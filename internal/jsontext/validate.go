@@ -92,16 +92,7 @@ func (v *validator) fail(k Kind) *Error {
 	return e
 }
 
-func (v *validator) ws() {
-	for v.i < len(v.in) {
-		switch v.in[v.i] {
-		case ' ', '\t', '\n', '\r':
-			v.i++
-		default:
-			return
-		}
-	}
-}
+func (v *validator) ws() { v.i = spaceEnd(v.in, v.i) }
 
 func (v *validator) value(depth int) error {
 	if v.i >= len(v.in) {
