@@ -351,22 +351,8 @@ func AppendCanonicalString(b []byte, s string) []byte {
 // appendCanonicalRune appends r with JCS's escaping rules (RFC 8785 section
 // 3.2.2.2, which are ECMAScript JSON.stringify's).
 func appendCanonicalRune(b []byte, r rune) []byte {
-	switch r {
-	case '"', '\\':
-		return append(b, '\\', byte(r))
-	case '\b':
-		return append(b, '\\', 'b')
-	case '\f':
-		return append(b, '\\', 'f')
-	case '\n':
-		return append(b, '\\', 'n')
-	case '\r':
-		return append(b, '\\', 'r')
-	case '\t':
-		return append(b, '\\', 't')
-	}
-	if r < 0x20 {
-		return append(b, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xF])
+	if r < 0x20 || r == '"' || r == '\\' {
+		return appendEscape(b, byte(r))
 	}
 	return utf8.AppendRune(b, r)
 }
