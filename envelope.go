@@ -9,7 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"pigeon/internal/jsonenc"
 	"pigeon/internal/jsontext"
 )
 
@@ -163,7 +162,7 @@ func (m *Message) Clone() *Message {
 // broker stores, equal in meaning to json.Marshal(m) but without reflection.
 func (m *Message) AppendJSON(b []byte) []byte {
 	b = append(b, `{"specversion":`...)
-	b = jsonenc.AppendString(b, m.SpecVersion)
+	b = jsontext.AppendString(b, m.SpecVersion)
 	b = appendField(b, "id", m.ID)
 	b = appendField(b, "type", m.Type)
 	b = appendField(b, "source", m.Source)
@@ -192,7 +191,7 @@ func (m *Message) AppendJSON(b []byte) []byte {
 	}
 	if s := m.Signature; s != nil {
 		b = append(b, `,"signature":{"kid":`...)
-		b = jsonenc.AppendString(b, s.KID)
+		b = jsontext.AppendString(b, s.KID)
 		b = appendField(b, "alg", s.Alg)
 		b = appendField(b, "sig", s.Sig)
 		b = append(b, '}')
@@ -228,7 +227,7 @@ func appendField(b []byte, name, v string) []byte {
 	b = append(b, ',', '"')
 	b = append(b, name...)
 	b = append(b, '"', ':')
-	return jsonenc.AppendString(b, v)
+	return jsontext.AppendString(b, v)
 }
 
 type formattedTime struct {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"pigeon/internal/jsontext"
 	"pigeon/store"
 )
 
@@ -177,15 +178,19 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	}
 }
 
+// decodeValue decodes message data strictly (jsontext.Decode), nested at
+// most MaxJSONDepth levels.
+func decodeValue(b []byte) (any, error) { return jsontext.Decode(b, MaxJSONDepth) }
+
 // dataError is the envelope gate's code and reason for data that
 // decodeValue refused.
 func dataError(err error) (Code, string) {
 	switch err {
-	case errDuplicateKey:
+	case jsontext.ErrDuplicateKey:
 		return CodeDuplicateKey, "data has an object with two members of one name"
-	case errInvalidUTF8:
+	case jsontext.ErrInvalidUTF8:
 		return CodeInvalidUTF8, "data holds a string that is not valid UTF-8 (or a lone surrogate escape)"
-	case errTooDeep:
+	case jsontext.ErrTooDeep:
 		return CodeEnvelopeInvalid, "data nests deeper than " + itoa(MaxJSONDepth) + " levels"
 	}
 	return CodeEnvelopeInvalid, "data is not valid JSON"

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"pigeon/internal/jsontext"
 )
 
 // Signature algorithms and key uses.
@@ -37,7 +39,7 @@ var keyEncoding = base64.RawURLEncoding.Strict()
 //
 // where subject, id and time are the envelope's strings exactly as they are
 // (no normalisation) and data is the message data, canonicalised by
-// CanonicalJSON; empty data counts as {} as the broker stores it. The result
+// JCS too; empty data counts as {} as the broker stores it. The result
 // holds no whitespace, so two parties that agree on those four values build
 // the same bytes whatever the JSON text they exchanged. Other envelope fields
 // are not covered. It fails with ENVELOPE_INVALID when subject, id or time is
@@ -59,18 +61,18 @@ func appendSigningInput(b []byte, m *Message) ([]byte, error) {
 		}
 	}
 	b = append(b, `["`+SigningContext+`",`...)
-	b = appendCanonicalString(b, m.Subject)
+	b = jsontext.AppendCanonicalString(b, m.Subject)
 	b = append(b, ',')
-	b = appendCanonicalString(b, m.ID)
+	b = jsontext.AppendCanonicalString(b, m.ID)
 	b = append(b, ',')
-	b = appendCanonicalString(b, m.Time)
+	b = jsontext.AppendCanonicalString(b, m.Time)
 	b = append(b, ',')
 	if len(m.Data) == 0 {
 		b = append(b, "{}"...)
 	} else {
 		var err error
-		if b, err = AppendCanonicalJSON(b, m.Data); err != nil {
-			return nil, WrapError(CodeEnvelopeInvalid, err, "data has no canonical form: %s", err.(*canonicalError).detail())
+		if b, err = jsontext.AppendCanonical(b, m.Data); err != nil {
+			return nil, WrapError(CodeEnvelopeInvalid, err, "data has no canonical form: %s", err.(*jsontext.CanonicalError).Detail())
 		}
 	}
 	return append(b, ']'), nil
@@ -78,6 +80,9 @@ func appendSigningInput(b []byte, m *Message) ([]byte, error) {
 
 // signingBufs holds buffers for signing inputs.
 var signingBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// maxPooledBytes bounds the buffers signingBufs keeps for reuse.
+const maxPooledBytes = 64 << 10
 
 func putSigningBuf(bp *[]byte) {
 	if cap(*bp) <= maxPooledBytes {

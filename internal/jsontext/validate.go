@@ -1,10 +1,13 @@
-// Package jsontext checks JSON text for the properties the broker relies
-// on: that every reader decodes it to one and the same value.
+// Package jsontext checks, decodes and writes JSON text with the property
+// the broker relies on: that every reader decodes it to one and the same
+// value. Validate and Decode refuse the same texts; Canonical writes the
+// RFC 8785 (JCS) form that signatures cover; the three read numbers and
+// escapes with the same code (scan.go). AppendString writes strings as
+// encoding/json does.
 package jsontext
 
 import (
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -89,16 +92,7 @@ func (v *validator) fail(k Kind) *Error {
 	return e
 }
 
-func (v *validator) ws() {
-	for v.i < len(v.in) {
-		switch v.in[v.i] {
-		case ' ', '\t', '\n', '\r':
-			v.i++
-		default:
-			return
-		}
-	}
-}
+func (v *validator) ws() { v.i = spaceEnd(v.in, v.i) }
 
 func (v *validator) value(depth int) error {
 	if v.i >= len(v.in) {
@@ -316,46 +310,11 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 				v.scratch = append(v.scratch, v.in[start:v.i]...)
 			}
 			escaped = true
-			if v.i+1 >= len(v.in) {
-				return nil, false, v.fail(KindSyntax)
+			r, end, f := escape(v.in, v.i)
+			if f != escapeOK {
+				return nil, false, v.fail(f.kind())
 			}
-			e := v.in[v.i+1]
-			var r rune
-			switch e {
-			case '"', '\\', '/':
-				r = rune(e)
-			case 'b':
-				r = '\b'
-			case 'f':
-				r = '\f'
-			case 'n':
-				r = '\n'
-			case 'r':
-				r = '\r'
-			case 't':
-				r = '\t'
-			case 'u':
-				u, ok := Hex4(v.in, v.i+2)
-				if !ok {
-					return nil, false, v.fail(KindSyntax)
-				}
-				r = u
-				if utf16.IsSurrogate(u) {
-					lo, ok := rune(0), false
-					if v.i+7 < len(v.in) && v.in[v.i+6] == '\\' && v.in[v.i+7] == 'u' {
-						lo, ok = Hex4(v.in, v.i+8)
-					}
-					if !ok || u >= 0xDC00 || lo < 0xDC00 || lo > 0xDFFF {
-						return nil, false, v.fail(KindInvalidUTF8)
-					}
-					r = utf16.DecodeRune(u, lo)
-					v.i += 6
-				}
-				v.i += 4
-			default:
-				return nil, false, v.fail(KindSyntax)
-			}
-			v.i += 2
+			v.i = end
 			if decode {
 				v.scratch = utf8.AppendRune(v.scratch, r)
 			}
@@ -377,73 +336,6 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 		v.i++
 	}
 	return nil, false, v.fail(KindSyntax)
-}
-
-// Text is the input the scanners read: a string or a byte slice.
-type Text interface{ ~string | ~[]byte }
-
-// Hex4 reads the four hex digits of a \u escape at s[i:i+4].
-func Hex4[T Text](s T, i int) (rune, bool) {
-	if i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for j := i; j < i+4; j++ {
-		c := s[j]
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r*16 + rune(c)
-	}
-	return r, true
-}
-
-// NumberEnd scans the JSON number (RFC 8259 grammar) that starts at s[i]
-// and returns the index just past it; ok is false when the text there is
-// not a number, with end where the scan stopped.
-func NumberEnd[T Text](s T, i int) (end int, ok bool) {
-	if i < len(s) && s[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(s) && s[i] == '0':
-		i++
-	case i < len(s) && s[i] >= '1' && s[i] <= '9':
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	default:
-		return i, false
-	}
-	if i < len(s) && s[i] == '.' {
-		i++
-		if i >= len(s) || s[i] < '0' || s[i] > '9' {
-			return i, false
-		}
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			i++
-		}
-		if i >= len(s) || s[i] < '0' || s[i] > '9' {
-			return i, false
-		}
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-	}
-	return i, true
 }
 
 func (v *validator) number() error {

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"pigeon/internal/jsonenc"
 	"strconv"
 	"sync"
 	"time"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
 // Option configures Dial.
@@ -190,7 +190,7 @@ func messageFrame(op string, m *pigeon.Message, timeoutMs int64) func(b []byte, 
 	return func(b []byte, id string) []byte {
 		b = appendHead(b, op, "")
 		b = append(b, `,"id":`...)
-		b = jsonenc.AppendString(b, id)
+		b = jsontext.AppendString(b, id)
 		if timeoutMs > 0 {
 			b = append(b, `,"timeoutMs":`...)
 			b = strconv.AppendInt(b, timeoutMs, 10)

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"pigeon/internal/jsonenc"
 	"strconv"
 	"strings"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
 // Ops a client sends. Each is answered by exactly one frame whose "re"
@@ -176,10 +176,10 @@ func frameHead(b []byte) *Frame {
 // appendHead starts a frame: {"op":OP and, when re is not empty, ,"re":RE.
 func appendHead(b []byte, op, re string) []byte {
 	b = append(b, `{"op":`...)
-	b = jsonenc.AppendString(b, op)
+	b = jsontext.AppendString(b, op)
 	if re != "" {
 		b = append(b, `,"re":`...)
-		b = jsonenc.AppendString(b, re)
+		b = jsontext.AppendString(b, re)
 	}
 	return b
 }
@@ -218,7 +218,7 @@ func encodeSimple(op, re string) []byte {
 func encodeDeliver(b []byte, sub string, m *pigeon.Message, attempt int) []byte {
 	b = appendHead(b, OpDeliver, "")
 	b = append(b, `,"sub":`...)
-	b = jsonenc.AppendString(b, sub)
+	b = jsontext.AppendString(b, sub)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(attempt), 10)
 	b = append(b, `,"message":`...)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"pigeon/internal/jsonenc"
 	"time"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
 // callerNow is who the connection acts as: its principal, under the
@@ -91,7 +91,7 @@ func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	}
 	b := appendHead(make([]byte, 0, 512+len(res.Message.Data)), OpDecision, f.ID)
 	b = append(b, `,"status":`...)
-	b = jsonenc.AppendString(b, res.Status)
+	b = jsontext.AppendString(b, res.Status)
 	b = append(b, `,"message":`...)
 	b = res.Message.AppendJSON(b)
 	return append(b, '}'), nil
@@ -199,7 +199,7 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	ss.start(sub)
 	b := appendHead(make([]byte, 0, 64), OpSubscribed, f.ID)
 	b = append(b, `,"sub":`...)
-	b = jsonenc.AppendString(b, sub.ID())
+	b = jsontext.AppendString(b, sub.ID())
 	b = append(b, '}')
 	// The answer is queued before the subscription may push: the client
 	// learns the sub id before its first delivery.

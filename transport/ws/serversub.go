@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"pigeon/internal/jsonenc"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
 // serverSub is the server side of one WebSocket subscription: an engine
@@ -71,13 +71,13 @@ func (ss *serverSub) watch() {
 	}
 	b := appendHead(make([]byte, 0, 128), OpUnsubscribed, "")
 	b = append(b, `,"sub":`...)
-	b = jsonenc.AppendString(b, ss.id)
+	b = jsontext.AppendString(b, ss.id)
 	if err := ss.sub.Err(); err != nil {
 		we := EncodeError(err)
 		b = append(b, `,"error":{"code":`...)
-		b = jsonenc.AppendString(b, string(we.Code))
+		b = jsontext.AppendString(b, string(we.Code))
 		b = append(b, `,"message":`...)
-		b = jsonenc.AppendString(b, we.Message)
+		b = jsontext.AppendString(b, we.Message)
 		b = append(b, `,"details":{}}`...)
 	}
 	_ = c.send(c.ctx, append(b, '}'))

@@ -1,27 +1,26 @@
-package pigeon
+package jsontext
 
 import (
 	"errors"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
-
-	"pigeon/internal/jsontext"
 )
 
-// decodeValue decodes one JSON document into the same values encoding/json
+// Decode decodes one JSON document into the same values encoding/json
 // produces for an `any` (map[string]any, []any, string, float64, bool,
 // nil). It accepts less: a document encoding/json would read with a loss
 // is refused, so the value returned is the only one any reader can see —
-// errDuplicateKey for an object with two members of one name,
-// errInvalidUTF8 for invalid UTF-8 or a lone surrogate escape (encoding/json
-// replaces both with U+FFFD), errTooDeep past MaxJSONDepth. A differential
-// fuzz test holds it to encoding/json on everything else. It copies the
-// input once into a string and slices keys and unescaped strings out of
-// it, so a small object costs a handful of allocations instead of one per
-// token.
-func decodeValue(b []byte) (any, error) {
-	d := valueDecoder{s: string(b)}
+// ErrDuplicateKey for an object with two members of one name,
+// ErrInvalidUTF8 for invalid UTF-8 or a lone surrogate escape (encoding/json
+// replaces both with U+FFFD), ErrTooDeep for more than maxDepth nested
+// objects and arrays, ErrSyntax for text that is not JSON. It refuses
+// exactly what Validate refuses with the same maxDepth (and numbers beyond
+// float64, which encoding/json refuses too). A differential fuzz test holds
+// it to encoding/json on everything else. It copies the input once into a
+// string and slices keys and unescaped strings out of it, so a small object
+// costs a handful of allocations instead of one per token.
+func Decode(b []byte, maxDepth int) (any, error) {
+	d := valueDecoder{s: string(b), maxDepth: maxDepth}
 	d.skip()
 	v, err := d.value(0)
 	if err != nil {
@@ -29,41 +28,30 @@ func decodeValue(b []byte) (any, error) {
 	}
 	d.skip()
 	if d.i != len(d.s) {
-		return nil, errSyntax
+		return nil, ErrSyntax
 	}
 	return v, nil
 }
 
-// Refusals of decodeValue.
+// Refusals of Decode.
 var (
-	errSyntax       = errors.New("pigeon: malformed JSON")
-	errDuplicateKey = errors.New("pigeon: duplicate member name")
-	errInvalidUTF8  = errors.New("pigeon: invalid UTF-8 or lone surrogate")
-	errTooDeep      = errors.New("pigeon: nesting too deep")
+	ErrSyntax       = errors.New("pigeon: malformed JSON")
+	ErrDuplicateKey = errors.New("pigeon: duplicate member name")
+	ErrInvalidUTF8  = errors.New("pigeon: invalid UTF-8 or lone surrogate")
+	ErrTooDeep      = errors.New("pigeon: nesting too deep")
 )
 
-// maxDepth is the data's nesting limit.
-const maxDepth = MaxJSONDepth
-
 type valueDecoder struct {
-	s string
-	i int
+	s        string
+	i        int
+	maxDepth int
 }
 
-func (d *valueDecoder) skip() {
-	for d.i < len(d.s) {
-		switch d.s[d.i] {
-		case ' ', '\t', '\n', '\r':
-			d.i++
-		default:
-			return
-		}
-	}
-}
+func (d *valueDecoder) skip() { d.i = spaceEnd(d.s, d.i) }
 
 func (d *valueDecoder) value(depth int) (any, error) {
 	if d.i >= len(d.s) {
-		return nil, errSyntax
+		return nil, ErrSyntax
 	}
 	switch c := d.s[d.i]; {
 	case c == '{':
@@ -81,20 +69,20 @@ func (d *valueDecoder) value(depth int) (any, error) {
 	case c == '-' || (c >= '0' && c <= '9'):
 		return d.number()
 	}
-	return nil, errSyntax
+	return nil, ErrSyntax
 }
 
 func (d *valueDecoder) lit(word string, v any) (any, error) {
 	if len(d.s)-d.i < len(word) || d.s[d.i:d.i+len(word)] != word {
-		return nil, errSyntax
+		return nil, ErrSyntax
 	}
 	d.i += len(word)
 	return v, nil
 }
 
 func (d *valueDecoder) object(depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, errTooDeep
+	if depth > d.maxDepth {
+		return nil, ErrTooDeep
 	}
 	d.i++ // {
 	m := make(map[string]any, 8)
@@ -106,7 +94,7 @@ func (d *valueDecoder) object(depth int) (any, error) {
 	for {
 		d.skip()
 		if d.i >= len(d.s) || d.s[d.i] != '"' {
-			return nil, errSyntax
+			return nil, ErrSyntax
 		}
 		k, err := d.str()
 		if err != nil {
@@ -114,7 +102,7 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		}
 		d.skip()
 		if d.i >= len(d.s) || d.s[d.i] != ':' {
-			return nil, errSyntax
+			return nil, ErrSyntax
 		}
 		d.i++
 		d.skip()
@@ -125,11 +113,11 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		n := len(m)
 		m[k] = v
 		if len(m) == n {
-			return nil, errDuplicateKey
+			return nil, ErrDuplicateKey
 		}
 		d.skip()
 		if d.i >= len(d.s) {
-			return nil, errSyntax
+			return nil, ErrSyntax
 		}
 		switch d.s[d.i] {
 		case ',':
@@ -138,14 +126,14 @@ func (d *valueDecoder) object(depth int) (any, error) {
 			d.i++
 			return m, nil
 		default:
-			return nil, errSyntax
+			return nil, ErrSyntax
 		}
 	}
 }
 
 func (d *valueDecoder) array(depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, errTooDeep
+	if depth > d.maxDepth {
+		return nil, ErrTooDeep
 	}
 	d.i++ // [
 	a := []any{}
@@ -163,7 +151,7 @@ func (d *valueDecoder) array(depth int) (any, error) {
 		a = append(a, v)
 		d.skip()
 		if d.i >= len(d.s) {
-			return nil, errSyntax
+			return nil, ErrSyntax
 		}
 		switch d.s[d.i] {
 		case ',':
@@ -172,7 +160,7 @@ func (d *valueDecoder) array(depth int) (any, error) {
 			d.i++
 			return a, nil
 		default:
-			return nil, errSyntax
+			return nil, ErrSyntax
 		}
 	}
 }
@@ -190,18 +178,18 @@ func (d *valueDecoder) str() (string, error) {
 		case c == '\\':
 			return d.strSlow(start)
 		case c < 0x20:
-			return "", errSyntax
+			return "", ErrSyntax
 		case c >= utf8.RuneSelf:
 			r, size := utf8.DecodeRuneInString(d.s[i:])
 			if r == utf8.RuneError && size == 1 {
-				return "", errInvalidUTF8
+				return "", ErrInvalidUTF8
 			}
 			i += size
 		default:
 			i++
 		}
 	}
-	return "", errSyntax
+	return "", ErrSyntax
 }
 
 // strSlow decodes a string with escapes, as encoding/json does, but
@@ -216,50 +204,21 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 			d.i = i + 1
 			return string(buf), nil
 		case c < 0x20:
-			return "", errSyntax
+			return "", ErrSyntax
 		case c == '\\':
-			if i+1 >= len(d.s) {
-				return "", errSyntax
-			}
-			e := d.s[i+1]
-			i += 2
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, ok := jsontext.Hex4(d.s, i)
-				if !ok {
-					return "", errSyntax
+			r, end, f := escape(d.s, i)
+			if f != escapeOK {
+				if f.kind() == KindInvalidUTF8 {
+					return "", ErrInvalidUTF8
 				}
-				i += 4
-				if utf16.IsSurrogate(r) {
-					if r2, ok := jsontext.Hex4(d.s, i+2); ok && i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
-						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-							i += 6
-							buf = utf8.AppendRune(buf, dec)
-							break
-						}
-					}
-					return "", errInvalidUTF8
-				}
-				buf = utf8.AppendRune(buf, r)
-			default:
-				return "", errSyntax
+				return "", ErrSyntax
 			}
+			i = end
+			buf = utf8.AppendRune(buf, r)
 		case c >= utf8.RuneSelf:
 			r, size := utf8.DecodeRuneInString(d.s[i:])
 			if r == utf8.RuneError && size == 1 {
-				return "", errInvalidUTF8
+				return "", ErrInvalidUTF8
 			}
 			buf = append(buf, d.s[i:i+size]...)
 			i += size
@@ -268,18 +227,18 @@ func (d *valueDecoder) strSlow(start int) (string, error) {
 			i++
 		}
 	}
-	return "", errSyntax
+	return "", ErrSyntax
 }
 
 // number scans a JSON number and parses it as float64.
 func (d *valueDecoder) number() (any, error) {
-	end, ok := jsontext.NumberEnd(d.s, d.i)
+	end, ok := NumberEnd(d.s, d.i)
 	if !ok {
-		return nil, errSyntax
+		return nil, ErrSyntax
 	}
 	f, err := strconv.ParseFloat(d.s[d.i:end], 64)
 	if err != nil {
-		return nil, errSyntax
+		return nil, ErrSyntax
 	}
 	d.i = end
 	return f, nil

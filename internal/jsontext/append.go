@@ -1,6 +1,4 @@
-// Package jsonenc appends JSON text without reflection, for the encoders on
-// hot paths (the envelope, WebSocket frames).
-package jsonenc
+package jsontext
 
 import "unicode/utf8"
 
@@ -16,7 +14,9 @@ var safe = func() (t [utf8.RuneSelf]bool) {
 }()
 
 // AppendString appends s as a JSON string, escaped as encoding/json
-// escapes it (HTML-safe; invalid UTF-8 becomes U+FFFD).
+// escapes it (HTML-safe; invalid UTF-8 becomes U+FFFD), without
+// reflection, for the encoders on hot paths (the envelope, WebSocket
+// frames).
 func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
@@ -28,22 +28,7 @@ func AppendString(b []byte, s string) []byte {
 				continue
 			}
 			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
+			b = appendEscape(b, c)
 			i++
 			start = i
 			continue
@@ -64,4 +49,25 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// appendEscape appends the escape of the ASCII byte c: \" \\ \b \f \n \r
+// \t where JSON has a two-character escape, \u00xx (lowercase) otherwise.
+// encoding/json and JCS write these alike.
+func appendEscape(b []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\f':
+		return append(b, '\\', 'f')
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 }

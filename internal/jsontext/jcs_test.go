@@ -1,4 +1,4 @@
-package pigeon_test
+package jsontext_test
 
 import (
 	"encoding/json"
@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
-// TestCanonicalJSONRFC8785 holds CanonicalJSON to the examples of RFC 8785.
-func TestCanonicalJSONRFC8785(t *testing.T) {
+// TestCanonicalRFC8785 holds Canonical to the examples of RFC 8785.
+func TestCanonicalRFC8785(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"section 3.2.4 sample", `{
   "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
@@ -36,15 +36,15 @@ func TestCanonicalJSONRFC8785(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := pigeon.CanonicalJSON([]byte(tt.in))
+			got, err := jsontext.Canonical([]byte(tt.in))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, string(got))
 		})
 	}
 }
 
-// TestCanonicalJSONNumbers holds the number form to RFC 8785 appendix B.
-func TestCanonicalJSONNumbers(t *testing.T) {
+// TestCanonicalNumbers holds the number form to RFC 8785 appendix B.
+func TestCanonicalNumbers(t *testing.T) {
 	tests := []struct {
 		bits uint64
 		want string
@@ -84,7 +84,7 @@ func TestCanonicalJSONNumbers(t *testing.T) {
 			strconv.FormatFloat(f, 'E', -1, 64),
 		} {
 			t.Run(in, func(t *testing.T) {
-				got, err := pigeon.CanonicalJSON([]byte(in))
+				got, err := jsontext.Canonical([]byte(in))
 				require.NoError(t, err)
 				require.Equal(t, tt.want, string(got))
 			})
@@ -92,7 +92,7 @@ func TestCanonicalJSONNumbers(t *testing.T) {
 	}
 }
 
-func TestCanonicalJSON(t *testing.T) {
+func TestCanonical(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"scalars", ` true `, `true`},
 		{"null", `null`, `null`},
@@ -115,17 +115,17 @@ func TestCanonicalJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := pigeon.CanonicalJSON([]byte(tt.in))
+			got, err := jsontext.Canonical([]byte(tt.in))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, string(got))
-			again, err := pigeon.CanonicalJSON(got)
+			again, err := jsontext.Canonical(got)
 			require.NoError(t, err)
 			require.Equal(t, string(got), string(again))
 		})
 	}
 }
 
-func TestCanonicalJSONRefuses(t *testing.T) {
+func TestCanonicalRefuses(t *testing.T) {
 	tests := []struct{ name, in string }{
 		{"empty", ``},
 		{"only space", `  `},
@@ -163,20 +163,20 @@ func TestCanonicalJSONRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := pigeon.CanonicalJSON([]byte(tt.in))
+			_, err := jsontext.Canonical([]byte(tt.in))
 			require.Error(t, err)
-			require.ErrorIs(t, err, pigeon.ErrNotCanonicalizable)
+			require.ErrorIs(t, err, jsontext.ErrNoCanonicalForm)
 		})
 	}
 	deep := strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000)
-	got, err := pigeon.CanonicalJSON([]byte(deep))
+	got, err := jsontext.Canonical([]byte(deep))
 	require.NoError(t, err)
 	require.Equal(t, deep, string(got))
 }
 
-// FuzzCanonicalJSON checks that CanonicalJSON never panics, accepts only
+// FuzzCanonical checks that Canonical never panics, accepts only
 // what encoding/json accepts, is idempotent, and keeps the decoded value.
-func FuzzCanonicalJSON(f *testing.F) {
+func FuzzCanonical(f *testing.F) {
 	for _, s := range []string{
 		`{"b":1,"a":[true,false,null,"x"]}`, `{"\ufb33":1,"\ud83d\ude00":2,"\u20ac":3}`,
 		`[1e21,1e-7,-0,0.1,333333333.33333329,12345678901234567890]`, `"\u0000\/\"\\"`,
@@ -185,14 +185,14 @@ func FuzzCanonicalJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		out, err := pigeon.CanonicalJSON(in)
+		out, err := jsontext.Canonical(in)
 		if err != nil {
-			require.ErrorIs(t, err, pigeon.ErrNotCanonicalizable)
+			require.ErrorIs(t, err, jsontext.ErrNoCanonicalForm)
 			return
 		}
 		require.True(t, json.Valid(in), "accepted invalid JSON %q", in)
 		require.True(t, utf8.Valid(out))
-		again, err := pigeon.CanonicalJSON(out)
+		again, err := jsontext.Canonical(out)
 		require.NoError(t, err)
 		require.Equal(t, string(out), string(again), "not idempotent")
 		var want, got any
@@ -202,8 +202,8 @@ func FuzzCanonicalJSON(f *testing.F) {
 	})
 }
 
-func ExampleCanonicalJSON() {
-	out, err := pigeon.CanonicalJSON([]byte(`{ "room": "lobby", "n": 1.50, "at": 1e21, "text": "caf\u00e9" }`))
+func ExampleCanonical() {
+	out, err := jsontext.Canonical([]byte(`{ "room": "lobby", "n": 1.50, "at": 1e21, "text": "caf\u00e9" }`))
 	if err != nil {
 		panic(err)
 	}
@@ -211,7 +211,7 @@ func ExampleCanonicalJSON() {
 	// Output: {"at":1e+21,"n":1.5,"room":"lobby","text":"café"}
 }
 
-func BenchmarkCanonicalJSON(b *testing.B) {
+func BenchmarkCanonical(b *testing.B) {
 	for _, bc := range []struct{ name, in string }{
 		{"small", `{"room":"lobby","text":"hello there","n":3}`},
 		{"sorted-1KB", benchDoc(true)},
@@ -222,7 +222,7 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 			b.SetBytes(int64(len(in)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := pigeon.CanonicalJSON(in); err != nil {
+				if _, err := jsontext.Canonical(in); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package jsonenc
+package jsontext
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package pigeon
+package jsontext
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// CanonicalJSON returns the RFC 8785 JSON Canonicalization Scheme (JCS) form
+// Canonical returns the RFC 8785 JSON Canonicalization Scheme (JCS) form
 // of the JSON document raw: no insignificant whitespace; object members
 // sorted by their names' UTF-16 code units; strings with the minimal escapes
 // (\" \\ \b \f \n \r \t, other controls as \u00xx, everything else as UTF-8);
@@ -22,13 +22,13 @@ import (
 // numbers beyond the double range, and nesting deeper than 10000. Integers
 // beyond 2^53 keep only double precision (12345678901234567891 becomes
 // 12345678901234567000), as JCS prescribes; send such values as strings.
-func CanonicalJSON(raw []byte) ([]byte, error) {
-	return AppendCanonicalJSON(make([]byte, 0, len(raw)), raw)
+func Canonical(raw []byte) ([]byte, error) {
+	return AppendCanonical(make([]byte, 0, len(raw)), raw)
 }
 
-// AppendCanonicalJSON appends CanonicalJSON(raw) to b. On error it
-// returns nil.
-func AppendCanonicalJSON(b, raw []byte) ([]byte, error) {
+// AppendCanonical appends Canonical(raw) to b. On error it returns nil
+// and a *CanonicalError.
+func AppendCanonical(b, raw []byte) ([]byte, error) {
 	c := canonicalizers.Get().(*canonicalizer)
 	c.in, c.i, c.out = raw, 0, b
 	out, err := c.run()
@@ -55,8 +55,8 @@ func (c *canonicalizer) run() ([]byte, error) {
 // canonicalizers recycles the scratch space of canonicalizers.
 var canonicalizers = sync.Pool{New: func() any { return new(canonicalizer) }}
 
-// maxPooledBytes bounds the buffers that the canonical JSON and signing
-// pools keep for reuse.
+// maxPooledBytes bounds the buffers that the canonicalizer pool keeps for
+// reuse.
 const maxPooledBytes = 64 << 10
 
 // canonicalMaxDepth matches encoding/json's nesting limit.
@@ -79,32 +79,26 @@ type jcsMember struct {
 	start, end    int // `"name":value` in out
 }
 
-// ErrNotCanonicalizable is wrapped by every CanonicalJSON error.
-var ErrNotCanonicalizable = errors.New("pigeon: JSON has no canonical form")
+// ErrNoCanonicalForm is wrapped by every Canonical error.
+var ErrNoCanonicalForm = errors.New("pigeon: JSON has no canonical form")
 
-type canonicalError struct {
+// CanonicalError is the reason Canonical refused a text. It wraps
+// ErrNoCanonicalForm.
+type CanonicalError struct {
 	msg string
 	at  int
 }
 
-func (e *canonicalError) Error() string { return "pigeon: JSON has no canonical form: " + e.detail() }
+func (e *CanonicalError) Error() string { return "pigeon: JSON has no canonical form: " + e.Detail() }
 
-func (e *canonicalError) detail() string { return e.msg + " at offset " + strconv.Itoa(e.at) }
+// Detail is the reason and its byte offset, without the sentinel's text.
+func (e *CanonicalError) Detail() string { return e.msg + " at offset " + strconv.Itoa(e.at) }
 
-func (e *canonicalError) Unwrap() error { return ErrNotCanonicalizable }
+func (e *CanonicalError) Unwrap() error { return ErrNoCanonicalForm }
 
-func (c *canonicalizer) fail(msg string) error { return &canonicalError{msg: msg, at: c.i} }
+func (c *canonicalizer) fail(msg string) error { return &CanonicalError{msg: msg, at: c.i} }
 
-func (c *canonicalizer) skip() {
-	for c.i < len(c.in) {
-		switch c.in[c.i] {
-		case ' ', '\t', '\n', '\r':
-			c.i++
-		default:
-			return
-		}
-	}
-}
+func (c *canonicalizer) skip() { c.i = spaceEnd(c.in, c.i) }
 
 func (c *canonicalizer) value(depth int) error {
 	if c.i >= len(c.in) {
@@ -319,9 +313,10 @@ func (c *canonicalizer) str() error {
 			c.names = append(c.names, c.in[c.i:c.i+n]...)
 			c.i += n
 		default: // backslash
-			r, err := c.escape()
-			if err != nil {
-				return err
+			r, end, f := escape(c.in, c.i)
+			c.i = end
+			if f != escapeOK {
+				return c.fail(escapeReasons[f])
 			}
 			c.out = appendCanonicalRune(c.out, r)
 			c.names = utf8.AppendRune(c.names, r)
@@ -329,75 +324,17 @@ func (c *canonicalizer) str() error {
 	}
 }
 
-// escape decodes the escape sequence at the backslash.
-func (c *canonicalizer) escape() (rune, error) {
-	if c.i+1 >= len(c.in) {
-		return 0, c.fail("unterminated escape")
-	}
-	e := c.in[c.i+1]
-	c.i += 2
-	switch e {
-	case '"', '\\', '/':
-		return rune(e), nil
-	case 'b':
-		return '\b', nil
-	case 'f':
-		return '\f', nil
-	case 'n':
-		return '\n', nil
-	case 'r':
-		return '\r', nil
-	case 't':
-		return '\t', nil
-	case 'u':
-		r, ok := c.hex4()
-		if !ok {
-			return 0, c.fail("invalid \\u escape")
-		}
-		if utf16.IsSurrogate(r) {
-			if r >= 0xDC00 || c.i+1 >= len(c.in) || c.in[c.i] != '\\' || c.in[c.i+1] != 'u' {
-				return 0, c.fail("lone surrogate")
-			}
-			c.i += 2
-			r2, ok := c.hex4()
-			if !ok {
-				return 0, c.fail("invalid \\u escape")
-			}
-			if r2 < 0xDC00 || r2 > 0xDFFF {
-				return 0, c.fail("lone surrogate")
-			}
-			r = utf16.DecodeRune(r, r2)
-		}
-		return r, nil
-	}
-	c.i -= 2
-	return 0, c.fail("invalid escape")
+// escapeReasons words the escape faults in a CanonicalError.
+var escapeReasons = [...]string{
+	escapeTruncated: "unterminated escape",
+	escapeUnknown:   "invalid escape",
+	escapeBadHex:    "invalid \\u escape",
+	escapePairHex:   "invalid \\u escape",
+	escapeLone:      "lone surrogate",
 }
 
-func (c *canonicalizer) hex4() (rune, bool) {
-	if len(c.in)-c.i < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, h := range c.in[c.i : c.i+4] {
-		switch {
-		case h >= '0' && h <= '9':
-			h -= '0'
-		case h >= 'a' && h <= 'f':
-			h -= 'a' - 10
-		case h >= 'A' && h <= 'F':
-			h -= 'A' - 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(h)
-	}
-	c.i += 4
-	return r, true
-}
-
-// appendCanonicalString appends s (valid UTF-8) as a JCS string.
-func appendCanonicalString(b []byte, s string) []byte {
+// AppendCanonicalString appends s (valid UTF-8) as a JCS string.
+func AppendCanonicalString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -414,22 +351,8 @@ func appendCanonicalString(b []byte, s string) []byte {
 // appendCanonicalRune appends r with JCS's escaping rules (RFC 8785 section
 // 3.2.2.2, which are ECMAScript JSON.stringify's).
 func appendCanonicalRune(b []byte, r rune) []byte {
-	switch r {
-	case '"', '\\':
-		return append(b, '\\', byte(r))
-	case '\b':
-		return append(b, '\\', 'b')
-	case '\f':
-		return append(b, '\\', 'f')
-	case '\n':
-		return append(b, '\\', 'n')
-	case '\r':
-		return append(b, '\\', 'r')
-	case '\t':
-		return append(b, '\\', 't')
-	}
-	if r < 0x20 {
-		return append(b, '\\', 'u', '0', '0', lowerHex[r>>4], lowerHex[r&0xF])
+	if r < 0x20 || r == '"' || r == '\\' {
+		return appendEscape(b, byte(r))
 	}
 	return utf8.AppendRune(b, r)
 }
@@ -437,40 +360,16 @@ func appendCanonicalRune(b []byte, r rune) []byte {
 // number parses a JSON number and writes its ECMAScript form.
 func (c *canonicalizer) number() error {
 	start := c.i
-	integer := true
-	if c.in[c.i] == '-' {
-		c.i++
-	}
-	switch {
-	case c.i < len(c.in) && c.in[c.i] == '0':
-		c.i++
-	case c.i < len(c.in) && c.in[c.i] >= '1' && c.in[c.i] <= '9':
-		c.digits()
-	default:
+	end, ok := NumberEnd(c.in, c.i)
+	c.i = end
+	if !ok {
 		return c.fail("invalid number")
 	}
-	if c.i < len(c.in) && c.in[c.i] == '.' {
-		c.i++
-		integer = false
-		if c.digits() == 0 {
-			return c.fail("invalid number")
-		}
-	}
-	if c.i < len(c.in) && (c.in[c.i] == 'e' || c.in[c.i] == 'E') {
-		c.i++
-		integer = false
-		if c.i < len(c.in) && (c.in[c.i] == '+' || c.in[c.i] == '-') {
-			c.i++
-		}
-		if c.digits() == 0 {
-			return c.fail("invalid number")
-		}
-	}
-	lit := c.in[start:c.i]
+	lit := c.in[start:end]
 	// An integer literal of at most 15 digits is exact as a double
 	// (below 2^53) and already in ECMAScript form (JSON forbids leading
 	// zeros), except -0.
-	if n := len(lit); integer && (n <= 15 || n == 16 && lit[0] == '-') {
+	if n := len(lit); (n <= 15 || n == 16 && lit[0] == '-') && integral(lit) {
 		if string(lit) == "-0" {
 			lit = lit[1:]
 		}
@@ -485,12 +384,15 @@ func (c *canonicalizer) number() error {
 	return nil
 }
 
-func (c *canonicalizer) digits() int {
-	start := c.i
-	for c.i < len(c.in) && c.in[c.i] >= '0' && c.in[c.i] <= '9' {
-		c.i++
+// integral reports whether the number literal lit has neither a fraction
+// nor an exponent.
+func integral(lit []byte) bool {
+	for _, ch := range lit {
+		if ch == '.' || ch == 'e' || ch == 'E' {
+			return false
+		}
 	}
-	return c.i - start
+	return true
 }
 
 // appendES6Number appends f as ECMAScript's Number.prototype.toString does
@@ -551,5 +453,3 @@ func appendES6Number(b []byte, f float64) []byte {
 	}
 	return b
 }
-
-const lowerHex = "0123456789abcdef"

@@ -1,4 +1,4 @@
-package pigeon
+package jsontext
 
 import (
 	"encoding/json"
@@ -6,10 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"pigeon/internal/jsontext"
-
 	"github.com/stretchr/testify/require"
 )
+
+// dataDepth is the broker's nesting limit for message data
+// (pigeon.dataDepth).
+const dataDepth = 64
+
+// decode is Decode at the broker's data depth.
+func decode(b []byte) (any, error) { return Decode(b, dataDepth) }
 
 var jsonCases = []string{
 	`{"merchantId":"m-100","orderId":"o-1","amount":42.5,"currency":"GBP","paymentToken":"tok_9f8e7d6c"}`,
@@ -23,11 +28,11 @@ func TestDecodeValueMatchesEncodingJSON(t *testing.T) {
 	for _, c := range jsonCases {
 		compareDecoders(t, c)
 	}
-	for _, n := range []int{MaxJSONDepth, MaxJSONDepth + 1, 10001} {
+	for _, n := range []int{dataDepth, dataDepth + 1, 10001} {
 		deep := strings.Repeat("[", n) + strings.Repeat("]", n)
-		_, err := decodeValue([]byte(deep))
-		if n > MaxJSONDepth {
-			require.ErrorIs(t, err, errTooDeep)
+		_, err := decode([]byte(deep))
+		if n > dataDepth {
+			require.ErrorIs(t, err, ErrTooDeep)
 		} else {
 			require.NoError(t, err)
 		}
@@ -39,44 +44,44 @@ func TestDecodeValueRefusesAmbiguousText(t *testing.T) {
 		in   string
 		want error
 	}{
-		{`{"paymentToken":"4111111111111111","amount":1,"paymentToken":"tok_abc"}`, errDuplicateKey},
-		{`{"a":{"b":[{"c":1,"c":1}]}}`, errDuplicateKey},
-		{`{"a":1,"\u0061":2}`, errDuplicateKey},
-		{"{\"a\":\"\xff\"}", errInvalidUTF8},
-		{"{\"\xc3\":1}", errInvalidUTF8},
-		{`{"a":"\ud800"}`, errInvalidUTF8},
-		{`{"a":"x\udc00y"}`, errInvalidUTF8},
-		{`{"a":"\ud83d\u0041"}`, errInvalidUTF8},
+		{`{"paymentToken":"4111111111111111","amount":1,"paymentToken":"tok_abc"}`, ErrDuplicateKey},
+		{`{"a":{"b":[{"c":1,"c":1}]}}`, ErrDuplicateKey},
+		{`{"a":1,"\u0061":2}`, ErrDuplicateKey},
+		{"{\"a\":\"\xff\"}", ErrInvalidUTF8},
+		{"{\"\xc3\":1}", ErrInvalidUTF8},
+		{`{"a":"\ud800"}`, ErrInvalidUTF8},
+		{`{"a":"x\udc00y"}`, ErrInvalidUTF8},
+		{`{"a":"\ud83d\u0041"}`, ErrInvalidUTF8},
 	} {
-		_, err := decodeValue([]byte(tt.in))
+		_, err := decode([]byte(tt.in))
 		require.ErrorIs(t, err, tt.want, tt.in)
 	}
 }
 
-// compareDecoders holds decodeValue to encoding/json and to the edge
-// validator: it refuses exactly what jsontext.Validate refuses at the data
+// compareDecoders holds Decode to encoding/json and to the edge
+// validator: it refuses exactly what Validate refuses at the data
 // depth limit (and numbers beyond float64, which encoding/json refuses
 // too), and what it accepts it decodes as encoding/json does.
 func compareDecoders(t *testing.T, in string) {
 	var want any
 	werr := json.Unmarshal([]byte(in), &want)
-	got, gerr := decodeValue([]byte(in))
-	verr := jsontext.Validate([]byte(in), MaxJSONDepth)
+	got, gerr := decode([]byte(in))
+	verr := Validate([]byte(in), dataDepth)
 	switch {
-	case gerr == errDuplicateKey || gerr == errInvalidUTF8 || gerr == errTooDeep:
+	case gerr == ErrDuplicateKey || gerr == ErrInvalidUTF8 || gerr == ErrTooDeep:
 		// The two may name different faults of one text (they check a
 		// member's name and its value in different orders), never refuse
 		// a text the other accepts.
-		require.Error(t, verr, "%q: decodeValue %v but the validator accepts", in, gerr)
+		require.Error(t, verr, "%q: Decode %v but the validator accepts", in, gerr)
 		return
 	case verr != nil:
-		require.Error(t, gerr, "%q: validator refuses (%v) what decodeValue accepts", in, verr)
+		require.Error(t, gerr, "%q: validator refuses (%v) what Decode accepts", in, verr)
 	}
 	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("%q: encoding/json err=%v, decodeValue err=%v", in, werr, gerr)
+		t.Fatalf("%q: encoding/json err=%v, Decode err=%v", in, werr, gerr)
 	}
 	if werr == nil && !reflect.DeepEqual(want, got) {
-		t.Fatalf("%q: encoding/json %#v, decodeValue %#v", in, want, got)
+		t.Fatalf("%q: encoding/json %#v, Decode %#v", in, want, got)
 	}
 }
 
@@ -92,7 +97,7 @@ func BenchmarkDecodeValue(b *testing.B) {
 	b.Run("pigeon", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeValue(in); err != nil {
+			if _, err := decode(in); err != nil {
 				b.Fatal(err)
 			}
 		}
