@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/internal/wire"
 	"pigeon/store"
 )
 
@@ -73,7 +74,7 @@ func (ss *serverSub) watch() {
 	b = append(b, `,"sub":`...)
 	b = jsonenc.AppendString(b, ss.id)
 	if err := ss.sub.Err(); err != nil {
-		we := EncodeError(err)
+		we := wire.Encode(err)
 		b = append(b, `,"error":{"code":`...)
 		b = jsonenc.AppendString(b, string(we.Code))
 		b = append(b, `,"message":`...)
