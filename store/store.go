@@ -101,6 +101,23 @@ type Trimmer interface {
 	TrimBefore(ctx context.Context, subject string, t time.Time) (int, error)
 }
 
+// AuditTrimmer is the optional ability to drop old audit records while
+// keeping a checkpoint that still proves the remainder.
+type AuditTrimmer interface {
+	// TrimAuditBefore removes audit records with a Time before t from the
+	// front of the log and returns how many. AuditHead reports the
+	// checkpoint of the last removed record from then on, so the
+	// remainder verifies from it.
+	TrimAuditBefore(ctx context.Context, t time.Time) (int, error)
+}
+
+// QuarantineTrimmer is the optional ability to drop old quarantine records.
+type QuarantineTrimmer interface {
+	// TrimQuarantineBefore removes quarantine records whose Time is before
+	// t and returns how many.
+	TrimQuarantineBefore(ctx context.Context, t time.Time) (int, error)
+}
+
 // GroupKey names one consumer's or consumer group's progress on a subject.
 type GroupKey struct {
 	Subject string
