@@ -96,7 +96,10 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	return nil
 }
 
-// setDone records seq as done in memory; g.mu must be held.
+// setDone records seq as done in memory; g.mu must be held. It is
+// store.GroupState.MarkDone over a map, kept apart on purpose: the delivery
+// loops ask g.done about every message they look at, and it also drops the
+// lease and moves next.
 func (g *group) setDone(seq uint64) {
 	if seq <= g.floor || g.done[seq] {
 		return

@@ -22,17 +22,11 @@ import (
 // has grown by CompactAfter records the compactor writes the whole state
 // to meta.snapshot (atomically) and truncates the log front.
 
-type groupState struct {
-	floor    uint64
-	done     map[uint64]struct{}
-	attempts map[uint64]int
-}
-
 type metaLog struct {
 	w *logw
 
 	mu        sync.RWMutex // guards the state below
-	groups    map[store.GroupKey]*groupState
+	groups    map[store.GroupKey]*store.GroupState
 	contracts map[string]store.ContractRecord
 	kv        map[string]map[string][]byte
 	applied   uint64 // index of the last applied record
@@ -46,7 +40,7 @@ func (s *Store) metaDir() string      { return filepath.Join(s.dir, "meta") }
 func (s *Store) snapshotPath() string { return filepath.Join(s.dir, "meta.snapshot") }
 
 func (m *metaLog) init() {
-	m.groups = make(map[store.GroupKey]*groupState)
+	m.groups = make(map[store.GroupKey]*store.GroupState)
 	m.contracts = make(map[string]store.ContractRecord)
 	m.kv = make(map[string]map[string][]byte)
 	m.compact = make(chan struct{}, 1)
@@ -61,26 +55,26 @@ func (m *metaLog) apply(rec []byte) (int, error) {
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
 		if d.err == nil {
-			m.group(key).markDone(seq)
+			m.group(key).MarkDone(seq)
 		}
 	case kindAttempt:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
 		n := d.varint()
 		if d.err == nil {
-			m.group(key).markAttempt(seq, int(n))
+			m.group(key).MarkAttempt(seq, int(n))
 		}
 	case kindGroupState:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
-		g := &groupState{floor: d.uvarint(), done: map[uint64]struct{}{}, attempts: map[uint64]int{}}
-		prev := g.floor
+		g := &store.GroupState{Floor: d.uvarint(), Attempts: map[uint64]int{}}
+		prev := g.Floor
 		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 			prev += d.uvarint()
-			g.done[prev] = struct{}{}
+			g.Done = append(g.Done, prev)
 		}
 		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 			seq := d.uvarint()
-			g.attempts[seq] = int(d.varint())
+			g.Attempts[seq] = int(d.varint())
 		}
 		if d.err == nil {
 			m.groups[key] = g
@@ -127,43 +121,13 @@ func (m *metaLog) apply(rec []byte) (int, error) {
 	return res, d.done()
 }
 
-func (m *metaLog) group(key store.GroupKey) *groupState {
+func (m *metaLog) group(key store.GroupKey) *store.GroupState {
 	g := m.groups[key]
 	if g == nil {
-		g = &groupState{done: map[uint64]struct{}{}, attempts: map[uint64]int{}}
+		g = &store.GroupState{Attempts: map[uint64]int{}}
 		m.groups[key] = g
 	}
 	return g
-}
-
-func (g *groupState) isDone(seq uint64) bool {
-	if seq <= g.floor {
-		return true
-	}
-	_, ok := g.done[seq]
-	return ok
-}
-
-func (g *groupState) markDone(seq uint64) {
-	if g.isDone(seq) {
-		return
-	}
-	g.done[seq] = struct{}{}
-	delete(g.attempts, seq)
-	for {
-		if _, ok := g.done[g.floor+1]; !ok {
-			return
-		}
-		g.floor++
-		delete(g.done, g.floor)
-	}
-}
-
-func (g *groupState) markAttempt(seq uint64, n int) {
-	if g.isDone(seq) {
-		return
-	}
-	g.attempts[seq] = n
 }
 
 func (s *Store) loadMeta() error {
@@ -282,19 +246,18 @@ func (m *metaLog) encodeSnapshot(n uint64) []byte {
 	e.uvarint(n)
 	out := frame(nil, e.finish())
 	for key, g := range m.groups {
-		e := newEnc(kindGroupState, 64+8*len(g.done)+12*len(g.attempts))
+		e := newEnc(kindGroupState, 64+8*len(g.Done)+12*len(g.Attempts))
 		e.str(key.Subject)
 		e.str(key.Group)
-		e.uvarint(g.floor)
-		done := slices.Sorted(maps.Keys(g.done))
-		e.uvarint(uint64(len(done)))
-		prev := g.floor
-		for _, seq := range done {
+		e.uvarint(g.Floor)
+		e.uvarint(uint64(len(g.Done)))
+		prev := g.Floor
+		for _, seq := range g.Done {
 			e.uvarint(seq - prev)
 			prev = seq
 		}
-		e.uvarint(uint64(len(g.attempts)))
-		for seq, n := range g.attempts {
+		e.uvarint(uint64(len(g.Attempts)))
+		for seq, n := range g.Attempts {
 			e.uvarint(seq)
 			e.varint(int64(n))
 		}
@@ -337,7 +300,7 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 	defer s.leave()
 	s.meta.mu.RLock()
 	g := s.meta.groups[key]
-	noop := seq == 0 || g != nil && g.isDone(seq)
+	noop := seq == 0 || g != nil && g.IsDone(seq)
 	s.meta.mu.RUnlock()
 	if noop {
 		return nil
@@ -361,7 +324,7 @@ func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []ui
 	g := s.meta.groups[key]
 	recs := make([][]byte, 0, len(seqs))
 	for _, seq := range seqs {
-		if seq == 0 || g != nil && g.isDone(seq) {
+		if seq == 0 || g != nil && g.IsDone(seq) {
 			continue
 		}
 		e := newEnc(kindDone, len(key.Subject)+len(key.Group)+16)
@@ -391,8 +354,8 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	g := s.meta.groups[key]
 	noop := false
 	if g != nil {
-		a, ok := g.attempts[seq]
-		noop = g.isDone(seq) || ok && a == n
+		a, ok := g.Attempts[seq]
+		noop = g.IsDone(seq) || ok && a == n
 	}
 	s.meta.mu.RUnlock()
 	if noop {
@@ -419,12 +382,12 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 	if g == nil {
 		return store.GroupState{}, nil
 	}
-	st := store.GroupState{Floor: g.floor}
-	if len(g.done) > 0 {
-		st.Done = slices.Sorted(maps.Keys(g.done))
+	st := store.GroupState{Floor: g.Floor}
+	if len(g.Done) > 0 {
+		st.Done = slices.Clone(g.Done)
 	}
-	if len(g.attempts) > 0 {
-		st.Attempts = maps.Clone(g.attempts)
+	if len(g.Attempts) > 0 {
+		st.Attempts = maps.Clone(g.Attempts)
 	}
 	return st, nil
 }
