@@ -41,6 +41,9 @@ func (su *suite) testTrimAudit(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, normAudit(want...), normAudit(got...))
 		require.NoError(t, store.VerifyChain(cp, got), "the remainder verifies from the checkpoint")
+		n, err := store.VerifyAudit(ctx, s)
+		require.NoError(t, err)
+		require.Equal(t, uint64(len(want)), n)
 	}
 	cp := store.Checkpoint{Seq: recs[3].Seq, Hash: recs[3].Hash}
 	check(t, s, recs[4:], cp)
