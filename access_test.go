@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/internal/wire"
 	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
 )
@@ -362,7 +363,7 @@ func TestAccountAndRoleIDsValidated(t *testing.T) {
 			requireCode(t, accErr, pigeon.CodeInvalidArgument)
 			requireCode(t, roleErr, pigeon.CodeInvalidArgument)
 			requireCode(t, withRoleErr, pigeon.CodeInvalidArgument)
-			require.Equal(t, 400, pigeon.CodeInvalidArgument.Status())
+			require.Equal(t, 400, wire.HTTPStatus(pigeon.CodeInvalidArgument))
 		})
 	}
 	_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol})

@@ -2,7 +2,6 @@ package pigeon
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -279,36 +278,11 @@ func (e *Engine) Audit(ctx context.Context, from uint64, max int) ([]AuditRecord
 // AUDIT_TAMPERED naming the first bad record.
 func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
 	e.flushAudit()
-	return VerifyAuditLog(ctx, e.store)
-}
-
-// VerifyAuditLog verifies any store's audit chain from its checkpoint.
-func VerifyAuditLog(ctx context.Context, st store.AuditLog) (uint64, error) {
-	_, cp, err := st.AuditHead(ctx)
-	if err != nil {
-		return 0, storeError(err)
+	n, err := store.VerifyAudit(ctx, e.store)
+	if ce, ok := err.(*store.ChainError); ok {
+		return n, WrapError(CodeAuditTampered, err, "audit record %d: %s", ce.Seq, ce.Reason)
 	}
-	v := store.Verifier{From: cp}
-	from := cp.Seq + 1
-	for {
-		recs, err := st.ReadAudit(ctx, from, 4096)
-		if err != nil {
-			return v.Count(), storeError(err)
-		}
-		for i := range recs {
-			if err := v.Next(&recs[i]); err != nil {
-				var ce *store.ChainError
-				if errors.As(err, &ce) {
-					return v.Count(), WrapError(CodeAuditTampered, err, "audit record %d: %s", ce.Seq, ce.Reason)
-				}
-				return v.Count(), WrapError(CodeAuditTampered, err, "%v", err)
-			}
-		}
-		if len(recs) < 4096 {
-			return v.Count(), nil
-		}
-		from = recs[len(recs)-1].Seq + 1
-	}
+	return n, storeError(err)
 }
 
 // auditID names the audit record with sequence seq: "aud_" and the number.

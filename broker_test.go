@@ -16,6 +16,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/wire"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -938,7 +939,7 @@ func TestContractsPerPrincipalCapped(t *testing.T) {
 	}
 	_, err = negotiate(f.e, time.Minute)
 	pe := requireCode(t, err, pigeon.CodeTooManyContracts)
-	require.Equal(t, http.StatusTooManyRequests, pe.Status())
+	require.Equal(t, http.StatusTooManyRequests, wire.HTTPStatus(pe.Code))
 	other, err := f.e.Connect(ctx, "orders-token", []string{"notifications.send"})
 	require.NoError(t, err, "another principal has its own count")
 	require.NoError(t, other.Close(ctx))
@@ -1004,7 +1005,7 @@ func TestNegotiateRateLimited(t *testing.T) {
 	}
 	_, err := f.e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
 	pe := requireCode(t, err, pigeon.CodeRateLimited)
-	require.Equal(t, http.StatusTooManyRequests, pe.Status())
+	require.Equal(t, http.StatusTooManyRequests, wire.HTTPStatus(pe.Code))
 	f.connect("orders-token", "notifications.send") // another principal has its own bucket
 	f.clock.Advance(time.Second)
 	f.connect("checkout-token", "payments.authorize")

@@ -24,13 +24,12 @@ func (t *groupTable) init() { t.m = map[store.GroupKey]*group{} }
 
 // group is one consumer group's delivery state on one subject: for a
 // pubsub cursor, Floor is the last delivered sequence; for a work queue,
-// every sequence <= floor is done and leases track what is in flight.
+// every sequence <= Floor is done and leases track what is in flight.
 type group struct {
 	mu       sync.Mutex
 	key      store.GroupKey
-	floor    uint64
-	next     uint64 // lowest sequence never handed out, > floor
-	done     map[uint64]bool
+	prog     store.GroupState // Floor and Done, kept by MarkDone as the store keeps them; Attempts stays nil
+	next     uint64           // lowest sequence never handed out, > Floor
 	attempts map[uint64]int
 	leases   map[uint64]*lease
 	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
@@ -57,9 +56,8 @@ func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) 
 	if err != nil {
 		return nil, storeError(err)
 	}
-	g = &group{key: key, floor: st.Floor, next: st.Floor + 1, done: map[uint64]bool{}, attempts: map[uint64]int{}, leases: map[uint64]*lease{}}
+	g = &group{key: key, prog: store.GroupState{Floor: st.Floor, Done: st.Done}, next: st.Floor + 1, attempts: map[uint64]int{}, leases: map[uint64]*lease{}}
 	for _, s := range st.Done {
-		g.done[s] = true
 		if s >= g.next {
 			g.next = s + 1
 		}
@@ -86,7 +84,7 @@ func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) 
 
 // markDone records seq as done; g.mu must be held.
 func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
-	if seq <= g.floor || g.done[seq] {
+	if g.prog.IsDone(seq) {
 		return nil
 	}
 	if err := e.store.MarkDone(ctx, g.key, seq); err != nil {
@@ -96,20 +94,17 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	return nil
 }
 
-// setDone records seq as done in memory; g.mu must be held.
+// setDone records seq as done in memory (store.GroupState.MarkDone), drops
+// its lease and attempts and moves next past the floor; g.mu must be held.
 func (g *group) setDone(seq uint64) {
-	if seq <= g.floor || g.done[seq] {
+	if g.prog.IsDone(seq) {
 		return
 	}
 	delete(g.leases, seq)
 	delete(g.attempts, seq)
-	g.done[seq] = true
-	for g.done[g.floor+1] {
-		delete(g.done, g.floor+1)
-		g.floor++
-	}
-	if g.next <= g.floor {
-		g.next = g.floor + 1
+	g.prog.MarkDone(seq)
+	if g.next <= g.prog.Floor {
+		g.next = g.prog.Floor + 1
 	}
 }
 
@@ -138,7 +133,7 @@ func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error
 // store refused the attempt, or the caller went away), so that no message
 // is left neither leased, done nor due; g.mu must be held.
 func (g *group) requeue(seq uint64) {
-	if seq > g.floor && !g.done[seq] && g.leases[seq] == nil {
+	if !g.prog.IsDone(seq) && g.leases[seq] == nil {
 		g.retry = append(g.retry, seq)
 	}
 }
@@ -242,7 +237,7 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	sms, err := e.store.Read(ctx, s.name, g.floor+1, max)
+	sms, err := e.store.Read(ctx, s.name, g.prog.Floor+1, max)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -312,7 +307,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 	for len(g.retry) > 0 && len(out) < max {
 		seq := g.retry[0]
 		g.retry = g.retry[1:]
-		if seq <= g.floor || g.done[seq] || g.leases[seq] != nil {
+		if g.prog.IsDone(seq) || g.leases[seq] != nil {
 			continue
 		}
 		if err := take(e.leaseOne(ctx, g, s, seq, holder, now)); err != nil {
@@ -330,7 +325,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 		}
 		for _, sm := range sms {
 			g.next = sm.Seq + 1
-			if g.done[sm.Seq] || g.leases[sm.Seq] != nil {
+			if g.prog.IsDone(sm.Seq) || g.leases[sm.Seq] != nil {
 				continue
 			}
 			if err := take(e.leaseMsg(ctx, g, s, sm, holder, now)); err != nil {
@@ -409,7 +404,7 @@ func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID strin
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if sm.Seq <= g.floor || g.done[sm.Seq] {
+	if g.prog.IsDone(sm.Seq) {
 		return nil
 	}
 	if l := g.leases[sm.Seq]; l == nil || l.holder != c.Principal.ID {
@@ -437,7 +432,7 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 	defer g.mu.Unlock()
 	l := g.leases[sm.Seq]
 	if l == nil || l.holder != c.Principal.ID {
-		if sm.Seq <= g.floor || g.done[sm.Seq] {
+		if g.prog.IsDone(sm.Seq) {
 			return nil
 		}
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)

@@ -17,6 +17,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/wire"
 	"pigeon/store"
 	"pigeon/store/memory"
 	"pigeon/store/wal"
@@ -265,7 +266,7 @@ func TestDiskFullFailsPublishKeepsReads(t *testing.T) {
 	_, err = orders.Publish(ctx, demo.Notification("k-2"))
 	pe := requireCode(t, err, pigeon.CodeStoreFull)
 	require.ErrorIs(t, err, pigeon.ErrStore)
-	require.Equal(t, 507, pe.Status())
+	require.Equal(t, 507, wire.HTTPStatus(pe.Code))
 	// Reads keep working and see only what was accepted.
 	w, err := e.Connect(ctx, "notifier-token", []string{"notifications.send"})
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package pigeon
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Code is a stable, machine-readable decision or error code. The same code
@@ -12,6 +11,9 @@ import (
 type Code string
 
 // Stable codes. The first group matches the reference broker one for one.
+// The list is the one reference of stable codes, so it also holds the two
+// that only the HTTP server (package server) produces, PAYLOAD_TOO_LARGE
+// and METHOD_NOT_ALLOWED; the engine never returns them.
 const (
 	CodeOK                        Code = ""
 	CodeUnauthenticated           Code = "UNAUTHENTICATED"
@@ -40,8 +42,8 @@ const (
 	CodeMessageNotFound           Code = "MESSAGE_NOT_FOUND"
 	CodeQuarantineNotFound        Code = "QUARANTINE_NOT_FOUND"
 	CodeBadRequest                Code = "BAD_REQUEST"
-	CodePayloadTooLarge           Code = "PAYLOAD_TOO_LARGE"
-	CodeMethodNotAllowed          Code = "METHOD_NOT_ALLOWED"
+	CodePayloadTooLarge           Code = "PAYLOAD_TOO_LARGE"  // produced by the HTTP server only
+	CodeMethodNotAllowed          Code = "METHOD_NOT_ALLOWED" // produced by the HTTP server only
 	CodeNotFound                  Code = "NOT_FOUND"
 	CodeInternal                  Code = "INTERNAL"
 
@@ -139,9 +141,6 @@ func (e *Error) Is(target error) bool {
 	return target == e.Code.group()
 }
 
-// Status is the HTTP status that the code maps to.
-func (e *Error) Status() int { return e.Code.Status() }
-
 // errShutdown is the error of every operation refused because the broker
 // is shutting down.
 func errShutdown() *Error { return NewError(CodeShutdown, "broker is shutting down") }
@@ -199,43 +198,4 @@ func (c Code) group() error {
 		return ErrQuarantined
 	}
 	return ErrDenied
-}
-
-// Status maps a code to its HTTP status, as the reference broker does.
-func (c Code) Status() int {
-	switch c {
-	case CodeOK:
-		return http.StatusOK
-	case CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case CodeForbidden, CodePolicyDenied, CodeReplayDenied, CodeRegionDenied, CodeIntentDenied,
-		CodeContractRequired, CodeContractNotFound, CodeContractExpired, CodeContractPrincipalMismatch,
-		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
-		CodeNoPermittedSubjects, CodeAckNotAllowed, CodeGrantRevoked:
-		return http.StatusForbidden
-	case CodeRateLimited, CodeTooManyContracts:
-		return http.StatusTooManyRequests
-	case CodeSensitiveFieldDenied, CodeRawPANDetected, CodeIdempotencyRequired, CodeClassificationDenied,
-		CodeEnvelopeInvalid, CodeSchemaInvalid, CodeDataQuality, CodeSignatureRequired, CodeSignatureInvalid,
-		CodeEncryptionReq, CodeDeliveryExhausted:
-		return http.StatusUnprocessableEntity
-	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
-		return http.StatusNotFound
-	case CodeBadRequest, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid, CodeInvalidArgument,
-		CodeDuplicateKey, CodeInvalidUTF8:
-		return http.StatusBadRequest
-	case CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case CodeConflict, CodeMessageIDTaken:
-		return http.StatusConflict
-	case CodeRequestTimeout:
-		return http.StatusGatewayTimeout
-	case CodeShutdown, CodeStoreUnavailable:
-		return http.StatusServiceUnavailable
-	case CodeStoreFull:
-		return http.StatusInsufficientStorage
-	}
-	return http.StatusInternalServerError
 }

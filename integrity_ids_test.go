@@ -12,6 +12,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/wire"
 )
 
 // TestAmbiguousJSONRefused: what the gates judge is what is stored, so a
@@ -75,7 +76,7 @@ func TestAmbiguousJSONRefused(t *testing.T) {
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), "4111")
 		require.Contains(t, []pigeon.Code{pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8}, pigeon.ErrorCode(err))
-		require.Equal(t, 400, pigeon.ErrorCode(err).Status())
+		require.Equal(t, 400, wire.HTTPStatus(pigeon.ErrorCode(err)))
 	}
 }
 
@@ -113,7 +114,7 @@ func TestMessageIDTaken(t *testing.T) {
 			tt.m.ID = "msg-chosen"
 			_, err := tt.s.Publish(ctx, tt.m)
 			pe := requireCode(t, err, pigeon.CodeMessageIDTaken)
-			require.Equal(t, 409, pe.Status())
+			require.Equal(t, 409, wire.HTTPStatus(pe.Code))
 		})
 	}
 	recs, err := f.e.Audit(ctx, 0, 0)

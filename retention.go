@@ -7,17 +7,6 @@ import (
 	"pigeon/store"
 )
 
-// AuditTrimmer is the optional store ability to drop old audit records
-// while keeping a checkpoint that still proves the remainder.
-type AuditTrimmer interface {
-	TrimAuditBefore(ctx context.Context, t time.Time) (int, error)
-}
-
-// QuarantineTrimmer is the optional store ability to drop old quarantine records.
-type QuarantineTrimmer interface {
-	TrimQuarantineBefore(ctx context.Context, t time.Time) (int, error)
-}
-
 // DefaultQuarantineRetention is how long quarantine records are kept when
 // Options.QuarantineRetention is zero.
 const DefaultQuarantineRetention = 30 * 24 * time.Hour
@@ -44,12 +33,12 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 	for _, s := range e.catalog.Load().subjects {
 		auditKeep = max(auditKeep, time.Duration(s.policy.Retention.AuditMs)*time.Millisecond)
 	}
-	if at, ok := e.store.(AuditTrimmer); ok && auditKeep > 0 {
+	if at, ok := e.store.(store.AuditTrimmer); ok && auditKeep > 0 {
 		if _, err := at.TrimAuditBefore(ctx, now.Add(-auditKeep)); err != nil {
 			e.opts.Logger.Error("retention: trim audit", "err", err)
 		}
 	}
-	if qt, ok := e.store.(QuarantineTrimmer); ok {
+	if qt, ok := e.store.(store.QuarantineTrimmer); ok {
 		keep := e.opts.QuarantineRetention
 		if keep <= 0 {
 			keep = DefaultQuarantineRetention

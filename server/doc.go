@@ -15,14 +15,15 @@
 // that lets the auditor publish on the record's subject.
 //
 // Errors are {"error":{"code","message","details"}} with the status of the
-// code (pigeon.Code.Status). A known path with another method is 405 with
-// an Allow header, an unknown path 404, a body that is not JSON 400, a body
-// over Options.MaxBody (1 MiB) 413 PAYLOAD_TOO_LARGE.
+// code (the table of docs/http.md). A known path with another method is 405
+// with an Allow header, an unknown path 404, a body that is not JSON 400, a
+// body over Options.MaxBody (1 MiB) 413 PAYLOAD_TOO_LARGE.
 //
 // # Mounting
 //
 // Mount serves an application handler behind the same authentication; it
-// reads the caller with PrincipalFrom and RegionFrom.
+// reads the caller with PrincipalFrom and RegionFrom, and refuses with
+// WriteError in the form of the API's errors.
 //
 // # Lifecycle
 //

@@ -219,6 +219,8 @@ func TestJSONBodiesEndWithNewline(t *testing.T) {
 		{"not found", "GET", "/nope", "", "", 404},
 		{"wrong method", "DELETE", "/health", "", "", 405},
 		{"unclean path", "GET", "//health", "", "", 404},
+		{"ws without credential", "GET", "/v1/ws", "", "", 401},
+		{"ws without upgrade", "GET", "/v1/ws", "checkout-token", "", 400},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"pigeon"
-	"pigeon/transport/ws"
+	"pigeon/internal/wire"
 )
 
 // writeJSON writes body (a value, or raw bytes) with status. Every body
@@ -34,21 +34,14 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// writeError writes err as the error body {"error":{code, message,
-// details}} with the status of its code.
-func writeError(w http.ResponseWriter, err error) {
-	we := ws.EncodeError(err)
-	b, mErr := json.Marshal(errorBody{we})
-	if mErr != nil {
-		we.Code = pigeon.CodeInternal
-		b = []byte(`{"error":{"code":"INTERNAL","message":"internal error","details":{}}}`)
-	}
-	writeJSON(w, we.Code.Status(), b)
-}
+// WriteError writes err as the server writes its own refusals: the body
+// {"error":{"code","message","details"}} and a trailing newline, with the
+// status of its code (the table of docs/http.md). A mounted handler
+// answers with it to refuse in the same form as the API routes.
+func WriteError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, err) }
 
-type errorBody struct {
-	Error ws.WireError `json:"error"`
-}
+// writeError is WriteError.
+func writeError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, err) }
 
 // readBody reads the request body within limit and checks it with
 // pigeon.CheckJSON: text that is not JSON, nests too deeply, repeats a

@@ -14,6 +14,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/wire"
 	"pigeon/server"
 )
 
@@ -189,7 +190,7 @@ func TestStatuses(t *testing.T) {
 			require.Equal(t, "application/json", r.header.Get("Content-Type"))
 			if tc.code != "" {
 				require.Equal(t, tc.code, r.code(t))
-				require.Equal(t, tc.code.Status(), r.status, "status follows the code")
+				require.Equal(t, wire.HTTPStatus(tc.code), r.status, "status follows the code")
 			} else {
 				require.True(t, json.Valid(r.body))
 			}

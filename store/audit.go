@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -128,6 +129,37 @@ func (v *Verifier) Head() Checkpoint {
 	}
 	return v.prev
 }
+
+// VerifyAudit walks the audit chain of log from its checkpoint to its last
+// record and returns how many records verified. A record that does not
+// verify stops it with a *ChainError (which matches ErrTampered) naming
+// that record; an error of the log itself is returned as it is.
+func VerifyAudit(ctx context.Context, log AuditLog) (uint64, error) {
+	_, cp, err := log.AuditHead(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v := Verifier{From: cp}
+	from := cp.Seq + 1
+	for {
+		recs, err := log.ReadAudit(ctx, from, verifyBatch)
+		if err != nil {
+			return v.Count(), err
+		}
+		for i := range recs {
+			if err := v.Next(&recs[i]); err != nil {
+				return v.Count(), err
+			}
+		}
+		if len(recs) < verifyBatch {
+			return v.Count(), nil
+		}
+		from = recs[len(recs)-1].Seq + 1
+	}
+}
+
+// verifyBatch is how many records VerifyAudit reads at a time.
+const verifyBatch = 4096
 
 // VerifyChain checks recs as a contiguous chain starting after from.
 func VerifyChain(from Checkpoint, recs []AuditRecord) error {

@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -101,6 +102,23 @@ type Trimmer interface {
 	TrimBefore(ctx context.Context, subject string, t time.Time) (int, error)
 }
 
+// AuditTrimmer is the optional ability to drop old audit records while
+// keeping a checkpoint that still proves the remainder.
+type AuditTrimmer interface {
+	// TrimAuditBefore removes audit records with a Time before t from the
+	// front of the log and returns how many. AuditHead reports the
+	// checkpoint of the last removed record from then on, so the
+	// remainder verifies from it.
+	TrimAuditBefore(ctx context.Context, t time.Time) (int, error)
+}
+
+// QuarantineTrimmer is the optional ability to drop old quarantine records.
+type QuarantineTrimmer interface {
+	// TrimQuarantineBefore removes quarantine records whose Time is before
+	// t and returns how many.
+	TrimQuarantineBefore(ctx context.Context, t time.Time) (int, error)
+}
+
 // GroupKey names one consumer's or consumer group's progress on a subject.
 type GroupKey struct {
 	Subject string
@@ -116,6 +134,53 @@ type GroupState struct {
 	Done []uint64
 	// Attempts counts delivery attempts of sequences that are not done.
 	Attempts map[uint64]int
+}
+
+// IsDone reports whether seq is done: at or below Floor, or in Done.
+func (g *GroupState) IsDone(seq uint64) bool {
+	if seq <= g.Floor {
+		return true
+	}
+	_, found := slices.BinarySearch(g.Done, seq)
+	return found
+}
+
+// MarkDone records seq as done: Floor advances over every contiguous done
+// sequence, the others wait in Done (ascending, each above Floor+1), and
+// the attempts of seq are forgotten. Marking a done sequence again is a
+// no-op. Backends keep their groups with it, so they agree on the floor.
+func (g *GroupState) MarkDone(seq uint64) {
+	if seq <= g.Floor {
+		return
+	}
+	delete(g.Attempts, seq)
+	if seq != g.Floor+1 {
+		if i, found := slices.BinarySearch(g.Done, seq); !found {
+			g.Done = slices.Insert(g.Done, i, seq)
+		}
+		return
+	}
+	g.Floor = seq
+	n := 0
+	for n < len(g.Done) && g.Done[n] == g.Floor+1 {
+		g.Floor++
+		n++
+	}
+	if n > 0 {
+		g.Done = slices.Delete(g.Done, 0, n)
+	}
+}
+
+// MarkAttempt records that delivery attempt n of seq began. It is a no-op
+// for a sequence that is already done.
+func (g *GroupState) MarkAttempt(seq uint64, n int) {
+	if g.IsDone(seq) {
+		return
+	}
+	if g.Attempts == nil {
+		g.Attempts = make(map[uint64]int)
+	}
+	g.Attempts[seq] = n
 }
 
 // ProgressLog keeps consumer progress: cursors, acks and delivery attempts.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"pigeon"
-	"pigeon/transport/ws"
+	"pigeon/internal/wire"
 )
 
 // api talks to a running server over HTTP.
@@ -76,7 +76,7 @@ func (a *api) do(ctx context.Context, method, path string, body any, headers ...
 		return b, nil
 	}
 	var eb struct {
-		Error *ws.WireError `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	if json.Unmarshal(b, &eb) == nil && eb.Error != nil {
 		return nil, eb.Error.Err()
@@ -106,7 +106,7 @@ func (a *api) wsURL() string { return strings.TrimSuffix(a.url, "/") + "/v1/ws" 
 func fail(stderr io.Writer, cmd string, err error) int {
 	var pe *pigeon.Error
 	if errors.As(err, &pe) {
-		b, _ := json.Marshal(map[string]any{"error": ws.EncodeError(pe)})
+		b, _ := json.Marshal(map[string]any{"error": wire.Encode(pe)})
 		fmt.Fprintf(stderr, "pigeon %s: %s\n%s\n", cmd, pe.Code, b)
 		return 1
 	}

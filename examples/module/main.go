@@ -53,12 +53,11 @@ func (m *Module) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"params": map[string]string{"requestedBy": caller.ID}})
 	res, err := m.sess.Publish(r.Context(), &pigeon.Message{Type: "notification.requested", Subject: "notifications.send",
 		Intent: "send_notification", Classification: "pii", IdempotencyKey: caller.ID + "/" + in.RecipientID + "/" + in.TemplateID, Data: data})
-	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
-		w.WriteHeader(pigeon.ErrorCode(err).Status())
-		_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": pigeon.ErrorCode(err), "message": err.Error()}})
+		server.WriteError(w, err)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	_ = json.NewEncoder(w).Encode(map[string]any{"status": res.Status, "messageId": res.Message.ID, "requestedBy": caller.ID})
 }

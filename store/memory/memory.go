@@ -96,7 +96,7 @@ type Store struct {
 	msgs messageLog
 
 	progMu sync.RWMutex
-	groups map[store.GroupKey]*group
+	groups map[store.GroupKey]*store.GroupState
 
 	quarMu     sync.RWMutex
 	quarantine map[string]store.QuarantineRecord
@@ -128,7 +128,7 @@ func New(opts *Options) *Store {
 	}
 	s := &Store{
 		opts:       o,
-		groups:     make(map[store.GroupKey]*group),
+		groups:     make(map[store.GroupKey]*store.GroupState),
 		quarantine: make(map[string]store.QuarantineRecord),
 		contracts:  make(map[string]store.ContractRecord),
 		kv:         make(map[string]map[string][]byte),

@@ -8,24 +8,10 @@ import (
 	"pigeon/store"
 )
 
-// group is one consumer group's progress; see store.GroupState.
-type group struct {
-	floor    uint64
-	done     []uint64 // ascending, every element > floor+1
-	attempts map[uint64]int
-}
-
-func (g *group) isDone(seq uint64) bool {
-	if seq <= g.floor {
-		return true
-	}
-	_, found := slices.BinarySearch(g.done, seq)
-	return found
-}
-
-// MarkDone records seq as done for the group: the floor advances over every
-// contiguous done sequence, the others wait in Done, and seq's attempts are
-// forgotten. Marking a done sequence again is a no-op.
+// MarkDone records seq as done for the group (store.GroupState.MarkDone):
+// the floor advances over every contiguous done sequence, the others wait
+// in Done, and seq's attempts are forgotten. Marking a done sequence again
+// is a no-op.
 func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -35,30 +21,7 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 	if err := s.checkClosed(); err != nil {
 		return err
 	}
-	g := s.groups[key]
-	if g == nil {
-		g = &group{}
-		s.groups[key] = g
-	}
-	if seq <= g.floor {
-		return nil
-	}
-	delete(g.attempts, seq)
-	if seq != g.floor+1 {
-		if i, found := slices.BinarySearch(g.done, seq); !found {
-			g.done = slices.Insert(g.done, i, seq)
-		}
-		return nil
-	}
-	g.floor = seq
-	n := 0
-	for n < len(g.done) && g.done[n] == g.floor+1 {
-		g.floor++
-		n++
-	}
-	if n > 0 {
-		g.done = slices.Delete(g.done, 0, n)
-	}
+	s.group(key).MarkDone(seq)
 	return nil
 }
 
@@ -73,19 +36,19 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	if err := s.checkClosed(); err != nil {
 		return err
 	}
+	s.group(key).MarkAttempt(seq, n)
+	return nil
+}
+
+// group returns the progress of key, created when first seen; s.progMu
+// must be held for writing.
+func (s *Store) group(key store.GroupKey) *store.GroupState {
 	g := s.groups[key]
 	if g == nil {
-		g = &group{}
+		g = &store.GroupState{}
 		s.groups[key] = g
 	}
-	if g.isDone(seq) {
-		return nil
-	}
-	if g.attempts == nil {
-		g.attempts = make(map[uint64]int)
-	}
-	g.attempts[seq] = n
-	return nil
+	return g
 }
 
 // LoadGroup returns a deep copy of the group's state; Done and Attempts are
@@ -103,12 +66,12 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 	if g == nil {
 		return store.GroupState{}, nil
 	}
-	st := store.GroupState{Floor: g.floor}
-	if len(g.done) > 0 {
-		st.Done = slices.Clone(g.done)
+	st := store.GroupState{Floor: g.Floor}
+	if len(g.Done) > 0 {
+		st.Done = slices.Clone(g.Done)
 	}
-	if len(g.attempts) > 0 {
-		st.Attempts = maps.Clone(g.attempts)
+	if len(g.Attempts) > 0 {
+		st.Attempts = maps.Clone(g.Attempts)
 	}
 	return st, nil
 }

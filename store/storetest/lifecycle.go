@@ -63,6 +63,18 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.AuditTrimmer); ok {
+		list = append(list, op{"TrimAuditBefore", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.AuditTrimmer).TrimAuditBefore(ctx, at(time.Hour))
+			return err
+		}})
+	}
+	if _, ok := s.(store.QuarantineTrimmer); ok {
+		list = append(list, op{"TrimQuarantineBefore", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.QuarantineTrimmer).TrimQuarantineBefore(ctx, at(time.Hour))
+			return err
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

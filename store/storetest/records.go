@@ -295,6 +295,9 @@ func (su *suite) testAudit(t *testing.T) {
 			got, err := s.ReadAudit(ctx, cp.Seq+1, 0)
 			require.NoError(t, err)
 			require.NoError(t, store.VerifyChain(cp, got))
+			n, err := store.VerifyAudit(ctx, s)
+			require.NoError(t, err)
+			require.Equal(t, uint64(len(recs)), n)
 			got[2].Code = "FORGED"
 			require.ErrorIs(t, store.VerifyChain(cp, got), store.ErrTampered)
 		})

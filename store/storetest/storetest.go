@@ -11,8 +11,9 @@
 // Features says what else the backend can do. A durable backend sets Reopen,
 // and the suite checks that everything written survives a close and an
 // open. Optional abilities found by type assertion (store.Trimmer,
-// store.BatchProgress, store.ContractLister) are tested when the store has
-// them and skipped when it has not.
+// store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
+// store.ContractLister) are tested when the store has them and skipped
+// when it has not.
 //
 // # Semantics the suite pins down
 //
@@ -27,6 +28,9 @@
 //     IdemExpires; a duplicate stores nothing and does not extend the entry.
 //   - TrimBefore removes a prefix: it stops at the first message at or after
 //     t, even if later ones are older. Sequences are never reused.
+//   - TrimAuditBefore leaves AuditHead's checkpoint on the last removed
+//     record, also when it removes every record; TrimQuarantineBefore goes
+//     by each record's Time, a released record included.
 //   - MarkAttempt on a done sequence is a no-op; MarkDone forgets the
 //     attempts of the sequence it marks.
 //   - AppendAudit refuses a batch that does not continue the log, whole.
@@ -72,6 +76,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("Progress", su.testProgress)
 	t.Run("Quarantine", su.testQuarantine)
 	t.Run("Audit", su.testAudit)
+	t.Run("TrimAudit", su.testTrimAudit)
+	t.Run("TrimQuarantine", su.testTrimQuarantine)
 	t.Run("Contracts", su.testContracts)
 	t.Run("ListContracts", su.testListContracts)
 	t.Run("KV", su.testKV)

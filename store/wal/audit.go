@@ -254,8 +254,8 @@ func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpo
 	return s.audit.head, s.audit.cp, nil
 }
 
-// TrimAuditBefore removes audit records with a Time before t from the
-// front of the log and returns how many. The checkpoint of the last
+// TrimAuditBefore implements store.AuditTrimmer: it removes audit records
+// with a Time before t from the front of the log and returns how many. The checkpoint of the last
 // removed record is made durable first, so AuditHead reports it and the
 // remainder still verifies, now and after a restart.
 func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {

@@ -1,16 +1,11 @@
 package wal
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
-	"time"
 
 	"pigeon/store"
 )
@@ -20,19 +15,14 @@ import (
 // memory only once its record is committed (onCommit runs the same apply
 // as replay), so memory never holds what the disk does not. When the log
 // has grown by CompactAfter records the compactor writes the whole state
-// to meta.snapshot (atomically) and truncates the log front.
-
-type groupState struct {
-	floor    uint64
-	done     map[uint64]struct{}
-	attempts map[uint64]int
-}
+// to meta.snapshot (atomically) and truncates the log front. The methods
+// over this state live in progress.go, contracts.go and kv.go.
 
 type metaLog struct {
 	w *logw
 
 	mu        sync.RWMutex // guards the state below
-	groups    map[store.GroupKey]*groupState
+	groups    map[store.GroupKey]*store.GroupState
 	contracts map[string]store.ContractRecord
 	kv        map[string]map[string][]byte
 	applied   uint64 // index of the last applied record
@@ -46,7 +36,7 @@ func (s *Store) metaDir() string      { return filepath.Join(s.dir, "meta") }
 func (s *Store) snapshotPath() string { return filepath.Join(s.dir, "meta.snapshot") }
 
 func (m *metaLog) init() {
-	m.groups = make(map[store.GroupKey]*groupState)
+	m.groups = make(map[store.GroupKey]*store.GroupState)
 	m.contracts = make(map[string]store.ContractRecord)
 	m.kv = make(map[string]map[string][]byte)
 	m.compact = make(chan struct{}, 1)
@@ -61,26 +51,26 @@ func (m *metaLog) apply(rec []byte) (int, error) {
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
 		if d.err == nil {
-			m.group(key).markDone(seq)
+			m.group(key).MarkDone(seq)
 		}
 	case kindAttempt:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
 		n := d.varint()
 		if d.err == nil {
-			m.group(key).markAttempt(seq, int(n))
+			m.group(key).MarkAttempt(seq, int(n))
 		}
 	case kindGroupState:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
-		g := &groupState{floor: d.uvarint(), done: map[uint64]struct{}{}, attempts: map[uint64]int{}}
-		prev := g.floor
+		g := &store.GroupState{Floor: d.uvarint(), Attempts: map[uint64]int{}}
+		prev := g.Floor
 		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 			prev += d.uvarint()
-			g.done[prev] = struct{}{}
+			g.Done = append(g.Done, prev)
 		}
 		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 			seq := d.uvarint()
-			g.attempts[seq] = int(d.varint())
+			g.Attempts[seq] = int(d.varint())
 		}
 		if d.err == nil {
 			m.groups[key] = g
@@ -127,43 +117,13 @@ func (m *metaLog) apply(rec []byte) (int, error) {
 	return res, d.done()
 }
 
-func (m *metaLog) group(key store.GroupKey) *groupState {
+func (m *metaLog) group(key store.GroupKey) *store.GroupState {
 	g := m.groups[key]
 	if g == nil {
-		g = &groupState{done: map[uint64]struct{}{}, attempts: map[uint64]int{}}
+		g = &store.GroupState{Attempts: map[uint64]int{}}
 		m.groups[key] = g
 	}
 	return g
-}
-
-func (g *groupState) isDone(seq uint64) bool {
-	if seq <= g.floor {
-		return true
-	}
-	_, ok := g.done[seq]
-	return ok
-}
-
-func (g *groupState) markDone(seq uint64) {
-	if g.isDone(seq) {
-		return
-	}
-	g.done[seq] = struct{}{}
-	delete(g.attempts, seq)
-	for {
-		if _, ok := g.done[g.floor+1]; !ok {
-			return
-		}
-		g.floor++
-		delete(g.done, g.floor)
-	}
-}
-
-func (g *groupState) markAttempt(seq uint64, n int) {
-	if g.isDone(seq) {
-		return
-	}
-	g.attempts[seq] = n
 }
 
 func (s *Store) loadMeta() error {
@@ -282,19 +242,18 @@ func (m *metaLog) encodeSnapshot(n uint64) []byte {
 	e.uvarint(n)
 	out := frame(nil, e.finish())
 	for key, g := range m.groups {
-		e := newEnc(kindGroupState, 64+8*len(g.done)+12*len(g.attempts))
+		e := newEnc(kindGroupState, 64+8*len(g.Done)+12*len(g.Attempts))
 		e.str(key.Subject)
 		e.str(key.Group)
-		e.uvarint(g.floor)
-		done := slices.Sorted(maps.Keys(g.done))
-		e.uvarint(uint64(len(done)))
-		prev := g.floor
-		for _, seq := range done {
+		e.uvarint(g.Floor)
+		e.uvarint(uint64(len(g.Done)))
+		prev := g.Floor
+		for _, seq := range g.Done {
 			e.uvarint(seq - prev)
 			prev = seq
 		}
-		e.uvarint(uint64(len(g.attempts)))
-		for seq, n := range g.attempts {
+		e.uvarint(uint64(len(g.Attempts)))
+		for seq, n := range g.Attempts {
 			e.uvarint(seq)
 			e.varint(int64(n))
 		}
@@ -327,240 +286,6 @@ func (s *Store) metaWrite(recs ...[]byte) (int, error) {
 		return 0, err
 	}
 	return r.res, nil
-}
-
-// MarkDone implements store.ProgressLog.
-func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	g := s.meta.groups[key]
-	noop := seq == 0 || g != nil && g.isDone(seq)
-	s.meta.mu.RUnlock()
-	if noop {
-		return nil
-	}
-	e := newEnc(kindDone, len(key.Subject)+len(key.Group)+16)
-	e.str(key.Subject)
-	e.str(key.Group)
-	e.uvarint(seq)
-	_, err := s.metaWrite(e.finish())
-	return err
-}
-
-// MarkDoneBatch implements store.BatchProgress: every sequence in one
-// commit.
-func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []uint64) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	g := s.meta.groups[key]
-	recs := make([][]byte, 0, len(seqs))
-	for _, seq := range seqs {
-		if seq == 0 || g != nil && g.isDone(seq) {
-			continue
-		}
-		e := newEnc(kindDone, len(key.Subject)+len(key.Group)+16)
-		e.str(key.Subject)
-		e.str(key.Group)
-		e.uvarint(seq)
-		recs = append(recs, e.finish())
-	}
-	s.meta.mu.RUnlock()
-	if len(recs) == 0 {
-		return nil
-	}
-	_, err := s.metaWrite(recs...)
-	return err
-}
-
-var _ store.BatchProgress = (*Store)(nil)
-
-// MarkAttempt implements store.ProgressLog. An attempt recorded before a
-// crash stays recorded; the broker treats its lease as expired.
-func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	g := s.meta.groups[key]
-	noop := false
-	if g != nil {
-		a, ok := g.attempts[seq]
-		noop = g.isDone(seq) || ok && a == n
-	}
-	s.meta.mu.RUnlock()
-	if noop {
-		return nil
-	}
-	e := newEnc(kindAttempt, len(key.Subject)+len(key.Group)+24)
-	e.str(key.Subject)
-	e.str(key.Group)
-	e.uvarint(seq)
-	e.varint(int64(n))
-	_, err := s.metaWrite(e.finish())
-	return err
-}
-
-// LoadGroup implements store.ProgressLog.
-func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.GroupState{}, err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	defer s.meta.mu.RUnlock()
-	g := s.meta.groups[key]
-	if g == nil {
-		return store.GroupState{}, nil
-	}
-	st := store.GroupState{Floor: g.floor}
-	if len(g.done) > 0 {
-		st.Done = slices.Sorted(maps.Keys(g.done))
-	}
-	if len(g.attempts) > 0 {
-		st.Attempts = maps.Clone(g.attempts)
-	}
-	return st, nil
-}
-
-// PutContract implements store.ContractLog.
-func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	if c.ID == "" {
-		return errors.New("wal: put contract: empty id")
-	}
-	_, err := s.metaWrite(encodeContract(&c))
-	return err
-}
-
-// GetContract implements store.ContractLog.
-func (s *Store) GetContract(ctx context.Context, id string) (store.ContractRecord, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.ContractRecord{}, err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	c, ok := s.meta.contracts[id]
-	s.meta.mu.RUnlock()
-	if !ok {
-		return store.ContractRecord{}, store.ErrNotFound
-	}
-	c.Body = cloneBytes(c.Body)
-	return c, nil
-}
-
-// DeleteExpiredContracts implements store.ContractLog.
-func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, error) {
-	if err := s.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	any := false
-	for _, c := range s.meta.contracts {
-		if c.ExpiresAt.Before(t) {
-			any = true
-			break
-		}
-	}
-	s.meta.mu.RUnlock()
-	if !any {
-		return 0, nil
-	}
-	e := newEnc(kindContractGC, 16)
-	e.time(t)
-	return s.metaWrite(e.finish())
-}
-
-var _ store.ContractLister = (*Store)(nil)
-
-// ListContracts implements store.ContractLister: copies of the contracts
-// whose ExpiresAt is after t, revoked ones included, ordered by ID. It reads
-// the committed metadata, which is what Open rebuilds after a restart.
-func (s *Store) ListContracts(ctx context.Context, t time.Time) ([]store.ContractRecord, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	var out []store.ContractRecord
-	s.meta.mu.RLock()
-	for _, c := range s.meta.contracts {
-		if c.ExpiresAt.After(t) {
-			c.Body = cloneBytes(c.Body)
-			out = append(out, c)
-		}
-	}
-	s.meta.mu.RUnlock()
-	slices.SortFunc(out, func(a, b store.ContractRecord) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
-}
-
-// Put implements store.KV.
-func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	_, err := s.metaWrite(encodeKVPut(bucket, key, val))
-	return err
-}
-
-// Get implements store.KV; a missing key is store.ErrNotFound.
-func (s *Store) Get(ctx context.Context, bucket, key string) ([]byte, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	v, ok := s.meta.kv[bucket][key]
-	s.meta.mu.RUnlock()
-	if !ok {
-		return nil, store.ErrNotFound
-	}
-	return cloneBytes(v), nil
-}
-
-// Delete implements store.KV; deleting a missing key is not an error.
-func (s *Store) Delete(ctx context.Context, bucket, key string) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	_, ok := s.meta.kv[bucket][key]
-	s.meta.mu.RUnlock()
-	if !ok {
-		return nil
-	}
-	e := newEnc(kindKVDelete, len(bucket)+len(key)+8)
-	e.str(bucket)
-	e.str(key)
-	_, err := s.metaWrite(e.finish())
-	return err
-}
-
-// List implements store.KV: a copy of the bucket, empty when unknown.
-func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	s.meta.mu.RLock()
-	defer s.meta.mu.RUnlock()
-	out := make(map[string][]byte, len(s.meta.kv[bucket]))
-	for k, v := range s.meta.kv[bucket] {
-		out[k] = cloneBytes(v)
-	}
-	return out, nil
 }
 
 func cloneBytes(p []byte) []byte {

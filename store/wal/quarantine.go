@@ -202,8 +202,8 @@ func (s *Store) ListQuarantine(ctx context.Context, since time.Time, max int) ([
 	return out, nil
 }
 
-// TrimQuarantineBefore removes quarantine records whose Time is before t
-// and returns how many. The removal is durable (a tombstone record) before
+// TrimQuarantineBefore implements store.QuarantineTrimmer: it removes
+// quarantine records whose Time is before t and returns how many. The removal is durable (a tombstone record) before
 // the log front is truncated.
 func (s *Store) TrimQuarantineBefore(ctx context.Context, t time.Time) (int, error) {
 	if err := s.enter(ctx); err != nil {

@@ -129,9 +129,11 @@ type faults struct {
 }
 
 var (
-	_ store.Store            = (*Store)(nil)
-	_ store.Trimmer          = (*Store)(nil)
-	_ store.RecoveryReporter = (*Store)(nil)
+	_ store.Store             = (*Store)(nil)
+	_ store.Trimmer           = (*Store)(nil)
+	_ store.AuditTrimmer      = (*Store)(nil)
+	_ store.QuarantineTrimmer = (*Store)(nil)
+	_ store.RecoveryReporter  = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in dir and recovers it: every

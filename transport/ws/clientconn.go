@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"pigeon"
+	"pigeon/internal/wire"
 )
 
 // clientConn is one WebSocket connection of a Session. Its reader routes
@@ -124,7 +125,7 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 func dialError(resp *http.Response, err error) error {
 	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 		var body struct {
-			Error *WireError `json:"error"`
+			Error *wire.Error `json:"error"`
 		}
 		if resp.Body != nil {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
@@ -163,7 +164,7 @@ func (cc *clientConn) readLoop() {
 			}
 			// The call it answers fails with the reason rather than
 			// waiting for an answer that never comes.
-			we := EncodeError(err)
+			we := wire.Encode(err)
 			f = &Frame{Op: OpError, Re: f.Re, Error: &we}
 		}
 		switch f.Op {

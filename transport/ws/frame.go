@@ -9,6 +9,7 @@ import (
 
 	"pigeon"
 	"pigeon/internal/jsontext"
+	"pigeon/internal/wire"
 )
 
 // Ops a client sends. Each is answered by exactly one frame whose "re"
@@ -84,7 +85,7 @@ type Frame struct {
 	FromSequence uint64 `json:"fromSequence,omitempty"`
 	ToSequence   uint64 `json:"toSequence,omitempty"`
 
-	Error *WireError `json:"error,omitempty"`
+	Error *wire.Error `json:"error,omitempty"`
 }
 
 // DecodeFrame decodes one frame, its envelope included, in one pass. It
@@ -198,7 +199,7 @@ func appendMessages(b []byte, msgs []*pigeon.Message) []byte {
 
 // encodeError renders an error frame answering re.
 func encodeError(re string, err error) []byte {
-	we := EncodeError(err)
+	we := wire.Encode(err)
 	body, mErr := json.Marshal(we)
 	if mErr != nil {
 		body = []byte(`{"code":"INTERNAL","message":"internal error","details":{}}`)

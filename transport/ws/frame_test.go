@@ -47,26 +47,6 @@ func TestDecodeFrame(t *testing.T) {
 	}
 }
 
-func TestWireErrorRoundTrip(t *testing.T) {
-	e := pigeon.NewError(pigeon.CodeSchemaInvalid, "data does not match")
-	e.Details = map[string]any{"gate": "schema"}
-	e.Decision = &pigeon.Decision{Outcome: pigeon.OutcomeDeny, Code: pigeon.CodeSchemaInvalid, Gate: "schema"}
-	b, err := json.Marshal(ws.EncodeError(e))
-	require.NoError(t, err)
-	var we ws.WireError
-	require.NoError(t, json.Unmarshal(b, &we))
-	got := we.Err()
-	require.Equal(t, e.Code, got.Code)
-	require.Equal(t, e.Message, got.Message)
-	require.Equal(t, e.Details, got.Details)
-	require.Equal(t, e.Decision.Gate, got.Decision.Gate)
-	require.ErrorIs(t, got, pigeon.ErrDenied)
-
-	require.Equal(t, pigeon.CodeInternal, ws.EncodeError(json.Unmarshal([]byte("x"), new(int))).Code, "a foreign error reveals nothing")
-	require.Equal(t, "internal error", ws.EncodeError(json.Unmarshal([]byte("x"), new(int))).Message)
-	require.Equal(t, pigeon.CodeInternal, ws.WireError{}.Err().Code)
-}
-
 // FuzzDecodeFrame feeds arbitrary bytes to the frame decoder: it never
 // panics, a frame it accepts has an op, and what it accepts survives a
 // round trip through encoding/json.

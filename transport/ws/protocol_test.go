@@ -13,6 +13,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/wire"
 	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
@@ -260,7 +261,7 @@ func TestUpgradeWithoutCredentialIs401(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "auth %q", auth)
 		require.Empty(t, resp.Header.Get("Upgrade"), "not upgraded")
 		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-		var out struct{ Error ws.WireError }
+		var out struct{ Error wire.Error }
 		require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 		require.Equal(t, pigeon.CodeUnauthenticated, out.Error.Code)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"pigeon"
+	"pigeon/internal/wire"
 )
 
 // Server is the WebSocket endpoint of an engine: an http.Handler that
@@ -99,12 +100,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pigeon"`)
 		}
-		WriteHTTPError(w, err)
+		wire.WriteHTTPError(w, err)
 		return
 	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		s.stats.refused.Add(1)
-		WriteHTTPError(w, pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request"))
+		wire.WriteHTTPError(w, pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request"))
 		return
 	}
 	region := r.Header.Get("X-Pigeon-Region")
@@ -116,7 +117,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.admit(); err != nil {
 		s.stats.refused.Add(1)
-		WriteHTTPError(w, err)
+		wire.WriteHTTPError(w, err)
 		return
 	}
 	defer s.wg.Done()

@@ -11,6 +11,7 @@ import (
 
 	"pigeon"
 	"pigeon/internal/jsontext"
+	"pigeon/internal/wire"
 )
 
 // serverSub is the server side of one WebSocket subscription: an engine
@@ -73,7 +74,7 @@ func (ss *serverSub) watch() {
 	b = append(b, `,"sub":`...)
 	b = jsontext.AppendString(b, ss.id)
 	if err := ss.sub.Err(); err != nil {
-		we := EncodeError(err)
+		we := wire.Encode(err)
 		b = append(b, `,"error":{"code":`...)
 		b = jsontext.AppendString(b, string(we.Code))
 		b = append(b, `,"message":`...)

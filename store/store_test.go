@@ -1,0 +1,52 @@
+package store_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/store"
+)
+
+func TestGroupStateMarkDone(t *testing.T) {
+	tests := []struct {
+		name string
+		seqs []uint64
+		want store.GroupState
+	}{
+		{"nothing", nil, store.GroupState{}},
+		{"in order", []uint64{1, 2, 3}, store.GroupState{Floor: 3}},
+		{"a gap waits in Done", []uint64{1, 3, 5}, store.GroupState{Floor: 1, Done: []uint64{3, 5}}},
+		{"out of order, ascending", []uint64{6, 3, 5}, store.GroupState{Done: []uint64{3, 5, 6}}},
+		{"filling the gap advances the floor", []uint64{3, 4, 6, 1, 2}, store.GroupState{Floor: 4, Done: []uint64{6}}},
+		{"again is a no-op", []uint64{1, 1, 3, 3}, store.GroupState{Floor: 1, Done: []uint64{3}}},
+		{"zero is done", []uint64{0}, store.GroupState{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var g store.GroupState
+			for _, s := range tc.seqs {
+				g.MarkDone(s)
+				require.True(t, g.IsDone(s), "%d", s)
+			}
+			if len(g.Done) == 0 {
+				g.Done = nil
+			}
+			require.Equal(t, tc.want, g)
+		})
+	}
+}
+
+func TestGroupStateAttempts(t *testing.T) {
+	var g store.GroupState
+	g.MarkAttempt(2, 1)
+	g.MarkAttempt(3, 1)
+	g.MarkAttempt(2, 2)
+	require.Equal(t, map[uint64]int{2: 2, 3: 1}, g.Attempts)
+	g.MarkDone(2)
+	require.Equal(t, map[uint64]int{3: 1}, g.Attempts, "done forgets the attempts")
+	g.MarkAttempt(2, 3)
+	require.Equal(t, map[uint64]int{3: 1}, g.Attempts, "an attempt on a done sequence is a no-op")
+	require.False(t, g.IsDone(1))
+	require.False(t, g.IsDone(3))
+}
