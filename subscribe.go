@@ -1,7 +1,9 @@
 package pigeon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -84,18 +86,61 @@ type Subscription interface {
 
 // Start positions of a subscription on a pubsub subject.
 type Start struct {
-	kind byte // 0 new, 1 first, 2 sequence
-	seq  uint64
+	kind startKind
+	seq  uint64 // startSequence: the first sequence delivered
 }
+
+// startKind says where a Start starts.
+type startKind byte
+
+const (
+	startNew      startKind = iota // after the last message stored
+	startFirst                     // at the first message retained
+	startSequence                  // at Start.seq
+)
 
 // Start positions.
 var (
 	StartNew   = Start{}
-	StartFirst = Start{kind: 1}
+	StartFirst = Start{kind: startFirst}
 )
 
 // StartAt starts at sequence seq.
-func StartAt(seq uint64) Start { return Start{kind: 2, seq: seq} }
+func StartAt(seq uint64) Start { return Start{kind: startSequence, seq: seq} }
+
+// MarshalJSON encodes a Start as the wire protocols carry it: "new",
+// "first" or {"sequence":N}.
+func (s Start) MarshalJSON() ([]byte, error) {
+	switch s.kind {
+	case startFirst:
+		return []byte(`"first"`), nil
+	case startSequence:
+		return append(strconv.AppendUint([]byte(`{"sequence":`), s.seq, 10), '}'), nil
+	}
+	return []byte(`"new"`), nil
+}
+
+// UnmarshalJSON decodes "new", "first" or {"sequence":N} with N >= 1;
+// anything else fails with INVALID_ARGUMENT.
+func (s *Start) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch string(b) {
+	case `"new"`, `null`:
+		*s = StartNew
+		return nil
+	case `"first"`:
+		*s = StartFirst
+		return nil
+	}
+	var v struct {
+		Sequence *uint64 `json:"sequence"`
+	}
+	if len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &v) != nil || v.Sequence == nil || *v.Sequence == 0 {
+		return NewError(CodeInvalidArgument, `start must be "new", "first" or {"sequence": N} with N >= 1`)
+	}
+	*s = StartAt(*v.Sequence)
+	return nil
+}
 
 // SubscribeOption configures Subscribe.
 type SubscribeOption func(*SubscribeOptions)
@@ -341,9 +386,9 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 			return nil, storeError(err)
 		}
 		switch o.Start.kind {
-		case 0:
+		case startNew:
 			sub.cursor = last + 1
-		case 1:
+		case startFirst:
 			sub.cursor = max(first, 1)
 		default:
 			sub.cursor = max(o.Start.seq, 1)
