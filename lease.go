@@ -1,0 +1,347 @@
+package pigeon
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// DefaultGroup is the consumer group of pull receivers and of subscribers
+// that name none, on work-queue and request/reply subjects.
+const DefaultGroup = "default"
+
+// groupTable holds the live state of every consumer group.
+type groupTable struct {
+	mu sync.Mutex
+	m  map[store.GroupKey]*group
+}
+
+func (t *groupTable) init() { t.m = map[store.GroupKey]*group{} }
+
+// group is one consumer group's delivery state on one subject: for a
+// pubsub cursor, Floor is the last delivered sequence; for a work queue,
+// every sequence <= Floor is done and leases track what is in flight.
+type group struct {
+	mu       sync.Mutex
+	key      store.GroupKey
+	prog     store.GroupState // Floor and Done, kept by MarkDone as the store keeps them; Attempts stays nil
+	next     uint64           // lowest sequence never handed out, > Floor
+	attempts map[uint64]int
+	leases   map[uint64]*lease
+	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
+}
+
+// lease is one in-flight delivery.
+type lease struct {
+	holder   string
+	deadline time.Time
+	attempt  int
+	busy     bool // an in-process handler is running: the lease does not expire
+}
+
+// group returns the loaded state of key. Leases live in memory only: after
+// a restart every recorded attempt that is not done is due again.
+func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) {
+	e.groups.mu.Lock()
+	g := e.groups.m[key]
+	e.groups.mu.Unlock()
+	if g != nil {
+		return g, nil
+	}
+	st, err := e.store.LoadGroup(ctx, key)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	g = &group{key: key, prog: store.GroupState{Floor: st.Floor, Done: st.Done}, next: st.Floor + 1, attempts: map[uint64]int{}, leases: map[uint64]*lease{}}
+	for _, s := range st.Done {
+		if s >= g.next {
+			g.next = s + 1
+		}
+	}
+	var due []uint64
+	for s, n := range st.Attempts {
+		g.attempts[s] = n
+		if s >= g.next {
+			g.next = s + 1
+		}
+		due = append(due, s)
+	}
+	sort.Slice(due, func(i, j int) bool { return due[i] < due[j] })
+	g.retry = due
+	e.groups.mu.Lock()
+	if prev := e.groups.m[key]; prev != nil {
+		g = prev
+	} else {
+		e.groups.m[key] = g
+	}
+	e.groups.mu.Unlock()
+	return g, nil
+}
+
+// markDone records seq as done; g.mu must be held.
+func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
+	if g.prog.IsDone(seq) {
+		return nil
+	}
+	if err := e.store.MarkDone(ctx, g.key, seq); err != nil {
+		return storeError(err)
+	}
+	g.setDone(seq)
+	return nil
+}
+
+// setDone records seq as done in memory (store.GroupState.MarkDone), drops
+// its lease and attempts and moves next past the floor; g.mu must be held.
+func (g *group) setDone(seq uint64) {
+	if g.prog.IsDone(seq) {
+		return
+	}
+	delete(g.leases, seq)
+	delete(g.attempts, seq)
+	g.prog.MarkDone(seq)
+	if g.next <= g.prog.Floor {
+		g.next = g.prog.Floor + 1
+	}
+}
+
+// markDoneAll records seqs as done with one store write where the store
+// can batch them.
+func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error {
+	bp, ok := e.store.(store.BatchProgress)
+	if !ok || len(seqs) < 2 {
+		for _, seq := range seqs {
+			if err := e.markDone(ctx, g, seq); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := bp.MarkDoneBatch(ctx, g.key, seqs); err != nil {
+		return storeError(err)
+	}
+	for _, seq := range seqs {
+		g.setDone(seq)
+	}
+	return nil
+}
+
+// requeue makes seq due again after a lease attempt failed part-way (the
+// store refused the attempt, or the caller went away), so that no message
+// is left neither leased, done nor due; g.mu must be held.
+func (g *group) requeue(seq uint64) {
+	if !g.prog.IsDone(seq) && g.leases[seq] == nil {
+		g.retry = append(g.retry, seq)
+	}
+}
+
+// leaseBatch leases up to max messages of g to holder: first those whose
+// lease expired or whose nack delay passed, then new ones. A message that
+// match rejects is done for this group (skipped).
+func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max int, match func(*decoded) bool) ([]*decoded, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := e.now()
+	var out []*decoded
+	take := func(d *decoded, err error) error {
+		if err != nil || d == nil {
+			return err
+		}
+		if match != nil && !match(d) {
+			return e.markDone(ctx, g, d.seq)
+		}
+		out = append(out, d)
+		return nil
+	}
+	for seq, l := range g.leases {
+		if !l.busy && !now.Before(l.deadline) {
+			delete(g.leases, seq)
+			g.retry = append(g.retry, seq)
+		}
+	}
+	sort.Slice(g.retry, func(i, j int) bool { return g.retry[i] < g.retry[j] })
+	for len(g.retry) > 0 && len(out) < max {
+		seq := g.retry[0]
+		g.retry = g.retry[1:]
+		if g.prog.IsDone(seq) || g.leases[seq] != nil {
+			continue
+		}
+		if err := take(e.leaseOne(ctx, g, s, seq, holder, now)); err != nil {
+			g.requeue(seq)
+			return out, err
+		}
+	}
+	for len(out) < max {
+		sms, err := e.store.Read(ctx, s.name, g.next, max-len(out))
+		if err != nil {
+			return out, storeError(err)
+		}
+		if len(sms) == 0 {
+			break
+		}
+		for _, sm := range sms {
+			g.next = sm.Seq + 1
+			if g.prog.IsDone(sm.Seq) || g.leases[sm.Seq] != nil {
+				continue
+			}
+			if err := take(e.leaseMsg(ctx, g, s, sm, holder, now)); err != nil {
+				g.requeue(sm.Seq)
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// leaseOne leases seq, reading it from the store.
+func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64, holder string, now time.Time) (*decoded, error) {
+	sms, err := e.store.Read(ctx, s.name, seq, 1)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if len(sms) == 0 || sms[0].Seq != seq {
+		// Trimmed by retention: nothing left to deliver.
+		return nil, e.markDone(ctx, g, seq)
+	}
+	return e.leaseMsg(ctx, g, s, sms[0], holder, now)
+}
+
+// leaseMsg starts the next attempt of sm for holder, or exhausts it.
+func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder string, now time.Time) (*decoded, error) {
+	n := g.attempts[sm.Seq] + 1
+	if n > s.maxAtt {
+		return nil, e.exhaust(ctx, g, s, sm)
+	}
+	if err := e.store.MarkAttempt(ctx, g.key, sm.Seq, n); err != nil {
+		return nil, storeError(err)
+	}
+	g.attempts[sm.Seq] = n
+	g.leases[sm.Seq] = &lease{holder: holder, deadline: now.Add(s.ackWait), attempt: n}
+	d, err := e.decode(sm)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// exhaust ends a message whose attempts ran out: quarantined with
+// DELIVERY_EXHAUSTED when the subject says so, dropped otherwise; audited
+// either way.
+func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Message) error {
+	rec := store.AuditRecord{Type: "delivery.exhausted", Outcome: string(OutcomeDeny), Code: string(CodeDeliveryExhausted), Subject: s.name,
+		PolicyID: s.policyID, MessageID: sm.ID, Ref: g.key.Group}
+	if s.policy.Quarantine.OnHandlerFailure {
+		dm, err := e.decode(sm)
+		if err == nil {
+			m := dm.m
+			a := &Admission{Message: m, Data: dm.data, Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
+			d := &Decision{Outcome: OutcomeQuarantine, Code: CodeDeliveryExhausted, Gate: "delivery", Reason: "delivery attempts exhausted",
+				Subject: s.name, SubjectID: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Principal: m.Source, ContractID: m.ContractID, MessageID: m.ID}
+			if id, err := e.quarantine(ctx, a, d); err == nil {
+				rec.Outcome, rec.Ref = string(OutcomeQuarantine), id
+			}
+		}
+	}
+	e.audit(ctx, rec)
+	return e.markDone(ctx, g, sm.Seq)
+}
+
+// leaseFor leases up to n messages of the subscription's group to it. It
+// also returns when the next lease of the group falls due.
+func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
+	g, err := e.group(s.ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	match := func(d *decoded) bool { return s.sel.Match(d.data) && s.selects(d.m, d.data) }
+	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	attempts := make([]int, len(msgs))
+	g.mu.Lock()
+	now := e.now()
+	var next time.Duration
+	for i, d := range msgs {
+		if l := g.leases[d.seq]; l != nil {
+			attempts[i] = l.attempt
+			l.busy = true
+		}
+	}
+	for _, l := range g.leases {
+		if l.busy {
+			continue
+		}
+		if d := l.deadline.Sub(now); d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	g.mu.Unlock()
+	return msgs, attempts, next, nil
+}
+
+// settle acks or nacks a leased message of a subscription.
+func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handlerErr error) error {
+	g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.leases[seq]
+	if l == nil || l.holder != s.id {
+		return nil
+	}
+	if handlerErr == nil {
+		return e.markDone(ctx, g, seq)
+	}
+	if errors.Is(handlerErr, ErrUndelivered) {
+		// Back at once, as the attempt before it. The store keeps the
+		// higher count until the next lease writes it again: after a crash
+		// in between, the message has spent one attempt too many, never
+		// one too few.
+		delete(g.leases, seq)
+		g.attempts[seq] = l.attempt - 1
+		g.retry = append(g.retry, seq)
+		return nil
+	}
+	l.busy = false
+	l.holder = ""
+	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
+	return nil
+}
+
+// releaseLeases gives a departing subscription's leases back to its group.
+func (e *Engine) releaseLeases(s *subscription) {
+	e.groups.mu.Lock()
+	g := e.groups.m[store.GroupKey{Subject: s.subj.name, Group: s.group}]
+	e.groups.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	now := e.now()
+	for seq, l := range g.leases {
+		if l.holder != s.id {
+			continue
+		}
+		if !l.busy {
+			// Leased as the subscription stopped, never handed to the
+			// handler: the attempt does not count.
+			g.attempts[seq] = l.attempt - 1
+		}
+		l.holder, l.busy, l.deadline = "", false, now
+	}
+	g.mu.Unlock()
+	e.pokeGroup(s.subj.name)
+}
+
+// pokeGroup wakes every group subscriber of subject.
+func (e *Engine) pokeGroup(subject string) {
+	if f := e.fanoutOf(subject); f != nil {
+		f.pokeGroups()
+	}
+}
