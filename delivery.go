@@ -197,7 +197,7 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
 	if delay < 0 {
-		delay = e.backoff(s, l.attempt)
+		delay = e.retryDelay(s, l.attempt, nil)
 	}
 	l.deadline = e.now().Add(delay)
 	l.holder = ""
@@ -245,11 +245,6 @@ func pullGroup(scope *permit) string {
 		return DefaultGroup + "|scope:" + scope.scopeKey(OpReceive)
 	}
 	return DefaultGroup
-}
-
-func (e *Engine) backoff(s *subject, attempt int) time.Duration {
-	d := s.backoffDelay(attempt)
-	return time.Duration(float64(d) * float64(e.opts.RetryBase) / float64(time.Second))
 }
 
 // ReplayRequest asks for retained messages of a subject again.

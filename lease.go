@@ -314,6 +314,36 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 	return nil
 }
 
+// retryDelay is the wait before the next delivery of a message of s after
+// attempt n failed with err: the delay err asks for (RetryAfter), otherwise
+// the subject's backoff (nil err: a Nack that names no delay). The backoff
+// is fixed, linear or exponential from one second, capped at the subject's
+// maximum delay, then scaled by Options.RetryBase. It is the one backoff of
+// the broker, for push and pull alike.
+func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
+	var re *RetryError
+	if errors.As(err, &re) && re.Delay >= 0 {
+		return re.Delay
+	}
+	base := time.Second
+	var d time.Duration
+	switch s.backoff {
+	case "fixed":
+		d = base
+	case "linear":
+		d = base * time.Duration(n)
+	default:
+		if n > 30 {
+			n = 30
+		}
+		d = base << (n - 1)
+	}
+	if d > s.maxDelay {
+		d = s.maxDelay
+	}
+	return time.Duration(float64(d) * float64(e.opts.RetryBase) / float64(time.Second))
+}
+
 // releaseLeases gives a departing subscription's leases back to its group.
 func (e *Engine) releaseLeases(s *subscription) {
 	e.groups.mu.Lock()

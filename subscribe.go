@@ -44,15 +44,6 @@ func RetryAfter(delay time.Duration, err error) error { return &RetryError{Delay
 // attempt number and no attempt is spent on a consumer that never saw it.
 var ErrUndelivered = errors.New("pigeon: the delivery did not reach the consumer")
 
-// retryDelay is the delay a handler error asks for, or the backoff.
-func (e *Engine) retryDelay(s *subject, attempt int, err error) time.Duration {
-	var re *RetryError
-	if errors.As(err, &re) && re.Delay >= 0 {
-		return re.Delay
-	}
-	return e.backoff(s, attempt)
-}
-
 // Middleware wraps a Handler.
 type Middleware func(Handler) Handler
 

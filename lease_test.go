@@ -1,0 +1,41 @@
+package pigeon
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRetryDelay pins the one backoff schedule: fixed, linear or
+// exponential from one second, capped at the subject's maximum delay, then
+// scaled by Options.RetryBase; a RetryAfter delay wins.
+func TestRetryDelay(t *testing.T) {
+	e := &Engine{opts: Options{RetryBase: 10 * time.Millisecond}}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		backoff string
+		n       int
+		want    time.Duration
+	}{
+		{"fixed", 1, 10 * ms},
+		{"fixed", 7, 10 * ms},
+		{"linear", 1, 10 * ms},
+		{"linear", 3, 30 * ms},
+		{"exponential", 1, 10 * ms},
+		{"exponential", 4, 80 * ms},
+		{"", 3, 40 * ms},
+		{"exponential", 10, 300 * ms}, // 512 s capped at 30 s, scaled
+		{"exponential", 99, 300 * ms},
+		{"linear", 45, 300 * ms},
+	} {
+		s := &subject{backoff: tc.backoff, maxDelay: 30 * time.Second}
+		require.Equal(t, tc.want, e.retryDelay(s, tc.n, nil), "%s attempt %d", tc.backoff, tc.n)
+		require.Equal(t, tc.want, e.retryDelay(s, tc.n, errors.New("handler failed")), "%s attempt %d", tc.backoff, tc.n)
+	}
+	s := &subject{backoff: "fixed", maxDelay: 30 * time.Second}
+	require.Equal(t, 5*time.Second, e.retryDelay(s, 1, RetryAfter(5*time.Second, nil)))
+	require.Equal(t, time.Duration(0), e.retryDelay(s, 1, RetryAfter(0, nil)))
+	require.Equal(t, 10*ms, e.retryDelay(s, 1, RetryAfter(-1, nil)), "a negative RetryAfter falls back to the backoff")
+}
