@@ -46,19 +46,20 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		max = e.opts.MaxReplay
 	}
 	var (
-		out []*Message
-		err error
+		out       []*Message
+		err       error
+		pullGroup = consumerGroup(scope, nil, Selector{})
 	)
 	switch {
 	case s.mode == ModePubSub:
 		out, err = e.receiveCursor(ctx, c, s, max, scope)
 	case settle:
-		out, err = e.receiveLeased(ctx, c, s, pullGroup(scope), c.Principal.ID, max, scope)
+		out, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
 		if err == nil {
-			err = e.settleReceived(ctx, s, pullGroup(scope), c.Principal.ID, out)
+			err = e.settleReceived(ctx, s, pullGroup, c.Principal.ID, out)
 		}
 	default:
-		out, err = e.receiveLeased(ctx, c, s, pullGroup(scope), c.Principal.ID, max, scope)
+		out, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
 	}
 	if err != nil {
 		return nil, err
@@ -94,10 +95,6 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 		}
 	}
 	return e.markDoneAll(ctx, g, seqs)
-}
-
-func cursorKey(subject, principal string) store.GroupKey {
-	return store.GroupKey{Subject: subject, Group: "cursor:" + principal}
 }
 
 func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *permit) ([]*Message, error) {
@@ -230,21 +227,11 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	if s.mode == ModePubSub {
 		return s, sm, nil, nil
 	}
-	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: pullGroup(k.permits[s.name])})
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: consumerGroup(k.permits[s.name], nil, Selector{})})
 	if err != nil {
 		return nil, store.Message{}, nil, err
 	}
 	return s, sm, g, nil
-}
-
-// pullGroup is the consumer group of pull receivers under a grant: the
-// default group, or one per receive scope (members that see different
-// messages cannot share a queue position).
-func pullGroup(scope *permit) string {
-	if scope.scoped(OpReceive) {
-		return DefaultGroup + "|scope:" + scope.scopeKey(OpReceive)
-	}
-	return DefaultGroup
 }
 
 // ReplayRequest asks for retained messages of a subject again.

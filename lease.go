@@ -14,6 +14,42 @@ import (
 // that name none, on work-queue and request/reply subjects.
 const DefaultGroup = "default"
 
+// consumerGroup names the consumer group that a receiver joins on a
+// work-queue or request/reply subject. A receiver that sees every message
+// joins its named group (DefaultGroup when it names none). Members that
+// select differently cannot share one queue position, so a receiver that
+// sees a selection joins a competing group of its own per selection:
+//
+//   - a pull receiver (o == nil) selects by its receive scope alone:
+//     "default|scope:SCOPE";
+//   - a push subscriber with a selector or a filter in o, or a receive
+//     scope: "GROUP|SELECTOR|FILTER|SCOPE", sel being o.Selector parsed.
+//
+// The names are the groups' keys in the store: changing an encoding loses
+// the progress of every group written under it.
+func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector) string {
+	if o == nil {
+		if scope.scoped(OpReceive) {
+			return DefaultGroup + "|scope:" + scope.scopeKey(OpReceive)
+		}
+		return DefaultGroup
+	}
+	g := o.Group
+	if g == "" {
+		g = DefaultGroup
+	}
+	if o.Selector != "" || o.Filter != "" || scope.scoped(OpReceive) {
+		g += "|" + sel.String() + "|" + o.Filter + "|" + scope.scopeKey(OpReceive)
+	}
+	return g
+}
+
+// cursorKey is the store key of a principal's pull cursor on a pubsub
+// subject.
+func cursorKey(subject, principal string) store.GroupKey {
+	return store.GroupKey{Subject: subject, Group: "cursor:" + principal}
+}
+
 // groupTable holds the live state of every consumer group.
 type groupTable struct {
 	mu sync.Mutex

@@ -39,3 +39,34 @@ func TestRetryDelay(t *testing.T) {
 	require.Equal(t, time.Duration(0), e.retryDelay(s, 1, RetryAfter(0, nil)))
 	require.Equal(t, 10*ms, e.retryDelay(s, 1, RetryAfter(-1, nil)), "a negative RetryAfter falls back to the backoff")
 }
+
+// TestConsumerGroup pins the group names, which are store keys.
+func TestConsumerGroup(t *testing.T) {
+	sel := func(s string) Selector {
+		x, err := ParseSelector(s)
+		require.NoError(t, err)
+		return x
+	}
+	scoped := &permit{}
+	scoped.setScope(OpReceive, sel("/region=eu"))
+	scoped.setScope(OpReceive, sel("/region=us"))
+	all := sel("/")
+	for _, tc := range []struct {
+		scope *permit
+		o     *SubscribeOptions
+		sel   Selector
+		want  string
+	}{
+		{nil, nil, Selector{}, "default"},
+		{&permit{}, nil, Selector{}, "default"},
+		{scoped, nil, Selector{}, "default|scope:/region=eu,/region=us"},
+		{nil, &SubscribeOptions{}, all, "default"},
+		{nil, &SubscribeOptions{Group: "billing"}, all, "billing"},
+		{nil, &SubscribeOptions{Selector: "/"}, all, "default|/||"},
+		{nil, &SubscribeOptions{Group: "g", Selector: "/kind=chat"}, sel("/kind=chat"), "g|/kind=chat||"},
+		{nil, &SubscribeOptions{Filter: "true"}, all, "default|/|true|"},
+		{scoped, &SubscribeOptions{}, all, "default|/||/region=eu,/region=us"},
+	} {
+		require.Equal(t, tc.want, consumerGroup(tc.scope, tc.o, tc.sel))
+	}
+}

@@ -238,16 +238,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		sub.queue = make(chan queued, liveQueue)
 		sub.lagging.Store(true)
 	} else {
-		g := o.Group
-		if g == "" {
-			g = DefaultGroup
-		}
-		if o.Selector != "" || o.Filter != "" || scope.scoped(OpReceive) {
-			// Members that select differently cannot share one queue
-			// position: each selection is its own competing group.
-			g += "|" + sel.String() + "|" + o.Filter + "|" + scope.scopeKey(OpReceive)
-		}
-		sub.group = g
+		sub.group = consumerGroup(scope, &o, sel)
 	}
 	e.subs.mu.Lock()
 	if e.closed.Load() {
