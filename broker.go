@@ -231,7 +231,7 @@ func (e *Engine) janitor() {
 		case <-e.done:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 			e.sweepContracts(ctx)
 			e.replies.sweep(e.now())
 			e.limiter.sweep(e.now())

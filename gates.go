@@ -440,7 +440,7 @@ func (qualityGate) Check(_ context.Context, a *Admission) Verdict {
 type signatureGate struct{ e *Engine }
 
 func (signatureGate) Name() string { return GateSignature }
-func (g signatureGate) Check(_ context.Context, a *Admission) Verdict {
+func (g signatureGate) Check(ctx context.Context, a *Admission) Verdict {
 	if a.subj.policy.Integrity.Signature != "required" {
 		return Allow()
 	}
@@ -448,7 +448,7 @@ func (g signatureGate) Check(_ context.Context, a *Admission) Verdict {
 	if m.Signature == nil {
 		return Deny(CodeSignatureRequired, "this subject requires a signed message")
 	}
-	keys, err := g.e.AccountKeys(context.Background(), a.Principal.ID)
+	keys, err := g.e.AccountKeys(ctx, a.Principal.ID)
 	if err != nil {
 		return Deny(CodeSignatureInvalid, "the sender publishes no signing key")
 	}
