@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -318,7 +319,7 @@ func compileRule(spec RuleSpec) (*rule, error) {
 		roles:         slices.Clone(spec.Roles),
 		intents:       slices.Clone(spec.Intents),
 		regions:       slices.Clone(spec.Regions),
-		attributes:    cloneMap(spec.Attributes),
+		attributes:    maps.Clone(spec.Attributes),
 		requireReason: spec.RequireReason,
 	}
 	switch spec.Effect {
