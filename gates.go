@@ -284,8 +284,8 @@ func (forbiddenGate) Name() string { return GateForbidden }
 func (forbiddenGate) Check(_ context.Context, a *Admission) Verdict {
 	for i := range a.subj.forbidden {
 		f := &a.subj.forbidden[i]
-		if f.find(a.Data, isPresent) {
-			return Deny(CodeSensitiveFieldDenied, "forbidden field "+f.text+" is present")
+		if f.Find(a.Data, isPresent) {
+			return Deny(CodeSensitiveFieldDenied, "forbidden field "+f.String()+" is present")
 		}
 	}
 	return Allow()
@@ -301,8 +301,8 @@ func (tokenizedGate) Name() string { return GateTokenized }
 func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
 	for i := range a.subj.tokenized {
 		f := &a.subj.tokenized[i]
-		if f.find(a.Data, holdsPAN) {
-			return Deny(CodeRawPANDetected, "field "+f.text+" holds a raw card number, not a token")
+		if f.Find(a.Data, holdsPAN) {
+			return Deny(CodeRawPANDetected, "field "+f.String()+" holds a raw card number, not a token")
 		}
 	}
 	return Allow()
@@ -472,32 +472,6 @@ func clearPart(data any) (any, []byte) {
 	}
 	raw, _ := json.Marshal(c)
 	return c, raw
-}
-
-// lookupPath walks parts into data exactly: objects by member name, case
-// included, arrays by index. It reads a data. idempotency key; forbidden and
-// tokenized fields match more widely (fieldPath.find).
-func lookupPath(data any, parts []string) (any, bool) {
-	cur := data
-	for _, p := range parts {
-		switch x := cur.(type) {
-		case map[string]any:
-			v, ok := x[p]
-			if !ok {
-				return nil, false
-			}
-			cur = v
-		case []any:
-			i, err := strconv.Atoi(p)
-			if err != nil || i < 0 || i >= len(x) {
-				return nil, false
-			}
-			cur = x[i]
-		default:
-			return nil, false
-		}
-	}
-	return cur, true
 }
 
 // quarantinable reports whether a denial with code is kept in quarantine

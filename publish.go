@@ -200,7 +200,7 @@ func (s *subject) idempotencyKey(m *Message, data any) string {
 	if s.idemPath == nil {
 		return m.IdempotencyKey
 	}
-	v, ok := lookupPath(data, s.idemPath)
+	v, ok := s.idemPath.Lookup(data)
 	if !ok {
 		return ""
 	}
