@@ -416,9 +416,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Store returns the engine's store.
-func (e *Engine) Store() store.Store { return e.store }
-
 // storeError maps a store error to the typed error.
 func storeError(err error) error {
 	switch {
