@@ -382,14 +382,14 @@ func (encryptionGate) Check(_ context.Context, a *Admission) Verdict {
 	}
 	obj, ok := a.Data.(map[string]any)
 	if !ok {
-		return Deny(CodeEncryptionReq, "data must be an object with a sealed part")
+		return Deny(CodeEncryptionRequired, "data must be an object with a sealed part")
 	}
 	if sealed, ok := obj[SealedField].(map[string]any); !ok || len(sealed) == 0 {
-		return Deny(CodeEncryptionReq, "data must carry a sealed part")
+		return Deny(CodeEncryptionRequired, "data must carry a sealed part")
 	}
 	for k := range obj {
 		if k != SealedField && !a.subj.routing[k] {
-			return Deny(CodeEncryptionReq, "field "+k+" must be sealed: only routing fields may stay in clear")
+			return Deny(CodeEncryptionRequired, "field "+k+" must be sealed: only routing fields may stay in clear")
 		}
 	}
 	return Allow()
