@@ -3,6 +3,7 @@ package pigeon
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -247,7 +248,7 @@ func (e *Engine) resolveAccount(p *Principal) *Principal {
 	if a == nil {
 		return out
 	}
-	attrs := cloneMap(a.Attributes)
+	attrs := maps.Clone(a.Attributes)
 	if attrs == nil && len(p.Attributes) > 0 {
 		attrs = map[string]string{}
 	}

@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"maps"
 	"slices"
 )
 
@@ -57,7 +58,7 @@ func NewStaticTokens(tokens ...StaticToken) *StaticTokens {
 			continue
 		}
 		s.tokens = append(s.tokens, t)
-		s.byTok[t.Token] = &Principal{ID: t.Principal, Attributes: cloneMap(t.Attributes), Roles: slices.Clone(t.Roles)}
+		s.byTok[t.Token] = &Principal{ID: t.Principal, Attributes: maps.Clone(t.Attributes), Roles: slices.Clone(t.Roles)}
 	}
 	return s
 }
@@ -68,15 +69,4 @@ func (s *StaticTokens) Authenticate(_ context.Context, credential string) (*Prin
 		return p, nil
 	}
 	return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
-}
-
-func cloneMap[K comparable, V any](m map[K]V) map[K]V {
-	if m == nil {
-		return nil
-	}
-	c := make(map[K]V, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
 }

@@ -231,7 +231,7 @@ func (e *Engine) janitor() {
 		case <-e.done:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 			e.sweepContracts(ctx)
 			e.replies.sweep(e.now())
 			e.limiter.sweep(e.now())
@@ -415,9 +415,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
-
-// Store returns the engine's store.
-func (e *Engine) Store() store.Store { return e.store }
 
 // storeError maps a store error to the typed error.
 func storeError(err error) error {

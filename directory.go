@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -128,7 +129,7 @@ func (d *directory) put(ctx context.Context, bucket, key string, v any) error {
 
 func cloneAccount(a *Account) Account {
 	c := *a
-	c.Attributes = cloneMap(a.Attributes)
+	c.Attributes = maps.Clone(a.Attributes)
 	c.Roles = slices.Clone(a.Roles)
 	c.Keys = slices.Clone(a.Keys)
 	return c

@@ -11,12 +11,11 @@
 // under that contract: Publish, Subscribe, Receive, Ack, Nack, Request and
 // Replay.
 //
-// Every published message passes an ordered chain of admission gates:
-// envelope, contract, rate limit, rules (with CEL conditions, deny wins),
-// intent, idempotency key, classification, region, forbidden fields,
-// tokenized fields (a Luhn-valid card number is RAW_PAN_DETECTED), JSON
-// schema, data-quality rules, the application's own gates (Options.Gates),
-// and finally duplicate detection in the store. The first gate that does not
+// Every published message passes an ordered chain of admission gates: the
+// built-in ones (envelope, contract, rules with CEL conditions, data
+// policy, schema and the rest), then the application's own (Options.Gates),
+// then duplicate detection in the store. The order is written in one place,
+// docs/policy.md, "Gate order on publish". The first gate that does not
 // allow decides. A refusal is returned as *Error carrying a stable Code and
 // the Decision; where the subject's policy says so the message is kept in
 // quarantine with every forbidden and tokenized field, and every card

@@ -48,26 +48,26 @@ const (
 	CodeInternal                  Code = "INTERNAL"
 
 	// Codes beyond the reference broker.
-	CodeDataQuality       Code = "DATA_QUALITY_FAILED"
-	CodeAckNotAllowed     Code = "ACK_NOT_ALLOWED"
-	CodeSelectorInvalid   Code = "SELECTOR_INVALID"
-	CodeFilterInvalid     Code = "FILTER_INVALID"
-	CodeRequestTimeout    Code = "REQUEST_TIMEOUT"
-	CodeDeliveryExhausted Code = "DELIVERY_EXHAUSTED"
-	CodePolicyInvalid     Code = "POLICY_INVALID"
-	CodeStoreCorrupt      Code = "STORE_CORRUPT"
-	CodeAuditTampered     Code = "AUDIT_TAMPERED"
-	CodeStoreUnavailable  Code = "STORE_UNAVAILABLE"
-	CodeStoreFull         Code = "STORE_FULL"
-	CodeShutdown          Code = "SHUTTING_DOWN"
-	CodeSessionClosed     Code = "SESSION_CLOSED"
-	CodeGrantRevoked      Code = "GRANT_REVOKED"
-	CodeSignatureRequired Code = "SIGNATURE_REQUIRED"
-	CodeSignatureInvalid  Code = "SIGNATURE_INVALID"
-	CodeEncryptionReq     Code = "ENCRYPTION_REQUIRED"
-	CodeInvalidArgument   Code = "INVALID_ARGUMENT"
-	CodeConflict          Code = "CONFLICT"
-	CodeTooManyContracts  Code = "TOO_MANY_CONTRACTS"
+	CodeDataQuality        Code = "DATA_QUALITY_FAILED"
+	CodeAckNotAllowed      Code = "ACK_NOT_ALLOWED"
+	CodeSelectorInvalid    Code = "SELECTOR_INVALID"
+	CodeFilterInvalid      Code = "FILTER_INVALID"
+	CodeRequestTimeout     Code = "REQUEST_TIMEOUT"
+	CodeDeliveryExhausted  Code = "DELIVERY_EXHAUSTED"
+	CodePolicyInvalid      Code = "POLICY_INVALID"
+	CodeStoreCorrupt       Code = "STORE_CORRUPT"
+	CodeAuditTampered      Code = "AUDIT_TAMPERED"
+	CodeStoreUnavailable   Code = "STORE_UNAVAILABLE"
+	CodeStoreFull          Code = "STORE_FULL"
+	CodeShutdown           Code = "SHUTTING_DOWN"
+	CodeSessionClosed      Code = "SESSION_CLOSED"
+	CodeGrantRevoked       Code = "GRANT_REVOKED"
+	CodeSignatureRequired  Code = "SIGNATURE_REQUIRED"
+	CodeSignatureInvalid   Code = "SIGNATURE_INVALID"
+	CodeEncryptionRequired Code = "ENCRYPTION_REQUIRED"
+	CodeInvalidArgument    Code = "INVALID_ARGUMENT"
+	CodeConflict           Code = "CONFLICT"
+	CodeTooManyContracts   Code = "TOO_MANY_CONTRACTS"
 	// CodeDuplicateKey refuses JSON with an object holding two members of
 	// one name anywhere in a message or frame: readers disagree on which
 	// one wins, so the gates could judge a value a receiver never sees.
@@ -80,6 +80,11 @@ const (
 	// reply): ids name one message, so acks and replies cannot be misrouted.
 	CodeMessageIDTaken Code = "MESSAGE_ID_TAKEN"
 )
+
+// CodeEncryptionReq is the old name of CodeEncryptionRequired.
+//
+// Deprecated: use CodeEncryptionRequired, named like CodeSignatureRequired.
+const CodeEncryptionReq = CodeEncryptionRequired
 
 // Sentinel errors. Every *Error matches exactly one group with errors.Is, so
 // callers can branch on the kind of failure without listing codes.

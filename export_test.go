@@ -21,3 +21,7 @@ func (s *StaticTokens) Tokens() []StaticToken { return slices.Clone(s.tokens) }
 
 // IsPAN is isPAN.
 var IsPAN = isPAN
+
+// MatchesAll reports whether s matches every message (the zero Selector,
+// "/" and "/*").
+func (s Selector) MatchesAll() bool { return len(s.terms) == 0 }

@@ -67,8 +67,9 @@ type gateFunc struct {
 func (g gateFunc) Name() string                                    { return g.name }
 func (g gateFunc) Check(ctx context.Context, a *Admission) Verdict { return g.fn(ctx, a) }
 
-// Admission is what a gate sees of one publish. Everything in it is
-// read-only.
+// Admission is what a gate sees of one publish. A gate must not change
+// it: the broker fills it in, and only the built-in contract gate sets
+// Contract, for the gates after it.
 type Admission struct {
 	// Message is the envelope after defaults were applied and Source was
 	// set to the authenticated principal.

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"time"
 
 	"pigeon/internal/grant"
@@ -133,7 +134,7 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	}
 	var attrs map[string]string
 	if a := e.dir.lookup(claims.Subject); a != nil {
-		attrs = cloneMap(a.Attributes)
+		attrs = maps.Clone(a.Attributes)
 	}
 	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, grantID: claims.ID}, nil
 }

@@ -114,9 +114,9 @@ func TestEncryptionGate(t *testing.T) {
 		code pigeon.Code
 	}{
 		{"sealed with routing fields", sealedData(map[string]any{"kind": "chat", "room": "lobby"}), ""},
-		{"clear payload", json.RawMessage(`{"kind":"chat","room":"lobby","text":"meet at noon"}`), pigeon.CodeEncryptionReq},
-		{"extra clear field", sealedData(map[string]any{"kind": "chat", "room": "lobby", "text": "leak"}), pigeon.CodeEncryptionReq},
-		{"not an object", json.RawMessage(`"x"`), pigeon.CodeEncryptionReq},
+		{"clear payload", json.RawMessage(`{"kind":"chat","room":"lobby","text":"meet at noon"}`), pigeon.CodeEncryptionRequired},
+		{"extra clear field", sealedData(map[string]any{"kind": "chat", "room": "lobby", "text": "leak"}), pigeon.CodeEncryptionRequired},
+		{"not an object", json.RawMessage(`"x"`), pigeon.CodeEncryptionRequired},
 		{"routing fields fail the schema", sealedData(map[string]any{"kind": "chat"}), pigeon.CodeSchemaInvalid},
 	}
 	for _, tc := range tests {

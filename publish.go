@@ -40,8 +40,6 @@ var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-func itoa(n int) string { return strconv.Itoa(n) }
-
 // newMessageID returns a fresh message id.
 func newMessageID() string {
 	var b [24]byte
@@ -191,7 +189,7 @@ func dataError(err error) (Code, string) {
 	case jsontext.ErrInvalidUTF8:
 		return CodeInvalidUTF8, "data holds a string that is not valid UTF-8 (or a lone surrogate escape)"
 	case jsontext.ErrTooDeep:
-		return CodeEnvelopeInvalid, "data nests deeper than " + itoa(MaxJSONDepth) + " levels"
+		return CodeEnvelopeInvalid, "data nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels"
 	}
 	return CodeEnvelopeInvalid, "data is not valid JSON"
 }
@@ -202,7 +200,7 @@ func (s *subject) idempotencyKey(m *Message, data any) string {
 	if s.idemPath == nil {
 		return m.IdempotencyKey
 	}
-	v, ok := lookupPath(data, s.idemPath)
+	v, ok := s.idemPath.Lookup(data)
 	if !ok {
 		return ""
 	}

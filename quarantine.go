@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"pigeon/internal/datapath"
 	"pigeon/store"
 )
 
@@ -52,13 +53,13 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 // every string or number anywhere that is a raw card number too, whatever
 // its field; a member whose name is a card number is renamed
 // "[REDACTED]". Data that did not decode is dropped entirely.
-func redactData(data any, paths []fieldPath) json.RawMessage {
+func redactData(data any, paths []datapath.Path) json.RawMessage {
 	if data == nil {
 		return json.RawMessage("null")
 	}
 	c := redactCopy(data)
 	for i := range paths {
-		paths[i].replace(c, Redacted)
+		paths[i].Set(c, Redacted)
 	}
 	b, err := json.Marshal(c)
 	if err != nil {

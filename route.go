@@ -275,10 +275,6 @@ func (s Selector) Key() string { return s.String() }
 // selectors match the same messages.
 func (s Selector) Equal(o Selector) bool { return s.canon == o.canon }
 
-// MatchesAll reports whether s matches every message (the zero Selector,
-// "/" and "/*").
-func (s Selector) MatchesAll() bool { return len(s.terms) == 0 }
-
 // Match reports whether data, the decoded JSON value of a message's data,
 // satisfies every segment of s. data is what encoding/json decodes into an
 // any: map[string]any, []any, string, float64, bool or nil; json.Number

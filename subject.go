@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"pigeon/internal/cond"
+	"pigeon/internal/datapath"
 	"pigeon/internal/schema"
 )
 
@@ -32,9 +32,9 @@ type subject struct {
 	digest    string
 	mode      Mode
 	intents   []string
-	forbidden []fieldPath
-	tokenized []fieldPath
-	redact    []fieldPath
+	forbidden []datapath.Path
+	tokenized []datapath.Path
+	redact    []datapath.Path
 	schema    *schema.Schema
 	rules     map[Operation][]*rule
 	quality   []*qualityRule
@@ -45,7 +45,7 @@ type subject struct {
 	backoff   string
 	replayAge time.Duration
 	rate      *RateLimitPolicy
-	idemPath  []string        // non-nil when the key is a "data." path
+	idemPath  *datapath.Path  // non-nil when the key is a "data." path
 	e2e       bool            // end-to-end encryption enforced
 	routing   map[string]bool // fields that stay in clear beside the sealed part
 }
@@ -68,123 +68,6 @@ type qualityRule struct {
 	quarantine bool
 	code       Code
 	cond       *cond.Condition
-}
-
-// fieldPath is a dot path into data, split once. parts are the segments as
-// written, for exact lookups (lookupPath); segs are the same segments
-// compiled for the matching of forbidden, tokenized and redacted fields
-// (see fieldPath.find).
-type fieldPath struct {
-	text  string
-	parts []string
-	segs  []pathSeg
-}
-
-// pathSeg is one compiled segment of a fieldPath.
-type pathSeg struct {
-	name string
-	// index is the array index name spells, or -1.
-	index int
-	// sameLen holds when every member name that folds to name has
-	// len(name) bytes, so a name of another length is skipped without
-	// folding: name is ASCII without k or s, the only ASCII letters whose
-	// case-fold orbits hold a multi-byte rune (U+212A KELVIN SIGN, U+017F
-	// LATIN SMALL LETTER LONG S).
-	sameLen bool
-}
-
-func splitPath(p string) fieldPath {
-	f := fieldPath{text: p, parts: strings.Split(p, ".")}
-	f.segs = make([]pathSeg, len(f.parts))
-	for i, name := range f.parts {
-		seg := pathSeg{name: name, index: -1, sameLen: true}
-		if n, err := strconv.Atoi(name); err == nil && n >= 0 {
-			seg.index = n
-		}
-		for j := 0; j < len(name); j++ {
-			if c := name[j] | 0x20; name[j] >= utf8.RuneSelf || c == 'k' || c == 's' {
-				seg.sameLen = false
-				break
-			}
-		}
-		f.segs[i] = seg
-	}
-	return f
-}
-
-// matches reports whether the object member name k is the segment's name,
-// ignoring case (Unicode simple folding, as strings.EqualFold).
-func (s *pathSeg) matches(k string) bool {
-	return (len(k) == len(s.name) || !s.sameLen) && (k == s.name || strings.EqualFold(k, s.name))
-}
-
-// find calls fn with every value p matches in data, until fn returns true,
-// and reports whether it did. A segment names an object's members ignoring
-// case, so it matches every member whose name folds to it ("pan", "PAN"
-// and "Pan" alike). Applied to an array, a segment that is an array index
-// picks that element; any other segment applies to every element, through
-// nested arrays too, so card.pan matches {"card":[{"pan":1},{"x":2}]}.
-// Strings, numbers, booleans and null match no further segment.
-func (p *fieldPath) find(data any, fn func(v any) bool) bool {
-	return findSegs(data, p.segs, fn)
-}
-
-func findSegs(cur any, segs []pathSeg, fn func(v any) bool) bool {
-	if len(segs) == 0 {
-		return fn(cur)
-	}
-	s := &segs[0]
-	switch x := cur.(type) {
-	case map[string]any:
-		for k, v := range x {
-			if s.matches(k) && findSegs(v, segs[1:], fn) {
-				return true
-			}
-		}
-	case []any:
-		if s.index >= 0 {
-			return s.index < len(x) && findSegs(x[s.index], segs[1:], fn)
-		}
-		for _, v := range x {
-			if findSegs(v, segs, fn) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// replace sets every value p matches in data (see find) to val.
-func (p *fieldPath) replace(data any, val any) { replaceSegs(data, p.segs, val) }
-
-func replaceSegs(cur any, segs []pathSeg, val any) {
-	s, last := &segs[0], len(segs) == 1
-	switch x := cur.(type) {
-	case map[string]any:
-		for k, v := range x {
-			switch {
-			case !s.matches(k):
-			case last:
-				x[k] = val
-			default:
-				replaceSegs(v, segs[1:], val)
-			}
-		}
-	case []any:
-		if s.index >= 0 {
-			switch {
-			case s.index >= len(x):
-			case last:
-				x[s.index] = val
-			default:
-				replaceSegs(x[s.index], segs[1:], val)
-			}
-			return
-		}
-		for _, v := range x {
-			replaceSegs(v, segs, val)
-		}
-	}
 }
 
 // compileSubject compiles p against the catalog's schemas.
@@ -213,10 +96,10 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		return nil, NewError(CodePolicyInvalid, "subject %s: unknown mode %q", p.Name, p.Mode)
 	}
 	for _, f := range p.Data.ForbiddenFields {
-		s.forbidden = append(s.forbidden, splitPath(f))
+		s.forbidden = append(s.forbidden, datapath.Parse(f))
 	}
 	for _, f := range p.Data.TokenizedFields {
-		s.tokenized = append(s.tokenized, splitPath(f))
+		s.tokenized = append(s.tokenized, datapath.Parse(f))
 	}
 	s.redact = append(slices.Clone(s.forbidden), s.tokenized...)
 	if p.Data.Encryption == "required" && p.Data.RoutingFields != nil {
@@ -277,7 +160,8 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		return nil, NewError(CodePolicyInvalid, "subject %s: rateLimit needs perSecond > 0 and burst >= 1", p.Name)
 	}
 	if k := p.Delivery.Idempotency.Key; strings.HasPrefix(k, "data.") && len(k) > 5 {
-		s.idemPath = splitPath(k[5:]).parts
+		p := datapath.Parse(k[5:])
+		s.idemPath = &p
 	}
 	s.idemTTL = msOr(p.Delivery.Idempotency.TTLMs, DefaultIdempotencyTTL)
 	s.ackWait = msOr(p.Delivery.AckWaitMs, DefaultAckWait)
@@ -318,7 +202,7 @@ func compileRule(spec RuleSpec) (*rule, error) {
 		roles:         slices.Clone(spec.Roles),
 		intents:       slices.Clone(spec.Intents),
 		regions:       slices.Clone(spec.Regions),
-		attributes:    cloneMap(spec.Attributes),
+		attributes:    maps.Clone(spec.Attributes),
 		requireReason: spec.RequireReason,
 	}
 	switch spec.Effect {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"pigeon/internal/cond"
+	"pigeon/internal/datapath"
 	"pigeon/internal/schema"
 )
 
@@ -200,12 +201,8 @@ func orList(items []string) string {
 	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
 }
 
-var (
-	// qualityCodePattern is the shape of a stable decision code.
-	qualityCodePattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
-	// fieldSegment is one segment of a dot path into data.
-	fieldSegment = regexp.MustCompile(`^[^\s.\[\]*]+$`)
-)
+// qualityCodePattern is the shape of a stable decision code.
+var qualityCodePattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
 func (l *linter) subjectPolicy(s *SubjectPolicy, schemas map[string][]byte) {
 	l.name(s.Name)
@@ -356,11 +353,8 @@ func (l *linter) fieldPath(at, p string) {
 		l.errorf(at, "field path is empty")
 		return
 	}
-	for seg := range strings.SplitSeq(p, ".") {
-		if !fieldSegment.MatchString(seg) {
-			l.errorf(at, "field path %q is malformed: want dot-separated names such as \"card.pan\"", p)
-			return
-		}
+	if !datapath.WellFormed(p) {
+		l.errorf(at, "field path %q is malformed: want dot-separated names such as \"card.pan\"", p)
 	}
 }
 

@@ -188,7 +188,7 @@ func run(ctx context.Context, out io.Writer) error {
 	_, err = a.sess.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
 		Data: json.RawMessage(`{"kind":"chat","room":"lobby","text":"in clear"}`)})
 	say("  denied: %s", pigeon.ErrorCode(err))
-	if pigeon.ErrorCode(err) != pigeon.CodeEncryptionReq {
+	if pigeon.ErrorCode(err) != pigeon.CodeEncryptionRequired {
 		return fmt.Errorf("expected ENCRYPTION_REQUIRED, got %v", err)
 	}
 

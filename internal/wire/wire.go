@@ -110,7 +110,7 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusTooManyRequests
 	case pigeon.CodeSensitiveFieldDenied, pigeon.CodeRawPANDetected, pigeon.CodeIdempotencyRequired, pigeon.CodeClassificationDenied,
 		pigeon.CodeEnvelopeInvalid, pigeon.CodeSchemaInvalid, pigeon.CodeDataQuality, pigeon.CodeSignatureRequired, pigeon.CodeSignatureInvalid,
-		pigeon.CodeEncryptionReq, pigeon.CodeDeliveryExhausted:
+		pigeon.CodeEncryptionRequired, pigeon.CodeDeliveryExhausted:
 		return http.StatusUnprocessableEntity
 	case pigeon.CodeSubjectNotFound, pigeon.CodeMessageNotFound, pigeon.CodeQuarantineNotFound, pigeon.CodeNotFound:
 		return http.StatusNotFound

@@ -75,7 +75,7 @@ func TestAmbiguousFramesAreRefused(t *testing.T) {
 			r.ok(ws.OpPing, "", ws.OpPong)
 		})
 	}
-	_, last, err := v.e.Store().Bounds(ctx, "payments.authorize")
+	_, last, err := v.st.Bounds(ctx, "payments.authorize")
 	require.NoError(t, err)
 	require.Zero(t, last, "nothing was stored")
 	// The first delivery is the first valid message: nothing refused was
@@ -99,7 +99,7 @@ func TestInvalidUTF8TextCloses1007(t *testing.T) {
 	r.write("{\"op\":\"publish\",\"id\":\"x\",\"message\":{\"type\":\"chat\",\"subject\":\"chat.messages\",\"intent\":\"chat\",\"data\":{\"text\":\"\xff\"}}}")
 	require.Equal(t, websocket.StatusInvalidFramePayloadData, r.closeStatus())
 	eventually(t, func() bool { s := v.srv.Stats(); return s.InvalidText == 1 && s.Open == 0 }, "counted and closed: %+v", v.srv.Stats())
-	_, last, err := v.e.Store().Bounds(context.Background(), "chat.messages")
+	_, last, err := v.st.Bounds(context.Background(), "chat.messages")
 	require.NoError(t, err)
 	require.Zero(t, last, "nothing was stored")
 	// Another connection is unaffected.

@@ -14,6 +14,8 @@ import (
 
 	"pigeon"
 	"pigeon/internal/leakcheck"
+	"pigeon/store"
+	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
@@ -24,6 +26,7 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 // listening on 127.0.0.1.
 type env struct {
 	e   *pigeon.Engine
+	st  store.Store // the engine's store, which the test owns
 	srv *ws.Server
 	hs  *httptest.Server
 	kl  *killListener
@@ -43,6 +46,10 @@ func newEnv(t testing.TB, wsOpts *ws.Options, mutate ...func(*pigeon.Options)) *
 	for _, fn := range mutate {
 		fn(opts)
 	}
+	if opts.Store == nil {
+		opts.Store = memory.New(nil)
+	}
+	st := opts.Store
 	e, err := pigeon.New(context.Background(), opts)
 	require.NoError(t, err)
 	srv := ws.NewServer(e, wsOpts)
@@ -58,8 +65,9 @@ func newEnv(t testing.TB, wsOpts *ws.Options, mutate ...func(*pigeon.Options)) *
 		require.NoError(t, srv.Shutdown(ctx))
 		hs.Close()
 		require.NoError(t, e.Shutdown(ctx))
+		require.NoError(t, st.Close(ctx))
 	})
-	return &env{e: e, srv: srv, hs: hs, kl: kl, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws"}
+	return &env{e: e, st: st, srv: srv, hs: hs, kl: kl, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws"}
 }
 
 // killListener remembers the connections it accepted, so that a test can

@@ -152,7 +152,7 @@ func TestNackStormRedeliversPromptly(t *testing.T) {
 			mu.Unlock()
 			require.Equal(t, int64(msgs*(nacks+1)), handled.Load(), "no delivery handled twice")
 			eventually(t, func() bool {
-				st, err := v.e.Store().LoadGroup(ctx, store.GroupKey{Subject: "jobs.run", Group: "storm"})
+				st, err := v.st.LoadGroup(ctx, store.GroupKey{Subject: "jobs.run", Group: "storm"})
 				require.NoError(t, err)
 				return st.Floor == msgs && len(st.Attempts) == 0
 			}, "the group is done: %s", groupStateOf(t, v, "jobs.run", "storm"))
@@ -195,7 +195,7 @@ func unfinished(mu *sync.Mutex, attempts map[string][]int, want int) string {
 
 // groupStateOf is the stored progress of a group of subject.
 func groupStateOf(t testing.TB, v *env, subject, group string) string {
-	st, err := v.e.Store().LoadGroup(context.Background(), store.GroupKey{Subject: subject, Group: group})
+	st, err := v.st.LoadGroup(context.Background(), store.GroupKey{Subject: subject, Group: group})
 	require.NoError(t, err)
 	return fmt.Sprintf("floor %d, done %d, attempts %v", st.Floor, len(st.Done), st.Attempts)
 }

@@ -204,11 +204,11 @@ func TestShutdownUnderLoadLosesNoAcceptedMessage(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	_, last, err := v.e.Store().Bounds(ctx, "jobs.run")
+	_, last, err := v.st.Bounds(ctx, "jobs.run")
 	require.NoError(t, err)
 	require.Equal(t, len(accepted), int(last), "stored exactly what was answered accepted")
 	for id := range accepted {
-		_, err := v.e.Store().Lookup(ctx, id)
+		_, err := v.st.Lookup(ctx, id)
 		require.NoError(t, err, "accepted message %s is stored", id)
 	}
 	// What the worker did not handle is still due: another worker gets it.
@@ -287,7 +287,7 @@ func itoa(i int) string {
 
 // groupState is the stored progress of the default group of subject.
 func groupState(t testing.TB, v *env, subject string) string {
-	st, err := v.e.Store().LoadGroup(context.Background(), store.GroupKey{Subject: subject, Group: pigeon.DefaultGroup})
+	st, err := v.st.LoadGroup(context.Background(), store.GroupKey{Subject: subject, Group: pigeon.DefaultGroup})
 	require.NoError(t, err)
 	return fmt.Sprintf("floor %d, done %d, attempts %v", st.Floor, len(st.Done), st.Attempts)
 }
