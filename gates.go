@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"time"
 )
 
 // Names of the built-in gates, in the order they run; duplicate detection
@@ -485,25 +484,4 @@ func (s *subject) quarantinable(code Code) bool {
 		return q.OnPolicyViolation
 	}
 	return false
-}
-
-// backoffDelay is the wait before delivery attempt n+1 after attempt n failed.
-func (s *subject) backoffDelay(n int) time.Duration {
-	base := time.Second
-	var d time.Duration
-	switch s.backoff {
-	case "fixed":
-		d = base
-	case "linear":
-		d = base * time.Duration(n)
-	default:
-		if n > 30 {
-			n = 30
-		}
-		d = base << (n - 1)
-	}
-	if d > s.maxDelay {
-		d = s.maxDelay
-	}
-	return d
 }
