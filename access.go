@@ -97,7 +97,7 @@ func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) 
 	}
 	c.CreatedAt = e.now().UTC()
 	if err := e.dir.createAccount(ctx, &c, func() {
-		e.audit(ctx, store.AuditRecord{Type: "account.created", Principal: c.ID})
+		e.audit(ctx, EventAccountCreated.record("", CodeOK, store.AuditRecord{Principal: c.ID}))
 	}); err != nil {
 		return Account{}, err
 	}
@@ -116,7 +116,7 @@ func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accoun
 // stop working at their next check.
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
 	return e.dir.deleteAccount(ctx, id, func() {
-		e.audit(ctx, store.AuditRecord{Type: "account.deleted", Principal: id})
+		e.audit(ctx, EventAccountDeleted.record("", CodeOK, store.AuditRecord{Principal: id}))
 		e.onAccessChanged()
 	})
 }
@@ -134,7 +134,7 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 		return nil
 	})
 	if err == nil {
-		e.audit(ctx, store.AuditRecord{Type: "account.role.added", Principal: id, Ref: role})
+		e.audit(ctx, EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 	}
 	return a, err
 }
@@ -148,7 +148,7 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 		return nil
 	})
 	if err == nil {
-		e.audit(ctx, store.AuditRecord{Type: "account.role.removed", Principal: id, Ref: role})
+		e.audit(ctx, EventAccountRoleRemoved.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 		e.onAccessChanged()
 	}
 	return a, err
@@ -188,7 +188,7 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 		c.Permissions = []Permission{}
 	}
 	if err := e.dir.putRole(ctx, &c, func() {
-		e.audit(ctx, store.AuditRecord{Type: "role.defined", Ref: c.Name})
+		e.audit(ctx, EventRoleDefined.record("", CodeOK, store.AuditRecord{Ref: c.Name}))
 		e.onAccessChanged()
 	}); err != nil {
 		return Role{}, err
@@ -207,7 +207,7 @@ func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
 // GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 	return e.dir.deleteRole(ctx, name, func() {
-		e.audit(ctx, store.AuditRecord{Type: "role.deleted", Ref: name})
+		e.audit(ctx, EventRoleDeleted.record("", CodeOK, store.AuditRecord{Ref: name}))
 		e.onAccessChanged()
 	})
 }
@@ -229,7 +229,7 @@ func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey
 		return nil
 	})
 	if err == nil {
-		e.audit(ctx, store.AuditRecord{Type: "account.keys.published", Principal: id})
+		e.audit(ctx, EventAccountKeysPublished.record("", CodeOK, store.AuditRecord{Principal: id}))
 	}
 	return a, err
 }

@@ -15,6 +15,58 @@ import (
 // ids and codes, never payload values.
 type AuditRecord = store.AuditRecord
 
+// Event is the type of an audit record: what happened. Its values are
+// stable; the audit log, exports and tools match on them.
+type Event string
+
+// Audit events.
+const (
+	EventSchemaRegistered     Event = "schema.registered"
+	EventSubjectRegistered    Event = "subject.registered"
+	EventContractNegotiated   Event = "contract.negotiated"
+	EventContractDenied       Event = "contract.denied"
+	EventContractRevoked      Event = "contract.revoked"
+	EventPublishAccepted      Event = "publish.accepted"
+	EventPublishDuplicate     Event = "publish.duplicate"
+	EventPublishDenied        Event = "publish.denied"
+	EventPublishFailed        Event = "publish.failed"
+	EventQuarantineCreated    Event = "quarantine.created"
+	EventQuarantineReleased   Event = "quarantine.released"
+	EventReplyRouted          Event = "reply.routed"
+	EventReplyDropped         Event = "reply.dropped"
+	EventSubscriptionStarted  Event = "subscription.started"
+	EventSubscriptionStopped  Event = "subscription.stopped"
+	EventSubscribeDenied      Event = "subscribe.denied"
+	EventReceiveDenied        Event = "receive.denied"
+	EventDeliveryDispatched   Event = "delivery.dispatched"
+	EventDeliveryAcked        Event = "delivery.acked"
+	EventDeliveryNacked       Event = "delivery.nacked"
+	EventDeliveryExhausted    Event = "delivery.exhausted"
+	EventAckDenied            Event = "ack.denied"
+	EventNackDenied           Event = "nack.denied"
+	EventReplayExecuted       Event = "replay.executed"
+	EventReplayDenied         Event = "replay.denied"
+	EventAccountCreated       Event = "account.created"
+	EventAccountDeleted       Event = "account.deleted"
+	EventAccountRoleAdded     Event = "account.role.added"
+	EventAccountRoleRemoved   Event = "account.role.removed"
+	EventAccountKeysPublished Event = "account.keys.published"
+	EventRoleDefined          Event = "role.defined"
+	EventRoleDeleted          Event = "role.deleted"
+	EventGrantIssued          Event = "grant.issued"
+	EventGrantRevoked         Event = "grant.revoked"
+	EventRetentionMessages    Event = "retention.messages"
+	EventStoreTruncated       Event = "store.truncated"
+	EventAuditResumed         Event = "audit.resumed"
+)
+
+// record is the audit record of one ev with its outcome and code; r
+// carries the rest. Every record the broker writes is built here.
+func (ev Event) record(outcome Outcome, code Code, r store.AuditRecord) store.AuditRecord {
+	r.Type, r.Outcome, r.Code = string(ev), string(outcome), string(code)
+	return r
+}
+
 // auditor chains and appends audit records. Callers only queue a record;
 // the writer (the background goroutine, or a caller that must wait and
 // finds nobody writing) takes the whole queue, chains it (sequence, id,
@@ -97,8 +149,7 @@ func (e *Engine) auditGuard(ctx context.Context) error {
 	a.mu.Lock()
 	lost := a.lost
 	a.mu.Unlock()
-	if err := e.audit(ctx, store.AuditRecord{Type: "audit.resumed", Outcome: string(OutcomeAllow),
-		Ref: strconv.FormatUint(lost, 10) + " records could not be written"}); err != nil {
+	if err := e.audit(ctx, EventAuditResumed.record(OutcomeAllow, CodeOK, store.AuditRecord{Ref: strconv.FormatUint(lost, 10) + " records could not be written"})); err != nil {
 		return a.broken.Load()
 	}
 	return nil
@@ -163,8 +214,7 @@ func (e *Engine) auditRecovery(ctx context.Context) {
 	}
 	for _, t := range rr.Recovered() {
 		e.opts.Logger.Warn("store dropped a torn tail on recovery", "log", t.Log, "file", t.File, "offset", t.Offset, "bytes", t.Bytes, "reason", t.Reason)
-		e.audit(ctx, store.AuditRecord{Type: "store.truncated", Outcome: string(OutcomeAllow), Subject: t.Log,
-			Ref: t.File + " at offset " + strconv.FormatInt(t.Offset, 10) + ": " + strconv.FormatInt(t.Bytes, 10) + " bytes dropped (" + t.Reason + ")"})
+		e.audit(ctx, EventStoreTruncated.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: t.Log, Ref: t.File + " at offset " + strconv.FormatInt(t.Offset, 10) + ": " + strconv.FormatInt(t.Bytes, 10) + " bytes dropped (" + t.Reason + ")"}))
 	}
 }
 
@@ -238,10 +288,9 @@ func (e *Engine) writeAudit() {
 		} else if a.broken.Load() != nil {
 			e.opts.Logger.Warn("audit log is writable again", "lost", a.lost)
 			a.broken.Store(nil)
-			if !slices.ContainsFunc(batch, func(r store.AuditRecord) bool { return r.Type == "audit.resumed" }) {
+			if !slices.ContainsFunc(batch, func(r store.AuditRecord) bool { return r.Type == string(EventAuditResumed) }) {
 				// The evidence says how much is missing, whoever wrote first.
-				a.pending = append(a.pending, store.AuditRecord{Time: e.now(), Type: "audit.resumed", Outcome: string(OutcomeAllow),
-					Ref: strconv.FormatUint(a.lost, 10) + " records could not be written"})
+				a.pending = append(a.pending, EventAuditResumed.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: e.now(), Ref: strconv.FormatUint(a.lost, 10) + " records could not be written"}))
 				a.results = append(a.results, nil)
 				a.queued++
 			}

@@ -286,10 +286,10 @@ func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 	}
 	e.catalog.Store(next)
 	for _, k := range newSchemas {
-		e.audit(ctx, store.AuditRecord{Type: "schema.registered", SchemaID: k})
+		e.audit(ctx, EventSchemaRegistered.record("", CodeOK, store.AuditRecord{SchemaID: k}))
 	}
 	for _, s := range changed {
-		e.audit(ctx, store.AuditRecord{Type: "subject.registered", Subject: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Ref: s.digest})
+		e.audit(ctx, EventSubjectRegistered.record("", CodeOK, store.AuditRecord{Subject: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Ref: s.digest}))
 	}
 	return nil
 }

@@ -239,7 +239,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	}
 	now := e.now()
 	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{principal: p.ID}, rp, now) {
-		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeRateLimited), Principal: p.ID})
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
 	}
 	cat := e.catalog.Load()
@@ -260,7 +260,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		seen[name] = true
 		s := cat.subjects[name]
 		if s == nil {
-			e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeSubjectNotFound), Subject: name, Principal: p.ID})
+			e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeSubjectNotFound, store.AuditRecord{Subject: name, Principal: p.ID}))
 			return nil, NewError(CodeSubjectNotFound, "unknown subject %q", name)
 		}
 		g := &permit{digest: s.digest}
@@ -298,11 +298,11 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		c.info.PolicyIDs = append(c.info.PolicyIDs, s.policyID)
 	}
 	if len(c.permits) == 0 {
-		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeNoPermittedSubjects), Principal: p.ID})
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeNoPermittedSubjects, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeNoPermittedSubjects, "no requested subject is permitted to this principal")
 	}
 	if !e.live.reserve(p.ID, c.info.ID, c.info.ExpiresAt, now, e.opts.MaxContractsPerPrincipal) {
-		e.audit(ctx, store.AuditRecord{Type: "contract.denied", Outcome: string(OutcomeDeny), Code: string(CodeTooManyContracts), Principal: p.ID})
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeTooManyContracts, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeTooManyContracts, "this principal holds %d live contracts, the most allowed; revoke one or wait for one to expire", e.opts.MaxContractsPerPrincipal)
 	}
 	if err := e.saveContract(ctx, c); err != nil {
@@ -310,7 +310,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		return nil, err
 	}
 	for _, s := range c.info.Subjects {
-		if err := e.audit(ctx, store.AuditRecord{Type: "contract.negotiated", Outcome: string(OutcomeAllow), Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID}); err != nil {
+		if err := e.audit(ctx, EventContractNegotiated.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID})); err != nil {
 			// No contract without its evidence: it is revoked before anyone
 			// holds it.
 			c.revoked.Store(true)
@@ -425,8 +425,8 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 
 // contractError returns the typed error for a failed contract check on a
 // non-publish operation, with an audit record.
-func (e *Engine) contractError(ctx context.Context, typ string, p *Principal, subject, contractID string, code Code, reason string) error {
-	e.audit(ctx, store.AuditRecord{Type: typ, Outcome: string(OutcomeDeny), Code: string(code), Gate: GateContract, Subject: subject, Principal: p.ID, ContractID: contractID})
+func (e *Engine) contractError(ctx context.Context, typ Event, p *Principal, subject, contractID string, code Code, reason string) error {
+	e.audit(ctx, typ.record(OutcomeDeny, code, store.AuditRecord{Gate: GateContract, Subject: subject, Principal: p.ID, ContractID: contractID}))
 	return NewError(code, "%s", reason)
 }
 
@@ -450,7 +450,7 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 	if err := e.saveContract(ctx, c); err != nil {
 		return err
 	}
-	e.audit(ctx, store.AuditRecord{Type: "contract.revoked", Outcome: string(OutcomeDeny), Code: string(CodeContractRevoked), Principal: p.ID, ContractID: id})
+	e.audit(ctx, EventContractRevoked.record(OutcomeDeny, CodeContractRevoked, store.AuditRecord{Principal: p.ID, ContractID: id}))
 	e.onContractRevoked(id)
 	return nil
 }

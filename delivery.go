@@ -39,7 +39,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	}
 	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive)
 	if code != CodeOK {
-		return nil, e.contractError(ctx, "receive.denied", c.Principal, s.name, c.ContractID, code, reason)
+		return nil, e.contractError(ctx, EventReceiveDenied, c.Principal, s.name, c.ContractID, code, reason)
 	}
 	scope := k.permits[s.name]
 	if max <= 0 || max > e.opts.MaxReplay {
@@ -65,11 +65,10 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		return nil, err
 	}
 	for _, m := range out {
-		rec := store.AuditRecord{Type: "delivery.dispatched", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID,
-			ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID}
+		rec := EventDeliveryDispatched.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID})
 		e.auditAsync(rec)
 		if settle && s.mode != ModePubSub {
-			rec.Type = "delivery.acked"
+			rec.Type = string(EventDeliveryAcked)
 			e.auditAsync(rec)
 		}
 	}
@@ -150,12 +149,12 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 // work-queue or request/reply subject, only the current lease holder may
 // ack (ACK_NOT_ALLOWED otherwise).
 func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID string) error {
-	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, "ack.denied")
+	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, EventAckDenied)
 	if err != nil {
 		return err
 	}
 	if g == nil { // pubsub: the cursor already moved; the ack is recorded
-		e.audit(ctx, store.AuditRecord{Type: "delivery.acked", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+		e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 		return nil
 	}
 	g.mu.Lock()
@@ -164,20 +163,20 @@ func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID strin
 		return nil
 	}
 	if l := g.leases[sm.Seq]; l == nil || l.holder != c.Principal.ID {
-		e.audit(ctx, store.AuditRecord{Type: "ack.denied", Outcome: string(OutcomeDeny), Code: string(CodeAckNotAllowed), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+		e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
 	if err := e.markDone(ctx, g, sm.Seq); err != nil {
 		return err
 	}
-	e.audit(ctx, store.AuditRecord{Type: "delivery.acked", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+	e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 	return nil
 }
 
 // Nack gives a leased message back for redelivery after delay (the
 // subject's backoff when delay < 0).
 func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID string, delay time.Duration) error {
-	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, "nack.denied")
+	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, EventNackDenied)
 	if err != nil {
 		return err
 	}
@@ -198,14 +197,14 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 	}
 	l.deadline = e.now().Add(delay)
 	l.holder = ""
-	e.audit(ctx, store.AuditRecord{Type: "delivery.nacked", Outcome: string(OutcomeDeny), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID})
+	e.audit(ctx, EventDeliveryNacked.record(OutcomeDeny, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 	return nil
 }
 
 // settleTarget resolves what a pull ack or nack names: the subject (with
 // the contract granting ack), the stored message, and the caller's pull
 // group — nil on a pubsub subject, where pulls move a cursor instead.
-func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID, deniedType string) (*subject, store.Message, *group, error) {
+func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID string, deniedType Event) (*subject, store.Message, *group, error) {
 	if e.closed.Load() {
 		return nil, store.Message{}, nil, errShutdown()
 	}
@@ -259,7 +258,7 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", r.Subject)
 	}
 	deny := func(code Code, reason string) error {
-		e.audit(ctx, store.AuditRecord{Type: "replay.denied", Outcome: string(OutcomeDeny), Code: string(code), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID})
+		e.audit(ctx, EventReplayDenied.record(OutcomeDeny, code, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID}))
 		return NewError(code, "%s", reason)
 	}
 	_, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
@@ -308,6 +307,6 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		}
 		out = append(out, m)
 	}
-	e.audit(ctx, store.AuditRecord{Type: "replay.executed", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID})
+	e.audit(ctx, EventReplayExecuted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID}))
 	return out, nil
 }

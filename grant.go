@@ -97,7 +97,7 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if err := e.dir.addGrant(ctx, &rec); err != nil {
 		return GrantToken{}, err
 	}
-	if err := e.audit(ctx, store.AuditRecord{Type: "grant.issued", Principal: account, Ref: rec.JTI}); err != nil {
+	if err := e.audit(ctx, EventGrantIssued.record("", CodeOK, store.AuditRecord{Principal: account, Ref: rec.JTI})); err != nil {
 		_ = e.RevokeGrant(ctx, rec.JTI) // no grant without its evidence
 		return GrantToken{}, err
 	}
@@ -111,7 +111,7 @@ func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
 	if err != nil {
 		return err
 	}
-	e.audit(ctx, store.AuditRecord{Type: "grant.revoked", Outcome: string(OutcomeDeny), Code: string(CodeGrantRevoked), Principal: account, Ref: jti})
+	e.audit(ctx, EventGrantRevoked.record(OutcomeDeny, CodeGrantRevoked, store.AuditRecord{Principal: account, Ref: jti}))
 	e.onAccessChanged()
 	return nil
 }

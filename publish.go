@@ -230,7 +230,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	bodyPool.Put(bp)
 	if err != nil {
 		err = storeError(err)
-		e.audit(ctx, store.AuditRecord{Type: "publish.failed", Outcome: string(OutcomeDeny), Code: string(ErrorCode(err)), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, MessageID: m.ID})
+		e.audit(ctx, EventPublishFailed.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, MessageID: m.ID}))
 		return nil, err
 	}
 	if dup {
@@ -248,7 +248,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		res.m.AcceptedAt = formatTime(stored.Time)
 	}
 	res.r = Result{Status: StatusAccepted, Message: &res.m}
-	e.auditAsync(store.AuditRecord{Time: a.Now, Type: "publish.accepted", Outcome: string(OutcomeAllow), Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
+	e.auditAsync(EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID}))
 	e.notify(s.name, stored.Seq)
 	return &res.r, nil
 }
@@ -256,7 +256,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 // duplicate answers a publish that repeats orig.
 func (e *Engine) duplicate(ctx context.Context, a *Admission, orig *Message) *Result {
 	s := a.subj
-	e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.duplicate", Outcome: string(OutcomeAllow), Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: a.Message.ID})
+	e.audit(ctx, EventPublishDuplicate.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: a.Message.ID}))
 	return &Result{Status: StatusDuplicate, Message: orig}
 }
 
@@ -291,8 +291,7 @@ func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdic
 	} else if d.Outcome == OutcomeQuarantine {
 		d.Outcome = OutcomeDeny
 	}
-	e.audit(ctx, store.AuditRecord{Time: a.Now, Type: "publish.denied", Outcome: string(d.Outcome), Code: string(d.Code), Gate: gate,
-		Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID, PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: d.MessageID})
+	e.audit(ctx, EventPublishDenied.record(d.Outcome, d.Code, store.AuditRecord{Time: a.Now, Gate: gate, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID, PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: d.MessageID}))
 	if d.Outcome == OutcomeQuarantine {
 		id, err := e.quarantine(ctx, a, d)
 		if err != nil {

@@ -41,9 +41,7 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 	if err := e.store.PutQuarantine(ctx, rec); err != nil {
 		return "", storeError(err)
 	}
-	e.audit(ctx, store.AuditRecord{Type: "quarantine.created", Outcome: string(OutcomeQuarantine), Code: rec.Code, Gate: rec.Gate,
-		Subject: rec.Subject, Principal: rec.Principal, ContractID: rec.ContractID, PolicyID: rec.PolicyID, SchemaID: rec.SchemaID,
-		MessageID: rec.MessageID, Ref: rec.ID})
+	e.audit(ctx, EventQuarantineCreated.record(OutcomeQuarantine, Code(rec.Code), store.AuditRecord{Gate: rec.Gate, Subject: rec.Subject, Principal: rec.Principal, ContractID: rec.ContractID, PolicyID: rec.PolicyID, SchemaID: rec.SchemaID, MessageID: rec.MessageID, Ref: rec.ID}))
 	return rec.ID, nil
 }
 
@@ -159,8 +157,7 @@ func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*R
 		return nil, err
 	}
 	res, err := e.Publish(ctx, c, m)
-	rec := store.AuditRecord{Type: "quarantine.released", Subject: r.Subject, Principal: c.Principal.ID, ContractID: c.ContractID,
-		PolicyID: r.PolicyID, SchemaID: r.SchemaID, MessageID: r.MessageID, Ref: r.ID}
+	rec := EventQuarantineReleased.record("", CodeOK, store.AuditRecord{Subject: r.Subject, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: r.PolicyID, SchemaID: r.SchemaID, MessageID: r.MessageID, Ref: r.ID})
 	if err != nil {
 		rec.Outcome, rec.Code = string(OutcomeDeny), string(ErrorCode(err))
 		e.audit(ctx, rec)

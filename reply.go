@@ -144,8 +144,7 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result
 	m.AcceptedAt = formatTime(a.Now)
 	out := m.Clone()
 	e.replies.deliver(req.ID, req.Source, out, a.Now)
-	e.audit(ctx, store.AuditRecord{Type: "reply.routed", Outcome: string(OutcomeAllow), Subject: a.subj.name, Principal: a.Principal.ID,
-		ContractID: a.contractID, PolicyID: a.subj.policyID, MessageID: m.ID, Ref: req.ID})
+	e.audit(ctx, EventReplyRouted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: a.subj.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: a.subj.policyID, MessageID: m.ID, Ref: req.ID}))
 	return &Result{Status: StatusAccepted, Message: &m}, nil
 }
 
@@ -155,7 +154,7 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result
 // refusal.
 func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Message, error) {
 	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, e.subject(req.Subject), OpPublish); code != CodeOK {
-		return nil, e.contractError(ctx, "reply.dropped", c.Principal, req.Subject, c.ContractID, code, reason)
+		return nil, e.contractError(ctx, EventReplyDropped, c.Principal, req.Subject, c.ContractID, code, reason)
 	}
 	return r, nil
 }

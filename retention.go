@@ -26,7 +26,7 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 				if n, err := tr.TrimBefore(ctx, name, now.Add(-time.Duration(ms)*time.Millisecond)); err != nil {
 					e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
 				} else if n > 0 {
-					e.audit(ctx, store.AuditRecord{Type: "retention.messages", Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)})
+					e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
 				}
 			}
 		}

@@ -211,7 +211,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	}
 	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive)
 	if code != CodeOK {
-		return nil, e.contractError(ctx, "subscribe.denied", c.Principal, s.name, c.ContractID, code, reason)
+		return nil, e.contractError(ctx, EventSubscribeDenied, c.Principal, s.name, c.ContractID, code, reason)
 	}
 	scope := k.permits[s.name]
 	for i := len(o.Middleware) - 1; i >= 0; i-- {
@@ -254,7 +254,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	}
 	f.add(sub)
 	e.subs.mu.Unlock()
-	e.audit(ctx, store.AuditRecord{Type: "subscription.started", Outcome: string(OutcomeAllow), Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, Ref: sub.id})
+	e.audit(ctx, EventSubscriptionStarted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, Ref: sub.id}))
 	e.goTracked(sub.run)
 	return sub, nil
 }

@@ -180,7 +180,7 @@ func (s *subscription) finish() {
 	if s.group != "" {
 		e.releaseLeases(s)
 	}
-	rec := store.AuditRecord{Type: "subscription.stopped", Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, Ref: s.id}
+	rec := EventSubscriptionStopped.record("", CodeOK, store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, Ref: s.id})
 	if err := s.Err(); err != nil {
 		rec.Outcome, rec.Code = string(OutcomeDeny), string(ErrorCode(err))
 	}
@@ -313,8 +313,7 @@ func (s *subscription) deliverPubSub(m *Message, data any) {
 			}
 			if attempt >= s.subj.maxAtt || s.ctx.Err() != nil {
 				if s.ctx.Err() == nil {
-					s.e.audit(s.ctx, store.AuditRecord{Type: "delivery.exhausted", Outcome: string(OutcomeDeny), Code: string(CodeDeliveryExhausted), Subject: s.subj.name,
-						Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, MessageID: m.ID, Ref: s.id})
+					s.e.audit(s.ctx, EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, MessageID: m.ID, Ref: s.id}))
 				}
 				return
 			}
@@ -361,16 +360,16 @@ func (s *subscription) release() { <-s.slots }
 func (s *subscription) call(m *Message, attempt int) (err error) {
 	e := s.e
 	rec := store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, PolicyID: s.subj.policyID, MessageID: m.ID, Ref: s.id}
-	rec.Type, rec.Outcome = "delivery.dispatched", string(OutcomeAllow)
+	rec.Type, rec.Outcome = string(EventDeliveryDispatched), string(OutcomeAllow)
 	e.auditAsync(rec)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("pigeon: handler panicked: %v", p)
 		}
 		if err == nil {
-			rec.Type = "delivery.acked"
+			rec.Type = string(EventDeliveryAcked)
 		} else {
-			rec.Type, rec.Outcome = "delivery.nacked", string(OutcomeDeny)
+			rec.Type, rec.Outcome = string(EventDeliveryNacked), string(OutcomeDeny)
 		}
 		e.auditAsync(rec)
 	}()
