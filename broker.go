@@ -324,7 +324,7 @@ func (e *Engine) subject(name string) *subject { return e.catalog.Load().subject
 // Authenticate resolves a credential to a principal.
 func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principal, error) {
 	if e.closed.Load() {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	if grant.LooksLikeJWT(credential) {
 		return e.authenticateGrant(credential)
@@ -349,7 +349,7 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 // convert ttlMs with TTLFromMillis).
 func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, subjects []string, ttl time.Duration) (Contract, error) {
 	if e.closed.Load() {
-		return nil, NewError(CodeShutdown, "broker is shutting down")
+		return nil, errShutdown()
 	}
 	if region == "" {
 		region = e.opts.Region

@@ -229,7 +229,7 @@ func (cc *clientConn) writeLoop() {
 func closeError(err error) *pigeon.Error {
 	switch websocket.CloseStatus(err) {
 	case websocket.StatusGoingAway:
-		return pigeon.NewError(pigeon.CodeShutdown, "the server is shutting down")
+		return errServerShutdown()
 	case websocket.StatusPolicyViolation:
 		var ce websocket.CloseError
 		errors.As(err, &ce)

@@ -157,7 +157,7 @@ func (c *conn) dispatch(f *Frame) {
 	case OpNegotiate:
 		// Inline: every frame read after it runs under the new contract.
 		if !c.begin() {
-			c.answer(f.ID, pigeon.NewError(pigeon.CodeShutdown, "server is shutting down"))
+			c.answer(f.ID, errServerShutdown())
 			return
 		}
 		c.handle(f, pigeon.Caller{})
@@ -169,7 +169,7 @@ func (c *conn) dispatch(f *Frame) {
 		return
 	}
 	if !c.begin() {
-		c.answer(f.ID, pigeon.NewError(pigeon.CodeShutdown, "server is shutting down"))
+		c.answer(f.ID, errServerShutdown())
 		return
 	}
 	// A frame runs under the contract in force when it was read, however

@@ -147,7 +147,7 @@ func (s *Server) admit() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return pigeon.NewError(pigeon.CodeShutdown, "server is shutting down")
+		return errServerShutdown()
 	}
 	if s.stats.open.Load() >= int64(s.opts.MaxConnections) {
 		return pigeon.NewError(pigeon.CodeRateLimited, "connection limit reached")
@@ -214,4 +214,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.drained
 		return ctx.Err()
 	}
+}
+
+// errServerShutdown is the error of every operation refused because the
+// server (or, seen from the client, the server it talks to) is shutting
+// down.
+func errServerShutdown() *pigeon.Error {
+	return pigeon.NewError(pigeon.CodeShutdown, "server is shutting down")
 }
