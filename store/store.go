@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -328,4 +329,17 @@ type Store interface {
 	KV
 	// Close releases the store. It is idempotent.
 	Close(ctx context.Context) error
+}
+
+// Clone returns a deep copy of g: a store hands out its groups' state
+// without sharing the done set or the attempt counts.
+func (g *GroupState) Clone() GroupState {
+	c := GroupState{Floor: g.Floor}
+	if len(g.Done) > 0 {
+		c.Done = slices.Clone(g.Done)
+	}
+	if len(g.Attempts) > 0 {
+		c.Attempts = maps.Clone(g.Attempts)
+	}
+	return c
 }

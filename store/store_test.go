@@ -50,3 +50,13 @@ func TestGroupStateAttempts(t *testing.T) {
 	require.False(t, g.IsDone(1))
 	require.False(t, g.IsDone(3))
 }
+
+func TestGroupStateClone(t *testing.T) {
+	g := store.GroupState{Floor: 3, Done: []uint64{5, 7}, Attempts: map[uint64]int{4: 2}}
+	c := g.Clone()
+	require.Equal(t, g, c)
+	c.Done[0], c.Attempts[4] = 6, 9
+	require.Equal(t, []uint64{5, 7}, g.Done, "the clone shares no done set")
+	require.Equal(t, 2, g.Attempts[4], "the clone shares no attempt counts")
+	require.Equal(t, store.GroupState{}, (&store.GroupState{}).Clone())
+}

@@ -2,8 +2,6 @@ package wal
 
 import (
 	"context"
-	"maps"
-	"slices"
 
 	"pigeon/store"
 )
@@ -98,12 +96,5 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 	if g == nil {
 		return store.GroupState{}, nil
 	}
-	st := store.GroupState{Floor: g.Floor}
-	if len(g.Done) > 0 {
-		st.Done = slices.Clone(g.Done)
-	}
-	if len(g.Attempts) > 0 {
-		st.Attempts = maps.Clone(g.Attempts)
-	}
-	return st, nil
+	return g.Clone(), nil
 }
