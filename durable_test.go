@@ -217,12 +217,20 @@ func (f *failingAudit) AppendAudit(ctx context.Context, recs ...store.AuditRecor
 	return f.Store.AppendAudit(ctx, recs...)
 }
 
-func TestAuditStoreFailureKeepsChain(t *testing.T) {
+// failingAuditEngine is an engine on the demo catalog whose store fails
+// every audit write while its fail flag is set.
+func failingAuditEngine(t *testing.T, logger *slog.Logger) (*failingAudit, *pigeon.Engine) {
+	t.Helper()
 	st := &failingAudit{Store: memory.New(nil)}
-	defer st.Close(ctx)
-	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
+	t.Cleanup(func() { _ = st.Close(ctx) })
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk", Logger: logger})
 	require.NoError(t, err)
-	defer e.Shutdown(ctx)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(ctx)) })
+	return st, e
+}
+
+func TestAuditStoreFailureKeepsChain(t *testing.T) {
+	st, e := failingAuditEngine(t, nil)
 	s, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
 	require.NoError(t, err)
 	_, err = s.Publish(ctx, demo.Payment("o-1"))
@@ -335,13 +343,8 @@ func TestRecoveryIsAudited(t *testing.T) {
 // work; once a write succeeds the broker goes on and the log says how many
 // records were lost.
 func TestAuditFailsClosed(t *testing.T) {
-	st := &failingAudit{Store: memory.New(nil)}
-	defer st.Close(ctx)
 	var logs syncBuffer
-	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk",
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	require.NoError(t, err)
-	defer e.Shutdown(ctx)
+	st, e := failingAuditEngine(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 	s, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
 	require.NoError(t, err)
 	_, err = s.Publish(ctx, demo.Payment("o-1"))
@@ -409,11 +412,7 @@ func (s *syncBuffer) String() string {
 // TestAuditFailurePausesDeliveries: a running subscription delivers nothing
 // while the audit log cannot be written, and everything once it can.
 func TestAuditFailurePausesDeliveries(t *testing.T) {
-	st := &failingAudit{Store: memory.New(nil)}
-	defer st.Close(ctx)
-	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
-	require.NoError(t, err)
-	defer e.Shutdown(ctx)
+	st, e := failingAuditEngine(t, nil)
 	orders, err := e.Connect(ctx, "orders-token", []string{"notifications.send"})
 	require.NoError(t, err)
 	notifier, err := e.Connect(ctx, "notifier-token", []string{"notifications.send"})
