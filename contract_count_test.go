@@ -1,16 +1,13 @@
 package pigeon_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/demo"
 	"pigeon/internal/testclock"
-	"pigeon/store/wal"
 )
 
 // After a restart on a WAL store, a principal's live contracts from before
@@ -50,7 +47,7 @@ func TestContractsCountedAfterRestart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			clk := newClock()
-			e, st := openCapped(t, dir, clk.Now, limit)
+			e, st := openDurable(t, dir, clk.Now, capped(limit))
 			p, err := e.Authenticate(ctx, "checkout-token")
 			require.NoError(t, err)
 			c.before(t, e, p, clk)
@@ -58,7 +55,7 @@ func TestContractsCountedAfterRestart(t *testing.T) {
 
 			// The old contracts are not used again: only the listing
 			// at startup can count them.
-			e, st = openCapped(t, dir, clk.Now, limit)
+			e, st = openDurable(t, dir, clk.Now, capped(limit))
 			defer closeDurable(t, e, st)
 			p, err = e.Authenticate(ctx, "checkout-token")
 			require.NoError(t, err)
@@ -71,26 +68,13 @@ func TestContractsCountedAfterRestart(t *testing.T) {
 	}
 }
 
-// openCapped starts an engine on a WAL store in dir whose principals hold
-// at most limit live contracts each.
-func openCapped(t *testing.T, dir string, now func() time.Time, limit int) (*pigeon.Engine, *wal.Store) {
-	t.Helper()
-	st, err := wal.Open(dir, nil)
-	require.NoError(t, err)
-	e, err := pigeon.New(context.Background(), &pigeon.Options{
-		Store:                    st,
-		Authenticator:            pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog:                  demo.Catalog(),
-		Region:                   "uk",
-		Now:                      now,
-		MaxContractsPerPrincipal: limit,
-		NegotiateRate:            pigeon.RateLimitPolicy{PerSecond: -1},
-	})
-	if err != nil {
-		_ = st.Close(context.Background())
+// capped lets each principal hold at most limit live contracts, with no
+// negotiation rate limit.
+func capped(limit int) func(*pigeon.Options) {
+	return func(o *pigeon.Options) {
+		o.MaxContractsPerPrincipal = limit
+		o.NegotiateRate = pigeon.RateLimitPolicy{PerSecond: -1}
 	}
-	require.NoError(t, err)
-	return e, st
 }
 
 func negotiateOK(t *testing.T, e *pigeon.Engine, p *pigeon.Principal, ttl time.Duration) pigeon.Contract {

@@ -24,18 +24,26 @@ import (
 	"pigeon/store/wal/crashtest"
 )
 
-// openDurable starts an engine on a WAL store in dir.
-func openDurable(t testing.TB, dir string, now func() time.Time) (*pigeon.Engine, *wal.Store) {
+// openDurable starts an engine on a WAL store in dir, with the demo
+// catalog and tokens and whatever mutate changes in its options.
+func openDurable(t testing.TB, dir string, now func() time.Time, mutate ...func(*pigeon.Options)) (*pigeon.Engine, *wal.Store) {
 	t.Helper()
 	st, err := wal.Open(dir, nil)
 	require.NoError(t, err)
-	e, err := pigeon.New(context.Background(), &pigeon.Options{
+	opts := &pigeon.Options{
 		Store:         st,
 		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
 		Catalog:       demo.Catalog(),
 		Region:        "uk",
 		Now:           now,
-	})
+	}
+	for _, m := range mutate {
+		m(opts)
+	}
+	e, err := pigeon.New(context.Background(), opts)
+	if err != nil {
+		_ = st.Close(context.Background())
+	}
 	require.NoError(t, err)
 	return e, st
 }
