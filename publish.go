@@ -62,6 +62,12 @@ func newMessageID() string {
 // a quarantined message carries the quarantine id in its details. m is not
 // modified.
 func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, error) {
+	return e.publish(ctx, c, in, in != nil && in.ID != "")
+}
+
+// publish is Publish; clientID says whether the publisher chose in.ID (an
+// id the broker drew, as Request does, needs no check that it is free).
+func (e *Engine) publish(ctx context.Context, c Caller, in *Message, clientID bool) (*Result, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
@@ -88,7 +94,7 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 			return nil, e.refuse(ctx, a, g.Name(), v)
 		}
 	}
-	if in.ID != "" {
+	if clientID {
 		return e.acceptClientID(ctx, a)
 	}
 	return e.accept(ctx, a)

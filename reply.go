@@ -174,7 +174,7 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 	if err != nil {
 		return nil, err
 	}
-	res, err := e.Publish(ctx, c, &req)
+	res, err := e.publish(ctx, c, &req, m.ID != "") // an id drawn here is free
 	if err != nil {
 		e.replies.cancel(req.ID, ch)
 		return nil, err
