@@ -2,19 +2,22 @@ package pigeon
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // fanout delivers one subject's new messages to its live pubsub
-// subscribers: it reads each message from the store once, decodes it once,
-// finds the matching subscribers through the selector index and queues the
-// message to each. A subscriber whose queue is full falls behind and
+// subscribers: it takes each message as its publish decoded and judged it
+// (the engine's recent cache; the store only when the cache missed it),
+// finds the matching subscribers through the selector index and queues a
+// reference to the one decoded message to each. A subscriber whose queue is full falls behind and
 // catches up from the store on its own, so a slow subscriber never blocks
 // the publisher, the fan-out or another subscriber.
 type fanout struct {
 	e       *Engine
 	subject string
 	wake    chan struct{}
+	high    atomic.Uint64 // the highest sequence appended, as notified
 
 	mu     sync.Mutex
 	live   *selectorIndex[*subscription]
@@ -33,6 +36,17 @@ func (e *Engine) fanoutOf(subject string) *fanout {
 	e.subs.mu.RLock()
 	defer e.subs.mu.RUnlock()
 	return e.subs.fanouts[subject]
+}
+
+// appended notes that seq was appended and wakes the fan-out.
+func (f *fanout) appended(seq uint64) {
+	for {
+		h := f.high.Load()
+		if seq <= h || f.high.CompareAndSwap(h, seq) {
+			break
+		}
+	}
+	f.poke()
 }
 
 func (f *fanout) poke() {
@@ -94,40 +108,94 @@ func (f *fanout) run() {
 	f.mu.Lock()
 	f.cursor, f.inited = last+1, true
 	f.mu.Unlock()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		f.pokeGroups()
-		for {
-			sms, err := e.store.Read(ctx, f.subject, f.cursor, 256)
-			if err != nil || len(sms) == 0 {
-				break
-			}
-			for _, sm := range sms {
-				d, err := e.decode(sm)
-				f.mu.Lock()
-				if err == nil {
-					f.hits = f.live.AppendMatches(f.hits[:0], d.data)
-					for _, s := range f.hits {
-						select {
-						case s.queue <- queued{m: d.m, data: d.data}:
-						default:
-							// Full: the subscriber falls behind and reads the store.
-							f.live.Remove(s.sel, s)
-							s.lagging.Store(true)
-						}
-					}
-				}
-				f.cursor = sm.Seq + 1
-				f.mu.Unlock()
-			}
-			if len(sms) < 256 {
-				break
-			}
+		for f.forward() {
 		}
 		select {
 		case <-f.wake:
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-tick.C:
+			// Appends that were not notified (none are expected) are
+			// found at the next tick.
+			if _, last, err := e.store.Bounds(ctx, f.subject); err == nil {
+				f.appended(last)
+			}
 		}
+	}
+}
+
+// forward routes the messages between the cursor and the highest
+// appended sequence; it reports whether it made progress and may make
+// more.
+func (f *fanout) forward() bool {
+	e := f.e
+	high := f.high.Load()
+	f.mu.Lock()
+	cursor := f.cursor
+	f.mu.Unlock()
+	if cursor > high {
+		return false
+	}
+	for n := 0; cursor <= high && n < maxBatch; n++ {
+		d := e.recentAt(f.subject, cursor)
+		if d == nil {
+			break
+		}
+		f.route(d)
+		cursor++
+	}
+	if cursor > high {
+		return false
+	}
+	if e.recentAt(f.subject, cursor) != nil {
+		return true
+	}
+	// Not in the cache: read it (and what follows) from the store.
+	sms, err := e.store.Read(e.ctx, f.subject, cursor, maxBatch)
+	if err != nil || len(sms) == 0 {
+		return false
+	}
+	for _, sm := range sms {
+		if d, err := e.decode(sm); err == nil {
+			f.route(d)
+		} else {
+			f.skip(sm.Seq)
+		}
+	}
+	return true
+}
+
+// route queues d to every live subscriber it matches and moves the cursor
+// past it.
+func (f *fanout) route(d *decoded) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if d.seq < f.cursor {
+		return
+	}
+	f.hits = f.live.AppendMatches(f.hits[:0], d.data)
+	for _, s := range f.hits {
+		select {
+		case s.queue <- d:
+		default:
+			// Full: the subscriber falls behind and reads the store.
+			f.live.Remove(s.sel, s)
+			s.lagging.Store(true)
+		}
+	}
+	clear(f.hits)
+	f.cursor = d.seq + 1
+}
+
+// skip moves the cursor past a stored message that does not decode.
+func (f *fanout) skip(seq uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seq >= f.cursor {
+		f.cursor = seq + 1
 	}
 }

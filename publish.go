@@ -255,6 +255,14 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	}
 	res.r = Result{Status: StatusAccepted, Message: &res.m}
 	e.auditAsync(EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID}))
+	// Subscribers get what the gates judged: the stored envelope and the
+	// data tree the gates read, decoded once. The copy shares nothing
+	// with the publisher, who may reuse its buffers once Publish returns.
+	kept := res.m.Clone()
+	if len(kept.Data) == 0 {
+		kept.Data = json.RawMessage("{}") // as stored
+	}
+	e.remember(s.name, stored.Seq, kept, a.Data)
 	e.notify(s.name, stored.Seq)
 	return &res.r, nil
 }

@@ -47,6 +47,22 @@ func (c *recentCache) ring(subject string) *recentRing {
 	return r
 }
 
+// remember keeps an accepted message's decoded form, as the gates judged
+// it, so that the fan-out hands it to subscribers without reading and
+// decoding it again. m and data must not be shared with the publisher.
+func (e *Engine) remember(subject string, seq uint64, m *Message, data any) {
+	e.recent.ring(subject).slots[seq%recentSize].Store(&decoded{seq: seq, m: m, data: data})
+}
+
+// recentAt returns the decoded message of subject at seq when the cache
+// holds it.
+func (e *Engine) recentAt(subject string, seq uint64) *decoded {
+	if d := e.recent.ring(subject).slots[seq%recentSize].Load(); d != nil && d.seq == seq {
+		return d
+	}
+	return nil
+}
+
 // decode returns the decoded form of sm, from the cache when it is there.
 // The returned message and data are shared: callers must not mutate them.
 func (e *Engine) decode(sm store.Message) (*decoded, error) {

@@ -44,6 +44,15 @@ func RetryAfter(delay time.Duration, err error) error { return &RetryError{Delay
 // attempt number and no attempt is spent on a consumer that never saw it.
 var ErrUndelivered = errors.New("pigeon: the delivery did not reach the consumer")
 
+// AsyncHandler is a Handler for consumers that answer later, as
+// transports do: it hands d on and returns at once, and calls done exactly
+// once with the outcome (nil acknowledges; an error, a RetryError or
+// ErrUndelivered as a Handler would return). The subscription keeps the
+// delivery in flight, holding one of its slots, until done is called;
+// done never blocks. d.Message is shared with other subscribers and must
+// not be modified.
+type AsyncHandler func(ctx context.Context, d *Delivery, done func(error))
+
 // Middleware wraps a Handler.
 type Middleware func(Handler) Handler
 
@@ -141,7 +150,11 @@ type SubscribeOptions struct {
 	Group       string
 	MaxInFlight int
 	Start       Start
-	Middleware  []Middleware
+	// AtMostOnce, on a pubsub subject, delivers each message once with no
+	// acknowledgement: a handler's failure is not retried. Deliveries are
+	// still governed and recorded, per batch.
+	AtMostOnce bool
+	Middleware []Middleware
 }
 
 // WithSelector selects messages by content, e.g. "/kind=chat/room=lobby".
@@ -152,6 +165,12 @@ func WithFilter(expr string) SubscribeOption { return func(o *SubscribeOptions) 
 
 // WithGroup names the consumer group on a work-queue subject.
 func WithGroup(g string) SubscribeOption { return func(o *SubscribeOptions) { o.Group = g } }
+
+// WithAtMostOnce makes a pubsub subscription at-most-once: no
+// acknowledgements and no redelivery, for telemetry-like subjects. Every
+// message still passes the contract check and is recorded in the audit
+// log (one record per delivered batch).
+func WithAtMostOnce() SubscribeOption { return func(o *SubscribeOptions) { o.AtMostOnce = true } }
 
 // WithMaxInFlight bounds concurrent handler calls (1 to 10000, default 1).
 func WithMaxInFlight(n int) SubscribeOption { return func(o *SubscribeOptions) { o.MaxInFlight = n } }
@@ -171,18 +190,33 @@ const MaxInFlightLimit = 10000
 // Session.Subscribe. It serves transports, which hold no in-process
 // Session: the deliveries' Session is nil.
 func (e *Engine) Subscribe(ctx context.Context, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
-	return e.subscribe(ctx, nil, c, subjectName, h, opts...)
+	if h == nil {
+		return nil, NewError(CodeInvalidArgument, "a handler is required")
+	}
+	return e.subscribe(ctx, nil, c, subjectName, h, nil, opts...)
 }
 
-// subscribe is Subscribe for sess, which the deliveries carry.
-func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, opts ...SubscribeOption) (Subscription, error) {
+// SubscribeAsync is Subscribe for a consumer that answers later: up to
+// MaxInFlight deliveries are handed to h without waiting for the first
+// one's answer (for a transport: a window of messages on the wire).
+// Middleware does not apply to an AsyncHandler.
+func (e *Engine) SubscribeAsync(ctx context.Context, c Caller, subjectName string, h AsyncHandler, opts ...SubscribeOption) (Subscription, error) {
+	if h == nil {
+		return nil, NewError(CodeInvalidArgument, "a handler is required")
+	}
+	return e.subscribe(ctx, nil, c, subjectName, nil, h, opts...)
+}
+
+// subscribe is Subscribe for sess, which the deliveries carry; exactly one
+// of h and ah is set.
+func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectName string, h Handler, ah AsyncHandler, opts ...SubscribeOption) (Subscription, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
-	if h == nil {
+	if h == nil && ah == nil {
 		return nil, NewError(CodeInvalidArgument, "a handler is required")
 	}
 	var o SubscribeOptions
@@ -199,6 +233,9 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if s == nil {
 		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
 	}
+	if o.AtMostOnce && s.mode != ModePubSub {
+		return nil, NewError(CodeInvalidArgument, "at-most-once delivery is for pubsub subjects; %q is %s", s.name, s.mode)
+	}
 	sel, err := ParseSelector(orAll(o.Selector))
 	if err != nil {
 		return nil, err
@@ -214,12 +251,12 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		return nil, e.contractError(ctx, EventSubscribeDenied, c.Principal, s.name, c.ContractID, code, reason)
 	}
 	scope := k.permits[s.name]
-	for i := len(o.Middleware) - 1; i >= 0; i-- {
+	for i := len(o.Middleware) - 1; h != nil && i >= 0; i-- {
 		h = o.Middleware[i](h)
 	}
 	sub := &subscription{
-		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h,
-		done: make(chan struct{}), wake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
+		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h, ah: ah, atMost: o.AtMostOnce,
+		done: make(chan struct{}), wake: make(chan struct{}, 1), resWake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
 	}
 	sub.ctx, sub.cancel = context.WithCancel(e.ctx) // ends with the subscription or Shutdown
 	if s.mode == ModePubSub {
@@ -235,7 +272,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		default:
 			sub.cursor = max(o.Start.seq, 1)
 		}
-		sub.queue = make(chan queued, liveQueue)
+		sub.queue = make(chan *decoded, liveQueue)
 		sub.lagging.Store(true)
 	} else {
 		sub.group = consumerGroup(scope, &o, sel)
@@ -270,7 +307,10 @@ func (s *localSession) Subscribe(ctx context.Context, subject string, h Handler,
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	sub, err := s.e.subscribe(ctx, s, s.caller, subject, h, opts...)
+	if h == nil {
+		return nil, NewError(CodeInvalidArgument, "a handler is required")
+	}
+	sub, err := s.e.subscribe(ctx, s, s.caller, subject, h, nil, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,12 @@ import (
 
 // liveQueue is how many messages a live pubsub subscriber may have waiting
 // before it falls back to reading from the store.
-const liveQueue = 256
+const liveQueue = 1024
+
+// maxBatch is the most messages one delivery batch holds. A batch is
+// checked against the contract once, before any of it is handed over, and
+// recorded in the audit log once.
+const maxBatch = 256
 
 type subscription struct {
 	id      string
@@ -25,7 +31,9 @@ type subscription struct {
 	sel     Selector
 	filter  *cond.Condition
 	group   string
-	h       Handler
+	h       Handler      // a synchronous handler, adapted to ah
+	ah      AsyncHandler // the handler of a transport (nil: h)
+	atMost  bool         // at-most-once: no acknowledgements, no redelivery
 	scope   *permit // the contract's permit on the subject: its receive scope applies
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -37,15 +45,25 @@ type subscription struct {
 	err     error
 	stopped atomic.Bool
 
+	// Outcomes reported by the handler, taken by the loop: acknowledged
+	// messages to record, work-queue outcomes to settle in the store.
+	resMu   sync.Mutex
+	acked   deliveryLog
+	settles []outcome
+	resWake chan struct{}
+	spare   deliveryLog // the loop's: acked is swapped with it to record
+
 	// pubsub: messages pushed by the subject's fan-out while live.
-	queue   chan queued
+	queue   chan *decoded
 	lagging atomic.Bool
-	cursor  uint64 // next sequence to deliver (owned by the loop)
+	cursor  uint64     // next sequence to deliver (owned by the loop)
+	batch   []*decoded // the loop's batch buffer
 }
 
-type queued struct {
-	m    *Message
-	data any
+// outcome is a handler's answer to one work-queue delivery.
+type outcome struct {
+	d   *decoded
+	err error
 }
 
 var subSeq atomic.Uint64
@@ -136,9 +154,9 @@ func (ss *sessionSubs) closeAll() {
 
 // notify wakes deliveries of subject after seq was appended. It never
 // blocks the publisher.
-func (e *Engine) notify(subject string, _ uint64) {
+func (e *Engine) notify(subject string, seq uint64) {
 	if f := e.fanoutOf(subject); f != nil {
-		f.poke()
+		f.appended(seq)
 	}
 }
 
@@ -170,6 +188,7 @@ func (s *subscription) run() {
 func (s *subscription) finish() {
 	s.stop(nil)
 	s.running.Wait()
+	s.flush() // what was answered before the end is recorded and settled
 	e := s.e
 	e.subs.mu.Lock()
 	delete(e.subs.all, s)
@@ -192,10 +211,11 @@ func (s *subscription) finish() {
 // cannot be written probes it again.
 const auditPause = 100 * time.Millisecond
 
-// checkDelivery re-checks the contract and receive rule before a delivery;
-// a failure stops the subscription. While the audit log cannot be written
-// it waits: nothing is delivered without its evidence, and the
-// subscription goes on once the log is whole.
+// checkDelivery re-checks the contract and receive rule before a batch of
+// deliveries (and before a redelivery); a failure stops the subscription.
+// While the audit log cannot be written it waits: nothing is delivered
+// without its evidence, and the subscription goes on once the log is
+// whole.
 func (s *subscription) checkDelivery() bool {
 	for s.e.auditGuard(s.ctx) != nil {
 		select {
@@ -225,165 +245,281 @@ func (s *subscription) selects(m *Message, data any) bool {
 	return err == nil && ok
 }
 
-// runPubSub delivers in sequence order: from the store while behind, from
-// the fan-out's queue while live.
+// base is the start of the subscription's audit records.
+func (s *subscription) base() store.AuditRecord {
+	return store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, PolicyID: s.subj.policyID, Ref: s.id}
+}
+
+// runPubSub delivers in sequence order, in batches: from the store while
+// behind, from the fan-out's queue while live.
 func (s *subscription) runPubSub() {
-	e := s.e
-	f := e.fanoutOf(s.subj.name)
+	f := s.e.fanoutOf(s.subj.name)
 	for s.ctx.Err() == nil {
-		if !s.lagging.Load() {
-			select {
-			case q := <-s.queue:
-				if q.m.Sequence < s.cursor {
-					continue
-				}
-				s.deliverPubSub(q.m, q.data)
-				s.cursor = q.m.Sequence + 1
-				continue
-			case <-s.wake:
-				if !s.checkDelivery() {
-					return
-				}
-				continue
-			case <-s.ctx.Done():
-				return
-			}
-		}
-		// Behind: drain what the queue still holds, then read the store.
-		for drained := false; !drained; {
-			select {
-			case q := <-s.queue:
-				if q.m.Sequence >= s.cursor {
-					s.deliverPubSub(q.m, q.data)
-					s.cursor = q.m.Sequence + 1
-				}
-			default:
-				drained = true
-			}
-		}
-		sms, err := e.store.Read(s.ctx, s.subj.name, s.cursor, 256)
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.stop(storeError(err))
-			}
+		s.flush()
+		batch, ok := s.nextBatch(f)
+		if !ok {
 			return
 		}
-		for _, sm := range sms {
-			if s.ctx.Err() != nil {
-				return
-			}
-			d, err := e.decode(sm)
-			if err != nil {
-				s.cursor = sm.Seq + 1
-				continue
-			}
-			if s.sel.Match(d.data) {
-				s.deliverPubSub(d.m, d.data)
-			}
-			s.cursor = sm.Seq + 1
+		if len(batch) > 0 {
+			s.deliverBatch(batch)
 		}
-		if len(sms) == 256 {
-			continue
-		}
-		if f.join(s) {
-			continue
-		}
+	}
+}
+
+// take adds d to the batch unless it was delivered already.
+func (s *subscription) take(d *decoded) {
+	if d.seq < s.cursor {
+		return
+	}
+	s.batch = append(s.batch, d)
+	s.cursor = d.seq + 1
+}
+
+// nextBatch waits for the next messages to deliver, up to maxBatch. It
+// returns an empty batch when it woke for something else, and false when
+// the subscription ends.
+func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
+	s.batch = s.batch[:0]
+	if !s.lagging.Load() {
 		select {
+		case d := <-s.queue:
+			s.take(d)
 		case <-s.wake:
-			if !s.checkDelivery() {
-				return
-			}
+			return nil, s.checkDelivery()
+		case <-s.resWake:
+			return nil, true
 		case <-s.ctx.Done():
-		case <-time.After(50 * time.Millisecond):
+			return nil, false
 		}
-	}
-}
-
-// deliverPubSub runs the handler for one message, retrying a failure with
-// the subject's backoff up to its attempts, then exhausting it.
-func (s *subscription) deliverPubSub(m *Message, data any) {
-	if !s.checkDelivery() || !s.selects(m, data) {
-		return
-	}
-	s.dispatch(func() {
-		for attempt := 1; ; attempt++ {
-			err := s.call(m, attempt)
-			if err == nil {
-				return
-			}
-			if attempt >= s.subj.maxAtt || s.ctx.Err() != nil {
-				if s.ctx.Err() == nil {
-					s.e.audit(s.ctx, EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, MessageID: m.ID, Ref: s.id}))
-				}
-				return
-			}
+		for len(s.batch) < maxBatch {
 			select {
-			case <-time.After(s.e.retryDelay(s.subj, attempt, err)):
-			case <-s.ctx.Done():
-				return
-			}
-			if !s.checkDelivery() {
-				return
+			case d := <-s.queue:
+				s.take(d)
+			default:
+				return s.batch, true
 			}
 		}
-	})
+		return s.batch, true
+	}
+	// Behind: first what the queue still holds, then the store.
+	for len(s.batch) < maxBatch {
+		select {
+		case d := <-s.queue:
+			s.take(d)
+			continue
+		default:
+		}
+		break
+	}
+	if len(s.batch) > 0 {
+		return s.batch, true
+	}
+	e := s.e
+	sms, err := e.store.Read(s.ctx, s.subj.name, s.cursor, maxBatch)
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.stop(storeError(err))
+		}
+		return nil, false
+	}
+	for _, sm := range sms {
+		d, err := e.decode(sm)
+		if err == nil && s.sel.Match(d.data) {
+			s.batch = append(s.batch, d)
+		}
+		s.cursor = sm.Seq + 1
+	}
+	if len(sms) == maxBatch || f.join(s) || len(s.batch) > 0 {
+		return s.batch, true
+	}
+	select {
+	case <-s.wake:
+		return nil, s.checkDelivery()
+	case <-s.resWake:
+	case <-s.ctx.Done():
+		return nil, false
+	case <-time.After(50 * time.Millisecond):
+	}
+	return nil, true
 }
 
-// dispatch runs fn inline when the subscription handles one message at a
-// time, and on a goroutine of its own within the in-flight bound otherwise.
-func (s *subscription) dispatch(fn func()) {
-	if cap(s.slots) == 1 {
-		fn()
+// deliverBatch checks the contract once and hands the batch over, in
+// order, within the in-flight bound. A wait for a free slot is followed by
+// another check: a revocation that came meanwhile stops the rest. One
+// record covers what was handed over.
+func (s *subscription) deliverBatch(batch []*decoded) {
+	if !s.checkDelivery() {
 		return
 	}
-	s.acquire()
-	s.running.Add(1)
+	var sent deliveryLog
+	defer func() {
+		for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
+			s.e.auditAsync(r)
+		}
+	}()
+	for _, d := range batch {
+		if !s.selects(d.m, d.data) {
+			continue
+		}
+		ok, waited := s.acquire()
+		if !ok {
+			return
+		}
+		if waited && !s.checkDelivery() {
+			s.release()
+			return
+		}
+		sent.add(d.seq, d.m.ID)
+		s.running.Add(1)
+		s.deliver(d, 1)
+	}
+}
+
+// deliver hands d to the handler as attempt; the subscription holds one
+// in-flight slot for it until settled releases it.
+func (s *subscription) deliver(d *decoded, attempt int) {
+	if s.ah != nil {
+		var once atomic.Bool
+		s.ah(s.ctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess}, func(err error) {
+			if once.CompareAndSwap(false, true) {
+				s.settled(d, attempt, err)
+			}
+		})
+		return
+	}
+	if cap(s.slots) == 1 {
+		s.settled(d, attempt, s.call(d.m, attempt))
+		return
+	}
+	go func() { s.settled(d, attempt, s.call(d.m, attempt)) }()
+}
+
+// call runs the synchronous handler once on a copy of m, recovering a
+// panic as a failure.
+func (s *subscription) call(m *Message, attempt int) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pigeon: handler panicked: %v", p)
+		}
+	}()
+	return s.h(s.ctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
+}
+
+// settled takes the handler's answer to one delivery. An acknowledgement
+// joins the next acknowledged-range record; a failure is recorded at once
+// and, on a pubsub subject, delivered again after the backoff until its
+// attempts run out. Work-queue outcomes are settled in the store by the
+// loop, in batches. It never blocks: transports call it from their read
+// loops.
+func (s *subscription) settled(d *decoded, attempt int, err error) {
+	if s.group != "" {
+		s.resMu.Lock()
+		s.settles = append(s.settles, outcome{d, err})
+		s.resMu.Unlock()
+		s.pokeResults()
+		s.done1()
+		return
+	}
+	if err == nil || s.atMost {
+		if !s.atMost {
+			s.resMu.Lock()
+			first := s.acked.empty()
+			s.acked.add(d.seq, d.m.ID)
+			s.resMu.Unlock()
+			if first {
+				s.pokeResults()
+			}
+		}
+		s.done1()
+		return
+	}
+	rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
+	rec.MessageID = d.m.ID
+	s.e.auditAsync(rec)
+	if attempt >= s.subj.maxAtt || s.ctx.Err() != nil || errors.Is(err, ErrUndelivered) {
+		if s.ctx.Err() == nil && attempt >= s.subj.maxAtt {
+			rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, s.base())
+			rec.MessageID = d.m.ID
+			s.e.auditAsync(rec)
+		}
+		s.done1()
+		return
+	}
+	delay := s.e.retryDelay(s.subj, attempt, err)
 	go func() {
-		defer s.running.Done()
-		defer s.release()
-		fn()
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.ctx.Done():
+			s.done1()
+			return
+		}
+		if !s.checkDelivery() {
+			s.done1()
+			return
+		}
+		s.deliver(d, attempt+1)
 	}()
 }
 
-func (s *subscription) acquire() {
+// done1 ends one delivery: its slot is free.
+func (s *subscription) done1() {
+	s.release()
+	s.running.Done()
+}
+
+func (s *subscription) pokeResults() {
+	select {
+	case s.resWake <- struct{}{}:
+	default:
+	}
+}
+
+// flush records the acknowledgements reported since the last flush, in
+// range records, and settles work-queue outcomes in the store.
+func (s *subscription) flush() {
+	s.resMu.Lock()
+	s.acked, s.spare = s.spare, s.acked
+	settles := s.settles
+	s.settles = nil
+	s.resMu.Unlock()
+	for _, r := range s.spare.records(EventDeliveryAcked, OutcomeAllow, s.base()) {
+		s.e.auditAsync(r)
+	}
+	if len(settles) > 0 {
+		s.e.settleAll(s, settles)
+	}
+}
+
+// acquire takes an in-flight slot, waiting while all are taken; waited
+// says it had to wait. It fails when the subscription ends.
+func (s *subscription) acquire() (ok, waited bool) {
 	select {
 	case s.slots <- struct{}{}:
-	case <-s.ctx.Done():
-		s.slots <- struct{}{} // handlers still finish; a slot frees soon
+		return true, false
+	default:
+	}
+	for {
+		select {
+		case s.slots <- struct{}{}:
+			return true, true
+		case <-s.resWake:
+			s.flush() // record and settle what was answered meanwhile
+		case <-s.ctx.Done():
+			return false, true
+		}
 	}
 }
 
 func (s *subscription) release() { <-s.slots }
 
-// call runs the handler once, recovering a panic as a failure, and audits
-// the outcome.
-func (s *subscription) call(m *Message, attempt int) (err error) {
-	e := s.e
-	rec := store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, PolicyID: s.subj.policyID, MessageID: m.ID, Ref: s.id}
-	rec.Type, rec.Outcome = string(EventDeliveryDispatched), string(OutcomeAllow)
-	e.auditAsync(rec)
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("pigeon: handler panicked: %v", p)
-		}
-		if err == nil {
-			rec.Type = string(EventDeliveryAcked)
-		} else {
-			rec.Type, rec.Outcome = string(EventDeliveryNacked), string(OutcomeDeny)
-		}
-		e.auditAsync(rec)
-	}()
-	return s.h(s.ctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
-}
-
 // runGroup competes for leased messages of a work-queue group.
 func (s *subscription) runGroup() {
 	e := s.e
 	for s.ctx.Err() == nil {
+		s.flush()
 		free := cap(s.slots) - len(s.slots)
-		if cap(s.slots) == 1 {
-			free = 1
-		}
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
 			msgs, attempts, next, err := e.leaseFor(s, free)
@@ -393,8 +529,19 @@ func (s *subscription) runGroup() {
 				}
 				return
 			}
+			var sent deliveryLog
 			for i, d := range msgs {
-				s.dispatch(func() { s.handleLeased(d.m, attempts[i]) })
+				if ok, _ := s.acquire(); !ok {
+					// Leased but never handed over: back to the group
+					// uncounted when the subscription's leases are released.
+					break
+				}
+				sent.add(d.seq, d.m.ID)
+				s.running.Add(1)
+				s.deliver(d, attempts[i])
+			}
+			for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
+				e.auditAsync(r)
 			}
 			if len(msgs) == free {
 				continue
@@ -405,15 +552,50 @@ func (s *subscription) runGroup() {
 		}
 		select {
 		case <-s.wake:
+		case <-s.resWake:
 		case <-s.ctx.Done():
 		case <-time.After(wait):
 		}
 	}
 }
 
-func (s *subscription) handleLeased(m *Message, attempt int) {
-	err := s.call(m, attempt)
+// settleAll settles the subscription's work-queue outcomes: what was
+// acknowledged is marked done in one store write and one record, each
+// failure is given back for redelivery.
+func (e *Engine) settleAll(s *subscription, rs []outcome) {
 	ctx := context.WithoutCancel(s.ctx)
-	_ = s.e.settle(ctx, s, m.Sequence, err)
-	s.e.pokeGroup(s.subj.name)
+	var (
+		acked []*decoded
+		ok    deliveryLog
+	)
+	for _, r := range rs {
+		if r.err == nil {
+			acked = append(acked, r.d)
+			continue
+		}
+		rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
+		rec.MessageID = r.d.m.ID
+		e.auditAsync(rec)
+		_ = e.settle(ctx, s, r.d.seq, r.err)
+	}
+	if len(acked) > 0 {
+		if g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group}); err == nil {
+			g.mu.Lock()
+			var mine []uint64
+			for _, d := range acked {
+				if l := g.leases[d.seq]; l != nil && l.holder == s.id {
+					mine = append(mine, d.seq)
+					ok.add(d.seq, d.m.ID)
+				}
+			}
+			if err := e.markDoneAll(ctx, g, mine); err != nil {
+				ok = deliveryLog{} // not done: the leases expire and the messages come back
+			}
+			g.mu.Unlock()
+		}
+		for _, r := range ok.records(EventDeliveryAcked, OutcomeAllow, s.base()) {
+			e.auditAsync(r)
+		}
+	}
+	e.pokeGroup(s.subj.name)
 }

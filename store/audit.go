@@ -32,6 +32,15 @@ type AuditRecord struct {
 	Ref        string    `json:"ref,omitempty"`
 	PrevHash   string    `json:"prevHash"`
 	Hash       string    `json:"hash"`
+	// Seqs, Count and Digest describe the messages of one subject that a
+	// batch record covers (a delivery batch, an acknowledged range): Seqs
+	// lists their sequences as ascending ranges ("4-9,12"), Count says how
+	// many there are and Digest is the SHA-256 (hex) of their ids in
+	// sequence order, each followed by a newline. On a publish.accepted
+	// record Seqs is the message's sequence alone. Empty elsewhere.
+	Seqs   string `json:"seqs,omitempty"`
+	Count  int    `json:"count,omitempty"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // Checkpoint stands for audit records removed by retention: the sequence and
@@ -67,6 +76,12 @@ func (r *AuditRecord) ComputeHash() string {
 	field(r.MessageID)
 	field(r.Ref)
 	field(r.PrevHash)
+	if r.Seqs != "" || r.Count != 0 || r.Digest != "" {
+		// Records without them hash as they always have.
+		field(r.Seqs)
+		b = binary.AppendVarint(b, int64(r.Count))
+		field(r.Digest)
+	}
 	sum := sha256.Sum256(b)
 	var out [64]byte
 	hex.Encode(out[:], sum[:])

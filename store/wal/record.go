@@ -344,6 +344,12 @@ func appendAudit(dst []byte, r *store.AuditRecord) []byte {
 		r.PolicyID, r.SchemaID, r.MessageID, r.Ref, r.PrevHash, r.Hash} {
 		e.str(s)
 	}
+	if r.Seqs != "" || r.Count != 0 || r.Digest != "" {
+		// A record without them is encoded as before.
+		e.str(r.Seqs)
+		e.varint(int64(r.Count))
+		e.str(r.Digest)
+	}
 	e.finish()
 	return e.b
 }
@@ -361,6 +367,11 @@ func decodeAudit(p []byte) (store.AuditRecord, error) {
 	for _, f := range []*string{&r.Outcome, &r.Code, &r.Gate, &r.Subject, &r.Principal, &r.ContractID,
 		&r.PolicyID, &r.SchemaID, &r.MessageID, &r.Ref, &r.PrevHash, &r.Hash} {
 		*f = d.str()
+	}
+	if d.err == nil && len(d.b) > 0 {
+		r.Seqs = d.str()
+		r.Count = int(d.varint())
+		r.Digest = d.str()
 	}
 	return r, d.done()
 }
