@@ -106,7 +106,9 @@ func DeliveryDigest(ids []string) string {
 // more than max sequences.
 func ParseSeqs(s string, max int) ([]uint64, error) {
 	var out []uint64
-	bad := func() ([]uint64, error) { return nil, NewError(CodeInvalidArgument, "seqs %q is not a list of ascending ranges", s) }
+	bad := func() ([]uint64, error) {
+		return nil, NewError(CodeInvalidArgument, "seqs %q is not a list of ascending ranges", s)
+	}
 	if s == "" {
 		return nil, nil
 	}

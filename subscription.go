@@ -34,7 +34,7 @@ type subscription struct {
 	h       Handler      // a synchronous handler, adapted to ah
 	ah      AsyncHandler // the handler of a transport (nil: h)
 	atMost  bool         // at-most-once: no acknowledgements, no redelivery
-	scope   *permit // the contract's permit on the subject: its receive scope applies
+	scope   *permit      // the contract's permit on the subject: its receive scope applies
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
