@@ -112,7 +112,7 @@ func DecodeMessage(b []byte) (*Message, error) {
 		return nil, jsonTextError(err, CodeEnvelopeInvalid)
 	}
 	var m Message
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := unmarshalEnvelope(b, &m); err != nil {
 		return nil, WrapError(CodeEnvelopeInvalid, err, "message is not a valid envelope: %s", jsonErrorText(err))
 	}
 	return &m, nil

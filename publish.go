@@ -284,7 +284,7 @@ type acceptedResult struct {
 // decodeStored rebuilds an accepted message from its stored form.
 func decodeStored(sm store.Message) (*Message, error) {
 	var m Message
-	if err := json.Unmarshal(sm.Body, &m); err != nil {
+	if err := unmarshalEnvelope(sm.Body, &m); err != nil {
 		return nil, WrapError(CodeStoreCorrupt, err, "stored message %s does not decode", sm.ID)
 	}
 	m.Sequence = sm.Seq
