@@ -42,6 +42,12 @@ const (
 	OpUnsubscribed = "unsubscribed"
 )
 
+// Acknowledgement modes of a subscribe frame's "ack".
+const (
+	AckExplicit = "explicit" // the default: each delivery is acked or nacked
+	AckNone     = "none"     // at-most-once, pubsub only: nothing is answered
+)
+
 // Subprotocol is the WebSocket subprotocol of this protocol.
 const Subprotocol = "pigeon.v1"
 
@@ -75,6 +81,10 @@ type Frame struct {
 	Filter      string          `json:"filter,omitempty"`
 	Group       string          `json:"group,omitempty"`
 	MaxInFlight int             `json:"maxInFlight,omitempty"`
+	Window      int             `json:"window,omitempty"`
+	Ack         string          `json:"ack,omitempty"`
+	MessageIDs  []string        `json:"messageIds,omitempty"`
+	NotPending  []string        `json:"notPending,omitempty"`
 	Start       json.RawMessage `json:"start,omitempty"`
 	MessageID   string          `json:"messageId,omitempty"`
 	DelayMs     *int64          `json:"delayMs,omitempty"`

@@ -165,8 +165,25 @@ func subscribeOptions(f *Frame) ([]pigeon.SubscribeOption, error) {
 	if f.Group != "" {
 		opts = append(opts, pigeon.WithGroup(f.Group))
 	}
-	if f.MaxInFlight != 0 {
-		opts = append(opts, pigeon.WithMaxInFlight(f.MaxInFlight))
+	switch f.Ack {
+	case "", AckExplicit:
+	case AckNone:
+		opts = append(opts, pigeon.WithAtMostOnce())
+	default:
+		return nil, pigeon.NewError(pigeon.CodeInvalidArgument, `ack must be %q or %q`, AckExplicit, AckNone)
+	}
+	// The engine's in-flight bound is the window: how many deliveries may
+	// be on the wire unanswered. A v1 client sends no window; its bound is
+	// its maxInFlight, as before.
+	w := f.MaxInFlight
+	if f.Window != 0 {
+		if f.Window < 0 || f.MaxInFlight < 0 {
+			return nil, pigeon.NewError(pigeon.CodeInvalidArgument, "window and maxInFlight must be positive")
+		}
+		w = max(f.Window, f.MaxInFlight)
+	}
+	if w != 0 {
+		opts = append(opts, pigeon.WithMaxInFlight(w))
 	}
 	if len(f.Start) > 0 {
 		var st pigeon.Start
@@ -191,8 +208,8 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if p, err := c.srv.e.Subject(f.Subject); err == nil && p.Delivery.AckWaitMs > 0 {
 		ackWait = time.Duration(p.Delivery.AckWaitMs) * time.Millisecond
 	}
-	ss := newServerSub(c, caller, ackWait)
-	sub, err := c.srv.e.Subscribe(c.ctx, caller, f.Subject, ss.handle, opts...)
+	ss := newServerSub(c, caller, ackWait, f.Ack == AckNone)
+	sub, err := c.srv.e.SubscribeAsync(c.ctx, caller, f.Subject, ss.handle, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -222,10 +239,14 @@ func (c *conn) unsubscribe(f *Frame) ([]byte, error) {
 	return encodeSimple(OpOK, f.ID), nil
 }
 
-// settleSub answers an ack or nack of a subscription delivery.
+// settleSub answers an ack or nack of subscription deliveries: one
+// (messageId) or many (messageIds). The answer is ok when every one was
+// waiting; ids that were not (already settled, or their ack wait passed)
+// are named in the ok's notPending, or, for a single id, refused with
+// ACK_NOT_ALLOWED.
 func (c *conn) settleSub(f *Frame) {
-	if f.MessageID == "" {
-		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required"))
+	if f.MessageID == "" && len(f.MessageIDs) == 0 {
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "messageId or messageIds is required"))
 		return
 	}
 	c.mu.Lock()
@@ -244,11 +265,32 @@ func (c *conn) settleSub(f *Frame) {
 		}
 		a.delay = d
 	}
-	if !ss.settle(f.MessageID, a) {
-		c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, or its ack wait passed)", f.MessageID, f.Sub))
+	if len(f.MessageIDs) == 0 {
+		if !ss.settle(f.MessageID, a) {
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, or its ack wait passed)", f.MessageID, f.Sub))
+			return
+		}
+		_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))
 		return
 	}
-	_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))
+	var stale []string
+	for _, id := range append(f.MessageIDs, f.MessageID) {
+		if id != "" && !ss.settle(id, a) {
+			stale = append(stale, id)
+		}
+	}
+	b := appendHead(make([]byte, 0, 32+len(f.ID)), OpOK, f.ID)
+	if len(stale) > 0 {
+		b = append(b, `,"notPending":[`...)
+		for i, id := range stale {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsontext.AppendString(b, id)
+		}
+		b = append(b, ']')
+	}
+	_ = c.send(c.ctx, append(b, '}'))
 }
 
 // settle acks or nacks a message taken with receive.

@@ -15,22 +15,33 @@ import (
 )
 
 // serverSub is the server side of one WebSocket subscription: an engine
-// subscription whose handler pushes each delivery to the client as a
-// deliver frame and then waits for the client's ack or nack, the ack wait,
-// or the end of the subscription or connection. Returning nil acks,
-// returning an error nacks: leases, redelivery, backoff and exhaustion all
-// stay the engine's.
+// subscription whose asynchronous handler pushes each delivery to the
+// client as a deliver frame and returns at once. Up to the subscription's
+// window of deliveries are on the wire unanswered; each is settled when the
+// client acks or nacks it (one by one or many per frame), when its ack wait
+// passes, or when the subscription or the connection ends. An
+// at-most-once subscription settles each delivery as soon as its frame is
+// queued. Leases, redelivery, backoff and exhaustion all stay the
+// engine's.
 type serverSub struct {
 	c       *conn
 	caller  pigeon.Caller // whose subscription: data read again is read as theirs
 	ackWait time.Duration
+	atMost  bool
 	sub     pigeon.Subscription
 	id      string
 	readyCh chan struct{}
 	ended   atomic.Bool // ended by the client or the connection: no push
+	sweep   sync.Once
 
 	mu      sync.Mutex
-	pending map[string]chan answer // by message id
+	pending map[string]inflight // by message id
+}
+
+// inflight is one delivery on the wire, waiting for the client's answer.
+type inflight struct {
+	done     func(error)
+	deadline time.Time
 }
 
 var (
@@ -40,8 +51,8 @@ var (
 	errUnsubscribed = errors.New("ws: the client unsubscribed before answering")
 )
 
-func newServerSub(c *conn, caller pigeon.Caller, ackWait time.Duration) *serverSub {
-	return &serverSub{c: c, caller: caller, ackWait: ackWait, readyCh: make(chan struct{}), pending: map[string]chan answer{}}
+func newServerSub(c *conn, caller pigeon.Caller, ackWait time.Duration, atMost bool) *serverSub {
+	return &serverSub{c: c, caller: caller, ackWait: ackWait, atMost: atMost, readyCh: make(chan struct{}), pending: map[string]inflight{}}
 }
 
 // start registers the running engine subscription with the connection.
@@ -93,37 +104,42 @@ func (ss *serverSub) end() {
 	<-ss.sub.Done()
 }
 
-// handle is the engine handler of the subscription. A delivery that never
-// went out (the subscription or connection is ending, the write queue is
-// stalled) is ErrUndelivered: back to the group at once, no attempt spent.
-// One that went out is answered by the client, or fails when the ack wait
-// passes; when the client unsubscribes first it is given back uncounted
-// (the Go client leaves unanswered only what no handler saw), and when the
-// connection or the engine subscription ends first it is given back at
-// once as a spent attempt: the client may have seen it.
-func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
+// handle is the engine's asynchronous handler of the subscription. A
+// delivery that never went out (the subscription or connection is ending,
+// the write queue is stalled) is ErrUndelivered: back to the group at
+// once, no attempt spent. One that went out waits in pending for the
+// client's answer; see settle and sweeper.
+func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(error)) {
 	select {
 	case <-ss.readyCh:
 	case <-ctx.Done():
-		return undelivered(ctx.Err())
+		done(undelivered(ctx.Err()))
+		return
 	}
 	if ss.ended.Load() {
-		return undelivered(errGone)
+		done(undelivered(errGone))
+		return
 	}
+	ss.sweep.Do(func() { ss.c.goBG(func() { ss.sweeper(ctx) }) })
 	id := d.Message.ID
-	ch := make(chan answer, 1)
-	ss.mu.Lock()
-	ss.pending[id] = ch
-	ss.mu.Unlock()
-	defer ss.forget(id, ch)
 	b, n, err := ss.frame(ctx, d)
 	if pigeon.ErrorCode(err) == pigeon.CodeMessageNotFound {
-		return nil // trimmed by retention while it waited: nothing left to deliver
+		done(nil) // trimmed by retention while it waited: nothing left to deliver
+		return
+	}
+	if err == nil && !ss.atMost {
+		// Pending before it is queued: the answer may come at once.
+		ss.mu.Lock()
+		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait)}
+		ss.mu.Unlock()
 	}
 	if err == nil {
 		err = ss.c.enqueue(ctx, b, n)
 	}
 	if err != nil {
+		if !ss.atMost && !ss.take(id) {
+			return // settled meanwhile (the connection ended)
+		}
 		if ctx.Err() == nil {
 			// This consumer cannot take deliveries any more: stop
 			// competing for them, or the group would hand them straight
@@ -131,29 +147,77 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery) error {
 			// the client why itself.)
 			ss.stop()
 		}
-		return undelivered(err)
+		done(undelivered(err))
+		return
 	}
-	t := time.NewTimer(ss.ackWait)
-	defer t.Stop()
-	select {
-	case a := <-ch:
-		if a.ok {
-			return nil
-		}
-		if a.delay >= 0 {
-			return pigeon.RetryAfter(a.delay, errNacked)
-		}
-		return errNacked
-	case <-t.C:
-		return errAckWait
-	case <-ctx.Done():
-		if ss.c.ctx.Err() == nil && ss.ended.Load() {
-			return undelivered(errUnsubscribed)
-		}
-		return pigeon.RetryAfter(0, ctx.Err())
-	case <-ss.c.ctx.Done():
-		return pigeon.RetryAfter(0, errGone)
+	if ss.atMost {
+		done(nil)
 	}
+}
+
+// take removes id from pending and reports whether it was there.
+func (ss *serverSub) take(id string) bool {
+	ss.mu.Lock()
+	_, ok := ss.pending[id]
+	delete(ss.pending, id)
+	ss.mu.Unlock()
+	return ok
+}
+
+// sweeper fails the deliveries whose ack wait passed, and every delivery
+// still pending when the subscription (ctx) or the connection ends: given
+// back uncounted when the client unsubscribed first (the Go client leaves
+// unanswered only what no handler saw), at once as a spent attempt
+// otherwise (the client may have seen it).
+func (ss *serverSub) sweeper(ctx context.Context) {
+	tick := time.NewTicker(min(max(ss.ackWait/4, 10*time.Millisecond), time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case now := <-tick.C:
+			ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, errAckWait)
+			continue
+		case <-ctx.Done():
+		case <-ss.c.ctx.Done():
+		}
+		var err error
+		switch {
+		case ss.c.ctx.Err() != nil:
+			err = pigeon.RetryAfter(0, errGone)
+		case ss.ended.Load():
+			err = undelivered(errUnsubscribed)
+		default:
+			err = pigeon.RetryAfter(0, ctx.Err())
+		}
+		for {
+			// Deliveries racing with the end register after a first pass.
+			if ss.expire(func(inflight) bool { return true }, err) == 0 {
+				select {
+				case <-ss.sub.Done():
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
+
+// expire fails the pending deliveries that match with err and says how
+// many it failed.
+func (ss *serverSub) expire(match func(inflight) bool, err error) int {
+	var due []func(error)
+	ss.mu.Lock()
+	for id, f := range ss.pending {
+		if match(f) {
+			due = append(due, f.done)
+			delete(ss.pending, id)
+		}
+	}
+	ss.mu.Unlock()
+	for _, done := range due {
+		done(err)
+	}
+	return len(due)
 }
 
 // frame renders the deliver frame of d once the connection's write budgets
@@ -209,14 +273,6 @@ func (ss *serverSub) stop() {
 	_ = ss.sub.Unsubscribe(ctx) // stops at once; waiting is end's business
 }
 
-func (ss *serverSub) forget(id string, ch chan answer) {
-	ss.mu.Lock()
-	if ss.pending[id] == ch {
-		delete(ss.pending, id)
-	}
-	ss.mu.Unlock()
-}
-
 // answer is a client's ack (ok) or nack, with the nack's delay (< 0: the
 // subject's backoff).
 type answer struct {
@@ -224,17 +280,24 @@ type answer struct {
 	delay time.Duration
 }
 
-// settle hands the client's answer to the waiting handler; it reports
-// whether one was waiting.
+// settle hands the client's answer to the delivery waiting for it; it
+// reports whether one was waiting.
 func (ss *serverSub) settle(id string, a answer) bool {
 	ss.mu.Lock()
-	ch := ss.pending[id]
+	f, ok := ss.pending[id]
 	delete(ss.pending, id)
 	ss.mu.Unlock()
-	if ch == nil {
+	if !ok {
 		return false
 	}
-	ch <- a
+	switch {
+	case a.ok:
+		f.done(nil)
+	case a.delay >= 0:
+		f.done(pigeon.RetryAfter(a.delay, errNacked))
+	default:
+		f.done(errNacked)
+	}
 	return true
 }
 
