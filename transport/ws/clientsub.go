@@ -11,10 +11,17 @@ import (
 	"pigeon"
 )
 
-// clientSub is the client side of a subscription: it runs the handler for
-// each deliver frame on a goroutine of its own (the server never has more
-// than maxInFlight deliveries of one subscription unanswered) and answers
-// ack when the handler returns nil, nack when it fails or panics.
+// DefaultWindow is how many deliveries of one subscription the server may
+// have on the wire unanswered, unless WithMaxInFlight asks for more: the
+// client reads ahead of its handlers by up to this many messages.
+const DefaultWindow = 256
+
+// clientSub is the client side of a subscription. The reader queues each
+// deliver frame; maxInFlight workers (one by default, so a handler sees
+// one message at a time, in order) run the handler on them; an ack joins
+// the next ack frame, which names every message acknowledged since the
+// last one, and a failure or panic is nacked at once. The server has at
+// most the window of deliveries unanswered, so the queue stays short.
 type clientSub struct {
 	s       *Session
 	subject string
@@ -26,12 +33,38 @@ type clientSub struct {
 	lastSeq atomic.Uint64
 
 	mu       sync.Mutex
+	cond     sync.Cond // on mu: the queue changed, or stopping
+	queue    []queuedDelivery
 	sid      string
 	stopping bool
-	running  sync.WaitGroup
+	running  sync.WaitGroup // deliveries queued or being handled
 	err      error
 	finished bool
+
+	ackMu   sync.Mutex
+	acks    []pendingAck
+	ackKick chan struct{}
+	sendMu  sync.Mutex // held while ack frames are sent and answered
 }
+
+// queuedDelivery is one deliver frame waiting for a worker.
+type queuedDelivery struct {
+	cc      *clientConn
+	sid     string
+	m       *pigeon.Message
+	attempt int
+}
+
+// pendingAck is one acknowledgement not yet sent.
+type pendingAck struct {
+	cc  *clientConn
+	sid string
+	id  string
+}
+
+// maxQueued bounds the deliveries queued on the client: the reader waits
+// for room beyond it (an at-most-once subscription has no window).
+const maxQueued = 4096
 
 var _ pigeon.Subscription = (*clientSub)(nil)
 
@@ -52,8 +85,22 @@ func (s *Session) Subscribe(ctx context.Context, subject string, h pigeon.Handle
 	if err != nil {
 		return nil, err
 	}
-	cs := &clientSub{s: s, subject: subject, h: h, o: o, done: make(chan struct{})}
+	if o.AtMostOnce && o.Group != "" {
+		return nil, pigeon.NewError(pigeon.CodeInvalidArgument, "at-most-once delivery is for pubsub subjects")
+	}
+	cs := &clientSub{s: s, subject: subject, h: h, o: o, done: make(chan struct{}), ackKick: make(chan struct{}, 1)}
+	cs.cond.L = &cs.mu
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
+	workers := max(1, o.MaxInFlight)
+	if o.MaxInFlight < 0 || o.MaxInFlight > pigeon.MaxInFlightLimit {
+		workers = 1 // the server refuses the subscription
+	}
+	for range workers {
+		s.goBG(cs.work)
+	}
+	if !o.AtMostOnce {
+		s.goBG(cs.ackLoop)
+	}
 	s.mu.Lock()
 	s.subs[cs] = struct{}{}
 	s.mu.Unlock()
@@ -78,6 +125,12 @@ func (cs *clientSub) abandon(cc *clientConn, err error) {
 // cs before the reader reads the first delivery.
 func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pigeon.Start) error {
 	f := Frame{Op: OpSubscribe, Subject: cs.subject, Selector: cs.o.Selector, Filter: cs.o.Filter, Group: cs.o.Group, MaxInFlight: cs.o.MaxInFlight}
+	if cs.o.MaxInFlight >= 0 {
+		f.Window = max(DefaultWindow, cs.o.MaxInFlight)
+	}
+	if cs.o.AtMostOnce {
+		f.Ack = AckNone
+	}
 	if start != pigeon.StartNew {
 		f.Start, _ = json.Marshal(start)
 	}
@@ -154,6 +207,7 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 	cs.mu.Lock()
 	already := cs.stopping
 	cs.stopping = true
+	cs.cond.Broadcast()
 	sid := cs.sid
 	cs.mu.Unlock()
 	if already {
@@ -165,6 +219,7 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 		}
 	}
 	err := cs.waitRunning(ctx)
+	cs.flushAcks(ctx)
 	if sid != "" {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cs.s.o.settleTimeout)
 		_, _ = cc.call(uctx, jsonFrame(Frame{Op: OpUnsubscribe, Sub: sid}), nil)
@@ -199,6 +254,7 @@ func (cs *clientSub) stopWith(err error) {
 		return
 	}
 	cs.stopping = true
+	cs.cond.Broadcast()
 	cs.mu.Unlock()
 	cs.cancel()
 	cs.running.Wait()
@@ -216,6 +272,7 @@ func (cs *clientSub) finish(err error) {
 		return
 	}
 	cs.finished, cs.stopping, cs.err = true, true, err
+	cs.cond.Broadcast()
 	delete(s.subs, cs)
 	if s.bySID[cs.sid] == cs {
 		delete(s.bySID, cs.sid)
@@ -226,10 +283,11 @@ func (cs *clientSub) finish(err error) {
 	close(cs.done)
 }
 
-// deliver runs on the reader: it starts the handler for one deliver frame.
-// A delivery that no running subscription wants is left unanswered: the
-// unsubscribe that ends its server subscription gives it back to the group
-// at once, without spending an attempt on a consumer that never saw it.
+// deliver runs on the reader: it queues one deliver frame for the
+// workers, waiting while the queue is full. A delivery that no running
+// subscription wants is left unanswered: the unsubscribe that ends its
+// server subscription gives it back to the group at once, without spending
+// an attempt on a consumer that never saw it.
 func (s *Session) deliver(cc *clientConn, f *Frame) {
 	m := f.Message
 	if m == nil || m.ID == "" {
@@ -247,17 +305,19 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 		return
 	}
 	cs.mu.Lock()
-	stopping := cs.stopping
-	if !stopping {
-		cs.running.Add(1)
+	for len(cs.queue) >= maxQueued && !cs.stopping && cc.ctx.Err() == nil {
+		cs.cond.Wait()
 	}
-	cs.mu.Unlock()
-	if stopping {
+	if cs.stopping || cc.ctx.Err() != nil {
 		// Unsubscribing: its unsubscribe follows once the running
 		// handlers have answered, or the server already ended it.
+		cs.mu.Unlock()
 		return
 	}
-	id := m.ID
+	cs.running.Add(1)
+	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: f.Sub, m: m, attempt: f.Attempt})
+	cs.cond.Signal()
+	cs.mu.Unlock()
 	if m.Sequence > 0 {
 		for {
 			last := cs.lastSeq.Load()
@@ -266,11 +326,39 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 			}
 		}
 	}
-	go func() {
-		defer cs.running.Done()
-		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: m, Attempt: f.Attempt, Session: s})
-		s.settle(cc, f.Sub, id, err)
-	}()
+}
+
+// work is one worker: it runs the handler on queued deliveries in order
+// until the subscription stops; what is still queued then is dropped
+// unanswered (see deliver).
+func (cs *clientSub) work() {
+	for {
+		cs.mu.Lock()
+		for len(cs.queue) == 0 && !cs.stopping {
+			cs.cond.Wait()
+		}
+		if cs.stopping {
+			n := len(cs.queue)
+			clear(cs.queue)
+			cs.queue = cs.queue[:0]
+			cs.cond.Broadcast()
+			cs.mu.Unlock()
+			for range n {
+				cs.running.Done()
+			}
+			return
+		}
+		q := cs.queue[0]
+		cs.queue[0] = queuedDelivery{}
+		cs.queue = cs.queue[1:]
+		cs.cond.Broadcast() // room for the reader
+		cs.mu.Unlock()
+		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s})
+		if !cs.o.AtMostOnce {
+			cs.settle(q, err)
+		}
+		cs.running.Done()
+	}
 }
 
 // call runs the handler once, recovering a panic as a failure.
@@ -284,26 +372,92 @@ func (cs *clientSub) call(d *pigeon.Delivery) (err error) {
 	return cs.h(cs.ctx, d)
 }
 
-// settle answers a delivery: ack when the handler returned nil, nack
-// otherwise, with the delay a pigeon.RetryAfter error asks for.
-func (s *Session) settle(cc *clientConn, sid, messageID string, handlerErr error) {
-	if messageID == "" {
+// settle answers a delivery: an ack joins the next ack frame; a failure is
+// nacked at once, with the delay a pigeon.RetryAfter error asks for.
+func (cs *clientSub) settle(q queuedDelivery, handlerErr error) {
+	if handlerErr == nil {
+		cs.ackMu.Lock()
+		cs.acks = append(cs.acks, pendingAck{cc: q.cc, sid: q.sid, id: q.m.ID})
+		cs.ackMu.Unlock()
+		select {
+		case cs.ackKick <- struct{}{}:
+		default:
+		}
 		return
 	}
-	f := Frame{Op: OpAck, Sub: sid, MessageID: messageID}
-	if handlerErr != nil {
-		f.Op = OpNack
-		var re *pigeon.RetryError
-		if errors.As(handlerErr, &re) && re.Delay >= 0 {
-			ms := re.Delay.Milliseconds()
-			f.DelayMs = &ms
+	f := Frame{Op: OpNack, Sub: q.sid, MessageID: q.m.ID}
+	var re *pigeon.RetryError
+	if errors.As(handlerErr, &re) && re.Delay >= 0 {
+		ms := re.Delay.Milliseconds()
+		f.DelayMs = &ms
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cs.s.o.settleTimeout)
+	defer cancel()
+	if _, err := q.cc.call(ctx, jsonFrame(f), nil); err != nil {
+		cs.s.o.logger.Debug("pigeon ws: nack failed", "sub", q.sid, "err", err)
+	}
+}
+
+// ackLoop sends the acknowledgements: whatever gathered while the last ack
+// frame was answered goes in the next one. It ends with the subscription
+// once every ack is sent.
+func (cs *clientSub) ackLoop() {
+	for {
+		select {
+		case <-cs.ackKick:
+		case <-cs.done:
+			cs.flushAcks(context.Background())
+			return
+		}
+		cs.flushAcks(context.Background())
+	}
+}
+
+// flushAcks sends every pending acknowledgement, one frame per connection
+// and subscription, waiting for the answers (or ctx, or the settle
+// timeout); it returns once the acks that another flush was sending are
+// answered too.
+func (cs *clientSub) flushAcks(ctx context.Context) {
+	cs.sendMu.Lock()
+	defer cs.sendMu.Unlock()
+	for {
+		cs.ackMu.Lock()
+		acks := cs.acks
+		cs.acks = nil
+		cs.ackMu.Unlock()
+		if len(acks) == 0 {
+			return
+		}
+		for len(acks) > 0 {
+			n := 1
+			for n < len(acks) && acks[n].cc == acks[0].cc && acks[n].sid == acks[0].sid {
+				n++
+			}
+			cs.sendAcks(ctx, acks[:n])
+			acks = acks[n:]
 		}
 	}
-	op := f.Op
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.settleTimeout)
+}
+
+func (cs *clientSub) sendAcks(ctx context.Context, acks []pendingAck) {
+	f := Frame{Op: OpAck, Sub: acks[0].sid}
+	if len(acks) == 1 {
+		f.MessageID = acks[0].id
+	} else {
+		f.MessageIDs = make([]string, len(acks))
+		for i, a := range acks {
+			f.MessageIDs[i] = a.id
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, cs.s.o.settleTimeout)
 	defer cancel()
-	if _, err := cc.call(ctx, jsonFrame(f), nil); err != nil {
-		s.o.logger.Debug("pigeon ws: settle failed", "op", op, "sub", sid, "err", err)
+	a, err := acks[0].cc.call(ctx, jsonFrame(f), nil)
+	if err != nil {
+		cs.s.o.logger.Debug("pigeon ws: ack failed", "sub", f.Sub, "count", len(acks), "err", err)
+		return
+	}
+	if len(a.NotPending) > 0 {
+		cs.s.o.logger.Debug("pigeon ws: acks of deliveries no longer pending", "sub", f.Sub, "count", len(a.NotPending))
 	}
 }
 
