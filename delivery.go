@@ -64,12 +64,17 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	if err != nil {
 		return nil, err
 	}
+	var log deliveryLog
+	base := store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID}
 	for _, m := range out {
-		rec := EventDeliveryDispatched.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, MessageID: m.ID})
-		e.auditAsync(rec)
-		if settle && s.mode != ModePubSub {
-			rec.Type = string(EventDeliveryAcked)
-			e.auditAsync(rec)
+		log.add(m.Sequence, m.ID)
+	}
+	acked := settle && s.mode != ModePubSub
+	for _, r := range log.records(EventDeliveryDispatched, OutcomeAllow, base) {
+		e.auditAsync(r)
+		if acked {
+			r.Type = string(EventDeliveryAcked)
+			e.auditAsync(r)
 		}
 	}
 	return out, nil

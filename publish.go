@@ -254,7 +254,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		res.m.AcceptedAt = formatTime(stored.Time)
 	}
 	res.r = Result{Status: StatusAccepted, Message: &res.m}
-	e.auditAsync(EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID}))
+	e.auditAsync(EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID, Seqs: strconv.FormatUint(stored.Seq, 10)}))
 	// Subscribers get what the gates judged: the stored envelope and the
 	// data tree the gates read, decoded once. The copy shares nothing
 	// with the publisher, who may reuse its buffers once Publish returns.

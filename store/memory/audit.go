@@ -151,6 +151,7 @@ const (
 	auditPrevSame             // PrevHash is the previous record's Hash: no bytes
 	auditPrevHex              // PrevHash is 64 lowercase hex digits: 32 bytes
 	auditHashHex              // Hash is 64 lowercase hex digits: 32 bytes
+	auditBatch                // Seqs, Count and Digest follow Hash
 )
 
 // auditIDPrefix starts the ids the broker gives its records.
@@ -195,6 +196,12 @@ func (l *auditLog) push(r *store.AuditRecord) {
 		h.flags |= auditHashHex
 	} else {
 		d = appendString(d, r.Hash)
+	}
+	if r.Seqs != "" || r.Count != 0 || r.Digest != "" {
+		h.flags |= auditBatch
+		d = appendString(d, r.Seqs)
+		d = binary.AppendVarint(d, int64(r.Count))
+		d = appendString(d, r.Digest)
 	}
 	h.end = len(d)
 	c.data = d
@@ -299,6 +306,8 @@ func (l *auditLog) at(i int) (*auditChunk, int) {
 // auditHashHex.
 type auditBytes struct {
 	id, msg, ref, prev, hash []byte
+	seqs, digest             []byte // under auditBatch
+	count                    int
 }
 
 // bytes returns the arena bytes of record j.
@@ -322,9 +331,15 @@ func (c *auditChunk) bytes(j int) (p auditBytes) {
 		p.prev, b = cut(b)
 	}
 	if h.flags&auditHashHex != 0 {
-		p.hash = b[:32]
+		p.hash, b = b[:32], b[32:]
 	} else {
-		p.hash, _ = cut(b)
+		p.hash, b = cut(b)
+	}
+	if h.flags&auditBatch != 0 {
+		p.seqs, b = cut(b)
+		n, k := binary.Varint(b)
+		p.count = int(n)
+		p.digest, _ = cut(b[k:])
 	}
 	return p
 }
@@ -413,6 +428,8 @@ func (l *auditLog) read(i0 int, out []store.AuditRecord) {
 		sb.Write(p.ref)
 		writeHex(&sb, h.flags, auditPrevHex, p.prev)
 		writeHex(&sb, h.flags, auditHashHex, p.hash)
+		sb.Write(p.seqs)
+		sb.Write(p.digest)
 	}
 
 	all := sb.String()
@@ -451,6 +468,7 @@ func (l *auditLog) read(i0 int, out []store.AuditRecord) {
 			r.PrevHash = take(hexLen(h.flags, auditPrevHex, p.prev))
 		}
 		r.Hash = take(hexLen(h.flags, auditHashHex, p.hash))
+		r.Seqs, r.Count, r.Digest = take(len(p.seqs)), p.count, take(len(p.digest))
 		prevHash = r.Hash
 	}
 }

@@ -44,6 +44,12 @@ func ChainFrom(cp store.Checkpoint, n int) []store.AuditRecord {
 			r.SchemaID = "payment.authorization.v1"
 			r.Ref = fmt.Sprintf("q-%06d", seq)
 		}
+		if seq%3 == 0 {
+			// A batch record: the fields only they carry.
+			r.Seqs = fmt.Sprintf("%d-%d,%d", seq, seq+4, seq+9)
+			r.Count = 6
+			r.Digest = fmt.Sprintf("%064x", seq)
+		}
 		r.Hash = r.ComputeHash()
 		prev = r.Hash
 		recs[i] = r
