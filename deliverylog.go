@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"slices"
 	"strconv"
-	"strings"
 
 	"pigeon/store"
 )
@@ -64,7 +63,6 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 	if len(es) == 1 {
 		r.MessageID = es[0].id
 	}
-	h := sha256.New()
 	var seqs []byte
 	for i := 0; i < len(es); {
 		j := i
@@ -81,6 +79,7 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 		}
 		i = j + 1
 	}
+	h := sha256.New()
 	var buf []byte
 	for _, e := range es {
 		buf = append(append(buf[:0], e.id...), '\n')
@@ -99,49 +98,4 @@ func DeliveryDigest(ids []string) string {
 		h.Write([]byte{'\n'})
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// ParseSeqs reads the Seqs of a batch record ("4-9,12") into the
-// sequences it lists, ascending; it refuses anything else, and lists of
-// more than max sequences.
-func ParseSeqs(s string, max int) ([]uint64, error) {
-	var out []uint64
-	bad := func() ([]uint64, error) {
-		return nil, NewError(CodeInvalidArgument, "seqs %q is not a list of ascending ranges", s)
-	}
-	if s == "" {
-		return nil, nil
-	}
-	var last uint64
-	for len(s) > 0 {
-		part := s
-		if i := strings.IndexByte(s, ','); i >= 0 {
-			part, s = s[:i], s[i+1:]
-			if s == "" {
-				return bad()
-			}
-		} else {
-			s = ""
-		}
-		lo, hi := part, part
-		if i := strings.IndexByte(part, '-'); i >= 0 {
-			lo, hi = part[:i], part[i+1:]
-		}
-		a, err1 := strconv.ParseUint(lo, 10, 64)
-		b, err2 := strconv.ParseUint(hi, 10, 64)
-		if err1 != nil || err2 != nil || a == 0 || b < a || (len(out) > 0 && a <= last) {
-			return bad()
-		}
-		if uint64(len(out))+(b-a)+1 > uint64(max) {
-			return nil, NewError(CodeInvalidArgument, "seqs %q lists more than %d sequences", s, max)
-		}
-		for v := a; ; v++ {
-			out = append(out, v)
-			if v == b {
-				break
-			}
-		}
-		last = b
-	}
-	return out, nil
 }

@@ -48,6 +48,7 @@ type subscription struct {
 	// Outcomes reported by the handler, taken by the loop: acknowledged
 	// messages to record, work-queue outcomes to settle in the store.
 	resMu   sync.Mutex
+	nAcked  atomic.Int32 // entries in acked
 	acked   deliveryLog
 	settles []outcome
 	resWake chan struct{}
@@ -211,8 +212,8 @@ func (s *subscription) finish() {
 // cannot be written probes it again.
 const auditPause = 100 * time.Millisecond
 
-// checkDelivery re-checks the contract and receive rule before a batch of
-// deliveries (and before a redelivery); a failure stops the subscription.
+// checkDelivery re-checks the contract and receive rule before each
+// delivery and redelivery; a failure stops the subscription.
 // While the audit log cannot be written it waits: nothing is delivered
 // without its evidence, and the subscription goes on once the log is
 // whole.
@@ -255,7 +256,9 @@ func (s *subscription) base() store.AuditRecord {
 func (s *subscription) runPubSub() {
 	f := s.e.fanoutOf(s.subj.name)
 	for s.ctx.Err() == nil {
-		s.flush()
+		if s.nAcked.Load() >= maxBatch {
+			s.flush()
+		}
 		batch, ok := s.nextBatch(f)
 		if !ok {
 			return
@@ -284,6 +287,14 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 		select {
 		case d := <-s.queue:
 			s.take(d)
+			goto more
+		default:
+		}
+		// Idle: record what was acknowledged, then wait.
+		s.flush()
+		select {
+		case d := <-s.queue:
+			s.take(d)
 		case <-s.wake:
 			return nil, s.checkDelivery()
 		case <-s.resWake:
@@ -291,6 +302,7 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 		case <-s.ctx.Done():
 			return nil, false
 		}
+	more:
 		for len(s.batch) < maxBatch {
 			select {
 			case d := <-s.queue:
@@ -332,6 +344,7 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	if len(sms) == maxBatch || f.join(s) || len(s.batch) > 0 {
 		return s.batch, true
 	}
+	s.flush()
 	select {
 	case <-s.wake:
 		return nil, s.checkDelivery()
@@ -343,14 +356,12 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	return nil, true
 }
 
-// deliverBatch checks the contract once and hands the batch over, in
-// order, within the in-flight bound. A wait for a free slot is followed by
-// another check: a revocation that came meanwhile stops the rest. One
-// record covers what was handed over.
+// deliverBatch hands the batch over, in order, within the in-flight
+// bound. Every message is checked against the contract as it is handed
+// over (the check is a few map lookups): a revocation, an expiry or a
+// role taken away stops the subscription before the next message, not
+// after the batch. One record covers what was handed over.
 func (s *subscription) deliverBatch(batch []*decoded) {
-	if !s.checkDelivery() {
-		return
-	}
 	var sent deliveryLog
 	defer func() {
 		for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
@@ -361,11 +372,10 @@ func (s *subscription) deliverBatch(batch []*decoded) {
 		if !s.selects(d.m, d.data) {
 			continue
 		}
-		ok, waited := s.acquire()
-		if !ok {
+		if !s.acquire() {
 			return
 		}
-		if waited && !s.checkDelivery() {
+		if !s.checkDelivery() {
 			s.release()
 			return
 		}
@@ -423,10 +433,9 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 	if err == nil || s.atMost {
 		if !s.atMost {
 			s.resMu.Lock()
-			first := s.acked.empty()
 			s.acked.add(d.seq, d.m.ID)
 			s.resMu.Unlock()
-			if first {
+			if s.nAcked.Add(1) == maxBatch {
 				s.pokeResults()
 			}
 		}
@@ -481,6 +490,7 @@ func (s *subscription) pokeResults() {
 func (s *subscription) flush() {
 	s.resMu.Lock()
 	s.acked, s.spare = s.spare, s.acked
+	s.nAcked.Store(0)
 	settles := s.settles
 	s.settles = nil
 	s.resMu.Unlock()
@@ -492,22 +502,26 @@ func (s *subscription) flush() {
 	}
 }
 
-// acquire takes an in-flight slot, waiting while all are taken; waited
-// says it had to wait. It fails when the subscription ends.
-func (s *subscription) acquire() (ok, waited bool) {
+// acquire takes an in-flight slot, waiting while all are taken. It fails
+// when the subscription ends.
+func (s *subscription) acquire() bool {
 	select {
 	case s.slots <- struct{}{}:
-		return true, false
+		return true
 	default:
 	}
 	for {
 		select {
 		case s.slots <- struct{}{}:
-			return true, true
+			return true
 		case <-s.resWake:
-			s.flush() // record and settle what was answered meanwhile
+			// Settle work-queue answers at once (their leases run);
+			// record acknowledgements when many gathered.
+			if s.group != "" || s.nAcked.Load() >= maxBatch {
+				s.flush()
+			}
 		case <-s.ctx.Done():
-			return false, true
+			return false
 		}
 	}
 }
@@ -531,9 +545,18 @@ func (s *subscription) runGroup() {
 			}
 			var sent deliveryLog
 			for i, d := range msgs {
-				if ok, _ := s.acquire(); !ok {
-					// Leased but never handed over: back to the group
-					// uncounted when the subscription's leases are released.
+				ok := s.acquire()
+				if ok && !s.checkDelivery() {
+					s.release()
+					ok = false
+				}
+				if !ok {
+					// Leased but never handed over: back to the group at
+					// once, uncounted.
+					ctx := context.WithoutCancel(s.ctx)
+					for _, d := range msgs[i:] {
+						_ = e.settle(ctx, s, d.seq, ErrUndelivered)
+					}
 					break
 				}
 				sent.add(d.seq, d.m.ID)

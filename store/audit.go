@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -129,6 +130,11 @@ func (v *Verifier) Next(r *AuditRecord) error {
 	if r.ComputeHash() != r.Hash {
 		return &ChainError{Seq: r.Seq, Reason: "hash does not match the record"}
 	}
+	if r.Count != 0 {
+		if n, ok := CountSeqs(r.Seqs); !ok || n != uint64(r.Count) || len(r.Digest) != 64 {
+			return &ChainError{Seq: r.Seq, Reason: "a batch record whose seqs, count and digest disagree"}
+		}
+	}
 	v.prev = Checkpoint{Seq: r.Seq, Hash: r.Hash}
 	v.count++
 	return nil
@@ -185,4 +191,34 @@ func VerifyChain(from Checkpoint, recs []AuditRecord) error {
 		}
 	}
 	return nil
+}
+
+// CountSeqs counts the sequences that the Seqs of a batch record lists:
+// ascending, disjoint ranges "a-b" or single sequences, comma separated,
+// every sequence at least 1. ok is false for anything else.
+func CountSeqs(seqs string) (n uint64, ok bool) {
+	var last uint64
+	for seqs != "" {
+		part := seqs
+		if i := strings.IndexByte(seqs, ','); i >= 0 {
+			part, seqs = seqs[:i], seqs[i+1:]
+			if seqs == "" {
+				return 0, false
+			}
+		} else {
+			seqs = ""
+		}
+		lo, hi := part, part
+		if i := strings.IndexByte(part, '-'); i >= 0 {
+			lo, hi = part[:i], part[i+1:]
+		}
+		a, err1 := strconv.ParseUint(lo, 10, 64)
+		b, err2 := strconv.ParseUint(hi, 10, 64)
+		if err1 != nil || err2 != nil || a == 0 || b < a || (n > 0 && a <= last) || b-a == ^uint64(0) {
+			return 0, false
+		}
+		n += b - a + 1
+		last = b
+	}
+	return n, n > 0
 }
