@@ -33,6 +33,35 @@ func auditVerifyCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// auditReceiptsCmd answers, offline, which principals were handed a
+// message and acknowledged it, and when.
+func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit receipts", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./pigeon-data", "data directory of the store")
+	if err := fs.Parse(args); err != nil {
+		return parseExit(err)
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR] MESSAGE_ID")
+		return 2
+	}
+	f := pigeon.NewReceiptFinder(fs.Arg(0))
+	if err := wal.ScanAudit(*data, func(r *pigeon.AuditRecord) error { f.Next(r); return nil }); err != nil {
+		return fail(stderr, "audit receipts", err)
+	}
+	enc := json.NewEncoder(stdout)
+	for _, r := range f.Receipts {
+		if err := enc.Encode(r); err != nil {
+			return fail(stderr, "audit receipts", err)
+		}
+	}
+	if len(f.Receipts) == 0 {
+		fmt.Fprintf(stderr, "pigeon audit receipts: no delivery of %s is recorded\n", fs.Arg(0))
+	}
+	return 0
+}
+
 func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)

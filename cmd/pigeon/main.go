@@ -9,6 +9,7 @@
 //	pigeon quarantine list|show ID|release ID [flags]
 //	pigeon audit verify --data DIR
 //	pigeon audit tail [--from N] [--follow]
+//	pigeon audit receipts --data DIR MESSAGE_ID
 //
 // Client commands reach a running server with --url (default $PIGEON_URL,
 // else http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN). serve
@@ -39,6 +40,7 @@ commands:
                               review quarantined messages (role auditor)
   audit verify --data DIR     verify the audit chain of a data directory, offline
   audit tail                  print audit records as JSON lines (role auditor)
+  audit receipts --data DIR ID  who was handed message ID and acknowledged it, offline
 
 Run "pigeon <command> -h" for the flags of a command.
 
@@ -84,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return quarantineCmd(ctx, sub, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "verify":
 		return auditVerifyCmd(rest[1:], stdout, stderr)
+	case cmd == "audit" && sub == "receipts":
+		return auditReceiptsCmd(rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "tail":
 		return auditTailCmd(ctx, rest[1:], stdout, stderr)
 	case cmd == "help" || cmd == "-h" || cmd == "--help":

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"pigeon"
+
 	"pigeon/demo"
 	"pigeon/internal/leakcheck"
 )
@@ -261,6 +263,19 @@ func TestClientCommands(t *testing.T) {
 	first := strings.SplitN(stdout, "\n", 2)[0]
 	require.Contains(t, first, `"seq":1`)
 	require.Contains(t, stdout, `"type":"quarantine.created"`)
+
+	// Offline, the audit log says who received the message, and when.
+	r.stop()
+	code, stdout, stderr = (*running)(nil).pigeon(t, ctx, "audit", "receipts", "--data", r.data, res.Message.ID)
+	require.Equal(t, 0, code, stderr)
+	var receipt pigeon.Receipt
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(stdout, "\n", 2)[0]), &receipt))
+	require.Equal(t, pigeon.EventDeliveryDispatched, receipt.Event)
+	require.Equal(t, "spiffe://merchant-prod/ns/notify/sa/notifier-worker", receipt.Principal)
+	require.False(t, receipt.Time.IsZero())
+	code, _, stderr = (*running)(nil).pigeon(t, ctx, "audit", "receipts", "--data", r.data, "msg_nobody")
+	require.Equal(t, 0, code)
+	require.Contains(t, stderr, "no delivery")
 }
 
 func TestServeWithPolicies(t *testing.T) {

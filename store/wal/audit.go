@@ -329,6 +329,15 @@ func ExportAudit(dir string, out io.Writer) error {
 	return err
 }
 
+// ScanAudit calls each with the audit records of the store in dir, oldest
+// first, verifying the chain as it goes: it stops with an error matching
+// store.ErrTampered at the first record that does not verify, or with
+// each's error. Like VerifyAudit it only reads.
+func ScanAudit(dir string, each func(*store.AuditRecord) error) error {
+	_, err := scanAuditDir(dir, each)
+	return err
+}
+
 func scanAuditDir(dir string, each func(*store.AuditRecord) error) (*auditScan, error) {
 	if _, err := os.Stat(auditDir(dir)); err != nil {
 		return nil, fmt.Errorf("wal: %s holds no audit log: %w", dir, err)
