@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -24,10 +25,20 @@ type result struct {
 	note        string
 }
 
-// window lets the load run for c.warmup, then counts what each counter
-// gained over c.duration and returns it per second, in counter order. It
-// returns ctx.Err() if ctx ends first.
+// firstMoveTimeout bounds the wait for a load's first message.
+const firstMoveTimeout = 30 * time.Second
+
+// errNothingMoved says a load moved no message in firstMoveTimeout.
+var errNothingMoved = errors.New("no message moved in " + firstMoveTimeout.String())
+
+// window waits until every counter has moved, lets the load run for
+// c.warmup, then counts what each counter gained over c.duration and
+// returns it per second, in counter order. It returns ctx.Err() if ctx
+// ends first.
 func window(ctx context.Context, c config, counters ...*atomic.Int64) ([]float64, error) {
+	if err := moving(ctx, counters); err != nil {
+		return nil, err
+	}
 	if err := sleep(ctx, c.warmup); err != nil {
 		return nil, err
 	}
@@ -45,6 +56,22 @@ func window(ctx context.Context, c config, counters ...*atomic.Int64) ([]float64
 		rates[i] = float64(n.Load()-start[i]) / elapsed
 	}
 	return rates, nil
+}
+
+// moving waits until every counter is above zero.
+func moving(ctx context.Context, counters []*atomic.Int64) error {
+	deadline := time.Now().Add(firstMoveTimeout)
+	for _, n := range counters {
+		for n.Load() == 0 {
+			if time.Now().After(deadline) {
+				return errNothingMoved
+			}
+			if err := sleep(ctx, time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // sleep waits d or until ctx ends (ctx.Err()).
