@@ -35,7 +35,7 @@ func runLoad(ctx context.Context, c config, load func(context.Context) error, co
 	}
 	r := result{rate: rates[0]}
 	if len(rates) > 1 {
-		r.rate2 = rates[1]
+		r.rate2, r.has2 = rates[1], true
 	}
 	return r, nil
 }

@@ -20,6 +20,7 @@ type config struct {
 // p99. note says anything the reader needs to judge the number.
 type result struct {
 	rate, rate2 float64
+	has2        bool // rate2 was measured
 	p50, p99    time.Duration
 	samples     int
 	note        string

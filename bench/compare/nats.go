@@ -68,17 +68,19 @@ func (ns *natsServer) close() {
 	}
 }
 
-// natsWindow bounds how far a core NATS publisher may run ahead of its
-// slowest subscriber, in messages, so that nothing is dropped as a slow
-// consumer: core NATS has no flow control of its own.
+// natsWindow bounds how many messages a core NATS publisher may run ahead
+// of its slowest subscriber, over all subscribers: core NATS has no flow
+// control, and a subscriber that falls too far behind is cut off as a
+// slow consumer. 64k messages of 259 bytes stay well under the server's
+// 64 MiB of pending data per connection.
 const natsWindow = 64 << 10
 
 // natsPublishLoad publishes payload on subject from one goroutine until ctx
-// ends, never more than natsWindow ahead of behind(), which returns how
-// many messages the slowest subscriber has received.
-func natsPublishLoad(ctx context.Context, nc *nats.Conn, subject string, published *atomic.Int64, behind func() int64) error {
+// ends, never more than ahead messages beyond behind(), which returns how
+// many the slowest subscriber has received.
+func natsPublishLoad(ctx context.Context, nc *nats.Conn, subject string, ahead int64, published *atomic.Int64, behind func() int64) error {
 	for ctx.Err() == nil {
-		for published.Load()-behind() > natsWindow {
+		for published.Load()-behind() > ahead {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -95,17 +97,20 @@ func natsPublishLoad(ctx context.Context, nc *nats.Conn, subject string, publish
 }
 
 // natsSubscribers subscribes n connections to subject, each counting what
-// it receives into got.
-func natsSubscribers(ns *natsServer, subject string, n int, got *atomic.Int64) ([]*nats.Conn, error) {
+// it receives into got and into its own counter, returned in order.
+func natsSubscribers(ns *natsServer, subject string, n int, got *atomic.Int64) ([]*nats.Conn, []*atomic.Int64, error) {
 	var conns []*nats.Conn
-	for range n {
+	counts := make([]*atomic.Int64, n)
+	for i := range n {
 		nc, err := ns.connect()
 		if err != nil {
 			closeAll(conns)
-			return nil, err
+			return nil, nil, err
 		}
 		conns = append(conns, nc)
-		sub, err := nc.Subscribe(subject, func(*nats.Msg) { got.Add(1) })
+		mine := new(atomic.Int64)
+		counts[i] = mine
+		sub, err := nc.Subscribe(subject, func(*nats.Msg) { mine.Add(1); got.Add(1) })
 		if err == nil {
 			err = sub.SetPendingLimits(-1, -1)
 		}
@@ -114,10 +119,19 @@ func natsSubscribers(ns *natsServer, subject string, n int, got *atomic.Int64) (
 		}
 		if err != nil {
 			closeAll(conns)
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return conns, nil
+	return conns, counts, nil
+}
+
+// slowest returns the smallest of counts.
+func slowest(counts []*atomic.Int64) int64 {
+	low := counts[0].Load()
+	for _, c := range counts[1:] {
+		low = min(low, c.Load())
+	}
+	return low
 }
 
 func closeAll(conns []*nats.Conn) {
@@ -136,7 +150,7 @@ func natsPubSub(subs int) func(context.Context, config) (result, error) {
 		}
 		defer ns.close()
 		var got, published atomic.Int64
-		conns, err := natsSubscribers(ns, eventsSubject, subs, &got)
+		conns, counts, err := natsSubscribers(ns, eventsSubject, subs, &got)
 		if err != nil {
 			return result{}, err
 		}
@@ -146,9 +160,16 @@ func natsPubSub(subs int) func(context.Context, config) (result, error) {
 			return result{}, err
 		}
 		defer pub.Close()
-		return runLoad(ctx, c, func(ctx context.Context) error {
-			return natsPublishLoad(ctx, pub, eventsSubject, &published, func() int64 { return got.Load() / int64(subs) })
+		ahead := max(256, natsWindow/int64(subs))
+		r, err := runLoad(ctx, c, func(ctx context.Context) error {
+			return natsPublishLoad(ctx, pub, eventsSubject, ahead, &published, func() int64 { return slowest(counts) })
 		}, &got, &published)
+		for _, nc := range conns {
+			if err == nil && nc.IsClosed() {
+				err = errors.New("a subscriber's connection was closed (slow consumer?)")
+			}
+		}
+		return r, err
 	}
 }
 

@@ -46,7 +46,7 @@ func printTable(w io.Writer, c config, args []string, rs []row, res results) {
 				line += fmt.Sprintf(" p50 %s  p99 %s  (%d samples)", micros(m.p50), micros(m.p99), m.samples)
 			} else {
 				line += fmt.Sprintf(" %s %s", num(m.rate), r.unit)
-				if r.rate2 != "" {
+				if m.has2 {
 					line += fmt.Sprintf(", %s %s", num(m.rate2), r.rate2)
 				}
 			}
