@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := config{warmup: *duration / 4, duration: *duration}
+	load := loadAverage()
 	res := results{}
 	var failed []string
 	for _, r := range selected {
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s (%v)\n", value(r, cl, m), time.Since(t0).Round(time.Millisecond))
 		}
 	}
-	printTable(stdout, c, args, selected, res)
+	printTable(stdout, c, args, load, selected, res)
 	for _, f := range failed {
 		fmt.Fprintln(stdout, "FAILED", f)
 	}

@@ -3,18 +3,23 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"time"
 )
 
 // printTable prints the table for the rows run, then every
-// measurement with its p99, samples and notes.
-func printTable(w io.Writer, c config, args []string, rs []row, res results) {
+// measurement with its p99, samples and notes. load is the machine's load
+// average before the run ("" if unknown): other work skews every number.
+func printTable(w io.Writer, c config, args []string, load string, rs []row, res results) {
 	fmt.Fprintf(w, "pigeon bench/compare — %s, %s %s/%s, GOMAXPROCS=%d, %v measured per scenario after %v warm-up\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		runtime.GOMAXPROCS(0), c.duration, c.warmup)
-	fmt.Fprintf(w, "reproduce: cd bench/compare && go run . %s\n\n", strings.Join(args, " "))
+	if load != "" {
+		fmt.Fprintf(w, "load average (1, 5, 15 min) before the run: %s\n", load)
+	}
+	fmt.Fprintf(w, "reproduce: %s\n\n", strings.TrimSpace("cd bench/compare && go run . "+strings.Join(args, " ")))
 	fmt.Fprintln(w, "| end to end | NATS / JetStream | raw (WS frames, fsync, net/http) | Pigeon | Pigeon/NATS | Pigeon/raw | target | met? |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
@@ -79,4 +84,18 @@ func joinOr(vs []string) string {
 		return "—"
 	}
 	return strings.Join(vs, "; ")
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages of the machine
+// (Linux), or "".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
