@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// tiny is the configuration of the smoke runs: long enough for every
+// scenario to move messages, too short to measure anything.
+var tiny = config{warmup: 20 * time.Millisecond, duration: 100 * time.Millisecond}
+
+// TestPayload: the measured payload is the issue's 259-byte payment JSON.
+func TestPayload(t *testing.T) {
+	require.Len(t, payload, 259)
+	require.True(t, json.Valid(payload))
+}
+
+// TestGovernance: the measured subject carries the payment subject's whole
+// governance. The measured message is accepted and audited; each way of
+// breaking one rule is refused with that rule's code.
+func TestGovernance(t *testing.T) {
+	ctx := context.Background()
+	p, err := startPigeon(ctx, memoryStore, false)
+	require.NoError(t, err)
+	defer p.close()
+	s, err := p.session(ctx, false, publisherToken, eventsSubject)
+	require.NoError(t, err)
+	defer func() { _ = s.Close(ctx) }()
+	gen := &messages{subject: eventsSubject}
+
+	res, err := s.Publish(ctx, gen.next())
+	require.NoError(t, err)
+	require.Equal(t, "accepted", res.Status)
+	recs, err := p.e.Audit(ctx, 0, 1000)
+	require.NoError(t, err)
+	require.True(t, func() bool {
+		for _, r := range recs {
+			if r.MessageID == res.Message.ID {
+				return true
+			}
+		}
+		return false
+	}(), "no audit record names the accepted message")
+	_, err = p.e.VerifyAudit(ctx)
+	require.NoError(t, err)
+
+	data := func(old, new string) func(*pigeon.Message) {
+		return func(m *pigeon.Message) {
+			require.Contains(t, paymentJSON, old)
+			m.Data = json.RawMessage(strings.Replace(paymentJSON, old, new, 1))
+		}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*pigeon.Message)
+		code   pigeon.Code
+	}{
+		{"forbidden field card.pan", data(`"channel":"web"`, `"channel":"web","card":{"pan":"tok_1"}`), pigeon.CodeSensitiveFieldDenied},
+		{"raw card number as the token", data(`tok_9f8e7d6c5b4a3921`, `4111111111111111`), pigeon.CodeRawPANDetected},
+		{"schema: currency", data(`"GBP"`, `"gbp"`), pigeon.CodeSchemaInvalid},
+		{"no idempotency key", func(m *pigeon.Message) { m.IdempotencyKey = "" }, pigeon.CodeIdempotencyRequired},
+		{"classification", func(m *pigeon.Message) { m.Classification = "public" }, pigeon.CodeClassificationDenied},
+		{"region", func(m *pigeon.Message) { m.Region = "us" }, pigeon.CodeRegionDenied},
+		{"intent", func(m *pigeon.Message) { m.Intent = "refund" }, pigeon.CodeIntentDenied},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := gen.next()
+			tc.mutate(m)
+			_, err := s.Publish(ctx, m)
+			var pe *pigeon.Error
+			require.True(t, errors.As(err, &pe), "got %v", err)
+			require.Equal(t, tc.code, pe.Code, "error: %v", err)
+		})
+	}
+}
+
+// TestScenarios runs every scenario of every row for a tiny window: each
+// starts its servers, moves messages (a throughput window opens only once
+// every counter has moved) and stops cleanly. Numbers are not checked.
+func TestScenarios(t *testing.T) {
+	for _, r := range rows() {
+		for _, cl := range r.cells {
+			t.Run(r.name+"/"+cl.key, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				m, err := cl.run(ctx, tiny)
+				require.NoError(t, err)
+				if r.unit == "" {
+					require.Positive(t, m.samples)
+					require.Positive(t, m.p50)
+					require.LessOrEqual(t, m.p50, m.p99)
+				}
+			})
+		}
+	}
+}
+
+// TestRun: the command's flags, and one row end to end with its table.
+func TestRun(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{"rows", []string{"-rows"}, 0, []string{"network", "inproc", "fanout", "durable", "sync", "reqreply", "http"}},
+		{"one row", []string{"-only", "reqreply", "-duration", "100ms"}, 0,
+			[]string{"| end to end |", "| request/reply round trip, p50 |", "nats-request", "pigeon-ws-request", "pigeon-inproc-request"}},
+		{"unknown row", []string{"-only", "nope"}, 2, nil},
+		{"bad duration", []string{"-duration", "0s"}, 2, nil},
+		{"stray argument", []string{"extra"}, 2, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			require.Equal(t, tc.code, run(ctx, tc.args, &out, &errOut), "stderr: %s", errOut.String())
+			for _, s := range tc.contains {
+				require.Contains(t, out.String(), s)
+			}
+		})
+	}
+}
+
+// TestJudge: each row's verdict, from made-up measurements on both sides
+// of its targets, and "n/a" when one is missing.
+func TestJudge(t *testing.T) {
+	us := time.Microsecond
+	tests := []struct {
+		row string
+		res results
+		met string
+	}{
+		{"network", results{"nats-tcp": {rate: 500e3}, "raw-ws": {rate: 100e3}, "pigeon-ws": {rate: 60e3}}, "yes"},
+		{"network", results{"nats-tcp": {rate: 500e3}, "raw-ws": {rate: 200e3}, "pigeon-ws": {rate: 60e3}}, "no: WS/raw"},
+		{"network", results{"nats-tcp": {rate: 500e3}, "pigeon-ws": {rate: 60e3}}, "n/a"},
+		{"inproc", results{"pigeon-inproc": {rate: 250e3}}, "yes"},
+		{"inproc", results{"pigeon-inproc": {rate: 44e3}}, "no: in process 44k < 250k"},
+		{"fanout", results{"nats-fanout": {rate: 900e3}, "pigeon-ws-fanout": {rate: 300e3, rate2: 3e3}}, "yes"},
+		{"fanout", results{"nats-fanout": {rate: 900e3}, "pigeon-ws-fanout": {rate: 300e3, rate2: 250}}, "no: publisher msgs/s 250 < 3k"},
+		{"durable", results{"js-nosync": {rate: 43e3}, "js-sync": {rate: 3.7e3}, "pigeon-ws-wal": {rate: 40e3}, "pigeon-inproc-wal": {rate: 60e3}}, "yes"},
+		{"durable", results{"js-nosync": {rate: 43e3}, "js-sync": {rate: 3.7e3}, "pigeon-ws-wal": {rate: 7.2e3}, "pigeon-inproc-wal": {rate: 60e3}}, "no: WS 7.2k < 40k"},
+		{"sync", results{"js-sync-p50": {p50: 487 * us}, "raw-fsync": {p50: 200 * us}, "pigeon-inproc-sync": {p50: 260 * us}, "pigeon-ws-sync": {p50: 300 * us}}, "yes"},
+		{"sync", results{"js-sync-p50": {p50: 487 * us}, "raw-fsync": {p50: 200 * us}, "pigeon-inproc-sync": {p50: 261 * us}, "pigeon-ws-sync": {p50: 300 * us}}, "no: in process/fsync"},
+		{"reqreply", results{"nats-request": {p50: 118 * us}, "pigeon-ws-request": {p50: 180 * us}, "pigeon-inproc-request": {p50: 110 * us}}, "yes"},
+		{"reqreply", results{"nats-request": {p50: 118 * us}, "pigeon-ws-request": {p50: 529 * us}, "pigeon-inproc-request": {p50: 110 * us}}, "no: WS µs 529 > 180"},
+		{"http", results{"bare-http": {rate: 10e3}, "pigeon-http-memory": {rate: 8.5e3}, "pigeon-http-wal": {rate: 7e3}}, "yes"},
+		{"http", results{"bare-http": {rate: 10e3}, "pigeon-http-memory": {rate: 7.7e3}, "pigeon-http-wal": {rate: 4.7e3}}, "no: memory/bare 0.77 < 0.85; durable/bare 0.47 < 0.70"},
+	}
+	all := rows()
+	for _, tc := range tests {
+		t.Run(tc.row+"/"+tc.met, func(t *testing.T) {
+			rs, err := selectRows(all, tc.row)
+			require.NoError(t, err)
+			require.True(t, strings.HasPrefix(rs[0].judge(tc.res).met, tc.met), "got %q", rs[0].judge(tc.res).met)
+		})
+	}
+}
+
+// TestQuantile: nearest rank on sorted samples.
+func TestQuantile(t *testing.T) {
+	s := []time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	tests := []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 5}, {0.99, 10}, {0, 1}, {1, 10}}
+	for _, tc := range tests {
+		require.Equal(t, tc.want, quantile(s, tc.q), "q=%v", tc.q)
+	}
+	require.Equal(t, time.Duration(7), quantile([]time.Duration{7}, 0.5))
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// httpClients is how many keep-alive clients post at once.
+const httpClients = 32
+
+// envelope returns the JSON body of a governed publish on eventsSubject
+// with idempotency key key; the bare handler is sent the same bodies.
+func envelope(key int64) []byte {
+	return []byte(`{"type":"payment.authorization.requested","subject":"` + eventsSubject +
+		`","intent":"authorize_payment","idempotencyKey":"h-` + strconv.FormatInt(key, 10) +
+		`","classification":"pci","region":"uk","data":` + paymentJSON + `}`)
+}
+
+// httpLoad posts envelopes to url from httpClients goroutines on
+// keep-alive connections until ctx ends; header(i) gives client i's
+// headers. Every answer must have status want.
+func httpLoad(ctx context.Context, c config, url string, header func(i int) http.Header, want int) (result, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: httpClients, MaxConnsPerHost: httpClients, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	var keys, done atomic.Int64
+	var next atomic.Int64
+	return runLoad(ctx, c, func(ctx context.Context) error {
+		return workers(ctx, httpClients, func(ctx context.Context) error {
+			h := header(int(next.Add(1)) % httpClients)
+			for ctx.Err() == nil {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(envelope(keys.Add(1))))
+				if err != nil {
+					return err
+				}
+				req.Header = h.Clone()
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				body, err := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				if resp.StatusCode != want {
+					return fmt.Errorf("POST %s: %d %s", url, resp.StatusCode, body)
+				}
+				done.Add(1)
+			}
+			return nil
+		})
+	}, &done)
+}
+
+// bareHTTP is the floor of any HTTP broker: a net/http handler that reads
+// the body and answers a small JSON document; req/s.
+func bareHTTP(ctx context.Context, c config) (result, error) {
+	answer := []byte(`{"status":"accepted"}`)
+	addr, stop, err := serveLocal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write(answer)
+	}))
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+	return httpLoad(ctx, c, "http://"+addr+"/v1/messages", func(int) http.Header {
+		return http.Header{"Content-Type": {"application/json"}}
+	}, http.StatusAccepted)
+}
+
+// pigeonHTTP is governed publishes on eventsSubject through Pigeon's HTTP
+// API (POST /v1/messages), each client under a contract it negotiated
+// over HTTP first: accepted req/s.
+func pigeonHTTP(kind storeKind) func(context.Context, config) (result, error) {
+	return func(ctx context.Context, c config) (result, error) {
+		p, err := startPigeon(ctx, kind, true)
+		if err != nil {
+			return result{}, err
+		}
+		defer p.close()
+		headers := make([]http.Header, httpClients)
+		for i := range headers {
+			id, err := negotiateHTTP(ctx, p.httpURL(), publisherToken, eventsSubject)
+			if err != nil {
+				return result{}, err
+			}
+			headers[i] = http.Header{
+				"Content-Type":      {"application/json"},
+				"Authorization":     {"Bearer " + publisherToken},
+				"X-Pigeon-Contract": {id},
+			}
+		}
+		return httpLoad(ctx, c, p.httpURL()+"/v1/messages", func(i int) http.Header { return headers[i] }, http.StatusAccepted)
+	}
+}
+
+// negotiateHTTP negotiates a contract for subject over the HTTP API and
+// returns its id.
+func negotiateHTTP(ctx context.Context, base, token, subject string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(map[string][]string{"subjects": {subject}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/contracts", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Contract struct {
+			ID string `json:"id"`
+		} `json:"contract"`
+	}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode/100 != 2 {
+		return "", fmt.Errorf("negotiate: %d %s", resp.StatusCode, raw)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out.Contract.ID == "" {
+		return "", fmt.Errorf("negotiate: unexpected answer %s", raw)
+	}
+	return out.Contract.ID, nil
+}

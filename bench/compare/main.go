@@ -1,0 +1,110 @@
+// Command compare runs the scenarios of issue 12 against NATS, JetStream,
+// a raw coder/websocket pipe, a bare net/http handler and Pigeon, in one
+// process, and prints the issue's table with ratios and whether each
+// target is met. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run parses args, runs the rows asked for and prints the table on stdout
+// and progress on stderr. It returns the exit code: 0 when every scenario
+// ran (whether or not targets are met), 1 when one failed, 2 on bad flags.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	duration := fs.Duration("duration", 2*time.Second, "measured window of each scenario (after a warm-up of a quarter of it)")
+	only := fs.String("only", "", "comma-separated row names to run (see -rows); empty runs all")
+	list := fs.Bool("rows", false, "list the rows and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || *duration <= 0 {
+		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-only network,fanout,…] [-rows]")
+		return 2
+	}
+	all := rows()
+	if *list {
+		for _, r := range all {
+			fmt.Fprintf(stdout, "%-9s %s\n", r.name, r.title)
+		}
+		return 0
+	}
+	selected, err := selectRows(all, *only)
+	if err != nil {
+		fmt.Fprintln(stderr, "compare:", err)
+		return 2
+	}
+	c := config{warmup: *duration / 4, duration: *duration}
+	load := loadAverage()
+	res := results{}
+	var failed []string
+	for _, r := range selected {
+		for _, cl := range r.cells {
+			if ctx.Err() != nil {
+				fmt.Fprintln(stderr, "compare: interrupted")
+				return 1
+			}
+			fmt.Fprintf(stderr, "%s/%s … ", r.name, cl.key)
+			t0 := time.Now()
+			m, err := runCell(ctx, c, cl)
+			if err != nil {
+				fmt.Fprintf(stderr, "failed after %v: %v\n", time.Since(t0).Round(time.Millisecond), err)
+				failed = append(failed, fmt.Sprintf("%s/%s: %v", r.name, cl.key, err))
+				continue
+			}
+			res[cl.key] = m
+			fmt.Fprintf(stderr, "%s (%v)\n", value(r, cl, m), time.Since(t0).Round(time.Millisecond))
+		}
+	}
+	printTable(stdout, c, args, load, selected, res)
+	for _, f := range failed {
+		fmt.Fprintln(stdout, "FAILED", f)
+	}
+	if len(failed) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// runCell runs one scenario with a deadline well past its window, after a
+// garbage collection so that one scenario's garbage is not the next one's
+// cost.
+func runCell(ctx context.Context, c config, cl cell) (result, error) {
+	runtime.GC()
+	ctx, cancel := context.WithTimeout(ctx, c.warmup+c.duration+2*time.Minute)
+	defer cancel()
+	return cl.run(ctx, c)
+}
+
+func selectRows(all []row, only string) ([]row, error) {
+	if only == "" {
+		return all, nil
+	}
+	var out []row
+	for _, name := range strings.Split(only, ",") {
+		i := slices.IndexFunc(all, func(r row) bool { return r.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, errors.New("no row " + name + " (see -rows)")
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
