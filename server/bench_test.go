@@ -1,0 +1,210 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/server"
+	"pigeon/store"
+	"pigeon/store/wal"
+)
+
+// httpClients is how many keep-alive clients drive BenchmarkHTTPPublish.
+const httpClients = 32
+
+// BenchmarkHTTPPublish is issue 12's HTTP row: a governed payment publish
+// (POST /v1/messages on payments.authorize: contract, policy, region,
+// intent, idempotency, schema, forbidden and tokenized fields, the audit
+// chain) from 32 keep-alive clients on 127.0.0.1, beside a bare net/http
+// handler that reads the body and answers a small JSON object on the same
+// machine. "memory" runs on the memory store, "wal" on store/wal with its
+// default SyncBatch (fsynced before the answer). Compare req/s across the
+// sub-benchmarks of one run:
+//
+//	go test -run '^$' -bench BenchmarkHTTPPublish -benchtime 2s ./server
+func BenchmarkHTTPPublish(b *testing.B) {
+	b.Run("bare", func(b *testing.B) {
+		answer := []byte(`{"status":"accepted"}` + "\n")
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.ReadAll(r.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = w.Write(answer)
+		})
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: server.DefaultReadHeaderTimeout,
+			ReadTimeout: server.DefaultReadTimeout, WriteTimeout: server.DefaultWriteTimeout, IdleTimeout: server.DefaultIdleTimeout}
+		l := benchListen(b)
+		go func() { _ = hs.Serve(l) }()
+		b.Cleanup(func() { _ = hs.Close() })
+		driveHTTP(b, "http://"+l.Addr().String(), "", "")
+	})
+	b.Run("memory", func(b *testing.B) {
+		benchPigeonHTTP(b, nil)
+	})
+	b.Run("wal", func(b *testing.B) {
+		st, err := wal.Open(b.TempDir(), nil) // SyncBatch: fsynced before the answer
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = st.Close(context.Background()) })
+		benchPigeonHTTP(b, st)
+	})
+}
+
+// benchPigeonHTTP serves the demo catalog on st (nil: the memory store)
+// with the server's defaults and drives it.
+func benchPigeonHTTP(b *testing.B, st store.Store) {
+	ctx := context.Background()
+	opts := &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(),
+		Region: "uk", ContractTTL: 24 * time.Hour}
+	if st != nil {
+		opts.Store = st
+	}
+	e, err := pigeon.New(ctx, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := server.New(e, nil)
+	l := benchListen(b)
+	go func() { _ = s.Serve(l) }()
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+		_ = e.Shutdown(ctx)
+	})
+	p, err := e.Authenticate(ctx, "checkout-token")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := e.Negotiate(ctx, p, "uk", []string{"payments.authorize"}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	driveHTTP(b, "http://"+l.Addr().String(), "checkout-token", k.Info().ID)
+}
+
+func benchListen(b *testing.B) net.Listener {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// paymentBody is the demo payment envelope as a client sends it (its
+// region is the request's), 259 bytes with idempotency key idemKey(n).
+func paymentBody(key string) []byte {
+	m := demo.Payment("o-1")
+	m.IdempotencyKey = key
+	b, err := json.Marshal(struct {
+		Type           string          `json:"type"`
+		Subject        string          `json:"subject"`
+		Intent         string          `json:"intent"`
+		IdempotencyKey string          `json:"idempotencyKey"`
+		Classification string          `json:"classification"`
+		Data           json.RawMessage `json:"data"`
+	}{m.Type, m.Subject, m.Intent, m.IdempotencyKey, m.Classification, m.Data})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// driveHTTP posts b.N payment envelopes, each with a fresh idempotency key,
+// to base+"/v1/messages" from httpClients goroutines sharing one keep-alive
+// client, and reports req/s. token and contract are sent when set.
+func driveHTTP(b *testing.B, base, token, contract string) {
+	tr := &http.Transport{MaxIdleConns: 2 * httpClients, MaxIdleConnsPerHost: 2 * httpClients, IdleConnTimeout: time.Minute}
+	client := &http.Client{Transport: tr}
+	defer tr.CloseIdleConnections()
+	url := base + "/v1/messages"
+	var next atomic.Int64
+	post := func(key int64) error {
+		body := paymentBody(idemKey(key))
+		req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("X-Pigeon-Contract", contract)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		ans, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusAccepted {
+			return &statusError{resp.StatusCode, ans}
+		}
+		return nil
+	}
+	// Warm the connections and check the answer once.
+	if err := post(0); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range httpClients {
+		wg.Go(func() {
+			for {
+				n := next.Add(1)
+				if n > int64(b.N) || failed.Load() != nil {
+					return
+				}
+				if err := post(n); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+}
+
+// idemKey is a 7-character idempotency key, distinct for every n below
+// 36^6.
+func idemKey(n int64) string {
+	b := []byte("k000000")
+	for i := len(b) - 1; i > 0 && n > 0; i-- {
+		b[i] = "0123456789abcdefghijklmnopqrstuvwxyz"[n%36]
+		n /= 36
+	}
+	return string(b)
+}
+
+type statusError struct {
+	status int
+	body   []byte
+}
+
+func (e *statusError) Error() string {
+	return "status " + strconv.Itoa(e.status) + ": " + string(e.body)
+}
