@@ -109,8 +109,15 @@ func benchListen(b *testing.B) net.Listener {
 // paymentBody is the demo payment envelope as a client sends it (its
 // region is the request's), 259 bytes with idempotency key idemKey(n).
 func paymentBody(key string) []byte {
+	t := paymentTemplate()
+	b := make([]byte, 0, len(t[0])+len(key)+len(t[1]))
+	return append(append(append(b, t[0]...), key...), t[1]...)
+}
+
+// paymentTemplate is the payment envelope split where its idempotency key
+// goes.
+var paymentTemplate = sync.OnceValue(func() [2][]byte {
 	m := demo.Payment("o-1")
-	m.IdempotencyKey = key
 	b, err := json.Marshal(struct {
 		Type           string          `json:"type"`
 		Subject        string          `json:"subject"`
@@ -118,12 +125,13 @@ func paymentBody(key string) []byte {
 		IdempotencyKey string          `json:"idempotencyKey"`
 		Classification string          `json:"classification"`
 		Data           json.RawMessage `json:"data"`
-	}{m.Type, m.Subject, m.Intent, m.IdempotencyKey, m.Classification, m.Data})
+	}{m.Type, m.Subject, m.Intent, "\x00", m.Classification, m.Data})
 	if err != nil {
 		panic(err)
 	}
-	return b
-}
+	before, after, _ := bytes.Cut(b, []byte(`\u0000`))
+	return [2][]byte{before, after}
+})
 
 // driveHTTP posts b.N payment envelopes, each with a fresh idempotency key,
 // to base+"/v1/messages" from httpClients goroutines sharing one keep-alive
@@ -207,4 +215,65 @@ type statusError struct {
 
 func (e *statusError) Error() string {
 	return "status " + strconv.Itoa(e.status) + ": " + string(e.body)
+}
+
+// BenchmarkPublishHandler is the server's share of one governed publish:
+// the payment envelope of BenchmarkHTTPPublish through Server.ServeHTTP in
+// process (routing, authentication, decoding, every gate, the audit chain,
+// the memory store, the answer), without the network.
+func BenchmarkPublishHandler(b *testing.B) {
+	ctx := context.Background()
+	e, err := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(),
+		Region: "uk", ContractTTL: 24 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	s := server.New(e, nil)
+	p, err := e.Authenticate(ctx, "checkout-token")
+	if err != nil {
+		b.Fatal(err)
+	}
+	k, err := e.Negotiate(ctx, p, "uk", []string{"payments.authorize"}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://pigeon/v1/messages", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl.Header.Set("Content-Type", "application/json")
+	tmpl.Header.Set("Authorization", "Bearer checkout-token")
+	tmpl.Header.Set("X-Pigeon-Contract", k.Info().ID)
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for i := int64(1); b.Loop(); i++ {
+		body := paymentBody(idemKey(i))
+		r := *tmpl
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		clear(w.h)
+		w.status = 0
+		s.ServeHTTP(w, &r)
+		if w.status != http.StatusAccepted {
+			b.Fatalf("status %d", w.status)
+		}
+	}
+}
+
+// discardWriter is an http.ResponseWriter that keeps the status only.
+type discardWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *discardWriter) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
