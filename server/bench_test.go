@@ -30,7 +30,9 @@ const httpClients = 32
 // handler that reads the body and answers a small JSON object on the same
 // machine. "memory" runs on the memory store, "wal" on store/wal with its
 // default SyncBatch (fsynced before the answer). Compare req/s across the
-// sub-benchmarks of one run:
+// sub-benchmarks of one run; on a machine shared with other work compare
+// cpu-µs/req (the process's CPU time, client and server, per request)
+// instead:
 //
 //	go test -run '^$' -bench BenchmarkHTTPPublish -benchtime 2s ./server
 func BenchmarkHTTPPublish(b *testing.B) {
@@ -173,6 +175,7 @@ func driveHTTP(b *testing.B, base, token, contract string) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0, cpuOK := processCPU()
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
 	for range httpClients {
@@ -191,10 +194,16 @@ func driveHTTP(b *testing.B, base, token, contract string) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu1, _ := processCPU()
 	if err := failed.Load(); err != nil {
 		b.Fatal(*err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+	if cpuOK {
+		// CPU time per request, client and server together: steadier than
+		// req/s on a machine other work shares.
+		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
+	}
 }
 
 // idemKey is a 7-character idempotency key, distinct for every n below
