@@ -15,24 +15,49 @@ import (
 
 // writeJSON writes body (a value, or raw bytes) with status. Every body
 // ends with a newline, so that a terminal prompt after curl starts on a
-// line of its own; JSON readers ignore it.
+// line of its own; JSON readers ignore it. A publish result is written
+// without reflection (wire.AppendResult), as json.Marshal would write it.
 func writeJSON(w http.ResponseWriter, status int, body any) {
-	var b []byte
 	switch v := body.(type) {
 	case []byte:
-		b = v
+		writeBody(w, status, v, true)
+	case *pigeon.Result:
+		buf := bodyBuffers.Get().(*[]byte)
+		b := append(wire.AppendResult((*buf)[:0], v), '\n')
+		writeBody(w, status, b, false)
+		*buf = b[:0]
+		putBodyBuffer(buf)
 	default:
-		var err error
-		if b, err = json.Marshal(v); err != nil {
+		b, err := json.Marshal(v)
+		if err != nil {
 			writeError(w, pigeon.WrapError(pigeon.CodeInternal, err, "encode response"))
 			return
 		}
+		writeBody(w, status, append(b, '\n'), false)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }
+
+// Header values of every JSON answer, shared: net/http reads them and never
+// changes them.
+var (
+	headerJSON    = []string{"application/json"}
+	headerNoSniff = []string{"nosniff"}
+)
+
+// writeBody writes b with status as a JSON answer; newline adds the final
+// newline.
+func writeBody(w http.ResponseWriter, status int, b []byte, newline bool) {
+	h := w.Header()
+	h["Content-Type"] = headerJSON
+	h["X-Content-Type-Options"] = headerNoSniff
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	if newline {
+		_, _ = w.Write(newlineBytes)
+	}
+}
+
+var newlineBytes = []byte{'\n'}
 
 // WriteError writes err as the server writes its own refusals: the body
 // {"error":{"code","message","details"}} and a trailing newline, with the

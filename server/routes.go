@@ -192,25 +192,6 @@ func revokeContract(rq *request) (int, any, error) {
 	return http.StatusOK, map[string]any{"id": id, "revoked": true}, nil
 }
 
-func publish(rq *request) (int, any, error) {
-	b, err := readBody(rq.w, rq.r, rq.s.opts.MaxBody)
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(b) == 0 {
-		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "a JSON body is required")
-	}
-	m, err := pigeon.DecodeMessage(b)
-	if err != nil {
-		return 0, nil, err
-	}
-	res, err := rq.s.e.Publish(rq.ctx, rq.caller(m.ContractID), m)
-	if err != nil {
-		return 0, nil, err
-	}
-	return publishStatus(res), res, nil
-}
-
 // Acknowledgement modes of an HTTP receive.
 const (
 	// ackAuto settles every message a receive returns, as the reference

@@ -1,7 +1,10 @@
-// Package wire is the error form Pigeon's wire protocols share: the error
-// object of a WebSocket error frame and of an HTTP error body, and the HTTP
-// status of each code. The server and the WebSocket transport write errors
-// through it, and their clients read them back with Error.Err.
+// Package wire is what Pigeon's wire protocols share: the error object of
+// a WebSocket error frame and of an HTTP error body, the HTTP status of each
+// code, and the envelope codec of the hot path (DecodeMessage reads an
+// envelope in one pass, AppendResult writes a publish answer, both without
+// reflection and both held to encoding/json by differential fuzz tests).
+// The server and the WebSocket transport write errors through it, and their
+// clients read them back with Error.Err.
 package wire
 
 import (
