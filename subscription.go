@@ -16,6 +16,10 @@ import (
 // before it falls back to reading from the store.
 const liveQueue = 1024
 
+// ackRecordDelay is the longest an acknowledgement waits for its range
+// record while the subscription is idle.
+const ackRecordDelay = 100 * time.Millisecond
+
 // maxBatch is the most messages one delivery batch holds. A batch is
 // checked against the contract once, before any of it is handed over, and
 // recorded in the audit log once.
@@ -284,20 +288,27 @@ func (s *subscription) take(d *decoded) {
 func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	s.batch = s.batch[:0]
 	if !s.lagging.Load() {
+		var later <-chan time.Time
 		select {
 		case d := <-s.queue:
 			s.take(d)
 			goto more
 		default:
 		}
-		// Idle: record what was acknowledged, then wait.
+		// Idle: record what was acknowledged, then wait; answers that
+		// come in meanwhile are recorded after ackRecordDelay at most.
 		s.flush()
+		if len(s.slots) > 0 {
+			later = time.After(ackRecordDelay)
+		}
 		select {
 		case d := <-s.queue:
 			s.take(d)
 		case <-s.wake:
 			return nil, s.checkDelivery()
 		case <-s.resWake:
+			return nil, true
+		case <-later:
 			return nil, true
 		case <-s.ctx.Done():
 			return nil, false
@@ -488,15 +499,23 @@ func (s *subscription) pokeResults() {
 // flush records the acknowledgements reported since the last flush, in
 // range records, and settles work-queue outcomes in the store.
 func (s *subscription) flush() {
+	s.settlePending()
 	s.resMu.Lock()
 	s.acked, s.spare = s.spare, s.acked
 	s.nAcked.Store(0)
-	settles := s.settles
-	s.settles = nil
 	s.resMu.Unlock()
 	for _, r := range s.spare.records(EventDeliveryAcked, OutcomeAllow, s.base()) {
 		s.e.auditAsync(r)
 	}
+}
+
+// settlePending settles the work-queue outcomes reported so far in the
+// store; their acknowledgements join the next range record.
+func (s *subscription) settlePending() {
+	s.resMu.Lock()
+	settles := s.settles
+	s.settles = nil
+	s.resMu.Unlock()
 	if len(settles) > 0 {
 		s.e.settleAll(s, settles)
 	}
@@ -517,7 +536,8 @@ func (s *subscription) acquire() bool {
 		case <-s.resWake:
 			// Settle work-queue answers at once (their leases run);
 			// record acknowledgements when many gathered.
-			if s.group != "" || s.nAcked.Load() >= maxBatch {
+			s.settlePending()
+			if s.nAcked.Load() >= maxBatch {
 				s.flush()
 			}
 		case <-s.ctx.Done():
@@ -532,7 +552,10 @@ func (s *subscription) release() { <-s.slots }
 func (s *subscription) runGroup() {
 	e := s.e
 	for s.ctx.Err() == nil {
-		s.flush()
+		s.settlePending()
+		if s.nAcked.Load() >= maxBatch {
+			s.flush()
+		}
 		free := cap(s.slots) - len(s.slots)
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
@@ -573,6 +596,11 @@ func (s *subscription) runGroup() {
 				wait = next
 			}
 		}
+		if len(s.slots) == 0 {
+			s.flush() // idle: record what was acknowledged
+		} else {
+			wait = min(wait, ackRecordDelay)
+		}
 		select {
 		case <-s.wake:
 		case <-s.resWake:
@@ -587,10 +615,7 @@ func (s *subscription) runGroup() {
 // failure is given back for redelivery.
 func (e *Engine) settleAll(s *subscription, rs []outcome) {
 	ctx := context.WithoutCancel(s.ctx)
-	var (
-		acked []*decoded
-		ok    deliveryLog
-	)
+	var acked []*decoded
 	for _, r := range rs {
 		if r.err == nil {
 			acked = append(acked, r.d)
@@ -608,16 +633,18 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 			for _, d := range acked {
 				if l := g.leases[d.seq]; l != nil && l.holder == s.id {
 					mine = append(mine, d.seq)
-					ok.add(d.seq, d.m.ID)
 				}
 			}
-			if err := e.markDoneAll(ctx, g, mine); err != nil {
-				ok = deliveryLog{} // not done: the leases expire and the messages come back
-			}
+			err := e.markDoneAll(ctx, g, mine)
 			g.mu.Unlock()
-		}
-		for _, r := range ok.records(EventDeliveryAcked, OutcomeAllow, s.base()) {
-			e.auditAsync(r)
+			if err == nil { // else not done: the leases expire and the messages come back
+				s.resMu.Lock()
+				for _, d := range acked {
+					s.acked.add(d.seq, d.m.ID)
+				}
+				s.resMu.Unlock()
+				s.nAcked.Add(int32(len(acked)))
+			}
 		}
 	}
 	e.pokeGroup(s.subj.name)

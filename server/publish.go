@@ -8,11 +8,10 @@ import (
 	"sync"
 
 	"pigeon"
-	"pigeon/internal/wire"
 )
 
 // publish is POST /v1/messages. The body is read into a pooled buffer and
-// decoded in one pass (wire.DecodeMessage); the message keeps no memory of
+// decoded in one pass (pigeon.DecodeMessage); the message keeps no memory of
 // the buffer.
 func publish(rq *request) (int, any, error) {
 	buf := bodyBuffers.Get().(*[]byte)
@@ -43,7 +42,7 @@ func publish(rq *request) (int, any, error) {
 // an envelope. An envelope is checked once; the checks run again, in that
 // order, only to name a refusal.
 func decodePublish(b []byte) (*pigeon.Message, error) {
-	m, err := wire.DecodeMessage(b)
+	m, err := pigeon.DecodeMessage(b)
 	if err == nil {
 		return m, nil
 	}

@@ -1,35 +1,12 @@
-package wire
+package pigeon
 
 import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
-	"pigeon"
 	"pigeon/internal/jsontext"
 )
-
-// envelopeDepth is the nesting pigeon.DecodeMessage allows a whole
-// envelope: the data's limit plus the levels around it.
-const envelopeDepth = pigeon.MaxJSONDepth + 8
-
-// DecodeMessage decodes one JSON envelope as pigeon.DecodeMessage does,
-// with the same result: the same *pigeon.Message for a text it accepts,
-// and the same refusal (code and message) for one it refuses —
-// DUPLICATE_KEY, INVALID_UTF8, ENVELOPE_INVALID. The envelopes publishers
-// send (members named exactly as the envelope names them, strings without
-// escapes) are read in one pass without reflection: every member checked
-// once, data validated once (duplicate names, UTF-8, nesting) and copied,
-// the string fields sharing one allocation. Anything else (an escape in a
-// string, a member named in another case, a value of the wrong type, any
-// refusal) is handed to pigeon.DecodeMessage, which decides it. A
-// differential fuzz test holds the two to the same answers.
-func DecodeMessage(b []byte) (*pigeon.Message, error) {
-	if m := decodeEnvelope(b); m != nil {
-		return m, nil
-	}
-	return pigeon.DecodeMessage(b)
-}
 
 // Fields of the envelope that hold a string, indexes into fieldNames.
 const (
@@ -61,7 +38,7 @@ const (
 	nFields
 )
 
-// fieldNames are the envelope's member names, as pigeon.Message tags them.
+// fieldNames are the envelope's member names, as Message tags them.
 var fieldNames = [nFields]string{
 	fSpecVersion: "specversion", fID: "id", fType: "type", fSource: "source", fSubject: "subject", fTime: "time",
 	fIntent: "intent", fIdempotencyKey: "idempotencyKey", fClassification: "classification", fRegion: "region",
@@ -153,9 +130,9 @@ const (
 )
 
 // decodeEnvelope decodes b when it is an envelope that encoding/json reads
-// exactly as decoded here and that pigeon.DecodeMessage accepts; otherwise
+// exactly as decoded here and that decodeMessageSlow accepts; otherwise
 // it returns nil and decides nothing.
-func decodeEnvelope(b []byte) *pigeon.Message {
+func decodeEnvelope(b []byte) *Message {
 	d := envelopeDecoder{in: b}
 	d.ws()
 	if d.i >= len(d.in) || d.in[d.i] != '{' {
@@ -236,7 +213,7 @@ func decodeEnvelope(b []byte) *pigeon.Message {
 	}
 	text := sb.String()
 	at := func(s span) string { return text[s.start:s.end] }
-	m := &pigeon.Message{
+	m := &Message{
 		SpecVersion: at(d.spans[fSpecVersion]), ID: at(d.spans[fID]), Type: at(d.spans[fType]), Source: at(d.spans[fSource]),
 		Subject: at(d.spans[fSubject]), Time: at(d.spans[fTime]), Intent: at(d.spans[fIntent]),
 		IdempotencyKey: at(d.spans[fIdempotencyKey]), Classification: at(d.spans[fClassification]), Region: at(d.spans[fRegion]),
@@ -245,7 +222,7 @@ func decodeEnvelope(b []byte) *pigeon.Message {
 		SchemaID: at(d.spans[fSchemaID]), AcceptedAt: at(d.spans[fAcceptedAt]),
 	}
 	if signature {
-		m.Signature = &pigeon.Signature{KID: at(d.spans[sKID]), Alg: at(d.spans[sAlg]), Sig: at(d.spans[sSig])}
+		m.Signature = &Signature{KID: at(d.spans[sKID]), Alg: at(d.spans[sAlg]), Sig: at(d.spans[sSig])}
 	}
 	return m
 }
@@ -355,7 +332,7 @@ func (d *envelopeDecoder) literal(word string) bool {
 // nesting within the envelope's limit) and returns its text.
 func (d *envelopeDecoder) value() []byte {
 	end := valueEnd(d.in, d.i)
-	if end < 0 || jsontext.Validate(d.in[d.i:end], envelopeDepth-1) != nil {
+	if end < 0 || jsontext.Validate(d.in[d.i:end], edgeDepth-1) != nil {
 		return nil
 	}
 	v := d.in[d.i:end]

@@ -1,4 +1,4 @@
-package wire
+package pigeon
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"pigeon"
 )
 
 // payment is the envelope a publisher sends (BenchmarkHTTPPublish's).
@@ -103,14 +102,15 @@ func TestDecodeMessageAgrees(t *testing.T) {
 	}
 }
 
-// requireSameDecoding holds DecodeMessage to pigeon.DecodeMessage on in.
+// requireSameDecoding holds DecodeMessage (one pass first) to
+// decodeMessageSlow (jsontext.Validate and encoding/json) on in.
 func requireSameDecoding(t *testing.T, in []byte) {
 	t.Helper()
-	want, wantErr := pigeon.DecodeMessage(in)
+	want, wantErr := decodeMessageSlow(in)
 	got, err := DecodeMessage(in)
 	if wantErr != nil {
-		require.Error(t, err, "accepted %q, which pigeon.DecodeMessage refuses: %v", in, wantErr)
-		require.Equal(t, pigeon.ErrorCode(wantErr), pigeon.ErrorCode(err), "%q", in)
+		require.Error(t, err, "accepted %q, which the strict path refuses: %v", in, wantErr)
+		require.Equal(t, ErrorCode(wantErr), ErrorCode(err), "%q", in)
 		require.Equal(t, wantErr.Error(), err.Error(), "%q", in)
 		return
 	}
@@ -118,9 +118,9 @@ func requireSameDecoding(t *testing.T, in []byte) {
 	require.Equal(t, want, got, "%q", in)
 }
 
-// FuzzDecodeMessage holds the one-pass decoder to pigeon.DecodeMessage: the
+// FuzzDecodeMessageOnePass holds the one-pass decoder to the strict path: the
 // same message or the same refusal for any input.
-func FuzzDecodeMessage(f *testing.F) {
+func FuzzDecodeMessageOnePass(f *testing.F) {
 	for _, tc := range envelopeCases {
 		f.Add([]byte(tc.in))
 	}
@@ -143,7 +143,7 @@ func TestDecodeMessageCopies(t *testing.T) {
 
 func BenchmarkDecodeMessage(b *testing.B) {
 	in := []byte(payment)
-	b.Run("wire", func(b *testing.B) {
+	b.Run("one-pass", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := DecodeMessage(in); err != nil {
@@ -151,10 +151,10 @@ func BenchmarkDecodeMessage(b *testing.B) {
 			}
 		}
 	})
-	b.Run("pigeon", func(b *testing.B) {
+	b.Run("strict", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := pigeon.DecodeMessage(in); err != nil {
+			if _, err := decodeMessageSlow(in); err != nil {
 				b.Fatal(err)
 			}
 		}
