@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // payment is the envelope a publisher sends (BenchmarkHTTPPublish's).
