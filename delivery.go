@@ -121,7 +121,7 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 			e.opts.Logger.Error("receive: a stored message does not decode; skipped", "subject", s.name, "seq", sm.Seq)
 			continue
 		}
-		if scope.inScope(OpReceive, d.data) {
+		if scope.inScope(OpReceive, d.value()) {
 			out = append(out, d.m.Clone())
 		}
 	}
@@ -140,7 +140,7 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	}
 	var match func(*decoded) bool
 	if scope.scoped(OpReceive) {
-		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.data) }
+		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.value()) }
 	}
 	ds, err := e.leaseBatch(ctx, g, s, holder, max, match)
 	out := make([]*Message, len(ds))

@@ -177,7 +177,11 @@ func (f *fanout) route(d *decoded) {
 	if d.seq < f.cursor {
 		return
 	}
-	f.hits = f.live.AppendMatches(f.hits[:0], d.data)
+	var data any
+	if f.live.needsData() {
+		data = d.value()
+	}
+	f.hits = f.live.AppendMatches(f.hits[:0], data)
 	for _, s := range f.hits {
 		select {
 		case s.queue <- d:

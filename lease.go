@@ -272,7 +272,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 		dm, err := e.decode(sm)
 		if err == nil {
 			m := dm.m
-			a := &Admission{Message: m, Data: dm.data, Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
+			a := &Admission{Message: m, Data: dm.value(), Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
 			d := &Decision{Outcome: OutcomeQuarantine, Code: CodeDeliveryExhausted, Gate: "delivery", Reason: "delivery attempts exhausted",
 				Subject: s.name, SubjectID: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Principal: m.Source, ContractID: m.ContractID, MessageID: m.ID}
 			if id, err := e.quarantine(ctx, a, d); err == nil {
@@ -291,7 +291,7 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	match := func(d *decoded) bool { return s.sel.Match(d.data) && s.selects(d.m, d.data) }
+	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
 	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
 	if err != nil {
 		return nil, nil, 0, err

@@ -12,11 +12,28 @@ import (
 // rather than once each.
 const recentSize = 4096
 
-// decoded is a stored message decoded once; it is shared and never mutated.
+// decoded is a stored message decoded once; it is shared and never
+// mutated. Its data is decoded when a reader first needs it (a selector, a
+// receive scope, a filter, a gate): a subscriber that takes everything
+// never pays for it.
 type decoded struct {
 	seq  uint64
 	m    *Message
+	once sync.Once
 	data any
+}
+
+// value is the message's data, decoded.
+func (d *decoded) value() any {
+	d.once.Do(func() { d.data, _ = decodeValue(d.m.Data) })
+	return d.data
+}
+
+// newDecoded is the decoded form of m, whose data the gates decoded.
+func newDecoded(seq uint64, m *Message, data any) *decoded {
+	d := &decoded{seq: seq, m: m}
+	d.once.Do(func() { d.data = data })
+	return d
 }
 
 type recentRing struct {
@@ -51,7 +68,7 @@ func (c *recentCache) ring(subject string) *recentRing {
 // it, so that the fan-out hands it to subscribers without reading and
 // decoding it again. m and data must not be shared with the publisher.
 func (e *Engine) remember(subject string, seq uint64, m *Message, data any) {
-	e.recent.ring(subject).slots[seq%recentSize].Store(&decoded{seq: seq, m: m, data: data})
+	e.recent.ring(subject).slots[seq%recentSize].Store(newDecoded(seq, m, data))
 }
 
 // recentAt returns the decoded message of subject at seq when the cache
@@ -76,7 +93,6 @@ func (e *Engine) decode(sm store.Message) (*decoded, error) {
 		return nil, err
 	}
 	d := &decoded{seq: sm.Seq, m: m}
-	d.data, _ = decodeValue(m.Data)
 	slot.Store(d)
 	return d, nil
 }

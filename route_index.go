@@ -137,6 +137,10 @@ func (x *selectorIndex[T]) Match(data any, fn func(T)) {
 // AppendMatches appends to dst the values Match would pass to fn, and
 // returns the extended slice. With enough capacity in dst it does not
 // allocate.
+// needsData reports whether matching reads the data: false when every
+// value in the index matches all.
+func (x *selectorIndex[T]) needsData() bool { return len(x.root.branches) > 0 }
+
 func (x *selectorIndex[T]) AppendMatches(dst []T, data any) []T {
 	x.root.match(data, func(v T) { dst = append(dst, v) })
 	return dst

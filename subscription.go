@@ -237,15 +237,21 @@ func (s *subscription) checkDelivery() bool {
 	return true
 }
 
-// selects reports whether the message passes the subscription's filter.
-func (s *subscription) selects(m *Message, data any) bool {
-	if s.scope != nil && !s.scope.inScope(OpReceive, data) {
+// matches reports whether the message's data matches the selector.
+func (s *subscription) matches(d *decoded) bool {
+	return len(s.sel.terms) == 0 || s.sel.Match(d.value())
+}
+
+// selects reports whether the message passes the subscription's receive
+// scope and filter.
+func (s *subscription) selects(d *decoded) bool {
+	if s.scope.scoped(OpReceive) && !s.scope.inScope(OpReceive, d.value()) {
 		return false
 	}
 	if s.filter == nil {
 		return true
 	}
-	v := condVars(s.caller.Principal, m, data)
+	v := condVars(s.caller.Principal, d.m, d.value())
 	ok, err := s.filter.Eval(&v)
 	return err == nil && ok
 }
@@ -347,7 +353,7 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	}
 	for _, sm := range sms {
 		d, err := e.decode(sm)
-		if err == nil && s.sel.Match(d.data) {
+		if err == nil && s.matches(d) {
 			s.batch = append(s.batch, d)
 		}
 		s.cursor = sm.Seq + 1
@@ -380,7 +386,7 @@ func (s *subscription) deliverBatch(batch []*decoded) {
 		}
 	}()
 	for _, d := range batch {
-		if !s.selects(d.m, d.data) {
+		if !s.selects(d) {
 			continue
 		}
 		if !s.acquire() {
