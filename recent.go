@@ -21,6 +21,17 @@ type decoded struct {
 	m    *Message
 	once sync.Once
 	data any
+	// enc is m's JSON encoding, made once for every transport that sends
+	// it (encOnce).
+	encOnce sync.Once
+	enc     []byte
+}
+
+// json is m's encoding (Message.AppendJSON), made once; callers must not
+// modify it.
+func (d *decoded) json() []byte {
+	d.encOnce.Do(func() { d.enc = d.m.AppendJSON(make([]byte, 0, 384+len(d.m.Data))) })
+	return d.enc
 }
 
 // value is the message's data, decoded.

@@ -65,6 +65,18 @@ type Delivery struct {
 	// Session is the receiving session: a handler publishes replies and
 	// follow-up messages through it, under its contract and every gate.
 	Session Session
+
+	src *decoded // the shared decoded message, for AppendMessageJSON
+}
+
+// AppendMessageJSON appends the JSON encoding of the delivered message to
+// b, as Message.AppendJSON does. A message delivered to many subscribers
+// is encoded once for all of them.
+func (d *Delivery) AppendMessageJSON(b []byte) []byte {
+	if d.src != nil && d.src.m == d.Message {
+		return append(b, d.src.json()...)
+	}
+	return d.Message.AppendJSON(b)
 }
 
 // Subscription is a running push subscription.

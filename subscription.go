@@ -407,7 +407,7 @@ func (s *subscription) deliverBatch(batch []*decoded) {
 func (s *subscription) deliver(d *decoded, attempt int) {
 	if s.ah != nil {
 		var once atomic.Bool
-		s.ah(s.ctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess}, func(err error) {
+		s.ah(s.ctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, func(err error) {
 			if once.CompareAndSwap(false, true) {
 				s.settled(d, attempt, err)
 			}

@@ -225,14 +225,17 @@ func encodeSimple(op, re string) []byte {
 	return append(appendHead(make([]byte, 0, 32+len(re)), op, re), '}')
 }
 
-// encodeDeliver renders a deliver push.
-func encodeDeliver(b []byte, sub string, m *pigeon.Message, attempt int) []byte {
+// appendDeliverHead starts a deliver push, up to its "message":.
+func appendDeliverHead(b []byte, sub string, attempt int) []byte {
 	b = appendHead(b, OpDeliver, "")
 	b = append(b, `,"sub":`...)
 	b = jsontext.AppendString(b, sub)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(attempt), 10)
-	b = append(b, `,"message":`...)
-	b = m.AppendJSON(b)
-	return append(b, '}')
+	return append(b, `,"message":`...)
+}
+
+// encodeDeliver renders a deliver push.
+func encodeDeliver(b []byte, sub string, m *pigeon.Message, attempt int) []byte {
+	return append(m.AppendJSON(appendDeliverHead(b, sub, attempt)), '}')
 }

@@ -228,9 +228,14 @@ func (ss *serverSub) expire(match func(inflight) bool, err error) int {
 // message size. d.Message is nil afterwards: the frame is all that is kept.
 func (ss *serverSub) frame(ctx context.Context, d *pigeon.Delivery) ([]byte, int64, error) {
 	m := d.Message
-	d.Message = nil
 	n := int64(len(m.Data)) + frameOverhead
-	if !ss.c.tryReserve(n) {
+	if ss.c.tryReserve(n) {
+		// The message's encoding is shared by every subscriber it goes to.
+		b := appendDeliverHead(make([]byte, 0, n), ss.id, d.Attempt)
+		return append(d.AppendMessageJSON(b), '}'), n, nil
+	}
+	d.Message = nil
+	{
 		meta := *m
 		meta.Data = nil
 		m = &meta
