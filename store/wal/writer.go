@@ -62,6 +62,7 @@ type logw struct {
 	committed atomic.Uint64
 	first     atomic.Uint64
 	batches   atomic.Uint64 // batches written, for tests and benchmarks
+	requests  atomic.Uint64 // requests those batches held
 
 	// Owned by whoever holds busy.
 	batch     twal.Batch
@@ -350,6 +351,7 @@ func (w *logw) commitLocked() {
 	keep := w.committed.Load()
 	w.lastBatch = len(batch)
 	w.batches.Add(1)
+	w.requests.Add(uint64(len(batch)))
 	w.mu.Unlock()
 	err := w.write(batch, keep)
 	w.mu.Lock()
