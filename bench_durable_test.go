@@ -80,10 +80,10 @@ func BenchmarkPublishDurable(b *testing.B) {
 				after := st.CommitStats()
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 				if mb := after.MessageBatches - before.MessageBatches; mb > 0 {
-					b.ReportMetric(float64(after.MessageRequests-before.MessageRequests)/float64(mb), "msgs/batch")
+					b.ReportMetric(float64(after.MessageRecords-before.MessageRecords)/float64(mb), "msgs/batch")
 				}
 				if ab := after.AuditBatches - before.AuditBatches; ab > 0 {
-					b.ReportMetric(float64(after.AuditRequests-before.AuditRequests)/float64(ab), "audit/batch")
+					b.ReportMetric(float64(after.AuditRecords-before.AuditRecords)/float64(ab), "audit/batch")
 				}
 			})
 		}

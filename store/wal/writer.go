@@ -62,7 +62,7 @@ type logw struct {
 	committed atomic.Uint64
 	first     atomic.Uint64
 	batches   atomic.Uint64 // batches written, for tests and benchmarks
-	requests  atomic.Uint64 // requests those batches held
+	records   atomic.Uint64 // records those batches held
 
 	// Owned by whoever holds busy.
 	batch     twal.Batch
@@ -351,8 +351,12 @@ func (w *logw) commitLocked() {
 	keep := w.committed.Load()
 	w.lastBatch = len(batch)
 	w.batches.Add(1)
-	w.requests.Add(uint64(len(batch)))
 	w.mu.Unlock()
+	n := 0
+	for _, r := range batch {
+		n += len(r.data)
+	}
+	w.records.Add(uint64(n))
 	err := w.write(batch, keep)
 	w.mu.Lock()
 	if err != nil {
