@@ -257,20 +257,7 @@ func (e *Engine) writeAudit() {
 		batch, results := a.pending, a.results
 		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
 		a.mu.Unlock()
-		seq, prev := a.seq, a.prev
-		for i := range batch {
-			r := &batch[i]
-			seq++
-			r.Seq, r.Time = seq, r.Time.UTC()
-			r.ID = auditID(seq)
-			r.PrevHash = prev
-			r.Hash = r.ComputeHash()
-			prev = r.Hash
-		}
-		err := a.st.AppendAudit(context.Background(), batch...) // evidence is kept even when the caller gives up
-		if err == nil {
-			a.seq, a.prev = seq, prev
-		}
+		err := a.write(batch)
 		a.mu.Lock()
 		a.handled += uint64(len(batch))
 		if err != nil {

@@ -109,13 +109,15 @@ func (a *auditScan) finish(st scanStats) error {
 	return nil
 }
 
-func (s *Store) loadAudit() error {
+// loadAudit opens and verifies the audit log, calling each for every
+// record after the checkpoint.
+func (s *Store) loadAudit(each func(*store.AuditRecord) error) error {
 	a := &s.audit
 	cp, err := readCheckpoint(s.dir)
 	if err != nil {
 		return err
 	}
-	sc := newAuditScan(cp, nil)
+	sc := newAuditScan(cp, each)
 	w, st, err := s.openLog(auditDir(s.dir), "audit", sc.visit)
 	if err == nil {
 		a.w = w
@@ -135,11 +137,22 @@ func (s *Store) loadAudit() error {
 	w.onCommit = func(r *wreq) {
 		r.freeBuf()
 		a.mu.Lock()
-		a.head = *r.aux.(*store.AuditRecord)
+		switch x := r.aux.(type) {
+		case *store.AuditRecord:
+			a.head = *x
+		case *auditAux:
+			a.head = x.last
+		}
 		a.mu.Unlock()
+		if x, ok := r.aux.(*auditAux); ok {
+			s.onAuditCommit(x)
+		}
 	}
 	w.onFail = func(r *wreq) {
 		r.freeBuf()
+		if x, ok := r.aux.(*auditAux); ok {
+			s.onAuditFail(x)
+		}
 		a.mu.Lock()
 		a.pend = a.cp
 		if a.head.Seq != 0 {
@@ -208,11 +221,14 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 }
 
 // ReadAudit implements store.AuditLog.
+// It first chains the acceptance records of messages already appended
+// (AppendAccepted), so that they are read too.
 func (s *Store) ReadAudit(ctx context.Context, from uint64, max int) ([]store.AuditRecord, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave()
+	s.flushLogged()
 	w := s.audit.w
 	first, last := w.bounds()
 	from = maxU(from, first)
@@ -243,12 +259,14 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, max int) ([]store.Au
 	return out, nil
 }
 
-// AuditHead implements store.AuditLog.
+// AuditHead implements store.AuditLog. Like ReadAudit it first chains
+// the acceptance records of messages already appended.
 func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpoint, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.AuditRecord{}, store.Checkpoint{}, err
 	}
 	defer s.leave()
+	s.flushLogged()
 	s.audit.mu.Lock()
 	defer s.audit.mu.Unlock()
 	return s.audit.head, s.audit.cp, nil

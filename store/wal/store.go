@@ -116,6 +116,7 @@ type Store struct {
 	meta  metaLog
 	quar  quarantine
 	audit auditLog
+	out   outbox // acceptance records on their way to the audit log
 
 	quit chan struct{}
 	bg   sync.WaitGroup
@@ -134,6 +135,8 @@ var (
 	_ store.AuditTrimmer      = (*Store)(nil)
 	_ store.QuarantineTrimmer = (*Store)(nil)
 	_ store.RecoveryReporter  = (*Store)(nil)
+	_ store.AuditChainer      = (*Store)(nil)
+	_ store.AcceptAppender    = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in dir and recovers it: every
@@ -182,6 +185,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("wal: read the clean-shutdown marker of %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, opts: o, lock: lock, clean: clean, quit: make(chan struct{})}
+	s.out.kick = make(chan struct{}, 1)
 	err = s.load()
 	if err == nil && clean {
 		if err = removeClean(dir); err != nil {
@@ -193,8 +197,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 		unlock(lock)
 		return nil, err
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.compactLoop()
+	go s.acceptLoop()
 	return s, nil
 }
 
@@ -226,10 +231,21 @@ func (s *Store) load() error {
 	if err := s.loadQuarantine(); err != nil {
 		return err
 	}
-	if err := s.loadAudit(); err != nil {
+	// Messages before the audit log: the audit scan looks for the
+	// acceptance records of the last kindAccepted messages, and those it
+	// does not find are chained once the audit log is open.
+	floors, err := s.loadMessages()
+	if err != nil {
 		return err
 	}
-	return s.loadMessages()
+	cands, err := s.acceptCandidates(floors)
+	if err != nil {
+		return err
+	}
+	if err := s.loadAudit(foundAccepted(cands)); err != nil {
+		return err
+	}
+	return s.restoreAccepted(cands)
 }
 
 // Dir is the data directory.

@@ -1,0 +1,144 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/store"
+)
+
+func acceptance(principal string) store.AuditRecord {
+	return store.AuditRecord{Type: "publish.accepted", Outcome: "allow", Code: "OK", Principal: principal,
+		ContractID: "ctr_1", PolicyID: "pol", SchemaID: "sch", Time: base}
+}
+
+// requireAccepted requires that the audit log of s verifies and holds one
+// acceptance record for each id, with the fields AppendAccepted was given.
+func requireAccepted(t *testing.T, s *Store, ids map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	recs, err := s.ReadAudit(ctx, 0, 0)
+	require.NoError(t, err)
+	_, cp, err := s.AuditHead(ctx)
+	require.NoError(t, err)
+	require.NoError(t, store.VerifyChain(cp, recs))
+	seen := map[string]int{}
+	for _, r := range recs {
+		if r.Type != "publish.accepted" {
+			continue
+		}
+		seen[r.MessageID]++
+		require.Equal(t, ids[r.MessageID], r.Subject, "record of %s", r.MessageID)
+		require.Equal(t, fmt.Sprint("aud_", r.Seq), r.ID)
+		require.Equal(t, "p-"+r.MessageID, r.Principal)
+		require.True(t, base.Equal(r.Time))
+	}
+	for id := range ids {
+		require.Equal(t, 1, seen[id], "acceptance record of %s", id)
+	}
+	require.Len(t, seen, len(ids))
+}
+
+// TestAppendAccepted appends accepted messages from many goroutines beside
+// other audit records; every one has exactly one acceptance record in a
+// chain that verifies, before and after a restart.
+func TestAppendAccepted(t *testing.T) {
+	for _, mode := range []SyncMode{SyncBatch, SyncAlways, SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			s, err := Open(dir, &Options{Sync: mode})
+			require.NoError(t, err)
+			ids := map[string]string{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					for i := range 50 {
+						m := msg(fmt.Sprint("s", g%3), fmt.Sprint("m", g, "-", i), base)
+						_, dup, err := s.AppendAccepted(ctx, m, acceptance("p-"+m.ID))
+						require.NoError(t, err)
+						require.False(t, dup)
+						mu.Lock()
+						ids[m.ID] = m.Subject
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Go(func() {
+				for range 20 {
+					require.NoError(t, s.ChainAudit(ctx, []store.AuditRecord{{Type: "other", Time: base}, {Type: "other", Time: base}}))
+				}
+			})
+			wg.Wait()
+			requireAccepted(t, s, ids)
+			require.NoError(t, s.Close(ctx))
+			n, err := VerifyAudit(dir)
+			require.NoError(t, err)
+			require.Equal(t, uint64(len(ids)+40), n)
+			s = open(t, dir, nil)
+			requireAccepted(t, s, ids)
+		})
+	}
+}
+
+// TestAppendAcceptedDuplicate: an idempotent retry keeps no second record.
+func TestAppendAcceptedDuplicate(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir(), nil)
+	m := msg("s", "m1", base)
+	m.IdemKey, m.IdemExpires = "k", at(1e12)
+	_, dup, err := s.AppendAccepted(ctx, m, acceptance("p-m1"))
+	require.NoError(t, err)
+	require.False(t, dup)
+	retry := m
+	retry.ID = "m2"
+	got, dup, err := s.AppendAccepted(ctx, retry, acceptance("p-m2"))
+	require.NoError(t, err)
+	require.True(t, dup)
+	require.Equal(t, "m1", got.ID)
+	requireAccepted(t, s, map[string]string{"m1": "s"})
+}
+
+// TestAppendAcceptedRestoresLostRecords: when the audit log's copy of
+// acceptance records never reached the disk (here its writes fail until
+// the store closes), reopening chains them from the message records, once.
+func TestAppendAcceptedRestoresLostRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.ChainAudit(ctx, []store.AuditRecord{{Type: "before", Time: base}}))
+	failAudit := errors.New("injected audit write failure")
+	s.faults.Store(&faults{write: func(w *logw) error {
+		if w == s.audit.w {
+			return failAudit
+		}
+		return nil
+	}})
+	ids := map[string]string{}
+	for i := range 30 {
+		m := msg(fmt.Sprint("s", i%2), fmt.Sprint("m", i), base)
+		_, _, err := s.AppendAccepted(ctx, m, acceptance("p-"+m.ID))
+		require.NoError(t, err, "the message and its record are on disk whatever the audit log does")
+		ids[m.ID] = m.Subject
+	}
+	_, err = s.ReadAudit(ctx, 0, 0)
+	require.NoError(t, err, "a reader reads what is committed")
+	_ = s.Close(ctx)
+
+	s, err = Open(dir, nil)
+	require.NoError(t, err)
+	requireAccepted(t, s, ids)
+	require.NoError(t, s.Close(ctx))
+	s = open(t, dir, nil) // nothing is restored twice
+	requireAccepted(t, s, ids)
+	n, err := VerifyAudit(dir)
+	require.NoError(t, err)
+	require.Equal(t, uint64(31), n)
+}
