@@ -35,7 +35,7 @@ import (
 
 // acceptLinger is how long the accept flusher lets acceptance records
 // accumulate before it writes them (one audit fsync for all).
-const acceptLinger = 2 * time.Millisecond
+const acceptLinger = 10 * time.Millisecond
 
 // acceptTrack is one subject's acceptance records not yet committed to the
 // audit log, by message sequence: the floor a new record carries.

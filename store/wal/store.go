@@ -66,8 +66,11 @@ type Options struct {
 	// up to BatchDelay for as many to arrive before it writes, so that one
 	// fsync covers more of them: under many concurrent writers this trades
 	// at most BatchDelay of latency for fewer fsyncs, which cost CPU as
-	// well as time. A lone writer is never delayed. Default 100µs; a
-	// negative value disables it.
+	// well as time. A lone writer is never delayed. The default (zero)
+	// adapts to the disk: half the log's recent write-and-fsync time,
+	// between 50µs and 1ms (100µs before the first fsync), since writers
+	// that arrive within half an fsync are cheaper to wait for than to
+	// leave to the next one. A negative value disables it.
 	BatchDelay time.Duration
 	// Logger receives what recovery did (a torn tail dropped after a
 	// crash: log, file, offset and bytes). Default slog.Default().
@@ -87,9 +90,6 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.CompactAfter <= 0 {
 		c.CompactAfter = 65536
-	}
-	if c.BatchDelay == 0 {
-		c.BatchDelay = 100 * time.Microsecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

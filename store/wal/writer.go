@@ -76,6 +76,7 @@ type logw struct {
 	// queue to reach it, lingering is set and enqueueLocked wakes it
 	// through filled once the queue is that long.
 	lastBatch int
+	syncAvg   time.Duration // moving average of a batch's write and fsync
 	lingering bool
 	filled    chan struct{}
 	delay     *time.Timer
@@ -220,13 +221,34 @@ func (w *logw) enqueueLocked(r *wreq) {
 	}
 }
 
+// Bounds of the adaptive commit delay (Options.BatchDelay zero).
+const (
+	minAdaptiveDelay   = 50 * time.Microsecond
+	maxAdaptiveDelay   = time.Millisecond
+	firstAdaptiveDelay = 100 * time.Microsecond
+)
+
+// batchDelay is how long a leader may wait for writers: Options.BatchDelay,
+// or when that is zero half the recent write-and-fsync time, clamped.
+func (w *logw) batchDelay() time.Duration {
+	if d := w.s.opts.BatchDelay; d != 0 {
+		return d
+	}
+	if w.syncAvg == 0 {
+		return firstAdaptiveDelay
+	}
+	return min(max(w.syncAvg/2, minAdaptiveDelay), maxAdaptiveDelay)
+}
+
 // lingerLocked is the commit delay: when the last batch held several
-// requests and fewer are queued, it waits up to Options.BatchDelay for as
-// many. mu is held on entry and exit, and released while it waits; busy
-// is set.
+// requests and fewer are queued, it waits up to batchDelay for as many.
+// mu is held on entry and exit, and released while it waits; busy is set.
 func (w *logw) lingerLocked() {
-	d := w.s.opts.BatchDelay
-	if w.s.opts.Sync != SyncBatch || d <= 0 || w.lastBatch < 2 || len(w.queue) >= w.lastBatch {
+	if w.s.opts.Sync != SyncBatch || w.lastBatch < 2 || len(w.queue) >= w.lastBatch {
+		return
+	}
+	d := w.batchDelay()
+	if d <= 0 {
 		return
 	}
 	if w.filled == nil {
@@ -357,7 +379,13 @@ func (w *logw) commitLocked() {
 		n += len(r.data)
 	}
 	w.records.Add(uint64(n))
+	start := time.Now()
 	err := w.write(batch, keep)
+	if took := time.Since(start); w.syncAvg == 0 {
+		w.syncAvg = took
+	} else {
+		w.syncAvg += (took - w.syncAvg) / 8
+	}
 	w.mu.Lock()
 	if err != nil {
 		w.takeBackLocked(keep, err, batch)
