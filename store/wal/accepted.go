@@ -202,7 +202,7 @@ func (s *Store) flushAccepted() error {
 	o.mu.Unlock()
 	if len(recs) == 0 {
 		var err error
-		if o.last != nil {
+		if o.last != nil && !o.last.done.Load() {
 			err = w.waitOtherLocked(o.last)
 		}
 		w.mu.Unlock()
