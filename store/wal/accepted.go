@@ -270,7 +270,18 @@ func (s *Store) onAuditFail(x *auditAux) {
 // disk, at the cost of the message's fsync alone. The record joins the
 // audit chain shortly after (in message commit order), at once for a
 // reader of the audit log, and after a crash before Open returns.
+//
+// While the audit log is unusable (a failed write could not be taken back;
+// see Failure in the package documentation) AppendAccepted refuses with
+// its error, as AppendAudit does: acceptance records would pile up in
+// memory with nowhere to go until the store is reopened.
 func (s *Store) AppendAccepted(ctx context.Context, m store.Message, accepted store.AuditRecord) (store.Message, bool, error) {
+	if w := s.audit.w; w.unusable.Load() {
+		w.mu.Lock()
+		err := w.failed
+		w.mu.Unlock()
+		return store.Message{}, false, err
+	}
 	accepted.Subject, accepted.MessageID = m.Subject, m.ID
 	return s.append(ctx, m, &accepted)
 }

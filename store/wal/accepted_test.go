@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -141,4 +144,28 @@ func TestAppendAcceptedRestoresLostRecords(t *testing.T) {
 	n, err := VerifyAudit(dir)
 	require.NoError(t, err)
 	require.Equal(t, uint64(31), n)
+}
+
+// TestAppendAcceptedRefusedWhileAuditUnusable: once the audit log cannot
+// be written until a reopen, accepted messages are refused rather than
+// queued without end; plain appends go on.
+func TestAppendAcceptedRefusedWhileAuditUnusable(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir(), nil)
+	s.faults.Store(&faults{write: func(w *logw) error {
+		if w != s.audit.w {
+			return nil
+		}
+		// Taking the write back fails too: a directory named like a
+		// segment cannot be removed.
+		require.NoError(t, os.MkdirAll(filepath.Join(w.dir, segmentName(1000), "x"), 0o750))
+		return fmt.Errorf("write: %w", syscall.ENOSPC)
+	}})
+	require.ErrorIs(t, s.ChainAudit(ctx, []store.AuditRecord{{Type: "x", Time: base}}), store.ErrFull)
+	_, _, err := s.AppendAccepted(ctx, msg("s", "m1", base), acceptance("p-m1"))
+	require.ErrorContains(t, err, "unusable")
+	_, err = s.Lookup(ctx, "m1")
+	require.ErrorIs(t, err, store.ErrNotFound, "nothing of a refused append is stored")
+	_, _, err = s.Append(ctx, msg("s", "m2", base))
+	require.NoError(t, err)
 }

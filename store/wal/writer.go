@@ -59,6 +59,7 @@ type logw struct {
 	queue     []*wreq
 	busy      bool  // a leader is writing, or exclusive holds the log
 	failed    error // set when a failed write could not be taken back
+	unusable  atomic.Bool // failed is set: for readers without mu
 	committed atomic.Uint64
 	first     atomic.Uint64
 	batches   atomic.Uint64 // batches written, for tests and benchmarks
@@ -486,6 +487,7 @@ func (w *logw) takeBackLocked(keep uint64, cause error, reqs []*wreq) {
 	w.mu.Lock()
 	if rerr != nil {
 		w.failed = fmt.Errorf("wal: %s is unusable after a failed write (%v); reopen the store: %w", w.name, rerr, err)
+		w.unusable.Store(true)
 		for _, r := range w.queue {
 			r.err = w.failed
 			w.onFail(r)
@@ -573,6 +575,7 @@ func (w *logw) truncateFront(cut uint64) error {
 			if !errors.Is(err, twal.ErrOutOfRange) {
 				w.mu.Lock()
 				w.failed = fmt.Errorf("wal: %s is unusable after a failed truncation; reopen the store: %w", w.name, err)
+				w.unusable.Store(true)
 				w.mu.Unlock()
 			}
 			return fmt.Errorf("wal: truncate %s: %w", w.name, err)
