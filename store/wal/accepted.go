@@ -286,6 +286,24 @@ func (s *Store) AppendAccepted(ctx context.Context, m store.Message, accepted st
 	return s.append(ctx, m, &accepted)
 }
 
+// acceptFloors returns every subject's floor now: the highest sequence up
+// to which every kindAccepted message has its acceptance record
+// committed. Records of one subject commit in sequence order (the outbox
+// keeps commit order, and a failed write puts its records back in
+// front), so the floor covers every committed record of the subject.
+func (s *Store) acceptFloors() map[string]uint64 {
+	s.msgs.mu.RLock()
+	list := slices.Clone(s.msgs.list)
+	s.msgs.mu.RUnlock()
+	floors := make(map[string]uint64, len(list))
+	for _, sub := range list {
+		sub.w.mu.Lock()
+		floors[sub.name] = sub.track.floor(sub.w.next)
+		sub.w.mu.Unlock()
+	}
+	return floors
+}
+
 // acceptCand is a kindAccepted message that recovery must find in the audit
 // log.
 type acceptCand struct {
@@ -296,14 +314,19 @@ type acceptCand struct {
 // acceptCandidates reads, for every subject, the kindAccepted messages
 // after the floor of its last one: those whose acceptance record may be
 // missing from the audit log. floors holds, per subject number, the
-// highest floor its scan saw (-1 when it saw no kindAccepted record).
-func (s *Store) acceptCandidates(floors []int64) (map[string]*acceptCand, error) {
+// highest floor its scan saw (-1 when it saw no kindAccepted record);
+// cpFloors the floors kept with the audit checkpoint, which may be higher
+// (a subject idle since audit retention last ran).
+func (s *Store) acceptCandidates(floors []int64, cpFloors map[string]uint64) (map[string]*acceptCand, error) {
 	cands := make(map[string]*acceptCand)
 	for num, f := range floors {
 		if f < 0 {
 			continue
 		}
 		sub := s.msgs.list[num]
+		if cf, ok := cpFloors[sub.name]; ok && int64(cf) > f {
+			f = int64(cf)
+		}
 		first, last := sub.w.bounds()
 		for seq := max(uint64(f)+1, first); seq <= last; seq++ {
 			p, err := sub.w.read(seq)

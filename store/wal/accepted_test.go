@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -168,4 +169,40 @@ func TestAppendAcceptedRefusedWhileAuditUnusable(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound, "nothing of a refused append is stored")
 	_, _, err = s.Append(ctx, msg("s", "m2", base))
 	require.NoError(t, err)
+}
+
+// TestAcceptedAfterAuditTrim: audit retention may remove the acceptance
+// records of a subject that then stays idle; reopening must not take them
+// for records a crash lost (the last message of a subject is always
+// after the floor its own record carries), and a crash after the trim
+// still loses nothing.
+func TestAcceptedAfterAuditTrim(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	require.NoError(t, err)
+	for i := range 5 {
+		m := msg("idle", fmt.Sprint("old", i), base)
+		_, _, err := s.AppendAccepted(ctx, m, acceptance("p-"+m.ID))
+		require.NoError(t, err)
+	}
+	_, err = s.ReadAudit(ctx, 0, 0) // the flusher's work, done now
+	require.NoError(t, err)
+	n, err := s.TrimAuditBefore(ctx, at(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+	// A later acceptance on another subject, whose audit copy is lost.
+	s.faults.Store(&faults{write: func(w *logw) error {
+		if w == s.audit.w {
+			return errors.New("injected audit write failure")
+		}
+		return nil
+	}})
+	late := msg("busy", "new", at(2*time.Hour))
+	_, _, err = s.AppendAccepted(ctx, late, acceptance("p-new"))
+	require.NoError(t, err)
+	_ = s.Close(ctx)
+
+	s = open(t, dir, nil)
+	requireAccepted(t, s, map[string]string{"new": "busy"})
 }

@@ -37,25 +37,33 @@ func headOf(r store.AuditRecord) store.Checkpoint {
 }
 
 func readCheckpoint(dir string) (store.Checkpoint, error) {
+	cp, _, err := readCheckpointFloors(dir)
+	return cp, err
+}
+
+// readCheckpointFloors reads the checkpoint and the acceptance floors
+// kept with it (nil when it has none).
+func readCheckpointFloors(dir string) (store.Checkpoint, map[string]uint64, error) {
 	path := checkpointPath(dir)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return store.Checkpoint{}, nil
+		return store.Checkpoint{}, nil, nil
 	}
 	var cp store.Checkpoint
+	var floors map[string]uint64
 	n := 0
-	err := readFramedFile(path, 1<<16, func(off int64, rec []byte) error {
+	err := readFramedFile(path, 1<<28, func(off int64, rec []byte) error {
 		if n > 0 {
 			return errors.New("more than one checkpoint")
 		}
 		n++
 		var err error
-		cp, err = decodeCheckpoint(rec)
+		cp, floors, err = decodeCheckpointFloors(rec)
 		return err
 	})
 	if err == nil && n == 0 {
 		err = &store.CorruptError{File: path, Offset: 0, Reason: "empty checkpoint file"}
 	}
-	return cp, err
+	return cp, floors, err
 }
 
 // auditScan verifies records as a scan visits them.
@@ -306,7 +314,13 @@ func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 		return 0, nil
 	}
 	cp := headOf(prev)
-	if err := writeFileAtomic(checkpointPath(s.dir), frame(nil, encodeCheckpoint(cp))); err != nil {
+	// The subjects' acceptance floors, taken now, go with the checkpoint:
+	// every kind-4 message up to its floor has its acceptance record
+	// committed, and the record of any later one will be committed after
+	// this moment, so after last, which the cut does not pass. Recovery
+	// thus never takes a record this trim removed for a missing one.
+	floors := s.acceptFloors()
+	if err := writeFileAtomic(checkpointPath(s.dir), frame(nil, encodeCheckpointFloors(cp, floors))); err != nil {
 		return 0, writeError("audit checkpoint", err)
 	}
 	a.mu.Lock()

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -415,20 +417,50 @@ func decodeAudit(p []byte) (store.AuditRecord, error) {
 	return r, d.done()
 }
 
-func encodeCheckpoint(cp store.Checkpoint) []byte {
+func encodeCheckpoint(cp store.Checkpoint) []byte { return encodeCheckpointFloors(cp, nil) }
+
+// encodeCheckpointFloors encodes cp followed, when there are any, by the
+// acceptance floors of the subjects when it was taken (see
+// TrimAuditBefore): a count, then a subject name and a floor each.
+func encodeCheckpointFloors(cp store.Checkpoint, floors map[string]uint64) []byte {
 	e := newEnc(kindCheckpoint, 80)
 	e.uvarint(cp.Seq)
 	e.str(cp.Hash)
+	if len(floors) > 0 {
+		names := slices.Sorted(maps.Keys(floors))
+		e.uvarint(uint64(len(names)))
+		for _, n := range names {
+			e.str(n)
+			e.uvarint(floors[n])
+		}
+	}
 	return e.finish()
 }
 
 func decodeCheckpoint(p []byte) (store.Checkpoint, error) {
+	cp, _, err := decodeCheckpointFloors(p)
+	return cp, err
+}
+
+func decodeCheckpointFloors(p []byte) (store.Checkpoint, map[string]uint64, error) {
 	if len(p) < recHeader || p[4] != kindCheckpoint {
-		return store.Checkpoint{}, errors.New("not a checkpoint record")
+		return store.Checkpoint{}, nil, errors.New("not a checkpoint record")
 	}
 	d := newDec(p)
 	cp := store.Checkpoint{Seq: d.uvarint(), Hash: d.str()}
-	return cp, d.done()
+	var floors map[string]uint64
+	if d.err == nil && len(d.b) > 0 {
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			return cp, nil, errShort
+		}
+		floors = make(map[string]uint64, n)
+		for range n {
+			name := d.str()
+			floors[name] = d.uvarint()
+		}
+	}
+	return cp, floors, d.done()
 }
 
 // ---- quarantine ----

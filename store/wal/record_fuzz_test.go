@@ -45,3 +45,23 @@ func FuzzAcceptedRecord(f *testing.F) {
 		_, _ = decodeMessageHead(junk)
 	})
 }
+
+// FuzzCheckpointFloors: a checkpoint with floors decodes to what was
+// encoded; arbitrary bytes after the hash never panic.
+func FuzzCheckpointFloors(f *testing.F) {
+	f.Add(uint64(3), "abc", "orders", uint64(9), []byte{1, 2})
+	f.Fuzz(func(t *testing.T, seq uint64, hash, subject string, floor uint64, junk []byte) {
+		cp := store.Checkpoint{Seq: seq, Hash: hash}
+		floors := map[string]uint64{subject: floor, subject + "x": floor / 2}
+		gcp, gf, err := decodeCheckpointFloors(encodeCheckpointFloors(cp, floors))
+		require.NoError(t, err)
+		require.Equal(t, cp, gcp)
+		require.Equal(t, floors, gf)
+		gcp, gf, err = decodeCheckpointFloors(encodeCheckpoint(cp))
+		require.NoError(t, err)
+		require.Equal(t, cp, gcp)
+		require.Nil(t, gf)
+		p := append(encodeCheckpoint(cp), junk...)
+		_, _, _ = decodeCheckpointFloors(p)
+	})
+}

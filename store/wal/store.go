@@ -238,7 +238,11 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
-	cands, err := s.acceptCandidates(floors)
+	_, cpFloors, err := readCheckpointFloors(s.dir)
+	if err != nil {
+		return err
+	}
+	cands, err := s.acceptCandidates(floors, cpFloors)
 	if err != nil {
 		return err
 	}

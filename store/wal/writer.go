@@ -57,8 +57,8 @@ type logw struct {
 	cond      sync.Cond
 	next      uint64 // index of the next enqueued entry
 	queue     []*wreq
-	busy      bool  // a leader is writing, or exclusive holds the log
-	failed    error // set when a failed write could not be taken back
+	busy      bool        // a leader is writing, or exclusive holds the log
+	failed    error       // set when a failed write could not be taken back
 	unusable  atomic.Bool // failed is set: for readers without mu
 	committed atomic.Uint64
 	first     atomic.Uint64
