@@ -167,10 +167,11 @@ func auditFailure(err error) *Error {
 
 // auditAsync queues a record and leaves chaining and writing to the
 // background writer, which batches what accumulates while it writes; for
-// the high-rate events: accepted publishes, whose message is already
-// durable, and deliveries. Under a durable store a crash can lose the last
-// milliseconds of such records, never a message, and never a link of the
-// chain (what is on disk is a prefix of it).
+// the high-rate events: deliveries, and accepted publishes on a store that
+// cannot keep their record with the message (see audit_durable.go). Under
+// a durable store a crash can lose the last milliseconds of such records,
+// never a message, and never a link of the chain (what is on disk is a
+// prefix of it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
 func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
