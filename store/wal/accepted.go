@@ -25,13 +25,15 @@ import (
 // acceptance that has returned.
 //
 // A crash can lose the audit log's copy, never the record: recovery
-// (recoverAccepted) finds every kindAccepted message whose acceptance
-// record is not in the audit log and chains it before Open returns. It
-// need not look at every message: each kindAccepted record carries the
-// subject's floor when it was queued, the highest sequence up to which
-// every kindAccepted message of the subject had its acceptance record
-// committed. The floor of a subject's last kindAccepted record bounds what
-// recovery reads: the messages after it, a few batches' worth.
+// (acceptCandidates, foundAccepted, restoreAccepted) finds every
+// kindAccepted message whose acceptance record is not in the audit log and
+// chains it before Open returns. It need not look at every message: each
+// kindAccepted record carries the subject's floor when it was queued, the
+// highest sequence up to which every kindAccepted message of the subject
+// had its acceptance record committed. The floor of a subject's last
+// kindAccepted record, or the higher one audit retention kept in the
+// checkpoint (acceptFloors), bounds what recovery reads: the messages
+// after it, a few batches' worth.
 
 // acceptLinger is how long the accept flusher lets acceptance records
 // accumulate before it writes them (one audit fsync for all).
@@ -163,7 +165,11 @@ func (s *Store) chainLocked(recs []store.AuditRecord, locs []uint64) *wreq {
 		data[i] = buf.b[start:end:end]
 		start = end
 	}
-	r := &wreq{data: data, aux: &auditAux{last: recs[len(recs)-1], recs: recs, locs: locs}, buf: buf}
+	x := &auditAux{last: recs[len(recs)-1]}
+	if locs != nil { // the outbox's: put back should the write fail
+		x.recs, x.locs = recs, locs
+	}
+	r := &wreq{data: data, aux: x, buf: buf}
 	w.enqueueLocked(r)
 	return r
 }
