@@ -13,6 +13,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store"
 	"pigeon/store/wal"
 	"pigeon/store/wal/crashtest"
 )
@@ -35,6 +36,8 @@ func TestBrokerCrashAcceptedAudited(t *testing.T) {
 			e, st := openDurable(t, dir, nil)
 			defer closeDurable(t, e, st)
 			_, err := e.VerifyAudit(ctx)
+			require.NoError(t, err)
+			_, err = store.VerifyAudit(ctx, st)
 			require.NoError(t, err)
 			recs, err := e.Audit(ctx, 0, 0)
 			require.NoError(t, err)
