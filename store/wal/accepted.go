@@ -68,9 +68,14 @@ func (t *acceptTrack) add(seq uint64) {
 	t.mu.Unlock()
 }
 
-// audited records that seq's acceptance record is committed.
+// audited records that seq's acceptance record is committed. A sequence
+// not pending (a record recovery restored) is ignored.
 func (t *acceptTrack) audited(seq uint64) {
 	t.mu.Lock()
+	if len(t.pend) == 0 || seq < t.pend[0] {
+		t.mu.Unlock()
+		return
+	}
 	if t.done == nil {
 		t.done = make(map[uint64]struct{})
 	}

@@ -206,3 +206,41 @@ func TestAcceptedAfterAuditTrim(t *testing.T) {
 	s = open(t, dir, nil)
 	requireAccepted(t, s, map[string]string{"new": "busy"})
 }
+
+// TestAcceptTrack: the floor is below the lowest record not committed,
+// whatever order commits and failures come in.
+func TestAcceptTrack(t *testing.T) {
+	type step struct {
+		op   string // add, audited, failed, floor
+		seq  uint64
+		want uint64 // for floor
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"nothing pending", []step{{"floor", 10, 9}}},
+		{"in order", []step{{"add", 1, 0}, {"add", 2, 0}, {"floor", 3, 0}, {"audited", 1, 0}, {"floor", 3, 1}, {"audited", 2, 0}, {"floor", 3, 2}}},
+		{"a later one first", []step{{"add", 1, 0}, {"add", 2, 0}, {"audited", 2, 0}, {"floor", 3, 0}, {"audited", 1, 0}, {"floor", 3, 2}}},
+		{"a failed message", []step{{"add", 1, 0}, {"add", 2, 0}, {"failed", 2, 0}, {"add", 2, 0}, {"audited", 1, 0}, {"floor", 3, 1}, {"audited", 2, 0}, {"floor", 3, 2}}},
+		{"restored, not pending", []step{{"audited", 5, 0}, {"floor", 7, 6}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var tr acceptTrack
+			for i, s := range c.steps {
+				switch s.op {
+				case "add":
+					tr.add(s.seq)
+				case "audited":
+					tr.audited(s.seq)
+				case "failed":
+					tr.failed(s.seq)
+				case "floor":
+					require.Equal(t, s.want, tr.floor(s.seq), "step %d", i)
+				}
+			}
+			require.Empty(t, tr.done, "nothing left behind once floors moved past")
+		})
+	}
+}
