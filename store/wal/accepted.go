@@ -102,8 +102,11 @@ type outbox struct {
 	mu   sync.Mutex
 	recs []store.AuditRecord
 	locs []uint64 // message locations, parallel to recs
-	kick chan struct{}
-	last *wreq // the last audit request made from the outbox; audit w.mu
+	// Records of failed audit writes, in order, older than recs.
+	retryRecs []store.AuditRecord
+	retryLocs []uint64
+	kick      chan struct{}
+	last      *wreq // the last audit request made from the outbox; audit w.mu
 }
 
 // put adds the acceptance record of the message at loc and wakes the
@@ -119,13 +122,25 @@ func (o *outbox) put(r store.AuditRecord, loc uint64) {
 	}
 }
 
-// putBack returns the records of a failed audit write to the front of the
-// outbox, for the next flush.
+// putBack returns the records of a failed audit write for the next flush,
+// which takes them before anything put since. A failed write fails its
+// requests in queue order, so appending keeps the records in order.
 func (o *outbox) putBack(recs []store.AuditRecord, locs []uint64) {
 	o.mu.Lock()
-	o.recs = append(recs, o.recs...)
-	o.locs = append(locs, o.locs...)
+	o.retryRecs = append(o.retryRecs, recs...)
+	o.retryLocs = append(o.retryLocs, locs...)
 	o.mu.Unlock()
+}
+
+// take empties the outbox, records to retry first; o.mu is held.
+func (o *outbox) takeLocked() ([]store.AuditRecord, []uint64) {
+	recs, locs := o.recs, o.locs
+	if len(o.retryRecs) > 0 {
+		recs, locs = append(o.retryRecs, recs...), append(o.retryLocs, locs...)
+		o.retryRecs, o.retryLocs = nil, nil
+	}
+	o.recs, o.locs = nil, nil
+	return recs, locs
 }
 
 // auditAux is what the audit log's onCommit and onFail need of a request:
@@ -208,8 +223,7 @@ func (s *Store) flushAccepted() error {
 		return err
 	}
 	o.mu.Lock()
-	recs, locs := o.recs, o.locs
-	o.recs, o.locs = nil, nil
+	recs, locs := o.takeLocked()
 	o.mu.Unlock()
 	if len(recs) == 0 {
 		var err error

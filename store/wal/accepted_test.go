@@ -244,3 +244,23 @@ func TestAcceptTrack(t *testing.T) {
 		})
 	}
 }
+
+// TestOutboxOrder: records of failed writes come back before newer ones
+// and in the order they failed in, so one subject's records stay in
+// sequence order.
+func TestOutboxOrder(t *testing.T) {
+	o := outbox{kick: make(chan struct{}, 1)}
+	rec := func(id string) store.AuditRecord { return store.AuditRecord{MessageID: id} }
+	o.put(rec("c"), 3)
+	o.putBack([]store.AuditRecord{rec("a1"), rec("a2")}, []uint64{1, 2}) // the first failed request
+	o.putBack([]store.AuditRecord{rec("b")}, []uint64{2})                 // the next one in the batch
+	recs, locs := o.takeLocked()
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.MessageID)
+	}
+	require.Equal(t, []string{"a1", "a2", "b", "c"}, ids)
+	require.Equal(t, []uint64{1, 2, 2, 3}, locs)
+	recs, _ = o.takeLocked()
+	require.Empty(t, recs)
+}
