@@ -167,10 +167,11 @@ func auditFailure(err error) *Error {
 
 // auditAsync queues a record and leaves chaining and writing to the
 // background writer, which batches what accumulates while it writes; for
-// the high-rate events: accepted publishes, whose message is already
-// durable, and deliveries. Under a durable store a crash can lose the last
-// milliseconds of such records, never a message, and never a link of the
-// chain (what is on disk is a prefix of it).
+// the high-rate events: deliveries, and accepted publishes on a store that
+// cannot keep their record with the message (see audit_durable.go). Under
+// a durable store a crash can lose the last milliseconds of such records,
+// never a message, and never a link of the chain (what is on disk is a
+// prefix of it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
 func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
@@ -257,20 +258,7 @@ func (e *Engine) writeAudit() {
 		batch, results := a.pending, a.results
 		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
 		a.mu.Unlock()
-		seq, prev := a.seq, a.prev
-		for i := range batch {
-			r := &batch[i]
-			seq++
-			r.Seq, r.Time = seq, r.Time.UTC()
-			r.ID = auditID(seq)
-			r.PrevHash = prev
-			r.Hash = r.ComputeHash()
-			prev = r.Hash
-		}
-		err := a.st.AppendAudit(context.Background(), batch...) // evidence is kept even when the caller gives up
-		if err == nil {
-			a.seq, a.prev = seq, prev
-		}
+		err := a.write(batch)
 		a.mu.Lock()
 		a.handled += uint64(len(batch))
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/store/wal"
 	"pigeon/transport/transporttest"
 )
 
@@ -201,58 +200,6 @@ func BenchmarkWorkQueue(b *testing.B) {
 func chatMessage(room string) *pigeon.Message {
 	return &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
 		Data: []byte(`{"kind":"chat","room":"` + room + `","text":"hello"}`)}
-}
-
-// BenchmarkPublishDurable is BenchmarkPublishGoverned on the WAL store, per
-// sync mode, from one goroutine and from many.
-func BenchmarkPublishDurable(b *testing.B) {
-	for _, mode := range []wal.SyncMode{wal.SyncAlways, wal.SyncBatch, wal.SyncNone} {
-		for _, parallel := range []bool{false, true} {
-			name := mode.String() + "/single"
-			if parallel {
-				name = mode.String() + "/parallel"
-			}
-			b.Run(name, func(b *testing.B) {
-				st, err := wal.Open(b.TempDir(), &wal.Options{Sync: mode})
-				if err != nil {
-					b.Fatal(err)
-				}
-				opts := transporttest.Options()
-				opts.Store, opts.ContractTTL = st, 24*time.Hour
-				e, err := pigeon.New(context.Background(), opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = e.Shutdown(context.Background()); _ = st.Close(context.Background()) }()
-				s := benchSession(b, e, "checkout-token", "payments.authorize")
-				ctx := context.Background()
-				var n atomic.Int64
-				b.ReportAllocs()
-				b.ResetTimer()
-				if !parallel {
-					m := demo.Payment("o")
-					for b.Loop() {
-						m.IdempotencyKey = "k-" + strconv.FormatInt(n.Add(1), 10)
-						if _, err := s.Publish(ctx, m); err != nil {
-							b.Fatal(err)
-						}
-					}
-					return
-				}
-				b.SetParallelism(128)
-				b.RunParallel(func(pb *testing.PB) {
-					m := demo.Payment("o")
-					for pb.Next() {
-						m.IdempotencyKey = "k-" + strconv.FormatInt(n.Add(1), 10)
-						if _, err := s.Publish(ctx, m); err != nil {
-							b.Fatal(err)
-						}
-					}
-				})
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "publishes/s")
-			})
-		}
-	}
 }
 
 // BenchmarkAccessCheck is the per-message cost of checking a contract whose

@@ -231,7 +231,8 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		sm.IdemKey = s.name + "\x00" + a.Principal.ID + "\x00" + a.idemKey
 		sm.IdemExpires = a.Now.Add(s.idemTTL)
 	}
-	stored, dup, err := e.store.Append(ctx, sm)
+	acc := EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
+	stored, dup, audited, err := e.appendAccepted(ctx, sm, acc)
 	*bp = body[:0]
 	bodyPool.Put(bp)
 	if err != nil {
@@ -254,7 +255,10 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		res.m.AcceptedAt = formatTime(stored.Time)
 	}
 	res.r = Result{Status: StatusAccepted, Message: &res.m}
-	e.auditAsync(EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID, Seqs: strconv.FormatUint(stored.Seq, 10)}))
+	if !audited {
+		acc.Seqs = strconv.FormatUint(stored.Seq, 10)
+		e.auditAsync(acc)
+	}
 	// Subscribers get what the gates judged: the stored envelope and the
 	// data tree the gates read, decoded once. The copy shares nothing
 	// with the publisher, who may reuse its buffers once Publish returns.

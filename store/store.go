@@ -246,6 +246,33 @@ type AuditLog interface {
 	AuditHead(ctx context.Context) (last AuditRecord, cp Checkpoint, err error)
 }
 
+// AuditChainer is the optional ability of an audit log to chain records
+// itself. A store that writes audit records of its own (AcceptAppender)
+// implements it, and a writer that finds it must append through it, not
+// through AppendAudit, since the store then owns the chain's head.
+type AuditChainer interface {
+	// ChainAudit appends recs in order, setting each one's Seq, PrevHash
+	// and Hash to continue the chain, its ID to "aud_" and the sequence
+	// when empty, and its Time to UTC. It returns once they are written
+	// as durably as AppendAudit writes; on error none of recs is in the
+	// chain and their chain fields are unspecified.
+	ChainAudit(ctx context.Context, recs []AuditRecord) error
+}
+
+// AcceptAppender is the optional ability to keep a message and the audit
+// record of its acceptance in one durable write. A store that has it also
+// implements AuditChainer.
+type AcceptAppender interface {
+	// AppendAccepted is Append, and when m is stored (not a duplicate)
+	// the audit record accepted (with Subject and MessageID set to m's,
+	// and Seqs to its sequence in decimal) is kept with it: once AppendAccepted returns, the record is in the
+	// audit chain or is put there by recovery before the store opens
+	// again, whatever happens in between; either way it is chained after
+	// every record that was chained before AppendAccepted returned. A
+	// duplicate or a failed append keeps no record.
+	AppendAccepted(ctx context.Context, m Message, accepted AuditRecord) (stored Message, dup bool, err error)
+}
+
 // ContractRecord is a negotiated contract as persisted.
 type ContractRecord struct {
 	ID        string    `json:"id"`

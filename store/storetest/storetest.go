@@ -12,8 +12,8 @@
 // and the suite checks that everything written survives a close and an
 // open. Optional abilities found by type assertion (store.Trimmer,
 // store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
-// store.ContractLister) are tested when the store has them and skipped
-// when it has not.
+// store.ContractLister, store.AcceptAppender with store.AuditChainer)
+// are tested when the store has them and skipped when it has not.
 //
 // # Semantics the suite pins down
 //
@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("Progress", su.testProgress)
 	t.Run("Quarantine", su.testQuarantine)
 	t.Run("Audit", su.testAudit)
+	t.Run("Accepted", su.testAccepted)
 	t.Run("TrimAudit", su.testTrimAudit)
 	t.Run("TrimQuarantine", su.testTrimQuarantine)
 	t.Run("Contracts", su.testContracts)

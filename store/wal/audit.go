@@ -37,25 +37,33 @@ func headOf(r store.AuditRecord) store.Checkpoint {
 }
 
 func readCheckpoint(dir string) (store.Checkpoint, error) {
+	cp, _, err := readCheckpointFloors(dir)
+	return cp, err
+}
+
+// readCheckpointFloors reads the checkpoint and the acceptance floors
+// kept with it (nil when it has none).
+func readCheckpointFloors(dir string) (store.Checkpoint, map[string]uint64, error) {
 	path := checkpointPath(dir)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return store.Checkpoint{}, nil
+		return store.Checkpoint{}, nil, nil
 	}
 	var cp store.Checkpoint
+	var floors map[string]uint64
 	n := 0
-	err := readFramedFile(path, 1<<16, func(off int64, rec []byte) error {
+	err := readFramedFile(path, 1<<28, func(off int64, rec []byte) error {
 		if n > 0 {
 			return errors.New("more than one checkpoint")
 		}
 		n++
 		var err error
-		cp, err = decodeCheckpoint(rec)
+		cp, floors, err = decodeCheckpointFloors(rec)
 		return err
 	})
 	if err == nil && n == 0 {
 		err = &store.CorruptError{File: path, Offset: 0, Reason: "empty checkpoint file"}
 	}
-	return cp, err
+	return cp, floors, err
 }
 
 // auditScan verifies records as a scan visits them.
@@ -109,13 +117,15 @@ func (a *auditScan) finish(st scanStats) error {
 	return nil
 }
 
-func (s *Store) loadAudit() error {
+// loadAudit opens and verifies the audit log, calling each for every
+// record after the checkpoint.
+func (s *Store) loadAudit(each func(*store.AuditRecord) error) error {
 	a := &s.audit
 	cp, err := readCheckpoint(s.dir)
 	if err != nil {
 		return err
 	}
-	sc := newAuditScan(cp, nil)
+	sc := newAuditScan(cp, each)
 	w, st, err := s.openLog(auditDir(s.dir), "audit", sc.visit)
 	if err == nil {
 		a.w = w
@@ -135,11 +145,22 @@ func (s *Store) loadAudit() error {
 	w.onCommit = func(r *wreq) {
 		r.freeBuf()
 		a.mu.Lock()
-		a.head = *r.aux.(*store.AuditRecord)
+		switch x := r.aux.(type) {
+		case *store.AuditRecord:
+			a.head = *x
+		case *auditAux:
+			a.head = x.last
+		}
 		a.mu.Unlock()
+		if x, ok := r.aux.(*auditAux); ok {
+			s.onAuditCommit(x)
+		}
 	}
 	w.onFail = func(r *wreq) {
 		r.freeBuf()
+		if x, ok := r.aux.(*auditAux); ok {
+			s.onAuditFail(x)
+		}
 		a.mu.Lock()
 		a.pend = a.cp
 		if a.head.Seq != 0 {
@@ -208,11 +229,14 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 }
 
 // ReadAudit implements store.AuditLog.
+// It first chains the acceptance records of messages already appended
+// (AppendAccepted), so that they are read too.
 func (s *Store) ReadAudit(ctx context.Context, from uint64, max int) ([]store.AuditRecord, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave()
+	s.flushLogged()
 	w := s.audit.w
 	first, last := w.bounds()
 	from = maxU(from, first)
@@ -243,12 +267,14 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, max int) ([]store.Au
 	return out, nil
 }
 
-// AuditHead implements store.AuditLog.
+// AuditHead implements store.AuditLog. Like ReadAudit it first chains
+// the acceptance records of messages already appended.
 func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpoint, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.AuditRecord{}, store.Checkpoint{}, err
 	}
 	defer s.leave()
+	s.flushLogged()
 	s.audit.mu.Lock()
 	defer s.audit.mu.Unlock()
 	return s.audit.head, s.audit.cp, nil
@@ -288,7 +314,13 @@ func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 		return 0, nil
 	}
 	cp := headOf(prev)
-	if err := writeFileAtomic(checkpointPath(s.dir), frame(nil, encodeCheckpoint(cp))); err != nil {
+	// The subjects' acceptance floors, taken now, go with the checkpoint:
+	// every kind-4 message up to its floor has its acceptance record
+	// committed, and the record of any later one will be committed after
+	// this moment, so after last, which the cut does not pass. Recovery
+	// thus never takes a record this trim removed for a missing one.
+	floors := s.acceptFloors()
+	if err := writeFileAtomic(checkpointPath(s.dir), frame(nil, encodeCheckpointFloors(cp, floors))); err != nil {
 		return 0, writeError("audit checkpoint", err)
 	}
 	a.mu.Lock()

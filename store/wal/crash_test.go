@@ -76,29 +76,30 @@ func TestCrashChild(t *testing.T) {
 			return err
 		})
 	}
-	var auditMu sync.Mutex
+	// Audit records are chained by the store (ChainAudit), as the broker
+	// appends them now that the store chains acceptance records too.
 	run(func(i int) error {
-		auditMu.Lock()
-		defer auditMu.Unlock()
-		last, cp, err := s.AuditHead(ctx)
-		if err != nil {
+		r := []store.AuditRecord{{Type: "crash", Time: time.Now()}}
+		if err := s.ChainAudit(ctx, r); err != nil {
 			return err
 		}
-		prev := store.Checkpoint{Seq: last.Seq, Hash: last.Hash}
-		if last.Seq == 0 {
-			prev = cp
-		}
-		if prev.Hash == "" {
-			prev.Hash = store.Genesis
-		}
-		r := store.AuditRecord{Seq: prev.Seq + 1, ID: fmt.Sprint("a", pid, "-", i), Type: "crash", Time: time.Now(), PrevHash: prev.Hash}
-		r.Hash = r.ComputeHash()
-		if err := s.AppendAudit(ctx, r); err != nil {
-			return err
-		}
-		crashtest.Ack("audit", r.Seq)
+		crashtest.Ack("audit", r[0].Seq)
 		return nil
 	})
+	// Accepted messages: many concurrent writers, each acknowledging
+	// only after AppendAccepted returned.
+	for g := range 8 {
+		run(func(i int) error {
+			id := fmt.Sprintf("a%d-%d-%d", pid, g, i)
+			subject := fmt.Sprint("s", (g+i)%3)
+			m := store.Message{Subject: subject, ID: id, Time: time.Now(), Body: []byte(id)}
+			got, _, err := s.AppendAccepted(ctx, m, store.AuditRecord{Type: "accepted", Principal: "p-" + id, Time: m.Time})
+			if err == nil {
+				crashtest.Ack("accepted", subject, got.Seq, id)
+			}
+			return err
+		})
+	}
 	g, err := s.LoadGroup(ctx, crashGroup)
 	if err != nil {
 		os.Exit(4)
@@ -158,6 +159,7 @@ func checkCrash(t *testing.T, dir string, acks []string) {
 		}
 	}
 	var auditMax uint64
+	accepted := map[string]string{} // id -> subject
 	g, err := s.LoadGroup(ctx, crashGroup)
 	require.NoError(t, err)
 	retried := 0
@@ -177,6 +179,9 @@ func checkCrash(t *testing.T, dir string, acks []string) {
 				require.True(t, dup, "a retry after the crash is still a duplicate")
 				require.Equal(t, m.ID, got.ID)
 			}
+		case "accepted":
+			require.Equal(t, f[1]+" "+f[2], where[f[3]], "accepted message %s", f[3])
+			accepted[f[3]] = f[1]
 		case "audit":
 			seq, _ := strconv.ParseUint(f[1], 10, 64)
 			auditMax = max(auditMax, seq)
@@ -198,6 +203,22 @@ func checkCrash(t *testing.T, dir string, acks []string) {
 	recs, err := s.ReadAudit(ctx, 0, 0)
 	require.NoError(t, err)
 	require.NoError(t, store.VerifyChain(cp, recs))
+	// Every acknowledged AppendAccepted has its acceptance record in the
+	// chain, exactly once, also those the crash kept from the audit log.
+	records := map[string]int{}
+	for _, r := range recs {
+		if r.Type == "accepted" {
+			records[r.MessageID]++
+			require.Equal(t, "p-"+r.MessageID, r.Principal)
+			require.Equal(t, where[r.MessageID][:2], r.Subject, "record of %s", r.MessageID)
+		}
+	}
+	for id := range accepted {
+		require.Equal(t, 1, records[id], "acceptance record of acknowledged message %s", id)
+	}
+	for id, n := range records {
+		require.Equal(t, 1, n, "acceptance records of %s", id)
+	}
 	n, err := VerifyAudit(dir)
 	require.NoError(t, err)
 	require.Equal(t, uint64(len(recs)), n)

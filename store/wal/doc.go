@@ -16,11 +16,21 @@
 // Put, Delete, the trims). SyncBatch (the default) is group commit:
 // concurrent writers to one log share one fsync, and each returns only
 // after its own record is on disk; under many concurrent writers a leader
-// may wait up to Options.BatchDelay for more of them before it writes, a
-// lone writer never. SyncAlways writes and fsyncs each
+// may wait up to Options.BatchDelay (by default half a recent fsync) for
+// more of them before it writes, a lone writer never. SyncAlways writes
+// and fsyncs each
 // request on its own. SyncNone never fsyncs: a returned write survives the
 // process crashing, but the last writes are lost when the machine crashes
 // or loses power.
+//
+// AppendAccepted (store.AcceptAppender) keeps a message and the audit
+// record of its acceptance in one record of the subject's log: one fsync
+// makes both durable. The record is chained into the audit log after the
+// message commits (a background flusher batches them; ReadAudit and
+// AuditHead flush first, so a reader sees every acceptance that has
+// returned), and Open chains those a crash kept from the audit log. Since
+// the store then writes into the chain itself, a caller appends its own
+// records with ChainAudit (store.AuditChainer), not AppendAudit.
 //
 // A write is visible to readers (Read, Lookup, Bounds, LoadGroup, ...)
 // only once it is committed, so nothing a reader saw can vanish in a
@@ -88,7 +98,8 @@
 // Every method is safe for concurrent use. Writers never wait for another
 // log's fsync; readers of a log are serialised with each other (tidwall/wal
 // fills its segment cache on read) but not with writers. Close waits for
-// calls in flight, stops the one background goroutine (the metadata
-// compactor), writes the clean-shutdown marker when every log closed
+// calls in flight, stops the two background goroutines (the metadata
+// compactor and the acceptance flusher, which first chains what it
+// holds), writes the clean-shutdown marker when every log closed
 // without error, and releases the lock; it is idempotent.
 package wal

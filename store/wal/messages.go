@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,7 @@ type subject struct {
 	num    uint32
 	w      *logw
 	trimMu sync.Mutex // one TrimBefore at a time
+	track  acceptTrack
 }
 
 type messages struct {
@@ -185,19 +187,23 @@ type subjectScan struct {
 	ids       []idSlot // hash, location
 	idem      map[string]idemSlot
 	clock     int64
+	floor     int64 // highest floor of a kindAccepted record; -1: none seen
 	err       error
 }
 
-func (s *Store) loadMessages() error {
+// loadMessages opens every subject's log and rebuilds the indexes. It
+// returns, per subject number, the highest floor of its kindAccepted
+// records (-1 when it has none), for recoverAccepted.
+func (s *Store) loadMessages() ([]int64, error) {
 	s.msgs.byName = make(map[string]*subject)
 	s.msgs.idx.init()
 	root := s.messagesDir()
 	if err := os.MkdirAll(root, 0o750); err != nil {
-		return fmt.Errorf("wal: create %s: %w", root, err)
+		return nil, fmt.Errorf("wal: create %s: %w", root, err)
 	}
 	ents, err := os.ReadDir(root)
 	if err != nil {
-		return fmt.Errorf("wal: read %s: %w", root, err)
+		return nil, fmt.Errorf("wal: read %s: %w", root, err)
 	}
 	var scans []*subjectScan
 	for _, e := range ents {
@@ -211,20 +217,20 @@ func (s *Store) loadMessages() error {
 			// written before any message, so there is nothing to lose.
 			if segs, _ := listSegments(dir); len(segs) == 0 || emptySegments(segs) {
 				if err := os.RemoveAll(dir); err != nil {
-					return fmt.Errorf("wal: remove unfinished %s: %w", dir, err)
+					return nil, fmt.Errorf("wal: remove unfinished %s: %w", dir, err)
 				}
 				continue
 			}
-			return &store.CorruptError{File: filepath.Join(dir, "SUBJECT"), Offset: 0, Reason: "missing subject name"}
+			return nil, &store.CorruptError{File: filepath.Join(dir, "SUBJECT"), Offset: 0, Reason: "missing subject name"}
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if subjectDir(name) != e.Name() {
-			return &store.CorruptError{File: filepath.Join(dir, "SUBJECT"), Offset: 0,
+			return nil, &store.CorruptError{File: filepath.Join(dir, "SUBJECT"), Offset: 0,
 				Reason: fmt.Sprintf("subject %q does not belong in directory %s", name, e.Name())}
 		}
-		scans = append(scans, &subjectScan{dir: dir, name: name})
+		scans = append(scans, &subjectScan{dir: dir, name: name, floor: -1})
 	}
 
 	// Scan the subjects in parallel; merge in directory order.
@@ -253,7 +259,7 @@ func (s *Store) loadMessages() error {
 		}
 	}
 	if firstErr != nil {
-		return firstErr
+		return nil, firstErr
 	}
 	total := 0
 	for _, sc := range scans {
@@ -282,7 +288,11 @@ func (s *Store) loadMessages() error {
 		x.claim(k, e.loc, e.exp, nil)
 	}
 	x.sweepAt = max(1024, 2*x.idem.Len())
-	return nil
+	floors := make([]int64, len(scans))
+	for i, sc := range scans {
+		floors[i] = sc.floor
+	}
+	return floors, nil
 }
 
 // scanSubject opens one subject's log, collecting its index entries.
@@ -308,6 +318,9 @@ func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 			}
 		}
 		sc.clock = max(sc.clock, unixNano(h.time))
+		if h.accepted {
+			sc.floor = max(sc.floor, int64(h.floor))
+		}
 		return nil
 	}
 	sc.w, _, sc.err = s.openLog(sc.dir, "subject "+sc.name, visit)
@@ -349,6 +362,9 @@ func (s *Store) addSubject(name string, w *logw) *subject {
 	x := &s.msgs.idx
 	w.onCommit = func(r *wreq) {
 		r.freeBuf()
+		if acc, ok := r.aux.(*store.AuditRecord); ok {
+			s.out.put(*acc, r.loc)
+		}
 		if r.key == "" {
 			return
 		}
@@ -358,6 +374,10 @@ func (s *Store) addSubject(name string, w *logw) *subject {
 	}
 	w.onFail = func(r *wreq) {
 		r.freeBuf()
+		if r.aux != nil {
+			_, seq := unpack(r.loc)
+			sub.track.failed(seq)
+		}
 		x.mu.Lock()
 		x.removeID(r.id, r.loc)
 		if r.key != "" {
@@ -424,6 +444,12 @@ func (s *Store) subjectByNum(num uint32) *subject {
 // reserved before the record is queued, and a duplicate of a record still
 // being written waits for it.
 func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	return s.append(ctx, m, nil)
+}
+
+// append is Append, keeping the acceptance record acc with the message
+// when it is not nil (AppendAccepted).
+func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRecord) (store.Message, bool, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.Message{}, false, err
 	}
@@ -440,7 +466,7 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 	}
 	var skip []uint64 // claims found to be other keys'
 	for range 100 {
-		stored, dup, retry, err := s.appendOnce(sub, m, skip)
+		stored, dup, retry, err := s.appendOnce(sub, m, acc, skip)
 		if !retry.again {
 			return stored, dup, err
 		}
@@ -458,7 +484,7 @@ type retry struct {
 	skip  uint64
 }
 
-func (s *Store) appendOnce(sub *subject, m store.Message, skip []uint64) (store.Message, bool, retry, error) {
+func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord, skip []uint64) (store.Message, bool, retry, error) {
 	w := sub.w
 	x := &s.msgs.idx
 	w.mu.Lock()
@@ -489,7 +515,16 @@ func (s *Store) appendOnce(sub *subject, m store.Message, skip []uint64) (store.
 	x.sweepLocked()
 	x.mu.Unlock()
 	r.buf = getRecBuf()
-	r.buf.b = appendMessage(r.buf.b[:0], &m)
+	if acc != nil {
+		// The acceptance names the message's sequence, as the broker's
+		// own record does; the record encodes it from the message.
+		acc.Seqs = strconv.FormatUint(seq, 10)
+		r.aux = acc
+		r.buf.b = appendAccepted(r.buf.b[:0], &m, acc, sub.track.floor(seq))
+		sub.track.add(seq)
+	} else {
+		r.buf.b = appendMessage(r.buf.b[:0], &m)
+	}
 	r.one[0] = r.buf.b
 	r.data = r.one[:]
 	w.enqueueLocked(r)

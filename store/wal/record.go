@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"maps"
 	"math"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,6 +28,7 @@ const recHeader = 5
 const (
 	kindMessage     byte = 1  // messages/<subject>/
 	kindAudit       byte = 2  // audit/
+	kindAccepted    byte = 4  // messages/<subject>/: a message and its acceptance audit record
 	kindCheckpoint  byte = 3  // audit.checkpoint
 	kindDone        byte = 10 // meta/: progress MarkDone
 	kindAttempt     byte = 11 // meta/: progress MarkAttempt
@@ -298,6 +302,28 @@ func appendMessage(dst []byte, m *store.Message) []byte {
 	return e.b
 }
 
+// appendAccepted appends the record of m kept with its acceptance audit
+// record r (unchained: Seq, ID and hashes are not kept; Subject and
+// MessageID are m's). floor is recovery's bound (see accepted.go): when m
+// was queued, every message of the subject up to floor had its acceptance
+// record committed to the audit log.
+func appendAccepted(dst []byte, m *store.Message, r *store.AuditRecord, floor uint64) []byte {
+	e := appendEnc(dst, kindAccepted)
+	e.uvarint(m.Seq)
+	e.str(m.ID)
+	e.time(m.Time)
+	e.str(m.IdemKey)
+	e.time(m.IdemExpires)
+	e.uvarint(floor)
+	for _, s := range []string{r.Type, r.Outcome, r.Code, r.Gate, r.Principal, r.ContractID, r.PolicyID, r.SchemaID, r.Ref} {
+		e.str(s)
+	}
+	e.time(r.Time)
+	e.raw(m.Body)
+	e.finish()
+	return e.b
+}
+
 // msgHead is what the index needs from a message record.
 type msgHead struct {
 	seq     uint64
@@ -305,25 +331,52 @@ type msgHead struct {
 	time    time.Time
 	idemKey string
 	idemExp time.Time
+	// Of a kindAccepted record only.
+	accepted bool
+	floor    uint64
+}
+
+func isMessage(p []byte) bool {
+	return len(p) >= recHeader && (p[4] == kindMessage || p[4] == kindAccepted)
 }
 
 func decodeMessageHead(p []byte) (msgHead, error) {
-	if len(p) < recHeader || p[4] != kindMessage {
+	if !isMessage(p) {
 		return msgHead{}, errors.New("not a message record")
 	}
 	d := newDec(p)
 	h := msgHead{seq: d.uvarint(), id: d.str(), time: d.time(), idemKey: d.str(), idemExp: d.time()}
+	if p[4] == kindAccepted {
+		h.accepted, h.floor = true, d.uvarint()
+	}
 	return h, d.err
 }
 
 func decodeMessage(p []byte, subject string) (store.Message, error) {
-	if len(p) < recHeader || p[4] != kindMessage {
-		return store.Message{}, errors.New("not a message record")
+	m, _, err := decodeAccepted(p, subject)
+	return m, err
+}
+
+// decodeAccepted decodes a message record and, when it is a kindAccepted
+// record, the acceptance audit record kept with it (r.Type is empty
+// otherwise).
+func decodeAccepted(p []byte, subject string) (store.Message, store.AuditRecord, error) {
+	var r store.AuditRecord
+	if !isMessage(p) {
+		return store.Message{}, r, errors.New("not a message record")
 	}
 	d := newDec(p)
 	m := store.Message{Subject: subject, Seq: d.uvarint(), ID: d.str(), Time: d.time(), IdemKey: d.str(), IdemExpires: d.time()}
+	if p[4] == kindAccepted {
+		d.uvarint()
+		for _, f := range []*string{&r.Type, &r.Outcome, &r.Code, &r.Gate, &r.Principal, &r.ContractID, &r.PolicyID, &r.SchemaID, &r.Ref} {
+			*f = d.str()
+		}
+		r.Time = d.time()
+		r.Subject, r.MessageID, r.Seqs = subject, m.ID, strconv.FormatUint(m.Seq, 10)
+	}
 	m.Body = d.rest()
-	return m, d.err
+	return m, r, d.err
 }
 
 // ---- audit ----
@@ -376,20 +429,50 @@ func decodeAudit(p []byte) (store.AuditRecord, error) {
 	return r, d.done()
 }
 
-func encodeCheckpoint(cp store.Checkpoint) []byte {
+func encodeCheckpoint(cp store.Checkpoint) []byte { return encodeCheckpointFloors(cp, nil) }
+
+// encodeCheckpointFloors encodes cp followed, when there are any, by the
+// acceptance floors of the subjects when it was taken (see
+// TrimAuditBefore): a count, then a subject name and a floor each.
+func encodeCheckpointFloors(cp store.Checkpoint, floors map[string]uint64) []byte {
 	e := newEnc(kindCheckpoint, 80)
 	e.uvarint(cp.Seq)
 	e.str(cp.Hash)
+	if len(floors) > 0 {
+		names := slices.Sorted(maps.Keys(floors))
+		e.uvarint(uint64(len(names)))
+		for _, n := range names {
+			e.str(n)
+			e.uvarint(floors[n])
+		}
+	}
 	return e.finish()
 }
 
 func decodeCheckpoint(p []byte) (store.Checkpoint, error) {
+	cp, _, err := decodeCheckpointFloors(p)
+	return cp, err
+}
+
+func decodeCheckpointFloors(p []byte) (store.Checkpoint, map[string]uint64, error) {
 	if len(p) < recHeader || p[4] != kindCheckpoint {
-		return store.Checkpoint{}, errors.New("not a checkpoint record")
+		return store.Checkpoint{}, nil, errors.New("not a checkpoint record")
 	}
 	d := newDec(p)
 	cp := store.Checkpoint{Seq: d.uvarint(), Hash: d.str()}
-	return cp, d.done()
+	var floors map[string]uint64
+	if d.err == nil && len(d.b) > 0 {
+		n := d.uvarint()
+		if n > uint64(len(d.b)) {
+			return cp, nil, errShort
+		}
+		floors = make(map[string]uint64, n)
+		for range n {
+			name := d.str()
+			floors[name] = d.uvarint()
+		}
+	}
+	return cp, floors, d.done()
 }
 
 // ---- quarantine ----

@@ -419,9 +419,26 @@ func TestBatchDelay(t *testing.T) {
 		require.Equal(t, before+1, w.batches.Load(), "one batch, one fsync for the four")
 		require.Len(t, readAll(t, s, "a"), 5)
 	})
-	t.Run("disabled", func(t *testing.T) {
+	t.Run("disabled or adaptive", func(t *testing.T) {
 		o := (&Options{BatchDelay: -1}).withDefaults()
 		require.Negative(t, o.BatchDelay)
-		require.Equal(t, 100*time.Microsecond, (&Options{}).withDefaults().BatchDelay)
+		s := open(t, t.TempDir(), nil)
+		_, _, err := s.Append(ctx, msg("a", "m", at(0)))
+		require.NoError(t, err)
+		sub, _ := s.subject("a", false)
+		w := sub.w
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, c := range []struct {
+			avg, want time.Duration
+		}{
+			{0, firstAdaptiveDelay},
+			{10 * time.Microsecond, minAdaptiveDelay},
+			{400 * time.Microsecond, 200 * time.Microsecond},
+			{time.Second, maxAdaptiveDelay},
+		} {
+			w.syncAvg = c.avg
+			require.Equal(t, c.want, w.batchDelay(), "after fsyncs of %v", c.avg)
+		}
 	})
 }

@@ -57,11 +57,13 @@ type logw struct {
 	cond      sync.Cond
 	next      uint64 // index of the next enqueued entry
 	queue     []*wreq
-	busy      bool  // a leader is writing, or exclusive holds the log
-	failed    error // set when a failed write could not be taken back
+	busy      bool        // a leader is writing, or exclusive holds the log
+	failed    error       // set when a failed write could not be taken back
+	unusable  atomic.Bool // failed is set: for readers without mu
 	committed atomic.Uint64
 	first     atomic.Uint64
 	batches   atomic.Uint64 // batches written, for tests and benchmarks
+	records   atomic.Uint64 // records those batches held
 
 	// Owned by whoever holds busy.
 	batch     twal.Batch
@@ -75,6 +77,7 @@ type logw struct {
 	// queue to reach it, lingering is set and enqueueLocked wakes it
 	// through filled once the queue is that long.
 	lastBatch int
+	syncAvg   time.Duration // moving average of a batch's write and fsync
 	lingering bool
 	filled    chan struct{}
 	delay     *time.Timer
@@ -219,13 +222,34 @@ func (w *logw) enqueueLocked(r *wreq) {
 	}
 }
 
+// Bounds of the adaptive commit delay (Options.BatchDelay zero).
+const (
+	minAdaptiveDelay   = 50 * time.Microsecond
+	maxAdaptiveDelay   = time.Millisecond
+	firstAdaptiveDelay = 100 * time.Microsecond
+)
+
+// batchDelay is how long a leader may wait for writers: Options.BatchDelay,
+// or when that is zero half the recent write-and-fsync time, clamped.
+func (w *logw) batchDelay() time.Duration {
+	if d := w.s.opts.BatchDelay; d != 0 {
+		return d
+	}
+	if w.syncAvg == 0 {
+		return firstAdaptiveDelay
+	}
+	return min(max(w.syncAvg/2, minAdaptiveDelay), maxAdaptiveDelay)
+}
+
 // lingerLocked is the commit delay: when the last batch held several
-// requests and fewer are queued, it waits up to Options.BatchDelay for as
-// many. mu is held on entry and exit, and released while it waits; busy
-// is set.
+// requests and fewer are queued, it waits up to batchDelay for as many.
+// mu is held on entry and exit, and released while it waits; busy is set.
 func (w *logw) lingerLocked() {
-	d := w.s.opts.BatchDelay
-	if w.s.opts.Sync != SyncBatch || d <= 0 || w.lastBatch < 2 || len(w.queue) >= w.lastBatch {
+	if w.s.opts.Sync != SyncBatch || w.lastBatch < 2 || len(w.queue) >= w.lastBatch {
+		return
+	}
+	d := w.batchDelay()
+	if d <= 0 {
 		return
 	}
 	if w.filled == nil {
@@ -351,7 +375,18 @@ func (w *logw) commitLocked() {
 	w.lastBatch = len(batch)
 	w.batches.Add(1)
 	w.mu.Unlock()
+	n := 0
+	for _, r := range batch {
+		n += len(r.data)
+	}
+	w.records.Add(uint64(n))
+	start := time.Now()
 	err := w.write(batch, keep)
+	if took := time.Since(start); w.syncAvg == 0 {
+		w.syncAvg = took
+	} else {
+		w.syncAvg += (took - w.syncAvg) / 8
+	}
 	w.mu.Lock()
 	if err != nil {
 		w.takeBackLocked(keep, err, batch)
@@ -452,6 +487,7 @@ func (w *logw) takeBackLocked(keep uint64, cause error, reqs []*wreq) {
 	w.mu.Lock()
 	if rerr != nil {
 		w.failed = fmt.Errorf("wal: %s is unusable after a failed write (%v); reopen the store: %w", w.name, rerr, err)
+		w.unusable.Store(true)
 		for _, r := range w.queue {
 			r.err = w.failed
 			w.onFail(r)
@@ -539,6 +575,7 @@ func (w *logw) truncateFront(cut uint64) error {
 			if !errors.Is(err, twal.ErrOutOfRange) {
 				w.mu.Lock()
 				w.failed = fmt.Errorf("wal: %s is unusable after a failed truncation; reopen the store: %w", w.name, err)
+				w.unusable.Store(true)
 				w.mu.Unlock()
 			}
 			return fmt.Errorf("wal: truncate %s: %w", w.name, err)

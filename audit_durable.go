@@ -1,0 +1,59 @@
+package pigeon
+
+import (
+	"context"
+
+	"pigeon/store"
+)
+
+// Acceptance evidence on a durable store.
+//
+// A store that keeps a message and the audit record of its acceptance in
+// one durable write (store.AcceptAppender, as store/wal does) gets the
+// publish.accepted record with the message: when Publish answers
+// "accepted", the message and its record are both on disk, for the cost
+// of the message's write, and the store chains the record into the audit
+// log itself (after a crash, before it opens again). Such a store owns
+// the chain's head, so the auditor then appends through it
+// (store.AuditChainer) instead of chaining records itself. On any other
+// store the record is queued for the auditor after the append, as before.
+
+// appendAccepted appends sm and reports whether the store kept acc, the
+// audit record of its acceptance, with it; when it did not, the caller
+// audits acc itself once the message is accepted.
+func (e *Engine) appendAccepted(ctx context.Context, sm store.Message, acc store.AuditRecord) (stored store.Message, dup, audited bool, err error) {
+	if aa, ok := e.store.(store.AcceptAppender); ok {
+		if _, ok := e.store.(store.AuditChainer); ok {
+			stored, dup, err = aa.AppendAccepted(ctx, sm, acc)
+			return stored, dup, true, err
+		}
+	}
+	stored, dup, err = e.store.Append(ctx, sm)
+	return stored, dup, false, err
+}
+
+// write appends one batch of the auditor's records to the store, chained:
+// by the store when it chains records itself (store.AuditChainer),
+// otherwise here, from the head the auditor keeps. Only the active writer
+// calls it.
+func (a *auditor) write(batch []store.AuditRecord) error {
+	ctx := context.Background() // evidence is kept even when the caller gives up
+	if ch, ok := a.st.(store.AuditChainer); ok {
+		return ch.ChainAudit(ctx, batch)
+	}
+	seq, prev := a.seq, a.prev
+	for i := range batch {
+		r := &batch[i]
+		seq++
+		r.Seq, r.Time = seq, r.Time.UTC()
+		r.ID = auditID(seq)
+		r.PrevHash = prev
+		r.Hash = r.ComputeHash()
+		prev = r.Hash
+	}
+	err := a.st.AppendAudit(ctx, batch...)
+	if err == nil {
+		a.seq, a.prev = seq, prev
+	}
+	return err
+}

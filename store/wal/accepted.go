@@ -1,0 +1,406 @@
+package wal
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// Accepted messages (store.AcceptAppender): a message and the audit record
+// of its acceptance cost one durable write, the message's.
+//
+// AppendAccepted writes a kindAccepted record: the message and its
+// acceptance record, unchained. Once the message's batch is committed, the
+// acceptance record goes to the outbox (message-log commit order), and the
+// outbox is chained into the audit log by the accept flusher, a background
+// goroutine that lets records accumulate for acceptLinger so that one
+// audit fsync covers many message batches, or at once by a reader of the
+// audit log (ReadAudit, AuditHead), so that a reader never misses an
+// acceptance that has returned.
+//
+// A crash can lose the audit log's copy, never the record: recovery
+// (acceptCandidates, foundAccepted, restoreAccepted) finds every
+// kindAccepted message whose acceptance record is not in the audit log and
+// chains it before Open returns. It need not look at every message: each
+// kindAccepted record carries the subject's floor when it was queued, the
+// highest sequence up to which every kindAccepted message of the subject
+// had its acceptance record committed. The floor of a subject's last
+// kindAccepted record, or the higher one audit retention kept in the
+// checkpoint (acceptFloors), bounds what recovery reads: the messages
+// after it, a few batches' worth.
+
+// acceptLinger is how long the accept flusher lets acceptance records
+// accumulate before it writes them (one audit fsync for all).
+const acceptLinger = 10 * time.Millisecond
+
+// acceptTrack is one subject's acceptance records not yet committed to the
+// audit log, by message sequence: the floor a new record carries.
+type acceptTrack struct {
+	mu   sync.Mutex
+	pend []uint64            // ascending: queued messages whose record is not committed
+	done map[uint64]struct{} // of pend, committed but not yet dropped from its front
+}
+
+// floor returns the floor for a message queued at seq: every kindAccepted
+// message below the lowest pending one is audited.
+func (t *acceptTrack) floor(seq uint64) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for len(t.pend) > 0 {
+		if _, ok := t.done[t.pend[0]]; !ok {
+			return t.pend[0] - 1
+		}
+		delete(t.done, t.pend[0])
+		t.pend = t.pend[1:]
+	}
+	return seq - 1
+}
+
+func (t *acceptTrack) add(seq uint64) {
+	t.mu.Lock()
+	t.pend = append(t.pend, seq)
+	t.mu.Unlock()
+}
+
+// audited records that seq's acceptance record is committed. A sequence
+// not pending (a record recovery restored) is ignored.
+func (t *acceptTrack) audited(seq uint64) {
+	t.mu.Lock()
+	if len(t.pend) == 0 || seq < t.pend[0] {
+		t.mu.Unlock()
+		return
+	}
+	if t.done == nil {
+		t.done = make(map[uint64]struct{})
+	}
+	t.done[seq] = struct{}{}
+	t.mu.Unlock()
+}
+
+// failed forgets seq, whose message was not written (its sequence will be
+// used again). Failed messages are the latest, so it looks from the back.
+func (t *acceptTrack) failed(seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := len(t.pend) - 1; i >= 0; i-- {
+		if t.pend[i] == seq {
+			t.pend = slices.Delete(t.pend, i, i+1)
+			return
+		}
+	}
+}
+
+// outbox holds committed messages' acceptance records, in commit order,
+// until they are chained into the audit log.
+type outbox struct {
+	mu   sync.Mutex
+	recs []store.AuditRecord
+	locs []uint64 // message locations, parallel to recs
+	// Records of failed audit writes, in order, older than recs.
+	retryRecs []store.AuditRecord
+	retryLocs []uint64
+	kick      chan struct{}
+	last      *wreq // the last audit request made from the outbox; audit w.mu
+}
+
+// put adds the acceptance record of the message at loc and wakes the
+// flusher.
+func (o *outbox) put(r store.AuditRecord, loc uint64) {
+	o.mu.Lock()
+	o.recs = append(o.recs, r)
+	o.locs = append(o.locs, loc)
+	o.mu.Unlock()
+	select {
+	case o.kick <- struct{}{}:
+	default:
+	}
+}
+
+// putBack returns the records of a failed audit write for the next flush,
+// which takes them before anything put since. A failed write fails its
+// requests in queue order, so appending keeps the records in order.
+func (o *outbox) putBack(recs []store.AuditRecord, locs []uint64) {
+	o.mu.Lock()
+	o.retryRecs = append(o.retryRecs, recs...)
+	o.retryLocs = append(o.retryLocs, locs...)
+	o.mu.Unlock()
+}
+
+// take empties the outbox, records to retry first; o.mu is held.
+func (o *outbox) takeLocked() ([]store.AuditRecord, []uint64) {
+	recs, locs := o.recs, o.locs
+	if len(o.retryRecs) > 0 {
+		recs, locs = append(o.retryRecs, recs...), append(o.retryLocs, locs...)
+		o.retryRecs, o.retryLocs = nil, nil
+	}
+	o.recs, o.locs = nil, nil
+	return recs, locs
+}
+
+// auditAux is what the audit log's onCommit and onFail need of a request:
+// its last record and, for records from the outbox, the messages they
+// belong to.
+type auditAux struct {
+	last store.AuditRecord
+	recs []store.AuditRecord // from the outbox
+	locs []uint64
+}
+
+// chainLocked chains recs onto the audit log's pending head in place and
+// queues them as one request. The audit log's mu is held.
+func (s *Store) chainLocked(recs []store.AuditRecord, locs []uint64) *wreq {
+	a := &s.audit
+	w := a.w
+	buf := getRecBuf()
+	ends := make([]int, len(recs))
+	a.mu.Lock()
+	prev := a.pend
+	for i := range recs {
+		r := &recs[i]
+		r.Seq = w.next + uint64(i)
+		if r.ID == "" || locs != nil {
+			r.ID = "aud_" + strconv.FormatUint(r.Seq, 10)
+		}
+		r.Time = r.Time.UTC()
+		r.PrevHash = prev.Hash
+		if prev.Hash == "" {
+			r.PrevHash = store.Genesis
+		}
+		r.Hash = r.ComputeHash()
+		prev = headOf(*r)
+		buf.b = appendAudit(buf.b, r)
+		ends[i] = len(buf.b)
+	}
+	a.pend = prev
+	a.mu.Unlock()
+	data := make([][]byte, len(recs))
+	start := 0
+	for i, end := range ends {
+		data[i] = buf.b[start:end:end]
+		start = end
+	}
+	x := &auditAux{last: recs[len(recs)-1]}
+	if locs != nil { // the outbox's: put back should the write fail
+		x.recs, x.locs = recs, locs
+	}
+	r := &wreq{data: data, aux: x, buf: buf}
+	w.enqueueLocked(r)
+	return r
+}
+
+// ChainAudit implements store.AuditChainer.
+func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if len(recs) == 0 {
+		return nil
+	}
+	w := s.audit.w
+	w.mu.Lock()
+	if err := w.failed; err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	return w.awaitLocked(s.chainLocked(recs, nil))
+}
+
+// flushAccepted chains what the outbox holds into the audit log and waits
+// until it, and whatever an earlier flush took, is committed.
+func (s *Store) flushAccepted() error {
+	w := s.audit.w
+	o := &s.out
+	w.mu.Lock()
+	if err := w.failed; err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	o.mu.Lock()
+	recs, locs := o.takeLocked()
+	o.mu.Unlock()
+	if len(recs) == 0 {
+		var err error
+		if o.last != nil && !o.last.done.Load() {
+			err = w.waitOtherLocked(o.last)
+		}
+		w.mu.Unlock()
+		return err
+	}
+	r := s.chainLocked(recs, locs)
+	o.last = r
+	return w.awaitLocked(r)
+}
+
+// acceptLoop is the accept flusher: it chains the outbox into the audit
+// log acceptLinger after a record arrives, and once more when the store
+// closes.
+func (s *Store) acceptLoop() {
+	defer s.bg.Done()
+	t := time.NewTimer(0)
+	<-t.C
+	for {
+		select {
+		case <-s.out.kick:
+		case <-s.quit:
+			s.flushLogged()
+			return
+		}
+		t.Reset(acceptLinger)
+		select {
+		case <-t.C:
+		case <-s.quit:
+			s.flushLogged()
+			return
+		}
+		s.flushLogged()
+	}
+}
+
+func (s *Store) flushLogged() {
+	if err := s.flushAccepted(); err != nil {
+		s.opts.Logger.Error("wal: acceptance audit records could not be written; they are kept with their messages and retried", "err", err)
+	}
+}
+
+// onAuditCommit and onAuditFail keep the outbox's books for a committed or
+// failed audit request; the audit log's mu is held.
+func (s *Store) onAuditCommit(x *auditAux) {
+	for _, loc := range x.locs {
+		num, seq := unpack(loc)
+		if sub := s.subjectByNum(num); sub != nil {
+			sub.track.audited(seq)
+		}
+	}
+}
+
+func (s *Store) onAuditFail(x *auditAux) {
+	if x.locs != nil {
+		for i := range x.recs {
+			x.recs[i].Seq, x.recs[i].ID, x.recs[i].PrevHash, x.recs[i].Hash = 0, "", "", ""
+		}
+		s.out.putBack(x.recs, x.locs)
+	}
+}
+
+// AppendAccepted implements store.AcceptAppender. The message and its
+// acceptance record are one record of the subject's log: when
+// AppendAccepted returns (under SyncBatch and SyncAlways) both are on
+// disk, at the cost of the message's fsync alone. The record joins the
+// audit chain shortly after (in message commit order), at once for a
+// reader of the audit log, and after a crash before Open returns.
+//
+// While the audit log is unusable (a failed write could not be taken back;
+// see Failure in the package documentation) AppendAccepted refuses with
+// its error, as AppendAudit does: acceptance records would pile up in
+// memory with nowhere to go until the store is reopened.
+func (s *Store) AppendAccepted(ctx context.Context, m store.Message, accepted store.AuditRecord) (store.Message, bool, error) {
+	if w := s.audit.w; w.unusable.Load() {
+		w.mu.Lock()
+		err := w.failed
+		w.mu.Unlock()
+		return store.Message{}, false, err
+	}
+	accepted.Subject, accepted.MessageID = m.Subject, m.ID
+	return s.append(ctx, m, &accepted)
+}
+
+// acceptFloors returns every subject's floor now: the highest sequence up
+// to which every kindAccepted message has its acceptance record
+// committed. Records of one subject commit in sequence order (the outbox
+// keeps commit order, and a failed write puts its records back in
+// front), so the floor covers every committed record of the subject.
+func (s *Store) acceptFloors() map[string]uint64 {
+	s.msgs.mu.RLock()
+	list := slices.Clone(s.msgs.list)
+	s.msgs.mu.RUnlock()
+	floors := make(map[string]uint64, len(list))
+	for _, sub := range list {
+		sub.w.mu.Lock()
+		floors[sub.name] = sub.track.floor(sub.w.next)
+		sub.w.mu.Unlock()
+	}
+	return floors
+}
+
+// acceptCand is a kindAccepted message that recovery must find in the audit
+// log.
+type acceptCand struct {
+	loc uint64
+	rec store.AuditRecord
+}
+
+// acceptCandidates reads, for every subject, the kindAccepted messages
+// after the floor of its last one: those whose acceptance record may be
+// missing from the audit log. floors holds, per subject number, the
+// highest floor its scan saw (-1 when it saw no kindAccepted record);
+// cpFloors the floors kept with the audit checkpoint, which may be higher
+// (a subject idle since audit retention last ran).
+func (s *Store) acceptCandidates(floors []int64, cpFloors map[string]uint64) (map[string]*acceptCand, error) {
+	cands := make(map[string]*acceptCand)
+	for num, f := range floors {
+		if f < 0 {
+			continue
+		}
+		sub := s.msgs.list[num]
+		if cf, ok := cpFloors[sub.name]; ok && int64(cf) > f {
+			f = int64(cf)
+		}
+		first, last := sub.w.bounds()
+		for seq := max(uint64(f)+1, first); seq <= last; seq++ {
+			p, err := sub.w.read(seq)
+			if err != nil {
+				return nil, err
+			}
+			m, r, err := decodeAccepted(p, sub.name)
+			if err != nil || m.Seq != seq {
+				return nil, &store.CorruptError{File: sub.w.dir, Offset: -1, Reason: fmt.Sprintf("entry %d is not message %d (%v)", seq, seq, err)}
+			}
+			if r.Type != "" {
+				cands[m.ID] = &acceptCand{loc: pack(sub.num, seq), rec: r}
+			}
+		}
+	}
+	return cands, nil
+}
+
+// foundAccepted drops from cands the message whose acceptance record r is.
+func foundAccepted(cands map[string]*acceptCand) func(r *store.AuditRecord) error {
+	return func(r *store.AuditRecord) error {
+		if r.MessageID == "" {
+			return nil
+		}
+		if c := cands[r.MessageID]; c != nil && c.rec.Type == r.Type && c.rec.Subject == r.Subject {
+			delete(cands, r.MessageID)
+		}
+		return nil
+	}
+}
+
+// restoreAccepted chains the acceptance records recovery found missing,
+// by subject and sequence, and waits until they are on disk.
+func (s *Store) restoreAccepted(cands map[string]*acceptCand) error {
+	if len(cands) == 0 {
+		return nil
+	}
+	list := make([]*acceptCand, 0, len(cands))
+	for _, c := range cands {
+		list = append(list, c)
+	}
+	slices.SortFunc(list, func(a, b *acceptCand) int { return cmp.Compare(a.loc, b.loc) })
+	for _, c := range list {
+		s.out.put(c.rec, c.loc)
+	}
+	if err := s.flushAccepted(); err != nil {
+		return fmt.Errorf("wal: restore %d acceptance audit records: %w", len(list), err)
+	}
+	s.opts.Logger.Warn("wal: chained acceptance audit records that a crash kept from the audit log; they were on disk with their messages",
+		"records", len(list))
+	return nil
+}
