@@ -253,7 +253,7 @@ func TestOutboxOrder(t *testing.T) {
 	rec := func(id string) store.AuditRecord { return store.AuditRecord{MessageID: id} }
 	o.put(rec("c"), 3)
 	o.putBack([]store.AuditRecord{rec("a1"), rec("a2")}, []uint64{1, 2}) // the first failed request
-	o.putBack([]store.AuditRecord{rec("b")}, []uint64{2})                 // the next one in the batch
+	o.putBack([]store.AuditRecord{rec("b")}, []uint64{2})                // the next one in the batch
 	recs, locs := o.takeLocked()
 	var ids []string
 	for _, r := range recs {
