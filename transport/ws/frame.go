@@ -25,6 +25,8 @@ const (
 	OpReplay      = "replay"      // → messages
 	OpReceive     = "receive"     // → messages
 	OpPing        = "ping"        // → pong
+
+	OpPublishBatch = "publish_batch" // → decisions
 )
 
 // Ops the server sends: answers, and the pushes "deliver" and
@@ -40,6 +42,7 @@ const (
 	OpError        = "error"
 	OpDeliver      = "deliver"
 	OpUnsubscribed = "unsubscribed"
+	OpDecisions    = "decisions"
 )
 
 // Subprotocol is the WebSocket subprotocol of this protocol.
@@ -86,6 +89,21 @@ type Frame struct {
 	ToSequence   uint64 `json:"toSequence,omitempty"`
 
 	Error *wire.Error `json:"error,omitempty"`
+
+	// publish_batch: its messages, split but not decoded, so that each is
+	// decoded and judged on its own. Read from "messages".
+	Batch []json.RawMessage `json:"-"`
+	// decisions: one result per message of the batch, in order.
+	Results []BatchResult `json:"results,omitempty"`
+}
+
+// BatchResult is one slot of a decisions answer: the status and the
+// message admitted, as a decision answer carries them, or the error that
+// refused that message alone.
+type BatchResult struct {
+	Status  string          `json:"status,omitempty"`
+	Message *pigeon.Message `json:"message,omitempty"`
+	Error   *wire.Error     `json:"error,omitempty"`
 }
 
 // DecodeFrame decodes one frame, its envelope included, in one pass. It
@@ -110,8 +128,28 @@ func DecodeFrame(b []byte) (*Frame, error) {
 		}
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
+	f, ok := decodeFrameFast(b)
+	if !ok {
+		var err error
+		if f, err = decodeFrameJSON(b); err != nil {
+			return f, err
+		}
+	}
+	if f.Op == "" {
+		return f, pigeon.NewError(pigeon.CodeBadRequest, `a frame needs an "op"`)
+	}
+	return f, nil
+}
+
+// decodeFrameJSON decodes a frame with encoding/json: the frames the fast
+// path leaves (see codec.go).
+func decodeFrameJSON(b []byte) (*Frame, error) {
 	f := new(Frame)
-	if err := json.Unmarshal(b, f); err != nil {
+	aux := struct {
+		*Frame
+		Messages json.RawMessage `json:"messages"`
+	}{Frame: f}
+	if err := json.Unmarshal(b, &aux); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			// The envelope decodes in the same pass as the frame; its
@@ -127,8 +165,18 @@ func DecodeFrame(b []byte) (*Frame, error) {
 		}
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
-	if f.Op == "" {
-		return f, pigeon.NewError(pigeon.CodeBadRequest, `a frame needs an "op"`)
+	if len(aux.Messages) == 0 || string(aux.Messages) == "null" {
+		return f, nil
+	}
+	if f.Op == OpPublishBatch {
+		if aux.Messages[0] != '[' {
+			return f, pigeon.NewError(pigeon.CodeBadRequest, `frame field "messages" has the wrong type`)
+		}
+		f.Batch = splitBatch(aux.Messages)
+		return f, nil
+	}
+	if err := json.Unmarshal(aux.Messages, &f.Messages); err != nil {
+		return f, pigeon.NewError(pigeon.CodeBadRequest, `frame field "messages" has the wrong type`)
 	}
 	return f, nil
 }

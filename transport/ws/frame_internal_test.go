@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"pigeon"
 )
 
@@ -22,4 +24,50 @@ func TestHandBuiltFramesAreValidJSON(t *testing.T) {
 			t.Fatalf("%s: %v", b, err)
 		}
 	}
+}
+
+// FuzzDecodeFrameFast checks that the reflection-free decoder of the
+// publish path decodes every frame it takes exactly as encoding/json does.
+// Run it with
+//
+//	go test -run '^$' -fuzz FuzzDecodeFrameFast -fuzztime 60s ./transport/ws
+func FuzzDecodeFrameFast(f *testing.F) {
+	m := &pigeon.Message{SpecVersion: "1.0", ID: "msg_1", Type: "t", Subject: "s\"", Intent: "i", Data: json.RawMessage(`{"a":[1,"]"]}`), Sequence: 3,
+		Signature: &pigeon.Signature{KID: "k", Alg: "ed25519", Sig: "x"}}
+	for _, s := range []string{
+		`{"op":"publish","id":"p","message":{"type":"chat","subject":"chat.messages","intent":"chat","data":{"text":"hi"}}}`,
+		`{"op":"publish_batch","id":"b","messages":[{"type":"a"},5,null,"x",{"type":7},{"Type":"c"}]}`,
+		`{"op":"publish_batch","id":"b","messages":{}}`,
+		`{"op":"publish_batch","id":"b","Messages":[{}]}`,
+		`{"op":"request","id":"q","timeoutMs":10,"message":{"sequence":-1}}`,
+		`{"op":"decisions","re":"b","results":[{"status":"accepted","message":{"id":"m","sequence":1}},{"error":{"code":"SCHEMA_INVALID","message":"no","details":{"gate":"schema"}}}]}`,
+		`{"op":"deliver","sub":"s","attempt":2,"message":{"id":"m\u0041","data":null}}`,
+		`{"op":"messages","re":"r","messages":[{"id":"a"},{"id":"b","signature":null}]}`,
+		`{"op":"ping","id":"1","attempt":1.5}`,
+		string(encodeDeliver(nil, "sub\"1", m, 2)),
+		string(appendMessages(appendHead(nil, OpMessages, "m"), []*pigeon.Message{m, m})),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '{' || pigeon.CheckJSON(b) != nil {
+			return
+		}
+		fast, ok := decodeFrameFast(b)
+		if !ok {
+			return
+		}
+		slow, err := decodeFrameJSON(b)
+		require.NoError(t, err, "the fast path took a frame encoding/json refuses: %s", b)
+		require.Equal(t, slow, fast, "%s", b)
+		for _, raw := range fast.Batch {
+			fm, ok := decodeMessageFast(raw)
+			if !ok {
+				continue
+			}
+			var sm pigeon.Message
+			require.NoError(t, json.Unmarshal(raw, &sm), "%s", raw)
+			require.Equal(t, &sm, fm, "%s", raw)
+		}
+	})
 }
