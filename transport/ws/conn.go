@@ -154,6 +154,10 @@ func (c *conn) dispatch(f *Frame) {
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded"))
 			return
 		}
+	case OpPublishBatch:
+		if !c.admitBatch(f) {
+			return
+		}
 	case OpNegotiate:
 		// Inline: every frame read after it runs under the new contract.
 		if !c.begin() {

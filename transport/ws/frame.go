@@ -95,6 +95,8 @@ type Frame struct {
 	Batch []json.RawMessage `json:"-"`
 	// decisions: one result per message of the batch, in order.
 	Results []BatchResult `json:"results,omitempty"`
+
+	admitted int // messages of Batch within the connection's publish rate
 }
 
 // BatchResult is one slot of a decisions answer: the status and the
@@ -152,16 +154,17 @@ func decodeFrameJSON(b []byte) (*Frame, error) {
 	if err := json.Unmarshal(b, &aux); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
+			field := strings.TrimPrefix(te.Field, "Frame.") // the embedded frame's fields
 			// The envelope decodes in the same pass as the frame; its
 			// errors are the envelope's, as pigeon.DecodeMessage says them.
 			switch {
-			case te.Field == "message":
+			case field == "message":
 				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message must be a JSON object")
-			case strings.HasPrefix(te.Field, "message."):
+			case strings.HasPrefix(field, "message."):
 				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is not a valid envelope: field %q must be %s",
-					strings.TrimPrefix(te.Field, "message."), te.Type.String())
+					strings.TrimPrefix(field, "message."), te.Type.String())
 			}
-			return f, pigeon.NewError(pigeon.CodeBadRequest, "frame field %q has the wrong type", te.Field)
+			return f, pigeon.NewError(pigeon.CodeBadRequest, "frame field %q has the wrong type", field)
 		}
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}

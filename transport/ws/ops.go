@@ -29,6 +29,8 @@ func (c *conn) handle(f *Frame, caller pigeon.Caller) {
 		b, err = c.negotiate(f)
 	case OpPublish:
 		b, err = c.publish(f, caller)
+	case OpPublishBatch:
+		b, err = c.publishBatch(f, caller)
 	case OpSubscribe:
 		b, err = c.subscribe(f, caller)
 	case OpUnsubscribe:

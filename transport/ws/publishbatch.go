@@ -1,0 +1,100 @@
+package ws
+
+import (
+	"encoding/json"
+	"time"
+
+	"pigeon"
+	"pigeon/internal/jsontext"
+	"pigeon/internal/wire"
+)
+
+// MaxPublishBatch bounds the messages of one publish_batch frame; the
+// frame's bytes are bounded by Options.MaxFrame as any frame's are.
+const MaxPublishBatch = 1000
+
+// admitBatch checks a publish_batch frame's bounds and takes one token of
+// the connection's publish rate per message, answering the frame itself
+// when it goes no further: BAD_REQUEST for an empty or oversized batch,
+// RATE_LIMITED when not one message fits the rate. A batch only partly
+// within the rate goes on; its messages past the rate are refused
+// RATE_LIMITED in their slots.
+func (c *conn) admitBatch(f *Frame) bool {
+	n := len(f.Batch)
+	switch {
+	case n == 0:
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, `a publish_batch needs "messages"`))
+		return false
+	case n > MaxPublishBatch:
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "a publish_batch carries at most %d messages, not %d", MaxPublishBatch, n))
+		return false
+	}
+	f.admitted = c.bucket.takeUpTo(time.Now(), n)
+	if f.admitted < n {
+		c.srv.stats.rateLimited.Add(1)
+	}
+	if f.admitted == 0 {
+		c.answer(f.ID, errBatchRateLimited)
+		return false
+	}
+	return true
+}
+
+var errBatchRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded")
+
+// publishBatch admits the messages of a publish_batch one by one, in
+// order, each through Engine.Publish and so through every gate and the
+// audit chain, and answers with one decisions frame: per message, the
+// decision a publish frame would have answered, or the error that refused
+// that message alone.
+func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	b := appendHead(make([]byte, 0, 64+len(f.Batch)*640), OpDecisions, f.ID)
+	b = append(b, `,"results":[`...)
+	for i, raw := range f.Batch {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if i >= f.admitted {
+			b = appendErrorResult(b, errBatchRateLimited)
+			continue
+		}
+		m, err := batchMessage(raw)
+		var res *pigeon.Result
+		if err == nil {
+			res, err = c.srv.e.Publish(c.ctx, caller, m)
+		}
+		if err != nil {
+			b = appendErrorResult(b, err)
+			continue
+		}
+		b = append(b, `{"status":`...)
+		b = jsontext.AppendString(b, res.Status)
+		b = append(b, `,"message":`...)
+		b = res.Message.AppendJSON(b)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...), nil
+}
+
+// batchMessage decodes one message of a batch; a malformed one is
+// ENVELOPE_INVALID, as the message of a publish frame would be.
+func batchMessage(raw json.RawMessage) (*pigeon.Message, error) {
+	if m, ok := decodeMessageFast(raw); ok {
+		return m, nil
+	}
+	if string(raw) == "null" {
+		return nil, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
+	}
+	return pigeon.DecodeMessage(raw)
+}
+
+// appendErrorResult appends the slot {"error":{…}} of a refused message.
+func appendErrorResult(b []byte, err error) []byte {
+	body, mErr := json.Marshal(wire.Encode(err))
+	if mErr != nil {
+		body = []byte(`{"code":"INTERNAL","message":"internal error","details":{}}`)
+	}
+	b = append(b, `{"error":`...)
+	b = append(b, body...)
+	return append(b, '}')
+}
