@@ -30,6 +30,8 @@ type clientConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	out    chan []byte
+	pq     *pubQueue // publishes waiting for the writer
+	wbuf   []byte    // the writer's buffer for publish frames
 	seq    atomic.Uint64
 	done   chan struct{}
 	bg     sync.WaitGroup
@@ -48,6 +50,7 @@ type clientConn struct {
 type pendingCall struct {
 	ch   chan *Frame
 	hook func(*Frame)
+	pub  []*PendingPublish // instead of ch: the publishes the frame carried
 }
 
 // wsURL makes u the URL of the WebSocket endpoint.
@@ -113,7 +116,7 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 		return nil, dialError(resp, err)
 	}
 	wsc.SetReadLimit(s.o.maxFrame)
-	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), done: make(chan struct{}), pending: map[string]*pendingCall{}}
+	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), pq: newPubQueue(), done: make(chan struct{}), pending: map[string]*pendingCall{}}
 	cc.ctx, cc.cancel = context.WithCancel(context.Background())
 	cc.bg.Add(2)
 	go cc.readLoop()
@@ -186,6 +189,10 @@ func (cc *clientConn) readLoop() {
 			if p == nil {
 				continue
 			}
+			if p.pub != nil {
+				resolvePublishes(p.pub, f)
+				continue
+			}
 			if p.hook != nil && f.Op != OpError {
 				p.hook(f)
 			}
@@ -200,20 +207,29 @@ func (cc *clientConn) writeLoop() {
 		var b []byte
 		select {
 		case b = <-cc.out:
+		case <-cc.pq.ready:
 		case <-cc.ctx.Done():
 			return
 		}
 		// The first frame goes out at once; what queued up meanwhile
-		// follows under one cork.
+		// follows under one cork. Publishes queued meanwhile leave
+		// together, one frame per batch.
 		var err error
-		for n := 0; b != nil && err == nil; n++ {
+		for n := 0; err == nil && n < maxBatch; n++ {
+			if b == nil {
+				b = cc.nextPublishFrame()
+			}
+			if b == nil && n > 0 {
+				b = nextQueued(cc.out)
+			}
+			if b == nil {
+				break
+			}
+			if n == 1 {
+				corkOn(cc.cork)
+			}
 			err = cc.ws.Write(cc.ctx, websocket.MessageText, b)
 			b = nil
-			if n < maxBatch-1 {
-				if b = nextQueued(cc.out); n == 0 && b != nil {
-					corkOn(cc.cork)
-				}
-			}
 		}
 		if e := corkOff(cc.cork); err == nil {
 			err = e
@@ -248,9 +264,17 @@ func (cc *clientConn) end(err *pigeon.Error) bool {
 		cc.mu.Unlock()
 		return false
 	}
+	pending := cc.pending
 	cc.ended, cc.err, cc.pending = true, err, nil
 	cc.mu.Unlock()
 	close(cc.done)
+	// Publishes sent or queued fail with the connection, never hang.
+	cc.pq.close(err)
+	for _, p := range pending {
+		if p.pub != nil {
+			failAll(p.pub, err)
+		}
+	}
 	return true
 }
 
