@@ -62,6 +62,42 @@ func BenchmarkPublishRoundTrip(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishAsync is the governed payment publish over one
+// WebSocket connection from one goroutine with PublishAsync: publishes
+// queued while the writer is busy leave as one publish_batch frame.
+func BenchmarkPublishAsync(b *testing.B) {
+	v := benchEnv(b)
+	s := v.dial(b, "checkout-token", []string{"payments.authorize"})
+	ctx := context.Background()
+	m := demo.Payment("o")
+	ring := make([]*ws.PendingPublish, ws.DefaultMaxPendingPublishes)
+	wait := func(p *ws.PendingPublish) {
+		if p == nil {
+			return
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		m.IdempotencyKey = "k-" + strconv.Itoa(i)
+		slot := i % len(ring)
+		wait(ring[slot])
+		p, err := s.PublishAsync(ctx, m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ring[slot] = p
+	}
+	for _, p := range ring {
+		wait(p)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
 // publishN publishes n chat messages from 16 goroutines on s.
 func publishN(b *testing.B, s pigeon.Session, n int) {
 	var wg sync.WaitGroup

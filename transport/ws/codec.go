@@ -33,15 +33,24 @@ func spaceEnd(b []byte, i int) int {
 	return i
 }
 
-// stringEnd returns the index just past the string that starts at b[i].
+// stringEnd returns the index just past the string that starts at b[i]:
+// past the first quote after it that an odd run of backslashes does not
+// escape.
 func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+	for i++; i < len(b); {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return len(b)
+		}
+		i += q
+		k := i - 1
+		for b[k] == '\\' {
+			k--
+		}
+		if (i-1-k)%2 == 0 {
 			return i + 1
 		}
+		i++
 	}
 	return len(b)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 )
 
 func TestHandBuiltFramesAreValidJSON(t *testing.T) {
@@ -70,4 +71,58 @@ func FuzzDecodeFrameFast(f *testing.F) {
 			require.Equal(t, &sm, fm, "%s", raw)
 		}
 	})
+}
+
+// BenchmarkDecodeFrame compares the fast path with encoding/json on the
+// frames of the publish path: a publish of the demo payment, a batch of
+// 100 of them (split, then each message decoded as the server does), and
+// the decision answer.
+func BenchmarkDecodeFrame(b *testing.B) {
+	m := demo.Payment("o-1")
+	m.IdempotencyKey = "k-1"
+	publish := messageFrame(OpPublish, m, 0)(nil, "p1")
+	batch := []byte(`{"op":"publish_batch","id":"b1","messages":[`)
+	for i := range 100 {
+		if i > 0 {
+			batch = append(batch, ',')
+		}
+		batch = m.AppendJSON(batch)
+	}
+	batch = append(batch, "]}"...)
+	accepted := m.Clone()
+	accepted.ID, accepted.Sequence, accepted.ContractID, accepted.AcceptedAt = "msg_01J", 42, "ctr_1", "2026-12-01T00:00:00Z"
+	decision := append(appendHead(nil, OpDecision, "p1"), `,"status":"accepted","message":`...)
+	decision = append(accepted.AppendJSON(decision), '}')
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		msgs int
+	}{{"publish", publish, 1}, {"batch100", batch, 100}, {"decision", decision, 1}} {
+		for _, path := range []struct {
+			name   string
+			decode func([]byte) (*Frame, bool)
+			msg    func(json.RawMessage) bool
+		}{
+			{"fast", decodeFrameFast, func(r json.RawMessage) bool { _, ok := decodeMessageFast(r); return ok }},
+			{"json", func(b []byte) (*Frame, bool) { f, err := decodeFrameJSON(b); return f, err == nil },
+				func(r json.RawMessage) bool { var m pigeon.Message; return json.Unmarshal(r, &m) == nil }},
+		} {
+			b.Run(tc.name+"/"+path.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(tc.in)))
+				for b.Loop() {
+					f, ok := path.decode(tc.in)
+					if !ok {
+						b.Fatal("not decoded")
+					}
+					for _, r := range f.Batch {
+						if !path.msg(r) {
+							b.Fatal("message not decoded")
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*tc.msgs)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
+	}
 }
