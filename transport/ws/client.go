@@ -146,6 +146,7 @@ func (s *Session) connect(ctx context.Context) (*clientConn, pigeon.Contract, er
 		cc.close(ctx)
 		return nil, nil, pigeon.WrapError(pigeon.CodeInternal, err, "undecodable contract from server")
 	}
+	cc.pq.fitFrame(f.MaxFrame)
 	return cc, info.View(), nil
 }
 

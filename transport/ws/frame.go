@@ -65,6 +65,7 @@ type Frame struct {
 	Subjects []string        `json:"subjects,omitempty"`
 	TTLMs    int64           `json:"ttlMs,omitempty"`
 	Contract json.RawMessage `json:"contract,omitempty"`
+	MaxFrame int64           `json:"maxFrame,omitempty"` // contract: the largest frame the server reads
 
 	// publish, request, decision, reply, deliver, messages
 	Message  *pigeon.Message   `json:"message,omitempty"`

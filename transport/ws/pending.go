@@ -14,8 +14,9 @@ import (
 const DefaultMaxPendingPublishes = 1024
 
 // maxBatchBytes bounds the encoded messages the client puts in one
-// publish_batch frame, well under the server's default MaxFrame; a
-// message larger than that goes in a frame of its own.
+// publish_batch frame, well under the server's default MaxFrame (and under
+// the MaxFrame a server's contract answer names); a message larger than
+// that goes in a frame of its own.
 const maxBatchBytes = 256 << 10
 
 // WithMaxPendingPublishes bounds the publishes a Session has sent or
@@ -120,7 +121,8 @@ func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*Pending
 // writer, as segments of at most MaxPublishBatch messages and about
 // maxBatchBytes bytes, each to leave as one frame.
 type pubQueue struct {
-	ready chan struct{} // signalled when a segment is queued
+	ready    chan struct{} // signalled when a segment is queued
+	maxBytes int           // of a segment holding more than one message
 
 	mu     sync.Mutex
 	segs   []*pubSeg
@@ -135,7 +137,20 @@ type pubSeg struct {
 	items []*PendingPublish
 }
 
-func newPubQueue() *pubQueue { return &pubQueue{ready: make(chan struct{}, 1)} }
+func newPubQueue() *pubQueue {
+	return &pubQueue{ready: make(chan struct{}, 1), maxBytes: maxBatchBytes}
+}
+
+// fitFrame keeps batches well inside maxFrame, the largest frame the
+// server reads, as its contract answer says.
+func (q *pubQueue) fitFrame(maxFrame int64) {
+	if maxFrame <= 0 {
+		return
+	}
+	q.mu.Lock()
+	q.maxBytes = int(min(int64(maxBatchBytes), max(maxFrame/2, maxFrame-4096)))
+	q.mu.Unlock()
+}
 
 func (q *pubQueue) newSeg() *pubSeg {
 	if n := len(q.spare); n > 0 {
@@ -166,7 +181,7 @@ func (q *pubQueue) push(m *pigeon.Message, p *PendingPublish) error {
 		seg.body = append(seg.body, ',')
 	}
 	seg.body = m.AppendJSON(seg.body)
-	if len(seg.items) > 0 && len(seg.body) > maxBatchBytes {
+	if len(seg.items) > 0 && len(seg.body) > q.maxBytes {
 		// Past the byte bound: this message starts the next frame.
 		next := q.newSeg()
 		next.body = append(next.body, seg.body[start+1:]...)
