@@ -63,9 +63,23 @@ func BenchmarkPublishRoundTrip(b *testing.B) {
 }
 
 // BenchmarkPublishAsync is the governed payment publish over one
-// WebSocket connection from one goroutine with PublishAsync: publishes
-// queued while the writer is busy leave as one publish_batch frame.
+// WebSocket connection from one goroutine with PublishAsync. batched is
+// the client as it is: publishes queued while the writer is busy leave as
+// one publish_batch frame; corked sends each as its own publish frame, a
+// burst of them under one cork, for comparison.
 func BenchmarkPublishAsync(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		limit int
+	}{{"batched", ws.MaxPublishBatch}, {"corked", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			defer ws.SetPublishBatchLimit(tc.limit)()
+			benchPublishAsync(b)
+		})
+	}
+}
+
+func benchPublishAsync(b *testing.B) {
 	v := benchEnv(b)
 	s := v.dial(b, "checkout-token", []string{"payments.authorize"})
 	ctx := context.Background()

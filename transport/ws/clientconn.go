@@ -214,8 +214,11 @@ func (cc *clientConn) writeLoop() {
 		// The first frame goes out at once; what queued up meanwhile
 		// follows under one cork. Publishes queued meanwhile leave
 		// together, one frame per batch.
-		var err error
-		for n := 0; err == nil && n < maxBatch; n++ {
+		var (
+			err error
+			n   int
+		)
+		for ; err == nil && n < maxBatch; n++ {
 			if b == nil {
 				b = cc.nextPublishFrame()
 			}
@@ -237,6 +240,14 @@ func (cc *clientConn) writeLoop() {
 		if err != nil {
 			cc.fail(err)
 			return
+		}
+		if n == maxBatch {
+			// A burst that stopped at its bound may leave publishes queued
+			// whose signal it took: come back for them.
+			select {
+			case cc.pq.ready <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

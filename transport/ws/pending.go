@@ -19,6 +19,11 @@ const DefaultMaxPendingPublishes = 1024
 // that goes in a frame of its own.
 const maxBatchBytes = 256 << 10
 
+// publishBatchLimit is how many messages the client puts in one frame:
+// MaxPublishBatch, or 1 in a benchmark that measures one corked frame per
+// message instead.
+var publishBatchLimit = MaxPublishBatch
+
 // WithMaxPendingPublishes bounds the publishes a Session has sent or
 // queued and not yet had answered (default DefaultMaxPendingPublishes);
 // PublishAsync and Publish wait for room beyond it. n < 1 means the
@@ -170,7 +175,7 @@ func (q *pubQueue) push(m *pigeon.Message, p *PendingPublish) error {
 		return err
 	}
 	var seg *pubSeg
-	if n := len(q.segs); n > 0 && len(q.segs[n-1].items) < MaxPublishBatch {
+	if n := len(q.segs); n > 0 && len(q.segs[n-1].items) < publishBatchLimit {
 		seg = q.segs[n-1]
 	} else {
 		seg = q.newSeg()

@@ -286,3 +286,24 @@ func TestPublishAsyncConnectionDropResolvesPending(t *testing.T) {
 	_, err = s.PublishAsync(wctx, m)
 	require.Equal(t, pigeon.CodeSessionClosed, pigeon.ErrorCode(err))
 }
+
+// More frames queued than the writer sends in one burst all go out, even
+// when nothing is queued after them.
+func TestPublishAsyncLongQueueDrains(t *testing.T) {
+	defer ws.SetPublishBatchLimit(1)() // a frame per message: many frames queued
+	v := newEnv(t, &ws.Options{PublishRate: -1})
+	s := v.dial(t, "alice-token", []string{"chat.messages"}, ws.WithMaxPendingPublishes(500))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat"}
+	var pending []*ws.PendingPublish
+	for range 500 {
+		p, err := s.PublishAsync(ctx, m)
+		require.NoError(t, err)
+		pending = append(pending, p)
+	}
+	for _, p := range pending {
+		_, err := p.Wait(ctx)
+		require.NoError(t, err)
+	}
+}
