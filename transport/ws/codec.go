@@ -86,13 +86,14 @@ func valueEnd(b []byte, i int) int {
 	return i
 }
 
-// eachMember calls fn with the name (as written, quotes off) and the value
-// of each member of the object b, stopping when fn returns false; it
-// reports whether it went through them all.
-func eachMember(b []byte, fn func(name, v []byte) bool) bool {
-	i := spaceEnd(b, 0)
+// walkObject walks the object that starts at b[i] (after white space):
+// for each member fn gets the name (as written, quotes off) and the index
+// of its value, and returns the index just past the value, or -1 to give
+// up. walkObject returns the index just past the object, or -1.
+func walkObject(b []byte, i int, fn func(name []byte, j int) int) int {
+	i = spaceEnd(b, i)
 	if i >= len(b) || b[i] != '{' {
-		return false
+		return -1
 	}
 	i = spaceEnd(b, i+1)
 	for i < len(b) && b[i] == '"' {
@@ -100,44 +101,61 @@ func eachMember(b []byte, fn func(name, v []byte) bool) bool {
 		name := b[i+1 : ne-1]
 		i = spaceEnd(b, ne)
 		if i >= len(b) || b[i] != ':' {
-			return false
+			return -1
 		}
 		i = spaceEnd(b, i+1)
 		if i >= len(b) {
-			return false
+			return -1
 		}
-		ve := valueEnd(b, i)
-		if !fn(name, b[i:ve]) {
-			return false
+		if i = fn(name, i); i < 0 {
+			return -1
 		}
-		i = spaceEnd(b, ve)
-		if i < len(b) && b[i] == ',' {
+		if i = spaceEnd(b, i); i < len(b) && b[i] == ',' {
 			i = spaceEnd(b, i+1)
 		}
 	}
-	return true
+	if i >= len(b) || b[i] != '}' {
+		return -1
+	}
+	return i + 1
 }
 
-// eachElement calls fn with each element of the array b, stopping when fn
-// returns false; it reports whether b is an array and fn took every
-// element.
-func eachElement(b []byte, fn func(v []byte) bool) bool {
-	i := spaceEnd(b, 0)
+// walkArray walks the array that starts at b[i] as walkObject walks an
+// object: fn gets the index of each element and returns the index just
+// past it, or -1.
+func walkArray(b []byte, i int, fn func(j int) int) int {
+	i = spaceEnd(b, i)
 	if i >= len(b) || b[i] != '[' {
-		return false
+		return -1
 	}
 	i = spaceEnd(b, i+1)
 	for i < len(b) && b[i] != ']' {
-		ve := valueEnd(b, i)
-		if !fn(b[i:ve]) {
-			return false
+		if i = fn(i); i < 0 {
+			return -1
 		}
-		i = spaceEnd(b, ve)
-		if i < len(b) && b[i] == ',' {
+		if i = spaceEnd(b, i); i < len(b) && b[i] == ',' {
 			i = spaceEnd(b, i+1)
 		}
 	}
-	return true
+	if i >= len(b) {
+		return -1
+	}
+	return i + 1
+}
+
+// stringAt decodes the JSON string at b[j] into dst and returns the index
+// just past it, or -1 when the value there is not a string.
+func stringAt(b []byte, j int, dst *string) int {
+	if b[j] != '"' {
+		return -1
+	}
+	e := stringEnd(b, j)
+	s, ok := stringValue(b[j:e])
+	if !ok {
+		return -1
+	}
+	*dst = s
+	return e
 }
 
 // stringValue decodes the JSON string v.
@@ -163,14 +181,18 @@ func plainName(name []byte) bool { return bytes.IndexByte(name, '\\') < 0 }
 // decodeMessageFast decodes the envelope v as encoding/json would decode
 // it into a pigeon.Message; ok is false when it cannot say so for sure.
 func decodeMessageFast(v []byte) (*pigeon.Message, bool) {
-	if len(v) == 0 || v[0] != '{' {
-		return nil, false
+	m, end := messageAt(v, 0)
+	return m, end >= 0 && spaceEnd(v, end) == len(v)
+}
+
+// messageAt decodes the envelope at b[i] and returns the index just past
+// it, or -1.
+func messageAt(b []byte, i int) (*pigeon.Message, int) {
+	if i >= len(b) || b[i] != '{' {
+		return nil, -1
 	}
 	m := new(pigeon.Message)
-	ok := eachMember(v, func(name, v []byte) bool {
-		if !plainName(name) {
-			return false
-		}
+	end := walkObject(b, i, func(name []byte, j int) int {
 		var dst *string
 		switch string(name) {
 		case "specversion":
@@ -208,117 +230,106 @@ func decodeMessageFast(v []byte) (*pigeon.Message, bool) {
 		case "acceptedAt":
 			dst = &m.AcceptedAt
 		case "data":
-			if string(v) == "null" {
-				return false
+			e := valueEnd(b, j)
+			if string(b[j:e]) == "null" {
+				return -1
 			}
-			m.Data = append(json.RawMessage(nil), v...)
-			return true
+			m.Data = append(json.RawMessage(nil), b[j:e]...)
+			return e
 		case "sequence":
-			n, err := strconv.ParseUint(string(v), 10, 64)
-			if err != nil || v[0] == '0' && len(v) > 1 {
-				return false
+			e := valueEnd(b, j)
+			n, err := strconv.ParseUint(string(b[j:e]), 10, 64)
+			if err != nil {
+				return -1
 			}
 			m.Sequence = n
-			return true
+			return e
 		case "signature":
-			sig, ok := decodeSignatureFast(v)
+			sig, e := signatureAt(b, j)
 			m.Signature = sig
-			return ok
+			return e
 		default:
-			return false
+			return -1 // unknown, another case, or escaped: encoding/json decides
 		}
-		s, ok := stringValue(v)
-		*dst = s
-		return ok
+		return stringAt(b, j, dst)
 	})
-	if !ok {
-		return nil, false
-	}
-	return m, true
+	return m, end
 }
 
-func decodeSignatureFast(v []byte) (*pigeon.Signature, bool) {
-	if v[0] != '{' {
-		return nil, false
-	}
+func signatureAt(b []byte, i int) (*pigeon.Signature, int) {
 	sig := new(pigeon.Signature)
-	ok := eachMember(v, func(name, v []byte) bool {
-		var dst *string
+	end := walkObject(b, i, func(name []byte, j int) int {
 		switch string(name) {
 		case "kid":
-			dst = &sig.KID
+			return stringAt(b, j, &sig.KID)
 		case "alg":
-			dst = &sig.Alg
+			return stringAt(b, j, &sig.Alg)
 		case "sig":
-			dst = &sig.Sig
-		default:
-			return false
+			return stringAt(b, j, &sig.Sig)
 		}
-		s, ok := stringValue(v)
-		*dst = s
-		return ok
+		return -1
 	})
-	return sig, ok
+	return sig, end
 }
 
 // decodeFrameFast decodes a frame of the publish path; ok is false when
 // the frame is not one it decodes exactly as encoding/json does.
 func decodeFrameFast(b []byte) (f *Frame, ok bool) {
 	f = new(Frame)
-	var messages, results []byte
-	ok = eachMember(b, func(name, v []byte) bool {
-		var dst *string
+	var messages []byte
+	end := walkObject(b, 0, func(name []byte, j int) int {
 		switch string(name) {
 		case "op":
-			dst = &f.Op
+			return stringAt(b, j, &f.Op)
 		case "id":
-			dst = &f.ID
+			return stringAt(b, j, &f.ID)
 		case "re":
-			dst = &f.Re
+			return stringAt(b, j, &f.Re)
 		case "sub":
-			dst = &f.Sub
+			return stringAt(b, j, &f.Sub)
 		case "status":
-			dst = &f.Status
+			return stringAt(b, j, &f.Status)
 		case "message":
-			m, ok := decodeMessageFast(v)
+			m, e := messageAt(b, j)
 			f.Message = m
-			return ok
+			return e
 		case "messages":
-			messages = v
-			return v[0] == '['
+			// Split now, decoded below once the op is known.
+			e := valueEnd(b, j)
+			messages = b[j:e]
+			if b[j] != '[' {
+				return -1
+			}
+			return e
 		case "results":
-			results = v
-			return v[0] == '['
+			var e int
+			f.Results, e = resultsAt(b, j)
+			return e
 		case "attempt", "timeoutMs":
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || (len(v) > 1 && v[0] == '0') || (string(name) == "attempt" && int64(int(n)) != n) {
-				return false
+			e := valueEnd(b, j)
+			n, err := strconv.ParseInt(string(b[j:e]), 10, 64)
+			if err != nil {
+				return -1
 			}
 			if name[0] == 'a' {
+				if int64(int(n)) != n {
+					return -1
+				}
 				f.Attempt = int(n)
 			} else {
 				f.TimeoutMs = n
 			}
-			return true
-		default:
-			return false
+			return e
 		}
-		s, ok := stringValue(v)
-		*dst = s
-		return ok
+		return -1
 	})
-	if !ok {
+	if end < 0 || spaceEnd(b, end) != len(b) {
 		return nil, false
 	}
 	if messages != nil {
 		if f.Op == OpPublishBatch {
 			f.Batch = splitBatch(messages)
 		} else if f.Messages, ok = decodeMessagesFast(messages); !ok {
-			return nil, false
-		}
-	}
-	if results != nil {
-		if f.Results, ok = decodeResultsFast(results); !ok {
 			return nil, false
 		}
 	}
@@ -329,52 +340,52 @@ func decodeFrameFast(b []byte) (f *Frame, ok bool) {
 // of a batch is decoded, and refused, on its own.
 func splitBatch(v []byte) []json.RawMessage {
 	own := append([]byte(nil), v...)
-	var out []json.RawMessage
-	eachElement(own, func(v []byte) bool {
-		out = append(out, v[:len(v):len(v)])
-		return true
+	out := []json.RawMessage{}
+	walkArray(own, 0, func(j int) int {
+		e := valueEnd(own, j)
+		out = append(out, own[j:e:e])
+		return e
 	})
-	if out == nil {
-		out = []json.RawMessage{}
-	}
 	return out
 }
 
 func decodeMessagesFast(v []byte) ([]*pigeon.Message, bool) {
 	out := []*pigeon.Message{}
-	ok := eachElement(v, func(v []byte) bool {
-		m, ok := decodeMessageFast(v)
+	end := walkArray(v, 0, func(j int) int {
+		m, e := messageAt(v, j)
 		out = append(out, m)
-		return ok
+		return e
 	})
-	return out, ok
+	return out, end >= 0
 }
 
-func decodeResultsFast(v []byte) ([]BatchResult, bool) {
+func resultsAt(b []byte, i int) ([]BatchResult, int) {
 	out := []BatchResult{}
-	ok := eachElement(v, func(v []byte) bool {
+	end := walkArray(b, i, func(j int) int {
 		var r BatchResult
-		ok := eachMember(v, func(name, v []byte) bool {
+		e := walkObject(b, j, func(name []byte, k int) int {
 			switch string(name) {
 			case "status":
-				s, ok := stringValue(v)
-				r.Status = s
-				return ok
+				return stringAt(b, k, &r.Status)
 			case "message":
-				m, ok := decodeMessageFast(v)
+				m, e := messageAt(b, k)
 				r.Message = m
-				return ok
+				return e
 			case "error":
-				if v[0] != '{' {
-					return false
+				e := valueEnd(b, k)
+				if b[k] != '{' {
+					return -1
 				}
 				r.Error = new(wire.Error)
-				return json.Unmarshal(v, r.Error) == nil
+				if json.Unmarshal(b[k:e], r.Error) != nil {
+					return -1
+				}
+				return e
 			}
-			return false
+			return -1
 		})
 		out = append(out, r)
-		return ok
+		return e
 	})
-	return out, ok
+	return out, end
 }
