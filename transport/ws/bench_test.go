@@ -10,6 +10,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store/wal"
 	"pigeon/transport/ws"
 )
 
@@ -169,4 +170,71 @@ func benchDeliver(b *testing.B, subs, maxInFlight int, metric string) {
 	<-done
 	b.StopTimer()
 	b.ReportMetric(float64(target)/b.Elapsed().Seconds(), metric)
+}
+
+// BenchmarkPublishDurable is the governed payment publish to a write-ahead
+// log that fsyncs before answering (group commit), from 64 goroutines on
+// one connection: sync publishes, or one goroutine publishing async.
+func BenchmarkPublishDurable(b *testing.B) {
+	durable := func(b *testing.B) *ws.Session {
+		st, err := wal.Open(b.TempDir(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := newEnv(b, &ws.Options{PublishRate: -1, MaxInFlight: 1024}, func(o *pigeon.Options) {
+			o.ContractTTL = 24 * time.Hour
+			o.Store = st
+		})
+		return v.dial(b, "checkout-token", []string{"payments.authorize"})
+	}
+	b.Run("sync64", func(b *testing.B) {
+		s := durable(b)
+		var n atomic.Int64
+		b.SetParallelism(32) // 64 goroutines on 2 cores
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			m := demo.Payment("o")
+			for pb.Next() {
+				m.IdempotencyKey = "k-" + strconv.FormatInt(n.Add(1), 10)
+				if _, err := s.Publish(context.Background(), m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("async", func(b *testing.B) {
+		s := durable(b)
+		ctx := context.Background()
+		m := demo.Payment("o")
+		ring := make([]*ws.PendingPublish, ws.DefaultMaxPendingPublishes)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			m.IdempotencyKey = "k-" + strconv.Itoa(i)
+			slot := i % len(ring)
+			if p := ring[slot]; p != nil {
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p, err := s.PublishAsync(ctx, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ring[slot] = p
+		}
+		for _, p := range ring {
+			if p != nil {
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
 }

@@ -89,9 +89,12 @@ func (p *PendingPublish) resolve(res *pigeon.Result, err error) {
 // (WithMaxPendingPublishes) is reached, until a slot frees or ctx ends.
 // m is encoded before PublishAsync returns, so the caller may reuse it.
 // Once queued the publish no longer depends on ctx. Publishes queued while
-// the connection's writer is busy leave together, in order, in one
-// publish_batch frame; each is judged by every gate on its own, as Publish
-// is, and a refusal resolves only its own PendingPublish.
+// the connection's writer is busy leave together in one publish_batch
+// frame; each is judged by every gate on its own, as Publish is, and a
+// refusal resolves only its own PendingPublish. Publishes in flight
+// together may be admitted in any order (as concurrent Publish calls
+// are): wait for an answer before publishing what must follow it.
+// Close fails the publishes not yet answered; wait for them first.
 func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*PendingPublish, error) {
 	if err := checkMessage(m); err != nil {
 		return nil, err
