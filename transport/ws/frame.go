@@ -118,7 +118,9 @@ type BatchResult struct {
 // lone surrogate escape. When the frame decoded far enough to have an id,
 // the returned frame is not nil even on error, so the answer can echo it
 // (an ambiguous frame gives only its "id" and "re", and only when each is
-// one plain string).
+// one plain string). The messages of a publish_batch are split into Batch
+// but not decoded: each is judged on its own. The frames of the publish
+// path decode without reflection.
 func DecodeFrame(b []byte) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
