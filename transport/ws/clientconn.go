@@ -143,7 +143,10 @@ func dialError(resp *http.Response, err error) error {
 
 func (cc *clientConn) readLoop() {
 	defer cc.bg.Done()
-	var buf bytes.Buffer
+	var (
+		buf bytes.Buffer
+		in  interner
+	)
 	for {
 		typ, err := readMessage(cc.ctx, cc.ws, &buf)
 		if err != nil {
@@ -159,7 +162,7 @@ func (cc *clientConn) readLoop() {
 			}
 			return
 		}
-		f, err := DecodeFrame(buf.Bytes())
+		f, err := decodeFrame(buf.Bytes(), &in)
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
 			if f == nil || f.Re == "" {

@@ -143,19 +143,53 @@ func walkArray(b []byte, i int, fn func(j int) int) int {
 	return i + 1
 }
 
-// stringAt decodes the JSON string at b[j] into dst and returns the index
-// just past it, or -1 when the value there is not a string.
-func stringAt(b []byte, j int, dst *string) int {
+// stringAt decodes the JSON string at b[j] into dst, through in when it
+// is not nil, and returns the index just past it, or -1 when the value
+// there is not a string.
+func stringAt(b []byte, j int, dst *string, in *interner) int {
 	if b[j] != '"' {
 		return -1
 	}
 	e := stringEnd(b, j)
+	if in != nil && bytes.IndexByte(b[j+1:e-1], '\\') < 0 {
+		*dst = in.str(b[j+1 : e-1])
+		return e
+	}
 	s, ok := stringValue(b[j:e])
 	if !ok {
 		return -1
 	}
 	*dst = s
 	return e
+}
+
+// interner shares the strings of the envelope fields that repeat from
+// message to message (type, subject, source, contract, …), so that
+// decoding them costs no allocation once seen. One goroutine uses it. It
+// holds at most internMax strings of at most internLen bytes, each its own
+// allocation: it pins no frame's buffer.
+type interner struct{ m map[string]string }
+
+const (
+	internMax = 256
+	internLen = 128
+)
+
+func (in *interner) str(b []byte) string {
+	if len(b) > internLen {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(in.m) < internMax {
+		if in.m == nil {
+			in.m = make(map[string]string)
+		}
+		in.m[s] = s
+	}
+	return s
 }
 
 // stringValue decodes the JSON string v.
@@ -180,41 +214,44 @@ func plainName(name []byte) bool { return bytes.IndexByte(name, '\\') < 0 }
 
 // decodeMessageFast decodes the envelope v as encoding/json would decode
 // it into a pigeon.Message; ok is false when it cannot say so for sure.
-func decodeMessageFast(v []byte) (*pigeon.Message, bool) {
-	m, end := messageAt(v, 0)
+func decodeMessageFast(v []byte, in *interner) (*pigeon.Message, bool) {
+	m, end := messageAt(v, 0, in)
 	return m, end >= 0 && spaceEnd(v, end) == len(v)
 }
 
 // messageAt decodes the envelope at b[i] and returns the index just past
 // it, or -1.
-func messageAt(b []byte, i int) (*pigeon.Message, int) {
+func messageAt(b []byte, i int, in *interner) (*pigeon.Message, int) {
 	if i >= len(b) || b[i] != '{' {
 		return nil, -1
 	}
 	m := new(pigeon.Message)
 	end := walkObject(b, i, func(name []byte, j int) int {
-		var dst *string
+		var (
+			dst    *string
+			shared *interner // for the fields that repeat across messages
+		)
 		switch string(name) {
 		case "specversion":
-			dst = &m.SpecVersion
+			dst, shared = &m.SpecVersion, in
 		case "id":
 			dst = &m.ID
 		case "type":
-			dst = &m.Type
+			dst, shared = &m.Type, in
 		case "source":
-			dst = &m.Source
+			dst, shared = &m.Source, in
 		case "subject":
-			dst = &m.Subject
+			dst, shared = &m.Subject, in
 		case "time":
 			dst = &m.Time
 		case "intent":
-			dst = &m.Intent
+			dst, shared = &m.Intent, in
 		case "idempotencyKey":
 			dst = &m.IdempotencyKey
 		case "classification":
-			dst = &m.Classification
+			dst, shared = &m.Classification, in
 		case "region":
-			dst = &m.Region
+			dst, shared = &m.Region, in
 		case "replyTo":
 			dst = &m.ReplyTo
 		case "correlationId":
@@ -222,11 +259,11 @@ func messageAt(b []byte, i int) (*pigeon.Message, int) {
 		case "reason":
 			dst = &m.Reason
 		case "contractId":
-			dst = &m.ContractID
+			dst, shared = &m.ContractID, in
 		case "subjectId":
-			dst = &m.SubjectID
+			dst, shared = &m.SubjectID, in
 		case "schemaId":
-			dst = &m.SchemaID
+			dst, shared = &m.SchemaID, in
 		case "acceptedAt":
 			dst = &m.AcceptedAt
 		case "data":
@@ -251,7 +288,7 @@ func messageAt(b []byte, i int) (*pigeon.Message, int) {
 		default:
 			return -1 // unknown, another case, or escaped: encoding/json decides
 		}
-		return stringAt(b, j, dst)
+		return stringAt(b, j, dst, shared)
 	})
 	return m, end
 }
@@ -261,11 +298,11 @@ func signatureAt(b []byte, i int) (*pigeon.Signature, int) {
 	end := walkObject(b, i, func(name []byte, j int) int {
 		switch string(name) {
 		case "kid":
-			return stringAt(b, j, &sig.KID)
+			return stringAt(b, j, &sig.KID, nil)
 		case "alg":
-			return stringAt(b, j, &sig.Alg)
+			return stringAt(b, j, &sig.Alg, nil)
 		case "sig":
-			return stringAt(b, j, &sig.Sig)
+			return stringAt(b, j, &sig.Sig, nil)
 		}
 		return -1
 	})
@@ -274,23 +311,23 @@ func signatureAt(b []byte, i int) (*pigeon.Signature, int) {
 
 // decodeFrameFast decodes a frame of the publish path; ok is false when
 // the frame is not one it decodes exactly as encoding/json does.
-func decodeFrameFast(b []byte) (f *Frame, ok bool) {
+func decodeFrameFast(b []byte, in *interner) (f *Frame, ok bool) {
 	f = new(Frame)
 	var messages []byte
 	end := walkObject(b, 0, func(name []byte, j int) int {
 		switch string(name) {
 		case "op":
-			return stringAt(b, j, &f.Op)
+			return stringAt(b, j, &f.Op, in)
 		case "id":
-			return stringAt(b, j, &f.ID)
+			return stringAt(b, j, &f.ID, nil)
 		case "re":
-			return stringAt(b, j, &f.Re)
+			return stringAt(b, j, &f.Re, nil)
 		case "sub":
-			return stringAt(b, j, &f.Sub)
+			return stringAt(b, j, &f.Sub, in)
 		case "status":
-			return stringAt(b, j, &f.Status)
+			return stringAt(b, j, &f.Status, in)
 		case "message":
-			m, e := messageAt(b, j)
+			m, e := messageAt(b, j, in)
 			f.Message = m
 			return e
 		case "messages":
@@ -303,7 +340,7 @@ func decodeFrameFast(b []byte) (f *Frame, ok bool) {
 			return e
 		case "results":
 			var e int
-			f.Results, e = resultsAt(b, j)
+			f.Results, e = resultsAt(b, j, in)
 			return e
 		case "attempt", "timeoutMs":
 			e := valueEnd(b, j)
@@ -329,7 +366,7 @@ func decodeFrameFast(b []byte) (f *Frame, ok bool) {
 	if messages != nil {
 		if f.Op == OpPublishBatch {
 			f.Batch = splitBatch(messages)
-		} else if f.Messages, ok = decodeMessagesFast(messages); !ok {
+		} else if f.Messages, ok = decodeMessagesFast(messages, in); !ok {
 			return nil, false
 		}
 	}
@@ -349,26 +386,26 @@ func splitBatch(v []byte) []json.RawMessage {
 	return out
 }
 
-func decodeMessagesFast(v []byte) ([]*pigeon.Message, bool) {
+func decodeMessagesFast(v []byte, in *interner) ([]*pigeon.Message, bool) {
 	out := []*pigeon.Message{}
 	end := walkArray(v, 0, func(j int) int {
-		m, e := messageAt(v, j)
+		m, e := messageAt(v, j, in)
 		out = append(out, m)
 		return e
 	})
 	return out, end >= 0
 }
 
-func resultsAt(b []byte, i int) ([]BatchResult, int) {
+func resultsAt(b []byte, i int, in *interner) ([]BatchResult, int) {
 	out := []BatchResult{}
 	end := walkArray(b, i, func(j int) int {
 		var r BatchResult
 		e := walkObject(b, j, func(name []byte, k int) int {
 			switch string(name) {
 			case "status":
-				return stringAt(b, k, &r.Status)
+				return stringAt(b, k, &r.Status, in)
 			case "message":
-				m, e := messageAt(b, k)
+				m, e := messageAt(b, k, in)
 				r.Message = m
 				return e
 			case "error":

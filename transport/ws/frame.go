@@ -121,7 +121,11 @@ type BatchResult struct {
 // one plain string). The messages of a publish_batch are split into Batch
 // but not decoded: each is judged on its own. The frames of the publish
 // path decode without reflection.
-func DecodeFrame(b []byte) (*Frame, error) {
+func DecodeFrame(b []byte) (*Frame, error) { return decodeFrame(b, nil) }
+
+// decodeFrame is DecodeFrame sharing repeated strings through in (nil:
+// none), for a connection's reader.
+func decodeFrame(b []byte, in *interner) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
@@ -133,7 +137,7 @@ func DecodeFrame(b []byte) (*Frame, error) {
 		}
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
-	f, ok := decodeFrameFast(b)
+	f, ok := decodeFrameFast(b, in)
 	if !ok {
 		var err error
 		if f, err = decodeFrameJSON(b); err != nil {

@@ -54,7 +54,7 @@ func FuzzDecodeFrameFast(f *testing.F) {
 		if len(b) == 0 || b[0] != '{' || pigeon.CheckJSON(b) != nil {
 			return
 		}
-		fast, ok := decodeFrameFast(b)
+		fast, ok := decodeFrameFast(b, &interner{})
 		if !ok {
 			return
 		}
@@ -62,7 +62,7 @@ func FuzzDecodeFrameFast(f *testing.F) {
 		require.NoError(t, err, "the fast path took a frame encoding/json refuses: %s", b)
 		require.Equal(t, slow, fast, "%s", b)
 		for _, raw := range fast.Batch {
-			fm, ok := decodeMessageFast(raw)
+			fm, ok := decodeMessageFast(raw, nil)
 			if !ok {
 				continue
 			}
@@ -93,6 +93,7 @@ func BenchmarkDecodeFrame(b *testing.B) {
 	accepted.ID, accepted.Sequence, accepted.ContractID, accepted.AcceptedAt = "msg_01J", 42, "ctr_1", "2026-12-01T00:00:00Z"
 	decision := append(appendHead(nil, OpDecision, "p1"), `,"status":"accepted","message":`...)
 	decision = append(accepted.AppendJSON(decision), '}')
+	var in interner
 	for _, tc := range []struct {
 		name string
 		in   []byte
@@ -103,7 +104,8 @@ func BenchmarkDecodeFrame(b *testing.B) {
 			decode func([]byte) (*Frame, bool)
 			msg    func(json.RawMessage) bool
 		}{
-			{"fast", decodeFrameFast, func(r json.RawMessage) bool { _, ok := decodeMessageFast(r); return ok }},
+			{"fast", func(b []byte) (*Frame, bool) { return decodeFrameFast(b, &in) },
+				func(r json.RawMessage) bool { _, ok := decodeMessageFast(r, &in); return ok }},
 			{"json", func(b []byte) (*Frame, bool) { f, err := decodeFrameJSON(b); return f, err == nil },
 				func(r json.RawMessage) bool { var m pigeon.Message; return json.Unmarshal(r, &m) == nil }},
 		} {

@@ -61,8 +61,8 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		err error
 	}
 	out := make([]outcome, len(f.Batch))
-	admit := func(i int) {
-		m, err := batchMessage(f.Batch[i])
+	admit := func(i int, in *interner) {
+		m, err := batchMessage(f.Batch[i], in)
 		if err == nil {
 			out[i].res, err = c.srv.e.Publish(c.ctx, caller, m)
 		}
@@ -73,8 +73,9 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		wg   sync.WaitGroup
 	)
 	work := func() {
+		var in interner
 		for i := int(next.Add(1) - 1); i < f.admitted; i = int(next.Add(1) - 1) {
-			admit(i)
+			admit(i, &in)
 		}
 	}
 	for range min(f.admitted, batchWorkers) - 1 {
@@ -112,8 +113,8 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 
 // batchMessage decodes one message of a batch; a malformed one is
 // ENVELOPE_INVALID, as the message of a publish frame would be.
-func batchMessage(raw json.RawMessage) (*pigeon.Message, error) {
-	if m, ok := decodeMessageFast(raw); ok {
+func batchMessage(raw json.RawMessage, in *interner) (*pigeon.Message, error) {
+	if m, ok := decodeMessageFast(raw, in); ok {
 		return m, nil
 	}
 	if string(raw) == "null" {
