@@ -97,7 +97,10 @@ func (c *conn) goBG(fn func()) {
 
 // readLoop reads and dispatches frames until the connection fails.
 func (c *conn) readLoop() {
-	var buf bytes.Buffer
+	var (
+		buf bytes.Buffer
+		in  interner // strings that repeat across this connection's frames
+	)
 	for {
 		typ, err := readMessage(c.ctx, c.ws, &buf)
 		if err != nil {
@@ -117,7 +120,7 @@ func (c *conn) readLoop() {
 			c.close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
 			return
 		}
-		f, err := DecodeFrame(buf.Bytes())
+		f, err := decodeFrame(buf.Bytes(), &in)
 		if err != nil {
 			re := ""
 			if f != nil {
