@@ -35,9 +35,19 @@ func spaceEnd(b []byte, i int) int {
 
 // stringEnd returns the index just past the string that starts at b[i]:
 // past the first quote after it that an odd run of backslashes does not
-// escape.
+// escape. Short strings (most names and values) are stepped through;
+// longer ones searched with IndexByte.
 func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); {
+	i++
+	for n := min(len(b), i+16); i < n; i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	for i < len(b) {
 		q := bytes.IndexByte(b[i:], '"')
 		if q < 0 {
 			return len(b)
