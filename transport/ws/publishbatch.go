@@ -47,8 +47,25 @@ var errBatchRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection pu
 // batchWorkers bounds the messages of one batch being admitted at once.
 // They are admitted concurrently, as separate publish frames would be, so
 // that a durable store's group commit covers many of them with one fsync
-// instead of one fsync each.
+// instead of one fsync each. The goroutines a connection adds for its
+// batches are bounded too, by Options.MaxInFlight across its batches: a
+// batch that finds none free is admitted by its own goroutine alone.
 const batchWorkers = 64
+
+// takeWorkers takes up to n of the connection's extra batch goroutines.
+func (c *conn) takeWorkers(n int) int {
+	limit := int64(cap(c.sem))
+	for {
+		used := c.workers.Load()
+		k := min(int64(n), limit-used)
+		if k <= 0 {
+			return 0
+		}
+		if c.workers.CompareAndSwap(used, used+k) {
+			return int(k)
+		}
+	}
+}
 
 // publishBatch admits the messages of a publish_batch, each through
 // Engine.Publish and so through every gate and the audit chain, and
@@ -78,11 +95,13 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 			admit(i, &in)
 		}
 	}
-	for range min(f.admitted, batchWorkers) - 1 {
+	extra := c.takeWorkers(min(f.admitted, batchWorkers) - 1)
+	for range extra {
 		wg.Go(work)
 	}
 	work()
 	wg.Wait()
+	c.workers.Add(-int64(extra))
 	size := 64
 	for i := range out[:f.admitted] {
 		if r := out[i].res; r != nil {
