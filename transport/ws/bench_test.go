@@ -10,6 +10,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store/wal"
 	"pigeon/transport/ws"
 )
 
@@ -60,6 +61,56 @@ func BenchmarkPublishRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkPublishAsync is the governed payment publish over one
+// WebSocket connection from one goroutine with PublishAsync. batched is
+// the client as it is: publishes queued while the writer is busy leave as
+// one publish_batch frame; corked sends each as its own publish frame, a
+// burst of them under one cork, for comparison.
+func BenchmarkPublishAsync(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		limit int
+	}{{"batched", ws.MaxPublishBatch}, {"corked", 1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			defer ws.SetPublishBatchLimit(tc.limit)()
+			benchPublishAsync(b)
+		})
+	}
+}
+
+func benchPublishAsync(b *testing.B) {
+	v := benchEnv(b)
+	s := v.dial(b, "checkout-token", []string{"payments.authorize"})
+	ctx := context.Background()
+	m := demo.Payment("o")
+	ring := make([]*ws.PendingPublish, ws.DefaultMaxPendingPublishes)
+	wait := func(p *ws.PendingPublish) {
+		if p == nil {
+			return
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		m.IdempotencyKey = "k-" + strconv.Itoa(i)
+		slot := i % len(ring)
+		wait(ring[slot])
+		p, err := s.PublishAsync(ctx, m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ring[slot] = p
+	}
+	for _, p := range ring {
+		wait(p)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 // publishN publishes n chat messages from 16 goroutines on s.
@@ -120,4 +171,71 @@ func benchDeliver(b *testing.B, subs int, metric string) {
 	<-done
 	b.StopTimer()
 	b.ReportMetric(float64(target)/b.Elapsed().Seconds(), metric)
+}
+
+// BenchmarkPublishDurable is the governed payment publish to a write-ahead
+// log that fsyncs before answering (group commit), from 64 goroutines on
+// one connection: sync publishes, or one goroutine publishing async.
+func BenchmarkPublishDurable(b *testing.B) {
+	durable := func(b *testing.B) *ws.Session {
+		st, err := wal.Open(b.TempDir(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := newEnv(b, &ws.Options{PublishRate: -1, MaxInFlight: 1024}, func(o *pigeon.Options) {
+			o.ContractTTL = 24 * time.Hour
+			o.Store = st
+		})
+		return v.dial(b, "checkout-token", []string{"payments.authorize"})
+	}
+	b.Run("sync64", func(b *testing.B) {
+		s := durable(b)
+		var n atomic.Int64
+		b.SetParallelism(32) // 64 goroutines on 2 cores
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			m := demo.Payment("o")
+			for pb.Next() {
+				m.IdempotencyKey = "k-" + strconv.FormatInt(n.Add(1), 10)
+				if _, err := s.Publish(context.Background(), m); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("async", func(b *testing.B) {
+		s := durable(b)
+		ctx := context.Background()
+		m := demo.Payment("o")
+		ring := make([]*ws.PendingPublish, ws.DefaultMaxPendingPublishes)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			m.IdempotencyKey = "k-" + strconv.Itoa(i)
+			slot := i % len(ring)
+			if p := ring[slot]; p != nil {
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p, err := s.PublishAsync(ctx, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ring[slot] = p
+		}
+		for _, p := range ring {
+			if p != nil {
+				if _, err := p.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
 }

@@ -26,6 +26,7 @@ type dialOptions struct {
 	writeQueue      int
 	settleTimeout   time.Duration
 	logger          *slog.Logger
+	maxPending      int
 }
 
 // WithConnectOptions applies pigeon's connect options (pigeon.WithRegion,
@@ -80,6 +81,7 @@ type Session struct {
 	subs     map[*clientSub]struct{}
 	bySID    map[string]*clientSub
 	bg       sync.WaitGroup
+	pubSlots chan struct{} // one per publish in flight (WithMaxPendingPublishes)
 }
 
 var _ pigeon.Session = (*Session)(nil)
@@ -97,8 +99,11 @@ func Dial(ctx context.Context, url, credential string, subjects []string, opts .
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
+	if o.maxPending < 1 {
+		o.maxPending = DefaultMaxPendingPublishes
+	}
 	s := &Session{url: url, cred: credential, subjects: append([]string(nil), subjects...), o: o,
-		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}}
+		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}, pubSlots: make(chan struct{}, o.maxPending)}
 	cc, k, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -141,6 +146,7 @@ func (s *Session) connect(ctx context.Context) (*clientConn, pigeon.Contract, er
 		cc.close(ctx)
 		return nil, nil, pigeon.WrapError(pigeon.CodeInternal, err, "undecodable contract from server")
 	}
+	cc.pq.fitFrame(f.MaxFrame)
 	return cc, info.View(), nil
 }
 
@@ -226,20 +232,14 @@ func answerMessages(f *Frame) []*pigeon.Message {
 	return f.Messages
 }
 
-// Publish admits one message; see Engine.Publish.
+// Publish admits one message; see Engine.Publish. It is PublishAsync
+// and Wait: publishes from many goroutines share frames.
 func (s *Session) Publish(ctx context.Context, m *pigeon.Message) (*pigeon.Result, error) {
-	if err := checkMessage(m); err != nil {
-		return nil, err
-	}
-	f, err := s.call(ctx, messageFrame(OpPublish, m, 0), nil)
+	p, err := s.PublishAsync(ctx, m)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := answerMessage(f)
-	if err != nil {
-		return nil, err
-	}
-	return &pigeon.Result{Status: f.Status, Message: msg}, nil
+	return p.Wait(ctx)
 }
 
 // Request publishes a request and blocks until its reply or ctx ends

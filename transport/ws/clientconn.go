@@ -30,6 +30,8 @@ type clientConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	out    chan []byte
+	pq     *pubQueue // publishes waiting for the writer
+	wbuf   []byte    // the writer's buffer for publish frames
 	seq    atomic.Uint64
 	done   chan struct{}
 	bg     sync.WaitGroup
@@ -48,6 +50,7 @@ type clientConn struct {
 type pendingCall struct {
 	ch   chan *Frame
 	hook func(*Frame)
+	pub  []*PendingPublish // instead of ch: the publishes the frame carried
 }
 
 // wsURL makes u the URL of the WebSocket endpoint.
@@ -113,7 +116,7 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 		return nil, dialError(resp, err)
 	}
 	wsc.SetReadLimit(s.o.maxFrame)
-	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), done: make(chan struct{}), pending: map[string]*pendingCall{}}
+	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), pq: newPubQueue(), done: make(chan struct{}), pending: map[string]*pendingCall{}}
 	cc.ctx, cc.cancel = context.WithCancel(context.Background())
 	cc.bg.Add(2)
 	go cc.readLoop()
@@ -140,7 +143,10 @@ func dialError(resp *http.Response, err error) error {
 
 func (cc *clientConn) readLoop() {
 	defer cc.bg.Done()
-	var buf bytes.Buffer
+	var (
+		buf bytes.Buffer
+		in  interner
+	)
 	for {
 		typ, err := readMessage(cc.ctx, cc.ws, &buf)
 		if err != nil {
@@ -156,7 +162,7 @@ func (cc *clientConn) readLoop() {
 			}
 			return
 		}
-		f, err := DecodeFrame(buf.Bytes())
+		f, err := decodeFrame(buf.Bytes(), &in)
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
 			if f == nil || f.Re == "" {
@@ -186,6 +192,10 @@ func (cc *clientConn) readLoop() {
 			if p == nil {
 				continue
 			}
+			if p.pub != nil {
+				resolvePublishes(p.pub, f)
+				continue
+			}
 			if p.hook != nil && f.Op != OpError {
 				p.hook(f)
 			}
@@ -200,20 +210,32 @@ func (cc *clientConn) writeLoop() {
 		var b []byte
 		select {
 		case b = <-cc.out:
+		case <-cc.pq.ready:
 		case <-cc.ctx.Done():
 			return
 		}
 		// The first frame goes out at once; what queued up meanwhile
-		// follows under one cork.
-		var err error
-		for n := 0; b != nil && err == nil; n++ {
+		// follows under one cork. Publishes queued meanwhile leave
+		// together, one frame per batch.
+		var (
+			err error
+			n   int
+		)
+		for ; err == nil && n < maxBatch; n++ {
+			if b == nil {
+				b = cc.nextPublishFrame()
+			}
+			if b == nil && n > 0 {
+				b = nextQueued(cc.out)
+			}
+			if b == nil {
+				break
+			}
+			if n == 1 {
+				corkOn(cc.cork)
+			}
 			err = cc.ws.Write(cc.ctx, websocket.MessageText, b)
 			b = nil
-			if n < maxBatch-1 {
-				if b = nextQueued(cc.out); n == 0 && b != nil {
-					corkOn(cc.cork)
-				}
-			}
 		}
 		if e := corkOff(cc.cork); err == nil {
 			err = e
@@ -221,6 +243,14 @@ func (cc *clientConn) writeLoop() {
 		if err != nil {
 			cc.fail(err)
 			return
+		}
+		if n == maxBatch {
+			// A burst that stopped at its bound may leave publishes queued
+			// whose signal it took: come back for them.
+			select {
+			case cc.pq.ready <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -248,9 +278,17 @@ func (cc *clientConn) end(err *pigeon.Error) bool {
 		cc.mu.Unlock()
 		return false
 	}
+	pending := cc.pending
 	cc.ended, cc.err, cc.pending = true, err, nil
 	cc.mu.Unlock()
 	close(cc.done)
+	// Publishes sent or queued fail with the connection, never hang.
+	cc.pq.close(err)
+	for _, p := range pending {
+		if p.pub != nil {
+			failAll(p.pub, err)
+		}
+	}
 	return true
 }
 

@@ -47,6 +47,7 @@ type conn struct {
 	ops      sync.WaitGroup
 	sem      chan struct{}
 	requests atomic.Int64
+	workers  atomic.Int64 // extra goroutines admitting batches (publishbatch.go)
 
 	bucket bucket
 	bg     sync.WaitGroup
@@ -97,7 +98,10 @@ func (c *conn) goBG(fn func()) {
 
 // readLoop reads and dispatches frames until the connection fails.
 func (c *conn) readLoop() {
-	var buf bytes.Buffer
+	var (
+		buf bytes.Buffer
+		in  interner // strings that repeat across this connection's frames
+	)
 	for {
 		typ, err := readMessage(c.ctx, c.ws, &buf)
 		if err != nil {
@@ -117,7 +121,7 @@ func (c *conn) readLoop() {
 			c.close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
 			return
 		}
-		f, err := DecodeFrame(buf.Bytes())
+		f, err := decodeFrame(buf.Bytes(), &in)
 		if err != nil {
 			re := ""
 			if f != nil {
@@ -152,6 +156,10 @@ func (c *conn) dispatch(f *Frame) {
 		if !c.bucket.take(time.Now()) {
 			c.srv.stats.rateLimited.Add(1)
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded"))
+			return
+		}
+	case OpPublishBatch:
+		if !c.admitBatch(f) {
 			return
 		}
 	case OpNegotiate:

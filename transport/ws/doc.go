@@ -35,6 +35,18 @@
 // lost, calls fail with SESSION_CLOSED (SHUTTING_DOWN after a 1001) until
 // Reconnect, which negotiates afresh and resumes the subscriptions.
 //
+// # Publishing fast
+//
+// PublishAsync queues a message and returns a PendingPublish at once;
+// publishes queued while the connection's writer is busy leave together in
+// one publish_batch frame (up to MaxPublishBatch), each still judged by
+// every gate and audited on its own, its refusal resolving only its own
+// PendingPublish. In-flight publishes are bounded per Session
+// (WithMaxPendingPublishes); a lost connection resolves every one of them
+// with its transport error. Publish is PublishAsync then Wait. The server
+// limits each connection to Options.PublishRate messages a second (default
+// 100,000), counting every message of a batch.
+//
 // # Concurrency
 //
 // Server and Session are safe for concurrent use by any number of

@@ -56,3 +56,46 @@ func ExampleNewServer() {
 	fmt.Println("ready")
 	// Output: ready
 }
+
+// Publish without waiting for each answer: publishes queued while the
+// connection is busy leave together in one frame, and each answer, or
+// refusal, comes back to its own PendingPublish.
+func ExampleSession_PublishAsync() {
+	ctx := context.Background()
+	e, _ := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
+	srv := ws.NewServer(e, nil)
+	hs := httptest.NewServer(srv)
+	defer func() {
+		_ = srv.Shutdown(ctx)
+		hs.Close()
+		_ = e.Shutdown(ctx)
+	}()
+	s, err := ws.Dial(ctx, hs.URL, "checkout-token", []string{"payments.authorize"}, ws.WithMaxPendingPublishes(256))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+
+	var pending []*ws.PendingPublish
+	for _, m := range []*pigeon.Message{demo.Payment("order-1"), demo.Notification("k-1"), demo.Payment("order-2")} {
+		p, err := s.PublishAsync(ctx, m)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		pending = append(pending, p)
+	}
+	for _, p := range pending {
+		res, err := p.Wait(ctx)
+		if err != nil {
+			fmt.Println(pigeon.ErrorCode(err))
+			continue
+		}
+		fmt.Println(res.Status)
+	}
+	// Output:
+	// accepted
+	// SUBJECT_NOT_IN_CONTRACT
+	// accepted
+}

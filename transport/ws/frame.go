@@ -25,6 +25,8 @@ const (
 	OpReplay      = "replay"      // → messages
 	OpReceive     = "receive"     // → messages
 	OpPing        = "ping"        // → pong
+
+	OpPublishBatch = "publish_batch" // → decisions
 )
 
 // Ops the server sends: answers, and the pushes "deliver" and
@@ -40,6 +42,7 @@ const (
 	OpError        = "error"
 	OpDeliver      = "deliver"
 	OpUnsubscribed = "unsubscribed"
+	OpDecisions    = "decisions"
 )
 
 // Acknowledgement modes of a subscribe frame's "ack".
@@ -68,6 +71,7 @@ type Frame struct {
 	Subjects []string        `json:"subjects,omitempty"`
 	TTLMs    int64           `json:"ttlMs,omitempty"`
 	Contract json.RawMessage `json:"contract,omitempty"`
+	MaxFrame int64           `json:"maxFrame,omitempty"` // contract: the largest frame the server reads
 
 	// publish, request, decision, reply, deliver, messages
 	Message  *pigeon.Message   `json:"message,omitempty"`
@@ -96,6 +100,23 @@ type Frame struct {
 	ToSequence   uint64 `json:"toSequence,omitempty"`
 
 	Error *wire.Error `json:"error,omitempty"`
+
+	// publish_batch: its messages, split but not decoded, so that each is
+	// decoded and judged on its own. Read from "messages".
+	Batch []json.RawMessage `json:"-"`
+	// decisions: one result per message of the batch, in order.
+	Results []BatchResult `json:"results,omitempty"`
+
+	admitted int // messages of Batch within the connection's publish rate
+}
+
+// BatchResult is one slot of a decisions answer: the status and the
+// message admitted, as a decision answer carries them, or the error that
+// refused that message alone.
+type BatchResult struct {
+	Status  string          `json:"status,omitempty"`
+	Message *pigeon.Message `json:"message,omitempty"`
+	Error   *wire.Error     `json:"error,omitempty"`
 }
 
 // DecodeFrame decodes one frame, its envelope included, in one pass. It
@@ -107,8 +128,14 @@ type Frame struct {
 // lone surrogate escape. When the frame decoded far enough to have an id,
 // the returned frame is not nil even on error, so the answer can echo it
 // (an ambiguous frame gives only its "id" and "re", and only when each is
-// one plain string).
-func DecodeFrame(b []byte) (*Frame, error) {
+// one plain string). The messages of a publish_batch are split into Batch
+// but not decoded: each is judged on its own. The frames of the publish
+// path decode without reflection.
+func DecodeFrame(b []byte) (*Frame, error) { return decodeFrame(b, nil) }
+
+// decodeFrame is DecodeFrame sharing repeated strings through in (nil:
+// none), for a connection's reader.
+func decodeFrame(b []byte, in *interner) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
@@ -120,25 +147,56 @@ func DecodeFrame(b []byte) (*Frame, error) {
 		}
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
-	f := new(Frame)
-	if err := json.Unmarshal(b, f); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			// The envelope decodes in the same pass as the frame; its
-			// errors are the envelope's, as pigeon.DecodeMessage says them.
-			switch {
-			case te.Field == "message":
-				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message must be a JSON object")
-			case strings.HasPrefix(te.Field, "message."):
-				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is not a valid envelope: field %q must be %s",
-					strings.TrimPrefix(te.Field, "message."), te.Type.String())
-			}
-			return f, pigeon.NewError(pigeon.CodeBadRequest, "frame field %q has the wrong type", te.Field)
+	f, ok := decodeFrameFast(b, in)
+	if !ok {
+		var err error
+		if f, err = decodeFrameJSON(b); err != nil {
+			return f, err
 		}
-		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
 	if f.Op == "" {
 		return f, pigeon.NewError(pigeon.CodeBadRequest, `a frame needs an "op"`)
+	}
+	return f, nil
+}
+
+// decodeFrameJSON decodes a frame with encoding/json: the frames the fast
+// path leaves (see codec.go).
+func decodeFrameJSON(b []byte) (*Frame, error) {
+	f := new(Frame)
+	aux := struct {
+		*Frame
+		Messages json.RawMessage `json:"messages"`
+	}{Frame: f}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := strings.TrimPrefix(te.Field, "Frame.") // the embedded frame's fields
+			// The envelope decodes in the same pass as the frame; its
+			// errors are the envelope's, as pigeon.DecodeMessage says them.
+			switch {
+			case field == "message":
+				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message must be a JSON object")
+			case strings.HasPrefix(field, "message."):
+				return f, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is not a valid envelope: field %q must be %s",
+					strings.TrimPrefix(field, "message."), te.Type.String())
+			}
+			return f, pigeon.NewError(pigeon.CodeBadRequest, "frame field %q has the wrong type", field)
+		}
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
+	}
+	if len(aux.Messages) == 0 || string(aux.Messages) == "null" {
+		return f, nil
+	}
+	if f.Op == OpPublishBatch {
+		if aux.Messages[0] != '[' {
+			return f, pigeon.NewError(pigeon.CodeBadRequest, `frame field "messages" has the wrong type`)
+		}
+		f.Batch = splitBatch(aux.Messages)
+		return f, nil
+	}
+	if err := json.Unmarshal(aux.Messages, &f.Messages); err != nil {
+		return f, pigeon.NewError(pigeon.CodeBadRequest, `frame field "messages" has the wrong type`)
 	}
 	return f, nil
 }

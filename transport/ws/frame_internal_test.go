@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"pigeon"
+	"pigeon/demo"
 )
 
 func TestHandBuiltFramesAreValidJSON(t *testing.T) {
@@ -20,6 +23,108 @@ func TestHandBuiltFramesAreValidJSON(t *testing.T) {
 		}
 		if _, err := DecodeFrame(b); err != nil {
 			t.Fatalf("%s: %v", b, err)
+		}
+	}
+}
+
+// FuzzDecodeFrameFast checks that the reflection-free decoder of the
+// publish path decodes every frame it takes exactly as encoding/json does.
+// Run it with
+//
+//	go test -run '^$' -fuzz FuzzDecodeFrameFast -fuzztime 60s ./transport/ws
+func FuzzDecodeFrameFast(f *testing.F) {
+	m := &pigeon.Message{SpecVersion: "1.0", ID: "msg_1", Type: "t", Subject: "s\"", Intent: "i", Data: json.RawMessage(`{"a":[1,"]"]}`), Sequence: 3,
+		Signature: &pigeon.Signature{KID: "k", Alg: "ed25519", Sig: "x"}}
+	for _, s := range []string{
+		`{"op":"publish","id":"p","message":{"type":"chat","subject":"chat.messages","intent":"chat","data":{"text":"hi"}}}`,
+		`{"op":"publish_batch","id":"b","messages":[{"type":"a"},5,null,"x",{"type":7},{"Type":"c"}]}`,
+		`{"op":"publish_batch","id":"b","messages":{}}`,
+		`{"op":"publish_batch","id":"b","Messages":[{}]}`,
+		`{"op":"request","id":"q","timeoutMs":10,"message":{"sequence":-1}}`,
+		`{"op":"decisions","re":"b","results":[{"status":"accepted","message":{"id":"m","sequence":1}},{"error":{"code":"SCHEMA_INVALID","message":"no","details":{"gate":"schema"}}}]}`,
+		`{"op":"deliver","sub":"s","attempt":2,"message":{"id":"m\u0041","data":null}}`,
+		`{"op":"messages","re":"r","messages":[{"id":"a"},{"id":"b","signature":null}]}`,
+		`{"op":"ping","id":"1","attempt":1.5}`,
+		string(encodeDeliver(nil, "sub\"1", m, 2)),
+		string(appendMessages(appendHead(nil, OpMessages, "m"), []*pigeon.Message{m, m})),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '{' || pigeon.CheckJSON(b) != nil {
+			return
+		}
+		fast, ok := decodeFrameFast(b, &interner{})
+		if !ok {
+			return
+		}
+		slow, err := decodeFrameJSON(b)
+		require.NoError(t, err, "the fast path took a frame encoding/json refuses: %s", b)
+		require.Equal(t, slow, fast, "%s", b)
+		for _, raw := range fast.Batch {
+			fm, ok := decodeMessageFast(raw, nil)
+			if !ok {
+				continue
+			}
+			var sm pigeon.Message
+			require.NoError(t, json.Unmarshal(raw, &sm), "%s", raw)
+			require.Equal(t, &sm, fm, "%s", raw)
+		}
+	})
+}
+
+// BenchmarkDecodeFrame compares the fast path with encoding/json on the
+// frames of the publish path: a publish of the demo payment, a batch of
+// 100 of them (split, then each message decoded as the server does), and
+// the decision answer.
+func BenchmarkDecodeFrame(b *testing.B) {
+	m := demo.Payment("o-1")
+	m.IdempotencyKey = "k-1"
+	publish := messageFrame(OpPublish, m, 0)(nil, "p1")
+	batch := []byte(`{"op":"publish_batch","id":"b1","messages":[`)
+	for i := range 100 {
+		if i > 0 {
+			batch = append(batch, ',')
+		}
+		batch = m.AppendJSON(batch)
+	}
+	batch = append(batch, "]}"...)
+	accepted := m.Clone()
+	accepted.ID, accepted.Sequence, accepted.ContractID, accepted.AcceptedAt = "msg_01J", 42, "ctr_1", "2026-12-01T00:00:00Z"
+	decision := append(appendHead(nil, OpDecision, "p1"), `,"status":"accepted","message":`...)
+	decision = append(accepted.AppendJSON(decision), '}')
+	var in interner
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		msgs int
+	}{{"publish", publish, 1}, {"batch100", batch, 100}, {"decision", decision, 1}} {
+		for _, path := range []struct {
+			name   string
+			decode func([]byte) (*Frame, bool)
+			msg    func(json.RawMessage) bool
+		}{
+			{"fast", func(b []byte) (*Frame, bool) { return decodeFrameFast(b, &in) },
+				func(r json.RawMessage) bool { _, ok := decodeMessageFast(r, &in); return ok }},
+			{"json", func(b []byte) (*Frame, bool) { f, err := decodeFrameJSON(b); return f, err == nil },
+				func(r json.RawMessage) bool { var m pigeon.Message; return json.Unmarshal(r, &m) == nil }},
+		} {
+			b.Run(tc.name+"/"+path.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(tc.in)))
+				for b.Loop() {
+					f, ok := path.decode(tc.in)
+					if !ok {
+						b.Fatal("not decoded")
+					}
+					for _, r := range f.Batch {
+						if !path.msg(r) {
+							b.Fatal("message not decoded")
+						}
+					}
+				}
+				b.ReportMetric(float64(b.N*tc.msgs)/b.Elapsed().Seconds(), "msgs/s")
+			})
 		}
 	}
 }

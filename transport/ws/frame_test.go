@@ -60,6 +60,8 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"op":"replay","id":"r","subject":"s","reason":"why","fromSequence":1,"toSequence":18446744073709551615}`,
 		`{"op":"error","re":"x","error":{"code":"BAD_REQUEST","message":"m","details":{"decision":{"outcome":"deny"}}}}`,
 		`{"op":"deliver","sub":"s","attempt":2,"message":{}}`,
+		`{"op":"publish_batch","id":"b","messages":[{"type":"t"},null,5,{"type":5},[]]}`,
+		`{"op":"decisions","re":"b","results":[{"status":"accepted","message":{"id":"m","sequence":1}},{"error":{"code":"RATE_LIMITED","message":"m","details":{}}}]}`,
 		`{"op":"\u0000","id":"\ud800"}`,
 		`{"op":1}`, `[`, `{}`, ` `, `{"op":"a","id":"b","messages":[{},1,"x"]}`,
 		`{"op":"ping","id":"a","id":"b"}`, `{"op":"publish","id":"p","message":{"data":{"k":1,"\u006b":2}}}`, "{\"op\":\"ping\",\"id\":\"\xff\"}",

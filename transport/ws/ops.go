@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"pigeon"
@@ -29,6 +30,8 @@ func (c *conn) handle(f *Frame, caller pigeon.Caller) {
 		b, err = c.negotiate(f)
 	case OpPublish:
 		b, err = c.publish(f, caller)
+	case OpPublishBatch:
+		b, err = c.publishBatch(f, caller)
 	case OpSubscribe:
 		b, err = c.subscribe(f, caller)
 	case OpUnsubscribe:
@@ -66,7 +69,9 @@ func (c *conn) negotiate(f *Frame) ([]byte, error) {
 	c.mu.Lock()
 	c.caller = pigeon.Caller{Principal: c.principal, Region: info.Region, ContractID: info.ID}
 	c.mu.Unlock()
-	b := appendHead(make([]byte, 0, 64+len(body)), OpContract, f.ID)
+	b := appendHead(make([]byte, 0, 96+len(body)), OpContract, f.ID)
+	b = append(b, `,"maxFrame":`...)
+	b = strconv.AppendInt(b, c.srv.opts.MaxFrame, 10)
 	b = append(b, `,"contract":`...)
 	b = append(b, body...)
 	return append(b, '}'), nil

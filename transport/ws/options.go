@@ -15,7 +15,7 @@ const (
 	DefaultPingInterval      = 30 * time.Second
 	DefaultPingTimeout       = 15 * time.Second
 	DefaultMaxConnections    = 10000
-	DefaultPublishRate       = 10000
+	DefaultPublishRate       = 100000
 	DefaultMaxInFlight       = 256
 	DefaultMaxRequestTimeout = 5 * time.Minute
 	DefaultRequestTimeout    = 30 * time.Second
@@ -53,10 +53,15 @@ type Options struct {
 	// MaxConnections caps open connections (default 10000); an upgrade
 	// beyond it is refused with 429 RATE_LIMITED.
 	MaxConnections int
-	// PublishRate is how many publish and request frames per second one
-	// connection may send (default 10000, negative: unlimited), with bursts
-	// of PublishBurst (default PublishRate/10, at least 1). Beyond it a
-	// frame is answered RATE_LIMITED.
+	// PublishRate is how many messages per second one connection may
+	// publish (default 100000, negative: unlimited), with bursts of
+	// PublishBurst (default PublishRate/10, at least 1): a publish or
+	// request frame counts one, a publish_batch frame one per message.
+	// Beyond it a frame is answered RATE_LIMITED, and the messages of a
+	// batch past it are refused RATE_LIMITED in their slots. The default
+	// lets one connection publish as fast as the gates admit on common
+	// hardware while bounding what a single connection can make the
+	// engine do; the engine's own limits (contracts, quotas) still apply.
 	PublishRate  float64
 	PublishBurst int
 	// MaxInFlight bounds the frames of one connection being worked on at
@@ -135,17 +140,18 @@ func newBucket(rate float64, burst int) bucket {
 }
 
 // take reports whether one token was available at now.
-func (b *bucket) take(now time.Time) bool {
+func (b *bucket) take(now time.Time) bool { return b.takeUpTo(now, 1) == 1 }
+
+// takeUpTo takes up to n tokens at now and returns how many it took.
+func (b *bucket) takeUpTo(now time.Time, n int) int {
 	if b.rate < 0 {
-		return true
+		return n
 	}
 	if !b.last.IsZero() {
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
 	}
 	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
+	k := min(n, int(b.tokens))
+	b.tokens -= float64(k)
+	return k
 }

@@ -1,0 +1,323 @@
+package ws
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"pigeon"
+	"pigeon/internal/jsontext"
+)
+
+// DefaultMaxPendingPublishes is how many asynchronous publishes a Session
+// has in flight at most, unless WithMaxPendingPublishes says otherwise.
+const DefaultMaxPendingPublishes = 1024
+
+// maxBatchBytes bounds the encoded messages the client puts in one
+// publish_batch frame, well under the server's default MaxFrame (and under
+// the MaxFrame a server's contract answer names); a message larger than
+// that goes in a frame of its own.
+const maxBatchBytes = 256 << 10
+
+// publishBatchLimit is how many messages the client puts in one frame:
+// MaxPublishBatch, or 1 in a benchmark that measures one corked frame per
+// message instead.
+var publishBatchLimit = MaxPublishBatch
+
+// WithMaxPendingPublishes bounds the publishes a Session has sent or
+// queued and not yet had answered (default DefaultMaxPendingPublishes);
+// PublishAsync and Publish wait for room beyond it. n < 1 means the
+// default.
+func WithMaxPendingPublishes(n int) Option {
+	return func(o *dialOptions) { o.maxPending = n }
+}
+
+// PendingPublish is the answer to come of one PublishAsync. It is resolved
+// exactly once: with the server's decision, with the typed *pigeon.Error
+// that refused the message (as Publish returns it), or with a transport
+// error (SESSION_CLOSED, SHUTTING_DOWN) when the connection ends before the
+// answer came. It is safe for concurrent use.
+type PendingPublish struct {
+	done  chan struct{}
+	res   *pigeon.Result
+	err   error
+	slots chan struct{} // the session's in-flight bound, given back once resolved
+}
+
+// errNotAnswered is what Result says before Done is closed.
+var errNotAnswered = pigeon.NewError(pigeon.CodeRequestTimeout, "the publish has no answer yet")
+
+// Done is closed once the publish is answered (or failed).
+func (p *PendingPublish) Done() <-chan struct{} { return p.done }
+
+// Result returns the publish's result once Done is closed; before that it
+// returns a REQUEST_TIMEOUT error saying there is no answer yet.
+func (p *PendingPublish) Result() (*pigeon.Result, error) {
+	select {
+	case <-p.done:
+		return p.res, p.err
+	default:
+		return nil, errNotAnswered
+	}
+}
+
+// Wait blocks until the publish is answered, and returns its result, or
+// until ctx ends (REQUEST_TIMEOUT wrapping ctx's error). A ctx that ends
+// leaves the publish in flight: the server may still admit the message.
+func (p *PendingPublish) Wait(ctx context.Context) (*pigeon.Result, error) {
+	select {
+	case <-p.done:
+		return p.res, p.err
+	default:
+	}
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-ctx.Done():
+		return nil, ctxError(ctx)
+	}
+}
+
+func (p *PendingPublish) resolve(res *pigeon.Result, err error) {
+	p.res, p.err = res, err
+	close(p.done)
+	<-p.slots
+}
+
+// PublishAsync queues m for publishing and returns at once with its
+// PendingPublish; it blocks only while the session's in-flight bound
+// (WithMaxPendingPublishes) is reached, until a slot frees or ctx ends.
+// m is encoded before PublishAsync returns, so the caller may reuse it.
+// Once queued the publish no longer depends on ctx. Publishes queued while
+// the connection's writer is busy leave together in one publish_batch
+// frame; each is judged by every gate on its own, as Publish is, and a
+// refusal resolves only its own PendingPublish. Publishes in flight
+// together may be admitted in any order (as concurrent Publish calls
+// are): wait for an answer before publishing what must follow it.
+// Close fails the publishes not yet answered; wait for them first.
+func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*PendingPublish, error) {
+	if err := checkMessage(m); err != nil {
+		return nil, err
+	}
+	cc, err := s.conn()
+	if err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, ctxError(ctx)
+	}
+	select {
+	case s.pubSlots <- struct{}{}:
+	default:
+		select {
+		case s.pubSlots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctxError(ctx)
+		case <-cc.done:
+			return nil, cc.failed()
+		}
+	}
+	p := &PendingPublish{done: make(chan struct{}), slots: s.pubSlots}
+	if err := cc.pq.push(m, p); err != nil {
+		<-s.pubSlots
+		return nil, err
+	}
+	return p, nil
+}
+
+// pubQueue holds the publishes of a connection not yet taken by its
+// writer, as segments of at most MaxPublishBatch messages and about
+// maxBatchBytes bytes, each to leave as one frame.
+type pubQueue struct {
+	ready    chan struct{} // signalled when a segment is queued
+	maxBytes int           // of a segment holding more than one message
+
+	mu     sync.Mutex
+	segs   []*pubSeg
+	spare  []*pubSeg
+	closed error
+}
+
+// pubSeg is the encoded messages of one frame, comma-separated, and their
+// pending answers, in order.
+type pubSeg struct {
+	body  []byte
+	items []*PendingPublish
+}
+
+func newPubQueue() *pubQueue {
+	return &pubQueue{ready: make(chan struct{}, 1), maxBytes: maxBatchBytes}
+}
+
+// fitFrame keeps batches well inside maxFrame, the largest frame the
+// server reads, as its contract answer says.
+func (q *pubQueue) fitFrame(maxFrame int64) {
+	if maxFrame <= 0 {
+		return
+	}
+	q.mu.Lock()
+	q.maxBytes = int(min(int64(maxBatchBytes), max(maxFrame/2, maxFrame-4096)))
+	q.mu.Unlock()
+}
+
+func (q *pubQueue) newSeg() *pubSeg {
+	if n := len(q.spare); n > 0 {
+		s := q.spare[n-1]
+		q.spare = q.spare[:n-1]
+		return s
+	}
+	return &pubSeg{body: make([]byte, 0, 4096)}
+}
+
+// push encodes m onto the last segment and wakes the writer.
+func (q *pubQueue) push(m *pigeon.Message, p *PendingPublish) error {
+	q.mu.Lock()
+	if q.closed != nil {
+		err := q.closed
+		q.mu.Unlock()
+		return err
+	}
+	var seg *pubSeg
+	if n := len(q.segs); n > 0 && len(q.segs[n-1].items) < publishBatchLimit {
+		seg = q.segs[n-1]
+	} else {
+		seg = q.newSeg()
+		q.segs = append(q.segs, seg)
+	}
+	start := len(seg.body)
+	if len(seg.items) > 0 {
+		seg.body = append(seg.body, ',')
+	}
+	seg.body = m.AppendJSON(seg.body)
+	if len(seg.items) > 0 && len(seg.body) > q.maxBytes {
+		// Past the byte bound: this message starts the next frame.
+		next := q.newSeg()
+		next.body = append(next.body, seg.body[start+1:]...)
+		seg.body = seg.body[:start]
+		seg = next
+		q.segs = append(q.segs, seg)
+	}
+	seg.items = append(seg.items, p)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take removes the first segment, or returns nil.
+func (q *pubQueue) take() *pubSeg {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.segs) == 0 {
+		return nil
+	}
+	seg := q.segs[0]
+	q.segs[0] = nil
+	q.segs = q.segs[1:]
+	return seg
+}
+
+// recycle keeps a written segment's buffer for the next.
+func (q *pubQueue) recycle(seg *pubSeg) {
+	if cap(seg.body) > 2*maxBatchBytes {
+		return
+	}
+	seg.body, seg.items = seg.body[:0], nil
+	q.mu.Lock()
+	if len(q.spare) < 4 {
+		q.spare = append(q.spare, seg)
+	}
+	q.mu.Unlock()
+}
+
+// close refuses further publishes with err and fails those still queued.
+func (q *pubQueue) close(err error) {
+	q.mu.Lock()
+	q.closed = err
+	segs := q.segs
+	q.segs = nil
+	q.mu.Unlock()
+	for _, seg := range segs {
+		failAll(seg.items, err)
+	}
+}
+
+func failAll(items []*PendingPublish, err error) {
+	for _, p := range items {
+		p.resolve(nil, err)
+	}
+}
+
+// nextPublishFrame takes the first queued segment and renders its frame
+// into cc.wbuf: a v1 publish frame for one message, a publish_batch
+// frame for more. It registers the answer's routing before the frame is
+// written; nil when nothing is queued or the connection has ended.
+func (cc *clientConn) nextPublishFrame() []byte {
+	seg := cc.pq.take()
+	if seg == nil {
+		return nil
+	}
+	id := strconv.FormatUint(cc.seq.Add(1), 36)
+	cc.mu.Lock()
+	if cc.ended {
+		err := cc.err
+		cc.mu.Unlock()
+		failAll(seg.items, err)
+		return nil
+	}
+	cc.pending[id] = &pendingCall{pub: seg.items}
+	cc.mu.Unlock()
+	b := cc.wbuf[:0]
+	if len(seg.items) == 1 {
+		b = append(b, `{"op":"publish","id":`...)
+		b = jsontext.AppendString(b, id)
+		b = append(b, `,"message":`...)
+		b = append(b, seg.body...)
+		b = append(b, '}')
+	} else {
+		b = append(b, `{"op":"publish_batch","id":`...)
+		b = jsontext.AppendString(b, id)
+		b = append(b, `,"messages":[`...)
+		b = append(b, seg.body...)
+		b = append(b, "]}"...)
+	}
+	cc.pq.recycle(seg)
+	if cap(b) <= 2*maxBatchBytes+4096 {
+		cc.wbuf = b
+	}
+	return b
+}
+
+// resolvePublishes resolves the publishes one frame carried with its
+// answer: a decision for a lone publish, a decisions frame slot by slot
+// for a batch, an error frame for all of them.
+func resolvePublishes(items []*PendingPublish, f *Frame) {
+	switch {
+	case f.Op == OpError:
+		for _, p := range items {
+			_, err := answerOf(f)
+			p.resolve(nil, err)
+		}
+	case f.Op == OpDecision && len(items) == 1:
+		if f.Message == nil {
+			items[0].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
+			return
+		}
+		items[0].resolve(&pigeon.Result{Status: f.Status, Message: f.Message}, nil)
+	case f.Op == OpDecisions && len(f.Results) == len(items):
+		for i, r := range f.Results {
+			switch {
+			case r.Error != nil:
+				items[i].resolve(nil, r.Error.Err())
+			case r.Message == nil:
+				items[i].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
+			default:
+				items[i].resolve(&pigeon.Result{Status: r.Status, Message: r.Message}, nil)
+			}
+		}
+	default:
+		failAll(items, pigeon.NewError(pigeon.CodeInternal, "the server answered a publish with %q for %d messages", f.Op, len(items)))
+	}
+}

@@ -1,0 +1,154 @@
+package ws
+
+import (
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon"
+	"pigeon/internal/jsontext"
+	"pigeon/internal/wire"
+)
+
+// MaxPublishBatch bounds the messages of one publish_batch frame; the
+// frame's bytes are bounded by Options.MaxFrame as any frame's are.
+const MaxPublishBatch = 1000
+
+// admitBatch checks a publish_batch frame's bounds and takes one token of
+// the connection's publish rate per message, answering the frame itself
+// when it goes no further: BAD_REQUEST for an empty or oversized batch,
+// RATE_LIMITED when not one message fits the rate. A batch only partly
+// within the rate goes on; its messages past the rate are refused
+// RATE_LIMITED in their slots.
+func (c *conn) admitBatch(f *Frame) bool {
+	n := len(f.Batch)
+	switch {
+	case n == 0:
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, `a publish_batch needs "messages"`))
+		return false
+	case n > MaxPublishBatch:
+		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "a publish_batch carries at most %d messages, not %d", MaxPublishBatch, n))
+		return false
+	}
+	f.admitted = c.bucket.takeUpTo(time.Now(), n)
+	if f.admitted < n {
+		c.srv.stats.rateLimited.Add(1)
+	}
+	if f.admitted == 0 {
+		c.answer(f.ID, errBatchRateLimited)
+		return false
+	}
+	return true
+}
+
+var errBatchRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded")
+
+// batchWorkers bounds the messages of one batch being admitted at once.
+// They are admitted concurrently, as separate publish frames would be, so
+// that a durable store's group commit covers many of them with one fsync
+// instead of one fsync each. The goroutines a connection adds for its
+// batches are bounded too, by Options.MaxInFlight across its batches: a
+// batch that finds none free is admitted by its own goroutine alone.
+const batchWorkers = 64
+
+// takeWorkers takes up to n of the connection's extra batch goroutines.
+func (c *conn) takeWorkers(n int) int {
+	limit := int64(cap(c.sem))
+	for {
+		used := c.workers.Load()
+		k := min(int64(n), limit-used)
+		if k <= 0 {
+			return 0
+		}
+		if c.workers.CompareAndSwap(used, used+k) {
+			return int(k)
+		}
+	}
+}
+
+// publishBatch admits the messages of a publish_batch, each through
+// Engine.Publish and so through every gate and the audit chain, and
+// answers with one decisions frame: per message, in the order sent, the
+// decision a publish frame would have answered, or the error that refused
+// that message alone.
+func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	type outcome struct {
+		res *pigeon.Result
+		err error
+	}
+	out := make([]outcome, len(f.Batch))
+	admit := func(i int, in *interner) {
+		m, err := batchMessage(f.Batch[i], in)
+		if err == nil {
+			out[i].res, err = c.srv.e.Publish(c.ctx, caller, m)
+		}
+		out[i].err = err
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	work := func() {
+		var in interner
+		for i := int(next.Add(1) - 1); i < f.admitted; i = int(next.Add(1) - 1) {
+			admit(i, &in)
+		}
+	}
+	extra := c.takeWorkers(min(f.admitted, batchWorkers) - 1)
+	for range extra {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	c.workers.Add(-int64(extra))
+	size := 64
+	for i := range out[:f.admitted] {
+		if r := out[i].res; r != nil {
+			size += 64 + len(r.Message.Data) + 512
+		}
+	}
+	b := appendHead(make([]byte, 0, size), OpDecisions, f.ID)
+	b = append(b, `,"results":[`...)
+	for i, o := range out {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		switch {
+		case i >= f.admitted:
+			b = appendErrorResult(b, errBatchRateLimited)
+		case o.err != nil:
+			b = appendErrorResult(b, o.err)
+		default:
+			b = append(b, `{"status":`...)
+			b = jsontext.AppendString(b, o.res.Status)
+			b = append(b, `,"message":`...)
+			b = o.res.Message.AppendJSON(b)
+			b = append(b, '}')
+		}
+	}
+	return append(b, "]}"...), nil
+}
+
+// batchMessage decodes one message of a batch; a malformed one is
+// ENVELOPE_INVALID, as the message of a publish frame would be.
+func batchMessage(raw json.RawMessage, in *interner) (*pigeon.Message, error) {
+	if m, ok := decodeMessageFast(raw, in); ok {
+		return m, nil
+	}
+	if string(raw) == "null" {
+		return nil, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
+	}
+	return pigeon.DecodeMessage(raw)
+}
+
+// appendErrorResult appends the slot {"error":{…}} of a refused message.
+func appendErrorResult(b []byte, err error) []byte {
+	body, mErr := json.Marshal(wire.Encode(err))
+	if mErr != nil {
+		body = []byte(`{"code":"INTERNAL","message":"internal error","details":{}}`)
+	}
+	b = append(b, `{"error":`...)
+	b = append(b, body...)
+	return append(b, '}')
+}
