@@ -331,8 +331,8 @@ func (d *envelopeDecoder) literal(word string) bool {
 // value validates the JSON value at d.i (syntax, UTF-8, repeated names,
 // nesting within the envelope's limit) and returns its text.
 func (d *envelopeDecoder) value() []byte {
-	end := valueEnd(d.in, d.i)
-	if end < 0 || jsontext.Validate(d.in[d.i:end], edgeDepth-1) != nil {
+	end := jsontext.SkipValue(d.in, d.i)
+	if jsontext.Validate(d.in[d.i:end], edgeDepth-1) != nil {
 		return nil
 	}
 	v := d.in[d.i:end]
@@ -423,59 +423,4 @@ func (d *envelopeDecoder) sequence() (uint64, bool) {
 	}
 	d.i = end
 	return n, true
-}
-
-// valueEnd returns the end of the JSON value that starts at b[i], found by
-// matching brackets outside strings, or -1. It checks nothing else: the
-// caller validates b[i:end], which is then the value a JSON reader would
-// read there.
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				if j = stringEnd(b, j); j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) {
-		switch b[j] {
-		case ' ', '\t', '\n', '\r', ',', '}', ']':
-			return j
-		}
-		j++
-	}
-	return j
-}
-
-// stringEnd returns the index just past the string that starts at the
-// quote b[i], or -1.
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
 }

@@ -3,7 +3,6 @@ package pigeon
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"pigeon/store"
@@ -81,27 +80,12 @@ func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
 }
 
 // SeqsContain reports whether the Seqs of a batch record ("4-9,12")
-// lists seq. It reads malformed text as listing nothing.
+// lists seq. It reads malformed text as listing nothing past the fault.
 func SeqsContain(seqs string, seq uint64) bool {
-	for seqs != "" {
-		part := seqs
-		if i := strings.IndexByte(seqs, ','); i >= 0 {
-			part, seqs = seqs[:i], seqs[i+1:]
-		} else {
-			seqs = ""
-		}
-		lo, hi := part, part
-		if i := strings.IndexByte(part, '-'); i >= 0 {
-			lo, hi = part[:i], part[i+1:]
-		}
-		a, err1 := strconv.ParseUint(lo, 10, 64)
-		b, err2 := strconv.ParseUint(hi, 10, 64)
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		if a <= seq && seq <= b {
-			return true
-		}
-	}
-	return false
+	found := false
+	store.WalkSeqs(seqs, func(lo, hi uint64) bool {
+		found = lo <= seq && seq <= hi
+		return !found && hi < seq
+	})
+	return found
 }

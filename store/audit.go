@@ -197,13 +197,25 @@ func VerifyChain(from Checkpoint, recs []AuditRecord) error {
 // ascending, disjoint ranges "a-b" or single sequences, comma separated,
 // every sequence at least 1. ok is false for anything else.
 func CountSeqs(seqs string) (n uint64, ok bool) {
+	ok = WalkSeqs(seqs, func(lo, hi uint64) bool {
+		n += hi - lo + 1
+		return true
+	})
+	return n, ok && n > 0
+}
+
+// WalkSeqs calls fn with each range of the Seqs of a batch record, in
+// order, until fn returns false. It reports whether seqs is well formed
+// (as far as it read): ascending, disjoint ranges "a-b" or single
+// sequences, comma separated, every sequence at least 1.
+func WalkSeqs(seqs string, fn func(lo, hi uint64) bool) bool {
 	var last uint64
-	for seqs != "" {
+	for first := true; seqs != ""; first = false {
 		part := seqs
 		if i := strings.IndexByte(seqs, ','); i >= 0 {
 			part, seqs = seqs[:i], seqs[i+1:]
 			if seqs == "" {
-				return 0, false
+				return false
 			}
 		} else {
 			seqs = ""
@@ -214,11 +226,13 @@ func CountSeqs(seqs string) (n uint64, ok bool) {
 		}
 		a, err1 := strconv.ParseUint(lo, 10, 64)
 		b, err2 := strconv.ParseUint(hi, 10, 64)
-		if err1 != nil || err2 != nil || a == 0 || b < a || (n > 0 && a <= last) || b-a == ^uint64(0) {
-			return 0, false
+		if err1 != nil || err2 != nil || a == 0 || b < a || (!first && a <= last) {
+			return false
 		}
-		n += b - a + 1
 		last = b
+		if !fn(a, b) {
+			return true
+		}
 	}
-	return n, n > 0
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 	"pigeon/internal/wire"
 )
 
@@ -19,109 +20,32 @@ import (
 // the frame with encoding/json, so the two paths never answer differently
 // (FuzzDecodeFrameFast checks that they agree).
 
-// spaceEnd returns the index of the first byte at or after i that is not
-// JSON white space.
-func spaceEnd(b []byte, i int) int {
-	for i < len(b) {
-		switch b[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string that starts at b[i]:
-// past the first quote after it that an odd run of backslashes does not
-// escape. Short strings (most names and values) are stepped through;
-// longer ones searched with IndexByte.
-func stringEnd(b []byte, i int) int {
-	i++
-	for n := min(len(b), i+16); i < n; i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	for i < len(b) {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return len(b)
-		}
-		i += q
-		k := i - 1
-		for b[k] == '\\' {
-			k--
-		}
-		if (i-1-k)%2 == 0 {
-			return i + 1
-		}
-		i++
-	}
-	return len(b)
-}
-
-// valueEnd returns the index just past the JSON value that starts at b[i].
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	for i < len(b) {
-		switch b[i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			return i
-		}
-		i++
-	}
-	return i
-}
-
 // walkObject walks the object that starts at b[i] (after white space):
 // for each member fn gets the name (as written, quotes off) and the index
 // of its value, and returns the index just past the value, or -1 to give
 // up. walkObject returns the index just past the object, or -1.
 func walkObject(b []byte, i int, fn func(name []byte, j int) int) int {
-	i = spaceEnd(b, i)
+	i = jsontext.SpaceEnd(b, i)
 	if i >= len(b) || b[i] != '{' {
 		return -1
 	}
-	i = spaceEnd(b, i+1)
+	i = jsontext.SpaceEnd(b, i+1)
 	for i < len(b) && b[i] == '"' {
-		ne := stringEnd(b, i)
+		ne := jsontext.SkipString(b, i)
 		name := b[i+1 : ne-1]
-		i = spaceEnd(b, ne)
+		i = jsontext.SpaceEnd(b, ne)
 		if i >= len(b) || b[i] != ':' {
 			return -1
 		}
-		i = spaceEnd(b, i+1)
+		i = jsontext.SpaceEnd(b, i+1)
 		if i >= len(b) {
 			return -1
 		}
 		if i = fn(name, i); i < 0 {
 			return -1
 		}
-		if i = spaceEnd(b, i); i < len(b) && b[i] == ',' {
-			i = spaceEnd(b, i+1)
+		if i = jsontext.SpaceEnd(b, i); i < len(b) && b[i] == ',' {
+			i = jsontext.SpaceEnd(b, i+1)
 		}
 	}
 	if i >= len(b) || b[i] != '}' {
@@ -134,17 +58,17 @@ func walkObject(b []byte, i int, fn func(name []byte, j int) int) int {
 // object: fn gets the index of each element and returns the index just
 // past it, or -1.
 func walkArray(b []byte, i int, fn func(j int) int) int {
-	i = spaceEnd(b, i)
+	i = jsontext.SpaceEnd(b, i)
 	if i >= len(b) || b[i] != '[' {
 		return -1
 	}
-	i = spaceEnd(b, i+1)
+	i = jsontext.SpaceEnd(b, i+1)
 	for i < len(b) && b[i] != ']' {
 		if i = fn(i); i < 0 {
 			return -1
 		}
-		if i = spaceEnd(b, i); i < len(b) && b[i] == ',' {
-			i = spaceEnd(b, i+1)
+		if i = jsontext.SpaceEnd(b, i); i < len(b) && b[i] == ',' {
+			i = jsontext.SpaceEnd(b, i+1)
 		}
 	}
 	if i >= len(b) {
@@ -160,7 +84,7 @@ func stringAt(b []byte, j int, dst *string, in *interner) int {
 	if b[j] != '"' {
 		return -1
 	}
-	e := stringEnd(b, j)
+	e := jsontext.SkipString(b, j)
 	if in != nil && bytes.IndexByte(b[j+1:e-1], '\\') < 0 {
 		*dst = in.str(b[j+1 : e-1])
 		return e
@@ -226,7 +150,7 @@ func plainName(name []byte) bool { return bytes.IndexByte(name, '\\') < 0 }
 // it into a pigeon.Message; ok is false when it cannot say so for sure.
 func decodeMessageFast(v []byte, in *interner) (*pigeon.Message, bool) {
 	m, end := messageAt(v, 0, in)
-	return m, end >= 0 && spaceEnd(v, end) == len(v)
+	return m, end >= 0 && jsontext.SpaceEnd(v, end) == len(v)
 }
 
 // messageAt decodes the envelope at b[i] and returns the index just past
@@ -277,14 +201,14 @@ func messageAt(b []byte, i int, in *interner) (*pigeon.Message, int) {
 		case "acceptedAt":
 			dst = &m.AcceptedAt
 		case "data":
-			e := valueEnd(b, j)
+			e := jsontext.SkipValue(b, j)
 			if string(b[j:e]) == "null" {
 				return -1
 			}
 			m.Data = append(json.RawMessage(nil), b[j:e]...)
 			return e
 		case "sequence":
-			e := valueEnd(b, j)
+			e := jsontext.SkipValue(b, j)
 			n, err := strconv.ParseUint(string(b[j:e]), 10, 64)
 			if err != nil {
 				return -1
@@ -342,7 +266,7 @@ func decodeFrameFast(b []byte, in *interner) (f *Frame, ok bool) {
 			return e
 		case "messages":
 			// Split now, decoded below once the op is known.
-			e := valueEnd(b, j)
+			e := jsontext.SkipValue(b, j)
 			messages = b[j:e]
 			if b[j] != '[' {
 				return -1
@@ -353,7 +277,7 @@ func decodeFrameFast(b []byte, in *interner) (f *Frame, ok bool) {
 			f.Results, e = resultsAt(b, j, in)
 			return e
 		case "attempt", "timeoutMs":
-			e := valueEnd(b, j)
+			e := jsontext.SkipValue(b, j)
 			n, err := strconv.ParseInt(string(b[j:e]), 10, 64)
 			if err != nil {
 				return -1
@@ -370,7 +294,7 @@ func decodeFrameFast(b []byte, in *interner) (f *Frame, ok bool) {
 		}
 		return -1
 	})
-	if end < 0 || spaceEnd(b, end) != len(b) {
+	if end < 0 || jsontext.SpaceEnd(b, end) != len(b) {
 		return nil, false
 	}
 	if messages != nil {
@@ -389,7 +313,7 @@ func splitBatch(v []byte) []json.RawMessage {
 	own := append([]byte(nil), v...)
 	out := []json.RawMessage{}
 	walkArray(own, 0, func(j int) int {
-		e := valueEnd(own, j)
+		e := jsontext.SkipValue(own, j)
 		out = append(out, own[j:e:e])
 		return e
 	})
@@ -419,7 +343,7 @@ func resultsAt(b []byte, i int, in *interner) ([]BatchResult, int) {
 				r.Message = m
 				return e
 			case "error":
-				e := valueEnd(b, k)
+				e := jsontext.SkipValue(b, k)
 				if b[k] != '{' {
 					return -1
 				}
