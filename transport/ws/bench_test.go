@@ -2,6 +2,7 @@ package ws_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -188,6 +189,25 @@ func BenchmarkPublishDurable(b *testing.B) {
 		})
 		return v.dial(b, "checkout-token", []string{"payments.authorize"})
 	}
+	b.Run("single", func(b *testing.B) {
+		s := durable(b)
+		ctx := context.Background()
+		m := demo.Payment("o")
+		lat := make([]time.Duration, 0, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			m.IdempotencyKey = "k-" + strconv.Itoa(i)
+			t0 := time.Now()
+			if _, err := s.Publish(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		b.StopTimer()
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	})
 	b.Run("sync64", func(b *testing.B) {
 		s := durable(b)
 		var n atomic.Int64
