@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -33,11 +34,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 2*time.Second, "measured window of each scenario (after a warm-up of a quarter of it)")
 	only := fs.String("only", "", "comma-separated row names to run (see -rows); empty runs all")
 	list := fs.Bool("rows", false, "list the rows and exit")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "compare:", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "compare:", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if fs.NArg() > 0 || *duration <= 0 {
-		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-only network,fanout,…] [-rows]")
+		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-only network,fanout,…] [-rows] [-cpuprofile FILE]")
 		return 2
 	}
 	all := rows()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -121,18 +122,57 @@ func (ss sessions) close() {
 	}
 }
 
-// wsPublishers is how many goroutines share one WebSocket connection to
-// keep publishes in flight.
-const wsPublishers = 64
 
 // pigeonWSPublishLoad publishes next() on the WebSocket session s until ctx
-// ends, counting every message answered "accepted" in published. The Go
-// client has no asynchronous publish yet, so wsPublishers goroutines share
-// the connection, each waiting for its answer. A publish answered
-// RATE_LIMITED (the endpoint's per-connection limit) is counted in refused
-// and sent again.
+// ends, counting every message answered "accepted" in published. It
+// pipelines with the client's asynchronous publish: one goroutine sends
+// (PublishAsync blocks only while the client's in-flight bound is full,
+// and what queues meanwhile leaves as one publish_batch frame), another
+// takes the answers in order. A publish answered RATE_LIMITED (the
+// endpoint's per-connection limit) is counted in refused and sent again.
 func pigeonWSPublishLoad(ctx context.Context, s *ws.Session, next func() *pigeon.Message, published, refused *atomic.Int64) error {
-	return publishLoad(ctx, s, wsPublishers, next, published, refused)
+	type sent struct {
+		p *ws.PendingPublish
+		m *pigeon.Message
+	}
+	pending := make(chan sent, ws.DefaultMaxPendingPublishes)
+	answered := make(chan error, 1)
+	go func() {
+		var first error
+		for q := range pending {
+			res, err := q.p.Wait(context.Background())
+			var pe *pigeon.Error
+			switch {
+			case err == nil && res.Status == "accepted":
+				published.Add(1)
+			case err == nil:
+				first = cmp.Or(first, errors.New("publish answered "+res.Status))
+			case errors.As(err, &pe) && pe.Code == pigeon.CodeRateLimited && first == nil:
+				refused.Add(1)
+				first = cmp.Or(first, publishOne(ctx, s, q.m, published, refused))
+			case ctx.Err() == nil:
+				first = cmp.Or(first, err)
+			}
+		}
+		answered <- first
+	}()
+	var err error
+	for ctx.Err() == nil {
+		m := next()
+		var p *ws.PendingPublish
+		if p, err = s.PublishAsync(ctx, m); err != nil {
+			break
+		}
+		pending <- sent{p, m}
+	}
+	close(pending)
+	if aerr := <-answered; aerr != nil {
+		return aerr
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // publishLoad publishes next() on s from n goroutines until ctx ends; see

@@ -85,7 +85,7 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		return nil, ErrTooDeep
 	}
 	d.i++ // {
-	m := make(map[string]any, 8)
+	m := make(map[string]any, memberHint(d.s, d.i))
 	d.skip()
 	if d.i < len(d.s) && d.s[d.i] == '}' {
 		d.i++
@@ -242,4 +242,34 @@ func (d *valueDecoder) number() (any, error) {
 	}
 	d.i = end
 	return f, nil
+}
+
+// memberHint estimates how many members the object whose text starts at s[i]
+// (just after its brace) has, by counting the commas at its own level, so
+// that its map is allocated once at its size. It reads at most 4 KiB: a
+// larger object grows its map as it fills.
+func memberHint(s string, i int) int {
+	n, depth := 1, 0
+	for end := min(len(s), i+4096); i < end; i++ {
+		switch s[i] {
+		case '"':
+			for i++; i < end && s[i] != '"'; i++ {
+				if s[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return n
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				n++
+			}
+		}
+	}
+	return n
 }
