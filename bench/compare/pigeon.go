@@ -122,7 +122,6 @@ func (ss sessions) close() {
 	}
 }
 
-
 // pigeonWSPublishLoad publishes next() on the WebSocket session s until ctx
 // ends, counting every message answered "accepted" in published. It
 // pipelines with the client's asynchronous publish: one goroutine sends
