@@ -19,7 +19,8 @@ import (
 )
 
 // TestBrokerCrashAcceptedAudited kills a child in which 64 publishers
-// publish concurrently through the broker on a WAL store: every publish
+// publish concurrently through the broker on a WAL store (16 of them in
+// batches, Engine.PublishBatch): every publish
 // the child saw answered "accepted" must be stored exactly once and have
 // exactly one publish.accepted audit record naming it and its publisher,
 // in a chain that verifies, although the child was killed with batches
@@ -79,6 +80,28 @@ func TestBrokerCrashAcceptedAuditedChild(t *testing.T) {
 		s, err := e.Connect(ctx, "orders-token", []string{"notifications.send"})
 		require.NoError(t, err)
 		for p := range 16 {
+			if c == 3 {
+				// A quarter of the publishers publish batches of 8: one
+				// write for each batch.
+				who, err := e.Authenticate(ctx, "orders-token")
+				require.NoError(t, err)
+				caller := pigeon.Caller{Principal: who, Region: "uk", ContractID: s.Contract().ID()}
+				wg.Go(func() {
+					for i := 0; ; i++ {
+						msgs := make([]*pigeon.Message, 8)
+						for j := range msgs {
+							msgs[j] = demo.Notification(fmt.Sprintf("%d-%d-%d-%d-%d", time.Now().UnixNano(), c, p, i, j))
+						}
+						for _, r := range e.PublishBatch(ctx, caller, msgs) {
+							if r.Err != nil {
+								panic(r.Err)
+							}
+							crashtest.Ack(r.Result.Status, r.Result.Message.ID, strconv.FormatUint(r.Result.Message.Sequence, 10))
+						}
+					}
+				})
+				continue
+			}
 			wg.Go(func() {
 				for i := 0; ; i++ {
 					key := fmt.Sprintf("%d-%d-%d-%d", time.Now().UnixNano(), c, p, i)

@@ -68,17 +68,14 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 // publish is Publish; clientID says whether the publisher chose in.ID (an
 // id the broker drew, as Request does, needs no check that it is free).
 func (e *Engine) publish(ctx context.Context, c Caller, in *Message, clientID bool) (*Result, error) {
-	if err := e.auditGuard(ctx); err != nil {
-		return nil, err
-	}
-	if e.closed.Load() {
-		return nil, errShutdown()
-	}
 	if in == nil {
+		if err := e.admissible(ctx); err != nil {
+			return nil, err
+		}
 		return nil, NewError(CodeEnvelopeInvalid, "message is required")
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, WrapError(CodeRequestTimeout, err, "context done")
+	if err := e.admissible(ctx); err != nil {
+		return nil, err
 	}
 	a := admissionPool.Get().(*Admission)
 	defer func() { *a = Admission{}; admissionPool.Put(a) }()
@@ -221,6 +218,17 @@ func (s *subject) idempotencyKey(m *Message, data any) string {
 
 // accept appends an admitted message.
 func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
+	sm, acc, bp := e.toStore(a)
+	stored, dup, audited, err := e.appendAccepted(ctx, sm, acc)
+	*bp = sm.Body[:0]
+	bodyPool.Put(bp)
+	return e.accepted(ctx, a, acc, stored, dup, audited, err)
+}
+
+// toStore is the stored form of an admitted message and the record of its
+// acceptance. The body lives in bp, which the caller returns to bodyPool
+// once the store has it.
+func (e *Engine) toStore(a *Admission) (store.Message, store.AuditRecord, *[]byte) {
 	m := a.Message
 	s := a.subj
 	m.ContractID, m.SubjectID, m.SchemaID = a.contractID, s.name, s.schemaID
@@ -232,9 +240,16 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		sm.IdemExpires = a.Now.Add(s.idemTTL)
 	}
 	acc := EventPublishAccepted.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: m.ID})
-	stored, dup, audited, err := e.appendAccepted(ctx, sm, acc)
-	*bp = body[:0]
-	bodyPool.Put(bp)
+	return sm, acc, bp
+}
+
+// accepted answers an admitted message once the store answered its
+// append: the failure audited, a duplicate, or the accepted message,
+// recorded (unless the store kept acc with it), remembered for the
+// fan-out and notified.
+func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditRecord, stored store.Message, dup, audited bool, err error) (*Result, error) {
+	m := a.Message
+	s := a.subj
 	if err != nil {
 		err = storeError(err)
 		e.audit(ctx, EventPublishFailed.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, MessageID: m.ID}))

@@ -273,6 +273,27 @@ type AcceptAppender interface {
 	AppendAccepted(ctx context.Context, m Message, accepted AuditRecord) (stored Message, dup bool, err error)
 }
 
+// BatchAppender is the optional ability to append several messages in
+// order, each with its acceptance record as AcceptAppender keeps it,
+// sharing one durable write where the store can. A store that has it also
+// implements AcceptAppender.
+type BatchAppender interface {
+	// AppendAcceptedBatch is AppendAccepted for each of ms (accepted[i]
+	// being ms[i]'s record), in order: a message's sequence is below the
+	// next one's on its subject, and a message is a duplicate of an
+	// earlier one of the batch with its idempotency key. It returns one
+	// outcome per message once every one is durable or refused.
+	AppendAcceptedBatch(ctx context.Context, ms []Message, accepted []AuditRecord) []Appended
+}
+
+// Appended is the outcome of one message of AppendAcceptedBatch: as
+// AppendAccepted returns it.
+type Appended struct {
+	Stored Message
+	Dup    bool
+	Err    error
+}
+
 // ContractRecord is a negotiated contract as persisted.
 type ContractRecord struct {
 	ID        string    `json:"id"`

@@ -454,19 +454,36 @@ func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRec
 		return store.Message{}, false, err
 	}
 	defer s.leave()
+	return s.appendLeft(m, acc)
+}
+
+// checkAppend refuses a message no log can take and returns its subject.
+func (s *Store) checkAppend(m store.Message) (*subject, error) {
 	if m.Subject == "" {
-		return store.Message{}, false, errors.New("wal: append: empty subject")
+		return nil, errors.New("wal: append: empty subject")
 	}
 	if len(m.Body)+len(m.ID)+len(m.IdemKey)+64 > s.opts.MaxRecordSize {
-		return store.Message{}, false, fmt.Errorf("wal: append: message of %d bytes exceeds MaxRecordSize", len(m.Body))
+		return nil, fmt.Errorf("wal: append: message of %d bytes exceeds MaxRecordSize", len(m.Body))
 	}
-	sub, err := s.subject(m.Subject, true)
+	return s.subject(m.Subject, true)
+}
+
+// appendLeft is append once the store is entered.
+func (s *Store) appendLeft(m store.Message, acc *store.AuditRecord) (store.Message, bool, error) {
+	sub, err := s.checkAppend(m)
 	if err != nil {
 		return store.Message{}, false, err
 	}
 	var skip []uint64 // claims found to be other keys'
 	for range 100 {
-		stored, dup, retry, err := s.appendOnce(sub, m, acc, skip)
+		stored, dup, retry, r, err := s.appendOnce(sub, m, acc, skip)
+		if r != nil {
+			sub.w.mu.Lock()
+			if err = sub.w.awaitLocked(r); err != nil {
+				return store.Message{}, false, err
+			}
+			return stored, false, nil
+		}
 		if !retry.again {
 			return stored, dup, err
 		}
@@ -484,18 +501,21 @@ type retry struct {
 	skip  uint64
 }
 
-func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord, skip []uint64) (store.Message, bool, retry, error) {
+// appendOnce enqueues m's write and returns its request, which the caller
+// awaits (sub.w.awaitLocked); for a duplicate, a retry or an error it
+// returns no request.
+func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord, skip []uint64) (store.Message, bool, retry, *wreq, error) {
 	w := sub.w
 	x := &s.msgs.idx
 	w.mu.Lock()
 	if w.failed != nil {
 		w.mu.Unlock()
-		return store.Message{}, false, retry{}, w.failed
+		return store.Message{}, false, retry{}, nil, w.failed
 	}
 	seq := w.next
 	if seq >= 1<<seqBits {
 		w.mu.Unlock()
-		return store.Message{}, false, retry{}, fmt.Errorf("wal: subject %q is out of sequences", sub.name)
+		return store.Message{}, false, retry{}, nil, fmt.Errorf("wal: subject %q is out of sequences", sub.name)
 	}
 	m.Seq = seq
 	loc := pack(sub.num, seq)
@@ -506,7 +526,8 @@ func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord
 		if e, ok := x.findClaim(m.IdemKey, at, skip); ok {
 			x.mu.Unlock()
 			w.mu.Unlock()
-			return s.duplicate(e, m.IdemKey)
+			stored, dup, rt, err := s.duplicate(e, m.IdemKey)
+			return stored, dup, rt, nil, err
 		}
 		x.claim(m.IdemKey, loc, unixNano(m.IdemExpires), r)
 	}
@@ -528,11 +549,81 @@ func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord
 	r.one[0] = r.buf.b
 	r.data = r.one[:]
 	w.enqueueLocked(r)
-	err := w.awaitLocked(r)
-	if err != nil {
-		return store.Message{}, false, retry{}, err
+	w.mu.Unlock()
+	return m, false, retry{}, r, nil
+}
+
+// AppendAcceptedBatch implements store.BatchAppender: it enqueues the
+// messages' writes in order, each as AppendAccepted would, and then waits
+// for them, so that under group commit one write and one fsync cover the
+// batch. A message whose idempotency key an earlier one of the batch
+// holds waits for the ones before it first, and is then a duplicate of
+// that one.
+func (s *Store) AppendAcceptedBatch(ctx context.Context, ms []store.Message, accepted []store.AuditRecord) []store.Appended {
+	out := make([]store.Appended, len(ms))
+	if err := s.enter(ctx); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
 	}
-	return m, false, retry{}, nil
+	defer s.leave()
+	type inflight struct {
+		i   int
+		sub *subject
+		r   *wreq
+		m   store.Message
+	}
+	var (
+		pend []inflight
+		keys = map[string]bool{}
+	)
+	await := func() {
+		for _, p := range pend {
+			p.sub.w.mu.Lock()
+			if err := p.sub.w.awaitLocked(p.r); err != nil {
+				out[p.i].Err = err
+			} else {
+				out[p.i].Stored = p.m
+			}
+		}
+		pend = pend[:0]
+		clear(keys)
+	}
+	for i := range ms {
+		m, acc := ms[i], accepted[i]
+		if w := s.audit.w; w.unusable.Load() {
+			w.mu.Lock()
+			out[i].Err = w.failed
+			w.mu.Unlock()
+			continue
+		}
+		if m.IdemKey != "" && keys[m.Subject+"\x00"+m.IdemKey] {
+			await()
+		}
+		acc.Subject, acc.MessageID = m.Subject, m.ID
+		sub, err := s.checkAppend(m)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		stored, dup, rt, r, err := s.appendOnce(sub, m, &acc, nil)
+		switch {
+		case r != nil:
+			pend = append(pend, inflight{i, sub, r, stored})
+			if m.IdemKey != "" {
+				keys[m.Subject+"\x00"+m.IdemKey] = true
+			}
+		case rt.again:
+			// The careful path: wait for what is in flight, then retry.
+			await()
+			out[i].Stored, out[i].Dup, out[i].Err = s.appendLeft(m, &acc)
+		default:
+			out[i] = store.Appended{Stored: stored, Dup: dup, Err: err}
+		}
+	}
+	await()
+	return out
 }
 
 // duplicate returns the original of an idempotent retry with key, waiting
@@ -744,3 +835,4 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 		}
 	}
 }
+var _ store.BatchAppender = (*Store)(nil)

@@ -47,7 +47,6 @@ type conn struct {
 	ops      sync.WaitGroup
 	sem      chan struct{}
 	requests atomic.Int64
-	workers  atomic.Int64 // extra goroutines admitting batches (publishbatch.go)
 
 	bucket bucket
 	bg     sync.WaitGroup

@@ -2,8 +2,6 @@ package ws
 
 import (
 	"encoding/json"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"pigeon"
@@ -44,64 +42,34 @@ func (c *conn) admitBatch(f *Frame) bool {
 
 var errBatchRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded")
 
-// batchWorkers bounds the messages of one batch being admitted at once.
-// They are admitted concurrently, as separate publish frames would be, so
-// that a durable store's group commit covers many of them with one fsync
-// instead of one fsync each. The goroutines a connection adds for its
-// batches are bounded too, by Options.MaxInFlight across its batches: a
-// batch that finds none free is admitted by its own goroutine alone.
-const batchWorkers = 64
-
-// takeWorkers takes up to n of the connection's extra batch goroutines.
-func (c *conn) takeWorkers(n int) int {
-	limit := int64(cap(c.sem))
-	for {
-		used := c.workers.Load()
-		k := min(int64(n), limit-used)
-		if k <= 0 {
-			return 0
-		}
-		if c.workers.CompareAndSwap(used, used+k) {
-			return int(k)
-		}
-	}
-}
-
-// publishBatch admits the messages of a publish_batch, each through
-// Engine.Publish and so through every gate and the audit chain, and
-// answers with one decisions frame: per message, in the order sent, the
-// decision a publish frame would have answered, or the error that refused
-// that message alone.
+// publishBatch admits the messages of a publish_batch in order through
+// Engine.PublishBatch, so through every gate and the audit chain, with
+// one durable write for those admitted where the store can, and answers
+// with one decisions frame: per message, in the order sent, the decision
+// a publish frame would have answered, or the error that refused that
+// message alone.
 func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	type outcome struct {
 		res *pigeon.Result
 		err error
 	}
 	out := make([]outcome, len(f.Batch))
-	admit := func(i int, in *interner) {
-		m, err := batchMessage(f.Batch[i], in)
-		if err == nil {
-			out[i].res, err = c.srv.e.Publish(c.ctx, caller, m)
-		}
-		out[i].err = err
-	}
 	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
+		in   interner
+		msgs = make([]*pigeon.Message, 0, f.admitted)
+		at   = make([]int, 0, f.admitted)
 	)
-	work := func() {
-		var in interner
-		for i := int(next.Add(1) - 1); i < f.admitted; i = int(next.Add(1) - 1) {
-			admit(i, &in)
+	for i := range f.admitted {
+		m, err := batchMessage(f.Batch[i], &in)
+		if err != nil {
+			out[i].err = err
+			continue
 		}
+		msgs, at = append(msgs, m), append(at, i)
 	}
-	extra := c.takeWorkers(min(f.admitted, batchWorkers) - 1)
-	for range extra {
-		wg.Go(work)
+	for j, p := range c.srv.e.PublishBatch(c.ctx, caller, msgs) {
+		out[at[j]] = outcome{p.Result, p.Err}
 	}
-	work()
-	wg.Wait()
-	c.workers.Add(-int64(extra))
 	size := 64
 	for i := range out[:f.admitted] {
 		if r := out[i].res; r != nil {
