@@ -835,4 +835,5 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 		}
 	}
 }
+
 var _ store.BatchAppender = (*Store)(nil)
