@@ -1,0 +1,87 @@
+package ws_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/ws"
+)
+
+// TestWindowAndBatchAcks: a subscription with a window has that many
+// deliveries on the wire before the first answer; one ack frame settles
+// many, naming in notPending the ids that no delivery waited for; a v1
+// subscribe (no window) keeps its maxInFlight.
+func TestWindowAndBatchAcks(t *testing.T) {
+	v := newEnv(t, nil)
+	boss := v.raw(t, "boss-token")
+	boss.negotiate("jobs.run")
+	crew := v.raw(t, "crew-token")
+	crew.negotiate("jobs.run")
+	for i := range 10 {
+		boss.ok(ws.OpPublish, `,"message":{"type":"job","subject":"jobs.run","intent":"run","data":{"n":`+strconv.Itoa(i)+`}}`, ws.OpDecision)
+	}
+	sub := crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g","window":4`, ws.OpSubscribed).Sub
+	var ids []string
+	for range 4 {
+		d := crew.push()
+		require.Equal(t, ws.OpDeliver, d.Op)
+		ids = append(ids, d.Message.ID)
+	}
+	// The window is full: nothing more comes until an answer.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, _, err := crew.c.Read(ctx)
+	cancel()
+	require.Error(t, err, "a fifth delivery before any answer")
+	crew = v.raw(t, "crew-token") // the timed-out read closed that connection
+	crew.negotiate("jobs.run")
+	sub = crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g","window":4`, ws.OpSubscribed).Sub
+	ids = ids[:0]
+	for range 4 {
+		ids = append(ids, crew.push().Message.ID)
+	}
+	list := `"` + strings.Join(ids[:3], `","`) + `","msg_unknown"`
+	ok := crew.ok(ws.OpAck, `,"sub":"`+sub+`","messageIds":[`+list+`]`, ws.OpOK)
+	require.Equal(t, []string{"msg_unknown"}, ok.NotPending)
+	// Three slots free: three more deliveries.
+	for range 3 {
+		require.Equal(t, ws.OpDeliver, crew.push().Op)
+	}
+	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","window":-1`, pigeon.CodeInvalidArgument)
+	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","window":10001`, pigeon.CodeInvalidArgument)
+	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","ack":"sometimes"`, pigeon.CodeInvalidArgument)
+	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","ack":"none"`, pigeon.CodeInvalidArgument)
+}
+
+// TestAtMostOnceOverWebSocket: deliveries of an at-most-once subscription
+// need no answer, every message arrives once, and a failing handler's
+// message is not delivered again.
+func TestAtMostOnceOverWebSocket(t *testing.T) {
+	v := newEnv(t, nil)
+	pub := v.dial(t, "alice-token", []string{"chat.messages"})
+	sub := v.dial(t, "bob-token", []string{"chat.messages"})
+	var calls atomic.Int64
+	all := make(chan struct{})
+	const n = 300
+	_, err := sub.Subscribe(context.Background(), "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+		if calls.Add(1) == n {
+			close(all)
+		}
+		return errors.New("failed, and never retried")
+	}, pigeon.WithAtMostOnce())
+	require.NoError(t, err)
+	for i := range n {
+		_, err := pub.Publish(context.Background(), &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"kind":"chat","room":"lobby","n":` + strconv.Itoa(i) + `}`)})
+		require.NoError(t, err)
+	}
+	<-all
+	time.Sleep(100 * time.Millisecond)
+	require.EqualValues(t, n, calls.Load(), "each message once")
+}
