@@ -225,7 +225,7 @@ func pigeonPubSub(network bool, subs int) func(context.Context, config) (result,
 		}
 		defer p.close()
 		var ss sessions
-		defer ss.close()
+		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
 		var got, published, refused atomic.Int64
 		for range subs {
 			s, err := ss.open(ctx, p, network, receiverToken, eventsSubject)
@@ -266,7 +266,7 @@ func pigeonDurable(network bool, publishers int) func(context.Context, config) (
 		}
 		defer p.close()
 		var ss sessions
-		defer ss.close()
+		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
 		pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
 		if err != nil {
 			return result{}, err
@@ -294,7 +294,7 @@ func pigeonSync(network bool) func(context.Context, config) (result, error) {
 		}
 		defer p.close()
 		var ss sessions
-		defer ss.close()
+		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
 		pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
 		if err != nil {
 			return result{}, err
@@ -317,7 +317,7 @@ func pigeonRequestReply(network bool) func(context.Context, config) (result, err
 		}
 		defer p.close()
 		var ss sessions
-		defer ss.close()
+		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
 		responder, err := ss.open(ctx, p, network, receiverToken, replySubject)
 		if err != nil {
 			return result{}, err
