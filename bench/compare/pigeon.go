@@ -213,7 +213,8 @@ func refusedNote(refused *atomic.Int64) string {
 	return ""
 }
 
-// pigeonPubSub is 1 publisher → subs subscribers on eventsSubject, over
+// pigeonPubSub is 1 publisher → subs subscribers (none: the publish path
+// alone, its rate the publisher's) on eventsSubject, over
 // WebSocket (each session on its own connection) or in process:
 // deliveries/s and publisher msgs/s. In process the publisher is one
 // goroutine; over WebSocket it is pigeonWSPublishLoad.
@@ -244,12 +245,17 @@ func pigeonPubSub(network bool, subs int) func(context.Context, config) (result,
 			return result{}, err
 		}
 		gen := &messages{subject: eventsSubject}
+		counters := []*atomic.Int64{&got, &published}
+		if subs == 0 {
+			// The publish path alone: the ceiling of the rows above it.
+			counters = counters[1:]
+		}
 		r, err := runLoad(ctx, c, func(ctx context.Context) error {
 			if network {
 				return pigeonWSPublishLoad(ctx, pub.(*ws.Session), gen.next, &published, &refused)
 			}
 			return publishLoad(ctx, pub, 1, gen.next, &published, &refused)
-		}, &got, &published)
+		}, counters...)
 		r.note = refusedNote(&refused)
 		return r, err
 	}

@@ -71,6 +71,7 @@ func rows() []row {
 			name: "inproc", title: "same, in process", unit: "msgs/s", rate2: "publisher msgs/s",
 			cells: []cell{
 				{"pigeon-inproc", colPigeon, "in process", pigeonPubSub(false, 1)},
+				{"pigeon-inproc-publish", colPigeon, "publish path alone", pigeonPubSub(false, 0)},
 			},
 			target: "≥ 250k",
 			judge: func(r results) verdict {
