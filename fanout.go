@@ -18,6 +18,7 @@ type fanout struct {
 	subject string
 	wake    chan struct{}
 	high    atomic.Uint64 // the highest sequence appended, as notified
+	nGroups atomic.Int32  // len(groups)
 
 	mu     sync.Mutex
 	live   *selectorIndex[*subscription]
@@ -38,13 +39,18 @@ func (e *Engine) fanoutOf(subject string) *fanout {
 	return e.subs.fanouts[subject]
 }
 
-// appended notes that seq was appended and wakes the fan-out.
+// appended notes that seq was appended and wakes the fan-out, and the
+// subject's work-queue subscribers at once: they lease from the store
+// themselves, and a request waits for them.
 func (f *fanout) appended(seq uint64) {
 	for {
 		h := f.high.Load()
 		if seq <= h || f.high.CompareAndSwap(h, seq) {
 			break
 		}
+	}
+	if f.nGroups.Load() > 0 {
+		f.pokeGroups()
 	}
 	f.poke()
 }
@@ -63,6 +69,7 @@ func (f *fanout) add(s *subscription) {
 	f.subs++
 	if s.subj.mode != ModePubSub {
 		f.groups[s] = struct{}{}
+		f.nGroups.Store(int32(len(f.groups)))
 	}
 }
 
@@ -72,6 +79,7 @@ func (f *fanout) remove(s *subscription) {
 	defer f.mu.Unlock()
 	f.subs--
 	delete(f.groups, s)
+	f.nGroups.Store(int32(len(f.groups)))
 	f.live.Remove(s.sel, s)
 }
 
