@@ -35,6 +35,7 @@ type clientSub struct {
 	mu       sync.Mutex
 	cond     sync.Cond // on mu: the queue changed, or stopping
 	queue    []queuedDelivery
+	dropped  uint64 // at-most-once deliveries dropped with the queue full
 	sid      string
 	stopping bool
 	running  sync.WaitGroup // deliveries queued or being handled
@@ -62,8 +63,11 @@ type pendingAck struct {
 	id  string
 }
 
-// maxQueued bounds the deliveries queued on the client: the reader waits
-// for room beyond it (an at-most-once subscription has no window).
+// maxQueued bounds the deliveries of an at-most-once subscription queued
+// on the client (it has no window): beyond it the client drops them, as
+// at-most-once allows, rather than stop reading the connection, which
+// would stall every answer a handler waits for. An acknowledged
+// subscription's queue is bounded by its window, which the server keeps.
 const maxQueued = 4096
 
 var _ pigeon.Subscription = (*clientSub)(nil)
@@ -305,8 +309,14 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 		return
 	}
 	cs.mu.Lock()
-	for len(cs.queue) >= maxQueued && !cs.stopping && cc.ctx.Err() == nil {
-		cs.cond.Wait()
+	if cs.o.AtMostOnce && len(cs.queue) >= maxQueued {
+		cs.dropped++
+		n := cs.dropped
+		cs.mu.Unlock()
+		if n&(n-1) == 0 { // 1, 2, 4, …: a slow handler does not flood the log
+			s.o.logger.Warn("pigeon ws: at-most-once deliveries dropped: the handler does not keep up", "subject", cs.subject, "dropped", n)
+		}
+		return
 	}
 	if cs.stopping || cc.ctx.Err() != nil {
 		// Unsubscribing: its unsubscribe follows once the running
@@ -351,7 +361,9 @@ func (cs *clientSub) work() {
 		q := cs.queue[0]
 		cs.queue[0] = queuedDelivery{}
 		cs.queue = cs.queue[1:]
-		cs.cond.Broadcast() // room for the reader
+		if len(cs.queue) > 0 {
+			cs.cond.Signal() // another worker may take the next one
+		}
 		cs.mu.Unlock()
 		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s})
 		if !cs.o.AtMostOnce {

@@ -85,3 +85,39 @@ func TestAtMostOnceOverWebSocket(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	require.EqualValues(t, n, calls.Load(), "each message once")
 }
+
+// TestAtMostOnceFloodKeepsTheConnectionReading: an at-most-once handler
+// that falls behind has deliveries dropped on the client, not the
+// connection's reading stopped: a handler that publishes still gets its
+// answer.
+func TestAtMostOnceFloodKeepsTheConnectionReading(t *testing.T) {
+	v := newEnv(t, &ws.Options{PublishRate: -1})
+	pub := v.dial(t, "alice-token", []string{"chat.messages"})
+	sub := v.dial(t, "bob-token", []string{"chat.messages"})
+	release := make(chan struct{})
+	answered := make(chan error, 1)
+	var calls atomic.Int64
+	_, err := sub.Subscribe(context.Background(), "chat.messages", func(ctx context.Context, d *pigeon.Delivery) error {
+		if calls.Add(1) == 1 {
+			<-release
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := d.Session.Publish(pctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"kind":"chat","room":"side"}`)})
+			answered <- err
+		}
+		return nil
+	}, pigeon.WithAtMostOnce())
+	require.NoError(t, err)
+	ctx := context.Background()
+	var last *ws.PendingPublish
+	for i := range 6000 {
+		p, err := pub.PublishAsync(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"kind":"chat","room":"lobby","n":` + strconv.Itoa(i) + `}`)})
+		require.NoError(t, err)
+		last = p
+	}
+	_, err = last.Wait(ctx)
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // the deliveries reach the blocked subscriber
+	close(release)
+	require.NoError(t, <-answered, "the handler's publish was answered")
+}
