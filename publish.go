@@ -274,15 +274,14 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		acc.Seqs = strconv.FormatUint(stored.Seq, 10)
 		e.auditAsync(acc)
 	}
-	// Subscribers get what the gates judged: the stored envelope and the
-	// data tree the gates read, decoded once. The copy shares nothing
-	// with the publisher, who may reuse its buffers once Publish returns.
-	kept := res.m.Clone()
-	if len(kept.Data) == 0 {
-		kept.Data = json.RawMessage("{}") // as stored
+	if f := e.fanoutOf(s.name); f != nil {
+		// Subscribers get what the gates judged: the stored envelope and
+		// the data tree the gates read, decoded once. The copy shares
+		// nothing with the publisher, who may reuse its buffers once
+		// Publish returns. A subject nobody subscribes to keeps nothing.
+		e.remember(s.name, stored.Seq, &res.m, a.Data)
+		f.appended(stored.Seq)
 	}
-	e.remember(s.name, stored.Seq, kept, a.Data)
-	e.notify(s.name, stored.Seq)
 	return &res.r, nil
 }
 

@@ -1,6 +1,7 @@
 package pigeon
 
 import (
+	"encoding/json"
 	"sync"
 	"sync/atomic"
 
@@ -19,6 +20,7 @@ const recentSize = 4096
 type decoded struct {
 	seq  uint64
 	m    *Message
+	msg  Message // m, for a message the engine copied in (remember)
 	once sync.Once
 	data any
 	// enc is m's JSON encoding, made once for every transport that sends
@@ -38,13 +40,6 @@ func (d *decoded) json() []byte {
 func (d *decoded) value() any {
 	d.once.Do(func() { d.data, _ = decodeValue(d.m.Data) })
 	return d.data
-}
-
-// newDecoded is the decoded form of m, whose data the gates decoded.
-func newDecoded(seq uint64, m *Message, data any) *decoded {
-	d := &decoded{seq: seq, m: m}
-	d.once.Do(func() { d.data = data })
-	return d
 }
 
 type recentRing struct {
@@ -75,11 +70,25 @@ func (c *recentCache) ring(subject string) *recentRing {
 	return r
 }
 
-// remember keeps an accepted message's decoded form, as the gates judged
-// it, so that the fan-out hands it to subscribers without reading and
-// decoding it again. m and data must not be shared with the publisher.
+// remember keeps a copy of an accepted message, and the data tree the
+// gates judged, so that the fan-out hands it to subscribers without
+// reading and decoding it again. The copy shares nothing with m (its data
+// included, which is stored as "{}" when empty); data must not be shared
+// with the publisher.
 func (e *Engine) remember(subject string, seq uint64, m *Message, data any) {
-	e.recent.ring(subject).slots[seq%recentSize].Store(newDecoded(seq, m, data))
+	d := &decoded{seq: seq, msg: *m}
+	d.m = &d.msg
+	if len(m.Data) == 0 {
+		d.msg.Data = json.RawMessage("{}") // as stored
+	} else {
+		d.msg.Data = append(json.RawMessage(nil), m.Data...)
+	}
+	if m.Signature != nil {
+		sig := *m.Signature
+		d.msg.Signature = &sig
+	}
+	d.once.Do(func() { d.data = data })
+	e.recent.ring(subject).slots[seq%recentSize].Store(d)
 }
 
 // recentAt returns the decoded message of subject at seq when the cache

@@ -157,14 +157,6 @@ func (ss *sessionSubs) closeAll() {
 	}
 }
 
-// notify wakes deliveries of subject after seq was appended. It never
-// blocks the publisher.
-func (e *Engine) notify(subject string, seq uint64) {
-	if f := e.fanoutOf(subject); f != nil {
-		f.appended(seq)
-	}
-}
-
 // onContractRevoked wakes subscriptions so that they notice at once.
 func (e *Engine) onContractRevoked(id string) {
 	e.subs.mu.Lock()
