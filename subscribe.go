@@ -166,6 +166,11 @@ type SubscribeOptions struct {
 	// acknowledgement: a handler's failure is not retried. Deliveries are
 	// still governed and recorded, per batch.
 	AtMostOnce bool
+	// Flush, for an AsyncHandler, is called whenever the subscription
+	// stops handing deliveries over for now: after a batch, after a
+	// redelivery, and before it waits for a free slot. A transport that
+	// gathers deliveries into one frame sends it then.
+	Flush      func()
 	Middleware []Middleware
 }
 
@@ -183,6 +188,9 @@ func WithGroup(g string) SubscribeOption { return func(o *SubscribeOptions) { o.
 // message still passes the contract check and is recorded in the audit
 // log (one record per delivered batch).
 func WithAtMostOnce() SubscribeOption { return func(o *SubscribeOptions) { o.AtMostOnce = true } }
+
+// WithFlush sets SubscribeOptions.Flush.
+func WithFlush(fn func()) SubscribeOption { return func(o *SubscribeOptions) { o.Flush = fn } }
 
 // WithMaxInFlight bounds concurrent handler calls (1 to 10000, default 1).
 func WithMaxInFlight(n int) SubscribeOption { return func(o *SubscribeOptions) { o.MaxInFlight = n } }

@@ -365,6 +365,14 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	return nil, true
 }
 
+// flushHandler tells an asynchronous handler that no delivery follows for
+// now (SubscribeOptions.Flush).
+func (s *subscription) flushHandler() {
+	if s.opts.Flush != nil {
+		s.opts.Flush()
+	}
+}
+
 // deliverBatch hands the batch over, in order, within the in-flight
 // bound. Every message is checked against the contract as it is handed
 // over (the check is a few map lookups): a revocation, an expiry or a
@@ -373,6 +381,7 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 func (s *subscription) deliverBatch(batch []*decoded) {
 	var sent deliveryLog
 	defer func() {
+		s.flushHandler()
 		for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
 			s.e.auditAsync(r)
 		}
@@ -478,6 +487,7 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 			return
 		}
 		s.deliver(d, attempt+1)
+		s.flushHandler()
 	}()
 }
 
@@ -527,6 +537,7 @@ func (s *subscription) acquire() bool {
 		return true
 	default:
 	}
+	s.flushHandler() // what was handed over leaves before the wait
 	for {
 		select {
 		case s.slots <- struct{}{}:
@@ -584,6 +595,7 @@ func (s *subscription) runGroup() {
 				s.running.Add(1)
 				s.deliver(d, attempts[i])
 			}
+			s.flushHandler()
 			for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
 				e.auditAsync(r)
 			}

@@ -176,6 +176,8 @@ func (cc *clientConn) readLoop() {
 		switch f.Op {
 		case OpDeliver:
 			cc.s.deliver(cc, f)
+		case OpDeliverBatch:
+			cc.s.deliverBatch(cc, f)
 		case OpUnsubscribed:
 			cc.s.serverEnded(f)
 		default:

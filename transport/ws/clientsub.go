@@ -135,6 +135,7 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 	if cs.o.AtMostOnce {
 		f.Ack = AckNone
 	}
+	f.BatchDeliveries = true
 	if start != pigeon.StartNew {
 		f.Start, _ = json.Marshal(start)
 	}
@@ -288,24 +289,34 @@ func (cs *clientSub) finish(err error) {
 }
 
 // deliver runs on the reader: it queues one deliver frame for the
-// workers, waiting while the queue is full. A delivery that no running
-// subscription wants is left unanswered: the unsubscribe that ends its
-// server subscription gives it back to the group at once, without spending
-// an attempt on a consumer that never saw it.
-func (s *Session) deliver(cc *clientConn, f *Frame) {
-	m := f.Message
+// workers (an at-most-once subscription drops it when its queue is full).
+// A delivery that no running subscription wants is left unanswered: the
+// unsubscribe that ends its server subscription gives it back to the
+// group at once, without spending an attempt on a consumer that never saw
+// it.
+func (s *Session) deliver(cc *clientConn, f *Frame) { s.deliverOne(cc, f.Sub, f.Message, f.Attempt) }
+
+// deliverBatch queues each delivery of a deliver_batch frame, in order.
+func (s *Session) deliverBatch(cc *clientConn, f *Frame) {
+	for _, d := range f.Deliveries {
+		s.deliverOne(cc, f.Sub, d.Message, d.Attempt)
+	}
+}
+
+// deliverOne queues one delivery of subscription sub.
+func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, attempt int) {
 	if m == nil || m.ID == "" {
 		// Nothing to hand over or answer; the ack wait gives it back.
-		s.o.logger.Warn("pigeon ws: deliver frame without a message; ignored", "sub", f.Sub)
+		s.o.logger.Warn("pigeon ws: deliver frame without a message; ignored", "sub", sub)
 		return
 	}
 	s.mu.Lock()
-	cs := s.bySID[f.Sub]
+	cs := s.bySID[sub]
 	s.mu.Unlock()
 	if cs == nil {
 		// A server subscription the client does not know (its subscribe
 		// call gave up before the answer came): end it.
-		s.goBG(func() { s.endOrphan(cc, f.Sub) })
+		s.goBG(func() { s.endOrphan(cc, sub) })
 		return
 	}
 	cs.mu.Lock()
@@ -325,7 +336,7 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 		return
 	}
 	cs.running.Add(1)
-	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: f.Sub, m: m, attempt: f.Attempt})
+	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt})
 	cs.cond.Signal()
 	cs.mu.Unlock()
 	if m.Sequence > 0 {

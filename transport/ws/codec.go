@@ -276,6 +276,10 @@ func decodeFrameFast(b []byte, in *interner) (f *Frame, ok bool) {
 			var e int
 			f.Results, e = resultsAt(b, j, in)
 			return e
+		case "deliveries":
+			var e int
+			f.Deliveries, e = deliveriesAt(b, j, in)
+			return e
 		case "attempt", "timeoutMs":
 			e := jsontext.SkipValue(b, j)
 			n, err := strconv.ParseInt(string(b[j:e]), 10, 64)
@@ -328,6 +332,35 @@ func decodeMessagesFast(v []byte, in *interner) ([]*pigeon.Message, bool) {
 		return e
 	})
 	return out, end >= 0
+}
+
+// deliveriesAt decodes the deliveries of a deliver_batch: objects of an
+// attempt and a message.
+func deliveriesAt(b []byte, i int, in *interner) ([]DeliveryEntry, int) {
+	out := []DeliveryEntry{}
+	end := walkArray(b, i, func(j int) int {
+		var d DeliveryEntry
+		e := walkObject(b, j, func(name []byte, k int) int {
+			switch string(name) {
+			case "attempt":
+				e := jsontext.SkipValue(b, k)
+				n, err := strconv.ParseInt(string(b[k:e]), 10, 64)
+				if err != nil || int64(int(n)) != n {
+					return -1
+				}
+				d.Attempt = int(n)
+				return e
+			case "message":
+				m, e := messageAt(b, k, in)
+				d.Message = m
+				return e
+			}
+			return -1
+		})
+		out = append(out, d)
+		return e
+	})
+	return out, end
 }
 
 func resultsAt(b []byte, i int, in *interner) ([]BatchResult, int) {

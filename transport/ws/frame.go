@@ -29,7 +29,7 @@ const (
 	OpPublishBatch = "publish_batch" // → decisions
 )
 
-// Ops the server sends: answers, and the pushes "deliver" and
+// Ops the server sends: answers, and the pushes "deliver", "deliver_batch" and
 // "unsubscribed", which carry no "re".
 const (
 	OpContract     = "contract"
@@ -41,9 +41,16 @@ const (
 	OpPong         = "pong"
 	OpError        = "error"
 	OpDeliver      = "deliver"
+	OpDeliverBatch = "deliver_batch" // several deliveries of one subscription
 	OpUnsubscribed = "unsubscribed"
 	OpDecisions    = "decisions"
 )
+
+// DeliveryEntry is one delivery of a deliver_batch frame.
+type DeliveryEntry struct {
+	Attempt int             `json:"attempt"`
+	Message *pigeon.Message `json:"message"`
+}
 
 // Acknowledgement modes of a subscribe frame's "ack".
 const (
@@ -80,20 +87,24 @@ type Frame struct {
 	Attempt  int               `json:"attempt,omitempty"`
 
 	// subscribe, receive, replay, ack, nack
-	Subject     string          `json:"subject,omitempty"`
-	Selector    string          `json:"selector,omitempty"`
-	Filter      string          `json:"filter,omitempty"`
-	Group       string          `json:"group,omitempty"`
-	MaxInFlight int             `json:"maxInFlight,omitempty"`
-	Window      int             `json:"window,omitempty"`
-	Ack         string          `json:"ack,omitempty"`
-	MessageIDs  []string        `json:"messageIds,omitempty"`
-	NotPending  []string        `json:"notPending,omitempty"`
-	Start       json.RawMessage `json:"start,omitempty"`
-	MessageID   string          `json:"messageId,omitempty"`
-	DelayMs     *int64          `json:"delayMs,omitempty"`
-	TimeoutMs   int64           `json:"timeoutMs,omitempty"`
-	Max         int             `json:"max,omitempty"`
+	Subject     string   `json:"subject,omitempty"`
+	Selector    string   `json:"selector,omitempty"`
+	Filter      string   `json:"filter,omitempty"`
+	Group       string   `json:"group,omitempty"`
+	MaxInFlight int      `json:"maxInFlight,omitempty"`
+	Window      int      `json:"window,omitempty"`
+	Ack         string   `json:"ack,omitempty"`
+	MessageIDs  []string `json:"messageIds,omitempty"`
+	NotPending  []string `json:"notPending,omitempty"`
+	// subscribe: the client takes deliver_batch frames
+	BatchDeliveries bool `json:"batch,omitempty"`
+	// deliver_batch
+	Deliveries []DeliveryEntry `json:"deliveries,omitempty"`
+	Start      json.RawMessage `json:"start,omitempty"`
+	MessageID  string          `json:"messageId,omitempty"`
+	DelayMs    *int64          `json:"delayMs,omitempty"`
+	TimeoutMs  int64           `json:"timeoutMs,omitempty"`
+	Max        int             `json:"max,omitempty"`
 
 	Reason       string `json:"reason,omitempty"`
 	FromSequence uint64 `json:"fromSequence,omitempty"`

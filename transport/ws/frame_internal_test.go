@@ -45,6 +45,9 @@ func FuzzDecodeFrameFast(f *testing.F) {
 		`{"op":"deliver","sub":"s","attempt":2,"message":{"id":"m\u0041","data":null}}`,
 		`{"op":"messages","re":"r","messages":[{"id":"a"},{"id":"b","signature":null}]}`,
 		`{"op":"ping","id":"1","attempt":1.5}`,
+		`{"op":"deliver_batch","sub":"s","deliveries":[{"attempt":1,"message":{"id":"a"}},{"attempt":2,"message":{"id":"b","data":[1]}}]}`,
+		`{"op":"deliver_batch","sub":"s","deliveries":[{"attempt":1.5,"message":{"id":"a"}},{"message":null}]}`,
+		`{"op":"deliver_batch","sub":"s","deliveries":{}}`,
 		string(encodeDeliver(nil, "sub\"1", m, 2)),
 		string(appendMessages(appendHead(nil, OpMessages, "m"), []*pigeon.Message{m, m})),
 	} {

@@ -214,6 +214,10 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		ackWait = time.Duration(p.Delivery.AckWaitMs) * time.Millisecond
 	}
 	ss := newServerSub(c, caller, ackWait, f.Ack == AckNone)
+	if f.BatchDeliveries {
+		ss.batch = true
+		opts = append(opts, pigeon.WithFlush(ss.flush))
+	}
 	sub, err := c.srv.e.SubscribeAsync(c.ctx, caller, f.Subject, ss.handle, opts...)
 	if err != nil {
 		return nil, err

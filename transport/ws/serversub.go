@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,28 @@ type serverSub struct {
 
 	mu      sync.Mutex
 	pending map[string]inflight // by message id
+
+	// A subscription whose client takes deliver_batch frames gathers its
+	// deliveries until the engine flushes (see handleBatched).
+	batch bool
+	bmu   sync.Mutex
+	hctx  context.Context // the handler's context, once it has run
+	buf   []byte          // the entries gathered, comma separated
+	bufN  int64           // the write budget they hold
+	bufIn []gathered
 }
+
+// gathered is one delivery waiting in a batch.
+type gathered struct {
+	id   string
+	done func(error)
+}
+
+// Bounds of one deliver_batch frame.
+const (
+	maxDeliverBatch      = 64
+	maxDeliverBatchBytes = 256 << 10
+)
 
 // inflight is one delivery on the wire, waiting for the client's answer.
 type inflight struct {
@@ -122,6 +144,9 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 	}
 	ss.sweep.Do(func() { ss.c.goBG(func() { ss.sweeper(ctx) }) })
 	id := d.Message.ID
+	if ss.batch && ss.handleBatched(ctx, d, done, id) {
+		return
+	}
 	b, n, err := ss.frame(ctx, d)
 	if pigeon.ErrorCode(err) == pigeon.CodeMessageNotFound {
 		done(nil) // trimmed by retention while it waited: nothing left to deliver
@@ -152,6 +177,75 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 	}
 	if ss.atMost {
 		done(nil)
+	}
+}
+
+// handleBatched adds d to the batch being gathered when the write budgets
+// have room for it now, and reports whether it did. When they have not,
+// the batch leaves first (its bytes count against the budgets) and d goes
+// on its own, waiting for room as a deliver frame does.
+func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done func(error), id string) bool {
+	n := int64(len(d.Message.Data)) + frameOverhead
+	ss.bmu.Lock()
+	defer ss.bmu.Unlock()
+	ss.hctx = ctx
+	if !ss.c.tryReserve(n) {
+		ss.flushLocked()
+		return false
+	}
+	if !ss.atMost {
+		ss.mu.Lock()
+		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait)}
+		ss.mu.Unlock()
+	}
+	if len(ss.bufIn) > 0 {
+		ss.buf = append(ss.buf, ',')
+	}
+	ss.buf = append(ss.buf, `{"attempt":`...)
+	ss.buf = strconv.AppendInt(ss.buf, int64(d.Attempt), 10)
+	ss.buf = append(ss.buf, `,"message":`...)
+	ss.buf = append(d.AppendMessageJSON(ss.buf), '}')
+	ss.bufN += n
+	ss.bufIn = append(ss.bufIn, gathered{id, done})
+	if len(ss.bufIn) >= maxDeliverBatch || len(ss.buf) >= maxDeliverBatchBytes {
+		ss.flushLocked()
+	}
+	return true
+}
+
+// flush sends the batch gathered so far; the engine calls it whenever it
+// stops handing deliveries over (pigeon.WithFlush).
+func (ss *serverSub) flush() {
+	ss.bmu.Lock()
+	defer ss.bmu.Unlock()
+	ss.flushLocked()
+}
+
+// flushLocked sends the gathered batch as one deliver_batch frame. When
+// it cannot be queued, every delivery in it is given back as never sent.
+func (ss *serverSub) flushLocked() {
+	if len(ss.bufIn) == 0 {
+		return
+	}
+	b := appendHead(make([]byte, 0, len(ss.buf)+64+len(ss.id)), OpDeliverBatch, "")
+	b = append(b, `,"sub":`...)
+	b = jsontext.AppendString(b, ss.id)
+	b = append(b, `,"deliveries":[`...)
+	b = append(append(b, ss.buf...), "]}"...)
+	in, n, ctx := ss.bufIn, ss.bufN, ss.hctx
+	ss.buf, ss.bufIn, ss.bufN = ss.buf[:0], nil, 0
+	err := ss.c.enqueue(ctx, b, n)
+	for _, g := range in {
+		switch {
+		case err == nil && ss.atMost:
+			g.done(nil)
+		case err == nil:
+		case ss.atMost || ss.take(g.id):
+			g.done(undelivered(err))
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		ss.stop() // as handle does: this consumer cannot take deliveries
 	}
 }
 

@@ -121,3 +121,52 @@ func TestAtMostOnceFloodKeepsTheConnectionReading(t *testing.T) {
 	close(release)
 	require.NoError(t, <-answered, "the handler's publish was answered")
 }
+
+// TestDeliverBatchFrames: a client that asks for batches gets its
+// deliveries in deliver_batch frames, in order, every one once; a client
+// that does not gets deliver frames.
+func TestDeliverBatchFrames(t *testing.T) {
+	v := newEnv(t, nil)
+	alice := v.raw(t, "alice-token")
+	alice.negotiate("chat.messages")
+	bob := v.raw(t, "bob-token")
+	bob.negotiate("chat.messages")
+	carol := v.raw(t, "bob-token")
+	carol.negotiate("chat.messages")
+	sub := bob.ok(ws.OpSubscribe, `,"subject":"chat.messages","window":512,"batch":true`, ws.OpSubscribed).Sub
+	carol.ok(ws.OpSubscribe, `,"subject":"chat.messages","window":512`, ws.OpSubscribed)
+	const n = 300
+	var ids []string
+	var msgs []string
+	for i := range n {
+		msgs = append(msgs, `{"type":"chat","subject":"chat.messages","intent":"chat","data":{"kind":"chat","room":"lobby","n":`+strconv.Itoa(i)+`}}`)
+	}
+	for i := 0; i < n; i += 100 {
+		f := alice.ok(ws.OpPublishBatch, `,"messages":[`+strings.Join(msgs[i:i+100], ",")+`]`, ws.OpDecisions)
+		for _, r := range f.Results {
+			ids = append(ids, r.Message.ID)
+		}
+	}
+	var got []string
+	frames := 0
+	for len(got) < n {
+		f := bob.push()
+		require.Equal(t, ws.OpDeliverBatch, f.Op)
+		require.Equal(t, sub, f.Sub)
+		require.NotEmpty(t, f.Deliveries)
+		frames++
+		var batch []string
+		for _, d := range f.Deliveries {
+			require.Equal(t, 1, d.Attempt)
+			batch = append(batch, d.Message.ID)
+		}
+		got = append(got, batch...)
+		ok := bob.ok(ws.OpAck, `,"sub":"`+sub+`","messageIds":["`+strings.Join(batch, `","`)+`"]`, ws.OpOK)
+		require.Empty(t, ok.NotPending)
+	}
+	require.Equal(t, ids, got, "every message once, in order")
+	require.Less(t, frames, n, "several deliveries a frame")
+	for range n {
+		require.Equal(t, ws.OpDeliver, carol.push().Op, "a client that did not ask gets deliver frames")
+	}
+}
