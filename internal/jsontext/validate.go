@@ -297,6 +297,15 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 		v.scratch = v.scratch[:0]
 	}
 	for v.i < len(v.in) {
+		if !escaped || !decode {
+			// Plain ASCII in a tight loop: most of every string is.
+			for v.i < len(v.in) && plain[v.in[v.i]] {
+				v.i++
+			}
+			if v.i >= len(v.in) {
+				break
+			}
+		}
 		c := v.in[v.i]
 		switch {
 		case c == '"':
@@ -337,6 +346,15 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 	}
 	return nil, false, v.fail(KindSyntax)
 }
+
+// plain marks the bytes a string scan passes over: ASCII, not a control
+// character, a quote or a backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func (v *validator) number() error {
 	end, ok := NumberEnd(v.in, v.i)

@@ -121,3 +121,20 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestPlainBytes(t *testing.T) {
+	for c := range 256 {
+		require.Equal(t, c >= 0x20 && c < 0x80 && c != '"' && c != '\\', plain[c], "byte %#x", c)
+	}
+}
+
+func BenchmarkValidate(b *testing.B) {
+	frame := []byte(`{"op":"deliver_batch","sub":"sub_17","deliveries":[` + strings.Repeat(`{"attempt":1,"message":{"specversion":"1.0","id":"msg_9lapyu5l2karsczan619","type":"payment.authorization.requested","source":"spiffe://merchant-prod/ns/checkout/sa/checkout-api","subject":"payments.events","time":"2026-12-01T05:00:00.000Z","intent":"authorize_payment","idempotencyKey":"k-1","classification":"pci","region":"uk","data":{"merchantId":"m-100","orderId":"o-7f3a9c21","amount":42.5,"currency":"GBP","paymentToken":"tok_9f8e7d6c5b4a3921","customerId":"cust-42","channel":"web","description":"Order o-7f3a9c21: 2 items, standard delivery","metadata":{"cartId":"cart-5521","ab":"b12"}},"sequence":77,"acceptedAt":"2026-12-01T05:00:00.000Z"}},`, 15) + `{"attempt":1,"message":{}}]}`)
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Validate(frame, 72); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
