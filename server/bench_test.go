@@ -63,7 +63,12 @@ func BenchmarkHTTPPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = st.Close(context.Background()) })
+		before := st.CommitStats()
 		benchPigeonHTTP(b, st)
+		after := st.CommitStats()
+		if n := after.MessageBatches - before.MessageBatches; n > 0 {
+			b.ReportMetric(float64(after.MessageRecords-before.MessageRecords)/float64(n), "msgs/batch")
+		}
 	})
 }
 
