@@ -259,3 +259,31 @@ func BenchmarkPublishDurable(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 }
+
+// BenchmarkRequestReply is a request on the demo payment subject over one
+// connection, answered by a gateway's handler over another: ns/op is the
+// round trip, p50-µs its median.
+func BenchmarkRequestReply(b *testing.B) {
+	v := benchEnv(b)
+	ctx := context.Background()
+	gw := v.dial(b, "gateway-token", []string{"payments.authorize"})
+	if _, err := gw.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
+		_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
+			Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID, Data: []byte(`{"approved":true}`)})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	client := v.dial(b, "checkout-token", []string{"payments.authorize"})
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		t0 := time.Now()
+		if _, err := client.Request(ctx, demo.Payment("o-"+strconv.Itoa(i))); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+}
