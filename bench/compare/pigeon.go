@@ -122,6 +122,20 @@ func (ss sessions) close() {
 	}
 }
 
+// withPigeon runs body on a fresh Pigeon (kind of store, its WebSocket
+// listener when network is set) and closes, after it, the sessions body
+// opened through ss and then the environment.
+func withPigeon(ctx context.Context, kind storeKind, network bool, body func(p *pigeonEnv, ss *sessions) (result, error)) (result, error) {
+	p, err := startPigeon(ctx, kind, network)
+	if err != nil {
+		return result{}, err
+	}
+	defer p.close()
+	var ss sessions
+	defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
+	return body(p, &ss)
+}
+
 // pigeonWSPublishLoad publishes next() on the WebSocket session s until ctx
 // ends, counting every message answered "accepted" in published. It
 // pipelines with the client's asynchronous publish: one goroutine sends
@@ -220,44 +234,39 @@ func refusedNote(refused *atomic.Int64) string {
 // goroutine; over WebSocket it is pigeonWSPublishLoad.
 func pigeonPubSub(network bool, subs int) func(context.Context, config) (result, error) {
 	return func(ctx context.Context, c config) (result, error) {
-		p, err := startPigeon(ctx, memoryStore, network)
-		if err != nil {
-			return result{}, err
-		}
-		defer p.close()
-		var ss sessions
-		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
-		var got, published, refused atomic.Int64
-		for range subs {
-			s, err := ss.open(ctx, p, network, receiverToken, eventsSubject)
+		return withPigeon(ctx, memoryStore, network, func(p *pigeonEnv, ss *sessions) (result, error) {
+			var got, published, refused atomic.Int64
+			for range subs {
+				s, err := ss.open(ctx, p, network, receiverToken, eventsSubject)
+				if err != nil {
+					return result{}, err
+				}
+				if _, err := s.Subscribe(ctx, eventsSubject, func(context.Context, *pigeon.Delivery) error {
+					got.Add(1)
+					return nil
+				}); err != nil {
+					return result{}, err
+				}
+			}
+			pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
 			if err != nil {
 				return result{}, err
 			}
-			if _, err := s.Subscribe(ctx, eventsSubject, func(context.Context, *pigeon.Delivery) error {
-				got.Add(1)
-				return nil
-			}); err != nil {
-				return result{}, err
+			gen := &messages{subject: eventsSubject}
+			counters := []*atomic.Int64{&got, &published}
+			if subs == 0 {
+				// The publish path alone: the ceiling of the rows above it.
+				counters = counters[1:]
 			}
-		}
-		pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
-		if err != nil {
-			return result{}, err
-		}
-		gen := &messages{subject: eventsSubject}
-		counters := []*atomic.Int64{&got, &published}
-		if subs == 0 {
-			// The publish path alone: the ceiling of the rows above it.
-			counters = counters[1:]
-		}
-		r, err := runLoad(ctx, c, func(ctx context.Context) error {
-			if network {
-				return pigeonWSPublishLoad(ctx, pub.(*ws.Session), gen.next, &published, &refused)
-			}
-			return publishLoad(ctx, pub, 1, gen.next, &published, &refused)
-		}, counters...)
-		r.note = refusedNote(&refused)
-		return r, err
+			r, err := runLoad(ctx, c, func(ctx context.Context) error {
+				if network {
+					return pigeonWSPublishLoad(ctx, pub.(*ws.Session), gen.next, &published, &refused)
+				}
+				return publishLoad(ctx, pub, 1, gen.next, &published, &refused)
+			}, counters...)
+			r.note = refusedNote(&refused)
+			return r, err
+		})
 	}
 }
 
@@ -266,27 +275,22 @@ func pigeonPubSub(network bool, subs int) func(context.Context, config) (result,
 // pigeonWSPublishLoad: accepted msgs/s, each fsynced before its answer.
 func pigeonDurable(network bool, publishers int) func(context.Context, config) (result, error) {
 	return func(ctx context.Context, c config) (result, error) {
-		p, err := startPigeon(ctx, walStore, network)
-		if err != nil {
-			return result{}, err
-		}
-		defer p.close()
-		var ss sessions
-		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
-		pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
-		if err != nil {
-			return result{}, err
-		}
-		gen := &messages{subject: eventsSubject}
-		var published, refused atomic.Int64
-		r, err := runLoad(ctx, c, func(ctx context.Context) error {
-			if network {
-				return pigeonWSPublishLoad(ctx, pub.(*ws.Session), gen.next, &published, &refused)
+		return withPigeon(ctx, walStore, network, func(p *pigeonEnv, ss *sessions) (result, error) {
+			pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
+			if err != nil {
+				return result{}, err
 			}
-			return publishLoad(ctx, pub, publishers, gen.next, &published, &refused)
-		}, &published)
-		r.note = refusedNote(&refused)
-		return r, err
+			gen := &messages{subject: eventsSubject}
+			var published, refused atomic.Int64
+			r, err := runLoad(ctx, c, func(ctx context.Context) error {
+				if network {
+					return pigeonWSPublishLoad(ctx, pub.(*ws.Session), gen.next, &published, &refused)
+				}
+				return publishLoad(ctx, pub, publishers, gen.next, &published, &refused)
+			}, &published)
+			r.note = refusedNote(&refused)
+			return r, err
+		})
 	}
 }
 
@@ -294,21 +298,16 @@ func pigeonDurable(network bool, publishers int) func(context.Context, config) (
 // the next, in process or over WebSocket.
 func pigeonSync(network bool) func(context.Context, config) (result, error) {
 	return func(ctx context.Context, c config) (result, error) {
-		p, err := startPigeon(ctx, walStore, network)
-		if err != nil {
-			return result{}, err
-		}
-		defer p.close()
-		var ss sessions
-		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
-		pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
-		if err != nil {
-			return result{}, err
-		}
-		gen := &messages{subject: eventsSubject}
-		var published, refused atomic.Int64
-		return latencies(ctx, c, func(ctx context.Context) error {
-			return publishOne(ctx, pub, gen.next(), &published, &refused)
+		return withPigeon(ctx, walStore, network, func(p *pigeonEnv, ss *sessions) (result, error) {
+			pub, err := ss.open(ctx, p, network, publisherToken, eventsSubject)
+			if err != nil {
+				return result{}, err
+			}
+			gen := &messages{subject: eventsSubject}
+			var published, refused atomic.Int64
+			return latencies(ctx, c, func(ctx context.Context) error {
+				return publishOne(ctx, pub, gen.next(), &published, &refused)
+			})
 		})
 	}
 }
@@ -317,31 +316,26 @@ func pigeonSync(network bool) func(context.Context, config) (result, error) {
 // gateway session's handler, both sessions over WebSocket or in process.
 func pigeonRequestReply(network bool) func(context.Context, config) (result, error) {
 	return func(ctx context.Context, c config) (result, error) {
-		p, err := startPigeon(ctx, memoryStore, network)
-		if err != nil {
-			return result{}, err
-		}
-		defer p.close()
-		var ss sessions
-		defer func() { ss.close() }() // the sessions opened by then, not the nil slice of now
-		responder, err := ss.open(ctx, p, network, receiverToken, replySubject)
-		if err != nil {
-			return result{}, err
-		}
-		if _, err := responder.Subscribe(ctx, replySubject, func(ctx context.Context, d *pigeon.Delivery) error {
-			_, err := d.Session.Publish(ctx, reply(d.Message))
-			return err
-		}); err != nil {
-			return result{}, err
-		}
-		requester, err := ss.open(ctx, p, network, publisherToken, replySubject)
-		if err != nil {
-			return result{}, err
-		}
-		gen := &messages{subject: replySubject}
-		return latencies(ctx, c, func(ctx context.Context) error {
-			_, err := requester.Request(ctx, gen.next())
-			return err
+		return withPigeon(ctx, memoryStore, network, func(p *pigeonEnv, ss *sessions) (result, error) {
+			responder, err := ss.open(ctx, p, network, receiverToken, replySubject)
+			if err != nil {
+				return result{}, err
+			}
+			if _, err := responder.Subscribe(ctx, replySubject, func(ctx context.Context, d *pigeon.Delivery) error {
+				_, err := d.Session.Publish(ctx, reply(d.Message))
+				return err
+			}); err != nil {
+				return result{}, err
+			}
+			requester, err := ss.open(ctx, p, network, publisherToken, replySubject)
+			if err != nil {
+				return result{}, err
+			}
+			gen := &messages{subject: replySubject}
+			return latencies(ctx, c, func(ctx context.Context) error {
+				_, err := requester.Request(ctx, gen.next())
+				return err
+			})
 		})
 	}
 }
