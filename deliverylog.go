@@ -79,13 +79,11 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 		}
 		i = j + 1
 	}
-	h := sha256.New()
-	var buf []byte
-	for _, e := range es {
-		buf = append(append(buf[:0], e.id...), '\n')
-		h.Write(buf)
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.id
 	}
-	r.Seqs, r.Count, r.Digest = string(seqs), len(es), hex.EncodeToString(h.Sum(nil))
+	r.Seqs, r.Count, r.Digest = string(seqs), len(es), DeliveryDigest(ids)
 	return r
 }
 
@@ -93,9 +91,10 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 // sequence order: an auditor recomputes it from the stored messages.
 func DeliveryDigest(ids []string) string {
 	h := sha256.New()
+	var buf []byte
 	for _, id := range ids {
-		h.Write([]byte(id))
-		h.Write([]byte{'\n'})
+		buf = append(append(buf[:0], id...), '\n')
+		h.Write(buf)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
