@@ -28,8 +28,6 @@ type logged struct {
 
 func (l *deliveryLog) add(seq uint64, id string) { l.entries = append(l.entries, logged{seq, id}) }
 
-func (l *deliveryLog) empty() bool { return len(l.entries) == 0 }
-
 // records turns what the log holds into ev records built on base, at most
 // maxLogged messages each, and empties it. The messages are sorted by
 // sequence: Seqs lists them as ranges and Digest binds each to its id.

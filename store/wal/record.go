@@ -449,11 +449,6 @@ func encodeCheckpointFloors(cp store.Checkpoint, floors map[string]uint64) []byt
 	return e.finish()
 }
 
-func decodeCheckpoint(p []byte) (store.Checkpoint, error) {
-	cp, _, err := decodeCheckpointFloors(p)
-	return cp, err
-}
-
 func decodeCheckpointFloors(p []byte) (store.Checkpoint, map[string]uint64, error) {
 	if len(p) < recHeader || p[4] != kindCheckpoint {
 		return store.Checkpoint{}, nil, errors.New("not a checkpoint record")

@@ -142,10 +142,6 @@ func stringValue(v []byte) (string, bool) {
 	return s, true
 }
 
-// plainName reports whether a member name has no escape, so that it reads
-// as written.
-func plainName(name []byte) bool { return bytes.IndexByte(name, '\\') < 0 }
-
 // decodeMessageFast decodes the envelope v as encoding/json would decode
 // it into a pigeon.Message; ok is false when it cannot say so for sure.
 func decodeMessageFast(v []byte, in *interner) (*pigeon.Message, bool) {
