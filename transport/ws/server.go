@@ -47,7 +47,8 @@ type Stats struct {
 	// TooBig those closed with 1009; InvalidText those closed with 1007
 	// because a text frame was not UTF-8.
 	Stalled, PingTimeouts, TooBig, InvalidText int64
-	// RateLimited counts frames answered RATE_LIMITED.
+	// RateLimited counts frames refused RATE_LIMITED, wholly or (a
+	// publish_batch past the rate) in some of their slots.
 	RateLimited int64
 	// QueuedBytes is the bytes of frames waiting to be written, across
 	// connections (bounded by Options.ServerQueueBytes); QueuedBytesPeak
