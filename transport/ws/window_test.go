@@ -51,9 +51,38 @@ func TestWindowAndBatchAcks(t *testing.T) {
 	ok := crew.ok(ws.OpAck, `,"sub":"`+sub+`","messageIds":[`+list+`]`, ws.OpOK)
 	require.Equal(t, []string{"msg_unknown"}, ok.NotPending)
 	// Three slots free: three more deliveries.
+	attempts := map[string]int{}
+	var more []string
 	for range 3 {
-		require.Equal(t, ws.OpDeliver, crew.push().Op)
+		d := crew.push()
+		require.Equal(t, ws.OpDeliver, d.Op)
+		more = append(more, d.Message.ID)
+		attempts[d.Message.ID] = d.Attempt
 	}
+	// A nack of many gives them all back, each as its next attempt (jobs.run
+	// allows 3; one nacked at its third is exhausted instead).
+	nack := crew.ok(ws.OpNack, `,"sub":"`+sub+`","delayMs":0,"messageIds":["`+strings.Join(more, `","`)+`"]`, ws.OpOK)
+	require.Empty(t, nack.NotPending)
+	want := map[string]int{}
+	for _, id := range more {
+		if attempts[id] < 3 {
+			want[id] = attempts[id] + 1
+		}
+	}
+	got := map[string]int{}
+	for len(got) < len(want) {
+		d := crew.push()
+		if _, ok := want[d.Message.ID]; ok && got[d.Message.ID] == 0 {
+			got[d.Message.ID] = d.Attempt
+		}
+		// Answered, so that the window keeps moving.
+		crew.ok(ws.OpAck, `,"sub":"`+sub+`","messageId":"`+d.Message.ID+`"`, ws.OpOK)
+	}
+	require.Equal(t, want, got, "nacked deliveries came back as their next attempt")
+	// An empty list is no answer.
+	crew.fail(ws.OpAck, `,"sub":"`+sub+`","messageIds":[]`, pigeon.CodeBadRequest)
+	crew.fail(ws.OpAck, `,"sub":"`+sub+`","messageIds":"x"`, pigeon.CodeBadRequest)
+	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","batch":"yes"`, pigeon.CodeBadRequest)
 	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","window":-1`, pigeon.CodeInvalidArgument)
 	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","window":10001`, pigeon.CodeInvalidArgument)
 	crew.fail(ws.OpSubscribe, `,"subject":"jobs.run","ack":"sometimes"`, pigeon.CodeInvalidArgument)
