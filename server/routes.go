@@ -118,6 +118,7 @@ func (s *Server) routes() {
 	s.route("/v1/contracts", post(member, negotiate))
 	s.route("/v1/contracts/{id}", map[string]endpoint{http.MethodGet: {member, getContract}, http.MethodDelete: {member, revokeContract}})
 	s.route("/v1/messages", post(member, publish))
+	s.route("/v1/requests", post(member, requestReply))
 	s.route("/v1/audit", get(auditor, audit))
 	s.route("/v1/quarantine", get(auditor, listQuarantine))
 	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
