@@ -1,0 +1,447 @@
+/**
+ * End-to-end signing and sealing, byte-compatible with the Go packages
+ * `pigeon` (SignMessage, VerifyMessage) and `pigeon/seal` (docs/security.md).
+ * Primitives come from the audited @noble libraries; nothing is hand-written.
+ */
+import { ed25519, x25519 } from "@noble/curves/ed25519.js";
+import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
+import { hkdf } from "@noble/hashes/hkdf.js";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { randomBytes } from "@noble/hashes/utils.js";
+import { canonicalize } from "./jcs.js";
+import { PigeonError } from "./errors.js";
+import type { Message } from "./types.js";
+
+const utf8 = new TextEncoder();
+const utf8d = new TextDecoder("utf-8", { fatal: true });
+
+// ---------- base64url without padding, one spelling per value ----------
+
+const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const B64_INDEX = new Map([...B64].map((c, i) => [c, i]));
+
+/** base64url without padding. */
+export function b64encode(b: Uint8Array): string {
+  let s = "";
+  let i = 0;
+  for (; i + 2 < b.length; i += 3) {
+    const n = (b[i]! << 16) | (b[i + 1]! << 8) | b[i + 2]!;
+    s += B64[n >> 18]! + B64[(n >> 12) & 63]! + B64[(n >> 6) & 63]! + B64[n & 63]!;
+  }
+  if (b.length - i === 1) {
+    const n = b[i]! << 16;
+    s += B64[n >> 18]! + B64[(n >> 12) & 63]!;
+  } else if (b.length - i === 2) {
+    const n = (b[i]! << 16) | (b[i + 1]! << 8);
+    s += B64[n >> 18]! + B64[(n >> 12) & 63]! + B64[(n >> 6) & 63]!;
+  }
+  return s;
+}
+
+/**
+ * Strict base64url decoding: no padding, only the URL alphabet, and zero
+ * trailing bits, so every value has exactly one spelling (as Go's strict
+ * decoder).
+ */
+export function b64decode(s: string): Uint8Array {
+  if (typeof s !== "string" || s.length % 4 === 1) throw new Error("not base64url");
+  for (const c of s) if (!B64_INDEX.has(c)) throw new Error("not base64url");
+  const rem = s.length % 4;
+  if (rem > 0) {
+    const last = B64_INDEX.get(s[s.length - 1]!)!;
+    const mask = rem === 2 ? 0x0f : 0x03;
+    if ((last & mask) !== 0) throw new Error("non-zero trailing bits");
+  }
+  const out = new Uint8Array(Math.floor((s.length * 3) / 4));
+  let o = 0;
+  let acc = 0;
+  let bits = 0;
+  for (const c of s) {
+    acc = ((acc << 6) | B64_INDEX.get(c)!) & 0xffff;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[o++] = (acc >> bits) & 0xff;
+    }
+  }
+  return out;
+}
+
+function bytesOf(x: Uint8Array | string, name: string, len: number): Uint8Array {
+  const b = typeof x === "string" ? b64decode(x) : x;
+  if (!(b instanceof Uint8Array) || b.length !== len) {
+    throw new PigeonError("INVALID_ARGUMENT", `${name} must be ${len} bytes`);
+  }
+  return b;
+}
+
+// ---------- keys ----------
+
+/** A published public key (docs/security.md, "Published keys"). */
+export interface PublicKey {
+  kid: string;
+  use: "sig" | "enc";
+  alg: "ed25519" | "x25519";
+  /** raw 32-byte key, base64url without padding */
+  key: string;
+  notBefore?: string;
+  notAfter?: string;
+}
+
+/** A program's own key pairs; publish {@link publicKeys} of it. */
+export interface KeyPair {
+  signingKid: string;
+  /** Ed25519 32-byte seed */
+  signingSeed: Uint8Array;
+  signingPublic: Uint8Array;
+  encryptionKid: string;
+  /** X25519 32-byte private key */
+  encryptionPrivate: Uint8Array;
+  encryptionPublic: Uint8Array;
+}
+
+/** The kid Go's seal.KeyID derives: prefix "-" base64url(sha256(pub)[:12]). */
+export function keyId(prefix: "sig" | "enc", pub: Uint8Array): string {
+  return `${prefix}-${b64encode(sha256(pub).subarray(0, 12))}`;
+}
+
+/** Fresh Ed25519 and X25519 key pairs with derived kids (seal.GenerateKeys). */
+export function generateKeys(): KeyPair {
+  return keyPairFrom(randomBytes(32), randomBytes(32));
+}
+
+/** Key pairs from a known Ed25519 seed and X25519 private key (base64url or bytes). */
+export function keyPairFrom(signingSeed: Uint8Array | string, encryptionPrivate: Uint8Array | string, kids?: { signingKid?: string; encryptionKid?: string }): KeyPair {
+  const seed = bytesOf(signingSeed, "signing seed", 32);
+  const encPriv = bytesOf(encryptionPrivate, "encryption private key", 32);
+  const signingPublic = ed25519.getPublicKey(seed);
+  const encryptionPublic = x25519.getPublicKey(encPriv);
+  return {
+    signingKid: kids?.signingKid ?? keyId("sig", signingPublic),
+    signingSeed: seed,
+    signingPublic,
+    encryptionKid: kids?.encryptionKid ?? keyId("enc", encryptionPublic),
+    encryptionPrivate: encPriv,
+    encryptionPublic,
+  };
+}
+
+/** The public halves to publish with PUT /v1/accounts/{id}/keys. */
+export function publicKeys(k: KeyPair): PublicKey[] {
+  return [
+    { kid: k.signingKid, use: "sig", alg: "ed25519", key: b64encode(k.signingPublic) },
+    { kid: k.encryptionKid, use: "enc", alg: "x25519", key: b64encode(k.encryptionPublic) },
+  ];
+}
+
+function validAt(k: PublicKey, t: number): boolean {
+  if (k.notBefore && !(Date.parse(k.notBefore) <= t)) return false;
+  if (k.notAfter && !(t < Date.parse(k.notAfter))) return false;
+  return true;
+}
+
+/**
+ * Selects a published key as Go's pigeon.SelectKey does: with a kid, the key
+ * of that kid and use valid at `at`; without one, the valid key of that use
+ * with the latest notBefore (the last listed among equals). Undefined when
+ * none fits.
+ */
+export function selectKey(keys: readonly PublicKey[], kid: string, use: "sig" | "enc", at: Date | number = Date.now()): PublicKey | undefined {
+  const t = typeof at === "number" ? at : at.getTime();
+  let best: PublicKey | undefined;
+  let bestNB = -Infinity;
+  for (const k of keys) {
+    if (k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t)) continue;
+    if (kid !== "") return k;
+    const nb = k.notBefore ? Date.parse(k.notBefore) : -Infinity;
+    if (best === undefined || nb >= bestNB) {
+      best = k;
+      bestNB = nb;
+    }
+  }
+  return best;
+}
+
+// ---------- envelope signatures ----------
+
+const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
+
+/** A fresh message id in the server's form: "msg_" and 20 base-36 characters. */
+export function newMessageId(): string {
+  const r = randomBytes(20);
+  let s = "msg_";
+  for (const b of r) s += ALPHABET[b % 36];
+  return s;
+}
+
+function nonEmpty(s: unknown, name: string): string {
+  if (typeof s !== "string" || s === "") throw new PigeonError("ENVELOPE_INVALID", `${name} is required to sign`);
+  return s;
+}
+
+function isEmptyData(d: unknown): boolean {
+  return d === undefined || d === null || (typeof d === "object" && !Array.isArray(d) && Object.keys(d as object).length === 0);
+}
+
+/**
+ * The canonical signing input: the UTF-8 bytes of the JCS form of
+ * ["pigeon-sig-v1", subject, id, time, data] (absent or empty data is {}).
+ */
+export function canonicalSigningInput(m: Pick<Message, "subject" | "id" | "time" | "data">): Uint8Array {
+  const subject = nonEmpty(m.subject, "subject");
+  const id = nonEmpty(m.id, "id");
+  const time = nonEmpty(m.time, "time");
+  const data = isEmptyData(m.data) ? {} : m.data;
+  return utf8.encode(canonicalize(["pigeon-sig-v1", subject, id, time, data]));
+}
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/**
+ * Signs m in place with the Ed25519 seed: fills an empty id and time (both
+ * are signed) and sets m.signature. Returns m.
+ */
+export function signMessage<M extends Partial<Message>>(m: M, kid: string, signingSeed: Uint8Array | string): M {
+  if (typeof kid !== "string" || kid.length < 1 || kid.length > 128 || !/^[\x21-\x7e]+$/.test(kid)) {
+    throw new PigeonError("INVALID_ARGUMENT", "kid must be 1 to 128 printable ASCII characters");
+  }
+  const seed = bytesOf(signingSeed, "signing seed", 32);
+  if (!m.id) m.id = newMessageId();
+  if (!m.time) m.time = new Date().toISOString();
+  else if (!RFC3339.test(m.time)) throw new PigeonError("ENVELOPE_INVALID", "time is not an RFC 3339 timestamp");
+  const input = canonicalSigningInput(m as Message);
+  m.signature = { kid, alg: "ed25519", sig: b64encode(ed25519.sign(input, seed)) };
+  return m;
+}
+
+/**
+ * Verifies m's signature with the signer's raw Ed25519 public key. Throws
+ * SIGNATURE_REQUIRED (no signature) or SIGNATURE_INVALID.
+ */
+export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | string): void {
+  const sig = m.signature;
+  if (!sig) throw new PigeonError("SIGNATURE_REQUIRED", "the message is not signed");
+  const bad = (why: string) => new PigeonError("SIGNATURE_INVALID", `signature invalid: ${why}`);
+  if (sig.alg !== "ed25519") throw bad("alg is not ed25519");
+  let raw: Uint8Array, pub: Uint8Array, input: Uint8Array;
+  try {
+    raw = b64decode(sig.sig);
+  } catch {
+    throw bad("sig is not base64url");
+  }
+  if (raw.length !== 64) throw bad("sig is not 64 bytes");
+  try {
+    pub = bytesOf(signingPublic, "signing key", 32);
+  } catch {
+    throw bad("the key is not an Ed25519 public key");
+  }
+  try {
+    input = canonicalSigningInput(m as Message);
+  } catch {
+    throw bad("the message has no canonical form");
+  }
+  let ok = false;
+  try {
+    ok = ed25519.verify(raw, input, pub, { zip215: false });
+  } catch {
+    ok = false;
+  }
+  if (!ok) throw bad("the signature does not verify");
+}
+
+/**
+ * Verifies m with the sender's published keys: the key of the signature's
+ * kid, use sig, valid at the message time (VerifyMessageWithKeys).
+ */
+export function verifyMessageWithKeys(m: Partial<Message>, keys: readonly PublicKey[]): void {
+  if (!m.signature) throw new PigeonError("SIGNATURE_REQUIRED", "the message is not signed");
+  const t = typeof m.time === "string" && RFC3339.test(m.time) ? Date.parse(m.time) : NaN;
+  if (Number.isNaN(t)) throw new PigeonError("SIGNATURE_INVALID", "signature invalid: time is not RFC 3339");
+  const k = selectKey(keys, m.signature.kid, "sig", t);
+  if (!k || k.alg !== "ed25519") throw new PigeonError("SIGNATURE_INVALID", "signature invalid: no valid signing key of that kid");
+  verifyMessage(m, k.key);
+}
+
+// ---------- sealed payloads ----------
+
+/** The sealed object (docs/security.md, "The sealed object"). */
+export interface Sealed {
+  v: number;
+  alg: string;
+  recipientKid: string;
+  senderKid: string;
+  ephemeralKey: string;
+  nonce: string;
+  ciphertext: string;
+  sig: string;
+}
+
+export const SEAL_ALG = "X25519-HKDF-SHA256-XChaCha20Poly1305-Ed25519";
+const SEAL_CONTEXT = utf8.encode("pigeon-seal-v1\x00");
+const SEAL_INFO = utf8.encode("pigeon-seal-v1 xchacha20poly1305 key");
+const SEALED_FIELDS = ["v", "alg", "recipientKid", "senderKid", "ephemeralKey", "nonce", "ciphertext", "sig"];
+
+/** Thrown when a sealed payload fails any check (which one is not said). */
+export class SealTamperedError extends PigeonError {
+  constructor() {
+    super("SEAL_TAMPERED", "seal: message authentication failed");
+  }
+}
+
+function header(recipientKid: string, senderKid: string, recipientPub: Uint8Array, senderPub: Uint8Array, eph: Uint8Array, nonce: Uint8Array): Uint8Array {
+  const fields = [utf8.encode(SEAL_ALG), utf8.encode(recipientKid), utf8.encode(senderKid), recipientPub, senderPub, eph, nonce];
+  let n = SEAL_CONTEXT.length;
+  for (const f of fields) n += 2 + f.length;
+  const h = new Uint8Array(n);
+  h.set(SEAL_CONTEXT, 0);
+  let o = SEAL_CONTEXT.length;
+  for (const f of fields) {
+    h[o] = f.length >> 8;
+    h[o + 1] = f.length & 0xff;
+    h.set(f, o + 2);
+    o += 2 + f.length;
+  }
+  return h;
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a, 0);
+  out.set(b, a.length);
+  return out;
+}
+
+function checkKid(k: unknown): k is string {
+  return typeof k === "string" && k.length > 0 && utf8.encode(k).length <= 128;
+}
+
+/**
+ * Seals plaintext for the recipient's X25519 public key and signs it with
+ * the sender's Ed25519 seed (seal.Seal).
+ */
+export function seal(plaintext: Uint8Array, recipientKid: string, recipientPub: Uint8Array | string, senderKid: string, senderSeed: Uint8Array | string): Sealed {
+  if (!checkKid(recipientKid) || !checkKid(senderKid)) throw new PigeonError("INVALID_ARGUMENT", "seal: kid must be 1 to 128 bytes");
+  const R = bytesOf(recipientPub, "recipient key", 32);
+  const seed = bytesOf(senderSeed, "sender seed", 32);
+  const e = randomBytes(32);
+  const E = x25519.getPublicKey(e);
+  let shared: Uint8Array;
+  try {
+    shared = x25519.getSharedSecret(e, R);
+  } catch {
+    throw new PigeonError("INVALID_ARGUMENT", "seal: recipient key is low order");
+  }
+  if (shared.every((b) => b === 0)) throw new PigeonError("INVALID_ARGUMENT", "seal: recipient key is low order");
+  const key = hkdf(sha256, shared, concat(E, R), SEAL_INFO, 32);
+  const nonce = randomBytes(24);
+  const h = header(recipientKid, senderKid, R, ed25519.getPublicKey(seed), E, nonce);
+  const ct = xchacha20poly1305(key, nonce, h).encrypt(plaintext);
+  const sig = ed25519.sign(concat(h, ct), seed);
+  return {
+    v: 1,
+    alg: SEAL_ALG,
+    recipientKid,
+    senderKid,
+    ephemeralKey: b64encode(E),
+    nonce: b64encode(nonce),
+    ciphertext: b64encode(ct),
+    sig: b64encode(sig),
+  };
+}
+
+/**
+ * Checks and decrypts a sealed object with the recipient's X25519 private
+ * key and the sender's Ed25519 public key (seal.Open): the signature first,
+ * then the decryption. Any failed check throws {@link SealTamperedError};
+ * an unknown version or algorithm throws SEAL_UNSUPPORTED.
+ */
+export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: Uint8Array | string): Uint8Array {
+  const spub = bytesOf(senderPub, "sender key", 32);
+  const rpriv = bytesOf(recipientPriv, "recipient key", 32);
+  if (!s || typeof s !== "object") throw new SealTamperedError();
+  if (s.v !== 1 || s.alg !== SEAL_ALG) throw new PigeonError("SEAL_UNSUPPORTED", `seal: unsupported v ${String(s.v)} alg ${String(s.alg)}`);
+  if (!checkKid(s.recipientKid) || !checkKid(s.senderKid)) throw new SealTamperedError();
+  let eph: Uint8Array, nonce: Uint8Array, ct: Uint8Array, sig: Uint8Array;
+  try {
+    eph = b64decode(s.ephemeralKey);
+    nonce = b64decode(s.nonce);
+    ct = b64decode(s.ciphertext);
+    sig = b64decode(s.sig);
+  } catch {
+    throw new SealTamperedError();
+  }
+  if (eph.length !== 32 || nonce.length !== 24 || ct.length < 16 || sig.length !== 64) throw new SealTamperedError();
+  const R = x25519.getPublicKey(rpriv);
+  const h = header(s.recipientKid, s.senderKid, R, spub, eph, nonce);
+  let ok = false;
+  try {
+    ok = ed25519.verify(sig, concat(h, ct), spub, { zip215: false });
+  } catch {
+    ok = false;
+  }
+  if (!ok) throw new SealTamperedError();
+  try {
+    const shared = x25519.getSharedSecret(rpriv, eph);
+    const key = hkdf(sha256, shared, concat(eph, R), SEAL_INFO, 32);
+    return xchacha20poly1305(key, nonce, h).decrypt(ct);
+  } catch {
+    throw new SealTamperedError();
+  }
+}
+
+/**
+ * Seals payload and returns message data holding the clear routing fields
+ * beside it: `{...clear, "sealed": {…}}` (seal.SealData). The clear fields
+ * are neither hidden nor covered by the seal; sign the envelope too.
+ */
+export function sealData(clear: Record<string, unknown>, payload: Uint8Array, recipientKid: string, recipientPub: Uint8Array | string, senderKid: string, senderSeed: Uint8Array | string): Record<string, unknown> {
+  if (Object.prototype.hasOwnProperty.call(clear, "sealed")) throw new PigeonError("INVALID_ARGUMENT", 'seal: clear fields must not include "sealed"');
+  return { ...clear, sealed: seal(payload, recipientKid, recipientPub, senderKid, senderSeed) };
+}
+
+/**
+ * Splits data built by sealData into its clear fields and the opened
+ * payload (seal.OpenData). Throws SEAL_NOT_SEALED when there is no sealed
+ * member; an unknown member inside the sealed object counts as tampering.
+ */
+export function openData(data: unknown, recipientPriv: Uint8Array | string, senderPub: Uint8Array | string): { clear: Record<string, unknown>; payload: Uint8Array } {
+  if (!data || typeof data !== "object" || Array.isArray(data)) throw new PigeonError("SEAL_NOT_SEALED", "seal: data is not a JSON object");
+  const { sealed, ...clear } = data as Record<string, unknown>;
+  if (sealed === undefined) throw new PigeonError("SEAL_NOT_SEALED", "seal: data has no sealed part");
+  if (!sealed || typeof sealed !== "object" || Array.isArray(sealed)) throw new SealTamperedError();
+  for (const k of Object.keys(sealed)) if (!SEALED_FIELDS.includes(k)) throw new SealTamperedError();
+  const payload = open(sealed as Sealed, recipientPriv, senderPub);
+  return { clear, payload };
+}
+
+/** UTF-8 bytes of a string (for payloads). */
+export function utf8Encode(s: string): Uint8Array {
+  return utf8.encode(s);
+}
+/** A string from UTF-8 bytes (refuses invalid UTF-8). */
+export function utf8Decode(b: Uint8Array): string {
+  return utf8d.decode(b);
+}
+
+/**
+ * Seals payload for a recipient's published keys (its valid `enc` key with
+ * the latest notBefore) as the sender: data ready for a message.
+ */
+export function sealFor(clear: Record<string, unknown>, payload: Uint8Array, recipientKeys: readonly PublicKey[], sender: KeyPair): Record<string, unknown> {
+  const k = selectKey(recipientKeys, "", "enc");
+  if (!k || k.alg !== "x25519") throw new PigeonError("INVALID_ARGUMENT", "the recipient has no valid encryption key");
+  return sealData(clear, payload, k.kid, k.key, sender.signingKid, sender.signingSeed);
+}
+
+/**
+ * Verifies a received message with its sender's published keys and opens
+ * its sealed payload with the recipient's keys.
+ */
+export function verifyAndOpen(m: Partial<Message>, senderKeys: readonly PublicKey[], recipient: KeyPair): { clear: Record<string, unknown>; payload: Uint8Array } {
+  verifyMessageWithKeys(m, senderKeys);
+  const sealed = (m.data as { sealed?: { senderKid?: string } } | undefined)?.sealed;
+  const kid = typeof sealed?.senderKid === "string" ? sealed.senderKid : "";
+  const k = selectKey(senderKeys, kid, "sig", typeof m.time === "string" ? Date.parse(m.time) : Date.now());
+  if (!k) throw new SealTamperedError();
+  return openData(m.data, recipient.encryptionPrivate, k.key);
+}

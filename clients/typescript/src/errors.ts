@@ -1,0 +1,191 @@
+/**
+ * Errors. Every failure of the client is a {@link PigeonError}: a stable
+ * `code` (the server's code, or one of the client's own below), a
+ * `message`, `details` (always an object; a gate's refusal carries `gate`
+ * and `decision`, a quarantined message `quarantineId`), the HTTP `status`
+ * of the code, and a `kind` that tells the families apart.
+ */
+
+/** The family of an error. */
+export type ErrorKind =
+  /** a gate or policy refused the message (403 family: INTENT_DENIED, REGION_DENIED, …) */
+  | "denial"
+  /** a gate refused and quarantined the message (details.quarantineId is set) */
+  | "quarantine"
+  /** the contract is missing, expired, revoked, stale, or cannot be negotiated */
+  | "contract"
+  /** the connection failed, dropped, or the server sent something unreadable */
+  | "transport"
+  /** the call was used after close(), or the session ended */
+  | "closed"
+  /** a request or call timed out */
+  | "timeout"
+  /** the credential was refused */
+  | "auth"
+  /** anything else: bad arguments, not found, rate limits, server errors */
+  | "other";
+
+/** Codes the client produces itself (the server never sends them). */
+export const ClientCodes = {
+  /** the connection dropped or could not be made */
+  SESSION_CLOSED: "SESSION_CLOSED",
+  /** the session was closed with close() */
+  CLOSED: "CLOSED",
+  /** a frame from the server could not be parsed or matched */
+  BAD_FRAME: "BAD_FRAME",
+  /** the client gave up waiting for an answer */
+  TIMEOUT: "TIMEOUT",
+} as const;
+
+const CONTRACT_CODES = new Set([
+  "CONTRACT_REQUIRED",
+  "CONTRACT_NOT_FOUND",
+  "CONTRACT_EXPIRED",
+  "CONTRACT_PRINCIPAL_MISMATCH",
+  "CONTRACT_STALE",
+  "CONTRACT_REVOKED",
+  "SUBJECT_NOT_IN_CONTRACT",
+  "OPERATION_NOT_IN_CONTRACT",
+  "NO_PERMITTED_SUBJECTS",
+  "GRANT_REVOKED",
+  "TOO_MANY_CONTRACTS",
+]);
+
+const DENIAL_CODES = new Set([
+  "FORBIDDEN",
+  "POLICY_DENIED",
+  "REPLAY_DENIED",
+  "REGION_DENIED",
+  "INTENT_DENIED",
+  "ACK_NOT_ALLOWED",
+  "SENSITIVE_FIELD_DENIED",
+  "RAW_PAN_DETECTED",
+  "IDEMPOTENCY_REQUIRED",
+  "CLASSIFICATION_DENIED",
+  "ENVELOPE_INVALID",
+  "SCHEMA_INVALID",
+  "DATA_QUALITY_FAILED",
+  "SIGNATURE_REQUIRED",
+  "SIGNATURE_INVALID",
+  "ENCRYPTION_REQUIRED",
+  "DELIVERY_EXHAUSTED",
+]);
+
+const STATUS: Record<string, number> = {
+  BAD_REQUEST: 400, DUPLICATE_KEY: 400, INVALID_UTF8: 400, SELECTOR_INVALID: 400, FILTER_INVALID: 400,
+  POLICY_INVALID: 400, INVALID_ARGUMENT: 400,
+  UNAUTHENTICATED: 401,
+  NOT_FOUND: 404, SUBJECT_NOT_FOUND: 404, MESSAGE_NOT_FOUND: 404, QUARANTINE_NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405, CONFLICT: 409, PAYLOAD_TOO_LARGE: 413,
+  SENSITIVE_FIELD_DENIED: 422, RAW_PAN_DETECTED: 422, IDEMPOTENCY_REQUIRED: 422, CLASSIFICATION_DENIED: 422,
+  ENVELOPE_INVALID: 422, SCHEMA_INVALID: 422, DATA_QUALITY_FAILED: 422, SIGNATURE_REQUIRED: 422,
+  SIGNATURE_INVALID: 422, ENCRYPTION_REQUIRED: 422, DELIVERY_EXHAUSTED: 422,
+  RATE_LIMITED: 429, TOO_MANY_CONTRACTS: 429,
+  SHUTTING_DOWN: 503, STORE_UNAVAILABLE: 503, SESSION_CLOSED: 503,
+  REQUEST_TIMEOUT: 504, TIMEOUT: 504,
+  STORE_FULL: 507,
+};
+
+/** The HTTP status of a code (docs/http.md, "Status by code"); 500 when unknown. */
+export function statusOf(code: string): number {
+  if (code in STATUS) return STATUS[code]!;
+  if (CONTRACT_CODES.has(code) || DENIAL_CODES.has(code)) return code === "TOO_MANY_CONTRACTS" ? 429 : 403;
+  return 500;
+}
+
+function kindOf(code: string, details: Record<string, unknown>): ErrorKind {
+  if (typeof details.quarantineId === "string" && details.quarantineId !== "") return "quarantine";
+  if (CONTRACT_CODES.has(code)) return "contract";
+  if (DENIAL_CODES.has(code)) return "denial";
+  switch (code) {
+    case "SESSION_CLOSED":
+    case "SHUTTING_DOWN":
+    case "BAD_FRAME":
+      return "transport";
+    case "CLOSED":
+      return "closed";
+    case "REQUEST_TIMEOUT":
+    case "TIMEOUT":
+      return "timeout";
+    case "UNAUTHENTICATED":
+      return "auth";
+  }
+  return "other";
+}
+
+/** Details of an error; always an object. */
+export interface ErrorDetails {
+  gate?: string;
+  quarantineId?: string;
+  decision?: Record<string, unknown>;
+  [k: string]: unknown;
+}
+
+/** The one error type of the client. */
+export class PigeonError extends Error {
+  override readonly name = "PigeonError";
+  readonly code: string;
+  readonly details: ErrorDetails;
+  readonly status: number;
+  readonly kind: ErrorKind;
+
+  constructor(code: string, message: string, details?: ErrorDetails | null, status?: number, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.details = details && typeof details === "object" ? details : {};
+    this.status = status ?? statusOf(code);
+    this.kind = kindOf(code, this.details);
+  }
+
+  /** The quarantine record's id when the message was quarantined. */
+  get quarantineId(): string | undefined {
+    return typeof this.details.quarantineId === "string" ? this.details.quarantineId : undefined;
+  }
+  /** The gate that refused the message, when a gate did. */
+  get gate(): string | undefined {
+    return typeof this.details.gate === "string" ? this.details.gate : undefined;
+  }
+  /** A gate or policy refused the message (whether or not it was also quarantined). */
+  get isDenial(): boolean { return this.kind === "denial" || this.kind === "quarantine"; }
+  get isQuarantine(): boolean { return this.kind === "quarantine"; }
+  get isContract(): boolean { return this.kind === "contract"; }
+  get isTransport(): boolean { return this.kind === "transport"; }
+  get isClosed(): boolean { return this.kind === "closed"; }
+  get isTimeout(): boolean { return this.kind === "timeout"; }
+
+  toJSON(): { code: string; message: string; details: ErrorDetails } {
+    return { code: this.code, message: this.message, details: this.details };
+  }
+}
+
+/** Builds a PigeonError from the wire form `{code, message, details}`. */
+export function fromWire(e: unknown, status?: number): PigeonError {
+  if (e && typeof e === "object") {
+    const o = e as { code?: unknown; message?: unknown; details?: unknown };
+    if (typeof o.code === "string" && o.code !== "") {
+      return new PigeonError(
+        o.code,
+        typeof o.message === "string" ? o.message : o.code,
+        o.details && typeof o.details === "object" && !Array.isArray(o.details) ? (o.details as ErrorDetails) : {},
+        status,
+      );
+    }
+  }
+  return new PigeonError(ClientCodes.BAD_FRAME, "error without a code from the server", { error: e as unknown }, status);
+}
+
+/** A transport error (the connection failed or dropped). */
+export function transportError(message: string, cause?: unknown, code: string = ClientCodes.SESSION_CLOSED): PigeonError {
+  return new PigeonError(code, message, {}, undefined, { cause });
+}
+
+/**
+ * Thrown (or returned as the rejection) by a handler to nack its delivery
+ * with a retry delay: the message comes back after `delayMs`.
+ */
+export class RetryAfter extends Error {
+  override readonly name = "RetryAfter";
+  constructor(readonly delayMs: number, readonly reason?: unknown) {
+    super(`retry after ${delayMs} ms`, { cause: reason });
+  }
+}

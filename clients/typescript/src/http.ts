@@ -1,0 +1,240 @@
+/**
+ * The HTTP client (docs/http.md), with the reference clients' surface:
+ * connect, publish, request, receive, subjects, audit, quarantine; plus
+ * ack, nack, replay, quarantine release, contract revocation, and the
+ * account, role, grant and key routes an admin uses.
+ *
+ * Concurrency contract: an HttpClient holds no connection of its own (each
+ * call is one fetch), so any number of calls may run at once. `connect`
+ * replaces the contract later calls use.
+ */
+import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
+import type { PublicKey } from "./crypto.js";
+import type { Contract, Decision, Message, ReplayOptions } from "./types.js";
+
+export interface HttpOptions {
+  /** x-pigeon-region of every call */
+  region?: string;
+  /** a fetch implementation (default: the global fetch) */
+  fetch?: typeof fetch;
+  /** per-call timeout in ms, besides a request's own (default 30 000) */
+  timeoutMs?: number;
+}
+
+/** Percent-encodes one path segment (principal ids hold "/" and ":"). */
+export const segment = (s: string): string => encodeURIComponent(s);
+
+/** An HTTP client for one bearer token. */
+export class HttpClient {
+  readonly baseUrl: string;
+  /** the contract of the last connect() */
+  contract: Contract | undefined;
+  private readonly fetchFn: typeof fetch;
+
+  constructor(baseUrl: string, private readonly token: string, private readonly options: HttpOptions = {}) {
+    const u = new URL(baseUrl);
+    if (u.protocol === "ws:") u.protocol = "http:";
+    if (u.protocol === "wss:") u.protocol = "https:";
+    this.baseUrl = u.origin;
+    this.fetchFn = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** One call: the parsed JSON body, or the server's typed error with its status. */
+  async call<T = any>(method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number } = {}): Promise<T> {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
+    if (this.options.region) headers["x-pigeon-region"] = this.options.region;
+    if (opts.contract) {
+      if (!this.contract) throw new PigeonError("CONTRACT_REQUIRED", "connect() first: no contract");
+      headers["x-pigeon-contract"] = this.contract.id;
+    }
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(), opts.timeoutMs ?? this.options.timeoutMs ?? 30_000);
+    let res: Response;
+    let text: string;
+    try {
+      res = await this.fetchFn(this.baseUrl + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: ctl.signal,
+      });
+      text = await res.text();
+    } catch (e) {
+      if (ctl.signal.aborted) throw new PigeonError(ClientCodes.TIMEOUT, `${method} ${path} timed out`);
+      throw transportError(`${method} ${path} failed: ${String((e as Error)?.message ?? e)}`, e);
+    } finally {
+      clearTimeout(timer);
+    }
+    let parsed: any;
+    try {
+      parsed = text === "" ? {} : JSON.parse(text);
+    } catch (e) {
+      throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) is not JSON`, {}, res.status, { cause: e });
+    }
+    if (!res.ok) {
+      if (parsed && parsed.error) throw fromWire(parsed.error, res.status);
+      throw new PigeonError("INTERNAL", `${method} ${path}: HTTP ${res.status}`, {}, res.status);
+    }
+    return parsed as T;
+  }
+
+  /** Negotiates a contract on `subjects` (POST /v1/contracts); later calls use it. */
+  async connect(subjects: string[], options: { ttl?: number } = {}): Promise<Contract> {
+    const body: Record<string, unknown> = { subjects };
+    if (options.ttl !== undefined) body.ttlMs = options.ttl;
+    const r = await this.call<{ contract: Contract }>("POST", "/v1/contracts", body);
+    this.contract = r.contract;
+    return r.contract;
+  }
+
+  /** Reads a contract (its holder only). */
+  async getContract(id = this.contract?.id ?? ""): Promise<Contract> {
+    return (await this.call<{ contract: Contract }>("GET", `/v1/contracts/${segment(id)}`)).contract;
+  }
+
+  /** Revokes a contract (its holder only); default: the current one. */
+  async revoke(id = this.contract?.id ?? ""): Promise<void> {
+    await this.call("DELETE", `/v1/contracts/${segment(id)}`);
+  }
+
+  /** Publishes one message: `accepted` (202) or `duplicate` (200), else the gate's error. */
+  async publish(message: Message): Promise<Decision> {
+    return this.call<Decision>("POST", "/v1/messages", message, { contract: true });
+  }
+
+  /**
+   * Publishes a request and waits for its reply (POST /v1/requests):
+   * REQUEST_TIMEOUT (504) when none comes within `timeout` ms.
+   */
+  async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
+    const body: Record<string, unknown> = { message };
+    if (options.timeout !== undefined) body.timeoutMs = options.timeout;
+    const r = await this.call<{ status: string; message: Message }>("POST", "/v1/requests", body, {
+      contract: true,
+      timeoutMs: (options.timeout ?? 30_000) + 10_000,
+    });
+    return r.message;
+  }
+
+  /** Pulls up to `max` messages; `ack: "explicit"` leases them until ack/nack. */
+  async receive(subject: string, options: { max?: number; ack?: "auto" | "explicit" } = {}): Promise<Message[]> {
+    return (await this.call<{ messages: Message[] }>("POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true })).messages;
+  }
+
+  /** Settles a message leased by an explicit receive. */
+  async ack(subject: string, messageId: string): Promise<void> {
+    await this.call("POST", `/v1/subjects/${segment(subject)}/ack`, { messageId }, { contract: true });
+  }
+
+  /** Gives a leased message back, due again after `delayMs`. */
+  async nack(subject: string, messageId: string, options: { delayMs?: number } = {}): Promise<void> {
+    await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, { messageId, ...options }, { contract: true });
+  }
+
+  /** Returns retained messages in sequence order. */
+  async replay(subject: string, options: ReplayOptions = {}): Promise<Message[]> {
+    return (await this.call<{ messages: Message[] }>("POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true })).messages;
+  }
+
+  /** The catalog. */
+  async subjects(): Promise<Record<string, unknown>[]> {
+    return (await this.call<{ subjects: Record<string, unknown>[] }>("GET", "/v1/subjects")).subjects;
+  }
+
+  /** Hash-chained audit records (role auditor). */
+  async audit(options: { from?: number; max?: number } = {}): Promise<Record<string, any>[]> {
+    return (await this.call<{ records: Record<string, any>[] }>("GET", `/v1/audit${query(options)}`)).records;
+  }
+
+  /** Quarantined messages, redacted (role auditor). */
+  async quarantine(options: { since?: string; max?: number } = {}): Promise<Record<string, any>[]> {
+    return (await this.call<{ records: Record<string, any>[] }>("GET", `/v1/quarantine${query(options)}`)).records;
+  }
+
+  /** One quarantine record (role auditor). */
+  async quarantineRecord(id: string): Promise<Record<string, any>> {
+    return (await this.call<{ record: Record<string, any> }>("GET", `/v1/quarantine/${segment(id)}`)).record;
+  }
+
+  /** Re-publishes a quarantined message through every gate under this client's contract. */
+  async release(id: string): Promise<Decision> {
+    return this.call<Decision>("POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true });
+  }
+
+  // ---------- accounts, roles, grants, keys ----------
+
+  /** Creates an account (admin); `ifMissing` tolerates 409 CONFLICT. */
+  async createAccount(id: string, options: { attributes?: Record<string, string>; roles?: string[]; ifMissing?: boolean } = {}): Promise<Record<string, any> | undefined> {
+    const { ifMissing, ...rest } = options;
+    try {
+      return (await this.call<{ account: Record<string, any> }>("POST", "/v1/accounts", { id, ...rest })).account;
+    } catch (e) {
+      if (ifMissing && e instanceof PigeonError && e.status === 409) return undefined;
+      throw e;
+    }
+  }
+
+  /** Defines a role (admin). */
+  async putRole(name: string, permissions: { subject: string; operations: string[]; selector?: string }[]): Promise<Record<string, any>> {
+    return (await this.call<{ role: Record<string, any> }>("PUT", `/v1/roles/${segment(name)}`, { permissions })).role;
+  }
+
+  /** Gives an account a role (admin). */
+  async addRole(account: string, role: string): Promise<void> {
+    await this.call("PUT", `/v1/accounts/${segment(account)}/roles/${segment(role)}`);
+  }
+
+  /** Takes a role from an account (admin). */
+  async removeRole(account: string, role: string): Promise<void> {
+    await this.call("DELETE", `/v1/accounts/${segment(account)}/roles/${segment(role)}`);
+  }
+
+  /** Issues a grant token for some of an account's roles (admin). */
+  async issueGrant(account: string, roles: string[], options: { ttl?: number } = {}): Promise<{ token: string; jti: string; expiresAt: string }> {
+    const body: Record<string, unknown> = { account, roles };
+    if (options.ttl !== undefined) body.ttlMs = options.ttl;
+    return this.call("POST", "/v1/grants", body);
+  }
+
+  /** Publishes an account's public keys (the account itself or an admin). */
+  async publishKeys(account: string, keys: PublicKey[]): Promise<void> {
+    await this.call("PUT", `/v1/accounts/${segment(account)}/keys`, { keys });
+  }
+
+  /** An account's published keys (any authenticated principal). */
+  async fetchKeys(account: string): Promise<PublicKey[]> {
+    return (await this.call<{ keys: PublicKey[] }>("GET", `/v1/accounts/${segment(account)}/keys`)).keys;
+  }
+}
+
+/**
+ * Caches accounts' published keys for `ttlMs` (default 5 min). A signature
+ * whose kid the cached keys do not know refetches once (`refresh`).
+ */
+export class KeyCache {
+  private readonly cache = new Map<string, { at: number; keys: Promise<PublicKey[]> }>();
+  constructor(private readonly client: HttpClient, private readonly ttlMs = 300_000) {}
+
+  /** The account's keys, from the cache when fresh. */
+  get(account: string): Promise<PublicKey[]> {
+    const hit = this.cache.get(account);
+    if (hit && Date.now() - hit.at < this.ttlMs) return hit.keys;
+    return this.refresh(account);
+  }
+
+  /** Fetches the account's keys again. */
+  refresh(account: string): Promise<PublicKey[]> {
+    const keys = this.client.fetchKeys(account);
+    this.cache.set(account, { at: Date.now(), keys });
+    keys.catch(() => this.cache.delete(account));
+    return keys;
+  }
+}
+
+function query(o: Record<string, unknown>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) q.set(k, String(v));
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}

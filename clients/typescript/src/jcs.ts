@@ -1,0 +1,119 @@
+/**
+ * RFC 8785 JSON Canonicalization Scheme (JCS) over parsed JSON values.
+ *
+ * It refuses, as the Go side does, what JCS cannot represent faithfully:
+ * strings holding lone surrogates, non-finite numbers, values that are not
+ * JSON (undefined, functions, symbols, bigints, class instances other than
+ * plain objects and arrays), and nesting deeper than 10000. Duplicate member
+ * names cannot occur in a parsed value; {@link parseStrict} refuses them in
+ * text.
+ */
+import { PigeonError } from "./errors.js";
+
+const MAX_DEPTH = 10000;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function refuse(msg: string): never {
+  throw new PigeonError("ENVELOPE_INVALID", `data has no canonical form: ${msg}`);
+}
+
+function str(s: string): string {
+  if (LONE_SURROGATE.test(s)) refuse("a string holds a lone surrogate");
+  // JSON.stringify escapes exactly as JCS does for well-formed strings:
+  // \" \\ \b \f \n \r \t, other controls as \u00xx (lowercase), the rest literal.
+  return JSON.stringify(s);
+}
+
+function num(n: number): string {
+  if (!Number.isFinite(n)) refuse("a number is not finite");
+  // ECMAScript's Number-to-String is JCS's number form; -0 is "0".
+  return Object.is(n, -0) ? "0" : String(n);
+}
+
+function write(v: unknown, depth: number, out: string[]): void {
+  if (depth > MAX_DEPTH) refuse("nesting deeper than 10000");
+  if (v === null) { out.push("null"); return; }
+  switch (typeof v) {
+    case "boolean": out.push(v ? "true" : "false"); return;
+    case "number": out.push(num(v)); return;
+    case "string": out.push(str(v)); return;
+    case "object": break;
+    default: refuse(`a ${typeof v} is not JSON`);
+  }
+  if (Array.isArray(v)) {
+    out.push("[");
+    for (let i = 0; i < v.length; i++) {
+      if (i > 0) out.push(",");
+      write(v[i], depth + 1, out);
+    }
+    out.push("]");
+    return;
+  }
+  const proto = Object.getPrototypeOf(v);
+  if (proto !== Object.prototype && proto !== null) refuse("a value is not a plain object");
+  // Sort by UTF-16 code units: the default sort of JS strings.
+  const keys = Object.keys(v as object).sort();
+  out.push("{");
+  let first = true;
+  for (const k of keys) {
+    const x = (v as Record<string, unknown>)[k];
+    if (x === undefined) continue;
+    if (!first) out.push(",");
+    first = false;
+    out.push(str(k), ":");
+    write(x, depth + 1, out);
+  }
+  out.push("}");
+}
+
+/** The JCS text of a parsed JSON value; throws ENVELOPE_INVALID when it has none. */
+export function canonicalize(value: unknown): string {
+  const out: string[] = [];
+  write(value, 0, out);
+  return out.join("");
+}
+
+/**
+ * Parses JSON text as JSON.parse does, but refuses an object with two
+ * members of one name (at any depth) and lone surrogate escapes, as the
+ * server does (DUPLICATE_KEY, INVALID_UTF8).
+ */
+export function parseStrict(text: string): unknown {
+  const value = JSON.parse(text, function (this: unknown, _k, v) {
+    return v;
+  });
+  checkText(text);
+  return value;
+}
+
+// checkText scans JSON text (already known valid) for duplicate member
+// names and lone surrogate escapes.
+function checkText(t: string): void {
+  const stack: (Set<string> | null)[] = [];
+  let i = 0;
+  let expectKey = false;
+  while (i < t.length) {
+    const c = t[i]!;
+    if (c === "{") { stack.push(new Set()); expectKey = true; i++; continue; }
+    if (c === "[") { stack.push(null); expectKey = false; i++; continue; }
+    if (c === "}" || c === "]") { stack.pop(); i++; continue; }
+    if (c === ",") { expectKey = stack.length > 0 && stack[stack.length - 1] !== null; i++; continue; }
+    if (c === ":") { expectKey = false; i++; continue; }
+    if (c === '"') {
+      let j = i + 1;
+      while (t[j] !== '"') j += t[j] === "\\" ? 2 : 1;
+      const raw = t.slice(i, j + 1);
+      const s = JSON.parse(raw) as string;
+      if (LONE_SURROGATE.test(s)) throw new PigeonError("INVALID_UTF8", "a string escapes a lone surrogate");
+      if (expectKey) {
+        const set = stack[stack.length - 1]!;
+        if (set.has(s)) throw new PigeonError("DUPLICATE_KEY", "an object has two members of one name");
+        set.add(s);
+        expectKey = false;
+      }
+      i = j + 1;
+      continue;
+    }
+    i++;
+  }
+}

@@ -1,0 +1,188 @@
+// The conformance harness (clients/conformance/README.md): builds the server
+// once (or takes PIGEON_BIN), starts it on a free 127.0.0.1 port with the
+// conformance catalog and tokens, and records which scenarios ran.
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, existsSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+
+export const CLIENT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+export const ROOT = resolve(CLIENT, "../..");
+export const CONFORMANCE = join(ROOT, "clients/conformance");
+
+let bin;
+/** The server binary: PIGEON_BIN, else built once into a temporary folder. */
+export function pigeonBin() {
+  if (bin) return bin;
+  if (process.env.PIGEON_BIN) return (bin = process.env.PIGEON_BIN);
+  const dir = mkdtempSync(join(tmpdir(), "pigeon-ts-bin-"));
+  bin = join(dir, "pigeon");
+  execFileSync("go", ["build", "-o", bin, "./cmd/pigeon"], { cwd: ROOT, stdio: "inherit" });
+  return bin;
+}
+
+export function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** One `pigeon serve` process. */
+export class Server {
+  constructor(port, data) {
+    this.port = port;
+    this.data = data;
+    this.proc = undefined;
+    this.log = [];
+  }
+  get http() {
+    return `http://127.0.0.1:${this.port}`;
+  }
+  get ws() {
+    return `ws://127.0.0.1:${this.port}/v1/ws`;
+  }
+
+  /** Starts a server; `durable` gives it a temporary data folder. */
+  static async start({ durable = false } = {}) {
+    const s = new Server(await freePort(), durable ? mkdtempSync(join(tmpdir(), "pigeon-ts-data-")) : "");
+    await s.run();
+    return s;
+  }
+
+  async run() {
+    const args = [
+      "serve",
+      "--addr", `127.0.0.1:${this.port}`,
+      "--data", this.data,
+      "--policies", join(CONFORMANCE, "policies"),
+      "--tokens", join(CONFORMANCE, "tokens.yaml"),
+    ];
+    const p = spawn(pigeonBin(), args, { stdio: ["ignore", "pipe", "pipe"] });
+    this.proc = p;
+    const keep = (b) => {
+      this.log.push(b.toString());
+      if (this.log.length > 200) this.log.shift();
+    };
+    p.stdout.on("data", keep);
+    p.stderr.on("data", keep);
+    const exited = new Promise((r) => p.once("exit", (code, sig) => r({ code, sig })));
+    this.exited = exited;
+    const deadline = Date.now() + 15_000;
+    while (Date.now() < deadline) {
+      if (p.exitCode !== null || p.signalCode !== null) break;
+      try {
+        const r = await fetch(`${this.http}/health`);
+        if (r.status === 200) return;
+      } catch {
+        /* not up yet */
+      }
+      await sleep(50);
+    }
+    throw new Error(`pigeon serve did not come up on ${this.port}:\n${this.log.join("")}`);
+  }
+
+  /** Kills the process with sig and waits for it to exit. */
+  async kill(sig = "SIGKILL") {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.proc.kill(sig);
+    await this.exited;
+  }
+
+  /** SIGTERM, and removes a temporary data folder. */
+  async stop() {
+    await this.kill("SIGTERM");
+    if (this.data && existsSync(this.data)) rmSync(this.data, { recursive: true, force: true });
+  }
+}
+
+let shared;
+/** The server most scenarios share (in memory). */
+export async function sharedServer() {
+  shared ??= Server.start();
+  return shared;
+}
+export async function stopShared() {
+  if (shared) await (await shared).stop();
+}
+
+export const scenarios = JSON.parse(readFileSync(join(CONFORMANCE, "scenarios.json"), "utf8")).scenarios;
+export const ran = new Set();
+
+/**
+ * A test for one scenario of scenarios.json, named by its id; it records
+ * the id when the scenario passes.
+ */
+export function scenario(id, fn, options = {}) {
+  if (!scenarios.some((s) => s.id === id && s.clients.includes("typescript"))) {
+    throw new Error(`scenario ${id} is not listed for typescript`);
+  }
+  test(`scenario ${id}`, { timeout: options.timeout ?? 60_000 }, async (t) => {
+    await fn(t);
+    ran.add(id);
+  });
+}
+
+let n = 0;
+/** A unique tag for keys and ids of this run. */
+export function uniq(prefix = "ts") {
+  n++;
+  return `${prefix}-${process.pid}-${Date.now().toString(36)}-${n}`;
+}
+
+/** Waits until cond() is true, polling, or throws after ms. */
+export async function until(cond, ms = 5_000, what = "condition") {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await cond()) return;
+    await sleep(20);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+export { sleep };
+
+// ---------- messages of the catalog ----------
+
+export function payment(over = {}, data = {}) {
+  return {
+    type: "payment.authorization.requested",
+    subject: "payments.authorize",
+    intent: "authorize_payment",
+    idempotencyKey: uniq("pay"),
+    classification: "pci",
+    ...over,
+    data: { merchantId: "m-1", orderId: uniq("o"), amount: 42.5, currency: "GBP", paymentToken: "tok_abc", ...data },
+  };
+}
+
+export function notification(tag, over = {}) {
+  return {
+    type: "notification.send.requested",
+    subject: "notifications.send",
+    intent: "send_notification",
+    idempotencyKey: uniq("ntf"),
+    classification: "pii",
+    ...over,
+    data: { recipientId: tag, channel: "email", templateId: "welcome" },
+  };
+}
+
+export function telemetry(kind, site, value) {
+  return { type: "telemetry.reading", subject: "events.telemetry", intent: "report", data: { kind, site, value } };
+}
+
+export const PRINCIPALS = {
+  alice: "spiffe://conformance/ns/chat/sa/alice",
+  bob: "spiffe://conformance/ns/chat/sa/bob",
+  admin: "spiffe://merchant-prod/ns/ops/sa/admin",
+};

@@ -1,0 +1,133 @@
+// The HTTP client.
+import assert from "node:assert/strict";
+import { connect, HttpClient, PigeonError } from "../../dist/index.js";
+import { scenario, sharedServer, payment, notification, uniq, PRINCIPALS } from "../harness.mjs";
+
+scenario("http.publish", async () => {
+  const srv = await sharedServer();
+  const c = new HttpClient(srv.http, "checkout-token");
+  const contract = await c.connect(["payments.authorize"]);
+  assert.match(contract.id, /^ctr_/);
+  const m = payment();
+  const first = await c.publish(m);
+  assert.equal(first.status, "accepted");
+  const again = await c.publish(m);
+  assert.equal(again.status, "duplicate");
+  assert.equal(again.message.id, first.message.id);
+  await assert.rejects(c.publish(payment({}, { paymentToken: "4111111111111111" })), (e) => {
+    assert.ok(e instanceof PigeonError);
+    assert.equal(e.code, "RAW_PAN_DETECTED");
+    assert.equal(e.status, 422);
+    assert.match(e.details.quarantineId, /^qr_/);
+    assert.equal(e.kind, "quarantine");
+    return true;
+  });
+});
+
+scenario("http.receive_ack", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("http");
+  const orders = new HttpClient(srv.http, "orders-token");
+  await orders.connect(["notifications.send"]);
+  const seqs = [];
+  for (let i = 0; i < 3; i++) seqs.push((await orders.publish(notification(tag))).message.sequence);
+  const n = new HttpClient(srv.http, "notifier-token");
+  await n.connect(["notifications.send"]);
+  const got = [];
+  for (let round = 0; round < 20 && got.length < 3; round++) {
+    const ms = await n.receive("notifications.send", { max: 50, ack: "explicit" });
+    for (const m of ms) {
+      await n.ack("notifications.send", m.id);
+      if (m.data.recipientId === tag) got.push(m.sequence);
+    }
+    if (ms.length === 0) break;
+  }
+  assert.deepEqual(got.sort((a, b) => a - b), seqs);
+  // A nack of a message not leased to the caller is refused with a typed error.
+  await assert.rejects(n.nack("notifications.send", "msg_nonexistent"), (e) => e instanceof PigeonError && e.status === 404);
+  const ops = new HttpClient(srv.http, "notify-replay-token");
+  await ops.connect(["notifications.send"]);
+  await assert.rejects(ops.replay("notifications.send", { fromSequence: seqs[0] }), (e) => e.code === "REPLAY_DENIED" && e.status === 403);
+  const replayed = await ops.replay("notifications.send", { reason: "conformance", fromSequence: seqs[0], toSequence: seqs[2] });
+  assert.deepEqual(replayed.map((m) => m.sequence), seqs);
+});
+
+scenario("http.subjects_audit_quarantine", async () => {
+  const srv = await sharedServer();
+  const anyone = new HttpClient(srv.http, "checkout-token");
+  const names = (await anyone.subjects()).map((s) => s.name);
+  for (const n of ["chat.messages", "events.telemetry", "notifications.send", "payments.authorize"]) assert.ok(names.includes(n), n);
+
+  // A raw PAN, quarantined.
+  await anyone.connect(["payments.authorize"]);
+  const qid = await anyone.publish(payment({}, { paymentToken: "4111111111111111" })).then(
+    () => assert.fail("accepted a raw PAN"),
+    (e) => e.quarantineId,
+  );
+
+  const auditor = new HttpClient(srv.http, "auditor-token");
+  const records = await auditor.audit();
+  assert.ok(records.length > 1);
+  for (let i = 1; i < records.length; i++) {
+    assert.equal(records[i].prevHash, records[i - 1].hash, `chain at ${records[i].seq}`);
+    assert.equal(records[i].seq, records[i - 1].seq + 1);
+  }
+  const q = await auditor.quarantine();
+  const rec = q.find((r) => r.id === qid);
+  assert.ok(rec, "the raw-PAN record is listed");
+  assert.equal(rec.code, "RAW_PAN_DETECTED");
+  assert.equal(rec.message.data.paymentToken, "[REDACTED]");
+  assert.ok(!JSON.stringify(q).includes("4111111111111111"), "no PAN anywhere");
+  await assert.rejects(new HttpClient(srv.http, "checkout-token").audit(), (e) => e.code === "FORBIDDEN" && e.status === 403);
+
+  // The admin releases it: its account gets the auditor role and a role
+  // that may publish payments, and it negotiates a contract to publish under.
+  const admin = new HttpClient(srv.http, "admin-token");
+  const role = uniq("payments-releaser");
+  await admin.putRole(role, [{ subject: "payments.authorize", operations: ["publish"] }]);
+  await admin.createAccount(PRINCIPALS.admin, { ifMissing: true });
+  await admin.addRole(PRINCIPALS.admin, "auditor");
+  await admin.addRole(PRINCIPALS.admin, role);
+  await admin.connect(["payments.authorize"]);
+  let outcome;
+  try {
+    outcome = (await admin.release(qid)).status;
+  } catch (e) {
+    assert.ok(e instanceof PigeonError, String(e));
+    assert.ok(e.kind === "denial" || e.kind === "quarantine", `${e.code}: ${e.message}`);
+    outcome = e.code;
+  }
+  assert.ok(outcome, "released: accepted or refused with its code");
+  await assert.rejects(admin.release(qid), (e) => e.code === "BAD_REQUEST" && e.status === 400);
+});
+
+scenario("http.request", async () => {
+  const srv = await sharedServer();
+  const c = new HttpClient(srv.http, "checkout-token");
+  await c.connect(["payments.authorize"]);
+  await assert.rejects(c.request(payment(), { timeout: 300 }), (e) => {
+    assert.ok(e instanceof PigeonError, String(e));
+    assert.equal(e.code, "REQUEST_TIMEOUT");
+    assert.equal(e.status, 504);
+    return true;
+  });
+  const gw = await connect(srv.ws, "gateway-token", ["payments.authorize"]);
+  try {
+    await gw.subscribe("payments.authorize", async (m) => {
+      await gw.publish({
+        type: "payment.authorization.result",
+        subject: "payments.authorize",
+        intent: "authorize_payment",
+        classification: "pci",
+        correlationId: m.id,
+        data: { approved: true, orderId: m.data.orderId },
+      });
+    });
+    const req = payment();
+    const reply = await c.request(req, { timeout: 5000 });
+    assert.equal(reply.data.approved, true);
+    assert.equal(reply.data.orderId, req.data.orderId);
+  } finally {
+    await gw.close();
+  }
+});

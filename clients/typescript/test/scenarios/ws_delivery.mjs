@@ -1,0 +1,307 @@
+// Subscriptions, work queues, nacks, request/reply, pull, replay, grants and pipelining.
+import assert from "node:assert/strict";
+import { connect, HttpClient, PigeonError, RetryAfter } from "../../dist/index.js";
+import { scenario, sharedServer, notification, telemetry, uniq, until, sleep } from "../harness.mjs";
+
+const mine = (tag) => (m) => m.data && m.data.recipientId === tag;
+
+scenario("subscribe.selector", async () => {
+  const srv = await sharedServer();
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const got = [];
+    await monitor.subscribe("events.telemetry", (m) => void got.push(m), { selector: "/kind=temp/site=lab" });
+    const v = Math.random();
+    for (const [k, s, x] of [["temp", "lab", v], ["temp", "roof", v + 1], ["humidity", "lab", v + 2], ["temp", "lab", v + 3]]) {
+      await sensor.publish(telemetry(k, s, x));
+    }
+    await until(() => got.length >= 2, 5000, "two temp@lab messages");
+    await sleep(300);
+    assert.equal(got.length, 2);
+    assert.deepEqual(got.map((m) => m.data.value), [v, v + 3]);
+    assert.ok(got.every((m) => m.data.kind === "temp" && m.data.site === "lab"));
+    assert.ok(got[0].sequence < got[1].sequence);
+  } finally {
+    await Promise.all([monitor.close(), sensor.close()]);
+  }
+});
+
+scenario("workqueue.competing", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("wq");
+  const group = uniq("grp");
+  const a = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const b = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  try {
+    const seen = { a: [], b: [] };
+    const h = (who) => async (m) => {
+      if (mine(tag)(m)) seen[who].push(m.idempotencyKey);
+      await sleep(10);
+    };
+    // A window of one delivery each: the members take turns.
+    await a.subscribe("notifications.send", h("a"), { group, maxInFlight: 1, window: 1 });
+    await b.subscribe("notifications.send", h("b"), { group, maxInFlight: 1, window: 1 });
+    const keys = [];
+    await Promise.all(
+      Array.from({ length: 20 }, () => {
+        const m = notification(tag);
+        keys.push(m.idempotencyKey);
+        return orders.publish(m);
+      }),
+    );
+    await until(() => seen.a.length + seen.b.length >= 20, 10_000, "20 notifications");
+    await sleep(300);
+    const all = [...seen.a, ...seen.b];
+    assert.equal(all.length, 20, "each handled exactly once");
+    assert.deepEqual([...new Set(all)].sort(), [...keys].sort());
+    assert.ok(seen.a.length >= 1 && seen.b.length >= 1, `both handle some: ${seen.a.length}/${seen.b.length}`);
+  } finally {
+    await Promise.all([a.close(), b.close(), orders.close()]);
+  }
+});
+
+scenario("nack.redelivery", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("nack");
+  const n = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  try {
+    const attempts = [];
+    await n.subscribe(
+      "notifications.send",
+      (m, d) => {
+        if (!mine(tag)(m)) return;
+        attempts.push(d.attempt);
+        if (d.attempt === 1) throw new RetryAfter(50, new Error("first try fails"));
+      },
+      { group: uniq("grp") },
+    );
+    await orders.publish(notification(tag));
+    await until(() => attempts.length >= 2, 5000, "redelivery");
+    await sleep(300);
+    assert.deepEqual(attempts, [1, 2]);
+  } finally {
+    await Promise.all([n.close(), orders.close()]);
+  }
+});
+
+scenario("handler.throws_nacks", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("throw");
+  const n = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  try {
+    const msgs = [notification(tag), notification(tag), notification(tag)];
+    const bad = msgs[1].idempotencyKey;
+    const seen = new Map();
+    await n.subscribe(
+      "notifications.send",
+      (m, d) => {
+        if (!mine(tag)(m)) return;
+        seen.set(m.idempotencyKey, [...(seen.get(m.idempotencyKey) ?? []), d.attempt]);
+        if (m.idempotencyKey === bad && d.attempt === 1) throw new Error("handler failure");
+      },
+      { group: uniq("grp"), maxInFlight: 4 },
+    );
+    for (const m of msgs) await orders.publish(m);
+    await until(() => (seen.get(bad) ?? []).length >= 2 && seen.size === 3, 5000, "the failed one again");
+    await sleep(300);
+    assert.deepEqual(seen.get(bad), [1, 2]);
+    assert.deepEqual(seen.get(msgs[0].idempotencyKey), [1]);
+    assert.deepEqual(seen.get(msgs[2].idempotencyKey), [1]);
+  } finally {
+    await Promise.all([n.close(), orders.close()]);
+  }
+});
+
+function paymentRequest() {
+  return {
+    type: "payment.authorization.requested",
+    subject: "payments.authorize",
+    intent: "authorize_payment",
+    idempotencyKey: uniq("req"),
+    classification: "pci",
+    data: { merchantId: "m-1", orderId: uniq("o"), amount: 10, currency: "GBP", paymentToken: "tok_req" },
+  };
+}
+
+scenario("request.reply", async () => {
+  const srv = await sharedServer();
+  const gw = await connect(srv.ws, "gateway-token", ["payments.authorize"]);
+  const checkout = await connect(srv.ws, "checkout-token", ["payments.authorize"]);
+  try {
+    await gw.subscribe("payments.authorize", async (m) => {
+      await gw.publish({
+        type: "payment.authorization.result",
+        subject: "payments.authorize",
+        intent: "authorize_payment",
+        classification: "pci",
+        correlationId: m.id,
+        data: { approved: true, orderId: m.data.orderId },
+      });
+    });
+    const req = paymentRequest();
+    const reply = await checkout.request(req, { timeout: 5000 });
+    assert.equal(reply.type, "payment.authorization.result");
+    assert.equal(reply.data.approved, true);
+    assert.equal(reply.data.orderId, req.data.orderId);
+    assert.ok(reply.correlationId);
+  } finally {
+    await Promise.all([gw.close(), checkout.close()]);
+  }
+});
+
+scenario("request.timeout", async () => {
+  const srv = await sharedServer();
+  const checkout = await connect(srv.ws, "checkout-token", ["payments.authorize"]);
+  try {
+    const t0 = Date.now();
+    await assert.rejects(checkout.request(paymentRequest(), { timeout: 300 }), (e) => {
+      assert.ok(e instanceof PigeonError);
+      assert.equal(e.code, "REQUEST_TIMEOUT");
+      assert.equal(e.kind, "timeout");
+      return true;
+    });
+    assert.ok(Date.now() - t0 < 5000, "promptly");
+  } finally {
+    await checkout.close();
+  }
+});
+
+scenario("receive.pull", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("pull");
+  const n = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  try {
+    const keys = [];
+    for (let i = 0; i < 3; i++) {
+      const m = notification(tag);
+      keys.push(m.idempotencyKey);
+      await orders.publish(m);
+    }
+    const got = [];
+    const deadline = Date.now() + 5000;
+    while (got.length < 3 && Date.now() < deadline) {
+      const batch = await n.receive("notifications.send", { max: 10 });
+      assert.ok(batch.length <= 10);
+      for (const m of batch) {
+        await n.ack("notifications.send", m.id);
+        if (mine(tag)(m)) got.push(m);
+      }
+      if (batch.length === 0) await sleep(50);
+    }
+    assert.deepEqual(got.map((m) => m.idempotencyKey).sort(), [...keys].sort());
+    const again = await n.receive("notifications.send", { max: 10 });
+    const ids = new Set(got.map((m) => m.id));
+    assert.ok(!again.some((m) => ids.has(m.id)), "acked messages are not received again");
+    for (const m of again) await n.ack("notifications.send", m.id);
+  } finally {
+    await Promise.all([n.close(), orders.close()]);
+  }
+});
+
+scenario("replay.reason_required", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("replay");
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  const ops = await connect(srv.ws, "notify-replay-token", ["notifications.send"]);
+  try {
+    const seqs = [];
+    for (let i = 0; i < 4; i++) seqs.push((await orders.publish(notification(tag))).message.sequence);
+    await assert.rejects(ops.replay("notifications.send", { fromSequence: seqs[0] }), (e) => e.code === "REPLAY_DENIED" && e.kind === "denial");
+    const got = await ops.replay("notifications.send", { reason: "conformance: resend", fromSequence: seqs[1], toSequence: seqs[3] });
+    assert.deepEqual(got.map((m) => m.sequence), seqs.slice(1));
+    assert.ok(got.every(mine(tag)));
+  } finally {
+    await Promise.all([orders.close(), ops.close()]);
+  }
+});
+
+scenario("grant.role_removed", async () => {
+  const srv = await sharedServer();
+  const admin = new HttpClient(srv.http, "admin-token");
+  const account = `spiffe://conformance/ns/ts/sa/${uniq("reader")}`;
+  const role = uniq("telemetry-reader");
+  await admin.createAccount(account, { ifMissing: true });
+  await admin.putRole(role, [{ subject: "events.telemetry", operations: ["receive", "ack"] }]);
+  await admin.addRole(account, role);
+  const { token } = await admin.issueGrant(account, [role]);
+  const reader = await connect(srv.ws, token, ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const got = [];
+    const sub = await reader.subscribe("events.telemetry", (m) => void got.push(m.data.value));
+    const v = Math.random();
+    await sensor.publish(telemetry("grant", "lab", v));
+    await until(() => got.includes(v), 5000, "the first message");
+    await admin.removeRole(account, role);
+    await sensor.publish(telemetry("grant", "lab", v + 1));
+    const end = await Promise.race([sub.done.then(() => "resolved", (e) => e), sleep(5000).then(() => "hang")]);
+    assert.ok(end instanceof PigeonError, `subscription ended with ${end}`);
+    assert.equal(end.code, "GRANT_REVOKED");
+    await sensor.publish(telemetry("grant", "lab", v + 2));
+    await sleep(200);
+    assert.deepEqual(got, [v]);
+  } finally {
+    await Promise.all([reader.close(), sensor.close()]);
+  }
+});
+
+scenario("pipelined.publish", async () => {
+  const srv = await sharedServer();
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const ds = await Promise.all(Array.from({ length: 1000 }, (_, i) => sensor.publish(telemetry("pipe", "lab", i))));
+    assert.equal(ds.length, 1000);
+    assert.ok(ds.every((d) => d.status === "accepted"));
+    assert.equal(new Set(ds.map((d) => d.message.id)).size, 1000);
+    for (let i = 1; i < ds.length; i++) assert.ok(ds[i].message.sequence > ds[i - 1].message.sequence, `sequence ${i}`);
+    assert.deepEqual(ds.map((d) => d.message.data.value), Array.from({ length: 1000 }, (_, i) => i));
+  } finally {
+    await sensor.close();
+  }
+});
+
+scenario("session.closed", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("close");
+  const n = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  const group = uniq("grp");
+  try {
+    let started = 0;
+    let finished = 0;
+    await n.subscribe(
+      "notifications.send",
+      async (m) => {
+        if (!mine(tag)(m)) return;
+        started++;
+        await sleep(300);
+        finished++;
+      },
+      { group },
+    );
+    await orders.publish(notification(tag));
+    await until(() => started === 1, 5000, "the handler to start");
+    await n.close();
+    assert.equal(finished, 1, "close() waited for the running handler");
+    for (const p of [n.publish(notification(tag)), n.subscribe("notifications.send", () => {}), n.receive("notifications.send")]) {
+      await assert.rejects(p, (e) => e instanceof PigeonError && e.code === "CLOSED" && e.kind === "closed");
+    }
+    // Its ack went out before the connection closed: the group has nothing to redeliver.
+    const other = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+    try {
+      const again = [];
+      await other.subscribe("notifications.send", (m) => void (mine(tag)(m) && again.push(m)), { group });
+      await sleep(2500);
+      assert.equal(again.length, 0);
+    } finally {
+      await other.close();
+    }
+  } finally {
+    await orders.close();
+  }
+});

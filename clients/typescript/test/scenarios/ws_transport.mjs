@@ -1,0 +1,104 @@
+// Connection loss, unreadable frames and reconnecting after a server restart.
+import assert from "node:assert/strict";
+import { WebSocketServer } from "ws";
+import { connect, PigeonError } from "../../dist/index.js";
+import { scenario, Server, telemetry, until, sleep, freePort, payment } from "../harness.mjs";
+
+scenario("transport.server_closes", async () => {
+  const srv = await Server.start();
+  try {
+    const s = await connect(srv.ws, "checkout-token", ["payments.authorize"], { reconnect: { maxAttempts: 2, initialDelayMs: 50 } });
+    s.onError(() => {});
+    let failedAt = 0;
+    const pending = s.request(payment(), { timeout: 20_000 }).then(
+      () => assert.fail("the request succeeded"),
+      (e) => {
+        failedAt = Date.now();
+        return e;
+      },
+    );
+    await sleep(200);
+    const t0 = Date.now();
+    await srv.kill("SIGKILL");
+    const e = await pending;
+    assert.ok(e instanceof PigeonError, String(e));
+    assert.equal(e.kind, "transport", `${e.code}: ${e.message}`);
+    assert.ok(e.isTransport);
+    assert.ok(failedAt - t0 < 3000, `failed promptly (${failedAt - t0} ms)`);
+    // With the server gone for good, the session ends with an error, never hangs.
+    await until(() => s.error !== undefined, 10_000, "the session to give up");
+    await assert.rejects(s.publish(payment()), (e) => e instanceof PigeonError);
+    await s.close();
+  } finally {
+    await srv.stop();
+  }
+});
+
+scenario("transport.bad_frame", async () => {
+  const port = await freePort();
+  const wss = new WebSocketServer({ host: "127.0.0.1", port });
+  await new Promise((r) => wss.once("listening", r));
+  wss.on("connection", (ws) => {
+    ws.on("message", (raw) => {
+      const f = JSON.parse(raw.toString());
+      if (f.op === "negotiate") {
+        ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" } }));
+      } else if (f.op === "publish") {
+        ws.send("this is not JSON {");
+        ws.send(JSON.stringify({ op: "decision", re: f.id, status: 5 }));
+      } else if (f.op === "ping") {
+        ws.send("[1,2,3]");
+        ws.send(JSON.stringify({ op: "pong", re: f.id }));
+      }
+    });
+  });
+  try {
+    const errors = [];
+    const s = await connect(`ws://127.0.0.1:${port}/v1/ws`, "any-token", ["x"], { onError: (e) => errors.push(e), reconnect: false, pingIntervalMs: 0 });
+    try {
+      await assert.rejects(s.publish({ subject: "x", data: {} }), (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && e.kind === "transport");
+      await until(() => errors.some((e) => e.code === "BAD_FRAME" && /not JSON/.test(e.message)), 2000, "the unreadable frame reported");
+      await s.ping();
+      await until(() => errors.some((e) => /not a JSON object/.test(e.message)), 2000, "the non-object frame reported");
+    } finally {
+      await s.close();
+    }
+  } finally {
+    for (const c of wss.clients) c.terminate();
+    await new Promise((r) => wss.close(r));
+  }
+});
+
+scenario("reconnect.server_restart", async () => {
+  const srv = await Server.start({ durable: true });
+  try {
+    const got = [];
+    const reconnects = [];
+    const opts = { reconnect: { initialDelayMs: 50, maxDelayMs: 500, maxAttempts: 40 }, onError: () => {}, onReconnect: (c) => reconnects.push(c.id) };
+    const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"], opts);
+    const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"], { ...opts, onReconnect: undefined });
+    try {
+      const run = Math.random();
+      const sub = await monitor.subscribe("events.telemetry", (m) => void (m.data.kind === "restart" && m.data.site === String(run) && got.push(m.data.value)), {
+        maxInFlight: 4,
+      });
+      for (let i = 0; i < 5; i++) await sensor.publish(telemetry("restart", String(run), i));
+      await until(() => got.length === 5, 5000, "the first five");
+      await sleep(300); // their acks are answered
+      const firstContract = monitor.contract.id;
+      await srv.kill("SIGKILL");
+      await srv.run();
+      await until(() => reconnects.length >= 1, 15_000, "the monitor to reconnect");
+      assert.notEqual(monitor.contract.id, firstContract, "negotiated a fresh contract");
+      for (let i = 5; i < 10; i++) await sensor.publish(telemetry("restart", String(run), i));
+      await until(() => got.length >= 10, 10_000, "the five published after the restart");
+      await sleep(300);
+      assert.deepEqual(got, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+      assert.equal(sub.finished, false);
+    } finally {
+      await Promise.all([monitor.close(), sensor.close()]);
+    }
+  } finally {
+    await srv.stop();
+  }
+});
