@@ -2,6 +2,8 @@
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
+import { execFile } from "node:child_process";
+import { test } from "node:test";
 import {
   connect,
   HttpClient,
@@ -23,7 +25,7 @@ import {
   verifyAndOpen,
   verifyMessage,
 } from "../../dist/index.js";
-import { scenario, sharedServer, CONFORMANCE, PRINCIPALS, until, sleep } from "../harness.mjs";
+import { scenario, sharedServer, CLIENT, CONFORMANCE, PRINCIPALS, until, sleep } from "../harness.mjs";
 
 const goVectors = JSON.parse(readFileSync(join(CONFORMANCE, "vectors/go.json"), "utf8"));
 const OWN = join(CONFORMANCE, "vectors/typescript.json");
@@ -191,3 +193,45 @@ scenario("e2e.sign_seal", async () => {
     await Promise.all([alice.close(), bob.close()]);
   }
 });
+
+test("examples/send-sealed.mjs: bob opens what the script sent", async () => {
+  const srv = await sharedServer();
+  const keys = fixedKeys();
+  await publishChatKeys(srv, keys);
+  const bob = await connect(srv.ws, "bob-token", ["chat.messages"]);
+  try {
+    const opened = [];
+    const aliceKeys = await new HttpClient(srv.http, "bob-token").fetchKeys(PRINCIPALS.alice);
+    await bob.subscribe("chat.messages", (m) => void opened.push(JSON.parse(utf8Decode(verifyAndOpen(m, aliceKeys, keys.bob).payload)).text), {
+      selector: "/kind=chat/room=side",
+    });
+    const text = `via script ${Math.random()}`;
+    const { stdout, code } = await run(process.execPath, [
+      join(CLIENT, "examples/send-sealed.mjs"),
+      "--url", srv.ws, "--token", "alice-token", "--keys", join(CONFORMANCE, "vectors/go.json"),
+      "--as", "alice", "--to", PRINCIPALS.bob, "--room", "side", "--text", text,
+    ]);
+    assert.equal(code, 0);
+    const lines = stdout.trim().split("\n");
+    assert.equal(lines.length, 1);
+    assert.equal(JSON.parse(lines[0]).status, "accepted");
+    await until(() => opened.length === 1, 5000, "bob to open it");
+    assert.deepEqual(opened, [text]);
+    // A refusal: exit 1 and the code on stderr.
+    const bad = await run(process.execPath, [
+      join(CLIENT, "examples/send-sealed.mjs"),
+      "--url", srv.ws, "--token", "bob-token", "--keys", join(CONFORMANCE, "vectors/go.json"),
+      "--as", "alice", "--to", PRINCIPALS.bob, "--text", "bob signing as alice",
+    ]);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /^SIGNATURE_INVALID/);
+  } finally {
+    await bob.close();
+  }
+});
+
+function run(cmd, args) {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { timeout: 20_000 }, (err, stdout, stderr) => resolve({ code: err ? (err.code ?? 1) : 0, stdout, stderr }));
+  });
+}

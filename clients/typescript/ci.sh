@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the TypeScript client's dependencies from the npm registry (the
+# lockfile is committed), builds it, and runs its whole test suite against a
+# real `pigeon serve` (PIGEON_BIN, else built from the repository root).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+command -v node >/dev/null || { echo "ci.sh: node is required (Node 20+)" >&2; exit 1; }
+if [ -z "${PIGEON_BIN:-}" ]; then
+  PIGEON_BIN="$(mktemp -d)/pigeon"
+  (cd ../.. && go build -o "$PIGEON_BIN" ./cmd/pigeon)
+  export PIGEON_BIN
+fi
+npm ci --no-audit --no-fund --loglevel=error
+npx tsc -p tsconfig.json
+node --test --test-concurrency=1 test/unit.test.mjs test/conformance.test.mjs

@@ -1,0 +1,159 @@
+// Unit tests of the parts that need no server: JCS, base64url, keys, errors.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  canonicalize,
+  parseStrict,
+  b64decode,
+  b64encode,
+  PigeonError,
+  fromWire,
+  selectKey,
+  signMessage,
+  verifyMessage,
+  canonicalSigningInput,
+  keyPairFrom,
+  generateKeys,
+  seal,
+  open,
+  openData,
+  sealData,
+  SealTamperedError,
+} from "../dist/index.js";
+import { wsURL } from "../dist/socket.js";
+
+test("JCS: numbers in ECMAScript's shortest form", () => {
+  assert.equal(canonicalize([1.5, 1e30, 0.002, 1e-7, 1e21, 1e20, -0, 0.1, 123456789, 12345678901234567891]),
+    "[1.5,1e+30,0.002,1e-7,1e+21,100000000000000000000,0,0.1,123456789,12345678901234567000]");
+});
+
+test("JCS: members sorted by UTF-16 code units, recursively", () => {
+  assert.equal(canonicalize({ "\ufb33": "x", "\ud83d\ude00": "y", zeta: 1, alpha: { b: 2, a: 1 }, Z: [3, 2, 1] }),
+    '{"Z":[3,2,1],"alpha":{"a":1,"b":2},"zeta":1,"\ud83d\ude00":"y","\ufb33":"x"}');
+});
+
+test("JCS: minimal string escapes", () => {
+  assert.equal(canonicalize("tab\tnl\nq\"bs\\ctl\u0001 slash/ lt< amp& del\u007f ls\u2028 é"),
+    '"tab\\tnl\\nq\\"bs\\\\ctl\\u0001 slash/ lt< amp& del\u007f ls\u2028 é"');
+});
+
+test("JCS: refuses what has no canonical form", () => {
+  for (const v of [NaN, Infinity, "\ud800", { "\udc00": 1 }, [undefined], 1n, () => 1, new Date(0)]) {
+    assert.throws(() => canonicalize(v), (e) => e instanceof PigeonError && e.code === "ENVELOPE_INVALID", String(v));
+  }
+  let deep = [];
+  for (let i = 0; i < 10_002; i++) deep = [deep];
+  assert.throws(() => canonicalize(deep), PigeonError);
+});
+
+test("parseStrict refuses duplicate members and lone surrogate escapes", () => {
+  assert.deepEqual(parseStrict('{"a":1,"b":{"a":2}}'), { a: 1, b: { a: 2 } });
+  assert.throws(() => parseStrict('{"amount":"x","amount":42.5}'), (e) => e.code === "DUPLICATE_KEY");
+  assert.throws(() => parseStrict('{"x":[{"a":1,"\\u0061":2}]}'), (e) => e.code === "DUPLICATE_KEY");
+  assert.throws(() => parseStrict('["\\ud800"]'), (e) => e.code === "INVALID_UTF8");
+  assert.throws(() => parseStrict("{"), SyntaxError);
+});
+
+test("base64url: one spelling per value", () => {
+  for (const n of [0, 1, 2, 3, 31, 32, 64]) {
+    const b = Uint8Array.from({ length: n }, (_, i) => (i * 91 + 7) & 0xff);
+    assert.deepEqual(b64decode(b64encode(b)), b);
+    assert.equal(b64encode(b), Buffer.from(b).toString("base64url"));
+  }
+  assert.throws(() => b64decode("AA=="), /base64url/);
+  assert.throws(() => b64decode("AB"), /trailing/);
+  assert.throws(() => b64decode("a+b/"), /base64url/);
+  assert.throws(() => b64decode("A"), /base64url/);
+});
+
+test("worked example of docs/security.md", () => {
+  const seed = Uint8Array.from({ length: 32 }, (_, i) => i);
+  const k = keyPairFrom(seed, new Uint8Array(32).fill(9));
+  assert.equal(b64encode(k.signingPublic), "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg");
+  const m = { subject: "chat.messages", id: "msg_01", time: "2026-11-29T12:00:00.000Z", data: parseStrict('{"text": "h\\u00e9llo", "room": "lobby", "n": 1.50}') };
+  const input = canonicalSigningInput(m);
+  assert.equal(input.length, 110);
+  assert.equal(new TextDecoder().decode(input), '["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{"n":1.5,"room":"lobby","text":"héllo"}]');
+  signMessage(m, "sig-2026-11", seed);
+  assert.equal(m.signature.sig, "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg");
+  verifyMessage(m, k.signingPublic);
+});
+
+test("signMessage fills id and time; verify refuses changes", () => {
+  const k = generateKeys();
+  const m = signMessage({ subject: "chat.messages", data: { a: 1 } }, k.signingKid, k.signingSeed);
+  assert.match(m.id, /^msg_[0-9a-z]{20}$/);
+  assert.ok(!Number.isNaN(Date.parse(m.time)));
+  verifyMessage(m, k.signingPublic);
+  assert.throws(() => verifyMessage({ ...m, id: "msg_other" }, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+  assert.throws(() => verifyMessage({ ...m, signature: undefined }, k.signingPublic), (e) => e.code === "SIGNATURE_REQUIRED");
+  assert.throws(() => verifyMessage({ ...m, signature: { ...m.signature, alg: "rsa" } }, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+  // Absent and empty data sign alike.
+  const a = signMessage({ subject: "s", id: "i", time: "2026-01-01T00:00:00Z" }, k.signingKid, k.signingSeed);
+  const b = signMessage({ subject: "s", id: "i", time: "2026-01-01T00:00:00Z", data: {} }, k.signingKid, k.signingSeed);
+  assert.equal(a.signature.sig, b.signature.sig);
+  assert.throws(() => signMessage({ subject: "s", time: "yesterday" }, k.signingKid, k.signingSeed), (e) => e.code === "ENVELOPE_INVALID");
+  assert.throws(() => signMessage({ subject: "s" }, "has space", k.signingSeed), (e) => e.code === "INVALID_ARGUMENT");
+});
+
+test("seal and open; every tampering is refused", () => {
+  const alice = generateKeys();
+  const bob = generateKeys();
+  const pt = new TextEncoder().encode("secret");
+  const s = seal(pt, bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed);
+  assert.deepEqual(open(s, bob.encryptionPrivate, alice.signingPublic), pt);
+  assert.notEqual(seal(pt, bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed).ciphertext, s.ciphertext, "randomized");
+  for (const f of ["recipientKid", "senderKid", "ephemeralKey", "nonce", "ciphertext", "sig"]) {
+    const t = { ...s, [f]: f.endsWith("Kid") ? s[f] + "x" : b64encode(b64decode(s[f]).map((x, i) => (i === 0 ? x ^ 1 : x))) };
+    assert.throws(() => open(t, bob.encryptionPrivate, alice.signingPublic), SealTamperedError, f);
+  }
+  assert.throws(() => open(s, alice.encryptionPrivate, alice.signingPublic), SealTamperedError, "wrong recipient");
+  assert.throws(() => open(s, bob.encryptionPrivate, bob.signingPublic), SealTamperedError, "wrong sender");
+  assert.throws(() => open({ ...s, v: 2 }, bob.encryptionPrivate, alice.signingPublic), (e) => e.code === "SEAL_UNSUPPORTED");
+  assert.throws(() => seal(pt, bob.encryptionKid, new Uint8Array(32), alice.signingKid, alice.signingSeed), (e) => e.code === "INVALID_ARGUMENT", "low order key");
+
+  const data = sealData({ kind: "chat" }, pt, bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed);
+  assert.deepEqual(openData(data, bob.encryptionPrivate, alice.signingPublic).clear, { kind: "chat" });
+  assert.throws(() => openData({ ...data, sealed: { ...data.sealed, extra: 1 } }, bob.encryptionPrivate, alice.signingPublic), SealTamperedError);
+  assert.throws(() => openData({ kind: "chat" }, bob.encryptionPrivate, alice.signingPublic), (e) => e.code === "SEAL_NOT_SEALED");
+  assert.throws(() => sealData({ sealed: 1 }, pt, bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed), PigeonError);
+});
+
+test("selectKey: kid, use and validity window; the latest notBefore without a kid", () => {
+  const keys = [
+    { kid: "sig-old", use: "sig", alg: "ed25519", key: "k1", notAfter: "2026-11-01T00:00:00Z" },
+    { kid: "sig-new", use: "sig", alg: "ed25519", key: "k2", notBefore: "2026-11-01T00:00:00Z" },
+    { kid: "enc-a", use: "enc", alg: "x25519", key: "k3" },
+    { kid: "enc-b", use: "enc", alg: "x25519", key: "k4", notBefore: "2026-10-01T00:00:00Z" },
+  ];
+  assert.equal(selectKey(keys, "sig-old", "sig", Date.parse("2026-10-31T23:59:59Z"))?.kid, "sig-old");
+  assert.equal(selectKey(keys, "sig-old", "sig", Date.parse("2026-11-01T00:00:00Z")), undefined);
+  assert.equal(selectKey(keys, "sig-new", "sig", Date.parse("2026-11-01T00:00:00Z"))?.kid, "sig-new");
+  assert.equal(selectKey(keys, "", "enc", Date.parse("2026-12-01T00:00:00Z"))?.kid, "enc-b");
+  assert.equal(selectKey(keys, "", "enc", Date.parse("2026-09-01T00:00:00Z"))?.kid, "enc-a");
+  assert.equal(selectKey(keys, "enc-a", "sig"), undefined);
+});
+
+test("errors: kinds and statuses from the wire", () => {
+  const q = fromWire({ code: "RAW_PAN_DETECTED", message: "m", details: { gate: "pan", quarantineId: "qr_1" } }, 422);
+  assert.equal(q.kind, "quarantine");
+  assert.ok(q.isQuarantine && q.isDenial);
+  assert.equal(q.quarantineId, "qr_1");
+  assert.equal(q.gate, "pan");
+  assert.equal(q.status, 422);
+  assert.equal(fromWire({ code: "INTENT_DENIED", message: "m" }).status, 403);
+  assert.equal(fromWire({ code: "INTENT_DENIED", message: "m" }).kind, "denial");
+  assert.equal(fromWire({ code: "CONTRACT_EXPIRED", message: "m" }).kind, "contract");
+  assert.equal(fromWire({ code: "REQUEST_TIMEOUT", message: "m" }).status, 504);
+  assert.equal(fromWire({ code: "SESSION_CLOSED", message: "m" }).kind, "transport");
+  assert.equal(fromWire({ code: "UNAUTHENTICATED" }).status, 401);
+  assert.deepEqual(fromWire({ code: "X", details: null }).details, {});
+  assert.equal(fromWire("garbage").code, "BAD_FRAME");
+  assert.deepEqual(JSON.parse(JSON.stringify(q)), { code: "RAW_PAN_DETECTED", message: "m", details: { gate: "pan", quarantineId: "qr_1" } });
+});
+
+test("wsURL: http(s) to ws(s), default path, region", () => {
+  assert.equal(wsURL("http://127.0.0.1:8787"), "ws://127.0.0.1:8787/v1/ws");
+  assert.equal(wsURL("https://h/v1/ws", "eu"), "wss://h/v1/ws?region=eu");
+  assert.throws(() => wsURL("ftp://h"), PigeonError);
+});
