@@ -92,7 +92,8 @@ interface PendingCall {
 }
 
 interface QueuedPublish {
-  message: Message;
+  /** the message's JSON text, encoded when publish was called */
+  json: string;
   resolve(d: Decision): void;
   reject(e: PigeonError): void;
 }
@@ -113,6 +114,11 @@ class Conn {
   }
 
   call(frame: Frame, timeoutMs?: number): Promise<Frame> {
+    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs);
+  }
+
+  /** Sends the frame text build(id) makes and waits for its answer. */
+  callRaw(build: (id: string) => string, op: string, timeoutMs?: number): Promise<Frame> {
     if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
     const id = String(this.nextId++);
     return new Promise<Frame>((resolve, reject) => {
@@ -120,12 +126,12 @@ class Conn {
       if (timeoutMs !== undefined) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
-          reject(new PigeonError(ClientCodes.TIMEOUT, `no answer to ${String(frame.op)} within ${timeoutMs} ms`));
+          reject(new PigeonError(ClientCodes.TIMEOUT, `no answer to ${op} within ${timeoutMs} ms`));
         }, timeoutMs);
       }
       this.pending.set(id, p);
       try {
-        this.sock.send(JSON.stringify({ ...frame, id }));
+        this.sock.send(build(id));
       } catch (e) {
         this.pending.delete(id);
         if (p.timer) clearTimeout(p.timer);
@@ -440,6 +446,19 @@ export class Session {
       if (this.closing) throw closedError();
       if (this.closedFinal) throw this.endError ?? closedError();
     }
+    let json: string;
+    try {
+      json = JSON.stringify(message);
+    } catch (e) {
+      throw new PigeonError("INVALID_ARGUMENT", `message is not JSON: ${String(e)}`);
+    }
+    // JSON.stringify escapes a lone surrogate; the server refuses the whole
+    // frame for it (INVALID_UTF8), so it is refused here, for this message alone.
+    if (LONE_SURROGATE_ESCAPE.test(json)) throw new PigeonError("INVALID_UTF8", "the message holds a lone surrogate");
+    // A frame over the server's limit would close the connection (1009).
+    if (this.maxFrame > 0 && utf8Length(json) + 64 > this.maxFrame) {
+      throw new PigeonError("PAYLOAD_TOO_LARGE", `the message is larger than the server's frame limit (${this.maxFrame} bytes)`);
+    }
     this.pubInFlight++;
     return new Promise<Decision>((resolve, reject) => {
       const done = () => {
@@ -447,7 +466,7 @@ export class Session {
         this.pubWaiters.shift()?.();
       };
       this.pubQueue.push({
-        message,
+        json,
         resolve: (d) => {
           done();
           resolve(d);
@@ -473,11 +492,23 @@ export class Session {
       if (!this.reconnecting) this.failPublishes(this.endError ?? transportError("not connected"));
       return;
     }
-    const batch = this.pubQueue.splice(0, 1000);
+    // Up to 1000 messages, and no more bytes than the server reads in a frame.
+    const limit = this.maxFrame > 0 ? this.maxFrame - 128 : Infinity;
+    let n = 0;
+    let bytes = 0;
+    while (n < this.pubQueue.length && n < 1000) {
+      const b = utf8Length(this.pubQueue[n]!.json) + 1;
+      if (n > 0 && bytes + b > limit) break;
+      bytes += b;
+      n++;
+    }
+    const batch = this.pubQueue.splice(0, n);
     this.pubFrameBusy = true;
-    const frame: Frame =
-      batch.length === 1 ? { op: "publish", message: batch[0]!.message } : { op: "publish_batch", messages: batch.map((q) => q.message) };
-    c.call(frame)
+    const build =
+      batch.length === 1
+        ? (id: string) => `{"op":"publish","id":"${id}","message":${batch[0]!.json}}`
+        : (id: string) => `{"op":"publish_batch","id":"${id}","messages":[${batch.map((q) => q.json).join(",")}]}`;
+    c.callRaw(build, batch.length === 1 ? "publish" : "publish_batch")
       .then((f) => {
         if (batch.length === 1) {
           const a = answer(f, "decision", isDecision);
@@ -695,7 +726,8 @@ export class Session {
     if (this.closing) return;
     this.closing = true;
     if (this.pingTimer) clearInterval(this.pingTimer);
-    const deadline = sleep(options.timeoutMs ?? 10_000);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<void>((r) => (timer = setTimeout(r, options.timeoutMs ?? 10_000)));
     const c = this.conn;
     await Promise.race([Promise.all([...this.subs].map((s) => s.drain())), deadline]);
     if (c && !c.closed) {
@@ -706,12 +738,25 @@ export class Session {
         deadline,
       ]);
     }
+    clearTimeout(timer);
     for (const s of [...this.subs]) s.finish(undefined);
     this.failPublishes(closedError());
     this.closedFinal = true;
     this.conn = undefined;
     c?.fail(closedError());
   }
+}
+
+const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f]/;
+
+/** The UTF-8 length of s, without encoding it. */
+function utf8Length(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
+  }
+  return n;
 }
 
 function messages(f: Frame): Message[] {

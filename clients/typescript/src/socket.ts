@@ -53,8 +53,11 @@ let nodeWS: Promise<WebSocketConstructor> | undefined;
 
 async function implementation(o: DialOptions): Promise<{ ctor: WebSocketConstructor; node: boolean }> {
   if (o.WebSocket) return { ctor: o.WebSocket, node: false };
+  // On Node the ws package is used even where a global WebSocket exists: it
+  // sends the Authorization header and reads the body of a refused upgrade.
+  const onNode = typeof process !== "undefined" && !!process.versions?.node;
   const g = (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
-  if (g && o.auth !== "header") return { ctor: g, node: false };
+  if (g && !onNode) return { ctor: g, node: false };
   nodeWS ??= import("ws").then((m) => (m.WebSocket ?? (m as { default: unknown }).default) as unknown as WebSocketConstructor);
   return { ctor: await nodeWS, node: true };
 }

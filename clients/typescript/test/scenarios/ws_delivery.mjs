@@ -1,5 +1,6 @@
 // Subscriptions, work queues, nacks, request/reply, pull, replay, grants and pipelining.
 import assert from "node:assert/strict";
+import { test } from "node:test";
 import { connect, HttpClient, PigeonError, RetryAfter } from "../../dist/index.js";
 import { scenario, sharedServer, notification, telemetry, uniq, until, sleep } from "../harness.mjs";
 
@@ -303,5 +304,47 @@ scenario("session.closed", async () => {
     }
   } finally {
     await orders.close();
+  }
+});
+
+test("stream(): the async-iterator form acks as the loop moves on", async () => {
+  const srv = await sharedServer();
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const it = await monitor.stream("events.telemetry", { selector: "/kind=stream" });
+    const v = Math.random();
+    for (let i = 0; i < 3; i++) await sensor.publish(telemetry("stream", "lab", v + i));
+    const got = [];
+    for await (const d of it) {
+      got.push(d.message.data.value);
+      assert.equal(d.attempt, 1);
+      if (got.length === 3) break;
+    }
+    assert.deepEqual(got, [v, v + 1, v + 2]);
+    assert.ok(it.subscription.finished, "break ends the subscription");
+  } finally {
+    await Promise.all([monitor.close(), sensor.close()]);
+  }
+});
+
+test("pipelined publishes: one refused message fails alone", async () => {
+  const srv = await sharedServer();
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const ms = Array.from({ length: 50 }, (_, i) => telemetry("mixed", "lab", i));
+    delete ms[10].data.value; // schema
+    ms[20] = { ...ms[20], intent: "chat" }; // intent
+    const rs = await sensor.publishAll(ms);
+    assert.equal(rs[10].status, "rejected");
+    assert.equal(rs[10].reason.code, "SCHEMA_INVALID");
+    assert.equal(rs[20].status, "rejected");
+    assert.equal(rs[20].reason.code, "INTENT_DENIED");
+    assert.equal(rs.filter((r) => r.status === "fulfilled").length, 48);
+    await assert.rejects(sensor.publish(telemetry("x", "\ud800", 1)), (e) => e.code === "INVALID_UTF8");
+    await assert.rejects(sensor.publish({ ...telemetry("big", "lab", 1), pad: "x".repeat(2 << 20) }), (e) => e.code === "PAYLOAD_TOO_LARGE");
+    assert.equal((await sensor.publish(telemetry("after", "lab", 1))).status, "accepted");
+  } finally {
+    await sensor.close();
   }
 });
