@@ -1,8 +1,9 @@
 // Connection loss, unreadable frames and reconnecting after a server restart.
 import assert from "node:assert/strict";
-import { WebSocketServer } from "ws";
+import { test } from "node:test";
+import { WebSocketServer, WebSocket } from "ws";
 import { connect, PigeonError } from "../../dist/index.js";
-import { scenario, Server, telemetry, until, sleep, freePort, payment } from "../harness.mjs";
+import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment } from "../harness.mjs";
 
 scenario("transport.server_closes", async () => {
   const srv = await Server.start();
@@ -101,4 +102,26 @@ scenario("reconnect.server_restart", async () => {
   } finally {
     await srv.stop();
   }
+});
+
+test("browser path: the credential as the pigeon.bearer subprotocol", async () => {
+  const srv = await sharedServer();
+  // A WebSocket constructor that takes (url, protocols) only, as a browser's does.
+  class BrowserLike extends WebSocket {
+    constructor(url, protocols) {
+      super(url, protocols);
+    }
+  }
+  const s = await connect(srv.ws, "sensor-token", ["events.telemetry"], { WebSocket: BrowserLike });
+  try {
+    assert.equal((await s.publish(telemetry("browser", "lab", 1))).status, "accepted");
+  } finally {
+    await s.close();
+  }
+  await assert.rejects(connect(srv.ws, "nobody-token", ["events.telemetry"], { WebSocket: BrowserLike }), (e) => e instanceof PigeonError && e.kind === "transport");
+});
+
+test("connecting to a port nobody listens on fails with a transport error", async () => {
+  const port = await freePort();
+  await assert.rejects(connect(`ws://127.0.0.1:${port}/v1/ws`, "t", ["x"]), (e) => e instanceof PigeonError && e.isTransport);
 });
