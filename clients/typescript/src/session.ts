@@ -89,6 +89,8 @@ interface PendingCall {
   resolve(f: Frame): void;
   reject(e: PigeonError): void;
   timer?: ReturnType<typeof setTimeout>;
+  /** runs in the reader, before any later frame is handled */
+  hook?: (f: Frame) => void;
 }
 
 interface QueuedPublish {
@@ -113,16 +115,16 @@ class Conn {
     this.sock.send(JSON.stringify(frame));
   }
 
-  call(frame: Frame, timeoutMs?: number): Promise<Frame> {
-    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs);
+  call(frame: Frame, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
+    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs, hook);
   }
 
   /** Sends the frame text build(id) makes and waits for its answer. */
-  callRaw(build: (id: string) => string, op: string, timeoutMs?: number): Promise<Frame> {
+  callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
     if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
     const id = String(this.nextId++);
     return new Promise<Frame>((resolve, reject) => {
-      const p: PendingCall = { resolve, reject };
+      const p: PendingCall = { resolve, reject, hook };
       if (timeoutMs !== undefined) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
@@ -164,7 +166,14 @@ class Conn {
       if (p.timer) clearTimeout(p.timer);
       if (fr.op === "error") p.reject(fromWire(fr.error));
       else if (typeof fr.op !== "string") p.reject(new PigeonError(ClientCodes.BAD_FRAME, "the server's answer has no op", {}));
-      else p.resolve(fr);
+      else {
+        try {
+          p.hook?.(fr);
+        } catch {
+          /* the caller's check of the answer reports it */
+        }
+        p.resolve(fr);
+      }
       return;
     }
     switch (fr.op) {
@@ -809,13 +818,17 @@ export class Subscription {
     if (this.options.filter) frame.filter = this.options.filter;
     if (this.options.group) frame.group = this.options.group;
     if (start !== undefined && start !== "new") frame.start = start;
-    // The answer comes before the first deliver, and the reader handles
-    // frames in order, so binding here routes every delivery.
-    const f = answer(await c.call(frame), "subscribed", (f) => typeof f.sub === "string");
-    const old = this.id;
-    this.id = f.sub as string;
-    this.conn = c;
-    this.session.bind(this.id, this, old);
+    // The answer comes before the first deliver of the sub, but several
+    // frames may be handled in one turn: the hook binds the sub id in the
+    // reader, before the next frame, so no delivery finds it unknown.
+    const bindNow = (f: Frame) => {
+      if (f.op !== "subscribed" || typeof f.sub !== "string") return;
+      const old = this.id;
+      this.id = f.sub;
+      this.conn = c;
+      this.session.bind(this.id, this, old);
+    };
+    answer(await c.call(frame, undefined, bindNow), "subscribed", (f) => typeof f.sub === "string");
   }
 
   /** @internal resubscribes on a new connection from the last acknowledged position. */

@@ -348,3 +348,22 @@ test("pipelined publishes: one refused message fails alone", async () => {
     await sensor.close();
   }
 });
+
+test("subscribe with start: deliveries right behind the answer all arrive", async () => {
+  const srv = await sharedServer();
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const v = Math.random();
+    const ds = await Promise.all([0, 1, 2].map((i) => sensor.publish(telemetry("start", "lab", v + i))));
+    const got = [];
+    await monitor.subscribe("events.telemetry", (m) => void (m.data.kind === "start" && got.push(m.data.value)), {
+      start: { sequence: ds[0].message.sequence },
+      maxInFlight: 8,
+    });
+    await until(() => got.length === 3, 3000, "the three retained messages");
+    assert.deepEqual([...got].sort(), [v, v + 1, v + 2]);
+  } finally {
+    await Promise.all([monitor.close(), sensor.close()]);
+  }
+});

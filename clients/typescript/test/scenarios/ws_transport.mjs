@@ -2,8 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocketServer, WebSocket } from "ws";
-import { connect, PigeonError } from "../../dist/index.js";
-import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment } from "../harness.mjs";
+import { connect, HttpClient, PigeonError } from "../../dist/index.js";
+import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment, uniq } from "../harness.mjs";
 
 scenario("transport.server_closes", async () => {
   const srv = await Server.start();
@@ -124,4 +124,31 @@ test("browser path: the credential as the pigeon.bearer subprotocol", async () =
 test("connecting to a port nobody listens on fails with a transport error", async () => {
   const port = await freePort();
   await assert.rejects(connect(`ws://127.0.0.1:${port}/v1/ws`, "t", ["x"]), (e) => e instanceof PigeonError && e.isTransport);
+});
+
+test("a reconnect whose credential is refused ends the session with that error", async () => {
+  const srv = await Server.start({ durable: true });
+  try {
+    const admin = new HttpClient(srv.http, "admin-token");
+    const account = `spiffe://conformance/ns/ts/sa/${uniq("revoked")}`;
+    const role = uniq("reader");
+    await admin.createAccount(account, { ifMissing: true });
+    await admin.putRole(role, [{ subject: "events.telemetry", operations: ["receive", "ack"] }]);
+    await admin.addRole(account, role);
+    const grant = await admin.issueGrant(account, [role]);
+    const errors = [];
+    const s = await connect(srv.ws, grant.token, ["events.telemetry"], { reconnect: { initialDelayMs: 50, maxDelayMs: 200, maxAttempts: 50 }, onError: (e) => errors.push(e) });
+    const sub = await s.subscribe("events.telemetry", () => {});
+    await admin.call("DELETE", `/v1/grants/${encodeURIComponent(grant.jti)}`);
+    await srv.kill("SIGKILL");
+    await srv.run();
+    const end = await Promise.race([sub.done.then(() => "resolved", (e) => e), sleep(10_000).then(() => "hang")]);
+    assert.ok(end instanceof PigeonError, `subscription ended with ${end}`);
+    assert.ok(["UNAUTHENTICATED", "GRANT_REVOKED"].includes(end.code), end.code);
+    assert.ok(s.error, "the session says why it ended");
+    await assert.rejects(s.publish(telemetry("x", "y", 1)), (e) => e instanceof PigeonError);
+    await s.close();
+  } finally {
+    await srv.stop();
+  }
 });
