@@ -100,7 +100,9 @@ export class Server {
 
   /** SIGTERM, and removes a temporary data folder. */
   async stop() {
+    const t0 = Date.now();
     await this.kill("SIGTERM");
+    if (process.env.PIGEON_TS_DEBUG) console.error(`stop ${this.port}: ${Date.now() - t0} ms`);
     if (this.data && existsSync(this.data)) rmSync(this.data, { recursive: true, force: true });
   }
 }
@@ -186,3 +188,8 @@ export const PRINCIPALS = {
   bob: "spiffe://conformance/ns/chat/sa/bob",
   admin: "spiffe://merchant-prod/ns/ops/sa/admin",
 };
+
+/** Resolves to "hang" after ms, without keeping the process alive. */
+export function hangAfter(ms) {
+  return new Promise((r) => setTimeout(() => r("hang"), ms).unref());
+}

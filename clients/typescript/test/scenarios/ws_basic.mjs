@@ -1,7 +1,7 @@
 // Negotiation, publish decisions, gate refusals and contract errors over WebSocket.
 import assert from "node:assert/strict";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, sharedServer, payment, sleep } from "../harness.mjs";
+import { scenario, sharedServer, payment, sleep, hangAfter } from "../harness.mjs";
 
 async function rejectsWith(p, code) {
   try {
@@ -175,7 +175,7 @@ scenario("contract.revoked", async () => {
     } finally {
       await sensor.close();
     }
-    const se = await Promise.race([sub.done.then(() => "resolved", (err) => err), sleep(5000).then(() => "hang")]);
+    const se = await Promise.race([sub.done.then(() => "resolved", (err) => err), hangAfter(5000)]);
     assert.ok(se instanceof PigeonError, `subscription ended with ${se}`);
     assert.equal(se.code, "CONTRACT_REVOKED");
     assert.equal(sub.error.code, "CONTRACT_REVOKED");

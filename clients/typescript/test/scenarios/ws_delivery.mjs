@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect, HttpClient, PigeonError, RetryAfter } from "../../dist/index.js";
-import { scenario, sharedServer, notification, telemetry, uniq, until, sleep } from "../harness.mjs";
+import { scenario, sharedServer, notification, telemetry, uniq, until, sleep, hangAfter } from "../harness.mjs";
 
 const mine = (tag) => (m) => m.data && m.data.recipientId === tag;
 
@@ -240,7 +240,7 @@ scenario("grant.role_removed", async () => {
     await until(() => got.includes(v), 5000, "the first message");
     await admin.removeRole(account, role);
     await sensor.publish(telemetry("grant", "lab", v + 1));
-    const end = await Promise.race([sub.done.then(() => "resolved", (e) => e), sleep(5000).then(() => "hang")]);
+    const end = await Promise.race([sub.done.then(() => "resolved", (e) => e), hangAfter(5000)]);
     assert.ok(end instanceof PigeonError, `subscription ended with ${end}`);
     assert.equal(end.code, "GRANT_REVOKED");
     await sensor.publish(telemetry("grant", "lab", v + 2));

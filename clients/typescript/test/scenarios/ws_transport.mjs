@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocketServer, WebSocket } from "ws";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment, uniq } from "../harness.mjs";
+import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment, uniq, hangAfter } from "../harness.mjs";
 
 scenario("transport.server_closes", async () => {
   const srv = await Server.start();
@@ -142,7 +142,7 @@ test("a reconnect whose credential is refused ends the session with that error",
     await admin.call("DELETE", `/v1/grants/${encodeURIComponent(grant.jti)}`);
     await srv.kill("SIGKILL");
     await srv.run();
-    const end = await Promise.race([sub.done.then(() => "resolved", (e) => e), sleep(10_000).then(() => "hang")]);
+    const end = await Promise.race([sub.done.then(() => "resolved", (e) => e), hangAfter(10_000)]);
     assert.ok(end instanceof PigeonError, `subscription ended with ${end}`);
     assert.ok(["UNAUTHENTICATED", "GRANT_REVOKED"].includes(end.code), end.code);
     assert.ok(s.error, "the session says why it ended");
