@@ -9,17 +9,19 @@ const N = Number(process.env.BENCH_N ?? 50_000);
 const RTT = Number(process.env.BENCH_RTT ?? 2_000);
 const srv = await Server.start();
 try {
-  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"], { maxPendingPublishes: 4096 });
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
   const msg = (i) => ({ type: "telemetry.reading", subject: "events.telemetry", intent: "report", data: { kind: "bench", site: "lab", value: i } });
   // Warm up.
   await Promise.all(Array.from({ length: 2000 }, (_, i) => sensor.publish(msg(i))));
   let t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   const ps = [];
   for (let i = 0; i < N; i++) ps.push(sensor.publish(msg(i)));
   const ds = await Promise.allSettled(ps);
   let secs = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   const ok = ds.filter((d) => d.status === "fulfilled").length;
-  console.log(`pipelined publish: ${N} messages in ${secs.toFixed(2)} s = ${Math.round(ok / secs)} msgs/s (${N - ok} refused)`);
+  console.log(`pipelined publish: ${N} messages in ${secs.toFixed(2)} s = ${Math.round(ok / secs)} msgs/s (${N - ok} refused; client CPU ${Math.round(((cpu.user + cpu.system) / 1e6 / secs) * 100)}%)`);
 
   const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
   let wake;

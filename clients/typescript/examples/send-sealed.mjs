@@ -22,7 +22,15 @@
 // prints the error code (and message) on stderr and exits 1.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { connect, HttpClient, keyPairFrom, sealFor, signMessage, utf8Encode, PigeonError } from "../dist/index.js";
+
+let client;
+try {
+  client = await import("../dist/index.js");
+} catch (e) {
+  process.stderr.write(`send-sealed: the client is not built (cd clients/typescript && npm ci && npx tsc): ${e.message}\n`);
+  process.exit(2);
+}
+const { connect, HttpClient, keyPairFrom, sealFor, signMessage, utf8Encode, PigeonError } = client;
 
 const { values: a } = parseArgs({
   options: {

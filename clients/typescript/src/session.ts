@@ -34,7 +34,7 @@ export interface ConnectOptions {
   pingIntervalMs?: number;
   /** a ping unanswered this long drops the connection (default 10 000) */
   pingTimeoutMs?: number;
-  /** publishes in flight or queued at once (default 1024); beyond, publish waits for room */
+  /** publishes in flight or queued at once (default 4096: four full batches); beyond, publish waits for room */
   maxPendingPublishes?: number;
   /** handshake timeout (default 10 000 ms) */
   connectTimeoutMs?: number;
@@ -256,7 +256,7 @@ export class Session {
   private readonly pubQueue: QueuedPublish[] = [];
   private pubInFlight = 0;
   private pubFrameBusy = false;
-  private readonly pubWaiters: (() => void)[] = [];
+  private readonly pubWaiters = new Fifo<() => void>();
   private pingTimer: ReturnType<typeof setInterval> | undefined;
   private readonly errorListeners = new Set<(e: PigeonError) => void>();
 
@@ -449,7 +449,7 @@ export class Session {
     if (this.closing) throw closedError();
     if (this.closedFinal) throw this.endError ?? closedError();
     if (!isObj(message)) throw new PigeonError("INVALID_ARGUMENT", "message must be an object");
-    const max = this.options.maxPendingPublishes ?? 1024;
+    const max = this.options.maxPendingPublishes ?? 4096;
     while (this.pubInFlight >= max) {
       await new Promise<void>((r) => this.pubWaiters.push(r));
       if (this.closing) throw closedError();
@@ -757,6 +757,25 @@ export class Session {
 }
 
 const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f]/;
+
+/** A first-in first-out queue with O(1) shift (Array.shift is O(n) on long arrays). */
+class Fifo<T> {
+  private items: (T | undefined)[] = [];
+  private head = 0;
+  push(x: T): void {
+    this.items.push(x);
+  }
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const x = this.items[this.head];
+    this.items[this.head++] = undefined;
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return x;
+  }
+}
 
 /** The UTF-8 length of s, without encoding it. */
 function utf8Length(s: string): number {
