@@ -397,7 +397,11 @@ export class Session {
         }
         this.conn = c;
         for (const s of [...this.subs]) {
-          s.resume(c).catch((e: PigeonError) => s.finish(e));
+          // A refusal ends the subscription; a connection lost meanwhile
+          // leaves it to the next reconnect.
+          s.resume(c).catch((e: PigeonError) => {
+            if (e.kind !== "transport") s.finish(e);
+          });
         }
         this.options.onReconnect?.(this._contract!);
         this.flushPublishes();
