@@ -707,6 +707,9 @@ export class Session {
     const s = typeof f.sub === "string" ? this.bySid.get(f.sub) : undefined;
     if (!s) return;
     const err = f.error ? fromWire(f.error) : new PigeonError("SESSION_CLOSED", "the server ended the subscription");
+    // A server shutting down ends every subscription, then the connection:
+    // the reconnect that follows resumes it (or ends it with the reason).
+    if (err.code === "SHUTTING_DOWN" && this.options.reconnect !== false && !this.closing) return;
     s.finish(err);
   }
 

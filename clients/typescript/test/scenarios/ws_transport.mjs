@@ -152,3 +152,31 @@ test("a reconnect whose credential is refused ends the session with that error",
     await srv.stop();
   }
 });
+
+test("a graceful restart (SIGTERM): the subscription resumes where it was", async () => {
+  const srv = await Server.start({ durable: true });
+  try {
+    const opts = { reconnect: { initialDelayMs: 50, maxDelayMs: 300, maxAttempts: 60 }, onError: () => {} };
+    const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"], opts);
+    const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"], opts);
+    try {
+      const got = [];
+      const run = String(Math.random());
+      const sub = await monitor.subscribe("events.telemetry", (m) => void (m.data.site === run && got.push(m.data.value)));
+      for (let i = 0; i < 3; i++) await sensor.publish(telemetry("graceful", run, i));
+      await until(() => got.length === 3, 5000, "the first three");
+      await sleep(200);
+      await srv.kill("SIGTERM");
+      await srv.run();
+      for (let i = 3; i < 6; i++) await sensor.publish(telemetry("graceful", run, i));
+      await until(() => got.length >= 6, 10_000, "the three after the restart");
+      await sleep(200);
+      assert.deepEqual(got, [0, 1, 2, 3, 4, 5]);
+      assert.equal(sub.finished, false);
+    } finally {
+      await Promise.all([monitor.close(), sensor.close()]);
+    }
+  } finally {
+    await srv.stop();
+  }
+});
