@@ -608,6 +608,42 @@ export class Session {
     return this._contract;
   }
 
+  /**
+   * Replaces the connection now: dials again, negotiates a fresh contract,
+   * resumes every subscription on the new connection (from its last
+   * acknowledged position) and closes the old one. When dialing or
+   * negotiating fails, the old connection is kept and the error thrown.
+   */
+  async reconnect(): Promise<Contract> {
+    if (this.closing) throw closedError();
+    if (this.closedFinal) throw this.endError ?? closedError();
+    if (this.reconnecting) {
+      await this.reconnecting;
+      await this.ready();
+      return this._contract!;
+    }
+    const c = await this.dialConn();
+    if (this.closing || this.closedFinal) {
+      c.fail(closedError());
+      throw this.endError ?? closedError();
+    }
+    const old = this.conn;
+    this.conn = c;
+    old?.fail(transportError("the connection was replaced by reconnect()"));
+    await Promise.all(
+      [...this.subs].map(async (s) => {
+        s.connectionLost();
+        try {
+          await s.resume(c);
+        } catch (e) {
+          s.finish(e instanceof PigeonError ? e : transportError(String(e), e));
+        }
+      }),
+    );
+    this.flushPublishes();
+    return this._contract!;
+  }
+
   // ---------- subscribe ----------
 
   /**

@@ -180,3 +180,28 @@ test("a graceful restart (SIGTERM): the subscription resumes where it was", asyn
     await srv.stop();
   }
 });
+
+test("reconnect(): a fresh contract, the subscription carries on", async () => {
+  const srv = await sharedServer();
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const run = String(Math.random());
+    const got = [];
+    const sub = await monitor.subscribe("events.telemetry", (m) => void (m.data.site === run && got.push(m.data.value)));
+    await sensor.publish(telemetry("manual", run, 0));
+    await until(() => got.length === 1, 5000, "the first");
+    const before = monitor.contract.id;
+    const sid = sub.id;
+    await sleep(100);
+    const c = await monitor.reconnect();
+    assert.notEqual(c.id, before);
+    assert.notEqual(sub.id, sid);
+    await sensor.publish(telemetry("manual", run, 1));
+    await until(() => got.length === 2, 5000, "the second");
+    await sleep(200);
+    assert.deepEqual(got, [0, 1]);
+  } finally {
+    await Promise.all([monitor.close(), sensor.close()]);
+  }
+});
