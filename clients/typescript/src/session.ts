@@ -14,9 +14,13 @@
  * the session then reconnects with backoff, negotiates again and resumes its
  * subscriptions. A refusal to renegotiate ends the session with that error.
  */
-import { ClientCodes, fromWire, PigeonError, RetryAfter, transportError } from "./errors.js";
-import { dial, type DialOptions, type WebSocketConstructor, type WebSocketLike } from "./socket.js";
+import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
+import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
+import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, type Frame } from "./conn.js";
+import { Subscription } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
+
+export { Subscription };
 
 /** Options of {@link connect}. */
 export interface ConnectOptions {
@@ -82,16 +86,6 @@ export interface Delivery {
 /** A handler: resolving acks the delivery, throwing nacks it (throw {@link RetryAfter} to set the delay). */
 export type Handler = (message: Message, delivery: Delivery) => unknown | Promise<unknown>;
 
-/** A frame as it travels. */
-type Frame = Record<string, unknown> & { op?: unknown; id?: unknown; re?: unknown };
-
-interface PendingCall {
-  resolve(f: Frame): void;
-  reject(e: PigeonError): void;
-  timer?: ReturnType<typeof setTimeout>;
-  /** runs in the reader, before any later frame is handled */
-  hook?: (f: Frame) => void;
-}
 
 interface QueuedPublish {
   /** the message's JSON text, encoded when publish was called */
@@ -101,133 +95,6 @@ interface QueuedPublish {
 }
 
 /** One connection: its socket, its calls in flight. */
-class Conn {
-  private nextId = 1;
-  readonly pending = new Map<string, PendingCall>();
-  closed = false;
-  closeError: PigeonError | undefined;
-  sock!: WebSocketLike;
-
-  constructor(private readonly session: Session) {}
-
-  send(frame: Frame): void {
-    if (this.closed) throw this.closeError ?? transportError("the connection is closed");
-    this.sock.send(JSON.stringify(frame));
-  }
-
-  call(frame: Frame, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
-    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs, hook);
-  }
-
-  /** Sends the frame text build(id) makes and waits for its answer. */
-  callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
-    if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
-    const id = String(this.nextId++);
-    return new Promise<Frame>((resolve, reject) => {
-      const p: PendingCall = { resolve, reject, hook };
-      if (timeoutMs !== undefined) {
-        p.timer = setTimeout(() => {
-          this.pending.delete(id);
-          reject(new PigeonError(ClientCodes.TIMEOUT, `no answer to ${op} within ${timeoutMs} ms`));
-        }, timeoutMs);
-      }
-      this.pending.set(id, p);
-      try {
-        this.sock.send(build(id));
-      } catch (e) {
-        this.pending.delete(id);
-        if (p.timer) clearTimeout(p.timer);
-        reject(e instanceof PigeonError ? e : transportError(`cannot send: ${String(e)}`, e));
-      }
-    });
-  }
-
-  onText(text: string): void {
-    let f: unknown;
-    try {
-      f = JSON.parse(text);
-    } catch (e) {
-      this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a frame that is not JSON", { frame: text.slice(0, 200) }, undefined, { cause: e }));
-      return;
-    }
-    if (!f || typeof f !== "object" || Array.isArray(f)) {
-      this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a frame that is not a JSON object", { frame: text.slice(0, 200) }));
-      return;
-    }
-    const fr = f as Frame;
-    if (fr.re !== undefined) {
-      const re = String(fr.re);
-      const p = this.pending.get(re);
-      if (!p) {
-        this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server answered an unknown frame id ${JSON.stringify(fr.re)}`, { op: fr.op }));
-        return;
-      }
-      this.pending.delete(re);
-      if (p.timer) clearTimeout(p.timer);
-      if (fr.op === "error") p.reject(fromWire(fr.error));
-      else if (typeof fr.op !== "string") p.reject(new PigeonError(ClientCodes.BAD_FRAME, "the server's answer has no op", {}));
-      else {
-        try {
-          p.hook?.(fr);
-        } catch {
-          /* the caller's check of the answer reports it */
-        }
-        p.resolve(fr);
-      }
-      return;
-    }
-    switch (fr.op) {
-      case "deliver":
-        this.session.onDeliver(this, fr);
-        return;
-      case "deliver_batch":
-        this.session.onDeliverBatch(this, fr);
-        return;
-      case "unsubscribed":
-        this.session.onUnsubscribed(this, fr);
-        return;
-      case "error":
-        this.session.report(fromWire(fr.error));
-        return;
-      default:
-        this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent an unknown push ${JSON.stringify(fr.op)}`, {}));
-    }
-  }
-
-  /** Ends the connection: every call waiting fails with err. */
-  fail(err: PigeonError): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.closeError = err;
-    for (const [id, p] of this.pending) {
-      this.pending.delete(id);
-      if (p.timer) clearTimeout(p.timer);
-      p.reject(err);
-    }
-    try {
-      this.sock?.close(1000);
-    } catch {
-      /* already closing */
-    }
-  }
-}
-
-function answer(f: Frame, op: string, check: (f: Frame) => boolean): Frame {
-  if (f.op !== op || !check(f)) {
-    throw new PigeonError(ClientCodes.BAD_FRAME, `the server answered with an unexpected ${String(f.op)} frame`, { op: f.op });
-  }
-  return f;
-}
-
-const isObj = (x: unknown): x is Record<string, unknown> => !!x && typeof x === "object" && !Array.isArray(x);
-const isDecision = (x: unknown): boolean =>
-  isObj(x) && (x.status === "accepted" || x.status === "duplicate") && isObj(x.message);
-
-function closedError(): PigeonError {
-  return new PigeonError(ClientCodes.CLOSED, "the session is closed");
-}
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
  * Connects to the WebSocket endpoint (ws://host/v1/ws, or http(s)://host,
@@ -243,7 +110,7 @@ export async function connect(url: string, token: string, subjects: string[], op
 }
 
 /** A WebSocket session under one contract; see the module notes for the concurrency contract. */
-export class Session {
+export class Session implements ConnOwner {
   private conn: Conn | undefined;
   private _contract: Contract | undefined;
   private maxFrame = 0;
@@ -834,191 +701,3 @@ function messages(f: Frame): Message[] {
   return answer(f, "messages", (f) => Array.isArray(f.messages)).messages as Message[];
 }
 
-/**
- * A running subscription. `done` settles when it ends: resolves after
- * unsubscribe() or close(), rejects with the error that ended it otherwise
- * (CONTRACT_REVOKED, GRANT_REVOKED, a failed reconnect, …).
- */
-export class Subscription {
-  /** the server's id; changes on reconnect */
-  id = "";
-  finished = false;
-  error: PigeonError | undefined;
-  readonly done: Promise<void>;
-  private resolveDone!: () => void;
-  private rejectDone!: (e: PigeonError) => void;
-  private readonly queue: { c: Conn; m: Message; attempt: number }[] = [];
-  private running = 0;
-  private readonly idle: (() => void)[] = [];
-  private conn: Conn | undefined;
-  private acks: string[] = [];
-  private ackBusy: Promise<void> | undefined;
-  // Resumption: the sequences handed and not yet acked, the highest acked.
-  private readonly unacked = new Set<number>();
-  private lastAcked = 0;
-  private readonly maxInFlight: number;
-  private stopping = false;
-
-  constructor(
-    private readonly session: Session,
-    readonly subject: string,
-    private readonly handler: Handler,
-    private readonly options: SubscribeOptions,
-  ) {
-    this.maxInFlight = Math.max(1, options.maxInFlight ?? 1);
-    this.done = new Promise<void>((res, rej) => {
-      this.resolveDone = res;
-      this.rejectDone = rej;
-    });
-    this.done.catch(() => undefined); // observed through done or error
-  }
-
-  /** @internal */
-  async subscribeOn(c: Conn, start: Start | undefined): Promise<void> {
-    const frame: Frame = { op: "subscribe", subject: this.subject, batch: true, window: this.options.window ?? Math.max(256, this.maxInFlight), maxInFlight: this.maxInFlight };
-    if (this.options.selector) frame.selector = this.options.selector;
-    if (this.options.filter) frame.filter = this.options.filter;
-    if (this.options.group) frame.group = this.options.group;
-    if (start !== undefined && start !== "new") frame.start = start;
-    // The answer comes before the first deliver of the sub, but several
-    // frames may be handled in one turn: the hook binds the sub id in the
-    // reader, before the next frame, so no delivery finds it unknown.
-    const bindNow = (f: Frame) => {
-      if (f.op !== "subscribed" || typeof f.sub !== "string") return;
-      const old = this.id;
-      this.id = f.sub;
-      this.conn = c;
-      this.session.bind(this.id, this, old);
-    };
-    answer(await c.call(frame, undefined, bindNow), "subscribed", (f) => typeof f.sub === "string");
-  }
-
-  /** @internal resubscribes on a new connection from the last acknowledged position. */
-  async resume(c: Conn): Promise<void> {
-    if (this.finished) return;
-    let start: Start | undefined = this.options.start;
-    const lowest = this.unacked.size > 0 ? Math.min(...this.unacked) : 0;
-    if (lowest > 0) start = { sequence: lowest };
-    else if (this.lastAcked > 0) start = { sequence: this.lastAcked + 1 };
-    this.unacked.clear();
-    await this.subscribeOn(c, start);
-  }
-
-  /** @internal */
-  connectionLost(): void {
-    // Deliveries queued on the lost connection cannot be answered: drop them
-    // (the server gives them back); acks gathered for it are moot.
-    this.queue.length = 0;
-    this.acks = [];
-  }
-
-  /** @internal */
-  enqueue(c: Conn, m: Message, attempt: number): void {
-    if (this.finished) return;
-    if (typeof m.sequence === "number") this.unacked.add(m.sequence);
-    this.queue.push({ c, m, attempt });
-    this.pump();
-  }
-
-  private pump(): void {
-    while (this.running < this.maxInFlight && this.queue.length > 0 && !this.finished && !this.stopping) {
-      const d = this.queue.shift()!;
-      this.running++;
-      void this.run(d);
-    }
-  }
-
-  private async run(d: { c: Conn; m: Message; attempt: number }): Promise<void> {
-    let ok = true;
-    let delayMs: number | undefined;
-    try {
-      await this.handler(d.m, { message: d.m, attempt: d.attempt, sub: this.id });
-    } catch (e) {
-      ok = false;
-      if (e instanceof RetryAfter) delayMs = e.delayMs;
-      else if (e && typeof (e as { retryAfterMs?: unknown }).retryAfterMs === "number") delayMs = (e as { retryAfterMs: number }).retryAfterMs;
-    }
-    const id = d.m.id;
-    if (!d.c.closed && typeof id === "string" && this.id) {
-      if (ok) {
-        this.acks.push(id);
-        if (typeof d.m.sequence === "number") {
-          this.unacked.delete(d.m.sequence);
-          this.lastAcked = Math.max(this.lastAcked, d.m.sequence);
-        }
-        this.flushAcks(d.c);
-      } else {
-        if (typeof d.m.sequence === "number") this.unacked.delete(d.m.sequence);
-        const frame: Frame = { op: "nack", sub: this.id, messageId: id };
-        if (delayMs !== undefined) frame.delayMs = Math.max(0, Math.round(delayMs));
-        d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));
-      }
-    }
-    this.running--;
-    if (this.running === 0) for (const f of this.idle.splice(0)) f();
-    this.pump();
-  }
-
-  private flushAcks(c: Conn): void {
-    if (this.ackBusy || this.acks.length === 0 || c.closed) return;
-    const ids = this.acks;
-    this.acks = [];
-    const frame: Frame = ids.length === 1 ? { op: "ack", sub: this.id, messageId: ids[0] } : { op: "ack", sub: this.id, messageIds: ids };
-    this.ackBusy = c
-      .call(frame)
-      .then(
-        () => undefined,
-        (e: PigeonError) => this.ackFailed(e),
-      )
-      .finally(() => {
-        this.ackBusy = undefined;
-        this.flushAcks(c);
-      });
-  }
-
-  private ackFailed(e: PigeonError): void {
-    // ACK_NOT_ALLOWED: the delivery's ack wait passed and it went back; a
-    // lost connection: the server gives it back. Either way it comes again.
-    if (e.kind !== "transport" && e.code !== "ACK_NOT_ALLOWED") this.session.report(e);
-  }
-
-  /** @internal waits for running handlers and the acks they produced. */
-  async drain(): Promise<void> {
-    // Deliveries not yet started stay unanswered: the server gives them back.
-    this.stopping = true;
-    this.queue.length = 0;
-    if (this.running > 0) await new Promise<void>((r) => this.idle.push(r));
-    while (this.ackBusy || (this.acks.length > 0 && this.conn && !this.conn.closed)) {
-      if (!this.ackBusy && this.conn) this.flushAcks(this.conn);
-      await this.ackBusy;
-    }
-  }
-
-  /** @internal ends the subscription with err (undefined: a normal end). */
-  finish(err: PigeonError | undefined): void {
-    if (this.finished) return;
-    this.finished = true;
-    this.error = err;
-    this.queue.length = 0;
-    this.session.forget(this);
-    if (err) this.rejectDone(err);
-    else this.resolveDone();
-    for (const f of this.idle.splice(0)) f();
-  }
-
-  /** Stops deliveries, waits for running handlers and their acks, and ends the subscription. */
-  async unsubscribe(): Promise<void> {
-    if (this.finished) return;
-    const c = this.conn;
-    const sid = this.id;
-    await this.drain();
-    if (c && !c.closed && sid) {
-      try {
-        await c.call({ op: "unsubscribe", sub: sid });
-      } catch (e) {
-        if (!(e instanceof PigeonError) || e.kind !== "transport") throw e;
-      }
-    }
-    this.finish(undefined);
-  }
-}

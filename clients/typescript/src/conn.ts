@@ -1,0 +1,156 @@
+/**
+ * One WebSocket connection of a session: its socket and the calls in flight
+ * on it, matched to their answers by frame id. Pushes (deliveries, ended
+ * subscriptions) go to the owner.
+ */
+import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
+import type { WebSocketLike } from "./socket.js";
+
+/** What a connection reports to and routes through. */
+export interface ConnOwner {
+  report(e: PigeonError): void;
+  onDeliver(c: Conn, f: Frame): void;
+  onDeliverBatch(c: Conn, f: Frame): void;
+  onUnsubscribed(c: Conn, f: Frame): void;
+}
+
+/** A frame as it travels. */
+export type Frame = Record<string, unknown> & { op?: unknown; id?: unknown; re?: unknown };
+
+interface PendingCall {
+  resolve(f: Frame): void;
+  reject(e: PigeonError): void;
+  timer?: ReturnType<typeof setTimeout>;
+  /** runs in the reader, before any later frame is handled */
+  hook?: (f: Frame) => void;
+}
+
+
+export class Conn {
+  private nextId = 1;
+  readonly pending = new Map<string, PendingCall>();
+  closed = false;
+  closeError: PigeonError | undefined;
+  sock!: WebSocketLike;
+
+  constructor(private readonly session: ConnOwner) {}
+
+  send(frame: Frame): void {
+    if (this.closed) throw this.closeError ?? transportError("the connection is closed");
+    this.sock.send(JSON.stringify(frame));
+  }
+
+  call(frame: Frame, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
+    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs, hook);
+  }
+
+  /** Sends the frame text build(id) makes and waits for its answer. */
+  callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
+    if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
+    const id = String(this.nextId++);
+    return new Promise<Frame>((resolve, reject) => {
+      const p: PendingCall = { resolve, reject, hook };
+      if (timeoutMs !== undefined) {
+        p.timer = setTimeout(() => {
+          this.pending.delete(id);
+          reject(new PigeonError(ClientCodes.TIMEOUT, `no answer to ${op} within ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+      this.pending.set(id, p);
+      try {
+        this.sock.send(build(id));
+      } catch (e) {
+        this.pending.delete(id);
+        if (p.timer) clearTimeout(p.timer);
+        reject(e instanceof PigeonError ? e : transportError(`cannot send: ${String(e)}`, e));
+      }
+    });
+  }
+
+  onText(text: string): void {
+    let f: unknown;
+    try {
+      f = JSON.parse(text);
+    } catch (e) {
+      this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a frame that is not JSON", { frame: text.slice(0, 200) }, undefined, { cause: e }));
+      return;
+    }
+    if (!f || typeof f !== "object" || Array.isArray(f)) {
+      this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a frame that is not a JSON object", { frame: text.slice(0, 200) }));
+      return;
+    }
+    const fr = f as Frame;
+    if (fr.re !== undefined) {
+      const re = String(fr.re);
+      const p = this.pending.get(re);
+      if (!p) {
+        this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server answered an unknown frame id ${JSON.stringify(fr.re)}`, { op: fr.op }));
+        return;
+      }
+      this.pending.delete(re);
+      if (p.timer) clearTimeout(p.timer);
+      if (fr.op === "error") p.reject(fromWire(fr.error));
+      else if (typeof fr.op !== "string") p.reject(new PigeonError(ClientCodes.BAD_FRAME, "the server's answer has no op", {}));
+      else {
+        try {
+          p.hook?.(fr);
+        } catch {
+          /* the caller's check of the answer reports it */
+        }
+        p.resolve(fr);
+      }
+      return;
+    }
+    switch (fr.op) {
+      case "deliver":
+        this.session.onDeliver(this, fr);
+        return;
+      case "deliver_batch":
+        this.session.onDeliverBatch(this, fr);
+        return;
+      case "unsubscribed":
+        this.session.onUnsubscribed(this, fr);
+        return;
+      case "error":
+        this.session.report(fromWire(fr.error));
+        return;
+      default:
+        this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent an unknown push ${JSON.stringify(fr.op)}`, {}));
+    }
+  }
+
+  /** Ends the connection: every call waiting fails with err. */
+  fail(err: PigeonError): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.closeError = err;
+    for (const [id, p] of this.pending) {
+      this.pending.delete(id);
+      if (p.timer) clearTimeout(p.timer);
+      p.reject(err);
+    }
+    try {
+      this.sock?.close(1000);
+    } catch {
+      /* already closing */
+    }
+  }
+}
+
+export function answer(f: Frame, op: string, check: (f: Frame) => boolean): Frame {
+  if (f.op !== op || !check(f)) {
+    throw new PigeonError(ClientCodes.BAD_FRAME, `the server answered with an unexpected ${String(f.op)} frame`, { op: f.op });
+  }
+  return f;
+}
+
+export const isObj = (x: unknown): x is Record<string, unknown> => !!x && typeof x === "object" && !Array.isArray(x);
+export const isDecision = (x: unknown): boolean =>
+  isObj(x) && (x.status === "accepted" || x.status === "duplicate") && isObj(x.message);
+
+export function closedError(): PigeonError {
+  return new PigeonError(ClientCodes.CLOSED, "the session is closed");
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+

@@ -1,0 +1,199 @@
+/**
+ * A running subscription of a WebSocket session: its handlers (at most
+ * maxInFlight at once), its acks (gathered into one frame while the previous
+ * one is answered) and the position it resumes from after a reconnect.
+ */
+import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
+import { answer, type Conn, type Frame } from "./conn.js";
+import type { Message, Start } from "./types.js";
+import type { Handler, Session, SubscribeOptions } from "./session.js";
+
+/**
+ * A running subscription. `done` settles when it ends: resolves after
+ * unsubscribe() or close(), rejects with the error that ended it otherwise
+ * (CONTRACT_REVOKED, GRANT_REVOKED, a failed reconnect, …).
+ */
+export class Subscription {
+  /** the server's id; changes on reconnect */
+  id = "";
+  finished = false;
+  error: PigeonError | undefined;
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+  private rejectDone!: (e: PigeonError) => void;
+  private readonly queue: { c: Conn; m: Message; attempt: number }[] = [];
+  private running = 0;
+  private readonly idle: (() => void)[] = [];
+  private conn: Conn | undefined;
+  private acks: string[] = [];
+  private ackBusy: Promise<void> | undefined;
+  // Resumption: the sequences handed and not yet acked, the highest acked.
+  private readonly unacked = new Set<number>();
+  private lastAcked = 0;
+  private readonly maxInFlight: number;
+  private stopping = false;
+
+  constructor(
+    private readonly session: Session,
+    readonly subject: string,
+    private readonly handler: Handler,
+    private readonly options: SubscribeOptions,
+  ) {
+    this.maxInFlight = Math.max(1, options.maxInFlight ?? 1);
+    this.done = new Promise<void>((res, rej) => {
+      this.resolveDone = res;
+      this.rejectDone = rej;
+    });
+    this.done.catch(() => undefined); // observed through done or error
+  }
+
+  /** @internal */
+  async subscribeOn(c: Conn, start: Start | undefined): Promise<void> {
+    const frame: Frame = { op: "subscribe", subject: this.subject, batch: true, window: this.options.window ?? Math.max(256, this.maxInFlight), maxInFlight: this.maxInFlight };
+    if (this.options.selector) frame.selector = this.options.selector;
+    if (this.options.filter) frame.filter = this.options.filter;
+    if (this.options.group) frame.group = this.options.group;
+    if (start !== undefined && start !== "new") frame.start = start;
+    // The answer comes before the first deliver of the sub, but several
+    // frames may be handled in one turn: the hook binds the sub id in the
+    // reader, before the next frame, so no delivery finds it unknown.
+    const bindNow = (f: Frame) => {
+      if (f.op !== "subscribed" || typeof f.sub !== "string") return;
+      const old = this.id;
+      this.id = f.sub;
+      this.conn = c;
+      this.session.bind(this.id, this, old);
+    };
+    answer(await c.call(frame, undefined, bindNow), "subscribed", (f) => typeof f.sub === "string");
+  }
+
+  /** @internal resubscribes on a new connection from the last acknowledged position. */
+  async resume(c: Conn): Promise<void> {
+    if (this.finished) return;
+    let start: Start | undefined = this.options.start;
+    const lowest = this.unacked.size > 0 ? Math.min(...this.unacked) : 0;
+    if (lowest > 0) start = { sequence: lowest };
+    else if (this.lastAcked > 0) start = { sequence: this.lastAcked + 1 };
+    this.unacked.clear();
+    await this.subscribeOn(c, start);
+  }
+
+  /** @internal */
+  connectionLost(): void {
+    // Deliveries queued on the lost connection cannot be answered: drop them
+    // (the server gives them back); acks gathered for it are moot.
+    this.queue.length = 0;
+    this.acks = [];
+  }
+
+  /** @internal */
+  enqueue(c: Conn, m: Message, attempt: number): void {
+    if (this.finished) return;
+    if (typeof m.sequence === "number") this.unacked.add(m.sequence);
+    this.queue.push({ c, m, attempt });
+    this.pump();
+  }
+
+  private pump(): void {
+    while (this.running < this.maxInFlight && this.queue.length > 0 && !this.finished && !this.stopping) {
+      const d = this.queue.shift()!;
+      this.running++;
+      void this.run(d);
+    }
+  }
+
+  private async run(d: { c: Conn; m: Message; attempt: number }): Promise<void> {
+    let ok = true;
+    let delayMs: number | undefined;
+    try {
+      await this.handler(d.m, { message: d.m, attempt: d.attempt, sub: this.id });
+    } catch (e) {
+      ok = false;
+      if (e instanceof RetryAfter) delayMs = e.delayMs;
+      else if (e && typeof (e as { retryAfterMs?: unknown }).retryAfterMs === "number") delayMs = (e as { retryAfterMs: number }).retryAfterMs;
+    }
+    const id = d.m.id;
+    if (!d.c.closed && typeof id === "string" && this.id) {
+      if (ok) {
+        this.acks.push(id);
+        if (typeof d.m.sequence === "number") {
+          this.unacked.delete(d.m.sequence);
+          this.lastAcked = Math.max(this.lastAcked, d.m.sequence);
+        }
+        this.flushAcks(d.c);
+      } else {
+        if (typeof d.m.sequence === "number") this.unacked.delete(d.m.sequence);
+        const frame: Frame = { op: "nack", sub: this.id, messageId: id };
+        if (delayMs !== undefined) frame.delayMs = Math.max(0, Math.round(delayMs));
+        d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));
+      }
+    }
+    this.running--;
+    if (this.running === 0) for (const f of this.idle.splice(0)) f();
+    this.pump();
+  }
+
+  private flushAcks(c: Conn): void {
+    if (this.ackBusy || this.acks.length === 0 || c.closed) return;
+    const ids = this.acks;
+    this.acks = [];
+    const frame: Frame = ids.length === 1 ? { op: "ack", sub: this.id, messageId: ids[0] } : { op: "ack", sub: this.id, messageIds: ids };
+    this.ackBusy = c
+      .call(frame)
+      .then(
+        () => undefined,
+        (e: PigeonError) => this.ackFailed(e),
+      )
+      .finally(() => {
+        this.ackBusy = undefined;
+        this.flushAcks(c);
+      });
+  }
+
+  private ackFailed(e: PigeonError): void {
+    // ACK_NOT_ALLOWED: the delivery's ack wait passed and it went back; a
+    // lost connection: the server gives it back. Either way it comes again.
+    if (e.kind !== "transport" && e.code !== "ACK_NOT_ALLOWED") this.session.report(e);
+  }
+
+  /** @internal waits for running handlers and the acks they produced. */
+  async drain(): Promise<void> {
+    // Deliveries not yet started stay unanswered: the server gives them back.
+    this.stopping = true;
+    this.queue.length = 0;
+    if (this.running > 0) await new Promise<void>((r) => this.idle.push(r));
+    while (this.ackBusy || (this.acks.length > 0 && this.conn && !this.conn.closed)) {
+      if (!this.ackBusy && this.conn) this.flushAcks(this.conn);
+      await this.ackBusy;
+    }
+  }
+
+  /** @internal ends the subscription with err (undefined: a normal end). */
+  finish(err: PigeonError | undefined): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.error = err;
+    this.queue.length = 0;
+    this.session.forget(this);
+    if (err) this.rejectDone(err);
+    else this.resolveDone();
+    for (const f of this.idle.splice(0)) f();
+  }
+
+  /** Stops deliveries, waits for running handlers and their acks, and ends the subscription. */
+  async unsubscribe(): Promise<void> {
+    if (this.finished) return;
+    const c = this.conn;
+    const sid = this.id;
+    await this.drain();
+    if (c && !c.closed && sid) {
+      try {
+        await c.call({ op: "unsubscribe", sub: sid });
+      } catch (e) {
+        if (!(e instanceof PigeonError) || e.kind !== "transport") throw e;
+      }
+    }
+    this.finish(undefined);
+  }
+}
+
