@@ -88,7 +88,8 @@ export class Subscription {
 
   /** @internal */
   enqueue(c: Conn, m: Message, attempt: number): void {
-    if (this.finished) return;
+    // While stopping, a delivery stays unanswered: the server gives it back.
+    if (this.finished || this.stopping) return;
     if (typeof m.sequence === "number") this.unacked.add(m.sequence);
     this.queue.push({ c, m, attempt });
     this.pump();

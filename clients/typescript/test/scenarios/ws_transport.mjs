@@ -124,6 +124,7 @@ test("browser path: the credential as the pigeon.bearer subprotocol", async () =
 test("connecting to a port nobody listens on fails with a transport error", async () => {
   const port = await freePort();
   await assert.rejects(connect(`ws://127.0.0.1:${port}/v1/ws`, "t", ["x"]), (e) => e instanceof PigeonError && e.isTransport);
+  await assert.rejects(new HttpClient(`http://127.0.0.1:${port}`, "t").subjects(), (e) => e instanceof PigeonError && e.isTransport);
 });
 
 test("a reconnect whose credential is refused ends the session with that error", async () => {
