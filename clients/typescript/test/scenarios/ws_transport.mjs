@@ -85,7 +85,7 @@ scenario("reconnect.server_restart", async () => {
       });
       for (let i = 0; i < 5; i++) await sensor.publish(telemetry("restart", String(run), i));
       await until(() => got.length === 5, 5000, "the first five");
-      await sleep(300); // their acks are answered
+      await sleep(600); // their acks are answered
       const firstContract = monitor.contract.id;
       await srv.kill("SIGKILL");
       await srv.run();
