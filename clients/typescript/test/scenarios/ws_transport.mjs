@@ -206,3 +206,39 @@ test("reconnect(): a fresh contract, the subscription carries on", async () => {
     await Promise.all([monitor.close(), sensor.close()]);
   }
 });
+
+test("keepalive: a ping left unanswered drops the connection, and the session reconnects", async () => {
+  const port = await freePort();
+  const wss = new WebSocketServer({ host: "127.0.0.1", port });
+  await new Promise((r) => wss.once("listening", r));
+  let connections = 0;
+  wss.on("connection", (ws) => {
+    connections++;
+    ws.on("message", (raw) => {
+      const f = JSON.parse(raw.toString());
+      if (f.op === "negotiate") ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { id: `ctr_${connections}`, principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" } }));
+      // pings are never answered
+    });
+  });
+  try {
+    const errors = [];
+    const reconnected = [];
+    const s = await connect(`ws://127.0.0.1:${port}/v1/ws`, "t", ["x"], {
+      pingIntervalMs: 100,
+      pingTimeoutMs: 200,
+      reconnect: { initialDelayMs: 20, maxDelayMs: 50 },
+      onError: (e) => errors.push(e),
+      onReconnect: (c) => reconnected.push(c.id),
+    });
+    try {
+      await until(() => reconnected.length >= 1, 5000, "a reconnect after the silent pings");
+      assert.ok(errors.some((e) => e.isTransport && /ping/.test(e.message)));
+      assert.equal(s.contract.id, reconnected[0]);
+    } finally {
+      await s.close();
+    }
+  } finally {
+    for (const c of wss.clients) c.terminate();
+    await new Promise((r) => wss.close(r));
+  }
+});
