@@ -1,3 +1,25 @@
+/**
+ * Pigeon client for Node 20+ and browsers.
+ *
+ * - {@link connect} opens a WebSocket {@link Session} under a negotiated
+ *   contract: pipelined `publish`, `subscribe` (handler or `stream`),
+ *   `request`, `receive`/`ack`/`nack`, `replay`; it reconnects by itself.
+ * - {@link HttpClient} speaks the HTTP API with the same error type.
+ * - `signMessage`/`verifyMessage`, `seal`/`open`, `sealData`/`openData`
+ *   sign and seal end to end, byte-compatible with the Go packages.
+ *
+ * Every failure is a {@link PigeonError}: `code`, `message`, `details`,
+ * `status` and `kind` (denial, quarantine, contract, transport, closed,
+ * timeout, auth, other).
+ *
+ * Concurrency: everything runs on the caller's event loop; any number of
+ * calls may be in flight on one session (answers are matched by frame id),
+ * publishes share frames in call order, handlers of one subscription run at
+ * most `maxInFlight` at once, and a lost connection fails the calls waiting
+ * on it at once, with a transport error.
+ *
+ * @packageDocumentation
+ */
 export { connect, Session, Subscription } from "./session.js";
 export type { ConnectOptions, ReconnectOptions, SubscribeOptions, Delivery, Handler } from "./session.js";
 export { HttpClient, KeyCache, segment } from "./http.js";

@@ -72,6 +72,11 @@ export interface SubscribeOptions {
   window?: number;
   /** pub/sub only: where to start (default "new") */
   start?: Start;
+  /**
+   * "explicit" (default): every delivery is acked or nacked. "none": at most
+   * once, pub/sub only: nothing is answered and nothing redelivered.
+   */
+  ack?: "explicit" | "none";
 }
 
 /** One delivery handed to a handler or an iterator. */

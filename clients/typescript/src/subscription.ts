@@ -54,6 +54,7 @@ export class Subscription {
     if (this.options.filter) frame.filter = this.options.filter;
     if (this.options.group) frame.group = this.options.group;
     if (start !== undefined && start !== "new") frame.start = start;
+    if (this.options.ack === "none") frame.ack = "none";
     // The answer comes before the first deliver of the sub, but several
     // frames may be handled in one turn: the hook binds the sub id in the
     // reader, before the next frame, so no delivery finds it unknown.
@@ -114,7 +115,12 @@ export class Subscription {
       else if (e && typeof (e as { retryAfterMs?: unknown }).retryAfterMs === "number") delayMs = (e as { retryAfterMs: number }).retryAfterMs;
     }
     const id = d.m.id;
-    if (!d.c.closed && typeof id === "string" && this.id) {
+    if (this.options.ack === "none") {
+      if (typeof d.m.sequence === "number") {
+        this.unacked.delete(d.m.sequence);
+        this.lastAcked = Math.max(this.lastAcked, d.m.sequence);
+      }
+    } else if (!d.c.closed && typeof id === "string" && this.id) {
       if (ok) {
         this.acks.push(id);
         if (typeof d.m.sequence === "number") {

@@ -367,3 +367,19 @@ test("subscribe with start: deliveries right behind the answer all arrive", asyn
     await Promise.all([monitor.close(), sensor.close()]);
   }
 });
+
+test("ack none: at-most-once pub/sub delivery, nothing answered", async () => {
+  const srv = await sharedServer();
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const run = String(Math.random());
+    const got = [];
+    await monitor.subscribe("events.telemetry", (m) => void (m.data.site === run && got.push(m.data.value)), { ack: "none", maxInFlight: 4 });
+    await Promise.all([0, 1, 2, 3].map((i) => sensor.publish(telemetry("atmost", run, i))));
+    await until(() => got.length === 4, 5000, "four deliveries");
+    assert.deepEqual([...got].sort(), [0, 1, 2, 3]);
+  } finally {
+    await Promise.all([monitor.close(), sensor.close()]);
+  }
+});
