@@ -3,7 +3,7 @@
  * maxInFlight at once), its acks (gathered into one frame while the previous
  * one is answered) and the position it resumes from after a reconnect.
  */
-import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
+import { PigeonError, RetryAfter } from "./errors.js";
 import { answer, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
 import type { Handler, Session, SubscribeOptions } from "./session.js";
