@@ -206,7 +206,6 @@ class HttpClient:
     def release(self, record_id: str) -> Decision:
         """Re-publish a quarantined message through every gate under this
         client's contract (role ``auditor`` + a contract with publish)."""
-        self._need_contract()
         _, p = self._do("POST", f"/v1/quarantine/{_q(record_id)}/release", {}, contract=True)
         return Decision.from_wire(p)
 

@@ -490,6 +490,7 @@ class Session:
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._binding: dict[str, Subscription] = {}
         self._next = 0
         self._gen = 0
         self._contract: Contract | None = None
@@ -605,13 +606,13 @@ class Session:
             sub._gen = self._gen
             try:
                 try:
-                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True)
+                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
                 except PigeonError as e:
                     if e.code != "INVALID_ARGUMENT" or sub.options.get("start") is not None:
                         raise
                     # Not a pub/sub subject: it resumes without a position.
                     sub.options["_pubsub"] = False
-                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True)
+                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
             except TransportError:
                 raise
             except PigeonError as e:
@@ -696,6 +697,14 @@ class Session:
                 self._report(ProtocolError("BAD_REQUEST", f"the server sent an unexpected frame (op {op!r})"))
             return
         fut = self._pending.pop(re_, None)
+        sub = self._binding.pop(re_, None)
+        if sub is not None and op == "subscribed" and fut is not None and not fut.done():
+            # Bound here, before the next frame: its first deliver may follow at once.
+            try:
+                self._bind(sub, f)
+            except PigeonError as e:
+                fut.set_exception(e)
+                return
         if fut is None:
             self._report(ProtocolError("BAD_REQUEST", f"the server answered an unknown frame id {re_!r}"))
             return
@@ -721,6 +730,7 @@ class Session:
         self._lost_err = err
         self._connected.clear()
         pending, self._pending = self._pending, {}
+        self._binding.clear()
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -803,7 +813,13 @@ class Session:
             raise SessionClosedError("SESSION_CLOSED", "the connection was lost; the session is reconnecting")
 
     async def _call(
-        self, frame: dict[str, Any], want: str, *, timeout: float | None = None, internal: bool = False
+        self,
+        frame: dict[str, Any],
+        want: str,
+        *,
+        timeout: float | None = None,
+        internal: bool = False,
+        binding: Subscription | None = None,
     ) -> dict[str, Any]:
         if not internal and frame.get("op") not in ("ack", "nack", "unsubscribe"):
             self._check_usable()
@@ -817,6 +833,8 @@ class Session:
         frame["id"] = fid
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[fid] = fut
+        if binding is not None:
+            self._binding[fid] = binding
         try:
             await ws.send(_DUMPS(frame))
         except websockets.exceptions.ConnectionClosed:
@@ -829,6 +847,7 @@ class Session:
             raise RequestTimeoutError("REQUEST_TIMEOUT", "no answer from the server in time") from None
         finally:
             self._pending.pop(fid, None)
+            self._binding.pop(fid, None)
         op = ans.get("op")
         if op == "error":
             raise error_from(ans.get("error"))
@@ -1015,7 +1034,7 @@ class Session:
         }
         sub = Subscription(self, subject, handler, opts)
         sub._gen = self._gen
-        ans = await self._call(sub._subscribe_frame(), "subscribed")
+        ans = await self._call(sub._subscribe_frame(), "subscribed", binding=sub)
         if group is not None:
             opts["_pubsub"] = False
         self._bind(sub, ans)

@@ -1,0 +1,90 @@
+"""transport.bad_frame: a raw WebSocket endpoint the test runs sends frames
+the client cannot parse; each is reported, never swallowed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from websockets.asyncio.server import serve
+
+from harness import scenario, within
+from pigeon_client import ProtocolError, connect
+
+CONTRACT = {
+    "id": "ctr_raw",
+    "principal": "spiffe://raw/ns/test/sa/raw",
+    "subjects": [{"name": "events.telemetry", "operations": ["publish"]}],
+    "issuedAt": "2026-11-29T12:00:00Z",
+    "expiresAt": "2099-11-29T12:15:00Z",
+    "region": "uk",
+}
+
+
+async def raw_endpoint(ws):
+    async for raw in ws:
+        f = json.loads(raw)
+        if f["op"] == "negotiate":
+            await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT, "maxFrame": 1 << 20}))
+        elif f["op"] == "publish":
+            kind = f["message"]["data"]["kind"]
+            if kind == "garbage":
+                await ws.send("this is {not json")
+                await ws.send(b"\x00\x01binary")
+                await ws.send("[1,2,3]")
+                await ws.send(json.dumps({"op": "decision", "re": f["id"], "status": "accepted", "message": {"id": "m1"}}))
+            elif kind == "bad-answer":
+                # An answer of the wrong shape: the call it answers fails.
+                await ws.send(json.dumps({"op": "decision", "re": f["id"], "status": 7}))
+            elif kind == "wrong-op":
+                await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+
+
+async def test_bad_frames_are_reported():
+    scenario("transport.bad_frame")
+    async with serve(raw_endpoint, "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        reported: list[Exception] = []
+        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["events.telemetry"],
+                          on_error=reported.append, reconnect=False)
+        try:
+            assert s.contract.id == "ctr_raw"
+            # Frames that answer no call go to the session's error callback.
+            d = await within(s.publish({"subject": "events.telemetry", "data": {"kind": "garbage"}}), 5)
+            assert d.id == "m1"
+            assert len(reported) == 3, reported
+            assert all(isinstance(e, ProtocolError) for e in reported)
+            assert "not JSON" in reported[0].message
+            assert list(s.errors)[-3:] == reported
+            # An answer the client cannot take fails its call.
+            with pytest.raises(ProtocolError):
+                await within(s.publish({"subject": "events.telemetry", "data": {"kind": "bad-answer"}}), 5)
+            with pytest.raises(ProtocolError):
+                await within(s.publish({"subject": "events.telemetry", "data": {"kind": "wrong-op"}}), 5)
+            # The session stays usable.
+            d = await within(s.publish({"subject": "events.telemetry", "data": {"kind": "garbage"}}), 5)
+            assert d.id == "m1"
+        finally:
+            await s.close()
+
+
+async def test_server_drops_connection_mid_call_fails_it():
+    async def drop(ws):
+        async for raw in ws:
+            f = json.loads(raw)
+            if f["op"] == "negotiate":
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
+            else:
+                await ws.close(1011)
+                return
+
+    async with serve(drop, "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        s = await connect(f"ws://127.0.0.1:{port}", "t", ["events.telemetry"], reconnect=False)
+        from pigeon_client import TransportError
+
+        with pytest.raises(TransportError):
+            await within(s.ping(), 5)
+        await s.close()
+        await asyncio.sleep(0)
