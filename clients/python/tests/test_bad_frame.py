@@ -88,3 +88,71 @@ async def test_server_drops_connection_mid_call_fails_it():
             await within(s.ping(), 5)
         await s.close()
         await asyncio.sleep(0)
+
+
+async def test_contract_not_renewable_after_reconnect_is_an_error():
+    """After a dropped connection the session dials again; a negotiation the
+    server now refuses ends the session with that error, surfaced to the
+    running subscription and every later call, never a silent hang."""
+    conns = 0
+
+    async def endpoint(ws):
+        nonlocal conns
+        conns += 1
+        first = conns == 1
+        async for raw in ws:
+            f = json.loads(raw)
+            if f["op"] == "negotiate":
+                if first:
+                    await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
+                else:
+                    await ws.send(json.dumps({"op": "error", "re": f["id"], "error": {
+                        "code": "NO_PERMITTED_SUBJECTS", "message": "no requested subject is permitted", "details": {}}}))
+            elif f["op"] == "subscribe":
+                await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
+                await ws.close(1011)  # the connection drops
+                return
+
+    from pigeon_client import ContractError
+
+    async with serve(endpoint, "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        reported: list[Exception] = []
+        s = await connect(f"ws://127.0.0.1:{port}", "t", ["events.telemetry"], on_error=reported.append)
+        sub = await s.subscribe("events.telemetry")
+        with pytest.raises(ContractError) as e:
+            await within(sub.wait(), 10)
+        assert e.value.code == "NO_PERMITTED_SUBJECTS"
+        with pytest.raises(ContractError):
+            await s.publish({"subject": "events.telemetry", "data": {}})
+        with pytest.raises(ContractError):
+            await s.wait_connected(1)
+        assert any(getattr(x, "code", "") == "NO_PERMITTED_SUBJECTS" for x in reported)
+        assert conns >= 2
+        await s.close()
+
+
+def test_http_server_closing_mid_request_is_a_transport_error():
+    import socket
+    import threading
+
+    from pigeon_client import HttpClient, TransportError
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    port = lsock.getsockname()[1]
+
+    def accept_and_close():
+        c, _ = lsock.accept()
+        c.recv(65536)
+        c.close()  # closes mid-request, no answer
+
+    t = threading.Thread(target=accept_and_close, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(TransportError):
+            HttpClient(f"http://127.0.0.1:{port}", "t", timeout=5).subjects()
+    finally:
+        t.join(5)
+        lsock.close()
