@@ -491,6 +491,7 @@ class Session:
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._binding: dict[str, Subscription] = {}
+        self._gone: collections.deque[str] = collections.deque(maxlen=1024)
         self._next = 0
         self._gen = 0
         self._contract: Contract | None = None
@@ -669,6 +670,8 @@ class Session:
         if op == "deliver_batch":
             sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
             ds = f.get("deliveries")
+            if sub is None and f.get("sub") in self._gone:
+                return
             if sub is None or not isinstance(ds, list):
                 self._report(ProtocolError("BAD_REQUEST", f"deliver_batch for unknown sub {f.get('sub')!r}"))
                 return
@@ -678,6 +681,8 @@ class Session:
             return
         if op == "deliver":
             sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
+            if sub is None and f.get("sub") in self._gone:
+                return
             if sub is None:
                 self._report(ProtocolError("BAD_REQUEST", f"deliver for unknown sub {f.get('sub')!r}"))
                 return
@@ -798,7 +803,9 @@ class Session:
         self._report(err)
 
     def _forget(self, sub: Subscription) -> None:
-        self._subs.pop(sub.sid, None)
+        if self._subs.pop(sub.sid, None) is not None:
+            # Deliveries already on the wire for it are dropped quietly (they go back).
+            self._gone.append(sub.sid)
         if sub in self._all_subs:
             self._all_subs.remove(sub)
 
@@ -875,6 +882,10 @@ class Session:
         ``max_pending_publishes`` are already in flight."""
         self._check_usable()
         enc = _DUMPS(message)
+        if len(enc) * 4 > self._max_frame - 256 and len(enc.encode()) > self._max_frame - 256:
+            # The server would close the connection (1009) on such a frame.
+            raise error_from({"code": "PAYLOAD_TOO_LARGE",
+                              "message": f"the message is larger than the server's frame size ({self._max_frame} bytes)"})
         await self._pub_slots.acquire()
         fut: asyncio.Future[Decision] = self._loop.create_future()
         fut.add_done_callback(lambda _: self._pub_slots.release())
@@ -915,13 +926,14 @@ class Session:
                 limit = max(1024, self._max_frame - 1024)
                 while self._pubq and len(batch) < MAX_PUBLISH_BATCH:
                     enc, fut = self._pubq[0]
-                    if batch and size + len(enc.encode()) + 1 > limit:
+                    n = len(enc.encode())
+                    if batch and size + n + 1 > limit:
                         break
                     self._pubq.popleft()
                     if fut.done():
                         continue
                     batch.append((enc, fut))
-                    size += len(enc) + 1
+                    size += n + 1
                 if not batch:
                     continue
                 self._pub_inflight = [f for _, f in batch]

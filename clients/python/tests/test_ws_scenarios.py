@@ -502,3 +502,29 @@ async def test_reconnect_server_restart(own_server):
     finally:
         await mon.close()
         await sen.close()
+
+
+async def test_publish_too_large_is_refused_locally(server):
+    from pigeon_client import InvalidError
+
+    s = await connect(server.ws, "sensor-token", TELEMETRY)
+    try:
+        with pytest.raises(InvalidError) as e:
+            await s.publish(telemetry("temp", "x" * (2 << 20), 1))
+        assert e.value.code == "PAYLOAD_TOO_LARGE"
+        assert (await s.publish(telemetry("temp", "ok", 1))).accepted  # the connection is intact
+        sub = await s.renew()
+        assert sub.id
+    finally:
+        await s.close()
+
+
+async def test_subprotocol_auth_and_region(server):
+    s = await connect(server.ws, "checkout-token", PAY, subprotocol_auth=True, region="eu")
+    try:
+        assert s.contract.region == "eu"
+        d = await s.publish(payment())
+        assert d.message["region"] == "eu"
+        await s.ping()
+    finally:
+        await s.close()
