@@ -23,4 +23,5 @@ if [ -z "${PIGEON_BIN:-}" ]; then
 fi
 
 export PIGEON_REQUIRE_ALL_SCENARIOS=1
-.venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
+# A bound on the whole run: a hang fails CI rather than stalling it.
+timeout --kill-after=10 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"

@@ -39,7 +39,7 @@ import logging
 import random
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -308,6 +308,9 @@ class Subscription:
 
     async def _answer(self, d: Delivery, ok: bool, delay: float | None) -> None:
         if d.settled:
+            return
+        if self.options.get("ack") == "none":  # at-most-once: nothing is answered
+            d.settled = True
             return
         try:
             await self._settle(d, ok, delay)
@@ -1159,5 +1162,3 @@ def _messages(ans: dict[str, Any]) -> list[dict[str, Any]]:
         raise ProtocolError("BAD_REQUEST", "messages is not a list")
     return [m for m in ms if isinstance(m, dict)]
 
-
-Awaitable  # re-exported names for type checkers

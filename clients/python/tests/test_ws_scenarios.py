@@ -528,3 +528,19 @@ async def test_subprotocol_auth_and_region(server):
         await s.ping()
     finally:
         await s.close()
+
+
+async def test_at_most_once_subscription(server):
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    got: list[str] = []
+    try:
+        await mon.subscribe("events.telemetry", lambda d: got.append(d.id), ack="none",
+                            selector="/kind=amo/site=lab")
+        ids = [(await sen.publish(telemetry("amo", "lab", i))).id for i in range(5)]
+        await eventually(lambda: len(got) >= 5, what="five at-most-once deliveries")
+        assert got == ids
+        assert not mon.errors
+    finally:
+        await mon.close()
+        await sen.close()
