@@ -47,6 +47,18 @@ async def pipelined(url: str, n: int) -> float:
         await s.close()
 
 
+async def sequential(url: str, n: int) -> float:
+    """The baseline: one publish at a time, each awaiting its decision."""
+    s = await connect(url, "sensor-token", ["events.telemetry"])
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            await s.publish(telemetry("temp", "seq", i))
+        return n / (time.perf_counter() - t0)
+    finally:
+        await s.close()
+
+
 async def round_trip(url: str, n: int) -> tuple[float, float]:
     mon = await connect(url, "monitor-token", ["events.telemetry"])
     sen = await connect(url, "sensor-token", ["events.telemetry"])
@@ -79,10 +91,12 @@ def main() -> None:
     srv = Server(binary).start()
     try:
         rate = asyncio.run(pipelined(srv.ws, a.n))
+        seq = asyncio.run(sequential(srv.ws, 2000))
         p50, p99 = asyncio.run(round_trip(srv.ws, a.rtt))
     finally:
         srv.stop()
     print(f"pipelined publish, one connection: {rate:,.0f} msgs/s ({a.n} governed publishes)")
+    print(f"sequential publish (baseline, one awaited at a time): {seq:,.0f} msgs/s")
     print(f"publish -> deliver round trip: p50 {p50:.2f} ms, p99 {p99:.2f} ms ({a.rtt} samples)")
 
 

@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 

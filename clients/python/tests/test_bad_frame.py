@@ -156,3 +156,44 @@ def test_http_server_closing_mid_request_is_a_transport_error():
     finally:
         t.join(5)
         lsock.close()
+
+
+async def test_acks_gather_into_message_ids_frames():
+    """Acks that gather while an ack frame is answered leave as one frame
+    with messageIds; the subscription asks for batched deliveries."""
+    acks: list[dict] = []
+    subscribe_frames: list[dict] = []
+
+    async def endpoint(ws):
+        async def answer_later(f):
+            await asyncio.sleep(0.02)
+            await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
+
+        async for raw in ws:
+            f = json.loads(raw)
+            if f["op"] == "negotiate":
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
+            elif f["op"] == "subscribe":
+                subscribe_frames.append(f)
+                await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_9"}))
+                ds = [{"attempt": 1, "message": {"id": f"msg_{i}", "sequence": i + 1}} for i in range(50)]
+                await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_9", "deliveries": ds}))
+            elif f["op"] == "ack":
+                acks.append(f)
+                asyncio.ensure_future(answer_later(f))
+
+    async with serve(endpoint, "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        s = await connect(f"ws://127.0.0.1:{port}", "t", ["events.telemetry"], reconnect=False)
+        try:
+            await s.subscribe("events.telemetry", lambda d: None, max_in_flight=16)
+            from harness import eventually
+
+            await eventually(lambda: sum(len(a.get("messageIds") or [a.get("messageId")]) for a in acks) >= 50,
+                             5, "50 acks")
+            ids = [i for a in acks for i in (a.get("messageIds") or [a["messageId"]])]
+            assert sorted(ids) == sorted(f"msg_{i}" for i in range(50))
+            assert len(acks) < 50 and any("messageIds" in a for a in acks)
+            assert subscribe_frames[0]["batch"] is True and subscribe_frames[0]["maxInFlight"] == 16
+        finally:
+            await s.close()

@@ -544,3 +544,28 @@ async def test_at_most_once_subscription(server):
     finally:
         await mon.close()
         await sen.close()
+
+
+async def test_retry_after_sets_the_nack_delay(server):
+    group = fresh("g")
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    times: dict[int, float] = {}
+    try:
+        m = notification()
+        m["data"]["templateId"] = "retry-after"
+
+        def handler(d):
+            if d.data.get("templateId") != "retry-after":
+                return
+            times[d.attempt] = time.monotonic()
+            if d.attempt == 1:
+                raise RetryAfter(0.15, RuntimeError("busy"))
+
+        await w.subscribe("notifications.send", handler, group=group)
+        await pub.publish(m)
+        await eventually(lambda: 2 in times, what="the retried delivery")
+        assert times[2] - times[1] >= 0.14
+    finally:
+        await w.close()
+        await pub.close()
