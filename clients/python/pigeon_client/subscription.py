@@ -93,13 +93,16 @@ class Subscription:
     async def __anext__(self) -> Delivery:
         if self.handler is not None:
             raise TypeError("a subscription with a handler is not iterable")
-        item = await self._queue.get()
-        if item is _CLOSED:
-            self._queue.put_nowait(_CLOSED)
-            if self.error is not None:
-                raise self.error
-            raise StopAsyncIteration
-        return item
+        while True:
+            item = await self._queue.get()
+            if item is _CLOSED:
+                self._queue.put_nowait(_CLOSED)
+                if self.error is not None:
+                    raise self.error
+                raise StopAsyncIteration
+            if item._gen == self._gen:
+                return item
+            # Handed over on a connection since lost: it comes again on this one.
 
     async def wait(self) -> None:
         """Wait until the subscription ends; raise the error it ended with."""
@@ -171,6 +174,8 @@ class Subscription:
             if item is _CLOSED:
                 self._queue.put_nowait(_CLOSED)
                 return
+            if item._gen != self._gen:
+                continue  # handed over on a connection since lost: it comes again
             task = asyncio.current_task()
             assert task is not None
             self._running.add(task)
@@ -211,12 +216,12 @@ class Subscription:
         if d.settled:
             return
         d.settled = True
+        if d._gen != self._gen:
+            raise SessionClosedError("SESSION_CLOSED", "the delivery's connection was lost; it comes again")
         seq = d.message.get("sequence")
         if isinstance(seq, int) and ok:
             self._outstanding.discard(seq)
             self._settled_high = max(self._settled_high, seq)
-        if d._gen != self._gen:
-            raise SessionClosedError("SESSION_CLOSED", "the delivery's connection was lost; it comes again")
         if not ok:
             f: dict[str, Any] = {"op": "nack", "sub": self.sid, "messageId": d.id}
             if delay is not None:
