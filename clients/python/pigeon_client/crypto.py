@@ -1,0 +1,517 @@
+"""End-to-end signatures and sealed payloads, byte-compatible with Go.
+
+Signing follows docs/security.md: the signature is Ed25519 over the RFC 8785
+(JCS) form of ``["pigeon-sig-v1", subject, id, time, data]``. Sealing is
+X25519 + HKDF-SHA256 + XChaCha20-Poly1305, signed with Ed25519 over the
+header and ciphertext (``pigeon/seal`` version 1).
+
+Primitives come from audited libraries only: PyNaCl (libsodium) for
+Ed25519, X25519 and XChaCha20-Poly1305; ``cryptography`` for HKDF-SHA256;
+``rfc8785`` for JCS. Every function here is pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import nacl.bindings as sodium
+import nacl.exceptions
+import nacl.signing
+import rfc8785
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import PigeonError, new_error
+
+__all__ = [
+    "b64url",
+    "b64url_decode",
+    "canonical_signing_input",
+    "sign_message",
+    "verify_message",
+    "verify_message_with_keys",
+    "select_key",
+    "Keys",
+    "seal",
+    "open_sealed",
+    "seal_data",
+    "open_data",
+    "SealError",
+    "SealTampered",
+    "SealUnsupported",
+    "NotSealed",
+    "new_message_id",
+    "now_rfc3339",
+    "SEAL_ALG",
+    "seal_message",
+    "open_message",
+]
+
+SIG_CONTEXT = "pigeon-sig-v1"
+SEAL_ALG = "X25519-HKDF-SHA256-XChaCha20Poly1305-Ed25519"
+_SEAL_CONTEXT = b"pigeon-seal-v1\x00"
+_HKDF_INFO = b"pigeon-seal-v1 xchacha20poly1305 key"
+_SAFE_INT = 2**53
+_B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
+_KID = re.compile(r"^[\x21-\x7e]{1,128}$")
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+# --- base64url, one spelling per value -------------------------------------
+
+
+def b64url(b: bytes) -> str:
+    """base64url without padding."""
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(s: str) -> bytes:
+    """Strict base64url without padding: refuses padding, the standard
+    alphabet and non-zero trailing bits (so each value has one spelling)."""
+    if not isinstance(s, str) or not _B64URL.match(s) or len(s) % 4 == 1:
+        raise ValueError("not base64url without padding")
+    try:
+        b = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    except (binascii.Error, ValueError) as e:
+        raise ValueError("not base64url without padding") from e
+    if b64url(b) != s:
+        raise ValueError("base64url with non-zero trailing bits")
+    return b
+
+
+# --- ids and times -----------------------------------------------------------
+
+
+def new_message_id() -> str:
+    """A fresh ``msg_`` id (20 lowercase base-36 characters, as the broker's)."""
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+    return "msg_" + "".join(secrets.choice(alphabet) for _ in range(20))
+
+
+def now_rfc3339() -> str:
+    """The current time, RFC 3339 with milliseconds, UTC (``…T12:00:00.000Z``)."""
+    t = _dt.datetime.now(_dt.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def parse_rfc3339(s: str) -> _dt.datetime:
+    """Parse an RFC 3339 time (any fraction length, Z or an offset)."""
+    m = _RFC3339.match(s) if isinstance(s, str) else None
+    if not m:
+        raise ValueError(f"not an RFC 3339 time: {s!r:.60}")
+    y, mo, d, h, mi, sec, frac, tz = m.groups()
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    if tz in ("Z", "z"):
+        tzinfo = _dt.timezone.utc
+    else:
+        sign = 1 if tz[0] == "+" else -1
+        tzinfo = _dt.timezone(sign * _dt.timedelta(hours=int(tz[1:3]), minutes=int(tz[4:6])))
+    return _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), micro, tzinfo=tzinfo)
+
+
+# --- canonical signing form --------------------------------------------------
+
+
+def _as_jcs_value(v: Any) -> Any:
+    """JCS reads every number as a double: integers beyond 2^53 keep double
+    precision, as the Go canonicaliser does."""
+    if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
+        return v
+    if isinstance(v, int):
+        return v if -_SAFE_INT <= v <= _SAFE_INT else float(v)
+    if isinstance(v, dict):
+        return {k: _as_jcs_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_as_jcs_value(x) for x in v]
+    raise TypeError(f"not a JSON value: {type(v).__name__}")
+
+
+def _envelope_string(m: dict[str, Any], name: str) -> str:
+    v = m.get(name)
+    if not isinstance(v, str) or not v:
+        raise new_error("ENVELOPE_INVALID", f"message {name} must be a non-empty string")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise new_error("ENVELOPE_INVALID", f"message {name} is not valid UTF-8") from e
+    return v
+
+
+def canonical_signing_input(message: dict[str, Any]) -> bytes:
+    """The bytes a signature covers: JCS of
+    ``["pigeon-sig-v1", subject, id, time, data]`` (absent data is ``{}``).
+
+    Raises ``PigeonError`` ``ENVELOPE_INVALID`` for an empty subject, id or
+    time, a time that is not RFC 3339, or data without a canonical form.
+    """
+    subject = _envelope_string(message, "subject")
+    mid = _envelope_string(message, "id")
+    time = _envelope_string(message, "time")
+    try:
+        parse_rfc3339(time)
+    except ValueError as e:
+        raise new_error("ENVELOPE_INVALID", "message time is not RFC 3339") from e
+    data = message.get("data")
+    if data is None:
+        data = {}
+    try:
+        return rfc8785.dumps([SIG_CONTEXT, subject, mid, time, _as_jcs_value(data)])
+    except (rfc8785.CanonicalizationError, TypeError, OverflowError, ValueError) as e:
+        raise new_error("ENVELOPE_INVALID", "message data has no canonical form") from e
+
+
+def _signing_key(key: Any) -> nacl.signing.SigningKey:
+    if isinstance(key, nacl.signing.SigningKey):
+        return key
+    if isinstance(key, (bytes, bytearray)) and len(key) in (32, 64):
+        return nacl.signing.SigningKey(bytes(key[:32]))
+    raise new_error("INVALID_ARGUMENT", "the key is not an Ed25519 private key (SigningKey, 32-byte seed)")
+
+
+def sign_message(message: dict[str, Any], kid: str, key: Any) -> dict[str, Any]:
+    """Return a copy of ``message`` signed with the Ed25519 ``key``
+    (a ``nacl.signing.SigningKey`` or its 32-byte seed) under ``kid``.
+
+    An empty ``id`` gets a fresh ``msg_`` id and an empty ``time`` the current
+    time, since both are signed.
+    """
+    if not isinstance(kid, str) or not _KID.match(kid):
+        raise new_error("INVALID_ARGUMENT", "the kid is malformed")
+    sk = _signing_key(key)
+    m = dict(message)
+    if not m.get("id"):
+        m["id"] = new_message_id()
+    if not m.get("time"):
+        m["time"] = now_rfc3339()
+    sig = sk.sign(canonical_signing_input(m)).signature
+    m["signature"] = {"kid": kid, "alg": "ed25519", "sig": b64url(sig)}
+    return m
+
+
+def verify_message(message: dict[str, Any], public_key: bytes) -> None:
+    """Check ``message``'s signature with the raw 32-byte Ed25519 public key.
+
+    Raises ``PigeonError`` ``SIGNATURE_REQUIRED`` (no signature) or
+    ``SIGNATURE_INVALID``.
+    """
+    sig = message.get("signature")
+    if not sig:
+        raise new_error("SIGNATURE_REQUIRED", "the message has no signature")
+    if not isinstance(sig, dict) or sig.get("alg") != "ed25519":
+        raise new_error("SIGNATURE_INVALID", "signature alg must be ed25519")
+    try:
+        raw = b64url_decode(sig.get("sig", ""))
+    except ValueError as e:
+        raise new_error("SIGNATURE_INVALID", "signature does not decode") from e
+    if len(raw) != 64:
+        raise new_error("SIGNATURE_INVALID", "signature is not 64 bytes")
+    if not isinstance(public_key, (bytes, bytearray)) or len(public_key) != 32:
+        raise new_error("SIGNATURE_INVALID", "the key is not an Ed25519 public key")
+    try:
+        data = canonical_signing_input(message)
+    except PigeonError as e:
+        raise new_error("SIGNATURE_INVALID", "the message has no canonical form") from e
+    try:
+        nacl.signing.VerifyKey(bytes(public_key)).verify(data, raw)
+    except (nacl.exceptions.BadSignatureError, ValueError, TypeError) as e:
+        raise new_error("SIGNATURE_INVALID", "the signature does not verify") from e
+
+
+def _valid_at(k: dict[str, Any], t: _dt.datetime) -> bool:
+    try:
+        if k.get("notBefore") and t < parse_rfc3339(k["notBefore"]):
+            return False
+        if k.get("notAfter") and t >= parse_rfc3339(k["notAfter"]):
+            return False
+    except ValueError:
+        return False
+    return True
+
+
+def select_key(
+    keys: Iterable[dict[str, Any]], kid: str, use: str, at: _dt.datetime | None = None
+) -> dict[str, Any] | None:
+    """The published key of ``use`` (``sig``/``enc``) valid at ``at`` (now by
+    default): the one named ``kid``, or without a kid the one with the latest
+    ``notBefore`` (the last listed among equals)."""
+    at = at or _dt.datetime.now(_dt.timezone.utc)
+    best, best_nb = None, None
+    for k in keys:
+        if not isinstance(k, dict) or k.get("use") != use or not _valid_at(k, at):
+            continue
+        if kid:
+            if k.get("kid") == kid:
+                return k
+            continue
+        nb = parse_rfc3339(k["notBefore"]) if k.get("notBefore") else _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        if best is None or nb >= best_nb:
+            best, best_nb = k, nb
+    return best
+
+
+def verify_message_with_keys(message: dict[str, Any], keys: Iterable[dict[str, Any]]) -> None:
+    """Verify with the sender's published keys: the key of the signature's
+    kid, use ``sig``, valid at the message time."""
+    sig = message.get("signature")
+    if not sig:
+        raise new_error("SIGNATURE_REQUIRED", "the message has no signature")
+    try:
+        t = parse_rfc3339(message.get("time", ""))
+    except ValueError as e:
+        raise new_error("SIGNATURE_INVALID", "message time is not RFC 3339") from e
+    k = select_key(keys, sig.get("kid", "") if isinstance(sig, dict) else "", "sig", t)
+    if k is None or not sig.get("kid"):
+        raise new_error("SIGNATURE_INVALID", "no published signing key of that kid is valid at the message time")
+    try:
+        pub = b64url_decode(k.get("key", ""))
+    except ValueError as e:
+        raise new_error("SIGNATURE_INVALID", "the published key does not decode") from e
+    verify_message(message, pub)
+
+
+# --- keys --------------------------------------------------------------------
+
+
+def _kid(prefix: str, pub: bytes) -> str:
+    return prefix + b64url(hashlib.sha256(pub).digest()[:12])
+
+
+@dataclass(frozen=True)
+class Keys:
+    """A program's Ed25519 signing pair and X25519 encryption pair with
+    their kids. ``repr`` shows the kids only."""
+
+    signing_kid: str
+    signing_key: nacl.signing.SigningKey
+    encryption_kid: str
+    encryption_private: bytes
+
+    @classmethod
+    def generate(cls) -> "Keys":
+        """Fresh keys; kids derived from the public keys as Go's seal.GenerateKeys."""
+        sk = nacl.signing.SigningKey.generate()
+        enc = os.urandom(32)
+        return cls(
+            _kid("sig-", bytes(sk.verify_key)), sk, _kid("enc-", sodium.crypto_scalarmult_base(enc)), enc
+        )
+
+    @classmethod
+    def from_vector(cls, k: dict[str, str]) -> "Keys":
+        """Keys from a vectors file entry (``signingKid``, ``signingSeed``,
+        ``encryptionKid``, ``encryptionPrivate``, base64url)."""
+        return cls(
+            k["signingKid"],
+            nacl.signing.SigningKey(b64url_decode(k["signingSeed"])),
+            k["encryptionKid"],
+            b64url_decode(k["encryptionPrivate"]),
+        )
+
+    @property
+    def signing_public(self) -> bytes:
+        return bytes(self.signing_key.verify_key)
+
+    @property
+    def encryption_public(self) -> bytes:
+        return sodium.crypto_scalarmult_base(self.encryption_private)
+
+    def public_keys(self) -> list[dict[str, str]]:
+        """The published form of both public keys (for ``PUT /v1/accounts/{id}/keys``)."""
+        return [
+            {"kid": self.signing_kid, "use": "sig", "alg": "ed25519", "key": b64url(self.signing_public)},
+            {"kid": self.encryption_kid, "use": "enc", "alg": "x25519", "key": b64url(self.encryption_public)},
+        ]
+
+    def __repr__(self) -> str:
+        return f"Keys(signing_kid={self.signing_kid!r}, encryption_kid={self.encryption_kid!r})"
+
+
+# --- sealed payloads -----------------------------------------------------------
+
+
+class SealError(ValueError):
+    """A sealed payload could not be opened."""
+
+
+class SealTampered(SealError):
+    """A check failed: a changed field, a wrong key, a malformed field."""
+
+
+class SealUnsupported(SealError):
+    """An unknown version or algorithm."""
+
+
+class NotSealed(SealError):
+    """The data has no ``sealed`` member."""
+
+
+_SEALED_FIELDS = {"v", "alg", "recipientKid", "senderKid", "ephemeralKey", "nonce", "ciphertext", "sig"}
+
+
+def _field(b: bytes) -> bytes:
+    if len(b) > 0xFFFF:
+        raise SealTampered("field too long")
+    return len(b).to_bytes(2, "big") + b
+
+
+def _header(rkid: str, skid: str, r: bytes, spub: bytes, e: bytes, nonce: bytes) -> bytes:
+    return _SEAL_CONTEXT + b"".join(
+        _field(x) for x in (SEAL_ALG.encode(), rkid.encode(), skid.encode(), r, spub, e, nonce)
+    )
+
+
+def _derive(shared: bytes, e: bytes, r: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=e + r, info=_HKDF_INFO).derive(shared)
+
+
+def _scalarmult(priv: bytes, pub: bytes) -> bytes:
+    try:
+        shared = sodium.crypto_scalarmult(priv, pub)
+    except Exception as e:  # libsodium refuses a low-order point
+        raise SealTampered("low-order public key") from e
+    if shared == bytes(32):
+        raise SealTampered("low-order public key")
+    return shared
+
+
+def seal(
+    plaintext: bytes, recipient_kid: str, recipient_public: bytes, sender_kid: str, sender_key: Any
+) -> dict[str, Any]:
+    """Encrypt ``plaintext`` for the recipient's X25519 public key and sign it
+    with the sender's Ed25519 key; returns the sealed object."""
+    for kid in (recipient_kid, sender_kid):
+        if not isinstance(kid, str) or not 1 <= len(kid.encode()) <= 128:
+            raise new_error("INVALID_ARGUMENT", "kid must be 1 to 128 bytes")
+    if len(recipient_public) != 32:
+        raise new_error("INVALID_ARGUMENT", "the recipient key is not an X25519 public key")
+    sk = _signing_key(sender_key)
+    e_priv = os.urandom(32)
+    e_pub = sodium.crypto_scalarmult_base(e_priv)
+    shared = _scalarmult(e_priv, bytes(recipient_public))
+    key = _derive(shared, e_pub, bytes(recipient_public))
+    nonce = os.urandom(24)
+    h = _header(recipient_kid, sender_kid, bytes(recipient_public), bytes(sk.verify_key), e_pub, nonce)
+    ct = sodium.crypto_aead_xchacha20poly1305_ietf_encrypt(bytes(plaintext), h, nonce, key)
+    sig = sk.sign(h + ct).signature
+    return {
+        "v": 1,
+        "alg": SEAL_ALG,
+        "recipientKid": recipient_kid,
+        "senderKid": sender_kid,
+        "ephemeralKey": b64url(e_pub),
+        "nonce": b64url(nonce),
+        "ciphertext": b64url(ct),
+        "sig": b64url(sig),
+    }
+
+
+def open_sealed(sealed: dict[str, Any], recipient_private: bytes, sender_public: bytes) -> bytes:
+    """Check the seal's signature with the sender's Ed25519 public key, then
+    decrypt with the recipient's X25519 private key. Any failed check is
+    :class:`SealTampered`, without saying which; an unknown ``v`` or ``alg``
+    is :class:`SealUnsupported`."""
+    if not isinstance(sealed, dict):
+        raise SealTampered("sealed payload is not an object")
+    if sealed.get("v") != 1 or isinstance(sealed.get("v"), bool):
+        raise SealUnsupported("unknown sealed version")
+    if sealed.get("alg") != SEAL_ALG:
+        raise SealUnsupported("unknown sealed algorithm")
+    try:
+        if set(sealed) != _SEALED_FIELDS:
+            raise ValueError("members")
+        rkid, skid = sealed["recipientKid"], sealed["senderKid"]
+        if not all(isinstance(k, str) and 1 <= len(k.encode()) <= 128 for k in (rkid, skid)):
+            raise ValueError("kid")
+        e_pub = b64url_decode(sealed["ephemeralKey"])
+        nonce = b64url_decode(sealed["nonce"])
+        ct = b64url_decode(sealed["ciphertext"])
+        sig = b64url_decode(sealed["sig"])
+        if len(e_pub) != 32 or len(nonce) != 24 or len(sig) != 64 or len(ct) < 16:
+            raise ValueError("lengths")
+        if len(sender_public) != 32 or len(recipient_private) != 32:
+            raise ValueError("keys")
+        r = sodium.crypto_scalarmult_base(bytes(recipient_private))
+        h = _header(rkid, skid, r, bytes(sender_public), e_pub, nonce)
+        nacl.signing.VerifyKey(bytes(sender_public)).verify(h + ct, sig)
+        key = _derive(_scalarmult(bytes(recipient_private), e_pub), e_pub, r)
+        return sodium.crypto_aead_xchacha20poly1305_ietf_decrypt(ct, h, nonce, key)
+    except SealError:
+        raise
+    except Exception as e:
+        raise SealTampered("sealed payload does not open") from e
+
+
+def seal_data(
+    clear: dict[str, Any],
+    payload: bytes,
+    recipient_kid: str,
+    recipient_public: bytes,
+    sender_kid: str,
+    sender_key: Any,
+) -> dict[str, Any]:
+    """Message data with the routing fields in clear and the payload sealed:
+    ``{...clear, "sealed": {...}}``."""
+    if "sealed" in clear:
+        raise new_error("INVALID_ARGUMENT", 'clear fields may not hold "sealed"')
+    return {**clear, "sealed": seal(payload, recipient_kid, recipient_public, sender_kid, sender_key)}
+
+
+def open_data(data: dict[str, Any], recipient_private: bytes, sender_public: bytes) -> tuple[dict[str, Any], bytes]:
+    """Split sealed message data into its clear fields and opened payload."""
+    if not isinstance(data, dict) or "sealed" not in data:
+        raise NotSealed("the data has no sealed member")
+    clear = {k: v for k, v in data.items() if k != "sealed"}
+    return clear, open_sealed(data["sealed"], recipient_private, sender_public)
+
+
+def loads_payload(b: bytes) -> Any:
+    """Decode an opened JSON payload."""
+    return json.loads(b)
+
+
+def seal_message(
+    message: dict[str, Any],
+    clear: dict[str, Any],
+    payload: bytes,
+    recipient_keys: Iterable[dict[str, Any]],
+    sender: Keys,
+) -> dict[str, Any]:
+    """A copy of ``message`` whose data is ``clear`` plus ``payload`` sealed
+    for the recipient's published encryption key (the valid one with the
+    latest notBefore), signed by ``sender``."""
+    k = select_key(recipient_keys, "", "enc")
+    if k is None:
+        raise new_error("INVALID_ARGUMENT", "the recipient has no valid published encryption key")
+    data = seal_data(clear, payload, k["kid"], b64url_decode(k["key"]), sender.signing_kid, sender.signing_key)
+    return sign_message({**message, "data": data}, sender.signing_kid, sender.signing_key)
+
+
+def open_message(
+    message: dict[str, Any], sender_keys: Iterable[dict[str, Any]], recipient: Keys
+) -> tuple[dict[str, Any], bytes]:
+    """Verify ``message``'s signature with the sender's published keys, then
+    open its sealed payload: ``(clear fields, payload)``. Raises
+    ``PigeonError`` (``SIGNATURE_REQUIRED``/``SIGNATURE_INVALID``) or
+    :class:`SealError`."""
+    sender_keys = list(sender_keys)
+    verify_message_with_keys(message, sender_keys)
+    data = message.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("sealed"), dict):
+        raise NotSealed("the data has no sealed member")
+    t = parse_rfc3339(message["time"])
+    k = select_key(sender_keys, str(data["sealed"].get("senderKid", "")), "sig", t)
+    if k is None:
+        raise SealTampered("no published signing key of the sealed senderKid")
+    if data["sealed"].get("recipientKid") != recipient.encryption_kid:
+        raise SealTampered("sealed for another recipient key")
+    return open_data(data, recipient.encryption_private, b64url_decode(k["key"]))

@@ -1,0 +1,223 @@
+"""Typed errors: one base class carrying the broker's stable code.
+
+Every failure a client reports is a :class:`PigeonError` with ``code`` (the
+same stable code as the broker's audit record, HTTP API and WebSocket error
+frame), ``message`` (never a payload value), ``status`` (the HTTP status of
+the code) and ``details`` (always a dict: ``gate``, ``quarantineId``,
+``decision`` where the broker gave them).
+
+Its subclasses tell the kinds of failure apart, so callers can branch with
+``except`` rather than listing codes:
+
+* :class:`DeniedError` - an admission gate or policy refused; nothing stored.
+* :class:`QuarantinedError` (a ``DeniedError``) - refused, and the redacted
+  message kept in quarantine (``quarantine_id``).
+* :class:`ContractError` - the contract is missing, unknown, expired,
+  revoked, stale, out of scope, or none could be negotiated.
+* :class:`TransportError` - the connection failed or the session is closed;
+  :class:`SessionClosedError` and :class:`ProtocolError` (a frame the client
+  cannot parse) are kinds of it.
+* :class:`UnauthenticatedError`, :class:`NotFoundError`,
+  :class:`InvalidError`, :class:`RequestTimeoutError`, :class:`StoreError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "PigeonError",
+    "DeniedError",
+    "QuarantinedError",
+    "ContractError",
+    "TransportError",
+    "SessionClosedError",
+    "ProtocolError",
+    "UnauthenticatedError",
+    "NotFoundError",
+    "InvalidError",
+    "RequestTimeoutError",
+    "StoreError",
+    "RetryAfter",
+    "error_from",
+    "new_error",
+    "http_status",
+]
+
+_STATUS = {
+    400: "BAD_REQUEST DUPLICATE_KEY INVALID_UTF8 SELECTOR_INVALID FILTER_INVALID POLICY_INVALID INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "FORBIDDEN POLICY_DENIED REPLAY_DENIED REGION_DENIED INTENT_DENIED CONTRACT_REQUIRED "
+    "CONTRACT_NOT_FOUND CONTRACT_EXPIRED CONTRACT_PRINCIPAL_MISMATCH CONTRACT_STALE CONTRACT_REVOKED "
+    "SUBJECT_NOT_IN_CONTRACT OPERATION_NOT_IN_CONTRACT NO_PERMITTED_SUBJECTS ACK_NOT_ALLOWED GRANT_REVOKED",
+    404: "NOT_FOUND SUBJECT_NOT_FOUND MESSAGE_NOT_FOUND QUARANTINE_NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "CONFLICT MESSAGE_ID_TAKEN",
+    413: "PAYLOAD_TOO_LARGE",
+    422: "SENSITIVE_FIELD_DENIED RAW_PAN_DETECTED IDEMPOTENCY_REQUIRED CLASSIFICATION_DENIED "
+    "ENVELOPE_INVALID SCHEMA_INVALID DATA_QUALITY_FAILED SIGNATURE_REQUIRED SIGNATURE_INVALID "
+    "ENCRYPTION_REQUIRED DELIVERY_EXHAUSTED",
+    429: "RATE_LIMITED TOO_MANY_CONTRACTS",
+    503: "SHUTTING_DOWN STORE_UNAVAILABLE SESSION_CLOSED",
+    504: "REQUEST_TIMEOUT",
+    507: "STORE_FULL",
+}
+_STATUS_BY_CODE = {code: status for status, codes in _STATUS.items() for code in codes.split()}
+
+_CONTRACT = set(
+    "CONTRACT_REQUIRED CONTRACT_NOT_FOUND CONTRACT_EXPIRED CONTRACT_PRINCIPAL_MISMATCH CONTRACT_STALE "
+    "CONTRACT_REVOKED SUBJECT_NOT_IN_CONTRACT OPERATION_NOT_IN_CONTRACT GRANT_REVOKED NO_PERMITTED_SUBJECTS "
+    "TOO_MANY_CONTRACTS".split()
+)
+_NOT_FOUND = set("SUBJECT_NOT_FOUND MESSAGE_NOT_FOUND QUARANTINE_NOT_FOUND NOT_FOUND".split())
+_INVALID = set(
+    "BAD_REQUEST ENVELOPE_INVALID SELECTOR_INVALID FILTER_INVALID POLICY_INVALID PAYLOAD_TOO_LARGE "
+    "INVALID_ARGUMENT METHOD_NOT_ALLOWED CONFLICT DUPLICATE_KEY INVALID_UTF8 MESSAGE_ID_TAKEN".split()
+)
+_TRANSPORT = {"SHUTTING_DOWN", "SESSION_CLOSED"}
+_STORE = set("STORE_CORRUPT AUDIT_TAMPERED STORE_UNAVAILABLE STORE_FULL INTERNAL".split())
+
+
+def http_status(code: str) -> int:
+    """The HTTP status the broker gives ``code`` (500 for unknown codes)."""
+    return _STATUS_BY_CODE.get(code, 500)
+
+
+class PigeonError(Exception):
+    """A failure with the broker's stable ``code``.
+
+    ``details`` is always a dict. ``status`` is the HTTP status of the code
+    (the one the server answered, over HTTP).
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str = "",
+        *,
+        status: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.status = status if status is not None else http_status(code)
+        self.details: dict[str, Any] = dict(details or {})
+        super().__init__(f"{code}: {message}" if message else code)
+
+    @property
+    def gate(self) -> str | None:
+        """The admission gate that refused, when one did."""
+        return self.details.get("gate")
+
+    @property
+    def quarantine_id(self) -> str | None:
+        """The quarantine record's id, when the message was quarantined."""
+        return self.details.get("quarantineId")
+
+    @property
+    def decision(self) -> dict[str, Any] | None:
+        """The gate's whole decision, when a gate refused."""
+        return self.details.get("decision")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r}, status={self.status})"
+
+
+class DeniedError(PigeonError):
+    """Refused by policy or an admission gate; nothing was stored."""
+
+
+class QuarantinedError(DeniedError):
+    """Refused, with the (redacted) message kept in quarantine."""
+
+
+class ContractError(PigeonError):
+    """The contract is missing, unknown, expired, revoked, stale or out of
+    scope, or no contract could be negotiated."""
+
+
+class UnauthenticatedError(PigeonError):
+    """The credential resolves to no principal (401)."""
+
+
+class NotFoundError(PigeonError):
+    """An unknown subject, message, quarantine record or route."""
+
+
+class InvalidError(PigeonError):
+    """Malformed input: envelope, selector, filter, argument."""
+
+
+class RequestTimeoutError(PigeonError):
+    """A request's deadline passed without a reply."""
+
+
+class StoreError(PigeonError):
+    """The broker's storage failed (corrupt, tampered, full, unavailable)."""
+
+
+class TransportError(PigeonError):
+    """The connection failed, dropped, or the server is going away."""
+
+
+class SessionClosedError(TransportError):
+    """The session is closed (or its connection lost): the call was not made."""
+
+
+class ProtocolError(TransportError):
+    """The server sent something the client cannot take: a frame that is not
+    JSON, not an object, or an answer of the wrong shape."""
+
+
+class RetryAfter(Exception):
+    """Raised by a subscription handler to nack with a retry delay
+    (seconds); ``cause`` is kept for logging."""
+
+    def __init__(self, delay: float, cause: BaseException | None = None) -> None:
+        self.delay = delay
+        self.cause = cause
+        super().__init__(f"retry after {delay}s" + (f": {cause}" if cause else ""))
+
+
+def _class_for(code: str, details: dict[str, Any]) -> type[PigeonError]:
+    if code == "UNAUTHENTICATED":
+        return UnauthenticatedError
+    if code in _CONTRACT:
+        return ContractError
+    if code in _TRANSPORT:
+        return SessionClosedError if code == "SESSION_CLOSED" else TransportError
+    if code == "REQUEST_TIMEOUT":
+        return RequestTimeoutError
+    decision = details.get("decision")
+    quarantined = bool(details.get("quarantineId")) or (
+        isinstance(decision, dict) and decision.get("outcome") == "quarantine"
+    )
+    if quarantined or code == "DELIVERY_EXHAUSTED":
+        return QuarantinedError
+    if code in _NOT_FOUND:
+        return NotFoundError
+    if code in _INVALID:
+        return InvalidError
+    if code in _STORE:
+        return StoreError
+    return DeniedError
+
+
+def error_from(obj: Any, status: int | None = None) -> PigeonError:
+    """Build the typed error of a wire error object ``{"code","message","details"}``
+    (or a body ``{"error": {...}}``)."""
+    if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+        obj = obj["error"]
+    if not isinstance(obj, dict) or not isinstance(obj.get("code"), str):
+        return ProtocolError("BAD_REQUEST", f"undecodable error from server: {obj!r:.200}", status=status)
+    code = obj["code"]
+    details = obj.get("details")
+    details = details if isinstance(details, dict) else {}
+    message = obj.get("message") if isinstance(obj.get("message"), str) else ""
+    return _class_for(code, details)(code, message, status=status, details=details)
+
+
+def new_error(code: str, message: str = "", *, status: int | None = None, details: dict[str, Any] | None = None) -> PigeonError:
+    """The typed error of ``code`` (the subclass its kind calls for)."""
+    details = dict(details or {})
+    return _class_for(code, details)(code, message, status=status, details=details)

@@ -1,0 +1,286 @@
+"""The HTTP client (synchronous, standard library only).
+
+Concurrency contract: an :class:`HttpClient` holds its credential, region and
+the id of the contract it negotiated last; each call is one HTTP request on
+a fresh connection, so one client may be used from several threads (calls
+that change the held contract, :meth:`HttpClient.connect`, race as plain
+attribute writes do). From asyncio code, call it through
+``asyncio.to_thread``.
+
+Every refusal raises the same typed errors as the WebSocket client, with the
+HTTP ``status`` the server answered; a server that cannot be reached or
+closes mid-request raises :class:`~pigeon_client.errors.TransportError`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Iterable
+
+from .errors import PigeonError, ProtocolError, TransportError, error_from
+from .ws import Contract, Decision
+
+__all__ = ["HttpClient", "KeyDirectory"]
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _q(segment: str) -> str:
+    """Percent-encode one path segment (principal ids hold ``/`` and ``:``)."""
+    return urllib.parse.quote(segment, safe="")
+
+
+class HttpClient:
+    """A client of the HTTP API at ``base_url`` (``http://127.0.0.1:8787``)."""
+
+    def __init__(self, base_url: str, token: str | None, *, region: str | None = None, timeout: float = 30.0) -> None:
+        u = base_url.rstrip("/")
+        if u.startswith("ws://") or u.startswith("wss://"):
+            u = "http" + u[2:]
+        if u.endswith("/v1/ws"):
+            u = u[: -len("/v1/ws")]
+        self.base_url = u
+        self.token = token
+        self.region = region
+        self.timeout = timeout
+        self.contract: Contract | None = None
+
+    # --- plumbing ---
+
+    def _do(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, Any] | None = None,
+        contract: bool = False,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        url = self.base_url + path
+        if query:
+            q = {k: v for k, v in query.items() if v is not None}
+            if q:
+                url += "?" + urllib.parse.urlencode(q)
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        if self.region:
+            headers["x-pigeon-region"] = self.region
+        if contract and self.contract is not None:
+            headers["x-pigeon-contract"] = self.contract.id
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with _NO_PROXY.open(req, timeout=timeout or self.timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            status = e.code
+            try:
+                raw = e.read()
+            except Exception as ex:
+                raise TransportError("CONNECTION_FAILED", f"{method} {path}: {ex}", status=status) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise TransportError("CONNECTION_FAILED", f"{method} {path}: {e}", status=503) from None
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            raise ProtocolError("BAD_REQUEST", f"{method} {path}: HTTP {status} with a body that is not JSON",
+                                status=status) from None
+        if status >= 400:
+            err = error_from(payload, status)
+            raise err
+        return status, payload
+
+    def _need_contract(self) -> None:
+        if self.contract is None:
+            raise error_from({"code": "CONTRACT_REQUIRED", "message": "call connect first"})
+
+    # --- the reference surface ---
+
+    def health(self) -> dict[str, Any]:
+        return self._do("GET", "/health")[1]
+
+    def connect(self, subjects: Iterable[str], *, ttl: float | None = None) -> Contract:
+        """Negotiate a contract (``POST /v1/contracts``); later calls use it."""
+        body: dict[str, Any] = {"subjects": list(subjects)}
+        if ttl is not None:
+            body["ttlMs"] = max(1, int(ttl * 1000))
+        _, p = self._do("POST", "/v1/contracts", body)
+        self.contract = Contract.from_wire(p.get("contract") if isinstance(p, dict) else None)
+        return self.contract
+
+    def revoke(self, contract_id: str | None = None) -> None:
+        """Revoke a contract this principal holds (default: the held one)."""
+        cid = contract_id or (self.contract.id if self.contract else None)
+        if not cid:
+            raise ValueError("no contract to revoke")
+        self._do("DELETE", "/v1/contracts/" + _q(cid))
+
+    def get_contract(self, contract_id: str) -> Contract:
+        _, p = self._do("GET", "/v1/contracts/" + _q(contract_id))
+        return Contract.from_wire(p.get("contract"))
+
+    def publish(self, message: dict[str, Any]) -> Decision:
+        """Publish one message: ``accepted`` (202) or ``duplicate`` (200)."""
+        self._need_contract()
+        _, p = self._do("POST", "/v1/messages", message, contract=True)
+        return Decision.from_wire(p)
+
+    def request(self, message: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any]:
+        """Publish a request and return the reply message
+        (``POST /v1/requests``); ``RequestTimeoutError`` (504) when none comes."""
+        self._need_contract()
+        body = {"message": message, "timeoutMs": max(1, int(timeout * 1000))}
+        _, p = self._do("POST", "/v1/requests", body, contract=True, timeout=max(self.timeout, timeout + 10))
+        if not isinstance(p, dict) or not isinstance(p.get("message"), dict):
+            raise ProtocolError("BAD_REQUEST", "reply without a message")
+        return p["message"]
+
+    def receive(self, subject: str, *, max: int | None = None, ack: str | None = None) -> list[dict[str, Any]]:
+        """Pull messages; ``ack="explicit"`` leases them until :meth:`ack`/:meth:`nack`."""
+        self._need_contract()
+        body: dict[str, Any] = {}
+        if max is not None:
+            body["max"] = max
+        if ack is not None:
+            body["ack"] = ack
+        _, p = self._do("POST", f"/v1/subjects/{_q(subject)}/receive", body, contract=True)
+        return list(p.get("messages") or [])
+
+    def ack(self, subject: str, message_id: str) -> None:
+        self._need_contract()
+        self._do("POST", f"/v1/subjects/{_q(subject)}/ack", {"messageId": message_id}, contract=True)
+
+    def nack(self, subject: str, message_id: str, *, delay: float | None = None) -> None:
+        self._need_contract()
+        body: dict[str, Any] = {"messageId": message_id}
+        if delay is not None:
+            body["delayMs"] = max(0, int(delay * 1000))
+        self._do("POST", f"/v1/subjects/{_q(subject)}/nack", body, contract=True)
+
+    def replay(
+        self,
+        subject: str,
+        *,
+        reason: str | None = None,
+        from_sequence: int | None = None,
+        to_sequence: int | None = None,
+        max: int | None = None,
+    ) -> list[dict[str, Any]]:
+        self._need_contract()
+        body = {
+            k: v
+            for k, v in (("reason", reason), ("fromSequence", from_sequence), ("toSequence", to_sequence), ("max", max))
+            if v is not None
+        }
+        _, p = self._do("POST", f"/v1/subjects/{_q(subject)}/replay", body, contract=True)
+        return list(p.get("messages") or [])
+
+    def subjects(self) -> list[dict[str, Any]]:
+        """The catalog (public)."""
+        return list(self._do("GET", "/v1/subjects")[1].get("subjects") or [])
+
+    def subject(self, name: str) -> dict[str, Any]:
+        return self._do("GET", "/v1/subjects/" + _q(name))[1]["subject"]
+
+    def audit(self, *, from_: int | None = None, max: int | None = None) -> list[dict[str, Any]]:
+        """Hash-chained audit records, oldest first (role ``auditor``)."""
+        return list(self._do("GET", "/v1/audit", query={"from": from_, "max": max})[1].get("records") or [])
+
+    def quarantine(self, *, since: str | None = None, max: int | None = None) -> list[dict[str, Any]]:
+        """Quarantined messages, redacted (role ``auditor``)."""
+        return list(self._do("GET", "/v1/quarantine", query={"since": since, "max": max})[1].get("records") or [])
+
+    def quarantine_record(self, record_id: str) -> dict[str, Any]:
+        return self._do("GET", "/v1/quarantine/" + _q(record_id))[1]["record"]
+
+    def release(self, record_id: str) -> Decision:
+        """Re-publish a quarantined message through every gate under this
+        client's contract (role ``auditor`` + a contract with publish)."""
+        _, p = self._do("POST", f"/v1/quarantine/{_q(record_id)}/release", {}, contract=True)
+        return Decision.from_wire(p)
+
+    # --- accounts, roles, grants, keys ---
+
+    def create_account(self, account_id: str, *, attributes: dict[str, Any] | None = None,
+                       roles: list[str] | None = None, exist_ok: bool = False) -> dict[str, Any] | None:
+        """Create an account (role ``admin``); ``exist_ok`` tolerates 409 CONFLICT."""
+        body: dict[str, Any] = {"id": account_id}
+        if attributes is not None:
+            body["attributes"] = attributes
+        if roles is not None:
+            body["roles"] = roles
+        try:
+            return self._do("POST", "/v1/accounts", body)[1]["account"]
+        except PigeonError as e:
+            if exist_ok and e.code == "CONFLICT":
+                return None
+            raise
+
+    def put_role(self, name: str, permissions: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._do("PUT", "/v1/roles/" + _q(name), {"permissions": permissions})[1]["role"]
+
+    def add_role(self, account_id: str, role: str) -> dict[str, Any]:
+        return self._do("PUT", f"/v1/accounts/{_q(account_id)}/roles/{_q(role)}")[1]["account"]
+
+    def remove_role(self, account_id: str, role: str) -> dict[str, Any]:
+        return self._do("DELETE", f"/v1/accounts/{_q(account_id)}/roles/{_q(role)}")[1]["account"]
+
+    def grant(self, account_id: str, roles: list[str], *, ttl: float | None = None) -> dict[str, Any]:
+        """Issue a grant token: ``{"token","jti","expiresAt"}``."""
+        body: dict[str, Any] = {"account": account_id, "roles": roles}
+        if ttl is not None:
+            body["ttlMs"] = int(ttl * 1000)
+        return self._do("POST", "/v1/grants", body)[1]
+
+    def put_keys(self, account_id: str, keys: list[dict[str, Any]]) -> dict[str, Any]:
+        """Publish an account's public keys (the account itself or an admin)."""
+        return self._do("PUT", f"/v1/accounts/{_q(account_id)}/keys", {"keys": keys})[1]["account"]
+
+    def keys(self, account_id: str) -> list[dict[str, Any]]:
+        """An account's published public keys."""
+        return list(self._do("GET", f"/v1/accounts/{_q(account_id)}/keys")[1].get("keys") or [])
+
+
+class KeyDirectory:
+    """Fetches and caches accounts' published keys
+    (``GET /v1/accounts/{id}/keys``) for ``ttl`` seconds. Thread-safe;
+    :meth:`aget` runs the fetch off the event loop."""
+
+    def __init__(self, client: HttpClient, *, ttl: float = 300.0) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, account_id: str, *, refresh: bool = False) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(account_id)
+        if hit and not refresh and now - hit[0] < self.ttl:
+            return hit[1]
+        keys = self.client.keys(account_id)
+        with self._lock:
+            self._cache[account_id] = (now, keys)
+        return keys
+
+    async def aget(self, account_id: str, *, refresh: bool = False) -> list[dict[str, Any]]:
+        import asyncio
+
+        return await asyncio.to_thread(self.get, account_id, refresh=refresh)
+
+    def invalidate(self, account_id: str | None = None) -> None:
+        with self._lock:
+            if account_id is None:
+                self._cache.clear()
+            else:
+                self._cache.pop(account_id, None)

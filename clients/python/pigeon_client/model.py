@@ -1,0 +1,80 @@
+"""The values a session hands back: the negotiated contract and a publish decision."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from .crypto import parse_rfc3339
+from .errors import ProtocolError
+
+__all__ = ["Contract", "Decision"]
+
+@dataclass(frozen=True)
+class Contract:
+    """A negotiated contract: what this session may do, and until when."""
+
+    id: str
+    principal: str
+    subjects: list[dict[str, Any]]
+    region: str
+    issued_at: _dt.datetime | None
+    expires_at: _dt.datetime | None
+    raw: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "Contract":
+        if not isinstance(d, dict) or not isinstance(d.get("id"), str):
+            raise ProtocolError("BAD_REQUEST", "undecodable contract from server")
+
+        def t(name: str) -> _dt.datetime | None:
+            try:
+                return parse_rfc3339(d[name]) if d.get(name) else None
+            except ValueError:
+                return None
+
+        subjects = [s for s in d.get("subjects") or [] if isinstance(s, dict)]
+        return cls(d["id"], d.get("principal", ""), subjects, d.get("region", ""), t("issuedAt"), t("expiresAt"), d)
+
+    def operations(self, subject: str) -> list[str]:
+        """The operations granted on ``subject`` (empty when not in the contract)."""
+        for s in self.subjects:
+            if s.get("name") == subject:
+                return list(s.get("operations") or [])
+        return []
+
+    @property
+    def subject_names(self) -> list[str]:
+        return [s.get("name", "") for s in self.subjects]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The broker's answer to a publish: ``accepted`` or ``duplicate`` (the
+    original message)."""
+
+    status: str
+    message: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return self.message.get("id", "")
+
+    @property
+    def sequence(self) -> int:
+        return int(self.message.get("sequence") or 0)
+
+    @property
+    def accepted(self) -> bool:
+        return self.status == "accepted"
+
+    @property
+    def duplicate(self) -> bool:
+        return self.status == "duplicate"
+
+    @classmethod
+    def from_wire(cls, f: Any) -> "Decision":
+        if not isinstance(f, dict) or not isinstance(f.get("status"), str) or not isinstance(f.get("message"), dict):
+            raise ProtocolError("BAD_REQUEST", "undecodable decision from server")
+        return cls(f["status"], f["message"])

@@ -1,0 +1,824 @@
+"""The WebSocket client (asyncio): one session per connection, under a contract.
+
+Concurrency contract
+--------------------
+A :class:`Session` belongs to the event loop it was connected on. Every
+coroutine method may be awaited from many tasks at once: frames are matched
+to their answers by id, publishes queued while a publish frame is on the
+wire go out together as one ``publish_batch`` (so many publishes are in
+flight on one connection and the session is not bound by round-trip
+latency), and acks gathered while an ack frame is on the wire go out as one
+frame with ``messageIds``. Publishes on one session are admitted in the
+order they were called (one publish frame is in flight at a time; it
+carries everything queued meanwhile, up to 1,000 messages).
+
+Handlers of a subscription run on the session's loop, at most
+``max_in_flight`` at once; a handler that returns acks its delivery, one
+that raises nacks it (``RetryAfter(delay)`` chooses the retry delay).
+
+When the connection drops, every call waiting on it fails at once with
+:class:`~pigeon_client.errors.SessionClosedError` (``SHUTTING_DOWN`` when
+the server went away with 1001), never hangs. With ``reconnect=True`` (the
+default) the session then dials again with backoff, negotiates a fresh
+contract for the same subjects and resumes every subscription (a pub/sub one
+from its last acknowledged position). A contract that can no longer be
+negotiated ends the session: its subscriptions end with that error and
+every later call raises it. :meth:`Session.close` finishes the handlers
+running and their acks, then closes the connection; afterwards every call
+raises ``SessionClosedError`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import json
+import logging
+import random
+import urllib.parse
+from typing import Any, Callable, Iterable
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as _ws_connect
+
+from .errors import (
+    PigeonError,
+    ProtocolError,
+    RequestTimeoutError,
+    SessionClosedError,
+    TransportError,
+    error_from,
+)
+from .model import Contract, Decision
+from .subscription import Delivery, Handler, Subscription
+
+__all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
+
+log = logging.getLogger("pigeon_client")
+
+MAX_PUBLISH_BATCH = 1000
+_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _ws_url(url: str, region: str | None, subprotocol_auth: bool) -> str:
+    u = urllib.parse.urlsplit(url)
+    scheme = {"http": "ws", "https": "wss"}.get(u.scheme, u.scheme)
+    path = u.path or "/v1/ws"
+    query = u.query
+    if subprotocol_auth and region:
+        query = (query + "&" if query else "") + "region=" + urllib.parse.quote(region)
+    return urllib.parse.urlunsplit((scheme, u.netloc, path, query, ""))
+
+
+async def connect(
+    url: str,
+    token: str,
+    subjects: Iterable[str],
+    *,
+    region: str | None = None,
+    ttl: float | None = None,
+    reconnect: bool = True,
+    reconnect_timeout: float = 30.0,
+    on_error: Callable[[PigeonError], Any] | None = None,
+    subprotocol_auth: bool = False,
+    max_pending_publishes: int = 1024,
+    open_timeout: float = 10.0,
+    ping_interval: float | None = 20.0,
+) -> "Session":
+    """Connect to ``url`` (``ws://host:port/v1/ws``; ``http://`` works, and a
+    URL without a path gets ``/v1/ws``), authenticate ``token`` and negotiate
+    a contract for ``subjects``.
+
+    ``ttl`` is the contract's lifetime in seconds. ``region`` travels as
+    ``x-pigeon-region``. The credential is the ``Authorization`` header (or,
+    with ``subprotocol_auth``, the ``pigeon.bearer.<token>`` subprotocol).
+    Refusals are typed: ``UnauthenticatedError`` (401), ``ContractError``
+    (``NO_PERMITTED_SUBJECTS``…), ``NotFoundError`` (``SUBJECT_NOT_FOUND``),
+    ``TransportError`` when the server cannot be reached.
+    """
+    s = Session(
+        url,
+        token,
+        list(subjects),
+        region=region,
+        ttl=ttl,
+        reconnect=reconnect,
+        reconnect_timeout=reconnect_timeout,
+        on_error=on_error,
+        subprotocol_auth=subprotocol_auth,
+        max_pending_publishes=max_pending_publishes,
+        open_timeout=open_timeout,
+        ping_interval=ping_interval,
+    )
+    await s._open()
+    return s
+
+
+class Session:
+    """A session over WebSocket; see the module docs for its concurrency
+    contract. Create it with :func:`connect`."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        subjects: list[str],
+        *,
+        region: str | None,
+        ttl: float | None,
+        reconnect: bool,
+        reconnect_timeout: float,
+        on_error: Callable[[PigeonError], Any] | None,
+        subprotocol_auth: bool,
+        max_pending_publishes: int,
+        open_timeout: float,
+        ping_interval: float | None,
+    ) -> None:
+        if not subjects:
+            raise ValueError("connect needs at least one subject")
+        self.url = _ws_url(url, region, subprotocol_auth)
+        self._token = token
+        self.subjects = subjects
+        self.region = region
+        self.ttl = ttl
+        self.reconnect_enabled = reconnect
+        self.reconnect_timeout = reconnect_timeout
+        self.on_error = on_error
+        self._subprotocol_auth = subprotocol_auth
+        self._open_timeout = open_timeout
+        self._ping_interval = ping_interval
+        self._loop = asyncio.get_running_loop()
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._binding: dict[str, Subscription] = {}
+        self._gone: collections.deque[str] = collections.deque(maxlen=1024)
+        self._next = 0
+        self._gen = 0
+        self._contract: Contract | None = None
+        self._max_frame = 1 << 20
+        self._subs: dict[str, Subscription] = {}
+        self._all_subs: list[Subscription] = []
+        self._state = "connecting"  # open, reconnecting, closing, closed, failed
+        self._fatal: PigeonError | None = None
+        self._connected = asyncio.Event()
+        self._lost_err: PigeonError | None = None
+        self._pubq: collections.deque[tuple[str, asyncio.Future[Decision]]] = collections.deque()
+        self._pub_wake = asyncio.Event()
+        self._pub_slots = asyncio.Semaphore(max(1, max_pending_publishes))
+        self._pub_task: asyncio.Task[None] | None = None
+        self._pub_inflight: list[asyncio.Future[Decision]] = []
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self.errors: collections.deque[PigeonError] = collections.deque(maxlen=100)
+        self.reconnects = 0
+
+    # --- public state ---
+
+    @property
+    def contract(self) -> Contract:
+        """The contract negotiated last."""
+        assert self._contract is not None
+        return self._contract
+
+    @property
+    def closed(self) -> bool:
+        return self._state in ("closing", "closed", "failed")
+
+    @property
+    def connected(self) -> bool:
+        return self._state == "open"
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Wait until the session is connected (after a reconnect); raise the
+        error that ended it when it can no longer be."""
+        if self._state == "open":
+            return
+        self._check_usable(reconnecting_ok=True)
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise TransportError("SESSION_CLOSED", "not reconnected in time") from None
+        self._check_usable()
+
+    # --- connection ---
+
+    async def _dial(self) -> ClientConnection:
+        headers: dict[str, str] = {}
+        protocols = ["pigeon.v1"]
+        if self._subprotocol_auth:
+            protocols.append("pigeon.bearer." + self._token)
+        else:
+            headers["Authorization"] = "Bearer " + self._token
+            if self.region:
+                headers["x-pigeon-region"] = self.region
+        try:
+            return await _ws_connect(
+                self.url,
+                additional_headers=headers,
+                subprotocols=protocols,  # type: ignore[arg-type]
+                compression=None,
+                proxy=None,
+                max_size=256 << 20,
+                max_queue=64,
+                open_timeout=self._open_timeout,
+                ping_interval=self._ping_interval,
+                ping_timeout=self._ping_interval,
+                close_timeout=5,
+                write_limit=1 << 20,
+            )
+        except websockets.exceptions.InvalidStatus as e:
+            resp = e.response
+            body: Any = None
+            try:
+                body = json.loads(resp.body or b"")
+            except ValueError:
+                pass
+            err = error_from(body, resp.status_code)
+            if isinstance(err, ProtocolError):
+                raise TransportError("CONNECTION_FAILED", f"upgrade refused with HTTP {resp.status_code}",
+                                     status=resp.status_code) from None
+            raise err from None
+        except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
+            raise TransportError("CONNECTION_FAILED", f"cannot connect to {self.url}: {e}", status=503) from None
+
+    async def _open(self) -> None:
+        ws = await self._dial()
+        try:
+            await self._attach(ws)
+        except BaseException:
+            await ws.close()
+            raise
+
+    async def _attach(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self._gen += 1
+        self._state = "negotiating"
+        self._reader = self._loop.create_task(self._read(ws, self._gen))
+        f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
+        if self.ttl is not None:
+            f["ttlMs"] = max(1, int(self.ttl * 1000))
+        ans = await self._call(f, "contract", internal=True)
+        self._contract = Contract.from_wire(ans.get("contract"))
+        mf = ans.get("maxFrame")
+        if isinstance(mf, int) and mf > 0:
+            self._max_frame = mf
+        for sub in list(self._all_subs):
+            if sub.ended:
+                continue
+            sub._gen = self._gen
+            try:
+                try:
+                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
+                except PigeonError as e:
+                    if e.code != "INVALID_ARGUMENT" or sub.options.get("start") is not None:
+                        raise
+                    # Not a pub/sub subject: it resumes without a position.
+                    sub.options["_pubsub"] = False
+                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
+            except TransportError:
+                raise
+            except PigeonError as e:
+                sub._end(e)
+                continue
+            self._bind(sub, ans)
+        self._state = "open"
+        self._connected.set()
+        if self._pub_task is None:
+            self._pub_task = self._loop.create_task(self._publisher())
+
+    def _bind(self, sub: Subscription, ans: dict[str, Any]) -> None:
+        sid = ans.get("sub")
+        if not isinstance(sid, str) or not sid:
+            raise ProtocolError("BAD_REQUEST", "subscribed without a sub id")
+        if sub.sid:
+            self._subs.pop(sub.sid, None)
+        sub.sid = sid
+        self._subs[sid] = sub
+
+    async def _read(self, ws: ClientConnection, gen: int) -> None:
+        err: PigeonError
+        try:
+            async for raw in ws:
+                self._dispatch(raw, gen)
+            err = self._close_error(ws)
+        except websockets.exceptions.ConnectionClosed:
+            err = self._close_error(ws)
+        except Exception as e:  # never let the reader die silently
+            log.exception("pigeon: reader failed")
+            err = TransportError("SESSION_CLOSED", f"reader failed: {e!r}")
+        self._lost(gen, err)
+
+    @staticmethod
+    def _close_error(ws: ClientConnection) -> PigeonError:
+        code = ws.close_code
+        if code == 1001:
+            return TransportError("SHUTTING_DOWN", "the server is shutting down")
+        return SessionClosedError("SESSION_CLOSED", f"the connection was lost (close code {code})")
+
+    def _dispatch(self, raw: str | bytes, gen: int) -> None:
+        if isinstance(raw, bytes):
+            self._report(ProtocolError("BAD_REQUEST", "the server sent a binary frame"))
+            return
+        try:
+            f = json.loads(raw)
+        except ValueError:
+            self._report(ProtocolError("BAD_REQUEST", f"the server sent a frame that is not JSON: {raw[:80]!r}"))
+            return
+        if not isinstance(f, dict):
+            self._report(ProtocolError("BAD_REQUEST", "the server sent a frame that is not a JSON object"))
+            return
+        op = f.get("op")
+        if op == "deliver_batch":
+            sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
+            ds = f.get("deliveries")
+            if sub is None and f.get("sub") in self._gone:
+                return
+            if sub is None or not isinstance(ds, list):
+                self._report(ProtocolError("BAD_REQUEST", f"deliver_batch for unknown sub {f.get('sub')!r}"))
+                return
+            for d in ds:
+                if isinstance(d, dict):
+                    sub._push(d.get("message"), d.get("attempt"), gen)
+            return
+        if op == "deliver":
+            sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
+            if sub is None and f.get("sub") in self._gone:
+                return
+            if sub is None:
+                self._report(ProtocolError("BAD_REQUEST", f"deliver for unknown sub {f.get('sub')!r}"))
+                return
+            sub._push(f.get("message"), f.get("attempt"), gen)
+            return
+        if op == "unsubscribed":
+            sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
+            if sub is not None:
+                e = f.get("error")
+                sub._end(error_from(e) if e is not None else None)
+            return
+        re_ = f.get("re")
+        if not isinstance(re_, str) or not re_:
+            if op == "error":
+                self._report(error_from(f.get("error")))
+            else:
+                self._report(ProtocolError("BAD_REQUEST", f"the server sent an unexpected frame (op {op!r})"))
+            return
+        fut = self._pending.pop(re_, None)
+        sub = self._binding.pop(re_, None)
+        if sub is not None and op == "subscribed" and fut is not None and not fut.done():
+            # Bound here, before the next frame: its first deliver may follow at once.
+            try:
+                self._bind(sub, f)
+            except PigeonError as e:
+                fut.set_exception(e)
+                return
+        if fut is None:
+            self._report(ProtocolError("BAD_REQUEST", f"the server answered an unknown frame id {re_!r}"))
+            return
+        if not fut.done():
+            fut.set_result(f)
+
+    def _report(self, err: PigeonError) -> None:
+        """An error that answers no call: to ``on_error``, else the log."""
+        self.errors.append(err)
+        if self.on_error is not None:
+            try:
+                r = self.on_error(err)
+                if inspect.isawaitable(r):
+                    self._loop.create_task(r)  # type: ignore[arg-type]
+            except Exception:
+                log.exception("pigeon: on_error raised")
+        else:
+            log.warning("pigeon: %s", err)
+
+    def _lost(self, gen: int, err: PigeonError) -> None:
+        if gen != self._gen:
+            return
+        self._lost_err = err
+        self._connected.clear()
+        pending, self._pending = self._pending, {}
+        self._binding.clear()
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._fail_publishes(err)
+        if self._state in ("closing", "closed", "failed"):
+            return
+        if self.reconnect_enabled and self._state == "open":
+            self._state = "reconnecting"
+            self._reconnect_task = self._loop.create_task(self._reconnect_loop())
+        elif self._state == "open":
+            self._fail(err)
+
+    def _fail_publishes(self, err: PigeonError) -> None:
+        q, self._pubq = self._pubq, collections.deque()
+        for _, fut in q:
+            if not fut.done():
+                fut.set_exception(err)
+
+    async def _reconnect_loop(self) -> None:
+        deadline = self._loop.time() + self.reconnect_timeout
+        delay = 0.05
+        last: PigeonError = self._lost_err or SessionClosedError("SESSION_CLOSED", "connection lost")
+        while self._state == "reconnecting":
+            if self._loop.time() > deadline:
+                self._fail(TransportError("SESSION_CLOSED", f"could not reconnect within {self.reconnect_timeout}s: {last.message}"))
+                return
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 2.0)
+            if self._state != "reconnecting":
+                return
+            try:
+                ws = await self._dial()
+            except TransportError as e:
+                last = e
+                continue
+            except PigeonError as e:  # refused at the upgrade: a credential that no longer works
+                self._fail(e)
+                return
+            try:
+                await self._attach(ws)
+                self.reconnects += 1
+                return
+            except TransportError as e:
+                last = e
+                await ws.close()
+                self._state = "reconnecting"
+                continue
+            except PigeonError as e:  # the contract cannot be renewed
+                await ws.close()
+                self._fail(e)
+                return
+
+    def _fail(self, err: PigeonError) -> None:
+        """End the session for good with ``err``, surfaced everywhere."""
+        if self._state in ("closed", "failed"):
+            return
+        self._state = "failed"
+        self._fatal = err
+        self._connected.set()
+        self._fail_publishes(err)
+        for sub in list(self._all_subs):
+            sub._end(err)
+        if self._ws is not None:
+            self._loop.create_task(self._ws.close())
+        self._report(err)
+
+    def _forget(self, sub: Subscription) -> None:
+        if self._subs.pop(sub.sid, None) is not None:
+            # Deliveries already on the wire for it are dropped quietly (they go back).
+            self._gone.append(sub.sid)
+        if sub in self._all_subs:
+            self._all_subs.remove(sub)
+
+    # --- calls ---
+
+    def _check_usable(self, reconnecting_ok: bool = False) -> None:
+        if self._state == "failed" and self._fatal is not None:
+            raise self._fatal
+        if self._state in ("closing", "closed", "failed"):
+            raise SessionClosedError("SESSION_CLOSED", "the session is closed")
+        if self._state == "reconnecting" and not reconnecting_ok:
+            raise SessionClosedError("SESSION_CLOSED", "the connection was lost; the session is reconnecting")
+
+    async def _call(
+        self,
+        frame: dict[str, Any],
+        want: str,
+        *,
+        timeout: float | None = None,
+        internal: bool = False,
+        binding: Subscription | None = None,
+    ) -> dict[str, Any]:
+        if not internal and frame.get("op") not in ("ack", "nack", "unsubscribe"):
+            self._check_usable()
+        elif self._state in ("closed", "failed"):
+            self._check_usable()
+        ws = self._ws
+        if ws is None:
+            raise SessionClosedError("SESSION_CLOSED", "not connected")
+        self._next += 1
+        fid = str(self._next)
+        frame["id"] = fid
+        fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._pending[fid] = fut
+        if binding is not None:
+            self._binding[fid] = binding
+        try:
+            await ws.send(_DUMPS(frame))
+        except websockets.exceptions.ConnectionClosed:
+            self._pending.pop(fid, None)
+            raise self._close_error(ws) from None
+        try:
+            ans = await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
+        except asyncio.TimeoutError:
+            self._pending.pop(fid, None)
+            raise RequestTimeoutError("REQUEST_TIMEOUT", "no answer from the server in time") from None
+        finally:
+            self._pending.pop(fid, None)
+            self._binding.pop(fid, None)
+        op = ans.get("op")
+        if op == "error":
+            raise error_from(ans.get("error"))
+        if op != want:
+            raise ProtocolError("BAD_REQUEST", f"the server answered {frame['op']} with {op!r}, not {want!r}")
+        return ans
+
+    async def renew(self, ttl: float | None = None) -> Contract:
+        """Negotiate a fresh contract for the same subjects on this connection
+        (a contract is never renewed behind the caller's back)."""
+        if ttl is not None:
+            self.ttl = ttl
+        f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
+        if self.ttl is not None:
+            f["ttlMs"] = max(1, int(self.ttl * 1000))
+        ans = await self._call(f, "contract")
+        self._contract = Contract.from_wire(ans.get("contract"))
+        return self._contract
+
+    # --- publishing ---
+
+    async def publish_async(self, message: dict[str, Any]) -> "asyncio.Future[Decision]":
+        """Queue ``message`` (encoded at once, so it may be reused) and return
+        a future of its :class:`Decision`; waits only for room when
+        ``max_pending_publishes`` are already in flight."""
+        self._check_usable()
+        enc = _DUMPS(message)
+        if len(enc) * 4 > self._max_frame - 256 and len(enc.encode()) > self._max_frame - 256:
+            # The server would close the connection (1009) on such a frame.
+            raise error_from({"code": "PAYLOAD_TOO_LARGE",
+                              "message": f"the message is larger than the server's frame size ({self._max_frame} bytes)"})
+        await self._pub_slots.acquire()
+        fut: asyncio.Future[Decision] = self._loop.create_future()
+        fut.add_done_callback(lambda _: self._pub_slots.release())
+        try:
+            self._check_usable()
+        except PigeonError as e:
+            fut.set_exception(e)
+            return fut
+        self._pubq.append((enc, fut))
+        self._pub_wake.set()
+        return fut
+
+    async def publish(self, message: dict[str, Any]) -> Decision:
+        """Publish one message: the :class:`Decision` (``accepted`` or
+        ``duplicate``), or the typed refusal (``DeniedError``,
+        ``QuarantinedError``, ``ContractError``, ``TransportError``…)."""
+        return await (await self.publish_async(message))
+
+    async def publish_many(self, messages: Iterable[dict[str, Any]]) -> list[Decision | PigeonError]:
+        """Publish many messages pipelined; one result per message, in order:
+        its Decision or its refusal."""
+        futs = [await self.publish_async(m) for m in messages]
+        out: list[Decision | PigeonError] = []
+        for f in futs:
+            try:
+                out.append(await f)
+            except PigeonError as e:
+                out.append(e)
+        return out
+
+    async def _publisher(self) -> None:
+        while True:
+            await self._pub_wake.wait()
+            self._pub_wake.clear()
+            while self._pubq:
+                batch: list[tuple[str, asyncio.Future[Decision]]] = []
+                size = 64
+                limit = max(1024, self._max_frame - 1024)
+                while self._pubq and len(batch) < MAX_PUBLISH_BATCH:
+                    enc, fut = self._pubq[0]
+                    n = len(enc.encode())
+                    if batch and size + n + 1 > limit:
+                        break
+                    self._pubq.popleft()
+                    if fut.done():
+                        continue
+                    batch.append((enc, fut))
+                    size += n + 1
+                if not batch:
+                    continue
+                self._pub_inflight = [f for _, f in batch]
+                try:
+                    await self._send_publishes(batch)
+                except Exception as e:  # keep the publisher alive whatever happens
+                    err = e if isinstance(e, PigeonError) else TransportError("SESSION_CLOSED", repr(e))
+                    for _, f in batch:
+                        if not f.done():
+                            f.set_exception(err)
+                finally:
+                    self._pub_inflight = []
+
+    async def _send_publishes(self, batch: list[tuple[str, asyncio.Future[Decision]]]) -> None:
+        if len(batch) == 1:
+            enc, fut = batch[0]
+            frame = _RawFrame('{"op":"publish","message":' + enc)
+            try:
+                ans = await self._call_raw(frame, "decision")
+                fut.set_result(Decision.from_wire(ans)) if not fut.done() else None
+            except PigeonError as e:
+                if not fut.done():
+                    fut.set_exception(e)
+            return
+        frame = _RawFrame('{"op":"publish_batch","messages":[' + ",".join(e for e, _ in batch) + "]")
+        ans = await self._call_raw(frame, "decisions")
+        results = ans.get("results")
+        if not isinstance(results, list) or len(results) != len(batch):
+            raise ProtocolError("BAD_REQUEST", "decisions do not match the batch")
+        for (_, fut), r in zip(batch, results):
+            if fut.done():
+                continue
+            if isinstance(r, dict) and r.get("error") is not None:
+                fut.set_exception(error_from(r["error"]))
+            else:
+                try:
+                    fut.set_result(Decision.from_wire(r))
+                except PigeonError as e:
+                    fut.set_exception(e)
+
+    async def _call_raw(self, frame: "_RawFrame", want: str) -> dict[str, Any]:
+        if self._state in ("closed", "failed", "reconnecting"):
+            self._check_usable()
+        ws = self._ws
+        if ws is None:
+            raise SessionClosedError("SESSION_CLOSED", "not connected")
+        self._next += 1
+        fid = str(self._next)
+        fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._pending[fid] = fut
+        try:
+            await ws.send(frame.head + ',"id":"' + fid + '"}')
+        except websockets.exceptions.ConnectionClosed:
+            self._pending.pop(fid, None)
+            raise self._close_error(ws) from None
+        try:
+            ans = await fut
+        finally:
+            self._pending.pop(fid, None)
+        op = ans.get("op")
+        if op == "error":
+            raise error_from(ans.get("error"))
+        if op != want:
+            raise ProtocolError("BAD_REQUEST", f"the server answered a publish with {op!r}")
+        return ans
+
+    # --- the other operations ---
+
+    async def request(self, message: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any]:
+        """Publish ``message`` as a request and return the reply message.
+        ``REQUEST_TIMEOUT`` (``RequestTimeoutError``) when no reply comes
+        within ``timeout`` seconds; a lost connection fails it at once."""
+        f = {"op": "request", "message": message, "timeoutMs": max(1, int(timeout * 1000))}
+        ans = await self._call(f, "reply", timeout=timeout + 5.0)
+        m = ans.get("message")
+        if not isinstance(m, dict):
+            raise ProtocolError("BAD_REQUEST", "reply without a message")
+        return m
+
+    async def subscribe(
+        self,
+        subject: str,
+        handler: Handler | None = None,
+        *,
+        selector: str | None = None,
+        filter: str | None = None,
+        group: str | None = None,
+        max_in_flight: int = 1,
+        window: int | None = None,
+        start: str | int | dict[str, int] | None = None,
+        ack: str | None = None,
+    ) -> Subscription:
+        """Start push delivery of ``subject``.
+
+        With ``handler`` (sync or async, called with a :class:`Delivery`):
+        a return acks, an exception nacks (``RetryAfter(seconds)`` sets the
+        retry delay), at most ``max_in_flight`` at once. Without one, iterate
+        the subscription (``async for d in sub``) and ack/nack each delivery.
+        ``start`` (pub/sub): ``"new"``, ``"first"`` or a sequence number.
+        """
+        self._check_usable()
+        opts: dict[str, Any] = {
+            "selector": selector,
+            "filter": filter,
+            "group": group,
+            "max_in_flight": max_in_flight,
+            "window": window,
+            "start": start,
+            "ack": ack,
+        }
+        sub = Subscription(self, subject, handler, opts)
+        sub._gen = self._gen
+        ans = await self._call(sub._subscribe_frame(), "subscribed", binding=sub)
+        if group is not None:
+            opts["_pubsub"] = False
+        self._bind(sub, ans)
+        self._all_subs.append(sub)
+        sub._start_workers()
+        return sub
+
+    async def receive(self, subject: str, max: int | None = None) -> list[dict[str, Any]]:
+        """Pull up to ``max`` messages (leased on a work-queue subject: settle
+        them with :meth:`ack` / :meth:`nack`)."""
+        f: dict[str, Any] = {"op": "receive", "subject": subject}
+        if max is not None:
+            f["max"] = max
+        return _messages(await self._call(f, "messages"))
+
+    async def ack(self, subject: str, message_id: str) -> None:
+        """Settle a message taken with :meth:`receive`."""
+        self._check_usable()
+        await self._call({"op": "ack", "subject": subject, "messageId": message_id}, "ok")
+
+    async def nack(self, subject: str, message_id: str, delay: float | None = None) -> None:
+        """Give back a message taken with :meth:`receive`."""
+        self._check_usable()
+        f: dict[str, Any] = {"op": "nack", "subject": subject, "messageId": message_id}
+        if delay is not None:
+            f["delayMs"] = max(0, int(delay * 1000))
+        await self._call(f, "ok")
+
+    async def replay(
+        self,
+        subject: str,
+        *,
+        reason: str | None = None,
+        from_sequence: int | None = None,
+        to_sequence: int | None = None,
+        max: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Retained messages of ``subject`` in sequence order (``REPLAY_DENIED``
+        when the subject, contract or policy does not allow it)."""
+        f: dict[str, Any] = {"op": "replay", "subject": subject}
+        for k, v in (("reason", reason), ("fromSequence", from_sequence), ("toSequence", to_sequence), ("max", max)):
+            if v is not None:
+                f[k] = v
+        return _messages(await self._call(f, "messages"))
+
+    async def ping(self, timeout: float = 10.0) -> None:
+        """An application-level liveness check."""
+        await self._call({"op": "ping"}, "pong", timeout=timeout)
+
+    # --- closing ---
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Finish the handlers running and their acks (up to ``timeout``
+        seconds), wait for publishes in flight, then close the connection.
+        Every later call raises ``SessionClosedError``. Idempotent."""
+        if self._state in ("closing", "closed"):
+            return
+        was_failed = self._state == "failed"
+        self._state = "closing"
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+        subs = list(self._all_subs)
+        if subs:
+            await asyncio.gather(*(s._drain(timeout) for s in subs), return_exceptions=True)
+        inflight = [f for f in self._pub_inflight if not f.done()] + [f for _, f in self._pubq]
+        if inflight and not was_failed:
+            await asyncio.wait(inflight, timeout=timeout)
+        err = SessionClosedError("SESSION_CLOSED", "the session is closed")
+        self._fail_publishes(err)
+        for s in subs:
+            s._end(None)
+        if self._pub_task is not None:
+            self._pub_task.cancel()
+        if self._ws is not None:
+            try:
+                await asyncio.wait_for(self._ws.close(1000), timeout)
+            except Exception:
+                pass
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        if self._reader is not None:
+            self._reader.cancel()
+        self._state = "closed"
+        self._connected.set()
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class _RawFrame:
+    """A frame rendered as text without its closing id (publishes are
+    encoded once, when queued)."""
+
+    __slots__ = ("head",)
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+
+
+def _messages(ans: dict[str, Any]) -> list[dict[str, Any]]:
+    ms = ans.get("messages")
+    if ms is None:
+        return []
+    if not isinstance(ms, list):
+        raise ProtocolError("BAD_REQUEST", "messages is not a list")
+    return [m for m in ms if isinstance(m, dict)]
+

@@ -1,0 +1,92 @@
+"""Shared helpers of the suite: the scenario registry, fixed keys, message
+builders and polling helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+ROOT = Path(__file__).resolve().parents[3]
+SCENARIOS = json.loads((ROOT / "clients/conformance/scenarios.json").read_text())["scenarios"]
+VECTORS_GO = ROOT / "clients/conformance/vectors/go.json"
+VECTORS_PY = ROOT / "clients/conformance/vectors/python.json"
+
+RAN: set[str] = set()
+
+ALICE = "spiffe://conformance/ns/chat/sa/alice"
+BOB = "spiffe://conformance/ns/chat/sa/bob"
+
+
+def python_scenarios() -> set[str]:
+    return {s["id"] for s in SCENARIOS if "python" in s["clients"]}
+
+
+def scenario(sid: str) -> None:
+    """Mark scenario ``sid`` as run (the id must be listed for python)."""
+    assert sid in python_scenarios(), f"{sid} is not a python scenario"
+    RAN.add(sid)
+
+
+def fresh(prefix: str = "k") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+def payment(**over: Any) -> dict[str, Any]:
+    data = {"merchantId": "m-1", "orderId": fresh("o"), "amount": 42.5, "currency": "GBP", "paymentToken": "tok_abc"}
+    data.update(over.pop("data", {}))
+    m = {
+        "type": "payment.authorization.requested",
+        "subject": "payments.authorize",
+        "intent": "authorize_payment",
+        "idempotencyKey": fresh("pay"),
+        "classification": "pci",
+        "data": data,
+    }
+    m.update(over)
+    return m
+
+
+def notification(**over: Any) -> dict[str, Any]:
+    m = {
+        "type": "notification.requested",
+        "subject": "notifications.send",
+        "intent": "send_notification",
+        "idempotencyKey": fresh("n"),
+        "classification": "pii",
+        "data": {"recipientId": fresh("u"), "channel": "email", "templateId": "welcome"},
+    }
+    m.update(over)
+    return m
+
+
+def telemetry(kind: str, site: str, value: float, **over: Any) -> dict[str, Any]:
+    m = {
+        "type": "telemetry.reading",
+        "subject": "events.telemetry",
+        "intent": "report",
+        "classification": "internal",
+        "data": {"kind": kind, "site": site, "value": value},
+    }
+    m.update(over)
+    return m
+
+
+def load_go_vectors() -> dict[str, Any]:
+    return json.loads(VECTORS_GO.read_text())
+
+
+async def eventually(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def within(aw: Awaitable[Any], timeout: float = 15.0) -> Any:
+    return await asyncio.wait_for(aw, timeout)

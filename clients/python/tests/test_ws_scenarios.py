@@ -1,0 +1,574 @@
+"""Conformance scenarios of the WebSocket client against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+
+import pytest
+
+from harness import eventually, fresh, notification, payment, scenario, telemetry, within
+from pigeon_client import (
+    ContractError,
+    DeniedError,
+    HttpClient,
+    QuarantinedError,
+    RequestTimeoutError,
+    RetryAfter,
+    SessionClosedError,
+    TransportError,
+    UnauthenticatedError,
+    connect,
+)
+
+PAY = ["payments.authorize"]
+NOTIFY = ["notifications.send"]
+TELEMETRY = ["events.telemetry"]
+
+
+async def test_negotiate_granted(server):
+    scenario("negotiate.granted")
+    s = await connect(server.ws, "checkout-token", PAY, ttl=120)
+    try:
+        c = s.contract
+        assert c.id.startswith("ctr_")
+        assert c.subject_names == PAY
+        assert "publish" in c.operations("payments.authorize")
+        now = dt.datetime.now(dt.timezone.utc)
+        assert c.expires_at is not None and c.expires_at > now
+        assert c.expires_at <= now + dt.timedelta(seconds=125)
+        assert c.principal == "spiffe://merchant-prod/ns/checkout/sa/checkout-api"
+    finally:
+        await s.close()
+
+
+async def test_negotiate_none_permitted(server):
+    scenario("negotiate.none_permitted")
+    with pytest.raises(ContractError) as e:
+        await within(connect(server.ws, "catalog-token", PAY))
+    assert e.value.code == "NO_PERMITTED_SUBJECTS"
+    assert e.value.status == 403
+
+
+async def test_negotiate_unknown_token(server):
+    scenario("negotiate.unknown_token")
+    with pytest.raises(UnauthenticatedError) as e:
+        await within(connect(server.ws, "no-such-token", PAY), 10)
+    assert e.value.code == "UNAUTHENTICATED"
+    assert e.value.status == 401
+
+
+async def test_publish_accepted_and_duplicate(server):
+    async with await connect(server.ws, "checkout-token", PAY) as s:
+        scenario("publish.accepted")
+        m = payment()
+        d = await s.publish(m)
+        assert d.status == "accepted" and d.accepted
+        assert d.id.startswith("msg_")
+        assert d.sequence >= 1
+
+        scenario("publish.duplicate")
+        again = await s.publish(m)
+        assert again.status == "duplicate" and again.duplicate
+        assert again.id == d.id
+        assert again.sequence == d.sequence
+
+
+async def test_denials(server):
+    auditor = HttpClient(server.http, "auditor-token")
+    async with await connect(server.ws, "checkout-token", PAY) as s:
+        scenario("deny.schema")
+        m = payment()
+        del m["data"]["amount"]
+        with pytest.raises(QuarantinedError) as e:
+            await s.publish(m)
+        assert e.value.code == "SCHEMA_INVALID"
+        assert e.value.quarantine_id
+
+        scenario("deny.intent")
+        with pytest.raises(DeniedError) as e:
+            await s.publish(payment(intent="refund_payment"))
+        assert e.value.code == "INTENT_DENIED"
+        assert e.value.status == 403
+
+        scenario("deny.region")
+        with pytest.raises(DeniedError) as e:
+            await s.publish(payment(region="us"))
+        assert e.value.code == "REGION_DENIED"
+
+        scenario("deny.forbidden_field")
+        with pytest.raises(QuarantinedError) as e:
+            await s.publish(payment(data={"card": {"pan": "4111111111111111"}}))
+        assert e.value.code == "SENSITIVE_FIELD_DENIED"
+        qid = e.value.quarantine_id
+        assert qid
+        rec = await asyncio.to_thread(auditor.quarantine_record, qid)
+        assert rec["message"]["data"]["card"]["pan"] == "[REDACTED]"
+
+        scenario("deny.raw_pan")
+        with pytest.raises(QuarantinedError) as e:
+            await s.publish(payment(data={"paymentToken": "4111111111111111"}))
+        assert e.value.code == "RAW_PAN_DETECTED"
+        assert e.value.quarantine_id
+        assert isinstance(e.value, DeniedError)  # a quarantine is a kind of denial
+
+
+async def test_contract_expired(server):
+    scenario("contract.expired")
+    s = await connect(server.ws, "checkout-token", PAY, ttl=1)
+    try:
+        await asyncio.sleep(1.3)
+        with pytest.raises(ContractError) as e:
+            await within(s.publish(payment()))
+        assert e.value.code == "CONTRACT_EXPIRED"
+        # Renewed only when asked to.
+        c = await s.renew(ttl=60)
+        assert c.expires_at is not None and c.expires_at > dt.datetime.now(dt.timezone.utc)
+        assert (await s.publish(payment())).accepted
+    finally:
+        await s.close()
+
+
+async def test_contract_revoked(server):
+    scenario("contract.revoked")
+    ended: list[Exception] = []
+    gw = await connect(server.ws, "gateway-token", PAY, on_error=ended.append)
+    co = await connect(server.ws, "checkout-token", PAY)
+    try:
+        sub = await gw.subscribe("payments.authorize", lambda d: None)
+        await asyncio.to_thread(HttpClient(server.http, "gateway-token").revoke, gw.contract.id)
+        await asyncio.to_thread(HttpClient(server.http, "checkout-token").revoke, co.contract.id)
+        with pytest.raises(ContractError) as e:
+            await within(co.publish(payment()))
+        assert e.value.code == "CONTRACT_REVOKED"
+        # The running subscription ends with the error, surfaced.
+        with pytest.raises(ContractError) as e:
+            await within(sub.wait(), 10)
+        assert e.value.code == "CONTRACT_REVOKED"
+        assert any(getattr(x, "code", "") == "CONTRACT_REVOKED" for x in ended)
+    finally:
+        await gw.close()
+        await co.close()
+
+
+async def test_subscribe_selector(server):
+    scenario("subscribe.selector")
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    got: list[dict] = []
+    try:
+        tag = time.time_ns() % 1_000_000
+        await mon.subscribe("events.telemetry", lambda d: got.append(d.message), selector="/kind=temp/site=lab")
+        sent = []
+        for kind, site in (("temp", "lab"), ("temp", "roof"), ("humidity", "lab"), ("temp", "lab")):
+            d = await sen.publish(telemetry(kind, site, tag + len(sent)))
+            sent.append((kind, site, d.id))
+        want = [i for k, s, i in sent if (k, s) == ("temp", "lab")]
+        await eventually(lambda: len(got) >= 2, what="two temp@lab readings")
+        await asyncio.sleep(0.3)
+        assert [m["id"] for m in got] == want
+    finally:
+        await mon.close()
+        await sen.close()
+
+
+async def test_workqueue_competing(server):
+    scenario("workqueue.competing")
+    group = fresh("mailers")
+    a = await connect(server.ws, "notifier-token", NOTIFY)
+    b = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+
+    def handler(name):
+        async def h(d):
+            seen[name].append(d.id)
+            await asyncio.sleep(0.05)
+
+        return h
+
+    try:
+        await a.subscribe("notifications.send", handler("a"), group=group, max_in_flight=2, window=2)
+        await b.subscribe("notifications.send", handler("b"), group=group, max_in_flight=2, window=2)
+        ids = {d.id for d in await asyncio.gather(*(pub.publish(notification()) for _ in range(20)))}
+        await eventually(lambda: ids <= set(seen["a"]) | set(seen["b"]), what="20 notifications handled")
+        await asyncio.sleep(0.3)
+        mine_a = [i for i in seen["a"] if i in ids]
+        mine_b = [i for i in seen["b"] if i in ids]
+        assert sorted(mine_a + mine_b) == sorted(ids)  # each exactly once
+        assert mine_a and mine_b  # both handled some
+    finally:
+        for s in (a, b, pub):
+            await s.close()
+
+
+async def test_nack_redelivery(server):
+    scenario("nack.redelivery")
+    group = fresh("g")
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    attempts: list[int] = []
+    acked = asyncio.Event()
+    try:
+        sub = await w.subscribe("notifications.send", group=group)
+        mid = (await pub.publish(notification())).id
+
+        async def consume():
+            async for d in sub:
+                if d.id != mid:
+                    await d.ack()
+                    continue
+                attempts.append(d.attempt)
+                if d.attempt == 1:
+                    await d.nack(0)
+                else:
+                    await d.ack()
+                    acked.set()
+                    return
+
+        await within(consume(), 15)
+        assert attempts == [1, 2]
+        assert acked.is_set()
+    finally:
+        await w.close()
+        await pub.close()
+
+
+async def test_handler_throws_nacks(server):
+    scenario("handler.throws_nacks")
+    group = fresh("g")
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    seen: dict[str, list[int]] = {}
+    try:
+        bad = notification()
+        bad["data"]["templateId"] = "fail-once"
+
+        async def handler(d):
+            seen.setdefault(d.id, []).append(d.attempt)
+            if d.data.get("templateId") == "fail-once" and d.attempt == 1:
+                raise RuntimeError("boom")
+
+        await w.subscribe("notifications.send", handler, group=group, max_in_flight=4)
+        bad_id = (await pub.publish(bad)).id
+        good = [(await pub.publish(notification())).id for _ in range(3)]
+        await eventually(lambda: len(seen.get(bad_id, [])) >= 2 and all(g in seen for g in good),
+                         what="the failing message again and the others once")
+        await asyncio.sleep(0.3)
+        assert seen[bad_id] == [1, 2]
+        for g in good:
+            assert seen[g] == [1]
+    finally:
+        await w.close()
+        await pub.close()
+
+
+def reply_for(req: dict) -> dict:
+    return {
+        "type": "payment.authorization.result",
+        "subject": "payments.authorize",
+        "intent": "authorize_payment",
+        "classification": "pci",
+        "idempotencyKey": fresh("reply"),
+        "correlationId": req["id"],
+        "data": {"merchantId": req["data"]["merchantId"], "orderId": req["data"]["orderId"], "amount": req["data"]["amount"],
+                 "currency": req["data"]["currency"], "paymentToken": "tok_reply", "approved": True},
+    }
+
+
+async def responder(server):
+    gw = await connect(server.ws, "gateway-token", PAY)
+
+    async def answer(d):
+        await gw.publish(reply_for(d.message))
+
+    await gw.subscribe("payments.authorize", answer, group=fresh("gw"))
+    return gw
+
+
+async def test_request_reply(server):
+    scenario("request.reply")
+    gw = await responder(server)
+    co = await connect(server.ws, "checkout-token", PAY)
+    try:
+        req = payment()
+        reply = await within(co.request(req, timeout=10))
+        assert reply["type"] == "payment.authorization.result"
+        assert reply["correlationId"].startswith("msg_")
+        assert reply["data"]["orderId"] == req["data"]["orderId"]
+        assert reply["source"] == "spiffe://merchant-prod/ns/payments/sa/gateway-adapter"
+    finally:
+        await gw.close()
+        await co.close()
+
+
+async def test_request_timeout(server):
+    scenario("request.timeout")
+    co = await connect(server.ws, "checkout-token", PAY)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RequestTimeoutError) as e:
+            await within(co.request(payment(), timeout=0.3), 10)
+        assert e.value.code == "REQUEST_TIMEOUT"
+        assert e.value.status == 504
+        assert time.monotonic() - t0 < 5
+    finally:
+        await co.close()
+
+
+async def test_receive_pull(server):
+    scenario("receive.pull")
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    try:
+        ids = {(await pub.publish(notification())).id for _ in range(3)}
+        got: set[str] = set()
+        deadline = time.monotonic() + 10
+        while not ids <= got and time.monotonic() < deadline:
+            ms = await w.receive("notifications.send", max=10)
+            assert len(ms) <= 10
+            for m in ms:
+                await w.ack("notifications.send", m["id"])  # leftovers of other tests are settled too
+                got.add(m["id"])
+            if not ms:
+                await asyncio.sleep(0.05)
+        assert ids <= got
+        again = await w.receive("notifications.send", max=10)
+        assert not ids & {m["id"] for m in again}
+        for m in again:
+            await w.ack("notifications.send", m["id"])
+    finally:
+        await pub.close()
+        await w.close()
+
+
+async def test_replay_reason_required(server):
+    scenario("replay.reason_required")
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    ops = await connect(server.ws, "notify-replay-token", NOTIFY)
+    try:
+        ds = [await pub.publish(notification()) for _ in range(3)]
+        with pytest.raises(DeniedError) as e:
+            await ops.replay("notifications.send")
+        assert e.value.code == "REPLAY_DENIED"
+        ms = await ops.replay("notifications.send", reason="conformance: resend after outage",
+                              from_sequence=ds[0].sequence, to_sequence=ds[-1].sequence)
+        assert [m["id"] for m in ms] == [d.id for d in ds]
+        assert [m["sequence"] for m in ms] == sorted(m["sequence"] for m in ms)
+    finally:
+        await pub.close()
+        await ops.close()
+
+
+async def test_grant_role_removed(server):
+    scenario("grant.role_removed")
+    admin = HttpClient(server.http, "admin-token")
+    account = f"spiffe://conformance/ns/grants/sa/{fresh('py')}"
+    role = fresh("telemetry-reader")
+    await asyncio.to_thread(admin.create_account, account)
+    await asyncio.to_thread(admin.put_role, role,
+                            [{"subject": "events.telemetry", "operations": ["receive", "ack"]}])
+    await asyncio.to_thread(admin.add_role, account, role)
+    token = (await asyncio.to_thread(admin.grant, account, [role]))["token"]
+    s = await connect(server.ws, token, TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    got: list[str] = []
+    try:
+        sub = await s.subscribe("events.telemetry", lambda d: got.append(d.id))
+        first = (await sen.publish(telemetry("temp", "grant", 1))).id
+        await eventually(lambda: first in got, what="a delivery under the grant")
+        await asyncio.to_thread(admin.remove_role, account, role)
+        after = (await sen.publish(telemetry("temp", "grant", 2))).id
+        with pytest.raises(ContractError) as e:
+            await within(sub.wait(), 10)
+        assert e.value.code == "GRANT_REVOKED"
+        await asyncio.sleep(0.3)
+        assert after not in got
+    finally:
+        await s.close()
+        await sen.close()
+
+
+async def test_pipelined_publish(server):
+    scenario("pipelined.publish")
+    s = await connect(server.ws, "sensor-token", TELEMETRY)
+    try:
+        futs = [await s.publish_async(telemetry("temp", "pipe", i)) for i in range(1000)]
+        ds = await within(asyncio.gather(*futs), 30)
+        assert len(ds) == 1000
+        assert all(d.status == "accepted" for d in ds)
+        assert len({d.id for d in ds}) == 1000
+        seqs = [d.sequence for d in ds]
+        assert all(b > a for a, b in zip(seqs, seqs[1:]))
+        # The same through publish(): concurrent callers share frames too.
+        ds2 = await within(asyncio.gather(*(s.publish(telemetry("temp", "pipe", i)) for i in range(200))), 30)
+        seqs2 = [d.sequence for d in ds2]
+        assert all(b > a for a, b in zip(seqs2, seqs2[1:])) and seqs2[0] > seqs[-1]
+    finally:
+        await s.close()
+
+
+async def test_session_closed(server):
+    scenario("session.closed")
+    group = fresh("g")
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    started, finished = asyncio.Event(), asyncio.Event()
+    try:
+        mid = (await pub.publish(notification())).id
+
+        async def slow(d):
+            if d.id == mid:
+                started.set()
+                await asyncio.sleep(0.4)
+                finished.set()
+
+        await w.subscribe("notifications.send", slow, group=group)
+        await within(started.wait(), 10)
+        await within(w.close(), 10)  # finishes the running handler and its ack
+        assert finished.is_set()
+        t0 = time.monotonic()
+        with pytest.raises(SessionClosedError) as e:
+            await w.publish(notification())
+        assert e.value.code == "SESSION_CLOSED"
+        with pytest.raises(SessionClosedError):
+            await w.subscribe("notifications.send", lambda d: None)
+        with pytest.raises(SessionClosedError):
+            await w.request(payment())
+        assert time.monotonic() - t0 < 0.5
+        # The ack was taken: past the 2 s ack wait the message does not come back.
+        w2 = await connect(server.ws, "notifier-token", NOTIFY)
+        back: list[str] = []
+        await w2.subscribe("notifications.send", lambda d: back.append(d.id), group=group)
+        await asyncio.sleep(2.6)
+        await w2.close()
+        assert mid not in back
+    finally:
+        await w.close()
+        await pub.close()
+
+
+async def test_transport_server_closes(own_server):
+    scenario("transport.server_closes")
+    own_server.start()
+    co = await connect(own_server.ws, "checkout-token", PAY, reconnect=False)
+    try:
+        pending = asyncio.ensure_future(co.request(payment(), timeout=30))
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        t0 = time.monotonic()
+        own_server.kill()
+        with pytest.raises(TransportError):
+            await within(pending, 5)
+        assert time.monotonic() - t0 < 3
+        with pytest.raises(TransportError):
+            await co.publish(payment())
+    finally:
+        await co.close()
+
+
+async def test_reconnect_server_restart(own_server):
+    scenario("reconnect.server_restart")
+    own_server.start()
+    mon = await connect(own_server.ws, "monitor-token", TELEMETRY, reconnect_timeout=30)
+    sen = await connect(own_server.ws, "sensor-token", TELEMETRY, reconnect_timeout=30)
+    received: list[str] = []
+    try:
+        sub = await mon.subscribe("events.telemetry")
+
+        async def take(n: int, ack_upto: int) -> None:
+            async for d in sub:
+                received.append(d.id)
+                if len(received) <= ack_upto or len(received) > 4:
+                    await d.ack()
+                if len(received) >= n:
+                    return
+
+        before = [(await sen.publish(telemetry("temp", "restart", i))).id for i in range(4)]
+        # Three handed over and acked, the fourth handed over and left unanswered.
+        await within(take(4, 3), 10)
+        assert received == before
+        own_server.kill()
+        await asyncio.sleep(0.3)
+        own_server.start()
+        await within(mon.wait_connected(20), 25)
+        await within(sen.wait_connected(20), 25)
+        assert mon.reconnects >= 1 and sen.reconnects >= 1
+        after = [(await sen.publish(telemetry("temp", "restart", 10 + i))).id for i in range(3)]
+        await within(take(8, 3), 15)
+        await asyncio.sleep(0.3)
+        # From the last acknowledged position: the unanswered one again, then
+        # everything published after the restart; nothing acked before it twice.
+        assert received[4:] == [before[3]] + after
+        assert not set(received[4:]) & set(before[:3])
+    finally:
+        await mon.close()
+        await sen.close()
+
+
+async def test_publish_too_large_is_refused_locally(server):
+    from pigeon_client import InvalidError
+
+    s = await connect(server.ws, "sensor-token", TELEMETRY)
+    try:
+        with pytest.raises(InvalidError) as e:
+            await s.publish(telemetry("temp", "x" * (2 << 20), 1))
+        assert e.value.code == "PAYLOAD_TOO_LARGE"
+        assert (await s.publish(telemetry("temp", "ok", 1))).accepted  # the connection is intact
+        sub = await s.renew()
+        assert sub.id
+    finally:
+        await s.close()
+
+
+async def test_subprotocol_auth_and_region(server):
+    s = await connect(server.ws, "checkout-token", PAY, subprotocol_auth=True, region="eu")
+    try:
+        assert s.contract.region == "eu"
+        d = await s.publish(payment())
+        assert d.message["region"] == "eu"
+        await s.ping()
+    finally:
+        await s.close()
+
+
+async def test_at_most_once_subscription(server):
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    got: list[str] = []
+    try:
+        await mon.subscribe("events.telemetry", lambda d: got.append(d.id), ack="none",
+                            selector="/kind=amo/site=lab")
+        ids = [(await sen.publish(telemetry("amo", "lab", i))).id for i in range(5)]
+        await eventually(lambda: len(got) >= 5, what="five at-most-once deliveries")
+        assert got == ids
+        assert not mon.errors
+    finally:
+        await mon.close()
+        await sen.close()
+
+
+async def test_retry_after_sets_the_nack_delay(server):
+    group = fresh("g")
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    times: dict[int, float] = {}
+    try:
+        m = notification()
+        m["data"]["templateId"] = "retry-after"
+
+        def handler(d):
+            if d.data.get("templateId") != "retry-after":
+                return
+            times[d.attempt] = time.monotonic()
+            if d.attempt == 1:
+                raise RetryAfter(0.15, RuntimeError("busy"))
+
+        await w.subscribe("notifications.send", handler, group=group)
+        await pub.publish(m)
+        await eventually(lambda: 2 in times, what="the retried delivery")
+        assert times[2] - times[1] >= 0.14
+    finally:
+        await w.close()
+        await pub.close()
