@@ -49,6 +49,8 @@ environment (a flag wins over it):
   PIGEON_DATA_DIR             serve: the data directory
   PIGEON_URL                  client commands: the server URL
   PIGEON_TOKEN                client commands: the bearer token
+  PIGEON_CA, PIGEON_CERT, PIGEON_KEY
+                              client commands: the CA bundle of an https:// server, and a client certificate and key for mTLS
 `
 
 func main() {
