@@ -31,7 +31,7 @@ type api struct {
 	hc      *http.Client
 }
 
-// tlsConfig is the TLS configuration of --ca, --cert and --key (nil when
+// tlsConfig is the TLS configuration of --tls-ca, --tls-cert and --tls-key (nil when
 // none is given).
 func (a *api) tlsConfig() (*tls.Config, error) {
 	a.tlsOnce.Do(func() {
@@ -72,9 +72,9 @@ func clientFlags(fs *flag.FlagSet) *api {
 	fs.StringVar(&a.url, "url", url, "server URL (default $PIGEON_URL when set)")
 	fs.StringVar(&a.token, "token", os.Getenv("PIGEON_TOKEN"), "bearer token (default $PIGEON_TOKEN)")
 	fs.StringVar(&a.region, "region", "", "region of the session (default: the server's)")
-	fs.StringVar(&a.tlsFiles.CA, "ca", os.Getenv("PIGEON_CA"), "PEM bundle of the CAs that verify an https:// server (default $PIGEON_CA, else the system roots)")
-	fs.StringVar(&a.tlsFiles.Cert, "cert", os.Getenv("PIGEON_CERT"), "client certificate (PEM) for mTLS (default $PIGEON_CERT)")
-	fs.StringVar(&a.tlsFiles.Key, "key", os.Getenv("PIGEON_KEY"), "key of the client certificate (PEM) (default $PIGEON_KEY)")
+	fs.StringVar(&a.tlsFiles.CA, "tls-ca", os.Getenv("PIGEON_CA"), "PEM bundle of the CAs that verify an https:// server (default $PIGEON_CA, else the system roots)")
+	fs.StringVar(&a.tlsFiles.Cert, "tls-cert", os.Getenv("PIGEON_CERT"), "client certificate (PEM) for mTLS (default $PIGEON_CERT)")
+	fs.StringVar(&a.tlsFiles.Key, "tls-key", os.Getenv("PIGEON_KEY"), "key of the client certificate (PEM) (default $PIGEON_KEY)")
 	return a
 }
 
