@@ -75,11 +75,9 @@ type corkWriter struct {
 }
 
 func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, http.ErrNotSupported
-	}
-	conn, brw, err := hj.Hijack()
+	// The controller finds the Hijacker under wrappers that only Unwrap
+	// (the server's request logger).
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
