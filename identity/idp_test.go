@@ -41,7 +41,7 @@ type idpKey struct {
 	priv crypto.Signer
 }
 
-func newIDP(t *testing.T) *idp {
+func newIDP(t testing.TB) *idp {
 	t.Helper()
 	p := &idp{keys: map[string]idpKey{}, now: time.Now}
 	mux := http.NewServeMux()
@@ -73,7 +73,7 @@ func newIDP(t *testing.T) *idp {
 }
 
 // addKey makes a key; publish lists it in the JWKS.
-func (p *idp) addKey(t *testing.T, kid string, alg jose.SignatureAlgorithm, publish bool) {
+func (p *idp) addKey(t testing.TB, kid string, alg jose.SignatureAlgorithm, publish bool) {
 	t.Helper()
 	var priv crypto.Signer
 	var err error
@@ -109,7 +109,7 @@ func (p *idp) good(sub string) map[string]any {
 }
 
 // sign signs claims with key kid.
-func (p *idp) sign(t *testing.T, kid string, claims map[string]any) string {
+func (p *idp) sign(t testing.TB, kid string, claims map[string]any) string {
 	t.Helper()
 	p.mu.Lock()
 	k := p.keys[kid]
@@ -137,7 +137,7 @@ func unsigned(kid string, claims map[string]any) string {
 
 // hmacWithPublicKey is the classic confusion forgery: HS256 keyed with the
 // issuer's public key (PEM), which a careless verifier would accept.
-func (p *idp) hmacWithPublicKey(t *testing.T, kid string, claims map[string]any) string {
+func (p *idp) hmacWithPublicKey(t testing.TB, kid string, claims map[string]any) string {
 	t.Helper()
 	p.mu.Lock()
 	k := p.keys[kid]
