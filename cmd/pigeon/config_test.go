@@ -1,0 +1,157 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/demo"
+)
+
+// writeTestPKI writes ca.pem, server.pem and server-key.pem into dir.
+func writeTestPKI(t *testing.T, dir string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
+	require.NoError(t, err)
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	for name, blk := range map[string]*pem.Block{
+		"ca.pem": {Type: "CERTIFICATE", Bytes: caDER}, "server.pem": {Type: "CERTIFICATE", Bytes: der}, "server-key.pem": {Type: "PRIVATE KEY", Bytes: kb},
+	} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(blk), 0o600))
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "pigeon.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+// The shipped example parses, and with its certificates made, builds.
+func TestExampleIdentityConfig(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile("../../examples/identity/pigeon.yaml")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "pigeon.yaml")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	writeTestPKI(t, filepath.Join(dir, "certs"))
+
+	cfg, code, ok := parseServe([]string{"--config", path}, io.Discard)
+	require.True(t, ok, "exit %d", code)
+	require.Equal(t, "127.0.0.1:8443", cfg.addr)
+	require.Equal(t, "", cfg.data)
+	require.Equal(t, filepath.Join(dir, "certs/server.pem"), cfg.tlsCert)
+	require.Equal(t, []string{filepath.Join(dir, "certs/ca.pem")}, cfg.clientCA)
+	require.Equal(t, []string{"merchant-prod"}, cfg.trustDomains)
+	require.Equal(t, "optional", cfg.mtlsMode)
+	require.Len(t, cfg.issuers, 1)
+	require.Equal(t, "realm_access.roles", cfg.issuers[0].RolesClaim)
+	require.Equal(t, []string{"mtls", "oidc", "grant", "token"}, cfg.authOrder)
+	require.Equal(t, 20, cfg.maxFailures)
+
+	e, err := buildEdge(cfg, demo.Tokens(), nil)
+	require.NoError(t, err)
+	require.NotNil(t, e.tls)
+	require.NotNil(t, e.oidc)
+	require.Equal(t, cfg.authOrder, e.order)
+}
+
+func TestServeFlagsOverrideConfig(t *testing.T) {
+	path := writeConfig(t, "addr: 127.0.0.1:9000\nregion: eu\nmtls:\n  client_ca: [a.pem, b.pem]\n  trust_domains: [example.org]\n")
+	cfg, _, ok := parseServe([]string{"--config", path, "--region", "us", "--client-ca", "/x/c.pem"}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, "127.0.0.1:9000", cfg.addr, "from the file")
+	require.Equal(t, "us", cfg.region, "the flag wins")
+	require.Equal(t, []string{"/x/c.pem"}, cfg.clientCA, "a list flag replaces the file's list")
+	require.Equal(t, []string{"example.org"}, cfg.trustDomains)
+	// An empty file configures nothing.
+	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, "uk", cfg.region)
+}
+
+func TestServeConfigRefused(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"addr: x\nbogus: 1\n", ":2: unknown key \"bogus\""},
+		{"tls:\n  cert: a\n  kye: b\n", ":3: unknown key \"kye\""},
+		{"sync: sometimes\n", ":1: sync must be batch, always or none"},
+		{"shutdown_timeout: soon\n", ":1: "},
+		{"mtls:\n  mode: maybe\n", ":2: mode must be required or optional"},
+		{"mtls:\n  trust_domains: [ok.org, \"spiffe://bad/x\"]\n", ":2: trust domain \"spiffe://bad/x\" is not valid"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n    - issuer: https://idp2\n      audience: [a]\n      algorithms: [HS256]\n", ":5: issuer \"https://idp2\": algorithm \"HS256\" is not allowed"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n", ":3: issuer \"https://idp\": needs at least one audience"},
+		{"auth:\n  order: [mtls, kerberos]\n", ":2: unknown method \"kerberos\""},
+		{"tls:\n  cert: a.pem\n", ":1: tls needs both cert and key"},
+		{"addr: [1, 2\n", ":1: "},
+	} {
+		var stderr strings.Builder
+		path := writeConfig(t, tc.body)
+		_, code, ok := parseServe([]string{"--config", path}, &stderr)
+		require.False(t, ok, tc.body)
+		require.Equal(t, 2, code)
+		require.Contains(t, stderr.String(), path+tc.want, tc.body)
+	}
+}
+
+func TestServeRefusesBadIdentityFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir)
+	bad := filepath.Join(dir, "bad.pem")
+	require.NoError(t, os.WriteFile(bad, []byte("garbage"), 0o600))
+	base := serveConfig{tlsCert: filepath.Join(dir, "server.pem"), tlsKey: filepath.Join(dir, "server-key.pem")}
+	for _, tc := range []struct {
+		mod  func(*serveConfig)
+		want string
+	}{
+		{func(c *serveConfig) { c.tlsCert = bad }, bad + ": not a PEM certificate"},
+		{func(c *serveConfig) { c.tlsKey = bad }, bad + ": not a PEM private key"},
+		{func(c *serveConfig) { c.tlsKey = filepath.Join(dir, "missing.pem") }, "missing.pem: no such file"},
+		{func(c *serveConfig) { c.clientCA, c.trustDomains = []string{bad}, []string{"example.org"} }, bad + ": no PEM certificate"},
+		{func(c *serveConfig) { c.clientCA = []string{filepath.Join(dir, "ca.pem")} }, "--client-ca needs at least one --trust-domain"},
+		{func(c *serveConfig) { c.tlsCert, c.tlsKey, c.clientCA = "", "", []string{filepath.Join(dir, "ca.pem")} }, "--client-ca needs TLS"},
+		{func(c *serveConfig) {
+			c.clientCA, c.trustDomains, c.authOrder = []string{filepath.Join(dir, "ca.pem")}, []string{"example.org"}, []string{"token", "mtls"}
+		}, "mtls comes first"},
+		{func(c *serveConfig) { c.authOrder = []string{"oidc"} }, "\"oidc\" is not configured"},
+	} {
+		cfg := base
+		tc.mod(&cfg)
+		_, err := buildEdge(cfg, demo.Tokens(), nil)
+		require.ErrorContains(t, err, tc.want)
+		require.NotContains(t, err.Error(), "garbage")
+	}
+	// Only the configured methods, in the default order.
+	e, err := buildEdge(serveConfig{}, demo.Tokens(), nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"grant", "token"}, e.order)
+	require.Nil(t, e.tls)
+}
