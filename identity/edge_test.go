@@ -292,6 +292,7 @@ func TestEdgeMTLSRequired(t *testing.T) {
 	// No certificate: the handshake fails, whatever the token.
 	_, err := f.get(t, f.client(t, nil, nil), "static-1", "/v1/contracts/none")
 	require.Error(t, err)
+	require.Contains(t, f.logs.String(), "no client certificate, and one is required")
 	_, err = ws.Dial(ctx, "wss://"+f.addr, "static-1", []string{subject}, ws.WithTLS(f.client(t, nil, nil)))
 	require.Error(t, err)
 	// With one, the certificate's principal is the caller.

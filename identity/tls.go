@@ -54,12 +54,11 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		return base, nil
 	}
 	if o.MTLS != nil {
-		base.ClientAuth = tls.RequestClientCert
-		if o.MTLS.Required() {
-			base.ClientAuth = tls.RequireAnyClientCert
-		}
 		// Verification is ours (VerifyConnection), against each trust
-		// domain's own bundle; ClientCAs only hints which CAs to use.
+		// domain's own bundle, and so is the refusal of a missing
+		// certificate, so that both are counted and logged; ClientCAs only
+		// hints which CAs to use.
+		base.ClientAuth = tls.RequestClientCert
 		base.ClientCAs = o.MTLS.Authorities()
 	}
 	outer := base.Clone()
@@ -78,7 +77,12 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		c := base.Clone()
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
-				return nil // RequireAnyClientCert already refused it when one is required
+				if !o.MTLS.Required() {
+					return nil
+				}
+				o.Limiter.Fail(remote, true)
+				o.Logger.Info("identity: TLS handshake refused", "reason", "no client certificate, and one is required", "remote", remote)
+				return errors.New("identity: a client certificate is required")
 			}
 			if _, err := o.MTLS.Verify(cs.PeerCertificates); err != nil {
 				o.Limiter.Fail(remote, true)
