@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,8 +24,9 @@ import (
 	"pigeon/demo"
 )
 
-// writeTestPKI writes ca.pem, server.pem and server-key.pem into dir.
-func writeTestPKI(t *testing.T, dir string) {
+// writeTestPKI writes ca.pem, server.pem and server-key.pem into dir, and
+// NAME.pem and NAME-key.pem for each client (name: SPIFFE ID).
+func writeTestPKI(t *testing.T, dir string, clients map[string]string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(dir, 0o700))
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -33,19 +37,30 @@ func writeTestPKI(t *testing.T, dir string) {
 	require.NoError(t, err)
 	caCert, err := x509.ParseCertificate(caDER)
 	require.NoError(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
-	require.NoError(t, err)
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	require.NoError(t, err)
-	for name, blk := range map[string]*pem.Block{
-		"ca.pem": {Type: "CERTIFICATE", Bytes: caDER}, "server.pem": {Type: "CERTIFICATE", Bytes: der}, "server-key.pem": {Type: "PRIVATE KEY", Bytes: kb},
-	} {
+	write := func(name string, blk *pem.Block) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(blk), 0o600))
+	}
+	write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	leaf := func(name string, serial int64, tmpl *x509.Certificate) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl.SerialNumber, tmpl.Subject = big.NewInt(serial), pkix.Name{CommonName: name}
+		tmpl.NotBefore, tmpl.NotAfter, tmpl.KeyUsage = time.Now().Add(-time.Hour), time.Now().Add(time.Hour), x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
+		require.NoError(t, err)
+		kb, err := x509.MarshalPKCS8PrivateKey(key)
+		require.NoError(t, err)
+		write(name+".pem", &pem.Block{Type: "CERTIFICATE", Bytes: der})
+		write(name+"-key.pem", &pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	}
+	leaf("server", 2, &x509.Certificate{DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	serial := int64(3)
+	for name, id := range clients {
+		u, err := url.Parse(id)
+		require.NoError(t, err)
+		leaf(name, serial, &x509.Certificate{URIs: []*url.URL{u}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		serial++
 	}
 }
 
@@ -63,7 +78,7 @@ func TestExampleIdentityConfig(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(dir, "pigeon.yaml")
 	require.NoError(t, os.WriteFile(path, b, 0o600))
-	writeTestPKI(t, filepath.Join(dir, "certs"))
+	writeTestPKI(t, filepath.Join(dir, "certs"), nil)
 
 	cfg, code, ok := parseServe([]string{"--config", path}, io.Discard)
 	require.True(t, ok, "exit %d", code)
@@ -124,7 +139,7 @@ func TestServeConfigRefused(t *testing.T) {
 
 func TestServeRefusesBadIdentityFiles(t *testing.T) {
 	dir := t.TempDir()
-	writeTestPKI(t, dir)
+	writeTestPKI(t, dir, nil)
 	bad := filepath.Join(dir, "bad.pem")
 	require.NoError(t, os.WriteFile(bad, []byte("garbage"), 0o600))
 	base := serveConfig{tlsCert: filepath.Join(dir, "server.pem"), tlsKey: filepath.Join(dir, "server-key.pem")}
@@ -154,4 +169,56 @@ func TestServeRefusesBadIdentityFiles(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"grant", "token"}, e.order)
 	require.Nil(t, e.tls)
+}
+
+// pigeon serve over TLS with mTLS (optional), and the CLI with --tls-ca,
+// --tls-cert and --tls-key: a publish and a subscription authenticated by
+// certificates alone, a bearer token instead of a certificate, and a client
+// that does not trust the server's CA.
+func TestServeTLSWithCLI(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir, map[string]string{"orders": demo.Orders, "notifier": demo.Notifier})
+	file := func(name string) string { return filepath.Join(dir, name) }
+	r := startServe(t, serveConfig{tlsCert: file("server.pem"), tlsKey: file("server-key.pem"), clientCA: []string{file("ca.pem")},
+		trustDomains: []string{"merchant-prod"}, mtlsMode: "optional"})
+	require.Contains(t, r.out.String(), "https://")
+	require.Contains(t, r.out.String(), "wss://")
+	require.Contains(t, r.out.String(), "authentication: mtls, grant, token")
+	r.url = strings.Replace(r.url, "http://", "https://", 1)
+	ctx := context.Background()
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lines := &syncBuffer{}
+	subDone := make(chan int, 1)
+	subErr := &syncBuffer{}
+	go func() {
+		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--tls-ca", file("ca.pem"), "--tls-cert", file("notifier.pem"),
+			"--tls-key", file("notifier-key.pem"), "--subject", "notifications.send", "--start", "first"}, lines, subErr)
+	}()
+	publish := func(key string, auth ...string) (int, string, string) {
+		args := append([]string{"publish", "--subject", "notifications.send", "--type", "notification.requested", "--intent", "send_notification",
+			"--key", key, "--classification", "pii", "--data", `{"recipientId":"cust-42","channel":"email","templateId":"t"}`}, auth...)
+		return r.pigeon(t, ctx, args...)
+	}
+	code, stdout, stderr := publish("k-1", "--tls-ca", file("ca.pem"), "--tls-cert", file("orders.pem"), "--tls-key", file("orders-key.pem"))
+	require.Equal(t, 0, code, stderr)
+	var res struct{ Message struct{ ID string } }
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(lines.String(), res.Message.ID) {
+		require.True(t, time.Now().Before(deadline), "subscribe printed %q, %q", lines.String(), subErr.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	require.Equal(t, 0, <-subDone)
+
+	code, _, stderr = publish("k-2", "--tls-ca", file("ca.pem"), "--token", "orders-token")
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = publish("k-3", "--token", "orders-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "certificate")
+	code, _, stderr = publish("k-4", "--tls-ca", file("ca.pem"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "UNAUTHENTICATED")
 }
