@@ -57,14 +57,14 @@ type CredentialAuthenticator interface {
 	AuthenticateCredential(ctx context.Context, c Credential) (*Principal, error)
 }
 
-// GrantTokens is the Authenticator of the broker's own grant tokens
+// GrantTokens returns the Authenticator of the broker's own grant tokens
 // (IssueGrant), for a CredentialAuthenticator that tries methods in order:
 // it verifies a token against the engine that is authenticating (which it
 // finds in ctx), returns ErrUnrecognized for a credential that is not a
 // grant token of this broker, and refuses a grant token that is forged,
 // expired or revoked. Called outside Engine.Authenticate it refuses
 // everything. It is safe for concurrent use.
-var GrantTokens Authenticator = grantTokens{}
+func GrantTokens() Authenticator { return grantTokens{} }
 
 type grantTokens struct{}
 

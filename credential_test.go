@@ -20,7 +20,7 @@ func (chainAuth) Authenticate(ctx context.Context, s string) (*pigeon.Principal,
 }
 
 func (chainAuth) AuthenticateCredential(ctx context.Context, c pigeon.Credential) (*pigeon.Principal, error) {
-	p, err := pigeon.GrantTokens.Authenticate(ctx, c.Bearer)
+	p, err := pigeon.GrantTokens().Authenticate(ctx, c.Bearer)
 	if err == nil || !errors.Is(err, pigeon.ErrUnrecognized) {
 		return p, err
 	}
@@ -56,7 +56,7 @@ func TestAuthenticateCredential(t *testing.T) {
 	require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(err), "a recognized, revoked grant is refused")
 
 	// Outside an engine, GrantTokens refuses; unrecognized is UNAUTHENTICATED.
-	_, err = pigeon.GrantTokens.Authenticate(ctx, g.Token)
+	_, err = pigeon.GrantTokens().Authenticate(ctx, g.Token)
 	require.Error(t, err)
 	_, err = e.Authenticate(ctx, "nothing")
 	require.ErrorIs(t, err, pigeon.ErrUnauthenticated)

@@ -126,7 +126,7 @@ func (c *Chain) refused(method pigeon.AuthMethod, cred pigeon.Credential, err er
 
 // Bearer adapts an Authenticator that follows the chain's protocol
 // (pigeon.ErrUnrecognized for a credential not of its kind, such as
-// pigeon.GrantTokens) to a method: it sees the bearer token only, and a
+// pigeon.GrantTokens()) to a method: it sees the bearer token only, and a
 // credential without one is not recognized.
 func Bearer(a pigeon.Authenticator) pigeon.CredentialAuthenticator { return bearer{a: a} }
 

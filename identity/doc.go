@@ -9,7 +9,7 @@
 // Each method is a pigeon.CredentialAuthenticator: MTLS verifies the
 // certificate chain of the TLS connection (go-spiffe), OIDC verifies a JWT
 // against its issuer's JSON Web Key Set (go-jose), and Bearer and Lookup
-// adapt the broker's grant tokens (pigeon.GrantTokens) and static tokens
+// adapt the broker's grant tokens (pigeon.GrantTokens()) and static tokens
 // (pigeon.StaticTokens). A Chain tries them in a configured order: a method
 // that does not recognize the credential returns pigeon.ErrUnrecognized and
 // the next one is tried; one that recognizes and refuses it ends the chain.

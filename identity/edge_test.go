@@ -84,7 +84,7 @@ func newEdge(t *testing.T, required bool) *edge {
 	chain := identity.NewChain(&identity.ChainOptions{Limiter: f.limiter, Logger: log},
 		identity.Method{Name: pigeon.AuthMTLS, Auth: mtls},
 		identity.Method{Name: pigeon.AuthOIDC, Auth: oidc},
-		identity.Method{Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens)},
+		identity.Method{Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
 		identity.Method{Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(append(demo.Tokens(), pigeon.StaticToken{Token: "static-1", Principal: "svc-static"})...))},
 	)
 	f.e, err = pigeon.New(ctx, &pigeon.Options{Authenticator: chain, Catalog: edgeCatalog(), Region: "uk", Logger: log})

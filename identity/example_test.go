@@ -21,7 +21,7 @@ func ExampleNewChain() {
 	}
 	chain := identity.NewChain(nil,
 		identity.Method{Name: pigeon.AuthOIDC, Auth: oidc},
-		identity.Method{Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens)},
+		identity.Method{Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
 		identity.Method{Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(
 			pigeon.StaticToken{Token: "orders-token", Principal: "spiffe://merchant-prod/ns/orders/sa/orders-api"}))},
 	)

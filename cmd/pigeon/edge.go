@@ -52,7 +52,7 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 	limiter := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: cfg.maxFailures, Window: cfg.failureWindow})
 	e := &edge{}
 	methods := map[string]identity.Method{
-		string(pigeon.AuthGrant): {Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens)},
+		string(pigeon.AuthGrant): {Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
 		string(pigeon.AuthToken): {Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(tokens...))},
 	}
 	var mtls *identity.MTLS
