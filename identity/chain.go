@@ -76,8 +76,11 @@ func (c *Chain) Authenticate(ctx context.Context, bearer string) (*pigeon.Princi
 
 // AuthenticateCredential implements pigeon.CredentialAuthenticator.
 func (c *Chain) AuthenticateCredential(ctx context.Context, cred pigeon.Credential) (*pigeon.Principal, error) {
-	if !c.limiter.Allow(cred.RemoteAddr) {
-		c.log.Warn("identity: authentication refused", "code", pigeon.CodeRateLimited, "reason", "too many failed authentications from this address", "remote", cred.RemoteAddr)
+	if ok, first := c.limiter.allow(cred.RemoteAddr); !ok {
+		if first {
+			c.log.Warn("identity: authentication refused for the rest of the window", "code", pigeon.CodeRateLimited,
+				"reason", "too many failed authentications from this address", "remote", cred.RemoteAddr)
+		}
 		return nil, pigeon.NewError(pigeon.CodeRateLimited, "too many failed authentications from this address; try again later")
 	}
 	for _, m := range c.methods {

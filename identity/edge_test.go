@@ -60,7 +60,10 @@ func edgeCatalog() *pigeon.Catalog {
 	return c
 }
 
-func newEdge(t *testing.T, required bool) *edge {
+func newEdge(t *testing.T, required bool) *edge { t.Helper(); return newEdgeLimit(t, required, 1000) }
+
+// newEdgeLimit is newEdge with maxFailures per address and minute.
+func newEdgeLimit(t *testing.T, required bool, maxFailures int) *edge {
 	t.Helper()
 	ctx := context.Background()
 	f := &edge{dir: t.TempDir(), root: newCA(t, "root"), other: newCA(t, "other"), p: newIDP(t), logs: &logBuf{}}
@@ -80,7 +83,7 @@ func newEdge(t *testing.T, required bool) *edge {
 	require.NoError(t, err)
 	oidc, err := identity.NewOIDC(&identity.OIDCOptions{Logger: log, Issuers: []identity.Issuer{{URL: f.p.srv.URL, Audiences: []string{"pigeon"}, JWKSURL: f.p.srv.URL + "/jwks", RolesClaim: "roles"}}})
 	require.NoError(t, err)
-	f.limiter = identity.NewLimiter(&identity.LimiterOptions{MaxFailures: 1000})
+	f.limiter = identity.NewLimiter(&identity.LimiterOptions{MaxFailures: maxFailures})
 	chain := identity.NewChain(&identity.ChainOptions{Limiter: f.limiter, Logger: log},
 		identity.Method{Name: pigeon.AuthMTLS, Auth: mtls},
 		identity.Method{Name: pigeon.AuthOIDC, Auth: oidc},
@@ -365,9 +368,9 @@ func TestEdgeCertificateReload(t *testing.T) {
 }
 
 func TestEdgeFailuresRateLimited(t *testing.T) {
-	f := newEdge(t, false)
 	lim := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: 3, Window: time.Minute})
-	chain := identity.NewChain(&identity.ChainOptions{Limiter: lim},
+	logs := &logBuf{}
+	chain := identity.NewChain(&identity.ChainOptions{Limiter: lim, Logger: logs.logger()},
 		identity.Method{Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(pigeon.StaticToken{Token: "good", Principal: "p"}))})
 	cred := func(tok, addr string) error {
 		_, err := chain.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: tok, RemoteAddr: addr})
@@ -378,9 +381,10 @@ func TestEdgeFailuresRateLimited(t *testing.T) {
 	}
 	require.Equal(t, pigeon.CodeRateLimited, pigeon.ErrorCode(cred("good", "198.51.100.7:2000")), "the address is limited, whatever it sends")
 	require.NoError(t, cred("good", "198.51.100.8:1000"), "other addresses are not")
+	require.Equal(t, pigeon.CodeRateLimited, pigeon.ErrorCode(cred("good", "198.51.100.7:2001")))
 	require.EqualValues(t, 3, lim.Stats().Failures)
-	require.EqualValues(t, 1, lim.Stats().Limited)
-	_ = f
+	require.EqualValues(t, 2, lim.Stats().Limited)
+	require.Equal(t, 1, strings.Count(logs.String(), "refused for the rest of the window"), "one log line per address and window")
 }
 
 func TestEdgeBadCertificateFile(t *testing.T) {
@@ -396,4 +400,22 @@ func TestEdgeBadCertificateFile(t *testing.T) {
 	require.ErrorContains(t, err, bad)
 	require.False(t, strings.Contains(err.Error(), "nope"))
 	require.False(t, errors.Is(err, os.ErrNotExist))
+}
+
+// Failed handshakes count against the address; past the limit even a good
+// certificate's handshake is refused until the window ends.
+func TestEdgeHandshakesRateLimited(t *testing.T) {
+	f := newEdgeLimit(t, false, 2)
+	bad, badKey := f.other.issue(t, leafOpts{spiffeID: writer})
+	for range 2 {
+		_, err := f.get(t, f.client(t, bad, badKey), "", "/v1/contracts/none")
+		require.Error(t, err)
+	}
+	good, goodKey := f.root.issue(t, leafOpts{spiffeID: writer})
+	_, err := f.get(t, f.client(t, good, goodKey), "", "/v1/contracts/none")
+	require.Error(t, err)
+	st := f.limiter.Stats()
+	require.EqualValues(t, 2, st.HandshakeFailures)
+	require.EqualValues(t, 1, st.Limited)
+	require.Contains(t, f.logs.String(), "TLS handshakes refused for the rest of the window")
 }

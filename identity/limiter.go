@@ -41,8 +41,9 @@ type Limiter struct {
 }
 
 type window struct {
-	start time.Time
-	n     int
+	start  time.Time
+	n      int
+	warned bool // a refusal of this window was reported
 }
 
 // NewLimiter returns a Limiter.
@@ -75,19 +76,30 @@ func host(remote string) string {
 // Allow reports whether remote may try to authenticate now. An empty
 // address (in process) is always allowed. A refusal is counted.
 func (l *Limiter) Allow(remote string) bool {
+	ok, _ := l.allow(remote)
+	return ok
+}
+
+// allow is Allow, and whether this is the window's first refusal (the one
+// worth a log line: an address over its limit is not logged on every try).
+func (l *Limiter) allow(remote string) (ok, first bool) {
 	if l == nil || remote == "" {
-		return true
+		return true, false
 	}
 	h := host(remote)
 	now := l.opts.Now()
 	l.mu.Lock()
 	w := l.addrs[h]
-	ok := w == nil || now.Sub(w.start) >= l.opts.Window || w.n < l.opts.MaxFailures
+	ok = w == nil || now.Sub(w.start) >= l.opts.Window || w.n < l.opts.MaxFailures
+	if !ok {
+		first = !w.warned
+		w.warned = true
+	}
 	l.mu.Unlock()
 	if !ok {
 		l.limited.Add(1)
 	}
-	return ok
+	return ok, first
 }
 
 // Fail records a failed authentication from remote; handshake says it was

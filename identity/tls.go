@@ -67,8 +67,10 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		if hello.Conn != nil {
 			remote = hello.Conn.RemoteAddr().String()
 		}
-		if !o.Limiter.Allow(remote) {
-			o.Logger.Warn("identity: TLS handshake refused", "reason", "too many failed authentications from this address", "remote", remote)
+		if ok, first := o.Limiter.allow(remote); !ok {
+			if first {
+				o.Logger.Warn("identity: TLS handshakes refused for the rest of the window", "reason", "too many failed authentications from this address", "remote", remote)
+			}
 			return nil, errors.New("identity: too many failed authentications from this address")
 		}
 		if o.MTLS == nil {
