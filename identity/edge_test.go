@@ -419,3 +419,31 @@ func TestEdgeHandshakesRateLimited(t *testing.T) {
 	require.EqualValues(t, 1, st.Limited)
 	require.Contains(t, f.logs.String(), "TLS handshakes refused for the rest of the window")
 }
+
+// Each trust domain verifies against its own bundle: the CA of one domain
+// cannot mint identities of another.
+func TestMTLSTrustDomainBundles(t *testing.T) {
+	caA, caB := newCA(t, "a"), newCA(t, "b")
+	m, err := identity.NewMTLS(&identity.MTLSOptions{TrustDomains: []identity.TrustDomain{
+		{Name: "a.org", Authorities: []*x509.Certificate{caA.cert}}, {Name: "b.org", Authorities: []*x509.Certificate{caB.cert}}}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		ca *ca
+		id string
+		ok bool
+	}{
+		{caA, "spiffe://a.org/x", true}, {caB, "spiffe://b.org/y", true},
+		{caA, "spiffe://b.org/y", false}, {caB, "spiffe://a.org/x", false}, {caA, "spiffe://c.org/z", false},
+	} {
+		leaf, _ := tc.ca.issue(t, leafOpts{spiffeID: tc.id})
+		id, err := m.Verify([]*x509.Certificate{leaf})
+		if tc.ok {
+			require.NoError(t, err, tc.id)
+			require.Equal(t, tc.id, id.String())
+		} else {
+			require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(err), tc.id)
+		}
+	}
+	_, err = identity.NewMTLS(&identity.MTLSOptions{TrustDomains: []identity.TrustDomain{{Name: "spiffe://a.org", Authorities: []*x509.Certificate{caA.cert}}}})
+	require.Error(t, err)
+}

@@ -76,6 +76,9 @@ func NewMTLS(opts *MTLSOptions) (*MTLS, error) {
 	m := &MTLS{opts: o, bundles: x509bundle.NewSet(), pool: x509.NewCertPool(), cache: map[[32]byte]verified{}}
 	for _, d := range o.TrustDomains {
 		td, err := spiffeid.TrustDomainFromString(d.Name)
+		if err == nil && td.Name() != d.Name {
+			err = errors.New("a trust domain is a bare name (example.org), not a URI")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("identity: trust domain %q: %w", d.Name, err)
 		}

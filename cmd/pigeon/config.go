@@ -38,9 +38,9 @@ type fileConfig struct {
 		Key  string `yaml:"key"`
 	} `yaml:"tls"`
 	MTLS struct {
-		ClientCA     []string `yaml:"client_ca"`
-		TrustDomains []string `yaml:"trust_domains"`
-		Mode         string   `yaml:"mode"`
+		ClientCA     []string            `yaml:"client_ca"`
+		TrustDomains []trustDomainConfig `yaml:"trust_domains"`
+		Mode         string              `yaml:"mode"`
 	} `yaml:"mtls"`
 	OIDC struct {
 		Issuers []issuerConfig `yaml:"issuers"`
@@ -50,6 +50,41 @@ type fileConfig struct {
 		MaxFailures   int           `yaml:"max_failures"`
 		FailureWindow time.Duration `yaml:"failure_window"`
 	} `yaml:"auth"`
+}
+
+// trustDomainConfig is a trust domain: a bare name, whose certificates the
+// CAs of client_ca issue, or {name, ca: [files]} with its own bundle.
+type trustDomainConfig struct {
+	Name string
+	CA   []string
+	line int
+}
+
+func (t *trustDomainConfig) UnmarshalYAML(n *yaml.Node) error {
+	t.line = n.Line
+	if n.Kind == yaml.ScalarNode {
+		t.Name = n.Value
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: a trust domain is a name or {name, ca}", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch k.Value {
+		case "name":
+			if err := v.Decode(&t.Name); err != nil {
+				return err
+			}
+		case "ca":
+			if err := v.Decode(&t.CA); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("line %d: field %s not found in type trust domain", k.Line, k.Value)
+		}
+	}
+	return nil
 }
 
 type issuerConfig struct {
@@ -136,12 +171,20 @@ func loadConfig(path string, cfg *serveConfig) error {
 		}
 		cfg.clientCA = append(cfg.clientCA, rel(p))
 	}
-	for i, td := range f.MTLS.TrustDomains {
-		if err := checkTrustDomain(td); err != nil {
-			return configError(path, at("mtls", "trust_domains", strconv.Itoa(i)), "%v", err)
+	for _, td := range f.MTLS.TrustDomains {
+		if err := checkTrustDomain(td.Name); err != nil {
+			return configError(path, td.line, "%v", err)
+		}
+		cfg.trustDomains = append(cfg.trustDomains, td.Name)
+		if len(td.CA) > 0 {
+			if cfg.domainCA == nil {
+				cfg.domainCA = map[string][]string{}
+			}
+			for _, p := range td.CA {
+				cfg.domainCA[td.Name] = append(cfg.domainCA[td.Name], rel(p))
+			}
 		}
 	}
-	cfg.trustDomains = append(cfg.trustDomains, f.MTLS.TrustDomains...)
 	if f.MTLS.Mode != "" {
 		if f.MTLS.Mode != "required" && f.MTLS.Mode != "optional" {
 			return configError(path, at("mtls", "mode"), "mode must be required or optional, not %q", f.MTLS.Mode)
@@ -198,13 +241,7 @@ func yamlError(path string, err error) error {
 		lines := make([]string, 0, len(te.Errors))
 		for _, e := range te.Errors {
 			if m := yamlLine.FindStringSubmatch(e); m != nil {
-				reason := m[2]
-				if k, ok := strings.CutPrefix(reason, "field "); ok {
-					if name, _, ok := strings.Cut(k, " not found in type"); ok {
-						reason = fmt.Sprintf("unknown key %q", name)
-					}
-				}
-				lines = append(lines, fmt.Sprintf("%s:%s: %s", path, m[1], reason))
+				lines = append(lines, fmt.Sprintf("%s:%s: %s", path, m[1], yamlReason(m[2])))
 			} else {
 				lines = append(lines, fmt.Sprintf("%s: %s", path, e))
 			}
@@ -212,9 +249,19 @@ func yamlError(path string, err error) error {
 		return errors.New(strings.Join(lines, "\n"))
 	}
 	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Errorf("%s:%s: %s", path, m[1], m[2])
+		return fmt.Errorf("%s:%s: %s", path, m[1], yamlReason(m[2]))
 	}
 	return fmt.Errorf("%s: %v", path, err)
+}
+
+// yamlReason says "unknown key" for yaml's "field x not found in type y".
+func yamlReason(r string) string {
+	if k, ok := strings.CutPrefix(r, "field "); ok {
+		if name, _, ok := strings.Cut(k, " not found in type"); ok {
+			return fmt.Sprintf("unknown key %q", name)
+		}
+	}
+	return r
 }
 
 // lineOf is the line of the value at keys (mapping keys, or sequence

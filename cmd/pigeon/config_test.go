@@ -108,6 +108,12 @@ func TestServeFlagsOverrideConfig(t *testing.T) {
 	require.Equal(t, "us", cfg.region, "the flag wins")
 	require.Equal(t, []string{"/x/c.pem"}, cfg.clientCA, "a list flag replaces the file's list")
 	require.Equal(t, []string{"example.org"}, cfg.trustDomains)
+	// A trust domain may bring its own CA bundle.
+	path = writeConfig(t, "mtls:\n  client_ca: [shared.pem]\n  trust_domains:\n    - a.org\n    - name: b.org\n      ca: [b.pem]\n")
+	cfg, _, ok = parseServe([]string{"--config", path}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, []string{"a.org", "b.org"}, cfg.trustDomains)
+	require.Equal(t, map[string][]string{"b.org": {filepath.Join(filepath.Dir(path), "b.pem")}}, cfg.domainCA)
 	// An empty file configures nothing.
 	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard)
 	require.True(t, ok)
@@ -125,6 +131,8 @@ func TestServeConfigRefused(t *testing.T) {
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n    - issuer: https://idp2\n      audience: [a]\n      algorithms: [HS256]\n", ":5: issuer \"https://idp2\": algorithm \"HS256\" is not allowed"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n", ":3: issuer \"https://idp\": needs at least one audience"},
 		{"auth:\n  order: [mtls, kerberos]\n", ":2: unknown method \"kerberos\""},
+		{"mtls:\n  trust_domains:\n    - name: a.org\n      cas: [x.pem]\n", ":4: unknown key \"cas\""},
+		{"mtls:\n  trust_domains:\n    - name: A.ORG\n", ":3: trust domain \"A.ORG\" is not valid"},
 		{"tls:\n  cert: a.pem\n", ":1: tls needs both cert and key"},
 		{"addr: [1, 2\n", ":1: "},
 	} {

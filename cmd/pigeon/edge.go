@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,14 +29,17 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
-	if len(cfg.clientCA) > 0 && cfg.tlsCert == "" {
+	mtlsOn := len(cfg.clientCA) > 0 || len(cfg.domainCA) > 0
+	if mtlsOn && cfg.tlsCert == "" {
 		return nil, errors.New("--client-ca needs TLS: give --tls-cert and --tls-key")
 	}
-	if len(cfg.clientCA) > 0 && len(cfg.trustDomains) == 0 {
+	if mtlsOn && len(cfg.trustDomains) == 0 {
 		return nil, errors.New("--client-ca needs at least one --trust-domain whose certificates are accepted")
 	}
-	if len(cfg.clientCA) == 0 && len(cfg.trustDomains) > 0 {
-		return nil, errors.New("--trust-domain needs --client-ca: the CAs that issue its certificates")
+	for _, td := range cfg.trustDomains {
+		if len(cfg.clientCA) == 0 && len(cfg.domainCA[td]) == 0 {
+			return nil, fmt.Errorf("trust domain %q has no CA: give --client-ca, or its own ca in the config file", td)
+		}
 	}
 	mode := cfg.mtlsMode
 	if mode == "" {
@@ -56,15 +60,26 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 		string(pigeon.AuthToken): {Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(tokens...))},
 	}
 	var mtls *identity.MTLS
-	if len(cfg.clientCA) > 0 {
-		cas, err := identity.LoadCAFiles(cfg.clientCA...)
-		if err != nil {
-			return nil, fmt.Errorf("client CA: %w", err)
+	if mtlsOn {
+		var shared []*x509.Certificate
+		if len(cfg.clientCA) > 0 {
+			var err error
+			if shared, err = identity.LoadCAFiles(cfg.clientCA...); err != nil {
+				return nil, fmt.Errorf("client CA: %w", err)
+			}
 		}
 		tds := make([]identity.TrustDomain, len(cfg.trustDomains))
 		for i, td := range cfg.trustDomains {
-			tds[i] = identity.TrustDomain{Name: td, Authorities: cas}
+			tds[i] = identity.TrustDomain{Name: td, Authorities: shared}
+			if own := cfg.domainCA[td]; len(own) > 0 {
+				cas, err := identity.LoadCAFiles(own...)
+				if err != nil {
+					return nil, fmt.Errorf("CA of trust domain %s: %w", td, err)
+				}
+				tds[i].Authorities = cas
+			}
 		}
+		var err error
 		if mtls, err = identity.NewMTLS(&identity.MTLSOptions{TrustDomains: tds, Required: mode == "required"}); err != nil {
 			return nil, err
 		}

@@ -33,6 +33,7 @@ type serveConfig struct {
 	// order of the methods and the per-address failure limit.
 	tlsCert, tlsKey        string
 	clientCA, trustDomains []string
+	domainCA               map[string][]string // a trust domain's own bundle (config file); others use clientCA
 	mtlsMode               string // required (default) or optional
 	issuers                []identity.Issuer
 	authOrder              []string
