@@ -95,7 +95,8 @@ func (k *keySet) lookup(kid string) (jose.JSONWebKey, bool) {
 }
 
 // refresh fetches the key set, unless one was attempted less than
-// minRefresh ago (periodic: unless force), or joins the fetch in flight.
+// minRefresh ago (unless force: Run's periodic refresh), or joins the
+// fetch in flight.
 func (k *keySet) refresh(ctx context.Context, force bool) error {
 	k.mu.Lock()
 	if ch := k.inflight; ch != nil {
@@ -119,8 +120,13 @@ func (k *keySet) refresh(ctx context.Context, force bool) error {
 	k.lastAttempt = k.now()
 	k.mu.Unlock()
 
-	// The fetch outlives a caller that gives up: others may be waiting.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// A request's fetch outlives a caller that gives up, since others may
+	// be waiting for it; Run's (force) ends with Run's context.
+	base := ctx
+	if !force {
+		base = context.WithoutCancel(ctx)
+	}
+	fctx, cancel := context.WithTimeout(base, 10*time.Second)
 	keys, err := k.fetch(fctx)
 	cancel()
 
