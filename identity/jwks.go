@@ -138,7 +138,7 @@ func (k *keySet) refresh(ctx context.Context, force bool) error {
 			k.log.Info("identity: issuer keys rotated", "issuer", k.issuer, "keys", len(keys))
 		}
 		k.keys, k.fetchedAt = keys, k.now()
-	} else {
+	} else if base.Err() == nil { // a fetch ended by its own context is not the provider's failure
 		attrs := []any{"issuer", k.issuer, "reason", err.Error()}
 		if !k.fetchedAt.IsZero() {
 			attrs = append(attrs, "cachedKeysValidUntil", k.fetchedAt.Add(k.maxAge))
