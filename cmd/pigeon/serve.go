@@ -34,7 +34,7 @@ type serveConfig struct {
 	tlsCert, tlsKey        string
 	clientCA, trustDomains []string
 	domainCA               map[string][]string // a trust domain's own bundle (config file); others use clientCA
-	mtlsMode               string // required (default) or optional
+	mtlsMode               string              // required (default) or optional
 	issuers                []identity.Issuer
 	authOrder              []string
 	maxFailures            int
