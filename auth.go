@@ -12,6 +12,9 @@ type Principal struct {
 	ID         string            `json:"id" yaml:"principal"`
 	Attributes map[string]string `json:"attributes,omitempty" yaml:"attributes,omitempty"`
 	Roles      []string          `json:"roles,omitempty" yaml:"roles,omitempty"`
+	// Method is how the principal was authenticated; the engine sets
+	// AuthToken when an Authenticator leaves it empty.
+	Method AuthMethod `json:"method,omitempty" yaml:"-"`
 
 	baseRoles []string // roles the credential itself carries
 	grantID   string   // the grant token's id, for a grant credential

@@ -323,13 +323,30 @@ func (e *Engine) subject(name string) *subject { return e.catalog.Load().subject
 
 // Authenticate resolves a credential to a principal.
 func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principal, error) {
+	return e.AuthenticateCredential(ctx, Credential{Bearer: credential})
+}
+
+// AuthenticateCredential resolves c to a principal. With an
+// Options.Authenticator that is a CredentialAuthenticator (a chain of
+// methods, say) every credential goes to it; otherwise a JWT is verified as
+// a grant token of this broker and any other bearer string goes to the
+// Authenticator, and a client certificate is ignored. A principal that is
+// not a grant's is merged with its account (roles united, attributes
+// overlaid), and its Method defaults to AuthToken. Every refusal is an
+// *Error: UNAUTHENTICATED unless the authenticator chose another code.
+func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
-	if grant.LooksLikeJWT(credential) {
-		return e.authenticateGrant(credential)
+	var p *Principal
+	var err error
+	if ca, ok := e.auth.(CredentialAuthenticator); ok {
+		p, err = ca.AuthenticateCredential(context.WithValue(ctx, engineKey{}, e), c)
+	} else if grant.LooksLikeJWT(c.Bearer) {
+		return e.authenticateGrant(c.Bearer)
+	} else {
+		p, err = e.auth.Authenticate(ctx, c.Bearer)
 	}
-	p, err := e.auth.Authenticate(ctx, credential)
 	if err != nil {
 		var pe *Error
 		if errors.As(err, &pe) {
@@ -339,6 +356,9 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 	}
 	if p == nil || p.ID == "" {
 		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
+	}
+	if p.grantID != "" {
+		return p, nil
 	}
 	return e.resolveAccount(p), nil
 }

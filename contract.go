@@ -65,6 +65,10 @@ type ContractInfo struct {
 	Roles     []string `json:"roles,omitempty"`
 	BaseRoles []string `json:"baseRoles,omitempty"`
 	GrantID   string   `json:"grantId,omitempty"`
+	// Auth is how the principal proved its identity when the contract was
+	// negotiated (mtls, oidc, grant, token); empty for a contract stored
+	// before it was recorded.
+	Auth AuthMethod `json:"auth,omitempty"`
 }
 
 // View returns a Contract backed by a copy of the info, for clients that
@@ -245,7 +249,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	cat := e.catalog.Load()
 	c := &contract{permits: map[string]*permit{}}
 	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
-		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID}
+		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID, Auth: p.Method}
 	if p.grantID != "" {
 		if at, ok := e.dir.grantExpiry(p.grantID); ok && at.Before(c.info.ExpiresAt) {
 			c.info.ExpiresAt = at
@@ -310,7 +314,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		return nil, err
 	}
 	for _, s := range c.info.Subjects {
-		if err := e.audit(ctx, EventContractNegotiated.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID})); err != nil {
+		if err := e.audit(ctx, EventContractNegotiated.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.Name, Principal: p.ID, ContractID: c.info.ID, PolicyID: s.PolicyID, SchemaID: s.SchemaID, Ref: authRef(p.Method)})); err != nil {
 			// No contract without its evidence: it is revoked before anyone
 			// holds it.
 			c.revoked.Store(true)
@@ -484,4 +488,13 @@ func (e *Engine) sweepContracts(ctx context.Context) {
 	e.contracts.mu.Unlock()
 	e.live.sweep(e.now())
 	_, _ = e.store.DeleteExpiredContracts(ctx, cut)
+}
+
+// authRef is the ref of a contract.negotiated record: how the principal
+// was authenticated.
+func authRef(m AuthMethod) string {
+	if m == "" {
+		return ""
+	}
+	return "auth:" + string(m)
 }

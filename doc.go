@@ -9,7 +9,11 @@
 // for intersected with the catalog's policy at identity level, compiled once
 // per policy version, with an unguessable id and a TTL), and communicates
 // under that contract: Publish, Subscribe, Receive, Ack, Nack, Request and
-// Replay.
+// Replay. A networked broker hands the Authenticator a whole Credential (a
+// bearer token and the TLS client certificates) when it is a
+// CredentialAuthenticator; package identity provides mTLS with SPIFFE IDs
+// and OIDC/JWT methods in an ordered chain, and the contract records how
+// its principal was authenticated (ContractInfo.Auth).
 //
 // Every published message passes an ordered chain of admission gates: the
 // built-in ones (envelope, contract, rules with CEL conditions, data

@@ -79,6 +79,11 @@ const (
 	// of a message the broker holds (or of a request waiting for its
 	// reply): ids name one message, so acks and replies cannot be misrouted.
 	CodeMessageIDTaken Code = "MESSAGE_ID_TAKEN"
+	// CodeIdentityUnavailable refuses a credential that cannot be judged
+	// now: a JWT signed with a key its identity provider's key set does not
+	// hold while that provider cannot be reached. It is not a verdict on
+	// the credential; retrying later may succeed.
+	CodeIdentityUnavailable Code = "IDENTITY_UNAVAILABLE"
 )
 
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
@@ -181,7 +186,7 @@ func ErrorCode(err error) Code {
 
 func (c Code) group() error {
 	switch c {
-	case CodeUnauthenticated:
+	case CodeUnauthenticated, CodeIdentityUnavailable:
 		return ErrUnauthenticated
 	case CodeContractRequired, CodeContractNotFound, CodeContractExpired, CodeContractPrincipalMismatch,
 		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,

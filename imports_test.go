@@ -28,8 +28,9 @@ type importRule struct {
 // in-memory default, no transport, no server and no HTTP; stores import no
 // broker; only cmd/ wires concrete parts together.
 var importRules = []importRule{
-	{pkg: "pigeon", deny: []string{"pigeon/store/wal/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/wire", "pigeon/cmd/...", "net/http", "gopkg.in/yaml.v3", "go.yaml.in/yaml/..."},
-		reason: "the root holds the concepts: no concrete store beyond memory, no transport, no server, no HTTP, no YAML"},
+	{pkg: "pigeon", deny: []string{"pigeon/store/wal/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/wire", "pigeon/cmd/...", "net/http", "gopkg.in/yaml.v3", "go.yaml.in/yaml/...",
+		"pigeon/identity", "github.com/go-jose/...", "github.com/spiffe/..."},
+		reason: "the root holds the concepts: no concrete store beyond memory, no transport, no server, no HTTP, no YAML, no JOSE or SPIFFE code"},
 	{pkg: "pigeon/policy", leaf: true, allow: []string{"pigeon/internal/cond", "pigeon/internal/datapath", "pigeon/internal/schema"},
 		reason: "policy is a leaf the broker imports: types, loading, lint"},
 	{pkg: "pigeon/store", leaf: true, reason: "the store seam knows no broker"},
@@ -37,9 +38,9 @@ var importRules = []importRule{
 	{pkg: "pigeon/store/wal/...", leaf: true, allow: []string{"pigeon/store", "pigeon/store/wal/...", "pigeon/internal/hashtab"}, reason: "a store knows records, not the broker"},
 	{pkg: "pigeon/store/storetest", leaf: true, allow: []string{"pigeon/store"}, reason: "the store suite tests the seam alone"},
 	{pkg: "pigeon/transport/inproc", deny: []string{"pigeon/store/...", "pigeon/server/...", "pigeon/transport/ws"}, reason: "a transport carries sessions"},
-	{pkg: "pigeon/transport/ws", deny: []string{"pigeon/store/...", "pigeon/server/...", "pigeon/policy"}, reason: "a transport carries sessions"},
+	{pkg: "pigeon/transport/ws", deny: []string{"pigeon/store/...", "pigeon/server/...", "pigeon/policy", "pigeon/identity", "github.com/go-jose/..."}, reason: "a transport carries sessions"},
 	{pkg: "pigeon/transport/transporttest", deny: []string{"pigeon/store/wal/...", "pigeon/transport/ws", "pigeon/transport/inproc"}, reason: "the session suite runs against any transport"},
-	{pkg: "pigeon/server", deny: []string{"pigeon/store/..."}, reason: "the server serves an engine; cmd/ picks the store"},
+	{pkg: "pigeon/server", deny: []string{"pigeon/store/...", "pigeon/identity"}, reason: "the server serves an engine; cmd/ picks the store and the authenticators"},
 	{pkg: "pigeon/internal/wire", deny: []string{"pigeon/transport/...", "pigeon/server/..."}, reason: "the wire form of errors is below transports and the server"},
 	{pkg: "pigeon/internal/jsontext", leaf: true, reason: "a leaf"},
 	{pkg: "pigeon/internal/schema", leaf: true, reason: "a leaf"},
@@ -50,6 +51,8 @@ var importRules = []importRule{
 	{pkg: "pigeon/seal", leaf: true, reason: "sealing needs nothing of the broker"},
 	{pkg: "pigeon/demo", deny: []string{"pigeon/store/...", "pigeon/transport/...", "pigeon/server/..."}, reason: "the demo catalog is data"},
 	{pkg: "pigeon/examples/...", deny: []string{"pigeon/internal/..."}, reason: "examples use the public API only"},
+	{pkg: "pigeon/identity", deny: []string{"pigeon/store/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/policy", "pigeon/internal/..."},
+		reason: "edge identity is a set of authenticators over the public Credential seam; the server and transports never import it"},
 }
 
 // matches reports whether path is pattern, or below it for "x/...".

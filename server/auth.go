@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"pigeon"
+	"pigeon/internal/wire"
 )
 
 // RoleAuditor is the role that reads the audit log and the quarantine and
@@ -45,7 +46,7 @@ func bearer(r *http.Request) string {
 
 // authenticate resolves the request's credential and region.
 func (s *Server) authenticate(r *http.Request) (*pigeon.Principal, string, error) {
-	p, err := s.e.Authenticate(r.Context(), bearer(r))
+	p, err := s.e.AuthenticateCredential(r.Context(), wire.Credential(r, bearer(r)))
 	if err != nil {
 		return nil, "", err
 	}

@@ -7,7 +7,10 @@
 //
 // GET /health and the catalog (GET /v1/subjects, GET /v1/subjects/{name})
 // are public. Every other route authenticates "Authorization: Bearer
-// <token>" (401 UNAUTHENTICATED without a valid one) and acts in the
+// <token>" (401 UNAUTHENTICATED without a valid one) and, over TLS
+// (Options.TLS), the connection's client certificate: the engine's
+// authenticator receives both in a pigeon.Credential (package identity
+// verifies SPIFFE certificates and JWTs, docs/identity.md). It acts in the
 // region of the x-pigeon-region header (default "uk"). Operations under a
 // contract name it in the x-pigeon-contract header or as "contractId" in
 // the body. The audit log and the quarantine need the role "auditor" (403

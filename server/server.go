@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,11 @@ type Options struct {
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
+	// TLS, when set, makes Serve speak HTTPS (and WSS): the listener is
+	// wrapped with it. The client certificates of a connection reach the
+	// Authenticator in pigeon.Credential.PeerCertificates. Not copied:
+	// its callbacks (certificate reload) are the caller's.
+	TLS *tls.Config
 }
 
 func (o *Options) withDefaults() Options {
@@ -209,7 +215,7 @@ func (s *Server) Mount(pattern string, h http.Handler) (err error) {
 }
 
 // Serve accepts HTTP connections on l until Shutdown, with the timeouts
-// of Options. It returns http.ErrServerClosed after Shutdown.
+// of Options, over TLS when Options.TLS is set. It returns http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
 		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout,
@@ -229,6 +235,9 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.hs = append(s.hs, hs)
 	s.mu.Unlock()
+	if s.opts.TLS != nil {
+		l = tls.NewListener(l, s.opts.TLS)
+	}
 	return hs.Serve(l)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,16 +12,54 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"pigeon"
 	"pigeon/internal/wire"
+	"pigeon/transport/ws"
 )
 
 // api talks to a running server over HTTP.
 type api struct {
 	url, token, region string
-	hc                 *http.Client
+	tlsFiles           ws.TLSFiles
+
+	tlsOnce sync.Once
+	tls     *tls.Config // from tlsFiles; nil: the defaults
+	tlsErr  error
+	hc      *http.Client
+}
+
+// tlsConfig is the TLS configuration of --tls-ca, --tls-cert and --tls-key (nil when
+// none is given).
+func (a *api) tlsConfig() (*tls.Config, error) {
+	a.tlsOnce.Do(func() {
+		if a.tlsFiles == (ws.TLSFiles{}) {
+			return
+		}
+		a.tls, a.tlsErr = ws.ClientTLS(a.tlsFiles)
+		if a.tls != nil {
+			a.hc.Transport = &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: a.tls}
+		}
+	})
+	return a.tls, a.tlsErr
+}
+
+// dialOptions are the WebSocket dial options of the client flags.
+func (a *api) dialOptions() ([]ws.Option, error) {
+	var opts []ws.Option
+	if a.region != "" {
+		opts = append(opts, ws.WithConnectOptions(pigeon.WithRegion(a.region)))
+	}
+	tc, err := a.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, ws.WithTLS(tc))
+	}
+	return opts, nil
 }
 
 // clientFlags adds the flags every client command shares.
@@ -33,6 +72,9 @@ func clientFlags(fs *flag.FlagSet) *api {
 	fs.StringVar(&a.url, "url", url, "server URL (default $PIGEON_URL when set)")
 	fs.StringVar(&a.token, "token", os.Getenv("PIGEON_TOKEN"), "bearer token (default $PIGEON_TOKEN)")
 	fs.StringVar(&a.region, "region", "", "region of the session (default: the server's)")
+	fs.StringVar(&a.tlsFiles.CA, "tls-ca", os.Getenv("PIGEON_CA"), "PEM bundle of the CAs that verify an https:// server (default $PIGEON_CA, else the system roots)")
+	fs.StringVar(&a.tlsFiles.Cert, "tls-cert", os.Getenv("PIGEON_CERT"), "client certificate (PEM) for mTLS (default $PIGEON_CERT)")
+	fs.StringVar(&a.tlsFiles.Key, "tls-key", os.Getenv("PIGEON_KEY"), "key of the client certificate (PEM) (default $PIGEON_KEY)")
 	return a
 }
 
@@ -62,6 +104,9 @@ func (a *api) do(ctx context.Context, method, path string, body any, headers ...
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
+	}
+	if _, err := a.tlsConfig(); err != nil {
+		return nil, err
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Command pigeon runs a standalone Pigeon broker and talks to one.
 //
-//	pigeon serve [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [-v]
+//	pigeon serve [--config pigeon.yaml] [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [-v]
+//	             [--tls-cert FILE --tls-key FILE] [--client-ca FILE --trust-domain NAME [--mtls-mode required|optional]] [--auth-order mtls,oidc,grant,token]
 //	pigeon broker start [serve's flags]
 //	pigeon demo
 //	pigeon policy lint DIR
@@ -12,7 +13,9 @@
 //	pigeon audit receipts --data DIR MESSAGE_ID
 //
 // Client commands reach a running server with --url (default $PIGEON_URL,
-// else http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN). serve
+// else http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN); for an
+// https:// server --tls-ca, and for mTLS --tls-cert and --tls-key
+// (docs/identity.md). serve
 // listens on 127.0.0.1:$PORT when PORT is set and keeps its data in
 // $PIGEON_DATA_DIR when that is set, as the reference broker does; a flag
 // wins over the environment.
@@ -49,6 +52,8 @@ environment (a flag wins over it):
   PIGEON_DATA_DIR             serve: the data directory
   PIGEON_URL                  client commands: the server URL
   PIGEON_TOKEN                client commands: the bearer token
+  PIGEON_CA, PIGEON_CERT, PIGEON_KEY
+                              client commands: the CA bundle of an https:// server, and a client certificate and key for mTLS
 `
 
 func main() {

@@ -11,20 +11,34 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/identity"
 	"pigeon/server"
 	"pigeon/store"
 	"pigeon/store/wal"
 )
 
-// serveConfig is what the serve flags say.
+// serveConfig is what the serve flags (and the --config file) say.
 type serveConfig struct {
 	addr, data, policies, tokens, region, sync string
 	shutdownTimeout                            time.Duration
 	verbose                                    bool
+	// config is the --config file it was read from, if any.
+	config string
+	// Edge identity (docs/identity.md): TLS, mTLS, OIDC issuers, the
+	// order of the methods and the per-address failure limit.
+	tlsCert, tlsKey        string
+	clientCA, trustDomains []string
+	domainCA               map[string][]string // a trust domain's own bundle (config file); others use clientCA
+	mtlsMode               string              // required (default) or optional
+	issuers                []identity.Issuer
+	authOrder              []string
+	maxFailures            int
+	failureWindow          time.Duration
 	// ready, when set, is called with the listening address.
 	ready func(addr string)
 }
@@ -48,35 +62,90 @@ const (
 	envDataDir = "PIGEON_DATA_DIR" // the data directory
 )
 
-// parseServe reads the serve flags over the environment's defaults. When
-// ok is false the command ends with code (0 for --help).
+// parseServe reads the serve flags over the environment's defaults and,
+// with --config, the file's values: a flag given on the command line wins
+// over the file, which wins over the environment. When ok is false the
+// command ends with code (0 for --help).
 func parseServe(args []string, stderr io.Writer) (cfg serveConfig, code int, ok bool) {
-	addr := "127.0.0.1:8787"
+	cfg = serveConfig{addr: "127.0.0.1:8787", data: "./pigeon-data", region: "uk", sync: "batch", shutdownTimeout: 30 * time.Second}
 	if port := os.Getenv(envPort); port != "" {
-		addr = net.JoinHostPort("127.0.0.1", port)
+		cfg.addr = net.JoinHostPort("127.0.0.1", port)
 	}
-	data := "./pigeon-data"
 	if d := os.Getenv(envDataDir); d != "" {
-		data = d
+		cfg.data = d
 	}
+	// First pass: every flag is checked, and --config found.
+	first := cfg
+	if code, ok := parseServeFlags(&first, args, stderr); !ok {
+		return cfg, code, false
+	}
+	if first.config != "" {
+		if err := loadConfig(first.config, &cfg); err != nil {
+			fmt.Fprintln(stderr, "pigeon serve:", err)
+			return cfg, 2, false
+		}
+		// Second pass over the file's values: only the flags given change them.
+		if code, ok := parseServeFlags(&cfg, args, io.Discard); !ok {
+			return cfg, code, false
+		}
+		return cfg, 0, true
+	}
+	return first, 0, true
+}
+
+// parseServeFlags parses args into cfg, whose values are the defaults.
+func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code int, ok bool) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.addr, "addr", addr, "address to listen on (default 127.0.0.1:$PORT when PORT is set)")
-	fs.StringVar(&cfg.data, "data", data, `data directory of the durable store, default $PIGEON_DATA_DIR when set ("" keeps everything in memory)`)
-	fs.StringVar(&cfg.policies, "policies", "", "policy directory (subjects/ and schemas/); without it the demo catalog is served")
-	fs.StringVar(&cfg.tokens, "tokens", "", "bearer tokens file, YAML or JSON (required with --policies)")
-	fs.StringVar(&cfg.region, "region", "uk", "default region of a request or connection that names none")
-	fs.StringVar(&cfg.sync, "sync", "batch", "when a write is on disk: batch (group commit), always, none")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for work in flight")
-	fs.BoolVar(&cfg.verbose, "v", false, "log every connection and request (method, path, status, duration) to stderr")
+	fs.StringVar(&cfg.config, "config", cfg.config, "configuration file (YAML, docs/identity.md): every flag's setting plus TLS, mTLS and OIDC issuers; flags override it")
+	fs.StringVar(&cfg.addr, "addr", cfg.addr, "address to listen on (default 127.0.0.1:$PORT when PORT is set)")
+	fs.StringVar(&cfg.data, "data", cfg.data, `data directory of the durable store, default $PIGEON_DATA_DIR when set ("" keeps everything in memory)`)
+	fs.StringVar(&cfg.policies, "policies", cfg.policies, "policy directory (subjects/ and schemas/); without it the demo catalog is served")
+	fs.StringVar(&cfg.tokens, "tokens", cfg.tokens, "bearer tokens file, YAML or JSON (required with --policies)")
+	fs.StringVar(&cfg.region, "region", cfg.region, "default region of a request or connection that names none")
+	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
+	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "server certificate (PEM chain): serve HTTPS and WSS; reloaded when the file changes or on SIGHUP")
+	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "key of the server certificate (PEM)")
+	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
+	fs.Var(&listFlag{v: &cfg.trustDomains}, "trust-domain", "SPIFFE trust domain whose client certificates are accepted (example.org); repeat or comma-separate")
+	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
+	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
 	if err := fs.Parse(args); err != nil {
-		return cfg, parseExit(err), false
+		return parseExit(err), false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "pigeon serve: unexpected argument %q\n", fs.Arg(0))
-		return cfg, 2, false
+		return 2, false
 	}
-	return cfg, 0, true
+	return 0, true
+}
+
+// listFlag is a repeatable, comma-separated flag whose first use replaces
+// the default (the config file's list) rather than adding to it.
+type listFlag struct {
+	v   *[]string
+	set bool
+}
+
+func (f *listFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strings.Join(*f.v, ",")
+}
+
+func (f *listFlag) Set(s string) error {
+	if !f.set {
+		*f.v, f.set = nil, true
+	}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*f.v = append(*f.v, p)
+		}
+	}
+	return nil
 }
 
 // parseExit is the exit code of a command whose flags did not parse: 0
@@ -116,6 +185,10 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	edge, err := buildEdge(cfg, tokens, logger)
+	if err != nil {
+		return err
+	}
 	var st store.Store
 	if cfg.data != "" {
 		ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode, Logger: logger})
@@ -124,7 +197,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		st = ws
 	}
-	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: pigeon.NewStaticTokens(tokens...), Catalog: catalog,
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: edge.auth, Catalog: catalog,
 		Region: cfg.region, Logger: logger})
 	if err != nil {
 		if st != nil {
@@ -132,10 +205,20 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger})
+	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls})
+	bg, stopBG := context.WithCancel(ctx)
+	var bgDone sync.WaitGroup
+	defer func() { stopBG(); bgDone.Wait() }()
+	if edge.oidc != nil {
+		bgDone.Go(func() { edge.oidc.Run(bg) })
+	}
+	if edge.cert != nil {
+		bgDone.Go(func() { reloadOnHangup(bg, edge.cert, logger) })
+	}
 	l, err := net.Listen("tcp", cfg.addr)
 	if err == nil {
 		banner(stdout, l.Addr().String(), cfg, isDemo, catalog, tokens)
+		edgeBanner(stdout, edge)
 		if cfg.ready != nil {
 			cfg.ready(l.Addr().String())
 		}
@@ -224,9 +307,22 @@ func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Ca
 	} else {
 		fmt.Fprintf(w, "pigeon: store: %s (write-ahead log, sync %s)\n", cfg.data, cfg.sync)
 	}
-	base := "http://" + addr
+	scheme, wsScheme := "http", "ws"
+	if cfg.tlsCert != "" {
+		scheme, wsScheme = "https", "wss"
+	}
+	base := scheme + "://" + addr
 	fmt.Fprintf(w, "pigeon: health     %s/health\n", base)
 	fmt.Fprintf(w, "pigeon: HTTP API   %s/v1/subjects\n", base)
-	fmt.Fprintf(w, "pigeon: WebSocket  ws://%s/v1/ws\n", addr)
+	fmt.Fprintf(w, "pigeon: WebSocket  %s://%s/v1/ws\n", wsScheme, addr)
 	fmt.Fprintln(w, "pigeon: Ctrl-C stops it")
+}
+
+// edgeBanner says how callers authenticate.
+func edgeBanner(w io.Writer, e *edge) {
+	fmt.Fprintf(w, "pigeon: authentication: %s\n", strings.Join(e.order, ", "))
+	if e.cert != nil {
+		fmt.Fprintf(w, "pigeon: TLS certificate valid until %s (reloaded when its file changes, or on SIGHUP)\n",
+			e.cert.Certificate().Leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
 }

@@ -58,9 +58,9 @@ func subscribeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			opts = append(opts, o.fn(o.v))
 		}
 	}
-	var dialOpts []ws.Option
-	if a.region != "" {
-		dialOpts = append(dialOpts, ws.WithConnectOptions(pigeon.WithRegion(a.region)))
+	dialOpts, err := a.dialOptions()
+	if err != nil {
+		return fail(stderr, "subscribe", err)
 	}
 	s, err := ws.Dial(ctx, a.wsURL(), a.token, []string{*subject}, dialOpts...)
 	if err != nil {

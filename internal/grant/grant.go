@@ -6,6 +6,8 @@ package grant
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -65,4 +67,29 @@ func Verify(tok string, pub ed25519.PublicKey, now func() time.Time) (Claims, er
 // LooksLikeJWT reports whether a credential has the shape of a compact JWS.
 func LooksLikeJWT(s string) bool {
 	return strings.HasPrefix(s, "eyJ") && strings.Count(s, ".") == 2
+}
+
+// IssuedByBroker reports whether tok has the shape of a JWT whose unverified
+// iss claim is Issuer: a token that only Verify may judge. It verifies
+// nothing; it only routes a credential to the right verifier.
+func IssuedByBroker(tok string) bool {
+	if !LooksLikeJWT(tok) {
+		return false
+	}
+	_, rest, _ := strings.Cut(tok, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	if len(payload) > 8192 {
+		return false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return false
+	}
+	var c struct {
+		Iss any `json:"iss"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return false
+	}
+	return c.Iss == Issuer
 }

@@ -74,3 +74,18 @@ func TestLooksLikeJWT(t *testing.T) {
 	require.False(t, grant.LooksLikeJWT("eyJa.b"))
 	require.False(t, grant.LooksLikeJWT("orders-token"))
 }
+
+func TestIssuedByBroker(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	now := time.Now()
+	tok, err := grant.Sign(priv, grant.Claims{Subject: "s", ID: "gr_1", Roles: []string{"a"}, IssuedAt: now, ExpiresAt: now.Add(time.Hour)})
+	require.NoError(t, err)
+	require.True(t, grant.IssuedByBroker(tok))
+	other, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{Issuer: "https://idp.example"}).SignedString(priv)
+	require.NoError(t, err)
+	require.False(t, grant.IssuedByBroker(other), "another issuer's JWT")
+	for _, s := range []string{"", "static-token", "eyJ.eyJ.x", "eyJhbGciOiJub25lIn0.!!!.x"} {
+		require.False(t, grant.IssuedByBroker(s), s)
+	}
+}

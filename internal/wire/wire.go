@@ -128,10 +128,21 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusConflict
 	case pigeon.CodeRequestTimeout:
 		return http.StatusGatewayTimeout
-	case pigeon.CodeShutdown, pigeon.CodeStoreUnavailable:
+	case pigeon.CodeShutdown, pigeon.CodeStoreUnavailable, pigeon.CodeIdentityUnavailable:
 		return http.StatusServiceUnavailable
 	case pigeon.CodeStoreFull:
 		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
+}
+
+// Credential is what request r presents: bearer (read by the caller from
+// its header or subprotocol), the TLS client certificates of its
+// connection, and its remote address.
+func Credential(r *http.Request, bearer string) pigeon.Credential {
+	c := pigeon.Credential{Bearer: bearer, RemoteAddr: r.RemoteAddr}
+	if r.TLS != nil {
+		c.PeerCertificates = r.TLS.PeerCertificates
+	}
+	return c
 }

@@ -62,6 +62,7 @@ func TestHTTPStatus(t *testing.T) {
 		pigeon.CodeMessageIDTaken:      http.StatusConflict,
 		pigeon.CodeRequestTimeout:      http.StatusGatewayTimeout,
 		pigeon.CodeShutdown:            http.StatusServiceUnavailable,
+		pigeon.CodeIdentityUnavailable: http.StatusServiceUnavailable,
 		pigeon.CodeStoreFull:           http.StatusInsufficientStorage,
 		pigeon.CodeAuditTampered:       http.StatusInternalServerError,
 		pigeon.Code("NOT_A_REAL_CODE"): http.StatusInternalServerError,

@@ -2,6 +2,7 @@ package ws
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -20,6 +21,7 @@ type Option func(*dialOptions)
 type dialOptions struct {
 	connect         pigeon.ConnectOptions
 	client          *http.Client
+	tls             *tls.Config // WithTLS
 	header          http.Header
 	subprotocolAuth bool
 	maxFrame        int64

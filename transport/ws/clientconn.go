@@ -106,7 +106,7 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 	hc := s.o.client
 	var cork atomic.Pointer[corkConn]
 	if hc == nil {
-		hc = corkClient(&cork)
+		hc = corkClient(&cork, s.o.tls)
 	}
 	wsc, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr, Subprotocols: protos})
 	if s.o.client == nil {

@@ -3,6 +3,7 @@ package ws
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"runtime"
@@ -74,11 +75,9 @@ type corkWriter struct {
 }
 
 func (w *corkWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, http.ErrNotSupported
-	}
-	conn, brw, err := hj.Hijack()
+	// The controller finds the Hijacker under wrappers that only Unwrap
+	// (the server's request logger).
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -94,10 +93,11 @@ func (w *corkWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // corkClient returns an HTTP client whose connection becomes a corkConn,
 // stored in out once dialed.
-func corkClient(out *atomic.Pointer[corkConn]) *http.Client {
+func corkClient(out *atomic.Pointer[corkConn], tc *tls.Config) *http.Client {
 	d := &net.Dialer{}
 	return &http.Client{Transport: &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
+		Proxy:           http.ProxyFromEnvironment,
+		TLSClientConfig: tc,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, network, addr)
 			if err != nil {

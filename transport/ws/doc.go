@@ -8,8 +8,9 @@
 //
 // NewServer(engine, opts) is an http.Handler. It authenticates the upgrade
 // request (an Authorization bearer token, or the subprotocols pigeon.v1 and
-// pigeon.bearer.<token> for browsers) and refuses it with the JSON error
-// body before upgrading. On the connection, every client frame is answered
+// pigeon.bearer.<token> for browsers, and over TLS the client certificate,
+// handed to the engine in a pigeon.Credential) and refuses it with the JSON
+// error body before upgrading. On the connection, every client frame is answered
 // by one frame echoing its id; subscriptions push deliver frames and wait
 // for the client's ack or nack, so leases, redelivery, backoff and
 // exhaustion stay the engine's; a delivery that never reached the client
@@ -27,7 +28,9 @@
 // # Client
 //
 // Dial(ctx, url, credential, subjects, opts...) mirrors Engine.Connect:
-// it authenticates, negotiates a contract and returns a *Session. Every
+// it authenticates, negotiates a contract and returns a *Session. A wss://
+// URL dials TLS; WithTLS (built from files by ClientTLS) names the CAs that
+// verify the server and the client certificate for mTLS. Every
 // refusal is the *pigeon.Error the engine returned, rebuilt from the error
 // frame with its code, message, details and decision. Handlers run on the
 // client; returning nil acks, an error or a panic nacks. A caller's context

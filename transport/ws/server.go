@@ -95,7 +95,7 @@ func credential(r *http.Request) string {
 // until it ends. A missing or unknown credential is answered 401 with the
 // JSON error body, and the connection is not upgraded.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, err := s.e.Authenticate(r.Context(), credential(r))
+	p, err := s.e.AuthenticateCredential(r.Context(), wire.Credential(r, credential(r)))
 	if err != nil {
 		s.stats.refused.Add(1)
 		if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon/demo"
+)
+
+// writeTestPKI writes ca.pem, server.pem and server-key.pem into dir, and
+// NAME.pem and NAME-key.pem for each client (name: SPIFFE ID).
+func writeTestPKI(t *testing.T, dir string, clients map[string]string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	write := func(name string, blk *pem.Block) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(blk), 0o600))
+	}
+	write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	leaf := func(name string, serial int64, tmpl *x509.Certificate) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl.SerialNumber, tmpl.Subject = big.NewInt(serial), pkix.Name{CommonName: name}
+		tmpl.NotBefore, tmpl.NotAfter, tmpl.KeyUsage = time.Now().Add(-time.Hour), time.Now().Add(time.Hour), x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
+		require.NoError(t, err)
+		kb, err := x509.MarshalPKCS8PrivateKey(key)
+		require.NoError(t, err)
+		write(name+".pem", &pem.Block{Type: "CERTIFICATE", Bytes: der})
+		write(name+"-key.pem", &pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	}
+	leaf("server", 2, &x509.Certificate{DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	serial := int64(3)
+	for name, id := range clients {
+		u, err := url.Parse(id)
+		require.NoError(t, err)
+		leaf(name, serial, &x509.Certificate{URIs: []*url.URL{u}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		serial++
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "pigeon.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+// The shipped example parses, and with its certificates made, builds.
+func TestExampleIdentityConfig(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile("../../examples/identity/pigeon.yaml")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "pigeon.yaml")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	writeTestPKI(t, filepath.Join(dir, "certs"), nil)
+
+	cfg, code, ok := parseServe([]string{"--config", path}, io.Discard)
+	require.True(t, ok, "exit %d", code)
+	require.Equal(t, "127.0.0.1:8443", cfg.addr)
+	require.Equal(t, "", cfg.data)
+	require.Equal(t, filepath.Join(dir, "certs/server.pem"), cfg.tlsCert)
+	require.Equal(t, []string{filepath.Join(dir, "certs/ca.pem")}, cfg.clientCA)
+	require.Equal(t, []string{"merchant-prod"}, cfg.trustDomains)
+	require.Equal(t, "optional", cfg.mtlsMode)
+	require.Len(t, cfg.issuers, 1)
+	require.Equal(t, "realm_access.roles", cfg.issuers[0].RolesClaim)
+	require.Equal(t, []string{"mtls", "oidc", "grant", "token"}, cfg.authOrder)
+	require.Equal(t, 20, cfg.maxFailures)
+
+	e, err := buildEdge(cfg, demo.Tokens(), nil)
+	require.NoError(t, err)
+	require.NotNil(t, e.tls)
+	require.NotNil(t, e.oidc)
+	require.Equal(t, cfg.authOrder, e.order)
+}
+
+func TestServeFlagsOverrideConfig(t *testing.T) {
+	path := writeConfig(t, "addr: 127.0.0.1:9000\nregion: eu\nmtls:\n  client_ca: [a.pem, b.pem]\n  trust_domains: [example.org]\n")
+	cfg, _, ok := parseServe([]string{"--config", path, "--region", "us", "--client-ca", "/x/c.pem"}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, "127.0.0.1:9000", cfg.addr, "from the file")
+	require.Equal(t, "us", cfg.region, "the flag wins")
+	require.Equal(t, []string{"/x/c.pem"}, cfg.clientCA, "a list flag replaces the file's list")
+	require.Equal(t, []string{"example.org"}, cfg.trustDomains)
+	// A trust domain may bring its own CA bundle.
+	path = writeConfig(t, "mtls:\n  client_ca: [shared.pem]\n  trust_domains:\n    - a.org\n    - name: b.org\n      ca: [b.pem]\n")
+	cfg, _, ok = parseServe([]string{"--config", path}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, []string{"a.org", "b.org"}, cfg.trustDomains)
+	require.Equal(t, map[string][]string{"b.org": {filepath.Join(filepath.Dir(path), "b.pem")}}, cfg.domainCA)
+	// An empty file configures nothing.
+	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, "uk", cfg.region)
+}
+
+func TestServeConfigRefused(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"addr: x\nbogus: 1\n", ":2: unknown key \"bogus\""},
+		{"tls:\n  cert: a\n  kye: b\n", ":3: unknown key \"kye\""},
+		{"sync: sometimes\n", ":1: sync must be batch, always or none"},
+		{"shutdown_timeout: soon\n", ":1: "},
+		{"mtls:\n  mode: maybe\n", ":2: mode must be required or optional"},
+		{"mtls:\n  trust_domains: [ok.org, \"spiffe://bad/x\"]\n", ":2: trust domain \"spiffe://bad/x\" is not valid"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n    - issuer: https://idp2\n      audience: [a]\n      algorithms: [HS256]\n", ":5: issuer \"https://idp2\": algorithm \"HS256\" is not allowed"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n", ":3: issuer \"https://idp\": needs at least one audience"},
+		{"auth:\n  order: [mtls, kerberos]\n", ":2: unknown method \"kerberos\""},
+		{"mtls:\n  trust_domains:\n    - name: a.org\n      cas: [x.pem]\n", ":4: unknown key \"cas\""},
+		{"mtls:\n  trust_domains:\n    - name: A.ORG\n", ":3: trust domain \"A.ORG\" is not valid"},
+		{"tls:\n  cert: a.pem\n", ":1: tls needs both cert and key"},
+		{"addr: [1, 2\n", ":1: "},
+	} {
+		var stderr strings.Builder
+		path := writeConfig(t, tc.body)
+		_, code, ok := parseServe([]string{"--config", path}, &stderr)
+		require.False(t, ok, tc.body)
+		require.Equal(t, 2, code)
+		require.Contains(t, stderr.String(), path+tc.want, tc.body)
+	}
+}
+
+func TestServeRefusesBadIdentityFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir, nil)
+	bad := filepath.Join(dir, "bad.pem")
+	require.NoError(t, os.WriteFile(bad, []byte("garbage"), 0o600))
+	base := serveConfig{tlsCert: filepath.Join(dir, "server.pem"), tlsKey: filepath.Join(dir, "server-key.pem")}
+	for _, tc := range []struct {
+		mod  func(*serveConfig)
+		want string
+	}{
+		{func(c *serveConfig) { c.tlsCert = bad }, bad + ": not a PEM certificate"},
+		{func(c *serveConfig) { c.tlsKey = bad }, bad + ": not a PEM private key"},
+		{func(c *serveConfig) { c.tlsKey = filepath.Join(dir, "missing.pem") }, "missing.pem: no such file"},
+		{func(c *serveConfig) { c.clientCA, c.trustDomains = []string{bad}, []string{"example.org"} }, bad + ": no PEM certificate"},
+		{func(c *serveConfig) { c.clientCA = []string{filepath.Join(dir, "ca.pem")} }, "--client-ca needs at least one --trust-domain"},
+		{func(c *serveConfig) { c.tlsCert, c.tlsKey, c.clientCA = "", "", []string{filepath.Join(dir, "ca.pem")} }, "--client-ca needs TLS"},
+		{func(c *serveConfig) {
+			c.clientCA, c.trustDomains, c.authOrder = []string{filepath.Join(dir, "ca.pem")}, []string{"example.org"}, []string{"token", "mtls"}
+		}, "mtls comes first"},
+		{func(c *serveConfig) { c.authOrder = []string{"oidc"} }, "\"oidc\" is not configured"},
+	} {
+		cfg := base
+		tc.mod(&cfg)
+		_, err := buildEdge(cfg, demo.Tokens(), nil)
+		require.ErrorContains(t, err, tc.want)
+		require.NotContains(t, err.Error(), "garbage")
+	}
+	// Only the configured methods, in the default order.
+	e, err := buildEdge(serveConfig{}, demo.Tokens(), nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"grant", "token"}, e.order)
+	require.Nil(t, e.tls)
+}
+
+// pigeon serve over TLS with mTLS (optional), and the CLI with --tls-ca,
+// --tls-cert and --tls-key: a publish and a subscription authenticated by
+// certificates alone, a bearer token instead of a certificate, and a client
+// that does not trust the server's CA.
+func TestServeTLSWithCLI(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir, map[string]string{"orders": demo.Orders, "notifier": demo.Notifier})
+	file := func(name string) string { return filepath.Join(dir, name) }
+	r := startServe(t, serveConfig{tlsCert: file("server.pem"), tlsKey: file("server-key.pem"), clientCA: []string{file("ca.pem")},
+		trustDomains: []string{"merchant-prod"}, mtlsMode: "optional"})
+	require.Contains(t, r.out.String(), "https://")
+	require.Contains(t, r.out.String(), "wss://")
+	require.Contains(t, r.out.String(), "authentication: mtls, grant, token")
+	r.url = strings.Replace(r.url, "http://", "https://", 1)
+	ctx := context.Background()
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lines := &syncBuffer{}
+	subDone := make(chan int, 1)
+	subErr := &syncBuffer{}
+	go func() {
+		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--tls-ca", file("ca.pem"), "--tls-cert", file("notifier.pem"),
+			"--tls-key", file("notifier-key.pem"), "--subject", "notifications.send", "--start", "first"}, lines, subErr)
+	}()
+	publish := func(key string, auth ...string) (int, string, string) {
+		args := append([]string{"publish", "--subject", "notifications.send", "--type", "notification.requested", "--intent", "send_notification",
+			"--key", key, "--classification", "pii", "--data", `{"recipientId":"cust-42","channel":"email","templateId":"t"}`}, auth...)
+		return r.pigeon(t, ctx, args...)
+	}
+	code, stdout, stderr := publish("k-1", "--tls-ca", file("ca.pem"), "--tls-cert", file("orders.pem"), "--tls-key", file("orders-key.pem"))
+	require.Equal(t, 0, code, stderr)
+	var res struct{ Message struct{ ID string } }
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(lines.String(), res.Message.ID) {
+		require.True(t, time.Now().Before(deadline), "subscribe printed %q, %q", lines.String(), subErr.String())
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	require.Equal(t, 0, <-subDone)
+
+	code, _, stderr = publish("k-2", "--tls-ca", file("ca.pem"), "--token", "orders-token")
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = publish("k-3", "--token", "orders-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "certificate")
+	code, _, stderr = publish("k-4", "--tls-ca", file("ca.pem"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "UNAUTHENTICATED")
+}

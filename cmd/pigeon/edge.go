@@ -1,0 +1,143 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"pigeon"
+	"pigeon/identity"
+)
+
+// edge is how serve proves who its callers are: the TLS configuration
+// (nil: plain HTTP) and the chain of authentication methods.
+type edge struct {
+	auth  *identity.Chain
+	tls   *tls.Config
+	cert  *identity.CertFile // reloaded on SIGHUP
+	oidc  *identity.OIDC     // run in the background to refresh keys
+	order []string
+}
+
+// buildEdge checks the identity settings and builds the edge. A file that
+// cannot be read is refused naming it.
+func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger) (*edge, error) {
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	mtlsOn := len(cfg.clientCA) > 0 || len(cfg.domainCA) > 0
+	if mtlsOn && cfg.tlsCert == "" {
+		return nil, errors.New("--client-ca needs TLS: give --tls-cert and --tls-key")
+	}
+	if mtlsOn && len(cfg.trustDomains) == 0 {
+		return nil, errors.New("--client-ca needs at least one --trust-domain whose certificates are accepted")
+	}
+	for _, td := range cfg.trustDomains {
+		if len(cfg.clientCA) == 0 && len(cfg.domainCA[td]) == 0 {
+			return nil, fmt.Errorf("trust domain %q has no CA: give --client-ca, or its own ca in the config file", td)
+		}
+	}
+	mode := cfg.mtlsMode
+	if mode == "" {
+		mode = "required"
+	}
+	if mode != "required" && mode != "optional" {
+		return nil, fmt.Errorf("--mtls-mode must be required or optional, not %q", cfg.mtlsMode)
+	}
+	for _, td := range cfg.trustDomains {
+		if err := checkTrustDomain(td); err != nil {
+			return nil, err
+		}
+	}
+	limiter := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: cfg.maxFailures, Window: cfg.failureWindow})
+	e := &edge{}
+	methods := map[string]identity.Method{
+		string(pigeon.AuthGrant): {Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
+		string(pigeon.AuthToken): {Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(tokens...))},
+	}
+	var mtls *identity.MTLS
+	if mtlsOn {
+		var shared []*x509.Certificate
+		if len(cfg.clientCA) > 0 {
+			var err error
+			if shared, err = identity.LoadCAFiles(cfg.clientCA...); err != nil {
+				return nil, fmt.Errorf("client CA: %w", err)
+			}
+		}
+		tds := make([]identity.TrustDomain, len(cfg.trustDomains))
+		for i, td := range cfg.trustDomains {
+			tds[i] = identity.TrustDomain{Name: td, Authorities: shared}
+			if own := cfg.domainCA[td]; len(own) > 0 {
+				cas, err := identity.LoadCAFiles(own...)
+				if err != nil {
+					return nil, fmt.Errorf("CA of trust domain %s: %w", td, err)
+				}
+				tds[i].Authorities = cas
+			}
+		}
+		var err error
+		if mtls, err = identity.NewMTLS(&identity.MTLSOptions{TrustDomains: tds, Required: mode == "required"}); err != nil {
+			return nil, err
+		}
+		methods[string(pigeon.AuthMTLS)] = identity.Method{Name: pigeon.AuthMTLS, Auth: mtls}
+	}
+	if len(cfg.issuers) > 0 {
+		o, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: cfg.issuers, Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		e.oidc = o
+		methods[string(pigeon.AuthOIDC)] = identity.Method{Name: pigeon.AuthOIDC, Auth: o}
+	}
+	order := cfg.authOrder
+	if len(order) == 0 {
+		for _, m := range authMethods {
+			if _, ok := methods[m]; ok {
+				order = append(order, m)
+			}
+		}
+	}
+	var chain []identity.Method
+	for i, m := range order {
+		if !slices.Contains(authMethods, m) {
+			return nil, fmt.Errorf("auth order: unknown method %q (known: %s)", m, strings.Join(authMethods, ", "))
+		}
+		if slices.Contains(order[:i], m) {
+			return nil, fmt.Errorf("auth order: %q is listed twice", m)
+		}
+		meth, ok := methods[m]
+		if !ok {
+			return nil, fmt.Errorf("auth order: %q is not configured", m)
+		}
+		chain = append(chain, meth)
+	}
+	for _, m := range []string{string(pigeon.AuthMTLS), string(pigeon.AuthOIDC)} {
+		if _, ok := methods[m]; ok && !slices.Contains(order, m) {
+			return nil, fmt.Errorf("auth order leaves out %q, which is configured", m)
+		}
+	}
+	if mtls != nil && mtls.Required() && order[0] != string(pigeon.AuthMTLS) {
+		return nil, errors.New("auth order: with --mtls-mode required, mtls comes first")
+	}
+	if len(chain) == 0 {
+		return nil, errors.New("auth order: no method: nobody could connect")
+	}
+	e.order = order
+	e.auth = identity.NewChain(&identity.ChainOptions{Limiter: limiter, Logger: logger}, chain...)
+	if cfg.tlsCert != "" {
+		cf, err := identity.LoadCertFile(cfg.tlsCert, cfg.tlsKey, logger)
+		if err != nil {
+			return nil, fmt.Errorf("TLS certificate: %w", err)
+		}
+		tc, err := identity.ServerTLS(&identity.TLSOptions{Certificate: cf, MTLS: mtls, Limiter: limiter, Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		e.cert, e.tls = cf, tc
+	}
+	return e, nil
+}

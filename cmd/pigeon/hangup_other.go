@@ -1,0 +1,14 @@
+//go:build !unix
+
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"pigeon/identity"
+)
+
+// reloadOnHangup does nothing where there is no SIGHUP: the certificate
+// is still reloaded when its files change.
+func reloadOnHangup(ctx context.Context, _ *identity.CertFile, _ *slog.Logger) { <-ctx.Done() }

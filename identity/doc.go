@@ -1,0 +1,42 @@
+// Package identity proves who a caller is at the edge of a networked
+// broker: TLS for the server, client certificates carrying SPIFFE IDs
+// (mTLS), and JWT bearer tokens of OpenID Connect / OAuth 2 identity
+// providers. It lives apart from package pigeon so that embedding the broker
+// does not compile JOSE or X.509 SVID code.
+//
+// # Methods and the chain
+//
+// Each method is a pigeon.CredentialAuthenticator: MTLS verifies the
+// certificate chain of the TLS connection (go-spiffe), OIDC verifies a JWT
+// against its issuer's JSON Web Key Set (go-jose), and Bearer and Lookup
+// adapt the broker's grant tokens (pigeon.GrantTokens()) and static tokens
+// (pigeon.StaticTokens). A Chain tries them in a configured order: a method
+// that does not recognize the credential returns pigeon.ErrUnrecognized and
+// the next one is tried; one that recognizes and refuses it ends the chain.
+// The Chain is given to pigeon.Options.Authenticator; package server and
+// package transport/ws hand it the bearer token, the TLS peer certificates
+// and the remote address of each request.
+//
+// The principal is the SPIFFE ID, or the configured claim of the token.
+// Roles and attributes of a certificate principal come from its account in
+// the broker's directory, so revoking a role takes effect at the next
+// check; a token's roles claim adds roles, as a static token's do.
+//
+// # Failure
+//
+// Refusals are counted per remote address by a Limiter (shared with the
+// TLS handshake) and an address that failed too often is refused
+// RATE_LIMITED before any verification work. Log lines and errors say why
+// a credential was refused, never what it was: no token, certificate or key
+// material appears in them. When an identity provider cannot be reached,
+// its cached keys keep verifying tokens for Issuer.MaxKeyAge, and a token
+// signed by a key not in the cache is refused IDENTITY_UNAVAILABLE.
+//
+// # Concurrency
+//
+// Every type is safe for concurrent use once built. CertFile reloads the
+// server certificate while handshakes continue; open connections keep the
+// certificate they negotiated. OIDC.Run refreshes keys in the background
+// until its context ends; unknown key ids refresh on demand, at most once
+// per Issuer.MinRefreshInterval, concurrent callers sharing one fetch.
+package identity

@@ -1,0 +1,254 @@
+package identity
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"pigeon"
+)
+
+// maxJWKSBytes bounds a key set or discovery document.
+const maxJWKSBytes = 1 << 20
+
+// keySet is the cached JSON Web Key Set of one issuer. A kid it does not
+// hold triggers a refresh, at most one per minRefresh (callers meanwhile
+// wait for the one in flight, or are refused); Run refreshes it
+// periodically. Keys stay usable for maxAge after the last successful
+// fetch, so an unreachable identity provider does not stop tokens signed
+// with known keys until then.
+type keySet struct {
+	issuer     string
+	jwksURL    string // "" until discovery finds it
+	discover   bool
+	client     *http.Client
+	minRefresh time.Duration
+	maxAge     time.Duration
+	now        func() time.Time
+	log        *slog.Logger
+
+	mu          sync.Mutex
+	keys        map[string]jose.JSONWebKey
+	fetchedAt   time.Time // last successful fetch
+	lastAttempt time.Time
+	lastErr     error         // of the last attempt
+	inflight    chan struct{} // closed when the fetch in flight ends
+}
+
+// key returns the verification key kid, refreshing the set when it is
+// unknown (rate-limited). An unknown key is UNAUTHENTICATED when the key set
+// was fetched and lacks it, IDENTITY_UNAVAILABLE when the identity provider
+// could not be reached.
+func (k *keySet) key(ctx context.Context, kid string) (jose.JSONWebKey, error) {
+	if key, ok := k.lookup(kid); ok {
+		return key, nil
+	}
+	if err := k.refresh(ctx, false); err != nil && ctx.Err() != nil {
+		return jose.JSONWebKey{}, pigeon.WrapError(pigeon.CodeIdentityUnavailable, ctx.Err(), "the signing keys of the issuer could not be fetched in time")
+	}
+	if key, ok := k.lookup(kid); ok {
+		return key, nil
+	}
+	k.mu.Lock()
+	lastErr, fetched := k.lastErr, !k.fetchedAt.IsZero()
+	k.mu.Unlock()
+	if lastErr != nil {
+		return jose.JSONWebKey{}, pigeon.WrapError(pigeon.CodeIdentityUnavailable, lastErr,
+			"the token's signing key is not among the cached keys and the identity provider cannot be reached")
+	}
+	if !fetched {
+		return jose.JSONWebKey{}, pigeon.NewError(pigeon.CodeIdentityUnavailable, "the signing keys of the issuer have not been fetched yet")
+	}
+	return jose.JSONWebKey{}, pigeon.NewError(pigeon.CodeUnauthenticated, "the token's signing key (kid) is unknown to its issuer")
+}
+
+// lookup finds kid among keys not older than maxAge. An empty kid matches
+// the only key of a set that has one.
+func (k *keySet) lookup(kid string) (jose.JSONWebKey, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keys == nil || k.now().Sub(k.fetchedAt) >= k.maxAge {
+		return jose.JSONWebKey{}, false
+	}
+	if kid == "" {
+		if len(k.keys) == 1 {
+			for _, key := range k.keys {
+				return key, true
+			}
+		}
+		return jose.JSONWebKey{}, false
+	}
+	key, ok := k.keys[kid]
+	return key, ok
+}
+
+// refresh fetches the key set, unless one was attempted less than
+// minRefresh ago (unless force: Run's periodic refresh), or joins the
+// fetch in flight.
+func (k *keySet) refresh(ctx context.Context, force bool) error {
+	k.mu.Lock()
+	if ch := k.inflight; ch != nil {
+		k.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.lastErr
+	}
+	if !force && !k.lastAttempt.IsZero() && k.now().Sub(k.lastAttempt) < k.minRefresh {
+		err := k.lastErr
+		k.mu.Unlock()
+		return err
+	}
+	ch := make(chan struct{})
+	k.inflight = ch
+	k.lastAttempt = k.now()
+	k.mu.Unlock()
+
+	// A request's fetch outlives a caller that gives up, since others may
+	// be waiting for it; Run's (force) ends with Run's context.
+	base := ctx
+	if !force {
+		base = context.WithoutCancel(ctx)
+	}
+	fctx, cancel := context.WithTimeout(base, 10*time.Second)
+	keys, err := k.fetch(fctx)
+	cancel()
+
+	k.mu.Lock()
+	k.inflight = nil
+	k.lastErr = err
+	if err == nil {
+		if k.keys != nil && !sameKIDs(k.keys, keys) {
+			k.log.Info("identity: issuer keys rotated", "issuer", k.issuer, "keys", len(keys))
+		}
+		k.keys, k.fetchedAt = keys, k.now()
+	} else if base.Err() == nil { // a fetch ended by its own context is not the provider's failure
+		attrs := []any{"issuer", k.issuer, "reason", err.Error()}
+		if !k.fetchedAt.IsZero() {
+			attrs = append(attrs, "cachedKeysValidUntil", k.fetchedAt.Add(k.maxAge))
+		}
+		k.log.Warn("identity: cannot fetch the issuer's signing keys; cached keys stay in use", attrs...)
+	}
+	k.mu.Unlock()
+	close(ch)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+	}
+	return err
+}
+
+func sameKIDs(a, b map[string]jose.JSONWebKey) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for kid := range a {
+		if _, ok := b[kid]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// fetch reads the key set (after discovery, when configured).
+func (k *keySet) fetch(ctx context.Context) (map[string]jose.JSONWebKey, error) {
+	k.mu.Lock()
+	u := k.jwksURL
+	k.mu.Unlock()
+	if u == "" {
+		var doc struct {
+			Issuer  string `json:"issuer"`
+			JWKSURI string `json:"jwks_uri"`
+		}
+		if err := k.getJSON(ctx, strings.TrimSuffix(k.issuer, "/")+"/.well-known/openid-configuration", &doc); err != nil {
+			return nil, fmt.Errorf("discovery: %w", err)
+		}
+		if doc.Issuer != k.issuer {
+			return nil, fmt.Errorf("discovery: the document names issuer %q, not %q", doc.Issuer, k.issuer)
+		}
+		if !strings.HasPrefix(doc.JWKSURI, "https://") && !strings.HasPrefix(doc.JWKSURI, "http://") {
+			return nil, errors.New("discovery: the document has no jwks_uri")
+		}
+		u = doc.JWKSURI
+		k.mu.Lock()
+		k.jwksURL = u
+		k.mu.Unlock()
+	}
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := k.getJSON(ctx, u, &set); err != nil {
+		return nil, fmt.Errorf("key set: %w", err)
+	}
+	keys := map[string]jose.JSONWebKey{}
+	for _, raw := range set.Keys {
+		var key jose.JSONWebKey // a key of a type go-jose does not know is skipped, not fatal
+		if key.UnmarshalJSON(raw) == nil && usableKey(key) {
+			keys[key.KeyID] = key
+		}
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("key set: no usable public signing key")
+	}
+	return keys, nil
+}
+
+// usableKey keeps public signature keys of the key types the allowed
+// algorithms use; a symmetric or private key is never a verification key.
+func usableKey(key jose.JSONWebKey) bool {
+	if !key.Valid() || !key.IsPublic() || (key.Use != "" && key.Use != "sig") {
+		return false
+	}
+	switch pk := key.Key.(type) {
+	case *rsa.PublicKey:
+		return pk.N.BitLen() >= 2048
+	case *ecdsa.PublicKey, ed25519.PublicKey:
+		return true
+	}
+	return false
+}
+
+func (k *keySet) getJSON(ctx context.Context, u string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJWKSBytes))
+		return fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxJWKSBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxJWKSBytes {
+		return fmt.Errorf("GET %s: larger than %d bytes", u, maxJWKSBytes)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	return nil
+}

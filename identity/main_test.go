@@ -1,0 +1,9 @@
+package identity_test
+
+import (
+	"testing"
+
+	"pigeon/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }

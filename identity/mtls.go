@@ -1,0 +1,187 @@
+package identity
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"pigeon"
+)
+
+// TrustDomain is a SPIFFE trust domain whose X.509 SVIDs are accepted, and
+// the certificate authorities (its bundle) that issue them.
+type TrustDomain struct {
+	// Name is the trust domain ("example.org", no scheme).
+	Name string
+	// Authorities are the root certificates of its bundle.
+	Authorities []*x509.Certificate
+}
+
+// MTLSOptions configure MTLS.
+type MTLSOptions struct {
+	// TrustDomains are the trust domains allowed; a certificate whose SPIFFE
+	// ID names any other is refused. At least one.
+	TrustDomains []TrustDomain
+	// Required refuses a credential without a client certificate;
+	// otherwise such a credential is left to the next method of the chain.
+	Required bool
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// MTLS authenticates the client certificate of a TLS connection: an X.509
+// SVID whose URI SAN is the SPIFFE ID spiffe://trust-domain/path, verified
+// by go-spiffe against the bundle of its own trust domain. The principal is
+// the SPIFFE ID; its roles and attributes come from the account of that
+// name (the engine merges them), so removing a role from the account
+// revokes at the next check. It is safe for concurrent use.
+type MTLS struct {
+	opts    MTLSOptions
+	bundles *x509bundle.Set
+	pool    *x509.CertPool // every authority, for the TLS layer's CA hint
+
+	mu    sync.Mutex
+	cache map[[32]byte]verified
+}
+
+// verified is a chain that verified, and how long that holds.
+type verified struct {
+	id                  spiffeid.ID
+	notBefore, notAfter time.Time
+}
+
+const maxVerifiedCache = 4096
+
+var _ pigeon.CredentialAuthenticator = (*MTLS)(nil)
+
+// NewMTLS checks opts and returns the method.
+func NewMTLS(opts *MTLSOptions) (*MTLS, error) {
+	if opts == nil || len(opts.TrustDomains) == 0 {
+		return nil, errors.New("identity: mTLS needs at least one trust domain")
+	}
+	o := *opts
+	o.TrustDomains = slices.Clone(o.TrustDomains)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	m := &MTLS{opts: o, bundles: x509bundle.NewSet(), pool: x509.NewCertPool(), cache: map[[32]byte]verified{}}
+	for _, d := range o.TrustDomains {
+		td, err := spiffeid.TrustDomainFromString(d.Name)
+		if err == nil && td.Name() != d.Name {
+			err = errors.New("a trust domain is a bare name (example.org), not a URI")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("identity: trust domain %q: %w", d.Name, err)
+		}
+		if len(d.Authorities) == 0 {
+			return nil, fmt.Errorf("identity: trust domain %q has no certificate authority", d.Name)
+		}
+		if m.bundles.Has(td) {
+			return nil, fmt.Errorf("identity: trust domain %q is listed twice", d.Name)
+		}
+		m.bundles.Add(x509bundle.FromX509Authorities(td, d.Authorities))
+		for _, c := range d.Authorities {
+			m.pool.AddCert(c)
+		}
+	}
+	return m, nil
+}
+
+// Required reports whether a client certificate is required.
+func (m *MTLS) Required() bool { return m.opts.Required }
+
+// Authorities returns a pool of every trust domain's authorities.
+func (m *MTLS) Authorities() *x509.CertPool { return m.pool.Clone() }
+
+// AuthenticateCredential implements pigeon.CredentialAuthenticator. Without
+// a certificate it returns pigeon.ErrUnrecognized, or UNAUTHENTICATED when
+// one is required.
+func (m *MTLS) AuthenticateCredential(_ context.Context, c pigeon.Credential) (*pigeon.Principal, error) {
+	if len(c.PeerCertificates) == 0 {
+		if m.opts.Required {
+			return nil, pigeon.NewError(pigeon.CodeUnauthenticated, "a client certificate is required")
+		}
+		return nil, pigeon.ErrUnrecognized
+	}
+	id, err := m.Verify(c.PeerCertificates)
+	if err != nil {
+		return nil, err
+	}
+	return &pigeon.Principal{ID: id.String(), Method: pigeon.AuthMTLS}, nil
+}
+
+// Verify checks a peer's chain (leaf first) and returns its SPIFFE ID. The
+// refusal is an UNAUTHENTICATED *pigeon.Error whose cause says why (never
+// certificate bytes).
+func (m *MTLS) Verify(chain []*x509.Certificate) (spiffeid.ID, error) {
+	now := m.opts.Now()
+	key := chainKey(chain)
+	m.mu.Lock()
+	v, ok := m.cache[key]
+	m.mu.Unlock()
+	if ok && !now.Before(v.notBefore) && now.Before(v.notAfter) {
+		return v.id, nil
+	}
+	id, chains, err := x509svid.Verify(chain, m.bundles, x509svid.WithTime(now))
+	if err == nil {
+		err = clientAuthUsage(chain[0])
+	}
+	if err != nil {
+		return spiffeid.ID{}, pigeon.WrapError(pigeon.CodeUnauthenticated, err,
+			"the client certificate is not a valid SPIFFE certificate of an allowed trust domain")
+	}
+	v = verified{id: id, notBefore: chain[0].NotBefore, notAfter: chain[0].NotAfter}
+	for _, ch := range chains {
+		for _, c := range ch {
+			v.notBefore = later(v.notBefore, c.NotBefore)
+			if c.NotAfter.Before(v.notAfter) {
+				v.notAfter = c.NotAfter
+			}
+		}
+	}
+	m.mu.Lock()
+	if len(m.cache) >= maxVerifiedCache {
+		clear(m.cache)
+	}
+	m.cache[key] = v
+	m.mu.Unlock()
+	return id, nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// clientAuthUsage refuses a leaf whose extended key usage excludes client
+// authentication (a leaf that lists none allows any).
+func clientAuthUsage(leaf *x509.Certificate) error {
+	if len(leaf.ExtKeyUsage) == 0 || slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) ||
+		slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
+		return nil
+	}
+	return errors.New("the certificate is not for client authentication (extended key usage)")
+}
+
+// chainKey identifies a chain by the hash of its certificates.
+func chainKey(chain []*x509.Certificate) [32]byte {
+	h := sha256.New()
+	for _, c := range chain {
+		h.Write(c.Raw)
+		h.Write([]byte{0})
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
+}

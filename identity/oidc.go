@@ -1,0 +1,405 @@
+package identity
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"pigeon"
+)
+
+// Defaults of Issuer.
+const (
+	DefaultLeeway             = 30 * time.Second
+	MaxLeeway                 = 5 * time.Minute
+	DefaultRefreshInterval    = 15 * time.Minute
+	DefaultMinRefreshInterval = 10 * time.Second
+	DefaultMaxKeyAge          = 24 * time.Hour
+	DefaultPrincipalClaim     = "sub"
+)
+
+// DefaultAlgorithms are the algorithms accepted when an Issuer names none.
+var DefaultAlgorithms = []string{"RS256", "ES256", "EdDSA"}
+
+// allowedAlgorithms are the only algorithms an Issuer may name: public-key
+// signatures. "none" and the HMAC family never verify a bearer token.
+var allowedAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// maxTokenBytes bounds a bearer token.
+const maxTokenBytes = 16 << 10
+
+// Issuer is an identity provider whose JWTs are accepted as bearer tokens.
+type Issuer struct {
+	// URL is the issuer: the exact iss claim, and the base of discovery.
+	URL string
+	// Audiences: the token's aud must name at least one of them.
+	Audiences []string
+	// JWKSURL is the key set; empty: found by OpenID Connect discovery
+	// (URL + /.well-known/openid-configuration).
+	JWKSURL string
+	// Algorithms accepted (default DefaultAlgorithms); only public-key
+	// signature algorithms may be named.
+	Algorithms []string
+	// PrincipalClaim names the claim that is the principal (default
+	// "sub"); RolesClaim the claim holding roles (an array of strings or a
+	// space-separated string; empty: none); AttributeClaims maps attribute
+	// names to the claims whose values become them. A claim name may be a
+	// dotted path into nested objects ("realm_access.roles").
+	PrincipalClaim  string
+	RolesClaim      string
+	AttributeClaims map[string]string
+	// Leeway tolerates clock skew on exp, nbf and iat (default 30 s, at
+	// most 5 min).
+	Leeway time.Duration
+	// RefreshInterval is how often Run refetches the key set (default 15
+	// min); MinRefreshInterval the shortest time between two fetches caused
+	// by unknown key ids (default 10 s); MaxKeyAge how long fetched keys
+	// stay usable when the provider cannot be reached (default 24 h).
+	RefreshInterval, MinRefreshInterval, MaxKeyAge time.Duration
+}
+
+// OIDCOptions configure OIDC.
+type OIDCOptions struct {
+	Issuers []Issuer
+	// HTTPClient fetches discovery documents and key sets (default: a
+	// client with a 10 s timeout).
+	HTTPClient *http.Client
+	// Logger receives key refreshes and their failures. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// OIDC authenticates JWT bearer tokens of configured issuers, verified with
+// go-jose against each issuer's JSON Web Key Set. A token is recognized by
+// its iss claim; one whose issuer is not configured is left to the next
+// method. It is safe for concurrent use.
+type OIDC struct {
+	issuers map[string]*issuer
+	now     func() time.Time
+}
+
+type issuer struct {
+	cfg  Issuer
+	algs []jose.SignatureAlgorithm
+	keys *keySet
+}
+
+var _ pigeon.CredentialAuthenticator = (*OIDC)(nil)
+
+// NewOIDC checks opts and returns the method. It fetches nothing: keys are
+// fetched by Run, or at the first token.
+func NewOIDC(opts *OIDCOptions) (*OIDC, error) {
+	if opts == nil || len(opts.Issuers) == 0 {
+		return nil, errors.New("identity: OIDC needs at least one issuer")
+	}
+	o := *opts
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	m := &OIDC{issuers: map[string]*issuer{}, now: o.Now}
+	for _, in := range o.Issuers {
+		is, err := newIssuer(in, &o)
+		if err != nil {
+			return nil, err
+		}
+		if m.issuers[is.cfg.URL] != nil {
+			return nil, fmt.Errorf("identity: issuer %q is listed twice", in.URL)
+		}
+		m.issuers[is.cfg.URL] = is
+	}
+	return m, nil
+}
+
+// CheckIssuer validates one issuer's configuration and returns it with
+// its defaults.
+func CheckIssuer(in Issuer) (Issuer, error) {
+	c := in
+	u, err := url.Parse(c.URL)
+	if c.URL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return c, fmt.Errorf("issuer %q: must be an http(s) URL", c.URL)
+	}
+	if len(c.Audiences) == 0 {
+		return c, fmt.Errorf("issuer %q: needs at least one audience", c.URL)
+	}
+	if c.JWKSURL != "" {
+		if u, err := url.Parse(c.JWKSURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return c, fmt.Errorf("issuer %q: jwks URL %q must be an http(s) URL", c.URL, c.JWKSURL)
+		}
+	}
+	if len(c.Algorithms) == 0 {
+		c.Algorithms = DefaultAlgorithms
+	}
+	c.Algorithms = slices.Clone(c.Algorithms)
+	for _, a := range c.Algorithms {
+		if !slices.Contains(allowedAlgorithms, a) {
+			return c, fmt.Errorf("issuer %q: algorithm %q is not allowed (only %s)", c.URL, a, strings.Join(allowedAlgorithms, ", "))
+		}
+	}
+	if c.PrincipalClaim == "" {
+		c.PrincipalClaim = DefaultPrincipalClaim
+	}
+	switch {
+	case c.Leeway < 0 || c.Leeway > MaxLeeway:
+		return c, fmt.Errorf("issuer %q: leeway must be between 0 and %s", c.URL, MaxLeeway)
+	case c.Leeway == 0:
+		c.Leeway = DefaultLeeway
+	}
+	if c.RefreshInterval <= 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.MinRefreshInterval <= 0 {
+		c.MinRefreshInterval = DefaultMinRefreshInterval
+	}
+	if c.MaxKeyAge <= 0 {
+		c.MaxKeyAge = DefaultMaxKeyAge
+	}
+	if c.MaxKeyAge < c.RefreshInterval {
+		return c, fmt.Errorf("issuer %q: max key age %s is shorter than the refresh interval %s", c.URL, c.MaxKeyAge, c.RefreshInterval)
+	}
+	return c, nil
+}
+
+func newIssuer(in Issuer, o *OIDCOptions) (*issuer, error) {
+	c, err := CheckIssuer(in)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	is := &issuer{cfg: c}
+	for _, a := range c.Algorithms {
+		is.algs = append(is.algs, jose.SignatureAlgorithm(a))
+	}
+	is.keys = &keySet{issuer: c.URL, jwksURL: c.JWKSURL, client: o.HTTPClient, minRefresh: c.MinRefreshInterval,
+		maxAge: c.MaxKeyAge, now: o.Now, log: o.Logger}
+	return is, nil
+}
+
+// Run fetches every issuer's keys now and then every RefreshInterval,
+// until ctx ends. A failed fetch is logged and keeps the cached keys.
+func (m *OIDC) Run(ctx context.Context) {
+	next := map[*issuer]time.Time{}
+	for _, is := range m.issuers {
+		_ = is.keys.refresh(ctx, true)
+		next[is] = m.now().Add(is.cfg.RefreshInterval)
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for is, at := range next {
+			if !m.now().Before(at) {
+				_ = is.keys.refresh(ctx, true)
+				next[is] = m.now().Add(is.cfg.RefreshInterval)
+			}
+		}
+	}
+}
+
+// AuthenticateCredential implements pigeon.CredentialAuthenticator.
+func (m *OIDC) AuthenticateCredential(ctx context.Context, c pigeon.Credential) (*pigeon.Principal, error) {
+	is := m.issuerOf(c.Bearer)
+	if is == nil {
+		return nil, pigeon.ErrUnrecognized
+	}
+	return is.verify(ctx, c.Bearer, m.now())
+}
+
+// issuerOf returns the configured issuer a token claims (unverified), or nil.
+func (m *OIDC) issuerOf(tok string) *issuer {
+	if len(tok) > maxTokenBytes || strings.Count(tok, ".") != 2 {
+		return nil
+	}
+	_, rest, _ := strings.Cut(tok, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	b, err := base64.RawURLEncoding.DecodeString(payload)
+	if err != nil {
+		return nil
+	}
+	var c struct {
+		Iss any `json:"iss"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return nil
+	}
+	s, _ := c.Iss.(string)
+	return m.issuers[s]
+}
+
+func refuse(format string, args ...any) *pigeon.Error {
+	return pigeon.NewError(pigeon.CodeUnauthenticated, "bearer token refused: "+format, args...)
+}
+
+// verify checks the signature, then the claims, then derives the principal.
+func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeon.Principal, error) {
+	tok, err := jwt.ParseSigned(raw, is.algs)
+	if err != nil {
+		return nil, refuse("malformed, or signed with an algorithm this issuer is not allowed")
+	}
+	if len(tok.Headers) != 1 {
+		return nil, refuse("not exactly one signature")
+	}
+	h := tok.Headers[0]
+	key, err := is.keys.key(ctx, h.KeyID)
+	if err != nil {
+		return nil, err
+	}
+	if key.Algorithm != "" && key.Algorithm != h.Algorithm {
+		return nil, refuse("the key is for %s, the token says %s", key.Algorithm, h.Algorithm)
+	}
+	if !keyFits(key.Key, h.Algorithm) {
+		return nil, refuse("the key type does not fit algorithm %s", h.Algorithm)
+	}
+	var std jwt.Claims
+	var all map[string]any
+	if err := tok.Claims(key.Key, &std, &all); err != nil {
+		return nil, refuse("the signature does not verify")
+	}
+	if std.Expiry == nil {
+		return nil, refuse("no exp claim")
+	}
+	err = std.ValidateWithLeeway(jwt.Expected{Issuer: is.cfg.URL, AnyAudience: is.cfg.Audiences, Time: now}, is.cfg.Leeway)
+	switch {
+	case err == nil:
+	case errors.Is(err, jwt.ErrExpired):
+		return nil, refuse("expired")
+	case errors.Is(err, jwt.ErrNotValidYet):
+		return nil, refuse("not valid yet (nbf)")
+	case errors.Is(err, jwt.ErrIssuedInTheFuture):
+		return nil, refuse("issued in the future (iat)")
+	case errors.Is(err, jwt.ErrInvalidAudience):
+		return nil, refuse("not for this audience")
+	case errors.Is(err, jwt.ErrInvalidIssuer):
+		return nil, refuse("wrong issuer")
+	default:
+		return nil, refuse("invalid claims")
+	}
+	return is.principal(all)
+}
+
+// keyFits reports whether key is of the type alg signs with.
+func keyFits(key any, alg string) bool {
+	switch pk := key.(type) {
+	case *rsa.PublicKey:
+		return strings.HasPrefix(alg, "RS") || strings.HasPrefix(alg, "PS")
+	case *ecdsa.PublicKey:
+		switch alg {
+		case "ES256":
+			return pk.Curve == elliptic.P256()
+		case "ES384":
+			return pk.Curve == elliptic.P384()
+		case "ES512":
+			return pk.Curve == elliptic.P521()
+		}
+	case ed25519.PublicKey:
+		return alg == "EdDSA"
+	}
+	return false
+}
+
+// principal derives the principal from verified claims.
+func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
+	id, ok := claim(claims, is.cfg.PrincipalClaim).(string)
+	if !ok || id == "" || len(id) > 1024 {
+		return nil, refuse("the principal claim %q is missing or not a string", is.cfg.PrincipalClaim)
+	}
+	p := &pigeon.Principal{ID: id, Method: pigeon.AuthOIDC}
+	if is.cfg.RolesClaim != "" {
+		roles, err := rolesOf(claim(claims, is.cfg.RolesClaim))
+		if err != nil {
+			return nil, refuse("the roles claim %q %s", is.cfg.RolesClaim, err)
+		}
+		p.Roles = roles
+	}
+	for attr, name := range is.cfg.AttributeClaims {
+		if v, ok := scalar(claim(claims, name)); ok {
+			if p.Attributes == nil {
+				p.Attributes = map[string]string{}
+			}
+			p.Attributes[attr] = v
+		}
+	}
+	return p, nil
+}
+
+// claim follows a dotted path into nested objects; a name that is itself
+// a claim wins over the path.
+func claim(claims map[string]any, name string) any {
+	if v, ok := claims[name]; ok {
+		return v
+	}
+	var cur any = claims
+	for part := range strings.SplitSeq(name, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[part]
+	}
+	return cur
+}
+
+const maxRoles = 256
+
+func rolesOf(v any) ([]string, error) {
+	var roles []string
+	switch r := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		roles = strings.Fields(r)
+	case []any:
+		for _, x := range r {
+			s, ok := x.(string)
+			if !ok {
+				return nil, errors.New("holds a value that is not a string")
+			}
+			roles = append(roles, s)
+		}
+	default:
+		return nil, errors.New("is neither a string nor an array of strings")
+	}
+	if len(roles) > maxRoles {
+		return nil, fmt.Errorf("holds more than %d roles", maxRoles)
+	}
+	slices.Sort(roles)
+	return slices.Compact(roles), nil
+}
+
+// scalar renders a string, number or boolean claim.
+func scalar(v any) (string, bool) {
+	switch x := v.(type) {
+	case string:
+		return x, true
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64), true
+	case bool:
+		return strconv.FormatBool(x), true
+	}
+	return "", false
+}
