@@ -216,7 +216,7 @@ impl Conn {
 
     /// Drops the connection at once (a keepalive that got no answer).
     pub(crate) fn kill(&self) {
-        let _ = self.kill_tx.send(true);
+        let _ = self.kill_tx.send_replace(true);
     }
 
     fn end(&self, err: Error) -> bool {
@@ -240,8 +240,8 @@ impl Conn {
                 }
             }
         }
-        let _ = self.done_tx.send(true);
-        let _ = self.kill_tx.send(true);
+        let _ = self.done_tx.send_replace(true);
+        let _ = self.kill_tx.send_replace(true);
         true
     }
 

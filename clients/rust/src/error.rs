@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Contract,
     /// Refused by policy or an admission gate and not kept
     /// (`INTENT_DENIED`, `REGION_DENIED`, `REPLAY_DENIED`, `RATE_LIMITED`, …).
+    /// Whether a gate's refusal also quarantines depends on the subject's
+    /// `quarantine` policy: [`Error::is_denied`] is true for both.
     Denied,
     /// Refused by an admission gate and kept in quarantine: `details`
     /// carries `quarantineId` and `gate`.
@@ -125,8 +127,10 @@ impl Error {
         self.details.get("gate").and_then(Value::as_str)
     }
 
+    /// Refused by policy or an admission gate, whether or not the message
+    /// was also quarantined (a quarantine is a denial that keeps the message).
     pub fn is_denied(&self) -> bool {
-        self.kind == ErrorKind::Denied
+        matches!(self.kind, ErrorKind::Denied | ErrorKind::Quarantined)
     }
     pub fn is_quarantined(&self) -> bool {
         self.kind == ErrorKind::Quarantined
@@ -140,6 +144,13 @@ impl Error {
 }
 
 fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
+    match code {
+        "UNAUTHENTICATED" => return ErrorKind::Unauthenticated,
+        "CONTRACT_REQUIRED" | "CONTRACT_NOT_FOUND" | "CONTRACT_EXPIRED" | "CONTRACT_PRINCIPAL_MISMATCH"
+        | "CONTRACT_STALE" | "CONTRACT_REVOKED" | "SUBJECT_NOT_IN_CONTRACT" | "OPERATION_NOT_IN_CONTRACT"
+        | "GRANT_REVOKED" | "NO_PERMITTED_SUBJECTS" | "TOO_MANY_CONTRACTS" => return ErrorKind::Contract,
+        _ => {}
+    }
     let outcome = details.get("decision").and_then(|d| d.get("outcome")).and_then(Value::as_str);
     if details.contains_key("quarantineId") || outcome == Some("quarantine") {
         return ErrorKind::Quarantined;
@@ -148,10 +159,6 @@ fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
         return ErrorKind::Denied;
     }
     match code {
-        "UNAUTHENTICATED" => ErrorKind::Unauthenticated,
-        "CONTRACT_REQUIRED" | "CONTRACT_NOT_FOUND" | "CONTRACT_EXPIRED" | "CONTRACT_PRINCIPAL_MISMATCH"
-        | "CONTRACT_STALE" | "CONTRACT_REVOKED" | "SUBJECT_NOT_IN_CONTRACT" | "OPERATION_NOT_IN_CONTRACT"
-        | "GRANT_REVOKED" | "NO_PERMITTED_SUBJECTS" | "TOO_MANY_CONTRACTS" => ErrorKind::Contract,
         "SUBJECT_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "QUARANTINE_NOT_FOUND" | "NOT_FOUND" => ErrorKind::NotFound,
         "BAD_REQUEST" | "ENVELOPE_INVALID" | "SELECTOR_INVALID" | "FILTER_INVALID" | "POLICY_INVALID"
         | "PAYLOAD_TOO_LARGE" | "INVALID_ARGUMENT" | "METHOD_NOT_ALLOWED" | "CONFLICT" | "DUPLICATE_KEY"

@@ -340,7 +340,7 @@ impl SubShared {
                 s.report(e);
             }
         }
-        let _ = self.done_tx.send(true);
+        let _ = self.done_tx.send_replace(true);
     }
 }
 
