@@ -1,7 +1,7 @@
 //! One WebSocket connection: a reader task that routes answers and pushes,
 //! a writer task that corks frames and batches publishes.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Decision, Message, Status};
 use crate::session::Inner;
 use crate::subscription::SubShared;
@@ -58,9 +58,7 @@ pub(crate) struct Conn {
 /// Builds the WebSocket URL: ws/wss as given, http(s) mapped to ws(s),
 /// `/v1/ws` added when the URL has no path.
 pub(crate) fn ws_url(url: &str) -> Result<String> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| Error::new("INVALID_ARGUMENT", format!("url {url:?} has no scheme")))?;
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| Error::new("INVALID_ARGUMENT", format!("url {url:?} has no scheme")))?;
     let scheme = match scheme {
         "ws" | "http" => "ws",
         "wss" | "https" => "wss",
@@ -86,6 +84,10 @@ fn handshake_error(e: tokio_tungstenite::tungstenite::Error) -> Error {
                 None => Error::transport("SESSION_CLOSED", format!("the upgrade was refused with HTTP {status}")),
             };
             err.status = status;
+            if status == 429 || status >= 500 {
+                // At its connection limit or shutting down: worth another try.
+                err.kind = ErrorKind::Transport;
+            }
             err
         }
         e => Error::transport("SESSION_CLOSED", format!("cannot connect: {e}")),

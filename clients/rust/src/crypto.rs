@@ -114,8 +114,7 @@ pub fn verify_message(m: &Message, key: &VerifyingKey) -> Result<()> {
 /// signature's kid valid at the message time.
 pub fn verify_message_with_keys(m: &Message, keys: &[PublicKey]) -> Result<()> {
     let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
-    let t = time::parse_rfc3339_ms(&m.time)
-        .ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the message time is not RFC 3339"))?;
+    let t = time::parse_rfc3339_ms(&m.time).ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the message time is not RFC 3339"))?;
     let k = select_key(keys, &s.kid, "sig", t)
         .ok_or_else(|| Error::crypto("SIGNATURE_INVALID", format!("no signing key {} valid at the message time", s.kid)))?;
     let vk = k.ed25519_key().ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the key is not an Ed25519 public key"))?;
@@ -140,11 +139,25 @@ pub struct PublicKey {
 impl PublicKey {
     /// A signing key entry for a raw Ed25519 public key.
     pub fn ed25519(kid: &str, key: &VerifyingKey) -> PublicKey {
-        PublicKey { kid: kid.into(), use_: "sig".into(), alg: "ed25519".into(), key: b64_encode(key.as_bytes()), not_before: String::new(), not_after: String::new() }
+        PublicKey {
+            kid: kid.into(),
+            use_: "sig".into(),
+            alg: "ed25519".into(),
+            key: b64_encode(key.as_bytes()),
+            not_before: String::new(),
+            not_after: String::new(),
+        }
     }
     /// An encryption key entry for a raw X25519 public key.
     pub fn x25519(kid: &str, key: &XPublic) -> PublicKey {
-        PublicKey { kid: kid.into(), use_: "enc".into(), alg: "x25519".into(), key: b64_encode(key.as_bytes()), not_before: String::new(), not_after: String::new() }
+        PublicKey {
+            kid: kid.into(),
+            use_: "enc".into(),
+            alg: "x25519".into(),
+            key: b64_encode(key.as_bytes()),
+            not_before: String::new(),
+            not_after: String::new(),
+        }
     }
     /// Whether `notBefore <= t < notAfter` (t in Unix milliseconds).
     pub fn valid_at(&self, t: i64) -> bool {
@@ -350,9 +363,7 @@ pub fn open(s: &Sealed, recipient: &StaticSecret, sender: &VerifyingKey) -> Resu
         return Err(tampered());
     }
     let key = seal_key(shared.as_bytes(), &e, r.as_bytes());
-    XChaCha20Poly1305::new((&key).into())
-        .decrypt(XNonce::from_slice(&nonce), Payload { msg: &ct, aad: &h })
-        .map_err(|_| tampered())
+    XChaCha20Poly1305::new((&key).into()).decrypt(XNonce::from_slice(&nonce), Payload { msg: &ct, aad: &h }).map_err(|_| tampered())
 }
 
 /// Message data for a sealed payload: the routing fields of `clear` and

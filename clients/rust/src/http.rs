@@ -91,8 +91,7 @@ impl HttpClient {
     /// The published keys of `account` (`GET /v1/accounts/{id}/keys`).
     pub async fn fetch_keys(&self, account: &str) -> Result<Vec<PublicKey>> {
         let (_, v) = self.call("GET", &format!("/v1/accounts/{}/keys", encode_segment(account)), None).await?;
-        serde_json::from_value(v.get("keys").cloned().unwrap_or(Value::Array(vec![])))
-            .map_err(|e| Error::protocol(format!("keys: {e}")))
+        serde_json::from_value(v.get("keys").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| Error::protocol(format!("keys: {e}")))
     }
 
     /// Publishes `keys` for `account` (`PUT /v1/accounts/{id}/keys`; the
@@ -116,13 +115,15 @@ impl HttpClient {
     }
 }
 
+type Cached = (Instant, Arc<Vec<PublicKey>>);
+
 /// Fetches and caches accounts' published keys for `ttl`. Cheap to clone;
 /// safe to share between tasks.
 #[derive(Clone)]
 pub struct KeyCache {
     http: HttpClient,
     ttl: Duration,
-    cache: Arc<Mutex<HashMap<String, (Instant, Arc<Vec<PublicKey>>)>>>,
+    cache: Arc<Mutex<HashMap<String, Cached>>>,
 }
 
 impl KeyCache {

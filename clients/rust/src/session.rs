@@ -4,7 +4,7 @@
 use crate::conn::Conn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Contract, Decision, Message};
-use crate::subscription::{Handler, HandlerError, SubMode, SubShared, Subscription, SubscribeOptions};
+use crate::subscription::{Handler, HandlerError, SubMode, SubShared, SubscribeOptions, Subscription};
 use serde_json::{json, Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -187,10 +187,9 @@ fn obj(v: Value) -> Map<String, Value> {
 
 fn messages_of(f: &Value) -> Result<Vec<Message>> {
     match f.get("messages") {
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|m| serde_json::from_value(m.clone()).map_err(|e| Error::protocol(format!("a message: {e}"))))
-            .collect(),
+        Some(Value::Array(a)) => {
+            a.iter().map(|m| serde_json::from_value(m.clone()).map_err(|e| Error::protocol(format!("a message: {e}")))).collect()
+        }
         Some(Value::Null) | None => Ok(Vec::new()),
         _ => Err(Error::protocol("messages is not an array")),
     }
@@ -556,7 +555,8 @@ impl Inner {
                 return;
             }
             if start.elapsed() >= self.opts.reconnect_window {
-                let mut e = Error::transport(&last.code, format!("reconnecting gave up after {:?}: {}", self.opts.reconnect_window, last.message));
+                let mut e =
+                    Error::transport(&last.code, format!("reconnecting gave up after {:?}: {}", self.opts.reconnect_window, last.message));
                 e.details = last.details.clone();
                 self.report(e.clone());
                 self.fail(e);

@@ -351,6 +351,9 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
             continue;
         }
         let Ok(permit) = s.sem.clone().acquire_owned().await else { return };
+        if s.st.lock().unwrap().stopping {
+            continue; // stopped while waiting for room: left unanswered
+        }
         drop(s);
         let h = h.clone();
         tokio::spawn(async move {
@@ -379,6 +382,8 @@ async fn nack_after_failure(h: &AckHandle, m: &Message, delay: Option<Duration>)
     }
 }
 
+type AckItem = (String, u64, Option<oneshot::Sender<Result<()>>>);
+
 async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>) {
     while let Some(first) = rx.recv().await {
         let mut cmds = vec![first];
@@ -387,16 +392,14 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
         }
         let mut flushes = Vec::new();
         // Group acks by connection and subscription id, in order.
-        let mut groups: Vec<(AckHandle, Vec<(String, u64, Option<oneshot::Sender<Result<()>>>)>)> = Vec::new();
+        let mut groups: Vec<(AckHandle, Vec<AckItem>)> = Vec::new();
         for c in cmds {
             match c {
                 AckCmd::Flush(tx) => flushes.push(tx),
-                AckCmd::Ack { h, id, seq, tx } => {
-                    match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(&g.conn, &h.conn) && g.sid == h.sid) {
-                        Some((_, v)) => v.push((id, seq, tx)),
-                        None => groups.push((h, vec![(id, seq, tx)])),
-                    }
-                }
+                AckCmd::Ack { h, id, seq, tx } => match groups.iter_mut().find(|(g, _)| Arc::ptr_eq(&g.conn, &h.conn) && g.sid == h.sid) {
+                    Some((_, v)) => v.push((id, seq, tx)),
+                    None => groups.push((h, vec![(id, seq, tx)])),
+                },
             }
         }
         for (h, items) in groups {

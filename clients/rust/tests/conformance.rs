@@ -13,8 +13,7 @@ use futures_util::StreamExt;
 use pigeon_client::crypto::{self, b64_decode, b64_encode, Keys, Sealed};
 use pigeon_client::http::KeyCache;
 use pigeon_client::{
-    ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status,
-    SubscribeOptions,
+    ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status, SubscribeOptions,
 };
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -106,6 +105,8 @@ async fn run_all() {
     scenario("transport.bad_frame", &mut failures, Box::pin(transport_bad_frame())).await;
     scenario("transport.server_closes", &mut failures, Box::pin(transport_server_closes())).await;
     scenario("reconnect.server_restart", &mut failures, Box::pin(reconnect_server_restart())).await;
+    // Beyond the list: a session whose credential is gone after a restart fails, never hangs.
+    scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -133,13 +134,19 @@ async fn negotiate_granted(srv: Arc<Server>) {
 }
 
 async fn negotiate_none_permitted(srv: Arc<Server>) {
-    let e = expect_err(Session::connect(&srv.url(), "catalog-token", &["payments.authorize"], ConnectOptions::default()).await.map(|_| ()), "NO_PERMITTED_SUBJECTS");
+    let e = expect_err(
+        Session::connect(&srv.url(), "catalog-token", &["payments.authorize"], ConnectOptions::default()).await.map(|_| ()),
+        "NO_PERMITTED_SUBJECTS",
+    );
     assert_eq!(e.kind, ErrorKind::Contract);
 }
 
 async fn negotiate_unknown_token(srv: Arc<Server>) {
     let t = Instant::now();
-    let e = expect_err(Session::connect(&srv.url(), "no-such-token", &["payments.authorize"], ConnectOptions::default()).await.map(|_| ()), "UNAUTHENTICATED");
+    let e = expect_err(
+        Session::connect(&srv.url(), "no-such-token", &["payments.authorize"], ConnectOptions::default()).await.map(|_| ()),
+        "UNAUTHENTICATED",
+    );
     assert_eq!(e.status, 401);
     assert_eq!(e.kind, ErrorKind::Unauthenticated);
     assert!(t.elapsed() < Duration::from_secs(5));
@@ -527,7 +534,11 @@ async fn grant_role_removed(srv: Arc<Server>) {
     let role = format!("telemetry-reader-{n}");
     admin.ensure_account(&account).await.unwrap();
     admin
-        .call("PUT", &format!("/v1/roles/{role}"), Some(json!({"permissions": [{"subject": "events.telemetry", "operations": ["receive", "ack"]}]})))
+        .call(
+            "PUT",
+            &format!("/v1/roles/{role}"),
+            Some(json!({"permissions": [{"subject": "events.telemetry", "operations": ["receive", "ack"]}]})),
+        )
         .await
         .unwrap();
     let acct = pigeon_client::http::encode_segment(&account);
@@ -559,7 +570,12 @@ async fn grant_role_removed(srv: Arc<Server>) {
         after.push(sensor.publish(&telemetry("temp", "grant", 2.0)).await.unwrap().id().to_string());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("published {} after removal; done {}; received {} of them", after.len(), sub.is_done(), after.iter().filter(|a| got.lock().unwrap().contains(a)).count());
+    println!(
+        "published {} after removal; done {}; received {} of them",
+        after.len(),
+        sub.is_done(),
+        after.iter().filter(|a| got.lock().unwrap().contains(a)).count()
+    );
     println!("role check: {:?}", admin.call("GET", &format!("/v1/accounts/{acct}"), None).await);
     let err = tokio::time::timeout(Duration::from_secs(1), sub.done()).await.expect("the subscription did not end");
     assert_eq!(err.map(|e| e.code), Some("GRANT_REVOKED".into()));
@@ -645,9 +661,8 @@ async fn session_closed(srv: Arc<Server>) {
 
 async fn transport_server_closes() {
     let mut srv = Server::start("");
-    let c = Session::connect(&srv.url(), "checkout-token", &["payments.authorize"], ConnectOptions::default().reconnect(false))
-        .await
-        .unwrap();
+    let c =
+        Session::connect(&srv.url(), "checkout-token", &["payments.authorize"], ConnectOptions::default().reconnect(false)).await.unwrap();
     let c2 = c.clone();
     let req = tokio::spawn(async move { c2.request(&payment(&format!("pay-{}", nonce())), Duration::from_secs(20)).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -755,6 +770,35 @@ async fn reconnect_server_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+async fn reconnect_refused() {
+    let mut srv = Server::start("");
+    let admin = http(&srv, "admin-token");
+    let account = format!("spiffe://conformance/ns/ops/sa/short-lived-{}", nonce());
+    admin.ensure_account(&account).await.unwrap();
+    let role = format!("reader-{}", nonce());
+    admin
+        .call(
+            "PUT",
+            &format!("/v1/roles/{role}"),
+            Some(json!({"permissions": [{"subject": "events.telemetry", "operations": ["receive", "ack"]}]})),
+        )
+        .await
+        .unwrap();
+    let acct = pigeon_client::http::encode_segment(&account);
+    admin.call("PUT", &format!("/v1/accounts/{acct}/roles/{role}"), None).await.unwrap();
+    let (_, g) = admin.call("POST", "/v1/grants", Some(json!({"account": account, "roles": [role]}))).await.unwrap();
+    let token = g["token"].as_str().unwrap().to_string();
+    let s = Session::connect(&srv.url(), &token, &["events.telemetry"], ConnectOptions::default()).await.unwrap();
+    let sub = s.subscribe("events.telemetry", SubscribeOptions::default(), |_| async { Ok(()) }).await.unwrap();
+    // An in-memory server forgets the grant when it restarts.
+    tokio::task::block_in_place(|| srv.restart());
+    let err = tokio::time::timeout(Duration::from_secs(10), s.closed()).await.expect("the session hung").expect("an error");
+    assert_eq!(err.code, "UNAUTHENTICATED", "{err:?}");
+    assert_eq!(tokio::time::timeout(Duration::from_secs(1), sub.done()).await.unwrap().map(|e| e.code), Some("UNAUTHENTICATED".into()));
+    assert_eq!(s.publish(&telemetry("temp", "lab", 1.0)).await.unwrap_err().code, "UNAUTHENTICATED");
+    s.close().await.unwrap();
+}
+
 // ---- end-to-end signing and sealing ----
 
 async fn e2e_sign_seal(srv: Arc<Server>) {
@@ -773,7 +817,9 @@ async fn e2e_sign_seal(srv: Arc<Server>) {
     let bob_keys = cache_a.keys(BOB).await.unwrap();
     let enc = crypto::select_key(&bob_keys, "", "enc", pigeon_client::time::now_ms()).expect("bob's enc key");
     let clear: Map<String, Value> = serde_json::from_value(json!({"kind": "chat", "room": "lobby"})).unwrap();
-    let data = crypto::seal_data(&clear, br#"{"text":"meet at noon"}"#, &enc.kid, &enc.x25519_key().unwrap(), &alice.signing_kid, &alice.signing).unwrap();
+    let data =
+        crypto::seal_data(&clear, br#"{"text":"meet at noon"}"#, &enc.kid, &enc.x25519_key().unwrap(), &alice.signing_kid, &alice.signing)
+            .unwrap();
     let mut m = Message::new("chat.messages", "chat.message", "chat").with_classification("internal").with_data(data);
     crypto::sign_message(&mut m, &alice.signing_kid, &alice.signing).unwrap();
     let d = alice_s.publish(&m).await.unwrap();
@@ -894,11 +940,35 @@ async fn vectors_go() {
 fn generate_vectors(alice: &Keys, bob: &Keys) -> Value {
     let inputs: [(&str, &str, &str, &str, &str); 6] = [
         ("plain", "chat.messages", "msg_rs_1", "2026-11-29T12:00:00.000Z", r#"{"kind":"chat","room":"lobby","text":"hello"}"#),
-        ("member-order", "chat.messages", "msg_rs_2", "2026-11-29T12:00:01Z", r#"{"zeta":1,"alpha":{"b":2,"a":1},"\ufb33":"x","\ud83d\ude00":"y","Z":[3,2,1]}"#),
-        ("numbers", "events.telemetry", "msg_rs_3", "2026-11-29T12:00:02.5+01:00", r#"{"a":1.50,"b":1E30,"c":2e-3,"d":1e-7,"e":1e21,"f":1e20,"g":-0,"h":0.1,"i":123456789}"#),
-        ("escapes", "events.telemetry", "msg_rs_4", "2026-11-29T12:00:03Z", r#"{"s":"tab\tnl\nq\"bs\\ctl\u0001 slash/ lt< amp& del\u007f ls\u2028 é 漢 😀"}"#),
+        (
+            "member-order",
+            "chat.messages",
+            "msg_rs_2",
+            "2026-11-29T12:00:01Z",
+            r#"{"zeta":1,"alpha":{"b":2,"a":1},"\ufb33":"x","\ud83d\ude00":"y","Z":[3,2,1]}"#,
+        ),
+        (
+            "numbers",
+            "events.telemetry",
+            "msg_rs_3",
+            "2026-11-29T12:00:02.5+01:00",
+            r#"{"a":1.50,"b":1E30,"c":2e-3,"d":1e-7,"e":1e21,"f":1e20,"g":-0,"h":0.1,"i":123456789}"#,
+        ),
+        (
+            "escapes",
+            "events.telemetry",
+            "msg_rs_4",
+            "2026-11-29T12:00:03Z",
+            r#"{"s":"tab\tnl\nq\"bs\\ctl\u0001 slash/ lt< amp& del\u007f ls\u2028 é 漢 😀"}"#,
+        ),
         ("empty-data", "events.telemetry", "msg_rs_5", "2026-11-29T12:00:04Z", ""),
-        ("nested", "chat.messages", "msg_rs_6", "2026-11-29T12:00:05.123456789Z", r#"{"list":[{"y":true,"x":null},[],{}],"n":{"deep":{"deeper":[false]}}}"#),
+        (
+            "nested",
+            "chat.messages",
+            "msg_rs_6",
+            "2026-11-29T12:00:05.123456789Z",
+            r#"{"list":[{"y":true,"x":null},[],{}],"n":{"deep":{"deeper":[false]}}}"#,
+        ),
     ];
     let mut signed = Vec::new();
     for (name, subject, id, time, data) in inputs {
@@ -913,7 +983,8 @@ fn generate_vectors(alice: &Keys, bob: &Keys) -> Value {
         signed.push(json!({"name": name, "signer": "alice", "message": m, "signingInput": input}));
     }
     let binary: Vec<u8> = [0u8, 1, 2, 254, 255].iter().cycle().take(1024).copied().collect();
-    let payloads: [(&str, &Keys, &Keys, &str, &str, Vec<u8>); 3] = [
+    type Case<'a> = (&'a str, &'a Keys, &'a Keys, &'a str, &'a str, Vec<u8>);
+    let payloads: [Case; 3] = [
         ("short", alice, bob, "alice", "bob", b"hello bob".to_vec()),
         ("empty", bob, alice, "bob", "alice", Vec::new()),
         ("binary-1k", alice, bob, "alice", "bob", binary),
@@ -925,8 +996,10 @@ fn generate_vectors(alice: &Keys, bob: &Keys) -> Value {
     }
     let clear: Map<String, Value> = serde_json::from_value(json!({"kind": "chat", "room": "lobby"})).unwrap();
     let payload = br#"{"text":"meet at noon"}"#;
-    let data = crypto::seal_data(&clear, payload, &bob.encryption_kid, &bob.encryption_public(), &alice.signing_kid, &alice.signing).unwrap();
-    let sealed_data = vec![json!({"name": "chat", "sender": "alice", "recipient": "bob", "clear": clear, "payload": b64_encode(payload), "data": data})];
+    let data =
+        crypto::seal_data(&clear, payload, &bob.encryption_kid, &bob.encryption_public(), &alice.signing_kid, &alice.signing).unwrap();
+    let sealed_data =
+        vec![json!({"name": "chat", "sender": "alice", "recipient": "bob", "clear": clear, "payload": b64_encode(payload), "data": data})];
 
     let mut tampered = Vec::new();
     let mut m: Message = serde_json::from_value(signed[0]["message"].clone()).unwrap();
@@ -960,7 +1033,8 @@ async fn vectors_own() {
         let v = generate_vectors(&alice, &bob);
         std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap() + "\n").unwrap();
     }
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("vectors/rust.json (PIGEON_UPDATE_VECTORS=1 writes it)")).unwrap();
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("vectors/rust.json (PIGEON_UPDATE_VECTORS=1 writes it)")).unwrap();
     check_vectors(&v, &alice, &bob, true);
     // A fresh generation verifies too (seals are randomized).
     check_vectors(&generate_vectors(&alice, &bob), &alice, &bob, true);

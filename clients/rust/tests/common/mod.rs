@@ -180,7 +180,9 @@ pub fn payment(key: &str) -> Message {
     Message::new("payments.authorize", "payment.authorization.requested", "authorize_payment")
         .with_idempotency_key(key)
         .with_classification("pci")
-        .with_data(json!({"merchantId": "m-1", "orderId": format!("o-{key}"), "amount": 42.5, "currency": "GBP", "paymentToken": "tok_abc"}))
+        .with_data(
+            json!({"merchantId": "m-1", "orderId": format!("o-{key}"), "amount": 42.5, "currency": "GBP", "paymentToken": "tok_abc"}),
+        )
 }
 
 pub fn notification(tag: &str) -> Message {
