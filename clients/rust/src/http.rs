@@ -1,8 +1,8 @@
 //! The few HTTP calls a WebSocket client needs beside its session: the
 //! published keys of an account (fetched and cached), publishing one's own
 //! keys, revoking a contract, and a plain JSON call for the rest
-//! (accounts, roles, grants). Calls are blocking `ureq` requests run on
-//! tokio's blocking pool.
+//! (accounts, roles, grants). A minimal HTTP/1.1 client on tokio (the
+//! response head is parsed by `httparse`), so no HTTP stack is pulled in.
 
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
@@ -36,56 +36,67 @@ pub fn http_base(url: &str) -> String {
     format!("{}://{}", scheme, host)
 }
 
-/// A bearer-token HTTP client of one server. Cheap to clone.
+/// A bearer-token HTTP client of one server (plain `http://`: the same
+/// scope as the WebSocket transport). Each call is one HTTP/1.1 request on
+/// its own connection. Cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
     base: String,
+    host: String,
     token: String,
-    agent: ureq::Agent,
+    timeout: Duration,
 }
 
 impl HttpClient {
     /// A client of the server at `url` (any of the forms `http_base` takes).
     pub fn new(url: &str, token: &str) -> HttpClient {
-        let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).build();
-        HttpClient { base: http_base(url), token: token.to_string(), agent }
+        let base = http_base(url);
+        let host = base.split_once("://").map(|(_, h)| h.to_string()).unwrap_or_default();
+        HttpClient { base, host, token: token.to_string(), timeout: Duration::from_secs(30) }
     }
 
     /// One JSON call: `(status, body)` for a 2xx answer, the server's typed
-    /// error otherwise (a transport error when the server cannot be reached).
+    /// error otherwise (a transport error when the server cannot be reached
+    /// or does not answer within 30 s).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
-        let this = self.clone();
-        let method = method.to_string();
-        let path = path.to_string();
-        tokio::task::spawn_blocking(move || this.call_blocking(&method, &path, body))
+        if !self.base.starts_with("http://") {
+            return Err(Error::new("INVALID_ARGUMENT", "only http:// servers are supported"));
+        }
+        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(method, path, body))
             .await
-            .map_err(|e| Error::transport("INTERNAL", e.to_string()))?
+            .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
+        let v: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            return Ok((status, v));
+        }
+        let mut e = match v.get("error") {
+            Some(err) => Error::from_wire(err),
+            None => Error::new("INTERNAL", format!("{method} {path}: HTTP {status}")),
+        };
+        e.status = status;
+        Err(e)
     }
 
-    fn call_blocking(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
-        let req = self.agent.request(method, &format!("{}{}", self.base, path)).set("Authorization", &format!("Bearer {}", self.token));
-        let res = match body {
-            Some(b) => req.send_json(b),
-            None => req.call(),
-        };
-        let read = |r: ureq::Response| -> (u16, Value) {
-            let status = r.status();
-            let text = r.into_string().unwrap_or_default();
-            (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-        };
-        match res {
-            Ok(r) => Ok(read(r)),
-            Err(ureq::Error::Status(_, r)) => {
-                let (status, v) = read(r);
-                let mut e = match v.get("error") {
-                    Some(err) => Error::from_wire(err),
-                    None => Error::new("INTERNAL", format!("HTTP {}", status)),
-                };
-                e.status = status;
-                Err(e)
-            }
-            Err(e) => Err(Error::transport("SESSION_CLOSED", e.to_string())),
+    async fn round_trip(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Vec<u8>)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let lost = |e: std::io::Error| Error::transport("SESSION_CLOSED", format!("{method} {path}: {e}"));
+        let body = body.map(|b| serde_json::to_vec(&b).expect("a JSON body encodes")).unwrap_or_default();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.host,
+            self.token,
+            body.len()
+        );
+        if !body.is_empty() {
+            req.push_str("Content-Type: application/json\r\n");
         }
+        req.push_str("\r\n");
+        let mut conn = tokio::net::TcpStream::connect(&self.host).await.map_err(lost)?;
+        conn.write_all(req.as_bytes()).await.map_err(lost)?;
+        conn.write_all(&body).await.map_err(lost)?;
+        let mut raw = Vec::with_capacity(4096);
+        conn.read_to_end(&mut raw).await.map_err(lost)?;
+        parse_response(&raw).ok_or_else(|| Error::protocol(format!("{method} {path}: an HTTP answer that does not parse")))
     }
 
     /// The published keys of `account` (`GET /v1/accounts/{id}/keys`).
@@ -146,5 +157,52 @@ impl KeyCache {
     /// Forgets `account`'s keys (after a rotation, or a failed verification).
     pub fn invalidate(&self, account: &str) {
         self.cache.lock().unwrap().remove(account);
+    }
+}
+
+/// Parses a whole HTTP/1.1 response read to the end of the connection:
+/// the status and the body (by Content-Length, chunked, or to the end).
+fn parse_response(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head = match resp.parse(raw).ok()? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return None,
+    };
+    let status = resp.code?;
+    let header = |name: &str| resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+    let rest = &raw[head..];
+    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case(b"chunked")) {
+        let mut body = Vec::new();
+        let mut at = 0;
+        loop {
+            let line_end = at + rest[at..].windows(2).position(|w| w == b"\r\n")?;
+            let size_text = std::str::from_utf8(&rest[at..line_end]).ok()?;
+            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+            at = line_end + 2;
+            if size == 0 {
+                return Some((status, body));
+            }
+            body.extend_from_slice(rest.get(at..at + size)?);
+            at += size + 2;
+        }
+    }
+    match header("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok()) {
+        Some(n) => Some((status, rest.get(..n)?.to_vec())),
+        None => Some((status, rest.to_vec())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn responses() {
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").unwrap();
+        assert_eq!(r, (200, b"{}".to_vec()));
+        let r = parse_response(b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n").unwrap();
+        assert_eq!(r, (409, br#"{"a":1}"#.to_vec()));
+        assert_eq!(encode_segment("spiffe://a/b c"), "spiffe%3A%2F%2Fa%2Fb%20c");
+        assert_eq!(http_base("ws://127.0.0.1:9/v1/ws?region=uk"), "http://127.0.0.1:9");
     }
 }

@@ -84,11 +84,15 @@ impl Server {
     }
 
     fn wait_healthy(&self) {
+        use std::io::{Read, Write};
         let deadline = Instant::now() + Duration::from_secs(20);
-        let agent = ureq::AgentBuilder::new().timeout(Duration::from_millis(500)).build();
         while Instant::now() < deadline {
-            if let Ok(r) = agent.get(&format!("{}/health", self.http())).call() {
-                if r.status() == 200 {
+            if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+                let _ = c.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let mut out = String::new();
+                let _ = c.read_to_string(&mut out);
+                if out.starts_with("HTTP/1.1 200") {
                     return;
                 }
             }
