@@ -53,20 +53,18 @@ pub fn signing_input(m: &Message) -> Result<Vec<u8>> {
     if time::parse_rfc3339_ms(&m.time).is_none() {
         return Err(Error::new("ENVELOPE_INVALID", "time is not RFC 3339"));
     }
-    let mut out = Vec::with_capacity(128);
-    out.push(b'[');
-    jcs::write_string(&mut out, SIGNATURE_CONTEXT);
-    for s in [&m.subject, &m.id, &m.time] {
-        out.push(b',');
-        jcs::write_string(&mut out, s);
-    }
-    out.push(b',');
-    match &m.data {
-        Value::Null => out.extend_from_slice(b"{}"),
-        d => out.extend_from_slice(&jcs::canonicalize(d)),
-    }
-    out.push(b']');
-    Ok(out)
+    let data = match &m.data {
+        Value::Null => Value::Object(Map::new()),
+        d => d.clone(),
+    };
+    let input = Value::Array(vec![
+        Value::String(SIGNATURE_CONTEXT.into()),
+        Value::String(m.subject.clone()),
+        Value::String(m.id.clone()),
+        Value::String(m.time.clone()),
+        data,
+    ]);
+    jcs::canonicalize(&input)
 }
 
 /// A fresh message id (`msg_` and 20 base-36 characters).
