@@ -55,14 +55,19 @@ pub(crate) struct Conn {
     pub_done: mpsc::UnboundedSender<()>,
 }
 
-/// Builds the WebSocket URL: ws/wss as given, http(s) mapped to ws(s),
+/// Builds the WebSocket URL: ws as given, http mapped to ws,
 /// `/v1/ws` added when the URL has no path.
 pub(crate) fn ws_url(url: &str) -> Result<String> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| Error::new("INVALID_ARGUMENT", format!("url {url:?} has no scheme")))?;
     let scheme = match scheme {
         "ws" | "http" => "ws",
-        "wss" | "https" => "wss",
-        s => return Err(Error::new("INVALID_ARGUMENT", format!("url scheme {s:?} is not ws, wss, http or https"))),
+        "wss" | "https" => {
+            return Err(Error::new(
+                "INVALID_ARGUMENT",
+                "wss:// and https:// need TLS, which this client does not include: use a TLS-terminating proxy",
+            ))
+        }
+        s => return Err(Error::new("INVALID_ARGUMENT", format!("url scheme {s:?} is not ws or http"))),
     };
     let (host, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),

@@ -411,6 +411,17 @@ impl Session {
     }
 }
 
+impl Drop for Inner {
+    /// A session dropped without `close` still closes its connection.
+    fn drop(&mut self) {
+        if let Ok(st) = self.state.get_mut() {
+            if let Phase::Up(c) = &st.phase {
+                c.close();
+            }
+        }
+    }
+}
+
 impl Inner {
     pub(crate) fn report(&self, e: Error) {
         if let Some(cb) = &self.opts.on_error {

@@ -107,6 +107,7 @@ async fn run_all() {
     scenario("reconnect.server_restart", &mut failures, Box::pin(reconnect_server_restart())).await;
     // Beyond the list: a session whose credential is gone after a restart fails, never hangs.
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
+    scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -797,6 +798,18 @@ async fn reconnect_refused() {
     assert_eq!(tokio::time::timeout(Duration::from_secs(1), sub.done()).await.unwrap().map(|e| e.code), Some("UNAUTHENTICATED".into()));
     assert_eq!(s.publish(&telemetry("temp", "lab", 1.0)).await.unwrap_err().code, "UNAUTHENTICATED");
     s.close().await.unwrap();
+}
+
+async fn subprotocol_auth(srv: Arc<Server>) {
+    let opts = ConnectOptions::default().subprotocol_auth(true);
+    let s = Session::connect(&srv.url(), "sensor-token", &["events.telemetry"], opts).await.unwrap();
+    assert_eq!(s.publish(&telemetry("temp", "lab", 1.0)).await.unwrap().status, Status::Accepted);
+    assert!(s.ping().await.unwrap() < Duration::from_secs(1));
+    s.close().await.unwrap();
+    let bad = Session::connect(&srv.url(), "nope", &["events.telemetry"], ConnectOptions::default().subprotocol_auth(true)).await;
+    assert_eq!(bad.err().unwrap().code, "UNAUTHENTICATED");
+    let tls = Session::connect("wss://127.0.0.1:1", "t", &["events.telemetry"], ConnectOptions::default()).await;
+    assert_eq!(tls.err().unwrap().code, "INVALID_ARGUMENT");
 }
 
 // ---- end-to-end signing and sealing ----
