@@ -108,6 +108,7 @@ async fn run_all() {
     // Beyond the list: a session whose credential is gone after a restart fails, never hangs.
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
     scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
+    scenario("extra.start_sequence", &mut failures, Box::pin(start_sequence(s()))).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -369,7 +370,7 @@ async fn handler_throws_nacks(srv: Arc<Server>) {
     let bad = orders.publish(&notification(&format!("{tag}-bad"))).await.unwrap().id().to_string();
     let (c, bad2) = (calls.clone(), bad.clone());
     let sub = n
-        .subscribe("notifications.send", SubscribeOptions::default().group(format!("g-{}", nonce())).start(Start::New), move |d| {
+        .subscribe("notifications.send", SubscribeOptions::default().group(format!("g-{}", nonce())), move |d| {
             let (c, bad) = (c.clone(), bad2.clone());
             async move {
                 c.lock().unwrap().push((d.message.id.clone(), d.attempt));
@@ -379,27 +380,8 @@ async fn handler_throws_nacks(srv: Arc<Server>) {
                 Ok(())
             }
         })
-        .await;
-    // A work-queue subject refuses a start position; subscribe without one.
-    let sub = match sub {
-        Ok(s) => s,
-        Err(e) => {
-            assert_eq!(e.code, "INVALID_ARGUMENT");
-            let (c, bad2) = (calls.clone(), bad.clone());
-            n.subscribe("notifications.send", SubscribeOptions::default().group(format!("g-{}", nonce())), move |d| {
-                let (c, bad) = (c.clone(), bad2.clone());
-                async move {
-                    c.lock().unwrap().push((d.message.id.clone(), d.attempt));
-                    if d.message.id == bad && d.attempt == 1 {
-                        return Err(HandlerError::retry_after(Duration::from_millis(50), "cannot send this one yet"));
-                    }
-                    Ok(())
-                }
-            })
-            .await
-            .unwrap()
-        }
-    };
+        .await
+        .unwrap();
     let good1 = orders.publish(&notification(&tag)).await.unwrap().id().to_string();
     let good2 = orders.publish(&notification(&tag)).await.unwrap().id().to_string();
     let done = || {
@@ -810,6 +792,28 @@ async fn subprotocol_auth(srv: Arc<Server>) {
     assert_eq!(bad.err().unwrap().code, "UNAUTHENTICATED");
     let tls = Session::connect("wss://127.0.0.1:1", "t", &["events.telemetry"], ConnectOptions::default()).await;
     assert_eq!(tls.err().unwrap().code, "INVALID_ARGUMENT");
+}
+
+async fn start_sequence(srv: Arc<Server>) {
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let site = format!("s{}", nonce().replace('-', ""));
+    let mut ds = Vec::new();
+    for i in 0..3 {
+        ds.push(sensor.publish(&telemetry("start", &site, i as f64)).await.unwrap());
+    }
+    let mon = connect(&srv, "monitor-token", &["events.telemetry"]).await;
+    let opts = SubscribeOptions::default().selector(format!("/kind=start/site={site}")).start(Start::Sequence(ds[1].sequence()));
+    let mut sub = mon.subscribe_stream("events.telemetry", opts).await.unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let d = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.expect("deliveries").unwrap().unwrap();
+        d.ack().await.unwrap();
+        got.push(d.message.id.clone());
+    }
+    assert_eq!(got, vec![ds[1].id().to_string(), ds[2].id().to_string()]);
+    sub.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
 }
 
 // ---- end-to-end signing and sealing ----
