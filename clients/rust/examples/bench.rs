@@ -4,7 +4,7 @@
 //! 1. pipelined governed publishes per second on one connection;
 //! 2. publish→deliver round trip (p50, p99), one message at a time.
 //!
-//! `cargo run --release --example bench -- [URL] [PUBLISHES] [ROUND_TRIPS]`
+//! `cargo run --release --example bench -- [URL] [PUBLISHES] [ROUND_TRIPS] [PUBLISH_FRAMES_IN_FLIGHT]`
 
 use pigeon_client::{ConnectOptions, Message, Session, SubscribeOptions};
 use serde_json::json;
@@ -24,7 +24,8 @@ async fn main() -> pigeon_client::Result<()> {
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(50_000);
     let rtts: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1_000);
 
-    let opts = ConnectOptions { max_pending_publishes: 4096, ..Default::default() };
+    let frames: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let opts = ConnectOptions { max_pending_publishes: 4096, publish_frames_in_flight: frames, ..Default::default() };
     let sensor = Session::connect(&url, "sensor-token", &["events.telemetry"], opts).await?;
 
     // 1. Pipelined publishes: a producer queues, a consumer awaits in order.
@@ -49,7 +50,10 @@ async fn main() -> pigeon_client::Result<()> {
     drop(tx);
     let (ok, refused) = consumer.await.unwrap();
     let secs = start.elapsed().as_secs_f64();
-    println!("pipelined publish: {n} messages in {secs:.3} s = {:.0} msgs/s ({ok} accepted, {refused} refused)", n as f64 / secs);
+    println!(
+        "pipelined publish ({frames} frame(s) in flight): {n} messages in {secs:.3} s = {:.0} msgs/s ({ok} accepted, {refused} refused)",
+        n as f64 / secs
+    );
 
     // 2. Round trip: publish one, wait for its delivery, repeat.
     let monitor = Session::connect(&url, "monitor-token", &["events.telemetry"], ConnectOptions::default()).await?;

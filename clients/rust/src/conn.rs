@@ -6,6 +6,7 @@ use crate::message::{Decision, Message, Status};
 use crate::session::Inner;
 use crate::subscription::SubShared;
 use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -137,7 +138,7 @@ impl Conn {
             pub_done: pub_done_tx,
         });
         let (sink, stream) = ws.split();
-        tokio::spawn(writer(conn.clone(), sink, out_rx, pub_done_rx));
+        tokio::spawn(writer(conn.clone(), sink, out_rx, pub_done_rx, inner.opts.publish_frames_in_flight.max(1)));
         tokio::spawn(reader(conn.clone(), Arc::downgrade(inner), stream));
         Ok(conn)
     }
@@ -265,7 +266,7 @@ fn decision_of(v: &Value) -> Result<Decision> {
     };
     let message: Message = v
         .get("message")
-        .map(|m| serde_json::from_value(m.clone()))
+        .map(Message::deserialize)
         .ok_or_else(|| Error::protocol("a decision without a message"))?
         .map_err(|e| Error::protocol(format!("a decision's message: {e}")))?;
     Ok(Decision { status, message })
@@ -389,7 +390,7 @@ fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option
     let sid = f.get("sub").and_then(Value::as_str).unwrap_or("");
     let sub = conn.subs.lock().unwrap().get(sid).cloned();
     let Some(sub) = sub else { return };
-    match message.map(|m| serde_json::from_value::<Message>(m.clone())) {
+    match message.map(Message::deserialize) {
         Some(Ok(m)) => sub.dispatch(conn.clone(), sid, m, attempt.and_then(Value::as_u64).unwrap_or(1) as u32),
         _ => sub.report(Error::protocol("a delivery without a valid message")),
     }
@@ -406,14 +407,15 @@ async fn writer(
     mut sink: futures_util::stream::SplitSink<Ws, WsMessage>,
     mut rx: mpsc::UnboundedReceiver<Out>,
     mut pub_done: mpsc::UnboundedReceiver<()>,
+    max_frames: usize,
 ) {
     let mut queue: VecDeque<PubItem> = VecDeque::new();
-    let mut in_flight = false;
+    let mut in_flight = 0usize;
     let mut kill = conn.kill_tx.subscribe();
     'outer: loop {
         let first = tokio::select! {
             o = rx.recv() => o,
-            Some(()) = pub_done.recv() => { in_flight = false; None }
+            Some(()) = pub_done.recv() => { in_flight = in_flight.saturating_sub(1); None }
             _ = kill.wait_for(|k| *k) => break,
         };
         let mut items: Vec<Out> = Vec::new();
@@ -427,7 +429,7 @@ async fn writer(
             }
         }
         while let Ok(()) = pub_done.try_recv() {
-            in_flight = false;
+            in_flight = in_flight.saturating_sub(1);
         }
         let mut wrote = false;
         for o in items {
@@ -445,9 +447,10 @@ async fn writer(
                 }
             }
         }
-        if !in_flight && !queue.is_empty() {
-            // One publish frame in flight at a time: what queued meanwhile
-            // leaves together, and sequences follow the publish order.
+        while in_flight < max_frames && !queue.is_empty() {
+            // By default one publish frame is in flight at a time: what
+            // queued meanwhile leaves together, and sequences follow the
+            // publish order (the server admits concurrent frames in any order).
             let max_bytes = (conn.max_frame.load(Ordering::Relaxed) as usize / 2).clamp(4096, MAX_BATCH_BYTES);
             let id = conn.next_id();
             let mut txs = Vec::new();
@@ -479,7 +482,7 @@ async fn writer(
                 }
                 p.insert(id, Pending::Batch(txs));
             }
-            in_flight = true;
+            in_flight += 1;
             if sink.feed(WsMessage::Text(text)).await.is_err() {
                 break;
             }

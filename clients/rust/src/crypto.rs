@@ -388,7 +388,7 @@ pub fn seal_data(
 pub fn open_data(data: &Value, recipient: &StaticSecret, sender: &VerifyingKey) -> Result<(Map<String, Value>, Vec<u8>)> {
     let obj = data.as_object().ok_or_else(|| Error::crypto("SEAL_NOT_SEALED", "the data is not an object"))?;
     let raw = obj.get("sealed").ok_or_else(|| Error::crypto("SEAL_NOT_SEALED", "the data has no sealed member"))?;
-    let s: Sealed = serde_json::from_value(raw.clone()).map_err(|_| tampered())?;
+    let s = Sealed::deserialize(raw).map_err(|_| tampered())?;
     let payload = open(&s, recipient, sender)?;
     let mut clear = obj.clone();
     clear.remove("sealed");

@@ -5,6 +5,7 @@ use crate::conn::Conn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Contract, Decision, Message};
 use crate::subscription::{Handler, HandlerError, SubMode, SubShared, SubscribeOptions, Subscription};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -50,6 +51,11 @@ pub struct ConnectOptions {
     pub max_pending_publishes: usize,
     /// Receives errors no caller can be handed (see [`ErrorCallback`]).
     pub on_error: Option<ErrorCallback>,
+    /// How many publish frames may be on the wire unanswered (default 1).
+    /// With 1, decisions and sequences follow the order of the calls; more
+    /// frames overlap round trips, but the server admits concurrent frames
+    /// in any order.
+    pub publish_frames_in_flight: usize,
 }
 
 impl Default for ConnectOptions {
@@ -66,6 +72,7 @@ impl Default for ConnectOptions {
             dial_timeout: Duration::from_secs(10),
             max_pending_publishes: 1024,
             on_error: None,
+            publish_frames_in_flight: 1,
         }
     }
 }
@@ -188,7 +195,7 @@ fn obj(v: Value) -> Map<String, Value> {
 fn messages_of(f: &Value) -> Result<Vec<Message>> {
     match f.get("messages") {
         Some(Value::Array(a)) => {
-            a.iter().map(|m| serde_json::from_value(m.clone()).map_err(|e| Error::protocol(format!("a message: {e}")))).collect()
+            a.iter().map(|m| Message::deserialize(m).map_err(|e| Error::protocol(format!("a message: {e}")))).collect()
         }
         Some(Value::Null) | None => Ok(Vec::new()),
         _ => Err(Error::protocol("messages is not an array")),
