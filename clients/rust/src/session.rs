@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -143,7 +143,6 @@ pub(crate) struct Inner {
     changed: watch::Sender<u64>,
     closing: AtomicBool,
     pub_slots: Arc<Semaphore>,
-    next_sub: AtomicU64,
 }
 
 /// A Pigeon session over WebSocket: a negotiated contract and the
@@ -218,7 +217,6 @@ impl Session {
             state: Mutex::new(State { phase: Phase::Reconnecting, contract: Contract::default(), subs: Vec::new() }),
             changed: watch::channel(0).0,
             closing: AtomicBool::new(false),
-            next_sub: AtomicU64::new(1),
         });
         let (conn, contract) = inner.open().await?;
         inner.set_up(conn, contract);
@@ -353,8 +351,7 @@ impl Session {
 
     async fn start_sub(&self, subject: &str, opts: SubscribeOptions, mode: SubMode) -> Result<Subscription> {
         self.inner.check_open()?;
-        let id = self.inner.next_sub.fetch_add(1, Ordering::Relaxed);
-        let sub = SubShared::new(id, subject, opts, mode, Arc::downgrade(&self.inner));
+        let sub = SubShared::new(subject, opts, mode, Arc::downgrade(&self.inner));
         let conn = self.inner.conn().await?;
         sub.subscribe_on(&conn, self.inner.opts.call_timeout).await?;
         self.inner.state.lock().unwrap().subs.push(sub.clone());

@@ -195,7 +195,7 @@ pub(crate) struct SubShared {
 }
 
 impl SubShared {
-    pub(crate) fn new(_id: u64, subject: &str, opts: SubscribeOptions, mode: SubMode, session: Weak<Inner>) -> Arc<SubShared> {
+    pub(crate) fn new(subject: &str, opts: SubscribeOptions, mode: SubMode, session: Weak<Inner>) -> Arc<SubShared> {
         let (queue_tx, queue_rx) = mpsc::unbounded_channel();
         let (ack_tx, ack_rx) = mpsc::unbounded_channel();
         let s = Arc::new(SubShared {
