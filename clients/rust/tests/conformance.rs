@@ -109,6 +109,7 @@ async fn run_all() {
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
     scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
     scenario("extra.start_sequence", &mut failures, Box::pin(start_sequence(s()))).await;
+    scenario("extra.keepalive_drops_silent_server", &mut failures, Box::pin(keepalive_silent())).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -693,6 +694,34 @@ async fn transport_bad_frame() {
     );
     let e = s.publish(&telemetry("temp", "lab", 1.0)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Protocol, "{e:?}");
+    s.close().await.unwrap();
+}
+
+/// A server that answers the negotiation and nothing after: the keepalive
+/// ping goes unanswered, so the session drops the connection and says so.
+async fn keepalive_silent() {
+    use tokio_tungstenite::tungstenite::Message as W;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        use futures_util::SinkExt;
+        while let Some(Ok(W::Text(t))) = ws.next().await {
+            let f: Value = serde_json::from_str(&t).unwrap();
+            if f["op"] == "negotiate" {
+                let c = json!({"op": "contract", "re": f["id"], "contract": {"id": "ctr_silent", "expiresAt": "2099-01-01T00:00:00Z"}});
+                ws.send(W::Text(c.to_string())).await.unwrap();
+            }
+        }
+    });
+    let opts = ConnectOptions::default().reconnect(false).keepalive(Some(Duration::from_millis(200)));
+    let s = Session::connect(&format!("ws://127.0.0.1:{port}"), "any-token", &["events.telemetry"], opts).await.unwrap();
+    let t = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(3), s.closed()).await.expect("the silent connection was kept").expect("an error");
+    assert_eq!(err.kind, ErrorKind::Transport, "{err:?}");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert_eq!(s.ping().await.unwrap_err().kind, ErrorKind::Transport);
     s.close().await.unwrap();
 }
 
