@@ -23,4 +23,5 @@ fi
 
 echo "== cargo test --locked"
 cargo fetch --locked
-cargo test --locked -j "${CARGO_BUILD_JOBS:-2}"
+# A bound on the whole run (build included): a hang fails CI rather than stalling it.
+timeout --kill-after=10 900 cargo test --locked -j "${CARGO_BUILD_JOBS:-2}" -- --nocapture
