@@ -109,6 +109,7 @@ async fn run_all() {
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
     scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
     scenario("extra.start_sequence", &mut failures, Box::pin(start_sequence(s()))).await;
+    scenario("extra.filter", &mut failures, Box::pin(filter(s()))).await;
     scenario("extra.keepalive_drops_silent_server", &mut failures, Box::pin(keepalive_silent())).await;
 
     drop(server);
@@ -695,6 +696,33 @@ async fn transport_bad_frame() {
     let e = s.publish(&telemetry("temp", "lab", 1.0)).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Protocol, "{e:?}");
     s.close().await.unwrap();
+}
+
+async fn filter(srv: Arc<Server>) {
+    let mon = connect(&srv, "monitor-token", &["events.telemetry"]).await;
+    let site = format!("f{}", nonce().replace('-', ""));
+    let bad = mon.subscribe_stream("events.telemetry", SubscribeOptions::default().filter("message.data.value >")).await;
+    assert_eq!(bad.err().map(|e| (e.code, e.kind)), Some(("FILTER_INVALID".into(), ErrorKind::Invalid)));
+    let cond = format!("message.data.site == \"{site}\" && message.data.value > 5");
+    let mut sub = mon.subscribe_stream("events.telemetry", SubscribeOptions::default().filter(cond)).await.unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let mut want = Vec::new();
+    for v in [1.0, 7.0, 3.0, 9.0] {
+        let d = sensor.publish(&telemetry("temp", &site, v)).await.unwrap();
+        if v > 5.0 {
+            want.push(d.id().to_string());
+        }
+    }
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let d = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.expect("deliveries").unwrap().unwrap();
+        d.ack().await.unwrap();
+        got.push(d.message.id.clone());
+    }
+    assert_eq!(got, want);
+    sub.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
 }
 
 /// A server that answers the negotiation and nothing after: the keepalive
