@@ -51,6 +51,7 @@ pub(crate) struct Conn {
     dead: AtomicBool,
     done_tx: watch::Sender<bool>,
     kill_tx: watch::Sender<bool>,
+    kill_reason: Mutex<Option<String>>,
     pub subs: Mutex<HashMap<String, Arc<SubShared>>>,
     pub max_frame: AtomicU64,
     pub_done: mpsc::UnboundedSender<()>,
@@ -133,6 +134,7 @@ impl Conn {
             dead: AtomicBool::new(false),
             done_tx: watch::channel(false).0,
             kill_tx: watch::channel(false).0,
+            kill_reason: Mutex::new(None),
             subs: Mutex::new(HashMap::new()),
             max_frame: AtomicU64::new(1 << 20),
             pub_done: pub_done_tx,
@@ -223,7 +225,8 @@ impl Conn {
     }
 
     /// Drops the connection at once (a keepalive that got no answer).
-    pub(crate) fn kill(&self) {
+    pub(crate) fn kill(&self, reason: &str) {
+        self.kill_reason.lock().unwrap().get_or_insert_with(|| reason.to_string());
         let _ = self.kill_tx.send_replace(true);
     }
 
@@ -319,7 +322,10 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
     let err = loop {
         let msg = tokio::select! {
             m = stream.next() => m,
-            _ = kill.wait_for(|k| *k) => break Error::transport("SESSION_CLOSED", "the connection was dropped (no answer to keepalive)"),
+            _ = kill.wait_for(|k| *k) => {
+                let why = conn.kill_reason.lock().unwrap().clone().unwrap_or_else(|| "the connection was dropped".into());
+                break Error::transport("SESSION_CLOSED", why);
+            }
         };
         let text = match msg {
             Some(Ok(WsMessage::Text(t))) => t,
@@ -497,5 +503,5 @@ async fn writer(
         let _ = p.tx.send(Err(err.clone()));
     }
     let _ = sink.close().await;
-    conn.kill();
+    conn.kill("the connection was closed");
 }

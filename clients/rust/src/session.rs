@@ -509,7 +509,7 @@ impl Inner {
                     }
                     if let Err(e) = c.call(obj(json!({"op": "ping"})), timeout).await {
                         if e.kind == ErrorKind::Timeout {
-                            c.kill();
+                            c.kill("no answer to a keepalive ping");
                         }
                         return;
                     }
