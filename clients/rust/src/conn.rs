@@ -1,0 +1,507 @@
+//! One WebSocket connection: a reader task that routes answers and pushes,
+//! a writer task that corks frames and batches publishes.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Decision, Message, Status};
+use crate::session::Inner;
+use crate::subscription::SubShared;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The most messages the client puts in one publish_batch frame.
+pub const MAX_PUBLISH_BATCH: usize = 1000;
+const MAX_BATCH_BYTES: usize = 256 << 10;
+
+pub(crate) struct PubItem {
+    pub json: String,
+    pub tx: oneshot::Sender<Result<Decision>>,
+}
+
+pub(crate) enum Out {
+    Text(String),
+    Publish(PubItem),
+    Close,
+}
+
+enum Pending {
+    One(oneshot::Sender<Result<Value>>, Option<Arc<SubShared>>),
+    Batch(Vec<oneshot::Sender<Result<Decision>>>),
+}
+
+pub(crate) struct Conn {
+    out: mpsc::UnboundedSender<Out>,
+    pending: Mutex<HashMap<String, Pending>>,
+    next_id: AtomicU64,
+    ended: Mutex<Option<Error>>,
+    dead: AtomicBool,
+    done_tx: watch::Sender<bool>,
+    kill_tx: watch::Sender<bool>,
+    kill_reason: Mutex<Option<String>>,
+    pub subs: Mutex<HashMap<String, Arc<SubShared>>>,
+    pub max_frame: AtomicU64,
+    pub_done: mpsc::UnboundedSender<()>,
+}
+
+/// Builds the WebSocket URL: ws as given, http mapped to ws,
+/// `/v1/ws` added when the URL has no path.
+pub(crate) fn ws_url(url: &str) -> Result<String> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| Error::new("INVALID_ARGUMENT", format!("url {url:?} has no scheme")))?;
+    let scheme = match scheme {
+        "ws" | "http" => "ws",
+        "wss" | "https" => {
+            return Err(Error::new(
+                "INVALID_ARGUMENT",
+                "wss:// and https:// need TLS, which this client does not include: use a TLS-terminating proxy",
+            ))
+        }
+        s => return Err(Error::new("INVALID_ARGUMENT", format!("url scheme {s:?} is not ws or http"))),
+    };
+    let (host, path) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let path = if path.is_empty() || path == "/" { "/v1/ws" } else { path };
+    Ok(format!("{scheme}://{host}{path}"))
+}
+
+fn handshake_error(e: tokio_tungstenite::tungstenite::Error) -> Error {
+    use tokio_tungstenite::tungstenite::Error as WE;
+    match e {
+        WE::Http(resp) => {
+            let status = resp.status().as_u16();
+            let body = resp.body().as_deref().unwrap_or(&[]);
+            let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let mut err = match v.get("error") {
+                Some(e) => Error::from_wire(e),
+                None => Error::transport("SESSION_CLOSED", format!("the upgrade was refused with HTTP {status}")),
+            };
+            err.status = status;
+            if status == 429 || status >= 500 {
+                // At its connection limit or shutting down: worth another try.
+                err.kind = ErrorKind::Transport;
+            }
+            err
+        }
+        e => Error::transport("SESSION_CLOSED", format!("cannot connect: {e}")),
+    }
+}
+
+impl Conn {
+    /// Dials `url` and starts the connection's reader and writer.
+    pub(crate) async fn dial(inner: &Arc<Inner>) -> Result<Arc<Conn>> {
+        let url = ws_url(&inner.url)?;
+        let mut req = url.as_str().into_client_request().map_err(|e| Error::new("INVALID_ARGUMENT", e.to_string()))?;
+        let h = req.headers_mut();
+        let bad = |_| Error::new("INVALID_ARGUMENT", "the token or region is not a valid header value");
+        if inner.opts.subprotocol_auth {
+            h.insert("Sec-WebSocket-Protocol", HeaderValue::from_str(&format!("pigeon.v1, pigeon.bearer.{}", inner.token)).map_err(bad)?);
+        } else {
+            h.insert("Authorization", HeaderValue::from_str(&format!("Bearer {}", inner.token)).map_err(bad)?);
+        }
+        if let Some(r) = &inner.opts.region {
+            h.insert("x-pigeon-region", HeaderValue::from_str(r).map_err(bad)?);
+        }
+        let dial = tokio_tungstenite::connect_async(req);
+        let (ws, _) = tokio::time::timeout(inner.opts.dial_timeout, dial)
+            .await
+            .map_err(|_| Error::transport("SESSION_CLOSED", "timed out connecting"))?
+            .map_err(handshake_error)?;
+        if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+            let _ = s.set_nodelay(true);
+        }
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let (pub_done_tx, pub_done_rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Conn {
+            out: out_tx,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            ended: Mutex::new(None),
+            dead: AtomicBool::new(false),
+            done_tx: watch::channel(false).0,
+            kill_tx: watch::channel(false).0,
+            kill_reason: Mutex::new(None),
+            subs: Mutex::new(HashMap::new()),
+            max_frame: AtomicU64::new(1 << 20),
+            pub_done: pub_done_tx,
+        });
+        let (sink, stream) = ws.split();
+        tokio::spawn(writer(conn.clone(), sink, out_rx, pub_done_rx, inner.opts.publish_frames_in_flight.max(1)));
+        tokio::spawn(reader(conn.clone(), Arc::downgrade(inner), stream));
+        Ok(conn)
+    }
+
+    pub(crate) fn next_id(&self) -> String {
+        self.next_id.fetch_add(1, Ordering::Relaxed).to_string()
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Why the connection ended (a transport error), once it has.
+    pub(crate) fn failed(&self) -> Error {
+        self.ended.lock().unwrap().clone().unwrap_or_else(|| Error::transport("SESSION_CLOSED", "the connection is closed"))
+    }
+
+    /// Waits until the connection has ended.
+    pub(crate) async fn wait_done(&self) {
+        let mut rx = self.done_tx.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+
+    /// Sends a frame (an object with `op`) and waits for its answer, at
+    /// most `timeout`. An `error` answer is returned as the typed error.
+    pub(crate) async fn call(&self, frame: Map<String, Value>, timeout: Duration) -> Result<Value> {
+        self.call_hook(frame, None, timeout).await
+    }
+
+    /// `call` of a subscribe frame: the reader registers `sub` under its
+    /// new id before it reads the next frame, so no delivery is missed.
+    pub(crate) async fn call_sub(&self, frame: Map<String, Value>, sub: Arc<SubShared>, timeout: Duration) -> Result<Value> {
+        self.call_hook(frame, Some(sub), timeout).await
+    }
+
+    async fn call_hook(&self, mut frame: Map<String, Value>, sub: Option<Arc<SubShared>>, timeout: Duration) -> Result<Value> {
+        let id = self.next_id();
+        frame.insert("id".into(), Value::String(id.clone()));
+        let text = serde_json::to_string(&frame).expect("a frame encodes");
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.pending.lock().unwrap();
+            if self.is_dead() {
+                return Err(self.failed());
+            }
+            p.insert(id.clone(), Pending::One(tx, sub));
+        }
+        if self.out.send(Out::Text(text)).is_err() {
+            self.pending.lock().unwrap().remove(&id);
+            return Err(self.failed());
+        }
+        let ans = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(self.failed()),
+            Err(_) => {
+                self.pending.lock().unwrap().remove(&id);
+                return Err(Error::new("REQUEST_TIMEOUT", format!("no answer within {timeout:?}")));
+            }
+        };
+        if ans.get("op").and_then(Value::as_str) == Some("error") {
+            return Err(match ans.get("error") {
+                Some(e) if e.is_object() => Error::from_wire(e),
+                _ => Error::protocol("an error frame without an error object"),
+            });
+        }
+        Ok(ans)
+    }
+
+    /// Queues a publish for the writer.
+    pub(crate) fn publish(&self, json: String) -> Result<oneshot::Receiver<Result<Decision>>> {
+        let (tx, rx) = oneshot::channel();
+        if self.is_dead() {
+            return Err(self.failed());
+        }
+        self.out.send(Out::Publish(PubItem { json, tx })).map_err(|_| self.failed())?;
+        Ok(rx)
+    }
+
+    /// Closes the connection normally (1000) after what is queued.
+    pub(crate) fn close(&self) {
+        let _ = self.out.send(Out::Close);
+    }
+
+    /// Drops the connection at once (a keepalive that got no answer).
+    pub(crate) fn kill(&self, reason: &str) {
+        self.kill_reason.lock().unwrap().get_or_insert_with(|| reason.to_string());
+        let _ = self.kill_tx.send_replace(true);
+    }
+
+    fn end(&self, err: Error) -> bool {
+        let pending = {
+            let mut p = self.pending.lock().unwrap();
+            if self.dead.swap(true, Ordering::AcqRel) {
+                return false;
+            }
+            *self.ended.lock().unwrap() = Some(err.clone());
+            std::mem::take(&mut *p)
+        };
+        for (_, p) in pending {
+            match p {
+                Pending::One(tx, _) => {
+                    let _ = tx.send(Err(err.clone()));
+                }
+                Pending::Batch(txs) => {
+                    for tx in txs {
+                        let _ = tx.send(Err(err.clone()));
+                    }
+                }
+            }
+        }
+        let _ = self.done_tx.send_replace(true);
+        let _ = self.kill_tx.send_replace(true);
+        true
+    }
+
+    fn take_pending(&self, re: &str) -> Option<Pending> {
+        self.pending.lock().unwrap().remove(re)
+    }
+}
+
+fn decision_of(v: &Value) -> Result<Decision> {
+    let status = match v.get("status").and_then(Value::as_str) {
+        Some("accepted") => Status::Accepted,
+        Some("duplicate") => Status::Duplicate,
+        _ => return Err(Error::protocol("a decision without a known status")),
+    };
+    let message: Message = v
+        .get("message")
+        .map(Message::deserialize)
+        .ok_or_else(|| Error::protocol("a decision without a message"))?
+        .map_err(|e| Error::protocol(format!("a decision's message: {e}")))?;
+    Ok(Decision { status, message })
+}
+
+fn answer_batch(txs: Vec<oneshot::Sender<Result<Decision>>>, f: &Value) {
+    match f.get("op").and_then(Value::as_str) {
+        Some("error") => {
+            let e = f.get("error").map(Error::from_wire).unwrap_or_else(|| Error::protocol("an error frame without an error"));
+            for tx in txs {
+                let _ = tx.send(Err(e.clone()));
+            }
+        }
+        Some("decision") if txs.len() == 1 => {
+            for tx in txs {
+                let _ = tx.send(decision_of(f));
+            }
+        }
+        Some("decisions") => {
+            let results = f.get("results").and_then(Value::as_array);
+            for (i, tx) in txs.into_iter().enumerate() {
+                let r = match results.and_then(|r| r.get(i)) {
+                    Some(slot) => match slot.get("error") {
+                        Some(e) => Err(Error::from_wire(e)),
+                        None => decision_of(slot),
+                    },
+                    None => Err(Error::protocol("a decisions frame with fewer results than messages")),
+                };
+                let _ = tx.send(r);
+            }
+        }
+        _ => {
+            for tx in txs {
+                let _ = tx.send(Err(Error::protocol("an unexpected answer to a publish")));
+            }
+        }
+    }
+}
+
+fn close_error(frame: Option<&CloseFrame<'_>>) -> Error {
+    match frame {
+        Some(f) if f.code == CloseCode::Away => Error::transport("SHUTTING_DOWN", "the server is shutting down"),
+        Some(f) => Error::transport("SESSION_CLOSED", format!("the server closed the connection ({}: {})", u16::from(f.code), f.reason)),
+        None => Error::transport("SESSION_CLOSED", "the server closed the connection"),
+    }
+}
+
+async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::stream::SplitStream<Ws>) {
+    let mut kill = conn.kill_tx.subscribe();
+    let err = loop {
+        let msg = tokio::select! {
+            m = stream.next() => m,
+            _ = kill.wait_for(|k| *k) => {
+                let why = conn.kill_reason.lock().unwrap().clone().unwrap_or_else(|| "the connection was dropped".into());
+                break Error::transport("SESSION_CLOSED", why);
+            }
+        };
+        let text = match msg {
+            Some(Ok(WsMessage::Text(t))) => t,
+            Some(Ok(WsMessage::Binary(_))) => {
+                report(&inner, Error::protocol("a binary frame"));
+                continue;
+            }
+            Some(Ok(WsMessage::Close(f))) => break close_error(f.as_ref()),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => break Error::transport("SESSION_CLOSED", format!("the connection failed: {e}")),
+            None => break Error::transport("SESSION_CLOSED", "the connection ended"),
+        };
+        let f: Value = match serde_json::from_str(&text) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => {
+                let shown: String = text.chars().take(80).collect();
+                report(&inner, Error::protocol(format!("a frame that is not a JSON object: {shown:?}")));
+                continue;
+            }
+        };
+        if let Some(re) = f.get("re").and_then(Value::as_str) {
+            match conn.take_pending(re) {
+                Some(Pending::One(tx, sub)) => {
+                    if let (Some(sub), Some("subscribed"), Some(sid)) =
+                        (sub, f.get("op").and_then(Value::as_str), f.get("sub").and_then(Value::as_str))
+                    {
+                        conn.subs.lock().unwrap().insert(sid.to_string(), sub);
+                    }
+                    let _ = tx.send(Ok(f));
+                }
+                Some(Pending::Batch(txs)) => {
+                    answer_batch(txs, &f);
+                    let _ = conn.pub_done.send(());
+                }
+                None => {}
+            }
+            continue;
+        }
+        match f.get("op").and_then(Value::as_str) {
+            Some("deliver") => deliver(&conn, &f, f.get("message"), f.get("attempt")),
+            Some("deliver_batch") => match f.get("deliveries").and_then(Value::as_array) {
+                Some(ds) => {
+                    for d in ds {
+                        deliver(&conn, &f, d.get("message"), d.get("attempt"));
+                    }
+                }
+                None => report(&inner, Error::protocol("a deliver_batch without deliveries")),
+            },
+            Some("unsubscribed") => {
+                let sid = f.get("sub").and_then(Value::as_str).unwrap_or("");
+                let sub = conn.subs.lock().unwrap().remove(sid);
+                if let Some(sub) = sub {
+                    let err = f.get("error").map(Error::from_wire);
+                    sub.end(err);
+                }
+            }
+            Some("error") => report(&inner, f.get("error").map(Error::from_wire).unwrap_or_else(|| Error::protocol("an error frame"))),
+            _ => report(&inner, Error::protocol(format!("an unexpected frame: {}", f.get("op").unwrap_or(&Value::Null)))),
+        }
+    };
+    conn.end(err.clone());
+    if let Some(inner) = inner.upgrade() {
+        inner.conn_lost(&conn, err);
+    }
+}
+
+fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option<&Value>) {
+    let sid = f.get("sub").and_then(Value::as_str).unwrap_or("");
+    let sub = conn.subs.lock().unwrap().get(sid).cloned();
+    let Some(sub) = sub else { return };
+    match message.map(Message::deserialize) {
+        Some(Ok(m)) => sub.dispatch(conn.clone(), sid, m, attempt.and_then(Value::as_u64).unwrap_or(1) as u32),
+        _ => sub.report(Error::protocol("a delivery without a valid message")),
+    }
+}
+
+fn report(inner: &Weak<Inner>, e: Error) {
+    if let Some(inner) = inner.upgrade() {
+        inner.report(e);
+    }
+}
+
+async fn writer(
+    conn: Arc<Conn>,
+    mut sink: futures_util::stream::SplitSink<Ws, WsMessage>,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    mut pub_done: mpsc::UnboundedReceiver<()>,
+    max_frames: usize,
+) {
+    let mut queue: VecDeque<PubItem> = VecDeque::new();
+    let mut in_flight = 0usize;
+    let mut kill = conn.kill_tx.subscribe();
+    'outer: loop {
+        let first = tokio::select! {
+            o = rx.recv() => o,
+            Some(()) = pub_done.recv() => { in_flight = in_flight.saturating_sub(1); None }
+            _ = kill.wait_for(|k| *k) => break,
+        };
+        let mut items: Vec<Out> = Vec::new();
+        if let Some(o) = first {
+            items.push(o);
+        }
+        while items.len() < 4096 {
+            match rx.try_recv() {
+                Ok(o) => items.push(o),
+                Err(_) => break,
+            }
+        }
+        while let Ok(()) = pub_done.try_recv() {
+            in_flight = in_flight.saturating_sub(1);
+        }
+        let mut wrote = false;
+        for o in items {
+            match o {
+                Out::Text(t) => {
+                    if sink.feed(WsMessage::Text(t)).await.is_err() {
+                        break 'outer;
+                    }
+                    wrote = true;
+                }
+                Out::Publish(p) => queue.push_back(p),
+                Out::Close => {
+                    let _ = sink.send(WsMessage::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "".into() }))).await;
+                    break 'outer;
+                }
+            }
+        }
+        while in_flight < max_frames && !queue.is_empty() {
+            // By default one publish frame is in flight at a time: what
+            // queued meanwhile leaves together, and sequences follow the
+            // publish order (the server admits concurrent frames in any order).
+            let max_bytes = (conn.max_frame.load(Ordering::Relaxed) as usize / 2).clamp(4096, MAX_BATCH_BYTES);
+            let id = conn.next_id();
+            let mut txs = Vec::new();
+            let mut body = String::new();
+            while let Some(p) = queue.front() {
+                if !txs.is_empty() && (txs.len() >= MAX_PUBLISH_BATCH || body.len() + p.json.len() > max_bytes) {
+                    break;
+                }
+                let p = queue.pop_front().unwrap();
+                if !body.is_empty() {
+                    body.push(',');
+                }
+                body.push_str(&p.json);
+                txs.push(p.tx);
+            }
+            let text = if txs.len() == 1 {
+                format!(r#"{{"op":"publish","id":"{id}","message":{body}}}"#)
+            } else {
+                format!(r#"{{"op":"publish_batch","id":"{id}","messages":[{body}]}}"#)
+            };
+            {
+                let mut p = conn.pending.lock().unwrap();
+                if conn.is_dead() {
+                    drop(p);
+                    for tx in txs {
+                        let _ = tx.send(Err(conn.failed()));
+                    }
+                    break;
+                }
+                p.insert(id, Pending::Batch(txs));
+            }
+            in_flight += 1;
+            if sink.feed(WsMessage::Text(text)).await.is_err() {
+                break;
+            }
+            wrote = true;
+        }
+        if wrote && sink.flush().await.is_err() {
+            break;
+        }
+    }
+    let err = conn.failed();
+    for p in queue {
+        let _ = p.tx.send(Err(err.clone()));
+    }
+    let _ = sink.close().await;
+    conn.kill("the connection was closed");
+}

@@ -1,0 +1,396 @@
+//! End-to-end signatures and sealed payloads, byte-compatible with the Go
+//! implementation (`pigeon.SignMessage`, package `pigeon/seal`): see
+//! docs/security.md. Only audited primitives are used: Ed25519
+//! (`ed25519-dalek`), X25519 (`x25519-dalek`), HKDF-SHA256 (`hkdf`, `sha2`)
+//! and XChaCha20-Poly1305 (`chacha20poly1305`).
+
+use crate::error::{Error, Result};
+use crate::jcs;
+use crate::message::{Message, Signature};
+use crate::time;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use rand_core::{OsRng, RngCore};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use x25519_dalek::{PublicKey as XPublic, StaticSecret};
+
+pub use ed25519_dalek::{SigningKey as Ed25519SigningKey, VerifyingKey as Ed25519VerifyingKey};
+pub use x25519_dalek::{PublicKey as X25519PublicKey, StaticSecret as X25519Secret};
+
+/// The context string that starts every signing input.
+pub const SIGNATURE_CONTEXT: &str = "pigeon-sig-v1";
+/// The algorithm of a version 1 sealed payload.
+pub const SEAL_ALG: &str = "X25519-HKDF-SHA256-XChaCha20Poly1305-Ed25519";
+const SEAL_CONTEXT: &[u8] = b"pigeon-seal-v1\0";
+const SEAL_INFO: &[u8] = b"pigeon-seal-v1 xchacha20poly1305 key";
+
+/// base64url without padding, the spelling of every binary field.
+pub fn b64_encode(b: &[u8]) -> String {
+    B64.encode(b)
+}
+
+/// Strict base64url decoding: no padding, no standard alphabet, no
+/// non-zero trailing bits.
+pub fn b64_decode(s: &str) -> Option<Vec<u8>> {
+    B64.decode(s).ok()
+}
+
+fn b64_32(s: &str) -> Option<[u8; 32]> {
+    b64_decode(s)?.try_into().ok()
+}
+
+/// The bytes a signature covers: the JCS form of
+/// `["pigeon-sig-v1", subject, id, time, data]`, with absent data as `{}`.
+pub fn signing_input(m: &Message) -> Result<Vec<u8>> {
+    if m.subject.is_empty() || m.id.is_empty() || m.time.is_empty() {
+        return Err(Error::new("ENVELOPE_INVALID", "subject, id and time must be set to sign or verify"));
+    }
+    if time::parse_rfc3339_ms(&m.time).is_none() {
+        return Err(Error::new("ENVELOPE_INVALID", "time is not RFC 3339"));
+    }
+    let data = match &m.data {
+        Value::Null => Value::Object(Map::new()),
+        d => d.clone(),
+    };
+    let input = Value::Array(vec![
+        Value::String(SIGNATURE_CONTEXT.into()),
+        Value::String(m.subject.clone()),
+        Value::String(m.id.clone()),
+        Value::String(m.time.clone()),
+        data,
+    ]);
+    jcs::canonicalize(&input)
+}
+
+/// A fresh message id (`msg_` and 20 base-36 characters).
+pub fn new_message_id() -> String {
+    const A: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut b = [0u8; 20];
+    OsRng.fill_bytes(&mut b);
+    let mut s = String::from("msg_");
+    s.extend(b.iter().map(|x| A[(*x as usize) % 36] as char));
+    s
+}
+
+/// Signs `m` with the Ed25519 key `key` published under `kid`, filling an
+/// empty `id` with a fresh one and an empty `time` with now (both are signed).
+pub fn sign_message(m: &mut Message, kid: &str, key: &SigningKey) -> Result<()> {
+    if kid.is_empty() || kid.len() > 128 || !kid.bytes().all(|c| (0x21..0x7f).contains(&c)) {
+        return Err(Error::new("INVALID_ARGUMENT", "kid must be 1 to 128 printable ASCII characters"));
+    }
+    if m.id.is_empty() {
+        m.id = new_message_id();
+    }
+    if m.time.is_empty() {
+        m.time = time::format_rfc3339_ms(time::now_ms());
+    }
+    let input = signing_input(m)?;
+    let sig = key.sign(&input);
+    m.signature = Some(Signature { kid: kid.to_string(), alg: "ed25519".into(), sig: b64_encode(&sig.to_bytes()) });
+    Ok(())
+}
+
+/// Verifies `m`'s signature with the sender's public key:
+/// `SIGNATURE_REQUIRED` without one, `SIGNATURE_INVALID` when it does not verify.
+pub fn verify_message(m: &Message, key: &VerifyingKey) -> Result<()> {
+    let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
+    let invalid = || Error::crypto("SIGNATURE_INVALID", "the signature does not verify");
+    if s.alg != "ed25519" {
+        return Err(invalid());
+    }
+    let raw: [u8; 64] = b64_decode(&s.sig).and_then(|b| b.try_into().ok()).ok_or_else(invalid)?;
+    let input = signing_input(m).map_err(|_| invalid())?;
+    key.verify_strict(&input, &ed25519_dalek::Signature::from_bytes(&raw)).map_err(|_| invalid())
+}
+
+/// Verifies `m` with the sender's published keys: the signing key of the
+/// signature's kid valid at the message time.
+pub fn verify_message_with_keys(m: &Message, keys: &[PublicKey]) -> Result<()> {
+    let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
+    let t = time::parse_rfc3339_ms(&m.time).ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the message time is not RFC 3339"))?;
+    let k = select_key(keys, &s.kid, "sig", t)
+        .ok_or_else(|| Error::crypto("SIGNATURE_INVALID", format!("no signing key {} valid at the message time", s.kid)))?;
+    let vk = k.ed25519_key().ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the key is not an Ed25519 public key"))?;
+    verify_message(m, &vk)
+}
+
+/// A published public key (docs/security.md, "Published keys").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicKey {
+    pub kid: String,
+    #[serde(rename = "use")]
+    pub use_: String,
+    pub alg: String,
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub not_before: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub not_after: String,
+}
+
+impl PublicKey {
+    /// A signing key entry for a raw Ed25519 public key.
+    pub fn ed25519(kid: &str, key: &VerifyingKey) -> PublicKey {
+        PublicKey {
+            kid: kid.into(),
+            use_: "sig".into(),
+            alg: "ed25519".into(),
+            key: b64_encode(key.as_bytes()),
+            not_before: String::new(),
+            not_after: String::new(),
+        }
+    }
+    /// An encryption key entry for a raw X25519 public key.
+    pub fn x25519(kid: &str, key: &XPublic) -> PublicKey {
+        PublicKey {
+            kid: kid.into(),
+            use_: "enc".into(),
+            alg: "x25519".into(),
+            key: b64_encode(key.as_bytes()),
+            not_before: String::new(),
+            not_after: String::new(),
+        }
+    }
+    /// Whether `notBefore <= t < notAfter` (t in Unix milliseconds).
+    pub fn valid_at(&self, t: i64) -> bool {
+        let nb = if self.not_before.is_empty() { Some(i64::MIN) } else { time::parse_rfc3339_ms(&self.not_before) };
+        let na = if self.not_after.is_empty() { Some(i64::MAX) } else { time::parse_rfc3339_ms(&self.not_after) };
+        matches!((nb, na), (Some(nb), Some(na)) if nb <= t && t < na)
+    }
+    /// The Ed25519 key, when this is one.
+    pub fn ed25519_key(&self) -> Option<VerifyingKey> {
+        if self.alg != "ed25519" {
+            return None;
+        }
+        VerifyingKey::from_bytes(&b64_32(&self.key)?).ok()
+    }
+    /// The X25519 key, when this is one.
+    pub fn x25519_key(&self) -> Option<XPublic> {
+        if self.alg != "x25519" {
+            return None;
+        }
+        Some(XPublic::from(b64_32(&self.key)?))
+    }
+}
+
+/// The key of `kid` and `use_` valid at `t`; without a kid, the valid key
+/// of that use with the latest `notBefore` (the last listed among equals).
+pub fn select_key<'a>(keys: &'a [PublicKey], kid: &str, use_: &str, t: i64) -> Option<&'a PublicKey> {
+    let mut best: Option<&PublicKey> = None;
+    for k in keys.iter().filter(|k| k.use_ == use_ && k.valid_at(t)) {
+        if !kid.is_empty() {
+            if k.kid == kid {
+                return Some(k);
+            }
+            continue;
+        }
+        let nb = |k: &PublicKey| time::parse_rfc3339_ms(&k.not_before).unwrap_or(i64::MIN);
+        if best.is_none_or(|b| nb(k) >= nb(b)) {
+            best = Some(k);
+        }
+    }
+    best
+}
+
+/// A key id as the Go code derives it: `prefix` and the base64url of the
+/// first 12 bytes of the public key's SHA-256.
+pub fn key_id(prefix: &str, public: &[u8]) -> String {
+    let h = Sha256::digest(public);
+    format!("{}{}", prefix, b64_encode(&h[..12]))
+}
+
+/// A program's signing and encryption key pairs with their kids.
+#[derive(Clone)]
+pub struct Keys {
+    pub signing_kid: String,
+    pub signing: SigningKey,
+    pub encryption_kid: String,
+    pub encryption: StaticSecret,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Keys{{signing: {}, encryption: {}}}", self.signing_kid, self.encryption_kid)
+    }
+}
+
+impl Keys {
+    /// Fresh random key pairs.
+    pub fn generate() -> Keys {
+        let mut seed = [0u8; 32];
+        OsRng.fill_bytes(&mut seed);
+        let mut enc = [0u8; 32];
+        OsRng.fill_bytes(&mut enc);
+        Keys::from_bytes(seed, enc)
+    }
+    /// Keys from an Ed25519 seed and an X25519 private key.
+    pub fn from_bytes(signing_seed: [u8; 32], encryption_private: [u8; 32]) -> Keys {
+        let signing = SigningKey::from_bytes(&signing_seed);
+        let encryption = StaticSecret::from(encryption_private);
+        Keys {
+            signing_kid: key_id("sig-", signing.verifying_key().as_bytes()),
+            encryption_kid: key_id("enc-", XPublic::from(&encryption).as_bytes()),
+            signing,
+            encryption,
+        }
+    }
+    pub fn signing_public(&self) -> VerifyingKey {
+        self.signing.verifying_key()
+    }
+    pub fn encryption_public(&self) -> XPublic {
+        XPublic::from(&self.encryption)
+    }
+    /// The public halves, to publish with `PUT /v1/accounts/{id}/keys`.
+    pub fn public_keys(&self) -> Vec<PublicKey> {
+        vec![
+            PublicKey::ed25519(&self.signing_kid, &self.signing_public()),
+            PublicKey::x25519(&self.encryption_kid, &self.encryption_public()),
+        ]
+    }
+}
+
+/// A sealed payload (docs/security.md, "The sealed object").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Sealed {
+    pub v: u32,
+    pub alg: String,
+    pub recipient_kid: String,
+    pub sender_kid: String,
+    pub ephemeral_key: String,
+    pub nonce: String,
+    pub ciphertext: String,
+    pub sig: String,
+}
+
+fn tampered() -> Error {
+    Error::crypto("SEAL_TAMPERED", "the sealed payload does not open")
+}
+
+fn header(recipient_kid: &str, sender_kid: &str, r: &[u8; 32], sender: &[u8; 32], e: &[u8; 32], nonce: &[u8]) -> Result<Vec<u8>> {
+    let mut h = Vec::with_capacity(256);
+    h.extend_from_slice(SEAL_CONTEXT);
+    for f in [SEAL_ALG.as_bytes(), recipient_kid.as_bytes(), sender_kid.as_bytes(), r, sender, e, nonce] {
+        let n = u16::try_from(f.len()).map_err(|_| tampered())?;
+        h.extend_from_slice(&n.to_be_bytes());
+        h.extend_from_slice(f);
+    }
+    Ok(h)
+}
+
+fn check_kid(kid: &str) -> bool {
+    !kid.is_empty() && kid.len() <= 128
+}
+
+fn seal_key(shared: &[u8; 32], e: &[u8; 32], r: &[u8; 32]) -> [u8; 32] {
+    let mut salt = [0u8; 64];
+    salt[..32].copy_from_slice(e);
+    salt[32..].copy_from_slice(r);
+    let hk = hkdf::Hkdf::<Sha256>::new(Some(&salt), shared);
+    let mut key = [0u8; 32];
+    hk.expand(SEAL_INFO, &mut key).expect("32 bytes is a valid HKDF-SHA256 length");
+    key
+}
+
+/// Encrypts `plaintext` for the recipient's X25519 key (published under
+/// `recipient_kid`) and signs it with the sender's Ed25519 key.
+pub fn seal(plaintext: &[u8], recipient_kid: &str, recipient: &XPublic, sender_kid: &str, sender: &SigningKey) -> Result<Sealed> {
+    if !check_kid(recipient_kid) || !check_kid(sender_kid) {
+        return Err(Error::new("INVALID_ARGUMENT", "kids must be 1 to 128 bytes"));
+    }
+    let mut eb = [0u8; 32];
+    OsRng.fill_bytes(&mut eb);
+    let e = StaticSecret::from(eb);
+    let ep = XPublic::from(&e);
+    let shared = e.diffie_hellman(recipient);
+    if !shared.was_contributory() {
+        return Err(Error::new("INVALID_ARGUMENT", "the recipient key is of low order"));
+    }
+    let key = seal_key(shared.as_bytes(), ep.as_bytes(), recipient.as_bytes());
+    let mut nonce = [0u8; 24];
+    OsRng.fill_bytes(&mut nonce);
+    let h = header(recipient_kid, sender_kid, recipient.as_bytes(), sender.verifying_key().as_bytes(), ep.as_bytes(), &nonce)?;
+    let ct = XChaCha20Poly1305::new((&key).into())
+        .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext, aad: &h })
+        .map_err(|_| Error::new("INTERNAL", "encryption failed"))?;
+    let mut signed = h;
+    signed.extend_from_slice(&ct);
+    let sig = sender.sign(&signed);
+    Ok(Sealed {
+        v: 1,
+        alg: SEAL_ALG.into(),
+        recipient_kid: recipient_kid.into(),
+        sender_kid: sender_kid.into(),
+        ephemeral_key: b64_encode(ep.as_bytes()),
+        nonce: b64_encode(&nonce),
+        ciphertext: b64_encode(&ct),
+        sig: b64_encode(&sig.to_bytes()),
+    })
+}
+
+/// Checks the sender's signature, then decrypts with the recipient's
+/// private key. Any failed check is `SEAL_TAMPERED`, without saying which;
+/// an unknown version or algorithm is `SEAL_UNSUPPORTED`.
+pub fn open(s: &Sealed, recipient: &StaticSecret, sender: &VerifyingKey) -> Result<Vec<u8>> {
+    if s.v != 1 || s.alg != SEAL_ALG {
+        return Err(Error::crypto("SEAL_UNSUPPORTED", "unknown sealed payload version or algorithm"));
+    }
+    if !check_kid(&s.recipient_kid) || !check_kid(&s.sender_kid) {
+        return Err(tampered());
+    }
+    let e = b64_32(&s.ephemeral_key).ok_or_else(tampered)?;
+    let nonce: [u8; 24] = b64_decode(&s.nonce).and_then(|b| b.try_into().ok()).ok_or_else(tampered)?;
+    let ct = b64_decode(&s.ciphertext).ok_or_else(tampered)?;
+    let sig: [u8; 64] = b64_decode(&s.sig).and_then(|b| b.try_into().ok()).ok_or_else(tampered)?;
+    if ct.len() < 16 {
+        return Err(tampered());
+    }
+    let r = XPublic::from(recipient);
+    let h = header(&s.recipient_kid, &s.sender_kid, r.as_bytes(), sender.as_bytes(), &e, &nonce)?;
+    let mut signed = h.clone();
+    signed.extend_from_slice(&ct);
+    sender.verify_strict(&signed, &ed25519_dalek::Signature::from_bytes(&sig)).map_err(|_| tampered())?;
+    let shared = recipient.diffie_hellman(&XPublic::from(e));
+    if !shared.was_contributory() {
+        return Err(tampered());
+    }
+    let key = seal_key(shared.as_bytes(), &e, r.as_bytes());
+    XChaCha20Poly1305::new((&key).into()).decrypt(XNonce::from_slice(&nonce), Payload { msg: &ct, aad: &h }).map_err(|_| tampered())
+}
+
+/// Message data for a sealed payload: the routing fields of `clear` and
+/// the sealed object under `sealed`.
+pub fn seal_data(
+    clear: &Map<String, Value>,
+    payload: &[u8],
+    recipient_kid: &str,
+    recipient: &XPublic,
+    sender_kid: &str,
+    sender: &SigningKey,
+) -> Result<Value> {
+    if clear.contains_key("sealed") {
+        return Err(Error::new("INVALID_ARGUMENT", "a clear field may not be named sealed"));
+    }
+    let s = seal(payload, recipient_kid, recipient, sender_kid, sender)?;
+    let mut data = clear.clone();
+    data.insert("sealed".into(), serde_json::to_value(s).expect("a sealed object encodes"));
+    Ok(Value::Object(data))
+}
+
+/// Opens the message data `seal_data` built: the clear fields and the
+/// payload. `SEAL_NOT_SEALED` when there is no `sealed` member.
+pub fn open_data(data: &Value, recipient: &StaticSecret, sender: &VerifyingKey) -> Result<(Map<String, Value>, Vec<u8>)> {
+    let obj = data.as_object().ok_or_else(|| Error::crypto("SEAL_NOT_SEALED", "the data is not an object"))?;
+    let raw = obj.get("sealed").ok_or_else(|| Error::crypto("SEAL_NOT_SEALED", "the data has no sealed member"))?;
+    let s = Sealed::deserialize(raw).map_err(|_| tampered())?;
+    let payload = open(&s, recipient, sender)?;
+    let mut clear = obj.clone();
+    clear.remove("sealed");
+    Ok((clear, payload))
+}

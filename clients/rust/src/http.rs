@@ -1,0 +1,208 @@
+//! The few HTTP calls a WebSocket client needs beside its session: the
+//! published keys of an account (fetched and cached), publishing one's own
+//! keys, revoking a contract, and a plain JSON call for the rest
+//! (accounts, roles, grants). A minimal HTTP/1.1 client on tokio (the
+//! response head is parsed by `httparse`), so no HTTP stack is pulled in.
+
+use crate::crypto::PublicKey;
+use crate::error::{Error, Result};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Percent-encodes one path segment (everything but unreserved characters).
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{:02X}", b));
+        }
+    }
+    out
+}
+
+/// The HTTP base (`http://host:port`) of a server URL given as `ws://`,
+/// `wss://`, `http://` or `https://`, with or without a path.
+pub fn http_base(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let scheme = match scheme {
+        "ws" | "http" => "http",
+        _ => "https",
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or(rest);
+    format!("{}://{}", scheme, host)
+}
+
+/// A bearer-token HTTP client of one server (plain `http://`: the same
+/// scope as the WebSocket transport). Each call is one HTTP/1.1 request on
+/// its own connection. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpClient {
+    base: String,
+    host: String,
+    token: String,
+    timeout: Duration,
+}
+
+impl HttpClient {
+    /// A client of the server at `url` (any of the forms `http_base` takes).
+    pub fn new(url: &str, token: &str) -> HttpClient {
+        let base = http_base(url);
+        let host = base.split_once("://").map(|(_, h)| h.to_string()).unwrap_or_default();
+        HttpClient { base, host, token: token.to_string(), timeout: Duration::from_secs(30) }
+    }
+
+    /// One JSON call: `(status, body)` for a 2xx answer, the server's typed
+    /// error otherwise (a transport error when the server cannot be reached
+    /// or does not answer within 30 s).
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
+        if !self.base.starts_with("http://") {
+            return Err(Error::new("INVALID_ARGUMENT", "only http:// servers are supported"));
+        }
+        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(method, path, body))
+            .await
+            .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
+        let v: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            return Ok((status, v));
+        }
+        let mut e = match v.get("error") {
+            Some(err) => Error::from_wire(err),
+            None => Error::new("INTERNAL", format!("{method} {path}: HTTP {status}")),
+        };
+        e.status = status;
+        Err(e)
+    }
+
+    async fn round_trip(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Vec<u8>)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let lost = |e: std::io::Error| Error::transport("SESSION_CLOSED", format!("{method} {path}: {e}"));
+        let body = body.map(|b| serde_json::to_vec(&b).expect("a JSON body encodes")).unwrap_or_default();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.host,
+            self.token,
+            body.len()
+        );
+        if !body.is_empty() {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        req.push_str("\r\n");
+        let mut conn = tokio::net::TcpStream::connect(&self.host).await.map_err(lost)?;
+        conn.write_all(req.as_bytes()).await.map_err(lost)?;
+        conn.write_all(&body).await.map_err(lost)?;
+        let mut raw = Vec::with_capacity(4096);
+        conn.read_to_end(&mut raw).await.map_err(lost)?;
+        parse_response(&raw).ok_or_else(|| Error::protocol(format!("{method} {path}: an HTTP answer that does not parse")))
+    }
+
+    /// The published keys of `account` (`GET /v1/accounts/{id}/keys`).
+    pub async fn fetch_keys(&self, account: &str) -> Result<Vec<PublicKey>> {
+        let (_, v) = self.call("GET", &format!("/v1/accounts/{}/keys", encode_segment(account)), None).await?;
+        serde_json::from_value(v.get("keys").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| Error::protocol(format!("keys: {e}")))
+    }
+
+    /// Publishes `keys` for `account` (`PUT /v1/accounts/{id}/keys`; the
+    /// account itself or an admin).
+    pub async fn publish_keys(&self, account: &str, keys: &[PublicKey]) -> Result<()> {
+        self.call("PUT", &format!("/v1/accounts/{}/keys", encode_segment(account)), Some(json!({ "keys": keys }))).await?;
+        Ok(())
+    }
+
+    /// Creates an account (admin); an account that exists already is not an error.
+    pub async fn ensure_account(&self, account: &str) -> Result<()> {
+        match self.call("POST", "/v1/accounts", Some(json!({ "id": account }))).await {
+            Err(e) if e.code == "CONFLICT" => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    /// Revokes a contract (its holder only): `DELETE /v1/contracts/{id}`.
+    pub async fn revoke_contract(&self, contract_id: &str) -> Result<()> {
+        self.call("DELETE", &format!("/v1/contracts/{}", encode_segment(contract_id)), None).await.map(|_| ())
+    }
+}
+
+type Cached = (Instant, Arc<Vec<PublicKey>>);
+
+/// Fetches and caches accounts' published keys for `ttl`. Cheap to clone;
+/// safe to share between tasks.
+#[derive(Clone)]
+pub struct KeyCache {
+    http: HttpClient,
+    ttl: Duration,
+    cache: Arc<Mutex<HashMap<String, Cached>>>,
+}
+
+impl KeyCache {
+    pub fn new(http: HttpClient, ttl: Duration) -> KeyCache {
+        KeyCache { http, ttl, cache: Arc::default() }
+    }
+
+    /// The keys of `account`, from the cache while fresh.
+    pub async fn keys(&self, account: &str) -> Result<Arc<Vec<PublicKey>>> {
+        if let Some((at, k)) = self.cache.lock().unwrap().get(account) {
+            if at.elapsed() < self.ttl {
+                return Ok(k.clone());
+            }
+        }
+        let k = Arc::new(self.http.fetch_keys(account).await?);
+        self.cache.lock().unwrap().insert(account.to_string(), (Instant::now(), k.clone()));
+        Ok(k)
+    }
+
+    /// Forgets `account`'s keys (after a rotation, or a failed verification).
+    pub fn invalidate(&self, account: &str) {
+        self.cache.lock().unwrap().remove(account);
+    }
+}
+
+/// Parses a whole HTTP/1.1 response read to the end of the connection:
+/// the status and the body (by Content-Length, chunked, or to the end).
+fn parse_response(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head = match resp.parse(raw).ok()? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return None,
+    };
+    let status = resp.code?;
+    let header = |name: &str| resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+    let rest = &raw[head..];
+    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case(b"chunked")) {
+        let mut body = Vec::new();
+        let mut at = 0;
+        loop {
+            let line_end = at + rest[at..].windows(2).position(|w| w == b"\r\n")?;
+            let size_text = std::str::from_utf8(&rest[at..line_end]).ok()?;
+            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+            at = line_end + 2;
+            if size == 0 {
+                return Some((status, body));
+            }
+            body.extend_from_slice(rest.get(at..at + size)?);
+            at += size + 2;
+        }
+    }
+    match header("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok()) {
+        Some(n) => Some((status, rest.get(..n)?.to_vec())),
+        None => Some((status, rest.to_vec())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn responses() {
+        let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").unwrap();
+        assert_eq!(r, (200, b"{}".to_vec()));
+        let r = parse_response(b"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":1}\r\n0\r\n\r\n").unwrap();
+        assert_eq!(r, (409, br#"{"a":1}"#.to_vec()));
+        assert_eq!(encode_segment("spiffe://a/b c"), "spiffe%3A%2F%2Fa%2Fb%20c");
+        assert_eq!(http_base("ws://127.0.0.1:9/v1/ws?region=uk"), "http://127.0.0.1:9");
+    }
+}

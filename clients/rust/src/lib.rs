@@ -1,0 +1,30 @@
+//! Rust client of Pigeon, the contract-native message broker: the
+//! WebSocket protocol of `pigeon serve` (docs/protocol.md) on tokio, and
+//! end-to-end signatures and sealed payloads byte-compatible with the Go
+//! implementation (docs/security.md).
+//!
+//! ```no_run
+//! # async fn run() -> pigeon_client::Result<()> {
+//! use pigeon_client::{ConnectOptions, Message, Session};
+//! let s = Session::connect("ws://127.0.0.1:8787", "checkout-token", &["payments.authorize"], ConnectOptions::default()).await?;
+//! let d = s.publish(&Message::new("payments.authorize", "payment.authorization.requested", "authorize_payment")).await?;
+//! println!("{} {}", d.id(), d.sequence());
+//! s.close().await
+//! # }
+//! ```
+
+mod conn;
+pub mod crypto;
+mod error;
+pub mod http;
+pub mod jcs;
+mod message;
+mod session;
+mod subscription;
+pub mod time;
+
+pub use conn::MAX_PUBLISH_BATCH;
+pub use error::{http_status, Error, ErrorKind, Result};
+pub use message::{Contract, ContractSubject, Decision, Message, Signature, Status};
+pub use session::{ConnectOptions, ErrorCallback, PendingPublish, ReplayOptions, Session};
+pub use subscription::{Delivery, HandlerError, Start, SubscribeOptions, Subscription};

@@ -1,0 +1,168 @@
+//! The message envelope, contracts and decisions.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+fn empty(s: &str) -> bool {
+    s.is_empty()
+}
+fn zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// An envelope signature (see docs/security.md, "The signature field").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Signature {
+    pub kid: String,
+    pub alg: String,
+    pub sig: String,
+}
+
+/// The message envelope of the HTTP API and the WebSocket protocol. Empty
+/// strings, a zero sequence and null data are left out when encoded; the
+/// broker fills `id`, `time`, `source`, `sequence`, `contractId`,
+/// `subjectId`, `schemaId` and `acceptedAt` on admission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    #[serde(default, skip_serializing_if = "empty")]
+    pub specversion: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub id: String,
+    #[serde(default, rename = "type", skip_serializing_if = "empty")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub subject: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub time: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub intent: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub idempotency_key: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub classification: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub data: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Signature>,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub reply_to: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub correlation_id: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "zero")]
+    pub sequence: u64,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub contract_id: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub subject_id: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub schema_id: String,
+    #[serde(default, skip_serializing_if = "empty")]
+    pub accepted_at: String,
+}
+
+impl Message {
+    /// A message of `type_` on `subject` with `intent`.
+    pub fn new(subject: impl Into<String>, type_: impl Into<String>, intent: impl Into<String>) -> Message {
+        Message { subject: subject.into(), type_: type_.into(), intent: intent.into(), ..Default::default() }
+    }
+    pub fn with_data(mut self, data: Value) -> Message {
+        self.data = data;
+        self
+    }
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Message {
+        self.idempotency_key = key.into();
+        self
+    }
+    pub fn with_classification(mut self, c: impl Into<String>) -> Message {
+        self.classification = c.into();
+        self
+    }
+    pub fn with_region(mut self, r: impl Into<String>) -> Message {
+        self.region = r.into();
+        self
+    }
+    pub fn with_correlation_id(mut self, id: impl Into<String>) -> Message {
+        self.correlation_id = id.into();
+        self
+    }
+}
+
+/// One subject of a contract and the operations it grants.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ContractSubject {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub subject_id: String,
+    #[serde(default)]
+    pub schema_id: String,
+    #[serde(default)]
+    pub policy_id: String,
+    #[serde(default)]
+    pub operations: Vec<String>,
+    #[serde(default)]
+    pub digest: String,
+}
+
+/// The contract a session negotiated: what it may do, on which subjects,
+/// until when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Contract {
+    pub id: String,
+    #[serde(default)]
+    pub principal: String,
+    #[serde(default)]
+    pub subjects: Vec<ContractSubject>,
+    #[serde(default)]
+    pub policy_ids: Vec<String>,
+    #[serde(default)]
+    pub issued_at: String,
+    #[serde(default)]
+    pub expires_at: String,
+    #[serde(default)]
+    pub region: String,
+}
+
+impl Contract {
+    /// The operations granted on `subject` (empty when it is not in the contract).
+    pub fn operations(&self, subject: &str) -> &[String] {
+        self.subjects.iter().find(|s| s.name == subject).map(|s| s.operations.as_slice()).unwrap_or(&[])
+    }
+    /// The expiry in milliseconds since the Unix epoch.
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        crate::time::parse_rfc3339_ms(&self.expires_at)
+    }
+}
+
+/// Whether a publish was new or a repeat of an idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Accepted,
+    Duplicate,
+}
+
+/// The server's decision on a publish: the status and the admitted
+/// message (for a duplicate, the original).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub status: Status,
+    pub message: Message,
+}
+
+impl Decision {
+    pub fn id(&self) -> &str {
+        &self.message.id
+    }
+    pub fn sequence(&self) -> u64 {
+        self.message.sequence
+    }
+}

@@ -1,0 +1,615 @@
+//! The session: a contract negotiated over one WebSocket connection at a
+//! time, reconnected with backoff when the connection drops.
+
+use crate::conn::Conn;
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Contract, Decision, Message};
+use crate::subscription::{Handler, HandlerError, SubMode, SubShared, SubscribeOptions, Subscription};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+
+/// A callback that receives what the session cannot hand to a caller:
+/// frames it cannot parse, error frames that answer nothing, connection
+/// losses and reconnections that failed.
+pub type ErrorCallback = Arc<dyn Fn(Error) + Send + Sync>;
+
+/// How [`Session::connect`] connects and how the session behaves after.
+#[derive(Clone)]
+pub struct ConnectOptions {
+    /// The session's region (`x-pigeon-region`); default: the server's.
+    pub region: Option<String>,
+    /// The contract's lifetime (`ttlMs`); default: the server's (15 minutes).
+    pub ttl: Option<Duration>,
+    /// Send the token as the `pigeon.bearer.<token>` subprotocol instead of
+    /// the `Authorization` header (what browsers must do).
+    pub subprotocol_auth: bool,
+    /// Reconnect after a dropped connection (default true).
+    pub reconnect: bool,
+    /// How long reconnection keeps trying before the session fails
+    /// (default 30 s).
+    pub reconnect_window: Duration,
+    /// The first and the largest delay between reconnection attempts
+    /// (default 100 ms and 5 s, doubling).
+    pub backoff: (Duration, Duration),
+    /// The interval of keepalive pings; a ping not answered within the
+    /// interval drops the connection (default 15 s; `None` disables them).
+    pub keepalive: Option<Duration>,
+    /// How long a call waits for its answer before it fails with
+    /// `REQUEST_TIMEOUT` (default 30 s; `request` adds its own timeout).
+    pub call_timeout: Duration,
+    /// How long dialing may take (default 10 s).
+    pub dial_timeout: Duration,
+    /// How many publishes may be in flight at once (default 1024);
+    /// `publish_async` waits for room beyond it.
+    pub max_pending_publishes: usize,
+    /// Receives errors no caller can be handed (see [`ErrorCallback`]).
+    pub on_error: Option<ErrorCallback>,
+    /// How many publish frames may be on the wire unanswered (default 1).
+    /// With 1, decisions and sequences follow the order of the calls; more
+    /// frames overlap round trips, but the server admits concurrent frames
+    /// in any order.
+    pub publish_frames_in_flight: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            region: None,
+            ttl: None,
+            subprotocol_auth: false,
+            reconnect: true,
+            reconnect_window: Duration::from_secs(30),
+            backoff: (Duration::from_millis(100), Duration::from_secs(5)),
+            keepalive: Some(Duration::from_secs(15)),
+            call_timeout: Duration::from_secs(30),
+            dial_timeout: Duration::from_secs(10),
+            max_pending_publishes: 1024,
+            on_error: None,
+            publish_frames_in_flight: 1,
+        }
+    }
+}
+
+impl ConnectOptions {
+    pub fn region(mut self, r: impl Into<String>) -> Self {
+        self.region = Some(r.into());
+        self
+    }
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+    pub fn reconnect(mut self, on: bool) -> Self {
+        self.reconnect = on;
+        self
+    }
+    pub fn reconnect_window(mut self, d: Duration) -> Self {
+        self.reconnect_window = d;
+        self
+    }
+    pub fn keepalive(mut self, every: Option<Duration>) -> Self {
+        self.keepalive = every;
+        self
+    }
+    pub fn call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = d;
+        self
+    }
+    pub fn subprotocol_auth(mut self, on: bool) -> Self {
+        self.subprotocol_auth = on;
+        self
+    }
+    pub fn on_error(mut self, f: impl Fn(Error) + Send + Sync + 'static) -> Self {
+        self.on_error = Some(Arc::new(f));
+        self
+    }
+}
+
+/// Options of [`Session::replay`].
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    pub reason: Option<String>,
+    pub from_sequence: Option<u64>,
+    pub to_sequence: Option<u64>,
+    pub max: Option<u32>,
+}
+
+pub(crate) enum Phase {
+    Up(Arc<Conn>),
+    Reconnecting,
+    Failed(Error),
+    Closed,
+}
+
+pub(crate) struct State {
+    pub phase: Phase,
+    pub contract: Contract,
+    pub subs: Vec<Arc<SubShared>>,
+}
+
+pub(crate) struct Inner {
+    pub url: String,
+    pub token: String,
+    pub subjects: Vec<String>,
+    pub opts: ConnectOptions,
+    pub state: Mutex<State>,
+    changed: watch::Sender<u64>,
+    closing: AtomicBool,
+    pub_slots: Arc<Semaphore>,
+}
+
+/// A Pigeon session over WebSocket: a negotiated contract and the
+/// operations it grants.
+///
+/// **Concurrency.** `Session` is cheap to clone and every method takes
+/// `&self`: clones share one connection, and calls from many tasks run
+/// concurrently on it (answers are matched by frame id). Publishes are
+/// pipelined: whatever is queued while a publish frame is on the wire
+/// leaves as one `publish_batch`, and decisions come back in publish order
+/// with increasing sequences.
+///
+/// **Failure.** A call whose connection drops fails with a
+/// [`ErrorKind::Transport`] error, never hangs; every call is bounded by
+/// `call_timeout`. After a drop the session reconnects with backoff,
+/// negotiates a fresh contract and resumes its subscriptions; calls made
+/// meanwhile wait for it. When the contract cannot be renewed (the token
+/// was revoked, the policy no longer permits it) or the reconnect window
+/// passes, the session fails: calls and subscriptions end with that error.
+/// After [`close`](Session::close) every call fails at once with
+/// [`ErrorKind::Closed`].
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// The answer to come of one [`Session::publish_async`]: a future that
+/// resolves exactly once, to the decision, the typed refusal, or a
+/// transport error when the connection ends first.
+pub struct PendingPublish {
+    rx: oneshot::Receiver<Result<Decision>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Future for PendingPublish {
+    type Output = Result<Decision>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or_else(|_| Err(Error::transport("SESSION_CLOSED", "the connection ended"))))
+    }
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn messages_of(f: &Value) -> Result<Vec<Message>> {
+    match f.get("messages") {
+        Some(Value::Array(a)) => {
+            a.iter().map(|m| Message::deserialize(m).map_err(|e| Error::protocol(format!("a message: {e}")))).collect()
+        }
+        Some(Value::Null) | None => Ok(Vec::new()),
+        _ => Err(Error::protocol("messages is not an array")),
+    }
+}
+
+impl Session {
+    /// Connects to the server at `url` (`ws://host:port`, `http://host:port`
+    /// or the full `/v1/ws` URL) with the bearer `token`, and negotiates a
+    /// contract on `subjects`. An unknown token fails with
+    /// `UNAUTHENTICATED` (status 401); a contract the policy refuses with
+    /// its code (`NO_PERMITTED_SUBJECTS`, …).
+    pub async fn connect(url: &str, token: &str, subjects: &[&str], opts: ConnectOptions) -> Result<Session> {
+        let inner = Arc::new(Inner {
+            url: url.to_string(),
+            token: token.to_string(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            pub_slots: Arc::new(Semaphore::new(opts.max_pending_publishes.max(1))),
+            opts,
+            state: Mutex::new(State { phase: Phase::Reconnecting, contract: Contract::default(), subs: Vec::new() }),
+            changed: watch::channel(0).0,
+            closing: AtomicBool::new(false),
+        });
+        let (conn, contract) = inner.open().await?;
+        inner.set_up(conn, contract);
+        Ok(Session { inner })
+    }
+
+    /// The contract negotiated last.
+    pub fn contract(&self) -> Contract {
+        self.inner.state.lock().unwrap().contract.clone()
+    }
+
+    /// Negotiates a fresh contract on the current connection (for example
+    /// after `CONTRACT_EXPIRED`); subscriptions keep the contract they
+    /// started under.
+    pub async fn renew(&self) -> Result<Contract> {
+        let conn = self.inner.conn().await?;
+        let c = self.inner.negotiate(&conn).await?;
+        self.inner.state.lock().unwrap().contract = c.clone();
+        Ok(c)
+    }
+
+    /// Publishes one message and waits for the decision: `accepted` or
+    /// `duplicate` with the message id and sequence, or the typed refusal.
+    pub async fn publish(&self, m: &Message) -> Result<Decision> {
+        self.publish_async(m).await?.await
+    }
+
+    /// Queues `m` (encoded at once) and returns its [`PendingPublish`]
+    /// without waiting for the answer; waits only while
+    /// `max_pending_publishes` are in flight. Many publishes in flight
+    /// share frames; their decisions keep the order of the calls.
+    pub async fn publish_async(&self, m: &Message) -> Result<PendingPublish> {
+        self.inner.check_open()?;
+        let json = serde_json::to_string(m).map_err(|e| Error::new("ENVELOPE_INVALID", e.to_string()))?;
+        let permit = self.inner.pub_slots.clone().acquire_owned().await.map_err(|_| Error::closed())?;
+        let conn = self.inner.conn().await?;
+        let rx = conn.publish(json)?;
+        Ok(PendingPublish { rx, _permit: permit })
+    }
+
+    /// Publishes `m` as a request on a request/reply subject and waits for
+    /// the reply, at most `timeout` (the server answers `REQUEST_TIMEOUT`).
+    pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
+        self.inner.check_open()?;
+        let conn = self.inner.conn().await?;
+        let f = json!({"op": "request", "message": m, "timeoutMs": timeout.as_millis() as u64});
+        let ans = conn.call(obj(f), timeout + Duration::from_secs(2)).await?;
+        serde_json::from_value(ans.get("message").cloned().unwrap_or(Value::Null))
+            .map_err(|e| Error::protocol(format!("a reply without a valid message: {e}")))
+    }
+
+    /// Pulls up to `max` messages of `subject`. On a work-queue subject they
+    /// are leased for the ack wait: settle each with [`ack`](Self::ack) or
+    /// [`nack`](Self::nack).
+    pub async fn receive(&self, subject: &str, max: u32) -> Result<Vec<Message>> {
+        let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
+        messages_of(&f)
+    }
+
+    /// Acknowledges a message taken with `receive`.
+    pub async fn ack(&self, subject: &str, message_id: &str) -> Result<()> {
+        self.call(json!({"op": "ack", "subject": subject, "messageId": message_id})).await.map(|_| ())
+    }
+
+    /// Gives a message taken with `receive` back, due again after `delay`
+    /// (default: the subject's backoff).
+    pub async fn nack(&self, subject: &str, message_id: &str, delay: Option<Duration>) -> Result<()> {
+        let mut f = json!({"op": "nack", "subject": subject, "messageId": message_id});
+        if let Some(d) = delay {
+            f["delayMs"] = json!(d.as_millis() as u64);
+        }
+        self.call(f).await.map(|_| ())
+    }
+
+    /// Returns retained messages of `subject` in sequence order.
+    /// `REPLAY_DENIED` when the policy refuses it (or wants a reason).
+    pub async fn replay(&self, subject: &str, o: ReplayOptions) -> Result<Vec<Message>> {
+        let mut f = json!({"op": "replay", "subject": subject});
+        if let Some(r) = o.reason {
+            f["reason"] = json!(r);
+        }
+        if let Some(n) = o.from_sequence {
+            f["fromSequence"] = json!(n);
+        }
+        if let Some(n) = o.to_sequence {
+            f["toSequence"] = json!(n);
+        }
+        if let Some(n) = o.max {
+            f["max"] = json!(n);
+        }
+        let f = self.call(f).await?;
+        messages_of(&f)
+    }
+
+    /// An application-level ping; returns the round trip.
+    pub async fn ping(&self) -> Result<Duration> {
+        let t = Instant::now();
+        self.call(json!({"op": "ping"})).await?;
+        Ok(t.elapsed())
+    }
+
+    async fn call(&self, f: Value) -> Result<Value> {
+        self.inner.check_open()?;
+        let conn = self.inner.conn().await?;
+        conn.call(obj(f), self.inner.opts.call_timeout).await
+    }
+
+    /// Subscribes `handler` to `subject`. Each delivery runs the handler
+    /// (at most `max_in_flight` at once, started in delivery order):
+    /// `Ok(())` acks it, an error (or a panic) nacks that delivery alone,
+    /// after the error's retry delay when it gives one. Acks that gather
+    /// while one is on the wire leave in one frame.
+    pub async fn subscribe<F, Fut>(&self, subject: &str, opts: SubscribeOptions, handler: F) -> Result<Subscription>
+    where
+        F: Fn(crate::Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), HandlerError>> + Send + 'static,
+    {
+        let h: Handler = Arc::new(move |d| Box::pin(handler(d)));
+        self.start_sub(subject, opts, SubMode::Handler(h)).await
+    }
+
+    /// Subscribes to `subject` as a [`Stream`](futures_util::Stream) of
+    /// deliveries (see [`Subscription`]); settle each with
+    /// [`Delivery::ack`](crate::Delivery::ack) or `nack`. The stream ends
+    /// after an `Err` when the subscription ends with an error.
+    pub async fn subscribe_stream(&self, subject: &str, opts: SubscribeOptions) -> Result<Subscription> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut s = self.start_sub(subject, opts, SubMode::Stream(Mutex::new(Some(tx)))).await?;
+        s.rx = Some(rx);
+        Ok(s)
+    }
+
+    async fn start_sub(&self, subject: &str, opts: SubscribeOptions, mode: SubMode) -> Result<Subscription> {
+        self.inner.check_open()?;
+        let sub = SubShared::new(subject, opts, mode, Arc::downgrade(&self.inner));
+        let conn = self.inner.conn().await?;
+        sub.subscribe_on(&conn, self.inner.opts.call_timeout).await?;
+        self.inner.state.lock().unwrap().subs.push(sub.clone());
+        Ok(Subscription::new(sub, self.clone()))
+    }
+
+    /// Whether the session is closed or failed for good.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.inner.state.lock().unwrap().phase, Phase::Closed | Phase::Failed(_))
+    }
+
+    /// Waits until the session is closed or has failed for good; returns
+    /// the error it failed with (`None` after `close`).
+    pub async fn closed(&self) -> Option<Error> {
+        let mut rx = self.inner.changed.subscribe();
+        loop {
+            match &self.inner.state.lock().unwrap().phase {
+                Phase::Closed => return None,
+                Phase::Failed(e) => return Some(e.clone()),
+                _ => {}
+            }
+            if rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Closes the session: refuses further calls at once, stops the
+    /// subscriptions, waits (at most `call_timeout`) for running handlers
+    /// and sends their acks, then closes the connection. Publishes not yet
+    /// answered fail with a transport error: wait for them first.
+    pub async fn close(&self) -> Result<()> {
+        if self.inner.closing.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let subs = std::mem::take(&mut self.inner.state.lock().unwrap().subs);
+        let deadline = self.inner.opts.call_timeout;
+        let _ = tokio::time::timeout(deadline, async {
+            for s in &subs {
+                s.stop_and_flush().await;
+            }
+        })
+        .await;
+        let conn = {
+            let mut st = self.inner.state.lock().unwrap();
+            let old = std::mem::replace(&mut st.phase, Phase::Closed);
+            match old {
+                Phase::Up(c) => Some(c),
+                _ => None,
+            }
+        };
+        self.inner.changed.send_modify(|g| *g += 1);
+        for s in &subs {
+            s.end(None);
+        }
+        if let Some(c) = conn {
+            c.close();
+            let _ = tokio::time::timeout(Duration::from_secs(2), c.wait_done()).await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Inner {
+    /// A session dropped without `close` still closes its connection.
+    fn drop(&mut self) {
+        if let Ok(st) = self.state.get_mut() {
+            if let Phase::Up(c) = &st.phase {
+                c.close();
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn report(&self, e: Error) {
+        if let Some(cb) = &self.opts.on_error {
+            cb(e);
+        }
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(Error::closed());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// The current connection; waits while the session reconnects.
+    pub(crate) async fn conn(&self) -> Result<Arc<Conn>> {
+        let mut rx = self.changed.subscribe();
+        loop {
+            {
+                let st = self.state.lock().unwrap();
+                match &st.phase {
+                    Phase::Up(c) if !c.is_dead() => return Ok(c.clone()),
+                    Phase::Up(_) | Phase::Reconnecting => {}
+                    Phase::Failed(e) => return Err(e.clone()),
+                    Phase::Closed => return Err(Error::closed()),
+                }
+            }
+            let wait = self.opts.reconnect_window + self.opts.dial_timeout;
+            match tokio::time::timeout(wait, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(Error::transport("SESSION_CLOSED", "the connection is down")),
+            }
+        }
+    }
+
+    async fn negotiate(&self, conn: &Conn) -> Result<Contract> {
+        let mut f = json!({"op": "negotiate", "subjects": self.subjects});
+        if let Some(t) = self.opts.ttl {
+            f["ttlMs"] = json!(t.as_millis() as u64);
+        }
+        let ans = conn.call(obj(f), self.opts.call_timeout).await?;
+        if let Some(n) = ans.get("maxFrame").and_then(Value::as_u64) {
+            conn.max_frame.store(n, Ordering::Relaxed);
+        }
+        serde_json::from_value(ans.get("contract").cloned().unwrap_or(Value::Null))
+            .map_err(|e| Error::protocol(format!("a contract answer without a valid contract: {e}")))
+    }
+
+    /// Dials and negotiates.
+    async fn open(self: &Arc<Self>) -> Result<(Arc<Conn>, Contract)> {
+        let conn = Conn::dial(self).await?;
+        match self.negotiate(&conn).await {
+            Ok(c) => Ok((conn, c)),
+            Err(e) => {
+                conn.close();
+                Err(e)
+            }
+        }
+    }
+
+    fn set_up(self: &Arc<Self>, conn: Arc<Conn>, contract: Contract) {
+        {
+            let mut st = self.state.lock().unwrap();
+            st.phase = Phase::Up(conn.clone());
+            st.contract = contract;
+        }
+        self.changed.send_modify(|g| *g += 1);
+        if let Some(every) = self.opts.keepalive {
+            let weak = Arc::downgrade(&conn);
+            let timeout = self.opts.call_timeout.min(every);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let Some(c) = weak.upgrade() else { return };
+                    if c.is_dead() {
+                        return;
+                    }
+                    if let Err(e) = c.call(obj(json!({"op": "ping"})), timeout).await {
+                        if e.kind == ErrorKind::Timeout {
+                            c.kill("no answer to a keepalive ping");
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    /// Called by a connection's reader when it ends.
+    pub(crate) fn conn_lost(self: &Arc<Self>, conn: &Arc<Conn>, err: Error) {
+        let reconnect = {
+            let mut st = self.state.lock().unwrap();
+            match &st.phase {
+                Phase::Up(c) if Arc::ptr_eq(c, conn) => {}
+                _ => return,
+            }
+            if self.is_closing() {
+                return;
+            }
+            if self.opts.reconnect {
+                st.phase = Phase::Reconnecting;
+                true
+            } else {
+                st.phase = Phase::Failed(err.clone());
+                false
+            }
+        };
+        self.changed.send_modify(|g| *g += 1);
+        self.report(err.clone());
+        if reconnect {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.reconnect(err).await });
+        } else {
+            self.fail(err);
+        }
+    }
+
+    fn fail(&self, err: Error) {
+        let subs = {
+            let mut st = self.state.lock().unwrap();
+            if !matches!(st.phase, Phase::Closed) {
+                st.phase = Phase::Failed(err.clone());
+            }
+            std::mem::take(&mut st.subs)
+        };
+        self.changed.send_modify(|g| *g += 1);
+        for s in subs {
+            s.end(Some(err.clone()));
+        }
+    }
+
+    async fn reconnect(self: Arc<Self>, first: Error) {
+        let start = Instant::now();
+        let (mut delay, max) = self.opts.backoff;
+        let mut last = first;
+        loop {
+            if self.is_closing() {
+                return;
+            }
+            if start.elapsed() >= self.opts.reconnect_window {
+                let mut e =
+                    Error::transport(&last.code, format!("reconnecting gave up after {:?}: {}", self.opts.reconnect_window, last.message));
+                e.details = last.details.clone();
+                self.report(e.clone());
+                self.fail(e);
+                return;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(max);
+            match self.open().await {
+                Ok((conn, contract)) => {
+                    if self.is_closing() {
+                        conn.close();
+                        return;
+                    }
+                    self.set_up(conn.clone(), contract);
+                    let subs = self.state.lock().unwrap().subs.clone();
+                    for s in subs {
+                        if let Err(e) = s.resubscribe(&conn, self.opts.call_timeout).await {
+                            if e.kind == ErrorKind::Transport {
+                                break; // the new connection dropped too: its loss reconnects again
+                            }
+                            self.state.lock().unwrap().subs.retain(|x| !Arc::ptr_eq(x, &s));
+                            s.end(Some(e));
+                        }
+                    }
+                    return;
+                }
+                Err(e) if e.kind == ErrorKind::Transport => last = e,
+                Err(e) => {
+                    // The contract can no longer be had: fail, never hang.
+                    self.report(e.clone());
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn remove_sub(&self, s: &Arc<SubShared>) {
+        self.state.lock().unwrap().subs.retain(|x| !Arc::ptr_eq(x, s));
+    }
+}

@@ -1,0 +1,248 @@
+//! The conformance harness (clients/conformance/README.md): builds or finds
+//! the server, starts it on a free port of 127.0.0.1 with the conformance
+//! catalog, and records which scenarios ran.
+
+#![allow(dead_code)]
+
+use pigeon_client::crypto::{b64_decode, Keys};
+use pigeon_client::http::HttpClient;
+use pigeon_client::{Message, Session};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
+}
+
+pub fn conformance_dir() -> PathBuf {
+    repo_root().join("clients/conformance")
+}
+
+/// The server binary: `PIGEON_BIN`, else built once into target/.
+pub fn server_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(b) = std::env::var("PIGEON_BIN") {
+            if !b.is_empty() {
+                return PathBuf::from(b);
+            }
+        }
+        let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pigeon-server");
+        let st = Command::new("go")
+            .args(["build", "-o"])
+            .arg(&out)
+            .arg("./cmd/pigeon")
+            .current_dir(repo_root())
+            .status()
+            .expect("go build (set PIGEON_BIN to a built pigeon binary instead)");
+        assert!(st.success(), "go build ./cmd/pigeon failed");
+        out
+    })
+    .clone()
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running `pigeon serve`.
+pub struct Server {
+    pub port: u16,
+    pub data: String,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// Starts a server in memory (`data` empty) or on a data directory.
+    pub fn start(data: &str) -> Server {
+        Server::start_on(free_port(), data)
+    }
+
+    pub fn start_on(port: u16, data: &str) -> Server {
+        let dir = conformance_dir();
+        let child = Command::new(server_bin())
+            .arg("serve")
+            .args(["--addr", &format!("127.0.0.1:{port}")])
+            .args(["--data", data])
+            .arg("--policies")
+            .arg(dir.join("policies"))
+            .arg("--tokens")
+            .arg(dir.join("tokens.yaml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pigeon serve");
+        let s = Server { port, data: data.to_string(), child: Some(child) };
+        s.wait_healthy();
+        s
+    }
+
+    fn wait_healthy(&self) {
+        use std::io::{Read, Write};
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
+                let _ = c.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let mut out = String::new();
+                let _ = c.read_to_string(&mut out);
+                if out.starts_with("HTTP/1.1 200") {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("pigeon serve on port {} did not become healthy", self.port);
+    }
+
+    pub fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.port)
+    }
+
+    pub fn http(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, and wait for the process to go.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and wait (SIGKILL after 5 s).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe_sigterm(c.id());
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let s = Server::start_on(self.port, &self.data.clone());
+        *self = s;
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The scenario ids of scenarios.json listed for Rust.
+pub fn listed_scenarios() -> BTreeSet<String> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(conformance_dir().join("scenarios.json")).unwrap()).unwrap();
+    v["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["clients"].as_array().unwrap().iter().any(|c| c == "rust"))
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+static RAN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+pub fn record(id: &str) {
+    RAN.lock().unwrap().insert(id.to_string());
+}
+
+pub fn ran() -> BTreeSet<String> {
+    RAN.lock().unwrap().clone()
+}
+
+/// A fresh suffix for idempotency keys, ids and names.
+pub fn nonce() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{:x}-{}", t, N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn payment(key: &str) -> Message {
+    Message::new("payments.authorize", "payment.authorization.requested", "authorize_payment")
+        .with_idempotency_key(key)
+        .with_classification("pci")
+        .with_data(
+            json!({"merchantId": "m-1", "orderId": format!("o-{key}"), "amount": 42.5, "currency": "GBP", "paymentToken": "tok_abc"}),
+        )
+}
+
+pub fn notification(tag: &str) -> Message {
+    Message::new("notifications.send", "notification.send.requested", "send_notification")
+        .with_idempotency_key(format!("n-{}", nonce()))
+        .with_classification("pii")
+        .with_data(json!({"recipientId": "r-1", "channel": "email", "templateId": tag}))
+}
+
+pub fn telemetry(kind: &str, site: &str, value: f64) -> Message {
+    Message::new("events.telemetry", "telemetry.reading", "report")
+        .with_classification("internal")
+        .with_data(json!({"kind": kind, "site": site, "value": value}))
+}
+
+pub fn tag_of(m: &Message) -> &str {
+    m.data.get("templateId").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The fixed keys of vectors/go.json.
+pub fn vector_keys() -> (Value, Keys, Keys) {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(conformance_dir().join("vectors/go.json")).unwrap()).unwrap();
+    let k = |name: &str| {
+        let e = &v["keys"][name];
+        let seed: [u8; 32] = b64_decode(e["signingSeed"].as_str().unwrap()).unwrap().try_into().unwrap();
+        let enc: [u8; 32] = b64_decode(e["encryptionPrivate"].as_str().unwrap()).unwrap().try_into().unwrap();
+        let keys = Keys::from_bytes(seed, enc);
+        assert_eq!(keys.signing_kid, e["signingKid"].as_str().unwrap());
+        assert_eq!(keys.encryption_kid, e["encryptionKid"].as_str().unwrap());
+        keys
+    };
+    let (a, b) = (k("alice"), k("bob"));
+    (v, a, b)
+}
+
+pub const ALICE: &str = "spiffe://conformance/ns/chat/sa/alice";
+pub const BOB: &str = "spiffe://conformance/ns/chat/sa/bob";
+
+pub fn http(server: &Server, token: &str) -> HttpClient {
+    HttpClient::new(&server.http(), token)
+}
+
+pub async fn connect(server: &Server, token: &str, subjects: &[&str]) -> Session {
+    Session::connect(&server.url(), token, subjects, pigeon_client::ConnectOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("connect {token}: {e}"))
+}
+
+/// Waits until `f` holds, at most `within`.
+pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
