@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -33,6 +34,7 @@ type fileConfig struct {
 	Sync            string        `yaml:"sync"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
+	WSOrigins       []string      `yaml:"ws_origins"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -160,6 +162,12 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.shutdownTimeout = f.ShutdownTimeout
 	}
 	cfg.verbose = cfg.verbose || f.Verbose
+	for i, o := range f.WSOrigins {
+		if err := checkOrigin(o); err != nil {
+			return configError(path, at("ws_origins", strconv.Itoa(i)), "%v", err)
+		}
+		cfg.wsOrigins = append(cfg.wsOrigins, o)
+	}
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}
@@ -230,6 +238,22 @@ var authMethods = []string{string(pigeon.AuthMTLS), string(pigeon.AuthOIDC), str
 func checkTrustDomain(td string) error {
 	if _, err := spiffeid.TrustDomainFromString(td); err != nil || strings.Contains(td, "/") {
 		return fmt.Errorf("trust domain %q is not valid: a bare lower-case name such as example.org", td)
+	}
+	return nil
+}
+
+// checkOrigin refuses an origin pattern the WebSocket endpoint could not
+// match against a browser's Origin header (path.Match syntax, host[:port]
+// or scheme://host[:port]).
+func checkOrigin(o string) error {
+	if strings.TrimSpace(o) == "" {
+		return errors.New("an empty origin pattern")
+	}
+	if _, err := path.Match(o, ""); err != nil {
+		return fmt.Errorf("origin pattern %q is not valid: %v", o, err)
+	}
+	if strings.ContainsAny(o, "/?#") && !strings.Contains(o, "://") || strings.Count(o, "/") > 2 {
+		return fmt.Errorf("origin pattern %q is not valid: a host pattern such as app.example.com or https://*.example.com, without a path", o)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
 	"pigeon/demo"
@@ -229,4 +231,57 @@ func TestServeTLSWithCLI(t *testing.T) {
 	code, _, stderr = publish("k-4", "--tls-ca", file("ca.pem"))
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "UNAUTHENTICATED")
+}
+
+// A browser page on another origin opens /v1/ws only when --ws-origins
+// names it; the server's own origin always may. Bad patterns are refused
+// at start, from the flag and from the file.
+func TestServeWebSocketOrigins(t *testing.T) {
+	dial := func(t *testing.T, url, origin string) (int, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		h := http.Header{"Origin": {origin}, "Authorization": {"Bearer orders-token"}}
+		c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/v1/ws",
+			&websocket.DialOptions{HTTPHeader: h, Subprotocols: []string{"pigeon.v1"}})
+		if c != nil {
+			_ = c.CloseNow()
+		}
+		if resp == nil {
+			return 0, err
+		}
+		return resp.StatusCode, err
+	}
+	closed := startServe(t, serveConfig{})
+	code, err := dial(t, closed.url, "http://app.example.com")
+	require.Error(t, err)
+	require.Equal(t, http.StatusForbidden, code)
+	code, err = dial(t, closed.url, closed.url)
+	require.NoError(t, err, "the server's own origin")
+	require.Equal(t, http.StatusSwitchingProtocols, code)
+
+	open := startServe(t, serveConfig{wsOrigins: []string{"app.example.com", "*.tools.example:8443"}})
+	for _, o := range []string{"http://app.example.com", "https://ci.tools.example:8443"} {
+		code, err = dial(t, open.url, o)
+		require.NoError(t, err, o)
+		require.Equal(t, http.StatusSwitchingProtocols, code, o)
+	}
+	code, err = dial(t, open.url, "http://evil.example.com")
+	require.Error(t, err)
+	require.Equal(t, http.StatusForbidden, code)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ws-origins", "[bad"}, "--ws-origins: origin pattern \"[bad\" is not valid"},
+		{[]string{"--ws-origins", "app.example.com/path"}, "without a path"},
+		{[]string{"--config", writeConfig(t, "ws_origins: [ok.example, \"https://x/y\"]\n")}, ":1: origin pattern \"https://x/y\""},
+		{[]string{"--config", writeConfig(t, "ws_origins: [\"\"]\n")}, ":1: an empty origin pattern"},
+	} {
+		var stderr strings.Builder
+		_, code, ok := parseServe(tc.args, &stderr)
+		require.False(t, ok, tc.args)
+		require.Equal(t, 2, code)
+		require.Contains(t, stderr.String(), tc.want)
+	}
 }

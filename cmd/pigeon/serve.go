@@ -20,6 +20,7 @@ import (
 	"pigeon/server"
 	"pigeon/store"
 	"pigeon/store/wal"
+	"pigeon/transport/ws"
 )
 
 // serveConfig is what the serve flags (and the --config file) say.
@@ -39,6 +40,9 @@ type serveConfig struct {
 	authOrder              []string
 	maxFailures            int
 	failureWindow          time.Duration
+	// wsOrigins are the origins (host patterns) browsers may open the
+	// WebSocket endpoint from besides the server's own.
+	wsOrigins []string
 	// ready, when set, is called with the listening address.
 	ready func(addr string)
 }
@@ -111,6 +115,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
 	fs.Var(&listFlag{v: &cfg.trustDomains}, "trust-domain", "SPIFFE trust domain whose client certificates are accepted (example.org); repeat or comma-separate")
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
+	fs.Var(&listFlag{v: &cfg.wsOrigins}, "ws-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may open /v1/ws besides the server's own; repeat or comma-separate")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err), false
@@ -118,6 +123,12 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "pigeon serve: unexpected argument %q\n", fs.Arg(0))
 		return 2, false
+	}
+	for _, o := range cfg.wsOrigins {
+		if err := checkOrigin(o); err != nil {
+			fmt.Fprintf(stderr, "pigeon serve: --ws-origins: %v\n", err)
+			return 2, false
+		}
 	}
 	return 0, true
 }
@@ -205,7 +216,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls})
+	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls,
+		WebSocket: &ws.Options{OriginPatterns: cfg.wsOrigins}})
 	bg, stopBG := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() { stopBG(); bgDone.Wait() }()
