@@ -39,9 +39,10 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** One `pigeon serve` process. */
 export class Server {
-  constructor(port, data) {
+  constructor(port, data, extra = []) {
     this.port = port;
     this.data = data;
+    this.extra = extra;
     this.proc = undefined;
     this.log = [];
   }
@@ -52,9 +53,9 @@ export class Server {
     return `ws://127.0.0.1:${this.port}/v1/ws`;
   }
 
-  /** Starts a server; `durable` gives it a temporary data folder. */
-  static async start({ durable = false } = {}) {
-    const s = new Server(await freePort(), durable ? mkdtempSync(join(tmpdir(), "pigeon-ts-data-")) : "");
+  /** Starts a server; `durable` gives it a temporary data folder, `args` more serve flags. */
+  static async start({ durable = false, args = [] } = {}) {
+    const s = new Server(await freePort(), durable ? mkdtempSync(join(tmpdir(), "pigeon-ts-data-")) : "", args);
     await s.run();
     return s;
   }
@@ -66,6 +67,7 @@ export class Server {
       "--data", this.data,
       "--policies", join(CONFORMANCE, "policies"),
       "--tokens", join(CONFORMANCE, "tokens.yaml"),
+      ...this.extra,
     ];
     const p = spawn(pigeonBin(), args, { stdio: ["ignore", "pipe", "pipe"] });
     this.proc = p;
