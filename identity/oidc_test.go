@@ -54,7 +54,7 @@ type oidcFixture struct {
 	chain *identity.Chain
 }
 
-func newOIDCFixture(t *testing.T, discovery bool) *oidcFixture {
+func newOIDCFixture(t testing.TB, discovery bool) *oidcFixture {
 	t.Helper()
 	f := &oidcFixture{p: newIDP(t), clk: &clock{}, logs: &logBuf{}}
 	f.p.now = f.clk.Now
