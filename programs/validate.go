@@ -96,18 +96,21 @@ func compile(ctx context.Context, rt wazero.Runtime, wasm []byte, maxSize int, p
 	if len(wasm) > maxSize {
 		return nil, invalid(checkSize, "the module is %d bytes; at most %d are accepted", len(wasm), maxSize)
 	}
+	if min, ok := memoryMin(wasm); ok && min > uint64(pages) {
+		return nil, invalid(checkMemory, "the module's initial memory is %d pages; limits.memoryPages is %d", min, pages)
+	}
 	cm, err := rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, invalid(checkCompile, "the module does not compile: %v", err)
 	}
-	if err := checkModule(cm, pages); err != nil {
+	if err := checkModule(cm); err != nil {
 		_ = cm.Close(ctx)
 		return nil, err
 	}
 	return cm, nil
 }
 
-func checkModule(cm wazero.CompiledModule, pages uint32) error {
+func checkModule(cm wazero.CompiledModule) error {
 	for _, f := range cm.ImportedFunctions() {
 		mod, name, _ := f.Import()
 		switch mod {
@@ -143,12 +146,46 @@ func checkModule(cm wazero.CompiledModule, pages uint32) error {
 	if f, ok := fns[exportInit]; ok && (len(f.ParamTypes()) > 0 || len(f.ResultTypes()) > 0) {
 		return invalid(checkExport, "%s must take and return nothing", exportInit)
 	}
-	mem, ok := cm.ExportedMemories()[exportMemory]
-	if !ok {
+	if _, ok := cm.ExportedMemories()[exportMemory]; !ok {
 		return invalid(checkExport, "the module must export its memory as %q", exportMemory)
 	}
-	if mem.Min() > pages {
-		return invalid(checkMemory, "the module's initial memory is %d pages; limits.memoryPages is %d", mem.Min(), pages)
-	}
 	return nil
+}
+
+// memoryMin reads the initial size of the first memory the module's
+// memory section defines, so that one over the cap is named as such
+// (the compiler refuses it too, with a message of its own). ok is false
+// when there is none or the binary is malformed (compiling then says so).
+func memoryMin(wasm []byte) (initial uint64, ok bool) {
+	b := wasm[len(wasmMagic):]
+	for len(b) > 0 {
+		id := b[0]
+		size, n := leb(b[1:])
+		if n == 0 || uint64(len(b)-1-n) < size {
+			return 0, false
+		}
+		body := b[1+n : 1+n+int(size)]
+		b = b[1+n+int(size):]
+		if id != 5 {
+			continue
+		}
+		count, n := leb(body)
+		if n == 0 || count == 0 || len(body) < n+2 {
+			return 0, false
+		}
+		initial, n2 := leb(body[n+1:]) // after the limits flag
+		return initial, n2 > 0
+	}
+	return 0, false
+}
+
+// leb decodes an unsigned LEB128 of at most 5 bytes; n is 0 when malformed.
+func leb(b []byte) (v uint64, n int) {
+	for i := 0; i < len(b) && i < 5; i++ {
+		v |= uint64(b[i]&0x7f) << (7 * i)
+		if b[i]&0x80 == 0 {
+			return v, i + 1
+		}
+	}
+	return 0, 0
 }
