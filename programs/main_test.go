@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,6 +240,32 @@ func (f *fixture) audited(t *testing.T, ev pigeon.Event) []pigeon.AuditRecord {
 	for _, r := range rs {
 		if r.Type == string(ev) {
 			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ackedSeqs returns the sequences of subject acknowledged, as the audit's
+// range records (delivery.acked) list them, with repeats.
+func (f *fixture) ackedSeqs(t *testing.T, subject string) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, r := range f.audited(t, pigeon.EventDeliveryAcked) {
+		if r.Subject != subject {
+			continue
+		}
+		for _, rg := range strings.Split(r.Seqs, ",") {
+			lo, hi, found := strings.Cut(rg, "-")
+			a, err := strconv.ParseUint(lo, 10, 64)
+			require.NoError(t, err, "seqs %q", r.Seqs)
+			b := a
+			if found {
+				b, err = strconv.ParseUint(hi, 10, 64)
+				require.NoError(t, err)
+			}
+			for s := a; s <= b; s++ {
+				out = append(out, s)
+			}
 		}
 	}
 	return out
