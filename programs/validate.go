@@ -64,7 +64,9 @@ func (s signature) matches(f api.FunctionDefinition) bool {
 	return slices.Equal(s.params, f.ParamTypes()) && slices.Equal(s.results, f.ResultTypes())
 }
 
-func (s signature) String() string { return fmt.Sprintf("%v -> %v", typeNames(s.params), typeNames(s.results)) }
+func (s signature) String() string {
+	return fmt.Sprintf("%v -> %v", typeNames(s.params), typeNames(s.results))
+}
 
 func typeNames(ts []api.ValueType) []string {
 	out := make([]string, len(ts))
