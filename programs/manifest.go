@@ -123,6 +123,12 @@ func (m *Manifest) normalize() error {
 			return invalid(checkManifest, "publishes holds an empty subject")
 		}
 	}
+	if len(m.Env) == 0 {
+		m.Env = nil
+	}
+	if len(m.Publishes) == 0 {
+		m.Publishes = nil
+	}
 	if r.MaxInFlight == 0 {
 		r.MaxInFlight = 1
 	}
