@@ -19,6 +19,7 @@ const (
 	auditor               // a principal with RoleAuditor
 	admin                 // a principal with RoleAdmin
 	self                  // the account the path's {id} names, or a principal with RoleAdmin
+	operator              // a principal with RoleAdmin or RolePrograms
 )
 
 // request is one API call being served.
@@ -86,6 +87,10 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
 				return
 			}
+			if ep.access == operator && !p.HasRole(RoleAdmin) && !p.HasRole(RolePrograms) {
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s or %s", RoleAdmin, RolePrograms))
+				return
+			}
 			if ep.access == self && p.ID != r.PathValue("id") && !p.HasRole(RoleAdmin) {
 				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "only the account itself or an admin may call this route"))
 				return
@@ -124,6 +129,7 @@ func (s *Server) routes() {
 	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
 	s.route("/v1/quarantine/{id}/release", post(auditor, release))
 	s.adminRoutes()
+	s.programRoutes()
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)

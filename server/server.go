@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/programs"
 	"pigeon/transport/ws"
 )
 
@@ -45,6 +46,12 @@ type Options struct {
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
+	// Programs, when set, serves /v1/programs (docs/programs.md) with it.
+	// The server does not close it.
+	Programs *programs.Manager
+	// MaxProgramBody bounds a program deploy's body (default
+	// DefaultMaxProgramBody).
+	MaxProgramBody int64
 	// TLS, when set, makes Serve speak HTTPS (and WSS): the listener is
 	// wrapped with it. The client certificates of a connection reach the
 	// Authenticator in pigeon.Credential.PeerCertificates. Not copied:
@@ -62,6 +69,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxBody <= 0 {
 		c.MaxBody = DefaultMaxBody
+	}
+	if c.MaxProgramBody <= 0 {
+		c.MaxProgramBody = DefaultMaxProgramBody
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout

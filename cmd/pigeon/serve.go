@@ -17,6 +17,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/identity"
+	"pigeon/programs"
 	"pigeon/server"
 	"pigeon/store"
 	"pigeon/store/wal"
@@ -205,7 +206,19 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls})
+	var kv store.KV
+	if st != nil {
+		kv = st
+	}
+	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger})
+	if err != nil {
+		_ = e.Shutdown(context.Background())
+		if st != nil {
+			_ = st.Close(context.Background())
+		}
+		return err
+	}
+	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs})
 	bg, stopBG := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() { stopBG(); bgDone.Wait() }()
@@ -235,6 +248,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	errs := []error{err}
 	if err := srv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("server shutdown: %w", err))
+	}
+	if err := progs.Close(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("programs close: %w", err))
 	}
 	if err := e.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine shutdown: %w", err))
