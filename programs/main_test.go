@@ -139,7 +139,11 @@ func newFixture(t *testing.T, st store.Store) *fixture {
 	}
 	e, err := pigeon.New(ctx, &pigeon.Options{
 		Store:         st,
-		Authenticator: pigeon.NewStaticTokens(pigeon.StaticToken{Token: "client-token", Principal: client}),
+		Authenticator: pigeon.NewStaticTokens(
+			pigeon.StaticToken{Token: "client-token", Principal: client},
+			pigeon.StaticToken{Token: "admin-token", Principal: "admin", Roles: []string{pigeon.RoleAdmin}},
+			pigeon.StaticToken{Token: "deployer-token", Principal: progAcc, Roles: []string{"programs"}},
+		),
 		Catalog:       testCatalog(),
 		RetryBase:     time.Millisecond,
 	})
