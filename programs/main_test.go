@@ -138,14 +138,14 @@ func newFixture(t *testing.T, st store.Store) *fixture {
 		t.Cleanup(func() { _ = st.Close(ctx) })
 	}
 	e, err := pigeon.New(ctx, &pigeon.Options{
-		Store:         st,
+		Store: st,
 		Authenticator: pigeon.NewStaticTokens(
 			pigeon.StaticToken{Token: "client-token", Principal: client},
 			pigeon.StaticToken{Token: "admin-token", Principal: "admin", Roles: []string{pigeon.RoleAdmin}},
 			pigeon.StaticToken{Token: "deployer-token", Principal: progAcc, Roles: []string{"programs"}},
 		),
-		Catalog:       testCatalog(),
-		RetryBase:     time.Millisecond,
+		Catalog:   testCatalog(),
+		RetryBase: time.Millisecond,
 	})
 	require.NoError(t, err)
 	for _, id := range []string{progAcc, other} {

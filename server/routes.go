@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/transport/mesgd"
 )
 
 // access is who may call an endpoint.
 type access int
 
 const (
-	public  access = iota // anyone
-	member                // any authenticated principal
-	auditor               // a principal with RoleAuditor
-	admin                 // a principal with RoleAdmin
-	self                  // the account the path's {id} names, or a principal with RoleAdmin
-	operator              // a principal with RoleAdmin or RolePrograms
+	public   access = iota // anyone
+	member                 // any authenticated principal
+	auditor                // a principal with RoleAuditor
+	admin                  // a principal with RoleAdmin
+	self                   // the account the path's {id} names, or a principal with RoleAdmin
+	operator               // a principal with RoleAdmin or RolePrograms
 )
 
 // request is one API call being served.
@@ -138,6 +139,9 @@ func (s *Server) routes() {
 		}
 		s.ws.ServeHTTP(w, r)
 	})
+	if s.mesgd != nil {
+		s.mux.HandleFunc("GET "+mesgd.Prefix+"/", s.mesgd.ServeHTTP)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
 	})

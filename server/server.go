@@ -15,6 +15,7 @@ import (
 
 	"pigeon"
 	"pigeon/programs"
+	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
 )
 
@@ -46,6 +47,9 @@ type Options struct {
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
+	// Mesgd, when set, serves mesgd's WebSocket format at /mesgd/<route
+	// path> on Mesgd.Subject (package transport/mesgd).
+	Mesgd *mesgd.Options
 	// Programs, when set, serves /v1/programs (docs/programs.md) with it.
 	// The server does not close it.
 	Programs *programs.Manager
@@ -107,10 +111,11 @@ func (o *Options) withDefaults() Options {
 // handlers mounted behind the same authentication. It is an http.Handler,
 // safe for concurrent use; Serve runs it on a listener with timeouts.
 type Server struct {
-	e    *pigeon.Engine
-	opts Options
-	mux  *http.ServeMux
-	ws   *ws.Server
+	e     *pigeon.Engine
+	opts  Options
+	mux   *http.ServeMux
+	ws    *ws.Server
+	mesgd *mesgd.Server // nil unless Options.Mesgd
 
 	mu       sync.Mutex
 	hs       []*http.Server
@@ -123,6 +128,13 @@ type Server struct {
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket)}
+	if o.Mesgd != nil {
+		mo := *o.Mesgd
+		if mo.Logger == nil {
+			mo.Logger = o.Logger
+		}
+		s.mesgd = mesgd.New(e, mo)
+	}
 	s.routes()
 	return s
 }
@@ -272,7 +284,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		servers := s.hs
 		s.mu.Unlock()
 		var wg sync.WaitGroup
-		errs := make([]error, len(servers)+1)
+		errs := make([]error, len(servers)+2)
 		for i, hs := range servers {
 			wg.Add(1)
 			go func() {
@@ -281,6 +293,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}()
 		}
 		errs[len(servers)] = s.ws.Shutdown(ctx)
+		if s.mesgd != nil {
+			errs[len(servers)+1] = s.mesgd.Shutdown(ctx)
+		}
 		wg.Wait()
 		s.shutErr = errors.Join(errs...)
 	})

@@ -19,6 +19,7 @@ import (
 	"pigeon/identity"
 	"pigeon/programs"
 	"pigeon/server"
+	"pigeon/transport/mesgd"
 	"pigeon/store"
 	"pigeon/store/wal"
 )
@@ -28,6 +29,9 @@ type serveConfig struct {
 	addr, data, policies, tokens, region, sync string
 	shutdownTimeout                            time.Duration
 	verbose                                    bool
+	// mesgdSubject, when set, serves mesgd's WebSocket format at
+	// /mesgd/<route path> on that subject.
+	mesgdSubject string
 	// config is the --config file it was read from, if any.
 	config string
 	// Edge identity (docs/identity.md): TLS, mTLS, OIDC issuers, the
@@ -106,6 +110,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.region, "region", cfg.region, "default region of a request or connection that names none")
 	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
+	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "server certificate (PEM chain): serve HTTPS and WSS; reloaded when the file changes or on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "key of the server certificate (PEM)")
@@ -218,7 +223,11 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs})
+	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs}
+	if cfg.mesgdSubject != "" {
+		so.Mesgd = &mesgd.Options{Subject: cfg.mesgdSubject}
+	}
+	srv := server.New(e, so)
 	bg, stopBG := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() { stopBG(); bgDone.Wait() }()
