@@ -19,9 +19,9 @@ import (
 	"pigeon/identity"
 	"pigeon/programs"
 	"pigeon/server"
-	"pigeon/transport/mesgd"
 	"pigeon/store"
 	"pigeon/store/wal"
+	"pigeon/transport/mesgd"
 )
 
 // serveConfig is what the serve flags (and the --config file) say.

@@ -1,0 +1,162 @@
+package mesgd_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/leakcheck"
+	"pigeon/server"
+	"pigeon/transport/mesgd"
+	"pigeon/transport/ws"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+func TestSelector(t *testing.T) {
+	for path, sel := range map[string]string{
+		"/mesgd":                      "/*",
+		"/mesgd/":                     "/*",
+		"/mesgd/kind=chat":            "/kind=chat",
+		"/mesgd/kind=chat/room=lobby": "/kind=chat/room=lobby",
+		"/mesgd/kind=chat/":           "/kind=chat",
+	} {
+		require.Equal(t, sel, mesgd.Selector(path), path)
+	}
+}
+
+// startServer serves a broker with a chat subject (the field "password"
+// is forbidden) and mesgd on it, on 127.0.0.1.
+func startServer(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	rules := []pigeon.RuleSpec{{Effect: pigeon.EffectAllow, Principals: []string{"alice", "bob", "carol"}}}
+	e, err := pigeon.New(ctx, &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(
+			pigeon.StaticToken{Token: "alice-token", Principal: "alice"},
+			pigeon.StaticToken{Token: "bob-token", Principal: "bob"},
+			pigeon.StaticToken{Token: "carol-token", Principal: "carol"},
+		),
+		Catalog: &pigeon.Catalog{Subjects: []pigeon.SubjectPolicy{{
+			Name: "chat", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+			Data:   pigeon.DataPolicy{ForbiddenFields: []string{"password"}},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: rules, pigeon.OpReceive: rules},
+		}}},
+	})
+	require.NoError(t, err)
+	s := server.New(e, &server.Options{Mesgd: &mesgd.Options{Subject: "chat"}})
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		hs.Close()
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	return hs.URL
+}
+
+// dialMesgd connects as a mesgd program does: a plain WebSocket with the
+// json subprotocol, a bearer header or the token as a subprotocol.
+func dialMesgd(t *testing.T, base, path, token string, header bool) *websocket.Conn {
+	t.Helper()
+	o := &websocket.DialOptions{Subprotocols: []string{mesgd.Subprotocol}}
+	if header {
+		o.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
+	} else {
+		o.Subprotocols = append(o.Subprotocols, ws.BearerSubprotocolPrefix+token)
+	}
+	c, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(base, "http")+path, o)
+	require.NoError(t, err)
+	require.Equal(t, mesgd.Subprotocol, c.Subprotocol())
+	t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+func readFrame(t *testing.T, c *websocket.Conn) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	typ, b, err := c.Read(ctx)
+	require.NoError(t, err)
+	require.Equal(t, websocket.MessageText, typ)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(b, &v), "%s", b)
+	return v
+}
+
+func send(t *testing.T, c *websocket.Conn, frame string) {
+	t.Helper()
+	require.NoError(t, c.Write(context.Background(), websocket.MessageText, []byte(frame)))
+}
+
+// A mesgd-format client and a Pigeon-protocol client chat by room.
+func TestChatWithAPigeonClient(t *testing.T) {
+	base := startServer(t)
+	ctx := context.Background()
+	lobby := dialMesgd(t, base, "/mesgd/kind=chat/room=lobby", "alice-token", true)
+	attic := dialMesgd(t, base, "/mesgd/kind=chat/room=attic", "carol-token", false)
+
+	bob, err := ws.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/v1/ws", "bob-token", []string{"chat"})
+	require.NoError(t, err)
+	defer bob.Close(ctx)
+	got := make(chan json.RawMessage, 16)
+	sub, err := bob.Subscribe(ctx, "chat", func(_ context.Context, d *pigeon.Delivery) error {
+		got <- d.Message.Data
+		return nil
+	}, pigeon.WithSelector("/room=lobby"))
+	require.NoError(t, err)
+	defer sub.Unsubscribe(ctx)
+
+	send(t, lobby, `{"kind":"chat","room":"lobby","from":"alice","text":"hello"}`)
+	select {
+	case d := <-got:
+		require.JSONEq(t, `{"kind":"chat","room":"lobby","from":"alice","text":"hello"}`, string(d))
+	case <-time.After(10 * time.Second):
+		t.Fatal("bob got nothing")
+	}
+	require.Equal(t, "hello", readFrame(t, lobby)["text"], "alice's room hears her too")
+
+	_, err = bob.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat", Intent: "chat", Classification: "internal",
+		Data: json.RawMessage(`{"kind":"chat","room":"lobby","from":"bob","text":"hi alice"}`)})
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"kind": "chat", "room": "lobby", "from": "bob", "text": "hi alice"}, readFrame(t, lobby))
+	require.Contains(t, string(<-got), "hi alice", "bob hears himself, as any subscriber of the room")
+
+	// A refused frame gets an error frame; the connection stays up.
+	send(t, lobby, `{"kind":"chat","room":"lobby","password":"hunter2"}`)
+	require.Equal(t, string(pigeon.CodeSensitiveFieldDenied), readFrame(t, lobby)["error"].(map[string]any)["code"])
+	send(t, lobby, `not json`)
+	require.Equal(t, string(pigeon.CodeBadRequest), readFrame(t, lobby)["error"].(map[string]any)["code"])
+
+	send(t, attic, `{"kind":"chat","room":"attic","from":"carol","text":"anyone?"}`)
+	require.Equal(t, "anyone?", readFrame(t, attic)["text"])
+	send(t, lobby, `{"kind":"chat","room":"lobby","from":"alice","text":"still here"}`)
+	require.Equal(t, "still here", readFrame(t, lobby)["text"], "the attic's message never reached the lobby")
+	select {
+	case d := <-got:
+		require.JSONEq(t, `{"kind":"chat","room":"lobby","from":"alice","text":"still here"}`, string(d))
+	case <-time.After(10 * time.Second):
+		t.Fatal("bob missed the second message")
+	}
+}
+
+func TestUpgradeRefusals(t *testing.T) {
+	base := startServer(t)
+	url := "ws" + strings.TrimPrefix(base, "http")
+	_, resp, err := websocket.Dial(context.Background(), url+"/mesgd/room=lobby", &websocket.DialOptions{Subprotocols: []string{mesgd.Subprotocol}})
+	require.Error(t, err)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	_, resp, err = websocket.Dial(context.Background(), url+"/mesgd/=lobby", &websocket.DialOptions{
+		Subprotocols: []string{mesgd.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
+	require.Error(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a selector that does not parse")
+}
