@@ -62,7 +62,7 @@ func (mg *Manager) bind(ctx context.Context, p *program, v *version, from uint64
 	b.cur.Store(v)
 	b.lastSeq.Store(from)
 	opts := []pigeon.SubscribeOption{pigeon.WithSelector(man.Route.Selector), pigeon.WithFilter(man.Route.Filter),
-		pigeon.WithGroup(man.Route.Group), pigeon.WithMaxInFlight(man.Route.MaxInFlight)}
+		pigeon.WithGroup(man.Route.Group), pigeon.WithMaxInFlight(man.Route.MaxInFlight), pigeon.WithMiddleware(mg.opts.Middleware...)}
 	if sp, err := mg.e.Subject(man.Route.Subject); err == nil && sp.Mode == pigeon.ModePubSub && from > 0 {
 		opts = append(opts, pigeon.WithStart(pigeon.StartAt(from+1)))
 	}

@@ -130,7 +130,7 @@ type fixture struct {
 
 // newFixture starts an engine on st (nil: a new memory store) with the
 // test catalog, the program accounts and a Manager.
-func newFixture(t *testing.T, st store.Store) *fixture {
+func newFixture(t testing.TB, st store.Store, mw ...pigeon.Middleware) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	if st == nil {
@@ -154,7 +154,7 @@ func newFixture(t *testing.T, st store.Store) *fixture {
 			require.NoError(t, err)
 		}
 	}
-	mg, err := programs.New(ctx, e, &programs.Options{KV: st, Cache: cache, RebindDelay: 10 * time.Millisecond})
+	mg, err := programs.New(ctx, e, &programs.Options{KV: st, Cache: cache, RebindDelay: 10 * time.Millisecond, Middleware: mw})
 	require.NoError(t, err)
 	cli, err := e.Connect(ctx, "client-token", []string{"orders.in", "orders.out", "orders.eu", "orders.us", "quotes"})
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func newFixture(t *testing.T, st store.Store) *fixture {
 }
 
 // stop closes the Manager and the engine (idempotent).
-func (f *fixture) stop(t *testing.T) {
+func (f *fixture) stop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, f.mg.Close(ctx))
@@ -183,7 +183,7 @@ func manifest(mut ...func(*programs.Manifest)) programs.Manifest {
 }
 
 // publish publishes data to subject as the client.
-func (f *fixture) publish(t *testing.T, subject, data string) *pigeon.Message {
+func (f *fixture) publish(t testing.TB, subject, data string) *pigeon.Message {
 	t.Helper()
 	res, err := f.cli.Publish(context.Background(), &pigeon.Message{Type: "order", Subject: subject, Intent: "record", Classification: "internal", Data: json.RawMessage(data)})
 	require.NoError(t, err)

@@ -42,6 +42,9 @@ type Options struct {
 	// Interpreter runs modules on wazero's interpreter instead of its
 	// compiler: deploys are faster, deliveries slower.
 	Interpreter bool
+	// Middleware wraps every program's handler, outermost first (metrics,
+	// tracing); it sees each delivery and the program's verdict on it.
+	Middleware []pigeon.Middleware
 	// RebindDelay is the first delay before a binding whose contract ended
 	// is tried again (default DefaultRebindDelay; it doubles up to a minute).
 	RebindDelay time.Duration
@@ -118,6 +121,7 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	if opts != nil {
 		o = *opts
 	}
+	o.Middleware = slices.Clone(o.Middleware)
 	if o.KV == nil {
 		o.KV = memory.New(nil)
 	}
