@@ -29,7 +29,10 @@ func (b *binding) handle(ctx context.Context, d *pigeon.Delivery) error {
 	for {
 		v := b.cur.Load()
 		if !v.acquire() {
-			continue // swapped: the successor is already current
+			if b.cur.Load() != v {
+				continue // swapped: the successor is already current
+			}
+			return pigeon.ErrUndelivered // stopped: the message goes back at once
 		}
 		err := v.deliver(ctx, b.caller, d)
 		v.release()

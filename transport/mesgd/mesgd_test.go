@@ -44,6 +44,7 @@ func startServer(t *testing.T) string {
 			pigeon.StaticToken{Token: "alice-token", Principal: "alice"},
 			pigeon.StaticToken{Token: "bob-token", Principal: "bob"},
 			pigeon.StaticToken{Token: "carol-token", Principal: "carol"},
+			pigeon.StaticToken{Token: "dave-token", Principal: "dave"},
 		),
 		Catalog: &pigeon.Catalog{Subjects: []pigeon.SubjectPolicy{{
 			Name: "chat", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
@@ -159,4 +160,8 @@ func TestUpgradeRefusals(t *testing.T) {
 		Subprotocols: []string{mesgd.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
 	require.Error(t, err)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a selector that does not parse")
+	_, resp, err = websocket.Dial(context.Background(), url+"/mesgd/room=lobby", &websocket.DialOptions{
+		Subprotocols: []string{mesgd.Subprotocol, ws.BearerSubprotocolPrefix + "dave-token"}})
+	require.Error(t, err)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "dave may neither publish nor receive")
 }
