@@ -186,6 +186,9 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 // check, or the store's error) leaves the old version running. by is who
 // deploys, for the audit; authorizing it is the caller's business.
 func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string, man Manifest, module []byte) (Info, error) {
+	if by == nil {
+		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a deploy names who deploys")
+	}
 	if !ValidName(name) {
 		return Info{}, invalid(checkManifest, "%q is not a program name (a-z, 0-9, '.', '_', '-'; at most 63)", name)
 	}
@@ -286,6 +289,9 @@ func (mg *Manager) List(ctx context.Context) []Info {
 // Remove unbinds a program (waiting for its deliveries in flight), drops
 // it from the store and audits the removal.
 func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string) error {
+	if by == nil {
+		return pigeon.NewError(pigeon.CodeInvalidArgument, "a removal names who removes")
+	}
 	p, err := mg.program(name, false)
 	if err != nil {
 		return err
