@@ -14,6 +14,8 @@ const (
 	opEnd         = 0x0b
 	opBr          = 0x0c
 	opBrIf        = 0x0d
+	opCall        = 0x10
+	opLocalGet    = 0x20
 	opI32Const    = 0x41
 	opI32Eq       = 0x46
 	opMemoryGrow  = 0x40
@@ -150,6 +152,14 @@ var (
 	handleGrow = cat([]byte{opBlock, blockEmpty, opLoop, blockEmpty}, i32c(1), []byte{opMemoryGrow, 0}, i32c(-1),
 		[]byte{opI32Eq, opBrIf, 1, opBr, 0, opEnd, opEnd, opUnreachable})
 )
+
+// modLog logs the message it handles (pigeon.log at level 0) and
+// acknowledges it.
+var modLog = func() []byte {
+	m := abiModule(cat(i32c(0), []byte{opLocalGet, 0, opLocalGet, 1, opCall, 0}, i32c(0)), 1)
+	m.imports = []wimport{{module: "pigeon", name: "log", params: []byte{tI32, tI32, tI32}}}
+	return m.encode()
+}()
 
 // Modules of the tests.
 var (
