@@ -33,6 +33,7 @@ type fileConfig struct {
 	Sync            string        `yaml:"sync"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
+	MesgdSubject    string        `yaml:"mesgd_subject"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -160,6 +161,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.shutdownTimeout = f.ShutdownTimeout
 	}
 	cfg.verbose = cfg.verbose || f.Verbose
+	set(&cfg.mesgdSubject, f.MesgdSubject)
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}

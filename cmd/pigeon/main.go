@@ -1,6 +1,6 @@
 // Command pigeon runs a standalone Pigeon broker and talks to one.
 //
-//	pigeon serve [--config pigeon.yaml] [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [-v]
+//	pigeon serve [--config pigeon.yaml] [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [--mesgd-subject S] [-v]
 //	             [--tls-cert FILE --tls-key FILE] [--client-ca FILE --trust-domain NAME [--mtls-mode required|optional]] [--auth-order mtls,oidc,grant,token]
 //	pigeon broker start [serve's flags]
 //	pigeon demo

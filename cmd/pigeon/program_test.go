@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,4 +72,22 @@ func TestProgramCommands(t *testing.T) {
 	code, _, stderr = r.pigeon(t, ctx, "program", "show", "ok", "--token", "admin-token")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "PROGRAM_NOT_FOUND")
+}
+
+// serve --mesgd-subject (or mesgd_subject in the config file) serves
+// mesgd's format at /mesgd/.
+func TestServeMesgdSubject(t *testing.T) {
+	cfg, _, ok := parseServe([]string{"--mesgd-subject", "payments.authorize"}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, "payments.authorize", cfg.mesgdSubject)
+	r := startServe(t, serveConfig{mesgdSubject: "payments.authorize"})
+	resp, err := http.Get(r.url + "/mesgd/kind=chat")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the endpoint is served (and wants a credential)")
+	r2 := startServe(t, serveConfig{})
+	resp, err = http.Get(r2.url + "/mesgd/kind=chat")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not served without the flag")
 }
