@@ -72,3 +72,15 @@ func FuzzParseManifest(f *testing.F) {
 		require.Equal(t, m, again)
 	})
 }
+
+func TestProgramCodesGroup(t *testing.T) {
+	for code, group := range map[pigeon.Code]error{
+		pigeon.CodeProgramInvalid:  pigeon.ErrInvalid,
+		pigeon.CodeProgramNotFound: pigeon.ErrNotFound,
+		pigeon.CodeProgramTrapped:  pigeon.ErrProgram,
+		pigeon.CodeProgramTimeout:  pigeon.ErrProgram,
+		pigeon.CodeProgramLimit:    pigeon.ErrProgram,
+	} {
+		require.ErrorIs(t, pigeon.NewError(code, "x"), group, code)
+	}
+}
