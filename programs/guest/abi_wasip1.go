@@ -2,10 +2,7 @@
 
 package guest
 
-import (
-	"encoding/json"
-	"unsafe"
-)
+import "unsafe"
 
 //go:wasmimport pigeon publish
 func hostPublish(msg unsafe.Pointer, msgLen uint32, errBuf unsafe.Pointer, errCap uint32) uint32
@@ -20,6 +17,7 @@ var (
 	handler Handler
 	input   []byte // the buffer pigeon_alloc handed out, kept alive until pigeon_handle
 	errBuf  [64]byte
+	outBuf  []byte // reused for the messages emitted
 )
 
 // Handle registers h as the program's handler. Call it from init or main.
@@ -41,7 +39,8 @@ func Log(level int, msg string) {
 }
 
 func send(fn func(unsafe.Pointer, uint32, unsafe.Pointer, uint32) uint32, m *Message) error {
-	b, err := json.Marshal(m)
+	b, err := appendMessage(outBuf[:0], m)
+	outBuf = b
 	if err != nil {
 		return err
 	}
@@ -70,7 +69,7 @@ func pigeonHandle(msg unsafe.Pointer, msgLen uint32) uint32 {
 		return 1
 	}
 	var m Message
-	if err := json.Unmarshal(in, &m); err != nil {
+	if err := decodeMessage(in, &m); err != nil {
 		Log(LevelError, "guest: decode the message: "+err.Error())
 		return 1
 	}
