@@ -2,6 +2,8 @@ package programs_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,5 +84,15 @@ func TestProgramCodesGroup(t *testing.T) {
 		pigeon.CodeProgramLimit:    pigeon.ErrProgram,
 	} {
 		require.ErrorIs(t, pigeon.NewError(code, "x"), group, code)
+	}
+}
+
+// The manifests beside the examples parse.
+func TestExampleManifests(t *testing.T) {
+	for _, name := range []string{"enricher", "responder", "router"} {
+		b, err := os.ReadFile(filepath.Join("..", "examples", "programs", name, "manifest.json"))
+		require.NoError(t, err)
+		_, err = programs.ParseManifest(b)
+		require.NoError(t, err, name)
 	}
 }
