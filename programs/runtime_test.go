@@ -206,3 +206,20 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A binding whose contract ends (here: revoked) is renewed with a fresh
+// contract, and the program goes on handling its route.
+func TestBindingRenewed(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	in, err := f.mg.Deploy(ctx, admin, "p", manifest(), modOK)
+	require.NoError(t, err)
+	require.NoError(t, f.e.RevokeContract(ctx, &pigeon.Principal{ID: progAcc}, in.ContractID))
+	eventually(t, func() bool {
+		now, err := f.mg.Get(ctx, "p")
+		return err == nil && now.Bound && now.ContractID != in.ContractID
+	}, "a new contract is negotiated")
+	require.NotEmpty(t, f.audited(t, pigeon.EventProgramBound))
+	f.publish(t, "orders.in", `{"n":1}`)
+	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == 1 }, "the renewed binding handles the route")
+}
