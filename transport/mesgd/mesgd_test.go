@@ -35,7 +35,7 @@ func TestSelector(t *testing.T) {
 
 // startServer serves a broker with a chat subject (the field "password"
 // is forbidden) and mesgd on it, on 127.0.0.1.
-func startServer(t *testing.T) string {
+func startServer(t *testing.T) (string, *pigeon.Engine) {
 	t.Helper()
 	ctx := context.Background()
 	rules := []pigeon.RuleSpec{{Effect: pigeon.EffectAllow, Principals: []string{"alice", "bob", "carol"}}}
@@ -62,7 +62,7 @@ func startServer(t *testing.T) string {
 		hs.Close()
 		require.NoError(t, e.Shutdown(ctx))
 	})
-	return hs.URL
+	return hs.URL, e
 }
 
 // dialMesgd connects as a mesgd program does: a plain WebSocket with the
@@ -101,7 +101,7 @@ func send(t *testing.T, c *websocket.Conn, frame string) {
 
 // A mesgd-format client and a Pigeon-protocol client chat by room.
 func TestChatWithAPigeonClient(t *testing.T) {
-	base := startServer(t)
+	base, _ := startServer(t)
 	ctx := context.Background()
 	lobby := dialMesgd(t, base, "/mesgd/kind=chat/room=lobby", "alice-token", true)
 	attic := dialMesgd(t, base, "/mesgd/kind=chat/room=attic", "carol-token", false)
@@ -151,7 +151,7 @@ func TestChatWithAPigeonClient(t *testing.T) {
 }
 
 func TestUpgradeRefusals(t *testing.T) {
-	base := startServer(t)
+	base, _ := startServer(t)
 	url := "ws" + strings.TrimPrefix(base, "http")
 	_, resp, err := websocket.Dial(context.Background(), url+"/mesgd/room=lobby", &websocket.DialOptions{Subprotocols: []string{mesgd.Subprotocol}})
 	require.Error(t, err)
@@ -164,4 +164,20 @@ func TestUpgradeRefusals(t *testing.T) {
 		Subprotocols: []string{mesgd.Subprotocol, ws.BearerSubprotocolPrefix + "dave-token"}})
 	require.Error(t, err)
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "dave may neither publish nor receive")
+}
+
+// A grant token (POST /v1/grants) is a credential like any other, here
+// in the subprotocol a browser would send.
+func TestGrantTokenCredential(t *testing.T) {
+	base, e := startServer(t)
+	ctx := context.Background()
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "chatter", Permissions: []pigeon.Permission{{Subject: "chat", Operations: []pigeon.Operation{pigeon.OpPublish, pigeon.OpReceive}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: "erin", Roles: []string{"chatter"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, "erin", []string{"chatter"}, time.Hour)
+	require.NoError(t, err)
+	c := dialMesgd(t, base, "/mesgd/kind=chat/room=den", g.Token, false)
+	send(t, c, `{"kind":"chat","room":"den","from":"erin","text":"granted"}`)
+	require.Equal(t, "granted", readFrame(t, c)["text"])
 }
