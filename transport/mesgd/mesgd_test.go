@@ -181,3 +181,30 @@ func TestGrantTokenCredential(t *testing.T) {
 	send(t, c, `{"kind":"chat","room":"den","from":"erin","text":"granted"}`)
 	require.Equal(t, "granted", readFrame(t, c)["text"])
 }
+
+// When the connection's contract ends, the connection is closed with 1008
+// and the contract's code, for the client to reconnect.
+func TestContractEndClosesTheConnection(t *testing.T) {
+	base, e := startServer(t)
+	ctx := context.Background()
+	c := dialMesgd(t, base, "/mesgd/room=lobby", "alice-token", true)
+	var id string
+	require.Eventually(t, func() bool {
+		recs, err := e.Audit(ctx, 0, 1000)
+		require.NoError(t, err)
+		for _, r := range recs {
+			if r.Type == string(pigeon.EventSubscriptionStarted) && r.Principal == "alice" {
+				id = r.ContractID
+			}
+		}
+		return id != ""
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, e.RevokeContract(ctx, &pigeon.Principal{ID: "alice"}, id))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, _, err := c.Read(rctx)
+	require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
+	var ce websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, string(pigeon.CodeContractRevoked), ce.Reason)
+}
