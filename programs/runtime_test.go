@@ -223,3 +223,19 @@ func TestBindingRenewed(t *testing.T) {
 	f.publish(t, "orders.in", `{"n":1}`)
 	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == 1 }, "the renewed binding handles the route")
 }
+
+// Options.Interpreter runs the same programs on wazero's interpreter.
+func TestInterpreter(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	mg, err := programs.New(ctx, f.e, &programs.Options{Interpreter: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	_, err = mg.Deploy(ctx, admin, "p", manifest(), modOK)
+	require.NoError(t, err)
+	_, err = mg.Deploy(ctx, admin, "loop", manifest(group("loop"), func(m *programs.Manifest) { m.Limits.TimeoutMs = 50 }), modLoop)
+	require.NoError(t, err)
+	f.publish(t, "orders.in", `{"n":1}`)
+	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == 1 }, "handled on the interpreter")
+	eventually(t, func() bool { return len(f.quarantined(t, pigeon.CodeDeliveryExhausted)) == 1 }, "a loop times out on the interpreter too")
+}
