@@ -58,6 +58,13 @@ const (
 	EventRetentionMessages    Event = "retention.messages"
 	EventStoreTruncated       Event = "store.truncated"
 	EventAuditResumed         Event = "audit.resumed"
+	// Events of programs (package programs).
+	EventProgramDeployed Event = "program.deployed" // a first version bound
+	EventProgramSwapped  Event = "program.swapped"  // a new version replaced the running one
+	EventProgramRemoved  Event = "program.removed"
+	EventProgramRefused  Event = "program.refused" // a deploy failed validation or binding; the old version runs on
+	EventProgramBound    Event = "program.bound"   // a stored program bound again when the broker started
+	EventProgramFailed   Event = "program.failed"  // a delivery failed in the program (trap, timeout, limit)
 )
 
 // record is the audit record of one ev with its outcome and code; r
@@ -65,6 +72,18 @@ const (
 func (ev Event) record(outcome Outcome, code Code, r store.AuditRecord) store.AuditRecord {
 	r.Type, r.Outcome, r.Code = string(ev), string(outcome), string(code)
 	return r
+}
+
+// Record appends an audit record of ev for a component built on the
+// engine (package programs): outcome "allow" when code is CodeOK, "deny"
+// otherwise, and r carries the rest (principal, subject, reference). It
+// returns once the store has the record, with the store's error otherwise.
+func (e *Engine) Record(ctx context.Context, ev Event, code Code, r AuditRecord) error {
+	outcome := OutcomeAllow
+	if code != CodeOK {
+		outcome = OutcomeDeny
+	}
+	return e.audit(ctx, ev.record(outcome, code, r))
 }
 
 // auditor chains and appends audit records. Callers only queue a record;

@@ -84,6 +84,22 @@ const (
 	// hold while that provider cannot be reached. It is not a verdict on
 	// the credential; retrying later may succeed.
 	CodeIdentityUnavailable Code = "IDENTITY_UNAVAILABLE"
+
+	// Codes of programs (package programs, docs/programs.md).
+	// CodeProgramInvalid refuses a deploy: the manifest or the module
+	// failed validation (Details "check" names the check); nothing is bound.
+	CodeProgramInvalid Code = "PROGRAM_INVALID"
+	// CodeProgramNotFound names a program that is not deployed.
+	CodeProgramNotFound Code = "PROGRAM_NOT_FOUND"
+	// CodeProgramTrapped fails a delivery whose program trapped (or
+	// returned a failure, or could not be started).
+	CodeProgramTrapped Code = "PROGRAM_TRAPPED"
+	// CodeProgramTimeout fails a delivery whose program ran past its time
+	// per message.
+	CodeProgramTimeout Code = "PROGRAM_TIMEOUT"
+	// CodeProgramLimit fails a delivery whose program exceeded a limit:
+	// messages emitted per input, or memory.
+	CodeProgramLimit Code = "PROGRAM_LIMIT_EXCEEDED"
 )
 
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
@@ -115,6 +131,9 @@ var (
 	ErrClosed = errors.New("pigeon: closed")
 	// ErrStore groups storage failures (corrupt, tampered, full, unavailable).
 	ErrStore = errors.New("pigeon: store failure")
+	// ErrProgram groups failures of a program handling a delivery (trap,
+	// timeout, exceeded limit).
+	ErrProgram = errors.New("pigeon: program failed")
 )
 
 // Error is the one typed error of the package. Read it with errors.As; group
@@ -192,11 +211,11 @@ func (c Code) group() error {
 		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
 		CodeGrantRevoked:
 		return ErrContract
-	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound:
+	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound, CodeProgramNotFound:
 		return ErrNotFound
 	case CodeBadRequest, CodeEnvelopeInvalid, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid,
 		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict, CodeDuplicateKey, CodeInvalidUTF8,
-		CodeMessageIDTaken:
+		CodeMessageIDTaken, CodeProgramInvalid:
 		return ErrInvalid
 	case CodeRequestTimeout:
 		return ErrTimeout
@@ -206,6 +225,8 @@ func (c Code) group() error {
 		return ErrStore
 	case CodeDeliveryExhausted:
 		return ErrQuarantined
+	case CodeProgramTrapped, CodeProgramTimeout, CodeProgramLimit:
+		return ErrProgram
 	}
 	return ErrDenied
 }

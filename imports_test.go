@@ -29,8 +29,8 @@ type importRule struct {
 // broker; only cmd/ wires concrete parts together.
 var importRules = []importRule{
 	{pkg: "pigeon", deny: []string{"pigeon/store/wal/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/wire", "pigeon/cmd/...", "net/http", "gopkg.in/yaml.v3", "go.yaml.in/yaml/...",
-		"pigeon/identity", "github.com/go-jose/...", "github.com/spiffe/..."},
-		reason: "the root holds the concepts: no concrete store beyond memory, no transport, no server, no HTTP, no YAML, no JOSE or SPIFFE code"},
+		"pigeon/identity", "github.com/go-jose/...", "github.com/spiffe/...", "pigeon/programs/...", "github.com/tetratelabs/..."},
+		reason: "the root holds the concepts: no concrete store beyond memory, no transport, no server, no HTTP, no YAML, no JOSE or SPIFFE code, no WebAssembly runtime"},
 	{pkg: "pigeon/policy", leaf: true, allow: []string{"pigeon/internal/cond", "pigeon/internal/datapath", "pigeon/internal/schema"},
 		reason: "policy is a leaf the broker imports: types, loading, lint"},
 	{pkg: "pigeon/store", leaf: true, reason: "the store seam knows no broker"},
@@ -40,6 +40,10 @@ var importRules = []importRule{
 	{pkg: "pigeon/transport/inproc", deny: []string{"pigeon/store/...", "pigeon/server/...", "pigeon/transport/ws"}, reason: "a transport carries sessions"},
 	{pkg: "pigeon/transport/ws", deny: []string{"pigeon/store/...", "pigeon/server/...", "pigeon/policy", "pigeon/identity", "github.com/go-jose/..."}, reason: "a transport carries sessions"},
 	{pkg: "pigeon/transport/transporttest", deny: []string{"pigeon/store/wal/...", "pigeon/transport/ws", "pigeon/transport/inproc"}, reason: "the session suite runs against any transport"},
+	{pkg: "pigeon/transport/mesgd", deny: []string{"pigeon/store/...", "pigeon/server/...", "pigeon/policy", "pigeon/identity", "pigeon/programs/..."}, reason: "a transport carries sessions"},
+	{pkg: "pigeon/programs", deny: []string{"pigeon/store/wal/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/...", "pigeon/identity", "net/http"},
+		reason: "programs run on the engine's public API and a KV; the server and cmd/ wire them"},
+	{pkg: "pigeon/programs/guest", leaf: true, reason: "the guest SDK is compiled into programs: it needs nothing of the broker"},
 	{pkg: "pigeon/server", deny: []string{"pigeon/store/...", "pigeon/identity"}, reason: "the server serves an engine; cmd/ picks the store and the authenticators"},
 	{pkg: "pigeon/internal/wire", deny: []string{"pigeon/transport/...", "pigeon/server/..."}, reason: "the wire form of errors is below transports and the server"},
 	{pkg: "pigeon/internal/jsontext", leaf: true, reason: "a leaf"},

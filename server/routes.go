@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/transport/mesgd"
 )
 
 // access is who may call an endpoint.
 type access int
 
 const (
-	public  access = iota // anyone
-	member                // any authenticated principal
-	auditor               // a principal with RoleAuditor
-	admin                 // a principal with RoleAdmin
-	self                  // the account the path's {id} names, or a principal with RoleAdmin
+	public   access = iota // anyone
+	member                 // any authenticated principal
+	auditor                // a principal with RoleAuditor
+	admin                  // a principal with RoleAdmin
+	self                   // the account the path's {id} names, or a principal with RoleAdmin
+	operator               // a principal with RoleAdmin or RolePrograms
 )
 
 // request is one API call being served.
@@ -86,6 +88,10 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
 				return
 			}
+			if ep.access == operator && !p.HasRole(RoleAdmin) && !p.HasRole(RolePrograms) {
+				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s or %s", RoleAdmin, RolePrograms))
+				return
+			}
 			if ep.access == self && p.ID != r.PathValue("id") && !p.HasRole(RoleAdmin) {
 				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "only the account itself or an admin may call this route"))
 				return
@@ -124,6 +130,7 @@ func (s *Server) routes() {
 	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
 	s.route("/v1/quarantine/{id}/release", post(auditor, release))
 	s.adminRoutes()
+	s.programRoutes()
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
@@ -132,6 +139,9 @@ func (s *Server) routes() {
 		}
 		s.ws.ServeHTTP(w, r)
 	})
+	if s.mesgd != nil {
+		s.mux.HandleFunc("GET "+mesgd.Prefix+"/", s.mesgd.ServeHTTP)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route"))
 	})

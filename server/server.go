@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/programs"
+	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
 )
 
@@ -45,6 +47,15 @@ type Options struct {
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
+	// Mesgd, when set, serves mesgd's WebSocket format at /mesgd/<route
+	// path> on Mesgd.Subject (package transport/mesgd).
+	Mesgd *mesgd.Options
+	// Programs, when set, serves /v1/programs (docs/programs.md) with it.
+	// The server does not close it.
+	Programs *programs.Manager
+	// MaxProgramBody bounds a program deploy's body (default
+	// DefaultMaxProgramBody).
+	MaxProgramBody int64
 	// TLS, when set, makes Serve speak HTTPS (and WSS): the listener is
 	// wrapped with it. The client certificates of a connection reach the
 	// Authenticator in pigeon.Credential.PeerCertificates. Not copied:
@@ -62,6 +73,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxBody <= 0 {
 		c.MaxBody = DefaultMaxBody
+	}
+	if c.MaxProgramBody <= 0 {
+		c.MaxProgramBody = DefaultMaxProgramBody
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
@@ -97,10 +111,11 @@ func (o *Options) withDefaults() Options {
 // handlers mounted behind the same authentication. It is an http.Handler,
 // safe for concurrent use; Serve runs it on a listener with timeouts.
 type Server struct {
-	e    *pigeon.Engine
-	opts Options
-	mux  *http.ServeMux
-	ws   *ws.Server
+	e     *pigeon.Engine
+	opts  Options
+	mux   *http.ServeMux
+	ws    *ws.Server
+	mesgd *mesgd.Server // nil unless Options.Mesgd
 
 	mu       sync.Mutex
 	hs       []*http.Server
@@ -113,6 +128,13 @@ type Server struct {
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket)}
+	if o.Mesgd != nil {
+		mo := *o.Mesgd
+		if mo.Logger == nil {
+			mo.Logger = o.Logger
+		}
+		s.mesgd = mesgd.New(e, mo)
+	}
 	s.routes()
 	return s
 }
@@ -262,7 +284,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		servers := s.hs
 		s.mu.Unlock()
 		var wg sync.WaitGroup
-		errs := make([]error, len(servers)+1)
+		errs := make([]error, len(servers)+2)
 		for i, hs := range servers {
 			wg.Add(1)
 			go func() {
@@ -271,6 +293,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}()
 		}
 		errs[len(servers)] = s.ws.Shutdown(ctx)
+		if s.mesgd != nil {
+			errs[len(servers)+1] = s.mesgd.Shutdown(ctx)
+		}
 		wg.Wait()
 		s.shutErr = errors.Join(errs...)
 	})

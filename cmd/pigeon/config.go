@@ -35,6 +35,7 @@ type fileConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
 	WSOrigins       []string      `yaml:"ws_origins"`
+	MesgdSubject    string        `yaml:"mesgd_subject"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -168,6 +169,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 		}
 		cfg.wsOrigins = append(cfg.wsOrigins, o)
 	}
+	set(&cfg.mesgdSubject, f.MesgdSubject)
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}

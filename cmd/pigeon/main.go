@@ -1,6 +1,6 @@
 // Command pigeon runs a standalone Pigeon broker and talks to one.
 //
-//	pigeon serve [--config pigeon.yaml] [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [-v]
+//	pigeon serve [--config pigeon.yaml] [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [--mesgd-subject S] [-v]
 //	             [--tls-cert FILE --tls-key FILE] [--client-ca FILE --trust-domain NAME [--mtls-mode required|optional]] [--auth-order mtls,oidc,grant,token]
 //	pigeon broker start [serve's flags]
 //	pigeon demo
@@ -8,6 +8,7 @@
 //	pigeon publish --subject S [--data JSON | --file F] [flags]
 //	pigeon subscribe --subject S [flags]
 //	pigeon quarantine list|show ID|release ID [flags]
+//	pigeon program deploy NAME --module F.wasm --manifest F.json | list | show NAME | remove NAME [flags]
 //	pigeon audit verify --data DIR
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
@@ -41,6 +42,8 @@ commands:
   subscribe                   stream deliveries as JSON lines until interrupted
   quarantine list|show|release
                               review quarantined messages (role auditor)
+  program deploy|list|show|remove
+                              manage programs bound to routes (role admin or programs)
   audit verify --data DIR     verify the audit chain of a data directory, offline
   audit tail                  print audit records as JSON lines (role auditor)
   audit receipts --data DIR ID  who was handed message ID and acknowledged it, offline
@@ -89,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return subscribeCmd(ctx, rest, stdout, stderr)
 	case cmd == "quarantine" && (sub == "list" || sub == "show" || sub == "release"):
 		return quarantineCmd(ctx, sub, rest[1:], stdout, stderr)
+	case cmd == "program" && (sub == "deploy" || sub == "list" || sub == "show" || sub == "remove"):
+		return programCmd(ctx, sub, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "verify":
 		return auditVerifyCmd(rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "receipts":

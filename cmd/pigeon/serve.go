@@ -17,9 +17,11 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/identity"
+	"pigeon/programs"
 	"pigeon/server"
 	"pigeon/store"
 	"pigeon/store/wal"
+	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
 )
 
@@ -28,6 +30,9 @@ type serveConfig struct {
 	addr, data, policies, tokens, region, sync string
 	shutdownTimeout                            time.Duration
 	verbose                                    bool
+	// mesgdSubject, when set, serves mesgd's WebSocket format at
+	// /mesgd/<route path> on that subject.
+	mesgdSubject string
 	// config is the --config file it was read from, if any.
 	config string
 	// Edge identity (docs/identity.md): TLS, mTLS, OIDC issuers, the
@@ -109,6 +114,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.region, "region", cfg.region, "default region of a request or connection that names none")
 	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
+	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "server certificate (PEM chain): serve HTTPS and WSS; reloaded when the file changes or on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "key of the server certificate (PEM)")
@@ -216,8 +222,24 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		}
 		return err
 	}
-	srv := server.New(e, &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls,
-		WebSocket: &ws.Options{OriginPatterns: cfg.wsOrigins}})
+	var kv store.KV
+	if st != nil {
+		kv = st
+	}
+	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger})
+	if err != nil {
+		_ = e.Shutdown(context.Background())
+		if st != nil {
+			_ = st.Close(context.Background())
+		}
+		return err
+	}
+	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
+		WebSocket: &ws.Options{OriginPatterns: cfg.wsOrigins}}
+	if cfg.mesgdSubject != "" {
+		so.Mesgd = &mesgd.Options{Subject: cfg.mesgdSubject}
+	}
+	srv := server.New(e, so)
 	bg, stopBG := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() { stopBG(); bgDone.Wait() }()
@@ -247,6 +269,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	errs := []error{err}
 	if err := srv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("server shutdown: %w", err))
+	}
+	if err := progs.Close(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("programs close: %w", err))
 	}
 	if err := e.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine shutdown: %w", err))

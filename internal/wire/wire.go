@@ -113,9 +113,9 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusTooManyRequests
 	case pigeon.CodeSensitiveFieldDenied, pigeon.CodeRawPANDetected, pigeon.CodeIdempotencyRequired, pigeon.CodeClassificationDenied,
 		pigeon.CodeEnvelopeInvalid, pigeon.CodeSchemaInvalid, pigeon.CodeDataQuality, pigeon.CodeSignatureRequired, pigeon.CodeSignatureInvalid,
-		pigeon.CodeEncryptionRequired, pigeon.CodeDeliveryExhausted:
+		pigeon.CodeEncryptionRequired, pigeon.CodeDeliveryExhausted, pigeon.CodeProgramInvalid, pigeon.CodeProgramLimit:
 		return http.StatusUnprocessableEntity
-	case pigeon.CodeSubjectNotFound, pigeon.CodeMessageNotFound, pigeon.CodeQuarantineNotFound, pigeon.CodeNotFound:
+	case pigeon.CodeSubjectNotFound, pigeon.CodeMessageNotFound, pigeon.CodeQuarantineNotFound, pigeon.CodeNotFound, pigeon.CodeProgramNotFound:
 		return http.StatusNotFound
 	case pigeon.CodeBadRequest, pigeon.CodeSelectorInvalid, pigeon.CodeFilterInvalid, pigeon.CodePolicyInvalid, pigeon.CodeInvalidArgument,
 		pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8:
@@ -126,7 +126,7 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusMethodNotAllowed
 	case pigeon.CodeConflict, pigeon.CodeMessageIDTaken:
 		return http.StatusConflict
-	case pigeon.CodeRequestTimeout:
+	case pigeon.CodeRequestTimeout, pigeon.CodeProgramTimeout:
 		return http.StatusGatewayTimeout
 	case pigeon.CodeShutdown, pigeon.CodeStoreUnavailable, pigeon.CodeIdentityUnavailable:
 		return http.StatusServiceUnavailable

@@ -65,6 +65,11 @@ func TestHTTPStatus(t *testing.T) {
 		pigeon.CodeIdentityUnavailable: http.StatusServiceUnavailable,
 		pigeon.CodeStoreFull:           http.StatusInsufficientStorage,
 		pigeon.CodeAuditTampered:       http.StatusInternalServerError,
+		pigeon.CodeProgramInvalid:      http.StatusUnprocessableEntity,
+		pigeon.CodeProgramNotFound:     http.StatusNotFound,
+		pigeon.CodeProgramLimit:        http.StatusUnprocessableEntity,
+		pigeon.CodeProgramTimeout:      http.StatusGatewayTimeout,
+		pigeon.CodeProgramTrapped:      http.StatusInternalServerError,
 		pigeon.Code("NOT_A_REAL_CODE"): http.StatusInternalServerError,
 	} {
 		require.Equal(t, status, wire.HTTPStatus(code), "%s", code)

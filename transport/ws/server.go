@@ -71,9 +71,10 @@ func (s *Server) Stats() Stats {
 		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load()}
 }
 
-// credential returns the bearer token of an upgrade request: the
-// Authorization header, or the pigeon.bearer.<token> subprotocol.
-func credential(r *http.Request) string {
+// UpgradeCredential returns the bearer token of an upgrade request: the
+// Authorization header, or the pigeon.bearer.<token> subprotocol (for
+// browsers, which cannot set headers on an upgrade).
+func UpgradeCredential(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 			return strings.TrimSpace(h[7:])
@@ -95,7 +96,7 @@ func credential(r *http.Request) string {
 // until it ends. A missing or unknown credential is answered 401 with the
 // JSON error body, and the connection is not upgraded.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, err := s.e.AuthenticateCredential(r.Context(), wire.Credential(r, credential(r)))
+	p, err := s.e.AuthenticateCredential(r.Context(), wire.Credential(r, UpgradeCredential(r)))
 	if err != nil {
 		s.stats.refused.Add(1)
 		if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+)
+
+// programCmd runs pigeon program deploy|list|show|remove (docs/programs.md).
+func programCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
+	cmd := "program " + sub
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := clientFlags(fs)
+	module := fs.String("module", "", "deploy: the WebAssembly module (.wasm)")
+	manifest := fs.String("manifest", "", "deploy: the manifest (JSON: route, account, publishes, limits, env)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return parseExit(err)
+	}
+	if sub == "list" {
+		b, err := a.do(ctx, http.MethodGet, "/v1/programs", nil)
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		var out struct {
+			Programs []json.RawMessage `json:"programs"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return fail(stderr, cmd, err)
+		}
+		for _, p := range out.Programs {
+			fmt.Fprintf(stdout, "%s\n", p)
+		}
+		return 0
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "pigeon %s: one program name is required\n", cmd)
+		return 2
+	}
+	path := "/v1/programs/" + url.PathEscape(pos[0])
+	var b []byte
+	switch sub {
+	case "show":
+		b, err = a.do(ctx, http.MethodGet, path, nil)
+	case "remove":
+		b, err = a.do(ctx, http.MethodDelete, path, nil)
+	default: // deploy
+		if *module == "" || *manifest == "" {
+			fmt.Fprintf(stderr, "pigeon %s: --module and --manifest are required\n", cmd)
+			return 2
+		}
+		var wasm, man []byte
+		if wasm, err = os.ReadFile(*module); err == nil {
+			man, err = os.ReadFile(*manifest)
+		}
+		if err != nil {
+			return fail(stderr, cmd, err)
+		}
+		if !json.Valid(man) {
+			fmt.Fprintf(stderr, "pigeon %s: %s is not JSON\n", cmd, *manifest)
+			return 2
+		}
+		b, err = a.do(ctx, http.MethodPut, path, map[string]any{"manifest": json.RawMessage(man), "module": wasm})
+	}
+	if err != nil {
+		return fail(stderr, cmd, err)
+	}
+	printJSON(stdout, b)
+	return 0
+}

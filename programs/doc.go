@@ -1,0 +1,41 @@
+// Package programs binds sandboxed WebAssembly programs to message routes
+// of a running engine: an operator deploys a module with a manifest (the
+// route, the account it runs as, its limits and environment) and each
+// delivery on the route calls the program's handler, which may publish,
+// answer the request it handles and log. The ABI, the manifest and the
+// checks are docs/programs.md; package programs/guest is the SDK for Go
+// programs.
+//
+// # Model
+//
+// A Manager holds the programs of one engine. Deploy validates a module
+// (header, size, initial memory, compilation, imports limited to the host
+// module and a minimal WASI, the ABI's exports, a first instance that
+// starts) and binds it: a contract is negotiated for the manifest's
+// account and the route subscribed under it, so every delivery and every
+// message the program emits passes the same contract checks and gates as
+// any other service's. Programs run on wazero, each version in its own
+// runtime that caps its memory, with no file system and no socket.
+//
+// A delivery runs on one instance taken from the version's pool (started
+// when none is idle), never shared with another delivery; at most
+// route.maxInFlight run at once. A trap, a timeout (the instance is
+// closed when the per-message context ends) or an exceeded limit fails
+// that delivery only: it is nacked, redelivered with the subject's backoff
+// and quarantined as DELIVERY_EXHAUSTED when its attempts run out; the
+// instance is discarded. Every deploy, swap, removal, start-up binding and
+// failure is audited through Engine.Record.
+//
+// Programs (manifest, module, version history) are kept in a store.KV and
+// bound again by New.
+//
+// # Concurrency
+//
+// A Manager is safe for concurrent use. Deploys and removals of one
+// program are serialized; different programs proceed in parallel. A new
+// version replaces the running one atomically: each delivery runs entirely
+// on the version current when it starts, and the old version is closed
+// once its deliveries in flight have finished. Close unbinds every
+// program, waiting for their deliveries, and stops renewing bindings; call
+// it before the engine's Shutdown.
+package programs

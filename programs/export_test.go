@@ -1,0 +1,20 @@
+package programs
+
+import "context"
+
+// StartInstance starts (and closes) one more instance of the running
+// version of program name, for the instance start benchmark.
+func (mg *Manager) StartInstance(ctx context.Context, name string) error {
+	p, err := mg.program(name, false)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	v := p.b.cur.Load()
+	p.mu.Unlock()
+	inst, err := v.instantiate(ctx)
+	if err != nil {
+		return err
+	}
+	return inst.mod.Close(ctx)
+}

@@ -1,0 +1,432 @@
+package programs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+
+	"pigeon"
+	"pigeon/store"
+	"pigeon/store/memory"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxModuleSize = 32 << 20
+	DefaultRebindDelay   = time.Second
+	maxRebindDelay       = time.Minute
+	bucket               = "programs"
+)
+
+// Options configure a Manager. Nil means the defaults; New copies them.
+type Options struct {
+	// KV keeps the programs and their versions (bucket "programs"); pass
+	// the engine's store so they survive a restart. Nil keeps them in
+	// memory.
+	KV store.KV
+	// Logger receives the programs' logs and output, and failures.
+	Logger *slog.Logger
+	// MaxModuleSize bounds a module (default DefaultMaxModuleSize).
+	MaxModuleSize int
+	// Cache is the compilation cache shared by every program's runtime
+	// (nil: one of the Manager's own, in memory). Several Managers of one
+	// process may share one.
+	Cache wazero.CompilationCache
+	// Interpreter runs modules on wazero's interpreter instead of its
+	// compiler: deploys are faster, deliveries slower.
+	Interpreter bool
+	// Middleware wraps every program's handler, outermost first (metrics,
+	// tracing); it sees each delivery and the program's verdict on it.
+	Middleware []pigeon.Middleware
+	// RebindDelay is the first delay before a binding whose contract ended
+	// is tried again (default DefaultRebindDelay; it doubles up to a minute).
+	RebindDelay time.Duration
+}
+
+// Manager deploys, binds, swaps and removes the programs of one engine.
+// It is safe for concurrent use; deploys and removals of one program are
+// serialized, those of different programs run in parallel.
+type Manager struct {
+	e      *pigeon.Engine
+	kv     store.KV
+	opts   Options
+	log    *slog.Logger
+	cache  wazero.CompilationCache
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	progs  map[string]*program
+	closed bool
+}
+
+// program is one name with its current binding.
+type program struct {
+	name string
+	mu   sync.Mutex // serializes deploys and removal
+	rec  record     // the stored record of the current version (Version 0: none yet)
+	b    *binding   // nil while not bound
+	err  string     // why a stored program could not be bound at start
+}
+
+// record is what the store keeps of a program.
+type record struct {
+	Name       string    `json:"name"`
+	Version    int       `json:"version"`
+	Manifest   Manifest  `json:"manifest"`
+	Module     []byte    `json:"module"`
+	SHA256     string    `json:"sha256"`
+	DeployedAt time.Time `json:"deployedAt"`
+	DeployedBy string    `json:"deployedBy"`
+	// History lists the earlier versions, oldest first.
+	History []Revision `json:"history,omitempty"`
+}
+
+// Revision is one version of a program.
+type Revision struct {
+	Version    int       `json:"version"`
+	SHA256     string    `json:"sha256"`
+	Size       int       `json:"size"`
+	DeployedAt time.Time `json:"deployedAt"`
+	DeployedBy string    `json:"deployedBy"`
+}
+
+// Info is a program as the API shows it.
+type Info struct {
+	Name     string   `json:"name"`
+	Manifest Manifest `json:"manifest"`
+	Revision
+	// Bound is whether the program is bound to its route now; Error says
+	// why not.
+	Bound      bool       `json:"bound"`
+	Error      string     `json:"error,omitempty"`
+	ContractID string     `json:"contractId,omitempty"`
+	History    []Revision `json:"history,omitempty"`
+}
+
+// New returns the Manager of e and binds every program kept in
+// Options.KV again, each at its stored version. A program that cannot be
+// bound is audited (program.refused), logged and listed with its error;
+// it stays unbound until deployed again.
+func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Middleware = slices.Clone(o.Middleware)
+	if o.KV == nil {
+		o.KV = memory.New(nil)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxModuleSize <= 0 {
+		o.MaxModuleSize = DefaultMaxModuleSize
+	}
+	if o.RebindDelay <= 0 {
+		o.RebindDelay = DefaultRebindDelay
+	}
+	mg := &Manager{e: e, kv: o.KV, opts: o, log: o.Logger, cache: o.Cache, progs: map[string]*program{}}
+	if mg.cache == nil {
+		mg.cache = wazero.NewCompilationCache()
+	}
+	mg.ctx, mg.cancel = context.WithCancel(context.Background())
+	stored, err := o.KV.List(ctx, bucket)
+	if err != nil {
+		return nil, pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "read the stored programs")
+	}
+	names := make([]string, 0, len(stored))
+	for n := range stored {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		mg.restore(ctx, n, stored[n])
+	}
+	return mg, nil
+}
+
+// restore binds one stored program again.
+func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
+	p := &program{name: name}
+	mg.progs[name] = p
+	if err := json.Unmarshal(raw, &p.rec); err != nil {
+		p.err = "the stored record does not decode: " + err.Error()
+		mg.log.Error("stored program unreadable", "program", name, "error", err)
+		return
+	}
+	v, err := newVersion(ctx, mg, name, p.rec.Version, p.rec.Manifest, p.rec.Module)
+	if err == nil {
+		if p.b, err = mg.bind(ctx, p, v, 0); err != nil {
+			v.retire(ctx)
+		}
+	}
+	if err != nil {
+		p.err = err.Error()
+		mg.log.Error("stored program not bound", "program", name, "error", err)
+		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: p.rec.Manifest.Account, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
+		return
+	}
+	mg.audit(ctx, pigeon.EventProgramBound, pigeon.CodeOK, p.b.caller, v)
+}
+
+// Deploy validates module under man and binds it as the next version of
+// the program name. When a version runs already, the switch is atomic:
+// deliveries in flight finish on the old version, later ones run on the
+// new. A route, account or publishes change binds a new subscription
+// before the old one stops. A deploy that fails (PROGRAM_INVALID with its
+// check, or the store's error) leaves the old version running. by is who
+// deploys, for the audit; authorizing it is the caller's business.
+func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string, man Manifest, module []byte) (Info, error) {
+	if by == nil {
+		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a deploy names who deploys")
+	}
+	if !ValidName(name) {
+		return Info{}, invalid(checkManifest, "%q is not a program name (a-z, 0-9, '.', '_', '-'; at most 63)", name)
+	}
+	p, err := mg.program(name, true)
+	if err != nil {
+		return Info{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer mg.forgetEmpty(p)
+	number := p.rec.Version + 1
+	refuse := func(err error) (Info, error) {
+		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: by.ID, Subject: man.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(number)})
+		return Info{}, err
+	}
+	if err := man.normalize(); err != nil {
+		return refuse(err)
+	}
+	v, err := newVersion(ctx, mg, name, number, man, module)
+	if err != nil {
+		return refuse(err)
+	}
+	old := p.b
+	nb := old
+	if old == nil || !sameBinding(&old.cur.Load().man, &man) {
+		if nb, err = mg.bind(ctx, p, v, 0); err != nil {
+			v.retire(ctx)
+			return refuse(invalidBind(err))
+		}
+	}
+	rec := record{Name: name, Version: number, Manifest: man, Module: module, SHA256: v.sum, DeployedAt: time.Now().UTC(), DeployedBy: by.ID, History: p.rec.History}
+	if p.rec.Version > 0 {
+		rec.History = append(slices.Clone(rec.History), p.rec.revision())
+	}
+	if err := mg.save(ctx, rec); err != nil {
+		if nb != old {
+			nb.stop(ctx)
+		} else {
+			v.retire(ctx)
+		}
+		return refuse(err)
+	}
+	event := pigeon.EventProgramDeployed
+	switch {
+	case old == nil:
+	case nb == old:
+		event = pigeon.EventProgramSwapped
+		old.cur.Swap(v).retire(ctx)
+	default:
+		event = pigeon.EventProgramSwapped
+		old.stop(ctx)
+	}
+	p.b, p.rec, p.err = nb, rec, ""
+	mg.audit(ctx, event, pigeon.CodeOK, nb.caller, v)
+	return p.info(), nil
+}
+
+// invalidBind is a binding failure as a PROGRAM_INVALID refusal that
+// keeps the engine's code in its details.
+func invalidBind(err error) error {
+	e := invalid(checkBind, "the program cannot be bound: %v", err)
+	e.Details["cause"] = string(pigeon.ErrorCode(err))
+	return e
+}
+
+// Get returns one program, or PROGRAM_NOT_FOUND.
+func (mg *Manager) Get(_ context.Context, name string) (Info, error) {
+	p, err := mg.program(name, false)
+	if err != nil {
+		return Info{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rec.Version == 0 {
+		return Info{}, notFound(name)
+	}
+	return p.info(), nil
+}
+
+// List returns every deployed program, by name.
+func (mg *Manager) List(ctx context.Context) []Info {
+	mg.mu.Lock()
+	names := make([]string, 0, len(mg.progs))
+	for n := range mg.progs {
+		names = append(names, n)
+	}
+	mg.mu.Unlock()
+	slices.Sort(names)
+	out := make([]Info, 0, len(names))
+	for _, n := range names {
+		if in, err := mg.Get(ctx, n); err == nil {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// Remove unbinds a program (waiting for its deliveries in flight), drops
+// it from the store and audits the removal.
+func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string) error {
+	if by == nil {
+		return pigeon.NewError(pigeon.CodeInvalidArgument, "a removal names who removes")
+	}
+	p, err := mg.program(name, false)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rec.Version == 0 {
+		return notFound(name)
+	}
+	if err := mg.kv.Delete(ctx, bucket, name); err != nil {
+		return pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "delete program %s", name)
+	}
+	if p.b != nil {
+		p.b.stop(ctx)
+		_ = mg.e.RevokeContract(ctx, p.b.caller.Principal, p.b.caller.ContractID)
+	}
+	_ = mg.e.Record(ctx, pigeon.EventProgramRemoved, pigeon.CodeOK, pigeon.AuditRecord{Principal: by.ID, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
+	p.b, p.rec = nil, record{}
+	mg.forgetEmpty(p)
+	return nil
+}
+
+// Close unbinds every program, waiting for the deliveries in flight (or
+// ctx), and stops renewing bindings. It keeps the programs in the store.
+// It is idempotent.
+func (mg *Manager) Close(ctx context.Context) error {
+	mg.mu.Lock()
+	if mg.closed {
+		mg.mu.Unlock()
+		return nil
+	}
+	mg.closed = true
+	progs := make([]*program, 0, len(mg.progs))
+	for _, p := range mg.progs {
+		progs = append(progs, p)
+	}
+	mg.mu.Unlock()
+	mg.cancel()
+	for _, p := range progs {
+		p.mu.Lock()
+		if p.b != nil {
+			p.b.stop(ctx)
+		}
+		p.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() { mg.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if mg.opts.Cache == nil {
+		_ = mg.cache.Close(ctx)
+	}
+	return nil
+}
+
+// program returns the program name, creating an empty one when create.
+func (mg *Manager) program(name string, create bool) (*program, error) {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	if mg.closed {
+		return nil, pigeon.NewError(pigeon.CodeShutdown, "the program manager is closed")
+	}
+	p := mg.progs[name]
+	if p == nil {
+		if !create {
+			return nil, notFound(name)
+		}
+		p = &program{name: name}
+		mg.progs[name] = p
+	}
+	return p, nil
+}
+
+// forgetEmpty drops p from the table when it holds no version (a first
+// deploy that failed, a removal). p.mu is held.
+func (mg *Manager) forgetEmpty(p *program) {
+	if p.rec.Version != 0 {
+		return
+	}
+	mg.mu.Lock()
+	if mg.progs[p.name] == p {
+		delete(mg.progs, p.name)
+	}
+	mg.mu.Unlock()
+}
+
+func notFound(name string) error {
+	return pigeon.NewError(pigeon.CodeProgramNotFound, "no program %q is deployed", name)
+}
+
+func (mg *Manager) save(ctx context.Context, rec record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return pigeon.WrapError(pigeon.CodeInternal, err, "encode program %s", rec.Name)
+	}
+	if err := mg.kv.Put(ctx, bucket, rec.Name, b); err != nil {
+		if errors.Is(err, store.ErrFull) {
+			return pigeon.WrapError(pigeon.CodeStoreFull, err, "store program %s", rec.Name)
+		}
+		return pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "store program %s", rec.Name)
+	}
+	return nil
+}
+
+// audit records ev for version v running under caller.
+func (mg *Manager) audit(ctx context.Context, ev pigeon.Event, code pigeon.Code, caller pigeon.Caller, v *version) {
+	_ = mg.e.Record(context.WithoutCancel(ctx), ev, code, pigeon.AuditRecord{
+		Principal: caller.Principal.ID, ContractID: caller.ContractID, Subject: v.man.Route.Subject, Ref: v.ref(),
+	})
+}
+
+// sleep waits d or until Close; false means closed.
+func (mg *Manager) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-mg.ctx.Done():
+		return false
+	}
+}
+
+func (r *record) revision() Revision {
+	return Revision{Version: r.Version, SHA256: r.SHA256, Size: len(r.Module), DeployedAt: r.DeployedAt, DeployedBy: r.DeployedBy}
+}
+
+// info is p as the API shows it. p.mu is held.
+func (p *program) info() Info {
+	in := Info{Name: p.name, Manifest: p.rec.Manifest, Revision: p.rec.revision(), Bound: p.b != nil, Error: p.err, History: p.rec.History}
+	if p.b != nil {
+		in.ContractID = p.b.caller.ContractID
+	}
+	return in
+}

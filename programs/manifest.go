@@ -1,0 +1,164 @@
+package programs
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"pigeon"
+)
+
+// Manifest says where a program is bound, whom it runs as and what it may
+// use. It is deployed beside the module (docs/programs.md).
+type Manifest struct {
+	// Route is the route the program's handler is bound to.
+	Route Route `json:"route"`
+	// Account is the account the program runs as: its deliveries are
+	// checked, and its messages published, under a contract negotiated for
+	// this principal, with the account's roles and attributes.
+	Account string `json:"account"`
+	// Publishes lists the subjects the program may publish to, beside the
+	// route's subject (which it may always answer requests on). The
+	// contract is negotiated for them all.
+	Publishes []string `json:"publishes,omitempty"`
+	// Limits bound each delivery; zero fields take the defaults.
+	Limits Limits `json:"limits,omitzero"`
+	// Env is the program's environment (WASI environ), for its
+	// configuration. It is stored and shown by GET: no secrets.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Route is the subscription a program is bound to, as a subscriber's.
+type Route struct {
+	Subject     string `json:"subject"`
+	Selector    string `json:"selector,omitempty"`
+	Filter      string `json:"filter,omitempty"`
+	Group       string `json:"group,omitempty"`
+	MaxInFlight int    `json:"maxInFlight,omitempty"`
+}
+
+// Limits bound what one delivery may use.
+type Limits struct {
+	// MemoryPages caps an instance's linear memory, in 64 KiB pages
+	// (default DefaultMemoryPages, at most MaxMemoryPages).
+	MemoryPages uint32 `json:"memoryPages,omitempty"`
+	// TimeoutMs is the time one message may take, in milliseconds
+	// (default DefaultTimeout, at most MaxTimeout).
+	TimeoutMs int64 `json:"timeoutMs,omitempty"`
+	// MaxEmits caps the messages (publishes and replies) one delivery may
+	// emit (default DefaultMaxEmits, at most MaxEmitsLimit).
+	MaxEmits int `json:"maxEmits,omitempty"`
+}
+
+// Defaults and bounds of Limits.
+const (
+	DefaultMemoryPages = 256 // 16 MiB
+	MaxMemoryPages     = 16384
+	DefaultTimeout     = time.Second
+	MaxTimeout         = time.Minute
+	DefaultMaxEmits    = 16
+	MaxEmitsLimit      = 1000
+	maxEnv             = 64
+	maxManifest        = 64 << 10
+)
+
+// Timeout is the time one message may take.
+func (l Limits) Timeout() time.Duration { return time.Duration(l.TimeoutMs) * time.Millisecond }
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidName reports whether name may name a program: 1 to 63 characters
+// of a-z, 0-9, '.', '_' and '-', starting with a letter or digit.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// ParseManifest decodes a manifest (JSON, unknown fields refused), fills
+// the defaults and checks every field. A refusal is PROGRAM_INVALID with
+// check "manifest".
+func ParseManifest(b []byte) (Manifest, error) {
+	if len(b) > maxManifest {
+		return Manifest{}, invalid(checkManifest, "the manifest exceeds %d bytes", maxManifest)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m Manifest
+	if err := dec.Decode(&m); err != nil {
+		return Manifest{}, invalid(checkManifest, "the manifest does not decode: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Manifest{}, invalid(checkManifest, "the manifest has data after its object")
+	}
+	return m, m.normalize()
+}
+
+// normalize fills the defaults and checks every field.
+func (m *Manifest) normalize() error {
+	r := &m.Route
+	switch {
+	case r.Subject == "":
+		return invalid(checkManifest, "route.subject is required")
+	case m.Account == "":
+		return invalid(checkManifest, "account is required")
+	case r.MaxInFlight < 0 || r.MaxInFlight > pigeon.MaxInFlightLimit:
+		return invalid(checkManifest, "route.maxInFlight must be between 1 and %d", pigeon.MaxInFlightLimit)
+	case m.Limits.MemoryPages > MaxMemoryPages:
+		return invalid(checkManifest, "limits.memoryPages must be at most %d", MaxMemoryPages)
+	case m.Limits.TimeoutMs < 0 || m.Limits.Timeout() > MaxTimeout:
+		return invalid(checkManifest, "limits.timeoutMs must be between 1 and %d", MaxTimeout.Milliseconds())
+	case m.Limits.MaxEmits < 0 || m.Limits.MaxEmits > MaxEmitsLimit:
+		return invalid(checkManifest, "limits.maxEmits must be between 1 and %d", MaxEmitsLimit)
+	case len(m.Env) > maxEnv:
+		return invalid(checkManifest, "env holds at most %d values", maxEnv)
+	}
+	for k, v := range m.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return invalid(checkManifest, "env name %q or its value is malformed", k)
+		}
+	}
+	for _, s := range m.Publishes {
+		if s == "" {
+			return invalid(checkManifest, "publishes holds an empty subject")
+		}
+	}
+	if len(m.Env) == 0 {
+		m.Env = nil
+	}
+	if len(m.Publishes) == 0 {
+		m.Publishes = nil
+	}
+	if r.MaxInFlight == 0 {
+		r.MaxInFlight = 1
+	}
+	if m.Limits.MemoryPages == 0 {
+		m.Limits.MemoryPages = DefaultMemoryPages
+	}
+	if m.Limits.TimeoutMs == 0 {
+		m.Limits.TimeoutMs = DefaultTimeout.Milliseconds()
+	}
+	if m.Limits.MaxEmits == 0 {
+		m.Limits.MaxEmits = DefaultMaxEmits
+	}
+	return nil
+}
+
+// subjects is what the program's contract is negotiated for: the route's
+// subject first, then Publishes, without repeats.
+func (m *Manifest) subjects() []string {
+	out := []string{m.Route.Subject}
+	for _, s := range m.Publishes {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// sameBinding reports whether a and b bind the same subscription under
+// the same account and contract, so a new version can replace the old one
+// in place.
+func sameBinding(a, b *Manifest) bool {
+	return a.Route == b.Route && a.Account == b.Account && slices.Equal(a.subjects(), b.subjects())
+}

@@ -1,0 +1,217 @@
+package programs
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"pigeon"
+)
+
+// startTimeout bounds an instance's initializer.
+const startTimeout = 10 * time.Second
+
+// version is one deployed module of a program with its own wazero
+// runtime (which caps its memory) and its pool of idle instances.
+//
+// Deliveries hold mu for reading while they run; retire takes it for
+// writing, so it returns once the deliveries in flight on the version
+// have finished, and no delivery starts on a retired version.
+type version struct {
+	e      *pigeon.Engine
+	name   string
+	number int
+	sum    string
+	man    Manifest
+	log    *slog.Logger
+	rt     wazero.Runtime
+	cm     wazero.CompiledModule
+	idle   chan *instance
+
+	mu      sync.RWMutex
+	retired bool
+}
+
+// instance is one instantiated module, used by one delivery at a time.
+type instance struct {
+	mod    api.Module
+	alloc  api.Function
+	handle api.Function
+}
+
+// newVersion compiles and validates wasm under man and starts one instance
+// (which proves its initializer runs). On error nothing is left running.
+func newVersion(ctx context.Context, mg *Manager, name string, number int, man Manifest, wasm []byte) (*version, error) {
+	sum := sha256.Sum256(wasm)
+	v := &version{
+		e: mg.e, name: name, number: number, sum: hex.EncodeToString(sum[:]), man: man,
+		log:  mg.log.With("program", name, "version", number),
+		idle: make(chan *instance, man.Route.MaxInFlight),
+	}
+	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithMemoryLimitPages(man.Limits.MemoryPages).WithCompilationCache(mg.cache)
+	if mg.opts.Interpreter {
+		cfg = wazero.NewRuntimeConfigInterpreter().WithCloseOnContextDone(true).WithMemoryLimitPages(man.Limits.MemoryPages).WithCompilationCache(mg.cache)
+	}
+	v.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	fail := func(err error) (*version, error) {
+		_ = v.rt.Close(context.Background())
+		return nil, err
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, v.rt); err != nil {
+		return fail(err)
+	}
+	if err := instantiateHost(ctx, v.rt); err != nil {
+		return fail(err)
+	}
+	cm, err := compile(ctx, v.rt, wasm, mg.opts.MaxModuleSize, man.Limits.MemoryPages)
+	if err != nil {
+		return fail(err)
+	}
+	v.cm = cm
+	inst, err := v.instantiate(ctx)
+	if err != nil {
+		return fail(invalid(checkStart, "the program does not start: %v", err))
+	}
+	v.idle <- inst
+	return v, nil
+}
+
+// instantiate starts a new instance: its WASI environment is the
+// manifest's env, its standard streams go to the log, and its
+// initializer (if it exports one) runs.
+func (v *version) instantiate(ctx context.Context) (*instance, error) {
+	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions(exportInit).
+		WithArgs(v.name).WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
+		WithStdout(logWriter{v.log, "stdout"}).WithStderr(logWriter{v.log, "stderr"})
+	for k, val := range v.man.Env {
+		cfg = cfg.WithEnv(k, val)
+	}
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, versionKey{}, v), startTimeout)
+	defer cancel()
+	mod, err := v.rt.InstantiateModule(ctx, v.cm, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &instance{mod: mod, alloc: mod.ExportedFunction(exportAlloc), handle: mod.ExportedFunction(exportHandle)}, nil
+}
+
+// get takes an idle instance or starts one. A delivery holds at most one,
+// and at most MaxInFlight deliveries run, so the pool never holds more.
+func (v *version) get(ctx context.Context) (*instance, error) {
+	select {
+	case inst := <-v.idle:
+		return inst, nil
+	default:
+		return v.instantiate(ctx)
+	}
+}
+
+// put gives a healthy instance back, or closes it when the pool is full.
+func (v *version) put(inst *instance) {
+	select {
+	case v.idle <- inst:
+	default:
+		_ = inst.mod.Close(context.Background())
+	}
+}
+
+// deliver runs d through an instance: the message (its JSON envelope) is
+// copied into memory pigeon_alloc returns, then pigeon_handle is called
+// with the limits of the manifest. An instance that failed in any way is
+// closed, never reused.
+func (v *version) deliver(ctx context.Context, caller pigeon.Caller, d *pigeon.Delivery) error {
+	inst, err := v.get(ctx)
+	if err != nil {
+		return v.failed(ctx, caller, d, pigeon.WrapError(pigeon.CodeProgramTrapped, err, "program %s: no instance could be started", v.name))
+	}
+	msg := d.AppendMessageJSON(nil)
+	c := &call{v: v, caller: caller, d: d}
+	cctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, c), v.man.Limits.Timeout())
+	defer cancel()
+	status, err := inst.call(cctx, msg)
+	if err == nil && status == 0 {
+		v.put(inst)
+		return nil
+	}
+	var pe *pigeon.Error
+	switch {
+	case err == nil: // the handler returned a failure; the instance is sound
+		v.put(inst)
+		pe = pigeon.NewError(pigeon.CodeProgramTrapped, "program %s: the handler failed (status %d)", v.name, status)
+	case c.overLimit:
+		pe = pigeon.NewError(pigeon.CodeProgramLimit, "program %s: more messages emitted than limits.maxEmits (%d)", v.name, v.man.Limits.MaxEmits)
+	case errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		pe = pigeon.NewError(pigeon.CodeProgramTimeout, "program %s: the message took longer than %s", v.name, v.man.Limits.Timeout())
+	case inst.mod.Memory() != nil && inst.mod.Memory().Size() >= v.man.Limits.MemoryPages*65536:
+		pe = pigeon.WrapError(pigeon.CodeProgramLimit, err, "program %s: memory exhausted at limits.memoryPages (%d)", v.name, v.man.Limits.MemoryPages)
+	default:
+		pe = pigeon.WrapError(pigeon.CodeProgramTrapped, err, "program %s trapped", v.name)
+	}
+	if err != nil {
+		_ = inst.mod.Close(context.Background())
+	}
+	return v.failed(ctx, caller, d, pe)
+}
+
+// call copies msg into the instance and runs the handler on it.
+func (inst *instance) call(ctx context.Context, msg []byte) (uint32, error) {
+	res, err := inst.alloc.Call(ctx, uint64(len(msg)))
+	if err != nil {
+		return 0, err
+	}
+	ptr := uint32(res[0])
+	if !inst.mod.Memory().Write(ptr, msg) {
+		return 0, errors.New("pigeon_alloc returned memory out of range")
+	}
+	if res, err = inst.handle.Call(ctx, uint64(ptr), uint64(len(msg))); err != nil {
+		return 0, err
+	}
+	return uint32(res[0]), nil
+}
+
+// failed audits and logs a failed delivery and returns its error, which
+// nacks it.
+func (v *version) failed(ctx context.Context, caller pigeon.Caller, d *pigeon.Delivery, pe *pigeon.Error) error {
+	v.log.Warn("program delivery failed", "code", pe.Code, "subject", d.Subject, "message", d.Message.ID, "attempt", d.Attempt, "error", pe.Message)
+	_ = v.e.Record(context.WithoutCancel(ctx), pigeon.EventProgramFailed, pe.Code, pigeon.AuditRecord{
+		Subject: d.Subject, Principal: caller.Principal.ID, ContractID: caller.ContractID, MessageID: d.Message.ID, Ref: v.ref(),
+	})
+	return pe
+}
+
+// ref names the version in audit records: "program:<name>@<number>".
+func (v *version) ref() string { return "program:" + v.name + "@" + strconv.Itoa(v.number) }
+
+// acquire returns with v held for a delivery, or false once v is retired.
+func (v *version) acquire() bool {
+	v.mu.RLock()
+	if v.retired {
+		v.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (v *version) release() { v.mu.RUnlock() }
+
+// retire waits for the deliveries in flight on v, then closes its runtime
+// and every instance. It is idempotent.
+func (v *version) retire(ctx context.Context) {
+	v.mu.Lock()
+	already := v.retired
+	v.retired = true
+	v.mu.Unlock()
+	if !already {
+		_ = v.rt.Close(context.WithoutCancel(ctx))
+	}
+}

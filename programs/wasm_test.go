@@ -1,0 +1,171 @@
+package programs_test
+
+// A tiny WebAssembly binary encoder for the hand-written test modules
+// (no external assembler is needed): enough for functions, imports, one
+// exported memory and exports.
+
+// Value types and opcodes used by the test modules.
+const (
+	tI32 = 0x7f
+
+	opUnreachable = 0x00
+	opBlock       = 0x02
+	opLoop        = 0x03
+	opEnd         = 0x0b
+	opBr          = 0x0c
+	opBrIf        = 0x0d
+	opCall        = 0x10
+	opLocalGet    = 0x20
+	opI32Const    = 0x41
+	opI32Eq       = 0x46
+	opMemoryGrow  = 0x40
+	blockEmpty    = 0x40
+)
+
+type wfunc struct {
+	params, results []byte
+	code            []byte // the instructions, without the final end
+	export          string
+}
+
+type wimport struct {
+	module, name    string
+	params, results []byte
+}
+
+type wmodule struct {
+	imports []wimport
+	funcs   []wfunc
+	memMin  uint32
+	noMem   bool // export no memory
+}
+
+func uleb(b []byte, v uint64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v != 0 {
+			b = append(b, c|0x80)
+			continue
+		}
+		return append(b, c)
+	}
+}
+
+func sleb(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func name(b []byte, s string) []byte { return append(uleb(b, uint64(len(s))), s...) }
+
+func vec(b []byte, items ...[]byte) []byte {
+	b = uleb(b, uint64(len(items)))
+	for _, it := range items {
+		b = append(b, it...)
+	}
+	return b
+}
+
+func section(b []byte, id byte, body []byte) []byte {
+	return append(uleb(append(b, id), uint64(len(body))), body...)
+}
+
+// i32c is the instruction i32.const v.
+func i32c(v int64) []byte { return sleb([]byte{opI32Const}, v) }
+
+func cat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func (m wmodule) encode() []byte {
+	var types [][]byte
+	typeOf := func(params, results []byte) uint64 {
+		t := append(vec([]byte{0x60}, bytesOf(params)...), vec(nil, bytesOf(results)...)...)
+		for i, x := range types {
+			if string(x) == string(t) {
+				return uint64(i)
+			}
+		}
+		types = append(types, t)
+		return uint64(len(types) - 1)
+	}
+	var imps, fidx, exps, codes [][]byte
+	for _, im := range m.imports {
+		imps = append(imps, uleb(append(name(name(nil, im.module), im.name), 0x00), typeOf(im.params, im.results)))
+	}
+	for i, f := range m.funcs {
+		fidx = append(fidx, uleb(nil, typeOf(f.params, f.results)))
+		body := append(append([]byte{0x00}, f.code...), opEnd) // no locals
+		codes = append(codes, append(uleb(nil, uint64(len(body))), body...))
+		if f.export != "" {
+			exps = append(exps, uleb(append(name(nil, f.export), 0x00), uint64(len(m.imports)+i)))
+		}
+	}
+	out := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	out = section(out, 1, vec(nil, types...))
+	out = section(out, 2, vec(nil, imps...))
+	out = section(out, 3, vec(nil, fidx...))
+	out = section(out, 5, vec(nil, uleb([]byte{0x00}, uint64(m.memMin))))
+	if !m.noMem {
+		exps = append(exps, append(name(nil, "memory"), 0x02, 0x00))
+	}
+	out = section(out, 7, vec(nil, exps...))
+	return section(out, 10, vec(nil, codes...))
+}
+
+func bytesOf(b []byte) [][]byte {
+	out := make([][]byte, len(b))
+	for i := range b {
+		out[i] = b[i : i+1]
+	}
+	return out
+}
+
+// abiModule is a module with the ABI's entry points: pigeon_alloc returns
+// a fixed buffer and pigeon_handle runs handle (which leaves an i32).
+func abiModule(handle []byte, memMin uint32) wmodule {
+	return wmodule{memMin: memMin, funcs: []wfunc{
+		{params: []byte{tI32}, results: []byte{tI32}, code: i32c(1024), export: "pigeon_alloc"},
+		{params: []byte{tI32, tI32}, results: []byte{tI32}, code: handle, export: "pigeon_handle"},
+	}}
+}
+
+// Handlers of the hand-written modules.
+var (
+	handleOK   = i32c(0)
+	handleFail = i32c(1)
+	handleTrap = []byte{opUnreachable}
+	// handleLoop loops forever.
+	handleLoop = cat([]byte{opLoop, blockEmpty, opBr, 0, opEnd}, i32c(0))
+	// handleGrow grows memory a page at a time until it cannot, then traps.
+	handleGrow = cat([]byte{opBlock, blockEmpty, opLoop, blockEmpty}, i32c(1), []byte{opMemoryGrow, 0}, i32c(-1),
+		[]byte{opI32Eq, opBrIf, 1, opBr, 0, opEnd, opEnd, opUnreachable})
+)
+
+// modLog logs the message it handles (pigeon.log at level 0) and
+// acknowledges it.
+var modLog = func() []byte {
+	m := abiModule(cat(i32c(0), []byte{opLocalGet, 0, opLocalGet, 1, opCall, 0}, i32c(0)), 1)
+	m.imports = []wimport{{module: "pigeon", name: "log", params: []byte{tI32, tI32, tI32}}}
+	return m.encode()
+}()
+
+// Modules of the tests.
+var (
+	modOK   = abiModule(handleOK, 1).encode()
+	modTrap = abiModule(handleTrap, 1).encode()
+	modLoop = abiModule(handleLoop, 1).encode()
+	modGrow = abiModule(handleGrow, 1).encode()
+	modFail = abiModule(handleFail, 1).encode()
+)

@@ -1,0 +1,210 @@
+package mesgd_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/leakcheck"
+	"pigeon/server"
+	"pigeon/transport/mesgd"
+	"pigeon/transport/ws"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+func TestSelector(t *testing.T) {
+	for path, sel := range map[string]string{
+		"/mesgd":                      "/*",
+		"/mesgd/":                     "/*",
+		"/mesgd/kind=chat":            "/kind=chat",
+		"/mesgd/kind=chat/room=lobby": "/kind=chat/room=lobby",
+		"/mesgd/kind=chat/":           "/kind=chat",
+	} {
+		require.Equal(t, sel, mesgd.Selector(path), path)
+	}
+}
+
+// startServer serves a broker with a chat subject (the field "password"
+// is forbidden) and mesgd on it, on 127.0.0.1.
+func startServer(t *testing.T) (string, *pigeon.Engine) {
+	t.Helper()
+	ctx := context.Background()
+	rules := []pigeon.RuleSpec{{Effect: pigeon.EffectAllow, Principals: []string{"alice", "bob", "carol"}}}
+	e, err := pigeon.New(ctx, &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(
+			pigeon.StaticToken{Token: "alice-token", Principal: "alice"},
+			pigeon.StaticToken{Token: "bob-token", Principal: "bob"},
+			pigeon.StaticToken{Token: "carol-token", Principal: "carol"},
+			pigeon.StaticToken{Token: "dave-token", Principal: "dave"},
+		),
+		Catalog: &pigeon.Catalog{Subjects: []pigeon.SubjectPolicy{{
+			Name: "chat", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+			Data:   pigeon.DataPolicy{ForbiddenFields: []string{"password"}},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: rules, pigeon.OpReceive: rules},
+		}}},
+	})
+	require.NoError(t, err)
+	s := server.New(e, &server.Options{Mesgd: &mesgd.Options{Subject: "chat"}})
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		hs.Close()
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	return hs.URL, e
+}
+
+// dialMesgd connects as a mesgd program does: a plain WebSocket with the
+// json subprotocol, a bearer header or the token as a subprotocol.
+func dialMesgd(t *testing.T, base, path, token string, header bool) *websocket.Conn {
+	t.Helper()
+	o := &websocket.DialOptions{Subprotocols: []string{mesgd.Subprotocol}}
+	if header {
+		o.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
+	} else {
+		o.Subprotocols = append(o.Subprotocols, ws.BearerSubprotocolPrefix+token)
+	}
+	c, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(base, "http")+path, o)
+	require.NoError(t, err)
+	require.Equal(t, mesgd.Subprotocol, c.Subprotocol())
+	t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+func readFrame(t *testing.T, c *websocket.Conn) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	typ, b, err := c.Read(ctx)
+	require.NoError(t, err)
+	require.Equal(t, websocket.MessageText, typ)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(b, &v), "%s", b)
+	return v
+}
+
+func send(t *testing.T, c *websocket.Conn, frame string) {
+	t.Helper()
+	require.NoError(t, c.Write(context.Background(), websocket.MessageText, []byte(frame)))
+}
+
+// A mesgd-format client and a Pigeon-protocol client chat by room.
+func TestChatWithAPigeonClient(t *testing.T) {
+	base, _ := startServer(t)
+	ctx := context.Background()
+	lobby := dialMesgd(t, base, "/mesgd/kind=chat/room=lobby", "alice-token", true)
+	attic := dialMesgd(t, base, "/mesgd/kind=chat/room=attic", "carol-token", false)
+
+	bob, err := ws.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/v1/ws", "bob-token", []string{"chat"})
+	require.NoError(t, err)
+	defer bob.Close(ctx)
+	got := make(chan json.RawMessage, 16)
+	sub, err := bob.Subscribe(ctx, "chat", func(_ context.Context, d *pigeon.Delivery) error {
+		got <- d.Message.Data
+		return nil
+	}, pigeon.WithSelector("/room=lobby"))
+	require.NoError(t, err)
+	defer sub.Unsubscribe(ctx)
+
+	send(t, lobby, `{"kind":"chat","room":"lobby","from":"alice","text":"hello"}`)
+	select {
+	case d := <-got:
+		require.JSONEq(t, `{"kind":"chat","room":"lobby","from":"alice","text":"hello"}`, string(d))
+	case <-time.After(10 * time.Second):
+		t.Fatal("bob got nothing")
+	}
+	require.Equal(t, "hello", readFrame(t, lobby)["text"], "alice's room hears her too")
+
+	_, err = bob.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat", Intent: "chat", Classification: "internal",
+		Data: json.RawMessage(`{"kind":"chat","room":"lobby","from":"bob","text":"hi alice"}`)})
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"kind": "chat", "room": "lobby", "from": "bob", "text": "hi alice"}, readFrame(t, lobby))
+	require.Contains(t, string(<-got), "hi alice", "bob hears himself, as any subscriber of the room")
+
+	// A refused frame gets an error frame; the connection stays up.
+	send(t, lobby, `{"kind":"chat","room":"lobby","password":"hunter2"}`)
+	require.Equal(t, string(pigeon.CodeSensitiveFieldDenied), readFrame(t, lobby)["error"].(map[string]any)["code"])
+	send(t, lobby, `not json`)
+	require.Equal(t, string(pigeon.CodeBadRequest), readFrame(t, lobby)["error"].(map[string]any)["code"])
+
+	send(t, attic, `{"kind":"chat","room":"attic","from":"carol","text":"anyone?"}`)
+	require.Equal(t, "anyone?", readFrame(t, attic)["text"])
+	send(t, lobby, `{"kind":"chat","room":"lobby","from":"alice","text":"still here"}`)
+	require.Equal(t, "still here", readFrame(t, lobby)["text"], "the attic's message never reached the lobby")
+	select {
+	case d := <-got:
+		require.JSONEq(t, `{"kind":"chat","room":"lobby","from":"alice","text":"still here"}`, string(d))
+	case <-time.After(10 * time.Second):
+		t.Fatal("bob missed the second message")
+	}
+}
+
+func TestUpgradeRefusals(t *testing.T) {
+	base, _ := startServer(t)
+	url := "ws" + strings.TrimPrefix(base, "http")
+	_, resp, err := websocket.Dial(context.Background(), url+"/mesgd/room=lobby", &websocket.DialOptions{Subprotocols: []string{mesgd.Subprotocol}})
+	require.Error(t, err)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	_, resp, err = websocket.Dial(context.Background(), url+"/mesgd/=lobby", &websocket.DialOptions{
+		Subprotocols: []string{mesgd.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
+	require.Error(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "a selector that does not parse")
+	_, resp, err = websocket.Dial(context.Background(), url+"/mesgd/room=lobby", &websocket.DialOptions{
+		Subprotocols: []string{mesgd.Subprotocol, ws.BearerSubprotocolPrefix + "dave-token"}})
+	require.Error(t, err)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "dave may neither publish nor receive")
+}
+
+// A grant token (POST /v1/grants) is a credential like any other, here
+// in the subprotocol a browser would send.
+func TestGrantTokenCredential(t *testing.T) {
+	base, e := startServer(t)
+	ctx := context.Background()
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "chatter", Permissions: []pigeon.Permission{{Subject: "chat", Operations: []pigeon.Operation{pigeon.OpPublish, pigeon.OpReceive}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: "erin", Roles: []string{"chatter"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, "erin", []string{"chatter"}, time.Hour)
+	require.NoError(t, err)
+	c := dialMesgd(t, base, "/mesgd/kind=chat/room=den", g.Token, false)
+	send(t, c, `{"kind":"chat","room":"den","from":"erin","text":"granted"}`)
+	require.Equal(t, "granted", readFrame(t, c)["text"])
+}
+
+// When the connection's contract ends, the connection is closed with 1008
+// and the contract's code, for the client to reconnect.
+func TestContractEndClosesTheConnection(t *testing.T) {
+	base, e := startServer(t)
+	ctx := context.Background()
+	c := dialMesgd(t, base, "/mesgd/room=lobby", "alice-token", true)
+	var id string
+	require.Eventually(t, func() bool {
+		recs, err := e.Audit(ctx, 0, 1000)
+		require.NoError(t, err)
+		for _, r := range recs {
+			if r.Type == string(pigeon.EventSubscriptionStarted) && r.Principal == "alice" {
+				id = r.ContractID
+			}
+		}
+		return id != ""
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, e.RevokeContract(ctx, &pigeon.Principal{ID: "alice"}, id))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, _, err := c.Read(rctx)
+	require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
+	var ce websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, string(pigeon.CodeContractRevoked), ce.Reason)
+}
