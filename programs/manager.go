@@ -283,6 +283,9 @@ func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name stri
 // RollbackTarget returns the earlier version a rollback to version
 // deploys again (0: the one before the current version).
 func (in Info) RollbackTarget(version int) (Revision, error) {
+	if version < 0 {
+		return Revision{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a version is at least 1")
+	}
 	if version == 0 {
 		if len(in.History) == 0 {
 			return Revision{}, pigeon.NewError(pigeon.CodeInvalidArgument, "program %s has no earlier version", in.Name)

@@ -28,7 +28,7 @@ var okModule = []byte{
 	0x0a, 0x0c, 0x02, 0x05, 0x00, 0x41, 0x80, 0x08, 0x0b, 0x04, 0x00, 0x41, 0x00, 0x0b, // code
 }
 
-// pigeon program deploy|list|show|remove against a running serve; the
+// pigeon program deploy|list|show|remove|rollback against a running serve; the
 // program is bound again when serve starts again on the same data.
 func TestProgramCommands(t *testing.T) {
 	ctx := context.Background()
@@ -57,6 +57,15 @@ func TestProgramCommands(t *testing.T) {
 	require.Contains(t, stderr, "PROGRAM_INVALID")
 	code, _, _ = r.pigeon(t, ctx, "program", "deploy", "ok", "--token", "admin-token")
 	require.Equal(t, 2, code, "--module and --manifest are required")
+	code, _, stderr = r.pigeon(t, ctx, "program", "deploy", "ok", "--module", wasm, "--manifest", manifest, "--token", "admin-token")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr = r.pigeon(t, ctx, "program", "rollback", "ok", "--token", "admin-token")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"version": 3`)
+	require.Contains(t, stdout, `"rollbackOf": 1`)
+	code, _, stderr = r.pigeon(t, ctx, "program", "rollback", "ok", "--version", "9", "--token", "admin-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "PROGRAM_NOT_FOUND")
 	r.stop()
 
 	r = startServe(t, serveConfig{data: data})
