@@ -387,7 +387,7 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 		event = pigeon.EventProgramSwapped
 		old.stop(ctx)
 	}
-	if rollbackOf > 0 && old != nil {
+	if rollbackOf > 0 {
 		event = pigeon.EventProgramRolledBack
 	}
 	p.b, p.rec, p.err = nb, rec, ""

@@ -115,6 +115,11 @@ func (t *tracker) advance() {
 	if n > 0 {
 		t.pending = slices.Delete(t.pending, 0, n)
 	}
+	for s := range t.skip { // those the route no longer selects
+		if s <= t.pos {
+			delete(t.skip, s)
+		}
+	}
 }
 
 // position returns the current position with at most max sequences
