@@ -77,7 +77,10 @@ func (b *binding) handle(ctx context.Context, d *pigeon.Delivery) error {
 			}
 			return pigeon.ErrUndelivered // stopped: the message goes back at once
 		}
-		err := v.deliver(ctx, b.caller, d)
+		// A delivery that started finishes (within the program's time
+		// limit) even when the subscription stops meanwhile: a program is
+		// never cut short halfway through its effects by a swap or a stop.
+		err := v.deliver(context.WithoutCancel(ctx), b.caller, d)
 		v.release()
 		return err
 	}

@@ -128,6 +128,7 @@ func rollbackProgram(rq *request) (int, any, error) {
 		if info.Manifest.Account != rq.p.ID || rev.Manifest.Account != rq.p.ID {
 			return 0, nil, pigeon.NewError(pigeon.CodeForbidden, "only an admin may roll back a program that runs as another account")
 		}
+		in.Version = rev.Version // the version checked, whatever is deployed meanwhile
 	}
 	info, err := rq.s.opts.Programs.Rollback(rq.ctx, rq.p, name, in.Version)
 	if err != nil {
