@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -157,4 +158,31 @@ func TestRouteChangeHandover(t *testing.T) {
 		require.Equal(t, 1, c, "message %s handled once", id)
 	}
 	require.Len(t, f.audited(t, pigeon.EventProgramSwapped), versions-1)
+}
+
+// A binding of a pubsub route whose contract ends is renewed at its
+// position: under load no message is lost or handled twice.
+func TestRenewalResumesPubSub(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	logs := &lockedBuffer{}
+	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, RebindDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	in, err := mg.Deploy(ctx, admin, "p", manifest(onEvents), modLog)
+	require.NoError(t, err)
+	const n = 200
+	for i := range n {
+		f.publish(t, "events", `{"n":`+strconv.Itoa(i)+`}`)
+		if i == n/2 {
+			require.NoError(t, f.e.RevokeContract(ctx, &pigeon.Principal{ID: progAcc}, in.ContractID))
+		}
+	}
+	eventually(t, func() bool { return len(handled(t, logs)) == n }, "every message is handled")
+	for id, c := range handled(t, logs) {
+		require.Equal(t, 1, c, "message %s handled once", id)
+	}
+	now, err := mg.Get(ctx, "p")
+	require.NoError(t, err)
+	require.NotEqual(t, in.ContractID, now.ContractID, "renewed")
 }
