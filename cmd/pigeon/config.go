@@ -36,6 +36,7 @@ type fileConfig struct {
 	Verbose         bool          `yaml:"verbose"`
 	WSOrigins       []string      `yaml:"ws_origins"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
+	ProgramVersions int           `yaml:"program_versions"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -170,6 +171,12 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.wsOrigins = append(cfg.wsOrigins, o)
 	}
 	set(&cfg.mesgdSubject, f.MesgdSubject)
+	if f.ProgramVersions < 0 {
+		return configError(path, at("program_versions"), "program_versions must not be negative")
+	}
+	if f.ProgramVersions > 0 {
+		cfg.programVersions = f.ProgramVersions
+	}
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}
