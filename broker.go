@@ -315,6 +315,17 @@ func (e *Engine) Subjects() []SubjectPolicy {
 	return out
 }
 
+// Catalog returns a copy of the current catalog: the subjects, sorted by
+// name, and every schema registered.
+func (e *Engine) Catalog() *Catalog {
+	cat := e.catalog.Load()
+	c := &Catalog{Subjects: e.Subjects(), Schemas: make(map[string][]byte, len(cat.schemas))}
+	for k, v := range cat.schemas {
+		c.Schemas[k] = slices.Clone(v)
+	}
+	return c
+}
+
 // Subject returns one current policy.
 func (e *Engine) Subject(name string) (SubjectPolicy, error) {
 	s := e.catalog.Load().subjects[name]

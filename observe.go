@@ -196,3 +196,47 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	}
 	return st, nil
 }
+
+// Observers is an Observer that hands every call to each of obs in turn
+// (nil ones left out); with none it is nil.
+func Observers(obs ...Observer) Observer {
+	var list multiObserver
+	for _, o := range obs {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0]
+	}
+	return list
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Audited(r *AuditRecord) {
+	for _, o := range m {
+		o.Audited(r)
+	}
+}
+
+func (m multiObserver) Took(stage Stage, subject string, d time.Duration) {
+	for _, o := range m {
+		o.Took(stage, subject, d)
+	}
+}
+
+func (m multiObserver) Committed(log CommitLog, records int, d time.Duration) {
+	for _, o := range m {
+		o.Committed(log, records, d)
+	}
+}
+
+func (m multiObserver) Noted(n Note, label string) {
+	for _, o := range m {
+		o.Noted(n, label)
+	}
+}

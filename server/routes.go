@@ -63,6 +63,9 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		allowed = append(allowed, m)
 	}
 	slices.Sort(allowed)
+	for _, m := range allowed {
+		s.routeList = append(s.routeList, m+" "+pattern)
+	}
 	allow := strings.Join(allowed, ", ")
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		ep, ok := methods[r.Method]
@@ -124,6 +127,8 @@ func (s *Server) routes() {
 	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
 	s.route("/v1/quarantine/{id}/release", post(auditor, release))
 	s.adminRoutes()
+	s.observabilityRoutes()
+	s.routeList = append(s.routeList, "GET /v1/ws")
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)

@@ -50,6 +50,14 @@ type Options struct {
 	// Authenticator in pigeon.Credential.PeerCertificates. Not copied:
 	// its callbacks (certificate reload) are the caller's.
 	TLS *tls.Config
+	// Metrics, when set, is served at GET /metrics without authentication
+	// (promhttp.HandlerFor over the registry of package metrics). Leave it
+	// nil to serve metrics on a listener of their own.
+	Metrics http.Handler
+	// Feed, when set, is the source of the console's live decisions and
+	// rates; the engine must have it as (one of) its Observer. Without it
+	// the console shows state, quarantine and contracts, but no stream.
+	Feed *Feed
 }
 
 func (o *Options) withDefaults() Options {
@@ -102,6 +110,12 @@ type Server struct {
 	mux  *http.ServeMux
 	ws   *ws.Server
 
+	// routeList is every route served, "METHOD /pattern" (Routes).
+	routeList []string
+	// stopping is closed when Shutdown begins: streams (the console's
+	// events) end so that the HTTP servers can finish.
+	stopping chan struct{}
+
 	mu       sync.Mutex
 	hs       []*http.Server
 	closing  bool
@@ -112,7 +126,7 @@ type Server struct {
 // New returns the server of e.
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
-	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket)}
+	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{})}
 	s.routes()
 	return s
 }
@@ -257,6 +271,7 @@ func (s *Server) ListenAndServe(addr string) error {
 // It is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
+		close(s.stopping)
 		s.mu.Lock()
 		s.closing = true
 		servers := s.hs

@@ -1,0 +1,245 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/docs"
+	"pigeon/server"
+)
+
+// openAPIRoutes lists the operations of docs/openapi.yaml as "METHOD /path".
+func openAPIRoutes(t *testing.T) []string {
+	t.Helper()
+	var d struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	require.NoError(t, yaml.Unmarshal(docs.OpenAPI(), &d))
+	var out []string
+	for p, item := range d.Paths {
+		for m := range item {
+			switch m {
+			case "get", "put", "post", "delete", "patch", "head", "options":
+				out = append(out, strings.ToUpper(m)+" "+p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestOpenAPIMatchesRoutes fails when the server answers a route that
+// docs/openapi.yaml does not describe, or the document describes one the
+// server does not answer. A new route (s.route or s.handle) needs its
+// entry under paths: in docs/openapi.yaml.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	e, err := pigeon.New(context.Background(), nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Shutdown(context.Background())) }()
+	// /metrics is described as served on the main listener.
+	s := server.New(e, &server.Options{Metrics: http.NotFoundHandler()})
+	served, described := s.Routes(), openAPIRoutes(t)
+	var undocumented, unserved []string
+	for _, r := range served {
+		if !slices.Contains(described, r) {
+			undocumented = append(undocumented, r)
+		}
+	}
+	for _, r := range described {
+		if !slices.Contains(served, r) {
+			unserved = append(unserved, r)
+		}
+	}
+	require.Empty(t, undocumented, "routes the server answers that docs/openapi.yaml does not describe")
+	require.Empty(t, unserved, "routes docs/openapi.yaml describes that the server does not answer")
+	require.Contains(t, served, "GET /v1/subjects")
+}
+
+func TestOpenAPIAndDocsServed(t *testing.T) {
+	f := newFixture(t)
+	r := f.do(t, http.MethodGet, "/openapi.yaml", "", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, docs.OpenAPI(), r.body)
+	r = f.do(t, http.MethodGet, "/docs", "", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, r.header.Get("Content-Type"), "text/html")
+	require.Contains(t, string(r.body), "POST /v1/quarantine/{id}/release")
+	require.NotContains(t, string(r.body), "<script", "the API page runs no script")
+	r = f.do(t, http.MethodGet, "/v1/asyncapi", "", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "3.0.0", r.json(t)["asyncapi"])
+}
+
+func TestConsoleAssets(t *testing.T) {
+	f := newFixture(t)
+	r := f.do(t, http.MethodGet, "/", "", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, string(r.body), `<script src="/console/app.js"`)
+	require.NotContains(t, string(r.body), "http://", "no external asset")
+	require.NotContains(t, string(r.body), "https://", "no external asset")
+	require.Contains(t, r.header.Get("Content-Security-Policy"), "default-src 'self'")
+	for _, a := range []struct{ path, ctype string }{{"/console/app.js", "text/javascript"}, {"/console/app.css", "text/css"}} {
+		r = f.do(t, http.MethodGet, a.path, "", "")
+		require.Equal(t, http.StatusOK, r.status, a.path)
+		require.Contains(t, r.header.Get("Content-Type"), a.ctype)
+	}
+	require.Equal(t, pigeon.CodeNotFound, f.do(t, http.MethodGet, "/console/nope.js", "", "").code(t))
+	require.Equal(t, pigeon.CodeNotFound, f.do(t, http.MethodGet, "/nope", "", "").code(t), "the catch-all still answers 404")
+}
+
+// sseEvent is one server-sent event.
+type sseEvent struct {
+	name string
+	data map[string]any
+}
+
+// openEvents opens the console stream as token and returns its events.
+func (f *fixture) openEvents(t *testing.T, ctx context.Context, token string) (*http.Response, <-chan sseEvent) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.hs.URL+"/v1/console/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	ch := make(chan sseEvent, 64)
+	go func() {
+		defer close(ch)
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				ev.name = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				_ = json.Unmarshal([]byte(line[6:]), &ev.data)
+			case line == "":
+				select {
+				case ch <- ev:
+				case <-ctx.Done():
+					return
+				}
+				ev = sseEvent{}
+			}
+		}
+	}()
+	return res, ch
+}
+
+func TestConsoleEventsRefuseWithoutAuditor(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	for token, code := range map[string]int{"": http.StatusUnauthorized, "expired-or-wrong": http.StatusUnauthorized, "orders-token": http.StatusForbidden} {
+		res, _ := f.openEvents(t, ctx, token)
+		require.Equal(t, code, res.StatusCode, "token %q", token)
+	}
+}
+
+// TestConsoleEventsStreamDecisions: a denial made over HTTP reaches the
+// stream, with the state and rates beside it.
+func TestConsoleEventsStreamDecisions(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	res, events := f.openEvents(t, ctx, "auditor-token")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	hello := <-events
+	require.Equal(t, "hello", hello.name)
+	require.Equal(t, demo.Auditor, hello.data["principal"])
+
+	orders := f.contract(t, "orders-token", "notifications.send")
+	bad := demo.Notification("n-1")
+	bad.Type = ""
+	r := f.do(t, http.MethodPost, "/v1/messages", "orders-token", msgBody(t, bad), "x-pigeon-contract", orders)
+	require.Equal(t, pigeon.CodeEnvelopeInvalid, r.code(t))
+
+	seen := map[string]bool{}
+	for ev := range events {
+		seen[ev.name] = true
+		if ev.name == "state" {
+			require.Contains(t, ev.data, "groups")
+			require.Contains(t, ev.data, "auditRecords")
+		}
+		if ev.name != "decisions" {
+			continue
+		}
+		ds := ev.data["decisions"].([]any)
+		d := ds[len(ds)-1].(map[string]any)
+		require.Equal(t, "notifications.send", d["subject"])
+		require.Equal(t, "deny", d["outcome"])
+		require.Equal(t, "ENVELOPE_INVALID", d["code"])
+		require.Equal(t, demo.Orders, d["principal"])
+		break
+	}
+	require.True(t, seen["state"] && seen["rates"], "state and rates come first: %v", seen)
+}
+
+// TestConsoleEventsEndOnShutdown: an open stream does not hold the
+// server's shutdown.
+func TestConsoleEventsEndOnShutdown(t *testing.T) {
+	f := newFixture(t)
+	res, events := f.openEvents(t, t.Context(), "auditor-token")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	<-events
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, f.s.Shutdown(ctx))
+	for range events { // drains until the server closes the stream
+	}
+}
+
+func TestVerifyAuditRoute(t *testing.T) {
+	f := newFixture(t)
+	require.Equal(t, pigeon.CodeForbidden, f.do(t, http.MethodPost, "/v1/audit/verify", "orders-token", "").code(t))
+	r := f.do(t, http.MethodPost, "/v1/audit/verify", "auditor-token", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	v := r.json(t)
+	require.Equal(t, true, v["ok"])
+	require.Greater(t, v["verified"].(float64), 0.0)
+}
+
+// TestFeedStaysBoundedUnderAFlood: a flood of decisions keeps the ring's
+// size, and a reader asking after any point gets at most its batch and the
+// count of what it missed.
+func TestFeedStaysBoundedUnderAFlood(t *testing.T) {
+	feed := server.NewFeed(64)
+	const n = 100_000
+	for i := range n {
+		feed.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID",
+			Subject: fmt.Sprintf("flood.%d", i), Principal: "p"})
+	}
+	feed.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventDeliveryAcked)}) // not a decision
+	ds, next, skipped := feed.Since(0, 100)
+	require.Len(t, ds, 64, "no more than the ring holds")
+	require.Equal(t, uint64(n), next)
+	require.Equal(t, uint64(n-64), skipped)
+	require.Equal(t, "flood.99999", ds[len(ds)-1].Subject, "the newest last")
+	ds, _, skipped = feed.Since(n-10, 4)
+	require.Len(t, ds, 4)
+	require.Equal(t, uint64(6), skipped)
+	ds, _, skipped = feed.Since(n, 100)
+	require.Empty(t, ds)
+	require.Zero(t, skipped)
+	rates := feed.Rates()
+	require.LessOrEqual(t, len(rates), 1000+1, "subjects beyond the cap share one entry")
+	var total uint64
+	for _, r := range rates {
+		total += r.Denied
+	}
+	require.Equal(t, uint64(n), total)
+}
