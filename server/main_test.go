@@ -118,11 +118,17 @@ func (r response) code(t *testing.T) pigeon.Code {
 // do sends one request. headers alternate name, value.
 func (f *fixture) do(t *testing.T, method, path, token, body string, headers ...string) response {
 	t.Helper()
+	return doRequest(t, method, f.hs.URL+path, token, body, headers...)
+}
+
+// doRequest sends one request to url.
+func doRequest(t *testing.T, method, url, token, body string, headers ...string) response {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, f.hs.URL+path, rd)
+	req, err := http.NewRequest(method, url, rd)
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -308,11 +308,17 @@
     }
     return tr;
   }
+  // fill replaces a table's rows; each cell is labelled with its column's
+  // name, which the narrow layout shows beside the value.
   function fill(id, rows) {
-    const tb = $(id).tBodies[0];
+    const table = $(id);
+    const names = [...table.tHead.rows[0].cells].map((th) => th.textContent);
     const f = document.createDocumentFragment();
-    for (const r of rows) f.appendChild(r);
-    tb.replaceChildren(f);
+    for (const r of rows) {
+      [...r.cells].forEach((td, i) => { td.dataset.label = names[i] || ""; });
+      f.appendChild(r);
+    }
+    table.tBodies[0].replaceChildren(f);
   }
   function clear(id) { $(id).tBodies[0].replaceChildren(); }
 })();
