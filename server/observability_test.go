@@ -2,12 +2,16 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,4 +246,55 @@ func TestFeedStaysBoundedUnderAFlood(t *testing.T) {
 		total += r.Denied
 	}
 	require.Equal(t, uint64(n), total)
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRequestIDsOnLogLines: every request's lines carry its id (the
+// client's, or one drawn), the answer names it, and no line holds a token
+// or a payload value.
+func TestRequestIDsOnLogLines(t *testing.T) {
+	f := newFixture(t)
+	var logs syncBuffer
+	s := server.New(f.e, &server.Options{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	hs := httptest.NewServer(s)
+	defer hs.Close()
+	orders := f.contract(t, "orders-token", "notifications.send")
+	r := doRequest(t, http.MethodPost, hs.URL+"/v1/messages", "orders-token", msgBody(t, demo.Notification("n-secret")),
+		"x-pigeon-contract", orders, "X-Request-Id", "trace-42")
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	require.Equal(t, "trace-42", r.header.Get("X-Request-Id"))
+	r = doRequest(t, http.MethodGet, hs.URL+"/v1/subjects", "", "", "X-Request-Id", "bad id with spaces")
+	drawn := r.header.Get("X-Request-Id")
+	require.NotEmpty(t, drawn)
+	require.NotEqual(t, "bad id with spaces", drawn)
+
+	ids := map[string]bool{}
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &v), line)
+		id, _ := v["request_id"].(string)
+		require.NotEmpty(t, id, "a line without its request id: %s", line)
+		ids[id] = true
+	}
+	require.True(t, ids["trace-42"] && ids[drawn], "%v", ids)
+	for _, secret := range []string{"orders-token", "cust-42", "n-secret"} {
+		require.NotContains(t, logs.String(), secret)
+	}
 }

@@ -8,12 +8,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"math/rand/v2"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pigeon"
+	"pigeon/internal/logctx"
 	"pigeon/transport/ws"
 )
 
@@ -86,6 +90,7 @@ func (o *Options) withDefaults() Options {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Logger = slog.New(logctx.Handler(c.Logger.Handler())) // request ids on every line
 	var wo ws.Options
 	if o != nil && o.WebSocket != nil {
 		wo = *o.WebSocket
@@ -110,6 +115,10 @@ type Server struct {
 	mux  *http.ServeMux
 	ws   *ws.Server
 
+	// idPrefix and requests make request ids: unique in this process,
+	// unlikely to repeat across restarts.
+	idPrefix string
+	requests atomic.Uint64
 	// routeList is every route served, "METHOD /pattern" (Routes).
 	routeList []string
 	// stopping is closed when Shutdown begins: streams (the console's
@@ -126,7 +135,8 @@ type Server struct {
 // New returns the server of e.
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
-	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{})}
+	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
+		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.routes()
 	return s
 }
@@ -139,15 +149,23 @@ func (s *Server) WebSocket() *ws.Server { return s.ws }
 // usual JSON error body: http.ServeMux would redirect it, with an HTML
 // body, to a route the client did not name.
 //
+// Every request gets an id: the client's X-Request-Id when it is a short
+// token (letters, digits, "-", "_", "."), otherwise one the server draws.
+// It is answered in X-Request-Id and is the request_id of every log line
+// written for the request (and, for a WebSocket, for the connection).
+//
 // With a Logger enabled at slog.LevelDebug, every request is logged when
 // its answer is written: method, path, status, bytes and duration (never a
 // header, a query or a body).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := s.requestID(r)
+	w.Header()["X-Request-Id"] = []string{id}
+	r = r.WithContext(logctx.With(r.Context(), id))
 	if s.opts.Logger.Enabled(r.Context(), slog.LevelDebug) {
 		lw := &loggedWriter{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
-			s.opts.Logger.Debug("http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", lw.statusCode(),
+			s.opts.Logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", lw.statusCode(),
 				"bytes", lw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
 		}()
 		w = lw
@@ -159,6 +177,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// requestID is the client's X-Request-Id when it is a short token, else
+// the server's prefix and the request's number.
+func (s *Server) requestID(r *http.Request) string {
+	if v := r.Header.Get("X-Request-Id"); v != "" && len(v) <= 64 && strings.IndexFunc(v, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.')
+	}) < 0 {
+		return v
+	}
+	return s.idPrefix + strconv.FormatUint(s.requests.Add(1), 36)
 }
 
 // loggedWriter records the status and size of an answer. Unwrap lets

@@ -33,6 +33,9 @@ type fileConfig struct {
 	Sync            string        `yaml:"sync"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
+	LogFormat       string        `yaml:"log_format"`
+	LogLevel        string        `yaml:"log_level"`
+	MetricsAddr     string        `yaml:"metrics_addr"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -160,6 +163,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.shutdownTimeout = f.ShutdownTimeout
 	}
 	cfg.verbose = cfg.verbose || f.Verbose
+	set(&cfg.logFormat, f.LogFormat)
+	set(&cfg.logLevel, f.LogLevel)
+	set(&cfg.metricsAddr, f.MetricsAddr)
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}
