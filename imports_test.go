@@ -48,6 +48,8 @@ var importRules = []importRule{
 	{pkg: "pigeon/internal/datapath", leaf: true, reason: "a leaf"},
 	{pkg: "pigeon/internal/grant", leaf: true, reason: "a leaf"},
 	{pkg: "pigeon/internal/hashtab", leaf: true, reason: "a leaf"},
+	{pkg: "pigeon/internal/logctx", leaf: true, reason: "a leaf"},
+	{pkg: "pigeon/docs", leaf: true, reason: "embedded documents"},
 	{pkg: "pigeon/seal", leaf: true, reason: "sealing needs nothing of the broker"},
 	{pkg: "pigeon/demo", deny: []string{"pigeon/store/...", "pigeon/transport/...", "pigeon/server/..."}, reason: "the demo catalog is data"},
 	{pkg: "pigeon/examples/...", deny: []string{"pigeon/internal/..."}, reason: "examples use the public API only"},
