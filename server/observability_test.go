@@ -298,3 +298,33 @@ func TestRequestIDsOnLogLines(t *testing.T) {
 		require.NotContains(t, logs.String(), secret)
 	}
 }
+
+// TestConsoleEventsSampleAFlood: under a flood of decisions every batch the
+// stream sends holds at most 100 of them, and says how many it left out.
+func TestConsoleEventsSampleAFlood(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	res, events := f.openEvents(t, ctx, "auditor-token")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	flooding := make(chan struct{})
+	go func() {
+		defer close(flooding)
+		for i := 0; ctx.Err() == nil && i < 200_000; i++ {
+			f.feed.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID", Subject: "notifications.send"})
+		}
+	}()
+	var skipped float64
+	for ev := range events {
+		if ev.name != "decisions" {
+			continue
+		}
+		require.LessOrEqual(t, len(ev.data["decisions"].([]any)), 100)
+		if skipped += ev.data["skipped"].(float64); skipped > 0 {
+			break
+		}
+	}
+	cancel()
+	<-flooding
+	require.Positive(t, skipped, "a flood is sampled")
+}
