@@ -10,9 +10,8 @@ import (
 // Observer watches the engine at work, for metrics and live consoles. The
 // engine calls it synchronously on the paths it observes (the publish path
 // among them), so an implementation must be safe for concurrent use, must
-// not block and should cost no more than a few atomic updates; it must not
-// retain the record it is handed. With Options.Observer nil nothing is
-// measured and nothing is called.
+// not block and should cost no more than a few atomic updates. With
+// Options.Observer nil nothing is measured and nothing is called.
 //
 // Records carry principals and message ids: an implementation that labels
 // metrics must keep its label sets bounded (subjects, codes, gates,
@@ -21,8 +20,9 @@ type Observer interface {
 	// Audited sees every audit record the engine writes, as it queues it
 	// (decisions, deliveries, quarantine, contracts…; Event names the
 	// type), and the acceptance records a durable store keeps with the
-	// message. Sequence and hash are not yet set.
-	Audited(r *AuditRecord)
+	// message. Sequence and hash are not yet set. The record is passed by
+	// value so that observing never moves the engine's records to the heap.
+	Audited(r AuditRecord)
 	// Took reports how long one operation of stage took on subject (""
 	// for a negotiation, which may span subjects).
 	Took(stage Stage, subject string, d time.Duration)
@@ -82,7 +82,7 @@ func (e *Engine) took(stage Stage, subject string, start time.Time) {
 // observeRecord hands r to the Observer.
 func (e *Engine) observeRecord(r *AuditRecord) {
 	if o := e.opts.Observer; o != nil {
-		o.Audited(r)
+		o.Audited(*r)
 	}
 }
 
@@ -217,7 +217,7 @@ func Observers(obs ...Observer) Observer {
 
 type multiObserver []Observer
 
-func (m multiObserver) Audited(r *AuditRecord) {
+func (m multiObserver) Audited(r AuditRecord) {
 	for _, o := range m {
 		o.Audited(r)
 	}

@@ -127,7 +127,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 
 // Audited counts r: every record by event and outcome, publish decisions
 // by subject, outcome, code and gate, and deliveries.
-func (m *Metrics) Audited(r *pigeon.AuditRecord) {
+func (m *Metrics) Audited(r pigeon.AuditRecord) {
 	m.events.inc(1, r.Type, r.Outcome)
 	switch pigeon.Event(r.Type) {
 	case pigeon.EventPublishAccepted, pigeon.EventPublishDuplicate, pigeon.EventPublishDenied, pigeon.EventPublishFailed:

@@ -214,7 +214,7 @@ func TestLabelsStayBounded(t *testing.T) {
 	m, err := metrics.New(reg, &metrics.Options{MaxSeries: 3, NoRuntime: true})
 	require.NoError(t, err)
 	for i := range 10 {
-		m.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SUBJECT_NOT_FOUND", Gate: "contract", Subject: "nope." + string(rune('a'+i))})
+		m.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SUBJECT_NOT_FOUND", Gate: "contract", Subject: "nope." + string(rune('a'+i))})
 	}
 	fams := scrape(t, reg)
 	require.Len(t, fams["pigeon_decisions_total"].GetMetric(), 3)

@@ -67,7 +67,7 @@ func NewFeed(size int) *Feed {
 }
 
 // Audited records a publish decision; other records are ignored.
-func (f *Feed) Audited(r *pigeon.AuditRecord) {
+func (f *Feed) Audited(r pigeon.AuditRecord) {
 	switch pigeon.Event(r.Type) {
 	case pigeon.EventPublishAccepted, pigeon.EventPublishDuplicate, pigeon.EventPublishDenied, pigeon.EventPublishFailed:
 	default:

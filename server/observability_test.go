@@ -224,10 +224,10 @@ func TestFeedStaysBoundedUnderAFlood(t *testing.T) {
 	feed := server.NewFeed(64)
 	const n = 100_000
 	for i := range n {
-		feed.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID",
+		feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID",
 			Subject: fmt.Sprintf("flood.%d", i), Principal: "p"})
 	}
-	feed.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventDeliveryAcked)}) // not a decision
+	feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventDeliveryAcked)}) // not a decision
 	ds, next, skipped := feed.Since(0, 100)
 	require.Len(t, ds, 64, "no more than the ring holds")
 	require.Equal(t, uint64(n), next)
@@ -311,7 +311,7 @@ func TestConsoleEventsSampleAFlood(t *testing.T) {
 	go func() {
 		defer close(flooding)
 		for i := 0; ctx.Err() == nil && i < 200_000; i++ {
-			f.feed.Audited(&pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID", Subject: "notifications.send"})
+			f.feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID", Subject: "notifications.send"})
 		}
 	}()
 	var skipped float64
