@@ -149,19 +149,25 @@ func (s *Server) WebSocket() *ws.Server { return s.ws }
 // usual JSON error body: http.ServeMux would redirect it, with an HTML
 // body, to a route the client did not name.
 //
-// Every request gets an id: the client's X-Request-Id when it is a short
-// token (letters, digits, "-", "_", "."), otherwise one the server draws.
-// It is answered in X-Request-Id and is the request_id of every log line
-// written for the request (and, for a WebSocket, for the connection).
+// A request that can be logged gets an id: the client's X-Request-Id when
+// it is a short token (letters, digits, "-", "_", "."), otherwise one the
+// server draws. It is answered in X-Request-Id and is the request_id of
+// every log line written for the request (and, for a WebSocket, for the
+// whole connection). A request can be logged when the Logger is enabled at
+// slog.LevelDebug, when it upgrades to a WebSocket, or when the client
+// sent an id; other requests write no line, and skip the cost.
 //
 // With a Logger enabled at slog.LevelDebug, every request is logged when
 // its answer is written: method, path, status, bytes and duration (never a
 // header, a query or a body).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := s.requestID(r)
-	w.Header()["X-Request-Id"] = []string{id}
-	r = r.WithContext(logctx.With(r.Context(), id))
-	if s.opts.Logger.Enabled(r.Context(), slog.LevelDebug) {
+	debug := s.opts.Logger.Enabled(r.Context(), slog.LevelDebug)
+	if debug || len(r.Header["X-Request-Id"]) > 0 || len(r.Header["Upgrade"]) > 0 {
+		id := s.requestID(r)
+		w.Header()["X-Request-Id"] = []string{id}
+		r = r.WithContext(logctx.With(r.Context(), id))
+	}
+	if debug {
 		lw := &loggedWriter{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
