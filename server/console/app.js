@@ -283,9 +283,18 @@
     return q.id + (q.reason ? " — " + q.reason : "") + (m.data ? " — data " + JSON.stringify(m.data) : "");
   }
 
+  // A contract ends (its lifetime, a policy change): one that did is
+  // negotiated again, once, before the release is retried.
+  const renegotiable = new Set(["CONTRACT_EXPIRED", "CONTRACT_STALE", "CONTRACT_REVOKED", "CONTRACT_NOT_FOUND", "GRANT_REVOKED"]);
+
   async function release(id, b) {
     b.disabled = true;
-    const res = await api("POST", "/v1/quarantine/" + encodeURIComponent(id) + "/release", {}, { "x-pigeon-contract": contractId });
+    const path = "/v1/quarantine/" + encodeURIComponent(id) + "/release";
+    let res = await api("POST", path, {}, { "x-pigeon-contract": contractId });
+    if (!res.ok && res.body && res.body.error && renegotiable.has(res.body.error.code)) {
+      await negotiate();
+      res = await api("POST", path, {}, { "x-pigeon-contract": contractId });
+    }
     const out = $("release-result");
     if (res.ok) {
       out.textContent = "Released " + id + " as " + res.body.message.id;
