@@ -221,6 +221,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	poll("a decision after the restart", `document.querySelectorAll('#decisions tbody tr[data-outcome="allow"]').length >= 2`)
 
+	// A flood of decisions (about 10,000 a second for two seconds): the
+	// page samples it, keeps at most 500 rows and still answers.
+	flood := time.NewTicker(10 * time.Millisecond)
+	for range 200 {
+		<-flood.C
+		for range 100 {
+			feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SCHEMA_INVALID",
+				Gate: "schema", Subject: "payments.authorize", Principal: demo.Checkout, Time: time.Now()})
+		}
+	}
+	flood.Stop()
+	poll("the sample's note", `document.getElementById("skipped").textContent.includes("not shown")`)
+	rows, err := chromedp.Run(page, chromedp.Evaluate[int](`document.querySelectorAll("#decisions tbody tr").length`))
+	require.NoError(t, err)
+	require.LessOrEqual(t, rows, 500)
+	require.NoError(t, chromedp.Do(page, chromedp.SendKeys(chromedp.CSS("#filter"), "schema_inv")))
+	poll("the filter", `(rows => rows.length > 0 && rows.every(tr => tr.textContent.includes("SCHEMA_INVALID")))([...document.querySelectorAll("#decisions tbody tr")])`)
+	_, err = chromedp.Run(page, chromedp.Evaluate[bool](`(s => { s.value = "allow"; return s.dispatchEvent(new Event("change")); })(document.getElementById("outcome"))`))
+	require.NoError(t, err)
+	poll("the outcome filter", `document.querySelectorAll("#decisions tbody tr").length === 0`)
+
 	// An auditor who may not publish on payments.authorize: Release is
 	// disabled, and the server refuses the release anyway.
 	other, cancelOther := chromedp.NewContext(page)
