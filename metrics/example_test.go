@@ -29,7 +29,8 @@ func ExampleNew() {
 		panic(err)
 	}
 	defer e.Shutdown(context.Background())
-	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux := http.NewServeMux() // the application's
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	families, _ := reg.Gather()
 	for _, f := range families {
