@@ -3,7 +3,11 @@ package docs_test
 import (
 	"bytes"
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -98,4 +102,45 @@ func resolves(doc any, ref string) bool {
 		}
 	}
 	return true
+}
+
+// TestOpenAPICodesMatchErrors: the Code enum of openapi.yaml lists exactly
+// the codes errors.go declares, so a new code needs its line there.
+func TestOpenAPICodesMatchErrors(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "../errors.go", nil, 0)
+	require.NoError(t, err)
+	var declared []string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			v := s.(*ast.ValueSpec)
+			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Code" {
+				continue
+			}
+			for _, val := range v.Values {
+				if lit, ok := val.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					s, err := strconv.Unquote(lit.Value)
+					require.NoError(t, err)
+					if s != "" { // CodeOK is no error
+						declared = append(declared, s)
+					}
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, declared)
+	var d struct {
+		Components struct {
+			Schemas struct {
+				Code struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"Code"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(docs.OpenAPI(), &d))
+	require.ElementsMatch(t, declared, d.Components.Schemas.Code.Enum, "components.schemas.Code.enum of openapi.yaml against errors.go")
 }
