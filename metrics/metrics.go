@@ -105,13 +105,15 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	m.redeliveries = counter("redeliveries_total", "Messages handed out again after a failed, nacked or expired attempt, by subject.", "subject")
 	m.exhausted = counter("deliveries_exhausted_total", "Messages whose delivery attempts ran out, by subject.", "subject")
 	m.authFailures = counter("auth_failures_total", "Credentials refused, by the method presented (token, jwt, mtls, none).", "method")
-	histogram := func(name, help string, buckets []float64, label string) *histograms {
-		return newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pigeon", Name: name, Help: help, Buckets: buckets}, []string{label}), o.MaxSeries)
+	histogram := func(name, help string, buckets []float64, label string, known ...string) *histograms {
+		return newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pigeon", Name: name, Help: help, Buckets: buckets}, []string{label}), o.MaxSeries, known)
 	}
+	stages := []string{string(pigeon.StagePublish), string(pigeon.StageNegotiate), string(pigeon.StageDeliver), string(pigeon.StageRequest)}
+	logs := []string{string(pigeon.CommitMessages), string(pigeon.CommitAudit)}
 	latencyBuckets := prometheus.ExponentialBuckets(0.00001, 4, 12) // 10µs … ~42s
-	m.latency = histogram("operation_duration_seconds", "Latency of publish, negotiate, deliver (hand-off to the handler's answer) and request (until the reply).", latencyBuckets, "stage")
-	m.commitTime = histogram("store_commit_duration_seconds", "Duration of one store write, by log (messages, audit).", latencyBuckets, "log")
-	m.commitRecord = histogram("store_commit_records", "Records carried by one store write (the group-commit batch size), by log.", prometheus.ExponentialBuckets(1, 2, 12), "log")
+	m.latency = histogram("operation_duration_seconds", "Latency of publish, negotiate, deliver (hand-off to the handler's answer) and request (until the reply).", latencyBuckets, "stage", stages...)
+	m.commitTime = histogram("store_commit_duration_seconds", "Duration of one store write, by log (messages, audit).", latencyBuckets, "log", logs...)
+	m.commitRecord = histogram("store_commit_records", "Records carried by one store write (the group-commit batch size), by log.", prometheus.ExponentialBuckets(1, 2, 12), "log", logs...)
 	cs := []prometheus.Collector{m.decisions.vec, m.events.vec, m.deliveries.vec, m.redeliveries.vec, m.exhausted.vec,
 		m.authFailures.vec, m.latency.vec, m.commitTime.vec, m.commitRecord.vec, newStateCollector(o)}
 	if !o.NoRuntime {
@@ -230,15 +232,28 @@ func newCounters(vec *prometheus.CounterVec, max, nLabels int) *counters {
 // inc adds v to the series of values (in label order).
 func (c *counters) inc(v float64, values ...string) { c.get(values).Add(v) }
 
+// histograms is a histogram vector of one label whose usual values (the
+// engine's stages, its logs) are resolved when it is made: their lookup
+// takes no lock.
 type histograms struct {
-	vec *prometheus.HistogramVec
+	vec   *prometheus.HistogramVec
+	known map[string]prometheus.Observer // read-only once made
 	series[prometheus.Observer]
 }
 
-func newHistograms(vec *prometheus.HistogramVec, max int) *histograms {
-	h := &histograms{vec: vec}
-	h.series = series[prometheus.Observer]{m: map[labels]prometheus.Observer{}, max: max, make: vec.WithLabelValues, n: 1}
+func newHistograms(vec *prometheus.HistogramVec, max int, known []string) *histograms {
+	h := &histograms{vec: vec, known: make(map[string]prometheus.Observer, len(known))}
+	for _, k := range known {
+		h.known[k] = vec.WithLabelValues(k)
+	}
+	h.series = series[prometheus.Observer]{m: map[labels]prometheus.Observer{}, max: max - len(known), make: vec.WithLabelValues, n: 1}
 	return h
 }
 
-func (h *histograms) observe(v float64, value string) { h.get([]string{value}).Observe(v) }
+func (h *histograms) observe(v float64, value string) {
+	if o, ok := h.known[value]; ok {
+		o.Observe(v)
+		return
+	}
+	h.get([]string{value}).Observe(v)
+}
