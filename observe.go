@@ -125,6 +125,9 @@ type Stats struct {
 	Groups []GroupStats
 	// Subscriptions counts the live subscriptions.
 	Subscriptions int
+	// Contracts counts the negotiated contracts in force: not expired,
+	// not revoked.
+	Contracts int
 	// LastVerify is the result of the last VerifyAudit; zero before one.
 	LastVerify VerifyResult
 }
@@ -166,6 +169,16 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	e.subs.mu.RLock()
 	st.Subscriptions = len(e.subs.all)
 	e.subs.mu.RUnlock()
+	now := e.now()
+	e.live.mu.Lock()
+	for _, pl := range e.live.by {
+		for _, exp := range pl.live {
+			if exp.After(now) {
+				st.Contracts++
+			}
+		}
+	}
+	e.live.mu.Unlock()
 	recs, err := e.store.ListQuarantine(ctx, time.Time{}, MaxStatsQuarantine)
 	if err != nil {
 		return st, storeError(err)

@@ -146,6 +146,7 @@ func TestScrapeAfterKnownPublishes(t *testing.T) {
 		{"pigeon_quarantine_open", map[string]string{}, 1},
 		{"pigeon_audit_last_verify_ok", map[string]string{}, 1},
 		{"pigeon_subscriptions", map[string]string{}, 0},
+		{"pigeon_contracts_live", map[string]string{}, 1},
 	}
 	for _, w := range want {
 		got, ok := value(fams, w.name, w.labels)

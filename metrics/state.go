@@ -10,7 +10,7 @@ import (
 type stateCollector struct {
 	o Options
 
-	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections,
+	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, contracts,
 	verifyOK, verifyTime, verifyRecords, scrapeErrors *prometheus.Desc
 }
 
@@ -24,6 +24,7 @@ func newStateCollector(o Options) *stateCollector {
 		quarantineOpen: d("quarantine_open", "Quarantine records not yet released."),
 		auditRecords:   d("audit_records", "Sequence of the last audit record written."),
 		subscriptions:  d("subscriptions", "Live subscriptions (in process and over WebSocket)."),
+		contracts:      d("contracts_live", "Negotiated contracts in force (not expired, not revoked)."),
 		connections:    d("websocket_connections", "Open WebSocket connections."),
 		verifyOK:       d("audit_last_verify_ok", "1 when the last audit chain verification held, 0 when it failed; absent before one."),
 		verifyTime:     d("audit_last_verify_timestamp_seconds", "When the audit chain was last verified (Unix time)."),
@@ -33,7 +34,7 @@ func newStateCollector(o Options) *stateCollector {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lag, c.inFlight, c.quarantineOpen, c.auditRecords, c.subscriptions,
+	for _, d := range []*prometheus.Desc{c.lag, c.inFlight, c.quarantineOpen, c.auditRecords, c.subscriptions, c.contracts,
 		c.connections, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors} {
 		ch <- d
 	}
@@ -60,6 +61,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.quarantineOpen, float64(st.QuarantineOpen))
 	gauge(c.auditRecords, float64(st.AuditRecords))
 	gauge(c.subscriptions, float64(st.Subscriptions))
+	gauge(c.contracts, float64(st.Contracts))
 	if v := st.LastVerify; !v.Time.IsZero() {
 		ok := 0.0
 		if v.OK {

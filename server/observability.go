@@ -173,7 +173,7 @@ func (s *Server) sendState(ctx context.Context, send func(string, any) bool) boo
 	defer cancel()
 	st, err := s.e.Stats(ctx)
 	body := map[string]any{"auditRecords": st.AuditRecords, "quarantineOpen": st.QuarantineOpen,
-		"groups": st.Groups, "subscriptions": st.Subscriptions, "lastVerify": st.LastVerify,
+		"groups": st.Groups, "subscriptions": st.Subscriptions, "contracts": st.Contracts, "lastVerify": st.LastVerify,
 		"connections": s.ws.Stats().Open}
 	if st.Groups == nil {
 		body["groups"] = []pigeon.GroupStats{}

@@ -227,6 +227,7 @@
   function state(d) {
     fill("groups", (d.groups || []).map((g) => row([g.subject, g.group, g.lag, g.inFlight])));
     $("subs").textContent = d.subscriptions;
+    $("live-contracts").textContent = d.contracts;
     $("conns").textContent = d.connections;
     $("audit-records").textContent = d.auditRecords;
     $("qopen").textContent = "(" + d.quarantineOpen + " open)";
