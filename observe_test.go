@@ -90,7 +90,9 @@ func TestObserverSeesTheEngine(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = sub.Unsubscribe(context.Background()) }()
 	require.Eventually(t, func() bool {
-		return a.snapshot(func(r *recorder) bool { return r.stages[pigeon.StageDeliver] >= 2 && len(r.notes[pigeon.NoteRedelivery]) >= 1 })
+		return a.snapshot(func(r *recorder) bool {
+			return r.stages[pigeon.StageDeliver] >= 2 && len(r.notes[pigeon.NoteRedelivery]) >= 1
+		})
 	}, 10*time.Second, 5*time.Millisecond)
 
 	for _, r := range []*recorder{a, b} {
