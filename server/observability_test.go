@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -327,4 +328,35 @@ func TestConsoleEventsSampleAFlood(t *testing.T) {
 	cancel()
 	<-flooding
 	require.Positive(t, skipped, "a flood is sampled")
+}
+
+// FuzzFeedSince: whatever the ring's size, the decisions recorded and the
+// reader's position, Since returns the newest decisions in order, at most
+// max and at most the ring, and accounts for every other one as skipped.
+func FuzzFeedSince(f *testing.F) {
+	f.Add(uint8(4), uint16(10), uint16(3), uint8(2))
+	f.Add(uint8(1), uint16(0), uint16(5), uint8(0))
+	f.Add(uint8(16), uint16(1000), uint16(999), uint8(100))
+	f.Fuzz(func(t *testing.T, size uint8, n, after uint16, max uint8) {
+		feed := server.NewFeed(int(size))
+		for i := range int(n) {
+			feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow", MessageID: strconv.Itoa(i + 1)})
+		}
+		ds, next, skipped := feed.Since(uint64(after), int(max))
+		require.Equal(t, uint64(n), next)
+		from := uint64(after)
+		if from > uint64(n) {
+			from = 0 // a reader ahead of the feed starts again
+		}
+		require.Equal(t, uint64(n)-from, uint64(len(ds))+skipped)
+		ring := int(size)
+		if ring == 0 {
+			ring = server.DefaultFeedSize
+		}
+		require.LessOrEqual(t, len(ds), min(int(max), ring))
+		for i, d := range ds {
+			require.Equal(t, next-uint64(len(ds))+uint64(i)+1, d.Seq)
+			require.Equal(t, strconv.FormatUint(d.Seq, 10), d.MessageID)
+		}
+	})
 }
