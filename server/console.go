@@ -81,7 +81,15 @@ type apiDoc struct {
 		Version     string `yaml:"version"`
 		Description string `yaml:"description"`
 	} `yaml:"info"`
-	Paths map[string]map[string]yaml.Node `yaml:"paths"`
+	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Components struct {
+		Schemas struct {
+			Code struct {
+				Description string   `yaml:"description"`
+				Enum        []string `yaml:"enum"`
+			} `yaml:"Code"`
+		} `yaml:"schemas"`
+	} `yaml:"components"`
 }
 
 type apiOperation struct {
@@ -93,12 +101,15 @@ type apiOperation struct {
 type apiView struct {
 	Title, Version, Description string
 	Operations                  []apiOperation
+	Codes                       []string
+	CodesDescription            string
 }
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options"}
 
 func (d apiDoc) view() apiView {
-	v := apiView{Title: d.Info.Title, Version: d.Info.Version, Description: d.Info.Description}
+	v := apiView{Title: d.Info.Title, Version: d.Info.Version, Description: d.Info.Description,
+		Codes: d.Components.Schemas.Code.Enum, CodesDescription: d.Components.Schemas.Code.Description}
 	for p, item := range d.Paths {
 		for m, node := range item {
 			if !slices.Contains(httpMethods, m) {
@@ -148,6 +159,11 @@ var docsTemplate = template.Must(template.New("docs").Parse(`<!doctype html>
 <p class="muted">Responses: {{range $i, $c := .Responses}}{{if $i}}, {{end}}{{$c}}{{end}}</p>
 </section>
 {{end}}
+<section class="card" id="codes" aria-labelledby="codes-h">
+<h2 id="codes-h">Error codes</h2>
+<p class="muted">{{.CodesDescription}} An error body is <code>{"error":{"code":"…","message":"…","details":{…}}}</code>.</p>
+<p>{{range $i, $c := .Codes}}{{if $i}}, {{end}}<code>{{$c}}</code>{{end}}</p>
+</section>
 </main>
 </body>
 </html>

@@ -260,6 +260,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	rec := call(http.MethodGet, "/v1/quarantine/"+q2, "auditor-token", "")
 	require.Equal(t, false, rec.json(t)["record"].(map[string]any)["released"])
 
+	// The API page, rendered from openapi.yaml on the server.
+	require.NoError(t, chromedp.Do(page, chromedp.Navigate(base+"/docs")))
+	poll("the API page", `document.querySelectorAll("main section").length > 30 && document.body.textContent.includes("POST /v1/quarantine/{id}/release")`)
+	screenshot("docs-wide.png", 1280, 800, false)
+
 	cancelOther()
 	cancelPage()
 	cancelAlloc()

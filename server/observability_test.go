@@ -82,6 +82,7 @@ func TestOpenAPIAndDocsServed(t *testing.T) {
 	require.Contains(t, r.header.Get("Content-Type"), "text/html")
 	require.Contains(t, string(r.body), "POST /v1/quarantine/{id}/release")
 	require.NotContains(t, string(r.body), "<script", "the API page runs no script")
+	require.Contains(t, string(r.body), "<code>QUARANTINE_NOT_FOUND</code>", "the error codes")
 	r = f.do(t, http.MethodGet, "/v1/asyncapi", "", "")
 	require.Equal(t, http.StatusOK, r.status)
 	require.Equal(t, "3.0.0", r.json(t)["asyncapi"])
