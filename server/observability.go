@@ -166,12 +166,31 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// statsTTL is how long the console streams share one reading of the
+// engine's state (it lists the quarantine): many open consoles cost one
+// reading a second.
+const statsTTL = time.Second
+
+// stats returns the engine's state, read at most once per statsTTL for all
+// the console streams.
+func (s *Server) stats(ctx context.Context) (pigeon.Stats, error) {
+	c := &s.statsCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil && !c.at.IsZero() && time.Since(c.at) < statsTTL {
+		return c.st, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c.st, c.err = s.e.Stats(ctx)
+	c.at = time.Now()
+	return c.st, c.err
+}
+
 // sendState sends the engine's state; a failure to read it is sent as
 // the state's error, not as the end of the stream.
 func (s *Server) sendState(ctx context.Context, send func(string, any) bool) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	st, err := s.e.Stats(ctx)
+	st, err := s.stats(ctx)
 	body := map[string]any{"auditRecords": st.AuditRecords, "quarantineOpen": st.QuarantineOpen,
 		"groups": st.Groups, "subscriptions": st.Subscriptions, "contracts": st.Contracts, "lastVerify": st.LastVerify,
 		"connections": s.ws.Stats().Open}

@@ -124,6 +124,13 @@ type Server struct {
 	// stopping is closed when Shutdown begins: streams (the console's
 	// events) end so that the HTTP servers can finish.
 	stopping chan struct{}
+	// statsCache is the engine's state as the console streams last read it.
+	statsCache struct {
+		mu  sync.Mutex
+		at  time.Time
+		st  pigeon.Stats
+		err error
+	}
 
 	mu       sync.Mutex
 	hs       []*http.Server
