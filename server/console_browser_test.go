@@ -184,6 +184,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	poll("the release", `document.getElementById("release-result").textContent.startsWith("Released `+q1+` as msg_")`)
 	poll("the released record", `(b => !!b && b.disabled && b.textContent === "Released")(`+releaseButton+`)`)
 	poll("per-subject rates", `!!document.querySelector('#rates tbody tr[data-subject="payments.authorize"]')`)
+	require.NoError(t, chromedp.Do(page, chromedp.Click(chromedp.CSS("#verify"))))
+	poll("the audit chain verified", `document.getElementById("audit-status").textContent.startsWith("holds (")`)
 
 	// Every control has an accessible name.
 	unnamed, err := chromedp.Run(page, chromedp.Evaluate[[]string](`[...document.querySelectorAll("button, input, select")].filter(el => {
