@@ -184,6 +184,16 @@ func TestConsoleInBrowser(t *testing.T) {
 	poll("the release", `document.getElementById("release-result").textContent.startsWith("Released `+q1+` as msg_")`)
 	poll("the released record", `(b => !!b && b.disabled && b.textContent === "Released")(`+releaseButton+`)`)
 	poll("per-subject rates", `!!document.querySelector('#rates tbody tr[data-subject="payments.authorize"]')`)
+	// A work queue with a consumer behind: its group and lag appear.
+	orders := contractOf(t, call, "orders-token", "notifications.send")
+	for _, key := range []string{"n-1", "n-2", "n-3"} {
+		r := call(http.MethodPost, "/v1/messages", "orders-token", msgBody(t, demo.Notification(key)), "x-pigeon-contract", orders)
+		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	}
+	notifier := contractOf(t, call, "notifier-token", "notifications.send")
+	r = call(http.MethodPost, "/v1/subjects/notifications.send/receive", "notifier-token", `{"max":1,"ack":"explicit"}`, "x-pigeon-contract", notifier)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	poll("the consumer group's lag", `[...document.querySelectorAll("#groups tbody tr")].some(tr => tr.cells[0].textContent === "notifications.send" && tr.cells[2].textContent === "3" && tr.cells[3].textContent === "1")`)
 	require.NoError(t, chromedp.Do(page, chromedp.Click(chromedp.CSS("#verify"))))
 	poll("the audit chain verified", `document.getElementById("audit-status").textContent.startsWith("holds (")`)
 
