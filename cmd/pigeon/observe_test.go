@@ -110,3 +110,13 @@ func TestCatalogAsyncAPI(t *testing.T) {
 	code = run(context.Background(), []string{"catalog", "asyncapi", filepath.Join(dir, "nope")}, io.Discard, io.Discard)
 	require.Equal(t, 1, code)
 }
+
+func TestConfigFileOperationsKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pigeon.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("log_format: json\nlog_level: warn\nmetrics_addr: 127.0.0.1:9464\n"), 0o600))
+	cfg, code, ok := parseServe([]string{"--config", path, "--log-level", "debug"}, io.Discard)
+	require.True(t, ok, "exit %d", code)
+	require.Equal(t, "json", cfg.logFormat)
+	require.Equal(t, "debug", cfg.logLevel, "a flag wins over the file")
+	require.Equal(t, "127.0.0.1:9464", cfg.metricsAddr)
+}
