@@ -111,6 +111,9 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
+	// The request is read: the server's read timeout must not end the
+	// stream (net/http cancels a request whose connection read times out).
+	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

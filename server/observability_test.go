@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -360,4 +361,33 @@ func FuzzFeedSince(f *testing.F) {
 			require.Equal(t, strconv.FormatUint(d.Seq, 10), d.MessageID)
 		}
 	})
+}
+
+// TestConsoleEventsOutliveTheServerTimeouts: a stream lasts past the read
+// and write timeouts of the HTTP server that serves it.
+func TestConsoleEventsOutliveTheServerTimeouts(t *testing.T) {
+	f := newFixture(t)
+	s := server.New(f.e, &server.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, Feed: f.feed})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	defer func() {
+		require.NoError(t, s.Shutdown(context.Background()))
+		require.ErrorIs(t, <-served, http.ErrServerClosed)
+	}()
+	g := &fixture{hs: &httptest.Server{URL: "http://" + l.Addr().String()}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	res, events := g.openEvents(t, ctx, "auditor-token")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	states := 0
+	for ev := range events {
+		if ev.name == "state" {
+			if states++; states == 3 { // two seconds in: well past both timeouts
+				return
+			}
+		}
+	}
+	t.Fatalf("the stream ended after %d state events", states)
 }
