@@ -1,7 +1,8 @@
 #!/bin/sh
-# Install Debian's chromium for the console browser test (server/console).
-# Idempotent: does nothing when a chromium binary is already on PATH.
-# Run as root (CI runs it before the Go tests).
+# Install Debian's chromium (and a font, for readable screenshots) for the
+# console's browser test, server/console_browser_test.go. Idempotent: it
+# does nothing when a chromium binary is already on PATH. Run it as root
+# before the Go tests (CI does).
 set -eu
 for b in chromium chromium-browser google-chrome; do
 	if command -v "$b" >/dev/null 2>&1; then
@@ -11,5 +12,5 @@ for b in chromium chromium-browser google-chrome; do
 done
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
-apt-get install -y --no-install-recommends chromium
+apt-get install -y --no-install-recommends chromium fonts-dejavu-core
 command -v chromium

@@ -36,6 +36,9 @@ type fileConfig struct {
 	Verbose         bool          `yaml:"verbose"`
 	WSOrigins       []string      `yaml:"ws_origins"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
+	LogFormat       string        `yaml:"log_format"`
+	LogLevel        string        `yaml:"log_level"`
+	MetricsAddr     string        `yaml:"metrics_addr"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -170,6 +173,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.wsOrigins = append(cfg.wsOrigins, o)
 	}
 	set(&cfg.mesgdSubject, f.MesgdSubject)
+	set(&cfg.logFormat, f.LogFormat)
+	set(&cfg.logLevel, f.LogLevel)
+	set(&cfg.metricsAddr, f.MetricsAddr)
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}
