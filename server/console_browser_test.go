@@ -28,7 +28,8 @@ import (
 const EnvArtifacts = "PIGEON_TEST_ARTIFACTS"
 
 // chromium finds a Chromium or Chrome binary (CHROMIUM names one
-// explicitly), or skips the test saying how to install one.
+// explicitly), or skips the test saying how to install one; under CI,
+// where ./test installs it, its absence fails the test instead.
 func chromium(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("CHROMIUM"); p != "" {
@@ -38,6 +39,9 @@ func chromium(t *testing.T) string {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium binary on PATH (nor $CHROMIUM): ./test installs it with scripts/install-chromium.sh")
 	}
 	t.Skip("no chromium binary on PATH (nor $CHROMIUM): run scripts/install-chromium.sh as root to install Debian's chromium")
 	return ""
