@@ -1,8 +1,9 @@
 #!/bin/sh
 # Install Debian's chromium (and a font, for readable screenshots) for the
-# console's browser test, server/console_browser_test.go. Idempotent: it
-# does nothing when a chromium binary is already on PATH. Run it as root
-# before the Go tests (CI does).
+# browser tests: the console's (server/console_browser_test.go) and the
+# TypeScript client's (clients/typescript/test/browser.test.mjs).
+# Idempotent: it does nothing when a chromium binary is already on PATH.
+# Run it as root; ./test calls it before the parts that need it.
 set -eu
 for b in chromium chromium-browser google-chrome; do
 	if command -v "$b" >/dev/null 2>&1; then
