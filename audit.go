@@ -198,6 +198,7 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
 	if r.Time.IsZero() {
 		r.Time = e.now()
 	}
+	e.observeRecord(&r)
 	a := &e.auditor
 	a.mu.Lock()
 	a.pending = append(a.pending, r)
@@ -278,7 +279,9 @@ func (e *Engine) writeAudit() {
 		batch, results := a.pending, a.results
 		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
 		a.mu.Unlock()
+		start := e.since()
 		err := a.write(batch)
+		e.committed(CommitAudit, len(batch), start)
 		a.mu.Lock()
 		a.handled += uint64(len(batch))
 		if err != nil {
@@ -337,9 +340,16 @@ func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
 	e.flushAudit()
 	n, err := store.VerifyAudit(ctx, e.store)
 	if ce, ok := err.(*store.ChainError); ok {
-		return n, WrapError(CodeAuditTampered, err, "audit record %d: %s", ce.Seq, ce.Reason)
+		err = WrapError(CodeAuditTampered, err, "audit record %d: %s", ce.Seq, ce.Reason)
+	} else {
+		err = storeError(err)
 	}
-	return n, storeError(err)
+	res := &VerifyResult{Time: e.now(), OK: err == nil, Verified: n}
+	if err != nil {
+		res.Error = string(ErrorCode(err))
+	}
+	e.lastVerify.Store(res)
+	return n, err
 }
 
 // auditID names the audit record with sequence seq: "aud_" and the number.

@@ -10,16 +10,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/metrics"
 	"pigeon/transport/transporttest"
 )
 
 // benchEngine is an engine on the demo catalog with a memory store and a
-// contract TTL long enough for any benchmark.
-func benchEngine(b *testing.B) *pigeon.Engine {
+// contract TTL long enough for any benchmark; with adjust changing the
+// options.
+func benchEngine(b *testing.B, adjust ...func(*pigeon.Options)) *pigeon.Engine {
 	b.Helper()
 	opts := transporttest.Options()
+	for _, f := range adjust {
+		f(opts)
+	}
 	opts.ContractTTL = 24 * time.Hour
 	// Benchmarks negotiate far more than a principal may: no cap, no rate
 	// (the live-contract accounting still runs).
@@ -44,8 +51,20 @@ func benchSession(b *testing.B, e *pigeon.Engine, token, subject string) pigeon.
 // BenchmarkPublishGoverned is the reference broker's payment message
 // through every gate, the schema, the audit chain and the memory store,
 // with a unique idempotency key each time.
-func BenchmarkPublishGoverned(b *testing.B) {
-	e := benchEngine(b)
+func BenchmarkPublishGoverned(b *testing.B) { publishGoverned(b, benchEngine(b)) }
+
+// BenchmarkPublishGovernedObserved is BenchmarkPublishGoverned with the
+// Prometheus metrics observing the engine (metrics.New as Options.Observer):
+// the difference is what /metrics costs the hot path.
+func BenchmarkPublishGovernedObserved(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry(), &metrics.Options{NoRuntime: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	publishGoverned(b, benchEngine(b, func(o *pigeon.Options) { o.Observer = m }))
+}
+
+func publishGoverned(b *testing.B, e *pigeon.Engine) {
 	s := benchSession(b, e, "checkout-token", "payments.authorize")
 	ctx := context.Background()
 	msgs := make([]*pigeon.Message, 1024)

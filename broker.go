@@ -87,6 +87,10 @@ type Options struct {
 	// SweepInterval is how often expired contracts, parked replies and
 	// retention are swept (default 1 minute).
 	SweepInterval time.Duration
+	// Observer, when set, watches decisions, deliveries, latencies and
+	// store writes as they happen (metrics, consoles); see Observer. Nil
+	// costs nothing.
+	Observer Observer
 }
 
 // Engine is the in-process broker. It is safe for concurrent use by any
@@ -111,6 +115,7 @@ type Engine struct {
 	recent     recentCache
 	dir        directory
 	grantKey   ed25519.PrivateKey
+	lastVerify atomic.Pointer[VerifyResult]
 
 	closed   atomic.Bool
 	done     chan struct{}
@@ -310,6 +315,17 @@ func (e *Engine) Subjects() []SubjectPolicy {
 	return out
 }
 
+// Catalog returns a copy of the current catalog: the subjects, sorted by
+// name, and every schema registered.
+func (e *Engine) Catalog() *Catalog {
+	cat := e.catalog.Load()
+	c := &Catalog{Subjects: e.Subjects(), Schemas: make(map[string][]byte, len(cat.schemas))}
+	for k, v := range cat.schemas {
+		c.Schemas[k] = slices.Clone(v)
+	}
+	return c
+}
+
 // Subject returns one current policy.
 func (e *Engine) Subject(name string) (SubjectPolicy, error) {
 	s := e.catalog.Load().subjects[name]
@@ -335,6 +351,14 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 // overlaid), and its Method defaults to AuthToken. Every refusal is an
 // *Error: UNAUTHENTICATED unless the authenticator chose another code.
 func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
+	p, err := e.authenticateCredential(ctx, c)
+	if err != nil && ErrorCode(err) != CodeShutdown {
+		e.note(NoteAuthFailure, credentialMethod(c))
+	}
+	return p, err
+}
+
+func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
@@ -374,6 +398,7 @@ func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, sub
 	if region == "" {
 		region = e.opts.Region
 	}
+	defer e.took(StageNegotiate, "", e.since())
 	c, err := e.negotiate(ctx, p, region, subjects, ttl)
 	if err != nil {
 		return nil, err
@@ -398,7 +423,9 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	if region == "" {
 		region = e.opts.Region
 	}
+	start := e.since()
 	c, err := e.negotiate(ctx, p, region, subjects, co.ContractTTL)
+	e.took(StageNegotiate, "", start)
 	if err != nil {
 		return nil, err
 	}

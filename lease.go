@@ -256,6 +256,9 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 	}
 	g.attempts[sm.Seq] = n
 	g.leases[sm.Seq] = &lease{holder: holder, deadline: now.Add(s.ackWait), attempt: n}
+	if n > 1 {
+		e.note(NoteRedelivery, s.name)
+	}
 	d, err := e.decode(sm)
 	if err != nil {
 		return nil, err

@@ -62,6 +62,9 @@ func newMessageID() string {
 // a quarantined message carries the quarantine id in its details. m is not
 // modified.
 func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, error) {
+	if e.opts.Observer != nil && in != nil {
+		defer e.took(StagePublish, in.Subject, time.Now())
+	}
 	return e.publish(ctx, c, in, in != nil && in.ID != "")
 }
 
@@ -219,7 +222,9 @@ func (s *subject) idempotencyKey(m *Message, data any) string {
 // accept appends an admitted message.
 func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	sm, acc, bp := e.toStore(a)
+	start := e.since()
 	stored, dup, audited, err := e.appendAccepted(ctx, sm, acc)
+	e.committed(CommitMessages, 1, start)
 	*bp = sm.Body[:0]
 	bodyPool.Put(bp)
 	return e.accepted(ctx, a, acc, stored, dup, audited, err)
@@ -273,6 +278,8 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 	if !audited {
 		acc.Seqs = strconv.FormatUint(stored.Seq, 10)
 		e.auditAsync(acc)
+	} else {
+		e.observeRecord(&acc)
 	}
 	if f := e.fanoutOf(s.name); f != nil {
 		// Subscribers get what the gates judged: the stored envelope and

@@ -45,7 +45,9 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 		for j, a := range held {
 			sms[j], accs[j], bps[j] = e.toStore(a)
 		}
+		start := e.since()
 		res := ba.AppendAcceptedBatch(ctx, sms, accs)
+		e.committed(CommitMessages, len(sms), start)
 		for j, a := range held {
 			*bps[j] = sms[j].Body[:0]
 			bodyPool.Put(bps[j])

@@ -166,6 +166,7 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 	if m == nil {
 		return nil, NewError(CodeEnvelopeInvalid, "message is required")
 	}
+	defer e.took(StageRequest, m.Subject, e.since())
 	req := *m
 	if req.ID == "" {
 		req.ID = newMessageID()

@@ -406,20 +406,31 @@ func (s *subscription) deliverBatch(batch []*decoded) {
 // deliver hands d to the handler as attempt; the subscription holds one
 // in-flight slot for it until settled releases it.
 func (s *subscription) deliver(d *decoded, attempt int) {
+	if attempt > 1 && s.group == "" { // a work queue's redeliveries are noted where they are leased
+		s.e.note(NoteRedelivery, s.subj.name)
+	}
+	start := s.e.since()
 	if s.ah != nil {
 		var once atomic.Bool
 		s.ah(s.ctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, func(err error) {
 			if once.CompareAndSwap(false, true) {
+				s.e.took(StageDeliver, s.subj.name, start)
 				s.settled(d, attempt, err)
 			}
 		})
 		return
 	}
 	if cap(s.slots) == 1 {
-		s.settled(d, attempt, s.call(d.m, attempt))
+		err := s.call(d.m, attempt)
+		s.e.took(StageDeliver, s.subj.name, start)
+		s.settled(d, attempt, err)
 		return
 	}
-	go func() { s.settled(d, attempt, s.call(d.m, attempt)) }()
+	go func() {
+		err := s.call(d.m, attempt)
+		s.e.took(StageDeliver, s.subj.name, start)
+		s.settled(d, attempt, err)
+	}()
 }
 
 // call runs the synchronous handler once on a copy of m, recovering a

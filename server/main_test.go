@@ -31,6 +31,7 @@ type fixture struct {
 	s     *server.Server
 	hs    *httptest.Server
 	clock *testclock.Clock
+	feed  *server.Feed // the console's, observing e
 }
 
 func testCatalog() *pigeon.Catalog {
@@ -63,14 +64,16 @@ func newFixture(t *testing.T) *fixture {
 		pigeon.StaticToken{Token: "alice-token", Principal: alice},
 		pigeon.StaticToken{Token: "checkout-auditor-token", Principal: demo.Checkout, Roles: []string{"auditor"}},
 	)
+	feed := server.NewFeed(0)
 	e, err := pigeon.New(context.Background(), &pigeon.Options{
 		Authenticator: pigeon.NewStaticTokens(tokens...),
 		Catalog:       testCatalog(),
 		Region:        "uk",
 		Now:           clk.Now,
+		Observer:      feed,
 	})
 	require.NoError(t, err)
-	s := server.New(e, nil)
+	s := server.New(e, &server.Options{Feed: feed})
 	hs := httptest.NewServer(s)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -79,7 +82,7 @@ func newFixture(t *testing.T) *fixture {
 		hs.Close()
 		require.NoError(t, e.Shutdown(ctx))
 	})
-	return &fixture{e: e, s: s, hs: hs, clock: clk}
+	return &fixture{e: e, s: s, hs: hs, clock: clk, feed: feed}
 }
 
 // response is one HTTP answer.
@@ -115,11 +118,17 @@ func (r response) code(t *testing.T) pigeon.Code {
 // do sends one request. headers alternate name, value.
 func (f *fixture) do(t *testing.T, method, path, token, body string, headers ...string) response {
 	t.Helper()
+	return doRequest(t, method, f.hs.URL+path, token, body, headers...)
+}
+
+// doRequest sends one request to url.
+func doRequest(t *testing.T, method, url, token, body string, headers ...string) response {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, f.hs.URL+path, rd)
+	req, err := http.NewRequest(method, url, rd)
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

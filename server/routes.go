@@ -65,6 +65,9 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		allowed = append(allowed, m)
 	}
 	slices.Sort(allowed)
+	for _, m := range allowed {
+		s.routeList = append(s.routeList, m+" "+pattern)
+	}
 	allow := strings.Join(allowed, ", ")
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		ep, ok := methods[r.Method]
@@ -131,6 +134,8 @@ func (s *Server) routes() {
 	s.route("/v1/quarantine/{id}/release", post(auditor, release))
 	s.adminRoutes()
 	s.programRoutes()
+	s.observabilityRoutes()
+	s.routeList = append(s.routeList, "GET /v1/ws")
 	s.mux.HandleFunc("/v1/ws", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
@@ -140,6 +145,7 @@ func (s *Server) routes() {
 		s.ws.ServeHTTP(w, r)
 	})
 	if s.mesgd != nil {
+		s.routeList = append(s.routeList, "GET "+mesgd.Prefix+"/{route}")
 		s.mux.HandleFunc("GET "+mesgd.Prefix+"/", s.mesgd.ServeHTTP)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -6,14 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pigeon"
+	"pigeon/internal/logctx"
 	"pigeon/programs"
 	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
@@ -61,6 +65,14 @@ type Options struct {
 	// Authenticator in pigeon.Credential.PeerCertificates. Not copied:
 	// its callbacks (certificate reload) are the caller's.
 	TLS *tls.Config
+	// Metrics, when set, is served at GET /metrics without authentication
+	// (promhttp.HandlerFor over the registry of package metrics). Leave it
+	// nil to serve metrics on a listener of their own.
+	Metrics http.Handler
+	// Feed, when set, is the source of the console's live decisions and
+	// rates; the engine must have it as (one of) its Observer. Without it
+	// the console shows state, quarantine and contracts, but no stream.
+	Feed *Feed
 }
 
 func (o *Options) withDefaults() Options {
@@ -92,6 +104,7 @@ func (o *Options) withDefaults() Options {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Logger = slog.New(logctx.Handler(c.Logger.Handler())) // request ids on every line
 	var wo ws.Options
 	if o != nil && o.WebSocket != nil {
 		wo = *o.WebSocket
@@ -117,6 +130,23 @@ type Server struct {
 	ws    *ws.Server
 	mesgd *mesgd.Server // nil unless Options.Mesgd
 
+	// idPrefix and requests make request ids: unique in this process,
+	// unlikely to repeat across restarts.
+	idPrefix string
+	requests atomic.Uint64
+	// routeList is every route served, "METHOD /pattern" (Routes).
+	routeList []string
+	// stopping is closed when Shutdown begins: streams (the console's
+	// events) end so that the HTTP servers can finish.
+	stopping chan struct{}
+	// statsCache is the engine's state as the console streams last read it.
+	statsCache struct {
+		mu  sync.Mutex
+		at  time.Time
+		st  pigeon.Stats
+		err error
+	}
+
 	mu       sync.Mutex
 	hs       []*http.Server
 	closing  bool
@@ -127,7 +157,8 @@ type Server struct {
 // New returns the server of e.
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
-	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket)}
+	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
+		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
 		if mo.Logger == nil {
@@ -147,15 +178,29 @@ func (s *Server) WebSocket() *ws.Server { return s.ws }
 // usual JSON error body: http.ServeMux would redirect it, with an HTML
 // body, to a route the client did not name.
 //
+// A request that can be logged gets an id: the client's X-Request-Id when
+// it is a short token (letters, digits, "-", "_", "."), otherwise one the
+// server draws. It is answered in X-Request-Id and is the request_id of
+// every log line written for the request (and, for a WebSocket, for the
+// whole connection). A request can be logged when the Logger is enabled at
+// slog.LevelDebug, when it upgrades to a WebSocket, or when the client
+// sent an id; other requests write no line, and skip the cost.
+//
 // With a Logger enabled at slog.LevelDebug, every request is logged when
 // its answer is written: method, path, status, bytes and duration (never a
 // header, a query or a body).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Logger.Enabled(r.Context(), slog.LevelDebug) {
+	debug := s.opts.Logger.Enabled(r.Context(), slog.LevelDebug)
+	if debug || len(r.Header["X-Request-Id"]) > 0 || len(r.Header["Upgrade"]) > 0 {
+		id := s.requestID(r)
+		w.Header()["X-Request-Id"] = []string{id}
+		r = r.WithContext(logctx.With(r.Context(), id))
+	}
+	if debug {
 		lw := &loggedWriter{ResponseWriter: w}
 		start := time.Now()
 		defer func() {
-			s.opts.Logger.Debug("http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", lw.statusCode(),
+			s.opts.Logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", lw.statusCode(),
 				"bytes", lw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
 		}()
 		w = lw
@@ -167,6 +212,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// requestID is the client's X-Request-Id when it is a short token, else
+// the server's prefix and the request's number.
+func (s *Server) requestID(r *http.Request) string {
+	if v := r.Header.Get("X-Request-Id"); v != "" && len(v) <= 64 && strings.IndexFunc(v, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.')
+	}) < 0 {
+		return v
+	}
+	return s.idPrefix + strconv.FormatUint(s.requests.Add(1), 36)
 }
 
 // loggedWriter records the status and size of an answer. Unwrap lets
@@ -279,6 +335,7 @@ func (s *Server) ListenAndServe(addr string) error {
 // It is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
+		close(s.stopping)
 		s.mu.Lock()
 		s.closing = true
 		servers := s.hs

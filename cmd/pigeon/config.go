@@ -37,6 +37,9 @@ type fileConfig struct {
 	WSOrigins       []string      `yaml:"ws_origins"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
 	ProgramVersions int           `yaml:"program_versions"`
+	LogFormat       string        `yaml:"log_format"`
+	LogLevel        string        `yaml:"log_level"`
+	MetricsAddr     string        `yaml:"metrics_addr"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -177,6 +180,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	if f.ProgramVersions > 0 {
 		cfg.programVersions = f.ProgramVersions
 	}
+	set(&cfg.logFormat, f.LogFormat)
+	set(&cfg.logLevel, f.LogLevel)
+	set(&cfg.metricsAddr, f.MetricsAddr)
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}

@@ -1,10 +1,12 @@
 // Command pigeon runs a standalone Pigeon broker and talks to one.
 //
 //	pigeon serve [--config pigeon.yaml] [--addr 127.0.0.1:8787] [--data ./pigeon-data] [--policies DIR] [--tokens FILE] [--region uk] [--sync batch|always|none] [--mesgd-subject S] [-v]
+//	             [--log-format text|json] [--log-level debug|info|warn|error] [--metrics-addr ADDR]
 //	             [--tls-cert FILE --tls-key FILE] [--client-ca FILE --trust-domain NAME [--mtls-mode required|optional]] [--auth-order mtls,oidc,grant,token]
 //	pigeon broker start [serve's flags]
 //	pigeon demo
 //	pigeon policy lint DIR
+//	pigeon catalog asyncapi DIR
 //	pigeon publish --subject S [--data JSON | --file F] [flags]
 //	pigeon subscribe --subject S [flags]
 //	pigeon quarantine list|show ID|release ID [flags]
@@ -38,6 +40,7 @@ commands:
   broker start                the same as serve
   demo                        narrate the adoption path on an embedded broker (no network)
   policy lint DIR             check a policy directory (exit 1 on errors)
+  catalog asyncapi DIR        print a policy directory as an AsyncAPI 3 document (JSON)
   publish                     publish one message
   subscribe                   stream deliveries as JSON lines until interrupted
   quarantine list|show|release
@@ -84,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serveCmd(ctx, rest[1:], stdout, stderr)
 	case cmd == "demo":
 		return demoCmd(ctx, rest, stdout, stderr)
+	case cmd == "catalog":
+		return catalogCmd(rest, stdout, stderr)
 	case cmd == "policy" && sub == "lint":
 		return policyLintCmd(rest[1:], stdout, stderr)
 	case cmd == "publish":

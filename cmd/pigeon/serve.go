@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +35,9 @@ type serveConfig struct {
 	// programVersions is how many versions of a program keep their
 	// module for rollbacks (0: programs.DefaultKeepVersions).
 	programVersions int
+	// Operations (docs/operations.md): log format and level, and where
+	// /metrics is served ("" on the main listener).
+	logFormat, logLevel, metricsAddr string
 	// config is the --config file it was read from, if any.
 	config string
 	// Edge identity (docs/identity.md): TLS, mTLS, OIDC issuers, the
@@ -79,7 +81,8 @@ const (
 // over the file, which wins over the environment. When ok is false the
 // command ends with code (0 for --help).
 func parseServe(args []string, stderr io.Writer) (cfg serveConfig, code int, ok bool) {
-	cfg = serveConfig{addr: "127.0.0.1:8787", data: "./pigeon-data", region: "uk", sync: "batch", shutdownTimeout: 30 * time.Second}
+	cfg = serveConfig{addr: "127.0.0.1:8787", data: "./pigeon-data", region: "uk", sync: "batch", shutdownTimeout: 30 * time.Second,
+		logFormat: "text", logLevel: "info"}
 	if port := os.Getenv(envPort); port != "" {
 		cfg.addr = net.JoinHostPort("127.0.0.1", port)
 	}
@@ -119,7 +122,10 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
-	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr")
+	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
+	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
+	fs.StringVar(&cfg.logLevel, "log-level", cfg.logLevel, "lowest level logged: debug, info, warn or error")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", cfg.metricsAddr, `serve Prometheus /metrics on this address alone (such as 127.0.0.1:9090); "" serves it on --addr`)
 	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "server certificate (PEM chain): serve HTTPS and WSS; reloaded when the file changes or on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "key of the server certificate (PEM)")
 	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
@@ -196,11 +202,14 @@ func syncMode(s string) (wal.SyncMode, error) {
 
 // serve runs the broker until ctx ends, then shuts it down.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
-	level := slog.LevelInfo
-	if cfg.verbose {
-		level = slog.LevelDebug
+	logger, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	obs, err := newObservation()
+	if err != nil {
+		return err
+	}
 	isDemo := cfg.policies == ""
 	catalog, tokens, err := catalogAndTokens(cfg)
 	if err != nil {
@@ -223,7 +232,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		st = ws
 	}
 	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: edge.auth, Catalog: catalog,
-		Region: cfg.region, Logger: logger})
+		Region: cfg.region, Logger: logger, Observer: obs.observer()})
 	if err != nil {
 		if st != nil {
 			_ = st.Close(context.Background())
@@ -243,11 +252,15 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
-		WebSocket: &ws.Options{OriginPatterns: cfg.wsOrigins}}
+		WebSocket: &ws.Options{OriginPatterns: cfg.wsOrigins}, Feed: obs.feed}
 	if cfg.mesgdSubject != "" {
 		so.Mesgd = &mesgd.Options{Subject: cfg.mesgdSubject}
 	}
+	if cfg.metricsAddr == "" {
+		so.Metrics = obs.handler()
+	}
 	srv := server.New(e, so)
+	obs.engine, obs.srv = e, srv
 	bg, stopBG := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() { stopBG(); bgDone.Wait() }()
@@ -257,9 +270,16 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if edge.cert != nil {
 		bgDone.Go(func() { reloadOnHangup(bg, edge.cert, logger) })
 	}
-	l, err := net.Listen("tcp", cfg.addr)
+	metricsURL, stopMetrics := "", func(context.Context) error { return nil }
+	if cfg.metricsAddr != "" {
+		metricsURL, stopMetrics, err = serveMetrics(bg, cfg.metricsAddr, obs.handler(), logger)
+	}
+	var l net.Listener
 	if err == nil {
-		banner(stdout, l.Addr().String(), cfg, isDemo, catalog, tokens)
+		l, err = net.Listen("tcp", cfg.addr)
+	}
+	if err == nil {
+		banner(stdout, l.Addr().String(), cfg, isDemo, catalog, tokens, metricsURL)
 		edgeBanner(stdout, edge)
 		if cfg.ready != nil {
 			cfg.ready(l.Addr().String())
@@ -280,6 +300,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	if err := progs.Close(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("programs close: %w", err))
+	}
+	if err := stopMetrics(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("metrics shutdown: %w", err))
 	}
 	if err := e.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("engine shutdown: %w", err))
@@ -327,7 +350,7 @@ func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []pigeon.StaticToken, e
 }
 
 // banner says what is being served and where.
-func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Catalog, tokens []pigeon.StaticToken) {
+func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Catalog, tokens []pigeon.StaticToken, metricsURL string) {
 	names := make([]string, len(c.Subjects))
 	for i, s := range c.Subjects {
 		names[i] = s.Name
@@ -360,6 +383,11 @@ func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Ca
 	fmt.Fprintf(w, "pigeon: health     %s/health\n", base)
 	fmt.Fprintf(w, "pigeon: HTTP API   %s/v1/subjects\n", base)
 	fmt.Fprintf(w, "pigeon: WebSocket  %s://%s/v1/ws\n", wsScheme, addr)
+	fmt.Fprintf(w, "pigeon: console    %s/ (API reference at %s/docs)\n", base, base)
+	if metricsURL == "" {
+		metricsURL = base + "/metrics"
+	}
+	fmt.Fprintf(w, "pigeon: metrics    %s\n", metricsURL)
 	fmt.Fprintln(w, "pigeon: Ctrl-C stops it")
 }
 

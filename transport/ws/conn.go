@@ -69,13 +69,16 @@ var (
 	errGone    = pigeon.NewError(pigeon.CodeSessionClosed, "connection closed")
 )
 
-func newConn(s *Server, wsc *websocket.Conn, cork *corkConn, p *pigeon.Principal, region string) *conn {
+// newConn is the connection of an upgraded request; its context keeps the
+// request context's values (the request id its log lines carry), not its
+// cancellation.
+func newConn(reqCtx context.Context, s *Server, wsc *websocket.Conn, cork *corkConn, p *pigeon.Principal, region string) *conn {
 	c := &conn{srv: s, ws: wsc, cork: cork, principal: p, region: region, out: make(chan outFrame, s.opts.WriteQueue),
 		budget: budget{limit: s.opts.WriteQueueBytes},
 		subs:   map[string]*serverSub{}, sem: make(chan struct{}, s.opts.MaxInFlight),
 		bucket: newBucket(s.opts.PublishRate, s.opts.PublishBurst)}
 	c.caller = pigeon.Caller{Principal: p, Region: region}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(reqCtx))
 	return c
 }
 
@@ -372,7 +375,7 @@ func (c *conn) stall() {
 		return
 	}
 	c.srv.stats.stalled.Add(1)
-	c.srv.opts.Logger.Warn("websocket write queue stalled; closing", "principal", c.principal.ID)
+	c.srv.opts.Logger.WarnContext(c.ctx, "websocket write queue stalled; closing", "principal", c.principal.ID)
 	c.goBG(func() { c.close(websocket.StatusPolicyViolation, "write stalled") })
 }
 
@@ -454,7 +457,7 @@ func (c *conn) pingLoop() {
 					// A peer that does not answer pings will not answer a
 					// close handshake either.
 					c.srv.stats.pingTimeouts.Add(1)
-					c.srv.opts.Logger.Warn("websocket keepalive timeout; closing", "principal", c.principal.ID)
+					c.srv.opts.Logger.WarnContext(c.ctx, "websocket keepalive timeout; closing", "principal", c.principal.ID)
 					c.abort()
 				}
 				return

@@ -241,10 +241,13 @@ func (c *conn) unsubscribe(f *Frame) ([]byte, error) {
 	c.mu.Lock()
 	ss := c.subs[f.Sub]
 	c.mu.Unlock()
-	if ss == nil {
+	// Two unsubscribes of one subscription may run at once (each frame
+	// takes its own slot): the first ends it, the second is refused as
+	// for a subscription already gone.
+	if ss == nil || !ss.ended.CompareAndSwap(false, true) {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "unknown subscription %q", f.Sub)
 	}
-	ss.end()
+	ss.unsubscribe()
 	return encodeSimple(OpOK, f.ID), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -316,4 +317,31 @@ func TestRegionFromHeader(t *testing.T) {
 	m := demo.Notification("k-eu")
 	m.Region = "uk"
 	r.fail(ws.OpPublish, `,"message":`+msgJSON(t, m), pigeon.CodeRegionDenied)
+}
+
+// Unsubscribe frames for one subscription, sent back to back so that they
+// run at once or the second before the first is forgotten: exactly one is
+// answered ok, the other refused as for a subscription already gone.
+func TestUnsubscribeTwiceAnswersOnce(t *testing.T) {
+	v := newEnv(t, nil)
+	crew := v.raw(t, "crew-token")
+	crew.negotiate("jobs.run")
+	for i := range 20 {
+		sub := crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g`+strconv.Itoa(i)+`"`, ws.OpSubscribed).Sub
+		a, b := "u"+strconv.Itoa(2*i), "u"+strconv.Itoa(2*i+1)
+		crew.write(`{"op":"unsubscribe","id":"` + a + `","sub":"` + sub + `"}`)
+		crew.write(`{"op":"unsubscribe","id":"` + b + `","sub":"` + sub + `"}`)
+		answers := map[string]string{}
+		for len(answers) < 2 {
+			f := crew.next()
+			if f.Re == "" {
+				continue // a push
+			}
+			answers[f.Re] = f.Op
+			if f.Op == ws.OpError {
+				require.Equal(t, pigeon.CodeBadRequest, f.Error.Code)
+			}
+		}
+		require.ElementsMatch(t, []string{ws.OpOK, ws.OpError}, []string{answers[a], answers[b]}, "round %d", i)
+	}
 }

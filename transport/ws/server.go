@@ -131,17 +131,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	wsc.SetReadLimit(s.opts.MaxFrame)
-	c := newConn(s, wsc, cw.cc, p, region)
+	c := newConn(r.Context(), s, wsc, cw.cc, p, region)
 	if !s.track(c) {
 		_ = wsc.Close(websocket.StatusGoingAway, "server shutting down")
 		s.release(nil)
 		return
 	}
 	s.stats.accepted.Add(1)
-	s.opts.Logger.Debug("websocket connected", "principal", p.ID, "region", region, "remote", r.RemoteAddr)
+	s.opts.Logger.DebugContext(r.Context(), "websocket connected", "principal", p.ID, "region", region, "remote", r.RemoteAddr)
 	c.serve()
 	s.release(c)
-	s.opts.Logger.Debug("websocket closed", "principal", p.ID, "remote", r.RemoteAddr)
+	s.opts.Logger.DebugContext(r.Context(), "websocket closed", "principal", p.ID, "remote", r.RemoteAddr)
 }
 
 // admit reserves a connection slot.

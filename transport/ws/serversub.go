@@ -120,6 +120,11 @@ func (ss *serverSub) watch() {
 // end stops the subscription (idempotent) and waits for its handlers.
 func (ss *serverSub) end() {
 	ss.ended.Store(true)
+	ss.unsubscribe()
+}
+
+// unsubscribe stops the engine subscription and waits for the handlers.
+func (ss *serverSub) unsubscribe() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_ = ss.sub.Unsubscribe(ctx)

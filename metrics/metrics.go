@@ -1,0 +1,259 @@
+// Package metrics exposes a Pigeon engine to Prometheus: it implements
+// pigeon.Observer with github.com/prometheus/client_golang and registers
+// every series on a registry the caller provides, so an embedding
+// application keeps its own (no global state).
+//
+// # Cost
+//
+// The observer methods run on the engine's hot paths. Each one finds its
+// series in a read-locked map (an atomic add to take the lock, another to
+// drop it) and updates it with atomic operations; nothing allocates once a
+// series exists. Gauges that describe state (lag, leases, open quarantine,
+// audit head, connections) are read only when Prometheus scrapes, through
+// Options.Stats.
+//
+// # Bounded labels
+//
+// Labels are subjects, outcomes, decision codes, gates, event types, stages,
+// store logs, authentication methods and consumer groups; never a principal
+// or a message id. A subject or group name the catalog does not bound (a
+// publish to a subject that does not exist, a consumer-chosen group) counts
+// toward MaxSeries: once a metric holds that many series, new label sets
+// are counted under the value "_other".
+//
+// # Concurrency
+//
+// A *Metrics is safe for concurrent use by any number of goroutines.
+package metrics
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"pigeon"
+)
+
+// DefaultMaxSeries is Options.MaxSeries when it is zero.
+const DefaultMaxSeries = 2000
+
+// Other is the label value that stands for every label set beyond
+// MaxSeries.
+const Other = "_other"
+
+// Options configure Metrics. A nil *Options means the defaults.
+type Options struct {
+	// Stats, when set, is read at every scrape for the state gauges: lag and
+	// leases per group, open quarantine, audit head and last verification,
+	// subscriptions. Usually (*pigeon.Engine).Stats.
+	Stats func(context.Context) (pigeon.Stats, error)
+	// Connections, when set, is read at every scrape for the open WebSocket
+	// connections (server.Server.WebSocket().Stats().Open).
+	Connections func() int64
+	// MaxSeries bounds the series of each labelled metric (default
+	// DefaultMaxSeries); see the package doc.
+	MaxSeries int
+	// NoRuntime leaves out the Go and process collectors (for a registry
+	// that has them already).
+	NoRuntime bool
+	// ScrapeTimeout bounds one call of Stats (default 5 s).
+	ScrapeTimeout time.Duration
+}
+
+// Metrics is a pigeon.Observer that counts into Prometheus series.
+type Metrics struct {
+	maxSeries int
+
+	decisions    *counters // subject, outcome, code, gate
+	events       *counters // event, outcome
+	deliveries   *counters // subject
+	redeliveries *counters // subject
+	exhausted    *counters // subject
+	authFailures *counters // method
+
+	latency      *histograms // stage
+	commitTime   *histograms // log
+	commitRecord *histograms // log
+}
+
+var _ pigeon.Observer = (*Metrics)(nil)
+
+// New creates the metrics and registers them, with the state collector and
+// (unless NoRuntime) the Go and process collectors, on reg. It fails when
+// reg refuses a collector (a name registered twice).
+func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxSeries <= 0 {
+		o.MaxSeries = DefaultMaxSeries
+	}
+	if o.ScrapeTimeout <= 0 {
+		o.ScrapeTimeout = 5 * time.Second
+	}
+	m := &Metrics{maxSeries: o.MaxSeries}
+	counter := func(name, help string, labels ...string) *counters {
+		return newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pigeon", Name: name, Help: help}, labels), o.MaxSeries, len(labels))
+	}
+	m.decisions = counter("decisions_total", "Publish decisions by subject, outcome (allow, deny, quarantine), decision code and the gate that decided.", "subject", "outcome", "code", "gate")
+	m.events = counter("audit_events_total", "Audit records written, by event type and outcome.", "event", "outcome")
+	m.deliveries = counter("deliveries_total", "Messages handed to consumers (subscriptions and pull receives), by subject.", "subject")
+	m.redeliveries = counter("redeliveries_total", "Messages handed out again after a failed, nacked or expired attempt, by subject.", "subject")
+	m.exhausted = counter("deliveries_exhausted_total", "Messages whose delivery attempts ran out, by subject.", "subject")
+	m.authFailures = counter("auth_failures_total", "Credentials refused, by the method presented (token, jwt, mtls, none).", "method")
+	histogram := func(name, help string, buckets []float64, label string, known ...string) *histograms {
+		return newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pigeon", Name: name, Help: help, Buckets: buckets}, []string{label}), o.MaxSeries, known)
+	}
+	stages := []string{string(pigeon.StagePublish), string(pigeon.StageNegotiate), string(pigeon.StageDeliver), string(pigeon.StageRequest)}
+	logs := []string{string(pigeon.CommitMessages), string(pigeon.CommitAudit)}
+	latencyBuckets := prometheus.ExponentialBuckets(0.00001, 4, 12) // 10µs … ~42s
+	m.latency = histogram("operation_duration_seconds", "Latency of publish, negotiate, deliver (hand-off to the handler's answer) and request (until the reply).", latencyBuckets, "stage", stages...)
+	m.commitTime = histogram("store_commit_duration_seconds", "Duration of one store write, by log (messages, audit).", latencyBuckets, "log", logs...)
+	m.commitRecord = histogram("store_commit_records", "Records carried by one store write (the group-commit batch size), by log.", prometheus.ExponentialBuckets(1, 2, 12), "log", logs...)
+	cs := []prometheus.Collector{m.decisions.vec, m.events.vec, m.deliveries.vec, m.redeliveries.vec, m.exhausted.vec,
+		m.authFailures.vec, m.latency.vec, m.commitTime.vec, m.commitRecord.vec, newStateCollector(o)}
+	if !o.NoRuntime {
+		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Audited counts r: every record by event and outcome, publish decisions
+// by subject, outcome, code and gate, and deliveries.
+func (m *Metrics) Audited(r pigeon.AuditRecord) {
+	m.events.inc(1, r.Type, r.Outcome)
+	switch pigeon.Event(r.Type) {
+	case pigeon.EventPublishAccepted, pigeon.EventPublishDuplicate, pigeon.EventPublishDenied, pigeon.EventPublishFailed:
+		code := r.Code
+		if code == "" {
+			code = "OK"
+		}
+		m.decisions.inc(1, r.Subject, r.Outcome, code, r.Gate)
+	case pigeon.EventDeliveryDispatched:
+		n := r.Count
+		if n == 0 {
+			n = 1
+		}
+		m.deliveries.inc(float64(n), r.Subject)
+	case pigeon.EventDeliveryExhausted:
+		m.exhausted.inc(1, r.Subject)
+	}
+}
+
+// Took observes one operation's latency.
+func (m *Metrics) Took(stage pigeon.Stage, _ string, d time.Duration) {
+	m.latency.observe(d.Seconds(), string(stage))
+}
+
+// Committed observes one store write.
+func (m *Metrics) Committed(log pigeon.CommitLog, records int, d time.Duration) {
+	m.commitTime.observe(d.Seconds(), string(log))
+	m.commitRecord.observe(float64(records), string(log))
+}
+
+// Noted counts a redelivery or an authentication failure.
+func (m *Metrics) Noted(n pigeon.Note, label string) {
+	switch n {
+	case pigeon.NoteRedelivery:
+		m.redeliveries.inc(1, label)
+	case pigeon.NoteAuthFailure:
+		m.authFailures.inc(1, label)
+	}
+}
+
+// labels is a label set of up to four values, a comparable map key.
+type labels [4]string
+
+func key(values []string) labels {
+	var k labels
+	copy(k[:], values)
+	return k
+}
+
+// series resolves label sets to the series of one vector, caching each
+// and capping their number at max (beyond it, every label is Other).
+type series[T any] struct {
+	mu   sync.RWMutex
+	m    map[labels]T
+	max  int
+	n    int // label count
+	make func(values ...string) T
+}
+
+func (s *series[T]) get(values []string) T {
+	k := key(values)
+	s.mu.RLock()
+	c, ok := s.m[k]
+	s.mu.RUnlock()
+	if ok {
+		return c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.m[k]; ok {
+		return c
+	}
+	if len(s.m) >= s.max-1 { // one series is kept for Other
+		var o labels
+		for i := range s.n {
+			o[i] = Other
+		}
+		if c, ok := s.m[o]; ok {
+			return c
+		}
+		k, values = o, o[:s.n]
+	}
+	c = s.make(append([]string(nil), values...)...) // values stays on the caller's stack
+
+	s.m[k] = c
+	return c
+}
+
+type counters struct {
+	vec *prometheus.CounterVec
+	series[prometheus.Counter]
+}
+
+func newCounters(vec *prometheus.CounterVec, max, nLabels int) *counters {
+	c := &counters{vec: vec}
+	c.series = series[prometheus.Counter]{m: map[labels]prometheus.Counter{}, max: max, n: nLabels, make: vec.WithLabelValues}
+	return c
+}
+
+// inc adds v to the series of values (in label order).
+func (c *counters) inc(v float64, values ...string) { c.get(values).Add(v) }
+
+// histograms is a histogram vector of one label whose usual values (the
+// engine's stages, its logs) are resolved when it is made: their lookup
+// takes no lock.
+type histograms struct {
+	vec   *prometheus.HistogramVec
+	known map[string]prometheus.Observer // read-only once made
+	series[prometheus.Observer]
+}
+
+func newHistograms(vec *prometheus.HistogramVec, max int, known []string) *histograms {
+	h := &histograms{vec: vec, known: make(map[string]prometheus.Observer, len(known))}
+	for _, k := range known {
+		h.known[k] = vec.WithLabelValues(k)
+	}
+	h.series = series[prometheus.Observer]{m: map[labels]prometheus.Observer{}, max: max - len(known), make: vec.WithLabelValues, n: 1}
+	return h
+}
+
+func (h *histograms) observe(v float64, value string) {
+	if o, ok := h.known[value]; ok {
+		o.Observe(v)
+		return
+	}
+	h.get([]string{value}).Observe(v)
+}

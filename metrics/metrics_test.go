@@ -1,0 +1,252 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/internal/leakcheck"
+	"pigeon/metrics"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// newEngine is an engine on the demo catalog observed by fresh metrics on
+// their own registry.
+func newEngine(t *testing.T) (*pigeon.Engine, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	var e *pigeon.Engine
+	m, err := metrics.New(reg, &metrics.Options{Stats: func(ctx context.Context) (pigeon.Stats, error) { return e.Stats(ctx) }})
+	require.NoError(t, err)
+	e, err = pigeon.New(context.Background(), &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog: demo.Catalog(), Region: "uk", Observer: m})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e, reg
+}
+
+// scrape reads the registry over HTTP on 127.0.0.1 and parses the text
+// exposition with the Prometheus parser.
+func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
+	t.Helper()
+	hs := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer hs.Close()
+	req, err := http.NewRequest(http.MethodGet, hs.URL, nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// value is the value of the series of name whose labels are exactly
+// labels (an empty value is the same as no label, as in the exposition);
+// ok is false when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	nonEmpty := 0
+	for _, v := range labels {
+		if v != "" {
+			nonEmpty++
+		}
+	}
+next:
+	for _, m := range f.GetMetric() {
+		n := 0
+		for _, l := range m.GetLabel() {
+			if l.GetValue() == "" {
+				continue
+			}
+			n++
+			if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+				continue next
+			}
+		}
+		if n != nonEmpty {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+func TestScrapeAfterKnownPublishes(t *testing.T) {
+	e, reg := newEngine(t)
+	ctx := context.Background()
+	orders, err := e.Authenticate(ctx, "orders-token")
+	require.NoError(t, err)
+	k, err := e.Negotiate(ctx, orders, "uk", []string{"notifications.send"}, 0)
+	require.NoError(t, err)
+	c := pigeon.Caller{Principal: orders, Region: "uk", ContractID: k.Info().ID}
+
+	for _, key := range []string{"n-1", "n-2", "n-3"} {
+		_, err := e.Publish(ctx, c, demo.Notification(key))
+		require.NoError(t, err)
+	}
+	_, err = e.Publish(ctx, c, demo.Notification("n-1")) // a duplicate
+	require.NoError(t, err)
+	bad := demo.Notification("n-4")
+	bad.Data = json.RawMessage(`{"recipientId":42}`) // schema violation: quarantined
+	_, err = e.Publish(ctx, c, bad)
+	require.ErrorIs(t, err, pigeon.ErrQuarantined)
+	noType := demo.Notification("n-5")
+	noType.Type = "" // envelope invalid: denied
+	_, err = e.Publish(ctx, c, noType)
+	require.ErrorIs(t, err, pigeon.ErrDenied)
+	for range 2 {
+		_, err = e.Authenticate(ctx, "not-a-token")
+		require.Error(t, err)
+	}
+	_, err = e.VerifyAudit(ctx)
+	require.NoError(t, err)
+
+	fams := scrape(t, reg)
+	want := []struct {
+		name   string
+		labels map[string]string
+		value  float64
+	}{
+		{"pigeon_decisions_total", map[string]string{"subject": "notifications.send", "outcome": "allow", "code": "OK", "gate": ""}, 3},
+		{"pigeon_decisions_total", map[string]string{"subject": "notifications.send", "outcome": "allow", "code": "OK", "gate": "duplicate"}, 1},
+		{"pigeon_decisions_total", map[string]string{"subject": "notifications.send", "outcome": "quarantine", "code": "SCHEMA_INVALID", "gate": "schema"}, 1},
+		{"pigeon_decisions_total", map[string]string{"subject": "notifications.send", "outcome": "deny", "code": "ENVELOPE_INVALID", "gate": "envelope"}, 1},
+		{"pigeon_audit_events_total", map[string]string{"event": "publish.accepted", "outcome": "allow"}, 3},
+		{"pigeon_audit_events_total", map[string]string{"event": "quarantine.created", "outcome": "quarantine"}, 1},
+		{"pigeon_auth_failures_total", map[string]string{"method": "token"}, 2},
+		{"pigeon_operation_duration_seconds", map[string]string{"stage": "publish"}, 6},
+		{"pigeon_operation_duration_seconds", map[string]string{"stage": "negotiate"}, 1},
+		{"pigeon_quarantine_open", map[string]string{}, 1},
+		{"pigeon_audit_last_verify_ok", map[string]string{}, 1},
+		{"pigeon_subscriptions", map[string]string{}, 0},
+		{"pigeon_contracts_live", map[string]string{}, 1},
+	}
+	for _, w := range want {
+		got, ok := value(fams, w.name, w.labels)
+		require.True(t, ok, "%s%v is missing", w.name, w.labels)
+		require.Equal(t, w.value, got, "%s%v", w.name, w.labels)
+	}
+	commits, ok := value(fams, "pigeon_store_commit_records", map[string]string{"log": "messages"})
+	require.True(t, ok)
+	require.Equal(t, 4.0, commits, "three accepted and one duplicate append")
+	require.Contains(t, fams, "go_goroutines")
+	require.Contains(t, fams, "process_cpu_seconds_total")
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				require.NotContains(t, l.GetValue(), "spiffe://", "a principal in a label of %s", f.GetName())
+				require.NotContains(t, l.GetValue(), "msg_", "a message id in a label of %s", f.GetName())
+			}
+		}
+	}
+}
+
+// TestConsumerLagAndDeliveries: a work queue's lag and leases follow what
+// a receiver took and acknowledged.
+func TestConsumerLagAndDeliveries(t *testing.T) {
+	e, reg := newEngine(t)
+	ctx := context.Background()
+	caller := func(token string) pigeon.Caller {
+		p, err := e.Authenticate(ctx, token)
+		require.NoError(t, err)
+		k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
+		require.NoError(t, err)
+		return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.Info().ID}
+	}
+	orders, notifier := caller("orders-token"), caller("notifier-token")
+	for _, key := range []string{"a", "b", "c", "d"} {
+		_, err := e.Publish(ctx, orders, demo.Notification(key))
+		require.NoError(t, err)
+	}
+	msgs, err := e.Receive(ctx, notifier, "notifications.send", 3)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3)
+	require.NoError(t, e.Ack(ctx, notifier, "notifications.send", msgs[0].ID))
+	fams := scrape(t, reg)
+	groups := fams["pigeon_consumer_lag"].GetMetric()
+	require.Len(t, groups, 1)
+	g := map[string]string{}
+	for _, l := range groups[0].GetLabel() {
+		g[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, "notifications.send", g["subject"])
+	require.Equal(t, 3.0, groups[0].GetGauge().GetValue(), "four published, one acknowledged")
+	inFlight, ok := value(fams, "pigeon_leases_in_flight", g)
+	require.True(t, ok)
+	require.Equal(t, 2.0, inFlight)
+	var delivered float64
+	require.Eventually(t, func() bool { // delivery records are written in the background
+		delivered, _ = value(scrape(t, reg), "pigeon_deliveries_total", map[string]string{"subject": "notifications.send"})
+		return delivered == 3
+	}, 5*time.Second, 10*time.Millisecond, "delivered %v", delivered)
+}
+
+// TestLabelsStayBounded: publishes to ever new subjects end in one Other
+// series once MaxSeries is reached.
+func TestLabelsStayBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, &metrics.Options{MaxSeries: 3, NoRuntime: true})
+	require.NoError(t, err)
+	for i := range 10 {
+		m.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SUBJECT_NOT_FOUND", Gate: "contract", Subject: "nope." + string(rune('a'+i))})
+	}
+	fams := scrape(t, reg)
+	require.Len(t, fams["pigeon_decisions_total"].GetMetric(), 3)
+	other, ok := value(fams, "pigeon_decisions_total", map[string]string{"subject": metrics.Other, "outcome": metrics.Other, "code": metrics.Other, "gate": metrics.Other})
+	require.True(t, ok)
+	require.Equal(t, 8.0, other)
+}
+
+func TestRegisteringTwiceFails(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	_, err = metrics.New(reg, nil)
+	require.Error(t, err)
+}
+
+// BenchmarkObservePublish is what the metrics cost one accepted publish:
+// its acceptance record, its latency and its store write.
+func BenchmarkObservePublish(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry(), &metrics.Options{NoRuntime: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec := pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow", Subject: "payments.authorize",
+		Principal: demo.Checkout, MessageID: "msg_1"}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Audited(rec)
+			m.Took(pigeon.StagePublish, rec.Subject, time.Microsecond)
+			m.Committed(pigeon.CommitMessages, 1, time.Microsecond)
+		}
+	})
+}

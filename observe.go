@@ -1,0 +1,255 @@
+package pigeon
+
+import (
+	"context"
+	"time"
+
+	"pigeon/internal/grant"
+)
+
+// Observer watches the engine at work, for metrics and live consoles. The
+// engine calls it synchronously on the paths it observes (the publish path
+// among them), so an implementation must be safe for concurrent use, must
+// not block and should cost no more than a few atomic updates. With
+// Options.Observer nil nothing is measured and nothing is called.
+//
+// Records carry principals and message ids: an implementation that labels
+// metrics must keep its label sets bounded (subjects, codes, gates,
+// outcomes), never a principal or an id.
+type Observer interface {
+	// Audited sees every audit record the engine writes, as it queues it
+	// (decisions, deliveries, quarantine, contracts…; Event names the
+	// type), and the acceptance records a durable store keeps with the
+	// message. Sequence and hash are not yet set. The record is passed by
+	// value so that observing never moves the engine's records to the heap.
+	Audited(r AuditRecord)
+	// Took reports how long one operation of stage took on subject (""
+	// for a negotiation, which may span subjects).
+	Took(stage Stage, subject string, d time.Duration)
+	// Committed reports one store write: which log, how many records it
+	// carried and how long it took.
+	Committed(log CommitLog, records int, d time.Duration)
+	// Noted counts one occurrence of n; label is bounded (a subject for
+	// NoteRedelivery, an authentication method for NoteAuthFailure).
+	Noted(n Note, label string)
+}
+
+// Stage is an operation whose latency the engine reports to an Observer.
+type Stage string
+
+// Stages.
+const (
+	StagePublish   Stage = "publish"   // Publish, from call to answer, refusals included
+	StageNegotiate Stage = "negotiate" // Negotiate and Connect's negotiation
+	StageDeliver   Stage = "deliver"   // a subscription's delivery, from hand-off to the handler's answer
+	StageRequest   Stage = "request"   // Request, until the reply came or the wait ended
+)
+
+// CommitLog names the log a store write went to.
+type CommitLog string
+
+// Commit logs.
+const (
+	CommitMessages CommitLog = "messages" // a publish's append (with its acceptance record on a durable store)
+	CommitAudit    CommitLog = "audit"    // a batch of chained audit records
+)
+
+// Note is an occurrence an Observer counts.
+type Note string
+
+// Notes.
+const (
+	NoteRedelivery  Note = "redelivery"   // a message handed out again (label: subject)
+	NoteAuthFailure Note = "auth_failure" // a credential refused (label: the method tried)
+)
+
+// since is the start of an observed operation: the current time when an
+// Observer is set, otherwise zero (and no clock is read).
+func (e *Engine) since() time.Time {
+	if e.opts.Observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// took reports the operation that started at start (from since).
+func (e *Engine) took(stage Stage, subject string, start time.Time) {
+	if o := e.opts.Observer; o != nil && !start.IsZero() {
+		o.Took(stage, subject, time.Since(start))
+	}
+}
+
+// observeRecord hands r to the Observer.
+func (e *Engine) observeRecord(r *AuditRecord) {
+	if o := e.opts.Observer; o != nil {
+		o.Audited(*r)
+	}
+}
+
+// committed reports one store write that started at start (from since).
+func (e *Engine) committed(log CommitLog, records int, start time.Time) {
+	if o := e.opts.Observer; o != nil && !start.IsZero() {
+		o.Committed(log, records, time.Since(start))
+	}
+}
+
+// note counts one n.
+func (e *Engine) note(n Note, label string) {
+	if o := e.opts.Observer; o != nil {
+		o.Noted(n, label)
+	}
+}
+
+// credentialMethod names the method a refused credential was presented
+// for: a client certificate, a JWT (grant or OIDC), a bearer token, or none.
+func credentialMethod(c Credential) string {
+	switch {
+	case len(c.PeerCertificates) > 0:
+		return string(AuthMTLS)
+	case c.Bearer == "":
+		return "none"
+	case grant.LooksLikeJWT(c.Bearer):
+		return "jwt"
+	}
+	return string(AuthToken)
+}
+
+// Stats is a snapshot of the engine's state, for gauges and consoles.
+type Stats struct {
+	// AuditRecords is the sequence of the last audit record written.
+	AuditRecords uint64
+	// QuarantineOpen counts quarantine records not yet released (of the
+	// newest MaxStatsQuarantine at most).
+	QuarantineOpen int
+	// Groups are the consumer groups and cursors loaded since start.
+	Groups []GroupStats
+	// Subscriptions counts the live subscriptions.
+	Subscriptions int
+	// Contracts counts the negotiated contracts in force: not expired,
+	// not revoked.
+	Contracts int
+	// LastVerify is the result of the last VerifyAudit; zero before one.
+	LastVerify VerifyResult
+}
+
+// MaxStatsQuarantine bounds the quarantine records Stats reads.
+const MaxStatsQuarantine = 10000
+
+// GroupStats is one consumer group's (or pubsub cursor's) position.
+type GroupStats struct {
+	Subject string `json:"subject"`
+	Group   string `json:"group"`
+	// Lag is how many retained messages lie past the group's floor (every
+	// sequence at or below it is done).
+	Lag uint64 `json:"lag"`
+	// InFlight counts the leases held.
+	InFlight int `json:"inFlight"`
+}
+
+// VerifyResult is the outcome of one VerifyAudit.
+type VerifyResult struct {
+	Time     time.Time `json:"time,omitzero"`
+	OK       bool      `json:"ok"`
+	Verified uint64    `json:"verified"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// Stats reads the engine's state: the audit head, the open quarantine,
+// each loaded group's lag and leases. It costs a store read per group and
+// one quarantine listing, so it suits a scrape or a console refresh, not
+// a hot path.
+func (e *Engine) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	e.auditor.mu.Lock()
+	st.AuditRecords = e.auditor.seq
+	e.auditor.mu.Unlock()
+	if v := e.lastVerify.Load(); v != nil {
+		st.LastVerify = *v
+	}
+	e.subs.mu.RLock()
+	st.Subscriptions = len(e.subs.all)
+	e.subs.mu.RUnlock()
+	now := e.now()
+	e.live.mu.Lock()
+	for _, pl := range e.live.by {
+		for _, exp := range pl.live {
+			if exp.After(now) {
+				st.Contracts++
+			}
+		}
+	}
+	e.live.mu.Unlock()
+	recs, err := e.store.ListQuarantine(ctx, time.Time{}, MaxStatsQuarantine)
+	if err != nil {
+		return st, storeError(err)
+	}
+	for _, r := range recs {
+		if !r.Released {
+			st.QuarantineOpen++
+		}
+	}
+	e.groups.mu.Lock()
+	groups := make([]*group, 0, len(e.groups.m))
+	for _, g := range e.groups.m {
+		groups = append(groups, g)
+	}
+	e.groups.mu.Unlock()
+	for _, g := range groups {
+		_, last, err := e.store.Bounds(ctx, g.key.Subject)
+		if err != nil {
+			return st, storeError(err)
+		}
+		g.mu.Lock()
+		gs := GroupStats{Subject: g.key.Subject, Group: g.key.Group, InFlight: len(g.leases)}
+		if last > g.prog.Floor {
+			gs.Lag = last - g.prog.Floor - uint64(len(g.prog.Done))
+		}
+		g.mu.Unlock()
+		st.Groups = append(st.Groups, gs)
+	}
+	return st, nil
+}
+
+// Observers is an Observer that hands every call to each of obs in turn
+// (nil ones left out); with none it is nil.
+func Observers(obs ...Observer) Observer {
+	var list multiObserver
+	for _, o := range obs {
+		if o != nil {
+			list = append(list, o)
+		}
+	}
+	switch len(list) {
+	case 0:
+		return nil
+	case 1:
+		return list[0]
+	}
+	return list
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Audited(r AuditRecord) {
+	for _, o := range m {
+		o.Audited(r)
+	}
+}
+
+func (m multiObserver) Took(stage Stage, subject string, d time.Duration) {
+	for _, o := range m {
+		o.Took(stage, subject, d)
+	}
+}
+
+func (m multiObserver) Committed(log CommitLog, records int, d time.Duration) {
+	for _, o := range m {
+		o.Committed(log, records, d)
+	}
+}
+
+func (m multiObserver) Noted(n Note, label string) {
+	for _, o := range m {
+		o.Noted(n, label)
+	}
+}

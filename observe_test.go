@@ -1,0 +1,130 @@
+package pigeon_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+)
+
+// recorder is an Observer that keeps what it is told.
+type recorder struct {
+	mu      sync.Mutex
+	events  map[pigeon.Event]int
+	stages  map[pigeon.Stage]int
+	commits map[pigeon.CommitLog]int
+	notes   map[pigeon.Note][]string
+}
+
+func newRecorder() *recorder {
+	return &recorder{events: map[pigeon.Event]int{}, stages: map[pigeon.Stage]int{}, commits: map[pigeon.CommitLog]int{}, notes: map[pigeon.Note][]string{}}
+}
+
+func (r *recorder) Audited(rec pigeon.AuditRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events[pigeon.Event(rec.Type)]++
+}
+
+func (r *recorder) Took(s pigeon.Stage, _ string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d >= 0 {
+		r.stages[s]++
+	}
+}
+
+func (r *recorder) Committed(l pigeon.CommitLog, n int, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.commits[l] += n
+}
+
+func (r *recorder) Noted(n pigeon.Note, label string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes[n] = append(r.notes[n], label)
+}
+
+func (r *recorder) snapshot(f func(*recorder) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return f(r)
+}
+
+// TestObserverSeesTheEngine: decisions, deliveries, latencies, store
+// writes, redeliveries and refused credentials reach the Observer, and
+// Observers hands each call to all of them.
+func TestObserverSeesTheEngine(t *testing.T) {
+	a, b := newRecorder(), newRecorder()
+	f := newFixture(t, func(o *pigeon.Options) {
+		o.Observer = pigeon.Observers(a, nil, b)
+		o.Now = time.Now // real time: the redelivery falls due
+	})
+	orders := f.connect("orders-token", "notifications.send")
+	_, err := orders.Publish(ctx, demo.Notification("n-1"))
+	require.NoError(t, err)
+	bad := demo.Notification("n-2")
+	bad.Type = ""
+	_, err = orders.Publish(ctx, bad)
+	requireCode(t, err, pigeon.CodeEnvelopeInvalid)
+	_, err = f.e.Authenticate(ctx, "nobody")
+	requireCode(t, err, pigeon.CodeUnauthenticated)
+
+	var mu sync.Mutex
+	calls := 0
+	sub, err := f.e.Handle(ctx, "notifier-token", "notifications.send", func(context.Context, *pigeon.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe(context.Background()) }()
+	require.Eventually(t, func() bool {
+		return a.snapshot(func(r *recorder) bool {
+			return r.stages[pigeon.StageDeliver] >= 2 && len(r.notes[pigeon.NoteRedelivery]) >= 1
+		})
+	}, 10*time.Second, 5*time.Millisecond)
+
+	for _, r := range []*recorder{a, b} {
+		r.snapshot(func(r *recorder) bool {
+			require.Equal(t, 1, r.events[pigeon.EventPublishAccepted])
+			require.Equal(t, 1, r.events[pigeon.EventPublishDenied])
+			require.Equal(t, 2, r.stages[pigeon.StagePublish])
+			require.Equal(t, 2, r.stages[pigeon.StageNegotiate], "the publisher's and the handler's contracts")
+			require.Equal(t, 1, r.commits[pigeon.CommitMessages])
+			require.Equal(t, []string{"token"}, r.notes[pigeon.NoteAuthFailure])
+			require.Equal(t, "notifications.send", r.notes[pigeon.NoteRedelivery][0])
+			return true
+		})
+	}
+	require.Nil(t, pigeon.Observers(nil, nil))
+	require.Same(t, a, pigeon.Observers(nil, a))
+}
+
+func TestStatsAndLastVerify(t *testing.T) {
+	f := newFixture(t)
+	st, err := f.e.Stats(ctx)
+	require.NoError(t, err)
+	require.True(t, st.LastVerify.Time.IsZero(), "no verification yet")
+	orders := f.connect("orders-token", "notifications.send")
+	_, err = orders.Publish(ctx, demo.Notification("n-1"))
+	require.NoError(t, err)
+	n, err := f.e.VerifyAudit(ctx)
+	require.NoError(t, err)
+	st, err = f.e.Stats(ctx)
+	require.NoError(t, err)
+	require.True(t, st.LastVerify.OK)
+	require.Equal(t, n, st.LastVerify.Verified)
+	require.Equal(t, 1, st.Contracts)
+	require.GreaterOrEqual(t, st.AuditRecords, n)
+}

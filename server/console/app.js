@@ -1,0 +1,334 @@
+// Pigeon console: signs in with a bearer token kept in this closure only,
+// reads the live stream (/v1/console/events, server-sent events read with
+// fetch so the token travels in a header), and acts through the HTTP API.
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const MAX_ROWS = 500;
+  let token = "";          // in memory only
+  let principal = "";
+  let contractId = "";     // a contract for releasing (publish on the subjects it covers)
+  let releasable = new Set();
+  let abort = null;        // ends the current stream
+  let retry = 0;
+  let paused = false;
+  let lastRates = null;
+  let quarantineTimer = null;
+  const decisions = [];    // newest first, at most MAX_ROWS
+
+  // Theme: the system's unless the user picks one (not stored).
+  $("theme").addEventListener("click", () => {
+    const root = document.documentElement;
+    const dark = root.dataset.theme ? root.dataset.theme === "dark" : matchMedia("(prefers-color-scheme: dark)").matches;
+    root.dataset.theme = dark ? "light" : "dark";
+  });
+
+  function status(text, cls) {
+    const c = $("conn");
+    c.textContent = text;
+    c.className = "conn " + (cls || "");
+  }
+
+  function api(method, path, body, headers) {
+    const h = Object.assign({ Authorization: "Bearer " + token }, headers || {});
+    if (body !== undefined) h["Content-Type"] = "application/json";
+    return fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" })
+      .then(async (r) => {
+        let j = null;
+        try { j = await r.json(); } catch (e) { /* not JSON */ }
+        return { status: r.status, ok: r.ok, body: j };
+      });
+  }
+
+  function errorText(res) {
+    const e = res.body && res.body.error;
+    return e ? e.code + ": " + e.message : "HTTP " + res.status;
+  }
+
+  // Sign in and out.
+  $("signin-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("token").value.trim();
+    $("token").value = "";
+    if (!t) return;
+    token = t;
+    $("signin-error").textContent = "";
+    connect(true);
+  });
+  $("signout").addEventListener("click", () => signOut(""));
+
+  function signOut(message) {
+    token = ""; principal = ""; contractId = ""; releasable = new Set();
+    if (abort) abort.abort();
+    abort = null;
+    decisions.length = 0;
+    for (const id of ["decisions", "rates", "groups", "quarantine", "contracts"]) clear(id);
+    $("app").hidden = true;
+    $("signin").hidden = false;
+    $("signout").hidden = true;
+    $("who").textContent = "";
+    $("signin-error").textContent = message;
+    status("signed out");
+  }
+
+  // The live stream.
+  async function connect(first) {
+    if (abort) abort.abort();
+    const ctl = new AbortController();
+    abort = ctl;
+    status(first ? "connecting…" : "reconnecting…");
+    let res;
+    try {
+      res = await fetch("/v1/console/events", { headers: { Authorization: "Bearer " + token }, signal: ctl.signal, cache: "no-store" });
+    } catch (e) {
+      return reconnect(ctl);
+    }
+    if (res.status === 401) return signOut("The token was refused: it is unknown or has expired. No data is shown.");
+    if (res.status === 403) return signOut("This token's principal may not use the console: it needs the auditor role. No data is shown.");
+    if (!res.ok) return reconnect(ctl);
+    retry = 0;
+    status("live", "live");
+    try {
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const chunk = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let event = "message", data = "";
+          for (const line of chunk.split("\n")) {
+            if (line.startsWith("event: ")) event = line.slice(7);
+            else if (line.startsWith("data: ")) data += line.slice(6);
+          }
+          handle(event, JSON.parse(data));
+        }
+      }
+    } catch (e) { /* the stream broke */ }
+    reconnect(ctl);
+  }
+
+  // reconnect retries after a pause that grows to 5 s, while signed in
+  // and this stream is still the current one.
+  function reconnect(ctl) {
+    if (!token || abort !== ctl || ctl.signal.aborted) return;
+    status("disconnected: reconnecting…", "down");
+    retry = Math.min(retry + 1, 5);
+    setTimeout(() => { if (token && abort === ctl) connect(false); }, retry * 1000);
+  }
+
+  function handle(event, d) {
+    switch (event) {
+      case "hello": return hello(d);
+      case "decisions": return addDecisions(d);
+      case "rates": return rates(d);
+      case "state": return state(d);
+    }
+  }
+
+  async function hello(d) {
+    const firstTime = principal === "";
+    principal = d.principal;
+    $("who").textContent = principal + " (" + (d.roles || []).join(", ") + ")";
+    $("signin").hidden = true;
+    $("app").hidden = false;
+    $("signout").hidden = false;
+    if (!d.feed) $("skipped").textContent = "(no live feed configured on this server)";
+    await loadContracts();
+    if (firstTime || !contractId) await negotiate();
+    loadQuarantine();
+  }
+
+  // negotiate asks for a contract over every subject: those it grants
+  // publish on are the ones this principal may release.
+  async function negotiate() {
+    const names = [...document.querySelectorAll("#contracts tbody tr")].map((tr) => tr.dataset.subject);
+    releasable = new Set();
+    contractId = "";
+    if (!names.length) return;
+    const res = await api("POST", "/v1/contracts", { subjects: names });
+    if (!res.ok) return;
+    contractId = res.body.contract.id;
+    for (const s of res.body.contract.subjects || []) {
+      if ((s.operations || []).includes("publish")) releasable.add(s.name);
+    }
+  }
+
+  async function loadContracts() {
+    const res = await fetch("/v1/subjects", { cache: "no-store" }).then((r) => r.json());
+    const rows = (res.subjects || []).map((s) => {
+      const tr = row([s.name, s.mode, s.classification || "", (s.regions || []).join(", "), (s.intents || []).join(", ")]);
+      tr.dataset.subject = s.name;
+      return tr;
+    });
+    fill("contracts", rows);
+  }
+
+  function matches(d) {
+    const f = $("filter").value.trim().toLowerCase();
+    const o = $("outcome").value;
+    if (o && d.outcome !== o) return false;
+    if (!f) return true;
+    return [d.subject, d.principal, d.code, d.gate].some((v) => (v || "").toLowerCase().includes(f));
+  }
+
+  function addDecisions(d) {
+    for (const x of d.decisions || []) decisions.unshift(x);
+    decisions.length = Math.min(decisions.length, MAX_ROWS);
+    if (d.skipped) $("skipped").textContent = "(" + d.skipped + " more not shown: sampled under load)";
+    if (!paused) renderDecisions();
+    if ((d.decisions || []).some((x) => x.outcome === "quarantine")) scheduleQuarantine();
+  }
+
+  function renderDecisions() {
+    const rows = decisions.filter(matches).map((x) => {
+      const tr = row([new Date(x.time).toLocaleTimeString(), x.subject, x.principal, x.outcome, x.code, x.gate || ""]);
+      tr.children[3].className = "o-" + x.outcome;
+      tr.dataset.outcome = x.outcome;
+      tr.dataset.subject = x.subject;
+      return tr;
+    });
+    fill("decisions", rows);
+  }
+  $("filter").addEventListener("input", renderDecisions);
+  $("outcome").addEventListener("change", renderDecisions);
+  $("pause").addEventListener("click", () => {
+    paused = !paused;
+    $("pause").setAttribute("aria-pressed", String(paused));
+    $("pause").textContent = paused ? "Resume" : "Pause";
+    if (!paused) renderDecisions();
+  });
+
+  function rates(d) {
+    const now = Date.parse(d.time);
+    const names = Object.keys(d.subjects || {}).sort();
+    const rows = names.map((n) => {
+      const s = d.subjects[n];
+      let per = "";
+      if (lastRates && lastRates.subjects[n]) {
+        const p = lastRates.subjects[n];
+        const secs = (now - lastRates.at) / 1000;
+        const delta = (s.accepted + s.denied + s.quarantined) - (p.accepted + p.denied + p.quarantined);
+        if (secs > 0) per = (delta / secs).toFixed(1);
+      }
+      const tr = row([n, s.accepted, s.denied, s.quarantined, per]);
+      tr.dataset.subject = n;
+      return tr;
+    });
+    lastRates = { at: now, subjects: d.subjects || {} };
+    fill("rates", rows);
+  }
+
+  let lastOpen = -1;
+  function state(d) {
+    fill("groups", (d.groups || []).map((g) => row([g.subject, g.group, g.lag, g.inFlight])));
+    $("subs").textContent = d.subscriptions;
+    $("live-contracts").textContent = d.contracts;
+    $("conns").textContent = d.connections;
+    $("audit-records").textContent = d.auditRecords;
+    $("qopen").textContent = "(" + d.quarantineOpen + " open)";
+    if (d.lastVerify && d.lastVerify.time) verified(d.lastVerify);
+    if (d.quarantineOpen !== lastOpen) { lastOpen = d.quarantineOpen; scheduleQuarantine(); }
+  }
+
+  function verified(v) {
+    const s = $("audit-status");
+    s.textContent = v.ok ? "holds (" + v.verified + " records, " + new Date(v.time).toLocaleTimeString() + ")"
+      : "BROKEN: " + (v.error || "failed");
+    s.className = v.ok ? "ok" : "error";
+  }
+
+  $("verify").addEventListener("click", async () => {
+    $("verify").disabled = true;
+    const res = await api("POST", "/v1/audit/verify");
+    $("verify").disabled = false;
+    if (res.ok) verified(res.body);
+    else { $("audit-status").textContent = "could not verify: " + errorText(res); $("audit-status").className = "error"; }
+  });
+
+  // Quarantine: reloaded at most once a second when something changed.
+  function scheduleQuarantine() {
+    if (quarantineTimer) return;
+    quarantineTimer = setTimeout(() => { quarantineTimer = null; loadQuarantine(); }, 300);
+  }
+
+  async function loadQuarantine() {
+    if (!token) return;
+    const res = await api("GET", "/v1/quarantine?max=200");
+    if (!res.ok) return;
+    const recs = (res.body.records || []).slice().reverse();
+    fill("quarantine", recs.map((q) => {
+      const tr = row([new Date(q.time).toLocaleTimeString(), q.subject, q.principal, q.code, q.gate || "", recordText(q), ""]);
+      tr.children[5].className = "rec";
+      tr.dataset.id = q.id;
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = q.released ? "Released" : "Release";
+      b.setAttribute("aria-label", (q.released ? "Released " : "Release ") + q.id);
+      b.className = "release";
+      const allowed = releasable.has(q.subject);
+      b.disabled = q.released || !allowed;
+      if (!allowed && !q.released) b.title = "Your principal may not publish on " + q.subject + ", so it may not release this record";
+      b.addEventListener("click", () => release(q.id, b));
+      tr.children[6].appendChild(b);
+      return tr;
+    }));
+  }
+
+  function recordText(q) {
+    const m = q.message || {};
+    return q.id + (q.reason ? " — " + q.reason : "") + (m.data ? " — data " + JSON.stringify(m.data) : "");
+  }
+
+  // A contract ends (its lifetime, a policy change): one that did is
+  // negotiated again, once, before the release is retried.
+  const renegotiable = new Set(["CONTRACT_EXPIRED", "CONTRACT_STALE", "CONTRACT_REVOKED", "CONTRACT_NOT_FOUND", "GRANT_REVOKED"]);
+
+  async function release(id, b) {
+    b.disabled = true;
+    const path = "/v1/quarantine/" + encodeURIComponent(id) + "/release";
+    let res = await api("POST", path, {}, { "x-pigeon-contract": contractId });
+    if (!res.ok && res.body && res.body.error && renegotiable.has(res.body.error.code)) {
+      await negotiate();
+      res = await api("POST", path, {}, { "x-pigeon-contract": contractId });
+    }
+    const out = $("release-result");
+    if (res.ok) {
+      out.textContent = "Released " + id + " as " + res.body.message.id;
+      out.className = "ok";
+    } else {
+      out.textContent = "Release of " + id + " refused: " + errorText(res);
+      out.className = "error";
+      b.disabled = false;
+    }
+    loadQuarantine();
+  }
+
+  // Table helpers: text only, never HTML from the server.
+  function row(cells) {
+    const tr = document.createElement("tr");
+    for (const c of cells) {
+      const td = document.createElement("td");
+      td.textContent = String(c);
+      tr.appendChild(td);
+    }
+    return tr;
+  }
+  // fill replaces a table's rows; each cell is labelled with its column's
+  // name, which the narrow layout shows beside the value.
+  function fill(id, rows) {
+    const table = $(id);
+    const names = [...table.tHead.rows[0].cells].map((th) => th.textContent);
+    const f = document.createDocumentFragment();
+    for (const r of rows) {
+      [...r.cells].forEach((td, i) => { td.dataset.label = names[i] || ""; });
+      f.appendChild(r);
+    }
+    table.tBodies[0].replaceChildren(f);
+  }
+  function clear(id) { $(id).tBodies[0].replaceChildren(); }
+})();

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"pigeon"
+	"pigeon/docs"
+	"pigeon/policy"
+)
+
+// observabilityRoutes serves the operator's face: the console at /, its
+// live events, audit verification, the API descriptions and, when set,
+// the metrics.
+func (s *Server) observabilityRoutes() {
+	s.handle("GET /{$}", http.HandlerFunc(serveConsolePage))
+	s.handle("GET /console/{file}", http.HandlerFunc(serveConsoleAsset))
+	s.handle("GET /v1/console/events", http.HandlerFunc(s.consoleEvents))
+	s.route("/v1/audit/verify", map[string]endpoint{http.MethodPost: {auditor, verifyAudit}})
+	s.route("/v1/asyncapi", map[string]endpoint{http.MethodGet: {public, asyncAPI}})
+	s.handle("GET /openapi.yaml", http.HandlerFunc(serveOpenAPI))
+	s.handle("GET /docs", http.HandlerFunc(serveDocsPage))
+	if s.opts.Metrics != nil {
+		s.handle("GET /metrics", s.opts.Metrics)
+	}
+}
+
+// handle serves h at pattern ("METHOD /path") and lists the route.
+func (s *Server) handle(pattern string, h http.Handler) {
+	s.routeList = append(s.routeList, pattern)
+	s.mux.Handle(pattern, h)
+}
+
+// Routes lists every route the server answers, as "METHOD /path" with
+// path parameters in braces (the OpenAPI form), sorted. Handlers added with
+// Mount are not listed.
+func (s *Server) Routes() []string {
+	out := slices.Clone(s.routeList)
+	for i, r := range out {
+		out[i] = strings.TrimSuffix(r, "{$}")
+	}
+	slices.Sort(out)
+	return out
+}
+
+func verifyAudit(rq *request) (int, any, error) {
+	n, err := rq.s.e.VerifyAudit(rq.ctx)
+	res := pigeon.VerifyResult{Time: time.Now().UTC(), OK: err == nil, Verified: n}
+	if err != nil {
+		if pigeon.ErrorCode(err) != pigeon.CodeAuditTampered {
+			return 0, nil, err
+		}
+		res.Error = err.Error()
+	}
+	return http.StatusOK, res, nil
+}
+
+// asyncAPI exports the current catalog as an AsyncAPI 3 document.
+func asyncAPI(rq *request) (int, any, error) {
+	doc, err := policy.AsyncAPI(rq.s.e.Catalog(), policy.AsyncAPIInfo{Title: "Pigeon catalog", Version: "current"})
+	if err != nil {
+		return 0, nil, pigeon.WrapError(pigeon.CodeInternal, err, "asyncapi export")
+	}
+	return http.StatusOK, json.RawMessage(doc), nil
+}
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write(docs.OpenAPI())
+}
+
+// consoleContext is the principal of a console request that may read the
+// live events: an auditor. Others are answered and get nil.
+func (s *Server) consoleContext(w http.ResponseWriter, r *http.Request) *pigeon.Principal {
+	p, _, err := s.authenticate(r)
+	if err != nil {
+		unauthorized(w, err)
+		return nil
+	}
+	if !p.HasRole(RoleAuditor) {
+		writeError(w, pigeon.NewError(pigeon.CodeForbidden, "the console's live events require the role %s", RoleAuditor))
+		return nil
+	}
+	return p
+}
+
+// Console stream cadence and bounds: every tick sends at most
+// consoleBatch decisions (the newest, with the count of those left out),
+// so a flood of decisions costs the page a few hundred rows a second and
+// the server nothing beyond the Feed's ring.
+const (
+	consoleTick  = 250 * time.Millisecond
+	consoleBatch = 100
+	consoleState = 4 // ticks between state and rate events
+	// consoleBacklog is how many recent decisions a new stream starts with.
+	consoleBacklog = 50
+)
+
+// consoleEvents streams the console's live data as server-sent events:
+// hello (who signed in), decisions (batches from the Feed), rates (per
+// subject) and state (groups, quarantine, audit head). The stream ends
+// when the client goes or the server shuts down; the page reconnects.
+func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
+	p := s.consoleContext(w, r)
+	if p == nil {
+		return
+	}
+	rc := http.NewResponseController(w)
+	// The request is read: the server's read timeout must not end the
+	// stream (net/http cancels a request whose connection read times out).
+	_ = rc.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	send := func(event string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := w.Write([]byte("event: " + event + "\ndata: ")); err != nil {
+			return false
+		}
+		if _, err := w.Write(append(b, '\n', '\n')); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send("hello", map[string]any{"principal": p.ID, "roles": p.Roles, "feed": s.opts.Feed != nil}) {
+		return
+	}
+	var cursor uint64
+	if f := s.opts.Feed; f != nil {
+		_, total, _ := f.Since(0, 0)
+		cursor = total - min(total, consoleBacklog)
+	}
+	t := time.NewTicker(consoleTick)
+	defer t.Stop()
+	for tick := 0; ; tick++ {
+		if f := s.opts.Feed; f != nil {
+			ds, next, skipped := f.Since(cursor, consoleBatch)
+			cursor = next
+			if len(ds) > 0 || skipped > 0 {
+				if !send("decisions", map[string]any{"decisions": ds, "skipped": skipped}) {
+					return
+				}
+			}
+			if tick%consoleState == 0 && !send("rates", map[string]any{"subjects": f.Rates(), "time": time.Now().UTC()}) {
+				return
+			}
+		}
+		if tick%consoleState == 0 && !s.sendState(r.Context(), send) {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		case <-s.stopping:
+			return
+		}
+	}
+}
+
+// statsTTL is how long the console streams share one reading of the
+// engine's state (it lists the quarantine): many open consoles cost one
+// reading a second.
+const statsTTL = time.Second
+
+// stats returns the engine's state, read at most once per statsTTL for all
+// the console streams.
+func (s *Server) stats(ctx context.Context) (pigeon.Stats, error) {
+	c := &s.statsCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil && !c.at.IsZero() && time.Since(c.at) < statsTTL {
+		return c.st, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c.st, c.err = s.e.Stats(ctx)
+	c.at = time.Now()
+	return c.st, c.err
+}
+
+// sendState sends the engine's state; a failure to read it is sent as
+// the state's error, not as the end of the stream.
+func (s *Server) sendState(ctx context.Context, send func(string, any) bool) bool {
+	st, err := s.stats(ctx)
+	body := map[string]any{"auditRecords": st.AuditRecords, "quarantineOpen": st.QuarantineOpen,
+		"groups": st.Groups, "subscriptions": st.Subscriptions, "contracts": st.Contracts, "lastVerify": st.LastVerify,
+		"connections": s.ws.Stats().Open}
+	if st.Groups == nil {
+		body["groups"] = []pigeon.GroupStats{}
+	}
+	if err != nil {
+		body["error"] = pigeon.ErrorCode(err)
+	}
+	return send("state", body)
+}
