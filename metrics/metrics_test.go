@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,6 +224,49 @@ func TestLabelsStayBounded(t *testing.T) {
 	other, ok := value(fams, "pigeon_decisions_total", map[string]string{"subject": metrics.Other, "outcome": metrics.Other, "code": metrics.Other, "gate": metrics.Other})
 	require.True(t, ok)
 	require.Equal(t, 8.0, other)
+}
+
+// TestConcurrentSeries: goroutines adding label sets while others count
+// on known ones lose no count, and the series stay within MaxSeries (the
+// copy-on-write cache under the race detector).
+func TestConcurrentSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, &metrics.Options{MaxSeries: 20, NoRuntime: true})
+	require.NoError(t, err)
+	const workers, subjects, rounds = 8, 50, 20
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				for i := range subjects {
+					m.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow",
+						Subject: "s." + strconv.Itoa((i+w+r)%subjects)})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	fams := scrape(t, reg)
+	series := fams["pigeon_decisions_total"].GetMetric()
+	require.LessOrEqual(t, len(series), 20)
+	var sum float64
+	for _, s := range series {
+		sum += s.GetCounter().GetValue()
+	}
+	require.Equal(t, float64(workers*subjects*rounds), sum)
+}
+
+// TestObserveKnownSeriesAllocatesNothing: once a label set has its series,
+// counting on it allocates nothing.
+func TestObserveKnownSeriesAllocatesNothing(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), &metrics.Options{NoRuntime: true})
+	require.NoError(t, err)
+	rec := pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow", Subject: "payments.authorize"}
+	m.Audited(rec)
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		m.Audited(rec)
+		m.Took(pigeon.StagePublish, rec.Subject, time.Microsecond)
+	}))
 }
 
 func TestRegisteringTwiceFails(t *testing.T) {
