@@ -21,20 +21,26 @@ import (
 	"pigeon/demo"
 	"pigeon/internal/leakcheck"
 	"pigeon/metrics"
+	"pigeon/store"
+	"pigeon/store/wal"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // newEngine is an engine on the demo catalog observed by fresh metrics on
 // their own registry.
-func newEngine(t *testing.T) (*pigeon.Engine, *prometheus.Registry) {
+// With st nil the engine has its own in-memory store.
+func newEngine(t *testing.T, st ...store.Store) (*pigeon.Engine, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	var e *pigeon.Engine
 	m, err := metrics.New(reg, &metrics.Options{Stats: func(ctx context.Context) (pigeon.Stats, error) { return e.Stats(ctx) }})
 	require.NoError(t, err)
-	e, err = pigeon.New(context.Background(), &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog: demo.Catalog(), Region: "uk", Observer: m})
+	o := &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk", Observer: m}
+	if len(st) > 0 {
+		o.Store = st[0]
+	}
+	e, err = pigeon.New(context.Background(), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
 	return e, reg
@@ -208,6 +214,50 @@ func TestConsumerLagAndDeliveries(t *testing.T) {
 		delivered, _ = value(scrape(t, reg), "pigeon_deliveries_total", map[string]string{"subject": "notifications.send"})
 		return delivered == 3
 	}, 5*time.Second, 10*time.Millisecond, "delivered %v", delivered)
+}
+
+// TestLatencyOfBatchesAndPullReceives: PublishBatch on a store that
+// appends batches (the WAL) observes the publish latency of each message,
+// and a pull receive the deliver latency of each message it hands out.
+func TestLatencyOfBatchesAndPullReceives(t *testing.T) {
+	st, err := wal.Open(t.TempDir(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) })
+	e, reg := newEngine(t, st)
+	ctx := context.Background()
+	caller := func(token string) pigeon.Caller {
+		p, err := e.Authenticate(ctx, token)
+		require.NoError(t, err)
+		k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
+		require.NoError(t, err)
+		return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.Info().ID}
+	}
+	orders, notifier := caller("orders-token"), caller("notifier-token")
+	noType := demo.Notification("b-4")
+	noType.Type = "" // refused in the batch: observed all the same
+	batch := []*pigeon.Message{demo.Notification("b-1"), demo.Notification("b-2"), demo.Notification("b-3"), noType}
+	res := e.PublishBatch(ctx, orders, batch)
+	require.Len(t, res, 4)
+	for _, r := range res[:3] {
+		require.NoError(t, r.Err)
+	}
+	require.ErrorIs(t, res[3].Err, pigeon.ErrDenied)
+	msgs, err := e.Receive(ctx, notifier, "notifications.send", 2)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	msgs, err = e.ReceiveSettled(ctx, notifier, "notifications.send", 5)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+
+	fams := scrape(t, reg)
+	for stage, want := range map[string]float64{"publish": 4, "deliver": 3, "negotiate": 2} {
+		got, ok := value(fams, "pigeon_operation_duration_seconds", map[string]string{"stage": stage})
+		require.True(t, ok, stage)
+		require.Equal(t, want, got, stage)
+	}
+	commits, ok := value(fams, "pigeon_store_commit_records", map[string]string{"log": "messages"})
+	require.True(t, ok)
+	require.Equal(t, 1.0, commits, "the three admitted messages in one write")
 }
 
 // TestLabelsStayBounded: publishes to ever new subjects end in one Other
