@@ -198,16 +198,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	e.subs.mu.RLock()
 	st.Subscriptions = len(e.subs.all)
 	e.subs.mu.RUnlock()
-	now := e.now()
-	e.live.mu.Lock()
-	for _, pl := range e.live.by {
-		for _, exp := range pl.live {
-			if exp.After(now) {
-				st.Contracts++
-			}
-		}
-	}
-	e.live.mu.Unlock()
+	st.Contracts = len(e.live.snapshot(e.now()))
 	recs, err := e.store.ListQuarantine(ctx, time.Time{}, MaxStatsQuarantine)
 	if err != nil {
 		return st, storeError(err)
