@@ -1,8 +1,10 @@
 package pigeon
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -152,4 +154,93 @@ func (l *liveContracts) sweep(now time.Time) {
 		p.prune(now)
 		l.forget(principal, p)
 	}
+}
+
+// liveEntry is one live contract as liveContracts knows it.
+type liveEntry struct {
+	principal, id string
+	expires       time.Time
+}
+
+// snapshot lists the contracts live at now (unexpired, unrevoked).
+func (l *liveContracts) snapshot(now time.Time) []liveEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []liveEntry
+	for principal, p := range l.by {
+		for id, exp := range p.live {
+			if exp.After(now) {
+				out = append(out, liveEntry{principal: principal, id: id, expires: exp})
+			}
+		}
+	}
+	return out
+}
+
+// LiveContract is one negotiated contract in force, as an operator's
+// console lists it: who holds it, how they signed in, what it covers and
+// until when. It carries no credential.
+type LiveContract struct {
+	ID        string     `json:"id"`
+	Principal string     `json:"principal"`
+	Auth      AuthMethod `json:"auth,omitempty"`
+	Subjects  []string   `json:"subjects"`
+	IssuedAt  time.Time  `json:"issuedAt,omitzero"`
+	ExpiresAt time.Time  `json:"expiresAt"`
+}
+
+// DefaultLiveContracts is how many contracts LiveContracts lists when
+// asked for max <= 0.
+const DefaultLiveContracts = 200
+
+// LiveContracts lists the negotiated contracts in force (not expired, not
+// revoked): the max most recently issued (max <= 0: DefaultLiveContracts),
+// newest first, and how many are in force in all. A contract kept by the
+// store from before a restart and not used since is listed after those
+// this process has seen (its issue time unknown until it is read), by
+// expiry. It costs a pass over the live contracts and a store read for
+// each such restored contract listed, so it suits a console refresh, not
+// a hot path.
+func (e *Engine) LiveContracts(ctx context.Context, max int) ([]LiveContract, int, error) {
+	if max <= 0 {
+		max = DefaultLiveContracts
+	}
+	type item struct {
+		LiveContract
+		c *contract // nil: not in memory (restored from the store)
+	}
+	live := e.live.snapshot(e.now())
+	items := make([]item, len(live))
+	e.contracts.mu.RLock()
+	for i, l := range live {
+		items[i] = item{LiveContract: LiveContract{ID: l.id, Principal: l.principal, ExpiresAt: l.expires}, c: e.contracts.m[l.id]}
+		if items[i].c != nil {
+			items[i].IssuedAt = items[i].c.info.IssuedAt
+		}
+	}
+	e.contracts.mu.RUnlock()
+	slices.SortFunc(items, func(x, y item) int {
+		return cmp.Or(y.IssuedAt.Compare(x.IssuedAt), y.ExpiresAt.Compare(x.ExpiresAt), cmp.Compare(x.ID, y.ID))
+	})
+	list := make([]LiveContract, 0, min(max, len(items)))
+	for _, it := range items[:min(max, len(items))] {
+		c := it.c
+		if c == nil {
+			var err error
+			if c, err = e.lookupContract(ctx, it.ID); err != nil {
+				return nil, len(live), err
+			}
+			if c == nil { // swept meanwhile
+				continue
+			}
+		}
+		lc := it.LiveContract
+		lc.IssuedAt, lc.Auth = c.info.IssuedAt, c.info.Auth
+		lc.Subjects = make([]string, len(c.info.Subjects))
+		for j, s := range c.info.Subjects {
+			lc.Subjects[j] = s.Name
+		}
+		list = append(list, lc)
+	}
+	return list, len(live), nil
 }

@@ -27,6 +27,7 @@ func (e *Engine) ReceiveSettled(ctx context.Context, c Caller, subjectName strin
 }
 
 func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max int, settle bool) ([]*Message, error) {
+	start := e.since()
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
 	}
@@ -77,6 +78,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 			e.auditAsync(r)
 		}
 	}
+	e.tookEach(StageDeliver, s.name, len(out), start)
 	return out, nil
 }
 

@@ -39,9 +39,9 @@ type Stage string
 
 // Stages.
 const (
-	StagePublish   Stage = "publish"   // Publish, from call to answer, refusals included
+	StagePublish   Stage = "publish"   // Publish, from call to answer, refusals included; PublishBatch, the batch's call to answer for each of its messages
 	StageNegotiate Stage = "negotiate" // Negotiate and Connect's negotiation
-	StageDeliver   Stage = "deliver"   // a subscription's delivery, from hand-off to the handler's answer
+	StageDeliver   Stage = "deliver"   // a subscription's delivery, from hand-off to the handler's answer; a pull receive, from call to return, once per message handed out
 	StageRequest   Stage = "request"   // Request, until the reply came or the wait ended
 )
 
@@ -76,6 +76,35 @@ func (e *Engine) since() time.Time {
 func (e *Engine) took(stage Stage, subject string, start time.Time) {
 	if o := e.opts.Observer; o != nil && !start.IsZero() {
 		o.Took(stage, subject, time.Since(start))
+	}
+}
+
+// tookEach reports n operations of stage on subject that shared the span
+// since start: one clock read for all of them.
+func (e *Engine) tookEach(stage Stage, subject string, n int, start time.Time) {
+	o := e.opts.Observer
+	if o == nil || start.IsZero() || n == 0 {
+		return
+	}
+	d := time.Since(start)
+	for range n {
+		o.Took(stage, subject, d)
+	}
+}
+
+// tookBatch reports PublishBatch's latency for each message of msgs that
+// Publish did not answer itself (byPublish[i]; Publish reports its own):
+// one clock read for the batch.
+func (e *Engine) tookBatch(msgs []*Message, byPublish []bool, start time.Time) {
+	o := e.opts.Observer
+	if o == nil || start.IsZero() {
+		return
+	}
+	d := time.Since(start)
+	for i, m := range msgs {
+		if m != nil && !byPublish[i] {
+			o.Took(StagePublish, m.Subject, d)
+		}
 	}
 }
 
@@ -169,16 +198,7 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	e.subs.mu.RLock()
 	st.Subscriptions = len(e.subs.all)
 	e.subs.mu.RUnlock()
-	now := e.now()
-	e.live.mu.Lock()
-	for _, pl := range e.live.by {
-		for _, exp := range pl.live {
-			if exp.After(now) {
-				st.Contracts++
-			}
-		}
-	}
-	e.live.mu.Unlock()
+	st.Contracts = len(e.live.snapshot(e.now()))
 	recs, err := e.store.ListQuarantine(ctx, time.Time{}, MaxStatsQuarantine)
 	if err != nil {
 		return st, storeError(err)

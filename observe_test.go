@@ -128,3 +128,43 @@ func TestStatsAndLastVerify(t *testing.T) {
 	require.Equal(t, 1, st.Contracts)
 	require.GreaterOrEqual(t, st.AuditRecords, n)
 }
+
+// TestLiveContracts: the contracts in force, newest first, bounded, with
+// the total; revoked and expired ones are gone.
+func TestLiveContracts(t *testing.T) {
+	f := newFixture(t)
+	orders, err := f.e.Authenticate(ctx, "orders-token")
+	require.NoError(t, err)
+	negotiate := func(p *pigeon.Principal, ttl time.Duration, subjects ...string) string {
+		k, err := f.e.Negotiate(ctx, p, "uk", subjects, ttl)
+		require.NoError(t, err)
+		f.clock.Advance(time.Second)
+		return k.ID()
+	}
+	short := negotiate(orders, 5*time.Second, "notifications.send")
+	revoked := negotiate(orders, time.Hour, "notifications.send")
+	first := negotiate(orders, time.Hour, "notifications.send")
+	notifier, err := f.e.Authenticate(ctx, "notifier-token")
+	require.NoError(t, err)
+	second := negotiate(notifier, time.Hour, "notifications.send")
+	require.NoError(t, f.e.RevokeContract(ctx, orders, revoked))
+
+	list, total, err := f.e.LiveContracts(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, total)
+	require.Equal(t, []string{second, first, short}, []string{list[0].ID, list[1].ID, list[2].ID})
+	require.Equal(t, notifier.ID, list[0].Principal)
+	require.Equal(t, pigeon.AuthToken, list[0].Auth)
+	require.Equal(t, []string{"notifications.send"}, list[0].Subjects)
+	require.True(t, list[0].ExpiresAt.After(list[0].IssuedAt))
+
+	f.clock.Advance(5 * time.Second) // short expires
+	list, total, err = f.e.LiveContracts(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, total)
+	require.Len(t, list, 1)
+	require.Equal(t, second, list[0].ID)
+	st, err := f.e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Contracts)
+}

@@ -31,9 +31,21 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 		return out
 	}
 	var (
-		held []*Admission
-		at   []int
+		held      []*Admission
+		at        []int
+		start     = e.since()
+		byPublish []bool // the messages Publish answered (and observed) itself
 	)
+	if !start.IsZero() {
+		byPublish = make([]bool, len(msgs))
+		defer func() { e.tookBatch(msgs, byPublish, start) }() // after the last flush
+	}
+	viaPublish := func(i int) {
+		if byPublish != nil {
+			byPublish[i] = true
+		}
+		out[i].Result, out[i].Err = e.Publish(ctx, c, msgs[i])
+	}
 	release := func(a *Admission) { *a = Admission{}; admissionPool.Put(a) }
 	flush := func() {
 		if len(held) == 0 {
@@ -61,7 +73,7 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 	for i, in := range msgs {
 		if in == nil || in.ID != "" {
 			flush()
-			out[i].Result, out[i].Err = e.Publish(ctx, c, in)
+			viaPublish(i)
 			continue
 		}
 		if err := e.admissible(ctx); err != nil {
@@ -73,7 +85,7 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 		if s := a.subj; s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
 			release(a)
 			flush()
-			out[i].Result, out[i].Err = e.Publish(ctx, c, in)
+			viaPublish(i)
 			continue
 		}
 		refused := false

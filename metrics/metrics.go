@@ -6,9 +6,10 @@
 // # Cost
 //
 // The observer methods run on the engine's hot paths. Each one finds its
-// series in a read-locked map (an atomic add to take the lock, another to
-// drop it) and updates it with atomic operations; nothing allocates once a
-// series exists. Gauges that describe state (lag, leases, open quarantine,
+// series in a copy-on-write map read through an atomic pointer (no lock,
+// no write to shared memory) and updates it with atomic operations;
+// nothing allocates and nothing locks once a series exists. Only the first
+// sighting of a label set takes a mutex, to add its series. Gauges that describe state (lag, leases, open quarantine,
 // audit head, connections) are read only when Prometheus scrapes, through
 // Options.Stats.
 //
@@ -28,7 +29,9 @@ package metrics
 
 import (
 	"context"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,40 +184,59 @@ func key(values []string) labels {
 
 // series resolves label sets to the series of one vector, caching each
 // and capping their number at max (beyond it, every label is Other).
+//
+// The cache is copy-on-write: readers load the current map through an
+// atomic pointer and never lock or write shared memory; a label set seen
+// for the first time takes the mutex, copies the map with the new entry
+// and publishes the copy. Series are created at most max times, so the
+// copies cost O(max²) over the process's life and nothing once the label
+// sets are known.
 type series[T any] struct {
-	mu   sync.RWMutex
-	m    map[labels]T
+	m    atomic.Pointer[map[labels]T] // read-only once published
+	mu   sync.Mutex                   // serialises writers
 	max  int
 	n    int // label count
 	make func(values ...string) T
 }
 
+// init readies s, in place (it holds an atomic and a mutex).
+func (s *series[T]) init(max, nLabels int, make func(values ...string) T) {
+	s.max, s.n, s.make = max, nLabels, make
+	s.m.Store(&map[labels]T{})
+}
+
 func (s *series[T]) get(values []string) T {
 	k := key(values)
-	s.mu.RLock()
-	c, ok := s.m[k]
-	s.mu.RUnlock()
-	if ok {
+	if c, ok := (*s.m.Load())[k]; ok {
 		return c
 	}
+	return s.add(k, values)
+}
+
+// add resolves a label set not in the cache (or added since the caller
+// looked) and publishes a copy of the cache that holds it.
+func (s *series[T]) add(k labels, values []string) T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.m[k]; ok {
+	cur := *s.m.Load()
+	if c, ok := cur[k]; ok {
 		return c
 	}
-	if len(s.m) >= s.max-1 { // one series is kept for Other
+	if len(cur) >= s.max-1 { // one series is kept for Other
 		var o labels
 		for i := range s.n {
 			o[i] = Other
 		}
-		if c, ok := s.m[o]; ok {
+		if c, ok := cur[o]; ok {
 			return c
 		}
 		k, values = o, o[:s.n]
 	}
-	c = s.make(append([]string(nil), values...)...) // values stays on the caller's stack
-
-	s.m[k] = c
+	c := s.make(append([]string(nil), values...)...) // values stays on the caller's stack
+	next := make(map[labels]T, len(cur)+1)
+	maps.Copy(next, cur)
+	next[k] = c
+	s.m.Store(&next)
 	return c
 }
 
@@ -225,7 +247,7 @@ type counters struct {
 
 func newCounters(vec *prometheus.CounterVec, max, nLabels int) *counters {
 	c := &counters{vec: vec}
-	c.series = series[prometheus.Counter]{m: map[labels]prometheus.Counter{}, max: max, n: nLabels, make: vec.WithLabelValues}
+	c.init(max, nLabels, vec.WithLabelValues)
 	return c
 }
 
@@ -246,7 +268,7 @@ func newHistograms(vec *prometheus.HistogramVec, max int, known []string) *histo
 	for _, k := range known {
 		h.known[k] = vec.WithLabelValues(k)
 	}
-	h.series = series[prometheus.Observer]{m: map[labels]prometheus.Observer{}, max: max - len(known), make: vec.WithLabelValues, n: 1}
+	h.init(max-len(known), 1, vec.WithLabelValues)
 	return h
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,20 +21,26 @@ import (
 	"pigeon/demo"
 	"pigeon/internal/leakcheck"
 	"pigeon/metrics"
+	"pigeon/store"
+	"pigeon/store/wal"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // newEngine is an engine on the demo catalog observed by fresh metrics on
 // their own registry.
-func newEngine(t *testing.T) (*pigeon.Engine, *prometheus.Registry) {
+// With st nil the engine has its own in-memory store.
+func newEngine(t *testing.T, st ...store.Store) (*pigeon.Engine, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	var e *pigeon.Engine
 	m, err := metrics.New(reg, &metrics.Options{Stats: func(ctx context.Context) (pigeon.Stats, error) { return e.Stats(ctx) }})
 	require.NoError(t, err)
-	e, err = pigeon.New(context.Background(), &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog: demo.Catalog(), Region: "uk", Observer: m})
+	o := &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk", Observer: m}
+	if len(st) > 0 {
+		o.Store = st[0]
+	}
+	e, err = pigeon.New(context.Background(), o)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
 	return e, reg
@@ -208,6 +216,50 @@ func TestConsumerLagAndDeliveries(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "delivered %v", delivered)
 }
 
+// TestLatencyOfBatchesAndPullReceives: PublishBatch on a store that
+// appends batches (the WAL) observes the publish latency of each message,
+// and a pull receive the deliver latency of each message it hands out.
+func TestLatencyOfBatchesAndPullReceives(t *testing.T) {
+	st, err := wal.Open(t.TempDir(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) })
+	e, reg := newEngine(t, st)
+	ctx := context.Background()
+	caller := func(token string) pigeon.Caller {
+		p, err := e.Authenticate(ctx, token)
+		require.NoError(t, err)
+		k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
+		require.NoError(t, err)
+		return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.Info().ID}
+	}
+	orders, notifier := caller("orders-token"), caller("notifier-token")
+	noType := demo.Notification("b-4")
+	noType.Type = "" // refused in the batch: observed all the same
+	batch := []*pigeon.Message{demo.Notification("b-1"), demo.Notification("b-2"), demo.Notification("b-3"), noType}
+	res := e.PublishBatch(ctx, orders, batch)
+	require.Len(t, res, 4)
+	for _, r := range res[:3] {
+		require.NoError(t, r.Err)
+	}
+	require.ErrorIs(t, res[3].Err, pigeon.ErrDenied)
+	msgs, err := e.Receive(ctx, notifier, "notifications.send", 2)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	msgs, err = e.ReceiveSettled(ctx, notifier, "notifications.send", 5)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+
+	fams := scrape(t, reg)
+	for stage, want := range map[string]float64{"publish": 4, "deliver": 3, "negotiate": 2} {
+		got, ok := value(fams, "pigeon_operation_duration_seconds", map[string]string{"stage": stage})
+		require.True(t, ok, stage)
+		require.Equal(t, want, got, stage)
+	}
+	commits, ok := value(fams, "pigeon_store_commit_records", map[string]string{"log": "messages"})
+	require.True(t, ok)
+	require.Equal(t, 1.0, commits, "the three admitted messages in one write")
+}
+
 // TestLabelsStayBounded: publishes to ever new subjects end in one Other
 // series once MaxSeries is reached.
 func TestLabelsStayBounded(t *testing.T) {
@@ -222,6 +274,49 @@ func TestLabelsStayBounded(t *testing.T) {
 	other, ok := value(fams, "pigeon_decisions_total", map[string]string{"subject": metrics.Other, "outcome": metrics.Other, "code": metrics.Other, "gate": metrics.Other})
 	require.True(t, ok)
 	require.Equal(t, 8.0, other)
+}
+
+// TestConcurrentSeries: goroutines adding label sets while others count
+// on known ones lose no count, and the series stay within MaxSeries (the
+// copy-on-write cache under the race detector).
+func TestConcurrentSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, &metrics.Options{MaxSeries: 20, NoRuntime: true})
+	require.NoError(t, err)
+	const workers, subjects, rounds = 8, 50, 20
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				for i := range subjects {
+					m.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow",
+						Subject: "s." + strconv.Itoa((i+w+r)%subjects)})
+				}
+			}
+		})
+	}
+	wg.Wait()
+	fams := scrape(t, reg)
+	series := fams["pigeon_decisions_total"].GetMetric()
+	require.LessOrEqual(t, len(series), 20)
+	var sum float64
+	for _, s := range series {
+		sum += s.GetCounter().GetValue()
+	}
+	require.Equal(t, float64(workers*subjects*rounds), sum)
+}
+
+// TestObserveKnownSeriesAllocatesNothing: once a label set has its series,
+// counting on it allocates nothing.
+func TestObserveKnownSeriesAllocatesNothing(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry(), &metrics.Options{NoRuntime: true})
+	require.NoError(t, err)
+	rec := pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow", Subject: "payments.authorize"}
+	m.Audited(rec)
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		m.Audited(rec)
+		m.Took(pigeon.StagePublish, rec.Subject, time.Microsecond)
+	}))
 }
 
 func TestRegisteringTwiceFails(t *testing.T) {

@@ -97,7 +97,8 @@ func (c *consoleServer) stop(t *testing.T) {
 // TestConsoleInBrowser drives the console in headless Chromium: a wrong
 // token shows a clear message and no data; an auditor who may publish on
 // payments.authorize signs in, sees an allow, a deny and a quarantine made
-// over the HTTP API appear, releases the quarantined record, and the page
+// over the HTTP API appear, releases the quarantined record, sees a
+// contract negotiated meanwhile among those in force, and the page
 // reconnects by itself across a server restart; an auditor who may not
 // publish there sees Release disabled, and the server refuses the release
 // anyway. Screenshots at 1280×800 and at phone width are saved (see
@@ -195,6 +196,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	}
 	notifier := contractOf(t, call, "notifier-token", "notifications.send")
+	poll("the negotiated contract among those in force", `[...document.querySelectorAll("#negotiated tbody tr")].some(tr => tr.dataset.contract === "`+notifier+`" &&
+		tr.cells[1].textContent === "`+demo.Notifier+`" && tr.cells[2].textContent === "token" && tr.cells[3].textContent === "notifications.send")`)
 	r = call(http.MethodPost, "/v1/subjects/notifications.send/receive", "notifier-token", `{"max":1,"ack":"explicit"}`, "x-pigeon-contract", notifier)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	poll("the consumer group's lag", `[...document.querySelectorAll("#groups tbody tr")].some(tr => tr.cells[0].textContent === "notifications.send" && tr.cells[2].textContent === "3" && tr.cells[3].textContent === "1")`)

@@ -170,35 +170,52 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 // statsTTL is how long the console streams share one reading of the
-// engine's state (it lists the quarantine): many open consoles cost one
-// reading a second.
+// engine's state (it lists the quarantine and the live contracts): many
+// open consoles cost one reading a second.
 const statsTTL = time.Second
 
-// stats returns the engine's state, read at most once per statsTTL for all
+// consoleContracts is how many live contracts the console lists (the
+// newest; the total is sent beside them).
+const consoleContracts = pigeon.DefaultLiveContracts
+
+// consoleReading is one reading of the engine's state for the console.
+type consoleReading struct {
+	st             pigeon.Stats
+	contracts      []pigeon.LiveContract
+	contractsTotal int
+}
+
+// state returns the engine's state, read at most once per statsTTL for all
 // the console streams.
-func (s *Server) stats(ctx context.Context) (pigeon.Stats, error) {
+func (s *Server) state(ctx context.Context) (consoleReading, error) {
 	c := &s.statsCache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err == nil && !c.at.IsZero() && time.Since(c.at) < statsTTL {
-		return c.st, nil
+	if c.err != nil || c.at.IsZero() || time.Since(c.at) >= statsTTL {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c.r.st, c.err = s.e.Stats(ctx)
+		if c.err == nil {
+			c.r.contracts, c.r.contractsTotal, c.err = s.e.LiveContracts(ctx, consoleContracts)
+		}
+		c.at = time.Now()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c.st, c.err = s.e.Stats(ctx)
-	c.at = time.Now()
-	return c.st, c.err
+	return c.r, c.err
 }
 
 // sendState sends the engine's state; a failure to read it is sent as
 // the state's error, not as the end of the stream.
 func (s *Server) sendState(ctx context.Context, send func(string, any) bool) bool {
-	st, err := s.stats(ctx)
+	cs, err := s.state(ctx)
+	st := cs.st
 	body := map[string]any{"auditRecords": st.AuditRecords, "quarantineOpen": st.QuarantineOpen,
 		"groups": st.Groups, "subscriptions": st.Subscriptions, "contracts": st.Contracts, "lastVerify": st.LastVerify,
-		"connections": s.ws.Stats().Open}
+		"connections": s.ws.Stats().Open, "liveContracts": cs.contracts, "liveContractsTotal": cs.contractsTotal}
 	if st.Groups == nil {
 		body["groups"] = []pigeon.GroupStats{}
+	}
+	if cs.contracts == nil {
+		body["liveContracts"] = []pigeon.LiveContract{}
 	}
 	if err != nil {
 		body["error"] = pigeon.ErrorCode(err)

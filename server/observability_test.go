@@ -204,6 +204,35 @@ func TestConsoleEventsStreamDecisions(t *testing.T) {
 	require.True(t, seen["state"] && seen["rates"], "state and rates come first: %v", seen)
 }
 
+// TestConsoleEventsListLiveContracts: the state event lists the
+// negotiated contracts in force, with their total.
+func TestConsoleEventsListLiveContracts(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	orders := f.contract(t, "orders-token", "notifications.send")
+	res, events := f.openEvents(t, ctx, "auditor-token")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	for ev := range events {
+		if ev.name != "state" {
+			continue
+		}
+		list, _ := ev.data["liveContracts"].([]any)
+		require.Equal(t, float64(len(list)), ev.data["liveContractsTotal"])
+		for _, k := range list {
+			k := k.(map[string]any)
+			if k["id"] == orders {
+				require.Equal(t, demo.Orders, k["principal"])
+				require.Equal(t, "token", k["auth"])
+				require.Equal(t, []any{"notifications.send"}, k["subjects"])
+				require.NotEmpty(t, k["expiresAt"])
+				return
+			}
+		}
+	}
+	t.Fatal("the stream ended without listing the contract")
+}
+
 // TestConsoleEventsEndOnShutdown: an open stream does not hold the
 // server's shutdown.
 func TestConsoleEventsEndOnShutdown(t *testing.T) {

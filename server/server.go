@@ -143,7 +143,7 @@ type Server struct {
 	statsCache struct {
 		mu  sync.Mutex
 		at  time.Time
-		st  pigeon.Stats
+		r   consoleReading
 		err error
 	}
 

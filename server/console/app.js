@@ -62,7 +62,7 @@
     if (abort) abort.abort();
     abort = null;
     decisions.length = 0;
-    for (const id of ["decisions", "rates", "groups", "quarantine", "contracts"]) clear(id);
+    for (const id of ["decisions", "rates", "groups", "quarantine", "contracts", "negotiated"]) clear(id);
     $("app").hidden = true;
     $("signin").hidden = false;
     $("signout").hidden = true;
@@ -227,7 +227,14 @@
   function state(d) {
     fill("groups", (d.groups || []).map((g) => row([g.subject, g.group, g.lag, g.inFlight])));
     $("subs").textContent = d.subscriptions;
-    $("live-contracts").textContent = d.contracts;
+    $("live-contracts").textContent = d.liveContractsTotal;
+    const shown = (d.liveContracts || []).length;
+    $("live-contracts-shown").textContent = shown < d.liveContractsTotal ? " (the newest " + shown + " shown)" : "";
+    fill("negotiated", (d.liveContracts || []).map((k) => {
+      const tr = row([k.id, k.principal, k.auth || "", (k.subjects || []).join(", "), new Date(k.expiresAt).toLocaleString()]);
+      tr.dataset.contract = k.id;
+      return tr;
+    }));
     $("conns").textContent = d.connections;
     $("audit-records").textContent = d.auditRecords;
     $("qopen").textContent = "(" + d.quarantineOpen + " open)";
