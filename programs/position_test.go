@@ -186,3 +186,36 @@ func TestRenewalResumesPubSub(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, in.ContractID, now.ContractID, "renewed")
 }
+
+// A handover whose new subscription fails binds the old version again at
+// the same position: the deploy is refused and nothing is lost or handled
+// twice.
+func TestFailedHandoverResumes(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	logs := &lockedBuffer{}
+	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	_, err = mg.Deploy(ctx, admin, "p", manifest(onEvents), modLog)
+	require.NoError(t, err)
+	const n = 100
+	for i := range n {
+		f.publish(t, "events", `{"n":`+strconv.Itoa(i)+`}`)
+		if i == n/2 {
+			_, err := mg.Deploy(ctx, admin, "p", manifest(onEvents, func(m *programs.Manifest) { m.Route.Filter = "message.data.n >" }), modOK)
+			require.Equal(t, pigeon.CodeProgramInvalid, pigeon.ErrorCode(err))
+			var pe *pigeon.Error
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, string(pigeon.CodeFilterInvalid), pe.Details["cause"])
+		}
+	}
+	eventually(t, func() bool { return len(handled(t, logs)) == n }, "every message is handled by the running version")
+	for id, c := range handled(t, logs) {
+		require.Equal(t, 1, c, "message %s handled once", id)
+	}
+	in, err := mg.Get(ctx, "p")
+	require.NoError(t, err)
+	require.True(t, in.Bound)
+	require.Equal(t, 1, in.Version)
+}
