@@ -59,12 +59,13 @@ const (
 	EventStoreTruncated       Event = "store.truncated"
 	EventAuditResumed         Event = "audit.resumed"
 	// Events of programs (package programs).
-	EventProgramDeployed Event = "program.deployed" // a first version bound
-	EventProgramSwapped  Event = "program.swapped"  // a new version replaced the running one
-	EventProgramRemoved  Event = "program.removed"
-	EventProgramRefused  Event = "program.refused" // a deploy failed validation or binding; the old version runs on
-	EventProgramBound    Event = "program.bound"   // a stored program bound again when the broker started
-	EventProgramFailed   Event = "program.failed"  // a delivery failed in the program (trap, timeout, limit)
+	EventProgramDeployed   Event = "program.deployed"    // a first version bound
+	EventProgramSwapped    Event = "program.swapped"     // a new version replaced the running one
+	EventProgramRolledBack Event = "program.rolled_back" // an earlier version's module and manifest replaced the running one
+	EventProgramRemoved    Event = "program.removed"
+	EventProgramRefused    Event = "program.refused" // a deploy failed validation or binding; the old version runs on
+	EventProgramBound      Event = "program.bound"   // a stored program bound again when the broker started
+	EventProgramFailed     Event = "program.failed"  // a delivery failed in the program (trap, timeout, limit)
 )
 
 // record is the audit record of one ev with its outcome and code; r

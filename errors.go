@@ -100,6 +100,9 @@ const (
 	// CodeProgramLimit fails a delivery whose program exceeded a limit:
 	// messages emitted per input, or memory.
 	CodeProgramLimit Code = "PROGRAM_LIMIT_EXCEEDED"
+	// CodeProgramVersionPruned refuses a rollback to a version whose module
+	// is no longer kept (only the last versions' modules are).
+	CodeProgramVersionPruned Code = "PROGRAM_VERSION_PRUNED"
 )
 
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
@@ -211,7 +214,8 @@ func (c Code) group() error {
 		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
 		CodeGrantRevoked:
 		return ErrContract
-	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound, CodeProgramNotFound:
+	case CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeNotFound, CodeProgramNotFound,
+		CodeProgramVersionPruned:
 		return ErrNotFound
 	case CodeBadRequest, CodeEnvelopeInvalid, CodeSelectorInvalid, CodeFilterInvalid, CodePolicyInvalid,
 		CodePayloadTooLarge, CodeInvalidArgument, CodeMethodNotAllowed, CodeConflict, CodeDuplicateKey, CodeInvalidUTF8,

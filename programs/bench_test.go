@@ -58,7 +58,9 @@ const benchInFlight = 4
 
 // BenchmarkDeliveries: deliveries per second through a program (one
 // publish and one governed delivery each, the enricher also one governed
-// publish) beside the same handler compiled in with Engine.Handle.
+// publish) beside the same handler compiled in with Engine.Handle; on the
+// work queue orders.in, and on the pubsub subject events, where the
+// program's binding follows its position.
 func BenchmarkDeliveries(b *testing.B) {
 	enrichEnv := map[string]string{"ENRICH_FIELD": "tier", "ENRICH_VALUE": "gold", "ENRICH_TO": "orders.out"}
 	for _, bc := range []struct {
@@ -66,11 +68,14 @@ func BenchmarkDeliveries(b *testing.B) {
 		module   func(testing.TB) []byte
 		compiled pigeon.Handler
 		env      map[string]string
+		subject  string
 	}{
-		{"trivial/program", func(testing.TB) []byte { return modOK }, nil, nil},
-		{"trivial/compiled", nil, func(context.Context, *pigeon.Delivery) error { return nil }, nil},
-		{"enricher/program", func(t testing.TB) []byte { return example(t, "enricher") }, nil, enrichEnv},
-		{"enricher/compiled", nil, enrichCompiled, nil},
+		{"trivial/program", func(testing.TB) []byte { return modOK }, nil, nil, "orders.in"},
+		{"trivial/compiled", nil, func(context.Context, *pigeon.Delivery) error { return nil }, nil, "orders.in"},
+		{"trivial/program/pubsub", func(testing.TB) []byte { return modOK }, nil, nil, "events"},
+		{"trivial/compiled/pubsub", nil, func(context.Context, *pigeon.Delivery) error { return nil }, nil, "events"},
+		{"enricher/program", func(t testing.TB) []byte { return example(t, "enricher") }, nil, enrichEnv, "orders.in"},
+		{"enricher/compiled", nil, enrichCompiled, nil, "orders.in"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			c := newCounter(b.N)
@@ -79,11 +84,12 @@ func BenchmarkDeliveries(b *testing.B) {
 			if bc.module != nil {
 				_, err := f.mg.Deploy(ctx, admin, "p", manifest(func(m *programs.Manifest) {
 					m.Route.MaxInFlight = benchInFlight
+					m.Route.Subject = bc.subject
 					m.Env = bc.env
 				}), bc.module(b))
 				require.NoError(b, err)
 			} else {
-				sub, err := f.e.HandleAs(ctx, "deployer-token", []string{"orders.in", "orders.out"}, "orders.in", bc.compiled,
+				sub, err := f.e.HandleAs(ctx, "deployer-token", []string{bc.subject, "orders.out"}, bc.subject, bc.compiled,
 					pigeon.WithMaxInFlight(benchInFlight), pigeon.WithMiddleware(c.mw))
 				require.NoError(b, err)
 				defer sub.Unsubscribe(ctx)
@@ -91,7 +97,7 @@ func BenchmarkDeliveries(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			for i := range b.N {
-				f.publish(b, "orders.in", `{"order":"o-`+strconv.Itoa(i)+`"}`)
+				f.publish(b, bc.subject, `{"order":"o-`+strconv.Itoa(i)+`"}`)
 			}
 			select {
 			case <-c.done:

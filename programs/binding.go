@@ -2,7 +2,10 @@ package programs
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"pigeon"
 )
@@ -15,16 +18,56 @@ const AuthProgram pigeon.AuthMethod = "program"
 // Its current version can be swapped while it runs: each delivery runs on
 // the version current when it starts.
 type binding struct {
+	mg      *Manager
+	name    string
 	cur     atomic.Pointer[version]
 	caller  pigeon.Caller
 	sub     pigeon.Subscription
+	h       pigeon.Handler // handle in the Manager's middleware
 	stopped atomic.Bool
-	// lastSeq is the highest sequence handled, where a binding that must
-	// be renewed (its contract expired) resumes a pubsub route.
-	lastSeq atomic.Uint64
+	// tr follows the binding's position on a pubsub route (nil on other
+	// subjects), where a binding that replaces it resumes and a restart
+	// resumes once it is stored.
+	tr *tracker
+
+	saveMu   sync.Mutex
+	live     bool   // b is its program's binding: its position is stored
+	savedGen uint64 // the tracker's generation last stored
 }
 
-// handle is the binding's pigeon.Handler.
+// deliver is the binding's pigeon.AsyncHandler. It is called in sequence
+// order (the tracker notes each message as it is handed over) and runs the
+// program on its own goroutine; a message the binding's predecessor
+// handled already is acknowledged at once.
+func (b *binding) deliver(ctx context.Context, d *pigeon.Delivery, done func(error)) {
+	if b.tr != nil && b.tr.begin(d.Message.Sequence, d.Attempt) {
+		done(nil)
+		return
+	}
+	go func() {
+		err := b.call(ctx, d)
+		if b.tr != nil {
+			b.tr.end(ctx, d.Message.Sequence, d.Attempt, err)
+		}
+		done(err)
+	}()
+}
+
+// call runs the wrapped handler once, recovering a panic (of a middleware)
+// as a failure. The middleware gets its own copy of the message.
+func (b *binding) call(ctx context.Context, d *pigeon.Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("programs: handler panicked: %v", p)
+		}
+	}()
+	if len(b.mg.opts.Middleware) > 0 {
+		d = &pigeon.Delivery{Subject: d.Subject, Message: d.Message.Clone(), Attempt: d.Attempt, Session: d.Session}
+	}
+	return b.h(ctx, d)
+}
+
+// handle runs one delivery on the current version.
 func (b *binding) handle(ctx context.Context, d *pigeon.Delivery) error {
 	for {
 		v := b.cur.Load()
@@ -34,69 +77,131 @@ func (b *binding) handle(ctx context.Context, d *pigeon.Delivery) error {
 			}
 			return pigeon.ErrUndelivered // stopped: the message goes back at once
 		}
-		err := v.deliver(ctx, b.caller, d)
+		// A delivery that started finishes (within the program's time
+		// limit) even when the subscription stops meanwhile: a program is
+		// never cut short halfway through its effects by a swap or a stop.
+		err := v.deliver(context.WithoutCancel(ctx), b.caller, d)
 		v.release()
-		if err == nil {
-			for seq := d.Message.Sequence; ; {
-				last := b.lastSeq.Load()
-				if seq <= last || b.lastSeq.CompareAndSwap(last, seq) {
-					break
-				}
-			}
-		}
 		return err
 	}
 }
 
 // bind negotiates a contract for v's account and subscribes v's route
-// under it; a pubsub route starts at sequence from when it is not 0.
-func (mg *Manager) bind(ctx context.Context, p *program, v *version, from uint64) (*binding, error) {
-	man := &v.man
-	acct, err := mg.e.GetAccount(ctx, man.Account)
+// under it (see subscribe).
+func (mg *Manager) bind(ctx context.Context, p *program, v *version, from *position) (*binding, error) {
+	caller, err := mg.negotiate(ctx, &v.man)
 	if err != nil {
 		return nil, err
+	}
+	return mg.subscribe(ctx, p, v, caller, from)
+}
+
+// negotiate reads man's account and negotiates a contract for it.
+func (mg *Manager) negotiate(ctx context.Context, man *Manifest) (pigeon.Caller, error) {
+	acct, err := mg.e.GetAccount(ctx, man.Account)
+	if err != nil {
+		return pigeon.Caller{}, err
 	}
 	pr := &pigeon.Principal{ID: acct.ID, Attributes: acct.Attributes, Roles: acct.Roles, Method: AuthProgram}
 	k, err := mg.e.Negotiate(ctx, pr, "", man.subjects(), 0)
 	if err != nil {
-		return nil, err
+		return pigeon.Caller{}, err
 	}
-	b := &binding{caller: pigeon.Caller{Principal: pr, Region: k.Info().Region, ContractID: k.ID()}}
+	return pigeon.Caller{Principal: pr, Region: k.Info().Region, ContractID: k.ID()}, nil
+}
+
+// subscribe subscribes v's route under caller's contract (revoked when
+// that fails). On a pubsub subject the binding starts after from when it
+// is a position on that subject, else after the last message stored: it
+// always starts at a known sequence, which it stores as its position once
+// it is live.
+func (mg *Manager) subscribe(ctx context.Context, p *program, v *version, caller pigeon.Caller, from *position) (*binding, error) {
+	man := &v.man
+	b := &binding{mg: mg, name: p.name, caller: caller}
 	b.cur.Store(v)
-	b.lastSeq.Store(from)
-	opts := []pigeon.SubscribeOption{pigeon.WithSelector(man.Route.Selector), pigeon.WithFilter(man.Route.Filter),
-		pigeon.WithGroup(man.Route.Group), pigeon.WithMaxInFlight(man.Route.MaxInFlight), pigeon.WithMiddleware(mg.opts.Middleware...)}
-	if sp, err := mg.e.Subject(man.Route.Subject); err == nil && sp.Mode == pigeon.ModePubSub && from > 0 {
-		opts = append(opts, pigeon.WithStart(pigeon.StartAt(from+1)))
+	b.h = b.handle
+	for i := len(mg.opts.Middleware) - 1; i >= 0; i-- {
+		b.h = mg.opts.Middleware[i](b.h)
 	}
-	if b.sub, err = mg.e.Subscribe(ctx, b.caller, man.Route.Subject, b.handle, opts...); err != nil {
-		_ = mg.e.RevokeContract(ctx, pr, k.ID())
+	opts := []pigeon.SubscribeOption{pigeon.WithSelector(man.Route.Selector), pigeon.WithFilter(man.Route.Filter),
+		pigeon.WithGroup(man.Route.Group), pigeon.WithMaxInFlight(man.Route.MaxInFlight)}
+	fail := func(err error) (*binding, error) {
+		_ = mg.e.RevokeContract(ctx, caller.Principal, caller.ContractID)
 		return nil, err
+	}
+	if sp, err := mg.e.Subject(man.Route.Subject); err == nil && sp.Mode == pigeon.ModePubSub {
+		start := position{Subject: sp.Name}
+		if from != nil && from.Subject == sp.Name {
+			start = *from
+		} else if _, start.Seq, err = mg.e.Bounds(ctx, sp.Name); err != nil {
+			return fail(err)
+		}
+		maxAtt := sp.Delivery.Retry.MaxAttempts
+		if maxAtt <= 0 {
+			maxAtt = pigeon.DefaultMaxAttempts
+		}
+		b.tr = newTracker(sp.Name, maxAtt, start)
+		opts = append(opts, pigeon.WithStart(pigeon.StartAt(start.Seq+1)))
+	}
+	var err error
+	if b.sub, err = mg.e.SubscribeAsync(ctx, caller, man.Route.Subject, b.deliver, opts...); err != nil {
+		return fail(err)
 	}
 	mg.wg.Add(1)
 	go mg.watch(p, b)
 	return b, nil
 }
 
-// stop ends the subscription (waiting for the deliveries in flight) and
-// retires the current version.
-func (b *binding) stop(ctx context.Context) {
+// from is where a binding that replaces b starts: b's position with every
+// message handled above it (nil when b is not on a pubsub subject).
+func (b *binding) from() *position {
+	if b.tr == nil {
+		return nil
+	}
+	p, _ := b.tr.position(-1)
+	return &p
+}
+
+// halt ends the subscription, waiting for the deliveries in flight, and
+// stores its position a last time; the version stays.
+func (b *binding) halt(ctx context.Context) {
 	b.stopped.Store(true)
 	_ = b.sub.Unsubscribe(ctx)
+	b.setLive(ctx, false)
+}
+
+// stop halts b and retires its current version.
+func (b *binding) stop(ctx context.Context) {
+	b.halt(ctx)
 	b.cur.Load().retire(ctx)
 }
 
-// watch renews b when its subscription stops for a reason other than
-// stop or shutdown (its contract expired, a role of the account was
+// watch stores b's position every Options.PositionInterval while it
+// changes, and renews b when its subscription stops for a reason other
+// than stop or shutdown (its contract expired, a role of the account was
 // removed): the account is read again and a new contract negotiated,
-// retrying with a growing delay while that fails.
+// retrying with a growing delay while that fails. The renewed binding
+// resumes at b's position.
 func (mg *Manager) watch(p *program, b *binding) {
 	defer mg.wg.Done()
-	select {
-	case <-b.sub.Done():
-	case <-mg.ctx.Done():
-		return
+	var tick <-chan time.Time
+	if b.tr != nil {
+		t := time.NewTicker(mg.opts.PositionInterval)
+		defer t.Stop()
+		tick = t.C
 	}
+wait:
+	for {
+		select {
+		case <-b.sub.Done():
+			break wait
+		case <-mg.ctx.Done():
+			return
+		case <-tick:
+			b.persist(mg.ctx, false)
+		}
+	}
+	b.persist(mg.ctx, false)
 	delay := mg.opts.RebindDelay
 	for {
 		if b.stopped.Load() || mg.ctx.Err() != nil {
@@ -107,9 +212,11 @@ func (mg *Manager) watch(p *program, b *binding) {
 			p.mu.Unlock()
 			return
 		}
-		nb, err := mg.bind(mg.ctx, p, b.cur.Load(), b.lastSeq.Load())
+		nb, err := mg.bind(mg.ctx, p, b.cur.Load(), b.from())
 		if err == nil {
 			p.b = nb
+			b.setLive(mg.ctx, false)
+			nb.setLive(mg.ctx, true)
 		}
 		p.mu.Unlock()
 		if err == nil {
@@ -126,4 +233,40 @@ func (mg *Manager) watch(p *program, b *binding) {
 		}
 		delay = min(2*delay, maxRebindDelay)
 	}
+}
+
+// handover binds v in old's place on the same pubsub subject, exactly:
+// old's subscription stops (its deliveries in flight finish), then v's
+// starts after old's position and acknowledges without running what old
+// handled above it, so no message is handled by both or by neither. On
+// failure old's version is bound again at the same place.
+func (mg *Manager) handover(ctx context.Context, p *program, old *binding, v *version) (*binding, error) {
+	caller, err := mg.negotiate(ctx, &v.man)
+	if err != nil {
+		return nil, err
+	}
+	old.halt(ctx)
+	nb, err := mg.subscribe(ctx, p, v, caller, old.from())
+	if err != nil {
+		mg.resume(ctx, p, old, old.from())
+		return nil, err
+	}
+	return nb, nil
+}
+
+// resume binds the version of old again at from, under its contract,
+// after a handover failed; when even that fails the program is left
+// unbound, with its error.
+func (mg *Manager) resume(ctx context.Context, p *program, old *binding, from *position) {
+	v := old.cur.Load()
+	b, err := mg.subscribe(ctx, p, v, old.caller, from)
+	if err != nil {
+		v.retire(ctx)
+		p.b, p.err = nil, "the running version could not be bound again: "+err.Error()
+		mg.log.Error("program not bound again", "program", p.name, "error", err)
+		mg.audit(ctx, pigeon.EventProgramFailed, pigeon.ErrorCode(err), old.caller, v)
+		return
+	}
+	p.b = b
+	b.setLive(ctx, true)
 }

@@ -99,7 +99,8 @@ func allow(ps ...string) []pigeon.RuleSpec {
 // testCatalog: orders.in (a work queue the programs consume, retried
 // twice then quarantined), orders.out (pubsub they publish to; the field
 // "secret" is forbidden and quarantined), orders.eu / orders.us (router
-// targets) and quotes (request/reply answered by the responder).
+// targets), quotes (request/reply answered by the responder) and events
+// (pubsub the programs consume).
 func testCatalog() *pigeon.Catalog {
 	recv := func(ps ...string) map[pigeon.Operation][]pigeon.RuleSpec {
 		return map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: allow(client, progAcc, other), pigeon.OpReceive: allow(ps...), pigeon.OpAck: allow(ps...)}
@@ -118,6 +119,7 @@ func testCatalog() *pigeon.Catalog {
 		sp("orders.eu", pigeon.ModePubSub, recv(client)),
 		sp("orders.us", pigeon.ModePubSub, recv(client)),
 		sp("quotes", pigeon.ModeRequestReply, recv(progAcc)),
+		sp("events", pigeon.ModePubSub, recv(progAcc, other)),
 	}}
 }
 
@@ -156,7 +158,7 @@ func newFixture(t testing.TB, st store.Store, mw ...pigeon.Middleware) *fixture 
 	}
 	mg, err := programs.New(ctx, e, &programs.Options{KV: st, Cache: cache, RebindDelay: 10 * time.Millisecond, Middleware: mw})
 	require.NoError(t, err)
-	cli, err := e.Connect(ctx, "client-token", []string{"orders.in", "orders.out", "orders.eu", "orders.us", "quotes"})
+	cli, err := e.Connect(ctx, "client-token", []string{"orders.in", "orders.out", "orders.eu", "orders.us", "quotes", "events"})
 	require.NoError(t, err)
 	f := &fixture{e: e, st: st, mg: mg, cli: cli}
 	t.Cleanup(func() { f.stop(t) })

@@ -2,6 +2,8 @@ package programs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -21,8 +23,17 @@ import (
 const (
 	DefaultMaxModuleSize = 32 << 20
 	DefaultRebindDelay   = time.Second
-	maxRebindDelay       = time.Minute
-	bucket               = "programs"
+	// DefaultPositionInterval is how often a binding of a pubsub route
+	// stores its position while it moves.
+	DefaultPositionInterval = time.Second
+	// DefaultKeepVersions is how many versions of a program keep their
+	// module (the current one included), for rollbacks.
+	DefaultKeepVersions = 5
+	maxRebindDelay      = time.Minute
+	bucket              = "programs"
+	// modules is the KV bucket of the modules of earlier versions, keyed
+	// "<name>@<version>".
+	modules = "program-modules"
 )
 
 // Options configure a Manager. Nil means the defaults; New copies them.
@@ -48,6 +59,15 @@ type Options struct {
 	// RebindDelay is the first delay before a binding whose contract ended
 	// is tried again (default DefaultRebindDelay; it doubles up to a minute).
 	RebindDelay time.Duration
+	// PositionInterval is how often a binding of a pubsub route stores its
+	// position while it moves (default DefaultPositionInterval); it is
+	// stored too whenever the binding stops. After a crash, the messages
+	// handled since the last store are handled again.
+	PositionInterval time.Duration
+	// KeepVersions is how many versions of a program keep their module,
+	// the current one included (default DefaultKeepVersions): only those
+	// can be rolled back to. Older versions keep their metadata.
+	KeepVersions int
 }
 
 // Manager deploys, binds, swaps and removes the programs of one engine.
@@ -86,6 +106,7 @@ type record struct {
 	SHA256     string    `json:"sha256"`
 	DeployedAt time.Time `json:"deployedAt"`
 	DeployedBy string    `json:"deployedBy"`
+	RollbackOf int       `json:"rollbackOf,omitempty"`
 	// History lists the earlier versions, oldest first.
 	History []Revision `json:"history,omitempty"`
 }
@@ -97,6 +118,14 @@ type Revision struct {
 	Size       int       `json:"size"`
 	DeployedAt time.Time `json:"deployedAt"`
 	DeployedBy string    `json:"deployedBy"`
+	// RollbackOf is the earlier version a rollback deployed again.
+	RollbackOf int `json:"rollbackOf,omitempty"`
+	// Manifest is an earlier version's manifest (nil for the current
+	// version, whose manifest is Info's).
+	Manifest *Manifest `json:"manifest,omitempty"`
+	// Pruned says an earlier version's module is no longer kept
+	// (Options.KeepVersions): it cannot be rolled back to.
+	Pruned bool `json:"pruned,omitempty"`
 }
 
 // Info is a program as the API shows it.
@@ -134,6 +163,12 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	if o.RebindDelay <= 0 {
 		o.RebindDelay = DefaultRebindDelay
 	}
+	if o.PositionInterval <= 0 {
+		o.PositionInterval = DefaultPositionInterval
+	}
+	if o.KeepVersions <= 0 {
+		o.KeepVersions = DefaultKeepVersions
+	}
 	mg := &Manager{e: e, kv: o.KV, opts: o, log: o.Logger, cache: o.Cache, progs: map[string]*program{}}
 	if mg.cache == nil {
 		mg.cache = wazero.NewCompilationCache()
@@ -165,8 +200,14 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 	}
 	v, err := newVersion(ctx, mg, name, p.rec.Version, p.rec.Manifest, p.rec.Module)
 	if err == nil {
-		if p.b, err = mg.bind(ctx, p, v, 0); err != nil {
+		var from *position
+		if pos, ok := mg.loadPosition(ctx, name); ok {
+			from = &pos
+		}
+		if p.b, err = mg.bind(ctx, p, v, from); err != nil {
 			v.retire(ctx)
+		} else {
+			p.b.setLive(ctx, true)
 		}
 	}
 	if err != nil {
@@ -181,10 +222,12 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 // Deploy validates module under man and binds it as the next version of
 // the program name. When a version runs already, the switch is atomic:
 // deliveries in flight finish on the old version, later ones run on the
-// new. A route, account or publishes change binds a new subscription
-// before the old one stops. A deploy that fails (PROGRAM_INVALID with its
-// check, or the store's error) leaves the old version running. by is who
-// deploys, for the audit; authorizing it is the caller's business.
+// new. A route, account or publishes change on the same pubsub subject
+// hands the route over at a sequence (see handover); on another subject
+// it binds a new subscription before the old one stops. A deploy that
+// fails (PROGRAM_INVALID with its check, or the store's error) leaves the
+// old version running. by is who deploys, for the audit; authorizing it
+// is the caller's business.
 func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string, man Manifest, module []byte) (Info, error) {
 	if by == nil {
 		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a deploy names who deploys")
@@ -199,6 +242,81 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer mg.forgetEmpty(p)
+	return mg.deploy(ctx, p, by, man, module, 0)
+}
+
+// Rollback deploys an earlier version of the program name again, its
+// module and manifest, as the next version: validated and swapped as
+// Deploy does, audited program.rolled_back. version 0 is the version
+// before the current one. A version whose module is no longer kept is
+// PROGRAM_VERSION_PRUNED; one that never was, PROGRAM_NOT_FOUND.
+func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name string, version int) (Info, error) {
+	if by == nil {
+		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a rollback names who rolls back")
+	}
+	p, err := mg.program(name, false)
+	if err != nil {
+		return Info{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rec.Version == 0 {
+		return Info{}, notFound(name)
+	}
+	rev, err := p.info().RollbackTarget(version)
+	if err != nil {
+		return Info{}, err
+	}
+	module, err := mg.kv.Get(ctx, modules, moduleKey(name, rev.Version))
+	if errors.Is(err, store.ErrNotFound) {
+		return Info{}, pruned(name, rev.Version)
+	}
+	if err != nil {
+		return Info{}, pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "read program %s version %d", name, rev.Version)
+	}
+	if sum := sha256.Sum256(module); hex.EncodeToString(sum[:]) != rev.SHA256 {
+		return Info{}, pigeon.NewError(pigeon.CodeStoreCorrupt, "the kept module of program %s version %d does not match its digest", name, rev.Version)
+	}
+	return mg.deploy(ctx, p, by, *rev.Manifest, module, rev.Version)
+}
+
+// RollbackTarget returns the earlier version a rollback to version
+// deploys again (0: the one before the current version).
+func (in Info) RollbackTarget(version int) (Revision, error) {
+	if version < 0 {
+		return Revision{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a version is at least 1")
+	}
+	if version == 0 {
+		if len(in.History) == 0 {
+			return Revision{}, pigeon.NewError(pigeon.CodeInvalidArgument, "program %s has no earlier version", in.Name)
+		}
+		version = in.History[len(in.History)-1].Version
+	}
+	if version == in.Version {
+		return Revision{}, pigeon.NewError(pigeon.CodeInvalidArgument, "version %d of program %s is the one running", version, in.Name)
+	}
+	for _, r := range in.History {
+		if r.Version == version {
+			if r.Pruned || r.Manifest == nil {
+				return Revision{}, pruned(in.Name, version)
+			}
+			return r, nil
+		}
+	}
+	return Revision{}, pigeon.NewError(pigeon.CodeProgramNotFound, "program %s has no version %d", in.Name, version)
+}
+
+func pruned(name string, version int) error {
+	return pigeon.NewError(pigeon.CodeProgramVersionPruned,
+		"the module of version %d of program %s is no longer kept (only the last versions' are): deploy it again", version, name)
+}
+
+func moduleKey(name string, version int) string { return name + "@" + strconv.Itoa(version) }
+
+// deploy binds module under man as p's next version (a rollback of
+// rollbackOf when not 0). p.mu is held.
+func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal, man Manifest, module []byte, rollbackOf int) (Info, error) {
+	name := p.name
 	number := p.rec.Version + 1
 	refuse := func(err error) (Info, error) {
 		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: by.ID, Subject: man.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(number)})
@@ -213,23 +331,48 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 	}
 	old := p.b
 	nb := old
+	handover := false
 	if old == nil || !sameBinding(&old.cur.Load().man, &man) {
-		if nb, err = mg.bind(ctx, p, v, 0); err != nil {
+		if old != nil && old.tr != nil && old.tr.subject == man.Route.Subject {
+			handover = true
+			nb, err = mg.handover(ctx, p, old, v)
+		} else {
+			nb, err = mg.bind(ctx, p, v, nil)
+		}
+		if err != nil {
 			v.retire(ctx)
 			return refuse(invalidBind(err))
 		}
 	}
-	rec := record{Name: name, Version: number, Manifest: man, Module: module, SHA256: v.sum, DeployedAt: time.Now().UTC(), DeployedBy: by.ID, History: p.rec.History}
+	rec := record{Name: name, Version: number, Manifest: man, Module: module, SHA256: v.sum, DeployedAt: time.Now().UTC(), DeployedBy: by.ID, RollbackOf: rollbackOf, History: p.rec.History}
+	var prune []int
 	if p.rec.Version > 0 {
-		rec.History = append(slices.Clone(rec.History), p.rec.revision())
+		prev := p.rec.revision()
+		man := p.rec.Manifest
+		prev.Manifest = &man
+		rec.History = append(slices.Clone(rec.History), prev)
+		prune = rec.keep(mg.opts.KeepVersions)
+		err = mg.kv.Put(ctx, modules, moduleKey(name, prev.Version), p.rec.Module)
+		err = storeError(err, "keep the module of program %s version %d", name, prev.Version)
 	}
-	if err := mg.save(ctx, rec); err != nil {
-		if nb != old {
-			nb.stop(ctx)
-		} else {
+	if err == nil {
+		err = mg.save(ctx, rec)
+	}
+	if err != nil {
+		switch {
+		case nb == old:
 			v.retire(ctx)
+		case handover:
+			nb.halt(ctx)
+			v.retire(ctx)
+			mg.resume(ctx, p, old, nb.from())
+		default:
+			nb.stop(ctx)
 		}
 		return refuse(err)
+	}
+	for _, n := range prune {
+		mg.forget(ctx, modules, moduleKey(name, n))
 	}
 	event := pigeon.EventProgramDeployed
 	switch {
@@ -237,13 +380,35 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 	case nb == old:
 		event = pigeon.EventProgramSwapped
 		old.cur.Swap(v).retire(ctx)
+	case handover:
+		event = pigeon.EventProgramSwapped
+		old.cur.Load().retire(ctx)
 	default:
 		event = pigeon.EventProgramSwapped
 		old.stop(ctx)
 	}
+	if rollbackOf > 0 {
+		event = pigeon.EventProgramRolledBack
+	}
 	p.b, p.rec, p.err = nb, rec, ""
+	if nb != old {
+		nb.setLive(ctx, true)
+	}
 	mg.audit(ctx, event, pigeon.CodeOK, nb.caller, v)
 	return p.info(), nil
+}
+
+// keep marks the earlier versions beyond the last keep versions (the
+// current one included) pruned and returns those it marked.
+func (r *record) keep(keep int) []int {
+	var out []int
+	for i := range max(len(r.History)-(keep-1), 0) {
+		if !r.History[i].Pruned {
+			r.History[i].Pruned = true
+			out = append(out, r.History[i].Version)
+		}
+	}
+	return out
 }
 
 // invalidBind is a binding failure as a PROGRAM_INVALID refusal that
@@ -308,6 +473,12 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 		p.b.stop(ctx)
 		_ = mg.e.RevokeContract(ctx, p.b.caller.Principal, p.b.caller.ContractID)
 	}
+	for _, r := range p.rec.History {
+		if !r.Pruned {
+			mg.forget(ctx, modules, moduleKey(name, r.Version))
+		}
+	}
+	mg.forget(ctx, positions, name)
 	_ = mg.e.Record(ctx, pigeon.EventProgramRemoved, pigeon.CodeOK, pigeon.AuditRecord{Principal: by.ID, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
 	p.b, p.rec = nil, record{}
 	mg.forgetEmpty(p)
@@ -390,13 +561,26 @@ func (mg *Manager) save(ctx context.Context, rec record) error {
 	if err != nil {
 		return pigeon.WrapError(pigeon.CodeInternal, err, "encode program %s", rec.Name)
 	}
-	if err := mg.kv.Put(ctx, bucket, rec.Name, b); err != nil {
-		if errors.Is(err, store.ErrFull) {
-			return pigeon.WrapError(pigeon.CodeStoreFull, err, "store program %s", rec.Name)
-		}
-		return pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "store program %s", rec.Name)
+	return storeError(mg.kv.Put(ctx, bucket, rec.Name, b), "store program %s", rec.Name)
+}
+
+// forget deletes a key of the KV; a failure is only logged (what is left
+// is unused).
+func (mg *Manager) forget(ctx context.Context, bkt, key string) {
+	if err := mg.kv.Delete(ctx, bkt, key); err != nil {
+		mg.log.Warn("program data not deleted", "bucket", bkt, "key", key, "error", err)
 	}
-	return nil
+}
+
+// storeError is a KV write's error with the engine's code (nil for nil).
+func storeError(err error, format string, args ...any) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, store.ErrFull):
+		return pigeon.WrapError(pigeon.CodeStoreFull, err, format, args...)
+	}
+	return pigeon.WrapError(pigeon.CodeStoreUnavailable, err, format, args...)
 }
 
 // audit records ev for version v running under caller.
@@ -419,7 +603,7 @@ func (mg *Manager) sleep(d time.Duration) bool {
 }
 
 func (r *record) revision() Revision {
-	return Revision{Version: r.Version, SHA256: r.SHA256, Size: len(r.Module), DeployedAt: r.DeployedAt, DeployedBy: r.DeployedBy}
+	return Revision{Version: r.Version, SHA256: r.SHA256, Size: len(r.Module), DeployedAt: r.DeployedAt, DeployedBy: r.DeployedBy, RollbackOf: r.RollbackOf}
 }
 
 // info is p as the API shows it. p.mu is held.

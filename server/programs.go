@@ -28,6 +28,7 @@ func (s *Server) programRoutes() {
 		http.MethodPut:    {operator, deployProgram},
 		http.MethodDelete: {operator, removeProgram},
 	})
+	s.route("/v1/programs/{name}/rollback", map[string]endpoint{http.MethodPost: {operator, rollbackProgram}})
 }
 
 // deployBody is the body of PUT /v1/programs/{name}: the manifest and
@@ -91,4 +92,47 @@ func removeProgram(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]bool{"ok": true}, nil
+}
+
+// maxRollbackBody bounds the body of a rollback ({"version": N}).
+const maxRollbackBody = 4 << 10
+
+// rollbackBody is the body of POST /v1/programs/{name}/rollback: the
+// version to deploy again (omitted: the one before the current).
+type rollbackBody struct {
+	Version int `json:"version"`
+}
+
+// rollbackProgram deploys an earlier version again. A principal without
+// RoleAdmin may roll back only a program that runs, and would run, as its
+// own account.
+func rollbackProgram(rq *request) (int, any, error) {
+	b, err := readBody(rq.w, rq.r, maxRollbackBody)
+	if err != nil {
+		return 0, nil, err
+	}
+	var in rollbackBody
+	if err := decodeBody(b, &in, false); err != nil {
+		return 0, nil, err
+	}
+	name := rq.r.PathValue("name")
+	if !rq.p.HasRole(RoleAdmin) {
+		info, err := rq.s.opts.Programs.Get(rq.ctx, name)
+		if err != nil {
+			return 0, nil, err
+		}
+		rev, err := info.RollbackTarget(in.Version)
+		if err != nil {
+			return 0, nil, err
+		}
+		if info.Manifest.Account != rq.p.ID || rev.Manifest.Account != rq.p.ID {
+			return 0, nil, pigeon.NewError(pigeon.CodeForbidden, "only an admin may roll back a program that runs as another account")
+		}
+		in.Version = rev.Version // the version checked, whatever is deployed meanwhile
+	}
+	info, err := rq.s.opts.Programs.Rollback(rq.ctx, rq.p, name, in.Version)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"program": info}, nil
 }

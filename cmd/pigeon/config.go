@@ -36,6 +36,7 @@ type fileConfig struct {
 	Verbose         bool          `yaml:"verbose"`
 	WSOrigins       []string      `yaml:"ws_origins"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
+	ProgramVersions int           `yaml:"program_versions"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -173,6 +174,12 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.wsOrigins = append(cfg.wsOrigins, o)
 	}
 	set(&cfg.mesgdSubject, f.MesgdSubject)
+	if f.ProgramVersions < 0 {
+		return configError(path, at("program_versions"), "program_versions must not be negative")
+	}
+	if f.ProgramVersions > 0 {
+		cfg.programVersions = f.ProgramVersions
+	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)
 	set(&cfg.metricsAddr, f.MetricsAddr)

@@ -10,7 +10,7 @@
 //	pigeon publish --subject S [--data JSON | --file F] [flags]
 //	pigeon subscribe --subject S [flags]
 //	pigeon quarantine list|show ID|release ID [flags]
-//	pigeon program deploy NAME --module F.wasm --manifest F.json | list | show NAME | remove NAME [flags]
+//	pigeon program deploy NAME --module F.wasm --manifest F.json | list | show NAME | remove NAME | rollback NAME [--version N] [flags]
 //	pigeon audit verify --data DIR
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
@@ -45,7 +45,7 @@ commands:
   subscribe                   stream deliveries as JSON lines until interrupted
   quarantine list|show|release
                               review quarantined messages (role auditor)
-  program deploy|list|show|remove
+  program deploy|list|show|remove|rollback
                               manage programs bound to routes (role admin or programs)
   audit verify --data DIR     verify the audit chain of a data directory, offline
   audit tail                  print audit records as JSON lines (role auditor)
@@ -97,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return subscribeCmd(ctx, rest, stdout, stderr)
 	case cmd == "quarantine" && (sub == "list" || sub == "show" || sub == "release"):
 		return quarantineCmd(ctx, sub, rest[1:], stdout, stderr)
-	case cmd == "program" && (sub == "deploy" || sub == "list" || sub == "show" || sub == "remove"):
+	case cmd == "program" && (sub == "deploy" || sub == "list" || sub == "show" || sub == "remove" || sub == "rollback"):
 		return programCmd(ctx, sub, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "verify":
 		return auditVerifyCmd(rest[1:], stdout, stderr)

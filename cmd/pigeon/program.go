@@ -11,7 +11,8 @@ import (
 	"os"
 )
 
-// programCmd runs pigeon program deploy|list|show|remove (docs/programs.md).
+// programCmd runs pigeon program deploy|list|show|remove|rollback
+// (docs/programs.md).
 func programCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	cmd := "program " + sub
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
@@ -19,6 +20,7 @@ func programCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 	a := clientFlags(fs)
 	module := fs.String("module", "", "deploy: the WebAssembly module (.wasm)")
 	manifest := fs.String("manifest", "", "deploy: the manifest (JSON: route, account, publishes, limits, env)")
+	version := fs.Int("version", 0, "rollback: the version to deploy again (default: the one before the current)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return parseExit(err)
@@ -50,6 +52,8 @@ func programCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 		b, err = a.do(ctx, http.MethodGet, path, nil)
 	case "remove":
 		b, err = a.do(ctx, http.MethodDelete, path, nil)
+	case "rollback":
+		b, err = a.do(ctx, http.MethodPost, path+"/rollback", map[string]int{"version": *version})
 	default: // deploy
 		if *module == "" || *manifest == "" {
 			fmt.Fprintf(stderr, "pigeon %s: --module and --manifest are required\n", cmd)

@@ -28,7 +28,7 @@ var okModule = []byte{
 	0x0a, 0x0c, 0x02, 0x05, 0x00, 0x41, 0x80, 0x08, 0x0b, 0x04, 0x00, 0x41, 0x00, 0x0b, // code
 }
 
-// pigeon program deploy|list|show|remove against a running serve; the
+// pigeon program deploy|list|show|remove|rollback against a running serve; the
 // program is bound again when serve starts again on the same data.
 func TestProgramCommands(t *testing.T) {
 	ctx := context.Background()
@@ -38,13 +38,7 @@ func TestProgramCommands(t *testing.T) {
 	require.NoError(t, os.WriteFile(manifest, []byte(`{"route":{"subject":"payments.authorize"},"account":"`+demo.Gateway+`"}`), 0o600))
 	data := filepath.Join(dir, "data")
 	r := startServe(t, serveConfig{data: data})
-	req, err := http.NewRequest(http.MethodPost, r.url+"/v1/accounts", strings.NewReader(`{"id":"`+demo.Gateway+`"}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer admin-token")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	createAccount(t, r.url, demo.Gateway)
 
 	code, _, stderr := r.pigeon(t, ctx, "program", "deploy", "ok", "--module", wasm, "--manifest", manifest, "--token", "checkout-token")
 	require.Equal(t, 1, code)
@@ -57,6 +51,15 @@ func TestProgramCommands(t *testing.T) {
 	require.Contains(t, stderr, "PROGRAM_INVALID")
 	code, _, _ = r.pigeon(t, ctx, "program", "deploy", "ok", "--token", "admin-token")
 	require.Equal(t, 2, code, "--module and --manifest are required")
+	code, _, stderr = r.pigeon(t, ctx, "program", "deploy", "ok", "--module", wasm, "--manifest", manifest, "--token", "admin-token")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr = r.pigeon(t, ctx, "program", "rollback", "ok", "--token", "admin-token")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"version": 3`)
+	require.Contains(t, stdout, `"rollbackOf": 1`)
+	code, _, stderr = r.pigeon(t, ctx, "program", "rollback", "ok", "--version", "9", "--token", "admin-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "PROGRAM_NOT_FOUND")
 	r.stop()
 
 	r = startServe(t, serveConfig{data: data})
@@ -72,6 +75,49 @@ func TestProgramCommands(t *testing.T) {
 	code, _, stderr = r.pigeon(t, ctx, "program", "show", "ok", "--token", "admin-token")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "PROGRAM_NOT_FOUND")
+}
+
+// createAccount creates the account id through the server at url.
+func createAccount(t *testing.T, url, id string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/accounts", strings.NewReader(`{"id":"`+id+`"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer admin-token")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+}
+
+// serve --program-versions (or program_versions in the config file)
+// bounds the versions kept for rollbacks.
+func TestServeProgramVersions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg, _, ok := parseServe([]string{"--program-versions", "3"}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, 3, cfg.programVersions)
+	_, code, ok := parseServe([]string{"--program-versions", "-1"}, io.Discard)
+	require.False(t, ok)
+	require.Equal(t, 2, code)
+	file := filepath.Join(dir, "pigeon.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("program_versions: 1\n"), 0o600))
+	cfg, _, ok = parseServe([]string{"--config", file}, io.Discard)
+	require.True(t, ok)
+	require.Equal(t, 1, cfg.programVersions)
+
+	wasm, manifest := filepath.Join(dir, "ok.wasm"), filepath.Join(dir, "ok.json")
+	require.NoError(t, os.WriteFile(wasm, okModule, 0o600))
+	require.NoError(t, os.WriteFile(manifest, []byte(`{"route":{"subject":"payments.authorize"},"account":"`+demo.Gateway+`"}`), 0o600))
+	r := startServe(t, serveConfig{programVersions: 1})
+	createAccount(t, r.url, demo.Gateway)
+	for range 2 {
+		code, _, stderr := r.pigeon(t, ctx, "program", "deploy", "ok", "--module", wasm, "--manifest", manifest, "--token", "admin-token")
+		require.Equal(t, 0, code, stderr)
+	}
+	code, _, stderr := r.pigeon(t, ctx, "program", "rollback", "ok", "--token", "admin-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "PROGRAM_VERSION_PRUNED", "only the current version keeps its module")
 }
 
 // serve --mesgd-subject (or mesgd_subject in the config file) serves

@@ -32,6 +32,9 @@ type serveConfig struct {
 	// mesgdSubject, when set, serves mesgd's WebSocket format at
 	// /mesgd/<route path> on that subject.
 	mesgdSubject string
+	// programVersions is how many versions of a program keep their
+	// module for rollbacks (0: programs.DefaultKeepVersions).
+	programVersions int
 	// Operations (docs/operations.md): log format and level, and where
 	// /metrics is served ("" on the main listener).
 	logFormat, logLevel, metricsAddr string
@@ -118,6 +121,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
+	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
 	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", cfg.logLevel, "lowest level logged: debug, info, warn or error")
@@ -134,6 +138,10 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "pigeon serve: unexpected argument %q\n", fs.Arg(0))
+		return 2, false
+	}
+	if cfg.programVersions < 0 {
+		fmt.Fprintln(stderr, "pigeon serve: --program-versions must not be negative")
 		return 2, false
 	}
 	for _, o := range cfg.wsOrigins {
@@ -235,7 +243,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if st != nil {
 		kv = st
 	}
-	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger})
+	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger, KeepVersions: cfg.programVersions})
 	if err != nil {
 		_ = e.Shutdown(context.Background())
 		if st != nil {

@@ -132,6 +132,8 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusServiceUnavailable
 	case pigeon.CodeStoreFull:
 		return http.StatusInsufficientStorage
+	case pigeon.CodeProgramVersionPruned:
+		return http.StatusGone
 	}
 	return http.StatusInternalServerError
 }
