@@ -17,6 +17,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/testlog"
 	"pigeon/internal/wire"
 	"pigeon/store"
 	"pigeon/store/memory"
@@ -351,7 +352,7 @@ func TestRecoveryIsAudited(t *testing.T) {
 // work; once a write succeeds the broker goes on and the log says how many
 // records were lost.
 func TestAuditFailsClosed(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	st, e := failingAuditEngine(t, slog.New(slog.NewJSONHandler(&logs, nil)))
 	s, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
 	require.NoError(t, err)
@@ -397,24 +398,6 @@ func TestAuditFailsClosed(t *testing.T) {
 	require.Regexp(t, `^[1-9][0-9]* records could not be written$`, resumed[0].Ref)
 	_, err = e.VerifyAudit(ctx)
 	require.NoError(t, err)
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestAuditFailurePausesDeliveries: a running subscription delivers nothing

@@ -22,6 +22,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/identity"
+	"pigeon/internal/testlog"
 	"pigeon/server"
 	"pigeon/transport/ws"
 )
@@ -45,7 +46,7 @@ type edge struct {
 	certPth string
 	keyPth  string
 	p       *idp
-	logs    *logBuf
+	logs    *testlog.Buffer
 	limiter *identity.Limiter
 }
 
@@ -66,14 +67,14 @@ func newEdge(t *testing.T, required bool) *edge { t.Helper(); return newEdgeLimi
 func newEdgeLimit(t *testing.T, required bool, maxFailures int) *edge {
 	t.Helper()
 	ctx := context.Background()
-	f := &edge{dir: t.TempDir(), root: newCA(t, "root"), other: newCA(t, "other"), p: newIDP(t), logs: &logBuf{}}
+	f := &edge{dir: t.TempDir(), root: newCA(t, "root"), other: newCA(t, "other"), p: newIDP(t), logs: &testlog.Buffer{}}
 	f.caPath = filepath.Join(f.dir, "ca.pem")
 	writeCert(t, f.caPath, f.root.cert)
 	sc, sk := f.root.issue(t, leafOpts{server: true, spiffeID: "spiffe://example.org/pigeon"})
 	f.certPth, f.keyPth = writePair(t, f.dir, "server", sc, sk)
 	f.p.addKey(t, "ec-1", jose.ES256, true)
 
-	log := f.logs.logger()
+	log := f.logs.Logger()
 	var err error
 	f.cert, err = identity.LoadCertFile(f.certPth, f.keyPth, log)
 	require.NoError(t, err)
@@ -369,8 +370,8 @@ func TestEdgeCertificateReload(t *testing.T) {
 
 func TestEdgeFailuresRateLimited(t *testing.T) {
 	lim := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: 3, Window: time.Minute})
-	logs := &logBuf{}
-	chain := identity.NewChain(&identity.ChainOptions{Limiter: lim, Logger: logs.logger()},
+	logs := &testlog.Buffer{}
+	chain := identity.NewChain(&identity.ChainOptions{Limiter: lim, Logger: logs.Logger()},
 		identity.Method{Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(pigeon.StaticToken{Token: "good", Principal: "p"}))})
 	cred := func(tok, addr string) error {
 		_, err := chain.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: tok, RemoteAddr: addr})

@@ -32,7 +32,6 @@ const maxJWKSBytes = 1 << 20
 type keySet struct {
 	issuer     string
 	jwksURL    string // "" until discovery finds it
-	discover   bool
 	client     *http.Client
 	minRefresh time.Duration
 	maxAge     time.Duration

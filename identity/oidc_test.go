@@ -1,11 +1,8 @@
 package identity_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 
 	"pigeon"
 	"pigeon/identity"
+	"pigeon/internal/testlog"
 )
 
 // clock is a settable clock.
@@ -23,40 +21,18 @@ type clock struct{ off atomic.Int64 }
 func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *clock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
-// logBuf is a log sink safe for concurrent use.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuf) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 // oidcFixture is an OIDC method on a local identity provider.
 type oidcFixture struct {
 	p     *idp
 	m     *identity.OIDC
 	clk   *clock
-	logs  *logBuf
+	logs  *testlog.Buffer
 	chain *identity.Chain
 }
 
 func newOIDCFixture(t testing.TB, discovery bool) *oidcFixture {
 	t.Helper()
-	f := &oidcFixture{p: newIDP(t), clk: &clock{}, logs: &logBuf{}}
+	f := &oidcFixture{p: newIDP(t), clk: &clock{}, logs: &testlog.Buffer{}}
 	f.p.now = f.clk.Now
 	f.p.addKey(t, "rsa-1", jose.RS256, true)
 	f.p.addKey(t, "ec-1", jose.ES256, true)
@@ -66,10 +42,10 @@ func newOIDCFixture(t testing.TB, discovery bool) *oidcFixture {
 	if !discovery {
 		in.JWKSURL = f.p.srv.URL + "/jwks"
 	}
-	m, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{in}, Logger: f.logs.logger(), Now: f.clk.Now})
+	m, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{in}, Logger: f.logs.Logger(), Now: f.clk.Now})
 	require.NoError(t, err)
 	f.m = m
-	f.chain = identity.NewChain(&identity.ChainOptions{Logger: f.logs.logger()},
+	f.chain = identity.NewChain(&identity.ChainOptions{Logger: f.logs.Logger()},
 		identity.Method{Name: pigeon.AuthOIDC, Auth: m},
 		identity.Method{Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(pigeon.StaticToken{Token: "static-1", Principal: "svc-static"}))})
 	return f

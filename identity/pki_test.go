@@ -50,7 +50,6 @@ func newCA(t *testing.T, name string) *ca {
 // leafOpts shape a leaf certificate.
 type leafOpts struct {
 	spiffeID            string // URI SAN; "" for none
-	dns                 string
 	notBefore, notAfter time.Time
 	server              bool
 }

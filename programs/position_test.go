@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/internal/testlog"
 	"pigeon/programs"
 	"pigeon/store/wal"
 )
@@ -125,7 +126,7 @@ func TestRestartResumesPubSub(t *testing.T) {
 func TestRouteChangeHandover(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
@@ -165,7 +166,7 @@ func TestRouteChangeHandover(t *testing.T) {
 func TestRenewalResumesPubSub(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, RebindDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
@@ -193,7 +194,7 @@ func TestRenewalResumesPubSub(t *testing.T) {
 func TestFailedHandoverResumes(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })

@@ -1,7 +1,6 @@
 package programs_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/internal/testlog"
 	"pigeon/programs"
 )
 
@@ -137,7 +137,7 @@ func TestRouter(t *testing.T) {
 func TestSwapUnderLoad(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
@@ -177,7 +177,7 @@ func TestSwapUnderLoad(t *testing.T) {
 }
 
 // handled counts the messages modLog logged, by id.
-func handled(t *testing.T, logs *lockedBuffer) map[string]int {
+func handled(t *testing.T, logs *testlog.Buffer) map[string]int {
 	t.Helper()
 	seen := map[string]int{}
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
@@ -195,24 +195,6 @@ func handled(t *testing.T, logs *lockedBuffer) map[string]int {
 		seen[m.ID]++
 	}
 	return seen
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A binding whose contract ends (here: revoked) is renewed with a fresh

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"pigeon/internal/testclock"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/internal/leakcheck"
+	"pigeon/internal/testclock"
 	"pigeon/server"
 )
 

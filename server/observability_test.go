@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/docs"
+	"pigeon/internal/testlog"
 	"pigeon/programs"
 	"pigeon/server"
 	"pigeon/transport/mesgd"
@@ -288,30 +287,12 @@ func TestFeedStaysBoundedUnderAFlood(t *testing.T) {
 	require.Equal(t, uint64(n), total)
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRequestIDsOnLogLines: every request's lines carry its id (the
 // client's, or one drawn), the answer names it, and no line holds a token
 // or a payload value.
 func TestRequestIDsOnLogLines(t *testing.T) {
 	f := newFixture(t)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	s := server.New(f.e, &server.Options{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	hs := httptest.NewServer(s)
 	defer hs.Close()

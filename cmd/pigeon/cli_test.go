@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"pigeon/internal/testlog"
 )
 
 // waitFor polls cond until it holds, failing after a generous deadline.
@@ -82,7 +84,7 @@ func TestBrokerStartWithTheReferenceEnvironment(t *testing.T) {
 	t.Setenv("PIGEON_DATA_DIR", data)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"broker", "start", "--shutdown-timeout", "10s"}, out, io.Discard) }()
 	health := regexp.MustCompile(`health\s+(http://127\.0\.0\.1:\d+)/health`)

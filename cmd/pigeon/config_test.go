@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon/demo"
+	"pigeon/internal/testlog"
 )
 
 // writeTestPKI writes ca.pem, server.pem and server-key.pem into dir, and
@@ -199,9 +200,9 @@ func TestServeTLSWithCLI(t *testing.T) {
 
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lines := &syncBuffer{}
+	lines := &testlog.Buffer{}
 	subDone := make(chan int, 1)
-	subErr := &syncBuffer{}
+	subErr := &testlog.Buffer{}
 	go func() {
 		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--tls-ca", file("ca.pem"), "--tls-cert", file("notifier.pem"),
 			"--tls-key", file("notifier-key.pem"), "--subject", "notifications.send", "--start", "first"}, lines, subErr)

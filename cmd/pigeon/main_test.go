@@ -21,34 +21,17 @@ import (
 
 	"pigeon/demo"
 	"pigeon/internal/leakcheck"
+	"pigeon/internal/testlog"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
-
-// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // running is a `pigeon serve` started by a test.
 type running struct {
 	url    string
 	data   string
-	out    *syncBuffer
-	errOut *syncBuffer
+	out    *testlog.Buffer
+	errOut *testlog.Buffer
 	stop   func()
 	result chan error
 }
@@ -63,7 +46,7 @@ func startServe(t *testing.T, cfg serveConfig) *running {
 	addr := make(chan string, 1)
 	cfg.ready = func(a string) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{data: cfg.data, out: &syncBuffer{}, errOut: &syncBuffer{}, result: make(chan error, 1)}
+	r := &running{data: cfg.data, out: &testlog.Buffer{}, errOut: &testlog.Buffer{}, result: make(chan error, 1)}
 	go func() { r.result <- serve(ctx, cfg, r.out, r.errOut) }()
 	select {
 	case a := <-addr:
@@ -199,7 +182,7 @@ func TestClientCommands(t *testing.T) {
 	// subscribe streams deliveries as JSON lines until interrupted.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lines := &syncBuffer{}
+	lines := &testlog.Buffer{}
 	subDone := make(chan int, 1)
 	go func() {
 		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--token", "notifier-token", "--subject", "notifications.send", "--start", "first"}, lines, io.Discard)
