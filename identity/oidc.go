@@ -197,12 +197,14 @@ func newIssuer(in Issuer, o *OIDCOptions) (*issuer, error) {
 }
 
 // Run fetches every issuer's keys now and then every RefreshInterval,
-// until ctx ends. A failed fetch is logged and keeps the cached keys.
+// until ctx ends. A failed fetch is logged and keeps the cached keys. The
+// interval runs from the start of a fetch, so a slow provider does not
+// stretch it.
 func (m *OIDC) Run(ctx context.Context) {
 	next := map[*issuer]time.Time{}
 	for _, is := range m.issuers {
-		_ = is.keys.refresh(ctx, true)
 		next[is] = m.now().Add(is.cfg.RefreshInterval)
+		_ = is.keys.refresh(ctx, true)
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -214,8 +216,8 @@ func (m *OIDC) Run(ctx context.Context) {
 		}
 		for is, at := range next {
 			if !m.now().Before(at) {
-				_ = is.keys.refresh(ctx, true)
 				next[is] = m.now().Add(is.cfg.RefreshInterval)
+				_ = is.keys.refresh(ctx, true)
 			}
 		}
 	}
