@@ -445,6 +445,8 @@ func storeError(err error) error {
 		return WrapError(CodeNotFound, err, "not found")
 	case errors.Is(err, store.ErrFull):
 		return WrapError(CodeStoreFull, err, "store is full")
+	case errors.Is(err, store.ErrNoQuorum):
+		return WrapError(CodeStoreNoQuorum, err, "store has no quorum; retry")
 	case errors.Is(err, store.ErrCorrupt):
 		return WrapError(CodeStoreCorrupt, err, "%v", err)
 	case errors.Is(err, store.ErrTampered):

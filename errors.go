@@ -86,6 +86,10 @@ const (
 	CodeIdentityUnavailable Code = "IDENTITY_UNAVAILABLE"
 )
 
+// CodeStoreNoQuorum: a replicated store could not commit a write for want
+// of a quorum of its replicas. Nothing was kept; a retry may succeed.
+const CodeStoreNoQuorum Code = "STORE_NO_QUORUM"
+
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
 //
 // Deprecated: use CodeEncryptionRequired, named like CodeSignatureRequired.
@@ -202,7 +206,7 @@ func (c Code) group() error {
 		return ErrTimeout
 	case CodeShutdown, CodeSessionClosed:
 		return ErrClosed
-	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeInternal:
+	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeStoreNoQuorum, CodeInternal:
 		return ErrStore
 	case CodeDeliveryExhausted:
 		return ErrQuarantined

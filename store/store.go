@@ -43,6 +43,10 @@ var (
 	ErrFull = errors.New("store: no space left")
 	// ErrLocked is returned when another process holds the store.
 	ErrLocked = errors.New("store: locked by another process")
+	// ErrNoQuorum is returned by a replicated store when too few of its
+	// replicas answer to commit a write. Nothing of the write is kept; it
+	// may succeed when retried once the replicas are back.
+	ErrNoQuorum = errors.New("store: no quorum")
 )
 
 // CorruptError names where corruption was found.
