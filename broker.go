@@ -87,6 +87,9 @@ type Options struct {
 	// SweepInterval is how often expired contracts, parked replies and
 	// retention are swept (default 1 minute).
 	SweepInterval time.Duration
+	// Cluster, when set, joins this engine to the other nodes sharing
+	// Store (see Cluster). Nil: a single node.
+	Cluster Cluster
 }
 
 // Engine is the in-process broker. It is safe for concurrent use by any
@@ -208,6 +211,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e.replyGates = replyChain(e.gates)
 	e.goTracked(e.janitor)
 	e.goTracked(e.auditWriter)
+	if o.Cluster != nil {
+		e.goTracked(e.watchCluster)
+	}
 	return e, nil
 }
 

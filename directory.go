@@ -118,6 +118,20 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 	})
 }
 
+// reload reads the directory again from its store, where another node
+// changed it, and bumps the version.
+func (d *directory) reload(ctx context.Context, log *slog.Logger) error {
+	var fresh directory
+	if err := fresh.load(ctx, d.st, log); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
+	d.mu.Unlock()
+	d.bump()
+	return nil
+}
+
 // put stores v as JSON under bucket/key.
 func (d *directory) put(ctx context.Context, bucket, key string, v any) error {
 	b, err := json.Marshal(v)
