@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,13 +16,16 @@ import (
 	"pigeon/store"
 )
 
-// The audit log of a node is its own stream, whose sequence is the
-// record's Seq: each node keeps one hash chain, and VerifyAudit checks
-// every chain of the prefix.
+// The audit log of a node is its own stream: each node keeps one hash
+// chain, and VerifyAudit checks every chain of the prefix. One stream
+// message holds one AppendAudit batch (a JSON array of records, its first
+// Seq in a header), so a batch is kept whole or not at all.
 
-// AppendAudit implements store.AuditLog. Each record is published
-// expecting the stream's last sequence to be the one before its Seq, so a
-// record that does not continue the chain is refused by JetStream itself.
+const hdrAuditFirst = "Pigeon-Audit-First"
+
+// AppendAudit implements store.AuditLog. The batch is published expecting
+// the stream's last message to be the one the head was read from, so two
+// writers of one chain cannot interleave.
 func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
 	if err := s.begin(ctx); err != nil {
 		return err
@@ -28,7 +33,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	if len(recs) == 0 {
 		return nil
 	}
-	last, _, err := s.AuditHead(ctx)
+	last, streamSeq, err := s.auditHead(ctx)
 	if err != nil {
 		return err
 	}
@@ -37,17 +42,15 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, last.Seq+uint64(i))
 		}
 	}
-	for _, r := range recs {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if _, err := s.js.Publish(ctx, s.auditSubject(s.opts.Node), b,
-			jetstream.WithExpectStream(s.auditStream(s.opts.Node)), jetstream.WithExpectLastSequence(r.Seq-1)); err != nil {
-			return s.fail(err)
-		}
+	b, err := json.Marshal(recs)
+	if err != nil {
+		return err
 	}
-	return nil
+	msg := nats.NewMsg(s.auditSubject(s.opts.Node))
+	msg.Data = b
+	msg.Header.Set(hdrAuditFirst, strconv.FormatUint(recs[0].Seq, 10))
+	_, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(s.auditStream(s.opts.Node)), jetstream.WithExpectLastSequence(streamSeq))
+	return s.fail(err)
 }
 
 // ReadAudit implements store.AuditLog for this node's chain.
@@ -64,44 +67,95 @@ func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpo
 	if err := s.begin(ctx); err != nil {
 		return store.AuditRecord{}, store.Checkpoint{}, err
 	}
-	raw, err := s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return store.AuditRecord{}, store.Checkpoint{}, nil
-	}
-	if err != nil {
-		return store.AuditRecord{}, store.Checkpoint{}, s.fail(err)
-	}
-	r, err := decodeAudit(raw)
-	return r, store.Checkpoint{}, err
+	last, _, err := s.auditHead(ctx)
+	return last, store.Checkpoint{}, err
 }
 
+// auditHead returns the last record and the stream sequence holding it.
+func (s *Store) auditHead(ctx context.Context) (store.AuditRecord, uint64, error) {
+	raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+		return s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return store.AuditRecord{}, 0, nil
+	}
+	if err != nil {
+		return store.AuditRecord{}, 0, s.fail(err)
+	}
+	recs, err := decodeAudit(raw)
+	if err != nil || len(recs) == 0 {
+		return store.AuditRecord{}, 0, err
+	}
+	return recs[len(recs)-1], raw.Sequence, nil
+}
+
+// readAudit reads records with Seq >= from: it finds the stream message
+// holding from by bisection on their first sequences, then reads on.
 func readAudit(ctx context.Context, st jetstream.Stream, from uint64, limit int, fail func(error) error) ([]store.AuditRecord, error) {
-	var out []store.AuditRecord
-	filter := st.CachedInfo().Config.Subjects[0]
-	for seq := max(from, 1); limit <= 0 || len(out) < limit; {
-		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fail(err)
+	}
+	filter := info.Config.Subjects[0]
+	get := func(seq uint64) (*jetstream.RawStreamMsg, error) {
+		raw, err := direct(ctx, 5*time.Second, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+			return nil, nil
 		}
-		if err != nil {
-			return nil, fail(err)
-		}
-		r, err := decodeAudit(raw)
+		return raw, fail(err)
+	}
+	lo, hi := info.State.FirstSeq, info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	for lo < hi { // the last message whose first record is <= from
+		mid := lo + (hi-lo+1)/2
+		raw, err := get(mid)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		if raw == nil || firstSeq(raw) > from {
+			hi = mid - 1
+		} else {
+			lo = mid
+		}
+	}
+	var out []store.AuditRecord
+	for seq := lo; limit <= 0 || len(out) < limit; {
+		raw, err := get(seq)
+		if err != nil {
+			return nil, err
+		}
+		if raw == nil {
+			break
+		}
+		recs, err := decodeAudit(raw)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.Seq >= from && (limit <= 0 || len(out) < limit) {
+				out = append(out, r)
+			}
+		}
 		seq = raw.Sequence + 1
 	}
 	return out, nil
 }
 
-func decodeAudit(raw *jetstream.RawStreamMsg) (store.AuditRecord, error) {
-	var r store.AuditRecord
-	if err := json.Unmarshal(raw.Data, &r); err != nil {
-		return r, &store.CorruptError{File: raw.Subject, Offset: int64(raw.Sequence), Reason: "audit record does not decode: " + err.Error()}
+func firstSeq(raw *jetstream.RawStreamMsg) uint64 {
+	n, _ := strconv.ParseUint(raw.Header.Get(hdrAuditFirst), 10, 64)
+	return n
+}
+
+func decodeAudit(raw *jetstream.RawStreamMsg) ([]store.AuditRecord, error) {
+	var recs []store.AuditRecord
+	if err := json.Unmarshal(raw.Data, &recs); err != nil {
+		return nil, &store.CorruptError{File: raw.Subject, Offset: int64(raw.Sequence), Reason: "audit batch does not decode: " + err.Error()}
 	}
-	return r, nil
+	return recs, nil
 }
 
 // ChainReport is the verification of one node's audit chain.

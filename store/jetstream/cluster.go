@@ -132,7 +132,7 @@ func leaseKey(key store.GroupKey, seq uint64) string {
 func (c *Cluster) Acquire(ctx context.Context, key store.GroupKey, seq uint64, deadline time.Time) (pigeon.LeaseState, error) {
 	k := leaseKey(key, seq)
 	for {
-		e, err := c.leases.Get(ctx, k)
+		e, err := direct(ctx, c.s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return c.leases.Get(ctx, k) })
 		var prev leaseVal
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -181,7 +181,7 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 		_, err := c.leases.Put(ctx, k, b)
 		return c.s.fail(err)
 	}
-	e, err := c.leases.Get(ctx, k)
+	e, err := direct(ctx, c.s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return c.leases.Get(ctx, k) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}

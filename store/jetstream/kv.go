@@ -62,7 +62,7 @@ func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, err
 
 // getValue reads one key; a missing or deleted one is store.ErrNotFound.
 func getValue(ctx context.Context, s *Store, kv jetstream.KeyValue, key string) ([]byte, error) {
-	e, err := kv.Get(ctx, key)
+	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, store.ErrNotFound
 	}

@@ -66,8 +66,11 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 		claimRev = rev
 	}
 	m, err := s.publish(ctx, m)
-	if err != nil && claimRev != 0 {
-		// Give the key back, unless someone has taken it over since.
+	if err != nil && claimRev != 0 && !errors.Is(err, store.ErrNoQuorum) {
+		// Refused: give the key back, unless someone has taken it over
+		// since. After a timeout the message may have been stored, so the
+		// claim stays: a retry finds the message, or takes the claim over
+		// once it is too old to be waited for.
 		_ = s.idem.Delete(context.WithoutCancel(ctx), token(m.IdemKey), jetstream.LastRevision(claimRev))
 	}
 	return m, false, err
@@ -89,7 +92,10 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 		msg.Header.Set(hdrIdem, m.IdemKey)
 		msg.Header.Set(hdrIdemExp, strconv.FormatInt(m.IdemExpires.UnixNano(), 10))
 	}
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(st.CachedInfo().Config.Name))
+	// The message id is also JetStream's deduplication id: a retry of a
+	// publish whose acknowledgement was lost (within the stream's
+	// duplicate window) is answered with the first one's sequence.
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(st.CachedInfo().Config.Name), jetstream.WithMsgID(m.ID))
 	if err != nil {
 		return m, s.fail(err)
 	}
@@ -110,7 +116,7 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 	key := token(m.IdemKey)
 	val, _ := json.Marshal(claim{ID: m.ID, Subject: m.Subject, Expires: m.IdemExpires.UnixNano(), At: time.Now().UnixNano()})
 	for {
-		e, err := s.idem.Get(ctx, key)
+		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, key) })
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			rev, err := s.idem.Create(ctx, key, val)
 			if errors.Is(err, jetstream.ErrKeyExists) {
@@ -172,7 +178,9 @@ func (s *Store) Read(ctx context.Context, subject string, from uint64, limit int
 	var out []store.Message
 	filter := st.CachedInfo().Config.Subjects[0]
 	for seq := max(from, 1); limit <= 0 || len(out) < limit; {
-		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -194,7 +202,7 @@ func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
 	if err := s.begin(ctx); err != nil {
 		return store.Message{}, err
 	}
-	e, err := s.ids.Get(ctx, token(id))
+	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.ids.Get(ctx, token(id)) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return store.Message{}, store.ErrNotFound
 	}
@@ -213,7 +221,9 @@ func (s *Store) find(ctx context.Context, subject, id string) (store.Message, er
 	if st == nil {
 		return store.Message{}, store.ErrNotFound
 	}
-	raw, err := st.GetLastMsgForSubject(ctx, s.msgSubject(subject, id))
+	raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+		return st.GetLastMsgForSubject(ctx, s.msgSubject(subject, id))
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return store.Message{}, store.ErrNotFound
 	}
@@ -256,7 +266,9 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 	n, keep := 0, info.State.LastSeq+1
 	filter := info.Config.Subjects[0]
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
-		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}

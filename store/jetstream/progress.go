@@ -41,7 +41,7 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 }
 
 func (s *Store) loadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, uint64, error) {
-	e, err := s.progress.Get(ctx, progressKey(key))
+	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.progress.Get(ctx, progressKey(key)) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return store.GroupState{}, 0, nil
 	}

@@ -307,3 +307,22 @@ func (s *Store) fail(err error) error {
 	}
 	return err
 }
+
+// direct runs a read that JetStream may answer with a direct get. A
+// stream that was just created, or whose leader just moved, may have no
+// direct-get responder for a moment: direct retries the read for up to
+// Options.Timeout before giving up.
+func direct[T any](ctx context.Context, timeout time.Duration, read func() (T, error)) (T, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		v, err := read()
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
