@@ -42,6 +42,53 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, last.Seq+uint64(i))
 		}
 	}
+	return s.fail(s.publishAudit(ctx, recs, streamSeq))
+}
+
+// ChainAudit implements store.AuditChainer: it chains recs onto the
+// stream's actual head, and chains them again onto the new head when
+// another batch got there first. A batch whose publish timed out may
+// still have been kept; the next batch then chains after it, so the chain
+// stays whole either way (such records are in the chain although the
+// engine counted them lost).
+func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	for {
+		last, streamSeq, err := s.auditHead(ctx)
+		if err != nil {
+			return err
+		}
+		seq, prev := last.Seq, last.Hash
+		if seq == 0 {
+			prev = store.Genesis
+		}
+		for i := range recs {
+			r := &recs[i]
+			seq++
+			r.Seq, r.Time, r.PrevHash = seq, r.Time.UTC(), prev
+			if r.ID == "" || strings.HasPrefix(r.ID, "aud_") {
+				r.ID = "aud_" + strconv.FormatUint(seq, 10)
+			}
+			r.Hash = r.ComputeHash()
+			prev = r.Hash
+		}
+		err = s.publishAudit(ctx, recs, streamSeq)
+		var api *jetstream.APIError
+		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			continue
+		}
+		return s.fail(err)
+	}
+}
+
+// publishAudit keeps recs as one stream message, expecting the stream's
+// last message to be streamSeq.
+func (s *Store) publishAudit(ctx context.Context, recs []store.AuditRecord, streamSeq uint64) error {
 	b, err := json.Marshal(recs)
 	if err != nil {
 		return err
@@ -50,7 +97,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	msg.Data = b
 	msg.Header.Set(hdrAuditFirst, strconv.FormatUint(recs[0].Seq, 10))
 	_, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(s.auditStream(s.opts.Node)), jetstream.WithExpectLastSequence(streamSeq))
-	return s.fail(err)
+	return err
 }
 
 // ReadAudit implements store.AuditLog for this node's chain.

@@ -58,6 +58,8 @@ var (
 	_ store.Store          = (*Store)(nil)
 	_ store.Trimmer        = (*Store)(nil)
 	_ store.ContractLister = (*Store)(nil)
+	_ store.AuditChainer   = (*Store)(nil)
+	_ store.BatchProgress  = (*Store)(nil)
 )
 
 // Connect dials urls (comma-separated, as nats.Connect takes them) with

@@ -1,0 +1,147 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// retryable says whether a client should retry a publish that failed with
+// err, on the same node (true, false) or on another (true, true).
+func retryable(err error) (retry, elsewhere bool) {
+	switch pigeon.ErrorCode(err) {
+	case pigeon.CodeStoreNoQuorum, pigeon.CodeStoreUnavailable, pigeon.CodeRequestTimeout:
+		return true, false
+	case pigeon.CodeShutdown, pigeon.CodeSessionClosed:
+		return true, true
+	}
+	return false, false
+}
+
+// TestClusterFailover kills -9 one NATS node and stops one Pigeon node
+// under publishing load: every publish answered "accepted" is stored
+// exactly once and the dead node's client goes on through another. Then
+// the cluster loses its quorum: publishes fail with STORE_NO_QUORUM and
+// succeed again once it is back.
+func TestClusterFailover(t *testing.T) {
+	nc := startNATSCluster(t)
+	prefix := freshPrefix()
+	var nodes []*pigeonNode
+	for i := range 3 {
+		nodes = append(nodes, nc.startPigeon(t, i, prefix, nil))
+	}
+	ctx := t.Context()
+	var dead atomic.Int32 // 1 + index of the stopped Pigeon node
+	const perPublisher = 40
+	var (
+		mu       sync.Mutex
+		accepted = map[string]string{} // idempotency key -> message id
+		answered atomic.Int32
+		moved    atomic.Bool
+	)
+	publisher := func(p int) {
+		node := p
+		sess, err := nodes[node].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+		require.NoError(t, err)
+		for k := 0; k < perPublisher; {
+			m := chatMsg("load", fmt.Sprintf("p%d-%d", p, k))
+			m.IdempotencyKey = fmt.Sprintf("p%d-%d", p, k)
+			res, err := sess.Publish(ctx, m)
+			if err != nil {
+				retry, elsewhere := retryable(err)
+				require.True(t, retry, "publisher %d: %v", p, err)
+				if elsewhere || int(dead.Load()) == node+1 {
+					// The node is gone: reconnect to the next live one.
+					for node = (node + 1) % 3; int(dead.Load()) == node+1; node = (node + 1) % 3 {
+					}
+					moved.Store(true)
+					for {
+						sess, err = nodes[node].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+						if err == nil {
+							break
+						}
+						retry, _ := retryable(err)
+						require.True(t, retry, "reconnecting: %v", err)
+						time.Sleep(50 * time.Millisecond)
+					}
+				} else {
+					time.Sleep(50 * time.Millisecond)
+				}
+				continue
+			}
+			mu.Lock()
+			if prev, ok := accepted[m.IdempotencyKey]; ok {
+				require.Equal(t, prev, res.Message.ID)
+			}
+			accepted[m.IdempotencyKey] = res.Message.ID
+			mu.Unlock()
+			answered.Add(1)
+			k++
+		}
+	}
+	var wg sync.WaitGroup
+	for p := range 3 {
+		wg.Go(func() { publisher(p) })
+	}
+	require.Eventually(t, func() bool { return answered.Load() >= 20 }, 30*time.Second, 10*time.Millisecond)
+	nc.nodes[2].kill() // NATS node 3, kill -9
+	// Pigeon node 2 dies: its connection to NATS goes first, so nothing
+	// more of it reaches the store, then the engine.
+	dead.Store(2)
+	nodes[1].nc.Close()
+	nodes[1].stop()
+	wg.Wait()
+	require.True(t, moved.Load(), "the dead node's client moved to another node")
+	require.Len(t, accepted, 3*perPublisher)
+
+	// Every accepted publish is stored exactly once.
+	msgs, err := nodes[0].s.Read(ctx, "chat.messages", 0, 0)
+	require.NoError(t, err)
+	stored := map[string]int{}
+	byKey := map[string]string{}
+	for _, m := range msgs {
+		stored[m.ID]++
+		if m.IdemKey != "" {
+			byKey[m.IdemKey] = m.ID
+		}
+	}
+	for key, id := range accepted {
+		require.Equal(t, 1, stored[id], "accepted message %s (%s) stored once", id, key)
+	}
+	require.Len(t, stored, len(msgs), "no message id stored twice")
+
+	t.Run("LostQuorum", func(t *testing.T) {
+		sess, err := nodes[0].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+		require.NoError(t, err)
+		nc.nodes[1].kill() // one NATS node of three left
+		_, err = sess.Publish(ctx, chatMsg("load", "no quorum"))
+		requireCode(t, err, pigeon.CodeStoreNoQuorum)
+		nc.start(t, nc.nodes[1])
+		nc.start(t, nc.nodes[2])
+		require.Eventually(t, func() bool {
+			_, err := sess.Publish(ctx, chatMsg("load", "quorum back"))
+			if err != nil {
+				retry, _ := retryable(err)
+				require.True(t, retry, "%v", err)
+			}
+			return err == nil
+		}, 60*time.Second, 100*time.Millisecond)
+	})
+
+	// The audit chains verify, the dead node's included.
+	nodes[0].stop()
+	nodes[2].stop()
+	reports, err := VerifyAudit(context.Background(), connect(t, nc.nodes[0].url()), prefix)
+	require.NoError(t, err)
+	require.Len(t, reports, 3)
+	for _, r := range reports {
+		require.NoError(t, r.Err, "chain of %s", r.Node)
+	}
+}
