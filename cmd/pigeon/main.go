@@ -8,7 +8,7 @@
 //	pigeon publish --subject S [--data JSON | --file F] [flags]
 //	pigeon subscribe --subject S [flags]
 //	pigeon quarantine list|show ID|release ID [flags]
-//	pigeon audit verify --data DIR
+//	pigeon audit verify --data DIR | --store nats://host:4222[,…]
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
 //

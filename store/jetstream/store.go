@@ -185,7 +185,7 @@ func (s *Store) bucket(ctx context.Context, name string) (jetstream.KeyValue, er
 		return nil, s.fail(fmt.Errorf("jetstream: bucket %s: %w", full, err))
 	}
 	if reason := incompatible(st.CachedInfo().Config); reason != "" {
-		return nil, fmt.Errorf("jetstream: bucket %s was changed and cannot be used: %s", full, reason)
+		return nil, fmt.Errorf("jetstream: bucket %s (stream KV_%s) was changed and cannot be used: %s", full, full, reason)
 	}
 	return kv, nil
 }
