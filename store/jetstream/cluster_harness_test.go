@@ -90,7 +90,7 @@ type natsCluster struct {
 	nodes []*natsNode
 }
 
-func startNATSCluster(t *testing.T) *natsCluster {
+func startNATSCluster(t testing.TB) *natsCluster {
 	ports := freePorts(t, 6)
 	c := &natsCluster{}
 	for i := range 3 {
@@ -108,7 +108,7 @@ func startNATSCluster(t *testing.T) *natsCluster {
 }
 
 // start (re)starts node n and waits until it takes clients.
-func (c *natsCluster) start(t *testing.T, n *natsNode) {
+func (c *natsCluster) start(t testing.TB, n *natsNode) {
 	cfg, err := json.Marshal(n)
 	require.NoError(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -157,7 +157,7 @@ type pigeonNode struct {
 // startPigeon starts Pigeon node i (audit chain "p<i+1>") against NATS
 // node i, failing over to the others. The first node to start creates
 // the streams; it waits for JetStream to elect its leaders.
-func (c *natsCluster) startPigeon(t *testing.T, i int, prefix string, mutate func(*pigeon.Options)) *pigeonNode {
+func (c *natsCluster) startPigeon(t testing.TB, i int, prefix string, mutate func(*pigeon.Options)) *pigeonNode {
 	opts := &Options{Prefix: prefix, Replicas: 3, Node: fmt.Sprintf("p%d", i+1), Timeout: 2 * time.Second}
 	var s *Store
 	require.Eventually(t, func() bool {
