@@ -29,8 +29,9 @@
 // # Guarantees
 //
 // A method that returned without error has been acknowledged by the
-// stream's leader after a quorum of its replicas stored it (with file
-// storage, as JetStream syncs it). A publish that fails for want of a
+// stream's leader after a quorum of its replicas stored it. With file
+// storage JetStream syncs to disk on its own interval (sync_interval);
+// docs/cluster.md says what that means for durability. A publish that fails for want of a
 // quorum returns an error matching store.ErrNoQuorum, which the broker
 // reports as the retryable STORE_NO_QUORUM; nothing is retried silently.
 //
