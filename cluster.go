@@ -16,10 +16,12 @@ import (
 //
 // Implementations are safe for concurrent use.
 type Cluster interface {
-	// Announce tells the other nodes, best effort, that seq was appended
-	// to subject, so their subscribers get it without waiting for the
-	// fan-out's periodic look at the store.
-	Announce(subject string, seq uint64)
+	// Notify tells the other nodes of c, best effort (at most once): a
+	// message this node appended (ChangeAppended), so their subscribers
+	// get it without waiting for the fan-out's periodic look at the
+	// store, or a reply whose requester waits on another node
+	// (ChangeReply).
+	Notify(c ClusterChange)
 	// Watch calls fn, from one goroutine, for every change another node
 	// made to shared state, until ctx ends; it then returns ctx.Err().
 	// It may also report changes this node made.
@@ -35,6 +37,11 @@ type ClusterChange struct {
 	Seq     uint64
 	// ContractID: ChangeContract.
 	ContractID string
+	// RequestID, Requester (the request's principal) and Reply:
+	// ChangeReply.
+	RequestID string   `json:",omitempty"`
+	Requester string   `json:",omitempty"`
+	Reply     *Message `json:",omitempty"`
 }
 
 // ClusterChangeKind says what changed.
@@ -49,6 +56,9 @@ const (
 	ChangeDirectory
 	// ChangeContract: the stored contract ContractID changed (revoked).
 	ChangeContract
+	// ChangeReply: a reply to request RequestID, for a requester that was
+	// not waiting on the node that admitted it.
+	ChangeReply
 )
 
 // Leaser hands out work-queue leases that hold across every node: a
@@ -108,6 +118,10 @@ func (e *Engine) applyChange(c ClusterChange) {
 			return
 		}
 		e.onAccessChanged()
+	case ChangeReply:
+		if c.Reply != nil {
+			e.replies.deliver(c.RequestID, c.Requester, c.Reply, e.now())
+		}
 	case ChangeContract:
 		e.contracts.mu.RLock()
 		cached := e.contracts.m[c.ContractID]

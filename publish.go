@@ -283,7 +283,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {
-		e.opts.Cluster.Announce(s.name, stored.Seq)
+		e.opts.Cluster.Notify(ClusterChange{Kind: ChangeAppended, Subject: s.name, Seq: stored.Seq})
 	}
 	return &res.r, nil
 }

@@ -19,9 +19,10 @@ import (
 
 // Cluster is a pigeon.Cluster over the store's NATS connection:
 //
-//   - Announce is a core NATS publish (at most once; a lost one is found
-//     by the fan-out's periodic look at the store, within a second);
-//   - Watch reports other nodes' announcements, and changes to the access
+//   - Notify is a core NATS publish (at most once: a lost notice of a new
+//     message is made up for by the fan-out's periodic look at the store,
+//     within a second; a lost reply times its request out);
+//   - Watch reports other nodes' notices, and changes to the access
 //     directory and to contracts seen through KV watches, which resume
 //     after a reconnect;
 //   - leases are keys of the <P>_leases bucket, taken with create or
@@ -49,18 +50,20 @@ func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 	return &Cluster{s: s, leases: kv}, nil
 }
 
-type announcement struct {
-	Node    string `json:"n"`
-	Subject string `json:"s"`
-	Seq     uint64 `json:"q"`
+// notice is a change one node tells the others.
+type notice struct {
+	Node   string               `json:"node"`
+	Change pigeon.ClusterChange `json:"change"`
 }
 
-func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev.appended" }
+func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev" }
 
-// Announce implements pigeon.Cluster.
-func (c *Cluster) Announce(subject string, seq uint64) {
-	b, _ := json.Marshal(announcement{Node: c.s.opts.Node, Subject: subject, Seq: seq})
-	_ = c.s.nc.Publish(c.eventSubject(), b)
+// Notify implements pigeon.Cluster.
+func (c *Cluster) Notify(ch pigeon.ClusterChange) {
+	b, err := json.Marshal(notice{Node: c.s.opts.Node, Change: ch})
+	if err == nil {
+		_ = c.s.nc.Publish(c.eventSubject(), b)
+	}
 }
 
 // Watch implements pigeon.Cluster.
@@ -90,9 +93,10 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		case <-ctx.Done():
 			return ctx.Err()
 		case m := <-ch:
-			var a announcement
-			if json.Unmarshal(m.Data, &a) == nil && a.Node != c.s.opts.Node {
-				fn(pigeon.ClusterChange{Kind: pigeon.ChangeAppended, Subject: a.Subject, Seq: a.Seq})
+			var n notice
+			if json.Unmarshal(m.Data, &n) == nil && n.Node != c.s.opts.Node &&
+				(n.Change.Kind == pigeon.ChangeAppended || n.Change.Kind == pigeon.ChangeReply) {
+				fn(n.Change)
 			}
 		case e, ok := <-dir.Updates():
 			if !ok {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 	"pigeon/transport/transporttest"
 )
 
@@ -198,7 +199,7 @@ func clusterOptions() *pigeon.Options {
 			pigeon.OpReceive: {{Effect: "allow", Roles: []string{"member"}}},
 		},
 	})
-	o.Authenticator = pigeon.NewStaticTokens(append(suiteTokens(), pigeon.StaticToken{Token: "carol-token", Principal: carol})...)
+	o.Authenticator = pigeon.NewStaticTokens(append(append(demo.Tokens(), suiteTokens()...), pigeon.StaticToken{Token: "carol-token", Principal: carol})...)
 	return o
 }
 

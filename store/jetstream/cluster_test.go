@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 )
 
 func chatMsg(room, text string) *pigeon.Message {
@@ -218,6 +219,25 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("an extra message %s", m.ID)
 		case <-time.After(200 * time.Millisecond):
 		}
+	})
+
+	t.Run("RequestReplyAcrossNodes", func(t *testing.T) {
+		checkout, err := n1.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+		require.NoError(t, err)
+		gateway, err := n3.Connect(ctx, "gateway-token", []string{"payments.authorize"})
+		require.NoError(t, err)
+		_, err = gateway.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
+			_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
+				Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID, Data: json.RawMessage(`{"approved":true}`)})
+			return err
+		})
+		require.NoError(t, err)
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		reply, err := checkout.Request(rctx, demo.Payment("o-1"))
+		require.NoError(t, err)
+		require.JSONEq(t, `{"approved":true}`, string(reply.Data))
+		require.Equal(t, demo.Gateway, reply.Source)
 	})
 
 	// Every node's audit chain verifies, offline, after all of the above.
