@@ -56,4 +56,15 @@ func TestChainAudit(t *testing.T) {
 	require.ErrorAs(t, reports[0].Err, &ce)
 	require.Equal(t, uint64(5), ce.Seq)
 	require.NoError(t, reports[1].Err)
+
+	// Someone appends a forged record to b's chain, hash recomputed: its
+	// prevHash does not match.
+	forged := store.AuditRecord{Seq: 3, ID: "aud_3", Type: "publish.accepted", Time: time.Now().UTC(), PrevHash: store.Genesis}
+	forged.Hash = forged.ComputeHash()
+	require.NoError(t, b.publishAudit(ctx, []store.AuditRecord{forged}, 1))
+	reports, err = VerifyAudit(ctx, nc, prefix)
+	require.NoError(t, err)
+	require.ErrorAs(t, reports[1].Err, &ce)
+	require.Equal(t, uint64(3), ce.Seq)
+	require.Equal(t, uint64(2), reports[1].Records)
 }
