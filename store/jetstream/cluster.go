@@ -66,7 +66,8 @@ func (c *Cluster) Notify(ch pigeon.ClusterChange) {
 	}
 }
 
-// Watch implements pigeon.Cluster.
+// Watch implements pigeon.Cluster. It reports a directory change as soon
+// as its watches are in place, so that nothing changed before is missed.
 func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
 	ch := make(chan *nats.Msg, 1024)
 	sub, err := c.s.nc.ChanSubscribe(c.eventSubject(), ch)
@@ -88,6 +89,9 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		return c.s.fail(err)
 	}
 	defer con.Stop()
+	// What changed before the watches began (while the engine started, or
+	// while a failed watch was down) is read once now.
+	fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
 	for {
 		select {
 		case <-ctx.Done():
