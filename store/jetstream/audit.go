@@ -42,7 +42,7 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, last.Seq+uint64(i))
 		}
 	}
-	return s.fail(s.publishAudit(ctx, recs, streamSeq))
+	return s.fail(ctx, s.publishAudit(ctx, recs, streamSeq))
 }
 
 // ChainAudit implements store.AuditChainer: it chains recs onto the
@@ -82,7 +82,7 @@ func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error 
 		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 			continue
 		}
-		return s.fail(err)
+		return s.fail(ctx, err)
 	}
 }
 
@@ -105,7 +105,7 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	return readAudit(ctx, s.audit, from, limit, s.fail)
+	return readAudit(ctx, s.audit, from, limit, func(err error) error { return s.fail(ctx, err) })
 }
 
 // AuditHead implements store.AuditLog for this node's chain. Audit
@@ -127,7 +127,7 @@ func (s *Store) auditHead(ctx context.Context) (store.AuditRecord, uint64, error
 		return store.AuditRecord{}, 0, nil
 	}
 	if err != nil {
-		return store.AuditRecord{}, 0, s.fail(err)
+		return store.AuditRecord{}, 0, s.fail(ctx, err)
 	}
 	recs, err := decodeAudit(raw)
 	if err != nil || len(recs) == 0 {

@@ -45,7 +45,7 @@ func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 	full := s.bucketName("leases")
 	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: full, History: 1, TTL: leaseMarkerTTL, Storage: s.storage(), Replicas: s.opts.Replicas})
 	if err != nil {
-		return nil, s.fail(fmt.Errorf("jetstream: bucket %s: %w", full, err))
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
 	}
 	return &Cluster{s: s, leases: kv}, nil
 }
@@ -81,12 +81,12 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	}
 	dir, err := c.s.kv.WatchFiltered(ctx, dirKeys, jetstream.UpdatesOnly())
 	if err != nil {
-		return c.s.fail(err)
+		return c.s.fail(ctx, err)
 	}
 	defer dir.Stop()
 	con, err := c.s.contracts.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
-		return c.s.fail(err)
+		return c.s.fail(ctx, err)
 	}
 	defer con.Stop()
 	// What changed before the watches began (while the engine started, or
@@ -145,7 +145,7 @@ func (c *Cluster) Acquire(ctx context.Context, key store.GroupKey, seq uint64, d
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return pigeon.LeaseState{}, c.s.fail(err)
+			return pigeon.LeaseState{}, c.s.fail(ctx, err)
 		default:
 			if err := json.Unmarshal(e.Value(), &prev); err != nil {
 				return pigeon.LeaseState{}, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
@@ -175,7 +175,7 @@ func (c *Cluster) Acquire(ctx context.Context, key store.GroupKey, seq uint64, d
 			continue
 		}
 		if err != nil {
-			return pigeon.LeaseState{}, c.s.fail(err)
+			return pigeon.LeaseState{}, c.s.fail(ctx, err)
 		}
 		return pigeon.LeaseState{Acquired: true, Attempt: next.Attempt}, nil
 	}
@@ -187,14 +187,14 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 	if done {
 		b, _ := json.Marshal(leaseVal{Done: true})
 		_, err := c.leases.Put(ctx, k, b)
-		return c.s.fail(err)
+		return c.s.fail(ctx, err)
 	}
 	e, err := direct(ctx, c.s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return c.leases.Get(ctx, k) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	if err != nil {
-		return c.s.fail(err)
+		return c.s.fail(ctx, err)
 	}
 	var l leaseVal
 	if json.Unmarshal(e.Value(), &l) != nil || l.Done || l.Node != c.s.opts.Node {
@@ -206,5 +206,5 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil // taken over meanwhile
 	}
-	return c.s.fail(err)
+	return c.s.fail(ctx, err)
 }

@@ -20,7 +20,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 		return err
 	}
 	_, err := s.kv.Put(ctx, kvKey(bucket, key), val)
-	return s.fail(err)
+	return s.fail(ctx, err)
 }
 
 // Get implements store.KV.
@@ -36,7 +36,7 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	return s.fail(s.kv.Delete(ctx, kvKey(bucket, key)))
+	return s.fail(ctx, s.kv.Delete(ctx, kvKey(bucket, key)))
 }
 
 // List implements store.KV.
@@ -67,7 +67,7 @@ func getValue(ctx context.Context, s *Store, kv jetstream.KeyValue, key string) 
 		return nil, store.ErrNotFound
 	}
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, s.fail(ctx, err)
 	}
 	return e.Value(), nil
 }
@@ -80,7 +80,7 @@ func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string
 	}
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, s.fail(ctx, err)
 	}
 	defer w.Stop()
 	out := map[string][]byte{}

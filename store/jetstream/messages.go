@@ -38,7 +38,7 @@ func (s *Store) stream(ctx context.Context, subject string, create bool) (jetstr
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, nil
 		}
-		err = s.fail(err)
+		err = s.fail(ctx, err)
 	}
 	if err != nil {
 		return nil, err
@@ -66,11 +66,12 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 		claimRev = rev
 	}
 	m, err := s.publish(ctx, m)
-	if err != nil && claimRev != 0 && !errors.Is(err, store.ErrNoQuorum) {
-		// Refused: give the key back, unless someone has taken it over
-		// since. After a timeout the message may have been stored, so the
-		// claim stays: a retry finds the message, or takes the claim over
-		// once it is too old to be waited for.
+	var refused *jetstream.APIError
+	if err != nil && claimRev != 0 && errors.As(err, &refused) {
+		// Refused by JetStream: give the key back, unless someone has
+		// taken it over since. After a timeout the message may have been
+		// stored, so the claim stays: a retry finds the message, or takes
+		// the claim over once it is too old to be waited for.
 		_ = s.idem.Delete(context.WithoutCancel(ctx), token(m.IdemKey), jetstream.LastRevision(claimRev))
 	}
 	return m, false, err
@@ -82,7 +83,7 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 		return m, err
 	}
 	if _, err := s.ids.Put(ctx, token(m.ID), []byte(m.Subject)); err != nil {
-		return m, s.fail(err)
+		return m, s.fail(ctx, err)
 	}
 	msg := nats.NewMsg(s.msgSubject(m.Subject, m.ID))
 	msg.Data = m.Body
@@ -97,7 +98,7 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 	// duplicate window) is answered with the first one's sequence.
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(st.CachedInfo().Config.Name), jetstream.WithMsgID(m.ID))
 	if err != nil {
-		return m, s.fail(err)
+		return m, s.fail(ctx, err)
 	}
 	m.Seq = ack.Sequence
 	return m, nil
@@ -122,10 +123,10 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			return store.Message{}, false, rev, s.fail(err)
+			return store.Message{}, false, rev, s.fail(ctx, err)
 		}
 		if err != nil {
-			return store.Message{}, false, 0, s.fail(err)
+			return store.Message{}, false, 0, s.fail(ctx, err)
 		}
 		var c claim
 		if err := json.Unmarshal(e.Value(), &c); err != nil {
@@ -145,7 +146,7 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
-		return store.Message{}, false, rev, s.fail(err)
+		return store.Message{}, false, rev, s.fail(ctx, err)
 	}
 }
 
@@ -185,7 +186,7 @@ func (s *Store) Read(ctx context.Context, subject string, from uint64, limit int
 			break
 		}
 		if err != nil {
-			return nil, s.fail(err)
+			return nil, s.fail(ctx, err)
 		}
 		m, err := decodeMessage(subject, raw)
 		if err != nil {
@@ -207,7 +208,7 @@ func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
 		return store.Message{}, store.ErrNotFound
 	}
 	if err != nil {
-		return store.Message{}, s.fail(err)
+		return store.Message{}, s.fail(ctx, err)
 	}
 	return s.find(ctx, string(e.Value()), id)
 }
@@ -228,7 +229,7 @@ func (s *Store) find(ctx context.Context, subject, id string) (store.Message, er
 		return store.Message{}, store.ErrNotFound
 	}
 	if err != nil {
-		return store.Message{}, s.fail(err)
+		return store.Message{}, s.fail(ctx, err)
 	}
 	return decodeMessage(subject, raw)
 }
@@ -244,7 +245,7 @@ func (s *Store) Bounds(ctx context.Context, subject string) (first, last uint64,
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, 0, s.fail(err)
+		return 0, 0, s.fail(ctx, err)
 	}
 	return info.State.FirstSeq, info.State.LastSeq, nil
 }
@@ -261,7 +262,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, s.fail(err)
+		return 0, s.fail(ctx, err)
 	}
 	n, keep := 0, info.State.LastSeq+1
 	filter := info.Config.Subjects[0]
@@ -273,7 +274,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 			break
 		}
 		if err != nil {
-			return 0, s.fail(err)
+			return 0, s.fail(ctx, err)
 		}
 		if !msgTime(raw).Before(t) {
 			keep = raw.Sequence
@@ -286,7 +287,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 		return 0, nil
 	}
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {
-		return 0, s.fail(err)
+		return 0, s.fail(ctx, err)
 	}
 	return n, nil
 }

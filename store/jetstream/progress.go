@@ -46,7 +46,7 @@ func (s *Store) loadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 		return store.GroupState{}, 0, nil
 	}
 	if err != nil {
-		return store.GroupState{}, 0, s.fail(err)
+		return store.GroupState{}, 0, s.fail(ctx, err)
 	}
 	var g store.GroupState
 	if err := json.Unmarshal(e.Value(), &g); err != nil {
@@ -79,6 +79,6 @@ func (s *Store) updateGroup(ctx context.Context, key store.GroupKey, fn func(*st
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue
 		}
-		return s.fail(err)
+		return s.fail(ctx, err)
 	}
 }

@@ -26,7 +26,7 @@ func (s *Store) PutQuarantine(ctx context.Context, r store.QuarantineRecord) err
 		return err
 	}
 	_, err = s.quarantine.Put(ctx, token(r.ID), b)
-	return s.fail(err)
+	return s.fail(ctx, err)
 }
 
 // GetQuarantine implements store.QuarantineLog.
@@ -89,7 +89,7 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 		return err
 	}
 	_, err = s.contracts.Put(ctx, token(c.ID), b)
-	return s.fail(err)
+	return s.fail(ctx, err)
 }
 
 // GetContract implements store.ContractLog.
@@ -142,7 +142,7 @@ func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, e
 	for _, c := range all {
 		if c.ExpiresAt.Before(t) {
 			if err := s.contracts.Purge(ctx, token(c.ID)); err != nil {
-				return n, s.fail(err)
+				return n, s.fail(ctx, err)
 			}
 			n++
 		}

@@ -178,11 +178,11 @@ func (s *Store) bucket(ctx context.Context, name string) (jetstream.KeyValue, er
 		}
 	}
 	if err != nil {
-		return nil, s.fail(fmt.Errorf("jetstream: bucket %s: %w", full, err))
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
 	}
 	st, err := s.js.Stream(ctx, "KV_"+full)
 	if err != nil {
-		return nil, s.fail(fmt.Errorf("jetstream: bucket %s: %w", full, err))
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
 	}
 	if reason := incompatible(st.CachedInfo().Config); reason != "" {
 		return nil, fmt.Errorf("jetstream: bucket %s (stream KV_%s) was changed and cannot be used: %s", full, full, reason)
@@ -205,7 +205,7 @@ func (s *Store) ensureStream(ctx context.Context, name, subject string) (jetstre
 		}
 	}
 	if err != nil {
-		return nil, s.fail(fmt.Errorf("jetstream: stream %s: %w", name, err))
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: stream %s: %w", name, err))
 	}
 	cfg := st.CachedInfo().Config
 	if reason := incompatible(cfg); reason != "" {
@@ -228,7 +228,7 @@ func (s *Store) checkStreams(ctx context.Context) error {
 			}
 		}
 		if err := l.Err(); err != nil {
-			return s.fail(fmt.Errorf("jetstream: listing streams: %w", err))
+			return s.fail(ctx, fmt.Errorf("jetstream: listing streams: %w", err))
 		}
 	}
 	return nil
@@ -291,13 +291,14 @@ func validName(v string, dash bool) bool {
 }
 
 // fail maps a JetStream failure to the store's errors: no quorum (no
-// response from the stream, a timeout while connected) becomes
-// store.ErrNoQuorum; a context that ended stays the context's error.
-func (s *Store) fail(err error) error {
+// response from the stream, a request that timed out) becomes
+// store.ErrNoQuorum; when the caller's ctx ended, the error stays the
+// context's.
+func (s *Store) fail(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, store.ErrNoQuorum) || errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil || errors.Is(err, store.ErrNoQuorum) || errors.Is(err, context.Canceled) {
 		return err
 	}
 	var api *jetstream.APIError
