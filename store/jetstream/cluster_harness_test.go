@@ -198,6 +198,16 @@ func clusterOptions() *pigeon.Options {
 		Policy: map[pigeon.Operation][]pigeon.RuleSpec{
 			pigeon.OpReceive: {{Effect: "allow", Roles: []string{"member"}}},
 		},
+	}, pigeon.SubjectPolicy{
+		// jobs.run with an ack wait no slow round trip of a loaded test
+		// machine outlasts: a lease never runs out under a handler.
+		Name: "jobs.cluster", Version: "v1", Mode: pigeon.ModeWorkQueue, Intents: []string{"run"},
+		Delivery: pigeon.DeliveryPolicy{AckWaitMs: 10_000, Retry: pigeon.RetryPolicy{MaxAttempts: 5, Backoff: "fixed"}},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+			pigeon.OpPublish: {{Effect: "allow", Principals: []string{transporttest.Boss}}},
+			pigeon.OpReceive: {{Effect: "allow", Principals: []string{transporttest.Crew}}},
+			pigeon.OpAck:     {{Effect: "allow", Principals: []string{transporttest.Crew}}},
+		},
 	})
 	o.Authenticator = pigeon.NewStaticTokens(append(append(demo.Tokens(), suiteTokens()...), pigeon.StaticToken{Token: "carol-token", Principal: carol})...)
 	return o

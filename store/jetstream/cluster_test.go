@@ -22,7 +22,7 @@ func chatMsg(room, text string) *pigeon.Message {
 }
 
 func jobMsg(n int) *pigeon.Message {
-	return &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
+	return &pigeon.Message{Type: "job", Subject: "jobs.cluster", Intent: "run", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))}
 }
 
 // caller is the Caller of a session's contract, usable on any node.
@@ -134,9 +134,9 @@ func TestCluster(t *testing.T) {
 			nackedID string
 		)
 		for i, e := range []*pigeon.Engine{n1, n2, n3, n1} {
-			sess, err := e.Connect(ctx, "crew-token", []string{"jobs.run"})
+			sess, err := e.Connect(ctx, "crew-token", []string{"jobs.cluster"})
 			require.NoError(t, err)
-			_, err = sess.Subscribe(ctx, "jobs.run", func(_ context.Context, d *pigeon.Delivery) error {
+			_, err = sess.Subscribe(ctx, "jobs.cluster", func(_ context.Context, d *pigeon.Delivery) error {
 				id := d.Message.ID
 				mu.Lock()
 				if inFlight[id] {
@@ -158,7 +158,7 @@ func TestCluster(t *testing.T) {
 			})
 			require.NoError(t, err)
 		}
-		boss, err := n2.Connect(ctx, "boss-token", []string{"jobs.run"})
+		boss, err := n2.Connect(ctx, "boss-token", []string{"jobs.cluster"})
 		require.NoError(t, err)
 		var ids []string
 		for i := range total {
