@@ -18,6 +18,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	pigeonserver "pigeon/server"
 	"pigeon/transport/transporttest"
 )
 
@@ -26,12 +27,98 @@ import (
 // so that kill -9 really kills one, without building another binary.
 const childEnv = "PIGEON_TEST_NATS_NODE"
 
+// pigeonChildEnv, when set, makes the test binary a Pigeon node serving
+// HTTP and WebSocket (see pigeonChild), so that a test can kill -9 one.
+const pigeonChildEnv = "PIGEON_TEST_PIGEON_NODE"
+
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		runChild(cfg)
 		return
 	}
+	if cfg := os.Getenv(pigeonChildEnv); cfg != "" {
+		runPigeonChild(cfg)
+		return
+	}
 	os.Exit(m.Run())
+}
+
+// pigeonChild is a Pigeon node run as a child process.
+type pigeonChild struct {
+	URLs   string `json:"urls"`
+	Prefix string `json:"prefix"`
+	Node   string `json:"node"`
+	Addr   string `json:"addr"`
+	cmd    *exec.Cmd
+}
+
+// wsURL is the node's WebSocket endpoint.
+func (p *pigeonChild) wsURL() string { return "ws://" + p.Addr + "/v1/ws" }
+
+func runPigeonChild(cfg string) {
+	var p pigeonChild
+	if err := json.Unmarshal([]byte(cfg), &p); err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	s, err := Connect(ctx, p.URLs, &Options{Prefix: p.Prefix, Replicas: 3, Node: p.Node, Timeout: 2 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	cl, err := NewCluster(ctx, s)
+	if err != nil {
+		panic(err)
+	}
+	o := clusterOptions()
+	o.Store, o.Cluster = s, cl
+	e, err := pigeon.New(ctx, o)
+	if err != nil {
+		panic(err)
+	}
+	l, err := net.Listen("tcp", p.Addr)
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = pigeonserver.New(e, nil).Serve(l) }()
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// startPigeonChild starts Pigeon node name as a child process against the
+// cluster and waits until it serves.
+func (c *natsCluster) startPigeonChild(t testing.TB, i int, prefix, name string) *pigeonChild {
+	p := &pigeonChild{URLs: c.urls(i), Prefix: prefix, Node: name, Addr: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])}
+	cfg, err := json.Marshal(p)
+	require.NoError(t, err)
+	p.cmd = startSelf(t, pigeonChildEnv, string(cfg))
+	t.Cleanup(p.kill)
+	require.Eventually(t, func() bool {
+		conn, err := net.Dial("tcp", p.Addr)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	}, 60*time.Second, 50*time.Millisecond, "pigeon node %s did not start", name)
+	return p
+}
+
+// kill kills the node's process with SIGKILL and waits for it.
+func (p *pigeonChild) kill() {
+	if p.cmd != nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		p.cmd = nil
+	}
+}
+
+// startSelf starts the test binary as a child with env=cfg; the child
+// ends when its stdin closes, that is when this process dies.
+func startSelf(t testing.TB, env, cfg string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+cfg)
+	_, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	return cmd
 }
 
 // natsNode is one nats-server of a test cluster, run as a child process.
@@ -112,12 +199,7 @@ func startNATSCluster(t testing.TB) *natsCluster {
 func (c *natsCluster) start(t testing.TB, n *natsNode) {
 	cfg, err := json.Marshal(n)
 	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
-	_, err = cmd.StdinPipe() // closed when the parent dies: the child exits
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	n.cmd = cmd
+	n.cmd = startSelf(t, childEnv, string(cfg))
 	require.Eventually(t, func() bool {
 		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", n.Client))
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 
 	"pigeon"
 	"pigeon/store"
+	"pigeon/transport/ws"
 )
 
 // retryable says whether a client should retry a publish that failed with
@@ -26,19 +27,25 @@ func retryable(err error) (retry, elsewhere bool) {
 	return false, false
 }
 
-// TestClusterFailover kills -9 one NATS node and stops one Pigeon node
-// under publishing load: every publish answered "accepted" is stored
-// exactly once and the dead node's client goes on through another. Then
-// the cluster loses its quorum: publishes fail with STORE_NO_QUORUM and
-// succeed again once it is back.
+// TestClusterFailover kills -9 one NATS node and one Pigeon node (both
+// child processes) under publishing load: every publish answered
+// "accepted" is stored exactly once and the dead node's client goes on
+// through another. Then the cluster loses its quorum: publishes fail with
+// STORE_NO_QUORUM and succeed again once it is back.
 func TestClusterFailover(t *testing.T) {
 	nc := startNATSCluster(t)
 	prefix := freshPrefix()
-	var nodes []*pigeonNode
-	for i := range 3 {
-		nodes = append(nodes, nc.startPigeon(t, i, prefix, nil))
-	}
 	ctx := t.Context()
+	// Pigeon node 2 is a child process its client reaches over WebSocket;
+	// nodes 1 and 3 run in this process.
+	nodes := []*pigeonNode{nc.startPigeon(t, 0, prefix, nil), nil, nc.startPigeon(t, 2, prefix, nil)}
+	child := nc.startPigeonChild(t, 1, prefix, "p2")
+	dial := func(node int) (pigeon.Session, error) {
+		if node == 1 {
+			return ws.Dialer{URL: child.wsURL()}.Dial(ctx, "bob-token", []string{"chat.messages"})
+		}
+		return nodes[node].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	}
 	var dead atomic.Int32 // 1 + index of the stopped Pigeon node
 	const perPublisher = 40
 	var (
@@ -49,7 +56,7 @@ func TestClusterFailover(t *testing.T) {
 	)
 	publisher := func(p int) {
 		node := p
-		sess, err := nodes[node].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+		sess, err := dial(node)
 		require.NoError(t, err)
 		for k := 0; k < perPublisher; {
 			m := chatMsg("load", fmt.Sprintf("p%d-%d", p, k))
@@ -57,14 +64,17 @@ func TestClusterFailover(t *testing.T) {
 			res, err := sess.Publish(ctx, m)
 			if err != nil {
 				retry, elsewhere := retryable(err)
+				if int(dead.Load()) == node+1 {
+					retry, elsewhere = true, true // whatever the broken connection said
+				}
 				require.True(t, retry, "publisher %d: %v", p, err)
-				if elsewhere || int(dead.Load()) == node+1 {
+				if elsewhere {
 					// The node is gone: reconnect to the next live one.
 					for node = (node + 1) % 3; int(dead.Load()) == node+1; node = (node + 1) % 3 {
 					}
 					moved.Store(true)
 					for {
-						sess, err = nodes[node].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+						sess, err = dial(node)
 						if err == nil {
 							break
 						}
@@ -93,11 +103,8 @@ func TestClusterFailover(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return answered.Load() >= 20 }, 30*time.Second, 10*time.Millisecond)
 	nc.nodes[2].kill() // NATS node 3, kill -9
-	// Pigeon node 2 dies: its connection to NATS goes first, so nothing
-	// more of it reaches the store, then the engine.
 	dead.Store(2)
-	nodes[1].nc.Close()
-	nodes[1].stop()
+	child.kill() // Pigeon node 2, kill -9
 	wg.Wait()
 	require.True(t, moved.Load(), "the dead node's client moved to another node")
 	require.Len(t, accepted, 3*perPublisher)
