@@ -86,8 +86,9 @@ const (
 	CodeIdentityUnavailable Code = "IDENTITY_UNAVAILABLE"
 )
 
-// CodeStoreNoQuorum: a replicated store could not commit a write for want
-// of a quorum of its replicas. Nothing was kept; a retry may succeed.
+// CodeStoreNoQuorum: a replicated store could not commit a write in time
+// for want of a quorum of its replicas. Retryable; a retry with the same
+// idempotency key cannot store the message twice.
 const CodeStoreNoQuorum Code = "STORE_NO_QUORUM"
 
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
