@@ -126,8 +126,16 @@ func TestClusterFailover(t *testing.T) {
 	require.Len(t, stored, len(msgs), "no message id stored twice")
 
 	t.Run("LostQuorum", func(t *testing.T) {
-		sess, err := nodes[0].e.Connect(ctx, "bob-token", []string{"chat.messages"})
-		require.NoError(t, err)
+		var sess pigeon.Session
+		require.Eventually(t, func() bool {
+			// The audit log may still be resuming from the failover.
+			sess, err = nodes[0].e.Connect(ctx, "bob-token", []string{"chat.messages"})
+			if err != nil {
+				retry, _ := retryable(err)
+				require.True(t, retry, "%v", err)
+			}
+			return err == nil
+		}, 30*time.Second, 50*time.Millisecond)
 		nc.nodes[1].kill() // one NATS node of three left
 		_, err = sess.Publish(ctx, chatMsg("load", "no quorum"))
 		requireCode(t, err, pigeon.CodeStoreNoQuorum)
