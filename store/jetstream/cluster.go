@@ -19,9 +19,9 @@ import (
 
 // Cluster is a pigeon.Cluster over the store's NATS connection:
 //
-//   - Notify is a core NATS publish (at most once: a lost notice of a new
-//     message is made up for by the fan-out's periodic look at the store,
-//     within a second; a lost reply times its request out);
+//   - Notify of a new message is a core NATS publish (at most once: a lost
+//     one is made up for by the fan-out's periodic look at the store,
+//     within a second); of a reply, a key of the <P>_replies bucket;
 //   - Watch reports other nodes' notices, and changes to the access
 //     directory and to contracts seen through KV watches, which resume
 //     after a reconnect;
@@ -30,8 +30,8 @@ import (
 //
 // Rate limits stay per node.
 type Cluster struct {
-	s      *Store
-	leases jetstream.KeyValue
+	s               *Store
+	leases, replies jetstream.KeyValue
 }
 
 var _ pigeon.Cluster = (*Cluster)(nil)
@@ -40,14 +40,26 @@ var _ pigeon.Cluster = (*Cluster)(nil)
 // it, Acquire finds the message done in the group's stored progress.
 const leaseMarkerTTL = 24 * time.Hour
 
+// replyTTL is how long a reply routed to other nodes is kept for them: as
+// long as the engine parks an unclaimed reply.
+const replyTTL = 5 * time.Minute
+
 // NewCluster returns the Cluster of the nodes sharing s's prefix.
 func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
-	full := s.bucketName("leases")
-	kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: full, History: 1, TTL: leaseMarkerTTL, Storage: s.storage(), Replicas: s.opts.Replicas})
-	if err != nil {
-		return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
+	c := &Cluster{s: s}
+	for _, b := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+		ttl  time.Duration
+	}{{&c.leases, "leases", leaseMarkerTTL}, {&c.replies, "replies", replyTTL}} {
+		full := s.bucketName(b.name)
+		kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: full, History: 1, TTL: b.ttl, Storage: s.storage(), Replicas: s.opts.Replicas})
+		if err != nil {
+			return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
+		}
+		*b.kv = kv
 	}
-	return &Cluster{s: s, leases: kv}, nil
+	return c, nil
 }
 
 // notice is a change one node tells the others.
@@ -58,12 +70,22 @@ type notice struct {
 
 func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev" }
 
-// Notify implements pigeon.Cluster.
+// Notify implements pigeon.Cluster. A new message's notice is a core NATS
+// publish; a reply is kept in the <P>_replies bucket (for as long as a
+// node parks a reply), which every node watches, so that it reaches its
+// requester also across a reconnect.
 func (c *Cluster) Notify(ch pigeon.ClusterChange) {
 	b, err := json.Marshal(notice{Node: c.s.opts.Node, Change: ch})
-	if err == nil {
-		_ = c.s.nc.Publish(c.eventSubject(), b)
+	if err != nil {
+		return
 	}
+	if ch.Kind != pigeon.ChangeReply {
+		_ = c.s.nc.Publish(c.eventSubject(), b)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.Timeout)
+	defer cancel()
+	_, _ = c.replies.Put(ctx, token(ch.RequestID), b)
 }
 
 // Watch implements pigeon.Cluster. It reports a directory change as soon
@@ -89,6 +111,11 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		return c.s.fail(ctx, err)
 	}
 	defer con.Stop()
+	rep, err := c.replies.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return c.s.fail(ctx, err)
+	}
+	defer rep.Stop()
 	// What changed before the watches began (while the engine started, or
 	// while a failed watch was down) is read once now.
 	fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
@@ -98,8 +125,15 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			return ctx.Err()
 		case m := <-ch:
 			var n notice
-			if json.Unmarshal(m.Data, &n) == nil && n.Node != c.s.opts.Node &&
-				(n.Change.Kind == pigeon.ChangeAppended || n.Change.Kind == pigeon.ChangeReply) {
+			if json.Unmarshal(m.Data, &n) == nil && n.Node != c.s.opts.Node && n.Change.Kind == pigeon.ChangeAppended {
+				fn(n.Change)
+			}
+		case e, ok := <-rep.Updates():
+			if !ok {
+				return errors.New("jetstream: reply watch ended")
+			}
+			var n notice
+			if e != nil && json.Unmarshal(e.Value(), &n) == nil && n.Node != c.s.opts.Node && n.Change.Kind == pigeon.ChangeReply {
 				fn(n.Change)
 			}
 		case e, ok := <-dir.Updates():
