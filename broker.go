@@ -91,6 +91,9 @@ type Options struct {
 	// store writes as they happen (metrics, consoles); see Observer. Nil
 	// costs nothing.
 	Observer Observer
+	// Cluster, when set, joins this engine to the other nodes sharing
+	// Store (see Cluster). Nil: a single node.
+	Cluster Cluster
 }
 
 // Engine is the in-process broker. It is safe for concurrent use by any
@@ -213,6 +216,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e.replyGates = replyChain(e.gates)
 	e.goTracked(e.janitor)
 	e.goTracked(e.auditWriter)
+	if o.Cluster != nil {
+		e.goTracked(e.watchCluster)
+	}
 	return e, nil
 }
 
@@ -472,6 +478,8 @@ func storeError(err error) error {
 		return WrapError(CodeNotFound, err, "not found")
 	case errors.Is(err, store.ErrFull):
 		return WrapError(CodeStoreFull, err, "store is full")
+	case errors.Is(err, store.ErrNoQuorum):
+		return WrapError(CodeStoreNoQuorum, err, "store has no quorum; retry")
 	case errors.Is(err, store.ErrCorrupt):
 		return WrapError(CodeStoreCorrupt, err, "%v", err)
 	case errors.Is(err, store.ErrTampered):

@@ -118,6 +118,22 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 	})
 }
 
+// reload reads the directory again from its store, where another node
+// changed it, and bumps the version. It holds the write lock while it
+// reads, as a change does while it persists: what it reads then includes
+// every change of this node, so a reload never takes one back.
+func (d *directory) reload(ctx context.Context, log *slog.Logger) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var fresh directory
+	if err := fresh.load(ctx, d.st, log); err != nil {
+		return err
+	}
+	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
+	d.bump()
+	return nil
+}
+
 // put stores v as JSON under bucket/key.
 func (d *directory) put(ctx context.Context, bucket, key string, v any) error {
 	b, err := json.Marshal(v)

@@ -50,4 +50,13 @@
 //
 // Options.Store is the persistence seam (package store). The default is an
 // in-memory store; store/wal is the durable one.
+//
+// # Several nodes
+//
+// Engines on several machines can share one replicated store (the
+// store/jetstream module, on NATS JetStream). Options.Cluster then carries
+// what an engine otherwise keeps to itself: notices of new messages and of
+// replies, changes to the access directory and to contracts, and
+// work-queue leases that hold cluster-wide (see Cluster and
+// docs/cluster.md). With Options.Cluster nil nothing of this runs.
 package pigeon

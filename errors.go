@@ -105,6 +105,11 @@ const (
 	CodeProgramVersionPruned Code = "PROGRAM_VERSION_PRUNED"
 )
 
+// CodeStoreNoQuorum: a replicated store could not commit a write in time
+// for want of a quorum of its replicas. Retryable; a retry with the same
+// idempotency key cannot store the message twice.
+const CodeStoreNoQuorum Code = "STORE_NO_QUORUM"
+
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
 //
 // Deprecated: use CodeEncryptionRequired, named like CodeSignatureRequired.
@@ -225,7 +230,7 @@ func (c Code) group() error {
 		return ErrTimeout
 	case CodeShutdown, CodeSessionClosed:
 		return ErrClosed
-	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeInternal:
+	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeStoreNoQuorum, CodeInternal:
 		return ErrStore
 	case CodeDeliveryExhausted:
 		return ErrQuarantined

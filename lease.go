@@ -127,7 +127,22 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 		return storeError(err)
 	}
 	g.setDone(seq)
+	e.releaseShared(ctx, g, true, time.Time{}, seq)
 	return nil
+}
+
+// releaseShared ends this node's cluster-wide leases of seqs (see
+// Leaser.Release). A failure is logged, not returned: the store already
+// holds the outcome, and the lease runs out by itself.
+func (e *Engine) releaseShared(ctx context.Context, g *group, done bool, retryAt time.Time, seqs ...uint64) {
+	if !e.shared(g) {
+		return
+	}
+	for _, seq := range seqs {
+		if err := e.opts.Cluster.Release(ctx, g.key, seq, done, retryAt); err != nil {
+			e.opts.Logger.Warn("pigeon: releasing a cluster lease failed", "subject", g.key.Subject, "seq", seq, "err", err)
+		}
+	}
 }
 
 // setDone records seq as done in memory (store.GroupState.MarkDone), drops
@@ -162,6 +177,7 @@ func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error
 	for _, seq := range seqs {
 		g.setDone(seq)
 	}
+	e.releaseShared(ctx, g, true, time.Time{}, seqs...)
 	return nil
 }
 
@@ -248,6 +264,21 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 // leaseMsg starts the next attempt of sm for holder, or exhausts it.
 func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder string, now time.Time) (*decoded, error) {
 	n := g.attempts[sm.Seq] + 1
+	if e.shared(g) {
+		st, err := e.opts.Cluster.Acquire(ctx, g.key, sm.Seq, now.Add(s.ackWait))
+		switch {
+		case err != nil:
+			return nil, storeError(err)
+		case st.Done:
+			g.setDone(sm.Seq)
+			return nil, nil
+		case !st.Acquired:
+			// Another node's: look again when its lease ends.
+			g.leases[sm.Seq] = &lease{deadline: st.Until, attempt: g.attempts[sm.Seq]}
+			return nil, nil
+		}
+		n = st.Attempt
+	}
 	if n > s.maxAtt {
 		return nil, e.exhaust(ctx, g, s, sm)
 	}
@@ -344,11 +375,13 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 		delete(g.leases, seq)
 		g.attempts[seq] = l.attempt - 1
 		g.retry = append(g.retry, seq)
+		e.releaseShared(ctx, g, false, e.now(), seq)
 		return nil
 	}
 	l.busy = false
 	l.holder = ""
 	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
+	e.releaseShared(ctx, g, false, l.deadline, seq)
 	return nil
 }
 
@@ -392,6 +425,7 @@ func (e *Engine) releaseLeases(s *subscription) {
 	}
 	g.mu.Lock()
 	now := e.now()
+	var mine []uint64
 	for seq, l := range g.leases {
 		if l.holder != s.id {
 			continue
@@ -402,8 +436,10 @@ func (e *Engine) releaseLeases(s *subscription) {
 			g.attempts[seq] = l.attempt - 1
 		}
 		l.holder, l.busy, l.deadline = "", false, now
+		mine = append(mine, seq)
 	}
 	g.mu.Unlock()
+	e.releaseShared(context.WithoutCancel(s.ctx), g, false, now, mine...)
 	e.pokeGroup(s.subj.name)
 }
 

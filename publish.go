@@ -289,6 +289,9 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		e.remember(s.name, stored.Seq, &res.m, a.Data)
 		f.appended(stored.Seq)
 	}
+	if e.opts.Cluster != nil {
+		e.opts.Cluster.Notify(ClusterChange{Kind: ChangeAppended, Subject: s.name, Seq: stored.Seq})
+	}
 	return &res.r, nil
 }
 

@@ -80,18 +80,20 @@ func (t *replyTable) cancel(id string, ch chan *Message) {
 }
 
 // deliver hands a reply to request id, published by requester, to that
-// requester's waiter, or parks it for the requester.
-func (t *replyTable) deliver(id, requester string, m *Message, now time.Time) {
+// requester's waiter, or parks it for the requester; it reports whether a
+// waiter took it.
+func (t *replyTable) deliver(id, requester string, m *Message, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if w, ok := t.waiters[id]; ok && w.requester == requester {
 		delete(t.waiters, id)
 		w.ch <- m
-		return
+		return true
 	}
 	if len(t.parked) < maxParkedReplies {
 		t.parked[id] = parkedReply{msg: m, requester: requester, expires: now.Add(replyTTL)}
 	}
+	return false
 }
 
 func (t *replyTable) sweep(now time.Time) {
@@ -143,7 +145,10 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result
 	m.ContractID, m.SubjectID = a.contractID, a.subj.name
 	m.AcceptedAt = formatTime(a.Now)
 	out := m.Clone()
-	e.replies.deliver(req.ID, req.Source, out, a.Now)
+	if !e.replies.deliver(req.ID, req.Source, out, a.Now) && e.opts.Cluster != nil {
+		// The requester may wait on another node.
+		e.opts.Cluster.Notify(ClusterChange{Kind: ChangeReply, RequestID: req.ID, Requester: req.Source, Reply: out.Clone()})
+	}
 	e.audit(ctx, EventReplyRouted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: a.subj.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: a.subj.policyID, MessageID: m.ID, Ref: req.ID}))
 	return &Result{Status: StatusAccepted, Message: &m}, nil
 }

@@ -253,6 +253,15 @@ func (s *subscription) base() store.AuditRecord {
 	return store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, PolicyID: s.subj.policyID, Ref: s.id}
 }
 
+// transientWait is how long a subscription waits before it reads again
+// after a transient store failure.
+const transientWait = 250 * time.Millisecond
+
+// transient reports whether err is a store failure that clears by itself:
+// a replicated store that lost its quorum for a moment. A subscription
+// waits and reads again rather than stop.
+func transient(err error) bool { return ErrorCode(err) == CodeStoreNoQuorum }
+
 // runPubSub delivers in sequence order, in batches: from the store while
 // behind, from the fan-out's queue while live.
 func (s *subscription) runPubSub() {
@@ -338,9 +347,18 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	e := s.e
 	sms, err := e.store.Read(s.ctx, s.subj.name, s.cursor, maxBatch)
 	if err != nil {
-		if s.ctx.Err() == nil {
-			s.stop(storeError(err))
+		if s.ctx.Err() != nil {
+			return nil, false
 		}
+		if err = storeError(err); transient(err) {
+			select {
+			case <-time.After(transientWait):
+				return nil, true
+			case <-s.ctx.Done():
+				return nil, false
+			}
+		}
+		s.stop(err)
 		return nil, false
 	}
 	for _, sm := range sms {
@@ -580,12 +598,14 @@ func (s *subscription) runGroup() {
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
 			msgs, attempts, next, err := e.leaseFor(s, free)
-			if err != nil {
+			if err != nil && !transient(err) {
 				if s.ctx.Err() == nil {
 					s.stop(err)
 				}
 				return
 			}
+			// After a transient failure msgs is empty: the loop waits and
+			// leases again.
 			var sent deliveryLog
 			for i, d := range msgs {
 				ok := s.acquire()

@@ -43,6 +43,11 @@ var (
 	ErrFull = errors.New("store: no space left")
 	// ErrLocked is returned when another process holds the store.
 	ErrLocked = errors.New("store: locked by another process")
+	// ErrNoQuorum is returned by a replicated store when too few of its
+	// replicas answered in time. A write may or may not have been kept
+	// (a timeout cannot tell); retried once the replicas are back, it may
+	// succeed, and an idempotency key makes the retry safe.
+	ErrNoQuorum = errors.New("store: no quorum")
 )
 
 // CorruptError names where corruption was found.

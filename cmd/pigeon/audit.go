@@ -15,9 +15,13 @@ import (
 )
 
 func auditVerifyCmd(args []string, stdout, stderr io.Writer) int {
+	if isClusterStore(storeFlag(args)) {
+		return handOff(context.Background(), []string{"audit", "verify"}, args, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store")
+	fs.String("store", "wal", "wal (--data's log) or nats://host:4222[,…]: every node's chain of a cluster, through pigeon-cluster")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}

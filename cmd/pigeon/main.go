@@ -11,7 +11,7 @@
 //	pigeon subscribe --subject S [flags]
 //	pigeon quarantine list|show ID|release ID [flags]
 //	pigeon program deploy NAME --module F.wasm --manifest F.json | list | show NAME | remove NAME | rollback NAME [--version N] [flags]
-//	pigeon audit verify --data DIR
+//	pigeon audit verify --data DIR | --store nats://host:4222[,…]
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
 //

@@ -27,6 +27,7 @@ import (
 // serveConfig is what the serve flags (and the --config file) say.
 type serveConfig struct {
 	addr, data, policies, tokens, region, sync string
+	store                                      string // "wal" (default); nats:// is handed to pigeon-cluster
 	shutdownTimeout                            time.Duration
 	verbose                                    bool
 	// mesgdSubject, when set, serves mesgd's WebSocket format at
@@ -58,6 +59,9 @@ type serveConfig struct {
 }
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if isClusterStore(storeFlag(args)) {
+		return handOff(ctx, []string{"serve"}, args, stdout, stderr)
+	}
 	cfg, code, ok := parseServe(args, stderr)
 	if !ok {
 		return code
@@ -119,6 +123,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.tokens, "tokens", cfg.tokens, "bearer tokens file, YAML or JSON (required with --policies)")
 	fs.StringVar(&cfg.region, "region", cfg.region, "default region of a request or connection that names none")
 	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
+	fs.StringVar(&cfg.store, "store", cfg.store, "wal (the default: --data's write-ahead log) or nats://host:4222[,…] to run a node of a NATS JetStream cluster (docs/cluster.md)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
@@ -218,6 +223,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	mode, err := syncMode(cfg.sync)
 	if err != nil {
 		return err
+	}
+	if cfg.store != "" && cfg.store != "wal" {
+		return fmt.Errorf("--store must be wal or nats://host:port[,…], not %q", cfg.store)
 	}
 	edge, err := buildEdge(cfg, tokens, logger)
 	if err != nil {

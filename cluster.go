@@ -1,0 +1,139 @@
+package pigeon
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"pigeon/store"
+)
+
+// Cluster connects an engine to the other engines (nodes) that share its
+// Store: a store such as store/jetstream keeps one set of messages,
+// contracts and accounts for all of them, and Cluster carries what each
+// engine otherwise keeps in its own memory. Options.Cluster nil (one node)
+// leaves every path as it is.
+//
+// Implementations are safe for concurrent use.
+type Cluster interface {
+	// Notify tells the other nodes of c, best effort (at most once): a
+	// message this node appended (ChangeAppended), so their subscribers
+	// get it without waiting for the fan-out's periodic look at the
+	// store, or a reply whose requester waits on another node
+	// (ChangeReply).
+	Notify(c ClusterChange)
+	// Watch calls fn, from one goroutine, for every change another node
+	// made to shared state, until ctx ends; it then returns ctx.Err().
+	// It may also report changes this node made.
+	Watch(ctx context.Context, fn func(ClusterChange)) error
+	Leaser
+}
+
+// ClusterChange is one change another node made.
+type ClusterChange struct {
+	Kind ClusterChangeKind
+	// Subject and Seq: ChangeAppended.
+	Subject string
+	Seq     uint64
+	// ContractID: ChangeContract.
+	ContractID string
+	// RequestID, Requester (the request's principal) and Reply:
+	// ChangeReply.
+	RequestID string   `json:",omitempty"`
+	Requester string   `json:",omitempty"`
+	Reply     *Message `json:",omitempty"`
+}
+
+// ClusterChangeKind says what changed.
+type ClusterChangeKind int
+
+const (
+	// ChangeAppended: a message was appended (Subject, Seq).
+	ChangeAppended ClusterChangeKind = iota + 1
+	// ChangeDirectory: an account, role, grant or grant revocation changed;
+	// the engine reloads its access directory and every contract's next
+	// check sees the new one.
+	ChangeDirectory
+	// ChangeContract: the stored contract ContractID changed (revoked).
+	ChangeContract
+	// ChangeReply: a reply to request RequestID, for a requester that was
+	// not waiting on the node that admitted it.
+	ChangeReply
+)
+
+// Leaser hands out work-queue leases that hold across every node: a
+// message is leased to one consumer of its group in the whole cluster at
+// a time.
+type Leaser interface {
+	// Acquire leases seq of the group key to this node until deadline.
+	Acquire(ctx context.Context, key store.GroupKey, seq uint64, deadline time.Time) (LeaseState, error)
+	// Release ends this node's lease of seq: done after an ack (or a skip,
+	// or exhaustion), otherwise the message may be leased again from
+	// retryAt on.
+	Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error
+}
+
+// LeaseState is the answer of Leaser.Acquire.
+type LeaseState struct {
+	// Acquired: this node holds the lease; Attempt is its delivery attempt
+	// (1 for the first lease of seq in the cluster).
+	Acquired bool
+	Attempt  int
+	// Done: a node settled seq; nobody leases it again.
+	Done bool
+	// Until: when not acquired and not done, another node holds seq until
+	// then.
+	Until time.Time
+}
+
+// shared reports whether g's leases go through the cluster: work-queue
+// groups do, pubsub pull cursors do not.
+func (e *Engine) shared(g *group) bool {
+	return e.opts.Cluster != nil && !strings.HasPrefix(g.key.Group, "cursor:")
+}
+
+// watchCluster applies other nodes' changes until the engine shuts down.
+func (e *Engine) watchCluster() {
+	for e.ctx.Err() == nil {
+		err := e.opts.Cluster.Watch(e.ctx, e.applyChange)
+		if err != nil && e.ctx.Err() == nil {
+			e.opts.Logger.Warn("pigeon: cluster watch failed; retrying", "err", err)
+			select {
+			case <-e.ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (e *Engine) applyChange(c ClusterChange) {
+	switch c.Kind {
+	case ChangeAppended:
+		if f := e.fanoutOf(c.Subject); f != nil {
+			f.appended(c.Seq)
+		}
+	case ChangeDirectory:
+		if err := e.dir.reload(e.ctx, e.opts.Logger); err != nil {
+			e.opts.Logger.Warn("pigeon: reloading the access directory failed", "err", err)
+			return
+		}
+		e.onAccessChanged()
+	case ChangeReply:
+		if c.Reply != nil {
+			e.replies.deliver(c.RequestID, c.Requester, c.Reply, e.now())
+		}
+	case ChangeContract:
+		e.contracts.mu.RLock()
+		cached := e.contracts.m[c.ContractID]
+		e.contracts.mu.RUnlock()
+		if cached == nil {
+			return // loaded from the store when first used
+		}
+		rec, err := e.store.GetContract(e.ctx, c.ContractID)
+		if err != nil || !rec.Revoked || cached.revoked.Swap(true) {
+			return
+		}
+		e.live.release(cached.info.Principal, c.ContractID)
+		e.onContractRevoked(c.ContractID)
+	}
+}

@@ -1,0 +1,214 @@
+package pigeon_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/store"
+	"pigeon/store/memory"
+	"pigeon/transport/transporttest"
+)
+
+// hub is an in-process pigeon.Cluster for engines sharing one store: what
+// one node notifies the others get, and leases are one map.
+type hub struct {
+	mu     sync.Mutex
+	nodes  []*hubNode
+	leases map[string]*hubLease
+}
+
+type hubLease struct {
+	node    *hubNode
+	until   time.Time
+	attempt int
+	done    bool
+}
+
+type hubNode struct {
+	h  *hub
+	ch chan pigeon.ClusterChange
+}
+
+func (h *hub) node() *hubNode {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := &hubNode{h: h, ch: make(chan pigeon.ClusterChange, 1024)}
+	h.nodes = append(h.nodes, n)
+	return n
+}
+
+// broadcast tells every node but from of c (nil from: every node).
+func (h *hub) broadcast(from *hubNode, c pigeon.ClusterChange) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.nodes {
+		if n != from {
+			n.ch <- c
+		}
+	}
+}
+
+func (n *hubNode) Notify(c pigeon.ClusterChange) { n.h.broadcast(n, c) }
+
+func (n *hubNode) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
+	for {
+		select {
+		case c := <-n.ch:
+			fn(c)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func leaseKey(key store.GroupKey, seq uint64) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", key.Subject, key.Group, seq)
+}
+
+func (n *hubNode) Acquire(_ context.Context, key store.GroupKey, seq uint64, deadline time.Time) (pigeon.LeaseState, error) {
+	n.h.mu.Lock()
+	defer n.h.mu.Unlock()
+	l := n.h.leases[leaseKey(key, seq)]
+	switch {
+	case l == nil:
+		l = &hubLease{}
+		n.h.leases[leaseKey(key, seq)] = l
+	case l.done:
+		return pigeon.LeaseState{Done: true}, nil
+	case l.node != n && time.Now().Before(l.until):
+		return pigeon.LeaseState{Until: l.until}, nil
+	}
+	l.node, l.until = n, deadline
+	l.attempt++
+	return pigeon.LeaseState{Acquired: true, Attempt: l.attempt}, nil
+}
+
+func (n *hubNode) Release(_ context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
+	n.h.mu.Lock()
+	defer n.h.mu.Unlock()
+	if l := n.h.leases[leaseKey(key, seq)]; l != nil && (done || l.node == n) {
+		l.done = l.done || done
+		l.until = retryAt
+	}
+	return nil
+}
+
+// nodeStore is a node's view of a shared store: everything shared but the
+// audit log, which is the node's own chain.
+type nodeStore struct {
+	*memory.Store
+	audit *memory.Store
+}
+
+func (n nodeStore) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
+	return n.audit.AppendAudit(ctx, recs...)
+}
+
+func (n nodeStore) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.AuditRecord, error) {
+	return n.audit.ReadAudit(ctx, from, limit)
+}
+
+func (n nodeStore) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpoint, error) {
+	return n.audit.AuditHead(ctx)
+}
+
+// twoNodes starts two engines on one store, joined by a hub.
+func twoNodes(t *testing.T) (*hub, [2]*pigeon.Engine) {
+	h := &hub{leases: map[string]*hubLease{}}
+	st := memory.New(nil)
+	var es [2]*pigeon.Engine
+	for i := range es {
+		o := transporttest.Options()
+		o.Store, o.Cluster = nodeStore{Store: st, audit: memory.New(nil)}, h.node()
+		e, err := pigeon.New(context.Background(), o)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+		es[i] = e
+	}
+	return h, es
+}
+
+// Through the Cluster seam, two engines on one store share work-queue
+// leases, replies, new messages and directory changes.
+func TestClusterSeam(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("WorkQueue", func(t *testing.T) {
+		_, es := twoNodes(t)
+		var mu sync.Mutex
+		handled, inFlight := map[string]int{}, map[string]bool{}
+		overlap := false
+		for i := range 4 {
+			crew, err := es[i%2].Connect(ctx, "crew-token", []string{"jobs.run"})
+			require.NoError(t, err)
+			_, err = crew.Subscribe(ctx, "jobs.run", func(_ context.Context, d *pigeon.Delivery) error {
+				mu.Lock()
+				overlap = overlap || inFlight[d.Message.ID]
+				inFlight[d.Message.ID] = true
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				defer mu.Unlock()
+				delete(inFlight, d.Message.ID)
+				handled[d.Message.ID]++
+				return nil
+			})
+			require.NoError(t, err)
+		}
+		boss, err := es[0].Connect(ctx, "boss-token", []string{"jobs.run"})
+		require.NoError(t, err)
+		for n := range 20 {
+			_, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))})
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(handled) == 20
+		}, 10*time.Second, 5*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		require.False(t, overlap)
+		for id, n := range handled {
+			require.Equal(t, 1, n, id)
+		}
+	})
+
+	t.Run("ReplyAndFanOut", func(t *testing.T) {
+		_, es := twoNodes(t)
+		gateway, err := es[1].Connect(ctx, "gateway-token", []string{"payments.authorize"})
+		require.NoError(t, err)
+		_, err = gateway.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
+			_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
+				Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID, Data: json.RawMessage(`{"approved":true}`)})
+			return err
+		})
+		require.NoError(t, err)
+		checkout, err := es[0].Connect(ctx, "checkout-token", []string{"payments.authorize"})
+		require.NoError(t, err)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		reply, err := checkout.Request(rctx, demo.Payment("o-1"))
+		require.NoError(t, err)
+		require.Equal(t, demo.Gateway, reply.Source)
+	})
+
+	t.Run("Directory", func(t *testing.T) {
+		h, es := twoNodes(t)
+		_, err := es[0].PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "chat.messages", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+		require.NoError(t, err)
+		h.broadcast(nil, pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
+		require.Eventually(t, func() bool {
+			_, err := es[1].GetRole(ctx, "member")
+			return err == nil
+		}, 10*time.Second, 5*time.Millisecond)
+	})
+}

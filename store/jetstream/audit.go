@@ -1,0 +1,281 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pigeon/store"
+)
+
+// The audit log of a node is its own stream: each node keeps one hash
+// chain, and VerifyAudit checks every chain of the prefix. One stream
+// message holds one AppendAudit batch (a JSON array of records, its first
+// Seq in a header), so a batch is kept whole or not at all.
+
+const hdrAuditFirst = "Pigeon-Audit-First"
+
+// AppendAudit implements store.AuditLog. The batch is published expecting
+// the stream's last message to be the one the head was read from, so two
+// writers of one chain cannot interleave.
+func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	last, streamSeq, err := s.auditHead(ctx)
+	if err != nil {
+		return err
+	}
+	for i, r := range recs {
+		if r.Seq != last.Seq+1+uint64(i) {
+			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, last.Seq+uint64(i))
+		}
+	}
+	return s.fail(ctx, s.publishAudit(ctx, recs, streamSeq))
+}
+
+// ChainAudit implements store.AuditChainer: it chains recs onto the
+// stream's actual head, and chains them again onto the new head when
+// another batch got there first. A batch whose publish timed out may
+// still have been kept; the next batch then chains after it, so the chain
+// stays whole either way (such records are in the chain although the
+// engine counted them lost).
+func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	for {
+		last, streamSeq, err := s.auditHead(ctx)
+		if err != nil {
+			return err
+		}
+		seq, prev := last.Seq, last.Hash
+		if seq == 0 {
+			prev = store.Genesis
+		}
+		for i := range recs {
+			r := &recs[i]
+			seq++
+			r.Seq, r.Time, r.PrevHash = seq, r.Time.UTC(), prev
+			if r.ID == "" || strings.HasPrefix(r.ID, "aud_") {
+				r.ID = "aud_" + strconv.FormatUint(seq, 10)
+			}
+			r.Hash = r.ComputeHash()
+			prev = r.Hash
+		}
+		err = s.publishAudit(ctx, recs, streamSeq)
+		var api *jetstream.APIError
+		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			continue
+		}
+		return s.fail(ctx, err)
+	}
+}
+
+// publishAudit keeps recs as one stream message, expecting the stream's
+// last message to be streamSeq.
+func (s *Store) publishAudit(ctx context.Context, recs []store.AuditRecord, streamSeq uint64) error {
+	b, err := json.Marshal(recs)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(s.auditSubject(s.opts.Node))
+	msg.Data = b
+	msg.Header.Set(hdrAuditFirst, strconv.FormatUint(recs[0].Seq, 10))
+	_, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(s.auditStream(s.opts.Node)), jetstream.WithExpectLastSequence(streamSeq))
+	return err
+}
+
+// ReadAudit implements store.AuditLog for this node's chain.
+func (s *Store) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.AuditRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	return readAudit(ctx, s.audit, from, limit, func(err error) error { return s.fail(ctx, err) })
+}
+
+// AuditHead implements store.AuditLog for this node's chain. Audit
+// records are not trimmed, so the checkpoint is always zero.
+func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpoint, error) {
+	if err := s.begin(ctx); err != nil {
+		return store.AuditRecord{}, store.Checkpoint{}, err
+	}
+	last, _, err := s.auditHead(ctx)
+	return last, store.Checkpoint{}, err
+}
+
+// auditHead returns the last record and the stream sequence holding it.
+func (s *Store) auditHead(ctx context.Context) (store.AuditRecord, uint64, error) {
+	raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+		return s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return store.AuditRecord{}, 0, nil
+	}
+	if err != nil {
+		return store.AuditRecord{}, 0, s.fail(ctx, err)
+	}
+	recs, err := decodeAudit(raw)
+	if err != nil || len(recs) == 0 {
+		return store.AuditRecord{}, 0, err
+	}
+	return recs[len(recs)-1], raw.Sequence, nil
+}
+
+// readAudit reads records with Seq >= from: it finds the stream message
+// holding from by bisection on their first sequences, then reads on.
+func readAudit(ctx context.Context, st jetstream.Stream, from uint64, limit int, fail func(error) error) ([]store.AuditRecord, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fail(err)
+	}
+	filter := info.Config.Subjects[0]
+	get := func(seq uint64) (*jetstream.RawStreamMsg, error) {
+		raw, err := direct(ctx, 5*time.Second, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		return raw, fail(err)
+	}
+	lo, hi := info.State.FirstSeq, info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	for lo < hi { // the last message whose first record is <= from
+		mid := lo + (hi-lo+1)/2
+		raw, err := get(mid)
+		if err != nil {
+			return nil, err
+		}
+		if raw == nil || firstSeq(raw) > from {
+			hi = mid - 1
+		} else {
+			lo = mid
+		}
+	}
+	var out []store.AuditRecord
+	for seq := lo; limit <= 0 || len(out) < limit; {
+		raw, err := get(seq)
+		if err != nil {
+			return nil, err
+		}
+		if raw == nil {
+			break
+		}
+		recs, err := decodeAudit(raw)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.Seq >= from && (limit <= 0 || len(out) < limit) {
+				out = append(out, r)
+			}
+		}
+		seq = raw.Sequence + 1
+	}
+	return out, nil
+}
+
+func firstSeq(raw *jetstream.RawStreamMsg) uint64 {
+	n, _ := strconv.ParseUint(raw.Header.Get(hdrAuditFirst), 10, 64)
+	return n
+}
+
+func decodeAudit(raw *jetstream.RawStreamMsg) ([]store.AuditRecord, error) {
+	var recs []store.AuditRecord
+	if err := json.Unmarshal(raw.Data, &recs); err != nil {
+		return nil, &store.CorruptError{File: raw.Subject, Offset: int64(raw.Sequence), Reason: "audit batch does not decode: " + err.Error()}
+	}
+	return recs, nil
+}
+
+// ChainReport is the verification of one node's audit chain.
+type ChainReport struct {
+	// Node is the node whose chain this is.
+	Node string
+	// Records is how many records verified.
+	Records uint64
+	// Head is the last verified record.
+	Head store.Checkpoint
+	// Err is nil when the whole chain verified; otherwise a
+	// *store.ChainError (a gap, a changed or reordered record) or the
+	// failure that stopped the reading.
+	Err error
+}
+
+// VerifyAudit reads and verifies every node's audit chain under prefix
+// (default "PIGEON"), without any Pigeon node running. It returns one
+// report per chain, ordered by node; err is set only when the chains could
+// not be listed.
+func VerifyAudit(ctx context.Context, nc *nats.Conn, prefix string) ([]ChainReport, error) {
+	if prefix == "" {
+		prefix = "PIGEON"
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	var out []ChainReport
+	names := js.StreamNames(ctx, jetstream.WithStreamListSubject(strings.ToLower(prefix)+".a.*"))
+	for name := range names.Name() {
+		node, ok := strings.CutPrefix(name, prefix+"_A_")
+		if !ok {
+			continue
+		}
+		out = append(out, verifyChain(ctx, js, name, node))
+	}
+	if err := names.Err(); err != nil {
+		return out, err
+	}
+	sortReports(out)
+	return out, nil
+}
+
+func verifyChain(ctx context.Context, js jetstream.JetStream, name, node string) ChainReport {
+	rep := ChainReport{Node: node}
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		rep.Err = err
+		return rep
+	}
+	var v store.Verifier
+	for from := uint64(1); ; {
+		recs, err := readAudit(ctx, st, from, 1000, func(err error) error { return err })
+		if err != nil {
+			rep.Err = err
+			break
+		}
+		for i := range recs {
+			if err := v.Next(&recs[i]); err != nil {
+				rep.Err = err
+				break
+			}
+		}
+		if rep.Err != nil || len(recs) == 0 {
+			break
+		}
+		from = recs[len(recs)-1].Seq + 1
+	}
+	rep.Records, rep.Head = v.Count(), v.Head()
+	return rep
+}
+
+func sortReports(rs []ChainReport) {
+	slices.SortFunc(rs, func(a, b ChainReport) int { return strings.Compare(a.Node, b.Node) })
+}

@@ -1,0 +1,42 @@
+// Package jetstream is a store.Store kept in a NATS JetStream cluster, so
+// that several Pigeon nodes share one set of messages, contracts, accounts,
+// roles, grants, keys, consumer progress and quarantine.
+//
+// It is its own Go module: embedding pigeon never pulls in NATS.
+//
+// # Layout in JetStream
+//
+// Every name starts with Options.Prefix (default "PIGEON"), so several
+// Pigeon deployments can share one NATS account.
+//
+//   - Each Pigeon subject is one stream, <P>_M_<hex subject>, on the NATS
+//     subjects <p>.m.<hex subject>.<message id>. The stream sequence is the
+//     Pigeon per-subject sequence: JetStream assigns it, so appends from any
+//     node are ordered without a lock of ours, and a purge from the front
+//     (retention) never reuses one.
+//   - Message ids and idempotency keys are KV buckets (<P>_ids, <P>_idem).
+//     An idempotency key is claimed with the bucket's atomic create (or a
+//     compare-and-set over an expired claim) before the message is
+//     published, so the same key sent through every node at once is
+//     accepted once.
+//   - Contracts, consumer progress, quarantine and the broker's own KV
+//     (accounts, roles, grants, keys) are KV buckets; progress changes are
+//     compare-and-set loops.
+//   - The audit log is one stream per node, <P>_A_<node>: every node keeps
+//     its own hash chain, and a publish that expects the previous sequence
+//     keeps each chain gap-free even if two processes claimed one node id.
+//
+// # Guarantees
+//
+// A method that returned without error has been acknowledged by the
+// stream's leader after a quorum of its replicas stored it. With file
+// storage JetStream syncs to disk on its own interval (sync_interval);
+// docs/cluster.md says what that means for durability. A publish that fails for want of a
+// quorum returns an error matching store.ErrNoQuorum, which the broker
+// reports as the retryable STORE_NO_QUORUM; nothing is retried silently.
+//
+// # Concurrency
+//
+// Every method is safe for concurrent use, from any number of goroutines
+// and processes sharing the prefix.
+package jetstream

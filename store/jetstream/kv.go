@@ -1,0 +1,98 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pigeon/store"
+)
+
+// kvKey is the key of bucket/key in the store's KV bucket.
+func kvKey(bucket, key string) string { return token(bucket) + "." + token(key) }
+
+// Put implements store.KV.
+func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	_, err := s.kv.Put(ctx, kvKey(bucket, key), val)
+	return s.fail(ctx, err)
+}
+
+// Get implements store.KV.
+func (s *Store) Get(ctx context.Context, bucket, key string) ([]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	return getValue(ctx, s, s.kv, kvKey(bucket, key))
+}
+
+// Delete implements store.KV.
+func (s *Store) Delete(ctx context.Context, bucket, key string) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	return s.fail(ctx, s.kv.Delete(ctx, kvKey(bucket, key)))
+}
+
+// List implements store.KV.
+func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	vals, err := s.values(ctx, s.kv, token(bucket)+".*")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(vals))
+	for k, v := range vals {
+		_, enc, _ := strings.Cut(k, ".")
+		key, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(enc, "k"))
+		if err != nil {
+			return nil, &store.CorruptError{File: s.bucketName("kv"), Reason: "key " + k + " does not decode"}
+		}
+		out[string(key)] = v
+	}
+	return out, nil
+}
+
+// getValue reads one key; a missing or deleted one is store.ErrNotFound.
+func getValue(ctx context.Context, s *Store, kv jetstream.KeyValue, key string) ([]byte, error) {
+	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return e.Value(), nil
+}
+
+// values reads every live key of kv matching filter (all with "") in one
+// watch: the watcher sends the current values, then nil.
+func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
+	if filter == "" {
+		filter = ">"
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	defer w.Stop()
+	out := map[string][]byte{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			out[e.Key()] = e.Value()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}

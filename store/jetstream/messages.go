@@ -1,0 +1,313 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pigeon/store"
+)
+
+// Headers of a stored message; the data is the body.
+const (
+	hdrID      = "Pigeon-Id"
+	hdrTime    = "Pigeon-Time" // Unix nanoseconds, decimal
+	hdrIdem    = "Pigeon-Idem"
+	hdrIdemExp = "Pigeon-Idem-Expires"
+)
+
+// stream returns the message stream of subject; with create false it
+// returns nil for a subject that never had a message.
+func (s *Store) stream(ctx context.Context, subject string, create bool) (jetstream.Stream, error) {
+	s.mu.Lock()
+	st := s.streams[subject]
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	var err error
+	if create {
+		st, err = s.ensureStream(ctx, s.msgStream(subject), s.msgFilter(subject))
+	} else {
+		st, err = s.js.Stream(ctx, s.msgStream(subject))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, nil
+		}
+		err = s.fail(ctx, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.streams[subject] = st
+	s.mu.Unlock()
+	return st, nil
+}
+
+// Append implements store.MessageLog. The message id is indexed, and the
+// idempotency key claimed, before the message is published, so a crash in
+// between leaves a claim that a retry takes over once it is older than
+// Options.Timeout.
+func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return store.Message{}, false, err
+	}
+	var claimRev uint64
+	if m.IdemKey != "" {
+		orig, dup, rev, err := s.claimIdem(ctx, m)
+		if err != nil || dup {
+			return orig, dup, err
+		}
+		claimRev = rev
+	}
+	m, err := s.publish(ctx, m)
+	var refused *jetstream.APIError
+	if err != nil && claimRev != 0 && errors.As(err, &refused) {
+		// Refused by JetStream: give the key back, unless someone has
+		// taken it over since. After a timeout the message may have been
+		// stored, so the claim stays: a retry finds the message, or takes
+		// the claim over once it is too old to be waited for.
+		_ = s.idem.Delete(context.WithoutCancel(ctx), token(m.IdemKey), jetstream.LastRevision(claimRev))
+	}
+	return m, false, err
+}
+
+func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, error) {
+	st, err := s.stream(ctx, m.Subject, true)
+	if err != nil {
+		return m, err
+	}
+	if _, err := s.ids.Put(ctx, token(m.ID), []byte(m.Subject)); err != nil {
+		return m, s.fail(ctx, err)
+	}
+	msg := nats.NewMsg(s.msgSubject(m.Subject, m.ID))
+	msg.Data = m.Body
+	msg.Header.Set(hdrID, m.ID)
+	msg.Header.Set(hdrTime, strconv.FormatInt(m.Time.UnixNano(), 10))
+	if m.IdemKey != "" {
+		msg.Header.Set(hdrIdem, m.IdemKey)
+		msg.Header.Set(hdrIdemExp, strconv.FormatInt(m.IdemExpires.UnixNano(), 10))
+	}
+	// The message id is also JetStream's deduplication id: a retry of a
+	// publish whose acknowledgement was lost (within the stream's
+	// duplicate window) is answered with the first one's sequence.
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(st.CachedInfo().Config.Name), jetstream.WithMsgID(m.ID))
+	if err != nil {
+		return m, s.fail(ctx, err)
+	}
+	m.Seq = ack.Sequence
+	return m, nil
+}
+
+// claim is the value of an idempotency key.
+type claim struct {
+	ID      string `json:"id"`
+	Subject string `json:"subject"`
+	Expires int64  `json:"expires"` // Unix nanoseconds
+	At      int64  `json:"at"`      // wall clock of the claim, Unix nanoseconds
+}
+
+// claimIdem claims m's idempotency key, or finds the message holding it.
+func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Message, dup bool, rev uint64, err error) {
+	key := token(m.IdemKey)
+	val, _ := json.Marshal(claim{ID: m.ID, Subject: m.Subject, Expires: m.IdemExpires.UnixNano(), At: time.Now().UnixNano()})
+	for {
+		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, key) })
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			rev, err := s.idem.Create(ctx, key, val)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+			return store.Message{}, false, rev, s.fail(ctx, err)
+		}
+		if err != nil {
+			return store.Message{}, false, 0, s.fail(ctx, err)
+		}
+		var c claim
+		if err := json.Unmarshal(e.Value(), &c); err != nil {
+			return store.Message{}, false, 0, &store.CorruptError{File: s.bucketName("idem"), Reason: "claim does not decode: " + err.Error()}
+		}
+		if m.Time.Before(time.Unix(0, c.Expires)) {
+			orig, err := s.awaitClaimed(ctx, c)
+			if err == nil {
+				return orig, true, 0, nil
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				return store.Message{}, false, 0, err
+			}
+			// A claim whose message never came: its holder died.
+		}
+		rev, err = s.idem.Update(ctx, key, val, e.Revision())
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue
+		}
+		return store.Message{}, false, rev, s.fail(ctx, err)
+	}
+}
+
+// awaitClaimed returns the message of claim c, waiting while its append
+// may still be under way; ErrNotFound once it cannot be.
+func (s *Store) awaitClaimed(ctx context.Context, c claim) (store.Message, error) {
+	deadline := time.Unix(0, c.At).Add(2 * s.opts.Timeout)
+	for {
+		m, err := s.find(ctx, c.Subject, c.ID)
+		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return store.Message{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Read implements store.MessageLog.
+func (s *Store) Read(ctx context.Context, subject string, from uint64, limit int) ([]store.Message, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	st, err := s.stream(ctx, subject, false)
+	if st == nil || err != nil {
+		return nil, err
+	}
+	var out []store.Message
+	filter := st.CachedInfo().Config.Subjects[0]
+	for seq := max(from, 1); limit <= 0 || len(out) < limit; {
+		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, s.fail(ctx, err)
+		}
+		m, err := decodeMessage(subject, raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+		seq = raw.Sequence + 1
+	}
+	return out, nil
+}
+
+// Lookup implements store.MessageLog.
+func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
+	if err := s.begin(ctx); err != nil {
+		return store.Message{}, err
+	}
+	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.ids.Get(ctx, token(id)) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return store.Message{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Message{}, s.fail(ctx, err)
+	}
+	return s.find(ctx, string(e.Value()), id)
+}
+
+// find reads message id of subject.
+func (s *Store) find(ctx context.Context, subject, id string) (store.Message, error) {
+	st, err := s.stream(ctx, subject, false)
+	if err != nil {
+		return store.Message{}, err
+	}
+	if st == nil {
+		return store.Message{}, store.ErrNotFound
+	}
+	raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+		return st.GetLastMsgForSubject(ctx, s.msgSubject(subject, id))
+	})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return store.Message{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Message{}, s.fail(ctx, err)
+	}
+	return decodeMessage(subject, raw)
+}
+
+// Bounds implements store.MessageLog.
+func (s *Store) Bounds(ctx context.Context, subject string) (first, last uint64, err error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, 0, err
+	}
+	st, err := s.stream(ctx, subject, false)
+	if st == nil || err != nil {
+		return 0, 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, 0, s.fail(ctx, err)
+	}
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}
+
+// TrimBefore implements store.Trimmer: it purges the front of the
+// subject's stream up to the first message accepted at or after t.
+func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	st, err := s.stream(ctx, subject, false)
+	if st == nil || err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, s.fail(ctx, err)
+	}
+	n, keep := 0, info.State.LastSeq+1
+	filter := info.Config.Subjects[0]
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
+		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return 0, s.fail(ctx, err)
+		}
+		if !msgTime(raw).Before(t) {
+			keep = raw.Sequence
+			break
+		}
+		n++
+		seq = raw.Sequence + 1
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {
+		return 0, s.fail(ctx, err)
+	}
+	return n, nil
+}
+
+func msgTime(raw *jetstream.RawStreamMsg) time.Time {
+	ns, _ := strconv.ParseInt(raw.Header.Get(hdrTime), 10, 64)
+	return time.Unix(0, ns).UTC()
+}
+
+func decodeMessage(subject string, raw *jetstream.RawStreamMsg) (store.Message, error) {
+	m := store.Message{Subject: subject, Seq: raw.Sequence, ID: raw.Header.Get(hdrID), Time: msgTime(raw), Body: raw.Data}
+	if m.ID == "" {
+		return m, &store.CorruptError{File: raw.Subject, Offset: int64(raw.Sequence), Reason: "message without an id"}
+	}
+	if k := raw.Header.Get(hdrIdem); k != "" {
+		ns, _ := strconv.ParseInt(raw.Header.Get(hdrIdemExp), 10, 64)
+		m.IdemKey, m.IdemExpires = k, time.Unix(0, ns).UTC()
+	}
+	if len(m.Body) == 0 {
+		m.Body = nil
+	}
+	return m, nil
+}

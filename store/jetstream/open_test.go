@@ -1,0 +1,76 @@
+package jetstream
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"pigeon/store"
+)
+
+func TestConnectUnreachable(t *testing.T) {
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePorts(t, 1)[0])
+	_, err := Connect(t.Context(), url, nil, nats.Timeout(500*time.Millisecond))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), url)
+}
+
+// TestOpenRefusesChangedStreams: a stream or bucket that another tool
+// changed so that records would vanish is refused when a node starts,
+// with the reason.
+func TestOpenRefusesChangedStreams(t *testing.T) {
+	srv := runServer(t)
+	nc := connect(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	cases := []struct {
+		name   string
+		stream func(s *Store) string
+		change func(c *jetstream.StreamConfig)
+		reason string
+	}{
+		{"message stream max age", func(s *Store) string { return s.msgStream("orders") },
+			func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour }, "max age"},
+		{"message stream limit", func(s *Store) string { return s.msgStream("orders") },
+			func(c *jetstream.StreamConfig) { c.MaxMsgs = 10 }, "limit"},
+		{"audit stream subjects", func(s *Store) string { return s.auditStream("node") },
+			func(c *jetstream.StreamConfig) { c.Subjects = append(c.Subjects, "elsewhere") }, "subjects"},
+		{"bucket max age", func(s *Store) string { return "KV_" + s.bucketName("contracts") },
+			func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour }, "max age"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			s, err := Open(ctx, nc, &Options{Prefix: freshPrefix()})
+			require.NoError(t, err)
+			_, _, err = s.Append(ctx, store.Message{Subject: "orders", ID: "m1", Time: time.Now()})
+			require.NoError(t, err)
+			require.NoError(t, s.Close(ctx))
+
+			st, err := js.Stream(ctx, c.stream(s))
+			require.NoError(t, err)
+			cfg := st.CachedInfo().Config
+			c.change(&cfg)
+			_, err = js.UpdateStream(ctx, cfg)
+			require.NoError(t, err)
+
+			_, err = Open(ctx, nc, &Options{Prefix: s.Prefix()})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), c.stream(s))
+			require.Contains(t, err.Error(), c.reason)
+		})
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	srv := runServer(t)
+	nc := connect(t, srv.ClientURL())
+	_, err := Open(t.Context(), nc, &Options{Prefix: "a.b"})
+	require.ErrorContains(t, err, "prefix")
+	_, err = Open(t.Context(), nc, &Options{Node: "n 1"})
+	require.ErrorContains(t, err, "node")
+}

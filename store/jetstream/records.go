@@ -1,0 +1,165 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"pigeon/store"
+)
+
+// quarantined is a quarantine record as kept: the record with its body.
+type quarantined struct {
+	store.QuarantineRecord
+	Body []byte `json:"body,omitempty"`
+}
+
+// PutQuarantine implements store.QuarantineLog.
+func (s *Store) PutQuarantine(ctx context.Context, r store.QuarantineRecord) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	b, err := json.Marshal(quarantined{QuarantineRecord: r, Body: r.Body})
+	if err != nil {
+		return err
+	}
+	_, err = s.quarantine.Put(ctx, token(r.ID), b)
+	return s.fail(ctx, err)
+}
+
+// GetQuarantine implements store.QuarantineLog.
+func (s *Store) GetQuarantine(ctx context.Context, id string) (store.QuarantineRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return store.QuarantineRecord{}, err
+	}
+	b, err := getValue(ctx, s, s.quarantine, token(id))
+	if err != nil {
+		return store.QuarantineRecord{}, err
+	}
+	return s.decodeQuarantine(b)
+}
+
+func (s *Store) decodeQuarantine(b []byte) (store.QuarantineRecord, error) {
+	var q quarantined
+	if err := json.Unmarshal(b, &q); err != nil {
+		return store.QuarantineRecord{}, &store.CorruptError{File: s.bucketName("quarantine"), Reason: err.Error()}
+	}
+	q.QuarantineRecord.Body = q.Body
+	return q.QuarantineRecord, nil
+}
+
+// ListQuarantine implements store.QuarantineLog: it reads every record,
+// so it suits the review of a quarantine, not a hot path.
+func (s *Store) ListQuarantine(ctx context.Context, since time.Time, limit int) ([]store.QuarantineRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	vals, err := s.values(ctx, s.quarantine, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []store.QuarantineRecord
+	for _, b := range vals {
+		r, err := s.decodeQuarantine(b)
+		if err != nil {
+			return nil, err
+		}
+		if !r.Time.Before(since) {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b store.QuarantineRecord) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.ID, b.ID))
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// PutContract implements store.ContractLog.
+func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = s.contracts.Put(ctx, token(c.ID), b)
+	return s.fail(ctx, err)
+}
+
+// GetContract implements store.ContractLog.
+func (s *Store) GetContract(ctx context.Context, id string) (store.ContractRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return store.ContractRecord{}, err
+	}
+	b, err := getValue(ctx, s, s.contracts, token(id))
+	if err != nil {
+		return store.ContractRecord{}, err
+	}
+	return s.decodeContract(b)
+}
+
+func (s *Store) decodeContract(b []byte) (store.ContractRecord, error) {
+	var c store.ContractRecord
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, &store.CorruptError{File: s.bucketName("contracts"), Reason: err.Error()}
+	}
+	return c, nil
+}
+
+// allContracts returns every contract kept.
+func (s *Store) allContracts(ctx context.Context) ([]store.ContractRecord, error) {
+	vals, err := s.values(ctx, s.contracts, "")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.ContractRecord, 0, len(vals))
+	for _, b := range vals {
+		c, err := s.decodeContract(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// DeleteExpiredContracts implements store.ContractLog.
+func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	all, err := s.allContracts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range all {
+		if c.ExpiresAt.Before(t) {
+			if err := s.contracts.Purge(ctx, token(c.ID)); err != nil {
+				return n, s.fail(ctx, err)
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ListContracts implements store.ContractLister.
+func (s *Store) ListContracts(ctx context.Context, expiringAfter time.Time) ([]store.ContractRecord, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	all, err := s.allContracts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all = slices.DeleteFunc(all, func(c store.ContractRecord) bool { return !c.ExpiresAt.After(expiringAfter) })
+	slices.SortFunc(all, func(a, b store.ContractRecord) int { return cmp.Compare(a.ID, b.ID) })
+	return all, nil
+}

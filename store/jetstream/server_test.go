@@ -1,0 +1,40 @@
+package jetstream
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// runServer starts an embedded single nats-server with JetStream on a
+// random port of 127.0.0.1, stopped when t ends.
+func runServer(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server did not start")
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// connect dials url, closing the connection when t ends.
+func connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+var prefixes atomic.Int64
+
+// freshPrefix returns a prefix no other test of this process uses.
+func freshPrefix() string { return fmt.Sprintf("T%d", prefixes.Add(1)) }

@@ -1,0 +1,331 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pigeon/store"
+)
+
+// Options configure a Store. The zero value (or nil) is usable: prefix
+// PIGEON, one replica, file storage, node id "node".
+type Options struct {
+	// Prefix starts every stream, bucket and NATS subject the store uses
+	// (default "PIGEON"). Letters, digits and '_' only.
+	Prefix string
+	// Replicas is the replication factor of every stream and bucket the
+	// store creates (default 1; 3 or 5 in a cluster).
+	Replicas int
+	// Memory keeps streams in memory instead of files (tests only: it is
+	// not durable).
+	Memory bool
+	// Node names this node's audit chain (default "node"). Every node of a
+	// cluster needs its own: letters, digits, '-' and '_'.
+	Node string
+	// Timeout bounds each JetStream request (default 5 s). A request that
+	// times out because the stream has no quorum fails with
+	// store.ErrNoQuorum.
+	Timeout time.Duration
+}
+
+// Store is a store.Store on JetStream. Open it with Open or Connect.
+type Store struct {
+	nc     *nats.Conn
+	ownNC  bool
+	js     jetstream.JetStream
+	opts   Options
+	pfx    string // lower-case prefix for NATS subjects
+	closed atomic.Bool
+
+	ids, idem, progress, quarantine, contracts, kv jetstream.KeyValue
+	audit                                          jetstream.Stream
+
+	mu      sync.Mutex
+	streams map[string]jetstream.Stream // message streams by Pigeon subject
+}
+
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.Trimmer        = (*Store)(nil)
+	_ store.ContractLister = (*Store)(nil)
+	_ store.AuditChainer   = (*Store)(nil)
+	_ store.BatchProgress  = (*Store)(nil)
+)
+
+// Connect dials urls (comma-separated, as nats.Connect takes them) with
+// the given NATS options and opens the store on that connection, which the
+// store closes on Close. An unreachable cluster fails with an error naming
+// the URLs.
+func Connect(ctx context.Context, urls string, opts *Options, natsOpts ...nats.Option) (*Store, error) {
+	natsOpts = append([]nats.Option{nats.Name("pigeon"), nats.MaxReconnects(-1)}, natsOpts...)
+	nc, err := nats.Connect(urls, natsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: cannot reach NATS at %s: %w", urls, err)
+	}
+	s, err := Open(ctx, nc, opts)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.ownNC = true
+	return s, nil
+}
+
+// Open opens the store on an existing connection, which stays the
+// caller's. It creates the buckets and this node's audit stream when they
+// are missing and refuses, naming the reason, any that another tool
+// changed in a way the store cannot work with.
+func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = "PIGEON"
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.Node == "" {
+		o.Node = "node"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if !validName(o.Prefix, false) {
+		return nil, fmt.Errorf("jetstream: prefix %q: use letters, digits and '_'", o.Prefix)
+	}
+	if !validName(o.Node, true) {
+		return nil, fmt.Errorf("jetstream: node %q: use letters, digits, '-' and '_'", o.Node)
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(o.Timeout))
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{nc: nc, js: js, opts: o, pfx: strings.ToLower(o.Prefix), streams: map[string]jetstream.Stream{}}
+	ctx, cancel := context.WithTimeout(ctx, 4*o.Timeout)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return nil, fmt.Errorf("jetstream: JetStream at %s: %w", nc.ConnectedUrlRedacted(), err)
+	}
+	for _, b := range []struct {
+		kv   *jetstream.KeyValue
+		name string
+	}{
+		{&s.ids, "ids"}, {&s.idem, "idem"}, {&s.progress, "progress"},
+		{&s.quarantine, "quarantine"}, {&s.contracts, "contracts"}, {&s.kv, "kv"},
+	} {
+		if *b.kv, err = s.bucket(ctx, b.name); err != nil {
+			return nil, err
+		}
+	}
+	if s.audit, err = s.ensureStream(ctx, s.auditStream(o.Node), s.auditSubject(o.Node)); err != nil {
+		return nil, err
+	}
+	if err := s.checkStreams(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the store (and the connection, when Connect made it). It
+// is idempotent. Nothing is deleted from JetStream.
+func (s *Store) Close(ctx context.Context) error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.ownNC {
+		s.nc.Close()
+	}
+	return nil
+}
+
+// Conn returns the store's NATS connection.
+func (s *Store) Conn() *nats.Conn { return s.nc }
+
+// Prefix returns the prefix of every stream and bucket of the store.
+func (s *Store) Prefix() string { return s.opts.Prefix }
+
+// begin is the check at the start of every method.
+func (s *Store) begin(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (s *Store) bucketName(name string) string { return s.opts.Prefix + "_" + name }
+
+// bucket opens or creates one KV bucket and checks that its stream can
+// keep what the store puts there.
+func (s *Store) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	full := s.bucketName(name)
+	kv, err := s.js.KeyValue(ctx, full)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: full, History: 1, Storage: s.storage(), Replicas: s.opts.Replicas})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = s.js.KeyValue(ctx, full)
+		}
+	}
+	if err != nil {
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
+	}
+	st, err := s.js.Stream(ctx, "KV_"+full)
+	if err != nil {
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: bucket %s: %w", full, err))
+	}
+	if reason := incompatible(st.CachedInfo().Config); reason != "" {
+		return nil, fmt.Errorf("jetstream: bucket %s (stream KV_%s) was changed and cannot be used: %s", full, full, reason)
+	}
+	return kv, nil
+}
+
+// ensureStream opens or creates a stream on one subject filter and
+// refuses one whose configuration would lose or misplace records.
+func (s *Store) ensureStream(ctx context.Context, name, subject string) (jetstream.Stream, error) {
+	st, err := s.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: name, Subjects: []string{subject}, Storage: s.storage(), Replicas: s.opts.Replicas,
+			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
+			MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: -1, AllowDirect: true, Duplicates: 2 * time.Minute,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = s.js.Stream(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: stream %s: %w", name, err))
+	}
+	cfg := st.CachedInfo().Config
+	if reason := incompatible(cfg); reason != "" {
+		return nil, fmt.Errorf("jetstream: stream %s was changed and cannot be used: %s", name, reason)
+	}
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != subject {
+		return nil, fmt.Errorf("jetstream: stream %s was changed and cannot be used: subjects are %v, want [%s]", name, cfg.Subjects, subject)
+	}
+	return st, nil
+}
+
+// checkStreams refuses message and audit streams of the prefix that
+// another tool changed in a way the store cannot work with.
+func (s *Store) checkStreams(ctx context.Context) error {
+	for _, kind := range []string{".m.>", ".a.*"} {
+		l := s.js.ListStreams(ctx, jetstream.WithStreamListSubject(s.pfx+kind))
+		for info := range l.Info() {
+			if reason := incompatible(info.Config); reason != "" {
+				return fmt.Errorf("jetstream: stream %s was changed and cannot be used: %s", info.Config.Name, reason)
+			}
+		}
+		if err := l.Err(); err != nil {
+			return s.fail(ctx, fmt.Errorf("jetstream: listing streams: %w", err))
+		}
+	}
+	return nil
+}
+
+// incompatible says why a stream cannot hold the store's records, or "".
+func incompatible(cfg jetstream.StreamConfig) string {
+	switch {
+	case cfg.Retention != jetstream.LimitsPolicy:
+		return fmt.Sprintf("retention is %s, want limits (records must stay until the broker trims them)", cfg.Retention)
+	case cfg.MaxAge != 0:
+		return fmt.Sprintf("max age is %s, want none (records would expire behind the broker's back)", cfg.MaxAge)
+	case cfg.MaxMsgs > 0 || cfg.MaxBytes > 0:
+		return "a message or byte limit is set (records would be dropped behind the broker's back)"
+	case cfg.Sealed || cfg.DenyPurge:
+		return "the stream is sealed or denies purges"
+	case cfg.NoAck:
+		return "publishes are not acknowledged"
+	}
+	return ""
+}
+
+func (s *Store) storage() jetstream.StorageType {
+	if s.opts.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// Names of streams and subjects. Pigeon subjects and ids are encoded so
+// that any string is a valid NATS token and stream name.
+func (s *Store) msgStream(subject string) string {
+	return s.opts.Prefix + "_M_" + hex.EncodeToString([]byte(subject))
+}
+func (s *Store) msgSubject(subject, id string) string {
+	return s.pfx + ".m." + hex.EncodeToString([]byte(subject)) + "." + token(id)
+}
+func (s *Store) msgFilter(subject string) string {
+	return s.pfx + ".m." + hex.EncodeToString([]byte(subject)) + ".*"
+}
+func (s *Store) auditStream(node string) string { return s.opts.Prefix + "_A_" + node }
+func (s *Store) auditSubject(node string) string {
+	return s.pfx + ".a." + node
+}
+
+// token encodes any string as a non-empty NATS token and KV key.
+func token(v string) string { return "k" + base64.RawURLEncoding.EncodeToString([]byte(v)) }
+
+func validName(v string, dash bool) bool {
+	if v == "" {
+		return false
+	}
+	for _, r := range v {
+		ok := r == '_' || (dash && r == '-') || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// fail maps a JetStream failure to the store's errors: no quorum (no
+// response from the stream, a request that timed out) becomes
+// store.ErrNoQuorum; when the caller's ctx ended, the error stays the
+// context's.
+func (s *Store) fail(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil || errors.Is(err, store.ErrNoQuorum) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.As(err, &api) && api.Code == 503:
+		return fmt.Errorf("%w: %w", store.ErrNoQuorum, err)
+	}
+	return err
+}
+
+// direct runs a read that JetStream may answer with a direct get. A
+// stream that was just created, or whose leader just moved, may have no
+// direct-get responder for a moment: direct retries the read for up to
+// Options.Timeout before giving up.
+func direct[T any](ctx context.Context, timeout time.Duration, read func() (T, error)) (T, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		v, err := read()
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
