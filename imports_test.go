@@ -26,9 +26,10 @@ type importRule struct {
 // importRules is the layout the code keeps (docs/architecture.md): the root
 // holds the broker's concepts and imports no concrete store but its
 // in-memory default, no transport, no server and no HTTP; stores import no
-// broker; only cmd/ wires concrete parts together.
+// broker; only cli (the command line, as a library) wires concrete parts
+// together, and cmd/ is a thin main over it.
 var importRules = []importRule{
-	{pkg: "pigeon", deny: []string{"pigeon/store/wal/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/wire", "pigeon/cmd/...", "net/http", "gopkg.in/yaml.v3", "go.yaml.in/yaml/...",
+	{pkg: "pigeon", deny: []string{"pigeon/store/wal/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/wire", "pigeon/cli/...", "pigeon/cmd/...", "net/http", "gopkg.in/yaml.v3", "go.yaml.in/yaml/...",
 		"pigeon/identity", "github.com/go-jose/...", "github.com/spiffe/...", "pigeon/programs/...", "github.com/tetratelabs/...", "pigeon/metrics", "github.com/prometheus/..."},
 		reason: "the root holds the concepts: no concrete store beyond memory, no transport, no server, no HTTP, no YAML, no JOSE or SPIFFE code, no WebAssembly runtime, no metrics library (Observer is the seam)"},
 	{pkg: "pigeon/policy", leaf: true, allow: []string{"pigeon/internal/cond", "pigeon/internal/datapath", "pigeon/internal/schema"},
@@ -59,6 +60,8 @@ var importRules = []importRule{
 	{pkg: "pigeon/examples/...", deny: []string{"pigeon/internal/..."}, reason: "examples use the public API only"},
 	{pkg: "pigeon/metrics", deny: []string{"pigeon/store/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/internal/..."},
 		reason: "metrics observe the engine through its public Observer seam; cmd/ wires the connection count"},
+	{pkg: "pigeon/cmd/...", leaf: true, allow: []string{"pigeon/cli"},
+		reason: "cmd/ is a thin wrapper: its main calls cli.Main, where the commands live"},
 	{pkg: "pigeon/identity", deny: []string{"pigeon/store/...", "pigeon/transport/...", "pigeon/server/...", "pigeon/policy", "pigeon/internal/..."},
 		reason: "edge identity is a set of authenticators over the public Credential seam; the server and transports never import it"},
 }
@@ -148,4 +151,8 @@ func TestImportRuleMatching(t *testing.T) {
 	require.NotEmpty(t, walRule.violation("pigeon/store/wal", "pigeon"))
 	require.Empty(t, walRule.violation("pigeon/store/wal", "pigeon/store"))
 	require.Empty(t, walRule.violation("pigeon/store/wal/crashtest", "pigeon/store/wal"))
+	i := slices.IndexFunc(importRules, func(r importRule) bool { return r.pkg == "pigeon/cmd/..." })
+	require.NotEmpty(t, importRules[i].violation("pigeon/cmd/pigeon", "pigeon/server"), "cmd/ wires nothing itself")
+	require.Empty(t, importRules[i].violation("pigeon/cmd/pigeon", "pigeon/cli"))
+	require.NotEmpty(t, root.violation("pigeon", "pigeon/cli"))
 }

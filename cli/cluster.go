@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -15,7 +15,8 @@ import (
 // module does not import NATS (embedding pigeon must not pull it in), so
 // `pigeon serve --store nats://…` and `pigeon audit verify --store
 // nats://…` hand the whole command to this binary, built from the
-// store/jetstream module (docs/cluster.md).
+// store/jetstream module (docs/cluster.md), when Main was given no Store
+// for the scheme (pigeon-cluster is Main with one).
 const clusterBinary = "pigeon-cluster"
 
 // isClusterStore reports whether a --store value names a NATS cluster.

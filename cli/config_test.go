@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -77,13 +77,13 @@ func writeConfig(t *testing.T, body string) string {
 // The shipped example parses, and with its certificates made, builds.
 func TestExampleIdentityConfig(t *testing.T) {
 	dir := t.TempDir()
-	b, err := os.ReadFile("../../examples/identity/pigeon.yaml")
+	b, err := os.ReadFile("../examples/identity/pigeon.yaml")
 	require.NoError(t, err)
 	path := filepath.Join(dir, "pigeon.yaml")
 	require.NoError(t, os.WriteFile(path, b, 0o600))
 	writeTestPKI(t, filepath.Join(dir, "certs"), nil)
 
-	cfg, code, ok := parseServe([]string{"--config", path}, io.Discard)
+	cfg, code, ok := parseServe([]string{"--config", path}, io.Discard, nil)
 	require.True(t, ok, "exit %d", code)
 	require.Equal(t, "127.0.0.1:8443", cfg.addr)
 	require.Equal(t, "", cfg.data)
@@ -105,7 +105,7 @@ func TestExampleIdentityConfig(t *testing.T) {
 
 func TestServeFlagsOverrideConfig(t *testing.T) {
 	path := writeConfig(t, "addr: 127.0.0.1:9000\nregion: eu\nmtls:\n  client_ca: [a.pem, b.pem]\n  trust_domains: [example.org]\n")
-	cfg, _, ok := parseServe([]string{"--config", path, "--region", "us", "--client-ca", "/x/c.pem"}, io.Discard)
+	cfg, _, ok := parseServe([]string{"--config", path, "--region", "us", "--client-ca", "/x/c.pem"}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, "127.0.0.1:9000", cfg.addr, "from the file")
 	require.Equal(t, "us", cfg.region, "the flag wins")
@@ -113,12 +113,12 @@ func TestServeFlagsOverrideConfig(t *testing.T) {
 	require.Equal(t, []string{"example.org"}, cfg.trustDomains)
 	// A trust domain may bring its own CA bundle.
 	path = writeConfig(t, "mtls:\n  client_ca: [shared.pem]\n  trust_domains:\n    - a.org\n    - name: b.org\n      ca: [b.pem]\n")
-	cfg, _, ok = parseServe([]string{"--config", path}, io.Discard)
+	cfg, _, ok = parseServe([]string{"--config", path}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, []string{"a.org", "b.org"}, cfg.trustDomains)
 	require.Equal(t, map[string][]string{"b.org": {filepath.Join(filepath.Dir(path), "b.pem")}}, cfg.domainCA)
 	// An empty file configures nothing.
-	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard)
+	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, "uk", cfg.region)
 }
@@ -141,7 +141,7 @@ func TestServeConfigRefused(t *testing.T) {
 	} {
 		var stderr strings.Builder
 		path := writeConfig(t, tc.body)
-		_, code, ok := parseServe([]string{"--config", path}, &stderr)
+		_, code, ok := parseServe([]string{"--config", path}, &stderr, nil)
 		require.False(t, ok, tc.body)
 		require.Equal(t, 2, code)
 		require.Contains(t, stderr.String(), path+tc.want, tc.body)
@@ -204,7 +204,7 @@ func TestServeTLSWithCLI(t *testing.T) {
 	subDone := make(chan int, 1)
 	subErr := &testlog.Buffer{}
 	go func() {
-		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--tls-ca", file("ca.pem"), "--tls-cert", file("notifier.pem"),
+		subDone <- Main(sctx, []string{"subscribe", "--url", r.url, "--tls-ca", file("ca.pem"), "--tls-cert", file("notifier.pem"),
 			"--tls-key", file("notifier-key.pem"), "--subject", "notifications.send", "--start", "first"}, lines, subErr)
 	}()
 	publish := func(key string, auth ...string) (int, string, string) {
@@ -280,7 +280,7 @@ func TestServeWebSocketOrigins(t *testing.T) {
 		{[]string{"--config", writeConfig(t, "ws_origins: [\"\"]\n")}, ":1: an empty origin pattern"},
 	} {
 		var stderr strings.Builder
-		_, code, ok := parseServe(tc.args, &stderr)
+		_, code, ok := parseServe(tc.args, &stderr, nil)
 		require.False(t, ok, tc.args)
 		require.Equal(t, 2, code)
 		require.Contains(t, stderr.String(), tc.want)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"pigeon/programs"
 	"pigeon/server"
 	"pigeon/store"
-	"pigeon/store/wal"
 	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
 )
@@ -27,7 +26,7 @@ import (
 // serveConfig is what the serve flags (and the --config file) say.
 type serveConfig struct {
 	addr, data, policies, tokens, region, sync string
-	store                                      string // "wal" (default); nats:// is handed to pigeon-cluster
+	store                                      string // "wal" (default), a WithStore URL; else nats:// is handed to pigeon-cluster
 	shutdownTimeout                            time.Duration
 	verbose                                    bool
 	// mesgdSubject, when set, serves mesgd's WebSocket format at
@@ -56,18 +55,23 @@ type serveConfig struct {
 	wsOrigins []string
 	// ready, when set, is called with the listening address.
 	ready func(addr string)
+	// opts are Main's options: the stores --store may name.
+	opts *options
 }
 
-func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if isClusterStore(storeFlag(args)) {
+func serveCmd(ctx context.Context, o *options, args []string, stdout, stderr io.Writer) int {
+	if v := storeFlag(args); o.storeFor(v) == nil && isClusterStore(v) {
 		return handOff(ctx, []string{"serve"}, args, stdout, stderr)
 	}
-	cfg, code, ok := parseServe(args, stderr)
+	cfg, code, ok := parseServe(args, stderr, o)
 	if !ok {
 		return code
 	}
 	if err := serve(ctx, cfg, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "pigeon serve:", err)
+		if errors.Is(err, ErrUsage) {
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -84,9 +88,9 @@ const (
 // with --config, the file's values: a flag given on the command line wins
 // over the file, which wins over the environment. When ok is false the
 // command ends with code (0 for --help).
-func parseServe(args []string, stderr io.Writer) (cfg serveConfig, code int, ok bool) {
+func parseServe(args []string, stderr io.Writer, o *options) (cfg serveConfig, code int, ok bool) {
 	cfg = serveConfig{addr: "127.0.0.1:8787", data: "./pigeon-data", region: "uk", sync: "batch", shutdownTimeout: 30 * time.Second,
-		logFormat: "text", logLevel: "info"}
+		logFormat: "text", logLevel: "info", opts: o}
 	if port := os.Getenv(envPort); port != "" {
 		cfg.addr = net.JoinHostPort("127.0.0.1", port)
 	}
@@ -138,6 +142,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
 	fs.Var(&listFlag{v: &cfg.wsOrigins}, "ws-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may open /v1/ws besides the server's own; repeat or comma-separate")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
+	cfg.opts.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err), false
 	}
@@ -193,18 +198,6 @@ func parseExit(err error) int {
 	return 2
 }
 
-func syncMode(s string) (wal.SyncMode, error) {
-	switch s {
-	case "batch":
-		return wal.SyncBatch, nil
-	case "always":
-		return wal.SyncAlways, nil
-	case "none":
-		return wal.SyncNone, nil
-	}
-	return 0, fmt.Errorf("--sync must be batch, always or none, not %q", s)
-}
-
 // serve runs the broker until ctx ends, then shuts it down.
 func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error {
 	logger, err := newLogger(cfg, stderr)
@@ -220,26 +213,16 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	mode, err := syncMode(cfg.sync)
-	if err != nil {
-		return err
-	}
-	if cfg.store != "" && cfg.store != "wal" {
-		return fmt.Errorf("--store must be wal or nats://host:port[,…], not %q", cfg.store)
-	}
 	edge, err := buildEdge(cfg, tokens, logger)
 	if err != nil {
 		return err
 	}
-	var st store.Store
-	if cfg.data != "" {
-		ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode, Logger: logger})
-		if err != nil {
-			return fmt.Errorf("open store %s: %w", cfg.data, err)
-		}
-		st = ws
+	opened, err := openStore(ctx, cfg, logger)
+	if err != nil {
+		return err
 	}
-	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Authenticator: edge.auth, Catalog: catalog,
+	st := opened.Store
+	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Cluster: opened.Cluster, Authenticator: edge.auth, Catalog: catalog,
 		Region: cfg.region, Logger: logger, Observer: obs.observer()})
 	if err != nil {
 		if st != nil {
@@ -287,7 +270,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		l, err = net.Listen("tcp", cfg.addr)
 	}
 	if err == nil {
-		banner(stdout, l.Addr().String(), cfg, isDemo, catalog, tokens, metricsURL)
+		banner(stdout, l.Addr().String(), cfg, isDemo, catalog, tokens, opened.Banner, metricsURL)
 		edgeBanner(stdout, edge)
 		if cfg.ready != nil {
 			cfg.ready(l.Addr().String())
@@ -358,7 +341,7 @@ func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []pigeon.StaticToken, e
 }
 
 // banner says what is being served and where.
-func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Catalog, tokens []pigeon.StaticToken, metricsURL string) {
+func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Catalog, tokens []pigeon.StaticToken, storeBanner, metricsURL string) {
 	names := make([]string, len(c.Subjects))
 	for i, s := range c.Subjects {
 		names[i] = s.Name
@@ -378,11 +361,7 @@ func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Ca
 	} else {
 		fmt.Fprintf(w, "pigeon: serving %d subjects from %s (%s), %d tokens\n", len(names), cfg.policies, strings.Join(names, ", "), len(tokens))
 	}
-	if cfg.data == "" {
-		fmt.Fprintln(w, "pigeon: store: in memory (nothing survives a restart)")
-	} else {
-		fmt.Fprintf(w, "pigeon: store: %s (write-ahead log, sync %s)\n", cfg.data, cfg.sync)
-	}
+	fmt.Fprintf(w, "pigeon: store: %s\n", storeBanner)
 	scheme, wsScheme := "http", "ws"
 	if cfg.tlsCert != "" {
 		scheme, wsScheme = "https", "wss"

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -94,15 +94,15 @@ func createAccount(t *testing.T, url, id string) {
 func TestServeProgramVersions(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg, _, ok := parseServe([]string{"--program-versions", "3"}, io.Discard)
+	cfg, _, ok := parseServe([]string{"--program-versions", "3"}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, 3, cfg.programVersions)
-	_, code, ok := parseServe([]string{"--program-versions", "-1"}, io.Discard)
+	_, code, ok := parseServe([]string{"--program-versions", "-1"}, io.Discard, nil)
 	require.False(t, ok)
 	require.Equal(t, 2, code)
 	file := filepath.Join(dir, "pigeon.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("program_versions: 1\n"), 0o600))
-	cfg, _, ok = parseServe([]string{"--config", file}, io.Discard)
+	cfg, _, ok = parseServe([]string{"--config", file}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, 1, cfg.programVersions)
 
@@ -123,7 +123,7 @@ func TestServeProgramVersions(t *testing.T) {
 // serve --mesgd-subject (or mesgd_subject in the config file) serves
 // mesgd's format at /mesgd/.
 func TestServeMesgdSubject(t *testing.T) {
-	cfg, _, ok := parseServe([]string{"--mesgd-subject", "payments.authorize"}, io.Discard)
+	cfg, _, ok := parseServe([]string{"--mesgd-subject", "payments.authorize"}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, "payments.authorize", cfg.mesgdSubject)
 	r := startServe(t, serveConfig{mesgdSubject: "payments.authorize"})

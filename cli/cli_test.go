@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TestHelpExitsZero(t *testing.T) {
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var stdout, stderr strings.Builder
-			code := run(context.Background(), args, &stdout, &stderr)
+			code := Main(context.Background(), args, &stdout, &stderr)
 			require.Equal(t, 0, code, stderr.String())
 			require.Contains(t, stderr.String(), "sage")
 		})
@@ -49,11 +49,11 @@ func TestHelpExitsZero(t *testing.T) {
 func TestServeEnvironment(t *testing.T) {
 	t.Setenv("PORT", "9911")
 	t.Setenv("PIGEON_DATA_DIR", "/tmp/pigeon-env-data")
-	cfg, _, ok := parseServe(nil, io.Discard)
+	cfg, _, ok := parseServe(nil, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, "127.0.0.1:9911", cfg.addr)
 	require.Equal(t, "/tmp/pigeon-env-data", cfg.data)
-	cfg, _, ok = parseServe([]string{"--addr", "127.0.0.1:7000", "--data", "./here"}, io.Discard)
+	cfg, _, ok = parseServe([]string{"--addr", "127.0.0.1:7000", "--data", "./here"}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, "127.0.0.1:7000", cfg.addr)
 	require.Equal(t, "./here", cfg.data)
@@ -86,7 +86,7 @@ func TestBrokerStartWithTheReferenceEnvironment(t *testing.T) {
 	defer cancel()
 	out := &testlog.Buffer{}
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"broker", "start", "--shutdown-timeout", "10s"}, out, io.Discard) }()
+	go func() { done <- Main(ctx, []string{"broker", "start", "--shutdown-timeout", "10s"}, out, io.Discard) }()
 	health := regexp.MustCompile(`health\s+(http://127\.0\.0\.1:\d+)/health`)
 	waitFor(t, "the banner", func() bool { return health.MatchString(out.String()) })
 	url := health.FindStringSubmatch(out.String())[1]

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func TestStoreFlag(t *testing.T) {
 func TestServeClusterStoreNeedsClusterBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	var out, errb bytes.Buffer
-	code := serveCmd(context.Background(), []string{"--store", "nats://127.0.0.1:4222"}, &out, &errb)
+	code := serveCmd(context.Background(), nil, []string{"--store", "nats://127.0.0.1:4222"}, &out, &errb)
 	require.Equal(t, 2, code)
 	require.Contains(t, errb.String(), "needs the pigeon-cluster binary")
 	require.Contains(t, errb.String(), "go build -o pigeon-cluster ./cmd/pigeon-cluster")

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -95,7 +95,7 @@ func TestCatalogAsyncAPI(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "policies"), demo.FS()))
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"catalog", "asyncapi", filepath.Join(dir, "policies")}, &stdout, &stderr)
+	code := Main(context.Background(), []string{"catalog", "asyncapi", filepath.Join(dir, "policies")}, &stdout, &stderr)
 	require.Equal(t, 0, code, stderr.String())
 	var doc struct {
 		AsyncAPI string                    `json:"asyncapi"`
@@ -105,16 +105,16 @@ func TestCatalogAsyncAPI(t *testing.T) {
 	require.Equal(t, "3.0.0", doc.AsyncAPI)
 	require.Equal(t, "notifications.send", doc.Channels["notifications.send"]["address"])
 
-	code = run(context.Background(), []string{"catalog", "asyncapi"}, io.Discard, &stderr)
+	code = Main(context.Background(), []string{"catalog", "asyncapi"}, io.Discard, &stderr)
 	require.Equal(t, 2, code)
-	code = run(context.Background(), []string{"catalog", "asyncapi", filepath.Join(dir, "nope")}, io.Discard, io.Discard)
+	code = Main(context.Background(), []string{"catalog", "asyncapi", filepath.Join(dir, "nope")}, io.Discard, io.Discard)
 	require.Equal(t, 1, code)
 }
 
 func TestConfigFileOperationsKeys(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pigeon.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("log_format: json\nlog_level: warn\nmetrics_addr: 127.0.0.1:9464\n"), 0o600))
-	cfg, code, ok := parseServe([]string{"--config", path, "--log-level", "debug"}, io.Discard)
+	cfg, code, ok := parseServe([]string{"--config", path, "--log-level", "debug"}, io.Discard, nil)
 	require.True(t, ok, "exit %d", code)
 	require.Equal(t, "json", cfg.logFormat)
 	require.Equal(t, "debug", cfg.logLevel, "a flag wins over the file")

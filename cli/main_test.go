@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -75,7 +75,7 @@ func (r *running) pigeon(t *testing.T, ctx context.Context, args ...string) (int
 		args = append(args, "--url", r.url)
 	}
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, args, &stdout, &stderr)
+	code := Main(ctx, args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -83,7 +83,7 @@ func (r *running) pigeon(t *testing.T, ctx context.Context, args ...string) (int
 // can be: negotiate (stopping with the real error when that fails), one
 // valid payment, one violation, and the auditor's quarantine list.
 func TestQuickstart(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
 	require.NoError(t, err)
 	// The README's extraction of the contract id, and its fresh keys.
 	const sedExpr = `s/^[{]"contract":[{]"id":"([^"]+)".*/\1/p`
@@ -185,7 +185,7 @@ func TestClientCommands(t *testing.T) {
 	lines := &testlog.Buffer{}
 	subDone := make(chan int, 1)
 	go func() {
-		subDone <- run(sctx, []string{"subscribe", "--url", r.url, "--token", "notifier-token", "--subject", "notifications.send", "--start", "first"}, lines, io.Discard)
+		subDone <- Main(sctx, []string{"subscribe", "--url", r.url, "--token", "notifier-token", "--subject", "notifications.send", "--start", "first"}, lines, io.Discard)
 	}()
 
 	code, stdout, stderr := r.pigeon(t, ctx, "publish", "--token", "orders-token", "--subject", "notifications.send",

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -14,16 +14,25 @@ import (
 	"pigeon/store/wal"
 )
 
-func auditVerifyCmd(args []string, stdout, stderr io.Writer) int {
-	if isClusterStore(storeFlag(args)) {
-		return handOff(context.Background(), []string{"audit", "verify"}, args, stdout, stderr)
+func auditVerifyCmd(ctx context.Context, o *options, args []string, stdout, stderr io.Writer) int {
+	if v := storeFlag(args); o.storeFor(v) == nil && isClusterStore(v) {
+		return handOff(ctx, []string{"audit", "verify"}, args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store")
-	fs.String("store", "wal", "wal (--data's log) or nats://host:4222[,…]: every node's chain of a cluster, through pigeon-cluster")
+	url := fs.String("store", "wal", "wal (--data's log) or nats://host:4222[,…]: every node's chain of a cluster, through pigeon-cluster")
+	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	if *url != "wal" {
+		s := o.storeFor(*url)
+		if s == nil {
+			fmt.Fprintf(stderr, "pigeon audit verify: --store must be wal or nats://host:port[,…], not %q\n", *url)
+			return 2
+		}
+		return verifyStore(ctx, s, *url, stdout, stderr)
 	}
 	n, err := wal.VerifyAudit(*data)
 	if err != nil {
