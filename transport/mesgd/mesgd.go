@@ -121,24 +121,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteHTTPError(w, err)
 		return
 	}
-	p, err := s.e.AuthenticateCredential(ctx, wire.Credential(r, ws.UpgradeCredential(r)))
+	p, region, err := ws.AuthenticateUpgrade(s.e, r, s.opts.Region)
 	if err != nil {
-		if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pigeon"`)
-		}
-		wire.WriteHTTPError(w, err)
+		ws.WriteUpgradeError(w, err)
 		return
-	}
-	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		wire.WriteHTTPError(w, pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request"))
-		return
-	}
-	region := r.Header.Get("X-Pigeon-Region")
-	if region == "" {
-		region = r.URL.Query().Get("region")
-	}
-	if region == "" {
-		region = s.opts.Region
 	}
 	k, err := s.e.Negotiate(ctx, p, region, []string{s.opts.Subject}, 0)
 	if err != nil {

@@ -71,10 +71,10 @@ func (s *Server) Stats() Stats {
 		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load()}
 }
 
-// UpgradeCredential returns the bearer token of an upgrade request: the
+// upgradeCredential returns the bearer token of an upgrade request: the
 // Authorization header, or the pigeon.bearer.<token> subprotocol (for
 // browsers, which cannot set headers on an upgrade).
-func UpgradeCredential(r *http.Request) string {
+func upgradeCredential(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 			return strings.TrimSpace(h[7:])
@@ -92,30 +92,48 @@ func UpgradeCredential(r *http.Request) string {
 	return ""
 }
 
-// ServeHTTP authenticates the upgrade request and serves the connection
-// until it ends. A missing or unknown credential is answered 401 with the
-// JSON error body, and the connection is not upgraded.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, err := s.e.AuthenticateCredential(r.Context(), wire.Credential(r, UpgradeCredential(r)))
+// AuthenticateUpgrade resolves who opens a WebSocket upgrade request and
+// in which region: the principal of its credential (upgradeCredential and
+// the TLS peer), then the region of the x-pigeon-region header, else the
+// ?region= parameter, else defaultRegion. A request that is not an upgrade
+// is BAD_REQUEST, checked after the credential so that an unauthenticated
+// caller learns nothing more. WriteUpgradeError answers its error.
+func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string) (*pigeon.Principal, string, error) {
+	p, err := e.AuthenticateCredential(r.Context(), wire.Credential(r, upgradeCredential(r)))
 	if err != nil {
-		s.stats.refused.Add(1)
-		if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pigeon"`)
-		}
-		wire.WriteHTTPError(w, err)
-		return
+		return nil, "", err
 	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		s.stats.refused.Add(1)
-		wire.WriteHTTPError(w, pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request"))
-		return
+		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request")
 	}
 	region := r.Header.Get("X-Pigeon-Region")
 	if region == "" {
 		region = r.URL.Query().Get("region")
 	}
 	if region == "" {
-		region = s.opts.Region
+		region = defaultRegion
+	}
+	return p, region, nil
+}
+
+// WriteUpgradeError answers a refused upgrade request: the JSON error body
+// with its code's status, and a Bearer challenge on UNAUTHENTICATED.
+func WriteUpgradeError(w http.ResponseWriter, err error) {
+	if pigeon.ErrorCode(err) == pigeon.CodeUnauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="pigeon"`)
+	}
+	wire.WriteHTTPError(w, err)
+}
+
+// ServeHTTP authenticates the upgrade request and serves the connection
+// until it ends. A missing or unknown credential is answered 401 with the
+// JSON error body, and the connection is not upgraded.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, region, err := AuthenticateUpgrade(s.e, r, s.opts.Region)
+	if err != nil {
+		s.stats.refused.Add(1)
+		WriteUpgradeError(w, err)
+		return
 	}
 	if err := s.admit(); err != nil {
 		s.stats.refused.Add(1)
