@@ -34,7 +34,7 @@ type fileConfig struct {
 	Sync            string        `yaml:"sync"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
-	WSOrigins       []string      `yaml:"ws_origins"`
+	AllowedOrigins  []string      `yaml:"allowed_origins"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
 	ProgramVersions int           `yaml:"program_versions"`
 	LogFormat       string        `yaml:"log_format"`
@@ -167,11 +167,11 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.shutdownTimeout = f.ShutdownTimeout
 	}
 	cfg.verbose = cfg.verbose || f.Verbose
-	for i, o := range f.WSOrigins {
+	for i, o := range f.AllowedOrigins {
 		if err := checkOrigin(o); err != nil {
-			return configError(path, at("ws_origins", strconv.Itoa(i)), "%v", err)
+			return configError(path, at("allowed_origins", strconv.Itoa(i)), "%v", err)
 		}
-		cfg.wsOrigins = append(cfg.wsOrigins, o)
+		cfg.allowedOrigins = append(cfg.allowedOrigins, o)
 	}
 	set(&cfg.mesgdSubject, f.MesgdSubject)
 	if f.ProgramVersions < 0 {

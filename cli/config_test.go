@@ -234,7 +234,8 @@ func TestServeTLSWithCLI(t *testing.T) {
 	require.Contains(t, stderr, "UNAUTHENTICATED")
 }
 
-// A browser page on another origin opens /v1/ws only when --ws-origins
+// A browser page on another origin opens /v1/ws (and gets CORS headers,
+// server.TestCORS) only when --allowed-origins
 // names it; the server's own origin always may. Bad patterns are refused
 // at start, from the flag and from the file.
 func TestServeWebSocketOrigins(t *testing.T) {
@@ -260,7 +261,7 @@ func TestServeWebSocketOrigins(t *testing.T) {
 	require.NoError(t, err, "the server's own origin")
 	require.Equal(t, http.StatusSwitchingProtocols, code)
 
-	open := startServe(t, serveConfig{wsOrigins: []string{"app.example.com", "*.tools.example:8443"}})
+	open := startServe(t, serveConfig{allowedOrigins: []string{"app.example.com", "*.tools.example:8443"}})
 	for _, o := range []string{"http://app.example.com", "https://ci.tools.example:8443"} {
 		code, err = dial(t, open.url, o)
 		require.NoError(t, err, o)
@@ -274,10 +275,10 @@ func TestServeWebSocketOrigins(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--ws-origins", "[bad"}, "--ws-origins: origin pattern \"[bad\" is not valid"},
-		{[]string{"--ws-origins", "app.example.com/path"}, "without a path"},
-		{[]string{"--config", writeConfig(t, "ws_origins: [ok.example, \"https://x/y\"]\n")}, ":1: origin pattern \"https://x/y\""},
-		{[]string{"--config", writeConfig(t, "ws_origins: [\"\"]\n")}, ":1: an empty origin pattern"},
+		{[]string{"--allowed-origins", "[bad"}, "--allowed-origins: origin pattern \"[bad\" is not valid"},
+		{[]string{"--allowed-origins", "app.example.com/path"}, "without a path"},
+		{[]string{"--config", writeConfig(t, "allowed_origins: [ok.example, \"https://x/y\"]\n")}, ":1: origin pattern \"https://x/y\""},
+		{[]string{"--config", writeConfig(t, "allowed_origins: [\"\"]\n")}, ":1: an empty origin pattern"},
 	} {
 		var stderr strings.Builder
 		_, code, ok := parseServe(tc.args, &stderr, nil)

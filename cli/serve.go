@@ -20,7 +20,6 @@ import (
 	"pigeon/server"
 	"pigeon/store"
 	"pigeon/transport/mesgd"
-	"pigeon/transport/ws"
 )
 
 // serveConfig is what the serve flags (and the --config file) say.
@@ -50,9 +49,10 @@ type serveConfig struct {
 	authOrder              []string
 	maxFailures            int
 	failureWindow          time.Duration
-	// wsOrigins are the origins (host patterns) browsers may open the
-	// WebSocket endpoint from besides the server's own.
-	wsOrigins []string
+	// allowedOrigins are the origins (host patterns) whose browser pages
+	// may call the API and open the WebSocket endpoint besides the
+	// server's own.
+	allowedOrigins []string
 	// ready, when set, is called with the listening address.
 	ready func(addr string)
 	// opts are Main's options: the stores --store may name.
@@ -140,7 +140,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
 	fs.Var(&listFlag{v: &cfg.trustDomains}, "trust-domain", "SPIFFE trust domain whose client certificates are accepted (example.org); repeat or comma-separate")
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
-	fs.Var(&listFlag{v: &cfg.wsOrigins}, "ws-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may open /v1/ws besides the server's own; repeat or comma-separate")
+	fs.Var(&listFlag{v: &cfg.allowedOrigins}, "allowed-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may call the API (CORS) and open /v1/ws besides the server's own; repeat or comma-separate")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
 	cfg.opts.flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -154,9 +154,9 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 		fmt.Fprintln(stderr, "pigeon serve: --program-versions must not be negative")
 		return 2, false
 	}
-	for _, o := range cfg.wsOrigins {
+	for _, o := range cfg.allowedOrigins {
 		if err := checkOrigin(o); err != nil {
-			fmt.Fprintf(stderr, "pigeon serve: --ws-origins: %v\n", err)
+			fmt.Fprintf(stderr, "pigeon serve: --allowed-origins: %v\n", err)
 			return 2, false
 		}
 	}
@@ -243,7 +243,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
-		WebSocket: &ws.Options{OriginPatterns: cfg.wsOrigins}, Feed: obs.feed}
+		AllowedOrigins: cfg.allowedOrigins, Feed: obs.feed}
 	if cfg.mesgdSubject != "" {
 		so.Mesgd = &mesgd.Options{Subject: cfg.mesgdSubject}
 	}

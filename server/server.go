@@ -45,6 +45,12 @@ type Options struct {
 	MaxBody int64
 	// WebSocket configures the endpoint at /v1/ws.
 	WebSocket *ws.Options
+	// AllowedOrigins lists the origins (host patterns such as
+	// app.example.com or *.example.com:8443, or scheme://host patterns)
+	// whose browser pages may call the API besides the server's own: their
+	// calls get CORS headers and their preflights an answer, and they may
+	// open /v1/ws (added to WebSocket.OriginPatterns).
+	AllowedOrigins []string
 	// Timeouts of the HTTP server that Serve runs (see http.Server). A
 	// WebSocket connection is not bound by them once upgraded.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
@@ -115,6 +121,8 @@ func (o *Options) withDefaults() Options {
 	if wo.Logger == nil {
 		wo.Logger = c.Logger
 	}
+	c.AllowedOrigins = append([]string(nil), c.AllowedOrigins...)
+	wo.OriginPatterns = append(append([]string(nil), wo.OriginPatterns...), c.AllowedOrigins...)
 	c.WebSocket = &wo
 	return c
 }
@@ -204,6 +212,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"bytes", lw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
 		}()
 		w = lw
+	}
+	if s.cors(w, r) {
+		return
 	}
 	if r.Method != http.MethodConnect {
 		if p := r.URL.EscapedPath(); canonicalPath(p) != p {

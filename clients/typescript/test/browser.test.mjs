@@ -1,7 +1,8 @@
 // The client in a real browser: Debian's headless Chromium loads
 // test/browser/page.mjs, which imports the ESM build (dist/) unbundled
 // through an import map, talks to a real `pigeon serve` on another origin
-// (allowed by --ws-origins) and posts what happened back to this test.
+// (allowed by --allowed-origins: CORS for HTTP, the origin check for the
+// WebSocket) over both protocols, and posts what happened back to this test.
 // Without a chromium binary the test is skipped, except under CI, where
 // scripts/install-chromium.sh has put one there and its absence fails.
 import { test } from "node:test";
@@ -81,9 +82,9 @@ async function pageServer() {
 const browser = chromium();
 const skip = browser ? false : process.env.CI ? false : "no chromium binary (scripts/install-chromium.sh installs Debian's)";
 
-test("browser: connect, publish, subscribe, refusals and sealing in headless Chromium", { skip, timeout: 120_000 }, async () => {
+test("browser: WebSocket and HTTP sessions, refusals and sealing in headless Chromium", { skip, timeout: 120_000 }, async () => {
   assert.ok(browser, "CI must have chromium: scripts/install-chromium.sh");
-  const broker = await Server.start({ args: ["--ws-origins", "127.0.0.1:*"] });
+  const broker = await Server.start({ args: ["--allowed-origins", "127.0.0.1:*"] });
   const page = await pageServer();
   const profile = mkdtempSync(join(tmpdir(), "pigeon-ts-chromium-"));
   const proc = spawn(browser, ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
@@ -104,6 +105,7 @@ test("browser: connect, publish, subscribe, refusals and sealing in headless Chr
     assert.deepEqual(res.refusal, { isPigeonError: true, code: "INTENT_DENIED", kind: "denial" });
     assert.equal(res.badToken.isPigeonError, true);
     assert.deepEqual(res.sealed, { clear: { kind: "chat" }, payload: "from the browser" });
+    assert.deepEqual(res.http, { contract: "ctr_", status: "accepted", refusal: { isPigeonError: true, code: "INTENT_DENIED", status: 403 } });
     assert.equal(res.closed, true);
   } finally {
     proc.kill("SIGKILL");

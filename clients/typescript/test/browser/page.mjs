@@ -4,10 +4,11 @@
 // headers), publishes, receives by push, meets a typed refusal, and seals
 // and opens a payload with the browser's own crypto. Every step's outcome
 // is posted back to the test's server; a thrown error is posted too.
-import { connect, PigeonError, generateKeys, sealData, openData } from "@pigeon/client";
+import { connect, HttpClient, PigeonError, generateKeys, sealData, openData } from "@pigeon/client";
 
 const q = new URLSearchParams(location.search);
 const broker = q.get("broker");
+const httpBase = broker.replace(/^ws/, "http").replace(/\/v1\/ws$/, "");
 const results = {};
 
 async function main() {
@@ -26,7 +27,7 @@ async function main() {
   const decisions = await Promise.all([1, 2, 3].map((v) => sensor.publish({ type: "telemetry.reading", subject: "events.telemetry", intent: "report", data: { kind: "temp", site: "browser", value: v } })));
   results.decisions = decisions.map((d) => d.status);
   await arrived;
-  results.delivered = got;
+  results.delivered = [...got];
   try {
     await sensor.publish({ type: "telemetry.reading", subject: "events.telemetry", intent: "delete", data: { kind: "temp", site: "browser", value: 4 } });
     results.refusal = "accepted";
@@ -39,6 +40,18 @@ async function main() {
   } catch (e) {
     results.badToken = { isPigeonError: e instanceof PigeonError, kind: e.kind };
   }
+  // The HTTP client from the page: cross-origin calls with an
+  // Authorization header, so the browser sends CORS preflights first.
+  const http = new HttpClient(httpBase, "sensor-token");
+  const hc = await http.connect(["events.telemetry"]);
+  const hd = await http.publish({ type: "telemetry.reading", subject: "events.telemetry", intent: "report", data: { kind: "temp", site: "browser-http", value: 5 } });
+  let httpRefusal;
+  try {
+    await http.publish({ type: "telemetry.reading", subject: "events.telemetry", intent: "delete", data: { kind: "temp", site: "browser-http", value: 6 } });
+  } catch (e) {
+    httpRefusal = { isPigeonError: e instanceof PigeonError, code: e.code, status: e.status };
+  }
+  results.http = { contract: hc.id.slice(0, 4), status: hd.status, refusal: httpRefusal };
   const alice = generateKeys();
   const bob = generateKeys();
   const sealed = sealData({ kind: "chat" }, new TextEncoder().encode("from the browser"), bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed);
