@@ -435,7 +435,9 @@ func (e *Engine) contractError(ctx context.Context, typ Event, p *Principal, sub
 }
 
 // RevokeContract revokes a contract. Only its holder may revoke it; every
-// later use fails with CONTRACT_REVOKED.
+// later use fails with CONTRACT_REVOKED. In a cluster it returns once every
+// live node applied the revocation (see ClusterBarrier), or fails with
+// CLUSTER_UNCONFIRMED, the contract revoked all the same.
 func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) error {
 	c, err := e.lookupContract(ctx, id)
 	if err != nil {
@@ -448,7 +450,7 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 		return NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal")
 	}
 	if c.revoked.Swap(true) {
-		return nil
+		return e.clusterBarrier(ctx) // a retry waits for the other nodes again
 	}
 	e.live.release(c.info.Principal, id)
 	if err := e.saveContract(ctx, c); err != nil {
@@ -456,7 +458,7 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 	}
 	e.audit(ctx, EventContractRevoked.record(OutcomeDeny, CodeContractRevoked, store.AuditRecord{Principal: p.ID, ContractID: id}))
 	e.onContractRevoked(id)
-	return nil
+	return e.clusterBarrier(ctx)
 }
 
 // GetContract returns a contract to its holder.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,7 +20,10 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	_, err := s.kv.Put(ctx, kvKey(bucket, key), val)
+	rev, err := s.kv.Put(ctx, kvKey(bucket, key), val)
+	if err == nil && directoryBucket(bucket) {
+		maxRev(&s.dirRev, rev)
+	}
 	return s.fail(ctx, err)
 }
 
@@ -36,7 +40,28 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	return s.fail(ctx, s.kv.Delete(ctx, kvKey(bucket, key)))
+	k := kvKey(bucket, key)
+	if err := s.kv.Delete(ctx, k); err != nil || !directoryBucket(bucket) {
+		return s.fail(ctx, err)
+	}
+	// A barrier waits for the delete marker: its revision is the last of
+	// the key's history.
+	h, err := s.kv.History(ctx, k)
+	if err != nil {
+		return s.fail(ctx, err)
+	}
+	maxRev(&s.dirRev, h[len(h)-1].Revision())
+	return nil
+}
+
+// maxRev raises a to rev unless it is higher already.
+func maxRev(a *atomic.Uint64, rev uint64) {
+	for {
+		cur := a.Load()
+		if cur >= rev || a.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }
 
 // List implements store.KV.

@@ -88,7 +88,10 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.contracts.Put(ctx, token(c.ID), b)
+	rev, err := s.contracts.Put(ctx, token(c.ID), b)
+	if err == nil {
+		maxRev(&s.conRev, rev)
+	}
 	return s.fail(ctx, err)
 }
 
