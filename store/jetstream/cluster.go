@@ -178,7 +178,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
 	c.done.Dir = max(c.done.Dir, dirRev)
 	c.confirm(ctx)
-	defer c.leave()
+	defer c.unwatched(ctx)
 	beat := time.NewTicker(c.s.opts.Liveness / 3)
 	defer beat.Stop()
 	for {
@@ -260,12 +260,17 @@ func (c *Cluster) confirm(ctx context.Context) {
 	_, _ = c.applied.Put(ctx, token(c.s.opts.Node), b)
 }
 
-// leave removes this node's record when its watch ends, so that a node
-// shut down cleanly is not waited for until its record goes stale.
-func (c *Cluster) leave() {
+// unwatched marks the others' records unknown when the watch ends. When
+// ctx ended (the engine shuts down) it removes this node's record, so that
+// a node shut down cleanly is not waited for until its record goes stale;
+// a watch that failed and will resume leaves it to go stale.
+func (c *Cluster) unwatched(watchCtx context.Context) {
 	c.mu.Lock()
 	c.ready = false
 	c.mu.Unlock()
+	if watchCtx.Err() == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.Timeout)
 	defer cancel()
 	_ = c.applied.Delete(ctx, token(c.s.opts.Node))
