@@ -76,9 +76,12 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		_, err = n1.CreateAccount(ctx, pigeon.Account{ID: dave, Roles: []string{"poster"}})
 		require.NoError(t, err)
+		// Carol's account reached every node when PutRole("poster")
+		// returned: a barrier waits for every directory change this node
+		// made before it.
 		connect := func(e *pigeon.Engine, token string) pigeon.Session {
 			sess, err := e.Connect(ctx, token, []string{"rooms.chat"})
-			require.NoError(t, err, "the roles reached every node when the calls returned")
+			require.NoError(t, err)
 			return sess
 		}
 		pub, sub, other := connect(n1, "carol-token"), connect(n3, "carol-token"), connect(n1, "dave-token")
