@@ -53,6 +53,10 @@ type ClusterChange struct {
 	Seq     uint64
 	// ContractID: ChangeContract.
 	ContractID string
+	// Revoked: ChangeContract, when the Cluster read the change itself and
+	// it revokes the contract; the engine then does not read the store
+	// again. False: the engine reads the contract from the store.
+	Revoked bool `json:",omitempty"`
 	// RequestID, Requester (the request's principal) and Reply:
 	// ChangeReply.
 	RequestID string   `json:",omitempty"`
@@ -160,8 +164,13 @@ func (e *Engine) applyChange(c ClusterChange) {
 		if cached == nil {
 			return // loaded from the store when first used
 		}
-		rec, err := e.store.GetContract(e.ctx, c.ContractID)
-		if err != nil || !rec.Revoked || cached.revoked.Swap(true) {
+		if !c.Revoked {
+			rec, err := e.store.GetContract(e.ctx, c.ContractID)
+			if err != nil || !rec.Revoked {
+				return
+			}
+		}
+		if cached.revoked.Swap(true) {
 			return
 		}
 		e.live.release(cached.info.Principal, c.ContractID)

@@ -41,6 +41,7 @@ type Cluster struct {
 	s                        *Store
 	leases, replies, applied jetstream.KeyValue
 	done                     appliedRevs // what this node applied; Watch's own
+	confirmed                time.Time   // when Watch last wrote done
 
 	mu    sync.Mutex
 	peers map[string]peer // by node, from the <P>_applied bucket
@@ -209,12 +210,8 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if !ok {
 				return errors.New("jetstream: directory watch ended")
 			}
-			if e == nil {
-				continue
-			}
-			fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
-			c.done.Dir = max(c.done.Dir, e.Revision())
-			if e.Delta() == 0 {
+			if e != nil && e.Delta() == 0 { // a burst of changes is one reload
+				c.applyDirectory(ctx, fn, e.Revision())
 				c.confirm(ctx)
 			}
 		case e, ok := <-con.Updates():
@@ -224,8 +221,12 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if e == nil {
 				continue
 			}
-			if id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k")); err == nil {
-				fn(pigeon.ClusterChange{Kind: pigeon.ChangeContract, ContractID: string(id)})
+			// The watched value is the change itself: no read of a replica
+			// that may not have it yet.
+			var rec store.ContractRecord
+			id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k"))
+			if err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Revoked {
+				fn(pigeon.ClusterChange{Kind: pigeon.ChangeContract, ContractID: string(id), Revoked: true})
 			}
 			c.done.Con = max(c.done.Con, e.Revision())
 			if e.Delta() == 0 {
@@ -253,9 +254,34 @@ func lastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 	return bs.StreamInfo().State.LastSeq, nil
 }
 
+// applyDirectory has the engine reload the directory, again until the
+// reload read a replica that has revision rev: a replica a moment behind
+// the one the watch read from must not undo the change. Meanwhile this
+// node keeps confirming what it applied before, so a revocation waits
+// for it (or fails unconfirmed) rather than pass it over as dead.
+func (c *Cluster) applyDirectory(ctx context.Context, fn func(pigeon.ClusterChange), rev uint64) {
+	for {
+		c.s.dirSeen.Store(0)
+		fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
+		if c.s.dirSeen.Load() >= rev {
+			c.done.Dir = max(c.done.Dir, rev)
+			return
+		}
+		if time.Since(c.confirmed) >= c.s.opts.Liveness/3 {
+			c.confirm(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // confirm writes what this node applied to its record in <P>_applied. A
 // failed write is made up for by the next one.
 func (c *Cluster) confirm(ctx context.Context) {
+	c.confirmed = time.Now()
 	b, _ := json.Marshal(c.done)
 	_, _ = c.applied.Put(ctx, token(c.s.opts.Node), b)
 }

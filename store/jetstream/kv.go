@@ -69,9 +69,12 @@ func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, err
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	vals, err := s.values(ctx, s.kv, token(bucket)+".*")
+	vals, seen, err := s.values(ctx, s.kv, token(bucket)+".*")
 	if err != nil {
 		return nil, err
+	}
+	if directoryBucket(bucket) {
+		maxRev(&s.dirSeen, seen)
 	}
 	out := make(map[string][]byte, len(vals))
 	for k, v := range vals {
@@ -98,26 +101,31 @@ func getValue(ctx context.Context, s *Store, kv jetstream.KeyValue, key string) 
 }
 
 // values reads every live key of kv matching filter (all with "") in one
-// watch: the watcher sends the current values, then nil.
-func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
+// watch: the watcher sends the current values, then nil. seen is the
+// highest revision among them and the deletions it met: the replica that
+// answered had every revision up to it.
+func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string) (out map[string][]byte, seen uint64, err error) {
 	if filter == "" {
 		filter = ">"
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	w, err := kv.Watch(ctx, filter)
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, 0, s.fail(ctx, err)
 	}
 	defer w.Stop()
-	out := map[string][]byte{}
+	out = map[string][]byte{}
 	for {
 		select {
 		case e := <-w.Updates():
 			if e == nil {
-				return out, nil
+				return out, seen, nil
 			}
-			out[e.Key()] = e.Value()
+			seen = max(seen, e.Revision())
+			if e.Operation() == jetstream.KeyValuePut {
+				out[e.Key()] = e.Value()
+			}
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 	}
 }

@@ -66,6 +66,9 @@ type Store struct {
 	// access directory's keys and of the contracts bucket: what a barrier
 	// waits for the other nodes to have applied.
 	dirRev, conRev atomic.Uint64
+	// dirSeen is the highest revision the directory's lists have seen
+	// since the Cluster's watch last reset it (see Cluster.Watch).
+	dirSeen atomic.Uint64
 }
 
 var (
