@@ -158,9 +158,12 @@ func (e *Engine) applyChange(c ClusterChange) {
 			e.replies.deliver(c.RequestID, c.Requester, c.Reply, e.now())
 		}
 	case ChangeContract:
-		e.contracts.mu.RLock()
+		e.contracts.mu.Lock()
 		cached := e.contracts.m[c.ContractID]
-		e.contracts.mu.RUnlock()
+		if cached == nil && c.Revoked {
+			e.contracts.noteRevokedAway(c.ContractID, time.Now())
+		}
+		e.contracts.mu.Unlock()
 		if cached == nil {
 			return // loaded from the store when first used
 		}
