@@ -182,6 +182,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	defer c.unwatched(ctx)
 	beat := time.NewTicker(c.s.opts.Liveness / 3)
 	defer beat.Stop()
+	revoked := false // a revocation among the contract changes not confirmed yet
 	for {
 		select {
 		case <-ctx.Done():
@@ -227,10 +228,14 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k"))
 			if err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Revoked {
 				fn(pigeon.ClusterChange{Kind: pigeon.ChangeContract, ContractID: string(id), Revoked: true})
+				revoked = true
 			}
 			c.done.Con = max(c.done.Con, e.Revision())
-			if e.Delta() == 0 {
+			// A new contract waits for the next beat; a revocation, which a
+			// barrier waits for, is confirmed at once.
+			if revoked && e.Delta() == 0 {
 				c.confirm(ctx)
+				revoked = false
 			}
 		}
 	}

@@ -92,7 +92,7 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 		return err
 	}
 	rev, err := s.contracts.Put(ctx, token(c.ID), b)
-	if err == nil {
+	if err == nil && c.Revoked {
 		maxRev(&s.conRev, rev)
 	}
 	return s.fail(ctx, err)

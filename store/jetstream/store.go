@@ -63,7 +63,7 @@ type Store struct {
 	streams map[string]jetstream.Stream // message streams by Pigeon subject
 
 	// dirRev and conRev are the highest revisions this node wrote of the
-	// access directory's keys and of the contracts bucket: what a barrier
+	// access directory's keys and of revoked contracts: what a barrier
 	// waits for the other nodes to have applied.
 	dirRev, conRev atomic.Uint64
 	// dirSeen is the highest revision the directory's lists have seen
