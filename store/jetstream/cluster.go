@@ -42,6 +42,7 @@ type Cluster struct {
 	leases, replies, applied jetstream.KeyValue
 	done                     appliedRevs // what this node applied; Watch's own
 	confirmed                time.Time   // when Watch last wrote done
+	dirWant                  dirRevs     // per directory bucket, the last change Watch delivered
 
 	mu    sync.Mutex
 	peers map[string]peer // by node, from the <P>_applied bucket
@@ -211,7 +212,13 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if !ok {
 				return errors.New("jetstream: directory watch ended")
 			}
-			if e != nil && e.Delta() == 0 { // a burst of changes is one reload
+			if e == nil {
+				continue
+			}
+			if i := directoryKeyBucket(e.Key()); i >= 0 {
+				c.dirWant[i] = max(c.dirWant[i], e.Revision())
+			}
+			if e.Delta() == 0 { // a burst of changes is one reload
 				c.applyDirectory(ctx, fn, e.Revision())
 				c.confirm(ctx)
 			}
@@ -242,9 +249,25 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 }
 
 // directoryBuckets are the store.KV buckets of the access directory.
-var directoryBuckets = []string{"accounts", "roles", "grants", "grants.revoked"}
+var directoryBuckets = [...]string{"accounts", "roles", "grants", "grants.revoked"}
 
-func directoryBucket(b string) bool { return slices.Contains(directoryBuckets, b) }
+// dirRevs holds one revision per directory bucket.
+type dirRevs [len(directoryBuckets)]uint64
+
+// directoryBucket returns b's index in directoryBuckets, or -1.
+func directoryBucket(b string) int { return slices.Index(directoryBuckets[:], b) }
+
+// directoryKeyBucket returns the index in directoryBuckets of the bucket
+// of a key of the store's KV bucket, or -1.
+func directoryKeyBucket(key string) int {
+	tok, _, _ := strings.Cut(key, ".")
+	for i, b := range directoryBuckets {
+		if token(b) == tok {
+			return i
+		}
+	}
+	return -1
+}
 
 // lastRevision is the last revision written to kv.
 func lastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
@@ -259,16 +282,27 @@ func lastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 	return bs.StreamInfo().State.LastSeq, nil
 }
 
-// applyDirectory has the engine reload the directory, again until the
-// reload read a replica that has revision rev: a replica a moment behind
-// the one the watch read from must not undo the change. Meanwhile this
-// node keeps confirming what it applied before, so a revocation waits
-// for it (or fails unconfirmed) rather than pass it over as dead.
+// applyDirectory has the engine reload the directory, again until every
+// bucket's read came from a replica that has the last change the watch
+// delivered of it: a replica a moment behind the one the watch read from
+// must not undo a change. rev is the last change's revision. Meanwhile
+// this node keeps confirming what it applied before, so a revocation
+// waits for it (or fails unconfirmed) rather than pass it over as dead.
 func (c *Cluster) applyDirectory(ctx context.Context, fn func(pigeon.ClusterChange), rev uint64) {
+	pause := 10 * time.Millisecond
 	for {
-		c.s.dirSeen.Store(0)
+		c.s.seenMu.Lock()
+		c.s.dirSeen = dirRevs{}
+		c.s.seenMu.Unlock()
 		fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
-		if c.s.dirSeen.Load() >= rev {
+		c.s.seenMu.Lock()
+		seen := c.s.dirSeen
+		c.s.seenMu.Unlock()
+		fresh := true
+		for i, want := range c.dirWant {
+			fresh = fresh && seen[i] >= want
+		}
+		if fresh {
 			c.done.Dir = max(c.done.Dir, rev)
 			return
 		}
@@ -278,8 +312,9 @@ func (c *Cluster) applyDirectory(ctx context.Context, fn func(pigeon.ClusterChan
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(pause):
 		}
+		pause = min(2*pause, time.Second)
 	}
 }
 

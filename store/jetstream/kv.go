@@ -21,7 +21,7 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 		return err
 	}
 	rev, err := s.kv.Put(ctx, kvKey(bucket, key), val)
-	if err == nil && directoryBucket(bucket) {
+	if err == nil && directoryBucket(bucket) >= 0 {
 		maxRev(&s.dirRev, rev)
 	}
 	return s.fail(ctx, err)
@@ -41,7 +41,7 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	k := kvKey(bucket, key)
-	if err := s.kv.Delete(ctx, k); err != nil || !directoryBucket(bucket) {
+	if err := s.kv.Delete(ctx, k); err != nil || directoryBucket(bucket) < 0 {
 		return s.fail(ctx, err)
 	}
 	// A barrier waits for the delete marker: its revision is the last of
@@ -73,8 +73,10 @@ func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, err
 	if err != nil {
 		return nil, err
 	}
-	if directoryBucket(bucket) {
-		maxRev(&s.dirSeen, seen)
+	if i := directoryBucket(bucket); i >= 0 {
+		s.seenMu.Lock()
+		s.dirSeen[i] = max(s.dirSeen[i], seen)
+		s.seenMu.Unlock()
 	}
 	out := make(map[string][]byte, len(vals))
 	for k, v := range vals {

@@ -66,9 +66,11 @@ type Store struct {
 	// access directory's keys and of revoked contracts: what a barrier
 	// waits for the other nodes to have applied.
 	dirRev, conRev atomic.Uint64
-	// dirSeen is the highest revision the directory's lists have seen
-	// since the Cluster's watch last reset it (see Cluster.Watch).
-	dirSeen atomic.Uint64
+	// dirSeen is, per directory bucket, the highest revision its lists
+	// have seen since the Cluster's watch last reset it: the replica that
+	// answered had every revision up to it (see Cluster.applyDirectory).
+	seenMu  sync.Mutex
+	dirSeen dirRevs
 }
 
 var (
