@@ -115,10 +115,13 @@ func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accoun
 // DeleteAccount removes an account; contracts that relied on its roles
 // stop working at their next check.
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
-	return e.dir.deleteAccount(ctx, id, func() {
+	if err := e.dir.deleteAccount(ctx, id, func() {
 		e.audit(ctx, EventAccountDeleted.record("", CodeOK, store.AuditRecord{Principal: id}))
 		e.onAccessChanged()
-	})
+	}); err != nil {
+		return err
+	}
+	return e.clusterBarrier(ctx)
 }
 
 // AddAccountRole gives account id the role.
@@ -141,7 +144,9 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 
 // RemoveAccountRole takes the role from account id. It takes effect at the
 // very next authorization check of every contract and subscription that
-// relied on it.
+// relied on it; in a cluster, on every live node once it returns (see
+// ClusterBarrier; CLUSTER_UNCONFIRMED: the role is removed, but a node did
+// not confirm it in time).
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = slices.DeleteFunc(a.Roles, func(r string) bool { return r == role })
@@ -150,6 +155,7 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 	if err == nil {
 		e.audit(ctx, EventAccountRoleRemoved.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 		e.onAccessChanged()
+		err = e.clusterBarrier(ctx)
 	}
 	return a, err
 }
@@ -193,7 +199,7 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	}); err != nil {
 		return Role{}, err
 	}
-	return c, nil
+	return c, e.clusterBarrier(ctx)
 }
 
 // GetRole returns one role.
@@ -206,10 +212,13 @@ func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
 // that relied on one of its permissions fails its next check with
 // GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
-	return e.dir.deleteRole(ctx, name, func() {
+	if err := e.dir.deleteRole(ctx, name, func() {
 		e.audit(ctx, EventRoleDeleted.record("", CodeOK, store.AuditRecord{Ref: name}))
 		e.onAccessChanged()
-	})
+	}); err != nil {
+		return err
+	}
+	return e.clusterBarrier(ctx)
 }
 
 // PutAccountKeys replaces the public keys account id publishes. Keys that
@@ -230,6 +239,7 @@ func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey
 	})
 	if err == nil {
 		e.audit(ctx, EventAccountKeysPublished.record("", CodeOK, store.AuditRecord{Principal: id}))
+		err = e.clusterBarrier(ctx)
 	}
 	return a, err
 }

@@ -29,6 +29,22 @@ type Cluster interface {
 	Leaser
 }
 
+// ClusterBarrier is an optional interface of a Cluster. A call that can
+// take access away (a contract revoked; a role removed, redefined or
+// deleted; an account deleted or its keys replaced; a grant revoked)
+// returns only after Barrier confirmed that every live node has applied
+// it, so the very next check on any node sees it.
+type ClusterBarrier interface {
+	// Barrier returns nil once every live node other than this one has
+	// applied every change of shared access state (directory, contracts)
+	// this node made before the call. A node that stopped showing signs
+	// of life is not waited for beyond the implementation's liveness
+	// bound. It returns an error when a live node did not confirm before
+	// ctx ends or the implementation's own time limit passes; the change
+	// is made all the same.
+	Barrier(ctx context.Context) error
+}
+
 // ClusterChange is one change another node made.
 type ClusterChange struct {
 	Kind ClusterChangeKind
@@ -37,6 +53,10 @@ type ClusterChange struct {
 	Seq     uint64
 	// ContractID: ChangeContract.
 	ContractID string
+	// Revoked: ChangeContract, when the Cluster read the change itself and
+	// it revokes the contract; the engine then does not read the store
+	// again. False: the engine reads the contract from the store.
+	Revoked bool `json:",omitempty"`
 	// RequestID, Requester (the request's principal) and Reply:
 	// ChangeReply.
 	RequestID string   `json:",omitempty"`
@@ -92,6 +112,21 @@ func (e *Engine) shared(g *group) bool {
 	return e.opts.Cluster != nil && !strings.HasPrefix(g.key.Group, "cursor:")
 }
 
+// clusterBarrier waits, on a cluster whose Cluster is a ClusterBarrier,
+// until every live node has applied this node's changes of access state.
+// One node (or a Cluster without barrier) returns at once. The change
+// stays made when the wait fails: the error says so and is retryable.
+func (e *Engine) clusterBarrier(ctx context.Context) error {
+	b, ok := e.opts.Cluster.(ClusterBarrier)
+	if !ok {
+		return nil
+	}
+	if err := b.Barrier(ctx); err != nil {
+		return WrapError(CodeClusterUnconfirmed, err, "the change is made, but not every node confirmed it in time (%v); a node may honour the old state until it does; retry to wait again", err)
+	}
+	return nil
+}
+
 // watchCluster applies other nodes' changes until the engine shuts down.
 func (e *Engine) watchCluster() {
 	for e.ctx.Err() == nil {
@@ -123,14 +158,22 @@ func (e *Engine) applyChange(c ClusterChange) {
 			e.replies.deliver(c.RequestID, c.Requester, c.Reply, e.now())
 		}
 	case ChangeContract:
-		e.contracts.mu.RLock()
+		e.contracts.mu.Lock()
 		cached := e.contracts.m[c.ContractID]
-		e.contracts.mu.RUnlock()
+		if cached == nil && c.Revoked {
+			e.contracts.noteRevokedAway(c.ContractID, time.Now())
+		}
+		e.contracts.mu.Unlock()
 		if cached == nil {
 			return // loaded from the store when first used
 		}
-		rec, err := e.store.GetContract(e.ctx, c.ContractID)
-		if err != nil || !rec.Revoked || cached.revoked.Swap(true) {
+		if !c.Revoked {
+			rec, err := e.store.GetContract(e.ctx, c.ContractID)
+			if err != nil || !rec.Revoked {
+				return
+			}
+		}
+		if cached.revoked.Swap(true) {
 			return
 		}
 		e.live.release(cached.info.Principal, c.ContractID)

@@ -3,6 +3,7 @@ package pigeon_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -211,4 +212,104 @@ func TestClusterSeam(t *testing.T) {
 			return err == nil
 		}, 10*time.Second, 5*time.Millisecond)
 	})
+}
+
+// barrierNode is a hub node whose Barrier fails with err (nil: confirms).
+type barrierNode struct {
+	*hubNode
+	mu    sync.Mutex
+	err   error
+	calls int
+}
+
+func (b *barrierNode) Barrier(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls++
+	return b.err
+}
+
+func (b *barrierNode) set(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.err, b.calls = err, 0
+}
+
+// Every call that can take access away waits at the ClusterBarrier; when
+// it fails the call answers CLUSTER_UNCONFIRMED and the change is made.
+func TestClusterBarrierSeam(t *testing.T) {
+	ctx := context.Background()
+	h := &hub{leases: map[string]*hubLease{}}
+	bn := &barrierNode{hubNode: h.node()}
+	o := transporttest.Options()
+	o.Store, o.Cluster = memory.New(nil), bn
+	e, err := pigeon.New(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	alice, err := o.Authenticator.Authenticate(ctx, "alice-token")
+	require.NoError(t, err)
+	role := pigeon.Role{Name: "r", Permissions: []pigeon.Permission{{Subject: "chat.messages", Operations: []pigeon.Operation{pigeon.OpPublish}}}}
+
+	for _, tc := range []struct {
+		name   string
+		change func() error
+		check  func(t *testing.T)
+	}{
+		{"RevokeContract", func() error {
+			sess, err := e.Connect(ctx, "alice-token", []string{"chat.messages"})
+			require.NoError(t, err)
+			bn.set(errors.New("node p9 did not confirm"))
+			err = e.RevokeContract(ctx, alice, sess.Contract().ID())
+			_, perr := sess.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(`{"kind":"chat","room":"a","text":"x"}`)})
+			require.Equal(t, pigeon.CodeContractRevoked, pigeon.ErrorCode(perr), "the revocation is made: %v", perr)
+			return err
+		}, nil},
+		{"RemoveAccountRole", func() error { _, err := e.RemoveAccountRole(ctx, "acc", "r"); return err }, func(t *testing.T) {
+			a, err := e.GetAccount(ctx, "acc")
+			require.NoError(t, err)
+			require.NotContains(t, a.Roles, "r")
+		}},
+		{"PutRole", func() error {
+			_, err := e.PutRole(ctx, pigeon.Role{Name: "r", Permissions: []pigeon.Permission{}})
+			return err
+		}, func(t *testing.T) {
+			r, err := e.GetRole(ctx, "r")
+			require.NoError(t, err)
+			require.Empty(t, r.Permissions)
+		}},
+		{"DeleteRole", func() error { return e.DeleteRole(ctx, "r") }, func(t *testing.T) {
+			_, err := e.GetRole(ctx, "r")
+			require.Error(t, err)
+		}},
+		{"PutAccountKeys", func() error { _, err := e.PutAccountKeys(ctx, "acc", nil); return err }, nil},
+		{"DeleteAccount", func() error { return e.DeleteAccount(ctx, "acc") }, func(t *testing.T) {
+			_, err := e.GetAccount(ctx, "acc")
+			require.Error(t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bn.set(nil)
+			_, err := e.PutRole(ctx, role)
+			require.NoError(t, err)
+			_ = e.DeleteAccount(ctx, "acc")
+			_, err = e.CreateAccount(ctx, pigeon.Account{ID: "acc", Roles: []string{"r"}})
+			require.NoError(t, err)
+			_, err = e.AddAccountRole(ctx, "acc", "r")
+			require.NoError(t, err)
+
+			bn.set(errors.New("node p9 did not confirm"))
+			err = tc.change()
+			require.Equal(t, pigeon.CodeClusterUnconfirmed, pigeon.ErrorCode(err), "%v", err)
+			require.ErrorIs(t, err, pigeon.ErrStore)
+			require.ErrorContains(t, err, "p9")
+			require.Equal(t, 1, bn.calls)
+			if tc.check != nil {
+				tc.check(t)
+			}
+			bn.set(nil)
+			_, err = e.AddAccountRole(ctx, "acc", "r")
+			require.True(t, err == nil || pigeon.ErrorCode(err) == pigeon.CodeNotFound, "%v", err)
+			require.Zero(t, bn.calls, "a change that takes nothing away does not wait")
+		})
+	}
 }

@@ -193,6 +193,28 @@ func (c *contract) MarshalJSON() ([]byte, error) { return json.Marshal(c.info) }
 type contracts struct {
 	mu sync.RWMutex
 	m  map[string]*contract
+	// revokedAway holds, for a while, contracts another node revoked while
+	// this one had not loaded them: a load that read the store just before
+	// the revocation must not cache the contract live (a cluster only).
+	revokedAway map[string]time.Time
+}
+
+// revokedAwayKeep is how long a revocation by another node of a contract
+// this node had not loaded is remembered: far longer than a store read.
+const revokedAwayKeep = time.Minute
+
+// noteRevokedAway remembers that another node revoked contract id, which
+// this node has not loaded. The caller holds mu.
+func (cs *contracts) noteRevokedAway(id string, now time.Time) {
+	if cs.revokedAway == nil {
+		cs.revokedAway = map[string]time.Time{}
+	}
+	for k, at := range cs.revokedAway {
+		if now.Sub(at) > revokedAwayKeep {
+			delete(cs.revokedAway, k)
+		}
+	}
+	cs.revokedAway[id] = now
 }
 
 func newContractID() string {
@@ -363,8 +385,11 @@ func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, erro
 		return nil, WrapError(CodeInternal, err, "decode contract")
 	}
 	c = info.View().(*contract)
-	c.revoked.Store(rec.Revoked)
 	e.contracts.mu.Lock()
+	if _, away := e.contracts.revokedAway[id]; away {
+		rec.Revoked = true // revoked by another node while this one read it
+	}
+	c.revoked.Store(rec.Revoked)
 	if prev := e.contracts.m[id]; prev != nil {
 		c = prev
 	} else {
@@ -435,7 +460,9 @@ func (e *Engine) contractError(ctx context.Context, typ Event, p *Principal, sub
 }
 
 // RevokeContract revokes a contract. Only its holder may revoke it; every
-// later use fails with CONTRACT_REVOKED.
+// later use fails with CONTRACT_REVOKED. In a cluster it returns once every
+// live node applied the revocation (see ClusterBarrier), or fails with
+// CLUSTER_UNCONFIRMED, the contract revoked all the same.
 func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) error {
 	c, err := e.lookupContract(ctx, id)
 	if err != nil {
@@ -448,7 +475,7 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 		return NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal")
 	}
 	if c.revoked.Swap(true) {
-		return nil
+		return e.clusterBarrier(ctx) // a retry waits for the other nodes again
 	}
 	e.live.release(c.info.Principal, id)
 	if err := e.saveContract(ctx, c); err != nil {
@@ -456,7 +483,7 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 	}
 	e.audit(ctx, EventContractRevoked.record(OutcomeDeny, CodeContractRevoked, store.AuditRecord{Principal: p.ID, ContractID: id}))
 	e.onContractRevoked(id)
-	return nil
+	return e.clusterBarrier(ctx)
 }
 
 // GetContract returns a contract to its holder.

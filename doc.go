@@ -58,5 +58,8 @@
 // what an engine otherwise keeps to itself: notices of new messages and of
 // replies, changes to the access directory and to contracts, and
 // work-queue leases that hold cluster-wide (see Cluster and
-// docs/cluster.md). With Options.Cluster nil nothing of this runs.
+// docs/cluster.md). A Cluster that is also a ClusterBarrier makes every
+// call that takes access away return only once every live node applied it
+// (or fail with CLUSTER_UNCONFIRMED, the change made). With
+// Options.Cluster nil nothing of this runs.
 package pigeon

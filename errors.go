@@ -110,6 +110,12 @@ const (
 // idempotency key cannot store the message twice.
 const CodeStoreNoQuorum Code = "STORE_NO_QUORUM"
 
+// CodeClusterUnconfirmed: a change that takes access away (a revocation,
+// a role or account change) was made, but a live node of the cluster did
+// not confirm in time that it applied it (see ClusterBarrier). The change
+// stays made; retrying the call waits for the confirmation again.
+const CodeClusterUnconfirmed Code = "CLUSTER_UNCONFIRMED"
+
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
 //
 // Deprecated: use CodeEncryptionRequired, named like CodeSignatureRequired.
@@ -230,7 +236,7 @@ func (c Code) group() error {
 		return ErrTimeout
 	case CodeShutdown, CodeSessionClosed:
 		return ErrClosed
-	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeStoreNoQuorum, CodeInternal:
+	case CodeStoreCorrupt, CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeStoreNoQuorum, CodeClusterUnconfirmed, CodeInternal:
 		return ErrStore
 	case CodeDeliveryExhausted:
 		return ErrQuarantined

@@ -105,7 +105,8 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 }
 
 // RevokeGrant revokes a grant: the token is refused from now on, and every
-// contract negotiated with it fails its next check with GRANT_REVOKED.
+// contract negotiated with it fails its next check with GRANT_REVOKED (on
+// every live node of a cluster: see ClusterBarrier).
 func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
 	account, err := e.dir.revokeGrant(ctx, jti)
 	if err != nil {
@@ -113,7 +114,7 @@ func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
 	}
 	e.audit(ctx, EventGrantRevoked.record(OutcomeDeny, CodeGrantRevoked, store.AuditRecord{Principal: account, Ref: jti}))
 	e.onAccessChanged()
-	return nil
+	return e.clusterBarrier(ctx)
 }
 
 // authenticateGrant verifies a grant token: EdDSA signed by this broker,

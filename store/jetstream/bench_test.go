@@ -154,3 +154,29 @@ func BenchmarkFanOutAcrossNodes(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// BenchmarkRevokeAcrossNodes revokes, on node 1 of three (R3), a contract
+// negotiated for the purpose; ns/op is one revocation including its wait
+// until nodes 2 and 3 confirm it. The negotiation is outside the timer.
+func BenchmarkRevokeAcrossNodes(b *testing.B) {
+	cluster := startNATSCluster(b)
+	prefix := freshPrefix()
+	var nodes []*pigeonNode
+	for i := range 3 {
+		nodes = append(nodes, cluster.startPigeon(b, i, prefix, func(o *pigeon.Options) {
+			o.NegotiateRate = pigeon.RateLimitPolicy{PerSecond: -1}
+		}))
+	}
+	e := nodes[0].e
+	alice, err := clusterOptions().Authenticator.Authenticate(b.Context(), "alice-token")
+	require.NoError(b, err)
+	for b.Loop() {
+		b.StopTimer()
+		sess, err := e.Connect(b.Context(), "alice-token", []string{"chat.messages"})
+		require.NoError(b, err)
+		b.StartTimer()
+		if err := e.RevokeContract(b.Context(), alice, sess.Contract().ID()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,12 +31,46 @@ import (
 //     compare-and-set, so one node holds a message's lease at a time.
 //
 // Rate limits stay per node.
+//
+// Barrier makes a revocation strict: each node keeps, in the <P>_applied
+// bucket under its name, the highest revisions of the directory and the
+// contracts it has applied, refreshed at least every third of
+// Options.Liveness; a revoking node waits until every node whose record
+// is fresh has applied its change.
 type Cluster struct {
-	s               *Store
-	leases, replies jetstream.KeyValue
+	s                        *Store
+	leases, replies, applied jetstream.KeyValue
+	done                     appliedRevs // what this node applied; Watch's own
+	confirmed                time.Time   // when Watch last wrote done
+	dirWant                  dirRevs     // per directory bucket, the last change Watch delivered
+
+	mu    sync.Mutex
+	peers map[string]peer // by node, from the <P>_applied bucket
+	ready bool            // Watch runs and peers holds every record
+	moved chan struct{}   // closed and replaced when peers changes
 }
 
-var _ pigeon.Cluster = (*Cluster)(nil)
+var (
+	_ pigeon.Cluster        = (*Cluster)(nil)
+	_ pigeon.ClusterBarrier = (*Cluster)(nil)
+)
+
+// appliedRevs is a node's record in the <P>_applied bucket: the highest
+// revisions of the directory keys and of the contracts bucket it applied.
+type appliedRevs struct {
+	Dir uint64 `json:"dir"`
+	Con uint64 `json:"con"`
+}
+
+// peer is another node's last record, with when it was written.
+type peer struct {
+	appliedRevs
+	at time.Time
+}
+
+// appliedTTL is how long a node's record outlives its last refresh; only
+// a record refreshed within Options.Liveness counts.
+const appliedTTL = time.Hour
 
 // leaseMarkerTTL is how long a settled message's lease key is kept; after
 // it, Acquire finds the message done in the group's stored progress.
@@ -46,12 +82,12 @@ const replyTTL = 5 * time.Minute
 
 // NewCluster returns the Cluster of the nodes sharing s's prefix.
 func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
-	c := &Cluster{s: s}
+	c := &Cluster{s: s, peers: map[string]peer{}, moved: make(chan struct{})}
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
 		ttl  time.Duration
-	}{{&c.leases, "leases", leaseMarkerTTL}, {&c.replies, "replies", replyTTL}} {
+	}{{&c.leases, "leases", leaseMarkerTTL}, {&c.replies, "replies", replyTTL}, {&c.applied, "applied", appliedTTL}} {
 		full := s.bucketName(b.name)
 		kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: full, History: 1, TTL: b.ttl, Storage: s.storage(), Replicas: s.opts.Replicas})
 		if err != nil {
@@ -89,7 +125,9 @@ func (c *Cluster) Notify(ch pigeon.ClusterChange) {
 }
 
 // Watch implements pigeon.Cluster. It reports a directory change as soon
-// as its watches are in place, so that nothing changed before is missed.
+// as its watches are in place, so that nothing changed before is missed,
+// and confirms in the <P>_applied bucket what it applied (see Barrier).
+// Only one Watch of a Cluster runs at a time.
 func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
 	ch := make(chan *nats.Msg, 1024)
 	sub, err := c.s.nc.ChanSubscribe(c.eventSubject(), ch)
@@ -98,7 +136,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	}
 	defer sub.Unsubscribe()
 	var dirKeys []string
-	for _, b := range []string{"accounts", "roles", "grants", "grants.revoked"} {
+	for _, b := range directoryBuckets {
 		dirKeys = append(dirKeys, token(b)+".*")
 	}
 	dir, err := c.s.kv.WatchFiltered(ctx, dirKeys, jetstream.UpdatesOnly())
@@ -106,7 +144,13 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		return c.s.fail(ctx, err)
 	}
 	defer dir.Stop()
-	con, err := c.s.contracts.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	// A watch that resumes after a failure replays the contracts changed
+	// since the last one it applied.
+	from := jetstream.UpdatesOnly()
+	if c.done.Con > 0 {
+		from = jetstream.ResumeFromRevision(c.done.Con + 1)
+	}
+	con, err := c.s.contracts.WatchAll(ctx, from, jetstream.IgnoreDeletes())
 	if err != nil {
 		return c.s.fail(ctx, err)
 	}
@@ -116,13 +160,41 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		return c.s.fail(ctx, err)
 	}
 	defer rep.Stop()
+	peers, err := c.applied.WatchAll(ctx)
+	if err != nil {
+		return c.s.fail(ctx, err)
+	}
+	defer peers.Stop()
 	// What changed before the watches began (while the engine started, or
-	// while a failed watch was down) is read once now.
+	// while a failed watch was down) is read once now; the directory as
+	// it was then counts as applied.
+	dirRev, err := lastRevision(ctx, c.s.kv)
+	if err != nil {
+		return c.s.fail(ctx, err)
+	}
+	if c.done.Con == 0 {
+		if c.done.Con, err = lastRevision(ctx, c.s.contracts); err != nil {
+			return c.s.fail(ctx, err)
+		}
+	}
 	fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
+	c.done.Dir = max(c.done.Dir, dirRev)
+	c.confirm(ctx)
+	defer c.unwatched(ctx)
+	beat := time.NewTicker(c.s.opts.Liveness / 3)
+	defer beat.Stop()
+	revoked := false // a revocation among the contract changes not confirmed yet
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-beat.C:
+			c.confirm(ctx)
+		case e, ok := <-peers.Updates():
+			if !ok {
+				return errors.New("jetstream: applied watch ended")
+			}
+			c.see(e)
 		case m := <-ch:
 			var n notice
 			if json.Unmarshal(m.Data, &n) == nil && n.Node != c.s.opts.Node && n.Change.Kind == pigeon.ChangeAppended {
@@ -140,8 +212,15 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if !ok {
 				return errors.New("jetstream: directory watch ended")
 			}
-			if e != nil {
-				fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
+			if e == nil {
+				continue
+			}
+			if i := directoryKeyBucket(e.Key()); i >= 0 {
+				c.dirWant[i] = max(c.dirWant[i], e.Revision())
+			}
+			if e.Delta() == 0 { // a burst of changes is one reload
+				c.applyDirectory(ctx, fn, e.Revision())
+				c.confirm(ctx)
 			}
 		case e, ok := <-con.Updates():
 			if !ok {
@@ -150,9 +229,184 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if e == nil {
 				continue
 			}
-			if id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k")); err == nil {
-				fn(pigeon.ClusterChange{Kind: pigeon.ChangeContract, ContractID: string(id)})
+			// The watched value is the change itself: no read of a replica
+			// that may not have it yet.
+			var rec store.ContractRecord
+			id, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k"))
+			if err == nil && json.Unmarshal(e.Value(), &rec) == nil && rec.Revoked {
+				fn(pigeon.ClusterChange{Kind: pigeon.ChangeContract, ContractID: string(id), Revoked: true})
+				revoked = true
 			}
+			c.done.Con = max(c.done.Con, e.Revision())
+			// A new contract waits for the next beat; a revocation, which a
+			// barrier waits for, is confirmed at once.
+			if revoked && e.Delta() == 0 {
+				c.confirm(ctx)
+				revoked = false
+			}
+		}
+	}
+}
+
+// directoryBuckets are the store.KV buckets of the access directory.
+var directoryBuckets = [...]string{"accounts", "roles", "grants", "grants.revoked"}
+
+// dirRevs holds one revision per directory bucket.
+type dirRevs [len(directoryBuckets)]uint64
+
+// directoryBucket returns b's index in directoryBuckets, or -1.
+func directoryBucket(b string) int { return slices.Index(directoryBuckets[:], b) }
+
+// directoryKeyBucket returns the index in directoryBuckets of the bucket
+// of a key of the store's KV bucket, or -1.
+func directoryKeyBucket(key string) int {
+	tok, _, _ := strings.Cut(key, ".")
+	for i, b := range directoryBuckets {
+		if token(b) == tok {
+			return i
+		}
+	}
+	return -1
+}
+
+// lastRevision is the last revision written to kv.
+func lastRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, fmt.Errorf("jetstream: bucket %s: no stream state", st.Bucket())
+	}
+	return bs.StreamInfo().State.LastSeq, nil
+}
+
+// applyDirectory has the engine reload the directory, again until every
+// bucket's read came from a replica that has the last change the watch
+// delivered of it: a replica a moment behind the one the watch read from
+// must not undo a change. rev is the last change's revision. Meanwhile
+// this node keeps confirming what it applied before, so a revocation
+// waits for it (or fails unconfirmed) rather than pass it over as dead.
+func (c *Cluster) applyDirectory(ctx context.Context, fn func(pigeon.ClusterChange), rev uint64) {
+	pause := 10 * time.Millisecond
+	for {
+		c.s.seenMu.Lock()
+		c.s.dirSeen = dirRevs{}
+		c.s.seenMu.Unlock()
+		fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
+		c.s.seenMu.Lock()
+		seen := c.s.dirSeen
+		c.s.seenMu.Unlock()
+		fresh := true
+		for i, want := range c.dirWant {
+			fresh = fresh && seen[i] >= want
+		}
+		if fresh {
+			c.done.Dir = max(c.done.Dir, rev)
+			return
+		}
+		if time.Since(c.confirmed) >= c.s.opts.Liveness/3 {
+			c.confirm(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// confirm writes what this node applied to its record in <P>_applied. A
+// failed write is made up for by the next one.
+func (c *Cluster) confirm(ctx context.Context) {
+	c.confirmed = time.Now()
+	b, _ := json.Marshal(c.done)
+	_, _ = c.applied.Put(ctx, token(c.s.opts.Node), b)
+}
+
+// unwatched marks the others' records unknown when the watch ends. When
+// ctx ended (the engine shuts down) it removes this node's record, so that
+// a node shut down cleanly is not waited for until its record goes stale;
+// a watch that failed and will resume leaves it to go stale.
+func (c *Cluster) unwatched(watchCtx context.Context) {
+	c.mu.Lock()
+	c.ready = false
+	c.mu.Unlock()
+	if watchCtx.Err() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.Timeout)
+	defer cancel()
+	_ = c.applied.Delete(ctx, token(c.s.opts.Node))
+}
+
+// see records another node's record (or its removal); nil marks the end
+// of the records there were when the watch began.
+func (c *Cluster) see(e jetstream.KeyValueEntry) {
+	if e != nil && e.Key() == token(c.s.opts.Node) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var r appliedRevs
+	switch {
+	case e == nil:
+		c.ready = true
+	case e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &r) != nil:
+		delete(c.peers, e.Key())
+	default:
+		c.peers[e.Key()] = peer{appliedRevs: r, at: e.Created()}
+	}
+	close(c.moved)
+	c.moved = make(chan struct{})
+}
+
+// lagging returns the live nodes that have not applied want yet, and a
+// channel closed at the next change of any node's record.
+func (c *Cluster) lagging(want appliedRevs) ([]string, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ready {
+		return []string{"(this node's watch of the others is not running)"}, c.moved
+	}
+	var out []string
+	for k, p := range c.peers {
+		if time.Since(p.at) <= c.s.opts.Liveness && (p.Dir < want.Dir || p.Con < want.Con) {
+			name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, "k"))
+			if err != nil {
+				name = []byte(k)
+			}
+			out = append(out, string(name))
+		}
+	}
+	slices.Sort(out)
+	return out, c.moved
+}
+
+// Barrier implements pigeon.ClusterBarrier: it waits until every other
+// node whose record in <P>_applied was refreshed within Options.Liveness
+// has applied every directory and contract change this node wrote before
+// the call. A node that stops refreshing (killed, cut off) drops out
+// after Liveness; the wait ends with an error naming the nodes that did
+// not confirm when ctx ends or Options.BarrierTimeout passes.
+func (c *Cluster) Barrier(ctx context.Context) error {
+	want := appliedRevs{Dir: c.s.dirRev.Load(), Con: c.s.conRev.Load()}
+	ctx, cancel := context.WithTimeout(ctx, c.s.opts.BarrierTimeout)
+	defer cancel()
+	recheck := time.NewTicker(max(c.s.opts.Liveness/10, time.Millisecond))
+	defer recheck.Stop()
+	for {
+		late, moved := c.lagging(want)
+		if len(late) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream: nodes %s did not confirm the change: %w", strings.Join(late, ", "), ctx.Err())
+		case <-moved:
+		case <-recheck.C: // a node's record may have gone stale
 		}
 	}
 }

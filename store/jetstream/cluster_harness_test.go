@@ -234,6 +234,7 @@ func (c *natsCluster) urls(i int) string {
 type pigeonNode struct {
 	e  *pigeon.Engine
 	s  *Store
+	cl *Cluster
 	nc *nats.Conn
 }
 
@@ -257,7 +258,7 @@ func (c *natsCluster) startPigeon(t testing.TB, i int, prefix string, mutate fun
 	}
 	e, err := pigeon.New(context.Background(), o)
 	require.NoError(t, err)
-	p := &pigeonNode{e: e, s: s, nc: s.Conn()}
+	p := &pigeonNode{e: e, s: s, cl: cl, nc: s.Conn()}
 	t.Cleanup(func() { p.stop() })
 	return p
 }
@@ -271,6 +272,7 @@ func (p *pigeonNode) stop() {
 // Role-governed subject of the cluster tests, beside the transporttest ones.
 const (
 	carol = "spiffe://chat/carol"
+	dave  = "spiffe://chat/dave"
 )
 
 func clusterOptions() *pigeon.Options {
@@ -291,7 +293,8 @@ func clusterOptions() *pigeon.Options {
 			pigeon.OpAck:     {{Effect: "allow", Principals: []string{transporttest.Crew}}},
 		},
 	})
-	o.Authenticator = pigeon.NewStaticTokens(append(append(demo.Tokens(), suiteTokens()...), pigeon.StaticToken{Token: "carol-token", Principal: carol})...)
+	o.Authenticator = pigeon.NewStaticTokens(append(append(demo.Tokens(), suiteTokens()...), pigeon.StaticToken{Token: "carol-token", Principal: carol},
+		pigeon.StaticToken{Token: "dave-token", Principal: dave})...)
 	return o
 }
 

@@ -57,12 +57,11 @@ func TestCluster(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, pigeon.StatusAccepted, res.Status)
 		}
+		// The revocation returns once every node applied it: the very
+		// next publish on another node is refused.
 		require.NoError(t, n3.RevokeContract(ctx, c.Principal, c.ContractID))
-		// Node 1 learns of it through its watch of the contracts bucket.
-		require.Eventually(t, func() bool {
-			_, err := n1.Publish(ctx, c, chatMsg("lobby", "after"))
-			return pigeon.ErrorCode(err) == pigeon.CodeContractRevoked
-		}, 10*time.Second, 10*time.Millisecond)
+		_, err = n1.Publish(ctx, c, chatMsg("lobby", "after"))
+		requireCode(t, err, pigeon.CodeContractRevoked)
 		_, err = n2.Publish(ctx, c, chatMsg("lobby", "after"))
 		requireCode(t, err, pigeon.CodeContractRevoked)
 	})
@@ -72,33 +71,52 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		_, err = n1.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
 		require.NoError(t, err)
-		connect := func(e *pigeon.Engine) pigeon.Session {
-			var sess pigeon.Session
-			require.Eventually(t, func() bool {
-				sess, err = e.Connect(ctx, "carol-token", []string{"rooms.chat"})
-				return err == nil
-			}, 10*time.Second, 10*time.Millisecond, "the role reaches every node")
+		// Dave may publish to rooms.chat whatever happens to carol.
+		_, err = n1.PutRole(ctx, pigeon.Role{Name: "poster", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+		require.NoError(t, err)
+		_, err = n1.CreateAccount(ctx, pigeon.Account{ID: dave, Roles: []string{"poster"}})
+		require.NoError(t, err)
+		// Carol's account reached every node when PutRole("poster")
+		// returned: a barrier waits for every directory change this node
+		// made before it.
+		connect := func(e *pigeon.Engine, token string) pigeon.Session {
+			sess, err := e.Connect(ctx, token, []string{"rooms.chat"})
+			require.NoError(t, err)
 			return sess
 		}
-		pub, sub := connect(n1), connect(n3)
+		pub, sub, other := connect(n1, "carol-token"), connect(n3, "carol-token"), connect(n1, "dave-token")
 		msg := &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: json.RawMessage(`{"room":"lobby"}`)}
 		_, err = pub.Publish(ctx, msg)
 		require.NoError(t, err)
-		s, err := sub.Subscribe(ctx, "rooms.chat", func(context.Context, *pigeon.Delivery) error { return nil })
+		var mu sync.Mutex
+		received := map[string]bool{}
+		s, err := sub.Subscribe(ctx, "rooms.chat", func(_ context.Context, d *pigeon.Delivery) error {
+			mu.Lock()
+			received[d.Message.ID] = true
+			mu.Unlock()
+			return nil
+		})
 		require.NoError(t, err)
 
+		// The removal returns once every node applied it: the very next
+		// publish on node 1 is refused, and nothing published after it
+		// reaches the subscription on node 3.
 		_, err = n2.RemoveAccountRole(ctx, carol, "member")
 		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			_, err := pub.Publish(ctx, msg)
-			return pigeon.ErrorCode(err) == pigeon.CodeGrantRevoked
-		}, 10*time.Second, 10*time.Millisecond)
+		_, err = pub.Publish(ctx, msg)
+		requireCode(t, err, pigeon.CodeGrantRevoked)
+		after, err := other.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: json.RawMessage(`{"room":"after"}`)})
+		require.NoError(t, err)
+		require.Equal(t, pigeon.StatusAccepted, after.Status)
 		select {
 		case <-s.Done():
 		case <-time.After(10 * time.Second):
 			t.Fatal("the subscription on node 3 did not stop")
 		}
 		requireCode(t, s.Err(), pigeon.CodeGrantRevoked)
+		mu.Lock()
+		defer mu.Unlock()
+		require.False(t, received[after.Message.ID], "a message published after the removal reached the subscription")
 	})
 
 	t.Run("IdempotencyAcrossNodes", func(t *testing.T) {

@@ -35,6 +35,12 @@
 // quorum returns an error matching store.ErrNoQuorum, which the broker
 // reports as the retryable STORE_NO_QUORUM; nothing is retried silently.
 //
+// Cluster.Barrier makes a revocation strict across live nodes: the
+// revoking call returns once every node that refreshed its <P>_applied
+// record within Options.Liveness has applied it, or fails with the
+// retryable CLUSTER_UNCONFIRMED after Options.BarrierTimeout, the change
+// made all the same (docs/cluster.md).
+//
 // # Concurrency
 //
 // Every method is safe for concurrent use, from any number of goroutines

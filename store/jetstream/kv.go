@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,7 +20,10 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	_, err := s.kv.Put(ctx, kvKey(bucket, key), val)
+	rev, err := s.kv.Put(ctx, kvKey(bucket, key), val)
+	if err == nil && directoryBucket(bucket) >= 0 {
+		maxRev(&s.dirRev, rev)
+	}
 	return s.fail(ctx, err)
 }
 
@@ -36,7 +40,28 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	return s.fail(ctx, s.kv.Delete(ctx, kvKey(bucket, key)))
+	k := kvKey(bucket, key)
+	if err := s.kv.Delete(ctx, k); err != nil || directoryBucket(bucket) < 0 {
+		return s.fail(ctx, err)
+	}
+	// A barrier waits for the delete marker: its revision is the last of
+	// the key's history.
+	h, err := s.kv.History(ctx, k)
+	if err != nil {
+		return s.fail(ctx, err)
+	}
+	maxRev(&s.dirRev, h[len(h)-1].Revision())
+	return nil
+}
+
+// maxRev raises a to rev unless it is higher already.
+func maxRev(a *atomic.Uint64, rev uint64) {
+	for {
+		cur := a.Load()
+		if cur >= rev || a.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }
 
 // List implements store.KV.
@@ -44,9 +69,14 @@ func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, err
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	vals, err := s.values(ctx, s.kv, token(bucket)+".*")
+	vals, seen, err := s.values(ctx, s.kv, token(bucket)+".*")
 	if err != nil {
 		return nil, err
+	}
+	if i := directoryBucket(bucket); i >= 0 {
+		s.seenMu.Lock()
+		s.dirSeen[i] = max(s.dirSeen[i], seen)
+		s.seenMu.Unlock()
 	}
 	out := make(map[string][]byte, len(vals))
 	for k, v := range vals {
@@ -73,26 +103,31 @@ func getValue(ctx context.Context, s *Store, kv jetstream.KeyValue, key string) 
 }
 
 // values reads every live key of kv matching filter (all with "") in one
-// watch: the watcher sends the current values, then nil.
-func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
+// watch: the watcher sends the current values, then nil. seen is the
+// highest revision among them and the deletions it met: the replica that
+// answered had every revision up to it.
+func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string) (out map[string][]byte, seen uint64, err error) {
 	if filter == "" {
 		filter = ">"
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	w, err := kv.Watch(ctx, filter)
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, 0, s.fail(ctx, err)
 	}
 	defer w.Stop()
-	out := map[string][]byte{}
+	out = map[string][]byte{}
 	for {
 		select {
 		case e := <-w.Updates():
 			if e == nil {
-				return out, nil
+				return out, seen, nil
 			}
-			out[e.Key()] = e.Value()
+			seen = max(seen, e.Revision())
+			if e.Operation() == jetstream.KeyValuePut {
+				out[e.Key()] = e.Value()
+			}
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 	}
 }

@@ -4,8 +4,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"pigeon/store"
 )
@@ -56,7 +59,7 @@ func (s *Store) ListQuarantine(ctx context.Context, since time.Time, limit int) 
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	vals, err := s.values(ctx, s.quarantine, "")
+	vals, _, err := s.values(ctx, s.quarantine, "")
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +91,10 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.contracts.Put(ctx, token(c.ID), b)
+	rev, err := s.contracts.Put(ctx, token(c.ID), b)
+	if err == nil && c.Revoked {
+		maxRev(&s.conRev, rev)
+	}
 	return s.fail(ctx, err)
 }
 
@@ -97,11 +103,34 @@ func (s *Store) GetContract(ctx context.Context, id string) (store.ContractRecor
 	if err := s.begin(ctx); err != nil {
 		return store.ContractRecord{}, err
 	}
-	b, err := getValue(ctx, s, s.contracts, token(id))
+	b, err := s.leaderGet(ctx, s.bucketName("contracts"), token(id))
 	if err != nil {
 		return store.ContractRecord{}, err
 	}
 	return s.decodeContract(b)
+}
+
+// leaderGet reads key of KV bucket from the stream's leader, not with a
+// direct get that a replica a few milliseconds behind may answer: a node
+// that loads a contract after another node revoked it (and the revoking
+// call returned) reads the revocation. Deleted or missing is
+// store.ErrNotFound.
+func (s *Store) leaderGet(ctx context.Context, bucket, key string) ([]byte, error) {
+	js, err := s.nc.JetStream(nats.Context(ctx))
+	if err != nil {
+		return nil, err
+	}
+	m, err := js.GetLastMsg("KV_"+bucket, "$KV."+bucket+"."+key, nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if op := m.Header.Get("KV-Operation"); op != "" {
+		return nil, store.ErrNotFound // a delete or purge marker
+	}
+	return m.Data, nil
 }
 
 func (s *Store) decodeContract(b []byte) (store.ContractRecord, error) {
@@ -114,7 +143,7 @@ func (s *Store) decodeContract(b []byte) (store.ContractRecord, error) {
 
 // allContracts returns every contract kept.
 func (s *Store) allContracts(ctx context.Context) ([]store.ContractRecord, error) {
-	vals, err := s.values(ctx, s.contracts, "")
+	vals, _, err := s.values(ctx, s.contracts, "")
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,15 @@ type Options struct {
 	// times out because the stream has no quorum fails with
 	// store.ErrNoQuorum.
 	Timeout time.Duration
+	// Liveness is how long a node that stopped confirming (a killed or
+	// partitioned node) is still waited for by another node's revocation
+	// (default 3 s; see Cluster.Barrier). A node confirms at least every
+	// third of it.
+	Liveness time.Duration
+	// BarrierTimeout bounds how long a revocation waits for every live
+	// node to confirm it (default 5 s); then it fails with
+	// CLUSTER_UNCONFIRMED, the change made all the same.
+	BarrierTimeout time.Duration
 }
 
 // Store is a store.Store on JetStream. Open it with Open or Connect.
@@ -52,6 +61,16 @@ type Store struct {
 
 	mu      sync.Mutex
 	streams map[string]jetstream.Stream // message streams by Pigeon subject
+
+	// dirRev and conRev are the highest revisions this node wrote of the
+	// access directory's keys and of revoked contracts: what a barrier
+	// waits for the other nodes to have applied.
+	dirRev, conRev atomic.Uint64
+	// dirSeen is, per directory bucket, the highest revision its lists
+	// have seen since the Cluster's watch last reset it: the replica that
+	// answered had every revision up to it (see Cluster.applyDirectory).
+	seenMu  sync.Mutex
+	dirSeen dirRevs
 }
 
 var (
@@ -101,6 +120,12 @@ func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
+	}
+	if o.Liveness <= 0 {
+		o.Liveness = 3 * time.Second
+	}
+	if o.BarrierTimeout <= 0 {
+		o.BarrierTimeout = 5 * time.Second
 	}
 	if !validName(o.Prefix, false) {
 		return nil, fmt.Errorf("jetstream: prefix %q: use letters, digits and '_'", o.Prefix)

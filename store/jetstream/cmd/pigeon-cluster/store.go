@@ -19,6 +19,7 @@ type natsStore struct {
 	prefix, creds, user, password, token, tlsCA string
 	node                                        string
 	replicas                                    int
+	liveness, barrierTimeout                    time.Duration
 }
 
 var _ cli.Store = (*natsStore)(nil)
@@ -33,6 +34,8 @@ func (n *natsStore) Flags(fs *flag.FlagSet) {
 	if fs.Name() == "serve" {
 		fs.StringVar(&n.node, "node", "", "with --store nats://: this node's name, unique in the cluster; it names the node's audit chain (letters, digits, '-', '_')")
 		fs.IntVar(&n.replicas, "replicas", 3, "with --store nats://: replicas of every stream and bucket the node creates (1, 3 or 5)")
+		fs.DurationVar(&n.liveness, "liveness", 3*time.Second, "with --store nats://: how long a revocation still waits for a node that stopped confirming (a dead one)")
+		fs.DurationVar(&n.barrierTimeout, "barrier-timeout", 5*time.Second, "with --store nats://: how long a revocation waits for every live node to confirm it before CLUSTER_UNCONFIRMED (the change made all the same)")
 	}
 }
 
@@ -65,7 +68,7 @@ func (n *natsStore) Open(ctx context.Context, url string, env cli.StoreEnv) (*cl
 	if n.node == "" {
 		return nil, fmt.Errorf("%w: --node NAME is required: every node of a cluster keeps its own audit chain", cli.ErrUsage)
 	}
-	st, err := jetstream.Connect(ctx, url, &jetstream.Options{Prefix: n.prefix, Replicas: n.replicas, Node: n.node}, n.options()...)
+	st, err := jetstream.Connect(ctx, url, &jetstream.Options{Prefix: n.prefix, Replicas: n.replicas, Node: n.node, Liveness: n.liveness, BarrierTimeout: n.barrierTimeout}, n.options()...)
 	if err != nil {
 		return nil, err
 	}
