@@ -112,14 +112,31 @@ type claim struct {
 	At      int64  `json:"at"`      // wall clock of the claim, Unix nanoseconds
 }
 
+// idemMarkerTTL is how long the idempotency bucket keeps the marker of a
+// claim its TTL removed.
+const idemMarkerTTL = time.Minute
+
+// claimGrace keeps a claim in the bucket a while after it expires, so a
+// node whose clock runs behind still finds it.
+const claimGrace = time.Minute
+
+// claimTTL is the TTL of a claim that expires at exp: JetStream removes
+// the key once the claim is of no use, grace after it expires (never
+// less than a second, its smallest TTL).
+func claimTTL(exp, now time.Time, grace time.Duration) time.Duration {
+	return max(time.Second, exp.Sub(now)+grace).Round(time.Second)
+}
+
 // claimIdem claims m's idempotency key, or finds the message holding it.
+// A key's claim is created with a TTL (claimTTL), so the bucket holds
+// only the keys still in their idempotency window (and a minute more).
 func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Message, dup bool, rev uint64, err error) {
 	key := token(m.IdemKey)
 	val, _ := json.Marshal(claim{ID: m.ID, Subject: m.Subject, Expires: m.IdemExpires.UnixNano(), At: time.Now().UnixNano()})
 	for {
 		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, key) })
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			rev, err := s.idem.Create(ctx, key, val)
+			rev, err := s.idem.Create(ctx, key, val, jetstream.KeyTTL(claimTTL(m.IdemExpires, time.Now(), s.claimGrace)))
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
@@ -142,11 +159,12 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 			}
 			// A claim whose message never came: its holder died.
 		}
-		rev, err = s.idem.Update(ctx, key, val, e.Revision())
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
+		// The claim has expired (or its message never came): take it
+		// back and claim the key afresh, with a TTL of its own.
+		err = s.idem.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return store.Message{}, false, 0, s.fail(ctx, err)
 		}
-		return store.Message{}, false, rev, s.fail(ctx, err)
 	}
 }
 

@@ -57,7 +57,10 @@ type Store struct {
 	closed atomic.Bool
 
 	ids, idem, progress, quarantine, contracts, kv jetstream.KeyValue
-	audit                                          jetstream.Stream
+	// claimGrace is how long an idempotency claim outlives its window
+	// (claimTTL); tests shorten it.
+	claimGrace time.Duration
+	audit      jetstream.Stream
 
 	mu      sync.Mutex
 	streams map[string]jetstream.Stream // message streams by Pigeon subject
@@ -137,7 +140,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{nc: nc, js: js, opts: o, pfx: strings.ToLower(o.Prefix), streams: map[string]jetstream.Stream{}}
+	s := &Store{nc: nc, js: js, opts: o, pfx: strings.ToLower(o.Prefix), streams: map[string]jetstream.Stream{}, claimGrace: claimGrace}
 	ctx, cancel := context.WithTimeout(ctx, 4*o.Timeout)
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
@@ -197,7 +200,13 @@ func (s *Store) bucket(ctx context.Context, name string) (jetstream.KeyValue, er
 	full := s.bucketName(name)
 	kv, err := s.js.KeyValue(ctx, full)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: full, History: 1, Storage: s.storage(), Replicas: s.opts.Replicas})
+		cfg := jetstream.KeyValueConfig{Bucket: full, History: 1, Storage: s.storage(), Replicas: s.opts.Replicas}
+		if name == "idem" {
+			// Claims carry a per-key TTL (claimIdem): a key is gone from
+			// the bucket once its claim has expired.
+			cfg.LimitMarkerTTL = idemMarkerTTL
+		}
+		kv, err = s.js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = s.js.KeyValue(ctx, full)
 		}
