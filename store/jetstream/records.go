@@ -82,6 +82,36 @@ func (s *Store) ListQuarantine(ctx context.Context, since time.Time, limit int) 
 	return out, nil
 }
 
+// TrimQuarantineBefore implements store.QuarantineTrimmer: it removes
+// the records whose Time is before t (a release keeps the original Time).
+// It reads the whole bucket, as ListQuarantine does; the engine calls it
+// from its retention sweep, not a hot path. Two nodes trimming at once
+// remove each record once between them; each counts what it removed.
+func (s *Store) TrimQuarantineBefore(ctx context.Context, t time.Time) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	vals, _, err := s.values(ctx, s.quarantine, "")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for key, b := range vals {
+		r, err := s.decodeQuarantine(b)
+		if err != nil {
+			return n, err
+		}
+		if !r.Time.Before(t) {
+			continue
+		}
+		if err := s.quarantine.Purge(ctx, key); err != nil {
+			return n, s.fail(ctx, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
 // PutContract implements store.ContractLog.
 func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	if err := s.begin(ctx); err != nil {

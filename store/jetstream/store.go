@@ -77,11 +77,12 @@ type Store struct {
 }
 
 var (
-	_ store.Store          = (*Store)(nil)
-	_ store.Trimmer        = (*Store)(nil)
-	_ store.ContractLister = (*Store)(nil)
-	_ store.AuditChainer   = (*Store)(nil)
-	_ store.BatchProgress  = (*Store)(nil)
+	_ store.Store             = (*Store)(nil)
+	_ store.Trimmer           = (*Store)(nil)
+	_ store.QuarantineTrimmer = (*Store)(nil)
+	_ store.ContractLister    = (*Store)(nil)
+	_ store.AuditChainer      = (*Store)(nil)
+	_ store.BatchProgress     = (*Store)(nil)
 )
 
 // Connect dials urls (comma-separated, as nats.Connect takes them) with
