@@ -17,6 +17,23 @@ import (
 	"pigeon/docs"
 )
 
+// openAPIMetaSchema compiles the OpenAPI 3.1 schema of the specification
+// (testdata/openapi-3.1.schema.json).
+func openAPIMetaSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	f, err := os.Open("testdata/openapi-3.1.schema.json")
+	require.NoError(t, err)
+	defer f.Close()
+	meta, err := jsonschema.UnmarshalJSON(f)
+	require.NoError(t, err)
+	const id = "https://spec.openapis.org/oas/3.1/schema/2022-10-07"
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource(id, meta))
+	s, err := c.Compile(id)
+	require.NoError(t, err)
+	return s
+}
+
 // TestOpenAPIValidates checks openapi.yaml against the OpenAPI 3.1 schema
 // of the specification (testdata/openapi-3.1.schema.json, 2022-10-07, as
 // published by the OpenAPI Initiative, Apache-2.0). That schema checks the
@@ -24,16 +41,7 @@ import (
 // leaves them to the dialect); the walk after it checks that every $ref
 // resolves.
 func TestOpenAPIValidates(t *testing.T) {
-	f, err := os.Open("testdata/openapi-3.1.schema.json")
-	require.NoError(t, err)
-	defer f.Close()
-	meta, err := jsonschema.UnmarshalJSON(f)
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	require.NoError(t, c.AddResource("https://spec.openapis.org/oas/3.1/schema/2022-10-07", meta))
-	s, err := c.Compile("https://spec.openapis.org/oas/3.1/schema/2022-10-07")
-	require.NoError(t, err)
-
+	s := openAPIMetaSchema(t)
 	doc := openAPIAsJSON(t, docs.OpenAPI())
 	require.NoError(t, s.Validate(doc))
 
@@ -60,15 +68,7 @@ func TestOpenAPIValidates(t *testing.T) {
 // TestOpenAPIValidatorRejects: a broken document fails (so the check above
 // means something).
 func TestOpenAPIValidatorRejects(t *testing.T) {
-	f, err := os.Open("testdata/openapi-3.1.schema.json")
-	require.NoError(t, err)
-	defer f.Close()
-	meta, err := jsonschema.UnmarshalJSON(f)
-	require.NoError(t, err)
-	c := jsonschema.NewCompiler()
-	require.NoError(t, c.AddResource("oas.json", meta))
-	s, err := c.Compile("oas.json")
-	require.NoError(t, err)
+	s := openAPIMetaSchema(t)
 	bad := openAPIAsJSON(t, []byte("openapi: 3.1.0\ninfo: {title: x, version: '1'}\npaths:\n  /x:\n    get:\n      responses:\n        '200': {}\n"))
 	require.Error(t, s.Validate(bad), "a response without a description")
 }
