@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
+import { connect } from "../dist/index.js";
 
 export const CLIENT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const ROOT = resolve(CLIENT, "../..");
@@ -194,4 +195,32 @@ export const PRINCIPALS = {
 /** Resolves to "hang" after ms, without keeping the process alive. */
 export function hangAfter(ms) {
   return new Promise((r) => setTimeout(() => r("hang"), ms).unref());
+}
+
+/**
+ * Runs fn with a monitor (receives) and a sensor (publishes) session on
+ * events.telemetry of srv, and closes both after it, whatever it does.
+ */
+export async function withTelemetry(srv, fn) {
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    return await fn(monitor, sensor);
+  } finally {
+    await Promise.all([monitor.close(), sensor.close()]);
+  }
+}
+
+/** The gateway's part of request/reply: session s approves every payment request. */
+export function approvePayments(s) {
+  return s.subscribe("payments.authorize", async (m) => {
+    await s.publish({
+      type: "payment.authorization.result",
+      subject: "payments.authorize",
+      intent: "authorize_payment",
+      classification: "pci",
+      correlationId: m.id,
+      data: { approved: true, orderId: m.data.orderId },
+    });
+  });
 }

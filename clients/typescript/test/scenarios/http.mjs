@@ -1,7 +1,7 @@
 // The HTTP client.
 import assert from "node:assert/strict";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, sharedServer, payment, notification, uniq, PRINCIPALS } from "../harness.mjs";
+import { scenario, sharedServer, payment, notification, uniq, PRINCIPALS, approvePayments } from "../harness.mjs";
 
 scenario("http.publish", async () => {
   const srv = await sharedServer();
@@ -113,16 +113,7 @@ scenario("http.request", async () => {
   });
   const gw = await connect(srv.ws, "gateway-token", ["payments.authorize"]);
   try {
-    await gw.subscribe("payments.authorize", async (m) => {
-      await gw.publish({
-        type: "payment.authorization.result",
-        subject: "payments.authorize",
-        intent: "authorize_payment",
-        classification: "pci",
-        correlationId: m.id,
-        data: { approved: true, orderId: m.data.orderId },
-      });
-    });
+    await approvePayments(gw);
     const req = payment();
     const reply = await c.request(req, { timeout: 5000 });
     assert.equal(reply.data.approved, true);

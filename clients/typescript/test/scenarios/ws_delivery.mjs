@@ -2,15 +2,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect, HttpClient, PigeonError, RetryAfter } from "../../dist/index.js";
-import { scenario, sharedServer, notification, telemetry, uniq, until, sleep, hangAfter } from "../harness.mjs";
+import { scenario, sharedServer, notification, telemetry, uniq, until, sleep, hangAfter, withTelemetry, approvePayments } from "../harness.mjs";
 
 const mine = (tag) => (m) => m.data && m.data.recipientId === tag;
 
 scenario("subscribe.selector", async () => {
   const srv = await sharedServer();
-  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
-  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
-  try {
+  await withTelemetry(srv, async (monitor, sensor) => {
     const got = [];
     await monitor.subscribe("events.telemetry", (m) => void got.push(m), { selector: "/kind=temp/site=lab" });
     const v = Math.random();
@@ -23,9 +21,7 @@ scenario("subscribe.selector", async () => {
     assert.deepEqual(got.map((m) => m.data.value), [v, v + 3]);
     assert.ok(got.every((m) => m.data.kind === "temp" && m.data.site === "lab"));
     assert.ok(got[0].sequence < got[1].sequence);
-  } finally {
-    await Promise.all([monitor.close(), sensor.close()]);
-  }
+  });
 });
 
 scenario("workqueue.competing", async () => {
@@ -133,16 +129,7 @@ scenario("request.reply", async () => {
   const gw = await connect(srv.ws, "gateway-token", ["payments.authorize"]);
   const checkout = await connect(srv.ws, "checkout-token", ["payments.authorize"]);
   try {
-    await gw.subscribe("payments.authorize", async (m) => {
-      await gw.publish({
-        type: "payment.authorization.result",
-        subject: "payments.authorize",
-        intent: "authorize_payment",
-        classification: "pci",
-        correlationId: m.id,
-        data: { approved: true, orderId: m.data.orderId },
-      });
-    });
+    await approvePayments(gw);
     const req = paymentRequest();
     const reply = await checkout.request(req, { timeout: 5000 });
     assert.equal(reply.type, "payment.authorization.result");
@@ -309,9 +296,7 @@ scenario("session.closed", async () => {
 
 test("stream(): the async-iterator form acks as the loop moves on", async () => {
   const srv = await sharedServer();
-  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
-  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
-  try {
+  await withTelemetry(srv, async (monitor, sensor) => {
     const it = await monitor.stream("events.telemetry", { selector: "/kind=stream" });
     const v = Math.random();
     for (let i = 0; i < 3; i++) await sensor.publish(telemetry("stream", "lab", v + i));
@@ -323,9 +308,7 @@ test("stream(): the async-iterator form acks as the loop moves on", async () => 
     }
     assert.deepEqual(got, [v, v + 1, v + 2]);
     assert.ok(it.subscription.finished, "break ends the subscription");
-  } finally {
-    await Promise.all([monitor.close(), sensor.close()]);
-  }
+  });
 });
 
 test("pipelined publishes: one refused message fails alone", async () => {
@@ -351,9 +334,7 @@ test("pipelined publishes: one refused message fails alone", async () => {
 
 test("subscribe with start: deliveries right behind the answer all arrive", async () => {
   const srv = await sharedServer();
-  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
-  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
-  try {
+  await withTelemetry(srv, async (monitor, sensor) => {
     const v = Math.random();
     const ds = await Promise.all([0, 1, 2].map((i) => sensor.publish(telemetry("start", "lab", v + i))));
     const got = [];
@@ -363,23 +344,17 @@ test("subscribe with start: deliveries right behind the answer all arrive", asyn
     });
     await until(() => got.length === 3, 3000, "the three retained messages");
     assert.deepEqual([...got].sort(), [v, v + 1, v + 2]);
-  } finally {
-    await Promise.all([monitor.close(), sensor.close()]);
-  }
+  });
 });
 
 test("ack none: at-most-once pub/sub delivery, nothing answered", async () => {
   const srv = await sharedServer();
-  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
-  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
-  try {
+  await withTelemetry(srv, async (monitor, sensor) => {
     const run = String(Math.random());
     const got = [];
     await monitor.subscribe("events.telemetry", (m) => void (m.data.site === run && got.push(m.data.value)), { ack: "none", maxInFlight: 4 });
     await Promise.all([0, 1, 2, 3].map((i) => sensor.publish(telemetry("atmost", run, i))));
     await until(() => got.length === 4, 5000, "four deliveries");
     assert.deepEqual([...got].sort(), [0, 1, 2, 3]);
-  } finally {
-    await Promise.all([monitor.close(), sensor.close()]);
-  }
+  });
 });

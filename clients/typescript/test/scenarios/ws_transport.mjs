@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocketServer, WebSocket } from "ws";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment, uniq, hangAfter } from "../harness.mjs";
+import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment, uniq, hangAfter, withTelemetry } from "../harness.mjs";
 
 scenario("transport.server_closes", async () => {
   const srv = await Server.start();
@@ -187,9 +187,7 @@ test("a graceful restart (SIGTERM): the subscription resumes where it was", asyn
 
 test("reconnect(): a fresh contract, the subscription carries on", async () => {
   const srv = await sharedServer();
-  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
-  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
-  try {
+  await withTelemetry(srv, async (monitor, sensor) => {
     const run = String(Math.random());
     const got = [];
     const sub = await monitor.subscribe("events.telemetry", (m) => void (m.data.site === run && got.push(m.data.value)));
@@ -205,9 +203,7 @@ test("reconnect(): a fresh contract, the subscription carries on", async () => {
     await until(() => got.length === 2, 5000, "the second");
     await sleep(200);
     assert.deepEqual(got, [0, 1]);
-  } finally {
-    await Promise.all([monitor.close(), sensor.close()]);
-  }
+  });
 });
 
 test("keepalive: a ping left unanswered drops the connection, and the session reconnects", async () => {
