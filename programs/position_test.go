@@ -3,7 +3,6 @@ package programs_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/internal/testlog"
 	"pigeon/programs"
 	"pigeon/store/wal"
 )
@@ -126,10 +124,7 @@ func TestRestartResumesPubSub(t *testing.T) {
 func TestRouteChangeHandover(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &testlog.Buffer{}
-	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	mg, logs := loggedManager(t, f, programs.Options{})
 	man := func(i int) programs.Manifest {
 		return manifest(onEvents, func(m *programs.Manifest) {
 			if i%2 == 1 {
@@ -137,27 +132,11 @@ func TestRouteChangeHandover(t *testing.T) {
 			}
 		})
 	}
-	_, err = mg.Deploy(ctx, admin, "p", man(0), modLog)
+	_, err := mg.Deploy(ctx, admin, "p", man(0), modLog)
 	require.NoError(t, err)
 	const n, versions = 300, 6
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range n {
-			f.publish(t, "events", `{"n":`+strconv.Itoa(i)+`}`)
-		}
-	}()
-	for i := 1; i < versions; i++ {
-		in, err := mg.Deploy(ctx, admin, "p", man(i), modLog)
-		require.NoError(t, err)
-		require.True(t, in.Bound)
-	}
-	wg.Wait()
-	eventually(t, func() bool { return len(handled(t, logs)) == n }, "every message is handled")
-	for id, c := range handled(t, logs) {
-		require.Equal(t, 1, c, "message %s handled once", id)
-	}
+	deployUnderLoad(t, f, mg, "events", n, versions, man)
+	requireHandledOnce(t, logs, n, "every message is handled")
 	require.Len(t, f.audited(t, pigeon.EventProgramSwapped), versions-1)
 }
 
@@ -166,10 +145,7 @@ func TestRouteChangeHandover(t *testing.T) {
 func TestRenewalResumesPubSub(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &testlog.Buffer{}
-	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, RebindDelay: 10 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	mg, logs := loggedManager(t, f, programs.Options{RebindDelay: 10 * time.Millisecond})
 	in, err := mg.Deploy(ctx, admin, "p", manifest(onEvents), modLog)
 	require.NoError(t, err)
 	const n = 200
@@ -179,10 +155,7 @@ func TestRenewalResumesPubSub(t *testing.T) {
 			require.NoError(t, f.e.RevokeContract(ctx, &pigeon.Principal{ID: progAcc}, in.ContractID))
 		}
 	}
-	eventually(t, func() bool { return len(handled(t, logs)) == n }, "every message is handled")
-	for id, c := range handled(t, logs) {
-		require.Equal(t, 1, c, "message %s handled once", id)
-	}
+	requireHandledOnce(t, logs, n, "every message is handled")
 	now, err := mg.Get(ctx, "p")
 	require.NoError(t, err)
 	require.NotEqual(t, in.ContractID, now.ContractID, "renewed")
@@ -194,11 +167,8 @@ func TestRenewalResumesPubSub(t *testing.T) {
 func TestFailedHandoverResumes(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &testlog.Buffer{}
-	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
-	_, err = mg.Deploy(ctx, admin, "p", manifest(onEvents), modLog)
+	mg, logs := loggedManager(t, f, programs.Options{})
+	_, err := mg.Deploy(ctx, admin, "p", manifest(onEvents), modLog)
 	require.NoError(t, err)
 	const n = 100
 	for i := range n {
@@ -211,10 +181,7 @@ func TestFailedHandoverResumes(t *testing.T) {
 			require.Equal(t, string(pigeon.CodeFilterInvalid), pe.Details["cause"])
 		}
 	}
-	eventually(t, func() bool { return len(handled(t, logs)) == n }, "every message is handled by the running version")
-	for id, c := range handled(t, logs) {
-		require.Equal(t, 1, c, "message %s handled once", id)
-	}
+	requireHandledOnce(t, logs, n, "every message is handled by the running version")
 	in, err := mg.Get(ctx, "p")
 	require.NoError(t, err)
 	require.True(t, in.Bound)

@@ -137,27 +137,12 @@ func TestRouter(t *testing.T) {
 func TestSwapUnderLoad(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &testlog.Buffer{}
-	mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	mg, logs := loggedManager(t, f, programs.Options{})
 	man := manifest(func(m *programs.Manifest) { m.Route.MaxInFlight = 4 })
-	_, err = mg.Deploy(ctx, admin, "p", man, modLog)
+	_, err := mg.Deploy(ctx, admin, "p", man, modLog)
 	require.NoError(t, err)
 	const n, versions = 300, 6
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range n {
-			f.publish(t, "orders.in", `{"n":`+strconv.Itoa(i)+`}`)
-		}
-	}()
-	for range versions - 1 {
-		_, err := mg.Deploy(ctx, admin, "p", man, modLog)
-		require.NoError(t, err)
-	}
-	wg.Wait()
+	deployUnderLoad(t, f, mg, "orders.in", n, versions, func(int) programs.Manifest { return man })
 	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) >= n }, "every message is handled")
 	acked := f.ackedSeqs(t, "orders.in")
 	require.Len(t, acked, n, "no message is acknowledged twice")
@@ -174,6 +159,48 @@ func TestSwapUnderLoad(t *testing.T) {
 	in, err := mg.Get(ctx, "p")
 	require.NoError(t, err)
 	require.Equal(t, versions, in.Version)
+}
+
+// loggedManager is a Manager of f's engine with o (and the shared
+// compilation cache) whose log is kept for handled; it closes when the
+// test ends.
+func loggedManager(t *testing.T, f *fixture, o programs.Options) (*programs.Manager, *testlog.Buffer) {
+	t.Helper()
+	logs := &testlog.Buffer{}
+	o.Cache, o.Logger = cache, slog.New(slog.NewJSONHandler(logs, nil))
+	mg, err := programs.New(context.Background(), f.e, &o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	return mg, logs
+}
+
+// deployUnderLoad publishes n messages on subject while it deploys
+// versions 2..versions of program "p" (modLog, manifest man(i)), each
+// bound, and returns when both are done.
+func deployUnderLoad(t *testing.T, f *fixture, mg *programs.Manager, subject string, n, versions int, man func(i int) programs.Manifest) {
+	t.Helper()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range n {
+			f.publish(t, subject, `{"n":`+strconv.Itoa(i)+`}`)
+		}
+	})
+	for i := 1; i < versions; i++ {
+		in, err := mg.Deploy(context.Background(), admin, "p", man(i), modLog)
+		require.NoError(t, err)
+		require.True(t, in.Bound)
+	}
+	wg.Wait()
+}
+
+// requireHandledOnce waits until modLog logged n messages and requires
+// each of them once.
+func requireHandledOnce(t *testing.T, logs *testlog.Buffer, n int, what string) {
+	t.Helper()
+	eventually(t, func() bool { return len(handled(t, logs)) == n }, what)
+	for id, c := range handled(t, logs) {
+		require.Equal(t, 1, c, "message %s handled once", id)
+	}
 }
 
 // handled counts the messages modLog logged, by id.
