@@ -34,6 +34,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 )
 
 const usage = `usage: pigeon <command> [flags]
@@ -64,6 +67,15 @@ environment (a flag wins over it):
   PIGEON_CA, PIGEON_CERT, PIGEON_KEY
                               client commands: the CA bundle of an https:// server, and a client certificate and key for mTLS
 `
+
+// Run is the whole program: Main over the process's arguments, standard
+// output and error, until it ends or the process gets SIGINT or SIGTERM
+// (serve then shuts down). A command's main is os.Exit(cli.Run(...)).
+func Run(opts ...Option) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Main(ctx, os.Args[1:], os.Stdout, os.Stderr, opts...)
+}
 
 // Main runs the command line args (without the program name) until it
 // ends or ctx does (serve then shuts down), and returns its exit code: 0,

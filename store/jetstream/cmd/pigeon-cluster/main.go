@@ -16,20 +16,16 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"pigeon/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { os.Exit(cli.Run(withNATS())) }
+
+// withNATS adds the NATS JetStream store for nats:// and tls:// URLs.
+func withNATS() cli.Option { return cli.WithStore(&natsStore{}, "nats", "tls") }
 
 // run is cli.Main with the NATS JetStream store.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return cli.Main(ctx, args, stdout, stderr, cli.WithStore(&natsStore{}, "nats", "tls"))
+	return cli.Main(ctx, args, stdout, stderr, withNATS())
 }
