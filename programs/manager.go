@@ -254,15 +254,11 @@ func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name stri
 	if by == nil {
 		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a rollback names who rolls back")
 	}
-	p, err := mg.program(name, false)
+	p, err := mg.deployed(name)
 	if err != nil {
 		return Info{}, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rec.Version == 0 {
-		return Info{}, notFound(name)
-	}
 	rev, err := p.info().RollbackTarget(version)
 	if err != nil {
 		return Info{}, err
@@ -421,15 +417,11 @@ func invalidBind(err error) error {
 
 // Get returns one program, or PROGRAM_NOT_FOUND.
 func (mg *Manager) Get(_ context.Context, name string) (Info, error) {
-	p, err := mg.program(name, false)
+	p, err := mg.deployed(name)
 	if err != nil {
 		return Info{}, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rec.Version == 0 {
-		return Info{}, notFound(name)
-	}
 	return p.info(), nil
 }
 
@@ -457,15 +449,11 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 	if by == nil {
 		return pigeon.NewError(pigeon.CodeInvalidArgument, "a removal names who removes")
 	}
-	p, err := mg.program(name, false)
+	p, err := mg.deployed(name)
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.rec.Version == 0 {
-		return notFound(name)
-	}
 	if err := mg.kv.Delete(ctx, bucket, name); err != nil {
 		return pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "delete program %s", name)
 	}
@@ -535,6 +523,21 @@ func (mg *Manager) program(name string, create bool) (*program, error) {
 		}
 		p = &program{name: name}
 		mg.progs[name] = p
+	}
+	return p, nil
+}
+
+// deployed returns the program called name, locked (the caller unlocks
+// p.mu), or PROGRAM_NOT_FOUND when it has no version.
+func (mg *Manager) deployed(name string) (*program, error) {
+	p, err := mg.program(name, false)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.rec.Version == 0 {
+		p.mu.Unlock()
+		return nil, notFound(name)
 	}
 	return p, nil
 }
