@@ -143,8 +143,20 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	t := time.NewTicker(consoleTick)
 	defer t.Stop()
+	// Each tick sends the snapshots that are due (rates, then state) before
+	// the decisions made since the last one, so a new stream always starts
+	// with the page's whole state, whatever the backlog holds.
 	for tick := 0; ; tick++ {
-		if f := s.opts.Feed; f != nil {
+		f := s.opts.Feed
+		if tick%consoleState == 0 {
+			if f != nil && !send("rates", map[string]any{"subjects": f.Rates(), "time": time.Now().UTC()}) {
+				return
+			}
+			if !s.sendState(r.Context(), send) {
+				return
+			}
+		}
+		if f != nil {
 			ds, next, skipped := f.Since(cursor, consoleBatch)
 			cursor = next
 			if len(ds) > 0 || skipped > 0 {
@@ -152,12 +164,6 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			}
-			if tick%consoleState == 0 && !send("rates", map[string]any{"subjects": f.Rates(), "time": time.Now().UTC()}) {
-				return
-			}
-		}
-		if tick%consoleState == 0 && !s.sendState(r.Context(), send) {
-			return
 		}
 		select {
 		case <-t.C:

@@ -164,43 +164,56 @@ func TestConsoleEventsRefuseWithoutAuditor(t *testing.T) {
 }
 
 // TestConsoleEventsStreamDecisions: a denial made over HTTP reaches the
-// stream, with the state and rates beside it.
+// stream, with the state and rates before it, whether the denial is in
+// the stream's backlog (made before it opened) or made while it is open.
 func TestConsoleEventsStreamDecisions(t *testing.T) {
-	f := newFixture(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	res, events := f.openEvents(t, ctx, "auditor-token")
-	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
-	hello := <-events
-	require.Equal(t, "hello", hello.name)
-	require.Equal(t, demo.Auditor, hello.data["principal"])
+	for _, before := range []bool{true, false} {
+		t.Run(map[bool]string{true: "backlog", false: "live"}[before], func(t *testing.T) {
+			f := newFixture(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			deny := func() {
+				orders := f.contract(t, "orders-token", "notifications.send")
+				bad := demo.Notification("n-1")
+				bad.Type = ""
+				r := f.do(t, http.MethodPost, "/v1/messages", "orders-token", msgBody(t, bad), "x-pigeon-contract", orders)
+				require.Equal(t, pigeon.CodeEnvelopeInvalid, r.code(t))
+			}
+			if before {
+				deny()
+			}
+			res, events := f.openEvents(t, ctx, "auditor-token")
+			require.Equal(t, http.StatusOK, res.StatusCode)
+			require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+			hello := <-events
+			require.Equal(t, "hello", hello.name)
+			require.Equal(t, demo.Auditor, hello.data["principal"])
+			if !before {
+				deny()
+			}
 
-	orders := f.contract(t, "orders-token", "notifications.send")
-	bad := demo.Notification("n-1")
-	bad.Type = ""
-	r := f.do(t, http.MethodPost, "/v1/messages", "orders-token", msgBody(t, bad), "x-pigeon-contract", orders)
-	require.Equal(t, pigeon.CodeEnvelopeInvalid, r.code(t))
-
-	seen := map[string]bool{}
-	for ev := range events {
-		seen[ev.name] = true
-		if ev.name == "state" {
-			require.Contains(t, ev.data, "groups")
-			require.Contains(t, ev.data, "auditRecords")
-		}
-		if ev.name != "decisions" {
-			continue
-		}
-		ds := ev.data["decisions"].([]any)
-		d := ds[len(ds)-1].(map[string]any)
-		require.Equal(t, "notifications.send", d["subject"])
-		require.Equal(t, "deny", d["outcome"])
-		require.Equal(t, "ENVELOPE_INVALID", d["code"])
-		require.Equal(t, demo.Orders, d["principal"])
-		break
+			seen := map[string]bool{}
+			for ev := range events {
+				seen[ev.name] = true
+				if ev.name == "state" {
+					require.Contains(t, ev.data, "groups")
+					require.Contains(t, ev.data, "auditRecords")
+				}
+				if ev.name != "decisions" {
+					continue
+				}
+				require.True(t, seen["state"] && seen["rates"], "state and rates come first: %v", seen)
+				ds := ev.data["decisions"].([]any)
+				d := ds[len(ds)-1].(map[string]any)
+				require.Equal(t, "notifications.send", d["subject"])
+				require.Equal(t, "deny", d["outcome"])
+				require.Equal(t, "ENVELOPE_INVALID", d["code"])
+				require.Equal(t, demo.Orders, d["principal"])
+				return
+			}
+			t.Fatal("the stream ended before the denial arrived")
+		})
 	}
-	require.True(t, seen["state"] && seen["rates"], "state and rates come first: %v", seen)
 }
 
 // TestConsoleEventsListLiveContracts: the state event lists the
