@@ -179,3 +179,43 @@ func TestQuantile(t *testing.T) {
 	}
 	require.Equal(t, time.Duration(7), quantile([]time.Duration{7}, 0.5))
 }
+
+// TestSelectRows: -only takes rows and row/cell names, keeps the rows'
+// order of cells within a row, and refuses unknown names.
+func TestSelectRows(t *testing.T) {
+	all := rows()
+	keys := func(rs []row) []string {
+		var out []string
+		for _, r := range rs {
+			for _, c := range r.cells {
+				out = append(out, r.name+"/"+c.key)
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		only string
+		want []string
+		err  string
+	}{
+		{"http/pigeon-http-wal", []string{"http/pigeon-http-wal"}, ""},
+		{"http/pigeon-http-wal,http/bare-http", []string{"http/pigeon-http-wal", "http/bare-http"}, ""},
+		{"http/bare-http,http", []string{"http/bare-http", "http/pigeon-http-memory", "http/pigeon-http-wal"}, ""},
+		{"http/bare-http,http/bare-http", []string{"http/bare-http"}, ""},
+		{"inproc", []string{"inproc/pigeon-inproc", "inproc/pigeon-inproc-publish"}, ""},
+		{"http/nope", nil, "no cell nope in row http"},
+		{"nope/bare-http", nil, "no row nope"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.only, func(t *testing.T) {
+			rs, err := selectRows(all, tc.only)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, keys(rs))
+		})
+	}
+	require.Len(t, all[len(all)-1].cells, 3, "selecting a cell leaves the table's rows whole")
+}

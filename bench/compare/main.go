@@ -32,7 +32,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 2*time.Second, "measured window of each scenario (after a warm-up of a quarter of it)")
-	only := fs.String("only", "", "comma-separated row names to run (see -rows); empty runs all")
+	only := fs.String("only", "", "comma-separated rows (or row/cell) to run (see -rows); empty runs all")
 	list := fs.Bool("rows", false, "list the rows and exit")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -52,13 +52,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer pprof.StopCPUProfile()
 	}
 	if fs.NArg() > 0 || *duration <= 0 {
-		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-only network,fanout,…] [-rows] [-cpuprofile FILE]")
+		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-only network,fanout/pigeon-ws-fanout,…] [-rows] [-cpuprofile FILE]")
 		return 2
 	}
 	all := rows()
 	if *list {
 		for _, r := range all {
 			fmt.Fprintf(stdout, "%-9s %s\n", r.name, r.title)
+			for _, c := range r.cells {
+				fmt.Fprintf(stdout, "  %s/%s\n", r.name, c.key)
+			}
 		}
 		return 0
 	}
@@ -109,17 +112,39 @@ func runCell(ctx context.Context, c config, cl cell) (result, error) {
 	return cl.run(ctx, c)
 }
 
+// selectRows picks the rows named in only (comma-separated); a name of
+// the form row/cell keeps only that cell of its row (cells of one row
+// gather in it, in the row's order).
 func selectRows(all []row, only string) ([]row, error) {
 	if only == "" {
 		return all, nil
 	}
 	var out []row
 	for _, name := range strings.Split(only, ",") {
-		i := slices.IndexFunc(all, func(r row) bool { return r.name == strings.TrimSpace(name) })
+		rowName, cellKey, one := strings.Cut(strings.TrimSpace(name), "/")
+		i := slices.IndexFunc(all, func(r row) bool { return r.name == rowName })
 		if i < 0 {
-			return nil, errors.New("no row " + name + " (see -rows)")
+			return nil, errors.New("no row " + rowName + " (see -rows)")
 		}
-		out = append(out, all[i])
+		r := all[i]
+		if one {
+			k := slices.IndexFunc(r.cells, func(c cell) bool { return c.key == cellKey })
+			if k < 0 {
+				return nil, errors.New("no cell " + cellKey + " in row " + rowName + " (see -rows)")
+			}
+			r.cells = []cell{r.cells[k]}
+		}
+		if j := slices.IndexFunc(out, func(o row) bool { return o.name == r.name }); j >= 0 {
+			if !one {
+				out[j] = r
+				continue
+			}
+			if !slices.ContainsFunc(out[j].cells, func(c cell) bool { return c.key == cellKey }) {
+				out[j].cells = append(slices.Clone(out[j].cells), r.cells[0])
+			}
+			continue
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
