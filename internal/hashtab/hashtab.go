@@ -1,6 +1,7 @@
 // Package hashtab is a multi-map from 64-bit hashes to small values, for
 // indexes that hold millions of entries: open addressing with linear
-// probing, kept between 53% and 80% full, each slot the hash and the value
+// probing, kept between 40% and 80% full (it doubles when it grows, so
+// each value is moved once on average), each slot the hash and the value
 // side by side, so a lookup usually costs one cache miss where a Go map
 // costs two or three. When V holds no pointers the garbage collector has
 // nothing in the table to scan.
@@ -80,7 +81,7 @@ func (t *Table[V]) Reserve(n int) {
 
 func (t *Table[V]) grow() {
 	old := t.slots
-	t.slots = make([]slot[V], max(minSlots, len(old)*3/2))
+	t.slots = make([]slot[V], max(minSlots, len(old)*2))
 	t.n = 0
 	for _, s := range old {
 		if s.h != 0 {
