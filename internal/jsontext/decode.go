@@ -17,10 +17,12 @@ import (
 // exactly what Validate refuses with the same maxDepth (and numbers beyond
 // float64, which encoding/json refuses too). A differential fuzz test holds
 // it to encoding/json on everything else. It copies the input once into a
-// string and slices keys and unescaped strings out of it, so a small object
-// costs a handful of allocations instead of one per token.
+// string and slices keys and unescaped strings out of it, and it boxes
+// string and number values from per-document slabs (box.go), so a small
+// object costs a handful of allocations instead of one per token.
 func Decode(b []byte, maxDepth int) (any, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth}
+	d.slabs.hint = len(b) / 24
 	d.skip()
 	v, err := d.value(0)
 	if err != nil {
@@ -45,6 +47,7 @@ type valueDecoder struct {
 	s        string
 	i        int
 	maxDepth int
+	slabs    slabs
 }
 
 func (d *valueDecoder) skip() { d.i = spaceEnd(d.s, d.i) }
@@ -59,7 +62,11 @@ func (d *valueDecoder) value(depth int) (any, error) {
 	case c == '[':
 		return d.array(depth + 1)
 	case c == '"':
-		return d.str()
+		s, err := d.str()
+		if err != nil {
+			return nil, err
+		}
+		return d.slabs.str(s), nil
 	case c == 't':
 		return d.lit("true", true)
 	case c == 'f':
@@ -241,7 +248,7 @@ func (d *valueDecoder) number() (any, error) {
 		return nil, ErrSyntax
 	}
 	d.i = end
-	return f, nil
+	return d.slabs.float(f), nil
 }
 
 // memberHint estimates how many members the object whose text starts at s[i]
