@@ -34,6 +34,20 @@ type Result struct {
 	// seen within its window; Message is then the original.
 	Status  string   `json:"status"`
 	Message *Message `json:"message"`
+
+	src *decoded // the accepted message as its subscribers get it, for AppendMessageJSON
+}
+
+// AppendMessageJSON appends the JSON encoding of the result's message to
+// b, as Message.AppendJSON does. For a message its subscribers are sent,
+// it appends the very bytes they receive, encoded once for the answer and
+// every delivery; changes made to r.Message after the publish returned are
+// not seen.
+func (r *Result) AppendMessageJSON(b []byte) []byte {
+	if r.src != nil {
+		return append(b, r.src.json()...)
+	}
+	return r.Message.AppendJSON(b)
 }
 
 var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
@@ -286,7 +300,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// the data tree the gates read, decoded once. The copy shares
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
-		e.remember(s.name, stored.Seq, &res.m, a.Data)
+		res.r.src = e.remember(s.name, stored.Seq, &res.m, a.Data)
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {

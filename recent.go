@@ -75,7 +75,7 @@ func (c *recentCache) ring(subject string) *recentRing {
 // reading and decoding it again. The copy shares nothing with m (its data
 // included, which is stored as "{}" when empty); data must not be shared
 // with the publisher.
-func (e *Engine) remember(subject string, seq uint64, m *Message, data any) {
+func (e *Engine) remember(subject string, seq uint64, m *Message, data any) *decoded {
 	d := &decoded{seq: seq, msg: *m}
 	d.m = &d.msg
 	if len(m.Data) == 0 {
@@ -89,6 +89,7 @@ func (e *Engine) remember(subject string, seq uint64, m *Message, data any) {
 	}
 	d.once.Do(func() { d.data = data })
 	e.recent.ring(subject).slots[seq%recentSize].Store(d)
+	return d
 }
 
 // recentAt returns the decoded message of subject at seq when the cache

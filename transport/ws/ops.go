@@ -98,7 +98,7 @@ func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	b = append(b, `,"status":`...)
 	b = jsontext.AppendString(b, res.Status)
 	b = append(b, `,"message":`...)
-	b = res.Message.AppendJSON(b)
+	b = res.AppendMessageJSON(b)
 	return append(b, '}'), nil
 }
 

@@ -91,7 +91,7 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 			b = append(b, `{"status":`...)
 			b = jsontext.AppendString(b, o.res.Status)
 			b = append(b, `,"message":`...)
-			b = o.res.Message.AppendJSON(b)
+			b = o.res.AppendMessageJSON(b)
 			b = append(b, '}')
 		}
 	}
