@@ -61,7 +61,8 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 	if len(es) == 1 {
 		r.MessageID = es[0].id
 	}
-	var seqs []byte
+	var sb [64]byte
+	seqs := sb[:0]
 	for i := 0; i < len(es); {
 		j := i
 		for j+1 < len(es) && es[j+1].seq == es[j].seq+1 {
@@ -77,22 +78,29 @@ func batchRecord(ev Event, outcome Outcome, base store.AuditRecord, es []logged)
 		}
 		i = j + 1
 	}
-	ids := make([]string, len(es))
-	for i, e := range es {
-		ids[i] = e.id
+	var buf [512]byte
+	lines := buf[:0]
+	for _, e := range es {
+		lines = append(append(lines, e.id...), '\n')
 	}
-	r.Seqs, r.Count, r.Digest = string(seqs), len(es), DeliveryDigest(ids)
+	r.Seqs, r.Count, r.Digest = string(seqs), len(es), digestLines(lines)
 	return r
 }
 
 // DeliveryDigest is the Digest of a batch record over ids, given in
 // sequence order: an auditor recomputes it from the stored messages.
 func DeliveryDigest(ids []string) string {
-	h := sha256.New()
-	var buf []byte
+	var lines []byte
 	for _, id := range ids {
-		buf = append(append(buf[:0], id...), '\n')
-		h.Write(buf)
+		lines = append(append(lines, id...), '\n')
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return digestLines(lines)
+}
+
+// digestLines is the hex SHA-256 of the ids, one per line.
+func digestLines(lines []byte) string {
+	sum := sha256.Sum256(lines)
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
