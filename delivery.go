@@ -71,13 +71,13 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		log.add(m.Sequence, m.ID)
 	}
 	acked := settle && s.mode != ModePubSub
-	for _, r := range log.records(EventDeliveryDispatched, OutcomeAllow, base) {
+	log.record(EventDeliveryDispatched, OutcomeAllow, base, func(r store.AuditRecord) {
 		e.auditAsync(r)
 		if acked {
 			r.Type = string(EventDeliveryAcked)
 			e.auditAsync(r)
 		}
-	}
+	})
 	e.tookEach(StageDeliver, s.name, len(out), start)
 	return out, nil
 }

@@ -28,12 +28,13 @@ type logged struct {
 
 func (l *deliveryLog) add(seq uint64, id string) { l.entries = append(l.entries, logged{seq, id}) }
 
-// records turns what the log holds into ev records built on base, at most
-// maxLogged messages each, and empties it. The messages are sorted by
+// record turns what the log holds into ev records built on base, at most
+// maxLogged messages each, hands each to write, and empties the log
+// (keeping its room for the next batch). The messages are sorted by
 // sequence: Seqs lists them as ranges and Digest binds each to its id.
-func (l *deliveryLog) records(ev Event, outcome Outcome, base store.AuditRecord) []store.AuditRecord {
+func (l *deliveryLog) record(ev Event, outcome Outcome, base store.AuditRecord, write func(store.AuditRecord)) {
 	if len(l.entries) == 0 {
-		return nil
+		return
 	}
 	slices.SortFunc(l.entries, func(a, b logged) int {
 		switch {
@@ -44,15 +45,13 @@ func (l *deliveryLog) records(ev Event, outcome Outcome, base store.AuditRecord)
 		}
 		return 0
 	})
-	var out []store.AuditRecord
 	for es := l.entries; len(es) > 0; {
 		n := min(len(es), maxLogged)
-		out = append(out, batchRecord(ev, outcome, base, es[:n]))
+		write(batchRecord(ev, outcome, base, es[:n]))
 		es = es[n:]
 	}
 	clear(l.entries)
 	l.entries = l.entries[:0]
-	return out
 }
 
 // batchRecord is the record of es, sorted by sequence.

@@ -57,6 +57,7 @@ type subscription struct {
 	settles []outcome
 	resWake chan struct{}
 	spare   deliveryLog // the loop's: acked is swapped with it to record
+	sent    deliveryLog // the loop's: what the batch being handed over holds
 
 	// pubsub: messages pushed by the subject's fan-out while live.
 	queue   chan *decoded
@@ -397,12 +398,10 @@ func (s *subscription) flushHandler() {
 // role taken away stops the subscription before the next message, not
 // after the batch. One record covers what was handed over.
 func (s *subscription) deliverBatch(batch []*decoded) {
-	var sent deliveryLog
+	sent := &s.sent
 	defer func() {
 		s.flushHandler()
-		for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
-			s.e.auditAsync(r)
-		}
+		sent.record(EventDeliveryDispatched, OutcomeAllow, s.base(), s.e.auditAsync)
 	}()
 	for _, d := range batch {
 		if !s.selects(d) {
@@ -541,9 +540,7 @@ func (s *subscription) flush() {
 	s.acked, s.spare = s.spare, s.acked
 	s.nAcked.Store(0)
 	s.resMu.Unlock()
-	for _, r := range s.spare.records(EventDeliveryAcked, OutcomeAllow, s.base()) {
-		s.e.auditAsync(r)
-	}
+	s.spare.record(EventDeliveryAcked, OutcomeAllow, s.base(), s.e.auditAsync)
 }
 
 // settlePending settles the work-queue outcomes reported so far in the
@@ -606,7 +603,7 @@ func (s *subscription) runGroup() {
 			}
 			// After a transient failure msgs is empty: the loop waits and
 			// leases again.
-			var sent deliveryLog
+			sent := &s.sent
 			for i, d := range msgs {
 				ok := s.acquire()
 				if ok && !s.checkDelivery() {
@@ -627,9 +624,7 @@ func (s *subscription) runGroup() {
 				s.deliver(d, attempts[i])
 			}
 			s.flushHandler()
-			for _, r := range sent.records(EventDeliveryDispatched, OutcomeAllow, s.base()) {
-				e.auditAsync(r)
-			}
+			sent.record(EventDeliveryDispatched, OutcomeAllow, s.base(), e.auditAsync)
 			if len(msgs) == free {
 				continue
 			}
