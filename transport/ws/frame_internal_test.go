@@ -76,37 +76,52 @@ func FuzzDecodeFrameFast(f *testing.F) {
 	})
 }
 
-// BenchmarkDecodeFrame compares the fast path with encoding/json on the
-// frames of the publish path: a publish of the demo payment, a batch of
-// 100 of them (split, then each message decoded as the server does), and
-// the decision answer.
+// BenchmarkDecodeFrame compares the paths on the frames of the publish
+// path: a publish of the demo payment, a batch of 100 of them (split, then
+// each message decoded as the server does), the decision answer, the
+// decisions answer of that batch, and a deliver_batch of 100. "frame" is
+// decodeFrame (what a connection's reader runs), "fast" the walker alone
+// on text already checked, "json" encoding/json.
 func BenchmarkDecodeFrame(b *testing.B) {
 	m := demo.Payment("o-1")
 	m.IdempotencyKey = "k-1"
 	publish := messageFrame(OpPublish, m, 0)(nil, "p1")
-	batch := []byte(`{"op":"publish_batch","id":"b1","messages":[`)
-	for i := range 100 {
-		if i > 0 {
-			batch = append(batch, ',')
-		}
-		batch = m.AppendJSON(batch)
-	}
-	batch = append(batch, "]}"...)
 	accepted := m.Clone()
 	accepted.ID, accepted.Sequence, accepted.ContractID, accepted.AcceptedAt = "msg_01J", 42, "ctr_1", "2026-12-01T00:00:00Z"
 	decision := append(appendHead(nil, OpDecision, "p1"), `,"status":"accepted","message":`...)
 	decision = append(accepted.AppendJSON(decision), '}')
+	// list renders a frame of head and 100 elements of item, closed.
+	list := func(head string, item func([]byte) []byte) []byte {
+		out := []byte(head)
+		for i := range 100 {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = item(out)
+		}
+		return append(out, "]}"...)
+	}
+	batch := list(`{"op":"publish_batch","id":"b1","messages":[`, m.AppendJSON)
+	decisions := list(`{"op":"decisions","re":"b1","results":[`, func(out []byte) []byte {
+		return append(accepted.AppendJSON(append(out, `{"status":"accepted","message":`...)), '}')
+	})
+	deliverBatch := list(`{"op":"deliver_batch","sub":"s1","deliveries":[`, func(out []byte) []byte {
+		return append(accepted.AppendJSON(append(out, `{"attempt":1,"message":`...)), '}')
+	})
 	var in interner
 	for _, tc := range []struct {
 		name string
 		in   []byte
 		msgs int
-	}{{"publish", publish, 1}, {"batch100", batch, 100}, {"decision", decision, 1}} {
+	}{{"publish", publish, 1}, {"batch100", batch, 100}, {"decision", decision, 1},
+		{"decisions100", decisions, 100}, {"deliverBatch100", deliverBatch, 100}} {
 		for _, path := range []struct {
 			name   string
 			decode func([]byte) (*Frame, bool)
 			msg    func(json.RawMessage) bool
 		}{
+			{"frame", func(b []byte) (*Frame, bool) { f, err := decodeFrame(b, &in); return f, err == nil },
+				func(r json.RawMessage) bool { _, err := batchMessage(r, &in); return err == nil }},
 			{"fast", func(b []byte) (*Frame, bool) { return decodeFrameFast(b, &in) },
 				func(r json.RawMessage) bool { _, ok := decodeMessageFast(r, &in); return ok }},
 			{"json", func(b []byte) (*Frame, bool) { f, err := decodeFrameJSON(b); return f, err == nil },
