@@ -64,6 +64,22 @@ func (ns names) index(name []byte, from int) int {
 	return -1
 }
 
+// at returns the index in ns of the name that starts at b[i] (its
+// opening quote) and the index just past the name, or -1. The member
+// after the last one is the likely next: it is tried first.
+func (ns names) at(b []byte, i, from int) (int, int) {
+	if from < len(ns) {
+		if e := i + 1 + len(ns[from]); e < len(b) && b[e] == '"' && string(b[i+1:e]) == ns[from] {
+			return from, e + 1
+		}
+	}
+	ne := jsontext.SkipString(b, i)
+	if ne < i+2 {
+		return -1, -1
+	}
+	return ns.index(b[i+1:ne-1], from), ne
+}
+
 // object walks the object at b[i] (after white space): fn gets the index
 // in known of each member's name and the index of its value. A name not
 // in known (another case, an escape: encoding/json decides) or seen twice
@@ -84,11 +100,8 @@ func (w *walker) object(i int, known names, fn func(k, j int) int) int {
 		if i >= len(b) || b[i] != '"' {
 			return -1
 		}
-		ne := jsontext.SkipString(b, i)
-		if ne < i+2 {
-			return -1
-		}
-		if k = known.index(b[i+1:ne-1], k+1); k < 0 || seen&(1<<k) != 0 {
+		var ne int
+		if k, ne = known.at(b, i, k+1); k < 0 || seen&(1<<k) != 0 {
 			return -1
 		}
 		seen |= 1 << k
