@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"unicode/utf8"
 
 	"pigeon"
 	"pigeon/internal/jsontext"
@@ -11,90 +12,239 @@ import (
 )
 
 // The frame codec's fast path: the frames of the publish path (publish,
-// publish_batch, request, and the decision, decisions, reply, deliver and
-// messages answers) decode without reflection. It reads only text that
-// pigeon.CheckJSON has accepted (valid JSON, UTF-8, no duplicate names),
-// and it gives up (ok false) on anything it does not know exactly: a name
-// it does not know or spelled in another case, a null, a number that is
-// not a plain unsigned integer, an escaped name. DecodeFrame then decodes
-// the frame with encoding/json, so the two paths never answer differently
+// publish_batch, request, and the decision, decisions, reply, deliver,
+// deliver_batch and messages answers) decode without reflection, walked by
+// one walker in one of two modes.
+//
+// Strict (decodeFrameStrict), it reads a frame as it arrives and takes it
+// only when pigeon.CheckJSON would accept it and encoding/json would
+// decode it to the same Frame, checking as it walks: strings plain (no
+// escape, no control character, valid UTF-8), no member twice in an
+// object, numbers in JSON's grammar, structure exact, nothing after the
+// frame; the values it keeps raw or hands on (data, error, the messages of
+// a publish_batch) are validated with jsontext.Validate within the depth
+// CheckJSON allows where they sit. It never fails: it decodes or gives up.
+//
+// Otherwise (decodeFrameFast) it reads only text that CheckJSON accepted,
+// and decodes escaped strings too. In both modes it gives up (ok false) on
+// anything it does not know exactly: a name it does not know or spelled in
+// another case, a null, a number that is not an integer. DecodeFrame then
+// checks and decodes the frame the long way (CheckJSON, the walker,
+// encoding/json), so the paths never answer differently
 // (FuzzDecodeFrameFast checks that they agree).
 
-// walkObject walks the object that starts at b[i] (after white space):
-// for each member fn gets the name (as written, quotes off) and the index
-// of its value, and returns the index just past the value, or -1 to give
-// up. walkObject returns the index just past the object, or -1.
-func walkObject(b []byte, i int, fn func(name []byte, j int) int) int {
+// checkDepth is the nesting pigeon.CheckJSON allows: MaxJSONDepth plus the
+// envelope's and frame's levels (TestCheckDepth holds the two together).
+const checkDepth = pigeon.MaxJSONDepth + 8
+
+// walker walks one JSON text, b. Its methods take the index of a value
+// and return the index just past it, or -1 to give up.
+type walker struct {
+	b      []byte
+	in     *interner // nil: share no strings
+	strict bool      // b is unchecked: see above
+}
+
+// names are the members of an object the walker decodes, in the order the
+// encoders write them; a member is known by its index (at most 32).
+type names []string
+
+// index returns the index of name in ns, looking from from on (the member
+// after the last one is the likely next), or -1.
+func (ns names) index(name []byte, from int) int {
+	for n := range len(ns) {
+		k := from + n
+		if k >= len(ns) {
+			k -= len(ns)
+		}
+		if ns[k] == string(name) {
+			return k
+		}
+	}
+	return -1
+}
+
+// at returns the index in ns of the name that starts at b[i] (its
+// opening quote) and the index just past the name, or -1. The member
+// after the last one is the likely next: it is tried first.
+func (ns names) at(b []byte, i, from int) (int, int) {
+	if from < len(ns) {
+		if e := i + 1 + len(ns[from]); e < len(b) && b[e] == '"' && string(b[i+1:e]) == ns[from] {
+			return from, e + 1
+		}
+	}
+	ne := jsontext.SkipString(b, i)
+	if ne < i+2 {
+		return -1, -1
+	}
+	return ns.index(b[i+1:ne-1], from), ne
+}
+
+// object walks the object at b[i] (after white space): fn gets the index
+// in known of each member's name and the index of its value. A name not
+// in known (another case, an escape: encoding/json decides) or seen twice
+// in the object (CheckJSON refuses) gives up; known names are plain, so
+// names need no other check.
+func (w *walker) object(i int, known names, fn func(k, j int) int) int {
+	b := w.b
 	i = jsontext.SpaceEnd(b, i)
 	if i >= len(b) || b[i] != '{' {
 		return -1
 	}
-	i = jsontext.SpaceEnd(b, i+1)
-	for i < len(b) && b[i] == '"' {
-		ne := jsontext.SkipString(b, i)
-		name := b[i+1 : ne-1]
-		i = jsontext.SpaceEnd(b, ne)
-		if i >= len(b) || b[i] != ':' {
+	if i = jsontext.SpaceEnd(b, i+1); i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	var seen uint32
+	k := -1
+	for {
+		if i >= len(b) || b[i] != '"' {
 			return -1
 		}
-		i = jsontext.SpaceEnd(b, i+1)
-		if i >= len(b) {
+		var ne int
+		if k, ne = known.at(b, i, k+1); k < 0 || seen&(1<<k) != 0 {
 			return -1
 		}
-		if i = fn(name, i); i < 0 {
+		seen |= 1 << k
+		if i = jsontext.SpaceEnd(b, ne); i >= len(b) || b[i] != ':' {
 			return -1
 		}
-		if i = jsontext.SpaceEnd(b, i); i < len(b) && b[i] == ',' {
-			i = jsontext.SpaceEnd(b, i+1)
+		if i = jsontext.SpaceEnd(b, i+1); i >= len(b) {
+			return -1
+		}
+		if i = fn(k, i); i < 0 {
+			return -1
+		}
+		var done bool
+		if i, done = w.next(i, '}'); done || i < 0 {
+			return i
 		}
 	}
-	if i >= len(b) || b[i] != '}' {
-		return -1
-	}
-	return i + 1
 }
 
-// walkArray walks the array that starts at b[i] as walkObject walks an
-// object: fn gets the index of each element and returns the index just
-// past it, or -1.
-func walkArray(b []byte, i int, fn func(j int) int) int {
+// array walks the array at b[i] as object walks an object: fn gets the
+// index of each element.
+func (w *walker) array(i int, fn func(j int) int) int {
+	b := w.b
 	i = jsontext.SpaceEnd(b, i)
 	if i >= len(b) || b[i] != '[' {
 		return -1
 	}
-	i = jsontext.SpaceEnd(b, i+1)
-	for i < len(b) && b[i] != ']' {
+	if i = jsontext.SpaceEnd(b, i+1); i < len(b) && b[i] == ']' {
+		return i + 1
+	}
+	for {
+		if i >= len(b) {
+			return -1
+		}
 		if i = fn(i); i < 0 {
 			return -1
 		}
-		if i = jsontext.SpaceEnd(b, i); i < len(b) && b[i] == ',' {
-			i = jsontext.SpaceEnd(b, i+1)
+		var done bool
+		if i, done = w.next(i, ']'); done || i < 0 {
+			return i
 		}
 	}
-	if i >= len(b) {
-		return -1
-	}
-	return i + 1
 }
 
-// stringAt decodes the JSON string at b[j] into dst, through in when it
-// is not nil, and returns the index just past it, or -1 when the value
-// there is not a string.
-func stringAt(b []byte, j int, dst *string, in *interner) int {
+// next reads what follows a member or an element that ends at b[i]: the
+// closing byte (done, i just past it) or a comma (i at what follows it).
+func (w *walker) next(i int, closing byte) (int, bool) {
+	b := w.b
+	if i = jsontext.SpaceEnd(b, i); i >= len(b) {
+		return -1, false
+	}
+	switch b[i] {
+	case closing:
+		return i + 1, true
+	case ',':
+		return jsontext.SpaceEnd(b, i+1), false
+	}
+	return -1, false
+}
+
+// str decodes the string at b[j] into dst, through the interner when
+// shared, and returns the index just past it, or -1 when the value there
+// is not a string (or, strict, not a plain one).
+func (w *walker) str(j int, dst *string, shared bool) int {
+	b := w.b
 	if b[j] != '"' {
 		return -1
 	}
-	e := jsontext.SkipString(b, j)
-	if in != nil && bytes.IndexByte(b[j+1:e-1], '\\') < 0 {
-		*dst = in.str(b[j+1 : e-1])
+	if e := plainEnd(b, j); e >= 0 {
+		if shared && w.in != nil {
+			*dst = w.in.str(b[j+1 : e-1])
+		} else {
+			*dst = string(b[j+1 : e-1])
+		}
 		return e
 	}
+	if w.strict {
+		return -1
+	}
+	e := jsontext.SkipString(b, j)
 	s, ok := stringValue(b[j:e])
 	if !ok {
 		return -1
 	}
 	*dst = s
 	return e
+}
+
+// plainEnd returns the index just past the string at b[j] (its opening
+// quote) when it holds no escape, no control character and only valid
+// UTF-8, as encoding/json takes such a string byte for byte; -1 otherwise.
+func plainEnd(b []byte, j int) int {
+	for i := j + 1; i < len(b); {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c < 0x20 || c == '\\':
+			return -1
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return -1
+			}
+			i += size
+		default:
+			i++
+		}
+	}
+	return -1
+}
+
+// value returns the index just past the value at b[j], one the walker
+// keeps raw or hands on, nested in depth objects and arrays of the frame.
+// Strict, it gives up when CheckJSON, reaching the value there, would
+// refuse it.
+func (w *walker) value(j, depth int) int {
+	e := jsontext.SkipValue(w.b, j)
+	if w.strict && jsontext.Validate(w.b[j:e], checkDepth-depth) != nil {
+		return -1
+	}
+	return e
+}
+
+// number returns the JSON number at b[j] (nil when there is none) and the
+// index just past it: strconv reads it after that, so a '+' or a leading
+// zero, which strconv takes, never reaches it.
+func (w *walker) number(j int) ([]byte, int) {
+	e, ok := jsontext.NumberEnd(w.b, j)
+	if !ok {
+		return nil, -1
+	}
+	return w.b[j:e], e
+}
+
+// integer reads the number at b[j] as encoding/json reads it into a signed
+// integer of bitSize bits.
+func (w *walker) integer(j, bitSize int) (int64, int) {
+	t, e := w.number(j)
+	n, err := strconv.ParseInt(string(t), 10, bitSize)
+	if err != nil {
+		return 0, -1
+	}
+	return n, e
 }
 
 // interner shares the strings of the envelope fields that repeat from
@@ -142,216 +292,252 @@ func stringValue(v []byte) (string, bool) {
 	return s, true
 }
 
-// decodeMessageFast decodes the envelope v as encoding/json would decode
-// it into a pigeon.Message; ok is false when it cannot say so for sure.
+// decodeMessageFast decodes the envelope v, text CheckJSON accepted, as
+// encoding/json would decode it into a pigeon.Message; ok is false when it
+// cannot say so for sure.
 func decodeMessageFast(v []byte, in *interner) (*pigeon.Message, bool) {
-	m, end := messageAt(v, 0, in)
+	w := walker{b: v, in: in}
+	m, end := w.message(0, 0)
 	return m, end >= 0 && jsontext.SpaceEnd(v, end) == len(v)
 }
 
-// messageAt decodes the envelope at b[i] and returns the index just past
-// it, or -1.
-func messageAt(b []byte, i int, in *interner) (*pigeon.Message, int) {
-	if i >= len(b) || b[i] != '{' {
+// The envelope's members, as pigeon.Message tags them, in the order
+// AppendJSON writes them.
+const (
+	mSpecVersion = iota
+	mID
+	mType
+	mSource
+	mSubject
+	mTime
+	mIntent
+	mIdempotencyKey
+	mClassification
+	mRegion
+	mData
+	mReplyTo
+	mCorrelationID
+	mReason
+	mSignature
+	mSequence
+	mContractID
+	mSubjectID
+	mSchemaID
+	mAcceptedAt
+)
+
+var messageNames = names{
+	mSpecVersion: "specversion", mID: "id", mType: "type", mSource: "source", mSubject: "subject", mTime: "time",
+	mIntent: "intent", mIdempotencyKey: "idempotencyKey", mClassification: "classification", mRegion: "region",
+	mData: "data", mReplyTo: "replyTo", mCorrelationID: "correlationId", mReason: "reason", mSignature: "signature",
+	mSequence: "sequence", mContractID: "contractId", mSubjectID: "subjectId", mSchemaID: "schemaId", mAcceptedAt: "acceptedAt",
+}
+
+// sharedFields are the envelope's strings that repeat from message to
+// message, read through the interner.
+const sharedFields = 1<<mSpecVersion | 1<<mType | 1<<mSource | 1<<mSubject | 1<<mIntent | 1<<mClassification |
+	1<<mRegion | 1<<mContractID | 1<<mSubjectID | 1<<mSchemaID
+
+// message decodes the envelope at b[i], nested in depth objects and arrays
+// of the frame.
+func (w *walker) message(i, depth int) (*pigeon.Message, int) {
+	if i >= len(w.b) || w.b[i] != '{' {
 		return nil, -1
 	}
 	m := new(pigeon.Message)
-	end := walkObject(b, i, func(name []byte, j int) int {
-		var (
-			dst    *string
-			shared *interner // for the fields that repeat across messages
-		)
-		switch string(name) {
-		case "specversion":
-			dst, shared = &m.SpecVersion, in
-		case "id":
-			dst = &m.ID
-		case "type":
-			dst, shared = &m.Type, in
-		case "source":
-			dst, shared = &m.Source, in
-		case "subject":
-			dst, shared = &m.Subject, in
-		case "time":
-			dst = &m.Time
-		case "intent":
-			dst, shared = &m.Intent, in
-		case "idempotencyKey":
-			dst = &m.IdempotencyKey
-		case "classification":
-			dst, shared = &m.Classification, in
-		case "region":
-			dst, shared = &m.Region, in
-		case "replyTo":
-			dst = &m.ReplyTo
-		case "correlationId":
-			dst = &m.CorrelationID
-		case "reason":
-			dst = &m.Reason
-		case "contractId":
-			dst, shared = &m.ContractID, in
-		case "subjectId":
-			dst, shared = &m.SubjectID, in
-		case "schemaId":
-			dst, shared = &m.SchemaID, in
-		case "acceptedAt":
-			dst = &m.AcceptedAt
-		case "data":
-			e := jsontext.SkipValue(b, j)
-			if string(b[j:e]) == "null" {
-				return -1
+	strs := [...]*string{
+		mSpecVersion: &m.SpecVersion, mID: &m.ID, mType: &m.Type, mSource: &m.Source, mSubject: &m.Subject, mTime: &m.Time,
+		mIntent: &m.Intent, mIdempotencyKey: &m.IdempotencyKey, mClassification: &m.Classification, mRegion: &m.Region,
+		mReplyTo: &m.ReplyTo, mCorrelationID: &m.CorrelationID, mReason: &m.Reason, mContractID: &m.ContractID,
+		mSubjectID: &m.SubjectID, mSchemaID: &m.SchemaID, mAcceptedAt: &m.AcceptedAt,
+	}
+	end := w.object(i, messageNames, func(k, j int) int {
+		switch k {
+		case mData:
+			e := w.value(j, depth+1)
+			if e < 0 || string(w.b[j:e]) == "null" {
+				return -1 // encoding/json keeps null as its text
 			}
-			m.Data = append(json.RawMessage(nil), b[j:e]...)
+			m.Data = append(json.RawMessage(nil), w.b[j:e]...)
 			return e
-		case "sequence":
-			e := jsontext.SkipValue(b, j)
-			n, err := strconv.ParseUint(string(b[j:e]), 10, 64)
+		case mSequence:
+			t, e := w.number(j)
+			n, err := strconv.ParseUint(string(t), 10, 64)
 			if err != nil {
 				return -1
 			}
 			m.Sequence = n
 			return e
-		case "signature":
-			sig, e := signatureAt(b, j)
+		case mSignature:
+			sig, e := w.signature(j)
 			m.Signature = sig
 			return e
-		default:
-			return -1 // unknown, another case, or escaped: encoding/json decides
 		}
-		return stringAt(b, j, dst, shared)
+		return w.str(j, strs[k], sharedFields&(1<<k) != 0)
 	})
 	return m, end
 }
 
-func signatureAt(b []byte, i int) (*pigeon.Signature, int) {
+var signatureNames = names{"kid", "alg", "sig"}
+
+func (w *walker) signature(i int) (*pigeon.Signature, int) {
 	sig := new(pigeon.Signature)
-	end := walkObject(b, i, func(name []byte, j int) int {
-		switch string(name) {
-		case "kid":
-			return stringAt(b, j, &sig.KID, nil)
-		case "alg":
-			return stringAt(b, j, &sig.Alg, nil)
-		case "sig":
-			return stringAt(b, j, &sig.Sig, nil)
-		}
-		return -1
-	})
+	strs := [...]*string{&sig.KID, &sig.Alg, &sig.Sig}
+	end := w.object(i, signatureNames, func(k, j int) int { return w.str(j, strs[k], false) })
 	return sig, end
 }
 
-// decodeFrameFast decodes a frame of the publish path; ok is false when
-// the frame is not one it decodes exactly as encoding/json does.
-func decodeFrameFast(b []byte, in *interner) (f *Frame, ok bool) {
-	f = new(Frame)
+// The frame members the walker decodes, in the order the encoders write
+// them.
+const (
+	fOp = iota
+	fID
+	fRe
+	fSub
+	fStatus
+	fTimeoutMs
+	fAttempt
+	fMessage
+	fMessages
+	fResults
+	fDeliveries
+)
+
+var frameNames = names{
+	fOp: "op", fID: "id", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
+	fMessage: "message", fMessages: "messages", fResults: "results", fDeliveries: "deliveries",
+}
+
+// decodeFrameFast decodes a frame of the publish path, text CheckJSON
+// accepted; ok is false when the frame is not one it decodes exactly as
+// encoding/json does.
+func decodeFrameFast(b []byte, in *interner) (*Frame, bool) {
+	w := walker{b: b, in: in}
+	return w.frame()
+}
+
+// decodeFrameStrict decodes a frame of the publish path as it arrives; ok
+// is false unless CheckJSON accepts b and encoding/json decodes it to the
+// same frame.
+func decodeFrameStrict(b []byte, in *interner) (*Frame, bool) {
+	w := walker{b: b, in: in, strict: true}
+	return w.frame()
+}
+
+func (w *walker) frame() (*Frame, bool) {
+	f := new(Frame)
 	var messages []byte
-	end := walkObject(b, 0, func(name []byte, j int) int {
-		switch string(name) {
-		case "op":
-			return stringAt(b, j, &f.Op, in)
-		case "id":
-			return stringAt(b, j, &f.ID, nil)
-		case "re":
-			return stringAt(b, j, &f.Re, nil)
-		case "sub":
-			return stringAt(b, j, &f.Sub, in)
-		case "status":
-			return stringAt(b, j, &f.Status, in)
-		case "message":
-			m, e := messageAt(b, j, in)
-			f.Message = m
-			return e
-		case "messages":
+	end := w.object(0, frameNames, func(k, j int) int {
+		var e int
+		switch k {
+		case fOp:
+			return w.str(j, &f.Op, true)
+		case fID:
+			return w.str(j, &f.ID, false)
+		case fRe:
+			return w.str(j, &f.Re, false)
+		case fSub:
+			return w.str(j, &f.Sub, true)
+		case fStatus:
+			return w.str(j, &f.Status, true)
+		case fTimeoutMs:
+			f.TimeoutMs, e = w.integer(j, 64)
+		case fAttempt:
+			var n int64
+			n, e = w.integer(j, strconv.IntSize)
+			f.Attempt = int(n)
+		case fMessage:
+			f.Message, e = w.message(j, 1)
+		case fMessages:
 			// Split now, decoded below once the op is known.
-			e := jsontext.SkipValue(b, j)
-			messages = b[j:e]
-			if b[j] != '[' {
+			if w.b[j] != '[' {
 				return -1
 			}
-			return e
-		case "results":
-			var e int
-			f.Results, e = resultsAt(b, j, in)
-			return e
-		case "deliveries":
-			var e int
-			f.Deliveries, e = deliveriesAt(b, j, in)
-			return e
-		case "attempt", "timeoutMs":
-			e := jsontext.SkipValue(b, j)
-			n, err := strconv.ParseInt(string(b[j:e]), 10, 64)
-			if err != nil {
-				return -1
-			}
-			if name[0] == 'a' {
-				if int64(int(n)) != n {
-					return -1
-				}
-				f.Attempt = int(n)
-			} else {
-				f.TimeoutMs = n
-			}
-			return e
+			e = jsontext.SkipValue(w.b, j)
+			messages = w.b[j:e]
+		case fResults:
+			f.Results, e = w.results(j)
+		case fDeliveries:
+			f.Deliveries, e = w.deliveries(j)
 		}
-		return -1
+		return e
 	})
-	if end < 0 || jsontext.SpaceEnd(b, end) != len(b) {
+	if end < 0 || jsontext.SpaceEnd(w.b, end) != len(w.b) {
 		return nil, false
 	}
 	if messages != nil {
+		list := walker{b: messages, in: w.in, strict: w.strict}
+		var ok bool
 		if f.Op == OpPublishBatch {
-			f.Batch = splitBatch(messages)
-		} else if f.Messages, ok = decodeMessagesFast(messages, in); !ok {
+			f.Batch, ok = list.batch()
+		} else {
+			f.Messages, ok = list.messages()
+		}
+		if !ok {
 			return nil, false
 		}
 	}
 	return f, true
 }
 
-// splitBatch copies the elements of the array v, undecoded: each message
-// of a batch is decoded, and refused, on its own.
-func splitBatch(v []byte) []json.RawMessage {
-	own := append([]byte(nil), v...)
+// batch copies the elements of the array b, the messages of a
+// publish_batch, undecoded: each is decoded, and refused, on its own.
+func (w *walker) batch() ([]json.RawMessage, bool) {
+	own := walker{b: append([]byte(nil), w.b...), strict: w.strict}
 	out := []json.RawMessage{}
-	walkArray(own, 0, func(j int) int {
-		e := jsontext.SkipValue(own, j)
-		out = append(out, own[j:e:e])
+	end := own.array(0, func(j int) int {
+		e := own.value(j, 2)
+		if e >= 0 {
+			out = append(out, own.b[j:e:e])
+		}
 		return e
 	})
-	return out
+	return out, end >= 0
 }
 
-func decodeMessagesFast(v []byte, in *interner) ([]*pigeon.Message, bool) {
+// messages decodes the array b of envelopes, a frame's "messages".
+func (w *walker) messages() ([]*pigeon.Message, bool) {
 	out := []*pigeon.Message{}
-	end := walkArray(v, 0, func(j int) int {
-		m, e := messageAt(v, j, in)
+	end := w.array(0, func(j int) int {
+		m, e := w.message(j, 2)
 		out = append(out, m)
 		return e
 	})
 	return out, end >= 0
 }
 
-// deliveriesAt decodes the deliveries of a deliver_batch: objects of an
+// The members of a delivery and of a result.
+const (
+	dAttempt = iota
+	dMessage
+)
+
+const (
+	rStatus = iota
+	rMessage
+	rError
+)
+
+var (
+	deliveryNames = names{dAttempt: "attempt", dMessage: "message"}
+	resultNames   = names{rStatus: "status", rMessage: "message", rError: "error"}
+)
+
+// deliveries decodes the deliveries of a deliver_batch: objects of an
 // attempt and a message.
-func deliveriesAt(b []byte, i int, in *interner) ([]DeliveryEntry, int) {
+func (w *walker) deliveries(i int) ([]DeliveryEntry, int) {
 	out := []DeliveryEntry{}
-	end := walkArray(b, i, func(j int) int {
+	end := w.array(i, func(j int) int {
 		var d DeliveryEntry
-		e := walkObject(b, j, func(name []byte, k int) int {
-			switch string(name) {
-			case "attempt":
-				e := jsontext.SkipValue(b, k)
-				n, err := strconv.ParseInt(string(b[k:e]), 10, 64)
-				if err != nil || int64(int(n)) != n {
-					return -1
-				}
-				d.Attempt = int(n)
-				return e
-			case "message":
-				m, e := messageAt(b, k, in)
+		e := w.object(j, deliveryNames, func(k, j int) int {
+			if k == dMessage {
+				m, e := w.message(j, 3)
 				d.Message = m
 				return e
 			}
-			return -1
+			n, e := w.integer(j, strconv.IntSize)
+			d.Attempt = int(n)
+			return e
 		})
 		out = append(out, d)
 		return e
@@ -359,30 +545,33 @@ func deliveriesAt(b []byte, i int, in *interner) ([]DeliveryEntry, int) {
 	return out, end
 }
 
-func resultsAt(b []byte, i int, in *interner) ([]BatchResult, int) {
+// results decodes the results of a decisions answer.
+func (w *walker) results(i int) ([]BatchResult, int) {
 	out := []BatchResult{}
-	end := walkArray(b, i, func(j int) int {
+	end := w.array(i, func(j int) int {
 		var r BatchResult
-		e := walkObject(b, j, func(name []byte, k int) int {
-			switch string(name) {
-			case "status":
-				return stringAt(b, k, &r.Status, in)
-			case "message":
-				m, e := messageAt(b, k, in)
+		e := w.object(j, resultNames, func(k, j int) int {
+			switch k {
+			case rStatus:
+				return w.str(j, &r.Status, true)
+			case rMessage:
+				m, e := w.message(j, 3)
 				r.Message = m
 				return e
-			case "error":
-				e := jsontext.SkipValue(b, k)
-				if b[k] != '{' {
-					return -1
-				}
-				r.Error = new(wire.Error)
-				if json.Unmarshal(b[k:e], r.Error) != nil {
-					return -1
-				}
-				return e
 			}
-			return -1
+			// rError: decoded by encoding/json, an object only.
+			if w.b[j] != '{' {
+				return -1
+			}
+			e := w.value(j, 3)
+			if e < 0 {
+				return -1
+			}
+			r.Error = new(wire.Error)
+			if json.Unmarshal(w.b[j:e], r.Error) != nil {
+				return -1
+			}
+			return e
 		})
 		out = append(out, r)
 		return e

@@ -145,12 +145,23 @@ type BatchResult struct {
 func DecodeFrame(b []byte) (*Frame, error) { return decodeFrame(b, nil) }
 
 // decodeFrame is DecodeFrame sharing repeated strings through in (nil:
-// none), for a connection's reader.
+// none), for a connection's reader. The frames of the publish path cost
+// one pass (decodeFrameStrict); the rest, and every frame it refuses, are
+// checked with CheckJSON first (decodeFrameChecked).
 func decodeFrame(b []byte, in *interner) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
 	}
+	if f, ok := decodeFrameStrict(b, in); ok {
+		return withOp(f)
+	}
+	return decodeFrameChecked(b, in)
+}
+
+// decodeFrameChecked decodes the frame b, a JSON object, in two passes:
+// CheckJSON, then the fast path or encoding/json on the text it accepted.
+func decodeFrameChecked(b []byte, in *interner) (*Frame, error) {
 	if err := pigeon.CheckJSON(b); err != nil {
 		switch pigeon.ErrorCode(err) {
 		case pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8:
@@ -165,6 +176,11 @@ func decodeFrame(b []byte, in *interner) (*Frame, error) {
 			return f, err
 		}
 	}
+	return withOp(f)
+}
+
+// withOp returns f, with an error when it has no op.
+func withOp(f *Frame) (*Frame, error) {
 	if f.Op == "" {
 		return f, pigeon.NewError(pigeon.CodeBadRequest, `a frame needs an "op"`)
 	}
@@ -203,7 +219,8 @@ func decodeFrameJSON(b []byte) (*Frame, error) {
 		if aux.Messages[0] != '[' {
 			return f, pigeon.NewError(pigeon.CodeBadRequest, `frame field "messages" has the wrong type`)
 		}
-		f.Batch = splitBatch(aux.Messages)
+		list := walker{b: aux.Messages}
+		f.Batch, _ = list.batch()
 		return f, nil
 	}
 	if err := json.Unmarshal(aux.Messages, &f.Messages); err != nil {

@@ -1,7 +1,9 @@
 package ws
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,14 +29,160 @@ func TestHandBuiltFramesAreValidJSON(t *testing.T) {
 	}
 }
 
-// FuzzDecodeFrameFast checks that the reflection-free decoder of the
-// publish path decodes every frame it takes exactly as encoding/json does.
+// nested renders n arrays, one in the other.
+func nested(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+
+// strictCase is a frame and what the strict path does with it: takes it
+// (strict) or gives up, and the code decodeFrame then answers ("" for
+// none).
+type strictCase struct {
+	name, in string
+	strict   bool
+	code     pigeon.Code
+}
+
+// strictCases are the frames the strict path must give up on, one or more
+// per kind of text CheckJSON or encoding/json reads otherwise than a plain
+// walk would, at each level the walker walks, with the near misses it
+// takes.
+var strictCases = []strictCase{
+	{"plain publish", `{"op":"publish","id":"p","message":{"type":"t","data":{"a":[1,"x"]}}}`, true, ""},
+	{"white space", " {\t\"op\" :\r\n\"ping\" , \"id\":\"1\" } ", true, ""},
+	{"utf8 strings", `{"op":"publish","id":"é€😀","message":{"subject":"日本","data":"ü"}}`, true, ""},
+	{"no op", `{"id":"1"}`, true, pigeon.CodeBadRequest},
+	{"minus zero attempt", `{"op":"deliver","sub":"s","attempt":-0,"message":{"id":"a"}}`, true, ""},
+
+	{"duplicate in frame", `{"op":"publish","id":"a","id":"b"}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate op", `{"op":"publish","op":"ping"}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in envelope", `{"op":"publish","id":"p","message":{"id":"a","type":"t","id":"b"}}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in signature", `{"op":"deliver","sub":"s","attempt":1,"message":{"id":"a","signature":{"kid":"k","kid":"j"}}}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in delivery", `{"op":"deliver_batch","sub":"s","deliveries":[{"attempt":1,"message":{"id":"a"},"attempt":2}]}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in result", `{"op":"decisions","re":"b","results":[{"status":"accepted","status":"x"}]}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in data", `{"op":"publish","id":"p","message":{"data":{"a":1,"b":{"c":1,"c":2}}}}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in error", `{"op":"decisions","re":"b","results":[{"error":{"code":"X","message":"m","code":"Y","details":{}}}]}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate in batch message", `{"op":"publish_batch","id":"b","messages":[{"type":"a"},{"type":"a","type":"b"}]}`, false, pigeon.CodeDuplicateKey},
+	{"duplicate escaped", `{"op":"publish","id":"a","\u0069d":"b"}`, false, pigeon.CodeDuplicateKey},
+
+	{"escape nul", `{"op":"publish","id":"a\u0000"}`, false, ""},
+	{"escape newline", `{"op":"ping","id":"a\nb"}`, false, ""},
+	{"escape in envelope", `{"op":"publish","id":"p","message":{"type":"\u0074"}}`, false, ""},
+	{"escaped name", `{"op":"publish","\u0069d":"p"}`, false, ""},
+	{"lone surrogate", `{"op":"publish","id":"\ud800"}`, false, pigeon.CodeInvalidUTF8},
+	{"lone surrogate in envelope", `{"op":"publish","id":"p","message":{"id":"\udc00x"}}`, false, pigeon.CodeInvalidUTF8},
+	{"lone surrogate in data", `{"op":"publish","id":"p","message":{"data":["\ud83d"]}}`, false, pigeon.CodeInvalidUTF8},
+	{"control character", "{\"op\":\"ping\",\"id\":\"a\x01\"}", false, pigeon.CodeBadRequest},
+	{"control character in envelope", "{\"op\":\"publish\",\"id\":\"p\",\"message\":{\"type\":\"\x1f\"}}", false, pigeon.CodeBadRequest},
+	{"invalid utf8", "{\"op\":\"ping\",\"id\":\"\xff\"}", false, pigeon.CodeInvalidUTF8},
+	{"utf8 surrogate", "{\"op\":\"ping\",\"id\":\"\xed\xa0\x80\"}", false, pigeon.CodeInvalidUTF8},
+	{"truncated utf8", "{\"op\":\"publish\",\"id\":\"p\",\"message\":{\"subject\":\"\xe6\x97\"}}", false, pigeon.CodeInvalidUTF8},
+	{"invalid utf8 in data", "{\"op\":\"publish\",\"id\":\"p\",\"message\":{\"data\":{\"k\":\"\xc0\xaf\"}}}", false, pigeon.CodeInvalidUTF8},
+	{"invalid utf8 in batch", "{\"op\":\"publish_batch\",\"id\":\"b\",\"messages\":[\"\xff\"]}", false, pigeon.CodeInvalidUTF8},
+
+	{"plus", `{"op":"request","id":"q","timeoutMs":+1}`, false, pigeon.CodeBadRequest},
+	{"leading zero", `{"op":"request","id":"q","timeoutMs":01}`, false, pigeon.CodeBadRequest},
+	{"leading zeros attempt", `{"op":"deliver","sub":"s","attempt":007,"message":{}}`, false, pigeon.CodeBadRequest},
+	{"leading zero sequence", `{"op":"publish","id":"p","message":{"sequence":01}}`, false, pigeon.CodeBadRequest},
+	{"minus zero sequence", `{"op":"publish","id":"p","message":{"sequence":-0}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"exponent", `{"op":"deliver","sub":"s","attempt":1e2,"message":{}}`, false, pigeon.CodeBadRequest},
+	{"fraction", `{"op":"publish","id":"p","message":{"sequence":1.0}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"bare minus", `{"op":"request","id":"q","timeoutMs":-}`, false, pigeon.CodeBadRequest},
+	{"attempt overflow", `{"op":"deliver","sub":"s","attempt":99999999999999999999,"message":{}}`, false, pigeon.CodeBadRequest},
+
+	{"deep data", `{"op":"publish","id":"p","message":{"data":` + nested(checkDepth-2) + `}}`, true, ""},
+	{"too deep data", `{"op":"publish","id":"p","message":{"data":` + nested(checkDepth-1) + `}}`, false, pigeon.CodeBadRequest},
+	{"deep delivery", `{"op":"deliver_batch","sub":"s","deliveries":[{"message":{"data":` + nested(checkDepth-4) + `}}]}`, true, ""},
+	{"too deep delivery", `{"op":"deliver_batch","sub":"s","deliveries":[{"message":{"data":` + nested(checkDepth-3) + `}}]}`, false, pigeon.CodeBadRequest},
+	{"deep messages", `{"op":"messages","re":"r","messages":[{"data":` + nested(checkDepth-3) + `}]}`, true, ""},
+	{"too deep messages", `{"op":"messages","re":"r","messages":[{"data":` + nested(checkDepth-2) + `}]}`, false, pigeon.CodeBadRequest},
+	{"deep error", `{"op":"decisions","re":"b","results":[{"error":{"code":"X","message":"m","details":{"d":` + nested(checkDepth-5) + `}}}]}`, true, ""},
+	{"too deep error", `{"op":"decisions","re":"b","results":[{"error":{"code":"X","message":"m","details":{"d":` + nested(checkDepth-4) + `}}}]}`, false, pigeon.CodeBadRequest},
+	{"deep batch", `{"op":"publish_batch","id":"b","messages":[` + nested(checkDepth-2) + `]}`, true, ""},
+	{"too deep batch", `{"op":"publish_batch","id":"b","messages":[` + nested(checkDepth-1) + `]}`, false, pigeon.CodeBadRequest},
+
+	{"trailing garbage", `{"op":"ping","id":"1"}x`, false, pigeon.CodeBadRequest},
+	{"second object", `{"op":"ping","id":"1"}{}`, false, pigeon.CodeBadRequest},
+	{"trailing comma", `{"op":"ping","id":"1",}`, false, pigeon.CodeBadRequest},
+	{"missing comma", `{"op":"ping" "id":"1"}`, false, pigeon.CodeBadRequest},
+	{"missing colon", `{"op" "ping"}`, false, pigeon.CodeBadRequest},
+	{"trailing comma in batch", `{"op":"publish_batch","id":"b","messages":[{},]}`, false, pigeon.CodeBadRequest},
+	{"leading comma in batch", `{"op":"publish_batch","id":"b","messages":[,{}]}`, false, pigeon.CodeBadRequest},
+	{"missing comma in messages", `{"op":"messages","re":"r","messages":[{"id":"a"} {"id":"b"}]}`, false, pigeon.CodeBadRequest},
+	{"trailing comma in envelope", `{"op":"publish","id":"p","message":{"id":"a",}}`, false, pigeon.CodeBadRequest},
+	{"bad data", `{"op":"publish","id":"p","message":{"data":{"a":}}}`, false, pigeon.CodeBadRequest},
+	{"truncated", `{"op":"ping","id":"1`, false, pigeon.CodeBadRequest},
+	{"truncated name", `{"op`, false, pigeon.CodeBadRequest},
+	{"open quote", `{"`, false, pigeon.CodeBadRequest},
+	{"unclosed", `{"op":"ping"`, false, pigeon.CodeBadRequest},
+
+	{"null data", `{"op":"publish","id":"p","message":{"data":null}}`, false, ""},
+	{"null message", `{"op":"publish","id":"p","message":null}`, false, ""},
+	{"other case", `{"op":"publish","ID":"p"}`, false, ""},
+	{"unknown member", `{"op":"subscribe","id":"s","subject":"a"}`, false, ""},
+}
+
+// decodeFrameTwoPass is decodeFrame as it was before the strict path:
+// every frame checked by CheckJSON before it is decoded.
+func decodeFrameTwoPass(b []byte) (*Frame, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return decodeFrame(b, nil) // the same refusal
+	}
+	return decodeFrameChecked(b, nil)
+}
+
+// requireStrictSound checks the strict path on b: a frame it takes is one
+// CheckJSON accepts and encoding/json decodes to an equal frame, and
+// decodeFrame answers b (frame, or error code and text) as the two-pass
+// decoder does.
+func requireStrictSound(t *testing.T, b []byte) {
+	t.Helper()
+	if strict, ok := decodeFrameStrict(b, &interner{}); ok {
+		require.NoError(t, pigeon.CheckJSON(b), "the strict path took a frame CheckJSON refuses: %q", b)
+		slow, err := decodeFrameJSON(b)
+		require.NoError(t, err, "the strict path took a frame encoding/json refuses: %q", b)
+		require.Equal(t, slow, strict, "%q", b)
+	}
+	got, gotErr := decodeFrame(b, &interner{})
+	want, wantErr := decodeFrameTwoPass(b)
+	require.Equal(t, want, got, "%q", b)
+	require.Equal(t, pigeon.ErrorCode(wantErr), pigeon.ErrorCode(gotErr), "%q", b)
+	if wantErr != nil {
+		require.EqualError(t, gotErr, wantErr.Error(), "%q", b)
+	}
+}
+
+func TestDecodeFrameStrict(t *testing.T) {
+	for _, tc := range strictCases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := []byte(tc.in)
+			_, ok := decodeFrameStrict(b, nil)
+			require.Equal(t, tc.strict, ok, "strict path took it")
+			_, err := decodeFrame(b, nil)
+			require.Equal(t, tc.code, pigeon.ErrorCode(err), "%v", err)
+			requireStrictSound(t, b)
+		})
+	}
+}
+
+// TestCheckDepth holds checkDepth to the nesting pigeon.CheckJSON allows.
+func TestCheckDepth(t *testing.T) {
+	require.NoError(t, pigeon.CheckJSON([]byte(nested(checkDepth))))
+	require.Error(t, pigeon.CheckJSON([]byte(nested(checkDepth+1))))
+}
+
+// FuzzDecodeFrameFast is a differential test of the walker: a frame the
+// strict path takes is one CheckJSON accepts and encoding/json decodes to
+// an equal frame, decodeFrame answers every input as the two-pass decoder
+// does, and on text CheckJSON accepted the fast path decodes every frame
+// it takes, and every message of a batch, exactly as encoding/json does.
 // Run it with
 //
 //	go test -run '^$' -fuzz FuzzDecodeFrameFast -fuzztime 60s ./transport/ws
 func FuzzDecodeFrameFast(f *testing.F) {
 	m := &pigeon.Message{SpecVersion: "1.0", ID: "msg_1", Type: "t", Subject: "s\"", Intent: "i", Data: json.RawMessage(`{"a":[1,"]"]}`), Sequence: 3,
 		Signature: &pigeon.Signature{KID: "k", Alg: "ed25519", Sig: "x"}}
+	plain := m.Clone()
+	plain.Subject = "s"
 	for _, s := range []string{
 		`{"op":"publish","id":"p","message":{"type":"chat","subject":"chat.messages","intent":"chat","data":{"text":"hi"}}}`,
 		`{"op":"publish_batch","id":"b","messages":[{"type":"a"},5,null,"x",{"type":7},{"Type":"c"}]}`,
@@ -49,11 +197,17 @@ func FuzzDecodeFrameFast(f *testing.F) {
 		`{"op":"deliver_batch","sub":"s","deliveries":[{"attempt":1.5,"message":{"id":"a"}},{"message":null}]}`,
 		`{"op":"deliver_batch","sub":"s","deliveries":{}}`,
 		string(encodeDeliver(nil, "sub\"1", m, 2)),
+		string(encodeDeliver(nil, "sub1", plain, 2)),
 		string(appendMessages(appendHead(nil, OpMessages, "m"), []*pigeon.Message{m, m})),
+		string(appendMessages(appendHead(nil, OpMessages, "m"), []*pigeon.Message{plain, plain})),
 	} {
 		f.Add([]byte(s))
 	}
+	for _, tc := range strictCases {
+		f.Add([]byte(tc.in))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		requireStrictSound(t, b)
 		if len(b) == 0 || b[0] != '{' || pigeon.CheckJSON(b) != nil {
 			return
 		}
@@ -76,37 +230,52 @@ func FuzzDecodeFrameFast(f *testing.F) {
 	})
 }
 
-// BenchmarkDecodeFrame compares the fast path with encoding/json on the
-// frames of the publish path: a publish of the demo payment, a batch of
-// 100 of them (split, then each message decoded as the server does), and
-// the decision answer.
+// BenchmarkDecodeFrame compares the paths on the frames of the publish
+// path: a publish of the demo payment, a batch of 100 of them (split, then
+// each message decoded as the server does), the decision answer, the
+// decisions answer of that batch, and a deliver_batch of 100. "frame" is
+// decodeFrame (what a connection's reader runs), "fast" the walker alone
+// on text already checked, "json" encoding/json.
 func BenchmarkDecodeFrame(b *testing.B) {
 	m := demo.Payment("o-1")
 	m.IdempotencyKey = "k-1"
 	publish := messageFrame(OpPublish, m, 0)(nil, "p1")
-	batch := []byte(`{"op":"publish_batch","id":"b1","messages":[`)
-	for i := range 100 {
-		if i > 0 {
-			batch = append(batch, ',')
-		}
-		batch = m.AppendJSON(batch)
-	}
-	batch = append(batch, "]}"...)
 	accepted := m.Clone()
 	accepted.ID, accepted.Sequence, accepted.ContractID, accepted.AcceptedAt = "msg_01J", 42, "ctr_1", "2026-12-01T00:00:00Z"
 	decision := append(appendHead(nil, OpDecision, "p1"), `,"status":"accepted","message":`...)
 	decision = append(accepted.AppendJSON(decision), '}')
+	// list renders a frame of head and 100 elements of item, closed.
+	list := func(head string, item func([]byte) []byte) []byte {
+		out := []byte(head)
+		for i := range 100 {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = item(out)
+		}
+		return append(out, "]}"...)
+	}
+	batch := list(`{"op":"publish_batch","id":"b1","messages":[`, m.AppendJSON)
+	decisions := list(`{"op":"decisions","re":"b1","results":[`, func(out []byte) []byte {
+		return append(accepted.AppendJSON(append(out, `{"status":"accepted","message":`...)), '}')
+	})
+	deliverBatch := list(`{"op":"deliver_batch","sub":"s1","deliveries":[`, func(out []byte) []byte {
+		return append(accepted.AppendJSON(append(out, `{"attempt":1,"message":`...)), '}')
+	})
 	var in interner
 	for _, tc := range []struct {
 		name string
 		in   []byte
 		msgs int
-	}{{"publish", publish, 1}, {"batch100", batch, 100}, {"decision", decision, 1}} {
+	}{{"publish", publish, 1}, {"batch100", batch, 100}, {"decision", decision, 1},
+		{"decisions100", decisions, 100}, {"deliverBatch100", deliverBatch, 100}} {
 		for _, path := range []struct {
 			name   string
 			decode func([]byte) (*Frame, bool)
 			msg    func(json.RawMessage) bool
 		}{
+			{"frame", func(b []byte) (*Frame, bool) { f, err := decodeFrame(b, &in); return f, err == nil },
+				func(r json.RawMessage) bool { _, err := batchMessage(r, &in); return err == nil }},
 			{"fast", func(b []byte) (*Frame, bool) { return decodeFrameFast(b, &in) },
 				func(r json.RawMessage) bool { _, ok := decodeMessageFast(r, &in); return ok }},
 			{"json", func(b []byte) (*Frame, bool) { f, err := decodeFrameJSON(b); return f, err == nil },
