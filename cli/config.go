@@ -37,6 +37,7 @@ type fileConfig struct {
 	AllowedOrigins  []string      `yaml:"allowed_origins"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
 	ProgramVersions int           `yaml:"program_versions"`
+	WSPublishRate   float64       `yaml:"ws_publish_rate"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -179,6 +180,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.ProgramVersions > 0 {
 		cfg.programVersions = f.ProgramVersions
+	}
+	if f.WSPublishRate != 0 {
+		cfg.wsPublishRate = f.WSPublishRate
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

@@ -20,6 +20,7 @@ import (
 	"pigeon/server"
 	"pigeon/store"
 	"pigeon/transport/mesgd"
+	"pigeon/transport/ws"
 )
 
 // serveConfig is what the serve flags (and the --config file) say.
@@ -31,6 +32,10 @@ type serveConfig struct {
 	// mesgdSubject, when set, serves mesgd's WebSocket format at
 	// /mesgd/<route path> on that subject.
 	mesgdSubject string
+	// wsPublishRate is how many messages a second one WebSocket
+	// connection may publish (0: ws.DefaultPublishRate; negative: no
+	// limit).
+	wsPublishRate float64
 	// programVersions is how many versions of a program keep their
 	// module for rollbacks (0: programs.DefaultKeepVersions).
 	programVersions int
@@ -131,6 +136,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
+	fs.Float64Var(&cfg.wsPublishRate, "ws-publish-rate", cfg.wsPublishRate, "messages a second one WebSocket connection may publish, in bursts of a tenth of it (default 1000000; negative: no limit; docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
 	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", cfg.logLevel, "lowest level logged: debug, info, warn or error")
@@ -244,6 +250,9 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
 		AllowedOrigins: cfg.allowedOrigins, Feed: obs.feed}
+	if cfg.wsPublishRate != 0 {
+		so.WebSocket = &ws.Options{PublishRate: cfg.wsPublishRate}
+	}
 	if cfg.mesgdSubject != "" {
 		so.Mesgd = &mesgd.Options{Subject: cfg.mesgdSubject}
 	}

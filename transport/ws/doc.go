@@ -48,7 +48,7 @@
 // (WithMaxPendingPublishes); a lost connection resolves every one of them
 // with its transport error. Publish is PublishAsync then Wait. The server
 // limits each connection to Options.PublishRate messages a second (default
-// 100,000), counting every message of a batch.
+// 1,000,000), counting every message of a batch.
 //
 // # Concurrency
 //
