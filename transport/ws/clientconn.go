@@ -148,7 +148,7 @@ func (cc *clientConn) readLoop() {
 		in  interner
 	)
 	for {
-		typ, err := readMessage(cc.ctx, cc.ws, &buf)
+		typ, err := readMessage(cc.ctx, cc.ws, &buf, clientKeptBuffer)
 		if err != nil {
 			cc.fail(err)
 			return

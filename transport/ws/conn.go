@@ -107,7 +107,7 @@ func (c *conn) readLoop() {
 		in  interner // strings that repeat across this connection's frames
 	)
 	for {
-		typ, err := readMessage(c.ctx, c.ws, &buf)
+		typ, err := readMessage(c.ctx, c.ws, &buf, maxKeptBuffer)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				c.srv.stats.tooBig.Add(1)
