@@ -469,7 +469,7 @@ func (w *walker) frame() (*Frame, bool) {
 		list := walker{b: messages, in: w.in, strict: w.strict}
 		var ok bool
 		if f.Op == OpPublishBatch {
-			f.Batch, ok = list.batch()
+			f.Batch, f.decoded, ok = list.batch()
 		} else {
 			f.Messages, ok = list.messages()
 		}
@@ -480,19 +480,24 @@ func (w *walker) frame() (*Frame, bool) {
 	return f, true
 }
 
-// batch copies the elements of the array b, the messages of a
-// publish_batch, undecoded: each is decoded, and refused, on its own.
-func (w *walker) batch() ([]json.RawMessage, bool) {
-	own := walker{b: append([]byte(nil), w.b...), strict: w.strict}
-	out := []json.RawMessage{}
-	end := own.array(0, func(j int) int {
-		e := own.value(j, 2)
+// batch splits the array b, the messages of a publish_batch, each to be
+// judged, and refused, on its own: an element the walker decodes is in
+// decoded (and nil in raw); any other is copied, undecoded, into raw (and
+// nil in decoded), for the publish to decode, or refuse, alone.
+func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok bool) {
+	raw, decoded = []json.RawMessage{}, []*pigeon.Message{}
+	end := w.array(0, func(j int) int {
+		if m, e := w.message(j, 2); e >= 0 {
+			raw, decoded = append(raw, nil), append(decoded, m)
+			return e
+		}
+		e := w.value(j, 2)
 		if e >= 0 {
-			out = append(out, own.b[j:e:e])
+			raw, decoded = append(raw, append(json.RawMessage(nil), w.b[j:e]...)), append(decoded, nil)
 		}
 		return e
 	})
-	return out, end >= 0
+	return raw, decoded, end >= 0
 }
 
 // messages decodes the array b of envelopes, a frame's "messages".

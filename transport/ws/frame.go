@@ -112,9 +112,12 @@ type Frame struct {
 
 	Error *wire.Error `json:"error,omitempty"`
 
-	// publish_batch: its messages, split but not decoded, so that each is
-	// decoded and judged on its own. Read from "messages".
-	Batch []json.RawMessage `json:"-"`
+	// publish_batch: its messages, read from "messages", each to be
+	// decoded and judged on its own: Batch holds the text of those the
+	// frame decoder left undecoded, decoded the others (the two are as
+	// long as the batch, one of them nil at each index).
+	Batch   []json.RawMessage `json:"-"`
+	decoded []*pigeon.Message
 	// decisions: one result per message of the batch, in order.
 	Results []BatchResult `json:"results,omitempty"`
 
@@ -220,7 +223,7 @@ func decodeFrameJSON(b []byte) (*Frame, error) {
 			return f, pigeon.NewError(pigeon.CodeBadRequest, `frame field "messages" has the wrong type`)
 		}
 		list := walker{b: aux.Messages}
-		f.Batch, _ = list.batch()
+		f.Batch, f.decoded, _ = list.batch()
 		return f, nil
 	}
 	if err := json.Unmarshal(aux.Messages, &f.Messages); err != nil {

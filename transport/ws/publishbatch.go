@@ -60,10 +60,13 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		at   = make([]int, 0, f.admitted)
 	)
 	for i := range f.admitted {
-		m, err := batchMessage(f.Batch[i], &in)
-		if err != nil {
-			out[i].err = err
-			continue
+		m := f.decoded[i]
+		if m == nil {
+			var err error
+			if m, err = batchMessage(f.Batch[i], &in); err != nil {
+				out[i].err = err
+				continue
+			}
 		}
 		msgs, at = append(msgs, m), append(at, i)
 	}
