@@ -73,6 +73,19 @@ func Validate(b []byte, maxDepth int) error {
 	return nil
 }
 
+// ValidateValue validates the one JSON value that starts at b[i] (after
+// white space) as Validate validates a whole text, and returns the index
+// just past it; what follows it is not read. A caller walking a larger
+// text validates a member's value and finds its end in one pass.
+func ValidateValue(b []byte, i, maxDepth int) (int, error) {
+	v := validator{in: b, i: i, maxDepth: maxDepth}
+	v.ws()
+	if err := v.value(0); err != nil {
+		return -1, err
+	}
+	return v.i, nil
+}
+
 type validator struct {
 	in       []byte
 	i        int

@@ -98,6 +98,14 @@ func FuzzValidate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := Validate(b, 10000)
+		// ValidateValue agrees: a text is valid when its first value is
+		// and nothing but white space follows it; the end it reports is
+		// where that value's text ends, for a caller that goes on after.
+		end, verr := ValidateValue(b, 0, 10000)
+		require.Equal(t, err == nil, verr == nil && SpaceEnd(b, end) == len(b), "%q: Validate %v, ValidateValue %d %v", b, err, end, verr)
+		if verr == nil {
+			require.NoError(t, Validate(b[:end], 10000), "%q: the value ends at %d", b, end)
+		}
 		if err == nil {
 			require.True(t, json.Valid(b), "accepted what encoding/json refuses: %q", b)
 			var v any

@@ -218,8 +218,11 @@ func plainEnd(b []byte, j int) int {
 // Strict, it gives up when CheckJSON, reaching the value there, would
 // refuse it.
 func (w *walker) value(j, depth int) int {
-	e := jsontext.SkipValue(w.b, j)
-	if w.strict && jsontext.Validate(w.b[j:e], checkDepth-depth) != nil {
+	if !w.strict {
+		return jsontext.SkipValue(w.b, j)
+	}
+	e, err := jsontext.ValidateValue(w.b, j, checkDepth-depth)
+	if err != nil {
 		return -1
 	}
 	return e
