@@ -175,7 +175,7 @@ func (d *valueDecoder) array(depth int) (any, error) {
 // str decodes a string starting at the opening quote.
 func (d *valueDecoder) str() (string, error) {
 	start := d.i + 1
-	i := start
+	i := PlainEnd(d.s, start)
 	for i < len(d.s) {
 		c := d.s[i]
 		switch {

@@ -312,9 +312,7 @@ func (v *validator) str(decode bool) ([]byte, bool, error) {
 	for v.i < len(v.in) {
 		if !escaped || !decode {
 			// Plain ASCII in a tight loop: most of every string is.
-			for v.i < len(v.in) && plain[v.in[v.i]] {
-				v.i++
-			}
+			v.i = PlainEnd(v.in, v.i)
 			if v.i >= len(v.in) {
 				break
 			}

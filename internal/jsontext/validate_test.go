@@ -146,3 +146,36 @@ func BenchmarkValidate(b *testing.B) {
 		}
 	}
 }
+
+// FuzzPlainEnd holds PlainEnd to a byte-by-byte scan, at every start.
+func FuzzPlainEnd(f *testing.F) {
+	for _, s := range []string{"", "abcdefghijklmnop\"", "abcdefgh\\ijkl", "abc\x1fdefghijk", "héllo wörld, long enough", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x80", "!!!!!!!!####\"", " \x20\x21\x22"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := 0; i <= len(b); i++ {
+			want := i
+			for want < len(b) && plain[b[want]] {
+				want++
+			}
+			require.Equal(t, want, PlainEnd(b, i), "%q from %d", b, i)
+			require.Equal(t, want, PlainEnd(string(b), i), "%q from %d", b, i)
+		}
+	})
+}
+
+// TestPlainEndEveryByte: every byte value at every place of a word stops
+// PlainEnd exactly when it is not plain.
+func TestPlainEndEveryByte(t *testing.T) {
+	for c := range 256 {
+		for at := range 16 {
+			b := []byte(strings.Repeat("a", 20))
+			b[at] = byte(c)
+			want := len(b)
+			if !plain[c] {
+				want = at
+			}
+			require.Equal(t, want, PlainEnd(b, 0), "byte %#x at %d", c, at)
+		}
+	}
+}

@@ -194,7 +194,7 @@ func (w *walker) str(j int, dst *string, shared bool) int {
 // quote) when it holds no escape, no control character and only valid
 // UTF-8, as encoding/json takes such a string byte for byte; -1 otherwise.
 func plainEnd(b []byte, j int) int {
-	for i := j + 1; i < len(b); {
+	for i := jsontext.PlainEnd(b, j+1); i < len(b); {
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1

@@ -1,0 +1,40 @@
+package jsontext
+
+import "encoding/binary"
+
+// PlainEnd returns the index of the first byte of b at or after i that a
+// JSON string cannot hold as it is, or len(b): a quote, a backslash, a
+// control character or a byte of a multi-byte UTF-8 sequence. Strings are
+// mostly plain ASCII, so it looks at eight bytes at a time, then byte by
+// byte from the word that holds one.
+func PlainEnd[T Text](b T, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		if special(word(b, i)) {
+			break
+		}
+	}
+	for i < len(b) && plain[b[i]] {
+		i++
+	}
+	return i
+}
+
+func word[T Text](b T, i int) uint64 {
+	var w [8]byte
+	copy(w[:], b[i:i+8])
+	return binary.LittleEndian.Uint64(w[:])
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special reports whether a byte of x is a quote, a backslash, below 0x20
+// or 0x80 and above. Each test may also flag the byte above one it flags
+// (a borrow), never miss one; PlainEnd then steps through the word.
+func special(x uint64) bool {
+	q := x ^ ones*'"'
+	s := x ^ ones*'\\'
+	return ((q-ones)&^q|(s-ones)&^s|(x-ones*0x20)|x)&highs != 0
+}
