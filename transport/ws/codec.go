@@ -255,28 +255,46 @@ func (w *walker) integer(j, bitSize int) (int64, int) {
 // decoding them costs no allocation once seen. One goroutine uses it. It
 // holds at most internMax strings of at most internLen bytes, each its own
 // allocation: it pins no frame's buffer.
-type interner struct{ m map[string]string }
+//
+// In front of its map, a small direct-mapped cache keyed by a cheap hash
+// of a string's length and end bytes answers the strings that repeat from
+// message to message with one comparison instead of a map lookup.
+type interner struct {
+	m     map[string]string
+	slots [internSlots]string
+}
 
 const (
-	internMax = 256
-	internLen = 128
+	internMax   = 256
+	internLen   = 128
+	internSlots = 64 // a power of two
 )
 
 func (in *interner) str(b []byte) string {
-	if len(b) > internLen {
+	if len(b) == 0 || len(b) > internLen {
 		return string(b)
 	}
-	if s, ok := in.m[string(b)]; ok {
-		return s
+	slot := &in.slots[internSlot(b)]
+	if *slot == string(b) {
+		return *slot
 	}
-	s := string(b)
-	if len(in.m) < internMax {
+	s, ok := in.m[string(b)]
+	if !ok {
+		s = string(b)
+		if len(in.m) >= internMax {
+			return s
+		}
 		if in.m == nil {
 			in.m = make(map[string]string)
 		}
 		in.m[s] = s
 	}
+	*slot = s
 	return s
+}
+
+func internSlot(b []byte) int {
+	return int(uint(len(b))*31+uint(b[0])*7+uint(b[len(b)-1])) & (internSlots - 1)
 }
 
 // stringValue decodes the JSON string v.

@@ -1,0 +1,40 @@
+package ws
+
+import (
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestInterner: a string seen again comes back as the same string (no
+// allocation), whatever shares its cache slot; every string comes back
+// right, past the map's bound and beyond the interned length too.
+func TestInterner(t *testing.T) {
+	var in interner
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	first := in.str([]byte("payments.events"))
+	require.Equal(t, "payments.events", first)
+	require.True(t, same(first, in.str([]byte("payments.events"))))
+
+	// Strings of one slot (same length and end bytes) take turns in it.
+	a, b := []byte("axxxa"), []byte("ayyya")
+	require.Equal(t, internSlot(a), internSlot(b))
+	sa, sb := in.str(a), in.str(b)
+	for range 3 {
+		require.True(t, same(sa, in.str(a)))
+		require.True(t, same(sb, in.str(b)))
+	}
+
+	for i := range 2 * internMax {
+		k := []byte("id-" + strconv.Itoa(i))
+		require.Equal(t, string(k), in.str(k))
+		require.Equal(t, string(k), in.str(k))
+	}
+	require.LessOrEqual(t, len(in.m), internMax)
+	require.True(t, same(first, in.str([]byte("payments.events"))), "kept once interned")
+	long := make([]byte, internLen+1)
+	require.Equal(t, string(long), in.str(long))
+	require.Equal(t, "", in.str(nil))
+}
