@@ -213,10 +213,18 @@ func checkMessage(m *pigeon.Message) error {
 	if m == nil {
 		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
 	}
-	if len(m.Data) > 0 && !json.Valid(m.Data) {
+	if len(m.Data) > 0 && !validData(m.Data) {
 		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data is not valid JSON")
 	}
 	return nil
+}
+
+// validData reports whether data is one JSON text, as json.Valid does
+// (the server, not the client, refuses duplicate names and invalid UTF-8
+// with their own codes). The strict validator is several times faster and
+// accepts only what json.Valid accepts; json.Valid decides the rest.
+func validData(data []byte) bool {
+	return jsontext.Validate(data, pigeon.MaxJSONDepth) == nil || json.Valid(data)
 }
 
 // answerMessage is the message of an answer frame.
