@@ -32,7 +32,7 @@ type decoded struct {
 // json is m's encoding (Message.AppendJSON), made once; callers must not
 // modify it.
 func (d *decoded) json() []byte {
-	d.encOnce.Do(func() { d.enc = d.m.AppendJSON(make([]byte, 0, 384+len(d.m.Data))) })
+	d.encOnce.Do(func() { d.enc = d.m.AppendJSON(make([]byte, 0, d.m.sizeHint())) })
 	return d.enc
 }
 
