@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,16 +143,16 @@ func dialError(resp *http.Response, err error) error {
 func (cc *clientConn) readLoop() {
 	defer cc.bg.Done()
 	var (
-		buf bytes.Buffer
+		buf = frameBuf{keep: clientKeptBuffer}
 		in  interner
 	)
 	for {
-		typ, err := readMessage(cc.ctx, cc.ws, &buf, clientKeptBuffer)
+		typ, err := buf.read(cc.ctx, cc.ws)
 		if err != nil {
 			cc.fail(err)
 			return
 		}
-		if typ == websocket.MessageText && !utf8.Valid(buf.Bytes()) {
+		if typ == websocket.MessageText && !utf8.Valid(buf.frame) {
 			// RFC 6455 §8.1, as the server does: close with 1007.
 			cc.s.o.logger.Warn("pigeon ws: the server sent a text frame that is not UTF-8; closing")
 			if cc.end(pigeon.NewError(pigeon.CodeSessionClosed, "the server sent a frame that is not UTF-8; call Reconnect")) {
@@ -162,7 +161,7 @@ func (cc *clientConn) readLoop() {
 			}
 			return
 		}
-		f, err := decodeFrame(buf.Bytes(), &in)
+		f, err := decodeFrame(buf.frame, &in)
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
 			if f == nil || f.Re == "" {

@@ -1,7 +1,6 @@
 package ws
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -103,11 +102,11 @@ func (c *conn) goBG(fn func()) {
 // readLoop reads and dispatches frames until the connection fails.
 func (c *conn) readLoop() {
 	var (
-		buf bytes.Buffer
+		buf = frameBuf{keep: maxKeptBuffer}
 		in  interner // strings that repeat across this connection's frames
 	)
 	for {
-		typ, err := readMessage(c.ctx, c.ws, &buf, maxKeptBuffer)
+		typ, err := buf.read(c.ctx, c.ws)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				c.srv.stats.tooBig.Add(1)
@@ -118,14 +117,14 @@ func (c *conn) readLoop() {
 			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, "frames are JSON text"))
 			continue
 		}
-		if !utf8.Valid(buf.Bytes()) {
+		if !utf8.Valid(buf.frame) {
 			// RFC 6455 §8.1: a text message must be UTF-8; the WebSocket
 			// library leaves that check to us.
 			c.srv.stats.badText.Add(1)
 			c.close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
 			return
 		}
-		f, err := decodeFrame(buf.Bytes(), &in)
+		f, err := decodeFrame(buf.frame, &in)
 		if err != nil {
 			re := ""
 			if f != nil {

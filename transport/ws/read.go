@@ -1,35 +1,79 @@
 package ws
 
 import (
-	"bytes"
 	"context"
+	"errors"
+	"io"
+	"slices"
+	"sync"
 
 	"github.com/coder/websocket"
 )
 
-// maxKeptBuffer is the largest read buffer a server connection keeps
-// between frames: thousands of connections must not each pin a large
-// frame's memory. A client session has one connection and keeps up to
-// clientKeptBuffer, so that the server's decisions and deliveries frames
-// for large batches (hundreds of KiB) are read without growing a fresh
-// buffer each time.
+// Read buffers. A server connection keeps a buffer of at most
+// maxKeptBuffer between frames: thousands of connections must not each pin
+// a large frame's memory. A frame larger than that (a publish_batch of
+// hundreds of messages) is read into a large buffer from largeBufs, which
+// goes back there once the next frame is read, so that large frames do not
+// each grow a fresh buffer, and unused large buffers are let go by the
+// garbage collector as sync.Pool lets go of anything. A client session has
+// one connection and keeps up to clientKeptBuffer itself.
 const (
 	maxKeptBuffer    = 64 << 10
 	clientKeptBuffer = 4 << 20
+	minReadBuffer    = 4 << 10
 )
 
-// readMessage reads the next whole message from ws into buf, which the
-// caller keeps between calls (a buffer grown past keep bytes is let go, so
-// one large frame does not pin its memory), and returns its type.
-func readMessage(ctx context.Context, ws *websocket.Conn, buf *bytes.Buffer, keep int) (websocket.MessageType, error) {
+var largeBufs sync.Pool // of *[]byte, empty, larger than maxKeptBuffer
+
+// frameBuf is one connection's read buffer. One goroutine uses it.
+type frameBuf struct {
+	keep  int    // the most the connection keeps of its own
+	own   []byte // its own buffer, at most keep bytes
+	frame []byte // the frame last read, in own or a large buffer
+}
+
+// read reads the next whole message from ws and returns its type; its
+// bytes are in fb.frame until the next read.
+func (fb *frameBuf) read(ctx context.Context, ws *websocket.Conn) (websocket.MessageType, error) {
 	typ, r, err := ws.Reader(ctx)
 	if err != nil {
 		return typ, err
 	}
-	if buf.Cap() > keep {
-		*buf = bytes.Buffer{}
+	if cap(fb.frame) > fb.keep {
+		large := fb.frame[:0]
+		largeBufs.Put(&large)
 	}
-	buf.Reset()
-	_, err = buf.ReadFrom(r)
-	return typ, err
+	b := fb.own[:0]
+	for {
+		if len(b) == cap(b) {
+			b = fb.grow(b)
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			fb.frame = nil
+			return typ, err
+		}
+	}
+	if cap(b) <= fb.keep {
+		fb.own = b
+	}
+	fb.frame = b
+	return typ, nil
+}
+
+// grow makes room in b, which is full: twice its size, from a large
+// buffer of the pool when that is past what the connection keeps.
+func (fb *frameBuf) grow(b []byte) []byte {
+	want := max(2*cap(b), minReadBuffer)
+	if want > fb.keep {
+		if p, _ := largeBufs.Get().(*[]byte); p != nil && cap(*p) >= want {
+			return append((*p)[:0], b...)
+		}
+	}
+	return slices.Grow(b, want-len(b))
 }
