@@ -422,11 +422,14 @@ const (
 	fMessages
 	fResults
 	fDeliveries
+	fMessageID
+	fMessageIDs
 )
 
 var frameNames = names{
 	fOp: "op", fID: "id", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
 	fMessage: "message", fMessages: "messages", fResults: "results", fDeliveries: "deliveries",
+	fMessageID: "messageId", fMessageIDs: "messageIds",
 }
 
 // decodeFrameFast decodes a frame of the publish path, text CheckJSON
@@ -480,6 +483,10 @@ func (w *walker) frame() (*Frame, bool) {
 			f.Results, e = w.results(j)
 		case fDeliveries:
 			f.Deliveries, e = w.deliveries(j)
+		case fMessageID:
+			return w.str(j, &f.MessageID, false)
+		case fMessageIDs:
+			f.MessageIDs, e = w.strings(j)
 		}
 		return e
 	})
@@ -519,6 +526,18 @@ func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok b
 		return e
 	})
 	return raw, decoded, end >= 0
+}
+
+// strings decodes the array of strings at b[i] (an ack's message ids).
+func (w *walker) strings(i int) ([]string, int) {
+	out := []string{}
+	end := w.array(i, func(j int) int {
+		var s string
+		e := w.str(j, &s, false)
+		out = append(out, s)
+		return e
+	})
+	return out, end
 }
 
 // messages decodes the array b of envelopes, a frame's "messages".

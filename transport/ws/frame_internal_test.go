@@ -51,6 +51,13 @@ var strictCases = []strictCase{
 	{"utf8 strings", `{"op":"publish","id":"é€😀","message":{"subject":"日本","data":"ü"}}`, true, ""},
 	{"no op", `{"id":"1"}`, true, pigeon.CodeBadRequest},
 	{"minus zero attempt", `{"op":"deliver","sub":"s","attempt":-0,"message":{"id":"a"}}`, true, ""},
+	{"ack of ids", `{"op":"ack","id":"7","sub":"s1","messageIds":["msg_a","msg_b"]}`, true, ""},
+	{"ack of no ids", `{"op":"ack","id":"7","sub":"s1","messageIds":[]}`, true, ""},
+	{"ack of one id", `{"op":"ack","id":"7","sub":"s1","messageId":"msg_a"}`, true, ""},
+	{"ack ids null", `{"op":"ack","id":"7","sub":"s1","messageIds":null}`, false, ""},
+	{"ack id not a string", `{"op":"ack","id":"7","sub":"s1","messageIds":["a",5]}`, false, pigeon.CodeBadRequest},
+	{"ack id escaped", `{"op":"ack","id":"7","sub":"s1","messageIds":["\u0061"]}`, false, ""},
+	{"duplicate ack ids", `{"op":"ack","id":"7","messageIds":["a"],"messageIds":["b"]}`, false, pigeon.CodeDuplicateKey},
 
 	{"duplicate in frame", `{"op":"publish","id":"a","id":"b"}`, false, pigeon.CodeDuplicateKey},
 	{"duplicate op", `{"op":"publish","op":"ping"}`, false, pigeon.CodeDuplicateKey},
