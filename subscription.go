@@ -62,8 +62,9 @@ type subscription struct {
 	// pubsub: messages pushed by the subject's fan-out while live.
 	queue   chan *decoded
 	lagging atomic.Bool
-	cursor  uint64     // next sequence to deliver (owned by the loop)
-	batch   []*decoded // the loop's batch buffer
+	cursor  uint64      // next sequence to deliver (owned by the loop)
+	batch   []*decoded  // the loop's batch buffer
+	idle    *time.Timer // the loop's: ackRecordDelay while it idles
 }
 
 // outcome is a handler's answer to one work-queue delivery.
@@ -307,7 +308,14 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 		// come in meanwhile are recorded after ackRecordDelay at most.
 		s.flush()
 		if len(s.slots) > 0 {
-			later = time.After(ackRecordDelay)
+			// One timer, reset each time: since Go 1.23 a reset timer
+			// never delivers a value from before the reset.
+			if s.idle == nil {
+				s.idle = time.NewTimer(ackRecordDelay)
+			} else {
+				s.idle.Reset(ackRecordDelay)
+			}
+			later = s.idle.C
 		}
 		select {
 		case d := <-s.queue:
