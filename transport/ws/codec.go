@@ -22,7 +22,7 @@ import (
 // escape, no control character, valid UTF-8), no member twice in an
 // object, numbers in JSON's grammar, structure exact, nothing after the
 // frame; the values it keeps raw or hands on (data, error, the messages of
-// a publish_batch) are validated with jsontext.Validate within the depth
+// a publish_batch) are validated with jsontext.ValidateValue within the depth
 // CheckJSON allows where they sit. It never fails: it decodes or gives up.
 //
 // Otherwise (decodeFrameFast) it reads only text that CheckJSON accepted,
