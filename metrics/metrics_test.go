@@ -48,6 +48,18 @@ func newEngine(t *testing.T, st ...store.Store) (*pigeon.Engine, *prometheus.Reg
 
 // scrape reads the registry over HTTP on 127.0.0.1 and parses the text
 // exposition with the Prometheus parser.
+// notificationsCaller authenticates token and negotiates a contract on
+// notifications.send in uk: the caller the engine's methods take.
+func notificationsCaller(t *testing.T, e *pigeon.Engine, token string) pigeon.Caller {
+	t.Helper()
+	ctx := context.Background()
+	p, err := e.Authenticate(ctx, token)
+	require.NoError(t, err)
+	k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
+	require.NoError(t, err)
+	return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.Info().ID}
+}
+
 func scrape(t *testing.T, reg *prometheus.Registry) map[string]*dto.MetricFamily {
 	t.Helper()
 	hs := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -181,14 +193,7 @@ func TestScrapeAfterKnownPublishes(t *testing.T) {
 func TestConsumerLagAndDeliveries(t *testing.T) {
 	e, reg := newEngine(t)
 	ctx := context.Background()
-	caller := func(token string) pigeon.Caller {
-		p, err := e.Authenticate(ctx, token)
-		require.NoError(t, err)
-		k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
-		require.NoError(t, err)
-		return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.Info().ID}
-	}
-	orders, notifier := caller("orders-token"), caller("notifier-token")
+	orders, notifier := notificationsCaller(t, e, "orders-token"), notificationsCaller(t, e, "notifier-token")
 	for _, key := range []string{"a", "b", "c", "d"} {
 		_, err := e.Publish(ctx, orders, demo.Notification(key))
 		require.NoError(t, err)
@@ -225,14 +230,7 @@ func TestLatencyOfBatchesAndPullReceives(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) })
 	e, reg := newEngine(t, st)
 	ctx := context.Background()
-	caller := func(token string) pigeon.Caller {
-		p, err := e.Authenticate(ctx, token)
-		require.NoError(t, err)
-		k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
-		require.NoError(t, err)
-		return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.Info().ID}
-	}
-	orders, notifier := caller("orders-token"), caller("notifier-token")
+	orders, notifier := notificationsCaller(t, e, "orders-token"), notificationsCaller(t, e, "notifier-token")
 	noType := demo.Notification("b-4")
 	noType.Type = "" // refused in the batch: observed all the same
 	batch := []*pigeon.Message{demo.Notification("b-1"), demo.Notification("b-2"), demo.Notification("b-3"), noType}
