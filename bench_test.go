@@ -310,8 +310,7 @@ func BenchmarkRequestReply(b *testing.B) {
 	ctx := context.Background()
 	gw := benchSession(b, e, "gateway-token", "payments.authorize")
 	if _, err := gw.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
-		_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
-			Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID, Data: []byte(`{"approved":true}`)})
+		_, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
 		return err
 	}); err != nil {
 		b.Fatal(err)

@@ -3,9 +3,10 @@ package pigeon_test
 import (
 	"context"
 	"errors"
-	"pigeon/internal/testclock"
 	"testing"
 	"time"
+
+	"pigeon/internal/testclock"
 
 	"github.com/stretchr/testify/require"
 

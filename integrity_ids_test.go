@@ -189,8 +189,7 @@ func TestRequestIDCannotBeHijacked(t *testing.T) {
 	_, err = checkout.Request(short, m)
 	requireCode(t, err, pigeon.CodeMessageIDTaken)
 
-	_, err = gateway.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
-		Intent: "authorize_payment", Classification: "pci", CorrelationID: req.ID, Data: json.RawMessage(`{"approved":true}`)})
+	_, err = gateway.Publish(ctx, demo.Approval(req.ID))
 	require.NoError(t, err)
 	a := <-done
 	require.NoError(t, a.err)
@@ -244,8 +243,7 @@ func TestReplyDroppedWhenRequesterLosesContract(t *testing.T) {
 	req := receiveOne(t, gateway, "payments.authorize")
 	p := checkout.(interface{ Caller() pigeon.Caller }).Caller().Principal
 	require.NoError(t, f.e.RevokeContract(ctx, p, checkout.Contract().ID()))
-	_, err := gateway.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
-		Intent: "authorize_payment", Classification: "pci", CorrelationID: req.ID, Data: json.RawMessage(`{"approved":true}`)})
+	_, err := gateway.Publish(ctx, demo.Approval(req.ID))
 	require.NoError(t, err)
 	requireCode(t, <-done, pigeon.CodeContractRevoked)
 	recs, err := f.e.Audit(ctx, 0, 0)

@@ -79,6 +79,19 @@ func Payment(orderID string) *pigeon.Message {
 	}
 }
 
+// Approval returns the gateway's reply approving the payments.authorize
+// request whose message id is requestID: {"approved":true}.
+func Approval(requestID string) *pigeon.Message {
+	return &pigeon.Message{
+		Type:           "payment.authorization.result",
+		Subject:        "payments.authorize",
+		Intent:         "authorize_payment",
+		Classification: "pci",
+		CorrelationID:  requestID,
+		Data:           json.RawMessage(`{"approved":true}`),
+	}
+}
+
 // Notification returns a valid notifications.send message.
 func Notification(key string) *pigeon.Message {
 	return &pigeon.Message{

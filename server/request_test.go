@@ -72,9 +72,7 @@ func TestRequestOverHTTP(t *testing.T) {
 	t.Run("replied", func(t *testing.T) {
 		ctx := context.Background()
 		sub, err := f.e.Handle(ctx, "gateway-token", "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
-			_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
-				Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID,
-				Data: json.RawMessage(`{"approved":true}`)})
+			_, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
 			return err
 		})
 		require.NoError(t, err)

@@ -245,8 +245,7 @@ func TestCluster(t *testing.T) {
 		gateway, err := n3.Connect(ctx, "gateway-token", []string{"payments.authorize"})
 		require.NoError(t, err)
 		_, err = gateway.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
-			_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
-				Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID, Data: json.RawMessage(`{"approved":true}`)})
+			_, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
 			return err
 		})
 		require.NoError(t, err)

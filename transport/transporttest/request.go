@@ -2,7 +2,6 @@ package transporttest
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -17,8 +16,7 @@ func testRequestReply(t *testing.T, h Harness) {
 	checkout := connect(t, h, "checkout-token", "payments.authorize")
 	gateway := connect(t, h, "gateway-token", "payments.authorize")
 	_, err := gateway.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
-		_, err := d.Session.Publish(ctx, &pigeon.Message{Type: "payment.authorization.result", Subject: "payments.authorize",
-			Intent: "authorize_payment", Classification: "pci", CorrelationID: d.Message.ID, Data: json.RawMessage(`{"approved":true}`)})
+		_, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
 		return err
 	})
 	require.NoError(t, err)
