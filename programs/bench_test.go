@@ -109,16 +109,20 @@ func BenchmarkDeliveries(b *testing.B) {
 	}
 }
 
+// benchModules are the programs the instance benchmarks start: the
+// smallest module and a Go program with its runtime.
+var benchModules = []struct {
+	name   string
+	module func(testing.TB) []byte
+}{
+	{"trivial", func(testing.TB) []byte { return modOK }},
+	{"enricher", func(t testing.TB) []byte { return example(t, "enricher") }},
+}
+
 // BenchmarkInstanceStart: starting one more instance of a deployed
 // program (instantiation and, for a Go program, its runtime's start).
 func BenchmarkInstanceStart(b *testing.B) {
-	for _, bc := range []struct {
-		name   string
-		module func(testing.TB) []byte
-	}{
-		{"trivial", func(testing.TB) []byte { return modOK }},
-		{"enricher", func(t testing.TB) []byte { return example(t, "enricher") }},
-	} {
+	for _, bc := range benchModules {
 		b.Run(bc.name, func(b *testing.B) {
 			f := newFixture(b, nil)
 			ctx := context.Background()
@@ -137,13 +141,7 @@ func BenchmarkInstanceStart(b *testing.B) {
 // linear memory), averaged over idlePrograms programs.
 func BenchmarkIdleProgramMemory(b *testing.B) {
 	const idlePrograms = 10
-	for _, bc := range []struct {
-		name   string
-		module func(testing.TB) []byte
-	}{
-		{"trivial", func(testing.TB) []byte { return modOK }},
-		{"enricher", func(t testing.TB) []byte { return example(t, "enricher") }},
-	} {
+	for _, bc := range benchModules {
 		b.Run(bc.name, func(b *testing.B) {
 			module := bc.module(b)
 			for range b.N {
