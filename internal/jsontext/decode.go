@@ -3,6 +3,7 @@ package jsontext
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -23,8 +24,14 @@ import (
 func Decode(b []byte, maxDepth int) (any, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth}
 	d.slabs.hint = len(b) / 24
+	stack := openStacks.Get().(*[]member)
+	d.open = (*stack)[:0]
 	d.skip()
 	v, err := d.value(0)
+	if cap(d.open) <= maxOpenStack {
+		*stack = d.open[:0]
+		openStacks.Put(stack)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +55,28 @@ type valueDecoder struct {
 	i        int
 	maxDepth int
 	slabs    slabs
+
+	// open holds the members (and array elements, with an empty name) of
+	// the objects and arrays being decoded, innermost last: a container is
+	// built once it closes, at its final size, instead of growing as it
+	// fills.
+	open []member
 }
+
+// openStacks recycles the decoders' open stacks.
+var openStacks = sync.Pool{New: func() any { s := make([]member, 0, 32); return &s }}
+
+// maxOpenStack is the largest stack returned to openStacks.
+const maxOpenStack = 1024
+
+type member struct {
+	k string
+	v any
+}
+
+// linearDups is the most members an object checks for a duplicate name
+// by comparing names; a larger one builds its map as it is read.
+const linearDups = 16
 
 func (d *valueDecoder) skip() { d.i = spaceEnd(d.s, d.i) }
 
@@ -92,12 +120,14 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		return nil, ErrTooDeep
 	}
 	d.i++ // {
-	m := make(map[string]any, memberHint(d.s, d.i))
 	d.skip()
 	if d.i < len(d.s) && d.s[d.i] == '}' {
 		d.i++
-		return m, nil
+		return map[string]any{}, nil
 	}
+	base := len(d.open)
+	defer d.close(base)
+	var m map[string]any // once the object has more than linearDups members
 	for {
 		d.skip()
 		if d.i >= len(d.s) || d.s[d.i] != '"' {
@@ -117,10 +147,24 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		n := len(m)
-		m[k] = v
-		if len(m) == n {
-			return nil, ErrDuplicateKey
+		if m != nil {
+			n := len(m)
+			if m[k] = v; len(m) == n {
+				return nil, ErrDuplicateKey
+			}
+		} else {
+			for _, o := range d.open[base:] {
+				if o.k == k {
+					return nil, ErrDuplicateKey
+				}
+			}
+			d.open = append(d.open, member{k, v})
+			if len(d.open)-base > linearDups {
+				m = make(map[string]any, 2*linearDups)
+				for _, o := range d.open[base:] {
+					m[o.k] = o.v
+				}
+			}
 		}
 		d.skip()
 		if d.i >= len(d.s) {
@@ -131,6 +175,13 @@ func (d *valueDecoder) object(depth int) (any, error) {
 			d.i++
 		case '}':
 			d.i++
+			if m != nil {
+				return m, nil
+			}
+			m = make(map[string]any, len(d.open)-base)
+			for _, o := range d.open[base:] {
+				m[o.k] = o.v
+			}
 			return m, nil
 		default:
 			return nil, ErrSyntax
@@ -138,24 +189,32 @@ func (d *valueDecoder) object(depth int) (any, error) {
 	}
 }
 
+// close drops the members of the container whose first member is at
+// open[base], once it is built or refused.
+func (d *valueDecoder) close(base int) {
+	clear(d.open[base:])
+	d.open = d.open[:base]
+}
+
 func (d *valueDecoder) array(depth int) (any, error) {
 	if depth > d.maxDepth {
 		return nil, ErrTooDeep
 	}
 	d.i++ // [
-	a := []any{}
 	d.skip()
 	if d.i < len(d.s) && d.s[d.i] == ']' {
 		d.i++
-		return a, nil
+		return []any{}, nil
 	}
+	base := len(d.open)
+	defer d.close(base)
 	for {
 		d.skip()
 		v, err := d.value(depth)
 		if err != nil {
 			return nil, err
 		}
-		a = append(a, v)
+		d.open = append(d.open, member{v: v})
 		d.skip()
 		if d.i >= len(d.s) {
 			return nil, ErrSyntax
@@ -165,6 +224,10 @@ func (d *valueDecoder) array(depth int) (any, error) {
 			d.i++
 		case ']':
 			d.i++
+			a := make([]any, len(d.open)-base)
+			for i, o := range d.open[base:] {
+				a[i] = o.v
+			}
 			return a, nil
 		default:
 			return nil, ErrSyntax
@@ -249,34 +312,4 @@ func (d *valueDecoder) number() (any, error) {
 	}
 	d.i = end
 	return d.slabs.float(f), nil
-}
-
-// memberHint estimates how many members the object whose text starts at s[i]
-// (just after its brace) has, by counting the commas at its own level, so
-// that its map is allocated once at its size. It reads at most 4 KiB: a
-// larger object grows its map as it fills.
-func memberHint(s string, i int) int {
-	n, depth := 1, 0
-	for end := min(len(s), i+4096); i < end; i++ {
-		switch s[i] {
-		case '"':
-			for i++; i < end && s[i] != '"'; i++ {
-				if s[i] == '\\' {
-					i++
-				}
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return n
-			}
-			depth--
-		case ',':
-			if depth == 0 {
-				n++
-			}
-		}
-	}
-	return n
 }

@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -22,6 +23,27 @@ var jsonCases = []string{
 	`"\ud800"`, `"\ud800\u0041"`, `"\udc00"`, "\"\xff\"", `{"a":{"b":[1,{"c":null}]}}`, ` { "a" : 1 , "a" : 2 } `,
 	`{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`, `"abc`, `{"a"}`, `{"a":}`, `nul`, `[1 2]`, `{} {}`, "\"a\x01\"", `"\x"`, `1e400`,
 	`"\u12"`, `{"a":1`, ``, ` `,
+	objectOf(linearDups), objectOf(linearDups + 1), objectOf(40), `[` + objectOf(20) + `,[1,[2,{"x":[3]}]],` + objectOf(3) + `]`,
+	objectOf(linearDups) + `x`, `{"m0":1,"m1":[` + objectOf(30) + `],"m0":2}`,
+}
+
+// objectOf is an object of n members m0..m(n-1), the even ones nested one
+// level: small objects and arrays are built differently from large ones.
+func objectOf(n int) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if i%2 == 0 {
+			fmt.Fprintf(&b, `"m%d":[%d,{"k":"v%d"}]`, i, i, i)
+		} else {
+			fmt.Fprintf(&b, `"m%d":%d`, i, i)
+		}
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 func TestDecodeValueMatchesEncodingJSON(t *testing.T) {
@@ -47,6 +69,12 @@ func TestDecodeValueRefusesAmbiguousText(t *testing.T) {
 		{`{"paymentToken":"4111111111111111","amount":1,"paymentToken":"tok_abc"}`, ErrDuplicateKey},
 		{`{"a":{"b":[{"c":1,"c":1}]}}`, ErrDuplicateKey},
 		{`{"a":1,"\u0061":2}`, ErrDuplicateKey},
+		// Names compared one by one (up to linearDups members), then in a map.
+		{`{"m0":0,` + objectOf(linearDups)[1:], ErrDuplicateKey},
+		{objectOf(linearDups)[:len(objectOf(linearDups))-1] + `,"m3":0}`, ErrDuplicateKey},
+		{objectOf(linearDups+4)[:len(objectOf(linearDups+4))-1] + `,"m1":0}`, ErrDuplicateKey},
+		{objectOf(linearDups+4)[:len(objectOf(linearDups+4))-1] + `,"m18":0}`, ErrDuplicateKey},
+		{`[` + objectOf(linearDups+1)[:len(objectOf(linearDups+1))-1] + `,"m0":0}]`, ErrDuplicateKey},
 		{"{\"a\":\"\xff\"}", ErrInvalidUTF8},
 		{"{\"\xc3\":1}", ErrInvalidUTF8},
 		{`{"a":"\ud800"}`, ErrInvalidUTF8},
