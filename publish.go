@@ -1,6 +1,7 @@
 package pigeon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,45 @@ func (r *Result) AppendMessageJSON(b []byte) []byte {
 	}
 	return r.Message.AppendJSON(b)
 }
+
+// AppendBriefJSON appends the encoding of the result's message as
+// AppendMessageJSON does, without its "data" member when Status is
+// StatusAccepted: the data of a message just accepted is byte for byte the
+// data its publisher sent ({} when it sent none), so an answer to the
+// publisher need not carry it back. A duplicate's message is the
+// original, whose data may differ, and is appended whole.
+func (r *Result) AppendBriefJSON(b []byte) []byte {
+	start := len(b)
+	b = r.AppendMessageJSON(b)
+	if r.Status != StatusAccepted {
+		return b
+	}
+	return cutData(b, start, r.Message.Data)
+}
+
+// cutData removes the "data" member, whose value is data, from the
+// message encoded at b[start:], and leaves b unchanged if the encoding
+// does not hold exactly that. The first `,"data":` of an encoding is its
+// data member: a quote inside an encoded string is always escaped, so a
+// comma followed by a quote never occurs inside one.
+func cutData(b []byte, start int, data []byte) []byte {
+	const name = `,"data":`
+	if len(data) == 0 {
+		data = emptyData
+	}
+	i := bytes.Index(b[start:], []byte(name))
+	if i < 0 {
+		return b
+	}
+	i += start
+	end := i + len(name) + len(data)
+	if end > len(b) || !bytes.Equal(b[i+len(name):end], data) {
+		return b
+	}
+	return append(b[:i], b[end:]...)
+}
+
+var emptyData = []byte("{}")
 
 var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
 

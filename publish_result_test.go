@@ -50,3 +50,51 @@ func TestResultAppendMessageJSON(t *testing.T) {
 	r := pigeon.Result{Status: pigeon.StatusAccepted, Message: m}
 	require.Equal(t, string(m.AppendJSON(nil)), string(r.AppendMessageJSON(nil)))
 }
+
+// TestResultAppendBriefJSON: the brief encoding of an accepted message is
+// its full encoding without the data member, whatever its strings hold; a
+// duplicate's (the original's) is whole.
+func TestResultAppendBriefJSON(t *testing.T) {
+	f := newFixture(t)
+	pub := f.connect("checkout-token", "payments.authorize")
+	m := demo.Payment("o-1")
+	m.IdempotencyKey = "k-1"
+	res, err := pub.Publish(ctx, m)
+	require.NoError(t, err)
+	dup, err := pub.Publish(ctx, m)
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusDuplicate, dup.Status)
+
+	tricky := demo.Payment("o-2")
+	tricky.IdempotencyKey = `k","data":{},"x":"`
+	tricky.Reason = `,"data":` + string(tricky.Data)
+	empty := demo.Payment("o-3")
+	empty.Data = nil
+	for _, tt := range []struct {
+		name  string
+		r     *pigeon.Result
+		brief bool
+	}{
+		{"accepted", res, true},
+		{"duplicate", dup, false},
+		{"strings that spell a data member", &pigeon.Result{Status: pigeon.StatusAccepted, Message: tricky}, true},
+		{"no data sent", &pigeon.Result{Status: pigeon.StatusAccepted, Message: empty}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			full := tt.r.AppendMessageJSON(nil)
+			got := tt.r.AppendBriefJSON([]byte("x"))
+			require.Equal(t, byte('x'), got[0])
+			got = got[1:]
+			if !tt.brief {
+				require.Equal(t, string(full), string(got))
+				return
+			}
+			var wantMap, gotMap map[string]any
+			require.NoError(t, json.Unmarshal(full, &wantMap))
+			require.NoError(t, json.Unmarshal(got, &gotMap))
+			require.Contains(t, wantMap, "data")
+			delete(wantMap, "data")
+			require.Equal(t, wantMap, gotMap)
+		})
+	}
+}

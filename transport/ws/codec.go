@@ -239,6 +239,20 @@ func (w *walker) number(j int) ([]byte, int) {
 	return w.b[j:e], e
 }
 
+// boolean reads the literal true or false at b[j] into dst and returns
+// the index just past it, or -1.
+func (w *walker) boolean(j int, dst *bool) int {
+	switch rest := w.b[j:]; {
+	case bytes.HasPrefix(rest, []byte("true")):
+		*dst = true
+		return j + len("true")
+	case bytes.HasPrefix(rest, []byte("false")):
+		*dst = false
+		return j + len("false")
+	}
+	return -1
+}
+
 // integer reads the number at b[j] as encoding/json reads it into a signed
 // integer of bitSize bits.
 func (w *walker) integer(j, bitSize int) (int64, int) {
@@ -413,6 +427,7 @@ func (w *walker) signature(i int) (*pigeon.Signature, int) {
 const (
 	fOp = iota
 	fID
+	fBrief
 	fRe
 	fSub
 	fStatus
@@ -427,7 +442,7 @@ const (
 )
 
 var frameNames = names{
-	fOp: "op", fID: "id", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
+	fOp: "op", fID: "id", fBrief: "brief", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
 	fMessage: "message", fMessages: "messages", fResults: "results", fDeliveries: "deliveries",
 	fMessageID: "messageId", fMessageIDs: "messageIds",
 }
@@ -458,6 +473,8 @@ func (w *walker) frame() (*Frame, bool) {
 			return w.str(j, &f.Op, true)
 		case fID:
 			return w.str(j, &f.ID, false)
+		case fBrief:
+			return w.boolean(j, &f.Brief)
 		case fRe:
 			return w.str(j, &f.Re, false)
 		case fSub:

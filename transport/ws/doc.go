@@ -46,7 +46,10 @@
 // every gate and audited on its own, its refusal resolving only its own
 // PendingPublish. In-flight publishes are bounded per Session
 // (WithMaxPendingPublishes); a lost connection resolves every one of them
-// with its transport error. Publish is PublishAsync then Wait. The server
+// with its transport error. Publish is PublishAsync then Wait. The frames
+// ask for brief answers, which leave out an accepted message's data (the
+// data sent); the client puts a copy of the data it sent back into
+// Result.Message, so results are the same as from a full answer. The server
 // limits each connection to Options.PublishRate messages a second (default
 // 1,000,000), counting every message of a batch.
 //

@@ -80,6 +80,9 @@ type Frame struct {
 	Contract json.RawMessage `json:"contract,omitempty"`
 	MaxFrame int64           `json:"maxFrame,omitempty"` // contract: the largest frame the server reads
 
+	// publish, publish_batch: answer accepted messages without their data
+	Brief bool `json:"brief,omitempty"`
+
 	// publish, request, decision, reply, deliver, messages
 	Message  *pigeon.Message   `json:"message,omitempty"`
 	Messages []*pigeon.Message `json:"messages,omitempty"`

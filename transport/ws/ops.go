@@ -98,8 +98,18 @@ func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	b = append(b, `,"status":`...)
 	b = jsontext.AppendString(b, res.Status)
 	b = append(b, `,"message":`...)
-	b = res.AppendMessageJSON(b)
+	b = appendResultMessage(b, res, f.Brief)
 	return append(b, '}'), nil
+}
+
+// appendResultMessage appends the message of a publish's answer: brief
+// (an accepted message without its data, which the publisher sent) when
+// the frame asked for it.
+func appendResultMessage(b []byte, res *pigeon.Result, brief bool) []byte {
+	if brief {
+		return res.AppendBriefJSON(b)
+	}
+	return res.AppendMessageJSON(b)
 }
 
 // request publishes a request and answers with its reply.

@@ -1,6 +1,7 @@
 package ws
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"sync"
@@ -42,6 +43,7 @@ type PendingPublish struct {
 	res   *pigeon.Result
 	err   error
 	slots chan struct{} // the session's in-flight bound, given back once resolved
+	data  []byte        // the data sent, for a brief answer (see sentData)
 }
 
 // errNotAnswered is what Result says before Done is closed.
@@ -82,6 +84,18 @@ func (p *PendingPublish) resolve(res *pigeon.Result, err error) {
 	p.res, p.err = res, err
 	close(p.done)
 	<-p.slots
+}
+
+// resolveWith resolves p with the server's decision. The frames carrying
+// publishes ask for brief answers: an accepted message comes back without
+// its data, which is the data sent. A server that ignores the request
+// sends the data, and it is kept.
+func (p *PendingPublish) resolveWith(status string, m *pigeon.Message) {
+	if m.Data == nil && status == pigeon.StatusAccepted {
+		m.Data = p.data
+	}
+	p.data = nil
+	p.resolve(&pigeon.Result{Status: status, Message: m}, nil)
 }
 
 // PublishAsync queues m for publishing and returns at once with its
@@ -171,6 +185,7 @@ func (q *pubQueue) newSeg() *pubSeg {
 
 // push encodes m onto the last segment and wakes the writer.
 func (q *pubQueue) push(m *pigeon.Message, p *PendingPublish) error {
+	p.data = sentData(m.Data) // before the answer can come
 	q.mu.Lock()
 	if q.closed != nil {
 		err := q.closed
@@ -204,6 +219,16 @@ func (q *pubQueue) push(m *pigeon.Message, p *PendingPublish) error {
 	default:
 	}
 	return nil
+}
+
+// sentData is a copy of the data the server stores for a message whose
+// data is d, as AppendJSON sends it: d without the whitespace around it,
+// or {} when d is empty. A brief answer leaves it out.
+func sentData(d []byte) []byte {
+	if d = bytes.Trim(d, " \t\r\n"); len(d) == 0 {
+		d = []byte("{}")
+	}
+	return append([]byte(nil), d...)
 }
 
 // take removes the first segment, or returns nil.
@@ -273,13 +298,13 @@ func (cc *clientConn) nextPublishFrame() []byte {
 	if len(seg.items) == 1 {
 		b = append(b, `{"op":"publish","id":`...)
 		b = jsontext.AppendString(b, id)
-		b = append(b, `,"message":`...)
+		b = append(b, `,"brief":true,"message":`...)
 		b = append(b, seg.body...)
 		b = append(b, '}')
 	} else {
 		b = append(b, `{"op":"publish_batch","id":`...)
 		b = jsontext.AppendString(b, id)
-		b = append(b, `,"messages":[`...)
+		b = append(b, `,"brief":true,"messages":[`...)
 		b = append(b, seg.body...)
 		b = append(b, "]}"...)
 	}
@@ -305,7 +330,7 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 			items[0].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
 			return
 		}
-		items[0].resolve(&pigeon.Result{Status: f.Status, Message: f.Message}, nil)
+		items[0].resolveWith(f.Status, f.Message)
 	case f.Op == OpDecisions && len(f.Results) == len(items):
 		for i, r := range f.Results {
 			switch {
@@ -314,7 +339,7 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 			case r.Message == nil:
 				items[i].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
 			default:
-				items[i].resolve(&pigeon.Result{Status: r.Status, Message: r.Message}, nil)
+				items[i].resolveWith(r.Status, r.Message)
 			}
 		}
 	default:

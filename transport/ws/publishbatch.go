@@ -94,7 +94,7 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 			b = append(b, `{"status":`...)
 			b = jsontext.AppendString(b, o.res.Status)
 			b = append(b, `,"message":`...)
-			b = o.res.AppendMessageJSON(b)
+			b = appendResultMessage(b, o.res, f.Brief)
 			b = append(b, '}')
 		}
 	}
