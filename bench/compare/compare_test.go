@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,6 +161,10 @@ func TestJudge(t *testing.T) {
 		{"http", results{"bare-http": {rate: 10e3}, "pigeon-http-memory": {rate: 7.7e3}, "pigeon-http-wal": {rate: 4.7e3}}, "no: memory/bare 0.77 < 0.85; durable/bare 0.47 < 0.70"},
 	}
 	all := rows()
+	http, err := selectRows(all, "http")
+	require.NoError(t, err)
+	v := http[0].judge(results{"bare-http": {rate: 50e3}, "bare-http-fsync": {rate: 20e3}, "pigeon-http-memory": {rate: 45e3}, "pigeon-http-wal": {rate: 18e3}})
+	require.Equal(t, "memory 90%, durable 36% of bare (bare + fsync 40% of bare; durable 90% of it)", v.vsRaw)
 	for _, tc := range tests {
 		t.Run(tc.row+"/"+tc.met, func(t *testing.T) {
 			rs, err := selectRows(all, tc.row)
@@ -165,6 +172,34 @@ func TestJudge(t *testing.T) {
 			require.True(t, strings.HasPrefix(rs[0].judge(tc.res).met, tc.met), "got %q", rs[0].judge(tc.res).met)
 		})
 	}
+}
+
+// TestGroupSync: every record appended concurrently is in the file once
+// its append returns, and concurrent appends share fsyncs.
+func TestGroupSync(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "group-")
+	require.NoError(t, err)
+	defer f.Close()
+	g := &groupSync{f: f}
+	g.cond.L = &g.mu
+	const writers, each = 16, 50
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				rec := fmt.Appendf(nil, "w%02d-%03d\n", w, i)
+				require.NoError(t, g.append(rec))
+				fi, err := f.Stat()
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, fi.Size(), int64(len(rec)))
+			}
+		})
+	}
+	wg.Wait()
+	b, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	require.Len(t, strings.Split(strings.TrimSpace(string(b)), "\n"), writers*each)
+	require.Equal(t, g.written, g.synced)
 }
 
 // TestQuantile: nearest rank on sorted samples.

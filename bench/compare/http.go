@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -80,6 +82,78 @@ func bareHTTP(ctx context.Context, c config) (result, error) {
 	return httpLoad(ctx, c, "http://"+addr+"/v1/messages", func(int) http.Header {
 		return http.Header{"Content-Type": {"application/json"}}
 	}, http.StatusAccepted)
+}
+
+// bareHTTPFsync is the floor of any durable HTTP broker: bareHTTP's
+// handler, but each body is appended to a file and fsynced before the
+// answer, with group commit (concurrent requests share one fsync); req/s.
+func bareHTTPFsync(ctx context.Context, c config) (result, error) {
+	f, err := os.CreateTemp("", "compare-http-fsync-")
+	if err != nil {
+		return result{}, err
+	}
+	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
+	g := &groupSync{f: f}
+	g.cond.L = &g.mu
+	answer := []byte(`{"status":"accepted"}`)
+	addr, stop, err := serveLocal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = g.append(body)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write(answer)
+	}))
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+	return httpLoad(ctx, c, "http://"+addr+"/v1/messages", func(int) http.Header {
+		return http.Header{"Content-Type": {"application/json"}}
+	}, http.StatusAccepted)
+}
+
+// groupSync appends records to a file and returns once they are fsynced.
+// Whoever finds no fsync running starts one for everything written so far;
+// the others wait for the fsync that covers their record.
+type groupSync struct {
+	f *os.File
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	written uint64 // records written
+	synced  uint64 // records an fsync covered
+	syncing bool
+	err     error
+}
+
+func (g *groupSync) append(rec []byte) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, err := g.f.Write(rec); err != nil {
+		return err
+	}
+	g.written++
+	mine := g.written
+	for g.synced < mine && g.err == nil {
+		if g.syncing {
+			g.cond.Wait()
+			continue
+		}
+		g.syncing = true
+		upTo := g.written
+		g.mu.Unlock()
+		err := g.f.Sync()
+		g.mu.Lock()
+		g.syncing, g.synced, g.err = false, upTo, err
+		g.cond.Broadcast()
+	}
+	return g.err
 }
 
 // pigeonHTTP is governed publishes on eventsSubject through Pigeon's HTTP
