@@ -21,12 +21,11 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i = safeEnd(s, i); i == len(s) {
+			break
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if safe[c] {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			b = appendEscape(b, c)
 			i++

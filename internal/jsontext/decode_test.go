@@ -72,9 +72,9 @@ func TestDecodeValueRefusesAmbiguousText(t *testing.T) {
 		// Names compared one by one (up to linearDups members), then in a map.
 		{`{"m0":0,` + objectOf(linearDups)[1:], ErrDuplicateKey},
 		{objectOf(linearDups)[:len(objectOf(linearDups))-1] + `,"m3":0}`, ErrDuplicateKey},
-		{objectOf(linearDups+4)[:len(objectOf(linearDups+4))-1] + `,"m1":0}`, ErrDuplicateKey},
-		{objectOf(linearDups+4)[:len(objectOf(linearDups+4))-1] + `,"m18":0}`, ErrDuplicateKey},
-		{`[` + objectOf(linearDups+1)[:len(objectOf(linearDups+1))-1] + `,"m0":0}]`, ErrDuplicateKey},
+		{objectOf(linearDups + 4)[:len(objectOf(linearDups+4))-1] + `,"m1":0}`, ErrDuplicateKey},
+		{objectOf(linearDups + 4)[:len(objectOf(linearDups+4))-1] + `,"m18":0}`, ErrDuplicateKey},
+		{`[` + objectOf(linearDups + 1)[:len(objectOf(linearDups+1))-1] + `,"m0":0}]`, ErrDuplicateKey},
 		{"{\"a\":\"\xff\"}", ErrInvalidUTF8},
 		{"{\"\xc3\":1}", ErrInvalidUTF8},
 		{`{"a":"\ud800"}`, ErrInvalidUTF8},

@@ -1,6 +1,9 @@
 package jsontext
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
 
 // PlainEnd returns the index of the first byte of b at or after i that a
 // JSON string cannot hold as it is, or len(b): a quote, a backslash, a
@@ -37,4 +40,23 @@ func special(x uint64) bool {
 	q := x ^ ones*'"'
 	s := x ^ ones*'\\'
 	return ((q-ones)&^q|(s-ones)&^s|(x-ones*0x20)|x)&highs != 0
+}
+
+// safeEnd returns the index of the first byte of s at or after i that
+// AppendString does not copy as it is, or len(s): a byte PlainEnd stops
+// at, or one of the HTML-sensitive <, > and &. Eight bytes at a time, as
+// PlainEnd.
+func safeEnd(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		x := word(s, i)
+		a := x ^ ones*'&'
+		g := (x | ones*2) ^ ones*'>' // < and > differ in bit 1 alone
+		if special(x) || ((a-ones)&^a|(g-ones)&^g)&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && s[i] < utf8.RuneSelf && safe[s[i]] {
+		i++
+	}
+	return i
 }

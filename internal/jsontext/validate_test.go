@@ -149,7 +149,7 @@ func BenchmarkValidate(b *testing.B) {
 
 // FuzzPlainEnd holds PlainEnd to a byte-by-byte scan, at every start.
 func FuzzPlainEnd(f *testing.F) {
-	for _, s := range []string{"", "abcdefghijklmnop\"", "abcdefgh\\ijkl", "abc\x1fdefghijk", "héllo wörld, long enough", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x80", "!!!!!!!!####\"", " \x20\x21\x22"} {
+	for _, s := range []string{"", "abcdefghijklmnop\"", "abcdefgh<ijklm", "a&b>c<d=?;:.-,+*", "abcdefgh>", "abcdefghijklmnop&", "abcdefgh\\ijkl", "abc\x1fdefghijk", "héllo wörld, long enough", "\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x7f\x80", "!!!!!!!!####\"", " \x20\x21\x22"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -160,6 +160,11 @@ func FuzzPlainEnd(f *testing.F) {
 			}
 			require.Equal(t, want, PlainEnd(b, i), "%q from %d", b, i)
 			require.Equal(t, want, PlainEnd(string(b), i), "%q from %d", b, i)
+			want = i
+			for want < len(b) && b[want] < utf8.RuneSelf && safe[b[want]] {
+				want++
+			}
+			require.Equal(t, want, safeEnd(string(b), i), "safeEnd %q from %d", b, i)
 		}
 	})
 }
@@ -176,6 +181,11 @@ func TestPlainEndEveryByte(t *testing.T) {
 				want = at
 			}
 			require.Equal(t, want, PlainEnd(b, 0), "byte %#x at %d", c, at)
+			want = len(b)
+			if c >= utf8.RuneSelf || !safe[c] {
+				want = at
+			}
+			require.Equal(t, want, safeEnd(string(b), 0), "safeEnd: byte %#x at %d", c, at)
 		}
 	}
 }
