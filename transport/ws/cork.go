@@ -17,22 +17,33 @@ import (
 // when it uncorks, so that a burst of queued frames costs one system call.
 // Writes from other goroutines (pongs, close frames) keep their order: every
 // write and the flush take the same lock.
+//
+// The buffer comes from corkBufs when a corked write is collected and goes
+// back once it is written, so an idle connection holds none, and it is
+// allocated at maxCork so that collecting never grows it.
 type corkConn struct {
 	net.Conn
 	mu     sync.Mutex
 	corked bool
-	buf    []byte
+	buf    *[]byte // collected writes, nil when none
 }
 
 // maxCork bounds what a cork collects before it writes anyway.
 const maxCork = 256 << 10
 
+var corkBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxCork); return &b }}
+
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.corked && len(c.buf)+len(p) <= maxCork {
-		c.buf = append(c.buf, p...)
-		return len(p), nil
+	if c.corked && len(p) <= maxCork {
+		if c.buf == nil {
+			c.buf = corkBufs.Get().(*[]byte)
+		}
+		if len(*c.buf)+len(p) <= maxCork {
+			*c.buf = append(*c.buf, p...)
+			return len(p), nil
+		}
 	}
 	if err := c.flushLocked(); err != nil {
 		return 0, err
@@ -40,16 +51,19 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// flushLocked writes what was collected and gives the buffer back.
 func (c *corkConn) flushLocked() error {
-	if len(c.buf) == 0 {
+	bp := c.buf
+	if bp == nil {
 		return nil
 	}
-	_, err := c.Conn.Write(c.buf)
-	if cap(c.buf) > maxCork {
-		c.buf = nil
-	} else {
-		c.buf = c.buf[:0]
+	c.buf = nil
+	var err error
+	if len(*bp) > 0 {
+		_, err = c.Conn.Write(*bp)
 	}
+	*bp = (*bp)[:0]
+	corkBufs.Put(bp)
 	return err
 }
 
