@@ -235,7 +235,7 @@ func TestSelectRows(t *testing.T) {
 	}{
 		{"http/pigeon-http-wal", []string{"http/pigeon-http-wal"}, ""},
 		{"http/pigeon-http-wal,http/bare-http", []string{"http/pigeon-http-wal", "http/bare-http"}, ""},
-		{"http/bare-http,http", []string{"http/bare-http", "http/pigeon-http-memory", "http/pigeon-http-wal"}, ""},
+		{"http/bare-http,http", []string{"http/bare-http", "http/bare-http-fsync", "http/pigeon-http-memory", "http/pigeon-http-wal"}, ""},
 		{"http/bare-http,http/bare-http", []string{"http/bare-http"}, ""},
 		{"inproc", []string{"inproc/pigeon-inproc", "inproc/pigeon-inproc-publish"}, ""},
 		{"http/nope", nil, "no cell nope in row http"},
@@ -252,5 +252,5 @@ func TestSelectRows(t *testing.T) {
 			require.Equal(t, tc.want, keys(rs))
 		})
 	}
-	require.Len(t, all[len(all)-1].cells, 3, "selecting a cell leaves the table's rows whole")
+	require.Len(t, all[len(all)-1].cells, 4, "selecting a cell leaves the table's rows whole")
 }
