@@ -43,9 +43,10 @@ type serverSub struct {
 	batch bool
 	bmu   sync.Mutex
 	hctx  context.Context // the handler's context, once it has run
-	buf   []byte          // the entries gathered, comma separated
-	bufN  int64           // the write budget they hold
+	buf   []byte          // the deliver_batch frame being gathered, nil when none
+	bufN  int64           // the write budget its entries hold
 	bufIn []gathered
+	last  int // the length of the last frame, to size the next
 }
 
 // gathered is one delivery waiting in a batch.
@@ -203,7 +204,14 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait)}
 		ss.mu.Unlock()
 	}
-	if len(ss.bufIn) > 0 {
+	if len(ss.bufIn) == 0 {
+		// The frame is handed to the writer when it leaves: a new one
+		// for each batch, so an idle subscription holds none.
+		b := appendHead(make([]byte, 0, max(ss.last+ss.last/4, 1024)), OpDeliverBatch, "")
+		b = append(b, `,"sub":`...)
+		b = jsontext.AppendString(b, ss.id)
+		ss.buf = append(b, `,"deliveries":[`...)
+	} else {
 		ss.buf = append(ss.buf, ',')
 	}
 	ss.buf = append(ss.buf, `{"attempt":`...)
@@ -232,13 +240,9 @@ func (ss *serverSub) flushLocked() {
 	if len(ss.bufIn) == 0 {
 		return
 	}
-	b := appendHead(make([]byte, 0, len(ss.buf)+64+len(ss.id)), OpDeliverBatch, "")
-	b = append(b, `,"sub":`...)
-	b = jsontext.AppendString(b, ss.id)
-	b = append(b, `,"deliveries":[`...)
-	b = append(append(b, ss.buf...), "]}"...)
+	b := append(ss.buf, "]}"...)
 	in, n, ctx := ss.bufIn, ss.bufN, ss.hctx
-	ss.buf, ss.bufIn, ss.bufN = ss.buf[:0], nil, 0
+	ss.buf, ss.bufN, ss.last = nil, 0, len(b)
 	err := ss.c.enqueue(ctx, b, n)
 	for _, g := range in {
 		switch {
@@ -249,6 +253,8 @@ func (ss *serverSub) flushLocked() {
 			g.done(undelivered(err))
 		}
 	}
+	clear(in)
+	ss.bufIn = in[:0]
 	if err != nil && ctx.Err() == nil {
 		ss.stop() // as handle does: this consumer cannot take deliveries
 	}
