@@ -321,7 +321,15 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		}
 		return e.duplicate(ctx, a, orig), nil
 	}
-	res := &acceptedResult{m: *m}
+	f := e.fanoutOf(s.name)
+	var res *acceptedResult
+	var d *decoded
+	if f != nil {
+		both := &rememberedResult{res: acceptedResult{m: *m}}
+		res, d = &both.res, &both.d
+	} else {
+		res = &acceptedResult{m: *m}
+	}
 	res.m.Sequence = stored.Seq
 	if a.nowText != "" && stored.Time.Equal(a.Now) {
 		res.m.AcceptedAt = a.nowText
@@ -335,12 +343,12 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 	} else {
 		e.observeRecord(&acc)
 	}
-	if f := e.fanoutOf(s.name); f != nil {
+	if f != nil {
 		// Subscribers get what the gates judged: the stored envelope and
 		// the data tree the gates read, decoded once. The copy shares
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
-		res.r.src = e.remember(s.name, stored.Seq, &res.m, a.Data)
+		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, a.Data)
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {
@@ -361,6 +369,14 @@ func (e *Engine) duplicate(ctx context.Context, a *Admission, orig *Message) *Re
 type acceptedResult struct {
 	r Result
 	m Message
+}
+
+// rememberedResult is an acceptedResult and the copy of its message the
+// fan-out shares (remember), in one allocation: the Result points at the
+// copy (Result.src) and so keeps it alive anyway.
+type rememberedResult struct {
+	res acceptedResult
+	d   decoded
 }
 
 // decodeStored rebuilds an accepted message from its stored form.

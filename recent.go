@@ -70,13 +70,13 @@ func (c *recentCache) ring(subject string) *recentRing {
 	return r
 }
 
-// remember keeps a copy of an accepted message, and the data tree the
-// gates judged, so that the fan-out hands it to subscribers without
-// reading and decoding it again. The copy shares nothing with m (its data
-// included, which is stored as "{}" when empty); data must not be shared
-// with the publisher.
-func (e *Engine) remember(subject string, seq uint64, m *Message, data any) *decoded {
-	d := &decoded{seq: seq, msg: *m}
+// remember keeps a copy of an accepted message in d (zero, and not yet
+// shared), and the data tree the gates judged, so that the fan-out hands
+// it to subscribers without reading and decoding it again. The copy
+// shares nothing with m (its data included, which is stored as "{}" when
+// empty); data must not be shared with the publisher.
+func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, data any) *decoded {
+	*d = decoded{seq: seq, msg: *m}
 	d.m = &d.msg
 	if len(m.Data) == 0 {
 		d.msg.Data = json.RawMessage("{}") // as stored
