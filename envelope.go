@@ -145,9 +145,11 @@ func jsonErrorText(err error) string {
 // stored encoding would replace invalid bytes, so a field that is not
 // valid would be stored other than the gates judged it.
 func (m *Message) validText() bool {
-	for _, s := range [...]string{m.SpecVersion, m.ID, m.Type, m.Source, m.Subject, m.Time, m.Intent,
-		m.IdempotencyKey, m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason} {
-		if !utf8.ValidString(s) {
+	strs := [...]string{m.SpecVersion, m.ID, m.Type, m.Source, m.Subject, m.Time, m.Intent,
+		m.IdempotencyKey, m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason}
+	for _, s := range strs {
+		// Envelope fields are nearly always ASCII, which is valid UTF-8.
+		if !jsontext.ASCII(s) && !utf8.ValidString(s) {
 			return false
 		}
 	}

@@ -60,3 +60,17 @@ func safeEnd(s string, i int) int {
 	}
 	return i
 }
+
+// ASCII reports whether every byte of s is below 0x80, eight bytes at a
+// time.
+func ASCII(s string) bool {
+	var acc uint64
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		acc |= word(s, i)
+	}
+	for ; i < len(s); i++ {
+		acc |= uint64(s[i])
+	}
+	return acc&highs == 0
+}

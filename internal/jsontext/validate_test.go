@@ -189,3 +189,18 @@ func TestPlainEndEveryByte(t *testing.T) {
 		}
 	}
 }
+
+// TestASCII: every byte value at every place of a string of any length
+// decides ASCII as a byte loop does.
+func TestASCII(t *testing.T) {
+	for n := range 20 {
+		for at := range n {
+			for _, c := range []byte{0, 'a', 0x7f, 0x80, 0xc3, 0xff} {
+				b := []byte(strings.Repeat("a", n))
+				b[at] = c
+				require.Equal(t, c < 0x80, ASCII(string(b)), "byte %#x at %d of %d", c, at, n)
+			}
+		}
+	}
+	require.True(t, ASCII(""))
+}
