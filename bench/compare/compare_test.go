@@ -180,8 +180,7 @@ func TestGroupSync(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "group-")
 	require.NoError(t, err)
 	defer f.Close()
-	g := &groupSync{f: f}
-	g.cond.L = &g.mu
+	g := newGroupSync(f)
 	const writers, each = 16, 50
 	var wg sync.WaitGroup
 	for w := range writers {

@@ -65,23 +65,7 @@ func httpLoad(ctx context.Context, c config, url string, header func(i int) http
 // bareHTTP is the floor of any HTTP broker: a net/http handler that reads
 // the body and answers a small JSON document; req/s.
 func bareHTTP(ctx context.Context, c config) (result, error) {
-	answer := []byte(`{"status":"accepted"}`)
-	addr, stop, err := serveLocal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := io.Copy(io.Discard, r.Body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = w.Write(answer)
-	}))
-	if err != nil {
-		return result{}, err
-	}
-	defer stop()
-	return httpLoad(ctx, c, "http://"+addr+"/v1/messages", func(int) http.Header {
-		return http.Header{"Content-Type": {"application/json"}}
-	}, http.StatusAccepted)
+	return serveBare(ctx, c, nil)
 }
 
 // bareHTTPFsync is the floor of any durable HTTP broker: bareHTTP's
@@ -93,13 +77,22 @@ func bareHTTPFsync(ctx context.Context, c config) (result, error) {
 		return result{}, err
 	}
 	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
-	g := &groupSync{f: f}
-	g.cond.L = &g.mu
+	return serveBare(ctx, c, newGroupSync(f).append)
+}
+
+// serveBare runs httpLoad against a handler that reads the body, gives it
+// to keep (or, when keep is nil, discards it without holding it) and
+// answers {"status":"accepted"}.
+func serveBare(ctx context.Context, c config, keep func(body []byte) error) (result, error) {
 	answer := []byte(`{"status":"accepted"}`)
 	addr, stop, err := serveLocal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err == nil {
-			err = g.append(body)
+		var err error
+		if keep == nil {
+			_, err = io.Copy(io.Discard, r.Body)
+		} else if body, rerr := io.ReadAll(r.Body); rerr != nil {
+			err = rerr
+		} else {
+			err = keep(body)
 		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -130,6 +123,12 @@ type groupSync struct {
 	synced  uint64 // records an fsync covered
 	syncing bool
 	err     error
+}
+
+func newGroupSync(f *os.File) *groupSync {
+	g := &groupSync{f: f}
+	g.cond.L = &g.mu
+	return g
 }
 
 func (g *groupSync) append(rec []byte) error {
