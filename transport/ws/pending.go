@@ -226,9 +226,9 @@ func (q *pubQueue) push(m *pigeon.Message, p *PendingPublish) error {
 // or {} when d is empty. A brief answer leaves it out.
 func sentData(d []byte) []byte {
 	if d = bytes.Trim(d, " \t\r\n"); len(d) == 0 {
-		d = []byte("{}")
+		return []byte("{}")
 	}
-	return append([]byte(nil), d...)
+	return bytes.Clone(d)
 }
 
 // take removes the first segment, or returns nil.
