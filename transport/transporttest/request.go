@@ -15,8 +15,12 @@ func testRequestReply(t *testing.T, h Harness) {
 	ctx := context.Background()
 	checkout := connect(t, h, "checkout-token", "payments.authorize")
 	gateway := connect(t, h, "gateway-token", "payments.authorize")
+	replied := make(chan *pigeon.Result, 1)
 	_, err := gateway.Subscribe(ctx, "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
-		_, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
+		res, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
+		if err == nil {
+			replied <- res
+		}
 		return err
 	})
 	require.NoError(t, err)
@@ -26,6 +30,11 @@ func testRequestReply(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"approved":true}`, string(reply.Data))
 	require.Equal(t, demo.Gateway, reply.Source)
+	// The replier's result is the reply the requester got.
+	res := <-replied
+	require.Equal(t, pigeon.StatusAccepted, res.Status)
+	require.Equal(t, reply.ID, res.Message.ID)
+	require.Equal(t, string(reply.Data), string(res.Message.Data))
 }
 
 func testRequestTimeout(t *testing.T, h Harness) {
