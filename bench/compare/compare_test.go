@@ -120,6 +120,9 @@ func TestRun(t *testing.T) {
 		{"rows", []string{"-rows"}, 0, []string{"network", "inproc", "fanout", "durable", "sync", "reqreply", "http"}},
 		{"one row", []string{"-only", "reqreply", "-duration", "100ms"}, 0,
 			[]string{"| end to end |", "| request/reply round trip, p50 |", "nats-request", "pigeon-ws-request", "pigeon-inproc-request"}},
+		{"repeated", []string{"-only", "reqreply/pigeon-inproc-request", "-duration", "100ms", "-repeat", "3"}, 0,
+			[]string{"pigeon-inproc-request", "runs: "}},
+		{"repeat zero", []string{"-repeat", "0"}, 2, nil},
 		{"unknown row", []string{"-only", "nope"}, 2, nil},
 		{"bad duration", []string{"-duration", "0s"}, 2, nil},
 		{"stray argument", []string{"extra"}, 2, nil},
@@ -199,6 +202,35 @@ func TestGroupSync(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, strings.Split(strings.TrimSpace(string(b)), "\n"), writers*each)
 	require.Equal(t, g.written, g.synced)
+}
+
+// TestMiddle: the table keeps the middle run, by rate or by p50, and
+// lists every run in order.
+func TestMiddle(t *testing.T) {
+	all := rows()
+	network, err := selectRows(all, "network")
+	require.NoError(t, err)
+	sync, err := selectRows(all, "sync")
+	require.NoError(t, err)
+	us := time.Microsecond
+	tests := []struct {
+		name string
+		r    row
+		runs []result
+		want result
+	}{
+		{"one run", network[0], []result{{rate: 5e3, note: "n"}}, result{rate: 5e3, note: "n"}},
+		{"rates", network[0], []result{{rate: 9e3}, {rate: 3e3, note: "refused 2"}, {rate: 5e3}},
+			result{rate: 5e3, note: "runs: 9k, 3k, 5k"}},
+		{"two rates: the upper", network[0], []result{{rate: 3e3}, {rate: 9e3}}, result{rate: 9e3, note: "runs: 3k, 9k"}},
+		{"latencies", sync[0], []result{{p50: 300 * us, samples: 1}, {p50: 100 * us, samples: 2, note: "x"}, {p50: 200 * us, samples: 3}},
+			result{p50: 200 * us, samples: 3, note: "runs: 300 µs, 100 µs, 200 µs"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, middle(tc.r, tc.runs))
+		})
+	}
 }
 
 // TestQuantile: nearest rank on sorted samples.

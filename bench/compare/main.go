@@ -35,6 +35,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	only := fs.String("only", "", "comma-separated rows (or row/cell) to run (see -rows); empty runs all")
 	list := fs.Bool("rows", false, "list the rows and exit")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	repeat := fs.Int("repeat", 1, "run each scenario this many times and keep the middle run (by rate, or by p50 for latencies)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -51,8 +52,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if fs.NArg() > 0 || *duration <= 0 {
-		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-only network,fanout/pigeon-ws-fanout,…] [-rows] [-cpuprofile FILE]")
+	if fs.NArg() > 0 || *duration <= 0 || *repeat < 1 {
+		fmt.Fprintln(stderr, "usage: compare [-duration 2s] [-repeat 1] [-only network,fanout/pigeon-ws-fanout,…] [-rows] [-cpuprofile FILE]")
 		return 2
 	}
 	all := rows()
@@ -70,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "compare:", err)
 		return 2
 	}
-	c := config{warmup: *duration / 4, duration: *duration}
+	c := config{warmup: *duration / 4, duration: *duration, repeat: *repeat}
 	load := loadAverage()
 	res := results{}
 	var failed []string
@@ -82,12 +83,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stderr, "%s/%s … ", r.name, cl.key)
 			t0 := time.Now()
-			m, err := runCell(ctx, c, cl)
+			var runs []result
+			var err error
+			for range c.repeat {
+				var m result
+				if m, err = runCell(ctx, c, cl); err != nil {
+					break
+				}
+				runs = append(runs, m)
+			}
 			if err != nil {
 				fmt.Fprintf(stderr, "failed after %v: %v\n", time.Since(t0).Round(time.Millisecond), err)
 				failed = append(failed, fmt.Sprintf("%s/%s: %v", r.name, cl.key, err))
 				continue
 			}
+			m := middle(r, runs)
 			res[cl.key] = m
 			fmt.Fprintf(stderr, "%s (%v)\n", value(r, cl, m), time.Since(t0).Round(time.Millisecond))
 		}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -13,6 +15,9 @@ type config struct {
 	// warmup runs the load before counting starts; duration is the window
 	// counted.
 	warmup, duration time.Duration
+	// repeat is how many times each scenario runs; the table keeps the
+	// middle run (see middle).
+	repeat int
 }
 
 // result is one scenario's measurement. Throughput scenarios set rate
@@ -120,4 +125,28 @@ func latencies(ctx context.Context, c config, op func(context.Context) error) (r
 func quantile(sorted []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(sorted))+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// middle is the run of runs that the table shows: the middle one by rate,
+// or by p50 on a latency row (the upper of two), with every run's number
+// added to its note when there were several.
+func middle(r row, runs []result) result {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	key := func(m result) float64 { return m.rate }
+	show := func(m result) string { return num(m.rate) }
+	if r.unit == "" {
+		key = func(m result) float64 { return float64(m.p50) }
+		show = func(m result) string { return micros(m.p50) }
+	}
+	sorted := slices.Clone(runs)
+	slices.SortStableFunc(sorted, func(a, b result) int { return cmp.Compare(key(a), key(b)) })
+	m := sorted[len(sorted)/2]
+	all := make([]string, len(runs))
+	for i, x := range runs {
+		all[i] = show(x)
+	}
+	m.note = strings.TrimPrefix(m.note+"; runs: "+strings.Join(all, ", "), "; ")
+	return m
 }
