@@ -250,7 +250,9 @@ func pct(a, b float64) string {
 	return fmt.Sprintf("%.0f%%", v)
 }
 
-// num prints a rate the way the issue does: 541k, 10.3k, 3.7k, 487.
+// num prints a rate the way the issue does (541k, 10.3k, 3.7k, 487), and a
+// ratio to three significant digits, so that 0.098 does not print as the
+// 0.10 it falls short of.
 func num(v float64) string {
 	switch {
 	case v >= 100e3:
@@ -260,7 +262,7 @@ func num(v float64) string {
 	case v >= 10:
 		return fmt.Sprintf("%.0f", v)
 	default:
-		return fmt.Sprintf("%.2f", v)
+		return fmt.Sprintf("%.3g", v)
 	}
 }
 
