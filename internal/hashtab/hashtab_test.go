@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -83,4 +84,68 @@ func TestEmptyTable(t *testing.T) {
 	require.Zero(t, tab.Len())
 	tab.Reserve(10)
 	require.GreaterOrEqual(t, tab.Cap(), 14)
+}
+
+// TestGrowsIncrementally: once a table starts growing, each insert moves
+// at most moveStep slots of the old table; meanwhile every value is found
+// exactly once, values in either table can be removed, and the old table
+// is dropped once it has moved.
+func TestGrowsIncrementally(t *testing.T) {
+	var tab Table[uint64]
+	h := func(v uint64) uint64 { return v * 0x9E3779B97F4A7C15 }
+	n := uint64(0)
+	for tab.old == nil {
+		n++
+		tab.Insert(h(n), n)
+	}
+	require.Equal(t, int(n), tab.Len())
+	oldLen := len(tab.old)
+	removed := map[uint64]bool{}
+	for steps := 0; tab.old != nil; steps++ {
+		before := tab.moved
+		n++
+		tab.Insert(h(n), n)
+		if tab.old != nil {
+			require.LessOrEqual(t, tab.moved-before, moveStep, "one insert moves at most moveStep slots")
+		}
+		// Remove a value of the old table and one of the new, by turns.
+		if v := uint64(steps%int(n-1)) + 1; !removed[v] {
+			i := tab.Lookup(h(v), func(x *uint64) bool { return *x == v })
+			require.GreaterOrEqual(t, i, 0, "value %d", v)
+			tab.RemoveAt(i)
+			removed[v] = true
+		}
+		if steps%50 == 0 {
+			for v := uint64(1); v <= n; v++ {
+				got := values(&tab, h(v))
+				if removed[v] {
+					require.Empty(t, got, "value %d was removed", v)
+				} else {
+					require.Equal(t, []uint64{v}, got, "value %d once, mid-move", v)
+				}
+			}
+		}
+		require.Less(t, steps, oldLen, "the move ends")
+	}
+	require.Equal(t, int(n)-len(removed), tab.Len())
+	for v := uint64(1); v <= n; v++ {
+		if !removed[v] {
+			require.Equal(t, []uint64{v}, values(&tab, h(v)))
+		}
+	}
+}
+
+// BenchmarkInsertWorst is the slowest single insert while a table fills to
+// 4M values: the pause a grow costs whoever triggers it.
+func BenchmarkInsertWorst(b *testing.B) {
+	for b.Loop() {
+		var tab Table[uint64]
+		var worst time.Duration
+		for v := uint64(1); v <= 4<<20; v++ {
+			t0 := time.Now()
+			tab.Insert(v*0x9E3779B97F4A7C15, v)
+			worst = max(worst, time.Since(t0))
+		}
+		b.ReportMetric(float64(worst.Microseconds()), "worst-µs")
+	}
 }
