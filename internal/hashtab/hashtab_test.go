@@ -45,7 +45,7 @@ func TestTable(t *testing.T) {
 		case h == 0:
 			h = ^uint64(0) // homes to the last slot: clusters wrap around
 		case h == 1:
-			h = 0 // stored as 1: must not be confused with an empty slot
+			h = 0 // stored off the empty and tombstone markers: must not be confused with either
 		}
 		switch op := r.IntN(1000); {
 		case op < 600 || len(ref[h]) == 0:
