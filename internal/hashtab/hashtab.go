@@ -7,9 +7,10 @@
 // nothing in the table to scan.
 //
 // A table grows incrementally: the values of the old table move to the new
-// one a few slots at a time, with each insert, so that no insert waits for
-// millions of values to move (a table of 3 million moved at once took
-// about 130 ms). Until they have all moved, a lookup looks in both.
+// one a cluster at a time, at least moveStep slots with each insert, so
+// that no insert waits for millions of values to move (a table of 3
+// million moved at once took about 130 ms). Until they have all moved, a
+// lookup looks in both.
 //
 // Values whose hashes are equal (two keys colliding, or one key stored
 // twice) each get a slot; a lookup visits every candidate and the caller
@@ -27,38 +28,36 @@ type Table[V any] struct {
 	slots []slot[V]
 	n     int // values in slots
 
-	// While the table grows: the table its values are moving from. Its
-	// slots before moved have moved (they stay, so that probes still run
-	// through them, but hold nothing); removed values in the rest are
-	// tombstones. oldN is how many values it still holds.
+	// While the table grows: the table its values are moving from, how
+	// many values it still holds, where the move started (an empty slot)
+	// and how many slots from there it has passed. Moved slots are
+	// emptied, and the move stops only at an empty slot, so every cluster
+	// of the old table is either gone or whole: probes there work as in
+	// any table.
 	old   []slot[V]
-	moved int
 	oldN  int
+	start int
+	done  int
 }
 
 type slot[V any] struct {
-	h uint64 // empty or tombstone (only in old) below minHash
+	h uint64 // 0 marks an empty slot
 	v V
 }
-
-const (
-	empty     = 0
-	tombstone = 1
-	minHash   = 2 // fix keeps hashes at or above it
-)
 
 // minSlots is the size of a table's first allocation.
 const minSlots = 1024
 
-// moveStep is how many slots of the old table each insert moves: the old
-// table holds at most 80% of its slots, the new one has twice as many, so
-// the move ends long before the new table could fill.
-const moveStep = 8
+// moveStep is the fewest slots of the old table an insert moves (then on
+// to the end of the cluster it is in). The old table holds at most 80% of
+// its slots and the new one has twice as many, so the move ends after a
+// small part of the inserts the new table takes before it grows again.
+const moveStep = 64
 
-// fix keeps hashes off the markers of empty slots and tombstones.
+// fix keeps hashes off 0, which marks an empty slot.
 func fix(h uint64) uint64 {
-	if h < minHash {
-		return h + minHash
+	if h == 0 {
+		return 1
 	}
 	return h
 }
@@ -90,7 +89,7 @@ func (t *Table[V]) Insert(h uint64, v V) {
 	if t.old != nil {
 		t.move(moveStep)
 	}
-	if (t.n+t.oldN+1)*5 > len(t.slots)*4 {
+	if (t.Len()+1)*5 > len(t.slots)*4 {
 		t.grow()
 	}
 	put(t.slots, h, v)
@@ -100,7 +99,7 @@ func (t *Table[V]) Insert(h uint64, v V) {
 // put stores v under h in the first free slot of its probe in slots.
 func put[V any](slots []slot[V], h uint64, v V) {
 	i := home(slots, h)
-	for slots[i].h != empty {
+	for slots[i].h != 0 {
 		i = next(slots, i)
 	}
 	slots[i] = slot[V]{h, v}
@@ -119,52 +118,67 @@ func (t *Table[V]) grow() {
 	if t.old != nil {
 		t.move(len(t.old))
 	}
+	bigger := make([]slot[V], max(minSlots, len(t.slots)*2))
 	if t.n == 0 {
-		t.slots = make([]slot[V], max(minSlots, len(t.slots)*2))
+		t.slots = bigger
 		return
 	}
-	t.old, t.moved, t.oldN = t.slots, 0, t.n
-	t.slots, t.n = make([]slot[V], max(minSlots, len(t.slots)*2)), 0
+	start := 0
+	for t.slots[start].h != 0 { // a table at most 80% full has empty slots
+		start++
+	}
+	t.old, t.oldN, t.start, t.done = t.slots, t.n, start, 0
+	t.slots, t.n = bigger, 0
 }
 
-// move moves up to k slots of the old table, and drops it once all have
-// moved.
+// move moves at least k slots of the old table, then on to the next empty
+// one, and drops the old table once every slot has moved.
 func (t *Table[V]) move(k int) {
-	end := min(t.moved+k, len(t.old))
-	for i := t.moved; i < end; i++ {
-		if s := t.old[i]; s.h >= minHash {
+	old := t.old
+	for t.done < len(old) {
+		i := t.start + t.done
+		if i >= len(old) {
+			i -= len(old)
+		}
+		if k <= 0 && old[i].h == 0 {
+			return
+		}
+		if s := old[i]; s.h != 0 {
 			put(t.slots, s.h, s.v)
+			old[i] = slot[V]{}
 			t.n++
 			t.oldN--
 		}
+		t.done++
+		k--
 	}
-	t.moved = end
-	if t.moved == len(t.old) {
-		t.old, t.moved = nil, 0
-	}
+	t.old, t.oldN, t.start, t.done = nil, 0, 0, 0
 }
 
 // Lookup calls match with each value stored under h, in no particular
 // order, until match returns true, and returns that value's slot; -1 when
 // none matched. The slot is valid until the table next changes.
 func (t *Table[V]) Lookup(h uint64, match func(v *V) bool) int {
-	if t.Len() == 0 {
-		return -1
-	}
 	h = fix(h)
-	if t.n > 0 {
-		for i := home(t.slots, h); t.slots[i].h != empty; i = next(t.slots, i) {
-			if t.slots[i].h == h && match(&t.slots[i].v) {
+	if s := t.slots; t.n > 0 {
+		for i := home(s, h); s[i].h != 0; i = next(s, i) {
+			if s[i].h == h && match(&s[i].v) {
 				return i
 			}
 		}
 	}
 	if t.oldN > 0 {
-		// Slots before moved have moved: the probe runs through them.
-		for i := home(t.old, h); t.old[i].h != empty; i = next(t.old, i) {
-			if i >= t.moved && t.old[i].h == h && match(&t.old[i].v) {
-				return len(t.slots) + i
-			}
+		return t.lookupOld(h, match)
+	}
+	return -1
+}
+
+// lookupOld is Lookup in the table being moved from.
+func (t *Table[V]) lookupOld(h uint64, match func(v *V) bool) int {
+	s := t.old
+	for i := home(s, h); s[i].h != 0; i = next(s, i) {
+		if s[i].h == h && match(&s[i].v) {
+			return len(t.slots) + i
 		}
 	}
 	return -1
@@ -188,18 +202,20 @@ func (t *Table[V]) Touch(h uint64) uint64 {
 	return t.slots[home(t.slots, fix(h))].h
 }
 
-// RemoveAt empties slot i. In the new table it shifts the rest of its
-// cluster back so that no probe sequence is broken; in the old one it
-// leaves a tombstone, which probes run through, and which is dropped with
-// the old table.
+// RemoveAt empties slot i, shifting the rest of its cluster back so that
+// no probe sequence is broken.
 func (t *Table[V]) RemoveAt(i int) {
 	if i >= len(t.slots) {
-		t.old[i-len(t.slots)] = slot[V]{h: tombstone}
+		removeAt(t.old, i-len(t.slots))
 		t.oldN--
 		return
 	}
-	s := t.slots
-	for j := next(s, i); s[j].h != empty; j = next(s, j) {
+	removeAt(t.slots, i)
+	t.n--
+}
+
+func removeAt[V any](s []slot[V], i int) {
+	for j := next(s, i); s[j].h != 0; j = next(s, j) {
 		k := home(s, s[j].h)
 		// The entry at j may move to the hole at i unless its home lies
 		// cyclically in (i, j].
@@ -210,7 +226,6 @@ func (t *Table[V]) RemoveAt(i int) {
 		i = j
 	}
 	s[i] = slot[V]{}
-	t.n--
 }
 
 // KeepOnly removes every value for which keep returns false, rebuilding
@@ -223,13 +238,13 @@ func (t *Table[V]) KeepOnly(keep func(v *V) bool) {
 	*t = Table[V]{}
 	n := 0
 	for i := range old {
-		if old[i].h >= minHash && keep(&old[i].v) {
+		if old[i].h != 0 && keep(&old[i].v) {
 			n++
 		}
 	}
 	t.Reserve(n)
 	for i := range old {
-		if old[i].h >= minHash && keep(&old[i].v) {
+		if old[i].h != 0 && keep(&old[i].v) {
 			t.Insert(old[i].h, old[i].v)
 		}
 	}
