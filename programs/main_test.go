@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,13 +229,7 @@ func (f *fixture) quarantined(t *testing.T, code pigeon.Code) []pigeon.Quarantin
 	t.Helper()
 	rs, err := f.e.Quarantine(context.Background(), time.Time{}, 1000)
 	require.NoError(t, err)
-	var out []pigeon.QuarantineRecord
-	for _, r := range rs {
-		if r.Code == string(code) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(rs, func(r pigeon.QuarantineRecord) bool { return r.Code != string(code) })
 }
 
 // audited returns the audit records of event.
@@ -242,13 +237,7 @@ func (f *fixture) audited(t *testing.T, ev pigeon.Event) []pigeon.AuditRecord {
 	t.Helper()
 	rs, err := f.e.Audit(context.Background(), 0, 100000)
 	require.NoError(t, err)
-	var out []pigeon.AuditRecord
-	for _, r := range rs {
-		if r.Type == string(ev) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(rs, func(r pigeon.AuditRecord) bool { return r.Type != string(ev) })
 }
 
 // ackedSeqs returns the sequences of subject acknowledged, as the audit's
