@@ -72,7 +72,12 @@ type ContractInfo struct {
 }
 
 // View returns a Contract backed by a copy of the info, for clients that
-// received a contract over the wire.
+// received a contract over the wire; the engine reads stored contracts
+// through it too. It fails closed: an operation listed in a subject's
+// Scope is scoped even when its list is empty or none of its selectors
+// parses, and then matches no message, and a selector that does not parse
+// is left out, which narrows the scope. Scope entries that name no
+// operation are ignored.
 func (ci ContractInfo) View() Contract {
 	c := &contract{info: ci, permits: map[string]*permit{}}
 	for _, s := range ci.Subjects {
@@ -84,6 +89,10 @@ func (ci ContractInfo) View() Contract {
 			g.viaRole |= opBit(op)
 		}
 		for op, sels := range s.Scope {
+			if op.Index() < 0 {
+				continue // not an operation: granted nothing, scopes nothing
+			}
+			g.restrict(op)
 			for _, txt := range sels {
 				if sel, err := ParseSelector(txt); err == nil {
 					g.setScope(op, sel)
@@ -128,13 +137,27 @@ func (g *permit) setScope(op Operation, sel Selector) {
 	g.scope[i] = append(g.scope[i], sel)
 }
 
+// restrict scopes op, to no route until setScope adds one.
+func (g *permit) restrict(op Operation) {
+	if i := opIndex(op); g.scope[i] == nil {
+		g.scope[i] = []Selector{}
+	}
+}
+
 // scoped reports whether op is restricted to routes.
 func (g *permit) scoped(op Operation) bool { return g != nil && g.scope[opIndex(op)] != nil }
+
+// noRoute is the scopeKey of a scope that matches nothing; selectors start
+// with '/', so no scope of routes has it.
+const noRoute = "!"
 
 // scopeKey names op's scope, for keying consumer groups.
 func (g *permit) scopeKey(op Operation) string {
 	if !g.scoped(op) {
 		return ""
+	}
+	if len(g.scope[opIndex(op)]) == 0 {
+		return noRoute
 	}
 	var b strings.Builder
 	for i, s := range g.scope[opIndex(op)] {
