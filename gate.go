@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"pigeon/internal/cond"
@@ -102,6 +103,10 @@ type Admission struct {
 	timeErr    bool
 	vars       cond.Vars // with hasVars: what CEL conditions see, built once
 	hasVars    bool
+	// sent is the publisher's data once Message.Data is the decoder's
+	// copy, the one the gates judge, the store keeps and subscribers get
+	// (prepare); nil when the data was empty or did not decode.
+	sent json.RawMessage
 }
 
 // condVars returns the variables CEL conditions see, built once.

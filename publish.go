@@ -217,12 +217,16 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	if m.Region == "" {
 		m.Region = c.Region
 	}
-	var err error
 	if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data = map[string]any{}
-	} else if a.Data, err = decodeValue(m.Data); err != nil {
+	} else if data, text, err := jsontext.DecodeText(m.Data, MaxJSONDepth); err != nil {
 		a.dataCode, a.dataErr = dataError(err)
+	} else {
+		// From here on the data is the decoder's copy: the gates judge it,
+		// the store keeps it and subscribers get it, whatever the
+		// publisher does with its own bytes meanwhile.
+		a.Data, a.sent, m.Data = data, m.Data, text
 	}
 	if a.dataErr == "" && !m.validText() {
 		a.dataCode, a.dataErr = CodeInvalidUTF8, "an envelope field is not valid UTF-8"
@@ -337,6 +341,12 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		res.m.AcceptedAt = formatTime(stored.Time)
 	}
 	res.r = Result{Status: StatusAccepted, Message: &res.m}
+	judged := m.Data // nothing else holds it when a.sent is set
+	if a.sent != nil {
+		res.m.Data = a.sent // the publisher's own bytes: its result must not share the subscribers' copy
+	} else {
+		judged = nil
+	}
 	if !audited {
 		acc.Seqs = strconv.FormatUint(stored.Seq, 10)
 		e.auditAsync(acc)
@@ -348,7 +358,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// the data tree the gates read, decoded once. The copy shares
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
-		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, a.Data)
+		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data)
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {

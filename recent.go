@@ -73,14 +73,18 @@ func (c *recentCache) ring(subject string) *recentRing {
 // remember keeps a copy of an accepted message in d (zero, and not yet
 // shared), and the data tree the gates judged, so that the fan-out hands
 // it to subscribers without reading and decoding it again. The copy
-// shares nothing with m (its data included, which is stored as "{}" when
-// empty); data must not be shared with the publisher.
-func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, data any) *decoded {
+// shares nothing with m: its data is judged, the text the gates judged,
+// which nothing else holds, or when judged is nil a copy of m's (stored
+// as "{}" when empty). data must not be shared with the publisher.
+func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any) *decoded {
 	*d = decoded{seq: seq, msg: *m}
 	d.m = &d.msg
-	if len(m.Data) == 0 {
+	switch {
+	case judged != nil:
+		d.msg.Data = judged
+	case len(m.Data) == 0:
 		d.msg.Data = json.RawMessage("{}") // as stored
-	} else {
+	default:
 		d.msg.Data = append(json.RawMessage(nil), m.Data...)
 	}
 	if m.Signature != nil {

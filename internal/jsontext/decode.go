@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Decode decodes one JSON document into the same values encoding/json
@@ -22,6 +23,15 @@ import (
 // string and number values from per-document slabs (box.go), so a small
 // object costs a handful of allocations instead of one per token.
 func Decode(b []byte, maxDepth int) (any, error) {
+	v, _, err := DecodeText(b, maxDepth)
+	return v, err
+}
+
+// DecodeText is Decode, and also returns the copy of b it read, which the
+// strings of the value share: the bytes the value was decoded from, that
+// nothing else holds. Nothing may write to them; they stay as they are
+// whatever happens to b.
+func DecodeText(b []byte, maxDepth int) (any, []byte, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth}
 	d.slabs.hint = len(b) / 24
 	stack := openStacks.Get().(*[]member)
@@ -33,13 +43,13 @@ func Decode(b []byte, maxDepth int) (any, error) {
 		openStacks.Put(stack)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	d.skip()
 	if d.i != len(d.s) {
-		return nil, ErrSyntax
+		return nil, nil, ErrSyntax
 	}
-	return v, nil
+	return v, unsafe.Slice(unsafe.StringData(d.s), len(d.s)), nil
 }
 
 // Refusals of Decode.

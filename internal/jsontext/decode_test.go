@@ -1,6 +1,7 @@
 package jsontext
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -153,5 +154,24 @@ func BenchmarkDecodePayment(b *testing.B) {
 		if _, err := decode(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDecodeTextOwnsItsText checks that DecodeText's text is the input, a
+// copy of it that a later write to the input does not reach, and that the
+// value's strings share it.
+func TestDecodeTextOwnsItsText(t *testing.T) {
+	in := []byte(` {"name":"ada","tags":["x"]} `)
+	v, text, err := DecodeText(in, 8)
+	require.NoError(t, err)
+	require.Equal(t, string(in), string(text))
+	copy(in, bytes.Repeat([]byte("z"), len(in)))
+	require.Equal(t, ` {"name":"ada","tags":["x"]} `, string(text))
+	require.Equal(t, map[string]any{"name": "ada", "tags": []any{"x"}}, v)
+	for _, bad := range []string{`{"a":1,"a":2}`, `{"a":`, "\"\xff\""} {
+		v, text, err := DecodeText([]byte(bad), 8)
+		require.Error(t, err, bad)
+		require.Nil(t, v)
+		require.Nil(t, text)
 	}
 }
