@@ -15,7 +15,7 @@ import (
 // publisher's buffer changes while its publish is under way (a caller
 // reusing its buffer too early, or a racing writer): a gate after the
 // built-in ones overwrites the publisher's data with other JSON of the
-// same length. What the store keeps, what a live subscriber gets and what
+// same length, and replaces its signature's. What the store keeps, what a live subscriber gets and what
 // a reader of the store gets are the bytes the gates judged; the
 // publisher's result holds its own buffer, and writing to the result does
 // not reach a subscriber.
@@ -29,10 +29,12 @@ func TestJudgedBytesAreKept(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Len(t, tc.overwrite, len(tc.sent))
 			buf := []byte(tc.sent)
+			sig := &pigeon.Signature{KID: "k1", Alg: "ed25519", Sig: "c2ln"}
 			var judged any
 			overwrite := pigeon.GateFunc("overwrite", func(_ context.Context, a *pigeon.Admission) pigeon.Verdict {
 				judged = a.Data
 				copy(buf, tc.overwrite)
+				sig.Sig = "forged"
 				return pigeon.Allow()
 			})
 			const who = "spiffe://test/writer"
@@ -59,7 +61,7 @@ func TestJudgedBytesAreKept(t *testing.T) {
 			})
 			require.NoError(t, err)
 
-			res, err := s.Publish(ctx, &pigeon.Message{Type: "t", Subject: "bytes", Intent: "test", Data: buf})
+			res, err := s.Publish(ctx, &pigeon.Message{Type: "t", Subject: "bytes", Intent: "test", Data: buf, Signature: sig})
 			require.NoError(t, err)
 			require.Equal(t, pigeon.StatusAccepted, res.Status)
 			require.Equal(t, tc.overwrite, string(res.Message.Data), "the result holds the publisher's own buffer")
@@ -74,11 +76,13 @@ func TestJudgedBytesAreKept(t *testing.T) {
 				t.Fatal("no delivery")
 			}
 			require.JSONEq(t, tc.sent, string(got.Data), "live delivery")
+			require.Equal(t, &pigeon.Signature{KID: "k1", Alg: "ed25519", Sig: "c2ln"}, got.Signature, "live delivery")
 			copy(res.Message.Data, `xxxxxxxx`)
 			stored, err := s.Receive(ctx, "bytes", 10)
 			require.NoError(t, err)
 			require.Len(t, stored, 1)
 			require.JSONEq(t, tc.sent, string(stored[0].Data), "stored")
+			require.Equal(t, "c2ln", stored[0].Signature.Sig, "stored")
 			require.JSONEq(t, tc.sent, string(got.Data), "a write to the result reached the subscriber")
 		})
 	}

@@ -196,6 +196,10 @@ func (e *Engine) acceptClientID(ctx context.Context, a *Admission) (*Result, err
 func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	a.m = *in
 	m := &a.m
+	if in.Signature != nil {
+		sig := *in.Signature // what the gates verify is what is stored, whatever the publisher does with its own
+		m.Signature = &sig
+	}
 	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 0, "", "", "", ""
 	now := e.now()
 	m.Source = c.Principal.ID
