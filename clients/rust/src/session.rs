@@ -328,7 +328,9 @@ impl Session {
     /// (at most `max_in_flight` at once, started in delivery order):
     /// `Ok(())` acks it, an error (or a panic) nacks that delivery alone,
     /// after the error's retry delay when it gives one. Acks that gather
-    /// while one is on the wire leave in one frame.
+    /// while one is on the wire leave in one frame. With
+    /// `opts.ack(Ack::None)` (at most once, pub/sub) nothing is answered:
+    /// a failed delivery is not retried.
     pub async fn subscribe<F, Fut>(&self, subject: &str, opts: SubscribeOptions, handler: F) -> Result<Subscription>
     where
         F: Fn(crate::Delivery) -> Fut + Send + Sync + 'static,
@@ -340,8 +342,9 @@ impl Session {
 
     /// Subscribes to `subject` as a [`Stream`](futures_util::Stream) of
     /// deliveries (see [`Subscription`]); settle each with
-    /// [`Delivery::ack`](crate::Delivery::ack) or `nack`. The stream ends
-    /// after an `Err` when the subscription ends with an error.
+    /// [`Delivery::ack`](crate::Delivery::ack) or `nack` (an
+    /// [`Ack::None`](crate::Ack::None) subscription needs neither). The
+    /// stream ends after an `Err` when the subscription ends with an error.
     pub async fn subscribe_stream(&self, subject: &str, opts: SubscribeOptions) -> Result<Subscription> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut s = self.start_sub(subject, opts, SubMode::Stream(Mutex::new(Some(tx)))).await?;

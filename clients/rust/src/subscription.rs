@@ -26,6 +26,27 @@ pub enum Start {
     Sequence(u64),
 }
 
+/// How the deliveries of a subscription are answered (the `ack` field of
+/// `subscribe`, docs/protocol.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ack {
+    /// Every delivery is acked or nacked (the default): a handler's
+    /// failure is redelivered, and the window bounds the deliveries
+    /// unanswered.
+    #[default]
+    Explicit,
+    /// At most once, pub/sub subjects only: the server counts a delivery
+    /// done once it sent it, so the client answers nothing (a handler's
+    /// error or panic is not retried; [`Delivery::ack`] and `nack` send
+    /// nothing) and nothing is redelivered. The window then holds nothing
+    /// back: `max_in_flight` still bounds the handlers running at once,
+    /// and the deliveries beyond wait queued in the client. A
+    /// resubscription after a reconnect starts after the last message
+    /// received. The server refuses it on a work-queue subject
+    /// (`INVALID_ARGUMENT`).
+    None,
+}
+
 /// Options of a subscription (see docs/protocol.md, "subscribe").
 #[derive(Debug, Clone)]
 pub struct SubscribeOptions {
@@ -43,11 +64,14 @@ pub struct SubscribeOptions {
     pub window: Option<u32>,
     /// Where a pub/sub subscription starts.
     pub start: Option<Start>,
+    /// How deliveries are answered: [`Ack::Explicit`] (the default) or
+    /// [`Ack::None`] (at most once, pub/sub only).
+    pub ack: Ack,
 }
 
 impl Default for SubscribeOptions {
     fn default() -> Self {
-        SubscribeOptions { selector: None, filter: None, group: None, max_in_flight: 1, window: None, start: None }
+        SubscribeOptions { selector: None, filter: None, group: None, max_in_flight: 1, window: None, start: None, ack: Ack::Explicit }
     }
 }
 
@@ -74,6 +98,11 @@ impl SubscribeOptions {
     }
     pub fn start(mut self, s: Start) -> Self {
         self.start = Some(s);
+        self
+    }
+    /// `.ack(Ack::None)` makes the subscription at most once (see [`Ack`]).
+    pub fn ack(mut self, a: Ack) -> Self {
+        self.ack = a;
         self
     }
 }
@@ -142,16 +171,24 @@ impl Delivery {
 
     /// Acknowledges the delivery (acks that gather meanwhile share a
     /// frame). `ACK_NOT_ALLOWED` when it was answered already or its ack
-    /// wait passed. Handlers do not call it: their result settles.
+    /// wait passed. Handlers do not call it: their result settles. On an
+    /// [`Ack::None`] subscription it sends nothing and returns `Ok`.
     pub async fn ack(&self) -> Result<()> {
+        if self.handle.sub.opts.ack == Ack::None {
+            return Ok(());
+        }
         let (tx, rx) = oneshot::channel();
         self.handle.sub.queue_ack(&self.handle, &self.message, Some(tx));
         rx.await.unwrap_or_else(|_| Err(Error::closed()))
     }
 
     /// Gives the delivery back for redelivery after `delay` (default: the
-    /// subject's backoff).
+    /// subject's backoff). On an [`Ack::None`] subscription it sends
+    /// nothing and returns `Ok`: nothing is redelivered.
     pub async fn nack(&self, delay: Option<Duration>) -> Result<()> {
+        if self.handle.sub.opts.ack == Ack::None {
+            return Ok(());
+        }
         let mut f = json!({"op": "nack", "sub": self.handle.sid, "messageId": self.message.id});
         if let Some(d) = delay {
             f["delayMs"] = json!(d.as_millis() as u64);
@@ -176,6 +213,8 @@ enum AckCmd {
 struct SubState {
     sid: Option<String>,
     conn: Option<Arc<Conn>>,
+    /// A pub/sub resubscription starts after it: the last message acked
+    /// (at most once: the last received).
     last_acked: u64,
     stopping: bool,
     ended: bool,
@@ -234,6 +273,9 @@ impl SubShared {
         if let Some(s) = &o.group {
             f["group"] = json!(s);
         }
+        if o.ack == Ack::None {
+            f["ack"] = json!("none");
+        }
         match start {
             Some(Start::New) | None => {}
             Some(Start::First) => f["start"] = json!("first"),
@@ -269,8 +311,14 @@ impl SubShared {
     }
 
     pub(crate) fn dispatch(self: &Arc<Self>, conn: Arc<Conn>, sid: &str, message: Message, attempt: u32) {
-        if self.st.lock().unwrap().stopping {
-            return; // left unanswered: it goes back to the group
+        {
+            let mut st = self.st.lock().unwrap();
+            if st.stopping {
+                return; // left unanswered: it goes back to the group
+            }
+            if self.opts.ack == Ack::None {
+                st.last_acked = st.last_acked.max(message.sequence);
+            }
         }
         let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() } };
         match &self.mode {
@@ -361,6 +409,7 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
             let m = d.message.clone();
             let res = tokio::spawn(h(d)).await;
             match res {
+                _ if handle.sub.opts.ack == Ack::None => {} // at most once: nothing is answered
                 Ok(Ok(())) => handle.sub.queue_ack(&handle, &m, None),
                 Ok(Err(e)) => nack_after_failure(&handle, &m, e.retry_after).await,
                 Err(_) => nack_after_failure(&handle, &m, None).await, // the handler panicked
@@ -530,5 +579,24 @@ impl Stream for Subscription {
             Some(rx) => rx.poll_recv(cx),
             None => Poll::Ready(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_of(opts: SubscribeOptions) -> Map<String, Value> {
+        SubShared::new("events.telemetry", opts, SubMode::Stream(Mutex::new(None)), Weak::new()).frame(None)
+    }
+
+    #[tokio::test]
+    async fn the_subscribe_frame_carries_the_ack_mode() {
+        assert_eq!(SubscribeOptions::default().ack, Ack::Explicit);
+        assert_eq!(frame_of(SubscribeOptions::default()).get("ack"), None, "the default sends no ack field");
+        assert_eq!(frame_of(SubscribeOptions::default().ack(Ack::Explicit)).get("ack"), None);
+        let f = frame_of(SubscribeOptions::default().ack(Ack::None).window(2));
+        assert_eq!(f.get("ack"), Some(&json!("none")), "{f:?}");
+        assert_eq!(f.get("window"), Some(&json!(2)));
     }
 }

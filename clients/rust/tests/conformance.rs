@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use pigeon_client::crypto::{self, b64_decode, b64_encode, Keys, Sealed};
 use pigeon_client::http::KeyCache;
 use pigeon_client::{
-    ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status, SubscribeOptions,
+    Ack, ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status, SubscribeOptions,
 };
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -111,6 +111,11 @@ async fn run_all() {
     scenario("extra.start_sequence", &mut failures, Box::pin(start_sequence(s()))).await;
     scenario("extra.filter", &mut failures, Box::pin(filter(s()))).await;
     scenario("extra.keepalive_drops_silent_server", &mut failures, Box::pin(keepalive_silent())).await;
+    scenario("extra.at_most_once", &mut failures, Box::pin(at_most_once(s()))).await;
+    scenario("extra.at_most_once_work_queue_refused", &mut failures, Box::pin(at_most_once_work_queue(s()))).await;
+    scenario("extra.at_most_once_beyond_the_window", &mut failures, Box::pin(at_most_once_beyond_window(s()))).await;
+    scenario("extra.at_most_once_stream", &mut failures, Box::pin(at_most_once_stream(s()))).await;
+    scenario("extra.at_most_once_resumes_after_restart", &mut failures, Box::pin(at_most_once_restart())).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -871,6 +876,211 @@ async fn start_sequence(srv: Arc<Server>) {
     sub.unsubscribe().await.unwrap();
     mon.close().await.unwrap();
     sensor.close().await.unwrap();
+}
+
+// ---- at-most-once subscriptions (Ack::None) ----
+//
+// A client that answered a delivery of an at-most-once subscription would
+// be refused ACK_NOT_ALLOWED (nothing waits for an answer), which the
+// session reports to on_error: these monitors collect what it reports.
+
+type Reported = Arc<Mutex<Vec<Error>>>;
+
+async fn reporting_monitor(url: &str, opts: ConnectOptions) -> (Session, Reported) {
+    let errors: Reported = Arc::default();
+    let e2 = errors.clone();
+    let s =
+        Session::connect(url, "monitor-token", &["events.telemetry"], opts.on_error(move |e| e2.lock().unwrap().push(e))).await.unwrap();
+    (s, errors)
+}
+
+/// What was reported apart from connection losses.
+fn refusals(errors: &Reported) -> Vec<Error> {
+    errors.lock().unwrap().iter().filter(|e| e.kind != ErrorKind::Transport).cloned().collect()
+}
+
+fn value_of(m: &Message) -> i64 {
+    m.data["value"].as_f64().unwrap() as i64
+}
+
+async fn at_most_once(srv: Arc<Server>) {
+    let (mon, errors) = reporting_monitor(&srv.url(), ConnectOptions::default()).await;
+    let site = format!("amo{}", nonce().replace('-', ""));
+    let sel = format!("/kind=amo/site={site}");
+    // The same failing handler on an at-most-once and on a default subscription.
+    let handler = |seen: Arc<Mutex<Vec<(i64, u32)>>>| {
+        move |d: pigeon_client::Delivery| {
+            let seen = seen.clone();
+            async move {
+                let v = value_of(&d.message);
+                seen.lock().unwrap().push((v, d.attempt));
+                match v {
+                    2 if d.attempt == 1 => Err(HandlerError::retry_after(Duration::ZERO, "fails once")),
+                    4 => Err(HandlerError::new("fails")),
+                    _ => Ok(()),
+                }
+            }
+        }
+    };
+    let amo: Arc<Mutex<Vec<(i64, u32)>>> = Arc::default();
+    let exp: Arc<Mutex<Vec<(i64, u32)>>> = Arc::default();
+    // A window of 2: were the deliveries waiting for answers, the ten would stall.
+    let s1 = mon.subscribe("events.telemetry", SubscribeOptions::default().selector(&sel).ack(Ack::None).window(2), handler(amo.clone()));
+    let s1 = s1.await.unwrap();
+    let s2 = mon.subscribe("events.telemetry", SubscribeOptions::default().selector(&sel), handler(exp.clone())).await.unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    for i in 0..10 {
+        sensor.publish(&telemetry("amo", &site, i as f64)).await.unwrap();
+    }
+    assert!(eventually(Duration::from_secs(5), || amo.lock().unwrap().len() >= 10).await, "{:?}", amo.lock().unwrap());
+    // The default subscription retries 2 (and 4, after the subject's backoff).
+    assert!(eventually(Duration::from_secs(5), || exp.lock().unwrap().contains(&(2, 2))).await, "{:?}", exp.lock().unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let amo = amo.lock().unwrap().clone();
+    assert_eq!(amo, (0..10).map(|v| (v, 1)).collect::<Vec<_>>(), "each once, in publish order, none retried");
+    let r = refusals(&errors);
+    assert!(r.is_empty(), "an ack or nack was sent for an at-most-once delivery: {r:?}");
+    s1.unsubscribe().await.unwrap();
+    s2.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+}
+
+async fn at_most_once_work_queue(srv: Arc<Server>) {
+    let n = connect(&srv, "notifier-token", &["notifications.send"]).await;
+    let opts = SubscribeOptions::default().group(format!("g-{}", nonce())).ack(Ack::None);
+    let e = expect_err(n.subscribe("notifications.send", opts.clone(), |_| async { Ok(()) }).await.map(|s| s.id()), "INVALID_ARGUMENT");
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e:?}");
+    let e = expect_err(n.subscribe_stream("notifications.send", opts).await.map(|s| s.id()), "INVALID_ARGUMENT");
+    assert_eq!(e.kind, ErrorKind::Invalid, "{e:?}");
+    // The session is fine, and an explicit subscription there is taken.
+    let sub = n.subscribe("notifications.send", SubscribeOptions::default().group(format!("g-{}", nonce())), |_| async { Ok(()) });
+    sub.await.unwrap().unsubscribe().await.unwrap();
+    n.close().await.unwrap();
+}
+
+async fn at_most_once_beyond_window(srv: Arc<Server>) {
+    let (mon, errors) = reporting_monitor(&srv.url(), ConnectOptions::default()).await;
+    let site = format!("amo{}", nonce().replace('-', ""));
+    let got: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let running: Arc<Mutex<(usize, usize)>> = Arc::default(); // (now, most)
+    let (g, r) = (got.clone(), running.clone());
+    let opts = SubscribeOptions::default().selector(format!("/kind=amo/site={site}")).ack(Ack::None).window(2).max_in_flight(2);
+    let sub = mon
+        .subscribe("events.telemetry", opts, move |d| {
+            let (g, r) = (g.clone(), r.clone());
+            async move {
+                {
+                    let mut r = r.lock().unwrap();
+                    r.0 += 1;
+                    r.1 = r.1.max(r.0);
+                }
+                tokio::task::yield_now().await;
+                g.lock().unwrap().push(value_of(&d.message));
+                r.lock().unwrap().0 -= 1;
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let n = 600; // beyond the window (2) and the default window (256)
+    for i in 0..n {
+        sensor.publish(&telemetry("amo", &site, i as f64)).await.unwrap();
+    }
+    assert!(eventually(Duration::from_secs(15), || got.lock().unwrap().len() >= n).await, "got {}", got.lock().unwrap().len());
+    let got = got.lock().unwrap().iter().copied().collect::<HashSet<_>>();
+    assert_eq!(got.len(), n);
+    let most = running.lock().unwrap().1;
+    assert!(most <= 2, "at most max_in_flight handlers at once, saw {most}");
+    let r = refusals(&errors);
+    assert!(r.is_empty(), "an ack or nack was sent for an at-most-once delivery: {r:?}");
+    sub.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+}
+
+async fn at_most_once_stream(srv: Arc<Server>) {
+    let (mon, errors) = reporting_monitor(&srv.url(), ConnectOptions::default()).await;
+    let site = format!("amo{}", nonce().replace('-', ""));
+    let opts = SubscribeOptions::default().selector(format!("/kind=amo/site={site}")).ack(Ack::None).window(1);
+    let mut sub = mon.subscribe_stream("events.telemetry", opts).await.unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let n = 20;
+    for i in 0..n {
+        sensor.publish(&telemetry("amo", &site, i as f64)).await.unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < n {
+        let d = tokio::time::timeout(Duration::from_secs(5), sub.next()).await.expect("deliveries beyond the window").unwrap().unwrap();
+        assert_eq!(d.attempt, 1);
+        // Neither sends anything: the server would refuse both (ACK_NOT_ALLOWED).
+        if got.len() % 2 == 0 {
+            d.ack().await.unwrap();
+        } else {
+            d.nack(Some(Duration::ZERO)).await.unwrap();
+        }
+        got.push(value_of(&d.message));
+    }
+    assert_eq!(got, (0..n as i64).collect::<Vec<_>>());
+    assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err(), "a nacked delivery came again");
+    let r = refusals(&errors);
+    assert!(r.is_empty(), "an ack or nack was sent for an at-most-once delivery: {r:?}");
+    sub.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+}
+
+/// Against a durable server that restarts: the session resubscribes at
+/// most once, with a window of 1 (were it answering-mode now, the messages
+/// after the restart would stall), from the message after the last one it
+/// received, though the subscription started from the first retained.
+async fn at_most_once_restart() {
+    let dir = std::env::temp_dir().join(format!("pigeon-rs-{}", nonce()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut srv = Server::start(dir.to_str().unwrap());
+    let opts = || ConnectOptions::default().reconnect_window(Duration::from_secs(20));
+    let (mon, errors) = reporting_monitor(&srv.url(), opts()).await;
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let g = got.clone();
+    let sopts = SubscribeOptions::default().selector("/kind=amo").ack(Ack::None).window(1).start(Start::First);
+    let sub = mon
+        .subscribe("events.telemetry", sopts, move |d| {
+            let g = g.clone();
+            async move {
+                g.lock().unwrap().push(d.message.id);
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    let sensor = Session::connect(&srv.url(), "sensor-token", &["events.telemetry"], opts()).await.unwrap();
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(sensor.publish(&telemetry("amo", "lab", i as f64)).await.unwrap().id().to_string());
+    }
+    assert!(eventually(Duration::from_secs(5), || got.lock().unwrap().len() == 3).await);
+    tokio::task::block_in_place(|| srv.restart());
+    let mut after = Vec::new();
+    for i in 0..5 {
+        after.push(sensor.publish(&telemetry("amo", "lab", 10.0 + i as f64)).await.unwrap().id().to_string());
+    }
+    assert!(
+        eventually(Duration::from_secs(15), || after.iter().all(|id| got.lock().unwrap().contains(id))).await,
+        "messages published after the restart did not arrive: {:?}",
+        got.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = got.lock().unwrap().clone();
+    let want: Vec<String> = before.iter().chain(after.iter()).cloned().collect();
+    assert_eq!(got, want, "each once, in order");
+    assert!(!sub.is_done());
+    let r = refusals(&errors);
+    assert!(r.is_empty(), "an ack or nack was sent for an at-most-once delivery: {r:?}");
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 // ---- end-to-end signing and sealing ----

@@ -74,7 +74,13 @@ export interface SubscribeOptions {
   start?: Start;
   /**
    * "explicit" (default): every delivery is acked or nacked. "none": at most
-   * once, pub/sub only: nothing is answered and nothing redelivered.
+   * once, pub/sub only: the server counts a delivery done once it sent it,
+   * so the client answers nothing (a handler that throws is not retried) and
+   * nothing is redelivered. `window` then holds nothing back (no delivery
+   * waits for an answer): `maxInFlight` still bounds the handlers running at
+   * once, and the deliveries beyond wait queued in the client. A reconnect
+   * resumes after the last message received. On a work-queue subject the
+   * server refuses it (INVALID_ARGUMENT).
    */
   ack?: "explicit" | "none";
 }
@@ -88,7 +94,10 @@ export interface Delivery {
   sub: string;
 }
 
-/** A handler: resolving acks the delivery, throwing nacks it (throw {@link RetryAfter} to set the delay). */
+/**
+ * A handler: resolving acks the delivery, throwing nacks it (throw {@link RetryAfter} to set the delay).
+ * On an `ack: "none"` subscription neither is sent.
+ */
 export type Handler = (message: Message, delivery: Delivery) => unknown | Promise<unknown>;
 
 
@@ -521,8 +530,10 @@ export class Session implements ConnOwner {
   /**
    * Starts push delivery of `subject` to `handler`. A handler that resolves
    * acks the delivery; one that throws nacks it (after {@link RetryAfter}'s
-   * delay when it throws one). Resolves once the server confirmed the
-   * subscription.
+   * delay when it throws one); with `ack: "none"` nothing is answered.
+   * Resolves once the server confirmed the subscription; rejects with the
+   * server's typed error (e.g. INVALID_ARGUMENT for `ack: "none"` on a
+   * work-queue subject).
    */
   async subscribe(subject: string, handler: Handler, options: SubscribeOptions = {}): Promise<Subscription> {
     if (typeof handler !== "function") throw new PigeonError("INVALID_ARGUMENT", "handler must be a function");
@@ -536,7 +547,8 @@ export class Session implements ConnOwner {
   /**
    * The async-iterator form of subscribe: yields each delivery; a delivery
    * is acked when the loop asks for the next one, and nacked when the loop
-   * ends early (break or throw) while it is being worked on.
+   * ends early (break or throw) while it is being worked on (with
+   * `ack: "none"`, neither).
    */
   async stream(subject: string, options: SubscribeOptions = {}): Promise<AsyncIterableIterator<Delivery> & { subscription: Subscription }> {
     const buf: { d: Delivery; settle: (ok: boolean) => void }[] = [];

@@ -27,7 +27,8 @@ export class Subscription {
   private conn: Conn | undefined;
   private acks: string[] = [];
   private ackBusy: Promise<void> | undefined;
-  // Resumption: the sequences handed and not yet acked, the highest acked.
+  // Resumption: the sequences handed and not yet acked, the highest acked
+  // (at most once: the highest received, and no set).
   private readonly unacked = new Set<number>();
   private lastAcked = 0;
   private readonly maxInFlight: number;
@@ -54,7 +55,8 @@ export class Subscription {
     if (this.options.filter) frame.filter = this.options.filter;
     if (this.options.group) frame.group = this.options.group;
     if (start !== undefined && start !== "new") frame.start = start;
-    if (this.options.ack === "none") frame.ack = "none";
+    // Sent whenever given, so the server refuses a value it does not know.
+    if (this.options.ack !== undefined) frame.ack = this.options.ack;
     // The answer comes before the first deliver of the sub, but several
     // frames may be handled in one turn: the hook binds the sub id in the
     // reader, before the next frame, so no delivery finds it unknown.
@@ -82,8 +84,9 @@ export class Subscription {
   /** @internal */
   connectionLost(): void {
     // Deliveries queued on the lost connection cannot be answered: drop them
-    // (the server gives them back); acks gathered for it are moot.
-    this.queue.length = 0;
+    // (the server gives them back); acks gathered for it are moot. At most
+    // once, they were done when the server sent them: they still run.
+    if (this.options.ack !== "none") this.queue.length = 0;
     this.acks = [];
   }
 
@@ -91,7 +94,10 @@ export class Subscription {
   enqueue(c: Conn, m: Message, attempt: number): void {
     // While stopping, a delivery stays unanswered: the server gives it back.
     if (this.finished || this.stopping) return;
-    if (typeof m.sequence === "number") this.unacked.add(m.sequence);
+    // At most once, a reconnect resumes after the last message received: one
+    // received is never handed over again.
+    if (typeof m.sequence === "number" && this.options.ack === "none") this.lastAcked = Math.max(this.lastAcked, m.sequence);
+    else if (typeof m.sequence === "number") this.unacked.add(m.sequence);
     this.queue.push({ c, m, attempt });
     this.pump();
   }
@@ -116,10 +122,7 @@ export class Subscription {
     }
     const id = d.m.id;
     if (this.options.ack === "none") {
-      if (typeof d.m.sequence === "number") {
-        this.unacked.delete(d.m.sequence);
-        this.lastAcked = Math.max(this.lastAcked, d.m.sequence);
-      }
+      // At most once: nothing is answered, whatever the handler did.
     } else if (!d.c.closed && typeof id === "string" && this.id) {
       if (ok) {
         this.acks.push(id);

@@ -6,6 +6,7 @@ import { after, test } from "node:test";
 import { scenarios, ran, stopShared } from "./harness.mjs";
 import "./scenarios/ws_basic.mjs";
 import "./scenarios/ws_delivery.mjs";
+import "./scenarios/ws_at_most_once.mjs";
 import "./scenarios/ws_transport.mjs";
 import "./scenarios/e2e.mjs";
 import "./scenarios/http.mjs";
