@@ -15,10 +15,10 @@ import (
 // publisher's buffer changes while its publish is under way (a caller
 // reusing its buffer too early, or a racing writer): a gate after the
 // built-in ones overwrites the publisher's data with other JSON of the
-// same length, and replaces its signature's. What the store keeps, what a live subscriber gets and what
-// a reader of the store gets are the bytes the gates judged; the
-// publisher's result holds its own buffer, and writing to the result does
-// not reach a subscriber.
+// same length, and replaces its signature's. What the store keeps, what a
+// live subscriber gets and what a reader of the store gets are the bytes
+// and the signature the gates judged; the publisher's result holds its
+// own buffer, and writing to the result does not reach a subscriber.
 func TestJudgedBytesAreKept(t *testing.T) {
 	for _, tc := range []struct{ name, sent, overwrite string }{
 		{"object", `{"text":"hello","n":1}`, `{"text":"HACKD","n":2}`},
