@@ -9,6 +9,7 @@ import "./scenarios/ws_delivery.mjs";
 import "./scenarios/ws_transport.mjs";
 import "./scenarios/e2e.mjs";
 import "./scenarios/http.mjs";
+import "./scenarios/ws_brief.mjs";
 
 after(stopShared);
 
