@@ -165,7 +165,9 @@ class Session:
         self._fatal: PigeonError | None = None
         self._connected = asyncio.Event()
         self._lost_err: PigeonError | None = None
-        self._pubq: collections.deque[tuple[str, asyncio.Future[Decision]]] = collections.deque()
+        # Each queued publish: its JSON text, its data (see _encode) and the
+        # future of its decision.
+        self._pubq: collections.deque[tuple[str, Any, asyncio.Future[Decision]]] = collections.deque()
         self._pub_wake = asyncio.Event()
         self._pub_slots = asyncio.Semaphore(max(1, max_pending_publishes))
         self._pub_task: asyncio.Task[None] | None = None
@@ -413,7 +415,7 @@ class Session:
 
     def _fail_publishes(self, err: PigeonError) -> None:
         q, self._pubq = self._pubq, collections.deque()
-        for _, fut in q:
+        for _, _, fut in q:
             if not fut.done():
                 fut.set_exception(err)
 
@@ -544,7 +546,7 @@ class Session:
         a future of its :class:`Decision`; waits only for room when
         ``max_pending_publishes`` are already in flight."""
         self._check_usable()
-        enc = _DUMPS(message)
+        enc, data = _encode(message)
         if len(enc) * 4 > self._max_frame - 256 and len(enc.encode()) > self._max_frame - 256:
             # The server would close the connection (1009) on such a frame.
             raise error_from({"code": "PAYLOAD_TOO_LARGE",
@@ -557,7 +559,7 @@ class Session:
         except PigeonError as e:
             fut.set_exception(e)
             return fut
-        self._pubq.append((enc, fut))
+        self._pubq.append((enc, data, fut))
         self._pub_wake.set()
         return fut
 
@@ -584,56 +586,58 @@ class Session:
             await self._pub_wake.wait()
             self._pub_wake.clear()
             while self._pubq:
-                batch: list[tuple[str, asyncio.Future[Decision]]] = []
+                batch: list[tuple[str, Any, asyncio.Future[Decision]]] = []
                 size = 64
                 limit = max(1024, self._max_frame - 1024)
                 while self._pubq and len(batch) < MAX_PUBLISH_BATCH:
-                    enc, fut = self._pubq[0]
-                    n = len(enc.encode())
+                    item = self._pubq[0]
+                    n = len(item[0].encode())
                     if batch and size + n + 1 > limit:
                         break
                     self._pubq.popleft()
-                    if fut.done():
+                    if item[2].done():
                         continue
-                    batch.append((enc, fut))
+                    batch.append(item)
                     size += n + 1
                 if not batch:
                     continue
-                self._pub_inflight = [f for _, f in batch]
+                self._pub_inflight = [f for _, _, f in batch]
                 try:
                     await self._send_publishes(batch)
                 except Exception as e:  # keep the publisher alive whatever happens
                     err = e if isinstance(e, PigeonError) else TransportError("SESSION_CLOSED", repr(e))
-                    for _, f in batch:
+                    for _, _, f in batch:
                         if not f.done():
                             f.set_exception(err)
                 finally:
                     self._pub_inflight = []
 
-    async def _send_publishes(self, batch: list[tuple[str, asyncio.Future[Decision]]]) -> None:
+    async def _send_publishes(self, batch: list[tuple[str, Any, asyncio.Future[Decision]]]) -> None:
+        # The frames ask for brief answers: an accepted message comes back
+        # without its data, which _decided puts back.
         if len(batch) == 1:
-            enc, fut = batch[0]
-            frame = _RawFrame('{"op":"publish","message":' + enc)
+            enc, data, fut = batch[0]
+            frame = _RawFrame('{"op":"publish","brief":true,"message":' + enc)
             try:
                 ans = await self._call_raw(frame, "decision")
-                fut.set_result(Decision.from_wire(ans)) if not fut.done() else None
+                fut.set_result(_decided(ans, data)) if not fut.done() else None
             except PigeonError as e:
                 if not fut.done():
                     fut.set_exception(e)
             return
-        frame = _RawFrame('{"op":"publish_batch","messages":[' + ",".join(e for e, _ in batch) + "]")
+        frame = _RawFrame('{"op":"publish_batch","brief":true,"messages":[' + ",".join(e for e, _, _ in batch) + "]")
         ans = await self._call_raw(frame, "decisions")
         results = ans.get("results")
         if not isinstance(results, list) or len(results) != len(batch):
             raise ProtocolError("BAD_REQUEST", "decisions do not match the batch")
-        for (_, fut), r in zip(batch, results):
+        for (_, data, fut), r in zip(batch, results):
             if fut.done():
                 continue
             if isinstance(r, dict) and r.get("error") is not None:
                 fut.set_exception(error_from(r["error"]))
             else:
                 try:
-                    fut.set_result(Decision.from_wire(r))
+                    fut.set_result(_decided(r, data))
                 except PigeonError as e:
                     fut.set_exception(e)
 
@@ -774,7 +778,7 @@ class Session:
         subs = list(self._all_subs)
         if subs:
             await asyncio.gather(*(s._drain(timeout) for s in subs), return_exceptions=True)
-        inflight = [f for f in self._pub_inflight if not f.done()] + [f for _, f in self._pubq]
+        inflight = [f for f in self._pub_inflight if not f.done()] + [f for _, _, f in self._pubq]
         if inflight and not was_failed:
             await asyncio.wait(inflight, timeout=timeout)
         err = SessionClosedError("SESSION_CLOSED", "the session is closed")
@@ -802,6 +806,46 @@ class Session:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+# The data of a message that has none: the server keeps {} (a fresh one is
+# made for each decision).
+_NO_DATA = object()
+_DECODE = json.JSONDecoder().raw_decode
+
+
+def _encode(message: Any) -> tuple[str, Any]:
+    """The JSON text of ``message`` for a publish frame, and a copy of the
+    data the server keeps for it, which a brief answer leaves out: its data
+    decoded from the text sent (a value of its own, not the caller's), or
+    ``_NO_DATA`` when it has none ({}). The data is written first, so that it
+    is encoded once and decoded from there. The server matches member names
+    as Go's encoding/json does, ignoring case, the last one winning: members
+    naming data in other cases are all taken out and that one is sent, as
+    ``"data"``."""
+    if not isinstance(message, dict):
+        return _DUMPS(message), _NO_DATA
+    names = [k for k in message if isinstance(k, str) and len(k) == 4 and k.lower() == "data"]
+    if not names:
+        return _DUMPS(message), _NO_DATA
+    m = {"data": message[names[-1]]}
+    if len(names) == 1 and names[0] == "data":
+        m.update(message)  # "data" keeps its place, first
+    else:
+        m.update((k, v) for k, v in message.items() if k not in names)
+    enc = _DUMPS(m)
+    data, _ = _DECODE(enc, 8)  # after '{"data":'
+    return enc, data
+
+
+def _decided(f: Any, data: Any) -> Decision:
+    """The decision of a brief answer: an accepted message without data gets
+    the data sent (see _encode). An answer that carries data (a duplicate,
+    whose data is the original's; a server that ignores brief) keeps it."""
+    d = Decision.from_wire(f)
+    if d.status == "accepted" and "data" not in d.message:
+        d.message["data"] = {} if data is _NO_DATA else data
+    return d
 
 
 class _RawFrame:

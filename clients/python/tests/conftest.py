@@ -27,12 +27,15 @@ def free_port() -> int:
 
 
 class Server:
-    """One `pigeon serve` process; restartable on the same port and data."""
+    """One `pigeon serve` process; restartable on the same port and data.
+    ``catalog`` is a policy directory with its tokens.yaml, instead of the
+    conformance catalog."""
 
-    def __init__(self, binary: str, data: str = "", port: int | None = None) -> None:
+    def __init__(self, binary: str, data: str = "", port: int | None = None, catalog: str | None = None) -> None:
         self.binary = binary
         self.data = data
         self.port = port or free_port()
+        self.catalog = catalog
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="pigeon-serve-", suffix=".log", delete=False)
 
@@ -45,12 +48,14 @@ class Server:
         return f"ws://127.0.0.1:{self.port}/v1/ws"
 
     def start(self) -> "Server":
+        policies = self.catalog or str(ROOT / "clients/conformance/policies")
+        tokens = os.path.join(self.catalog, "tokens.yaml") if self.catalog else str(ROOT / "clients/conformance/tokens.yaml")
         cmd = [
             self.binary, "serve",
             "--addr", f"127.0.0.1:{self.port}",
             "--data", self.data,
-            "--policies", str(ROOT / "clients/conformance/policies"),
-            "--tokens", str(ROOT / "clients/conformance/tokens.yaml"),
+            "--policies", policies,
+            "--tokens", tokens,
         ]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20

@@ -9,6 +9,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -27,9 +28,44 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 pub const MAX_PUBLISH_BATCH: usize = 1000;
 const MAX_BATCH_BYTES: usize = 256 << 10;
 
+/// A queued publish: the message's JSON text, where its data is in it
+/// (None when it has none), and where its decision goes. It stays until
+/// the answer: a brief answer leaves the data of an accepted message out,
+/// and the data sent is put back (see `decision_of`).
 pub(crate) struct PubItem {
     pub json: String,
+    pub data: Option<Range<usize>>,
     pub tx: oneshot::Sender<Result<Decision>>,
+}
+
+/// Where the data member's value is in `json`, a message as serde_json
+/// writes it (compact, the members in `Message`'s order), or None when it
+/// has none (null data is left out). The members before data are strings,
+/// which hold no unescaped quote, so the first `"data":` is its name; its
+/// value ends at the first comma or closing bracket outside strings and
+/// nesting.
+pub(crate) fn data_span(json: &str) -> Option<Range<usize>> {
+    let start = json.find("\"data\":")? + 7;
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    for (i, &c) in json.as_bytes().iter().enumerate().skip(start) {
+        if in_str {
+            match c {
+                _ if esc => esc = false,
+                b'\\' => esc = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_str = true,
+            b'{' | b'[' => depth += 1,
+            b',' | b'}' | b']' if depth == 0 => return Some(start..i),
+            b'}' | b']' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 pub(crate) enum Out {
@@ -40,7 +76,7 @@ pub(crate) enum Out {
 
 enum Pending {
     One(oneshot::Sender<Result<Value>>, Option<Arc<SubShared>>),
-    Batch(Vec<oneshot::Sender<Result<Decision>>>),
+    Batch(Vec<PubItem>),
 }
 
 pub(crate) struct Conn {
@@ -209,13 +245,14 @@ impl Conn {
         Ok(ans)
     }
 
-    /// Queues a publish for the writer.
-    pub(crate) fn publish(&self, json: String) -> Result<oneshot::Receiver<Result<Decision>>> {
+    /// Queues a publish for the writer: `json` is the message, `data`
+    /// where its data is in it (see `data_span`).
+    pub(crate) fn publish(&self, json: String, data: Option<Range<usize>>) -> Result<oneshot::Receiver<Result<Decision>>> {
         let (tx, rx) = oneshot::channel();
         if self.is_dead() {
             return Err(self.failed());
         }
-        self.out.send(Out::Publish(PubItem { json, tx })).map_err(|_| self.failed())?;
+        self.out.send(Out::Publish(PubItem { json, data, tx })).map_err(|_| self.failed())?;
         Ok(rx)
     }
 
@@ -244,9 +281,9 @@ impl Conn {
                 Pending::One(tx, _) => {
                     let _ = tx.send(Err(err.clone()));
                 }
-                Pending::Batch(txs) => {
-                    for tx in txs {
-                        let _ = tx.send(Err(err.clone()));
+                Pending::Batch(items) => {
+                    for p in items {
+                        let _ = p.tx.send(Err(err.clone()));
                     }
                 }
             }
@@ -261,49 +298,58 @@ impl Conn {
     }
 }
 
-fn decision_of(v: &Value) -> Result<Decision> {
+/// The decision `v` on the publish `p`. Publish frames ask for brief
+/// answers: an accepted message without data gets the data sent, parsed
+/// from the text sent as the server's would be (`{}` when the message had
+/// none). An answer that carries data (a duplicate, whose data is the
+/// original's; a server that ignores brief) keeps it.
+fn decision_of(v: &Value, p: &PubItem) -> Result<Decision> {
     let status = match v.get("status").and_then(Value::as_str) {
         Some("accepted") => Status::Accepted,
         Some("duplicate") => Status::Duplicate,
         _ => return Err(Error::protocol("a decision without a known status")),
     };
-    let message: Message = v
-        .get("message")
-        .map(Message::deserialize)
-        .ok_or_else(|| Error::protocol("a decision without a message"))?
-        .map_err(|e| Error::protocol(format!("a decision's message: {e}")))?;
+    let raw = v.get("message").ok_or_else(|| Error::protocol("a decision without a message"))?;
+    let mut message = Message::deserialize(raw).map_err(|e| Error::protocol(format!("a decision's message: {e}")))?;
+    if status == Status::Accepted && raw.get("data").is_none() {
+        message.data = match &p.data {
+            Some(r) => serde_json::from_str(&p.json[r.clone()]).map_err(|e| Error::protocol(format!("the data sent: {e}")))?,
+            None => Value::Object(Map::new()),
+        };
+    }
     Ok(Decision { status, message })
 }
 
-fn answer_batch(txs: Vec<oneshot::Sender<Result<Decision>>>, f: &Value) {
+fn answer_batch(items: Vec<PubItem>, f: &Value) {
     match f.get("op").and_then(Value::as_str) {
         Some("error") => {
             let e = f.get("error").map(Error::from_wire).unwrap_or_else(|| Error::protocol("an error frame without an error"));
-            for tx in txs {
-                let _ = tx.send(Err(e.clone()));
+            for p in items {
+                let _ = p.tx.send(Err(e.clone()));
             }
         }
-        Some("decision") if txs.len() == 1 => {
-            for tx in txs {
-                let _ = tx.send(decision_of(f));
+        Some("decision") if items.len() == 1 => {
+            for p in items {
+                let r = decision_of(f, &p);
+                let _ = p.tx.send(r);
             }
         }
         Some("decisions") => {
             let results = f.get("results").and_then(Value::as_array);
-            for (i, tx) in txs.into_iter().enumerate() {
+            for (i, p) in items.into_iter().enumerate() {
                 let r = match results.and_then(|r| r.get(i)) {
                     Some(slot) => match slot.get("error") {
                         Some(e) => Err(Error::from_wire(e)),
-                        None => decision_of(slot),
+                        None => decision_of(slot, &p),
                     },
                     None => Err(Error::protocol("a decisions frame with fewer results than messages")),
                 };
-                let _ = tx.send(r);
+                let _ = p.tx.send(r);
             }
         }
         _ => {
-            for tx in txs {
-                let _ = tx.send(Err(Error::protocol("an unexpected answer to a publish")));
+            for p in items {
+                let _ = p.tx.send(Err(Error::protocol("an unexpected answer to a publish")));
             }
         }
     }
@@ -356,8 +402,8 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                     }
                     let _ = tx.send(Ok(f));
                 }
-                Some(Pending::Batch(txs)) => {
-                    answer_batch(txs, &f);
+                Some(Pending::Batch(items)) => {
+                    answer_batch(items, &f);
                     let _ = conn.pub_done.send(());
                 }
                 None => {}
@@ -405,6 +451,16 @@ fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option
 fn report(inner: &Weak<Inner>, e: Error) {
     if let Some(inner) = inner.upgrade() {
         inner.report(e);
+    }
+}
+
+/// The frame of `n` publishes whose messages, comma-separated, are `body`:
+/// a publish for one, a publish_batch for more. Both ask for brief answers.
+fn publish_frame(id: &str, n: usize, body: &str) -> String {
+    if n == 1 {
+        format!(r#"{{"op":"publish","id":"{id}","brief":true,"message":{body}}}"#)
+    } else {
+        format!(r#"{{"op":"publish_batch","id":"{id}","brief":true,"messages":[{body}]}}"#)
     }
 }
 
@@ -459,10 +515,10 @@ async fn writer(
             // publish order (the server admits concurrent frames in any order).
             let max_bytes = (conn.max_frame.load(Ordering::Relaxed) as usize / 2).clamp(4096, MAX_BATCH_BYTES);
             let id = conn.next_id();
-            let mut txs = Vec::new();
+            let mut items = Vec::new();
             let mut body = String::new();
             while let Some(p) = queue.front() {
-                if !txs.is_empty() && (txs.len() >= MAX_PUBLISH_BATCH || body.len() + p.json.len() > max_bytes) {
+                if !items.is_empty() && (items.len() >= MAX_PUBLISH_BATCH || body.len() + p.json.len() > max_bytes) {
                     break;
                 }
                 let p = queue.pop_front().unwrap();
@@ -470,23 +526,19 @@ async fn writer(
                     body.push(',');
                 }
                 body.push_str(&p.json);
-                txs.push(p.tx);
+                items.push(p);
             }
-            let text = if txs.len() == 1 {
-                format!(r#"{{"op":"publish","id":"{id}","message":{body}}}"#)
-            } else {
-                format!(r#"{{"op":"publish_batch","id":"{id}","messages":[{body}]}}"#)
-            };
+            let text = publish_frame(&id, items.len(), &body);
             {
                 let mut p = conn.pending.lock().unwrap();
                 if conn.is_dead() {
                     drop(p);
-                    for tx in txs {
-                        let _ = tx.send(Err(conn.failed()));
+                    for p in items {
+                        let _ = p.tx.send(Err(conn.failed()));
                     }
                     break;
                 }
-                p.insert(id, Pending::Batch(txs));
+                p.insert(id, Pending::Batch(items));
             }
             in_flight += 1;
             if sink.feed(WsMessage::Text(text)).await.is_err() {
@@ -504,4 +556,99 @@ async fn writer(
     }
     let _ = sink.close().await;
     conn.kill("the connection was closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Signature;
+    use serde_json::json;
+
+    /// data_span finds the data serde_json writes for a message, whatever
+    /// its other members hold.
+    #[test]
+    fn data_span_is_the_data() {
+        let tricky = r#"x","data":{"no":1},"y\"data\":[}]{"#;
+        let full = Message {
+            specversion: "1.0".into(),
+            id: tricky.into(),
+            type_: "data".into(),
+            source: "\"data\":".into(),
+            subject: "s".into(),
+            time: "2026-01-01T00:00:00Z".into(),
+            intent: tricky.into(),
+            idempotency_key: "data\\".into(),
+            classification: "c".into(),
+            region: "uk".into(),
+            data: Value::Null,
+            signature: Some(Signature { kid: "k".into(), alg: "ed25519".into(), sig: tricky.into() }),
+            reply_to: tricky.into(),
+            correlation_id: "c".into(),
+            reason: "r".into(),
+            sequence: 7,
+            contract_id: "ctr".into(),
+            subject_id: "s".into(),
+            schema_id: "x".into(),
+            accepted_at: "t".into(),
+        };
+        let datas = [
+            json!({"a": 1}),
+            json!({}),
+            json!([]),
+            json!([1, [2, {"data": [3]}], "],}{\"\\"]),
+            json!("a \"string\" with , } ] and \\"),
+            json!("\\"),
+            json!(1.5e300),
+            json!(-0.0),
+            json!(true),
+            json!({"text": "café ✓ 😀 \n\u{1}", "data": {"data": null}}),
+        ];
+        for m in [full.clone(), Message::new("s", "t", "i")] {
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(data_span(&json), None, "{json}");
+            for d in &datas {
+                let m = Message { data: d.clone(), ..m.clone() };
+                let json = serde_json::to_string(&m).unwrap();
+                let span = data_span(&json).unwrap_or_else(|| panic!("no data in {json}"));
+                assert_eq!(&json[span], serde_json::to_string(d).unwrap(), "{json}");
+            }
+        }
+    }
+
+    #[test]
+    fn publish_frames_ask_for_brief_answers() {
+        let one = publish_frame("7", 1, r#"{"subject":"s"}"#);
+        assert_eq!(one, r#"{"op":"publish","id":"7","brief":true,"message":{"subject":"s"}}"#);
+        let two = publish_frame("8", 2, r#"{"subject":"s"},{"subject":"t"}"#);
+        assert_eq!(two, r#"{"op":"publish_batch","id":"8","brief":true,"messages":[{"subject":"s"},{"subject":"t"}]}"#);
+        for f in [one, two] {
+            assert_eq!(serde_json::from_str::<Value>(&f).unwrap()["brief"], json!(true));
+        }
+    }
+
+    /// An accepted message without data gets the data sent; one with data,
+    /// and a duplicate, keep theirs.
+    #[test]
+    fn decision_puts_the_data_sent_back() {
+        let item = |m: &Message| {
+            let json = serde_json::to_string(m).unwrap();
+            PubItem { data: data_span(&json), json, tx: oneshot::channel().0 }
+        };
+        let sent = Message::new("s", "t", "i").with_data(json!({"text": "café \"q\"", "n": [1.5, null]}));
+        let answer = |status: &str, data: Option<Value>| {
+            let mut m = json!({"id": "msg_1", "subject": "s", "sequence": 3});
+            if let Some(d) = data {
+                m["data"] = d;
+            }
+            json!({"status": status, "message": m})
+        };
+        let d = decision_of(&answer("accepted", None), &item(&sent)).unwrap();
+        assert_eq!((d.status, d.message.sequence, &d.message.data), (Status::Accepted, 3, &sent.data));
+        let d = decision_of(&answer("accepted", None), &item(&Message::new("s", "t", "i"))).unwrap();
+        assert_eq!(d.message.data, json!({}));
+        let d = decision_of(&answer("accepted", Some(json!({"server": 1}))), &item(&sent)).unwrap();
+        assert_eq!(d.message.data, json!({"server": 1}));
+        let d = decision_of(&answer("duplicate", Some(json!({"original": 1}))), &item(&sent)).unwrap();
+        assert_eq!((d.status, d.message.data), (Status::Duplicate, json!({"original": 1})));
+    }
 }

@@ -1,7 +1,7 @@
 //! The session: a contract negotiated over one WebSocket connection at a
 //! time, reconnected with backoff when the connection drops.
 
-use crate::conn::Conn;
+use crate::conn::{self, Conn};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Contract, Decision, Message};
 use crate::subscription::{Handler, HandlerError, SubMode, SubShared, SubscribeOptions, Subscription};
@@ -251,9 +251,12 @@ impl Session {
     pub async fn publish_async(&self, m: &Message) -> Result<PendingPublish> {
         self.inner.check_open()?;
         let json = serde_json::to_string(m).map_err(|e| Error::new("ENVELOPE_INVALID", e.to_string()))?;
+        // Kept with the publish until its brief answer, which leaves the data out.
+        let data = conn::data_span(&json);
+        debug_assert_eq!(data.clone().map(|r| &json[r]), (!m.data.is_null()).then(|| m.data.to_string()).as_deref(), "{json}");
         let permit = self.inner.pub_slots.clone().acquire_owned().await.map_err(|_| Error::closed())?;
         let conn = self.inner.conn().await?;
-        let rx = conn.publish(json)?;
+        let rx = conn.publish(json, data)?;
         Ok(PendingPublish { rx, _permit: permit })
     }
 

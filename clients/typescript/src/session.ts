@@ -102,8 +102,12 @@ export type Handler = (message: Message, delivery: Delivery) => unknown | Promis
 
 
 interface QueuedPublish {
-  /** the message's JSON text, encoded when publish was called */
+  /** the message's JSON text, encoded when publish was called ("" once sent) */
   json: string;
+  /** its length in UTF-8 */
+  bytes: number;
+  /** the JSON text of the data the server keeps for it, which a brief answer leaves out */
+  data: string;
   resolve(d: Decision): void;
   reject(e: PigeonError): void;
 }
@@ -340,17 +344,15 @@ export class Session implements ConnOwner {
       if (this.closing) throw closedError();
       if (this.closedFinal) throw this.endError ?? closedError();
     }
-    let json: string;
+    let enc: Encoded;
     try {
-      json = JSON.stringify(message);
+      enc = encodeMessage(message);
     } catch (e) {
+      if (e instanceof PigeonError) throw e;
       throw new PigeonError("INVALID_ARGUMENT", `message is not JSON: ${String(e)}`);
     }
-    // JSON.stringify escapes a lone surrogate; the server refuses the whole
-    // frame for it (INVALID_UTF8), so it is refused here, for this message alone.
-    if (LONE_SURROGATE_ESCAPE.test(json)) throw new PigeonError("INVALID_UTF8", "the message holds a lone surrogate");
     // A frame over the server's limit would close the connection (1009).
-    if (this.maxFrame > 0 && utf8Length(json) + 64 > this.maxFrame) {
+    if (this.maxFrame > 0 && enc.bytes + 64 > this.maxFrame) {
       throw new PigeonError("PAYLOAD_TOO_LARGE", `the message is larger than the server's frame limit (${this.maxFrame} bytes)`);
     }
     this.pubInFlight++;
@@ -360,7 +362,9 @@ export class Session implements ConnOwner {
         this.pubWaiters.shift()?.();
       };
       this.pubQueue.push({
-        json,
+        json: enc.json,
+        bytes: enc.bytes,
+        data: enc.data,
         resolve: (d) => {
           done();
           resolve(d);
@@ -391,29 +395,33 @@ export class Session implements ConnOwner {
     let n = 0;
     let bytes = 0;
     while (n < this.pubQueue.length && n < 1000) {
-      const b = utf8Length(this.pubQueue[n]!.json) + 1;
+      const b = this.pubQueue[n]!.bytes + 1;
       if (n > 0 && bytes + b > limit) break;
       bytes += b;
       n++;
     }
     const batch = this.pubQueue.splice(0, n);
     this.pubFrameBusy = true;
+    // Brief answers: an accepted message comes back without its data, which
+    // is the data sent (put back by decided).
     const build =
       batch.length === 1
-        ? (id: string) => `{"op":"publish","id":"${id}","message":${batch[0]!.json}}`
-        : (id: string) => `{"op":"publish_batch","id":"${id}","messages":[${batch.map((q) => q.json).join(",")}]}`;
-    c.callRaw(build, batch.length === 1 ? "publish" : "publish_batch")
+        ? (id: string) => `{"op":"publish","id":"${id}","brief":true,"message":${batch[0]!.json}}`
+        : (id: string) => `{"op":"publish_batch","id":"${id}","brief":true,"messages":[${batch.map((q) => q.json).join(",")}]}`;
+    const answered = c.callRaw(build, batch.length === 1 ? "publish" : "publish_batch");
+    for (const q of batch) q.json = ""; // sent: only the data is kept until the answer
+    answered
       .then((f) => {
         if (batch.length === 1) {
           const a = answer(f, "decision", isDecision);
-          batch[0]!.resolve({ status: a.status as Decision["status"], message: a.message as Message });
+          batch[0]!.resolve(decided(a.status as Decision["status"], a.message as Message, batch[0]!.data));
           return;
         }
         const a = answer(f, "decisions", (f) => Array.isArray(f.results) && f.results.length === batch.length);
         (a.results as unknown[]).forEach((r, i) => {
           if (isDecision(r)) {
             const d = r as Decision;
-            batch[i]!.resolve({ status: d.status, message: d.message });
+            batch[i]!.resolve(decided(d.status, d.message, batch[i]!.data));
           } else if (isObj(r) && r.error) batch[i]!.reject(fromWire(r.error));
           else batch[i]!.reject(new PigeonError(ClientCodes.BAD_FRAME, "the server's decision has neither status nor error", {}));
         });
@@ -681,6 +689,74 @@ export class Session implements ConnOwner {
     this.conn = undefined;
     c?.fail(closedError());
   }
+}
+
+/** A message encoded for a publish frame. */
+interface Encoded {
+  /** its JSON text */
+  json: string;
+  /** the length of json in UTF-8 */
+  bytes: number;
+  /** the JSON text of the data the server keeps for it: its data, or {} when it has none */
+  data: string;
+}
+
+/**
+ * Encodes a message for a publish frame. Its data is serialized once and
+ * written last; the rest is JSON.stringify's text. The server reads member
+ * names as Go's encoding/json does, ignoring case, the last one winning:
+ * when members name data in other cases, they are all taken out and the
+ * one the server would keep is sent, as "data". JSON.stringify escapes a
+ * lone surrogate, for which the server would refuse the whole frame
+ * (INVALID_UTF8): it is refused here, for this message alone. The checks
+ * run on the parts, before the text is put together.
+ */
+function encodeMessage(message: Message): Encoded {
+  const toJSON = (message as { toJSON?: unknown }).toJSON;
+  const m: unknown = typeof toJSON === "function" ? toJSON.call(message, "") : message;
+  let head: string;
+  let data: string | undefined;
+  if (!isObj(m)) {
+    head = JSON.stringify(m);
+  } else {
+    let other = false;
+    for (const k in m) if (k.length === 4 && k !== "data" && k.toLowerCase() === "data") other = true;
+    let rest: Record<string, unknown> = m;
+    if (!other) {
+      if (Object.hasOwn(m, "data")) {
+        let value: unknown;
+        ({ data: value, ...rest } = m);
+        data = JSON.stringify(value); // undefined for undefined, a function, a symbol: no data
+      }
+    } else {
+      // A null prototype keeps a member named __proto__ a member.
+      rest = Object.create(null) as Record<string, unknown>;
+      for (const k of Object.keys(m)) {
+        if (k.length !== 4 || k.toLowerCase() !== "data") rest[k] = m[k];
+        else data = JSON.stringify(m[k]) ?? data; // one left out: the one before it is the last
+      }
+    }
+    head = JSON.stringify(rest);
+  }
+  if (LONE_SURROGATE_ESCAPE.test(head) || (data !== undefined && LONE_SURROGATE_ESCAPE.test(data))) {
+    throw new PigeonError("INVALID_UTF8", "the message holds a lone surrogate");
+  }
+  if (data === undefined) return { json: head, bytes: utf8Length(head), data: "{}" };
+  const bytes = utf8Length(head) + 8 + utf8Length(data);
+  if (head === "{}") return { json: `{"data":${data}}`, bytes: bytes - 1, data };
+  return { json: `${head.slice(0, -1)},"data":${data}}`, bytes, data };
+}
+
+/**
+ * The decision on a publish that asked for a brief answer: an accepted
+ * message without data gets the data sent, parsed from the text sent (a
+ * value of its own, not the caller's). A server that answers in full (one
+ * that ignores brief, or a duplicate, whose data is the original's) keeps
+ * its data.
+ */
+function decided(status: Decision["status"], message: Message, data: string): Decision {
+  if (status === "accepted" && !Object.hasOwn(message, "data")) message.data = JSON.parse(data);
+  return { status, message };
 }
 
 const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f]/;

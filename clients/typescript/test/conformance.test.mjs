@@ -10,6 +10,7 @@ import "./scenarios/ws_at_most_once.mjs";
 import "./scenarios/ws_transport.mjs";
 import "./scenarios/e2e.mjs";
 import "./scenarios/http.mjs";
+import "./scenarios/ws_brief.mjs";
 
 after(stopShared);
 

@@ -1,7 +1,9 @@
-// Unit tests of the parts that need no server: JCS, base64url, keys, errors.
+// Unit tests of the parts that need no server: JCS, base64url, keys, errors,
+// and the publish frames (against a WebSocket in memory).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  connect,
   canonicalize,
   parseStrict,
   b64decode,
@@ -156,4 +158,95 @@ test("wsURL: http(s) to ws(s), default path, region", () => {
   assert.equal(wsURL("http://127.0.0.1:8787"), "ws://127.0.0.1:8787/v1/ws");
   assert.equal(wsURL("https://h/v1/ws", "eu"), "wss://h/v1/ws?region=eu");
   assert.throws(() => wsURL("ftp://h"), PigeonError);
+});
+
+/**
+ * A WebSocket in memory that plays the server of a session: it answers
+ * negotiate, publish and publish_batch and keeps the frames sent. As a
+ * current server ("brief") it leaves the data out of an accepted message
+ * when the frame asks for it; as a server that ignores brief ("full") it
+ * answers with data of its own, which the session must keep. A message
+ * whose idempotencyKey is "dup" is a duplicate, with the original's data.
+ */
+function fakeServer(mode) {
+  const frames = [];
+  let n = 0;
+  const decide = (f, m) => {
+    const message = { ...m, id: `msg_${++n}`, source: "spiffe://fake", sequence: n };
+    const status = m.idempotencyKey === "dup" ? "duplicate" : "accepted";
+    if (status === "duplicate") message.data = { original: true };
+    else if (mode === "full") message.data = { server: "kept" };
+    else if (f.brief === true) delete message.data;
+    else if (!("data" in message)) message.data = {};
+    return { status, message };
+  };
+  class FakeSocket {
+    readyState = 0;
+    #listeners = new Map();
+    constructor() {
+      setTimeout(() => {
+        this.readyState = 1;
+        this.#emit("open", {});
+      });
+    }
+    addEventListener(type, fn) {
+      this.#listeners.set(type, [...(this.#listeners.get(type) ?? []), fn]);
+    }
+    #emit(type, ev) {
+      for (const fn of this.#listeners.get(type) ?? []) fn(ev);
+    }
+    close(code = 1000) {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      setTimeout(() => this.#emit("close", { code, reason: "" }));
+    }
+    send(text) {
+      const f = JSON.parse(text);
+      frames.push(f);
+      let a;
+      if (f.op === "negotiate") {
+        const contract = { id: "ctr_fake", principal: "spiffe://fake", subjects: [{ name: "s", operations: ["publish"] }], issuedAt: "2026-01-01T00:00:00Z", expiresAt: "2099-01-01T00:00:00Z", region: "uk" };
+        a = { op: "contract", re: f.id, maxFrame: 1 << 20, contract };
+      } else if (f.op === "publish") a = { op: "decision", re: f.id, ...decide(f, f.message) };
+      else if (f.op === "publish_batch") a = { op: "decisions", re: f.id, results: f.messages.map((m) => decide(f, m)) };
+      else a = { op: "error", re: f.id, error: { code: "BAD_REQUEST", message: `no ${f.op} here` } };
+      setTimeout(() => this.#emit("message", { data: JSON.stringify(a) }));
+    }
+  }
+  return { frames, WebSocket: FakeSocket };
+}
+
+test("publish frames ask for brief answers; an accepted message without data gets the data sent", async () => {
+  for (const mode of ["brief", "full"]) {
+    const fake = fakeServer(mode);
+    const s = await connect("ws://fake.invalid/v1/ws", "t", ["s"], { WebSocket: fake.WebSocket, pingIntervalMs: 0, reconnect: false });
+    try {
+      const data = { text: "caf\u00e9 \"q\" ✓", n: [1.5, null, { x: [] }] };
+      const one = await s.publish({ subject: "s", data });
+      // Publishes called together leave in one publish_batch.
+      const [none, nul, upper, dup] = await Promise.all([
+        s.publish({ subject: "s" }),
+        s.publish({ subject: "s", data: null }),
+        s.publish({ subject: "s", Data: [1, "two"] }),
+        s.publish({ subject: "s", idempotencyKey: "dup", data: { sent: 1 } }),
+      ]);
+      assert.deepEqual(fake.frames.map((f) => f.op), ["negotiate", "publish", "publish_batch"]);
+      for (const f of fake.frames.slice(1)) assert.equal(f.brief, true, `${f.op} asks for a brief answer`);
+      assert.deepEqual([one, none, nul, upper, dup].map((d) => [d.status, d.message.id]),
+        [["accepted", "msg_1"], ["accepted", "msg_2"], ["accepted", "msg_3"], ["accepted", "msg_4"], ["duplicate", "msg_5"]]);
+      if (mode === "brief") {
+        assert.deepEqual(one.message.data, data);
+        assert.notEqual(one.message.data, data, "the result's data is not the caller's");
+        assert.deepEqual(none.message.data, {});
+        assert.equal(nul.message.data, null);
+        // The server takes a member named data in any case as data.
+        assert.deepEqual(upper.message.data, [1, "two"]);
+      } else {
+        for (const d of [one, none, nul, upper]) assert.deepEqual(d.message.data, { server: "kept" }, "an answer's own data is kept");
+      }
+      assert.deepEqual(dup.message.data, { original: true }, "a duplicate keeps the original's data");
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  }
 });

@@ -55,6 +55,8 @@ pub fn free_port() -> u16 {
 pub struct Server {
     pub port: u16,
     pub data: String,
+    /// a policy directory with its tokens.yaml, instead of the conformance catalog
+    catalog: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -65,20 +67,33 @@ impl Server {
     }
 
     pub fn start_on(port: u16, data: &str) -> Server {
-        let dir = conformance_dir();
+        Server::spawn(port, data, None)
+    }
+
+    /// Starts a server in memory serving `catalog` (subjects/, schemas/)
+    /// and the tokens of its tokens.yaml.
+    pub fn start_catalog(catalog: &Path) -> Server {
+        Server::spawn(free_port(), "", Some(catalog.to_path_buf()))
+    }
+
+    fn spawn(port: u16, data: &str, catalog: Option<PathBuf>) -> Server {
+        let (policies, tokens) = match &catalog {
+            Some(c) => (c.clone(), c.join("tokens.yaml")),
+            None => (conformance_dir().join("policies"), conformance_dir().join("tokens.yaml")),
+        };
         let child = Command::new(server_bin())
             .arg("serve")
             .args(["--addr", &format!("127.0.0.1:{port}")])
             .args(["--data", data])
             .arg("--policies")
-            .arg(dir.join("policies"))
+            .arg(policies)
             .arg("--tokens")
-            .arg(dir.join("tokens.yaml"))
+            .arg(tokens)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start pigeon serve");
-        let s = Server { port, data: data.to_string(), child: Some(child) };
+        let s = Server { port, data: data.to_string(), catalog, child: Some(child) };
         s.wait_healthy();
         s
     }
@@ -136,7 +151,7 @@ impl Server {
     /// Starts the server again on the same port and data directory.
     pub fn restart(&mut self) {
         self.kill();
-        let s = Server::start_on(self.port, &self.data.clone());
+        let s = Server::spawn(self.port, &self.data.clone(), self.catalog.clone());
         *self = s;
     }
 }
