@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -123,11 +125,40 @@ func decodeMessageSlow(b []byte) (*Message, error) {
 	if err := jsontext.Validate(b, edgeDepth); err != nil {
 		return nil, jsonTextError(err, CodeEnvelopeInvalid)
 	}
+	if err := CheckNames(b, (*Message)(nil)); err != nil {
+		return nil, err
+	}
 	var m Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, WrapError(CodeEnvelopeInvalid, err, "message is not a valid envelope: %s", jsonErrorText(err))
 	}
 	return &m, nil
+}
+
+var messageType = reflect.TypeFor[Message]()
+
+// CheckNames refuses the JSON text b, which CheckJSON accepted, when
+// json.Unmarshal(b, v) would decode a member into a field whose name the
+// member's matches only without regard to case ("Data" for "data"), at any
+// depth that decodes into a struct; values kept as text (a message's
+// data) are not looked into. encoding/json takes such a member for the
+// field, and readers that match names exactly (JavaScript, Python, serde)
+// do not, so the text has no single meaning. The error is ENVELOPE_INVALID
+// when the member is an envelope's (v is a *Message, or the member is
+// under a "message" member), BAD_REQUEST otherwise; it says where the
+// member is and what it should be, never a value. Transports call it on
+// every text they decode with encoding/json.
+func CheckNames(b []byte, v any) error {
+	t := reflect.TypeOf(v)
+	path, field, ok := jsontext.CaseVariant(b, t)
+	if !ok {
+		return nil
+	}
+	code := CodeBadRequest
+	if t == reflect.PointerTo(messageType) || t == messageType || strings.HasPrefix(path, "/message/") {
+		code = CodeEnvelopeInvalid
+	}
+	return NewError(code, "member %q differs from %q only in case: member names are case-sensitive", path, field)
 }
 
 // jsonErrorText describes a decoding error without quoting input values.

@@ -36,6 +36,26 @@ func TestDecodeMessageErrors(t *testing.T) {
 	}
 }
 
+// TestDecodeMessageNamesAreCaseSensitive checks that an envelope member
+// spelled in another case than its field is refused: encoding/json would
+// take "Data" for the data, a JavaScript or Python reader would not.
+func TestDecodeMessageNamesAreCaseSensitive(t *testing.T) {
+	for _, tc := range []struct{ in, member string }{
+		{`{"type":"t","Data":{"a":1}}`, `"/Data" differs from "data"`},
+		{`{"data":{"a":1},"DATA":{"a":2}}`, `"/DATA" differs from "data"`},
+		{`{"ID":"msg_1"}`, `"/ID" differs from "id"`},
+		{`{"idempotencykey":"k"}`, `"/idempotencykey" differs from "idempotencyKey"`},
+		{`{"signature":{"kid":"k","SIG":"s"}}`, `"/signature/SIG" differs from "sig"`},
+	} {
+		_, err := pigeon.DecodeMessage([]byte(tc.in))
+		pe := requireCode(t, err, pigeon.CodeEnvelopeInvalid)
+		require.Contains(t, pe.Message, tc.member)
+	}
+	m, err := pigeon.DecodeMessage([]byte(`{"type":"t","data":{"Data":1,"ID":"x"}}`))
+	require.NoError(t, err, "names inside data are data")
+	require.JSONEq(t, `{"Data":1,"ID":"x"}`, string(m.Data))
+}
+
 func FuzzDecodeMessage(f *testing.F) {
 	seed, _ := json.Marshal(demo.Payment("o-1"))
 	f.Add(seed)

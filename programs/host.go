@@ -2,7 +2,6 @@ package programs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 
@@ -60,14 +59,14 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 	if !ok {
 		return writeCode(mod, st, pigeon.CodeEnvelopeInvalid)
 	}
-	var m pigeon.Message
-	if err := json.Unmarshal(b, &m); err != nil {
-		return writeCode(mod, st, pigeon.CodeEnvelopeInvalid)
+	m, err := pigeon.DecodeMessage(b) // refuses what a transport would: two members of one name, a name in another case
+	if err != nil {
+		return writeCode(mod, st, pigeon.ErrorCode(err))
 	}
 	if reply {
 		m.Subject, m.CorrelationID = c.d.Message.Subject, c.d.Message.ID
 	}
-	if _, err := c.v.e.Publish(ctx, c.caller, &m); err != nil {
+	if _, err := c.v.e.Publish(ctx, c.caller, m); err != nil {
 		c.v.log.Debug("program message refused", "code", pigeon.ErrorCode(err), "subject", m.Subject)
 		return writeCode(mod, st, pigeon.ErrorCode(err))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/wire"
 )
 
 // message is the error message of an error body.
@@ -23,7 +24,8 @@ func (r response) message(t *testing.T) string {
 }
 
 // Ambiguous JSON (a member name twice, bytes that are not UTF-8, a lone
-// surrogate escape) is refused at the edge on every route that reads a
+// surrogate escape, a member name in another case than its field's) is
+// refused at the edge on every route that reads a
 // body, before anything decodes or stores it.
 func TestAmbiguousJSONRefused(t *testing.T) {
 	f := newFixture(t)
@@ -72,11 +74,21 @@ func TestAmbiguousJSONRefused(t *testing.T) {
 		{"role permissions twice", "PUT", "/v1/roles/r", "admin-token", `{"permissions":[],"permissions":[{"subject":"payments.authorize","operations":["publish"]}]}`, nil, pigeon.CodeDuplicateKey},
 		{"grant ttlMs twice", "POST", "/v1/grants", "admin-token", `{"account":"a","roles":["r"],"ttlMs":1,"ttlMs":2}`, nil, pigeon.CodeDuplicateKey},
 		{"keys twice", "PUT", "/v1/accounts/a/keys", "admin-token", `{"keys":[],"keys":[]}`, nil, pigeon.CodeDuplicateKey},
+
+		// A member spelled in another case than its field: encoding/json
+		// would take it for the field, a JavaScript or Python reader not.
+		{"publish Data", "POST", "/v1/messages", "checkout-token",
+			strings.Replace(payment(`{"merchantId":"m-1","orderId":"o-5","amount":42.5,"currency":"GBP","paymentToken":"tok_abc"}`), `"data":`, `"data":{},"Data":`, 1),
+			withContract(checkout), pigeon.CodeEnvelopeInvalid},
+		{"publish Subject", "POST", "/v1/messages", "checkout-token", `{"Subject":"payments.authorize"}`, withContract(checkout), pigeon.CodeEnvelopeInvalid},
+		{"negotiate Subjects", "POST", "/v1/contracts", "checkout-token", `{"Subjects":["payments.authorize"]}`, nil, pigeon.CodeBadRequest},
+		{"receive MAX", "POST", "/v1/subjects/payments.authorize/receive", "gateway-token", `{"MAX":1}`, withContract(gateway), pigeon.CodeBadRequest},
+		{"role permission Subject", "PUT", "/v1/roles/r", "admin-token", `{"permissions":[{"Subject":"payments.authorize","operations":["publish"]}]}`, nil, pigeon.CodeBadRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := f.do(t, tc.method, tc.path, tc.token, tc.body, tc.headers...)
-			require.Equal(t, http.StatusBadRequest, r.status, "body %s", r.body)
+			require.Equal(t, wire.HTTPStatus(tc.code), r.status, "body %s", r.body)
 			require.Equal(t, tc.code, r.code(t))
 			require.NotContains(t, string(r.body), "4111111111111111", "a refusal never quotes a value")
 		})

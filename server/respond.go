@@ -106,6 +106,9 @@ func decodeBody(b []byte, v any, required bool) error {
 	if b[0] != '{' {
 		return pigeon.NewError(pigeon.CodeBadRequest, "the body must be a JSON object")
 	}
+	if err := pigeon.CheckNames(b, v); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(b, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {

@@ -201,6 +201,9 @@ func decodeFrameJSON(b []byte) (*Frame, error) {
 		*Frame
 		Messages json.RawMessage `json:"messages"`
 	}{Frame: f}
+	if err := pigeon.CheckNames(b, &aux); err != nil {
+		return frameHead(b), err
+	}
 	if err := json.Unmarshal(b, &aux); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {

@@ -131,7 +131,12 @@ var strictCases = []strictCase{
 
 	{"null data", `{"op":"publish","id":"p","message":{"data":null}}`, false, ""},
 	{"null message", `{"op":"publish","id":"p","message":null}`, false, ""},
-	{"other case", `{"op":"publish","ID":"p"}`, false, ""},
+	{"other case", `{"op":"publish","ID":"p"}`, false, pigeon.CodeBadRequest},
+	{"op in other case", `{"OP":"ping","id":"1"}`, false, pigeon.CodeBadRequest},
+	{"envelope member in other case", `{"op":"publish","id":"p","message":{"type":"t","Data":{"a":1}}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"signature member in other case", `{"op":"publish","id":"p","message":{"signature":{"KID":"k"}}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"other case inside data", `{"op":"publish","id":"p","message":{"data":{"Data":1,"ID":2}}}`, true, ""},
+	{"batch message in other case", `{"op":"publish_batch","id":"b","messages":[{"type":"a"},{"Type":"c"}]}`, true, ""},
 	{"unknown member", `{"op":"subscribe","id":"s","subject":"a"}`, false, ""},
 }
 
@@ -200,6 +205,22 @@ func judgedBatch(f *Frame) (*Frame, []any) {
 	g := *f
 	g.Batch, g.decoded = nil, nil
 	return &g, out
+}
+
+// TestBatchMessageInOtherCase checks that a message of a publish_batch
+// with a member spelled in another case than its field is refused alone,
+// ENVELOPE_INVALID, and the others are taken.
+func TestBatchMessageInOtherCase(t *testing.T) {
+	f, err := decodeFrame([]byte(`{"op":"publish_batch","id":"b","messages":[{"type":"a"},{"Type":"c"},{"type":"d","Data":{}}]}`), nil)
+	require.NoError(t, err)
+	_, judged := judgedBatch(f)
+	require.Len(t, judged, 3)
+	require.Equal(t, "a", judged[0].(*pigeon.Message).Type)
+	for _, j := range judged[1:] {
+		require.IsType(t, "", j)
+		require.Contains(t, j, string(pigeon.CodeEnvelopeInvalid)+": ")
+		require.Contains(t, j, "only in case")
+	}
 }
 
 func TestDecodeFrameStrict(t *testing.T) {
