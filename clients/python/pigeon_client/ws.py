@@ -819,20 +819,13 @@ def _encode(message: Any) -> tuple[str, Any]:
     data the server keeps for it, which a brief answer leaves out: its data
     decoded from the text sent (a value of its own, not the caller's), or
     ``_NO_DATA`` when it has none ({}). The data is written first, so that it
-    is encoded once and decoded from there. The server matches member names
-    as Go's encoding/json does, ignoring case, the last one winning: members
-    naming data in other cases are all taken out and that one is sent, as
-    ``"data"``."""
-    if not isinstance(message, dict):
+    is encoded once and decoded from there. Member names are sent as given:
+    the server refuses a member whose name differs from a field's only in
+    case ("Data"), ENVELOPE_INVALID, for this message alone."""
+    if not isinstance(message, dict) or "data" not in message:
         return _DUMPS(message), _NO_DATA
-    names = [k for k in message if isinstance(k, str) and len(k) == 4 and k.lower() == "data"]
-    if not names:
-        return _DUMPS(message), _NO_DATA
-    m = {"data": message[names[-1]]}
-    if len(names) == 1 and names[0] == "data":
-        m.update(message)  # "data" keeps its place, first
-    else:
-        m.update((k, v) for k, v in message.items() if k not in names)
+    m = {"data": message["data"]}
+    m.update(message)  # "data" keeps its place, first
     enc = _DUMPS(m)
     data, _ = _DECODE(enc, 8)  # after '{"data":'
     return enc, data

@@ -21,13 +21,12 @@ from websockets.asyncio.server import serve
 
 from conftest import Server
 from harness import eventually, fresh, within
-from pigeon_client import connect
+from pigeon_client import PigeonError, connect
 
 WRITER = "spiffe://clients/ns/test/sa/writer"
 SUBJECT = "notes.any"
 
-# The data shapes: the last members name data in other cases, which the
-# server takes as data too (the last one winning), as encoding/json does.
+# The data shapes.
 SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("an object", {"data": {"text": "hi", "n": [1, 2.5, -3e-7, {"x": None}], "ok": True}}),
     ("escapes and non-ASCII",
@@ -38,6 +37,11 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("a string", {"data": "just text"}),
     ("a number", {"data": 1.5e300}),
     ("an array", {"data": [{}, [], ""]}),
+]
+
+# Members that name data in another case: the server refuses the message
+# (member names are case-sensitive), and the client sends them as given.
+OTHER_CASE: list[tuple[str, dict[str, Any]]] = [
     ("Data", {"Data": {"upper": True}}),
     ("data then DATA", {"data": {"first": 1}, "DATA": {"last": 2}}),
 ]
@@ -101,6 +105,23 @@ async def test_brief_result_is_the_delivery(notes_server):
         for (name, _), d in zip(SHAPES, ds):
             assert d.status == "accepted", name
             assert d.message == got[d.id], f"batched: {name}"
+    finally:
+        await s.close()
+
+
+async def test_member_naming_data_in_another_case_is_refused(notes_server):
+    s = await connect(notes_server.ws, "writer-token", [SUBJECT])
+    try:
+        for name, over in OTHER_CASE:
+            with pytest.raises(PigeonError) as e:
+                await within(s.publish(note(**over)))
+            assert e.value.code == "ENVELOPE_INVALID", name
+            assert "only in case" in str(e.value), name
+        # In a batch, that message alone.
+        futs = [await s.publish_async(m) for m in (note(data={"v": 1}), note(Data={"v": 2}))]
+        ok, bad = await within(asyncio.gather(*futs, return_exceptions=True))
+        assert not isinstance(ok, BaseException) and ok.status == "accepted" and ok.message["data"] == {"v": 1}
+        assert isinstance(bad, PigeonError) and bad.code == "ENVELOPE_INVALID"
     finally:
         await s.close()
 
@@ -199,6 +220,8 @@ async def test_publish_frames_ask_for_brief_answers(mode):
             assert [f["op"] for f in frames] == ["negotiate", "publish", "publish_batch"]
             for f in frames[1:]:
                 assert f.get("brief") is True, f"{f['op']} asks for a brief answer"
+            # Member names go as given: the server refuses "Data" (names are case-sensitive).
+            assert frames[2]["messages"][2] == {"type": "note", "subject": SUBJECT, "intent": "note", "Data": [1, "two"]}
             assert [(d.status, d.id) for d in (one, none, null, upper, dup)] == [
                 ("accepted", "msg_1"), ("accepted", "msg_2"), ("accepted", "msg_3"), ("accepted", "msg_4"),
                 ("duplicate", "msg_5"),
@@ -207,8 +230,6 @@ async def test_publish_frames_ask_for_brief_answers(mode):
                 assert one.message["data"] == data and one.message["data"] is not data
                 assert none.message["data"] == {}
                 assert "data" in null.message and null.message["data"] is None
-                # The server takes a member named data in any case as data.
-                assert upper.message["data"] == [1, "two"]
             else:
                 for d in (one, none, null, upper):
                     assert d.message["data"] == {"server": "kept"}, "an answer's own data is kept"

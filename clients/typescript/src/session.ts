@@ -703,13 +703,13 @@ interface Encoded {
 
 /**
  * Encodes a message for a publish frame. Its data is serialized once and
- * written last; the rest is JSON.stringify's text. The server reads member
- * names as Go's encoding/json does, ignoring case, the last one winning:
- * when members name data in other cases, they are all taken out and the
- * one the server would keep is sent, as "data". JSON.stringify escapes a
- * lone surrogate, for which the server would refuse the whole frame
- * (INVALID_UTF8): it is refused here, for this message alone. The checks
- * run on the parts, before the text is put together.
+ * written last; the rest is JSON.stringify's text. Member names are sent
+ * as given: the server refuses a member whose name differs from a field's
+ * only in case ("Data"), ENVELOPE_INVALID, for this message alone.
+ * JSON.stringify escapes a lone surrogate, for which the server would
+ * refuse the whole frame (INVALID_UTF8): it is refused here, for this
+ * message alone. The checks run on the parts, before the text is put
+ * together.
  */
 function encodeMessage(message: Message): Encoded {
   const toJSON = (message as { toJSON?: unknown }).toJSON;
@@ -719,22 +719,11 @@ function encodeMessage(message: Message): Encoded {
   if (!isObj(m)) {
     head = JSON.stringify(m);
   } else {
-    let other = false;
-    for (const k in m) if (k.length === 4 && k !== "data" && k.toLowerCase() === "data") other = true;
     let rest: Record<string, unknown> = m;
-    if (!other) {
-      if (Object.hasOwn(m, "data")) {
-        let value: unknown;
-        ({ data: value, ...rest } = m);
-        data = JSON.stringify(value); // undefined for undefined, a function, a symbol: no data
-      }
-    } else {
-      // A null prototype keeps a member named __proto__ a member.
-      rest = Object.create(null) as Record<string, unknown>;
-      for (const k of Object.keys(m)) {
-        if (k.length !== 4 || k.toLowerCase() !== "data") rest[k] = m[k];
-        else data = JSON.stringify(m[k]) ?? data; // one left out: the one before it is the last
-      }
+    if (Object.hasOwn(m, "data")) {
+      let value: unknown;
+      ({ data: value, ...rest } = m);
+      data = JSON.stringify(value); // undefined for undefined, a function, a symbol: no data
     }
     head = JSON.stringify(rest);
   }

@@ -41,8 +41,7 @@ after(async () => {
 
 const note = (over = {}) => ({ type: "note", subject: SUBJECT, intent: "note", ...over });
 
-// The data shapes: the last two members name data in other cases, which the
-// server takes as data too (the last one winning), as encoding/json does.
+// The data shapes.
 const SHAPES = [
   ["an object", { data: { text: "hi", n: [1, 2.5, -3e-7, { x: null }], ok: true } }],
   ["escapes and non-ASCII", { data: { text: "café \"q\" \\ ✓ 😀 \n\t\u0001 </script>", nested: { "ключ": ["ü", { "\u2028": "" }] } } }],
@@ -53,6 +52,11 @@ const SHAPES = [
   ["a string", { data: "just text" }],
   ["a number", { data: 1.5e300 }],
   ["an array", { data: [{}, [], ""] }],
+];
+
+// Members that name data in another case: the server refuses the message
+// (member names are case-sensitive), and the client sends them as given.
+const OTHER_CASE = [
   ["Data", { Data: { upper: true } }],
   ["data then DATA", { data: { first: 1 }, DATA: { last: 2 } }],
 ];
@@ -90,6 +94,24 @@ test("brief answers: a publish's result is the message delivered, whatever its d
       assert.equal(d.status, "accepted", SHAPES[i][0]);
       assert.deepEqual(d.message, got.get(d.message.id), `batched: ${SHAPES[i][0]}`);
     });
+  } finally {
+    await s.close();
+  }
+});
+
+test("brief answers: a member naming data in another case is refused, alone and in a batch", async () => {
+  const srv = await notesServer();
+  const s = await connect(srv.ws, "writer-token", [SUBJECT]);
+  try {
+    for (const [name, over] of OTHER_CASE) {
+      await assert.rejects(s.publish(note(over)), (e) => e.code === "ENVELOPE_INVALID" && /only in case/.test(e.message), name);
+    }
+    const [ok, bad] = await Promise.allSettled([s.publish(note({ data: { v: 1 } })), s.publish(note({ Data: { v: 2 } }))]);
+    assert.equal(ok.status, "fulfilled");
+    assert.equal(ok.value.status, "accepted");
+    assert.deepEqual(ok.value.message.data, { v: 1 });
+    assert.equal(bad.status, "rejected");
+    assert.equal(bad.reason.code, "ENVELOPE_INVALID");
   } finally {
     await s.close();
   }
