@@ -5,6 +5,12 @@ A subscription's handler runs on the session's event loop, at most
 it. Acks that gather while an ack frame is answered leave as one frame with
 ``messageIds``. A pub/sub subscription remembers the position it has
 settled, so a reconnect resumes from there.
+
+An at-most-once subscription (``ack="none"``) answers nothing and keeps no
+state per delivery: a reconnect resumes after the last message received.
+The server does not flow-control it, so the deliveries waiting for a handler
+(or for the iterator) are bounded at :data:`MAX_QUEUED`; beyond that they
+are dropped, as at-most-once allows, rather than queued without limit.
 """
 
 from __future__ import annotations
@@ -19,14 +25,25 @@ from .errors import PigeonError, ProtocolError, RetryAfter, SessionClosedError, 
 if TYPE_CHECKING:
     from .ws import Session
 
-__all__ = ["Subscription", "Delivery", "Handler"]
+__all__ = ["Subscription", "Delivery", "Handler", "MAX_QUEUED"]
 
 log = logging.getLogger("pigeon_client")
 _CLOSED = object()
 
+MAX_QUEUED = 4096
+"""The most deliveries of an at-most-once subscription queued on the client,
+waiting for a handler or the iterator. The server sends such deliveries as
+fast as the connection takes them and nothing holds them back, so beyond
+this bound the client drops them (at most once allows it) rather than let
+the queue grow without limit; :attr:`Subscription.dropped` counts them, and
+they are reported to ``on_error`` (else the log) as ``DELIVERIES_DROPPED``
+at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by its
+window, which the server keeps."""
+
 class Delivery:
     """One message handed over by a subscription; answer it with
-    :meth:`ack` or :meth:`nack` (a handler's return or exception does)."""
+    :meth:`ack` or :meth:`nack` (a handler's return or exception does). On
+    an at-most-once subscription (``ack="none"``) both send nothing."""
 
     __slots__ = ("message", "attempt", "subscription", "_gen", "settled")
 
@@ -65,7 +82,11 @@ Handler = Callable[[Delivery], Any]
 class Subscription:
     """A running subscription. Without a handler it is an async iterator of
     :class:`Delivery`; it ends (``StopAsyncIteration`` after
-    :meth:`unsubscribe`, the error otherwise) when the server ends it."""
+    :meth:`unsubscribe`, the error otherwise) when the server ends it.
+
+    At most once (``ack="none"``), at most :data:`MAX_QUEUED` deliveries wait
+    for the handler or the iterator; :attr:`dropped` counts those dropped
+    beyond."""
 
     def __init__(self, session: "Session", subject: str, handler: Handler | None, opts: dict[str, Any]) -> None:
         self.session = session
@@ -81,8 +102,12 @@ class Subscription:
         self._running: set[asyncio.Task[Any]] = set()
         self._ackq: list[tuple[str, int, asyncio.Future[None]]] = []
         self._ack_task: asyncio.Task[None] | None = None
+        # Resumption: the sequences handed and not yet settled, the highest
+        # settled (at most once: the highest received, and no set).
         self._outstanding: set[int] = set()
         self._settled_high = 0
+        self._at_most_once = opts.get("ack") == "none"
+        self._dropped = 0
         self.ended = False
 
     # --- consumer side ---
@@ -100,9 +125,10 @@ class Subscription:
                 if self.error is not None:
                     raise self.error
                 raise StopAsyncIteration
-            if item._gen == self._gen:
+            if item._gen == self._gen or self._at_most_once:
                 return item
-            # Handed over on a connection since lost: it comes again on this one.
+            # Handed over on a connection since lost: it comes again on this one
+            # (at most once it does not: it was done when the server sent it).
 
     async def wait(self) -> None:
         """Wait until the subscription ends; raise the error it ended with."""
@@ -113,6 +139,13 @@ class Subscription:
     @property
     def done(self) -> bool:
         return self._done.done()
+
+    @property
+    def dropped(self) -> int:
+        """How many at-most-once deliveries were dropped because
+        :data:`MAX_QUEUED` were already waiting (0 for an acknowledged
+        subscription)."""
+        return self._dropped
 
     async def unsubscribe(self) -> None:
         """End the subscription; deliveries not yet answered go back at once."""
@@ -154,11 +187,29 @@ class Subscription:
             if not isinstance(message, dict):
                 self.session._report(ProtocolError("BAD_REQUEST", "deliver without a message object"))
             return
-        d = Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen)
         seq = message.get("sequence")
-        if isinstance(seq, int):
+        if self._at_most_once:
+            # Nothing to settle: a reconnect resumes after the last message
+            # received, dropped ones included (they were done when sent).
+            if isinstance(seq, int):
+                self._settled_high = max(self._settled_high, seq)
+            if self._queue.qsize() >= MAX_QUEUED:
+                self._drop()
+                return
+        elif isinstance(seq, int):
             self._outstanding.add(seq)
-        self._queue.put_nowait(d)
+        self._queue.put_nowait(Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen))
+
+    def _drop(self) -> None:
+        self._dropped += 1
+        n = self._dropped
+        if n & (n - 1) == 0:  # 1, 2, 4, …: a slow handler does not flood on_error or the log
+            self.session._report(PigeonError(
+                "DELIVERIES_DROPPED",
+                f"at-most-once deliveries of {self.subject} dropped: the handler does not keep up "
+                f"({n} so far; at most {MAX_QUEUED} wait queued)",
+                details={"subject": self.subject, "dropped": n, "maxQueued": MAX_QUEUED},
+            ))
 
     def _start_workers(self) -> None:
         if self.handler is None:
@@ -174,7 +225,7 @@ class Subscription:
             if item is _CLOSED:
                 self._queue.put_nowait(_CLOSED)
                 return
-            if item._gen != self._gen:
+            if item._gen != self._gen and not self._at_most_once:
                 continue  # handed over on a connection since lost: it comes again
             task = asyncio.current_task()
             assert task is not None
@@ -216,6 +267,8 @@ class Subscription:
         if d.settled:
             return
         d.settled = True
+        if self._at_most_once:
+            return  # nothing is answered, nothing comes again
         if d._gen != self._gen:
             raise SessionClosedError("SESSION_CLOSED", "the delivery's connection was lost; it comes again")
         seq = d.message.get("sequence")

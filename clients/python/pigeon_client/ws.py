@@ -21,7 +21,8 @@ When the connection drops, every call waiting on it fails at once with
 the server went away with 1001), never hangs. With ``reconnect=True`` (the
 default) the session then dials again with backoff, negotiates a fresh
 contract for the same subjects and resumes every subscription (a pub/sub one
-from its last acknowledged position). A contract that can no longer be
+from its last acknowledged position, an at-most-once one after the last
+message it received). A contract that can no longer be
 negotiated ends the session: its subscriptions end with that error and
 every later call raises it. :meth:`Session.close` finishes the handlers
 running and their acks, then closes the connection; afterwards every call
@@ -700,6 +701,17 @@ class Session:
         retry delay), at most ``max_in_flight`` at once. Without one, iterate
         the subscription (``async for d in sub``) and ack/nack each delivery.
         ``start`` (pub/sub): ``"new"``, ``"first"`` or a sequence number.
+
+        ``ack``: ``"explicit"`` (the server's default) or ``"none"``: at most
+        once, pub/sub only (``INVALID_ARGUMENT`` on a work-queue subject).
+        Nothing is acked or nacked (a raising handler is not retried;
+        ``Delivery.ack``/``nack`` send nothing), nothing is redelivered, and
+        a reconnect resumes after the last message received. The window
+        then holds nothing back, so the client bounds the deliveries waiting
+        for the handler or the iterator at :data:`~pigeon_client.subscription.MAX_QUEUED`
+        (4096) and drops those beyond: ``Subscription.dropped`` counts them,
+        and ``on_error`` (else the log) gets a ``DELIVERIES_DROPPED`` error at
+        drop counts 1, 2, 4, 8, …
         """
         self._check_usable()
         opts: dict[str, Any] = {

@@ -549,6 +549,132 @@ async def test_at_most_once_subscription(server):
         await sen.close()
 
 
+async def test_at_most_once_keeps_no_state_and_resumes_after_the_last_received(server):
+    # At most once the client keeps nothing per delivery, and a reconnect
+    # resumes after the last message received: the deliveries queued when the
+    # connection dropped still run (they were done when sent), and none comes
+    # again, not even the one whose handler was running across the reconnect.
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    site = fresh("amo")
+    seen: list[int] = []
+    gate = asyncio.Event()
+
+    async def handler(d):
+        seen.append(d.data["value"])
+        if d.data["value"] == 0:
+            await gate.wait()
+
+    try:
+        sub = await mon.subscribe("events.telemetry", handler, ack="none", selector=f"/kind=amo/site={site}")
+        decided = [await sen.publish(telemetry("amo", site, i)) for i in range(5)]
+        await eventually(lambda: seen == [0] and sub._queue.qsize() == 4, what="one running, four queued")
+        assert sub._outstanding == set()
+        assert sub._subscribe_frame(resume=True)["start"] == {"sequence": decided[-1].sequence + 1}
+
+        old = mon._ws
+        assert old is not None
+        await old.close()  # the connection drops; the session reconnects and resubscribes
+        await eventually(lambda: mon.reconnects == 1 and mon.connected, what="the reconnect")
+        decided += [await sen.publish(telemetry("amo", site, i)) for i in range(5, 7)]
+        gate.set()
+        await eventually(lambda: len(seen) >= 7, what="every message once")
+
+        # Many more: still nothing kept per delivery, only the position.
+        n = 500
+        more = await sen.publish_many([telemetry("amo", site, i) for i in range(7, 7 + n)])
+        await eventually(lambda: len(seen) >= 7 + n, what=f"{n} more deliveries")
+        await asyncio.sleep(0.3)  # a message handed over twice would come meanwhile
+        assert seen == list(range(7 + n)), "each once, in publish order"
+        assert sub._outstanding == set()
+        assert sub._queue.qsize() == 0
+        assert sub._settled_high == more[-1].sequence
+        assert sub.dropped == 0
+        assert not [e for e in mon.errors if e.code != "SESSION_CLOSED"], list(mon.errors)
+    finally:
+        gate.set()
+        await mon.close()
+        await sen.close()
+
+
+@pytest.mark.parametrize("form", ["handler", "iterator"])
+async def test_at_most_once_queue_is_bounded(server, form):
+    # A consumer that does not keep up: at most MAX_QUEUED deliveries wait on
+    # the client, the rest are dropped, counted and reported (at 1, 2, 4, …),
+    # the session keeps answering, and what was kept comes in order once the
+    # consumer moves again.
+    from pigeon_client.subscription import MAX_QUEUED
+
+    reported: list = []
+    mon = await connect(server.ws, "monitor-token", TELEMETRY, on_error=reported.append)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    site = fresh("amoq")
+    handled: list[int] = []
+    gate = asyncio.Event()
+    most = 0
+    polling = True
+
+    async def handler(d):
+        await gate.wait()
+        handled.append(d.data["value"])
+
+    async def poll() -> None:
+        nonlocal most
+        while polling:
+            most = max(most, sub._queue.qsize())
+            await asyncio.sleep(0.001)
+
+    total = MAX_QUEUED + 904
+    try:
+        sub = await mon.subscribe("events.telemetry", handler if form == "handler" else None, ack="none",
+                                  selector=f"/kind=amoq/site={site}")
+        poller = asyncio.ensure_future(poll())
+        for start in range(0, total, 1000):
+            res = await sen.publish_many([telemetry("amoq", site, i) for i in range(start, min(total, start + 1000))])
+            assert all(not isinstance(r, Exception) for r in res), res[:3]
+            await within(mon.ping(), 5)  # the session answers while the consumer is stuck
+
+        await eventually(lambda: sub._queue.qsize() + sub.dropped + len(sub._running) >= total,
+                         timeout=30, what=f"{total} deliveries received")
+        await within(mon.ping(), 5)
+        polling = False
+        await poller
+        assert sub._queue.qsize() <= MAX_QUEUED and most <= MAX_QUEUED, (sub._queue.qsize(), most)
+        assert sub.dropped >= total - MAX_QUEUED - 1, sub.dropped
+        drops = [e for e in reported if e.code == "DELIVERIES_DROPPED"]
+        assert [e.details["dropped"] for e in drops] == [1 << i for i in range(sub.dropped.bit_length())]
+        assert all(e.details["subject"] == "events.telemetry" and e.details["maxQueued"] == MAX_QUEUED for e in drops)
+        assert not [e for e in reported if e.code != "DELIVERIES_DROPPED"], reported
+        kept = total - sub.dropped
+
+        if form == "handler":
+            assert handled == []
+            gate.set()
+            await eventually(lambda: len(handled) >= kept, timeout=20, what=f"{kept} kept deliveries handled")
+        else:
+            async for d in sub:
+                handled.append(d.data["value"])
+                if len(handled) >= kept:
+                    break
+        assert handled == list(range(kept)), "the first ones kept, in order"
+
+        # The subscription goes on: a later message is handed over, nothing more dropped.
+        dropped = sub.dropped
+        await sen.publish(telemetry("amoq", site, total))
+        if form == "handler":
+            await eventually(lambda: len(handled) > kept, what="a message after the flood")
+        else:
+            d = await within(sub.__anext__(), 10)
+            handled.append(d.data["value"])
+        assert handled[kept:] == [total]
+        assert sub.dropped == dropped
+    finally:
+        polling = False
+        gate.set()
+        await mon.close()
+        await sen.close()
+
+
 async def test_retry_after_sets_the_nack_delay(server):
     group = fresh("g")
     w = await connect(server.ws, "notifier-token", NOTIFY)

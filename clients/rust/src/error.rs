@@ -43,6 +43,11 @@ pub enum ErrorKind {
     Crypto,
     /// The server failed (`INTERNAL`, `STORE_*`).
     Server,
+    /// An at-most-once subscription dropped deliveries in the client
+    /// because [`MAX_QUEUED`](crate::MAX_QUEUED) were already waiting for
+    /// its handler or stream reader (`DELIVERIES_DROPPED`; `details`:
+    /// `subject`, `dropped`, `maxQueued`). Only reported to `on_error`.
+    Dropped,
 }
 
 /// An error of the Pigeon client: the server's stable `code`, its
@@ -176,6 +181,7 @@ fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
         "SHUTTING_DOWN" | "SESSION_CLOSED" => ErrorKind::Transport,
         "STORE_CORRUPT" | "AUDIT_TAMPERED" | "STORE_UNAVAILABLE" | "STORE_FULL" | "INTERNAL" => ErrorKind::Server,
         "DELIVERY_EXHAUSTED" => ErrorKind::Quarantined,
+        "DELIVERIES_DROPPED" => ErrorKind::Dropped,
         _ => ErrorKind::Denied,
     }
 }

@@ -27,4 +27,4 @@ pub use conn::MAX_PUBLISH_BATCH;
 pub use error::{http_status, Error, ErrorKind, Result};
 pub use message::{Contract, ContractSubject, Decision, Message, Signature, Status};
 pub use session::{ConnectOptions, ErrorCallback, PendingPublish, ReplayOptions, Session};
-pub use subscription::{Ack, Delivery, HandlerError, Start, SubscribeOptions, Subscription};
+pub use subscription::{Ack, Delivery, HandlerError, Start, SubscribeOptions, Subscription, MAX_QUEUED};

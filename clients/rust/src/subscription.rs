@@ -9,10 +9,22 @@ use futures_util::Stream;
 use serde_json::{json, Map, Value};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+
+/// The most deliveries of an [`Ack::None`] subscription queued in the
+/// client, waiting for a handler (or for the consumer of a stream
+/// subscription). The server does not flow-control such a subscription
+/// (nothing is answered, so the window holds nothing back): beyond this
+/// bound the client drops deliveries, as at most once allows, rather than
+/// queue them without limit. [`Subscription::dropped`] counts them, and
+/// `on_error` receives a `DELIVERIES_DROPPED` error ([`ErrorKind::Dropped`])
+/// at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by
+/// its window, which the server keeps.
+pub const MAX_QUEUED: usize = 4096;
 
 /// Where a pub/sub subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,10 +52,13 @@ pub enum Ack {
     /// error or panic is not retried; [`Delivery::ack`] and `nack` send
     /// nothing) and nothing is redelivered. The window then holds nothing
     /// back: `max_in_flight` still bounds the handlers running at once,
-    /// and the deliveries beyond wait queued in the client. A
-    /// resubscription after a reconnect starts after the last message
-    /// received. The server refuses it on a work-queue subject
-    /// (`INVALID_ARGUMENT`).
+    /// and the deliveries beyond wait queued in the client, at most
+    /// [`MAX_QUEUED`] of them (for a stream subscription too): the client
+    /// drops those beyond, counts them ([`Subscription::dropped`]) and
+    /// reports them to `on_error` as `DELIVERIES_DROPPED` at drop counts
+    /// 1, 2, 4, 8, … A resubscription after a reconnect starts after the
+    /// last message received. The server refuses it on a work-queue
+    /// subject (`INVALID_ARGUMENT`).
     None,
 }
 
@@ -231,6 +246,11 @@ pub(crate) struct SubShared {
     queue_tx: mpsc::UnboundedSender<Delivery>,
     ack_tx: mpsc::UnboundedSender<AckCmd>,
     sem: Arc<Semaphore>,
+    /// [`Ack::None`]: the deliveries queued and not yet taken by a handler
+    /// (or the stream's consumer), at most [`MAX_QUEUED`].
+    queued: AtomicUsize,
+    /// [`Ack::None`]: the deliveries dropped because the queue was full.
+    dropped: AtomicU64,
 }
 
 impl SubShared {
@@ -247,6 +267,8 @@ impl SubShared {
             done_tx: watch::channel(false).0,
             queue_tx,
             ack_tx,
+            queued: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
         });
         tokio::spawn(ack_loop(Arc::downgrade(&s), ack_rx));
         if let SubMode::Handler(h) = &s.mode {
@@ -320,16 +342,50 @@ impl SubShared {
                 st.last_acked = st.last_acked.max(message.sequence);
             }
         }
+        if self.opts.ack == Ack::None
+            && self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_QUEUED).then_some(n + 1)).is_err()
+        {
+            self.drop_one();
+            return;
+        }
         let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() } };
-        match &self.mode {
-            SubMode::Handler(_) => {
-                let _ = self.queue_tx.send(d);
-            }
-            SubMode::Stream(tx) => {
-                if let Some(tx) = tx.lock().unwrap().as_ref() {
-                    let _ = tx.send(Ok(d));
-                }
-            }
+        let queued = match &self.mode {
+            SubMode::Handler(_) => self.queue_tx.send(d).is_ok(),
+            SubMode::Stream(tx) => match tx.lock().unwrap().as_ref() {
+                Some(tx) => tx.send(Ok(d)).is_ok(),
+                None => false,
+            },
+        };
+        if !queued {
+            self.dequeued();
+        }
+    }
+
+    /// An at-most-once delivery that found [`MAX_QUEUED`] waiting: counted,
+    /// and reported at 1, 2, 4, … so a slow handler does not flood `on_error`.
+    fn drop_one(&self) {
+        let n = self.dropped.fetch_add(1, Ordering::AcqRel) + 1;
+        if n.is_power_of_two() {
+            let mut details = Map::new();
+            details.insert("subject".into(), json!(self.subject));
+            details.insert("dropped".into(), json!(n));
+            details.insert("maxQueued".into(), json!(MAX_QUEUED));
+            self.report(Error::with_details(
+                "DELIVERIES_DROPPED",
+                format!(
+                    "at-most-once deliveries of {} dropped: the handler does not keep up ({n} so far; at most {MAX_QUEUED} wait queued)",
+                    self.subject
+                ),
+                details,
+            ));
+        }
+    }
+
+    /// A delivery left the queue: a handler (or the stream's consumer) took
+    /// it, or it was discarded.
+    fn dequeued(&self) {
+        if self.opts.ack == Ack::None {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -396,9 +452,11 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
     while let Some(d) = rx.recv().await {
         let Some(s) = sub.upgrade() else { return };
         if s.st.lock().unwrap().stopping {
+            s.dequeued();
             continue;
         }
         let Ok(permit) = s.sem.clone().acquire_owned().await else { return };
+        s.dequeued(); // a handler takes it
         if s.st.lock().unwrap().stopping {
             continue; // stopped while waiting for room: left unanswered
         }
@@ -529,10 +587,25 @@ impl Subscription {
 
     /// The next delivery of a stream subscription; `None` once it ended.
     pub async fn recv(&mut self) -> Option<Result<Delivery>> {
-        match &mut self.rx {
+        let item = match &mut self.rx {
             Some(rx) => rx.recv().await,
             None => None,
+        };
+        self.took(&item);
+        item
+    }
+
+    fn took(&self, item: &Option<Result<Delivery>>) {
+        if let Some(Ok(_)) = item {
+            self.shared.dequeued();
         }
+    }
+
+    /// How many deliveries of an [`Ack::None`] subscription were dropped
+    /// because [`MAX_QUEUED`] were already waiting (0 for an acknowledged
+    /// one).
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Acquire)
     }
 
     /// Whether the subscription has ended.
@@ -575,10 +648,12 @@ impl Subscription {
 impl Stream for Subscription {
     type Item = Result<Delivery>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match &mut self.rx {
-            Some(rx) => rx.poll_recv(cx),
-            None => Poll::Ready(None),
-        }
+        let item = match &mut self.rx {
+            Some(rx) => std::task::ready!(rx.poll_recv(cx)),
+            None => None,
+        };
+        self.took(&item);
+        Poll::Ready(item)
     }
 }
 

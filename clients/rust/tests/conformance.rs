@@ -14,6 +14,7 @@ use pigeon_client::crypto::{self, b64_decode, b64_encode, Keys, Sealed};
 use pigeon_client::http::KeyCache;
 use pigeon_client::{
     Ack, ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status, SubscribeOptions,
+    MAX_QUEUED,
 };
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -116,6 +117,8 @@ async fn run_all() {
     scenario("extra.at_most_once_beyond_the_window", &mut failures, Box::pin(at_most_once_beyond_window(s()))).await;
     scenario("extra.at_most_once_stream", &mut failures, Box::pin(at_most_once_stream(s()))).await;
     scenario("extra.at_most_once_resumes_after_restart", &mut failures, Box::pin(at_most_once_restart())).await;
+    scenario("extra.at_most_once_bounded_queue", &mut failures, Box::pin(at_most_once_bounded(s(), false))).await;
+    scenario("extra.at_most_once_bounded_stream", &mut failures, Box::pin(at_most_once_bounded(s(), true))).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -1081,6 +1084,102 @@ async fn at_most_once_restart() {
     sensor.close().await.unwrap();
     drop(srv);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A consumer that does not keep up with an at-most-once flood: a handler
+/// that waits for a gate, or (`stream`) a stream nobody reads until the
+/// flood is over. At most MAX_QUEUED wait in the client (nothing leaves the
+/// queue meanwhile, so what is kept afterwards is what it held), the rest
+/// are dropped, counted and reported at 1, 2, 4, …, the session keeps
+/// answering, and what was kept comes in order once the consumer moves.
+async fn at_most_once_bounded(srv: Arc<Server>, stream: bool) {
+    let (mon, errors) = reporting_monitor(&srv.url(), ConnectOptions::default()).await;
+    let site = format!("amoq{}", nonce().replace('-', ""));
+    let opts = SubscribeOptions::default().selector(format!("/kind=amoq/site={site}")).ack(Ack::None);
+    let got: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let (gate, gate_rx) = tokio::sync::watch::channel(false);
+    let mut sub = if stream {
+        mon.subscribe_stream("events.telemetry", opts).await.unwrap()
+    } else {
+        let g = got.clone();
+        mon.subscribe("events.telemetry", opts, move |d| {
+            let (g, mut gate) = (g.clone(), gate_rx.clone());
+            async move {
+                let _ = gate.wait_for(|open| *open).await;
+                g.lock().unwrap().push(value_of(&d.message));
+                Ok(())
+            }
+        })
+        .await
+        .unwrap()
+    };
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let total = MAX_QUEUED + 904;
+    for start in (0..total).step_by(1000) {
+        let mut pending = Vec::new();
+        for i in start..total.min(start + 1000) {
+            pending.push(sensor.publish_async(&telemetry("amoq", &site, i as f64)).await.unwrap());
+        }
+        for p in pending {
+            p.await.unwrap();
+        }
+        // The session answers while the consumer is stuck.
+        tokio::time::timeout(Duration::from_secs(5), mon.ping()).await.expect("the session stalled").unwrap();
+    }
+    // Everything beyond the queue (and the one handler running) is dropped;
+    // wait until the count stops moving: every delivery has arrived.
+    let floor = (total - MAX_QUEUED - 1) as u64;
+    assert!(eventually(Duration::from_secs(20), || sub.dropped() >= floor).await, "dropped {}", sub.dropped());
+    let mut last = sub.dropped();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if sub.dropped() == last {
+            break;
+        }
+        last = sub.dropped();
+    }
+    tokio::time::timeout(Duration::from_secs(5), mon.ping()).await.expect("the session stalled").unwrap();
+    let dropped = sub.dropped();
+    let drops: Vec<Error> = errors.lock().unwrap().iter().filter(|e| e.kind == ErrorKind::Dropped).cloned().collect();
+    let counts: Vec<u64> = drops.iter().map(|e| e.details["dropped"].as_u64().unwrap()).collect();
+    let powers: Vec<u64> = (0..64).map(|i| 1u64 << i).take_while(|n| *n <= dropped).collect();
+    assert_eq!(counts, powers, "reported at 1, 2, 4, …");
+    for e in &drops {
+        assert_eq!(e.code, "DELIVERIES_DROPPED");
+        assert_eq!(e.details["subject"], json!("events.telemetry"));
+        assert_eq!(e.details["maxQueued"], json!(MAX_QUEUED));
+    }
+    let r: Vec<Error> = refusals(&errors).into_iter().filter(|e| e.kind != ErrorKind::Dropped).collect();
+    assert!(r.is_empty(), "{r:?}");
+
+    let kept = total - dropped as usize;
+    // The queue held all the kept ones at once (one of them in the handler).
+    assert!(kept <= MAX_QUEUED + usize::from(!stream), "kept {kept}: the queue went beyond {MAX_QUEUED}");
+    if stream {
+        for _ in 0..kept {
+            let d = tokio::time::timeout(Duration::from_secs(5), sub.next()).await.expect("a kept delivery").unwrap().unwrap();
+            got.lock().unwrap().push(value_of(&d.message));
+        }
+    } else {
+        assert!(got.lock().unwrap().is_empty());
+        gate.send_replace(true);
+        assert!(eventually(Duration::from_secs(20), || got.lock().unwrap().len() >= kept).await, "got {}", got.lock().unwrap().len());
+    }
+    assert_eq!(*got.lock().unwrap(), (0..kept as i64).collect::<Vec<_>>(), "the first ones kept, in order");
+
+    // The subscription goes on, and nothing more is dropped.
+    sensor.publish(&telemetry("amoq", &site, total as f64)).await.unwrap();
+    if stream {
+        let d = tokio::time::timeout(Duration::from_secs(5), sub.next()).await.expect("a message after the flood").unwrap().unwrap();
+        got.lock().unwrap().push(value_of(&d.message));
+    } else {
+        assert!(eventually(Duration::from_secs(5), || got.lock().unwrap().len() > kept).await);
+    }
+    assert_eq!(got.lock().unwrap()[kept..], [total as i64]);
+    assert_eq!(sub.dropped(), dropped);
+    sub.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
 }
 
 // ---- end-to-end signing and sealing ----

@@ -35,6 +35,11 @@ export const ClientCodes = {
   BAD_FRAME: "BAD_FRAME",
   /** the client gave up waiting for an answer */
   TIMEOUT: "TIMEOUT",
+  /**
+   * at-most-once deliveries were dropped because the subscription already had
+   * MAX_QUEUED waiting for its handler (details: subject, dropped, maxQueued)
+   */
+  DELIVERIES_DROPPED: "DELIVERIES_DROPPED",
 } as const;
 
 const CONTRACT_CODES = new Set([

@@ -78,9 +78,13 @@ export interface SubscribeOptions {
    * so the client answers nothing (a handler that throws is not retried) and
    * nothing is redelivered. `window` then holds nothing back (no delivery
    * waits for an answer): `maxInFlight` still bounds the handlers running at
-   * once, and the deliveries beyond wait queued in the client. A reconnect
-   * resumes after the last message received. On a work-queue subject the
-   * server refuses it (INVALID_ARGUMENT).
+   * once, and the deliveries beyond wait queued in the client, at most
+   * `MAX_QUEUED` (4096): beyond that they are dropped rather than
+   * queued without limit, counted in `Subscription.dropped` and reported to
+   * onError as DELIVERIES_DROPPED at drop counts 1, 2, 4, 8, … (the same
+   * bound holds for `stream`, whose loop takes the handler's place). A
+   * reconnect resumes after the last message received. On a work-queue
+   * subject the server refuses it (INVALID_ARGUMENT).
    */
   ack?: "explicit" | "none";
 }

@@ -3,10 +3,22 @@
  * maxInFlight at once), its acks (gathered into one frame while the previous
  * one is answered) and the position it resumes from after a reconnect.
  */
-import { PigeonError, RetryAfter } from "./errors.js";
+import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
 import { answer, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
 import type { Handler, Session, SubscribeOptions } from "./session.js";
+
+/**
+ * The most deliveries of an `ack: "none"` subscription queued in the client,
+ * waiting for a handler (or for the loop of a stream). The server does not
+ * flow-control such a subscription (nothing is answered, so the window holds
+ * nothing back): beyond this bound the client drops deliveries, as at most
+ * once allows, rather than queue them without limit. Drops are counted in
+ * {@link Subscription.dropped} and reported to onError as DELIVERIES_DROPPED
+ * at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by
+ * its window, which the server keeps.
+ */
+export const MAX_QUEUED = 4096;
 
 /**
  * A running subscription. `done` settles when it ends: resolves after
@@ -33,6 +45,7 @@ export class Subscription {
   private lastAcked = 0;
   private readonly maxInFlight: number;
   private stopping = false;
+  private droppedCount = 0;
 
   constructor(
     private readonly session: Session,
@@ -46,6 +59,14 @@ export class Subscription {
       this.rejectDone = rej;
     });
     this.done.catch(() => undefined); // observed through done or error
+  }
+
+  /**
+   * How many deliveries of an `ack: "none"` subscription were dropped because
+   * {@link MAX_QUEUED} were already waiting (0 for an acknowledged one).
+   */
+  get dropped(): number {
+    return this.droppedCount;
   }
 
   /** @internal */
@@ -98,8 +119,25 @@ export class Subscription {
     // received is never handed over again.
     if (typeof m.sequence === "number" && this.options.ack === "none") this.lastAcked = Math.max(this.lastAcked, m.sequence);
     else if (typeof m.sequence === "number") this.unacked.add(m.sequence);
+    if (this.options.ack === "none" && this.queue.length >= MAX_QUEUED) {
+      this.drop();
+      return;
+    }
     this.queue.push({ c, m, attempt });
     this.pump();
+  }
+
+  /** An at-most-once delivery that finds the queue full: dropped, counted, reported at 1, 2, 4, … */
+  private drop(): void {
+    const n = ++this.droppedCount;
+    if ((n & (n - 1)) !== 0) return; // a slow handler does not flood onError
+    this.session.report(
+      new PigeonError(
+        ClientCodes.DELIVERIES_DROPPED,
+        `at-most-once deliveries of ${this.subject} dropped: the handler does not keep up (${n} so far; at most ${MAX_QUEUED} wait queued)`,
+        { subject: this.subject, dropped: n, maxQueued: MAX_QUEUED },
+      ),
+    );
   }
 
   private pump(): void {

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocket } from "ws";
-import { connect, PigeonError, RetryAfter } from "../../dist/index.js";
+import { connect, MAX_QUEUED, PigeonError, RetryAfter } from "../../dist/index.js";
 import { sharedServer, notification, telemetry, uniq, until, sleep } from "../harness.mjs";
 
 /** A WebSocket constructor that records every frame the client sends (the credential goes as a subprotocol). */
@@ -188,3 +188,94 @@ test("ack none: a reconnect resubscribes at most once, after the last message re
     assert.deepEqual(answers(sent), []);
   });
 });
+
+/**
+ * A consumer that does not keep up with an at-most-once flood: `form` is
+ * "handler" (the handler awaits a gate) or "stream" (the loop does not run
+ * until the flood is over). At most MAX_QUEUED wait in the client, the rest
+ * are dropped, counted and reported at 1, 2, 4, …; the session keeps
+ * answering; what was kept comes in order afterwards.
+ */
+async function boundedFlood(form) {
+  await withRecordedMonitor(async (monitor, sensor, sent) => {
+    const run = uniq("amoq");
+    const reported = [];
+    monitor.onError((e) => reported.push(e));
+    const got = [];
+    let release;
+    const gate = new Promise((r) => (release = r));
+    const options = { ack: "none", selector: `/kind=amoq/site=${run}` };
+    let sub;
+    let it;
+    if (form === "handler") {
+      sub = await monitor.subscribe(
+        "events.telemetry",
+        async (m) => {
+          await gate;
+          got.push(m.data.value);
+        },
+        options,
+      );
+    } else {
+      it = await monitor.stream("events.telemetry", options);
+      sub = it.subscription;
+    }
+    try {
+      // The largest queue the subscription ever held, seen after every delivery.
+      let most = 0;
+      const enqueue = sub.enqueue.bind(sub);
+      sub.enqueue = (c, m, attempt) => {
+        enqueue(c, m, attempt);
+        most = Math.max(most, sub.queue.length);
+      };
+
+      const total = MAX_QUEUED + 904;
+      for (let start = 0; start < total; start += 1000) {
+        const batch = Array.from({ length: Math.min(1000, total - start) }, (_, i) => telemetry("amoq", run, start + i));
+        const res = await sensor.publishAll(batch);
+        assert.ok(res.every((r) => r.status === "fulfilled"), String(res.find((r) => r.status === "rejected")?.reason));
+        await monitor.ping(); // the session answers while the consumer is stuck
+      }
+      // Received: the one the handler (or the stream's buffer) holds, the queued, the dropped.
+      await until(() => sub.running + sub.queue.length + sub.dropped >= total, 20_000, `${total} deliveries received`);
+      await monitor.ping();
+      assert.equal(sub.running, 1);
+      assert.ok(sub.queue.length <= MAX_QUEUED && most <= MAX_QUEUED, `queued ${sub.queue.length}, at most ${most}`);
+      assert.ok(sub.dropped >= total - MAX_QUEUED - 1, `dropped ${sub.dropped}`);
+      const drops = reported.filter((e) => e.code === "DELIVERIES_DROPPED");
+      const powers = [];
+      for (let n = 1; n <= sub.dropped; n *= 2) powers.push(n);
+      assert.deepEqual(drops.map((e) => e.details.dropped), powers, "reported at 1, 2, 4, …");
+      assert.ok(drops.every((e) => e instanceof PigeonError && e.details.subject === "events.telemetry" && e.details.maxQueued === MAX_QUEUED));
+      assert.deepEqual(reported.filter((e) => e.code !== "DELIVERIES_DROPPED"), []);
+      const kept = total - sub.dropped;
+
+      if (form === "handler") {
+        assert.deepEqual(got, []);
+        release();
+        await until(() => got.length >= kept, 20_000, `${kept} kept deliveries handled (got ${got.length})`);
+      } else {
+        while (got.length < kept) got.push((await it.next()).value.message.data.value);
+      }
+      assert.deepEqual(got, Array.from({ length: kept }, (_, i) => i), "the first ones kept, in order");
+
+      // The subscription goes on; nothing more is dropped.
+      const dropped = sub.dropped;
+      await sensor.publish(telemetry("amoq", run, total));
+      if (form === "handler") await until(() => got.length > kept, 5000, "a message after the flood");
+      else got.push((await it.next()).value.message.data.value);
+      assert.deepEqual(got.slice(kept), [total]);
+      assert.equal(sub.dropped, dropped);
+      assert.deepEqual(answers(sent), []);
+      await it?.return();
+    } finally {
+      release(); // a failed check does not leave close() waiting for the handler
+    }
+  });
+}
+
+test("ack none: a handler that does not keep up: at most MAX_QUEUED wait, the rest dropped and reported", { timeout: 60_000 }, () =>
+  boundedFlood("handler"),
+);
+
+test("ack none: a stream whose loop does not keep up is bounded the same way", { timeout: 60_000 }, () => boundedFlood("stream"));
