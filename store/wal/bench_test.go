@@ -104,7 +104,7 @@ func BenchmarkRead(b *testing.B) {
 // appends per fsync.
 func BenchmarkAppendPublishers(b *testing.B) {
 	body := make([]byte, 300)
-	for _, think := range []time.Duration{0, 50 * time.Microsecond, 200 * time.Microsecond} {
+	for _, think := range []time.Duration{0, 50 * time.Microsecond, 200 * time.Microsecond, time.Millisecond} {
 		for _, c := range []struct {
 			name  string
 			delay time.Duration

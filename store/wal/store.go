@@ -67,10 +67,11 @@ type Options struct {
 	// fsync covers more of them: under many concurrent writers this trades
 	// at most BatchDelay of latency for fewer fsyncs, which cost CPU as
 	// well as time. A lone writer is never delayed. The default (zero)
-	// adapts to the disk: half the log's recent write-and-fsync time,
-	// between 50µs and 1ms (100µs before the first fsync), since writers
-	// that arrive within half an fsync are cheaper to wait for than to
-	// leave to the next one. A negative value disables it.
+	// adapts to the disk: the log's recent write-and-fsync time, between
+	// 50µs and 2ms (100µs before the first fsync), since a writer that
+	// comes back within one fsync is cheaper to wait for than to leave to
+	// the next one, which would take turns with this batch. A negative
+	// value disables it.
 	BatchDelay time.Duration
 	// Logger receives what recovery did (a torn tail dropped after a
 	// crash: log, file, offset and bytes). Default slog.Default().

@@ -434,7 +434,7 @@ func TestBatchDelay(t *testing.T) {
 		}{
 			{0, firstAdaptiveDelay},
 			{10 * time.Microsecond, minAdaptiveDelay},
-			{400 * time.Microsecond, 200 * time.Microsecond},
+			{400 * time.Microsecond, 400 * time.Microsecond},
 			{time.Second, maxAdaptiveDelay},
 		} {
 			w.syncAvg = c.avg
