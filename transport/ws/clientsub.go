@@ -324,6 +324,7 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		cs.dropped++
 		n := cs.dropped
 		cs.mu.Unlock()
+		cs.received(m.Sequence) // done, as at most once allows: a resumed subscription does not ask for it again
 		if n&(n-1) == 0 { // 1, 2, 4, …: a slow handler does not flood the log
 			s.o.logger.Warn("pigeon ws: at-most-once deliveries dropped: the handler does not keep up", "subject", cs.subject, "dropped", n)
 		}
@@ -339,12 +340,20 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt})
 	cs.cond.Signal()
 	cs.mu.Unlock()
-	if m.Sequence > 0 {
-		for {
-			last := cs.lastSeq.Load()
-			if m.Sequence <= last || cs.lastSeq.CompareAndSwap(last, m.Sequence) {
-				break
-			}
+	cs.received(m.Sequence)
+}
+
+// received notes that the message at seq (0: none) reached the
+// subscription: a pubsub subscription that resumes (Reconnect) starts
+// after the highest one.
+func (cs *clientSub) received(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	for {
+		last := cs.lastSeq.Load()
+		if seq <= last || cs.lastSeq.CompareAndSwap(last, seq) {
+			return
 		}
 	}
 }
