@@ -159,7 +159,10 @@ func (ss *sessionSubs) closeAll() {
 	}
 }
 
-// onContractRevoked wakes subscriptions so that they notice at once.
+// onContractRevoked stops the contract's subscriptions at once: their
+// contexts end, so a handler or a transport still holding a delivery of
+// theirs (a WebSocket write queue) sees the revocation now, not when the
+// subscription's loop next looks at the contract.
 func (e *Engine) onContractRevoked(id string) {
 	e.subs.mu.Lock()
 	var hit []*subscription
@@ -170,6 +173,7 @@ func (e *Engine) onContractRevoked(id string) {
 	}
 	e.subs.mu.Unlock()
 	for _, s := range hit {
+		s.stop(NewError(CodeContractRevoked, "the contract was revoked"))
 		s.poke()
 	}
 }

@@ -61,6 +61,7 @@ type outFrame struct {
 	n      int64
 	close  websocket.StatusCode
 	reason string
+	sub    *serverSub // the subscription whose deliveries b holds, if any
 }
 
 var (
@@ -263,20 +264,28 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 // enqueue queues a frame that holds n reserved bytes; on failure it gives
 // them back.
 func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
+	return c.enqueueFor(ctx, b, n, nil)
+}
+
+// enqueueFor is enqueue for a frame of deliveries of sub, which the writer
+// drops instead of writing when the engine has ended sub by then for a
+// refusal (serverSub.cut).
+func (c *conn) enqueueFor(ctx context.Context, b []byte, n int64, sub *serverSub) error {
 	if c.stalled.Load() {
 		c.unreserve(n)
 		return errStalled
 	}
+	f := outFrame{b: b, n: n, sub: sub}
 	c.queued.Add(1)
 	select {
-	case c.out <- outFrame{b: b, n: n}:
+	case c.out <- f:
 		return nil
 	default:
 	}
 	t := time.NewTimer(c.srv.opts.StallTimeout)
 	defer t.Stop()
 	select {
-	case c.out <- outFrame{b: b, n: n}:
+	case c.out <- f:
 		return nil
 	case <-t.C:
 		c.queued.Add(-1)
@@ -408,7 +417,11 @@ func (c *conn) writeLoop() {
 		var err error
 		c.wmu.Lock()
 		for n := 0; f.b != nil && err == nil && !c.stalled.Load(); n++ {
-			err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
+			if f.sub == nil || !f.sub.cut() {
+				err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
+			} else {
+				c.srv.stats.cut.Add(1)
+			}
 			c.unreserve(f.n)
 			c.written.Add(1)
 			c.queued.Add(-1)

@@ -32,7 +32,7 @@ type Server struct {
 }
 
 type counters struct {
-	open, accepted, refused, stalled, tooBig, badText, pingTimeouts, rateLimited, queuedPeak atomic.Int64
+	open, accepted, refused, stalled, tooBig, badText, pingTimeouts, rateLimited, queuedPeak, cut atomic.Int64
 }
 
 // Stats are a server's counters since it started.
@@ -54,6 +54,10 @@ type Stats struct {
 	// connections (bounded by Options.ServerQueueBytes); QueuedBytesPeak
 	// the most there ever were.
 	QueuedBytes, QueuedBytesPeak int64
+	// CutFrames counts deliver frames dropped from a write queue because
+	// the engine ended their subscription for a refusal (its contract
+	// revoked or expired, a role taken away) before they were written.
+	CutFrames int64
 }
 
 // NewServer returns the WebSocket endpoint of e.
@@ -68,7 +72,7 @@ func (s *Server) Stats() Stats {
 	c := &s.stats
 	return Stats{Open: c.open.Load(), Accepted: c.accepted.Load(), Refused: c.refused.Load(), Stalled: c.stalled.Load(),
 		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), InvalidText: c.badText.Load(), RateLimited: c.rateLimited.Load(),
-		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load()}
+		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load(), CutFrames: c.cut.Load()}
 }
 
 // upgradeCredential returns the bearer token of an upgrade request: the

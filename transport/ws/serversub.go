@@ -118,6 +118,27 @@ func (ss *serverSub) watch() {
 	_ = c.send(c.ctx, append(b, '}'))
 }
 
+// cut reports whether the engine ended the subscription because its
+// contract no longer allows it to receive (revoked, expired, a role taken
+// away, its policy changed, the subject gone from it): a deliver frame of
+// it still waiting in the write queue is then dropped, not written after
+// the moment the contract stopped allowing it. The engine ends the
+// subscription as the revocation happens (Engine.RevokeContract), and a
+// slow reader may leave frames queued for seconds.
+func (ss *serverSub) cut() bool {
+	err := ss.sub.Err()
+	if err == nil {
+		return false
+	}
+	switch pigeon.ErrorCode(err) {
+	case pigeon.CodeContractRevoked, pigeon.CodeContractExpired, pigeon.CodeContractNotFound,
+		pigeon.CodeContractPrincipalMismatch, pigeon.CodeContractStale, pigeon.CodeGrantRevoked,
+		pigeon.CodeSubjectNotInContract, pigeon.CodeOperationNotInContract, pigeon.CodeSubjectNotFound:
+		return true
+	}
+	return false
+}
+
 // end stops the subscription (idempotent) and waits for its handlers.
 func (ss *serverSub) end() {
 	ss.ended.Store(true)
@@ -165,7 +186,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 		ss.mu.Unlock()
 	}
 	if err == nil {
-		err = ss.c.enqueue(ctx, b, n)
+		err = ss.c.enqueueFor(ctx, b, n, ss)
 	}
 	if err != nil {
 		if !ss.atMost && !ss.take(id) {
@@ -243,7 +264,7 @@ func (ss *serverSub) flushLocked() {
 	b := append(ss.buf, "]}"...)
 	in, n, ctx := ss.bufIn, ss.bufN, ss.hctx
 	ss.buf, ss.bufN, ss.last = nil, 0, len(b)
-	err := ss.c.enqueue(ctx, b, n)
+	err := ss.c.enqueueFor(ctx, b, n, ss)
 	for _, g := range in {
 		switch {
 		case err == nil && ss.atMost:
