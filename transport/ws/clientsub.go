@@ -324,8 +324,10 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		cs.dropped++
 		n := cs.dropped
 		cs.mu.Unlock()
-		cs.received(m.Sequence) // done, as at most once allows: a resumed subscription does not ask for it again
-		if n&(n-1) == 0 {       // 1, 2, 4, …: a slow handler does not flood the log
+		// Done, as at most once allows: a resumed subscription does not
+		// ask for it again.
+		cs.received(m.Sequence)
+		if n&(n-1) == 0 { // 1, 2, 4, …: a slow handler does not flood the log
 			s.o.logger.Warn("pigeon ws: at-most-once deliveries dropped: the handler does not keep up", "subject", cs.subject, "dropped", n)
 		}
 		return
