@@ -510,3 +510,47 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestRoleRemovalEndsAWaitingSubscription: a subscription whose window is
+// full (its handler holds a delivery unanswered) stops as soon as the role
+// it relied on is deleted, not once the handler answers or the ack wait
+// passes; nothing more is handed over.
+func TestRoleRemovalEndsAWaitingSubscription(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{
+		{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish, pigeon.OpReceive}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+	c := f.connect("carol-token", "rooms.chat")
+	p, err := e.Authenticate(ctx, "carol-token")
+	require.NoError(t, err)
+	held := make(chan func(error), 10)
+	sub, err := e.SubscribeAsync(ctx, pigeon.Caller{Principal: p, ContractID: c.Contract().ID(), Region: "uk"}, "rooms.chat",
+		func(_ context.Context, _ *pigeon.Delivery, done func(error)) { held <- done }, // answered only at the end
+		pigeon.WithMaxInFlight(1))
+	require.NoError(t, err)
+	for _, text := range []string{"one", "two"} {
+		_, err := c.Publish(ctx, chatIn("lobby", text))
+		require.NoError(t, err)
+	}
+	var answer func(error)
+	select {
+	case answer = <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	var once sync.Once
+	done := func() { once.Do(func() { answer(nil) }) }
+	t.Cleanup(done) // before the engine shuts down, which waits for it
+	time.Sleep(100 * time.Millisecond) // the second message reaches the full window
+	require.NoError(t, e.DeleteRole(ctx, "member"))
+	// The ack wait is 30 s: within 10 the subscription has stopped.
+	require.Eventually(t, func() bool { return sub.Err() != nil }, 10*time.Second, 5*time.Millisecond,
+		"the subscription waited for its window after the role was deleted")
+	requireCode(t, sub.Err(), pigeon.CodeGrantRevoked)
+	done()
+	<-sub.Done()
+	require.Empty(t, held, "nothing handed over after the role was deleted")
+}

@@ -580,6 +580,12 @@ func (s *subscription) acquire() bool {
 		select {
 		case s.slots <- struct{}{}:
 			return true
+		case <-s.wake:
+			// A revocation or an access change: judged now, not once
+			// the client frees the window or the ack wait passes.
+			if !s.checkDelivery() {
+				return false
+			}
 		case <-s.resWake:
 			// Settle work-queue answers at once (their leases run);
 			// record acknowledgements when many gathered.
