@@ -17,7 +17,7 @@
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, type Frame } from "./conn.js";
-import { Subscription } from "./subscription.js";
+import { Subscription, UNANSWERED, type ReleaseReason } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
 export { Subscription };
@@ -549,8 +549,19 @@ export class Session implements ConnOwner {
    */
   async subscribe(subject: string, handler: Handler, options: SubscribeOptions = {}): Promise<Subscription> {
     if (typeof handler !== "function") throw new PigeonError("INVALID_ARGUMENT", "handler must be a function");
+    return this.startSubscription(subject, handler, options);
+  }
+
+  /** Subscribes; onRelease is in place before the first delivery can arrive. */
+  private async startSubscription(
+    subject: string,
+    handler: Handler,
+    options: SubscribeOptions,
+    onRelease?: (reason: ReleaseReason) => void,
+  ): Promise<Subscription> {
     const c = await this.ready();
     const s = new Subscription(this, subject, handler, options);
+    s.onRelease = onRelease;
     await s.subscribeOn(c, options.start);
     this.subs.add(s);
     return s;
@@ -559,30 +570,78 @@ export class Session implements ConnOwner {
   /**
    * The async-iterator form of subscribe: yields each delivery; a delivery
    * is acked when the loop asks for the next one, and nacked when the loop
-   * ends early (break or throw) while it is being worked on (with
-   * `ack: "none"`, neither).
+   * ends early (break, return or throw, or the iterator's `return()` or
+   * `throw(err)`) while it is being worked on (with `ack: "none"`, neither).
+   *
+   * Up to `maxInFlight` deliveries (default 1) are taken from the
+   * subscription ahead of the loop, counting the one the loop works on. When
+   * the loop ends early, the iterator's `return()` unsubscribes at once: the
+   * deliveries taken ahead but never yielded are left unanswered, so the
+   * unsubscribe gives them back to the server without spending an attempt
+   * (on a work-queue subject another consumer gets them at once), as the
+   * queued deliveries of a handler are (docs/protocol.md "unsubscribe"); with
+   * `ack: "none"` they are dropped. `throw(err)` does the same and then
+   * rejects with err (the delivery being worked on is nacked with err's
+   * {@link RetryAfter} delay when it is one).
+   *
+   * When the subscription ends without the loop, the loop ends too, and the
+   * deliveries taken ahead are let go the same way: after `unsubscribe()` or
+   * the session's `close()`, `next()` resolves `done` (close waits, up to its
+   * timeout, for the loop to move past the delivery it works on); when the
+   * subscription fails (CONTRACT_REVOKED, a failed reconnect, …), `next()`
+   * rejects with that error. A lost connection that the session recovers
+   * from does not end the loop: an acknowledged subscription's deliveries
+   * taken ahead on the lost connection are let go (they cannot be acked any
+   * more: the resumed subscription delivers them again); at-most-once ones
+   * are still yielded.
    */
   async stream(subject: string, options: SubscribeOptions = {}): Promise<AsyncIterableIterator<Delivery> & { subscription: Subscription }> {
-    const buf: { d: Delivery; settle: (ok: boolean) => void }[] = [];
+    type Settle = (how: "ack" | "nack" | "unanswered", err?: unknown) => void;
+    // The deliveries taken ahead of the loop; each holds one of the
+    // subscription's maxInFlight handler slots until it is settled.
+    const buf: { d: Delivery; settle: Settle }[] = [];
     let wake: (() => void) | undefined;
-    let current: ((ok: boolean) => void) | undefined;
-    const sub = await this.subscribe(
+    let current: Settle | undefined;
+    // Once the subscription stops or ends, nothing more is taken ahead.
+    let stopped = false;
+    const release = (reason: ReleaseReason) => {
+      if (reason !== "lost") stopped = true;
+      for (const x of buf.splice(0)) x.settle("unanswered");
+      wake?.();
+    };
+    const sub = await this.startSubscription(
       subject,
-      (_m, d) =>
-        new Promise<void>((resolve, reject) => {
-          buf.push({ d, settle: (ok) => (ok ? resolve() : reject(new Error("the consumer stopped"))) });
+      (_m, d) => {
+        if (stopped) return UNANSWERED;
+        return new Promise<unknown>((resolve, reject) => {
+          buf.push({
+            d,
+            settle: (how, err) => {
+              if (how === "ack") resolve(undefined);
+              else if (how === "unanswered") resolve(UNANSWERED);
+              else reject(err ?? new Error("the consumer stopped"));
+            },
+          });
           wake?.();
-        }),
+        });
+      },
       { ...options, maxInFlight: options.maxInFlight ?? 1 },
+      release,
     );
-    sub.done.catch(() => undefined).finally(() => wake?.());
+    /** Ends the subscription early: the delivery being worked on is nacked, those taken ahead are let go. */
+    const stop = async (err?: unknown) => {
+      const c = current;
+      current = undefined;
+      c?.("nack", err);
+      await sub.unsubscribe();
+    };
     const it = {
       subscription: sub,
       [Symbol.asyncIterator]() {
         return it;
       },
       async next(): Promise<IteratorResult<Delivery>> {
-        current?.(true);
+        current?.("ack");
         current = undefined;
         for (;;) {
           const x = buf.shift();
@@ -599,10 +658,12 @@ export class Session implements ConnOwner {
         }
       },
       async return(): Promise<IteratorResult<Delivery>> {
-        current?.(false);
-        current = undefined;
-        await sub.unsubscribe();
+        await stop();
         return { value: undefined, done: true };
+      },
+      async throw(err?: unknown): Promise<IteratorResult<Delivery>> {
+        await stop(err);
+        throw err;
       },
     };
     return it;

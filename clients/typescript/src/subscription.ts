@@ -21,6 +21,23 @@ import type { Handler, Session, SubscribeOptions } from "./session.js";
 export const MAX_QUEUED = 4096;
 
 /**
+ * @internal What a handler resolves to (or throws) to leave its delivery
+ * unanswered: neither acked nor nacked. The stream form settles the
+ * deliveries its loop never took with it when the subscription stops or
+ * loses its connection: like a delivery still queued, the unsubscribe that
+ * follows (or the lost connection) gives it back to the server.
+ */
+export const UNANSWERED: unique symbol = Symbol("pigeon.unanswered");
+
+/**
+ * @internal Why a subscription lets go of the deliveries waiting in a
+ * stream's buffer: "stopping" (unsubscribe or close began), "finished" (it
+ * ended, with or without an error), "lost" (an acknowledged subscription's
+ * connection closed: they cannot be answered any more).
+ */
+export type ReleaseReason = "stopping" | "finished" | "lost";
+
+/**
  * A running subscription. `done` settles when it ends: resolves after
  * unsubscribe() or close(), rejects with the error that ended it otherwise
  * (CONTRACT_REVOKED, GRANT_REVOKED, a failed reconnect, …).
@@ -46,6 +63,11 @@ export class Subscription {
   private readonly maxInFlight: number;
   private stopping = false;
   private droppedCount = 0;
+  /**
+   * @internal Called when deliveries handed to the handler but not yet
+   * worked on must be let go (the stream form's buffer); see ReleaseReason.
+   */
+  onRelease: ((reason: ReleaseReason) => void) | undefined;
 
   constructor(
     private readonly session: Session,
@@ -107,7 +129,10 @@ export class Subscription {
     // Deliveries queued on the lost connection cannot be answered: drop them
     // (the server gives them back); acks gathered for it are moot. At most
     // once, they were done when the server sent them: they still run.
-    if (this.options.ack !== "none") this.queue.length = 0;
+    if (this.options.ack !== "none") {
+      this.queue.length = 0;
+      this.onRelease?.("lost");
+    }
     this.acks = [];
   }
 
@@ -150,17 +175,21 @@ export class Subscription {
 
   private async run(d: { c: Conn; m: Message; attempt: number }): Promise<void> {
     let ok = true;
+    let unanswered = false;
     let delayMs: number | undefined;
     try {
-      await this.handler(d.m, { message: d.m, attempt: d.attempt, sub: this.id });
+      unanswered = (await this.handler(d.m, { message: d.m, attempt: d.attempt, sub: this.id })) === UNANSWERED;
     } catch (e) {
       ok = false;
-      if (e instanceof RetryAfter) delayMs = e.delayMs;
+      if (e === UNANSWERED) unanswered = true;
+      else if (e instanceof RetryAfter) delayMs = e.delayMs;
       else if (e && typeof (e as { retryAfterMs?: unknown }).retryAfterMs === "number") delayMs = (e as { retryAfterMs: number }).retryAfterMs;
     }
     const id = d.m.id;
-    if (this.options.ack === "none") {
+    if (this.options.ack === "none" || unanswered) {
       // At most once: nothing is answered, whatever the handler did.
+      // Unanswered: the unsubscribe that follows, or the lost connection,
+      // gives it back to the server.
     } else if (!d.c.closed && typeof id === "string" && this.id) {
       if (ok) {
         this.acks.push(id);
@@ -209,6 +238,7 @@ export class Subscription {
     // Deliveries not yet started stay unanswered: the server gives them back.
     this.stopping = true;
     this.queue.length = 0;
+    this.onRelease?.("stopping");
     if (this.running > 0) await new Promise<void>((r) => this.idle.push(r));
     while (this.ackBusy || (this.acks.length > 0 && this.conn && !this.conn.closed)) {
       if (!this.ackBusy && this.conn) this.flushAcks(this.conn);
@@ -222,6 +252,7 @@ export class Subscription {
     this.finished = true;
     this.error = err;
     this.queue.length = 0;
+    this.onRelease?.("finished");
     this.session.forget(this);
     if (err) this.rejectDone(err);
     else this.resolveDone();
@@ -231,17 +262,27 @@ export class Subscription {
   /** Stops deliveries, waits for running handlers and their acks, and ends the subscription. */
   async unsubscribe(): Promise<void> {
     if (this.finished) return;
+    if (this.stopping) {
+      // Another unsubscribe, or the session's close, is ending it.
+      await this.done.catch(() => undefined);
+      return;
+    }
     const c = this.conn;
     const sid = this.id;
     await this.drain();
-    if (c && !c.closed && sid) {
-      try {
-        await c.call({ op: "unsubscribe", sub: sid });
-      } catch (e) {
-        if (!(e instanceof PigeonError) || e.kind !== "transport") throw e;
+    try {
+      if (c && !c.closed && sid) {
+        try {
+          await c.call({ op: "unsubscribe", sub: sid });
+        } catch (e) {
+          if (!(e instanceof PigeonError) || e.kind !== "transport") throw e;
+        }
       }
+    } finally {
+      // Ended whatever the answer: deliveries have stopped, and a stream's
+      // loop waiting for the end is not left waiting.
+      this.finish(undefined);
     }
-    this.finish(undefined);
   }
 }
 

@@ -11,6 +11,7 @@ import "./scenarios/ws_transport.mjs";
 import "./scenarios/e2e.mjs";
 import "./scenarios/http.mjs";
 import "./scenarios/ws_brief.mjs";
+import "./scenarios/ws_stream.mjs";
 
 after(stopShared);
 
