@@ -5,6 +5,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Decision, Message, Status};
 use crate::session::Inner;
 use crate::subscription::SubShared;
+use crate::tls::{self, Stream, Target, TlsContext};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -13,16 +14,15 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Ws = WebSocketStream<Stream>;
 
 /// The most messages the client puts in one publish_batch frame.
 pub const MAX_PUBLISH_BATCH: usize = 1000;
@@ -93,19 +93,14 @@ pub(crate) struct Conn {
     pub_done: mpsc::UnboundedSender<()>,
 }
 
-/// Builds the WebSocket URL: ws as given, http mapped to ws,
-/// `/v1/ws` added when the URL has no path.
+/// Builds the WebSocket URL: ws and wss as given, http mapped to ws and
+/// https to wss, `/v1/ws` added when the URL has no path.
 pub(crate) fn ws_url(url: &str) -> Result<String> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| Error::new("INVALID_ARGUMENT", format!("url {url:?} has no scheme")))?;
-    let scheme = match scheme {
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
         "ws" | "http" => "ws",
-        "wss" | "https" => {
-            return Err(Error::new(
-                "INVALID_ARGUMENT",
-                "wss:// and https:// need TLS, which this client does not include: use a TLS-terminating proxy",
-            ))
-        }
-        s => return Err(Error::new("INVALID_ARGUMENT", format!("url scheme {s:?} is not ws or http"))),
+        "wss" | "https" => "wss",
+        s => return Err(Error::new("INVALID_ARGUMENT", format!("url scheme {s:?} is not ws, wss, http or https"))),
     };
     let (host, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -115,7 +110,7 @@ pub(crate) fn ws_url(url: &str) -> Result<String> {
     Ok(format!("{scheme}://{host}{path}"))
 }
 
-fn handshake_error(e: tokio_tungstenite::tungstenite::Error) -> Error {
+fn handshake_error(e: tokio_tungstenite::tungstenite::Error, ctx: Option<&TlsContext>) -> Error {
     use tokio_tungstenite::tungstenite::Error as WE;
     match e {
         WE::Http(resp) => {
@@ -133,6 +128,11 @@ fn handshake_error(e: tokio_tungstenite::tungstenite::Error) -> Error {
             }
             err
         }
+        // With TLS 1.3 a refused client certificate shows at the first
+        // read, the upgrade's answer: the server's alert.
+        WE::Io(io) if ctx.is_some() => {
+            tls::tls_error(&io, ctx).unwrap_or_else(|| Error::transport("SESSION_CLOSED", format!("cannot connect: {io}")))
+        }
         e => Error::transport("SESSION_CLOSED", format!("cannot connect: {e}")),
     }
 }
@@ -144,22 +144,26 @@ impl Conn {
         let mut req = url.as_str().into_client_request().map_err(|e| Error::new("INVALID_ARGUMENT", e.to_string()))?;
         let h = req.headers_mut();
         let bad = |_| Error::new("INVALID_ARGUMENT", "the token or region is not a valid header value");
+        // No token: the client certificate is the credential (mTLS).
         if inner.opts.subprotocol_auth {
-            h.insert("Sec-WebSocket-Protocol", HeaderValue::from_str(&format!("pigeon.v1, pigeon.bearer.{}", inner.token)).map_err(bad)?);
-        } else {
+            let protocols =
+                if inner.token.is_empty() { "pigeon.v1".to_string() } else { format!("pigeon.v1, pigeon.bearer.{}", inner.token) };
+            h.insert("Sec-WebSocket-Protocol", HeaderValue::from_str(&protocols).map_err(bad)?);
+        } else if !inner.token.is_empty() {
             h.insert("Authorization", HeaderValue::from_str(&format!("Bearer {}", inner.token)).map_err(bad)?);
         }
         if let Some(r) = &inner.opts.region {
             h.insert("x-pigeon-region", HeaderValue::from_str(r).map_err(bad)?);
         }
-        let dial = tokio_tungstenite::connect_async(req);
+        let target = Target::parse(&url)?;
+        let tls_config = if target.secure { Some(inner.opts.tls.as_ref().unwrap_or_else(|| tls::TlsConfig::default_ref())) } else { None };
+        let dial = async {
+            let (stream, tls) = tls::connect(&target, tls_config).await?;
+            tokio_tungstenite::client_async_with_config(req, stream, None).await.map_err(|e| handshake_error(e, tls.as_ref()))
+        };
         let (ws, _) = tokio::time::timeout(inner.opts.dial_timeout, dial)
             .await
-            .map_err(|_| Error::transport("SESSION_CLOSED", "timed out connecting"))?
-            .map_err(handshake_error)?;
-        if let MaybeTlsStream::Plain(s) = ws.get_ref() {
-            let _ = s.set_nodelay(true);
-        }
+            .map_err(|_| Error::transport("SESSION_CLOSED", "timed out connecting"))??;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (pub_done_tx, pub_done_rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn {

@@ -31,7 +31,10 @@ pub enum ErrorKind {
     /// No answer in time (`REQUEST_TIMEOUT`).
     Timeout,
     /// The connection was lost, could not be made, or the server is
-    /// shutting down; the call may or may not have taken effect.
+    /// shutting down; the call may or may not have taken effect. A TLS
+    /// failure is `TLS_FAILED` (`details.tls`: `unknown_issuer`,
+    /// `name_mismatch`, `expired`, …); a client certificate that is missing
+    /// or refused is [`Unauthenticated`](ErrorKind::Unauthenticated).
     Transport,
     /// The server sent a frame the client cannot take (not JSON, missing
     /// or ill-typed fields).
@@ -178,7 +181,7 @@ fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
             ErrorKind::Invalid
         }
         "REQUEST_TIMEOUT" => ErrorKind::Timeout,
-        "SHUTTING_DOWN" | "SESSION_CLOSED" => ErrorKind::Transport,
+        "SHUTTING_DOWN" | "SESSION_CLOSED" | "TLS_FAILED" => ErrorKind::Transport,
         "STORE_CORRUPT" | "AUDIT_TAMPERED" | "STORE_UNAVAILABLE" | "STORE_FULL" | "INTERNAL" => ErrorKind::Server,
         "DELIVERY_EXHAUSTED" => ErrorKind::Quarantined,
         "DELIVERIES_DROPPED" => ErrorKind::Dropped,

@@ -2,10 +2,12 @@
 //! published keys of an account (fetched and cached), publishing one's own
 //! keys, revoking a contract, and a plain JSON call for the rest
 //! (accounts, roles, grants). A minimal HTTP/1.1 client on tokio (the
-//! response head is parsed by `httparse`), so no HTTP stack is pulled in.
+//! response head is parsed by `httparse`, TLS is the session's rustls), so
+//! no HTTP stack is pulled in.
 
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
+use crate::tls::{self, Target, TlsConfig};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,33 +38,42 @@ pub fn http_base(url: &str) -> String {
     format!("{}://{}", scheme, host)
 }
 
-/// A bearer-token HTTP client of one server (plain `http://`: the same
-/// scope as the WebSocket transport). Each call is one HTTP/1.1 request on
-/// its own connection. Cheap to clone.
+/// A bearer-token HTTP client of one server, `http://` or `https://`
+/// (the same scope as the WebSocket transport; TLS as
+/// [`with_tls`](HttpClient::with_tls) says). Each call is one HTTP/1.1
+/// request on its own connection. Cheap to clone.
 #[derive(Clone)]
 pub struct HttpClient {
-    base: String,
-    host: String,
+    target: Result<Target>,
     token: String,
     timeout: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl HttpClient {
     /// A client of the server at `url` (any of the forms `http_base` takes).
+    /// An empty `token` sends no `Authorization` header (mTLS: the client
+    /// certificate is the credential).
     pub fn new(url: &str, token: &str) -> HttpClient {
-        let base = http_base(url);
-        let host = base.split_once("://").map(|(_, h)| h.to_string()).unwrap_or_default();
-        HttpClient { base, host, token: token.to_string(), timeout: Duration::from_secs(30) }
+        HttpClient { target: Target::parse(&http_base(url)), token: token.to_string(), timeout: Duration::from_secs(30), tls: None }
+    }
+
+    /// How an `https://` server is verified and which client certificate
+    /// is presented (mTLS); default: the platform's root certificates, no
+    /// client certificate.
+    pub fn with_tls(mut self, tls: TlsConfig) -> HttpClient {
+        self.tls = Some(tls);
+        self
     }
 
     /// One JSON call: `(status, body)` for a 2xx answer, the server's typed
     /// error otherwise (a transport error when the server cannot be reached
-    /// or does not answer within 30 s).
+    /// or does not answer within 30 s; `TLS_FAILED` when its certificate
+    /// does not verify, `UNAUTHENTICATED` when it refuses the TLS handshake
+    /// without a client certificate or with this one).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
-        if !self.base.starts_with("http://") {
-            return Err(Error::new("INVALID_ARGUMENT", "only http:// servers are supported"));
-        }
-        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(method, path, body))
+        let target = self.target.as_ref().map_err(Clone::clone)?;
+        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(target, method, path, body))
             .await
             .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
         let v: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
@@ -77,25 +88,37 @@ impl HttpClient {
         Err(e)
     }
 
-    async fn round_trip(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Vec<u8>)> {
+    async fn round_trip(&self, target: &Target, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Vec<u8>)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let lost = |e: std::io::Error| Error::transport("SESSION_CLOSED", format!("{method} {path}: {e}"));
         let body = body.map(|b| serde_json::to_vec(&b).expect("a JSON body encodes")).unwrap_or_default();
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.host,
-            self.token,
-            body.len()
-        );
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", target.authority);
+        if !self.token.is_empty() {
+            req.push_str(&format!("Authorization: Bearer {}\r\n", self.token));
+        }
+        req.push_str(&format!("Accept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n", body.len()));
         if !body.is_empty() {
             req.push_str("Content-Type: application/json\r\n");
         }
         req.push_str("\r\n");
-        let mut conn = tokio::net::TcpStream::connect(&self.host).await.map_err(lost)?;
+        let (mut conn, ctx) = tls::connect(target, self.tls.as_ref()).await?;
+        // A TLS failure (the server's alert: with TLS 1.3 a refused client
+        // certificate shows at the first read) is typed; the rest is a
+        // lost connection.
+        let lost = |e: std::io::Error| {
+            let ctx = ctx.as_ref();
+            ctx.and_then(|_| tls::tls_error(&e, ctx)).unwrap_or_else(|| Error::transport("SESSION_CLOSED", format!("{method} {path}: {e}")))
+        };
         conn.write_all(req.as_bytes()).await.map_err(lost)?;
         conn.write_all(&body).await.map_err(lost)?;
+        conn.flush().await.map_err(lost)?;
         let mut raw = Vec::with_capacity(4096);
-        conn.read_to_end(&mut raw).await.map_err(lost)?;
+        match conn.read_to_end(&mut raw).await {
+            Ok(_) => {}
+            // A TLS server that closes without close_notify: the answer
+            // still has to parse whole (Content-Length or chunked).
+            Err(e) if ctx.is_some() && e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => return Err(lost(e)),
+        }
         parse_response(&raw).ok_or_else(|| Error::protocol(format!("{method} {path}: an HTTP answer that does not parse")))
     }
 

@@ -22,9 +22,13 @@ mod message;
 mod session;
 mod subscription;
 pub mod time;
+mod tls;
 
 pub use conn::MAX_PUBLISH_BATCH;
 pub use error::{http_status, Error, ErrorKind, Result};
 pub use message::{Contract, ContractSubject, Decision, Message, Signature, Status};
 pub use session::{ConnectOptions, ErrorCallback, PendingPublish, ReplayOptions, Session};
 pub use subscription::{Ack, Delivery, HandlerError, Start, SubscribeOptions, Subscription, MAX_QUEUED};
+pub use tls::TlsConfig;
+/// The rustls crate the client's TLS uses, for [`TlsConfig::from_rustls`].
+pub use tokio_rustls::rustls;

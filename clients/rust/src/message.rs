@@ -130,6 +130,10 @@ pub struct Contract {
     pub expires_at: String,
     #[serde(default)]
     pub region: String,
+    /// How the principal authenticated: `mtls`, `oidc`, `grant` or `token`
+    /// (docs/identity.md).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub auth: String,
 }
 
 impl Contract {

@@ -5,6 +5,7 @@ use crate::conn::{self, Conn};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Contract, Decision, Message};
 use crate::subscription::{Handler, HandlerError, SubMode, SubShared, SubscribeOptions, Subscription};
+use crate::tls::TlsConfig;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::future::Future;
@@ -57,6 +58,10 @@ pub struct ConnectOptions {
     /// frames overlap round trips, but the server admits concurrent frames
     /// in any order.
     pub publish_frames_in_flight: usize,
+    /// How a `wss://` (or `https://`) URL verifies the server and which
+    /// client certificate it presents (mTLS); default: the platform's root
+    /// certificates, no client certificate. Unused for `ws://`.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ConnectOptions {
@@ -74,6 +79,7 @@ impl Default for ConnectOptions {
             max_pending_publishes: 1024,
             on_error: None,
             publish_frames_in_flight: 1,
+            tls: None,
         }
     }
 }
@@ -109,6 +115,10 @@ impl ConnectOptions {
     }
     pub fn on_error(mut self, f: impl Fn(Error) + Send + Sync + 'static) -> Self {
         self.on_error = Some(Arc::new(f));
+        self
+    }
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
         self
     }
 }
@@ -204,10 +214,16 @@ fn messages_of(f: &Value) -> Result<Vec<Message>> {
 
 impl Session {
     /// Connects to the server at `url` (`ws://host:port`, `http://host:port`
-    /// or the full `/v1/ws` URL) with the bearer `token`, and negotiates a
+    /// or the full `/v1/ws` URL; `wss://` and `https://` over TLS, see
+    /// [`ConnectOptions::tls`]) with the bearer `token`, and negotiates a
     /// contract on `subjects`. An unknown token fails with
     /// `UNAUTHENTICATED` (status 401); a contract the policy refuses with
-    /// its code (`NO_PERMITTED_SUBJECTS`, …).
+    /// its code (`NO_PERMITTED_SUBJECTS`, …). With a client certificate
+    /// (mTLS) the token may be empty: none is sent, and the certificate's
+    /// SPIFFE ID is the principal. A server certificate that does not
+    /// verify fails with `TLS_FAILED` (kind `Transport`, `details.tls`
+    /// says why); a client certificate missing or refused with
+    /// `UNAUTHENTICATED`.
     pub async fn connect(url: &str, token: &str, subjects: &[&str], opts: ConnectOptions) -> Result<Session> {
         let inner = Arc::new(Inner {
             url: url.to_string(),

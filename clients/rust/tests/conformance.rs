@@ -855,8 +855,11 @@ async fn subprotocol_auth(srv: Arc<Server>) {
     s.close().await.unwrap();
     let bad = Session::connect(&srv.url(), "nope", &["events.telemetry"], ConnectOptions::default().subprotocol_auth(true)).await;
     assert_eq!(bad.err().unwrap().code, "UNAUTHENTICATED");
-    let tls = Session::connect("wss://127.0.0.1:1", "t", &["events.telemetry"], ConnectOptions::default()).await;
-    assert_eq!(tls.err().unwrap().code, "INVALID_ARGUMENT");
+    // wss:// dials TLS (tests/tls.rs): here nothing listens; another scheme is refused at once.
+    let tls = Session::connect("wss://127.0.0.1:1", "t", &["events.telemetry"], ConnectOptions::default().reconnect(false)).await;
+    assert!(tls.err().unwrap().is_transport());
+    let ftp = Session::connect("ftp://127.0.0.1:1", "t", &["events.telemetry"], ConnectOptions::default()).await;
+    assert_eq!(ftp.err().unwrap().code, "INVALID_ARGUMENT");
 }
 
 async fn start_sequence(srv: Arc<Server>) {

@@ -57,6 +57,8 @@ pub struct Server {
     pub data: String,
     /// a policy directory with its tokens.yaml, instead of the conformance catalog
     catalog: Option<PathBuf>,
+    /// more `pigeon serve` flags (`--tls-cert`, …)
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -67,16 +69,27 @@ impl Server {
     }
 
     pub fn start_on(port: u16, data: &str) -> Server {
-        Server::spawn(port, data, None)
+        Server::spawn(port, data, None, Vec::new())
     }
 
     /// Starts a server in memory serving `catalog` (subjects/, schemas/)
     /// and the tokens of its tokens.yaml.
     pub fn start_catalog(catalog: &Path) -> Server {
-        Server::spawn(free_port(), "", Some(catalog.to_path_buf()))
+        Server::spawn(free_port(), "", Some(catalog.to_path_buf()), Vec::new())
     }
 
-    fn spawn(port: u16, data: &str, catalog: Option<PathBuf>) -> Server {
+    /// `start_catalog` with more flags. With `--tls-cert` the server
+    /// speaks only TLS: it is ready once it accepts connections, and its
+    /// URLs are `wss://` and `https://`.
+    pub fn start_catalog_with(catalog: &Path, extra: &[String]) -> Server {
+        Server::spawn(free_port(), "", Some(catalog.to_path_buf()), extra.to_vec())
+    }
+
+    fn tls(&self) -> bool {
+        self.extra.iter().any(|a| a == "--tls-cert")
+    }
+
+    fn spawn(port: u16, data: &str, catalog: Option<PathBuf>, extra: Vec<String>) -> Server {
         let (policies, tokens) = match &catalog {
             Some(c) => (c.clone(), c.join("tokens.yaml")),
             None => (conformance_dir().join("policies"), conformance_dir().join("tokens.yaml")),
@@ -89,20 +102,28 @@ impl Server {
             .arg(policies)
             .arg("--tokens")
             .arg(tokens)
+            .args(&extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start pigeon serve");
-        let s = Server { port, data: data.to_string(), catalog, child: Some(child) };
+        let mut s = Server { port, data: data.to_string(), catalog, extra, child: Some(child) };
         s.wait_healthy();
         s
     }
 
-    fn wait_healthy(&self) {
+    fn wait_healthy(&mut self) {
         use std::io::{Read, Write};
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("pigeon serve on port {} exited at start: {st}", self.port);
+            }
+            if self.tls() {
+                if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                    return;
+                }
+            } else if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
                 let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
                 let _ = c.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
                 let mut out = String::new();
@@ -117,11 +138,11 @@ impl Server {
     }
 
     pub fn url(&self) -> String {
-        format!("ws://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", if self.tls() { "wss" } else { "ws" }, self.port)
     }
 
     pub fn http(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", if self.tls() { "https" } else { "http" }, self.port)
     }
 
     /// SIGKILL, and wait for the process to go.
@@ -151,7 +172,7 @@ impl Server {
     /// Starts the server again on the same port and data directory.
     pub fn restart(&mut self) {
         self.kill();
-        let s = Server::spawn(self.port, &self.data.clone(), self.catalog.clone());
+        let s = Server::spawn(self.port, &self.data.clone(), self.catalog.clone(), self.extra.clone());
         *self = s;
     }
 }
