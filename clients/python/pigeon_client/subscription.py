@@ -11,16 +11,24 @@ state per delivery: a reconnect resumes after the last message received.
 The server does not flow-control it, so the deliveries waiting for a handler
 (or for the iterator) are bounded at :data:`MAX_QUEUED`; beyond that they
 are dropped, as at-most-once allows, rather than queued without limit.
+
+Ending: :meth:`Subscription.unsubscribe` stops deliveries at once (those
+not yet handed over go back to the server unanswered, without an attempt
+spent; at most once they are dropped), waits for the running handlers and
+their acks, never for the handler that calls it, and then ends the
+subscription on the server (see its docstring).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from .errors import PigeonError, ProtocolError, RetryAfter, SessionClosedError, error_from
+from .errors import PigeonError, ProtocolError, RetryAfter, SessionClosedError, TransportError, error_from
 
 if TYPE_CHECKING:
     from .ws import Session
@@ -29,6 +37,28 @@ __all__ = ["Subscription", "Delivery", "Handler", "MAX_QUEUED"]
 
 log = logging.getLogger("pigeon_client")
 _CLOSED = object()
+
+
+class _Slot:
+    """One handler call of a subscription, while it runs."""
+
+    __slots__ = ("sub", "done")
+
+    def __init__(self, sub: "Subscription") -> None:
+        self.sub = sub
+        self.done = False
+
+
+_HANDLING: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("pigeon_handling", default=None)
+"""The handler call the current context runs in (set by the worker around
+the call; tasks the handler starts copy it): an unsubscribe() or close()
+made from a handler does not wait for that handler."""
+
+
+def _caller_slot() -> _Slot | None:
+    """The handler call, still running, that the caller runs in, if any."""
+    s = _HANDLING.get()
+    return s if s is not None and not s.done else None
 
 MAX_QUEUED = 4096
 """The most deliveries of an at-most-once subscription queued on the client,
@@ -81,8 +111,13 @@ Handler = Callable[[Delivery], Any]
 
 class Subscription:
     """A running subscription. Without a handler it is an async iterator of
-    :class:`Delivery`; it ends (``StopAsyncIteration`` after
-    :meth:`unsubscribe`, the error otherwise) when the server ends it.
+    :class:`Delivery`; it ends (``StopAsyncIteration`` once
+    :meth:`unsubscribe` or the session's close began, the error otherwise)
+    when the server ends it. Several tasks may iterate it at once.
+
+    Leaving an ``async for`` does not end it (it may be iterated again): end
+    it with :meth:`unsubscribe`, or iterate inside ``async with sub:`` (or
+    ``contextlib.aclosing(sub)``), whose exit calls :meth:`aclose`.
 
     At most once (``ack="none"``), at most :data:`MAX_QUEUED` deliveries wait
     for the handler or the iterator; :attr:`dropped` counts those dropped
@@ -109,6 +144,22 @@ class Subscription:
         self._at_most_once = opts.get("ack") == "none"
         self._dropped = 0
         self.ended = False
+        # Stopping: unsubscribe() or the session's close() began; nothing
+        # more is handed over.
+        self._stopping = False
+        # The handler calls running, and the futures of those waiting for
+        # one of them to finish (or for the subscription to stop or end).
+        self._slots: set[_Slot] = set()
+        self._waiters: list[asyncio.Future[None]] = []
+        # The end under way (started by the first unsubscribe()).
+        self._ending: asyncio.Task[BaseException | None] | None = None
+        # A resubscription in flight (reconnect), and the connection
+        # generation the current sid belongs to.
+        self._resubscribing: asyncio.Future[None] | None = None
+        self._sid_gen = 0
+        # The iterator's last delivery handed to each task: the one its loop
+        # works on, nacked by aclose() when unanswered.
+        self._taken: weakref.WeakKeyDictionary[asyncio.Task[Any], Delivery] = weakref.WeakKeyDictionary()
 
     # --- consumer side ---
 
@@ -118,17 +169,46 @@ class Subscription:
     async def __anext__(self) -> Delivery:
         if self.handler is not None:
             raise TypeError("a subscription with a handler is not iterable")
+        task = asyncio.current_task()
         while True:
             item = await self._queue.get()
             if item is _CLOSED:
-                self._queue.put_nowait(_CLOSED)
+                self._queue.put_nowait(_CLOSED)  # for every other waiting or later call
                 if self.error is not None:
                     raise self.error
                 raise StopAsyncIteration
             if item._gen == self._gen or self._at_most_once:
+                if task is not None:
+                    self._taken[task] = item
                 return item
             # Handed over on a connection since lost: it comes again on this one
             # (at most once it does not: it was done when the server sent it).
+
+    async def __aenter__(self) -> "Subscription":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        await self._leave(exc.delay if isinstance(exc, RetryAfter) else None)
+
+    async def aclose(self) -> None:
+        """End the subscription as a loop that leaves early does (the exit of
+        ``async with sub:`` and of ``contextlib.aclosing(sub)`` call it): the
+        delivery the calling task took last from the iterator, if it is still
+        unanswered, is nacked (``async with`` passes the delay of a
+        :class:`RetryAfter` that leaves the block); then :meth:`unsubscribe`.
+        The deliveries not yet handed over go back unanswered, without an
+        attempt spent (at most once they are dropped)."""
+        await self._leave(None)
+
+    async def _leave(self, delay: float | None) -> None:
+        task = asyncio.current_task()
+        d = self._taken.pop(task, None) if task is not None else None
+        if d is not None and not d.settled and not self.ended and not self._at_most_once:
+            try:
+                await d.nack(delay)
+            except PigeonError as e:
+                log.debug("pigeon: nack of %s on leaving failed: %r", d.id, e)
+        await self.unsubscribe()
 
     async def wait(self) -> None:
         """Wait until the subscription ends; raise the error it ended with."""
@@ -148,14 +228,45 @@ class Subscription:
         return self._dropped
 
     async def unsubscribe(self) -> None:
-        """End the subscription; deliveries not yet answered go back at once."""
+        """End the subscription. Deliveries stop at once: those not yet
+        handed over (queued for the handler, or waiting for the iterator) go
+        back to the server unanswered, without an attempt spent (at most once
+        they are dropped), and the iterator ends. Then it waits for the
+        running handlers and their acks, and sends the unsubscribe on the
+        connection the subscription has then (a reconnect meanwhile does not
+        resume it). Deliveries the iterator handed out and that are still
+        unanswered are not waited for: the unsubscribe gives them back too.
+
+        It never waits for the handler that calls it (or a task that handler
+        starts): from one of its own handlers it waits for the other running
+        handlers and their acks and returns; the subscription ends once the
+        calling handler returns, its delivery answered by that return (ack)
+        or exception (nack), then the unsubscribe sent (:meth:`wait` and
+        :attr:`done` tell when). A lost connection is no error (the server's
+        subscription ended with it); a refusal of the unsubscribe is raised
+        (the subscription has ended all the same)."""
         if self.ended:
             return
-        try:
-            if self.sid:
-                await self.session._call({"op": "unsubscribe", "sub": self.sid}, "ok")
-        finally:
-            self._end(None)
+        own = _caller_slot()
+        first = not self._stopping
+        self._stop()
+        ending = self._ending
+        if first:
+            ending = self._ending = asyncio.get_running_loop().create_task(self._end_when_idle())
+        await self._settled_except(own)
+        if own is not None and own in self._slots:
+            # The end follows the caller's own delivery: waiting for it here
+            # would wait forever. A refusal goes to on_error.
+            if first and ending is not None:
+                ending.add_done_callback(self._report_ending)
+            return
+        if first and ending is not None:
+            err = await asyncio.shield(ending)
+            if err is not None:
+                raise err
+        else:
+            # Another unsubscribe, or the session's close, ends it.
+            await asyncio.shield(self._done)
 
     # --- internals ---
 
@@ -183,7 +294,7 @@ class Subscription:
         return f
 
     def _push(self, message: Any, attempt: Any, gen: int) -> None:
-        if self.ended or not isinstance(message, dict):
+        if self.ended or self._stopping or not isinstance(message, dict):
             if not isinstance(message, dict):
                 self.session._report(ProtocolError("BAD_REQUEST", "deliver without a message object"))
             return
@@ -229,11 +340,18 @@ class Subscription:
                 continue  # handed over on a connection since lost: it comes again
             task = asyncio.current_task()
             assert task is not None
+            slot = _Slot(self)
+            self._slots.add(slot)
             self._running.add(task)
+            token = _HANDLING.set(slot)
             try:
                 await self._handle(item)
             finally:
+                _HANDLING.reset(token)
+                slot.done = True
+                self._slots.discard(slot)
                 self._running.discard(task)
+                self._changed()
 
     async def _handle(self, d: Delivery) -> None:
         assert self.handler is not None
@@ -271,6 +389,9 @@ class Subscription:
             return  # nothing is answered, nothing comes again
         if d._gen != self._gen:
             raise SessionClosedError("SESSION_CLOSED", "the delivery's connection was lost; it comes again")
+        if self.ended:
+            raise error_from({"code": "ACK_NOT_ALLOWED",
+                              "message": "the subscription has ended: the delivery went back to the server"})
         seq = d.message.get("sequence")
         if isinstance(seq, int) and ok:
             self._outstanding.discard(seq)
@@ -327,24 +448,98 @@ class Subscription:
         if self.ended:
             return
         self.ended = True
+        self._stopping = True
         self.error = err
         self.session._forget(self)
+        self._clear_queue()
         self._queue.put_nowait(_CLOSED)
         if not self._done.done():
             self._done.set_result(None)
+        self._changed()
         if err is not None:
             self.session._report(err)
 
-    async def _drain(self, timeout: float) -> None:
-        """Let running handlers and their acks finish (close)."""
-        while not self._queue.empty():  # drop what was not started: it comes again
+    def _clear_queue(self) -> None:
+        # Not handed over: the unsubscribe (or the closed connection) gives
+        # them back unanswered; at most once they are dropped.
+        while not self._queue.empty():
             self._queue.get_nowait()
+
+    def _stop(self) -> None:
+        """Stop deliveries: nothing more is handed to the handler or the
+        iterator; the workers finish their handler calls and exit."""
+        if self._stopping or self.ended:
+            return
+        self._stopping = True
+        self._clear_queue()
         self._queue.put_nowait(_CLOSED)
-        pending = list(self._running) + ([self._ack_task] if self._ack_task else [])
-        if pending:
-            await asyncio.wait(pending, timeout=timeout)
+        self._changed()
+
+    def _changed(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
+
+    async def _until(self, cond: Callable[[], bool]) -> None:
+        while not cond():
+            f: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(f)
+            await f
+
+    async def _acks_flushed(self) -> None:
+        while self._ack_task is not None:
+            await asyncio.shield(self._ack_task)
+
+    async def _settled_except(self, own: _Slot | None) -> None:
+        """Wait for the handler calls running, except own, and the acks."""
+        await self._until(lambda: self.ended or all(s is own for s in self._slots))
+        await self._acks_flushed()
+
+    async def _idle(self) -> None:
+        """Wait for every handler call running, and the acks."""
+        await self._until(lambda: self.ended or not self._slots)
+        await self._acks_flushed()
+
+    async def _end_when_idle(self) -> BaseException | None:
+        """End a stopping subscription once no handler runs and its acks are
+        answered: the unsubscribe goes to the connection and under the id
+        the subscription has then. Returns the server's refusal, if any."""
+        err: BaseException | None = None
+        try:
+            await self._idle()
+            while self._resubscribing is not None:  # its answer names the sid to end
+                await asyncio.shield(self._resubscribing)
+            s = self.session
+            sid = self.sid
+            # Not when the session's close already told the server (_gone).
+            if not self.ended and sid and sid not in s._gone and self._sid_gen == s._gen \
+                    and s._state not in ("closed", "failed"):
+                s._gone.append(sid)  # told to end: what is still on the wire for it is dropped quietly
+                try:
+                    await s._call({"op": "unsubscribe", "sub": sid}, "ok")
+                except TransportError:
+                    pass  # the connection is gone, and the server's subscription with it
+                except PigeonError as e:
+                    err = e
+        except Exception as e:  # never leave the subscription unended
+            err = e
+        finally:
+            self._end(None)
+        return err
+
+    def _report_ending(self, t: "asyncio.Task[BaseException | None]") -> None:
+        if t.cancelled():
+            return
+        e = t.result()
+        if isinstance(e, PigeonError):
+            self.session._report(e)
+
+    def _cancel_workers(self) -> None:
+        me = asyncio.current_task()
         for w in self._workers:
-            w.cancel()
+            if w is not me:
+                w.cancel()
 
     def __repr__(self) -> str:
         return f"Subscription(subject={self.subject!r}, sid={self.sid!r}, ended={self.ended})"

@@ -26,7 +26,9 @@ message it received). A contract that can no longer be
 negotiated ends the session: its subscriptions end with that error and
 every later call raises it. :meth:`Session.close` finishes the handlers
 running and their acks, then closes the connection; afterwards every call
-raises ``SessionClosedError`` at once.
+raises ``SessionClosedError`` at once. Neither ``close`` nor
+``Subscription.unsubscribe`` waits for the handler that calls it: the end
+follows that handler's return.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from .errors import (
     error_from,
 )
 from .model import Contract, Decision
-from .subscription import Delivery, Handler, Subscription
+from .subscription import Delivery, Handler, Subscription, _caller_slot
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
 
@@ -174,6 +176,7 @@ class Session:
         self._pub_task: asyncio.Task[None] | None = None
         self._pub_inflight: list[asyncio.Future[Decision]] = []
         self._reconnect_task: asyncio.Task[None] | None = None
+        self._closing_task: asyncio.Task[None] | None = None
         self.errors: collections.deque[PigeonError] = collections.deque(maxlen=100)
         self.reconnects = 0
 
@@ -268,9 +271,14 @@ class Session:
         if isinstance(mf, int) and mf > 0:
             self._max_frame = mf
         for sub in list(self._all_subs):
-            if sub.ended:
+            if sub.ended or sub._stopping:
+                # Being unsubscribed: not started again (what it had went
+                # back with the lost connection).
                 continue
             sub._gen = self._gen
+            # An unsubscribe that begins meanwhile waits for this answer: it
+            # names the server subscription to end.
+            resubscribing = sub._resubscribing = self._loop.create_future()
             try:
                 try:
                     ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
@@ -285,6 +293,9 @@ class Session:
             except PigeonError as e:
                 sub._end(e)
                 continue
+            finally:
+                sub._resubscribing = None
+                resubscribing.set_result(None)
             self._bind(sub, ans)
         self._state = "open"
         self._connected.set()
@@ -295,10 +306,35 @@ class Session:
         sid = ans.get("sub")
         if not isinstance(sid, str) or not sid:
             raise ProtocolError("BAD_REQUEST", "subscribed without a sub id")
-        if sub.sid:
+        if sub.ended:
+            # Ended while this (re)subscription was on its way: end what it started.
+            self._end_orphan(sid, self._gen)
+            return
+        if sub.sid and self._subs.get(sub.sid) is sub:
             self._subs.pop(sub.sid, None)
         sub.sid = sid
+        sub._sid_gen = self._gen
         self._subs[sid] = sub
+
+    async def _quiet_unsubscribe(self, sid: str) -> None:
+        """Unsubscribe sid; a refusal or a lost connection is only logged.
+        The caller adds sid to _gone first: what is still on the wire for it
+        is dropped quietly."""
+        try:
+            await self._call({"op": "unsubscribe", "sub": sid}, "ok", internal=True)
+        except PigeonError as e:
+            log.debug("pigeon: unsubscribe of %s failed: %r", sid, e)
+
+    def _end_orphan(self, sid: str, gen: int) -> None:
+        """End a server subscription on the current connection that no
+        subscription of this session owns (one ended while its
+        resubscription was on its way): its deliveries would never be
+        answered, held until their ack wait. Once per id, as the Go client's
+        endOrphan; later deliveries for it are dropped quietly."""
+        if gen != self._gen or sid in self._gone:
+            return
+        self._gone.append(sid)
+        self._loop.create_task(self._quiet_unsubscribe(sid))
 
     async def _read(self, ws: ClientConnection, gen: int) -> None:
         err: PigeonError
@@ -338,6 +374,9 @@ class Session:
             ds = f.get("deliveries")
             if sub is None and f.get("sub") in self._gone:
                 return
+            if sub is None and isinstance(f.get("sub"), str):
+                self._end_orphan(f["sub"], gen)
+                return
             if sub is None or not isinstance(ds, list):
                 self._report(ProtocolError("BAD_REQUEST", f"deliver_batch for unknown sub {f.get('sub')!r}"))
                 return
@@ -348,6 +387,9 @@ class Session:
         if op == "deliver":
             sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
             if sub is None and f.get("sub") in self._gone:
+                return
+            if sub is None and isinstance(f.get("sub"), str):
+                self._end_orphan(f["sub"], gen)
                 return
             if sub is None:
                 self._report(ProtocolError("BAD_REQUEST", f"deliver for unknown sub {f.get('sub')!r}"))
@@ -780,19 +822,49 @@ class Session:
     async def close(self, timeout: float = 5.0) -> None:
         """Finish the handlers running and their acks (up to ``timeout``
         seconds), wait for publishes in flight, then close the connection.
-        Every later call raises ``SessionClosedError``. Idempotent."""
+        Deliveries not yet handed over are let go at once (iterators end):
+        each subscription is unsubscribed before the connection closes, so
+        they go back to the server without an attempt spent. Every later
+        call raises ``SessionClosedError``. Idempotent.
+
+        It never waits for the handler that calls it (or a task that handler
+        starts): from a handler it returns once everything else is done, and
+        the rest follows in the background: the handler's return answers its
+        delivery, then the connection closes (at the latest ``timeout``
+        seconds on)."""
         if self._state in ("closing", "closed"):
             return
         was_failed = self._state == "failed"
         self._state = "closing"
         if self._reconnect_task is not None:
             self._reconnect_task.cancel()
+        own = _caller_slot()
         subs = list(self._all_subs)
+        for s in subs:
+            s._stop()
         if subs:
-            await asyncio.gather(*(s._drain(timeout) for s in subs), return_exceptions=True)
+            await _bounded(asyncio.gather(*(s._settled_except(own) for s in subs)), timeout)
         inflight = [f for f in self._pub_inflight if not f.done()] + [f for _, _, f in self._pubq]
         if inflight and not was_failed:
             await asyncio.wait(inflight, timeout=timeout)
+        if own is not None and own.sub in subs and own in own.sub._slots:
+            # The caller's own delivery is answered once it returns: waiting
+            # for it here would wait until the timeout, then cancel itself.
+            self._closing_task = self._loop.create_task(self._finish_close(subs, timeout))
+            return
+        await self._finish_close(subs, timeout)
+
+    async def _finish_close(self, subs: list[Subscription], timeout: float) -> None:
+        if subs:
+            await _bounded(asyncio.gather(*(s._idle() for s in subs)), timeout)
+        for s in subs:
+            s._cancel_workers()  # past the timeout: a handler still running is cancelled
+        # Unsubscribed before the connection closes: what was not handed over
+        # goes back without an attempt spent (a closed connection spends one).
+        live = [s for s in subs if not s.ended and s.sid and s._sid_gen == self._gen and s.sid not in self._gone]
+        if live and self._ws is not None:
+            self._gone.extend(s.sid for s in live)
+            await _bounded(asyncio.gather(*(self._quiet_unsubscribe(s.sid) for s in live)), timeout)
         err = SessionClosedError("SESSION_CLOSED", "the session is closed")
         self._fail_publishes(err)
         for s in subs:
@@ -818,6 +890,15 @@ class Session:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+async def _bounded(aw: "asyncio.Future[Any]", timeout: float) -> None:
+    """Wait for aw, at most timeout seconds (then it is cancelled)."""
+    fut = asyncio.ensure_future(aw)
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: never logged
+    _, pending = await asyncio.wait({fut}, timeout=timeout)
+    if pending:
+        fut.cancel()
 
 
 # The data of a message that has none: the server keeps {} (a fresh one is

@@ -32,6 +32,8 @@ export class Conn {
   closed = false;
   closeError: PigeonError | undefined;
   sock!: WebSocketLike;
+  /** server subscriptions on this connection the client has told to end (unsubscribe sent) */
+  readonly ended = new Set<string>();
 
   constructor(private readonly session: ConnOwner) {}
 

@@ -17,7 +17,7 @@
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, type Frame } from "./conn.js";
-import { Subscription, UNANSWERED, type ReleaseReason } from "./subscription.js";
+import { callerSlot, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
 export { Subscription };
@@ -555,7 +555,7 @@ export class Session implements ConnOwner {
   /** Subscribes; onRelease is in place before the first delivery can arrive. */
   private async startSubscription(
     subject: string,
-    handler: Handler,
+    handler: SlotHandler,
     options: SubscribeOptions,
     onRelease?: (reason: ReleaseReason) => void,
   ): Promise<Subscription> {
@@ -586,53 +586,71 @@ export class Session implements ConnOwner {
    *
    * When the subscription ends without the loop, the loop ends too, and the
    * deliveries taken ahead are let go the same way: after `unsubscribe()` or
-   * the session's `close()`, `next()` resolves `done` (close waits, up to its
-   * timeout, for the loop to move past the delivery it works on); when the
+   * the session's `close()`, `next()` resolves `done`; when the
    * subscription fails (CONTRACT_REVOKED, a failed reconnect, …), `next()`
    * rejects with that error. A lost connection that the session recovers
    * from does not end the loop: an acknowledged subscription's deliveries
    * taken ahead on the lost connection are let go (they cannot be acked any
    * more: the resumed subscription delivers them again); at-most-once ones
    * are still yielded.
+   *
+   * `unsubscribe()` and `close()` do not wait for the loop (its body may be
+   * the one awaiting them): they resolve once everything else is done, the
+   * delivery the loop holds is answered at its next step (acked when it
+   * moves on, nacked when it leaves), and the subscription ends (and, for
+   * close, the connection closes, at the latest at its timeout) right after.
+   * `next()` may be called again before the last call resolved: each call
+   * gets a delivery of its own (or the end), and a call acks every delivery
+   * handed out before it.
    */
   async stream(subject: string, options: SubscribeOptions = {}): Promise<AsyncIterableIterator<Delivery> & { subscription: Subscription }> {
     type Settle = (how: "ack" | "nack" | "unanswered", err?: unknown) => void;
+    type Taken = { d: Delivery; settle: Settle; slot: Slot };
     // The deliveries taken ahead of the loop; each holds one of the
     // subscription's maxInFlight handler slots until it is settled.
-    const buf: { d: Delivery; settle: Settle }[] = [];
-    let wake: (() => void) | undefined;
-    let current: Settle | undefined;
+    const buf: Taken[] = [];
+    // Those handed to the loop and not yet answered: the one it works on
+    // (more only when next() is called again before the last call resolved).
+    const held: Taken[] = [];
+    // Every next() waiting for a delivery or the end (a manual user may
+    // call next() again before the last call resolved).
+    const waiters: (() => void)[] = [];
+    const wake = () => {
+      for (const w of waiters.splice(0)) w();
+    };
     // Once the subscription stops or ends, nothing more is taken ahead.
     let stopped = false;
     const release = (reason: ReleaseReason) => {
       if (reason !== "lost") stopped = true;
       for (const x of buf.splice(0)) x.settle("unanswered");
-      wake?.();
+      wake();
     };
     const sub = await this.startSubscription(
       subject,
-      (_m, d) => {
+      (_m, d, slot) => {
         if (stopped) return UNANSWERED;
         return new Promise<unknown>((resolve, reject) => {
           buf.push({
             d,
+            slot,
             settle: (how, err) => {
               if (how === "ack") resolve(undefined);
               else if (how === "unanswered") resolve(UNANSWERED);
               else reject(err ?? new Error("the consumer stopped"));
             },
           });
-          wake?.();
+          wake();
         });
       },
       { ...options, maxInFlight: options.maxInFlight ?? 1 },
       release,
     );
-    /** Ends the subscription early: the delivery being worked on is nacked, those taken ahead are let go. */
+    const answerHeld = (how: "ack" | "nack", err?: unknown) => {
+      for (const x of held.splice(0)) x.settle(how, err);
+    };
+    /** Ends the subscription early: the deliveries the loop holds are nacked, those taken ahead are let go. */
     const stop = async (err?: unknown) => {
-      const c = current;
-      current = undefined;
-      c?.("nack", err);
+      answerHeld("nack", err);
       await sub.unsubscribe();
     };
     const it = {
@@ -641,20 +659,20 @@ export class Session implements ConnOwner {
         return it;
       },
       async next(): Promise<IteratorResult<Delivery>> {
-        current?.("ack");
-        current = undefined;
+        // Asking for the next one: what the loop held is done.
+        answerHeld("ack");
         for (;;) {
           const x = buf.shift();
           if (x) {
-            current = x.settle;
+            x.slot.loop = true;
+            held.push(x);
             return { value: x.d, done: false };
           }
           if (sub.finished) {
             if (sub.error) throw sub.error;
             return { value: undefined, done: true };
           }
-          await new Promise<void>((r) => (wake = r));
-          wake = undefined;
+          await new Promise<void>((r) => waiters.push(r));
         }
       },
       async return(): Promise<IteratorResult<Delivery>> {
@@ -676,7 +694,8 @@ export class Session implements ConnOwner {
       this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver frame without a message or attempt", {}));
       return;
     }
-    s?.enqueue(c, f.message as Message, f.attempt);
+    if (s) s.enqueue(c, f.message as Message, f.attempt);
+    else if (typeof f.sub === "string") this.endOrphan(c, f.sub);
   }
 
   /** @internal */
@@ -686,18 +705,36 @@ export class Session implements ConnOwner {
       this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver_batch frame without deliveries", {}));
       return;
     }
+    if (!s) {
+      if (typeof f.sub === "string") this.endOrphan(c, f.sub);
+      return;
+    }
     for (const d of f.deliveries as unknown[]) {
       if (!isObj(d) || !isObj(d.message) || typeof d.attempt !== "number") {
         this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a malformed delivery", {}));
         continue;
       }
-      s?.enqueue(c, d.message as Message, d.attempt);
+      s.enqueue(c, d.message as Message, d.attempt);
     }
   }
 
+  /**
+   * @internal Ends a server subscription on c that no subscription of this
+   * session owns (one that ended while its resubscription was on its way):
+   * its deliveries are never answered, so it would hold them until their
+   * ack wait. Sent once per id; deliveries on the wire for a subscription
+   * already told to end are left alone (the unsubscribe gives them back).
+   */
+  endOrphan(c: Conn, sid: string): void {
+    if (c.closed || c.ended.has(sid)) return;
+    c.ended.add(sid);
+    c.call({ op: "unsubscribe", sub: sid }).catch(() => undefined);
+  }
+
   /** @internal */
-  onUnsubscribed(_c: Conn, f: Frame): void {
+  onUnsubscribed(c: Conn, f: Frame): void {
     const s = typeof f.sub === "string" ? this.bySid.get(f.sub) : undefined;
+    if (typeof f.sub === "string") c.ended.add(f.sub); // ended by the server: nothing to tell it
     if (!s) return;
     const err = f.error ? fromWire(f.error) : new PigeonError("SESSION_CLOSED", "the server ended the subscription");
     // A server shutting down ends every subscription, then the connection:
@@ -727,9 +764,19 @@ export class Session implements ConnOwner {
   // ---------- close ----------
 
   /**
-   * Closes the session: new calls fail at once with CLOSED; running handlers
-   * finish (up to `timeoutMs`, default 10 s) and their acks are sent and
-   * answered, the subscriptions end, then the connection closes with 1000.
+   * Closes the session: new calls fail at once with CLOSED; deliveries not
+   * yet handed over are let go (the server gives them back); running
+   * handlers finish (up to `timeoutMs`, default 10 s) and their acks are
+   * sent and answered, the subscriptions end, then the connection closes
+   * with 1000.
+   *
+   * Like unsubscribe(), it never waits for the delivery its caller works
+   * on: called from a handler (told by its async context, on Node 20.16+),
+   * or while a stream's loop holds a delivery (the loop body may be the
+   * caller), it resolves once everything else is done, and the rest
+   * follows in the background: that handler's return (or the loop's next
+   * step) answers its delivery, then the subscriptions end and the
+   * connection closes (at the latest at `timeoutMs`).
    */
   async close(options: { timeoutMs?: number } = {}): Promise<void> {
     if (this.closing) return;
@@ -738,21 +785,40 @@ export class Session implements ConnOwner {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<void>((r) => (timer = setTimeout(r, options.timeoutMs ?? 10_000)));
     const c = this.conn;
-    await Promise.race([Promise.all([...this.subs].map((s) => s.drain())), deadline]);
-    if (c && !c.closed) {
-      await Promise.race([
-        Promise.all(
-          [...this.subs].map((s) => (s.id ? c.call({ op: "unsubscribe", sub: s.id }).catch(() => undefined) : undefined)),
-        ),
-        deadline,
-      ]);
+    const own = callerSlot();
+    const subs = [...this.subs];
+    for (const s of subs) s.stop();
+    await Promise.race([Promise.all(subs.map((s) => s.settledExcept(own))), deadline]);
+    const rest = async () => {
+      await Promise.race([Promise.all(subs.map((s) => s.idle())), deadline]);
+      if (c && !c.closed) {
+        await Promise.race([
+          Promise.all(
+            [...this.subs].map((s) => {
+              // Not twice: an unsubscribe() under way has sent its own.
+              if (!s.id || c.ended.has(s.id)) return undefined;
+              c.ended.add(s.id);
+              return c.call({ op: "unsubscribe", sub: s.id }).catch(() => undefined);
+            }),
+          ),
+          deadline,
+        ]);
+      }
+      clearTimeout(timer);
+      for (const s of [...this.subs]) s.finish(undefined);
+      this.failPublishes(closedError());
+      this.closedFinal = true;
+      this.conn = undefined;
+      c?.fail(closedError());
+    };
+    // The caller's own delivery, or a stream loop's, is answered only once
+    // the caller returns or the loop moves on: waiting for it could wait
+    // until the deadline (or, for a handler awaiting close(), forever).
+    if (subs.some((s) => s.holdsExempt(own))) {
+      void rest();
+      return;
     }
-    clearTimeout(timer);
-    for (const s of [...this.subs]) s.finish(undefined);
-    this.failPublishes(closedError());
-    this.closedFinal = true;
-    this.conn = undefined;
-    c?.fail(closedError());
+    await rest();
   }
 }
 

@@ -6,7 +6,7 @@
 import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
 import { answer, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
-import type { Handler, Session, SubscribeOptions } from "./session.js";
+import type { Delivery, Session, SubscribeOptions } from "./session.js";
 
 /**
  * The most deliveries of an `ack: "none"` subscription queued in the client,
@@ -38,6 +38,58 @@ export const UNANSWERED: unique symbol = Symbol("pigeon.unanswered");
 export type ReleaseReason = "stopping" | "finished" | "lost";
 
 /**
+ * @internal One delivery being worked on: a handler call, or a delivery a
+ * stream took ahead of its loop or handed to it. It counts as running until
+ * the handler returns (for a stream: until the loop moves on or leaves).
+ */
+export interface Slot {
+  readonly sub: Subscription;
+  /** the handler returned; its answer is on its way */
+  done: boolean;
+  /**
+   * a stream's loop holds it: it is answered at the loop's next step, which
+   * unsubscribe() and close() do not wait for (the loop body may be the one
+   * calling them); the subscription ends right after that answer
+   */
+  loop: boolean;
+}
+
+/** The part of Node's AsyncLocalStorage used here. */
+interface SlotStorage {
+  run<R>(store: Slot, fn: () => R): R;
+  getStore(): Slot | undefined;
+}
+
+/**
+ * Tells which handler call an unsubscribe() or close() comes from, through
+ * its async context: Node's AsyncLocalStorage (process.getBuiltinModule,
+ * Node 20.16+; other runtimes that provide it). Undefined where there is
+ * none (browsers): there a handler cannot be told from any other caller.
+ */
+const slotStorage: SlotStorage | undefined = (() => {
+  try {
+    const p = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+    const m = p?.getBuiltinModule?.("node:async_hooks") as { AsyncLocalStorage?: new () => SlotStorage } | undefined;
+    return m?.AsyncLocalStorage ? new m.AsyncLocalStorage() : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
+/**
+ * @internal The handler call whose async context the caller runs in, if
+ * its handler has not returned yet: a handler (or what it awaits) calling
+ * unsubscribe() or close().
+ */
+export function callerSlot(): Slot | undefined {
+  const s = slotStorage?.getStore();
+  return s && !s.done ? s : undefined;
+}
+
+/** @internal The internal form of a handler: the stream form needs the delivery's slot. */
+export type SlotHandler = (message: Message, delivery: Delivery, slot: Slot) => unknown;
+
+/**
  * A running subscription. `done` settles when it ends: resolves after
  * unsubscribe() or close(), rejects with the error that ended it otherwise
  * (CONTRACT_REVOKED, GRANT_REVOKED, a failed reconnect, …).
@@ -52,8 +104,13 @@ export class Subscription {
   private rejectDone!: (e: PigeonError) => void;
   private readonly queue: { c: Conn; m: Message; attempt: number }[] = [];
   private running = 0;
-  private readonly idle: (() => void)[] = [];
+  /** the deliveries being worked on (running of them) */
+  private readonly slots = new Set<Slot>();
+  /** woken when a slot finishes or the subscription stops or ends */
+  private readonly waiters: (() => void)[] = [];
   private conn: Conn | undefined;
+  /** a resubscription in flight (reconnect): the id it binds is the one to end */
+  private resuming: Promise<void> | undefined;
   private acks: string[] = [];
   private ackBusy: Promise<void> | undefined;
   // Resumption: the sequences handed and not yet acked, the highest acked
@@ -72,7 +129,7 @@ export class Subscription {
   constructor(
     private readonly session: Session,
     readonly subject: string,
-    private readonly handler: Handler,
+    private readonly handler: SlotHandler,
     private readonly options: SubscribeOptions,
   ) {
     this.maxInFlight = Math.max(1, options.maxInFlight ?? 1);
@@ -105,6 +162,11 @@ export class Subscription {
     // reader, before the next frame, so no delivery finds it unknown.
     const bindNow = (f: Frame) => {
       if (f.op !== "subscribed" || typeof f.sub !== "string") return;
+      if (this.finished) {
+        // Ended while this subscribe was on its way: end what it started.
+        this.session.endOrphan(c, f.sub);
+        return;
+      }
       const old = this.id;
       this.id = f.sub;
       this.conn = c;
@@ -115,13 +177,21 @@ export class Subscription {
 
   /** @internal resubscribes on a new connection from the last acknowledged position. */
   async resume(c: Conn): Promise<void> {
-    if (this.finished) return;
+    // A subscription being unsubscribed is not started again: what it had
+    // on the lost connection went back with it, and its end has nothing
+    // more to wait for there.
+    if (this.finished || this.stopping) return;
     let start: Start | undefined = this.options.start;
     const lowest = this.unacked.size > 0 ? Math.min(...this.unacked) : 0;
     if (lowest > 0) start = { sequence: lowest };
     else if (this.lastAcked > 0) start = { sequence: this.lastAcked + 1 };
     this.unacked.clear();
-    await this.subscribeOn(c, start);
+    const p = this.subscribeOn(c, start);
+    this.resuming = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    await p;
   }
 
   /** @internal */
@@ -177,8 +247,13 @@ export class Subscription {
     let ok = true;
     let unanswered = false;
     let delayMs: number | undefined;
+    const slot: Slot = { sub: this, done: false, loop: false };
+    this.slots.add(slot);
     try {
-      unanswered = (await this.handler(d.m, { message: d.m, attempt: d.attempt, sub: this.id })) === UNANSWERED;
+      // In the slot's async context: an unsubscribe() or close() the
+      // handler makes does not wait for the handler itself.
+      const info = { message: d.m, attempt: d.attempt, sub: this.id };
+      unanswered = (await (slotStorage ? slotStorage.run(slot, () => this.handler(d.m, info, slot)) : this.handler(d.m, info, slot))) === UNANSWERED;
     } catch (e) {
       ok = false;
       if (e === UNANSWERED) unanswered = true;
@@ -205,9 +280,30 @@ export class Subscription {
         d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));
       }
     }
+    slot.done = true;
+    this.slots.delete(slot);
     this.running--;
-    if (this.running === 0) for (const f of this.idle.splice(0)) f();
+    this.changed();
     this.pump();
+  }
+
+  private changed(): void {
+    for (const f of this.waiters.splice(0)) f();
+  }
+
+  private async until(cond: () => boolean): Promise<void> {
+    while (!cond()) await new Promise<void>((r) => this.waiters.push(r));
+  }
+
+  /** Whether a delivery that unsubscribe() or close() does not wait for still runs: own (the caller's), or one a stream's loop holds. */
+  private exempt(s: Slot, own: Slot | undefined): boolean {
+    return !s.done && (s === own || s.loop);
+  }
+
+  /** @internal whether a delivery the end cannot wait for now (own, or a stream loop's) still runs. */
+  holdsExempt(own: Slot | undefined): boolean {
+    for (const s of this.slots) if (this.exempt(s, own)) return true;
+    return false;
   }
 
   private flushAcks(c: Conn): void {
@@ -233,17 +329,75 @@ export class Subscription {
     if (e.kind !== "transport" && e.code !== "ACK_NOT_ALLOWED") this.session.report(e);
   }
 
-  /** @internal waits for running handlers and the acks they produced. */
-  async drain(): Promise<void> {
-    // Deliveries not yet started stay unanswered: the server gives them back.
+  /**
+   * @internal Stops deliveries: nothing more is handed to the handler (or
+   * a stream's loop); those queued, and those a stream took ahead of its
+   * loop, stay unanswered: the unsubscribe (or the closed connection) gives
+   * them back to the server without an attempt spent.
+   */
+  stop(): void {
+    if (this.stopping || this.finished) return;
     this.stopping = true;
     this.queue.length = 0;
     this.onRelease?.("stopping");
-    if (this.running > 0) await new Promise<void>((r) => this.idle.push(r));
+    this.changed();
+  }
+
+  /** Waits for the acks gathered so far to be sent and answered. */
+  private async acksFlushed(): Promise<void> {
     while (this.ackBusy || (this.acks.length > 0 && this.conn && !this.conn.closed)) {
       if (!this.ackBusy && this.conn) this.flushAcks(this.conn);
       await this.ackBusy;
     }
+  }
+
+  /**
+   * @internal Waits for the running deliveries, except own (the caller's)
+   * and those a stream's loop holds, and for their acks.
+   */
+  async settledExcept(own: Slot | undefined): Promise<void> {
+    await this.until(() => this.finished || [...this.slots].every((s) => this.exempt(s, own)));
+    await this.acksFlushed();
+  }
+
+  /** @internal Waits for every running delivery and its ack. */
+  async idle(): Promise<void> {
+    await this.until(() => this.finished || this.slots.size === 0);
+    await this.acksFlushed();
+  }
+
+  /**
+   * Ends a stopping subscription once nothing runs: its acks answered, it
+   * sends the unsubscribe on the connection and under the id it has then
+   * (a reconnect meanwhile may have moved it), and finishes. Resolves to
+   * the server's refusal of the unsubscribe, if any.
+   */
+  private async endWhenIdle(): Promise<unknown> {
+    let err: unknown;
+    try {
+      await this.idle();
+      await this.resuming;
+      for (;;) {
+        const c = this.conn;
+        const sid = this.id;
+        // Not twice: the session's close() may have told the server already.
+        if (this.finished || !c || c.closed || !sid || c.ended.has(sid)) break;
+        c.ended.add(sid);
+        try {
+          await c.call({ op: "unsubscribe", sub: sid });
+        } catch (e) {
+          // A lost or closed connection ended the server's subscription too.
+          if (!(e instanceof PigeonError) || (e.kind !== "transport" && e.kind !== "closed")) err = e;
+        }
+        // A resubscription that bound another id meanwhile is ended too.
+        if (this.conn === c && this.id === sid) break;
+      }
+    } finally {
+      // Ended whatever the answer: deliveries have stopped, and a stream's
+      // loop waiting for the end is not left waiting.
+      this.finish(undefined);
+    }
+    return err;
   }
 
   /** @internal ends the subscription with err (undefined: a normal end). */
@@ -256,33 +410,53 @@ export class Subscription {
     this.session.forget(this);
     if (err) this.rejectDone(err);
     else this.resolveDone();
-    for (const f of this.idle.splice(0)) f();
+    this.changed();
   }
 
-  /** Stops deliveries, waits for running handlers and their acks, and ends the subscription. */
+  /**
+   * Stops deliveries, waits for running handlers and their acks, and ends
+   * the subscription: the unsubscribe gives the deliveries not yet handed
+   * over back to the server without an attempt spent.
+   *
+   * It never waits for the delivery its caller works on. Called from one of
+   * this subscription's own handlers (or from anything that handler awaits
+   * or starts), it waits for the other running handlers and their acks and
+   * then resolves; the subscription ends once the calling handler returns:
+   * its delivery is answered by that return (ack) or throw (nack), then the
+   * unsubscribe is sent and `done` settles. A handler is told from other
+   * callers by its async context (AsyncLocalStorage, on Node 20.16+); where
+   * the runtime has none (browsers), call it from a handler without awaiting
+   * it (`void sub.unsubscribe()`). Likewise, it does not wait for a stream's
+   * loop (which may be the caller): the delivery the loop holds is answered
+   * at its next step (acked when it moves on, nacked when it leaves), and
+   * the subscription ends right after; the loop ends at that step.
+   *
+   * Rejects with the server's refusal of the unsubscribe (the subscription
+   * has ended all the same); a lost connection is no error: the server's
+   * subscription ended with it.
+   */
   async unsubscribe(): Promise<void> {
     if (this.finished) return;
-    if (this.stopping) {
-      // Another unsubscribe, or the session's close, is ending it.
-      await this.done.catch(() => undefined);
+    const own = callerSlot();
+    const first = !this.stopping;
+    this.stop();
+    // The first to stop it ends it; a later call (or one after close()
+    // began) waits for that end.
+    const ending = first ? this.endWhenIdle() : undefined;
+    await this.settledExcept(own);
+    if (this.holdsExempt(own)) {
+      // The end follows the caller's own delivery (or the loop's): waiting
+      // for it here could wait forever. A refusal goes to onError.
+      void ending?.then((err) => {
+        if (err instanceof PigeonError) this.session.report(err);
+      });
       return;
     }
-    const c = this.conn;
-    const sid = this.id;
-    await this.drain();
-    try {
-      if (c && !c.closed && sid) {
-        try {
-          await c.call({ op: "unsubscribe", sub: sid });
-        } catch (e) {
-          if (!(e instanceof PigeonError) || e.kind !== "transport") throw e;
-        }
-      }
-    } finally {
-      // Ended whatever the answer: deliveries have stopped, and a stream's
-      // loop waiting for the end is not left waiting.
-      this.finish(undefined);
+    if (ending) {
+      const err = await ending;
+      if (err !== undefined) throw err;
+    } else {
+      await this.done.catch(() => undefined);
     }
   }
 }
-
