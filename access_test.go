@@ -544,7 +544,8 @@ func TestRoleRemovalEndsAWaitingSubscription(t *testing.T) {
 	var once sync.Once
 	done := func() { once.Do(func() { answer(nil) }) }
 	t.Cleanup(done) // before the engine shuts down, which waits for it
-	time.Sleep(100 * time.Millisecond) // the second message reaches the full window
+	// Let the second message reach the full window.
+	time.Sleep(100 * time.Millisecond)
 	require.NoError(t, e.DeleteRole(ctx, "member"))
 	// The ack wait is 30 s: within 10 the subscription has stopped.
 	require.Eventually(t, func() bool { return sub.Err() != nil }, 10*time.Second, 5*time.Millisecond,

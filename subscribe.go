@@ -84,7 +84,11 @@ type Subscription interface {
 	// ID identifies the subscription.
 	ID() string
 	// Unsubscribe stops deliveries and waits for running handlers (or ctx).
-	// Leased messages go back to the group. It is idempotent.
+	// Leased messages go back to the group. It is idempotent. Called from
+	// one of the subscription's own handlers with the context the handler
+	// was given (or one derived from it), it does not wait for the caller:
+	// it returns at once, and the subscription ends (Done) once the
+	// running handlers, the caller included, have returned.
 	Unsubscribe(ctx context.Context) error
 	// Done is closed when the subscription has stopped, for any reason.
 	Done() <-chan struct{}
@@ -279,6 +283,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		done: make(chan struct{}), wake: make(chan struct{}, 1), resWake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
 	}
 	sub.ctx, sub.cancel = context.WithCancel(e.ctx) // ends with the subscription or Shutdown
+	sub.hctx = context.WithValue(sub.ctx, handlerOf{}, sub)
 	if s.mode == ModePubSub {
 		first, last, err := e.store.Bounds(ctx, s.name)
 		if err != nil {

@@ -41,6 +41,7 @@ type subscription struct {
 	scope   *permit      // the contract's permit on the subject: its receive scope applies
 	ctx     context.Context
 	cancel  context.CancelFunc
+	hctx    context.Context // ctx, marked as the handlers' (handlerOf)
 	done    chan struct{}
 	wake    chan struct{}
 	slots   chan struct{}
@@ -85,6 +86,12 @@ func (s *subscription) Err() error {
 
 func (s *subscription) Unsubscribe(ctx context.Context) error {
 	s.stop(nil)
+	if ctx.Value(handlerOf{}) == s {
+		// Called from one of its own handlers, with the handler's
+		// context: the subscription ends once that handler returns, so
+		// waiting for the end here would wait for the caller.
+		return nil
+	}
 	select {
 	case <-s.done:
 		return nil
@@ -92,6 +99,11 @@ func (s *subscription) Unsubscribe(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// handlerOf is the key of the value a subscription's handler context
+// carries: the subscription, so that an Unsubscribe from its own handler
+// does not wait for itself.
+type handlerOf struct{}
 
 // stop ends the subscription with err (nil for a plain unsubscribe).
 func (s *subscription) stop(err error) {
@@ -441,7 +453,7 @@ func (s *subscription) deliver(d *decoded, attempt int) {
 	start := s.e.since()
 	if s.ah != nil {
 		var once atomic.Bool
-		s.ah(s.ctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, func(err error) {
+		s.ah(s.hctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, func(err error) {
 			if once.CompareAndSwap(false, true) {
 				s.e.took(StageDeliver, s.subj.name, start)
 				s.settled(d, attempt, err)
@@ -470,7 +482,7 @@ func (s *subscription) call(m *Message, attempt int) (err error) {
 			err = fmt.Errorf("pigeon: handler panicked: %v", p)
 		}
 	}()
-	return s.h(s.ctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
+	return s.h(s.hctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
 }
 
 // settled takes the handler's answer to one delivery. An acknowledgement
@@ -570,6 +582,9 @@ func (s *subscription) settlePending() {
 // acquire takes an in-flight slot, waiting while all are taken. It fails
 // when the subscription ends.
 func (s *subscription) acquire() bool {
+	if s.ctx.Err() != nil {
+		return false // stopped: nothing more is handed over, whatever the window holds
+	}
 	select {
 	case s.slots <- struct{}{}:
 		return true

@@ -365,7 +365,10 @@ func (s *Session) goBG(fn func()) {
 }
 
 // Close ends the subscriptions (waiting for their handlers, or ctx) and the
-// connection. It is idempotent.
+// connection. It is idempotent. Called from a subscription's handler with
+// the handler's context, it does not wait for that subscription's
+// handlers (the caller among them): that subscription ends once they have
+// returned.
 func (s *Session) Close(ctx context.Context) error {
 	s.reconnMu.Lock()
 	defer s.reconnMu.Unlock()
@@ -388,6 +391,11 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	cc.close(ctx)
+	if cs, ok := ctx.Value(handlerOf{}).(*clientSub); ok && cs.s == s {
+		// From a handler: the caller runs on one of the session's
+		// goroutines, which end once it returns.
+		return err
+	}
 	s.bg.Wait()
 	return err
 }

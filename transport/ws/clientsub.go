@@ -28,6 +28,7 @@ type clientSub struct {
 	h       pigeon.Handler
 	o       pigeon.SubscribeOptions
 	ctx     context.Context
+	hctx    context.Context // ctx, marked as the handlers' (handlerOf)
 	cancel  context.CancelFunc
 	done    chan struct{}
 	lastSeq atomic.Uint64
@@ -95,6 +96,7 @@ func (s *Session) Subscribe(ctx context.Context, subject string, h pigeon.Handle
 	cs := &clientSub{s: s, subject: subject, h: h, o: o, done: make(chan struct{}), ackKick: make(chan struct{}, 1)}
 	cs.cond.L = &cs.mu
 	cs.ctx, cs.cancel = context.WithCancel(context.Background())
+	cs.hctx = context.WithValue(cs.ctx, handlerOf{}, cs)
 	workers := max(1, o.MaxInFlight)
 	if o.MaxInFlight < 0 || o.MaxInFlight > pigeon.MaxInFlightLimit {
 		workers = 1 // the server refuses the subscription
@@ -215,6 +217,19 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 	cs.cond.Broadcast()
 	sid := cs.sid
 	cs.mu.Unlock()
+	if ctx.Value(handlerOf{}) == cs {
+		// From one of its own handlers: what follows waits for the
+		// running handlers, the caller included, so it goes on once the
+		// caller returns, and Unsubscribe (or Close) does not wait for
+		// the caller.
+		if !already {
+			go func() {
+				cs.running.Wait()
+				cs.unsubscribed(context.Background(), cc, sid)
+			}()
+		}
+		return nil
+	}
 	if already {
 		select {
 		case <-cs.done:
@@ -224,6 +239,14 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 		}
 	}
 	err := cs.waitRunning(ctx)
+	cs.unsubscribed(ctx, cc, sid)
+	return err
+}
+
+// unsubscribed ends the subscription once its handlers have returned (or
+// waitRunning gave up on them): their acknowledgements are sent, then the
+// unsubscribe.
+func (cs *clientSub) unsubscribed(ctx context.Context, cc *clientConn, sid string) {
 	cs.flushAcks(ctx)
 	if sid != "" {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cs.s.o.settleTimeout)
@@ -231,8 +254,12 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 		cancel()
 	}
 	cs.finish(nil)
-	return err
 }
+
+// handlerOf is the key of the value a subscription's handler context
+// carries: the subscription, so that an Unsubscribe or Close from its own
+// handler does not wait for itself.
+type handlerOf struct{}
 
 // waitRunning waits for the handlers that are running, or ctx.
 func (cs *clientSub) waitRunning(ctx context.Context) error {
@@ -403,7 +430,7 @@ func (cs *clientSub) call(d *pigeon.Delivery) (err error) {
 			cs.s.o.logger.Error("pigeon ws: handler panicked", "subject", cs.subject, "panic", p)
 		}
 	}()
-	return cs.h(cs.ctx, d)
+	return cs.h(cs.hctx, d)
 }
 
 // settle answers a delivery: an ack joins the next ack frame; a failure is
