@@ -8,8 +8,8 @@ use crate::subscription::SubShared;
 use crate::tls::{self, Stream, Target, TlsContext};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
-use serde_json::{Map, Value};
-use std::collections::{HashMap, VecDeque};
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -89,8 +89,25 @@ pub(crate) struct Conn {
     kill_tx: watch::Sender<bool>,
     kill_reason: Mutex<Option<String>>,
     pub subs: Mutex<HashMap<String, Arc<SubShared>>>,
+    /// Server subscriptions no subscription owns, unsubscribed once.
+    orphans: Mutex<HashSet<String>>,
+    call_timeout: Duration,
     pub max_frame: AtomicU64,
     pub_done: mpsc::UnboundedSender<()>,
+}
+
+/// Forgets a call's pending entry when the call ends, answered or not: a
+/// caller that gives up (a timeout around the call, a dropped future)
+/// leaves nothing behind, and the late answer finds no one.
+struct Forget<'a> {
+    conn: &'a Conn,
+    id: &'a str,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.conn.pending.lock().unwrap().remove(self.id);
+    }
 }
 
 /// Builds the WebSocket URL: ws and wss as given, http mapped to ws and
@@ -176,6 +193,8 @@ impl Conn {
             kill_tx: watch::channel(false).0,
             kill_reason: Mutex::new(None),
             subs: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(HashSet::new()),
+            call_timeout: inner.opts.call_timeout,
             max_frame: AtomicU64::new(1 << 20),
             pub_done: pub_done_tx,
         });
@@ -228,17 +247,14 @@ impl Conn {
             }
             p.insert(id.clone(), Pending::One(tx, sub));
         }
+        let _forget = Forget { conn: self, id: &id };
         if self.out.send(Out::Text(text)).is_err() {
-            self.pending.lock().unwrap().remove(&id);
             return Err(self.failed());
         }
         let ans = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => return Err(self.failed()),
-            Err(_) => {
-                self.pending.lock().unwrap().remove(&id);
-                return Err(Error::new("REQUEST_TIMEOUT", format!("no answer within {timeout:?}")));
-            }
+            Err(_) => return Err(Error::new("REQUEST_TIMEOUT", format!("no answer within {timeout:?}"))),
         };
         if ans.get("op").and_then(Value::as_str) == Some("error") {
             return Err(match ans.get("error") {
@@ -258,6 +274,23 @@ impl Conn {
         }
         self.out.send(Out::Publish(PubItem { json, data, tx })).map_err(|_| self.failed())?;
         Ok(rx)
+    }
+
+    /// Ends a server subscription that no subscription owns (its subscribe
+    /// call gave up before the answer, or it was unsubscribed while the
+    /// answer was on its way): sends it an unsubscribe, once, in the
+    /// background. What it delivered meanwhile was left unanswered, so the
+    /// server gives it back without an attempt spent.
+    pub(crate) fn end_orphan(self: &Arc<Self>, sid: &str) {
+        if self.is_dead() || !self.orphans.lock().unwrap().insert(sid.to_string()) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (c, sid) = (self.clone(), sid.to_string());
+        rt.spawn(async move {
+            let f = json!({"op": "unsubscribe", "sub": sid});
+            let _ = c.call(f.as_object().cloned().unwrap_or_default(), c.call_timeout).await;
+        });
     }
 
     /// Closes the connection normally (1000) after what is queued.
@@ -402,7 +435,11 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                     if let (Some(sub), Some("subscribed"), Some(sid)) =
                         (sub, f.get("op").and_then(Value::as_str), f.get("sub").and_then(Value::as_str))
                     {
-                        conn.subs.lock().unwrap().insert(sid.to_string(), sub);
+                        if sub.is_stopping() {
+                            conn.end_orphan(sid); // unsubscribed while the answer was on its way
+                        } else {
+                            conn.subs.lock().unwrap().insert(sid.to_string(), sub);
+                        }
                     }
                     let _ = tx.send(Ok(f));
                 }
@@ -410,7 +447,12 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                     answer_batch(items, &f);
                     let _ = conn.pub_done.send(());
                 }
-                None => {}
+                None => {
+                    // A subscribe whose caller gave up: its subscription has no owner.
+                    if let (Some("subscribed"), Some(sid)) = (f.get("op").and_then(Value::as_str), f.get("sub").and_then(Value::as_str)) {
+                        conn.end_orphan(sid);
+                    }
+                }
             }
             continue;
         }
@@ -445,9 +487,23 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
 fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option<&Value>) {
     let sid = f.get("sub").and_then(Value::as_str).unwrap_or("");
     let sub = conn.subs.lock().unwrap().get(sid).cloned();
-    let Some(sub) = sub else { return };
+    let Some(sub) = sub else {
+        // A server subscription the client does not know: end it. The
+        // delivery is left unanswered, so it goes back without an attempt spent.
+        if !sid.is_empty() {
+            conn.end_orphan(sid);
+        }
+        return;
+    };
     match message.map(Message::deserialize) {
-        Some(Ok(m)) => sub.dispatch(conn.clone(), sid, m, attempt.and_then(Value::as_u64).unwrap_or(1) as u32),
+        Some(Ok(m)) => {
+            if !sub.dispatch(conn.clone(), sid, m, attempt.and_then(Value::as_u64).unwrap_or(1) as u32) {
+                // Ended, yet its server subscription still delivers (a
+                // subscribe given up just after its answer came): end that.
+                conn.subs.lock().unwrap().remove(sid);
+                conn.end_orphan(sid);
+            }
+        }
         _ => sub.report(Error::protocol("a delivery without a valid message")),
     }
 }

@@ -156,6 +156,17 @@ pub(crate) struct Inner {
     pub_slots: Arc<Semaphore>,
 }
 
+/// Abandons a subscription whose subscribe did not complete.
+struct AbandonOnDrop(Option<Arc<SubShared>>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.abandon();
+        }
+    }
+}
+
 /// A Pigeon session over WebSocket: a negotiated contract and the
 /// operations it grants.
 ///
@@ -350,7 +361,11 @@ impl Session {
     /// after the error's retry delay when it gives one. Acks that gather
     /// while one is on the wire leave in one frame. With
     /// `opts.ack(Ack::None)` (at most once, pub/sub) nothing is answered:
-    /// a failed delivery is not retried.
+    /// a failed delivery is not retried. A handler may unsubscribe its own
+    /// subscription or close the session: neither waits for it (see
+    /// [`Subscription::unsubscribe`], [`close`](Session::close)). How the
+    /// deliveries waiting in the client fare when it ends: see
+    /// [`Subscription`].
     pub async fn subscribe<F, Fut>(&self, subject: &str, opts: SubscribeOptions, handler: F) -> Result<Subscription>
     where
         F: Fn(crate::Delivery) -> Fut + Send + Sync + 'static,
@@ -364,20 +379,40 @@ impl Session {
     /// deliveries (see [`Subscription`]); settle each with
     /// [`Delivery::ack`](crate::Delivery::ack) or `nack` (an
     /// [`Ack::None`](crate::Ack::None) subscription needs neither). The
-    /// stream ends after an `Err` when the subscription ends with an error.
+    /// client takes deliveries ahead of the reader, up to the window (256
+    /// by default) unanswered. The stream ends (`None`) after unsubscribe
+    /// or close, without handing out what it had buffered; after an `Err`
+    /// when the subscription ends with an error. Dropping it unsubscribes;
+    /// a delivery dropped unanswered is nacked.
     pub async fn subscribe_stream(&self, subject: &str, opts: SubscribeOptions) -> Result<Subscription> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut s = self.start_sub(subject, opts, SubMode::Stream(Mutex::new(Some(tx)))).await?;
-        s.rx = Some(rx);
-        Ok(s)
+        self.start_sub(subject, opts, SubMode::Stream(Mutex::default())).await
     }
 
     async fn start_sub(&self, subject: &str, opts: SubscribeOptions, mode: SubMode) -> Result<Subscription> {
         self.inner.check_open()?;
         let sub = SubShared::new(subject, opts, mode, Arc::downgrade(&self.inner));
         let conn = self.inner.conn().await?;
+        // A caller that gives up (drops this future) leaves no subscription
+        // behind, on the client or the server.
+        let mut guard = AbandonOnDrop(Some(sub.clone()));
         sub.subscribe_on(&conn, self.inner.opts.call_timeout).await?;
-        self.inner.state.lock().unwrap().subs.push(sub.clone());
+        guard.0 = None;
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            // Closed or failed while it subscribed: close and fail take the
+            // subscriptions they end under this lock, after they begin.
+            let gone = match &st.phase {
+                _ if self.inner.is_closing() => Some(Error::closed()),
+                Phase::Failed(e) => Some(e.clone()),
+                _ => None,
+            };
+            if let Some(e) = gone {
+                drop(st);
+                sub.abandon();
+                return Err(e);
+            }
+            st.subs.push(sub.clone());
+        }
         Ok(Subscription::new(sub, self.clone()))
     }
 
@@ -402,39 +437,70 @@ impl Session {
         }
     }
 
-    /// Closes the session: refuses further calls at once, stops the
-    /// subscriptions, waits (at most `call_timeout`) for running handlers
-    /// and sends their acks, then closes the connection. Publishes not yet
-    /// answered fail with a transport error: wait for them first.
+    /// Closes the session: refuses further calls at once and stops the
+    /// subscriptions (deliveries not yet handed to a handler or a stream's
+    /// reader go back unanswered, see [`Subscription`]); waits, at most
+    /// `call_timeout` in all, for running handlers and for the stream
+    /// deliveries readers hold to be answered, sends the acks, unsubscribes
+    /// each subscription (so the server gives back what it left unanswered
+    /// without an attempt spent), then closes the connection. Publishes
+    /// not yet answered fail with a transport error: wait for them first.
+    ///
+    /// It does not wait for what may be the caller's own: called from
+    /// inside a handler of the session's, or while a stream's reader holds
+    /// deliveries unanswered (that reader may be the caller), it returns
+    /// at once and the rest happens in the background; the connection
+    /// closes once that handler has returned and those deliveries are
+    /// answered or dropped (at most `call_timeout`). Wait for it with
+    /// [`closed`](Session::closed).
     pub async fn close(&self) -> Result<()> {
         if self.inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let subs = std::mem::take(&mut self.inner.state.lock().unwrap().subs);
-        let deadline = self.inner.opts.call_timeout;
-        let _ = tokio::time::timeout(deadline, async {
-            for s in &subs {
-                s.stop_and_flush().await;
+        // Each with whether this close stopped it (else an unsubscribe is ending it).
+        let subs: Vec<(Arc<SubShared>, bool)> = subs.into_iter().map(|s| (s.clone(), !s.stop())).collect();
+        let detach = subs.iter().any(|(s, _)| s.in_own_handler() || s.held_count() > 0);
+        let inner = self.inner.clone();
+        if detach {
+            tokio::spawn(inner.finish_close(subs));
+        } else {
+            inner.finish_close(subs).await;
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// The rest of [`Session::close`], once the subscriptions are stopped.
+    async fn finish_close(self: Arc<Self>, subs: Vec<(Arc<SubShared>, bool)>) {
+        let timeout = self.opts.call_timeout;
+        let _ = tokio::time::timeout(timeout, async {
+            for (s, ours) in &subs {
+                if *ours {
+                    let _ = s.finish(timeout).await;
+                } else {
+                    s.wait_done().await;
+                }
             }
         })
         .await;
         let conn = {
-            let mut st = self.inner.state.lock().unwrap();
+            let mut st = self.state.lock().unwrap();
             let old = std::mem::replace(&mut st.phase, Phase::Closed);
             match old {
                 Phase::Up(c) => Some(c),
                 _ => None,
             }
         };
-        self.inner.changed.send_modify(|g| *g += 1);
-        for s in &subs {
+        self.changed.send_modify(|g| *g += 1);
+        for (s, _) in &subs {
             s.end(None);
         }
         if let Some(c) = conn {
             c.close();
             let _ = tokio::time::timeout(Duration::from_secs(2), c.wait_done()).await;
         }
-        Ok(())
     }
 }
 

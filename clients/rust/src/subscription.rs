@@ -7,13 +7,20 @@ use crate::message::Message;
 use crate::session::{Inner, Session};
 use futures_util::Stream;
 use serde_json::{json, Map, Value};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+
+tokio::task_local! {
+    /// The subscription (its address) whose handler runs in this task: an
+    /// unsubscribe or close called from a handler must not wait for it.
+    static HANDLER_OF: usize;
+}
 
 /// The most deliveries of an [`Ack::None`] subscription queued in the
 /// client, waiting for a handler (or for the consumer of a stream
@@ -152,7 +159,18 @@ pub(crate) type Handler =
 
 pub(crate) enum SubMode {
     Handler(Handler),
-    Stream(Mutex<Option<mpsc::UnboundedSender<Result<Delivery>>>>),
+    Stream(Mutex<StreamBuf>),
+}
+
+/// The deliveries of a stream subscription waiting for its reader.
+#[derive(Default)]
+pub(crate) struct StreamBuf {
+    items: VecDeque<Delivery>,
+    waker: Option<Waker>,
+    /// Nothing more is handed out: the subscription stopped or ended.
+    ended: bool,
+    /// The error that ended it, yielded once after `ended`.
+    err: Option<Error>,
 }
 
 /// One message handed to a subscription.
@@ -163,6 +181,53 @@ pub struct Delivery {
     /// group (work queue), from 1.
     pub attempt: u32,
     handle: AckHandle,
+    /// A delivery of an acknowledged stream subscription handed to its
+    /// reader: counted until answered, nacked when dropped unanswered.
+    held: Option<Arc<Held>>,
+}
+
+/// A stream delivery in its reader's hands, shared by the clones of the
+/// [`Delivery`]. The subscription counts it until it is answered, so that
+/// an unsubscribe or close lets its answer reach the server first; when the
+/// last clone is dropped unanswered, it is nacked (the reader gave it up).
+struct Held {
+    handle: AckHandle,
+    id: String,
+    answered: AtomicBool,
+}
+
+impl Held {
+    /// The first answer takes the delivery off the count once it is sent
+    /// (the [`Release`] dropped); a later one gets `None`.
+    fn answer(&self) -> Option<Release> {
+        (!self.answered.swap(true, Ordering::AcqRel)).then(|| Release(self.handle.sub.clone()))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(release) = self.answer() else { return };
+        let h = self.handle.clone();
+        if h.sub.is_ended() || h.conn.is_dead() {
+            return; // nothing to answer on: the server has it back
+        }
+        let id = std::mem::take(&mut self.id);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                nack(&h, &id, None).await;
+                drop(release);
+            });
+        }
+    }
+}
+
+/// Takes a held stream delivery off its subscription's count when dropped.
+struct Release(Arc<SubShared>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.held.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 #[derive(Clone)]
@@ -186,14 +251,20 @@ impl Delivery {
 
     /// Acknowledges the delivery (acks that gather meanwhile share a
     /// frame). `ACK_NOT_ALLOWED` when it was answered already or its ack
-    /// wait passed. Handlers do not call it: their result settles. On an
-    /// [`Ack::None`] subscription it sends nothing and returns `Ok`.
+    /// wait passed; a transport error when its connection is gone (the
+    /// server has it back). Handlers do not call it: their result settles.
+    /// On an [`Ack::None`] subscription it sends nothing and returns `Ok`.
+    ///
+    /// A stream delivery dropped (its last clone) without `ack` or `nack`
+    /// is nacked, as one its reader gave up on.
     pub async fn ack(&self) -> Result<()> {
         if self.handle.sub.opts.ack == Ack::None {
             return Ok(());
         }
+        let release = self.held.as_ref().and_then(|h| h.answer());
         let (tx, rx) = oneshot::channel();
         self.handle.sub.queue_ack(&self.handle, &self.message, Some(tx));
+        drop(release); // queued: an unsubscribe sends it before its own frame
         rx.await.unwrap_or_else(|_| Err(Error::closed()))
     }
 
@@ -204,6 +275,7 @@ impl Delivery {
         if self.handle.sub.opts.ack == Ack::None {
             return Ok(());
         }
+        let _release = self.held.as_ref().and_then(|h| h.answer());
         let mut f = json!({"op": "nack", "sub": self.handle.sid, "messageId": self.message.id});
         if let Some(d) = delay {
             f["delayMs"] = json!(d.as_millis() as u64);
@@ -246,6 +318,9 @@ pub(crate) struct SubShared {
     queue_tx: mpsc::UnboundedSender<Delivery>,
     ack_tx: mpsc::UnboundedSender<AckCmd>,
     sem: Arc<Semaphore>,
+    /// The stream deliveries handed to the reader and not yet answered
+    /// ([`Held`]).
+    held: watch::Sender<usize>,
     /// [`Ack::None`]: the deliveries queued and not yet taken by a handler
     /// (or the stream's consumer), at most [`MAX_QUEUED`].
     queued: AtomicUsize,
@@ -267,6 +342,7 @@ impl SubShared {
             done_tx: watch::channel(false).0,
             queue_tx,
             ack_tx,
+            held: watch::channel(0).0,
             queued: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
         });
@@ -314,14 +390,28 @@ impl SubShared {
         let ans = conn.call_sub(self.frame(start), self.clone(), timeout).await?;
         let sid = ans.get("sub").and_then(Value::as_str).ok_or_else(|| Error::protocol("a subscribed answer without sub"))?;
         let mut st = self.st.lock().unwrap();
+        if st.stopping {
+            // Unsubscribed or closed while the answer was on its way (a
+            // resubscription): the server subscription it names has no
+            // owner, end it (the reader did not route it here).
+            drop(st);
+            conn.subs.lock().unwrap().remove(sid);
+            conn.end_orphan(sid);
+            return Ok(());
+        }
         st.sid = Some(sid.to_string());
         st.conn = Some(conn.clone());
         Ok(())
     }
 
     /// Subscribes again on a new connection, after the last acknowledged
-    /// message when there is one (pub/sub), else where it started.
+    /// message when there is one (pub/sub), else where it started. A
+    /// subscription that is stopping is not resubscribed: its unsubscribe
+    /// ends it.
     pub(crate) async fn resubscribe(self: &Arc<Self>, conn: &Arc<Conn>, timeout: Duration) -> Result<()> {
+        if self.is_stopping() {
+            return Ok(());
+        }
         let last = self.st.lock().unwrap().last_acked;
         if last > 0 && self.opts.group.is_none() {
             match self.subscribe_with(conn, Some(Start::Sequence(last + 1)), timeout).await {
@@ -332,11 +422,17 @@ impl SubShared {
         self.subscribe_with(conn, self.opts.start, timeout).await
     }
 
-    pub(crate) fn dispatch(self: &Arc<Self>, conn: Arc<Conn>, sid: &str, message: Message, attempt: u32) {
+    /// Queues a delivery for a handler or the stream's reader. `false` when
+    /// the subscription has ended: the server subscription the delivery
+    /// came from has no owner any more.
+    pub(crate) fn dispatch(self: &Arc<Self>, conn: Arc<Conn>, sid: &str, message: Message, attempt: u32) -> bool {
         {
             let mut st = self.st.lock().unwrap();
+            if st.ended {
+                return false;
+            }
             if st.stopping {
-                return; // left unanswered: it goes back to the group
+                return true; // left unanswered: the unsubscribe that follows gives it back
             }
             if self.opts.ack == Ack::None {
                 st.last_acked = st.last_acked.max(message.sequence);
@@ -346,18 +442,113 @@ impl SubShared {
             && self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_QUEUED).then_some(n + 1)).is_err()
         {
             self.drop_one();
-            return;
+            return true;
         }
-        let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() } };
+        let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() }, held: None };
         let queued = match &self.mode {
             SubMode::Handler(_) => self.queue_tx.send(d).is_ok(),
-            SubMode::Stream(tx) => match tx.lock().unwrap().as_ref() {
-                Some(tx) => tx.send(Ok(d)).is_ok(),
-                None => false,
-            },
+            SubMode::Stream(buf) => {
+                let mut b = buf.lock().unwrap();
+                if b.ended {
+                    false
+                } else {
+                    b.items.push_back(d);
+                    if let Some(w) = b.waker.take() {
+                        w.wake();
+                    }
+                    true
+                }
+            }
         };
         if !queued {
             self.dequeued();
+        }
+        true
+    }
+
+    /// The next delivery of a stream subscription for its reader. A
+    /// delivery of an acknowledged subscription whose connection is gone
+    /// is skipped: it cannot be answered, and the server delivers it again
+    /// on the next connection. Once the subscription stops or ends nothing
+    /// more is handed out: the error that ended it, if any, then `None`.
+    fn poll_delivery(&self, cx: &mut Context<'_>) -> Poll<Option<Result<Delivery>>> {
+        let SubMode::Stream(buf) = &self.mode else { return Poll::Ready(None) };
+        let mut b = buf.lock().unwrap();
+        loop {
+            if let Some(mut d) = b.items.pop_front() {
+                self.dequeued();
+                if self.stale(&d) {
+                    continue;
+                }
+                if self.opts.ack == Ack::Explicit {
+                    // Counted before the buffer's lock is let go: a stop that
+                    // follows sees it.
+                    self.held.send_modify(|n| *n += 1);
+                    d.held = Some(Arc::new(Held { handle: d.handle.clone(), id: d.message.id.clone(), answered: AtomicBool::new(false) }));
+                }
+                return Poll::Ready(Some(Ok(d)));
+            }
+            if b.ended {
+                return Poll::Ready(b.err.take().map(Err));
+            }
+            b.waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+    }
+
+    /// A delivery that can no longer be answered: its connection is gone
+    /// (an acknowledged subscription; at most once, it was done when sent).
+    fn stale(&self, d: &Delivery) -> bool {
+        self.opts.ack == Ack::Explicit && d.handle.conn.is_dead()
+    }
+
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.st.lock().unwrap().stopping
+    }
+
+    fn is_ended(&self) -> bool {
+        self.st.lock().unwrap().ended
+    }
+
+    /// Whether the caller runs in one of this subscription's handlers.
+    pub(crate) fn in_own_handler(&self) -> bool {
+        HANDLER_OF.try_with(|k| *k == self as *const SubShared as usize).unwrap_or(false)
+    }
+
+    /// How many stream deliveries the reader holds unanswered.
+    pub(crate) fn held_count(&self) -> usize {
+        *self.held.borrow()
+    }
+
+    /// Stops taking deliveries: those that arrive, and those queued or
+    /// buffered but not yet handed to a handler or the stream's reader, are
+    /// left unanswered (the unsubscribe that follows gives them back to
+    /// the server without an attempt spent; at most once, they are
+    /// dropped). Returns whether it was stopping already.
+    pub(crate) fn stop(&self) -> bool {
+        let was = std::mem::replace(&mut self.st.lock().unwrap().stopping, true);
+        self.release_stream(None);
+        was
+    }
+
+    /// Ends a stream's buffer: what it holds is dropped, and its reader
+    /// gets `err` (if any), then `None`.
+    fn release_stream(&self, err: Option<Error>) {
+        let SubMode::Stream(buf) = &self.mode else { return };
+        let (items, waker) = {
+            let mut b = buf.lock().unwrap();
+            if !b.ended {
+                b.ended = true;
+                b.err = err;
+            }
+            (std::mem::take(&mut b.items), b.waker.take())
+        };
+        for _ in &items {
+            self.dequeued();
+        }
+        drop(items);
+        if let Some(w) = waker {
+            w.wake();
         }
     }
 
@@ -402,16 +593,79 @@ impl SubShared {
         }
     }
 
-    /// Stops taking deliveries, waits for running handlers and sends their acks.
-    pub(crate) async fn stop_and_flush(&self) {
-        self.st.lock().unwrap().stopping = true;
+    /// Waits for the running handlers, and (at most `held_for`) for the
+    /// stream deliveries the reader holds to be answered, then until the
+    /// acks gathered are sent.
+    async fn drain(&self, held_for: Duration) {
         let n = self.opts.max_in_flight.max(1);
         if let Ok(p) = self.sem.acquire_many(n).await {
             drop(p);
         }
+        let mut held = self.held.subscribe();
+        let _ = tokio::time::timeout(held_for, held.wait_for(|n| *n == 0)).await;
         let (tx, rx) = oneshot::channel();
         if self.ack_tx.send(AckCmd::Flush(tx)).is_ok() {
             let _ = rx.await;
+        }
+    }
+
+    /// Ends a stopped subscription: waits for what user code holds (see
+    /// [`drain`](Self::drain)), then reads where the subscription is (not
+    /// before: a reconnect may happen meanwhile; a stopping subscription
+    /// is not resubscribed, and a resubscription already on its way is
+    /// ended when its answer comes), sends the unsubscribe there when that
+    /// connection is still up, and ends the subscription whatever the
+    /// answer.
+    pub(crate) async fn finish(self: &Arc<Self>, timeout: Duration) -> Result<()> {
+        self.drain(timeout).await;
+        let target = {
+            let st = self.st.lock().unwrap();
+            if st.ended {
+                None
+            } else {
+                st.conn.clone().zip(st.sid.clone())
+            }
+        };
+        let mut res = Ok(());
+        if let Some((c, sid)) = target {
+            if !c.is_dead() {
+                res = match c.call(obj(json!({"op": "unsubscribe", "sub": sid})), timeout).await {
+                    // The connection ended, and the server subscription with it.
+                    Err(e) if e.kind == ErrorKind::Transport => Ok(()),
+                    r => r.map(|_| ()),
+                };
+            }
+        }
+        self.end(None);
+        res
+    }
+
+    /// [`finish`](Self::finish) in the background; an error goes to `on_error`.
+    fn finish_later(self: &Arc<Self>, timeout: Duration) {
+        let s = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = s.finish(timeout).await {
+                s.report(e);
+            }
+        });
+    }
+
+    /// Waits until the subscription has ended.
+    pub(crate) async fn wait_done(&self) {
+        let mut rx = self.done_tx.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+
+    /// Drops a subscription just made that the session can no longer keep
+    /// (it closed or failed meanwhile), and its server subscription.
+    pub(crate) fn abandon(self: &Arc<Self>) {
+        let target = {
+            let st = self.st.lock().unwrap();
+            st.conn.clone().zip(st.sid.clone())
+        };
+        self.end(None);
+        if let Some((c, sid)) = target {
+            c.end_orphan(&sid);
         }
     }
 
@@ -429,15 +683,12 @@ impl SubShared {
             (st.conn.take(), st.sid.clone())
         };
         if let (Some(c), Some(sid)) = (conn, sid) {
-            c.subs.lock().unwrap().remove(&sid);
-        }
-        if let SubMode::Stream(tx) = &self.mode {
-            if let Some(tx) = tx.lock().unwrap().take() {
-                if let Some(e) = err.clone() {
-                    let _ = tx.send(Err(e));
-                }
+            let mut subs = c.subs.lock().unwrap();
+            if subs.get(&sid).is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), Arc::as_ptr(self))) {
+                subs.remove(&sid);
             }
         }
+        self.release_stream(err.clone());
         if let Some(s) = self.session.upgrade() {
             s.remove_sub(self);
             if let Some(e) = err {
@@ -451,34 +702,39 @@ impl SubShared {
 async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::UnboundedReceiver<Delivery>) {
     while let Some(d) = rx.recv().await {
         let Some(s) = sub.upgrade() else { return };
-        if s.st.lock().unwrap().stopping {
+        // Stopping: left unanswered, the unsubscribe gives it back. Stale:
+        // its connection is gone, the server delivers it again.
+        if s.is_stopping() || s.stale(&d) {
             s.dequeued();
             continue;
         }
         let Ok(permit) = s.sem.clone().acquire_owned().await else { return };
         s.dequeued(); // a handler takes it
-        if s.st.lock().unwrap().stopping {
-            continue; // stopped while waiting for room: left unanswered
+        if s.is_stopping() || s.stale(&d) {
+            continue; // while it waited for room
         }
+        let key = Arc::as_ptr(&s) as usize;
         drop(s);
         let h = h.clone();
         tokio::spawn(async move {
             let handle = d.handle.clone();
             let m = d.message.clone();
-            let res = tokio::spawn(h(d)).await;
+            let res = tokio::spawn(HANDLER_OF.scope(key, h(d))).await;
             match res {
                 _ if handle.sub.opts.ack == Ack::None => {} // at most once: nothing is answered
                 Ok(Ok(())) => handle.sub.queue_ack(&handle, &m, None),
-                Ok(Err(e)) => nack_after_failure(&handle, &m, e.retry_after).await,
-                Err(_) => nack_after_failure(&handle, &m, None).await, // the handler panicked
+                Ok(Err(e)) => nack(&handle, &m.id, e.retry_after).await,
+                Err(_) => nack(&handle, &m.id, None).await, // the handler panicked
             }
             drop(permit);
         });
     }
 }
 
-async fn nack_after_failure(h: &AckHandle, m: &Message, delay: Option<Duration>) {
-    let mut f = json!({"op": "nack", "sub": h.sid, "messageId": m.id});
+/// Nacks a delivery a handler failed on or a stream's reader dropped; an
+/// error other than a lost connection goes to `on_error`.
+async fn nack(h: &AckHandle, id: &str, delay: Option<Duration>) {
+    let mut f = json!({"op": "nack", "sub": h.sid, "messageId": id});
     if let Some(d) = delay {
         f["delayMs"] = json!(d.as_millis() as u64);
     }
@@ -563,17 +819,40 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 
 /// A running subscription. With [`Session::subscribe_stream`] it is also
 /// a [`Stream`] of deliveries (`futures_util::StreamExt::next`, or
-/// [`recv`](Subscription::recv)). Dropping it does not unsubscribe: call
-/// [`unsubscribe`](Subscription::unsubscribe).
+/// [`recv`](Subscription::recv)).
+///
+/// **How it ends.** [`unsubscribe`](Subscription::unsubscribe) and the
+/// session's [`close`](Session::close) stop deliveries at once. Deliveries
+/// the client holds that no handler or reader has been handed yet (queued
+/// behind busy handlers, or buffered in a stream ahead of its reader) go
+/// back unanswered: the unsubscribe gives them back to the server without
+/// an attempt spent (on a work queue another consumer gets them at once);
+/// at most once ([`Ack::None`]) they are dropped. A stream's reader is
+/// handed nothing more: `None` next (after the error that ended it, when
+/// one did). Handlers already running finish, and their answers are sent
+/// before the unsubscribe; so are the answers to stream deliveries the
+/// reader holds (see `unsubscribe`).
+///
+/// Dropping a handler subscription does not unsubscribe: its handler runs
+/// until `unsubscribe`, `close` or the end. Dropping a stream subscription
+/// unsubscribes, in the background: a reader that leaves its loop early
+/// (`break`, `?`, a panic) ends it, and a delivery it held and dropped
+/// unanswered is nacked (sent before the unsubscribe).
+///
+/// After a lost connection that the session recovers from, an
+/// acknowledged subscription is not handed the deliveries left over from
+/// the lost connection (they can no longer be answered; the resumed
+/// subscription gets them again): a stream's reader goes on with those of
+/// the new connection. At most once, they were done when sent: they are
+/// still handed out.
 pub struct Subscription {
     shared: Arc<SubShared>,
     session: Session,
-    pub(crate) rx: Option<mpsc::UnboundedReceiver<Result<Delivery>>>,
 }
 
 impl Subscription {
     pub(crate) fn new(shared: Arc<SubShared>, session: Session) -> Subscription {
-        Subscription { shared, session, rx: None }
+        Subscription { shared, session }
     }
 
     /// The server's id of the subscription; it changes on reconnect.
@@ -585,20 +864,12 @@ impl Subscription {
         &self.shared.subject
     }
 
-    /// The next delivery of a stream subscription; `None` once it ended.
+    /// The next delivery of a stream subscription: `Err` with the error
+    /// that ended the subscription (once), `None` once it has stopped or
+    /// ended (at once after `unsubscribe` or `close`: what was buffered is
+    /// not handed out). Always `None` for a handler subscription.
     pub async fn recv(&mut self) -> Option<Result<Delivery>> {
-        let item = match &mut self.rx {
-            Some(rx) => rx.recv().await,
-            None => None,
-        };
-        self.took(&item);
-        item
-    }
-
-    fn took(&self, item: &Option<Result<Delivery>>) {
-        if let Some(Ok(_)) = item {
-            self.shared.dequeued();
-        }
+        std::future::poll_fn(|cx| self.shared.poll_delivery(cx)).await
     }
 
     /// How many deliveries of an [`Ack::None`] subscription were dropped
@@ -626,34 +897,62 @@ impl Subscription {
         self.error()
     }
 
-    /// Stops deliveries, waits for running handlers, sends their acks, and
-    /// ends the subscription on the server.
+    /// Stops deliveries (see the type's doc: those not yet handed out go
+    /// back unanswered, at most once they are dropped), waits for running
+    /// handlers, sends their acks, then the unsubscribe (on the connection
+    /// the subscription is on once the handlers are done: a reconnect may
+    /// come meanwhile), and returns once the subscription has ended. An
+    /// error answer to the unsubscribe is returned, but the subscription
+    /// ends all the same; a lost connection is no error (the server
+    /// subscription ended with it). When the subscription is stopping
+    /// already (another unsubscribe, or the session's close), it sends no
+    /// second unsubscribe and waits for that end (except as below).
+    ///
+    /// It does not wait for what the caller itself holds, which would wait
+    /// forever: called from inside one of this subscription's handlers (in
+    /// the handler's own task; a task it spawns is not recognized), or
+    /// on a stream whose reader holds deliveries unanswered, it stops
+    /// deliveries and returns at once, and the subscription ends in the
+    /// background once that handler has returned (its answer sent first),
+    /// or once those deliveries are answered or dropped (at most
+    /// `call_timeout`; dropped unanswered, a delivery is nacked). Wait for
+    /// that end with [`done`](Subscription::done), from elsewhere.
     pub async fn unsubscribe(&self) -> Result<()> {
-        self.shared.stop_and_flush().await;
-        let (conn, sid) = {
-            let st = self.shared.st.lock().unwrap();
-            (st.conn.clone(), st.sid.clone())
-        };
-        let mut res = Ok(());
-        if let (Some(c), Some(sid)) = (conn, sid) {
-            if !c.is_dead() {
-                res = c.call(obj(json!({"op": "unsubscribe", "sub": sid})), self.session.inner.opts.call_timeout).await.map(|_| ());
+        let s = &self.shared;
+        let inside = s.in_own_handler();
+        if s.stop() {
+            if !inside && s.held_count() == 0 {
+                s.wait_done().await;
             }
+            return Ok(());
         }
-        self.shared.end(None);
-        res
+        let timeout = self.session.inner.opts.call_timeout;
+        if inside || s.held_count() > 0 {
+            s.finish_later(timeout);
+            return Ok(());
+        }
+        s.finish(timeout).await
+    }
+}
+
+impl Drop for Subscription {
+    /// A stream subscription unsubscribes: nothing can read it any more.
+    fn drop(&mut self) {
+        if !matches!(self.shared.mode, SubMode::Stream(_)) || self.shared.stop() {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.shared.finish_later(self.session.inner.opts.call_timeout);
+        } else {
+            self.shared.end(None); // no runtime: a delivery that still comes ends the server subscription
+        }
     }
 }
 
 impl Stream for Subscription {
     type Item = Result<Delivery>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let item = match &mut self.rx {
-            Some(rx) => std::task::ready!(rx.poll_recv(cx)),
-            None => None,
-        };
-        self.took(&item);
-        Poll::Ready(item)
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.shared.poll_delivery(cx)
     }
 }
 
@@ -662,7 +961,7 @@ mod tests {
     use super::*;
 
     fn frame_of(opts: SubscribeOptions) -> Map<String, Value> {
-        SubShared::new("events.telemetry", opts, SubMode::Stream(Mutex::new(None)), Weak::new()).frame(None)
+        SubShared::new("events.telemetry", opts, SubMode::Stream(Mutex::default()), Weak::new()).frame(None)
     }
 
     #[tokio::test]
