@@ -148,7 +148,9 @@ func (s *Start) UnmarshalJSON(b []byte) error {
 	var v struct {
 		Sequence *uint64 `json:"sequence"`
 	}
-	if len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &v) != nil || v.Sequence == nil || *v.Sequence == 0 {
+	// CheckNames: a type that decodes itself is not looked into by the
+	// check of the text around it, so it checks its own member names.
+	if len(b) == 0 || b[0] != '{' || CheckNames(b, &v) != nil || json.Unmarshal(b, &v) != nil || v.Sequence == nil || *v.Sequence == 0 {
 		return NewError(CodeInvalidArgument, `start must be "new", "first" or {"sequence": N} with N >= 1`)
 	}
 	*s = StartAt(*v.Sequence)

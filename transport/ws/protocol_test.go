@@ -133,6 +133,10 @@ func TestSubscribeStartPositions(t *testing.T) {
 		require.JSONEq(t, tc.first, string(decodeMsg(t, d.Message).Data), "start %s", tc.start)
 		bob.ok(ws.OpAck, `,"sub":"`+sub+`","messageId":"`+decodeMsg(t, d.Message).ID+`"`, ws.OpOK)
 	}
+	// Member names are case-sensitive, inside start too.
+	carol := v.raw(t, "bob-token")
+	carol.negotiate("chat.messages")
+	carol.fail(ws.OpSubscribe, `,"subject":"chat.messages","start":{"Sequence":2}`, pigeon.CodeInvalidArgument)
 }
 
 func TestReceiveAckReplay(t *testing.T) {
