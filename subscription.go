@@ -185,8 +185,7 @@ func (e *Engine) onContractRevoked(id string) {
 	}
 	e.subs.mu.Unlock()
 	for _, s := range hit {
-		s.stop(NewError(CodeContractRevoked, "the contract was revoked"))
-		s.poke()
+		s.stop(NewError(CodeContractRevoked, "the contract was revoked")) // ends s.ctx, which every wait of the loop watches
 	}
 }
 
