@@ -549,7 +549,8 @@ export class Session implements ConnOwner {
    */
   async subscribe(subject: string, handler: Handler, options: SubscribeOptions = {}): Promise<Subscription> {
     if (typeof handler !== "function") throw new PigeonError("INVALID_ARGUMENT", "handler must be a function");
-    return this.startSubscription(subject, handler, options);
+    // The caller's handler sees the message and the delivery, never the internal slot.
+    return this.startSubscription(subject, (m, d) => handler(m, d), options);
   }
 
   /** Subscribes; onRelease is in place before the first delivery can arrive. */
