@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pigeon/internal/cond"
+	"pigeon/internal/datapath"
 )
 
 // Outcome is what admission decided about a message.
@@ -107,6 +108,9 @@ type Admission struct {
 	// copy, the one the gates judge, the store keeps and subscribers get
 	// (prepare); nil when the data was empty or did not decode.
 	sent json.RawMessage
+	// dataNames summarises Data's member names when Data is an object, so
+	// the field gates skip walking it for paths it cannot hold.
+	dataNames datapath.Names
 }
 
 // condVars returns the variables CEL conditions see, built once.

@@ -283,7 +283,7 @@ func (forbiddenGate) Name() string { return GateForbidden }
 func (forbiddenGate) Check(_ context.Context, a *Admission) Verdict {
 	for i := range a.subj.forbidden {
 		f := &a.subj.forbidden[i]
-		if f.Find(a.Data, isPresent) {
+		if f.FindIn(a.Data, &a.dataNames, isPresent) {
 			return Deny(CodeSensitiveFieldDenied, "forbidden field "+f.String()+" is present")
 		}
 	}
@@ -300,7 +300,7 @@ func (tokenizedGate) Name() string { return GateTokenized }
 func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
 	for i := range a.subj.tokenized {
 		f := &a.subj.tokenized[i]
-		if f.Find(a.Data, holdsPAN) {
+		if f.FindIn(a.Data, &a.dataNames, holdsPAN) {
 			return Deny(CodeRawPANDetected, "field "+f.String()+" holds a raw card number, not a token")
 		}
 	}

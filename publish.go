@@ -224,7 +224,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data = map[string]any{}
-	} else if data, text, err := jsontext.DecodeText(m.Data, MaxJSONDepth); err != nil {
+	} else if data, text, err := jsontext.DecodeTextNames(m.Data, MaxJSONDepth, &a.dataNames); err != nil {
 		a.dataCode, a.dataErr = dataError(err)
 	} else {
 		// From here on the data is the decoder's copy: the gates judge it,

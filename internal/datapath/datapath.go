@@ -30,6 +30,8 @@ type seg struct {
 	// case-fold orbits hold a multi-byte rune (U+212A KELVIN SIGN, U+017F
 	// LATIN SMALL LETTER LONG S).
 	sameLen bool
+	// fold is name's bit in a Names, or 0 when name is not ASCII.
+	fold uint64
 }
 
 // Parse splits p at its dots. It accepts any string; WellFormed says
@@ -39,6 +41,7 @@ func Parse(p string) Path {
 	f := Path{text: p, segs: make([]seg, len(parts))}
 	for i, name := range parts {
 		s := seg{name: name, index: -1, sameLen: true}
+		s.fold, _ = foldBitOf(name)
 		if n, err := strconv.Atoi(name); err == nil && n >= 0 {
 			s.index = n
 		}
@@ -106,6 +109,29 @@ func (s *seg) matches(k string) bool {
 // nested arrays too, so card.pan matches {"card":[{"pan":1},{"x":2}]}.
 // Strings, numbers, booleans and null match no further segment.
 func (p *Path) Find(data any, fn func(v any) bool) bool {
+	return find(data, p.segs, fn)
+}
+
+// FindIn is Find, given top, the summary of data's member names when data
+// is an object (nil, or a zero Names, when nothing is known).
+// It answers as Find does; with top, it skips walking data's members when
+// no member's name can fold to the path's first segment, or when exactly
+// one can and that one is spelled as the segment is.
+func (p *Path) FindIn(data any, top *Names, fn func(v any) bool) bool {
+	if len(p.segs) == 0 || top == nil {
+		return find(data, p.segs, fn)
+	}
+	s := &p.segs[0]
+	if x, ok := data.(map[string]any); ok && s.fold != 0 {
+		if top.absent(s.fold) {
+			return false
+		}
+		if top.single(s.fold) {
+			if v, ok := x[s.name]; ok {
+				return find(v, p.segs[1:], fn)
+			}
+		}
+	}
 	return find(data, p.segs, fn)
 }
 

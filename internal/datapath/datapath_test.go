@@ -2,9 +2,12 @@ package datapath
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"pigeon/internal/jsontext"
 )
 
 func decode(t *testing.T, s string) any {
@@ -53,5 +56,63 @@ func TestWellFormed(t *testing.T) {
 		"a[0]": false, "a.*": false,
 	} {
 		require.Equal(t, want, WellFormed(p), p)
+	}
+}
+
+// FuzzFindIn holds FindIn, with the decoder's summary of the top-level
+// names, to Find: the same answer when fn stops at the first match, and
+// the same values visited when it never does.
+func FuzzFindIn(f *testing.F) {
+	for _, seed := range [][2]string{
+		{`{"card":{"pan":"4111111111111111"}}`, "card.pan"},
+		{`{"Card":{"PAN":1},"card":{"pan":2}}`, "card.pan"},
+		{`{"paymentToken":"tok","PaymentToken":"4111"}`, "paymentToken"},
+		{`{"PAYMENTTOKEN":"4111"}`, "paymentToken"},
+		{`{"\u212aey":1}`, "key"},
+		{`{"ſecret":1}`, "secret"},
+		{`[{"a":1},{"A":2}]`, "a"},
+		{`{"0":{"x":1},"a":[{"x":2}]}`, "0.x"},
+		{`{"":1}`, ""},
+		{`{"a":null}`, "a"},
+		{`{}`, "a.b"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, doc, path string) {
+		var top Names
+		data, _, err := jsontext.DecodeTextNames([]byte(doc), 32, &top)
+		if err != nil {
+			return
+		}
+		p := Parse(path)
+		for _, stop := range []func(any) bool{func(v any) bool { return v != nil }, func(any) bool { return true }} {
+			require.Equal(t, p.Find(data, stop), p.FindIn(data, &top, stop))
+		}
+		var all, in []string
+		p.Find(data, func(v any) bool { all = append(all, fmt.Sprint(v)); return false })
+		p.FindIn(data, &top, func(v any) bool { in = append(in, fmt.Sprint(v)); return false })
+		require.ElementsMatch(t, all, in)
+	})
+}
+
+func TestFindInSkipsWhatCannotMatch(t *testing.T) {
+	doc := `{"merchantId":"m","amount":1,"PAN":"x","pan":"y","paymentToken":"4111111111111111"}`
+	var top Names
+	data, _, err := jsontext.DecodeTextNames([]byte(doc), 32, &top)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"paymentToken", []string{"4111111111111111"}},
+		{"PAYMENTTOKEN", []string{"4111111111111111"}},
+		{"pan", []string{"x", "y"}},
+		{"card.pan", nil},
+		{"amount", []string{"1"}},
+	} {
+		var got []string
+		p := Parse(tc.path)
+		p.FindIn(data, &top, func(v any) bool { got = append(got, fmt.Sprint(v)); return false })
+		require.ElementsMatch(t, tc.want, got, tc.path)
 	}
 }

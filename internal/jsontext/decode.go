@@ -32,7 +32,25 @@ func Decode(b []byte, maxDepth int) (any, error) {
 // nothing else holds. Nothing may write to them; they stay as they are
 // whatever happens to b.
 func DecodeText(b []byte, maxDepth int) (any, []byte, error) {
-	d := valueDecoder{s: string(b), maxDepth: maxDepth}
+	return DecodeTextNames(b, maxDepth, nil)
+}
+
+// NameSink takes the member names of a document's top-level object as
+// DecodeTextNames reads them.
+type NameSink interface {
+	// Reset is called when the document turns out to be an object, before
+	// its first name.
+	Reset()
+	// Add is called with each member name, unescaped, in document order.
+	Add(name string)
+}
+
+// DecodeTextNames is DecodeText that, when the document is an object and
+// top is not nil, also hands its member names to top. top hears nothing
+// when the document is not an object, and may have heard some names when
+// DecodeTextNames fails.
+func DecodeTextNames(b []byte, maxDepth int, top NameSink) (any, []byte, error) {
+	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top}
 	d.slabs.hint = len(b) / 24
 	stack := openStacks.Get().(*[]member)
 	d.open = (*stack)[:0]
@@ -65,6 +83,7 @@ type valueDecoder struct {
 	i        int
 	maxDepth int
 	slabs    slabs
+	top      NameSink // nil, or where the top-level object's names go
 
 	// open holds the members (and array elements, with an empty name) of
 	// the objects and arrays being decoded, innermost last: a container is
@@ -130,6 +149,10 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		return nil, ErrTooDeep
 	}
 	d.i++ // {
+	top := depth == 1 && d.top != nil
+	if top {
+		d.top.Reset()
+	}
 	d.skip()
 	if d.i < len(d.s) && d.s[d.i] == '}' {
 		d.i++
@@ -146,6 +169,9 @@ func (d *valueDecoder) object(depth int) (any, error) {
 		k, err := d.str()
 		if err != nil {
 			return nil, err
+		}
+		if top {
+			d.top.Add(k)
 		}
 		d.skip()
 		if d.i >= len(d.s) || d.s[d.i] != ':' {

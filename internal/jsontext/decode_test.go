@@ -175,3 +175,31 @@ func TestDecodeTextOwnsItsText(t *testing.T) {
 		require.Nil(t, text)
 	}
 }
+
+// names records what a NameSink hears.
+type names []string
+
+func (n *names) Reset()          { *n = append(*n, "<object>") }
+func (n *names) Add(name string) { *n = append(*n, name) }
+
+func TestDecodeTextNames(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want []string
+	}{
+		{`{"b":1,"a":{"c":2},"\u0064":[{"e":3}]}`, []string{"<object>", "b", "a", "d"}},
+		{` {} `, []string{"<object>"}},
+		{`[{"a":1}]`, nil},
+		{`"a"`, nil},
+		{`null`, nil},
+	} {
+		var got names
+		v, text, err := DecodeTextNames([]byte(tc.doc), 10, &got)
+		require.NoError(t, err, tc.doc)
+		require.Equal(t, names(tc.want), got, tc.doc)
+		want, wantText, err := DecodeText([]byte(tc.doc), 10)
+		require.NoError(t, err)
+		require.Equal(t, want, v, "the same value as DecodeText")
+		require.Equal(t, wantText, text)
+	}
+}
