@@ -10,9 +10,12 @@ import (
 // subscribers: it takes each message as its publish decoded and judged it
 // (the engine's recent cache; the store only when the cache missed it),
 // finds the matching subscribers through the selector index and queues a
-// reference to the one decoded message to each. A subscriber whose queue is full falls behind and
-// catches up from the store on its own, so a slow subscriber never blocks
-// the publisher, the fan-out or another subscriber.
+// reference to the one decoded message to each. A subscriber whose queue
+// is full falls behind and catches up on its own, from the recent cache
+// while it still holds what the subscriber missed and from the store
+// beyond, so a slow subscriber never blocks the publisher, the fan-out or
+// another subscriber; once it has caught up, the fan-out takes it back
+// (join).
 type fanout struct {
 	e       *Engine
 	subject string
@@ -23,14 +26,17 @@ type fanout struct {
 	mu     sync.Mutex
 	live   *selectorIndex[*subscription]
 	groups map[*subscription]struct{}
-	subs   int
-	cursor uint64 // next sequence the fan-out reads
-	inited bool
-	hits   []*subscription
+	// joining are lagging subscribers waiting for the fan-out to reach
+	// the sequence each stands at (join).
+	joining map[*subscription]uint64
+	subs    int
+	cursor  uint64 // next sequence the fan-out reads
+	inited  bool
+	hits    []*subscription
 }
 
 func newFanout(e *Engine, subject string) *fanout {
-	return &fanout{e: e, subject: subject, wake: make(chan struct{}, 1), live: newSelectorIndex[*subscription](), groups: map[*subscription]struct{}{}}
+	return &fanout{e: e, subject: subject, wake: make(chan struct{}, 1), live: newSelectorIndex[*subscription](), groups: map[*subscription]struct{}{}, joining: map[*subscription]uint64{}}
 }
 
 func (e *Engine) fanoutOf(subject string) *fanout {
@@ -79,22 +85,63 @@ func (f *fanout) remove(s *subscription) {
 	defer f.mu.Unlock()
 	f.subs--
 	delete(f.groups, s)
+	delete(f.joining, s)
 	f.nGroups.Store(int32(len(f.groups)))
 	f.live.Remove(s.sel, s)
 }
 
+// joinResult is what join did with a lagging subscriber.
+type joinResult int
+
+const (
+	joined  joinResult = iota // live from its cursor on
+	behind                    // the fan-out is past its cursor: it reads on
+	waiting                   // it stands past the fan-out, which admits it on reaching it
+)
+
 // join makes a caught-up subscriber live when it stands exactly where the
-// fan-out stands; it reports whether it did.
-func (f *fanout) join(s *subscription) bool {
+// fan-out stands. When it stands further on (the fan-out has not yet
+// routed what the subscriber read from the store), it waits among the
+// joiners until the fan-out reaches it (admit), and must call unjoin when
+// it wakes. The subscriber's cursor does not move meanwhile.
+func (f *fanout) join(s *subscription) joinResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.inited || s.cursor != f.cursor {
-		f.poke()
-		return false
+	switch {
+	case f.inited && s.cursor == f.cursor:
+		s.lagging.Store(false)
+		f.live.Add(s.sel, s)
+		return joined
+	case f.inited && s.cursor < f.cursor:
+		return behind
 	}
-	s.lagging.Store(false)
-	f.live.Add(s.sel, s)
-	return true
+	f.joining[s] = s.cursor
+	f.poke()
+	return waiting
+}
+
+// unjoin takes a waiting subscriber off the joiners, if the fan-out has
+// not admitted it meanwhile (then it is live: lagging is false).
+func (f *fanout) unjoin(s *subscription) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.joining, s)
+}
+
+// admit makes the joiners that stand where the fan-out now stands live,
+// and wakes those it has passed to read on; f.mu is held.
+func (f *fanout) admit() {
+	for s, at := range f.joining {
+		switch {
+		case at == f.cursor:
+			s.lagging.Store(false)
+			f.live.Add(s.sel, s)
+		case at > f.cursor:
+			continue
+		}
+		delete(f.joining, s)
+		s.poke()
+	}
 }
 
 func (f *fanout) pokeGroups() {
@@ -115,6 +162,7 @@ func (f *fanout) run() {
 	}
 	f.mu.Lock()
 	f.cursor, f.inited = last+1, true
+	f.admit()
 	f.mu.Unlock()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -201,6 +249,9 @@ func (f *fanout) route(d *decoded) {
 	}
 	clear(f.hits)
 	f.cursor = d.seq + 1
+	if len(f.joining) > 0 {
+		f.admit()
+	}
 }
 
 // skip moves the cursor past a stored message that does not decode.
@@ -209,5 +260,6 @@ func (f *fanout) skip(seq uint64) {
 	defer f.mu.Unlock()
 	if seq >= f.cursor {
 		f.cursor = seq + 1
+		f.admit()
 	}
 }

@@ -368,7 +368,21 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	if len(s.batch) > 0 {
 		return s.batch, true
 	}
+	// Then what the recent cache still holds, as the fan-out reads it:
+	// no copy out of the store, no decoding.
 	e := s.e
+	for high := f.high.Load(); len(s.batch) < maxBatch && s.cursor <= high; s.cursor++ {
+		d := e.recentAt(s.subj.name, s.cursor)
+		if d == nil {
+			break
+		}
+		if s.matches(d) {
+			s.batch = append(s.batch, d)
+		}
+	}
+	if len(s.batch) > 0 {
+		return s.batch, true
+	}
 	sms, err := e.store.Read(s.ctx, s.subj.name, s.cursor, maxBatch)
 	if err != nil {
 		if s.ctx.Err() != nil {
@@ -392,10 +406,19 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 		}
 		s.cursor = sm.Seq + 1
 	}
-	if len(sms) == maxBatch || f.join(s) || len(s.batch) > 0 {
+	if len(sms) == maxBatch {
 		return s.batch, true
 	}
+	if j := f.join(s); j != waiting || len(s.batch) > 0 {
+		if j == waiting {
+			f.unjoin(s) // it has a batch to hand over first
+		}
+		return s.batch, true
+	}
+	// Caught up with the store, ahead of the fan-out: the fan-out makes
+	// it live (or wakes it to read on) once it gets there.
 	s.flush()
+	defer f.unjoin(s)
 	select {
 	case <-s.wake:
 		return nil, s.checkDelivery()
