@@ -239,13 +239,19 @@ func (f *fanout) route(d *decoded) {
 	}
 	f.hits = f.live.AppendMatches(f.hits[:0], data)
 	for _, s := range f.hits {
-		select {
-		case s.queue <- d:
-		default:
-			// Full: the subscriber falls behind and reads the store.
-			f.live.Remove(s.sel, s)
-			s.lagging.Store(true)
+		// The queue is bounded in messages (its capacity) and in size:
+		// past liveQueueBytes, unless it is empty, it counts as full.
+		if s.queuedBytes.Add(d.size) <= liveQueueBytes || len(s.queue) == 0 {
+			select {
+			case s.queue <- d:
+				continue
+			default:
+			}
 		}
+		// Full: the subscriber falls behind and catches up on its own.
+		s.queuedBytes.Add(-d.size)
+		f.live.Remove(s.sel, s)
+		s.lagging.Store(true)
 	}
 	clear(f.hits)
 	f.cursor = d.seq + 1

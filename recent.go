@@ -10,8 +10,12 @@ import (
 
 // recentSize is how many decoded messages per subject the engine keeps so
 // that the fan-out, lagging subscribers and receivers decode a message once
-// rather than once each.
-const recentSize = 4096
+// rather than once each; recentBytes bounds their size (decoded.size), so
+// that large messages cannot make the cache hold recentSize of them.
+const (
+	recentSize  = 4096
+	recentBytes = 32 << 20
+)
 
 // decoded is a stored message decoded once; it is shared and never
 // mutated. Its data is decoded when a reader first needs it (a selector, a
@@ -27,7 +31,14 @@ type decoded struct {
 	// it (encOnce).
 	encOnce sync.Once
 	enc     []byte
+	// size is about what the message takes in memory, its data decoded
+	// and encoded included: what the cache and the subscribers' queues
+	// count against their bounds.
+	size int64
 }
+
+// sizeOf is decoded.size for m.
+func sizeOf(m *Message) int64 { return int64(m.sizeHint()) + 2*int64(len(m.Data)) }
 
 // json is m's encoding (Message.AppendJSON), made once; callers must not
 // modify it.
@@ -42,8 +53,38 @@ func (d *decoded) value() any {
 	return d.data
 }
 
+// recentRing is one subject's cache: the message of sequence seq sits in
+// slot seq%recentSize, read without a lock; put keeps the slots' sizes
+// within recentBytes, clearing the oldest.
 type recentRing struct {
 	slots [recentSize]atomic.Pointer[decoded]
+
+	mu    sync.Mutex
+	bytes int64  // the size of the messages in the slots
+	tail  uint64 // no slot holds a sequence before it
+}
+
+// put caches d in its slot, in place of what the slot held, and clears
+// the oldest slots while the cache holds more than recentBytes (d stays,
+// whatever its size).
+func (r *recentRing) put(d *decoded) {
+	slot := &r.slots[d.seq%recentSize]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := slot.Swap(d); old != nil {
+		r.bytes -= old.size
+	}
+	r.bytes += d.size
+	if d.seq >= recentSize {
+		r.tail = max(r.tail, d.seq-recentSize+1)
+	}
+	for r.bytes > recentBytes && r.tail < d.seq {
+		s := &r.slots[r.tail%recentSize]
+		if old := s.Load(); old != nil && old.seq == r.tail && s.CompareAndSwap(old, nil) {
+			r.bytes -= old.size
+		}
+		r.tail++
+	}
 }
 
 type recentCache struct {
@@ -92,7 +133,8 @@ func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, ju
 		d.msg.Signature = &sig
 	}
 	d.once.Do(func() { d.data = data })
-	e.recent.ring(subject).slots[seq%recentSize].Store(d)
+	d.size = sizeOf(&d.msg)
+	e.recent.ring(subject).put(d)
 	return d
 }
 
@@ -117,7 +159,7 @@ func (e *Engine) decode(sm store.Message) (*decoded, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &decoded{seq: sm.Seq, m: m}
-	slot.Store(d)
+	d := &decoded{seq: sm.Seq, m: m, size: sizeOf(m)}
+	r.put(d)
 	return d, nil
 }

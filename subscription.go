@@ -13,8 +13,12 @@ import (
 )
 
 // liveQueue is how many messages a live pubsub subscriber may have waiting
-// before it falls back to reading from the store.
-const liveQueue = 1024
+// before it falls back to catching up on its own; liveQueueBytes bounds
+// their size (decoded.size), unless the queue holds one message only.
+const (
+	liveQueue      = 1024
+	liveQueueBytes = 16 << 20
+)
 
 // ackRecordDelay is the longest an acknowledgement waits for its range
 // record while the subscription is idle.
@@ -61,11 +65,12 @@ type subscription struct {
 	sent    deliveryLog // the loop's: what the batch being handed over holds
 
 	// pubsub: messages pushed by the subject's fan-out while live.
-	queue   chan *decoded
-	lagging atomic.Bool
-	cursor  uint64      // next sequence to deliver (owned by the loop)
-	batch   []*decoded  // the loop's batch buffer
-	idle    *time.Timer // the loop's: ackRecordDelay while it idles
+	queue       chan *decoded
+	queuedBytes atomic.Int64 // the size of what queue holds
+	lagging     atomic.Bool
+	cursor      uint64      // next sequence to deliver (owned by the loop)
+	batch       []*decoded  // the loop's batch buffer
+	idle        *time.Timer // the loop's: ackRecordDelay while it idles
 }
 
 // outcome is a handler's answer to one work-queue delivery.
@@ -299,6 +304,7 @@ func (s *subscription) runPubSub() {
 
 // take adds d to the batch unless it was delivered already.
 func (s *subscription) take(d *decoded) {
+	s.queuedBytes.Add(-d.size)
 	if d.seq < s.cursor {
 		return
 	}

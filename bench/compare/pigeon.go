@@ -231,8 +231,9 @@ func refusedNote(refused *atomic.Int64) string {
 // alone, its rate the publisher's) on eventsSubject, over
 // WebSocket (each session on its own connection) or in process:
 // deliveries/s and publisher msgs/s. In process the publisher is one
-// goroutine; over WebSocket it is pigeonWSPublishLoad.
-func pigeonPubSub(network bool, subs int) func(context.Context, config) (result, error) {
+// goroutine; over WebSocket it is pigeonWSPublishLoad. The subscriptions
+// take opts (none: acknowledged, on the defaults).
+func pigeonPubSub(network bool, subs int, opts ...pigeon.SubscribeOption) func(context.Context, config) (result, error) {
 	return func(ctx context.Context, c config) (result, error) {
 		return withPigeon(ctx, memoryStore, network, func(p *pigeonEnv, ss *sessions) (result, error) {
 			var got, published, refused atomic.Int64
@@ -244,7 +245,7 @@ func pigeonPubSub(network bool, subs int) func(context.Context, config) (result,
 				if _, err := s.Subscribe(ctx, eventsSubject, func(context.Context, *pigeon.Delivery) error {
 					got.Add(1)
 					return nil
-				}); err != nil {
+				}, opts...); err != nil {
 					return result{}, err
 				}
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"pigeon"
 )
 
 // column is where a cell's number goes in the table.
@@ -53,6 +55,7 @@ func rows() []row {
 				{"nats-tcp", colNATS, "TCP", natsPubSub(1)},
 				{"raw-ws", colRaw, "frames", rawWebSocket},
 				{"pigeon-ws", colPigeon, "WS", pigeonPubSub(true, 1)},
+				{"pigeon-ws-atmostonce", colPigeon, "WS at-most-once", pigeonPubSub(true, 1, pigeon.WithAtMostOnce())},
 			},
 			target: "≥ 55k, ≥ 50% of raw, ≥ 10% of NATS",
 			judge: func(r results) verdict {
