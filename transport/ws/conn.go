@@ -62,6 +62,37 @@ type outFrame struct {
 	close  websocket.StatusCode
 	reason string
 	sub    *serverSub // the subscription whose deliveries b holds, if any
+	wire   *wireState // whether b went to the socket, when it holds deliveries awaiting an answer
+}
+
+// wireState says whether a frame of deliveries went to the socket. The
+// frame in the write queue and the pending entry of every delivery it
+// holds share it. It is decided once, by whichever comes first: the writer
+// begins writing the frame (from then on the client may see its
+// deliveries, even if the write fails), or the end of the connection
+// withholds it (the writer then never writes it, and its deliveries go
+// back to the group without spending an attempt).
+type wireState struct{ v atomic.Uint32 }
+
+const (
+	wireQueued   uint32 = iota // in the write queue, or being gathered in a batch
+	wireWriting                // the writer began writing it
+	wireWithheld               // never written, and never will be
+)
+
+// write claims the frame for the writer, just before its write begins; it
+// reports false when the frame was withheld and must not be written. A nil
+// w (a frame no answer waits for) is always written.
+func (w *wireState) write() bool {
+	return w == nil || w.v.CompareAndSwap(wireQueued, wireWriting)
+}
+
+// drop withholds the frame from the writer when it has not begun writing
+// it; it reports whether the frame was never written (withheld now or
+// before). The writer calls it for a frame it skips, the end of the
+// connection for the deliveries still pending.
+func (w *wireState) drop() bool {
+	return w != nil && (w.v.CompareAndSwap(wireQueued, wireWithheld) || w.v.Load() == wireWithheld)
 }
 
 var (
@@ -264,18 +295,19 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 // enqueue queues a frame that holds n reserved bytes; on failure it gives
 // them back.
 func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
-	return c.enqueueFor(ctx, b, n, nil)
+	return c.enqueueFor(ctx, b, n, nil, nil)
 }
 
 // enqueueFor is enqueue for a frame of deliveries of sub, which the writer
 // drops instead of writing when the engine has ended sub by then for a
-// refusal (serverSub.cut).
-func (c *conn) enqueueFor(ctx context.Context, b []byte, n int64, sub *serverSub) error {
+// refusal (serverSub.cut) or when the end of the connection withheld it
+// (w, the frame's wireState; nil when no answer waits for the frame).
+func (c *conn) enqueueFor(ctx context.Context, b []byte, n int64, sub *serverSub, w *wireState) error {
 	if c.stalled.Load() {
 		c.unreserve(n)
 		return errStalled
 	}
-	f := outFrame{b: b, n: n, sub: sub}
+	f := outFrame{b: b, n: n, sub: sub, wire: w}
 	c.queued.Add(1)
 	select {
 	case c.out <- f:
@@ -417,10 +449,12 @@ func (c *conn) writeLoop() {
 		var err error
 		c.wmu.Lock()
 		for n := 0; f.b != nil && err == nil && !c.stalled.Load(); n++ {
-			if f.sub == nil || !f.sub.cut() {
-				err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
-			} else {
+			switch {
+			case f.sub != nil && f.sub.cut():
+				f.wire.drop()
 				c.srv.stats.cut.Add(1)
+			case f.wire.write():
+				err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
 			}
 			c.unreserve(f.n)
 			c.written.Add(1)

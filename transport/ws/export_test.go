@@ -8,3 +8,25 @@ func SetPublishBatchLimit(n int) (restore func()) {
 	publishBatchLimit = n
 	return func() { publishBatchLimit = old }
 }
+
+// PendingDeliveries returns how many deliveries of the server's
+// subscriptions wait for the client's answer, their frames written or not.
+func (s *Server) PendingDeliveries() int {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		for _, ss := range c.subs {
+			ss.mu.Lock()
+			n += len(ss.pending)
+			ss.mu.Unlock()
+		}
+		c.mu.Unlock()
+	}
+	return n
+}

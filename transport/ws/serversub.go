@@ -44,6 +44,7 @@ type serverSub struct {
 	bmu   sync.Mutex
 	hctx  context.Context // the handler's context, once it has run
 	buf   []byte          // the deliver_batch frame being gathered, nil when none
+	bufW  *wireState      // its wire state, shared by its entries' pending
 	bufN  int64           // the write budget its entries hold
 	bufIn []gathered
 	last  int // the length of the last frame, to size the next
@@ -61,10 +62,12 @@ const (
 	maxDeliverBatchBytes = 256 << 10
 )
 
-// inflight is one delivery on the wire, waiting for the client's answer.
+// inflight is one delivery on its way to the client or on the wire,
+// waiting for the client's answer.
 type inflight struct {
 	done     func(error)
 	deadline time.Time
+	wire     *wireState // whether its frame went to the socket
 }
 
 var (
@@ -155,9 +158,10 @@ func (ss *serverSub) unsubscribe() {
 
 // handle is the engine's asynchronous handler of the subscription. A
 // delivery that never went out (the subscription or connection is ending,
-// the write queue is stalled) is ErrUndelivered: back to the group at
-// once, no attempt spent. One that went out waits in pending for the
-// client's answer; see settle and sweeper.
+// the write queue is stalled, the connection ended while its frame waited
+// in the write queue) is ErrUndelivered: back to the group at once, no
+// attempt spent. One that went out waits in pending for the client's
+// answer; see settle and sweeper.
 func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(error)) {
 	select {
 	case <-ss.readyCh:
@@ -165,7 +169,9 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 		done(undelivered(ctx.Err()))
 		return
 	}
-	if ss.ended.Load() {
+	if ss.ended.Load() || ss.c.ctx.Err() != nil {
+		// A redelivery of what the end of the connection gave back may
+		// come here before the subscription is ended: it never goes out.
 		done(undelivered(errGone))
 		return
 	}
@@ -179,14 +185,16 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 		done(nil) // trimmed by retention while it waited: nothing left to deliver
 		return
 	}
+	var w *wireState
 	if err == nil && !ss.atMost {
 		// Pending before it is queued: the answer may come at once.
+		w = new(wireState)
 		ss.mu.Lock()
-		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait)}
+		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: w}
 		ss.mu.Unlock()
 	}
 	if err == nil {
-		err = ss.c.enqueueFor(ctx, b, n, ss)
+		err = ss.c.enqueueFor(ctx, b, n, ss, w)
 	}
 	if err != nil {
 		if !ss.atMost && !ss.take(id) {
@@ -220,11 +228,6 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.flushLocked()
 		return false
 	}
-	if !ss.atMost {
-		ss.mu.Lock()
-		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait)}
-		ss.mu.Unlock()
-	}
 	if len(ss.bufIn) == 0 {
 		// The frame is handed to the writer when it leaves: a new one
 		// for each batch, so an idle subscription holds none.
@@ -232,8 +235,16 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		b = append(b, `,"sub":`...)
 		b = jsontext.AppendString(b, ss.id)
 		ss.buf = append(b, `,"deliveries":[`...)
+		if !ss.atMost {
+			ss.bufW = new(wireState)
+		}
 	} else {
 		ss.buf = append(ss.buf, ',')
+	}
+	if !ss.atMost {
+		ss.mu.Lock()
+		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: ss.bufW}
+		ss.mu.Unlock()
 	}
 	ss.buf = append(ss.buf, `{"attempt":`...)
 	ss.buf = strconv.AppendInt(ss.buf, int64(d.Attempt), 10)
@@ -262,9 +273,9 @@ func (ss *serverSub) flushLocked() {
 		return
 	}
 	b := append(ss.buf, "]}"...)
-	in, n, ctx := ss.bufIn, ss.bufN, ss.hctx
-	ss.buf, ss.bufN, ss.last = nil, 0, len(b)
-	err := ss.c.enqueueFor(ctx, b, n, ss)
+	in, n, w, ctx := ss.bufIn, ss.bufN, ss.bufW, ss.hctx
+	ss.buf, ss.bufN, ss.bufW, ss.last = nil, 0, nil, len(b)
+	err := ss.c.enqueueFor(ctx, b, n, ss, w)
 	for _, g := range in {
 		switch {
 		case err == nil && ss.atMost:
@@ -290,34 +301,47 @@ func (ss *serverSub) take(id string) bool {
 	return ok
 }
 
-// sweeper fails the deliveries whose ack wait passed, and every delivery
-// still pending when the subscription (ctx) or the connection ends: given
-// back uncounted when the client unsubscribed first (the Go client leaves
-// unanswered only what no handler saw), at once as a spent attempt
-// otherwise (the client may have seen it).
+// sweeper fails the deliveries whose ack wait passed (a spent attempt),
+// and every delivery still pending when the subscription (ctx) or the
+// connection ends. When the connection ends, a delivery whose frame the
+// writer never began writing (it waited in the write queue, or in a batch
+// being gathered) goes back uncounted, and its frame is never written; one
+// whose frame was written, even in part, goes back at once as a spent
+// attempt (the client may have seen it). When the client unsubscribed
+// first, every one goes back uncounted (the Go client leaves unanswered
+// only what no handler saw). When the engine ended the subscription,
+// every one goes back at once as a spent attempt.
 func (ss *serverSub) sweeper(ctx context.Context) {
 	tick := time.NewTicker(min(max(ss.ackWait/4, 10*time.Millisecond), time.Second))
 	defer tick.Stop()
 	for {
 		select {
 		case now := <-tick.C:
-			ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, errAckWait)
+			ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, func(inflight) error { return errAckWait })
 			continue
 		case <-ctx.Done():
 		case <-ss.c.ctx.Done():
 		}
-		var err error
+		var outcome func(inflight) error
 		switch {
 		case ss.c.ctx.Err() != nil:
-			err = pigeon.RetryAfter(0, errGone)
+			spent, unsent := pigeon.RetryAfter(0, errGone), undelivered(errGone)
+			outcome = func(f inflight) error {
+				if f.wire.drop() {
+					return unsent
+				}
+				return spent
+			}
 		case ss.ended.Load():
-			err = undelivered(errUnsubscribed)
+			err := undelivered(errUnsubscribed)
+			outcome = func(inflight) error { return err }
 		default:
-			err = pigeon.RetryAfter(0, ctx.Err())
+			err := pigeon.RetryAfter(0, ctx.Err())
+			outcome = func(inflight) error { return err }
 		}
 		for {
 			// Deliveries racing with the end register after a first pass.
-			if ss.expire(func(inflight) bool { return true }, err) == 0 {
+			if ss.expire(func(inflight) bool { return true }, outcome) == 0 {
 				select {
 				case <-ss.sub.Done():
 					return
@@ -328,20 +352,20 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 	}
 }
 
-// expire fails the pending deliveries that match with err and says how
-// many it failed.
-func (ss *serverSub) expire(match func(inflight) bool, err error) int {
-	var due []func(error)
+// expire fails the pending deliveries that match, each with its outcome,
+// and says how many it failed.
+func (ss *serverSub) expire(match func(inflight) bool, outcome func(inflight) error) int {
+	var due []inflight
 	ss.mu.Lock()
 	for id, f := range ss.pending {
 		if match(f) {
-			due = append(due, f.done)
+			due = append(due, f)
 			delete(ss.pending, id)
 		}
 	}
 	ss.mu.Unlock()
-	for _, done := range due {
-		done(err)
+	for _, f := range due {
+		f.done(outcome(f))
 	}
 	return len(due)
 }
