@@ -87,6 +87,9 @@ func (w *wireState) write() bool {
 	return w == nil || w.v.CompareAndSwap(wireQueued, wireWriting)
 }
 
+// withheld reports whether the frame will never be written.
+func (w *wireState) withheld() bool { return w != nil && w.v.Load() == wireWithheld }
+
 // drop withholds the frame from the writer when it has not begun writing
 // it; it reports whether the frame was never written (withheld now or
 // before). The writer calls it for a frame it skips, the end of the

@@ -14,7 +14,8 @@
 // by one frame echoing its id; subscriptions push deliver frames and wait
 // for the client's ack or nack, so leases, redelivery, backoff and
 // exhaustion stay the engine's; a delivery that never reached the client
-// (its frame still in the write queue when the connection ended, say)
+// (its frame still in the write queue when the connection or the
+// subscription ended, say; such a frame is never written afterwards)
 // goes back to its group at once without spending an attempt
 // (pigeon.ErrUndelivered). Each connection has a write queue bounded in
 // frames and in bytes (Options.WriteQueueBytes, and ServerQueueBytes

@@ -228,6 +228,9 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.flushLocked()
 		return false
 	}
+	if len(ss.bufIn) > 0 && ss.bufW.withheld() {
+		ss.flushLocked() // an ack wait withheld the frame gathered so far: start another
+	}
 	if len(ss.bufIn) == 0 {
 		// The frame is handed to the writer when it leaves: a new one
 		// for each batch, so an idle subscription holds none.
@@ -301,23 +304,26 @@ func (ss *serverSub) take(id string) bool {
 	return ok
 }
 
-// sweeper fails the deliveries whose ack wait passed (a spent attempt),
-// and every delivery still pending when the subscription (ctx) or the
-// connection ends. When the connection ends, a delivery whose frame the
-// writer never began writing (it waited in the write queue, or in a batch
-// being gathered) goes back uncounted, and its frame is never written; one
-// whose frame was written, even in part, goes back at once as a spent
-// attempt (the client may have seen it). When the client unsubscribed
-// first, every one goes back uncounted (the Go client leaves unanswered
-// only what no handler saw). When the engine ended the subscription,
-// every one goes back at once as a spent attempt.
+// sweeper fails the deliveries whose ack wait passed, and every delivery
+// still pending when the subscription (ctx) or the connection ends. A
+// delivery whose frame the writer never began writing (it waited in the
+// write queue, or in a batch being gathered) is withheld from the writer
+// from then on, so that the client never sees a delivery it can no
+// longer answer, and, when its subscription or connection ends, goes
+// back uncounted. Otherwise:
+//   - an ack wait that passed spends the attempt, whether or not the
+//     frame was written;
+//   - the end of the connection or of the engine's subscription gives it
+//     back at once as a spent attempt (the client may have seen it);
+//   - when the client unsubscribed first, it goes back uncounted (the Go
+//     client leaves unanswered only what no handler saw).
 func (ss *serverSub) sweeper(ctx context.Context) {
 	tick := time.NewTicker(min(max(ss.ackWait/4, 10*time.Millisecond), time.Second))
 	defer tick.Stop()
 	for {
 		select {
 		case now := <-tick.C:
-			ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, func(inflight) error { return errAckWait })
+			ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, settleAs(errAckWait, errAckWait))
 			continue
 		case <-ctx.Done():
 		case <-ss.c.ctx.Done():
@@ -325,19 +331,11 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 		var outcome func(inflight) error
 		switch {
 		case ss.c.ctx.Err() != nil:
-			spent, unsent := pigeon.RetryAfter(0, errGone), undelivered(errGone)
-			outcome = func(f inflight) error {
-				if f.wire.drop() {
-					return unsent
-				}
-				return spent
-			}
+			outcome = settleAs(pigeon.RetryAfter(0, errGone), undelivered(errGone))
 		case ss.ended.Load():
-			err := undelivered(errUnsubscribed)
-			outcome = func(inflight) error { return err }
+			outcome = settleAs(undelivered(errUnsubscribed), undelivered(errUnsubscribed))
 		default:
-			err := pigeon.RetryAfter(0, ctx.Err())
-			outcome = func(inflight) error { return err }
+			outcome = settleAs(pigeon.RetryAfter(0, ctx.Err()), undelivered(ctx.Err()))
 		}
 		for {
 			// Deliveries racing with the end register after a first pass.
@@ -349,6 +347,18 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 				}
 			}
 		}
+	}
+}
+
+// settleAs is the outcome of a pending delivery: unsent when its frame
+// was never written, which withholds it from the writer for good, and
+// sent otherwise.
+func settleAs(sent, unsent error) func(inflight) error {
+	return func(f inflight) error {
+		if f.wire.drop() {
+			return unsent
+		}
+		return sent
 	}
 }
 
