@@ -60,28 +60,30 @@ type recentRing struct {
 	slots [recentSize]atomic.Pointer[decoded]
 
 	mu    sync.Mutex
-	bytes int64  // the size of the messages in the slots
-	tail  uint64 // no slot holds a sequence before it
+	sizes [recentSize]int64 // the size of the message in each slot, kept here to spare reading it
+	bytes int64             // their sum
+	tail  uint64            // no slot holds a sequence before it
 }
 
 // put caches d in its slot, in place of what the slot held, and clears
 // the oldest slots while the cache holds more than recentBytes (d stays,
 // whatever its size).
 func (r *recentRing) put(d *decoded) {
-	slot := &r.slots[d.seq%recentSize]
+	i := d.seq % recentSize
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old := slot.Swap(d); old != nil {
-		r.bytes -= old.size
-	}
-	r.bytes += d.size
+	r.slots[i].Store(d)
+	r.bytes += d.size - r.sizes[i]
+	r.sizes[i] = d.size
 	if d.seq >= recentSize {
 		r.tail = max(r.tail, d.seq-recentSize+1)
 	}
 	for r.bytes > recentBytes && r.tail < d.seq {
-		s := &r.slots[r.tail%recentSize]
-		if old := s.Load(); old != nil && old.seq == r.tail && s.CompareAndSwap(old, nil) {
-			r.bytes -= old.size
+		j := r.tail % recentSize
+		if old := r.slots[j].Load(); old != nil && old.seq == r.tail {
+			r.slots[j].Store(nil)
+			r.bytes -= r.sizes[j]
+			r.sizes[j] = 0
 		}
 		r.tail++
 	}
