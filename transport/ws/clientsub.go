@@ -36,6 +36,7 @@ type clientSub struct {
 	mu       sync.Mutex
 	cond     sync.Cond // on mu: the queue changed, or stopping
 	queue    []queuedDelivery
+	queuedN  int    // the size of the data queue holds
 	dropped  uint64 // at-most-once deliveries dropped with the queue full
 	sid      string
 	stopping bool
@@ -64,12 +65,17 @@ type pendingAck struct {
 	id  string
 }
 
-// maxQueued bounds the deliveries of an at-most-once subscription queued
-// on the client (it has no window): beyond it the client drops them, as
+// maxQueued and maxQueuedBytes bound the deliveries of an at-most-once
+// subscription queued on the client (it has no window), in number and in
+// the size of their data: beyond either the client drops them, as
 // at-most-once allows, rather than stop reading the connection, which
-// would stall every answer a handler waits for. An acknowledged
-// subscription's queue is bounded by its window, which the server keeps.
-const maxQueued = 4096
+// would stall every answer a handler waits for (one delivery of any size
+// is taken when none is queued). An acknowledged subscription's queue is
+// bounded by its window, which the server keeps.
+const (
+	maxQueued      = 4096
+	maxQueuedBytes = 64 << 20
+)
 
 var _ pigeon.Subscription = (*clientSub)(nil)
 
@@ -347,7 +353,7 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		return
 	}
 	cs.mu.Lock()
-	if cs.o.AtMostOnce && len(cs.queue) >= maxQueued {
+	if cs.o.AtMostOnce && len(cs.queue) > 0 && (len(cs.queue) >= maxQueued || cs.queuedN+len(m.Data) > maxQueuedBytes) {
 		cs.dropped++
 		n := cs.dropped
 		cs.mu.Unlock()
@@ -367,6 +373,7 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 	}
 	cs.running.Add(1)
 	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt})
+	cs.queuedN += len(m.Data)
 	cs.cond.Signal()
 	cs.mu.Unlock()
 	cs.received(m.Sequence)
@@ -399,7 +406,7 @@ func (cs *clientSub) work() {
 		if cs.stopping {
 			n := len(cs.queue)
 			clear(cs.queue)
-			cs.queue = cs.queue[:0]
+			cs.queue, cs.queuedN = cs.queue[:0], 0
 			cs.cond.Broadcast()
 			cs.mu.Unlock()
 			for range n {
@@ -410,6 +417,7 @@ func (cs *clientSub) work() {
 		q := cs.queue[0]
 		cs.queue[0] = queuedDelivery{}
 		cs.queue = cs.queue[1:]
+		cs.queuedN -= len(q.m.Data)
 		if len(cs.queue) > 0 {
 			cs.cond.Signal() // another worker may take the next one
 		}

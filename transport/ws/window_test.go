@@ -3,6 +3,8 @@ package ws_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,3 +225,66 @@ func TestDeliverBatchFrames(t *testing.T) {
 		require.Equal(t, ws.OpDeliver, carol.push().Op, "a client that did not ask gets deliver frames")
 	}
 }
+
+// TestAtMostOnceQueueIsBoundedInSize: an at-most-once subscriber whose
+// handler is stuck keeps at most maxQueuedBytes (64 MiB) of data queued
+// on the client, however few messages that is. Messages of about 512 KiB
+// arrive while the first one's handler is stuck: 127 fit, the next 128
+// are dropped (the client logs its 128th drop with the last), and once
+// the handler returns it handles exactly what was kept.
+func TestAtMostOnceQueueIsBoundedInSize(t *testing.T) {
+	v := newEnv(t, &ws.Options{PublishRate: -1})
+	var drops atomic.Int64
+	logger := slog.New(handlerFunc(func(r slog.Record) {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "dropped" {
+				drops.Store(int64(a.Value.Uint64()))
+			}
+			return true
+		})
+	}))
+	sub := v.dial(t, "bob-token", []string{"chat.messages"}, ws.WithLogger(logger), ws.WithMaxFrame(4<<20))
+	release, entered := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // registered after the session's: runs first, even when the test fails
+	var handled atomic.Int64
+	_, err := sub.Subscribe(context.Background(), "chat.messages", func(ctx context.Context, d *pigeon.Delivery) error {
+		if handled.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return nil
+	}, pigeon.WithAtMostOnce())
+	require.NoError(t, err)
+	pub, err := v.e.Connect(context.Background(), "alice-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	defer pub.Close(context.Background())
+
+	pad := strings.Repeat("x", 512<<10)
+	data := func(i int) []byte {
+		return []byte(fmt.Sprintf(`{"kind":"chat","room":"lobby","n":"%04d","pad":"%s"}`, i, pad))
+	}
+	kept := (64 << 20) / len(data(0))
+	require.Equal(t, 127, kept)
+	const dropped = 128 // a power of two: the client logs it
+	for i := range 1 + kept + dropped {
+		_, err := pub.Publish(context.Background(), &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: data(i)})
+		require.NoError(t, err)
+		if i == 0 {
+			<-entered
+		}
+	}
+	eventually(t, func() bool { return drops.Load() == dropped }, "the client dropped what did not fit: %d", drops.Load())
+	unblock()
+	eventually(t, func() bool { return handled.Load() == int64(1+kept) }, "handled: %d", handled.Load())
+	require.Equal(t, int64(1+kept), handled.Load(), "the first, then what was kept, and nothing else")
+}
+
+// handlerFunc is a slog.Handler that hands every record to fn.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
