@@ -120,6 +120,14 @@ func (f *fanout) join(s *subscription) joinResult {
 	return waiting
 }
 
+// await makes a subscriber the fan-out stands past a joiner, so that the
+// fan-out's next move wakes it (admit); it must call unjoin when it wakes.
+func (f *fanout) await(s *subscription) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.joining[s] = s.cursor
+}
+
 // unjoin takes a waiting subscriber off the joiners, if the fan-out has
 // not admitted it meanwhile (then it is live: lagging is false).
 func (f *fanout) unjoin(s *subscription) {

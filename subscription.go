@@ -68,7 +68,10 @@ type subscription struct {
 	queue       chan *decoded
 	queuedBytes atomic.Int64 // the size of what queue holds
 	lagging     atomic.Bool
-	cursor      uint64      // next sequence to deliver (owned by the loop)
+	cursor      uint64 // next sequence to deliver (owned by the loop)
+	// emptyBehind: the loop's last store read found nothing though the
+	// fan-out stood past its cursor.
+	emptyBehind bool
 	batch       []*decoded  // the loop's batch buffer
 	idle        *time.Timer // the loop's: ackRecordDelay while it idles
 }
@@ -415,11 +418,23 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 	if len(sms) == maxBatch {
 		return s.batch, true
 	}
-	if j := f.join(s); j != waiting || len(s.batch) > 0 {
+	j := f.join(s)
+	switch {
+	case j == joined || len(s.batch) > 0 || (j == behind && len(sms) > 0):
 		if j == waiting {
 			f.unjoin(s) // it has a batch to hand over first
 		}
+		s.emptyBehind = false
 		return s.batch, true
+	case j == behind && !s.emptyBehind:
+		// The fan-out moved on since the store was read: read again.
+		s.emptyBehind = true
+		return nil, true
+	case j == behind:
+		// Still nothing to read though the fan-out is past it: what
+		// lies between was trimmed. It waits among the joiners, woken
+		// when the fan-out moves on.
+		f.await(s)
 	}
 	// Caught up with the store, ahead of the fan-out: the fan-out makes
 	// it live (or wakes it to read on) once it gets there.
