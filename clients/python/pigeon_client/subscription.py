@@ -9,8 +9,9 @@ settled, so a reconnect resumes from there.
 An at-most-once subscription (``ack="none"``) answers nothing and keeps no
 state per delivery: a reconnect resumes after the last message received.
 The server does not flow-control it, so the deliveries waiting for a handler
-(or for the iterator) are bounded at :data:`MAX_QUEUED`; beyond that they
-are dropped, as at-most-once allows, rather than queued without limit.
+(or for the iterator) are bounded at :data:`MAX_QUEUED` and at
+:data:`MAX_QUEUED_BYTES` of their data; beyond either they are dropped, as
+at-most-once allows, rather than queued without limit.
 
 Ending: :meth:`Subscription.unsubscribe` stops deliveries at once (those
 not yet handed over go back to the server unanswered, without an attempt
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import json
 import logging
 import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
@@ -33,7 +35,7 @@ from .errors import PigeonError, ProtocolError, RetryAfter, SessionClosedError, 
 if TYPE_CHECKING:
     from .ws import Session
 
-__all__ = ["Subscription", "Delivery", "Handler", "MAX_QUEUED"]
+__all__ = ["Subscription", "Delivery", "Handler", "MAX_QUEUED", "MAX_QUEUED_BYTES"]
 
 log = logging.getLogger("pigeon_client")
 _CLOSED = object()
@@ -64,18 +66,41 @@ MAX_QUEUED = 4096
 """The most deliveries of an at-most-once subscription queued on the client,
 waiting for a handler or the iterator. The server sends such deliveries as
 fast as the connection takes them and nothing holds them back, so beyond
-this bound the client drops them (at most once allows it) rather than let
-the queue grow without limit; :attr:`Subscription.dropped` counts them, and
-they are reported to ``on_error`` (else the log) as ``DELIVERIES_DROPPED``
-at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by its
-window, which the server keeps."""
+this bound, or beyond :data:`MAX_QUEUED_BYTES` of their data, the client
+drops them (at most once allows it) rather than let the queue grow without
+limit; :attr:`Subscription.dropped` counts them, and they are reported to
+``on_error`` (else the log) as ``DELIVERIES_DROPPED`` at drop counts 1, 2,
+4, 8, … An acknowledged subscription is bounded by its window, which the
+server keeps."""
+
+MAX_QUEUED_BYTES = 64 << 20
+"""The most data, in bytes, of the deliveries of an at-most-once
+subscription queued on the client (64 MiB): a delivery that would take the
+queued data past it is dropped as one beyond :data:`MAX_QUEUED` is, so that
+a stuck handler cannot make the client hold gigabytes of large messages.
+One delivery of any size is queued when none is. A delivery's size is the
+UTF-8 length of its data as JSON text: the client keeps no frame text, so
+it is the data encoded again (compact, non-ASCII as UTF-8), which may differ
+by a few bytes from the text the server sent (escapes, number forms). It is
+measured only for a delivery that waits behind another."""
+
+_DATA_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _data_size(message: dict[str, Any]) -> int:
+    """The size of a delivery counted against :data:`MAX_QUEUED_BYTES`."""
+    if "data" not in message:
+        return 0
+    t = _DATA_JSON(message["data"])
+    return len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass"))
+
 
 class Delivery:
     """One message handed over by a subscription; answer it with
     :meth:`ack` or :meth:`nack` (a handler's return or exception does). On
     an at-most-once subscription (``ack="none"``) both send nothing."""
 
-    __slots__ = ("message", "attempt", "subscription", "_gen", "settled")
+    __slots__ = ("message", "attempt", "subscription", "_gen", "settled", "_size")
 
     def __init__(self, message: dict[str, Any], attempt: int, subscription: "Subscription", gen: int) -> None:
         self.message = message
@@ -83,6 +108,7 @@ class Delivery:
         self.subscription = subscription
         self._gen = gen
         self.settled = False
+        self._size = 0  # counted against MAX_QUEUED_BYTES while queued
 
     @property
     def data(self) -> Any:
@@ -119,9 +145,9 @@ class Subscription:
     it with :meth:`unsubscribe`, or iterate inside ``async with sub:`` (or
     ``contextlib.aclosing(sub)``), whose exit calls :meth:`aclose`.
 
-    At most once (``ack="none"``), at most :data:`MAX_QUEUED` deliveries wait
-    for the handler or the iterator; :attr:`dropped` counts those dropped
-    beyond."""
+    At most once (``ack="none"``), at most :data:`MAX_QUEUED` deliveries, and
+    :data:`MAX_QUEUED_BYTES` of their data, wait for the handler or the
+    iterator; :attr:`dropped` counts those dropped beyond."""
 
     def __init__(self, session: "Session", subject: str, handler: Handler | None, opts: dict[str, Any]) -> None:
         self.session = session
@@ -143,6 +169,11 @@ class Subscription:
         self._settled_high = 0
         self._at_most_once = opts.get("ack") == "none"
         self._dropped = 0
+        # At most once: the size of the data queued, but for _unsized, the
+        # delivery queued when none was: measured only once another comes
+        # before it is taken (see _push).
+        self._queued_bytes = 0
+        self._unsized: Delivery | None = None
         self.ended = False
         # Stopping: unsubscribe() or the session's close() began; nothing
         # more is handed over.
@@ -177,6 +208,7 @@ class Subscription:
                 if self.error is not None:
                     raise self.error
                 raise StopAsyncIteration
+            self._took(item)
             if item._gen == self._gen or self._at_most_once:
                 if task is not None:
                     self._taken[task] = item
@@ -223,7 +255,8 @@ class Subscription:
     @property
     def dropped(self) -> int:
         """How many at-most-once deliveries were dropped because
-        :data:`MAX_QUEUED` were already waiting (0 for an acknowledged
+        :data:`MAX_QUEUED` were already waiting, or their data would have
+        taken the queue past :data:`MAX_QUEUED_BYTES` (0 for an acknowledged
         subscription)."""
         return self._dropped
 
@@ -304,12 +337,33 @@ class Subscription:
             # received, dropped ones included (they were done when sent).
             if isinstance(seq, int):
                 self._settled_high = max(self._settled_high, seq)
-            if self._queue.qsize() >= MAX_QUEUED:
-                self._drop()
-                return
-        elif isinstance(seq, int):
+            d = Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen)
+            if self._queue.qsize() == 0:
+                # Taken next whatever its size: measured only if another
+                # comes before it is taken.
+                self._unsized = d
+            else:
+                u, self._unsized = self._unsized, None
+                if u is not None:  # the head, still queued
+                    u._size = _data_size(u.message)
+                    self._queued_bytes += u._size
+                d._size = _data_size(message)
+                if self._queue.qsize() >= MAX_QUEUED or self._queued_bytes + d._size > MAX_QUEUED_BYTES:
+                    self._drop()
+                    return
+                self._queued_bytes += d._size
+            self._queue.put_nowait(d)
+            return
+        if isinstance(seq, int):
             self._outstanding.add(seq)
         self._queue.put_nowait(Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen))
+
+    def _took(self, d: Delivery) -> None:
+        """A delivery left the queue: its data no longer counts."""
+        if d is self._unsized:
+            self._unsized = None
+        else:
+            self._queued_bytes -= d._size
 
     def _drop(self) -> None:
         self._dropped += 1
@@ -318,8 +372,9 @@ class Subscription:
             self.session._report(PigeonError(
                 "DELIVERIES_DROPPED",
                 f"at-most-once deliveries of {self.subject} dropped: the handler does not keep up "
-                f"({n} so far; at most {MAX_QUEUED} wait queued)",
-                details={"subject": self.subject, "dropped": n, "maxQueued": MAX_QUEUED},
+                f"({n} so far; at most {MAX_QUEUED} deliveries and {MAX_QUEUED_BYTES >> 20} MiB of data wait queued)",
+                details={"subject": self.subject, "dropped": n, "maxQueued": MAX_QUEUED,
+                         "maxQueuedBytes": MAX_QUEUED_BYTES},
             ))
 
     def _start_workers(self) -> None:
@@ -336,6 +391,7 @@ class Subscription:
             if item is _CLOSED:
                 self._queue.put_nowait(_CLOSED)
                 return
+            self._took(item)
             if item._gen != self._gen and not self._at_most_once:
                 continue  # handed over on a connection since lost: it comes again
             task = asyncio.current_task()
@@ -464,6 +520,8 @@ class Subscription:
         # them back unanswered; at most once they are dropped.
         while not self._queue.empty():
             self._queue.get_nowait()
+        self._queued_bytes = 0
+        self._unsized = None
 
     def _stop(self) -> None:
         """Stop deliveries: nothing more is handed to the handler or the

@@ -751,7 +751,8 @@ class Session:
         a reconnect resumes after the last message received. The window
         then holds nothing back, so the client bounds the deliveries waiting
         for the handler or the iterator at :data:`~pigeon_client.subscription.MAX_QUEUED`
-        (4096) and drops those beyond: ``Subscription.dropped`` counts them,
+        (4096) and at :data:`~pigeon_client.subscription.MAX_QUEUED_BYTES`
+        (64 MiB) of their data, and drops those beyond: ``Subscription.dropped`` counts them,
         and ``on_error`` (else the log) gets a ``DELIVERIES_DROPPED`` error at
         drop counts 1, 2, 4, 8, …
         """

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import time
 
 import pytest
 
+from conftest import Server
 from harness import eventually, fresh, notification, payment, scenario, telemetry, within
 from pigeon_client import (
     ContractError,
@@ -673,6 +675,77 @@ async def test_at_most_once_queue_is_bounded(server, form):
         gate.set()
         await mon.close()
         await sen.close()
+
+
+async def test_at_most_once_queue_is_bounded_in_size(pigeon_bin):
+    # The queue is bounded in size too: messages of about 512 KiB arrive
+    # while the handler is stuck on the first. MAX_QUEUED_BYTES // size of
+    # them (127) are kept, the next 128 dropped (a power of two: the report
+    # of the 128th drop comes with the last message), and once released the
+    # handler handles exactly the first and the kept ones, in order. A
+    # server of its own: the 128 MiB published stay out of the shared one.
+    from pigeon_client.subscription import MAX_QUEUED, MAX_QUEUED_BYTES
+
+    srv = Server(pigeon_bin).start()
+    reported: list = []
+    handled: list[str] = []
+    gate = asyncio.Event()
+    sessions = []
+    pad = "x" * (512 << 10)
+    site = fresh("amob")
+
+    def message(i: int) -> dict:
+        # Every message's data has the same length: the counter is zero-padded.
+        m = telemetry("amob", site, 0)
+        m["data"].update(n=f"{i:04d}", pad=pad)
+        return m
+
+    async def handler(d):
+        handled.append(d.data["n"])
+        if len(handled) == 1:
+            await gate.wait()
+
+    def drops() -> list:
+        return [e for e in reported if e.code == "DELIVERIES_DROPPED"]
+
+    size = len(json.dumps(message(0)["data"], separators=(",", ":")))
+    kept = MAX_QUEUED_BYTES // size
+    assert kept == 127
+    dropped = 128
+    total = 1 + kept + dropped
+    assert total < MAX_QUEUED, "the count bound plays no part"
+    try:
+        mon = await connect(srv.ws, "monitor-token", TELEMETRY, on_error=reported.append)
+        sessions.append(mon)
+        sen = await connect(srv.ws, "sensor-token", TELEMETRY)
+        sessions.append(sen)
+        sub = await mon.subscribe("events.telemetry", handler, ack="none", selector=f"/kind=amob/site={site}")
+        await within(sen.publish(message(0)), 10)
+        await eventually(lambda: len(handled) == 1, what="the first delivery's handler")
+        for start in range(1, total, 16):
+            res = await within(sen.publish_many([message(i) for i in range(start, min(total, start + 16))]), 30)
+            assert all(not isinstance(r, Exception) for r in res), res[:3]
+        await eventually(lambda: any(e.details["dropped"] == dropped for e in drops()), timeout=30,
+                         what=f"the report of {dropped} drops (dropped {sub.dropped}, queued {sub._queue.qsize()})")
+        assert sub.dropped == dropped
+        assert sub._queue.qsize() == kept
+        assert sub._queued_bytes == kept * size
+        assert [e.details["dropped"] for e in drops()] == [1 << i for i in range(8)], "reported at 1, 2, 4, …"
+        assert all(e.details["maxQueued"] == MAX_QUEUED and e.details["maxQueuedBytes"] == MAX_QUEUED_BYTES
+                   for e in drops())
+        assert not [e for e in reported if e.code != "DELIVERIES_DROPPED"], reported
+
+        gate.set()
+        await eventually(lambda: len(handled) >= 1 + kept and sub._queue.qsize() == 0 and not sub._running,
+                         timeout=30, what=f"{1 + kept} handled (got {len(handled)})")
+        assert handled == [f"{i:04d}" for i in range(1 + kept)], "the first, then the kept ones, and nothing else"
+        assert sub._queued_bytes == 0
+        assert sub.dropped == dropped
+    finally:
+        gate.set()  # a failed check does not leave close() waiting for the handler
+        for s in sessions:
+            await s.close()
+        srv.stop()
 
 
 async def test_retry_after_sets_the_nack_delay(server):

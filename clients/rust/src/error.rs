@@ -48,8 +48,10 @@ pub enum ErrorKind {
     Server,
     /// An at-most-once subscription dropped deliveries in the client
     /// because [`MAX_QUEUED`](crate::MAX_QUEUED) were already waiting for
-    /// its handler or stream reader (`DELIVERIES_DROPPED`; `details`:
-    /// `subject`, `dropped`, `maxQueued`). Only reported to `on_error`.
+    /// its handler or stream reader, or
+    /// [`MAX_QUEUED_BYTES`](crate::MAX_QUEUED_BYTES) of their data
+    /// (`DELIVERIES_DROPPED`; `details`: `subject`, `dropped`, `maxQueued`,
+    /// `maxQueuedBytes`). Only reported to `on_error`.
     Dropped,
 }
 

@@ -19,7 +19,8 @@ use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 /// A callback that receives what the session cannot hand to a caller:
 /// frames it cannot parse, error frames that answer nothing, connection
 /// losses and reconnections that failed, at-most-once deliveries dropped
-/// (`DELIVERIES_DROPPED`, see [`MAX_QUEUED`](crate::MAX_QUEUED)).
+/// (`DELIVERIES_DROPPED`, see [`MAX_QUEUED`](crate::MAX_QUEUED) and
+/// [`MAX_QUEUED_BYTES`](crate::MAX_QUEUED_BYTES)).
 pub type ErrorCallback = Arc<dyn Fn(Error) + Send + Sync>;
 
 /// How [`Session::connect`] connects and how the session behaves after.

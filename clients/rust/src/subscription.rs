@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -26,12 +26,52 @@ tokio::task_local! {
 /// client, waiting for a handler (or for the consumer of a stream
 /// subscription). The server does not flow-control such a subscription
 /// (nothing is answered, so the window holds nothing back): beyond this
-/// bound the client drops deliveries, as at most once allows, rather than
-/// queue them without limit. [`Subscription::dropped`] counts them, and
-/// `on_error` receives a `DELIVERIES_DROPPED` error ([`ErrorKind::Dropped`])
-/// at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by
-/// its window, which the server keeps.
+/// bound, or beyond [`MAX_QUEUED_BYTES`] of their data, the client drops
+/// deliveries, as at most once allows, rather than queue them without
+/// limit. [`Subscription::dropped`] counts them, and `on_error` receives a
+/// `DELIVERIES_DROPPED` error ([`ErrorKind::Dropped`]) at drop counts 1, 2,
+/// 4, 8, … An acknowledged subscription is bounded by its window, which
+/// the server keeps.
 pub const MAX_QUEUED: usize = 4096;
+
+/// The most data, in bytes, of the deliveries of an [`Ack::None`]
+/// subscription queued in the client (64 MiB): a delivery that would take
+/// the queued data past it is dropped as one beyond [`MAX_QUEUED`] is, so
+/// that a stuck handler cannot make the client hold gigabytes of large
+/// messages. One delivery of any size is queued when none is. A delivery's
+/// size is the length of its data as JSON text: the client keeps no frame
+/// text, so it is the data serialized again (compact, into a counter: no
+/// copy is made), which may differ by a few bytes from the text the server
+/// sent (escapes, number forms); null data counts 0.
+pub const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+/// The size of `data` counted against [`MAX_QUEUED_BYTES`].
+fn data_size(data: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    if data.is_null() {
+        return 0; // none: a message without data decodes to null
+    }
+    let mut n = Count(0);
+    let _ = serde_json::to_writer(&mut n, data); // a Value into a counter cannot fail
+    n.0
+}
+
+/// [`Ack::None`]: what the queue holds, bounded by [`MAX_QUEUED`] and
+/// [`MAX_QUEUED_BYTES`].
+#[derive(Default)]
+struct Queued {
+    n: usize,
+    bytes: usize,
+}
 
 /// Where a pub/sub subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -60,12 +100,12 @@ pub enum Ack {
     /// nothing) and nothing is redelivered. The window then holds nothing
     /// back: `max_in_flight` still bounds the handlers running at once,
     /// and the deliveries beyond wait queued in the client, at most
-    /// [`MAX_QUEUED`] of them (for a stream subscription too): the client
-    /// drops those beyond, counts them ([`Subscription::dropped`]) and
-    /// reports them to `on_error` as `DELIVERIES_DROPPED` at drop counts
-    /// 1, 2, 4, 8, … A resubscription after a reconnect starts after the
-    /// last message received. The server refuses it on a work-queue
-    /// subject (`INVALID_ARGUMENT`).
+    /// [`MAX_QUEUED`] of them and [`MAX_QUEUED_BYTES`] of their data (for a
+    /// stream subscription too): the client drops those beyond, counts
+    /// them ([`Subscription::dropped`]) and reports them to `on_error` as
+    /// `DELIVERIES_DROPPED` at drop counts 1, 2, 4, 8, … A resubscription
+    /// after a reconnect starts after the last message received. The
+    /// server refuses it on a work-queue subject (`INVALID_ARGUMENT`).
     None,
 }
 
@@ -184,6 +224,8 @@ pub struct Delivery {
     /// A delivery of an acknowledged stream subscription handed to its
     /// reader: counted until answered, nacked when dropped unanswered.
     held: Option<Arc<Held>>,
+    /// [`Ack::None`]: the size of its data, counted while it is queued.
+    size: usize,
 }
 
 /// A stream delivery in its reader's hands, shared by the clones of the
@@ -322,8 +364,8 @@ pub(crate) struct SubShared {
     /// ([`Held`]).
     held: watch::Sender<usize>,
     /// [`Ack::None`]: the deliveries queued and not yet taken by a handler
-    /// (or the stream's consumer), at most [`MAX_QUEUED`].
-    queued: AtomicUsize,
+    /// (or the stream's consumer), and the size of their data.
+    queued: Mutex<Queued>,
     /// [`Ack::None`]: the deliveries dropped because the queue was full.
     dropped: AtomicU64,
 }
@@ -343,7 +385,7 @@ impl SubShared {
             queue_tx,
             ack_tx,
             held: watch::channel(0).0,
-            queued: AtomicUsize::new(0),
+            queued: Mutex::default(),
             dropped: AtomicU64::new(0),
         });
         tokio::spawn(ack_loop(Arc::downgrade(&s), ack_rx));
@@ -438,13 +480,20 @@ impl SubShared {
                 st.last_acked = st.last_acked.max(message.sequence);
             }
         }
-        if self.opts.ack == Ack::None
-            && self.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_QUEUED).then_some(n + 1)).is_err()
-        {
-            self.drop_one();
-            return true;
+        let mut size = 0;
+        if self.opts.ack == Ack::None {
+            size = data_size(&message.data);
+            let mut q = self.queued.lock().unwrap();
+            // One of any size is queued when none is.
+            if q.n > 0 && (q.n >= MAX_QUEUED || q.bytes + size > MAX_QUEUED_BYTES) {
+                drop(q);
+                self.drop_one();
+                return true;
+            }
+            q.n += 1;
+            q.bytes += size;
         }
-        let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() }, held: None };
+        let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() }, held: None, size };
         let queued = match &self.mode {
             SubMode::Handler(_) => self.queue_tx.send(d).is_ok(),
             SubMode::Stream(buf) => {
@@ -461,7 +510,7 @@ impl SubShared {
             }
         };
         if !queued {
-            self.dequeued();
+            self.dequeued(size);
         }
         true
     }
@@ -476,7 +525,7 @@ impl SubShared {
         let mut b = buf.lock().unwrap();
         loop {
             if let Some(mut d) = b.items.pop_front() {
-                self.dequeued();
+                self.dequeued(d.size);
                 if self.stale(&d) {
                     continue;
                 }
@@ -543,8 +592,8 @@ impl SubShared {
             }
             (std::mem::take(&mut b.items), b.waker.take())
         };
-        for _ in &items {
-            self.dequeued();
+        for d in &items {
+            self.dequeued(d.size);
         }
         drop(items);
         if let Some(w) = waker {
@@ -552,8 +601,9 @@ impl SubShared {
         }
     }
 
-    /// An at-most-once delivery that found [`MAX_QUEUED`] waiting: counted,
-    /// and reported at 1, 2, 4, … so a slow handler does not flood `on_error`.
+    /// An at-most-once delivery that found [`MAX_QUEUED`] waiting, or whose
+    /// data would take the queue past [`MAX_QUEUED_BYTES`]: counted, and
+    /// reported at 1, 2, 4, … so a slow handler does not flood `on_error`.
     fn drop_one(&self) {
         let n = self.dropped.fetch_add(1, Ordering::AcqRel) + 1;
         if n.is_power_of_two() {
@@ -561,22 +611,26 @@ impl SubShared {
             details.insert("subject".into(), json!(self.subject));
             details.insert("dropped".into(), json!(n));
             details.insert("maxQueued".into(), json!(MAX_QUEUED));
+            details.insert("maxQueuedBytes".into(), json!(MAX_QUEUED_BYTES));
             self.report(Error::with_details(
                 "DELIVERIES_DROPPED",
                 format!(
-                    "at-most-once deliveries of {} dropped: the handler does not keep up ({n} so far; at most {MAX_QUEUED} wait queued)",
-                    self.subject
+                    "at-most-once deliveries of {} dropped: the handler does not keep up ({n} so far; at most {MAX_QUEUED} deliveries and {} MiB of data wait queued)",
+                    self.subject,
+                    MAX_QUEUED_BYTES >> 20
                 ),
                 details,
             ));
         }
     }
 
-    /// A delivery left the queue: a handler (or the stream's consumer) took
-    /// it, or it was discarded.
-    fn dequeued(&self) {
+    /// A delivery whose data is `size` left the queue: a handler (or the
+    /// stream's consumer) took it, or it was discarded.
+    fn dequeued(&self, size: usize) {
         if self.opts.ack == Ack::None {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            let mut q = self.queued.lock().unwrap();
+            q.n -= 1;
+            q.bytes -= size;
         }
     }
 
@@ -705,11 +759,11 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
         // Stopping: left unanswered, the unsubscribe gives it back. Stale:
         // its connection is gone, the server delivers it again.
         if s.is_stopping() || s.stale(&d) {
-            s.dequeued();
+            s.dequeued(d.size);
             continue;
         }
         let Ok(permit) = s.sem.clone().acquire_owned().await else { return };
-        s.dequeued(); // a handler takes it
+        s.dequeued(d.size); // a handler takes it
         if s.is_stopping() || s.stale(&d) {
             continue; // while it waited for room
         }
@@ -873,7 +927,8 @@ impl Subscription {
     }
 
     /// How many deliveries of an [`Ack::None`] subscription were dropped
-    /// because [`MAX_QUEUED`] were already waiting (0 for an acknowledged
+    /// because [`MAX_QUEUED`] were already waiting, or their data would
+    /// have taken the queue past [`MAX_QUEUED_BYTES`] (0 for an acknowledged
     /// one).
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Acquire)

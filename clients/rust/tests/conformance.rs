@@ -14,7 +14,7 @@ use pigeon_client::crypto::{self, b64_decode, b64_encode, Keys, Sealed};
 use pigeon_client::http::KeyCache;
 use pigeon_client::{
     Ack, ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status, SubscribeOptions,
-    MAX_QUEUED,
+    MAX_QUEUED, MAX_QUEUED_BYTES,
 };
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -119,6 +119,7 @@ async fn run_all() {
     scenario("extra.at_most_once_resumes_after_restart", &mut failures, Box::pin(at_most_once_restart())).await;
     scenario("extra.at_most_once_bounded_queue", &mut failures, Box::pin(at_most_once_bounded(s(), false))).await;
     scenario("extra.at_most_once_bounded_stream", &mut failures, Box::pin(at_most_once_bounded(s(), true))).await;
+    scenario("extra.at_most_once_bounded_in_size", &mut failures, Box::pin(at_most_once_bounded_in_size())).await;
 
     drop(server);
     let listed = listed_scenarios();
@@ -1181,6 +1182,94 @@ async fn at_most_once_bounded(srv: Arc<Server>, stream: bool) {
     assert_eq!(got.lock().unwrap()[kept..], [total as i64]);
     assert_eq!(sub.dropped(), dropped);
     sub.unsubscribe().await.unwrap();
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+}
+
+/// The queue is bounded in size too: messages of about 512 KiB arrive
+/// while the handler is stuck on the first. MAX_QUEUED_BYTES / size of
+/// them (127) are kept, the next 128 dropped (a power of two: the report of
+/// the 128th drop comes with the last message), and once released the
+/// handler handles exactly the first and the kept ones, in order. A server
+/// of its own: the 128 MiB published stay out of the shared one.
+async fn at_most_once_bounded_in_size() {
+    let srv = Server::start("");
+    let (mon, errors) = reporting_monitor(&srv.url(), ConnectOptions::default()).await;
+    let site = format!("amob{}", nonce().replace('-', ""));
+    let pad = Value::String("x".repeat(512 << 10));
+    // Every message's data has the same length: the counter is zero-padded.
+    let message = |i: usize| {
+        let mut m = telemetry("amob", &site, 0.0);
+        m.data["n"] = json!(format!("{i:04}"));
+        m.data["pad"] = pad.clone();
+        m
+    };
+    let size = serde_json::to_string(&message(0).data).unwrap().len();
+    let kept = MAX_QUEUED_BYTES / size;
+    assert_eq!(kept, 127);
+    let dropped = 128u64;
+    let total = 1 + kept + dropped as usize;
+    assert!(total < MAX_QUEUED, "the count bound plays no part");
+
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    // The first delivery's handler waits for the gate; dropping the gate
+    // (a failed check unwinds) releases it too.
+    let (gate, gate_rx) = tokio::sync::watch::channel(false);
+    let g = got.clone();
+    let opts = SubscribeOptions::default().selector(format!("/kind=amob/site={site}")).ack(Ack::None);
+    let sub = mon
+        .subscribe("events.telemetry", opts, move |d| {
+            let (g, mut gate) = (g.clone(), gate_rx.clone());
+            async move {
+                let first = {
+                    let mut g = g.lock().unwrap();
+                    g.push(d.message.data["n"].as_str().unwrap_or_default().to_string());
+                    g.len() == 1
+                };
+                if first {
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    sensor.publish(&message(0)).await.unwrap();
+    assert!(eventually(Duration::from_secs(10), || got.lock().unwrap().len() == 1).await, "the first delivery's handler");
+    for start in (1..total).step_by(16) {
+        let mut pending = Vec::new();
+        for i in start..total.min(start + 16) {
+            pending.push(sensor.publish_async(&message(i)).await.unwrap());
+        }
+        for p in pending {
+            tokio::time::timeout(Duration::from_secs(30), p).await.expect("a publish answered").unwrap();
+        }
+    }
+
+    let drops = || -> Vec<Error> { errors.lock().unwrap().iter().filter(|e| e.kind == ErrorKind::Dropped).cloned().collect() };
+    assert!(
+        eventually(Duration::from_secs(30), || drops().iter().any(|e| e.details["dropped"] == json!(dropped))).await,
+        "the report of {dropped} drops did not come: dropped {}",
+        sub.dropped()
+    );
+    assert_eq!(sub.dropped(), dropped);
+    let counts: Vec<u64> = drops().iter().map(|e| e.details["dropped"].as_u64().unwrap()).collect();
+    assert_eq!(counts, (0..8).map(|i| 1u64 << i).collect::<Vec<_>>(), "reported at 1, 2, 4, …");
+    for e in drops() {
+        assert_eq!(e.details["maxQueued"], json!(MAX_QUEUED));
+        assert_eq!(e.details["maxQueuedBytes"], json!(MAX_QUEUED_BYTES));
+    }
+    let r: Vec<Error> = refusals(&errors).into_iter().filter(|e| e.kind != ErrorKind::Dropped).collect();
+    assert!(r.is_empty(), "{r:?}");
+    assert_eq!(got.lock().unwrap().len(), 1, "the handler is stuck on the first");
+
+    gate.send_replace(true);
+    let want: Vec<String> = (0..1 + kept).map(|i| format!("{i:04}")).collect();
+    assert!(eventually(Duration::from_secs(30), || got.lock().unwrap().len() >= want.len()).await, "handled {}", got.lock().unwrap().len());
+    sub.unsubscribe().await.unwrap();
+    assert_eq!(*got.lock().unwrap(), want, "the first, then the kept ones, and nothing else");
+    assert_eq!(sub.dropped(), dropped);
     mon.close().await.unwrap();
     sensor.close().await.unwrap();
 }

@@ -37,7 +37,8 @@ export const ClientCodes = {
   TIMEOUT: "TIMEOUT",
   /**
    * at-most-once deliveries were dropped because the subscription already had
-   * MAX_QUEUED waiting for its handler (details: subject, dropped, maxQueued)
+   * MAX_QUEUED waiting for its handler, or MAX_QUEUED_BYTES of their data
+   * (details: subject, dropped, maxQueued, maxQueuedBytes)
    */
   DELIVERIES_DROPPED: "DELIVERIES_DROPPED",
 } as const;

@@ -21,7 +21,7 @@
  * @packageDocumentation
  */
 export { connect, Session, Subscription } from "./session.js";
-export { MAX_QUEUED } from "./subscription.js";
+export { MAX_QUEUED, MAX_QUEUED_BYTES } from "./subscription.js";
 export type { ConnectOptions, ReconnectOptions, SubscribeOptions, Delivery, Handler } from "./session.js";
 export { HttpClient, KeyCache, segment } from "./http.js";
 export type { HttpOptions } from "./http.js";

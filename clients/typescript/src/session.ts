@@ -16,7 +16,7 @@
  */
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, type Frame } from "./conn.js";
+import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
@@ -79,8 +79,9 @@ export interface SubscribeOptions {
    * nothing is redelivered. `window` then holds nothing back (no delivery
    * waits for an answer): `maxInFlight` still bounds the handlers running at
    * once, and the deliveries beyond wait queued in the client, at most
-   * `MAX_QUEUED` (4096): beyond that they are dropped rather than
-   * queued without limit, counted in `Subscription.dropped` and reported to
+   * `MAX_QUEUED` (4096) of them and `MAX_QUEUED_BYTES` (64 MiB) of their
+   * data: beyond either they are dropped rather than queued without
+   * limit, counted in `Subscription.dropped` and reported to
    * onError as DELIVERIES_DROPPED at drop counts 1, 2, 4, 8, … (the same
    * bound holds for `stream`, whose loop takes the handler's place). A
    * reconnect resumes after the last message received. On a work-queue
@@ -899,16 +900,6 @@ class Fifo<T> {
     }
     return x;
   }
-}
-
-/** The UTF-8 length of s, without encoding it. */
-function utf8Length(s: string): number {
-  let n = s.length;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
-  }
-  return n;
 }
 
 function messages(f: Frame): Message[] {

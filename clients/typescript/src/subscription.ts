@@ -4,7 +4,7 @@
  * one is answered) and the position it resumes from after a reconnect.
  */
 import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
-import { answer, type Conn, type Frame } from "./conn.js";
+import { answer, utf8Length, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
 import type { Delivery, Session, SubscribeOptions } from "./session.js";
 
@@ -12,13 +12,42 @@ import type { Delivery, Session, SubscribeOptions } from "./session.js";
  * The most deliveries of an `ack: "none"` subscription queued in the client,
  * waiting for a handler (or for the loop of a stream). The server does not
  * flow-control such a subscription (nothing is answered, so the window holds
- * nothing back): beyond this bound the client drops deliveries, as at most
- * once allows, rather than queue them without limit. Drops are counted in
+ * nothing back): beyond this bound, or beyond {@link MAX_QUEUED_BYTES} of
+ * their data, the client drops deliveries, as at most once allows, rather
+ * than queue them without limit. Drops are counted in
  * {@link Subscription.dropped} and reported to onError as DELIVERIES_DROPPED
  * at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by
  * its window, which the server keeps.
  */
 export const MAX_QUEUED = 4096;
+
+/**
+ * The most data, in bytes, of the deliveries of an `ack: "none"`
+ * subscription queued in the client (64 MiB): a delivery that would take the
+ * queued data past it is dropped as one beyond {@link MAX_QUEUED} is, so
+ * that a stuck handler cannot make the client hold gigabytes of large
+ * messages. One delivery of any size is queued when none is. A delivery's
+ * size is the UTF-8 length of its data as JSON text: the client keeps no
+ * frame text, so it is the data serialized again (JSON.stringify, compact),
+ * which may differ by a few bytes from the text the server sent (escapes,
+ * number forms). It is measured only for a delivery that has to wait (a
+ * free handler takes the others at once).
+ */
+export const MAX_QUEUED_BYTES = 64 << 20;
+
+/** A delivery waiting for a handler: size is its data's (see MAX_QUEUED_BYTES), 0 when not counted. */
+interface Queued {
+  c: Conn;
+  m: Message;
+  attempt: number;
+  size: number;
+}
+
+/** The size of m's data counted against MAX_QUEUED_BYTES: the UTF-8 length of its JSON text. */
+function dataSize(m: Message): number {
+  const t = JSON.stringify(m.data); // undefined when there is none
+  return t === undefined ? 0 : utf8Length(t);
+}
 
 /**
  * @internal What a handler resolves to (or throws) to leave its delivery
@@ -102,7 +131,9 @@ export class Subscription {
   readonly done: Promise<void>;
   private resolveDone!: () => void;
   private rejectDone!: (e: PigeonError) => void;
-  private readonly queue: { c: Conn; m: Message; attempt: number }[] = [];
+  private readonly queue: Queued[] = [];
+  /** the size of the data queue holds (ack "none"; see MAX_QUEUED_BYTES) */
+  private queuedBytes = 0;
   private running = 0;
   /** the deliveries being worked on (running of them) */
   private readonly slots = new Set<Slot>();
@@ -142,7 +173,8 @@ export class Subscription {
 
   /**
    * How many deliveries of an `ack: "none"` subscription were dropped because
-   * {@link MAX_QUEUED} were already waiting (0 for an acknowledged one).
+   * {@link MAX_QUEUED} were already waiting, or their data would have taken
+   * the queue past {@link MAX_QUEUED_BYTES} (0 for an acknowledged one).
    */
   get dropped(): number {
     return this.droppedCount;
@@ -200,7 +232,7 @@ export class Subscription {
     // (the server gives them back); acks gathered for it are moot. At most
     // once, they were done when the server sent them: they still run.
     if (this.options.ack !== "none") {
-      this.queue.length = 0;
+      this.clearQueue();
       this.onRelease?.("lost");
     }
     this.acks = [];
@@ -214,11 +246,18 @@ export class Subscription {
     // received is never handed over again.
     if (typeof m.sequence === "number" && this.options.ack === "none") this.lastAcked = Math.max(this.lastAcked, m.sequence);
     else if (typeof m.sequence === "number") this.unacked.add(m.sequence);
-    if (this.options.ack === "none" && this.queue.length >= MAX_QUEUED) {
-      this.drop();
-      return;
+    let size = 0;
+    // At most once, a delivery that has to wait is bounded in number and
+    // in data; one a free handler takes at once is not counted.
+    if (this.options.ack === "none" && (this.queue.length > 0 || this.running >= this.maxInFlight)) {
+      size = dataSize(m);
+      if (this.queue.length > 0 && (this.queue.length >= MAX_QUEUED || this.queuedBytes + size > MAX_QUEUED_BYTES)) {
+        this.drop();
+        return;
+      }
+      this.queuedBytes += size;
     }
-    this.queue.push({ c, m, attempt });
+    this.queue.push({ c, m, attempt, size });
     this.pump();
   }
 
@@ -229,21 +268,28 @@ export class Subscription {
     this.session.report(
       new PigeonError(
         ClientCodes.DELIVERIES_DROPPED,
-        `at-most-once deliveries of ${this.subject} dropped: the handler does not keep up (${n} so far; at most ${MAX_QUEUED} wait queued)`,
-        { subject: this.subject, dropped: n, maxQueued: MAX_QUEUED },
+        `at-most-once deliveries of ${this.subject} dropped: the handler does not keep up (${n} so far; at most ${MAX_QUEUED} deliveries and ${MAX_QUEUED_BYTES >> 20} MiB of data wait queued)`,
+        { subject: this.subject, dropped: n, maxQueued: MAX_QUEUED, maxQueuedBytes: MAX_QUEUED_BYTES },
       ),
     );
+  }
+
+  /** Lets go of the deliveries queued (none is handed over). */
+  private clearQueue(): void {
+    this.queue.length = 0;
+    this.queuedBytes = 0;
   }
 
   private pump(): void {
     while (this.running < this.maxInFlight && this.queue.length > 0 && !this.finished && !this.stopping) {
       const d = this.queue.shift()!;
+      this.queuedBytes -= d.size;
       this.running++;
       void this.run(d);
     }
   }
 
-  private async run(d: { c: Conn; m: Message; attempt: number }): Promise<void> {
+  private async run(d: Queued): Promise<void> {
     let ok = true;
     let unanswered = false;
     let delayMs: number | undefined;
@@ -338,7 +384,7 @@ export class Subscription {
   stop(): void {
     if (this.stopping || this.finished) return;
     this.stopping = true;
-    this.queue.length = 0;
+    this.clearQueue();
     this.onRelease?.("stopping");
     this.changed();
   }
@@ -405,7 +451,7 @@ export class Subscription {
     if (this.finished) return;
     this.finished = true;
     this.error = err;
-    this.queue.length = 0;
+    this.clearQueue();
     this.onRelease?.("finished");
     this.session.forget(this);
     if (err) this.rejectDone(err);

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocket } from "ws";
-import { connect, MAX_QUEUED, PigeonError, RetryAfter } from "../../dist/index.js";
-import { sharedServer, notification, telemetry, uniq, until, sleep } from "../harness.mjs";
+import { connect, MAX_QUEUED, MAX_QUEUED_BYTES, PigeonError, RetryAfter } from "../../dist/index.js";
+import { Server, sharedServer, notification, telemetry, uniq, until, sleep } from "../harness.mjs";
 
 /** A WebSocket constructor that records every frame the client sends (the credential goes as a subprotocol). */
 function recorder() {
@@ -279,3 +279,69 @@ test("ack none: a handler that does not keep up: at most MAX_QUEUED wait, the re
 );
 
 test("ack none: a stream whose loop does not keep up is bounded the same way", { timeout: 60_000 }, () => boundedFlood("stream"));
+
+/**
+ * The queue is bounded in size too: messages of about 512 KiB arrive while
+ * the handler is stuck on the first. MAX_QUEUED_BYTES / size of them (127)
+ * are kept, the next 128 dropped (a power of two: the report of the 128th
+ * drop comes with the last message), and once the handler is released it
+ * handles exactly the first and the kept ones, in order.
+ */
+test("ack none: a stuck handler holds at most MAX_QUEUED_BYTES of data queued, the rest dropped and reported", { timeout: 90_000 }, async () => {
+  // A server of its own: the 128 MiB published stay out of the shared one.
+  const srv = await Server.start();
+  let release;
+  const gate = new Promise((r) => (release = r));
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"]);
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    const run = uniq("amob");
+    const reported = [];
+    monitor.onError((e) => reported.push(e));
+    // Every message's data has the same length: the counter is zero-padded.
+    const pad = "x".repeat(512 << 10);
+    const n = (i) => String(i).padStart(4, "0");
+    const message = (i) => ({ ...telemetry("amob", run, 0), data: { kind: "amob", site: run, value: 0, n: n(i), pad } });
+    const size = Buffer.byteLength(JSON.stringify(message(0).data));
+    const kept = Math.floor(MAX_QUEUED_BYTES / size);
+    assert.equal(kept, 127);
+    const dropped = 128;
+    const total = 1 + kept + dropped;
+    assert.ok(total < MAX_QUEUED, "the count bound plays no part");
+
+    const got = [];
+    const sub = await monitor.subscribe(
+      "events.telemetry",
+      async (m) => {
+        got.push(m.data.n);
+        if (got.length === 1) await gate;
+      },
+      { ack: "none", selector: `/kind=amob/site=${run}` },
+    );
+    await sensor.publish(message(0));
+    await until(() => got.length === 1, 10_000, "the first delivery's handler");
+    for (let start = 1; start < total; start += 16) {
+      const batch = Array.from({ length: Math.min(16, total - start) }, (_, i) => message(start + i));
+      const res = await sensor.publishAll(batch);
+      assert.ok(res.every((r) => r.status === "fulfilled"), String(res.find((r) => r.status === "rejected")?.reason));
+    }
+    const drops = () => reported.filter((e) => e.code === "DELIVERIES_DROPPED");
+    await until(() => drops().some((e) => e.details.dropped === dropped), 30_000, `the report of ${dropped} drops (dropped ${sub.dropped}, queued ${sub.queue.length})`);
+    assert.equal(sub.dropped, dropped);
+    assert.equal(sub.queue.length, kept);
+    assert.equal(sub.queuedBytes, kept * size);
+    assert.deepEqual(drops().map((e) => e.details.dropped), [1, 2, 4, 8, 16, 32, 64, 128], "reported at 1, 2, 4, …");
+    assert.ok(drops().every((e) => e instanceof PigeonError && e.details.maxQueued === MAX_QUEUED && e.details.maxQueuedBytes === MAX_QUEUED_BYTES));
+    assert.deepEqual(reported.filter((e) => e.code !== "DELIVERIES_DROPPED"), []);
+
+    release();
+    await until(() => got.length >= 1 + kept && sub.running === 0 && sub.queue.length === 0, 30_000, `${1 + kept} handled (got ${got.length})`);
+    assert.deepEqual(got, Array.from({ length: 1 + kept }, (_, i) => n(i)), "the first, then the kept ones, and nothing else");
+    assert.equal(sub.queuedBytes, 0);
+    assert.equal(sub.dropped, dropped);
+  } finally {
+    release(); // a failed check does not leave close() waiting for the handler
+    await Promise.all([monitor.close(), sensor.close()]);
+    await srv.stop();
+  }
+});
