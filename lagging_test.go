@@ -24,17 +24,8 @@ import (
 func TestLaggingSubscriberGetsEverythingOnce(t *testing.T) {
 	for _, n := range []int{100, 3000, 10000} {
 		t.Run(itoa(n), func(t *testing.T) {
-			opts := transporttest.Options()
-			opts.MaxContractsPerPrincipal, opts.NegotiateRate.PerSecond = -1, -1
-			e, err := pigeon.New(context.Background(), opts)
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-			pub, err := e.Connect(ctx, "alice-token", []string{"chat.messages"})
-			require.NoError(t, err)
-			sub, err := e.Connect(ctx, "bob-token", []string{"chat.messages"})
-			require.NoError(t, err)
-
-			release := make(chan struct{})
+			pub, sub := chatSessions(t, nil)
+			release, unblock := gate(t)
 			var (
 				mu   sync.Mutex
 				seqs []uint64
@@ -52,27 +43,22 @@ func TestLaggingSubscriberGetsEverythingOnce(t *testing.T) {
 				return nil
 			})
 			require.NoError(t, err)
-			t.Cleanup(func() { _ = s.Unsubscribe(context.Background()) })
+			t.Cleanup(func() { unblock(); _ = s.Unsubscribe(context.Background()) })
 
 			var first uint64
 			for i := range n {
-				res, err := pub.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
-					Data: []byte(`{"kind":"chat","room":"lobby","text":"` + itoa(i) + `"}`)})
-				require.NoError(t, err)
-				if i == 0 {
-					first = res.Message.Sequence
+				if seq := publishChat(t, pub, itoa(i)); i == 0 {
+					first = seq
 				}
 			}
-			close(release)
+			unblock()
 			require.Eventually(t, func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				return len(seqs) >= n
 			}, 30*time.Second, time.Millisecond)
 			for i := range 10 {
-				_, err := pub.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
-					Data: []byte(`{"kind":"chat","room":"lobby","text":"after ` + itoa(i) + `"}`)})
-				require.NoError(t, err)
+				publishChat(t, pub, "after "+itoa(i))
 			}
 			select {
 			case <-all:
@@ -106,21 +92,8 @@ func (s *countingStore) Read(ctx context.Context, subject string, from uint64, m
 // rather than read again and again, and takes the next message published.
 func TestLaggingSubscriberPastTrimmedMessagesWaits(t *testing.T) {
 	st := &countingStore{Store: memory.New(nil)}
-	opts := transporttest.Options()
-	opts.Store = st
-	opts.MaxContractsPerPrincipal, opts.NegotiateRate.PerSecond = -1, -1
-	e, err := pigeon.New(context.Background(), opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	pub, err := e.Connect(ctx, "alice-token", []string{"chat.messages"})
-	require.NoError(t, err)
-	sub, err := e.Connect(ctx, "bob-token", []string{"chat.messages"})
-	require.NoError(t, err)
-
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
+	pub, sub := chatSessions(t, st)
+	release, unblock := gate(t)
 	var mu sync.Mutex
 	var seqs []uint64
 	s, err := sub.Subscribe(ctx, "chat.messages", func(ctx context.Context, d *pigeon.Delivery) error {
@@ -131,15 +104,9 @@ func TestLaggingSubscriberPastTrimmedMessagesWaits(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Unsubscribe(context.Background()) })
-	publish := func(text string) uint64 {
-		res, err := pub.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
-			Data: []byte(`{"kind":"chat","room":"lobby","text":"` + text + `"}`)})
-		require.NoError(t, err)
-		return res.Message.Sequence
-	}
+	t.Cleanup(func() { unblock(); _ = s.Unsubscribe(context.Background()) })
 	for i := range 10000 { // past the subscriber's queue and the recent cache
-		publish(itoa(i))
+		publishChat(t, pub, itoa(i))
 	}
 	_, err = st.TrimBefore(ctx, "chat.messages", time.Now().Add(time.Hour))
 	require.NoError(t, err)
@@ -158,10 +125,51 @@ func TestLaggingSubscriberPastTrimmedMessagesWaits(t *testing.T) {
 	// moves); reading in a loop would make hundreds of thousands.
 	require.Less(t, st.reads.Load()-before, int64(100), "store reads while nothing changes")
 
-	last := publish("after the trim")
+	last := publishChat(t, pub, "after the trim")
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seqs) > 0 && seqs[len(seqs)-1] == last
 	}, 10*time.Second, time.Millisecond, "the message after the trim arrives")
+}
+
+// chatSessions starts an engine on the transport suite's options (and st,
+// unless nil) and connects a publisher and a subscriber of chat.messages.
+func chatSessions(t *testing.T, st store.Store) (pub, sub pigeon.Session) {
+	t.Helper()
+	opts := transporttest.Options()
+	if st != nil {
+		opts.Store = st
+	}
+	opts.MaxContractsPerPrincipal, opts.NegotiateRate.PerSecond = -1, -1
+	e, err := pigeon.New(context.Background(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	pub, err = e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	sub, err = e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	return pub, sub
+}
+
+// gate returns a channel a handler waits on and the function that opens
+// it, which the test's cleanup calls too (before the engine's shutdown
+// waits for the handler; a cleanup registered later that waits for the
+// handler must open it first), so that a failing test does not hang.
+func gate(t *testing.T) (<-chan struct{}, func()) {
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	return release, open
+}
+
+// publishChat publishes a chat message carrying text and returns its
+// sequence.
+func publishChat(t *testing.T, pub pigeon.Session, text string) uint64 {
+	t.Helper()
+	res, err := pub.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat.messages", Intent: "chat",
+		Data: []byte(`{"kind":"chat","room":"lobby","text":"` + text + `"}`)})
+	require.NoError(t, err)
+	return res.Message.Sequence
 }
