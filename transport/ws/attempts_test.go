@@ -40,35 +40,12 @@ func TestUnwrittenDeliveriesKeepTheirAttempt(t *testing.T) {
 		{"revoked, deliver_batch frames", `,"window":1000,"batch":true`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := newEnv(t, &ws.Options{WriteQueue: 4096, WriteQueueBytes: 512 << 20, ServerQueueBytes: 1 << 30, PublishRate: -1},
-				func(o *pigeon.Options) {
-					for i := range o.Catalog.Subjects {
-						if p := &o.Catalog.Subjects[i]; p.Name == "jobs.run" {
-							p.Delivery.AckWaitMs = time.Hour.Milliseconds() // no ack wait passes in the test
-							p.Delivery.Retry.MaxAttempts = 5
-						}
-					}
-				})
+			v, crew, info, ids := congestedConsumer(t, tc.opts, func(p *pigeon.SubjectPolicy) {
+				p.Delivery.AckWaitMs = time.Hour.Milliseconds() // no ack wait passes in the test
+				p.Delivery.Retry.MaxAttempts = 5
+			})
 			ctx := context.Background()
-			crew := v.raw(t, "crew-token")
-			info := crew.negotiate("jobs.run")
-			crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`+tc.opts, ws.OpSubscribed)
-			boss, err := v.e.Connect(ctx, "boss-token", []string{"jobs.run"})
-			require.NoError(t, err)
-			defer boss.Close(ctx)
-
-			// The consumer reads nothing while 300 jobs of 64 KiB (19 MiB)
-			// are published: far more than the network holds, so most
-			// wait in the write queue.
-			const n = 300
-			pad := strings.Repeat("x", 64<<10)
-			ids := map[string]bool{}
-			for i := range n {
-				res, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run",
-					Data: json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"pad":"` + pad + `"}`)})
-				require.NoError(t, err)
-				ids[res.Message.ID] = true
-			}
+			const n = congestedJobs
 			eventually(t, func() bool { return v.srv.PendingDeliveries() == n }, "every job handed to the consumer: %d", v.srv.PendingDeliveries())
 			eventually(t, func() bool { return v.srv.Stats().QueuedBytes > 4<<20 }, "deliveries wait in the write queue")
 
@@ -171,34 +148,13 @@ func TestAckWaitWithholdsQueuedFrames(t *testing.T) {
 		{"deliver_batch frames", `,"window":1000,"batch":true`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := newEnv(t, &ws.Options{WriteQueue: 4096, WriteQueueBytes: 512 << 20, ServerQueueBytes: 1 << 30, PublishRate: -1},
-				func(o *pigeon.Options) {
-					for i := range o.Catalog.Subjects {
-						if p := &o.Catalog.Subjects[i]; p.Name == "jobs.run" {
-							p.Delivery.AckWaitMs = 1500
-							p.Delivery.Retry.MaxAttempts = 1000
-							p.Delivery.Retry.MaxDelayMs = 10
-						}
-					}
-					o.RetryBase = time.Millisecond
-				})
+			v, crew, _, ids := congestedConsumer(t, tc.opts, func(p *pigeon.SubjectPolicy) {
+				p.Delivery.AckWaitMs = 1500
+				p.Delivery.Retry.MaxAttempts = 1000
+				p.Delivery.Retry.MaxDelayMs = 10
+			})
 			ctx := context.Background()
-			crew := v.raw(t, "crew-token")
-			crew.negotiate("jobs.run")
-			crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`+tc.opts, ws.OpSubscribed)
-			boss, err := v.e.Connect(ctx, "boss-token", []string{"jobs.run"})
-			require.NoError(t, err)
-			defer boss.Close(ctx)
-
-			const n = 300
-			pad := strings.Repeat("x", 64<<10)
-			ids := map[string]bool{}
-			for i := range n {
-				res, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run",
-					Data: json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"pad":"` + pad + `"}`)})
-				require.NoError(t, err)
-				ids[res.Message.ID] = true
-			}
+			const n = congestedJobs
 			// Every job's ack wait passes while the consumer reads
 			// nothing: each is offered again (attempt 2 or later).
 			eventually(t, func() bool {
@@ -245,4 +201,42 @@ func TestAckWaitWithholdsQueuedFrames(t *testing.T) {
 			require.Less(t, len(first), n/2, "first attempts written after their ack wait passed")
 		})
 	}
+}
+
+// congestedJobs is how many jobs congestedConsumer publishes.
+const congestedJobs = 300
+
+// congestedConsumer starts a server whose write queue holds far more than
+// the network does, with jobs.run's delivery policy set by policy (and a
+// 1 ms first redelivery backoff), and a raw consumer of group "g" that
+// subscribes with opts and reads nothing while congestedJobs jobs of
+// 64 KiB (19 MiB) are published: most of their deliveries wait in its
+// write queue. It returns the consumer's contract and the jobs' ids.
+func congestedConsumer(t *testing.T, opts string, policy func(*pigeon.SubjectPolicy)) (*env, *rawClient, pigeon.ContractInfo, map[string]bool) {
+	t.Helper()
+	v := newEnv(t, &ws.Options{WriteQueue: 4096, WriteQueueBytes: 512 << 20, ServerQueueBytes: 1 << 30, PublishRate: -1},
+		func(o *pigeon.Options) {
+			for i := range o.Catalog.Subjects {
+				if p := &o.Catalog.Subjects[i]; p.Name == "jobs.run" {
+					policy(p)
+				}
+			}
+			o.RetryBase = time.Millisecond
+		})
+	ctx := context.Background()
+	crew := v.raw(t, "crew-token")
+	info := crew.negotiate("jobs.run")
+	crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`+opts, ws.OpSubscribed)
+	boss, err := v.e.Connect(ctx, "boss-token", []string{"jobs.run"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = boss.Close(context.Background()) })
+	pad := strings.Repeat("x", 64<<10)
+	ids := map[string]bool{}
+	for i := range congestedJobs {
+		res, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run",
+			Data: json.RawMessage(`{"n":` + strconv.Itoa(i) + `,"pad":"` + pad + `"}`)})
+		require.NoError(t, err)
+		ids[res.Message.ID] = true
+	}
+	return v, crew, info, ids
 }
