@@ -1,6 +1,7 @@
 //! The conformance harness (clients/conformance/README.md): builds or finds
-//! the server, starts it on a free port of 127.0.0.1 with the conformance
-//! catalog, and records which scenarios ran.
+//! the server, starts it on a port of 127.0.0.1 that it picks itself (and
+//! reports on stdout) with the conformance catalog, and records which
+//! scenarios ran.
 
 #![allow(dead_code)]
 
@@ -9,7 +10,6 @@ use pigeon_client::http::HttpClient;
 use pigeon_client::{Message, Session};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,10 +47,6 @@ pub fn server_bin() -> PathBuf {
     .clone()
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A running `pigeon serve`.
 pub struct Server {
     pub port: u16,
@@ -63,9 +59,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts a server in memory (`data` empty) or on a data directory.
+    /// Starts a server in memory (`data` empty) or on a data directory, on
+    /// a port the system picks.
     pub fn start(data: &str) -> Server {
-        Server::start_on(free_port(), data)
+        Server::spawn(0, data, None, Vec::new())
     }
 
     pub fn start_on(port: u16, data: &str) -> Server {
@@ -75,26 +72,28 @@ impl Server {
     /// Starts a server in memory serving `catalog` (subjects/, schemas/)
     /// and the tokens of its tokens.yaml.
     pub fn start_catalog(catalog: &Path) -> Server {
-        Server::spawn(free_port(), "", Some(catalog.to_path_buf()), Vec::new())
+        Server::spawn(0, "", Some(catalog.to_path_buf()), Vec::new())
     }
 
     /// `start_catalog` with more flags. With `--tls-cert` the server
-    /// speaks only TLS: it is ready once it accepts connections, and its
-    /// URLs are `wss://` and `https://`.
+    /// speaks only TLS, and its URLs are `wss://` and `https://`.
     pub fn start_catalog_with(catalog: &Path, extra: &[String]) -> Server {
-        Server::spawn(free_port(), "", Some(catalog.to_path_buf()), extra.to_vec())
+        Server::spawn(0, "", Some(catalog.to_path_buf()), extra.to_vec())
     }
 
     fn tls(&self) -> bool {
         self.extra.iter().any(|a| a == "--tls-cert")
     }
 
+    /// Starts `pigeon serve` on `port` (0: one the system picks, so that
+    /// servers started side by side never race for a port) and waits
+    /// until it listens: it says so on stdout, with the address.
     fn spawn(port: u16, data: &str, catalog: Option<PathBuf>, extra: Vec<String>) -> Server {
         let (policies, tokens) = match &catalog {
             Some(c) => (c.clone(), c.join("tokens.yaml")),
             None => (conformance_dir().join("policies"), conformance_dir().join("tokens.yaml")),
         };
-        let child = Command::new(server_bin())
+        let mut child = Command::new(server_bin())
             .arg("serve")
             .args(["--addr", &format!("127.0.0.1:{port}")])
             .args(["--data", data])
@@ -103,38 +102,12 @@ impl Server {
             .arg("--tokens")
             .arg(tokens)
             .args(&extra)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("start pigeon serve");
-        let mut s = Server { port, data: data.to_string(), catalog, extra, child: Some(child) };
-        s.wait_healthy();
-        s
-    }
-
-    fn wait_healthy(&mut self) {
-        use std::io::{Read, Write};
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("pigeon serve on port {} exited at start: {st}", self.port);
-            }
-            if self.tls() {
-                if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                    return;
-                }
-            } else if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = c.set_read_timeout(Some(Duration::from_millis(500)));
-                let _ = c.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-                let mut out = String::new();
-                let _ = c.read_to_string(&mut out);
-                if out.starts_with("HTTP/1.1 200") {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("pigeon serve on port {} did not become healthy", self.port);
+        let port = listening_port(&mut child);
+        Server { port, data: data.to_string(), catalog, extra, child: Some(child) }
     }
 
     pub fn url(&self) -> String {
@@ -175,6 +148,41 @@ impl Server {
         let s = Server::spawn(self.port, &self.data.clone(), self.catalog.clone(), self.extra.clone());
         *self = s;
     }
+}
+
+/// Reads the banner `pigeon serve` prints once it listens, up to the line
+/// `pigeon: health     http://127.0.0.1:PORT/health`, and returns PORT;
+/// a thread goes on draining stdout so that the server never blocks on
+/// it. Panics when the server exits first or says nothing for 20 s.
+fn listening_port(child: &mut Child) -> u16 {
+    use std::io::{BufRead, BufReader};
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if let Some(url) = line.strip_prefix("pigeon: health") {
+                let port = url.trim().rsplit_once(':').and_then(|(_, rest)| rest.split('/').next()?.parse::<u16>().ok());
+                if let (Some(tx), Some(port)) = (tx.take(), port) {
+                    let _ = tx.send(port);
+                }
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(port) => return port,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("pigeon serve exited at start: {st}");
+        }
+    }
+    let _ = child.kill();
+    panic!("pigeon serve did not say it listens");
 }
 
 fn unsafe_sigterm(pid: u32) {
