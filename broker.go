@@ -233,7 +233,8 @@ func (e *Engine) goTracked(fn func()) {
 	}()
 }
 
-// janitor sweeps expired contracts, replies and idle rate buckets.
+// janitor sweeps expired contracts, replies, idle rate buckets and the
+// recent caches of quiet subjects.
 func (e *Engine) janitor() {
 	t := time.NewTicker(e.opts.SweepInterval)
 	defer t.Stop()
@@ -246,6 +247,7 @@ func (e *Engine) janitor() {
 			e.sweepContracts(ctx)
 			e.replies.sweep(e.now())
 			e.limiter.sweep(e.now())
+			e.recent.sweep(e.now().Add(-recentIdle))
 			e.enforceRetention(ctx)
 			cancel()
 		}

@@ -3,6 +3,7 @@ package pigeon
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -118,14 +119,14 @@ func TestRecentRingIsBoundedInSize(t *testing.T) {
 		return n
 	}
 	for seq := uint64(1); seq <= 3*recentSize; seq++ {
-		r.put(&decoded{seq: seq, m: &Message{}, size: 1000})
+		r.put(&decoded{seq: seq, m: &Message{}, size: 1000}, time.Time{})
 	}
 	require.True(t, at(3*recentSize) && at(2*recentSize+1), "small messages: the last recentSize are all there")
 	require.Equal(t, int64(recentSize*1000), r.bytes)
 
 	const big = 5 << 20
 	for seq := uint64(3*recentSize + 1); seq <= 3*recentSize+20; seq++ {
-		r.put(&decoded{seq: seq, m: &Message{}, size: big})
+		r.put(&decoded{seq: seq, m: &Message{}, size: big}, time.Time{})
 		require.LessOrEqual(t, r.bytes, int64(recentBytes+big))
 		require.True(t, at(seq))
 		require.Equal(t, sum(), r.bytes)
@@ -134,7 +135,33 @@ func TestRecentRingIsBoundedInSize(t *testing.T) {
 	require.True(t, at(3*recentSize+20-recentBytes/big+1))
 
 	huge := &decoded{seq: 4 * recentSize, m: &Message{}, size: 2 * recentBytes}
-	r.put(huge)
+	r.put(huge, time.Time{})
 	require.True(t, at(huge.seq), "the newest stays, whatever its size")
 	require.Equal(t, huge.size, r.bytes, "everything older was cleared")
+}
+
+// A subject's recent cache is emptied once nothing was put in it since
+// the sweep's cutoff; a busy subject's is kept, and an emptied cache
+// fills and counts again.
+func TestRecentCacheOfAQuietSubjectIsEmptied(t *testing.T) {
+	var c recentCache
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	quiet, busy := c.ring("quiet"), c.ring("busy")
+	for seq := uint64(1); seq <= 10; seq++ {
+		quiet.put(&decoded{seq: seq, m: &Message{}, size: 100}, t0)
+		busy.put(&decoded{seq: seq, m: &Message{}, size: 100}, t0.Add(2*time.Minute))
+	}
+	c.sweep(t0.Add(time.Minute))
+	require.Zero(t, quiet.bytes)
+	for i := range quiet.slots {
+		require.Nil(t, quiet.slots[i].Load())
+		require.Zero(t, quiet.sizes[i])
+	}
+	require.Equal(t, int64(1000), busy.bytes)
+	require.NotNil(t, busy.slots[10].Load())
+
+	quiet.put(&decoded{seq: 11, m: &Message{}, size: 100}, t0.Add(3*time.Minute))
+	require.Equal(t, int64(100), quiet.bytes)
+	c.sweep(t0.Add(time.Minute))
+	require.NotNil(t, quiet.slots[11].Load(), "put since the cutoff: kept")
 }

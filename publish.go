@@ -362,7 +362,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// the data tree the gates read, decoded once. The copy shares
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
-		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data)
+		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, a.Now)
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"pigeon/store"
 )
@@ -12,9 +13,13 @@ import (
 // that the fan-out, lagging subscribers and receivers decode a message once
 // rather than once each; recentBytes bounds their size (decoded.size), so
 // that large messages cannot make the cache hold recentSize of them.
+// A subject's cache is emptied once nothing was put in it for recentIdle
+// (the engine's janitor looks every Options.SweepInterval), so that quiet
+// subjects hold no memory.
 const (
 	recentSize  = 4096
 	recentBytes = 32 << 20
+	recentIdle  = time.Minute
 )
 
 // decoded is a stored message decoded once; it is shared and never
@@ -63,15 +68,17 @@ type recentRing struct {
 	sizes [recentSize]int64 // the size of the message in each slot, kept here to spare reading it
 	bytes int64             // their sum
 	tail  uint64            // no slot holds a sequence before it
+	last  time.Time         // when put was last called
 }
 
-// put caches d in its slot, in place of what the slot held, and clears
-// the oldest slots while the cache holds more than recentBytes (d stays,
-// whatever its size).
-func (r *recentRing) put(d *decoded) {
+// put caches d in its slot at now, in place of what the slot held, and
+// clears the oldest slots while the cache holds more than recentBytes (d
+// stays, whatever its size).
+func (r *recentRing) put(d *decoded, now time.Time) {
 	i := d.seq % recentSize
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.last = now
 	r.slots[i].Store(d)
 	r.bytes += d.size - r.sizes[i]
 	r.sizes[i] = d.size
@@ -87,6 +94,22 @@ func (r *recentRing) put(d *decoded) {
 		}
 		r.tail++
 	}
+}
+
+// clearIdle empties the cache when nothing was put in it since cutoff.
+func (r *recentRing) clearIdle(cutoff time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bytes == 0 || !r.last.Before(cutoff) {
+		return
+	}
+	for i := range r.slots {
+		if r.sizes[i] != 0 || r.slots[i].Load() != nil {
+			r.slots[i].Store(nil)
+			r.sizes[i] = 0
+		}
+	}
+	r.bytes = 0
 }
 
 type recentCache struct {
@@ -113,13 +136,23 @@ func (c *recentCache) ring(subject string) *recentRing {
 	return r
 }
 
+// sweep empties the caches of the subjects nothing was put in since
+// cutoff.
+func (c *recentCache) sweep(cutoff time.Time) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, r := range c.rings {
+		r.clearIdle(cutoff)
+	}
+}
+
 // remember keeps a copy of an accepted message in d (zero, and not yet
 // shared), and the data tree the gates judged, so that the fan-out hands
 // it to subscribers without reading and decoding it again. The copy
 // shares nothing with m: its data is judged, the text the gates judged,
 // which nothing else holds, or when judged is nil a copy of m's (stored
 // as "{}" when empty). data must not be shared with the publisher.
-func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any) *decoded {
+func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any, now time.Time) *decoded {
 	*d = decoded{seq: seq, msg: *m}
 	d.m = &d.msg
 	switch {
@@ -136,7 +169,7 @@ func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, ju
 	}
 	d.once.Do(func() { d.data = data })
 	d.size = sizeOf(&d.msg)
-	e.recent.ring(subject).put(d)
+	e.recent.ring(subject).put(d, now)
 	return d
 }
 
@@ -162,6 +195,6 @@ func (e *Engine) decode(sm store.Message) (*decoded, error) {
 		return nil, err
 	}
 	d := &decoded{seq: sm.Seq, m: m, size: sizeOf(m)}
-	r.put(d)
+	r.put(d, e.now())
 	return d, nil
 }
