@@ -138,6 +138,25 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunTakesTurns: with -repeat, a row's cells run in turns, every
+// cell's first run before any cell's second.
+func TestRunTakesTurns(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"-only", "reqreply/pigeon-inproc-request,reqreply/nats-request", "-duration", "100ms", "-repeat", "2"}
+	require.Equal(t, 0, run(context.Background(), args, &out, &errOut), "stderr: %s", errOut.String())
+	var order []string
+	for _, line := range strings.Split(errOut.String(), "\n") {
+		if i := strings.Index(line, " … "); i >= 0 {
+			order = append(order, line[:i])
+		}
+	}
+	require.Equal(t, []string{
+		"reqreply/pigeon-inproc-request (1/2)", "reqreply/nats-request (1/2)",
+		"reqreply/pigeon-inproc-request (2/2)", "reqreply/nats-request (2/2)",
+	}, order)
+	require.Contains(t, out.String(), "runs: ")
+}
+
 // TestJudge: each row's verdict, from made-up measurements on both sides
 // of its targets, and "n/a" when one is missing.
 func TestJudge(t *testing.T) {

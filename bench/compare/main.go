@@ -76,30 +76,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	res := results{}
 	var failed []string
 	for _, r := range selected {
-		for _, cl := range r.cells {
-			if ctx.Err() != nil {
-				fmt.Fprintln(stderr, "compare: interrupted")
-				return 1
-			}
-			fmt.Fprintf(stderr, "%s/%s … ", r.name, cl.key)
-			t0 := time.Now()
-			var runs []result
-			var err error
-			for range c.repeat {
-				var m result
-				if m, err = runCell(ctx, c, cl); err != nil {
-					break
-				}
-				runs = append(runs, m)
-			}
-			if err != nil {
-				fmt.Fprintf(stderr, "failed after %v: %v\n", time.Since(t0).Round(time.Millisecond), err)
-				failed = append(failed, fmt.Sprintf("%s/%s: %v", r.name, cl.key, err))
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "compare: interrupted")
+			return 1
+		}
+		runs, errs := runRow(ctx, c, r, stderr)
+		for i, cl := range r.cells {
+			if errs[i] != nil {
+				failed = append(failed, fmt.Sprintf("%s/%s: %v", r.name, cl.key, errs[i]))
 				continue
 			}
-			m := middle(r, runs)
+			m := middle(r, runs[i])
 			res[cl.key] = m
-			fmt.Fprintf(stderr, "%s (%v)\n", value(r, cl, m), time.Since(t0).Round(time.Millisecond))
+			fmt.Fprintf(stderr, "%s/%s: %s\n", r.name, cl.key, value(r, cl, m))
 		}
 	}
 	printTable(stdout, c, args, load, selected, res)
@@ -110,6 +99,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// runRow runs the cells of r c.repeat times each, in turns (every cell
+// once, then every cell again, …), so that the cells a ratio compares are
+// measured over the same stretch of time: on a shared machine the speed
+// drifts over minutes, and runs of one cell after another would put the
+// drift into the ratio. It returns each cell's runs and the error that
+// stopped it; a failed cell is not run again.
+func runRow(ctx context.Context, c config, r row, stderr io.Writer) ([][]result, []error) {
+	runs := make([][]result, len(r.cells))
+	errs := make([]error, len(r.cells))
+	for k := range c.repeat {
+		for i, cl := range r.cells {
+			if errs[i] != nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				errs[i] = ctx.Err()
+				continue
+			}
+			fmt.Fprintf(stderr, "%s/%s (%d/%d) … ", r.name, cl.key, k+1, c.repeat)
+			t0 := time.Now()
+			m, err := runCell(ctx, c, cl)
+			if err != nil {
+				fmt.Fprintf(stderr, "failed after %v: %v\n", time.Since(t0).Round(time.Millisecond), err)
+				errs[i] = err
+				continue
+			}
+			fmt.Fprintf(stderr, "%s (%v)\n", value(r, cl, m), time.Since(t0).Round(time.Millisecond))
+			runs[i] = append(runs[i], m)
+		}
+	}
+	return runs, errs
 }
 
 // runCell runs one scenario with a deadline well past its window, after a
