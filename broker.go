@@ -34,6 +34,9 @@ const (
 	DefaultContractTTL              = 15 * time.Minute
 	DefaultMaxContractTTL           = 24 * time.Hour
 	DefaultMaxContractsPerPrincipal = 1000
+	// DefaultMaxSubscriptionsPerPrincipal is
+	// Options.MaxSubscriptionsPerPrincipal when it is zero.
+	DefaultMaxSubscriptionsPerPrincipal = 1000
 )
 
 // DefaultNegotiateRate is Options.NegotiateRate when it is zero: 20
@@ -67,6 +70,14 @@ type Options struct {
 	// negative: no cap). Negotiating beyond it fails with
 	// TOO_MANY_CONTRACTS until one expires or is revoked.
 	MaxContractsPerPrincipal int
+	// MaxSubscriptionsPerPrincipal caps the running subscriptions of one
+	// principal, over every session and transport (default
+	// DefaultMaxSubscriptionsPerPrincipal; negative: no cap). Each one
+	// holds a goroutine and its queue, so without a cap one contract
+	// holder could subscribe until the broker runs out of memory.
+	// Subscribing beyond it fails with TOO_MANY_SUBSCRIPTIONS until one
+	// ends. Counted per engine (per node in a cluster).
+	MaxSubscriptionsPerPrincipal int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
 	// Burst below 1: PerSecond rounded up). Beyond it negotiation
@@ -153,6 +164,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	if o.MaxContractsPerPrincipal == 0 {
 		o.MaxContractsPerPrincipal = DefaultMaxContractsPerPrincipal
+	}
+	if o.MaxSubscriptionsPerPrincipal == 0 {
+		o.MaxSubscriptionsPerPrincipal = DefaultMaxSubscriptionsPerPrincipal
 	}
 	switch nr := &o.NegotiateRate; {
 	case nr.PerSecond == 0:

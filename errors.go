@@ -68,6 +68,9 @@ const (
 	CodeInvalidArgument    Code = "INVALID_ARGUMENT"
 	CodeConflict           Code = "CONFLICT"
 	CodeTooManyContracts   Code = "TOO_MANY_CONTRACTS"
+	// CodeTooManySubscriptions refuses a subscription beyond
+	// Options.MaxSubscriptionsPerPrincipal.
+	CodeTooManySubscriptions Code = "TOO_MANY_SUBSCRIPTIONS"
 	// CodeDuplicateKey refuses JSON with an object holding two members of
 	// one name anywhere in a message or frame: readers disagree on which
 	// one wins, so the gates could judge a value a receiver never sees.

@@ -307,9 +307,15 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	e.subs.mu.Lock()
 	if e.closed.Load() {
 		e.subs.mu.Unlock()
+		sub.cancel()
 		return nil, errShutdown()
 	}
-	e.subs.all[sub] = struct{}{}
+	if !e.subs.add(sub, e.opts.MaxSubscriptionsPerPrincipal) {
+		e.subs.mu.Unlock()
+		sub.cancel()
+		e.audit(ctx, EventSubscribeDenied.record(OutcomeDeny, CodeTooManySubscriptions, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID}))
+		return nil, NewError(CodeTooManySubscriptions, "this principal runs %d subscriptions, the most allowed; end one first", e.opts.MaxSubscriptionsPerPrincipal)
+	}
 	f := e.subs.fanouts[s.name]
 	if f == nil {
 		f = newFanout(e, s.name)

@@ -131,17 +131,43 @@ func (s *subscription) poke() {
 	}
 }
 
-// subscriptions is the engine's table of running subscriptions and the
-// per-subject fan-outs.
+// subscriptions is the engine's table of running subscriptions, how many
+// each principal runs, and the per-subject fan-outs.
 type subscriptions struct {
 	mu      sync.RWMutex // write-locked to change the tables
 	all     map[*subscription]struct{}
+	held    map[string]int // principal id → subscriptions in all; absent at 0
 	fanouts map[string]*fanout
 }
 
 func (t *subscriptions) init() {
 	t.all = map[*subscription]struct{}{}
+	t.held = map[string]int{}
 	t.fanouts = map[string]*fanout{}
+}
+
+// add puts s in the table unless its principal already runs limit
+// subscriptions (limit < 0: no cap); t.mu must be write-locked.
+func (t *subscriptions) add(s *subscription, limit int) bool {
+	p := s.caller.Principal.ID
+	if limit >= 0 && t.held[p] >= limit {
+		return false
+	}
+	t.all[s] = struct{}{}
+	t.held[p]++
+	return true
+}
+
+// remove takes s out of the table; t.mu must be write-locked.
+func (t *subscriptions) remove(s *subscription) {
+	if _, ok := t.all[s]; !ok {
+		return
+	}
+	delete(t.all, s)
+	p := s.caller.Principal.ID
+	if t.held[p]--; t.held[p] <= 0 {
+		delete(t.held, p)
+	}
 }
 
 func (t *subscriptions) closeAll() {
@@ -213,7 +239,7 @@ func (s *subscription) finish() {
 	s.flush() // what was answered before the end is recorded and settled
 	e := s.e
 	e.subs.mu.Lock()
-	delete(e.subs.all, s)
+	e.subs.remove(s)
 	if f := e.subs.fanouts[s.subj.name]; f != nil {
 		f.remove(s)
 	}

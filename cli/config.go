@@ -38,6 +38,7 @@ type fileConfig struct {
 	MesgdSubject    string        `yaml:"mesgd_subject"`
 	ProgramVersions int           `yaml:"program_versions"`
 	WSPublishRate   float64       `yaml:"ws_publish_rate"`
+	MaxSubs         int           `yaml:"max_subscriptions"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -183,6 +184,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.WSPublishRate != 0 {
 		cfg.wsPublishRate = f.WSPublishRate
+	}
+	if f.MaxSubs != 0 {
+		cfg.maxSubs = f.MaxSubs
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

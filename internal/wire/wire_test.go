@@ -54,6 +54,7 @@ func TestHTTPStatus(t *testing.T) {
 		pigeon.CodeUnauthenticated:      http.StatusUnauthorized,
 		pigeon.CodeForbidden:            http.StatusForbidden,
 		pigeon.CodeTooManyContracts:     http.StatusTooManyRequests,
+		pigeon.CodeTooManySubscriptions: http.StatusTooManyRequests,
 		pigeon.CodeSchemaInvalid:        http.StatusUnprocessableEntity,
 		pigeon.CodeMessageNotFound:      http.StatusNotFound,
 		pigeon.CodeInvalidArgument:      http.StatusBadRequest,

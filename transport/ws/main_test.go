@@ -33,11 +33,12 @@ type env struct {
 	url string // ws://127.0.0.1:port/v1/ws
 }
 
-// manyContracts lifts the per-principal negotiation limits, for tests that
-// open hundreds of connections as one principal.
+// manyContracts lifts the per-principal negotiation and subscription
+// limits, for tests that open hundreds of connections as one principal.
 func manyContracts(o *pigeon.Options) {
 	o.NegotiateRate.PerSecond = -1
 	o.MaxContractsPerPrincipal = -1
+	o.MaxSubscriptionsPerPrincipal = -1
 }
 
 func newEnv(t testing.TB, wsOpts *ws.Options, mutate ...func(*pigeon.Options)) *env {

@@ -56,6 +56,38 @@ func TestPublishRateLimitPerConnection(t *testing.T) {
 	require.Equal(t, int64(1), v.srv.Stats().RateLimited)
 }
 
+// TestSubscriptionCapOverTheWire: a principal's subscriptions are capped
+// across its connections (pigeon.Options.MaxSubscriptionsPerPrincipal);
+// one more is an error frame TOO_MANY_SUBSCRIPTIONS, the connection stays
+// up, and a connection that goes away frees its subscriptions' places.
+func TestSubscriptionCapOverTheWire(t *testing.T) {
+	v := newEnv(t, nil, func(o *pigeon.Options) { o.MaxSubscriptionsPerPrincipal = 2 })
+	a := v.raw(t, "bob-token")
+	a.negotiate("chat.messages")
+	b := v.raw(t, "bob-token")
+	b.negotiate("chat.messages")
+	const sub = `,"subject":"chat.messages"`
+	a.ok(ws.OpSubscribe, sub, ws.OpSubscribed)
+	b.ok(ws.OpSubscribe, sub, ws.OpSubscribed)
+	b.fail(ws.OpSubscribe, sub, pigeon.CodeTooManySubscriptions)
+	a.fail(ws.OpSubscribe, sub, pigeon.CodeTooManySubscriptions)
+	b.ok(ws.OpPing, "", ws.OpPong)
+
+	require.NoError(t, a.c.Close(websocket.StatusNormalClosure, ""))
+	c := v.raw(t, "bob-token")
+	c.negotiate("chat.messages")
+	eventually(t, func() bool {
+		f := c.call(ws.OpSubscribe, sub)
+		if f.Op == ws.OpError {
+			require.Equal(t, pigeon.CodeTooManySubscriptions, f.Error.Code)
+			return false
+		}
+		require.Equal(t, ws.OpSubscribed, f.Op)
+		return true
+	}, "the closed connection's subscription frees its place")
+	c.fail(ws.OpSubscribe, sub, pigeon.CodeTooManySubscriptions)
+}
+
 // smallReceiveBuffer makes a client socket whose kernel receive buffer is
 // tiny, so that a client that stops reading stalls the server quickly.
 func smallReceiveBuffer() *http.Client {

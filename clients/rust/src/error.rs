@@ -212,7 +212,7 @@ pub fn http_status(code: &str) -> u16 {
         | "NO_PERMITTED_SUBJECTS"
         | "ACK_NOT_ALLOWED"
         | "GRANT_REVOKED" => 403,
-        "RATE_LIMITED" | "TOO_MANY_CONTRACTS" => 429,
+        "RATE_LIMITED" | "TOO_MANY_CONTRACTS" | "TOO_MANY_SUBSCRIPTIONS" => 429,
         "SENSITIVE_FIELD_DENIED"
         | "RAW_PAN_DETECTED"
         | "IDEMPOTENCY_REQUIRED"
