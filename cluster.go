@@ -109,7 +109,7 @@ type LeaseState struct {
 // shared reports whether g's leases go through the cluster: work-queue
 // groups do, pubsub pull cursors do not.
 func (e *Engine) shared(g *group) bool {
-	return e.opts.Cluster != nil && !strings.HasPrefix(g.key.Group, "cursor:")
+	return e.opts.Cluster != nil && !strings.HasPrefix(g.key.Group, cursorPrefix)
 }
 
 // clusterBarrier waits, on a cluster whose Cluster is a ClusterBarrier,

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"pigeon/store"
 )
@@ -44,10 +46,41 @@ func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector) string {
 	return g
 }
 
+// MaxGroupName is the longest consumer group name, in bytes.
+const MaxGroupName = 128
+
+// checkGroupName refuses a consumer group name (empty: DefaultGroup) that
+// could be taken for another group's key: the engine keys a group by its
+// name, then '|' and the subscription's selector, filter and scope, and
+// keys pull cursors "cursor:" and a principal. A name holding '|' could
+// spell the key of a group scoped to other routes, and one starting with
+// "cursor:" would be taken for a cursor, whose leases are not shared in a
+// cluster. Control characters, invalid UTF-8 and names longer than
+// MaxGroupName are refused too (INVALID_ARGUMENT).
+func checkGroupName(g string) error {
+	switch {
+	case len(g) > MaxGroupName:
+		return NewError(CodeInvalidArgument, "a group name is at most %d bytes", MaxGroupName)
+	case strings.HasPrefix(g, cursorPrefix):
+		return NewError(CodeInvalidArgument, "a group name may not start with %q", cursorPrefix)
+	case !utf8.ValidString(g):
+		return NewError(CodeInvalidArgument, "a group name must be UTF-8")
+	}
+	for i := 0; i < len(g); i++ {
+		if c := g[i]; c == '|' || c < 0x20 || c == 0x7f {
+			return NewError(CodeInvalidArgument, "a group name may not hold %q", c)
+		}
+	}
+	return nil
+}
+
+// cursorPrefix starts the group key of every pull cursor.
+const cursorPrefix = "cursor:"
+
 // cursorKey is the store key of a principal's pull cursor on a pubsub
 // subject.
 func cursorKey(subject, principal string) store.GroupKey {
-	return store.GroupKey{Subject: subject, Group: "cursor:" + principal}
+	return store.GroupKey{Subject: subject, Group: cursorPrefix + principal}
 }
 
 // groupTable holds the live state of every consumer group.

@@ -259,6 +259,9 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if s == nil {
 		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
 	}
+	if err := checkGroupName(o.Group); err != nil {
+		return nil, err
+	}
 	if o.AtMostOnce && s.mode != ModePubSub {
 		return nil, NewError(CodeInvalidArgument, "at-most-once delivery is for pubsub subjects; %q is %s", s.name, s.mode)
 	}
