@@ -15,6 +15,7 @@ const (
 	DefaultPingInterval      = 30 * time.Second
 	DefaultPingTimeout       = 15 * time.Second
 	DefaultMaxConnections    = 10000
+	DefaultMaxPerPrincipal   = 1000
 	DefaultPublishRate       = 1000000
 	DefaultMaxInFlight       = 256
 	DefaultMaxRequestTimeout = 5 * time.Minute
@@ -53,6 +54,11 @@ type Options struct {
 	// MaxConnections caps open connections (default 10000); an upgrade
 	// beyond it is refused with 429 RATE_LIMITED.
 	MaxConnections int
+	// MaxConnectionsPerPrincipal caps the open connections of one
+	// principal (default 1000, a tenth of MaxConnections; negative: no
+	// cap), so that one client cannot take every connection and lock the
+	// others out; an upgrade beyond it is refused with 429 RATE_LIMITED.
+	MaxConnectionsPerPrincipal int
 	// PublishRate is how many messages per second one connection may
 	// publish (default 1000000, negative: unlimited), with bursts of
 	// PublishBurst (default PublishRate/10, at least 1): a publish or
@@ -112,6 +118,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxConnectionsPerPrincipal == 0 {
+		c.MaxConnectionsPerPrincipal = DefaultMaxPerPrincipal
 	}
 	if c.PublishRate == 0 {
 		c.PublishRate = DefaultPublishRate

@@ -40,6 +40,34 @@ func TestConnectionLimit(t *testing.T) {
 	v.raw(t, "alice-token").ok(ws.OpPing, "", ws.OpPong)
 }
 
+// TestConnectionLimitPerPrincipal: one principal holds at most
+// MaxConnectionsPerPrincipal connections, so it cannot take every slot;
+// others still connect, a closed connection frees its slot, and so does
+// an authenticated request that never became a WebSocket.
+func TestConnectionLimitPerPrincipal(t *testing.T) {
+	v := newEnv(t, &ws.Options{MaxConnectionsPerPrincipal: 2})
+	auth := http.Header{"Authorization": {"Bearer alice-token"}}
+	for range 3 { // not upgrades: each takes a slot for a moment, then gives it back
+		req, err := http.NewRequest(http.MethodGet, "http"+strings.TrimPrefix(v.url, "ws"), nil)
+		require.NoError(t, err)
+		req.Header = auth.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.NotEqual(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	}
+	a := v.raw(t, "alice-token")
+	v.raw(t, "alice-token")
+	_, resp, err := websocket.Dial(context.Background(), v.url, &websocket.DialOptions{HTTPHeader: auth})
+	require.Error(t, err)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	v.raw(t, "bob-token").ok(ws.OpPing, "", ws.OpPong) // another principal has its own slots
+
+	require.NoError(t, a.c.Close(websocket.StatusNormalClosure, ""))
+	eventually(t, func() bool { return v.srv.Stats().Open == 2 }, "a slot frees")
+	v.raw(t, "alice-token").ok(ws.OpPing, "", ws.OpPong)
+}
+
 func TestPublishRateLimitPerConnection(t *testing.T) {
 	v := newEnv(t, &ws.Options{PublishRate: 0.001, PublishBurst: 2})
 	r := v.raw(t, "alice-token")

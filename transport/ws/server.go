@@ -20,12 +20,13 @@ type Server struct {
 	e    *pigeon.Engine
 	opts Options
 
-	mu       sync.Mutex
-	conns    map[*conn]struct{}
-	closing  bool
-	wg       sync.WaitGroup
-	shutOnce sync.Once
-	drained  chan struct{}
+	mu           sync.Mutex
+	conns        map[*conn]struct{}
+	perPrincipal map[string]int // principal id → slots admit reserved; absent at 0
+	closing      bool
+	wg           sync.WaitGroup
+	shutOnce     sync.Once
+	drained      chan struct{}
 
 	budget budget // bytes queued for writing, across connections
 	stats  counters
@@ -62,7 +63,7 @@ type Stats struct {
 
 // NewServer returns the WebSocket endpoint of e.
 func NewServer(e *pigeon.Engine, opts *Options) *Server {
-	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, drained: make(chan struct{})}
+	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, perPrincipal: map[string]int{}, drained: make(chan struct{})}
 	s.budget = budget{limit: s.opts.ServerQueueBytes, peak: &s.stats.queuedPeak}
 	return s
 }
@@ -139,7 +140,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteUpgradeError(w, err)
 		return
 	}
-	if err := s.admit(); err != nil {
+	if err := s.admit(p.ID); err != nil {
 		s.stats.refused.Add(1)
 		wire.WriteHTTPError(w, err)
 		return
@@ -149,25 +150,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wsc, err := websocket.Accept(cw, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, OriginPatterns: s.opts.OriginPatterns})
 	if err != nil {
 		s.stats.refused.Add(1)
-		s.release(nil)
+		s.release(p.ID, nil)
 		return
 	}
 	wsc.SetReadLimit(s.opts.MaxFrame)
 	c := newConn(r.Context(), s, wsc, cw.cc, p, region)
 	if !s.track(c) {
 		_ = wsc.Close(websocket.StatusGoingAway, "server shutting down")
-		s.release(nil)
+		s.release(p.ID, nil)
 		return
 	}
 	s.stats.accepted.Add(1)
 	s.opts.Logger.DebugContext(r.Context(), "websocket connected", "principal", p.ID, "region", region, "remote", r.RemoteAddr)
 	c.serve()
-	s.release(c)
+	s.release(p.ID, c)
 	s.opts.Logger.DebugContext(r.Context(), "websocket closed", "principal", p.ID, "remote", r.RemoteAddr)
 }
 
-// admit reserves a connection slot.
-func (s *Server) admit() error {
+// admit reserves a connection slot for principal.
+func (s *Server) admit(principal string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -176,6 +177,10 @@ func (s *Server) admit() error {
 	if s.stats.open.Load() >= int64(s.opts.MaxConnections) {
 		return pigeon.NewError(pigeon.CodeRateLimited, "connection limit reached")
 	}
+	if limit := s.opts.MaxConnectionsPerPrincipal; limit >= 0 && s.perPrincipal[principal] >= limit {
+		return pigeon.NewError(pigeon.CodeRateLimited, "this principal holds %d connections, the most allowed", limit)
+	}
+	s.perPrincipal[principal]++
 	s.stats.open.Add(1)
 	s.wg.Add(1)
 	return nil
@@ -192,10 +197,15 @@ func (s *Server) track(c *conn) bool {
 	return true
 }
 
-func (s *Server) release(c *conn) {
+// release gives back the slot admit reserved for principal, and forgets
+// c (nil when the connection was never tracked).
+func (s *Server) release(principal string, c *conn) {
 	s.mu.Lock()
 	if c != nil {
 		delete(s.conns, c)
+	}
+	if s.perPrincipal[principal]--; s.perPrincipal[principal] <= 0 {
+		delete(s.perPrincipal, principal)
 	}
 	s.mu.Unlock()
 	s.stats.open.Add(-1)
