@@ -12,7 +12,7 @@ import { createServer } from "node:http";
 import { mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { extname, join, normalize } from "node:path";
-import { CLIENT, Server, freePort, hangAfter } from "./harness.mjs";
+import { CLIENT, Server, hangAfter } from "./harness.mjs";
 
 function chromium() {
   for (const name of [process.env.CHROMIUM, "chromium", "chromium-browser", "google-chrome"]) {
@@ -74,9 +74,8 @@ async function pageServer() {
     res.setHeader("content-type", TYPES[extname(file)] ?? "application/octet-stream");
     res.end(readFileSync(file));
   });
-  const port = await freePort();
-  await new Promise((r) => srv.listen(port, "127.0.0.1", r));
-  return { url: `http://127.0.0.1:${port}`, reported, close: () => new Promise((r) => srv.close(r)) };
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${srv.address().port}`, reported, close: () => new Promise((r) => srv.close(r)) };
 }
 
 const browser = chromium();

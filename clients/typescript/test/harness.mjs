@@ -1,9 +1,9 @@
 // The conformance harness (clients/conformance/README.md): builds the server
-// once (or takes PIGEON_BIN), starts it on a free 127.0.0.1 port with the
-// conformance catalog and tokens, and records which scenarios ran.
+// once (or takes PIGEON_BIN), starts it on a port of 127.0.0.1 that it picks
+// itself (and names in its banner) with the conformance catalog and tokens,
+// and records which scenarios ran.
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, existsSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -25,23 +25,13 @@ export function pigeonBin() {
   return bin;
 }
 
-export function freePort() {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => res(port));
-    });
-  });
-}
-
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** One `pigeon serve` process. */
 export class Server {
-  constructor(port, data, extra = []) {
-    this.port = port;
+  /** `data` is its data folder ("" keeps everything in memory), `extra` more serve flags. */
+  constructor(data = "", extra = []) {
+    this.port = 0; // the system picks it at the first run()
     this.data = data;
     this.extra = extra;
     this.proc = undefined;
@@ -56,11 +46,19 @@ export class Server {
 
   /** Starts a server; `durable` gives it a temporary data folder, `args` more serve flags. */
   static async start({ durable = false, args = [] } = {}) {
-    const s = new Server(await freePort(), durable ? mkdtempSync(join(tmpdir(), "pigeon-ts-data-")) : "", args);
+    const s = new Server(durable ? mkdtempSync(join(tmpdir(), "pigeon-ts-data-")) : "", args);
     await s.run();
     return s;
   }
 
+  /**
+   * Starts `pigeon serve` and waits until it serves. The first run listens
+   * on 127.0.0.1:0 and takes the port the system picked from the server's
+   * banner, so that servers started side by side never race for a port; a
+   * restart listens on the same port again, for the sessions that reconnect
+   * to it. Throws, with the server's output so far, when the server exits
+   * or says nothing of listening within 15 s.
+   */
   async run() {
     const args = [
       "serve",
@@ -79,19 +77,22 @@ export class Server {
     p.stdout.on("data", keep);
     p.stderr.on("data", keep);
     const exited = new Promise((r) => p.once("exit", (code, sig) => r({ code, sig })));
+    const closed = new Promise((r) => p.once("close", r)); // and its output read to the end
     this.exited = exited;
     const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline) {
-      if (p.exitCode !== null || p.signalCode !== null) break;
-      try {
-        const r = await fetch(`${this.http}/health`);
-        if (r.status === 200) return;
-      } catch {
-        /* not up yet */
-      }
-      await sleep(50);
+    try {
+      this.port = await listeningPort(p, exited, 15_000);
+      // The listener exists once the banner is out; /health answering 200
+      // says the HTTP API is served on it too.
+      const left = Math.max(deadline - Date.now(), 1000);
+      const r = await fetch(`${this.http}/health`, { signal: AbortSignal.timeout(left) });
+      if (r.status !== 200) throw new Error(`GET /health answered ${r.status}`);
+    } catch (e) {
+      await this.kill("SIGKILL");
+      await Promise.race([closed, hangAfter(1000)]);
+      const cmd = args.map((a) => (a === "" ? '""' : a)).join(" ");
+      throw new Error(`pigeon ${cmd}: ${e.message}; its output so far:\n${this.log.join("")}`);
     }
-    throw new Error(`pigeon serve did not come up on ${this.port}:\n${this.log.join("")}`);
   }
 
   /** Kills the process with sig and waits for it to exit. */
@@ -108,6 +109,34 @@ export class Server {
     if (process.env.PIGEON_TS_DEBUG) console.error(`stop ${this.port}: ${Date.now() - t0} ms`);
     if (this.data && existsSync(this.data)) rmSync(this.data, { recursive: true, force: true });
   }
+}
+
+// The line of the banner `pigeon serve` prints once it listens:
+// "pigeon: health     http://127.0.0.1:PORT/health".
+const LISTENING = /^pigeon: health +https?:\/\/\S+:(\d+)\/health/m;
+
+/**
+ * Resolves to the port `pigeon serve` (process p) says it listens on, read
+ * from its stdout; rejects when it exits first or after ms.
+ */
+function listeningPort(p, exited, ms) {
+  return new Promise((resolve, reject) => {
+    let out = "";
+    let timer;
+    const settle = (f, v) => {
+      clearTimeout(timer);
+      p.stdout.off("data", read);
+      f(v);
+    };
+    const read = (b) => {
+      out += b.toString();
+      const m = LISTENING.exec(out);
+      if (m) settle(resolve, Number(m[1]));
+    };
+    p.stdout.on("data", read);
+    timer = setTimeout(() => settle(reject, new Error(`it did not say it listens within ${ms} ms`)), ms);
+    exited.then(({ code, sig }) => settle(reject, new Error(`it exited (${sig ?? `code ${code}`}) before it said it listens`)));
+  });
 }
 
 let shared;

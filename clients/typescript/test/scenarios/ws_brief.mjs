@@ -9,7 +9,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connect } from "../../dist/index.js";
-import { Server, freePort, uniq, until } from "../harness.mjs";
+import { Server, uniq, until } from "../harness.mjs";
 
 const WRITER = "spiffe://clients/ns/test/sa/writer";
 const SUBJECT = "notes.any";
@@ -29,8 +29,7 @@ async function notesServer() {
   }));
   writeFileSync(join(catalog, "tokens.yaml"), `tokens:\n  - { token: writer-token, principal: "${WRITER}" }\n`);
   // The flags given last win over the conformance catalog's.
-  server = new Server(await freePort(), "", ["--policies", catalog, "--tokens", join(catalog, "tokens.yaml")]);
-  await server.run();
+  server = await Server.start({ args: ["--policies", catalog, "--tokens", join(catalog, "tokens.yaml")] });
   return server;
 }
 

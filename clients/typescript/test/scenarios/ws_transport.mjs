@@ -3,7 +3,17 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocketServer, WebSocket } from "ws";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, Server, sharedServer, telemetry, until, sleep, freePort, payment, uniq, hangAfter, withTelemetry } from "../harness.mjs";
+import { scenario, Server, sharedServer, telemetry, until, sleep, payment, uniq, hangAfter, withTelemetry } from "../harness.mjs";
+
+/** A WebSocket server of the test's own, listening on a port of 127.0.0.1 the system picks. */
+async function wsServer() {
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  await new Promise((r, j) => {
+    wss.once("listening", r);
+    wss.once("error", j);
+  });
+  return wss;
+}
 
 scenario("transport.server_closes", async () => {
   const srv = await Server.start();
@@ -36,9 +46,8 @@ scenario("transport.server_closes", async () => {
 });
 
 scenario("transport.bad_frame", async () => {
-  const port = await freePort();
-  const wss = new WebSocketServer({ host: "127.0.0.1", port });
-  await new Promise((r) => wss.once("listening", r));
+  const wss = await wsServer();
+  const { port } = wss.address();
   wss.on("connection", (ws) => {
     ws.on("message", (raw) => {
       const f = JSON.parse(raw.toString());
@@ -122,7 +131,9 @@ test("browser path: the credential as the pigeon.bearer subprotocol", async () =
 });
 
 test("connecting to a port nobody listens on fails with a transport error", async () => {
-  const port = await freePort();
+  // Port 0: nothing can listen there, where a port found free a moment ago
+  // may be taken by then; connecting to it is refused.
+  const port = 0;
   await assert.rejects(connect(`ws://127.0.0.1:${port}/v1/ws`, "t", ["x"]), (e) => e instanceof PigeonError && e.isTransport);
   await assert.rejects(new HttpClient(`http://127.0.0.1:${port}`, "t").subjects(), (e) => e instanceof PigeonError && e.isTransport);
 });
@@ -207,9 +218,8 @@ test("reconnect(): a fresh contract, the subscription carries on", async () => {
 });
 
 test("keepalive: a ping left unanswered drops the connection, and the session reconnects", async () => {
-  const port = await freePort();
-  const wss = new WebSocketServer({ host: "127.0.0.1", port });
-  await new Promise((r) => wss.once("listening", r));
+  const wss = await wsServer();
+  const { port } = wss.address();
   let connections = 0;
   wss.on("connection", (ws) => {
     connections++;
