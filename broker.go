@@ -83,6 +83,14 @@ type Options struct {
 	// Burst below 1: PerSecond rounded up). Beyond it negotiation
 	// fails with RATE_LIMITED.
 	NegotiateRate RateLimitPolicy
+	// NodeRateLimits keeps every rate limit (a subject's rateLimit and
+	// NegotiateRate) per node in a cluster: a principal may then get up to
+	// N times a limit through N nodes. By default, when Cluster implements
+	// ClusterSize, each node applies its share, the limit divided by the
+	// live nodes (the burst too, at least one), so that a principal whose
+	// requests a balancer spreads over the nodes gets the limit in all; one
+	// whose requests all reach one node gets its share there.
+	NodeRateLimits bool
 	// Region is a session's region when Connect names none (default "local").
 	Region string
 	// RetryBase is the first redelivery backoff (default 1 s).
@@ -204,6 +212,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e.contracts.m = map[string]*contract{}
 	e.live.by = map[string]*principalLive{}
 	e.limiter = newRateLimiter()
+	if cs, ok := o.Cluster.(ClusterSize); ok && !o.NodeRateLimits {
+		e.limiter.nodes = cs.LiveNodes
+	}
 	e.replies.init()
 	e.groups.init()
 	e.subs.init()

@@ -45,6 +45,16 @@ type ClusterBarrier interface {
 	Barrier(ctx context.Context) error
 }
 
+// ClusterSize is an optional interface of a Cluster: how many nodes are
+// live. With it the engine shares each rate limit among them (see
+// Options.NodeRateLimits).
+type ClusterSize interface {
+	// LiveNodes returns how many nodes are live, this one included; 1
+	// when it cannot tell. It is called on the publish path of every
+	// rate-limited subject, so it must be cheap.
+	LiveNodes() int
+}
+
 // ClusterChange is one change another node made.
 type ClusterChange struct {
 	Kind ClusterChangeKind

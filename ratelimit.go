@@ -6,10 +6,12 @@ import (
 )
 
 // rateLimiter keeps one token bucket per (subject, principal). Buckets of
-// a replaced policy start full; idle buckets are swept.
+// a replaced policy start full; idle buckets are swept. In a cluster whose
+// size it knows (nodes), each bucket holds this node's share of its limit.
 type rateLimiter struct {
 	mu      sync.Mutex
 	buckets map[rateKey]*bucket
+	nodes   func() int // live nodes sharing each limit; nil: this node alone
 }
 
 type rateKey struct {
@@ -19,7 +21,8 @@ type rateKey struct {
 type bucket struct {
 	tokens float64
 	last   time.Time
-	rate   float64
+	policy RateLimitPolicy // the limit the bucket was made for
+	rate   float64         // this node's share of it
 	burst  float64
 }
 
@@ -34,12 +37,19 @@ func (l *rateLimiter) allow(s *subject, principal string, now time.Time) bool {
 // names are never empty, so a key with an empty subject is free for limits
 // that are not per subject (negotiation).
 func (l *rateLimiter) take(k rateKey, rp RateLimitPolicy, now time.Time) bool {
+	rate, burst := share(rp, l.liveNodes())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.buckets[k]
-	if b == nil || b.rate != rp.PerSecond || b.burst != float64(rp.Burst) {
-		b = &bucket{tokens: float64(rp.Burst), last: now, rate: rp.PerSecond, burst: float64(rp.Burst)}
+	switch {
+	case b == nil || b.policy != rp:
+		b = &bucket{tokens: burst, last: now, policy: rp, rate: rate, burst: burst}
 		l.buckets[k] = b
+	case b.rate != rate || b.burst != burst:
+		// The cluster grew or shrank: the share changes, and what the
+		// bucket holds stays within the new one.
+		b.rate, b.burst = rate, burst
+		b.tokens = min(b.tokens, burst)
 	}
 	if el := now.Sub(b.last).Seconds(); el > 0 {
 		b.tokens += el * b.rate
@@ -53,6 +63,24 @@ func (l *rateLimiter) take(k rateKey, rp RateLimitPolicy, now time.Time) bool {
 	}
 	b.tokens--
 	return true
+}
+
+func (l *rateLimiter) liveNodes() int {
+	if l.nodes == nil {
+		return 1
+	}
+	return max(1, l.nodes())
+}
+
+// share is one of n nodes' part of rp: its rate and burst divided by n,
+// the burst at least one token.
+func share(rp RateLimitPolicy, n int) (rate, burst float64) {
+	rate, burst = rp.PerSecond, float64(rp.Burst)
+	if n > 1 {
+		rate /= float64(n)
+		burst = max(1, burst/float64(n))
+	}
+	return rate, burst
 }
 
 // sweep drops buckets that have refilled completely.

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,11 +49,13 @@ type Cluster struct {
 	peers map[string]peer // by node, from the <P>_applied bucket
 	ready bool            // Watch runs and peers holds every record
 	moved chan struct{}   // closed and replaced when peers changes
+	live  atomic.Int32    // LiveNodes: 1 + the peers live at the last count
 }
 
 var (
 	_ pigeon.Cluster        = (*Cluster)(nil)
 	_ pigeon.ClusterBarrier = (*Cluster)(nil)
+	_ pigeon.ClusterSize    = (*Cluster)(nil)
 )
 
 // appliedRevs is a node's record in the <P>_applied bucket: the highest
@@ -190,6 +193,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			return ctx.Err()
 		case <-beat.C:
 			c.confirm(ctx)
+			c.count()
 		case e, ok := <-peers.Updates():
 			if !ok {
 				return errors.New("jetstream: applied watch ended")
@@ -361,6 +365,35 @@ func (c *Cluster) see(e jetstream.KeyValueEntry) {
 	}
 	close(c.moved)
 	c.moved = make(chan struct{})
+	c.countLocked()
+}
+
+// LiveNodes implements pigeon.ClusterSize: this node and the others whose
+// record in <P>_applied was refreshed within Options.Liveness, as counted
+// when a record last changed or at the last beat (every Liveness/3). It
+// is 1 until this node's watch has read every record.
+func (c *Cluster) LiveNodes() int { return max(1, int(c.live.Load())) }
+
+// count recounts the live nodes: a node that stops refreshing its record
+// drops out once Liveness passed, without any change to report it.
+func (c *Cluster) count() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.countLocked()
+}
+
+// countLocked is count with c.mu held.
+func (c *Cluster) countLocked() {
+	if !c.ready {
+		return
+	}
+	n := 1
+	for _, p := range c.peers {
+		if time.Since(p.at) <= c.s.opts.Liveness {
+			n++
+		}
+	}
+	c.live.Store(int32(n))
 }
 
 // lagging returns the live nodes that have not applied want yet, and a

@@ -275,6 +275,9 @@ const (
 	dave  = "spiffe://chat/dave"
 )
 
+// ratedBurst is the burst of rated.chat's rate limit.
+const ratedBurst = 6
+
 func clusterOptions() *pigeon.Options {
 	o := transporttest.Options()
 	o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
@@ -285,6 +288,14 @@ func clusterOptions() *pigeon.Options {
 	}, pigeon.SubjectPolicy{
 		// jobs.run with an ack wait no slow round trip of a loaded test
 		// machine outlasts: a lease never runs out under a handler.
+		// A burst of ratedBurst messages per principal, refilled too slowly
+		// to matter within a test.
+		Name: "rated.chat", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+		RateLimit: &pigeon.RateLimitPolicy{PerSecond: 0.001, Burst: ratedBurst},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+			pigeon.OpPublish: {{Effect: "allow", Principals: []string{transporttest.Alice, transporttest.Bob}}},
+		},
+	}, pigeon.SubjectPolicy{
 		Name: "jobs.cluster", Version: "v1", Mode: pigeon.ModeWorkQueue, Intents: []string{"run"},
 		Delivery: pigeon.DeliveryPolicy{AckWaitMs: 10_000, Retry: pigeon.RetryPolicy{MaxAttempts: 5, Backoff: "fixed"}},
 		Policy: map[pigeon.Operation][]pigeon.RuleSpec{

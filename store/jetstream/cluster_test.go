@@ -43,7 +43,11 @@ func TestCluster(t *testing.T) {
 	prefix := freshPrefix()
 	var nodes []*pigeonNode
 	for i := range 3 {
-		nodes = append(nodes, nc.startPigeon(t, i, prefix, nil))
+		var mutate func(*pigeon.Options)
+		if i == 2 { // node 3 keeps its rate limits to itself (RateLimitsShared)
+			mutate = func(o *pigeon.Options) { o.NodeRateLimits = true }
+		}
+		nodes = append(nodes, nc.startPigeon(t, i, prefix, mutate))
 	}
 	n1, n2, n3 := nodes[0].e, nodes[1].e, nodes[2].e
 	ctx := t.Context()
@@ -255,6 +259,34 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, `{"approved":true}`, string(reply.Data))
 		require.Equal(t, demo.Gateway, reply.Source)
+	})
+
+	// A rate limit is shared among the live nodes: nodes 1 and 2 each
+	// admit a third of rated.chat's burst for one principal, so that a
+	// principal spread over the cluster gets the limit in all, not three
+	// times it. Node 3 runs with NodeRateLimits and admits the whole burst.
+	t.Run("RateLimitsShared", func(t *testing.T) {
+		for _, p := range nodes {
+			require.Eventually(t, func() bool { return p.cl.LiveNodes() == 3 }, 30*time.Second, 20*time.Millisecond,
+				"every node counts three live nodes")
+		}
+		sess, err := n1.Connect(ctx, "alice-token", []string{"rated.chat"})
+		require.NoError(t, err)
+		c := caller(t, "alice-token", sess)
+		admitted := func(e *pigeon.Engine) int {
+			n := 0
+			for ; n <= 2*ratedBurst; n++ {
+				_, err := e.Publish(ctx, c, &pigeon.Message{Type: "chat", Subject: "rated.chat", Intent: "chat", Data: json.RawMessage(`{"n":1}`)})
+				if err != nil {
+					requireCode(t, err, pigeon.CodeRateLimited)
+					return n
+				}
+			}
+			return n
+		}
+		require.Equal(t, ratedBurst/3, admitted(n1))
+		require.Equal(t, ratedBurst/3, admitted(n2))
+		require.Equal(t, ratedBurst, admitted(n3))
 	})
 
 	// Every node's audit chain verifies, offline, after all of the above.
