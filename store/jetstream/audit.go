@@ -19,7 +19,9 @@ import (
 // The audit log of a node is its own stream: each node keeps one hash
 // chain, and VerifyAudit checks every chain of the prefix. One stream
 // message holds one AppendAudit batch (a JSON array of records, its first
-// Seq in a header), so a batch is kept whole or not at all.
+// Seq in a header), so a batch is kept whole or not at all. Retention
+// (audit_trim.go) keeps the node's checkpoint in the <P>_audit bucket;
+// every reader skips the records at or before it.
 
 const hdrAuditFirst = "Pigeon-Audit-First"
 
@@ -33,13 +35,13 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	if len(recs) == 0 {
 		return nil
 	}
-	last, streamSeq, err := s.auditHead(ctx)
+	head, streamSeq, err := s.chainHead(ctx)
 	if err != nil {
 		return err
 	}
 	for i, r := range recs {
-		if r.Seq != last.Seq+1+uint64(i) {
-			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, last.Seq+uint64(i))
+		if r.Seq != head.Seq+1+uint64(i) {
+			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, head.Seq+uint64(i))
 		}
 	}
 	return s.fail(ctx, s.publishAudit(ctx, recs, streamSeq))
@@ -59,11 +61,11 @@ func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error 
 		return nil
 	}
 	for {
-		last, streamSeq, err := s.auditHead(ctx)
+		head, streamSeq, err := s.chainHead(ctx)
 		if err != nil {
 			return err
 		}
-		seq, prev := last.Seq, last.Hash
+		seq, prev := head.Seq, head.Hash
 		if seq == 0 {
 			prev = store.Genesis
 		}
@@ -100,40 +102,92 @@ func (s *Store) publishAudit(ctx context.Context, recs []store.AuditRecord, stre
 	return err
 }
 
-// ReadAudit implements store.AuditLog for this node's chain.
+// ReadAudit implements store.AuditLog for this node's chain: the records
+// after the checkpoint.
 func (s *Store) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.AuditRecord, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	return readAudit(ctx, s.audit, from, limit, func(err error) error { return s.fail(ctx, err) })
+	cp, _, err := s.checkpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return readAudit(ctx, s.audit, max(from, cp.Seq+1), limit, func(err error) error { return s.fail(ctx, err) })
 }
 
-// AuditHead implements store.AuditLog for this node's chain. Audit
-// records are not trimmed, so the checkpoint is always zero.
+// AuditHead implements store.AuditLog for this node's chain: the last
+// record (zero once retention removed every record) and the checkpoint
+// of the last record retention removed.
 func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpoint, error) {
 	if err := s.begin(ctx); err != nil {
 		return store.AuditRecord{}, store.Checkpoint{}, err
 	}
+	// The last record first: a trim writes its checkpoint before it
+	// purges, so the checkpoint read next is at least as new.
 	last, _, err := s.auditHead(ctx)
-	return last, store.Checkpoint{}, err
+	if err != nil {
+		return store.AuditRecord{}, store.Checkpoint{}, err
+	}
+	cp, _, err := s.checkpoint(ctx)
+	if err != nil {
+		return store.AuditRecord{}, store.Checkpoint{}, err
+	}
+	if last.Seq <= cp.Seq {
+		last = store.AuditRecord{} // trimmed; its message is not purged yet
+	}
+	return last, cp, nil
 }
 
-// auditHead returns the last record and the stream sequence holding it.
+// chainHead returns what the next batch continues: the stream's last
+// record or, when retention purged every message, the checkpoint; and the
+// stream sequence the next publish expects last.
+func (s *Store) chainHead(ctx context.Context) (store.Checkpoint, uint64, error) {
+	last, streamSeq, err := s.auditHead(ctx)
+	if err != nil || last.Seq != 0 {
+		return store.Checkpoint{Seq: last.Seq, Hash: last.Hash}, streamSeq, err
+	}
+	cp, _, err := s.checkpoint(ctx)
+	return cp, streamSeq, err
+}
+
+// auditHead returns the stream's last record (zero when the stream holds
+// none) and the stream sequence a publish after it expects last.
 func (s *Store) auditHead(ctx context.Context) (store.AuditRecord, uint64, error) {
-	raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
-		return s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
-	})
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return store.AuditRecord{}, 0, nil
+	deadline := time.Now().Add(s.opts.Timeout)
+	for {
+		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
+		})
+		if err == nil {
+			recs, err := decodeAudit(raw)
+			if err != nil || len(recs) == 0 {
+				return store.AuditRecord{}, 0, err
+			}
+			return recs[len(recs)-1], raw.Sequence, nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return store.AuditRecord{}, 0, s.fail(ctx, err)
+		}
+		// The stream is new, or retention purged every message: its last
+		// sequence stays after a purge, and the next publish expects it.
+		info, err := s.audit.Info(ctx)
+		if err != nil {
+			return store.AuditRecord{}, 0, s.fail(ctx, err)
+		}
+		if info.State.Msgs == 0 {
+			return store.AuditRecord{}, info.State.LastSeq, nil
+		}
+		// A replica behind the leader answered the get: chaining onto the
+		// checkpoint now would skip the messages the leader has.
+		if time.Now().After(deadline) {
+			return store.AuditRecord{}, 0, fmt.Errorf("%w: jetstream: the last message of stream %s cannot be read", store.ErrNoQuorum, s.auditStream(s.opts.Node))
+		}
+		select {
+		case <-ctx.Done():
+			return store.AuditRecord{}, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if err != nil {
-		return store.AuditRecord{}, 0, s.fail(ctx, err)
-	}
-	recs, err := decodeAudit(raw)
-	if err != nil || len(recs) == 0 {
-		return store.AuditRecord{}, 0, err
-	}
-	return recs[len(recs)-1], raw.Sequence, nil
 }
 
 // readAudit reads records with Seq >= from: it finds the stream message
@@ -209,7 +263,10 @@ func decodeAudit(raw *jetstream.RawStreamMsg) ([]store.AuditRecord, error) {
 type ChainReport struct {
 	// Node is the node whose chain this is.
 	Node string
-	// Records is how many records verified.
+	// From is the checkpoint the chain verified from: the last record
+	// audit retention removed (zero when it removed none).
+	From store.Checkpoint
+	// Records is how many records after From verified.
 	Records uint64
 	// Head is the last verified record.
 	Head store.Checkpoint
@@ -220,9 +277,11 @@ type ChainReport struct {
 }
 
 // VerifyAudit reads and verifies every node's audit chain under prefix
-// (default "PIGEON"), without any Pigeon node running. It returns one
-// report per chain, ordered by node; err is set only when the chains could
-// not be listed.
+// (default "PIGEON"), without any Pigeon node running: each from the
+// node's checkpoint in the <P>_audit bucket when retention trimmed it, so
+// a trimmed chain verifies while a gap, a changed or a reordered record
+// after the checkpoint does not. It returns one report per chain, ordered
+// by node; err is set only when the chains could not be listed.
 func VerifyAudit(ctx context.Context, nc *nats.Conn, prefix string) ([]ChainReport, error) {
 	if prefix == "" {
 		prefix = "PIGEON"
@@ -238,7 +297,7 @@ func VerifyAudit(ctx context.Context, nc *nats.Conn, prefix string) ([]ChainRepo
 		if !ok {
 			continue
 		}
-		out = append(out, verifyChain(ctx, js, name, node))
+		out = append(out, verifyChain(ctx, nc, js, prefix, name, node))
 	}
 	if err := names.Err(); err != nil {
 		return out, err
@@ -247,22 +306,47 @@ func VerifyAudit(ctx context.Context, nc *nats.Conn, prefix string) ([]ChainRepo
 	return out, nil
 }
 
-func verifyChain(ctx context.Context, js jetstream.JetStream, name, node string) ChainReport {
-	rep := ChainReport{Node: node}
+// verifyChain verifies one node's chain from its checkpoint. A trim that
+// runs meanwhile may purge what it was reading: when the chain fails and
+// the checkpoint has moved, it verifies again from the new one.
+func verifyChain(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, prefix, name, node string) ChainReport {
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		rep.Err = err
-		return rep
+		return ChainReport{Node: node, Err: err}
 	}
-	var v store.Verifier
-	for from := uint64(1); ; {
+	for tries := 1; ; tries++ {
+		cp, _, err := readCheckpoint(ctx, nc, prefix, node)
+		if err != nil {
+			return ChainReport{Node: node, Err: err}
+		}
+		rep := verifyFrom(ctx, st, node, cp)
+		if rep.Err == nil || tries == 3 {
+			return rep
+		}
+		if now, _, err := readCheckpoint(ctx, nc, prefix, node); err != nil || now == cp {
+			return rep
+		}
+	}
+}
+
+// verifyFrom verifies the records of st after cp; the record at cp, when
+// its message is still there, must be the one cp names.
+func verifyFrom(ctx context.Context, st jetstream.Stream, node string, cp store.Checkpoint) ChainReport {
+	rep := ChainReport{Node: node, From: cp}
+	v := store.Verifier{From: cp}
+	for from := max(cp.Seq, 1); ; {
 		recs, err := readAudit(ctx, st, from, 1000, func(err error) error { return err })
 		if err != nil {
 			rep.Err = err
 			break
 		}
 		for i := range recs {
-			if err := v.Next(&recs[i]); err != nil {
+			if recs[i].Seq <= cp.Seq {
+				err = matchCheckpoint(&recs[i], cp)
+			} else {
+				err = v.Next(&recs[i])
+			}
+			if err != nil {
 				rep.Err = err
 				break
 			}

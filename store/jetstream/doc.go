@@ -25,6 +25,17 @@
 //   - The audit log is one stream per node, <P>_A_<node>: every node keeps
 //     its own hash chain, and a publish that expects the previous sequence
 //     keeps each chain gap-free even if two processes claimed one node id.
+//     One stream message holds one batch of records.
+//   - Audit retention (TrimAuditBefore) keeps each node's checkpoint, the
+//     seq and hash of the last record it removed, in the <P>_audit bucket
+//     under the node's name. A trim writes it (compare-and-set) before it
+//     purges, by sequence, the messages whose records are all at or before
+//     it, and every reader (ReadAudit, AuditHead, VerifyAudit) skips those
+//     records: a trim cut short between the two steps leaves a chain that
+//     verifies, and the next trim finishes the purge. A batch is purged
+//     whole: when t falls inside one, its records before t leave the chain
+//     (counted, and named by the checkpoint), but their bytes stay in the
+//     stream until a later trim passes the batch's last record.
 //
 // # Guarantees
 //
@@ -44,5 +55,6 @@
 // # Concurrency
 //
 // Every method is safe for concurrent use, from any number of goroutines
-// and processes sharing the prefix.
+// and processes sharing the prefix. A trim of a node's audit chain may run
+// beside appends to it: its purge ends at the last message it read.
 package jetstream

@@ -146,21 +146,34 @@ func (s *Store) GetContract(ctx context.Context, id string) (store.ContractRecor
 // call returned) reads the revocation. Deleted or missing is
 // store.ErrNotFound.
 func (s *Store) leaderGet(ctx context.Context, bucket, key string) ([]byte, error) {
-	js, err := s.nc.JetStream(nats.Context(ctx))
+	m, err := leaderLast(ctx, s.nc, bucket, key)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if m == nil {
+		return nil, store.ErrNotFound
+	}
+	return m.Data, nil
+}
+
+// leaderLast reads the entry of key in KV bucket from the stream's
+// leader; it is nil when the key is missing or deleted.
+func leaderLast(ctx context.Context, nc *nats.Conn, bucket, key string) (*nats.RawStreamMsg, error) {
+	js, err := nc.JetStream(nats.Context(ctx))
 	if err != nil {
 		return nil, err
 	}
 	m, err := js.GetLastMsg("KV_"+bucket, "$KV."+bucket+"."+key, nats.Context(ctx))
 	if errors.Is(err, nats.ErrMsgNotFound) {
-		return nil, store.ErrNotFound
+		return nil, nil
 	}
 	if err != nil {
-		return nil, s.fail(ctx, err)
+		return nil, err
 	}
 	if op := m.Header.Get("KV-Operation"); op != "" {
-		return nil, store.ErrNotFound // a delete or purge marker
+		return nil, nil // a delete or purge marker
 	}
-	return m.Data, nil
+	return m, nil
 }
 
 func (s *Store) decodeContract(b []byte) (store.ContractRecord, error) {

@@ -61,6 +61,10 @@ type Store struct {
 	// (claimTTL); tests shorten it.
 	claimGrace time.Duration
 	audit      jetstream.Stream
+	// auditCP is the <P>_audit bucket: each node's audit checkpoint under
+	// its name. trimMu makes this store's audit trims take turns.
+	auditCP jetstream.KeyValue
+	trimMu  sync.Mutex
 
 	mu      sync.Mutex
 	streams map[string]jetstream.Stream // message streams by Pigeon subject
@@ -79,6 +83,7 @@ type Store struct {
 var (
 	_ store.Store             = (*Store)(nil)
 	_ store.Trimmer           = (*Store)(nil)
+	_ store.AuditTrimmer      = (*Store)(nil)
 	_ store.QuarantineTrimmer = (*Store)(nil)
 	_ store.ContractLister    = (*Store)(nil)
 	_ store.AuditChainer      = (*Store)(nil)
@@ -152,7 +157,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
 		name string
 	}{
 		{&s.ids, "ids"}, {&s.idem, "idem"}, {&s.progress, "progress"},
-		{&s.quarantine, "quarantine"}, {&s.contracts, "contracts"}, {&s.kv, "kv"},
+		{&s.quarantine, "quarantine"}, {&s.contracts, "contracts"}, {&s.kv, "kv"}, {&s.auditCP, auditBucket},
 	} {
 		if *b.kv, err = s.bucket(ctx, b.name); err != nil {
 			return nil, err
