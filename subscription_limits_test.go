@@ -76,7 +76,7 @@ func TestSubscriptionsPerPrincipalAreCapped(t *testing.T) {
 	// Closing a session frees the places of its subscriptions.
 	require.NoError(t, bob1.Close(ctx))
 	waitEnded(t, held[1])
-	subscribeN(t, bob2, 1)
+	onBob2 := append([]pigeon.Subscription{held[0], held[2]}, subscribeN(t, bob2, 1)...)
 	_, err = bob2.Subscribe(ctx, "chat.messages", nopHandler)
 	requireCode(t, err, pigeon.CodeTooManySubscriptions)
 
@@ -84,7 +84,7 @@ func TestSubscriptionsPerPrincipalAreCapped(t *testing.T) {
 	p, err := f.e.Authenticate(ctx, "bob-token")
 	require.NoError(t, err)
 	require.NoError(t, f.e.RevokeContract(ctx, p, bob2.Contract().ID()))
-	for _, sub := range held[2:] {
+	for _, sub := range onBob2 {
 		waitEnded(t, sub)
 	}
 	bob3 := f.connect("bob-token", "chat.messages")
