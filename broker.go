@@ -37,6 +37,9 @@ const (
 	// DefaultMaxSubscriptionsPerPrincipal is
 	// Options.MaxSubscriptionsPerPrincipal when it is zero.
 	DefaultMaxSubscriptionsPerPrincipal = 1000
+	// DefaultMaxGroupsPerSubject is Options.MaxGroupsPerSubject when it
+	// is zero.
+	DefaultMaxGroupsPerSubject = 1000
 )
 
 // DefaultNegotiateRate is Options.NegotiateRate when it is zero: 20
@@ -78,6 +81,16 @@ type Options struct {
 	// Subscribing beyond it fails with TOO_MANY_SUBSCRIPTIONS until one
 	// ends. Counted per engine (per node in a cluster).
 	MaxSubscriptionsPerPrincipal int
+	// MaxGroupsPerSubject caps the consumer groups of one work-queue or
+	// request/reply subject (default DefaultMaxGroupsPerSubject; negative:
+	// no cap). Every group name, and every selector, filter or receive
+	// scope beside it, is a group of its own whose state the engine and
+	// the store keep, so without a cap a subscriber cycling names could
+	// grow both without end. A subscription that would start a group
+	// beyond it fails with TOO_MANY_GROUPS; groups that exist go on.
+	// Counted per engine (per node in a cluster) from the groups used since
+	// it started.
+	MaxGroupsPerSubject int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
 	// Burst below 1: PerSecond rounded up). Beyond it negotiation
@@ -175,6 +188,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	if o.MaxSubscriptionsPerPrincipal == 0 {
 		o.MaxSubscriptionsPerPrincipal = DefaultMaxSubscriptionsPerPrincipal
+	}
+	if o.MaxGroupsPerSubject == 0 {
+		o.MaxGroupsPerSubject = DefaultMaxGroupsPerSubject
 	}
 	switch nr := &o.NegotiateRate; {
 	case nr.PerSecond == 0:

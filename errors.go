@@ -71,6 +71,9 @@ const (
 	// CodeTooManySubscriptions refuses a subscription beyond
 	// Options.MaxSubscriptionsPerPrincipal.
 	CodeTooManySubscriptions Code = "TOO_MANY_SUBSCRIPTIONS"
+	// CodeTooManyGroups refuses a subscription that would start a
+	// consumer group beyond Options.MaxGroupsPerSubject.
+	CodeTooManyGroups Code = "TOO_MANY_GROUPS"
 	// CodeDuplicateKey refuses JSON with an object holding two members of
 	// one name anywhere in a message or frame: readers disagree on which
 	// one wins, so the gates could judge a value a receiver never sees.

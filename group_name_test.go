@@ -1,8 +1,12 @@
 package pigeon_test
 
 import (
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+
+	"pigeon/internal/wire"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,5 +50,80 @@ func TestGroupNames(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, sub.Unsubscribe(ctx))
 		})
+	}
+}
+
+// TestGroupsPerSubjectAreCapped: a work-queue subject has at most
+// Options.MaxGroupsPerSubject consumer groups (each group name, and each
+// selector beside one, is a group); a subscription that would start one
+// more is refused TOO_MANY_GROUPS (HTTP 429) and audited, while the
+// groups that exist go on taking subscribers, pulls still work, and
+// another subject has its own count.
+func TestGroupsPerSubjectAreCapped(t *testing.T) {
+	f := newFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = 3 })
+	s := f.connect("notifier-token", "notifications.send")
+	subscribe := func(group string, opts ...pigeon.SubscribeOption) (pigeon.Subscription, error) {
+		return s.Subscribe(ctx, "notifications.send", nopHandler, append(opts, pigeon.WithGroup(group))...)
+	}
+	var held []pigeon.Subscription
+	for _, g := range []string{"a", "b", "c"} {
+		sub, err := subscribe(g)
+		require.NoError(t, err, "group %s", g)
+		held = append(held, sub)
+	}
+	_, err := subscribe("d")
+	pe := requireCode(t, err, pigeon.CodeTooManyGroups)
+	require.Equal(t, http.StatusTooManyRequests, wire.HTTPStatus(pe.Code))
+	_, err = subscribe("b", pigeon.WithSelector("/kind=email"))
+	requireCode(t, err, pigeon.CodeTooManyGroups) // a selector makes a group of its own
+
+	// A group that exists takes subscribers, even with none left.
+	require.NoError(t, held[0].Unsubscribe(ctx))
+	for _, g := range []string{"a", "b"} {
+		sub, err := subscribe(g)
+		require.NoError(t, err, "group %s", g)
+		require.NoError(t, sub.Unsubscribe(ctx))
+	}
+	_, err = s.Receive(ctx, "notifications.send", 1)
+	require.NoError(t, err, "a pull is not refused")
+
+	recs, err := f.e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	denied := 0
+	for _, r := range recs {
+		if r.Type == string(pigeon.EventSubscribeDenied) && r.Code == string(pigeon.CodeTooManyGroups) {
+			denied++
+		}
+	}
+	require.Equal(t, 2, denied, "each refusal is audited")
+
+	f2 := newFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = 1 })
+	crew := f2.connect("notifier-token", "notifications.send")
+	_, err = crew.Subscribe(ctx, "notifications.send", nopHandler, pigeon.WithGroup("x"))
+	require.NoError(t, err)
+	_, err = crew.Subscribe(ctx, "notifications.send", nopHandler, pigeon.WithGroup("y"))
+	requireCode(t, err, pigeon.CodeTooManyGroups)
+}
+
+// TestGroupCapDefault: the cap is DefaultMaxGroupsPerSubject when the
+// option is zero; a negative option lifts it.
+func TestGroupCapDefault(t *testing.T) {
+	for _, tc := range []struct {
+		limit  int
+		refuse bool
+	}{{0, true}, {-1, false}} {
+		f := newFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = tc.limit })
+		s := f.connect("notifier-token", "notifications.send")
+		for i := range pigeon.DefaultMaxGroupsPerSubject {
+			sub, err := s.Subscribe(ctx, "notifications.send", nopHandler, pigeon.WithGroup("g"+strconv.Itoa(i)))
+			require.NoError(t, err)
+			require.NoError(t, sub.Unsubscribe(ctx))
+		}
+		_, err := s.Subscribe(ctx, "notifications.send", nopHandler, pigeon.WithGroup("one-more"))
+		if tc.refuse {
+			requireCode(t, err, pigeon.CodeTooManyGroups)
+		} else {
+			require.NoError(t, err)
+		}
 	}
 }

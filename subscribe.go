@@ -306,6 +306,15 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		sub.lagging.Store(true)
 	} else {
 		sub.group = consumerGroup(scope, &o, sel)
+		// The group starts now, within the subject's cap, rather than at
+		// the subscription's first lease.
+		if _, err := e.groupWithin(ctx, store.GroupKey{Subject: s.name, Group: sub.group}, e.opts.MaxGroupsPerSubject); err != nil {
+			sub.cancel()
+			if ErrorCode(err) == CodeTooManyGroups {
+				e.audit(ctx, EventSubscribeDenied.record(OutcomeDeny, CodeTooManyGroups, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID}))
+			}
+			return nil, err
+		}
 	}
 	e.subs.mu.Lock()
 	if e.closed.Load() {

@@ -39,6 +39,7 @@ type fileConfig struct {
 	ProgramVersions int           `yaml:"program_versions"`
 	WSPublishRate   float64       `yaml:"ws_publish_rate"`
 	MaxSubs         int           `yaml:"max_subscriptions"`
+	MaxGroups       int           `yaml:"max_groups"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -187,6 +188,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxSubs != 0 {
 		cfg.maxSubs = f.MaxSubs
+	}
+	if f.MaxGroups != 0 {
+		cfg.maxGroups = f.MaxGroups
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

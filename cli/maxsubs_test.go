@@ -14,22 +14,25 @@ import (
 	"pigeon/transport/ws"
 )
 
-// serve --max-subscriptions (or max_subscriptions in the config file)
-// caps the subscriptions one principal runs: parsed from either, and in
-// force on a real connection, where a cap of one refuses the second
+// serve --max-subscriptions and --max-groups (or max_subscriptions and
+// max_groups in the config file) cap the subscriptions one principal runs
+// and the consumer groups of a subject: parsed from either, and the first
+// in force on a real connection, where a cap of one refuses the second
 // subscription with TOO_MANY_SUBSCRIPTIONS.
 func TestServeMaxSubscriptions(t *testing.T) {
-	cfg, _, ok := parseServe([]string{"--max-subscriptions", "7"}, io.Discard, nil)
+	cfg, _, ok := parseServe([]string{"--max-subscriptions", "7", "--max-groups", "9"}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, 7, cfg.maxSubs)
+	require.Equal(t, 9, cfg.maxGroups)
 	_, code, ok := parseServe([]string{"--max-subscriptions", "many"}, io.Discard, nil)
 	require.False(t, ok)
 	require.Equal(t, 2, code)
 	file := filepath.Join(t.TempDir(), "pigeon.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("max_subscriptions: -1\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("max_subscriptions: -1\nmax_groups: 5\n"), 0o600))
 	cfg, _, ok = parseServe([]string{"--config", file}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, -1, cfg.maxSubs)
+	require.Equal(t, 5, cfg.maxGroups)
 
 	ctx := context.Background()
 	r := startServe(t, serveConfig{maxSubs: 1})

@@ -39,6 +39,9 @@ type serveConfig struct {
 	// maxSubs is pigeon.Options.MaxSubscriptionsPerPrincipal (0: its
 	// default; negative: no cap).
 	maxSubs int
+	// maxGroups is pigeon.Options.MaxGroupsPerSubject (0: its default;
+	// negative: no cap).
+	maxGroups int
 	// programVersions is how many versions of a program keep their
 	// module for rollbacks (0: programs.DefaultKeepVersions).
 	programVersions int
@@ -140,6 +143,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
 	fs.IntVar(&cfg.maxSubs, "max-subscriptions", cfg.maxSubs, "subscriptions one principal may run at once, over all its connections (default 1000; negative: no cap; docs/security.md)")
+	fs.IntVar(&cfg.maxGroups, "max-groups", cfg.maxGroups, "consumer groups one work-queue subject may have (default 1000; negative: no cap; docs/security.md)")
 	fs.Float64Var(&cfg.wsPublishRate, "ws-publish-rate", cfg.wsPublishRate, "messages a second one WebSocket connection may publish, in bursts of a tenth of it (default 1000000; negative: no limit; docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
 	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
@@ -233,7 +237,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	st := opened.Store
 	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Cluster: opened.Cluster, Authenticator: edge.auth, Catalog: catalog,
-		Region: cfg.region, Logger: logger, Observer: obs.observer(), MaxSubscriptionsPerPrincipal: cfg.maxSubs})
+		Region: cfg.region, Logger: logger, Observer: obs.observer(), MaxSubscriptionsPerPrincipal: cfg.maxSubs,
+		MaxGroupsPerSubject: cfg.maxGroups})
 	if err != nil {
 		if st != nil {
 			_ = st.Close(context.Background())

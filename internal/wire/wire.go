@@ -109,7 +109,7 @@ func HTTPStatus(c pigeon.Code) int {
 		pigeon.CodeContractStale, pigeon.CodeContractRevoked, pigeon.CodeSubjectNotInContract, pigeon.CodeOperationNotInContract,
 		pigeon.CodeNoPermittedSubjects, pigeon.CodeAckNotAllowed, pigeon.CodeGrantRevoked:
 		return http.StatusForbidden
-	case pigeon.CodeRateLimited, pigeon.CodeTooManyContracts, pigeon.CodeTooManySubscriptions:
+	case pigeon.CodeRateLimited, pigeon.CodeTooManyContracts, pigeon.CodeTooManySubscriptions, pigeon.CodeTooManyGroups:
 		return http.StatusTooManyRequests
 	case pigeon.CodeSensitiveFieldDenied, pigeon.CodeRawPANDetected, pigeon.CodeIdempotencyRequired, pigeon.CodeClassificationDenied,
 		pigeon.CodeEnvelopeInvalid, pigeon.CodeSchemaInvalid, pigeon.CodeDataQuality, pigeon.CodeSignatureRequired, pigeon.CodeSignatureInvalid,

@@ -55,6 +55,7 @@ func TestHTTPStatus(t *testing.T) {
 		pigeon.CodeForbidden:            http.StatusForbidden,
 		pigeon.CodeTooManyContracts:     http.StatusTooManyRequests,
 		pigeon.CodeTooManySubscriptions: http.StatusTooManyRequests,
+		pigeon.CodeTooManyGroups:        http.StatusTooManyRequests,
 		pigeon.CodeSchemaInvalid:        http.StatusUnprocessableEntity,
 		pigeon.CodeMessageNotFound:      http.StatusNotFound,
 		pigeon.CodeInvalidArgument:      http.StatusBadRequest,
