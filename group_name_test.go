@@ -87,15 +87,7 @@ func TestGroupsPerSubjectAreCapped(t *testing.T) {
 	_, err = s.Receive(ctx, "notifications.send", 1)
 	require.NoError(t, err, "a pull is not refused")
 
-	recs, err := f.e.Audit(ctx, 0, 0)
-	require.NoError(t, err)
-	denied := 0
-	for _, r := range recs {
-		if r.Type == string(pigeon.EventSubscribeDenied) && r.Code == string(pigeon.CodeTooManyGroups) {
-			denied++
-		}
-	}
-	require.Equal(t, 2, denied, "each refusal is audited")
+	require.Equal(t, 2, auditCount(t, f.e, pigeon.EventSubscribeDenied, pigeon.CodeTooManyGroups), "each refusal is audited")
 
 	f2 := newFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = 1 })
 	crew := f2.connect("notifier-token", "notifications.send")

@@ -117,15 +117,7 @@ func TestMessageIDTaken(t *testing.T) {
 			require.Equal(t, 409, wire.HTTPStatus(pe.Code))
 		})
 	}
-	recs, err := f.e.Audit(ctx, 0, 0)
-	require.NoError(t, err)
-	denied := 0
-	for _, r := range recs {
-		if r.Type == "publish.denied" && r.Code == string(pigeon.CodeMessageIDTaken) {
-			denied++
-		}
-	}
-	require.Equal(t, len(tests), denied, "every refusal is audited")
+	require.Equal(t, len(tests), auditCount(t, f.e, pigeon.EventPublishDenied, pigeon.CodeMessageIDTaken), "every refusal is audited")
 }
 
 // TestMessageIDTakenConcurrently: of many publishes racing with one id,

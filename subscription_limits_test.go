@@ -52,16 +52,7 @@ func TestSubscriptionsPerPrincipalAreCapped(t *testing.T) {
 	_, err = bob2.Subscribe(ctx, "chat.messages", nopHandler)
 	pe := requireCode(t, err, pigeon.CodeTooManySubscriptions)
 	require.Equal(t, http.StatusTooManyRequests, wire.HTTPStatus(pe.Code))
-	recs, err := f.e.Audit(ctx, 0, 0)
-	require.NoError(t, err)
-	denied := 0
-	for _, r := range recs {
-		if r.Type == string(pigeon.EventSubscribeDenied) && r.Code == string(pigeon.CodeTooManySubscriptions) {
-			denied++
-			require.Equal(t, "chat.messages", r.Subject)
-		}
-	}
-	require.Equal(t, 1, denied, "the refusal is audited")
+	require.Equal(t, 1, auditCount(t, f.e, pigeon.EventSubscribeDenied, pigeon.CodeTooManySubscriptions), "the refusal is audited")
 
 	alice := f.connect("alice-token", "chat.messages")
 	subscribeN(t, alice, 3) // another principal has its own count
