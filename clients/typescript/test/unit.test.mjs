@@ -1,6 +1,8 @@
 // Unit tests of the parts that need no server: JCS, base64url, keys, errors,
 // and the publish frames (against a WebSocket in memory).
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import {
   connect,
@@ -21,8 +23,10 @@ import {
   openData,
   sealData,
   SealTamperedError,
+  statusOf,
 } from "../dist/index.js";
 import { wsURL } from "../dist/socket.js";
+import { CONFORMANCE } from "./harness.mjs";
 
 test("JCS: numbers in ECMAScript's shortest form", () => {
   assert.equal(canonicalize([1.5, 1e30, 0.002, 1e-7, 1e21, 1e20, -0, 0.1, 123456789, 12345678901234567891]),
@@ -152,6 +156,38 @@ test("errors: kinds and statuses from the wire", () => {
   assert.deepEqual(fromWire({ code: "X", details: null }).details, {});
   assert.equal(fromWire("garbage").code, "BAD_FRAME");
   assert.deepEqual(JSON.parse(JSON.stringify(q)), { code: "RAW_PAN_DETECTED", message: "m", details: { gate: "pan", quarantineId: "qr_1" } });
+});
+
+// clients/conformance/codes.json: every code of the server with its HTTP
+// status and its group (the Go Err* sentinel it matches), made from the
+// server's source.
+const serverCodes = JSON.parse(readFileSync(join(CONFORMANCE, "codes.json"), "utf8")).codes;
+
+// A code that errors.ts does not classify is of kind "other". That is the
+// kind meant for bad input, unknown names, server and store failures and
+// failed programs (these groups of the server), for the limits the server
+// answers 429 (RATE_LIMITED, TOO_MANY_SUBSCRIPTIONS, TOO_MANY_GROUPS:
+// ErrorKind "other" names rate limits; TOO_MANY_CONTRACTS is classified a
+// contract failure), and for IDENTITY_UNAVAILABLE: the server groups it
+// with UNAUTHENTICATED, but it is no verdict on the credential and
+// retrying may succeed, while kind "auth" ends a reconnect for good.
+// Every other code must be classified in errors.ts.
+const OTHER_BY_DEFAULT_GROUPS = new Set(["invalid", "notFound", "store", "program"]);
+const OTHER_BY_DEFAULT_CODES = new Set(["IDENTITY_UNAVAILABLE"]);
+const otherByDefault = ({ code, status, group }) =>
+  OTHER_BY_DEFAULT_GROUPS.has(group) || (group === "denied" && status === 429) || OTHER_BY_DEFAULT_CODES.has(code);
+
+test("errors: every server code has the server's status and a kind meant for it (codes.json)", () => {
+  assert.ok(serverCodes.length > 50, "codes.json lists the server's codes");
+  const wrong = [];
+  for (const { code, status, group } of serverCodes) {
+    if (statusOf(code) !== status) wrong.push(`${code}: statusOf gives ${statusOf(code)}, the server ${status}`);
+    const kind = new PigeonError(code, "m").kind;
+    if (kind === "other" && !otherByDefault({ code, status, group })) {
+      wrong.push(`${code} (server group ${group}) falls to kind "other": classify it in errors.ts`);
+    }
+  }
+  assert.deepEqual(wrong, []);
 });
 
 test("wsURL: http(s) to ws(s), default path, region", () => {
