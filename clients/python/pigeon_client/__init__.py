@@ -35,6 +35,7 @@ from .errors import (
     InvalidError,
     NotFoundError,
     PigeonError,
+    ProgramError,
     ProtocolError,
     QuarantinedError,
     RequestTimeoutError,
@@ -86,5 +87,6 @@ __all__ = [
     "InvalidError",
     "RequestTimeoutError",
     "StoreError",
+    "ProgramError",
     "RetryAfter",
 ]

@@ -18,7 +18,12 @@ Its subclasses tell the kinds of failure apart, so callers can branch with
   :class:`SessionClosedError` and :class:`ProtocolError` (a frame the client
   cannot parse) are kinds of it.
 * :class:`UnauthenticatedError`, :class:`NotFoundError`,
-  :class:`InvalidError`, :class:`RequestTimeoutError`, :class:`StoreError`.
+  :class:`InvalidError`, :class:`RequestTimeoutError`, :class:`StoreError`,
+  :class:`ProgramError`.
+
+The tables below are the server's (``wire.HTTPStatus`` and the groups of
+its ``Err*`` sentinels); tests/test_codes.py holds them to
+clients/conformance/codes.json.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ __all__ = [
     "InvalidError",
     "RequestTimeoutError",
     "StoreError",
+    "ProgramError",
     "RetryAfter",
     "error_from",
     "new_error",
@@ -50,18 +56,19 @@ _STATUS = {
     403: "FORBIDDEN POLICY_DENIED REPLAY_DENIED REGION_DENIED INTENT_DENIED CONTRACT_REQUIRED "
     "CONTRACT_NOT_FOUND CONTRACT_EXPIRED CONTRACT_PRINCIPAL_MISMATCH CONTRACT_STALE CONTRACT_REVOKED "
     "SUBJECT_NOT_IN_CONTRACT OPERATION_NOT_IN_CONTRACT NO_PERMITTED_SUBJECTS ACK_NOT_ALLOWED GRANT_REVOKED",
-    404: "NOT_FOUND SUBJECT_NOT_FOUND MESSAGE_NOT_FOUND QUARANTINE_NOT_FOUND",
+    404: "NOT_FOUND SUBJECT_NOT_FOUND MESSAGE_NOT_FOUND QUARANTINE_NOT_FOUND PROGRAM_NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
     409: "CONFLICT MESSAGE_ID_TAKEN",
+    410: "PROGRAM_VERSION_PRUNED",
     413: "PAYLOAD_TOO_LARGE",
     422: "SENSITIVE_FIELD_DENIED RAW_PAN_DETECTED IDEMPOTENCY_REQUIRED CLASSIFICATION_DENIED "
     "ENVELOPE_INVALID SCHEMA_INVALID DATA_QUALITY_FAILED SIGNATURE_REQUIRED SIGNATURE_INVALID "
-    "ENCRYPTION_REQUIRED DELIVERY_EXHAUSTED",
+    "ENCRYPTION_REQUIRED DELIVERY_EXHAUSTED PROGRAM_INVALID PROGRAM_LIMIT_EXCEEDED",
     429: "RATE_LIMITED TOO_MANY_CONTRACTS TOO_MANY_SUBSCRIPTIONS TOO_MANY_GROUPS",
-    503: "SHUTTING_DOWN STORE_UNAVAILABLE SESSION_CLOSED",
-    504: "REQUEST_TIMEOUT",
+    503: "SHUTTING_DOWN STORE_UNAVAILABLE STORE_NO_QUORUM CLUSTER_UNCONFIRMED IDENTITY_UNAVAILABLE",
+    504: "REQUEST_TIMEOUT PROGRAM_TIMEOUT",
     507: "STORE_FULL",
-}
+}  # anything else is 500: INTERNAL, STORE_CORRUPT, AUDIT_TAMPERED, PROGRAM_TRAPPED, SESSION_CLOSED
 _STATUS_BY_CODE = {code: status for status, codes in _STATUS.items() for code in codes.split()}
 
 _CONTRACT = set(
@@ -69,13 +76,19 @@ _CONTRACT = set(
     "CONTRACT_REVOKED SUBJECT_NOT_IN_CONTRACT OPERATION_NOT_IN_CONTRACT GRANT_REVOKED NO_PERMITTED_SUBJECTS "
     "TOO_MANY_CONTRACTS".split()
 )
-_NOT_FOUND = set("SUBJECT_NOT_FOUND MESSAGE_NOT_FOUND QUARANTINE_NOT_FOUND NOT_FOUND".split())
+_UNAUTHENTICATED = {"UNAUTHENTICATED", "IDENTITY_UNAVAILABLE"}
+_NOT_FOUND = set(
+    "SUBJECT_NOT_FOUND MESSAGE_NOT_FOUND QUARANTINE_NOT_FOUND NOT_FOUND PROGRAM_NOT_FOUND PROGRAM_VERSION_PRUNED".split()
+)
 _INVALID = set(
     "BAD_REQUEST ENVELOPE_INVALID SELECTOR_INVALID FILTER_INVALID POLICY_INVALID PAYLOAD_TOO_LARGE "
-    "INVALID_ARGUMENT METHOD_NOT_ALLOWED CONFLICT DUPLICATE_KEY INVALID_UTF8 MESSAGE_ID_TAKEN".split()
+    "INVALID_ARGUMENT METHOD_NOT_ALLOWED CONFLICT DUPLICATE_KEY INVALID_UTF8 MESSAGE_ID_TAKEN PROGRAM_INVALID".split()
 )
 _TRANSPORT = {"SHUTTING_DOWN", "SESSION_CLOSED"}
-_STORE = set("STORE_CORRUPT AUDIT_TAMPERED STORE_UNAVAILABLE STORE_FULL INTERNAL".split())
+_STORE = set(
+    "STORE_CORRUPT AUDIT_TAMPERED STORE_UNAVAILABLE STORE_FULL STORE_NO_QUORUM CLUSTER_UNCONFIRMED INTERNAL".split()
+)
+_PROGRAM = {"PROGRAM_TRAPPED", "PROGRAM_TIMEOUT", "PROGRAM_LIMIT_EXCEEDED"}
 
 
 def http_status(code: str) -> int:
@@ -137,7 +150,9 @@ class ContractError(PigeonError):
 
 
 class UnauthenticatedError(PigeonError):
-    """The credential resolves to no principal (401)."""
+    """The credential resolves to no principal (401), or cannot be judged
+    now (``IDENTITY_UNAVAILABLE``, 503: its identity provider cannot be
+    reached; retrying later may succeed)."""
 
 
 class NotFoundError(PigeonError):
@@ -153,7 +168,15 @@ class RequestTimeoutError(PigeonError):
 
 
 class StoreError(PigeonError):
-    """The broker's storage failed (corrupt, tampered, full, unavailable)."""
+    """The broker's storage failed (corrupt, tampered, full, unavailable,
+    no quorum of its replicas), a cluster did not confirm a change in time,
+    or the broker failed otherwise (``INTERNAL``)."""
+
+
+class ProgramError(PigeonError):
+    """A program handling a delivery failed: it trapped, ran past its time
+    or exceeded a limit (``PROGRAM_TRAPPED``, ``PROGRAM_TIMEOUT``,
+    ``PROGRAM_LIMIT_EXCEEDED``)."""
 
 
 class TransportError(PigeonError):
@@ -180,7 +203,7 @@ class RetryAfter(Exception):
 
 
 def _class_for(code: str, details: dict[str, Any]) -> type[PigeonError]:
-    if code == "UNAUTHENTICATED":
+    if code in _UNAUTHENTICATED:
         return UnauthenticatedError
     if code in _CONTRACT:
         return ContractError
@@ -200,6 +223,8 @@ def _class_for(code: str, details: dict[str, Any]) -> type[PigeonError]:
         return InvalidError
     if code in _STORE:
         return StoreError
+    if code in _PROGRAM:
+        return ProgramError
     return DeniedError
 
 
