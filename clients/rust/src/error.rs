@@ -9,7 +9,9 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// The credential was missing or unknown (`UNAUTHENTICATED`).
+    /// The credential was missing or unknown (`UNAUTHENTICATED`), or cannot
+    /// be judged now (`IDENTITY_UNAVAILABLE`, 503: its identity provider
+    /// cannot be reached; retrying later may succeed).
     Unauthenticated,
     /// The contract is missing, expired, revoked, stale, or does not cover
     /// the subject or operation (`CONTRACT_*`, `SUBJECT_NOT_IN_CONTRACT`,
@@ -44,7 +46,9 @@ pub enum ErrorKind {
     Closed,
     /// A signature did not verify or a sealed payload did not open.
     Crypto,
-    /// The server failed (`INTERNAL`, `STORE_*`).
+    /// The server failed (`INTERNAL`, `STORE_*`, `CLUSTER_UNCONFIRMED`), or
+    /// a program handling a delivery did (`PROGRAM_TRAPPED`,
+    /// `PROGRAM_TIMEOUT`, `PROGRAM_LIMIT_EXCEEDED`).
     Server,
     /// An at-most-once subscription dropped deliveries in the client
     /// because [`MAX_QUEUED`](crate::MAX_QUEUED) were already waiting for
@@ -153,9 +157,12 @@ impl Error {
     }
 }
 
+/// The kind of a code: the one of its group on the server (tests/codes.rs
+/// holds it to clients/conformance/codes.json); a code not listed here is
+/// [`ErrorKind::Denied`].
 fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
     match code {
-        "UNAUTHENTICATED" => return ErrorKind::Unauthenticated,
+        "UNAUTHENTICATED" | "IDENTITY_UNAVAILABLE" => return ErrorKind::Unauthenticated,
         "CONTRACT_REQUIRED"
         | "CONTRACT_NOT_FOUND"
         | "CONTRACT_EXPIRED"
@@ -177,21 +184,36 @@ fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
         return ErrorKind::Denied;
     }
     match code {
-        "SUBJECT_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "QUARANTINE_NOT_FOUND" | "NOT_FOUND" => ErrorKind::NotFound,
+        "SUBJECT_NOT_FOUND"
+        | "MESSAGE_NOT_FOUND"
+        | "QUARANTINE_NOT_FOUND"
+        | "NOT_FOUND"
+        | "PROGRAM_NOT_FOUND"
+        | "PROGRAM_VERSION_PRUNED" => ErrorKind::NotFound,
         "BAD_REQUEST" | "ENVELOPE_INVALID" | "SELECTOR_INVALID" | "FILTER_INVALID" | "POLICY_INVALID" | "PAYLOAD_TOO_LARGE"
-        | "INVALID_ARGUMENT" | "METHOD_NOT_ALLOWED" | "CONFLICT" | "DUPLICATE_KEY" | "INVALID_UTF8" | "MESSAGE_ID_TAKEN" => {
-            ErrorKind::Invalid
-        }
+        | "INVALID_ARGUMENT" | "METHOD_NOT_ALLOWED" | "CONFLICT" | "DUPLICATE_KEY" | "INVALID_UTF8" | "MESSAGE_ID_TAKEN"
+        | "PROGRAM_INVALID" => ErrorKind::Invalid,
         "REQUEST_TIMEOUT" => ErrorKind::Timeout,
         "SHUTTING_DOWN" | "SESSION_CLOSED" | "TLS_FAILED" => ErrorKind::Transport,
-        "STORE_CORRUPT" | "AUDIT_TAMPERED" | "STORE_UNAVAILABLE" | "STORE_FULL" | "INTERNAL" => ErrorKind::Server,
+        "STORE_CORRUPT"
+        | "AUDIT_TAMPERED"
+        | "STORE_UNAVAILABLE"
+        | "STORE_FULL"
+        | "STORE_NO_QUORUM"
+        | "CLUSTER_UNCONFIRMED"
+        | "INTERNAL"
+        | "PROGRAM_TRAPPED"
+        | "PROGRAM_TIMEOUT"
+        | "PROGRAM_LIMIT_EXCEEDED" => ErrorKind::Server,
         "DELIVERY_EXHAUSTED" => ErrorKind::Quarantined,
         "DELIVERIES_DROPPED" => ErrorKind::Dropped,
         _ => ErrorKind::Denied,
     }
 }
 
-/// The HTTP status the server gives a code (as `internal/wire` maps it).
+/// The HTTP status the server gives a code (as `internal/wire` maps it;
+/// tests/codes.rs holds it to clients/conformance/codes.json), 500 for a
+/// code not listed.
 pub fn http_status(code: &str) -> u16 {
     match code {
         "" => 200,
@@ -223,16 +245,20 @@ pub fn http_status(code: &str) -> u16 {
         | "SIGNATURE_REQUIRED"
         | "SIGNATURE_INVALID"
         | "ENCRYPTION_REQUIRED"
-        | "DELIVERY_EXHAUSTED" => 422,
-        "SUBJECT_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "QUARANTINE_NOT_FOUND" | "NOT_FOUND" => 404,
+        | "DELIVERY_EXHAUSTED"
+        | "PROGRAM_INVALID"
+        | "PROGRAM_LIMIT_EXCEEDED" => 422,
+        "SUBJECT_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "QUARANTINE_NOT_FOUND" | "NOT_FOUND" | "PROGRAM_NOT_FOUND" => 404,
         "BAD_REQUEST" | "SELECTOR_INVALID" | "FILTER_INVALID" | "POLICY_INVALID" | "INVALID_ARGUMENT" | "DUPLICATE_KEY"
         | "INVALID_UTF8" => 400,
         "PAYLOAD_TOO_LARGE" => 413,
         "METHOD_NOT_ALLOWED" => 405,
         "CONFLICT" | "MESSAGE_ID_TAKEN" => 409,
-        "REQUEST_TIMEOUT" => 504,
-        "SHUTTING_DOWN" | "STORE_UNAVAILABLE" | "SESSION_CLOSED" => 503,
+        "PROGRAM_VERSION_PRUNED" => 410,
+        "REQUEST_TIMEOUT" | "PROGRAM_TIMEOUT" => 504,
+        "SHUTTING_DOWN" | "STORE_UNAVAILABLE" | "STORE_NO_QUORUM" | "CLUSTER_UNCONFIRMED" | "IDENTITY_UNAVAILABLE" => 503,
         "STORE_FULL" => 507,
+        // INTERNAL, STORE_CORRUPT, AUDIT_TAMPERED, PROGRAM_TRAPPED, SESSION_CLOSED
         _ => 500,
     }
 }
