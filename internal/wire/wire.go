@@ -128,7 +128,7 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusConflict
 	case pigeon.CodeRequestTimeout, pigeon.CodeProgramTimeout:
 		return http.StatusGatewayTimeout
-	case pigeon.CodeShutdown, pigeon.CodeStoreUnavailable, pigeon.CodeStoreNoQuorum, pigeon.CodeClusterUnconfirmed, pigeon.CodeIdentityUnavailable:
+	case pigeon.CodeShutdown, pigeon.CodeSessionClosed, pigeon.CodeStoreUnavailable, pigeon.CodeStoreNoQuorum, pigeon.CodeClusterUnconfirmed, pigeon.CodeIdentityUnavailable:
 		return http.StatusServiceUnavailable
 	case pigeon.CodeStoreFull:
 		return http.StatusInsufficientStorage

@@ -64,6 +64,7 @@ func TestHTTPStatus(t *testing.T) {
 		pigeon.CodeMessageIDTaken:       http.StatusConflict,
 		pigeon.CodeRequestTimeout:       http.StatusGatewayTimeout,
 		pigeon.CodeShutdown:             http.StatusServiceUnavailable,
+		pigeon.CodeSessionClosed:        http.StatusServiceUnavailable,
 		pigeon.CodeIdentityUnavailable:  http.StatusServiceUnavailable,
 		pigeon.CodeStoreFull:            http.StatusInsufficientStorage,
 		pigeon.CodeAuditTampered:        http.StatusInternalServerError,
