@@ -46,6 +46,11 @@ const (
 // negotiations a second per principal, in bursts of up to 100.
 var DefaultNegotiateRate = RateLimitPolicy{PerSecond: 20, Burst: 100}
 
+// DefaultFilterRate is Options.FilterRate when it is zero: 20 new
+// subscription filters compiled a second per principal, in bursts of up
+// to 100.
+var DefaultFilterRate = RateLimitPolicy{PerSecond: 20, Burst: 100}
+
 // Options configure an Engine. The zero value (or nil) is usable: an
 // in-memory store, no credentials, an empty catalog. New copies Options;
 // later changes to the caller's value have no effect.
@@ -104,6 +109,16 @@ type Options struct {
 	// requests a balancer spreads over the nodes gets the limit in all; one
 	// whose requests all reach one node gets its share there.
 	NodeRateLimits bool
+	// FilterRate limits how fast one principal may have new subscription
+	// filters (WithFilter) compiled, as a token bucket (PerSecond 0:
+	// DefaultFilterRate; negative: no limit; a Burst below 1: PerSecond
+	// rounded up). Compiling a CEL filter of the largest size takes
+	// milliseconds, so without it a client subscribing again and again
+	// with new filters could keep the broker's cores busy. A filter the
+	// engine compiled before (the same text, for any principal) is taken
+	// from a cache and costs nothing; a filter that does not compile
+	// costs a token too. Beyond it Subscribe fails with RATE_LIMITED.
+	FilterRate RateLimitPolicy
 	// Region is a session's region when Connect names none (default "local").
 	Region string
 	// RetryBase is the first redelivery backoff (default 1 s).
@@ -148,6 +163,7 @@ type Engine struct {
 	groups     groupTable
 	subs       subscriptions
 	recent     recentCache
+	filters    filterCache
 	dir        directory
 	grantKey   ed25519.PrivateKey
 	lastVerify atomic.Pointer[VerifyResult]
@@ -197,6 +213,12 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		*nr = DefaultNegotiateRate
 	case nr.PerSecond > 0 && nr.Burst < 1:
 		nr.Burst = int(math.Ceil(nr.PerSecond))
+	}
+	switch fr := &o.FilterRate; {
+	case fr.PerSecond == 0:
+		*fr = DefaultFilterRate
+	case fr.PerSecond > 0 && fr.Burst < 1:
+		fr.Burst = int(math.Ceil(fr.PerSecond))
 	}
 	if o.Region == "" {
 		o.Region = "local"

@@ -287,7 +287,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		return nil, NewError(CodeInvalidArgument, "a contract lives at most %s", e.opts.MaxContractTTL)
 	}
 	now := e.now()
-	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{principal: p.ID}, rp, now) {
+	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{kind: limitNegotiate, principal: p.ID}, rp, now) {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
 	}

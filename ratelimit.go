@@ -15,8 +15,18 @@ type rateLimiter struct {
 }
 
 type rateKey struct {
-	subject, principal string
+	kind               limitKind
+	subject, principal string // subject: for limitSubject only
 }
+
+// limitKind tells apart the limits the engine keeps per principal.
+type limitKind uint8
+
+const (
+	limitSubject   limitKind = iota // a subject's rateLimit
+	limitNegotiate                  // Options.NegotiateRate
+	limitFilter                     // Options.FilterRate
+)
 
 type bucket struct {
 	tokens float64
@@ -30,12 +40,10 @@ func newRateLimiter() *rateLimiter { return &rateLimiter{buckets: map[rateKey]*b
 
 // allow takes one token for (s, principal) at now.
 func (l *rateLimiter) allow(s *subject, principal string, now time.Time) bool {
-	return l.take(rateKey{s.name, principal}, *s.rate, now)
+	return l.take(rateKey{kind: limitSubject, subject: s.name, principal: principal}, *s.rate, now)
 }
 
-// take takes one token from k's bucket, refilled at rp, at now. Subject
-// names are never empty, so a key with an empty subject is free for limits
-// that are not per subject (negotiation).
+// take takes one token from k's bucket, refilled at rp, at now.
 func (l *rateLimiter) take(k rateKey, rp RateLimitPolicy, now time.Time) bool {
 	rate, burst := share(rp, l.liveNodes())
 	l.mu.Lock()

@@ -41,7 +41,7 @@ func TestRateLimitShare(t *testing.T) {
 				n := tc.nodes
 				l.nodes = func() int { return n }
 			}
-			k := rateKey{"s", "p"}
+			k := rateKey{subject: "s", principal: "p"}
 			require.Equal(t, tc.burst, takes(l, k, rp, t0))
 			require.Equal(t, tc.after300ms, takes(l, k, rp, t0.Add(300*time.Millisecond)))
 		})
@@ -51,7 +51,7 @@ func TestRateLimitShare(t *testing.T) {
 		n := 1
 		l := newRateLimiter()
 		l.nodes = func() int { return n }
-		k := rateKey{"s", "p"}
+		k := rateKey{subject: "s", principal: "p"}
 		require.True(t, l.take(k, rp, t0)) // 3 left of 4
 		n = 2
 		require.Equal(t, 2, takes(l, k, rp, t0), "what the bucket holds is cut to the new share")

@@ -269,15 +269,15 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if err != nil {
 		return nil, err
 	}
-	var filter *cond.Condition
-	if o.Filter != "" {
-		if filter, err = compileCondition(o.Filter); err != nil {
-			return nil, WrapError(CodeFilterInvalid, err, "filter does not compile: %v", err)
-		}
-	}
 	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive)
 	if code != CodeOK {
 		return nil, e.contractError(ctx, EventSubscribeDenied, c.Principal, s.name, c.ContractID, code, reason)
+	}
+	var filter *cond.Condition
+	if o.Filter != "" {
+		if filter, err = e.subscriptionFilter(ctx, c, s.name, o.Filter); err != nil {
+			return nil, err
+		}
 	}
 	scope := k.permits[s.name]
 	for i := len(o.Middleware) - 1; h != nil && i >= 0; i-- {
