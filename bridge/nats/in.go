@@ -154,8 +154,12 @@ func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
 // newID returns a fresh message id for a core NATS message without one.
 func newID() string { return "nats-" + rand.Text() }
 
-// fetchBatch is how many JetStream messages one pull asks for.
-const fetchBatch = 32
+// fetchBatch is how many JetStream messages one pull asks for, and
+// fetchWait how long it waits for them.
+const (
+	fetchBatch = 32
+	fetchWait  = time.Second
+)
 
 // startJetStream binds the route's durable pull consumer (creating it
 // when it does not exist) and consumes from it.
@@ -169,7 +173,12 @@ func (in *inRoute) startJetStream(g *generation) error {
 	g.goTracked(func() {
 		fails := 0
 		for g.ctx.Err() == nil {
-			batch, err := cons.Fetch(fetchBatch, jetstream.FetchContext(g.ctx))
+			// Each pull ends by itself, rather than with the generation:
+			// messages the server sent for a pull that was cancelled
+			// would wait for the consumer's ack wait before redelivery;
+			// those of a pull that ends are all handed over, and the
+			// ones left when the session goes are given back at once.
+			batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
 			if err == nil {
 				for m := range batch.Messages() {
 					in.handleJetStream(g, m)
