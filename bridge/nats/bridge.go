@@ -3,6 +3,7 @@ package natsbridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -178,7 +179,7 @@ func (b *Bridge) run(ctx context.Context) error {
 		var err error
 		nc, err = nats.Connect(b.opts.URL, nats.Name("pigeon-bridge"), nats.MaxReconnects(-1))
 		if err != nil {
-			return pigeon.WrapError(pigeon.CodeInvalidArgument, err, "natsbridge: cannot connect to NATS at %s: %v", b.opts.URL, err)
+			return fmt.Errorf("natsbridge: cannot connect to NATS at %s: %w", b.opts.URL, err)
 		}
 		defer nc.Close()
 	}

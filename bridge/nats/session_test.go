@@ -282,6 +282,16 @@ func TestRunLifecycle(t *testing.T) {
 	require.Equal(t, pigeon.CodeInvalidArgument, code(t, err))
 	require.Contains(t, err.Error(), `route "in": the JetStream stream "MISSING" does not exist`)
 
+	// With a URL the bridge dials NATS itself (and closes that connection).
+	own := opts
+	own.NATS, own.URL = nil, v.ns.ClientURL()
+	rb = start(t, own)
+	rb.stop(t)
+	own.URL = "nats://127.0.0.1:1"
+	b, err = New(own)
+	require.NoError(t, err)
+	require.ErrorContains(t, b.Run(t.Context()), "natsbridge: cannot connect to NATS at nats://127.0.0.1:1")
+
 	// Run with a cancelled context returns nil at once.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
