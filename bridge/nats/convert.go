@@ -1,0 +1,71 @@
+package natsbridge
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"pigeon"
+)
+
+// convert turns the payload of one NATS message into the message an In
+// route publishes: an envelope decoded with pigeon.DecodeMessage, or plain
+// data under the route's Template (see Payload). The route's Subject
+// replaces any subject the payload names, id (when not empty) any id, and
+// the source and the fields the broker fills on acceptance are cleared:
+// the broker sets them. Text that readers could decode differently is
+// refused as the gates refuse it (DUPLICATE_KEY, INVALID_UTF8), and a
+// payload that is not JSON with ENVELOPE_INVALID, before it reaches the
+// broker. The error never quotes the payload.
+func convert(r *Route, payload []byte, id string) (*pigeon.Message, error) {
+	var m *pigeon.Message
+	if len(bytes.TrimSpace(payload)) > 0 {
+		if err := pigeon.CheckJSON(payload); err != nil {
+			if c := pigeon.ErrorCode(err); c != pigeon.CodeDuplicateKey && c != pigeon.CodeInvalidUTF8 {
+				return nil, pigeon.WrapError(pigeon.CodeEnvelopeInvalid, err, "the payload is not JSON")
+			}
+			return nil, err
+		}
+	}
+	if isEnvelope(r.Payload, payload) {
+		var err error
+		if m, err = pigeon.DecodeMessage(payload); err != nil {
+			return nil, err
+		}
+	} else {
+		t := r.Template
+		m = &pigeon.Message{Type: t.Type, Intent: t.Intent, Classification: t.Classification, Region: t.Region}
+		if len(bytes.TrimSpace(payload)) > 0 {
+			m.Data = json.RawMessage(payload)
+		}
+	}
+	m.Subject = r.Subject
+	if id != "" {
+		m.ID = id
+	}
+	m.Source = ""
+	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 0, "", "", "", ""
+	return m, nil
+}
+
+// isEnvelope reports whether payload, which CheckJSON accepted (or which
+// is empty), is read as an envelope under mode.
+func isEnvelope(mode Payload, payload []byte) bool {
+	switch mode {
+	case PayloadEnvelope:
+		return true
+	case PayloadData:
+		return false
+	}
+	p := bytes.TrimSpace(payload)
+	if len(p) == 0 || p[0] != '{' {
+		return false
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(p, &members) != nil {
+		return false
+	}
+	_, spec := members["specversion"]
+	_, typ := members["type"]
+	_, data := members["data"]
+	return spec || typ && data
+}

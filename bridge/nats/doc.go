@@ -1,0 +1,56 @@
+// Package natsbridge is a governed edge between Pigeon and NATS: routes
+// that carry a Pigeon subject to a NATS subject (Out) or a NATS subject to a
+// Pigeon subject (In), on core NATS or JetStream. It is a module of its own
+// (pigeon/bridge/nats), so that embedding Pigeon stays free of NATS.
+//
+// # Identity and contract
+//
+// A bridge is one Pigeon client. It dials the broker through a
+// pigeon.Dialer (transport/inproc in process, transport/ws to `pigeon
+// serve`) with its own credential; the broker resolves its identity and
+// negotiates one contract for the subjects of its routes. Nothing in a NATS
+// message can name another identity: the broker sets every message's
+// source to the bridge's principal. So what enters Pigeon through an In
+// route passes every admission gate under the bridge's contract, like any
+// publish, and what leaves through an Out route is what that contract may
+// receive, checked again by the broker at every delivery.
+//
+// # Out
+//
+// An Out route subscribes to its Pigeon subject and publishes each
+// delivery to its NATS subject as the message's envelope JSON (the bytes
+// subscribers receive), with the headers Nats-Msg-Id (the Pigeon message
+// id, so a stream drops a repeat), Pigeon-Subject, Pigeon-Sequence and
+// Pigeon-Bridge (the route's name). A delivery is acknowledged only once
+// NATS took it: after a flush on core NATS, after the PubAck on JetStream.
+// A NATS failure returns an error and the broker redelivers, within the
+// subject's retry policy.
+//
+// # In
+//
+// An In route subscribes to core NATS, or consumes from a durable pull
+// consumer on a JetStream stream, and publishes each message through the
+// bridge's session: a payload that is an envelope is decoded as one
+// (pigeon.DecodeMessage), any other as data under the route's Template. The
+// route's Subject always wins. The message id comes from the NATS side
+// (nats-<stream>-<stream sequence> on JetStream, the Nats-Msg-Id header on
+// core NATS), so a redelivery is recognised: MESSAGE_ID_TAKEN or
+// "duplicate" for a redelivered message counts as accepted. On JetStream a
+// message is acknowledged after the broker accepted it, terminated when a
+// gate refused it, and redelivered later (NakWithDelay) when the failure
+// may pass. A message that one of the bridge's own Out routes published
+// (its Pigeon-Bridge header) is skipped.
+//
+// # Sessions
+//
+// When the session fails (the connection lost, the contract expired) the
+// bridge dials again with a jittered backoff and resumes every route; it
+// renews a contract before it expires. A revoked contract or grant, or a
+// refused credential, stops the bridge: Run returns the typed error.
+//
+// # Concurrency
+//
+// A Bridge is safe for concurrent use. Run blocks; Shutdown stops it and is
+// idempotent; Stats may be called at any time. Every goroutine the bridge
+// starts ends before Run returns. docs/bridges.md is the full reference.
+package natsbridge

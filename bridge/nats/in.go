@@ -1,0 +1,297 @@
+package natsbridge
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pigeon"
+)
+
+// inRoute carries NATS to a Pigeon subject: each NATS message becomes one
+// message published through the bridge's session, under its contract and
+// past every gate.
+type inRoute struct {
+	b *Bridge
+	r *Route
+	c counters
+}
+
+func (in *inRoute) route() *Route       { return in.r }
+func (in *inRoute) counters() *counters { return &in.c }
+
+func (in *inRoute) start(g *generation) error {
+	if in.r.JetStream {
+		return in.startJetStream(g)
+	}
+	return in.startCore(g)
+}
+
+// outcome is what became of one publish.
+type outcome int
+
+const (
+	accepted outcome = iota
+	duplicate
+	failed // err says how: see judge
+)
+
+// publish publishes m through g's session. redelivered says that m may
+// have been published before (a JetStream redelivery, a core NATS message
+// whose publisher named its id): the broker's MESSAGE_ID_TAKEN then means
+// it holds m already.
+func (in *inRoute) publish(g *generation, m *pigeon.Message, redelivered bool) (outcome, error) {
+	ctx, cancel := context.WithTimeout(g.ctx, in.b.opts.PublishTimeout)
+	defer cancel()
+	res, err := g.sess.Publish(ctx, m)
+	switch {
+	case err == nil && res.Status == pigeon.StatusDuplicate:
+		in.c.duplicates.Add(1)
+		return duplicate, nil
+	case err == nil:
+		in.c.forwarded.Add(1)
+		return accepted, nil
+	case redelivered && pigeon.ErrorCode(err) == pigeon.CodeMessageIDTaken:
+		in.c.duplicates.Add(1)
+		return duplicate, nil
+	}
+	return failed, err
+}
+
+// refuse counts and logs a message refused by a gate.
+func (in *inRoute) refuse(id string, err error) {
+	code := pigeon.ErrorCode(err)
+	in.c.refuse(code)
+	in.b.log.Warn("natsbridge: a message was refused", "route", in.r.Name, "id", id, "code", code, "err", err)
+}
+
+// looped reports whether an Out route of this bridge published the
+// message: carrying it back would loop.
+func (in *inRoute) looped(h nats.Header) bool {
+	if name := h.Get(HeaderBridge); name != "" && in.b.outs[name] {
+		in.c.skipped.Add(1)
+		return true
+	}
+	return false
+}
+
+// startCore subscribes to core NATS. Core NATS does not redeliver: a
+// message the broker refuses for a reason that may pass is retried a few
+// times, then dropped and counted; messages sent while the bridge has no
+// session are not received at all.
+func (in *inRoute) startCore(g *generation) error {
+	ch := make(chan *nats.Msg, 1024)
+	sub, err := g.nc.ChanSubscribe(in.r.NATSSubject, ch)
+	if err != nil {
+		return err
+	}
+	g.onStop(func(context.Context) { _ = sub.Unsubscribe() })
+	if err := g.nc.FlushTimeout(in.b.opts.PublishTimeout); err != nil {
+		return err // the subscription is live once the server has it
+	}
+	g.goTracked(func() {
+		for {
+			select {
+			case <-g.ctx.Done():
+				return
+			case m := <-ch:
+				in.handleCore(g, m)
+			}
+		}
+	})
+	return nil
+}
+
+// coreAttempts bounds the publishes of one core NATS message.
+const coreAttempts = 3
+
+func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
+	if in.looped(nm.Header) {
+		return
+	}
+	id := nm.Header.Get(HeaderMsgID)
+	redelivered := id != "" // the publisher named it: a repeat is its retry
+	m, err := convert(in.r, nm.Data, id)
+	if err != nil {
+		in.refuse(id, err)
+		return
+	}
+	if m.ID == "" {
+		m.ID = newID() // so that a retry below is recognised
+	}
+	for attempt := 1; ; attempt++ {
+		out, err := in.publish(g, m, redelivered)
+		if out != failed {
+			return
+		}
+		v := judge(err)
+		switch {
+		case v == refused:
+			in.refuse(m.ID, err)
+			return
+		case v == retry && attempt < coreAttempts && g.ctx.Err() == nil:
+			in.c.retried.Add(1)
+			redelivered = true
+			select {
+			case <-time.After(backoff(attempt, time.Second)):
+			case <-g.ctx.Done():
+			}
+			continue
+		case v != retry:
+			g.fail(routeError(in.r, err))
+		}
+		in.c.dropped.Add(1)
+		in.b.log.Warn("natsbridge: a core NATS message was dropped", "route", in.r.Name, "id", m.ID, "code", pigeon.ErrorCode(err), "err", err)
+		return
+	}
+}
+
+// newID returns a fresh message id for a core NATS message without one.
+func newID() string { return "nats-" + rand.Text() }
+
+// fetchBatch is how many JetStream messages one pull asks for, and
+// fetchWait how long it waits for them.
+const (
+	fetchBatch = 32
+	fetchWait  = time.Second
+)
+
+// startJetStream binds the route's durable pull consumer (creating it
+// when it does not exist) and consumes from it.
+func (in *inRoute) startJetStream(g *generation) error {
+	ctx, cancel := context.WithTimeout(g.ctx, in.b.opts.PublishTimeout)
+	defer cancel()
+	cons, err := in.consumer(ctx, g.js)
+	if err != nil {
+		return err
+	}
+	g.goTracked(func() {
+		fails := 0
+		for g.ctx.Err() == nil {
+			// Each pull ends by itself, rather than with the generation:
+			// messages the server sent for a pull that was cancelled
+			// would wait for the consumer's ack wait before redelivery;
+			// those of a pull that ends are all handed over, and the
+			// ones left when the session goes are given back at once.
+			batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+			if err == nil {
+				for m := range batch.Messages() {
+					in.handleJetStream(g, m)
+				}
+				err = batch.Error()
+			}
+			if err == nil || g.ctx.Err() != nil || errors.Is(err, nats.ErrTimeout) {
+				fails = 0
+				continue
+			}
+			fails++
+			in.b.log.Debug("natsbridge: pulling from JetStream", "route", in.r.Name, "err", err)
+			select {
+			case <-time.After(backoff(fails, 5*time.Second)):
+			case <-g.ctx.Done():
+			}
+		}
+	})
+	return nil
+}
+
+// consumer returns the route's durable consumer. One that exists must
+// filter on the route's NATS subject alone and ack explicitly: otherwise
+// messages of other subjects would be carried to the route's Pigeon
+// subject, or acknowledged before the broker accepted them.
+func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	r := in.r
+	st, err := js.Stream(ctx, r.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, pigeon.NewError(pigeon.CodeInvalidArgument, "the JetStream stream %q does not exist", r.Stream)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cons, err := st.Consumer(ctx, r.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: r.Durable, FilterSubject: r.NATSSubject, AckPolicy: jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy, MaxDeliver: -1,
+			Description: "pigeon bridge route " + r.Name,
+		})
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = st.Consumer(ctx, r.Durable)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg := cons.CachedInfo().Config
+	filters := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		filters = append(filters, cfg.FilterSubject)
+	}
+	if len(filters) != 1 || filters[0] != r.NATSSubject || cfg.AckPolicy != jetstream.AckExplicitPolicy {
+		return nil, pigeon.NewError(pigeon.CodeInvalidArgument,
+			"the consumer %q on stream %q must filter on %q alone and ack explicitly", r.Durable, r.Stream, r.NATSSubject)
+	}
+	return cons, nil
+}
+
+// handleJetStream publishes one JetStream message and settles it: Ack once
+// the broker accepted it (or held it already), Term when a gate refused
+// it, NakWithDelay when the refusal may pass or the session failed.
+func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
+	meta, err := jm.Metadata()
+	if err != nil {
+		in.b.log.Error("natsbridge: a JetStream message without metadata", "route", in.r.Name, "err", err)
+		return
+	}
+	if in.looped(jm.Headers()) {
+		ack(in, jm.Ack())
+		return
+	}
+	if g.ctx.Err() != nil { // the session is going: leave it for the next one
+		ack(in, jm.Nak())
+		return
+	}
+	id := fmt.Sprintf("nats-%s-%d", meta.Stream, meta.Sequence.Stream)
+	m, err := convert(in.r, jm.Data(), id)
+	if err != nil {
+		in.refuse(id, err)
+		ack(in, jm.TermWithReason(string(pigeon.ErrorCode(err))))
+		return
+	}
+	out, err := in.publish(g, m, meta.NumDelivered > 1)
+	if out != failed {
+		if in.b.skipAck != nil && in.b.skipAck(in.r.Name, id) {
+			return
+		}
+		ack(in, jm.Ack())
+		return
+	}
+	switch v := judge(err); v {
+	case refused:
+		in.refuse(id, err)
+		ack(in, jm.TermWithReason(string(pigeon.ErrorCode(err))))
+	default:
+		in.c.retried.Add(1)
+		delay := min(time.Duration(meta.NumDelivered)*time.Second, 30*time.Second)
+		if v != retry {
+			delay = minReconnectDelay // for the next session
+			g.fail(routeError(in.r, err))
+		}
+		in.b.log.Warn("natsbridge: the broker did not take a message; NATS redelivers it", "route", in.r.Name,
+			"id", id, "code", pigeon.ErrorCode(err), "err", err, "in", delay)
+		ack(in, jm.NakWithDelay(delay))
+	}
+}
+
+// ack logs a failed acknowledgement: JetStream then redelivers the message
+// after the consumer's ack wait, and the broker recognises it by its id.
+func ack(in *inRoute, err error) {
+	if err != nil {
+		in.b.log.Debug("natsbridge: acknowledging a JetStream message", "route", in.r.Name, "err", err)
+	}
+}

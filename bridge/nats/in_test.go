@@ -1,0 +1,200 @@
+package natsbridge
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+)
+
+var ordersTemplate = Template{Type: "order.created", Intent: "order_event", Classification: "internal"}
+
+// An In route publishes each NATS message through the bridge's session:
+// plain data under the template, an envelope as one, always on the route's
+// subject and from the bridge's principal, with an id from the NATS side.
+func TestIn(t *testing.T) {
+	for _, tr := range transports {
+		for _, jsMode := range []bool{false, true} {
+			t.Run(tr.name+"/jetstream="+strconv.FormatBool(jsMode), func(t *testing.T) {
+				v := newEnv(t)
+				route := Route{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", Template: ordersTemplate}
+				if jsMode {
+					v.stream(t, "LEGACY", "legacy.>")
+					route.JetStream, route.Stream = true, "LEGACY"
+				}
+				got := subscribe(t, v.e, monitorToken, ordersSubject)
+				rb := start(t, Options{Dialer: tr.dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{route}})
+
+				payloads := []struct{ id, data string }{
+					{"hdr-1", `{"orderId":"p-1","amount":3}`},
+					{"hdr-2", `{"specversion":"1.0","id":"theirs","type":"order.paid","intent":"order_event","subject":"payments.authorize",` +
+						`"source":"spiffe://merchant-prod/ns/payments/sa/gateway-adapter","data":{"orderId":"e-1"}}`},
+					{"hdr-1", `{"orderId":"p-1","amount":3}`}, // the publisher's retry
+				}
+				for _, p := range payloads {
+					m := &nats.Msg{Subject: "legacy.orders", Header: nats.Header{"Nats-Msg-Id": []string{p.id}}, Data: []byte(p.data)}
+					if jsMode {
+						_, err := v.js.PublishMsg(t.Context(), m)
+						require.NoError(t, err)
+					} else {
+						require.NoError(t, v.tc.PublishMsg(m))
+					}
+				}
+				// JetStream de-duplicates the retry itself, by Nats-Msg-Id;
+				// on core NATS the broker recognises it by its id.
+				require.Eventually(t, func() bool {
+					s := routeStats(rb.b, "orders-in")
+					return s.Forwarded == 2 && (jsMode || s.Duplicates == 1)
+				}, 5*time.Second, 5*time.Millisecond)
+				require.Eventually(t, func() bool { return len(got.all()) == 2 }, 5*time.Second, 5*time.Millisecond)
+				time.Sleep(50 * time.Millisecond)
+				msgs := got.all()
+				require.Len(t, msgs, 2, "each message once")
+
+				ids := []string{"hdr-1", "hdr-2"}
+				if jsMode {
+					ids = []string{"nats-LEGACY-1", "nats-LEGACY-2"}
+				}
+				plain, env := msgs[0], msgs[1]
+				require.Equal(t, ids[0], plain.ID)
+				require.Equal(t, "order.created", plain.Type)
+				require.Equal(t, "order_event", plain.Intent)
+				require.JSONEq(t, `{"orderId":"p-1","amount":3}`, string(plain.Data))
+				require.Equal(t, ids[1], env.ID)
+				require.Equal(t, "order.paid", env.Type)
+				require.JSONEq(t, `{"orderId":"e-1"}`, string(env.Data))
+				for _, m := range msgs {
+					require.Equal(t, ordersSubject, m.Subject, "the route's subject wins")
+					require.Equal(t, bridgePrin, m.Source, "the broker names the bridge, never the payload")
+				}
+			})
+		}
+	}
+}
+
+// Messages a gate refuses on the demo catalog's payments subject (a
+// forbidden field, a schema violation, a missing idempotency key), and text
+// that readers could decode differently, never reach the payments
+// subscriber: each is terminated on JetStream and counted by its code, and
+// the valid one after them arrives.
+func TestInRefusals(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			v := newEnv(t)
+			st := v.stream(t, "LEGACY", "legacy.>")
+			terms, err := v.tc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.LEGACY.payments-in")
+			require.NoError(t, err)
+			require.NoError(t, v.tc.Flush())
+			got := subscribe(t, v.e, "gateway-token", "payments.authorize")
+			rb := start(t, Options{Dialer: tr.dialer(t, v.e), Credential: "checkout-token", NATS: v.nc, Routes: []Route{
+				{Name: "payments-in", Direction: In, Subject: "payments.authorize", NATSSubject: "legacy.payments", JetStream: true, Stream: "LEGACY",
+					Template: Template{Type: "payment.authorization.requested", Intent: "authorize_payment", Classification: "pci"}},
+			}})
+
+			payment := func(id string, data string) string {
+				m := demo.Payment(id)
+				if data != "" {
+					m.Data = json.RawMessage(data)
+				}
+				return string(m.AppendJSON(nil))
+			}
+			refusals := []struct {
+				payload string
+				code    pigeon.Code
+			}{
+				{payment("pan", `{"merchantId":"m-1","orderId":"o","amount":1,"currency":"GBP","paymentToken":"tok_1","card":{"pan":"4111111111111111"}}`), pigeon.CodeSensitiveFieldDenied},
+				{payment("schema", `{"merchantId":"m-1","orderId":"o","amount":"ten","currency":"GBP","paymentToken":"tok_1"}`), pigeon.CodeSchemaInvalid},
+				{`{"merchantId":"m-1","orderId":"o","amount":1,"currency":"GBP","paymentToken":"tok_1"}`, pigeon.CodeIdempotencyRequired},
+				{`{"merchantId":"m-1","merchantId":"m-2"}`, pigeon.CodeDuplicateKey},
+				{"{\"merchantId\":\"m-\xff\"}", pigeon.CodeInvalidUTF8},
+			}
+			for _, r := range refusals {
+				_, err := v.js.Publish(t.Context(), "legacy.payments", []byte(r.payload))
+				require.NoError(t, err)
+			}
+			_, err = v.js.Publish(t.Context(), "legacy.payments", []byte(payment("ok-1", "")))
+			require.NoError(t, err)
+
+			require.Eventually(t, func() bool { return len(got.all()) == 1 }, 5*time.Second, 5*time.Millisecond)
+			require.Equal(t, "nats-LEGACY-6", got.all()[0].ID)
+			for range refusals {
+				_, err := terms.NextMsg(5 * time.Second)
+				require.NoError(t, err, "each refused message is terminated")
+			}
+			require.Eventually(t, func() bool { return routeStats(rb.b, "payments-in").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
+			s := routeStats(rb.b, "payments-in")
+			want := map[pigeon.Code]uint64{}
+			for _, r := range refusals {
+				want[r.code]++
+			}
+			require.Equal(t, want, s.Refused)
+			require.Zero(t, s.Retried)
+			require.Eventually(t, func() bool {
+				c, err := st.Consumer(t.Context(), "payments-in")
+				require.NoError(t, err)
+				info, err := c.Info(t.Context())
+				require.NoError(t, err)
+				return info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
+			}, 5*time.Second, 5*time.Millisecond, "nothing is left to redeliver")
+			time.Sleep(50 * time.Millisecond)
+			require.Len(t, got.all(), 1, "no refused message reached the subscriber")
+		})
+	}
+}
+
+// Across a restart of the bridge, JetStream redelivers what the broker
+// accepted but the first bridge never acknowledged: the broker recognises
+// each by its id (MESSAGE_ID_TAKEN for a redelivery), the second bridge
+// acknowledges it, and the subscriber sees every message once.
+func TestInExactlyOnceAcrossRestart(t *testing.T) {
+	v := newEnv(t)
+	st := v.stream(t, "LEGACY", "legacy.>")
+	_, err := st.CreateConsumer(t.Context(), jetstream.ConsumerConfig{Durable: "orders-in", FilterSubject: "legacy.orders",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 300 * time.Millisecond})
+	require.NoError(t, err)
+	got := subscribe(t, v.e, monitorToken, ordersSubject)
+	opts := Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+	}}
+	const n = 10
+	for i := range n {
+		_, err := v.js.Publish(t.Context(), "legacy.orders", []byte(`{"n":`+strconv.Itoa(i)+`}`))
+		require.NoError(t, err)
+	}
+
+	// The first bridge crashes after the broker accepted each message and
+	// before it acknowledged it.
+	first, err := New(opts)
+	require.NoError(t, err)
+	first.skipAck = func(string, string) bool { return true }
+	rb := startBridge(t, first)
+	require.Eventually(t, func() bool { return len(got.all()) == n }, 10*time.Second, 5*time.Millisecond)
+	rb.stop(t)
+	require.Equal(t, uint64(n), routeStats(first, "orders-in").Forwarded)
+
+	second := start(t, opts)
+	require.Eventually(t, func() bool { return routeStats(second.b, "orders-in").Duplicates == n }, 10*time.Second, 5*time.Millisecond)
+	require.Zero(t, routeStats(second.b, "orders-in").Forwarded)
+	require.Empty(t, routeStats(second.b, "orders-in").Refused)
+	require.Eventually(t, func() bool {
+		c, err := st.Consumer(t.Context(), "orders-in")
+		require.NoError(t, err)
+		info, err := c.Info(t.Context())
+		require.NoError(t, err)
+		return info.NumAckPending == 0 && info.NumPending == 0
+	}, 5*time.Second, 5*time.Millisecond, "every message is acknowledged")
+	msgs := got.all()
+	require.Len(t, msgs, n, "the subscriber saw each message once")
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		require.False(t, seen[m.ID], "%s twice", m.ID)
+		seen[m.ID] = true
+	}
+}

@@ -1,0 +1,305 @@
+package natsbridge
+
+import (
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"pigeon"
+)
+
+// Direction says which way a route carries messages.
+type Direction string
+
+// Directions of a route.
+const (
+	// Out carries a Pigeon subject to NATS: a subscription under the
+	// bridge's contract, each delivery published to NATS.
+	Out Direction = "out"
+	// In carries NATS to a Pigeon subject: each NATS message published
+	// through the bridge's session, past every gate.
+	In Direction = "in"
+)
+
+// Payload says how an In route reads a NATS message's payload.
+type Payload string
+
+// Payload modes of an In route.
+const (
+	// PayloadAuto (the default) reads a JSON object with a "specversion"
+	// member, or with both "type" and "data", as an envelope, and anything
+	// else as data under the route's Template.
+	PayloadAuto Payload = ""
+	// PayloadEnvelope reads every payload as a Pigeon (CloudEvents JSON)
+	// envelope; one that is not is refused ENVELOPE_INVALID.
+	PayloadEnvelope Payload = "envelope"
+	// PayloadData reads every payload as the message's data under the
+	// route's Template, whatever it looks like.
+	PayloadData Payload = "data"
+)
+
+// Template is the envelope an In route gives a payload that is plain data.
+// The broker fills what it leaves empty as for any publish (classification
+// "internal", the session's region, the time of acceptance) and always sets
+// the source to the bridge's principal.
+type Template struct {
+	Type           string
+	Intent         string
+	Classification string
+	Region         string
+}
+
+// Route is one governed edge between a Pigeon subject and a NATS subject.
+type Route struct {
+	// Name identifies the route in logs, Stats and the Pigeon-Bridge
+	// header: 1 to 64 letters, digits, '-' or '_', unique in the bridge.
+	Name      string
+	Direction Direction
+	// Subject is the Pigeon subject. For In it always wins over a subject
+	// named in the payload.
+	Subject string
+	// NATSSubject is the NATS subject: where Out publishes (no
+	// wildcards), what In subscribes to (wildcards allowed).
+	NATSSubject string
+
+	// JetStream makes an Out route publish and wait for the stream's
+	// PubAck, and an In route consume from a durable pull consumer.
+	JetStream bool
+	// Stream is the JetStream stream: for In the stream to consume from
+	// (required); for Out, when set, the stream the PubAck must come from.
+	Stream string
+	// Durable is an In route's durable consumer on Stream (default: the
+	// route's Name). The bridge creates it when it does not exist, with
+	// NATSSubject as its filter; an existing one must filter on
+	// NATSSubject alone and ack explicitly.
+	Durable string
+
+	// Out only: the subscription's options (pigeon.WithSelector,
+	// WithFilter, WithGroup, WithMaxInFlight). Group defaults to
+	// "natsbridge.<Name>", so that on a work-queue subject the bridge gets
+	// its own copy rather than competing with the default group.
+	Selector    string
+	Filter      string
+	Group       string
+	MaxInFlight int
+
+	// In only: how the payload is read, and the envelope of plain data.
+	Payload  Payload
+	Template Template
+}
+
+// Options configure a Bridge. New copies them; the caller's value is never
+// changed.
+type Options struct {
+	// Dialer opens the bridge's Pigeon sessions: transport/inproc in
+	// process, transport/ws to a `pigeon serve`. Its ConnectOptions
+	// (region, contract lifetime) apply.
+	Dialer pigeon.Dialer
+	// Credential is the bridge's own credential. The broker resolves the
+	// bridge's identity from it; nothing in a NATS message ever names it.
+	Credential string
+	// NATS is the caller's connection, which the bridge uses and never
+	// closes. When nil, the bridge connects to URL itself (reconnecting
+	// forever) and closes that connection when Run returns.
+	NATS *nats.Conn
+	URL  string
+	// Routes are the edges; at least one.
+	Routes []Route
+	// PublishTimeout bounds how long an Out route waits for NATS to take
+	// one message (the connection back, the flush or the PubAck), and an
+	// In route for Pigeon to answer one publish (default 10 s).
+	PublishTimeout time.Duration
+	// MaxReconnectDelay caps the wait between two dials after the Pigeon
+	// session failed (default 10 s); the wait starts at 100 ms, doubles,
+	// and is jittered.
+	MaxReconnectDelay time.Duration
+	// Logger receives the bridge's events; never payload values. Default:
+	// discard.
+	Logger *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultPublishTimeout    = 10 * time.Second
+	DefaultMaxReconnectDelay = 10 * time.Second
+	minReconnectDelay        = 100 * time.Millisecond
+	maxRouteName             = 64
+)
+
+// withDefaults copies o, routes included, with the defaults applied.
+func (o *Options) withDefaults() Options {
+	c := *o
+	c.Routes = slices.Clone(o.Routes)
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.MaxReconnectDelay <= 0 {
+		c.MaxReconnectDelay = DefaultMaxReconnectDelay
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if r.Direction == In && r.JetStream && r.Durable == "" {
+			r.Durable = r.Name
+		}
+		if r.Direction == Out && r.Group == "" {
+			r.Group = "natsbridge." + r.Name
+		}
+	}
+	return c
+}
+
+// invalid is the INVALID_ARGUMENT error of one option.
+func invalid(format string, args ...any) error {
+	return pigeon.NewError(pigeon.CodeInvalidArgument, format, args...)
+}
+
+// validate checks the options as New takes them (defaults applied).
+func (o *Options) validate() error {
+	switch {
+	case o.Dialer == nil:
+		return invalid("Options.Dialer is required")
+	case o.Credential == "":
+		return invalid("Options.Credential is required")
+	case o.NATS == nil && o.URL == "":
+		return invalid("Options.NATS or Options.URL is required")
+	case o.NATS != nil && o.URL != "":
+		return invalid("Options.NATS and Options.URL are exclusive")
+	case len(o.Routes) == 0:
+		return invalid("Options.Routes: at least one route is required")
+	}
+	names := map[string]bool{}
+	durables := map[string]string{}
+	for i := range o.Routes {
+		r := &o.Routes[i]
+		if err := r.validate(); err != nil {
+			return err
+		}
+		if names[r.Name] {
+			return invalid("route %q: Name is used by two routes", r.Name)
+		}
+		names[r.Name] = true
+		if r.Direction == In && r.JetStream {
+			k := r.Stream + "/" + r.Durable
+			if other, ok := durables[k]; ok {
+				return invalid("route %q: Durable %q on stream %q is used by route %q too", r.Name, r.Durable, r.Stream, other)
+			}
+			durables[k] = r.Name
+		}
+	}
+	return nil
+}
+
+// validate checks one route, naming it and the field at fault.
+func (r *Route) validate() error {
+	if !validName(r.Name) {
+		return invalid("route %q: Name must be 1 to %d letters, digits, '-' or '_'", r.Name, maxRouteName)
+	}
+	if r.Direction != In && r.Direction != Out {
+		return invalid("route %q: Direction must be %q or %q", r.Name, In, Out)
+	}
+	if r.Subject == "" || strings.ContainsAny(r.Subject, " \t\r\n*>") || !utf8.ValidString(r.Subject) {
+		return invalid("route %q: Subject must be one Pigeon subject (no spaces or wildcards)", r.Name)
+	}
+	if !validNATSSubject(r.NATSSubject, r.Direction == In) {
+		if r.Direction == Out {
+			return invalid("route %q: NATSSubject must be a NATS subject without wildcards", r.Name)
+		}
+		return invalid("route %q: NATSSubject must be a NATS subject", r.Name)
+	}
+	if !r.JetStream && (r.Stream != "" || r.Durable != "") {
+		return invalid("route %q: Stream and Durable need JetStream", r.Name)
+	}
+	if r.Stream != "" && !validNATSName(r.Stream) {
+		return invalid("route %q: Stream must be a JetStream name (no spaces, '.', '*', '>', '/' or '\\')", r.Name)
+	}
+	switch r.Direction {
+	case Out:
+		return r.validateOut()
+	default:
+		return r.validateIn()
+	}
+}
+
+func (r *Route) validateOut() error {
+	switch {
+	case r.Durable != "":
+		return invalid("route %q: Durable is for In routes (an Out route publishes)", r.Name)
+	case r.Payload != PayloadAuto:
+		return invalid("route %q: Payload is for In routes", r.Name)
+	case r.Template != Template{}:
+		return invalid("route %q: Template is for In routes", r.Name)
+	case r.MaxInFlight < 0 || r.MaxInFlight > pigeon.MaxInFlightLimit:
+		return invalid("route %q: MaxInFlight must be 0 (one) to %d", r.Name, pigeon.MaxInFlightLimit)
+	case len(r.Group) > pigeon.MaxGroupName || strings.ContainsFunc(r.Group, func(c rune) bool { return c == '|' || c < 0x20 || c == 0x7f }) ||
+		strings.HasPrefix(r.Group, "cursor:") || !utf8.ValidString(r.Group):
+		return invalid("route %q: Group must be at most %d bytes of UTF-8 without '|' or control characters, not starting with \"cursor:\"", r.Name, pigeon.MaxGroupName)
+	}
+	if r.Selector != "" {
+		if _, err := pigeon.ParseSelector(r.Selector); err != nil {
+			return invalid("route %q: Selector: %s", r.Name, pigeon.ErrorCode(err))
+		}
+	}
+	return nil
+}
+
+func (r *Route) validateIn() error {
+	switch {
+	case r.Selector != "" || r.Filter != "" || r.Group != "" || r.MaxInFlight != 0:
+		return invalid("route %q: Selector, Filter, Group and MaxInFlight are for Out routes", r.Name)
+	case r.JetStream && r.Stream == "":
+		return invalid("route %q: Stream is required for a JetStream In route", r.Name)
+	case r.JetStream && !validNATSName(r.Durable):
+		return invalid("route %q: Durable must be a JetStream consumer name (no spaces, '.', '*', '>', '/' or '\\')", r.Name)
+	case r.Payload != PayloadAuto && r.Payload != PayloadEnvelope && r.Payload != PayloadData:
+		return invalid("route %q: Payload must be empty (auto), %q or %q", r.Name, PayloadEnvelope, PayloadData)
+	}
+	return nil
+}
+
+// validName: a route name is safe in a header, a consumer name and a group.
+func validName(s string) bool {
+	if s == "" || len(s) > maxRouteName {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// validNATSSubject reports whether s is a NATS subject: dot-separated
+// non-empty tokens without whitespace; with wild, "*" tokens and a last
+// ">" token are allowed.
+func validNATSSubject(s string, wild bool) bool {
+	if s == "" || !utf8.ValidString(s) {
+		return false
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "" || strings.ContainsAny(t, " \t\r\n\f\v"):
+			return false
+		case t == "*" || t == ">" && i == len(toks)-1:
+			if !wild {
+				return false
+			}
+		case strings.ContainsAny(t, "*>"):
+			return false
+		}
+	}
+	return true
+}
+
+// validNATSName reports whether s may name a stream or a consumer.
+func validNATSName(s string) bool {
+	return s != "" && len(s) <= 255 && utf8.ValidString(s) && !strings.ContainsAny(s, " \t\r\n.*>/\\")
+}

@@ -1,0 +1,89 @@
+package natsbridge
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/inproc"
+)
+
+func TestOptionsValidation(t *testing.T) {
+	out := Route{Name: "o", Direction: Out, Subject: "orders.events", NATSSubject: "orders.out"}
+	in := Route{Name: "i", Direction: In, Subject: "orders.events", NATSSubject: "orders.in.>"}
+	with := func(r Route, fn func(*Route)) Route { fn(&r); return r }
+	base := func(routes ...Route) Options {
+		return Options{Dialer: inproc.Dialer{}, Credential: "c", URL: "nats://127.0.0.1:1", Routes: routes}
+	}
+	tests := []struct {
+		name string
+		opts Options
+		want string // "" when valid; else a part of the message
+	}{
+		{"valid", base(out, in, with(in, func(r *Route) { r.Name, r.JetStream, r.Stream = "js", true, "S" })), ""},
+		{"no dialer", Options{Credential: "c", URL: "u", Routes: []Route{out}}, "Options.Dialer"},
+		{"no credential", Options{Dialer: inproc.Dialer{}, URL: "u", Routes: []Route{out}}, "Options.Credential"},
+		{"no NATS", Options{Dialer: inproc.Dialer{}, Credential: "c", Routes: []Route{out}}, "Options.NATS or Options.URL"},
+		{"both NATS and URL", func() Options { o := base(out); o.NATS = &nats.Conn{}; return o }(), "exclusive"},
+		{"no routes", base(), "at least one route"},
+		{"no name", base(with(out, func(r *Route) { r.Name = "" })), `route "": Name`},
+		{"name with a dot", base(with(out, func(r *Route) { r.Name = "a.b" })), `route "a.b": Name`},
+		{"two routes of one name", base(out, with(in, func(r *Route) { r.Name = "o" })), `route "o": Name is used by two routes`},
+		{"no direction", base(with(out, func(r *Route) { r.Direction = "" })), `route "o": Direction`},
+		{"no subject", base(with(out, func(r *Route) { r.Subject = "" })), `route "o": Subject`},
+		{"wildcard subject", base(with(in, func(r *Route) { r.Subject = "orders.*" })), `route "i": Subject`},
+		{"no NATS subject", base(with(out, func(r *Route) { r.NATSSubject = "" })), `route "o": NATSSubject`},
+		{"out to a wildcard", base(with(out, func(r *Route) { r.NATSSubject = "a.*" })), `route "o": NATSSubject must be a NATS subject without wildcards`},
+		{"empty NATS token", base(with(in, func(r *Route) { r.NATSSubject = "a..b" })), `route "i": NATSSubject`},
+		{"> not last", base(with(in, func(r *Route) { r.NATSSubject = "a.>.b" })), `route "i": NATSSubject`},
+		{"stream without JetStream", base(with(in, func(r *Route) { r.Stream = "S" })), `route "i": Stream and Durable need JetStream`},
+		{"in JetStream without stream", base(with(in, func(r *Route) { r.JetStream = true })), `route "i": Stream is required`},
+		{"bad stream name", base(with(in, func(r *Route) { r.JetStream, r.Stream = true, "a.b" })), `route "i": Stream`},
+		{"bad durable", base(with(in, func(r *Route) { r.JetStream, r.Stream, r.Durable = true, "S", "a b" })), `route "i": Durable`},
+		{"one durable for two routes", base(with(in, func(r *Route) { r.JetStream, r.Stream, r.Durable = true, "S", "d" }),
+			with(in, func(r *Route) { r.Name, r.JetStream, r.Stream, r.Durable = "i2", true, "S", "d" })), `route "i2": Durable "d"`},
+		{"durable on out", base(with(out, func(r *Route) { r.JetStream, r.Durable = true, "d" })), `route "o": Durable is for In`},
+		{"template on out", base(with(out, func(r *Route) { r.Template.Type = "x" })), `route "o": Template is for In`},
+		{"payload on out", base(with(out, func(r *Route) { r.Payload = PayloadData })), `route "o": Payload is for In`},
+		{"bad payload", base(with(in, func(r *Route) { r.Payload = "xml" })), `route "i": Payload`},
+		{"selector on in", base(with(in, func(r *Route) { r.Selector = "/a=b" })), `route "i": Selector, Filter, Group and MaxInFlight are for Out`},
+		{"max in flight on in", base(with(in, func(r *Route) { r.MaxInFlight = 2 })), `route "i": Selector, Filter`},
+		{"bad selector", base(with(out, func(r *Route) { r.Selector = "a=b" })), `route "o": Selector: SELECTOR_INVALID`},
+		{"max in flight too high", base(with(out, func(r *Route) { r.MaxInFlight = pigeon.MaxInFlightLimit + 1 })), `route "o": MaxInFlight`},
+		{"group with a bar", base(with(out, func(r *Route) { r.Group = "a|b" })), `route "o": Group`},
+		{"cursor group", base(with(out, func(r *Route) { r.Group = "cursor:x" })), `route "o": Group`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := New(tt.opts)
+			if tt.want == "" {
+				require.NoError(t, err)
+				require.NotNil(t, b)
+				return
+			}
+			require.Error(t, err)
+			require.Equal(t, pigeon.CodeInvalidArgument, code(t, err))
+			require.ErrorIs(t, err, pigeon.ErrInvalid)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// New copies the options: a later change to the caller's routes does not
+// reach the bridge, and the defaults are not written back.
+func TestNewCopiesOptions(t *testing.T) {
+	routes := []Route{{Name: "o", Direction: Out, Subject: "orders.events", NATSSubject: "orders.out"},
+		{Name: "i", Direction: In, Subject: "orders.events", NATSSubject: "orders.in", JetStream: true, Stream: "S"}}
+	opts := Options{Dialer: inproc.Dialer{}, Credential: "c", URL: "nats://x", Routes: routes}
+	b, err := New(opts)
+	require.NoError(t, err)
+	routes[0].Subject = "changed"
+	require.Equal(t, "orders.events", b.opts.Routes[0].Subject)
+	require.Empty(t, opts.Routes[0].Group, "the default is not written into the caller's route")
+	require.Empty(t, opts.Routes[1].Durable)
+	require.Equal(t, "natsbridge.o", b.opts.Routes[0].Group)
+	require.Equal(t, "i", b.opts.Routes[1].Durable)
+	require.Equal(t, DefaultPublishTimeout, b.opts.PublishTimeout)
+}

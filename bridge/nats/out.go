@@ -1,0 +1,182 @@
+package natsbridge
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"pigeon"
+)
+
+// outRoute carries a Pigeon subject to NATS. Each delivery is published
+// as the message's envelope JSON and acknowledged only once NATS took it;
+// a failure returns an error, so the broker redelivers it.
+//
+// On a pubsub subject a new session's subscription starts where the last
+// one left off: at the lowest sequence handed over and not yet taken by
+// NATS (at-least-once; JetStream drops the repeats by Nats-Msg-Id). A
+// work-queue subject needs no such care: the group keeps the position.
+type outRoute struct {
+	b *Bridge
+	r *Route
+	c counters
+
+	mu       sync.Mutex
+	inFlight map[uint64]struct{} // sequences handed over and not yet taken by NATS
+	last     uint64              // the highest sequence handed over
+}
+
+func (o *outRoute) route() *Route       { return o.r }
+func (o *outRoute) counters() *counters { return &o.c }
+
+func (o *outRoute) start(g *generation) error {
+	opts := []pigeon.SubscribeOption{pigeon.WithGroup(o.r.Group)}
+	if o.r.Selector != "" {
+		opts = append(opts, pigeon.WithSelector(o.r.Selector))
+	}
+	if o.r.Filter != "" {
+		opts = append(opts, pigeon.WithFilter(o.r.Filter))
+	}
+	if o.r.MaxInFlight > 0 {
+		opts = append(opts, pigeon.WithMaxInFlight(o.r.MaxInFlight))
+	}
+	if seq := o.resumeAt(); seq > 0 {
+		opts = append(opts, pigeon.WithStart(pigeon.StartAt(seq)))
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, o.b.opts.PublishTimeout)
+	defer cancel()
+	sub, err := g.sess.Subscribe(ctx, o.r.Subject, func(ctx context.Context, d *pigeon.Delivery) error {
+		return o.handle(ctx, g, d)
+	}, opts...)
+	if err != nil {
+		return err
+	}
+	g.onStop(func(ctx context.Context) {
+		if err := sub.Unsubscribe(ctx); err != nil {
+			o.b.log.Debug("natsbridge: unsubscribing", "route", o.r.Name, "err", err)
+		}
+	})
+	g.goTracked(func() {
+		select {
+		case <-g.ctx.Done():
+		case <-sub.Done():
+			if g.ctx.Err() != nil {
+				return
+			}
+			// The broker ended the subscription: a revoked or expired
+			// contract, a lost session, a shutdown.
+			err := sub.Err()
+			if err == nil {
+				err = pigeon.NewError(pigeon.CodeSessionClosed, "the subscription ended")
+			}
+			err = routeError(o.r, err)
+			if judge(err) == fatal {
+				o.c.stop(err)
+			}
+			g.fail(err)
+		}
+	})
+	return nil
+}
+
+// resumeAt is where a new subscription starts (0: where the broker
+// starts one, after the last message stored): the lowest sequence in
+// flight, or the one after the highest handed over.
+func (o *outRoute) resumeAt() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	low := o.last + 1
+	for seq := range o.inFlight {
+		low = min(low, seq)
+	}
+	if o.last == 0 {
+		return 0
+	}
+	return low
+}
+
+// handle publishes one delivery to NATS.
+func (o *outRoute) handle(ctx context.Context, g *generation, d *pigeon.Delivery) error {
+	seq := d.Message.Sequence
+	o.mu.Lock()
+	if o.inFlight == nil {
+		o.inFlight = map[uint64]struct{}{}
+	}
+	o.inFlight[seq] = struct{}{}
+	o.last = max(o.last, seq)
+	o.mu.Unlock()
+	err := o.publish(ctx, g, d)
+	if err != nil {
+		o.c.retried.Add(1)
+		o.b.log.Warn("natsbridge: NATS did not take a message; the broker redelivers it", "route", o.r.Name,
+			"id", d.Message.ID, "attempt", d.Attempt, "err", err)
+		if g.nc.IsClosed() {
+			g.fail(ErrNATSClosed)
+		}
+		return err
+	}
+	o.mu.Lock()
+	delete(o.inFlight, seq)
+	o.mu.Unlock()
+	o.c.forwarded.Add(1)
+	return nil
+}
+
+// publish sends d's envelope to NATS and returns once NATS took it: after
+// a flush on core NATS, after the PubAck on JetStream.
+func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Delivery) error {
+	m := d.Message
+	msg := &nats.Msg{Subject: o.r.NATSSubject, Header: nats.Header{}, Data: d.AppendMessageJSON(nil)}
+	msg.Header.Set(HeaderMsgID, m.ID)
+	msg.Header.Set(HeaderSubject, d.Subject)
+	msg.Header.Set(HeaderSequence, strconv.FormatUint(m.Sequence, 10))
+	msg.Header.Set(HeaderBridge, o.r.Name)
+
+	ctx, cancel := context.WithTimeout(ctx, o.b.opts.PublishTimeout)
+	defer cancel()
+	defer context.AfterFunc(g.ctx, cancel)()
+	if err := connected(ctx, g.nc); err != nil {
+		return err
+	}
+	if o.r.JetStream {
+		var opts []jetstream.PublishOpt
+		if o.r.Stream != "" {
+			opts = append(opts, jetstream.WithExpectStream(o.r.Stream))
+		}
+		ack, err := g.js.PublishMsg(ctx, msg, opts...)
+		if err != nil {
+			return err
+		}
+		if ack.Duplicate {
+			o.c.duplicates.Add(1)
+		}
+		return nil
+	}
+	if err := g.nc.PublishMsg(msg); err != nil {
+		return err
+	}
+	return g.nc.FlushWithContext(ctx)
+}
+
+// connected waits until nc is connected, or ctx ends: a message published
+// while it reconnects would wait in its buffer, and might be sent after
+// the broker was told it failed.
+func connected(ctx context.Context, nc *nats.Conn) error {
+	for {
+		switch nc.Status() {
+		case nats.CONNECTED:
+			return nil
+		case nats.CLOSED:
+			return ErrNATSClosed
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
