@@ -18,7 +18,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
 
 	"pigeon"
 	"pigeon/internal/wire"
@@ -230,24 +229,6 @@ func diffCodes(want, got []serverCode) []string {
 	}
 	slices.Sort(diff)
 	return diff
-}
-
-// TestCodesInOpenAPI: the Code schema of docs/openapi.yaml enumerates
-// exactly the server's codes.
-func TestCodesInOpenAPI(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "openapi.yaml"))
-	require.NoError(t, err)
-	var doc struct {
-		Components struct {
-			Schemas struct {
-				Code struct {
-					Enum []string `yaml:"enum"`
-				} `yaml:"Code"`
-			} `yaml:"schemas"`
-		} `yaml:"components"`
-	}
-	require.NoError(t, yaml.Unmarshal(b, &doc))
-	require.ElementsMatch(t, rootCodes(t), doc.Components.Schemas.Code.Enum, "docs/openapi.yaml components.schemas.Code.enum")
 }
 
 // TestCodesInHTTPDoc: the "Status by code" table of docs/http.md names
