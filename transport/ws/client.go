@@ -315,8 +315,13 @@ func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon
 // Reconnect replaces the connection: it dials again, negotiates a fresh
 // contract for the session's subjects, closes the old connection (its
 // unacknowledged deliveries go back for redelivery) and resumes every
-// subscription on the new one. A pubsub subscription resumes after the
-// last sequence it was handed. When dialing or negotiating fails the old
+// subscription on the new one. An acknowledged pubsub subscription resumes
+// at the lowest sequence it was handed and has not handled successfully (a
+// handler that failed included), else after the highest it handled; the
+// deliveries of the old connection still queued are dropped, since the
+// resumed subscription delivers them again. A message may so be handled
+// twice, never skipped. An at-most-once one resumes after the highest
+// sequence it received. When dialing or negotiating fails the old
 // connection is kept and the error returned; a subscription the new
 // contract no longer permits stops with the refusal as its Err.
 func (s *Session) Reconnect(ctx context.Context) error {
@@ -342,11 +347,7 @@ func (s *Session) Reconnect(ctx context.Context) error {
 		if cs.isStopping() {
 			continue
 		}
-		start := cs.o.Start
-		if seq := cs.lastSeq.Load(); seq > 0 {
-			start = pigeon.StartAt(seq + 1)
-		}
-		if err := cs.subscribeOn(ctx, cc, start); err != nil {
+		if err := cs.subscribeOn(ctx, cc, cs.resumeFrom(old)); err != nil {
 			s.goBG(func() {
 				cs.stopWith(err)
 				cs.abandon(cc, err)

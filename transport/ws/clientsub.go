@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -31,7 +33,15 @@ type clientSub struct {
 	hctx    context.Context // ctx, marked as the handlers' (handlerOf)
 	cancel  context.CancelFunc
 	done    chan struct{}
-	lastSeq atomic.Uint64
+	lastSeq atomic.Uint64 // at most once: the highest sequence received
+
+	// Where an acknowledged pubsub subscription resumes (Reconnect): the
+	// sequences handed over and not yet handled successfully (a failure
+	// keeps its sequence: the server's redelivery would have come on the
+	// old connection), and the highest one handled successfully. Guarded
+	// by mu.
+	outstanding map[uint64]struct{}
+	lastAcked   uint64
 
 	mu       sync.Mutex
 	cond     sync.Cond // on mu: the queue changed, or stopping
@@ -374,14 +384,17 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 	cs.running.Add(1)
 	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt})
 	cs.queuedN += len(m.Data)
+	if !cs.o.AtMostOnce && m.Sequence > 0 {
+		cs.outstand(m.Sequence)
+	}
 	cs.cond.Signal()
 	cs.mu.Unlock()
 	cs.received(m.Sequence)
 }
 
 // received notes that the message at seq (0: none) reached the
-// subscription: a pubsub subscription that resumes (Reconnect) starts
-// after the highest one.
+// subscription: an at-most-once pubsub subscription that resumes
+// (Reconnect) starts after the highest one.
 func (cs *clientSub) received(seq uint64) {
 	if seq == 0 {
 		return
@@ -424,10 +437,87 @@ func (cs *clientSub) work() {
 		cs.mu.Unlock()
 		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s})
 		if !cs.o.AtMostOnce {
+			if err == nil {
+				cs.handled(q.m.Sequence)
+			}
 			cs.settle(q, err)
 		}
 		cs.running.Done()
 	}
+}
+
+// maxOutstanding bounds what a subscription remembers to resume from:
+// beyond it the lowest quarter is forgotten. Only failures the server
+// stopped redelivering (exhausted) stay that long, and those are in its
+// quarantine or audit already.
+const maxOutstanding = 1 << 16
+
+// outstand notes that seq was handed over; cs.mu must be held.
+func (cs *clientSub) outstand(seq uint64) {
+	if cs.outstanding == nil {
+		cs.outstanding = make(map[uint64]struct{})
+	}
+	if len(cs.outstanding) >= maxOutstanding {
+		seqs := slices.Sorted(maps.Keys(cs.outstanding))
+		for _, s := range seqs[:len(seqs)/4] {
+			delete(cs.outstanding, s)
+		}
+	}
+	cs.outstanding[seq] = struct{}{}
+}
+
+// handled notes that the delivery of seq (0: none) was handled
+// successfully.
+func (cs *clientSub) handled(seq uint64) {
+	if seq == 0 {
+		return
+	}
+	cs.mu.Lock()
+	delete(cs.outstanding, seq)
+	cs.lastAcked = max(cs.lastAcked, seq)
+	cs.mu.Unlock()
+}
+
+// resumeFrom is where a pubsub subscription resumes on the connection that
+// replaces old, and drops the deliveries of old still queued, which no
+// handler has been handed yet (they could no longer be answered; the
+// resumed subscription delivers them again). Acknowledged, it resumes at
+// the lowest sequence handed over and not handled successfully, else
+// after the highest handled; at most once, after the highest received
+// (dropped ones included: they were done when sent). Without either, it
+// starts as it first did.
+func (cs *clientSub) resumeFrom(old *clientConn) pigeon.Start {
+	if cs.o.AtMostOnce {
+		if seq := cs.lastSeq.Load(); seq > 0 {
+			return pigeon.StartAt(seq + 1)
+		}
+		return cs.o.Start
+	}
+	cs.mu.Lock()
+	kept := cs.queue[:0]
+	dropped := 0
+	for _, q := range cs.queue {
+		if q.cc == old {
+			cs.queuedN -= len(q.m.Data)
+			dropped++
+			continue
+		}
+		kept = append(kept, q)
+	}
+	clear(cs.queue[len(kept):])
+	cs.queue = kept
+	start := cs.o.Start
+	if len(cs.outstanding) > 0 {
+		start = pigeon.StartAt(slices.Min(slices.Collect(maps.Keys(cs.outstanding))))
+	} else if cs.lastAcked > 0 {
+		start = pigeon.StartAt(cs.lastAcked + 1)
+	}
+	clear(cs.outstanding) // the resumed subscription's deliveries count again
+	cs.mu.Unlock()
+	for range dropped {
+		cs.running.Done()
+	}
+	return start
 }
 
 // call runs the handler once, recovering a panic as a failure.

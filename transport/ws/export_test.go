@@ -1,5 +1,7 @@
 package ws
 
+import "pigeon"
+
 // SetPublishBatchLimit sets how many messages the client puts in one
 // frame, for benchmarks that compare batches with corked single frames;
 // the returned func restores it. Not for concurrent use with sessions.
@@ -29,4 +31,13 @@ func (s *Server) PendingDeliveries() int {
 		c.mu.Unlock()
 	}
 	return n
+}
+
+// QueuedDeliveries returns how many deliveries of a client subscription
+// wait for a worker.
+func QueuedDeliveries(sub pigeon.Subscription) int {
+	cs := sub.(*clientSub)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.queue)
 }

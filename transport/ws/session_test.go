@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -241,6 +242,105 @@ func TestReconnectResumesSubscriptions(t *testing.T) {
 	default:
 	}
 	require.NoError(t, sub.Unsubscribe(ctx))
+}
+
+// A delivery whose handler failed is not skipped by Reconnect: the
+// server's redelivery of it would have come on the old connection, so the
+// subscription resumes at it (the lowest sequence not handled
+// successfully), and it is handled after the reconnect. Messages after it
+// may come again (at least once); none is missed.
+func TestReconnectRetriesAFailedDelivery(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := context.Background()
+	bob := v.dial(t, "bob-token", []string{"chat.messages"})
+	var mu sync.Mutex
+	var ok []string
+	failed := 0
+	sub, err := bob.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+		var m struct{ Text string }
+		require.NoError(t, json.Unmarshal(d.Message.Data, &m))
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Text == "2" && failed == 0 {
+			failed++
+			return pigeon.RetryAfter(time.Hour, errors.New("not now")) // its redelivery would come in an hour
+		}
+		ok = append(ok, m.Text)
+		return nil
+	})
+	require.NoError(t, err)
+	handled := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(ok) }
+	alice, err := v.e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	defer alice.Close(ctx)
+	for _, text := range []string{"1", "2", "3"} {
+		_, err = alice.Publish(ctx, chatMsg(text))
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool { return len(handled()) == 2 }, "1 and 3 handled, 2 failed: %v", handled())
+
+	require.NoError(t, bob.Reconnect(ctx))
+	eventually(t, func() bool { return slices.Contains(handled(), "2") }, "2 handled after the reconnect: %v", handled())
+	got := handled()
+	require.Equal(t, []string{"1", "3", "2"}, got[:3])
+	n1 := 0
+	for _, x := range got {
+		if x == "1" {
+			n1++
+		}
+	}
+	require.Equal(t, 1, n1, "what came before the failed one does not come again: %v", got)
+	require.NoError(t, sub.Unsubscribe(ctx))
+}
+
+// Deliveries of the old connection still queued behind a busy handler at
+// Reconnect are dropped, not run: the resumed subscription delivers them
+// again, so each is handled once; the one whose handler was running is
+// handled again (at least once). Unsubscribe then waits for nothing left.
+func TestReconnectDropsQueuedDeliveries(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := context.Background()
+	bob := v.dial(t, "bob-token", []string{"chat.messages"})
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	var mu sync.Mutex
+	count := map[string]int{}
+	sub, err := bob.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+		var m struct{ Text string }
+		require.NoError(t, json.Unmarshal(d.Message.Data, &m))
+		if m.Text == "1" {
+			select {
+			case started <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+		mu.Lock()
+		count[m.Text]++
+		mu.Unlock()
+		return nil
+	})
+	require.NoError(t, err)
+	alice, err := v.e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	defer alice.Close(ctx)
+	for _, text := range []string{"1", "2", "3", "4"} {
+		_, err = alice.Publish(ctx, chatMsg(text))
+		require.NoError(t, err)
+	}
+	<-started
+	eventually(t, func() bool { return ws.QueuedDeliveries(sub) == 3 }, "2, 3 and 4 wait behind 1")
+	require.NoError(t, bob.Reconnect(ctx))
+	close(release)
+	eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return count["1"] == 2 && count["4"] == 1
+	}, "everything handled after the reconnect: %v", count)
+	require.NoError(t, sub.Unsubscribe(ctx))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]int{"1": 2, "2": 1, "3": 1, "4": 1}, count)
 }
 
 // When the new contract no longer permits a subscription, Reconnect ends
