@@ -3,8 +3,25 @@
 A subscription's handler runs on the session's event loop, at most
 ``max_in_flight`` at once; its return acks the delivery, an exception nacks
 it. Acks that gather while an ack frame is answered leave as one frame with
-``messageIds``. A pub/sub subscription remembers the position it has
-settled, so a reconnect resumes from there.
+``messageIds``.
+
+Resuming after a lost connection (an acknowledged subscription on a
+pub/sub subject): the server keeps a cursor per subscription and redelivers
+a nacked or unanswered delivery only on that same subscription, so whatever
+the resumed subscription does not ask for again is never delivered again.
+The subscription therefore keeps the set of sequences it was handed and has
+not yet handled successfully. A handler's success (the ack) removes its
+sequence and raises the highest-acked mark; a failure (nack) keeps it in the
+set (while the connection lives the server redelivers it, and a redelivery
+that succeeds removes it); so does a success on a connection since lost
+(it cannot be acked). On resume it starts from the lowest sequence in the
+set if any, else after the highest acked, else at its original start; then
+the set is cleared (the resumed subscription's deliveries add again).
+Deliveries still queued in the client from the lost connection (for a
+handler or the iterator) are dropped, not run: the resumed subscription
+delivers them again. A duplicate after a resume is allowed (at least once);
+a skipped one is not. A work-queue subscription resumes without a position
+(its group keeps its place).
 
 An at-most-once subscription (``ack="none"``) answers nothing and keeps no
 state per delivery: a reconnect resumes after the last message received.
@@ -163,8 +180,9 @@ class Subscription:
         self._running: set[asyncio.Task[Any]] = set()
         self._ackq: list[tuple[str, int, asyncio.Future[None]]] = []
         self._ack_task: asyncio.Task[None] | None = None
-        # Resumption: the sequences handed and not yet settled, the highest
-        # settled (at most once: the highest received, and no set).
+        # Resumption (see the module's docstring): the sequences received
+        # and not yet handled successfully (a nack keeps its sequence), the
+        # highest acked (at most once: the highest received, and no set).
         self._outstanding: set[int] = set()
         self._settled_high = 0
         self._at_most_once = opts.get("ack") == "none"
@@ -314,8 +332,9 @@ class Subscription:
         f["window"] = o.get("window") or max(256, mif)
         start = o.get("start")
         if resume and o.get("_pubsub", True):
-            # Resume: from the first delivery still unanswered, else after
-            # the last one settled.
+            # Resume: from the lowest sequence received and not yet handled
+            # successfully, else after the highest acked, else the original
+            # start.
             if self._outstanding:
                 start = {"sequence": min(self._outstanding)}
             elif self._settled_high:
@@ -325,6 +344,28 @@ class Subscription:
         if start is not None:
             f["start"] = start
         return f
+
+    def _resume_frame(self) -> tuple[dict[str, Any], set[int]]:
+        """The subscribe frame that resumes the subscription, and the set it
+        was computed from, taken: the set starts empty before the frame
+        leaves (the new deliveries may follow its answer at once). Give the
+        taken set back with :meth:`_resume_failed` when the frame fails, so
+        that the next resume still starts there."""
+        f = self._subscribe_frame(resume=True)
+        taken, self._outstanding = self._outstanding, set()
+        return f, taken
+
+    def _resume_failed(self, taken: set[int]) -> None:
+        self._outstanding |= taken
+
+    def _connection_lost(self) -> None:
+        """The connection is gone: an acknowledged subscription's deliveries
+        from it can no longer be answered. Those still queued are dropped
+        when taken (not run), and a handler that finishes on one keeps its
+        sequence in the set: the resumed subscription delivers them again.
+        At most once, they were done when sent: they still run."""
+        if not self._at_most_once:
+            self._gen = 0  # no connection: every delivery so far is stale
 
     def _push(self, message: Any, attempt: Any, gen: int) -> None:
         if self.ended or self._stopping or not isinstance(message, dict):
@@ -449,6 +490,8 @@ class Subscription:
             raise error_from({"code": "ACK_NOT_ALLOWED",
                               "message": "the subscription has ended: the delivery went back to the server"})
         seq = d.message.get("sequence")
+        # A failure keeps its sequence: the server redelivers it on this
+        # subscription only, so a resume must ask for it again.
         if isinstance(seq, int) and ok:
             self._outstanding.discard(seq)
             self._settled_high = max(self._settled_high, seq)

@@ -21,8 +21,9 @@ When the connection drops, every call waiting on it fails at once with
 the server went away with 1001), never hangs. With ``reconnect=True`` (the
 default) the session then dials again with backoff, negotiates a fresh
 contract for the same subjects and resumes every subscription (a pub/sub one
-from its last acknowledged position, an at-most-once one after the last
-message it received). A contract that can no longer be
+from the lowest sequence it received and has not yet handled successfully,
+else after the highest acked: see :mod:`pigeon_client.subscription`; an
+at-most-once one after the last message it received). A contract that can no longer be
 negotiated ends the session: its subscriptions end with that error and
 every later call raises it. :meth:`Session.close` finishes the handlers
 running and their acks, then closes the connection; afterwards every call
@@ -279,9 +280,10 @@ class Session:
             # An unsubscribe that begins meanwhile waits for this answer: it
             # names the server subscription to end.
             resubscribing = sub._resubscribing = self._loop.create_future()
+            frame, taken = sub._resume_frame()
             try:
                 try:
-                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
+                    ans = await self._call(frame, "subscribed", internal=True, binding=sub)
                 except PigeonError as e:
                     if e.code != "INVALID_ARGUMENT" or sub.options.get("start") is not None:
                         raise
@@ -289,10 +291,14 @@ class Session:
                     sub.options["_pubsub"] = False
                     ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
             except TransportError:
+                sub._resume_failed(taken)  # the next reconnect resumes from there
                 raise
             except PigeonError as e:
                 sub._end(e)
                 continue
+            except BaseException:
+                sub._resume_failed(taken)
+                raise
             finally:
                 sub._resubscribing = None
                 resubscribing.set_result(None)
@@ -442,6 +448,8 @@ class Session:
             return
         self._lost_err = err
         self._connected.clear()
+        for sub in self._all_subs:
+            sub._connection_lost()
         pending, self._pending = self._pending, {}
         self._binding.clear()
         for fut in pending.values():

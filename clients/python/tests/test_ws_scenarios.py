@@ -771,3 +771,85 @@ async def test_retry_after_sets_the_nack_delay(server):
     finally:
         await w.close()
         await pub.close()
+
+
+# ---------- resuming an acknowledged pub/sub subscription ----------
+# The server redelivers a nacked or unanswered delivery only on the
+# subscription it was sent on: the resume must ask again for every sequence
+# received and not yet handled successfully.
+
+
+async def test_reconnect_resume_nacked(server):
+    scenario("reconnect.resume_nacked")
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    site = fresh("rsm")
+    handled: list[int] = []  # values handled successfully
+    failed = False
+
+    def handler(d):
+        nonlocal failed
+        if d.data["site"] != site:
+            return
+        if d.data["value"] == 2 and not failed:
+            failed = True
+            raise RetryAfter(60)  # its redelivery cannot come on this connection
+        handled.append(d.data["value"])
+
+    try:
+        sub = await mon.subscribe("events.telemetry", handler, selector="/kind=resume_nacked")
+        decided = [await sen.publish(telemetry("resume_nacked", site, i)) for i in range(5)]
+        # One handler at a time: once 3 and 4 are handled, the nack of 2 was answered.
+        await eventually(lambda: failed and 3 in handled and 4 in handled, what="the nack of 2 and the others handled")
+        sid = sub.sid
+        old = mon._ws
+        assert old is not None
+        await old.close()  # the connection drops; the session reconnects and resubscribes
+        await eventually(lambda: mon.reconnects == 1 and sub.sid != sid, what="the resumed subscription")
+        await eventually(lambda: 2 in handled, what="message 2 handled after the resume")
+        await asyncio.sleep(0.3)  # a second redelivery of 2 would come meanwhile
+        assert handled.count(2) == 1, f"message 2 handled successfully exactly once: {handled}"
+        assert set(handled) == set(range(5)), handled
+        assert decided[2].sequence < decided[3].sequence
+    finally:
+        await mon.close()
+        await sen.close()
+
+
+async def test_resume_redelivers_a_lower_delivery_running_when_a_higher_was_acked(server):
+    """max_in_flight 2: a lower delivery's handler still runs when a higher
+    one is acked; the connection drops and the handler then finishes (its
+    ack cannot reach the server): after the resume the lower message is
+    delivered again."""
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    site = fresh("rsm")
+    calls: list[int] = []
+    gate = asyncio.Event()
+
+    async def handler(d):
+        if d.data["site"] != site:
+            return
+        calls.append(d.data["value"])
+        if d.data["value"] == 0 and calls.count(0) == 1:
+            await gate.wait()  # still running across the drop
+
+    try:
+        sub = await mon.subscribe("events.telemetry", handler, selector="/kind=resume_inflight", max_in_flight=2)
+        for i in range(2):
+            await sen.publish(telemetry("resume_inflight", site, i))
+        # 1's handler returned and its ack was answered: only 0's still runs.
+        await eventually(lambda: calls == [0, 1] and len(sub._slots) == 1 and sub._ack_task is None,
+                         what="1 acked while 0 runs")
+        sid = sub.sid
+        old = mon._ws
+        assert old is not None
+        await old.close()
+        await eventually(lambda: not mon.connected, what="the lost connection")
+        gate.set()  # the lower handler finishes once its connection is gone
+        await eventually(lambda: mon.reconnects == 1 and sub.sid != sid, what="the resumed subscription")
+        await eventually(lambda: calls.count(0) == 2, what="message 0 delivered again")
+    finally:
+        gate.set()
+        await mon.close()
+        await sen.close()

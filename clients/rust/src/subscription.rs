@@ -7,7 +7,7 @@ use crate::message::Message;
 use crate::session::{Inner, Session};
 use futures_util::Stream;
 use serde_json::{json, Map, Value};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -342,8 +342,12 @@ enum AckCmd {
 struct SubState {
     sid: Option<String>,
     conn: Option<Arc<Conn>>,
-    /// A pub/sub resubscription starts after it: the last message acked
-    /// (at most once: the last received).
+    /// The sequences received and not yet handled successfully (an
+    /// acknowledged subscription): an ack the server took removes one, a
+    /// nack keeps it. A pub/sub resubscription starts from the lowest.
+    pending: BTreeSet<u64>,
+    /// The highest sequence acked (at most once: received); a pub/sub
+    /// resubscription starts after it when nothing is pending.
     last_acked: u64,
     stopping: bool,
     ended: bool,
@@ -446,22 +450,40 @@ impl SubShared {
         Ok(())
     }
 
-    /// Subscribes again on a new connection, after the last acknowledged
-    /// message when there is one (pub/sub), else where it started. A
+    /// Subscribes again on a new connection (see [`Subscription`],
+    /// "Resuming"): on a pub/sub subject from the lowest sequence received
+    /// and not yet handled successfully, else after the highest acked, else
+    /// where it started. The pending set is emptied before the subscribe
+    /// leaves (the new deliveries may follow its answer at once) and given
+    /// back when it fails, so that the next attempt still starts there. A
     /// subscription that is stopping is not resubscribed: its unsubscribe
     /// ends it.
     pub(crate) async fn resubscribe(self: &Arc<Self>, conn: &Arc<Conn>, timeout: Duration) -> Result<()> {
         if self.is_stopping() {
             return Ok(());
         }
-        let last = self.st.lock().unwrap().last_acked;
-        if last > 0 && self.opts.group.is_none() {
-            match self.subscribe_with(conn, Some(Start::Sequence(last + 1)), timeout).await {
-                Err(e) if e.code == "INVALID_ARGUMENT" => {} // a work-queue subject: the group keeps its place
-                r => return r,
-            }
+        let (from, taken) = {
+            let mut st = self.st.lock().unwrap();
+            let from = match st.pending.first() {
+                Some(&low) => low,
+                None if st.last_acked > 0 => st.last_acked + 1,
+                None => 0,
+            };
+            (from, std::mem::take(&mut st.pending))
+        };
+        let res = match from {
+            0 => self.subscribe_with(conn, self.opts.start, timeout).await,
+            _ if self.opts.group.is_some() => self.subscribe_with(conn, self.opts.start, timeout).await,
+            n => match self.subscribe_with(conn, Some(Start::Sequence(n)), timeout).await {
+                // A work-queue subject: the group keeps its place.
+                Err(e) if e.code == "INVALID_ARGUMENT" => self.subscribe_with(conn, self.opts.start, timeout).await,
+                r => r,
+            },
+        };
+        if res.is_err() {
+            self.st.lock().unwrap().pending.extend(taken);
         }
-        self.subscribe_with(conn, self.opts.start, timeout).await
+        res
     }
 
     /// Queues a delivery for a handler or the stream's reader. `false` when
@@ -478,6 +500,8 @@ impl SubShared {
             }
             if self.opts.ack == Ack::None {
                 st.last_acked = st.last_acked.max(message.sequence);
+            } else if message.sequence > 0 {
+                st.pending.insert(message.sequence);
             }
         }
         let mut size = 0;
@@ -835,7 +859,11 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                     .unwrap_or_default(),
                 Err(_) => Vec::new(),
             };
+            // Only an ack the server took removes a sequence from the
+            // pending set: a failed one (a lost connection, an ack wait
+            // passed) leaves it for the resume to ask for again.
             let mut max_seq = 0;
+            let mut done = Vec::new();
             for (id, seq, tx) in items {
                 let r = match &res {
                     Ok(_) if not_pending.contains(&id) => {
@@ -843,6 +871,7 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                     }
                     Ok(_) => {
                         max_seq = max_seq.max(seq);
+                        done.push(seq);
                         Ok(())
                     }
                     Err(e) => Err(e.clone()),
@@ -863,6 +892,9 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
             if let Some(s) = sub.upgrade() {
                 let mut st = s.st.lock().unwrap();
                 st.last_acked = st.last_acked.max(max_seq);
+                for seq in done {
+                    st.pending.remove(&seq);
+                }
             }
         }
         for tx in flushes {
@@ -899,6 +931,25 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 /// subscription gets them again): a stream's reader goes on with those of
 /// the new connection. At most once, they were done when sent: they are
 /// still handed out.
+///
+/// **Resuming.** On a pub/sub subject the server keeps a cursor per
+/// subscription and redelivers a nacked or unanswered delivery only on that
+/// same subscription, so whatever the resumed subscription does not ask for
+/// again is never delivered again. An acknowledged subscription therefore
+/// keeps the set of sequences it was handed and has not yet handled
+/// successfully. A handler's success (the ack) removes its sequence and
+/// raises the highest-acked mark; a failure (nack) keeps it in the set
+/// (while the connection lives the server redelivers it, and a redelivery
+/// that succeeds removes it); so does an ack the server never took (its
+/// connection was lost). On resume the subscription starts from the lowest
+/// sequence in the set if any, else after the highest acked, else at its
+/// original start; then the set is cleared (the resumed subscription's
+/// deliveries add again). Deliveries still queued in the client from the
+/// lost connection are dropped, not run: the resumed subscription delivers
+/// them again. A duplicate after a resume is allowed (at least once); a
+/// skipped one is not. At most once ([`Ack::None`]) a resume starts after
+/// the last message received; a work-queue group keeps its place on the
+/// server.
 pub struct Subscription {
     shared: Arc<SubShared>,
     session: Session,

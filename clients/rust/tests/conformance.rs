@@ -106,6 +106,7 @@ async fn run_all() {
     scenario("transport.bad_frame", &mut failures, Box::pin(transport_bad_frame())).await;
     scenario("transport.server_closes", &mut failures, Box::pin(transport_server_closes())).await;
     scenario("reconnect.server_restart", &mut failures, Box::pin(reconnect_server_restart())).await;
+    scenario("reconnect.resume_nacked", &mut failures, Box::pin(reconnect_resume_nacked(s()))).await;
     // Beyond the list: a session whose credential is gone after a restart fails, never hangs.
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
     scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
@@ -817,6 +818,106 @@ async fn reconnect_server_restart() {
     sensor.close().await.unwrap();
     drop(srv);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TCP relay in front of the server whose connections `cut` drops at
+/// once, without a close frame: a lost connection the session recovers from.
+struct Relay {
+    port: u16,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(upstream: u16) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = tokio::sync::watch::channel(0u64).0;
+        let c = cut.clone();
+        tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                let mut cut = c.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay { port, cut }
+    }
+
+    fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.port)
+    }
+
+    /// Drops every connection open now.
+    fn cut(&self) {
+        self.cut.send_modify(|n| *n += 1);
+    }
+}
+
+/// The server redelivers a nacked delivery only on the subscription it was
+/// sent on: the resume after a lost connection must ask for it again.
+async fn reconnect_resume_nacked(srv: Arc<Server>) {
+    let relay = Relay::start(srv.port).await;
+    let opts = ConnectOptions { backoff: (Duration::from_millis(50), Duration::from_millis(200)), ..ConnectOptions::default() };
+    let mon = Session::connect(&relay.url(), "monitor-token", &["events.telemetry"], opts).await.unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let site = format!("rsm-{}", nonce());
+    let handled: Arc<Mutex<Vec<i64>>> = Arc::default(); // values handled successfully
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (h, f, s) = (handled.clone(), failed.clone(), site.clone());
+    let sub = mon
+        .subscribe("events.telemetry", SubscribeOptions::default().selector("/kind=resume_nacked"), move |d| {
+            let (h, f, s) = (h.clone(), f.clone(), s.clone());
+            async move {
+                if d.message.data["site"] != s.as_str() {
+                    return Ok(());
+                }
+                let v = d.message.data["value"].as_f64().unwrap() as i64;
+                if v == 2 && !f.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    // A long delay: its redelivery cannot come on this connection.
+                    return Err(HandlerError::retry_after(Duration::from_secs(60), "fails once"));
+                }
+                h.lock().unwrap().push(v);
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    for i in 0..5 {
+        sensor.publish(&telemetry("resume_nacked", &site, i as f64)).await.unwrap();
+    }
+    // One handler at a time, and the next one runs once the nack is
+    // answered: 3 and 4 handled means the nack of 2 was answered.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let h = handled.lock().unwrap();
+            failed.load(std::sync::atomic::Ordering::SeqCst) && h.contains(&3) && h.contains(&4)
+        })
+        .await,
+        "the nack of 2 and the others handled: {:?}",
+        handled.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // the acks of 3 and 4 are answered
+    let sid = sub.id();
+    relay.cut();
+    assert!(eventually(Duration::from_secs(10), || sub.id().is_some() && sub.id() != sid).await, "the resumed subscription");
+    assert!(
+        eventually(Duration::from_secs(10), || handled.lock().unwrap().contains(&2)).await,
+        "message 2 handled after the resume: {:?}",
+        handled.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // a second redelivery of 2 would come meanwhile
+    let got = handled.lock().unwrap().clone();
+    assert_eq!(got.iter().filter(|v| **v == 2).count(), 1, "message 2 handled successfully exactly once: {got:?}");
+    for i in 0..5 {
+        assert!(got.contains(&i), "message {i} handled: {got:?}");
+    }
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
 }
 
 async fn reconnect_refused() {

@@ -63,6 +63,7 @@ async fn run_all() {
         ("handler.unsubscribe_from_inside", Box::pin(handler_unsubscribe_inside(s()))),
         ("handler.close_from_inside", Box::pin(handler_close_inside(s()))),
         ("handler.connection_dropped_with_deliveries_queued", Box::pin(handler_connection_dropped(s()))),
+        ("handler.resume_redelivers_a_lower_one_running_when_a_higher_was_acked", Box::pin(resume_lower_running(s()))),
         ("unsubscribe_racing_a_resubscription", Box::pin(unsubscribe_racing_resubscribe(s()))),
         ("unsubscribe_waiting_for_a_handler_across_a_reconnection", Box::pin(unsubscribe_across_reconnect(s()))),
         ("subscribe_given_up_before_its_answer", Box::pin(subscribe_given_up(s()))),
@@ -862,6 +863,69 @@ async fn handler_connection_dropped(srv: Arc<Server>) {
     }
     within("unsubscribe", sub.unsubscribe()).await.unwrap();
     close_all(&[&consumer, &orders]).await;
+}
+
+/// Pub/sub, max_in_flight 2: 0's handler still runs when 1 is acked; the
+/// connection drops and 0's handler then finishes (its ack cannot reach the
+/// server). The server redelivers only on the subscription it sent on, so
+/// the resume must start at 0, not after 1: 0 is delivered again.
+async fn resume_lower_running(srv: Arc<Server>) {
+    let p = Proxy::start(srv.port).await;
+    let losses: Arc<Mutex<Vec<ErrorKind>>> = Arc::default();
+    let l = losses.clone();
+    let monitor = via(&p, "monitor-token", &["events.telemetry"], quick().on_error(move |e| l.lock().unwrap().push(e.kind))).await;
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let site = format!("rsm-{}", nonce());
+    let calls: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let gate = watch::channel(false).0;
+    let (c, g, s) = (calls.clone(), gate.subscribe(), site.clone());
+    let opts = SubscribeOptions::default().selector("/kind=resume_inflight").max_in_flight(2);
+    let sub = monitor
+        .subscribe("events.telemetry", opts, move |d| {
+            let (c, s) = (c.clone(), s.clone());
+            let mut g = g.clone();
+            async move {
+                if d.message.data["site"] != s.as_str() {
+                    return Ok(());
+                }
+                let v = d.message.data["value"].as_f64().unwrap() as i64;
+                let first = {
+                    let mut c = c.lock().unwrap();
+                    c.push(v);
+                    v == 0 && c.iter().filter(|x| **x == 0).count() == 1
+                };
+                if first {
+                    let _ = tokio::time::timeout(BOUND, g.wait_for(|open| *open)).await;
+                    // across the drop
+                }
+                Ok::<(), HandlerError>(())
+            }
+        })
+        .await
+        .unwrap();
+    let d0 = sensor.publish(&telemetry("resume_inflight", &site, 0.0)).await.unwrap();
+    let d1 = sensor.publish(&telemetry("resume_inflight", &site, 1.0)).await.unwrap();
+    let id1 = d1.id().to_string();
+    until("the ack of 1 answered while 0 runs", || {
+        let sent = p.sent();
+        let i = answer_at(&sent, &id1)?;
+        let fid = sent[i]["id"].clone();
+        p.received().iter().any(|f| f["re"] == fid).then_some(())
+    })
+    .await;
+    let mut before = calls.lock().unwrap().clone();
+    before.sort();
+    assert_eq!(before, vec![0, 1], "{}", summary(&p));
+    p.drop_connections();
+    until("the lost connection", || losses.lock().unwrap().contains(&ErrorKind::Transport).then_some(())).await;
+    gate.send_replace(true); // 0's handler finishes once its connection is gone
+    until("the resubscription", || (subscribed(&p.received()).len() >= 2).then_some(())).await;
+    let sent = p.sent();
+    let resub = ops(&sent, "subscribe").nth(1).map(|(_, f)| f.clone()).expect("a second subscribe");
+    assert_eq!(resub["start"]["sequence"], d0.sequence(), "resumed from the lower sequence: {resub}");
+    until("message 0 delivered again", || (calls.lock().unwrap().iter().filter(|x| **x == 0).count() == 2).then_some(())).await;
+    within("unsubscribe", sub.unsubscribe()).await.unwrap();
+    close_all(&[&monitor, &sensor]).await;
 }
 
 // ---------- orphans ----------

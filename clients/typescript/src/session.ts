@@ -504,8 +504,9 @@ export class Session implements ConnOwner {
 
   /**
    * Replaces the connection now: dials again, negotiates a fresh contract,
-   * resumes every subscription on the new connection (from its last
-   * acknowledged position) and closes the old one. When dialing or
+   * resumes every subscription on the new connection (from the lowest
+   * sequence received and not yet handled successfully, else after the
+   * highest acked: see Subscription) and closes the old one. When dialing or
    * negotiating fails, the old connection is kept and the error thrown.
    */
   async reconnect(): Promise<Contract> {

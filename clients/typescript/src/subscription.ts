@@ -2,6 +2,25 @@
  * A running subscription of a WebSocket session: its handlers (at most
  * maxInFlight at once), its acks (gathered into one frame while the previous
  * one is answered) and the position it resumes from after a reconnect.
+ *
+ * Resuming (an acknowledged subscription on a pub/sub subject): the server
+ * keeps a cursor per subscription and redelivers a nacked or unanswered
+ * delivery only on that same subscription, so after a lost connection
+ * whatever the resumed subscription does not ask for again is never
+ * delivered again. The client therefore keeps the set of sequences it was
+ * handed and has not yet handled successfully. A handler's success (the
+ * ack) removes its sequence and raises the highest-acked mark; a failure
+ * (nack) keeps it in the set (while the connection lives the server
+ * redelivers it, and a redelivery that succeeds removes it); so does a
+ * success that can no longer be acked (its connection is gone). On resume
+ * the subscription starts from the lowest sequence in the set if any, else
+ * after the highest acked, else at its original start; then the set is
+ * cleared (the resumed subscription's deliveries add to it again).
+ * Deliveries still queued in the client from the lost connection are
+ * dropped, not run: the resumed subscription delivers them again. A
+ * duplicate after a resume is allowed (at least once); a skipped one is not.
+ * At most once (`ack: "none"`), a resume starts after the last message
+ * received.
  */
 import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
 import { answer, utf8Length, type Conn, type Frame } from "./conn.js";
@@ -144,8 +163,9 @@ export class Subscription {
   private resuming: Promise<void> | undefined;
   private acks: string[] = [];
   private ackBusy: Promise<void> | undefined;
-  // Resumption: the sequences handed and not yet acked, the highest acked
-  // (at most once: the highest received, and no set).
+  // Resumption (see the file's comment): the sequences received and not yet
+  // handled successfully (a nack keeps its sequence), the highest acked (at
+  // most once: the highest received, and no set).
   private readonly unacked = new Set<number>();
   private lastAcked = 0;
   private readonly maxInFlight: number;
@@ -207,30 +227,45 @@ export class Subscription {
     answer(await c.call(frame, undefined, bindNow), "subscribed", (f) => typeof f.sub === "string");
   }
 
-  /** @internal resubscribes on a new connection from the last acknowledged position. */
+  /**
+   * @internal Resubscribes on a new connection: from the lowest sequence
+   * received and not yet handled successfully, else after the highest
+   * acked, else at the original start. The set is cleared before the
+   * subscribe leaves (the new deliveries may follow its answer at once) and
+   * given back when the subscribe fails, so that the next resume still
+   * starts there.
+   */
   async resume(c: Conn): Promise<void> {
     // A subscription being unsubscribed is not started again: what it had
     // on the lost connection went back with it, and its end has nothing
     // more to wait for there.
     if (this.finished || this.stopping) return;
     let start: Start | undefined = this.options.start;
-    const lowest = this.unacked.size > 0 ? Math.min(...this.unacked) : 0;
+    let lowest = 0;
+    for (const s of this.unacked) if (lowest === 0 || s < lowest) lowest = s;
     if (lowest > 0) start = { sequence: lowest };
     else if (this.lastAcked > 0) start = { sequence: this.lastAcked + 1 };
+    const kept = [...this.unacked];
     this.unacked.clear();
     const p = this.subscribeOn(c, start);
     this.resuming = p.then(
       () => undefined,
       () => undefined,
     );
-    await p;
+    try {
+      await p;
+    } catch (e) {
+      for (const s of kept) this.unacked.add(s);
+      throw e;
+    }
   }
 
   /** @internal */
   connectionLost(): void {
     // Deliveries queued on the lost connection cannot be answered: drop them
-    // (the server gives them back); acks gathered for it are moot. At most
-    // once, they were done when the server sent them: they still run.
+    // (their sequences stay in unacked: the resume asks for them again);
+    // acks gathered for it are moot. At most once, they were done when the
+    // server sent them: they still run.
     if (this.options.ack !== "none") {
       this.clearQueue();
       this.onRelease?.("lost");
@@ -310,7 +345,7 @@ export class Subscription {
     if (this.options.ack === "none" || unanswered) {
       // At most once: nothing is answered, whatever the handler did.
       // Unanswered: the unsubscribe that follows, or the lost connection,
-      // gives it back to the server.
+      // gives it back to the server (its sequence stays in unacked).
     } else if (!d.c.closed && typeof id === "string" && this.id) {
       if (ok) {
         this.acks.push(id);
@@ -320,7 +355,8 @@ export class Subscription {
         }
         this.flushAcks(d.c);
       } else {
-        if (typeof d.m.sequence === "number") this.unacked.delete(d.m.sequence);
+        // A failure keeps its sequence in unacked: the server redelivers it
+        // on this subscription only, so a resume must ask for it again.
         const frame: Frame = { op: "nack", sub: this.id, messageId: id };
         if (delayMs !== undefined) frame.delayMs = Math.max(0, Math.round(delayMs));
         d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));

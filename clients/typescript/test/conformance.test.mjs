@@ -12,6 +12,7 @@ import "./scenarios/e2e.mjs";
 import "./scenarios/http.mjs";
 import "./scenarios/ws_brief.mjs";
 import "./scenarios/ws_stream.mjs";
+import "./scenarios/ws_resume.mjs";
 
 after(stopShared);
 

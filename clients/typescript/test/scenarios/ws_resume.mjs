@@ -1,0 +1,139 @@
+// Resuming an acknowledged pub/sub subscription after a lost connection:
+// the server redelivers a nacked or unanswered delivery only on the
+// subscription it was sent on, so the resume must ask again for every
+// sequence received and not yet handled successfully.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { WebSocket } from "ws";
+import { connect, RetryAfter } from "../../dist/index.js";
+import { scenario, sharedServer, telemetry, until, sleep, uniq, hangAfter } from "../harness.mjs";
+
+const BOUND = 10_000;
+
+/** A WebSocket constructor that records the sockets it opens and the frames sent and received on each. */
+function recorder() {
+  const sockets = [];
+  const sentOn = [];
+  const receivedOn = [];
+  class Recording extends WebSocket {
+    constructor(url, protocols, ...rest) {
+      super(url, protocols, ...rest);
+      const i = sockets.push(this) - 1;
+      sentOn[i] = [];
+      receivedOn[i] = [];
+      this.on("message", (data) => receivedOn[i].push(JSON.parse(String(data))));
+    }
+    send(data, ...rest) {
+      sentOn[sockets.indexOf(this)]?.push(JSON.parse(data));
+      return super.send(data, ...rest);
+    }
+  }
+  return { sockets, sentOn, receivedOn, WebSocket: Recording };
+}
+
+/** Whether the frame of op sent on socket i, the first one that pick accepts, has been answered. */
+function answered(rec, i, op, pick = () => true) {
+  const f = rec.sentOn[i]?.find((x) => x.op === op && pick(x));
+  return f !== undefined && rec.receivedOn[i].some((x) => x.re === f.id);
+}
+
+/**
+ * A recorded monitor session that reconnects quickly and a sensor on
+ * events.telemetry of the shared server; both closed after fn.
+ */
+async function withResumable(fn) {
+  const srv = await sharedServer();
+  const rec = recorder();
+  const errors = [];
+  const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"], {
+    WebSocket: rec.WebSocket,
+    reconnect: { initialDelayMs: 20, maxDelayMs: 100 },
+    onError: (e) => errors.push(e),
+  });
+  const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"]);
+  try {
+    return await fn({ monitor, sensor, rec, errors });
+  } finally {
+    await Promise.all([Promise.race([monitor.close(), hangAfter(BOUND)]), sensor.close()]);
+  }
+}
+
+/** Counts of each value in vs. */
+function counts(vs) {
+  const n = new Map();
+  for (const v of vs) n.set(v, (n.get(v) ?? 0) + 1);
+  return n;
+}
+
+scenario("reconnect.resume_nacked", async () => {
+  await withResumable(async ({ monitor, sensor, rec }) => {
+    const run = uniq("rsm");
+    const handled = []; // values handled successfully
+    let failed = false;
+    const sub = await monitor.subscribe(
+      "events.telemetry",
+      (m) => {
+        if (m.data.site !== run) return;
+        if (m.data.value === 2 && !failed) {
+          failed = true;
+          // A long delay: the redelivery cannot come on this connection.
+          throw new RetryAfter(60_000, new Error("fails once"));
+        }
+        handled.push(m.data.value);
+      },
+      { selector: "/kind=resume_nacked" },
+    );
+    const sent = [];
+    for (let i = 0; i < 5; i++) sent.push(await sensor.publish(telemetry("resume_nacked", run, i)));
+    const seq2 = sent[2].message.sequence;
+    await until(() => answered(rec, 0, "nack") && handled.length >= 4, BOUND, "the nack of 2 answered and the others handled");
+    const sid = sub.id;
+    rec.sockets[0].terminate();
+    await until(() => rec.sockets.length === 2 && sub.id && sub.id !== sid, BOUND, "the resumed subscription");
+    await until(() => handled.includes(2), BOUND, "message 2 handled after the resume");
+    await sleep(300); // a second redelivery of 2 would come meanwhile
+    const n = counts(handled);
+    assert.equal(n.get(2), 1, `message 2 handled successfully exactly once: ${handled}`);
+    for (let i = 0; i < 5; i++) assert.ok(n.get(i) >= 1, `message ${i} handled: ${handled}`);
+    const resub = rec.sentOn[1].find((f) => f.op === "subscribe");
+    assert.deepEqual(resub.start, { sequence: seq2 }, "resumed from the nacked sequence");
+  });
+});
+
+test("resume, maxInFlight 2: a lower delivery still running when a higher one is acked is delivered again after the resume", { timeout: 30_000 }, async () => {
+  await withResumable(async ({ monitor, sensor, rec, errors }) => {
+    const run = uniq("rsm");
+    const calls = []; // values handed to the handler
+    const handled = [];
+    let release;
+    const held = new Promise((r) => (release = r));
+    let blocked = false;
+    const sub = await monitor.subscribe(
+      "events.telemetry",
+      async (m) => {
+        if (m.data.site !== run) return;
+        calls.push(m.data.value);
+        if (m.data.value === 0 && !blocked) {
+          blocked = true;
+          await held; // still running across the cut
+        }
+        handled.push(m.data.value);
+      },
+      { selector: "/kind=resume_inflight", maxInFlight: 2 },
+    );
+    const d0 = await sensor.publish(telemetry("resume_inflight", run, 0));
+    const d1 = await sensor.publish(telemetry("resume_inflight", run, 1));
+    const id1 = d1.message.id;
+    await until(() => answered(rec, 0, "ack", (f) => f.messageId === id1 || f.messageIds?.includes(id1)), BOUND, "the ack of 1 answered");
+    assert.deepEqual(calls, [0, 1]);
+    const sid = sub.id;
+    rec.sockets[0].terminate();
+    await until(() => errors.some((e) => e.kind === "transport"), BOUND, "the lost connection");
+    release(); // the lower handler finishes once its connection is gone
+    await until(() => rec.sockets.length === 2 && sub.id && sub.id !== sid, BOUND, "the resumed subscription");
+    await until(() => calls.filter((v) => v === 0).length === 2, BOUND, "message 0 delivered again");
+    const resub = rec.sentOn[1].find((f) => f.op === "subscribe");
+    assert.deepEqual(resub.start, { sequence: d0.message.sequence }, "resumed from the lower sequence");
+    await until(() => handled.filter((v) => v === 0).length === 2, BOUND, "message 0 handled again");
+  });
+});
