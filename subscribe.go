@@ -302,6 +302,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		default:
 			sub.cursor = max(o.Start.seq, 1)
 		}
+		sub.from = sub.cursor
 		sub.queue = make(chan *decoded, liveQueue)
 		sub.lagging.Store(true)
 	} else {

@@ -69,6 +69,7 @@ type subscription struct {
 	queuedBytes atomic.Int64 // the size of what queue holds
 	lagging     atomic.Bool
 	cursor      uint64 // next sequence to deliver (owned by the loop)
+	from        uint64 // the cursor the subscription started at
 	// emptyBehind: the loop's last store read found nothing though the
 	// fan-out stood past its cursor.
 	emptyBehind bool
@@ -85,6 +86,12 @@ type outcome struct {
 var subSeq atomic.Uint64
 
 func (s *subscription) ID() string            { return s.id }
+
+// From is the first sequence a pubsub subscription delivers: where its
+// Start stood when it subscribed (0 on other subjects). A transport tells
+// its client, so that a client resuming after a lost connection can ask
+// for everything from there, even when it was handed nothing before.
+func (s *subscription) From() uint64 { return s.from }
 func (s *subscription) Done() <-chan struct{} { return s.done }
 func (s *subscription) Err() error {
 	s.errMu.Lock()

@@ -42,6 +42,7 @@ type clientSub struct {
 	// by mu.
 	outstanding map[uint64]struct{}
 	lastAcked   uint64
+	from        uint64 // the first sequence the server subscription delivers (its subscribed answer); 0: not told
 
 	mu       sync.Mutex
 	cond     sync.Cond // on mu: the queue changed, or stopping
@@ -172,6 +173,9 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 			delete(s.bySID, cs.sid)
 		}
 		cs.sid = a.Sub
+		if a.From > 0 {
+			cs.from = a.From
+		}
 		cs.mu.Unlock()
 		s.bySID[a.Sub] = cs
 		s.mu.Unlock()
@@ -485,13 +489,21 @@ func (cs *clientSub) handled(seq uint64) {
 // the lowest sequence handed over and not handled successfully, else
 // after the highest handled; at most once, after the highest received
 // (dropped ones included: they were done when sent). Without either, it
-// starts as it first did.
+// resumes where the server subscription started (its subscribed answer's
+// from), so that what was published while the connection was down is not
+// skipped; from a server that does not tell, as it first started.
 func (cs *clientSub) resumeFrom(old *clientConn) pigeon.Start {
+	cs.mu.Lock()
+	start := cs.o.Start
+	if cs.from > 0 {
+		start = pigeon.StartAt(cs.from)
+	}
+	cs.mu.Unlock()
 	if cs.o.AtMostOnce {
 		if seq := cs.lastSeq.Load(); seq > 0 {
 			return pigeon.StartAt(seq + 1)
 		}
-		return cs.o.Start
+		return start
 	}
 	cs.mu.Lock()
 	kept := cs.queue[:0]
@@ -506,7 +518,6 @@ func (cs *clientSub) resumeFrom(old *clientConn) pigeon.Start {
 	}
 	clear(cs.queue[len(kept):])
 	cs.queue = kept
-	start := cs.o.Start
 	if len(cs.outstanding) > 0 {
 		start = pigeon.StartAt(slices.Min(slices.Collect(maps.Keys(cs.outstanding))))
 	} else if cs.lastAcked > 0 {

@@ -101,6 +101,8 @@ type Frame struct {
 	NotPending  []string `json:"notPending,omitempty"`
 	// subscribe: the client takes deliver_batch frames
 	BatchDeliveries bool `json:"batch,omitempty"`
+	// subscribed: the first sequence a pubsub subscription delivers
+	From uint64 `json:"from,omitempty"`
 	// deliver_batch
 	Deliveries []DeliveryEntry `json:"deliveries,omitempty"`
 	Start      json.RawMessage `json:"start,omitempty"`

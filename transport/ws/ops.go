@@ -236,6 +236,10 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	b := appendHead(make([]byte, 0, 64), OpSubscribed, f.ID)
 	b = append(b, `,"sub":`...)
 	b = jsontext.AppendString(b, sub.ID())
+	if p, ok := sub.(interface{ From() uint64 }); ok && p.From() > 0 {
+		b = append(b, `,"from":`...)
+		b = strconv.AppendUint(b, p.From(), 10)
+	}
 	b = append(b, '}')
 	// The answer is queued before the subscription may push: the client
 	// learns the sub id before its first delivery.

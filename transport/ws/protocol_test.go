@@ -349,3 +349,30 @@ func TestUnsubscribeTwiceAnswersOnce(t *testing.T) {
 		require.ElementsMatch(t, []string{ws.OpOK, ws.OpError}, []string{answers[a], answers[b]}, "round %d", i)
 	}
 }
+
+// The subscribed answer of a pubsub subscription names the first sequence
+// it delivers (from), wherever its start put it; a work-queue subscription,
+// whose group keeps its place, names none.
+func TestSubscribedNamesWhereItStarts(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := context.Background()
+	alice, err := v.e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	defer alice.Close(ctx)
+	for range 3 {
+		_, err = alice.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	bob := v.raw(t, "bob-token")
+	bob.negotiate("chat.messages")
+	for _, tc := range []struct {
+		start string
+		from  uint64
+	}{{"", 4}, {`,"start":"new"`, 4}, {`,"start":"first"`, 1}, {`,"start":{"sequence":2}`, 2}} {
+		f := bob.ok(ws.OpSubscribe, `,"subject":"chat.messages"`+tc.start, ws.OpSubscribed)
+		require.Equal(t, tc.from, f.From, "start %s", tc.start)
+	}
+	crew := v.raw(t, "crew-token")
+	crew.negotiate("jobs.run")
+	require.Zero(t, crew.ok(ws.OpSubscribe, `,"subject":"jobs.run"`, ws.OpSubscribed).From)
+}

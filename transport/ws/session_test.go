@@ -343,6 +343,36 @@ func TestReconnectDropsQueuedDeliveries(t *testing.T) {
 	require.Equal(t, map[string]int{"1": 2, "2": 1, "3": 1, "4": 1}, count)
 }
 
+// A subscription handed nothing before its connection was lost resumes
+// where it started on the server (the subscribed answer's from), not at
+// "new" again: what was published during the outage reaches it, what was
+// published before it subscribed does not.
+func TestReconnectResumesWhereItStarted(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := context.Background()
+	alice, err := v.e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	defer alice.Close(ctx)
+	for _, text := range []string{"before-1", "before-2"} {
+		_, err = alice.Publish(ctx, chatMsg(text))
+		require.NoError(t, err)
+	}
+	bob := v.dial(t, "bob-token", []string{"chat.messages"})
+	var got texts
+	sub, err := bob.Subscribe(ctx, "chat.messages", got.handler)
+	require.NoError(t, err)
+	v.kl.kill()
+	<-bob.Done()
+	for _, text := range []string{"during-1", "during-2"} {
+		_, err = alice.Publish(ctx, chatMsg(text))
+		require.NoError(t, err)
+	}
+	require.NoError(t, bob.Reconnect(ctx))
+	eventually(t, func() bool { return len(got.list()) == 2 }, "the outage's messages: %v", got.list())
+	require.Equal(t, []string{"during-1", "during-2"}, got.list())
+	require.NoError(t, sub.Unsubscribe(ctx))
+}
+
 // When the new contract no longer permits a subscription, Reconnect ends
 // it with the refusal.
 func TestReconnectEndsWhatTheNewContractRefuses(t *testing.T) {
