@@ -18,7 +18,8 @@ import (
 //
 // On a pubsub subject a new session's subscription starts where the last
 // one left off: at the lowest sequence handed over and not yet taken by
-// NATS (at-least-once; JetStream drops the repeats by Nats-Msg-Id). A
+// NATS (at-least-once; JetStream drops the repeats by Nats-Msg-Id), or,
+// when nothing was handed over yet, where the first one started. A
 // work-queue subject needs no such care: the group keeps the position.
 type outRoute struct {
 	b *Bridge
@@ -28,6 +29,7 @@ type outRoute struct {
 	mu       sync.Mutex
 	inFlight map[uint64]struct{} // sequences handed over and not yet taken by NATS
 	last     uint64              // the highest sequence handed over
+	from     uint64              // where the broker started the subscription, while nothing was handed over
 }
 
 func (o *outRoute) route() *Route       { return o.r }
@@ -54,6 +56,13 @@ func (o *outRoute) start(g *generation) error {
 	}, opts...)
 	if err != nil {
 		return err
+	}
+	if p, ok := sub.(interface{ From() uint64 }); ok {
+		o.mu.Lock()
+		if o.last == 0 {
+			o.from = p.From()
+		}
+		o.mu.Unlock()
 	}
 	g.onStop(func(ctx context.Context) {
 		if err := sub.Unsubscribe(ctx); err != nil {
@@ -83,18 +92,21 @@ func (o *outRoute) start(g *generation) error {
 	return nil
 }
 
-// resumeAt is where a new subscription starts (0: where the broker
-// starts one, after the last message stored): the lowest sequence in
-// flight, or the one after the highest handed over.
+// resumeAt is where a new subscription starts: the lowest sequence in
+// flight, or the one after the highest handed over; with nothing handed
+// over yet, where the broker started the first subscription (its From),
+// so that what was published while the session was down is carried; 0
+// (where the broker starts one, after the last message stored) for the
+// first.
 func (o *outRoute) resumeAt() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.last == 0 {
+		return o.from
+	}
 	low := o.last + 1
 	for seq := range o.inFlight {
 		low = min(low, seq)
-	}
-	if o.last == 0 {
-		return 0
 	}
 	return low
 }

@@ -171,6 +171,32 @@ func TestReconnectOutOnly(t *testing.T) {
 	require.Equal(t, uint64(2), rb.b.Stats().Sessions)
 }
 
+// A connection lost before the Out route was handed anything: the new
+// session's subscription starts where the first one did, so what was
+// published while the bridge was away is carried (before, it started
+// after the last message again and skipped them).
+func TestReconnectOutBeforeAnyDelivery(t *testing.T) {
+	v := newEnv(t)
+	out := v.stream(t, "OUT", "out.orders")
+	front := newWSFront(t, v.e)
+	rb := start(t, Options{Dialer: wsDialer(front), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "orders-out", Direction: Out, Subject: ordersSubject, NATSSubject: "out.orders", JetStream: true},
+	}})
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Running }, 5*time.Second, 5*time.Millisecond)
+	front.cut(t)
+	pub := publisher(t, v.e)
+	for i := range 4 {
+		_, err := pub.Publish(t.Context(), order("p-"+strconv.Itoa(i)))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		info, err := out.Info(t.Context())
+		require.NoError(t, err)
+		return info.State.Msgs == 4
+	}, 10*time.Second, 10*time.Millisecond)
+	require.GreaterOrEqual(t, rb.b.Stats().Sessions, uint64(2))
+}
+
 func wsDialer(f *wsFront) pigeon.Dialer { return ws.Dialer{URL: f.hs.URL} }
 
 // A contract that expires is renewed: before it expires (a lifetime of a

@@ -470,6 +470,16 @@ func (cs *clientSub) outstand(seq uint64) {
 	cs.outstanding[seq] = struct{}{}
 }
 
+// From is the first sequence the server subscription delivers, as its
+// subscribed answer named it (0 on a work-queue or request/reply subject,
+// or from a server that does not say): where a consumer that keeps its
+// own position resumes when it was handed nothing yet.
+func (cs *clientSub) From() uint64 {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.from
+}
+
 // handled notes that the delivery of seq (0: none) was handled
 // successfully.
 func (cs *clientSub) handled(seq uint64) {
