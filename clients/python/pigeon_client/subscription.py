@@ -15,16 +15,22 @@ sequence and raises the highest-acked mark; a failure (nack) keeps it in the
 set (while the connection lives the server redelivers it, and a redelivery
 that succeeds removes it); so does a success on a connection since lost
 (it cannot be acked). On resume it starts from the lowest sequence in the
-set if any, else after the highest acked, else at its original start; then
-the set is cleared (the resumed subscription's deliveries add again).
+set if any, else after the highest acked, else at the ``from`` of its latest
+``subscribed`` answer (the first sequence the server subscription delivers:
+where its start stood when it subscribed, so that what was published while
+the connection was down is not skipped), else at its original start (a
+server that names no ``from``); then the set is cleared (the resumed
+subscription's deliveries add again, and its ``subscribed`` answer names the
+next ``from``).
 Deliveries still queued in the client from the lost connection (for a
 handler or the iterator) are dropped, not run: the resumed subscription
 delivers them again. A duplicate after a resume is allowed (at least once);
 a skipped one is not. A work-queue subscription resumes without a position
-(its group keeps its place).
+(its group keeps its place; its answer names no ``from``).
 
 An at-most-once subscription (``ack="none"``) answers nothing and keeps no
-state per delivery: a reconnect resumes after the last message received.
+state per delivery: a reconnect resumes after the last message received,
+else at ``from``, else at its original start.
 The server does not flow-control it, so the deliveries waiting for a handler
 (or for the iterator) are bounded at :data:`MAX_QUEUED` and at
 :data:`MAX_QUEUED_BYTES` of their data; beyond either they are dropped, as
@@ -185,6 +191,8 @@ class Subscription:
         # highest acked (at most once: the highest received, and no set).
         self._outstanding: set[int] = set()
         self._settled_high = 0
+        # The from of the latest subscribed answer (pub/sub); 0: not named.
+        self._from = 0
         self._at_most_once = opts.get("ack") == "none"
         self._dropped = 0
         # At most once: the size of the data queued, but for _unsized, the
@@ -333,12 +341,14 @@ class Subscription:
         start = o.get("start")
         if resume and o.get("_pubsub", True):
             # Resume: from the lowest sequence received and not yet handled
-            # successfully, else after the highest acked, else the original
-            # start.
+            # successfully, else after the highest acked, else at the from
+            # of the latest subscribed answer, else the original start.
             if self._outstanding:
                 start = {"sequence": min(self._outstanding)}
             elif self._settled_high:
                 start = {"sequence": self._settled_high + 1}
+            elif self._from:
+                start = {"sequence": self._from}
         if isinstance(start, int) and not isinstance(start, bool):
             start = {"sequence": start}
         if start is not None:

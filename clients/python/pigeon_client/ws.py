@@ -22,8 +22,10 @@ the server went away with 1001), never hangs. With ``reconnect=True`` (the
 default) the session then dials again with backoff, negotiates a fresh
 contract for the same subjects and resumes every subscription (a pub/sub one
 from the lowest sequence it received and has not yet handled successfully,
-else after the highest acked: see :mod:`pigeon_client.subscription`; an
-at-most-once one after the last message it received). A contract that can no longer be
+else after the highest acked, else at the ``from`` of its latest
+``subscribed`` answer, else at its original start: see
+:mod:`pigeon_client.subscription`; an at-most-once one after the last
+message it received, else at ``from``). A contract that can no longer be
 negotiated ends the session: its subscriptions end with that error and
 every later call raises it. :meth:`Session.close` finishes the handlers
 running and their acks, then closes the connection; afterwards every call
@@ -321,6 +323,12 @@ class Session:
         sub.sid = sid
         sub._sid_gen = self._gen
         self._subs[sid] = sub
+        # Where a pub/sub subscription starts: a resume handed nothing goes
+        # back there. A missing from (a work queue, an older server) keeps
+        # the last one.
+        frm = ans.get("from")
+        if isinstance(frm, int) and not isinstance(frm, bool) and frm > 0:
+            sub._from = frm
 
     async def _quiet_unsubscribe(self, sid: str) -> None:
         """Unsubscribe sid; a refusal or a lost connection is only logged.

@@ -816,6 +816,47 @@ async def test_reconnect_resume_nacked(server):
         await sen.close()
 
 
+async def test_reconnect_resume_from_start(server):
+    """A subscription handed nothing before its connection dropped resumes at
+    the from of its subscribed answer, not at "new" again: what was
+    published during the outage is handled, what came before it subscribed
+    is not."""
+    scenario("reconnect.resume_from_start")
+    mon = await connect(server.ws, "monitor-token", TELEMETRY)
+    sen = await connect(server.ws, "sensor-token", TELEMETRY)
+    site = fresh("rsf")
+    handled: list[int] = []
+
+    def handler(d):
+        if d.data["site"] == site:
+            handled.append(d.data["value"])
+
+    url = mon.url
+    try:
+        # 0 and 1 before the subscribe, 2 and 3 while its connection is down.
+        for i in (0, 1):
+            await sen.publish(telemetry("resume_from", site, i))
+        sub = await mon.subscribe("events.telemetry", handler, selector="/kind=resume_from")  # start new
+        sid = sub.sid
+        mon.url = "ws://127.0.0.1:1/v1/ws"  # the reconnects fail until the outage's messages are in
+        old = mon._ws
+        assert old is not None
+        await old.close()
+        await eventually(lambda: not mon.connected, what="the lost connection")
+        for i in (2, 3):
+            await sen.publish(telemetry("resume_from", site, i))
+        mon.url = url
+        await eventually(lambda: mon.reconnects == 1 and sub.sid != sid, what="the resumed subscription")
+        await eventually(lambda: len(handled) >= 2, what="the outage's messages handled")
+        await asyncio.sleep(0.3)  # anything more would come meanwhile
+        assert handled == [2, 3], f"exactly the outage's messages: {handled}"
+        assert sub._from > 0, "the subscribed answers name from"
+    finally:
+        mon.url = url
+        await mon.close()
+        await sen.close()
+
+
 async def test_resume_redelivers_a_lower_delivery_running_when_a_higher_was_acked(server):
     """max_in_flight 2: a lower delivery's handler still runs when a higher
     one is acked; the connection drops and the handler then finishes (its

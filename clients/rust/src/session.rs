@@ -181,11 +181,14 @@ impl Drop for AbandonOnDrop {
 /// **Failure.** A call whose connection drops fails with a
 /// [`ErrorKind::Transport`] error, never hangs; every call is bounded by
 /// `call_timeout`. After a drop the session reconnects with backoff,
-/// negotiates a fresh contract and resumes its subscriptions; calls made
-/// meanwhile wait for it. When the contract cannot be renewed (the token
-/// was revoked, the policy no longer permits it) or the reconnect window
-/// passes, the session fails: calls and subscriptions end with that error.
-/// After [`close`](Session::close) every call fails at once with
+/// negotiates a fresh contract and resumes its subscriptions (a pub/sub
+/// one from the lowest sequence not yet handled successfully, else after
+/// the highest acked, else at the `from` of its latest subscribed answer,
+/// else at its original start: see [`Subscription`], "Resuming"); calls
+/// made meanwhile wait for it. When the contract cannot be renewed (the
+/// token was revoked, the policy no longer permits it) or the reconnect
+/// window passes, the session fails: calls and subscriptions end with that
+/// error. After [`close`](Session::close) every call fails at once with
 /// [`ErrorKind::Closed`].
 #[derive(Clone)]
 pub struct Session {

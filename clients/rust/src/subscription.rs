@@ -104,7 +104,9 @@ pub enum Ack {
     /// stream subscription too): the client drops those beyond, counts
     /// them ([`Subscription::dropped`]) and reports them to `on_error` as
     /// `DELIVERIES_DROPPED` at drop counts 1, 2, 4, 8, … A resubscription
-    /// after a reconnect starts after the last message received. The
+    /// after a reconnect starts after the last message received, else at
+    /// the `from` of the latest `subscribed` answer (see [`Subscription`],
+    /// "Resuming"), else at its original start. The
     /// server refuses it on a work-queue subject (`INVALID_ARGUMENT`).
     None,
 }
@@ -349,6 +351,10 @@ struct SubState {
     /// The highest sequence acked (at most once: received); a pub/sub
     /// resubscription starts after it when nothing is pending.
     last_acked: u64,
+    /// The `from` of the latest subscribed answer (pub/sub: the first
+    /// sequence the server subscription delivers); 0: not named. A
+    /// resubscription starts there when nothing is pending or acked.
+    from: u64,
     stopping: bool,
     ended: bool,
     err: Option<Error>,
@@ -447,31 +453,36 @@ impl SubShared {
         }
         st.sid = Some(sid.to_string());
         st.conn = Some(conn.clone());
+        // A missing from (a work queue, an older server) keeps the last one.
+        if let Some(n) = ans.get("from").and_then(Value::as_u64).filter(|&n| n > 0) {
+            st.from = n;
+        }
         Ok(())
     }
 
     /// Subscribes again on a new connection (see [`Subscription`],
     /// "Resuming"): on a pub/sub subject from the lowest sequence received
     /// and not yet handled successfully, else after the highest acked, else
-    /// where it started. The pending set is emptied before the subscribe
-    /// leaves (the new deliveries may follow its answer at once) and given
-    /// back when it fails, so that the next attempt still starts there. A
-    /// subscription that is stopping is not resubscribed: its unsubscribe
-    /// ends it.
+    /// at the `from` of the latest subscribed answer, else where it first
+    /// started (a server that names no `from`). The pending set is emptied
+    /// before the subscribe leaves (the new deliveries may follow its answer
+    /// at once) and given back when it fails, so that the next attempt
+    /// still starts there. A subscription that is stopping is not
+    /// resubscribed: its unsubscribe ends it.
     pub(crate) async fn resubscribe(self: &Arc<Self>, conn: &Arc<Conn>, timeout: Duration) -> Result<()> {
         if self.is_stopping() {
             return Ok(());
         }
-        let (from, taken) = {
+        let (at, taken) = {
             let mut st = self.st.lock().unwrap();
-            let from = match st.pending.first() {
+            let at = match st.pending.first() {
                 Some(&low) => low,
                 None if st.last_acked > 0 => st.last_acked + 1,
-                None => 0,
+                None => st.from, // 0 when not named: the original start
             };
-            (from, std::mem::take(&mut st.pending))
+            (at, std::mem::take(&mut st.pending))
         };
-        let res = match from {
+        let res = match at {
             0 => self.subscribe_with(conn, self.opts.start, timeout).await,
             _ if self.opts.group.is_some() => self.subscribe_with(conn, self.opts.start, timeout).await,
             n => match self.subscribe_with(conn, Some(Start::Sequence(n)), timeout).await {
@@ -942,14 +953,19 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 /// (while the connection lives the server redelivers it, and a redelivery
 /// that succeeds removes it); so does an ack the server never took (its
 /// connection was lost). On resume the subscription starts from the lowest
-/// sequence in the set if any, else after the highest acked, else at its
-/// original start; then the set is cleared (the resumed subscription's
-/// deliveries add again). Deliveries still queued in the client from the
-/// lost connection are dropped, not run: the resumed subscription delivers
-/// them again. A duplicate after a resume is allowed (at least once); a
+/// sequence in the set if any, else after the highest acked, else at the
+/// `from` of its latest `subscribed` answer (the first sequence the server
+/// subscription delivers: where its start stood when it subscribed, so
+/// that what was published while the connection was down is not skipped),
+/// else at its original start (a server that names no `from`); then the
+/// set is cleared (the resumed subscription's deliveries add again, and its
+/// `subscribed` answer names the next `from`). Deliveries still queued in
+/// the client from the lost connection are dropped, not run: the resumed
+/// subscription delivers them again. A duplicate after a resume is allowed (at least once); a
 /// skipped one is not. At most once ([`Ack::None`]) a resume starts after
-/// the last message received; a work-queue group keeps its place on the
-/// server.
+/// the last message received, else at `from`, else at its original start;
+/// a work-queue group keeps its place on the server (its answer names no
+/// `from`).
 pub struct Subscription {
     shared: Arc<SubShared>,
     session: Session,

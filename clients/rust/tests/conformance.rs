@@ -107,6 +107,7 @@ async fn run_all() {
     scenario("transport.server_closes", &mut failures, Box::pin(transport_server_closes())).await;
     scenario("reconnect.server_restart", &mut failures, Box::pin(reconnect_server_restart())).await;
     scenario("reconnect.resume_nacked", &mut failures, Box::pin(reconnect_resume_nacked(s()))).await;
+    scenario("reconnect.resume_from_start", &mut failures, Box::pin(reconnect_resume_from_start(s()))).await;
     // Beyond the list: a session whose credential is gone after a restart fails, never hangs.
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
     scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
@@ -825,6 +826,8 @@ async fn reconnect_server_restart() {
 struct Relay {
     port: u16,
     cut: tokio::sync::watch::Sender<u64>,
+    /// While set, connections are closed as soon as they are accepted.
+    down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Relay {
@@ -832,9 +835,13 @@ impl Relay {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = tokio::sync::watch::channel(0u64).0;
-        let c = cut.clone();
+        let down_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, d) = (cut.clone(), down_flag.clone());
         tokio::spawn(async move {
             while let Ok((mut down, _)) = listener.accept().await {
+                if d.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the dial fails
+                }
                 let mut cut = c.subscribe();
                 tokio::spawn(async move {
                     let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { return };
@@ -845,7 +852,7 @@ impl Relay {
                 });
             }
         });
-        Relay { port, cut }
+        Relay { port, cut, down: down_flag }
     }
 
     fn url(&self) -> String {
@@ -855,6 +862,11 @@ impl Relay {
     /// Drops every connection open now.
     fn cut(&self) {
         self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Refuses new connections (closes them at once) while `on`.
+    fn set_down(&self, on: bool) {
+        self.down.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -916,6 +928,62 @@ async fn reconnect_resume_nacked(srv: Arc<Server>) {
     for i in 0..5 {
         assert!(got.contains(&i), "message {i} handled: {got:?}");
     }
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+}
+
+/// A subscription handed nothing before its connection was lost resumes at
+/// the `from` of its subscribed answer, not at "new" again: what was
+/// published during the outage is handled, what came before it subscribed
+/// is not.
+async fn reconnect_resume_from_start(srv: Arc<Server>) {
+    let relay = Relay::start(srv.port).await;
+    let lost = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let l = lost.clone();
+    let opts = ConnectOptions { backoff: (Duration::from_millis(50), Duration::from_millis(200)), ..ConnectOptions::default() }.on_error(
+        move |e| {
+            if e.kind == ErrorKind::Transport {
+                l.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        },
+    );
+    let mon = Session::connect(&relay.url(), "monitor-token", &["events.telemetry"], opts).await.unwrap();
+    let sensor = connect(&srv, "sensor-token", &["events.telemetry"]).await;
+    let site = format!("rsf-{}", nonce());
+    // 0 and 1 before the subscribe, 2 and 3 while its connection is down.
+    for i in 0..2 {
+        sensor.publish(&telemetry("resume_from", &site, i as f64)).await.unwrap();
+    }
+    let handled: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let (h, s) = (handled.clone(), site.clone());
+    let sub = mon
+        .subscribe("events.telemetry", SubscribeOptions::default().selector("/kind=resume_from"), move |d| {
+            let (h, s) = (h.clone(), s.clone());
+            async move {
+                if d.message.data["site"] == s.as_str() {
+                    h.lock().unwrap().push(d.message.data["value"].as_f64().unwrap() as i64);
+                }
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    let sid = sub.id();
+    relay.set_down(true); // the reconnects fail until the outage's messages are in
+    relay.cut();
+    assert!(eventually(Duration::from_secs(10), || lost.load(std::sync::atomic::Ordering::SeqCst) > 0).await, "the lost connection");
+    for i in 2..4 {
+        sensor.publish(&telemetry("resume_from", &site, i as f64)).await.unwrap();
+    }
+    relay.set_down(false);
+    assert!(eventually(Duration::from_secs(10), || sub.id().is_some() && sub.id() != sid).await, "the resumed subscription");
+    assert!(
+        eventually(Duration::from_secs(10), || handled.lock().unwrap().len() >= 2).await,
+        "the outage's messages handled: {:?}",
+        handled.lock().unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // anything more would come meanwhile
+    assert_eq!(*handled.lock().unwrap(), vec![2, 3], "exactly the outage's messages");
     mon.close().await.unwrap();
     sensor.close().await.unwrap();
 }

@@ -506,8 +506,10 @@ export class Session implements ConnOwner {
    * Replaces the connection now: dials again, negotiates a fresh contract,
    * resumes every subscription on the new connection (from the lowest
    * sequence received and not yet handled successfully, else after the
-   * highest acked: see Subscription) and closes the old one. When dialing or
-   * negotiating fails, the old connection is kept and the error thrown.
+   * highest acked, else at the `from` of its latest subscribed answer, else
+   * at its original start: see Subscription) and closes the old one. When
+   * dialing or negotiating fails, the old connection is kept and the error
+   * thrown.
    */
   async reconnect(): Promise<Contract> {
     if (this.closing) throw closedError();

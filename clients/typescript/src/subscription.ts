@@ -14,13 +14,19 @@
  * redelivers it, and a redelivery that succeeds removes it); so does a
  * success that can no longer be acked (its connection is gone). On resume
  * the subscription starts from the lowest sequence in the set if any, else
- * after the highest acked, else at its original start; then the set is
- * cleared (the resumed subscription's deliveries add to it again).
+ * after the highest acked, else at the `from` of its latest `subscribed`
+ * answer (the first sequence the server subscription delivers: where its
+ * start stood when it subscribed, so that what was published while the
+ * connection was down is not skipped), else at its original start (a server
+ * that does not name `from`); then the set is cleared (the resumed
+ * subscription's deliveries add to it again, and its `subscribed` answer
+ * names the next `from`).
  * Deliveries still queued in the client from the lost connection are
  * dropped, not run: the resumed subscription delivers them again. A
  * duplicate after a resume is allowed (at least once); a skipped one is not.
  * At most once (`ack: "none"`), a resume starts after the last message
- * received.
+ * received, else at `from`, else at the original start. A work-queue or
+ * request/reply subscription names no `from`: its group keeps its place.
  */
 import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
 import { answer, utf8Length, type Conn, type Frame } from "./conn.js";
@@ -168,6 +174,8 @@ export class Subscription {
   // most once: the highest received, and no set).
   private readonly unacked = new Set<number>();
   private lastAcked = 0;
+  /** the `from` of the latest subscribed answer (pub/sub); 0: not named */
+  private from = 0;
   private readonly maxInFlight: number;
   private stopping = false;
   private droppedCount = 0;
@@ -221,6 +229,8 @@ export class Subscription {
       }
       const old = this.id;
       this.id = f.sub;
+      // A missing from (a work queue, an older server) keeps the last one.
+      if (Number.isSafeInteger(f.from) && (f.from as number) > 0) this.from = f.from as number;
       this.conn = c;
       this.session.bind(this.id, this, old);
     };
@@ -230,7 +240,8 @@ export class Subscription {
   /**
    * @internal Resubscribes on a new connection: from the lowest sequence
    * received and not yet handled successfully, else after the highest
-   * acked, else at the original start. The set is cleared before the
+   * acked, else at the `from` of the latest subscribed answer, else at the
+   * original start (see the file's comment). The set is cleared before the
    * subscribe leaves (the new deliveries may follow its answer at once) and
    * given back when the subscribe fails, so that the next resume still
    * starts there.
@@ -240,7 +251,7 @@ export class Subscription {
     // on the lost connection went back with it, and its end has nothing
     // more to wait for there.
     if (this.finished || this.stopping) return;
-    let start: Start | undefined = this.options.start;
+    let start: Start | undefined = this.from > 0 ? { sequence: this.from } : this.options.start;
     let lowest = 0;
     for (const s of this.unacked) if (lowest === 0 || s < lowest) lowest = s;
     if (lowest > 0) start = { sequence: lowest };

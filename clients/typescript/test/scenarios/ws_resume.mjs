@@ -10,14 +10,19 @@ import { scenario, sharedServer, telemetry, until, sleep, uniq, hangAfter } from
 
 const BOUND = 10_000;
 
-/** A WebSocket constructor that records the sockets it opens and the frames sent and received on each. */
+/**
+ * A WebSocket constructor that records the sockets it opens and the frames
+ * sent and received on each. While `down` is set, it dials a closed port
+ * instead: the session's reconnects fail until it is cleared.
+ */
 function recorder() {
   const sockets = [];
   const sentOn = [];
   const receivedOn = [];
+  const rec = { sockets, sentOn, receivedOn, down: false };
   class Recording extends WebSocket {
     constructor(url, protocols, ...rest) {
-      super(url, protocols, ...rest);
+      super(rec.down ? "ws://127.0.0.1:1/v1/ws" : url, protocols, ...rest);
       const i = sockets.push(this) - 1;
       sentOn[i] = [];
       receivedOn[i] = [];
@@ -28,7 +33,8 @@ function recorder() {
       return super.send(data, ...rest);
     }
   }
-  return { sockets, sentOn, receivedOn, WebSocket: Recording };
+  rec.WebSocket = Recording;
+  return rec;
 }
 
 /** Whether the frame of op sent on socket i, the first one that pick accepts, has been answered. */
@@ -97,6 +103,36 @@ scenario("reconnect.resume_nacked", async () => {
     for (let i = 0; i < 5; i++) assert.ok(n.get(i) >= 1, `message ${i} handled: ${handled}`);
     const resub = rec.sentOn[1].find((f) => f.op === "subscribe");
     assert.deepEqual(resub.start, { sequence: seq2 }, "resumed from the nacked sequence");
+  });
+});
+
+scenario("reconnect.resume_from_start", async () => {
+  await withResumable(async ({ monitor, sensor, rec, errors }) => {
+    const run = uniq("rsf");
+    // 0 and 1 before the subscribe, 2 and 3 while its connection is down.
+    for (const v of [0, 1]) await sensor.publish(telemetry("resume_from", run, v));
+    const handled = [];
+    const sub = await monitor.subscribe(
+      "events.telemetry",
+      (m) => {
+        if (m.data.site === run) handled.push(m.data.value);
+      },
+      { selector: "/kind=resume_from" }, // start "new"
+    );
+    const from = rec.receivedOn[0].find((f) => f.op === "subscribed")?.from;
+    assert.ok(from > 0, "the subscribed answer names from");
+    const sid = sub.id;
+    rec.down = true; // the reconnects fail until the outage's messages are in
+    rec.sockets[0].terminate();
+    await until(() => errors.some((e) => e.kind === "transport"), BOUND, "the lost connection");
+    for (const v of [2, 3]) await sensor.publish(telemetry("resume_from", run, v));
+    rec.down = false;
+    await until(() => sub.id && sub.id !== sid, BOUND, "the resumed subscription");
+    await until(() => handled.length >= 2, BOUND, `the outage's messages handled: ${handled}`);
+    await sleep(300); // anything more would come meanwhile
+    assert.deepEqual(handled, [2, 3], "exactly the outage's messages");
+    const i = rec.sockets.length - 1;
+    assert.deepEqual(rec.sentOn[i].find((f) => f.op === "subscribe").start, { sequence: from }, "resumed at from");
   });
 });
 
