@@ -85,13 +85,13 @@ type outcome struct {
 
 var subSeq atomic.Uint64
 
-func (s *subscription) ID() string            { return s.id }
+func (s *subscription) ID() string { return s.id }
 
 // From is the first sequence a pubsub subscription delivers: where its
 // Start stood when it subscribed (0 on other subjects). A transport tells
 // its client, so that a client resuming after a lost connection can ask
 // for everything from there, even when it was handed nothing before.
-func (s *subscription) From() uint64 { return s.from }
+func (s *subscription) From() uint64          { return s.from }
 func (s *subscription) Done() <-chan struct{} { return s.done }
 func (s *subscription) Err() error {
 	s.errMu.Lock()
