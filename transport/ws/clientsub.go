@@ -415,8 +415,13 @@ func (cs *clientSub) received(seq uint64) {
 // until the subscription stops; what is still queued then is dropped
 // unanswered (see deliver).
 func (cs *clientSub) work() {
+	var done uint64 // the sequence last handled successfully, noted under the next lock of mu
 	for {
 		cs.mu.Lock()
+		if done != 0 {
+			cs.handled(done)
+			done = 0
+		}
 		for len(cs.queue) == 0 && !cs.stopping {
 			cs.cond.Wait()
 		}
@@ -442,7 +447,7 @@ func (cs *clientSub) work() {
 		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s})
 		if !cs.o.AtMostOnce {
 			if err == nil {
-				cs.handled(q.m.Sequence)
+				done = q.m.Sequence
 			}
 			cs.settle(q, err)
 		}
@@ -480,16 +485,11 @@ func (cs *clientSub) From() uint64 {
 	return cs.from
 }
 
-// handled notes that the delivery of seq (0: none) was handled
-// successfully.
+// handled notes that the delivery of seq was handled successfully; cs.mu
+// must be held.
 func (cs *clientSub) handled(seq uint64) {
-	if seq == 0 {
-		return
-	}
-	cs.mu.Lock()
 	delete(cs.outstanding, seq)
 	cs.lastAcked = max(cs.lastAcked, seq)
-	cs.mu.Unlock()
 }
 
 // resumeFrom is where a pubsub subscription resumes on the connection that
