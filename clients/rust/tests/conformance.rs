@@ -33,19 +33,7 @@ async fn scenario(id: &str, failures: &mut Vec<String>, f: Scenario) {
         }
     }
     let t = Instant::now();
-    let res = tokio::time::timeout(Duration::from_secs(60), tokio::spawn(f)).await;
-    let outcome = match res {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(match e.try_into_panic() {
-            Ok(p) => p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into()),
-            Err(e) => e.to_string(),
-        }),
-        Err(_) => Err("timed out after 60 s".into()),
-    };
+    let outcome = run_case(f, Duration::from_secs(60)).await;
     record(id);
     match outcome {
         Ok(()) => println!("scenario {id} ... ok ({:?})", t.elapsed()),

@@ -76,19 +76,7 @@ async fn run_all() {
         }
         ran += 1;
         let t = Instant::now();
-        let res = tokio::time::timeout(Duration::from_secs(40), tokio::spawn(f)).await;
-        let outcome = match res {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(match e.try_into_panic() {
-                Ok(p) => p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panic".into()),
-                Err(e) => e.to_string(),
-            }),
-            Err(_) => Err("timed out after 40 s".into()),
-        };
+        let outcome = run_case(f, Duration::from_secs(40)).await;
         match outcome {
             Ok(()) => println!("case {name} ... ok ({:?})", t.elapsed()),
             Err(e) => {

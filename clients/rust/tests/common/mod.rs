@@ -279,6 +279,26 @@ pub async fn connect(server: &Server, token: &str, subjects: &[&str]) -> Session
         .unwrap_or_else(|e| panic!("connect {token}: {e}"))
 }
 
+/// Runs `f` on a task of its own within `limit`: `Err` with the panic's
+/// message when it panics, or with the timeout when it takes longer.
+pub async fn run_case<F>(f: F, limit: Duration) -> Result<(), String>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    match tokio::time::timeout(limit, tokio::spawn(f)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(match e.try_into_panic() {
+            Ok(p) => p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into()),
+            Err(e) => e.to_string(),
+        }),
+        Err(_) => Err(format!("timed out after {} s", limit.as_secs())),
+    }
+}
+
 /// Waits until `f` holds, at most `within`.
 pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
