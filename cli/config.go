@@ -40,6 +40,8 @@ type fileConfig struct {
 	WSPublishRate   float64       `yaml:"ws_publish_rate"`
 	MaxSubs         int           `yaml:"max_subscriptions"`
 	MaxGroups       int           `yaml:"max_groups"`
+	MaxConns        int           `yaml:"max_connections"`
+	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -191,6 +193,12 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxGroups != 0 {
 		cfg.maxGroups = f.MaxGroups
+	}
+	if f.MaxConns != 0 {
+		cfg.maxConns = f.MaxConns
+	}
+	if f.MaxConnsPerIP != 0 {
+		cfg.maxConnsPerIP = f.MaxConnsPerIP
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

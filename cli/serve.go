@@ -42,6 +42,9 @@ type serveConfig struct {
 	// maxGroups is pigeon.Options.MaxGroupsPerSubject (0: its default;
 	// negative: no cap).
 	maxGroups int
+	// maxConns and maxConnsPerIP are server.Options.MaxConnections (0:
+	// its default; negative: no cap) and MaxConnectionsPerIP (0: no cap).
+	maxConns, maxConnsPerIP int
 	// programVersions is how many versions of a program keep their
 	// module for rollbacks (0: programs.DefaultKeepVersions).
 	programVersions int
@@ -143,6 +146,8 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
 	fs.IntVar(&cfg.maxSubs, "max-subscriptions", cfg.maxSubs, "subscriptions one principal may run at once, over all its connections (default 1000; negative: no cap; docs/security.md)")
+	fs.IntVar(&cfg.maxConns, "max-connections", cfg.maxConns, "connections the server holds open at once, WebSockets included (default 16384; negative: no cap; docs/security.md)")
+	fs.IntVar(&cfg.maxConnsPerIP, "max-connections-per-ip", cfg.maxConnsPerIP, "connections one remote IP address may hold open (default: no cap, as behind a proxy; docs/security.md)")
 	fs.IntVar(&cfg.maxGroups, "max-groups", cfg.maxGroups, "consumer groups one work-queue subject may have (default 1000; negative: no cap; docs/security.md)")
 	fs.Float64Var(&cfg.wsPublishRate, "ws-publish-rate", cfg.wsPublishRate, "messages a second one WebSocket connection may publish, in bursts of a tenth of it (default 1000000; negative: no limit; docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
@@ -258,7 +263,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
-		AllowedOrigins: cfg.allowedOrigins, Feed: obs.feed}
+		AllowedOrigins: cfg.allowedOrigins, Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP}
 	if cfg.wsPublishRate != 0 {
 		so.WebSocket = &ws.Options{PublishRate: cfg.wsPublishRate}
 	}

@@ -31,6 +31,7 @@ const (
 	DefaultReadTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultMaxConnections    = 16384
 )
 
 // Options configure a Server. A nil *Options means the defaults; New copies
@@ -54,6 +55,20 @@ type Options struct {
 	// Timeouts of the HTTP server that Serve runs (see http.Server). A
 	// WebSocket connection is not bound by them once upgraded.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxConnections caps the connections Serve holds open at once, over
+	// all its listeners, WebSocket connections included (default
+	// DefaultMaxConnections; negative: no cap). A connection beyond it is
+	// answered 429 RATE_LIMITED and closed (closed alone over TLS), and
+	// accepting goes on: without a cap, clients that open connections and
+	// send nothing, or keep them idle, could take every file descriptor
+	// the process has, its store's included. Keep it below the process's
+	// open-file limit.
+	MaxConnections int
+	// MaxConnectionsPerIP caps the connections of one remote IP address
+	// (0 or negative: no cap, the default, since a proxy or NAT puts many
+	// clients behind one address). Beyond it a connection is refused as
+	// beyond MaxConnections.
+	MaxConnectionsPerIP int
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
@@ -107,6 +122,9 @@ func (o *Options) withDefaults() Options {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,6 +155,7 @@ type Server struct {
 	mux   *http.ServeMux
 	ws    *ws.Server
 	mesgd *mesgd.Server // nil unless Options.Mesgd
+	conns *connLimit    // the connections Serve holds, in all and per address
 
 	// idPrefix and requests make request ids: unique in this process,
 	// unlikely to repeat across restarts.
@@ -167,6 +186,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
+	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
 		if mo.Logger == nil {
@@ -304,7 +324,7 @@ func (s *Server) Mount(pattern string, h http.Handler) (err error) {
 }
 
 // Serve accepts HTTP connections on l until Shutdown, with the timeouts
-// of Options, over TLS when Options.TLS is set. It returns http.ErrServerClosed after Shutdown.
+// and connection limits of Options, over TLS when Options.TLS is set. It returns http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
 		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout,
@@ -324,6 +344,7 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.hs = append(s.hs, hs)
 	s.mu.Unlock()
+	l = s.conns.wrap(l)
 	if s.opts.TLS != nil {
 		l = tls.NewListener(l, s.opts.TLS)
 	}

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// serve --max-connections and --max-connections-per-ip (or
+// max_connections and max_connections_per_ip in the config file) cap the
+// connections the server holds: parsed from either, and in force on a real
+// listener, where a cap of one answers a second connection 429.
+func TestServeMaxConnections(t *testing.T) {
+	cfg, _, ok := parseServe([]string{"--max-connections", "7", "--max-connections-per-ip", "3"}, io.Discard, nil)
+	require.True(t, ok)
+	require.Equal(t, 7, cfg.maxConns)
+	require.Equal(t, 3, cfg.maxConnsPerIP)
+	_, code, ok := parseServe([]string{"--max-connections", "lots"}, io.Discard, nil)
+	require.False(t, ok)
+	require.Equal(t, 2, code)
+	file := filepath.Join(t.TempDir(), "pigeon.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("max_connections: -1\nmax_connections_per_ip: 5\n"), 0o600))
+	cfg, _, ok = parseServe([]string{"--config", file}, io.Discard, nil)
+	require.True(t, ok)
+	require.Equal(t, -1, cfg.maxConns)
+	require.Equal(t, 5, cfg.maxConnsPerIP)
+
+	r := startServe(t, serveConfig{maxConns: 1})
+	addr := strings.TrimPrefix(r.url, "http://")
+	status := func(c net.Conn) int {
+		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
+		_, err := c.Write([]byte("GET /health HTTP/1.1\r\nHost: pigeon\r\n\r\n"))
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	held, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer held.Close()
+	require.Equal(t, http.StatusOK, status(held))
+	second, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer second.Close()
+	require.Equal(t, http.StatusTooManyRequests, status(second))
+}

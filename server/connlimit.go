@@ -1,0 +1,232 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon"
+	"pigeon/internal/wire"
+)
+
+// connLimit caps the connections a Server holds open at once: in all
+// (Options.MaxConnections) and per remote address
+// (Options.MaxConnectionsPerIP). Every listener of the Server shares it.
+// Its methods are safe for concurrent use.
+type connLimit struct {
+	max, perIP int // <= 0: no cap
+	tls        bool
+	logger     *slog.Logger
+
+	mu   sync.Mutex
+	open int
+	byIP map[netip.Addr]int
+
+	refused  atomic.Uint64
+	lastWarn atomic.Int64     // unix nanoseconds of the last warning logged
+	answers  chan struct{}    // tokens of the goroutines that answer refused connections
+	answer   []byte           // what a refused plain-HTTP connection reads
+	now      func() time.Time // tests
+}
+
+// refusalAnswerers bounds the refused connections answered at once; beyond
+// it a refused connection is closed without an answer, so a flood costs
+// no more than the accepts.
+const refusalAnswerers = 32
+
+// refusalWait bounds how long answering one refused connection may take.
+const refusalWait = time.Second
+
+func newConnLimit(max, perIP int, tls bool, logger *slog.Logger) *connLimit {
+	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[netip.Addr]int{},
+		answers: make(chan struct{}, refusalAnswerers), now: time.Now}
+	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
+	return l
+}
+
+// refusalResponse is a whole HTTP/1.1 response carrying err as the API's
+// refusals do, closing the connection.
+func refusalResponse(err error) []byte {
+	rec := &bufferedResponse{header: http.Header{}}
+	wire.WriteHTTPError(rec, err)
+	b := []byte("HTTP/1.1 " + strconv.Itoa(rec.status) + " " + http.StatusText(rec.status) + "\r\n")
+	rec.header.Set("Connection", "close")
+	rec.header.Set("Retry-After", "1")
+	rec.header.Set("Content-Length", strconv.Itoa(len(rec.body)))
+	var w headerBuffer
+	_ = rec.header.Write(&w)
+	b = append(b, w...)
+	b = append(b, "\r\n"...)
+	return append(b, rec.body...)
+}
+
+// bufferedResponse is the http.ResponseWriter refusalResponse renders
+// into.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *bufferedResponse) Header() http.Header { return r.header }
+
+func (r *bufferedResponse) WriteHeader(status int) { r.status = status }
+
+func (r *bufferedResponse) Write(b []byte) (int, error) {
+	r.body = append(r.body, b...)
+	return len(b), nil
+}
+
+type headerBuffer []byte
+
+func (w *headerBuffer) Write(b []byte) (int, error) {
+	*w = append(*w, b...)
+	return len(b), nil
+}
+
+// wrap returns l, accepting within the limit.
+func (cl *connLimit) wrap(l net.Listener) net.Listener {
+	if cl.max <= 0 && cl.perIP <= 0 {
+		return l
+	}
+	return &limitListener{Listener: l, lim: cl}
+}
+
+// take reserves a place for a connection from ip (invalid: an address
+// that is not IP, counted in all only).
+func (cl *connLimit) take(ip netip.Addr) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.max > 0 && cl.open >= cl.max {
+		return false
+	}
+	if cl.perIP > 0 && ip.IsValid() {
+		if cl.byIP[ip] >= cl.perIP {
+			return false
+		}
+		cl.byIP[ip]++
+	}
+	cl.open++
+	return true
+}
+
+// give frees the place take reserved.
+func (cl *connLimit) give(ip netip.Addr) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.open--
+	if cl.perIP > 0 && ip.IsValid() {
+		if n := cl.byIP[ip] - 1; n > 0 {
+			cl.byIP[ip] = n
+		} else {
+			delete(cl.byIP, ip)
+		}
+	}
+}
+
+// Open returns the connections held now.
+func (cl *connLimit) Open() int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.open
+}
+
+// refuse answers c, a connection beyond the limit, and closes it. Over
+// plain HTTP it writes a 429 RATE_LIMITED response first (after TLS there
+// is no handshake to answer in, so it only closes), from a goroutine of
+// a bounded few, so that Accept goes on at once.
+func (cl *connLimit) refuse(c net.Conn) {
+	n := cl.refused.Add(1)
+	if now := cl.now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
+		cl.lastWarn.Store(now)
+		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "refused", n, "remote", c.RemoteAddr().String())
+	}
+	if cl.tls {
+		_ = c.Close()
+		return
+	}
+	select {
+	case cl.answers <- struct{}{}:
+	default:
+		_ = c.Close()
+		return
+	}
+	go func() {
+		defer func() { <-cl.answers }()
+		defer c.Close()
+		_ = c.SetDeadline(cl.now().Add(refusalWait))
+		if _, err := c.Write(cl.answer); err != nil {
+			return
+		}
+		// Read what the client sent until it closes (or the wait ends):
+		// closing with unread bytes would reset the connection and could
+		// discard the answer before the client reads it.
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}()
+}
+
+// limitListener accepts connections within its connLimit; it refuses the
+// others itself and goes on accepting.
+type limitListener struct {
+	net.Listener
+	lim *connLimit
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := remoteIP(c)
+		if l.lim.take(ip) {
+			return &limitedConn{Conn: c, lim: l.lim, ip: ip}, nil
+		}
+		l.lim.refuse(c)
+	}
+}
+
+// remoteIP is c's remote IP address, or the zero Addr when c is not IP.
+func remoteIP(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	return netip.Addr{}
+}
+
+// limitedConn frees its place in the limit when it is first closed,
+// whoever closes it: net/http, or a WebSocket that hijacked it.
+type limitedConn struct {
+	net.Conn
+	lim    *connLimit
+	ip     netip.Addr
+	closed atomic.Bool
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	if c.closed.CompareAndSwap(false, true) {
+		c.lim.give(c.ip)
+	}
+	return err
+}
+
+// CloseWrite half-closes the connection when the one underneath can.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("server: the connection cannot half-close")
+}
