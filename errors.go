@@ -103,8 +103,9 @@ const (
 	// CodeProgramTimeout fails a delivery whose program ran past its time
 	// per message.
 	CodeProgramTimeout Code = "PROGRAM_TIMEOUT"
-	// CodeProgramLimit fails a delivery whose program exceeded a limit:
-	// messages emitted per input, or memory.
+	// CodeProgramLimit fails a delivery whose program exceeded a limit
+	// (messages emitted per input, or memory), and a deploy of one program
+	// more than its account may run (programs.Options.MaxProgramsPerAccount).
 	CodeProgramLimit Code = "PROGRAM_LIMIT_EXCEEDED"
 	// CodeProgramVersionPruned refuses a rollback to a version whose module
 	// is no longer kept (only the last versions' modules are).

@@ -42,6 +42,7 @@ type fileConfig struct {
 	MaxGroups       int           `yaml:"max_groups"`
 	MaxConns        int           `yaml:"max_connections"`
 	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
+	MaxPrograms     int           `yaml:"max_programs"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -199,6 +200,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxConnsPerIP != 0 {
 		cfg.maxConnsPerIP = f.MaxConnsPerIP
+	}
+	if f.MaxPrograms != 0 {
+		cfg.maxPrograms = f.MaxPrograms
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

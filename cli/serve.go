@@ -48,6 +48,9 @@ type serveConfig struct {
 	// programVersions is how many versions of a program keep their
 	// module for rollbacks (0: programs.DefaultKeepVersions).
 	programVersions int
+	// maxPrograms is programs.Options.MaxProgramsPerAccount (0: its
+	// default; negative: no cap).
+	maxPrograms int
 	// Operations (docs/operations.md): log format and level, and where
 	// /metrics is served ("" on the main listener).
 	logFormat, logLevel, metricsAddr string
@@ -144,6 +147,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.store, "store", cfg.store, "wal (the default: --data's write-ahead log) or nats://host:4222[,…] to run a node of a NATS JetStream cluster (docs/cluster.md)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
+	fs.IntVar(&cfg.maxPrograms, "max-programs", cfg.maxPrograms, "programs one account may run (default 32; negative: no cap; docs/programs.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
 	fs.IntVar(&cfg.maxSubs, "max-subscriptions", cfg.maxSubs, "subscriptions one principal may run at once, over all its connections (default 1000; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxConns, "max-connections", cfg.maxConns, "connections the server holds open at once, WebSockets included (default 16384; negative: no cap; docs/security.md)")
@@ -254,7 +258,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if st != nil {
 		kv = st
 	}
-	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger, KeepVersions: cfg.programVersions})
+	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger, KeepVersions: cfg.programVersions,
+		MaxProgramsPerAccount: cfg.maxPrograms})
 	if err != nil {
 		_ = e.Shutdown(context.Background())
 		if st != nil {

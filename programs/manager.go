@@ -68,6 +68,15 @@ type Options struct {
 	// the current one included (default DefaultKeepVersions): only those
 	// can be rolled back to. Older versions keep their metadata.
 	KeepVersions int
+	// MaxProgramsPerAccount caps the programs that run as one account
+	// (their manifests' Account), whoever deploys them (default
+	// DefaultMaxProgramsPerAccount; negative: no cap). Each one keeps its
+	// modules and a runtime, so without a cap a principal allowed to
+	// deploy as itself could deploy until the process runs out of memory.
+	// A deploy that would start one more program for the account fails
+	// with PROGRAM_LIMIT_EXCEEDED; new versions of its programs do not.
+	// Programs restored at start count, even beyond it.
+	MaxProgramsPerAccount int
 }
 
 // Manager deploys, binds, swaps and removes the programs of one engine.
@@ -85,6 +94,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	progs  map[string]*program
+	quota  quota
 	closed bool
 }
 
@@ -169,7 +179,11 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	if o.KeepVersions <= 0 {
 		o.KeepVersions = DefaultKeepVersions
 	}
-	mg := &Manager{e: e, kv: o.KV, opts: o, log: o.Logger, cache: o.Cache, progs: map[string]*program{}}
+	if o.MaxProgramsPerAccount == 0 {
+		o.MaxProgramsPerAccount = DefaultMaxProgramsPerAccount
+	}
+	mg := &Manager{e: e, kv: o.KV, opts: o, log: o.Logger, cache: o.Cache, progs: map[string]*program{},
+		quota: quota{held: map[string]int{}, pending: map[string]int{}}}
 	if mg.cache == nil {
 		mg.cache = wazero.NewCompilationCache()
 	}
@@ -198,6 +212,7 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 		mg.log.Error("stored program unreadable", "program", name, "error", err)
 		return
 	}
+	mg.recorded(&record{}, &p.rec)
 	v, err := newVersion(ctx, mg, name, p.rec.Version, p.rec.Manifest, p.rec.Module)
 	if err == nil {
 		var from *position
@@ -321,6 +336,11 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	if err := man.normalize(); err != nil {
 		return refuse(err)
 	}
+	release, err := mg.reserve(p, man.Account)
+	if err != nil {
+		return refuse(err)
+	}
+	defer release()
 	v, err := newVersion(ctx, mg, name, number, man, module)
 	if err != nil {
 		return refuse(err)
@@ -386,6 +406,7 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	if rollbackOf > 0 {
 		event = pigeon.EventProgramRolledBack
 	}
+	mg.recorded(&p.rec, &rec)
 	p.b, p.rec, p.err = nb, rec, ""
 	if nb != old {
 		nb.setLive(ctx, true)
@@ -468,6 +489,7 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 	}
 	mg.forget(ctx, positions, name)
 	_ = mg.e.Record(ctx, pigeon.EventProgramRemoved, pigeon.CodeOK, pigeon.AuditRecord{Principal: by.ID, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
+	mg.recorded(&p.rec, &record{})
 	p.b, p.rec = nil, record{}
 	mg.forgetEmpty(p)
 	return nil
