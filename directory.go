@@ -229,12 +229,23 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	return cloneAccount(&c), nil
 }
 
-// deleteAccount removes account id (NOT_FOUND otherwise), then calls then.
+// deleteAccount removes account id (NOT_FOUND otherwise) and the grants
+// issued to it, then calls then. The grants go first: should the store
+// fail between the two, the account is left with fewer grants, never an
+// account of that id created later with the grants of this one.
 func (d *directory) deleteAccount(ctx context.Context, id string, then func()) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.accounts[id]; !ok {
 		return NewError(CodeNotFound, "no account %s", id)
+	}
+	for jti, g := range d.grants {
+		if g.Account != id {
+			continue
+		}
+		if err := d.forgetGrant(ctx, jti); err != nil {
+			return err
+		}
 	}
 	if err := storeError(d.st.Delete(ctx, bucketAccounts, id)); err != nil {
 		return err
@@ -328,6 +339,59 @@ func (d *directory) revokeGrant(ctx context.Context, jti string) (account string
 	return g.Account, nil
 }
 
+// forgetGrant deletes grant jti and its revocation, the record first: a
+// token whose record is gone is refused whatever else remains. d.mu is
+// held for writing.
+func (d *directory) forgetGrant(ctx context.Context, jti string) error {
+	if err := storeError(d.st.Delete(ctx, bucketGrants, jti)); err != nil {
+		return err
+	}
+	delete(d.grants, jti)
+	d.bump()
+	if _, ok := d.revoked[jti]; ok {
+		if err := storeError(d.st.Delete(ctx, bucketRevoked, jti)); err != nil {
+			return err
+		}
+		delete(d.revoked, jti)
+	}
+	return nil
+}
+
+// pruneGrants forgets at most max grants, and revocations, that expired
+// before cutoff: their tokens are refused for their expiry alone. It
+// returns how many it forgot.
+func (d *directory) pruneGrants(ctx context.Context, cutoff time.Time, max int) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for jti, g := range d.grants {
+		if n == max {
+			return n, nil
+		}
+		if !g.ExpiresAt.Before(cutoff) {
+			continue
+		}
+		if err := d.forgetGrant(ctx, jti); err != nil {
+			return n, err
+		}
+		n++
+	}
+	for jti, exp := range d.revoked {
+		if n == max {
+			return n, nil
+		}
+		if _, ok := d.grants[jti]; ok || !exp.Before(cutoff) {
+			continue
+		}
+		if err := storeError(d.st.Delete(ctx, bucketRevoked, jti)); err != nil {
+			return n, err
+		}
+		delete(d.revoked, jti)
+		n++
+	}
+	return n, nil
+}
+
 // grantExpiry returns when grant jti expires; ok is false for an unknown
 // grant.
 func (d *directory) grantExpiry(jti string) (at time.Time, ok bool) {
@@ -350,7 +414,7 @@ func (d *directory) effectiveRoles(principal string, baseRoles []string, grantID
 	a := d.accounts[principal]
 	if grantID != "" {
 		g := d.grants[grantID]
-		if _, revoked := d.revoked[grantID]; revoked || g == nil || a == nil || !now.Before(g.ExpiresAt) {
+		if _, revoked := d.revoked[grantID]; revoked || g == nil || a == nil || !now.Before(g.ExpiresAt) || !g.of(a) {
 			return nil, CodeGrantRevoked
 		}
 		return intersect(g.Roles, a.Roles), CodeOK

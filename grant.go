@@ -34,6 +34,20 @@ type grantRecord struct {
 	Roles     []string  `json:"roles"`
 	IssuedAt  time.Time `json:"issuedAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
+	// AccountCreatedAt is when the account the grant was issued to was
+	// created: an account deleted and created again under the same id is
+	// another account, which its predecessor's grants are nothing to.
+	AccountCreatedAt time.Time `json:"accountCreatedAt,omitzero"`
+}
+
+// of reports whether g was issued to a itself, not to an earlier account
+// of a's id that was deleted since. A record written before
+// AccountCreatedAt was kept is of a when it was issued after a was created.
+func (g *grantRecord) of(a *Account) bool {
+	if !g.AccountCreatedAt.IsZero() {
+		return g.AccountCreatedAt.Equal(a.CreatedAt)
+	}
+	return !g.IssuedAt.Before(a.CreatedAt.Truncate(time.Second))
 }
 
 // loadGrantKey reads (or creates and stores) the broker's grant signing key.
@@ -69,7 +83,8 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if e.grantKey == nil {
 		return GrantToken{}, WrapError(CodeInternal, errNoGrantKey, "grants are unavailable")
 	}
-	if _, err := e.GetAccount(ctx, account); err != nil {
+	acct, err := e.GetAccount(ctx, account)
+	if err != nil {
 		return GrantToken{}, err
 	}
 	if len(roles) == 0 {
@@ -89,7 +104,7 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	var jb [16]byte
 	_, _ = rand.Read(jb[:])
 	now := e.now().UTC().Truncate(time.Second)
-	rec := grantRecord{JTI: "gr_" + hex.EncodeToString(jb[:]), Account: account, Roles: uniqueSorted(roles), IssuedAt: now, ExpiresAt: now.Add(ttl)}
+	rec := grantRecord{JTI: "gr_" + hex.EncodeToString(jb[:]), Account: account, Roles: uniqueSorted(roles), IssuedAt: now, ExpiresAt: now.Add(ttl), AccountCreatedAt: acct.CreatedAt}
 	tok, err := grant.Sign(e.grantKey, grant.Claims{Subject: account, ID: rec.JTI, Roles: rec.Roles, IssuedAt: now, ExpiresAt: rec.ExpiresAt})
 	if err != nil {
 		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")

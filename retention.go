@@ -12,9 +12,19 @@ import (
 // Options.QuarantineRetention is zero.
 const DefaultQuarantineRetention = 30 * 24 * time.Hour
 
+// A grant is forgotten grantPruneGrace after it expired (so a node whose
+// clock runs behind still finds it expired, not unknown: either way it is
+// refused), at most grantPruneBatch of them per pass, each a store delete
+// under the directory's lock.
+const (
+	grantPruneGrace = time.Hour
+	grantPruneBatch = 1000
+)
+
 // enforceRetention trims what policy no longer keeps: each subject's
 // messages older than retention.messagesMs, audit records older than the
-// longest retention.auditMs of any subject, and quarantine records older
+// longest retention.auditMs of any subject, grants that expired over
+// grantPruneGrace ago (their revocations too), and quarantine records older
 // than Options.QuarantineRetention. It runs in the background and never
 // blocks publishers for longer than the store's trim step.
 func (e *Engine) enforceRetention(ctx context.Context) {
@@ -38,6 +48,9 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 		if _, err := at.TrimAuditBefore(ctx, now.Add(-auditKeep)); err != nil {
 			e.opts.Logger.Error("retention: trim audit", "err", err)
 		}
+	}
+	if _, err := e.dir.pruneGrants(ctx, now.Add(-grantPruneGrace), grantPruneBatch); err != nil {
+		e.opts.Logger.Error("retention: forget expired grants", "err", err)
 	}
 	if qt, ok := e.store.(store.QuarantineTrimmer); ok {
 		keep := e.opts.QuarantineRetention

@@ -1,0 +1,103 @@
+package pigeon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/store/memory"
+)
+
+// A grant belongs to the account it was issued to, not to its id: once the
+// account is deleted, an account created again under the same id gets
+// nothing from its predecessor's grants, however long they had to run.
+// Before, they came back to life with the new account's roles.
+func TestGrantsDieWithTheirAccount(t *testing.T) {
+	st := memory.New(nil)
+	f := accessFixture(t, func(o *pigeon.Options) { o.Store = st })
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+	old, err := e.IssueGrant(ctx, carol, []string{"member"}, 24*time.Hour)
+	require.NoError(t, err)
+	s, err := e.Connect(ctx, old.Token, []string{"rooms.chat"})
+	require.NoError(t, err)
+	defer s.Close(ctx)
+
+	require.NoError(t, e.DeleteAccount(ctx, carol))
+	grants, err := st.List(ctx, "grants")
+	require.NoError(t, err)
+	require.Empty(t, grants, "the account's grants are deleted with it")
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+
+	_, err = e.Authenticate(ctx, old.Token)
+	requireCode(t, err, pigeon.CodeUnauthenticated)
+	_, err = s.Publish(ctx, chatIn("lobby", "still here?"))
+	requireCode(t, err, pigeon.CodeGrantRevoked)
+	_, err = e.Connect(ctx, old.Token, []string{"rooms.chat"})
+	requireCode(t, err, pigeon.CodeUnauthenticated)
+
+	fresh, err := e.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+	require.NoError(t, err)
+	p, err := e.Authenticate(ctx, fresh.Token)
+	require.NoError(t, err, "the new account's own grants work")
+	require.Equal(t, []string{"member"}, p.Roles)
+}
+
+// Expired grants, and the revocations of grants, are forgotten by
+// retention an hour after they expire, so the store does not keep every
+// grant ever issued; what is still valid stays, and stays revoked.
+func TestExpiredGrantsAreForgotten(t *testing.T) {
+	st := memory.New(nil)
+	clk := newClock()
+	f := accessFixture(t, func(o *pigeon.Options) {
+		o.Store = st
+		o.Now = clk.Now
+		o.SweepInterval = 5 * time.Millisecond
+	})
+	e := f.e
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+	issue := func(ttl time.Duration, revoke bool) pigeon.GrantToken {
+		g, err := e.IssueGrant(ctx, carol, []string{"member"}, ttl)
+		require.NoError(t, err)
+		if revoke {
+			require.NoError(t, e.RevokeGrant(ctx, g.JTI))
+		}
+		return g
+	}
+	short, shortRevoked := issue(time.Minute, false), issue(time.Minute, true)
+	long, longRevoked := issue(24*time.Hour, false), issue(24*time.Hour, true)
+	keys := func(bucket string) []string {
+		kv, err := st.List(ctx, bucket)
+		require.NoError(t, err)
+		var out []string
+		for k := range kv {
+			out = append(out, k)
+		}
+		return out
+	}
+	require.Len(t, keys("grants"), 4)
+	require.Len(t, keys("grants.revoked"), 2)
+
+	clk.Advance(30 * time.Minute) // expired, but not an hour ago
+	time.Sleep(50 * time.Millisecond)
+	require.Len(t, keys("grants"), 4, "kept within the grace")
+	clk.Advance(time.Hour)
+	require.Eventually(t, func() bool { return len(keys("grants")) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.ElementsMatch(t, []string{long.JTI, longRevoked.JTI}, keys("grants"))
+	require.Equal(t, []string{longRevoked.JTI}, keys("grants.revoked"))
+	for _, g := range []pigeon.GrantToken{short, shortRevoked, longRevoked} {
+		_, err := e.Authenticate(ctx, g.Token)
+		requireCode(t, err, pigeon.CodeUnauthenticated)
+		requireCode(t, e.RevokeGrant(ctx, short.JTI), pigeon.CodeNotFound)
+	}
+	p, err := e.Authenticate(ctx, long.Token)
+	require.NoError(t, err)
+	require.Equal(t, carol, p.ID)
+}
