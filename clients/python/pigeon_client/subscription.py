@@ -21,7 +21,8 @@ where its start stood when it subscribed, so that what was published while
 the connection was down is not skipped), else at its original start (a
 server that names no ``from``); then the set is cleared (the resumed
 subscription's deliveries add again, and its ``subscribed`` answer names the
-next ``from``).
+next ``from``). The set holds at most :data:`MAX_OUTSTANDING` sequences:
+when full, the lowest quarter is forgotten.
 Deliveries still queued in the client from the lost connection (for a
 handler or the iterator) are dropped, not run: the resumed subscription
 delivers them again. A duplicate after a resume is allowed (at least once);
@@ -106,6 +107,15 @@ UTF-8 length of its data as JSON text: the client keeps no frame text, so
 it is the data encoded again (compact, non-ASCII as UTF-8), which may differ
 by a few bytes from the text the server sent (escapes, number forms). It is
 measured only for a delivery that waits behind another."""
+
+MAX_OUTSTANDING = 1 << 16
+"""The most sequences an acknowledged subscription remembers to resume from
+(see the module's docstring), as in the Go client: when the set holds this
+many, the lowest quarter is forgotten before another is added. Only
+failures the server stopped redelivering (exhausted) stay that long, and
+those are in its quarantine or audit already; without the bound, a handler
+that keeps failing on such a subject would grow the set for as long as the
+client runs."""
 
 _DATA_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -406,8 +416,15 @@ class Subscription:
             self._queue.put_nowait(d)
             return
         if isinstance(seq, int):
-            self._outstanding.add(seq)
+            self._outstand(seq)
         self._queue.put_nowait(Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen))
+
+    def _outstand(self, seq: int) -> None:
+        """Notes that seq was handed over; a full set forgets its lowest
+        quarter first (see :data:`MAX_OUTSTANDING`)."""
+        if len(self._outstanding) >= MAX_OUTSTANDING:
+            self._outstanding.difference_update(sorted(self._outstanding)[: len(self._outstanding) // 4])
+        self._outstanding.add(seq)
 
     def _took(self, d: Delivery) -> None:
         """A delivery left the queue: its data no longer counts."""

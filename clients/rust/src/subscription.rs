@@ -346,7 +346,8 @@ struct SubState {
     conn: Option<Arc<Conn>>,
     /// The sequences received and not yet handled successfully (an
     /// acknowledged subscription): an ack the server took removes one, a
-    /// nack keeps it. A pub/sub resubscription starts from the lowest.
+    /// nack keeps it. A pub/sub resubscription starts from the lowest. At
+    /// most [`MAX_OUTSTANDING`] (see [`SubState::outstand`]).
     pending: BTreeSet<u64>,
     /// The highest sequence acked (at most once: received); a pub/sub
     /// resubscription starts after it when nothing is pending.
@@ -358,6 +359,39 @@ struct SubState {
     stopping: bool,
     ended: bool,
     err: Option<Error>,
+}
+
+/// The most sequences an acknowledged subscription remembers to resume
+/// from (see [`Subscription`], "Resuming"), as in the Go client: when the
+/// set holds this many, the lowest quarter is forgotten before another is
+/// added. Only failures the server stopped redelivering (exhausted) stay
+/// that long, and those are in its quarantine or audit already; without
+/// the bound, a handler that keeps failing on such a subject would grow the
+/// set for as long as the client runs.
+const MAX_OUTSTANDING: usize = 1 << 16;
+
+impl SubState {
+    /// Notes that `seq` was handed over; a full set forgets its lowest
+    /// quarter first ([`MAX_OUTSTANDING`]).
+    fn outstand(&mut self, seq: u64) {
+        if self.pending.len() >= MAX_OUTSTANDING {
+            if let Some(&keep) = self.pending.iter().nth(self.pending.len() / 4) {
+                self.pending = self.pending.split_off(&keep);
+            }
+        }
+        self.pending.insert(seq);
+    }
+
+    /// Where a pub/sub resubscription starts: the lowest pending sequence,
+    /// else after the highest acked, else the `from` of the latest
+    /// subscribed answer (0 when not named: the original start).
+    fn resume_at(&self) -> u64 {
+        match self.pending.first() {
+            Some(&low) => low,
+            None if self.last_acked > 0 => self.last_acked + 1,
+            None => self.from,
+        }
+    }
 }
 
 pub(crate) struct SubShared {
@@ -475,12 +509,7 @@ impl SubShared {
         }
         let (at, taken) = {
             let mut st = self.st.lock().unwrap();
-            let at = match st.pending.first() {
-                Some(&low) => low,
-                None if st.last_acked > 0 => st.last_acked + 1,
-                None => st.from, // 0 when not named: the original start
-            };
-            (at, std::mem::take(&mut st.pending))
+            (st.resume_at(), std::mem::take(&mut st.pending))
         };
         let res = match at {
             0 => self.subscribe_with(conn, self.opts.start, timeout).await,
@@ -512,7 +541,7 @@ impl SubShared {
             if self.opts.ack == Ack::None {
                 st.last_acked = st.last_acked.max(message.sequence);
             } else if message.sequence > 0 {
-                st.pending.insert(message.sequence);
+                st.outstand(message.sequence);
             }
         }
         let mut size = 0;
@@ -959,9 +988,10 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 /// that what was published while the connection was down is not skipped),
 /// else at its original start (a server that names no `from`); then the
 /// set is cleared (the resumed subscription's deliveries add again, and its
-/// `subscribed` answer names the next `from`). Deliveries still queued in
-/// the client from the lost connection are dropped, not run: the resumed
-/// subscription delivers them again. A duplicate after a resume is allowed (at least once); a
+/// `subscribed` answer names the next `from`). The set holds at most 65,536
+/// sequences: when full, the lowest quarter is forgotten. Deliveries
+/// still queued in the client from the lost connection are dropped, not
+/// run: the resumed subscription delivers them again. A duplicate after a resume is allowed (at least once); a
 /// skipped one is not. At most once ([`Ack::None`]) a resume starts after
 /// the last message received, else at `from`, else at its original start;
 /// a work-queue group keeps its place on the server (its answer names no
@@ -1094,5 +1124,29 @@ mod tests {
         let f = frame_of(SubscribeOptions::default().ack(Ack::None).window(2));
         assert_eq!(f.get("ack"), Some(&json!("none")), "{f:?}");
         assert_eq!(f.get("window"), Some(&json!(2)));
+    }
+
+    #[test]
+    fn a_subscription_remembers_at_most_65536_outstanding_sequences() {
+        assert_eq!(MAX_OUTSTANDING, 65_536, "the Go client's bound");
+        let max = MAX_OUTSTANDING as u64;
+        let mut st = SubState::default();
+        // Handed over highest first: the quarter forgotten is the lowest,
+        // not the first added.
+        for seq in (1..=max).rev() {
+            st.outstand(seq);
+        }
+        assert_eq!(st.pending.len(), MAX_OUTSTANDING);
+        assert_eq!(st.resume_at(), 1, "nothing is forgotten until the set is full");
+        let k = 10;
+        for seq in max + 1..=max + k {
+            st.outstand(seq);
+            assert!(st.pending.len() <= MAX_OUTSTANDING, "{} sequences held after {seq}", st.pending.len());
+        }
+        let quarter = max / 4;
+        assert!(st.pending.iter().copied().eq(quarter + 1..=max + k), "the lowest quarter, and only it, was forgotten");
+        assert_eq!(st.resume_at(), quarter + 1, "a resume starts at the lowest sequence remaining");
+        st.pending.remove(&(quarter + 1)); // handled at last
+        assert_eq!(st.resume_at(), quarter + 2);
     }
 }

@@ -20,7 +20,8 @@
  * connection was down is not skipped), else at its original start (a server
  * that does not name `from`); then the set is cleared (the resumed
  * subscription's deliveries add to it again, and its `subscribed` answer
- * names the next `from`).
+ * names the next `from`). The set holds at most {@link MAX_OUTSTANDING}
+ * sequences: when full, the lowest quarter is forgotten.
  * Deliveries still queued in the client from the lost connection are
  * dropped, not run: the resumed subscription delivers them again. A
  * duplicate after a resume is allowed (at least once); a skipped one is not.
@@ -59,6 +60,57 @@ export const MAX_QUEUED = 4096;
  * free handler takes the others at once).
  */
 export const MAX_QUEUED_BYTES = 64 << 20;
+
+/**
+ * @internal The most sequences an acknowledged subscription remembers to
+ * resume from (see the file's comment), as the Go client: when the set
+ * holds this many, the lowest quarter is forgotten before another is added.
+ * Only failures the server stopped redelivering (exhausted) stay that long,
+ * and those are in its quarantine or audit already; without the bound, a
+ * handler that keeps failing on such a subject would grow the set for as
+ * long as the client runs.
+ */
+export const MAX_OUTSTANDING = 1 << 16;
+
+/**
+ * @internal The sequences of a subscription handed over and not yet handled
+ * successfully, at most {@link MAX_OUTSTANDING} of them: a resume starts
+ * from the lowest.
+ */
+export class Outstanding {
+  private readonly seqs = new Set<number>();
+
+  get size(): number {
+    return this.seqs.size;
+  }
+
+  /** Notes that seq was handed over; a full set forgets its lowest quarter first. */
+  add(seq: number): void {
+    if (this.seqs.size >= MAX_OUTSTANDING) {
+      const sorted = [...this.seqs].sort((a, b) => a - b);
+      for (const s of sorted.slice(0, sorted.length >> 2)) this.seqs.delete(s);
+    }
+    this.seqs.add(seq);
+  }
+
+  delete(seq: number): void {
+    this.seqs.delete(seq);
+  }
+
+  /** The lowest sequence held; 0 when none is. */
+  lowest(): number {
+    let lowest = 0;
+    for (const s of this.seqs) if (lowest === 0 || s < lowest) lowest = s;
+    return lowest;
+  }
+
+  /** Empties the set and returns what it held. */
+  take(): number[] {
+    const taken = [...this.seqs];
+    this.seqs.clear();
+    return taken;
+  }
+}
 
 /** A delivery waiting for a handler: size is its data's (see MAX_QUEUED_BYTES), 0 when not counted. */
 interface Queued {
@@ -172,7 +224,7 @@ export class Subscription {
   // Resumption (see the file's comment): the sequences received and not yet
   // handled successfully (a nack keeps its sequence), the highest acked (at
   // most once: the highest received, and no set).
-  private readonly unacked = new Set<number>();
+  private readonly unacked = new Outstanding();
   private lastAcked = 0;
   /** the `from` of the latest subscribed answer (pub/sub); 0: not named */
   private from = 0;
@@ -252,12 +304,10 @@ export class Subscription {
     // more to wait for there.
     if (this.finished || this.stopping) return;
     let start: Start | undefined = this.from > 0 ? { sequence: this.from } : this.options.start;
-    let lowest = 0;
-    for (const s of this.unacked) if (lowest === 0 || s < lowest) lowest = s;
+    const lowest = this.unacked.lowest();
     if (lowest > 0) start = { sequence: lowest };
     else if (this.lastAcked > 0) start = { sequence: this.lastAcked + 1 };
-    const kept = [...this.unacked];
-    this.unacked.clear();
+    const kept = this.unacked.take();
     const p = this.subscribeOn(c, start);
     this.resuming = p.then(
       () => undefined,

@@ -1,5 +1,6 @@
 // Unit tests of the parts that need no server: JCS, base64url, keys, errors,
-// and the publish frames (against a WebSocket in memory).
+// the bound on a subscription's resume set, and the publish frames (against
+// a WebSocket in memory).
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -26,6 +27,7 @@ import {
   statusOf,
 } from "../dist/index.js";
 import { wsURL } from "../dist/socket.js";
+import { MAX_OUTSTANDING, Outstanding } from "../dist/subscription.js";
 import { CONFORMANCE } from "./harness.mjs";
 
 test("JCS: numbers in ECMAScript's shortest form", () => {
@@ -194,6 +196,28 @@ test("wsURL: http(s) to ws(s), default path, region", () => {
   assert.equal(wsURL("http://127.0.0.1:8787"), "ws://127.0.0.1:8787/v1/ws");
   assert.equal(wsURL("https://h/v1/ws", "eu"), "wss://h/v1/ws?region=eu");
   assert.throws(() => wsURL("ftp://h"), PigeonError);
+});
+
+test("a subscription remembers at most 65,536 outstanding sequences: when full, the lowest quarter goes", () => {
+  assert.equal(MAX_OUTSTANDING, 65_536, "the Go client's bound");
+  const o = new Outstanding();
+  // Handed over highest first: the quarter forgotten is the lowest, not the first added.
+  for (let s = MAX_OUTSTANDING; s >= 1; s--) o.add(s);
+  assert.equal(o.size, MAX_OUTSTANDING);
+  assert.equal(o.lowest(), 1, "nothing is forgotten until the set is full");
+  const k = 10;
+  for (let s = MAX_OUTSTANDING + 1; s <= MAX_OUTSTANDING + k; s++) {
+    o.add(s);
+    assert.ok(o.size <= MAX_OUTSTANDING, `${o.size} sequences held after ${s}`);
+  }
+  const quarter = MAX_OUTSTANDING / 4;
+  assert.equal(o.lowest(), quarter + 1, "a resume starts at the lowest sequence remaining");
+  o.delete(quarter + 1); // handled at last
+  assert.equal(o.lowest(), quarter + 2);
+  const held = o.take().sort((a, b) => a - b);
+  assert.deepEqual(held, Array.from({ length: MAX_OUTSTANDING + k - quarter - 1 }, (_, i) => quarter + 2 + i), "the lowest quarter, and only it, was forgotten");
+  assert.equal(o.size, 0);
+  assert.equal(o.lowest(), 0);
 });
 
 /**
