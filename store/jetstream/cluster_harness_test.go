@@ -1,6 +1,8 @@
 package jetstream
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,56 +51,54 @@ type pigeonChild struct {
 	URLs   string `json:"urls"`
 	Prefix string `json:"prefix"`
 	Node   string `json:"node"`
-	Addr   string `json:"addr"`
+	Addr   string `json:"-"` // reported by the child once it serves
 	cmd    *exec.Cmd
 }
 
 // wsURL is the node's WebSocket endpoint.
 func (p *pigeonChild) wsURL() string { return "ws://" + p.Addr + "/v1/ws" }
 
+// runPigeonChild serves HTTP and WebSocket on a port of 127.0.0.1 it
+// binds itself, reports the address, and runs until its parent goes away
+// (stdin ends) or it is killed.
 func runPigeonChild(cfg string) {
 	var p pigeonChild
 	if err := json.Unmarshal([]byte(cfg), &p); err != nil {
-		panic(err)
+		childFail(err)
 	}
 	ctx := context.Background()
 	s, err := Connect(ctx, p.URLs, &Options{Prefix: p.Prefix, Replicas: 3, Node: p.Node, Timeout: 2 * time.Second})
 	if err != nil {
-		panic(err)
+		childFail(err)
 	}
 	cl, err := NewCluster(ctx, s)
 	if err != nil {
-		panic(err)
+		childFail(err)
 	}
 	o := clusterOptions()
 	o.Store, o.Cluster = s, cl
 	e, err := pigeon.New(ctx, o)
 	if err != nil {
-		panic(err)
+		childFail(err)
 	}
-	l, err := net.Listen("tcp", p.Addr)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		panic(err)
+		childFail(err)
 	}
 	go func() { _ = pigeonserver.New(e, nil).Serve(l) }()
+	childReport(childReady{Addr: l.Addr().String()})
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 // startPigeonChild starts Pigeon node name as a child process against the
 // cluster and waits until it serves.
 func (c *natsCluster) startPigeonChild(t testing.TB, i int, prefix, name string) *pigeonChild {
-	p := &pigeonChild{URLs: c.urls(i), Prefix: prefix, Node: name, Addr: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])}
-	cfg, err := json.Marshal(p)
-	require.NoError(t, err)
-	p.cmd = startSelf(t, pigeonChildEnv, string(cfg))
+	t.Helper()
+	p := &pigeonChild{URLs: c.urls(i), Prefix: prefix, Node: name}
+	var r childReady
+	p.cmd = startSelf(t, pigeonChildEnv, p, &r, 60*time.Second)
 	t.Cleanup(p.kill)
-	require.Eventually(t, func() bool {
-		conn, err := net.Dial("tcp", p.Addr)
-		if err == nil {
-			conn.Close()
-		}
-		return err == nil
-	}, 60*time.Second, 50*time.Millisecond, "pigeon node %s did not start", name)
+	p.Addr = r.Addr
 	return p
 }
 
@@ -110,23 +111,95 @@ func (p *pigeonChild) kill() {
 	}
 }
 
-// startSelf starts the test binary as a child with env=cfg; the child
-// ends when its stdin closes, that is when this process dies.
-func startSelf(t testing.TB, env, cfg string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+cfg)
-	_, err := cmd.StdinPipe()
+// childReady is the one line, in JSON, a child writes to its stdout once
+// it serves: the ports it bound, or why it could not serve.
+type childReady struct {
+	Client int    `json:"client,omitempty"` // nats-server: client port
+	Route  int    `json:"route,omitempty"`  // nats-server: route port
+	Addr   string `json:"addr,omitempty"`   // Pigeon: host:port of HTTP and WebSocket
+	Err    string `json:"err,omitempty"`
+}
+
+var childReported sync.Once
+
+// childReport writes r to the parent; only the first report of a child
+// is written.
+func childReport(r childReady) {
+	childReported.Do(func() {
+		b, _ := json.Marshal(r)
+		_, _ = os.Stdout.Write(append(b, '\n'))
+	})
+}
+
+// childFail reports err to the parent and ends the child.
+func childFail(err error) {
+	childReport(childReady{Err: err.Error()})
+	os.Exit(1)
+}
+
+// startSelf starts the test binary as a child with env set to cfg in
+// JSON, and waits up to d for its report, which it decodes into r. A
+// child that reports an error, dies or stays silent is killed and fails
+// t, with what it wrote to stderr. The child ends when its stdin closes,
+// that is when this process dies.
+func startSelf(t testing.TB, env string, cfg any, r *childReady, d time.Duration) *exec.Cmd {
+	t.Helper()
+	b, err := json.Marshal(cfg)
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	return cmd
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+string(b))
+	var stderr bytes.Buffer // read only once Wait has returned
+	cmd.Stderr = &stderr
+	_, err = cmd.StdinPipe()
+	require.NoError(t, err)
+	out, w, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		out.Close()
+		require.NoError(t, err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		defer out.Close()
+		rd := bufio.NewReader(out)
+		line, _ := rd.ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, rd)
+	}()
+	var why string
+	select {
+	case line := <-lines:
+		switch err := json.Unmarshal([]byte(line), r); {
+		case line == "":
+			why = "it ended without a report"
+		case err != nil:
+			why = fmt.Sprintf("reported %q: %v", line, err)
+		case r.Err != "":
+			why = r.Err
+		default:
+			return cmd
+		}
+	case <-time.After(d):
+		why = fmt.Sprintf("no report within %s", d)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if stderr.Len() > 0 {
+		why += "\nstderr:\n" + stderr.String()
+	}
+	t.Fatalf("child %s=%s did not start: %s", env, b, why)
+	return nil
 }
 
 // natsNode is one nats-server of a test cluster, run as a child process.
 type natsNode struct {
 	Name   string `json:"name"`
-	Client int    `json:"client"`
-	Route  int    `json:"route"`
-	Routes []int  `json:"routes"`
+	Client int    `json:"client"` // 0 until the first start: any free port
+	Route  int    `json:"route"`  // likewise
+	Routes []int  `json:"routes"` // route ports of the other nodes
 	Dir    string `json:"dir"`
 	cmd    *exec.Cmd
 }
@@ -134,43 +207,61 @@ type natsNode struct {
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.Client) }
 
 // runChild runs one cluster node until its parent goes away (stdin ends)
-// or it is killed.
+// or it is killed. It binds the client and route ports of its config, or
+// free ones where those are 0, and reports the ports it bound.
 func runChild(cfg string) {
 	var n natsNode
 	if err := json.Unmarshal([]byte(cfg), &n); err != nil {
-		panic(err)
+		childFail(err)
 	}
-	routes := make([]string, len(n.Routes))
-	for i, p := range n.Routes {
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	var routes []string
+	for _, p := range n.Routes {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	if len(routes) == 0 {
+		// The first node of a new cluster knows no other node's route
+		// port: the others route to it. nats-server runs JetStream
+		// clustered only with a configured route, so it gets one to port
+		// 0, where nothing can listen; it retries it quietly.
+		routes = []string{"nats://127.0.0.1:0"}
+	}
+	anyPort := func(p int) int {
+		if p == 0 {
+			return -1 // nats-server: a random free port
+		}
+		return p
 	}
 	s, err := server.NewServer(&server.Options{
-		ServerName: n.Name, Host: "127.0.0.1", Port: n.Client, JetStream: true, StoreDir: n.Dir, NoSigs: true, NoLog: true,
-		Cluster: server.ClusterOpts{Name: "pigeon-test", Host: "127.0.0.1", Port: n.Route},
+		ServerName: n.Name, Host: "127.0.0.1", Port: anyPort(n.Client), JetStream: true, StoreDir: n.Dir, NoSigs: true, NoLog: true,
+		Cluster: server.ClusterOpts{Name: "pigeon-test", Host: "127.0.0.1", Port: anyPort(n.Route)},
 		Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 	})
 	if err != nil {
-		panic(err)
+		childFail(err)
 	}
+	// nats-server logs why it cannot serve (a port taken, say) as fatal.
+	s.SetLogger(fatalLogger{}, false, false)
 	s.Start()
+	if !s.ReadyForConnections(20 * time.Second) {
+		childFail(fmt.Errorf("nats node %s not ready for connections within 20s", n.Name))
+	}
+	childReport(childReady{Client: s.Addr().(*net.TCPAddr).Port, Route: s.ClusterAddr().Port})
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	s.Shutdown()
 }
 
-// freePorts returns n ports free on 127.0.0.1 just now.
-func freePorts(t testing.TB, n int) []int {
-	var out []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+// fatalLogger is a nats-server child's logger: it drops every line but a
+// fatal one, which it reports before ending the child, as nats-server's
+// own logger ends the server.
+type fatalLogger struct{}
+
+func (fatalLogger) Noticef(string, ...any) {}
+func (fatalLogger) Warnf(string, ...any)   {}
+func (fatalLogger) Errorf(string, ...any)  {}
+func (fatalLogger) Debugf(string, ...any)  {}
+func (fatalLogger) Tracef(string, ...any)  {}
+func (fatalLogger) Fatalf(format string, v ...any) {
+	childFail(fmt.Errorf(format, v...))
 }
 
 // natsCluster is three nats-server nodes with routes and JetStream.
@@ -179,34 +270,39 @@ type natsCluster struct {
 }
 
 func startNATSCluster(t testing.TB) *natsCluster {
-	ports := freePorts(t, 6)
+	t.Helper()
 	c := &natsCluster{}
 	for i := range 3 {
-		c.nodes = append(c.nodes, &natsNode{Name: fmt.Sprintf("n%d", i+1), Client: ports[i], Route: ports[3+i], Routes: ports[3:], Dir: t.TempDir()})
-	}
-	for _, n := range c.nodes {
-		c.start(t, n)
+		c.nodes = append(c.nodes, &natsNode{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir()})
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
 			n.kill()
 		}
 	})
+	// One after the other: each routes to those before it, whose route
+	// ports it then knows, and NATS gossips the full mesh.
+	for _, n := range c.nodes {
+		c.start(t, n)
+	}
 	return c
 }
 
-// start (re)starts node n and waits until it takes clients.
+// start (re)starts node n, with routes to the other nodes whose route
+// ports are known, and waits until it takes clients. The first start
+// takes free ports; a restart takes the same ones again, since clients
+// and the other nodes know them, and fails t if it cannot.
 func (c *natsCluster) start(t testing.TB, n *natsNode) {
-	cfg, err := json.Marshal(n)
-	require.NoError(t, err)
-	n.cmd = startSelf(t, childEnv, string(cfg))
-	require.Eventually(t, func() bool {
-		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", n.Client))
-		if err == nil {
-			conn.Close()
+	t.Helper()
+	n.Routes = nil
+	for _, o := range c.nodes {
+		if o != n && o.Route != 0 {
+			n.Routes = append(n.Routes, o.Route)
 		}
-		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "nats node %s did not start", n.Name)
+	}
+	var r childReady
+	n.cmd = startSelf(t, childEnv, n, &r, 30*time.Second)
+	n.Client, n.Route = r.Client, r.Route
 }
 
 // kill kills the node's process with SIGKILL and waits for it.

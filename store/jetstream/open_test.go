@@ -1,7 +1,7 @@
 package jetstream
 
 import (
-	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -12,11 +12,19 @@ import (
 	"pigeon/store"
 )
 
+// TestConnectUnreachable: Connect names the server it cannot reach. The
+// server is a port this test bound and closed, so that nothing listens on
+// it: a closed port is the fixture, not a port handed to a server. Should
+// another process take it meanwhile, the connection is not refused and
+// the test fails rather than pass against a stranger.
 func TestConnectUnreachable(t *testing.T) {
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePorts(t, 1)[0])
-	_, err := Connect(t.Context(), url, nil, nats.Timeout(500*time.Millisecond))
-	require.Error(t, err)
-	require.Contains(t, err.Error(), url)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "nats://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	_, err = Connect(t.Context(), url, nil, nats.Timeout(500*time.Millisecond))
+	require.ErrorIs(t, err, nats.ErrNoServers, "every connection refused")
+	require.ErrorContains(t, err, url)
 }
 
 // TestOpenRefusesChangedStreams: a stream or bucket that another tool
