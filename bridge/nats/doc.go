@@ -26,6 +26,15 @@
 // A NATS failure returns an error and the broker redelivers, within the
 // subject's retry policy.
 //
+// On a pubsub subject a renewed session resumes where the last one left
+// off. A bridge that starts resumes too on JetStream: the last message
+// the stream holds on the route's NATS subject, when the route published
+// it (its Pigeon-Subject and Pigeon-Bridge headers), names the last Pigeon
+// sequence the stream took, and the route starts after it. Otherwise (core
+// NATS, no such message, several deliveries in flight, a sequence beyond
+// the subject's end) it starts at the subject's end, and what was
+// published while no bridge ran is not carried.
+//
 // # In
 //
 // An In route subscribes to core NATS, or consumes from a durable pull

@@ -1,13 +1,18 @@
 package natsbridge
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -197,4 +202,113 @@ func TestInExactlyOnceAcrossRestart(t *testing.T) {
 		require.False(t, seen[m.ID], "%s twice", m.ID)
 		seen[m.ID] = true
 	}
+}
+
+// A JetStream In route's pull loop ends with its session: cancelled while
+// a pull waits on the server, Run returns once that pull expires (each
+// ends by itself, within fetchWait); cancelled while the loop backs off
+// after failed pulls (here its consumer was deleted), at once, not after
+// the backoff (up to 5 s). Either way no goroutine of the loop or of its
+// pulls is left, nor a subscription of theirs on the caller's connection.
+func TestInJetStreamPullEndsWithContext(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		failing bool // the consumer deleted: every pull fails
+		bound   time.Duration
+	}{
+		{"mid-pull", false, fetchWait + time.Second},
+		{"backing off", true, time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := newEnv(t)
+			st := v.stream(t, "LEGACY", "legacy.>")
+			// The JetStream API's replies come on one subscription the
+			// connection keeps: make it now, to count without it.
+			_, err := v.nc.Request("natsbridge.nobody", nil, time.Second)
+			require.ErrorIs(t, err, nats.ErrNoResponders)
+			subs := v.nc.NumSubscriptions()
+			pulls := &recordCounter{msg: "natsbridge: pulling from JetStream", seen: make(chan struct{}, 100)}
+			b, err := New(Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Logger: slog.New(pulls), Routes: []Route{
+				{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+			}})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- b.Run(ctx) }()
+			require.Eventually(t, func() bool { return b.Stats().Connected }, 10*time.Second, 5*time.Millisecond)
+			cons, err := st.Consumer(t.Context(), "orders-in")
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				info, err := cons.Info(t.Context())
+				require.NoError(t, err)
+				return info.NumWaiting > 0
+			}, 5*time.Second, 5*time.Millisecond, "a pull waits on the server")
+
+			if tt.failing {
+				// Every pull now fails at once; the loop backs off longer
+				// each time (jittered, from 100 ms doubling up to 5 s).
+				// The sixth failure waits 1.6 s at least.
+				require.NoError(t, st.DeleteConsumer(t.Context(), "orders-in"))
+				for range 6 {
+					select {
+					case <-pulls.seen:
+					case <-time.After(10 * time.Second):
+						t.Fatal("the pulls did not fail")
+					}
+				}
+			}
+			began := time.Now()
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+				require.Less(t, time.Since(began), tt.bound)
+			case <-time.After(tt.bound):
+				t.Fatalf("Run did not return within %v of the cancel", tt.bound)
+			}
+			if !assert.Eventually(t, func() bool {
+				return !goroutinesIn("(*inRoute).startJetStream", "(*pullConsumer).fetch") && v.nc.NumSubscriptions() == subs
+			}, time.Second, 5*time.Millisecond) {
+				t.Fatalf("the loop or its pulls left goroutines or subscriptions (%d, want %d):\n%s", v.nc.NumSubscriptions(), subs, goroutineStacks())
+			}
+		})
+	}
+}
+
+// recordCounter is a slog.Handler that signals each record with message
+// msg, at any level.
+type recordCounter struct {
+	msg  string
+	seen chan struct{}
+}
+
+func (h *recordCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordCounter) WithGroup(string) slog.Handler            { return h }
+func (h *recordCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.seen <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// goroutinesIn reports whether a goroutine runs a function whose name
+// holds one of names.
+func goroutinesIn(names ...string) bool {
+	stacks := goroutineStacks()
+	for _, n := range names {
+		if strings.Contains(stacks, n) {
+			return true
+		}
+	}
+	return false
+}
+
+func goroutineStacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
 }

@@ -67,7 +67,10 @@ type Route struct {
 	NATSSubject string
 
 	// JetStream makes an Out route publish and wait for the stream's
-	// PubAck, and an In route consume from a durable pull consumer.
+	// PubAck (and, on a pubsub subject, start after the last message the
+	// stream holds from it when the bridge starts, with MaxInFlight 1:
+	// docs/bridges.md, Position), and an In route consume from a durable
+	// pull consumer.
 	JetStream bool
 	// Stream is the JetStream stream: for In the stream to consume from
 	// (required); for Out, when set, the stream the PubAck must come from.

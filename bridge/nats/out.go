@@ -2,8 +2,10 @@ package natsbridge
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,8 +21,10 @@ import (
 // On a pubsub subject a new session's subscription starts where the last
 // one left off: at the lowest sequence handed over and not yet taken by
 // NATS (at-least-once; JetStream drops the repeats by Nats-Msg-Id), or,
-// when nothing was handed over yet, where the first one started. A
-// work-queue subject needs no such care: the group keeps the position.
+// when nothing was handed over yet, where the first one started. The
+// first session of a JetStream route starts after the last message the
+// stream holds from it (position.go). A work-queue subject needs no such
+// care: the group keeps the position.
 type outRoute struct {
 	b *Bridge
 	r *Route
@@ -46,14 +50,18 @@ func (o *outRoute) start(g *generation) error {
 	if o.r.MaxInFlight > 0 {
 		opts = append(opts, pigeon.WithMaxInFlight(o.r.MaxInFlight))
 	}
+	var after uint64 // the stream's position, for a route without one of its own
 	if seq := o.resumeAt(); seq > 0 {
 		opts = append(opts, pigeon.WithStart(pigeon.StartAt(seq)))
+	} else if o.r.JetStream && o.r.MaxInFlight <= 1 {
+		var err error
+		if after, err = o.streamPosition(g); err != nil {
+			return fmt.Errorf("reading the route's position in JetStream: %w", err)
+		}
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, o.b.opts.PublishTimeout)
 	defer cancel()
-	sub, err := g.sess.Subscribe(ctx, o.r.Subject, func(ctx context.Context, d *pigeon.Delivery) error {
-		return o.handle(ctx, g, d)
-	}, opts...)
+	sub, err := o.subscribe(ctx, g, after, opts)
 	if err != nil {
 		return err
 	}
@@ -90,6 +98,45 @@ func (o *outRoute) start(g *generation) error {
 		}
 	})
 	return nil
+}
+
+// subscribe subscribes the route with opts. With a stream position
+// (after > 0) it subscribes at the subject's end first, holding the
+// deliveries back, to learn where the end is (keepOrResume); when the
+// position is behind it, that subscription gives back what it was handed
+// (pigeon.ErrUndelivered), ends, and one that starts after the position
+// replaces it.
+func (o *outRoute) subscribe(ctx context.Context, g *generation, after uint64, opts []pigeon.SubscribeOption) (pigeon.Subscription, error) {
+	handle := func(ctx context.Context, d *pigeon.Delivery) error { return o.handle(ctx, g, d) }
+	if after == 0 {
+		return g.sess.Subscribe(ctx, o.r.Subject, handle, opts...)
+	}
+	decided := make(chan struct{})
+	var replaced atomic.Bool
+	sub, err := g.sess.Subscribe(ctx, o.r.Subject, func(ctx context.Context, d *pigeon.Delivery) error {
+		select {
+		case <-decided:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if replaced.Load() {
+			return pigeon.ErrUndelivered
+		}
+		return handle(ctx, d)
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	start := o.keepOrResume(sub, after)
+	replaced.Store(start != nil)
+	close(decided)
+	if start == nil {
+		return sub, nil
+	}
+	if err := sub.Unsubscribe(ctx); err != nil {
+		return nil, err
+	}
+	return g.sess.Subscribe(ctx, o.r.Subject, handle, append(opts, pigeon.WithStart(*start))...)
 }
 
 // resumeAt is where a new subscription starts: the lowest sequence in

@@ -3,6 +3,7 @@ package natsbridge
 import (
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +135,92 @@ func TestOutCoreAcksAfterFlush(t *testing.T) {
 	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
 	_, err = sub.NextMsg(200 * time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout, "the message arrived once")
+}
+
+// A flush that fails leaves the delivery unacknowledged, so Pigeon
+// redelivers it. Here the connection stays up (its status CONNECTED, so
+// the route does not wait for it) while the server receives nothing: the
+// publish is buffered as if sent, and only the flush's missing PONG tells
+// that NATS did not take it. Once the connection is whole again the
+// message arrives.
+func TestOutCoreFailedFlushRedelivers(t *testing.T) {
+	ns := runNATS(t, -1, "")
+	e := newEngine(t)
+	tc := connectNATS(t, ns.ClientURL(), 10*time.Millisecond)
+	sub, err := tc.SubscribeSync("bridge.orders")
+	require.NoError(t, err)
+	require.NoError(t, tc.Flush())
+	bh := &blackholeDialer{}
+	nc, err := nats.Connect(ns.ClientURL(), nats.SetCustomDialer(bh), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	rb := start(t, Options{Dialer: transports[0].dialer(t, e), Credential: bridgeToken, NATS: nc, PublishTimeout: 200 * time.Millisecond, Routes: []Route{
+		{Name: "orders-out", Direction: Out, Subject: ordersSubject, NATSSubject: "bridge.orders"},
+	}})
+
+	bh.swallow(true)
+	res, err := publisher(t, e).Publish(t.Context(), order("o-1"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 5*time.Second, 5*time.Millisecond,
+		"the flush failed, and the broker redelivers")
+	require.Zero(t, routeStats(rb.b, "orders-out").Forwarded)
+	require.Equal(t, nats.CONNECTED, nc.Status(), "the connection looked up throughout")
+
+	bh.swallow(false)
+	bh.cut() // the server saw part of a frame at most: a new connection
+	m, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, res.Message.ID, m.Header.Get(HeaderMsgID))
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
+}
+
+// blackholeDialer dials NATS for a client whose writes it can swallow:
+// while swallowing, the connection stays up but the server receives
+// nothing the client sends.
+type blackholeDialer struct {
+	mu    sync.Mutex
+	on    bool
+	conns []net.Conn
+}
+
+func (d *blackholeDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.conns = append(d.conns, c)
+	d.mu.Unlock()
+	return &blackholeConn{Conn: c, d: d}, nil
+}
+
+func (d *blackholeDialer) swallow(on bool) {
+	d.mu.Lock()
+	d.on = on
+	d.mu.Unlock()
+}
+
+// cut closes every connection dialed so far.
+func (d *blackholeDialer) cut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+	d.conns = nil
+}
+
+type blackholeConn struct {
+	net.Conn
+	d *blackholeDialer
+}
+
+func (c *blackholeConn) Write(p []byte) (int, error) {
+	c.d.mu.Lock()
+	on := c.d.on
+	c.d.mu.Unlock()
+	if on {
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
 }
