@@ -9,8 +9,19 @@ import (
 	"pigeon/store"
 )
 
-// groupTable holds the live state of every consumer group, and how many
-// groups (pull cursors aside) each subject has.
+// groupTable holds the live state of the consumer groups in use, and how
+// many of them (pull cursors aside) each subject has.
+//
+// Every user of a group holds it: group and groupWithin take a hold,
+// releaseGroup ends it, and a subscription holds its group from Subscribe
+// until it has stopped. A group is in the table while it is held or while
+// it keeps something the store does not (see group.idle); the last
+// release of an idle group takes it out, and the next user loads it from
+// the store again. A key has one *group at a time: two would each lease
+// the same message to a consumer of their own.
+//
+// Lock order: groupTable.mu before group.mu; nobody takes or releases a
+// group with a group.mu held.
 type groupTable struct {
 	mu        sync.Mutex
 	m         map[store.GroupKey]*group
@@ -36,12 +47,29 @@ func (t *groupTable) put(g *group) {
 	}
 }
 
+// drop takes g out, if it is there; t.mu must be held.
+func (t *groupTable) drop(g *group) {
+	if t.m[g.key] != g {
+		return
+	}
+	delete(t.m, g.key)
+	if s := g.key.Subject; !strings.HasPrefix(g.key.Group, cursorPrefix) {
+		if t.bySubject[s]--; t.bySubject[s] <= 0 {
+			delete(t.bySubject, s)
+		}
+	}
+}
+
 // group is one consumer group's delivery state on one subject: for a
 // pubsub cursor, Floor is the last delivered sequence; for a work queue,
 // every sequence <= Floor is done and leases track what is in flight.
 type group struct {
+	key    store.GroupKey
+	refs   int           // holds (groupTable.mu)
+	loaded chan struct{} // closed once loaded from the store, or once the load failed (err)
+	err    error         // why the load failed; written before loaded closes
+
 	mu       sync.Mutex
-	key      store.GroupKey
 	prog     store.GroupState // Floor and Done, kept by MarkDone as the store keeps them; Attempts stays nil
 	next     uint64           // lowest sequence never handed out, > Floor
 	attempts map[uint64]int
@@ -49,29 +77,83 @@ type group struct {
 	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
 }
 
-// group returns the loaded state of key. Leases live in memory only: after
-// a restart every recorded attempt that is not done is due again.
+// idle reports whether g keeps nothing the store does not, so that it may
+// leave memory and be loaded again as it stands: no lease (its holder and
+// deadline live in memory only) and no attempt or redelivery pending (an
+// attempt given back uncounted is one below the store's count; see
+// settle). Floor and Done reach the store before g takes them, and every
+// sequence below next is done, leased or due, so with nothing leased or
+// due the store's Floor and Done give next back too. g.mu must be held.
+func (g *group) idle() bool {
+	return len(g.leases) == 0 && len(g.retry) == 0 && len(g.attempts) == 0
+}
+
+// group returns the state of key, loaded from the store unless it is in
+// memory, and holds it: the caller ends the hold with releaseGroup. Leases
+// live in memory only: after a restart every recorded attempt that is not
+// done is due again.
 func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) {
 	return e.groupWithin(ctx, key, -1)
 }
 
 // groupWithin is group, but refuses with TOO_MANY_GROUPS to start a group
-// of a subject that has limit groups already (limit < 0: no limit).
+// of a subject that has limit groups in memory already (limit < 0: no
+// limit).
 func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int) (*group, error) {
-	e.groups.mu.Lock()
-	g, full := e.groups.m[key], e.groups.full(key, limit)
-	e.groups.mu.Unlock()
-	if g != nil {
-		return g, nil
+	t := &e.groups
+	for {
+		t.mu.Lock()
+		g := t.m[key]
+		if g == nil {
+			if t.full(key, limit) {
+				t.mu.Unlock()
+				return nil, errTooManyGroups(key.Subject, limit)
+			}
+			// In the table at once: whoever comes for key meanwhile waits
+			// for this load rather than loading a second group.
+			g = &group{key: key, refs: 1, loaded: make(chan struct{})}
+			t.put(g)
+			t.mu.Unlock()
+			if err := e.loadGroup(ctx, g); err != nil {
+				return nil, err
+			}
+			return g, nil
+		}
+		g.refs++
+		t.mu.Unlock()
+		select {
+		case <-g.loaded:
+		case <-ctx.Done():
+			e.releaseGroup(g)
+			return nil, storeError(ctx.Err())
+		}
+		if g.err == nil {
+			return g, nil
+		}
+		// Its loader failed, and took it out of the table: load anew.
+		e.releaseGroup(g)
+		if err := ctx.Err(); err != nil {
+			return nil, storeError(err)
+		}
 	}
-	if full {
-		return nil, errTooManyGroups(key.Subject, limit)
-	}
-	st, err := e.store.LoadGroup(ctx, key)
+}
+
+// loadGroup fills in g, just put in the table and held by the caller, from
+// the store. When the store fails, g leaves the table and the hold ends.
+func (e *Engine) loadGroup(ctx context.Context, g *group) error {
+	defer close(g.loaded)
+	st, err := e.store.LoadGroup(ctx, g.key)
 	if err != nil {
-		return nil, storeError(err)
+		g.err = storeError(err)
+		e.groups.mu.Lock()
+		g.refs--
+		e.groups.drop(g)
+		e.groups.mu.Unlock()
+		return g.err
 	}
-	g = &group{key: key, prog: store.GroupState{Floor: st.Floor, Done: st.Done}, next: st.Floor + 1, attempts: map[uint64]int{}, leases: map[uint64]*lease{}}
+	g.prog = store.GroupState{Floor: st.Floor, Done: st.Done}
+	g.next = st.Floor + 1
+	g.attempts, g.leases = map[uint64]int{}, map[uint64]*lease{}
 	for _, s := range st.Done {
 		if s >= g.next {
 			g.next = s + 1
@@ -87,16 +169,25 @@ func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int)
 	}
 	sort.Slice(due, func(i, j int) bool { return due[i] < due[j] })
 	g.retry = due
-	e.groups.mu.Lock()
-	defer e.groups.mu.Unlock()
-	if prev := e.groups.m[key]; prev != nil {
-		return prev, nil
+	return nil
+}
+
+// releaseGroup ends a hold of g. The last one takes g out of memory if it
+// is idle; a group left with leases stays until a later user settles them
+// and lets go.
+func (e *Engine) releaseGroup(g *group) {
+	t := &e.groups
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g.refs--; g.refs > 0 || t.m[g.key] != g {
+		return
 	}
-	if e.groups.full(key, limit) {
-		return nil, errTooManyGroups(key.Subject, limit)
+	g.mu.Lock()
+	idle := g.idle()
+	g.mu.Unlock()
+	if idle {
+		t.drop(g)
 	}
-	e.groups.put(g)
-	return g, nil
 }
 
 func errTooManyGroups(subject string, limit int) error {

@@ -293,10 +293,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 // leaseFor leases up to n messages of the subscription's group to it. It
 // also returns when the next lease of the group falls due.
 func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
-	g, err := e.group(s.ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
-	if err != nil {
-		return nil, nil, 0, err
-	}
+	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
 	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
 	if err != nil {
@@ -326,10 +323,7 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 
 // settle acks or nacks a leased message of a subscription.
 func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handlerErr error) error {
-	g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
-	if err != nil {
-		return err
-	}
+	g := s.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[seq]
@@ -389,12 +383,7 @@ func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
 
 // releaseLeases gives a departing subscription's leases back to its group.
 func (e *Engine) releaseLeases(s *subscription) {
-	e.groups.mu.Lock()
-	g := e.groups.m[store.GroupKey{Subject: s.subj.name, Group: s.group}]
-	e.groups.mu.Unlock()
-	if g == nil {
-		return
-	}
+	g := s.g
 	g.mu.Lock()
 	now := e.now()
 	var mine []uint64
