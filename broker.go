@@ -94,10 +94,13 @@ type Options struct {
 	// subscriber could start groups without end. A subscription that would
 	// start a group beyond it fails with TOO_MANY_GROUPS; groups in use go
 	// on. Counted per engine (per node in a cluster) over the groups in its
-	// memory: those with a subscriber, a pull or an ack running, or leases
-	// or redeliveries pending. A group left with none of these leaves
-	// memory, and frees its place, at once; its progress stays in the
-	// store for its next subscriber.
+	// memory: those with a subscriber, a pull or an ack running, or a
+	// lease in flight (a message handed out and not yet settled, or
+	// nacked with a delay that has not passed). A group left with none of
+	// these leaves memory and frees its place: at once, or, when a delay
+	// was still to pass, once the subject reaches its cap again. Its
+	// progress, and what is due again, stay in the store for its next
+	// subscriber.
 	MaxGroupsPerSubject int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a

@@ -5,45 +5,52 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"pigeon/store"
 )
 
-// groupTable holds the live state of the consumer groups in use, and how
-// many of them (pull cursors aside) each subject has.
+// groupTable holds the live state of the consumer groups in use, and the
+// groups (pull cursors aside) of each subject.
 //
 // Every user of a group holds it: group and groupWithin take a hold,
 // releaseGroup ends it, and a subscription holds its group from Subscribe
 // until it has stopped. A group is in the table while it is held or while
 // it keeps something the store does not (see group.idle); the last
-// release of an idle group takes it out, and the next user loads it from
-// the store again. A key has one *group at a time: two would each lease
-// the same message to a consumer of their own.
+// release of an idle group takes it out, and so does a subject at its
+// cap for the groups nobody holds that have become idle since (sweep).
+// The next user loads it from the store again. A key has one *group at a
+// time: two would each lease the same message to a consumer of their own.
 //
 // Lock order: groupTable.mu before group.mu; nobody takes or releases a
 // group with a group.mu held.
 type groupTable struct {
 	mu        sync.Mutex
 	m         map[store.GroupKey]*group
-	bySubject map[string]int
+	bySubject map[string]map[*group]struct{}
 }
 
 func (t *groupTable) init() {
 	t.m = map[store.GroupKey]*group{}
-	t.bySubject = map[string]int{}
+	t.bySubject = map[string]map[*group]struct{}{}
 }
 
 // full reports whether key is a new group of a subject that has limit
 // groups already (limit < 0: never); t.mu must be held.
 func (t *groupTable) full(key store.GroupKey, limit int) bool {
-	return limit >= 0 && t.m[key] == nil && !strings.HasPrefix(key.Group, cursorPrefix) && t.bySubject[key.Subject] >= limit
+	return limit >= 0 && t.m[key] == nil && !strings.HasPrefix(key.Group, cursorPrefix) && len(t.bySubject[key.Subject]) >= limit
 }
 
 // put adds g; t.mu must be held.
 func (t *groupTable) put(g *group) {
 	t.m[g.key] = g
 	if !strings.HasPrefix(g.key.Group, cursorPrefix) {
-		t.bySubject[g.key.Subject]++
+		gs := t.bySubject[g.key.Subject]
+		if gs == nil {
+			gs = map[*group]struct{}{}
+			t.bySubject[g.key.Subject] = gs
+		}
+		gs[g] = struct{}{}
 	}
 }
 
@@ -53,9 +60,26 @@ func (t *groupTable) drop(g *group) {
 		return
 	}
 	delete(t.m, g.key)
-	if s := g.key.Subject; !strings.HasPrefix(g.key.Group, cursorPrefix) {
-		if t.bySubject[s]--; t.bySubject[s] <= 0 {
-			delete(t.bySubject, s)
+	if gs := t.bySubject[g.key.Subject]; gs != nil {
+		if delete(gs, g); len(gs) == 0 {
+			delete(t.bySubject, g.key.Subject)
+		}
+	}
+}
+
+// sweep takes out the groups of subject that nobody holds and that have
+// become idle since their last release, as their leases ran out; t.mu
+// must be held.
+func (t *groupTable) sweep(subject string, now time.Time) {
+	for g := range t.bySubject[subject] {
+		if g.refs > 0 {
+			continue
+		}
+		g.mu.Lock()
+		idle := g.idle(now)
+		g.mu.Unlock()
+		if idle {
+			t.drop(g)
 		}
 	}
 }
@@ -77,15 +101,33 @@ type group struct {
 	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
 }
 
-// idle reports whether g keeps nothing the store does not, so that it may
-// leave memory and be loaded again as it stands: no lease (its holder and
-// deadline live in memory only) and no attempt or redelivery pending (an
-// attempt given back uncounted is one below the store's count; see
-// settle). Floor and Done reach the store before g takes them, and every
-// sequence below next is done, leased or due, so with nothing leased or
-// due the store's Floor and Done give next back too. g.mu must be held.
-func (g *group) idle() bool {
-	return len(g.leases) == 0 && len(g.retry) == 0 && len(g.attempts) == 0
+// idle reports whether g keeps nothing at now that the store does not, so
+// that it may leave memory and be loaded again as it stands:
+//
+//   - no lease that holds its message: one with a holder (a consumer may
+//     still settle it) or a deadline still to come (a nack's delay, or
+//     another node's lease) lives in memory only. A lease that ran out
+//     with no holder is a redelivery due;
+//   - no redelivery due, nor free lease, of a sequence whose attempt the
+//     store has not recorded (g.attempts holds what it has: MarkAttempt
+//     comes before g counts an attempt, and uncount writes the count it
+//     gives back), which loading the group would not find due again.
+//
+// Floor and Done reach the store before g takes them, and every sequence
+// below next is done, leased or due, so the store gives next back too.
+// g.mu must be held.
+func (g *group) idle(now time.Time) bool {
+	for seq, l := range g.leases {
+		if _, counted := g.attempts[seq]; l.holder != "" || l.busy || now.Before(l.deadline) || !counted {
+			return false
+		}
+	}
+	for _, seq := range g.retry {
+		if _, counted := g.attempts[seq]; !counted && !g.prog.IsDone(seq) {
+			return false
+		}
+	}
+	return true
 }
 
 // group returns the state of key, loaded from the store unless it is in
@@ -105,6 +147,9 @@ func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int)
 		t.mu.Lock()
 		g := t.m[key]
 		if g == nil {
+			if t.full(key, limit) {
+				t.sweep(key.Subject, e.now())
+			}
 			if t.full(key, limit) {
 				t.mu.Unlock()
 				return nil, errTooManyGroups(key.Subject, limit)
@@ -174,7 +219,7 @@ func (e *Engine) loadGroup(ctx context.Context, g *group) error {
 
 // releaseGroup ends a hold of g. The last one takes g out of memory if it
 // is idle; a group left with leases stays until a later user settles them
-// and lets go.
+// and lets go, or they run out and a sweep finds it.
 func (e *Engine) releaseGroup(g *group) {
 	t := &e.groups
 	t.mu.Lock()
@@ -183,7 +228,7 @@ func (e *Engine) releaseGroup(g *group) {
 		return
 	}
 	g.mu.Lock()
-	idle := g.idle()
+	idle := g.idle(e.now())
 	g.mu.Unlock()
 	if idle {
 		t.drop(g)

@@ -242,6 +242,121 @@ func TestGroupWithLeasesStays(t *testing.T) {
 	}
 }
 
+// TestGivenBackWorkLeavesWithTheGroup: deliveries a consumer never got
+// (ErrUndelivered, as a transport answers when its connection goes) go
+// back to the group uncounted, in the store too, so they do not keep the
+// group in memory; the next subscriber gets them as first attempts, even
+// where one attempt is all a message has.
+func TestGivenBackWorkLeavesWithTheGroup(t *testing.T) {
+	f := evictFixture(t, func(o *pigeon.Options) {
+		for i := range o.Catalog.Subjects {
+			if o.Catalog.Subjects[i].Name == "tasks.run" {
+				o.Catalog.Subjects[i].Delivery.Retry.MaxAttempts = 1
+			}
+		}
+	})
+	boss := f.connect("boss-token", "tasks.run")
+	bob := f.connect("bob-token", "tasks.run")
+	ids := publishTasks(t, boss, 1, 3)
+
+	alice := f.connect("alice-token", "tasks.run")
+	p, err := f.e.Authenticate(ctx, "alice-token")
+	require.NoError(t, err)
+	type held struct {
+		ctx     context.Context
+		attempt int
+		done    func(error)
+	}
+	deliveries := make(chan held, len(ids))
+	sub, err := f.e.SubscribeAsync(ctx, pigeon.Caller{Principal: p, ContractID: alice.Contract().ID(), Region: "uk"}, "tasks.run",
+		func(ctx context.Context, d *pigeon.Delivery, done func(error)) {
+			deliveries <- held{ctx, d.Attempt, done}
+		},
+		pigeon.WithGroup("relay"), pigeon.WithMaxInFlight(len(ids)))
+	require.NoError(t, err)
+	var window []held
+	for range ids {
+		select {
+		case h := <-deliveries:
+			require.Equal(t, 1, h.attempt)
+			window = append(window, h)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery")
+		}
+	}
+	gone := make(chan error, 1)
+	go func() { gone <- sub.Unsubscribe(ctx) }()
+	<-window[0].ctx.Done() // stopped: nothing more is handed over
+	for _, h := range window {
+		h.done(pigeon.ErrUndelivered) // the connection went before they were sent
+	}
+	require.NoError(t, <-gone)
+	require.False(t, f.e.GroupLoaded("tasks.run", "relay"), "work given back keeps no group in memory")
+
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	sub2, err := bob.Subscribe(ctx, "tasks.run", func(_ context.Context, d *pigeon.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts[d.Message.ID] = d.Attempt
+		return nil
+	}, pigeon.WithGroup("relay"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == len(ids) }, 10*time.Second, time.Millisecond)
+	require.NoError(t, sub2.Unsubscribe(ctx))
+	for _, id := range ids {
+		require.Equal(t, 1, attempts[id], "task %s: the given-back attempt did not count", id)
+	}
+}
+
+// TestGroupsWhoseLeasesRanOutFreeTheCap: a group left with a nacked
+// message counts toward the cap while the nack's delay holds it back;
+// once the delay has passed, a subscription that finds the subject at its
+// cap takes that group out of memory and starts its own. The nacked
+// message is still the group's, on its next attempt.
+func TestGroupsWhoseLeasesRanOutFreeTheCap(t *testing.T) {
+	f := evictFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = 1 })
+	boss := f.connect("boss-token", "tasks.run")
+	alice, bob := f.connect("alice-token", "tasks.run"), f.connect("bob-token", "tasks.run")
+	id := publishTasks(t, boss, 1, 1)[0]
+	nacked := make(chan struct{}, 1)
+	sub, err := alice.Subscribe(ctx, "tasks.run", func(context.Context, *pigeon.Delivery) error {
+		nacked <- struct{}{}
+		return pigeon.RetryAfter(time.Minute, nil)
+	}, pigeon.WithGroup("slow"))
+	require.NoError(t, err)
+	select {
+	case <-nacked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	require.NoError(t, sub.Unsubscribe(ctx))
+	require.True(t, f.e.GroupLoaded("tasks.run", "slow"), "the nack's delay holds the group")
+	_, err = bob.Subscribe(ctx, "tasks.run", nopHandler, pigeon.WithGroup("other"))
+	requireCode(t, err, pigeon.CodeTooManyGroups)
+
+	f.clock.Advance(time.Minute)
+	other, err := bob.Subscribe(ctx, "tasks.run", nopHandler, pigeon.WithGroup("other"))
+	require.NoError(t, err, "the delay passed: the idle group gave up its place")
+	require.False(t, f.e.GroupLoaded("tasks.run", "slow"))
+	require.NoError(t, other.Unsubscribe(ctx))
+
+	got := make(chan *pigeon.Delivery, 1)
+	sub, err = bob.Subscribe(ctx, "tasks.run", func(_ context.Context, d *pigeon.Delivery) error {
+		got <- d
+		return nil
+	}, pigeon.WithGroup("slow"))
+	require.NoError(t, err)
+	select {
+	case d := <-got:
+		require.Equal(t, id, d.Message.ID)
+		require.Equal(t, 2, d.Attempt, "the nacked attempt counted")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the nacked task did not come back")
+	}
+	require.NoError(t, sub.Unsubscribe(ctx))
+}
+
 // TestPullCursorsLeaveTheTable: a principal's pull cursor on a pubsub
 // subject is in memory only while a receive runs; the next receive
 // continues where the last one stopped.
@@ -279,7 +394,7 @@ func TestGroupsUnderChurn(t *testing.T) {
 	f := evictFixture(t)
 	boss := f.connect("boss-token", "tasks.run")
 	sessions := []pigeon.Session{f.connect("alice-token", "tasks.run"), f.connect("bob-token", "tasks.run")}
-	const tasks = 120
+	const tasks = 400
 	groups := []string{"g0", "g1"}
 	got := newHandled()
 	stop := make(chan struct{})
@@ -292,7 +407,7 @@ func TestGroupsUnderChurn(t *testing.T) {
 		}
 	}
 	for gi, g := range groups {
-		for w := range 3 {
+		for w := range 2 { // two members that come and go: the group is often left with none
 			s := sessions[(gi+w)%len(sessions)]
 			wg.Go(func() {
 				for i := 0; ; i++ {
@@ -306,11 +421,12 @@ func TestGroupsUnderChurn(t *testing.T) {
 						fail(err)
 						return
 					}
-					time.Sleep(time.Duration((w+i)%4) * time.Millisecond)
+					time.Sleep(time.Duration((w+i)%3) * time.Millisecond)
 					if err := sub.Unsubscribe(ctx); err != nil {
 						fail(err)
 						return
 					}
+					time.Sleep(time.Duration((w+i)%2) * time.Millisecond)
 				}
 			})
 		}

@@ -155,11 +155,19 @@ func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error
 
 // requeue makes seq due again after a lease attempt failed part-way (the
 // store refused the attempt, or the caller went away), so that no message
-// is left neither leased, done nor due; g.mu must be held.
+// is left neither leased, done nor due; g.mu must be held. The last
+// sequence read, with no attempt recorded, is read again instead (next
+// moves back to it): a redelivery due is then always one the store
+// records, and does not keep the group in memory (group.idle).
 func (g *group) requeue(seq uint64) {
-	if !g.prog.IsDone(seq) && g.leases[seq] == nil {
-		g.retry = append(g.retry, seq)
+	if g.prog.IsDone(seq) || g.leases[seq] != nil {
+		return
 	}
+	if _, counted := g.attempts[seq]; !counted && seq+1 == g.next {
+		g.next = seq
+		return
+	}
+	g.retry = append(g.retry, seq)
 }
 
 // leaseBatch leases up to max messages of g to holder: first those whose
@@ -334,12 +342,9 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 		return e.markDone(ctx, g, seq)
 	}
 	if errors.Is(handlerErr, ErrUndelivered) {
-		// Back at once, as the attempt before it. The store keeps the
-		// higher count until the next lease writes it again: after a crash
-		// in between, the message has spent one attempt too many, never
-		// one too few.
+		// Back at once, as the attempt before it.
 		delete(g.leases, seq)
-		g.attempts[seq] = l.attempt - 1
+		e.uncount(ctx, g, seq, l.attempt)
 		g.retry = append(g.retry, seq)
 		e.releaseShared(ctx, g, false, e.now(), seq)
 		return nil
@@ -349,6 +354,23 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
 	e.releaseShared(ctx, g, false, l.deadline, seq)
 	return nil
+}
+
+// uncount gives attempt n of seq back: it never reached a consumer, so
+// the count is n-1 again, in the store as in g, and the group may leave
+// memory (group.idle) without spending the attempt. The Leaser, not the
+// store, counts the attempts of a cluster-shared group. When the store
+// refuses the write, the attempt stays spent, as after a crash between
+// the lease and the give-back: one attempt too many, never one too few.
+// g.mu must be held.
+func (e *Engine) uncount(ctx context.Context, g *group, seq uint64, n int) {
+	if !e.shared(g) {
+		if err := e.store.MarkAttempt(ctx, g.key, seq, n-1); err != nil {
+			e.opts.Logger.Warn("pigeon: giving a delivery attempt back failed; it stays spent", "subject", g.key.Subject, "seq", seq, "err", err)
+			return
+		}
+	}
+	g.attempts[seq] = n - 1
 }
 
 // retryDelay is the wait before the next delivery of a message of s after
@@ -383,7 +405,7 @@ func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
 
 // releaseLeases gives a departing subscription's leases back to its group.
 func (e *Engine) releaseLeases(s *subscription) {
-	g := s.g
+	g, ctx := s.g, context.WithoutCancel(s.ctx)
 	g.mu.Lock()
 	now := e.now()
 	var mine []uint64
@@ -394,13 +416,13 @@ func (e *Engine) releaseLeases(s *subscription) {
 		if !l.busy {
 			// Leased as the subscription stopped, never handed to the
 			// handler: the attempt does not count.
-			g.attempts[seq] = l.attempt - 1
+			e.uncount(ctx, g, seq, l.attempt)
 		}
 		l.holder, l.busy, l.deadline = "", false, now
 		mine = append(mine, seq)
 	}
 	g.mu.Unlock()
-	e.releaseShared(context.WithoutCancel(s.ctx), g, false, now, mine...)
+	e.releaseShared(ctx, g, false, now, mine...)
 	e.pokeGroup(s.subj.name)
 }
 

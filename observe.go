@@ -151,8 +151,9 @@ type Stats struct {
 	// newest MaxStatsQuarantine at most).
 	QuarantineOpen int
 	// Groups are the consumer groups and cursors in memory: those in use
-	// (a subscriber, a receive or an ack running) and those with leases or
-	// redeliveries pending. An idle group is in the store only.
+	// (a subscriber, a receive or an ack running) and those with leases in
+	// flight (see Options.MaxGroupsPerSubject). Any other group is in the
+	// store only.
 	Groups []GroupStats
 	// Subscriptions counts the live subscriptions.
 	Subscriptions int
