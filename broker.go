@@ -86,15 +86,21 @@ type Options struct {
 	// Subscribing beyond it fails with TOO_MANY_SUBSCRIPTIONS until one
 	// ends. Counted per engine (per node in a cluster).
 	MaxSubscriptionsPerPrincipal int
-	// MaxGroupsPerSubject caps the consumer groups of one work-queue or
-	// request/reply subject (default DefaultMaxGroupsPerSubject; negative:
-	// no cap). Every group name, and every selector, filter or receive
-	// scope beside it, is a group of its own whose state the engine and
-	// the store keep, so without a cap a subscriber cycling names could
-	// grow both without end. A subscription that would start a group
-	// beyond it fails with TOO_MANY_GROUPS; groups that exist go on.
-	// Counted per engine (per node in a cluster) from the groups used since
-	// it started.
+	// MaxGroupsPerSubject caps the consumer groups in use on one
+	// work-queue or request/reply subject (default
+	// DefaultMaxGroupsPerSubject; negative: no cap). Every group name, and
+	// every selector, filter or receive scope beside it, is a group of its
+	// own whose state the engine keeps in memory, so without a cap a
+	// subscriber could start groups without end. A subscription that would
+	// start a group beyond it fails with TOO_MANY_GROUPS; groups in use go
+	// on. Counted per engine (per node in a cluster) over the groups in its
+	// memory: those with a subscriber, a pull or an ack running, or a
+	// lease in flight (a message handed out and not yet settled, or
+	// nacked with a delay that has not passed). A group left with none of
+	// these leaves memory and frees its place: at once, or, when a delay
+	// was still to pass, once the subject reaches its cap again. Its
+	// progress, and what is due again, stay in the store for its next
+	// subscriber.
 	MaxGroupsPerSubject int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a

@@ -92,6 +92,7 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 	if err != nil {
 		return err
 	}
+	defer e.releaseGroup(g)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	seqs := make([]uint64, 0, len(msgs))
@@ -108,6 +109,7 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	if err != nil {
 		return nil, err
 	}
+	defer e.releaseGroup(g)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	sms, err := e.store.Read(ctx, s.name, g.prog.Floor+1, max)
@@ -140,6 +142,7 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	if err != nil {
 		return nil, err
 	}
+	defer e.releaseGroup(g)
 	var match func(*decoded) bool
 	if scope.scoped(OpReceive) {
 		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.value()) }
@@ -164,6 +167,7 @@ func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID strin
 		e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 		return nil
 	}
+	defer e.releaseGroup(g)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.prog.IsDone(sm.Seq) {
@@ -190,6 +194,7 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 	if g == nil {
 		return NewError(CodeBadRequest, "nack applies to work-queue and request/reply subjects")
 	}
+	defer e.releaseGroup(g)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[sm.Seq]
@@ -210,7 +215,8 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 
 // settleTarget resolves what a pull ack or nack names: the subject (with
 // the contract granting ack), the stored message, and the caller's pull
-// group — nil on a pubsub subject, where pulls move a cursor instead.
+// group, held (releaseGroup) — nil on a pubsub subject, where pulls move a
+// cursor instead.
 func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID string, deniedType Event) (*subject, store.Message, *group, error) {
 	if e.closed.Load() {
 		return nil, store.Message{}, nil, errShutdown()

@@ -1,6 +1,11 @@
 package pigeon
 
-import "slices"
+import (
+	"context"
+	"slices"
+
+	"pigeon/store"
+)
 
 // Test-only exports: what the external tests (package pigeon_test) need of
 // the package's internals, kept out of the public API.
@@ -25,3 +30,21 @@ var IsPAN = isPAN
 // MatchesAll reports whether s matches every message (the zero Selector,
 // "/" and "/*").
 func (s Selector) MatchesAll() bool { return len(s.terms) == 0 }
+
+// GroupLoaded reports whether the engine holds the consumer group (or the
+// pull cursor, "cursor:" and a principal) of subject in memory.
+func (e *Engine) GroupLoaded(subject, group string) bool {
+	e.groups.mu.Lock()
+	defer e.groups.mu.Unlock()
+	return e.groups.m[store.GroupKey{Subject: subject, Group: group}] != nil
+}
+
+// HoldGroup holds the consumer group of subject, as a subscriber does,
+// within Options.MaxGroupsPerSubject; release ends the hold.
+func (e *Engine) HoldGroup(ctx context.Context, subject, group string) (release func(), err error) {
+	g, err := e.groupWithin(ctx, store.GroupKey{Subject: subject, Group: group}, e.opts.MaxGroupsPerSubject)
+	if err != nil {
+		return nil, err
+	}
+	return func() { e.releaseGroup(g) }, nil
+}

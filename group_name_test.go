@@ -55,9 +55,9 @@ func TestGroupNames(t *testing.T) {
 
 // TestGroupsPerSubjectAreCapped: a work-queue subject has at most
 // Options.MaxGroupsPerSubject consumer groups (each group name, and each
-// selector beside one, is a group); a subscription that would start one
-// more is refused TOO_MANY_GROUPS (HTTP 429) and audited, while the
-// groups that exist go on taking subscribers, pulls still work, and
+// selector beside one, is a group) in use; a subscription that would
+// start one more is refused TOO_MANY_GROUPS (HTTP 429) and audited, while
+// the groups in use go on taking subscribers, pulls still work, and
 // another subject has its own count.
 func TestGroupsPerSubjectAreCapped(t *testing.T) {
 	f := newFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = 3 })
@@ -77,9 +77,10 @@ func TestGroupsPerSubjectAreCapped(t *testing.T) {
 	_, err = subscribe("b", pigeon.WithSelector("/kind=email"))
 	requireCode(t, err, pigeon.CodeTooManyGroups) // a selector makes a group of its own
 
-	// A group that exists takes subscribers, even with none left.
+	// A group in use takes more subscribers; one left idle frees its
+	// place for another.
 	require.NoError(t, held[0].Unsubscribe(ctx))
-	for _, g := range []string{"a", "b"} {
+	for _, g := range []string{"b", "d"} {
 		sub, err := subscribe(g)
 		require.NoError(t, err, "group %s", g)
 		require.NoError(t, sub.Unsubscribe(ctx))
@@ -107,9 +108,11 @@ func TestGroupCapDefault(t *testing.T) {
 		f := newFixture(t, func(o *pigeon.Options) { o.MaxGroupsPerSubject = tc.limit })
 		s := f.connect("notifier-token", "notifications.send")
 		for i := range pigeon.DefaultMaxGroupsPerSubject {
-			sub, err := s.Subscribe(ctx, "notifications.send", nopHandler, pigeon.WithGroup("g"+strconv.Itoa(i)))
+			// Held, as a subscriber holds its group: a group counts while
+			// it is in use.
+			release, err := f.e.HoldGroup(ctx, "notifications.send", "g"+strconv.Itoa(i))
 			require.NoError(t, err)
-			require.NoError(t, sub.Unsubscribe(ctx))
+			t.Cleanup(release)
 		}
 		_, err := s.Subscribe(ctx, "notifications.send", nopHandler, pigeon.WithGroup("one-more"))
 		if tc.refuse {

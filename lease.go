@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -83,106 +82,12 @@ func cursorKey(subject, principal string) store.GroupKey {
 	return store.GroupKey{Subject: subject, Group: cursorPrefix + principal}
 }
 
-// groupTable holds the live state of every consumer group, and how many
-// groups (pull cursors aside) each subject has.
-type groupTable struct {
-	mu        sync.Mutex
-	m         map[store.GroupKey]*group
-	bySubject map[string]int
-}
-
-func (t *groupTable) init() {
-	t.m = map[store.GroupKey]*group{}
-	t.bySubject = map[string]int{}
-}
-
-// full reports whether key is a new group of a subject that has limit
-// groups already (limit < 0: never); t.mu must be held.
-func (t *groupTable) full(key store.GroupKey, limit int) bool {
-	return limit >= 0 && t.m[key] == nil && !strings.HasPrefix(key.Group, cursorPrefix) && t.bySubject[key.Subject] >= limit
-}
-
-// put adds g; t.mu must be held.
-func (t *groupTable) put(g *group) {
-	t.m[g.key] = g
-	if !strings.HasPrefix(g.key.Group, cursorPrefix) {
-		t.bySubject[g.key.Subject]++
-	}
-}
-
-// group is one consumer group's delivery state on one subject: for a
-// pubsub cursor, Floor is the last delivered sequence; for a work queue,
-// every sequence <= Floor is done and leases track what is in flight.
-type group struct {
-	mu       sync.Mutex
-	key      store.GroupKey
-	prog     store.GroupState // Floor and Done, kept by MarkDone as the store keeps them; Attempts stays nil
-	next     uint64           // lowest sequence never handed out, > Floor
-	attempts map[uint64]int
-	leases   map[uint64]*lease
-	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
-}
-
 // lease is one in-flight delivery.
 type lease struct {
 	holder   string
 	deadline time.Time
 	attempt  int
 	busy     bool // an in-process handler is running: the lease does not expire
-}
-
-// group returns the loaded state of key. Leases live in memory only: after
-// a restart every recorded attempt that is not done is due again.
-func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) {
-	return e.groupWithin(ctx, key, -1)
-}
-
-// groupWithin is group, but refuses with TOO_MANY_GROUPS to start a group
-// of a subject that has limit groups already (limit < 0: no limit).
-func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int) (*group, error) {
-	e.groups.mu.Lock()
-	g, full := e.groups.m[key], e.groups.full(key, limit)
-	e.groups.mu.Unlock()
-	if g != nil {
-		return g, nil
-	}
-	if full {
-		return nil, errTooManyGroups(key.Subject, limit)
-	}
-	st, err := e.store.LoadGroup(ctx, key)
-	if err != nil {
-		return nil, storeError(err)
-	}
-	g = &group{key: key, prog: store.GroupState{Floor: st.Floor, Done: st.Done}, next: st.Floor + 1, attempts: map[uint64]int{}, leases: map[uint64]*lease{}}
-	for _, s := range st.Done {
-		if s >= g.next {
-			g.next = s + 1
-		}
-	}
-	var due []uint64
-	for s, n := range st.Attempts {
-		g.attempts[s] = n
-		if s >= g.next {
-			g.next = s + 1
-		}
-		due = append(due, s)
-	}
-	sort.Slice(due, func(i, j int) bool { return due[i] < due[j] })
-	g.retry = due
-	e.groups.mu.Lock()
-	defer e.groups.mu.Unlock()
-	if prev := e.groups.m[key]; prev != nil {
-		return prev, nil
-	}
-	if e.groups.full(key, limit) {
-		return nil, errTooManyGroups(key.Subject, limit)
-	}
-	e.groups.put(g)
-	return g, nil
-}
-
-func errTooManyGroups(subject string, limit int) error {
-	return NewError(CodeTooManyGroups, "subject %q has %d consumer groups, the most allowed; join one of them", subject, limit)
 }
 
 // markDone records seq as done; g.mu must be held.
@@ -250,11 +155,19 @@ func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error
 
 // requeue makes seq due again after a lease attempt failed part-way (the
 // store refused the attempt, or the caller went away), so that no message
-// is left neither leased, done nor due; g.mu must be held.
+// is left neither leased, done nor due; g.mu must be held. The last
+// sequence read, with no attempt recorded, is read again instead (next
+// moves back to it): a redelivery due is then always one the store
+// records, and does not keep the group in memory (group.idle).
 func (g *group) requeue(seq uint64) {
-	if !g.prog.IsDone(seq) && g.leases[seq] == nil {
-		g.retry = append(g.retry, seq)
+	if g.prog.IsDone(seq) || g.leases[seq] != nil {
+		return
 	}
+	if _, counted := g.attempts[seq]; !counted && seq+1 == g.next {
+		g.next = seq
+		return
+	}
+	g.retry = append(g.retry, seq)
 }
 
 // leaseBatch leases up to max messages of g to holder: first those whose
@@ -388,10 +301,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 // leaseFor leases up to n messages of the subscription's group to it. It
 // also returns when the next lease of the group falls due.
 func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
-	g, err := e.group(s.ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
-	if err != nil {
-		return nil, nil, 0, err
-	}
+	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
 	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
 	if err != nil {
@@ -421,10 +331,7 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 
 // settle acks or nacks a leased message of a subscription.
 func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handlerErr error) error {
-	g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group})
-	if err != nil {
-		return err
-	}
+	g := s.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[seq]
@@ -435,12 +342,9 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 		return e.markDone(ctx, g, seq)
 	}
 	if errors.Is(handlerErr, ErrUndelivered) {
-		// Back at once, as the attempt before it. The store keeps the
-		// higher count until the next lease writes it again: after a crash
-		// in between, the message has spent one attempt too many, never
-		// one too few.
+		// Back at once, as the attempt before it.
 		delete(g.leases, seq)
-		g.attempts[seq] = l.attempt - 1
+		e.uncount(ctx, g, seq, l.attempt)
 		g.retry = append(g.retry, seq)
 		e.releaseShared(ctx, g, false, e.now(), seq)
 		return nil
@@ -450,6 +354,23 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
 	e.releaseShared(ctx, g, false, l.deadline, seq)
 	return nil
+}
+
+// uncount gives attempt n of seq back: it never reached a consumer, so
+// the count is n-1 again, in the store as in g, and the group may leave
+// memory (group.idle) without spending the attempt. The Leaser, not the
+// store, counts the attempts of a cluster-shared group. When the store
+// refuses the write, the attempt stays spent, as after a crash between
+// the lease and the give-back: one attempt too many, never one too few.
+// g.mu must be held.
+func (e *Engine) uncount(ctx context.Context, g *group, seq uint64, n int) {
+	if !e.shared(g) {
+		if err := e.store.MarkAttempt(ctx, g.key, seq, n-1); err != nil {
+			e.opts.Logger.Warn("pigeon: giving a delivery attempt back failed; it stays spent", "subject", g.key.Subject, "seq", seq, "err", err)
+			return
+		}
+	}
+	g.attempts[seq] = n - 1
 }
 
 // retryDelay is the wait before the next delivery of a message of s after
@@ -484,12 +405,7 @@ func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
 
 // releaseLeases gives a departing subscription's leases back to its group.
 func (e *Engine) releaseLeases(s *subscription) {
-	e.groups.mu.Lock()
-	g := e.groups.m[store.GroupKey{Subject: s.subj.name, Group: s.group}]
-	e.groups.mu.Unlock()
-	if g == nil {
-		return
-	}
+	g, ctx := s.g, context.WithoutCancel(s.ctx)
 	g.mu.Lock()
 	now := e.now()
 	var mine []uint64
@@ -500,13 +416,13 @@ func (e *Engine) releaseLeases(s *subscription) {
 		if !l.busy {
 			// Leased as the subscription stopped, never handed to the
 			// handler: the attempt does not count.
-			g.attempts[seq] = l.attempt - 1
+			e.uncount(ctx, g, seq, l.attempt)
 		}
 		l.holder, l.busy, l.deadline = "", false, now
 		mine = append(mine, seq)
 	}
 	g.mu.Unlock()
-	e.releaseShared(context.WithoutCancel(s.ctx), g, false, now, mine...)
+	e.releaseShared(ctx, g, false, now, mine...)
 	e.pokeGroup(s.subj.name)
 }
 

@@ -150,7 +150,10 @@ type Stats struct {
 	// QuarantineOpen counts quarantine records not yet released (of the
 	// newest MaxStatsQuarantine at most).
 	QuarantineOpen int
-	// Groups are the consumer groups and cursors loaded since start.
+	// Groups are the consumer groups and cursors in memory: those in use
+	// (a subscriber, a receive or an ack running) and those with leases in
+	// flight (see Options.MaxGroupsPerSubject). Any other group is in the
+	// store only.
 	Groups []GroupStats
 	// Subscriptions counts the live subscriptions.
 	Subscriptions int
@@ -211,7 +214,13 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	e.groups.mu.Lock()
 	groups := make([]*group, 0, len(e.groups.m))
 	for _, g := range e.groups.m {
-		groups = append(groups, g)
+		select {
+		case <-g.loaded:
+			if g.err == nil {
+				groups = append(groups, g)
+			}
+		default: // still loading
+		}
 	}
 	e.groups.mu.Unlock()
 	for _, g := range groups {

@@ -308,24 +308,33 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	} else {
 		sub.group = consumerGroup(scope, &o, sel)
 		// The group starts now, within the subject's cap, rather than at
-		// the subscription's first lease.
-		if _, err := e.groupWithin(ctx, store.GroupKey{Subject: s.name, Group: sub.group}, e.opts.MaxGroupsPerSubject); err != nil {
+		// the subscription's first lease. The subscription holds it until
+		// it has stopped (finish).
+		g, err := e.groupWithin(ctx, store.GroupKey{Subject: s.name, Group: sub.group}, e.opts.MaxGroupsPerSubject)
+		if err != nil {
 			sub.cancel()
 			if ErrorCode(err) == CodeTooManyGroups {
 				e.audit(ctx, EventSubscribeDenied.record(OutcomeDeny, CodeTooManyGroups, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID}))
 			}
 			return nil, err
 		}
+		sub.g = g
+	}
+	abandon := func() { // the subscription never runs
+		sub.cancel()
+		if sub.g != nil {
+			e.releaseGroup(sub.g)
+		}
 	}
 	e.subs.mu.Lock()
 	if e.closed.Load() {
 		e.subs.mu.Unlock()
-		sub.cancel()
+		abandon()
 		return nil, errShutdown()
 	}
 	if !e.subs.add(sub, e.opts.MaxSubscriptionsPerPrincipal) {
 		e.subs.mu.Unlock()
-		sub.cancel()
+		abandon()
 		e.audit(ctx, EventSubscribeDenied.record(OutcomeDeny, CodeTooManySubscriptions, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID}))
 		return nil, NewError(CodeTooManySubscriptions, "this principal runs %d subscriptions, the most allowed; end one first", e.opts.MaxSubscriptionsPerPrincipal)
 	}

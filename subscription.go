@@ -39,6 +39,7 @@ type subscription struct {
 	sel     Selector
 	filter  *cond.Condition
 	group   string
+	g       *group       // the group's state, held from subscribe until finish (nil on pubsub)
 	h       Handler      // a synchronous handler, adapted to ah
 	ah      AsyncHandler // the handler of a transport (nil: h)
 	atMost  bool         // at-most-once: no acknowledgements, no redelivery
@@ -251,8 +252,9 @@ func (s *subscription) finish() {
 		f.remove(s)
 	}
 	e.subs.mu.Unlock()
-	if s.group != "" {
+	if s.g != nil {
 		e.releaseLeases(s)
+		e.releaseGroup(s.g) // an idle group leaves memory with its last subscriber
 	}
 	rec := EventSubscriptionStopped.record("", CodeOK, store.AuditRecord{Subject: s.subj.name, Principal: s.caller.Principal.ID, ContractID: s.caller.ContractID, Ref: s.id})
 	if err := s.Err(); err != nil {
@@ -772,24 +774,23 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		_ = e.settle(ctx, s, r.d.seq, r.err)
 	}
 	if len(acked) > 0 {
-		if g, err := e.group(ctx, store.GroupKey{Subject: s.subj.name, Group: s.group}); err == nil {
-			g.mu.Lock()
-			var mine []uint64
+		g := s.g
+		g.mu.Lock()
+		var mine []uint64
+		for _, d := range acked {
+			if l := g.leases[d.seq]; l != nil && l.holder == s.id {
+				mine = append(mine, d.seq)
+			}
+		}
+		err := e.markDoneAll(ctx, g, mine)
+		g.mu.Unlock()
+		if err == nil { // else not done: the leases expire and the messages come back
+			s.resMu.Lock()
 			for _, d := range acked {
-				if l := g.leases[d.seq]; l != nil && l.holder == s.id {
-					mine = append(mine, d.seq)
-				}
+				s.acked.add(d.seq, d.m.ID)
 			}
-			err := e.markDoneAll(ctx, g, mine)
-			g.mu.Unlock()
-			if err == nil { // else not done: the leases expire and the messages come back
-				s.resMu.Lock()
-				for _, d := range acked {
-					s.acked.add(d.seq, d.m.ID)
-				}
-				s.resMu.Unlock()
-				s.nAcked.Add(int32(len(acked)))
-			}
+			s.resMu.Unlock()
+			s.nAcked.Add(int32(len(acked)))
 		}
 	}
 	e.pokeGroup(s.subj.name)

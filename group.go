@@ -1,0 +1,240 @@
+package pigeon
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// groupTable holds the live state of the consumer groups in use, and the
+// groups (pull cursors aside) of each subject.
+//
+// Every user of a group holds it: group and groupWithin take a hold,
+// releaseGroup ends it, and a subscription holds its group from Subscribe
+// until it has stopped. A group is in the table while it is held or while
+// it keeps something the store does not (see group.idle); the last
+// release of an idle group takes it out, and so does a subject at its
+// cap for the groups nobody holds that have become idle since (sweep).
+// The next user loads it from the store again. A key has one *group at a
+// time: two would each lease the same message to a consumer of their own.
+//
+// Lock order: groupTable.mu before group.mu; nobody takes or releases a
+// group with a group.mu held.
+type groupTable struct {
+	mu        sync.Mutex
+	m         map[store.GroupKey]*group
+	bySubject map[string]map[*group]struct{}
+}
+
+func (t *groupTable) init() {
+	t.m = map[store.GroupKey]*group{}
+	t.bySubject = map[string]map[*group]struct{}{}
+}
+
+// full reports whether key is a new group of a subject that has limit
+// groups already (limit < 0: never); t.mu must be held.
+func (t *groupTable) full(key store.GroupKey, limit int) bool {
+	return limit >= 0 && t.m[key] == nil && !strings.HasPrefix(key.Group, cursorPrefix) && len(t.bySubject[key.Subject]) >= limit
+}
+
+// put adds g; t.mu must be held.
+func (t *groupTable) put(g *group) {
+	t.m[g.key] = g
+	if !strings.HasPrefix(g.key.Group, cursorPrefix) {
+		gs := t.bySubject[g.key.Subject]
+		if gs == nil {
+			gs = map[*group]struct{}{}
+			t.bySubject[g.key.Subject] = gs
+		}
+		gs[g] = struct{}{}
+	}
+}
+
+// drop takes g out, if it is there; t.mu must be held.
+func (t *groupTable) drop(g *group) {
+	if t.m[g.key] != g {
+		return
+	}
+	delete(t.m, g.key)
+	if gs := t.bySubject[g.key.Subject]; gs != nil {
+		if delete(gs, g); len(gs) == 0 {
+			delete(t.bySubject, g.key.Subject)
+		}
+	}
+}
+
+// sweep takes out the groups of subject that nobody holds and that have
+// become idle since their last release, as their leases ran out; t.mu
+// must be held.
+func (t *groupTable) sweep(subject string, now time.Time) {
+	for g := range t.bySubject[subject] {
+		if g.refs > 0 {
+			continue
+		}
+		g.mu.Lock()
+		idle := g.idle(now)
+		g.mu.Unlock()
+		if idle {
+			t.drop(g)
+		}
+	}
+}
+
+// group is one consumer group's delivery state on one subject: for a
+// pubsub cursor, Floor is the last delivered sequence; for a work queue,
+// every sequence <= Floor is done and leases track what is in flight.
+type group struct {
+	key    store.GroupKey
+	refs   int           // holds (groupTable.mu)
+	loaded chan struct{} // closed once loaded from the store, or once the load failed (err)
+	err    error         // why the load failed; written before loaded closes
+
+	mu       sync.Mutex
+	prog     store.GroupState // Floor and Done, kept by MarkDone as the store keeps them; Attempts stays nil
+	next     uint64           // lowest sequence never handed out, > Floor
+	attempts map[uint64]int
+	leases   map[uint64]*lease
+	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
+}
+
+// idle reports whether g keeps nothing at now that the store does not, so
+// that it may leave memory and be loaded again as it stands:
+//
+//   - no lease that holds its message: one with a holder (a consumer may
+//     still settle it) or a deadline still to come (a nack's delay, or
+//     another node's lease) lives in memory only. A lease that ran out
+//     with no holder is a redelivery due;
+//   - no redelivery due, nor free lease, of a sequence whose attempt the
+//     store has not recorded (g.attempts holds what it has: MarkAttempt
+//     comes before g counts an attempt, and uncount writes the count it
+//     gives back), which loading the group would not find due again.
+//
+// Floor and Done reach the store before g takes them, and every sequence
+// below next is done, leased or due, so the store gives next back too.
+// g.mu must be held.
+func (g *group) idle(now time.Time) bool {
+	for seq, l := range g.leases {
+		if _, counted := g.attempts[seq]; l.holder != "" || l.busy || now.Before(l.deadline) || !counted {
+			return false
+		}
+	}
+	for _, seq := range g.retry {
+		if _, counted := g.attempts[seq]; !counted && !g.prog.IsDone(seq) {
+			return false
+		}
+	}
+	return true
+}
+
+// group returns the state of key, loaded from the store unless it is in
+// memory, and holds it: the caller ends the hold with releaseGroup. Leases
+// live in memory only: after a restart every recorded attempt that is not
+// done is due again.
+func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) {
+	return e.groupWithin(ctx, key, -1)
+}
+
+// groupWithin is group, but refuses with TOO_MANY_GROUPS to start a group
+// of a subject that has limit groups in memory already (limit < 0: no
+// limit).
+func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int) (*group, error) {
+	t := &e.groups
+	for {
+		t.mu.Lock()
+		g := t.m[key]
+		if g == nil {
+			if t.full(key, limit) {
+				t.sweep(key.Subject, e.now())
+			}
+			if t.full(key, limit) {
+				t.mu.Unlock()
+				return nil, errTooManyGroups(key.Subject, limit)
+			}
+			// In the table at once: whoever comes for key meanwhile waits
+			// for this load rather than loading a second group.
+			g = &group{key: key, refs: 1, loaded: make(chan struct{})}
+			t.put(g)
+			t.mu.Unlock()
+			if err := e.loadGroup(ctx, g); err != nil {
+				return nil, err
+			}
+			return g, nil
+		}
+		g.refs++
+		t.mu.Unlock()
+		select {
+		case <-g.loaded:
+		case <-ctx.Done():
+			e.releaseGroup(g)
+			return nil, storeError(ctx.Err())
+		}
+		if g.err == nil {
+			return g, nil
+		}
+		// Its loader failed, and took it out of the table: load anew.
+		e.releaseGroup(g)
+		if err := ctx.Err(); err != nil {
+			return nil, storeError(err)
+		}
+	}
+}
+
+// loadGroup fills in g, just put in the table and held by the caller, from
+// the store. When the store fails, g leaves the table and the hold ends.
+func (e *Engine) loadGroup(ctx context.Context, g *group) error {
+	defer close(g.loaded)
+	st, err := e.store.LoadGroup(ctx, g.key)
+	if err != nil {
+		g.err = storeError(err)
+		e.groups.mu.Lock()
+		g.refs--
+		e.groups.drop(g)
+		e.groups.mu.Unlock()
+		return g.err
+	}
+	g.prog = store.GroupState{Floor: st.Floor, Done: st.Done}
+	g.next = st.Floor + 1
+	g.attempts, g.leases = map[uint64]int{}, map[uint64]*lease{}
+	for _, s := range st.Done {
+		if s >= g.next {
+			g.next = s + 1
+		}
+	}
+	var due []uint64
+	for s, n := range st.Attempts {
+		g.attempts[s] = n
+		if s >= g.next {
+			g.next = s + 1
+		}
+		due = append(due, s)
+	}
+	sort.Slice(due, func(i, j int) bool { return due[i] < due[j] })
+	g.retry = due
+	return nil
+}
+
+// releaseGroup ends a hold of g. The last one takes g out of memory if it
+// is idle; a group left with leases stays until a later user settles them
+// and lets go, or they run out and a sweep finds it.
+func (e *Engine) releaseGroup(g *group) {
+	t := &e.groups
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g.refs--; g.refs > 0 || t.m[g.key] != g {
+		return
+	}
+	g.mu.Lock()
+	idle := g.idle(e.now())
+	g.mu.Unlock()
+	if idle {
+		t.drop(g)
+	}
+}
+
+func errTooManyGroups(subject string, limit int) error {
+	return NewError(CodeTooManyGroups, "subject %q has %d consumer groups, the most allowed; join one of them", subject, limit)
+}
