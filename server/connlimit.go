@@ -30,10 +30,9 @@ type connLimit struct {
 	byIP map[netip.Addr]int
 
 	refused  atomic.Uint64
-	lastWarn atomic.Int64     // unix nanoseconds of the last warning logged
-	answers  chan struct{}    // tokens of the goroutines that answer refused connections
-	answer   []byte           // what a refused plain-HTTP connection reads
-	now      func() time.Time // tests
+	lastWarn atomic.Int64  // unix nanoseconds of the last warning logged
+	answers  chan struct{} // tokens of the goroutines that answer refused connections
+	answer   []byte        // what a refused plain-HTTP connection reads
 }
 
 // refusalAnswerers bounds the refused connections answered at once; beyond
@@ -46,7 +45,7 @@ const refusalWait = time.Second
 
 func newConnLimit(max, perIP int, tls bool, logger *slog.Logger) *connLimit {
 	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[netip.Addr]int{},
-		answers: make(chan struct{}, refusalAnswerers), now: time.Now}
+		answers: make(chan struct{}, refusalAnswerers)}
 	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
 	return l
 }
@@ -131,20 +130,13 @@ func (cl *connLimit) give(ip netip.Addr) {
 	}
 }
 
-// Open returns the connections held now.
-func (cl *connLimit) Open() int {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	return cl.open
-}
-
 // refuse answers c, a connection beyond the limit, and closes it. Over
 // plain HTTP it writes a 429 RATE_LIMITED response first (after TLS there
 // is no handshake to answer in, so it only closes), from a goroutine of
 // a bounded few, so that Accept goes on at once.
 func (cl *connLimit) refuse(c net.Conn) {
 	n := cl.refused.Add(1)
-	if now := cl.now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
+	if now := time.Now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
 		cl.lastWarn.Store(now)
 		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "refused", n, "remote", c.RemoteAddr().String())
 	}
@@ -161,7 +153,7 @@ func (cl *connLimit) refuse(c net.Conn) {
 	go func() {
 		defer func() { <-cl.answers }()
 		defer c.Close()
-		_ = c.SetDeadline(cl.now().Add(refusalWait))
+		_ = c.SetDeadline(time.Now().Add(refusalWait))
 		if _, err := c.Write(cl.answer); err != nil {
 			return
 		}
