@@ -162,6 +162,8 @@ func TestMaxConnectionsTLS(t *testing.T) {
 	defer client.CloseIdleConnections()
 	resp, err := client.Get("https://" + addr + "/health")
 	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, resp.Body) // read to the end, so the connection stays open and held
+	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
