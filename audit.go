@@ -56,6 +56,7 @@ const (
 	EventGrantIssued          Event = "grant.issued"
 	EventGrantRevoked         Event = "grant.revoked"
 	EventRetentionMessages    Event = "retention.messages"
+	EventRetentionGroups      Event = "retention.groups" // the stored progress of unused groups of a subject deleted; ref: how many
 	EventStoreTruncated       Event = "store.truncated"
 	EventAuditResumed         Event = "audit.resumed"
 	// Events of programs (package programs).

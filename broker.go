@@ -137,6 +137,19 @@ type Options struct {
 	Logger *slog.Logger
 	// QuarantineRetention is how long quarantine records are kept (default 30 days).
 	QuarantineRetention time.Duration
+	// GroupRetention is how long the store keeps the progress of a
+	// consumer group (or a pull cursor) that nobody uses, on a subject
+	// that keeps its messages for good (retention.messagesMs 0): default
+	// DefaultGroupRetention, 30 days; negative: for good. As with Kafka's
+	// offsets.retention, a group unused that long starts again, when next
+	// used, from the subject's first retained message. On a subject with
+	// retention.messagesMs, a group's progress goes once the group has been
+	// unused for messagesMs instead: every message it handled is trimmed
+	// by then, so it goes on as its progress would have had it. A group
+	// the engine holds in memory (in use) is never deleted. The store must
+	// implement store.GroupPruner (the memory, wal and jetstream stores
+	// do); docs/storage.md has the details.
+	GroupRetention time.Duration
 	// SweepInterval is how often expired contracts, parked replies and
 	// retention are swept (default 1 minute).
 	SweepInterval time.Duration
@@ -241,6 +254,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.GroupRetention == 0 {
+		o.GroupRetention = DefaultGroupRetention
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -250,7 +266,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{})}
 	e.ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if e.store == nil {
-		e.store = memory.New(nil)
+		e.store = memory.New(&memory.Options{Now: o.Now})
 		e.ownStore = true
 	}
 	e.contracts.m = map[string]*contract{}

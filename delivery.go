@@ -104,6 +104,12 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 	return e.markDoneAll(ctx, g, seqs)
 }
 
+// receiveCursor hands out up to max messages of a pubsub subject after
+// the principal's pull cursor and moves the cursor past them. The cursor
+// reads on from next, past the messages it has handed out: once
+// retention trimmed messages it had not read, those it reads after them
+// are done above its floor (which only moves over contiguous sequences),
+// and reading from the floor would hand them out again.
 func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *permit) ([]*Message, error) {
 	g, err := e.group(ctx, cursorKey(s.name, c.Principal.ID))
 	if err != nil {
@@ -112,7 +118,7 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	defer e.releaseGroup(g)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	sms, err := e.store.Read(ctx, s.name, g.prog.Floor+1, max)
+	sms, err := e.store.Read(ctx, s.name, g.next, max)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -132,6 +138,9 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	// The cursor moves past what is handed out, in one durable write.
 	if err := e.markDoneAll(ctx, g, seqs); err != nil {
 		return nil, err
+	}
+	if len(seqs) > 0 {
+		g.next = seqs[len(seqs)-1] + 1
 	}
 	return out, nil
 }

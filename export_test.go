@@ -48,3 +48,7 @@ func (e *Engine) HoldGroup(ctx context.Context, subject, group string) (release 
 	}
 	return func() { e.releaseGroup(g) }, nil
 }
+
+// EnforceRetention runs one retention pass, as the janitor does every
+// Options.SweepInterval.
+func (e *Engine) EnforceRetention(ctx context.Context) { e.enforceRetention(ctx) }

@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"sync"
@@ -175,7 +176,8 @@ func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int)
 		if g.err == nil {
 			return g, nil
 		}
-		// Its loader failed, and took it out of the table: load anew.
+		// Its loader failed, or it stood for a group being pruned, and
+		// it is out of the table: load anew.
 		e.releaseGroup(g)
 		if err := ctx.Err(); err != nil {
 			return nil, storeError(err)
@@ -233,6 +235,46 @@ func (e *Engine) releaseGroup(g *group) {
 	if idle {
 		t.drop(g)
 	}
+}
+
+// errPruned is the load error of the stand-in that pruneGroups puts in
+// the table for a group whose stored state it may delete. Nobody gets it:
+// whoever waited for the stand-in loads the group anew.
+var errPruned = errors.New("pigeon: group pruned")
+
+// pruneGroups deletes the stored state of the groups of subject last
+// written before t that are not in the table, and returns how many it
+// deleted. Before the store deletes a group, a stand-in takes its key in
+// the table, loaded never and held by pruneGroups (so no release takes it
+// out), and stays there until the store is done: whoever comes for the
+// group meanwhile waits for it, then loads the group anew, after the
+// deletion. So no group in memory runs on state the store has deleted.
+// The stand-ins are not among the subject's groups (bySubject): they
+// count against no cap.
+func (e *Engine) pruneGroups(ctx context.Context, gp store.GroupPruner, subject string, t time.Time) (int, error) {
+	tbl := &e.groups
+	var held []*group
+	n, err := gp.PruneGroups(ctx, subject, t, func(name string) bool {
+		key := store.GroupKey{Subject: subject, Group: name}
+		tbl.mu.Lock()
+		defer tbl.mu.Unlock()
+		if tbl.m[key] != nil {
+			return true // in use, or being loaded
+		}
+		g := &group{key: key, refs: 1, loaded: make(chan struct{})}
+		tbl.m[key] = g
+		held = append(held, g)
+		return false
+	})
+	tbl.mu.Lock()
+	for _, g := range held {
+		g.refs--
+		tbl.drop(g)
+		g.err = errPruned
+		close(g.loaded)
+	}
+	tbl.mu.Unlock()
+	return n, err
 }
 
 func errTooManyGroups(subject string, limit int) error {

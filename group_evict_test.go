@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
 )
 
@@ -383,6 +384,50 @@ func TestPullCursorsLeaveTheTable(t *testing.T) {
 		require.False(t, f.e.GroupLoaded("chat.messages", cursor), "the cursor left memory")
 	}
 	require.Equal(t, ids, got)
+}
+
+// TestPullCursorPastTrimmedMessages: a pull cursor that retention left
+// behind (messages it never read were trimmed), or that starts on a
+// subject whose first messages were trimmed, hands out each retained
+// message once and moves on, in memory and after leaving it.
+func TestPullCursorPastTrimmedMessages(t *testing.T) {
+	st := memory.New(nil)
+	t.Cleanup(func() { require.NoError(t, st.Close(ctx)) })
+	f := evictFixture(t, func(o *pigeon.Options) { o.Store = st })
+	alice := f.connect("alice-token", "chat.messages")
+	publish := func(n int) []string {
+		var ids []string
+		for range n {
+			r, err := alice.Publish(ctx, chat(0))
+			require.NoError(t, err)
+			ids = append(ids, r.Message.ID)
+		}
+		return ids
+	}
+	receive := func(s pigeon.Session) []string {
+		msgs, err := s.Receive(ctx, "chat.messages", 2)
+		require.NoError(t, err)
+		var ids []string
+		for _, m := range msgs {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	bob := f.connect("bob-token", "chat.messages")
+	first := publish(2)
+	require.Equal(t, first, receive(bob))
+	publish(1) // trimmed before bob reads it
+	f.clock.Advance(time.Second)
+	rest := publish(5)
+	_, err := st.TrimBefore(ctx, "chat.messages", f.clock.Now())
+	require.NoError(t, err)
+
+	for _, s := range []pigeon.Session{bob, alice} { // behind, and new
+		require.Equal(t, rest[:2], receive(s))
+		require.Equal(t, rest[2:4], receive(s))
+		require.Equal(t, rest[4:], receive(s))
+		require.Empty(t, receive(s))
+	}
 }
 
 // TestGroupsUnderChurn: subscribers join and leave the same groups while

@@ -12,6 +12,11 @@ import (
 // Options.QuarantineRetention is zero.
 const DefaultQuarantineRetention = 30 * 24 * time.Hour
 
+// DefaultGroupRetention is how long the progress of an unused consumer
+// group of a subject that keeps its messages for good is kept when
+// Options.GroupRetention is zero.
+const DefaultGroupRetention = 30 * 24 * time.Hour
+
 // A grant is forgotten grantPruneGrace after it expired (so a node whose
 // clock runs behind still finds it expired, not unknown: either way it is
 // refused), at most grantPruneBatch of them per pass, each a store delete
@@ -22,22 +27,39 @@ const (
 )
 
 // enforceRetention trims what policy no longer keeps: each subject's
-// messages older than retention.messagesMs, audit records older than the
-// longest retention.auditMs of any subject, grants that expired over
+// messages older than retention.messagesMs and the stored progress of its
+// groups unused for as long (for Options.GroupRetention where the subject
+// keeps its messages), audit records older than the longest
+// retention.auditMs of any subject, grants that expired over
 // grantPruneGrace ago (their revocations too), and quarantine records older
 // than Options.QuarantineRetention. It runs in the background and never
 // blocks publishers for longer than the store's trim step.
 func (e *Engine) enforceRetention(ctx context.Context) {
 	now := e.now()
 	var auditKeep time.Duration
-	if tr, ok := e.store.(store.Trimmer); ok {
-		for name, s := range e.catalog.Load().subjects {
-			if ms := s.policy.Retention.MessagesMs; ms > 0 {
-				if n, err := tr.TrimBefore(ctx, name, now.Add(-time.Duration(ms)*time.Millisecond)); err != nil {
-					e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
-				} else if n > 0 {
-					e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
-				}
+	tr, _ := e.store.(store.Trimmer)
+	gp, _ := e.store.(store.GroupPruner)
+	for name, s := range e.catalog.Load().subjects {
+		groupKeep := e.opts.GroupRetention
+		if ms := s.policy.Retention.MessagesMs; ms > 0 && tr != nil {
+			n, err := tr.TrimBefore(ctx, name, now.Add(-time.Duration(ms)*time.Millisecond))
+			if err != nil {
+				// The groups wait for the messages they handled to go.
+				e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
+				continue
+			}
+			if n > 0 {
+				e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
+			}
+			groupKeep = time.Duration(ms) * time.Millisecond
+		}
+		if gp != nil && groupKeep > 0 {
+			n, err := e.pruneGroups(ctx, gp, name, now.Add(-groupKeep))
+			if err != nil {
+				e.opts.Logger.Error("retention: delete the progress of unused groups", "subject", name, "err", err)
+			}
+			if n > 0 {
+				e.audit(ctx, EventRetentionGroups.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
 			}
 		}
 	}

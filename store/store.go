@@ -200,6 +200,29 @@ type ProgressLog interface {
 	LoadGroup(ctx context.Context, key GroupKey) (GroupState, error)
 }
 
+// GroupPruner is the optional ability to delete the stored state of
+// consumer groups that nobody uses any more (retention of abandoned
+// groups).
+//
+// A store that has it knows when each group's state was last written
+// (MarkDone, MarkDoneBatch or MarkAttempt that changed it), by the
+// store's clock, and keeps that time as durably as the state. State
+// written before the store kept the time counts as written when the
+// store opened, so that nothing is deleted early.
+type GroupPruner interface {
+	// PruneGroups deletes the state of each group of subject last written
+	// before t, unless keep(group) returns true, and returns how many it
+	// deleted. keep is called once per such group before it is deleted,
+	// from the calling goroutine, with no lock of the store held.
+	//
+	// A write to a group is never lost to a deletion: a group is deleted
+	// only if nothing wrote it since PruneGroups read its time (so a write
+	// that returned before keep returned false for it keeps it), and a
+	// write running at the same time as the deletion either keeps the
+	// group or is applied, after the deletion, to the zero state.
+	PruneGroups(ctx context.Context, subject string, t time.Time, keep func(group string) bool) (int, error)
+}
+
 // BatchProgress is the optional ability to mark many sequences done in one
 // write (one durable commit), for receivers that take a batch at once.
 type BatchProgress interface {

@@ -21,7 +21,9 @@
 //     accepted once.
 //   - Contracts, consumer progress, quarantine and the broker's own KV
 //     (accounts, roles, grants, keys) are KV buckets; progress changes are
-//     compare-and-set loops.
+//     compare-and-set loops. PruneGroups (store.GroupPruner) goes by the
+//     JetStream timestamp of each group's entry and purges a key only up
+//     to the revision it read, leaving no delete marker.
 //   - The audit log is one stream per node, <P>_A_<node>: every node keeps
 //     its own hash chain, and a publish that expects the previous sequence
 //     keeps each chain gap-free even if two processes claimed one node id.

@@ -2,8 +2,12 @@ package jetstream
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -81,4 +85,91 @@ func (s *Store) updateGroup(ctx context.Context, key store.GroupKey, fn func(*st
 		}
 		return s.fail(ctx, err)
 	}
+}
+
+// PruneGroups implements store.GroupPruner. A group's time is the
+// JetStream timestamp of its entry in the progress bucket (the server's
+// clock), so entries written before PruneGroups existed have one too. A
+// group is removed by purging its key's subject up to its entry's
+// revision: an entry another node wrote since stays, and so does the
+// group (the bucket keeps one revision, so nothing of it is purged and
+// it is not counted). No delete marker is left behind.
+func (s *Store) PruneGroups(ctx context.Context, subject string, t time.Time, keep func(group string) bool) (int, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	prefix := token(subject) + "."
+	w, err := s.progress.WatchFiltered(ctx, []string{prefix + "*"}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return 0, s.fail(ctx, err)
+	}
+	type entry struct {
+		group string
+		rev   uint64
+	}
+	var old []entry
+	err = func() error {
+		defer w.Stop()
+		for {
+			select {
+			case e := <-w.Updates():
+				if e == nil {
+					return nil
+				}
+				name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(strings.TrimPrefix(e.Key(), prefix), "k"))
+				if err == nil && e.Created().Before(t) {
+					old = append(old, entry{string(name), e.Revision()})
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range old {
+		if keep(o.group) {
+			continue
+		}
+		purged, err := s.purgeUpTo(ctx, s.bucketName("progress"), progressKey(store.GroupKey{Subject: subject, Group: o.group}), o.rev)
+		if err != nil {
+			return n, err
+		}
+		n += min(int(purged), 1)
+	}
+	return n, nil
+}
+
+var _ store.GroupPruner = (*Store)(nil)
+
+// purgeUpTo removes the revisions of key in bucket up to rev and returns
+// how many there were. The purge is one request to the bucket's stream,
+// so a revision written after rev is never removed.
+func (s *Store) purgeUpTo(ctx context.Context, bucket, key string, rev uint64) (uint64, error) {
+	req, err := json.Marshal(struct {
+		Filter string `json:"filter"`
+		Seq    uint64 `json:"seq"`
+	}{"$KV." + bucket + "." + key, rev + 1})
+	if err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	msg, err := s.nc.RequestWithContext(rctx, jetstream.DefaultAPIPrefix+"STREAM.PURGE.KV_"+bucket, req)
+	if err != nil {
+		return 0, s.fail(ctx, err)
+	}
+	var resp struct {
+		Purged uint64              `json:"purged"`
+		Error  *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("jetstream: purge of %s: %w", key, err)
+	}
+	if resp.Error != nil {
+		return 0, s.fail(ctx, resp.Error)
+	}
+	return resp.Purged, nil
 }

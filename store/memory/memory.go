@@ -86,6 +86,10 @@ type Options struct {
 	// evicts as soon as the newest message time passes the expiry; a negative
 	// value counts as zero.
 	IdempotencyGrace time.Duration
+	// Now is the clock that stamps each write of a consumer group's
+	// progress, for PruneGroups (default time.Now). A broker that runs on
+	// a clock of its own gives the store the same one.
+	Now func() time.Time
 }
 
 // Store is the in-memory store. Create one with New.
@@ -96,7 +100,7 @@ type Store struct {
 	msgs messageLog
 
 	progMu sync.RWMutex
-	groups map[store.GroupKey]*store.GroupState
+	groups map[string]map[string]*group // subject → group name → progress
 
 	quarMu     sync.RWMutex
 	quarantine map[string]store.QuarantineRecord
@@ -112,8 +116,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Trimmer = (*Store)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Trimmer     = (*Store)(nil)
+	_ store.GroupPruner = (*Store)(nil)
 )
 
 // New returns an empty Store. A nil opts means the defaults; opts is copied
@@ -126,9 +131,12 @@ func New(opts *Options) *Store {
 	if o.IdempotencyGrace < 0 {
 		o.IdempotencyGrace = 0
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	s := &Store{
 		opts:       o,
-		groups:     make(map[store.GroupKey]*store.GroupState),
+		groups:     make(map[string]map[string]*group),
 		quarantine: make(map[string]store.QuarantineRecord),
 		contracts:  make(map[string]store.ContractRecord),
 		kv:         make(map[string]map[string][]byte),

@@ -2,9 +2,19 @@ package memory
 
 import (
 	"context"
+	"slices"
+	"time"
 
 	"pigeon/store"
 )
+
+// group is one consumer group's progress, when it was last written and
+// how many writes it has had.
+type group struct {
+	state   store.GroupState
+	written time.Time
+	writes  uint64
+}
 
 // MarkDone records seq as done for the group (store.GroupState.MarkDone):
 // the floor advances over every contiguous done sequence, the others wait
@@ -19,7 +29,7 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 	if err := s.checkClosed(); err != nil {
 		return err
 	}
-	s.group(key).MarkDone(seq)
+	s.write(key).MarkDone(seq)
 	return nil
 }
 
@@ -34,19 +44,26 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	if err := s.checkClosed(); err != nil {
 		return err
 	}
-	s.group(key).MarkAttempt(seq, n)
+	s.write(key).MarkAttempt(seq, n)
 	return nil
 }
 
-// group returns the progress of key, created when first seen; s.progMu
-// must be held for writing.
-func (s *Store) group(key store.GroupKey) *store.GroupState {
-	g := s.groups[key]
-	if g == nil {
-		g = &store.GroupState{}
-		s.groups[key] = g
+// write returns the progress of key, created when first seen, stamped as
+// written now; s.progMu must be held for writing.
+func (s *Store) write(key store.GroupKey) *store.GroupState {
+	gs := s.groups[key.Subject]
+	if gs == nil {
+		gs = make(map[string]*group)
+		s.groups[key.Subject] = gs
 	}
-	return g
+	g := gs[key.Group]
+	if g == nil {
+		g = &group{}
+		gs[key.Group] = g
+	}
+	g.written = s.opts.Now()
+	g.writes++
+	return &g.state
 }
 
 // LoadGroup returns a deep copy of the group's state; Done and Attempts are
@@ -60,11 +77,11 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 	if err := s.checkClosed(); err != nil {
 		return store.GroupState{}, err
 	}
-	g := s.groups[key]
+	g := s.groups[key.Subject][key.Group]
 	if g == nil {
 		return store.GroupState{}, nil
 	}
-	return g.Clone(), nil
+	return g.state.Clone(), nil
 }
 
 // MarkDoneBatch implements store.BatchProgress.
@@ -78,3 +95,50 @@ func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []ui
 }
 
 var _ store.BatchProgress = (*Store)(nil)
+
+// PruneGroups implements store.GroupPruner. Each write is stamped with
+// Options.Now. keep is asked with no lock held, and a group written
+// since it was listed is kept.
+func (s *Store) PruneGroups(ctx context.Context, subject string, t time.Time, keep func(group string) bool) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	type listed struct {
+		name   string
+		g      *group
+		writes uint64
+	}
+	var old []listed
+	s.progMu.RLock()
+	if err := s.checkClosed(); err != nil {
+		s.progMu.RUnlock()
+		return 0, err
+	}
+	for name, g := range s.groups[subject] {
+		if g.written.Before(t) {
+			old = append(old, listed{name, g, g.writes})
+		}
+	}
+	s.progMu.RUnlock()
+	old = slices.DeleteFunc(old, func(l listed) bool { return keep(l.name) })
+	if len(old) == 0 {
+		return 0, nil
+	}
+	s.progMu.Lock()
+	defer s.progMu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return 0, err
+	}
+	gs := s.groups[subject]
+	n := 0
+	for _, l := range old {
+		if gs[l.name] == l.g && l.g.writes == l.writes {
+			delete(gs, l.name)
+			n++
+		}
+	}
+	if len(gs) == 0 {
+		delete(s.groups, subject)
+	}
+	return n, nil
+}

@@ -75,6 +75,12 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.GroupPruner); ok {
+		list = append(list, op{"PruneGroups", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.GroupPruner).PruneGroups(ctx, "a", time.Now().Add(time.Hour), func(string) bool { return false })
+			return err
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

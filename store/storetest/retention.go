@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,4 +111,103 @@ func (su *suite) testTrimQuarantine(t *testing.T) {
 	if su.f.Reopen != nil {
 		check(t, su.reopen(t, s))
 	}
+}
+
+// between returns a time after every progress write so far and before
+// every later one, by the wall clock, which stamps them. The margins
+// cover a backend that keeps milliseconds, rounded up.
+func between() time.Time {
+	time.Sleep(5 * time.Millisecond)
+	t := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	return t
+}
+
+func (su *suite) testPruneGroups(t *testing.T) {
+	s := su.store(t)
+	gp, ok := s.(store.GroupPruner)
+	if !ok {
+		t.Skip("store does not implement store.GroupPruner")
+	}
+	ctx := t.Context()
+	key := func(subject, group string) store.GroupKey { return store.GroupKey{Subject: subject, Group: group} }
+	done := func(k store.GroupKey, seq uint64) { require.NoError(t, s.MarkDone(ctx, k, seq)) }
+	// prune deletes the groups of subject written before before, but
+	// those named in kept, and returns how many went and which groups keep
+	// was asked about.
+	prune := func(s store.Store, subject string, before time.Time, kept ...string) (int, []string) {
+		t.Helper()
+		var asked []string
+		n, err := s.(store.GroupPruner).PruneGroups(ctx, subject, before, func(g string) bool {
+			asked = append(asked, g)
+			return slices.Contains(kept, g)
+		})
+		require.NoError(t, err)
+		return n, asked
+	}
+
+	done(key("s", "acked"), 1)
+	done(key("s", "acked"), 2)
+	require.NoError(t, s.MarkAttempt(ctx, key("s", "attempted"), 3, 1))
+	done(key("s", "kept"), 1)
+	done(key("s", "rewritten"), 1)
+	done(key("other", "acked"), 1)
+	mark := between()
+	done(key("s", "rewritten"), 2)
+	require.NoError(t, s.MarkAttempt(ctx, key("s", "fresh"), 1, 1))
+
+	n, asked := prune(s, "s", mark, "kept")
+	require.Equal(t, 2, n, "the groups of s last written before the mark, but the one kept")
+	require.ElementsMatch(t, []string{"acked", "attempted", "kept"}, asked, "keep is asked about each group written before the mark")
+	for _, c := range []struct {
+		key  store.GroupKey
+		want store.GroupState
+	}{
+		{key("s", "acked"), store.GroupState{}},
+		{key("s", "attempted"), store.GroupState{}},
+		{key("s", "kept"), store.GroupState{Floor: 1}},
+		{key("s", "rewritten"), store.GroupState{Floor: 2}},
+		{key("s", "fresh"), store.GroupState{Attempts: map[uint64]int{1: 1}}},
+		{key("other", "acked"), store.GroupState{Floor: 1}},
+	} {
+		requireGroup(t, s, c.key, c.want)
+	}
+	n, asked = prune(s, "s", mark)
+	require.Equal(t, 1, n, "the group kept before goes once keep lets it")
+	require.Equal(t, []string{"kept"}, asked, "deleted groups are gone")
+
+	done(key("s", "acked"), 5)
+	requireGroup(t, s, key("s", "acked"), store.GroupState{Done: []uint64{5}})
+
+	// A group written after its time was read, before keep let it go, is
+	// kept with the write.
+	done(key("w", "racer"), 1)
+	mark = between()
+	n, err := gp.PruneGroups(ctx, "w", mark, func(g string) bool {
+		done(key("w", g), 2)
+		return false
+	})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	requireGroup(t, s, key("w", "racer"), store.GroupState{Floor: 2})
+
+	if su.f.Reopen == nil {
+		return
+	}
+	// Deletions and write times survive a reopen.
+	done(key("r", "before"), 1)
+	mark = between()
+	done(key("r", "after"), 1)
+	s = su.reopen(t, s)
+	requireGroup(t, s, key("s", "attempted"), store.GroupState{})
+	requireGroup(t, s, key("s", "kept"), store.GroupState{})
+	requireGroup(t, s, key("s", "acked"), store.GroupState{Done: []uint64{5}})
+	n, asked = prune(s, "r", mark)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"before"}, asked, "a group written before a reopen keeps its time")
+	requireGroup(t, s, key("r", "before"), store.GroupState{})
+	requireGroup(t, s, key("r", "after"), store.GroupState{Floor: 1})
+	s = su.reopen(t, s)
+	requireGroup(t, s, key("r", "before"), store.GroupState{})
+	requireGroup(t, s, key("r", "after"), store.GroupState{Floor: 1})
 }

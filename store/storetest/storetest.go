@@ -12,7 +12,8 @@
 // and the suite checks that everything written survives a close and an
 // open. Optional abilities found by type assertion (store.Trimmer,
 // store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
-// store.ContractLister, store.AcceptAppender with store.AuditChainer)
+// store.GroupPruner, store.ContractLister, store.AcceptAppender with
+// store.AuditChainer)
 // are tested when the store has them and skipped when it has not.
 //
 // # Semantics the suite pins down
@@ -33,6 +34,10 @@
 //     by each record's Time, a released record included.
 //   - MarkAttempt on a done sequence is a no-op; MarkDone forgets the
 //     attempts of the sequence it marks.
+//   - PruneGroups goes by the wall clock (every backend stamps progress
+//     writes with it by default): a group written before t and after it
+//     counts as written after it; a deleted group written again starts
+//     from the zero state.
 //   - AppendAudit refuses a batch that does not continue the log, whole.
 //   - ListQuarantine: max <= 0 means no limit; oldest first.
 //   - KV Delete of a missing key is a no-op; List of an unknown bucket is
@@ -79,6 +84,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("Accepted", su.testAccepted)
 	t.Run("TrimAudit", su.testTrimAudit)
 	t.Run("TrimQuarantine", su.testTrimQuarantine)
+	t.Run("PruneGroups", su.testPruneGroups)
 	t.Run("Contracts", su.testContracts)
 	t.Run("ListContracts", su.testListContracts)
 	t.Run("KV", su.testKV)

@@ -35,6 +35,7 @@ var (
 	_ store.Store          = (*handle)(nil)
 	_ store.Trimmer        = (*handle)(nil)
 	_ store.ContractLister = (*handle)(nil)
+	_ store.GroupPruner    = (*handle)(nil)
 )
 
 func newHandle(data *memory.Store) *handle {
@@ -78,6 +79,10 @@ func (h *handle) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) e
 
 func (h *handle) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
 	return h.s().MarkAttempt(ctx, key, seq, n)
+}
+
+func (h *handle) PruneGroups(ctx context.Context, subject string, t time.Time, keep func(string) bool) (int, error) {
+	return h.s().PruneGroups(ctx, subject, t, keep)
 }
 
 func (h *handle) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {

@@ -85,7 +85,9 @@
 // front of their logs. Audit retention keeps a
 // checkpoint (sequence and hash of the last removed record), written
 // durably before the records go; AuditHead returns it and verification
-// starts from it.
+// starts from it. PruneGroups (store.GroupPruner) deletes the progress of
+// groups last written before a time: each progress record carries its
+// write time (Options.Now), kept in snapshots too.
 //
 // # Offline tools
 //

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"pigeon/store"
 )
@@ -17,15 +18,23 @@ import (
 // has grown by CompactAfter records the compactor writes the whole state
 // to meta.snapshot (atomically) and truncates the log front. The methods
 // over this state live in progress.go, contracts.go and kv.go.
+//
+// Each progress record carries the time it was written (in milliseconds,
+// rounded up) and each group remembers the time and the meta index of its
+// last one: PruneGroups chooses by the time, and its record deletes a
+// group only if no later record wrote it, on replay as when it committed.
+// Records and snapshots from before the time was kept count as written
+// when the store opened.
 
 type metaLog struct {
 	w *logw
 
-	mu        sync.RWMutex // guards the state below
-	groups    map[store.GroupKey]*store.GroupState
+	mu        sync.RWMutex                 // guards the state below
+	groups    map[string]map[string]*group // subject → group name → progress
 	contracts map[string]store.ContractRecord
 	kv        map[string]map[string][]byte
-	applied   uint64 // index of the last applied record
+	applied   uint64    // index of the last applied record
+	opened    time.Time // when Open loaded the state: the time of writes that carry none
 
 	since    uint64 // records since the snapshot; under w.mu
 	snapSize uint64 // records in the last snapshot; under w.mu
@@ -36,33 +45,36 @@ func (s *Store) metaDir() string      { return filepath.Join(s.dir, "meta") }
 func (s *Store) snapshotPath() string { return filepath.Join(s.dir, "meta.snapshot") }
 
 func (m *metaLog) init() {
-	m.groups = make(map[store.GroupKey]*store.GroupState)
+	m.groups = make(map[string]map[string]*group)
 	m.contracts = make(map[string]store.ContractRecord)
 	m.kv = make(map[string]map[string][]byte)
 	m.compact = make(chan struct{}, 1)
 }
 
-// apply applies one checked record; m.mu is held (or we are loading).
-func (m *metaLog) apply(rec []byte) (int, error) {
+// apply applies rec, one checked record, at index in the meta log (0 for
+// a snapshot's records); m.mu is held (or we are loading).
+func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 	d := newDec(rec)
 	res := 0
 	switch rec[4] {
 	case kindDone:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
+		at := m.stamp(d)
 		if d.err == nil {
-			m.group(key).MarkDone(seq)
+			m.write(key, index, at).MarkDone(seq)
 		}
 	case kindAttempt:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		seq := d.uvarint()
 		n := d.varint()
+		at := m.stamp(d)
 		if d.err == nil {
-			m.group(key).MarkAttempt(seq, int(n))
+			m.write(key, index, at).MarkAttempt(seq, int(n))
 		}
 	case kindGroupState:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
-		g := &store.GroupState{Floor: d.uvarint(), Attempts: map[uint64]int{}}
+		g := store.GroupState{Floor: d.uvarint(), Attempts: map[uint64]int{}}
 		prev := g.Floor
 		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
 			prev += d.uvarint()
@@ -72,8 +84,22 @@ func (m *metaLog) apply(rec []byte) (int, error) {
 			seq := d.uvarint()
 			g.Attempts[seq] = int(d.varint())
 		}
+		at := m.stamp(d)
 		if d.err == nil {
-			m.groups[key] = g
+			*m.write(key, index, at) = g
+		}
+	case kindGroupsPruned:
+		subject, upTo := d.str(), d.uvarint()
+		gs := m.groups[subject]
+		for n := d.uvarint(); n > 0 && d.err == nil; n-- {
+			name := d.str()
+			if g := gs[name]; d.err == nil && g != nil && g.index <= upTo {
+				delete(gs, name)
+				res++
+			}
+		}
+		if len(gs) == 0 {
+			delete(m.groups, subject)
 		}
 	case kindContract:
 		c := decodeContract(d)
@@ -117,18 +143,58 @@ func (m *metaLog) apply(rec []byte) (int, error) {
 	return res, d.done()
 }
 
-func (m *metaLog) group(key store.GroupKey) *store.GroupState {
-	g := m.groups[key]
-	if g == nil {
-		g = &store.GroupState{Attempts: map[uint64]int{}}
-		m.groups[key] = g
+// group is one consumer group's progress, and the time and meta index of
+// the record that last wrote it.
+type group struct {
+	store.GroupState
+	at    time.Time
+	index uint64
+}
+
+// get returns the progress of key, or nil.
+func (m *metaLog) get(key store.GroupKey) *group { return m.groups[key.Subject][key.Group] }
+
+// write returns the progress of key, created when first seen, as written
+// at time at by the record at index.
+func (m *metaLog) write(key store.GroupKey, index uint64, at time.Time) *store.GroupState {
+	gs := m.groups[key.Subject]
+	if gs == nil {
+		gs = make(map[string]*group)
+		m.groups[key.Subject] = gs
 	}
-	return g
+	g := gs[key.Group]
+	if g == nil {
+		g = &group{GroupState: store.GroupState{Attempts: map[uint64]int{}}}
+		gs[key.Group] = g
+	}
+	g.at, g.index = at, index
+	return &g.GroupState
+}
+
+// stamp decodes the write time that ends a progress record; a record
+// written before the time was kept counts as written when the store
+// opened.
+func (m *metaLog) stamp(d *dec) time.Time {
+	if d.err == nil && len(d.b) == 0 {
+		return m.opened
+	}
+	return time.UnixMilli(d.varint())
+}
+
+// stampOf is t in whole milliseconds, rounded up: a group never counts as
+// written earlier than it was.
+func stampOf(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }
 
 func (s *Store) loadMeta() error {
 	m := &s.meta
 	m.init()
+	m.opened = s.opts.Now()
 	var snapN uint64
 	hasSnap := false
 	path := s.snapshotPath()
@@ -146,7 +212,7 @@ func (s *Store) loadMeta() error {
 				return d.done()
 			}
 			m.snapSize++
-			_, err := m.apply(rec)
+			_, err := m.apply(0, rec)
 			return err
 		})
 		if err != nil {
@@ -160,7 +226,7 @@ func (s *Store) loadMeta() error {
 		if index <= snapN {
 			return nil
 		}
-		_, err := m.apply(rec)
+		_, err := m.apply(index, rec)
 		return err
 	})
 	if err != nil {
@@ -179,8 +245,8 @@ func (s *Store) loadMeta() error {
 	m.since = st.last - max(snapN, st.first-1)
 	w.onCommit = func(r *wreq) {
 		m.mu.Lock()
-		for _, d := range r.data {
-			n, _ := m.apply(d) // we encoded it: it decodes
+		for i, d := range r.data {
+			n, _ := m.apply(r.first+uint64(i), d) // we encoded it: it decodes
 			r.res += n
 		}
 		m.applied = r.last()
@@ -219,7 +285,10 @@ func (s *Store) compactMeta() error {
 	m.mu.RLock()
 	n := m.applied
 	data := m.encodeSnapshot(n)
-	records := uint64(len(m.groups) + len(m.contracts))
+	records := uint64(len(m.contracts))
+	for _, gs := range m.groups {
+		records += uint64(len(gs))
+	}
 	for _, b := range m.kv {
 		records += uint64(len(b))
 	}
@@ -241,23 +310,26 @@ func (m *metaLog) encodeSnapshot(n uint64) []byte {
 	e := newEnc(kindSnapshot, 16)
 	e.uvarint(n)
 	out := frame(nil, e.finish())
-	for key, g := range m.groups {
-		e := newEnc(kindGroupState, 64+8*len(g.Done)+12*len(g.Attempts))
-		e.str(key.Subject)
-		e.str(key.Group)
-		e.uvarint(g.Floor)
-		e.uvarint(uint64(len(g.Done)))
-		prev := g.Floor
-		for _, seq := range g.Done {
-			e.uvarint(seq - prev)
-			prev = seq
+	for subject, gs := range m.groups {
+		for name, g := range gs {
+			e := newEnc(kindGroupState, 72+8*len(g.Done)+12*len(g.Attempts))
+			e.str(subject)
+			e.str(name)
+			e.uvarint(g.Floor)
+			e.uvarint(uint64(len(g.Done)))
+			prev := g.Floor
+			for _, seq := range g.Done {
+				e.uvarint(seq - prev)
+				prev = seq
+			}
+			e.uvarint(uint64(len(g.Attempts)))
+			for seq, n := range g.Attempts {
+				e.uvarint(seq)
+				e.varint(int64(n))
+			}
+			e.varint(stampOf(g.at))
+			out = frame(out, e.finish())
 		}
-		e.uvarint(uint64(len(g.Attempts)))
-		for seq, n := range g.Attempts {
-			e.uvarint(seq)
-			e.varint(int64(n))
-		}
-		out = frame(out, e.finish())
 	}
 	for _, c := range m.contracts {
 		out = frame(out, encodeContract(&c))

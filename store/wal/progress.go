@@ -2,9 +2,20 @@ package wal
 
 import (
 	"context"
+	"time"
 
 	"pigeon/store"
 )
+
+// encDone encodes MarkDone of seq, written at ms (stampOf).
+func encDone(key store.GroupKey, seq uint64, ms int64) []byte {
+	e := newEnc(kindDone, len(key.Subject)+len(key.Group)+24)
+	e.str(key.Subject)
+	e.str(key.Group)
+	e.uvarint(seq)
+	e.varint(ms)
+	return e.finish()
+}
 
 // MarkDone implements store.ProgressLog.
 func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {
@@ -13,17 +24,13 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 	}
 	defer s.leave()
 	s.meta.mu.RLock()
-	g := s.meta.groups[key]
+	g := s.meta.get(key)
 	noop := seq == 0 || g != nil && g.IsDone(seq)
 	s.meta.mu.RUnlock()
 	if noop {
 		return nil
 	}
-	e := newEnc(kindDone, len(key.Subject)+len(key.Group)+16)
-	e.str(key.Subject)
-	e.str(key.Group)
-	e.uvarint(seq)
-	_, err := s.metaWrite(e.finish())
+	_, err := s.metaWrite(encDone(key, seq, stampOf(s.opts.Now())))
 	return err
 }
 
@@ -34,18 +41,15 @@ func (s *Store) MarkDoneBatch(ctx context.Context, key store.GroupKey, seqs []ui
 		return err
 	}
 	defer s.leave()
+	ms := stampOf(s.opts.Now())
 	s.meta.mu.RLock()
-	g := s.meta.groups[key]
+	g := s.meta.get(key)
 	recs := make([][]byte, 0, len(seqs))
 	for _, seq := range seqs {
 		if seq == 0 || g != nil && g.IsDone(seq) {
 			continue
 		}
-		e := newEnc(kindDone, len(key.Subject)+len(key.Group)+16)
-		e.str(key.Subject)
-		e.str(key.Group)
-		e.uvarint(seq)
-		recs = append(recs, e.finish())
+		recs = append(recs, encDone(key, seq, ms))
 	}
 	s.meta.mu.RUnlock()
 	if len(recs) == 0 {
@@ -65,7 +69,7 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	}
 	defer s.leave()
 	s.meta.mu.RLock()
-	g := s.meta.groups[key]
+	g := s.meta.get(key)
 	noop := false
 	if g != nil {
 		a, ok := g.Attempts[seq]
@@ -75,11 +79,12 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	if noop {
 		return nil
 	}
-	e := newEnc(kindAttempt, len(key.Subject)+len(key.Group)+24)
+	e := newEnc(kindAttempt, len(key.Subject)+len(key.Group)+32)
 	e.str(key.Subject)
 	e.str(key.Group)
 	e.uvarint(seq)
 	e.varint(int64(n))
+	e.varint(stampOf(s.opts.Now()))
 	_, err := s.metaWrite(e.finish())
 	return err
 }
@@ -92,9 +97,67 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 	defer s.leave()
 	s.meta.mu.RLock()
 	defer s.meta.mu.RUnlock()
-	g := s.meta.groups[key]
+	g := s.meta.get(key)
 	if g == nil {
 		return store.GroupState{}, nil
 	}
 	return g.Clone(), nil
 }
+
+// prunedPerRecord bounds the group names of one kindGroupsPruned record.
+const prunedPerRecord = 1024
+
+// PruneGroups implements store.GroupPruner. It lists the groups of
+// subject written before t (the time their last record carries) and the
+// meta index applied then, asks keep about each without a lock held, and
+// commits records naming the others: applying them, now and on every
+// replay, deletes a named group only if no record after that index wrote
+// it. It returns once the records are as durable as any other write.
+func (s *Store) PruneGroups(ctx context.Context, subject string, t time.Time, keep func(group string) bool) (int, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	m := &s.meta
+	m.mu.RLock()
+	upTo := m.applied
+	var old []string
+	for name, g := range m.groups[subject] {
+		if g.at.Before(t) {
+			old = append(old, name)
+		}
+	}
+	m.mu.RUnlock()
+	var recs [][]byte
+	for len(old) > 0 {
+		var names []string
+		for len(old) > 0 && len(names) < prunedPerRecord {
+			if name := old[0]; !keep(name) {
+				names = append(names, name)
+			}
+			old = old[1:]
+		}
+		if len(names) > 0 {
+			recs = append(recs, encPruned(subject, upTo, names))
+		}
+	}
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	return s.metaWrite(recs...)
+}
+
+// encPruned encodes the deletion of the named groups of subject that no
+// record after meta index upTo wrote.
+func encPruned(subject string, upTo uint64, names []string) []byte {
+	e := newEnc(kindGroupsPruned, len(subject)+16+64*len(names))
+	e.str(subject)
+	e.uvarint(upTo)
+	e.uvarint(uint64(len(names)))
+	for _, name := range names {
+		e.str(name)
+	}
+	return e.finish()
+}
+
+var _ store.GroupPruner = (*Store)(nil)

@@ -26,21 +26,22 @@ const recHeader = 5
 
 // Record kinds. Numbers are part of the on-disk format: never reuse one.
 const (
-	kindMessage     byte = 1  // messages/<subject>/
-	kindAudit       byte = 2  // audit/
-	kindAccepted    byte = 4  // messages/<subject>/: a message and its acceptance audit record
-	kindCheckpoint  byte = 3  // audit.checkpoint
-	kindDone        byte = 10 // meta/: progress MarkDone
-	kindAttempt     byte = 11 // meta/: progress MarkAttempt
-	kindGroupState  byte = 12 // meta snapshot: one group's whole state
-	kindContract    byte = 20 // meta/: PutContract
-	kindContractGC  byte = 21 // meta/: DeleteExpiredContracts
-	kindKVPut       byte = 30 // meta/
-	kindKVDelete    byte = 31 // meta/
-	kindSnapshot    byte = 40 // meta.snapshot header: covers meta index N
-	kindQuarantine  byte = 50 // quarantine/: PutQuarantine
-	kindQuarantineT byte = 51 // quarantine/: TrimQuarantineBefore tombstone
-	kindSubject     byte = 60 // messages/<subject>/SUBJECT
+	kindMessage      byte = 1  // messages/<subject>/
+	kindAudit        byte = 2  // audit/
+	kindAccepted     byte = 4  // messages/<subject>/: a message and its acceptance audit record
+	kindCheckpoint   byte = 3  // audit.checkpoint
+	kindDone         byte = 10 // meta/: progress MarkDone
+	kindAttempt      byte = 11 // meta/: progress MarkAttempt
+	kindGroupState   byte = 12 // meta snapshot: one group's whole state
+	kindGroupsPruned byte = 13 // meta/: PruneGroups
+	kindContract     byte = 20 // meta/: PutContract
+	kindContractGC   byte = 21 // meta/: DeleteExpiredContracts
+	kindKVPut        byte = 30 // meta/
+	kindKVDelete     byte = 31 // meta/
+	kindSnapshot     byte = 40 // meta.snapshot header: covers meta index N
+	kindQuarantine   byte = 50 // quarantine/: PutQuarantine
+	kindQuarantineT  byte = 51 // quarantine/: TrimQuarantineBefore tombstone
+	kindSubject      byte = 60 // messages/<subject>/SUBJECT
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

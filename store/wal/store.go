@@ -73,6 +73,9 @@ type Options struct {
 	// the next one, which would take turns with this batch. A negative
 	// value disables it.
 	BatchDelay time.Duration
+	// Now is the clock that stamps each write of a consumer group's
+	// progress, for PruneGroups (default time.Now).
+	Now func() time.Time
 	// Logger receives what recovery did (a torn tail dropped after a
 	// crash: log, file, offset and bytes). Default slog.Default().
 	Logger *slog.Logger
@@ -94,6 +97,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
