@@ -177,6 +177,31 @@ func (g *GroupState) MarkDone(seq uint64) {
 	}
 }
 
+// RaiseFloor records every sequence <= floor as done, as when the
+// messages up to floor are gone (trimmed by retention): Floor becomes
+// floor, the Done and Attempts at or below it are dropped, and Floor
+// advances over the contiguous Done above it, as MarkDone does. Raising
+// to a floor at or below Floor is a no-op.
+func (g *GroupState) RaiseFloor(floor uint64) {
+	if floor <= g.Floor {
+		return
+	}
+	for seq := range g.Attempts {
+		if seq <= floor {
+			delete(g.Attempts, seq)
+		}
+	}
+	n, _ := slices.BinarySearch(g.Done, floor+1) // the Done at or below floor
+	g.Floor = floor
+	for n < len(g.Done) && g.Done[n] == g.Floor+1 {
+		g.Floor++
+		n++
+	}
+	if n > 0 {
+		g.Done = slices.Delete(g.Done, 0, n)
+	}
+}
+
 // MarkAttempt records that delivery attempt n of seq began. It is a no-op
 // for a sequence that is already done.
 func (g *GroupState) MarkAttempt(seq uint64, n int) {
@@ -221,6 +246,17 @@ type GroupPruner interface {
 	// write running at the same time as the deletion either keeps the
 	// group or is applied, after the deletion, to the zero state.
 	PruneGroups(ctx context.Context, subject string, t time.Time, keep func(group string) bool) (int, error)
+}
+
+// FloorRaiser is the optional ability to mark done, in one write, every
+// sequence of a group up to a floor: the broker raises the floor of a
+// group whose messages below it were trimmed, so that its progress does
+// not keep every later sequence in Done for good.
+type FloorRaiser interface {
+	// RaiseFloor applies GroupState.RaiseFloor(floor) to the group's
+	// state. It is a write as MarkDone is (GroupPruner's write time);
+	// raising to a floor at or below the group's is a no-op.
+	RaiseFloor(ctx context.Context, key GroupKey, floor uint64) error
 }
 
 // BatchProgress is the optional ability to mark many sequences done in one

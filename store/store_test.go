@@ -37,6 +37,36 @@ func TestGroupStateMarkDone(t *testing.T) {
 	}
 }
 
+func TestGroupStateRaiseFloor(t *testing.T) {
+	tests := []struct {
+		name  string
+		from  store.GroupState
+		floor uint64
+		want  store.GroupState
+	}{
+		{"a new group", store.GroupState{}, 5, store.GroupState{Floor: 5}},
+		{"below the floor is a no-op", store.GroupState{Floor: 7, Done: []uint64{9}}, 5, store.GroupState{Floor: 7, Done: []uint64{9}}},
+		{"at the floor is a no-op", store.GroupState{Floor: 5, Attempts: map[uint64]int{6: 1}}, 5, store.GroupState{Floor: 5, Attempts: map[uint64]int{6: 1}}},
+		{"done at or below go", store.GroupState{Done: []uint64{6, 7, 8, 10}}, 10, store.GroupState{Floor: 10}},
+		{"contiguous done above are taken in", store.GroupState{Done: []uint64{3, 6, 7, 9}}, 5, store.GroupState{Floor: 7, Done: []uint64{9}}},
+		{"a gap above stays", store.GroupState{Floor: 1, Done: []uint64{3, 8}}, 6, store.GroupState{Floor: 6, Done: []uint64{8}}},
+		{"attempts at or below go",
+			store.GroupState{Floor: 1, Done: []uint64{4}, Attempts: map[uint64]int{2: 3, 5: 1, 6: 2}}, 5,
+			store.GroupState{Floor: 5, Attempts: map[uint64]int{6: 2}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := tc.from.Clone()
+			g.RaiseFloor(tc.floor)
+			for s := uint64(0); s <= tc.floor; s++ {
+				require.True(t, g.IsDone(s), "%d", s)
+			}
+			g = g.Clone() // empty Done and Attempts as nil
+			require.Equal(t, tc.want, g)
+		})
+	}
+}
+
 func TestGroupStateAttempts(t *testing.T) {
 	var g store.GroupState
 	g.MarkAttempt(2, 1)

@@ -35,6 +35,23 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	return s.updateGroup(ctx, key, func(g *store.GroupState) { g.MarkAttempt(seq, n) })
 }
 
+// RaiseFloor implements store.FloorRaiser in one compare-and-set, as
+// MarkDone. A raise to the group's floor or below writes nothing.
+func (s *Store) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {
+	if floor == 0 {
+		return s.begin(ctx)
+	}
+	return s.updateGroupIf(ctx, key, func(g *store.GroupState) bool {
+		if floor <= g.Floor {
+			return false
+		}
+		g.RaiseFloor(floor)
+		return true
+	})
+}
+
+var _ store.FloorRaiser = (*Store)(nil)
+
 // LoadGroup implements store.ProgressLog.
 func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {
 	if err := s.begin(ctx); err != nil {
@@ -62,6 +79,12 @@ func (s *Store) loadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 // updateGroup applies fn to the group's state with compare-and-set, so
 // that nodes changing one group at once all keep their change.
 func (s *Store) updateGroup(ctx context.Context, key store.GroupKey, fn func(*store.GroupState)) error {
+	return s.updateGroupIf(ctx, key, func(g *store.GroupState) bool { fn(g); return true })
+}
+
+// updateGroupIf is updateGroup, but writes nothing when fn reports that
+// it changed nothing.
+func (s *Store) updateGroupIf(ctx context.Context, key store.GroupKey, fn func(*store.GroupState) bool) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
@@ -70,7 +93,9 @@ func (s *Store) updateGroup(ctx context.Context, key store.GroupKey, fn func(*st
 		if err != nil {
 			return err
 		}
-		fn(&g)
+		if !fn(&g) {
+			return nil
+		}
 		val, err := json.Marshal(&g)
 		if err != nil {
 			return err

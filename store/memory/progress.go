@@ -66,6 +66,26 @@ func (s *Store) write(key store.GroupKey) *store.GroupState {
 	return &g.state
 }
 
+// RaiseFloor implements store.FloorRaiser (store.GroupState.RaiseFloor),
+// stamped with Options.Now when it raises the floor.
+func (s *Store) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.progMu.Lock()
+	defer s.progMu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return err
+	}
+	if g := s.groups[key.Subject][key.Group]; floor == 0 || g != nil && floor <= g.state.Floor {
+		return nil // a no-op writes nothing
+	}
+	s.write(key).RaiseFloor(floor)
+	return nil
+}
+
+var _ store.FloorRaiser = (*Store)(nil)
+
 // LoadGroup returns a deep copy of the group's state; Done and Attempts are
 // nil when empty, and a group never seen is the zero GroupState.
 func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {

@@ -81,6 +81,11 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.FloorRaiser); ok {
+		list = append(list, op{"RaiseFloor", func(ctx context.Context, s store.Store) error {
+			return s.(store.FloorRaiser).RaiseFloor(ctx, k, 5)
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

@@ -211,3 +211,73 @@ func (su *suite) testPruneGroups(t *testing.T) {
 	requireGroup(t, s, key("r", "before"), store.GroupState{})
 	requireGroup(t, s, key("r", "after"), store.GroupState{Floor: 1})
 }
+
+// testRaiseFloor: RaiseFloor marks every sequence up to the floor done,
+// as store.GroupState.RaiseFloor does, so that acks after it advance the
+// floor instead of waiting in Done; a raise is a write for PruneGroups,
+// and its state survives a reopen.
+func (su *suite) testRaiseFloor(t *testing.T) {
+	s := su.store(t)
+	fr, ok := s.(store.FloorRaiser)
+	if !ok {
+		t.Skip("store does not implement store.FloorRaiser")
+	}
+	ctx := t.Context()
+	cases := []struct {
+		name  string
+		done  []uint64
+		tries map[uint64]int // attempts recorded before the raise
+		floor uint64
+		acks  []uint64 // marked done after the raise
+		want  store.GroupState
+	}{
+		{name: "new group", floor: 5, want: store.GroupState{Floor: 5}},
+		{name: "zero on a new group", floor: 0, want: store.GroupState{}},
+		{name: "acks after it advance the floor", floor: 5, acks: []uint64{6, 8, 7}, want: store.GroupState{Floor: 8}},
+		{name: "below the floor", done: []uint64{1, 2, 3, 5}, floor: 2, want: store.GroupState{Floor: 3, Done: []uint64{5}}},
+		{name: "done at or below go, contiguous above join",
+			done: []uint64{2, 4, 6, 7, 9}, tries: map[uint64]int{3: 2, 8: 1, 10: 3}, floor: 5,
+			want: store.GroupState{Floor: 7, Done: []uint64{9}, Attempts: map[uint64]int{8: 1, 10: 3}}},
+		{name: "a gap stays", done: []uint64{8}, tries: map[uint64]int{6: 1}, floor: 6, acks: []uint64{6, 7},
+			want: store.GroupState{Floor: 8}},
+	}
+	key := func(name string) store.GroupKey { return store.GroupKey{Subject: "s", Group: name} }
+	for _, c := range cases {
+		k := key(c.name)
+		for _, seq := range c.done {
+			require.NoError(t, s.MarkDone(ctx, k, seq))
+		}
+		for seq, n := range c.tries {
+			require.NoError(t, s.MarkAttempt(ctx, k, seq, n))
+		}
+		require.NoError(t, fr.RaiseFloor(ctx, k, c.floor))
+		for _, seq := range c.acks {
+			require.NoError(t, s.MarkDone(ctx, k, seq))
+		}
+	}
+	check := func(t *testing.T, s store.Store) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { requireGroup(t, s, key(c.name), c.want) })
+		}
+	}
+	check(t, s)
+	require.NoError(t, s.MarkAttempt(ctx, key("new group"), 4, 1))
+	requireGroup(t, s, key("new group"), store.GroupState{Floor: 5}) // an attempt at or below the floor is a no-op
+
+	if gp, ok := s.(store.GroupPruner); ok {
+		raised, same := store.GroupKey{Subject: "p", Group: "raised"}, store.GroupKey{Subject: "p", Group: "same"}
+		require.NoError(t, s.MarkDone(ctx, raised, 1))
+		require.NoError(t, s.MarkDone(ctx, same, 1))
+		mark := between()
+		require.NoError(t, fr.RaiseFloor(ctx, raised, 3))
+		require.NoError(t, fr.RaiseFloor(ctx, same, 1))
+		n, err := gp.PruneGroups(ctx, "p", mark, func(string) bool { return false })
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "a raise is a write; a raise to the floor is not")
+		requireGroup(t, s, raised, store.GroupState{Floor: 3})
+		requireGroup(t, s, same, store.GroupState{})
+	}
+	if su.f.Reopen != nil {
+		t.Run("AfterReopen", func(t *testing.T) { check(t, su.reopen(t, s)) })
+	}
+}

@@ -36,6 +36,7 @@ var (
 	_ store.Trimmer        = (*handle)(nil)
 	_ store.ContractLister = (*handle)(nil)
 	_ store.GroupPruner    = (*handle)(nil)
+	_ store.FloorRaiser    = (*handle)(nil)
 )
 
 func newHandle(data *memory.Store) *handle {
@@ -83,6 +84,10 @@ func (h *handle) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64
 
 func (h *handle) PruneGroups(ctx context.Context, subject string, t time.Time, keep func(string) bool) (int, error) {
 	return h.s().PruneGroups(ctx, subject, t, keep)
+}
+
+func (h *handle) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {
+	return h.s().RaiseFloor(ctx, key, floor)
 }
 
 func (h *handle) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {

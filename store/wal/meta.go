@@ -72,6 +72,13 @@ func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 		if d.err == nil {
 			m.write(key, index, at).MarkAttempt(seq, int(n))
 		}
+	case kindFloor:
+		key := store.GroupKey{Subject: d.str(), Group: d.str()}
+		floor := d.uvarint()
+		at := m.stamp(d)
+		if d.err == nil {
+			m.write(key, index, at).RaiseFloor(floor)
+		}
 	case kindGroupState:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		g := store.GroupState{Floor: d.uvarint(), Attempts: map[uint64]int{}}

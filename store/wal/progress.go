@@ -89,6 +89,33 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	return err
 }
 
+// RaiseFloor implements store.FloorRaiser with one record, which a
+// replay applies as the commit did; a snapshot keeps the state it left.
+// Like every progress record, it is a write that a PruneGroups record
+// looked before spares.
+func (s *Store) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	s.meta.mu.RLock()
+	g := s.meta.get(key)
+	noop := floor == 0 || g != nil && floor <= g.Floor
+	s.meta.mu.RUnlock()
+	if noop {
+		return nil
+	}
+	e := newEnc(kindFloor, len(key.Subject)+len(key.Group)+24)
+	e.str(key.Subject)
+	e.str(key.Group)
+	e.uvarint(floor)
+	e.varint(stampOf(s.opts.Now()))
+	_, err := s.metaWrite(e.finish())
+	return err
+}
+
+var _ store.FloorRaiser = (*Store)(nil)
+
 // LoadGroup implements store.ProgressLog.
 func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {
 	if err := s.enter(ctx); err != nil {

@@ -34,6 +34,7 @@ const (
 	kindAttempt      byte = 11 // meta/: progress MarkAttempt
 	kindGroupState   byte = 12 // meta snapshot: one group's whole state
 	kindGroupsPruned byte = 13 // meta/: PruneGroups
+	kindFloor        byte = 14 // meta/: progress RaiseFloor
 	kindContract     byte = 20 // meta/: PutContract
 	kindContractGC   byte = 21 // meta/: DeleteExpiredContracts
 	kindKVPut        byte = 30 // meta/
