@@ -95,7 +95,7 @@ type group struct {
 	err    error         // why the load failed; written before loaded closes
 
 	mu       sync.Mutex
-	prog     store.GroupState // Floor and Done, kept by MarkDone as the store keeps them; Attempts stays nil
+	prog     store.GroupState // Floor and Done, kept by MarkDone and RaiseFloor as the store keeps them; Attempts stays nil
 	next     uint64           // lowest sequence never handed out, > Floor
 	attempts map[uint64]int
 	leases   map[uint64]*lease
@@ -186,10 +186,15 @@ func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int)
 }
 
 // loadGroup fills in g, just put in the table and held by the caller, from
-// the store. When the store fails, g leaves the table and the hold ends.
+// the store, with its floor raised past the messages trimmed since it last
+// wrote (raisePastTrimmed). When the store fails, g leaves the table and
+// the hold ends.
 func (e *Engine) loadGroup(ctx context.Context, g *group) error {
 	defer close(g.loaded)
-	st, err := e.store.LoadGroup(ctx, g.key)
+	err := e.fillGroup(ctx, g)
+	if err == nil {
+		err = e.raisePastTrimmed(ctx, g)
+	}
 	if err != nil {
 		g.err = storeError(err)
 		e.groups.mu.Lock()
@@ -197,6 +202,15 @@ func (e *Engine) loadGroup(ctx context.Context, g *group) error {
 		e.groups.drop(g)
 		e.groups.mu.Unlock()
 		return g.err
+	}
+	return nil
+}
+
+// fillGroup sets g's state to what the store keeps of it.
+func (e *Engine) fillGroup(ctx context.Context, g *group) error {
+	st, err := e.store.LoadGroup(ctx, g.key)
+	if err != nil {
+		return err
 	}
 	g.prog = store.GroupState{Floor: st.Floor, Done: st.Done}
 	g.next = st.Floor + 1

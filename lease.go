@@ -235,7 +235,11 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 		return nil, storeError(err)
 	}
 	if len(sms) == 0 || sms[0].Seq != seq {
-		// Trimmed by retention: nothing left to deliver.
+		// Trimmed by retention, with every sequence before the first
+		// kept: nothing left to deliver.
+		if err := e.raisePastTrimmed(ctx, g); err != nil {
+			return nil, storeError(err)
+		}
 		return nil, e.markDone(ctx, g, seq)
 	}
 	return e.leaseMsg(ctx, g, s, sms[0], holder, now)

@@ -27,7 +27,8 @@ const (
 )
 
 // enforceRetention trims what policy no longer keeps: each subject's
-// messages older than retention.messagesMs and the stored progress of its
+// messages older than retention.messagesMs (raising the floors of its
+// groups in memory past them, raiseFloors) and the stored progress of its
 // groups unused for as long (for Options.GroupRetention where the subject
 // keeps its messages), audit records older than the longest
 // retention.auditMs of any subject, grants that expired over
@@ -50,6 +51,11 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 			}
 			if n > 0 {
 				e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
+			}
+			// Every pass, not only one that trimmed: another node may
+			// have trimmed, or a pass failed to raise.
+			if err := e.raiseFloors(ctx, name); err != nil {
+				e.opts.Logger.Error("retention: raise the floors of groups past trimmed messages", "subject", name, "err", err)
 			}
 			groupKeep = time.Duration(ms) * time.Millisecond
 		}
