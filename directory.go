@@ -359,28 +359,39 @@ func (d *directory) forgetGrant(ctx context.Context, jti string) error {
 
 // pruneGrants forgets at most max grants, and revocations, that expired
 // before cutoff: their tokens are refused for their expiry alone. It
-// returns how many it forgot.
+// returns how many it forgot. It looks for them under the read lock, so
+// that a pass with nothing to forget never holds up an authentication.
 func (d *directory) pruneGrants(ctx context.Context, cutoff time.Time, max int) (int, error) {
+	var grants, revoked []string
+	d.mu.RLock()
+	for jti, g := range d.grants {
+		if len(grants) < max && g.ExpiresAt.Before(cutoff) {
+			grants = append(grants, jti)
+		}
+	}
+	for jti, exp := range d.revoked {
+		if _, ok := d.grants[jti]; !ok && len(grants)+len(revoked) < max && exp.Before(cutoff) {
+			revoked = append(revoked, jti)
+		}
+	}
+	d.mu.RUnlock()
+	if len(grants)+len(revoked) == 0 {
+		return 0, nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
-	for jti, g := range d.grants {
-		if n == max {
-			return n, nil
-		}
-		if !g.ExpiresAt.Before(cutoff) {
-			continue
+	for _, jti := range grants {
+		if g := d.grants[jti]; g == nil || !g.ExpiresAt.Before(cutoff) {
+			continue // gone meanwhile
 		}
 		if err := d.forgetGrant(ctx, jti); err != nil {
 			return n, err
 		}
 		n++
 	}
-	for jti, exp := range d.revoked {
-		if n == max {
-			return n, nil
-		}
-		if _, ok := d.grants[jti]; ok || !exp.Before(cutoff) {
+	for _, jti := range revoked {
+		if _, ok := d.revoked[jti]; !ok || d.grants[jti] != nil {
 			continue
 		}
 		if err := storeError(d.st.Delete(ctx, bucketRevoked, jti)); err != nil {
