@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -51,44 +53,32 @@ func newConnLimit(max, perIP int, tls bool, logger *slog.Logger) *connLimit {
 }
 
 // refusalResponse is a whole HTTP/1.1 response carrying err as the API's
-// refusals do, closing the connection.
+// refusals do (wire.WriteHTTPError), closing the connection.
 func refusalResponse(err error) []byte {
-	rec := &bufferedResponse{header: http.Header{}}
+	rec := &recordedResponse{header: http.Header{}}
 	wire.WriteHTTPError(rec, err)
-	b := []byte("HTTP/1.1 " + strconv.Itoa(rec.status) + " " + http.StatusText(rec.status) + "\r\n")
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", rec.status, http.StatusText(rec.status))
 	rec.header.Set("Connection", "close")
 	rec.header.Set("Retry-After", "1")
-	rec.header.Set("Content-Length", strconv.Itoa(len(rec.body)))
-	var w headerBuffer
-	_ = rec.header.Write(&w)
-	b = append(b, w...)
-	b = append(b, "\r\n"...)
-	return append(b, rec.body...)
+	rec.header.Set("Content-Length", strconv.Itoa(rec.body.Len()))
+	_ = rec.header.Write(&b)
+	b.WriteString("\r\n")
+	b.Write(rec.body.Bytes())
+	return b.Bytes()
 }
 
-// bufferedResponse is the http.ResponseWriter refusalResponse renders
+// recordedResponse is the http.ResponseWriter refusalResponse renders
 // into.
-type bufferedResponse struct {
+type recordedResponse struct {
 	header http.Header
 	status int
-	body   []byte
+	body   bytes.Buffer
 }
 
-func (r *bufferedResponse) Header() http.Header { return r.header }
-
-func (r *bufferedResponse) WriteHeader(status int) { r.status = status }
-
-func (r *bufferedResponse) Write(b []byte) (int, error) {
-	r.body = append(r.body, b...)
-	return len(b), nil
-}
-
-type headerBuffer []byte
-
-func (w *headerBuffer) Write(b []byte) (int, error) {
-	*w = append(*w, b...)
-	return len(b), nil
-}
+func (r *recordedResponse) Header() http.Header         { return r.header }
+func (r *recordedResponse) WriteHeader(status int)      { r.status = status }
+func (r *recordedResponse) Write(b []byte) (int, error) { return r.body.Write(b) }
 
 // wrap returns l, accepting within the limit.
 func (cl *connLimit) wrap(l net.Listener) net.Listener {
