@@ -21,14 +21,10 @@ type group struct {
 // in Done, and seq's attempts are forgotten. Marking a done sequence again
 // is a no-op.
 func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.lockProgress(ctx); err != nil {
 		return err
 	}
-	s.progMu.Lock()
 	defer s.progMu.Unlock()
-	if err := s.checkClosed(); err != nil {
-		return err
-	}
 	s.write(key).MarkDone(seq)
 	return nil
 }
@@ -36,15 +32,25 @@ func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) er
 // MarkAttempt records that delivery attempt n of seq began. It is a no-op
 // for a sequence that is already done.
 func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
+	if err := s.lockProgress(ctx); err != nil {
+		return err
+	}
+	defer s.progMu.Unlock()
+	s.write(key).MarkAttempt(seq, n)
+	return nil
+}
+
+// lockProgress takes progMu for writing once ctx and the store are found
+// live; the caller unlocks it when the error is nil.
+func (s *Store) lockProgress(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.progMu.Lock()
-	defer s.progMu.Unlock()
 	if err := s.checkClosed(); err != nil {
+		s.progMu.Unlock()
 		return err
 	}
-	s.write(key).MarkAttempt(seq, n)
 	return nil
 }
 
@@ -69,14 +75,10 @@ func (s *Store) write(key store.GroupKey) *store.GroupState {
 // RaiseFloor implements store.FloorRaiser (store.GroupState.RaiseFloor),
 // stamped with Options.Now when it raises the floor.
 func (s *Store) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.lockProgress(ctx); err != nil {
 		return err
 	}
-	s.progMu.Lock()
 	defer s.progMu.Unlock()
-	if err := s.checkClosed(); err != nil {
-		return err
-	}
 	if g := s.groups[key.Subject][key.Group]; floor == 0 || g != nil && floor <= g.state.Floor {
 		return nil // a no-op writes nothing
 	}
