@@ -118,8 +118,17 @@ var (
 	StartFirst = Start{kind: startFirst}
 )
 
-// StartAt starts at sequence seq.
+// StartAt starts at sequence seq. A seq more than one past the subject's
+// last message cannot be a position on the subject as it stands: the
+// subject was numbered anew since the caller saw it (the broker lost its
+// store, or it is another broker), and a subscription that waited for seq
+// would skip every message until the new numbering reached it. It starts
+// at the first message retained instead, and its From says so.
 func StartAt(seq uint64) Start { return Start{kind: startSequence, seq: seq} }
+
+// Sequence returns the sequence of a Start made by StartAt, and false for
+// StartNew and StartFirst.
+func (s Start) Sequence() (uint64, bool) { return s.seq, s.kind == startSequence }
 
 // MarshalJSON encodes a Start as the wire protocols carry it: "new",
 // "first" or {"sequence":N}.
@@ -301,6 +310,11 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 			sub.cursor = max(first, 1)
 		default:
 			sub.cursor = max(o.Start.seq, 1)
+			if sub.cursor > last+1 {
+				e.opts.Logger.Warn("pigeon: a subscription asked to start beyond the subject's end, which was numbered anew: it starts at the first message retained",
+					"subject", s.name, "start", sub.cursor, "last", last)
+				sub.cursor = max(first, 1)
+			}
 		}
 		sub.from = sub.cursor
 		sub.queue = make(chan *decoded, liveQueue)

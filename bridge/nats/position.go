@@ -83,11 +83,11 @@ func (o *outRoute) streamPosition(g *generation) (uint64, error) {
 // held back meanwhile) is the subscription to keep: it returns nil when
 // it is, or the Start of the one that replaces it.
 //
-// StartAt does not stop at the subject's end: a subscription started
-// beyond it waits for that sequence and never delivers those before it.
-// So a position beyond the end (the broker numbers its messages anew: it
-// lost its store, or it is another broker than the one the stream heard
-// from) is not used: the route keeps the subscription at the end. A
+// A position beyond the end means the broker numbers its messages anew
+// (it lost its store, or it is another broker than the one the stream
+// heard from): it is not used, and the route keeps the subscription at the
+// end, as it did before the broker started a StartAt beyond the end at the
+// subject's first message (pigeon.StartAt) instead of waiting there. A
 // position before the end resumes right after it; what the subject no
 // longer retains by then is gone, and the subscription starts at the first
 // message retained.

@@ -175,6 +175,13 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 		cs.sid = a.Sub
 		if a.From > 0 {
 			cs.from = a.From
+			if asked, ok := start.Sequence(); ok && a.From < asked {
+				// The server starts before the sequence asked for: the
+				// subject was numbered anew (pigeon.StartAt), and what
+				// this subscription handled counts for nothing on it.
+				cs.lastAcked = 0
+				cs.lastSeq.Store(0)
+			}
 		}
 		cs.mu.Unlock()
 		s.bySID[a.Sub] = cs
