@@ -122,6 +122,18 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	if err != nil {
 		return nil, storeError(err)
 	}
+	// A cursor reads its subject in order, so every sequence below next,
+	// and below the first one read, was handed out or trimmed: its floor
+	// goes past them, and moves on with what it hands out. This asks the
+	// store nothing when the floor is where it should be (loadGroup leaves
+	// cursors to this).
+	floor := g.next - 1
+	if len(sms) > 0 && sms[0].Seq-1 > floor {
+		floor = sms[0].Seq - 1
+	}
+	if err := e.raiseFloor(ctx, g, floor); err != nil {
+		return nil, storeError(err)
+	}
 	out := make([]*Message, 0, len(sms))
 	seqs := make([]uint64, 0, len(sms))
 	for _, sm := range sms {

@@ -1,6 +1,8 @@
 package pigeon_test
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 
 	"pigeon"
 	"pigeon/store"
+	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
 )
 
@@ -168,4 +171,35 @@ func TestRedeliveryOfTrimmedMessage(t *testing.T) {
 		require.NoError(t, bob.Ack(ctx, "tasks.run", id))
 	}
 	requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: 10})
+}
+
+// boundsCounter is a memory store that counts Bounds calls.
+type boundsCounter struct {
+	*memory.Store
+	n atomic.Int64
+}
+
+func (b *boundsCounter) Bounds(ctx context.Context, subject string) (uint64, uint64, error) {
+	b.n.Add(1)
+	return b.Store.Bounds(ctx, subject)
+}
+
+// TestPullCursorAsksNoBounds: a pull on a pubsub subject loads its cursor
+// from the store, but raises the cursor's floor from what it reads, so it
+// asks the store for no Bounds (a round trip of its own on the JetStream
+// store) on top of the read.
+func TestPullCursorAsksNoBounds(t *testing.T) {
+	st := &boundsCounter{Store: memory.New(nil)}
+	f := evictFixture(t, func(o *pigeon.Options) { o.Store = st })
+	alice, bob := f.connect("alice-token", "chat.messages"), f.connect("bob-token", "chat.messages")
+	for i := range 6 {
+		_, err := alice.Publish(ctx, chat(i))
+		require.NoError(t, err)
+	}
+	before := st.n.Load()
+	for range 3 {
+		require.Len(t, receiveIDs(t, bob, "chat.messages", 2), 2)
+	}
+	require.Zero(t, st.n.Load()-before, "Bounds calls of three pulls")
+	requireProgress(t, st, "chat.messages", "cursor:"+transporttest.Bob, store.GroupState{Floor: 6})
 }

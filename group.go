@@ -187,12 +187,13 @@ func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int)
 
 // loadGroup fills in g, just put in the table and held by the caller, from
 // the store, with its floor raised past the messages trimmed since it last
-// wrote (raisePastTrimmed). When the store fails, g leaves the table and
-// the hold ends.
+// wrote (raisePastTrimmed); a pull cursor's floor is raised as it reads
+// (receiveCursor), which spares each pull a question to the store. When
+// the store fails, g leaves the table and the hold ends.
 func (e *Engine) loadGroup(ctx context.Context, g *group) error {
 	defer close(g.loaded)
 	err := e.fillGroup(ctx, g)
-	if err == nil {
+	if err == nil && !strings.HasPrefix(g.key.Group, cursorPrefix) {
 		err = e.raisePastTrimmed(ctx, g)
 	}
 	if err != nil {
