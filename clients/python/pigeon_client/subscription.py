@@ -21,7 +21,10 @@ where its start stood when it subscribed, so that what was published while
 the connection was down is not skipped), else at its original start (a
 server that names no ``from``); then the set is cleared (the resumed
 subscription's deliveries add again, and its ``subscribed`` answer names the
-next ``from``). The set holds at most :data:`MAX_OUTSTANDING` sequences:
+next ``from``). A ``from`` below the sequence a resume asked for means the
+subject was numbered anew (the broker lost its store): the highest acked is
+forgotten, so the next resume continues in the new numbering rather than ask
+for the old position again. The set holds at most :data:`MAX_OUTSTANDING` sequences:
 when full, the lowest quarter is forgotten.
 Deliveries still queued in the client from the lost connection (for a
 handler or the iterator) are dropped, not run: the resumed subscription
@@ -203,6 +206,9 @@ class Subscription:
         self._settled_high = 0
         # The from of the latest subscribed answer (pub/sub); 0: not named.
         self._from = 0
+        # The sequence the latest subscribe frame started at, until its
+        # answer is bound; 0: none.
+        self._asked = 0
         self._at_most_once = opts.get("ack") == "none"
         self._dropped = 0
         # At most once: the size of the data queued, but for _unsized, the
@@ -363,7 +369,21 @@ class Subscription:
             start = {"sequence": start}
         if start is not None:
             f["start"] = start
+        seq = start.get("sequence") if isinstance(start, dict) else None
+        self._asked = seq if isinstance(seq, int) and not isinstance(seq, bool) else 0
         return f
+
+    def _started(self, frm: int) -> None:
+        """Notes the ``from`` of a subscribed answer. One below the sequence
+        the subscribe asked for means the subject was numbered anew (the
+        broker lost its store): what this subscription handled counts for
+        nothing on it, so the highest handled is forgotten and the next
+        resume continues in the new numbering. Only the first bind of an
+        answer does this (a later one may follow handled deliveries)."""
+        self._from = frm
+        if frm < self._asked:
+            self._settled_high = 0
+        self._asked = 0
 
     def _resume_frame(self) -> tuple[dict[str, Any], set[int]]:
         """The subscribe frame that resumes the subscription, and the set it

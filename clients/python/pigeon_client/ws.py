@@ -328,7 +328,7 @@ class Session:
         # the last one.
         frm = ans.get("from")
         if isinstance(frm, int) and not isinstance(frm, bool) and frm > 0:
-            sub._from = frm
+            sub._started(frm)
 
     async def _quiet_unsubscribe(self, sid: str) -> None:
         """Unsubscribe sid; a refusal or a lost connection is only logged.

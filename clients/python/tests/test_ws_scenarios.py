@@ -509,6 +509,49 @@ async def test_reconnect_server_restart(own_server):
         await sen.close()
 
 
+async def test_reconnect_to_a_renumbered_subject(pigeon_bin):
+    """A broker that lost its store (in memory, killed and started again)
+    numbers the subject anew: the resume gets the new numbering from its
+    first message, and the next resume continues in it (after what was
+    handled of it, not after the old position, which would again be beyond
+    the end and deliver the new numbering from its first)."""
+    srv = Server(pigeon_bin).start()  # --data "": the store dies with the process
+    try:
+        mon = await connect(srv.ws, "monitor-token", TELEMETRY, reconnect_timeout=30)
+        sen = await connect(srv.ws, "sensor-token", TELEMETRY, reconnect_timeout=30)
+        handled: list[str] = []
+        try:
+            await mon.subscribe("events.telemetry", lambda d: handled.append(f"{d.data['kind']}-{d.data['value']}"))
+            for i in range(1, 6):
+                await sen.publish(telemetry("a", "renumbered", i))
+            await eventually(lambda: len(handled) == 5, what="the first broker's messages")
+            await asyncio.sleep(0.3)  # their acks are answered
+            srv.kill()
+            srv.start()
+            await within(mon.wait_connected(20), 25)
+            await within(sen.wait_connected(20), 25)
+            for i in (1, 2):
+                await sen.publish(telemetry("b", "renumbered", i))
+            await eventually(lambda: len(handled) >= 7, what="the new numbering's messages")
+            await asyncio.sleep(0.3)
+            assert handled[5:] == ["b-1", "b-2"]
+            # Lost again, on the same store: the resume asks after b-2.
+            reconnects = mon.reconnects
+            old = mon._ws
+            assert old is not None
+            await old.close()
+            await eventually(lambda: mon.reconnects > reconnects and mon.connected, what="the second resume")
+            await sen.publish(telemetry("b", "renumbered", 3))
+            await eventually(lambda: len(handled) >= 8, what="the next message")
+            await asyncio.sleep(0.3)  # nothing more comes
+            assert handled[7:] == ["b-3"]
+        finally:
+            await mon.close()
+            await sen.close()
+    finally:
+        srv.kill()
+
+
 async def test_publish_too_large_is_refused_locally(server):
     from pigeon_client import InvalidError
 

@@ -438,6 +438,7 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                         if sub.is_stopping() {
                             conn.end_orphan(sid); // unsubscribed while the answer was on its way
                         } else {
+                            sub.subscribed(&f);
                             conn.subs.lock().unwrap().insert(sid.to_string(), sub);
                         }
                     }

@@ -356,6 +356,8 @@ struct SubState {
     /// sequence the server subscription delivers); 0: not named. A
     /// resubscription starts there when nothing is pending or acked.
     from: u64,
+    /// The sequence the subscribe on its way asked to start at; 0: none.
+    asked: u64,
     stopping: bool,
     ended: bool,
     err: Option<Error>,
@@ -390,6 +392,23 @@ impl SubState {
             Some(&low) => low,
             None if self.last_acked > 0 => self.last_acked + 1,
             None => self.from,
+        }
+    }
+
+    /// Notes the `from` of a subscribed answer (0: not named, which keeps
+    /// the last one: a work queue, an older server). One below the
+    /// sequence the subscribe asked for means the subject was numbered
+    /// anew (the broker lost its store): what this subscription acked
+    /// counts for nothing on it, so the highest acked (at most once:
+    /// received) is forgotten and the next resume continues in the new
+    /// numbering.
+    fn started(&mut self, from: u64) {
+        let asked = std::mem::take(&mut self.asked);
+        if from > 0 {
+            self.from = from;
+            if from < asked {
+                self.last_acked = 0;
+            }
         }
     }
 }
@@ -473,6 +492,10 @@ impl SubShared {
     }
 
     async fn subscribe_with(self: &Arc<Self>, conn: &Arc<Conn>, start: Option<Start>, timeout: Duration) -> Result<()> {
+        self.st.lock().unwrap().asked = match start {
+            Some(Start::Sequence(n)) => n,
+            _ => 0,
+        };
         let ans = conn.call_sub(self.frame(start), self.clone(), timeout).await?;
         let sid = ans.get("sub").and_then(Value::as_str).ok_or_else(|| Error::protocol("a subscribed answer without sub"))?;
         let mut st = self.st.lock().unwrap();
@@ -487,11 +510,16 @@ impl SubShared {
         }
         st.sid = Some(sid.to_string());
         st.conn = Some(conn.clone());
-        // A missing from (a work queue, an older server) keeps the last one.
-        if let Some(n) = ans.get("from").and_then(Value::as_u64).filter(|&n| n > 0) {
-            st.from = n;
-        }
         Ok(())
+    }
+
+    /// Notes a subscribed answer routed to this subscription: the reader
+    /// calls it before it reads the next frame, so that the deliveries that
+    /// follow (and their acks) count in the position the answer sets (see
+    /// [`SubState::started`]).
+    pub(crate) fn subscribed(&self, ans: &Value) {
+        let from = ans.get("from").and_then(Value::as_u64).unwrap_or(0);
+        self.st.lock().unwrap().started(from);
     }
 
     /// Subscribes again on a new connection (see [`Subscription`],
@@ -988,7 +1016,10 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 /// that what was published while the connection was down is not skipped),
 /// else at its original start (a server that names no `from`); then the
 /// set is cleared (the resumed subscription's deliveries add again, and its
-/// `subscribed` answer names the next `from`). The set holds at most 65,536
+/// `subscribed` answer names the next `from`). A `from` below the sequence
+/// a resume asked for means the subject was numbered anew (the broker lost
+/// its store): the highest acked is forgotten, so the next resume continues
+/// in the new numbering rather than ask for the old position again. The set holds at most 65,536
 /// sequences: when full, the lowest quarter is forgotten. Deliveries
 /// still queued in the client from the lost connection are dropped, not
 /// run: the resumed subscription delivers them again. A duplicate after a resume is allowed (at least once); a

@@ -98,6 +98,7 @@ async fn run_all() {
     scenario("reconnect.resume_from_start", &mut failures, Box::pin(reconnect_resume_from_start(s()))).await;
     // Beyond the list: a session whose credential is gone after a restart fails, never hangs.
     scenario("extra.reconnect_refused", &mut failures, Box::pin(reconnect_refused())).await;
+    scenario("extra.reconnect_renumbered", &mut failures, Box::pin(reconnect_renumbered())).await;
     scenario("extra.subprotocol_auth", &mut failures, Box::pin(subprotocol_auth(s()))).await;
     scenario("extra.start_sequence", &mut failures, Box::pin(start_sequence(s()))).await;
     scenario("extra.filter", &mut failures, Box::pin(filter(s()))).await;
@@ -916,6 +917,57 @@ async fn reconnect_resume_nacked(srv: Arc<Server>) {
     for i in 0..5 {
         assert!(got.contains(&i), "message {i} handled: {got:?}");
     }
+    mon.close().await.unwrap();
+    sensor.close().await.unwrap();
+}
+
+/// A broker that lost its store (in memory, killed and started again)
+/// numbers the subject anew: the resume gets the new numbering from its
+/// first message, and the next resume continues in it (after what was
+/// handled of it, not after the old position, which would again be beyond
+/// the end and deliver the new numbering from its first).
+async fn reconnect_renumbered() {
+    let mut srv = Server::start(""); // the store dies with the process
+    let relay = Relay::start(srv.port).await;
+    let opts = || {
+        ConnectOptions { backoff: (Duration::from_millis(50), Duration::from_millis(200)), ..ConnectOptions::default() }
+            .reconnect_window(Duration::from_secs(20))
+    };
+    let mon = Session::connect(&relay.url(), "monitor-token", &["events.telemetry"], opts()).await.unwrap();
+    let sensor = Session::connect(&srv.url(), "sensor-token", &["events.telemetry"], opts()).await.unwrap();
+    let handled: Arc<Mutex<Vec<String>>> = Arc::default();
+    let h = handled.clone();
+    let sub = mon
+        .subscribe("events.telemetry", SubscribeOptions::default(), move |d| {
+            let h = h.clone();
+            async move {
+                let m = &d.message.data;
+                h.lock().unwrap().push(format!("{}-{}", m["kind"].as_str().unwrap_or(""), m["value"].as_f64().unwrap_or(0.0)));
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    for i in 1..=5 {
+        sensor.publish(&telemetry("a", "renumbered", i as f64)).await.unwrap();
+    }
+    assert!(eventually(Duration::from_secs(5), || handled.lock().unwrap().len() == 5).await, "the first broker's messages");
+    tokio::time::sleep(Duration::from_millis(300)).await; // their acks are answered
+    tokio::task::block_in_place(|| srv.restart());
+    for i in 1..=2 {
+        sensor.publish(&telemetry("b", "renumbered", i as f64)).await.unwrap();
+    }
+    assert!(eventually(Duration::from_secs(15), || handled.lock().unwrap().len() >= 7).await, "the new numbering's messages");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(handled.lock().unwrap()[5..], ["b-1", "b-2"]);
+    // Lost again, on the same store: the resume asks after b-2.
+    let sid = sub.id();
+    relay.cut();
+    assert!(eventually(Duration::from_secs(10), || sub.id().is_some() && sub.id() != sid).await, "the second resume");
+    sensor.publish(&telemetry("b", "renumbered", 3.0)).await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || handled.lock().unwrap().len() >= 8).await, "the next message");
+    tokio::time::sleep(Duration::from_millis(300)).await; // nothing more comes
+    assert_eq!(handled.lock().unwrap()[7..], ["b-3"]);
     mon.close().await.unwrap();
     sensor.close().await.unwrap();
 }

@@ -20,7 +20,10 @@
  * connection was down is not skipped), else at its original start (a server
  * that does not name `from`); then the set is cleared (the resumed
  * subscription's deliveries add to it again, and its `subscribed` answer
- * names the next `from`). The set holds at most {@link MAX_OUTSTANDING}
+ * names the next `from`). A `from` below the sequence a resume asked for
+ * means the subject was numbered anew (the broker lost its store): the
+ * highest acked is forgotten, so the next resume continues in the new
+ * numbering rather than ask for the old position again. The set holds at most {@link MAX_OUTSTANDING}
  * sequences: when full, the lowest quarter is forgotten.
  * Deliveries still queued in the client from the lost connection are
  * dropped, not run: the resumed subscription delivers them again. A
@@ -282,7 +285,13 @@ export class Subscription {
       const old = this.id;
       this.id = f.sub;
       // A missing from (a work queue, an older server) keeps the last one.
-      if (Number.isSafeInteger(f.from) && (f.from as number) > 0) this.from = f.from as number;
+      if (Number.isSafeInteger(f.from) && (f.from as number) > 0) {
+        this.from = f.from as number;
+        // The server starts before the sequence asked for: the subject was
+        // numbered anew (the broker lost its store), and what this
+        // subscription handled counts for nothing on it.
+        if (typeof start === "object" && this.from < start.sequence) this.lastAcked = 0;
+      }
       this.conn = c;
       this.session.bind(this.id, this, old);
     };
