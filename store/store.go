@@ -259,6 +259,18 @@ type FloorRaiser interface {
 	RaiseFloor(ctx context.Context, key GroupKey, floor uint64) error
 }
 
+// GroupLister is the optional ability to list the stored progress of a
+// subject's consumer groups, so that the broker can report the lag of a
+// group nobody has loaded (every consumer of it gone).
+type GroupLister interface {
+	// ListGroups returns the stored state of up to max groups of subject
+	// (max <= 0: every one), by group name, pull cursors included: every
+	// group a LoadGroup would find state for, but none that PruneGroups
+	// deleted. The states are copies. Which groups are left out when
+	// there are more than max is unspecified.
+	ListGroups(ctx context.Context, subject string, max int) (map[string]GroupState, error)
+}
+
 // BatchProgress is the optional ability to mark many sequences done in one
 // write (one durable commit), for receivers that take a batch at once.
 type BatchProgress interface {

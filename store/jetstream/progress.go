@@ -169,6 +169,44 @@ func (s *Store) PruneGroups(ctx context.Context, subject string, t time.Time, ke
 
 var _ store.GroupPruner = (*Store)(nil)
 
+// ListGroups implements store.GroupLister: one watch of the subject's
+// keys in the progress bucket, which delivers their values too (a lease's
+// key has a token more, so the filter leaves it out), stopped after max.
+func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[string]store.GroupState, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	prefix := token(subject) + "."
+	w, err := s.progress.WatchFiltered(ctx, []string{prefix + "*"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	defer w.Stop()
+	out := map[string]store.GroupState{}
+	for max <= 0 || len(out) < max {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(strings.TrimPrefix(e.Key(), prefix), "k"))
+			if err != nil {
+				continue
+			}
+			var g store.GroupState
+			if err := json.Unmarshal(e.Value(), &g); err != nil {
+				return nil, &store.CorruptError{File: s.bucketName("progress"), Reason: err.Error()}
+			}
+			out[string(name)] = g
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+var _ store.GroupLister = (*Store)(nil)
+
 // purgeUpTo removes the revisions of key in bucket up to rev and returns
 // how many there were. The purge is one request to the bucket's stream,
 // so a revision written after rev is never removed.

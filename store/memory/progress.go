@@ -164,3 +164,30 @@ func (s *Store) PruneGroups(ctx context.Context, subject string, t time.Time, ke
 	}
 	return n, nil
 }
+
+// ListGroups implements store.GroupLister.
+func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[string]store.GroupState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.progMu.RLock()
+	defer s.progMu.RUnlock()
+	if err := s.checkClosed(); err != nil {
+		return nil, err
+	}
+	gs := s.groups[subject]
+	n := len(gs)
+	if max > 0 {
+		n = min(n, max)
+	}
+	out := make(map[string]store.GroupState, n)
+	for name, g := range gs {
+		if len(out) >= n {
+			break
+		}
+		out[name] = g.state.Clone()
+	}
+	return out, nil
+}
+
+var _ store.GroupLister = (*Store)(nil)

@@ -86,6 +86,12 @@ func ops(s store.Store) []op {
 			return s.(store.FloorRaiser).RaiseFloor(ctx, k, 5)
 		}})
 	}
+	if _, ok := s.(store.GroupLister); ok {
+		list = append(list, op{"ListGroups", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.GroupLister).ListGroups(ctx, "a", 0)
+			return err
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

@@ -281,3 +281,66 @@ func (su *suite) testRaiseFloor(t *testing.T) {
 		t.Run("AfterReopen", func(t *testing.T) { check(t, su.reopen(t, s)) })
 	}
 }
+
+// testListGroups: ListGroups gives the stored state of a subject's groups,
+// pull cursors included, other subjects' left out, at most max of them;
+// a pruned group is not listed, and the listing survives a reopen.
+func (su *suite) testListGroups(t *testing.T) {
+	s := su.store(t)
+	gl, ok := s.(store.GroupLister)
+	if !ok {
+		t.Skip("store does not implement store.GroupLister")
+	}
+	ctx := t.Context()
+	key := func(subject, group string) store.GroupKey { return store.GroupKey{Subject: subject, Group: group} }
+	list := func(t *testing.T, s store.Store, subject string, max int) map[string]store.GroupState {
+		t.Helper()
+		gs, err := s.(store.GroupLister).ListGroups(ctx, subject, max)
+		require.NoError(t, err)
+		for name, g := range gs {
+			gs[name] = normGroup(g)
+		}
+		return gs
+	}
+
+	require.Empty(t, list(t, s, "s", 0), "an unknown subject")
+	for _, seq := range []uint64{1, 2, 4} {
+		require.NoError(t, s.MarkDone(ctx, key("s", "work"), seq))
+	}
+	require.NoError(t, s.MarkAttempt(ctx, key("s", "work"), 3, 2))
+	require.NoError(t, s.MarkDone(ctx, key("s", "cursor:alice"), 1))
+	require.NoError(t, s.MarkAttempt(ctx, key("s", "tried"), 1, 1))
+	require.NoError(t, s.MarkDone(ctx, key("s.deeper", "other"), 1))
+	require.NoError(t, s.MarkDone(ctx, key("t", "other"), 1))
+	want := map[string]store.GroupState{
+		"work":         {Floor: 2, Done: []uint64{4}, Attempts: map[uint64]int{3: 2}},
+		"cursor:alice": {Floor: 1},
+		"tried":        {Attempts: map[uint64]int{1: 1}},
+	}
+	require.Equal(t, want, list(t, s, "s", 0))
+	require.Equal(t, want, list(t, s, "s", -1), "max < 0 is no limit")
+
+	two := list(t, s, "s", 2)
+	require.Len(t, two, 2, "at most max")
+	for name, g := range two {
+		require.Equal(t, want[name], g, name)
+	}
+
+	got, err := gl.ListGroups(ctx, "s", 0)
+	require.NoError(t, err)
+	g := got["work"]
+	g.Done[0] = 99
+	g.Attempts[3] = 99
+	require.Equal(t, want, list(t, s, "s", 0), "the listing is a copy")
+
+	if gp, ok := s.(store.GroupPruner); ok {
+		_, err := gp.PruneGroups(ctx, "s", time.Now().Add(time.Hour), func(g string) bool { return g != "tried" })
+		require.NoError(t, err)
+		delete(want, "tried")
+		require.Equal(t, want, list(t, s, "s", 0), "a pruned group is not listed")
+	}
+	if su.f.Reopen != nil {
+		s = su.reopen(t, s)
+		require.Equal(t, want, list(t, s, "s", 0), "after a reopen")
+	}
+}

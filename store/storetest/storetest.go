@@ -12,7 +12,8 @@
 // and the suite checks that everything written survives a close and an
 // open. Optional abilities found by type assertion (store.Trimmer,
 // store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
-// store.GroupPruner, store.FloorRaiser, store.ContractLister,
+// store.GroupPruner, store.FloorRaiser, store.GroupLister,
+// store.ContractLister,
 // store.AcceptAppender with
 // store.AuditChainer)
 // are tested when the store has them and skipped when it has not.
@@ -41,6 +42,8 @@
 //     from the zero state.
 //   - RaiseFloor to a floor at or below the group's writes nothing (it
 //     does not count as a write for PruneGroups); one above it does.
+//   - ListGroups: max <= 0 means no limit; an unknown subject lists
+//     nothing; a group PruneGroups deleted is not listed.
 //   - AppendAudit refuses a batch that does not continue the log, whole.
 //   - ListQuarantine: max <= 0 means no limit; oldest first.
 //   - KV Delete of a missing key is a no-op; List of an unknown bucket is
@@ -89,6 +92,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("TrimQuarantine", su.testTrimQuarantine)
 	t.Run("PruneGroups", su.testPruneGroups)
 	t.Run("RaiseFloor", su.testRaiseFloor)
+	t.Run("ListGroups", su.testListGroups)
 	t.Run("Contracts", su.testContracts)
 	t.Run("ListContracts", su.testListContracts)
 	t.Run("KV", su.testKV)

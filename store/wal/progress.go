@@ -188,3 +188,29 @@ func encPruned(subject string, upTo uint64, names []string) []byte {
 }
 
 var _ store.GroupPruner = (*Store)(nil)
+
+// ListGroups implements store.GroupLister from the state in memory: the
+// progress the meta log and its snapshot hold.
+func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[string]store.GroupState, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	s.meta.mu.RLock()
+	defer s.meta.mu.RUnlock()
+	gs := s.meta.groups[subject]
+	n := len(gs)
+	if max > 0 {
+		n = min(n, max)
+	}
+	out := make(map[string]store.GroupState, n)
+	for name, g := range gs {
+		if len(out) >= n {
+			break
+		}
+		out[name] = g.Clone()
+	}
+	return out, nil
+}
+
+var _ store.GroupLister = (*Store)(nil)
