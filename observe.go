@@ -2,9 +2,13 @@ package pigeon
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"pigeon/internal/grant"
+	"pigeon/store"
 )
 
 // Observer watches the engine at work, for metrics and live consoles. The
@@ -150,10 +154,16 @@ type Stats struct {
 	// QuarantineOpen counts quarantine records not yet released (of the
 	// newest MaxStatsQuarantine at most).
 	QuarantineOpen int
-	// Groups are the consumer groups and cursors in memory: those in use
-	// (a subscriber, a receive or an ack running) and those with leases in
-	// flight (see Options.MaxGroupsPerSubject). Any other group is in the
-	// store only.
+	// Groups are the consumer groups and cursors (pull cursors included)
+	// of the catalog's subjects (and of any subject with a group in
+	// memory), ordered by subject and group: those in
+	// memory (in use, or with leases in flight; see
+	// Options.MaxGroupsPerSubject) as the engine holds them, and, when the
+	// store is a store.GroupLister, those in the store only (every
+	// consumer gone) from their stored progress, with InFlight 0. Stored
+	// groups are listed up to MaxStatsGroups in all; past that a group
+	// not in memory may be missing. Without a GroupLister only the groups
+	// in memory are listed.
 	Groups []GroupStats
 	// Subscriptions counts the live subscriptions.
 	Subscriptions int
@@ -166,6 +176,10 @@ type Stats struct {
 
 // MaxStatsQuarantine bounds the quarantine records Stats reads.
 const MaxStatsQuarantine = 10000
+
+// MaxStatsGroups bounds the stored groups Stats lists, over every
+// subject: past it, a group that is not in memory may be left out.
+const MaxStatsGroups = 10000
 
 // GroupStats is one consumer group's (or pubsub cursor's) position.
 type GroupStats struct {
@@ -187,9 +201,10 @@ type VerifyResult struct {
 }
 
 // Stats reads the engine's state: the audit head, the open quarantine,
-// each loaded group's lag and leases. It costs a store read per group and
-// one quarantine listing, so it suits a scrape or a console refresh, not
-// a hot path.
+// each group's lag and leases. It costs one quarantine listing, a listing
+// of each catalog subject's stored groups (MaxStatsGroups in all) and a
+// Bounds read per subject with a group, so it suits a scrape or a console
+// refresh, not a hot path.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	e.auditor.mu.Lock()
@@ -211,32 +226,86 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 			st.QuarantineOpen++
 		}
 	}
+	groups, err := e.groupStats(ctx)
+	st.Groups = groups
+	return st, err
+}
+
+// groupStats reports the groups of every subject of the catalog and of
+// every group in memory: a loaded group from memory, any other from its
+// stored state (when the store is a store.GroupLister, MaxStatsGroups of
+// them in all), with one Bounds read per subject that has a group.
+// Subjects come in order, and each subject's groups by name.
+func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
+	loaded := map[string]map[string]*group{}
 	e.groups.mu.Lock()
-	groups := make([]*group, 0, len(e.groups.m))
-	for _, g := range e.groups.m {
+	for key, g := range e.groups.m {
 		select {
 		case <-g.loaded:
-			if g.err == nil {
-				groups = append(groups, g)
+			if g.err != nil {
+				continue
 			}
-		default: // still loading
+		default: // still loading: the store has its state
+			continue
 		}
+		if loaded[key.Subject] == nil {
+			loaded[key.Subject] = map[string]*group{}
+		}
+		loaded[key.Subject][key.Group] = g
 	}
 	e.groups.mu.Unlock()
-	for _, g := range groups {
-		_, last, err := e.store.Bounds(ctx, g.key.Subject)
-		if err != nil {
-			return st, storeError(err)
+	subjects := slices.Collect(maps.Keys(loaded))
+	lister, _ := e.store.(store.GroupLister)
+	if lister != nil {
+		for name := range e.catalog.Load().subjects {
+			if loaded[name] == nil {
+				subjects = append(subjects, name)
+			}
 		}
-		g.mu.Lock()
-		gs := GroupStats{Subject: g.key.Subject, Group: g.key.Group, InFlight: len(g.leases)}
-		if last > g.prog.Floor {
-			gs.Lag = last - g.prog.Floor - uint64(len(g.prog.Done))
-		}
-		g.mu.Unlock()
-		st.Groups = append(st.Groups, gs)
 	}
-	return st, nil
+	slices.Sort(subjects)
+	budget := MaxStatsGroups
+	var out []GroupStats
+	for _, subject := range subjects {
+		var stored map[string]store.GroupState
+		if lister != nil && budget > 0 {
+			var err error
+			if stored, err = lister.ListGroups(ctx, subject, budget); err != nil {
+				return out, storeError(err)
+			}
+			budget -= len(stored)
+		}
+		mem := loaded[subject]
+		if len(mem) == 0 && len(stored) == 0 {
+			continue
+		}
+		_, last, err := e.store.Bounds(ctx, subject)
+		if err != nil {
+			return out, storeError(err)
+		}
+		from := len(out)
+		for name, g := range mem {
+			g.mu.Lock()
+			out = append(out, GroupStats{Subject: subject, Group: name, Lag: lagOf(&g.prog, last), InFlight: len(g.leases)})
+			g.mu.Unlock()
+		}
+		for name, gs := range stored {
+			if mem[name] == nil { // one in memory is fresher
+				out = append(out, GroupStats{Subject: subject, Group: name, Lag: lagOf(&gs, last)})
+			}
+		}
+		slices.SortFunc(out[from:], func(a, b GroupStats) int { return strings.Compare(a.Group, b.Group) })
+	}
+	return out, nil
+}
+
+// lagOf is how many of the messages up to last lie past p's floor and
+// are not done.
+func lagOf(p *store.GroupState, last uint64) uint64 {
+	if last <= p.Floor {
+		return 0
+	}
+	return last - p.Floor - uint64(len(p.Done))
 }
 
 // Observers is an Observer that hands every call to each of obs in turn

@@ -168,3 +168,42 @@ func TestLiveContracts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Contracts)
 }
+
+// TestStatsListsGroupsInTheStoreOnly: a work-queue group whose only
+// subscriber left keeps its lag in Stats, from its stored progress, so a
+// lag alert still sees it; a group in memory (and in the store) is listed
+// once, from memory, with its leases.
+func TestStatsListsGroupsInTheStoreOnly(t *testing.T) {
+	f := evictFixture(t)
+	boss := f.connect("boss-token", "tasks.run")
+	alice, bob := f.connect("alice-token", "tasks.run"), f.connect("bob-token", "tasks.run")
+	got := newHandled()
+	publishTasks(t, boss, 1, 2)
+	sub, err := alice.Subscribe(ctx, "tasks.run", got.handler("alice"), pigeon.WithGroup("mailers"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return got.count("alice") == 2 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, sub.Unsubscribe(ctx))
+	require.False(t, f.e.GroupLoaded("tasks.run", "mailers"), "the idle group left memory")
+	publishTasks(t, boss, 3, 5)
+
+	groups := func() []pigeon.GroupStats {
+		t.Helper()
+		st, err := f.e.Stats(ctx)
+		require.NoError(t, err)
+		return st.Groups
+	}
+	mailers := pigeon.GroupStats{Subject: "tasks.run", Group: "mailers", Lag: 3}
+	require.Equal(t, []pigeon.GroupStats{mailers}, groups(), "five published, two acknowledged, nobody left")
+
+	msgs, err := bob.Receive(ctx, "tasks.run", 1) // the default group, in memory with its lease and in the store with its attempt
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.True(t, f.e.GroupLoaded("tasks.run", pigeon.DefaultGroup))
+	release, err := f.e.HoldGroup(ctx, "tasks.run", "mailers")
+	require.NoError(t, err)
+	defer release()
+	require.Equal(t, []pigeon.GroupStats{
+		{Subject: "tasks.run", Group: pigeon.DefaultGroup, Lag: 5, InFlight: 1},
+		mailers,
+	}, groups(), "each group once, by name")
+}

@@ -221,6 +221,36 @@ func TestConsumerLagAndDeliveries(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "delivered %v", delivered)
 }
 
+// TestConsumerLagWithoutConsumers: a group whose consumers have all gone
+// (out of the engine's memory, its progress in the store) keeps its lag
+// series, so that an alert on it fires when nobody consumes.
+func TestConsumerLagWithoutConsumers(t *testing.T) {
+	e, reg := newEngine(t)
+	ctx := context.Background()
+	orders, notifier := notificationsCaller(t, e, "orders-token"), notificationsCaller(t, e, "notifier-token")
+	for _, key := range []string{"a", "b", "c", "d"} {
+		_, err := e.Publish(ctx, orders, demo.Notification(key))
+		require.NoError(t, err)
+	}
+	msgs, err := e.Receive(ctx, notifier, "notifications.send", 2)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	for _, m := range msgs {
+		require.NoError(t, e.Ack(ctx, notifier, "notifications.send", m.ID))
+	}
+	groups := scrape(t, reg)["pigeon_consumer_lag"].GetMetric()
+	require.Len(t, groups, 1)
+	g := map[string]string{}
+	for _, l := range groups[0].GetLabel() {
+		g[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, map[string]string{"subject": "notifications.send", "group": pigeon.DefaultGroup}, g)
+	require.Equal(t, 2.0, groups[0].GetGauge().GetValue(), "four published, two acknowledged, no consumer left")
+	inFlight, ok := value(scrape(t, reg), "pigeon_leases_in_flight", g)
+	require.True(t, ok)
+	require.Zero(t, inFlight)
+}
+
 // TestLatencyOfBatchesAndPullReceives: PublishBatch on a store that
 // appends batches (the WAL) observes the publish latency of each message,
 // and a pull receive the deliver latency of each message it hands out.
