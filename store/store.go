@@ -271,6 +271,24 @@ type GroupLister interface {
 	ListGroups(ctx context.Context, subject string, max int) (map[string]GroupState, error)
 }
 
+// CopyGroups is what a GroupLister that holds its groups in memory returns
+// from gs: a copy of the state of at most max of them (max <= 0: every
+// one), by name, state giving each one's.
+func CopyGroups[G any](gs map[string]G, max int, state func(G) *GroupState) map[string]GroupState {
+	n := len(gs)
+	if max > 0 {
+		n = min(n, max)
+	}
+	out := make(map[string]GroupState, n)
+	for name, g := range gs {
+		if len(out) >= n {
+			break
+		}
+		out[name] = state(g).Clone()
+	}
+	return out
+}
+
 // BatchProgress is the optional ability to mark many sequences done in one
 // write (one durable commit), for receivers that take a batch at once.
 type BatchProgress interface {

@@ -175,19 +175,7 @@ func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[st
 	if err := s.checkClosed(); err != nil {
 		return nil, err
 	}
-	gs := s.groups[subject]
-	n := len(gs)
-	if max > 0 {
-		n = min(n, max)
-	}
-	out := make(map[string]store.GroupState, n)
-	for name, g := range gs {
-		if len(out) >= n {
-			break
-		}
-		out[name] = g.state.Clone()
-	}
-	return out, nil
+	return store.CopyGroups(s.groups[subject], max, func(g *group) *store.GroupState { return &g.state }), nil
 }
 
 var _ store.GroupLister = (*Store)(nil)

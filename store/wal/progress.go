@@ -198,19 +198,7 @@ func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[st
 	defer s.leave()
 	s.meta.mu.RLock()
 	defer s.meta.mu.RUnlock()
-	gs := s.meta.groups[subject]
-	n := len(gs)
-	if max > 0 {
-		n = min(n, max)
-	}
-	out := make(map[string]store.GroupState, n)
-	for name, g := range gs {
-		if len(out) >= n {
-			break
-		}
-		out[name] = g.Clone()
-	}
-	return out, nil
+	return store.CopyGroups(s.meta.groups[subject], max, func(g *group) *store.GroupState { return &g.GroupState }), nil
 }
 
 var _ store.GroupLister = (*Store)(nil)
