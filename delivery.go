@@ -206,8 +206,12 @@ func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID strin
 }
 
 // Nack gives a leased message back for redelivery after delay (the
-// subject's backoff when delay < 0).
+// subject's backoff when delay < 0). A delay above MaxRetryDelay is
+// refused with CodeInvalidArgument.
 func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID string, delay time.Duration) error {
+	if err := checkRetryDelay(delay); err != nil {
+		return err
+	}
 	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, EventNackDenied)
 	if err != nil {
 		return err

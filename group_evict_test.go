@@ -165,7 +165,8 @@ func TestGroupProgressSurvivesEviction(t *testing.T) {
 // TestGroupWithLeasesStays: a group whose last user left a lease in flight
 // stays in memory, and the lease behaves as before: a pull lease runs out
 // after the ack wait and the message comes back; a nack's delay holds the
-// message back until it passes. Once settled, the group leaves.
+// message back until it passes, and no longer than pigeon.MaxRetryDelay.
+// Once settled, the group leaves.
 func TestGroupWithLeasesStays(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -187,25 +188,19 @@ func TestGroupWithLeasesStays(t *testing.T) {
 			require.Len(t, msgs, 1)
 			require.NoError(t, s.Nack(ctx, "tasks.run", id, time.Minute))
 		}, time.Minute},
-		{"push nack with a delay", "mailers", func(t *testing.T, s pigeon.Session, id string) {
-			nacked := make(chan string, 1)
-			sub, err := s.Subscribe(ctx, "tasks.run", func(_ context.Context, d *pigeon.Delivery) error {
-				nacked <- d.Message.ID
-				return pigeon.RetryAfter(time.Minute, nil)
-			}, pigeon.WithGroup("mailers"))
+		{"pull nack above the longest delay", pigeon.DefaultGroup, func(t *testing.T, s pigeon.Session, id string) {
+			msgs, err := s.Receive(ctx, "tasks.run", 5)
 			require.NoError(t, err)
-			select {
-			case got := <-nacked:
-				require.Equal(t, id, got)
-			case <-time.After(10 * time.Second):
-				t.Fatal("no delivery")
-			}
-			require.NoError(t, sub.Unsubscribe(ctx))
-		}, time.Minute},
+			require.Len(t, msgs, 1)
+			requireCode(t, s.Nack(ctx, "tasks.run", id, pigeon.MaxRetryDelay+time.Millisecond), pigeon.CodeInvalidArgument)
+		}, time.Second}, // refused: the lease runs out after the ack wait
+		{"push nack with a delay", "mailers", pushNack(time.Minute), time.Minute},
+		{"push nack above the longest delay", "mailers", pushNack(1000 * time.Hour), pigeon.MaxRetryDelay},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := evictFixture(t)
+			// Contracts outlive the longest wait.
+			f := evictFixture(t, func(o *pigeon.Options) { o.ContractTTL = pigeon.DefaultMaxContractTTL })
 			boss := f.connect("boss-token", "tasks.run")
 			alice, bob := f.connect("alice-token", "tasks.run"), f.connect("bob-token", "tasks.run")
 			id := publishTasks(t, boss, 1, 1)[0]
@@ -240,6 +235,26 @@ func TestGroupWithLeasesStays(t *testing.T) {
 			}
 			require.False(t, f.e.GroupLoaded("tasks.run", tc.group), "settled, the group leaves")
 		})
+	}
+}
+
+// pushNack subscribes s to group mailers with a handler that nacks the
+// task with RetryAfter(delay), waits for that, and unsubscribes.
+func pushNack(delay time.Duration) func(t *testing.T, s pigeon.Session, id string) {
+	return func(t *testing.T, s pigeon.Session, id string) {
+		nacked := make(chan string, 1)
+		sub, err := s.Subscribe(ctx, "tasks.run", func(_ context.Context, d *pigeon.Delivery) error {
+			nacked <- d.Message.ID
+			return pigeon.RetryAfter(delay, nil)
+		}, pigeon.WithGroup("mailers"))
+		require.NoError(t, err)
+		select {
+		case got := <-nacked:
+			require.Equal(t, id, got)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery")
+		}
+		require.NoError(t, sub.Unsubscribe(ctx))
 	}
 }
 

@@ -37,6 +37,7 @@ func TestRetryDelay(t *testing.T) {
 	s := &subject{backoff: "fixed", maxDelay: 30 * time.Second}
 	require.Equal(t, 5*time.Second, e.retryDelay(s, 1, RetryAfter(5*time.Second, nil)))
 	require.Equal(t, time.Duration(0), e.retryDelay(s, 1, RetryAfter(0, nil)))
+	require.Equal(t, MaxRetryDelay, e.retryDelay(s, 1, RetryAfter(1000*time.Hour, nil)), "a RetryAfter waits MaxRetryDelay at most")
 	require.Equal(t, 10*ms, e.retryDelay(s, 1, RetryAfter(-1, nil)), "a negative RetryAfter falls back to the backoff")
 }
 

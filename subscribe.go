@@ -34,8 +34,38 @@ func (e *RetryError) Error() string {
 func (e *RetryError) Unwrap() error { return e.Err }
 
 // RetryAfter returns a handler error that nacks the delivery and asks for
-// the next attempt after delay.
+// the next attempt after delay. A delay above MaxRetryDelay waits
+// MaxRetryDelay.
 func RetryAfter(delay time.Duration, err error) error { return &RetryError{Delay: delay, Err: err} }
+
+// MaxRetryDelay is the longest redelivery delay a consumer may ask for. A
+// nacked message stays leased, and its group in memory, until it is due
+// again, so a delay without bound would let a consumer pin both for as
+// long as it liked. A handler's RetryAfter above it is shortened to it;
+// a nack that names a longer delay (Engine.Nack, a wire delayMs) is
+// refused with CodeInvalidArgument.
+const MaxRetryDelay = 12 * time.Hour
+
+// RetryDelayMillis converts a wire delayMs to the delay of a nack,
+// refusing with CodeInvalidArgument a negative value or one above
+// MaxRetryDelay.
+func RetryDelayMillis(ms int64) (time.Duration, error) {
+	d, err := MillisField("delayMs", ms)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkRetryDelay(d); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+func checkRetryDelay(d time.Duration) error {
+	if d > MaxRetryDelay {
+		return NewError(CodeInvalidArgument, "a nack delay is at most %s (got %s)", MaxRetryDelay, d)
+	}
+	return nil
+}
 
 // ErrUndelivered is what a transport's handler returns (or wraps) when a
 // delivery of a work-queue or request/reply subject never reached its

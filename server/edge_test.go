@@ -258,4 +258,10 @@ func TestMillisecondFieldsDoNotWrap(t *testing.T) {
 		r = f.do(t, "POST", "/v1/subjects/payments.authorize/nack", "gateway-token", `{"messageId":"m","contractId":"`+c+`","delayMs":`+ms+`}`)
 		require.Equal(t, 400, r.status, "delayMs %s: %s", ms, r.body)
 	}
+	// A nack's delay is bounded (pigeon.MaxRetryDelay, 12 hours) even
+	// where it would fit a Duration.
+	c := f.contract(t, "gateway-token", "payments.authorize")
+	r := f.do(t, "POST", "/v1/subjects/payments.authorize/nack", "gateway-token", `{"messageId":"m","contractId":"`+c+`","delayMs":43200001}`)
+	require.Equal(t, 400, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeInvalidArgument, r.code(t))
 }

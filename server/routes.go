@@ -281,7 +281,7 @@ func nack(rq *request) (int, any, error) {
 	}
 	delay := time.Duration(-1) // the subject's backoff
 	if in.DelayMs != nil {
-		if delay, err = pigeon.MillisField("delayMs", *in.DelayMs); err != nil {
+		if delay, err = pigeon.RetryDelayMillis(*in.DelayMs); err != nil {
 			return 0, nil, err
 		}
 	}

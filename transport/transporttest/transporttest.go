@@ -91,6 +91,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"WorkQueueExhaustedQuarantined", testWorkQueueExhausted},
 		{"HandlerPanicNacks", testHandlerPanic},
 		{"RetryAfterDelay", testRetryAfter},
+		{"RetryAfterBeyondMax", testRetryAfterBeyondMax},
 		{"UnsubscribeReturnsLeases", testUnsubscribeReturnsLeases},
 		{"RequestReply", testRequestReply},
 		{"RequestTimeout", testRequestTimeout},

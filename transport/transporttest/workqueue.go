@@ -145,6 +145,35 @@ func testRetryAfter(t *testing.T, h Harness) {
 	require.GreaterOrEqual(t, at[1].Sub(at[0]), 650*time.Millisecond, "the asked delay is honoured (a lower bound, never an upper one)")
 }
 
+// testRetryAfterBeyondMax nacks with a delay far above
+// pigeon.MaxRetryDelay: the nack is taken (shortened to the maximum), so
+// the job is not back after the ack wait (300 ms), as it would be had the
+// nack been refused.
+func testRetryAfterBeyondMax(t *testing.T, h Harness) {
+	ctx := context.Background()
+	boss := connect(t, h, "boss-token", "jobs.run")
+	crew := connect(t, h, "crew-token", "jobs.run")
+	attempts := make(chan int, 4)
+	_, err := crew.Subscribe(ctx, "jobs.run", func(ctx context.Context, d *pigeon.Delivery) error {
+		attempts <- d.Attempt
+		return pigeon.RetryAfter(1000*time.Hour, errors.New("much later"))
+	})
+	require.NoError(t, err)
+	_, err = boss.Publish(ctx, job(1))
+	require.NoError(t, err)
+	select {
+	case n := <-attempts:
+		require.Equal(t, 1, n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	select {
+	case n := <-attempts:
+		t.Fatalf("attempt %d came within a second: the nack's delay was not kept", n)
+	case <-time.After(time.Second):
+	}
+}
+
 func testUnsubscribeReturnsLeases(t *testing.T, h Harness) {
 	ctx := context.Background()
 	boss := connect(t, h, "boss-token", "jobs.run")

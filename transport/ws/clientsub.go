@@ -575,7 +575,7 @@ func (cs *clientSub) settle(q queuedDelivery, handlerErr error) {
 	f := Frame{Op: OpNack, Sub: q.sid, MessageID: q.m.ID}
 	var re *pigeon.RetryError
 	if errors.As(handlerErr, &re) && re.Delay >= 0 {
-		ms := re.Delay.Milliseconds()
+		ms := min(re.Delay, pigeon.MaxRetryDelay).Milliseconds()
 		f.DelayMs = &ms
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cs.s.o.settleTimeout)

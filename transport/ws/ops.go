@@ -284,7 +284,7 @@ func (c *conn) settleSub(f *Frame) {
 	}
 	a := answer{ok: f.Op == OpAck, delay: -1}
 	if f.DelayMs != nil {
-		d, err := pigeon.MillisField("delayMs", *f.DelayMs)
+		d, err := pigeon.RetryDelayMillis(*f.DelayMs)
 		if err != nil {
 			c.answer(f.ID, err)
 			return
@@ -330,7 +330,7 @@ func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	} else {
 		delay := time.Duration(-1) // the subject's backoff
 		if f.DelayMs != nil {
-			if delay, err = pigeon.MillisField("delayMs", *f.DelayMs); err != nil {
+			if delay, err = pigeon.RetryDelayMillis(*f.DelayMs); err != nil {
 				return nil, err
 			}
 		}

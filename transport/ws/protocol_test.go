@@ -102,6 +102,7 @@ func TestSubscribeDeliverAckNack(t *testing.T) {
 	require.Equal(t, sub, d.Sub)
 	require.Equal(t, 1, d.Attempt)
 	require.Equal(t, id, decodeMsg(t, d.Message).ID)
+	crew.fail(ws.OpNack, `,"sub":"`+sub+`","messageId":"`+id+`","delayMs":43200001`, pigeon.CodeInvalidArgument)
 	crew.ok(ws.OpNack, `,"sub":"`+sub+`","messageId":"`+id+`","delayMs":0`, ws.OpOK)
 
 	d = crew.push()
@@ -150,6 +151,7 @@ func TestReceiveAckReplay(t *testing.T) {
 	f := worker.ok(ws.OpReceive, `,"subject":"notifications.send","max":10`, ws.OpMessages)
 	require.Len(t, f.Messages, 1)
 	id := decodeMsg(t, f.Messages[0]).ID
+	worker.fail(ws.OpNack, `,"subject":"notifications.send","messageId":"`+id+`","delayMs":43200001`, pigeon.CodeInvalidArgument)
 	worker.ok(ws.OpNack, `,"subject":"notifications.send","messageId":"`+id+`","delayMs":0`, ws.OpOK)
 	f = worker.ok(ws.OpReceive, `,"subject":"notifications.send","max":10`, ws.OpMessages)
 	require.Len(t, f.Messages, 1, "nacked with no delay: due again at once")
