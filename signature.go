@@ -286,8 +286,19 @@ func (k PublicKey) Validate() error {
 	return nil
 }
 
-// ValidateKeys validates each key and checks that no kid appears twice.
+// MaxAccountKeys is the most public keys an account publishes at once.
+// The account itself replaces its list, so without a bound it could make
+// the broker keep, check and scan (on every verification) as many keys as
+// a request body holds. Rotation keeps a closed key listed only while
+// signatures made with it still need verifying.
+const MaxAccountKeys = 64
+
+// ValidateKeys validates each key and checks that no kid appears twice
+// and that there are at most MaxAccountKeys.
 func ValidateKeys(keys []PublicKey) error {
+	if len(keys) > MaxAccountKeys {
+		return NewError(CodeInvalidArgument, "an account publishes at most %d keys (got %d)", MaxAccountKeys, len(keys))
+	}
 	for i, k := range keys {
 		if err := k.Validate(); err != nil {
 			return err

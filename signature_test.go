@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -380,6 +381,15 @@ func TestPublicKeyValidate(t *testing.T) {
 	}
 	require.Error(t, pigeon.ValidateKeys([]pigeon.PublicKey{good, good}))
 	require.NoError(t, pigeon.ValidateKeys(nil))
+
+	many := make([]pigeon.PublicKey, pigeon.MaxAccountKeys+1)
+	for i := range many {
+		many[i] = good
+		many[i].KID = "k" + strconv.Itoa(i)
+	}
+	require.NoError(t, pigeon.ValidateKeys(many[:pigeon.MaxAccountKeys]))
+	err := pigeon.ValidateKeys(many)
+	require.Equal(t, pigeon.CodeInvalidArgument, pigeon.ErrorCode(err), "%v", err)
 }
 
 func ExampleSignMessage() {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,9 +107,16 @@ func TestAdminAccountsRolesGrantsAndKeys(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "an admin may publish another account's keys: %s", r.body)
 	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "orders-token", `{"keys":[{"kid":"k","use":"sig","alg":"ed25519","key":"!!"}]}`)
 	require.Equal(t, http.StatusBadRequest, r.status)
+	tooMany := make([]pigeon.PublicKey, pigeon.MaxAccountKeys+1)
+	for i := range tooMany {
+		tooMany[i] = pigeon.Ed25519PublicKey("k"+strconv.Itoa(i), pub)
+	}
+	body, _ := json.Marshal(map[string]any{"keys": tooMany})
+	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "orders-token", string(body))
+	require.Equal(t, http.StatusBadRequest, r.status, "more keys than an account may publish: %s", r.body)
 	r = f.do(t, http.MethodGet, "/v1/accounts/"+esc+"/keys", "gateway-token", "")
 	require.Equal(t, http.StatusOK, r.status)
-	require.Len(t, r.json(t)["keys"], 1)
+	require.Len(t, r.json(t)["keys"], 1, "the refused list replaced nothing")
 	require.Equal(t, http.StatusUnauthorized, f.do(t, http.MethodGet, "/v1/accounts/"+esc+"/keys", "", "").status)
 
 	require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/roles/notifier", "admin-token", "").status)
