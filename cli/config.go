@@ -43,6 +43,7 @@ type fileConfig struct {
 	MaxConns        int           `yaml:"max_connections"`
 	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
 	MaxPrograms     int           `yaml:"max_programs"`
+	MaxProgramMemMB int64         `yaml:"max_program_memory_mb"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -203,6 +204,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxPrograms != 0 {
 		cfg.maxPrograms = f.MaxPrograms
+	}
+	if f.MaxProgramMemMB != 0 {
+		cfg.maxProgramMemMB = f.MaxProgramMemMB
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

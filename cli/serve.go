@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -51,6 +52,9 @@ type serveConfig struct {
 	// maxPrograms is programs.Options.MaxProgramsPerAccount (0: its
 	// default; negative: no cap).
 	maxPrograms int
+	// maxProgramMemMB is programs.Options.MaxMemoryPerAccount in MiB (0:
+	// its default; negative: no cap).
+	maxProgramMemMB int64
 	// Operations (docs/operations.md): log format and level, and where
 	// /metrics is served ("" on the main listener).
 	logFormat, logLevel, metricsAddr string
@@ -148,6 +152,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.maxPrograms, "max-programs", cfg.maxPrograms, "programs one account may run (default 32; negative: no cap; docs/programs.md)")
+	fs.Int64Var(&cfg.maxProgramMemMB, "max-program-memory", cfg.maxProgramMemMB, "MiB the instances of one account's programs may take, maxInFlight × memoryPages summed (default 4096; negative: no cap; docs/programs.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
 	fs.IntVar(&cfg.maxSubs, "max-subscriptions", cfg.maxSubs, "subscriptions one principal may run at once, over all its connections (default 1000; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxConns, "max-connections", cfg.maxConns, "connections the server holds open at once, WebSockets included (default 16384; negative: no cap; docs/security.md)")
@@ -259,7 +264,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		kv = st
 	}
 	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger, KeepVersions: cfg.programVersions,
-		MaxProgramsPerAccount: cfg.maxPrograms})
+		MaxProgramsPerAccount: cfg.maxPrograms, MaxMemoryPerAccount: mibBytes(cfg.maxProgramMemMB)})
 	if err != nil {
 		_ = e.Shutdown(context.Background())
 		if st != nil {
@@ -413,4 +418,16 @@ func edgeBanner(w io.Writer, e *edge) {
 		fmt.Fprintf(w, "pigeon: TLS certificate valid until %s (reloaded when its file changes, or on SIGHUP)\n",
 			e.cert.Certificate().Leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
+}
+
+// mibBytes is n MiB in bytes: 0 stays 0 (the default), a negative n is -1
+// (no cap), and one too large for an int64 is the largest.
+func mibBytes(n int64) int64 {
+	switch {
+	case n < 0:
+		return -1
+	case n > math.MaxInt64>>20:
+		return math.MaxInt64
+	}
+	return n << 20
 }

@@ -77,6 +77,16 @@ type Options struct {
 	// with PROGRAM_LIMIT_EXCEEDED; new versions of its programs do not.
 	// Programs restored at start count, even beyond it.
 	MaxProgramsPerAccount int
+	// MaxMemoryPerAccount caps, in bytes, the memory the instances of one
+	// account's programs may take at once: the sum of route.maxInFlight ×
+	// limits.memoryPages × 64 KiB over its programs (default
+	// DefaultMaxMemoryPerAccount; negative: no cap). A program runs up to
+	// maxInFlight instances, each free to grow its memory to memoryPages,
+	// so without a cap one account's programs could take up to 10,000 GiB
+	// each. A deploy that would pass it fails with PROGRAM_LIMIT_EXCEEDED;
+	// one that lowers an account's total is always taken. Programs
+	// restored at start count, even beyond it.
+	MaxMemoryPerAccount int64
 }
 
 // Manager deploys, binds, swaps and removes the programs of one engine.
@@ -182,8 +192,11 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	if o.MaxProgramsPerAccount == 0 {
 		o.MaxProgramsPerAccount = DefaultMaxProgramsPerAccount
 	}
+	if o.MaxMemoryPerAccount == 0 {
+		o.MaxMemoryPerAccount = DefaultMaxMemoryPerAccount
+	}
 	mg := &Manager{e: e, kv: o.KV, opts: o, log: o.Logger, cache: o.Cache, progs: map[string]*program{},
-		quota: quota{held: map[string]int{}, pending: map[string]int{}}}
+		quota: newQuota()}
 	if mg.cache == nil {
 		mg.cache = wazero.NewCompilationCache()
 	}
@@ -336,7 +349,7 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	if err := man.normalize(); err != nil {
 		return refuse(err)
 	}
-	release, err := mg.reserve(p, man.Account)
+	release, err := mg.reserve(p, &man)
 	if err != nil {
 		return refuse(err)
 	}

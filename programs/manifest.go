@@ -66,6 +66,12 @@ const (
 	maxManifest        = 64 << 10
 )
 
+// Memory is the most memory a program's instances take at once, in bytes:
+// route.maxInFlight instances of limits.memoryPages 64 KiB pages each.
+func (m *Manifest) Memory() int64 {
+	return int64(max(m.Route.MaxInFlight, 1)) * int64(m.Limits.MemoryPages) * 64 << 10
+}
+
 // Timeout is the time one message may take.
 func (l Limits) Timeout() time.Duration { return time.Duration(l.TimeoutMs) * time.Millisecond }
 

@@ -99,3 +99,76 @@ func TestProgramCapDefault(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// The instances of an account's programs may take at most
+// MaxMemoryPerAccount (maxInFlight × memoryPages × 64 KiB summed over its
+// programs): a deploy that would pass it is refused PROGRAM_LIMIT_EXCEEDED
+// and audited, whether a new program or a new version asking for more; a
+// version asking for less, a removal or a move to another account frees
+// memory; programs restored at start count.
+func TestProgramMemoryPerAccountIsCapped(t *testing.T) {
+	const instance = programs.DefaultMemoryPages * 64 << 10 // 16 MiB
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	opts := &programs.Options{KV: f.st, Cache: cache, MaxMemoryPerAccount: 3 * instance}
+	mg, err := programs.New(ctx, f.e, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, mg.Close(context.Background())) }()
+	deploy := func(name, account string, inFlight int, pages uint32) error {
+		_, err := mg.Deploy(ctx, admin, name, manifest(func(m *programs.Manifest) {
+			m.Account, m.Route.MaxInFlight, m.Limits.MemoryPages = account, inFlight, pages
+		}), modOK)
+		return err
+	}
+	require.NoError(t, deploy("a", progAcc, 1, programs.DefaultMemoryPages))
+	require.NoError(t, deploy("b", progAcc, 1, programs.DefaultMemoryPages))
+	refused := len(f.audited(t, pigeon.EventProgramRefused))
+	err = deploy("c", progAcc, 2, programs.DefaultMemoryPages)
+	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(err), "4 instances of 16 MiB > 48 MiB: %v", err)
+	require.Contains(t, err.Error(), "64 MiB")
+	require.Len(t, f.audited(t, pigeon.EventProgramRefused), refused+1, "the refusal is audited")
+	_, err = mg.Get(ctx, "c")
+	require.Equal(t, pigeon.CodeProgramNotFound, pigeon.ErrorCode(err), "a refused first deploy leaves nothing")
+	require.NoError(t, deploy("c", progAcc, 1, programs.DefaultMemoryPages), "exactly the cap")
+	require.NoError(t, deploy("x", other, 2, programs.DefaultMemoryPages), "another account has memory of its own")
+
+	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(deploy("a", progAcc, 2, programs.DefaultMemoryPages)),
+		"a new version asking for more is refused")
+	info, err := mg.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, 1, info.Version, "and leaves the running one")
+	require.NoError(t, deploy("a", progAcc, 1, programs.DefaultMemoryPages/2), "a new version asking for less is taken")
+	require.NoError(t, deploy("d", progAcc, 1, programs.DefaultMemoryPages/2), "into what it freed")
+	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(deploy("e", progAcc, 1, 1)))
+	require.NoError(t, mg.Remove(ctx, admin, "b"))
+	require.NoError(t, deploy("e", progAcc, 1, programs.DefaultMemoryPages), "a removal frees memory")
+	require.NoError(t, deploy("c", other, 1, 1), "c moves to the other account")
+	require.NoError(t, deploy("f", progAcc, 1, programs.DefaultMemoryPages-1), "and frees its memory")
+
+	require.NoError(t, mg.Close(ctx))
+	opts.MaxMemoryPerAccount = instance
+	mg, err = programs.New(ctx, f.e, opts)
+	require.NoError(t, err)
+	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(deploy("g", progAcc, 1, 1)), "restored programs count")
+	require.NoError(t, deploy("e", progAcc, 1, 1), "and a version asking for less is taken beyond the cap")
+}
+
+// By default an account's instances take at most 4 GiB: a program with
+// the most instances of the default size is refused; a negative cap
+// refuses nothing.
+func TestProgramMemoryCapDefault(t *testing.T) {
+	require.EqualValues(t, 4<<30, programs.DefaultMaxMemoryPerAccount)
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	wide := manifest(func(m *programs.Manifest) { m.Route.MaxInFlight = pigeon.MaxInFlightLimit })
+	for _, tc := range []struct {
+		limit int64
+		code  pigeon.Code
+	}{{0, pigeon.CodeProgramLimit}, {-1, pigeon.CodeOK}} {
+		mg, err := programs.New(ctx, f.e, &programs.Options{Cache: cache, MaxMemoryPerAccount: tc.limit})
+		require.NoError(t, err)
+		_, err = mg.Deploy(ctx, admin, "wide", wide, modOK)
+		require.Equal(t, tc.code, pigeon.ErrorCode(err), "limit %d: %v", tc.limit, err)
+		require.NoError(t, mg.Close(ctx))
+	}
+}
