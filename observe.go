@@ -298,42 +298,59 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 		return strings.Compare(a, b)
 	})
 	budget := MaxStatsGroups
-	var out []GroupStats
+	type subjectGroups struct {
+		name   string
+		mem    map[string]*group
+		stored map[string]store.GroupState
+	}
+	var found []subjectGroups
+	total := 0
 	for _, subject := range subjects {
 		var stored map[string]store.GroupState
 		if lister != nil && budget > 0 {
 			var err error
 			if stored, err = lister.ListGroups(ctx, subject, budget); err != nil {
-				return out, storeError(err)
+				return nil, storeError(err)
 			}
 			budget -= len(stored)
 		}
-		mem := loaded[subject]
-		if len(mem) == 0 && len(stored) == 0 {
-			continue
+		if mem := loaded[subject]; len(mem) > 0 || len(stored) > 0 {
+			found = append(found, subjectGroups{subject, mem, stored})
+			total += len(mem) + len(stored)
 		}
-		_, last, err := e.store.Bounds(ctx, subject)
+	}
+	slices.SortFunc(found, func(a, b subjectGroups) int { return strings.Compare(a.name, b.name) })
+	out := make([]GroupStats, 0, total)
+	var names []string
+	for _, sg := range found {
+		_, last, err := e.store.Bounds(ctx, sg.name)
 		if err != nil {
 			return out, storeError(err)
 		}
-		removed := catalog[subject] == nil
-		for name, g := range mem {
-			g.mu.Lock()
-			out = append(out, GroupStats{Subject: subject, Group: name, Lag: lagOf(&g.prog, last), InFlight: len(g.leases), NotInCatalog: removed})
-			g.mu.Unlock()
+		names = names[:0]
+		for name := range sg.mem {
+			names = append(names, name)
 		}
-		for name, gs := range stored {
-			if mem[name] == nil { // one in memory is fresher
-				out = append(out, GroupStats{Subject: subject, Group: name, Lag: lagOf(&gs, last), NotInCatalog: removed})
+		for name := range sg.stored {
+			if sg.mem[name] == nil { // one in memory is fresher
+				names = append(names, name)
 			}
 		}
-	}
-	slices.SortFunc(out, func(a, b GroupStats) int {
-		if c := strings.Compare(a.Subject, b.Subject); c != 0 {
-			return c
+		slices.Sort(names)
+		removed := catalog[sg.name] == nil
+		for _, name := range names {
+			gs := GroupStats{Subject: sg.name, Group: name, NotInCatalog: removed}
+			if g := sg.mem[name]; g != nil {
+				g.mu.Lock()
+				gs.Lag, gs.InFlight = lagOf(&g.prog, last), len(g.leases)
+				g.mu.Unlock()
+			} else {
+				p := sg.stored[name]
+				gs.Lag = lagOf(&p, last)
+			}
+			out = append(out, gs)
 		}
-		return strings.Compare(a.Group, b.Group)
-	})
+	}
 	return out, nil
 }
 
