@@ -1,6 +1,7 @@
 package pigeon_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"pigeon"
 	"pigeon/store"
+	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
 )
 
@@ -76,5 +78,31 @@ func TestGroupsOfARemovedSubject(t *testing.T) {
 				require.Equal(t, "1", r.Ref, "how many groups went")
 			}
 		})
+	}
+}
+
+// TestStatsBudgetGoesToTheCatalogFirst: the MaxStatsGroups stored groups
+// Stats lists are those of the catalog's subjects first, so the groups of
+// a removed subject, however many and whatever its name, hide none of a
+// subject in use; they fill what is left of the budget.
+func TestStatsBudgetGoesToTheCatalogFirst(t *testing.T) {
+	st := memory.New(nil)
+	t.Cleanup(func() { require.NoError(t, st.Close(ctx)) })
+	f := newFixture(t, func(o *pigeon.Options) {
+		base := transporttest.Options()
+		o.Catalog, o.Authenticator, o.Store = base.Catalog, base.Authenticator, st
+	})
+	for i := range pigeon.MaxStatsGroups {
+		// "a.removed" sorts before every subject of the catalog.
+		require.NoError(t, st.MarkDone(ctx, store.GroupKey{Subject: "a.removed", Group: "g" + strconv.Itoa(i)}, 1))
+	}
+	require.NoError(t, st.MarkDone(ctx, store.GroupKey{Subject: "chat.messages", Group: "readers"}, 1))
+	s, err := f.e.Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, s.Groups, pigeon.MaxStatsGroups)
+	require.Equal(t, pigeon.GroupStats{Subject: "chat.messages", Group: "readers"}, s.Groups[len(s.Groups)-1], "the catalog's group, last by subject")
+	for _, g := range s.Groups[:len(s.Groups)-1] {
+		require.Equal(t, "a.removed", g.Subject)
+		require.True(t, g.NotInCatalog)
 	}
 }
