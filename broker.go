@@ -146,9 +146,12 @@ type Options struct {
 	// retention.messagesMs, a group's progress goes once the group has been
 	// unused for messagesMs instead: every message it handled is trimmed
 	// by then, so it goes on as its progress would have had it. A group
-	// the engine holds in memory (in use) is never deleted. The store must
-	// implement store.GroupPruner (the memory, wal and jetstream stores
-	// do); docs/storage.md has the details.
+	// the engine holds in memory (in use) is never deleted. The progress
+	// of a group of a subject no longer in the catalog goes once the group
+	// has been unused for GroupRetention (negative: never), when the store
+	// names the subjects it keeps progress for (store.GroupSubjectLister).
+	// The store must implement store.GroupPruner (the memory, wal and
+	// jetstream stores do); docs/storage.md has the details.
 	GroupRetention time.Duration
 	// SweepInterval is how often expired contracts, parked replies and
 	// retention are swept (default 1 minute).

@@ -160,10 +160,13 @@ type Stats struct {
 	// memory (in use, or with leases in flight; see
 	// Options.MaxGroupsPerSubject) as the engine holds them, and, when the
 	// store is a store.GroupLister, those in the store only (every
-	// consumer gone) from their stored progress, with InFlight 0. Stored
-	// groups are listed up to MaxStatsGroups in all; past that a group
-	// not in memory may be missing. Without a GroupLister only the groups
-	// in memory are listed.
+	// consumer gone) from their stored progress, with InFlight 0. When
+	// the store is also a store.GroupSubjectLister, the stored groups of
+	// subjects no longer in the catalog are listed too, marked
+	// NotInCatalog. Stored groups are listed up to MaxStatsGroups in all,
+	// those of the catalog's subjects first; past that a group not in
+	// memory may be missing. Without a GroupLister only the groups in
+	// memory are listed.
 	Groups []GroupStats
 	// Subscriptions counts the live subscriptions.
 	Subscriptions int
@@ -190,6 +193,10 @@ type GroupStats struct {
 	Lag uint64 `json:"lag"`
 	// InFlight counts the leases held.
 	InFlight int `json:"inFlight"`
+	// NotInCatalog marks a group of a subject the catalog no longer has
+	// (removed from the policy): nothing consumes it any more, and its
+	// stored progress goes once unused for Options.GroupRetention.
+	NotInCatalog bool `json:"notInCatalog,omitempty"`
 }
 
 // VerifyResult is the outcome of one VerifyAudit.
@@ -201,10 +208,11 @@ type VerifyResult struct {
 }
 
 // Stats reads the engine's state: the audit head, the open quarantine,
-// each group's lag and leases. It costs one quarantine listing, a listing
-// of each catalog subject's stored groups (MaxStatsGroups in all) and a
-// Bounds read per subject with a group, so it suits a scrape or a console
-// refresh, not a hot path.
+// each group's lag and leases. It costs one quarantine listing, one
+// listing of the subjects with stored groups, a listing of each such
+// subject's and each catalog subject's stored groups (MaxStatsGroups in
+// all) and a Bounds read per subject with a group, so it suits a scrape or
+// a console refresh, not a hot path.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	e.auditor.mu.Lock()
@@ -231,11 +239,14 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	return st, err
 }
 
-// groupStats reports the groups of every subject of the catalog and of
-// every group in memory: a loaded group from memory, any other from its
-// stored state (when the store is a store.GroupLister, MaxStatsGroups of
-// them in all), with one Bounds read per subject that has a group.
-// Subjects come in order, and each subject's groups by name.
+// groupStats reports the groups of every subject of the catalog, of every
+// subject with a group in memory and, when the store is a
+// store.GroupSubjectLister, of every subject with stored progress (those
+// no longer in the catalog marked so): a loaded group from memory, any
+// other from its stored state (when the store is a store.GroupLister,
+// MaxStatsGroups of them in all, the catalog's subjects first), with one
+// Bounds read per subject that has a group. Groups come ordered by
+// subject and name.
 func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 	loaded := map[string]map[string]*group{}
 	e.groups.mu.Lock()
@@ -254,47 +265,91 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 		loaded[key.Subject][key.Group] = g
 	}
 	e.groups.mu.Unlock()
+	catalog := e.catalog.Load().subjects
 	subjects := slices.Collect(maps.Keys(loaded))
 	lister, _ := e.store.(store.GroupLister)
 	if lister != nil {
-		for name := range e.catalog.Load().subjects {
+		for name := range catalog {
 			if loaded[name] == nil {
 				subjects = append(subjects, name)
 			}
 		}
+		if sl, ok := e.store.(store.GroupSubjectLister); ok {
+			names, err := sl.ListGroupSubjects(ctx)
+			if err != nil {
+				return nil, storeError(err)
+			}
+			for _, name := range names {
+				if loaded[name] == nil && catalog[name] == nil {
+					subjects = append(subjects, name)
+				}
+			}
+		}
 	}
-	slices.Sort(subjects)
+	// The catalog's subjects take the budget first: a removed subject
+	// with many groups leaves out none of a subject in use.
+	slices.SortFunc(subjects, func(a, b string) int {
+		if inA, inB := catalog[a] != nil, catalog[b] != nil; inA != inB {
+			if inA {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	budget := MaxStatsGroups
-	var out []GroupStats
+	type subjectGroups struct {
+		name   string
+		mem    map[string]*group
+		stored map[string]store.GroupState
+	}
+	var found []subjectGroups
+	total := 0
 	for _, subject := range subjects {
 		var stored map[string]store.GroupState
 		if lister != nil && budget > 0 {
 			var err error
 			if stored, err = lister.ListGroups(ctx, subject, budget); err != nil {
-				return out, storeError(err)
+				return nil, storeError(err)
 			}
 			budget -= len(stored)
 		}
-		mem := loaded[subject]
-		if len(mem) == 0 && len(stored) == 0 {
-			continue
+		if mem := loaded[subject]; len(mem) > 0 || len(stored) > 0 {
+			found = append(found, subjectGroups{subject, mem, stored})
+			total += len(mem) + len(stored)
 		}
-		_, last, err := e.store.Bounds(ctx, subject)
+	}
+	slices.SortFunc(found, func(a, b subjectGroups) int { return strings.Compare(a.name, b.name) })
+	out := make([]GroupStats, 0, total)
+	var names []string
+	for _, sg := range found {
+		_, last, err := e.store.Bounds(ctx, sg.name)
 		if err != nil {
 			return out, storeError(err)
 		}
-		from := len(out)
-		for name, g := range mem {
-			g.mu.Lock()
-			out = append(out, GroupStats{Subject: subject, Group: name, Lag: lagOf(&g.prog, last), InFlight: len(g.leases)})
-			g.mu.Unlock()
+		names = names[:0]
+		for name := range sg.mem {
+			names = append(names, name)
 		}
-		for name, gs := range stored {
-			if mem[name] == nil { // one in memory is fresher
-				out = append(out, GroupStats{Subject: subject, Group: name, Lag: lagOf(&gs, last)})
+		for name := range sg.stored {
+			if sg.mem[name] == nil { // one in memory is fresher
+				names = append(names, name)
 			}
 		}
-		slices.SortFunc(out[from:], func(a, b GroupStats) int { return strings.Compare(a.Group, b.Group) })
+		slices.Sort(names)
+		removed := catalog[sg.name] == nil
+		for _, name := range names {
+			gs := GroupStats{Subject: sg.name, Group: name, NotInCatalog: removed}
+			if g := sg.mem[name]; g != nil {
+				g.mu.Lock()
+				gs.Lag, gs.InFlight = lagOf(&g.prog, last), len(g.leases)
+				g.mu.Unlock()
+			} else {
+				p := sg.stored[name]
+				gs.Lag = lagOf(&p, last)
+			}
+			out = append(out, gs)
+		}
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package pigeon_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,10 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store"
+	"pigeon/store/memory"
+	"pigeon/store/wal"
+	"pigeon/transport/transporttest"
 )
 
 // recorder is an Observer that keeps what it is told.
@@ -206,4 +211,47 @@ func TestStatsListsGroupsInTheStoreOnly(t *testing.T) {
 		{Subject: "tasks.run", Group: pigeon.DefaultGroup, Lag: 5, InFlight: 1},
 		mailers,
 	}, groups(), "each group once, by name")
+}
+
+// BenchmarkStatsStoredGroups: Stats over n groups kept only in the store
+// (every consumer gone), on the memory and WAL stores: the cost of one
+// scrape of pigeon_consumer_lag or one console refresh.
+func BenchmarkStatsStoredGroups(b *testing.B) {
+	stores := []struct {
+		name string
+		open func(b *testing.B) store.Store
+	}{
+		{"memory", func(*testing.B) store.Store { return memory.New(nil) }},
+		{"wal", func(b *testing.B) store.Store {
+			st, err := wal.Open(b.TempDir(), &wal.Options{Sync: wal.SyncNone})
+			require.NoError(b, err)
+			return st
+		}},
+	}
+	for _, s := range stores {
+		for _, n := range []int{1000, 10000} {
+			b.Run(s.name+"/"+strconv.Itoa(n), func(b *testing.B) {
+				st := s.open(b)
+				opts := transporttest.Options()
+				opts.Store = st
+				e, err := pigeon.New(ctx, opts)
+				require.NoError(b, err)
+				b.Cleanup(func() {
+					require.NoError(b, e.Shutdown(ctx))
+					require.NoError(b, st.Close(ctx))
+				})
+				for i := range n {
+					key := store.GroupKey{Subject: "chat.messages", Group: "g" + strconv.Itoa(i)}
+					require.NoError(b, st.MarkDone(ctx, key, 2)) // 1 not done: a floor of 0 and one in Done
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					stats, err := e.Stats(ctx)
+					if err != nil || len(stats.Groups) != n {
+						b.Fatalf("Stats: %d groups, %v", len(stats.Groups), err)
+					}
+				}
+			})
+		}
+	}
 }

@@ -288,6 +288,40 @@ func TestLatencyOfBatchesAndPullReceives(t *testing.T) {
 	require.Equal(t, 1.0, commits, "the three admitted messages in one write")
 }
 
+// TestNoLagSeriesForRemovedSubjects: a group Stats marks NotInCatalog
+// has no lag or lease series and takes no place under MaxSeries; the
+// groups of the catalog's subjects keep theirs, those past MaxSeries
+// summed under Other.
+func TestNoLagSeriesForRemovedSubjects(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	stats := pigeon.Stats{Groups: []pigeon.GroupStats{
+		{Subject: "a", Group: "g", Lag: 1},
+		{Subject: "b", Group: "g", Lag: 10, InFlight: 1, NotInCatalog: true},
+		{Subject: "c", Group: "g", Lag: 100},
+		{Subject: "d", Group: "g", Lag: 1000, InFlight: 2},
+		{Subject: "e", Group: "g", Lag: 10000, NotInCatalog: true},
+	}}
+	_, err := metrics.New(reg, &metrics.Options{MaxSeries: 3, NoRuntime: true,
+		Stats: func(context.Context) (pigeon.Stats, error) { return stats, nil }})
+	require.NoError(t, err)
+	fams := scrape(t, reg)
+	for _, name := range []string{"pigeon_consumer_lag", "pigeon_leases_in_flight"} {
+		got := map[string]float64{}
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "subject" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		want := map[string]float64{"a": 1, "c": 100, metrics.Other: 1000}
+		if name == "pigeon_leases_in_flight" {
+			want = map[string]float64{"a": 0, "c": 0, metrics.Other: 2}
+		}
+		require.Equal(t, want, got, name)
+	}
+}
+
 // TestLabelsStayBounded: publishes to ever new subjects end in one Other
 // series once MaxSeries is reached.
 func TestLabelsStayBounded(t *testing.T) {

@@ -71,10 +71,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.verifyTime, float64(v.Time.UnixNano())/1e9)
 		gauge(c.verifyRecords, float64(v.Verified))
 	}
-	// Groups beyond MaxSeries are summed under Other.
+	// Groups beyond MaxSeries are summed under Other. A group of a subject
+	// no longer in the catalog has no series: nothing can consume it, so
+	// a lag alert on it could never clear.
 	var otherLag, otherInFlight float64
-	for i, g := range st.Groups {
-		if i < c.o.MaxSeries-1 {
+	n := 0
+	for _, g := range st.Groups {
+		if g.NotInCatalog {
+			continue
+		}
+		if n++; n < c.o.MaxSeries {
 			gauge(c.lag, float64(g.Lag), g.Subject, g.Group)
 			gauge(c.inFlight, float64(g.InFlight), g.Subject, g.Group)
 			continue
@@ -82,7 +88,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		otherLag += float64(g.Lag)
 		otherInFlight += float64(g.InFlight)
 	}
-	if len(st.Groups) >= c.o.MaxSeries {
+	if n >= c.o.MaxSeries {
 		gauge(c.lag, otherLag, Other, Other)
 		gauge(c.inFlight, otherInFlight, Other, Other)
 	}

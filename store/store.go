@@ -271,6 +271,17 @@ type GroupLister interface {
 	ListGroups(ctx context.Context, subject string, max int) (map[string]GroupState, error)
 }
 
+// GroupSubjectLister is the optional ability to name the subjects that
+// have stored consumer-group progress, so that the broker can report and
+// prune the groups of a subject no longer in its catalog.
+type GroupSubjectLister interface {
+	// ListGroupSubjects returns each subject with stored progress (a
+	// subject for which GroupLister.ListGroups would list a group) once,
+	// in no particular order. A subject whose every group PruneGroups
+	// deleted is not listed.
+	ListGroupSubjects(ctx context.Context) ([]string, error)
+}
+
 // CopyGroups is what a GroupLister that holds its groups in memory returns
 // from gs: a copy of the state of at most max of them (max <= 0: every
 // one), by name, state giving each one's.

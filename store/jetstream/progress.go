@@ -207,6 +207,45 @@ func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[st
 
 var _ store.GroupLister = (*Store)(nil)
 
+// ListGroupSubjects implements store.GroupSubjectLister: one watch of
+// the keys of the progress bucket, without their values (a lease's key
+// has a token more, so the filter leaves it out). It reads every group's
+// key, so it costs as much as listing every group's progress.
+func (s *Store) ListGroupSubjects(ctx context.Context) ([]string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	w, err := s.progress.WatchFiltered(ctx, []string{"*.*"}, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	defer w.Stop()
+	seen := map[string]bool{}
+	var out []string
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			tok, _, _ := strings.Cut(e.Key(), ".")
+			if seen[tok] {
+				continue
+			}
+			seen[tok] = true
+			name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(tok, "k"))
+			if err != nil {
+				continue
+			}
+			out = append(out, string(name))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+var _ store.GroupSubjectLister = (*Store)(nil)
+
 // purgeUpTo removes the revisions of key in bucket up to rev and returns
 // how many there were. The purge is one request to the bucket's stream,
 // so a revision written after rev is never removed.

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -179,3 +180,18 @@ func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[st
 }
 
 var _ store.GroupLister = (*Store)(nil)
+
+// ListGroupSubjects implements store.GroupSubjectLister.
+func (s *Store) ListGroupSubjects(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.progMu.RLock()
+	defer s.progMu.RUnlock()
+	if err := s.checkClosed(); err != nil {
+		return nil, err
+	}
+	return slices.Collect(maps.Keys(s.groups)), nil
+}
+
+var _ store.GroupSubjectLister = (*Store)(nil)

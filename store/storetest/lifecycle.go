@@ -92,6 +92,12 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.GroupSubjectLister); ok {
+		list = append(list, op{"ListGroupSubjects", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.GroupSubjectLister).ListGroupSubjects(ctx)
+			return err
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

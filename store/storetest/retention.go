@@ -344,3 +344,47 @@ func (su *suite) testListGroups(t *testing.T) {
 		require.Equal(t, want, list(t, s, "s", 0), "after a reopen")
 	}
 }
+
+// testListGroupSubjects: ListGroupSubjects names each subject with stored
+// progress once (a group with only an attempt, a pull cursor, a subject
+// that is a prefix of another's name), and no longer names a subject
+// whose groups were all pruned; the listing survives a reopen.
+func (su *suite) testListGroupSubjects(t *testing.T) {
+	s := su.store(t)
+	if _, ok := s.(store.GroupSubjectLister); !ok {
+		t.Skip("store does not implement store.GroupSubjectLister")
+	}
+	ctx := t.Context()
+	key := func(subject, group string) store.GroupKey { return store.GroupKey{Subject: subject, Group: group} }
+	list := func(t *testing.T, s store.Store) []string {
+		t.Helper()
+		subjects, err := s.(store.GroupSubjectLister).ListGroupSubjects(ctx)
+		require.NoError(t, err)
+		return subjects
+	}
+
+	require.Empty(t, list(t, s), "no progress yet")
+	_, _, err := s.Append(ctx, message("quiet", "m1", base))
+	require.NoError(t, err)
+	require.Empty(t, list(t, s), "messages without a group")
+	for _, seq := range []uint64{1, 2} {
+		require.NoError(t, s.MarkDone(ctx, key("s", "work"), seq))
+	}
+	require.NoError(t, s.MarkDone(ctx, key("s", "cursor:alice"), 1))
+	require.NoError(t, s.MarkAttempt(ctx, key("s.deeper", "tried"), 1, 1))
+	require.NoError(t, s.MarkDone(ctx, key("t", "gone"), 1))
+	require.ElementsMatch(t, []string{"s", "s.deeper", "t"}, list(t, s))
+
+	want := []string{"s", "s.deeper", "t"}
+	if gp, ok := s.(store.GroupPruner); ok {
+		n, err := gp.PruneGroups(ctx, "t", time.Now().Add(time.Hour), func(string) bool { return false })
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		want = []string{"s", "s.deeper"}
+		require.ElementsMatch(t, want, list(t, s), "a subject with every group pruned is not named")
+	}
+	if su.f.Reopen != nil {
+		s = su.reopen(t, s)
+		require.ElementsMatch(t, want, list(t, s), "after a reopen")
+	}
+}

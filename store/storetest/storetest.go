@@ -13,7 +13,7 @@
 // open. Optional abilities found by type assertion (store.Trimmer,
 // store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
 // store.GroupPruner, store.FloorRaiser, store.GroupLister,
-// store.ContractLister,
+// store.GroupSubjectLister, store.ContractLister,
 // store.AcceptAppender with
 // store.AuditChainer)
 // are tested when the store has them and skipped when it has not.
@@ -44,6 +44,9 @@
 //     does not count as a write for PruneGroups); one above it does.
 //   - ListGroups: max <= 0 means no limit; an unknown subject lists
 //     nothing; a group PruneGroups deleted is not listed.
+//   - ListGroupSubjects names each subject with a group once, pull cursors
+//     and groups with only attempts included; a subject whose last group
+//     PruneGroups deleted is not named.
 //   - AppendAudit refuses a batch that does not continue the log, whole.
 //   - ListQuarantine: max <= 0 means no limit; oldest first.
 //   - KV Delete of a missing key is a no-op; List of an unknown bucket is
@@ -93,6 +96,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("PruneGroups", su.testPruneGroups)
 	t.Run("RaiseFloor", su.testRaiseFloor)
 	t.Run("ListGroups", su.testListGroups)
+	t.Run("ListGroupSubjects", su.testListGroupSubjects)
 	t.Run("Contracts", su.testContracts)
 	t.Run("ListContracts", su.testListContracts)
 	t.Run("KV", su.testKV)

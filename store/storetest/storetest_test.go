@@ -37,6 +37,9 @@ var (
 	_ store.ContractLister = (*handle)(nil)
 	_ store.GroupPruner    = (*handle)(nil)
 	_ store.FloorRaiser    = (*handle)(nil)
+
+	_ store.GroupLister        = (*handle)(nil)
+	_ store.GroupSubjectLister = (*handle)(nil)
 )
 
 func newHandle(data *memory.Store) *handle {
@@ -84,6 +87,14 @@ func (h *handle) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64
 
 func (h *handle) PruneGroups(ctx context.Context, subject string, t time.Time, keep func(string) bool) (int, error) {
 	return h.s().PruneGroups(ctx, subject, t, keep)
+}
+
+func (h *handle) ListGroups(ctx context.Context, subject string, max int) (map[string]store.GroupState, error) {
+	return h.s().ListGroups(ctx, subject, max)
+}
+
+func (h *handle) ListGroupSubjects(ctx context.Context) ([]string, error) {
+	return h.s().ListGroupSubjects(ctx)
 }
 
 func (h *handle) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {

@@ -2,6 +2,8 @@ package wal
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"pigeon/store"
@@ -202,3 +204,17 @@ func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[st
 }
 
 var _ store.GroupLister = (*Store)(nil)
+
+// ListGroupSubjects implements store.GroupSubjectLister from the state in
+// memory, as ListGroups.
+func (s *Store) ListGroupSubjects(ctx context.Context) ([]string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	s.meta.mu.RLock()
+	defer s.meta.mu.RUnlock()
+	return slices.Collect(maps.Keys(s.meta.groups)), nil
+}
+
+var _ store.GroupSubjectLister = (*Store)(nil)
