@@ -778,6 +778,16 @@ func TestLoadCatalogRefusesInvalidPolicies(t *testing.T) {
 		})
 	}
 	require.NoError(t, f.e.ReplaceSubject(ctx, base()))
+
+	// A schema given in Go, not read from a file, that reads two ways.
+	p := base()
+	p.Name, p.Schema = "x.z", &pigeon.SchemaRef{Name: "twice"}
+	err := f.e.LoadCatalog(ctx, &pigeon.Catalog{Subjects: []pigeon.SubjectPolicy{p},
+		Schemas: map[string][]byte{"twice": []byte(`{"type":"object","required":["amount"],"required":[]}`)}})
+	requireCode(t, err, pigeon.CodePolicyInvalid)
+	require.ErrorContains(t, err, "duplicate member name")
+	_, err = f.e.Subject("x.z")
+	requireCode(t, err, pigeon.CodeSubjectNotFound)
 }
 
 func TestIdempotencyKeyFromData(t *testing.T) {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"pigeon/internal/jsontext"
 )
 
 // Catalog layout on disk: subjects/*.{json,yaml,yml} hold one SubjectPolicy
@@ -273,7 +276,14 @@ type trailingDataError struct{ offset int64 }
 
 func (e *trailingDataError) Error() string { return "unexpected data after the top-level value" }
 
-// decodeJSON decodes exactly one JSON value.
+// maxJSONDepth is the nesting a policy or schema file may reach, as
+// encoding/json allows.
+const maxJSONDepth = 10000
+
+// decodeJSON decodes exactly one JSON value, refusing what encoding/json
+// would read silently but other readers read otherwise (a *jsontext.Error):
+// an object with two members of one name (encoding/json keeps the last, a
+// reviewer sees the first, YAML refuses it) and strings that are not UTF-8.
 func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
@@ -289,7 +299,7 @@ func decodeJSON(data []byte, v any) error {
 		}
 		return &trailingDataError{offset: end}
 	}
-	return nil
+	return jsontext.Validate(data, maxJSONDepth)
 }
 
 // decodeYAML decodes exactly one YAML document.
@@ -315,6 +325,7 @@ func jsonError(name string, data []byte, err error) error {
 		syn   *json.SyntaxError
 		typ   *json.UnmarshalTypeError
 		trail *trailingDataError
+		text  *jsontext.Error
 	)
 	switch {
 	case errors.Is(err, errEmptyFile):
@@ -324,6 +335,14 @@ func jsonError(name string, data []byte, err error) error {
 		return positionError(name, data, syn.Offset-1, err, syn.Error())
 	case errors.As(err, &trail):
 		return positionError(name, data, trail.offset, err, trail.Error())
+	case errors.As(err, &text):
+		msg := "string is not valid UTF-8 (or holds a lone surrogate escape)"
+		if text.Kind == jsontext.KindDuplicateKey {
+			msg = fmt.Sprintf("the object at %q has two members of one name", cmp.Or(text.Path, "/"))
+		} else if text.Kind != jsontext.KindInvalidUTF8 {
+			msg = strings.TrimSuffix(text.Error(), " at offset "+strconv.Itoa(text.Offset))
+		}
+		return positionError(name, data, int64(text.Offset), err, msg)
 	case errors.As(err, &typ):
 		msg := fmt.Sprintf("cannot use a JSON %s as %s", typ.Value, jsonKind(typ.Type))
 		if typ.Field != "" {

@@ -213,6 +213,27 @@ func TestLoadErrors(t *testing.T) {
 			line:  2,
 		},
 		{
+			// encoding/json would keep the last effect; a reviewer reads
+			// the first, and YAML refuses the file.
+			name: "json member named twice",
+			files: map[string]string{"subjects/bad.json": `{"name":"a.b","version":"v1","mode":"pubsub","intents":["x"],` +
+				"\n" + `"policy":{"publish":[{"effect":"deny","principals":["*"],"effect":"allow"}]}}`},
+			want: []string{`subjects/bad.json: line 2, column 58: the object at "/policy/publish/0" has two members of one name`},
+			line: 2,
+		},
+		{
+			name:  "json member named twice, once escaped",
+			files: map[string]string{"subjects/bad.json": `{"name":"a.b","\u006eame":"c.d"}`},
+			want:  []string{`subjects/bad.json: line 1`, `the object at "/" has two members of one name`},
+			line:  1,
+		},
+		{
+			name:  "json string not UTF-8",
+			files: map[string]string{"subjects/bad.json": "{\"name\":\"a.b\",\"intents\":[\"\xff\"]}"},
+			want:  []string{"subjects/bad.json: line 1", "not valid UTF-8"},
+			line:  1,
+		},
+		{
 			name:  "json empty",
 			files: map[string]string{"subjects/bad.json": "  \n"},
 			want:  []string{"subjects/bad.json: empty file"},
@@ -269,6 +290,15 @@ func TestLoadErrors(t *testing.T) {
 			},
 			want: []string{"schemas/s.json: line 2, column 9: invalid character 'o'"},
 			line: 2,
+		},
+		{
+			name: "schema with a member named twice",
+			files: map[string]string{
+				"subjects/a.json": good,
+				"schemas/s.json":  `{"type":"object","required":["amount"],"required":[]}`,
+			},
+			want: []string{`schemas/s.json: line 1`, `the object at "/" has two members of one name`},
+			line: 1,
 		},
 		{
 			name: "yaml schema that cannot become JSON",

@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/xeipuuv/gojsonschema"
+
+	"pigeon/internal/jsontext"
 )
 
 // Schema is a JSON schema compiled once per subject version. Schemas that
@@ -27,8 +29,16 @@ type Schema struct {
 	fast *fastSchema
 }
 
-// Compile compiles the JSON schema raw.
+// maxDepth is the nesting a schema may reach, as encoding/json allows.
+const maxDepth = 10000
+
+// Compile compiles the JSON schema raw. A schema with an object holding
+// two members of one name, or a string that is not UTF-8, is refused: the
+// validators would read the last member, a reviewer the first.
 func Compile(raw []byte) (*Schema, error) {
+	if err := jsontext.Validate(raw, maxDepth); err != nil {
+		return nil, err
+	}
 	full, err := gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw))
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/xeipuuv/gojsonschema"
+
+	"pigeon/internal/jsontext"
 )
 
 var testSchemas = []string{
@@ -26,6 +28,24 @@ func TestFastSchemaCompiles(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(s), &doc))
 		require.Nil(t, compileFast(doc), s)
 	}
+}
+
+// A schema that reads two ways is refused: an object with a member named
+// twice (the validators would keep the last, a reviewer reads the first),
+// even once escaped, or a string that is not UTF-8.
+func TestAmbiguousSchemaRefused(t *testing.T) {
+	for _, s := range []string{
+		`{"type":"object","required":["amount"],"required":[]}`,
+		`{"type":"object","properties":{"amount":{"type":"number","type":"string"}}}`,
+		`{"type":"object","\u0074ype":"array"}`,
+		"{\"type\":\"object\",\"properties\":{\"\xff\":{}}}",
+	} {
+		_, err := Compile([]byte(s))
+		var je *jsontext.Error
+		require.ErrorAs(t, err, &je, "%q", s)
+	}
+	_, err := Compile([]byte(`{"type":"object","properties":{"type":{"type":"string"}}}`))
+	require.NoError(t, err, "one name in two objects is no repeat")
 }
 
 func TestSchemaFallbackValidates(t *testing.T) {
