@@ -45,10 +45,12 @@ func loadScenarios(t *testing.T) []scenario {
 }
 
 // clientTests is where each client keeps the tests that name scenarios.
+// The Go client's are the tests of its package, transport/ws.
 var clientTests = map[string]struct {
 	dir string
 	ext []string
 }{
+	"go":         {"../../transport/ws", []string{"_test.go"}},
 	"typescript": {"../typescript/test", []string{".ts", ".mjs", ".js"}},
 	"python":     {"../python/tests", []string{".py"}},
 	"rust":       {"../rust/tests", []string{".rs"}},

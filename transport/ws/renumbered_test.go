@@ -17,12 +17,15 @@ import (
 	"pigeon/transport/ws"
 )
 
-// A subscription that resumes (Reconnect) on a broker that lost its store
+// TestReconnectToARenumberedSubject is the shared scenario
+// "reconnect.renumbered" (clients/conformance/scenarios.json), in process:
+// a subscription that resumes (Reconnect) on a broker that lost its store
 // gets the messages of the new numbering from its first, instead of
 // waiting, silently, until it reaches the old position; and it forgets the
 // old position, so that the next resume starts after what it handled of
 // the new numbering rather than from its first again.
 func TestReconnectToARenumberedSubject(t *testing.T) {
+	scenario(t, "reconnect.renumbered")
 	ctx := context.Background()
 	type broker struct {
 		e   *pigeon.Engine
@@ -44,17 +47,21 @@ func TestReconnectToARenumberedSubject(t *testing.T) {
 	var cur atomic.Pointer[broker]
 	first := start()
 	cur.Store(&first)
+	defer func() { stop(*cur.Load()) }()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { cur.Load().srv.ServeHTTP(w, r) }))
 	defer hs.Close()
 	url := "ws" + strings.TrimPrefix(hs.URL, "http")
-	publish := func(b broker, texts ...string) {
-		alice, err := b.e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	publish := func(texts ...string) {
+		alice, err := cur.Load().e.Connect(ctx, "alice-token", []string{"chat.messages"})
 		require.NoError(t, err)
 		defer alice.Close(ctx)
 		for _, text := range texts {
 			_, err := alice.Publish(ctx, chatMsg(text))
 			require.NoError(t, err)
 		}
+	}
+	acksAnswered := func(what string) {
+		eventually(t, func() bool { return cur.Load().srv.PendingDeliveries() == 0 }, "the acks of %s answered", what)
 	}
 
 	bob, err := ws.Dial(ctx, url, "bob-token", []string{"chat.messages"})
@@ -63,27 +70,30 @@ func TestReconnectToARenumberedSubject(t *testing.T) {
 	var got texts
 	sub, err := bob.Subscribe(ctx, "chat.messages", got.handler)
 	require.NoError(t, err)
-	publish(first, "a-1", "a-2", "a-3", "a-4", "a-5")
+	publish("a-1", "a-2", "a-3", "a-4", "a-5")
 	eventually(t, func() bool { return len(got.list()) == 5 }, "the first broker's messages: %v", got.list())
+	acksAnswered("a-1 to a-5")
 
 	// The broker comes back without its store: its numbering starts anew.
 	second := start()
-	defer stop(second)
 	cur.Store(&second)
 	stop(first)
 	<-bob.Done()
-	publish(second, "b-1", "b-2")
-	require.NoError(t, bob.Reconnect(ctx))
+	require.NoError(t, bob.Reconnect(ctx)) // asks for 6, beyond the end
+	require.Equal(t, uint64(1), sub.(interface{ From() uint64 }).From(), "the resume starts at the first message")
+	publish("b-1", "b-2")
 	eventually(t, func() bool { return len(got.list()) == 7 }, "the new numbering's messages: %v", got.list())
 	require.Equal(t, []string{"b-1", "b-2"}, got.list()[5:])
+	acksAnswered("b-1 and b-2")
 
-	// Lost again: the resume continues in the new numbering.
+	// Only bob's connection is cut: the engine and its store stay, and
+	// the resume continues in the new numbering.
 	require.NoError(t, second.srv.Shutdown(ctx))
 	<-bob.Done()
-	second.srv = ws.NewServer(second.e, nil)
-	cur.Store(&second)
-	publish(second, "b-3")
+	again := broker{second.e, ws.NewServer(second.e, nil)}
+	cur.Store(&again)
 	require.NoError(t, bob.Reconnect(ctx))
+	publish("b-3")
 	eventually(t, func() bool { return len(got.list()) >= 8 }, "the next message: %v", got.list())
 	time.Sleep(100 * time.Millisecond) // nothing more comes
 	require.Equal(t, []string{"b-3"}, got.list()[7:])

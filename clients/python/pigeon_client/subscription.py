@@ -206,8 +206,8 @@ class Subscription:
         self._settled_high = 0
         # The from of the latest subscribed answer (pub/sub); 0: not named.
         self._from = 0
-        # The sequence the latest subscribe frame started at, until its
-        # answer is bound; 0: none.
+        # The sequence the latest subscribe frame started at; 0: none. Its
+        # answer, bound once (by the session's reader), is compared with it.
         self._asked = 0
         self._at_most_once = opts.get("ack") == "none"
         self._dropped = 0
@@ -378,12 +378,12 @@ class Subscription:
         the subscribe asked for means the subject was numbered anew (the
         broker lost its store): what this subscription handled counts for
         nothing on it, so the highest handled is forgotten and the next
-        resume continues in the new numbering. Only the first bind of an
-        answer does this (a later one may follow handled deliveries)."""
+        resume continues in the new numbering. The session binds each
+        answer once, as it arrives, so this runs before any delivery of
+        the new numbering is handled."""
         self._from = frm
         if frm < self._asked:
             self._settled_high = 0
-        self._asked = 0
 
     def _resume_frame(self) -> tuple[dict[str, Any], set[int]]:
         """The subscribe frame that resumes the subscription, and the set it

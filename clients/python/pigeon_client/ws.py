@@ -284,14 +284,16 @@ class Session:
             resubscribing = sub._resubscribing = self._loop.create_future()
             frame, taken = sub._resume_frame()
             try:
+                # The reader binds the answer (see _dispatch): nothing is
+                # left to do with it here.
                 try:
-                    ans = await self._call(frame, "subscribed", internal=True, binding=sub)
+                    await self._call(frame, "subscribed", internal=True, binding=sub)
                 except PigeonError as e:
                     if e.code != "INVALID_ARGUMENT" or sub.options.get("start") is not None:
                         raise
                     # Not a pub/sub subject: it resumes without a position.
                     sub.options["_pubsub"] = False
-                    ans = await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
+                    await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
             except TransportError:
                 sub._resume_failed(taken)  # the next reconnect resumes from there
                 raise
@@ -304,13 +306,16 @@ class Session:
             finally:
                 sub._resubscribing = None
                 resubscribing.set_result(None)
-            self._bind(sub, ans)
         self._state = "open"
         self._connected.set()
         if self._pub_task is None:
             self._pub_task = self._loop.create_task(self._publisher())
 
     def _bind(self, sub: Subscription, ans: dict[str, Any]) -> None:
+        """Bind a ``subscribed`` answer to the subscription that asked for
+        it. The reader does it, once per answer, as the answer arrives and
+        before the next frame (its first delivery may follow at once); the
+        call that sent the subscribe only waits for it."""
         sid = ans.get("sub")
         if not isinstance(sid, str) or not sid:
             raise ProtocolError("BAD_REQUEST", "subscribed without a sub id")
@@ -426,7 +431,8 @@ class Session:
         fut = self._pending.pop(re_, None)
         sub = self._binding.pop(re_, None)
         if sub is not None and op == "subscribed" and fut is not None and not fut.done():
-            # Bound here, before the next frame: its first deliver may follow at once.
+            # Bound here, and only here, before the next frame: its first
+            # deliver may follow at once.
             try:
                 self._bind(sub, f)
             except PigeonError as e:
@@ -784,12 +790,23 @@ class Session:
         }
         sub = Subscription(self, subject, handler, opts)
         sub._gen = self._gen
-        ans = await self._call(sub._subscribe_frame(), "subscribed", binding=sub)
         if group is not None:
             opts["_pubsub"] = False
-        self._bind(sub, ans)
-        self._all_subs.append(sub)
-        sub._start_workers()
+        # The reader binds the answer as it arrives (see _dispatch). Between
+        # then and this call's return the subscription may end: the server
+        # ended it (an unsubscribed frame: it is returned ended), or the
+        # session's close() or failure began, which knew nothing of it.
+        await self._call(sub._subscribe_frame(), "subscribed", binding=sub)
+        if self._state in ("closing", "closed", "failed"):
+            if not sub.ended:
+                sid = sub.sid
+                sub._end(None)  # forgotten: what is on the wire for it is dropped quietly
+                if self._state == "closing":
+                    self._loop.create_task(self._quiet_unsubscribe(sid))
+            self._check_usable()  # raises the closed session's error
+        if not sub.ended:
+            self._all_subs.append(sub)
+            sub._start_workers()
         return sub
 
     async def receive(self, subject: str, max: int | None = None) -> list[dict[str, Any]]:

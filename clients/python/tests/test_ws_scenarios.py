@@ -515,32 +515,35 @@ async def test_reconnect_to_a_renumbered_subject(pigeon_bin):
     first message, and the next resume continues in it (after what was
     handled of it, not after the old position, which would again be beyond
     the end and deliver the new numbering from its first)."""
+    scenario("reconnect.renumbered")
     srv = Server(pigeon_bin).start()  # --data "": the store dies with the process
     try:
         mon = await connect(srv.ws, "monitor-token", TELEMETRY, reconnect_timeout=30)
         sen = await connect(srv.ws, "sensor-token", TELEMETRY, reconnect_timeout=30)
         handled: list[str] = []
         try:
-            await mon.subscribe("events.telemetry", lambda d: handled.append(f"{d.data['kind']}-{d.data['value']}"))
+            sub = await mon.subscribe("events.telemetry", lambda d: handled.append(f"{d.data['kind']}-{d.data['value']}"))
+
+            def acks_answered() -> bool:
+                return not sub._slots and sub._ack_task is None
+
             for i in range(1, 6):
                 await sen.publish(telemetry("a", "renumbered", i))
-            await eventually(lambda: len(handled) == 5, what="the first broker's messages")
-            await asyncio.sleep(0.3)  # their acks are answered
+            await eventually(lambda: len(handled) == 5 and acks_answered(), what="the first broker's messages acked")
             srv.kill()
             srv.start()
-            await within(mon.wait_connected(20), 25)
-            await within(sen.wait_connected(20), 25)
+            # Resumed: the reconnect resubscribed before it counts.
+            await eventually(lambda: mon.reconnects == 1 and mon.connected, 25, what="the resume")
+            await eventually(lambda: sen.reconnects == 1 and sen.connected, 25, what="the sensor's reconnect")
+            assert sub._from == 1, "the resume asked for 6, beyond the end: it starts at the first message"
             for i in (1, 2):
                 await sen.publish(telemetry("b", "renumbered", i))
-            await eventually(lambda: len(handled) >= 7, what="the new numbering's messages")
-            await asyncio.sleep(0.3)
+            await eventually(lambda: len(handled) >= 7 and acks_answered(), what="the new numbering's messages acked")
             assert handled[5:] == ["b-1", "b-2"]
-            # Lost again, on the same store: the resume asks after b-2.
-            reconnects = mon.reconnects
-            old = mon._ws
-            assert old is not None
-            await old.close()
-            await eventually(lambda: mon.reconnects > reconnects and mon.connected, what="the second resume")
+            # Only the monitor's connection is cut, on the same store: the
+            # resume asks after b-2.
+            await mon._ws.close()  # type: ignore[union-attr]
+            await eventually(lambda: mon.reconnects == 2 and mon.connected, what="the second resume")
             await sen.publish(telemetry("b", "renumbered", 3))
             await eventually(lambda: len(handled) >= 8, what="the next message")
             await asyncio.sleep(0.3)  # nothing more comes

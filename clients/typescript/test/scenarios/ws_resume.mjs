@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { WebSocket } from "ws";
 import { connect, RetryAfter } from "../../dist/index.js";
-import { scenario, sharedServer, telemetry, until, sleep, uniq, hangAfter } from "../harness.mjs";
+import { scenario, Server, sharedServer, telemetry, until, sleep, uniq, hangAfter } from "../harness.mjs";
 
 const BOUND = 10_000;
 
@@ -134,6 +134,57 @@ scenario("reconnect.resume_from_start", async () => {
     const i = rec.sockets.length - 1;
     assert.deepEqual(rec.sentOn[i].find((f) => f.op === "subscribe").start, { sequence: from }, "resumed at from");
   });
+});
+
+// A broker that lost its store (in memory, killed and started again)
+// numbers the subject anew: the resume gets the new numbering from its
+// first message, and the next resume continues in it (after what was
+// handled of it, not after the old position, which would again be beyond
+// the end and deliver the new numbering from its first).
+scenario("reconnect.renumbered", async () => {
+  const srv = await Server.start(); // in memory: started again, it numbers the subject anew
+  const rec = recorder();
+  try {
+    const opts = { reconnect: { initialDelayMs: 50, maxDelayMs: 300, maxAttempts: 60 }, onError: () => {} };
+    const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"], { ...opts, WebSocket: rec.WebSocket });
+    const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"], opts);
+    try {
+      const got = [];
+      const sub = await monitor.subscribe("events.telemetry", (m) => void got.push(`${m.data.kind}-${m.data.value}`));
+      for (let i = 1; i <= 5; i++) await sensor.publish(telemetry("a", "renumbered", i));
+      await until(() => got.length === 5, 5000, "the first broker's messages");
+      await sub.idle(); // their acks are answered
+      await srv.kill("SIGKILL");
+      await srv.run();
+      // Resumed (on the first socket after the lost one that a subscribe
+      // was answered on; the reconnects while the server was down failed):
+      // asked for 6, beyond the end, it starts at the first message.
+      const resumedOn = (after) => rec.sockets.findIndex((_, i) => i > after && answered(rec, i, "subscribe"));
+      await until(() => resumedOn(0) > 0, 15_000, "the monitor's resume");
+      const i = resumedOn(0);
+      assert.deepEqual(rec.sentOn[i].find((f) => f.op === "subscribe").start, { sequence: 6 });
+      assert.equal(rec.receivedOn[i].find((f) => f.op === "subscribed").from, 1);
+      for (let i = 1; i <= 2; i++) await sensor.publish(telemetry("b", "renumbered", i));
+      await until(() => got.length >= 7, 10_000, "the new numbering's messages");
+      await sub.idle(); // their acks are answered
+      assert.deepEqual(got.slice(5), ["b-1", "b-2"]);
+      // Only the monitor's connection is cut, on the same store: the resume
+      // asks after b-2, not after a-5.
+      await monitor.reconnect();
+      const j = resumedOn(i);
+      assert.ok(j > i, "reconnect() resumed the subscription");
+      assert.deepEqual(rec.sentOn[j].find((f) => f.op === "subscribe").start, { sequence: 3 });
+      await sensor.publish(telemetry("b", "renumbered", 3));
+      await until(() => got.length >= 8, 5000, "the next message");
+      await sleep(300); // nothing more comes
+      assert.deepEqual(got.slice(7), ["b-3"]);
+      assert.equal(sub.finished, false);
+    } finally {
+      await Promise.all([monitor.close(), sensor.close()]);
+    }
+  } finally {
+    await srv.stop();
+  }
 });
 
 test("resume, maxInFlight 2: a lower delivery still running when a higher one is acked is delivered again after the resume", { timeout: 30_000 }, async () => {

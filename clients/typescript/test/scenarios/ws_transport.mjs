@@ -196,42 +196,6 @@ test("a graceful restart (SIGTERM): the subscription resumes where it was", asyn
   }
 });
 
-test("a broker that lost its store: the resume gets the new numbering, and the next one continues in it", async () => {
-  const srv = await Server.start(); // in memory: started again, it numbers the subject anew
-  try {
-    const opts = { reconnect: { initialDelayMs: 50, maxDelayMs: 300, maxAttempts: 60 }, onError: () => {} };
-    const reconnects = [];
-    const monitor = await connect(srv.ws, "monitor-token", ["events.telemetry"], { ...opts, onReconnect: (c) => reconnects.push(c.id) });
-    const sensor = await connect(srv.ws, "sensor-token", ["events.telemetry"], opts);
-    try {
-      const got = [];
-      const run = String(Math.random());
-      const sub = await monitor.subscribe("events.telemetry", (m) => void (m.data.site === run && got.push(`${m.data.kind}-${m.data.value}`)));
-      for (let i = 1; i <= 5; i++) await sensor.publish(telemetry("a", run, i));
-      await until(() => got.length === 5, 5000, "the first broker's messages");
-      await sleep(300); // their acks are answered
-      await srv.kill("SIGKILL");
-      await srv.run();
-      await until(() => reconnects.length >= 1, 15_000, "the monitor to reconnect");
-      for (let i = 1; i <= 2; i++) await sensor.publish(telemetry("b", run, i));
-      await until(() => got.length >= 7, 10_000, "the new numbering's messages");
-      await sleep(300);
-      assert.deepEqual(got.slice(5), ["b-1", "b-2"]);
-      // Lost again, on the same store: the resume asks after b-2, not after a-5.
-      await monitor.reconnect();
-      await sensor.publish(telemetry("b", run, 3));
-      await until(() => got.length >= 8, 5000, "the next message");
-      await sleep(300); // nothing more comes
-      assert.deepEqual(got.slice(7), ["b-3"]);
-      assert.equal(sub.finished, false);
-    } finally {
-      await Promise.all([monitor.close(), sensor.close()]);
-    }
-  } finally {
-    await srv.stop();
-  }
-});
-
 test("reconnect(): a fresh contract, the subscription carries on", async () => {
   const srv = await sharedServer();
   await withTelemetry(srv, async (monitor, sensor) => {
