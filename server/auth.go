@@ -44,8 +44,12 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// authenticate resolves the request's credential and region.
+// authenticate resolves the request's credential and region. A request
+// that repeats a header of wire.OnceHeaders is BAD_REQUEST.
 func (s *Server) authenticate(r *http.Request) (*pigeon.Principal, string, error) {
+	if err := wire.CheckOnce(r, wire.OnceHeaders...); err != nil {
+		return nil, "", err
+	}
 	p, err := s.e.AuthenticateCredential(r.Context(), wire.Credential(r, bearer(r)))
 	if err != nil {
 		return nil, "", err

@@ -156,6 +156,45 @@ func TestUncleanPathsAnswerJSON(t *testing.T) {
 	}
 }
 
+// A request that says who, where or under which contract twice is refused
+// 400 BAD_REQUEST before anything is resolved or done: a proxy in front
+// could act on one value and the broker on the other.
+func TestRepeatedIdentityHeadersRefused(t *testing.T) {
+	f := newFixture(t)
+	c := f.contract(t, "checkout-token", "payments.authorize")
+	tests := []struct {
+		name   string
+		header http.Header
+	}{
+		{"Authorization twice", http.Header{"Authorization": {"Bearer checkout-token", "Bearer admin-token"}}},
+		{"Authorization twice, the same", http.Header{"Authorization": {"Bearer checkout-token", "Bearer checkout-token"}}},
+		{"region twice", http.Header{"Authorization": {"Bearer checkout-token"}, "X-Pigeon-Region": {"uk", "us"}}},
+		{"contract twice", http.Header{"Authorization": {"Bearer checkout-token"}, "X-Pigeon-Contract": {c, c}}},
+	}
+	body := `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",` +
+		`"idempotencyKey":"twice","classification":"pci","data":{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_a"}}`
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, f.hs.URL+"/v1/messages", strings.NewReader(body))
+			require.NoError(t, err)
+			req.Header = tc.header.Clone()
+			if req.Header.Get("X-Pigeon-Contract") == "" {
+				req.Header.Set("X-Pigeon-Contract", c)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			r := response{status: resp.StatusCode, header: resp.Header, body: b}
+			require.Equal(t, http.StatusBadRequest, r.status, "%s", b)
+			require.Equal(t, pigeon.CodeBadRequest, r.code(t))
+		})
+	}
+	r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", body, "x-pigeon-contract", c)
+	require.Equal(t, http.StatusAccepted, r.status, "said once, the same request is taken: %s", r.body)
+}
+
 // An HTTP receive settles what it returns unless the request asks for
 // explicit acks, so a pull consumer written for the reference broker (which
 // cannot ack) does not get every message again after the ack wait.

@@ -138,6 +138,24 @@ func HTTPStatus(c pigeon.Code) int {
 	return http.StatusInternalServerError
 }
 
+// OnceHeaders are the request headers that say who acts, where and under
+// which contract. Each may be given once: readers disagree on which of two
+// values counts (Go's Header.Get takes the first, many proxies act on the
+// last or append their own), so a request repeating one is refused, not
+// read one way here and another way in front of the broker.
+var OnceHeaders = []string{"Authorization", "X-Pigeon-Region", "X-Pigeon-Contract"}
+
+// CheckOnce refuses with BAD_REQUEST a request that gives one of names
+// (canonical header names) more than once.
+func CheckOnce(r *http.Request, names ...string) error {
+	for _, name := range names {
+		if n := len(r.Header[name]); n > 1 {
+			return pigeon.NewError(pigeon.CodeBadRequest, "the %s header is given %d times: give it once", name, n)
+		}
+	}
+	return nil
+}
+
 // Credential is what request r presents: bearer (read by the caller from
 // its header or subprotocol), the TLS client certificates of its
 // connection, and its remote address.

@@ -325,6 +325,53 @@ func TestRegionFromHeader(t *testing.T) {
 	r.fail(ws.OpPublish, `,"message":`+msgJSON(t, m), pigeon.CodeRegionDenied)
 }
 
+// An upgrade that says who or where twice is refused 400 BAD_REQUEST before
+// anything is resolved: readers (a proxy in front, the broker) would
+// disagree on which value counts. Saying it once, in either place, or the
+// same region in both, is fine.
+func TestUpgradeSayingItTwiceIsRefused(t *testing.T) {
+	v := newEnv(t, nil)
+	bearer := func(tok string) string { return ws.BearerSubprotocolPrefix + tok }
+	tests := []struct {
+		name   string
+		query  string
+		header http.Header
+		protos []string
+		status int
+		region string // of the session, when accepted
+	}{
+		{"Authorization twice", "", http.Header{"Authorization": {"Bearer alice-token", "Bearer bob-token"}}, nil, http.StatusBadRequest, ""},
+		{"Authorization twice, the same", "", http.Header{"Authorization": {"Bearer alice-token", "Bearer alice-token"}}, nil, http.StatusBadRequest, ""},
+		{"header and subprotocol", "", http.Header{"Authorization": {"Bearer alice-token"}}, []string{ws.Subprotocol, bearer("bob-token")}, http.StatusBadRequest, ""},
+		{"two bearer subprotocols", "", nil, []string{ws.Subprotocol, bearer("alice-token"), bearer("bob-token")}, http.StatusBadRequest, ""},
+		{"region header twice", "", http.Header{"Authorization": {"Bearer alice-token"}, "X-Pigeon-Region": {"eu", "uk"}}, nil, http.StatusBadRequest, ""},
+		{"region parameter twice", "?region=eu&region=uk", http.Header{"Authorization": {"Bearer alice-token"}}, nil, http.StatusBadRequest, ""},
+		{"region header and parameter differ", "?region=uk", http.Header{"Authorization": {"Bearer alice-token"}, "X-Pigeon-Region": {"eu"}}, nil, http.StatusBadRequest, ""},
+		{"region header and parameter agree", "?region=eu", http.Header{"Authorization": {"Bearer alice-token"}, "X-Pigeon-Region": {"eu"}}, nil, http.StatusSwitchingProtocols, "eu"},
+		{"subprotocol and parameter", "?region=eu", nil, []string{ws.Subprotocol, bearer("alice-token")}, http.StatusSwitchingProtocols, "eu"},
+		{"header once", "", http.Header{"Authorization": {"Bearer alice-token"}, "X-Pigeon-Region": {"uk"}}, nil, http.StatusSwitchingProtocols, "uk"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.header.Clone()
+			if h == nil {
+				h = http.Header{}
+			}
+			h.Set("Origin", v.hs.URL)
+			c, resp, err := websocket.Dial(context.Background(), v.url+tc.query, &websocket.DialOptions{HTTPHeader: h, Subprotocols: tc.protos})
+			require.Equal(t, tc.status, resp.StatusCode)
+			if tc.status != http.StatusSwitchingProtocols {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			r := &rawClient{t: t, c: c}
+			t.Cleanup(func() { _ = c.CloseNow() })
+			require.Equal(t, tc.region, r.negotiate("chat.messages").Region)
+		})
+	}
+}
+
 // Unsubscribe frames for one subscription, sent back to back so that they
 // run at once or the second before the first is forgotten: exactly one is
 // answered ok, the other refused as for a subscription already gone.

@@ -78,23 +78,34 @@ func (s *Server) Stats() Stats {
 
 // upgradeCredential returns the bearer token of an upgrade request: the
 // Authorization header, or the pigeon.bearer.<token> subprotocol (for
-// browsers, which cannot set headers on an upgrade).
-func upgradeCredential(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-			return strings.TrimSpace(h[7:])
-		}
-		return ""
-	}
+// browsers, which cannot set headers on an upgrade). A request that gives
+// both, or two bearer subprotocols, is BAD_REQUEST: which one counts would
+// depend on the reader.
+func upgradeCredential(r *http.Request) (string, error) {
+	var token string
+	found := 0
 	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
 		for _, p := range strings.Split(v, ",") {
 			p = strings.TrimSpace(p)
 			if len(p) > len(BearerSubprotocolPrefix) && strings.EqualFold(p[:len(BearerSubprotocolPrefix)], BearerSubprotocolPrefix) {
-				return p[len(BearerSubprotocolPrefix):]
+				token = p[len(BearerSubprotocolPrefix):]
+				found++
 			}
 		}
 	}
-	return ""
+	if h := r.Header.Get("Authorization"); h != "" {
+		if found > 0 {
+			return "", pigeon.NewError(pigeon.CodeBadRequest, "the request gives a credential twice, in the Authorization header and a bearer subprotocol: give one")
+		}
+		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+			return strings.TrimSpace(h[7:]), nil
+		}
+		return "", nil
+	}
+	if found > 1 {
+		return "", pigeon.NewError(pigeon.CodeBadRequest, "the request offers %d bearer subprotocols: offer one", found)
+	}
+	return token, nil
 }
 
 // AuthenticateUpgrade resolves who opens a WebSocket upgrade request and
@@ -104,7 +115,14 @@ func upgradeCredential(r *http.Request) string {
 // is BAD_REQUEST, checked after the credential so that an unauthenticated
 // caller learns nothing more. WriteUpgradeError answers its error.
 func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string) (*pigeon.Principal, string, error) {
-	p, err := e.AuthenticateCredential(r.Context(), wire.Credential(r, upgradeCredential(r)))
+	if err := wire.CheckOnce(r, wire.OnceHeaders...); err != nil {
+		return nil, "", err
+	}
+	token, err := upgradeCredential(r)
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := e.AuthenticateCredential(r.Context(), wire.Credential(r, token))
 	if err != nil {
 		return nil, "", err
 	}
@@ -112,8 +130,14 @@ func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string
 		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request")
 	}
 	region := r.Header.Get("X-Pigeon-Region")
-	if region == "" {
-		region = r.URL.Query().Get("region")
+	query := r.URL.Query()["region"]
+	switch {
+	case len(query) > 1:
+		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "the region parameter is given %d times: give it once", len(query))
+	case len(query) == 1 && region != "" && query[0] != region:
+		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "the x-pigeon-region header and the region parameter name two regions: give one")
+	case region == "" && len(query) == 1:
+		region = query[0]
 	}
 	if region == "" {
 		region = defaultRegion
