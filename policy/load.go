@@ -280,10 +280,21 @@ func (e *trailingDataError) Error() string { return "unexpected data after the t
 // encoding/json allows.
 const maxJSONDepth = 10000
 
+// caseVariantError is a member whose name differs from a field's only in
+// case.
+type caseVariantError struct{ path, field string }
+
+func (e *caseVariantError) Error() string {
+	return fmt.Sprintf("member %q differs from %q only in case: field names are case-sensitive", e.path, e.field)
+}
+
 // decodeJSON decodes exactly one JSON value, refusing what encoding/json
-// would read silently but other readers read otherwise (a *jsontext.Error):
-// an object with two members of one name (encoding/json keeps the last, a
-// reviewer sees the first, YAML refuses it) and strings that are not UTF-8.
+// would read silently but other readers read otherwise: an object with
+// two members of one name (encoding/json keeps the last, a reviewer sees
+// the first, YAML refuses it) and strings that are not UTF-8 (a
+// *jsontext.Error), and a member named as a field of v only in another
+// case (a *caseVariantError: encoding/json would fill the field from it,
+// so "ForbiddenFields":[] could empty a "forbiddenFields" list above it).
 func decodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
@@ -299,7 +310,13 @@ func decodeJSON(data []byte, v any) error {
 		}
 		return &trailingDataError{offset: end}
 	}
-	return jsontext.Validate(data, maxJSONDepth)
+	if err := jsontext.Validate(data, maxJSONDepth); err != nil {
+		return err
+	}
+	if path, field, ok := jsontext.CaseVariant(data, reflect.TypeOf(v)); ok {
+		return &caseVariantError{path: path, field: field}
+	}
+	return nil
 }
 
 // decodeYAML decodes exactly one YAML document.
@@ -463,9 +480,10 @@ func asObject(v any) (map[string]any, bool) {
 }
 
 // unknownFields walks a generically decoded document beside the Go type it
-// was decoded into and appends the paths of keys that no field took.
-// encoding/json matches keys case-insensitively; yaml.v3 does not.
-func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]string) {
+// was decoded into and appends the paths of keys that no field took,
+// matching keys to the fields' json tags (fromJSON) or yaml tags exactly
+// (a JSON member in another case was refused when it was decoded).
+func unknownFields(v any, t reflect.Type, at string, fromJSON bool, out *[]string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -476,12 +494,12 @@ func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]strin
 			return
 		}
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			f, ok := structField(t, k, foldCase)
+			f, ok := structField(t, k, fromJSON)
 			if !ok {
 				*out = append(*out, joinField(at, k))
 				continue
 			}
-			unknownFields(obj[k], f.Type, joinField(at, k), foldCase, out)
+			unknownFields(obj[k], f.Type, joinField(at, k), fromJSON, out)
 		}
 	case reflect.Map:
 		obj, ok := asObject(v)
@@ -489,7 +507,7 @@ func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]strin
 			return
 		}
 		for _, k := range slices.Sorted(maps.Keys(obj)) {
-			unknownFields(obj[k], t.Elem(), joinField(at, k), foldCase, out)
+			unknownFields(obj[k], t.Elem(), joinField(at, k), fromJSON, out)
 		}
 	case reflect.Slice:
 		list, ok := v.([]any)
@@ -497,18 +515,16 @@ func unknownFields(v any, t reflect.Type, at string, foldCase bool, out *[]strin
 			return
 		}
 		for i, e := range list {
-			unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", at, i), foldCase, out)
+			unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", at, i), fromJSON, out)
 		}
 	}
 }
 
-func structField(t reflect.Type, key string, foldCase bool) (reflect.StructField, bool) {
+func structField(t reflect.Type, key string, fromJSON bool) (reflect.StructField, bool) {
 	tag := "yaml"
-	if foldCase {
+	if fromJSON {
 		tag = "json"
 	}
-	var folded reflect.StructField
-	found := false
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get(tag), ",")
@@ -518,11 +534,8 @@ func structField(t reflect.Type, key string, foldCase bool) (reflect.StructField
 		if name == key {
 			return f, true
 		}
-		if foldCase && !found && strings.EqualFold(name, key) {
-			folded, found = f, true
-		}
 	}
-	return folded, found
+	return reflect.StructField{}, false
 }
 
 func joinField(at, key string) string {

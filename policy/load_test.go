@@ -228,6 +228,18 @@ func TestLoadErrors(t *testing.T) {
 			line:  1,
 		},
 		{
+			// encoding/json would fill forbiddenFields from the second
+			// member and empty the list a reviewer reads in the first.
+			name:  "json member named as a field in another case",
+			files: map[string]string{"subjects/bad.json": `{"name":"a.b","data":{"forbiddenFields":["card.pan"],"ForbiddenFields":[]}}`},
+			want:  []string{`subjects/bad.json: member "/data/ForbiddenFields" differs from "forbiddenFields" only in case`},
+		},
+		{
+			name:  "json member in another case alone",
+			files: map[string]string{"subjects/bad.json": `{"Name":"a.b","version":"v1"}`},
+			want:  []string{`subjects/bad.json: member "/Name" differs from "name" only in case`},
+		},
+		{
 			name:  "json string not UTF-8",
 			files: map[string]string{"subjects/bad.json": "{\"name\":\"a.b\",\"intents\":[\"\xff\"]}"},
 			want:  []string{"subjects/bad.json: line 1", "not valid UTF-8"},
@@ -428,9 +440,8 @@ func TestUnknownFieldsAreWarnings(t *testing.T) {
 	}{
 		{
 			file: "subjects/a.json",
-			data: `{"name":"a.b","Version":"v1","intents":["x"],"colour":"red",
+			data: `{"name":"a.b","version":"v1","intents":["x"],"colour":"red",
 				"policy":{"publish":[{"effect":"allow","principal":"p"}]},"data":{"forbidden":["x"]}}`,
-			// "Version" matches version case-insensitively, as encoding/json does.
 			want: []string{"colour", "data.forbidden", "policy.publish[0].principal"},
 		},
 		{
