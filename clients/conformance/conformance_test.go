@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/policy"
 	"pigeon/seal"
 )
 
@@ -58,6 +59,15 @@ var clientTests = map[string]struct {
 
 // TestScenariosAreUnique checks the list itself: ids are unique, well
 // formed, and name only known clients.
+// The catalog the scenarios run against lints clean, warnings included:
+// a field the broker ignores (an ackWaitMs outside delivery, say) would
+// leave the scenarios testing another policy than the one they describe.
+func TestCatalogLintsClean(t *testing.T) {
+	problems, err := policy.LintDir("policies")
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
 func TestScenariosAreUnique(t *testing.T) {
 	id := regexp.MustCompile(`^[a-z0-9_]+\.[a-z0-9_]+$`)
 	seen := map[string]bool{}

@@ -120,6 +120,19 @@ those are in its quarantine or audit already; without the bound, a handler
 that keeps failing on such a subject would grow the set for as long as the
 client runs."""
 
+MAX_RETRY_DELAY = 12 * 60 * 60
+"""The longest redelivery delay the broker takes, in seconds (12 hours): a
+handler's longer :class:`RetryAfter` waits this long, as it does in the Go
+client."""
+
+
+def _retry_delay(exc: BaseException | None) -> float | None:
+    """The delay a :class:`RetryAfter` asks for, at most MAX_RETRY_DELAY."""
+    if isinstance(exc, RetryAfter) and exc.delay is not None:
+        return min(exc.delay, MAX_RETRY_DELAY)
+    return None
+
+
 _DATA_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -262,7 +275,7 @@ class Subscription:
         return self
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        await self._leave(exc.delay if isinstance(exc, RetryAfter) else None)
+        await self._leave(_retry_delay(exc))
 
     async def aclose(self) -> None:
         """End the subscription as a loop that leaves early does (the exit of
@@ -506,7 +519,7 @@ class Subscription:
         except asyncio.CancelledError:
             raise
         except RetryAfter as e:
-            await self._answer(d, False, e.delay)
+            await self._answer(d, False, _retry_delay(e))
             return
         except Exception as e:  # a failing handler nacks this delivery only
             log.debug("pigeon: handler failed on %s: %r", d.id, e)

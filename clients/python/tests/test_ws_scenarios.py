@@ -266,6 +266,26 @@ async def test_handler_throws_nacks(server):
         await pub.close()
 
 
+async def test_handler_retry_after_capped(server):
+    scenario("handler.retry_after_capped")
+    w = await connect(server.ws, "notifier-token", NOTIFY)
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    seen: dict[str, list[int]] = {}
+    try:
+        async def handler(d):
+            seen.setdefault(d.id, []).append(d.attempt)
+            raise RetryAfter(1000 * 3600, RuntimeError("much later"))
+
+        await w.subscribe("notifications.send", handler, group=fresh("g"))
+        nid = (await pub.publish(notification())).id
+        await eventually(lambda: nid in seen, what="the first delivery")
+        await asyncio.sleep(3)  # past the ack wait (2 s): a refused nack would let it come back
+        assert seen[nid] == [1]
+    finally:
+        await w.close()
+        await pub.close()
+
+
 def reply_for(req: dict) -> dict:
     return {
         "type": "payment.authorization.result",

@@ -877,12 +877,16 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
     }
 }
 
+/// The longest redelivery delay the broker takes (12 hours): a handler's
+/// longer `retry_after` waits this long, as it does in the Go client.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 60 * 60);
+
 /// Nacks a delivery a handler failed on or a stream's reader dropped; an
 /// error other than a lost connection goes to `on_error`.
 async fn nack(h: &AckHandle, id: &str, delay: Option<Duration>) {
     let mut f = json!({"op": "nack", "sub": h.sid, "messageId": id});
     if let Some(d) = delay {
-        f["delayMs"] = json!(d.as_millis() as u64);
+        f["delayMs"] = json!(d.min(MAX_RETRY_DELAY).as_millis() as u64);
     }
     if let Err(e) = h.conn.call(obj(f), Duration::from_secs(30)).await {
         if e.kind != ErrorKind::Transport {

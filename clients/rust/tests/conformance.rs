@@ -84,6 +84,7 @@ async fn run_all() {
     scenario("workqueue.competing", &mut failures, Box::pin(workqueue_competing(s()))).await;
     scenario("nack.redelivery", &mut failures, Box::pin(nack_redelivery(s()))).await;
     scenario("handler.throws_nacks", &mut failures, Box::pin(handler_throws_nacks(s()))).await;
+    scenario("handler.retry_after_capped", &mut failures, Box::pin(handler_retry_after_capped(s()))).await;
     scenario("request.reply", &mut failures, Box::pin(request_reply(s()))).await;
     scenario("request.timeout", &mut failures, Box::pin(request_timeout(s()))).await;
     scenario("receive.pull", &mut failures, Box::pin(receive_pull(s()))).await;
@@ -397,6 +398,33 @@ async fn handler_throws_nacks(srv: Arc<Server>) {
     assert_eq!(of(&bad), vec![1, 2]);
     assert_eq!(of(&good1), vec![1]);
     assert_eq!(of(&good2), vec![1]);
+    sub.unsubscribe().await.unwrap();
+    n.close().await.unwrap();
+    orders.close().await.unwrap();
+}
+
+async fn handler_retry_after_capped(srv: Arc<Server>) {
+    let tag = format!("capped-{}", nonce());
+    let n = connect(&srv, "notifier-token", &["notifications.send"]).await;
+    let orders = connect(&srv, "orders-token", &["notifications.send"]).await;
+    let calls: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
+    let c = calls.clone();
+    let sub = n
+        .subscribe("notifications.send", SubscribeOptions::default().group(format!("g-{}", nonce())), move |d| {
+            let c = c.clone();
+            async move {
+                c.lock().unwrap().push((d.message.id.clone(), d.attempt));
+                Err(HandlerError::retry_after(Duration::from_secs(1000 * 3600), "much later"))
+            }
+        })
+        .await
+        .unwrap();
+    let id = orders.publish(&notification(&tag)).await.unwrap().id().to_string();
+    assert!(eventually(Duration::from_secs(8), || calls.lock().unwrap().iter().any(|x| x.0 == id)).await);
+    // Past the ack wait (2 s): a refused nack would let it come back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let of: Vec<u32> = calls.lock().unwrap().iter().filter(|x| x.0 == id).map(|x| x.1).collect();
+    assert_eq!(of, vec![1]);
     sub.unsubscribe().await.unwrap();
     n.close().await.unwrap();
     orders.close().await.unwrap();

@@ -37,6 +37,10 @@ import { answer, utf8Length, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
 import type { Delivery, Session, SubscribeOptions } from "./session.js";
 
+/** The longest redelivery delay the broker takes (12 hours): a handler's
+ * longer RetryAfter waits this long, as it does in the Go client. */
+const MAX_RETRY_DELAY_MS = 12 * 60 * 60 * 1000;
+
 /**
  * The most deliveries of an `ack: "none"` subscription queued in the client,
  * waiting for a handler (or for the loop of a stream). The server does not
@@ -428,7 +432,7 @@ export class Subscription {
         // A failure keeps its sequence in unacked: the server redelivers it
         // on this subscription only, so a resume must ask for it again.
         const frame: Frame = { op: "nack", sub: this.id, messageId: id };
-        if (delayMs !== undefined) frame.delayMs = Math.max(0, Math.round(delayMs));
+        if (delayMs !== undefined) frame.delayMs = Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(delayMs)));
         d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));
       }
     }

@@ -113,6 +113,31 @@ scenario("handler.throws_nacks", async () => {
   }
 });
 
+scenario("handler.retry_after_capped", async () => {
+  const srv = await sharedServer();
+  const tag = uniq("capped");
+  const n = await connect(srv.ws, "notifier-token", ["notifications.send"]);
+  const orders = await connect(srv.ws, "orders-token", ["notifications.send"]);
+  try {
+    const attempts = [];
+    await n.subscribe(
+      "notifications.send",
+      (m, d) => {
+        if (!mine(tag)(m)) return;
+        attempts.push(d.attempt);
+        throw new RetryAfter(1000 * 3600 * 1000, new Error("much later"));
+      },
+      { group: uniq("grp") },
+    );
+    await orders.publish(notification(tag));
+    await until(() => attempts.length >= 1, 5000, "the first delivery");
+    await sleep(3000); // past the ack wait (2 s): a refused nack would let it come back
+    assert.deepEqual(attempts, [1]);
+  } finally {
+    await Promise.all([n.close(), orders.close()]);
+  }
+});
+
 function paymentRequest() {
   return {
     type: "payment.authorization.requested",
