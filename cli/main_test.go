@@ -266,14 +266,22 @@ func TestServeWithPolicies(t *testing.T) {
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "policies"), demo.FS()))
 	tokens := filepath.Join(dir, "tokens.json")
 	require.NoError(t, os.WriteFile(tokens, []byte(`{"tokens":[{"token":"t1","principal":"spiffe://merchant-prod/ns/checkout/sa/checkout-api","attributes":{"team":"pay"}}]}`), 0o600))
+	// A field the broker ignores is not silent: serve logs it as it starts.
+	path := filepath.Join(dir, "policies", "subjects", "notifications.send.json")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	b = append(bytes.TrimRight(bytes.TrimSpace(b), "}"), `,"ackWaitMs":2000}`...)
+	require.NoError(t, os.WriteFile(path, b, 0o600))
 	r := startServe(t, serveConfig{policies: filepath.Join(dir, "policies"), tokens: tokens, data: ""})
 	require.NotContains(t, r.out.String(), "DEMO")
+	require.Contains(t, r.errOut.String(), "policy: unknown field (ignored)")
+	require.Contains(t, r.errOut.String(), "ackWaitMs")
 	code, _, stderr := r.pigeon(t, context.Background(), "publish", "--token", "t1", "--subject", "payments.authorize",
 		"--type", "payment.authorization.requested", "--intent", "authorize_payment", "--key", "p-1", "--classification", "pci",
 		"--data", `{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok"}`)
 	require.Equal(t, 0, code, stderr)
 
-	err := serve(context.Background(), serveConfig{policies: filepath.Join(dir, "policies"), addr: "127.0.0.1:0", sync: "batch"}, io.Discard, io.Discard)
+	err = serve(context.Background(), serveConfig{policies: filepath.Join(dir, "policies"), addr: "127.0.0.1:0", sync: "batch"}, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "--tokens")
 	err = serve(context.Background(), serveConfig{addr: "127.0.0.1:0", sync: "sometimes"}, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "--sync")

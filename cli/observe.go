@@ -113,7 +113,7 @@ func catalogCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: pigeon catalog asyncapi DIR")
 		return 2
 	}
-	c, err := loadCatalog(args[1])
+	c, _, err := loadCatalog(args[1])
 	if err != nil {
 		fmt.Fprintf(stderr, "pigeon catalog asyncapi: %v\n", err)
 		return 1

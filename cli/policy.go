@@ -9,17 +9,25 @@ import (
 )
 
 // loadCatalog loads a policy directory and refuses one with lint errors.
-func loadCatalog(dir string) (*pigeon.Catalog, error) {
+// It returns the lint warnings too (unknown fields among them: a field the
+// broker ignores), for the caller to show.
+func loadCatalog(dir string) (*pigeon.Catalog, []policy.Problem, error) {
 	c, err := policy.LoadDir(dir)
 	if err != nil {
-		return nil, loadError(err)
+		return nil, nil, loadError(err)
 	}
-	for _, p := range policy.Lint(c) {
+	problems, err := policy.LintDir(dir)
+	if err != nil {
+		return nil, nil, loadError(err)
+	}
+	var warnings []policy.Problem
+	for _, p := range problems {
 		if p.IsError() {
-			return nil, fmt.Errorf("policy %s (run `pigeon policy lint %s` for every problem)", p, dir)
+			return nil, nil, fmt.Errorf("policy %s (run `pigeon policy lint %s` for every problem)", p, dir)
 		}
+		warnings = append(warnings, p)
 	}
-	return c, nil
+	return c, warnings, nil
 }
 
 func policyLintCmd(args []string, stdout, stderr io.Writer) int {

@@ -17,6 +17,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/identity"
+	"pigeon/policy"
 	"pigeon/programs"
 	"pigeon/server"
 	"pigeon/store"
@@ -237,9 +238,12 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	isDemo := cfg.policies == ""
-	catalog, tokens, err := catalogAndTokens(cfg)
+	catalog, warnings, tokens, err := catalogAndTokens(cfg)
 	if err != nil {
 		return err
+	}
+	for _, p := range warnings {
+		logger.Warn("policy: "+p.Message, "file", p.File, "subject", p.Subject, "field", p.Field)
 	}
 	edge, err := buildEdge(cfg, tokens, logger)
 	if err != nil {
@@ -346,31 +350,32 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	return err
 }
 
-// catalogAndTokens loads --policies and --tokens, or the demo.
-func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []pigeon.StaticToken, error) {
+// catalogAndTokens loads --policies (with its lint warnings) and
+// --tokens, or the demo.
+func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []policy.Problem, []pigeon.StaticToken, error) {
 	if cfg.policies == "" {
 		tokens := demo.Tokens()
 		if cfg.tokens != "" {
 			t, err := loadTokens(cfg.tokens)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			tokens = t
 		}
-		return demo.Catalog(), tokens, nil
+		return demo.Catalog(), nil, tokens, nil
 	}
 	if cfg.tokens == "" {
-		return nil, nil, errors.New("--policies needs --tokens: with no tokens nobody could connect")
+		return nil, nil, nil, errors.New("--policies needs --tokens: with no tokens nobody could connect")
 	}
-	c, err := loadCatalog(cfg.policies)
+	c, warnings, err := loadCatalog(cfg.policies)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	t, err := loadTokens(cfg.tokens)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return c, t, nil
+	return c, warnings, t, nil
 }
 
 // banner says what is being served and where.
