@@ -82,15 +82,24 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // ParseManifest decodes a manifest (JSON, unknown fields refused), fills
-// the defaults and checks every field. A refusal is PROGRAM_INVALID with
-// check "manifest".
+// the defaults and checks every field. A manifest that reads two ways (an
+// object with a member named twice, a member named as a field in another
+// case, which encoding/json would take for it) or holds a string that is
+// not UTF-8 is refused too. A refusal is PROGRAM_INVALID with check
+// "manifest".
 func ParseManifest(b []byte) (Manifest, error) {
 	if len(b) > maxManifest {
 		return Manifest{}, invalid(checkManifest, "the manifest exceeds %d bytes", maxManifest)
 	}
+	var m Manifest
+	if err := pigeon.CheckJSON(bytes.TrimSpace(b)); err != nil {
+		return Manifest{}, invalid(checkManifest, "the manifest does not decode: %v", err)
+	}
+	if err := pigeon.CheckNames(b, &m); err != nil {
+		return Manifest{}, invalid(checkManifest, "the manifest does not decode: %v", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var m Manifest
 	if err := dec.Decode(&m); err != nil {
 		return Manifest{}, invalid(checkManifest, "the manifest does not decode: %v", err)
 	}

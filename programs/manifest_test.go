@@ -30,6 +30,11 @@ func TestParseManifest(t *testing.T) {
 		{"env name with =", `{"route":{"subject":"a"},"account":"x","env":{"A=B":"c"}}`, false},
 		{"empty publish subject", `{"route":{"subject":"a"},"account":"x","publishes":[""]}`, false},
 		{"not json", `route: a`, false},
+		{"account named twice", `{"route":{"subject":"a"},"account":"x","account":"admin"}`, false},
+		{"account in another case", `{"route":{"subject":"a"},"account":"x","Account":"admin"}`, false},
+		{"subject in another case", `{"route":{"subject":"a","Subject":"b"},"account":"x"}`, false},
+		{"env value not UTF-8", "{\"route\":{\"subject\":\"a\"},\"account\":\"x\",\"env\":{\"K\":\"\xff\"}}", false},
+		{"white space around", " \n" + `{"route":{"subject":"a"},"account":"x"}` + "\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := programs.ParseManifest([]byte(tc.in))
