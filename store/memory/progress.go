@@ -55,6 +55,20 @@ func (s *Store) lockProgress(ctx context.Context) error {
 	return nil
 }
 
+// rlockProgress takes progMu for reading once ctx and the store are found
+// live; the caller unlocks it when the error is nil.
+func (s *Store) rlockProgress(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.progMu.RLock()
+	if err := s.checkClosed(); err != nil {
+		s.progMu.RUnlock()
+		return err
+	}
+	return nil
+}
+
 // write returns the progress of key, created when first seen, stamped as
 // written now; s.progMu must be held for writing.
 func (s *Store) write(key store.GroupKey) *store.GroupState {
@@ -92,14 +106,10 @@ var _ store.FloorRaiser = (*Store)(nil)
 // LoadGroup returns a deep copy of the group's state; Done and Attempts are
 // nil when empty, and a group never seen is the zero GroupState.
 func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.rlockProgress(ctx); err != nil {
 		return store.GroupState{}, err
 	}
-	s.progMu.RLock()
 	defer s.progMu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return store.GroupState{}, err
-	}
 	g := s.groups[key.Subject][key.Group]
 	if g == nil {
 		return store.GroupState{}, nil
@@ -168,14 +178,10 @@ func (s *Store) PruneGroups(ctx context.Context, subject string, t time.Time, ke
 
 // ListGroups implements store.GroupLister.
 func (s *Store) ListGroups(ctx context.Context, subject string, max int) (map[string]store.GroupState, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.rlockProgress(ctx); err != nil {
 		return nil, err
 	}
-	s.progMu.RLock()
 	defer s.progMu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return nil, err
-	}
 	return store.CopyGroups(s.groups[subject], max, func(g *group) *store.GroupState { return &g.state }), nil
 }
 
@@ -183,14 +189,10 @@ var _ store.GroupLister = (*Store)(nil)
 
 // ListGroupSubjects implements store.GroupSubjectLister.
 func (s *Store) ListGroupSubjects(ctx context.Context) ([]string, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.rlockProgress(ctx); err != nil {
 		return nil, err
 	}
-	s.progMu.RLock()
 	defer s.progMu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return nil, err
-	}
 	return slices.Collect(maps.Keys(s.groups)), nil
 }
 
