@@ -379,10 +379,11 @@ func (e *Engine) uncount(ctx context.Context, g *group, seq uint64, n int) {
 
 // retryDelay is the wait before the next delivery of a message of s after
 // attempt n failed with err: the delay err asks for (RetryAfter, at most
-// MaxRetryDelay), otherwise the subject's backoff (nil err: a Nack that names no delay). The backoff
-// is fixed, linear or exponential from one second, capped at the subject's
-// maximum delay, then scaled by Options.RetryBase. It is the one backoff of
-// the broker, for push and pull alike.
+// MaxRetryDelay), otherwise the subject's backoff (nil err: a Nack that
+// names no delay). The backoff is fixed, linear or exponential from one
+// second, capped at the subject's maximum delay, then scaled by
+// Options.RetryBase. It is the one backoff of the broker, for push and
+// pull alike.
 func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
 	var re *RetryError
 	if errors.As(err, &re) && re.Delay >= 0 {

@@ -14,18 +14,43 @@ const DefaultMaxProgramsPerAccount = 32
 // 4 GiB, the default program's 16 MiB instance 256 times over.
 const DefaultMaxMemoryPerAccount = 4 << 30
 
-// quota counts the programs each account runs as (their manifests'
-// Account), for Options.MaxProgramsPerAccount, and the memory their
-// instances may take (Manifest.Memory), for Options.MaxMemoryPerAccount:
-// held and mem are the programs with a version, pending and pendingMem
-// the deploys under way for the account. Guarded by Manager.mu.
+// quota counts what each account's programs (their manifests' Account)
+// take: how many, for Options.MaxProgramsPerAccount, and the memory their
+// instances may take (Manifest.Memory), for Options.MaxMemoryPerAccount.
+// held counts the programs with a version, pending the deploys under way.
+// Guarded by Manager.mu.
 type quota struct {
-	held, pending   map[string]int
-	mem, pendingMem map[string]int64
+	held, pending map[string]usage
 }
 
-func newQuota() quota {
-	return quota{held: map[string]int{}, pending: map[string]int{}, mem: map[string]int64{}, pendingMem: map[string]int64{}}
+// usage is what one account's programs take.
+type usage struct {
+	programs int
+	memory   int64
+}
+
+func (u usage) plus(o usage) usage { return usage{u.programs + o.programs, u.memory + o.memory} }
+
+func (u usage) minus(o usage) usage { return usage{u.programs - o.programs, u.memory - o.memory} }
+
+// of is what a program recorded as rec takes (nothing without a version).
+func of(rec *record) usage {
+	if rec.Version == 0 {
+		return usage{}
+	}
+	return usage{1, rec.Manifest.Memory()}
+}
+
+func newQuota() quota { return quota{held: map[string]usage{}, pending: map[string]usage{}} }
+
+// add adds u to account's entry of m, dropping an entry that comes to
+// nothing.
+func add(m map[string]usage, account string, u usage) {
+	if v := m[account].plus(u); v == (usage{}) {
+		delete(m, account)
+	} else {
+		m[account] = v
+	}
 }
 
 // reserve makes room for p to run under man, or refuses with
@@ -36,36 +61,29 @@ func newQuota() quota {
 // The caller holds p.mu and calls release once the deploy ends, after
 // recorded.
 func (mg *Manager) reserve(p *program, man *Manifest) (release func(), err error) {
-	account, need := man.Account, man.Memory()
-	var place int
-	if p.rec.Version > 0 && p.rec.Manifest.Account == account {
-		need -= p.rec.Manifest.Memory()
-	} else {
-		place = 1
+	account := man.Account
+	need := usage{1, man.Memory()}
+	if p.rec.Manifest.Account == account {
+		need = need.minus(of(&p.rec))
 	}
-	need = max(need, 0)
+	need.memory = max(need.memory, 0)
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
 	q := &mg.quota
-	if limit := mg.opts.MaxProgramsPerAccount; place > 0 && limit >= 0 && q.held[account]+q.pending[account] >= limit {
+	taken := q.held[account].plus(q.pending[account])
+	if limit := mg.opts.MaxProgramsPerAccount; need.programs > 0 && limit >= 0 && taken.programs >= limit {
 		return nil, pigeon.NewError(pigeon.CodeProgramLimit, "account %q runs %d programs, the most allowed: remove one first", account, limit)
 	}
-	if limit := mg.opts.MaxMemoryPerAccount; need > 0 && limit >= 0 && q.mem[account]+q.pendingMem[account]+need > limit {
+	if limit := mg.opts.MaxMemoryPerAccount; need.memory > 0 && limit >= 0 && taken.memory+need.memory > limit {
 		return nil, pigeon.NewError(pigeon.CodeProgramLimit,
 			"account %q: its programs' instances (route.maxInFlight × limits.memoryPages) would take up to %s, and %s is the most allowed: lower them, or remove a program first",
-			account, mib(q.mem[account]+q.pendingMem[account]+need), mib(limit))
+			account, mib(taken.memory+need.memory), mib(limit))
 	}
-	q.pending[account] += place
-	q.pendingMem[account] += need
+	add(q.pending, account, need)
 	return func() {
 		mg.mu.Lock()
 		defer mg.mu.Unlock()
-		if q.pending[account] -= place; q.pending[account] == 0 {
-			delete(q.pending, account)
-		}
-		if q.pendingMem[account] -= need; q.pendingMem[account] == 0 {
-			delete(q.pendingMem, account)
-		}
+		add(q.pending, account, usage{}.minus(need))
 	}, nil
 }
 
@@ -74,20 +92,8 @@ func (mg *Manager) reserve(p *program, man *Manifest) (release func(), err error
 func (mg *Manager) recorded(old, rec *record) {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
-	q := &mg.quota
-	if old.Version > 0 {
-		a := old.Manifest.Account
-		if q.held[a]--; q.held[a] == 0 {
-			delete(q.held, a)
-		}
-		if q.mem[a] -= old.Manifest.Memory(); q.mem[a] == 0 {
-			delete(q.mem, a)
-		}
-	}
-	if rec.Version > 0 {
-		q.held[rec.Manifest.Account]++
-		q.mem[rec.Manifest.Account] += rec.Manifest.Memory()
-	}
+	add(mg.quota.held, old.Manifest.Account, usage{}.minus(of(old)))
+	add(mg.quota.held, rec.Manifest.Account, of(rec))
 }
 
 // mib renders a byte count in MiB.
