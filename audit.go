@@ -195,11 +195,35 @@ func auditFailure(err error) *Error {
 // prefix of it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
+// appendAudit queues r, waiting for its write when wait is set. Observers
+// hear of every record; a refusal for rate that continues a run is counted
+// rather than written (coalescer), and a run it ends is written first.
 func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
 	if r.Time.IsZero() {
 		r.Time = e.now()
 	}
 	e.observeRecord(&r)
+	write, ended := e.coalesce.admit(&r)
+	if ended != nil {
+		e.queueAudit(*ended, false)
+	}
+	if !write {
+		return nil
+	}
+	return e.queueAudit(r, wait)
+}
+
+// flushCoalesced writes the summaries of the runs of rate refusals whose
+// window closed before now, or of every run with a zero now.
+func (e *Engine) flushCoalesced(now time.Time) {
+	for _, s := range e.coalesce.flush(now) {
+		e.queueAudit(s, false)
+	}
+}
+
+// queueAudit queues r for the writer, waiting for its write when wait is
+// set.
+func (e *Engine) queueAudit(r store.AuditRecord, wait bool) error {
 	a := &e.auditor
 	a.mu.Lock()
 	a.pending = append(a.pending, r)
@@ -329,6 +353,7 @@ func (e *Engine) flushAudit() {
 
 // Audit returns up to max audit records with sequence >= from, in order.
 func (e *Engine) Audit(ctx context.Context, from uint64, max int) ([]AuditRecord, error) {
+	e.flushCoalesced(e.now())
 	e.flushAudit() // an auditor reads every record chained so far
 	recs, err := e.store.ReadAudit(ctx, from, max)
 	return recs, storeError(err)

@@ -181,6 +181,7 @@ type Engine struct {
 	idLocks    idLocks
 	limiter    *rateLimiter
 	auditor    auditor
+	coalesce   coalescer
 	replies    replyTable
 	groups     groupTable
 	subs       subscriptions
@@ -337,6 +338,7 @@ func (e *Engine) janitor() {
 			e.limiter.sweep(e.now())
 			e.recent.sweep(e.now().Add(-recentIdle))
 			e.enforceRetention(ctx)
+			e.flushCoalesced(e.now())
 			cancel()
 		}
 	}
@@ -552,6 +554,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	e.flushCoalesced(time.Time{})
 	e.flushAudit()
 	if first && e.ownStore {
 		return e.store.Close(ctx)

@@ -1,0 +1,108 @@
+package pigeon
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"pigeon/store"
+)
+
+// A run of refusals for rate is written to the audit log as its first
+// refusal and one record for the rest. A client over its rate limit is
+// refused cheaply, but it would still add one record per refusal: the log,
+// and the disk under it, would then grow with the refused traffic rather
+// than with what the limits allow, until a full disk stopped the broker for
+// everyone. Coalescing keeps the evidence (who was refused on which
+// subject, how often, from when to when) at one or two records per second
+// for each principal, subject and gate.
+const (
+	// coalesceWindow is how long after the first refusal of a run like
+	// refusals are counted rather than written.
+	coalesceWindow = time.Second
+	// maxCoalescing bounds the runs counted at once; beyond it every
+	// refusal is written, so evidence is never traded for memory.
+	maxCoalescing = 10000
+	// coalescedRef is the Ref prefix of the record standing for a run's
+	// counted refusals; the count follows it.
+	coalescedRef = "coalesced:"
+)
+
+// coalesceKey names a run: refusals of one event, principal, subject and
+// gate.
+type coalesceKey struct{ event, principal, subject, gate string }
+
+// run is the refusals counted since the first of a window was written.
+type run struct {
+	start time.Time         // when the written first refusal was made
+	last  store.AuditRecord // the latest counted refusal
+	n     uint64            // refusals counted, not written
+}
+
+// summary is the record standing for the counted refusals of r: the
+// latest one's fields, no message id, and Ref naming how many.
+func (r *run) summary() store.AuditRecord {
+	s := r.last
+	s.MessageID = ""
+	s.Ref = coalescedRef + strconv.FormatUint(r.n, 10)
+	return s
+}
+
+// coalescer counts runs of rate refusals. It is safe for concurrent use.
+type coalescer struct {
+	mu   sync.Mutex
+	runs map[coalesceKey]*run
+}
+
+// admit decides for r, about to be audited: write says whether r is
+// written (false: it is counted in its run), and ended, when not nil, is
+// the summary of the run r ends, to be written before r. Only refusals
+// with CodeRateLimited are counted.
+func (c *coalescer) admit(r *store.AuditRecord) (write bool, ended *store.AuditRecord) {
+	if r.Code != string(CodeRateLimited) {
+		return true, nil
+	}
+	k := coalesceKey{r.Type, r.Principal, r.Subject, r.Gate}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.runs[k]
+	switch {
+	case w == nil:
+		if len(c.runs) >= maxCoalescing {
+			return true, nil
+		}
+		if c.runs == nil {
+			c.runs = make(map[coalesceKey]*run)
+		}
+		c.runs[k] = &run{start: r.Time}
+		return true, nil
+	case r.Time.Sub(w.start) < coalesceWindow:
+		w.n++
+		w.last = *r
+		return false, nil
+	}
+	if w.n > 0 {
+		s := w.summary()
+		ended = &s
+	}
+	*w = run{start: r.Time}
+	return true, ended
+}
+
+// flush ends the runs whose window closed before now (every run, with a
+// zero now) and returns the summaries of those that counted refusals.
+func (c *coalescer) flush(now time.Time) []store.AuditRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []store.AuditRecord
+	for k, w := range c.runs {
+		if !now.IsZero() && now.Sub(w.start) < coalesceWindow {
+			continue
+		}
+		if w.n > 0 {
+			out = append(out, w.summary())
+		}
+		delete(c.runs, k)
+	}
+	return out
+}

@@ -1,0 +1,145 @@
+package pigeon_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/store"
+	"pigeon/store/memory"
+)
+
+// rateLimitedFixture is the demo catalog with payments.authorize limited to
+// one publish a second (burst one), over a memory store the test keeps, so
+// that it can read the audit log after Shutdown.
+func rateLimitedFixture(t *testing.T) (*fixture, *recorder, store.Store) {
+	t.Helper()
+	st := memory.New(nil)
+	t.Cleanup(func() { _ = st.Close(context.Background()) })
+	rec := newRecorder()
+	cat := demo.Catalog()
+	for i := range cat.Subjects {
+		if cat.Subjects[i].Name == "payments.authorize" {
+			cat.Subjects[i].RateLimit = &pigeon.RateLimitPolicy{PerSecond: 1, Burst: 1}
+		}
+	}
+	f := newFixture(t, func(o *pigeon.Options) { o.Catalog, o.Store, o.Observer = cat, st, rec })
+	return f, rec, st
+}
+
+// refusedForRate returns the publish.denied records with RATE_LIMITED in
+// recs, and how many refusals they stand for.
+func refusedForRate(recs []pigeon.AuditRecord) (out []pigeon.AuditRecord, refusals int) {
+	for _, r := range recs {
+		if r.Type != string(pigeon.EventPublishDenied) || r.Code != string(pigeon.CodeRateLimited) {
+			continue
+		}
+		out = append(out, r)
+		refusals++
+		if n, ok := coalescedCount(r); ok {
+			refusals += n - 1
+		}
+	}
+	return out, refusals
+}
+
+// coalescedCount is the number of refusals a coalesced record stands for.
+func coalescedCount(r pigeon.AuditRecord) (int, bool) {
+	const prefix = "coalesced:"
+	if len(r.Ref) <= len(prefix) || r.Ref[:len(prefix)] != prefix {
+		return 0, false
+	}
+	n, err := strconv.Atoi(r.Ref[len(prefix):])
+	return n, err == nil
+}
+
+// TestRateRefusalsCoalesce: a client over its rate limit is refused each
+// time, and every refusal is observed, but the audit log takes the first
+// refusal of each second in full and one record for the rest (Ref
+// "coalesced:N"), so it grows with the limit, not with the refused
+// traffic. The chain still verifies, other refusals are written one by
+// one, and Shutdown writes a run still counting.
+func TestRateRefusalsCoalesce(t *testing.T) {
+	f, rec, st := rateLimitedFixture(t)
+	s := f.connect("checkout-token", "payments.authorize")
+	publish := func() error {
+		_, err := s.Publish(ctx, demo.Payment("o"))
+		return err
+	}
+	require.NoError(t, publish(), "the burst lets one through")
+	for range 100 {
+		requireCode(t, publish(), pigeon.CodeRateLimited)
+	}
+	rec.mu.Lock()
+	require.Equal(t, 100, rec.events[pigeon.EventPublishDenied], "observers hear of every refusal")
+	rec.mu.Unlock()
+
+	written, refusals := refusedForRate(auditOf(t, f.e, pigeon.EventPublishDenied))
+	require.Len(t, written, 1, "within the second only the first is written")
+	require.Equal(t, 1, refusals)
+	require.NotEmpty(t, written[0].MessageID)
+
+	f.clock.Advance(time.Second)
+	written, refusals = refusedForRate(auditOf(t, f.e, pigeon.EventPublishDenied))
+	require.Len(t, written, 2, "once the second is over, one record stands for the rest")
+	require.Equal(t, 100, refusals)
+	sum := written[1]
+	require.Equal(t, "coalesced:99", sum.Ref)
+	require.Empty(t, sum.MessageID)
+	require.Equal(t, "payments.authorize", sum.Subject)
+	require.Equal(t, written[0].Principal, sum.Principal)
+	require.Equal(t, string(pigeon.OutcomeDeny), sum.Outcome)
+
+	// A new second: the bucket holds one again, then a new run starts.
+	require.NoError(t, publish())
+	for range 5 {
+		requireCode(t, publish(), pigeon.CodeRateLimited)
+	}
+	// Another code is written one by one.
+	bad := demo.Payment("o")
+	bad.Intent = "steal"
+	f.clock.Advance(time.Second)
+	require.NoError(t, publish())
+	for range 3 {
+		_, err := s.Publish(ctx, bad)
+		requireCode(t, err, pigeon.CodeRateLimited) // the rate gate comes first
+	}
+	written, refusals = refusedForRate(auditOf(t, f.e, pigeon.EventPublishDenied))
+	require.Equal(t, 106, refusals, "two runs ended and are in the log; the third has its first refusal written, two counted")
+	require.Len(t, written, 5)
+
+	n, err := f.e.VerifyAudit(ctx)
+	require.NoError(t, err, "the chain verifies")
+	require.Positive(t, n)
+
+	require.NoError(t, f.e.Shutdown(ctx))
+	recs, err := st.ReadAudit(ctx, 0, 0)
+	require.NoError(t, err)
+	written, refusals = refusedForRate(recs)
+	require.Equal(t, 108, refusals, "Shutdown writes the run still counting: every refusal is in the log")
+	require.Len(t, written, 6)
+}
+
+// TestOtherRefusalsAreNotCoalesced: only refusals for rate are counted;
+// any other refusal is written in full each time.
+func TestOtherRefusalsAreNotCoalesced(t *testing.T) {
+	f := newFixture(t)
+	s := f.connect("checkout-token", "payments.authorize")
+	for range 5 {
+		m := demo.Payment("o")
+		m.Intent = "steal"
+		_, err := s.Publish(ctx, m)
+		requireCode(t, err, pigeon.CodeIntentDenied)
+	}
+	recs := auditOf(t, f.e, pigeon.EventPublishDenied)
+	require.Len(t, recs, 5)
+	for _, r := range recs {
+		require.NotEmpty(t, r.MessageID)
+		require.Empty(t, r.Ref)
+	}
+}
