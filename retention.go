@@ -27,40 +27,32 @@ const (
 )
 
 // enforceRetention trims what policy no longer keeps: each subject's
-// messages older than retention.messagesMs (raising the floors of its
-// groups in memory past them, raiseFloors) and the stored progress of its
-// groups unused for as long (for Options.GroupRetention where the subject
-// keeps its messages), the stored progress of groups of subjects no longer
-// in the catalog unused for Options.GroupRetention (removedGroups), audit
-// records older than the longest
-// retention.auditMs of any subject, grants that expired over
+// messages older than retention.messagesMs and beyond the newest
+// retention.maxMessages (trimMessages), and the stored progress of its
+// groups unused for as long as it keeps messages (for
+// Options.GroupRetention where it keeps them for good), the stored
+// progress of groups of subjects no longer in the catalog unused for
+// Options.GroupRetention (removedGroups), audit records older than the
+// longest retention.auditMs of any subject, grants that expired over
 // grantPruneGrace ago (their revocations too), and quarantine records older
 // than Options.QuarantineRetention. It runs in the background and never
 // blocks publishers for longer than the store's trim step.
 func (e *Engine) enforceRetention(ctx context.Context) {
 	now := e.now()
 	var auditKeep time.Duration
-	tr, _ := e.store.(store.Trimmer)
 	gp, _ := e.store.(store.GroupPruner)
 	catalog := e.catalog.Load().subjects
 	for name, s := range catalog {
+		if err := e.trimMessages(ctx, name, s, now); err != nil {
+			// The groups wait for the messages they handled to go.
+			e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
+			continue
+		}
 		groupKeep := e.opts.GroupRetention
-		if ms := s.policy.Retention.MessagesMs; ms > 0 && tr != nil {
-			n, err := tr.TrimBefore(ctx, name, now.Add(-time.Duration(ms)*time.Millisecond))
-			if err != nil {
-				// The groups wait for the messages they handled to go.
-				e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
-				continue
+		if ms := s.policy.Retention.MessagesMs; ms > 0 {
+			if _, ok := e.store.(store.Trimmer); ok {
+				groupKeep = time.Duration(ms) * time.Millisecond
 			}
-			if n > 0 {
-				e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
-			}
-			// Every pass, not only one that trimmed: another node may
-			// have trimmed, or a pass failed to raise.
-			if err := e.raiseFloors(ctx, name); err != nil {
-				e.opts.Logger.Error("retention: raise the floors of groups past trimmed messages", "subject", name, "err", err)
-			}
-			groupKeep = time.Duration(ms) * time.Millisecond
 		}
 		if gp != nil && groupKeep > 0 {
 			n, err := e.pruneGroups(ctx, gp, name, now.Add(-groupKeep))
@@ -95,6 +87,57 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 			e.opts.Logger.Error("retention: trim quarantine", "err", err)
 		}
 	}
+}
+
+// trimMessages trims the messages of subject name that its retention no
+// longer keeps: those accepted over retention.messagesMs before now (when
+// the store is a store.Trimmer), then the oldest beyond the newest
+// retention.maxMessages (when it is a store.SeqTrimmer). One
+// retention.messages record audits how many went. Then it raises the
+// floors of the subject's groups in memory past the first retained
+// message (raiseFloors), every pass, not only one that trimmed: another
+// node may have trimmed, or a pass failed to raise. It returns a trim's
+// error, after auditing what went before it; the floors then wait for
+// the next pass.
+func (e *Engine) trimMessages(ctx context.Context, name string, s *subject, now time.Time) error {
+	r := s.policy.Retention
+	tr, _ := e.store.(store.Trimmer)
+	st, _ := e.store.(store.SeqTrimmer)
+	byAge, byCount := r.MessagesMs > 0 && tr != nil, r.MaxMessages > 0 && st != nil
+	if !byAge && !byCount {
+		return nil
+	}
+	var n int
+	var err error
+	if byAge {
+		n, err = tr.TrimBefore(ctx, name, now.Add(-time.Duration(r.MessagesMs)*time.Millisecond))
+	}
+	if byCount && err == nil {
+		var k int
+		k, err = trimToCount(ctx, e.store, st, name, uint64(r.MaxMessages))
+		n += k
+	}
+	if n > 0 {
+		e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
+	}
+	if err != nil {
+		return err
+	}
+	if err := e.raiseFloors(ctx, name); err != nil {
+		e.opts.Logger.Error("retention: raise the floors of groups past trimmed messages", "subject", name, "err", err)
+	}
+	return nil
+}
+
+// trimToCount removes the oldest messages of subject beyond the newest
+// keep, as the store's bounds stand when it looks; messages published
+// meanwhile stay for the next pass.
+func trimToCount(ctx context.Context, ml store.MessageLog, st store.SeqTrimmer, subject string, keep uint64) (int, error) {
+	first, last, err := ml.Bounds(ctx, subject)
+	if err != nil || first == 0 || last < first || last-first+1 <= keep {
+		return 0, err
+	}
+	return st.TrimThrough(ctx, subject, last-keep)
 }
 
 // pruneRemovedGroups deletes the stored progress of the groups of each

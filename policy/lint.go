@@ -230,6 +230,9 @@ func (l *linter) subjectPolicy(s *SubjectPolicy, schemas map[string][]byte) {
 	l.nonNegative("replay.maxAgeMs", s.Replay.MaxAgeMs)
 	l.nonNegative("retention.messagesMs", s.Retention.MessagesMs)
 	l.nonNegative("retention.auditMs", s.Retention.AuditMs)
+	if n := s.Retention.MaxMessages; n < 0 {
+		l.errorf("retention.maxMessages", "maxMessages must not be negative (got %d)", n)
+	}
 
 	l.data(&s.Data)
 	l.rules(s)

@@ -108,10 +108,15 @@ type ReplayPolicy struct {
 	MaxAgeMs      int64 `json:"maxAgeMs,omitempty" yaml:"maxAgeMs,omitempty"`
 }
 
-// RetentionPolicy says how long messages and audit records are kept.
+// RetentionPolicy says how long messages and audit records are kept, and
+// how many messages at most.
 type RetentionPolicy struct {
 	MessagesMs int64 `json:"messagesMs,omitempty" yaml:"messagesMs,omitempty"`
 	AuditMs    int64 `json:"auditMs,omitempty" yaml:"auditMs,omitempty"`
+	// MaxMessages is the most messages the subject keeps (0: no bound).
+	// Each retention pass trims the oldest beyond it, so the subject may
+	// hold more by what is published between two passes.
+	MaxMessages int64 `json:"maxMessages,omitempty" yaml:"maxMessages,omitempty"`
 }
 
 // DataPolicy classifies a subject's data and names sensitive fields (dot

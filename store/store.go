@@ -108,6 +108,19 @@ type Trimmer interface {
 	TrimBefore(ctx context.Context, subject string, t time.Time) (int, error)
 }
 
+// SeqTrimmer is the optional ability to drop messages by sequence (a
+// count bound on retention: the broker keeps a subject's newest messages
+// by trimming through the sequence before them).
+type SeqTrimmer interface {
+	// TrimThrough removes the messages of subject with Seq <= seq from
+	// the front of the log and returns how many were removed. A seq below
+	// the first retained message removes nothing; one at or beyond the
+	// last removes every message. Like TrimBefore, it never reuses a
+	// sequence and does to a removed message's id and idempotency key
+	// what TrimBefore does.
+	TrimThrough(ctx context.Context, subject string, seq uint64) (int, error)
+}
+
 // AuditTrimmer is the optional ability to drop old audit records while
 // keeping a checkpoint that still proves the remainder.
 type AuditTrimmer interface {

@@ -271,6 +271,18 @@ func (s *Store) Bounds(ctx context.Context, subject string) (first, last uint64,
 // TrimBefore implements store.Trimmer: it purges the front of the
 // subject's stream up to the first message accepted at or after t.
 func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
+	return s.trimFront(ctx, subject, func(raw *jetstream.RawStreamMsg) bool { return !msgTime(raw).Before(t) })
+}
+
+// TrimThrough implements store.SeqTrimmer: it purges the front of the
+// subject's stream through the message with sequence seq.
+func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (int, error) {
+	return s.trimFront(ctx, subject, func(raw *jetstream.RawStreamMsg) bool { return raw.Sequence > seq })
+}
+
+// trimFront counts the messages of subject's stream from the front up to
+// the first one keep accepts, then purges them.
+func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *jetstream.RawStreamMsg) bool) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
@@ -282,7 +294,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 	if err != nil {
 		return 0, s.fail(ctx, err)
 	}
-	n, keep := 0, info.State.LastSeq+1
+	n, cut := 0, info.State.LastSeq+1
 	filter := info.Config.Subjects[0]
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
 		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
@@ -294,8 +306,8 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 		if err != nil {
 			return 0, s.fail(ctx, err)
 		}
-		if !msgTime(raw).Before(t) {
-			keep = raw.Sequence
+		if keep(raw) {
+			cut = raw.Sequence
 			break
 		}
 		n++
@@ -304,7 +316,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 	if n == 0 {
 		return 0, nil
 	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {
+	if err := st.Purge(ctx, jetstream.WithPurgeSequence(cut)); err != nil {
 		return 0, s.fail(ctx, err)
 	}
 	return n, nil

@@ -83,6 +83,7 @@ type Store struct {
 var (
 	_ store.Store             = (*Store)(nil)
 	_ store.Trimmer           = (*Store)(nil)
+	_ store.SeqTrimmer        = (*Store)(nil)
 	_ store.AuditTrimmer      = (*Store)(nil)
 	_ store.QuarantineTrimmer = (*Store)(nil)
 	_ store.ContractLister    = (*Store)(nil)

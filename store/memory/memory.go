@@ -118,6 +118,7 @@ type Store struct {
 var (
 	_ store.Store       = (*Store)(nil)
 	_ store.Trimmer     = (*Store)(nil)
+	_ store.SeqTrimmer  = (*Store)(nil)
 	_ store.GroupPruner = (*Store)(nil)
 )
 

@@ -185,6 +185,35 @@ func (s *Store) Bounds(ctx context.Context, subject string) (first, last uint64,
 // after the last message ever appended. A removed message's idempotency
 // entry still deduplicates until it expires.
 func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
+	before := stampOf(t)
+	return s.trimFront(ctx, subject, func(sl *subjectLog) int {
+		k := 0
+		for ; k < sl.n; k++ {
+			if c, j := sl.at(k); !c.hdrs[j].time.before(before) {
+				break
+			}
+		}
+		return k
+	})
+}
+
+// TrimThrough implements store.SeqTrimmer: it removes messages of subject
+// with Seq <= seq from the front of the log, as TrimBefore does, and
+// returns how many it removed.
+func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (int, error) {
+	return s.trimFront(ctx, subject, func(sl *subjectLog) int {
+		if seq < sl.first {
+			return 0
+		}
+		return int(min(seq-sl.first+1, uint64(sl.n)))
+	})
+}
+
+// trimFront removes the first count(sl) retained messages of subject,
+// count called under the log's write lock, and returns how many it
+// removed. Their ids leave the index; their idempotency claims stay
+// until they expire.
+func (s *Store) trimFront(ctx context.Context, subject string, count func(sl *subjectLog) int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -198,13 +227,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 	if sl == nil {
 		return 0, nil
 	}
-	before := stampOf(t)
-	k := 0
-	for ; k < sl.n; k++ {
-		if c, j := sl.at(k); !c.hdrs[j].time.before(before) {
-			break
-		}
-	}
+	k := count(sl)
 	sl.dropFront(k, func(c *chunk, j int, seq uint64) {
 		l.keepClaim(sl, c, j, seq)
 		l.unindexID(sl, c, j, seq)

@@ -63,6 +63,12 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.SeqTrimmer); ok {
+		list = append(list, op{"TrimThrough", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.SeqTrimmer).TrimThrough(ctx, "a", 1)
+			return err
+		}})
+	}
 	if _, ok := s.(store.AuditTrimmer); ok {
 		list = append(list, op{"TrimAuditBefore", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.AuditTrimmer).TrimAuditBefore(ctx, at(time.Hour))

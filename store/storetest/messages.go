@@ -411,6 +411,79 @@ func (su *suite) testTrim(t *testing.T) {
 		requireRead(t, s, "a", 0, 0, []store.Message{m12})
 	})
 
+	t.Run("ThroughSequence", func(t *testing.T) {
+		s := su.store(t)
+		tr, ok := s.(store.SeqTrimmer)
+		if !ok {
+			t.Skip("store does not implement store.SeqTrimmer")
+		}
+		ctx := t.Context()
+		var ms []store.Message
+		for i := range 10 {
+			// Newest first: a trim that went by time would cut elsewhere.
+			ms = append(ms, message("a", fmt.Sprintf("m%d", i+1), at(time.Duration(10-i)*time.Second)))
+		}
+		ms = appendAll(t, s, ms...)
+		other := appendAll(t, s, message("b", "b1", base))
+
+		// requireKept checks that a holds exactly ms[first-1:].
+		requireKept := func(t *testing.T, s store.Store, first uint64) {
+			t.Helper()
+			requireBounds(t, s, "a", first, 10)
+			requireRead(t, s, "a", 0, 0, ms[first-1:])
+			requireRead(t, s, "a", 1, 1, ms[first-1:first])
+			for _, m := range ms[:first-1] {
+				requireNotFound(t, s, m.ID)
+			}
+			got, err := s.Lookup(t.Context(), ms[first-1].ID)
+			require.NoError(t, err)
+			require.Equal(t, normMessage(ms[first-1]), normMessage(got))
+			requireBounds(t, s, "b", 1, 1)
+			requireRead(t, s, "b", 0, 0, other)
+		}
+		for _, c := range []struct {
+			name  string
+			seq   uint64
+			n     int
+			first uint64
+		}{
+			{"NothingThroughZero", 0, 0, 1},
+			{"APrefix", 4, 4, 5},
+			{"AgainNothing", 4, 0, 5},
+			{"BelowTheFirstNothing", 2, 0, 5},
+			{"One", 5, 1, 6},
+		} {
+			n, err := tr.TrimThrough(ctx, "a", c.seq)
+			require.NoError(t, err, c.name)
+			require.Equal(t, c.n, n, c.name)
+			requireKept(t, s, c.first)
+		}
+		n, err := tr.TrimThrough(ctx, "unknown", 10)
+		require.NoError(t, err)
+		require.Zero(t, n)
+
+		if su.f.Reopen != nil {
+			s = su.reopen(t, s)
+			tr = s.(store.SeqTrimmer)
+			requireKept(t, s, 6)
+		}
+		m11 := appendAll(t, s, message("a", "m11", at(11*time.Second)))[0]
+		require.Equal(t, uint64(11), m11.Seq)
+		n, err = tr.TrimThrough(ctx, "a", 100)
+		require.NoError(t, err)
+		require.Equal(t, 6, n, "a sequence beyond the last removes every message")
+		requireBounds(t, s, "a", 12, 11)
+		requireRead(t, s, "a", 0, 0, nil)
+		requireNotFound(t, s, "m11")
+		m12 := appendAll(t, s, message("a", "m12", at(12*time.Second)))[0]
+		require.Equal(t, uint64(12), m12.Seq, "sequences are never reused")
+		if su.f.Reopen != nil {
+			s = su.reopen(t, s)
+		}
+		requireBounds(t, s, "a", 12, 12)
+		requireRead(t, s, "a", 0, 0, []store.Message{m12})
+	})
+
 	t.Run("StopsAtTheFirstMessageNotBefore", func(t *testing.T) {
 		s, tr := trimmer(t)
 		offsets := []time.Duration{1, 2, 5, 3, 6} // out of order, as concurrent publishers can be

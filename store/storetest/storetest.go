@@ -11,7 +11,7 @@
 // Features says what else the backend can do. A durable backend sets Reopen,
 // and the suite checks that everything written survives a close and an
 // open. Optional abilities found by type assertion (store.Trimmer,
-// store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
+// store.SeqTrimmer, store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
 // store.GroupPruner, store.FloorRaiser, store.GroupLister,
 // store.GroupSubjectLister, store.ContractLister,
 // store.AcceptAppender with
@@ -31,6 +31,9 @@
 //     IdemExpires; a duplicate stores nothing and does not extend the entry.
 //   - TrimBefore removes a prefix: it stops at the first message at or after
 //     t, even if later ones are older. Sequences are never reused.
+//   - TrimThrough goes by sequence alone, never by time: a seq below the
+//     first retained message removes nothing, one beyond the last removes
+//     every message, and the next Append continues the sequence.
 //   - TrimAuditBefore leaves AuditHead's checkpoint on the last removed
 //     record, also when it removes every record; TrimQuarantineBefore goes
 //     by each record's Time, a released record included.

@@ -34,6 +34,7 @@ type handle struct {
 var (
 	_ store.Store          = (*handle)(nil)
 	_ store.Trimmer        = (*handle)(nil)
+	_ store.SeqTrimmer     = (*handle)(nil)
 	_ store.ContractLister = (*handle)(nil)
 	_ store.GroupPruner    = (*handle)(nil)
 	_ store.FloorRaiser    = (*handle)(nil)
@@ -75,6 +76,10 @@ func (h *handle) Bounds(ctx context.Context, subject string) (uint64, uint64, er
 
 func (h *handle) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
 	return h.s().TrimBefore(ctx, subject, t)
+}
+
+func (h *handle) TrimThrough(ctx context.Context, subject string, seq uint64) (int, error) {
+	return h.s().TrimThrough(ctx, subject, seq)
 }
 
 func (h *handle) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {

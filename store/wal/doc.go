@@ -80,9 +80,9 @@
 //
 // # Retention
 //
-// TrimBefore (store.Trimmer), TrimAuditBefore (store.AuditTrimmer) and
-// TrimQuarantineBefore (store.QuarantineTrimmer) remove records from the
-// front of their logs. Audit retention keeps a
+// TrimBefore (store.Trimmer), TrimThrough (store.SeqTrimmer),
+// TrimAuditBefore (store.AuditTrimmer) and TrimQuarantineBefore
+// (store.QuarantineTrimmer) remove records from the front of their logs. Audit retention keeps a
 // checkpoint (sequence and hash of the last removed record), written
 // durably before the records go; AuditHead returns it and verification
 // starts from it. PruneGroups (store.GroupPruner) deletes the progress of

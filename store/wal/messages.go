@@ -780,6 +780,21 @@ const trimChunk = 1 << 16
 // not block them. The idempotency keys of removed messages stop
 // deduplicating.
 func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
+	return s.trimFront(ctx, subject, func(h msgHead) bool { return !h.time.Before(t) })
+}
+
+// TrimThrough implements store.SeqTrimmer: it removes the messages of
+// subject with Seq <= seq from the front of the log, the way TrimBefore
+// does.
+func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (int, error) {
+	return s.trimFront(ctx, subject, func(h msgHead) bool { return h.seq > seq })
+}
+
+// trimFront removes messages of subject from the front of the log up to
+// the first one whose head keep accepts, at most trimChunk per
+// truncation, and forgets their ids and idempotency claims. It returns
+// how many it removed, also when it fails part way.
+func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHead) bool) (int, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
@@ -806,7 +821,7 @@ func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (in
 			if err != nil {
 				return total, &store.CorruptError{File: w.dir, Offset: -1, Reason: fmt.Sprintf("entry %d: %v", cut, err)}
 			}
-			if !h.time.Before(t) {
+			if keep(h) {
 				stop = true
 				break
 			}

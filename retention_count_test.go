@@ -1,0 +1,103 @@
+package pigeon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/store"
+)
+
+// TestRetentionMaxMessages: a retention pass keeps the newest
+// retention.maxMessages messages of a subject and trims the older ones,
+// after those its messagesMs trims, audited by one retention.messages
+// record per pass that trimmed; the floor of a group behind the cut is
+// raised to it, and the group goes on at the first kept message. A bound
+// not reached, or 0, trims nothing.
+func TestRetentionMaxMessages(t *testing.T) {
+	type round struct {
+		advance time.Duration // on the clock before publishing
+		publish int
+		first   uint64 // the first retained sequence after the pass
+		trimmed string // the Ref of the pass's audit record; "" none
+	}
+	cases := []struct {
+		name   string
+		keep   time.Duration // retention.messagesMs
+		max    int64
+		rounds []round
+	}{
+		{"BoundReached", 0, 3, []round{{0, 8, 6, "5"}}},
+		{"BoundNotReachedThenReached", 0, 5, []round{{0, 4, 1, ""}, {0, 1, 1, ""}, {0, 3, 4, "3"}, {0, 0, 4, ""}}},
+		{"AfterTheAgeTrim", time.Hour, 3, []round{{0, 3, 1, ""}, {time.Hour + time.Minute, 5, 6, "5"}}}, // 3 by age, 2 by count
+		{"AgeAloneWithinTheBound", time.Hour, 10, []round{{0, 4, 1, ""}, {time.Hour + time.Minute, 4, 5, "4"}}},
+		{"ZeroIsNoBound", 0, 0, []round{{0, 8, 1, ""}, {0, 8, 1, ""}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, st := retentionFixture(t, c.keep, func(o *pigeon.Options) {
+				for i, s := range o.Catalog.Subjects {
+					if s.Name == "tasks.run" {
+						o.Catalog.Subjects[i].Retention.MaxMessages = c.max
+					}
+				}
+			})
+			boss, bob := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run")
+			release, err := f.e.HoldGroup(ctx, "tasks.run", pigeon.DefaultGroup)
+			require.NoError(t, err)
+			defer release()
+
+			var ids, audits []string
+			for i, r := range c.rounds {
+				f.clock.Advance(r.advance)
+				ids = append(ids, publishTasks(t, boss, len(ids)+1, len(ids)+r.publish)...)
+				if i == 0 {
+					// The group handles the first message; the rest wait.
+					require.Equal(t, ids[:1], receiveIDs(t, bob, "tasks.run", 1))
+					require.NoError(t, bob.Ack(ctx, "tasks.run", ids[0]))
+				}
+				f.e.EnforceRetention(ctx)
+
+				first, last, err := st.Bounds(ctx, "tasks.run")
+				require.NoError(t, err)
+				require.Equal(t, [2]uint64{r.first, uint64(len(ids))}, [2]uint64{first, last}, "round %d: bounds", i)
+				msgs, err := st.Read(ctx, "tasks.run", 0, 0)
+				require.NoError(t, err)
+				var kept []string
+				for _, m := range msgs {
+					kept = append(kept, m.ID)
+				}
+				require.Equal(t, ids[r.first-1:], kept, "round %d: the newest messages, oldest first", i)
+				if r.trimmed != "" {
+					audits = append(audits, r.trimmed)
+				}
+				var refs []string
+				for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
+					require.Equal(t, "tasks.run", rec.Subject)
+					require.Equal(t, string(pigeon.CodeOK), rec.Code)
+					require.Equal(t, "tasks.run@v1", rec.PolicyID)
+					refs = append(refs, rec.Ref)
+				}
+				require.Equal(t, audits, refs, "round %d: one record per pass that trimmed, with how many went", i)
+				requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: max(1, r.first-1)})
+			}
+
+			// The group goes on at the first kept message (or the one after
+			// the message it handled), each once, in order.
+			first := max(2, c.rounds[len(c.rounds)-1].first)
+			var got []string
+			for range len(ids) {
+				next := receiveIDs(t, bob, "tasks.run", 1)
+				if len(next) == 0 {
+					break
+				}
+				require.NoError(t, bob.Ack(ctx, "tasks.run", next[0]))
+				got = append(got, next...)
+			}
+			require.Equal(t, ids[first-1:], got)
+			requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: uint64(len(ids))})
+		})
+	}
+}
