@@ -172,8 +172,14 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 // may still be under way; ErrNotFound once it cannot be.
 func (s *Store) awaitClaimed(ctx context.Context, c claim) (store.Message, error) {
 	deadline := time.Unix(0, c.At).Add(2 * s.opts.Timeout)
-	for {
+	for first := true; ; first = false {
 		m, err := s.find(ctx, c.Subject, c.ID)
+		if errors.Is(err, store.ErrNotFound) && first {
+			// Trimmed while the key was live: its kept copy answers.
+			if k, kerr := s.kept(ctx, c.ID); !errors.Is(kerr, store.ErrNotFound) {
+				return k, kerr
+			}
+		}
 		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
 			return m, err
 		}
@@ -296,6 +302,7 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 	}
 	n, cut := 0, info.State.LastSeq+1
 	filter := info.Config.Subjects[0]
+	var keyed []store.Message // the trimmed messages with an idempotency key
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
 		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
 			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
@@ -310,11 +317,31 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 			cut = raw.Sequence
 			break
 		}
+		if raw.Header.Get(hdrIdem) != "" {
+			m, err := decodeMessage(subject, raw)
+			if err != nil {
+				return 0, err
+			}
+			keyed = append(keyed, m)
+		}
 		n++
 		seq = raw.Sequence + 1
 	}
 	if n == 0 {
 		return 0, nil
+	}
+	if len(keyed) > 0 {
+		// Keys are live by the clock of the messages, as claimIdem judges
+		// them: the time of the subject's newest message.
+		last, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return st.GetMsg(ctx, info.State.LastSeq, jetstream.WithGetMsgSubject(filter))
+		})
+		if err != nil {
+			return 0, s.fail(ctx, err)
+		}
+		if err := s.keep(ctx, keyed, msgTime(last)); err != nil {
+			return 0, err
+		}
 	}
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(cut)); err != nil {
 		return 0, s.fail(ctx, err)

@@ -411,6 +411,37 @@ func (su *suite) testTrim(t *testing.T) {
 		requireRead(t, s, "a", 0, 0, []store.Message{m12})
 	})
 
+	// A message trimmed while its idempotency key is live still answers a
+	// retry within the key's TTL with the original (the policy promises
+	// deduplication for the TTL, whatever retention keeps); once the key
+	// has expired, the retry is a new message.
+	t.Run("KeepsLiveIdempotencyKeys", func(t *testing.T) {
+		s, tr := trimmer(t)
+		keyed := func(id string, sent time.Time) store.Message {
+			m := message("a", id, sent)
+			m.IdemKey, m.IdemExpires = "a/k", at(time.Hour)
+			return m
+		}
+		orig := appendAll(t, s, keyed("m1", base), message("a", "m2", at(time.Second)))[0]
+		n, err := tr.TrimBefore(t.Context(), "a", at(time.Second))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		requireNotFound(t, s, "m1")
+
+		got, dup, err := s.Append(t.Context(), keyed("m1-retry", at(time.Minute)))
+		require.NoError(t, err)
+		require.True(t, dup, "the key is live: the retry is a duplicate of the trimmed original")
+		require.Equal(t, normMessage(orig), normMessage(got))
+		requireBounds(t, s, "a", 2, 2)
+
+		later := keyed("m1-late", at(2*time.Hour))
+		later.IdemExpires = at(3 * time.Hour)
+		got, dup, err = s.Append(t.Context(), later)
+		require.NoError(t, err)
+		require.False(t, dup, "the key expired: a new message")
+		require.Equal(t, uint64(3), got.Seq)
+	})
+
 	t.Run("ThroughSequence", func(t *testing.T) {
 		s := su.store(t)
 		tr, ok := s.(store.SeqTrimmer)

@@ -65,16 +65,18 @@ func idemScript(t *testing.T) []string {
 	for _, id := range []string{"a1", "a2", "a3", "b1", "b3", "a5", "nope"} {
 		look(id)
 	}
-	n, err := s.TrimBefore(ctx, "a", at(time.Second)) // drops a1 and its claim of k1
+	n, err := s.TrimBefore(ctx, "a", at(time.Second)) // drops a1; its live claim of k1 stays, with a kept copy
 	require.NoError(t, err)
 	out = append(out, fmt.Sprint("trimmed ", n))
-	put("a", "a7", "k1", 40*time.Second, time.Hour)
-	put("b", "b4", "k3", 41*time.Second, time.Hour) // still b1's
+	put("a", "a7", "k7", 40*time.Second, time.Hour)
+	put("a", "a1-retry", "k1", 40*time.Second, time.Hour) // still a1's
+	put("b", "b4", "k3", 41*time.Second, time.Hour)       // still b1's
 
 	require.NoError(t, s.Close(ctx))
 	s = open(t, dir, nil)
-	put("a", "a8", "k1", 42*time.Second, time.Hour) // a7's, across a restart
-	put("a", "a9", "k2", 43*time.Second, time.Hour) // a2's
+	put("a", "a8", "k7", 42*time.Second, time.Hour)      // a7's, across a restart
+	put("a", "a1-late", "k1", 42*time.Second, time.Hour) // the kept copy of a1 went with the restart
+	put("a", "a9", "k2", 43*time.Second, time.Hour)      // a2's
 	put("a", "a10", "k9", 44*time.Second, time.Hour)
 	for _, id := range []string{"a2", "a7", "b1", "a10"} {
 		look(id)
@@ -90,7 +92,9 @@ func TestIdempotencyUnderHashCollisions(t *testing.T) {
 		require.Equal(t, want, idemScript(t), "every hash %d", h)
 	}
 	require.Contains(t, want, `append a/a3 key="k1": seq=1 dup=true id=a1`)
-	require.Contains(t, want, `append a/a8 key="k1": seq=5 dup=true id=a7`)
+	require.Contains(t, want, `append a/a8 key="k7": seq=5 dup=true id=a7`)
+	require.Contains(t, want, `append a/a1-retry key="k1": seq=1 dup=true id=a1`)
+	require.Contains(t, want, `append a/a1-late key="k1": seq=6 dup=false id=a1-late`)
 	require.Contains(t, want, "concurrent originals: map[c0:1 c1:1 c2:1 c3:1]")
 }
 

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -65,7 +66,12 @@ type msgIndex struct {
 	ids     idTable
 	idem    hashtab.Table[idemSlot]
 	pending map[uint64]*wreq // location → request, for claims not yet committed
-	clock   int64            // latest message time seen, unix nanoseconds
+	// kept holds the messages trimmed while their idempotency claims were
+	// live, by location, so that a retry within the key's TTL is still
+	// answered with the original; a claim's expiry (sweepLocked) drops
+	// it. Kept in memory only: a reopen forgets them.
+	kept    map[uint64]store.Message
+	clock   int64 // latest message time seen, unix nanoseconds
 	sweepAt int
 	hashFn  func(seed maphash.Seed, s string) uint64 // indexHash when opened
 }
@@ -153,7 +159,13 @@ func (x *msgIndex) sweepLocked() {
 	if x.idem.Len() < x.sweepAt {
 		return
 	}
-	x.idem.KeepOnly(func(v *idemSlot) bool { return v.exp > x.clock || x.pending[v.loc] != nil })
+	x.idem.KeepOnly(func(v *idemSlot) bool {
+		if v.exp > x.clock || x.pending[v.loc] != nil {
+			return true
+		}
+		delete(x.kept, v.loc)
+		return false
+	})
 	x.sweepAt = max(1024, 2*x.idem.Len())
 }
 
@@ -647,7 +659,15 @@ func (s *Store) duplicate(e idemEnt, key string) (store.Message, bool, retry, er
 	}
 	m, err := s.readMessage(sub, seq)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Message{}, false, retry{again: true}, nil
+		x := &s.msgs.idx
+		x.mu.Lock()
+		k, ok := x.kept[e.loc]
+		x.mu.Unlock()
+		if !ok {
+			return store.Message{}, false, retry{again: true}, nil
+		}
+		m, err = k, nil // trimmed while its claim was live
+		m.Body = bytes.Clone(k.Body)
 	}
 	if err != nil {
 		return store.Message{}, false, retry{}, err
@@ -812,6 +832,10 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 		cut := first
 		var heads []msgHead
 		stop := false
+		var kept []store.Message // trimmed with a live claim
+		s.msgs.idx.mu.Lock()
+		clock := s.msgs.idx.clock
+		s.msgs.idx.mu.Unlock()
 		for cut <= last && len(heads) < trimChunk {
 			p, err := w.read(cut)
 			if err != nil {
@@ -824,6 +848,14 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 			if keep(h) {
 				stop = true
 				break
+			}
+			if h.idemKey != "" && unixNano(h.idemExp) > clock {
+				m, err := s.decodeMessageAt(sub, cut, p)
+				if err != nil {
+					return total, err
+				}
+				m.Body = bytes.Clone(m.Body)
+				kept = append(kept, m)
 			}
 			heads = append(heads, h)
 			cut++
@@ -839,8 +871,13 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 		for _, h := range heads {
 			loc := pack(sub.num, h.seq)
 			x.removeID(h.id, loc)
-			if h.idemKey != "" {
+			if h.idemKey != "" && (len(kept) == 0 || kept[0].Seq != h.seq) {
 				x.unclaim(h.idemKey, loc)
+			} else if h.idemKey != "" {
+				if x.kept == nil {
+					x.kept = make(map[uint64]store.Message)
+				}
+				x.kept[loc], kept = kept[0], kept[1:]
 			}
 		}
 		x.mu.Unlock()

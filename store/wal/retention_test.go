@@ -40,11 +40,17 @@ func TestTrimBeforeSurvivesReopen(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ms[60], got)
 
-	// Trimming the keyed message ends its deduplication.
+	// Trimming the keyed message keeps its deduplication while the key
+	// is live; a retry once it has expired is a new message.
 	n, err = s.TrimBefore(ctx, "a", at(time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, 51, n)
-	m.ID = "keyed-again"
+	m.ID = "keyed-retry"
+	orig, dup, err := s.Append(ctx, m)
+	require.NoError(t, err)
+	require.True(t, dup, "the key is live")
+	require.Equal(t, keyed, orig)
+	m.ID, m.Time, m.IdemExpires = "keyed-again", at(time.Hour), at(2*time.Hour)
 	again, dup, err := s.Append(ctx, m)
 	require.NoError(t, err)
 	require.False(t, dup)
