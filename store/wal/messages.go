@@ -69,12 +69,19 @@ type msgIndex struct {
 	// kept holds the messages trimmed while their idempotency claims were
 	// live, by location, so that a retry within the key's TTL is still
 	// answered with the original; a claim's expiry (sweepLocked) drops
-	// it. Kept in memory only: a reopen forgets them.
-	kept    map[uint64]store.Message
-	clock   int64 // latest message time seen, unix nanoseconds
-	sweepAt int
-	hashFn  func(seed maphash.Seed, s string) uint64 // indexHash when opened
+	// it. Kept in memory only, up to maxKeptBytes of bodies (keptBytes):
+	// a reopen forgets them, and beyond the budget a trimmed message's
+	// claim goes with it.
+	kept      map[uint64]store.Message
+	keptBytes int
+	clock     int64 // latest message time seen, unix nanoseconds
+	sweepAt   int
+	hashFn    func(seed maphash.Seed, s string) uint64 // indexHash when opened
 }
+
+// maxKeptBytes bounds the bodies of trimmed messages kept in memory for
+// their live idempotency keys (msgIndex.kept).
+var maxKeptBytes = 64 << 20 // a variable for tests
 
 // indexHash hashes ids and idempotency keys. Tests replace it, before Open,
 // to force collisions.
@@ -163,7 +170,10 @@ func (x *msgIndex) sweepLocked() {
 		if v.exp > x.clock || x.pending[v.loc] != nil {
 			return true
 		}
-		delete(x.kept, v.loc)
+		if k, ok := x.kept[v.loc]; ok {
+			x.keptBytes -= len(k.Body)
+			delete(x.kept, v.loc)
+		}
 		return false
 	})
 	x.sweepAt = max(1024, 2*x.idem.Len())
@@ -871,13 +881,20 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 		for _, h := range heads {
 			loc := pack(sub.num, h.seq)
 			x.removeID(h.id, loc)
-			if h.idemKey != "" && (len(kept) == 0 || kept[0].Seq != h.seq) {
-				x.unclaim(h.idemKey, loc)
-			} else if h.idemKey != "" {
+			switch {
+			case h.idemKey == "":
+			case len(kept) > 0 && kept[0].Seq == h.seq && x.keptBytes+len(kept[0].Body) <= maxKeptBytes:
 				if x.kept == nil {
 					x.kept = make(map[uint64]store.Message)
 				}
-				x.kept[loc], kept = kept[0], kept[1:]
+				x.kept[loc] = kept[0]
+				x.keptBytes += len(kept[0].Body)
+				kept = kept[1:]
+			default:
+				if len(kept) > 0 && kept[0].Seq == h.seq {
+					kept = kept[1:] // over the budget: the claim goes
+				}
+				x.unclaim(h.idemKey, loc)
 			}
 		}
 		x.mu.Unlock()

@@ -235,3 +235,48 @@ func TestTrimQuarantineBefore(t *testing.T) {
 	s = open(t, dir, opts)
 	check(s)
 }
+
+// Copies of trimmed messages kept for their live idempotency keys take at
+// most maxKeptBytes of memory: beyond it a trimmed message's claim goes
+// with it, and a retry is a new message. A claim's expiry frees its share.
+func TestKeptCopiesAreBounded(t *testing.T) {
+	defer func(n int) { maxKeptBytes = n }(maxKeptBytes)
+	s := open(t, t.TempDir(), nil)
+	ctx := t.Context()
+	keyed := func(id string, d time.Duration) store.Message {
+		m := msg("a", id, at(d))
+		m.Body = []byte("twenty bytes of body")
+		m.IdemKey, m.IdemExpires = "k-"+id, at(d+time.Hour)
+		return m
+	}
+	maxKeptBytes = 30 // room for one body
+	var first store.Message
+	for i, id := range []string{"m1", "m2"} {
+		m, _, err := s.Append(ctx, keyed(id, time.Duration(i)*time.Second))
+		require.NoError(t, err)
+		if i == 0 {
+			first = m
+		}
+	}
+	_, _, err := s.Append(ctx, msg("a", "m3", at(2*time.Second)))
+	require.NoError(t, err)
+	n, err := s.TrimThrough(ctx, "a", 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	s.msgs.idx.mu.Lock()
+	require.Len(t, s.msgs.idx.kept, 1)
+	require.Equal(t, 20, s.msgs.idx.keptBytes)
+	s.msgs.idx.mu.Unlock()
+
+	retry := keyed("m1", 3*time.Second)
+	retry.ID = "m1-retry"
+	got, dup, err := s.Append(ctx, retry)
+	require.NoError(t, err)
+	require.True(t, dup, "within the budget: kept")
+	require.Equal(t, first, got)
+	retry = keyed("m2", 3*time.Second)
+	retry.ID = "m2-retry"
+	_, dup, err = s.Append(ctx, retry)
+	require.NoError(t, err)
+	require.False(t, dup, "beyond the budget: the claim went with the message")
+}
