@@ -131,6 +131,12 @@ type Options struct {
 	RetryBase time.Duration
 	// MaxReplay caps the messages one replay or receive returns (default 1000).
 	MaxReplay int
+	// MaxReadBytes caps the bytes of stored messages one replay or pull
+	// receive returns (default DefaultMaxReadBytes): it stops before the
+	// message that would pass it, but always returns one message when
+	// there is one. With MaxReplay alone, a thousand large messages would
+	// be read into memory for one request.
+	MaxReadBytes int
 	// Now is the clock (default time.Now). Tests move it.
 	Now func() time.Time
 	// Logger receives operational events; never payload values. Default: discard.
@@ -254,6 +260,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	if o.MaxReplay <= 0 {
 		o.MaxReplay = 1000
+	}
+	if o.MaxReadBytes <= 0 {
+		o.MaxReadBytes = DefaultMaxReadBytes
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -118,7 +118,7 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	defer e.releaseGroup(g)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	sms, err := e.store.Read(ctx, s.name, g.next, max)
+	sms, err := e.readBudget(ctx, s.name, g.next, max, e.opts.MaxReadBytes)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -168,7 +168,7 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	if scope.scoped(OpReceive) {
 		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.value()) }
 	}
-	ds, err := e.leaseBatch(ctx, g, s, holder, max, match)
+	ds, err := e.leaseBatch(ctx, g, s, holder, max, e.opts.MaxReadBytes, match)
 	out := make([]*Message, len(ds))
 	for i, d := range ds {
 		out[i] = d.m.Clone()
@@ -323,7 +323,7 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	if from == 0 {
 		from = 1
 	}
-	sms, err := e.store.Read(ctx, s.name, from, max)
+	sms, err := e.readBudget(ctx, s.name, from, max, e.opts.MaxReadBytes)
 	if err != nil {
 		return nil, storeError(err)
 	}

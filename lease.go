@@ -173,11 +173,15 @@ func (g *group) requeue(seq uint64) {
 // leaseBatch leases up to max messages of g to holder: first those whose
 // lease expired or whose nack delay passed, then new ones. A message that
 // match rejects is done for this group (skipped).
-func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max int, match func(*decoded) bool) ([]*decoded, error) {
+func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max, budget int, match func(*decoded) bool) ([]*decoded, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := e.now()
 	var out []*decoded
+	size := 0
+	// full reports whether the batch is done: max messages, or budget
+	// (when > 0) bytes of them, the next one unread.
+	full := func() bool { return len(out) >= max || (budget > 0 && size >= budget) }
 	take := func(d *decoded, err error) error {
 		if err != nil || d == nil {
 			return err
@@ -186,6 +190,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 			return e.markDone(ctx, g, d.seq)
 		}
 		out = append(out, d)
+		size += int(d.size)
 		return nil
 	}
 	for seq, l := range g.leases {
@@ -195,7 +200,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 		}
 	}
 	sort.Slice(g.retry, func(i, j int) bool { return g.retry[i] < g.retry[j] })
-	for len(g.retry) > 0 && len(out) < max {
+	for len(g.retry) > 0 && !full() {
 		seq := g.retry[0]
 		g.retry = g.retry[1:]
 		if g.prog.IsDone(seq) || g.leases[seq] != nil {
@@ -206,8 +211,12 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 			return out, err
 		}
 	}
-	for len(out) < max {
-		sms, err := e.store.Read(ctx, s.name, g.next, max-len(out))
+	for !full() {
+		n := max - len(out)
+		if budget > 0 {
+			n = min(n, readChunk)
+		}
+		sms, err := e.store.Read(ctx, s.name, g.next, n)
 		if err != nil {
 			return out, storeError(err)
 		}
@@ -215,6 +224,9 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 			break
 		}
 		for _, sm := range sms {
+			if full() {
+				break
+			}
 			g.next = sm.Seq + 1
 			if g.prog.IsDone(sm.Seq) || g.leases[sm.Seq] != nil {
 				continue
@@ -307,7 +319,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
 	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
-	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, match)
+	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, 0, match)
 	if err != nil {
 		return nil, nil, 0, err
 	}

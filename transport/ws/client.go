@@ -54,7 +54,8 @@ func WithHeader(h http.Header) Option { return func(o *dialOptions) { o.header =
 func WithSubprotocolAuth() Option { return func(o *dialOptions) { o.subprotocolAuth = true } }
 
 // WithMaxFrame bounds the frames the client accepts (default 256 MiB: a
-// replay answer carries up to the broker's MaxReplay messages).
+// replay answer carries up to the broker's MaxReplay messages and
+// MaxReadBytes of them, plus one message).
 func WithMaxFrame(n int64) Option { return func(o *dialOptions) { o.maxFrame = n } }
 
 // WithLogger receives the client's operational events. Default: discard.
