@@ -131,11 +131,12 @@ type Options struct {
 	RetryBase time.Duration
 	// MaxReplay caps the messages one replay or receive returns (default 1000).
 	MaxReplay int
-	// MaxReadBytes caps the bytes of stored messages one replay or pull
-	// receive returns (default DefaultMaxReadBytes): it stops before the
-	// message that would pass it, but always returns one message when
-	// there is one. With MaxReplay alone, a thousand large messages would
-	// be read into memory for one request.
+	// MaxReadBytes caps about how many bytes of messages one replay or
+	// pull receive returns (default DefaultMaxReadBytes): it stops once
+	// its messages reach it, so an answer holds at most the budget and one
+	// message, and always one message when there is one. With MaxReplay
+	// alone, a thousand large messages would be read into memory for one
+	// request.
 	MaxReadBytes int
 	// Now is the clock (default time.Now). Tests move it.
 	Now func() time.Time
