@@ -53,7 +53,12 @@ func (a *auditor) write(batch []store.AuditRecord) error {
 	}
 	err := a.st.AppendAudit(ctx, batch...)
 	if err == nil {
+		// Under mu: Stats reads the head while a writer (which runs
+		// without mu) may be writing the next batch. Only the active
+		// writer changes it, so reading it above needs no lock.
+		a.mu.Lock()
 		a.seq, a.prev = seq, prev
+		a.mu.Unlock()
 	}
 	return err
 }
