@@ -196,8 +196,8 @@ func auditFailure(err error) *Error {
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
 // appendAudit queues r, waiting for its write when wait is set. Observers
-// hear of every record; a refusal for rate that continues a run is counted
-// rather than written (coalescer), and a run it ends is written first.
+// hear of every record; a refusal that continues a run (coalescer) is
+// counted rather than written, and a run it ends is written first.
 func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
 	if r.Time.IsZero() {
 		r.Time = e.now()
@@ -213,7 +213,7 @@ func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
 	return e.queueAudit(r, wait)
 }
 
-// flushCoalesced writes the summaries of the runs of rate refusals whose
+// flushCoalesced writes the summaries of the runs of refusals whose
 // window closed before now, or of every run with a zero now.
 func (e *Engine) flushCoalesced(now time.Time) {
 	for _, s := range e.coalesce.flush(now) {

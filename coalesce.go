@@ -8,14 +8,18 @@ import (
 	"pigeon/store"
 )
 
-// A run of refusals for rate is written to the audit log as its first
-// refusal and one record for the rest. A client over its rate limit is
-// refused cheaply, but it would still add one record per refusal: the log,
-// and the disk under it, would then grow with the refused traffic rather
-// than with what the limits allow, until a full disk stopped the broker for
-// everyone. Coalescing keeps the evidence (who was refused on which
-// subject, how often, from when to when) at one or two records per second
-// for each principal, subject and gate.
+// A run of refusals that judge who asks rather than what is sent (for
+// rate, RATE_LIMITED; at the contract gate: no contract, an expired or
+// revoked one, a subject or operation it does not grant) is written to the
+// audit log as its first refusal and one record for the rest. Such a
+// refusal is cheap, and comes as fast as a client retries (a client over
+// its limit, or looping on a contract that expired), but it would still
+// add one record each: the log, and the disk under it, would then grow
+// with the refused traffic rather than with what the limits allow, until
+// a full disk stopped the broker for everyone. Coalescing keeps the
+// evidence (who was refused on which subject, why, how often, from when to
+// when) at one or two records per second for each principal, subject,
+// gate and code. Refusals of a message's content are written one by one.
 const (
 	// coalesceWindow is how long after the first refusal of a run like
 	// refusals are counted rather than written.
@@ -28,9 +32,14 @@ const (
 	coalescedRef = "coalesced:"
 )
 
-// coalesceKey names a run: refusals of one event, principal, subject and
-// gate.
-type coalesceKey struct{ event, principal, subject, gate string }
+// coalesceKey names a run: refusals of one event, principal, subject,
+// gate and code.
+type coalesceKey struct{ event, principal, subject, gate, code string }
+
+// coalesced reports whether r is a refusal counted in runs.
+func coalesced(r *store.AuditRecord) bool {
+	return r.Outcome == string(OutcomeDeny) && (r.Code == string(CodeRateLimited) || r.Gate == GateContract)
+}
 
 // run is the refusals counted since the first of a window was written.
 type run struct {
@@ -48,7 +57,7 @@ func (r *run) summary() store.AuditRecord {
 	return s
 }
 
-// coalescer counts runs of rate refusals. It is safe for concurrent use.
+// coalescer counts runs of refusals. It is safe for concurrent use.
 type coalescer struct {
 	mu   sync.Mutex
 	runs map[coalesceKey]*run
@@ -57,12 +66,12 @@ type coalescer struct {
 // admit decides for r, about to be audited: write says whether r is
 // written (false: it is counted in its run), and ended, when not nil, is
 // the summary of the run r ends, to be written before r. Only refusals
-// with CodeRateLimited are counted.
+// that coalesced accepts are counted.
 func (c *coalescer) admit(r *store.AuditRecord) (write bool, ended *store.AuditRecord) {
-	if r.Code != string(CodeRateLimited) {
+	if !coalesced(r) {
 		return true, nil
 	}
-	k := coalesceKey{r.Type, r.Principal, r.Subject, r.Gate}
+	k := coalesceKey{r.Type, r.Principal, r.Subject, r.Gate, r.Code}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.runs[k]

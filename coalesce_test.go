@@ -143,3 +143,36 @@ func TestOtherRefusalsAreNotCoalesced(t *testing.T) {
 		require.Empty(t, r.Ref)
 	}
 }
+
+// TestContractRefusalsCoalesce: a client looping on a contract the broker
+// does not hold is refused each time at the contract gate, which judges
+// who asks and not what is sent; like refusals for rate, the run is
+// written as its first refusal and one record for the rest of its second.
+func TestContractRefusalsCoalesce(t *testing.T) {
+	f := newFixture(t)
+	p, err := f.e.Authenticate(ctx, "checkout-token")
+	require.NoError(t, err)
+	c := pigeon.Caller{Principal: p, Region: "uk", ContractID: "ctr_gone"}
+	var code pigeon.Code
+	for range 20 {
+		_, err := f.e.Publish(ctx, c, demo.Payment("o"))
+		require.Error(t, err)
+		code = pigeon.ErrorCode(err)
+	}
+	atGate := func() []pigeon.AuditRecord {
+		var out []pigeon.AuditRecord
+		for _, r := range auditOf(t, f.e, pigeon.EventPublishDenied) {
+			if r.Gate == "contract" {
+				require.Equal(t, string(code), r.Code)
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	require.Len(t, atGate(), 1, "within the second only the first is written")
+	f.clock.Advance(time.Second)
+	recs := atGate()
+	require.Len(t, recs, 2)
+	require.Equal(t, "coalesced:19", recs[1].Ref)
+	require.Equal(t, "ctr_gone", recs[1].ContractID)
+}

@@ -24,9 +24,9 @@ type Observer interface {
 	// Audited sees every audit record the engine writes, as it queues it
 	// (decisions, deliveries, quarantine, contracts…; Event names the
 	// type), and the acceptance records a durable store keeps with the
-	// message. Sequence and hash are not yet set. A refusal for rate that
-	// the log counts in a run rather than writing (docs/storage.md) is
-	// seen too; the record written for the run is not. The record is
+	// message. Sequence and hash are not yet set. A refusal that the log
+	// counts in a run rather than writing (docs/storage.md) is seen too;
+	// the record written for the run is not. The record is
 	// passed by value so that observing never moves the engine's records
 	// to the heap.
 	Audited(r AuditRecord)
