@@ -124,24 +124,34 @@ func auditOf(t *testing.T, e *pigeon.Engine, typ pigeon.Event) []pigeon.AuditRec
 	return out
 }
 
+// groupRetentionCase is one setting of Options.GroupRetention, how long a
+// group then stays unused, and whether its stored progress goes.
+type groupRetentionCase struct {
+	name      string
+	retention time.Duration
+	idle      time.Duration
+	deleted   bool
+}
+
+// groupRetentionCases are the edges of the GroupRetention rule: the
+// default and a set retention (set), each just reached and just passed,
+// and a negative one that keeps progress for good.
+func groupRetentionCases(set time.Duration) []groupRetentionCase {
+	return []groupRetentionCase{
+		{"default, not yet", 0, pigeon.DefaultGroupRetention, false},
+		{"default", 0, pigeon.DefaultGroupRetention + time.Millisecond, true},
+		{"set, not yet", set, set, false},
+		{"set", set, set + time.Millisecond, true},
+		{"negative keeps for good", -1, 10 * 365 * 24 * time.Hour, false},
+	}
+}
+
 // TestGroupRetention: on a subject that keeps its messages for good,
 // Options.GroupRetention says how long the progress of an unused group
 // stays (30 days by default; negative: for good). A group whose progress
 // went starts again from the first message.
 func TestGroupRetention(t *testing.T) {
-	tests := []struct {
-		name      string
-		retention time.Duration
-		idle      time.Duration
-		deleted   bool
-	}{
-		{"default, not yet", 0, pigeon.DefaultGroupRetention, false},
-		{"default", 0, pigeon.DefaultGroupRetention + time.Millisecond, true},
-		{"set, not yet", time.Hour, time.Hour, false},
-		{"set", time.Hour, time.Hour + time.Millisecond, true},
-		{"negative keeps for good", -1, 10 * 365 * 24 * time.Hour, false},
-	}
-	for _, tt := range tests {
+	for _, tt := range groupRetentionCases(time.Hour) {
 		t.Run(tt.name, func(t *testing.T) {
 			f, st := retentionFixture(t, 0, func(o *pigeon.Options) { o.GroupRetention = tt.retention })
 			boss, alice := f.connect("boss-token", "tasks.run"), f.connect("alice-token", "tasks.run")

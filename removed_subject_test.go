@@ -20,19 +20,7 @@ import (
 // unused for Options.GroupRetention (the subject's own message retention
 // is gone with its policy), negative keeping it for good.
 func TestGroupsOfARemovedSubject(t *testing.T) {
-	tests := []struct {
-		name      string
-		retention time.Duration
-		idle      time.Duration
-		deleted   bool
-	}{
-		{"default, not yet", 0, pigeon.DefaultGroupRetention, false},
-		{"default", 0, pigeon.DefaultGroupRetention + time.Millisecond, true},
-		{"set, not yet", 2 * time.Hour, 2 * time.Hour, false},
-		{"set", 2 * time.Hour, 2*time.Hour + time.Millisecond, true},
-		{"negative keeps for good", -1, 10 * 365 * 24 * time.Hour, false},
-	}
-	for _, tt := range tests {
+	for _, tt := range groupRetentionCases(2 * time.Hour) {
 		t.Run(tt.name, func(t *testing.T) {
 			// tasks.run keeps its messages an hour while in the catalog.
 			f, st := retentionFixture(t, time.Hour)
