@@ -225,7 +225,7 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 		mg.log.Error("stored program unreadable", "program", name, "error", err)
 		return
 	}
-	mg.recorded(&record{}, &p.rec)
+	mg.recorded(&record{}, &p.rec, nil)
 	v, err := newVersion(ctx, mg, name, p.rec.Version, p.rec.Manifest, p.rec.Module)
 	if err == nil {
 		var from *position
@@ -349,11 +349,11 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	if err := man.normalize(); err != nil {
 		return refuse(err)
 	}
-	release, err := mg.reserve(p, &man)
+	res, err := mg.reserve(p, &man)
 	if err != nil {
 		return refuse(err)
 	}
-	defer release()
+	defer mg.release(res)
 	v, err := newVersion(ctx, mg, name, number, man, module)
 	if err != nil {
 		return refuse(err)
@@ -419,7 +419,7 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	if rollbackOf > 0 {
 		event = pigeon.EventProgramRolledBack
 	}
-	mg.recorded(&p.rec, &rec)
+	mg.recorded(&p.rec, &rec, res)
 	p.b, p.rec, p.err = nb, rec, ""
 	if nb != old {
 		nb.setLive(ctx, true)
@@ -502,7 +502,7 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 	}
 	mg.forget(ctx, positions, name)
 	_ = mg.e.Record(ctx, pigeon.EventProgramRemoved, pigeon.CodeOK, pigeon.AuditRecord{Principal: by.ID, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
-	mg.recorded(&p.rec, &record{})
+	mg.recorded(&p.rec, &record{}, nil)
 	p.b, p.rec = nil, record{}
 	mg.forgetEmpty(p)
 	return nil

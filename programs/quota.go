@@ -53,14 +53,23 @@ func add(m map[string]usage, account string, u usage) {
 	}
 }
 
+// reservation is the room reserve made for one deploy, pending until
+// the deploy records its program (recorded) or ends without it (release).
+type reservation struct {
+	account string
+	need    usage
+	done    bool // guarded by Manager.mu
+}
+
 // reserve makes room for p to run under man, or refuses with
 // PROGRAM_LIMIT_EXCEEDED when its account runs the most programs allowed,
 // or when the memory its programs' instances may take would pass the
 // most allowed. A new version of a program that runs as the account takes
 // no place, and needs memory only beyond what its current version holds.
-// The caller holds p.mu and calls release once the deploy ends, after
-// recorded.
-func (mg *Manager) reserve(p *program, man *Manifest) (release func(), err error) {
+// The caller holds p.mu and calls release once the deploy ends; a deploy
+// that records its program hands the room over to it in recorded, so no
+// other deploy sees it counted twice.
+func (mg *Manager) reserve(p *program, man *Manifest) (*reservation, error) {
 	account := man.Account
 	need := usage{1, man.Memory()}
 	if p.rec.Manifest.Account == account {
@@ -80,18 +89,33 @@ func (mg *Manager) reserve(p *program, man *Manifest) (release func(), err error
 			account, mib(taken.memory+need.memory), mib(limit))
 	}
 	add(q.pending, account, need)
-	return func() {
-		mg.mu.Lock()
-		defer mg.mu.Unlock()
-		add(q.pending, account, usage{}.minus(need))
-	}, nil
+	return &reservation{account: account, need: need}, nil
+}
+
+// release gives back the room of r unless recorded took it over.
+// Idempotent.
+func (mg *Manager) release(r *reservation) {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	mg.settle(r)
+}
+
+// settle drops r from the pending counts once. mg.mu is held.
+func (mg *Manager) settle(r *reservation) {
+	if r == nil || r.done {
+		return
+	}
+	r.done = true
+	add(mg.quota.pending, r.account, usage{}.minus(r.need))
 }
 
 // recorded counts a program whose stored record changes from old to rec
-// (a zero Version: none).
-func (mg *Manager) recorded(old, rec *record) {
+// (a zero Version: none), settling the deploy's reservation r (nil when
+// none) in the same step.
+func (mg *Manager) recorded(old, rec *record, r *reservation) {
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
+	mg.settle(r)
 	add(mg.quota.held, old.Manifest.Account, usage{}.minus(of(old)))
 	add(mg.quota.held, rec.Manifest.Account, of(rec))
 }

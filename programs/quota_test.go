@@ -11,6 +11,7 @@ import (
 
 	"pigeon"
 	"pigeon/programs"
+	"pigeon/store"
 )
 
 // An account runs at most MaxProgramsPerAccount programs, whoever deploys
@@ -84,6 +85,51 @@ func TestProgramCapUnderConcurrency(t *testing.T) {
 	require.EqualValues(t, 3, won.Load())
 	require.EqualValues(t, 5, capped.Load())
 	require.Len(t, mg.List(ctx), 3)
+}
+
+// heldKV holds the first write of a program's position (which the deploy
+// of a program routed from a pubsub subject makes after it has recorded
+// the program, before it ends) until let is closed.
+type heldKV struct {
+	store.KV
+	first     atomic.Bool
+	held, let chan struct{}
+}
+
+func (h *heldKV) Put(ctx context.Context, bucket, key string, val []byte) error {
+	if bucket == "program-positions" && h.first.CompareAndSwap(false, true) {
+		close(h.held)
+		<-h.let
+	}
+	return h.KV.Put(ctx, bucket, key, val)
+}
+
+// A deploy that has recorded its program, but not yet ended, counts once:
+// another deploy for the account, at the cap less one, is not refused.
+func TestProgramCapCountsARecordedDeployOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	kv := &heldKV{KV: f.st, held: make(chan struct{}), let: make(chan struct{})}
+	mg, err := programs.New(ctx, f.e, &programs.Options{KV: kv, Cache: cache, MaxProgramsPerAccount: 2})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, mg.Close(context.Background())) }()
+	onEvents := func(m *programs.Manifest) { m.Route.Subject = "events" } // pubsub: its position is stored
+	first := make(chan error, 1)
+	go func() {
+		_, err := mg.Deploy(ctx, admin, "p0", manifest(onEvents), modOK)
+		first <- err
+	}()
+	select {
+	case <-kv.held:
+	case err := <-first:
+		t.Fatalf("p0 ended before it stored its position: %v", err)
+	}
+	_, err = mg.Deploy(ctx, admin, "p1", manifest(onEvents), modOK)
+	close(kv.let)
+	require.NoError(t, err, "p0 takes one place of two, not two")
+	require.NoError(t, <-first)
+	_, err = mg.Deploy(ctx, admin, "p2", manifest(), modOK)
+	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(err), "both places are taken")
 }
 
 // The default caps; a negative cap does not.
