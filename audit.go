@@ -195,13 +195,15 @@ func auditFailure(err error) *Error {
 // prefix of it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
-// appendAudit queues r, waiting for its write when wait is set. Observers
-// hear of every record; a refusal that continues a run (coalescer) is
-// counted rather than written, and a run it ends is written first.
+// appendAudit queues r, waiting for its write when wait is set, its text
+// fields bounded (boundAuditText). Observers hear of every record; a
+// refusal that continues a run (coalescer) is counted rather than
+// written, and a run it ends is written first.
 func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
 	if r.Time.IsZero() {
 		r.Time = e.now()
 	}
+	boundAuditText(&r)
 	e.observeRecord(&r)
 	write, ended := e.coalesce.admit(&r)
 	if ended != nil {

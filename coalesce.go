@@ -10,16 +10,23 @@ import (
 
 // A run of refusals that judge who asks rather than what is sent (for
 // rate, RATE_LIMITED; at the contract gate: no contract, an expired or
-// revoked one, a subject or operation it does not grant) is written to the
-// audit log as its first refusal and one record for the rest. Such a
-// refusal is cheap, and comes as fast as a client retries (a client over
-// its limit, or looping on a contract that expired), but it would still
-// add one record each: the log, and the disk under it, would then grow
-// with the refused traffic rather than with what the limits allow, until
-// a full disk stopped the broker for everyone. Coalescing keeps the
-// evidence (who was refused on which subject, why, how often, from when to
-// when) at one or two records per second for each principal, subject,
-// gate and code. Refusals of a message's content are written one by one.
+// revoked one, a subject or operation it does not grant; an ack of a
+// message leased to someone else, ACK_NOT_ALLOWED), or that refuse a
+// message before anything else is judged (at the envelope gate, which
+// comes before the contract and rate gates), is written to the audit log
+// as its first refusal and one record for the rest. Such a refusal is
+// cheap, and comes as fast as a client retries (a client over its limit,
+// or looping on a contract that expired, or sending malformed envelopes),
+// but it would still add one record each: the log, and the disk under it,
+// would then grow with the refused traffic rather than with what the
+// limits allow, until a full disk stopped the broker for everyone.
+// Coalescing keeps the evidence (who was refused on which subject, why,
+// how often, from when to when) at one or two records per second for each
+// principal, subject, gate and code; refusals naming no subject the broker
+// knows (unknown ones, and every envelope refusal, whose subject is the
+// sender's to choose) are one run whatever subject they name, so naming a
+// new one each time starts no new run. Refusals of a message's content
+// past the envelope are written one by one.
 const (
 	// coalesceWindow is how long after the first refusal of a run like
 	// refusals are counted rather than written.
@@ -38,7 +45,25 @@ type coalesceKey struct{ event, principal, subject, gate, code string }
 
 // coalesced reports whether r is a refusal counted in runs.
 func coalesced(r *store.AuditRecord) bool {
-	return r.Outcome == string(OutcomeDeny) && (r.Code == string(CodeRateLimited) || r.Gate == GateContract)
+	if r.Outcome != string(OutcomeDeny) {
+		return false
+	}
+	switch {
+	case r.Code == string(CodeRateLimited), r.Code == string(CodeAckNotAllowed):
+	case r.Gate == GateContract, r.Gate == GateEnvelope:
+	default:
+		return false
+	}
+	return true
+}
+
+// keyOf names the run of r.
+func keyOf(r *store.AuditRecord) coalesceKey {
+	subject := r.Subject
+	if r.Gate == GateEnvelope || r.Code == string(CodeSubjectNotFound) {
+		subject = ""
+	}
+	return coalesceKey{r.Type, r.Principal, subject, r.Gate, r.Code}
 }
 
 // run is the refusals counted since the first of a window was written.
@@ -71,7 +96,7 @@ func (c *coalescer) admit(r *store.AuditRecord) (write bool, ended *store.AuditR
 	if !coalesced(r) {
 		return true, nil
 	}
-	k := coalesceKey{r.Type, r.Principal, r.Subject, r.Gate, r.Code}
+	k := keyOf(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.runs[k]

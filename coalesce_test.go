@@ -176,3 +176,58 @@ func TestContractRefusalsCoalesce(t *testing.T) {
 	require.Equal(t, "coalesced:19", recs[1].Ref)
 	require.Equal(t, "ctr_gone", recs[1].ContractID)
 }
+
+// TestEnvelopeRefusalsCoalesce: malformed envelopes are refused at the
+// first gate, before the contract and rate gates, so a client could send
+// them as fast as its connection goes; they are written as a run, one
+// run whatever subject each names, and an ack of a message leased to
+// someone else likewise.
+func TestEnvelopeRefusalsCoalesce(t *testing.T) {
+	f := newFixture(t)
+	s := f.connect("checkout-token", "payments.authorize")
+	for i := range 30 {
+		m := demo.Payment("o")
+		m.Type = ""
+		if i%2 == 1 {
+			m.Subject = "made.up." + strconv.Itoa(i) // a new subject each time starts no run
+		}
+		_, err := s.Publish(ctx, m)
+		requireCode(t, err, pigeon.CodeEnvelopeInvalid)
+	}
+	atGate := func() []pigeon.AuditRecord {
+		var out []pigeon.AuditRecord
+		for _, r := range auditOf(t, f.e, pigeon.EventPublishDenied) {
+			if r.Gate == pigeon.GateEnvelope {
+				require.Equal(t, string(pigeon.CodeEnvelopeInvalid), r.Code)
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	require.Len(t, atGate(), 1, "within the second only the first is written")
+	f.clock.Advance(time.Second)
+	recs := atGate()
+	require.Len(t, recs, 2)
+	require.Equal(t, "payments.authorize", recs[0].Subject)
+	require.Equal(t, "coalesced:29", recs[1].Ref)
+	require.Equal(t, "made.up.29", recs[1].Subject, "the summary names the latest")
+}
+
+// TestAckRefusalsCoalesce: acks of a message not leased to the caller are
+// refused ACK_NOT_ALLOWED each time, and written as a run.
+func TestAckRefusalsCoalesce(t *testing.T) {
+	f := newFixture(t)
+	pub := f.connect("checkout-token", "payments.authorize")
+	res, err := pub.Publish(ctx, demo.Payment("o"))
+	require.NoError(t, err)
+	gw := f.connect("gateway-token", "payments.authorize")
+	for range 10 {
+		requireCode(t, gw.Ack(ctx, "payments.authorize", res.Message.ID), pigeon.CodeAckNotAllowed)
+	}
+	require.Len(t, auditOf(t, f.e, pigeon.EventAckDenied), 1)
+	f.clock.Advance(time.Second)
+	recs := auditOf(t, f.e, pigeon.EventAckDenied)
+	require.Len(t, recs, 2)
+	require.Equal(t, "coalesced:9", recs[1].Ref)
+	require.Equal(t, res.Message.ID, recs[0].MessageID)
+}

@@ -1,0 +1,48 @@
+package pigeon
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"pigeon/store"
+)
+
+// maxAuditText bounds each text field of an audit record, in bytes. The
+// fields name things a client may choose (a subject it asked for, a
+// message id, a contract id it sent), and a refusal is audited before, or
+// because, they pass the envelope's bounds: without a bound of its own, a
+// client could make each refusal write as much to the log as it sends.
+// Every name the broker accepts is shorter (envelope fields: 256 bytes).
+const maxAuditText = 512
+
+// auditText is s as an audit record keeps it: valid UTF-8, each invalid
+// sequence replaced by U+FFFD, and at most maxAuditText bytes, a longer
+// text cut on a character boundary and marked with the length it had. A
+// record's hash is over the text it keeps, so every export of the record
+// (JSON over HTTP, a cluster's stored copy) verifies: JSON cannot carry
+// invalid UTF-8, and an encoder would replace it after the hash was taken.
+func auditText(s string) string {
+	if len(s) <= maxAuditText && utf8.ValidString(s) {
+		return s
+	}
+	n := len(s)
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= maxAuditText {
+		return s
+	}
+	mark := "…(cut from " + strconv.Itoa(n) + " bytes)"
+	cut := maxAuditText - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// boundAuditText applies auditText to the text fields of r that name
+// things: its type, hashes, id and sequence ranges are the broker's own.
+func boundAuditText(r *store.AuditRecord) {
+	for _, f := range [...]*string{&r.Outcome, &r.Code, &r.Gate, &r.Subject, &r.Principal, &r.ContractID, &r.PolicyID, &r.SchemaID, &r.MessageID, &r.Ref} {
+		*f = auditText(*f)
+	}
+}

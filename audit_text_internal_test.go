@@ -1,0 +1,58 @@
+package pigeon
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// auditText keeps short valid text as it is, and makes anything else
+// valid UTF-8 of at most maxAuditText bytes, cut on a character boundary
+// and marked with the length it had.
+func TestAuditText(t *testing.T) {
+	at := strings.Repeat("a", maxAuditText)
+	for _, tc := range []struct{ name, in, want string }{
+		{"empty", "", ""},
+		{"short", "payments.authorize", "payments.authorize"},
+		{"at the bound", at, at},
+		{"invalid bytes", "id\xff\xfe", "id\uFFFD"},
+		{"a truncated character", "caf\xc3", "caf\uFFFD"},
+		{"one byte over", at + "b", strings.Repeat("a", maxAuditText-len("…(cut from 513 bytes)")) + "…(cut from 513 bytes)"},
+		{"cut inside a character", "a" + strings.Repeat("é", 400), "a" + strings.Repeat("é", (maxAuditText-1-len("…(cut from 801 bytes)"))/2) + "…(cut from 801 bytes)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := auditText(tc.in)
+			require.Equal(t, tc.want, got)
+			require.LessOrEqual(t, len(got), maxAuditText)
+			require.True(t, utf8.ValidString(got))
+		})
+	}
+}
+
+// FuzzAuditText: whatever a client sends, the kept text is valid UTF-8
+// within the bound, the same text when it already was, and a prefix of
+// the valid form of what was sent otherwise.
+func FuzzAuditText(f *testing.F) {
+	for _, s := range []string{"", "a", "\xff", strings.Repeat("é", 300), strings.Repeat("\xff", 600), strings.Repeat("a", 511) + "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := auditText(s)
+		require.True(t, utf8.ValidString(got))
+		require.LessOrEqual(t, len(got), maxAuditText)
+		if len(s) <= maxAuditText && utf8.ValidString(s) {
+			require.Equal(t, s, got)
+			return
+		}
+		valid := strings.ToValidUTF8(s, "\uFFFD")
+		if len(valid) <= maxAuditText {
+			require.Equal(t, valid, got)
+			return
+		}
+		i := strings.LastIndex(got, "…(cut from ")
+		require.Positive(t, i+1)
+		require.True(t, strings.HasPrefix(valid, got[:i]))
+	})
+}
