@@ -189,6 +189,9 @@ type Engine struct {
 	limiter    *rateLimiter
 	auditor    auditor
 	coalesce   coalescer
+	seqTrims   bool        // the store trims by sequence: count bounds are enforced
+	trimAsks   chan string // subjects past their count bound (countTrimmer)
+	trimMu     sync.Mutex  // one message trim at a time (trimSubject)
 	replies    replyTable
 	groups     groupTable
 	subs       subscriptions
@@ -283,6 +286,8 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		e.store = memory.New(&memory.Options{Now: o.Now})
 		e.ownStore = true
 	}
+	_, e.seqTrims = e.store.(store.SeqTrimmer)
+	e.trimAsks = make(chan string, trimQueue)
 	e.contracts.m = map[string]*contract{}
 	e.live.by = map[string]*principalLive{}
 	e.limiter = newRateLimiter()
@@ -315,6 +320,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e.replyGates = replyChain(e.gates)
 	e.goTracked(e.janitor)
 	e.goTracked(e.auditWriter)
+	if e.seqTrims {
+		e.goTracked(e.countTrimmer)
+	}
 	if o.Cluster != nil {
 		e.goTracked(e.watchCluster)
 	}
@@ -332,6 +340,9 @@ func (e *Engine) goTracked(fn func()) {
 	}()
 }
 
+// sweepTimeout bounds one sweep of the janitor, and one count trim.
+const sweepTimeout = 10 * time.Second
+
 // janitor sweeps expired contracts, replies, idle rate buckets and the
 // recent caches of quiet subjects.
 func (e *Engine) janitor() {
@@ -342,7 +353,7 @@ func (e *Engine) janitor() {
 		case <-e.done:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+			ctx, cancel := context.WithTimeout(e.ctx, sweepTimeout)
 			e.sweepContracts(ctx)
 			e.replies.sweep(e.now())
 			e.limiter.sweep(e.now())

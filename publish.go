@@ -329,6 +329,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		}
 		return e.duplicate(ctx, a, orig), nil
 	}
+	e.askTrim(s, stored.Seq)
 	f := e.fanoutOf(s.name)
 	var res *acceptedResult
 	var d *decoded

@@ -43,7 +43,7 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 	gp, _ := e.store.(store.GroupPruner)
 	catalog := e.catalog.Load().subjects
 	for name, s := range catalog {
-		if err := e.trimMessages(ctx, name, s, now); err != nil {
+		if err := e.trimSubject(ctx, name, s, now); err != nil {
 			// The groups wait for the messages they handled to go.
 			e.opts.Logger.Error("retention: trim messages", "subject", name, "err", err)
 			continue
@@ -87,6 +87,23 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 			e.opts.Logger.Error("retention: trim quarantine", "err", err)
 		}
 	}
+}
+
+// trimSubject runs trimMessages for subject name, one trim at a time
+// (the retention pass and the count trims askTrim queues), and then
+// records the subject's bounds in its count bound.
+func (e *Engine) trimSubject(ctx context.Context, name string, s *subject, now time.Time) error {
+	e.trimMu.Lock()
+	defer e.trimMu.Unlock()
+	err := e.trimMessages(ctx, name, s, now)
+	if b := s.count; b != nil {
+		first, last, berr := e.store.Bounds(ctx, name)
+		if berr != nil {
+			first, last = 0, b.cutAt.Load()
+		}
+		b.trimmed(first, last, err == nil)
+	}
+	return err
 }
 
 // trimMessages trims the messages of subject name that its retention no

@@ -1,6 +1,7 @@
 package pigeon_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -100,4 +101,46 @@ func TestRetentionMaxMessages(t *testing.T) {
 			requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: uint64(len(ids))})
 		})
 	}
+}
+
+// TestMaxMessagesHoldsBetweenPasses: retention.maxMessages holds as
+// messages arrive, not only at each retention pass: with no pass run, a
+// subject keeping 100 messages that is sent 1,000 holds at most 100 plus
+// its slack (maxMessages/8, at least 32), the newest, and the trims that
+// cut the rest are audited with how many went.
+func TestMaxMessagesHoldsBetweenPasses(t *testing.T) {
+	const keep, slack, sent = 100, 32, 1000
+	f, st := retentionFixture(t, 0, func(o *pigeon.Options) {
+		o.SweepInterval = time.Hour // no pass within the test
+		for i, s := range o.Catalog.Subjects {
+			if s.Name == "tasks.run" {
+				o.Catalog.Subjects[i].Retention.MaxMessages = keep
+			}
+		}
+	})
+	boss := f.connect("boss-token", "tasks.run")
+	ids := publishTasks(t, boss, 1, sent)
+
+	var first, last uint64
+	require.Eventually(t, func() bool {
+		var err error
+		first, last, err = st.Bounds(ctx, "tasks.run")
+		require.NoError(t, err)
+		return last-first+1 <= keep+slack
+	}, 10*time.Second, 5*time.Millisecond, "held %d..%d", first, last)
+	require.Equal(t, uint64(sent), last)
+	msgs, err := st.Read(ctx, "tasks.run", 0, 0)
+	require.NoError(t, err)
+	var kept []string
+	for _, m := range msgs {
+		kept = append(kept, m.ID)
+	}
+	require.Equal(t, ids[first-1:], kept, "the newest are kept")
+	went := 0
+	for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
+		n, err := strconv.Atoi(rec.Ref)
+		require.NoError(t, err)
+		went += n
+	}
+	require.Equal(t, int(first-1), went, "every trimmed message is audited")
 }

@@ -48,6 +48,7 @@ type subject struct {
 	idemPath  *datapath.Path  // non-nil when the key is a "data." path
 	e2e       bool            // end-to-end encryption enforced
 	routing   map[string]bool // fields that stay in clear beside the sealed part
+	count     *countBound     // retention.maxMessages; nil without
 }
 
 // rule is a compiled RuleSpec.
@@ -86,6 +87,7 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		intents:  slices.Clone(p.Intents),
 		rules:    map[Operation][]*rule{},
 		rate:     p.RateLimit,
+		count:    newCountBound(p.Retention.MaxMessages),
 	}
 	if s.mode == "" {
 		s.mode = ModePubSub
