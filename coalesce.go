@@ -11,7 +11,8 @@ import (
 // A run of refusals that judge who asks rather than what is sent (for
 // rate, RATE_LIMITED; at the contract gate: no contract, an expired or
 // revoked one, a subject or operation it does not grant; an ack of a
-// message leased to someone else, ACK_NOT_ALLOWED), or that refuse a
+// message leased to someone else, ACK_NOT_ALLOWED; a principal at its
+// most contracts, subscriptions or groups, TOO_MANY_*), or that refuse a
 // message before anything else is judged (at the envelope gate, which
 // comes before the contract and rate gates), is written to the audit log
 // as its first refusal and one record for the rest. Such a refusal is
@@ -49,7 +50,8 @@ func coalesced(r *store.AuditRecord) bool {
 		return false
 	}
 	switch {
-	case r.Code == string(CodeRateLimited), r.Code == string(CodeAckNotAllowed):
+	case r.Code == string(CodeRateLimited), r.Code == string(CodeAckNotAllowed),
+		r.Code == string(CodeTooManyContracts), r.Code == string(CodeTooManySubscriptions), r.Code == string(CodeTooManyGroups):
 	case r.Gate == GateContract, r.Gate == GateEnvelope:
 	default:
 		return false

@@ -231,3 +231,31 @@ func TestAckRefusalsCoalesce(t *testing.T) {
 	require.Equal(t, "coalesced:9", recs[1].Ref)
 	require.Equal(t, res.Message.ID, recs[0].MessageID)
 }
+
+// TestCapRefusalsCoalesce: a principal at its most subscriptions that
+// keeps asking for one more is refused TOO_MANY_SUBSCRIPTIONS each time,
+// written as a run.
+func TestCapRefusalsCoalesce(t *testing.T) {
+	clock := newClock()
+	f := accessFixture(t, func(o *pigeon.Options) { o.MaxSubscriptionsPerPrincipal, o.Now = 1, clock.Now })
+	bob := f.connect("bob-token", "chat.messages")
+	subscribeN(t, bob, 1)
+	for range 10 {
+		_, err := bob.Subscribe(ctx, "chat.messages", nopHandler)
+		requireCode(t, err, pigeon.CodeTooManySubscriptions)
+	}
+	refused := func() []pigeon.AuditRecord {
+		var out []pigeon.AuditRecord
+		for _, r := range auditOf(t, f.e, pigeon.EventSubscribeDenied) {
+			if r.Code == string(pigeon.CodeTooManySubscriptions) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	require.Len(t, refused(), 1)
+	clock.Advance(time.Second)
+	recs := refused()
+	require.Len(t, recs, 2)
+	require.Equal(t, "coalesced:9", recs[1].Ref)
+}

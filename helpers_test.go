@@ -68,6 +68,25 @@ func requireCode(t *testing.T, err error, code pigeon.Code) *pigeon.Error {
 var ctx = context.Background()
 
 // auditCount counts e's audit records of type typ with code.
+// refusalCount counts the refusals of type typ with code in e's audit
+// log, a coalesced record for as many as it stands for.
+func refusalCount(t *testing.T, e *pigeon.Engine, typ pigeon.Event, code pigeon.Code) int {
+	t.Helper()
+	recs, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	n := 0
+	for _, r := range recs {
+		if r.Type == string(typ) && r.Code == string(code) {
+			k, ok := coalescedCount(r)
+			if !ok {
+				k = 1
+			}
+			n += k
+		}
+	}
+	return n
+}
+
 func auditCount(t *testing.T, e *pigeon.Engine, typ pigeon.Event, code pigeon.Code) int {
 	t.Helper()
 	recs, err := e.Audit(ctx, 0, 0)
