@@ -413,8 +413,8 @@ func (su *suite) testTrim(t *testing.T) {
 
 	// A message trimmed while its idempotency key is live still answers a
 	// retry within the key's TTL with the original (the policy promises
-	// deduplication for the TTL, whatever retention keeps); once the key
-	// has expired, the retry is a new message.
+	// deduplication for the TTL, whatever retention keeps), also after a
+	// reopen; once the key has expired, the retry is a new message.
 	t.Run("KeepsLiveIdempotencyKeys", func(t *testing.T) {
 		s, tr := trimmer(t)
 		keyed := func(id string, sent time.Time) store.Message {
@@ -433,6 +433,15 @@ func (su *suite) testTrim(t *testing.T) {
 		require.True(t, dup, "the key is live: the retry is a duplicate of the trimmed original")
 		require.Equal(t, normMessage(orig), normMessage(got))
 		requireBounds(t, s, "a", 2, 2)
+
+		if su.f.Reopen != nil {
+			s = su.reopen(t, s)
+			got, dup, err = s.Append(t.Context(), keyed("m1-reopened", at(2*time.Minute)))
+			require.NoError(t, err)
+			require.True(t, dup, "the key is live: after a reopen too, the retry is a duplicate of the trimmed original")
+			require.Equal(t, normMessage(orig), normMessage(got))
+			requireBounds(t, s, "a", 2, 2)
+		}
 
 		later := keyed("m1-late", at(2*time.Hour))
 		later.IdemExpires = at(3 * time.Hour)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -20,11 +21,17 @@ import (
 var cleanOpts = &Options{SegmentSize: 4096}
 
 // populate writes to every log of s: messages on "a" over several
-// segments, audit records, KV puts and quarantine records.
+// segments, audit records, KV puts, quarantine records, and the kept copy
+// of a message on "k" trimmed while its key is live.
 func populate(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := t.Context()
 	appendN(t, s, "a", 1, 40)
+	_, _, err := s.Append(ctx, keyedMsg("k", "k1", "k1", base, base.Add(time.Hour)))
+	require.NoError(t, err)
+	n, err := s.TrimThrough(ctx, "k", 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 	require.NoError(t, s.AppendAudit(ctx, storetest.Chain(3)...))
 	require.NoError(t, s.Put(ctx, "b", "k1", []byte("v1")))
 	require.NoError(t, s.Put(ctx, "b", "k2", []byte("v2")))
@@ -52,7 +59,7 @@ var badTails = []struct {
 	{"cut short", func(t *testing.T, path string) { require.NoError(t, os.Truncate(path, fileSize(t, path)-3)) }},
 }
 
-var everyLog = []string{"messages/a", "audit", "meta", "quarantine"}
+var everyLog = []string{"messages/a", "audit", "meta", "quarantine", "kept"}
 
 // After a clean shutdown no write was in progress: a bad last record is
 // damage, refused like damage anywhere else, and nothing is cut.

@@ -66,7 +66,11 @@
 // Time is before the entry's IdemExpires, also after a restart: Open
 // rebuilds the live entries from the message records. The store's clock
 // for forgetting expired entries is the latest message Time it has seen.
-// Retention that removes a message ends its key's deduplication.
+// Retention that removes a message whose key is live keeps a copy of it
+// (up to 64 MiB of bodies), on disk before the message goes, so that a
+// retry within the key's TTL is still answered with the original, also
+// after a restart; beyond that budget, and for expired keys, removing a
+// message ends its key's deduplication.
 //
 // # Failure
 //

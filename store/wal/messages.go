@@ -68,10 +68,12 @@ type msgIndex struct {
 	pending map[uint64]*wreq // location → request, for claims not yet committed
 	// kept holds the messages trimmed while their idempotency claims were
 	// live, by location, so that a retry within the key's TTL is still
-	// answered with the original; a claim's expiry (sweepLocked) drops
-	// it. Kept in memory only, up to maxKeptBytes of bodies (keptBytes):
-	// a reopen forgets them, and beyond the budget a trimmed message's
-	// claim goes with it.
+	// answered with the original; a claim's expiry drops it (sweepLocked,
+	// or compactKept when the copy leaves the kept log). Up to
+	// maxKeptBytes of bodies (keptBytes); beyond the budget a trimmed
+	// message's claim goes with it. Each copy is also in the kept log
+	// (kept.go), written before the trim truncates, from which Open
+	// brings back those still live: a restart forgets none.
 	kept      map[uint64]store.Message
 	keptBytes int
 	clock     int64 // latest message time seen, unix nanoseconds
@@ -79,8 +81,8 @@ type msgIndex struct {
 	hashFn    func(seed maphash.Seed, s string) uint64 // indexHash when opened
 }
 
-// maxKeptBytes bounds the bodies of trimmed messages kept in memory for
-// their live idempotency keys (msgIndex.kept).
+// maxKeptBytes bounds the bodies of trimmed messages kept for their live
+// idempotency keys (msgIndex.kept, and so the live copies of the kept log).
 var maxKeptBytes = 64 << 20 // a variable for tests
 
 // indexHash hashes ids and idempotency keys. Tests replace it, before Open,
@@ -295,7 +297,12 @@ func (s *Store) loadMessages() ([]int64, error) {
 		sc.ids = nil
 		x.clock = max(x.clock, sc.clock)
 	}
-	// A key claimed on several subjects counts with its latest claim.
+	kept, err := s.loadKept()
+	if err != nil {
+		return nil, err
+	}
+	// A key claimed on several subjects, or by a kept copy, counts with
+	// its latest claim.
 	live := make(map[string]idemSlot)
 	for _, sc := range scans {
 		for k, e := range sc.idem {
@@ -305,6 +312,12 @@ func (s *Store) loadMessages() ([]int64, error) {
 		}
 		sc.idem = nil
 	}
+	for _, c := range kept {
+		if old, ok := live[c.m.IdemKey]; c.exp > x.clock && (!ok || c.exp > old.exp) {
+			live[c.m.IdemKey] = idemSlot{loc: c.loc, exp: c.exp}
+		}
+	}
+	s.useKept(kept, live)
 	x.idem.Reserve(len(live))
 	for k, e := range live {
 		x.claim(k, e.loc, e.exp, nil)
@@ -807,8 +820,9 @@ const trimChunk = 1 << 16
 // accepted before t from the front of the log. Appends to the subject wait
 // only while tidwall/wal rewrites the segment holding the new first
 // message (at most SegmentSize bytes); the scan that finds the cut does
-// not block them. The idempotency keys of removed messages stop
-// deduplicating.
+// not block them. A removed message whose idempotency key is live is kept
+// (durably, within maxKeptBytes) and still answers a retry until the key
+// expires; the other keys of removed messages stop deduplicating.
 func (s *Store) TrimBefore(ctx context.Context, subject string, t time.Time) (int, error) {
 	return s.trimFront(ctx, subject, func(h msgHead) bool { return !h.time.Before(t) })
 }
@@ -822,8 +836,9 @@ func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (in
 
 // trimFront removes messages of subject from the front of the log up to
 // the first one whose head keep accepts, at most trimChunk per
-// truncation, and forgets their ids and idempotency claims. It returns
-// how many it removed, also when it fails part way.
+// truncation, and forgets their ids and the idempotency claims it does
+// not keep (see keep). It returns how many it removed, also when it fails
+// part way. Then it compacts the kept log.
 func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHead) bool) (int, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
@@ -835,6 +850,15 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 	}
 	sub.trimMu.Lock()
 	defer sub.trimMu.Unlock()
+	n, err := s.trimFrontLocked(sub, keep)
+	if cerr := s.compactKept(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+// trimFrontLocked is trimFront with sub.trimMu held.
+func (s *Store) trimFrontLocked(sub *subject, keep func(h msgHead) bool) (int, error) {
 	w := sub.w
 	total := 0
 	for {
@@ -873,6 +897,10 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 		if cut == first {
 			return total, nil
 		}
+		// The copies are durable before the originals go.
+		if err := s.keep(sub, kept); err != nil {
+			return total, err
+		}
 		if err := w.truncateFront(cut); err != nil {
 			return total, err
 		}
@@ -881,20 +909,8 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 		for _, h := range heads {
 			loc := pack(sub.num, h.seq)
 			x.removeID(h.id, loc)
-			switch {
-			case h.idemKey == "":
-			case len(kept) > 0 && kept[0].Seq == h.seq && x.keptBytes+len(kept[0].Body) <= maxKeptBytes:
-				if x.kept == nil {
-					x.kept = make(map[uint64]store.Message)
-				}
-				x.kept[loc] = kept[0]
-				x.keptBytes += len(kept[0].Body)
-				kept = kept[1:]
-			default:
-				if len(kept) > 0 && kept[0].Seq == h.seq {
-					kept = kept[1:] // over the budget: the claim goes
-				}
-				x.unclaim(h.idemKey, loc)
+			if _, ok := x.kept[loc]; h.idemKey != "" && !ok {
+				x.unclaim(h.idemKey, loc) // not kept (over the budget, or expired)
 			}
 		}
 		x.mu.Unlock()

@@ -29,6 +29,7 @@ const (
 	kindMessage      byte = 1  // messages/<subject>/
 	kindAudit        byte = 2  // audit/
 	kindAccepted     byte = 4  // messages/<subject>/: a message and its acceptance audit record
+	kindKept         byte = 5  // kept/: a trimmed message kept for its live idempotency claim
 	kindCheckpoint   byte = 3  // audit.checkpoint
 	kindDone         byte = 10 // meta/: progress MarkDone
 	kindAttempt      byte = 11 // meta/: progress MarkAttempt

@@ -123,7 +123,8 @@ type Store struct {
 	meta  metaLog
 	quar  quarantine
 	audit auditLog
-	out   outbox // acceptance records on their way to the audit log
+	kept  keptLog // copies of trimmed messages with live idempotency claims
+	out   outbox  // acceptance records on their way to the audit log
 
 	quit chan struct{}
 	bg   sync.WaitGroup
@@ -132,8 +133,9 @@ type Store struct {
 // faults are test hooks: a non-nil error from write or sync makes that
 // write or fsync fail as if the disk had returned it.
 type faults struct {
-	write func(w *logw) error
-	sync  func(w *logw) error
+	write    func(w *logw) error
+	sync     func(w *logw) error
+	truncate func(w *logw) error // before a truncation of the front
 }
 
 var (
@@ -246,6 +248,9 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
+	if err := s.compactKept(); err != nil {
+		return err
+	}
 	_, cpFloors, err := readCheckpointFloors(s.dir)
 	if err != nil {
 		return err
@@ -321,7 +326,7 @@ func (s *Store) Close(ctx context.Context) error {
 // healthy reports whether every log is usable: none was left in an
 // unknown state by a write or truncation that could not be taken back.
 func (s *Store) healthy() bool {
-	logs := []*logw{s.meta.w, s.quar.w, s.audit.w}
+	logs := []*logw{s.meta.w, s.quar.w, s.audit.w, s.kept.w}
 	for _, sub := range s.msgs.list {
 		logs = append(logs, sub.w)
 	}
@@ -344,7 +349,7 @@ func (s *Store) closeLogs() error {
 	for _, w := range s.msgs.list {
 		errs = append(errs, w.w.close())
 	}
-	for _, w := range []*logw{s.meta.w, s.quar.w, s.audit.w} {
+	for _, w := range []*logw{s.meta.w, s.quar.w, s.audit.w, s.kept.w} {
 		if w != nil {
 			errs = append(errs, w.close())
 		}

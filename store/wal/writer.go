@@ -578,7 +578,14 @@ func (w *logw) truncateFront(cut uint64) error {
 		if cut <= w.first.Load() {
 			return nil
 		}
-		if err := w.log.TruncateFront(cut); err != nil {
+		err := error(nil)
+		if f := w.s.faults.Load(); f != nil && f.truncate != nil {
+			err = f.truncate(w)
+		}
+		if err == nil {
+			err = w.log.TruncateFront(cut)
+		}
+		if err != nil {
 			if !errors.Is(err, twal.ErrOutOfRange) {
 				w.mu.Lock()
 				w.failed = fmt.Errorf("wal: %s is unusable after a failed truncation; reopen the store: %w", w.name, err)
