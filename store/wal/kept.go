@@ -249,10 +249,10 @@ func (k *keptLog) appendEntsLocked(r *wreq, at func(i int) (loc uint64, exp int6
 
 // compactKept drops from the kept log the copies that are no longer
 // needed: those whose claims have expired by the index's clock (from
-// memory too), and those marked dead. It truncates the front up to the first live copy and, when
-// more bytes behind it are dead than live (and at least keptCompactMin
-// segments), first copies the live ones to the tail so that everything
-// before them can go.
+// memory too), and those marked dead. It truncates the front up to the
+// first live copy and, when more bytes behind it are dead than live (and
+// at least keptCompactMin segments), first copies the live ones to the
+// tail so that everything before them can go.
 func (s *Store) compactKept() error {
 	k := &s.kept
 	k.mu.Lock()

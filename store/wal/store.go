@@ -249,7 +249,9 @@ func (s *Store) load() error {
 		return err
 	}
 	if err := s.compactKept(); err != nil {
-		return err
+		// Only room is at stake: the copies stay, and the next trim
+		// compacts again.
+		s.opts.Logger.Warn("wal: the kept copies of trimmed messages could not be compacted", "err", err)
 	}
 	_, cpFloors, err := readCheckpointFloors(s.dir)
 	if err != nil {
