@@ -41,7 +41,16 @@ func auditText(s string) string {
 
 // boundAuditText applies auditText to the text fields of r that name
 // things: its type, hashes, id and sequence ranges are the broker's own.
+// An accepted publish's record, and a delivery's, the records written
+// for every message, are left as they are: every text in them passed the
+// envelope gate (the message id) or is the catalog's or the broker's.
 func boundAuditText(r *store.AuditRecord) {
+	if r.Outcome == string(OutcomeAllow) {
+		switch Event(r.Type) {
+		case EventPublishAccepted, EventDeliveryDispatched, EventDeliveryAcked:
+			return
+		}
+	}
 	for _, f := range [...]*string{&r.Outcome, &r.Code, &r.Gate, &r.Subject, &r.Principal, &r.ContractID, &r.PolicyID, &r.SchemaID, &r.MessageID, &r.Ref} {
 		*f = auditText(*f)
 	}

@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"pigeon/store"
 )
 
 // auditText keeps short valid text as it is, and makes anything else
@@ -55,4 +57,26 @@ func FuzzAuditText(f *testing.F) {
 		require.Positive(t, i+1)
 		require.True(t, strings.HasPrefix(valid, got[:i]))
 	})
+}
+
+// BenchmarkBoundAuditText is the cost on an audit record: a refusal's,
+// checked, and an accepted publish's, written for every message and left
+// as it is.
+func BenchmarkBoundAuditText(b *testing.B) {
+	base := store.AuditRecord{Code: "OK", Subject: "payments.authorize", Principal: "spiffe://merchant-prod/ns/checkout/sa/checkout-api",
+		ContractID: "ctr_cc3705f6ed6731bbdb9723403751f38343d6", PolicyID: "payments.authorize@v1", SchemaID: "payment.authorization.v1", MessageID: "msg_8rqn56rnc0o5hzrhx4yi"}
+	for _, tc := range []struct {
+		name string
+		r    store.AuditRecord
+	}{
+		{"refusal", EventPublishDenied.record(OutcomeDeny, CodeSchemaInvalid, base)},
+		{"accepted", EventPublishAccepted.record(OutcomeAllow, CodeOK, base)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				boundAuditText(&tc.r)
+			}
+		})
+	}
 }
