@@ -102,6 +102,12 @@ func (e *Engine) trimSubject(ctx context.Context, name string, s *subject, now t
 			first, last = 0, b.cutAt.Load()
 		}
 		b.trimmed(first, last, err == nil)
+		// Messages accepted while the trim ran asked for nothing (one ask
+		// at a time): if they already pass the bound, ask again for them,
+		// since no later message may come to.
+		if _, last, berr := e.store.Bounds(ctx, name); berr == nil {
+			e.askTrim(s, last)
+		}
 	}
 	return err
 }

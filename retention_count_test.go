@@ -1,7 +1,9 @@
 package pigeon_test
 
 import (
+	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"pigeon"
 	"pigeon/store"
+	"pigeon/store/memory"
 )
 
 // TestRetentionMaxMessages: a retention pass keeps the newest
@@ -143,4 +146,47 @@ func TestMaxMessagesHoldsBetweenPasses(t *testing.T) {
 		went += n
 	}
 	require.Equal(t, int(first-1), went, "every trimmed message is audited")
+}
+
+// heldTrims is a memory store whose first TrimThrough waits for let.
+type heldTrims struct {
+	*memory.Store
+	first     atomic.Bool
+	held, let chan struct{}
+}
+
+func (h *heldTrims) TrimThrough(ctx context.Context, subject string, seq uint64) (int, error) {
+	if h.first.CompareAndSwap(false, true) {
+		close(h.held)
+		<-h.let
+	}
+	return h.Store.TrimThrough(ctx, subject, seq)
+}
+
+// TestMaxMessagesHoldsAfterASlowTrim: messages accepted while a count trim
+// runs ask for no trim of their own (one is asked for at a time); when
+// they pass the bound and no message follows them, the trim that ends
+// asks again for them, and the subject comes back within its bound.
+func TestMaxMessagesHoldsAfterASlowTrim(t *testing.T) {
+	const keep, slack, sent = 100, 32, 1000
+	st := &heldTrims{Store: memory.New(nil), held: make(chan struct{}), let: make(chan struct{})}
+	t.Cleanup(func() { _ = st.Close(ctx) })
+	f := evictFixture(t, func(o *pigeon.Options) {
+		o.Store, o.SweepInterval = st, time.Hour
+		for i, s := range o.Catalog.Subjects {
+			if s.Name == "tasks.run" {
+				o.Catalog.Subjects[i].Retention.MaxMessages = keep
+			}
+		}
+	})
+	boss := f.connect("boss-token", "tasks.run")
+	publishTasks(t, boss, 1, keep+slack+1)
+	<-st.held // the first trim runs, and waits
+	publishTasks(t, boss, keep+slack+2, sent)
+	close(st.let)
+	require.Eventually(t, func() bool {
+		first, last, err := st.Bounds(ctx, "tasks.run")
+		require.NoError(t, err)
+		return last == sent && last-first+1 <= keep+slack
+	}, 10*time.Second, 5*time.Millisecond)
 }
