@@ -190,7 +190,8 @@ type Engine struct {
 	auditor    auditor
 	coalesce   coalescer
 	seqTrims   bool        // the store trims by sequence: count bounds are enforced
-	trimAsks   chan string // subjects past their count bound (countTrimmer)
+	byteTrims  bool        // the store trims by size: byte bounds are enforced
+	trimAsks   chan string // subjects past a bound (boundTrimmer)
 	trimMu     sync.Mutex  // one message trim at a time (trimSubject)
 	replies    replyTable
 	groups     groupTable
@@ -287,6 +288,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		e.ownStore = true
 	}
 	_, e.seqTrims = e.store.(store.SeqTrimmer)
+	_, e.byteTrims = e.store.(store.ByteTrimmer)
 	e.trimAsks = make(chan string, trimQueue)
 	e.contracts.m = map[string]*contract{}
 	e.live.by = map[string]*principalLive{}
@@ -320,8 +322,8 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	e.replyGates = replyChain(e.gates)
 	e.goTracked(e.janitor)
 	e.goTracked(e.auditWriter)
-	if e.seqTrims {
-		e.goTracked(e.countTrimmer)
+	if e.seqTrims || e.byteTrims {
+		e.goTracked(e.boundTrimmer)
 	}
 	if o.Cluster != nil {
 		e.goTracked(e.watchCluster)
@@ -407,6 +409,9 @@ func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 		}
 		next.subjects[s.name] = s
 		changed = append(changed, s)
+	}
+	for _, s := range changed {
+		e.seedBytes(ctx, s)
 	}
 	e.catalog.Store(next)
 	for _, k := range newSchemas {

@@ -766,6 +766,7 @@ func TestLoadCatalogRefusesInvalidPolicies(t *testing.T) {
 			p.Rules = []pigeon.QualityRule{{Name: "r", Expr: "true", OnFailure: "shrug"}}
 		}},
 		{"bad rate limit", func(p *pigeon.SubjectPolicy) { p.RateLimit = &pigeon.RateLimitPolicy{PerSecond: 0, Burst: 1} }},
+		{"negative maxBytes", func(p *pigeon.SubjectPolicy) { p.Retention.MaxBytes = -1 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,9 +11,11 @@ import (
 type Code string
 
 // Stable codes. The first group matches the reference broker one for one.
-// The list is the one reference of stable codes, so it also holds the two
-// that only the HTTP server (package server) produces, PAYLOAD_TOO_LARGE
-// and METHOD_NOT_ALLOWED; the engine never returns them.
+// The list is the one reference of stable codes, so it also holds
+// METHOD_NOT_ALLOWED, which only the HTTP server (package server)
+// produces. PAYLOAD_TOO_LARGE is the HTTP server's for a request body over
+// its limit, and the engine's for a message whose stored envelope alone is
+// larger than its subject's retention.maxBytes (GateRetention).
 const (
 	CodeOK                        Code = ""
 	CodeUnauthenticated           Code = "UNAUTHENTICATED"
@@ -42,7 +44,7 @@ const (
 	CodeMessageNotFound           Code = "MESSAGE_NOT_FOUND"
 	CodeQuarantineNotFound        Code = "QUARANTINE_NOT_FOUND"
 	CodeBadRequest                Code = "BAD_REQUEST"
-	CodePayloadTooLarge           Code = "PAYLOAD_TOO_LARGE"  // produced by the HTTP server only
+	CodePayloadTooLarge           Code = "PAYLOAD_TOO_LARGE"  // a body over the server's limit, a message over its subject's maxBytes
 	CodeMethodNotAllowed          Code = "METHOD_NOT_ALLOWED" // produced by the HTTP server only
 	CodeNotFound                  Code = "NOT_FOUND"
 	CodeInternal                  Code = "INTERNAL"

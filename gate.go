@@ -99,6 +99,7 @@ type Admission struct {
 	op         Operation
 	idemKey    string
 	nowText    string // Now as the envelope writes times, once formatted
+	size       int    // the stored envelope's length, once encoded (toStore)
 	dataCode   Code   // with dataErr: why the data or envelope text is refused
 	dataErr    string
 	timeErr    bool

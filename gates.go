@@ -26,7 +26,11 @@ const (
 	GateSchema         = "schema"
 	GateQuality        = "data-quality"
 	GateSignature      = "signature"
-	GateDuplicate      = "duplicate"
+	// GateRetention refuses, after the application's gates, a message
+	// whose stored envelope alone is larger than its subject's
+	// retention.maxBytes (PAYLOAD_TOO_LARGE).
+	GateRetention = "retention"
+	GateDuplicate = "duplicate"
 )
 
 // SealedField is the data field that carries an end-to-end sealed payload.

@@ -284,12 +284,30 @@ func (s *subject) idempotencyKey(m *Message, data any) string {
 // accept appends an admitted message.
 func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 	sm, acc, bp := e.toStore(a)
+	if err := e.tooLarge(ctx, a, len(sm.Body)); err != nil {
+		*bp = sm.Body[:0]
+		bodyPool.Put(bp)
+		return nil, err
+	}
 	start := e.since()
 	stored, dup, audited, err := e.appendAccepted(ctx, sm, acc)
 	e.committed(CommitMessages, 1, start)
 	*bp = sm.Body[:0]
 	bodyPool.Put(bp)
 	return e.accepted(ctx, a, acc, stored, dup, audited, err)
+}
+
+// tooLarge refuses, at GateRetention, a message whose stored envelope of
+// size bytes alone is larger than its subject's retention.maxBytes: the
+// bound could never keep it, and the trim its acceptance asks for would
+// remove it at once. It returns nil for a message that fits.
+func (e *Engine) tooLarge(ctx context.Context, a *Admission, size int) error {
+	s := a.subj
+	if s.maxBytes == 0 || size <= s.maxBytes {
+		return nil
+	}
+	return e.refuse(ctx, a, GateRetention, Deny(CodePayloadTooLarge,
+		"the message's stored envelope is "+strconv.Itoa(size)+" bytes, over the "+strconv.Itoa(s.maxBytes)+" of the subject's retention.maxBytes"))
 }
 
 // toStore is the stored form of an admitted message and the record of its
@@ -301,6 +319,7 @@ func (e *Engine) toStore(a *Admission) (store.Message, store.AuditRecord, *[]byt
 	m.ContractID, m.SubjectID, m.SchemaID = a.contractID, s.name, s.schemaID
 	bp := bodyPool.Get().(*[]byte)
 	body := m.AppendJSON((*bp)[:0])
+	a.size = len(body)
 	sm := store.Message{Subject: s.name, ID: m.ID, Time: a.Now, Body: body}
 	if a.idemKey != "" {
 		sm.IdemKey = s.name + "\x00" + a.Principal.ID + "\x00" + a.idemKey
@@ -329,7 +348,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		}
 		return e.duplicate(ctx, a, orig), nil
 	}
-	e.askTrim(s, stored.Seq)
+	e.askTrim(s, stored.Seq, a.size)
 	f := e.fanoutOf(s.name)
 	var res *acceptedResult
 	var d *decoded

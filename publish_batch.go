@@ -51,11 +51,25 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 		if len(held) == 0 {
 			return
 		}
-		sms := make([]store.Message, len(held))
-		accs := make([]store.AuditRecord, len(held))
-		bps := make([]*[]byte, len(held))
+		sms := make([]store.Message, 0, len(held))
+		accs := make([]store.AuditRecord, 0, len(held))
+		bps := make([]*[]byte, 0, len(held))
+		k := 0 // the held messages that fit their subjects' maxBytes
 		for j, a := range held {
-			sms[j], accs[j], bps[j] = e.toStore(a)
+			sm, acc, bp := e.toStore(a)
+			if err := e.tooLarge(ctx, a, len(sm.Body)); err != nil {
+				*bp = sm.Body[:0]
+				bodyPool.Put(bp)
+				out[at[j]].Err = err
+				release(a)
+				continue
+			}
+			held[k], at[k] = a, at[j]
+			sms, accs, bps = append(sms, sm), append(accs, acc), append(bps, bp)
+			k++
+		}
+		if held, at = held[:k], at[:k]; k == 0 {
+			return
 		}
 		start := e.since()
 		res := ba.AppendAcceptedBatch(ctx, sms, accs)

@@ -28,8 +28,8 @@ const (
 
 // enforceRetention trims what policy no longer keeps: each subject's
 // messages older than retention.messagesMs and beyond the newest
-// retention.maxMessages (trimMessages), and the stored progress of its
-// groups unused for as long as it keeps messages (for
+// retention.maxMessages or retention.maxBytes (trimMessages), and the
+// stored progress of its groups unused for as long as it keeps messages (for
 // Options.GroupRetention where it keeps them for good), the stored
 // progress of groups of subjects no longer in the catalog unused for
 // Options.GroupRetention (removedGroups), audit records older than the
@@ -90,24 +90,38 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 }
 
 // trimSubject runs trimMessages for subject name, one trim at a time
-// (the retention pass and the count trims askTrim queues), and then
-// records the subject's bounds in its count bound.
+// (the retention pass and the trims askTrim queues), and then records
+// what the subject holds in its bounds: its sequences for the count
+// bound, its bytes for the byte bound.
 func (e *Engine) trimSubject(ctx context.Context, name string, s *subject, now time.Time) error {
 	e.trimMu.Lock()
 	defer e.trimMu.Unlock()
 	err := e.trimMessages(ctx, name, s, now)
-	if b := s.count; b != nil {
+	b := s.bounds
+	if b == nil {
+		return err
+	}
+	if c := b.count; c != nil {
 		first, last, berr := e.store.Bounds(ctx, name)
 		if berr != nil {
-			first, last = 0, b.cutAt.Load()
+			first, last = 0, c.cutAt.Load()
 		}
-		b.trimmed(first, last, err == nil)
-		// Messages accepted while the trim ran asked for nothing (one ask
-		// at a time): if they already pass the bound, ask again for them,
-		// since no later message may come to.
-		if _, last, berr := e.store.Bounds(ctx, name); berr == nil {
-			e.askTrim(s, last)
+		c.trimmed(first, last, err == nil)
+	}
+	if y := b.bytes; y != nil {
+		var held uint64
+		berr := err
+		if bt, ok := e.store.(store.ByteTrimmer); ok && berr == nil {
+			held, berr = bt.Bytes(ctx, name)
 		}
+		y.trimmed(held, berr == nil)
+	}
+	b.asked.Store(false)
+	// Messages accepted while the trim ran asked for nothing (one ask at
+	// a time): if they already pass a bound, ask again for them, since no
+	// later message may come to.
+	if _, last, berr := e.store.Bounds(ctx, name); berr == nil {
+		e.askTrim(s, last, 0)
 	}
 	return err
 }
@@ -115,7 +129,8 @@ func (e *Engine) trimSubject(ctx context.Context, name string, s *subject, now t
 // trimMessages trims the messages of subject name that its retention no
 // longer keeps: those accepted over retention.messagesMs before now (when
 // the store is a store.Trimmer), then the oldest beyond the newest
-// retention.maxMessages (when it is a store.SeqTrimmer). One
+// retention.maxMessages (when it is a store.SeqTrimmer), then the oldest
+// beyond retention.maxBytes (when it is a store.ByteTrimmer). One
 // retention.messages record audits how many went. Then it raises the
 // floors of the subject's groups in memory past the first retained
 // message (raiseFloors), every pass, not only one that trimmed: another
@@ -126,8 +141,9 @@ func (e *Engine) trimMessages(ctx context.Context, name string, s *subject, now 
 	r := s.policy.Retention
 	tr, _ := e.store.(store.Trimmer)
 	st, _ := e.store.(store.SeqTrimmer)
-	byAge, byCount := r.MessagesMs > 0 && tr != nil, r.MaxMessages > 0 && st != nil
-	if !byAge && !byCount {
+	bt, _ := e.store.(store.ByteTrimmer)
+	byAge, byCount, bySize := r.MessagesMs > 0 && tr != nil, r.MaxMessages > 0 && st != nil, r.MaxBytes > 0 && bt != nil
+	if !byAge && !byCount && !bySize {
 		return nil
 	}
 	var n int
@@ -138,6 +154,11 @@ func (e *Engine) trimMessages(ctx context.Context, name string, s *subject, now 
 	if byCount && err == nil {
 		var k int
 		k, err = trimToCount(ctx, e.store, st, name, uint64(r.MaxMessages))
+		n += k
+	}
+	if bySize && err == nil {
+		var k int
+		k, err = bt.TrimToBytes(ctx, name, uint64(r.MaxBytes))
 		n += k
 	}
 	if n > 0 {

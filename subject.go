@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -48,7 +49,8 @@ type subject struct {
 	idemPath  *datapath.Path  // non-nil when the key is a "data." path
 	e2e       bool            // end-to-end encryption enforced
 	routing   map[string]bool // fields that stay in clear beside the sealed part
-	count     *countBound     // retention.maxMessages; nil without
+	bounds    *trimBounds     // retention.maxMessages and maxBytes; nil without
+	maxBytes  int             // retention.maxBytes, as an int (0: no bound)
 }
 
 // rule is a compiled RuleSpec.
@@ -87,7 +89,8 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 		intents:  slices.Clone(p.Intents),
 		rules:    map[Operation][]*rule{},
 		rate:     p.RateLimit,
-		count:    newCountBound(p.Retention.MaxMessages),
+		bounds:   newTrimBounds(p.Retention.MaxMessages, p.Retention.MaxBytes),
+		maxBytes: int(min(max(p.Retention.MaxBytes, 0), math.MaxInt)),
 	}
 	if s.mode == "" {
 		s.mode = ModePubSub

@@ -233,6 +233,9 @@ func (l *linter) subjectPolicy(s *SubjectPolicy, schemas map[string][]byte) {
 	if n := s.Retention.MaxMessages; n < 0 {
 		l.errorf("retention.maxMessages", "maxMessages must not be negative (got %d)", n)
 	}
+	if n := s.Retention.MaxBytes; n < 0 {
+		l.errorf("retention.maxBytes", "maxBytes must not be negative (got %d)", n)
+	}
 
 	l.data(&s.Data)
 	l.rules(s)

@@ -119,6 +119,7 @@ func TestLintDetectsEachProblem(t *testing.T) {
 		{"negative replay maxAgeMs", func(p *SubjectPolicy) { p.Replay.MaxAgeMs = -1 }, "replay.maxAgeMs", SeverityError, "must not be negative"},
 		{"negative retention", func(p *SubjectPolicy) { p.Retention.AuditMs = -1 }, "retention.auditMs", SeverityError, "must not be negative"},
 		{"negative maxMessages", func(p *SubjectPolicy) { p.Retention.MaxMessages = -1 }, "retention.maxMessages", SeverityError, "maxMessages must not be negative (got -1)"},
+		{"negative maxBytes", func(p *SubjectPolicy) { p.Retention.MaxBytes = -1 }, "retention.maxBytes", SeverityError, "maxBytes must not be negative (got -1)"},
 		{"no classification", func(p *SubjectPolicy) { p.Data.Classification = "" }, "data.classification", SeverityWarning, "no classification"},
 		{"bad encryption", func(p *SubjectPolicy) { p.Data.Encryption = "aes" }, "data.encryption", SeverityError, `must be "required" or "optional"`},
 		{"bad tokenization", func(p *SubjectPolicy) { p.Data.Tokenization = "yes" }, "data.tokenization", SeverityError, `must be "required" or "optional"`},
@@ -187,6 +188,7 @@ func TestLintAcceptsValidExtensions(t *testing.T) {
 		p.Delivery.Retry.Backoff = "linear"
 		p.Delivery.AckWaitMs = 30000
 		p.Retention.MaxMessages = 1000000
+		p.Retention.MaxBytes = 1 << 30
 		p.Delivery.Idempotency.Key = "data.orderId"
 		p.RateLimit = &RateLimitPolicy{PerSecond: 0.5, Burst: 1}
 		p.Replay = ReplayPolicy{Allowed: true, RequireReason: true, MaxAgeMs: 86400000}

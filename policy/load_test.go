@@ -395,7 +395,7 @@ integrity: {signature: required}
 delivery:
   ackWaitMs: 15000
 replay: {allowed: true, requireReason: true, maxAgeMs: 3600000}
-retention: {messagesMs: 86400000, maxMessages: 50000}
+retention: {messagesMs: 86400000, maxMessages: 50000, maxBytes: 1048576}
 data:
   classification: internal
   tokenizedFields: [paymentToken]
@@ -420,7 +420,7 @@ policy:
 	require.Equal(t, IntegrityPolicy{Signature: "required"}, p.Integrity)
 	require.Equal(t, int64(15000), p.Delivery.AckWaitMs)
 	require.Equal(t, ReplayPolicy{Allowed: true, RequireReason: true, MaxAgeMs: 3600000}, p.Replay)
-	require.Equal(t, RetentionPolicy{MessagesMs: 86400000, MaxMessages: 50000}, p.Retention)
+	require.Equal(t, RetentionPolicy{MessagesMs: 86400000, MaxMessages: 50000, MaxBytes: 1048576}, p.Retention)
 	require.Equal(t, []string{"paymentToken"}, p.Data.TokenizedFields)
 	require.Equal(t, []string{"region", "tenant.id"}, p.Data.RoutingFields)
 	require.Equal(t, []QualityRule{{Name: "positive-amount", Expr: "message.data.amount > 0",

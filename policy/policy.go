@@ -109,7 +109,7 @@ type ReplayPolicy struct {
 }
 
 // RetentionPolicy says how long messages and audit records are kept, and
-// how many messages at most.
+// how many messages and bytes of them at most.
 type RetentionPolicy struct {
 	MessagesMs int64 `json:"messagesMs,omitempty" yaml:"messagesMs,omitempty"`
 	AuditMs    int64 `json:"auditMs,omitempty" yaml:"auditMs,omitempty"`
@@ -117,6 +117,11 @@ type RetentionPolicy struct {
 	// Each retention pass trims the oldest beyond it, so the subject may
 	// hold more by what is published between two passes.
 	MaxMessages int64 `json:"maxMessages,omitempty" yaml:"maxMessages,omitempty"`
+	// MaxBytes is the most bytes of stored messages the subject keeps (0:
+	// no bound), measured as the sum of the stored envelopes' lengths
+	// (store.ByteTrimmer). The oldest messages beyond it are trimmed; a
+	// message whose envelope alone is larger is refused.
+	MaxBytes int64 `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty"`
 }
 
 // DataPolicy classifies a subject's data and names sensitive fields (dot

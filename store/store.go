@@ -121,6 +121,28 @@ type SeqTrimmer interface {
 	TrimThrough(ctx context.Context, subject string, seq uint64) (int, error)
 }
 
+// ByteTrimmer is the optional ability to bound a subject's log by size
+// (a byte bound on retention: the broker keeps a subject's newest
+// messages that fit in retention.maxBytes by trimming the oldest).
+//
+// A subject's retained bytes are the sum of len(Body) of its retained
+// messages: the stored envelopes, without ids, idempotency keys, times or
+// the store's own framing and indexes, so every store measures a subject
+// alike whatever it spends on it.
+type ByteTrimmer interface {
+	// Bytes returns the retained bytes of subject (0 for a subject with
+	// no messages). It reads no retained message the store has counted
+	// before, so calling it after every trim is cheap.
+	Bytes(ctx context.Context, subject string) (uint64, error)
+	// TrimToBytes removes the oldest messages of subject, from the front
+	// of the log, until its retained bytes are at most max, and returns
+	// how many were removed: none, cheaply, when they already are. Like
+	// TrimThrough, it never reuses a sequence and does to a removed
+	// message's id and idempotency key what TrimBefore does. Messages
+	// appended while it trims may leave the subject over max.
+	TrimToBytes(ctx context.Context, subject string, max uint64) (int, error)
+}
+
 // AuditTrimmer is the optional ability to drop old audit records while
 // keeping a checkpoint that still proves the remainder.
 type AuditTrimmer interface {

@@ -68,6 +68,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	streams map[string]jetstream.Stream // message streams by Pigeon subject
+	tallies map[string]*tally           // retained bytes by Pigeon subject (bytes.go)
 
 	// dirRev and conRev are the highest revisions this node wrote of the
 	// access directory's keys and of revoked contracts: what a barrier
@@ -147,7 +148,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{nc: nc, js: js, opts: o, pfx: strings.ToLower(o.Prefix), streams: map[string]jetstream.Stream{}, claimGrace: claimGrace}
+	s := &Store{nc: nc, js: js, opts: o, pfx: strings.ToLower(o.Prefix), streams: map[string]jetstream.Stream{}, tallies: map[string]*tally{}, claimGrace: claimGrace}
 	ctx, cancel := context.WithTimeout(ctx, 4*o.Timeout)
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {

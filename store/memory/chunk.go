@@ -31,6 +31,9 @@ type subjectLog struct {
 	// first is the sequence of the first retained message; when none is
 	// retained it is the next sequence Append assigns.
 	first uint64
+	// bytes is the sum of the retained messages' body lengths (see
+	// store.ByteTrimmer).
+	bytes uint64
 	// arena is the arena capacity a new chunk starts with: the size of the
 	// arena of the last chunk that filled up, plus an eighth; 0 until a
 	// chunk has filled, so that a quiet subject stays small.
@@ -113,6 +116,7 @@ func (sl *subjectLog) push(m *store.Message) {
 	c.data = append(c.data, m.ID...)
 	c.data = append(c.data, m.IdemKey...)
 	c.data = append(c.data, m.Body...)
+	sl.bytes += uint64(len(m.Body))
 	c.hdrs = append(c.hdrs, msgHeader{
 		end:    len(c.data),
 		idLen:  len(m.ID),
@@ -227,6 +231,7 @@ func (sl *subjectLog) dropFront(k int, gone func(c *chunk, j int, seq uint64)) {
 		end := min(len(c.hdrs), sl.head+k)
 		for j := sl.head; j < end; j++ {
 			gone(c, j, sl.first+uint64(j-sl.head))
+			sl.bytes -= uint64(len(c.body(j)))
 		}
 		dropped := end - sl.head
 		k -= dropped

@@ -119,6 +119,7 @@ var (
 	_ store.Store       = (*Store)(nil)
 	_ store.Trimmer     = (*Store)(nil)
 	_ store.SeqTrimmer  = (*Store)(nil)
+	_ store.ByteTrimmer = (*Store)(nil)
 	_ store.GroupPruner = (*Store)(nil)
 )
 

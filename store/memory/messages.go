@@ -209,6 +209,39 @@ func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (in
 	})
 }
 
+// Bytes implements store.ByteTrimmer: the sum of the body lengths of
+// subject's retained messages, which the log keeps as it appends and
+// trims.
+func (s *Store) Bytes(ctx context.Context, subject string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	l := &s.msgs
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := s.checkClosed(); err != nil {
+		return 0, err
+	}
+	if sl := l.subjects[subject]; sl != nil {
+		return sl.bytes, nil
+	}
+	return 0, nil
+}
+
+// TrimToBytes implements store.ByteTrimmer: it removes the oldest
+// messages of subject, as TrimBefore does, until the bodies of those
+// retained add up to at most max, and returns how many it removed.
+func (s *Store) TrimToBytes(ctx context.Context, subject string, max uint64) (int, error) {
+	return s.trimFront(ctx, subject, func(sl *subjectLog) int {
+		held, k := sl.bytes, 0
+		for ; k < sl.n && held > max; k++ {
+			c, j := sl.at(k)
+			held -= uint64(len(c.body(j)))
+		}
+		return k
+	})
+}
+
 // trimFront removes the first count(sl) retained messages of subject,
 // count called under the log's write lock, and returns how many it
 // removed. Their ids leave the index; their idempotency claims stay

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -524,6 +525,8 @@ func (su *suite) testTrim(t *testing.T) {
 		requireRead(t, s, "a", 0, 0, []store.Message{m12})
 	})
 
+	t.Run("ToBytes", su.testTrimToBytes)
+
 	t.Run("StopsAtTheFirstMessageNotBefore", func(t *testing.T) {
 		s, tr := trimmer(t)
 		offsets := []time.Duration{1, 2, 5, 3, 6} // out of order, as concurrent publishers can be
@@ -538,4 +541,115 @@ func (su *suite) testTrim(t *testing.T) {
 		requireBounds(t, s, "a", 3, 5)
 		requireRead(t, s, "a", 0, 0, ms[2:])
 	})
+}
+
+// sized returns a message of subject "a" without idempotency key whose
+// body is n bytes.
+func sized(id string, n int, t time.Time) store.Message {
+	return store.Message{Subject: "a", ID: id, Time: t, Body: []byte(strings.Repeat("x", n))}
+}
+
+// testTrimToBytes checks store.ByteTrimmer: Bytes is the sum of the
+// retained bodies' lengths, kept through appends, trims and a reopen
+// (of messages appended with their acceptance records too); TrimToBytes
+// removes the fewest oldest messages that bring it to at most max, by
+// size alone, never reusing a sequence; a trimmed message's live
+// idempotency key still answers a retry with it.
+func (su *suite) testTrimToBytes(t *testing.T) {
+	s := su.store(t)
+	bt, ok := s.(store.ByteTrimmer)
+	if !ok {
+		t.Skip("store does not implement store.ByteTrimmer")
+	}
+	ctx := t.Context()
+	requireBytes := func(t *testing.T, bt store.ByteTrimmer, subject string, want uint64) {
+		t.Helper()
+		got, err := bt.Bytes(ctx, subject)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "Bytes %s", subject)
+	}
+	requireBytes(t, bt, "a", 0)
+	n, err := bt.TrimToBytes(ctx, "a", 0)
+	require.NoError(t, err)
+	require.Zero(t, n, "an unknown subject has nothing to trim")
+
+	// Newest first, and the largest first: a trim that went by time, or
+	// by count, would cut elsewhere.
+	keyed := sized("m1", 10, at(5*time.Second))
+	keyed.IdemKey, keyed.IdemExpires = "a/k", at(time.Hour)
+	ms := appendAll(t, s, keyed, sized("m2", 20, at(4*time.Second)), sized("m3", 30, at(3*time.Second)),
+		sized("m4", 40, at(2*time.Second)), sized("m5", 50, at(time.Second)))
+	other := appendAll(t, s, store.Message{Subject: "b", ID: "b1", Time: base, Body: []byte("seven b")})
+	requireBytes(t, bt, "a", 150)
+	requireBytes(t, bt, "b", 7)
+
+	requireKept := func(t *testing.T, s store.Store, first uint64, bytes uint64) {
+		t.Helper()
+		requireBounds(t, s, "a", first, 5)
+		requireRead(t, s, "a", 0, 0, ms[first-1:])
+		for _, m := range ms[:first-1] {
+			requireNotFound(t, s, m.ID)
+		}
+		requireBytes(t, s.(store.ByteTrimmer), "a", bytes)
+		requireBounds(t, s, "b", 1, 1)
+		requireRead(t, s, "b", 0, 0, other)
+		requireBytes(t, s.(store.ByteTrimmer), "b", 7)
+	}
+	for _, c := range []struct {
+		name  string
+		max   uint64
+		n     int
+		first uint64
+		bytes uint64
+	}{
+		{"AtTheBoundNothing", 150, 0, 1, 150},
+		{"OneByteOverOne", 149, 1, 2, 140},
+		{"AsFewAsBringItUnder", 100, 2, 4, 90},
+		{"AgainNothing", 90, 0, 4, 90},
+	} {
+		n, err := bt.TrimToBytes(ctx, "a", c.max)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.n, n, c.name)
+		requireKept(t, s, c.first, c.bytes)
+	}
+
+	// m1 went with its key live: a retry is still its duplicate.
+	retry := sized("m1-retry", 10, at(time.Minute))
+	retry.IdemKey, retry.IdemExpires = "a/k", at(2*time.Hour)
+	got, dup, err := s.Append(ctx, retry)
+	require.NoError(t, err)
+	require.True(t, dup, "the key is live: the retry is a duplicate of the trimmed original")
+	require.Equal(t, normMessage(ms[0]), normMessage(got))
+	requireKept(t, s, 4, 90)
+
+	if su.f.Reopen != nil {
+		s = su.reopen(t, s)
+		requireKept(t, s, 4, 90)
+	}
+	bt = s.(store.ByteTrimmer)
+	m6 := sized("m6", 60, at(6*time.Second))
+	if aa, ok := s.(store.AcceptAppender); ok {
+		m6, _, err = aa.AppendAccepted(ctx, m6, store.AuditRecord{Type: "publish.accepted", Outcome: "allow", Principal: "p", Time: m6.Time})
+		require.NoError(t, err)
+	} else {
+		m6 = appendAll(t, s, m6)[0]
+	}
+	require.Equal(t, uint64(6), m6.Seq)
+	requireBytes(t, bt, "a", 150)
+	if su.f.Reopen != nil {
+		s = su.reopen(t, s)
+		bt = s.(store.ByteTrimmer)
+		requireBytes(t, bt, "a", 150)
+	}
+	n, err = bt.TrimToBytes(ctx, "a", 0)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "a bound of 0 removes every message")
+	requireBounds(t, s, "a", 7, 6)
+	requireRead(t, s, "a", 0, 0, nil)
+	requireNotFound(t, s, "m6")
+	requireBytes(t, bt, "a", 0)
+	m7 := appendAll(t, s, sized("m7", 5, at(7*time.Second)))[0]
+	require.Equal(t, uint64(7), m7.Seq, "sequences are never reused")
+	requireBytes(t, bt, "a", 5)
+	requireBytes(t, bt, "b", 7)
 }

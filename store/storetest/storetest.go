@@ -11,7 +11,7 @@
 // Features says what else the backend can do. A durable backend sets Reopen,
 // and the suite checks that everything written survives a close and an
 // open. Optional abilities found by type assertion (store.Trimmer,
-// store.SeqTrimmer, store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
+// store.SeqTrimmer, store.ByteTrimmer, store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
 // store.GroupPruner, store.FloorRaiser, store.GroupLister,
 // store.GroupSubjectLister, store.ContractLister,
 // store.AcceptAppender with
@@ -34,6 +34,10 @@
 //   - TrimThrough goes by sequence alone, never by time: a seq below the
 //     first retained message removes nothing, one beyond the last removes
 //     every message, and the next Append continues the sequence.
+//   - TrimToBytes goes by the retained bodies' lengths alone (the measure
+//     Bytes reports, store.ByteTrimmer): it removes the fewest oldest
+//     messages that bring them to at most max, every message for 0, and
+//     Bytes counts what survives a reopen.
 //   - TrimAuditBefore leaves AuditHead's checkpoint on the last removed
 //     record, also when it removes every record; TrimQuarantineBefore goes
 //     by each record's Time, a released record included.

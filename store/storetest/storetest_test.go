@@ -35,6 +35,7 @@ var (
 	_ store.Store          = (*handle)(nil)
 	_ store.Trimmer        = (*handle)(nil)
 	_ store.SeqTrimmer     = (*handle)(nil)
+	_ store.ByteTrimmer    = (*handle)(nil)
 	_ store.ContractLister = (*handle)(nil)
 	_ store.GroupPruner    = (*handle)(nil)
 	_ store.FloorRaiser    = (*handle)(nil)
@@ -80,6 +81,14 @@ func (h *handle) TrimBefore(ctx context.Context, subject string, t time.Time) (i
 
 func (h *handle) TrimThrough(ctx context.Context, subject string, seq uint64) (int, error) {
 	return h.s().TrimThrough(ctx, subject, seq)
+}
+
+func (h *handle) Bytes(ctx context.Context, subject string) (uint64, error) {
+	return h.s().Bytes(ctx, subject)
+}
+
+func (h *handle) TrimToBytes(ctx context.Context, subject string, max uint64) (int, error) {
+	return h.s().TrimToBytes(ctx, subject, max)
 }
 
 func (h *handle) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {

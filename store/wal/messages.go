@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pigeon/internal/hashtab"
@@ -37,6 +38,10 @@ type subject struct {
 	w      *logw
 	trimMu sync.Mutex // one TrimBefore at a time
 	track  acceptTrack
+	// bytes is the sum of the body lengths of the committed messages
+	// retained (store.ByteTrimmer): counted by Open's scan, raised as
+	// each write commits and lowered by each trim.
+	bytes atomic.Uint64
 }
 
 type messages struct {
@@ -211,7 +216,8 @@ type subjectScan struct {
 	ids       []idSlot // hash, location
 	idem      map[string]idemSlot
 	clock     int64
-	floor     int64 // highest floor of a kindAccepted record; -1: none seen
+	bytes     uint64 // the bodies' lengths, summed
+	floor     int64  // highest floor of a kindAccepted record; -1: none seen
 	err       error
 }
 
@@ -276,7 +282,7 @@ func (s *Store) loadMessages() ([]int64, error) {
 	var firstErr error
 	for _, sc := range scans {
 		if sc.w != nil {
-			s.addSubject(sc.name, sc.w) // so that Open's error path closes it
+			s.addSubject(sc.name, sc.w).bytes.Store(sc.bytes) // so that Open's error path closes it
 		}
 		if sc.err != nil && firstErr == nil {
 			firstErr = sc.err
@@ -353,6 +359,7 @@ func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 			}
 		}
 		sc.clock = max(sc.clock, unixNano(h.time))
+		sc.bytes += uint64(h.body)
 		if h.accepted {
 			sc.floor = max(sc.floor, int64(h.floor))
 		}
@@ -397,6 +404,7 @@ func (s *Store) addSubject(name string, w *logw) *subject {
 	x := &s.msgs.idx
 	w.onCommit = func(r *wreq) {
 		r.freeBuf()
+		sub.bytes.Add(uint64(r.body))
 		if acc, ok := r.aux.(*store.AuditRecord); ok {
 			s.out.put(*acc, r.loc)
 		}
@@ -554,7 +562,7 @@ func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord
 	}
 	m.Seq = seq
 	loc := pack(sub.num, seq)
-	r := &wreq{id: m.ID, key: m.IdemKey, loc: loc}
+	r := &wreq{id: m.ID, key: m.IdemKey, loc: loc, body: len(m.Body)}
 	at := unixNano(m.Time)
 	x.mu.Lock()
 	if m.IdemKey != "" {
@@ -834,6 +842,52 @@ func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (in
 	return s.trimFront(ctx, subject, func(h msgHead) bool { return h.seq > seq })
 }
 
+// Bytes implements store.ByteTrimmer: the sum of the body lengths of
+// subject's committed messages retained, which the index keeps; nothing
+// is read from disk.
+func (s *Store) Bytes(ctx context.Context, subject string) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	sub, _ := s.subject(subject, false)
+	if sub == nil {
+		return 0, nil
+	}
+	return sub.bytes.Load(), nil
+}
+
+// TrimToBytes implements store.ByteTrimmer: it removes the oldest
+// messages of subject, the way TrimBefore does, until the bodies of those
+// retained add up to at most max. The index's count says whether any
+// must go and how many bytes; only the records that go are read.
+func (s *Store) TrimToBytes(ctx context.Context, subject string, max uint64) (int, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	sub, _ := s.subject(subject, false)
+	s.leave()
+	if sub == nil || sub.bytes.Load() <= max {
+		return 0, nil
+	}
+	// What must go, as the count stands once the trim holds trimMu.
+	var excess uint64
+	counted := false
+	return s.trimFront(ctx, subject, func(h msgHead) bool {
+		if !counted {
+			counted = true
+			if held := sub.bytes.Load(); held > max {
+				excess = held - max
+			}
+		}
+		if excess == 0 {
+			return true
+		}
+		excess -= min(excess, uint64(h.body))
+		return false
+	})
+}
+
 // trimFront removes messages of subject from the front of the log up to
 // the first one whose head keep accepts, at most trimChunk per
 // truncation, and forgets their ids and the idempotency claims it does
@@ -904,6 +958,11 @@ func (s *Store) trimFrontLocked(sub *subject, keep func(h msgHead) bool) (int, e
 		if err := w.truncateFront(cut); err != nil {
 			return total, err
 		}
+		var gone uint64
+		for _, h := range heads {
+			gone += uint64(h.body)
+		}
+		sub.bytes.Add(-gone)
 		x := &s.msgs.idx
 		x.mu.Lock()
 		for _, h := range heads {

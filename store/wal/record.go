@@ -337,6 +337,8 @@ type msgHead struct {
 	// Of a kindAccepted record only.
 	accepted bool
 	floor    uint64
+	// body is the length of the message's body.
+	body int
 }
 
 func isMessage(p []byte) bool {
@@ -351,7 +353,12 @@ func decodeMessageHead(p []byte) (msgHead, error) {
 	h := msgHead{seq: d.uvarint(), id: d.str(), time: d.time(), idemKey: d.str(), idemExp: d.time()}
 	if p[4] == kindAccepted {
 		h.accepted, h.floor = true, d.uvarint()
+		for range 9 { // the acceptance record's strings (appendAccepted)
+			d.slice()
+		}
+		d.time()
 	}
+	h.body = len(d.b)
 	return h, d.err
 }
 

@@ -142,6 +142,7 @@ var (
 	_ store.Store             = (*Store)(nil)
 	_ store.Trimmer           = (*Store)(nil)
 	_ store.SeqTrimmer        = (*Store)(nil)
+	_ store.ByteTrimmer       = (*Store)(nil)
 	_ store.AuditTrimmer      = (*Store)(nil)
 	_ store.QuarantineTrimmer = (*Store)(nil)
 	_ store.RecoveryReporter  = (*Store)(nil)

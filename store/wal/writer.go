@@ -97,6 +97,7 @@ type wreq struct {
 
 	id, key string // messages: id and idempotency key
 	loc     uint64 // messages: packed location
+	body    int    // messages: the body's length
 	res     int    // meta: result of applying (e.g. how many removed)
 	aux     any
 	buf     *recBuf   // what data is encoded in, when pooled; see freeBuf
