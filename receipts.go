@@ -20,6 +20,13 @@ type Receipt struct {
 	Ref string `json:"ref,omitempty"`
 	// AuditSeq is the record's place in the chain.
 	AuditSeq uint64 `json:"auditSeq"`
+	// Subject and Seq name the message received: the acceptance of the id
+	// in force when the delivery was recorded. A client-chosen id is free
+	// again once its message is trimmed, so one id can name two messages
+	// over time; Seq tells their deliveries apart (0: the acceptance is
+	// no longer in the log).
+	Subject string `json:"subject,omitempty"`
+	Seq     uint64 `json:"seq,omitempty"`
 }
 
 // ReceiptFinder answers "which principal received message X, and when"
@@ -57,7 +64,11 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		hit = SeqsContain(r.Seqs, f.seq)
 	}
 	if hit {
-		f.Receipts = append(f.Receipts, Receipt{Event: Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq})
+		rc := Receipt{Event: Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject}
+		if r.Subject == f.subject {
+			rc.Seq = f.seq
+		}
+		f.Receipts = append(f.Receipts, rc)
 	}
 }
 
