@@ -410,9 +410,6 @@ func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 		next.subjects[s.name] = s
 		changed = append(changed, s)
 	}
-	for _, s := range changed {
-		e.seedBytes(ctx, s)
-	}
 	e.catalog.Store(next)
 	for _, k := range newSchemas {
 		e.audit(ctx, EventSchemaRegistered.record("", CodeOK, store.AuditRecord{SchemaID: k}))

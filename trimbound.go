@@ -3,8 +3,6 @@ package pigeon
 import (
 	"context"
 	"sync/atomic"
-
-	"pigeon/store"
 )
 
 // A subject's retention.maxMessages and retention.maxBytes are enforced as
@@ -76,9 +74,11 @@ func (b *countBound) trimmed(first, last uint64, ok bool) {
 // A byteBound asks once the subject's estimated bytes (store.ByteTrimmer's
 // measure: the stored envelopes' lengths) pass maxBytes by the slack,
 // maxBytes/8 and at least byteSlack. The estimate is the store's count
-// when the policy was loaded (seedBytes) or after the last trim, plus the
-// envelopes accepted since; while it is unknown (the store could not
-// count) the first accepted message asks for a trim, which counts.
+// after the last trim, plus the envelopes accepted since; while it is
+// unknown (from the policy's load, which does not count: a store may
+// have to read the whole subject to, or when the store could not count)
+// the first accepted message asks for a trim, which counts, in the
+// background.
 type byteBound struct {
 	max, slack uint64
 	held       atomic.Uint64 // the estimate
@@ -110,20 +110,6 @@ func (b *byteBound) trimmed(held uint64, ok bool) {
 		held = b.max
 	}
 	b.held.Store(held)
-}
-
-// seedBytes starts the estimate of s's byte bound, if it has one, at the
-// bytes the store holds for the subject. Without a count (the store
-// failed, or cannot tell) it stays unknown: the first accepted message
-// asks for a trim.
-func (e *Engine) seedBytes(ctx context.Context, s *subject) {
-	bt, ok := e.store.(store.ByteTrimmer)
-	if !ok || s.bounds == nil || s.bounds.bytes == nil {
-		return
-	}
-	if held, err := bt.Bytes(ctx, s.name); err == nil {
-		s.bounds.bytes.held.Store(held)
-	}
 }
 
 // trimQueue is how many subjects' trims can wait at once; a subject
