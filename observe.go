@@ -178,6 +178,28 @@ type Stats struct {
 	Contracts int
 	// LastVerify is the result of the last VerifyAudit; zero before one.
 	LastVerify VerifyResult
+	// Subjects is what each subject of the catalog holds, ordered by
+	// name.
+	Subjects []SubjectStats
+}
+
+// SubjectStats is what one subject of the catalog holds, beside its
+// retention bounds.
+type SubjectStats struct {
+	Subject string `json:"subject"`
+	// Messages counts the retained messages, FirstSeq to LastSeq (0 and
+	// 0 when there are none).
+	Messages uint64 `json:"messages"`
+	FirstSeq uint64 `json:"firstSeq,omitempty"`
+	LastSeq  uint64 `json:"lastSeq,omitempty"`
+	// Bytes is the length of the retained messages' stored envelopes
+	// (store.ByteTrimmer's measure), for a subject with
+	// retention.maxBytes on a store that counts them; 0 otherwise.
+	Bytes uint64 `json:"bytes,omitempty"`
+	// MaxMessages and MaxBytes are the subject's retention.maxMessages
+	// and retention.maxBytes (0: no bound).
+	MaxMessages int64 `json:"maxMessages,omitempty"`
+	MaxBytes    int64 `json:"maxBytes,omitempty"`
 }
 
 // MaxStatsQuarantine bounds the quarantine records Stats reads.
@@ -211,11 +233,13 @@ type VerifyResult struct {
 }
 
 // Stats reads the engine's state: the audit head, the open quarantine,
-// each group's lag and leases. It costs one quarantine listing, one
-// listing of the subjects with stored groups, a listing of each such
-// subject's and each catalog subject's stored groups (MaxStatsGroups in
-// all) and a Bounds read per subject with a group, so it suits a scrape or
-// a console refresh, not a hot path.
+// what each subject holds, each group's lag and leases. It costs one
+// quarantine listing, a Bounds read per subject of the catalog (and a
+// Bytes read per subject with retention.maxBytes), one listing of the
+// subjects with stored groups, a listing of each such subject's and each
+// catalog subject's stored groups (MaxStatsGroups in all) and a Bounds
+// read per subject with a group, so it suits a scrape or a console
+// refresh, not a hot path.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
 	e.auditor.mu.Lock()
@@ -237,9 +261,39 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 			st.QuarantineOpen++
 		}
 	}
+	if st.Subjects, err = e.subjectStats(ctx); err != nil {
+		return st, err
+	}
 	groups, err := e.groupStats(ctx)
 	st.Groups = groups
 	return st, err
+}
+
+// subjectStats reports what each subject of the catalog holds: one Bounds
+// read each, and one Bytes read for each with retention.maxBytes.
+func (e *Engine) subjectStats(ctx context.Context) ([]SubjectStats, error) {
+	catalog := e.catalog.Load().subjects
+	out := make([]SubjectStats, 0, len(catalog))
+	bt, _ := e.store.(store.ByteTrimmer)
+	for name, s := range catalog {
+		r := s.policy.Retention
+		ss := SubjectStats{Subject: name, MaxMessages: r.MaxMessages, MaxBytes: r.MaxBytes}
+		first, last, err := e.store.Bounds(ctx, name)
+		if err != nil {
+			return out, storeError(err)
+		}
+		if first > 0 && last >= first {
+			ss.Messages, ss.FirstSeq, ss.LastSeq = last-first+1, first, last
+		}
+		if bt != nil && r.MaxBytes > 0 {
+			if ss.Bytes, err = bt.Bytes(ctx, name); err != nil {
+				return out, storeError(err)
+			}
+		}
+		out = append(out, ss)
+	}
+	slices.SortFunc(out, func(a, b SubjectStats) int { return strings.Compare(a.Subject, b.Subject) })
+	return out, nil
 }
 
 // groupStats reports the groups of every subject of the catalog, of every

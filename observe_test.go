@@ -134,6 +134,38 @@ func TestStatsAndLastVerify(t *testing.T) {
 	require.GreaterOrEqual(t, st.AuditRecords, n)
 }
 
+// TestStatsSubjects: Stats says what each subject of the catalog holds,
+// with its bounds, in name order: its retained messages and sequences
+// and, for a subject with retention.maxBytes, their envelopes' bytes as
+// the store counts them.
+func TestStatsSubjects(t *testing.T) {
+	st := memory.New(nil)
+	t.Cleanup(func() { _ = st.Close(ctx) })
+	f := newFixture(t, func(o *pigeon.Options) {
+		o.Store = st
+		for i := range o.Catalog.Subjects {
+			if o.Catalog.Subjects[i].Name == "notifications.send" {
+				o.Catalog.Subjects[i].Retention.MaxMessages = 100
+				o.Catalog.Subjects[i].Retention.MaxBytes = 1 << 20
+			}
+		}
+	})
+	orders := f.connect("orders-token", "notifications.send")
+	for _, key := range []string{"n-1", "n-2", "n-3"} {
+		_, err := orders.Publish(ctx, demo.Notification(key))
+		require.NoError(t, err)
+	}
+	held, err := st.Bytes(ctx, "notifications.send")
+	require.NoError(t, err)
+	require.Positive(t, held)
+	s, err := f.e.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []pigeon.SubjectStats{
+		{Subject: "notifications.send", Messages: 3, FirstSeq: 1, LastSeq: 3, Bytes: held, MaxMessages: 100, MaxBytes: 1 << 20},
+		{Subject: "payments.authorize"},
+	}, s.Subjects)
+}
+
 // TestLiveContracts: the contracts in force, newest first, bounded, with
 // the total; revoked and expired ones are gone.
 func TestLiveContracts(t *testing.T) {

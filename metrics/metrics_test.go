@@ -214,6 +214,13 @@ func TestConsumerLagAndDeliveries(t *testing.T) {
 	inFlight, ok := value(fams, "pigeon_leases_in_flight", g)
 	require.True(t, ok)
 	require.Equal(t, 2.0, inFlight)
+	held, ok := value(fams, "pigeon_subject_messages", map[string]string{"subject": "notifications.send"})
+	require.True(t, ok)
+	require.Equal(t, 4.0, held, "a work queue retains what was acknowledged")
+	held, ok = value(fams, "pigeon_subject_messages", map[string]string{"subject": "payments.authorize"})
+	require.True(t, ok, "every subject of the catalog has its series")
+	require.Zero(t, held)
+	require.Nil(t, fams["pigeon_subject_bytes"], "no subject has retention.maxBytes")
 	var delivered float64
 	require.Eventually(t, func() bool { // delivery records are written in the background
 		delivered, _ = value(scrape(t, reg), "pigeon_deliveries_total", map[string]string{"subject": "notifications.send"})

@@ -11,7 +11,7 @@ type stateCollector struct {
 	o Options
 
 	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, contracts,
-	verifyOK, verifyTime, verifyRecords, scrapeErrors *prometheus.Desc
+	verifyOK, verifyTime, verifyRecords, scrapeErrors, subjectMessages, subjectBytes *prometheus.Desc
 }
 
 func newStateCollector(o Options) *stateCollector {
@@ -19,23 +19,25 @@ func newStateCollector(o Options) *stateCollector {
 		return prometheus.NewDesc("pigeon_"+name, help, labels, nil)
 	}
 	return &stateCollector{o: o,
-		lag:            d("consumer_lag", "Retained messages past a consumer group's floor, by subject and group.", "subject", "group"),
-		inFlight:       d("leases_in_flight", "Leases held (delivered, not yet settled), by subject and group.", "subject", "group"),
-		quarantineOpen: d("quarantine_open", "Quarantine records not yet released."),
-		auditRecords:   d("audit_records", "Sequence of the last audit record written."),
-		subscriptions:  d("subscriptions", "Live subscriptions (in process and over WebSocket)."),
-		contracts:      d("contracts_live", "Negotiated contracts in force (not expired, not revoked)."),
-		connections:    d("websocket_connections", "Open WebSocket connections."),
-		verifyOK:       d("audit_last_verify_ok", "1 when the last audit chain verification held, 0 when it failed; absent before one."),
-		verifyTime:     d("audit_last_verify_timestamp_seconds", "When the audit chain was last verified (Unix time)."),
-		verifyRecords:  d("audit_last_verify_records", "Records the last audit chain verification checked."),
-		scrapeErrors:   d("stats_scrape_error", "1 when reading the engine's state failed during this scrape."),
+		lag:             d("consumer_lag", "Retained messages past a consumer group's floor, by subject and group.", "subject", "group"),
+		inFlight:        d("leases_in_flight", "Leases held (delivered, not yet settled), by subject and group.", "subject", "group"),
+		quarantineOpen:  d("quarantine_open", "Quarantine records not yet released."),
+		auditRecords:    d("audit_records", "Sequence of the last audit record written."),
+		subscriptions:   d("subscriptions", "Live subscriptions (in process and over WebSocket)."),
+		contracts:       d("contracts_live", "Negotiated contracts in force (not expired, not revoked)."),
+		connections:     d("websocket_connections", "Open WebSocket connections."),
+		verifyOK:        d("audit_last_verify_ok", "1 when the last audit chain verification held, 0 when it failed; absent before one."),
+		verifyTime:      d("audit_last_verify_timestamp_seconds", "When the audit chain was last verified (Unix time)."),
+		verifyRecords:   d("audit_last_verify_records", "Records the last audit chain verification checked."),
+		scrapeErrors:    d("stats_scrape_error", "1 when reading the engine's state failed during this scrape."),
+		subjectMessages: d("subject_messages", "Retained messages, by subject of the catalog.", "subject"),
+		subjectBytes:    d("subject_bytes", "Length of the retained messages' stored envelopes, by subject with retention.maxBytes.", "subject"),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.lag, c.inFlight, c.quarantineOpen, c.auditRecords, c.subscriptions, c.contracts,
-		c.connections, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors} {
+		c.connections, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors, c.subjectMessages, c.subjectBytes} {
 		ch <- d
 	}
 }
@@ -70,6 +72,24 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.verifyOK, ok)
 		gauge(c.verifyTime, float64(v.Time.UnixNano())/1e9)
 		gauge(c.verifyRecords, float64(v.Verified))
+	}
+	// The catalog's subjects are the operator's, but bounded like any
+	// label: beyond MaxSeries they are summed under Other.
+	var otherMessages, otherBytes float64
+	for i, ss := range st.Subjects {
+		if i+1 < c.o.MaxSeries {
+			gauge(c.subjectMessages, float64(ss.Messages), ss.Subject)
+			if ss.MaxBytes > 0 {
+				gauge(c.subjectBytes, float64(ss.Bytes), ss.Subject)
+			}
+			continue
+		}
+		otherMessages += float64(ss.Messages)
+		otherBytes += float64(ss.Bytes)
+	}
+	if len(st.Subjects) >= c.o.MaxSeries {
+		gauge(c.subjectMessages, otherMessages, Other)
+		gauge(c.subjectBytes, otherBytes, Other)
 	}
 	// Groups beyond MaxSeries are summed under Other. A group of a subject
 	// no longer in the catalog has no series: nothing can consume it, so

@@ -216,9 +216,13 @@ func (s *Server) sendState(ctx context.Context, send func(string, any) bool) boo
 	st := cs.st
 	body := map[string]any{"auditRecords": st.AuditRecords, "quarantineOpen": st.QuarantineOpen,
 		"groups": st.Groups, "subscriptions": st.Subscriptions, "contracts": st.Contracts, "lastVerify": st.LastVerify,
-		"connections": s.ws.Stats().Open, "liveContracts": cs.contracts, "liveContractsTotal": cs.contractsTotal}
+		"connections": s.ws.Stats().Open, "liveContracts": cs.contracts, "liveContractsTotal": cs.contractsTotal,
+		"subjects": st.Subjects}
 	if st.Groups == nil {
 		body["groups"] = []pigeon.GroupStats{}
+	}
+	if st.Subjects == nil {
+		body["subjects"] = []pigeon.SubjectStats{}
 	}
 	if cs.contracts == nil {
 		body["liveContracts"] = []pigeon.LiveContract{}

@@ -198,6 +198,7 @@ func TestConsoleEventsStreamDecisions(t *testing.T) {
 				if ev.name == "state" {
 					require.Contains(t, ev.data, "groups")
 					require.Contains(t, ev.data, "auditRecords")
+					require.Contains(t, ev.data, "subjects")
 				}
 				if ev.name != "decisions" {
 					continue
