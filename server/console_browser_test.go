@@ -200,6 +200,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		tr.cells[1].textContent === "`+demo.Notifier+`" && tr.cells[2].textContent === "token" && tr.cells[3].textContent === "notifications.send")`)
 	r = call(http.MethodPost, "/v1/subjects/notifications.send/receive", "notifier-token", `{"max":1,"ack":"explicit"}`, "x-pigeon-contract", notifier)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	poll("what the subject holds", `[...document.querySelectorAll("#held tbody tr")].some(tr => tr.cells[0].textContent === "notifications.send" && tr.cells[1].textContent === "3")`)
 	poll("the consumer group's lag", `[...document.querySelectorAll("#groups tbody tr")].some(tr => tr.cells[0].textContent === "notifications.send" && tr.cells[2].textContent === "3" && tr.cells[3].textContent === "1")`)
 	require.NoError(t, chromedp.Do(page, chromedp.Click(chromedp.CSS("#verify"))))
 	poll("the audit chain verified", `document.getElementById("audit-status").textContent.startsWith("holds (")`)

@@ -62,7 +62,7 @@
     if (abort) abort.abort();
     abort = null;
     decisions.length = 0;
-    for (const id of ["decisions", "rates", "groups", "quarantine", "contracts", "negotiated"]) clear(id);
+    for (const id of ["decisions", "rates", "groups", "held", "quarantine", "contracts", "negotiated"]) clear(id);
     $("app").hidden = true;
     $("signin").hidden = false;
     $("signout").hidden = true;
@@ -226,6 +226,7 @@
   let lastOpen = -1;
   function state(d) {
     fill("groups", (d.groups || []).map((g) => row([g.subject, g.group, g.lag, g.inFlight])));
+    fill("held", (d.subjects || []).map((h) => row([h.subject, h.messages, h.maxMessages || "", h.maxBytes ? h.bytes || 0 : "", h.maxBytes || ""])));
     $("subs").textContent = d.subscriptions;
     $("live-contracts").textContent = d.liveContractsTotal;
     const shown = (d.liveContracts || []).length;
