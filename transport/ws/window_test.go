@@ -23,7 +23,7 @@ import (
 // many, naming in notPending the ids that no delivery waited for; a v1
 // subscribe (no window) keeps its maxInFlight.
 func TestWindowAndBatchAcks(t *testing.T) {
-	v := newEnv(t, nil)
+	v := newEnv(t, nil, longAckWait) // no delivery comes back but for the nacks and the connection's end
 	boss := v.raw(t, "boss-token")
 	boss.negotiate("jobs.run")
 	crew := v.raw(t, "crew-token")
