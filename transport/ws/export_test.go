@@ -41,3 +41,9 @@ func QueuedDeliveries(sub pigeon.Subscription) int {
 	defer cs.mu.Unlock()
 	return len(cs.queue)
 }
+
+// ReceivedThrough returns the highest sequence that reached a client
+// subscription, queued for a worker or dropped (at most once).
+func ReceivedThrough(sub pigeon.Subscription) uint64 {
+	return sub.(*clientSub).lastSeq.Load()
+}

@@ -41,6 +41,19 @@ func manyContracts(o *pigeon.Options) {
 	o.MaxSubscriptionsPerPrincipal = -1
 }
 
+// longAckWait sets jobs.run's ack wait (300 ms in the suite's catalog) to
+// an hour, for tests that answer deliveries by hand and say exactly what
+// comes next: under -race on a busy machine 300 ms easily pass between a
+// delivery and its answer, and the lease that runs out meanwhile sends
+// the job again (or frees a full window) behind the test's back.
+func longAckWait(o *pigeon.Options) {
+	for i := range o.Catalog.Subjects {
+		if p := &o.Catalog.Subjects[i]; p.Name == "jobs.run" {
+			p.Delivery.AckWaitMs = time.Hour.Milliseconds()
+		}
+	}
+}
+
 func newEnv(t testing.TB, wsOpts *ws.Options, mutate ...func(*pigeon.Options)) *env {
 	t.Helper()
 	opts := transporttest.Options()

@@ -86,7 +86,7 @@ func TestQuarantinedPublishCarriesTheDecision(t *testing.T) {
 }
 
 func TestSubscribeDeliverAckNack(t *testing.T) {
-	v := newEnv(t, nil)
+	v := newEnv(t, nil, longAckWait) // the second attempt is the nack's, not the ack wait's
 	boss := v.raw(t, "boss-token")
 	boss.negotiate("jobs.run")
 	crew := v.raw(t, "crew-token")

@@ -166,7 +166,12 @@ func TestStalledConsumerClosed1008AndOthersUnaffected(t *testing.T) {
 }
 
 func TestKeepaliveClosesASilentPeer(t *testing.T) {
-	v := newEnv(t, &ws.Options{PingInterval: 20 * time.Millisecond, PingTimeout: 50 * time.Millisecond})
+	// Pings go out often, but each waits long for its pong: the live
+	// session must not be taken for a silent one when its reader is not
+	// scheduled for a moment (-race on a busy machine easily stalls a
+	// goroutine for more than 50 ms). The silent peer never answers, so
+	// it is closed all the same, a timeout later.
+	v := newEnv(t, &ws.Options{PingInterval: 20 * time.Millisecond, PingTimeout: 2 * time.Second})
 	// A live session answers pings while it reads.
 	s := v.dial(t, "alice-token", []string{"chat.messages"})
 	// A peer that never reads never answers a ping.

@@ -23,7 +23,7 @@ import (
 // many, naming in notPending the ids that no delivery waited for; a v1
 // subscribe (no window) keeps its maxInFlight.
 func TestWindowAndBatchAcks(t *testing.T) {
-	v := newEnv(t, nil)
+	v := newEnv(t, nil, longAckWait) // no delivery comes back but for the nacks and the connection's end
 	boss := v.raw(t, "boss-token")
 	boss.negotiate("jobs.run")
 	crew := v.raw(t, "crew-token")
@@ -130,10 +130,11 @@ func TestAtMostOnceFloodKeepsTheConnectionReading(t *testing.T) {
 	sub := v.dial(t, "bob-token", []string{"chat.messages"})
 	release := make(chan struct{})
 	answered := make(chan error, 1)
+	var side atomic.Uint64 // the sequence of the handler's publish, the last message before the Reconnect
 	var calls atomic.Int64
 	var mu sync.Mutex
 	seen := map[uint64]int{}
-	_, err := sub.Subscribe(context.Background(), "chat.messages", func(ctx context.Context, d *pigeon.Delivery) error {
+	s, err := sub.Subscribe(context.Background(), "chat.messages", func(ctx context.Context, d *pigeon.Delivery) error {
 		mu.Lock()
 		seen[d.Message.Sequence]++
 		mu.Unlock()
@@ -141,7 +142,10 @@ func TestAtMostOnceFloodKeepsTheConnectionReading(t *testing.T) {
 			<-release
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			_, err := d.Session.Publish(pctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"kind":"chat","room":"side"}`)})
+			res, err := d.Session.Publish(pctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"kind":"chat","room":"side"}`)})
+			if err == nil {
+				side.Store(res.Message.Sequence)
+			}
 			answered <- err
 		}
 		return nil
@@ -160,7 +164,21 @@ func TestAtMostOnceFloodKeepsTheConnectionReading(t *testing.T) {
 	close(release)
 	require.NoError(t, <-answered, "the handler's publish was answered")
 	handled := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) }
-	eventually(t, func() bool { n := handled(); time.Sleep(50 * time.Millisecond); return handled() == n }, "the queue drained")
+	// Drained: every message up to the handler's own has reached the
+	// subscription (queued or dropped), none waits in its queue, and the
+	// count stands still a moment for a handler call in progress. Watching
+	// the count alone would take a worker descheduled for 50 ms (-race on
+	// a busy machine) for a drained queue, and deliveries still arriving
+	// for the end of the flood would go uncounted in before.
+	drained := func() bool { return ws.ReceivedThrough(s) >= side.Load() && ws.QueuedDeliveries(s) == 0 }
+	eventually(t, func() bool {
+		if !drained() {
+			return false
+		}
+		n := handled()
+		time.Sleep(50 * time.Millisecond)
+		return drained() && handled() == n
+	}, "the queue drained")
 	before := handled()
 	require.Less(t, before, 6001, "some deliveries were dropped")
 
