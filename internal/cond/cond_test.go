@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -169,10 +168,8 @@ func TestConditionCostLimit(t *testing.T) {
 	expr := list + ".all(a, " + list + ".all(b, " + list + ".all(c, " + list + ".all(d, a+b+c+d > 0))))"
 	c, err := Compile(expr)
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = c.Eval(&Vars{Principal{}, Message{}})
-	require.ErrorContains(t, err, "cost limit exceeded")
-	require.Less(t, time.Since(start), 2*time.Second)
+	require.ErrorContains(t, err, "cost limit exceeded", "the limit stops it, not its end (50⁴ steps)")
 
 	// Comprehensions over the message's data are limited the same way.
 	c, err = Compile(`message.data.items.all(a, message.data.items.all(b, message.data.items.all(c, a + b + c > 0)))`)
