@@ -192,7 +192,7 @@ func (in *inRoute) startJetStream(g *generation) error {
 			fails++
 			in.b.log.Debug("natsbridge: pulling from JetStream", "route", in.r.Name, "err", err)
 			select {
-			case <-time.After(backoff(fails, 5*time.Second)):
+			case <-time.After(backoff(fails, maxPullBackoff)):
 			case <-g.ctx.Done():
 			}
 		}

@@ -216,10 +216,19 @@ func TestInJetStreamPullEndsWithContext(t *testing.T) {
 		failing bool // the consumer deleted: every pull fails
 		bound   time.Duration
 	}{
-		{"mid-pull", false, fetchWait + time.Second},
-		{"backing off", true, time.Second},
+		{"mid-pull", false, fetchWait + 20*time.Second},
+		{"backing off", true, 20 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.failing {
+				// Backoffs of a minute at least (a random point in the upper
+				// half of the doubled delay): a return within the bound is
+				// the cancel's, not the backoff's end, on however slow a
+				// machine.
+				wasMin, wasMax := minReconnectDelay, maxPullBackoff
+				minReconnectDelay, maxPullBackoff = 2*time.Minute, 4*time.Minute
+				t.Cleanup(func() { minReconnectDelay, maxPullBackoff = wasMin, wasMax })
+			}
 			v := newEnv(t)
 			st := v.stream(t, "LEGACY", "legacy.>")
 			// The JetStream API's replies come on one subscription the
@@ -246,11 +255,11 @@ func TestInJetStreamPullEndsWithContext(t *testing.T) {
 			}, 5*time.Second, 5*time.Millisecond, "a pull waits on the server")
 
 			if tt.failing {
-				// Every pull now fails at once; the loop backs off longer
-				// each time (jittered, from 100 ms doubling up to 5 s).
-				// The sixth failure waits 1.6 s at least.
+				// Every pull now fails at once; the loop backs off after
+				// each failure (jittered, doubling up to 5 s; here a
+				// minute at least from the first).
 				require.NoError(t, st.DeleteConsumer(t.Context(), "orders-in"))
-				for range 6 {
+				for range 1 {
 					select {
 					case <-pulls.seen:
 					case <-time.After(10 * time.Second):

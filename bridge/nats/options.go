@@ -129,8 +129,15 @@ type Options struct {
 const (
 	DefaultPublishTimeout    = 10 * time.Second
 	DefaultMaxReconnectDelay = 10 * time.Second
-	minReconnectDelay        = 100 * time.Millisecond
 	maxRouteName             = 64
+)
+
+// minReconnectDelay is the first wait of every backoff (backoff), and
+// maxPullBackoff the longest between failed pulls of a JetStream In
+// route; variables for tests.
+var (
+	minReconnectDelay = 100 * time.Millisecond
+	maxPullBackoff    = 5 * time.Second
 )
 
 // withDefaults copies o, routes included, with the defaults applied.
