@@ -148,9 +148,9 @@ func TestClusterSeam(t *testing.T) {
 		handled, inFlight := map[string]int{}, map[string]bool{}
 		overlap := false
 		for i := range 4 {
-			crew, err := es[i%2].Connect(ctx, "crew-token", []string{"jobs.run"})
+			crew, err := es[i%2].Connect(ctx, "crew-token", []string{"jobs.batch"})
 			require.NoError(t, err)
-			_, err = crew.Subscribe(ctx, "jobs.run", func(_ context.Context, d *pigeon.Delivery) error {
+			_, err = crew.Subscribe(ctx, "jobs.batch", func(_ context.Context, d *pigeon.Delivery) error {
 				mu.Lock()
 				overlap = overlap || inFlight[d.Message.ID]
 				inFlight[d.Message.ID] = true
@@ -164,10 +164,10 @@ func TestClusterSeam(t *testing.T) {
 			})
 			require.NoError(t, err)
 		}
-		boss, err := es[0].Connect(ctx, "boss-token", []string{"jobs.run"})
+		boss, err := es[0].Connect(ctx, "boss-token", []string{"jobs.batch"})
 		require.NoError(t, err)
 		for n := range 20 {
-			_, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))})
+			_, err := boss.Publish(ctx, &pigeon.Message{Type: "job", Subject: "jobs.batch", Intent: "run", Data: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))})
 			require.NoError(t, err)
 		}
 		require.Eventually(t, func() bool {

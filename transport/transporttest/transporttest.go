@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -35,9 +36,12 @@ type Harness struct {
 }
 
 // Options returns the engine options the suite needs: the demo catalog
-// plus chat.messages (pubsub) and jobs.run (work queue, 300 ms ack wait,
-// 3 attempts, quarantine on handler failure), and their tokens. The retry
-// backoff is scaled down to milliseconds.
+// plus chat.messages (pubsub), jobs.run (work queue, 300 ms ack wait,
+// 3 attempts, quarantine on handler failure) and jobs.batch (jobs.run
+// with an hour's ack wait, for scenarios that count each job handled
+// once: under -race on a busy machine 300 ms can pass between a delivery
+// and its ack, and the lease that runs out hands the job out again), and
+// their tokens. The retry backoff is scaled down to milliseconds.
 func Options() *pigeon.Options {
 	cat := demo.Catalog()
 	cat.Subjects = append(cat.Subjects,
@@ -60,6 +64,10 @@ func Options() *pigeon.Options {
 			},
 		},
 	)
+	batch := cat.Subjects[len(cat.Subjects)-1]
+	batch.Name, batch.Delivery.AckWaitMs = "jobs.batch", time.Hour.Milliseconds()
+	batch.Policy = maps.Clone(batch.Policy)
+	cat.Subjects = append(cat.Subjects, batch)
 	tokens := append(demo.Tokens(),
 		pigeon.StaticToken{Token: "alice-token", Principal: Alice},
 		pigeon.StaticToken{Token: "bob-token", Principal: Bob},

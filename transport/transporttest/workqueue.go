@@ -14,7 +14,7 @@ import (
 
 func testWorkQueueCompeting(t *testing.T, h Harness) {
 	ctx := context.Background()
-	boss := connect(t, h, "boss-token", "jobs.run")
+	boss := connect(t, h, "boss-token", "jobs.batch")
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var concurrent, peak int
@@ -31,13 +31,15 @@ func testWorkQueueCompeting(t *testing.T, h Harness) {
 		return nil
 	}
 	for range 4 {
-		crew := connect(t, h, "crew-token", "jobs.run")
-		_, err := crew.Subscribe(ctx, "jobs.run", handler, pigeon.WithGroup("workers"), pigeon.WithMaxInFlight(2))
+		crew := connect(t, h, "crew-token", "jobs.batch")
+		_, err := crew.Subscribe(ctx, "jobs.batch", handler, pigeon.WithGroup("workers"), pigeon.WithMaxInFlight(2))
 		require.NoError(t, err)
 	}
 	const n = 40
 	for i := range n {
-		_, err := boss.Publish(ctx, job(i))
+		m := job(i)
+		m.Subject = "jobs.batch"
+		_, err := boss.Publish(ctx, m)
 		require.NoError(t, err)
 	}
 	eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n }, "all jobs handled")
