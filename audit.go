@@ -57,6 +57,7 @@ const (
 	EventGrantRevoked         Event = "grant.revoked"
 	EventRetentionMessages    Event = "retention.messages"
 	EventRetentionGroups      Event = "retention.groups" // the stored progress of unused groups of a subject deleted; ref: how many
+	EventSubjectPurged        Event = "subject.purged"   // an admin removed the retained messages of a subject not in the catalog; ref: how many, principal: the admin
 	EventStoreTruncated       Event = "store.truncated"
 	EventAuditResumed         Event = "audit.resumed"
 	// Events of programs (package programs).

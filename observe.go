@@ -179,12 +179,16 @@ type Stats struct {
 	// LastVerify is the result of the last VerifyAudit; zero before one.
 	LastVerify VerifyResult
 	// Subjects is what each subject of the catalog holds, ordered by
-	// name.
+	// name; then, when the store is a store.MessageSubjectLister, each
+	// subject no longer in the catalog that still holds messages, marked
+	// NotInCatalog, ordered by name: nothing reads or trims those
+	// messages until an admin purges them (PurgeSubject). Stats reads the
+	// bounds of MaxStatsRemovedSubjects such subjects at most, the first
+	// by name; past that one may be missing.
 	Subjects []SubjectStats
 }
 
-// SubjectStats is what one subject of the catalog holds, beside its
-// retention bounds.
+// SubjectStats is what one subject holds, beside its retention bounds.
 type SubjectStats struct {
 	Subject string `json:"subject"`
 	// Messages counts the retained messages, FirstSeq to LastSeq (0 and
@@ -200,6 +204,11 @@ type SubjectStats struct {
 	// and retention.maxBytes (0: no bound).
 	MaxMessages int64 `json:"maxMessages,omitempty"`
 	MaxBytes    int64 `json:"maxBytes,omitempty"`
+	// NotInCatalog marks a subject the catalog no longer has (removed
+	// from the policy) whose messages are still stored: no retention
+	// trims them, and Bytes, MaxMessages and MaxBytes are 0. An admin
+	// reclaims them with PurgeSubject.
+	NotInCatalog bool `json:"notInCatalog,omitempty"`
 }
 
 // MaxStatsQuarantine bounds the quarantine records Stats reads.
@@ -208,6 +217,11 @@ const MaxStatsQuarantine = 10000
 // MaxStatsGroups bounds the stored groups Stats lists, over every
 // subject: past it, a group that is not in memory may be left out.
 const MaxStatsGroups = 10000
+
+// MaxStatsRemovedSubjects bounds the subjects not in the catalog whose
+// bounds Stats reads (the first by name): past it, such a subject may be
+// left out of Stats.Subjects.
+const MaxStatsRemovedSubjects = 1000
 
 // GroupStats is one consumer group's (or pubsub cursor's) position.
 type GroupStats struct {
@@ -236,6 +250,8 @@ type VerifyResult struct {
 // what each subject holds, each group's lag and leases. It costs one
 // quarantine listing, a Bounds read per subject of the catalog (and a
 // Bytes read per subject with retention.maxBytes), one listing of the
+// subjects with messages and a Bounds read per such subject not in the
+// catalog (MaxStatsRemovedSubjects at most), one listing of the
 // subjects with stored groups, a listing of each such subject's and each
 // catalog subject's stored groups (MaxStatsGroups in all) and a Bounds
 // read per subject with a group, so it suits a scrape or a console
@@ -270,7 +286,8 @@ func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 }
 
 // subjectStats reports what each subject of the catalog holds: one Bounds
-// read each, and one Bytes read for each with retention.maxBytes.
+// read each, and one Bytes read for each with retention.maxBytes; then
+// removedSubjectStats.
 func (e *Engine) subjectStats(ctx context.Context) ([]SubjectStats, error) {
 	catalog := e.catalog.Load().subjects
 	out := make([]SubjectStats, 0, len(catalog))
@@ -293,6 +310,33 @@ func (e *Engine) subjectStats(ctx context.Context) ([]SubjectStats, error) {
 		out = append(out, ss)
 	}
 	slices.SortFunc(out, func(a, b SubjectStats) int { return strings.Compare(a.Subject, b.Subject) })
+	return e.removedSubjectStats(ctx, catalog, out)
+}
+
+// removedSubjectStats appends to out, by name, the subjects not in
+// catalog that hold messages, when the store names the subjects with
+// messages (store.MessageSubjectLister): one listing, and one Bounds read
+// for each of the first MaxStatsRemovedSubjects of them by name.
+func (e *Engine) removedSubjectStats(ctx context.Context, catalog map[string]*subject, out []SubjectStats) ([]SubjectStats, error) {
+	ml, ok := e.store.(store.MessageSubjectLister)
+	if !ok {
+		return out, nil
+	}
+	names, err := ml.ListMessageSubjects(ctx)
+	if err != nil {
+		return out, storeError(err)
+	}
+	names = slices.DeleteFunc(names, func(name string) bool { return catalog[name] != nil })
+	slices.Sort(names)
+	for _, name := range names[:min(len(names), MaxStatsRemovedSubjects)] {
+		first, last, err := e.store.Bounds(ctx, name)
+		if err != nil {
+			return out, storeError(err)
+		}
+		if first > 0 && last >= first { // not purged since the listing
+			out = append(out, SubjectStats{Subject: name, Messages: last - first + 1, FirstSeq: first, LastSeq: last, NotInCatalog: true})
+		}
+	}
 	return out, nil
 }
 

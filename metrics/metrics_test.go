@@ -329,6 +329,38 @@ func TestNoLagSeriesForRemovedSubjects(t *testing.T) {
 	}
 }
 
+// TestNoSubjectSeriesForRemovedSubjects: a subject Stats marks
+// NotInCatalog (messages left by a subject removed from the policy) has
+// no messages or bytes series and takes no place under MaxSeries.
+func TestNoSubjectSeriesForRemovedSubjects(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	stats := pigeon.Stats{Subjects: []pigeon.SubjectStats{
+		{Subject: "a", Messages: 1, Bytes: 10, MaxBytes: 100},
+		{Subject: "c", Messages: 100},
+		{Subject: "d", Messages: 1000, Bytes: 20, MaxBytes: 100},
+		{Subject: "b", Messages: 10, NotInCatalog: true},
+		{Subject: "e", Messages: 10000, NotInCatalog: true},
+	}}
+	_, err := metrics.New(reg, &metrics.Options{MaxSeries: 3, NoRuntime: true,
+		Stats: func(context.Context) (pigeon.Stats, error) { return stats, nil }})
+	require.NoError(t, err)
+	fams := scrape(t, reg)
+	for name, want := range map[string]map[string]float64{
+		"pigeon_subject_messages": {"a": 1, "c": 100, metrics.Other: 1000},
+		"pigeon_subject_bytes":    {"a": 10, metrics.Other: 20},
+	} {
+		got := map[string]float64{}
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "subject" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		require.Equal(t, want, got, name)
+	}
+}
+
 // TestLabelsStayBounded: publishes to ever new subjects end in one Other
 // series once MaxSeries is reached.
 func TestLabelsStayBounded(t *testing.T) {

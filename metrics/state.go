@@ -74,10 +74,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.verifyRecords, float64(v.Verified))
 	}
 	// The catalog's subjects are the operator's, but bounded like any
-	// label: beyond MaxSeries they are summed under Other.
+	// label: beyond MaxSeries they are summed under Other. A subject no
+	// longer in the catalog has no series: its label would outlive the
+	// policy (the console and Stats list it, marked NotInCatalog).
 	var otherMessages, otherBytes float64
-	for i, ss := range st.Subjects {
-		if i+1 < c.o.MaxSeries {
+	i := 0
+	for _, ss := range st.Subjects {
+		if ss.NotInCatalog {
+			continue
+		}
+		if i++; i < c.o.MaxSeries {
 			gauge(c.subjectMessages, float64(ss.Messages), ss.Subject)
 			if ss.MaxBytes > 0 {
 				gauge(c.subjectBytes, float64(ss.Bytes), ss.Subject)
@@ -87,7 +93,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		otherMessages += float64(ss.Messages)
 		otherBytes += float64(ss.Bytes)
 	}
-	if len(st.Subjects) >= c.o.MaxSeries {
+	if i >= c.o.MaxSeries {
 		gauge(c.subjectMessages, otherMessages, Other)
 		gauge(c.subjectBytes, otherBytes, Other)
 	}

@@ -9,7 +9,8 @@ import (
 // RoleAdmin is the role that manages accounts, roles and grants.
 const RoleAdmin = pigeon.RoleAdmin
 
-// adminRoutes serves the account, role, grant and key API. Path segments
+// adminRoutes serves the account, role, grant and key API, and the purge
+// of a removed subject's messages. Path segments
 // that hold a principal id are percent-encoded (spiffe%3A%2F%2F…).
 //
 // This table is where admin operations are authorized: the Engine methods
@@ -39,6 +40,17 @@ func (s *Server) adminRoutes() {
 	})
 	s.route("/v1/grants", map[string]endpoint{http.MethodPost: {admin, issueGrant}})
 	s.route("/v1/grants/{jti}", map[string]endpoint{http.MethodDelete: {admin, revokeGrant}})
+	s.route("/v1/subjects/{name}/messages", map[string]endpoint{http.MethodDelete: {admin, purgeSubject}})
+}
+
+// purgeSubject removes the retained messages of a subject no longer in
+// the catalog (Engine.PurgeSubject, which checks the role again).
+func purgeSubject(rq *request) (int, any, error) {
+	n, err := rq.s.e.PurgeSubject(rq.ctx, rq.p, rq.r.PathValue("name"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]int{"purged": n}, nil
 }
 
 type accountBody struct {

@@ -317,6 +317,19 @@ type GroupSubjectLister interface {
 	ListGroupSubjects(ctx context.Context) ([]string, error)
 }
 
+// MessageSubjectLister is the optional ability to name the subjects that
+// hold messages, so that the broker can report, and an operator purge,
+// the messages of a subject no longer in its catalog (which no retention
+// trims any more).
+type MessageSubjectLister interface {
+	// ListMessageSubjects returns each subject with at least one
+	// retained message once, in no particular order. It may also name a
+	// subject whose every message was trimmed (a log the store keeps for
+	// its sequence); the caller reads Bounds to tell. It never names a
+	// subject nothing was ever appended to.
+	ListMessageSubjects(ctx context.Context) ([]string, error)
+}
+
 // CopyGroups is what a GroupLister that holds its groups in memory returns
 // from gs: a copy of the state of at most max of them (max <= 0: every
 // one), by name, state giving each one's.

@@ -226,7 +226,7 @@
   let lastOpen = -1;
   function state(d) {
     fill("groups", (d.groups || []).map((g) => row([g.subject, g.group, g.lag, g.inFlight])));
-    fill("held", (d.subjects || []).map((h) => row([h.subject, h.messages, h.maxMessages || "", h.maxBytes ? h.bytes || 0 : "", h.maxBytes || ""])));
+    fill("held", (d.subjects || []).map((h) => row([h.notInCatalog ? h.subject + " (not in catalog)" : h.subject, h.messages, h.maxMessages || "", h.maxBytes ? h.bytes || 0 : "", h.maxBytes || ""])));
     $("subs").textContent = d.subscriptions;
     $("live-contracts").textContent = d.liveContractsTotal;
     const shown = (d.liveContracts || []).length;

@@ -2,9 +2,12 @@ package jetstream
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -273,6 +276,36 @@ func (s *Store) Bounds(ctx context.Context, subject string) (first, last uint64,
 	}
 	return info.State.FirstSeq, info.State.LastSeq, nil
 }
+
+// ListMessageSubjects implements store.MessageSubjectLister: one listing
+// of the store's message streams (a page of stream infos per request, 256
+// streams a page), keeping those that hold a message. The subject is the
+// hex in the stream's name.
+func (s *Store) ListMessageSubjects(ctx context.Context) ([]string, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	pfx := s.opts.Prefix + "_M_"
+	l := s.js.ListStreams(ctx, jetstream.WithStreamListSubject(s.pfx+".m.>"))
+	var out []string
+	for info := range l.Info() {
+		name, ok := strings.CutPrefix(info.Config.Name, pfx)
+		if !ok || info.State.Msgs == 0 {
+			continue
+		}
+		subject, err := hex.DecodeString(name)
+		if err != nil {
+			continue // not a stream of the store's
+		}
+		out = append(out, string(subject))
+	}
+	if err := l.Err(); err != nil {
+		return nil, s.fail(ctx, fmt.Errorf("jetstream: listing message streams: %w", err))
+	}
+	return out, nil
+}
+
+var _ store.MessageSubjectLister = (*Store)(nil)
 
 // TrimBefore implements store.Trimmer: it purges the front of the
 // subject's stream up to the first message accepted at or after t.

@@ -209,6 +209,29 @@ func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (in
 	})
 }
 
+// ListMessageSubjects implements store.MessageSubjectLister: the
+// subjects whose logs hold a message, under the log's read lock.
+func (s *Store) ListMessageSubjects(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	l := &s.msgs
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if err := s.checkClosed(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for name, sl := range l.subjects {
+		if sl.n > 0 {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+var _ store.MessageSubjectLister = (*Store)(nil)
+
 // Bytes implements store.ByteTrimmer: the sum of the body lengths of
 // subject's retained messages, which the log keeps as it appends and
 // trims.

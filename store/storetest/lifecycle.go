@@ -104,6 +104,12 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.MessageSubjectLister); ok {
+		list = append(list, op{"ListMessageSubjects", func(ctx context.Context, s store.Store) error {
+			_, err := s.(store.MessageSubjectLister).ListMessageSubjects(ctx)
+			return err
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

@@ -388,3 +388,66 @@ func (su *suite) testListGroupSubjects(t *testing.T) {
 		require.ElementsMatch(t, want, list(t, s), "after a reopen")
 	}
 }
+
+// testListMessageSubjects: ListMessageSubjects names each subject that
+// holds a message once (a subject that is a prefix of another's name
+// included), never a subject with only consumer progress, and goes on
+// naming a subject trimmed down to one message; a subject whose every
+// message was trimmed may be named, and then its Bounds say it is empty.
+// The listing survives a reopen.
+func (su *suite) testListMessageSubjects(t *testing.T) {
+	s := su.store(t)
+	if _, ok := s.(store.MessageSubjectLister); !ok {
+		t.Skip("store does not implement store.MessageSubjectLister")
+	}
+	ctx := t.Context()
+	// check requires the listing to name each of want once and, beside
+	// them, only subjects of maybe that Bounds finds empty.
+	check := func(t *testing.T, s store.Store, want []string, maybe ...string) {
+		t.Helper()
+		got, err := s.(store.MessageSubjectLister).ListMessageSubjects(ctx)
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		for _, name := range got {
+			require.False(t, seen[name], "%q named twice", name)
+			seen[name] = true
+		}
+		for _, name := range want {
+			require.True(t, seen[name], "%q holds messages: named", name)
+			delete(seen, name)
+		}
+		for name := range seen {
+			require.Contains(t, maybe, name, "%q named", name)
+			first, last, err := s.Bounds(ctx, name)
+			require.NoError(t, err)
+			require.Greater(t, first, last, "%q named without a message: its every message was trimmed", name)
+		}
+	}
+
+	check(t, s, nil)
+	require.NoError(t, s.MarkDone(ctx, store.GroupKey{Subject: "progress.only", Group: "g"}, 1))
+	check(t, s, nil)
+	appendAll(t, s,
+		message("s", "m1", at(0)), message("s", "m2", at(time.Second)),
+		message("s.deeper", "m3", at(0)),
+		message("gone", "m4", at(0)), message("gone", "m5", at(time.Second)),
+		message("Ünïcode subject/with:odd chars", "m6", at(0)))
+	all := []string{"s", "s.deeper", "gone", "Ünïcode subject/with:odd chars"}
+	check(t, s, all)
+
+	want := all
+	if st, ok := s.(store.SeqTrimmer); ok {
+		n, err := st.TrimThrough(ctx, "s", 1)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		n, err = st.TrimThrough(ctx, "gone", 2)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		want = []string{"s", "s.deeper", "Ünïcode subject/with:odd chars"}
+		check(t, s, want, "gone")
+	}
+	if su.f.Reopen != nil {
+		s = su.reopen(t, s)
+		check(t, s, want, "gone")
+	}
+}

@@ -13,7 +13,7 @@
 // open. Optional abilities found by type assertion (store.Trimmer,
 // store.SeqTrimmer, store.ByteTrimmer, store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
 // store.GroupPruner, store.FloorRaiser, store.GroupLister,
-// store.GroupSubjectLister, store.ContractLister,
+// store.GroupSubjectLister, store.MessageSubjectLister, store.ContractLister,
 // store.AcceptAppender with
 // store.AuditChainer)
 // are tested when the store has them and skipped when it has not.
@@ -54,6 +54,9 @@
 //   - ListGroupSubjects names each subject with a group once, pull cursors
 //     and groups with only attempts included; a subject whose last group
 //     PruneGroups deleted is not named.
+//   - ListMessageSubjects names each subject with a retained message
+//     once, never one with only consumer progress; a subject whose every
+//     message was trimmed may be named or not.
 //   - AppendAudit refuses a batch that does not continue the log, whole.
 //   - ListQuarantine: max <= 0 means no limit; oldest first.
 //   - KV Delete of a missing key is a no-op; List of an unknown bucket is
@@ -104,6 +107,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("RaiseFloor", su.testRaiseFloor)
 	t.Run("ListGroups", su.testListGroups)
 	t.Run("ListGroupSubjects", su.testListGroupSubjects)
+	t.Run("ListMessageSubjects", su.testListMessageSubjects)
 	t.Run("Contracts", su.testContracts)
 	t.Run("ListContracts", su.testListContracts)
 	t.Run("KV", su.testKV)

@@ -42,6 +42,8 @@ var (
 
 	_ store.GroupLister        = (*handle)(nil)
 	_ store.GroupSubjectLister = (*handle)(nil)
+
+	_ store.MessageSubjectLister = (*handle)(nil)
 )
 
 func newHandle(data *memory.Store) *handle {
@@ -109,6 +111,10 @@ func (h *handle) ListGroups(ctx context.Context, subject string, max int) (map[s
 
 func (h *handle) ListGroupSubjects(ctx context.Context) ([]string, error) {
 	return h.s().ListGroupSubjects(ctx)
+}
+
+func (h *handle) ListMessageSubjects(ctx context.Context) ([]string, error) {
+	return h.s().ListMessageSubjects(ctx)
 }
 
 func (h *handle) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {

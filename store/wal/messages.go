@@ -820,6 +820,27 @@ func (s *Store) Bounds(ctx context.Context, subject string) (uint64, uint64, err
 	return first, last, nil
 }
 
+// ListMessageSubjects implements store.MessageSubjectLister from the
+// index in memory: the subjects whose logs hold a committed message; no
+// disk read.
+func (s *Store) ListMessageSubjects(ctx context.Context) ([]string, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	s.msgs.mu.RLock()
+	defer s.msgs.mu.RUnlock()
+	var out []string
+	for name, sub := range s.msgs.byName {
+		if first, last := sub.w.bounds(); last != 0 && first <= last {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+var _ store.MessageSubjectLister = (*Store)(nil)
+
 // trimChunk bounds how many messages one truncation removes, so that the
 // ids to forget stay few and each truncation is short.
 const trimChunk = 1 << 16

@@ -1,0 +1,80 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+	"pigeon/server"
+	"pigeon/store"
+	"pigeon/store/memory"
+)
+
+// TestPurgeSubjectMessages: DELETE /v1/subjects/{name}/messages removes
+// the messages of a subject the catalog does not have (an admin's call:
+// 401 without a credential, 403 FORBIDDEN without the role), answers 200
+// with how many went, 0 once none are left, and refuses a subject of the
+// catalog with 409 CONFLICT.
+func TestPurgeSubjectMessages(t *testing.T) {
+	st := memory.New(nil)
+	e, err := pigeon.New(context.Background(), &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog:       testCatalog(),
+		Region:        "uk",
+		Store:         st,
+	})
+	require.NoError(t, err)
+	s := server.New(e, nil)
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		hs.Close()
+		require.NoError(t, e.Shutdown(ctx))
+		require.NoError(t, st.Close(ctx))
+	})
+	// Messages of a subject no longer in the policy, as a broker that
+	// served it left them.
+	for _, id := range []string{"msg_1", "msg_2"} {
+		_, _, err := st.Append(context.Background(), store.Message{Subject: "retired.events", ID: id, Time: time.Now(), Body: []byte("{}")})
+		require.NoError(t, err)
+	}
+	const path = "/v1/subjects/retired.events/messages"
+	purge := func(path, token string) response {
+		t.Helper()
+		return doRequest(t, http.MethodDelete, hs.URL+path, token, "")
+	}
+
+	require.Equal(t, http.StatusUnauthorized, purge(path, "").status)
+	for _, token := range []string{"auditor-token", "orders-token"} {
+		r := purge(path, token)
+		require.Equal(t, http.StatusForbidden, r.status, "%s: %s", token, r.body)
+		require.Equal(t, pigeon.CodeForbidden, r.code(t))
+	}
+	r := purge("/v1/subjects/notifications.send/messages", "admin-token")
+	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeConflict, r.code(t))
+	r = doRequest(t, http.MethodGet, hs.URL+path, "admin-token", "")
+	require.Equal(t, http.StatusMethodNotAllowed, r.status)
+	require.Equal(t, http.MethodDelete, r.header.Get("Allow"))
+	first, last, err := st.Bounds(context.Background(), "retired.events")
+	require.NoError(t, err)
+	require.Equal(t, [2]uint64{1, 2}, [2]uint64{first, last}, "nothing purged yet")
+
+	r = purge(path, "admin-token")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"purged":2}`, string(r.body))
+	r = purge(path, "admin-token")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.JSONEq(t, `{"purged":0}`, string(r.body), "nothing left")
+	first, last, err = st.Bounds(context.Background(), "retired.events")
+	require.NoError(t, err)
+	require.Greater(t, first, last, "every message gone")
+}
