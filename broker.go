@@ -411,6 +411,7 @@ func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 		changed = append(changed, s)
 	}
 	e.catalog.Store(next)
+	e.countBytes(changed)
 	for _, k := range newSchemas {
 		e.audit(ctx, EventSchemaRegistered.record("", CodeOK, store.AuditRecord{SchemaID: k}))
 	}

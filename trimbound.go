@@ -3,6 +3,8 @@ package pigeon
 import (
 	"context"
 	"sync/atomic"
+
+	"pigeon/store"
 )
 
 // A subject's retention.maxMessages and retention.maxBytes are enforced as
@@ -74,11 +76,10 @@ func (b *countBound) trimmed(first, last uint64, ok bool) {
 // A byteBound asks once the subject's estimated bytes (store.ByteTrimmer's
 // measure: the stored envelopes' lengths) pass maxBytes by the slack,
 // maxBytes/8 and at least byteSlack. The estimate is the store's count
-// after the last trim, plus the envelopes accepted since; while it is
-// unknown (from the policy's load, which does not count: a store may
-// have to read the whole subject to, or when the store could not count)
-// the first accepted message asks for a trim, which counts, in the
-// background.
+// (after the last trim, or read in the background once the policy is
+// loaded: countBytes) plus the envelopes accepted since. Until the first
+// count it holds only what was accepted since the load; the retention
+// pass trims whatever it misses.
 type byteBound struct {
 	max, slack uint64
 	held       atomic.Uint64 // the estimate
@@ -93,9 +94,35 @@ func newByteBound(keep int64) *byteBound {
 	if keep <= 0 {
 		return nil
 	}
-	b := &byteBound{max: uint64(keep), slack: max(uint64(keep)/8, byteSlack)}
-	b.held.Store(b.max + b.slack) // unknown: the first message asks
-	return b
+	return &byteBound{max: uint64(keep), slack: max(uint64(keep)/8, byteSlack)}
+}
+
+// countBytes starts the estimates of the byte bounds of subjects from the
+// store's counts, in the background: a store may have to read a whole
+// subject to count it (the JetStream store, once per process), and a
+// policy's load must not wait for that. A subject already past its bound
+// by the slack asks for a trim.
+func (e *Engine) countBytes(subjects []*subject) {
+	bt, ok := e.store.(store.ByteTrimmer)
+	var bounded []*subject
+	for _, s := range subjects {
+		if s.bounds != nil && s.bounds.bytes != nil {
+			bounded = append(bounded, s)
+		}
+	}
+	if !ok || len(bounded) == 0 {
+		return
+	}
+	e.goTracked(func() {
+		for _, s := range bounded {
+			held, err := bt.Bytes(e.ctx, s.name)
+			if err != nil {
+				continue // the pass, or the next trim, counts
+			}
+			s.bounds.bytes.held.Store(held)
+			e.askTrim(s, 0, 0)
+		}
+	})
 }
 
 // note adds an accepted envelope of size bytes to the estimate and
