@@ -102,25 +102,36 @@ func (s *Store) update(ctx context.Context, st jetstream.Stream, t *tally) error
 	return nil
 }
 
+// counted returns the tally of subject, locked and brought up to date
+// (unlock releases it), or a nil tally for a subject with no stream.
+func (s *Store) counted(ctx context.Context, subject string) (t *tally, unlock func(), err error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, nil, err
+	}
+	st, err := s.stream(ctx, subject, false)
+	if st == nil || err != nil {
+		return nil, nil, err
+	}
+	t = s.tallyOf(subject)
+	if err := t.mu.lock(ctx); err != nil {
+		return nil, nil, err
+	}
+	if err := s.update(ctx, st, t); err != nil {
+		t.mu.unlock()
+		return nil, nil, err
+	}
+	return t, t.mu.unlock, nil
+}
+
 // Bytes implements store.ByteTrimmer: the sum of the body lengths of
 // subject's retained messages, from the tally, which reads only the
 // messages appended since it last looked.
 func (s *Store) Bytes(ctx context.Context, subject string) (uint64, error) {
-	if err := s.begin(ctx); err != nil {
+	t, unlock, err := s.counted(ctx, subject)
+	if t == nil {
 		return 0, err
 	}
-	st, err := s.stream(ctx, subject, false)
-	if st == nil || err != nil {
-		return 0, err
-	}
-	t := s.tallyOf(subject)
-	if err := t.mu.lock(ctx); err != nil {
-		return 0, err
-	}
-	defer t.mu.unlock()
-	if err := s.update(ctx, st, t); err != nil {
-		return 0, err
-	}
+	defer unlock()
 	return t.total, nil
 }
 
@@ -128,21 +139,11 @@ func (s *Store) Bytes(ctx context.Context, subject string) (uint64, error) {
 // subject's stream through the last message whose removal the bound
 // needs, found from the tally, the way TrimThrough does.
 func (s *Store) TrimToBytes(ctx context.Context, subject string, max uint64) (int, error) {
-	if err := s.begin(ctx); err != nil {
+	t, unlock, err := s.counted(ctx, subject)
+	if t == nil {
 		return 0, err
 	}
-	st, err := s.stream(ctx, subject, false)
-	if st == nil || err != nil {
-		return 0, err
-	}
-	t := s.tallyOf(subject)
-	if err := t.mu.lock(ctx); err != nil {
-		return 0, err
-	}
-	defer t.mu.unlock()
-	if err := s.update(ctx, st, t); err != nil {
-		return 0, err
-	}
+	defer unlock()
 	held, cut := t.total, t.first
 	for _, n := range t.sizes {
 		if held <= max {
