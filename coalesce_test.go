@@ -159,19 +159,9 @@ func TestContractRefusalsCoalesce(t *testing.T) {
 		require.Error(t, err)
 		code = pigeon.ErrorCode(err)
 	}
-	atGate := func() []pigeon.AuditRecord {
-		var out []pigeon.AuditRecord
-		for _, r := range auditOf(t, f.e, pigeon.EventPublishDenied) {
-			if r.Gate == "contract" {
-				require.Equal(t, string(code), r.Code)
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-	require.Len(t, atGate(), 1, "within the second only the first is written")
+	require.Len(t, refusedAt(t, f.e, pigeon.EventPublishDenied, pigeon.GateContract, code), 1, "within the second only the first is written")
 	f.clock.Advance(time.Second)
-	recs := atGate()
+	recs := refusedAt(t, f.e, pigeon.EventPublishDenied, pigeon.GateContract, code)
 	require.Len(t, recs, 2)
 	require.Equal(t, "coalesced:19", recs[1].Ref)
 	require.Equal(t, "ctr_gone", recs[1].ContractID)
@@ -180,8 +170,7 @@ func TestContractRefusalsCoalesce(t *testing.T) {
 // TestEnvelopeRefusalsCoalesce: malformed envelopes are refused at the
 // first gate, before the contract and rate gates, so a client could send
 // them as fast as its connection goes; they are written as a run, one
-// run whatever subject each names, and an ack of a message leased to
-// someone else likewise.
+// run whatever subject each names.
 func TestEnvelopeRefusalsCoalesce(t *testing.T) {
 	f := newFixture(t)
 	s := f.connect("checkout-token", "payments.authorize")
@@ -194,19 +183,12 @@ func TestEnvelopeRefusalsCoalesce(t *testing.T) {
 		_, err := s.Publish(ctx, m)
 		requireCode(t, err, pigeon.CodeEnvelopeInvalid)
 	}
-	atGate := func() []pigeon.AuditRecord {
-		var out []pigeon.AuditRecord
-		for _, r := range auditOf(t, f.e, pigeon.EventPublishDenied) {
-			if r.Gate == pigeon.GateEnvelope {
-				require.Equal(t, string(pigeon.CodeEnvelopeInvalid), r.Code)
-				out = append(out, r)
-			}
-		}
-		return out
+	refused := func() []pigeon.AuditRecord {
+		return refusedAt(t, f.e, pigeon.EventPublishDenied, pigeon.GateEnvelope, pigeon.CodeEnvelopeInvalid)
 	}
-	require.Len(t, atGate(), 1, "within the second only the first is written")
+	require.Len(t, refused(), 1, "within the second only the first is written")
 	f.clock.Advance(time.Second)
-	recs := atGate()
+	recs := refused()
 	require.Len(t, recs, 2)
 	require.Equal(t, "payments.authorize", recs[0].Subject)
 	require.Equal(t, "coalesced:29", recs[1].Ref)
@@ -244,18 +226,26 @@ func TestCapRefusalsCoalesce(t *testing.T) {
 		_, err := bob.Subscribe(ctx, "chat.messages", nopHandler)
 		requireCode(t, err, pigeon.CodeTooManySubscriptions)
 	}
-	refused := func() []pigeon.AuditRecord {
-		var out []pigeon.AuditRecord
-		for _, r := range auditOf(t, f.e, pigeon.EventSubscribeDenied) {
-			if r.Code == string(pigeon.CodeTooManySubscriptions) {
-				out = append(out, r)
-			}
-		}
-		return out
-	}
-	require.Len(t, refused(), 1)
+	require.Len(t, refusedAt(t, f.e, pigeon.EventSubscribeDenied, "", pigeon.CodeTooManySubscriptions), 1)
 	clock.Advance(time.Second)
-	recs := refused()
+	recs := refusedAt(t, f.e, pigeon.EventSubscribeDenied, "", pigeon.CodeTooManySubscriptions)
 	require.Len(t, recs, 2)
 	require.Equal(t, "coalesced:9", recs[1].Ref)
+}
+
+// refusedAt returns the records of type typ in e's audit log refused at
+// gate, each required to carry code; with no gate, those with code.
+func refusedAt(t *testing.T, e *pigeon.Engine, typ pigeon.Event, gate string, code pigeon.Code) []pigeon.AuditRecord {
+	t.Helper()
+	var out []pigeon.AuditRecord
+	for _, r := range auditOf(t, e, typ) {
+		switch {
+		case gate != "" && r.Gate == gate:
+			require.Equal(t, string(code), r.Code)
+		case gate != "" || r.Code != string(code):
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
