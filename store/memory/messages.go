@@ -119,15 +119,11 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 // message. An unknown subject, or from beyond the last message, gives none.
 // Times are in UTC; an empty Body is nil.
 func (s *Store) Read(ctx context.Context, subject string, from uint64, max int) ([]store.Message, error) {
-	if err := ctx.Err(); err != nil {
+	l, unlock, err := s.readMsgs(ctx)
+	if err != nil {
 		return nil, err
 	}
-	l := &s.msgs
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return nil, err
-	}
+	defer unlock()
 	sl := l.subjects[subject]
 	if sl == nil {
 		return nil, nil
@@ -163,15 +159,11 @@ func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
 // Bounds returns the first and last sequence retained for subject; see
 // store.MessageLog.
 func (s *Store) Bounds(ctx context.Context, subject string) (first, last uint64, err error) {
-	if err := ctx.Err(); err != nil {
+	l, unlock, err := s.readMsgs(ctx)
+	if err != nil {
 		return 0, 0, err
 	}
-	l := &s.msgs
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return 0, 0, err
-	}
+	defer unlock()
 	sl := l.subjects[subject]
 	if sl == nil {
 		return 0, 0, nil
@@ -212,15 +204,11 @@ func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (in
 // ListMessageSubjects implements store.MessageSubjectLister: the
 // subjects whose logs hold a message, under the log's read lock.
 func (s *Store) ListMessageSubjects(ctx context.Context) ([]string, error) {
-	if err := ctx.Err(); err != nil {
+	l, unlock, err := s.readMsgs(ctx)
+	if err != nil {
 		return nil, err
 	}
-	l := &s.msgs
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return nil, err
-	}
+	defer unlock()
 	var out []string
 	for name, sl := range l.subjects {
 		if sl.n > 0 {
@@ -236,15 +224,11 @@ var _ store.MessageSubjectLister = (*Store)(nil)
 // subject's retained messages, which the log keeps as it appends and
 // trims.
 func (s *Store) Bytes(ctx context.Context, subject string) (uint64, error) {
-	if err := ctx.Err(); err != nil {
+	l, unlock, err := s.readMsgs(ctx)
+	if err != nil {
 		return 0, err
 	}
-	l := &s.msgs
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if err := s.checkClosed(); err != nil {
-		return 0, err
-	}
+	defer unlock()
 	if sl := l.subjects[subject]; sl != nil {
 		return sl.bytes, nil
 	}
@@ -289,6 +273,21 @@ func (s *Store) trimFront(ctx context.Context, subject string, count func(sl *su
 		l.unindexID(sl, c, j, seq)
 	})
 	return k, nil
+}
+
+// readMsgs read-locks the message log for a reader (unlock releases it),
+// or fails when ctx has ended or the store is closed.
+func (s *Store) readMsgs(ctx context.Context) (l *messageLog, unlock func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	l = &s.msgs
+	l.mu.RLock()
+	if err := s.checkClosed(); err != nil {
+		l.mu.RUnlock()
+		return nil, nil, err
+	}
+	return l, l.mu.RUnlock, nil
 }
 
 // IdempotencyEntries returns how many idempotency entries the store holds,
