@@ -228,7 +228,8 @@ type GroupStats struct {
 	Subject string `json:"subject"`
 	Group   string `json:"group"`
 	// Lag is how many retained messages lie past the group's floor (every
-	// sequence at or below it is done).
+	// sequence at or below it is done) and are not done: trimmed messages
+	// are not lag.
 	Lag uint64 `json:"lag"`
 	// InFlight counts the leases held.
 	InFlight int `json:"inFlight"`
@@ -424,7 +425,7 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 	out := make([]GroupStats, 0, total)
 	var names []string
 	for _, sg := range found {
-		_, last, err := e.store.Bounds(ctx, sg.name)
+		first, last, err := e.store.Bounds(ctx, sg.name)
 		if err != nil {
 			return out, storeError(err)
 		}
@@ -443,11 +444,11 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 			gs := GroupStats{Subject: sg.name, Group: name, NotInCatalog: removed}
 			if g := sg.mem[name]; g != nil {
 				g.mu.Lock()
-				gs.Lag, gs.InFlight = lagOf(&g.prog, last), len(g.leases)
+				gs.Lag, gs.InFlight = lagOf(&g.prog, first, last), len(g.leases)
 				g.mu.Unlock()
 			} else {
 				p := sg.stored[name]
-				gs.Lag = lagOf(&p, last)
+				gs.Lag = lagOf(&p, first, last)
 			}
 			out = append(out, gs)
 		}
@@ -455,13 +456,17 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 	return out, nil
 }
 
-// lagOf is how many of the messages up to last lie past p's floor and
-// are not done.
-func lagOf(p *store.GroupState, last uint64) uint64 {
-	if last <= p.Floor {
+// lagOf is how many of the retained messages, first..last, lie past p's
+// floor and are not done. Messages retention trimmed (or a purge removed)
+// are no lag: no consumer can get them any more, and a group the engine
+// has not loaded since keeps its older floor in the store.
+func lagOf(p *store.GroupState, first, last uint64) uint64 {
+	lo := max(p.Floor+1, first)
+	if last < lo {
 		return 0
 	}
-	return last - p.Floor - uint64(len(p.Done))
+	done, _ := slices.BinarySearch(p.Done, lo) // Done below lo are trimmed
+	return last - lo + 1 - uint64(len(p.Done)-done)
 }
 
 // Observers is an Observer that hands every call to each of obs in turn
