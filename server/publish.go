@@ -28,7 +28,11 @@ func publish(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	res, err := rq.s.e.Publish(rq.ctx, rq.caller(m.ContractID), m)
+	c, err := rq.caller(m.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := rq.s.e.Publish(rq.ctx, c, m)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -51,7 +51,11 @@ func requestReply(rq *request) (int, any, error) {
 	}
 	ctx, cancel := context.WithTimeout(rq.ctx, timeout)
 	defer cancel()
-	reply, err := rq.s.e.Request(ctx, rq.caller(m.ContractID), m)
+	c, err := rq.caller(m.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
+	reply, err := rq.s.e.Request(ctx, c, m)
 	if err != nil {
 		return 0, nil, err
 	}

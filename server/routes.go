@@ -34,13 +34,19 @@ type request struct {
 }
 
 // caller is who the request acts as, under the contract of the
-// x-pigeon-contract header or, failing that, bodyContract.
-func (rq *request) caller(bodyContract string) pigeon.Caller {
+// x-pigeon-contract header or the body's contractId, bodyContract. A
+// request that names two different contracts is BAD_REQUEST: neither is
+// taken over the other behind the caller's back.
+func (rq *request) caller(bodyContract string) (pigeon.Caller, error) {
 	id := rq.r.Header.Get("X-Pigeon-Contract")
-	if id == "" {
+	switch {
+	case id == "":
 		id = bodyContract
+	case bodyContract != "" && bodyContract != id:
+		return pigeon.Caller{}, pigeon.NewError(pigeon.CodeBadRequest,
+			"the x-pigeon-contract header and the body's contractId name different contracts; send one, or the same in both")
 	}
-	return pigeon.Caller{Principal: rq.p, Region: rq.region, ContractID: id}
+	return pigeon.Caller{Principal: rq.p, Region: rq.region, ContractID: id}, nil
 }
 
 // body reads and decodes the JSON object body into v.
@@ -234,7 +240,11 @@ func receive(rq *request) (int, any, error) {
 	if in.Ack != ackAuto && in.Ack != ackExplicit {
 		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, `ack must be "auto" (the default) or "explicit"`)
 	}
-	name, c := rq.r.PathValue("name"), rq.caller(in.ContractID)
+	c, err := rq.caller(in.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
+	name := rq.r.PathValue("name")
 	receive := rq.s.e.ReceiveSettled // a received message is done for this consumer
 	if in.Ack == ackExplicit {
 		receive = rq.s.e.Receive // leased until acked or nacked
@@ -268,7 +278,11 @@ func ack(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rq.s.e.Ack(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.MessageID); err != nil {
+	c, err := rq.caller(in.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := rq.s.e.Ack(rq.ctx, c, rq.r.PathValue("name"), in.MessageID); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil
@@ -285,7 +299,11 @@ func nack(rq *request) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	if err := rq.s.e.Nack(rq.ctx, rq.caller(in.ContractID), rq.r.PathValue("name"), in.MessageID, delay); err != nil {
+	c, err := rq.caller(in.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := rq.s.e.Nack(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, delay); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil
@@ -302,7 +320,11 @@ func replay(rq *request) (int, any, error) {
 	if err := rq.body(&in, false); err != nil {
 		return 0, nil, err
 	}
-	msgs, err := rq.s.e.Replay(rq.ctx, rq.caller(in.ContractID), pigeon.ReplayRequest{Subject: rq.r.PathValue("name"),
+	c, err := rq.caller(in.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
+	msgs, err := rq.s.e.Replay(rq.ctx, c, pigeon.ReplayRequest{Subject: rq.r.PathValue("name"),
 		Reason: in.Reason, FromSequence: in.FromSequence, ToSequence: in.ToSequence, Max: in.Max})
 	if err != nil {
 		return 0, nil, err
@@ -378,7 +400,10 @@ func release(rq *request) (int, any, error) {
 	if err := rq.body(&in, false); err != nil {
 		return 0, nil, err
 	}
-	c := rq.caller(in.ContractID)
+	c, err := rq.caller(in.ContractID)
+	if err != nil {
+		return 0, nil, err
+	}
 	if c.ContractID == "" {
 		return 0, nil, pigeon.NewError(pigeon.CodeContractRequired, "releasing re-publishes: an x-pigeon-contract with publish on the subject is required")
 	}
