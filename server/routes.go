@@ -262,23 +262,21 @@ type settleBody struct {
 	ContractID string `json:"contractId"`
 }
 
-func (rq *request) settleBody() (settleBody, error) {
+// settleBody reads an ack's or a nack's body and the caller it acts as.
+func (rq *request) settleBody() (settleBody, pigeon.Caller, error) {
 	var in settleBody
 	if err := rq.body(&in, true); err != nil {
-		return in, err
+		return in, pigeon.Caller{}, err
 	}
 	if in.MessageID == "" {
-		return in, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required")
+		return in, pigeon.Caller{}, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required")
 	}
-	return in, nil
+	c, err := rq.caller(in.ContractID)
+	return in, c, err
 }
 
 func ack(rq *request) (int, any, error) {
-	in, err := rq.settleBody()
-	if err != nil {
-		return 0, nil, err
-	}
-	c, err := rq.caller(in.ContractID)
+	in, c, err := rq.settleBody()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -289,7 +287,7 @@ func ack(rq *request) (int, any, error) {
 }
 
 func nack(rq *request) (int, any, error) {
-	in, err := rq.settleBody()
+	in, c, err := rq.settleBody()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -298,10 +296,6 @@ func nack(rq *request) (int, any, error) {
 		if delay, err = pigeon.RetryDelayMillis(*in.DelayMs); err != nil {
 			return 0, nil, err
 		}
-	}
-	c, err := rq.caller(in.ContractID)
-	if err != nil {
-		return 0, nil, err
 	}
 	if err := rq.s.e.Nack(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, delay); err != nil {
 		return 0, nil, err
