@@ -46,26 +46,20 @@ func taskEnvelope(t *testing.T) int64 {
 // kept message. A bound not reached, or 0, trims nothing.
 func TestRetentionMaxBytes(t *testing.T) {
 	size := taskEnvelope(t)
-	type round struct {
-		advance time.Duration // on the clock before publishing
-		publish int
-		first   uint64 // the first retained sequence after the pass
-		trimmed string // the Ref of the pass's audit record; "" none
-	}
 	cases := []struct {
 		name     string
 		keep     time.Duration // retention.messagesMs
 		maxCount int64         // retention.maxMessages
 		maxBytes int64         // in bytes
-		rounds   []round
+		rounds   []retentionRound
 	}{
-		{"BoundReached", 0, 0, 3*size + size/2, []round{{0, 8, 6, "5"}}},
-		{"ExactlyTheBound", 0, 0, 3 * size, []round{{0, 8, 6, "5"}}},
-		{"BoundNotReachedThenReached", 0, 0, 5 * size, []round{{0, 4, 1, ""}, {0, 1, 1, ""}, {0, 3, 4, "3"}, {0, 0, 4, ""}}},
+		{"BoundReached", 0, 0, 3*size + size/2, []retentionRound{{0, 8, 6, "5"}}},
+		{"ExactlyTheBound", 0, 0, 3 * size, []retentionRound{{0, 8, 6, "5"}}},
+		{"BoundNotReachedThenReached", 0, 0, 5 * size, []retentionRound{{0, 4, 1, ""}, {0, 1, 1, ""}, {0, 3, 4, "3"}, {0, 0, 4, ""}}},
 		// 2 by age, 2 by count, 2 by size: one record of 6.
-		{"AfterTheAgeAndCountTrims", time.Hour, 4, 2 * size, []round{{0, 2, 1, ""}, {time.Hour + time.Minute, 6, 7, "6"}}},
-		{"CountAloneWithinTheBound", 0, 3, 10 * size, []round{{0, 8, 6, "5"}}},
-		{"ZeroIsNoBound", 0, 0, 0, []round{{0, 8, 1, ""}, {0, 1, 1, ""}}},
+		{"AfterTheAgeAndCountTrims", time.Hour, 4, 2 * size, []retentionRound{{0, 2, 1, ""}, {time.Hour + time.Minute, 6, 7, "6"}}},
+		{"CountAloneWithinTheBound", 0, 3, 10 * size, []retentionRound{{0, 8, 6, "5"}}},
+		{"ZeroIsNoBound", 0, 0, 0, []retentionRound{{0, 8, 1, ""}, {0, 1, 1, ""}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -76,68 +70,19 @@ func TestRetentionMaxBytes(t *testing.T) {
 					}
 				}
 			})
-			boss, bob := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run")
-			release, err := f.e.HoldGroup(ctx, "tasks.run", pigeon.DefaultGroup)
-			require.NoError(t, err)
-			defer release()
-
-			var ids, audits []string
-			for i, r := range c.rounds {
-				f.clock.Advance(r.advance)
-				ids = append(ids, publishTasks(t, boss, len(ids)+1, len(ids)+r.publish)...)
-				if i == 0 {
-					// The group handles the first message; the rest wait.
-					require.Equal(t, ids[:1], receiveIDs(t, bob, "tasks.run", 1))
-					require.NoError(t, bob.Ack(ctx, "tasks.run", ids[0]))
-				}
-				f.e.EnforceRetention(ctx)
-
-				first, last, err := st.Bounds(ctx, "tasks.run")
-				require.NoError(t, err)
-				require.Equal(t, [2]uint64{r.first, uint64(len(ids))}, [2]uint64{first, last}, "round %d: bounds", i)
-				msgs, err := st.Read(ctx, "tasks.run", 0, 0)
-				require.NoError(t, err)
-				var kept []string
+			runRetentionRounds(t, f, st, c.rounds, func(i int, kept []store.Message) {
 				var held uint64
-				for _, m := range msgs {
+				for _, m := range kept {
 					require.Len(t, m.Body, int(size), "every task's envelope is as long")
-					kept = append(kept, m.ID)
 					held += uint64(len(m.Body))
 				}
-				require.Equal(t, ids[r.first-1:], kept, "round %d: the newest messages, oldest first", i)
 				got, err := st.Bytes(ctx, "tasks.run")
 				require.NoError(t, err)
 				require.Equal(t, held, got, "round %d: the store's count of bytes", i)
 				if c.maxBytes > 0 {
 					require.LessOrEqual(t, held, uint64(c.maxBytes), "round %d: within the bound", i)
 				}
-				if r.trimmed != "" {
-					audits = append(audits, r.trimmed)
-				}
-				var refs []string
-				for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
-					require.Equal(t, "tasks.run", rec.Subject)
-					require.Equal(t, string(pigeon.CodeOK), rec.Code)
-					require.Equal(t, "tasks.run@v1", rec.PolicyID)
-					refs = append(refs, rec.Ref)
-				}
-				require.Equal(t, audits, refs, "round %d: one record per pass that trimmed, with how many went", i)
-				requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: max(1, r.first-1)})
-			}
-
-			// The group goes on at the first kept message (or the one after
-			// the message it handled), each once, in order.
-			first := max(2, c.rounds[len(c.rounds)-1].first)
-			var got []string
-			for range len(ids) {
-				next := receiveIDs(t, bob, "tasks.run", 1)
-				if len(next) == 0 {
-					break
-				}
-				require.NoError(t, bob.Ack(ctx, "tasks.run", next[0]))
-				got = append(got, next...)
-			}
-			require.Equal(t, ids[first-1:], got)
+			})
 		})
 	}
 }

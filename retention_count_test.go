@@ -21,23 +21,17 @@ import (
 // raised to it, and the group goes on at the first kept message. A bound
 // not reached, or 0, trims nothing.
 func TestRetentionMaxMessages(t *testing.T) {
-	type round struct {
-		advance time.Duration // on the clock before publishing
-		publish int
-		first   uint64 // the first retained sequence after the pass
-		trimmed string // the Ref of the pass's audit record; "" none
-	}
 	cases := []struct {
 		name   string
 		keep   time.Duration // retention.messagesMs
 		max    int64
-		rounds []round
+		rounds []retentionRound
 	}{
-		{"BoundReached", 0, 3, []round{{0, 8, 6, "5"}}},
-		{"BoundNotReachedThenReached", 0, 5, []round{{0, 4, 1, ""}, {0, 1, 1, ""}, {0, 3, 4, "3"}, {0, 0, 4, ""}}},
-		{"AfterTheAgeTrim", time.Hour, 3, []round{{0, 3, 1, ""}, {time.Hour + time.Minute, 5, 6, "5"}}}, // 3 by age, 2 by count
-		{"AgeAloneWithinTheBound", time.Hour, 10, []round{{0, 4, 1, ""}, {time.Hour + time.Minute, 4, 5, "4"}}},
-		{"ZeroIsNoBound", 0, 0, []round{{0, 8, 1, ""}, {0, 8, 1, ""}}},
+		{"BoundReached", 0, 3, []retentionRound{{0, 8, 6, "5"}}},
+		{"BoundNotReachedThenReached", 0, 5, []retentionRound{{0, 4, 1, ""}, {0, 1, 1, ""}, {0, 3, 4, "3"}, {0, 0, 4, ""}}},
+		{"AfterTheAgeTrim", time.Hour, 3, []retentionRound{{0, 3, 1, ""}, {time.Hour + time.Minute, 5, 6, "5"}}}, // 3 by age, 2 by count
+		{"AgeAloneWithinTheBound", time.Hour, 10, []retentionRound{{0, 4, 1, ""}, {time.Hour + time.Minute, 4, 5, "4"}}},
+		{"ZeroIsNoBound", 0, 0, []retentionRound{{0, 8, 1, ""}, {0, 8, 1, ""}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,60 +42,7 @@ func TestRetentionMaxMessages(t *testing.T) {
 					}
 				}
 			})
-			boss, bob := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run")
-			release, err := f.e.HoldGroup(ctx, "tasks.run", pigeon.DefaultGroup)
-			require.NoError(t, err)
-			defer release()
-
-			var ids, audits []string
-			for i, r := range c.rounds {
-				f.clock.Advance(r.advance)
-				ids = append(ids, publishTasks(t, boss, len(ids)+1, len(ids)+r.publish)...)
-				if i == 0 {
-					// The group handles the first message; the rest wait.
-					require.Equal(t, ids[:1], receiveIDs(t, bob, "tasks.run", 1))
-					require.NoError(t, bob.Ack(ctx, "tasks.run", ids[0]))
-				}
-				f.e.EnforceRetention(ctx)
-
-				first, last, err := st.Bounds(ctx, "tasks.run")
-				require.NoError(t, err)
-				require.Equal(t, [2]uint64{r.first, uint64(len(ids))}, [2]uint64{first, last}, "round %d: bounds", i)
-				msgs, err := st.Read(ctx, "tasks.run", 0, 0)
-				require.NoError(t, err)
-				var kept []string
-				for _, m := range msgs {
-					kept = append(kept, m.ID)
-				}
-				require.Equal(t, ids[r.first-1:], kept, "round %d: the newest messages, oldest first", i)
-				if r.trimmed != "" {
-					audits = append(audits, r.trimmed)
-				}
-				var refs []string
-				for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
-					require.Equal(t, "tasks.run", rec.Subject)
-					require.Equal(t, string(pigeon.CodeOK), rec.Code)
-					require.Equal(t, "tasks.run@v1", rec.PolicyID)
-					refs = append(refs, rec.Ref)
-				}
-				require.Equal(t, audits, refs, "round %d: one record per pass that trimmed, with how many went", i)
-				requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: max(1, r.first-1)})
-			}
-
-			// The group goes on at the first kept message (or the one after
-			// the message it handled), each once, in order.
-			first := max(2, c.rounds[len(c.rounds)-1].first)
-			var got []string
-			for range len(ids) {
-				next := receiveIDs(t, bob, "tasks.run", 1)
-				if len(next) == 0 {
-					break
-				}
-				require.NoError(t, bob.Ack(ctx, "tasks.run", next[0]))
-				got = append(got, next...)
-			}
-			require.Equal(t, ids[first-1:], got)
-			requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: uint64(len(ids))})
+			runRetentionRounds(t, f, st, c.rounds, nil)
 		})
 	}
 }
@@ -198,4 +139,79 @@ func TestMaxMessagesHoldsAfterASlowTrim(t *testing.T) {
 		require.NoError(t, err)
 		return last == sent && last-first+1 <= keep+slack
 	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// retentionRound is one round of a retention table test: the clock moves
+// on, the boss publishes tasks, a retention pass runs.
+type retentionRound struct {
+	advance time.Duration // on the clock before publishing
+	publish int
+	first   uint64 // the first retained sequence after the pass
+	trimmed string // the Ref of the pass's audit record; "" none
+}
+
+// runRetentionRounds runs rounds on tasks.run of f, whose store is st,
+// holding the default group. After the first round's publishes the group
+// handles the first message. After each pass it requires the bounds, the
+// newest messages kept, oldest first (check, when not nil, looks at them
+// too), one retention.messages record per pass that trimmed, with how
+// many went, and the group's floor raised to the cut. Then the group goes
+// on at the first kept message (or the one after the message it
+// handled), each once, in order, to the last.
+func runRetentionRounds(t *testing.T, f *fixture, st *memory.Store, rounds []retentionRound, check func(round int, kept []store.Message)) {
+	t.Helper()
+	boss, bob := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run")
+	release, err := f.e.HoldGroup(ctx, "tasks.run", pigeon.DefaultGroup)
+	require.NoError(t, err)
+	defer release()
+
+	var ids, audits []string
+	for i, r := range rounds {
+		f.clock.Advance(r.advance)
+		ids = append(ids, publishTasks(t, boss, len(ids)+1, len(ids)+r.publish)...)
+		if i == 0 {
+			require.Equal(t, ids[:1], receiveIDs(t, bob, "tasks.run", 1))
+			require.NoError(t, bob.Ack(ctx, "tasks.run", ids[0]))
+		}
+		f.e.EnforceRetention(ctx)
+
+		first, last, err := st.Bounds(ctx, "tasks.run")
+		require.NoError(t, err)
+		require.Equal(t, [2]uint64{r.first, uint64(len(ids))}, [2]uint64{first, last}, "round %d: bounds", i)
+		msgs, err := st.Read(ctx, "tasks.run", 0, 0)
+		require.NoError(t, err)
+		var kept []string
+		for _, m := range msgs {
+			kept = append(kept, m.ID)
+		}
+		require.Equal(t, ids[r.first-1:], kept, "round %d: the newest messages, oldest first", i)
+		if check != nil {
+			check(i, msgs)
+		}
+		if r.trimmed != "" {
+			audits = append(audits, r.trimmed)
+		}
+		var refs []string
+		for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
+			require.Equal(t, "tasks.run", rec.Subject)
+			require.Equal(t, string(pigeon.CodeOK), rec.Code)
+			require.Equal(t, "tasks.run@v1", rec.PolicyID)
+			refs = append(refs, rec.Ref)
+		}
+		require.Equal(t, audits, refs, "round %d: one record per pass that trimmed, with how many went", i)
+		requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: max(1, r.first-1)})
+	}
+
+	first := max(2, rounds[len(rounds)-1].first)
+	var got []string
+	for range len(ids) {
+		next := receiveIDs(t, bob, "tasks.run", 1)
+		if len(next) == 0 {
+			break
+		}
+		require.NoError(t, bob.Ack(ctx, "tasks.run", next[0]))
+		got = append(got, next...)
+	}
+	require.Equal(t, ids[first-1:], got)
+	requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: uint64(len(ids))})
 }
