@@ -114,13 +114,16 @@ type RetentionPolicy struct {
 	MessagesMs int64 `json:"messagesMs,omitempty" yaml:"messagesMs,omitempty"`
 	AuditMs    int64 `json:"auditMs,omitempty" yaml:"auditMs,omitempty"`
 	// MaxMessages is the most messages the subject keeps (0: no bound).
-	// Each retention pass trims the oldest beyond it, so the subject may
-	// hold more by what is published between two passes.
+	// Each retention pass trims the oldest beyond it, and so does a trim
+	// in the background once the subject passes it by a slack
+	// (MaxMessages/8, at least 32): see docs/policy.md.
 	MaxMessages int64 `json:"maxMessages,omitempty" yaml:"maxMessages,omitempty"`
 	// MaxBytes is the most bytes of stored messages the subject keeps (0:
 	// no bound), measured as the sum of the stored envelopes' lengths
-	// (store.ByteTrimmer). The oldest messages beyond it are trimmed; a
-	// message whose envelope alone is larger is refused.
+	// (store.ByteTrimmer). The oldest messages beyond it are trimmed, by
+	// each retention pass and in the background past a slack (MaxBytes/8,
+	// at least 64 KiB); a message whose envelope alone is larger is
+	// refused.
 	MaxBytes int64 `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty"`
 }
 
