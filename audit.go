@@ -58,6 +58,7 @@ const (
 	EventRetentionMessages    Event = "retention.messages"
 	EventRetentionGroups      Event = "retention.groups" // the stored progress of unused groups of a subject deleted; ref: how many
 	EventSubjectPurged        Event = "subject.purged"   // an admin removed the retained messages of a subject not in the catalog; ref: how many, principal: the admin
+	EventPurgeDenied          Event = "purge.denied"     // a purge refused (FORBIDDEN, CONFLICT, BAD_REQUEST); principal: the caller, subject: the one named, code: why; coalesced per principal and code
 	EventStoreTruncated       Event = "store.truncated"
 	EventAuditResumed         Event = "audit.resumed"
 	// Events of programs (package programs).

@@ -12,10 +12,11 @@ import (
 // rate, RATE_LIMITED; at the contract gate: no contract, an expired or
 // revoked one, a subject or operation it does not grant; an ack of a
 // message leased to someone else, ACK_NOT_ALLOWED; a principal at its
-// most contracts, subscriptions or groups, TOO_MANY_*), or that refuse a
-// message before anything else is judged (at the envelope gate, which
-// comes before the contract and rate gates), is written to the audit log
-// as its first refusal and one record for the rest. Such a refusal is
+// most contracts, subscriptions or groups, TOO_MANY_*; a purge refused,
+// purge.denied), or that refuse a message before anything else is judged
+// (at the envelope gate, which comes before the contract and rate gates),
+// is written to the audit log as its first refusal and one record for the
+// rest. Such a refusal is
 // cheap, and comes as fast as a client retries (a client over its limit,
 // or looping on a contract that expired, or sending malformed envelopes),
 // but it would still add one record each: the log, and the disk under it,
@@ -26,7 +27,9 @@ import (
 // principal, subject, gate and code; refusals naming no subject the broker
 // knows (unknown ones, and every envelope refusal, whose subject is the
 // sender's to choose) are one run whatever subject they name, so naming a
-// new one each time starts no new run. Refusals of a message's content
+// new one each time starts no new run; so are purge refusals other than
+// CONFLICT (whose subject is one of the catalog's), since a purge names
+// any subject, the catalog's or not. Refusals of a message's content
 // past the envelope are written one by one.
 const (
 	// coalesceWindow is how long after the first refusal of a run like
@@ -52,7 +55,7 @@ func coalesced(r *store.AuditRecord) bool {
 	switch {
 	case r.Code == string(CodeRateLimited), r.Code == string(CodeAckNotAllowed),
 		r.Code == string(CodeTooManyContracts), r.Code == string(CodeTooManySubscriptions), r.Code == string(CodeTooManyGroups):
-	case r.Gate == GateContract, r.Gate == GateEnvelope:
+	case r.Gate == GateContract, r.Gate == GateEnvelope, r.Type == string(EventPurgeDenied):
 	default:
 		return false
 	}
@@ -62,7 +65,8 @@ func coalesced(r *store.AuditRecord) bool {
 // keyOf names the run of r.
 func keyOf(r *store.AuditRecord) coalesceKey {
 	subject := r.Subject
-	if r.Gate == GateEnvelope || r.Code == string(CodeSubjectNotFound) {
+	if r.Gate == GateEnvelope || r.Code == string(CodeSubjectNotFound) ||
+		r.Type == string(EventPurgeDenied) && r.Code != string(CodeConflict) {
 		subject = ""
 	}
 	return coalesceKey{r.Type, r.Principal, subject, r.Gate, r.Code}

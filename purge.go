@@ -28,17 +28,27 @@ import (
 // nothing, writes no record and returns 0. The stored progress of the
 // subject's groups stays; group retention deletes it
 // (Options.GroupRetention). A store without SeqTrimmer is refused with
-// BAD_REQUEST.
+// BAD_REQUEST, and so is an empty subject.
+//
+// Each refusal (FORBIDDEN, CONFLICT, BAD_REQUEST) writes one purge.denied
+// record with the caller as principal (empty for a nil one), the subject
+// and the refusal's code; a run of them from one principal is coalesced
+// like the refusals that judge who asks (docs/storage.md). A purge
+// refused because the audit log cannot be written (the code of the
+// store's failure) writes none: that log is the one that failed.
+//
+// PurgeSubject is safe for concurrent use; it waits for a retention pass
+// that is trimming, and holds catalog loads off until it is done.
 func (e *Engine) PurgeSubject(ctx context.Context, p *Principal, subject string) (int, error) {
 	if !p.HasRole(RoleAdmin) {
-		return 0, NewError(CodeForbidden, "purging a subject's messages requires the role %s", RoleAdmin)
+		return 0, e.refusePurge(ctx, p, subject, NewError(CodeForbidden, "purging a subject's messages requires the role %s", RoleAdmin))
 	}
 	if subject == "" {
-		return 0, NewError(CodeBadRequest, "a subject is required")
+		return 0, e.refusePurge(ctx, p, subject, NewError(CodeBadRequest, "a subject is required"))
 	}
 	st, ok := e.store.(store.SeqTrimmer)
 	if !ok {
-		return 0, NewError(CodeBadRequest, "the store cannot remove messages (it is no store.SeqTrimmer)")
+		return 0, e.refusePurge(ctx, p, subject, NewError(CodeBadRequest, "the store cannot remove messages (it is no store.SeqTrimmer)"))
 	}
 	if err := e.auditGuard(ctx); err != nil {
 		return 0, err
@@ -46,10 +56,11 @@ func (e *Engine) PurgeSubject(ctx context.Context, p *Principal, subject string)
 	// The catalog cannot take the subject in while its messages go, and
 	// the purge is one trim among the retention pass's.
 	e.catMu.Lock()
-	defer e.catMu.Unlock()
 	if e.subject(subject) != nil {
-		return 0, NewError(CodeConflict, "subject %q is in the catalog: its retention governs its messages; purge it once the policy no longer has it", subject)
+		e.catMu.Unlock()
+		return 0, e.refusePurge(ctx, p, subject, NewError(CodeConflict, "subject %q is in the catalog: its retention governs its messages; purge it once the policy no longer has it", subject))
 	}
+	defer e.catMu.Unlock()
 	e.trimMu.Lock()
 	defer e.trimMu.Unlock()
 	first, last, err := e.store.Bounds(ctx, subject)
@@ -70,4 +81,16 @@ func (e *Engine) PurgeSubject(ctx context.Context, p *Principal, subject string)
 		return n, storeError(err)
 	}
 	return n, nil
+}
+
+// refusePurge writes the purge.denied record of refused, p's purge of
+// subject, and returns refused. The refusal stands whether or not its
+// record could be written.
+func (e *Engine) refusePurge(ctx context.Context, p *Principal, subject string, refused *Error) *Error {
+	var who string
+	if p != nil {
+		who = p.ID
+	}
+	e.audit(ctx, EventPurgeDenied.record(OutcomeDeny, refused.Code, store.AuditRecord{Subject: subject, Principal: who}))
+	return refused
 }

@@ -14,6 +14,7 @@
 //	pigeon subscribe --subject S [flags]
 //	pigeon quarantine list|show ID|release ID [flags]
 //	pigeon program deploy NAME --module F.wasm --manifest F.json | list | show NAME | remove NAME | rollback NAME [--version N] [flags]
+//	pigeon subject purge NAME [flags]
 //	pigeon audit verify --data DIR | --store nats://host:4222[,…]
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
@@ -53,6 +54,7 @@ commands:
                               review quarantined messages (role auditor)
   program deploy|list|show|remove|rollback
                               manage programs bound to routes (role admin or programs)
+  subject purge NAME          remove every retained message of a subject no longer in the catalog (role admin)
   audit verify --data DIR     verify the audit chain of a data directory, offline
   audit tail                  print audit records as JSON lines (role auditor)
   audit receipts --data DIR ID  who was handed message ID and acknowledged it, offline
@@ -113,6 +115,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 		return quarantineCmd(ctx, sub, rest[1:], stdout, stderr)
 	case cmd == "program" && (sub == "deploy" || sub == "list" || sub == "show" || sub == "remove" || sub == "rollback"):
 		return programCmd(ctx, sub, rest[1:], stdout, stderr)
+	case cmd == "subject" && sub == "purge":
+		return subjectPurgeCmd(ctx, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "verify":
 		return auditVerifyCmd(ctx, o, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "receipts":

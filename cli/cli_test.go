@@ -32,6 +32,7 @@ func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--help"}, {"serve", "-h"}, {"broker", "start", "--help"}, {"demo", "--help"},
 		{"publish", "--help"}, {"subscribe", "-h"}, {"quarantine", "list", "--help"}, {"audit", "tail", "-h"},
+		{"subject", "purge", "--help"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var stdout, stderr strings.Builder

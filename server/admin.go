@@ -15,6 +15,9 @@ const RoleAdmin = pigeon.RoleAdmin
 //
 // This table is where admin operations are authorized: the Engine methods
 // behind it trust their caller, as they trust an embedding application.
+// The purge is the exception: it is open to any authenticated principal
+// here, and Engine.PurgeSubject refuses a caller without the role admin
+// (403 FORBIDDEN) itself, so that the refusal is audited (purge.denied).
 func (s *Server) adminRoutes() {
 	s.route("/v1/accounts", map[string]endpoint{
 		http.MethodGet:  {admin, listAccounts},
@@ -40,11 +43,12 @@ func (s *Server) adminRoutes() {
 	})
 	s.route("/v1/grants", map[string]endpoint{http.MethodPost: {admin, issueGrant}})
 	s.route("/v1/grants/{jti}", map[string]endpoint{http.MethodDelete: {admin, revokeGrant}})
-	s.route("/v1/subjects/{name}/messages", map[string]endpoint{http.MethodDelete: {admin, purgeSubject}})
+	s.route("/v1/subjects/{name}/messages", map[string]endpoint{http.MethodDelete: {member, purgeSubject}})
 }
 
 // purgeSubject removes the retained messages of a subject no longer in
-// the catalog (Engine.PurgeSubject, which checks the role again).
+// the catalog (Engine.PurgeSubject, which checks the role and audits a
+// refusal).
 func purgeSubject(rq *request) (int, any, error) {
 	n, err := rq.s.e.PurgeSubject(rq.ctx, rq.p, rq.r.PathValue("name"))
 	if err != nil {
