@@ -13,7 +13,8 @@ import (
 // revoked one, a subject or operation it does not grant; an ack of a
 // message leased to someone else, ACK_NOT_ALLOWED; a principal at its
 // most contracts, subscriptions or groups, TOO_MANY_*; a purge refused,
-// purge.denied), or that refuse a message before anything else is judged
+// purge.denied; an operation refused for want of a role, access.denied),
+// or that refuse a message before anything else is judged
 // (at the envelope gate, which comes before the contract and rate gates),
 // is written to the audit log as its first refusal and one record for the
 // rest. Such a refusal is
@@ -55,7 +56,7 @@ func coalesced(r *store.AuditRecord) bool {
 	switch {
 	case r.Code == string(CodeRateLimited), r.Code == string(CodeAckNotAllowed),
 		r.Code == string(CodeTooManyContracts), r.Code == string(CodeTooManySubscriptions), r.Code == string(CodeTooManyGroups):
-	case r.Gate == GateContract, r.Gate == GateEnvelope, r.Type == string(EventPurgeDenied):
+	case r.Gate == GateContract, r.Gate == GateEnvelope, r.Type == string(EventPurgeDenied), r.Type == string(EventAccessDenied):
 	default:
 		return false
 	}

@@ -74,17 +74,19 @@ func TestSubjectPurge(t *testing.T) {
 	// The refusals of a caller the server knows are in the audit log.
 	exit, stdout, stderr := r.pigeon(t, ctx, "audit", "tail", "--token", "auditor-token")
 	require.Equal(t, 0, exit, stderr)
-	type denial struct{ Principal, Subject, Code string }
+	// The route refuses a caller without the role; the engine, a purge of
+	// a subject of the catalog.
+	type denial struct{ Type, Principal, Subject, Ref, Code string }
 	var denied []denial
 	for line := range strings.Lines(stdout) {
 		var rec pigeon.AuditRecord
 		require.NoError(t, json.Unmarshal([]byte(line), &rec))
-		if rec.Type == string(pigeon.EventPurgeDenied) {
-			denied = append(denied, denial{rec.Principal, rec.Subject, rec.Code})
+		if rec.Type == string(pigeon.EventPurgeDenied) || rec.Type == string(pigeon.EventAccessDenied) {
+			denied = append(denied, denial{rec.Type, rec.Principal, rec.Subject, rec.Ref, rec.Code})
 		}
 	}
 	require.Equal(t, []denial{
-		{demo.Orders, "retired.events", string(pigeon.CodeForbidden)},
-		{demo.Administrator, "payments.authorize", string(pigeon.CodeConflict)},
+		{string(pigeon.EventAccessDenied), demo.Orders, "", "DELETE /v1/subjects/{name}/messages", string(pigeon.CodeForbidden)},
+		{string(pigeon.EventPurgeDenied), demo.Administrator, "payments.authorize", "", string(pigeon.CodeConflict)},
 	}, denied)
 }

@@ -100,6 +100,17 @@ func TestRollbackOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, st, "version 2 runs as another account: %v", body)
 	st, body = call(t, http.MethodPost, base+"/v1/programs/mine/rollback", "client-token", nil)
 	require.Equal(t, http.StatusForbidden, st, "%v", body)
+	// Both refusals are audited: the deployer's by the handler (another
+	// account's program), the client's by the route (no role).
+	recs, err := f.e.Audit(context.Background(), 0, 0)
+	require.NoError(t, err)
+	var denied []string
+	for _, rec := range recs {
+		if rec.Type == string(pigeon.EventAccessDenied) {
+			denied = append(denied, rec.Principal+" "+rec.Ref)
+		}
+	}
+	require.Equal(t, []string{progAcc + " POST /v1/programs/{name}/rollback", client + " POST /v1/programs/{name}/rollback"}, denied)
 	st, body = call(t, http.MethodPost, base+"/v1/programs/mine/rollback", "deployer-token", map[string]int{"version": 1})
 	require.Equal(t, http.StatusOK, st, "%v", body)
 	require.EqualValues(t, 4, body["program"].(map[string]any)["version"])

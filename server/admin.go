@@ -15,9 +15,7 @@ const RoleAdmin = pigeon.RoleAdmin
 //
 // This table is where admin operations are authorized: the Engine methods
 // behind it trust their caller, as they trust an embedding application.
-// The purge is the exception: it is open to any authenticated principal
-// here, and Engine.PurgeSubject refuses a caller without the role admin
-// (403 FORBIDDEN) itself, so that the refusal is audited (purge.denied).
+// A caller refused here for want of the role is audited (access.denied).
 func (s *Server) adminRoutes() {
 	s.route("/v1/accounts", map[string]endpoint{
 		http.MethodGet:  {admin, listAccounts},
@@ -43,12 +41,12 @@ func (s *Server) adminRoutes() {
 	})
 	s.route("/v1/grants", map[string]endpoint{http.MethodPost: {admin, issueGrant}})
 	s.route("/v1/grants/{jti}", map[string]endpoint{http.MethodDelete: {admin, revokeGrant}})
-	s.route("/v1/subjects/{name}/messages", map[string]endpoint{http.MethodDelete: {member, purgeSubject}})
+	s.route("/v1/subjects/{name}/messages", map[string]endpoint{http.MethodDelete: {admin, purgeSubject}})
 }
 
 // purgeSubject removes the retained messages of a subject no longer in
-// the catalog (Engine.PurgeSubject, which checks the role and audits a
-// refusal).
+// the catalog (Engine.PurgeSubject, which checks the role again and
+// audits its own refusals as purge.denied).
 func purgeSubject(rq *request) (int, any, error) {
 	n, err := rq.s.e.PurgeSubject(rq.ctx, rq.p, rq.r.PathValue("name"))
 	if err != nil {

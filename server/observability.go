@@ -83,7 +83,7 @@ func (s *Server) consoleContext(w http.ResponseWriter, r *http.Request) *pigeon.
 		return nil
 	}
 	if !p.HasRole(RoleAuditor) {
-		writeError(w, pigeon.NewError(pigeon.CodeForbidden, "the console's live events require the role %s", RoleAuditor))
+		writeError(w, s.denied(r, p, pigeon.NewError(pigeon.CodeForbidden, "the console's live events require the role %s", RoleAuditor)))
 		return nil
 	}
 	return p

@@ -52,7 +52,7 @@ func deployProgram(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	if !rq.p.HasRole(RoleAdmin) && man.Account != rq.p.ID {
-		return 0, nil, pigeon.NewError(pigeon.CodeForbidden, "only an admin may deploy a program that runs as another account")
+		return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may deploy a program that runs as another account"))
 	}
 	info, err := rq.s.opts.Programs.Deploy(rq.ctx, rq.p, rq.r.PathValue("name"), man, in.Module)
 	if err != nil {
@@ -85,7 +85,7 @@ func removeProgram(rq *request) (int, any, error) {
 			return 0, nil, err
 		}
 		if info.Manifest.Account != rq.p.ID {
-			return 0, nil, pigeon.NewError(pigeon.CodeForbidden, "only an admin may remove a program that runs as another account")
+			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may remove a program that runs as another account"))
 		}
 	}
 	if err := rq.s.opts.Programs.Remove(rq.ctx, rq.p, name); err != nil {
@@ -126,7 +126,7 @@ func rollbackProgram(rq *request) (int, any, error) {
 			return 0, nil, err
 		}
 		if info.Manifest.Account != rq.p.ID || rev.Manifest.Account != rq.p.ID {
-			return 0, nil, pigeon.NewError(pigeon.CodeForbidden, "only an admin may roll back a program that runs as another account")
+			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may roll back a program that runs as another account"))
 		}
 		in.Version = rev.Version // the version checked, whatever is deployed meanwhile
 	}

@@ -21,8 +21,8 @@ import (
 // 401 without a credential, 403 FORBIDDEN without the role), answers 200
 // with how many went, 0 once none are left, and refuses a subject of the
 // catalog with 409 CONFLICT. Each refusal of an authenticated caller is
-// in the audit log as purge.denied with its principal, subject and code
-// (the engine decides the role, not the route).
+// in the audit log: the route's for want of the role as access.denied
+// naming the route, the engine's as purge.denied naming the subject.
 func TestPurgeSubjectMessages(t *testing.T) {
 	st := memory.New(nil)
 	e, err := pigeon.New(context.Background(), &pigeon.Options{
@@ -63,20 +63,21 @@ func TestPurgeSubjectMessages(t *testing.T) {
 	r := purge("/v1/subjects/notifications.send/messages", "admin-token")
 	require.Equal(t, http.StatusConflict, r.status, "%s", r.body)
 	require.Equal(t, pigeon.CodeConflict, r.code(t))
-	type denial struct{ principal, subject, code string }
+	type denial struct{ event, principal, subject, ref, code string }
 	var denied []denial
 	recs, err := e.Audit(context.Background(), 0, 0)
 	require.NoError(t, err)
 	for _, rec := range recs {
-		if rec.Type == string(pigeon.EventPurgeDenied) {
+		if rec.Type == string(pigeon.EventPurgeDenied) || rec.Type == string(pigeon.EventAccessDenied) {
 			require.Equal(t, string(pigeon.OutcomeDeny), rec.Outcome)
-			denied = append(denied, denial{rec.Principal, rec.Subject, rec.Code})
+			denied = append(denied, denial{rec.Type, rec.Principal, rec.Subject, rec.Ref, rec.Code})
 		}
 	}
+	route := "DELETE /v1/subjects/{name}/messages"
 	require.Equal(t, []denial{
-		{demo.Auditor, "retired.events", string(pigeon.CodeForbidden)},
-		{demo.Orders, "retired.events", string(pigeon.CodeForbidden)},
-		{demo.Administrator, "notifications.send", string(pigeon.CodeConflict)},
+		{string(pigeon.EventAccessDenied), demo.Auditor, "", route, string(pigeon.CodeForbidden)},
+		{string(pigeon.EventAccessDenied), demo.Orders, "", route, string(pigeon.CodeForbidden)},
+		{string(pigeon.EventPurgeDenied), demo.Administrator, "notifications.send", "", string(pigeon.CodeConflict)},
 	}, denied, "every refusal of a caller it knows is audited")
 	r = doRequest(t, http.MethodGet, hs.URL+path, "admin-token", "")
 	require.Equal(t, http.StatusMethodNotAllowed, r.status)

@@ -89,20 +89,8 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 				unauthorized(w, err)
 				return
 			}
-			if ep.access == auditor && !p.HasRole(RoleAuditor) {
-				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor))
-				return
-			}
-			if ep.access == admin && !p.HasRole(RoleAdmin) {
-				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin))
-				return
-			}
-			if ep.access == operator && !p.HasRole(RoleAdmin) && !p.HasRole(RolePrograms) {
-				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s or %s", RoleAdmin, RolePrograms))
-				return
-			}
-			if ep.access == self && p.ID != r.PathValue("id") && !p.HasRole(RoleAdmin) {
-				writeError(w, pigeon.NewError(pigeon.CodeForbidden, "only the account itself or an admin may call this route"))
+			if refused := mayCall(ep.access, p, r); refused != nil {
+				writeError(w, s.denied(r, p, refused))
 				return
 			}
 			rq.p, rq.region = p, region
@@ -114,6 +102,36 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		}
 		writeJSON(w, status, body)
 	})
+}
+
+// denied audits refused, the refusal of r to p for want of a role, as an
+// access.denied record naming the operation ("DELETE /v1/grants/{jti}":
+// the method and the route's pattern, never the path the caller chose),
+// and returns it. The refusal stands whether or not its record is
+// written; a run of them from one principal is coalesced.
+func (s *Server) denied(r *http.Request, p *pigeon.Principal, refused *pigeon.Error) *pigeon.Error {
+	op := r.Pattern
+	if !strings.Contains(op, " ") { // a pattern without its method
+		op = r.Method + " " + op
+	}
+	_ = s.e.Record(r.Context(), pigeon.EventAccessDenied, refused.Code, pigeon.AuditRecord{Principal: p.ID, Ref: op})
+	return refused
+}
+
+// mayCall returns the refusal (403 FORBIDDEN) of r by p, an authenticated
+// principal, on an endpoint of access a, or nil when p may call it.
+func mayCall(a access, p *pigeon.Principal, r *http.Request) *pigeon.Error {
+	switch {
+	case a == auditor && !p.HasRole(RoleAuditor):
+		return pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAuditor)
+	case a == admin && !p.HasRole(RoleAdmin):
+		return pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin)
+	case a == operator && !p.HasRole(RoleAdmin) && !p.HasRole(RolePrograms):
+		return pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s or %s", RoleAdmin, RolePrograms)
+	case a == self && p.ID != r.PathValue("id") && !p.HasRole(RoleAdmin):
+		return pigeon.NewError(pigeon.CodeForbidden, "only the account itself or an admin may call this route")
+	}
+	return nil
 }
 
 func (s *Server) routes() {
