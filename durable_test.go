@@ -208,7 +208,7 @@ func TestRetentionTrimsInBackground(t *testing.T) {
 	require.Eventually(t, func() bool {
 		first, last, err := st.Bounds(ctx, "notifications.send")
 		return err == nil && first == 2 && last == 2
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 	_, err = e.VerifyAudit(ctx)
 	require.NoError(t, err)
 }

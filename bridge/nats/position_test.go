@@ -49,7 +49,7 @@ func TestOutJetStreamResumesAcrossRestarts(t *testing.T) {
 					info, err := st.Info(t.Context())
 					require.NoError(t, err)
 					return info.State.Msgs == uint64(n)
-				}, 10*time.Second, 5*time.Millisecond, "the stream holds %d messages", n)
+				}, 30*time.Second, 5*time.Millisecond, "the stream holds %d messages", n)
 			}
 
 			// Each bridge carries what is published while it runs, then
@@ -60,7 +60,7 @@ func TestOutJetStreamResumesAcrossRestarts(t *testing.T) {
 				rb := start(t, opts)
 				publish(n.up)
 				stored(len(ids))
-				require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == uint64(n.down+n.up) }, 5*time.Second, 5*time.Millisecond,
+				require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == uint64(n.down+n.up) }, 30*time.Second, 5*time.Millisecond,
 					"round %d: each message carried by one bridge", round)
 				rb.stop(t)
 				s := routeStats(rb.b, "orders-out")
@@ -125,7 +125,7 @@ func TestOutJetStreamForeignPosition(t *testing.T) {
 				require.NoError(t, err)
 				ids = append(ids, res.Message.ID)
 			}
-			require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded >= 2 }, 10*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded >= 2 }, 30*time.Second, 5*time.Millisecond)
 			time.Sleep(100 * time.Millisecond) // anything carried from before would have come by now
 			info, err := st.Info(t.Context())
 			require.NoError(t, err)

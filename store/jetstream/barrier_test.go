@@ -54,7 +54,7 @@ func TestClusterBarrier(t *testing.T) {
 		// A node that shows signs of life but applies nothing.
 		_, err := n1.cl.applied.Put(ctx, token("ghost"), []byte(`{"dir":0,"con":0}`))
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return n1.cl.sees("ghost") }, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return n1.cl.sees("ghost") }, 30*time.Second, 10*time.Millisecond)
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		err = n1.e.RevokeContract(rctx, c.Principal, c.ContractID)
@@ -65,7 +65,7 @@ func TestClusterBarrier(t *testing.T) {
 
 		// Once the node is gone, a retry confirms.
 		require.NoError(t, n1.cl.applied.Delete(ctx, token("ghost")))
-		require.Eventually(t, func() bool { return !n1.cl.sees("ghost") }, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return !n1.cl.sees("ghost") }, 30*time.Second, 10*time.Millisecond)
 		require.NoError(t, n1.e.RevokeContract(ctx, c.Principal, c.ContractID))
 		revoked(t, n2.e, c)
 	})
