@@ -67,7 +67,8 @@ func TestOutJetStreamResumesAcrossRestarts(t *testing.T) {
 				require.Equal(t, uint64(n.down+n.up), s.Forwarded, "round %d: each message carried by one bridge", round)
 				require.Zero(t, s.Duplicates, "round %d: the bridge started right after the stream's last message", round)
 			}
-			time.Sleep(100 * time.Millisecond) // a late copy would have come by now
+			// Every bridge has stopped (Shutdown waits for Run): no copy can
+			// come later.
 			info, err := st.Info(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, uint64(len(ids)), info.State.Msgs, "none skipped, none twice")
@@ -126,7 +127,9 @@ func TestOutJetStreamForeignPosition(t *testing.T) {
 				ids = append(ids, res.Message.ID)
 			}
 			require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded >= 2 }, 30*time.Second, 5*time.Millisecond)
-			time.Sleep(100 * time.Millisecond) // anything carried from before would have come by now
+			// Stopped (Shutdown waits for Run), the bridge has stored all it
+			// carried: anything from before the start would be there too.
+			rb.stop(t)
 			info, err := st.Info(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, uint64(3), info.State.Msgs, "the foreign message, then what was published after the start")
