@@ -591,7 +591,7 @@ func TestRequestReply(t *testing.T) {
 			return
 		}
 	}()
-	tctx, cancel := contextWithTimeout(5 * time.Second)
+	tctx, cancel := contextWithTimeout(30 * time.Second)
 	defer cancel()
 	reply, err := checkout.Request(tctx, demo.Payment("o-1"))
 	require.NoError(t, err)

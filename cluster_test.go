@@ -174,7 +174,7 @@ func TestClusterSeam(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(handled) == 20
-		}, 10*time.Second, 5*time.Millisecond)
+		}, 30*time.Second, 5*time.Millisecond)
 		mu.Lock()
 		defer mu.Unlock()
 		require.False(t, overlap)
@@ -209,7 +209,7 @@ func TestClusterSeam(t *testing.T) {
 		require.Eventually(t, func() bool {
 			_, err := es[1].GetRole(ctx, "member")
 			return err == nil
-		}, 10*time.Second, 5*time.Millisecond)
+		}, 30*time.Second, 5*time.Millisecond)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,7 +209,7 @@ func TestRetentionTrimsInBackground(t *testing.T) {
 	require.Eventually(t, func() bool {
 		first, last, err := st.Bounds(ctx, "notifications.send")
 		return err == nil && first == 2 && last == 2
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 	_, err = e.VerifyAudit(ctx)
 	require.NoError(t, err)
 }
@@ -216,11 +217,15 @@ func TestRetentionTrimsInBackground(t *testing.T) {
 // failingAudit is a memory store whose audit appends fail while fail is set.
 type failingAudit struct {
 	store.Store
-	fail atomic.Bool
+	fail   atomic.Bool
+	probes atomic.Int64 // failed writes of an audit.resumed record: a paused caller probing
 }
 
 func (f *failingAudit) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
 	if f.fail.Load() {
+		if slices.ContainsFunc(recs, func(r store.AuditRecord) bool { return r.Type == string(pigeon.EventAuditResumed) }) {
+			f.probes.Add(1)
+		}
 		return fmt.Errorf("disk on fire: %w", store.ErrFull)
 	}
 	return f.Store.AppendAudit(ctx, recs...)
@@ -429,8 +434,14 @@ func TestAuditFailurePausesDeliveries(t *testing.T) {
 	bad.Subject = "no.such.subject"
 	_, err = orders.Publish(ctx, bad)
 	require.Error(t, err)
+	probes := st.probes.Load()
 	close(hold) // k-2 is next, and must wait
-	require.Never(t, func() bool { return len(got) > 0 }, 300*time.Millisecond, 10*time.Millisecond)
+	// Before a delivery the subscription probes the log, and waits while
+	// the probe fails: two probes since the handler was freed, and k-2 has
+	// still not come.
+	require.Eventually(t, func() bool { return st.probes.Load() >= probes+2 }, 30*time.Second, time.Millisecond,
+		"the subscription probes the audit log")
+	require.Empty(t, got, "nothing is delivered while the audit log cannot be written")
 	st.fail.Store(false)
 	select {
 	case id := <-got:

@@ -111,7 +111,7 @@ func TestHeldGroupFloorRaisedByRetention(t *testing.T) {
 	sub, err := alice.Subscribe(ctx, "tasks.run", got.handler("held"), pigeon.WithGroup("held"))
 	require.NoError(t, err)
 	release() // the subscriber holds it now: it stays in memory
-	require.Eventually(t, func() bool { return len(got.ids("held")) >= len(kept) }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(got.ids("held")) >= len(kept) }, 30*time.Second, time.Millisecond)
 	require.NoError(t, sub.Unsubscribe(ctx))
 	require.ElementsMatch(t, kept, got.ids("held"), "each retained message once")
 	requireProgress(t, st, "tasks.run", "held", store.GroupState{Floor: 10})

@@ -146,7 +146,7 @@ func TestGroupProgressSurvivesEviction(t *testing.T) {
 	first := publishTasks(t, boss, 1, 3)
 	sub, err := alice.Subscribe(ctx, "tasks.run", got.handler("alice"), pigeon.WithGroup("mailers"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return got.count("alice") == 3 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return got.count("alice") == 3 }, 30*time.Second, time.Millisecond)
 	require.NoError(t, sub.Unsubscribe(ctx))
 	require.ElementsMatch(t, first, got.ids("alice"))
 	require.False(t, f.e.GroupLoaded("tasks.run", "mailers"), "the idle group left memory")
@@ -154,9 +154,9 @@ func TestGroupProgressSurvivesEviction(t *testing.T) {
 	second := publishTasks(t, boss, 4, 6)
 	sub, err = bob.Subscribe(ctx, "tasks.run", got.handler("bob"), pigeon.WithGroup("mailers"), pigeon.WithMaxInFlight(4))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return got.count("bob") >= 3 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return got.count("bob") >= 3 }, 30*time.Second, time.Millisecond)
 	third := publishTasks(t, boss, 7, 7) // delivered after the rest: nothing else is on its way
-	require.Eventually(t, func() bool { return got.count("bob") == 4 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return got.count("bob") == 4 }, 30*time.Second, time.Millisecond)
 	require.NoError(t, sub.Unsubscribe(ctx))
 	require.ElementsMatch(t, append(second, third...), got.ids("bob"), "only what the group had not done, once each")
 	require.False(t, f.e.GroupLoaded("tasks.run", "mailers"))
@@ -229,7 +229,7 @@ func TestGroupWithLeasesStays(t *testing.T) {
 				require.Equal(t, id, msgs[0].ID)
 				require.NoError(t, bob.Ack(ctx, "tasks.run", id))
 			} else {
-				require.Eventually(t, func() bool { return got.count("bob") == 1 }, 10*time.Second, time.Millisecond, "the delay passed: the task is back")
+				require.Eventually(t, func() bool { return got.count("bob") == 1 }, 30*time.Second, time.Millisecond, "the delay passed: the task is back")
 				require.Equal(t, []string{id}, got.ids("bob"))
 				require.NoError(t, sub.Unsubscribe(ctx))
 			}
@@ -318,7 +318,7 @@ func TestGivenBackWorkLeavesWithTheGroup(t *testing.T) {
 		return nil
 	}, pigeon.WithGroup("relay"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == len(ids) }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(attempts) == len(ids) }, 30*time.Second, time.Millisecond)
 	require.NoError(t, sub2.Unsubscribe(ctx))
 	for _, id := range ids {
 		require.Equal(t, 1, attempts[id], "task %s: the given-back attempt did not count", id)

@@ -52,7 +52,7 @@ func consume(t *testing.T, f *fixture, s pigeon.Session, got *handled, group str
 	t.Helper()
 	sub, err := s.Subscribe(ctx, "tasks.run", got.handler(group), pigeon.WithGroup(group))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(got.ids(group)) >= want }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(got.ids(group)) >= want }, 30*time.Second, time.Millisecond)
 	require.NoError(t, sub.Unsubscribe(ctx))
 	require.Len(t, got.ids(group), want)
 	require.False(t, f.e.GroupLoaded("tasks.run", group))
@@ -283,7 +283,7 @@ func TestGroupLoadWaitsForPrune(t *testing.T) {
 	bob := f.connect("bob-token", "tasks.run")
 	sub, err := bob.Subscribe(ctx, "tasks.run", got.handler("mailers"), pigeon.WithGroup("mailers"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(got.ids("mailers")) >= 6 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return len(got.ids("mailers")) >= 6 }, 30*time.Second, time.Millisecond,
 		"the group starts again from the first message")
 	require.NoError(t, sub.Unsubscribe(ctx))
 	require.ElementsMatch(t, append(ids, ids...), got.ids("mailers"))

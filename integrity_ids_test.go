@@ -174,11 +174,11 @@ func TestRequestIDCannotBeHijacked(t *testing.T) {
 	thief := f.connect("gateway-token", "payments.authorize")
 	m := demo.Payment("o-9")
 	m.ID = "req-victim"
-	short, cancel2 := context.WithTimeout(ctx, 2*time.Second)
+	bounded, cancel2 := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel2()
-	_, err := thief.Request(short, m)
+	_, err := thief.Request(bounded, m)
 	requireCode(t, err, pigeon.CodeMessageIDTaken)
-	_, err = checkout.Request(short, m)
+	_, err = checkout.Request(bounded, m)
 	requireCode(t, err, pigeon.CodeMessageIDTaken)
 
 	_, err = gateway.Publish(ctx, demo.Approval(req.ID))
@@ -286,7 +286,7 @@ func receiveOne(t *testing.T, s pigeon.Session, subject string) *pigeon.Message 
 			m = got[0]
 		}
 		return m != nil
-	}, 5*time.Second, time.Millisecond)
+	}, 30*time.Second, time.Millisecond)
 	return m
 }
 

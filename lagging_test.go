@@ -130,7 +130,7 @@ func TestLaggingSubscriberPastTrimmedMessagesWaits(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seqs) > 0 && seqs[len(seqs)-1] == last
-	}, 10*time.Second, time.Millisecond, "the message after the trim arrives")
+	}, 30*time.Second, time.Millisecond, "the message after the trim arrives")
 }
 
 // chatSessions starts an engine on the transport suite's options (and st,

@@ -98,7 +98,7 @@ func TestObserverSeesTheEngine(t *testing.T) {
 		return a.snapshot(func(r *recorder) bool {
 			return r.stages[pigeon.StageDeliver] >= 2 && len(r.notes[pigeon.NoteRedelivery]) >= 1
 		})
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 
 	for _, r := range []*recorder{a, b} {
 		r.snapshot(func(r *recorder) bool {
@@ -218,7 +218,7 @@ func TestStatsListsGroupsInTheStoreOnly(t *testing.T) {
 	publishTasks(t, boss, 1, 2)
 	sub, err := alice.Subscribe(ctx, "tasks.run", got.handler("alice"), pigeon.WithGroup("mailers"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return got.count("alice") == 2 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return got.count("alice") == 2 }, 30*time.Second, time.Millisecond)
 	require.NoError(t, sub.Unsubscribe(ctx))
 	require.False(t, f.e.GroupLoaded("tasks.run", "mailers"), "the idle group left memory")
 	publishTasks(t, boss, 3, 5)

@@ -18,7 +18,8 @@ import (
 // as a replicated store without a quorum does.
 type quorumStore struct {
 	*memory.Store
-	down atomic.Bool
+	down    atomic.Bool
+	refused atomic.Int64 // reads refused while down
 }
 
 func (q *quorumStore) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
@@ -30,6 +31,7 @@ func (q *quorumStore) Append(ctx context.Context, m store.Message) (store.Messag
 
 func (q *quorumStore) Read(ctx context.Context, subject string, from uint64, max int) ([]store.Message, error) {
 	if q.down.Load() {
+		q.refused.Add(1)
 		return nil, store.ErrNoQuorum
 	}
 	return q.Store.Read(ctx, subject, from, max)
@@ -63,7 +65,10 @@ func TestStoreWithoutQuorum(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // the subscription reads (and fails) meanwhile
+	// The subscription reads, is refused, and reads again: it waits.
+	refused := qs.refused.Load()
+	require.Eventually(t, func() bool { return qs.refused.Load() >= refused+3 }, 30*time.Second, time.Millisecond,
+		"the subscription reads again after a refusal")
 	select {
 	case <-sub.Done():
 		t.Fatalf("the subscription stopped: %v", sub.Err())

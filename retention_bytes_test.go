@@ -118,7 +118,7 @@ func TestMaxBytesHoldsBetweenPasses(t *testing.T) {
 		held, err = st.Bytes(ctx, "tasks.run")
 		require.NoError(t, err)
 		return held <= keep+slack
-	}, 10*time.Second, 5*time.Millisecond, "held %d bytes", held)
+	}, 30*time.Second, 5*time.Millisecond, "held %d bytes", held)
 	first, last, err := st.Bounds(ctx, "tasks.run")
 	require.NoError(t, err)
 	require.Equal(t, uint64(sent), last)
@@ -145,7 +145,7 @@ func TestMaxBytesHoldsBetweenPasses(t *testing.T) {
 		first, _, err = st.Bounds(ctx, "tasks.run") // a trim may have ended since
 		require.NoError(t, err)
 		return audited() == int(first-1)
-	}, 10*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
+	}, 30*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
 }
 
 // TestMaxBytesRefusesAMessageLargerThanTheBound: a message whose stored

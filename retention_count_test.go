@@ -71,7 +71,7 @@ func TestMaxMessagesHoldsBetweenPasses(t *testing.T) {
 		first, last, err = st.Bounds(ctx, "tasks.run")
 		require.NoError(t, err)
 		return last-first+1 <= keep+slack
-	}, 10*time.Second, 5*time.Millisecond, "held %d..%d", first, last)
+	}, 30*time.Second, 5*time.Millisecond, "held %d..%d", first, last)
 	require.Equal(t, uint64(sent), last)
 	msgs, err := st.Read(ctx, "tasks.run", 0, 0)
 	require.NoError(t, err)
@@ -95,7 +95,7 @@ func TestMaxMessagesHoldsBetweenPasses(t *testing.T) {
 		first, _, err = st.Bounds(ctx, "tasks.run") // a trim may have ended since
 		require.NoError(t, err)
 		return audited() == int(first-1)
-	}, 10*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
+	}, 30*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
 }
 
 // heldTrims is a memory store whose first TrimThrough waits for let.
@@ -138,7 +138,7 @@ func TestMaxMessagesHoldsAfterASlowTrim(t *testing.T) {
 		first, last, err := st.Bounds(ctx, "tasks.run")
 		require.NoError(t, err)
 		return last == sent && last-first+1 <= keep+slack
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 }
 
 // retentionRound is one round of a retention table test: the clock moves

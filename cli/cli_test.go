@@ -21,7 +21,7 @@ import (
 // waitFor polls cond until it holds, failing after a generous deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		require.True(t, time.Now().Before(deadline), "waiting for %s", what)
 		time.Sleep(10 * time.Millisecond)

@@ -216,7 +216,7 @@ func TestServeTLSWithCLI(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	var res struct{ Message struct{ ID string } }
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(lines.String(), res.Message.ID) {
 		require.True(t, time.Now().Before(deadline), "subscribe printed %q, %q", lines.String(), subErr.String())
 		time.Sleep(10 * time.Millisecond)
@@ -240,7 +240,7 @@ func TestServeTLSWithCLI(t *testing.T) {
 // at start, from the flag and from the file.
 func TestServeWebSocketOrigins(t *testing.T) {
 	dial := func(t *testing.T, url, origin string) (int, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		h := http.Header{"Origin": {origin}, "Authorization": {"Bearer orders-token"}}
 		c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/v1/ws",

@@ -207,7 +207,7 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, stderr, "SENSITIVE_FIELD_DENIED")
 	require.NotContains(t, stderr, "078-05-1120")
 
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(lines.String(), res.Message.ID) {
 		require.True(t, time.Now().Before(deadline), "subscribe printed %q", lines.String())
 		time.Sleep(10 * time.Millisecond)

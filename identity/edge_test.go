@@ -362,7 +362,7 @@ func TestEdgeCertificateReload(t *testing.T) {
 	// A good new pair is picked up without a restart.
 	sc, sk := f.root.issue(t, leafOpts{server: true})
 	writePair(t, f.dir, "server", sc, sk)
-	require.Eventually(t, func() bool { return serialOf() == sc.SerialNumber.String() }, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return serialOf() == sc.SerialNumber.String() }, 30*time.Second, 100*time.Millisecond)
 	_, err = s.Publish(ctx, &pigeon.Message{Type: "e", Subject: subject, Intent: "record", Data: []byte(`{}`)})
 	require.NoError(t, err)
 	requireNoSecrets(t, f.logs.String())

@@ -225,7 +225,7 @@ func TestConsumerLagAndDeliveries(t *testing.T) {
 	require.Eventually(t, func() bool { // delivery records are written in the background
 		delivered, _ = value(scrape(t, reg), "pigeon_deliveries_total", map[string]string{"subject": "notifications.send"})
 		return delivered == 3
-	}, 5*time.Second, 10*time.Millisecond, "delivered %v", delivered)
+	}, 30*time.Second, 10*time.Millisecond, "delivered %v", delivered)
 }
 
 // TestConsumerLagWithoutConsumers: a group whose consumers have all gone

@@ -122,15 +122,15 @@ func TestMaxConnections(t *testing.T) {
 	status, _ = get(t, a)
 	require.Equal(t, http.StatusOK, status, "a held connection goes on")
 	require.NoError(t, a.Close())
-	require.Eventually(t, func() bool { s, _ := fresh(t, addr, nil); return s == http.StatusOK }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { s, _ := fresh(t, addr, nil); return s == http.StatusOK }, 30*time.Second, 10*time.Millisecond,
 		"a closed connection frees its place")
 
 	// The place again, once the server saw the last fresh connection go.
-	require.Eventually(t, func() bool { return tryHold(t, addr) }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return tryHold(t, addr) }, 30*time.Second, 10*time.Millisecond)
 	status, _ = fresh(t, addr, nil)
 	require.Equal(t, http.StatusTooManyRequests, status)
 	require.NoError(t, ws.Close(websocket.StatusNormalClosure, ""))
-	require.Eventually(t, func() bool { s, _ := fresh(t, addr, nil); return s == http.StatusOK }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { s, _ := fresh(t, addr, nil); return s == http.StatusOK }, 30*time.Second, 10*time.Millisecond,
 		"a closed WebSocket frees its place")
 }
 
@@ -147,7 +147,7 @@ func TestMaxConnectionsPerIP(t *testing.T) {
 	status, _ = fresh(t, addr, two)
 	require.Equal(t, http.StatusOK, status, "another address has places of its own")
 	require.NoError(t, b.Close())
-	require.Eventually(t, func() bool { s, _ := fresh(t, addr, one); return s == http.StatusOK }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { s, _ := fresh(t, addr, one); return s == http.StatusOK }, 30*time.Second, 10*time.Millisecond)
 }
 
 // Over TLS a connection beyond the cap is closed before its handshake
@@ -181,7 +181,7 @@ func TestMaxConnectionsTLS(t *testing.T) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 5*time.Second, 10*time.Millisecond)
+	}, 30*time.Second, 10*time.Millisecond)
 }
 
 // The default caps the connections; a negative MaxConnections does not.

@@ -79,7 +79,7 @@ func (c *consoleServer) start(t *testing.T) {
 		var err error
 		l, err = net.Listen("tcp", addr)
 		return err == nil
-	}, 5*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 	c.addr = l.Addr().String()
 	c.srv = server.New(c.e, &server.Options{Feed: c.feed})
 	c.done = make(chan error, 1)

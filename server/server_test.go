@@ -19,14 +19,18 @@ import (
 
 // Serve runs the API with timeouts; Shutdown stops it, closes WebSockets
 // with 1001 and is idempotent.
+//
+// The header timeout is short, so the listener hands the server each
+// connection only once its first bytes have come: the well-behaved
+// requests, written in one piece, are then read whole however late the
+// client was scheduled after its dial, and only the slow client is cut off.
 func TestServeAndShutdown(t *testing.T) {
 	ctx := context.Background()
 	e, err := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog()})
 	require.NoError(t, err)
 	defer e.Shutdown(ctx)
 	s := server.New(e, &server.Options{ReadHeaderTimeout: 100 * time.Millisecond})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	l := arrivedListener(t)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(l) }()
 	base := "http://" + l.Addr().String()
@@ -68,3 +72,36 @@ func TestServeAndShutdown(t *testing.T) {
 	require.Equal(t, websocket.StatusGoingAway, <-status)
 	require.ErrorIs(t, s.Serve(l), http.ErrServerClosed, "no serving after Shutdown")
 }
+
+// arrivedListener listens on a loopback port and hands out a connection
+// once the client's first bytes have arrived (or 30 s have passed), so
+// that the server's read timeouts count from the request's arrival rather
+// than from a dial that a busy machine may leave unwritten for a while.
+func arrivedListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	return arrived{l}
+}
+
+type arrived struct{ net.Listener }
+
+func (l arrived) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, _ = r.Peek(1) // a failure shows in the server's own read
+	_ = c.SetReadDeadline(time.Time{})
+	return &peeked{Conn: c, r: r}, nil
+}
+
+// peeked is a connection whose first bytes were read ahead into r.
+type peeked struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peeked) Read(b []byte) (int, error) { return c.r.Read(b) }

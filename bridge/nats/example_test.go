@@ -67,7 +67,7 @@ func Example() {
 	nc.Publish("legacy.orders", []byte(`{"orderId":"o-2"}`))
 	m := <-got
 	fmt.Println(m.Subject, m.Type, m.Source, string(m.Data))
-	out, _ := exported.NextMsg(5 * time.Second)
+	out, _ := exported.NextMsg(30 * time.Second)
 	fmt.Println(out.Header.Get("Pigeon-Bridge"), out.Header.Get("Nats-Msg-Id") == m.ID)
 	fmt.Println(b.Stats().Routes[0].Refused)
 	// Output:

@@ -178,7 +178,7 @@ func startBridge(t testing.TB, b *Bridge) *running {
 	rb := &running{b: b, done: make(chan error, 1)}
 	go func() { rb.done <- b.Run(context.Background()) }()
 	t.Cleanup(func() { rb.stop(t) })
-	require.Eventually(t, func() bool { return b.Stats().Connected }, 10*time.Second, 5*time.Millisecond, "the bridge did not connect")
+	require.Eventually(t, func() bool { return b.Stats().Connected }, 30*time.Second, 5*time.Millisecond, "the bridge did not connect")
 	return rb
 }
 

@@ -57,8 +57,8 @@ func TestIn(t *testing.T) {
 				require.Eventually(t, func() bool {
 					s := routeStats(rb.b, "orders-in")
 					return s.Forwarded == 2 && (jsMode || s.Duplicates == 1)
-				}, 5*time.Second, 5*time.Millisecond)
-				require.Eventually(t, func() bool { return len(got.all()) == 2 }, 5*time.Second, 5*time.Millisecond)
+				}, 30*time.Second, 5*time.Millisecond)
+				require.Eventually(t, func() bool { return len(got.all()) == 2 }, 30*time.Second, 5*time.Millisecond)
 				time.Sleep(50 * time.Millisecond)
 				msgs := got.all()
 				require.Len(t, msgs, 2, "each message once")
@@ -127,13 +127,13 @@ func TestInRefusals(t *testing.T) {
 			_, err = v.js.Publish(t.Context(), "legacy.payments", []byte(payment("ok-1", "")))
 			require.NoError(t, err)
 
-			require.Eventually(t, func() bool { return len(got.all()) == 1 }, 5*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return len(got.all()) == 1 }, 30*time.Second, 5*time.Millisecond)
 			require.Equal(t, "nats-LEGACY-6", got.all()[0].ID)
 			for range refusals {
-				_, err := terms.NextMsg(5 * time.Second)
+				_, err := terms.NextMsg(30 * time.Second)
 				require.NoError(t, err, "each refused message is terminated")
 			}
-			require.Eventually(t, func() bool { return routeStats(rb.b, "payments-in").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return routeStats(rb.b, "payments-in").Forwarded == 1 }, 30*time.Second, 5*time.Millisecond)
 			s := routeStats(rb.b, "payments-in")
 			want := map[pigeon.Code]uint64{}
 			for _, r := range refusals {
@@ -147,7 +147,7 @@ func TestInRefusals(t *testing.T) {
 				info, err := c.Info(t.Context())
 				require.NoError(t, err)
 				return info.NumAckPending == 0 && info.NumPending == 0 && info.NumRedelivered == 0
-			}, 5*time.Second, 5*time.Millisecond, "nothing is left to redeliver")
+			}, 30*time.Second, 5*time.Millisecond, "nothing is left to redeliver")
 			time.Sleep(50 * time.Millisecond)
 			require.Len(t, got.all(), 1, "no refused message reached the subscriber")
 		})
@@ -180,12 +180,12 @@ func TestInExactlyOnceAcrossRestart(t *testing.T) {
 	require.NoError(t, err)
 	first.skipAck = func(string, string) bool { return true }
 	rb := startBridge(t, first)
-	require.Eventually(t, func() bool { return len(got.all()) == n }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(got.all()) == n }, 30*time.Second, 5*time.Millisecond)
 	rb.stop(t)
 	require.Equal(t, uint64(n), routeStats(first, "orders-in").Forwarded)
 
 	second := start(t, opts)
-	require.Eventually(t, func() bool { return routeStats(second.b, "orders-in").Duplicates == n }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return routeStats(second.b, "orders-in").Duplicates == n }, 30*time.Second, 5*time.Millisecond)
 	require.Zero(t, routeStats(second.b, "orders-in").Forwarded)
 	require.Empty(t, routeStats(second.b, "orders-in").Refused)
 	require.Eventually(t, func() bool {
@@ -194,7 +194,7 @@ func TestInExactlyOnceAcrossRestart(t *testing.T) {
 		info, err := c.Info(t.Context())
 		require.NoError(t, err)
 		return info.NumAckPending == 0 && info.NumPending == 0
-	}, 5*time.Second, 5*time.Millisecond, "every message is acknowledged")
+	}, 30*time.Second, 5*time.Millisecond, "every message is acknowledged")
 	msgs := got.all()
 	require.Len(t, msgs, n, "the subscriber saw each message once")
 	seen := map[string]bool{}
@@ -245,14 +245,14 @@ func TestInJetStreamPullEndsWithContext(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			go func() { done <- b.Run(ctx) }()
-			require.Eventually(t, func() bool { return b.Stats().Connected }, 10*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return b.Stats().Connected }, 30*time.Second, 5*time.Millisecond)
 			cons, err := st.Consumer(t.Context(), "orders-in")
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {
 				info, err := cons.Info(t.Context())
 				require.NoError(t, err)
 				return info.NumWaiting > 0
-			}, 5*time.Second, 5*time.Millisecond, "a pull waits on the server")
+			}, 30*time.Second, 5*time.Millisecond, "a pull waits on the server")
 
 			if tt.failing {
 				// Every pull now fails at once; the loop backs off after
@@ -278,7 +278,7 @@ func TestInJetStreamPullEndsWithContext(t *testing.T) {
 			}
 			if !assert.Eventually(t, func() bool {
 				return !goroutinesIn("(*inRoute).startJetStream", "(*pullConsumer).fetch") && v.nc.NumSubscriptions() == subs
-			}, time.Second, 5*time.Millisecond) {
+			}, 30*time.Second, 5*time.Millisecond) {
 				t.Fatalf("the loop or its pulls left goroutines or subscriptions (%d, want %d):\n%s", v.nc.NumSubscriptions(), subs, goroutineStacks())
 			}
 		})

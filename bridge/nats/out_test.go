@@ -48,11 +48,11 @@ func TestOut(t *testing.T) {
 					if jsMode {
 						m, err := st.GetMsg(t.Context(), uint64(i+1))
 						if err != nil {
-							require.Eventually(t, func() bool { m, err = st.GetMsg(t.Context(), uint64(i+1)); return err == nil }, 5*time.Second, 5*time.Millisecond)
+							require.Eventually(t, func() bool { m, err = st.GetMsg(t.Context(), uint64(i+1)); return err == nil }, 30*time.Second, 5*time.Millisecond)
 						}
 						data, h = m.Data, m.Header
 					} else {
-						m, err := sub.NextMsg(5 * time.Second)
+						m, err := sub.NextMsg(30 * time.Second)
 						require.NoError(t, err)
 						data, h = m.Data, m.Header
 					}
@@ -65,7 +65,7 @@ func TestOut(t *testing.T) {
 					require.NoError(t, err)
 					require.Equal(t, appPrin, back.Source)
 				}
-				require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 3 }, 5*time.Second, 5*time.Millisecond)
+				require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 3 }, 30*time.Second, 5*time.Millisecond)
 				s := rb.b.Stats()
 				require.True(t, s.Connected)
 				require.Equal(t, bridgePrin, s.Principal)
@@ -85,12 +85,12 @@ func TestOutJetStreamAcksAfterPubAck(t *testing.T) {
 	}})
 	res, err := publisher(t, v.e).Publish(t.Context(), order("o-1"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 30*time.Second, 5*time.Millisecond,
 		"the publish fails while no stream takes the subject, and the broker redelivers")
 	require.Zero(t, routeStats(rb.b, "orders-out").Forwarded)
 
 	st := v.stream(t, "LATE", "late.orders")
-	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // a second copy would have come by now
 	info, err := st.Info(t.Context())
 	require.NoError(t, err)
@@ -120,19 +120,19 @@ func TestOutCoreAcksAfterFlush(t *testing.T) {
 
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	require.Eventually(t, func() bool { return !nc.IsConnected() }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return !nc.IsConnected() }, 30*time.Second, 5*time.Millisecond)
 	res, err := publisher(t, e).Publish(t.Context(), order("o-1"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 30*time.Second, 5*time.Millisecond,
 		"NATS did not take it, and the broker redelivers")
 	require.Zero(t, routeStats(rb.b, "orders-out").Forwarded)
 
 	runNATS(t, port, dir)
-	m, err := sub.NextMsg(10 * time.Second)
+	m, err := sub.NextMsg(30 * time.Second)
 	require.NoError(t, err)
 	require.Equal(t, res.Message.ID, m.Header.Get("Nats-Msg-Id"))
 	require.Equal(t, string(res.AppendMessageJSON(nil)), string(m.Data))
-	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 30*time.Second, 5*time.Millisecond)
 	_, err = sub.NextMsg(200 * time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout, "the message arrived once")
 }
@@ -161,17 +161,17 @@ func TestOutCoreFailedFlushRedelivers(t *testing.T) {
 	bh.swallow(true)
 	res, err := publisher(t, e).Publish(t.Context(), order("o-1"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Retried >= 2 }, 30*time.Second, 5*time.Millisecond,
 		"the flush failed, and the broker redelivers")
 	require.Zero(t, routeStats(rb.b, "orders-out").Forwarded)
 	require.Equal(t, nats.CONNECTED, nc.Status(), "the connection looked up throughout")
 
 	bh.swallow(false)
 	bh.cut() // the server saw part of a frame at most: a new connection
-	m, err := sub.NextMsg(10 * time.Second)
+	m, err := sub.NextMsg(30 * time.Second)
 	require.NoError(t, err)
 	require.Equal(t, res.Message.ID, m.Header.Get(HeaderMsgID))
-	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == 1 }, 30*time.Second, 5*time.Millisecond)
 }
 
 // blackholeDialer dials NATS for a client whose writes it can swallow:

@@ -49,7 +49,7 @@ func TestOutJetStreamResumesAcrossRestarts(t *testing.T) {
 					info, err := st.Info(t.Context())
 					require.NoError(t, err)
 					return info.State.Msgs == uint64(n)
-				}, 10*time.Second, 5*time.Millisecond, "the stream holds %d messages", n)
+				}, 30*time.Second, 5*time.Millisecond, "the stream holds %d messages", n)
 			}
 
 			// Each bridge carries what is published while it runs, then
@@ -60,14 +60,15 @@ func TestOutJetStreamResumesAcrossRestarts(t *testing.T) {
 				rb := start(t, opts)
 				publish(n.up)
 				stored(len(ids))
-				require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == uint64(n.down+n.up) }, 5*time.Second, 5*time.Millisecond,
+				require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded == uint64(n.down+n.up) }, 30*time.Second, 5*time.Millisecond,
 					"round %d: each message carried by one bridge", round)
 				rb.stop(t)
 				s := routeStats(rb.b, "orders-out")
 				require.Equal(t, uint64(n.down+n.up), s.Forwarded, "round %d: each message carried by one bridge", round)
 				require.Zero(t, s.Duplicates, "round %d: the bridge started right after the stream's last message", round)
 			}
-			time.Sleep(100 * time.Millisecond) // a late copy would have come by now
+			// Every bridge has stopped (Shutdown waits for Run): no copy can
+			// come later.
 			info, err := st.Info(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, uint64(len(ids)), info.State.Msgs, "none skipped, none twice")
@@ -125,8 +126,10 @@ func TestOutJetStreamForeignPosition(t *testing.T) {
 				require.NoError(t, err)
 				ids = append(ids, res.Message.ID)
 			}
-			require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded >= 2 }, 10*time.Second, 5*time.Millisecond)
-			time.Sleep(100 * time.Millisecond) // anything carried from before would have come by now
+			require.Eventually(t, func() bool { return routeStats(rb.b, "orders-out").Forwarded >= 2 }, 30*time.Second, 5*time.Millisecond)
+			// Stopped (Shutdown waits for Run), the bridge has stored all it
+			// carried: anything from before the start would be there too.
+			rb.stop(t)
 			info, err := st.Info(t.Context())
 			require.NoError(t, err)
 			require.Equal(t, uint64(3), info.State.Msgs, "the foreign message, then what was published after the start")

@@ -38,7 +38,7 @@ func TestIdempotencyClaimsExpire(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := s.idem.Get(ctx, token("pay-1"))
 		return errors.Is(err, jetstream.ErrKeyNotFound)
-	}, 15*time.Second, 100*time.Millisecond, "the claim's TTL removes the key")
+	}, 30*time.Second, 100*time.Millisecond, "the claim's TTL removes the key")
 
 	late := m
 	late.ID, late.Time, late.IdemExpires = "m3", time.Now(), time.Now().Add(time.Hour)

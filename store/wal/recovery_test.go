@@ -240,7 +240,7 @@ func TestSnapshotCorruption(t *testing.T) {
 	for i := range 40 {
 		require.NoError(t, s.Put(t.Context(), "b", "k", []byte{byte(i)}))
 	}
-	require.Eventually(t, func() bool { _, err := os.Stat(s.snapshotPath()); return err == nil }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { _, err := os.Stat(s.snapshotPath()); return err == nil }, 30*time.Second, 5*time.Millisecond)
 	require.NoError(t, s.Close(t.Context()))
 	p := filepath.Join(dir, "meta.snapshot")
 	require.NoError(t, os.Truncate(p, fileSize(t, p)-1)) // a snapshot is written whole: no torn tail

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	before := runtime.NumGoroutine()
 	code := m.Run()
 	if code == 0 {
-		deadline := time.Now().Add(3 * time.Second)
+		deadline := time.Now().Add(30 * time.Second)
 		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -279,7 +279,7 @@ func TestMetaCompaction(t *testing.T) {
 	require.Eventually(t, func() bool {
 		first, _ := s.meta.w.bounds()
 		return first > 1000
-	}, 5*time.Second, 5*time.Millisecond, "the compactor truncates the meta log")
+	}, 30*time.Second, 5*time.Millisecond, "the compactor truncates the meta log")
 	require.FileExists(t, filepath.Join(dir, "meta.snapshot"))
 	require.NoError(t, s.Close(ctx))
 

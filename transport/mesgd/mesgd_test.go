@@ -198,7 +198,7 @@ func TestContractEndClosesTheConnection(t *testing.T) {
 			}
 		}
 		return id != ""
-	}, 10*time.Second, 5*time.Millisecond)
+	}, 30*time.Second, 5*time.Millisecond)
 	require.NoError(t, e.RevokeContract(ctx, &pigeon.Principal{ID: "alice"}, id))
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

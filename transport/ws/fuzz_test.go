@@ -127,7 +127,7 @@ func fuzzProbe(t testing.TB, c *websocket.Conn) bool {
 // settled waits until the server holds no connection, no queued byte and
 // no more goroutines than base.
 func (v *env) settled(t testing.TB, base int) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st := v.srv.Stats()
 		g := runtime.NumGoroutine()

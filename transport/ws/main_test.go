@@ -124,7 +124,7 @@ func (v *env) dial(t testing.TB, token string, subjects []string, opts ...ws.Opt
 // eventually polls cond until it holds or 10 s pass.
 func eventually(t testing.TB, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out: "+msg, args...)

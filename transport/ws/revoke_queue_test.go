@@ -49,7 +49,7 @@ func TestRevocationCutsTheWriteQueue(t *testing.T) {
 					Data: json.RawMessage(`{"kind":"chat","room":"lobby","n":` + strconv.Itoa(i) + `,"text":"` + text + `"}`)})
 				require.NoError(t, err)
 			}
-			require.Eventually(t, func() bool { return v.srv.Stats().QueuedBytes > 8<<20 }, 10*time.Second, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return v.srv.Stats().QueuedBytes > 8<<20 }, 30*time.Second, 10*time.Millisecond,
 				"deliveries wait in the write queue")
 
 			p, err := v.e.Authenticate(ctx, "bob-token")
@@ -83,7 +83,7 @@ func TestRevocationCutsTheWriteQueue(t *testing.T) {
 			}
 			require.Less(t, got, n/2, "the queued deliveries were written after the revocation: %d of %d", got, n)
 			require.Positive(t, v.srv.Stats().CutFrames)
-			require.Eventually(t, func() bool { return v.srv.Stats().QueuedBytes == 0 }, 10*time.Second, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return v.srv.Stats().QueuedBytes == 0 }, 30*time.Second, 10*time.Millisecond,
 				"the cut frames gave their bytes back")
 		})
 	}

@@ -237,7 +237,7 @@ routes:
 		mu.Lock()
 		defer mu.Unlock()
 		return len(fromNATS) > 0
-	}, 10*time.Second, 10*time.Millisecond, "nothing crossed to Pigeon: %s", stderr.String())
+	}, 30*time.Second, 10*time.Millisecond, "nothing crossed to Pigeon: %s", stderr.String())
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
