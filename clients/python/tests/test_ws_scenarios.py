@@ -168,7 +168,10 @@ async def test_subscribe_selector(server):
             sent.append((kind, site, d.id))
         want = [i for k, s, i in sent if (k, s) == ("temp", "lab")]
         await eventually(lambda: len(got) >= 2, what="two temp@lab readings")
-        await asyncio.sleep(0.3)
+        # A matching marker published last: once it is in, anything before it
+        # that the selector let through would be too.
+        want.append((await sen.publish(telemetry("temp", "lab", tag + len(sent)))).id)
+        await eventually(lambda: len(got) >= 3, what="the marker")
         assert [m["id"] for m in got] == want
     finally:
         await mon.close()
@@ -329,12 +332,14 @@ async def test_request_timeout(server):
     scenario("request.timeout")
     co = await connect(server.ws, "checkout-token", PAY)
     try:
-        t0 = time.monotonic()
+        # The bound only catches a hang. The server's answer at the 0.3 s
+        # asked for is told from the client's own backstop (seconds later,
+        # the same code) by its message, which comes from the server.
         with pytest.raises(RequestTimeoutError) as e:
-            await within(co.request(payment(), timeout=0.3), 10)
+            await within(co.request(payment(), timeout=0.3), 30)
         assert e.value.code == "REQUEST_TIMEOUT"
         assert e.value.status == 504
-        assert time.monotonic() - t0 < 5
+        assert "no answer from the server" not in e.value.message, "the client's backstop, not the server's answer"
     finally:
         await co.close()
 
@@ -450,15 +455,17 @@ async def test_session_closed(server):
         await within(started.wait(), 10)
         await within(w.close(), 10)  # finishes the running handler and its ack
         assert finished.is_set()
-        t0 = time.monotonic()
+        # Each fails with SESSION_CLOSED (no connection is waited for: a
+        # request would otherwise end in a timeout); the bound only catches a hang.
         with pytest.raises(SessionClosedError) as e:
-            await w.publish(notification())
+            await within(w.publish(notification()), 10)
         assert e.value.code == "SESSION_CLOSED"
-        with pytest.raises(SessionClosedError):
-            await w.subscribe("notifications.send", lambda d: None)
-        with pytest.raises(SessionClosedError):
-            await w.request(payment())
-        assert time.monotonic() - t0 < 0.5
+        with pytest.raises(SessionClosedError) as e:
+            await within(w.subscribe("notifications.send", lambda d: None), 10)
+        assert e.value.code == "SESSION_CLOSED"
+        with pytest.raises(SessionClosedError) as e:
+            await within(w.request(payment(), timeout=60), 10)
+        assert e.value.code == "SESSION_CLOSED"
         # The ack was taken: past the 2 s ack wait the message does not come back.
         w2 = await connect(server.ws, "notifier-token", NOTIFY)
         back: list[str] = []
@@ -476,14 +483,15 @@ async def test_transport_server_closes(own_server):
     own_server.start()
     co = await connect(own_server.ws, "checkout-token", PAY, reconnect=False)
     try:
-        pending = asyncio.ensure_future(co.request(payment(), timeout=30))
+        # A timeout far beyond the bound below: only the server's death can
+        # end the request within it, and a timeout would be a
+        # RequestTimeoutError, not a TransportError. The bound only catches a hang.
+        pending = asyncio.ensure_future(co.request(payment(), timeout=60))
         await asyncio.sleep(0.3)
         assert not pending.done()
-        t0 = time.monotonic()
         own_server.kill()
         with pytest.raises(TransportError):
-            await within(pending, 5)
-        assert time.monotonic() - t0 < 3
+            await within(pending, 30)
         with pytest.raises(TransportError):
             await co.publish(payment())
     finally:
@@ -512,17 +520,21 @@ async def test_reconnect_server_restart(own_server):
         await within(take(4, 3), 10)
         assert received == before
         own_server.kill()
-        await asyncio.sleep(0.3)
+        # Started again once both sessions saw the loss: they reconnect to it.
+        await eventually(lambda: not mon.connected and not sen.connected, what="the lost connections")
         own_server.start()
         await within(mon.wait_connected(20), 25)
         await within(sen.wait_connected(20), 25)
         assert mon.reconnects >= 1 and sen.reconnects >= 1
         after = [(await sen.publish(telemetry("temp", "restart", 10 + i))).id for i in range(3)]
         await within(take(8, 3), 15)
-        await asyncio.sleep(0.3)
+        # A marker published last: once it is in, a second copy of anything
+        # before it would be too.
+        marker = (await sen.publish(telemetry("temp", "restart", 99))).id
+        await within(take(9, 3), 15)
         # From the last acknowledged position: the unanswered one again, then
         # everything published after the restart; nothing acked before it twice.
-        assert received[4:] == [before[3]] + after
+        assert received[4:] == [before[3]] + after + [marker]
         assert not set(received[4:]) & set(before[:3])
     finally:
         await mon.close()
@@ -566,8 +578,10 @@ async def test_reconnect_to_a_renumbered_subject(pigeon_bin):
             await eventually(lambda: mon.reconnects == 2 and mon.connected, what="the second resume")
             await sen.publish(telemetry("b", "renumbered", 3))
             await eventually(lambda: len(handled) >= 8, what="the next message")
-            await asyncio.sleep(0.3)  # nothing more comes
-            assert handled[7:] == ["b-3"]
+            # A marker published last: anything more before it would be in by now.
+            await sen.publish(telemetry("b", "renumbered", 4))
+            await eventually(lambda: len(handled) >= 9, what="the marker")
+            assert handled[7:] == ["b-3", "b-4"]
         finally:
             await mon.close()
             await sen.close()
@@ -914,8 +928,10 @@ async def test_reconnect_resume_from_start(server):
         mon.url = url
         await eventually(lambda: mon.reconnects == 1 and sub.sid != sid, what="the resumed subscription")
         await eventually(lambda: len(handled) >= 2, what="the outage's messages handled")
-        await asyncio.sleep(0.3)  # anything more would come meanwhile
-        assert handled == [2, 3], f"exactly the outage's messages: {handled}"
+        # A marker published last: anything more before it would be in by now.
+        await sen.publish(telemetry("resume_from", site, 4))
+        await eventually(lambda: len(handled) >= 3, what="the marker")
+        assert handled == [2, 3, 4], f"exactly the outage's messages, then the marker: {handled}"
         assert sub._from > 0, "the subscribed answers name from"
     finally:
         mon.url = url
