@@ -1084,6 +1084,17 @@ impl Subscription {
         self.error()
     }
 
+    /// Waits until none of this subscription's handlers is running and the
+    /// acks and nacks of those that ran are answered by the server, so that
+    /// what was acknowledged is not delivered again, even by a server
+    /// restarted on the same store. Deliveries that arrive meanwhile run,
+    /// and are waited for too. On a stream it waits for the acks the reader
+    /// sent, not for deliveries it holds. Called from inside one of this
+    /// subscription's handlers it would wait for itself: don't.
+    pub async fn idle(&self) {
+        self.shared.drain(Duration::ZERO).await
+    }
+
     /// Stops deliveries (see the type's doc: those not yet handed out go
     /// back unanswered, at most once they are dropped), waits for running
     /// handlers, sends their acks, then the unsubscribe (on the connection

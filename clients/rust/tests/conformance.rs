@@ -812,7 +812,7 @@ async fn reconnect_server_restart() {
         before.push(sensor.publish(&telemetry("restart", "lab", i as f64)).await.unwrap().id().to_string());
     }
     assert!(eventually(Duration::from_secs(5), || got.lock().unwrap().len() == 3).await);
-    tokio::time::sleep(Duration::from_millis(300)).await; // the acks are answered
+    sub.idle().await; // the acks are answered
     let old_contract = mon.contract().id;
     tokio::task::block_in_place(|| srv.restart());
     let mut after = Vec::new();
@@ -977,7 +977,7 @@ async fn reconnect_resume_nacked(srv: Arc<Server>) {
         "the nack of 2 and the others handled: {:?}",
         handled.lock().unwrap()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await; // the acks of 3 and 4 are answered
+    sub.idle().await; // the acks of 3 and 4 are answered
     let sid = sub.id();
     relay.cut();
     assert!(eventually(Duration::from_secs(10), || sub.id().is_some() && sub.id() != sid).await, "the resumed subscription");
@@ -1027,7 +1027,7 @@ async fn reconnect_renumbered() {
         sensor.publish(&telemetry("a", "renumbered", i as f64)).await.unwrap();
     }
     assert!(eventually(Duration::from_secs(5), || handled.lock().unwrap().len() == 5).await, "the first broker's messages");
-    tokio::time::sleep(Duration::from_millis(300)).await; // their acks are answered
+    sub.idle().await; // their acks are answered
     let answers = relay.subscribed_froms().len();
     tokio::task::block_in_place(|| srv.restart());
     // Resumed: asked for 6, beyond the end, it starts at the first message.
@@ -1037,7 +1037,7 @@ async fn reconnect_renumbered() {
         sensor.publish(&telemetry("b", "renumbered", i as f64)).await.unwrap();
     }
     assert!(eventually(Duration::from_secs(15), || handled.lock().unwrap().len() >= 7).await, "the new numbering's messages");
-    tokio::time::sleep(Duration::from_millis(300)).await; // their acks are answered
+    sub.idle().await; // their acks are answered
     assert_eq!(handled.lock().unwrap()[5..], ["b-1", "b-2"]);
     // Only the monitor's connection is cut, on the same store: the resume
     // asks after b-2.
