@@ -15,6 +15,9 @@
 //	pigeon quarantine list|show ID|release ID [flags]
 //	pigeon program deploy NAME --module F.wasm --manifest F.json | list | show NAME | remove NAME | rollback NAME [--version N] [flags]
 //	pigeon subject purge NAME [flags]
+//	pigeon grant issue --account ID --role R [--role R2 …] [--ttl 1h] | revoke JTI [flags]
+//	pigeon account list | show ID | create ID [--role R …] | delete ID | role add|remove ID ROLE [flags]
+//	pigeon role list | show NAME | put NAME --file F.json | delete NAME [flags]
 //	pigeon audit verify --data DIR | --store nats://host:4222[,…]
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
@@ -55,6 +58,10 @@ commands:
   program deploy|list|show|remove|rollback
                               manage programs bound to routes (role admin or programs)
   subject purge NAME          remove every retained message of a subject no longer in the catalog (role admin)
+  grant issue|revoke          issue a grant token for roles of an account, or revoke one by its jti (role admin)
+  account list|show|create|delete, account role add|remove
+                              manage accounts and the roles they hold (role admin)
+  role list|show|put|delete   manage roles and their permissions (role admin)
   audit verify --data DIR     verify the audit chain of a data directory, offline
   audit tail                  print audit records as JSON lines (role auditor)
   audit receipts --data DIR ID  who was handed message ID and acknowledged it, offline
@@ -117,6 +124,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 		return programCmd(ctx, sub, rest[1:], stdout, stderr)
 	case cmd == "subject" && sub == "purge":
 		return subjectPurgeCmd(ctx, rest[1:], stdout, stderr)
+	case cmd == "grant" && (sub == "issue" || sub == "revoke"):
+		return grantCmd(ctx, sub, rest[1:], stdout, stderr)
+	case cmd == "account" && (sub == "list" || sub == "show" || sub == "create" || sub == "delete" || sub == "role"):
+		return accountCmd(ctx, sub, rest[1:], stdout, stderr)
+	case cmd == "role" && (sub == "list" || sub == "show" || sub == "put" || sub == "delete"):
+		return roleCmd(ctx, sub, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "verify":
 		return auditVerifyCmd(ctx, o, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "receipts":

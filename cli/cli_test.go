@@ -32,7 +32,9 @@ func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--help"}, {"serve", "-h"}, {"broker", "start", "--help"}, {"demo", "--help"},
 		{"publish", "--help"}, {"subscribe", "-h"}, {"quarantine", "list", "--help"}, {"audit", "tail", "-h"},
-		{"subject", "purge", "--help"},
+		{"subject", "purge", "--help"}, {"grant", "issue", "--help"}, {"grant", "revoke", "-h"}, {"account", "list", "--help"},
+		{"account", "show", "-h"}, {"account", "create", "--help"}, {"account", "role", "add", "-h"}, {"account", "role", "remove", "--help"},
+		{"role", "list", "-h"}, {"role", "put", "--help"}, {"role", "delete", "-h"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var stdout, stderr strings.Builder
