@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"pigeon/store"
@@ -52,6 +53,8 @@ const MaxIDLength = 256
 // bytes of ASCII letters, digits and '.', '_', '-', ':', '@', '/'. That
 // covers SPIFFE ids and e-mail-like names and keeps control characters,
 // NUL, whitespace and look-alike Unicode out of audit records and logs.
+// No '/'-separated segment may be "." or "..": a server cleans those out
+// of a URL path, so such an account could never be named in one.
 func validID(kind, s string) error {
 	if s == "" || len(s) > MaxIDLength {
 		return NewError(CodeInvalidArgument, "%s must be 1 to %d bytes", kind, MaxIDLength)
@@ -62,6 +65,11 @@ func validID(kind, s string) error {
 		case c == '.', c == '_', c == '-', c == ':', c == '@', c == '/':
 		default:
 			return NewError(CodeInvalidArgument, "%s has a character outside letters, digits and . _ - : @ / (at byte %d)", kind, i)
+		}
+	}
+	for seg := range strings.SplitSeq(s, "/") {
+		if seg == "." || seg == ".." {
+			return NewError(CodeInvalidArgument, "%s has a path segment %q: it could not be named in a URL path", kind, seg)
 		}
 	}
 	return nil

@@ -349,6 +349,14 @@ func TestAccountAndRoleIDsValidated(t *testing.T) {
 		{"invalid UTF-8", "alice\xff", false},
 		{"non-ASCII look-alike", "аlice", false}, // Cyrillic а
 		{"quote", `alice"`, false},
+		// A "." or ".." path segment: the id could not be named in a URL
+		// path (/v1/accounts/{id}), which a server cleans of them.
+		{"dot", ".", false},
+		{"dot dot", "..", false},
+		{"dot segment", "spiffe://x/./y", false},
+		{"dot dot segment", "spiffe://x/../admin", false},
+		{"trailing dot dot", "ops/..", false},
+		{"dots within segments", "v1.2..3/a.b/..c/d..", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, accErr := e.CreateAccount(ctx, pigeon.Account{ID: tc.id})
