@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -291,7 +292,7 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 		return 2
 	}
 	id := pos[0]
-	b, err := a.do(ctx, http.MethodGet, "/v1/quarantine/"+id, nil)
+	b, err := a.do(ctx, http.MethodGet, "/v1/quarantine/"+url.PathEscape(id), nil)
 	if err != nil {
 		return fail(stderr, cmd, err)
 	}
@@ -313,7 +314,7 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 			return fail(stderr, cmd, err)
 		}
 	}
-	b, err = a.do(ctx, http.MethodPost, "/v1/quarantine/"+id+"/release", nil, "X-Pigeon-Contract", cid)
+	b, err = a.do(ctx, http.MethodPost, "/v1/quarantine/"+url.PathEscape(id)+"/release", nil, "X-Pigeon-Contract", cid)
 	if err != nil {
 		return fail(stderr, cmd, err)
 	}

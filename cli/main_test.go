@@ -240,6 +240,11 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, stderr, "FORBIDDEN")
 	code, _, _ = r.pigeon(t, ctx, "quarantine", "show", "--token", "checkout-token")
 	require.Equal(t, 2, code)
+	// The id is one path segment: one that holds "/release" names no
+	// record, not the release route.
+	code, _, stderr = r.pigeon(t, ctx, "quarantine", "show", rec.ID+"/release", "--token", "checkout-token")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "NOT_FOUND", stderr)
 
 	code, stdout, stderr = r.pigeon(t, ctx, "audit", "tail", "--token", "checkout-token", "--from", "1")
 	require.Equal(t, 0, code, stderr)
