@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 )
@@ -202,13 +201,7 @@ func roleCmd(ctx context.Context, sub string, args []string, stdout, stderr io.W
 	if *file == "" {
 		return c.usageError("--file is required")
 	}
-	var b []byte
-	var err error
-	if *file == "-" {
-		b, err = io.ReadAll(os.Stdin)
-	} else {
-		b, err = os.ReadFile(*file)
-	}
+	b, err := readFileArg(*file)
 	if err != nil {
 		return fail(stderr, c.name, err)
 	}

@@ -205,13 +205,7 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	m := &pigeon.Message{}
 	if *file != "" {
-		var b []byte
-		var err error
-		if *file == "-" {
-			b, err = io.ReadAll(os.Stdin)
-		} else {
-			b, err = os.ReadFile(*file)
-		}
+		b, err := readFileArg(*file)
 		if err != nil {
 			return fail(stderr, "publish", err)
 		}
@@ -320,4 +314,13 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	}
 	printJSON(stdout, b)
 	return 0
+}
+
+// readFileArg reads the file a --file flag names, or standard input for
+// "-".
+func readFileArg(name string) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(name)
 }
