@@ -123,29 +123,7 @@ func TestMaxBytesHoldsBetweenPasses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(sent), last)
 	require.Greater(t, first, uint64(1), "trimmed")
-	msgs, err := st.Read(ctx, "tasks.run", 0, 0)
-	require.NoError(t, err)
-	var kept []string
-	for _, m := range msgs {
-		kept = append(kept, m.ID)
-	}
-	require.Equal(t, ids[first-1:], kept, "the newest are kept")
-	// A trim audits what went once the store has cut it: wait for the
-	// record of the last one.
-	audited := func() int {
-		went := 0
-		for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
-			n, err := strconv.Atoi(rec.Ref)
-			require.NoError(t, err)
-			went += n
-		}
-		return went
-	}
-	require.Eventually(t, func() bool {
-		first, _, err = st.Bounds(ctx, "tasks.run") // a trim may have ended since
-		require.NoError(t, err)
-		return audited() == int(first-1)
-	}, 30*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
+	requireNewestKeptAndAudited(t, f, st, ids, first)
 }
 
 // TestMaxBytesRefusesAMessageLargerThanTheBound: a message whose stored

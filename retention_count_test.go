@@ -73,29 +73,7 @@ func TestMaxMessagesHoldsBetweenPasses(t *testing.T) {
 		return last-first+1 <= keep+slack
 	}, 30*time.Second, 5*time.Millisecond, "held %d..%d", first, last)
 	require.Equal(t, uint64(sent), last)
-	msgs, err := st.Read(ctx, "tasks.run", 0, 0)
-	require.NoError(t, err)
-	var kept []string
-	for _, m := range msgs {
-		kept = append(kept, m.ID)
-	}
-	require.Equal(t, ids[first-1:], kept, "the newest are kept")
-	// A trim audits what went once the store has cut it: wait for the
-	// record of the last one.
-	audited := func() int {
-		went := 0
-		for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
-			n, err := strconv.Atoi(rec.Ref)
-			require.NoError(t, err)
-			went += n
-		}
-		return went
-	}
-	require.Eventually(t, func() bool {
-		first, _, err = st.Bounds(ctx, "tasks.run") // a trim may have ended since
-		require.NoError(t, err)
-		return audited() == int(first-1)
-	}, 30*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
+	requireNewestKeptAndAudited(t, f, st, ids, first)
 }
 
 // heldTrims is a memory store whose first TrimThrough waits for let.
@@ -214,4 +192,33 @@ func runRetentionRounds(t *testing.T, f *fixture, st *memory.Store, rounds []ret
 	}
 	require.Equal(t, ids[first-1:], got)
 	requireProgress(t, st, "tasks.run", pigeon.DefaultGroup, store.GroupState{Floor: uint64(len(ids))})
+}
+
+// requireNewestKeptAndAudited requires tasks.run in st to hold ids from
+// first on, the newest, and waits until retention.messages records
+// account for every message before first: a trim audits what went once
+// the store has cut it (and a trim may end meanwhile).
+func requireNewestKeptAndAudited(t *testing.T, f *fixture, st *memory.Store, ids []string, first uint64) {
+	t.Helper()
+	msgs, err := st.Read(ctx, "tasks.run", 0, 0)
+	require.NoError(t, err)
+	var kept []string
+	for _, m := range msgs {
+		kept = append(kept, m.ID)
+	}
+	require.Equal(t, ids[first-1:], kept, "the newest are kept")
+	audited := func() int {
+		went := 0
+		for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
+			n, err := strconv.Atoi(rec.Ref)
+			require.NoError(t, err)
+			went += n
+		}
+		return went
+	}
+	require.Eventually(t, func() bool {
+		first, _, err = st.Bounds(ctx, "tasks.run")
+		require.NoError(t, err)
+		return audited() == int(first-1)
+	}, 30*time.Second, 5*time.Millisecond, "every trimmed message is audited: %d of %d", audited(), first-1)
 }
