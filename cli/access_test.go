@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,16 +49,7 @@ func cmdName(args []string) string {
 // program holding a grant token would, and returns the status and body.
 func negotiateHTTP(t *testing.T, url, token, subject string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+"/v1/contracts", strings.NewReader(`{"subjects":["`+subject+`"]}`))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, b
+	return send(t, http.MethodPost, url+"/v1/contracts", token, `{"subjects":["`+subject+`"]}`)
 }
 
 // The access commands end to end against a running serve, as an operator

@@ -21,10 +21,24 @@ import (
 
 func get(t *testing.T, url, token string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return send(t, http.MethodGet, url, token, "")
+}
+
+// send makes one request with token (none when empty) and a JSON body
+// (none when empty), and returns the status and body of the answer.
+func send(t *testing.T, method, url, token, body string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
