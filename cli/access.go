@@ -80,16 +80,24 @@ func (c *accessCmd) call(ctx context.Context, method, path string, body any, std
 	return 0
 }
 
+// request runs name, an access command with no flags of its own beyond
+// the client's: one request, method on the path that path builds from its
+// positional arguments, named argNames.
+func request(ctx context.Context, name, about, method string, path func(pos []string) string, args []string, stdout, stderr io.Writer, argNames ...string) int {
+	c := newAccessCmd(name, about, stderr, argNames...)
+	pos, exit := c.parse(args)
+	if exit >= 0 {
+		return exit
+	}
+	return c.call(ctx, method, path(pos), nil, stdout)
+}
+
 // grantCmd runs pigeon grant issue|revoke: POST /v1/grants and DELETE
 // /v1/grants/{jti}.
 func grantCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	if sub == "revoke" {
-		c := newAccessCmd("grant revoke", "Revoke a grant token: it is refused from then on, and every contract negotiated with it\nfails its next check (role admin).", stderr, "JTI")
-		pos, exit := c.parse(args)
-		if exit >= 0 {
-			return exit
-		}
-		return c.call(ctx, http.MethodDelete, "/v1/grants/"+url.PathEscape(pos[0]), nil, stdout)
+		return request(ctx, "grant revoke", "Revoke a grant token: it is refused from then on, and every contract negotiated with it\nfails its next check (role admin).",
+			http.MethodDelete, func(pos []string) string { return "/v1/grants/" + url.PathEscape(pos[0]) }, args, stdout, stderr, "JTI")
 	}
 	c := newAccessCmd("grant issue", "Issue a grant token that hands roles of an account to a program (role admin); it prints\n{token, jti, expiresAt}. Revoke it with pigeon grant revoke JTI.", stderr)
 	account := c.fs.String("account", "", "the account the token acts as (required)")
@@ -119,11 +127,8 @@ func grantCmd(ctx context.Context, sub string, args []string, stdout, stderr io.
 func accountCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	switch sub {
 	case "list":
-		c := newAccessCmd("account list", "List the accounts the broker keeps (role admin).", stderr)
-		if _, exit := c.parse(args); exit >= 0 {
-			return exit
-		}
-		return c.call(ctx, http.MethodGet, "/v1/accounts", nil, stdout)
+		return request(ctx, "account list", "List the accounts the broker keeps (role admin).",
+			http.MethodGet, func([]string) string { return "/v1/accounts" }, args, stdout, stderr)
 	case "create":
 		c := newAccessCmd("account create", "Create an account; ID is its principal id, e.g. spiffe://org/ns/x/sa/y (role admin).", stderr, "ID")
 		var roles []string
@@ -151,45 +156,31 @@ func accountCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 			fmt.Fprintf(stderr, "pigeon account role: add or remove, not %q\n", op)
 			return 2
 		}
-		c := newAccessCmd("account role "+op, about, stderr, "ID", "ROLE")
-		pos, exit := c.parse(args)
-		if exit >= 0 {
-			return exit
-		}
-		return c.call(ctx, method, "/v1/accounts/"+url.PathEscape(pos[0])+"/roles/"+url.PathEscape(pos[1]), nil, stdout)
+		return request(ctx, "account role "+op, about, method, func(pos []string) string {
+			return "/v1/accounts/" + url.PathEscape(pos[0]) + "/roles/" + url.PathEscape(pos[1])
+		}, args, stdout, stderr, "ID", "ROLE")
 	}
 	method, about := http.MethodGet, "Show an account: its attributes, roles and keys (role admin)."
 	if sub == "delete" {
 		method, about = http.MethodDelete, "Delete an account, and the grants issued to it (role admin)."
 	}
-	c := newAccessCmd("account "+sub, about, stderr, "ID")
-	pos, exit := c.parse(args)
-	if exit >= 0 {
-		return exit
-	}
-	return c.call(ctx, method, "/v1/accounts/"+url.PathEscape(pos[0]), nil, stdout)
+	return request(ctx, "account "+sub, about, method, func(pos []string) string { return "/v1/accounts/" + url.PathEscape(pos[0]) },
+		args, stdout, stderr, "ID")
 }
 
 // roleCmd runs pigeon role list|show|put|delete: the /v1/roles routes.
 func roleCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	if sub == "list" {
-		c := newAccessCmd("role list", "List the roles the broker keeps, with their permissions (role admin).", stderr)
-		if _, exit := c.parse(args); exit >= 0 {
-			return exit
-		}
-		return c.call(ctx, http.MethodGet, "/v1/roles", nil, stdout)
+		return request(ctx, "role list", "List the roles the broker keeps, with their permissions (role admin).",
+			http.MethodGet, func([]string) string { return "/v1/roles" }, args, stdout, stderr)
 	}
 	if sub != "put" {
 		method, about := http.MethodGet, "Show a role and its permissions (role admin)."
 		if sub == "delete" {
 			method, about = http.MethodDelete, "Delete a role: every contract that relied on one of its permissions fails its next check\nwith GRANT_REVOKED (role admin)."
 		}
-		c := newAccessCmd("role "+sub, about, stderr, "NAME")
-		pos, exit := c.parse(args)
-		if exit >= 0 {
-			return exit
-		}
-		return c.call(ctx, method, "/v1/roles/"+url.PathEscape(pos[0]), nil, stdout)
+		return request(ctx, "role "+sub, about, method, func(pos []string) string { return "/v1/roles/" + url.PathEscape(pos[0]) },
+			args, stdout, stderr, "NAME")
 	}
 	c := newAccessCmd("role put", `Define or replace a role (role admin). The file is the request's body,
 {"permissions":[{"subject":…,"operations":[…],"selector":…}]}, sent as it is: the server judges it.`, stderr, "NAME")
