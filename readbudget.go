@@ -9,6 +9,11 @@ import (
 // DefaultMaxReadBytes is Options.MaxReadBytes when it is 0.
 const DefaultMaxReadBytes = 16 << 20
 
+// MaxReadBytes is the Options.MaxReadBytes in force: about the most
+// bytes of messages one replay or pull receive returns (see there). A
+// server bounding the memory its reads hold at once reserves by it.
+func (e *Engine) MaxReadBytes() int { return e.opts.MaxReadBytes }
+
 // readChunk is how many messages a budgeted read asks the store for at
 // once, so that what it holds beyond its budget is at most one chunk.
 const readChunk = 64

@@ -44,6 +44,7 @@ type fileConfig struct {
 	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
 	MaxPrograms     int           `yaml:"max_programs"`
 	MaxProgramMemMB int64         `yaml:"max_program_memory_mb"`
+	MaxReadMemMB    int64         `yaml:"max_read_memory_mb"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -207,6 +208,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxProgramMemMB != 0 {
 		cfg.maxProgramMemMB = f.MaxProgramMemMB
+	}
+	if f.MaxReadMemMB != 0 {
+		cfg.maxReadMemMB = f.MaxReadMemMB
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

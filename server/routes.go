@@ -31,6 +31,7 @@ type request struct {
 	ctx    context.Context
 	p      *pigeon.Principal
 	region string
+	held   int64 // bytes of Server.reads this request holds until answered
 }
 
 // caller is who the request acts as, under the contract of the
@@ -95,6 +96,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 			}
 			rq.p, rq.region = p, region
 		}
+		defer func() { rq.held = s.reads.resize(rq.held, 0) }()
 		status, body, err := ep.fn(rq)
 		if err != nil {
 			writeError(w, err)
@@ -267,7 +269,11 @@ func receive(rq *request) (int, any, error) {
 	if in.Ack == ackExplicit {
 		receive = rq.s.e.Receive // leased until acked or nacked
 	}
+	if err := rq.reserveRead(); err != nil {
+		return 0, nil, err
+	}
 	msgs, err := receive(rq.ctx, c, name, in.Max)
+	rq.keepRead(msgs)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -336,8 +342,12 @@ func replay(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := rq.reserveRead(); err != nil {
+		return 0, nil, err
+	}
 	msgs, err := rq.s.e.Replay(rq.ctx, c, pigeon.ReplayRequest{Subject: rq.r.PathValue("name"),
 		Reason: in.Reason, FromSequence: in.FromSequence, ToSequence: in.ToSequence, Max: in.Max})
+	rq.keepRead(msgs)
 	if err != nil {
 		return 0, nil, err
 	}

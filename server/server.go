@@ -69,6 +69,16 @@ type Options struct {
 	// clients behind one address). Beyond it a connection is refused as
 	// beyond MaxConnections.
 	MaxConnectionsPerIP int
+	// MaxReadBytesInFlight bounds the memory the message reads of the API
+	// (pull receive, replay) hold at once, from the store read until the
+	// answer is written (default DefaultMaxReadBytesInFlight; negative: no
+	// bound). Each read reserves twice the engine's MaxReadBytes before it
+	// reads and keeps about what its answer holds. Without it, clients
+	// asking for large answers and reading them slowly could keep a
+	// multiple of MaxReadBytes per connection in memory for up to
+	// WriteTimeout each. A read that finds no room waits up to two seconds
+	// and is then refused 429 RATE_LIMITED before anything is read.
+	MaxReadBytesInFlight int64
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
@@ -125,6 +135,9 @@ func (o *Options) withDefaults() Options {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
+	if c.MaxReadBytesInFlight == 0 {
+		c.MaxReadBytesInFlight = DefaultMaxReadBytesInFlight
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,6 +169,7 @@ type Server struct {
 	ws    *ws.Server
 	mesgd *mesgd.Server // nil unless Options.Mesgd
 	conns *connLimit    // the connections Serve holds, in all and per address
+	reads *readPool     // the memory the API's message reads hold
 
 	// idPrefix and requests make request ids: unique in this process,
 	// unlikely to repeat across restarts.
@@ -187,6 +201,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger)
+	s.reads = newReadPool(o.MaxReadBytesInFlight, o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
 		if mo.Logger == nil {

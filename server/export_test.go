@@ -1,0 +1,14 @@
+package server
+
+import "time"
+
+// SetReadWait sets how long a read waits for room in the read pool, and
+// returns what restores it.
+func SetReadWait(d time.Duration) (restore func()) {
+	old := readWait
+	readWait = d
+	return func() { readWait = old }
+}
+
+// ReadBytesInFlight is what the server's reads hold now.
+func (s *Server) ReadBytesInFlight() int64 { return s.reads.inUse() }

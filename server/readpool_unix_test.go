@@ -1,0 +1,151 @@
+//go:build unix
+
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/server"
+)
+
+// bulkFixture is a server whose engine (of MaxReadBytes maxRead) holds
+// bulk.events, a pubsub subject alice publishes, receives and replays,
+// filled with n messages of about size bytes each, and the contract alice
+// reads it under.
+func bulkFixture(t *testing.T, opts *server.Options, maxRead, n, size int) (*server.Server, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	cat := testCatalog()
+	allow := []pigeon.RuleSpec{{Effect: "allow", Principals: []string{alice}}}
+	cat.Subjects = append(cat.Subjects, pigeon.SubjectPolicy{
+		Name: "bulk.events", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"record"},
+		Replay: pigeon.ReplayPolicy{Allowed: true},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: allow, pigeon.OpReceive: allow, pigeon.OpReplay: allow},
+	})
+	e, err := pigeon.New(ctx, &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(pigeon.StaticToken{Token: "alice-token", Principal: alice}),
+		Catalog:       cat,
+		Region:        "uk",
+		MaxReadBytes:  maxRead,
+	})
+	require.NoError(t, err)
+	s := server.New(e, opts)
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		hs.Close()
+		require.NoError(t, e.Shutdown(ctx))
+	})
+	p, err := e.Authenticate(ctx, "alice-token")
+	require.NoError(t, err)
+	c, err := e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
+	require.NoError(t, err)
+	blob := strings.Repeat("x", size)
+	for i := range n {
+		res, err := e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: c.ID()}, &pigeon.Message{
+			Type: "bulk", Subject: "bulk.events", Intent: "record", Region: "uk",
+			Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"blob":%q}`, i, blob)),
+		})
+		require.NoError(t, err)
+		require.Equal(t, pigeon.StatusAccepted, res.Status)
+	}
+	return s, hs.URL, c.ID()
+}
+
+// stalledRead sends a replay of bulk.events on a connection whose receive
+// buffer is a few kilobytes, and never reads the answer: the server's
+// write of a large answer waits on it. Closing the connection ends it.
+func stalledRead(t *testing.T, url, contract string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	require.NoError(t, err)
+	body := `{"reason":"slow"}`
+	_, err = fmt.Fprintf(conn, "POST /v1/subjects/bulk.events/replay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-token\r\n"+
+		"X-Pigeon-Contract: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", contract, len(body), body)
+	require.NoError(t, err)
+	return conn
+}
+
+// TestReadsInFlightAreBounded: a client that asks for large answers and
+// never reads them holds at most the read pool; while it holds it, other
+// reads wait and are then refused 429 RATE_LIMITED before anything is
+// read, leased or settled; once it lets go, they are served in full.
+func TestReadsInFlightAreBounded(t *testing.T) {
+	defer server.SetReadWait(50 * time.Millisecond)()
+	// Each read reserves 2×8 MiB and 1 MiB before it reads; an answer of
+	// 15 messages of 512 KiB costs about 15 MiB: the pool holds one.
+	s, url, contract := bulkFixture(t, &server.Options{MaxReadBytesInFlight: 20 << 20}, 8<<20, 20, 512<<10)
+
+	slow := stalledRead(t, url, contract)
+	defer slow.Close()
+	require.Eventually(t, func() bool { return s.ReadBytesInFlight() >= 14<<20 }, 10*time.Second, time.Millisecond,
+		"the stalled answer holds its messages")
+
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/subjects/bulk.events/replay", `{"reason":"audit","max":1}`},
+		{"/v1/subjects/bulk.events/receive", `{"max":1}`},
+	} {
+		r := doRequest(t, http.MethodPost, url+tc.path, "alice-token", tc.body, "x-pigeon-contract", contract)
+		require.Equal(t, http.StatusTooManyRequests, r.status, "%s: %s", tc.path, r.body)
+		require.Equal(t, pigeon.CodeRateLimited, r.code(t))
+	}
+	require.GreaterOrEqual(t, s.ReadBytesInFlight(), int64(14<<20), "refused reads hold nothing")
+
+	require.NoError(t, slow.Close())
+	require.Eventually(t, func() bool { return s.ReadBytesInFlight() == 0 }, 10*time.Second, time.Millisecond,
+		"the stalled answer's memory goes back once its connection ends")
+
+	// The refused receive settled nothing: the first message is still there.
+	r := doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/receive", "alice-token", `{"max":1}`, "x-pigeon-contract", contract)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	var got struct{ Messages []pigeon.Message }
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	require.Equal(t, 1, len(got.Messages))
+	require.Equal(t, uint64(1), got.Messages[0].Sequence)
+	require.Zero(t, s.ReadBytesInFlight(), "an answer written gives its memory back")
+
+	r = doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/replay", "alice-token", `{"reason":"audit"}`, "x-pigeon-contract", contract)
+	require.Equal(t, http.StatusOK, r.status)
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	require.Equal(t, 15, len(got.Messages), "the engine's byte budget, not the pool, bounds one answer")
+}
+
+// TestReadsInFlightUnbounded: a negative MaxReadBytesInFlight turns the
+// pool off, and a stalled answer then keeps no other read waiting.
+func TestReadsInFlightUnbounded(t *testing.T) {
+	defer server.SetReadWait(50 * time.Millisecond)()
+	s, url, contract := bulkFixture(t, &server.Options{MaxReadBytesInFlight: -1}, 8<<20, 20, 512<<10)
+	slow := stalledRead(t, url, contract)
+	defer slow.Close()
+	// Wait until the stalled answer is being written: its first bytes arrive.
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(slow).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, "200")
+	r := doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/replay", "alice-token", `{"reason":"audit","max":1}`, "x-pigeon-contract", contract)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Zero(t, s.ReadBytesInFlight())
+}
