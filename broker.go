@@ -46,6 +46,10 @@ const (
 // negotiations a second per principal, in bursts of up to 100.
 var DefaultNegotiateRate = RateLimitPolicy{PerSecond: 20, Burst: 100}
 
+// DefaultQuarantineRate is Options.QuarantineRate when it is zero: 5
+// quarantined copies a second per principal, in bursts of 100.
+var DefaultQuarantineRate = RateLimitPolicy{PerSecond: 5, Burst: 100}
+
 // DefaultFilterRate is Options.FilterRate when it is zero: 20 new
 // subscription filters compiled a second per principal, in bursts of up
 // to 100.
@@ -125,6 +129,18 @@ type Options struct {
 	// from a cache and costs nothing; a filter that does not compile
 	// costs a token too. Beyond it Subscribe fails with RATE_LIMITED.
 	FilterRate RateLimitPolicy
+	// QuarantineRate limits how many refused messages of one principal
+	// are kept in the quarantine, as a token bucket (PerSecond 0:
+	// DefaultQuarantineRate; negative: no limit; a Burst below 1:
+	// PerSecond rounded up). Content refusals come before a subject's
+	// rateLimit, so without it a publisher sending violations as fast as
+	// it can would have a redacted copy of each, of up to the message's
+	// size, written and kept for QuarantineRetention, until the disk is
+	// full and every write of the broker stops. Beyond it a refusal is
+	// still refused and audited with its code, as a denial (outcome deny,
+	// no quarantineId) whose copy is not kept; observers count it
+	// (NoteQuarantineSkipped).
+	QuarantineRate RateLimitPolicy
 	// Region is a session's region when Connect names none (default "local").
 	Region string
 	// RetryBase is the first redelivery backoff (default 1 s).
@@ -253,6 +269,12 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		*fr = DefaultFilterRate
 	case fr.PerSecond > 0 && fr.Burst < 1:
 		fr.Burst = int(math.Ceil(fr.PerSecond))
+	}
+	switch qr := &o.QuarantineRate; {
+	case qr.PerSecond == 0:
+		*qr = DefaultQuarantineRate
+	case qr.PerSecond > 0 && qr.Burst < 1:
+		qr.Burst = int(math.Ceil(qr.PerSecond))
 	}
 	if o.Region == "" {
 		o.Region = "local"

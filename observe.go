@@ -68,6 +68,9 @@ type Note string
 const (
 	NoteRedelivery  Note = "redelivery"   // a message handed out again (label: subject)
 	NoteAuthFailure Note = "auth_failure" // a credential refused (label: the method tried)
+	// NoteQuarantineSkipped is a refusal whose copy was not kept, its
+	// principal past Options.QuarantineRate (label: subject).
+	NoteQuarantineSkipped Note = "quarantine_skipped"
 )
 
 // since is the start of an observed operation: the current time when an

@@ -432,7 +432,11 @@ func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdic
 	if s := a.subj; s != nil {
 		d.SubjectID, d.PolicyID, d.SchemaID = s.name, s.policyID, s.schemaID
 		if d.Outcome == OutcomeDeny && s.quarantinable(v.Code) {
-			d.Outcome = OutcomeQuarantine
+			if e.mayQuarantine(a.Principal.ID, a.Now) {
+				d.Outcome = OutcomeQuarantine
+			} else {
+				e.note(NoteQuarantineSkipped, s.name)
+			}
 		}
 	} else if d.Outcome == OutcomeQuarantine {
 		d.Outcome = OutcomeDeny
@@ -448,4 +452,11 @@ func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdic
 		}
 	}
 	return d.err()
+}
+
+// mayQuarantine takes a token of principal's Options.QuarantineRate at
+// now, and tells whether its refused message may be kept.
+func (e *Engine) mayQuarantine(principal string, now time.Time) bool {
+	rp := e.opts.QuarantineRate
+	return rp.PerSecond <= 0 || e.limiter.take(rateKey{kind: limitQuarantine, principal: principal}, rp, now)
 }

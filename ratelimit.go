@@ -26,6 +26,7 @@ const (
 	limitSubject   limitKind = iota // a subject's rateLimit
 	limitNegotiate                  // Options.NegotiateRate
 	limitFilter                     // Options.FilterRate
+	limitQuarantine                 // Options.QuarantineRate
 )
 
 type bucket struct {

@@ -446,3 +446,16 @@ func BenchmarkObservePublish(b *testing.B) {
 		}
 	})
 }
+
+// TestQuarantineSkippedIsCounted: a refusal whose copy the quarantine
+// rate did not keep is counted by subject.
+func TestQuarantineSkippedIsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	m.Noted(pigeon.NoteQuarantineSkipped, "payments.authorize")
+	m.Noted(pigeon.NoteQuarantineSkipped, "payments.authorize")
+	got, ok := value(scrape(t, reg), "pigeon_quarantine_skipped_total", map[string]string{"subject": "payments.authorize"})
+	require.True(t, ok)
+	require.EqualValues(t, 2, got)
+}
