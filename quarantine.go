@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"time"
 
 	"pigeon/internal/datapath"
@@ -111,16 +112,71 @@ func quarantineView(r store.QuarantineRecord) QuarantineRecord {
 	return q
 }
 
-// Quarantine lists up to max quarantine records accepted at or after since,
-// oldest first.
+// quarantineChunk is how many records a list asks the store for at once.
+const quarantineChunk = 256
+
+// QuarantineQuery selects a page of quarantine records, oldest first (by
+// Time, then ID).
+type QuarantineQuery struct {
+	// Since: records kept at or after it.
+	Since time.Time
+	// After, with Since the Time of the last record of the previous page
+	// and After its ID, passes over the records of that instant up to and
+	// including it: the next page starts where that one stopped, even
+	// when records share an instant.
+	After string
+	// Max caps the records (0: no cap but the byte budget).
+	Max int
+}
+
+// Quarantine lists up to max quarantine records (max <= 0: no count
+// limit) kept at or after since, oldest first; see QuarantinePage.
 func (e *Engine) Quarantine(ctx context.Context, since time.Time, max int) ([]QuarantineRecord, error) {
-	recs, err := e.store.ListQuarantine(ctx, since, max)
-	if err != nil {
-		return nil, storeError(err)
+	return e.QuarantinePage(ctx, QuarantineQuery{Since: since, Max: max})
+}
+
+// QuarantinePage lists the quarantine records q selects. Like a replay, a
+// page also stops once the copies it holds reach about
+// Options.MaxReadBytes, and always holds one record when there is one:
+// without it, a page of ten thousand records of a megabyte each would be
+// read into memory for one call. The next page is the query with Since
+// and After the Time and ID of the page's last record.
+func (e *Engine) QuarantinePage(ctx context.Context, q QuarantineQuery) ([]QuarantineRecord, error) {
+	max := q.Max
+	if max <= 0 {
+		max = math.MaxInt
 	}
-	out := make([]QuarantineRecord, len(recs))
-	for i, r := range recs {
-		out[i] = quarantineView(r)
+	since, after := q.Since, q.After
+	out := []QuarantineRecord{}
+	size, ask := 0, quarantineChunk
+	for len(out) < max {
+		recs, err := e.store.ListQuarantine(ctx, since, ask)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		i := 0
+		for i < len(recs) && after != "" && recs[i].Time.Equal(since) && recs[i].ID <= after {
+			i++
+		}
+		if i == len(recs) {
+			if len(recs) < ask {
+				return out, nil
+			}
+			ask *= 2 // the instant holds more records than were passed over
+			continue
+		}
+		for _, r := range recs[i:] {
+			if len(out) == max || (len(out) > 0 && size+len(r.Body) > e.opts.MaxReadBytes) {
+				return out, nil
+			}
+			size += len(r.Body)
+			out = append(out, quarantineView(r))
+		}
+		if len(recs) < ask {
+			return out, nil
+		}
+		last := out[len(out)-1]
+		since, after, ask = last.Time, last.ID, quarantineChunk
 	}
 	return out, nil
 }

@@ -23,10 +23,10 @@ type rateKey struct {
 type limitKind uint8
 
 const (
-	limitSubject   limitKind = iota // a subject's rateLimit
-	limitNegotiate                  // Options.NegotiateRate
-	limitFilter                     // Options.FilterRate
-	limitQuarantine                 // Options.QuarantineRate
+	limitSubject    limitKind = iota // a subject's rateLimit
+	limitNegotiate                   // Options.NegotiateRate
+	limitFilter                      // Options.FilterRate
+	limitQuarantine                  // Options.QuarantineRate
 )
 
 type bucket struct {

@@ -18,7 +18,7 @@ const DefaultMaxReadBytesInFlight = 256 << 20
 var readWait = 2 * time.Second
 
 // readPool bounds the memory the server's message reads (pull receive,
-// replay) hold at once, from the store read until their answer is written
+// replay, the quarantine's pages) hold at once, from the store read until their answer is written
 // (Options.MaxReadBytesInFlight). A read reserves its most before it reads
 // (twice the engine's MaxReadBytes: the messages and their encoded answer)
 // and keeps, once it has read, about what it holds; the rest goes back to
@@ -125,6 +125,15 @@ func readCost(msgs []*pigeon.Message) int64 {
 	var n int64
 	for _, m := range msgs {
 		n += 2*int64(len(m.Data)) + 1024
+	}
+	return n
+}
+
+// quarantineCost is readCost for quarantine records.
+func quarantineCost(recs []pigeon.QuarantineRecord) int64 {
+	var n int64
+	for _, r := range recs {
+		n += 2*int64(len(r.Body)) + 1024
 	}
 	return n
 }

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 	"pigeon/server"
 )
 
@@ -148,4 +151,41 @@ func TestReadsInFlightUnbounded(t *testing.T) {
 	r := doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/replay", "alice-token", `{"reason":"audit","max":1}`, "x-pigeon-contract", contract)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.Zero(t, s.ReadBytesInFlight())
+}
+
+// TestQuarantinePagesOverHTTP: GET /v1/quarantine pages by since and
+// after, the time and id of the last record of the page before, through
+// records that share one instant (the fixture's clock stands still), and
+// its pages go through the read pool.
+func TestQuarantinePagesOverHTTP(t *testing.T) {
+	f := newFixture(t)
+	checkout := f.contract(t, "checkout-token", "payments.authorize")
+	for i := range 3 {
+		m := demo.Payment(fmt.Sprintf("o-%d", i))
+		m.Data = json.RawMessage(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP","paymentToken":"4111111111111111"}`)
+		r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", msgBody(t, m), "x-pigeon-contract", checkout)
+		require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r.body)
+		require.Contains(t, string(r.body), `"quarantineId"`)
+	}
+	var ids []string
+	path := "/v1/quarantine?max=1"
+	for range 4 {
+		r := f.do(t, http.MethodGet, path, "auditor-token", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		var page struct {
+			Records []struct{ ID, Time string }
+		}
+		require.NoError(t, json.Unmarshal(r.body, &page))
+		if len(page.Records) == 0 {
+			break
+		}
+		require.Len(t, page.Records, 1)
+		last := page.Records[0]
+		ids = append(ids, last.ID)
+		path = "/v1/quarantine?max=1&since=" + url.QueryEscape(last.Time) + "&after=" + url.QueryEscape(last.ID)
+	}
+	require.Len(t, ids, 3)
+	require.True(t, slices.IsSorted(ids), "one instant: by id")
+	require.Len(t, slices.Compact(slices.Clone(ids)), 3, "each record once")
+	require.Zero(t, f.s.ReadBytesInFlight())
 }

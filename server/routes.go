@@ -397,12 +397,13 @@ func listQuarantine(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	recs, err := rq.s.e.Quarantine(rq.ctx, since, n)
-	if err != nil {
+	if err := rq.reserveRead(); err != nil {
 		return 0, nil, err
 	}
-	if recs == nil {
-		recs = []pigeon.QuarantineRecord{}
+	recs, err := rq.s.e.QuarantinePage(rq.ctx, pigeon.QuarantineQuery{Since: since, After: rq.r.URL.Query().Get("after"), Max: n})
+	rq.held = rq.s.reads.resize(rq.held, quarantineCost(recs))
+	if err != nil {
+		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"records": recs}, nil
 }

@@ -70,7 +70,7 @@ type Options struct {
 	// beyond MaxConnections.
 	MaxConnectionsPerIP int
 	// MaxReadBytesInFlight bounds the memory the message reads of the API
-	// (pull receive, replay) hold at once, from the store read until the
+	// (pull receive, replay, the quarantine's pages) hold at once, from the store read until the
 	// answer is written (default DefaultMaxReadBytesInFlight; negative: no
 	// bound). Each read reserves twice the engine's MaxReadBytes before it
 	// reads and keeps about what its answer holds. Without it, clients
