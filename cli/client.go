@@ -250,6 +250,47 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
+// listQuarantine prints every quarantine record from since on, one JSON
+// document a line, oldest first, asking for page after page (a page stops
+// at the server's read budget) until one comes back empty.
+func listQuarantine(ctx context.Context, a *api, since string, stdout io.Writer) error {
+	q := url.Values{}
+	if since != "" {
+		q.Set("since", since)
+	}
+	for {
+		path := "/v1/quarantine"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		b, err := a.do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return err
+		}
+		var out struct {
+			Records []json.RawMessage `json:"records"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return err
+		}
+		if len(out.Records) == 0 {
+			return nil
+		}
+		for _, r := range out.Records {
+			fmt.Fprintf(stdout, "%s\n", r)
+		}
+		var last struct{ ID, Time string }
+		if err := json.Unmarshal(out.Records[len(out.Records)-1], &last); err != nil {
+			return err
+		}
+		if last.ID == "" || last.Time == "" || (q.Get("after") == last.ID && q.Get("since") == last.Time) {
+			return fmt.Errorf("the server's page ended with record %q at %q again", last.ID, last.Time)
+		}
+		q.Set("since", last.Time)
+		q.Set("after", last.ID)
+	}
+}
+
 func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("quarantine "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -262,22 +303,8 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	}
 	cmd := "quarantine " + sub
 	if sub == "list" {
-		path := "/v1/quarantine"
-		if *since != "" {
-			path += "?since=" + *since
-		}
-		b, err := a.do(ctx, http.MethodGet, path, nil)
-		if err != nil {
+		if err := listQuarantine(ctx, a, *since, stdout); err != nil {
 			return fail(stderr, cmd, err)
-		}
-		var out struct {
-			Records []json.RawMessage `json:"records"`
-		}
-		if err := json.Unmarshal(b, &out); err != nil {
-			return fail(stderr, cmd, err)
-		}
-		for _, r := range out.Records {
-			fmt.Fprintf(stdout, "%s\n", r)
 		}
 		return 0
 	}
