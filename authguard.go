@@ -24,7 +24,9 @@ const maxAuthSources = 16384
 // lowers a source's count: a guesser holding one valid credential of its
 // own could otherwise slip it in between guesses and guess for ever. The
 // price is that a client sharing an address with a guesser (a NAT) waits
-// out the lockout with it. It is safe for concurrent use.
+// out the lockout with it. Attempts checked at once may each be let in
+// before the first of them fails, so the limit holds within the attempts
+// a source has in flight. It is safe for concurrent use.
 type authGuard struct {
 	limit  int // <= 0: no limit
 	window time.Duration
@@ -97,7 +99,7 @@ func (g *authGuard) failed(ip netip.Addr, now time.Time) {
 	}
 	f := el.Value.(*authFailures)
 	if f.lockedUntil.After(now) {
-		return // refused before it was checked; never here, but harmless
+		return // an attempt let in just before the lockout began
 	}
 	if !f.lockedUntil.IsZero() || now.Sub(f.start) >= g.window {
 		*f = authFailures{ip: ip, start: now}
