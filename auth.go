@@ -2,6 +2,8 @@ package pigeon
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"maps"
 	"slices"
 )
@@ -47,29 +49,42 @@ type StaticToken struct {
 }
 
 // StaticTokens authenticates a fixed set of bearer tokens. It is immutable once built and safe for
-// concurrent use.
+// concurrent use. A token is looked up by its SHA-256 and then compared
+// with crypto/subtle, so how long a refusal takes does not depend on how
+// much of a known token a guess matched.
 type StaticTokens struct {
 	tokens []StaticToken
-	byTok  map[string]*Principal
+	byHash map[[sha256.Size]byte]staticEntry
+}
+
+// staticEntry is a known token and its principal.
+type staticEntry struct {
+	token []byte
+	p     *Principal
 }
 
 // NewStaticTokens builds an authenticator from tokens (copied).
 func NewStaticTokens(tokens ...StaticToken) *StaticTokens {
-	s := &StaticTokens{byTok: make(map[string]*Principal, len(tokens))}
+	s := &StaticTokens{byHash: make(map[[sha256.Size]byte]staticEntry, len(tokens))}
 	for _, t := range tokens {
 		if t.Token == "" || t.Principal == "" {
 			continue
 		}
 		s.tokens = append(s.tokens, t)
-		s.byTok[t.Token] = &Principal{ID: t.Principal, Attributes: maps.Clone(t.Attributes), Roles: slices.Clone(t.Roles)}
+		s.byHash[sha256.Sum256([]byte(t.Token))] = staticEntry{token: []byte(t.Token),
+			p: &Principal{ID: t.Principal, Attributes: maps.Clone(t.Attributes), Roles: slices.Clone(t.Roles)}}
 	}
 	return s
 }
 
 // Authenticate implements Authenticator.
 func (s *StaticTokens) Authenticate(_ context.Context, credential string) (*Principal, error) {
-	if p, ok := s.byTok[credential]; ok && credential != "" {
-		return p, nil
+	// The map is keyed by the digest, whose bytes a guess cannot steer
+	// toward a known token's; the final comparison takes the same time
+	// wherever the two differ.
+	if e, ok := s.byHash[sha256.Sum256([]byte(credential))]; ok && credential != "" &&
+		subtle.ConstantTimeCompare(e.token, []byte(credential)) == 1 {
+		return e.p, nil
 	}
 	return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -186,6 +187,17 @@ type Options struct {
 	// Cluster, when set, joins this engine to the other nodes sharing
 	// Store (see Cluster). Nil: a single node.
 	Cluster Cluster
+	// AuthFailureLimit is how many refused credentials one source IP
+	// address (Credential.RemoteAddr) may present within
+	// AuthFailureWindow before its attempts are refused RATE_LIMITED,
+	// without being checked, for AuthFailureWindow from then (default
+	// DefaultAuthFailureLimit, 20, in DefaultAuthFailureWindow, 1 minute;
+	// a negative limit: no lockout). A success does not reset a source's
+	// count. Credentials without an IP address (in process) are never
+	// locked out. Counted per engine, so the HTTP routes and the
+	// WebSocket endpoints of a server share one count per address.
+	AuthFailureLimit  int
+	AuthFailureWindow time.Duration
 }
 
 // Engine is the in-process broker. It is safe for concurrent use by any
@@ -205,6 +217,7 @@ type Engine struct {
 	limiter    *rateLimiter
 	auditor    auditor
 	coalesce   coalescer
+	authGuard  *authGuard  // failed authentications per source address
 	seqTrims   bool        // the store trims by sequence: count bounds are enforced
 	byteTrims  bool        // the store trims by size: byte bounds are enforced
 	trimAsks   chan string // subjects past a bound (boundTrimmer)
@@ -303,7 +316,14 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.Authenticator == nil {
 		o.Authenticator = NewStaticTokens()
 	}
-	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{})}
+	if o.AuthFailureLimit == 0 {
+		o.AuthFailureLimit = DefaultAuthFailureLimit
+	}
+	if o.AuthFailureWindow <= 0 {
+		o.AuthFailureWindow = DefaultAuthFailureWindow
+	}
+	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{}),
+		authGuard: newAuthGuard(o.AuthFailureLimit, o.AuthFailureWindow)}
 	e.ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if e.store == nil {
 		e.store = memory.New(&memory.Options{Now: o.Now})
@@ -494,12 +514,58 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 // not a grant's is merged with its account (roles united, attributes
 // overlaid), and its Method defaults to AuthToken. Every refusal is an
 // *Error: UNAUTHENTICATED unless the authenticator chose another code.
+//
+// Every refusal but SHUTTING_DOWN writes an auth.failed audit record
+// naming the method tried and the source (the IP address of
+// c.RemoteAddr), never the credential; a run from one source is
+// coalesced. A source that had Options.AuthFailureLimit credentials
+// refused within Options.AuthFailureWindow is refused RATE_LIMITED, with
+// details.retryAfterMs, before c is looked at.
 func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
+	if e.closed.Load() {
+		return nil, errShutdown()
+	}
+	ip := sourceIP(c.RemoteAddr)
+	if left, locked := e.authGuard.locked(ip, e.now()); locked {
+		err := &Error{Code: CodeRateLimited, Message: "too many failed authentications from this address; try again later",
+			Details: map[string]any{"retryAfterMs": left.Milliseconds()}}
+		e.auditAuthFailure(ctx, c, ip, CodeRateLimited)
+		return nil, err
+	}
 	p, err := e.authenticateCredential(ctx, c)
 	if err != nil && ErrorCode(err) != CodeShutdown {
+		code := ErrorCode(err)
 		e.note(NoteAuthFailure, credentialMethod(c))
+		if credentialRefused(code) {
+			e.authGuard.failed(ip, e.now())
+		}
+		e.auditAuthFailure(ctx, c, ip, code)
 	}
 	return p, err
+}
+
+// credentialRefused reports whether an authentication failure of code
+// judged the credential (and counts against its source), rather than
+// failing for the broker's or an identity provider's want.
+func credentialRefused(code Code) bool {
+	switch code {
+	case CodeUnauthenticated, CodeGrantRevoked, CodeForbidden:
+		return true
+	}
+	return false
+}
+
+// auditAuthFailure writes the auth.failed record of a refused credential:
+// its method and source as ref, never the credential.
+func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, ip netip.Addr, code Code) {
+	ref := "auth:" + credentialMethod(c)
+	switch {
+	case ip.IsValid():
+		ref += " from " + ip.String()
+	case c.RemoteAddr != "":
+		ref += " from " + c.RemoteAddr
+	}
+	_ = e.audit(ctx, EventAuthFailed.record(OutcomeDeny, code, store.AuditRecord{Ref: ref}))
 }
 
 func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (*Principal, error) {

@@ -13,7 +13,8 @@ import (
 // revoked one, a subject or operation it does not grant; an ack of a
 // message leased to someone else, ACK_NOT_ALLOWED; a principal at its
 // most contracts, subscriptions or groups, TOO_MANY_*; a purge refused,
-// purge.denied; an operation refused for want of a role, access.denied),
+// purge.denied; an operation refused for want of a role, access.denied;
+// a credential refused, auth.failed, one run per method and source),
 // or that refuse a message before anything else is judged
 // (at the envelope gate, which comes before the contract and rate gates),
 // is written to the audit log as its first refusal and one record for the
@@ -56,7 +57,8 @@ func coalesced(r *store.AuditRecord) bool {
 	switch {
 	case r.Code == string(CodeRateLimited), r.Code == string(CodeAckNotAllowed),
 		r.Code == string(CodeTooManyContracts), r.Code == string(CodeTooManySubscriptions), r.Code == string(CodeTooManyGroups):
-	case r.Gate == GateContract, r.Gate == GateEnvelope, r.Type == string(EventPurgeDenied), r.Type == string(EventAccessDenied):
+	case r.Gate == GateContract, r.Gate == GateEnvelope, r.Type == string(EventPurgeDenied), r.Type == string(EventAccessDenied),
+		r.Type == string(EventAuthFailed):
 	default:
 		return false
 	}
@@ -70,7 +72,11 @@ func keyOf(r *store.AuditRecord) coalesceKey {
 		r.Type == string(EventPurgeDenied) && r.Code != string(CodeConflict) {
 		subject = ""
 	}
-	return coalesceKey{r.Type, r.Principal, subject, r.Gate, r.Code}
+	who := r.Principal
+	if r.Type == string(EventAuthFailed) {
+		who = r.Ref // nobody was authenticated: the method and source ask
+	}
+	return coalesceKey{r.Type, who, subject, r.Gate, r.Code}
 }
 
 // run is the refusals counted since the first of a window was written.
@@ -81,11 +87,16 @@ type run struct {
 }
 
 // summary is the record standing for the counted refusals of r: the
-// latest one's fields, no message id, and Ref naming how many.
+// latest one's fields, no message id, and Ref naming how many (then, for
+// auth.failed, whose run is its Ref's, the method and source).
 func (r *run) summary() store.AuditRecord {
 	s := r.last
 	s.MessageID = ""
-	s.Ref = coalescedRef + strconv.FormatUint(r.n, 10)
+	ref := coalescedRef + strconv.FormatUint(r.n, 10)
+	if s.Type == string(EventAuthFailed) {
+		ref += " " + s.Ref
+	}
+	s.Ref = ref
 	return s
 }
 

@@ -42,8 +42,13 @@ type Credential struct {
 	// sent it over TLS (leaf first), or nil. The TLS layer may have only
 	// requested it: an authenticator that trusts it must verify it.
 	PeerCertificates []*x509.Certificate
-	// RemoteAddr is the peer's network address (host:port), for per-address
-	// rate limits and logs; empty in process.
+	// RemoteAddr is the peer's network address (host:port, or a bare IP),
+	// for per-address rate limits and logs; empty in process. The server
+	// and the WebSocket endpoint set the TCP peer's. The engine reads its
+	// IP address as the source of an auth.failed audit record and counts
+	// refused credentials per IP (Options.AuthFailureLimit); an embedder
+	// that authenticates network clients should fill it, and one without
+	// an IP address is never locked out.
 	RemoteAddr string
 }
 

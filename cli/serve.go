@@ -174,6 +174,8 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Var(&listFlag{v: &cfg.trustDomains}, "trust-domain", "SPIFFE trust domain whose client certificates are accepted (example.org); repeat or comma-separate")
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
 	fs.Var(&listFlag{v: &cfg.allowedOrigins}, "allowed-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may call the API (CORS) and open /v1/ws besides the server's own; repeat or comma-separate")
+	fs.IntVar(&cfg.maxFailures, "max-auth-failures", cfg.maxFailures, "refused credentials one remote IP address may present within --auth-failure-window before its attempts are refused 429 RATE_LIMITED, unchecked, for a window (default 20; docs/security.md)")
+	fs.DurationVar(&cfg.failureWindow, "auth-failure-window", cfg.failureWindow, "the window of --max-auth-failures, and how long a lockout lasts (default 1m)")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
 	cfg.opts.flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -185,6 +187,10 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	}
 	if cfg.programVersions < 0 {
 		fmt.Fprintln(stderr, "pigeon serve: --program-versions must not be negative")
+		return 2, false
+	}
+	if cfg.maxFailures < 0 || cfg.failureWindow < 0 {
+		fmt.Fprintln(stderr, "pigeon serve: --max-auth-failures and --auth-failure-window must not be negative")
 		return 2, false
 	}
 	for _, o := range cfg.allowedOrigins {
@@ -260,7 +266,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	st := opened.Store
 	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Cluster: opened.Cluster, Authenticator: edge.auth, Catalog: catalog,
 		Region: cfg.region, Logger: logger, Observer: obs.observer(), MaxSubscriptionsPerPrincipal: cfg.maxSubs,
-		MaxGroupsPerSubject: cfg.maxGroups})
+		MaxGroupsPerSubject: cfg.maxGroups, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow})
 	if err != nil {
 		if st != nil {
 			_ = st.Close(context.Background())

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"pigeon"
 )
@@ -81,9 +82,14 @@ func (w Error) Err() *pigeon.Error {
 
 // WriteHTTPError writes err as an HTTP error response: the status of its
 // code and the body {"error":{"code","message","details"}}, ending with a
-// newline like every JSON body of the server.
+// newline like every JSON body of the server. An error whose details carry
+// retryAfterMs (a source locked out after failed authentications) is
+// answered with Retry-After too, in whole seconds rounded up.
 func WriteHTTPError(w http.ResponseWriter, err error) {
 	we := Encode(err)
+	if ms, ok := we.Details["retryAfterMs"].(int64); ok {
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ms+999)/1000), 10))
+	}
 	body, mErr := json.Marshal(struct {
 		Error Error `json:"error"`
 	}{we})
