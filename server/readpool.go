@@ -17,8 +17,8 @@ const DefaultMaxReadBytesInFlight = 256 << 20
 // refused. A variable so that tests need not wait that long.
 var readWait = 2 * time.Second
 
-// readPool bounds the memory the server's message reads (pull receive,
-// replay, the quarantine's pages) hold at once, from the store read until their answer is written
+// readPool bounds the memory the server's reads (pull receive, replay,
+// the quarantine's and the audit log's pages) hold at once, from the store read until their answer is written
 // (Options.MaxReadBytesInFlight). A read reserves its most before it reads
 // (twice the engine's MaxReadBytes: the messages and their encoded answer)
 // and keeps, once it has read, about what it holds; the rest goes back to
@@ -134,6 +134,18 @@ func quarantineCost(recs []pigeon.QuarantineRecord) int64 {
 	var n int64
 	for _, r := range recs {
 		n += 2*int64(len(r.Body)) + 1024
+	}
+	return n
+}
+
+// auditCost is readCost for audit records: each field is at most 512
+// bytes (pigeon.AuditRecord), most far less.
+func auditCost(recs []pigeon.AuditRecord) int64 {
+	var n int64
+	for i := range recs {
+		r := &recs[i]
+		n += 2*int64(len(r.Subject)+len(r.Principal)+len(r.ContractID)+len(r.PolicyID)+len(r.SchemaID)+
+			len(r.MessageID)+len(r.Ref)+len(r.Seqs)+len(r.Digest)+len(r.Gate)+len(r.Hash)+len(r.PrevHash)) + 512
 	}
 	return n
 }

@@ -39,7 +39,8 @@ func bulkFixture(t *testing.T, opts *server.Options, maxRead, n, size int) (*ser
 		Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: allow, pigeon.OpReceive: allow, pigeon.OpReplay: allow},
 	})
 	e, err := pigeon.New(ctx, &pigeon.Options{
-		Authenticator: pigeon.NewStaticTokens(pigeon.StaticToken{Token: "alice-token", Principal: alice}),
+		Authenticator: pigeon.NewStaticTokens(pigeon.StaticToken{Token: "alice-token", Principal: alice},
+			pigeon.StaticToken{Token: "auditor-token", Principal: "auditor", Roles: []string{server.RoleAuditor}}),
 		Catalog:       cat,
 		Region:        "uk",
 		MaxReadBytes:  maxRead,
@@ -107,11 +108,13 @@ func TestReadsInFlightAreBounded(t *testing.T) {
 	require.Eventually(t, func() bool { return s.ReadBytesInFlight() >= 14<<20 }, 10*time.Second, time.Millisecond,
 		"the stalled answer holds its messages")
 
-	for _, tc := range []struct{ path, body string }{
-		{"/v1/subjects/bulk.events/replay", `{"reason":"audit","max":1}`},
-		{"/v1/subjects/bulk.events/receive", `{"max":1}`},
+	for _, tc := range []struct{ method, path, token, body string }{
+		{http.MethodPost, "/v1/subjects/bulk.events/replay", "alice-token", `{"reason":"audit","max":1}`},
+		{http.MethodPost, "/v1/subjects/bulk.events/receive", "alice-token", `{"max":1}`},
+		{http.MethodGet, "/v1/quarantine", "auditor-token", ""},
+		{http.MethodGet, "/v1/audit?max=1", "auditor-token", ""},
 	} {
-		r := doRequest(t, http.MethodPost, url+tc.path, "alice-token", tc.body, "x-pigeon-contract", contract)
+		r := doRequest(t, tc.method, url+tc.path, tc.token, tc.body, "x-pigeon-contract", contract)
 		require.Equal(t, http.StatusTooManyRequests, r.status, "%s: %s", tc.path, r.body)
 		require.Equal(t, pigeon.CodeRateLimited, r.code(t))
 	}
@@ -134,6 +137,9 @@ func TestReadsInFlightAreBounded(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status)
 	require.NoError(t, json.Unmarshal(r.body, &got))
 	require.Equal(t, 15, len(got.Messages), "the engine's byte budget, not the pool, bounds one answer")
+	r = doRequest(t, http.MethodGet, url+"/v1/audit", "auditor-token", "")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Zero(t, s.ReadBytesInFlight())
 }
 
 // TestReadsInFlightUnbounded: a negative MaxReadBytesInFlight turns the

@@ -378,7 +378,11 @@ func audit(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := rq.reserveRead(); err != nil {
+		return 0, nil, err
+	}
 	recs, err := rq.s.e.Audit(rq.ctx, from, n)
+	rq.held = rq.s.reads.resize(rq.held, auditCost(recs))
 	if err != nil {
 		return 0, nil, err
 	}

@@ -69,8 +69,9 @@ type Options struct {
 	// clients behind one address). Beyond it a connection is refused as
 	// beyond MaxConnections.
 	MaxConnectionsPerIP int
-	// MaxReadBytesInFlight bounds the memory the message reads of the API
-	// (pull receive, replay, the quarantine's pages) hold at once, from the store read until the
+	// MaxReadBytesInFlight bounds the memory the reads of the API (pull
+	// receive, replay, the quarantine's and the audit log's pages) hold at
+	// once, from the store read until the
 	// answer is written (default DefaultMaxReadBytesInFlight; negative: no
 	// bound). Each read reserves twice the engine's MaxReadBytes before it
 	// reads and keeps about what its answer holds. Without it, clients
