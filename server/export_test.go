@@ -11,4 +11,4 @@ func SetReadWait(d time.Duration) (restore func()) {
 }
 
 // ReadBytesInFlight is what the server's reads hold now.
-func (s *Server) ReadBytesInFlight() int64 { return s.reads.inUse() }
+func (s *Server) ReadBytesInFlight() int64 { return s.reads.InUse() }

@@ -96,7 +96,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 			}
 			rq.p, rq.region = p, region
 		}
-		defer func() { rq.held = s.reads.resize(rq.held, 0) }()
+		defer func() { rq.held = s.reads.Resize(rq.held, 0) }()
 		status, body, err := ep.fn(rq)
 		if err != nil {
 			writeError(w, err)
@@ -382,7 +382,7 @@ func audit(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	recs, err := rq.s.e.Audit(rq.ctx, from, n)
-	rq.held = rq.s.reads.resize(rq.held, auditCost(recs))
+	rq.held = rq.s.reads.Resize(rq.held, auditCost(recs))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -405,7 +405,7 @@ func listQuarantine(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	recs, err := rq.s.e.QuarantinePage(rq.ctx, pigeon.QuarantineQuery{Since: since, After: rq.r.URL.Query().Get("after"), Max: n})
-	rq.held = rq.s.reads.resize(rq.held, quarantineCost(recs))
+	rq.held = rq.s.reads.Resize(rq.held, quarantineCost(recs))
 	if err != nil {
 		return 0, nil, err
 	}

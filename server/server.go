@@ -18,6 +18,7 @@ import (
 
 	"pigeon"
 	"pigeon/internal/logctx"
+	"pigeon/internal/readpool"
 	"pigeon/programs"
 	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
@@ -78,7 +79,9 @@ type Options struct {
 	// asking for large answers and reading them slowly could keep a
 	// multiple of MaxReadBytes per connection in memory for up to
 	// WriteTimeout each. A read that finds no room waits up to two seconds
-	// and is then refused 429 RATE_LIMITED before anything is read.
+	// and is then refused 429 RATE_LIMITED before anything is read. The
+	// WebSocket endpoint keeps a pool of its own, of this size unless
+	// WebSocket.MaxReadBytesInFlight says otherwise.
 	MaxReadBytesInFlight int64
 	// Logger receives operational events; never payload values. Default:
 	// discard.
@@ -153,6 +156,9 @@ func (o *Options) withDefaults() Options {
 	if wo.Logger == nil {
 		wo.Logger = c.Logger
 	}
+	if wo.MaxReadBytesInFlight == 0 {
+		wo.MaxReadBytesInFlight = c.MaxReadBytesInFlight
+	}
 	c.AllowedOrigins = append([]string(nil), c.AllowedOrigins...)
 	wo.OriginPatterns = append(append([]string(nil), wo.OriginPatterns...), c.AllowedOrigins...)
 	c.WebSocket = &wo
@@ -168,9 +174,9 @@ type Server struct {
 	opts  Options
 	mux   *http.ServeMux
 	ws    *ws.Server
-	mesgd *mesgd.Server // nil unless Options.Mesgd
-	conns *connLimit    // the connections Serve holds, in all and per address
-	reads *readPool     // the memory the API's message reads hold
+	mesgd *mesgd.Server  // nil unless Options.Mesgd
+	conns *connLimit     // the connections Serve holds, in all and per address
+	reads *readpool.Pool // the memory the API's reads hold
 
 	// idPrefix and requests make request ids: unique in this process,
 	// unlikely to repeat across restarts.
@@ -202,7 +208,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger)
-	s.reads = newReadPool(o.MaxReadBytesInFlight, o.Logger)
+	s.reads = readpool.New(o.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
 		if mo.Logger == nil {

@@ -1,6 +1,18 @@
 package ws
 
-import "pigeon"
+import (
+	"time"
+
+	"pigeon"
+)
+
+// SetReadWait sets how long a replay or receive frame waits for room in
+// the read pool of servers made after it; the returned func restores it.
+func SetReadWait(d time.Duration) (restore func()) {
+	old := readWait
+	readWait = d
+	return func() { readWait = old }
+}
 
 // SetPublishBatchLimit sets how many messages the client puts in one
 // frame, for benchmarks that compare batches with corked single frames;

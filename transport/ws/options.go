@@ -3,6 +3,8 @@ package ws
 import (
 	"log/slog"
 	"time"
+
+	"pigeon/internal/readpool"
 )
 
 // Defaults of Options.
@@ -21,6 +23,11 @@ const (
 	DefaultMaxRequestTimeout = 5 * time.Minute
 	DefaultRequestTimeout    = 30 * time.Second
 )
+
+// readWait bounds how long a replay or receive frame waits for room in
+// the server's read pool before it is refused. A variable so that tests
+// need not wait that long; read when a Server is made.
+var readWait = readpool.DefaultWait
 
 // Options configure a Server. A nil *Options means the defaults; NewServer
 // copies the value and never changes the caller's.
@@ -77,6 +84,16 @@ type Options struct {
 	// is full. Requests waiting for a reply count against it separately:
 	// beyond MaxInFlight of them a request is answered RATE_LIMITED.
 	MaxInFlight int
+	// MaxReadBytesInFlight bounds the memory that replay and receive
+	// frames hold at once across the server's connections, from the store
+	// read until their answer is queued for writing, where ServerQueueBytes
+	// bounds it (default 256 MiB; negative: no bound). Each reserves twice
+	// the engine's MaxReadBytes before it reads and keeps its answer's
+	// size. Without it, one connection could have MaxInFlight replays of
+	// up to MaxReadBytes each read and encoded, waiting for a writer that
+	// does not drain. A frame that finds no room waits up to two seconds
+	// and is then answered RATE_LIMITED before anything is read.
+	MaxReadBytesInFlight int64
 	// MaxRequestTimeout caps a request's timeoutMs (default 5 min); a
 	// request without one waits DefaultRequestTimeout.
 	MaxRequestTimeout time.Duration
@@ -130,6 +147,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxReadBytesInFlight == 0 {
+		c.MaxReadBytesInFlight = readpool.DefaultLimit
 	}
 	if c.MaxRequestTimeout <= 0 {
 		c.MaxRequestTimeout = DefaultMaxRequestTimeout

@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"pigeon"
+	"pigeon/internal/readpool"
 	"pigeon/internal/wire"
 )
 
@@ -28,7 +29,8 @@ type Server struct {
 	shutOnce     sync.Once
 	drained      chan struct{}
 
-	budget budget // bytes queued for writing, across connections
+	budget budget         // bytes queued for writing, across connections
+	reads  *readpool.Pool // bytes read by replays and receives not yet queued
 	stats  counters
 }
 
@@ -55,6 +57,10 @@ type Stats struct {
 	// connections (bounded by Options.ServerQueueBytes); QueuedBytesPeak
 	// the most there ever were.
 	QueuedBytes, QueuedBytesPeak int64
+	// ReadBytes is the bytes replay and receive frames hold before their
+	// answer is queued (bounded by Options.MaxReadBytesInFlight);
+	// ReadsRefused counts those refused for want of room.
+	ReadBytes, ReadsRefused int64
 	// CutFrames counts deliver frames dropped from a write queue because
 	// the engine ended their subscription for a refusal (its contract
 	// revoked or expired, a role taken away) before they were written.
@@ -65,6 +71,7 @@ type Stats struct {
 func NewServer(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, perPrincipal: map[string]int{}, drained: make(chan struct{})}
 	s.budget = budget{limit: s.opts.ServerQueueBytes, peak: &s.stats.queuedPeak}
+	s.reads = readpool.New(s.opts.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", s.opts.Logger)
 	return s
 }
 
@@ -73,7 +80,8 @@ func (s *Server) Stats() Stats {
 	c := &s.stats
 	return Stats{Open: c.open.Load(), Accepted: c.accepted.Load(), Refused: c.refused.Load(), Stalled: c.stalled.Load(),
 		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), InvalidText: c.badText.Load(), RateLimited: c.rateLimited.Load(),
-		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load(), CutFrames: c.cut.Load()}
+		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load(), CutFrames: c.cut.Load(),
+		ReadBytes: s.reads.InUse(), ReadsRefused: int64(s.reads.Refused())}
 }
 
 // upgradeCredential returns the bearer token of an upgrade request: the

@@ -1,0 +1,147 @@
+// Package readpool bounds the memory that reads in flight hold at once:
+// the messages a replay, a pull receive or a page of records reads from
+// the store, and their encoded answer, until the answer is written (or
+// queued to a writer whose own budget holds it). The HTTP server and the
+// WebSocket server each keep one.
+package readpool
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"pigeon"
+)
+
+// DefaultLimit is the bound of a pool when its owner's option is 0.
+const DefaultLimit = 256 << 20
+
+// DefaultWait is how long a read waits for room before it is refused.
+const DefaultWait = 2 * time.Second
+
+// Pool bounds the bytes reserved by reads in flight. A read reserves its
+// most before it reads (Reserve), keeps, once it has read, about what its
+// answer holds (Resize), and gives that back once the answer is written
+// (Resize to 0). So a client that asks for large answers and reads them
+// slowly pins at most the pool, not a multiple of the largest answer per
+// connection or per frame in flight. A read that finds no room waits for
+// it, within the pool's wait and its context, and is then refused
+// RATE_LIMITED (REQUEST_TIMEOUT when its context ended) before anything is
+// read, leased or settled.
+//
+// Its methods are safe for concurrent use.
+type Pool struct {
+	limit   int64 // <= 0: no bound
+	wait    time.Duration
+	logger  *slog.Logger
+	name    string // the option that sets limit, for refusals and logs
+	mu      sync.Mutex
+	used    int64
+	room    chan struct{} // closed, and replaced, whenever used falls
+	refused atomic.Uint64
+	warned  atomic.Int64 // unix nanoseconds of the last warning
+}
+
+// New returns a pool of limit bytes (<= 0: no bound) whose reads wait up
+// to wait for room; option names the setting of limit in refusals and
+// logs.
+func New(limit int64, wait time.Duration, option string, logger *slog.Logger) *Pool {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Pool{limit: limit, wait: wait, name: option, logger: logger, room: make(chan struct{})}
+}
+
+// Reserve reserves n bytes (at most the whole pool, so that one read
+// larger than the pool still runs, alone) and returns what it reserved,
+// to give back through Resize. Without a bound it reserves nothing.
+func (p *Pool) Reserve(ctx context.Context, n int64) (int64, error) {
+	if p.limit <= 0 {
+		return 0, nil
+	}
+	n = min(max(n, 1), p.limit)
+	var timer *time.Timer
+	for {
+		p.mu.Lock()
+		if p.used+n <= p.limit {
+			p.used += n
+			p.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return n, nil
+		}
+		room := p.room
+		p.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(p.wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return 0, p.refuse(ctx.Err())
+		case <-timer.C:
+			return 0, p.refuse(nil)
+		}
+	}
+}
+
+// refuse counts a read refused for want of room, logs it at most once a
+// minute, and returns its error.
+func (p *Pool) refuse(ctxErr error) error {
+	n := p.refused.Add(1)
+	if now := time.Now().UnixNano(); now-p.warned.Load() >= int64(time.Minute) {
+		p.warned.Store(now)
+		p.logger.Warn("read refused: the reads in flight hold "+p.name, "limit", p.limit, "refused", n)
+	}
+	if ctxErr != nil {
+		return pigeon.WrapError(pigeon.CodeRequestTimeout, ctxErr, "the request ended while waiting for room to read")
+	}
+	return pigeon.NewError(pigeon.CodeRateLimited,
+		"the reads in flight hold all the memory the server allows them (%s); try again later", p.name)
+}
+
+// Resize turns a reservation of held bytes into one of n (0 gives it all
+// back) and returns n. It may take the pool past its bound: the read it
+// accounts for has been made.
+func (p *Pool) Resize(held, n int64) int64 {
+	if p.limit <= 0 || held == n {
+		return n
+	}
+	p.mu.Lock()
+	p.used += n - held
+	if n < held {
+		close(p.room)
+		p.room = make(chan struct{})
+	}
+	p.mu.Unlock()
+	return n
+}
+
+// InUse is the bytes reserved now.
+func (p *Pool) InUse() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.used
+}
+
+// Refused counts the reads refused for want of room.
+func (p *Pool) Refused() uint64 { return p.refused.Load() }
+
+// MessagesCost is about the memory an answer of msgs holds until it is
+// written: each message's data decoded and encoded, and the envelopes.
+func MessagesCost(msgs []*pigeon.Message) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += 2*int64(len(m.Data)) + 1024
+	}
+	return n
+}
+
+// ReadReserve is what a read of e reserves before it reads: twice the
+// engine's MaxReadBytes (the messages and their encoding) and a little for
+// envelopes.
+func ReadReserve(e *pigeon.Engine) int64 { return 2*int64(e.MaxReadBytes()) + 1<<20 }

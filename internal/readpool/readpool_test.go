@@ -1,0 +1,78 @@
+package readpool
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// TestReadPool: reservations within the bound go through at once; one
+// beyond it waits for room given back, and is refused RATE_LIMITED (or
+// REQUEST_TIMEOUT when its context ends) when none comes; one larger than
+// the pool is clamped to it and runs alone; a resize may pass the bound;
+// without a bound nothing is counted.
+func TestReadPool(t *testing.T) {
+	ctx := context.Background()
+	p := New(100, 20*time.Millisecond, "MaxTest", nil)
+
+	a, err := p.Reserve(ctx, 60)
+	require.NoError(t, err)
+	require.EqualValues(t, 60, a)
+	_, err = p.Reserve(ctx, 50)
+	require.Equal(t, pigeon.CodeRateLimited, pigeon.ErrorCode(err), "60 + 50 > 100")
+	require.Contains(t, err.Error(), "MaxTest", "the refusal names the setting")
+	require.EqualValues(t, 60, p.InUse(), "a refused reservation holds nothing")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = p.Reserve(cctx, 50)
+	require.Equal(t, pigeon.CodeRequestTimeout, pigeon.ErrorCode(err))
+	require.EqualValues(t, 2, p.Refused())
+
+	// A waiting reservation goes through once room is given back.
+	patient := New(100, time.Minute, "MaxTest", nil)
+	a, err = patient.Reserve(ctx, 60)
+	require.NoError(t, err)
+	got := make(chan int64, 1)
+	go func() {
+		n, err := patient.Reserve(ctx, 50)
+		if err != nil {
+			n = -1
+		}
+		got <- n
+	}()
+	patient.Resize(a, 10) // the read kept 10 of its 60
+	require.EqualValues(t, 50, <-got)
+	require.EqualValues(t, 60, patient.InUse())
+
+	require.EqualValues(t, 80, patient.Resize(10, 80), "a read that has been made may pass the bound")
+	require.EqualValues(t, 130, patient.InUse())
+	patient.Resize(80, 0)
+	patient.Resize(50, 0)
+	require.Zero(t, patient.InUse())
+
+	big, err := patient.Reserve(ctx, 1000)
+	require.NoError(t, err)
+	require.EqualValues(t, 100, big, "a read larger than the pool takes it all, alone")
+	patient.Resize(big, 0)
+
+	off := New(-1, time.Minute, "MaxTest", nil)
+	n, err := off.Reserve(ctx, 1<<40)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.EqualValues(t, 5, off.Resize(n, 5))
+	require.Zero(t, off.InUse())
+	require.Zero(t, off.Refused())
+}
+
+// TestMessagesCost counts each message's data twice and an envelope.
+func TestMessagesCost(t *testing.T) {
+	require.Zero(t, MessagesCost(nil))
+	msgs := []*pigeon.Message{{Data: json.RawMessage(`{"a":1}`)}, {}}
+	require.EqualValues(t, 2*7+1024+1024, MessagesCost(msgs))
+}

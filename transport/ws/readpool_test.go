@@ -1,0 +1,72 @@
+package ws_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/transporttest"
+	"pigeon/transport/ws"
+)
+
+// bulkEvents adds bulk.events, a pubsub subject alice publishes, receives
+// and replays, and reads of at most 8 MiB.
+func bulkEvents(o *pigeon.Options) {
+	allow := []pigeon.RuleSpec{{Effect: "allow", Principals: []string{transporttest.Alice}}}
+	o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
+		Name: "bulk.events", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"record"},
+		Replay: pigeon.ReplayPolicy{Allowed: true},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: allow, pigeon.OpReceive: allow, pigeon.OpReplay: allow},
+	})
+	o.MaxReadBytes = 8 << 20
+	o.NegotiateRate.PerSecond = -1
+}
+
+// TestReadsInFlightAreBoundedOverWebSocket: a connection that sends replay
+// after replay and never reads the answers holds at most the server's read
+// pool (not MaxInFlight answers of MaxReadBytes each); while it does, a
+// replay on another connection waits and is answered RATE_LIMITED; once
+// the stuck connection is gone, replays are served in full.
+func TestReadsInFlightAreBoundedOverWebSocket(t *testing.T) {
+	ctx := context.Background()
+	defer ws.SetReadWait(50 * time.Millisecond)()
+	const pool = 20 << 20 // one answer of 8 MiB and one reservation of 17 MiB do not both fit
+	v := newEnv(t, &ws.Options{MaxReadBytesInFlight: pool, StallTimeout: time.Hour}, bulkEvents)
+	p, err := v.e.Authenticate(ctx, "alice-token")
+	require.NoError(t, err)
+	k, err := v.e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
+	require.NoError(t, err)
+	blob := strings.Repeat("x", 512<<10)
+	for i := range 20 {
+		_, err := v.e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, &pigeon.Message{
+			Type: "bulk", Subject: "bulk.events", Intent: "record", Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"blob":%q}`, i, blob))})
+		require.NoError(t, err)
+	}
+
+	stuck := v.rawWith(t, &websocket.DialOptions{HTTPClient: smallReceiveBuffer(), HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
+	stuck.negotiate("bulk.events")
+	for i := range 40 {
+		stuck.write(fmt.Sprintf(`{"op":"replay","id":"r%d","subject":"bulk.events","reason":"audit"}`, i))
+	}
+	eventually(t, func() bool { return v.srv.Stats().ReadsRefused > 0 }, "the stuck connection's replays reach the bound: %+v", v.srv.Stats())
+	require.LessOrEqual(t, v.srv.Stats().ReadBytes, int64(pool), "the reads hold at most the pool")
+
+	other := v.raw(t, "alice-token")
+	other.negotiate("bulk.events")
+	other.fail(ws.OpReplay, `,"subject":"bulk.events","reason":"audit","max":1`, pigeon.CodeRateLimited)
+	require.LessOrEqual(t, v.srv.Stats().ReadBytes, int64(pool))
+
+	require.NoError(t, stuck.c.CloseNow())
+	eventually(t, func() bool { return v.srv.Stats().ReadBytes == 0 }, "the stuck connection's reads give their room back: %+v", v.srv.Stats())
+	f := other.ok(ws.OpReplay, `,"subject":"bulk.events","reason":"audit","max":2`, ws.OpMessages)
+	require.Len(t, f.Messages, 2)
+	require.Zero(t, v.srv.Stats().ReadBytes)
+}
