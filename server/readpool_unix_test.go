@@ -41,9 +41,9 @@ func bulkFixture(t *testing.T, opts *server.Options, maxRead, n, size int) (*ser
 	e, err := pigeon.New(ctx, &pigeon.Options{
 		Authenticator: pigeon.NewStaticTokens(pigeon.StaticToken{Token: "alice-token", Principal: alice},
 			pigeon.StaticToken{Token: "auditor-token", Principal: "auditor", Roles: []string{server.RoleAuditor}}),
-		Catalog:       cat,
-		Region:        "uk",
-		MaxReadBytes:  maxRead,
+		Catalog:      cat,
+		Region:       "uk",
+		MaxReadBytes: maxRead,
 	})
 	require.NoError(t, err)
 	s := server.New(e, opts)
