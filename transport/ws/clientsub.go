@@ -451,7 +451,7 @@ func (cs *clientSub) work() {
 			cs.cond.Signal() // another worker may take the next one
 		}
 		cs.mu.Unlock()
-		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s})
+		err := cs.call(cs.delivery(q))
 		if !cs.o.AtMostOnce {
 			if err == nil {
 				done = q.m.Sequence
@@ -460,6 +460,11 @@ func (cs *clientSub) work() {
 		}
 		cs.running.Done()
 	}
+}
+
+// delivery returns the Delivery a handler gets for q.
+func (cs *clientSub) delivery(q queuedDelivery) *pigeon.Delivery {
+	return &pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s}
 }
 
 // maxOutstanding bounds what a subscription remembers to resume from:

@@ -1,0 +1,70 @@
+package ws
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	"pigeon"
+)
+
+// paymentData is the payload of bench/compare's scenarios: a payment
+// authorization of exactly 259 bytes.
+const paymentData = `{"merchantId":"m-100","orderId":"o-7f3a9c21","amount":42.5,"currency":"GBP",` +
+	`"paymentToken":"tok_9f8e7d6c5b4a3921","customerId":"cust-42","channel":"web",` +
+	`"description":"Order o-7f3a9c21: 2 items, standard delivery",` +
+	`"metadata":{"cartId":"cart-5521","ab":"b12"}}`
+
+// deliveredPayment returns the nth payment message as the server delivers
+// it: accepted, with the members the engine fills.
+func deliveredPayment(n int) *pigeon.Message {
+	return &pigeon.Message{
+		SpecVersion: "1.0", ID: "msg_01JE4Q7ZK3M9X2B8V5N6T" + strconv.Itoa(1000+n), Type: "payment.authorization.requested",
+		Source: "checkout", Subject: "payments.events", Time: "2026-12-02T05:00:00.123456789Z", Intent: "authorize_payment",
+		IdempotencyKey: "k-" + strconv.Itoa(n), Classification: "pci", Region: "uk", Data: json.RawMessage(paymentData),
+		Sequence: uint64(n + 1), ContractID: "ctr_01JE4Q7ZK3M9X2B8V5N6T7W8Y9", SubjectID: "payments.events@1",
+		SchemaID: "payment.authorization.v1", AcceptedAt: "2026-12-02T05:00:00.123456789Z",
+	}
+}
+
+// deliverBatchFrame renders a deliver_batch of n payments, as the server
+// writes it.
+func deliverBatchFrame(n int) []byte {
+	b := append(appendHead(nil, OpDeliverBatch, ""), `,"sub":"sub_1","deliveries":[`...)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"attempt":1,"message":`...)
+		b = append(deliveredPayment(i).AppendJSON(b), '}')
+	}
+	return append(b, "]}"...)
+}
+
+// BenchmarkClientDecodeDeliverBatch is what a client's reader spends on a
+// deliver_batch of payments (bench/compare's fan-out) up to the handler:
+// the frame decoded as readLoop decodes it, and the Delivery of each
+// message as a worker hands it over.
+func BenchmarkClientDecodeDeliverBatch(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run("msgs="+strconv.Itoa(n), func(b *testing.B) {
+			frame := deliverBatchFrame(n)
+			cs := &clientSub{subject: "payments.events"}
+			var in interner
+			b.ReportAllocs()
+			b.SetBytes(int64(len(frame)))
+			for b.Loop() {
+				f, err := decodeFrame(frame, &in)
+				if err != nil || len(f.Deliveries) != n {
+					b.Fatal("not decoded", err)
+				}
+				for _, d := range f.Deliveries {
+					if cs.delivery(queuedDelivery{m: d.Message, attempt: d.Attempt}).Message.ID == "" {
+						b.Fatal("no id")
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
