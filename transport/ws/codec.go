@@ -630,7 +630,9 @@ func (w *walker) results(i int) ([]BatchResult, int) {
 				return -1
 			}
 			r.Error = new(wire.Error)
-			if json.Unmarshal(w.b[j:e], r.Error) != nil {
+			// encoding/json matches names in any case; the frame's
+			// decoder refuses a name in another case (CheckNames).
+			if pigeon.CheckNames(w.b[j:e], r.Error) != nil || json.Unmarshal(w.b[j:e], r.Error) != nil {
 				return -1
 			}
 			return e
