@@ -1,9 +1,12 @@
 package ws
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"pigeon"
 )
@@ -67,4 +70,49 @@ func BenchmarkClientDecodeDeliverBatch(b *testing.B) {
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
+}
+
+// TestDeliveredMessagesOwnTheirBytes: a message a handler keeps does not
+// change when the reader decodes later frames into the same buffer, nor
+// when the handler changes its data, nor does any other message.
+func TestDeliveredMessagesOwnTheirBytes(t *testing.T) {
+	var in interner
+	buf := make([]byte, 0, 64<<10)
+	decode := func(frame []byte) *Frame {
+		buf = append(buf[:0], frame...)
+		f, err := decodeFrame(buf, &in)
+		require.NoError(t, err)
+		require.Len(t, f.Deliveries, 3)
+		return f
+	}
+	first := decode(deliverBatchFrame(3))
+	var kept, want []*pigeon.Message
+	for _, d := range first.Deliveries {
+		kept, want = append(kept, d.Message), append(want, d.Message.Clone())
+	}
+	require.Equal(t, deliveredPayment(0), kept[0])
+
+	// The reader reuses its buffer: the next frame, as long, overwrites it.
+	next := bytes.ReplaceAll(deliverBatchFrame(3), []byte("msg_01J"), []byte("msg_99X"))
+	next = bytes.ReplaceAll(next, []byte("2026-12-02T05"), []byte("2027-01-09T11"))
+	next = bytes.ReplaceAll(next, []byte("m-100"), []byte("z-999"))
+	second := decode(next)
+	require.Equal(t, want, kept)
+	require.NotEqual(t, second.Deliveries[0].Message.ID, kept[0].ID)
+	clear(buf[:cap(buf)])
+	require.Equal(t, want, kept)
+
+	// A handler changes or grows its message's data: nothing else moves.
+	m := kept[1]
+	for i := range m.Data {
+		m.Data[i] = 'x'
+	}
+	m.Data = append(m.Data, "yyyy"...)
+	m.Data = m.Data[:0]
+	m.Data = append(m.Data, `{"n":1}`...)
+	w := want[1].Clone()
+	w.Data = json.RawMessage(`{"n":1}`)
+	require.Equal(t, w, m)
+	require.Equal(t, want[0], kept[0])
+	require.Equal(t, want[2], kept[2])
 }

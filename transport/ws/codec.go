@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"pigeon"
@@ -373,13 +374,26 @@ var messageNames = names{
 const sharedFields = 1<<mSpecVersion | 1<<mType | 1<<mSource | 1<<mSubject | 1<<mIntent | 1<<mClassification |
 	1<<mRegion | 1<<mContractID | 1<<mSubjectID | 1<<mSchemaID
 
+// span is where the text of a plain string member k lies in a walker's b.
+type span struct{ k, from, to int }
+
 // message decodes the envelope at b[i], nested in depth objects and arrays
 // of the frame.
+//
+// The plain strings it does not intern (id, time, idempotencyKey,
+// acceptedAt, …) are copied into one string, each a slice of it: one
+// allocation for them all, which holds nothing but those strings, so that
+// a message kept pins no more than its own. Data is copied on its own, the
+// handler's to change.
 func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 	if i >= len(w.b) || w.b[i] != '{' {
 		return nil, -1
 	}
 	m := new(pigeon.Message)
+	var (
+		spans [mAcceptedAt + 1]span // each member at most once: object gives up on a second
+		ns, n int
+	)
 	strs := [...]*string{
 		mSpecVersion: &m.SpecVersion, mID: &m.ID, mType: &m.Type, mSource: &m.Source, mSubject: &m.Subject, mTime: &m.Time,
 		mIntent: &m.Intent, mIdempotencyKey: &m.IdempotencyKey, mClassification: &m.Classification, mRegion: &m.Region,
@@ -408,8 +422,28 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 			m.Signature = sig
 			return e
 		}
+		if sharedFields&(1<<k) == 0 && w.b[j] == '"' {
+			if e := plainEnd(w.b, j); e >= 0 {
+				spans[ns] = span{k, j + 1, e - 1}
+				ns++
+				n += e - 1 - (j + 1)
+				return e
+			}
+		}
 		return w.str(j, strs[k], sharedFields&(1<<k) != 0)
 	})
+	if end >= 0 && n > 0 {
+		var sb strings.Builder
+		sb.Grow(n)
+		for _, sp := range spans[:ns] {
+			sb.Write(w.b[sp.from:sp.to])
+		}
+		all, at := sb.String(), 0
+		for _, sp := range spans[:ns] {
+			*strs[sp.k] = all[at : at+sp.to-sp.from]
+			at += sp.to - sp.from
+		}
+	}
 	return m, end
 }
 
