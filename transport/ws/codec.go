@@ -3,6 +3,7 @@ package ws
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -390,6 +391,12 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 		return nil, -1
 	}
 	m := new(pigeon.Message)
+	return m, w.messageInto(m, i, depth)
+}
+
+// messageInto decodes the envelope at b[i] (an object) into m, zero, as
+// message does.
+func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 	var (
 		spans [mAcceptedAt + 1]span // each member at most once: object gives up on a second
 		ns, n int
@@ -444,7 +451,7 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 			at += sp.to - sp.from
 		}
 	}
-	return m, end
+	return end
 }
 
 var signatureNames = names{"kid", "alg", "sig"}
@@ -533,7 +540,7 @@ func (w *walker) frame() (*Frame, bool) {
 		case fResults:
 			f.Results, e = w.results(j)
 		case fDeliveries:
-			f.Deliveries, e = w.deliveries(j)
+			f.Deliveries, f.delivered, e = w.deliveries(j)
 		case fMessageID:
 			return w.str(j, &f.MessageID, false)
 		case fMessageIDs:
@@ -619,26 +626,52 @@ var (
 	resultNames   = names{rStatus: "status", rMessage: "message", rError: "error"}
 )
 
+// handoff is a delivered message and the Delivery its handler gets, in
+// one allocation.
+type handoff struct {
+	d pigeon.Delivery
+	m pigeon.Message
+}
+
 // deliveries decodes the deliveries of a deliver_batch: objects of an
-// attempt and a message.
-func (w *walker) deliveries(i int) ([]DeliveryEntry, int) {
-	out := []DeliveryEntry{}
+// attempt and a message. Each message comes with the Delivery its handler
+// gets (delivered, parallel to the entries; nil for an entry without a
+// message).
+func (w *walker) deliveries(i int) ([]DeliveryEntry, []*pigeon.Delivery, int) {
+	// Gathered on the stack, up to what the server puts in one frame,
+	// then copied out at their size.
+	var (
+		outBuf [maxDeliverBatch]DeliveryEntry
+		pdBuf  [maxDeliverBatch]*pigeon.Delivery
+	)
+	out, delivered := outBuf[:0], pdBuf[:0]
 	end := w.array(i, func(j int) int {
-		var d DeliveryEntry
+		var (
+			d  DeliveryEntry
+			pd *pigeon.Delivery
+		)
 		e := w.object(j, deliveryNames, func(k, j int) int {
 			if k == dMessage {
-				m, e := w.message(j, 3)
-				d.Message = m
-				return e
+				if w.b[j] != '{' {
+					return -1
+				}
+				h := new(handoff)
+				d.Message, pd = &h.m, &h.d
+				return w.messageInto(&h.m, j, 3)
 			}
 			n, e := w.integer(j, strconv.IntSize)
 			d.Attempt = int(n)
 			return e
 		})
-		out = append(out, d)
+		out, delivered = append(out, d), append(delivered, pd)
 		return e
 	})
-	return out, end
+	if end < 0 {
+		return nil, nil, end
+	}
+	entries := make([]DeliveryEntry, len(out))
+	copy(entries, out)
+	return entries, slices.Clone(delivered), end
 }
 
 // results decodes the results of a decisions answer.

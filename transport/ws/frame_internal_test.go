@@ -203,7 +203,7 @@ func judgedBatch(f *Frame) (*Frame, []any) {
 		out = append(out, m)
 	}
 	g := *f
-	g.Batch, g.decoded = nil, nil
+	g.Batch, g.decoded, g.delivered = nil, nil, nil
 	return &g, out
 }
 
