@@ -106,6 +106,7 @@ func TestDeliveredMessagesOwnTheirBytes(t *testing.T) {
 
 	// A handler changes or grows its message's data: nothing else moves.
 	m := kept[1]
+	require.Equal(t, len(m.Data), cap(m.Data), "data's capacity reaches past it")
 	for i := range m.Data {
 		m.Data[i] = 'x'
 	}

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"pigeon"
 	"pigeon/internal/jsontext"
@@ -380,12 +380,6 @@ type span struct{ k, from, to int }
 
 // message decodes the envelope at b[i], nested in depth objects and arrays
 // of the frame.
-//
-// The plain strings it does not intern (id, time, idempotencyKey,
-// acceptedAt, …) are copied into one string, each a slice of it: one
-// allocation for them all, which holds nothing but those strings, so that
-// a message kept pins no more than its own. Data is copied on its own, the
-// handler's to change.
 func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 	if i >= len(w.b) || w.b[i] != '{' {
 		return nil, -1
@@ -396,10 +390,18 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 
 // messageInto decodes the envelope at b[i] (an object) into m, zero, as
 // message does.
+//
+// Its data and the plain strings it does not intern (id, time,
+// idempotencyKey, acceptedAt, …) are copied out of b into one buffer, of
+// this message alone, so that a message kept pins no more than its own
+// bytes and never b: data first, its capacity its length, so that a
+// handler changing or growing it never reaches the strings; then the
+// strings, each a string over its bytes, which are never written again.
 func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 	var (
 		spans [mAcceptedAt + 1]span // each member at most once: object gives up on a second
 		ns, n int
+		data  span // k unused; from == to: none
 	)
 	strs := [...]*string{
 		mSpecVersion: &m.SpecVersion, mID: &m.ID, mType: &m.Type, mSource: &m.Source, mSubject: &m.Subject, mTime: &m.Time,
@@ -414,7 +416,7 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 			if e < 0 || string(w.b[j:e]) == "null" {
 				return -1 // encoding/json keeps null as its text
 			}
-			m.Data = append(json.RawMessage(nil), w.b[j:e]...)
+			data = span{from: j, to: e}
 			return e
 		case mSequence:
 			t, e := w.number(j)
@@ -431,25 +433,30 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 		}
 		if sharedFields&(1<<k) == 0 && w.b[j] == '"' {
 			if e := plainEnd(w.b, j); e >= 0 {
-				spans[ns] = span{k, j + 1, e - 1}
-				ns++
-				n += e - 1 - (j + 1)
+				if e-1 > j+1 {
+					spans[ns] = span{k, j + 1, e - 1}
+					ns++
+					n += e - 1 - (j + 1)
+				}
 				return e
 			}
 		}
 		return w.str(j, strs[k], sharedFields&(1<<k) != 0)
 	})
-	if end >= 0 && n > 0 {
-		var sb strings.Builder
-		sb.Grow(n)
-		for _, sp := range spans[:ns] {
-			sb.Write(w.b[sp.from:sp.to])
-		}
-		all, at := sb.String(), 0
-		for _, sp := range spans[:ns] {
-			*strs[sp.k] = all[at : at+sp.to-sp.from]
-			at += sp.to - sp.from
-		}
+	dl := data.to - data.from
+	if end < 0 || dl+n == 0 {
+		return end
+	}
+	own := make([]byte, dl+n)
+	copy(own, w.b[data.from:data.to])
+	if dl > 0 {
+		m.Data = own[:dl:dl]
+	}
+	at := dl
+	for _, sp := range spans[:ns] {
+		l := copy(own[at:], w.b[sp.from:sp.to])
+		*strs[sp.k] = unsafe.String(&own[at], l)
+		at += l
 	}
 	return end
 }
