@@ -275,9 +275,26 @@ func (w *walker) integer(j, bitSize int) (int64, int) {
 // In front of its map, a small direct-mapped cache keyed by a cheap hash
 // of a string's length and end bytes answers the strings that repeat from
 // message to message with one comparison instead of a map lookup.
+//
+// Before both, each member of an envelope it shares has a slot of its own
+// (fields) holding the value it had last: a subscription's messages
+// mostly repeat them, and no two members then take turns in one slot.
 type interner struct {
-	m     map[string]string
-	slots [internSlots]string
+	m      map[string]string
+	slots  [internSlots]string
+	fields [mAcceptedAt + 1]string
+}
+
+// field is str for the value b of the envelope's member k.
+func (in *interner) field(k int, b []byte) string {
+	if in.fields[k] == string(b) {
+		return in.fields[k]
+	}
+	s := in.str(b)
+	if len(b) <= internLen {
+		in.fields[k] = s
+	}
+	return s
 }
 
 const (
@@ -431,9 +448,12 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 			m.Signature = sig
 			return e
 		}
-		if sharedFields&(1<<k) == 0 && w.b[j] == '"' {
+		shared := sharedFields&(1<<k) != 0
+		if (!shared || w.in != nil) && w.b[j] == '"' {
 			if e := plainEnd(w.b, j); e >= 0 {
-				if e-1 > j+1 {
+				if shared {
+					*strs[k] = w.in.field(k, w.b[j+1:e-1])
+				} else if e-1 > j+1 {
 					spans[ns] = span{k, j + 1, e - 1}
 					ns++
 					n += e - 1 - (j + 1)
@@ -441,7 +461,7 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 				return e
 			}
 		}
-		return w.str(j, strs[k], sharedFields&(1<<k) != 0)
+		return w.str(j, strs[k], shared)
 	})
 	dl := data.to - data.from
 	if end < 0 || dl+n == 0 {
