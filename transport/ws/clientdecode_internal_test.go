@@ -2,7 +2,9 @@ package ws
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"testing"
 
@@ -118,4 +120,40 @@ func TestDeliveredMessagesOwnTheirBytes(t *testing.T) {
 	require.Equal(t, w, m)
 	require.Equal(t, want[0], kept[0])
 	require.Equal(t, want[2], kept[2])
+}
+
+// BenchmarkClientDeliverBatch is BenchmarkClientDecodeDeliverBatch and
+// what the reader does next, up to the handler: the frame's deliveries
+// queued on their subscription (acknowledged, as bench/compare's), then
+// taken off the queue with the Delivery a worker hands over.
+func BenchmarkClientDeliverBatch(b *testing.B) {
+	frame := deliverBatchFrame(64)
+	s := &Session{o: dialOptions{logger: slog.New(slog.DiscardHandler)}}
+	cs := &clientSub{s: s, subject: "payments.events"}
+	cs.cond.L = &cs.mu
+	s.bySID = map[string]*clientSub{"sub_1": cs}
+	cc := &clientConn{ctx: context.Background()}
+	var in interner
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		f, err := decodeFrame(frame, &in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.deliverBatch(cc, f)
+		cs.mu.Lock()
+		if len(cs.queue) != 64 {
+			b.Fatal("not queued")
+		}
+		for _, q := range cs.queue {
+			handed = cs.delivery(q)
+		}
+		cs.running.Add(-len(cs.queue))
+		clear(cs.queue)
+		cs.queue, cs.queuedN = cs.queue[:0], 0
+		clear(cs.outstanding)
+		cs.mu.Unlock()
+	}
+	b.ReportMetric(float64(b.N*64)/b.Elapsed().Seconds(), "msgs/s")
 }
