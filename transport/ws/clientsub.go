@@ -67,6 +67,7 @@ type queuedDelivery struct {
 	sid     string
 	m       *pigeon.Message
 	attempt int
+	d       *pigeon.Delivery // nil, or the Delivery for the handler, allocated with m
 }
 
 // pendingAck is one acknowledgement not yet sent.
@@ -348,17 +349,24 @@ func (cs *clientSub) finish(err error) {
 // unsubscribe that ends its server subscription gives it back to the
 // group at once, without spending an attempt on a consumer that never saw
 // it.
-func (s *Session) deliver(cc *clientConn, f *Frame) { s.deliverOne(cc, f.Sub, f.Message, f.Attempt) }
+func (s *Session) deliver(cc *clientConn, f *Frame) {
+	s.deliverOne(cc, f.Sub, f.Message, f.Attempt, nil)
+}
 
 // deliverBatch queues each delivery of a deliver_batch frame, in order.
 func (s *Session) deliverBatch(cc *clientConn, f *Frame) {
-	for _, d := range f.Deliveries {
-		s.deliverOne(cc, f.Sub, d.Message, d.Attempt)
+	for i, d := range f.Deliveries {
+		var pd *pigeon.Delivery
+		if len(f.delivered) == len(f.Deliveries) {
+			pd = f.delivered[i]
+		}
+		s.deliverOne(cc, f.Sub, d.Message, d.Attempt, pd)
 	}
 }
 
-// deliverOne queues one delivery of subscription sub.
-func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, attempt int) {
+// deliverOne queues one delivery of subscription sub; d, when not nil, is
+// the Delivery for its handler, allocated with m.
+func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, attempt int, d *pigeon.Delivery) {
 	if m == nil || m.ID == "" {
 		// Nothing to hand over or answer; the ack wait gives it back.
 		s.o.logger.Warn("pigeon ws: deliver frame without a message; ignored", "sub", sub)
@@ -393,7 +401,7 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		return
 	}
 	cs.running.Add(1)
-	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt})
+	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt, d: d})
 	cs.queuedN += len(m.Data)
 	if !cs.o.AtMostOnce && m.Sequence > 0 {
 		cs.outstand(m.Sequence)
@@ -451,7 +459,7 @@ func (cs *clientSub) work() {
 			cs.cond.Signal() // another worker may take the next one
 		}
 		cs.mu.Unlock()
-		err := cs.call(&pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s})
+		err := cs.call(cs.delivery(q))
 		if !cs.o.AtMostOnce {
 			if err == nil {
 				done = q.m.Sequence
@@ -460,6 +468,17 @@ func (cs *clientSub) work() {
 		}
 		cs.running.Done()
 	}
+}
+
+// delivery returns the Delivery a handler gets for q: q.d, filled in,
+// when the decoder allocated one with the message.
+func (cs *clientSub) delivery(q queuedDelivery) *pigeon.Delivery {
+	d := q.d
+	if d == nil {
+		d = new(pigeon.Delivery)
+	}
+	*d = pigeon.Delivery{Subject: cs.subject, Message: q.m, Attempt: q.attempt, Session: cs.s}
+	return d
 }
 
 // maxOutstanding bounds what a subscription remembers to resume from:

@@ -3,8 +3,10 @@ package ws
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"unicode/utf8"
+	"unsafe"
 
 	"pigeon"
 	"pigeon/internal/jsontext"
@@ -273,9 +275,26 @@ func (w *walker) integer(j, bitSize int) (int64, int) {
 // In front of its map, a small direct-mapped cache keyed by a cheap hash
 // of a string's length and end bytes answers the strings that repeat from
 // message to message with one comparison instead of a map lookup.
+//
+// Before both, each member of an envelope it shares has a slot of its own
+// (fields) holding the value it had last: a subscription's messages
+// mostly repeat them, and no two members then take turns in one slot.
 type interner struct {
-	m     map[string]string
-	slots [internSlots]string
+	m      map[string]string
+	slots  [internSlots]string
+	fields [mAcceptedAt + 1]string
+}
+
+// field is str for the value b of the envelope's member k.
+func (in *interner) field(k int, b []byte) string {
+	if in.fields[k] == string(b) {
+		return in.fields[k]
+	}
+	s := in.str(b)
+	if len(b) <= internLen {
+		in.fields[k] = s
+	}
+	return s
 }
 
 const (
@@ -373,6 +392,9 @@ var messageNames = names{
 const sharedFields = 1<<mSpecVersion | 1<<mType | 1<<mSource | 1<<mSubject | 1<<mIntent | 1<<mClassification |
 	1<<mRegion | 1<<mContractID | 1<<mSubjectID | 1<<mSchemaID
 
+// span is where the text of a plain string member k lies in a walker's b.
+type span struct{ k, from, to int }
+
 // message decodes the envelope at b[i], nested in depth objects and arrays
 // of the frame.
 func (w *walker) message(i, depth int) (*pigeon.Message, int) {
@@ -380,6 +402,24 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 		return nil, -1
 	}
 	m := new(pigeon.Message)
+	return m, w.messageInto(m, i, depth)
+}
+
+// messageInto decodes the envelope at b[i] (an object) into m, zero, as
+// message does.
+//
+// Its data and the plain strings it does not intern (id, time,
+// idempotencyKey, acceptedAt, …) are copied out of b into one buffer, of
+// this message alone, so that a message kept pins no more than its own
+// bytes and never b: data first, its capacity its length, so that a
+// handler changing or growing it never reaches the strings; then the
+// strings, each a string over its bytes, which are never written again.
+func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
+	var (
+		spans [mAcceptedAt + 1]span // each member at most once: object gives up on a second
+		ns, n int
+		data  span // k unused; from == to: none
+	)
 	strs := [...]*string{
 		mSpecVersion: &m.SpecVersion, mID: &m.ID, mType: &m.Type, mSource: &m.Source, mSubject: &m.Subject, mTime: &m.Time,
 		mIntent: &m.Intent, mIdempotencyKey: &m.IdempotencyKey, mClassification: &m.Classification, mRegion: &m.Region,
@@ -393,7 +433,7 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 			if e < 0 || string(w.b[j:e]) == "null" {
 				return -1 // encoding/json keeps null as its text
 			}
-			m.Data = append(json.RawMessage(nil), w.b[j:e]...)
+			data = span{from: j, to: e}
 			return e
 		case mSequence:
 			t, e := w.number(j)
@@ -408,9 +448,37 @@ func (w *walker) message(i, depth int) (*pigeon.Message, int) {
 			m.Signature = sig
 			return e
 		}
-		return w.str(j, strs[k], sharedFields&(1<<k) != 0)
+		shared := sharedFields&(1<<k) != 0
+		if (!shared || w.in != nil) && w.b[j] == '"' {
+			if e := plainEnd(w.b, j); e >= 0 {
+				if shared {
+					*strs[k] = w.in.field(k, w.b[j+1:e-1])
+				} else if e-1 > j+1 {
+					spans[ns] = span{k, j + 1, e - 1}
+					ns++
+					n += e - 1 - (j + 1)
+				}
+				return e
+			}
+		}
+		return w.str(j, strs[k], shared)
 	})
-	return m, end
+	dl := data.to - data.from
+	if end < 0 || dl+n == 0 {
+		return end
+	}
+	own := make([]byte, dl+n)
+	copy(own, w.b[data.from:data.to])
+	if dl > 0 {
+		m.Data = own[:dl:dl]
+	}
+	at := dl
+	for _, sp := range spans[:ns] {
+		l := copy(own[at:], w.b[sp.from:sp.to])
+		*strs[sp.k] = unsafe.String(&own[at], l)
+		at += l
+	}
+	return end
 }
 
 var signatureNames = names{"kid", "alg", "sig"}
@@ -499,7 +567,7 @@ func (w *walker) frame() (*Frame, bool) {
 		case fResults:
 			f.Results, e = w.results(j)
 		case fDeliveries:
-			f.Deliveries, e = w.deliveries(j)
+			f.Deliveries, f.delivered, e = w.deliveries(j)
 		case fMessageID:
 			return w.str(j, &f.MessageID, false)
 		case fMessageIDs:
@@ -585,26 +653,52 @@ var (
 	resultNames   = names{rStatus: "status", rMessage: "message", rError: "error"}
 )
 
+// handoff is a delivered message and the Delivery its handler gets, in
+// one allocation.
+type handoff struct {
+	d pigeon.Delivery
+	m pigeon.Message
+}
+
 // deliveries decodes the deliveries of a deliver_batch: objects of an
-// attempt and a message.
-func (w *walker) deliveries(i int) ([]DeliveryEntry, int) {
-	out := []DeliveryEntry{}
+// attempt and a message. Each message comes with the Delivery its handler
+// gets (delivered, parallel to the entries; nil for an entry without a
+// message).
+func (w *walker) deliveries(i int) ([]DeliveryEntry, []*pigeon.Delivery, int) {
+	// Gathered on the stack, up to what the server puts in one frame,
+	// then copied out at their size.
+	var (
+		outBuf [maxDeliverBatch]DeliveryEntry
+		pdBuf  [maxDeliverBatch]*pigeon.Delivery
+	)
+	out, delivered := outBuf[:0], pdBuf[:0]
 	end := w.array(i, func(j int) int {
-		var d DeliveryEntry
+		var (
+			d  DeliveryEntry
+			pd *pigeon.Delivery
+		)
 		e := w.object(j, deliveryNames, func(k, j int) int {
 			if k == dMessage {
-				m, e := w.message(j, 3)
-				d.Message = m
-				return e
+				if w.b[j] != '{' {
+					return -1
+				}
+				h := new(handoff)
+				d.Message, pd = &h.m, &h.d
+				return w.messageInto(&h.m, j, 3)
 			}
 			n, e := w.integer(j, strconv.IntSize)
 			d.Attempt = int(n)
 			return e
 		})
-		out = append(out, d)
+		out, delivered = append(out, d), append(delivered, pd)
 		return e
 	})
-	return out, end
+	if end < 0 {
+		return nil, nil, end
+	}
+	entries := make([]DeliveryEntry, len(out))
+	copy(entries, out)
+	return entries, slices.Clone(delivered), end
 }
 
 // results decodes the results of a decisions answer.
@@ -630,7 +724,9 @@ func (w *walker) results(i int) ([]BatchResult, int) {
 				return -1
 			}
 			r.Error = new(wire.Error)
-			if json.Unmarshal(w.b[j:e], r.Error) != nil {
+			// encoding/json matches names in any case; the frame's
+			// decoder refuses a name in another case (CheckNames).
+			if pigeon.CheckNames(w.b[j:e], r.Error) != nil || json.Unmarshal(w.b[j:e], r.Error) != nil {
 				return -1
 			}
 			return e

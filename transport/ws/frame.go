@@ -105,11 +105,14 @@ type Frame struct {
 	From uint64 `json:"from,omitempty"`
 	// deliver_batch
 	Deliveries []DeliveryEntry `json:"deliveries,omitempty"`
-	Start      json.RawMessage `json:"start,omitempty"`
-	MessageID  string          `json:"messageId,omitempty"`
-	DelayMs    *int64          `json:"delayMs,omitempty"`
-	TimeoutMs  int64           `json:"timeoutMs,omitempty"`
-	Max        int             `json:"max,omitempty"`
+	// delivered: the Delivery for each entry's handler, allocated with
+	// its message by the frame decoder's fast path (nil otherwise).
+	delivered []*pigeon.Delivery
+	Start     json.RawMessage `json:"start,omitempty"`
+	MessageID string          `json:"messageId,omitempty"`
+	DelayMs   *int64          `json:"delayMs,omitempty"`
+	TimeoutMs int64           `json:"timeoutMs,omitempty"`
+	Max       int             `json:"max,omitempty"`
 
 	Reason       string `json:"reason,omitempty"`
 	FromSequence uint64 `json:"fromSequence,omitempty"`

@@ -203,7 +203,7 @@ func judgedBatch(f *Frame) (*Frame, []any) {
 		out = append(out, m)
 	}
 	g := *f
-	g.Batch, g.decoded = nil, nil
+	g.Batch, g.decoded, g.delivered = nil, nil, nil
 	return &g, out
 }
 
@@ -265,6 +265,7 @@ func FuzzDecodeFrameFast(f *testing.F) {
 		`{"op":"request","id":"q","timeoutMs":10,"message":{"sequence":-1}}`,
 		`{"op":"decisions","re":"b","results":[{"status":"accepted","message":{"id":"m","sequence":1}},{"error":{"code":"SCHEMA_INVALID","message":"no","details":{"gate":"schema"}}}]}`,
 		`{"op":"deliver","sub":"s","attempt":2,"message":{"id":"m\u0041","data":null}}`,
+		`{"results":[{"error":{"detAils":{}}}]}`,
 		`{"op":"messages","re":"r","messages":[{"id":"a"},{"id":"b","signature":null}]}`,
 		`{"op":"ping","id":"1","attempt":1.5}`,
 		`{"op":"deliver_batch","sub":"s","deliveries":[{"attempt":1,"message":{"id":"a"}},{"attempt":2,"message":{"id":"b","data":[1]}}]}`,

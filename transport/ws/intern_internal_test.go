@@ -34,6 +34,16 @@ func TestInterner(t *testing.T) {
 	}
 	require.LessOrEqual(t, len(in.m), internMax)
 	require.True(t, same(first, in.str([]byte("payments.events"))), "kept once interned")
+	// A member's last value comes back from its own slot.
+	for range 3 {
+		require.True(t, same(first, in.field(mSubject, []byte("payments.events"))))
+	}
+	sub := in.field(mSubject, []byte("payments.other"))
+	require.Equal(t, "payments.other", sub)
+	require.True(t, same(sub, in.field(mSubject, []byte("payments.other"))))
+	require.True(t, same(first, in.field(mSubject, []byte("payments.events"))))
+	require.Equal(t, "", in.field(mType, nil))
+
 	long := make([]byte, internLen+1)
 	require.Equal(t, string(long), in.str(long))
 	require.Equal(t, "", in.str(nil))
