@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 	"pigeon"
 	"pigeon/internal/testclock"
-	"pigeon/server"
 )
 
 // guardFixture is a server on 127.0.0.1 whose engine locks a source out
@@ -36,15 +34,7 @@ func newGuardFixture(t *testing.T, limit int) *guardFixture {
 		AuthFailureLimit: limit, AuthFailureWindow: time.Minute,
 	})
 	require.NoError(t, err)
-	s := server.New(e, nil)
-	hs := httptest.NewServer(s)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, s.Shutdown(ctx))
-		hs.Close()
-		require.NoError(t, e.Shutdown(ctx))
-	})
+	_, hs := serve(t, e, nil)
 	return &guardFixture{e: e, url: hs.URL, clock: clk}
 }
 

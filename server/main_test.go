@@ -73,7 +73,15 @@ func newFixture(t *testing.T) *fixture {
 		Observer:      feed,
 	})
 	require.NoError(t, err)
-	s := server.New(e, &server.Options{Feed: feed})
+	s, hs := serve(t, e, &server.Options{Feed: feed})
+	return &fixture{e: e, s: s, hs: hs, clock: clk, feed: feed}
+}
+
+// serve starts the server of e with opts on 127.0.0.1; the server and
+// then e are shut down when the test ends.
+func serve(t *testing.T, e *pigeon.Engine, opts *server.Options) (*server.Server, *httptest.Server) {
+	t.Helper()
+	s := server.New(e, opts)
 	hs := httptest.NewServer(s)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -82,7 +90,7 @@ func newFixture(t *testing.T) *fixture {
 		hs.Close()
 		require.NoError(t, e.Shutdown(ctx))
 	})
-	return &fixture{e: e, s: s, hs: hs, clock: clk, feed: feed}
+	return s, hs
 }
 
 // response is one HTTP answer.

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/server"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -32,16 +30,8 @@ func TestPurgeSubjectMessages(t *testing.T) {
 		Store:         st,
 	})
 	require.NoError(t, err)
-	s := server.New(e, nil)
-	hs := httptest.NewServer(s)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, s.Shutdown(ctx))
-		hs.Close()
-		require.NoError(t, e.Shutdown(ctx))
-		require.NoError(t, st.Close(ctx))
-	})
+	t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) }) // after the engine's shutdown
+	_, hs := serve(t, e, nil)
 	// Messages of a subject no longer in the policy, as a broker that
 	// served it left them.
 	for _, id := range []string{"msg_1", "msg_2"} {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -46,15 +45,7 @@ func bulkFixture(t *testing.T, opts *server.Options, maxRead, n, size int) (*ser
 		MaxReadBytes: maxRead,
 	})
 	require.NoError(t, err)
-	s := server.New(e, opts)
-	hs := httptest.NewServer(s)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, s.Shutdown(ctx))
-		hs.Close()
-		require.NoError(t, e.Shutdown(ctx))
-	})
+	s, hs := serve(t, e, opts)
 	p, err := e.Authenticate(ctx, "alice-token")
 	require.NoError(t, err)
 	c, err := e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
