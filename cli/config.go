@@ -19,6 +19,7 @@ import (
 
 	"pigeon"
 	"pigeon/identity"
+	"pigeon/server"
 )
 
 // fileConfig is the --config file (YAML): everything the serve flags say,
@@ -35,6 +36,7 @@ type fileConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
 	AllowedOrigins  []string      `yaml:"allowed_origins"`
+	TrustedProxies  []string      `yaml:"trusted_proxies"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
 	ProgramVersions int           `yaml:"program_versions"`
 	WSPublishRate   float64       `yaml:"ws_publish_rate"`
@@ -180,6 +182,12 @@ func loadConfig(path string, cfg *serveConfig) error {
 			return configError(path, at("allowed_origins", strconv.Itoa(i)), "%v", err)
 		}
 		cfg.allowedOrigins = append(cfg.allowedOrigins, o)
+	}
+	for i, p := range f.TrustedProxies {
+		if _, err := server.ParseTrustedProxies([]string{p}); err != nil {
+			return configError(path, at("trusted_proxies", strconv.Itoa(i)), "%v", err)
+		}
+		cfg.trustedProxies = append(cfg.trustedProxies, p)
 	}
 	set(&cfg.mesgdSubject, f.MesgdSubject)
 	if f.ProgramVersions < 0 {

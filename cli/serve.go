@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -78,6 +79,8 @@ type serveConfig struct {
 	// may call the API and open the WebSocket endpoint besides the
 	// server's own.
 	allowedOrigins []string
+	// trustedProxies are server.Options.TrustedProxies, as text.
+	trustedProxies []string
 	// ready, when set, is called with the listening address.
 	ready func(addr string)
 	// opts are Main's options: the stores --store may name.
@@ -173,6 +176,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
 	fs.Var(&listFlag{v: &cfg.trustDomains}, "trust-domain", "SPIFFE trust domain whose client certificates are accepted (example.org); repeat or comma-separate")
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
+	fs.Var(&listFlag{v: &cfg.trustedProxies}, "trusted-proxy", "CIDR prefix or address of a reverse proxy or load balancer in front of the server, whose X-Forwarded-For names the client for the lockout of refused credentials and the audit log; repeat or comma-separate (docs/security.md)")
 	fs.Var(&listFlag{v: &cfg.allowedOrigins}, "allowed-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may call the API (CORS) and open /v1/ws besides the server's own; repeat or comma-separate")
 	fs.IntVar(&cfg.maxFailures, "max-auth-failures", cfg.maxFailures, "refused credentials one remote IP address may present within --auth-failure-window before its attempts are refused 429 RATE_LIMITED, unchecked, for a window (default 20; docs/security.md)")
 	fs.DurationVar(&cfg.failureWindow, "auth-failure-window", cfg.failureWindow, "the window of --max-auth-failures, and how long a lockout lasts (default 1m)")
@@ -199,7 +203,20 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 			return 2, false
 		}
 	}
+	if _, err := server.ParseTrustedProxies(cfg.trustedProxies); err != nil {
+		fmt.Fprintf(stderr, "pigeon serve: --trusted-proxy: %v\n", err)
+		return 2, false
+	}
 	return 0, true
+}
+
+// mustProxies is server.ParseTrustedProxies of a list parseServe checked.
+func mustProxies(list []string) []netip.Prefix {
+	p, err := server.ParseTrustedProxies(list)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // listFlag is a repeatable, comma-separated flag whose first use replaces
@@ -287,7 +304,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
-		AllowedOrigins: cfg.allowedOrigins, Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP,
+		AllowedOrigins: cfg.allowedOrigins, TrustedProxies: mustProxies(cfg.trustedProxies), Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP,
 		MaxReadBytesInFlight: mibBytes(cfg.maxReadMemMB)}
 	if cfg.wsPublishRate != 0 {
 		so.WebSocket = &ws.Options{PublishRate: cfg.wsPublishRate}

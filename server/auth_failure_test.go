@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,17 +16,19 @@ import (
 
 	"pigeon"
 	"pigeon/internal/testclock"
+	"pigeon/server"
 )
 
-// guardFixture is a server on 127.0.0.1 whose engine locks a source out
-// after limit refused credentials in a minute, with a test clock.
+// guardFixture is a server on 127.0.0.1 (of options opts) whose engine
+// locks a source out after limit refused credentials in a minute, with a
+// test clock.
 type guardFixture struct {
 	e     *pigeon.Engine
 	url   string
 	clock *testclock.Clock
 }
 
-func newGuardFixture(t *testing.T, limit int) *guardFixture {
+func newGuardFixture(t *testing.T, limit int, opts *server.Options) *guardFixture {
 	t.Helper()
 	clk := testclock.New(time.Now())
 	e, err := pigeon.New(context.Background(), &pigeon.Options{
@@ -34,7 +37,7 @@ func newGuardFixture(t *testing.T, limit int) *guardFixture {
 		AuthFailureLimit: limit, AuthFailureWindow: time.Minute,
 	})
 	require.NoError(t, err)
-	_, hs := serve(t, e, nil)
+	_, hs := serve(t, e, opts)
 	return &guardFixture{e: e, url: hs.URL, clock: clk}
 }
 
@@ -92,7 +95,7 @@ func (f *guardFixture) authFailed(t *testing.T, code pigeon.Code) []string {
 // with the method and the client's IP, never the token; a flood of 200
 // guesses from one address is a handful of records.
 func TestAuthFailuresAuditedOverHTTP(t *testing.T) {
-	f := newGuardFixture(t, -1)
+	f := newGuardFixture(t, -1, nil)
 	c := from(t, "127.0.0.1")
 	for i := range 200 {
 		r := f.get(t, c, "/v1/audit", "guess-"+strconv.Itoa(i)+"-Kx9")
@@ -113,7 +116,7 @@ func TestAuthFailuresAuditedOverHTTP(t *testing.T) {
 // another address authenticates as usual, and so does the locked one once
 // the window has passed. The lockout refusals are audited, coalesced.
 func TestAuthLockoutOverHTTP(t *testing.T) {
-	f := newGuardFixture(t, 3)
+	f := newGuardFixture(t, 3, nil)
 	attacker, other := from(t, "127.0.0.1"), from(t, "127.0.0.2")
 	for i := range 3 {
 		require.Equal(t, http.StatusUnauthorized, f.get(t, attacker, "/v1/audit", "guess-"+strconv.Itoa(i)).status)
@@ -141,4 +144,31 @@ func TestAuthLockoutOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, f.get(t, attacker, "/v1/audit", "valid-token-Kx9").status, "the window has passed")
 	require.Equal(t, []string{"auth:token from 127.0.0.1", "coalesced:1 auth:token from 127.0.0.1", "auth:token from 127.0.0.1"},
 		f.authFailed(t, pigeon.CodeRateLimited))
+}
+
+// TestTrustedProxyNamesTheClient: behind a trusted proxy, refused
+// credentials count against the client its X-Forwarded-For names, not
+// against the proxy: that client is locked out, whatever it writes to the
+// left of the header, while another client behind the same proxy
+// authenticates; the records name the client. Without TrustedProxies the
+// header is ignored and the peer is the source.
+func TestTrustedProxyNamesTheClient(t *testing.T) {
+	f := newGuardFixture(t, 3, &server.Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	proxy := from(t, "127.0.0.1")
+	for i := range 3 {
+		r := f.get(t, proxy, "/v1/audit", "guess-"+strconv.Itoa(i), "X-Forwarded-For", "203.0.113.7")
+		require.Equal(t, http.StatusUnauthorized, r.status)
+	}
+	for _, xff := range []string{"203.0.113.7", "203.0.113.9, 203.0.113.7"} {
+		r := f.get(t, proxy, "/v1/audit", "valid-token-Kx9", "X-Forwarded-For", xff)
+		require.Equal(t, http.StatusTooManyRequests, r.status, "X-Forwarded-For %q: %s", xff, r.body)
+	}
+	r := f.get(t, proxy, "/v1/audit", "valid-token-Kx9", "X-Forwarded-For", "203.0.113.9")
+	require.Equal(t, http.StatusOK, r.status, "another client behind the proxy: %s", r.body)
+	require.Equal(t, []string{"auth:token from 203.0.113.7"}, f.authFailed(t, pigeon.CodeUnauthenticated))
+
+	direct := newGuardFixture(t, 3, nil)
+	r = direct.get(t, proxy, "/v1/audit", "guess", "X-Forwarded-For", "203.0.113.7")
+	require.Equal(t, http.StatusUnauthorized, r.status)
+	require.Equal(t, []string{"auth:token from 127.0.0.1"}, direct.authFailed(t, pigeon.CodeUnauthenticated), "no trusted proxy: the header is ignored")
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"path"
 	"strconv"
 	"strings"
@@ -70,6 +71,18 @@ type Options struct {
 	// clients behind one address). Beyond it a connection is refused as
 	// beyond MaxConnections.
 	MaxConnectionsPerIP int
+	// TrustedProxies lists the networks of the reverse proxies and load balancers in front of the server. A
+	// request whose TCP peer is in one of them is taken to come from the
+	// last address of its X-Forwarded-For headers that is not a trusted
+	// proxy's: that address is the client's for the per-source lockout
+	// of refused credentials (pigeon.Options.AuthFailureLimit), the
+	// auth.failed records, pigeon.Credential.RemoteAddr and the logs.
+	// Without it X-Forwarded-For is ignored, and every client behind a
+	// proxy shares the proxy's address: one client guessing, or polling
+	// with an expired token, locks them all out. MaxConnectionsPerIP
+	// counts TCP connections, so the proxy's. ParseTrustedProxies reads
+	// them from text.
+	TrustedProxies []netip.Prefix
 	// MaxReadBytesInFlight bounds the memory the reads of the API (pull
 	// receive, replay, the quarantine's and the audit log's pages) hold at
 	// once, from the store read until the
@@ -160,6 +173,7 @@ func (o *Options) withDefaults() Options {
 		wo.MaxReadBytesInFlight = c.MaxReadBytesInFlight
 	}
 	c.AllowedOrigins = append([]string(nil), c.AllowedOrigins...)
+	c.TrustedProxies = append([]netip.Prefix(nil), c.TrustedProxies...)
 	wo.OriginPatterns = append(append([]string(nil), wo.OriginPatterns...), c.AllowedOrigins...)
 	c.WebSocket = &wo
 	return c
@@ -177,6 +191,9 @@ type Server struct {
 	mesgd *mesgd.Server  // nil unless Options.Mesgd
 	conns *connLimit     // the connections Serve holds, in all and per address
 	reads *readpool.Pool // the memory the API's reads hold
+	// proxies are Options.TrustedProxies: requests from them come from
+	// the client X-Forwarded-For names (fromClient).
+	proxies trustedProxies
 
 	// idPrefix and requests make request ids: unique in this process,
 	// unlikely to repeat across restarts.
@@ -207,6 +224,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
+	s.proxies = trustedProxies(o.TrustedProxies)
 	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger)
 	s.reads = readpool.New(o.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", o.Logger)
 	if o.Mesgd != nil {
@@ -240,6 +258,7 @@ func (s *Server) WebSocket() *ws.Server { return s.ws }
 // its answer is written: method, path, status, bytes and duration (never a
 // header, a query or a body).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = s.fromClient(r)
 	debug := s.opts.Logger.Enabled(r.Context(), slog.LevelDebug)
 	if debug || len(r.Header["X-Request-Id"]) > 0 || len(r.Header["Upgrade"]) > 0 {
 		id := s.requestID(r)
