@@ -230,6 +230,7 @@ type Engine struct {
 	dir        directory
 	grantKey   ed25519.PrivateKey
 	lastVerify atomic.Pointer[VerifyResult]
+	verifies   auditWalks // VerifyAudit's walks, shared
 
 	closed   atomic.Bool
 	done     chan struct{}
