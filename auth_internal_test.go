@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"pigeon/internal/netsource"
 )
 
 // TestStaticTokensLookUpByDigest: a known token is found by its SHA-256,
@@ -43,13 +41,13 @@ func TestStaticTokensLookUpByDigest(t *testing.T) {
 func TestAuthGuardIsBounded(t *testing.T) {
 	g := newAuthGuard(2, time.Minute)
 	at := time.Unix(1000, 0)
-	locked := netsource.Of("2001:db8:ffff::1")
-	first := netsource.Of("192.0.2.1")
+	locked := SourceOf("2001:db8:ffff::1")
+	first := SourceOf("192.0.2.1")
 	g.failed(first, at)
 	for i := range maxAuthSources + 100 {
 		// A /64 of its own each: 2001:db8:0:i::1.
 		ip := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 4: byte(i >> 24), 5: byte(i >> 16), 6: byte(i >> 8), 7: byte(i), 15: 1})
-		g.failed(netsource.OfAddr(ip), at.Add(time.Millisecond))
+		g.failed(SourceOfAddr(ip), at.Add(time.Millisecond))
 		require.LessOrEqual(t, g.size(), maxAuthSources)
 	}
 	g.failed(locked, at.Add(time.Second))
@@ -70,21 +68,21 @@ func TestAuthGuardKeysIPv6By64(t *testing.T) {
 	g := newAuthGuard(3, time.Minute)
 	at := time.Unix(1000, 0)
 	for _, remote := range []string{"[2001:db8:1:2::1]:4000", "[2001:db8:1:2:ffff:ffff:ffff:ffff]:4001", "2001:db8:1:2:abcd::9"} {
-		_, locked := g.locked(netsource.Of(remote), at)
+		_, locked := g.locked(SourceOf(remote), at)
 		require.False(t, locked, remote)
-		g.failed(netsource.Of(remote), at)
+		g.failed(SourceOf(remote), at)
 	}
 	require.Equal(t, 1, g.size(), "one /64 is one source")
 	for _, remote := range []string{"[2001:db8:1:2::77]:1", "[fe80::1%eth0]:1"} {
-		_, locked := g.locked(netsource.Of(remote), at)
+		_, locked := g.locked(SourceOf(remote), at)
 		require.Equal(t, remote != "[fe80::1%eth0]:1", locked, remote)
 	}
-	_, locked := g.locked(netsource.Of("[2001:db8:1:3::1]:1"), at)
+	_, locked := g.locked(SourceOf("[2001:db8:1:3::1]:1"), at)
 	require.False(t, locked, "the next /64 is another source")
 	for _, remote := range []string{"192.0.2.1:1", "192.0.2.2:1", "[::ffff:192.0.2.3]:1"} {
-		g.failed(netsource.Of(remote), at)
+		g.failed(SourceOf(remote), at)
 	}
-	_, locked = g.locked(netsource.Of("192.0.2.4:1"), at)
+	_, locked = g.locked(SourceOf("192.0.2.4:1"), at)
 	require.False(t, locked, "IPv4 sources are single addresses")
 	require.Equal(t, 4, g.size())
 }

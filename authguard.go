@@ -4,8 +4,6 @@ import (
 	"container/list"
 	"sync"
 	"time"
-
-	"pigeon/internal/netsource"
 )
 
 // Defaults of Options.AuthFailureLimit and Options.AuthFailureWindow.
@@ -18,10 +16,10 @@ const (
 // window began first is forgotten to make room.
 const maxAuthSources = 16384
 
-// authGuard counts failed authentications per source (netsource.Key: an
-// IPv4 address, or an IPv6 /64, which a host can rotate through) and, once
-// a source reaches the limit within the window, refuses its attempts for
-// a window from then, before any credential is checked: a correct guess
+// authGuard counts failed authentications per Source (an IPv4 address,
+// or an IPv6 /64, which a host can rotate through) and, once a source
+// reaches the limit within the window, refuses its attempts for a window
+// from then, before any credential is checked: a correct guess
 // made during the lockout does not succeed. A success neither resets nor
 // lowers a source's count: a guesser holding one valid credential of its
 // own could otherwise slip it in between guesses and guess for ever. The
@@ -34,24 +32,24 @@ type authGuard struct {
 	window time.Duration
 
 	mu      sync.Mutex
-	sources map[netsource.Key]*list.Element // of *authFailures
-	order   list.List                       // oldest window first
+	sources map[Source]*list.Element // of *authFailures
+	order   list.List                // oldest window first
 }
 
 // authFailures are one source's failures since start.
 type authFailures struct {
-	src         netsource.Key
+	src         Source
 	start       time.Time // when the window's first failure came
 	n           int       // failures in the window
 	lockedUntil time.Time // zero unless the source reached the limit
 }
 
 func newAuthGuard(limit int, window time.Duration) *authGuard {
-	return &authGuard{limit: limit, window: window, sources: map[netsource.Key]*list.Element{}}
+	return &authGuard{limit: limit, window: window, sources: map[Source]*list.Element{}}
 }
 
 // locked reports whether src is locked out at now, and for how much longer.
-func (g *authGuard) locked(src netsource.Key, now time.Time) (time.Duration, bool) {
+func (g *authGuard) locked(src Source, now time.Time) (time.Duration, bool) {
 	if g.limit <= 0 || !src.IsValid() {
 		return 0, false
 	}
@@ -69,7 +67,7 @@ func (g *authGuard) locked(src netsource.Key, now time.Time) (time.Duration, boo
 }
 
 // failed counts a failed authentication from src at now.
-func (g *authGuard) failed(src netsource.Key, now time.Time) {
+func (g *authGuard) failed(src Source, now time.Time) {
 	if g.limit <= 0 || !src.IsValid() {
 		return
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"pigeon/internal/grant"
-	"pigeon/internal/netsource"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -527,7 +526,7 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
-	src := netsource.Of(c.RemoteAddr)
+	src := SourceOf(c.RemoteAddr)
 	if left, locked := e.authGuard.locked(src, e.now()); locked {
 		err := &Error{Code: CodeRateLimited, Message: "too many failed authentications from this address; try again later",
 			Details: map[string]any{"retryAfterMs": left.Milliseconds()}}
@@ -559,7 +558,7 @@ func credentialRefused(code Code) bool {
 
 // auditAuthFailure writes the auth.failed record of a refused credential:
 // its method and source as ref, never the credential.
-func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, src netsource.Key, code Code) {
+func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, src Source, code Code) {
 	ref := "auth:" + credentialMethod(c)
 	switch {
 	case src.IsValid():

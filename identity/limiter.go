@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"pigeon/internal/netsource"
+	"pigeon"
 )
 
 // Defaults of LimiterOptions.
@@ -74,11 +74,11 @@ func NewLimiter(opts *LimiterOptions) *Limiter {
 	return &Limiter{opts: o, addrs: map[string]*window{}}
 }
 
-// source is the key remote counts under: its netsource key, or, for an
+// source is the key remote counts under: its pigeon.Source, or, for an
 // address that is not IP, the address without its port (whole when it
 // does not parse).
 func source(remote string) string {
-	if k := netsource.Of(remote); k.IsValid() {
+	if k := pigeon.SourceOf(remote); k.IsValid() {
 		return k.String()
 	}
 	if h, _, err := net.SplitHostPort(remote); err == nil {

@@ -14,13 +14,12 @@ import (
 	"time"
 
 	"pigeon"
-	"pigeon/internal/netsource"
 	"pigeon/internal/wire"
 )
 
 // connLimit caps the connections a Server holds open at once: in all
 // (Options.MaxConnections) and per source (Options.MaxConnectionsPerIP:
-// an IPv4 address, or an IPv6 /64, netsource.Key). Every listener of the
+// a pigeon.Source: an IPv4 address, or an IPv6 /64). Every listener of the
 // Server shares it.
 // Its methods are safe for concurrent use.
 type connLimit struct {
@@ -30,7 +29,7 @@ type connLimit struct {
 
 	mu   sync.Mutex
 	open int
-	byIP map[netsource.Key]int
+	byIP map[pigeon.Source]int
 
 	refused  atomic.Uint64
 	lastWarn atomic.Int64  // unix nanoseconds of the last warning logged
@@ -47,7 +46,7 @@ const refusalAnswerers = 32
 const refusalWait = time.Second
 
 func newConnLimit(max, perIP int, tls bool, logger *slog.Logger) *connLimit {
-	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[netsource.Key]int{},
+	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[pigeon.Source]int{},
 		answers: make(chan struct{}, refusalAnswerers)}
 	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
 	return l
@@ -91,7 +90,7 @@ func (cl *connLimit) wrap(l net.Listener) net.Listener {
 
 // take reserves a place for a connection from src (invalid: an address
 // that is not IP, counted in all only).
-func (cl *connLimit) take(src netsource.Key) bool {
+func (cl *connLimit) take(src pigeon.Source) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.max > 0 && cl.open >= cl.max {
@@ -108,7 +107,7 @@ func (cl *connLimit) take(src netsource.Key) bool {
 }
 
 // give frees the place take reserved.
-func (cl *connLimit) give(src netsource.Key) {
+func (cl *connLimit) give(src pigeon.Source) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.open--
@@ -171,7 +170,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := netsource.OfNet(c.RemoteAddr())
+		src := remoteSource(c)
 		if l.lim.take(src) {
 			return &limitedConn{Conn: c, lim: l.lim, src: src}, nil
 		}
@@ -179,12 +178,20 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
+// remoteSource is c's remote source, or the zero Source when c is not IP.
+func remoteSource(c net.Conn) pigeon.Source {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return pigeon.SourceOfAddr(a.AddrPort().Addr())
+	}
+	return pigeon.Source{}
+}
+
 // limitedConn frees its place in the limit when it is first closed,
 // whoever closes it: net/http, or a WebSocket that hijacked it.
 type limitedConn struct {
 	net.Conn
 	lim    *connLimit
-	src    netsource.Key
+	src    pigeon.Source
 	closed atomic.Bool
 }
 
