@@ -1,6 +1,7 @@
 package pigeon_test
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -45,4 +46,16 @@ func TestSourceOf(t *testing.T) {
 	require.Equal(t, netip.MustParsePrefix("192.0.2.1/32"), pigeon.SourceOf("192.0.2.1").Prefix())
 	require.Equal(t, pigeon.SourceOf("[::ffff:192.0.2.7]:1"), pigeon.SourceOfAddr(netip.MustParseAddr("::ffff:192.0.2.7")))
 	require.False(t, pigeon.SourceOfAddr(netip.Addr{}).IsValid())
+}
+
+// The source a per-source limit counts, and an auth.failed record names:
+// an IPv6 address's /64, an IPv4 address itself.
+func ExampleSourceOf() {
+	fmt.Println(pigeon.SourceOf("[2001:db8:1:2::7]:443"))
+	fmt.Println(pigeon.SourceOf("[2001:db8:1:2:ffff::1]:443") == pigeon.SourceOf("2001:db8:1:2::7"))
+	fmt.Println(pigeon.SourceOf("192.0.2.1:5000"))
+	// Output:
+	// 2001:db8:1:2::/64
+	// true
+	// 192.0.2.1
 }
