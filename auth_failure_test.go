@@ -59,7 +59,8 @@ func TestAuthFailuresAreAudited(t *testing.T) {
 	}{
 		{"bearer over IPv4", pigeon.Credential{Bearer: guess, RemoteAddr: "192.0.2.7:5555"}, "auth:token from 192.0.2.7"},
 		{"grant-shaped JWT", pigeon.Credential{Bearer: jwt, RemoteAddr: "192.0.2.7:5556"}, "auth:jwt from 192.0.2.7"},
-		{"nothing sent", pigeon.Credential{RemoteAddr: "[2001:db8::1]:443"}, "auth:none from 2001:db8::1"},
+		{"nothing sent", pigeon.Credential{RemoteAddr: "[2001:db8::1]:443"}, "auth:none from 2001:db8::/64"},
+		{"IPv6 with a zone", pigeon.Credential{Bearer: guess, RemoteAddr: "[2001:db8:1:2::5%eth0]:443"}, "auth:token from 2001:db8:1:2::/64"},
 		{"IPv4-mapped IPv6", pigeon.Credential{Bearer: guess, RemoteAddr: "[::ffff:192.0.2.8]:1"}, "auth:token from 192.0.2.8"},
 		{"in process", pigeon.Credential{Bearer: guess}, "auth:token"},
 	} {
@@ -154,6 +155,34 @@ func TestAuthLockout(t *testing.T) {
 	}
 	require.Equal(t, []string{"auth:token from 203.0.113.9", "coalesced:2 auth:token from 203.0.113.9", "auth:token from 203.0.113.9"}, limited)
 	requireNoSecret(t, f.e, "orders-token")
+}
+
+// TestAuthLockoutIPv6By64: a guesser rotating through the addresses of its
+// IPv6 /64, a fresh one for every guess, is one source: locked out at the
+// limit, from every address of the /64, and its run is coalesced under
+// the prefix, which the records name. The next /64 is another source.
+func TestAuthLockoutIPv6By64(t *testing.T) {
+	f := newFixture(t, func(o *pigeon.Options) { o.AuthFailureLimit, o.AuthFailureWindow = 5, time.Minute })
+	try := func(tok, addr string) error {
+		_, err := f.e.AuthenticateCredential(ctx, pigeon.Credential{Bearer: tok, RemoteAddr: addr})
+		return err
+	}
+	for i := range 5 {
+		requireCode(t, try("guess-"+strconv.Itoa(i), "[2001:db8:1:2::"+strconv.FormatInt(int64(i+1), 16)+"]:4000"), pigeon.CodeUnauthenticated)
+	}
+	pe := requireCode(t, try("orders-token", "[2001:db8:1:2:ffff::1]:4000"), pigeon.CodeRateLimited)
+	require.Equal(t, time.Minute.Milliseconds(), pe.Details["retryAfterMs"])
+	require.NoError(t, try("orders-token", "[2001:db8:1:3::1]:4000"), "another /64 is another source")
+	f.clock.Advance(1100 * time.Millisecond)
+
+	recs, n := authFailures(t, f.e)
+	require.Equal(t, 6, n)
+	refs := make([]string, len(recs))
+	for i, r := range recs {
+		refs[i] = r.Code + " " + r.Ref
+	}
+	require.ElementsMatch(t, []string{"UNAUTHENTICATED auth:token from 2001:db8:1:2::/64", "UNAUTHENTICATED coalesced:4 auth:token from 2001:db8:1:2::/64",
+		"RATE_LIMITED auth:token from 2001:db8:1:2::/64"}, refs, "one run of one source, and its lockout")
 }
 
 // TestAuthRefusalsAtShutdown: a credential refused because the engine

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -187,15 +186,16 @@ type Options struct {
 	// Cluster, when set, joins this engine to the other nodes sharing
 	// Store (see Cluster). Nil: a single node.
 	Cluster Cluster
-	// AuthFailureLimit is how many refused credentials one source IP
-	// address (Credential.RemoteAddr) may present within
-	// AuthFailureWindow before its attempts are refused RATE_LIMITED,
+	// AuthFailureLimit is how many refused credentials one source (the
+	// IPv4 address of Credential.RemoteAddr, or its IPv6 /64 prefix, since
+	// a host given a /64 can rotate through its addresses) may present
+	// within AuthFailureWindow before its attempts are refused RATE_LIMITED,
 	// without being checked, for AuthFailureWindow from then (default
 	// DefaultAuthFailureLimit, 20, in DefaultAuthFailureWindow, 1 minute;
 	// a negative limit: no lockout). A success does not reset a source's
 	// count. Credentials without an IP address (in process) are never
 	// locked out. Counted per engine, so the HTTP routes and the
-	// WebSocket endpoints of a server share one count per address.
+	// WebSocket endpoints of a server share one count per source.
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
 }
@@ -517,8 +517,9 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 // *Error: UNAUTHENTICATED unless the authenticator chose another code.
 //
 // Every refusal but SHUTTING_DOWN writes an auth.failed audit record
-// naming the method tried and the source (the IP address of
-// c.RemoteAddr), never the credential; a run from one source is
+// naming the method tried and the source of c.RemoteAddr (its IPv4
+// address, or its IPv6 /64 prefix: "2001:db8:1:2::/64", the source as the
+// lockout counts it), never the credential; a run from one source is
 // coalesced. A source that had Options.AuthFailureLimit credentials
 // refused within Options.AuthFailureWindow is refused RATE_LIMITED, with
 // details.retryAfterMs, before c is looked at.
@@ -526,11 +527,11 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
-	ip := sourceIP(c.RemoteAddr)
-	if left, locked := e.authGuard.locked(ip, e.now()); locked {
+	src := SourceOf(c.RemoteAddr)
+	if left, locked := e.authGuard.locked(src, e.now()); locked {
 		err := &Error{Code: CodeRateLimited, Message: "too many failed authentications from this address; try again later",
 			Details: map[string]any{"retryAfterMs": left.Milliseconds()}}
-		e.auditAuthFailure(ctx, c, ip, CodeRateLimited)
+		e.auditAuthFailure(ctx, c, src, CodeRateLimited)
 		return nil, err
 	}
 	p, err := e.authenticateCredential(ctx, c)
@@ -538,9 +539,9 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 		code := ErrorCode(err)
 		e.note(NoteAuthFailure, credentialMethod(c))
 		if credentialRefused(code) {
-			e.authGuard.failed(ip, e.now())
+			e.authGuard.failed(src, e.now())
 		}
-		e.auditAuthFailure(ctx, c, ip, code)
+		e.auditAuthFailure(ctx, c, src, code)
 	}
 	return p, err
 }
@@ -558,11 +559,11 @@ func credentialRefused(code Code) bool {
 
 // auditAuthFailure writes the auth.failed record of a refused credential:
 // its method and source as ref, never the credential.
-func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, ip netip.Addr, code Code) {
+func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, src Source, code Code) {
 	ref := "auth:" + credentialMethod(c)
 	switch {
-	case ip.IsValid():
-		ref += " from " + ip.String()
+	case src.IsValid():
+		ref += " from " + src.String()
 	case c.RemoteAddr != "":
 		ref += " from " + c.RemoteAddr
 	}

@@ -45,8 +45,9 @@ type Credential struct {
 	// RemoteAddr is the peer's network address (host:port, or a bare IP),
 	// for per-address rate limits and logs; empty in process. The server
 	// and the WebSocket endpoint set the TCP peer's. The engine reads its
-	// IP address as the source of an auth.failed audit record and counts
-	// refused credentials per IP (Options.AuthFailureLimit); an embedder
+	// source (the IPv4 address, or the IPv6 /64 prefix) into an auth.failed
+	// audit record and counts refused credentials per source
+	// (Options.AuthFailureLimit); an embedder
 	// that authenticates network clients should fill it, and one without
 	// an IP address is never locked out.
 	RemoteAddr string

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
 	"os"
@@ -85,4 +87,45 @@ func TestServeAuthFailureLimit(t *testing.T) {
 		refusals[rec.Code] += n
 	}
 	require.Equal(t, map[string]int{string(pigeon.CodeUnauthenticated): 2, string(pigeon.CodeRateLimited): 1}, refusals)
+}
+
+// Over TLS, a refused bearer token counts once toward the lockout, in the
+// engine, and not toward the limit on failed handshakes as well: with
+// --max-auth-failures N the N-th refusal locks the address out and the
+// next request, on a fresh connection, is answered 429 with Retry-After
+// rather than having its handshake refused.
+func TestServeTLSRefusedTokenCountsOnce(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir, nil)
+	const limit = 3
+	r := startServe(t, serveConfig{tlsCert: filepath.Join(dir, "server.pem"), tlsKey: filepath.Join(dir, "server-key.pem"),
+		maxFailures: limit, failureWindow: time.Minute})
+	url := strings.Replace(r.url, "http://", "https://", 1)
+	pem, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(pem))
+	// A fresh connection, so a fresh handshake, for every request.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	get := func(token string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, url+"/v1/quarantine", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
+		require.NoError(t, err, "the handshake is not refused for refused tokens")
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp
+	}
+	for i := range limit - 1 {
+		require.Equal(t, http.StatusUnauthorized, get("guess-"+strconv.Itoa(i)).StatusCode)
+	}
+	require.Equal(t, http.StatusOK, get("auditor-token").StatusCode, "N-1 refusals do not lock out")
+	require.Equal(t, http.StatusUnauthorized, get("guess-last").StatusCode)
+	resp := get("auditor-token")
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the N-th refusal locks out")
+	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, retry >= 1 && retry <= 60, "Retry-After %d", retry)
 }

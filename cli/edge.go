@@ -53,7 +53,6 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 			return nil, err
 		}
 	}
-	limiter := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: cfg.maxFailures, Window: cfg.failureWindow})
 	e := &edge{}
 	methods := map[string]identity.Method{
 		string(pigeon.AuthGrant): {Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
@@ -127,8 +126,13 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 		return nil, errors.New("auth order: no method: nobody could connect")
 	}
 	e.order = order
-	e.auth = identity.NewChain(&identity.ChainOptions{Limiter: limiter, Logger: logger}, chain...)
+	// Refused credentials are counted by the engine (AuthFailureLimit,
+	// from the same settings); the chain counts nothing, so that each
+	// refusal counts once. Failed handshakes never reach the engine: the
+	// limiter counts those, under the same limit but apart.
+	e.auth = identity.NewChain(&identity.ChainOptions{Logger: logger}, chain...)
 	if cfg.tlsCert != "" {
+		limiter := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: cfg.maxFailures, Window: cfg.failureWindow})
 		cf, err := identity.LoadCertFile(cfg.tlsCert, cfg.tlsKey, logger)
 		if err != nil {
 			return nil, fmt.Errorf("TLS certificate: %w", err)

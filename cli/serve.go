@@ -178,7 +178,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
 	fs.Var(&listFlag{v: &cfg.trustedProxies}, "trusted-proxy", "CIDR prefix or address of a reverse proxy or load balancer in front of the server, whose X-Forwarded-For names the client for the lockout of refused credentials and the audit log; repeat or comma-separate (docs/security.md)")
 	fs.Var(&listFlag{v: &cfg.allowedOrigins}, "allowed-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may call the API (CORS) and open /v1/ws besides the server's own; repeat or comma-separate")
-	fs.IntVar(&cfg.maxFailures, "max-auth-failures", cfg.maxFailures, "refused credentials one remote IP address may present within --auth-failure-window before its attempts are refused 429 RATE_LIMITED, unchecked, for a window (default 20; docs/security.md)")
+	fs.IntVar(&cfg.maxFailures, "max-auth-failures", cfg.maxFailures, "refused credentials one source (a remote IPv4 address, or an IPv6 /64) may present within --auth-failure-window before its attempts are refused 429 RATE_LIMITED, unchecked, for a window; failed TLS handshakes are counted apart under the same limit (default 20; docs/security.md)")
 	fs.DurationVar(&cfg.failureWindow, "auth-failure-window", cfg.failureWindow, "the window of --max-auth-failures, and how long a lockout lasts (default 1m)")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
 	cfg.opts.flags(fs)

@@ -11,10 +11,15 @@ import (
 // ChainOptions configure a Chain. A nil *ChainOptions means the defaults;
 // NewChain copies the value.
 type ChainOptions struct {
-	// Limiter counts refusals per remote address and refuses an address
-	// that failed too often (RATE_LIMITED) before any method runs. Nil: a
-	// Limiter with its defaults. Share it with ServerTLS so that failed
-	// handshakes count too.
+	// Limiter, when set, counts the chain's refusals per source and
+	// refuses a source that failed too often (RATE_LIMITED) before any
+	// method runs. Nil (the default): none.
+	//
+	// Deprecated: the engine counts every refused credential per source
+	// and locks the source out (pigeon.Options.AuthFailureLimit, audited,
+	// with Retry-After); a Limiter here counts the same refusals a second
+	// time, in a window of its own. Give a Limiter to ServerTLS alone, for
+	// failed handshakes.
 	Limiter *Limiter
 	// Logger receives one line per refusal: method, code, reason and remote
 	// address; never a token, a certificate or a key. Default: discard.
@@ -31,9 +36,10 @@ type Method struct {
 // credential (pigeon.ErrUnrecognized) passes it on; the first that
 // recognizes it decides: its principal is the caller, its refusal is final
 // and never passed on. A credential no method recognizes is refused
-// UNAUTHENTICATED. Every refusal is logged and counted against the remote
-// address. Use it as pigeon.Options.Authenticator. It is immutable once
-// built and safe for concurrent use.
+// UNAUTHENTICATED. Every refusal is logged; counting refusals against
+// their source is the engine's (pigeon.Options.AuthFailureLimit), which
+// sees every refusal once. Use it as pigeon.Options.Authenticator. It is
+// immutable once built and safe for concurrent use.
 type Chain struct {
 	methods []Method
 	limiter *Limiter
@@ -50,9 +56,6 @@ func NewChain(opts *ChainOptions, methods ...Method) *Chain {
 	var o ChainOptions
 	if opts != nil {
 		o = *opts
-	}
-	if o.Limiter == nil {
-		o.Limiter = NewLimiter(nil)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -109,7 +112,7 @@ func (c *Chain) AuthenticateCredential(ctx context.Context, cred pigeon.Credenti
 	return nil, err
 }
 
-// refused counts and logs a refusal. The reason is the error's message and
+// refused logs a refusal (and counts it, with a deprecated Limiter). The reason is the error's message and
 // cause, which the methods keep free of credential material.
 func (c *Chain) refused(method pigeon.AuthMethod, cred pigeon.Credential, err error) {
 	c.limiter.Fail(cred.RemoteAddr, false)

@@ -24,9 +24,13 @@
 //
 // # Failure
 //
-// Refusals are counted per remote address by a Limiter (shared with the
-// TLS handshake) and an address that failed too often is refused
-// RATE_LIMITED before any verification work. Log lines and errors say why
+// Each failure is counted once, per source (a remote IPv4 address, or a
+// remote IPv6 /64). A refused credential reaches the engine, which counts
+// it and locks out a source that failed too often (RATE_LIMITED, with
+// Retry-After, before any verification work; pigeon.Options.AuthFailureLimit).
+// A failed TLS handshake never reaches the engine: a Limiter given to
+// ServerTLS counts those, and refuses the handshakes of a source that
+// failed too many. Log lines and errors say why
 // a credential was refused, never what it was: no token, certificate or key
 // material appears in them. When an identity provider cannot be reached,
 // its cached keys keep verifying tokens for Issuer.MaxKeyAge, and a token

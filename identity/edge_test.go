@@ -84,8 +84,10 @@ func newEdgeLimit(t *testing.T, required bool, maxFailures int) *edge {
 	require.NoError(t, err)
 	oidc, err := identity.NewOIDC(&identity.OIDCOptions{Logger: log, Issuers: []identity.Issuer{{URL: f.p.srv.URL, Audiences: []string{"pigeon"}, JWKSURL: f.p.srv.URL + "/jwks", RolesClaim: "roles"}}})
 	require.NoError(t, err)
+	// As pigeon serve wires it: the limiter counts failed handshakes, the
+	// engine refused credentials.
 	f.limiter = identity.NewLimiter(&identity.LimiterOptions{MaxFailures: maxFailures})
-	chain := identity.NewChain(&identity.ChainOptions{Limiter: f.limiter, Logger: log},
+	chain := identity.NewChain(&identity.ChainOptions{Logger: log},
 		identity.Method{Name: pigeon.AuthMTLS, Auth: mtls},
 		identity.Method{Name: pigeon.AuthOIDC, Auth: oidc},
 		identity.Method{Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
@@ -368,6 +370,8 @@ func TestEdgeCertificateReload(t *testing.T) {
 	requireNoSecrets(t, f.logs.String())
 }
 
+// A Limiter given to a Chain (deprecated) still limits what the chain
+// refuses.
 func TestEdgeFailuresRateLimited(t *testing.T) {
 	lim := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: 3, Window: time.Minute})
 	logs := &testlog.Buffer{}
@@ -401,6 +405,41 @@ func TestEdgeBadCertificateFile(t *testing.T) {
 	require.ErrorContains(t, err, bad)
 	require.False(t, strings.Contains(err.Error(), "nope"))
 	require.False(t, errors.Is(err, os.ErrNotExist))
+}
+
+// A Chain without a Limiter counts nothing and refuses nothing for its
+// count: locking out a source is the engine's, which sees every refused
+// credential once (pigeon.Options.AuthFailureLimit).
+func TestChainLeavesLockoutToEngine(t *testing.T) {
+	chain := identity.NewChain(nil,
+		identity.Method{Name: pigeon.AuthToken, Auth: identity.Lookup(pigeon.NewStaticTokens(pigeon.StaticToken{Token: "good", Principal: "p"}))})
+	for range identity.DefaultMaxFailures + 5 {
+		_, err := chain.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: "bad", RemoteAddr: "198.51.100.7:1000"})
+		require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(err))
+	}
+	p, err := chain.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: "good", RemoteAddr: "198.51.100.7:1000"})
+	require.NoError(t, err)
+	require.Equal(t, "p", p.ID)
+}
+
+// Over TLS, as pigeon serve wires it, a refused bearer token is counted
+// by the engine alone: it takes nothing from the handshake limit, so the
+// client goes on being answered (401, then the engine's 429 with
+// Retry-After) rather than having its handshakes refused.
+func TestEdgeRefusedTokenCountsOnce(t *testing.T) {
+	f := newEdgeLimit(t, false, 2)
+	for range 4 {
+		resp, err := f.get(t, f.client(t, nil, nil), "guess", "/v1/contracts/none")
+		require.NoError(t, err, "the handshake is not refused for refused tokens")
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	resp, err := f.get(t, f.client(t, nil, nil), "static-1", "/v1/contracts/none")
+	require.NoError(t, err)
+	require.NotEqual(t, http.StatusUnauthorized, resp.StatusCode)
+	require.NotEqual(t, http.StatusTooManyRequests, resp.StatusCode)
+	st := f.limiter.Stats()
+	require.Zero(t, st.Failures)
+	require.Zero(t, st.Limited)
 }
 
 // Failed handshakes count against the address; past the limit even a good

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"pigeon"
 )
 
 // Defaults of LimiterOptions.
@@ -17,20 +19,28 @@ const (
 // LimiterOptions configure a Limiter. A nil *LimiterOptions means the
 // defaults; NewLimiter copies the value.
 type LimiterOptions struct {
-	// MaxFailures is how many failed authentications (refused tokens,
-	// refused certificates, failed TLS handshakes) one remote address may
-	// have in Window before the rest of the window is refused outright
-	// (default 20 in 1 minute).
+	// MaxFailures is how many failures (failed TLS handshakes, for
+	// ServerTLS) one source may have in Window before the rest of the
+	// window is refused outright (default 20 in 1 minute).
 	MaxFailures int
 	Window      time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
-// Limiter counts failed authentications per remote address (the host,
-// without the port) and refuses an address that had too many in a window,
-// before any verification work is spent on it. It remembers a bounded
-// number of addresses. It is safe for concurrent use.
+// Limiter counts failures per source and refuses a source that had too
+// many in a window, before any verification work is spent on it. A source
+// is a remote IPv4 address, or a remote IPv6 /64 (a host given a /64 could
+// otherwise rotate through its addresses), as the engine's lockout and the
+// server's per-IP connection cap count them; an address that is not IP is
+// counted whole, without its port. It remembers a bounded number of
+// sources. It is safe for concurrent use.
+//
+// Its use is failed TLS handshakes (TLSOptions.Limiter), which the engine
+// never sees. Refused credentials are the engine's to count
+// (pigeon.Options.AuthFailureLimit: one count per refusal, audited, with
+// Retry-After); a Limiter given to a Chain (deprecated) counts them a
+// second time.
 type Limiter struct {
 	opts LimiterOptions
 
@@ -64,9 +74,13 @@ func NewLimiter(opts *LimiterOptions) *Limiter {
 	return &Limiter{opts: o, addrs: map[string]*window{}}
 }
 
-// host is the address without its port; an address that does not parse is
-// kept whole.
-func host(remote string) string {
+// source is the key remote counts under: its pigeon.Source, or, for an
+// address that is not IP, the address without its port (whole when it
+// does not parse).
+func source(remote string) string {
+	if k := pigeon.SourceOf(remote); k.IsValid() {
+		return k.String()
+	}
 	if h, _, err := net.SplitHostPort(remote); err == nil {
 		return h
 	}
@@ -86,7 +100,7 @@ func (l *Limiter) allow(remote string) (ok, first bool) {
 	if l == nil || remote == "" {
 		return true, false
 	}
-	h := host(remote)
+	h := source(remote)
 	now := l.opts.Now()
 	l.mu.Lock()
 	w := l.addrs[h]
@@ -102,8 +116,8 @@ func (l *Limiter) allow(remote string) (ok, first bool) {
 	return ok, first
 }
 
-// Fail records a failed authentication from remote; handshake says it was
-// a TLS handshake.
+// Fail records a failure from remote; handshake says it was a TLS
+// handshake.
 func (l *Limiter) Fail(remote string, handshake bool) {
 	if l == nil {
 		return
@@ -115,7 +129,7 @@ func (l *Limiter) Fail(remote string, handshake bool) {
 	if remote == "" {
 		return
 	}
-	h := host(remote)
+	h := source(remote)
 	now := l.opts.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -149,9 +163,9 @@ func (l *Limiter) evict(now time.Time) {
 
 // LimiterStats are a Limiter's counters since it was made.
 type LimiterStats struct {
-	// Failures counts failed authentications, HandshakeFailures those of
-	// them that were TLS handshakes, Limited the attempts refused because
-	// their address had failed too often.
+	// Failures counts failures, HandshakeFailures those of them that were
+	// TLS handshakes, Limited the attempts refused because their source
+	// had failed too often.
 	Failures, HandshakeFailures, Limited int64
 }
 

@@ -14,8 +14,11 @@ type TLSOptions struct {
 	// when MTLS.Required) and refuses the handshake of a client whose
 	// certificate does not verify.
 	MTLS *MTLS
-	// Limiter counts failed handshakes per remote address and refuses the
-	// handshakes of an address over its limit. Nil: none.
+	// Limiter counts failed handshakes per source (an IPv4 address, an
+	// IPv6 /64) and refuses the handshakes of a source over its limit.
+	// Nil: none. Give it to ServerTLS alone: refused credentials are the
+	// engine's to count (pigeon.Options.AuthFailureLimit), and a
+	// connection that completed its handshake is not refused here.
 	Limiter *Limiter
 	// Logger receives one line per refused handshake (the reason and the
 	// remote address). Default: discard.
@@ -34,8 +37,8 @@ var cipherSuites = []uint16{
 // forward-secret AEAD suites, HTTP/1.1 (WebSocket upgrades need it), the
 // certificate of opts.Certificate (reloaded as it changes), and, with
 // opts.MTLS, client certificates verified during the handshake. A
-// handshake refused for its certificate counts against the remote
-// address.
+// handshake refused for its certificate counts against its source in
+// opts.Limiter.
 func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 	if opts == nil || opts.Certificate == nil {
 		return nil, errors.New("identity: TLS needs a certificate")
@@ -69,9 +72,9 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		}
 		if ok, first := o.Limiter.allow(remote); !ok {
 			if first {
-				o.Logger.Warn("identity: TLS handshakes refused for the rest of the window", "reason", "too many failed authentications from this address", "remote", remote)
+				o.Logger.Warn("identity: TLS handshakes refused for the rest of the window", "reason", "too many failed handshakes from this address", "remote", remote)
 			}
-			return nil, errors.New("identity: too many failed authentications from this address")
+			return nil, errors.New("identity: too many failed handshakes from this address")
 		}
 		if o.MTLS == nil {
 			return nil, nil // the outer configuration

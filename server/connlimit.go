@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,8 +18,9 @@ import (
 )
 
 // connLimit caps the connections a Server holds open at once: in all
-// (Options.MaxConnections) and per remote address
-// (Options.MaxConnectionsPerIP). Every listener of the Server shares it.
+// (Options.MaxConnections) and per source (Options.MaxConnectionsPerIP:
+// a pigeon.Source: an IPv4 address, or an IPv6 /64). Every listener of the
+// Server shares it.
 // Its methods are safe for concurrent use.
 type connLimit struct {
 	max, perIP int // <= 0: no cap
@@ -29,7 +29,7 @@ type connLimit struct {
 
 	mu   sync.Mutex
 	open int
-	byIP map[netip.Addr]int
+	byIP map[pigeon.Source]int
 
 	refused  atomic.Uint64
 	lastWarn atomic.Int64  // unix nanoseconds of the last warning logged
@@ -46,7 +46,7 @@ const refusalAnswerers = 32
 const refusalWait = time.Second
 
 func newConnLimit(max, perIP int, tls bool, logger *slog.Logger) *connLimit {
-	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[netip.Addr]int{},
+	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[pigeon.Source]int{},
 		answers: make(chan struct{}, refusalAnswerers)}
 	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
 	return l
@@ -88,34 +88,34 @@ func (cl *connLimit) wrap(l net.Listener) net.Listener {
 	return &limitListener{Listener: l, lim: cl}
 }
 
-// take reserves a place for a connection from ip (invalid: an address
+// take reserves a place for a connection from src (invalid: an address
 // that is not IP, counted in all only).
-func (cl *connLimit) take(ip netip.Addr) bool {
+func (cl *connLimit) take(src pigeon.Source) bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.max > 0 && cl.open >= cl.max {
 		return false
 	}
-	if cl.perIP > 0 && ip.IsValid() {
-		if cl.byIP[ip] >= cl.perIP {
+	if cl.perIP > 0 && src.IsValid() {
+		if cl.byIP[src] >= cl.perIP {
 			return false
 		}
-		cl.byIP[ip]++
+		cl.byIP[src]++
 	}
 	cl.open++
 	return true
 }
 
 // give frees the place take reserved.
-func (cl *connLimit) give(ip netip.Addr) {
+func (cl *connLimit) give(src pigeon.Source) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.open--
-	if cl.perIP > 0 && ip.IsValid() {
-		if n := cl.byIP[ip] - 1; n > 0 {
-			cl.byIP[ip] = n
+	if cl.perIP > 0 && src.IsValid() {
+		if n := cl.byIP[src] - 1; n > 0 {
+			cl.byIP[src] = n
 		} else {
-			delete(cl.byIP, ip)
+			delete(cl.byIP, src)
 		}
 	}
 }
@@ -170,22 +170,20 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := remoteIP(c)
-		if l.lim.take(ip) {
-			return &limitedConn{Conn: c, lim: l.lim, ip: ip}, nil
+		src := remoteSource(c)
+		if l.lim.take(src) {
+			return &limitedConn{Conn: c, lim: l.lim, src: src}, nil
 		}
 		l.lim.refuse(c)
 	}
 }
 
-// remoteIP is c's remote IP address, or the zero Addr when c is not IP.
-func remoteIP(c net.Conn) netip.Addr {
+// remoteSource is c's remote source, or the zero Source when c is not IP.
+func remoteSource(c net.Conn) pigeon.Source {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			return ip.Unmap()
-		}
+		return pigeon.SourceOfAddr(a.AddrPort().Addr())
 	}
-	return netip.Addr{}
+	return pigeon.Source{}
 }
 
 // limitedConn frees its place in the limit when it is first closed,
@@ -193,14 +191,14 @@ func remoteIP(c net.Conn) netip.Addr {
 type limitedConn struct {
 	net.Conn
 	lim    *connLimit
-	ip     netip.Addr
+	src    pigeon.Source
 	closed atomic.Bool
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	if c.closed.CompareAndSwap(false, true) {
-		c.lim.give(c.ip)
+		c.lim.give(c.src)
 	}
 	return err
 }

@@ -66,10 +66,11 @@ type Options struct {
 	// the process has, its store's included. Keep it below the process's
 	// open-file limit.
 	MaxConnections int
-	// MaxConnectionsPerIP caps the connections of one remote IP address
-	// (0 or negative: no cap, the default, since a proxy or NAT puts many
-	// clients behind one address). Beyond it a connection is refused as
-	// beyond MaxConnections.
+	// MaxConnectionsPerIP caps the connections of one source: a remote
+	// IPv4 address, or a remote IPv6 /64, which a host given a /64 could
+	// otherwise rotate through (0 or negative: no cap, the default, since
+	// a proxy or NAT puts many clients behind one address). Beyond it a
+	// connection is refused as beyond MaxConnections.
 	MaxConnectionsPerIP int
 	// TrustedProxies lists the networks of the reverse proxies and load balancers in front of the server. A
 	// request whose TCP peer is in one of them is taken to come from the

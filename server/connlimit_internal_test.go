@@ -1,0 +1,85 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// peerConn is one end of a pipe that says it comes from remote.
+type peerConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c peerConn) RemoteAddr() net.Addr { return c.remote }
+
+// chanListener accepts the connections sent on its channel.
+type chanListener struct{ conns chan net.Conn }
+
+func (l chanListener) Accept() (net.Conn, error) {
+	c, ok := <-l.conns
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+func (chanListener) Close() error   { return nil }
+func (chanListener) Addr() net.Addr { return &net.TCPAddr{} }
+
+// TestMaxConnectionsPerIPKeysIPv6By64: the per-IP cap holds a whole IPv6
+// /64 (a host given one can dial from any of its addresses) and leaves
+// the next /64 and IPv4 addresses places of their own. Only ::1 is on
+// loopback here, so the listener is fed connections that say where they
+// come from; they go through the listener the server wraps its own in.
+func TestMaxConnectionsPerIPKeysIPv6By64(t *testing.T) {
+	cl := newConnLimit(0, 2, true, slog.New(slog.DiscardHandler))
+	in := chanListener{conns: make(chan net.Conn)}
+	l := cl.wrap(in)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer close(in.conns)
+	// dial hands the listener a connection from ip and returns what
+	// Accept returned, nil when the connection was refused (and closed).
+	dial := func(ip string) net.Conn {
+		t.Helper()
+		server, client := net.Pipe()
+		t.Cleanup(func() { client.Close(); server.Close() })
+		in.conns <- peerConn{Conn: server, remote: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}}
+		done := make(chan struct{})
+		go func() { _, _ = io.Copy(io.Discard, client); close(done) }()
+		select {
+		case c := <-accepted:
+			return c
+		case <-done:
+			return nil // closed unanswered: refused over TLS
+		case <-time.After(10 * time.Second):
+			t.Fatal("neither accepted nor refused")
+		}
+		return nil
+	}
+	a := dial("2001:db8:1:2::1")
+	require.NotNil(t, a)
+	require.NotNil(t, dial("2001:db8:1:2:ffff:ffff:ffff:ffff"), "a second place for the /64")
+	require.Nil(t, dial("2001:db8:1:2::3"), "the /64 holds its cap, from a third address")
+	require.NotNil(t, dial("192.0.2.1"), "an IPv4 address has places of its own")
+	require.NotNil(t, dial("2001:db8:1:3::1"), "the next /64 has places of its own")
+	require.NotNil(t, dial("192.0.2.2"))
+	require.NotNil(t, dial("192.0.2.2"))
+	require.Nil(t, dial("::ffff:192.0.2.2"), "an IPv4-mapped address is its IPv4 address")
+	require.NoError(t, a.Close())
+	require.NotNil(t, dial("2001:db8:1:2::4"), "a closed connection frees the /64's place")
+}

@@ -1,0 +1,61 @@
+package pigeon_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// TestSourceOf: an address's source is IPv4 (and IPv4-mapped IPv6) per
+// address, IPv6 per /64 whatever the zone, host:port and bare forms alike,
+// and none for what is not an IP address.
+func TestSourceOf(t *testing.T) {
+	for _, c := range []struct{ remote, want string }{
+		{"192.0.2.1", "192.0.2.1"},
+		{"192.0.2.1:5000", "192.0.2.1"},
+		{"192.0.2.2:5000", "192.0.2.2"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+		{"[::ffff:192.0.2.1]:443", "192.0.2.1"},
+		{"2001:db8:1:2::1", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:443", "2001:db8:1:3::/64"},
+		{"::1", "::/64"},
+		{"[::1]:8787", "::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+		{"[fe80::1234%eth1]:80", "fe80::/64"},
+		{"", ""},
+		{"@", ""},
+		{"pipe", ""},
+		{"localhost:80", ""},
+		{"192.0.2.1:", ""},
+		{"[2001:db8::1]", ""},
+		{"2001:db8::1:80:", ""},
+		{"300.1.1.1:80", ""},
+	} {
+		s := pigeon.SourceOf(c.remote)
+		require.Equal(t, c.want, s.String(), "%q", c.remote)
+		require.Equal(t, c.want != "", s.IsValid(), "%q", c.remote)
+	}
+	require.Equal(t, pigeon.SourceOf("[2001:db8:1:2::1]:1"), pigeon.SourceOf("2001:db8:1:2:ffff:ffff:ffff:ffff"), "one key, for maps")
+	require.NotEqual(t, pigeon.SourceOf("192.0.2.1"), pigeon.SourceOf("192.0.2.2"))
+	require.Equal(t, netip.MustParsePrefix("2001:db8:1:2::/64"), pigeon.SourceOf("2001:db8:1:2::9").Prefix())
+	require.Equal(t, netip.MustParsePrefix("192.0.2.1/32"), pigeon.SourceOf("192.0.2.1").Prefix())
+	require.Equal(t, pigeon.SourceOf("[::ffff:192.0.2.7]:1"), pigeon.SourceOfAddr(netip.MustParseAddr("::ffff:192.0.2.7")))
+	require.False(t, pigeon.SourceOfAddr(netip.Addr{}).IsValid())
+}
+
+// The source a per-source limit counts, and an auth.failed record names:
+// an IPv6 address's /64, an IPv4 address itself.
+func ExampleSourceOf() {
+	fmt.Println(pigeon.SourceOf("[2001:db8:1:2::7]:443"))
+	fmt.Println(pigeon.SourceOf("[2001:db8:1:2:ffff::1]:443") == pigeon.SourceOf("2001:db8:1:2::7"))
+	fmt.Println(pigeon.SourceOf("192.0.2.1:5000"))
+	// Output:
+	// 2001:db8:1:2::/64
+	// true
+	// 192.0.2.1
+}
