@@ -196,9 +196,13 @@ class HttpClient:
         """Hash-chained audit records, oldest first (role ``auditor``)."""
         return list(self._do("GET", "/v1/audit", query={"from": from_, "max": max})[1].get("records") or [])
 
-    def quarantine(self, *, since: str | None = None, max: int | None = None) -> list[dict[str, Any]]:
-        """Quarantined messages, redacted (role ``auditor``)."""
-        return list(self._do("GET", "/v1/quarantine", query={"since": since, "max": max})[1].get("records") or [])
+    def quarantine(self, *, since: str | None = None, after: str | None = None, max: int | None = None) -> list[dict[str, Any]]:
+        """Quarantined messages, redacted, oldest first (role ``auditor``). A
+        page stops at the server's read budget; the next page is ``since``
+        and ``after`` set to the ``time`` and ``id`` of the page's last
+        record."""
+        query = {"since": since, "after": after, "max": max}
+        return list(self._do("GET", "/v1/quarantine", query=query)[1].get("records") or [])
 
     def quarantine_record(self, record_id: str) -> dict[str, Any]:
         return self._do("GET", "/v1/quarantine/" + _q(record_id))[1]["record"]

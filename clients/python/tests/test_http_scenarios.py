@@ -129,6 +129,14 @@ def test_http_subjects_audit_quarantine(server):
     assert q[0]["message"]["data"]["paymentToken"] == "[REDACTED]"
     assert "4111111111111111" not in str(q[0])
     assert auditor.quarantine_record(qid)["id"] == qid
+    # Pages follow each other by the time and id of the last record.
+    everything = auditor.quarantine()
+    first = auditor.quarantine(max=1)[0]
+    nxt = auditor.quarantine(max=1, since=first["time"], after=first["id"])
+    assert len(nxt) == (1 if len(everything) > 1 else 0)
+    if nxt:
+        assert nxt[0]["id"] != first["id"]
+        assert nxt[0]["id"] == everything[1]["id"]
 
     # Releasing needs the auditor role and a contract with publish: the
     # auditor has no publish grant, and the checkout service no auditor role.

@@ -147,8 +147,12 @@ export class HttpClient {
     return (await this.call<{ records: Record<string, any>[] }>("GET", `/v1/audit${query(options)}`)).records;
   }
 
-  /** Quarantined messages, redacted (role auditor). */
-  async quarantine(options: { since?: string; max?: number } = {}): Promise<Record<string, any>[]> {
+  /**
+   * Quarantined messages, redacted, oldest first (role auditor). A page
+   * stops at the server's read budget; the next page is `since` and `after`
+   * set to the `time` and `id` of the page's last record.
+   */
+  async quarantine(options: { since?: string; after?: string; max?: number } = {}): Promise<Record<string, any>[]> {
     return (await this.call<{ records: Record<string, any>[] }>("GET", `/v1/quarantine${query(options)}`)).records;
   }
 

@@ -78,6 +78,11 @@ scenario("http.subjects_audit_quarantine", async () => {
   assert.equal(rec.code, "RAW_PAN_DETECTED");
   assert.equal(rec.message.data.paymentToken, "[REDACTED]");
   assert.ok(!JSON.stringify(q).includes("4111111111111111"), "no PAN anywhere");
+  // Pages follow each other by the time and id of the last record.
+  const [first] = await auditor.quarantine({ max: 1 });
+  const next = await auditor.quarantine({ max: 1, since: first.time, after: first.id });
+  assert.equal(next.length, q.length > 1 ? 1 : 0);
+  if (next.length) assert.notEqual(next[0].id, first.id, "the next page starts after the last record");
   await assert.rejects(new HttpClient(srv.http, "checkout-token").audit(), (e) => e.code === "FORBIDDEN" && e.status === 403);
 
   // The admin releases it: its account gets the auditor role and a role
