@@ -28,6 +28,11 @@ type conn struct {
 	// ctx ends when the connection is torn down; every op runs under it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// io is ctx without its end, for the reader's and the writer's
+	// frames: the socket is closed as ctx ends (serve), so neither needs
+	// the WebSocket library to watch ctx for each frame (a context
+	// callback armed and disarmed per frame, a few allocations each).
+	io context.Context
 
 	out       chan outFrame
 	queued    atomic.Int64  // frames in out or being written by the writer
@@ -113,11 +118,15 @@ func newConn(reqCtx context.Context, s *Server, wsc *websocket.Conn, cork *corkC
 		bucket: newBucket(s.opts.PublishRate, s.opts.PublishBurst)}
 	c.caller = pigeon.Caller{Principal: p, Region: region}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(reqCtx))
+	c.io = context.WithoutCancel(c.ctx)
 	return c
 }
 
 // serve runs the connection until it ends, then tears it down.
 func (c *conn) serve() {
+	// A read or a write blocked on the socket ends when ctx does, as it
+	// would under ctx: the socket is closed then.
+	context.AfterFunc(c.ctx, func() { _ = c.ws.CloseNow() })
 	c.goBG(c.writeLoop)
 	if c.srv.opts.PingInterval > 0 {
 		c.goBG(c.pingLoop)
@@ -141,7 +150,7 @@ func (c *conn) readLoop() {
 		in  interner // strings that repeat across this connection's frames
 	)
 	for {
-		typ, err := buf.read(c.ctx, c.ws)
+		typ, err := buf.read(c.io, c.ws)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				c.srv.stats.tooBig.Add(1)
@@ -457,7 +466,7 @@ func (c *conn) writeLoop() {
 				f.wire.drop()
 				c.srv.stats.cut.Add(1)
 			case f.wire.write():
-				err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
+				err = c.ws.Write(c.io, websocket.MessageText, f.b)
 			}
 			c.unreserve(f.n)
 			c.written.Add(1)
