@@ -37,6 +37,7 @@ type serverSub struct {
 
 	mu      sync.Mutex
 	pending map[string]inflight // by message id
+	dones   []func(error)       // settleAll's buffer, between ack frames
 
 	// A subscription whose client takes deliver_batch frames gathers its
 	// deliveries until the engine flushes (see handleBatched).
@@ -455,15 +456,54 @@ func (ss *serverSub) settle(id string, a answer) bool {
 	if !ok {
 		return false
 	}
+	f.done(a.err())
+	return true
+}
+
+// settleAll hands the client's answer to the deliveries of ids and of
+// id (when not empty), taking them out of pending under one lock; it
+// returns the ids no delivery waited for. The read loop calls it, one ack
+// frame at a time: the dones it gathers go in a buffer it reuses.
+func (ss *serverSub) settleAll(ids []string, id string, a answer) (stale []string) {
+	ss.mu.Lock()
+	dones := ss.dones[:0]
+	take := func(id string) {
+		if f, ok := ss.pending[id]; ok {
+			delete(ss.pending, id)
+			dones = append(dones, f.done)
+		} else {
+			stale = append(stale, id)
+		}
+	}
+	for _, id := range ids {
+		if id != "" {
+			take(id)
+		}
+	}
+	if id != "" {
+		take(id)
+	}
+	ss.dones = nil // a settleAll of another ack frame meanwhile takes a buffer of its own
+	ss.mu.Unlock()
+	for _, done := range dones {
+		done(a.err()) // a nack's error of its own for each delivery
+	}
+	clear(dones)
+	ss.mu.Lock()
+	ss.dones = dones[:0]
+	ss.mu.Unlock()
+	return stale
+}
+
+// err is what a delivery's done is given for the answer.
+func (a answer) err() error {
 	switch {
 	case a.ok:
-		f.done(nil)
+		return nil
 	case a.delay >= 0:
-		f.done(pigeon.RetryAfter(a.delay, errNacked))
-	default:
-		f.done(errNacked)
+		return pigeon.RetryAfter(a.delay, errNacked)
 	}
-	return true
+	return errNacked
 }
 
 // stopSubs ends every subscription of the connection.
