@@ -46,6 +46,7 @@ type serverSub struct {
 	hctx  context.Context // the handler's context, once it has run
 	buf   []byte          // the deliver_batch frame being gathered, nil when none
 	bufW  *wireState      // its wire state, shared by its entries' pending
+	bufT  time.Time       // the deadline of its entries' answers
 	bufN  int64           // the write budget its entries hold
 	bufIn []gathered
 	last  int // the length of the last frame, to size the next
@@ -241,13 +242,16 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.buf = append(b, `,"deliveries":[`...)
 		if !ss.atMost {
 			ss.bufW = new(wireState)
+			// One clock read for the batch: its deliveries' ack waits
+			// run from when it began to gather.
+			ss.bufT = time.Now().Add(ss.ackWait)
 		}
 	} else {
 		ss.buf = append(ss.buf, ',')
 	}
 	if !ss.atMost {
 		ss.mu.Lock()
-		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: ss.bufW}
+		ss.pending[id] = inflight{done: done, deadline: ss.bufT, wire: ss.bufW}
 		ss.mu.Unlock()
 	}
 	ss.buf = append(ss.buf, `{"attempt":`...)
