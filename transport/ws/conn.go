@@ -37,6 +37,8 @@ type conn struct {
 	out       chan outFrame
 	queued    atomic.Int64  // frames in out or being written by the writer
 	wmu       sync.Mutex    // held while a frame is written to the socket
+	ownTimer  *time.Timer   // writeOwn's (wmu held)
+	ownStart  atomic.Int64  // when the write of writeOwn running began (since epoch, plus 1), 0 when none
 	budget    budget        // bytes of the frames in out (and being written)
 	written   atomic.Uint64 // frames written: progress, for the stall timeout
 	stalled   atomic.Bool
@@ -288,9 +290,7 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 	}
 	if !c.stalled.Load() && c.queued.CompareAndSwap(0, 1) {
 		c.wmu.Lock()
-		wctx, cancel := context.WithTimeout(c.ctx, c.srv.opts.StallTimeout)
-		err := c.ws.Write(wctx, websocket.MessageText, b)
-		cancel()
+		err := c.writeOwn(b)
 		c.unreserve(n)
 		c.written.Add(1)
 		c.wmu.Unlock()
@@ -302,6 +302,36 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 		return nil
 	}
 	return c.enqueue(ctx, b, n)
+}
+
+// writeOwn writes b for send, wmu held, within the stall timeout: a write
+// that lasts longer aborts the connection, as one past its context's
+// deadline did. One timer per connection, armed for each such write,
+// spares the context, its timer and the WebSocket library's callback on
+// it that each write would cost (an answer to every ack frame).
+func (c *conn) writeOwn(b []byte) error {
+	c.ownStart.Store(int64(time.Since(epoch)) + 1)
+	if c.ownTimer == nil {
+		c.ownTimer = time.AfterFunc(c.srv.opts.StallTimeout, c.ownOverdue)
+	} else {
+		c.ownTimer.Reset(c.srv.opts.StallTimeout)
+	}
+	err := c.ws.Write(c.io, websocket.MessageText, b)
+	c.ownStart.Store(0)
+	c.ownTimer.Stop()
+	return err
+}
+
+// epoch is what ownStart counts from, on the monotonic clock.
+var epoch = time.Now()
+
+// ownOverdue aborts the connection when the write of writeOwn running now
+// began the stall timeout ago or more; a timer that fired for a write that
+// has ended does nothing.
+func (c *conn) ownOverdue() {
+	if at := c.ownStart.Load(); at != 0 && time.Duration(int64(time.Since(epoch))+1-at) >= c.srv.opts.StallTimeout {
+		c.abort()
+	}
 }
 
 // enqueue queues a frame that holds n reserved bytes; on failure it gives
