@@ -70,6 +70,7 @@ type outFrame struct {
 	reason string
 	sub    *serverSub // the subscription whose deliveries b holds, if any
 	wire   *wireState // whether b went to the socket, when it holds deliveries awaiting an answer
+	buf    *[]byte    // b's buffer, from frameBufs: the writer gives it back once done with b
 }
 
 // wireState says whether a frame of deliveries went to the socket. The
@@ -345,11 +346,16 @@ func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
 // refusal (serverSub.cut) or when the end of the connection withheld it
 // (w, the frame's wireState; nil when no answer waits for the frame).
 func (c *conn) enqueueFor(ctx context.Context, b []byte, n int64, sub *serverSub, w *wireState) error {
+	return c.enqueueOut(ctx, outFrame{b: b, n: n, sub: sub, wire: w})
+}
+
+// enqueueOut queues f (see enqueueFor).
+func (c *conn) enqueueOut(ctx context.Context, f outFrame) error {
+	n := f.n
 	if c.stalled.Load() {
 		c.unreserve(n)
 		return errStalled
 	}
-	f := outFrame{b: b, n: n, sub: sub, wire: w}
 	c.queued.Add(1)
 	select {
 	case c.out <- f:
@@ -498,6 +504,7 @@ func (c *conn) writeLoop() {
 			case f.wire.write():
 				err = c.ws.Write(c.io, websocket.MessageText, f.b)
 			}
+			putFrameBuf(f.buf, f.b) // written (or dropped): nothing refers to it
 			c.unreserve(f.n)
 			c.written.Add(1)
 			c.queued.Add(-1)

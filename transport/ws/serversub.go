@@ -47,9 +47,41 @@ type serverSub struct {
 	buf   []byte          // the deliver_batch frame being gathered, nil when none
 	bufW  *wireState      // its wire state, shared by its entries' pending
 	bufT  time.Time       // the deadline of its entries' answers
+	bufP  *[]byte         // buf's holder from frameBufs
 	bufN  int64           // the write budget its entries hold
 	bufIn []gathered
 	last  int // the length of the last frame, to size the next
+}
+
+// frameBufs holds the buffers of deliver_batch frames the writer is done
+// with (*[]byte, empty), for the next frames to gather in: a busy
+// subscription does not allocate and clear a buffer for each frame.
+// Buffers above maxPooledFrame are left to the collector.
+var frameBufs sync.Pool
+
+const maxPooledFrame = 2 * maxDeliverBatchBytes
+
+// getFrameBuf returns a holder of an empty buffer of at least size bytes.
+func getFrameBuf(size int) *[]byte {
+	if p, _ := frameBufs.Get().(*[]byte); p != nil {
+		if cap(*p) >= size {
+			return p
+		}
+		*p = make([]byte, 0, size) // the holder serves again
+		return p
+	}
+	b := make([]byte, 0, size)
+	return &b
+}
+
+// putFrameBuf gives p back holding b, the frame gathered in it (append
+// may have moved it), once nothing refers to b; a nil p does nothing.
+func putFrameBuf(p *[]byte, b []byte) {
+	if p == nil || cap(b) > maxPooledFrame {
+		return
+	}
+	*p = b[:0]
+	frameBufs.Put(p)
 }
 
 // gathered is one delivery waiting in a batch.
@@ -234,9 +266,11 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.flushLocked() // an ack wait withheld the frame gathered so far: start another
 	}
 	if len(ss.bufIn) == 0 {
-		// The frame is handed to the writer when it leaves: a new one
-		// for each batch, so an idle subscription holds none.
-		b := appendHead(make([]byte, 0, max(ss.last+ss.last/4, 1024)), OpDeliverBatch, "")
+		// The frame is handed to the writer when it leaves: a buffer
+		// for each batch, so an idle subscription holds none; the
+		// writer gives it back to frameBufs once it is written.
+		ss.bufP = getFrameBuf(max(ss.last+ss.last/4, 1024))
+		b := appendHead(*ss.bufP, OpDeliverBatch, "")
 		b = append(b, `,"sub":`...)
 		b = jsontext.AppendString(b, ss.id)
 		ss.buf = append(b, `,"deliveries":[`...)
@@ -281,9 +315,9 @@ func (ss *serverSub) flushLocked() {
 		return
 	}
 	b := append(ss.buf, "]}"...)
-	in, n, w, ctx := ss.bufIn, ss.bufN, ss.bufW, ss.hctx
-	ss.buf, ss.bufN, ss.bufW, ss.last = nil, 0, nil, len(b)
-	err := ss.c.enqueueFor(ctx, b, n, ss, w)
+	in, n, w, p, ctx := ss.bufIn, ss.bufN, ss.bufW, ss.bufP, ss.hctx
+	ss.buf, ss.bufN, ss.bufW, ss.bufP, ss.last = nil, 0, nil, nil, len(b)
+	err := ss.c.enqueueOut(ctx, outFrame{b: b, n: n, sub: ss, wire: w, buf: p})
 	for _, g := range in {
 		switch {
 		case err == nil && ss.atMost:
