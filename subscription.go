@@ -530,13 +530,8 @@ func (s *subscription) deliver(d *decoded, attempt int) {
 	}
 	start := s.e.since()
 	if s.ah != nil {
-		var once atomic.Bool
-		s.ah(s.hctx, &Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, func(err error) {
-			if once.CompareAndSwap(false, true) {
-				s.e.took(StageDeliver, s.subj.name, start)
-				s.settled(d, attempt, err)
-			}
-		})
+		h := &handover{Delivery: Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, s: s, d: d, attempt: attempt, start: start}
+		s.ah(s.hctx, &h.Delivery, h.done)
 		return
 	}
 	if cap(s.slots) == 1 {
@@ -550,6 +545,28 @@ func (s *subscription) deliver(d *decoded, attempt int) {
 		s.e.took(StageDeliver, s.subj.name, start)
 		s.settled(d, attempt, err)
 	}()
+}
+
+// handover is one delivery to an asynchronous handler: the Delivery it is
+// handed and what its done needs, in one allocation rather than three (the
+// Delivery, the closure and its once). done keeps its own copy of the
+// message and attempt: the handler may change its Delivery.
+type handover struct {
+	Delivery
+	s       *subscription
+	d       *decoded
+	attempt int
+	start   time.Time
+	once    atomic.Bool
+}
+
+// done is the delivery's done: the first call settles it, later ones do
+// nothing.
+func (h *handover) done(err error) {
+	if h.once.CompareAndSwap(false, true) {
+		h.s.e.took(StageDeliver, h.s.subj.name, h.start)
+		h.s.settled(h.d, h.attempt, err)
+	}
 }
 
 // call runs the synchronous handler once on a copy of m, recovering a

@@ -614,9 +614,36 @@ func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok b
 }
 
 // strings decodes the array of strings at b[i] (an ack's message ids).
+// When none holds an escape, as the ids the server writes never do, they
+// are substrings of one copy of the array's text: an ack of many
+// deliveries costs two allocations, not one per id and a growing slice.
 func (w *walker) strings(i int) ([]string, int) {
-	out := []string{}
+	n, plain := 0, true
 	end := w.array(i, func(j int) int {
+		n++
+		if w.b[j] == '"' {
+			if e := plainEnd(w.b, j); e >= 0 {
+				return e
+			}
+		}
+		plain = false
+		var s string
+		return w.str(j, &s, false)
+	})
+	if end < 0 {
+		return nil, end
+	}
+	out := make([]string, 0, n)
+	var text string
+	if plain {
+		text = string(w.b[i:end])
+	}
+	w.array(i, func(j int) int {
+		if plain {
+			e := plainEnd(w.b, j)
+			out = append(out, text[j+1-i:e-1-i])
+			return e
+		}
 		var s string
 		e := w.str(j, &s, false)
 		out = append(out, s)

@@ -28,10 +28,17 @@ type conn struct {
 	// ctx ends when the connection is torn down; every op runs under it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// io is ctx without its end, for the reader's and the writer's
+	// frames: the socket is closed as ctx ends (serve), so neither needs
+	// the WebSocket library to watch ctx for each frame (a context
+	// callback armed and disarmed per frame, a few allocations each).
+	io context.Context
 
 	out       chan outFrame
 	queued    atomic.Int64  // frames in out or being written by the writer
 	wmu       sync.Mutex    // held while a frame is written to the socket
+	ownTimer  *time.Timer   // writeOwn's (wmu held)
+	ownStart  atomic.Int64  // when the write of writeOwn running began (since epoch, plus 1), 0 when none
 	budget    budget        // bytes of the frames in out (and being written)
 	written   atomic.Uint64 // frames written: progress, for the stall timeout
 	stalled   atomic.Bool
@@ -63,6 +70,7 @@ type outFrame struct {
 	reason string
 	sub    *serverSub // the subscription whose deliveries b holds, if any
 	wire   *wireState // whether b went to the socket, when it holds deliveries awaiting an answer
+	buf    *[]byte    // b's buffer, from frameBufs: the writer gives it back once done with b
 }
 
 // wireState says whether a frame of deliveries went to the socket. The
@@ -113,11 +121,15 @@ func newConn(reqCtx context.Context, s *Server, wsc *websocket.Conn, cork *corkC
 		bucket: newBucket(s.opts.PublishRate, s.opts.PublishBurst)}
 	c.caller = pigeon.Caller{Principal: p, Region: region}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(reqCtx))
+	c.io = context.WithoutCancel(c.ctx)
 	return c
 }
 
 // serve runs the connection until it ends, then tears it down.
 func (c *conn) serve() {
+	// A read or a write blocked on the socket ends when ctx does, as it
+	// would under ctx: the socket is closed then.
+	context.AfterFunc(c.ctx, func() { _ = c.ws.CloseNow() })
 	c.goBG(c.writeLoop)
 	if c.srv.opts.PingInterval > 0 {
 		c.goBG(c.pingLoop)
@@ -141,7 +153,7 @@ func (c *conn) readLoop() {
 		in  interner // strings that repeat across this connection's frames
 	)
 	for {
-		typ, err := buf.read(c.ctx, c.ws)
+		typ, err := buf.read(c.io, c.ws)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				c.srv.stats.tooBig.Add(1)
@@ -279,9 +291,7 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 	}
 	if !c.stalled.Load() && c.queued.CompareAndSwap(0, 1) {
 		c.wmu.Lock()
-		wctx, cancel := context.WithTimeout(c.ctx, c.srv.opts.StallTimeout)
-		err := c.ws.Write(wctx, websocket.MessageText, b)
-		cancel()
+		err := c.writeOwn(b)
 		c.unreserve(n)
 		c.written.Add(1)
 		c.wmu.Unlock()
@@ -295,6 +305,36 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 	return c.enqueue(ctx, b, n)
 }
 
+// writeOwn writes b for send, wmu held, within the stall timeout: a write
+// that lasts longer aborts the connection, as one past its context's
+// deadline did. One timer per connection, armed for each such write,
+// spares the context, its timer and the WebSocket library's callback on
+// it that each write would cost (an answer to every ack frame).
+func (c *conn) writeOwn(b []byte) error {
+	c.ownStart.Store(int64(time.Since(epoch)) + 1)
+	if c.ownTimer == nil {
+		c.ownTimer = time.AfterFunc(c.srv.opts.StallTimeout, c.ownOverdue)
+	} else {
+		c.ownTimer.Reset(c.srv.opts.StallTimeout)
+	}
+	err := c.ws.Write(c.io, websocket.MessageText, b)
+	c.ownStart.Store(0)
+	c.ownTimer.Stop()
+	return err
+}
+
+// epoch is what ownStart counts from, on the monotonic clock.
+var epoch = time.Now()
+
+// ownOverdue aborts the connection when the write of writeOwn running now
+// began the stall timeout ago or more; a timer that fired for a write that
+// has ended does nothing.
+func (c *conn) ownOverdue() {
+	if at := c.ownStart.Load(); at != 0 && time.Duration(int64(time.Since(epoch))+1-at) >= c.srv.opts.StallTimeout {
+		c.abort()
+	}
+}
+
 // enqueue queues a frame that holds n reserved bytes; on failure it gives
 // them back.
 func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
@@ -306,11 +346,16 @@ func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
 // refusal (serverSub.cut) or when the end of the connection withheld it
 // (w, the frame's wireState; nil when no answer waits for the frame).
 func (c *conn) enqueueFor(ctx context.Context, b []byte, n int64, sub *serverSub, w *wireState) error {
+	return c.enqueueOut(ctx, outFrame{b: b, n: n, sub: sub, wire: w})
+}
+
+// enqueueOut queues f (see enqueueFor).
+func (c *conn) enqueueOut(ctx context.Context, f outFrame) error {
+	n := f.n
 	if c.stalled.Load() {
 		c.unreserve(n)
 		return errStalled
 	}
-	f := outFrame{b: b, n: n, sub: sub, wire: w}
 	c.queued.Add(1)
 	select {
 	case c.out <- f:
@@ -457,8 +502,9 @@ func (c *conn) writeLoop() {
 				f.wire.drop()
 				c.srv.stats.cut.Add(1)
 			case f.wire.write():
-				err = c.ws.Write(c.ctx, websocket.MessageText, f.b)
+				err = c.ws.Write(c.io, websocket.MessageText, f.b)
 			}
+			putFrameBuf(f.buf, f.b) // written (or dropped): nothing refers to it
 			c.unreserve(f.n)
 			c.written.Add(1)
 			c.queued.Add(-1)

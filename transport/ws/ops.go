@@ -317,12 +317,7 @@ func (c *conn) settleSub(f *Frame) {
 		_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))
 		return
 	}
-	var stale []string
-	for _, id := range append(f.MessageIDs, f.MessageID) {
-		if id != "" && !ss.settle(id, a) {
-			stale = append(stale, id)
-		}
-	}
+	stale := ss.settleAll(f.MessageIDs, f.MessageID, a)
 	b := appendHead(make([]byte, 0, 32+len(f.ID)), OpOK, f.ID)
 	if len(stale) > 0 {
 		b = append(b, `,"notPending":[`...)

@@ -37,6 +37,7 @@ type serverSub struct {
 
 	mu      sync.Mutex
 	pending map[string]inflight // by message id
+	dones   []func(error)       // settleAll's buffer, between ack frames
 
 	// A subscription whose client takes deliver_batch frames gathers its
 	// deliveries until the engine flushes (see handleBatched).
@@ -45,9 +46,42 @@ type serverSub struct {
 	hctx  context.Context // the handler's context, once it has run
 	buf   []byte          // the deliver_batch frame being gathered, nil when none
 	bufW  *wireState      // its wire state, shared by its entries' pending
+	bufT  time.Time       // the deadline of its entries' answers
+	bufP  *[]byte         // buf's holder from frameBufs
 	bufN  int64           // the write budget its entries hold
 	bufIn []gathered
 	last  int // the length of the last frame, to size the next
+}
+
+// frameBufs holds the buffers of deliver_batch frames the writer is done
+// with (*[]byte, empty), for the next frames to gather in: a busy
+// subscription does not allocate and clear a buffer for each frame.
+// Buffers above maxPooledFrame are left to the collector.
+var frameBufs sync.Pool
+
+const maxPooledFrame = 2 * maxDeliverBatchBytes
+
+// getFrameBuf returns a holder of an empty buffer of at least size bytes.
+func getFrameBuf(size int) *[]byte {
+	if p, _ := frameBufs.Get().(*[]byte); p != nil {
+		if cap(*p) >= size {
+			return p
+		}
+		*p = make([]byte, 0, size) // the holder serves again
+		return p
+	}
+	b := make([]byte, 0, size)
+	return &b
+}
+
+// putFrameBuf gives p back holding b, the frame gathered in it (append
+// may have moved it), once nothing refers to b; a nil p does nothing.
+func putFrameBuf(p *[]byte, b []byte) {
+	if p == nil || cap(b) > maxPooledFrame {
+		return
+	}
+	*p = b[:0]
+	frameBufs.Put(p)
 }
 
 // gathered is one delivery waiting in a batch.
@@ -232,21 +266,26 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.flushLocked() // an ack wait withheld the frame gathered so far: start another
 	}
 	if len(ss.bufIn) == 0 {
-		// The frame is handed to the writer when it leaves: a new one
-		// for each batch, so an idle subscription holds none.
-		b := appendHead(make([]byte, 0, max(ss.last+ss.last/4, 1024)), OpDeliverBatch, "")
+		// The frame is handed to the writer when it leaves: a buffer
+		// for each batch, so an idle subscription holds none; the
+		// writer gives it back to frameBufs once it is written.
+		ss.bufP = getFrameBuf(max(ss.last+ss.last/4, 1024))
+		b := appendHead(*ss.bufP, OpDeliverBatch, "")
 		b = append(b, `,"sub":`...)
 		b = jsontext.AppendString(b, ss.id)
 		ss.buf = append(b, `,"deliveries":[`...)
 		if !ss.atMost {
 			ss.bufW = new(wireState)
+			// One clock read for the batch: its deliveries' ack waits
+			// run from when it began to gather.
+			ss.bufT = time.Now().Add(ss.ackWait)
 		}
 	} else {
 		ss.buf = append(ss.buf, ',')
 	}
 	if !ss.atMost {
 		ss.mu.Lock()
-		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: ss.bufW}
+		ss.pending[id] = inflight{done: done, deadline: ss.bufT, wire: ss.bufW}
 		ss.mu.Unlock()
 	}
 	ss.buf = append(ss.buf, `{"attempt":`...)
@@ -276,9 +315,9 @@ func (ss *serverSub) flushLocked() {
 		return
 	}
 	b := append(ss.buf, "]}"...)
-	in, n, w, ctx := ss.bufIn, ss.bufN, ss.bufW, ss.hctx
-	ss.buf, ss.bufN, ss.bufW, ss.last = nil, 0, nil, len(b)
-	err := ss.c.enqueueFor(ctx, b, n, ss, w)
+	in, n, w, p, ctx := ss.bufIn, ss.bufN, ss.bufW, ss.bufP, ss.hctx
+	ss.buf, ss.bufN, ss.bufW, ss.bufP, ss.last = nil, 0, nil, nil, len(b)
+	err := ss.c.enqueueOut(ctx, outFrame{b: b, n: n, sub: ss, wire: w, buf: p})
 	for _, g := range in {
 		switch {
 		case err == nil && ss.atMost:
@@ -455,15 +494,54 @@ func (ss *serverSub) settle(id string, a answer) bool {
 	if !ok {
 		return false
 	}
+	f.done(a.err())
+	return true
+}
+
+// settleAll hands the client's answer to the deliveries of ids and of
+// id (when not empty), taking them out of pending under one lock; it
+// returns the ids no delivery waited for. The read loop calls it, one ack
+// frame at a time: the dones it gathers go in a buffer it reuses.
+func (ss *serverSub) settleAll(ids []string, id string, a answer) (stale []string) {
+	ss.mu.Lock()
+	dones := ss.dones[:0]
+	take := func(id string) {
+		if f, ok := ss.pending[id]; ok {
+			delete(ss.pending, id)
+			dones = append(dones, f.done)
+		} else {
+			stale = append(stale, id)
+		}
+	}
+	for _, id := range ids {
+		if id != "" {
+			take(id)
+		}
+	}
+	if id != "" {
+		take(id)
+	}
+	ss.dones = nil // a settleAll of another ack frame meanwhile takes a buffer of its own
+	ss.mu.Unlock()
+	for _, done := range dones {
+		done(a.err()) // a nack's error of its own for each delivery
+	}
+	clear(dones)
+	ss.mu.Lock()
+	ss.dones = dones[:0]
+	ss.mu.Unlock()
+	return stale
+}
+
+// err is what a delivery's done is given for the answer.
+func (a answer) err() error {
 	switch {
 	case a.ok:
-		f.done(nil)
+		return nil
 	case a.delay >= 0:
-		f.done(pigeon.RetryAfter(a.delay, errNacked))
-	default:
-		f.done(errNacked)
+		return pigeon.RetryAfter(a.delay, errNacked)
 	}
-	return true
+	return errNacked
 }
 
 // stopSubs ends every subscription of the connection.
