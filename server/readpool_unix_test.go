@@ -108,6 +108,7 @@ func TestReadsInFlightAreBounded(t *testing.T) {
 		r := doRequest(t, tc.method, url+tc.path, tc.token, tc.body, "x-pigeon-contract", contract)
 		require.Equal(t, http.StatusTooManyRequests, r.status, "%s: %s", tc.path, r.body)
 		require.Equal(t, pigeon.CodeRateLimited, r.code(t))
+		require.Equal(t, "1", r.header.Get("Retry-After"))
 	}
 	require.GreaterOrEqual(t, s.ReadBytesInFlight(), int64(14<<20), "refused reads hold nothing")
 

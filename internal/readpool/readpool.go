@@ -100,8 +100,10 @@ func (p *Pool) refuse(ctxErr error) error {
 	if ctxErr != nil {
 		return pigeon.WrapError(pigeon.CodeRequestTimeout, ctxErr, "the request ended while waiting for room to read")
 	}
-	return pigeon.NewError(pigeon.CodeRateLimited,
+	err := pigeon.NewError(pigeon.CodeRateLimited,
 		"the reads in flight hold all the memory the server allows them (%s); try again later", p.name)
+	err.Details = map[string]any{"retryAfterMs": int64(time.Second / time.Millisecond)} // Retry-After: 1 over HTTP
+	return err
 }
 
 // Resize turns a reservation of held bytes into one of n (0 gives it all

@@ -26,6 +26,9 @@ func TestReadPool(t *testing.T) {
 	_, err = p.Reserve(ctx, 50)
 	require.Equal(t, pigeon.CodeRateLimited, pigeon.ErrorCode(err), "60 + 50 > 100")
 	require.Contains(t, err.Error(), "MaxTest", "the refusal names the setting")
+	var pe *pigeon.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, int64(1000), pe.Details["retryAfterMs"], "try again in a second")
 	require.EqualValues(t, 60, p.InUse(), "a refused reservation holds nothing")
 
 	cctx, cancel := context.WithCancel(ctx)
