@@ -13,25 +13,25 @@ const DefaultMaxReadBytesInFlight = readpool.DefaultLimit
 // long; read when a Server is made.
 var readWait = readpool.DefaultWait
 
-// quarantineCost is readpool.MessagesCost for quarantine records.
+// quarantineCost is readpool.Cost for quarantine records.
 func quarantineCost(recs []pigeon.QuarantineRecord) int64 {
 	var n int64
 	for _, r := range recs {
-		n += 2*int64(len(r.Body)) + 1024
+		n += int64(len(r.Body))
 	}
-	return n
+	return readpool.Cost(len(recs), n)
 }
 
-// auditCost is readpool.MessagesCost for audit records: each field is at
-// most 512 bytes (pigeon.AuditRecord), most far less.
+// auditCost is readpool.Cost for audit records: each field is at most 512
+// bytes (pigeon.AuditRecord), most far less.
 func auditCost(recs []pigeon.AuditRecord) int64 {
 	var n int64
 	for i := range recs {
 		r := &recs[i]
-		n += 2*int64(len(r.Subject)+len(r.Principal)+len(r.ContractID)+len(r.PolicyID)+len(r.SchemaID)+
-			len(r.MessageID)+len(r.Ref)+len(r.Seqs)+len(r.Digest)+len(r.Gate)+len(r.Hash)+len(r.PrevHash)) + 512
+		n += int64(len(r.Subject) + len(r.Principal) + len(r.ContractID) + len(r.PolicyID) + len(r.SchemaID) +
+			len(r.MessageID) + len(r.Ref) + len(r.Seqs) + len(r.Digest) + len(r.Gate) + len(r.Hash) + len(r.PrevHash))
 	}
-	return n
+	return readpool.Cost(len(recs), n)
 }
 
 // reserveRead reserves, in the server's read pool (see

@@ -133,14 +133,19 @@ func (p *Pool) InUse() int64 {
 // Refused counts the reads refused for want of room.
 func (p *Pool) Refused() uint64 { return p.refused.Load() }
 
-// MessagesCost is about the memory an answer of msgs holds until it is
-// written: each message's data decoded and encoded, and the envelopes.
+// Cost is about the memory an answer of items holds until it is written,
+// when their variable parts (a message's data, a record's copy) come to
+// bytes: those decoded and encoded, and a kilobyte for each item's
+// envelope.
+func Cost(items int, bytes int64) int64 { return 2*bytes + int64(items)*1024 }
+
+// MessagesCost is Cost for an answer of msgs.
 func MessagesCost(msgs []*pigeon.Message) int64 {
 	var n int64
 	for _, m := range msgs {
-		n += 2*int64(len(m.Data)) + 1024
+		n += int64(len(m.Data))
 	}
-	return n
+	return Cost(len(msgs), n)
 }
 
 // ReadReserve is what a read of e reserves before it reads: twice the
