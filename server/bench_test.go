@@ -291,3 +291,108 @@ func (w *discardWriter) Write(b []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
 	return len(b), nil
 }
+
+// BenchmarkHTTPReplay is the cost of the read pool
+// (Options.MaxReadBytesInFlight) on the API's reads: 32 keep-alive
+// clients replaying the same 50 notifications (POST
+// /v1/subjects/notifications.send/replay) with the pool at its default
+// and without it. Each replay reserves twice the engine's MaxReadBytes
+// before it reads, so the default pool lets about seven read at once;
+// reads are short, and the rest wait for room.
+//
+//	go test -run '^$' -bench BenchmarkHTTPReplay -benchtime 2s ./server
+func BenchmarkHTTPReplay(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		limit int64
+	}{{"pool", 0}, {"unbounded", -1}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ctx := context.Background()
+			e, err := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(),
+				Region: "uk", ContractTTL: 24 * time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := server.New(e, &server.Options{MaxReadBytesInFlight: tc.limit})
+			l := benchListen(b)
+			go func() { _ = s.Serve(l) }()
+			b.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = s.Shutdown(ctx)
+				_ = e.Shutdown(ctx)
+			})
+			negotiate := func(token, subject string) pigeon.Caller {
+				p, err := e.Authenticate(ctx, token)
+				if err != nil {
+					b.Fatal(err)
+				}
+				k, err := e.Negotiate(ctx, p, "uk", []string{subject}, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}
+			}
+			orders := negotiate("orders-token", "notifications.send")
+			for i := range 50 {
+				if _, err := e.Publish(ctx, orders, demo.Notification("n-"+strconv.Itoa(i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			replayer := negotiate("notify-replay-token", "notifications.send")
+			url := "http://" + l.Addr().String() + "/v1/subjects/notifications.send/replay"
+			tr := &http.Transport{MaxIdleConns: 2 * httpClients, MaxIdleConnsPerHost: 2 * httpClients, IdleConnTimeout: time.Minute}
+			client := &http.Client{Transport: tr}
+			defer tr.CloseIdleConnections()
+			replay := func() error {
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(`{"reason":"bench","max":50}`)))
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Authorization", "Bearer notify-replay-token")
+				req.Header.Set("X-Pigeon-Contract", replayer.ContractID)
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				defer resp.Body.Close()
+				ans, err := io.ReadAll(resp.Body)
+				if err != nil {
+					return err
+				}
+				if resp.StatusCode != http.StatusOK {
+					return &statusError{resp.StatusCode, ans}
+				}
+				return nil
+			}
+			if err := replay(); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			var failed atomic.Pointer[error]
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0, cpuOK := processCPU()
+			var wg sync.WaitGroup
+			for range httpClients {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) && failed.Load() == nil {
+						if err := replay(); err != nil {
+							failed.CompareAndSwap(nil, &err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			cpu1, _ := processCPU()
+			if err := failed.Load(); err != nil {
+				b.Fatal(*err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			if cpuOK {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
+			}
+		})
+	}
+}

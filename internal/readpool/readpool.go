@@ -6,6 +6,7 @@
 package readpool
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"sync"
@@ -29,7 +30,9 @@ const DefaultWait = 2 * time.Second
 // connection or per frame in flight. A read that finds no room waits for
 // it, within the pool's wait and its context, and is then refused
 // RATE_LIMITED (REQUEST_TIMEOUT when its context ended) before anything is
-// read, leased or settled.
+// read, leased or settled. Waiting reads are served in the order they
+// came, each woken only once its room is taken for it, so room given back
+// wakes no read that would not fit.
 //
 // Its methods are safe for concurrent use.
 type Pool struct {
@@ -39,9 +42,16 @@ type Pool struct {
 	name    string // the option that sets limit, for refusals and logs
 	mu      sync.Mutex
 	used    int64
-	room    chan struct{} // closed, and replaced, whenever used falls
+	waiters list.List // of *waiter, oldest first
 	refused atomic.Uint64
 	warned  atomic.Int64 // unix nanoseconds of the last warning
+}
+
+// waiter is a read waiting for n bytes; granted is closed once they are
+// reserved for it.
+type waiter struct {
+	n       int64
+	granted chan struct{}
 }
 
 // New returns a pool of limit bytes (<= 0: no bound) whose reads wait up
@@ -51,7 +61,7 @@ func New(limit int64, wait time.Duration, option string, logger *slog.Logger) *P
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Pool{limit: limit, wait: wait, name: option, logger: logger, room: make(chan struct{})}
+	return &Pool{limit: limit, wait: wait, name: option, logger: logger}
 }
 
 // Reserve reserves n bytes (at most the whole pool, so that one read
@@ -62,30 +72,49 @@ func (p *Pool) Reserve(ctx context.Context, n int64) (int64, error) {
 		return 0, nil
 	}
 	n = min(max(n, 1), p.limit)
-	var timer *time.Timer
-	for {
-		p.mu.Lock()
-		if p.used+n <= p.limit {
-			p.used += n
-			p.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
-			return n, nil
-		}
-		room := p.room
+	p.mu.Lock()
+	if p.waiters.Len() == 0 && p.used+n <= p.limit {
+		p.used += n
 		p.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(p.wait)
-			defer timer.Stop()
+		return n, nil
+	}
+	w := &waiter{n: n, granted: make(chan struct{})}
+	el := p.waiters.PushBack(w)
+	p.mu.Unlock()
+	timer := time.NewTimer(p.wait)
+	defer timer.Stop()
+	var ctxErr error
+	select {
+	case <-w.granted:
+		return n, nil
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+	case <-timer.C:
+	}
+	p.mu.Lock()
+	select {
+	case <-w.granted: // granted while giving up: give it back
+		p.used -= n
+	default:
+		p.waiters.Remove(el)
+	}
+	p.grantLocked() // the next may fit now that this one is gone
+	p.mu.Unlock()
+	return 0, p.refuse(ctxErr)
+}
+
+// grantLocked reserves room for the waiting reads that fit, oldest first,
+// and wakes them; it stops at the first that does not fit. Call it with
+// mu held.
+func (p *Pool) grantLocked() {
+	for el := p.waiters.Front(); el != nil; el = p.waiters.Front() {
+		w := el.Value.(*waiter)
+		if p.used+w.n > p.limit {
+			return
 		}
-		select {
-		case <-room:
-		case <-ctx.Done():
-			return 0, p.refuse(ctx.Err())
-		case <-timer.C:
-			return 0, p.refuse(nil)
-		}
+		p.used += w.n
+		p.waiters.Remove(el)
+		close(w.granted)
 	}
 }
 
@@ -116,8 +145,7 @@ func (p *Pool) Resize(held, n int64) int64 {
 	p.mu.Lock()
 	p.used += n - held
 	if n < held {
-		close(p.room)
-		p.room = make(chan struct{})
+		p.grantLocked()
 	}
 	p.mu.Unlock()
 	return n

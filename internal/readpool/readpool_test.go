@@ -79,3 +79,56 @@ func TestMessagesCost(t *testing.T) {
 	msgs := []*pigeon.Message{{Data: json.RawMessage(`{"a":1}`)}, {}}
 	require.EqualValues(t, 2*7+1024+1024, MessagesCost(msgs))
 }
+
+// TestWaitersInOrder: waiting reads are served oldest first, each only
+// once its room is taken for it, so a release wakes only the reads that
+// fit; a read that arrives while others wait queues behind them even if
+// it would fit; one that gives up lets the next through.
+func TestWaitersInOrder(t *testing.T) {
+	ctx := context.Background()
+	p := New(100, time.Minute, "MaxTest", nil)
+	all, err := p.Reserve(ctx, 100)
+	require.NoError(t, err)
+
+	type got struct {
+		name string
+		n    int64
+	}
+	done := make(chan got, 4)
+	wait := func(name string, n int64) {
+		go func() {
+			r, err := p.Reserve(ctx, n)
+			if err != nil {
+				r = -1
+			}
+			done <- got{name, r}
+		}()
+	}
+	queued := func(n int) {
+		require.Eventually(t, func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.waiters.Len() == n
+		}, 10*time.Second, time.Millisecond)
+	}
+	wait("a", 60)
+	queued(1)
+	wait("b", 60)
+	queued(2)
+	gone, cancel := context.WithCancel(ctx)
+	quitter := make(chan error, 1)
+	go func() { _, err := p.Reserve(gone, 30); quitter <- err }()
+	queued(3)
+
+	p.Resize(all, 0)
+	require.Equal(t, got{"a", 60}, <-done, "the oldest first")
+	require.EqualValues(t, 60, p.InUse(), "b does not fit beside a: not woken")
+	cancel()
+	require.Error(t, <-quitter)
+	queued(1)
+	p.Resize(60, 0)
+	require.Equal(t, got{"b", 60}, <-done)
+	wait("c", 10) // fits beside b
+	require.Equal(t, got{"c", 10}, <-done)
+	require.EqualValues(t, 70, p.InUse())
+}
