@@ -6,8 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
-	"time"
 
 	"pigeon"
 	"pigeon/internal/wire"
@@ -117,32 +115,6 @@ func decodeBody(b []byte, v any, required bool) error {
 		return pigeon.NewError(pigeon.CodeBadRequest, "the body is not a valid request")
 	}
 	return nil
-}
-
-// queryInt reads an optional non-negative integer query parameter.
-func queryInt(r *http.Request, name string) (uint64, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 63)
-	if err != nil {
-		return 0, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s must be a non-negative integer", name)
-	}
-	return n, nil
-}
-
-// queryTime reads an optional RFC 3339 query parameter.
-func queryTime(r *http.Request, name string) (time.Time, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s must be an RFC 3339 time", name)
-	}
-	return t, nil
 }
 
 // subjectView is a subject as the reference broker lists it.

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -31,7 +32,8 @@ type request struct {
 	ctx    context.Context
 	p      *pigeon.Principal
 	region string
-	held   int64 // bytes of Server.reads this request holds until answered
+	held   int64      // bytes of Server.reads this request holds until answered
+	query  url.Values // the query string, read strictly (see queryParams)
 }
 
 // caller is who the request acts as, under the contract of the
@@ -76,6 +78,10 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		s.routeList = append(s.routeList, m+" "+pattern)
 	}
 	allow := strings.Join(allowed, ", ")
+	takes := make(map[string][]string, len(methods))
+	for m := range methods {
+		takes[m] = queryParams[m+" "+pattern]
+	}
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		ep, ok := methods[r.Method]
 		if !ok {
@@ -96,6 +102,12 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 			}
 			rq.p, rq.region = p, region
 		}
+		q, err := parseQuery(r, takes[r.Method])
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		rq.query = q
 		defer func() { rq.held = s.reads.Resize(rq.held, 0) }()
 		status, body, err := ep.fn(rq)
 		if err != nil {
@@ -358,8 +370,8 @@ func replay(rq *request) (int, any, error) {
 const maxRecords = 10000
 
 // pageSize reads ?max=, defaulting to and capped at maxRecords.
-func pageSize(r *http.Request) (int, error) {
-	n, err := queryInt(r, "max")
+func (rq *request) pageSize() (int, error) {
+	n, err := rq.queryInt("max")
 	if err != nil {
 		return 0, err
 	}
@@ -370,11 +382,11 @@ func pageSize(r *http.Request) (int, error) {
 }
 
 func audit(rq *request) (int, any, error) {
-	from, err := queryInt(rq.r, "from")
+	from, err := rq.queryInt("from")
 	if err != nil {
 		return 0, nil, err
 	}
-	n, err := pageSize(rq.r)
+	n, err := rq.pageSize()
 	if err != nil {
 		return 0, nil, err
 	}
@@ -393,18 +405,18 @@ func audit(rq *request) (int, any, error) {
 }
 
 func listQuarantine(rq *request) (int, any, error) {
-	since, err := queryTime(rq.r, "since")
+	since, err := rq.queryTime("since")
 	if err != nil {
 		return 0, nil, err
 	}
-	n, err := pageSize(rq.r)
+	n, err := rq.pageSize()
 	if err != nil {
 		return 0, nil, err
 	}
 	if err := rq.reserveRead(); err != nil {
 		return 0, nil, err
 	}
-	recs, err := rq.s.e.QuarantinePage(rq.ctx, pigeon.QuarantineQuery{Since: since, After: rq.r.URL.Query().Get("after"), Max: n})
+	recs, err := rq.s.e.QuarantinePage(rq.ctx, pigeon.QuarantineQuery{Since: since, After: rq.query.Get("after"), Max: n})
 	rq.held = rq.s.reads.Resize(rq.held, quarantineCost(recs))
 	if err != nil {
 		return 0, nil, err
