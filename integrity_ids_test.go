@@ -38,6 +38,9 @@ func TestAmbiguousJSONRefused(t *testing.T) {
 		{"lone surrogate in data", func(m *pigeon.Message) {
 			m.Data = json.RawMessage(`{"merchantId":"m-\ud800","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_abc"}`)
 		}, pigeon.CodeInvalidUTF8},
+		{"a number beyond float64", func(m *pigeon.Message) {
+			m.Data = json.RawMessage(`{"merchantId":"m-1","orderId":"o-1","amount":1e400,"currency":"GBP","paymentToken":"tok_abc"}`)
+		}, pigeon.CodeEnvelopeInvalid},
 		{"invalid utf-8 in an envelope field", func(m *pigeon.Message) { m.Reason = "why\xc3" }, pigeon.CodeInvalidUTF8},
 		{"too deep", func(m *pigeon.Message) {
 			deep := `{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_abc","x":`

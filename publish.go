@@ -258,6 +258,8 @@ func dataError(err error) (Code, string) {
 		return CodeInvalidUTF8, "data holds a string that is not valid UTF-8 (or a lone surrogate escape)"
 	case jsontext.ErrTooDeep:
 		return CodeEnvelopeInvalid, "data nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels"
+	case jsontext.ErrNumberRange:
+		return CodeEnvelopeInvalid, "data holds a number beyond the range of a 64-bit float (about ±1.8e308)"
 	}
 	return CodeEnvelopeInvalid, "data is not valid JSON"
 }

@@ -76,6 +76,7 @@ var (
 	ErrDuplicateKey = errors.New("pigeon: duplicate member name")
 	ErrInvalidUTF8  = errors.New("pigeon: invalid UTF-8 or lone surrogate")
 	ErrTooDeep      = errors.New("pigeon: nesting too deep")
+	ErrNumberRange  = errors.New("pigeon: number beyond the range of a 64-bit float")
 )
 
 type valueDecoder struct {
@@ -344,7 +345,8 @@ func (d *valueDecoder) number() (any, error) {
 	}
 	f, err := strconv.ParseFloat(d.s[d.i:end], 64)
 	if err != nil {
-		return nil, ErrSyntax
+		// The grammar held (NumberEnd), so only the range is left: 1e400.
+		return nil, ErrNumberRange
 	}
 	d.i = end
 	return d.slabs.float(f), nil

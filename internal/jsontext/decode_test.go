@@ -114,6 +114,21 @@ func compareDecoders(t *testing.T, in string) {
 	}
 }
 
+// TestDecodeNumberRange: a number the grammar allows but a float64 cannot
+// hold is ErrNumberRange, not a syntax error; one too small to tell from
+// zero decodes as zero, as encoding/json does.
+func TestDecodeNumberRange(t *testing.T) {
+	for _, in := range []string{`1e400`, `-1e400`, `{"a":[1,1.8e308]}`, `{"a":` + strings.Repeat("9", 400) + `}`} {
+		_, err := decode([]byte(in))
+		require.ErrorIs(t, err, ErrNumberRange, in)
+		require.NoError(t, Validate([]byte(in), dataDepth), "%s: the grammar holds", in)
+	}
+	for _, in := range []string{`1e-400`, `1.7976931348623157e308`, `-4.9e-324`} {
+		_, err := decode([]byte(in))
+		require.NoError(t, err, in)
+	}
+}
+
 func FuzzDecodeValue(f *testing.F) {
 	for _, c := range jsonCases {
 		f.Add(c)
