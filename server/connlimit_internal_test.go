@@ -37,7 +37,7 @@ func (chanListener) Addr() net.Addr { return &net.TCPAddr{} }
 // loopback here, so the listener is fed connections that say where they
 // come from; they go through the listener the server wraps its own in.
 func TestMaxConnectionsPerIPKeysIPv6By64(t *testing.T) {
-	cl := newConnLimit(0, 2, true, slog.New(slog.DiscardHandler))
+	cl := newConnLimit(0, 2, true, slog.New(slog.DiscardHandler), nil, nil)
 	in := chanListener{conns: make(chan net.Conn)}
 	l := cl.wrap(in)
 	accepted := make(chan net.Conn, 1)
