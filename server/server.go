@@ -210,6 +210,10 @@ type Server struct {
 	// stopping is closed when Shutdown begins: streams (the console's
 	// events) end so that the HTTP servers can finish.
 	stopping chan struct{}
+	// asyncAPI is the last /v1/asyncapi document rendered (asyncAPIDoc);
+	// asyncAPIMu is held while one is rendered.
+	asyncAPI   atomic.Pointer[renderedDoc]
+	asyncAPIMu sync.Mutex
 	// statsCache is the engine's state as the console streams last read it.
 	statsCache struct {
 		mu  sync.Mutex
