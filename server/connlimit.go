@@ -141,7 +141,7 @@ func (cl *connLimit) give(src pigeon.Source) {
 }
 
 // refuse answers c, a connection beyond the limit, and closes it (see
-// answer).
+// answerAndClose).
 func (cl *connLimit) refuse(c net.Conn) {
 	n := cl.refused.Add(1)
 	if now := time.Now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
@@ -153,8 +153,8 @@ func (cl *connLimit) refuse(c net.Conn) {
 
 // refuseLocked answers c, a connection from src, locked out for left
 // more, as the API answers the source's requests (429 RATE_LIMITED,
-// Retry-After), and closes it (see answer). One warning a minute is
-// logged while such connections come.
+// Retry-After), and closes it (see answerAndClose). One warning a minute
+// is logged while such connections come.
 func (cl *connLimit) refuseLocked(c net.Conn, src pigeon.Source, left time.Duration) {
 	n := cl.locked.Add(1)
 	if now := time.Now().UnixNano(); now-cl.lastLocked.Load() >= int64(time.Minute) {
