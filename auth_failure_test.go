@@ -157,6 +157,51 @@ func TestAuthLockout(t *testing.T) {
 	requireNoSecret(t, f.e, "orders-token")
 }
 
+// TestLockedOut: Engine.LockedOut answers what AuthenticateCredential
+// would, without counting or auditing: no source before the limit, the
+// locked source (any address of it) and how long it has left once
+// reached, never another source or the zero one, and nothing once the
+// window has passed. Asking it a thousand times writes no record and
+// extends nothing.
+func TestLockedOut(t *testing.T) {
+	f := newFixture(t, func(o *pigeon.Options) { o.AuthFailureLimit, o.AuthFailureWindow = 3, time.Minute })
+	attacker := pigeon.SourceOf("203.0.113.9")
+	for i := range 3 {
+		_, locked := f.e.LockedOut(attacker)
+		require.False(t, locked, "below the limit")
+		_, err := f.e.AuthenticateCredential(ctx, pigeon.Credential{Bearer: "guess-" + strconv.Itoa(i), RemoteAddr: "203.0.113.9:4000"})
+		requireCode(t, err, pigeon.CodeUnauthenticated)
+	}
+	_, before := authFailures(t, f.e)
+	for range 1000 {
+		left, locked := f.e.LockedOut(pigeon.SourceOf("203.0.113.9:4001"))
+		require.True(t, locked)
+		require.Equal(t, time.Minute, left)
+	}
+	_, after := authFailures(t, f.e)
+	require.Equal(t, before, after, "asking writes nothing")
+	_, locked := f.e.LockedOut(pigeon.SourceOf("203.0.113.10"))
+	require.False(t, locked, "another source")
+	_, locked = f.e.LockedOut(pigeon.Source{})
+	require.False(t, locked, "the zero source (in process)")
+	f.clock.Advance(59 * time.Second)
+	left, locked := f.e.LockedOut(attacker)
+	require.True(t, locked)
+	require.Equal(t, time.Second, left)
+	f.clock.Advance(time.Second)
+	_, locked = f.e.LockedOut(attacker)
+	require.False(t, locked, "the window has passed")
+	_, err := f.e.AuthenticateCredential(ctx, pigeon.Credential{Bearer: "orders-token", RemoteAddr: "203.0.113.9:4000"})
+	require.NoError(t, err, "and AuthenticateCredential agrees")
+
+	off := newFixture(t, func(o *pigeon.Options) { o.AuthFailureLimit = -1 })
+	for i := range 5 {
+		_, _ = off.e.AuthenticateCredential(ctx, pigeon.Credential{Bearer: "guess-" + strconv.Itoa(i), RemoteAddr: "203.0.113.9:4000"})
+	}
+	_, locked = off.e.LockedOut(attacker)
+	require.False(t, locked, "no lockout when it is off")
+}
+
 // TestAuthLockoutIPv6By64: a guesser rotating through the addresses of its
 // IPv6 /64, a fresh one for every guess, is one source: locked out at the
 // limit, from every address of the /64, and its run is coalesced under

@@ -86,3 +86,42 @@ func TestAuthGuardKeysIPv6By64(t *testing.T) {
 	require.False(t, locked, "IPv4 sources are single addresses")
 	require.Equal(t, 4, g.size())
 }
+
+// TestAuthGuardLockedIsLockFreeWhenNoneIsLocked: while no source is
+// locked out, locked answers without the guard's mutex (a flood of
+// accepts never queues behind refusals being counted); once one is, it
+// looks the source up, and again answers without the mutex once every
+// lockout has ended.
+func TestAuthGuardLockedIsLockFreeWhenNoneIsLocked(t *testing.T) {
+	g := newAuthGuard(2, time.Minute)
+	at := time.Unix(1000, 0)
+	src := SourceOf("192.0.2.1")
+	g.failed(src, at)
+	// answers calls locked with g.mu held elsewhere and reports whether
+	// it answered without waiting for it.
+	answers := func(now time.Time) bool {
+		g.mu.Lock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = g.locked(src, now)
+		}()
+		select {
+		case <-done:
+			g.mu.Unlock()
+			return true
+		case <-time.After(100 * time.Millisecond):
+			g.mu.Unlock()
+			<-done
+			return false
+		}
+	}
+	require.True(t, answers(at), "one failure locks nothing")
+	g.failed(src, at)
+	_, locked := g.locked(src, at)
+	require.True(t, locked)
+	require.False(t, answers(at.Add(30*time.Second)), "a lockout in force: the source is looked up")
+	require.True(t, answers(at.Add(time.Minute)), "every lockout ended")
+	_, locked = g.locked(src, at.Add(time.Minute))
+	require.False(t, locked)
+}

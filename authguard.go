@@ -3,6 +3,7 @@ package pigeon
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,11 @@ type authGuard struct {
 	limit  int // <= 0: no limit
 	window time.Duration
 
+	// until is the latest lockedUntil any source was given (unix
+	// nanoseconds; 0: none): at or after it no source is locked out, and
+	// locked answers without taking mu. Written under mu, read without.
+	until atomic.Int64
+
 	mu      sync.Mutex
 	sources map[Source]*list.Element // of *authFailures
 	order   list.List                // oldest window first
@@ -49,8 +55,10 @@ func newAuthGuard(limit int, window time.Duration) *authGuard {
 }
 
 // locked reports whether src is locked out at now, and for how much longer.
+// While no source is locked out it costs one atomic load; otherwise a map
+// lookup under the guard's mutex.
 func (g *authGuard) locked(src Source, now time.Time) (time.Duration, bool) {
-	if g.limit <= 0 || !src.IsValid() {
+	if g.limit <= 0 || !src.IsValid() || now.UnixNano() >= g.until.Load() {
 		return 0, false
 	}
 	g.mu.Lock()
@@ -94,6 +102,9 @@ func (g *authGuard) failed(src Source, now time.Time) {
 	f.n++
 	if f.n >= g.limit {
 		f.lockedUntil = now.Add(g.window)
+		if u := f.lockedUntil.UnixNano(); u > g.until.Load() {
+			g.until.Store(u)
+		}
 	}
 }
 
@@ -102,4 +113,19 @@ func (g *authGuard) size() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.sources)
+}
+
+// LockedOut reports whether src is locked out now for refused credentials
+// (Options.AuthFailureLimit), and for how much longer: the answer
+// AuthenticateCredential would give a credential from src before looking
+// at it. It counts nothing and audits nothing, so a server may ask it for
+// every connection it accepts, before any TLS handshake. The zero Source,
+// and every source when the lockout is off, is never locked out.
+//
+// It is safe for concurrent use and cheap: while no source is locked out
+// it is one atomic load; otherwise one map lookup under the mutex that
+// counting a refusal takes. A source locked out by a refusal counted at
+// the same time may be reported either way.
+func (e *Engine) LockedOut(src Source) (time.Duration, bool) {
+	return e.authGuard.locked(src, e.now())
 }

@@ -246,6 +246,7 @@ var _ Broker = (*Engine)(nil)
 type catalogState struct {
 	subjects map[string]*subject
 	schemas  map[string][]byte
+	gen      uint64 // one more than the state it replaced (CatalogGeneration)
 }
 
 // New builds an engine. It compiles the catalog (failing on the first
@@ -427,7 +428,8 @@ func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 	if err := lintForLoad(c, old.schemas); err != nil {
 		return err
 	}
-	next := &catalogState{subjects: make(map[string]*subject, len(old.subjects)+len(c.Subjects)), schemas: make(map[string][]byte, len(old.schemas)+len(c.Schemas))}
+	next := &catalogState{subjects: make(map[string]*subject, len(old.subjects)+len(c.Subjects)), schemas: make(map[string][]byte, len(old.schemas)+len(c.Schemas)),
+		gen: old.gen + 1}
 	for k, v := range old.schemas {
 		next.schemas[k] = v
 	}
@@ -490,6 +492,14 @@ func (e *Engine) Catalog() *Catalog {
 	}
 	return c
 }
+
+// CatalogGeneration identifies the current catalog: it grows each time a
+// catalog is made current (LoadCatalog, ReplaceSubject), so two equal
+// values saw the same subjects and schemas. What is computed from Catalog
+// alone may be cached under it; read it before Catalog, so that what is
+// cached is at least as new as its key (a newer catalog is only computed
+// again). It is one atomic load, safe for concurrent use.
+func (e *Engine) CatalogGeneration() uint64 { return e.catalog.Load().gen }
 
 // Subject returns one current policy.
 func (e *Engine) Subject(name string) (SubjectPolicy, error) {

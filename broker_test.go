@@ -1029,3 +1029,25 @@ func TestNegotiateRateLimited(t *testing.T) {
 		return r.Type == "contract.denied" && r.Code == string(pigeon.CodeRateLimited)
 	}), "the refusal is audited")
 }
+
+// TestCatalogGeneration: the generation grows each time a catalog is made
+// current, and only then: a refused catalog leaves it, and the catalog,
+// as they were.
+func TestCatalogGeneration(t *testing.T) {
+	f := newFixture(t)
+	g := f.e.CatalogGeneration()
+	require.Equal(t, g, f.e.CatalogGeneration(), "stable while the catalog is")
+	p, err := f.e.Subject("payments.authorize")
+	require.NoError(t, err)
+	p.Version = "v9"
+	require.NoError(t, f.e.ReplaceSubject(ctx, p))
+	require.Greater(t, f.e.CatalogGeneration(), g)
+	g = f.e.CatalogGeneration()
+	bad := p
+	bad.Mode = "nope"
+	require.Error(t, f.e.ReplaceSubject(ctx, bad))
+	require.Equal(t, g, f.e.CatalogGeneration(), "a refused catalog changes nothing")
+	got, err := f.e.Subject("payments.authorize")
+	require.NoError(t, err)
+	require.Equal(t, "v9", got.Version)
+}

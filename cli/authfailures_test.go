@@ -91,9 +91,10 @@ func TestServeAuthFailureLimit(t *testing.T) {
 
 // Over TLS, a refused bearer token counts once toward the lockout, in the
 // engine, and not toward the limit on failed handshakes as well: with
-// --max-auth-failures N the N-th refusal locks the address out and the
-// next request, on a fresh connection, is answered 429 with Retry-After
-// rather than having its handshake refused.
+// --max-auth-failures N, N-1 refusals on fresh connections lock nothing
+// out, and the N-th locks the address out in the engine: a connection
+// opened before is answered 429 with Retry-After, and a fresh one is
+// closed as it is accepted, before its handshake.
 func TestServeTLSRefusedTokenCountsOnce(t *testing.T) {
 	dir := t.TempDir()
 	writeTestPKI(t, dir, nil)
@@ -107,25 +108,38 @@ func TestServeTLSRefusedTokenCountsOnce(t *testing.T) {
 	require.True(t, roots.AppendCertsFromPEM(pem))
 	// A fresh connection, so a fresh handshake, for every request.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: roots}}}
-	get := func(token string) *http.Response {
-		t.Helper()
+	// One connection kept open throughout, opened before the lockout.
+	kept := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxConnsPerHost: 1, TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	defer kept.CloseIdleConnections()
+	send := func(c *http.Client, token string) (*http.Response, error) {
 		req, err := http.NewRequest(http.MethodGet, url+"/v1/quarantine", nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := hc.Do(req)
-		require.NoError(t, err, "the handshake is not refused for refused tokens")
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, err
+		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
+		return resp, nil
+	}
+	get := func(c *http.Client, token string) *http.Response {
+		t.Helper()
+		resp, err := send(c, token)
+		require.NoError(t, err, "the handshake is not refused for refused tokens")
 		return resp
 	}
+	require.Equal(t, http.StatusOK, get(kept, "auditor-token").StatusCode)
 	for i := range limit - 1 {
-		require.Equal(t, http.StatusUnauthorized, get("guess-"+strconv.Itoa(i)).StatusCode)
+		require.Equal(t, http.StatusUnauthorized, get(hc, "guess-"+strconv.Itoa(i)).StatusCode)
 	}
-	require.Equal(t, http.StatusOK, get("auditor-token").StatusCode, "N-1 refusals do not lock out")
-	require.Equal(t, http.StatusUnauthorized, get("guess-last").StatusCode)
-	resp := get("auditor-token")
+	require.Equal(t, http.StatusOK, get(hc, "auditor-token").StatusCode, "N-1 refusals do not lock out")
+	require.Equal(t, http.StatusUnauthorized, get(hc, "guess-last").StatusCode)
+	resp := get(kept, "auditor-token")
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the N-th refusal locks out")
 	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	require.NoError(t, err)
 	require.True(t, retry >= 1 && retry <= 60, "Retry-After %d", retry)
+	_, err = send(hc, "auditor-token")
+	require.Error(t, err, "a fresh connection from the locked-out address is closed before its handshake")
 }

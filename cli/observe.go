@@ -75,6 +75,13 @@ func newObservation() (*observation, error) {
 			}
 			return o.srv.WebSocket().Stats().Open
 		},
+		ConnectionsRefused: func() (uint64, uint64) {
+			if o.srv == nil {
+				return 0, 0
+			}
+			st := o.srv.ConnStats()
+			return st.Refused, st.LockedOut
+		},
 	})
 	if err != nil {
 		return nil, err

@@ -56,6 +56,11 @@ type Options struct {
 	// Connections, when set, is read at every scrape for the open WebSocket
 	// connections (server.Server.WebSocket().Stats().Open).
 	Connections func() int64
+	// ConnectionsRefused, when set, is read at every scrape for the
+	// connections the server refused as it accepted them, since it began:
+	// beyond a connection cap, and from a source locked out for refused
+	// credentials (server.Server.ConnStats).
+	ConnectionsRefused func() (limit, lockedOut uint64)
 	// MaxSeries bounds the series of each labelled metric (default
 	// DefaultMaxSeries); see the package doc.
 	MaxSeries int

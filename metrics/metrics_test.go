@@ -459,3 +459,22 @@ func TestQuarantineSkippedIsCounted(t *testing.T) {
 	require.True(t, ok)
 	require.EqualValues(t, 2, got)
 }
+
+// TestConnectionsRefused: Options.ConnectionsRefused is read at every
+// scrape into pigeon_connections_refused_total, by reason.
+func TestConnectionsRefused(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var limit, locked uint64 = 3, 7
+	_, err := metrics.New(reg, &metrics.Options{NoRuntime: true, ConnectionsRefused: func() (uint64, uint64) { return limit, locked }})
+	require.NoError(t, err)
+	fams := scrape(t, reg)
+	v, ok := value(fams, "pigeon_connections_refused_total", map[string]string{"reason": "limit"})
+	require.True(t, ok)
+	require.Equal(t, 3.0, v)
+	v, ok = value(fams, "pigeon_connections_refused_total", map[string]string{"reason": "locked_out"})
+	require.True(t, ok)
+	require.Equal(t, 7.0, v)
+	locked++
+	v, _ = value(scrape(t, reg), "pigeon_connections_refused_total", map[string]string{"reason": "locked_out"})
+	require.Equal(t, 8.0, v)
+}

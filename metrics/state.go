@@ -10,7 +10,7 @@ import (
 type stateCollector struct {
 	o Options
 
-	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, contracts,
+	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, refused, contracts,
 	verifyOK, verifyTime, verifyRecords, scrapeErrors, subjectMessages, subjectBytes *prometheus.Desc
 }
 
@@ -26,6 +26,7 @@ func newStateCollector(o Options) *stateCollector {
 		subscriptions:   d("subscriptions", "Live subscriptions (in process and over WebSocket)."),
 		contracts:       d("contracts_live", "Negotiated contracts in force (not expired, not revoked)."),
 		connections:     d("websocket_connections", "Open WebSocket connections."),
+		refused:         d("connections_refused_total", "Connections refused as they were accepted, by reason: limit (a connection cap) or locked_out (a source locked out for refused credentials).", "reason"),
 		verifyOK:        d("audit_last_verify_ok", "1 when the last audit chain verification held, 0 when it failed; absent before one."),
 		verifyTime:      d("audit_last_verify_timestamp_seconds", "When the audit chain was last verified (Unix time)."),
 		verifyRecords:   d("audit_last_verify_records", "Records the last audit chain verification checked."),
@@ -37,7 +38,7 @@ func newStateCollector(o Options) *stateCollector {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.lag, c.inFlight, c.quarantineOpen, c.auditRecords, c.subscriptions, c.contracts,
-		c.connections, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors, c.subjectMessages, c.subjectBytes} {
+		c.connections, c.refused, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors, c.subjectMessages, c.subjectBytes} {
 		ch <- d
 	}
 }
@@ -48,6 +49,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.o.Connections != nil {
 		gauge(c.connections, float64(c.o.Connections()))
+	}
+	if c.o.ConnectionsRefused != nil {
+		limit, locked := c.o.ConnectionsRefused()
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(limit), "limit")
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(locked), "locked_out")
 	}
 	if c.o.Stats == nil {
 		return

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,15 +18,24 @@ import (
 	"pigeon/internal/wire"
 )
 
-// connLimit caps the connections a Server holds open at once: in all
+// connLimit is what a Server checks of a connection as it accepts it,
+// before any TLS handshake or HTTP parsing: that its source is not locked
+// out for refused credentials (pigeon.Engine.LockedOut), and that it fits
+// the caps on the connections held open at once, in all
 // (Options.MaxConnections) and per source (Options.MaxConnectionsPerIP:
-// a pigeon.Source: an IPv4 address, or an IPv6 /64). Every listener of the
-// Server shares it.
+// a pigeon.Source: an IPv4 address, or an IPv6 /64). A TCP peer that is a
+// trusted proxy (Options.TrustedProxies) is neither: its clients are known
+// only from X-Forwarded-For, in its requests, so it is never cut off for a
+// lockout and counts in all only. Every listener of the Server shares it.
 // Its methods are safe for concurrent use.
 type connLimit struct {
 	max, perIP int // <= 0: no cap
 	tls        bool
 	logger     *slog.Logger
+	proxies    trustedProxies
+	// lockedOut reports whether a source is locked out now
+	// (pigeon.Engine.LockedOut); nil: no source ever is.
+	lockedOut func(pigeon.Source) (time.Duration, bool)
 
 	mu   sync.Mutex
 	open int
@@ -35,6 +45,11 @@ type connLimit struct {
 	lastWarn atomic.Int64  // unix nanoseconds of the last warning logged
 	answers  chan struct{} // tokens of the goroutines that answer refused connections
 	answer   []byte        // what a refused plain-HTTP connection reads
+
+	// locked counts the connections refused for a lockout; lastLocked is
+	// when one was last logged (unix nanoseconds).
+	locked     atomic.Uint64
+	lastLocked atomic.Int64
 }
 
 // refusalAnswerers bounds the refused connections answered at once; beyond
@@ -45,22 +60,26 @@ const refusalAnswerers = 32
 // refusalWait bounds how long answering one refused connection may take.
 const refusalWait = time.Second
 
-func newConnLimit(max, perIP int, tls bool, logger *slog.Logger) *connLimit {
-	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, byIP: map[pigeon.Source]int{},
-		answers: make(chan struct{}, refusalAnswerers)}
+func newConnLimit(max, perIP int, tls bool, logger *slog.Logger, proxies trustedProxies,
+	lockedOut func(pigeon.Source) (time.Duration, bool)) *connLimit {
+	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, proxies: proxies, lockedOut: lockedOut,
+		byIP: map[pigeon.Source]int{}, answers: make(chan struct{}, refusalAnswerers)}
 	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
 	return l
 }
 
 // refusalResponse is a whole HTTP/1.1 response carrying err as the API's
-// refusals do (wire.WriteHTTPError), closing the connection.
+// refusals do (wire.WriteHTTPError), closing the connection; Retry-After
+// is 1 unless err says when (details.retryAfterMs).
 func refusalResponse(err error) []byte {
 	rec := &recordedResponse{header: http.Header{}}
 	wire.WriteHTTPError(rec, err)
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", rec.status, http.StatusText(rec.status))
 	rec.header.Set("Connection", "close")
-	rec.header.Set("Retry-After", "1")
+	if rec.header.Get("Retry-After") == "" {
+		rec.header.Set("Retry-After", "1")
+	}
 	rec.header.Set("Content-Length", strconv.Itoa(rec.body.Len()))
 	_ = rec.header.Write(&b)
 	b.WriteString("\r\n")
@@ -80,9 +99,10 @@ func (r *recordedResponse) Header() http.Header         { return r.header }
 func (r *recordedResponse) WriteHeader(status int)      { r.status = status }
 func (r *recordedResponse) Write(b []byte) (int, error) { return r.body.Write(b) }
 
-// wrap returns l, accepting within the limit.
+// wrap returns l, accepting within the limit and from sources not locked
+// out.
 func (cl *connLimit) wrap(l net.Listener) net.Listener {
-	if cl.max <= 0 && cl.perIP <= 0 {
+	if cl.max <= 0 && cl.perIP <= 0 && cl.lockedOut == nil {
 		return l
 	}
 	return &limitListener{Listener: l, lim: cl}
@@ -120,16 +140,39 @@ func (cl *connLimit) give(src pigeon.Source) {
 	}
 }
 
-// refuse answers c, a connection beyond the limit, and closes it. Over
-// plain HTTP it writes a 429 RATE_LIMITED response first (after TLS there
-// is no handshake to answer in, so it only closes), from a goroutine of
-// a bounded few, so that Accept goes on at once.
+// refuse answers c, a connection beyond the limit, and closes it (see
+// answerAndClose).
 func (cl *connLimit) refuse(c net.Conn) {
 	n := cl.refused.Add(1)
 	if now := time.Now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
 		cl.lastWarn.Store(now)
 		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "refused", n, "remote", c.RemoteAddr().String())
 	}
+	cl.answerAndClose(c, func() []byte { return cl.answer })
+}
+
+// refuseLocked answers c, a connection from src, locked out for left
+// more, as the API answers the source's requests (429 RATE_LIMITED,
+// Retry-After), and closes it (see answerAndClose). One warning a minute
+// is logged while such connections come.
+func (cl *connLimit) refuseLocked(c net.Conn, src pigeon.Source, left time.Duration) {
+	n := cl.locked.Add(1)
+	if now := time.Now().UnixNano(); now-cl.lastLocked.Load() >= int64(time.Minute) {
+		cl.lastLocked.Store(now)
+		cl.logger.Warn("connection refused: source locked out after failed authentications", "source", src.String(), "retryAfter", left, "refused", n)
+	}
+	cl.answerAndClose(c, func() []byte {
+		return refusalResponse(&pigeon.Error{Code: pigeon.CodeRateLimited, Message: "too many failed authentications from this address; try again later",
+			Details: map[string]any{"retryAfterMs": left.Milliseconds()}})
+	})
+}
+
+// answerAndClose closes c, a refused connection. Over plain HTTP it
+// writes answer() first, a whole HTTP response (after TLS there is no
+// handshake to answer in, so it only closes), from a goroutine of a
+// bounded few, so that Accept goes on at once; with none free it only
+// closes.
+func (cl *connLimit) answerAndClose(c net.Conn, answer func() []byte) {
 	if cl.tls {
 		_ = c.Close()
 		return
@@ -144,7 +187,7 @@ func (cl *connLimit) refuse(c net.Conn) {
 		defer func() { <-cl.answers }()
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(refusalWait))
-		if _, err := c.Write(cl.answer); err != nil {
+		if _, err := c.Write(answer()); err != nil {
 			return
 		}
 		// Read what the client sent until it closes (or the wait ends):
@@ -157,7 +200,7 @@ func (cl *connLimit) refuse(c net.Conn) {
 	}()
 }
 
-// limitListener accepts connections within its connLimit; it refuses the
+// limitListener accepts connections its connLimit lets in; it refuses the
 // others itself and goes on accepting.
 type limitListener struct {
 	net.Listener
@@ -170,7 +213,19 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		src := remoteSource(c)
+		peer := remoteAddr(c)
+		src := pigeon.SourceOfAddr(peer)
+		if l.lim.proxies.trusts(peer) {
+			// The source of each request is the client X-Forwarded-For
+			// names: the proxy is not locked out for it, and all its
+			// clients are not one source of the per-IP cap.
+			src = pigeon.Source{}
+		} else if l.lim.lockedOut != nil {
+			if left, locked := l.lim.lockedOut(src); locked {
+				l.lim.refuseLocked(c, src, left)
+				continue
+			}
+		}
 		if l.lim.take(src) {
 			return &limitedConn{Conn: c, lim: l.lim, src: src}, nil
 		}
@@ -178,12 +233,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// remoteSource is c's remote source, or the zero Source when c is not IP.
-func remoteSource(c net.Conn) pigeon.Source {
+// remoteAddr is c's remote IP address, or the zero Addr when c is not IP.
+func remoteAddr(c net.Conn) netip.Addr {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return pigeon.SourceOfAddr(a.AddrPort().Addr())
+		return a.AddrPort().Addr()
 	}
-	return pigeon.Source{}
+	return netip.Addr{}
 }
 
 // limitedConn frees its place in the limit when it is first closed,
@@ -209,4 +264,21 @@ func (c *limitedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.New("server: the connection cannot half-close")
+}
+
+// ConnStats counts the connections Serve refused as it accepted them,
+// over all its listeners, since New.
+type ConnStats struct {
+	// Refused were beyond Options.MaxConnections or MaxConnectionsPerIP.
+	Refused uint64
+	// LockedOut came from a source locked out for refused credentials
+	// (pigeon.Engine.LockedOut) and were closed before any TLS handshake
+	// (answered 429 RATE_LIMITED first over plain HTTP).
+	LockedOut uint64
+}
+
+// ConnStats returns the counts of refused connections. It is safe for
+// concurrent use.
+func (s *Server) ConnStats() ConnStats {
+	return ConnStats{Refused: s.conns.refused.Load(), LockedOut: s.conns.locked.Load()}
 }

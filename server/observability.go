@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -61,11 +62,48 @@ func verifyAudit(rq *request) (int, any, error) {
 
 // asyncAPI exports the current catalog as an AsyncAPI 3 document.
 func asyncAPI(rq *request) (int, any, error) {
-	doc, err := policy.AsyncAPI(rq.s.e.Catalog(), policy.AsyncAPIInfo{Title: "Pigeon catalog", Version: "current"})
+	doc, err := rq.s.asyncAPIDoc()
 	if err != nil {
 		return 0, nil, pigeon.WrapError(pigeon.CodeInternal, err, "asyncapi export")
 	}
-	return http.StatusOK, json.RawMessage(doc), nil
+	return http.StatusOK, doc, nil
+}
+
+// renderedDoc is a document rendered from the catalog of one generation
+// (pigeon.Engine.CatalogGeneration).
+type renderedDoc struct {
+	gen  uint64
+	body []byte // never changed once stored: answers share it
+}
+
+// asyncAPIDoc is the AsyncAPI document of the current catalog, compact
+// JSON, rendered once per catalog generation: rendering copies the
+// catalog, parses every schema and encodes the whole document, hundreds
+// of microseconds for a small catalog. The document is the same for
+// every caller (the route is public and reads the catalog alone, never
+// the principal or the region), so one copy serves all. Requests that
+// find it stale render it once, one after the other; a rendering that
+// fails is not kept.
+func (s *Server) asyncAPIDoc() ([]byte, error) {
+	if d := s.asyncAPI.Load(); d != nil && d.gen == s.e.CatalogGeneration() {
+		return d.body, nil
+	}
+	s.asyncAPIMu.Lock()
+	defer s.asyncAPIMu.Unlock()
+	gen := s.e.CatalogGeneration() // before Catalog: the document is at least as new
+	if d := s.asyncAPI.Load(); d != nil && d.gen == gen {
+		return d.body, nil
+	}
+	doc, err := policy.AsyncAPI(s.e.Catalog(), policy.AsyncAPIInfo{Title: "Pigeon catalog", Version: "current"})
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, doc); err != nil {
+		return nil, err
+	}
+	s.asyncAPI.Store(&renderedDoc{gen: gen, body: b.Bytes()})
+	return b.Bytes(), nil
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {

@@ -70,7 +70,11 @@ type Options struct {
 	// IPv4 address, or a remote IPv6 /64, which a host given a /64 could
 	// otherwise rotate through (0 or negative: no cap, the default, since
 	// a proxy or NAT puts many clients behind one address). Beyond it a
-	// connection is refused as beyond MaxConnections.
+	// connection is refused as beyond MaxConnections. A TCP peer in
+	// TrustedProxies is not capped by it: the clients behind a proxy are
+	// many sources, known only from the X-Forwarded-For of each request,
+	// after the connection is accepted; its connections still count
+	// toward MaxConnections. Cap the clients of a proxy at the proxy.
 	MaxConnectionsPerIP int
 	// TrustedProxies lists the networks of the reverse proxies and load balancers in front of the server. A
 	// request whose TCP peer is in one of them is taken to come from the
@@ -80,8 +84,9 @@ type Options struct {
 	// auth.failed records, pigeon.Credential.RemoteAddr and the logs.
 	// Without it X-Forwarded-For is ignored, and every client behind a
 	// proxy shares the proxy's address: one client guessing, or polling
-	// with an expired token, locks them all out. MaxConnectionsPerIP
-	// counts TCP connections, so the proxy's. ParseTrustedProxies reads
+	// with an expired token, locks them all out. A trusted proxy is
+	// exempt from MaxConnectionsPerIP, and is never refused at accept for
+	// a lockout of its own address (see Serve). ParseTrustedProxies reads
 	// them from text.
 	TrustedProxies []netip.Prefix
 	// MaxReadBytesInFlight bounds the memory the reads of the API (pull
@@ -205,6 +210,10 @@ type Server struct {
 	// stopping is closed when Shutdown begins: streams (the console's
 	// events) end so that the HTTP servers can finish.
 	stopping chan struct{}
+	// asyncAPI is the last /v1/asyncapi document rendered (asyncAPIDoc);
+	// asyncAPIMu is held while one is rendered.
+	asyncAPI   atomic.Pointer[renderedDoc]
+	asyncAPIMu sync.Mutex
 	// statsCache is the engine's state as the console streams last read it.
 	statsCache struct {
 		mu  sync.Mutex
@@ -226,7 +235,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.proxies = trustedProxies(o.TrustedProxies)
-	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger)
+	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger, s.proxies, e.LockedOut)
 	s.reads = readpool.New(o.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
@@ -366,7 +375,18 @@ func (s *Server) Mount(pattern string, h http.Handler) (err error) {
 }
 
 // Serve accepts HTTP connections on l until Shutdown, with the timeouts
-// and connection limits of Options, over TLS when Options.TLS is set. It returns http.ErrServerClosed after Shutdown.
+// and connection limits of Options, over TLS when Options.TLS is set. It
+// returns http.ErrServerClosed after Shutdown.
+//
+// A connection whose TCP peer is a source locked out for refused
+// credentials (pigeon.Engine.LockedOut) is refused as it is accepted,
+// before any TLS handshake or HTTP parsing: closed over TLS, answered
+// 429 RATE_LIMITED with the lockout's Retry-After and closed over plain
+// HTTP (as a connection beyond MaxConnections is), so a guesser's
+// connections cost the server no handshake while it is locked out. A peer
+// in Options.TrustedProxies is never refused so: its requests name their
+// clients, and the API refuses the locked-out ones. ConnStats counts
+// these refusals; one warning a minute is logged while they come.
 func (s *Server) Serve(l net.Listener) error {
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
 		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout,
