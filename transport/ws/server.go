@@ -71,7 +71,9 @@ type Stats struct {
 func NewServer(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, perPrincipal: map[string]int{}, drained: make(chan struct{})}
 	s.budget = budget{limit: s.opts.ServerQueueBytes, peak: &s.stats.queuedPeak}
-	s.reads = readpool.New(s.opts.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", s.opts.Logger)
+	s.reads = readpool.New(&readpool.Options{Limit: s.opts.MaxReadBytesInFlight,
+		Share: readpool.ShareOf(s.opts.MaxReadBytesInFlight, s.opts.MaxReadBytesPerPrincipal, readpool.ReadReserve(e)),
+		Wait:  readWait, LimitName: "MaxReadBytesInFlight", ShareName: "MaxReadBytesPerPrincipal", Logger: s.opts.Logger})
 	return s
 }
 
