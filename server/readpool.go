@@ -54,10 +54,3 @@ func (rq *request) reserveRead() error {
 func (rq *request) keepRead(n int64) {
 	rq.held = rq.s.reads.Resize(rq.reader, rq.held, n)
 }
-
-// newReadPool is the read pool of a server of e with options o.
-func newReadPool(e *pigeon.Engine, o *Options) *readpool.Pool {
-	return readpool.New(&readpool.Options{
-		Limit: o.MaxReadBytesInFlight, Share: readpool.ShareOf(o.MaxReadBytesInFlight, o.MaxReadBytesPerPrincipal, readpool.ReadReserve(e)),
-		Wait: readWait, LimitName: "MaxReadBytesInFlight", ShareName: "MaxReadBytesPerPrincipal", Logger: o.Logger})
-}

@@ -241,7 +241,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.proxies = trustedProxies(o.TrustedProxies)
 	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger)
-	s.reads = newReadPool(e, &o)
+	s.reads = readpool.ForEngine(e, o.MaxReadBytesInFlight, o.MaxReadBytesPerPrincipal, readWait, o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
 		if mo.Logger == nil {

@@ -337,6 +337,19 @@ func MessagesCost(msgs []*pigeon.Message) int64 {
 	return Cost(len(msgs), n)
 }
 
+// ForEngine returns the pool of a server of e whose options
+// MaxReadBytesInFlight and MaxReadBytesPerPrincipal are limit and share
+// (see ShareOf, with ReadReserve(e) for the reservation; nil e: none), and
+// whose reads wait up to wait for room.
+func ForEngine(e *pigeon.Engine, limit, share int64, wait time.Duration, logger *slog.Logger) *Pool {
+	var reserve int64
+	if e != nil {
+		reserve = ReadReserve(e)
+	}
+	return New(&Options{Limit: limit, Share: ShareOf(limit, share, reserve), Wait: wait,
+		LimitName: "MaxReadBytesInFlight", ShareName: "MaxReadBytesPerPrincipal", Logger: logger})
+}
+
 // ReadReserve is what a read of e reserves before it reads: twice the
 // engine's MaxReadBytes (the messages and their encoding) and a little for
 // envelopes.
