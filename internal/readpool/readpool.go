@@ -272,10 +272,13 @@ func (p *Pool) grantLocked() {
 // waited for, its share.
 func (p *Pool) refuse(ctxErr error, overShare bool) error {
 	n := p.refused.Add(1)
+	full := p.names[0] // the setting that refused it
+	if overShare {
+		full = p.names[1]
+	}
 	if now := time.Now().UnixNano(); now-p.warned.Load() >= int64(time.Minute) {
 		p.warned.Store(now)
-		p.logger.Warn("read refused: the reads in flight hold "+p.names[0]+" or one principal's "+p.names[1],
-			"limit", p.limit, "share", p.share, "refused", n)
+		p.logger.Warn("read refused: the reads in flight hold "+full, "limit", p.limit, "share", p.share, "refused", n)
 	}
 	if ctxErr != nil {
 		return pigeon.WrapError(pigeon.CodeRequestTimeout, ctxErr, "the request ended while waiting for room to read")
@@ -305,9 +308,10 @@ func (p *Pool) Resize(who Key, held, n int64) int64 {
 		k.used += n - held
 		p.placeLocked(k)
 	}
-	if n < held {
-		p.grantLocked()
-	}
+	// Room given back may let the first in line through; a read grown past
+	// its key's share takes that key's reads out of the line, which may
+	// let the next through.
+	p.grantLocked()
 	p.mu.Unlock()
 	return n
 }

@@ -199,6 +199,28 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 	p.Resize(alice, 30, 0)
 	p.Resize(carol, 30, 0)
 	require.True(t, forgotten(p))
+
+	// A read first in line that its key's own growth puts past the share
+	// leaves the line at once, and the read behind it goes through.
+	a, err = p.Reserve(ctx, alice, 40)
+	require.NoError(t, err)
+	c, err := p.Reserve(ctx, carol, 50)
+	require.NoError(t, err)
+	d, err := p.Reserve(ctx, Key{Principal: "dave"}, 1)
+	require.NoError(t, err)
+	r.wait(ctx, "alice's 10", alice, 10) // within her share; the pool has 9
+	r.wait(ctx, "bob's 5", bob, 5)       // would fit, but alice came first
+	r.none()
+	p.Resize(alice, a, 41) // her read grew once made: her 10 no longer fits her share
+	require.Equal(t, got{name: "bob's 5", n: 5}, r.next(), "bob's read is no longer behind alice's")
+	require.EqualValues(t, 97, p.InUse())
+	p.Resize(alice, 41, 0)
+	require.Equal(t, got{name: "alice's 10", n: 10}, r.next())
+	p.Resize(alice, 10, 0)
+	p.Resize(bob, 5, 0)
+	p.Resize(carol, c, 0)
+	p.Resize(Key{Principal: "dave"}, d, 0)
+	require.True(t, forgotten(p))
 }
 
 // TestFairOrder: reads within their share are served in the order they
