@@ -1,8 +1,8 @@
-// Package readpool bounds the memory that reads in flight hold at once:
-// the messages a replay, a pull receive or a page of records reads from
-// the store, and their encoded answer, until the answer is written (or
-// queued to a writer whose own budget holds it). The HTTP server and the
-// WebSocket server each keep one.
+// Package readpool bounds the memory that reads in flight hold at once,
+// in all and per principal: the messages a replay, a pull receive or a
+// page of records reads from the store, and their encoded answer, until
+// the answer is written (or queued to a writer whose own budget holds
+// it). The HTTP server and the WebSocket server each keep one.
 package readpool
 
 import (
