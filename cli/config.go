@@ -47,6 +47,7 @@ type fileConfig struct {
 	MaxPrograms     int           `yaml:"max_programs"`
 	MaxProgramMemMB int64         `yaml:"max_program_memory_mb"`
 	MaxReadMemMB    int64         `yaml:"max_read_memory_mb"`
+	MaxReadShareMB  int64         `yaml:"max_read_memory_per_principal_mb"`
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
@@ -219,6 +220,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxReadMemMB != 0 {
 		cfg.maxReadMemMB = f.MaxReadMemMB
+	}
+	if f.MaxReadShareMB != 0 {
+		cfg.maxReadShareMB = f.MaxReadShareMB
 	}
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)

@@ -20,10 +20,11 @@ import (
 // connections the server holds: parsed from either, and in force on a real
 // listener, where a cap of one answers a second connection 429.
 // --max-programs (max_programs) and --max-program-memory
-// (max_program_memory_mb) and --max-read-memory (max_read_memory_mb) are
+// (max_program_memory_mb), --max-read-memory (max_read_memory_mb) and
+// --max-read-memory-per-principal (max_read_memory_per_principal_mb) are
 // parsed beside them.
 func TestServeMaxConnections(t *testing.T) {
-	cfg, _, ok := parseServe([]string{"--max-connections", "7", "--max-connections-per-ip", "3", "--max-programs", "4", "--max-program-memory", "512", "--max-read-memory", "64"}, io.Discard, nil)
+	cfg, _, ok := parseServe([]string{"--max-connections", "7", "--max-connections-per-ip", "3", "--max-programs", "4", "--max-program-memory", "512", "--max-read-memory", "64", "--max-read-memory-per-principal", "32"}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, 7, cfg.maxConns)
 	require.Equal(t, 3, cfg.maxConnsPerIP)
@@ -31,11 +32,12 @@ func TestServeMaxConnections(t *testing.T) {
 	require.EqualValues(t, 512, cfg.maxProgramMemMB)
 	require.EqualValues(t, 512<<20, mibBytes(cfg.maxProgramMemMB))
 	require.EqualValues(t, 64, cfg.maxReadMemMB)
+	require.EqualValues(t, 32, cfg.maxReadShareMB)
 	_, code, ok := parseServe([]string{"--max-connections", "lots"}, io.Discard, nil)
 	require.False(t, ok)
 	require.Equal(t, 2, code)
 	file := filepath.Join(t.TempDir(), "pigeon.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("max_connections: -1\nmax_connections_per_ip: 5\nmax_programs: -1\nmax_program_memory_mb: -1\nmax_read_memory_mb: -1\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("max_connections: -1\nmax_connections_per_ip: 5\nmax_programs: -1\nmax_program_memory_mb: -1\nmax_read_memory_mb: -1\nmax_read_memory_per_principal_mb: -1\n"), 0o600))
 	cfg, _, ok = parseServe([]string{"--config", file}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, -1, cfg.maxConns)
@@ -43,6 +45,7 @@ func TestServeMaxConnections(t *testing.T) {
 	require.Equal(t, -1, cfg.maxPrograms)
 	require.EqualValues(t, -1, mibBytes(cfg.maxProgramMemMB))
 	require.EqualValues(t, -1, cfg.maxReadMemMB)
+	require.EqualValues(t, -1, cfg.maxReadShareMB)
 	require.EqualValues(t, math.MaxInt64, mibBytes(math.MaxInt64))
 	require.Zero(t, mibBytes(0), "0 leaves the default")
 

@@ -60,6 +60,9 @@ type serveConfig struct {
 	// maxReadMemMB is server.Options.MaxReadBytesInFlight in MiB (0: its
 	// default; negative: no bound).
 	maxReadMemMB int64
+	// maxReadShareMB is server.Options.MaxReadBytesPerPrincipal in MiB
+	// (0: its default, a quarter of maxReadMemMB; negative: no share).
+	maxReadShareMB int64
 	// Operations (docs/operations.md): log format and level, and where
 	// /metrics is served ("" on the main listener).
 	logFormat, logLevel, metricsAddr string
@@ -165,6 +168,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.IntVar(&cfg.maxConns, "max-connections", cfg.maxConns, "connections the server holds open at once, WebSockets included (default 16384; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxConnsPerIP, "max-connections-per-ip", cfg.maxConnsPerIP, "connections one remote IP address (an IPv6 /64) may hold open; a --trusted-proxy is not capped by it (default: no cap, as behind a NAT; docs/security.md)")
 	fs.Int64Var(&cfg.maxReadMemMB, "max-read-memory", cfg.maxReadMemMB, "MiB the API's message reads (receive, replay) may hold at once until their answers are written (default 256; negative: no bound; docs/security.md)")
+	fs.Int64Var(&cfg.maxReadShareMB, "max-read-memory-per-principal", cfg.maxReadShareMB, "MiB of --max-read-memory the reads of one principal may hold at once (default a quarter of it, at least one read's reservation; negative: no share; docs/security.md)")
 	fs.IntVar(&cfg.maxGroups, "max-groups", cfg.maxGroups, "consumer groups one work-queue subject may have (default 1000; negative: no cap; docs/security.md)")
 	fs.Float64Var(&cfg.wsPublishRate, "ws-publish-rate", cfg.wsPublishRate, "messages a second one WebSocket connection may publish, in bursts of a tenth of it (default 1000000; negative: no limit; docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
@@ -305,7 +309,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
 		AllowedOrigins: cfg.allowedOrigins, TrustedProxies: mustProxies(cfg.trustedProxies), Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP,
-		MaxReadBytesInFlight: mibBytes(cfg.maxReadMemMB)}
+		MaxReadBytesInFlight: mibBytes(cfg.maxReadMemMB), MaxReadBytesPerPrincipal: mibBytes(cfg.maxReadShareMB)}
 	if cfg.wsPublishRate != 0 {
 		so.WebSocket = &ws.Options{PublishRate: cfg.wsPublishRate}
 	}

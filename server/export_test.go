@@ -12,3 +12,6 @@ func SetReadWait(d time.Duration) (restore func()) {
 
 // ReadBytesInFlight is what the server's reads hold now.
 func (s *Server) ReadBytesInFlight() int64 { return s.reads.InUse() }
+
+// ReadsRefused counts the server's reads refused for want of room.
+func (s *Server) ReadsRefused() uint64 { return s.reads.Refused() }

@@ -34,17 +34,23 @@ func auditCost(recs []pigeon.AuditRecord) int64 {
 	return readpool.Cost(len(recs), n)
 }
 
-// reserveRead reserves, in the server's read pool (see
-// Options.MaxReadBytesInFlight and package readpool), room for the
-// engine's largest answer before the read; the route's answer gives it
-// back once written.
+// reserveRead reserves, in the server's read pool and the share of the
+// request's principal (see Options.MaxReadBytesInFlight and
+// MaxReadBytesPerPrincipal, and package readpool), room for the engine's
+// largest answer before the read; the route's answer gives it back once
+// written.
 func (rq *request) reserveRead() error {
-	n, err := rq.s.reads.Reserve(rq.ctx, readpool.ReadReserve(rq.s.e))
+	var src pigeon.Source // whence an anonymous caller reads: none reaches here today
+	if rq.p == nil {
+		src = pigeon.SourceOf(rq.r.RemoteAddr)
+	}
+	rq.reader = readpool.KeyOf(rq.p, src)
+	n, err := rq.s.reads.Reserve(rq.ctx, rq.reader, readpool.ReadReserve(rq.s.e))
 	rq.held = n
 	return err
 }
 
-// keepRead keeps, of the read's reservation, what msgs cost.
-func (rq *request) keepRead(msgs []*pigeon.Message) {
-	rq.held = rq.s.reads.Resize(rq.held, readpool.MessagesCost(msgs))
+// keepRead keeps, of the read's reservation, n bytes.
+func (rq *request) keepRead(n int64) {
+	rq.held = rq.s.reads.Resize(rq.reader, rq.held, n)
 }

@@ -23,22 +23,27 @@ import (
 	"pigeon/server"
 )
 
+// bob is a second principal that may read bulk.events.
+const bob = "spiffe://test/bob"
+
 // bulkFixture is a server whose engine (of MaxReadBytes maxRead) holds
-// bulk.events, a pubsub subject alice publishes, receives and replays,
-// filled with n messages of about size bytes each, and the contract alice
-// reads it under.
+// bulk.events, a pubsub subject alice publishes, receives and replays (and
+// bob, with bob-token, receives and replays), filled with n messages of
+// about size bytes each, and the contract alice reads it under.
 func bulkFixture(t *testing.T, opts *server.Options, maxRead, n, size int) (*server.Server, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	cat := testCatalog()
 	allow := []pigeon.RuleSpec{{Effect: "allow", Principals: []string{alice}}}
+	readers := []pigeon.RuleSpec{{Effect: "allow", Principals: []string{alice, bob}}}
 	cat.Subjects = append(cat.Subjects, pigeon.SubjectPolicy{
 		Name: "bulk.events", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"record"},
 		Replay: pigeon.ReplayPolicy{Allowed: true},
-		Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: allow, pigeon.OpReceive: allow, pigeon.OpReplay: allow},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{pigeon.OpPublish: allow, pigeon.OpReceive: readers, pigeon.OpReplay: readers},
 	})
 	e, err := pigeon.New(ctx, &pigeon.Options{
 		Authenticator: pigeon.NewStaticTokens(pigeon.StaticToken{Token: "alice-token", Principal: alice},
+			pigeon.StaticToken{Token: "bob-token", Principal: bob},
 			pigeon.StaticToken{Token: "auditor-token", Principal: "auditor", Roles: []string{server.RoleAuditor}}),
 		Catalog:      cat,
 		Region:       "uk",
@@ -132,6 +137,61 @@ func TestReadsInFlightAreBounded(t *testing.T) {
 	r = doRequest(t, http.MethodGet, url+"/v1/audit", "auditor-token", "")
 	require.Equal(t, http.StatusOK, r.status)
 	require.Zero(t, s.ReadBytesInFlight())
+}
+
+// TestReadsInFlightAreSharedFairly: a principal whose answers are read
+// slowly holds at most its share of the read pool (a quarter, here one
+// read's reservation): its further reads, on stalled connections or not,
+// are refused 429 RATE_LIMITED naming MaxReadBytesPerPrincipal, while
+// another principal's replay is served in full meanwhile.
+func TestReadsInFlightAreSharedFairly(t *testing.T) {
+	defer server.SetReadWait(50 * time.Millisecond)()
+	// Each read reserves 2×8 MiB and 1 MiB (17 MiB, alice's whole share)
+	// before it reads; an answer of 15 messages of 512 KiB costs about 15
+	// MiB. The pool holds two such answers and a reservation: without
+	// shares, alice's stalled reads would take it all.
+	s, url, contract := bulkFixture(t, &server.Options{MaxReadBytesInFlight: 48 << 20}, 8<<20, 20, 512<<10)
+
+	var stalled []net.Conn
+	defer func() {
+		for _, c := range stalled {
+			_ = c.Close()
+		}
+	}()
+	stalled = append(stalled, stalledRead(t, url, contract))
+	require.Eventually(t, func() bool { return s.ReadBytesInFlight() >= 14<<20 }, 10*time.Second, time.Millisecond,
+		"the stalled answer holds its messages")
+	for range 3 {
+		stalled = append(stalled, stalledRead(t, url, contract))
+	}
+	require.Eventually(t, func() bool { return s.ReadsRefused() == 3 }, 10*time.Second, time.Millisecond,
+		"alice's further stalled reads are refused")
+	require.LessOrEqual(t, s.ReadBytesInFlight(), int64(17<<20), "alice holds at most her share")
+
+	r := doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/replay", "alice-token", `{"reason":"audit","max":1}`,
+		"x-pigeon-contract", contract)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeRateLimited, r.code(t))
+	require.Contains(t, string(r.body), "MaxReadBytesPerPrincipal", "the refusal names the share")
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+
+	r = doRequest(t, http.MethodPost, url+"/v1/contracts", "bob-token", `{"subjects":["bulk.events"]}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	bobs := r.json(t)["contract"].(map[string]any)["id"].(string)
+	r = doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/replay", "bob-token", `{"reason":"audit"}`, "x-pigeon-contract", bobs)
+	require.Equal(t, http.StatusOK, r.status, "bob reads while alice stalls: %s", r.body)
+	var got struct{ Messages []pigeon.Message }
+	require.NoError(t, json.Unmarshal(r.body, &got))
+	require.Len(t, got.Messages, 15)
+
+	for _, c := range stalled {
+		require.NoError(t, c.Close())
+	}
+	require.Eventually(t, func() bool { return s.ReadBytesInFlight() == 0 }, 10*time.Second, time.Millisecond,
+		"the stalled answer's memory goes back once its connection ends")
+	r = doRequest(t, http.MethodPost, url+"/v1/subjects/bulk.events/replay", "alice-token", `{"reason":"audit","max":1}`,
+		"x-pigeon-contract", contract)
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }
 
 // TestReadsInFlightUnbounded: a negative MaxReadBytesInFlight turns the

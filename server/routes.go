@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"pigeon"
+	"pigeon/internal/readpool"
 	"pigeon/transport/mesgd"
 )
 
@@ -32,8 +33,9 @@ type request struct {
 	ctx    context.Context
 	p      *pigeon.Principal
 	region string
-	held   int64      // bytes of Server.reads this request holds until answered
-	query  url.Values // the query string, read strictly (see queryParams)
+	held   int64        // bytes of Server.reads this request holds until answered
+	reader readpool.Key // whom they are held for
+	query  url.Values   // the query string, read strictly (see queryParams)
 }
 
 // caller is who the request acts as, under the contract of the
@@ -108,7 +110,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 			return
 		}
 		rq.query = q
-		defer func() { rq.held = s.reads.Resize(rq.held, 0) }()
+		defer rq.keepRead(0) // what a read still holds, once its answer is written
 		status, body, err := ep.fn(rq)
 		if err != nil {
 			writeError(w, err)
@@ -285,7 +287,7 @@ func receive(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	msgs, err := receive(rq.ctx, c, name, in.Max)
-	rq.keepRead(msgs)
+	rq.keepRead(readpool.MessagesCost(msgs))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -359,7 +361,7 @@ func replay(rq *request) (int, any, error) {
 	}
 	msgs, err := rq.s.e.Replay(rq.ctx, c, pigeon.ReplayRequest{Subject: rq.r.PathValue("name"),
 		Reason: in.Reason, FromSequence: in.FromSequence, ToSequence: in.ToSequence, Max: in.Max})
-	rq.keepRead(msgs)
+	rq.keepRead(readpool.MessagesCost(msgs))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -394,7 +396,7 @@ func audit(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	recs, err := rq.s.e.Audit(rq.ctx, from, n)
-	rq.held = rq.s.reads.Resize(rq.held, auditCost(recs))
+	rq.keepRead(auditCost(recs))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -417,7 +419,7 @@ func listQuarantine(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	recs, err := rq.s.e.QuarantinePage(rq.ctx, pigeon.QuarantineQuery{Since: since, After: rq.query.Get("after"), Max: n})
-	rq.held = rq.s.reads.Resize(rq.held, quarantineCost(recs))
+	rq.keepRead(quarantineCost(recs))
 	if err != nil {
 		return 0, nil, err
 	}

@@ -102,6 +102,17 @@ type Options struct {
 	// WebSocket endpoint keeps a pool of its own, of this size unless
 	// WebSocket.MaxReadBytesInFlight says otherwise.
 	MaxReadBytesInFlight int64
+	// MaxReadBytesPerPrincipal bounds the part of MaxReadBytesInFlight
+	// the reads of one principal (of one source, for a caller without
+	// one) hold at once (default a quarter of it; negative: no share, the
+	// whole pool), never less than one read's reservation, so that a
+	// single read still runs. A read that would take its principal past
+	// it waits aside, taking no place in the line, until that principal's
+	// own reads give room back, and is then refused 429 RATE_LIMITED as
+	// above: one client reading slowly cannot take the whole pool and lock
+	// the others' reads out. The WebSocket endpoint's pool has a share of
+	// this size unless WebSocket.MaxReadBytesPerPrincipal says otherwise.
+	MaxReadBytesPerPrincipal int64
 	// Logger receives operational events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
@@ -178,6 +189,9 @@ func (o *Options) withDefaults() Options {
 	if wo.MaxReadBytesInFlight == 0 {
 		wo.MaxReadBytesInFlight = c.MaxReadBytesInFlight
 	}
+	if wo.MaxReadBytesPerPrincipal == 0 {
+		wo.MaxReadBytesPerPrincipal = c.MaxReadBytesPerPrincipal
+	}
 	c.AllowedOrigins = append([]string(nil), c.AllowedOrigins...)
 	c.TrustedProxies = append([]netip.Prefix(nil), c.TrustedProxies...)
 	wo.OriginPatterns = append(append([]string(nil), wo.OriginPatterns...), c.AllowedOrigins...)
@@ -236,7 +250,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.proxies = trustedProxies(o.TrustedProxies)
 	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger, s.proxies, e.LockedOut)
-	s.reads = readpool.New(o.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", o.Logger)
+	s.reads = readpool.ForEngine(e, o.MaxReadBytesInFlight, o.MaxReadBytesPerPrincipal, readWait, o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
 		if mo.Logger == nil {

@@ -18,12 +18,12 @@ import (
 // without a bound nothing is counted.
 func TestReadPool(t *testing.T) {
 	ctx := context.Background()
-	p := New(100, 20*time.Millisecond, "MaxTest", nil)
+	p := New(&Options{Limit: 100, Wait: 20 * time.Millisecond, LimitName: "MaxTest"})
 
-	a, err := p.Reserve(ctx, 60)
+	a, err := p.Reserve(ctx, alice, 60)
 	require.NoError(t, err)
 	require.EqualValues(t, 60, a)
-	_, err = p.Reserve(ctx, 50)
+	_, err = p.Reserve(ctx, alice, 50)
 	require.Equal(t, pigeon.CodeRateLimited, pigeon.ErrorCode(err), "60 + 50 > 100")
 	require.Contains(t, err.Error(), "MaxTest", "the refusal names the setting")
 	var pe *pigeon.Error
@@ -33,42 +33,42 @@ func TestReadPool(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = p.Reserve(cctx, 50)
+	_, err = p.Reserve(cctx, alice, 50)
 	require.Equal(t, pigeon.CodeRequestTimeout, pigeon.ErrorCode(err))
 	require.EqualValues(t, 2, p.Refused())
 
 	// A waiting reservation goes through once room is given back.
-	patient := New(100, time.Minute, "MaxTest", nil)
-	a, err = patient.Reserve(ctx, 60)
+	patient := New(&Options{Limit: 100, Wait: time.Minute, LimitName: "MaxTest"})
+	a, err = patient.Reserve(ctx, alice, 60)
 	require.NoError(t, err)
 	got := make(chan int64, 1)
 	go func() {
-		n, err := patient.Reserve(ctx, 50)
+		n, err := patient.Reserve(ctx, alice, 50)
 		if err != nil {
 			n = -1
 		}
 		got <- n
 	}()
-	patient.Resize(a, 10) // the read kept 10 of its 60
+	patient.Resize(alice, a, 10) // the read kept 10 of its 60
 	require.EqualValues(t, 50, <-got)
 	require.EqualValues(t, 60, patient.InUse())
 
-	require.EqualValues(t, 80, patient.Resize(10, 80), "a read that has been made may pass the bound")
+	require.EqualValues(t, 80, patient.Resize(alice, 10, 80), "a read that has been made may pass the bound")
 	require.EqualValues(t, 130, patient.InUse())
-	patient.Resize(80, 0)
-	patient.Resize(50, 0)
+	patient.Resize(alice, 80, 0)
+	patient.Resize(alice, 50, 0)
 	require.Zero(t, patient.InUse())
 
-	big, err := patient.Reserve(ctx, 1000)
+	big, err := patient.Reserve(ctx, alice, 1000)
 	require.NoError(t, err)
 	require.EqualValues(t, 100, big, "a read larger than the pool takes it all, alone")
-	patient.Resize(big, 0)
+	patient.Resize(alice, big, 0)
 
-	off := New(-1, time.Minute, "MaxTest", nil)
-	n, err := off.Reserve(ctx, 1<<40)
+	off := New(&Options{Limit: -1, Wait: time.Minute, LimitName: "MaxTest"})
+	n, err := off.Reserve(ctx, alice, 1<<40)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.EqualValues(t, 5, off.Resize(n, 5))
+	require.EqualValues(t, 5, off.Resize(alice, n, 5))
 	require.Zero(t, off.InUse())
 	require.Zero(t, off.Refused())
 }
@@ -86,8 +86,8 @@ func TestMessagesCost(t *testing.T) {
 // it would fit; one that gives up lets the next through.
 func TestWaitersInOrder(t *testing.T) {
 	ctx := context.Background()
-	p := New(100, time.Minute, "MaxTest", nil)
-	all, err := p.Reserve(ctx, 100)
+	p := New(&Options{Limit: 100, Wait: time.Minute, LimitName: "MaxTest"})
+	all, err := p.Reserve(ctx, alice, 100)
 	require.NoError(t, err)
 
 	type got struct {
@@ -97,7 +97,7 @@ func TestWaitersInOrder(t *testing.T) {
 	done := make(chan got, 4)
 	wait := func(name string, n int64) {
 		go func() {
-			r, err := p.Reserve(ctx, n)
+			r, err := p.Reserve(ctx, alice, n)
 			if err != nil {
 				r = -1
 			}
@@ -106,9 +106,7 @@ func TestWaitersInOrder(t *testing.T) {
 	}
 	queued := func(n int) {
 		require.Eventually(t, func() bool {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return p.waiters.Len() == n
+			return waiting(p) == n
 		}, 10*time.Second, time.Millisecond)
 	}
 	wait("a", 60)
@@ -117,16 +115,16 @@ func TestWaitersInOrder(t *testing.T) {
 	queued(2)
 	gone, cancel := context.WithCancel(ctx)
 	quitter := make(chan error, 1)
-	go func() { _, err := p.Reserve(gone, 30); quitter <- err }()
+	go func() { _, err := p.Reserve(gone, alice, 30); quitter <- err }()
 	queued(3)
 
-	p.Resize(all, 0)
+	p.Resize(alice, all, 0)
 	require.Equal(t, got{"a", 60}, <-done, "the oldest first")
 	require.EqualValues(t, 60, p.InUse(), "b does not fit beside a: not woken")
 	cancel()
 	require.Error(t, <-quitter)
 	queued(1)
-	p.Resize(60, 0)
+	p.Resize(alice, 60, 0)
 	require.Equal(t, got{"b", 60}, <-done)
 	wait("c", 10) // fits beside b
 	require.Equal(t, got{"c", 10}, <-done)

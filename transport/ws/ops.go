@@ -145,18 +145,19 @@ func (c *conn) request(f *Frame, caller pigeon.Caller) {
 // replay answers a replay frame. Its messages and their answer hold room
 // in the server's read pool until the answer is queued.
 func (c *conn) replay(f *Frame, caller pigeon.Caller) ([]byte, error) {
-	held, err := c.srv.reads.Reserve(c.ctx, readpool.ReadReserve(c.srv.e))
+	who := readpool.KeyOf(c.principal, pigeon.Source{})
+	held, err := c.srv.reads.Reserve(c.ctx, who, readpool.ReadReserve(c.srv.e))
 	if err != nil {
 		return nil, err
 	}
-	defer func() { c.srv.reads.Resize(held, 0) }()
+	defer func() { c.srv.reads.Resize(who, held, 0) }()
 	msgs, err := c.srv.e.Replay(c.ctx, caller, pigeon.ReplayRequest{Subject: f.Subject, Reason: f.Reason,
 		FromSequence: f.FromSequence, ToSequence: f.ToSequence, Max: f.Max})
 	if err != nil {
 		return nil, err
 	}
 	b := appendMessages(appendHead(nil, OpMessages, f.ID), msgs)
-	held = c.srv.reads.Resize(held, int64(len(b)))
+	held = c.srv.reads.Resize(who, held, int64(len(b)))
 	_ = c.send(c.ctx, b)
 	return nil, nil
 }
@@ -165,17 +166,18 @@ func (c *conn) replay(f *Frame, caller pigeon.Caller) ([]byte, error) {
 // connection is going away), leased messages go back to the group at once
 // instead of waiting out their ack wait under a lease nobody saw.
 func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
-	held, err := c.srv.reads.Reserve(c.ctx, readpool.ReadReserve(c.srv.e))
+	who := readpool.KeyOf(c.principal, pigeon.Source{})
+	held, err := c.srv.reads.Reserve(c.ctx, who, readpool.ReadReserve(c.srv.e))
 	if err != nil {
 		return nil, err
 	}
-	defer func() { c.srv.reads.Resize(held, 0) }()
+	defer func() { c.srv.reads.Resize(who, held, 0) }()
 	msgs, err := c.srv.e.Receive(c.ctx, caller, f.Subject, f.Max)
 	if err != nil {
 		return nil, err
 	}
 	b := appendMessages(appendHead(nil, OpMessages, f.ID), msgs)
-	held = c.srv.reads.Resize(held, int64(len(b)))
+	held = c.srv.reads.Resize(who, held, int64(len(b)))
 	if err := c.send(c.ctx, b); err != nil && len(msgs) > 0 {
 		ctx := context.WithoutCancel(c.ctx)
 		for _, m := range msgs {

@@ -94,6 +94,16 @@ type Options struct {
 	// does not drain. A frame that finds no room waits up to two seconds
 	// and is then answered RATE_LIMITED before anything is read.
 	MaxReadBytesInFlight int64
+	// MaxReadBytesPerPrincipal bounds the part of MaxReadBytesInFlight
+	// the replay and receive frames of one principal, over all its
+	// connections, hold at once (default a quarter of it; negative: no
+	// share, the whole pool), never less than one frame's reservation, so
+	// that a single read still runs. A frame that would take its principal
+	// past it waits aside, taking no place in the line, until that
+	// principal's own reads give room back, and is then answered
+	// RATE_LIMITED: one client reading slowly cannot take the whole pool
+	// and lock the others' reads out.
+	MaxReadBytesPerPrincipal int64
 	// MaxRequestTimeout caps a request's timeoutMs (default 5 min); a
 	// request without one waits DefaultRequestTimeout.
 	MaxRequestTimeout time.Duration

@@ -71,7 +71,7 @@ type Stats struct {
 func NewServer(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, perPrincipal: map[string]int{}, drained: make(chan struct{})}
 	s.budget = budget{limit: s.opts.ServerQueueBytes, peak: &s.stats.queuedPeak}
-	s.reads = readpool.New(s.opts.MaxReadBytesInFlight, readWait, "MaxReadBytesInFlight", s.opts.Logger)
+	s.reads = readpool.ForEngine(e, s.opts.MaxReadBytesInFlight, s.opts.MaxReadBytesPerPrincipal, readWait, s.opts.Logger)
 	return s
 }
 
