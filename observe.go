@@ -71,6 +71,10 @@ const (
 	// NoteQuarantineSkipped is a refusal whose copy was not kept, its
 	// principal past Options.QuarantineRate (label: subject).
 	NoteQuarantineSkipped Note = "quarantine_skipped"
+	// NoteReplyNotKept is a reply whose requester was not waiting and
+	// that a bound on the replies kept for later claims left out (label:
+	// subject).
+	NoteReplyNotKept Note = "reply_not_kept"
 )
 
 // since is the start of an observed operation: the current time when an

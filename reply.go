@@ -12,8 +12,19 @@ import (
 // replyTTL is how long an unclaimed reply is parked for a later claim.
 const replyTTL = 5 * time.Minute
 
-// maxParkedReplies bounds the replies parked for requesters not waiting.
-const maxParkedReplies = 100_000
+// Bounds of the replies parked for requesters not waiting: in number, in
+// bytes (Message.sizeHint) in all, and in bytes for one requester. A requester that
+// abandons requests, over and over, to services whose replies are large
+// would otherwise have the broker hold each reply for replyTTL, up to
+// maxParkedReplies of them at the largest size a message may have: tens
+// of gigabytes. Beyond a bound a reply is not parked (a waiting requester
+// still gets it): the requester that retries gets REQUEST_TIMEOUT again,
+// not another's memory.
+const (
+	maxParkedReplies           = 100_000
+	maxParkedBytes             = 256 << 20
+	maxParkedBytesPerRequester = 16 << 20
+)
 
 // replyTable routes replies to waiting requesters by request id. A waiter
 // is bound to the principal that publishes the request: a reply goes to it
@@ -24,7 +35,20 @@ type replyTable struct {
 	waiters map[string]replyWaiter
 	parked  map[string]parkedReply
 	closed  bool
+	// bytes is the size (Message.sizeHint) of the parked replies, in all and by requester
+	// (a requester with none parked has no entry).
+	bytes       int64
+	byRequester map[string]int64
 }
+
+// handOff is what became of a reply given to replyTable.deliver.
+type handOff int
+
+const (
+	replyTaken   handOff = iota // a waiting requester took it
+	replyParked                 // kept for the requester to claim
+	replyNotKept                // no requester waits, and a bound kept it from being parked
+)
 
 type replyWaiter struct {
 	ch        chan *Message
@@ -35,11 +59,24 @@ type parkedReply struct {
 	msg       *Message
 	requester string
 	expires   time.Time
+	size      int64 // msg.sizeHint()
 }
 
 func (t *replyTable) init() {
 	t.waiters = map[string]replyWaiter{}
 	t.parked = map[string]parkedReply{}
+	t.byRequester = map[string]int64{}
+}
+
+// unparkLocked forgets the reply parked under id, p. Call it with mu held.
+func (t *replyTable) unparkLocked(id string, p parkedReply) {
+	delete(t.parked, id)
+	t.bytes -= p.size
+	if n := t.byRequester[p.requester] - p.size; n > 0 {
+		t.byRequester[p.requester] = n
+	} else {
+		delete(t.byRequester, p.requester)
+	}
 }
 
 // wait registers requester's waiter for the reply to request id. It fails
@@ -67,7 +104,7 @@ func (t *replyTable) claim(id, requester string) *Message {
 	if !ok || p.requester != requester {
 		return nil
 	}
-	delete(t.parked, id)
+	t.unparkLocked(id, p)
 	return p.msg
 }
 
@@ -80,20 +117,28 @@ func (t *replyTable) cancel(id string, ch chan *Message) {
 }
 
 // deliver hands a reply to request id, published by requester, to that
-// requester's waiter, or parks it for the requester; it reports whether a
-// waiter took it.
-func (t *replyTable) deliver(id, requester string, m *Message, now time.Time) bool {
+// requester's waiter, or parks it for the requester within the bounds
+// (maxParkedReplies, maxParkedBytes, maxParkedBytesPerRequester).
+func (t *replyTable) deliver(id, requester string, m *Message, now time.Time) handOff {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if w, ok := t.waiters[id]; ok && w.requester == requester {
 		delete(t.waiters, id)
 		w.ch <- m
-		return true
+		return replyTaken
 	}
-	if len(t.parked) < maxParkedReplies {
-		t.parked[id] = parkedReply{msg: m, requester: requester, expires: now.Add(replyTTL)}
+	if old, ok := t.parked[id]; ok {
+		t.unparkLocked(id, old) // a later reply takes its place
 	}
-	return false
+	size := int64(m.sizeHint())
+	if len(t.parked) >= maxParkedReplies || t.bytes+size > maxParkedBytes ||
+		t.byRequester[requester]+size > maxParkedBytesPerRequester {
+		return replyNotKept
+	}
+	t.parked[id] = parkedReply{msg: m, requester: requester, expires: now.Add(replyTTL), size: size}
+	t.bytes += size
+	t.byRequester[requester] += size
+	return replyParked
 }
 
 func (t *replyTable) sweep(now time.Time) {
@@ -101,7 +146,7 @@ func (t *replyTable) sweep(now time.Time) {
 	defer t.mu.Unlock()
 	for k, p := range t.parked {
 		if now.After(p.expires) {
-			delete(t.parked, k)
+			t.unparkLocked(k, p)
 		}
 	}
 }
@@ -145,9 +190,14 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result
 	m.ContractID, m.SubjectID = a.contractID, a.subj.name
 	m.AcceptedAt = formatTime(a.Now)
 	out := m.Clone()
-	if !e.replies.deliver(req.ID, req.Source, out, a.Now) && e.opts.Cluster != nil {
-		// The requester may wait on another node.
-		e.opts.Cluster.Notify(ClusterChange{Kind: ChangeReply, RequestID: req.ID, Requester: req.Source, Reply: out.Clone()})
+	if h := e.replies.deliver(req.ID, req.Source, out, a.Now); h != replyTaken {
+		if h == replyNotKept {
+			e.note(NoteReplyNotKept, a.subj.name)
+		}
+		if e.opts.Cluster != nil {
+			// The requester may wait on another node.
+			e.opts.Cluster.Notify(ClusterChange{Kind: ChangeReply, RequestID: req.ID, Requester: req.Source, Reply: out.Clone()})
+		}
 	}
 	e.audit(ctx, EventReplyRouted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: a.subj.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: a.subj.policyID, MessageID: m.ID, Ref: req.ID}))
 	return &Result{Status: StatusAccepted, Message: &m}, nil

@@ -460,6 +460,18 @@ func TestQuarantineSkippedIsCounted(t *testing.T) {
 	require.EqualValues(t, 2, got)
 }
 
+// TestRepliesNotKeptAreCounted: a reply not kept for a later claim is
+// counted by subject.
+func TestRepliesNotKeptAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	require.NoError(t, err)
+	m.Noted(pigeon.NoteReplyNotKept, "payments.authorize")
+	got, ok := value(scrape(t, reg), "pigeon_replies_not_kept_total", map[string]string{"subject": "payments.authorize"})
+	require.True(t, ok)
+	require.EqualValues(t, 1, got)
+}
+
 // TestConnectionsRefused: Options.ConnectionsRefused is read at every
 // scrape into pigeon_connections_refused_total, by reason.
 func TestConnectionsRefused(t *testing.T) {
