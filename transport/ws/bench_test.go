@@ -114,6 +114,66 @@ func benchPublishAsync(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
+// BenchmarkPublishAsyncDeliver is the scenario bench/compare measures as
+// network/pigeon-ws: one session publishes the governed payment
+// asynchronously, another, on its own connection, takes every message
+// with an acknowledged pubsub subscription. ns/op is per message
+// delivered; cpu-ns/msg is the process's CPU time (user and system) per
+// message, which varies far less than ns/op on a shared machine.
+func BenchmarkPublishAsyncDeliver(b *testing.B) {
+	v := benchEnv(b)
+	ctx := context.Background()
+	var got atomic.Int64
+	target := make(chan struct{})
+	var want atomic.Int64
+	want.Store(-1)
+	gw := v.dial(b, "gateway-token", []string{"payments.authorize"})
+	if _, err := gw.Subscribe(ctx, "payments.authorize", func(context.Context, *pigeon.Delivery) error {
+		if got.Add(1) == want.Load() {
+			close(target)
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	s := v.dial(b, "checkout-token", []string{"payments.authorize"})
+	m := demo.Payment("o")
+	ring := make([]*ws.PendingPublish, ws.DefaultMaxPendingPublishes)
+	wait := func(p *ws.PendingPublish) {
+		if p == nil {
+			return
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := cpuTime()
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		m.IdempotencyKey = "k-" + strconv.Itoa(i)
+		slot := i % len(ring)
+		wait(ring[slot])
+		p, err := s.PublishAsync(ctx, m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ring[slot] = p
+		n++
+	}
+	for _, p := range ring {
+		wait(p)
+	}
+	if want.Store(int64(n)); got.Load() < int64(n) {
+		<-target
+	}
+	b.StopTimer()
+	cpu = cpuTime() - cpu
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/msg")
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
+}
+
 // publishN publishes n chat messages from 16 goroutines on s.
 func publishN(b *testing.B, s pigeon.Session, n int) {
 	var wg sync.WaitGroup

@@ -728,7 +728,8 @@ func (w *walker) deliveries(i int) ([]DeliveryEntry, []*pigeon.Delivery, int) {
 	return entries, slices.Clone(delivered), end
 }
 
-// results decodes the results of a decisions answer.
+// results decodes the results of a decisions answer. Each message comes
+// with the Result its publish is resolved with, in one allocation.
 func (w *walker) results(i int) ([]BatchResult, int) {
 	out := []BatchResult{}
 	end := w.array(i, func(j int) int {
@@ -738,9 +739,12 @@ func (w *walker) results(i int) ([]BatchResult, int) {
 			case rStatus:
 				return w.str(j, &r.Status, true)
 			case rMessage:
-				m, e := w.message(j, 3)
-				r.Message = m
-				return e
+				if w.b[j] != '{' {
+					return -1
+				}
+				h := new(resultHandoff)
+				r.Message, r.result = &h.m, &h.r
+				return w.messageInto(&h.m, j, 3)
 			}
 			// rError: decoded by encoding/json, an object only.
 			if w.b[j] != '{' {
@@ -762,4 +766,11 @@ func (w *walker) results(i int) ([]BatchResult, int) {
 		return e
 	})
 	return out, end
+}
+
+// resultHandoff is a publish's answered message and the Result its
+// PendingPublish is resolved with, in one allocation.
+type resultHandoff struct {
+	r pigeon.Result
+	m pigeon.Message
 }

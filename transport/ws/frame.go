@@ -139,6 +139,10 @@ type BatchResult struct {
 	Status  string          `json:"status,omitempty"`
 	Message *pigeon.Message `json:"message,omitempty"`
 	Error   *wire.Error     `json:"error,omitempty"`
+
+	// result is the Result the publish is resolved with, allocated with
+	// Message by the frame decoder's fast path (nil otherwise).
+	result *pigeon.Result
 }
 
 // DecodeFrame decodes one frame, its envelope included, in one pass. It

@@ -3,6 +3,7 @@ package ws
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -204,6 +205,12 @@ func judgedBatch(f *Frame) (*Frame, []any) {
 	}
 	g := *f
 	g.Batch, g.decoded, g.delivered = nil, nil, nil
+	if g.Results != nil {
+		g.Results = slices.Clone(g.Results)
+		for i := range g.Results {
+			g.Results[i].result = nil
+		}
+	}
 	return &g, out
 }
 

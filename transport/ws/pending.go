@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"pigeon"
 	"pigeon/internal/jsontext"
@@ -39,6 +40,11 @@ func WithMaxPendingPublishes(n int) Option {
 // error (SESSION_CLOSED, SHUTTING_DOWN) when the connection ends before the
 // answer came. It is safe for concurrent use.
 type PendingPublish struct {
+	resolved atomic.Bool // res and err are set
+	mu       sync.Mutex  // guards done
+	// done is closed once resolved; it is made only for a Done or Wait
+	// that finds p unresolved, as most publishes are answered before
+	// anyone waits for them.
 	done  chan struct{}
 	res   *pigeon.Result
 	err   error
@@ -49,31 +55,43 @@ type PendingPublish struct {
 // errNotAnswered is what Result says before Done is closed.
 var errNotAnswered = pigeon.NewError(pigeon.CodeRequestTimeout, "the publish has no answer yet")
 
+// closedDone is the Done of every publish resolved before anyone asked.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Done is closed once the publish is answered (or failed).
-func (p *PendingPublish) Done() <-chan struct{} { return p.done }
+func (p *PendingPublish) Done() <-chan struct{} { return p.doneChan() }
+
+// doneChan is Done, made when first asked for.
+func (p *PendingPublish) doneChan() chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		if p.resolved.Load() {
+			return closedDone
+		}
+		p.done = make(chan struct{})
+	}
+	return p.done
+}
 
 // Result returns the publish's result once Done is closed; before that it
 // returns a REQUEST_TIMEOUT error saying there is no answer yet.
 func (p *PendingPublish) Result() (*pigeon.Result, error) {
-	select {
-	case <-p.done:
-		return p.res, p.err
-	default:
+	if !p.resolved.Load() {
 		return nil, errNotAnswered
 	}
+	return p.res, p.err
 }
 
 // Wait blocks until the publish is answered, and returns its result, or
 // until ctx ends (REQUEST_TIMEOUT wrapping ctx's error). A ctx that ends
 // leaves the publish in flight: the server may still admit the message.
 func (p *PendingPublish) Wait(ctx context.Context) (*pigeon.Result, error) {
-	select {
-	case <-p.done:
+	if p.resolved.Load() {
 		return p.res, p.err
-	default:
 	}
 	select {
-	case <-p.done:
+	case <-p.doneChan():
 		return p.res, p.err
 	case <-ctx.Done():
 		return nil, ctxError(ctx)
@@ -82,7 +100,12 @@ func (p *PendingPublish) Wait(ctx context.Context) (*pigeon.Result, error) {
 
 func (p *PendingPublish) resolve(res *pigeon.Result, err error) {
 	p.res, p.err = res, err
-	close(p.done)
+	p.mu.Lock()
+	p.resolved.Store(true)
+	if p.done != nil {
+		close(p.done)
+	}
+	p.mu.Unlock()
 	<-p.slots
 }
 
@@ -90,12 +113,18 @@ func (p *PendingPublish) resolve(res *pigeon.Result, err error) {
 // publishes ask for brief answers: an accepted message comes back without
 // its data, which is the data sent. A server that ignores the request
 // sends the data, and it is kept.
-func (p *PendingPublish) resolveWith(status string, m *pigeon.Message) {
+// res, when not nil, is the Result to resolve p with (the frame decoder
+// allocates it with m).
+func (p *PendingPublish) resolveWith(status string, m *pigeon.Message, res *pigeon.Result) {
 	if m.Data == nil && status == pigeon.StatusAccepted {
 		m.Data = p.data
 	}
 	p.data = nil
-	p.resolve(&pigeon.Result{Status: status, Message: m}, nil)
+	if res == nil {
+		res = new(pigeon.Result)
+	}
+	res.Status, res.Message = status, m
+	p.resolve(res, nil)
 }
 
 // PublishAsync queues m for publishing and returns at once with its
@@ -131,7 +160,7 @@ func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*Pending
 			return nil, cc.failed()
 		}
 	}
-	p := &PendingPublish{done: make(chan struct{}), slots: s.pubSlots}
+	p := &PendingPublish{slots: s.pubSlots}
 	if err := cc.pq.push(m, p); err != nil {
 		<-s.pubSlots
 		return nil, err
@@ -330,7 +359,7 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 			items[0].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
 			return
 		}
-		items[0].resolveWith(f.Status, f.Message)
+		items[0].resolveWith(f.Status, f.Message, nil)
 	case f.Op == OpDecisions && len(f.Results) == len(items):
 		for i, r := range f.Results {
 			switch {
@@ -339,7 +368,7 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 			case r.Message == nil:
 				items[i].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
 			default:
-				items[i].resolveWith(r.Status, r.Message)
+				items[i].resolveWith(r.Status, r.Message, r.result)
 			}
 		}
 	default:
