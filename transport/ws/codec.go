@@ -597,12 +597,25 @@ func (w *walker) frame() (*Frame, bool) {
 // judged, and refused, on its own: an element the walker decodes is in
 // decoded (and nil in raw); any other is copied, undecoded, into raw (and
 // nil in decoded), for the publish to decode, or refuse, alone.
+//
+// The messages it decodes are allocated batchChunk at a time: the engine
+// judges a copy of each and keeps none of them (only the bytes
+// messageInto copies out for each message alone).
 func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok bool) {
 	raw, decoded = []json.RawMessage{}, []*pigeon.Message{}
+	var chunk []pigeon.Message
 	end := w.array(0, func(j int) int {
-		if m, e := w.message(j, 2); e >= 0 {
-			raw, decoded = append(raw, nil), append(decoded, m)
-			return e
+		if w.b[j] == '{' {
+			if len(chunk) == 0 {
+				chunk = make([]pigeon.Message, batchChunk)
+			}
+			m := &chunk[0]
+			if e := w.messageInto(m, j, 2); e >= 0 {
+				chunk = chunk[1:]
+				raw, decoded = append(raw, nil), append(decoded, m)
+				return e
+			}
+			*m = pigeon.Message{}
 		}
 		e := w.value(j, 2)
 		if e >= 0 {
@@ -612,6 +625,9 @@ func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok b
 	})
 	return raw, decoded, end >= 0
 }
+
+// batchChunk is how many messages of a batch batch allocates at once.
+const batchChunk = 16
 
 // strings decodes the array of strings at b[i] (an ack's message ids).
 // When none holds an escape, as the ids the server writes never do, they
