@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -9,11 +10,12 @@ import (
 // JSON string cannot hold as it is, or len(b): a quote, a backslash, a
 // control character or a byte of a multi-byte UTF-8 sequence. Strings are
 // mostly plain ASCII, so it looks at eight bytes at a time, then byte by
-// byte from the word that holds one.
+// byte only in the last few bytes of b. In a word that holds one, the
+// lowest byte specialBits flags is the first such byte.
 func PlainEnd[T Text](b T, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		if special(word(b, i)) {
-			break
+		if m := specialBits(word(b, i)); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
 	for i < len(b) && plain[b[i]] {
@@ -35,11 +37,19 @@ const (
 
 // special reports whether a byte of x is a quote, a backslash, below 0x20
 // or 0x80 and above. Each test may also flag the byte above one it flags
-// (a borrow), never miss one; PlainEnd then steps through the word.
-func special(x uint64) bool {
+// (a borrow), never miss one; safeEnd then steps through the word.
+func special(x uint64) bool { return specialBits(x) != 0 }
+
+// specialBits sets the high bit of the bytes of x special flags. A test
+// flags a byte it should not only through a borrow out of a byte below
+// that it rightly flags (a borrow starts only at a byte that is a quote,
+// a backslash or below 0x20; and x-0x20 sets the high bit of a byte of
+// 0x20 and above only when the byte is 0xa0 or above, which x flags
+// anyway): so the lowest byte flagged is always one that is not plain.
+func specialBits(x uint64) uint64 {
 	q := x ^ ones*'"'
 	s := x ^ ones*'\\'
-	return ((q-ones)&^q|(s-ones)&^s|(x-ones*0x20)|x)&highs != 0
+	return ((q-ones)&^q | (s-ones)&^s | (x - ones*0x20) | x) & highs
 }
 
 // safeEnd returns the index of the first byte of s at or after i that
