@@ -35,12 +35,9 @@ const (
 	highs = 0x8080808080808080
 )
 
-// special reports whether a byte of x is a quote, a backslash, below 0x20
-// or 0x80 and above. Each test may also flag the byte above one it flags
-// (a borrow), never miss one; safeEnd then steps through the word.
-func special(x uint64) bool { return specialBits(x) != 0 }
-
-// specialBits sets the high bit of the bytes of x special flags. A test
+// specialBits flags (sets the high bit of) each byte of x that is a
+// quote, a backslash, below 0x20 or 0x80 and above. Each test may also
+// flag the byte above one it flags (a borrow), never miss one. A test
 // flags a byte it should not only through a borrow out of a byte below
 // that it rightly flags (a borrow starts only at a byte that is a quote,
 // a backslash or below 0x20; and x-0x20 sets the high bit of a byte of
@@ -61,8 +58,9 @@ func safeEnd(s string, i int) int {
 		x := word(s, i)
 		a := x ^ ones*'&'
 		g := (x | ones*2) ^ ones*'>' // < and > differ in bit 1 alone
-		if special(x) || ((a-ones)&^a|(g-ones)&^g)&highs != 0 {
-			break
+		// As in PlainEnd, the lowest byte flagged is one to stop at.
+		if m := specialBits(x) | ((a-ones)&^a|(g-ones)&^g)&highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
 	for i < len(s) && s[i] < utf8.RuneSelf && safe[s[i]] {
