@@ -114,12 +114,14 @@ func benchPublishAsync(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// BenchmarkPublishAsyncDeliver is the scenario bench/compare measures as
-// network/pigeon-ws: one session publishes the governed payment
-// asynchronously, another, on its own connection, takes every message
-// with an acknowledged pubsub subscription. ns/op is per message
-// delivered; cpu-ns/msg is the process's CPU time (user and system) per
-// message, which varies far less than ns/op on a shared machine.
+// BenchmarkPublishAsyncDeliver is the transport side of what
+// bench/compare measures as network/pigeon-ws: one session publishes the
+// governed payment asynchronously, another, on its own connection, takes
+// every message with an acknowledged subscription (the demo payment
+// subject is request-reply, so its deliveries are leased, where
+// bench/compare's subject is pubsub). ns/op is per message delivered;
+// cpu-ns/msg is the process's CPU time (user and system) per message,
+// which varies less than ns/op on a shared machine.
 func BenchmarkPublishAsyncDeliver(b *testing.B) {
 	v := benchEnv(b)
 	ctx := context.Background()
