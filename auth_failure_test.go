@@ -246,3 +246,41 @@ func TestAuthRefusalsAtShutdown(t *testing.T) {
 		require.NotEqual(t, string(pigeon.EventAuthFailed), r.Type)
 	}
 }
+
+// TestReauthenticate: Engine.Reauthenticate answers what authentication
+// would answer now (the roles of now, a revoked grant refused) without
+// counting or auditing a refusal: ending a stream whose grant was revoked
+// is no attempt, and however many times it is asked, the source is not
+// locked out and no auth.failed record is written.
+func TestReauthenticate(t *testing.T) {
+	f := accessFixture(t, func(o *pigeon.Options) { o.AuthFailureLimit, o.AuthFailureWindow = 3, time.Minute })
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+	require.NoError(t, err)
+	cred := pigeon.Credential{Bearer: g.Token, RemoteAddr: "203.0.113.20:5000"}
+	p, err := e.AuthenticateCredential(ctx, cred)
+	require.NoError(t, err)
+	require.True(t, p.HasRole("member"))
+
+	_, err = e.RemoveAccountRole(ctx, carol, "member")
+	require.NoError(t, err)
+	p, err = e.Reauthenticate(ctx, cred)
+	require.NoError(t, err)
+	require.False(t, p.HasRole("member"), "the roles of now")
+
+	require.NoError(t, e.RevokeGrant(ctx, g.JTI))
+	for range 10 {
+		_, err = e.Reauthenticate(ctx, cred)
+		requireCode(t, err, pigeon.CodeUnauthenticated)
+	}
+	_, locked := e.LockedOut(pigeon.SourceOf(cred.RemoteAddr))
+	require.False(t, locked, "refusals of Reauthenticate are not counted")
+	recs, _ := authFailures(t, f.e)
+	require.Empty(t, recs, "nor audited as auth.failed")
+	_, err = e.AuthenticateCredential(ctx, pigeon.Credential{Bearer: "orders-token", RemoteAddr: cred.RemoteAddr})
+	require.NoError(t, err)
+}

@@ -556,6 +556,22 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 	return p, err
 }
 
+// Reauthenticate resolves c again, a credential AuthenticateCredential
+// accepted when a long-lived exchange began (a stream of events, say), and
+// returns the principal it stands for now: its roles as they are now, or
+// the refusal it would get now (a grant revoked or expired, a role taken
+// away from its account, a token no longer configured). A refusal is not
+// counted against the source's lockout nor audited as auth.failed: it ends
+// an exchange already admitted, and is no attempt. A server calls it
+// before each part of such an exchange, so that a revocation takes effect
+// at once rather than when the exchange ends.
+func (e *Engine) Reauthenticate(ctx context.Context, c Credential) (*Principal, error) {
+	if e.closed.Load() {
+		return nil, errShutdown()
+	}
+	return e.authenticateCredential(ctx, c)
+}
+
 // credentialRefused reports whether an authentication failure of code
 // judged the credential (and counts against its source), rather than
 // failing for the broker's or an identity provider's want.

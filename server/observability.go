@@ -11,6 +11,7 @@ import (
 
 	"pigeon"
 	"pigeon/docs"
+	"pigeon/internal/wire"
 	"pigeon/policy"
 )
 
@@ -174,6 +175,24 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 	if !send("hello", map[string]any{"principal": p.ID, "roles": p.Roles, "feed": s.opts.Feed != nil}) {
 		return
 	}
+	// still reports whether the stream may go on: whether its credential
+	// still authenticates (pigeon.Engine.Reauthenticate) and its principal
+	// still holds the auditor role. Asked before every tick's events, so
+	// that a revocation ends the stream within a tick, with an end event
+	// that says why, rather than when the page goes.
+	cred := wire.Credential(r, bearer(r))
+	still := func() bool {
+		q, err := s.e.Reauthenticate(r.Context(), cred)
+		if err == nil && !q.HasRole(RoleAuditor) {
+			err = s.denied(r, q, pigeon.NewError(pigeon.CodeForbidden,
+				"the console's live events require the role %s, which this principal no longer holds", RoleAuditor))
+		}
+		if err != nil {
+			send("end", map[string]any{"error": wire.Encode(err)})
+			return false
+		}
+		return true
+	}
 	var cursor uint64
 	if f := s.opts.Feed; f != nil {
 		_, total, _ := f.Since(0, 0)
@@ -185,6 +204,9 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 	// the decisions made since the last one, so a new stream always starts
 	// with the page's whole state, whatever the backlog holds.
 	for tick := 0; ; tick++ {
+		if tick > 0 && !still() {
+			return
+		}
 		f := s.opts.Feed
 		if tick%consoleState == 0 {
 			if f != nil && !send("rates", map[string]any{"subjects": f.Rates(), "time": time.Now().UTC()}) {

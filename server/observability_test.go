@@ -425,3 +425,75 @@ func TestConsoleEventsOutliveTheServerTimeouts(t *testing.T) {
 	}
 	t.Fatalf("the stream ended after %d state events", states)
 }
+
+// TestConsoleEventsEndWhenRevoked: a console stream ends, with an end
+// event naming why, within a tick of its principal's grant being revoked
+// or its auditor role taken away; an unrevoked stream goes on.
+func TestConsoleEventsEndWhenRevoked(t *testing.T) {
+	tests := []struct {
+		name   string
+		revoke func(t *testing.T, f *fixture, account, jti string)
+		code   pigeon.Code
+	}{
+		{"grant revoked", func(t *testing.T, f *fixture, _, jti string) {
+			require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/grants/"+jti, "admin-token", "").status)
+		}, pigeon.CodeUnauthenticated},
+		{"auditor role taken away", func(t *testing.T, f *fixture, account, _ string) {
+			r := f.do(t, http.MethodDelete, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
+			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		}, pigeon.CodeForbidden},
+		{"account deleted", func(t *testing.T, f *fixture, account, _ string) {
+			require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/accounts/"+account, "admin-token", "").status)
+		}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			const account = "ops-console"
+			r := f.do(t, http.MethodPost, "/v1/accounts", "admin-token", `{"id":"`+account+`"}`)
+			require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+			r = f.do(t, http.MethodPut, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
+			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+			r = f.do(t, http.MethodPost, "/v1/grants", "admin-token", `{"account":"`+account+`","roles":["`+server.RoleAuditor+`"],"ttlMs":600000}`)
+			require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+			g := r.json(t)
+
+			res, events := f.openEvents(t, ctx, g["token"].(string))
+			require.Equal(t, http.StatusOK, res.StatusCode)
+			require.Equal(t, "hello", (<-events).name)
+			// Two ticks go by with the grant in force: the stream goes on.
+			for seen := 0; seen < 2; {
+				ev, ok := <-events
+				require.True(t, ok, "the stream ended while the grant was in force")
+				require.NotEqual(t, "end", ev.name)
+				if ev.name == "state" {
+					seen++
+				}
+			}
+
+			tc.revoke(t, f, account, g["jti"].(string))
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case ev, ok := <-events:
+					require.True(t, ok, "the stream closed without an end event")
+					if ev.name != "end" {
+						continue
+					}
+					e := ev.data["error"].(map[string]any)
+					if tc.code != "" {
+						require.Equal(t, string(tc.code), e["code"])
+					}
+					require.NotEmpty(t, e["message"])
+					_, open := <-events
+					require.False(t, open, "the stream goes on after its end event")
+					return
+				case <-deadline:
+					t.Fatal("the stream went on after the revocation")
+				}
+			}
+		})
+	}
+}

@@ -127,6 +127,7 @@
       case "decisions": return addDecisions(d);
       case "rates": return rates(d);
       case "state": return state(d);
+      case "end": return signOut("The server ended the session: " + ((d.error && d.error.message) || "the token no longer admits it") + ". No data is shown.");
     }
   }
 
