@@ -20,6 +20,10 @@ type Principal struct {
 
 	baseRoles []string // roles the credential itself carries
 	grantID   string   // the grant token's id, for a grant credential
+	// resolved is set on a principal the engine authenticated
+	// (resolveAccount, authenticateGrant): baseRoles and grantID then say
+	// what its credential carries. One built by hand carries its Roles.
+	resolved bool
 }
 
 // HasRole reports whether p holds role.

@@ -272,6 +272,32 @@ func MillisField(name string, ms int64) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// currentPrincipal is p as its credential stands at now, which a contract
+// is negotiated for: the roles its credential carries and its account
+// holds now (the directory's effectiveRoles, as checkAccess computes them
+// for a contract), not those of when it authenticated. p may have
+// authenticated long before: a WebSocket connection negotiates again on
+// the principal of its upgrade. A grant revoked or expired since is
+// GRANT_REVOKED. A principal the engine did not resolve (built by an
+// embedder) carries its Roles. The returned principal is p when nothing
+// changed, a copy otherwise; it is never nil.
+func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, error) {
+	base := p.baseRoles
+	if !p.resolved {
+		base = p.Roles
+	}
+	roles, code := e.dir.effectiveRoles(p.ID, base, p.grantID, now)
+	if code != CodeOK {
+		return p, NewError(code, "the grant this principal authenticated with was revoked or has expired; authenticate again")
+	}
+	if p.resolved && slices.Equal(roles, p.Roles) {
+		return p, nil
+	}
+	q := *p
+	q.Roles, q.baseRoles, q.resolved = roles, base, true
+	return &q, nil
+}
+
 // negotiate intersects the requested subjects with policy at identity
 // level and issues a contract.
 func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, names []string, ttl time.Duration) (*contract, error) {
@@ -290,6 +316,11 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{kind: limitNegotiate, principal: p.ID}, rp, now) {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
+	}
+	p, err := e.currentPrincipal(p, now)
+	if err != nil {
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Principal: p.ID}))
+		return nil, err
 	}
 	cat := e.catalog.Load()
 	c := &contract{permits: map[string]*permit{}}

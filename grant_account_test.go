@@ -101,3 +101,60 @@ func TestExpiredGrantsAreForgotten(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, carol, p.ID)
 }
+
+// TestNegotiateTakesTheCredentialAsItIsNow: a principal negotiates with
+// the roles its credential is worth when it negotiates, not when it
+// authenticated (a WebSocket connection negotiates again on the principal
+// of its upgrade): a role taken away since is not in the new contract, a
+// role given since is, and a grant revoked since is GRANT_REVOKED, audited,
+// with no contract issued.
+func TestNegotiateTakesTheCredentialAsItIsNow(t *testing.T) {
+	f := accessFixture(t)
+	e := f.e
+	for _, r := range []pigeon.Role{
+		{Name: "writer", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}},
+		{Name: "reader", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpReceive}}}},
+	} {
+		_, err := e.PutRole(ctx, r)
+		require.NoError(t, err)
+	}
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"writer", "reader"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, carol, []string{"writer", "reader"}, time.Hour)
+	require.NoError(t, err)
+	p, err := e.Authenticate(ctx, g.Token)
+	require.NoError(t, err)
+	k, err := e.Negotiate(ctx, p, "", []string{"rooms.chat"}, 0)
+	require.NoError(t, err)
+	require.True(t, k.Allows("rooms.chat", pigeon.OpPublish))
+	require.True(t, k.Allows("rooms.chat", pigeon.OpReceive))
+
+	_, err = e.RemoveAccountRole(ctx, carol, "writer")
+	require.NoError(t, err)
+	k, err = e.Negotiate(ctx, p, "", []string{"rooms.chat"}, 0)
+	require.NoError(t, err, "the principal of before")
+	require.False(t, k.Allows("rooms.chat", pigeon.OpPublish), "a role taken away since is not negotiated")
+	require.True(t, k.Allows("rooms.chat", pigeon.OpReceive))
+	require.Equal(t, []string{"reader"}, k.Info().Roles)
+	_, err = e.Publish(ctx, pigeon.Caller{Principal: p, ContractID: k.ID()}, chatIn("lobby", "hi"))
+	requireCode(t, err, pigeon.CodeOperationNotInContract)
+
+	require.NoError(t, e.RevokeGrant(ctx, g.JTI))
+	before, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	_, err = e.Negotiate(ctx, p, "", []string{"rooms.chat"}, 0)
+	requireCode(t, err, pigeon.CodeGrantRevoked)
+	after, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	last := after[len(after)-1]
+	require.Len(t, after, len(before)+1)
+	require.Equal(t, "contract.denied", last.Type)
+	require.Equal(t, string(pigeon.CodeGrantRevoked), last.Code)
+	require.Equal(t, carol, last.Principal)
+
+	// A principal built by hand keeps its roles, with its account's.
+	hand := &pigeon.Principal{ID: "embedded-service", Roles: []string{"writer"}}
+	k, err = e.Negotiate(ctx, hand, "", []string{"rooms.chat"}, 0)
+	require.NoError(t, err)
+	require.True(t, k.Allows("rooms.chat", pigeon.OpPublish))
+}
