@@ -262,7 +262,7 @@ func (e *Engine) AccountKeys(_ context.Context, id string) ([]PublicKey, error) 
 // overlaid by the credential's.
 func (e *Engine) resolveAccount(p *Principal) *Principal {
 	a := e.dir.lookup(p.ID)
-	out := &Principal{ID: p.ID, Attributes: p.Attributes, Roles: p.Roles, Method: p.Method, baseRoles: slices.Clone(p.Roles), resolved: true}
+	out := &Principal{ID: p.ID, Attributes: p.Attributes, Roles: p.Roles, Method: p.Method, Expires: p.Expires, baseRoles: slices.Clone(p.Roles), resolved: true}
 	if out.Method == "" {
 		out.Method = AuthToken
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"maps"
 	"slices"
+	"time"
 )
 
 // Principal is an authenticated identity. The broker resolves it from a
@@ -17,6 +18,17 @@ type Principal struct {
 	// Method is how the principal was authenticated; the engine sets
 	// AuthToken when an Authenticator leaves it empty.
 	Method AuthMethod `json:"method,omitempty" yaml:"-"`
+	// Expires is the instant the credential that authenticated the
+	// principal stops being valid: for package identity's methods the
+	// token's exp plus its issuer's leeway (OIDC) or the earliest NotAfter
+	// of the verified certificate chain (mTLS), and a grant token's
+	// expiry. Zero: the credential does not expire (a static token). Every
+	// contract the principal negotiates expires by then at the latest, and
+	// from then on Negotiate refuses it UNAUTHENTICATED, so a connection
+	// that authenticated once (a WebSocket session) acts on nothing after
+	// its credential expired. An Authenticator sets it; the engine keeps
+	// it when it merges the principal with its account.
+	Expires time.Time `json:"-" yaml:"-"`
 
 	baseRoles []string // roles the credential itself carries
 	grantID   string   // the grant token's id, for a grant credential
@@ -24,6 +36,12 @@ type Principal struct {
 	// (resolveAccount, authenticateGrant): baseRoles and grantID then say
 	// what its credential carries. One built by hand carries its Roles.
 	resolved bool
+}
+
+// expiredAt reports whether the principal's credential has expired at
+// now.
+func (p *Principal) expiredAt(now time.Time) bool {
+	return !p.Expires.IsZero() && !now.Before(p.Expires)
 }
 
 // HasRole reports whether p holds role.

@@ -628,7 +628,11 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (*Pri
 // Negotiate issues a contract to p for the subjects policy permits. ttl 0
 // means Options.ContractTTL; a negative ttl or one above
 // Options.MaxContractTTL is refused with INVALID_ARGUMENT (wire callers
-// convert ttlMs with TTLFromMillis).
+// convert ttlMs with TTLFromMillis). The contract expires no later than p's
+// credential (Principal.Expires): its operations are then refused
+// CONTRACT_EXPIRED and its subscriptions end. Once the credential has
+// expired, Negotiate refuses p UNAUTHENTICATED (audited contract.denied):
+// the caller must authenticate again with a fresh credential.
 func (e *Engine) Negotiate(ctx context.Context, p *Principal, region string, subjects []string, ttl time.Duration) (Contract, error) {
 	if e.closed.Load() {
 		return nil, errShutdown()

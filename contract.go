@@ -299,7 +299,10 @@ func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, erro
 }
 
 // negotiate intersects the requested subjects with policy at identity
-// level and issues a contract.
+// level and issues a contract. The contract expires after ttl, or when the
+// principal's credential does (Principal.Expires, a grant's expiry) if that
+// comes first; a principal whose credential has expired is refused
+// UNAUTHENTICATED.
 func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, names []string, ttl time.Duration) (*contract, error) {
 	if len(names) == 0 {
 		return nil, NewError(CodeBadRequest, "negotiation needs at least one subject")
@@ -313,6 +316,13 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		return nil, NewError(CodeInvalidArgument, "a contract lives at most %s", e.opts.MaxContractTTL)
 	}
 	now := e.now()
+	if p.expiredAt(now) {
+		// A connection authenticated once (a WebSocket session) outlives
+		// its credential: it may not negotiate on it.
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeUnauthenticated, store.AuditRecord{Principal: p.ID, Ref: authRef(p.Method)}))
+		return nil, NewError(CodeUnauthenticated, "the credential has expired (at %s); reconnect with a fresh one",
+			p.Expires.UTC().Format(time.RFC3339))
+	}
 	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{kind: limitNegotiate, principal: p.ID}, rp, now) {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
@@ -326,10 +336,14 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	c := &contract{permits: map[string]*permit{}}
 	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
 		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID, Auth: p.Method}
+	// The contract lives no longer than the credential behind it.
 	if p.grantID != "" {
 		if at, ok := e.dir.grantExpiry(p.grantID); ok && at.Before(c.info.ExpiresAt) {
 			c.info.ExpiresAt = at
 		}
+	}
+	if !p.Expires.IsZero() && p.Expires.Before(c.info.ExpiresAt) {
+		c.info.ExpiresAt = p.Expires
 	}
 	c.accessVer.Store(e.dir.version())
 	seen := map[string]bool{}

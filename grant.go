@@ -152,5 +152,5 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	if a := e.dir.lookup(claims.Subject); a != nil {
 		attrs = maps.Clone(a.Attributes)
 	}
-	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, Method: AuthGrant, grantID: claims.ID, resolved: true}, nil
+	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, Method: AuthGrant, Expires: claims.ExpiresAt, grantID: claims.ID, resolved: true}, nil
 }

@@ -44,6 +44,7 @@ type subscription struct {
 	ah      AsyncHandler // the handler of a transport (nil: h)
 	atMost  bool         // at-most-once: no acknowledgements, no redelivery
 	scope   *permit      // the contract's permit on the subject: its receive scope applies
+	expires time.Time    // when the contract expires: the subscription ends then
 	ctx     context.Context
 	cancel  context.CancelFunc
 	hctx    context.Context // ctx, marked as the handlers' (handlerOf)
@@ -234,10 +235,52 @@ func (e *Engine) onContractRevoked(id string) {
 // run is the subscription's delivery loop.
 func (s *subscription) run() {
 	defer s.finish()
+	defer s.endAtExpiry()()
 	if s.subj.mode == ModePubSub {
 		s.runPubSub()
 	} else {
 		s.runGroup()
+	}
+}
+
+// endAtExpiry stops the subscription with CONTRACT_EXPIRED at the instant
+// its contract expires, whatever it is doing then: idle, waiting for window
+// room or for a handler. Without it an idle subscription would learn of the
+// expiry only at its next delivery, and a transport would still hold it
+// live, its queued frames with it. Ending its context at the expiry is
+// what RevokeContract does at a revocation. It returns the func that
+// disarms it.
+func (s *subscription) endAtExpiry() (disarm func()) {
+	if s.expires.IsZero() {
+		return func() {}
+	}
+	var (
+		mu    sync.Mutex
+		t     *time.Timer
+		ended bool
+		fire  func()
+	)
+	fire = func() {
+		// The timer counts on the monotonic clock, the contract on
+		// Options.Now: a timer that fires early waits out what is left.
+		if left := s.expires.Sub(s.e.now()); left > 0 {
+			mu.Lock()
+			if !ended {
+				t = time.AfterFunc(left, fire)
+			}
+			mu.Unlock()
+			return
+		}
+		s.stop(NewError(CodeContractExpired, "the contract has expired"))
+	}
+	mu.Lock()
+	t = time.AfterFunc(s.expires.Sub(s.e.now()), fire)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		ended = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
 
