@@ -43,7 +43,9 @@ type MTLSOptions struct {
 // by go-spiffe against the bundle of its own trust domain. The principal is
 // the SPIFFE ID; its roles and attributes come from the account of that
 // name (the engine merges them), so removing a role from the account
-// revokes at the next check. It is safe for concurrent use.
+// revokes at the next check. The principal's Expires is the earliest
+// NotAfter of the verified chain, so its contracts end when the
+// certificate does. It is safe for concurrent use.
 type MTLS struct {
 	opts    MTLSOptions
 	bundles *x509bundle.Set
@@ -112,31 +114,39 @@ func (m *MTLS) AuthenticateCredential(_ context.Context, c pigeon.Credential) (*
 		}
 		return nil, pigeon.ErrUnrecognized
 	}
-	id, err := m.Verify(c.PeerCertificates)
+	v, err := m.verify(c.PeerCertificates)
 	if err != nil {
 		return nil, err
 	}
-	return &pigeon.Principal{ID: id.String(), Method: pigeon.AuthMTLS}, nil
+	return &pigeon.Principal{ID: v.id.String(), Method: pigeon.AuthMTLS, Expires: v.notAfter}, nil
 }
 
 // Verify checks a peer's chain (leaf first) and returns its SPIFFE ID. The
 // refusal is an UNAUTHENTICATED *pigeon.Error whose cause says why (never
 // certificate bytes).
 func (m *MTLS) Verify(chain []*x509.Certificate) (spiffeid.ID, error) {
+	v, err := m.verify(chain)
+	return v.id, err
+}
+
+// verify is Verify, and how long the chain stays valid: until the earliest
+// NotAfter of the chain it verified through (the leaf's, unless a CA
+// certificate of the chain expires first).
+func (m *MTLS) verify(chain []*x509.Certificate) (verified, error) {
 	now := m.opts.Now()
 	key := chainKey(chain)
 	m.mu.Lock()
 	v, ok := m.cache[key]
 	m.mu.Unlock()
 	if ok && !now.Before(v.notBefore) && now.Before(v.notAfter) {
-		return v.id, nil
+		return v, nil
 	}
 	id, chains, err := x509svid.Verify(chain, m.bundles, x509svid.WithTime(now))
 	if err == nil {
 		err = clientAuthUsage(chain[0])
 	}
 	if err != nil {
-		return spiffeid.ID{}, pigeon.WrapError(pigeon.CodeUnauthenticated, err,
+		return verified{}, pigeon.WrapError(pigeon.CodeUnauthenticated, err,
 			"the client certificate is not a valid SPIFFE certificate of an allowed trust domain")
 	}
 	v = verified{id: id, notBefore: chain[0].NotBefore, notAfter: chain[0].NotAfter}
@@ -154,7 +164,7 @@ func (m *MTLS) Verify(chain []*x509.Certificate) (spiffeid.ID, error) {
 	}
 	m.cache[key] = v
 	m.mu.Unlock()
-	return id, nil
+	return v, nil
 }
 
 func later(a, b time.Time) time.Time {

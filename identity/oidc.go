@@ -89,7 +89,9 @@ type OIDCOptions struct {
 // OIDC authenticates JWT bearer tokens of configured issuers, verified with
 // go-jose against each issuer's JSON Web Key Set. A token is recognized by
 // its iss claim; one whose issuer is not configured is left to the next
-// method. It is safe for concurrent use.
+// method. The principal's Expires is the token's exp plus the issuer's
+// Leeway, the instant after which the token itself is refused. It is safe
+// for concurrent use.
 type OIDC struct {
 	issuers map[string]*issuer
 	now     func() time.Time
@@ -301,7 +303,15 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 	default:
 		return nil, refuse("invalid claims")
 	}
-	return is.principal(all)
+	p, err := is.principal(all)
+	if err != nil {
+		return nil, err
+	}
+	// The token is accepted until exp plus the leeway (ValidateWithLeeway
+	// refuses it after), and so is what it admitted: the contracts it
+	// negotiates expire then at the latest.
+	p.Expires = std.Expiry.Time().Add(is.cfg.Leeway)
+	return p, nil
 }
 
 // keyFits reports whether key is of the type alg signs with.
