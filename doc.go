@@ -7,7 +7,8 @@
 // Authenticator resolves its credential to a Principal; nothing in a message
 // body can change who sent it), negotiates a contract (the subjects it asks
 // for intersected with the catalog's policy at identity level, compiled once
-// per policy version, with an unguessable id and a TTL), and communicates
+// per policy version, with an unguessable id and a TTL that ends, at the
+// latest, when the credential does: Principal.Expires), and communicates
 // under that contract: Publish, Subscribe, Receive, Ack, Nack, Request and
 // Replay. A networked broker hands the Authenticator a whole Credential (a
 // bearer token and the TLS client certificates) when it is a

@@ -20,7 +20,10 @@
 // The principal is the SPIFFE ID, or the configured claim of the token.
 // Roles and attributes of a certificate principal come from its account in
 // the broker's directory, so revoking a role takes effect at the next
-// check; a token's roles claim adds roles, as a static token's do.
+// check; a token's roles claim adds roles, as a static token's do. The
+// principal's Expires is when its credential stops being valid (a token's
+// exp plus the issuer's leeway, the chain's earliest NotAfter): the
+// contracts it negotiates end then at the latest.
 //
 // # Failure
 //
