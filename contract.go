@@ -277,10 +277,12 @@ func MillisField(name string, ms int64) (time.Duration, error) {
 // holds now (the directory's effectiveRoles, as checkAccess computes them
 // for a contract), not those of when it authenticated. p may have
 // authenticated long before: a WebSocket connection negotiates again on
-// the principal of its upgrade. A grant revoked or expired since is
-// GRANT_REVOKED. A principal the engine did not resolve (built by an
-// embedder) carries its Roles. The returned principal is p when nothing
-// changed, a copy otherwise; it is never nil.
+// the principal of its upgrade. A grant revoked since is GRANT_REVOKED
+// (negotiate refuses one expired since UNAUTHENTICATED before, as it does
+// every expired credential: Principal.Expires). A principal the engine did
+// not resolve (built by an embedder) carries its Roles. The returned
+// principal is p when nothing changed, a copy otherwise (Expires kept); it
+// is never nil.
 func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, error) {
 	base := p.baseRoles
 	if !p.resolved {
