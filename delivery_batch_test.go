@@ -2,6 +2,7 @@ package pigeon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -125,7 +126,9 @@ func TestDeliveryRecordsCoverEveryMessage(t *testing.T) {
 			recs, err := e.Audit(ctx, 0, 0)
 			require.NoError(t, err)
 			require.NoError(t, verifyRecords(recs))
+			at := map[pigeon.Event]map[uint64]uint64{} // event → message sequence → audit sequence of its record
 			for _, ev := range tc.events {
+				at[ev] = map[uint64]uint64{}
 				var covered []uint64
 				records := 0
 				for _, r := range recs {
@@ -143,6 +146,9 @@ func TestDeliveryRecordsCoverEveryMessage(t *testing.T) {
 					}
 					require.Equal(t, pigeon.DeliveryDigest(names), r.Digest, "digest binds the sequences to the ids")
 					covered = append(covered, seqs...)
+					for _, q := range seqs {
+						at[ev][q] = r.Seq
+					}
 				}
 				slices.Sort(covered)
 				want := make([]uint64, 0, n)
@@ -152,6 +158,13 @@ func TestDeliveryRecordsCoverEveryMessage(t *testing.T) {
 				slices.Sort(want)
 				require.Equal(t, want, covered, "%s records name every message once", ev)
 				require.Less(t, records, n/2, "%s is recorded per batch, not per message", ev)
+			}
+			// The log tells each message's story in order: handed over
+			// before acknowledged.
+			if acked := at[pigeon.EventDeliveryAcked]; acked != nil {
+				for q, dispatched := range at[pigeon.EventDeliveryDispatched] {
+					require.Less(t, dispatched, acked[q], "message %d: its dispatch is recorded before its acknowledgement", q)
+				}
 			}
 			if len(tc.opts) == 0 || tc.name == "at most once" {
 				mu.Lock()
@@ -306,4 +319,78 @@ func TestWorkQueueAcksRecordedPerBatch(t *testing.T) {
 	}
 	require.Equal(t, n, acked)
 	require.Less(t, records, n/2)
+}
+
+// TestDeliveryRecordsInOrder: the audit log tells each message's story in
+// the order it happened, whatever the window and however the handler
+// answers: handed over, then refused (and, on a work queue, handed over
+// again), then acknowledged. Answers come back while the loop is still
+// handing a batch over; they are recorded after the batch's dispatch
+// record, never before it.
+func TestDeliveryRecordsInOrder(t *testing.T) {
+	refuse := func(n int) bool { return n%3 == 0 }
+	for _, tc := range []struct {
+		name, pubToken, subToken, subject string
+		msg                               func(i int) *pigeon.Message
+		opts                              []pigeon.SubscribeOption
+		again                             bool // a refused message is handed over again, and recorded so
+	}{
+		{"pubsub in flight 8", "alice-token", "bob-token", "chat.messages", chat, []pigeon.SubscribeOption{pigeon.WithMaxInFlight(8), pigeon.WithStart(pigeon.StartFirst)}, false},
+		{"work queue in flight 8", "boss-token", "crew-token", "jobs.run", func(i int) *pigeon.Message {
+			return &pigeon.Message{Type: "job", Subject: "jobs.run", Intent: "run", Data: []byte(`{"n":` + strconv.Itoa(i) + `}`)}
+		}, []pigeon.SubscribeOption{pigeon.WithMaxInFlight(8), pigeon.WithGroup("crew")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := chatEngine(t)
+			pub := chatSession(t, e, tc.pubToken, tc.subject)
+			const n = 300
+			ids := make([]string, n)
+			for i := range n {
+				res, err := pub.Publish(ctx, tc.msg(i))
+				require.NoError(t, err)
+				ids[i] = res.Message.ID
+			}
+			sub := chatSession(t, e, tc.subToken, tc.subject)
+			var mu sync.Mutex
+			acked := 0
+			all := make(chan struct{})
+			s, err := sub.Subscribe(ctx, tc.subject, func(_ context.Context, d *pigeon.Delivery) error {
+				var m struct{ N int }
+				require.NoError(t, json.Unmarshal(d.Message.Data, &m))
+				if refuse(m.N) && d.Attempt == 1 {
+					return pigeon.RetryAfter(0, nil)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if acked++; acked == n {
+					close(all)
+				}
+				return nil
+			}, tc.opts...)
+			require.NoError(t, err)
+			select {
+			case <-all:
+			case <-time.After(30 * time.Second):
+				t.Fatal("not every message was acknowledged")
+			}
+			require.NoError(t, s.Unsubscribe(ctx))
+
+			for i, id := range ids {
+				rs, err := e.Receipts(ctx, id)
+				require.NoError(t, err)
+				var story []pigeon.Event
+				for _, r := range rs {
+					story = append(story, r.Event)
+				}
+				want := []pigeon.Event{pigeon.EventDeliveryDispatched, pigeon.EventDeliveryAcked}
+				if refuse(i) {
+					want = []pigeon.Event{pigeon.EventDeliveryDispatched, pigeon.EventDeliveryNacked, pigeon.EventDeliveryAcked}
+					if tc.again {
+						want = []pigeon.Event{pigeon.EventDeliveryDispatched, pigeon.EventDeliveryNacked, pigeon.EventDeliveryDispatched, pigeon.EventDeliveryAcked}
+					}
+				}
+				require.Equal(t, want, story, "message %d (%s)", i, id)
+			}
+		})
+	}
 }

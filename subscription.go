@@ -57,14 +57,18 @@ type subscription struct {
 	stopped atomic.Bool
 
 	// Outcomes reported by the handler, taken by the loop: acknowledged
-	// messages to record, work-queue outcomes to settle in the store.
-	resMu   sync.Mutex
-	nAcked  atomic.Int32 // entries in acked
-	acked   deliveryLog
-	settles []outcome
-	resWake chan struct{}
-	spare   deliveryLog // the loop's: acked is swapped with it to record
-	sent    deliveryLog // the loop's: what the batch being handed over holds
+	// messages to record, refusals to record, work-queue outcomes to
+	// settle in the store. The loop records them after the dispatch
+	// record of what it handed over (sent), so that the audit log tells
+	// each message's story in order: handed over, then answered.
+	resMu    sync.Mutex
+	nAcked   atomic.Int32 // entries in acked
+	acked    deliveryLog
+	refusals []store.AuditRecord // delivery.nacked and delivery.exhausted records
+	settles  []outcome
+	resWake  chan struct{}
+	spare    deliveryLog // the loop's: acked is swapped with it to record
+	sent     deliveryLog // the loop's: what the batch being handed over holds
 
 	// pubsub: messages pushed by the subject's fan-out while live.
 	queue       chan *decoded
@@ -652,12 +656,12 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 	}
 	rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
 	rec.MessageID = d.m.ID
-	s.e.auditAsync(rec)
+	s.refused(rec)
 	if attempt >= s.subj.maxAtt || s.ctx.Err() != nil || errors.Is(err, ErrUndelivered) {
 		if s.ctx.Err() == nil && attempt >= s.subj.maxAtt {
 			rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, s.base())
 			rec.MessageID = d.m.ID
-			s.e.auditAsync(rec)
+			s.refused(rec)
 		}
 		s.done1()
 		return
@@ -687,6 +691,15 @@ func (s *subscription) done1() {
 	s.running.Done()
 }
 
+// refused queues a refusal's record for the loop, which writes it after
+// the record of the delivery it answers (flush).
+func (s *subscription) refused(rec store.AuditRecord) {
+	s.resMu.Lock()
+	s.refusals = append(s.refusals, rec)
+	s.resMu.Unlock()
+	s.pokeResults()
+}
+
 func (s *subscription) pokeResults() {
 	select {
 	case s.resWake <- struct{}{}:
@@ -694,20 +707,30 @@ func (s *subscription) pokeResults() {
 	}
 }
 
-// flush records the acknowledgements reported since the last flush, in
-// range records, and settles work-queue outcomes in the store.
+// flush records the refusals and acknowledgements reported since the
+// last flush, these in range records, and settles work-queue outcomes in
+// the store. Only the loop calls it.
 func (s *subscription) flush() {
 	s.settlePending()
 	s.resMu.Lock()
 	s.acked, s.spare = s.spare, s.acked
 	s.nAcked.Store(0)
+	refusals := s.refusals
+	s.refusals = nil
 	s.resMu.Unlock()
+	for _, r := range refusals {
+		s.e.auditAsync(r)
+	}
 	s.spare.record(EventDeliveryAcked, OutcomeAllow, s.base(), s.e.auditAsync)
 }
 
 // settlePending settles the work-queue outcomes reported so far in the
-// store; their acknowledgements join the next range record.
+// store; their acknowledgements join the next range record. First it
+// records what was handed over so far: an answer is never recorded
+// before the delivery it answers, even while the loop is still handing
+// a batch over (waiting in acquire for window room).
 func (s *subscription) settlePending() {
+	s.sent.record(EventDeliveryDispatched, OutcomeAllow, s.base(), s.e.auditAsync)
 	s.resMu.Lock()
 	settles := s.settles
 	s.settles = nil
