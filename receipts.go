@@ -21,73 +21,135 @@ type Receipt struct {
 	// AuditSeq is the record's place in the chain.
 	AuditSeq uint64 `json:"auditSeq"`
 	// Subject and Seq name the message received: the acceptance of the id
-	// in force when the delivery was recorded. A client-chosen id is free
+	// whose sequence the delivery record lists. A client-chosen id is free
 	// again once its message is trimmed, so one id can name two messages
-	// over time; Seq tells their deliveries apart (0: the acceptance is
-	// no longer in the log).
+	// over time; Seq tells their deliveries apart (0: unknown, for a
+	// record naming the id alone whose acceptance is no longer in the log).
 	Subject string `json:"subject,omitempty"`
 	Seq     uint64 `json:"seq,omitempty"`
 }
 
 // ReceiptFinder answers "which principal received message X, and when"
-// from the audit records, read in chain order (a record of a delivery
-// always follows the message's publish.accepted record). A delivery batch
-// record names its messages by sequence; the publish.accepted record maps
-// the id to its subject and sequence. Records written before batch
-// records existed name the message id and match directly. The zero value
-// is not usable; see NewReceiptFinder. It is not safe for concurrent use.
+// from the audit records, read in chain order, in two passes: Accepted
+// reads every record once, to learn each acceptance of the id (its
+// publish.accepted record maps the id to a subject and sequence), then
+// Next reads every record again and collects the deliveries. A delivery
+// batch record names its messages by sequence, and it may precede the
+// acceptance in the chain: a subscriber reading the store can be handed a
+// message, and its batch recorded, in the moment between the message's
+// append and the queueing of its acceptance record. A single pass of Next
+// alone finds the deliveries recorded after the acceptance. Records
+// written before batch records existed name the message id and match
+// directly. The zero value is not usable; see NewReceiptFinder. It is not
+// safe for concurrent use.
 type ReceiptFinder struct {
 	id       string
-	subject  string
-	seq      uint64
+	accepted []acceptance // each acceptance of id, in chain order
+	next     int          // Next: the acceptances read so far
 	Receipts []Receipt
+}
+
+// acceptance is one message accepted under the id: its subject and
+// sequence.
+type acceptance struct {
+	subject string
+	seq     uint64
 }
 
 // NewReceiptFinder looks for the deliveries of message id.
 func NewReceiptFinder(id string) *ReceiptFinder { return &ReceiptFinder{id: id} }
 
-// Next reads the next record of the chain.
+// Accepted reads the next record of the first pass.
+func (f *ReceiptFinder) Accepted(r *store.AuditRecord) {
+	if a, ok := f.acceptanceOf(r); ok {
+		f.accepted = append(f.accepted, a)
+	}
+}
+
+// acceptanceOf is the acceptance r records of the id, if it is one.
+func (f *ReceiptFinder) acceptanceOf(r *store.AuditRecord) (acceptance, bool) {
+	if Event(r.Type) != EventPublishAccepted || r.MessageID != f.id {
+		return acceptance{}, false
+	}
+	seq, _ := strconv.ParseUint(r.Seqs, 10, 64)
+	return acceptance{r.Subject, seq}, true
+}
+
+// Next reads the next record of the second pass (or of the only one).
 func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 	switch Event(r.Type) {
 	case EventPublishAccepted:
-		if r.MessageID == f.id {
-			f.subject = r.Subject
-			f.seq, _ = strconv.ParseUint(r.Seqs, 10, 64)
+		if a, ok := f.acceptanceOf(r); ok {
+			if f.next == len(f.accepted) { // a single pass: learnt here
+				f.accepted = append(f.accepted, a)
+			}
+			f.next++
 		}
 		return
 	case EventDeliveryDispatched, EventDeliveryAcked, EventDeliveryNacked, EventDeliveryExhausted:
 	default:
 		return
 	}
-	hit := r.MessageID == f.id
-	if !hit && f.seq != 0 && r.Subject == f.subject && r.Count > 0 {
-		hit = SeqsContain(r.Seqs, f.seq)
+	rc := Receipt{Event: Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject}
+	if r.Count > 0 { // a batch record: by sequence
+		hit := false
+		for _, a := range f.accepted {
+			if a.seq != 0 && a.subject == r.Subject && SeqsContain(r.Seqs, a.seq) {
+				rc.Seq, hit = a.seq, true
+				f.Receipts = append(f.Receipts, rc)
+			}
+		}
+		if !hit && r.MessageID == f.id { // of one message, its acceptance trimmed from the log
+			rc.Seq, _ = strconv.ParseUint(r.Seqs, 10, 64)
+			f.Receipts = append(f.Receipts, rc)
+		}
+		return
 	}
-	if hit {
-		rc := Receipt{Event: Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject}
-		if r.Subject == f.subject {
-			rc.Seq = f.seq
+	if r.MessageID == f.id {
+		// A record of one message by id alone: of the acceptance in
+		// force, or of the next one on its subject when it was recorded
+		// just before it.
+		if a, ok := f.inForce(r.Subject); ok {
+			rc.Seq = a.seq
 		}
 		f.Receipts = append(f.Receipts, rc)
 	}
 }
 
-// Receipts reads the engine's audit log for the deliveries of message id.
-func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
-	f := NewReceiptFinder(id)
-	for from := uint64(1); ; {
-		recs, err := e.store.ReadAudit(ctx, from, 1000)
-		if err != nil {
-			return nil, storeError(err)
-		}
-		for i := range recs {
-			f.Next(&recs[i])
-			from = recs[i].Seq + 1
-		}
-		if len(recs) < 1000 {
-			return f.Receipts, nil
+// inForce is the acceptance a record of the id alone on subject is of:
+// the last one read, or else the next one on the subject.
+func (f *ReceiptFinder) inForce(subject string) (acceptance, bool) {
+	if f.next > 0 && f.accepted[f.next-1].subject == subject {
+		return f.accepted[f.next-1], true
+	}
+	for _, a := range f.accepted[f.next:] {
+		if a.subject == subject {
+			return a, true
 		}
 	}
+	return acceptance{}, false
+}
+
+// Receipts reads the engine's audit log for the deliveries of message id,
+// in two passes (ReceiptFinder).
+func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
+	f := NewReceiptFinder(id)
+	for _, pass := range []func(*store.AuditRecord){f.Accepted, f.Next} {
+		for from := uint64(1); ; {
+			recs, err := e.store.ReadAudit(ctx, from, 1000)
+			if err != nil {
+				return nil, storeError(err)
+			}
+			for i := range recs {
+				pass(&recs[i])
+				from = recs[i].Seq + 1
+			}
+			if len(recs) < 1000 {
+				break
+			}
+		}
+	}
+	return f.Receipts, nil
 }
 
 // SeqsContain reports whether the Seqs of a batch record ("4-9,12")

@@ -60,8 +60,10 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	f := pigeon.NewReceiptFinder(fs.Arg(0))
-	if err := wal.ScanAudit(*data, func(r *pigeon.AuditRecord) error { f.Next(r); return nil }); err != nil {
-		return fail(stderr, "audit receipts", err)
+	for _, pass := range []func(*pigeon.AuditRecord){f.Accepted, f.Next} {
+		if err := wal.ScanAudit(*data, func(r *pigeon.AuditRecord) error { pass(r); return nil }); err != nil {
+			return fail(stderr, "audit receipts", err)
+		}
 	}
 	enc := json.NewEncoder(stdout)
 	for _, r := range f.Receipts {
