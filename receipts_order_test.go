@@ -63,7 +63,7 @@ func TestReceiptFinderTwoPasses(t *testing.T) {
 				accepted(1, "chat", "X", "1"),
 				batch(2, pigeon.EventDeliveryDispatched, "chat", "1", 1, "X"),
 				batch(3, pigeon.EventDeliveryDispatched, "chat", "2-3", 2, ""), // before the second acceptance
-				one(4, pigeon.EventDeliveryNacked, "chat", "X"),                 // of the first: in force
+				one(4, pigeon.EventDeliveryNacked, "chat", "X"),                // of the first: in force
 				accepted(5, "chat", "X", "3"),
 				one(6, pigeon.EventDeliveryNacked, "chat", "X"),
 				batch(7, pigeon.EventDeliveryDispatched, "other", "3", 1, ""), // another subject's 3
