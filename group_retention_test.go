@@ -124,6 +124,19 @@ func auditOf(t *testing.T, e *pigeon.Engine, typ pigeon.Event) []pigeon.AuditRec
 	return out
 }
 
+// auditedCount sums the counts that the records of a retention event
+// (typ) carry in their Ref.
+func auditedCount(t *testing.T, e *pigeon.Engine, typ pigeon.Event) int {
+	t.Helper()
+	n := 0
+	for _, r := range auditOf(t, e, typ) {
+		k, err := strconv.Atoi(r.Ref)
+		require.NoError(t, err)
+		n += k
+	}
+	return n
+}
+
 // groupRetentionCase is one setting of Options.GroupRetention, how long a
 // group then stays unused, and whether its stored progress goes.
 type groupRetentionCase struct {
@@ -402,15 +415,7 @@ func pruningUnderChurn(t *testing.T, f *fixture) {
 			return err
 		})
 	}
-	pruned := func() int {
-		n := 0
-		for _, r := range auditOf(t, f.e, pigeon.EventRetentionGroups) {
-			k, err := strconv.Atoi(r.Ref)
-			require.NoError(t, err)
-			n += k
-		}
-		return n
-	}
+	pruned := func() int { return auditedCount(t, f.e, pigeon.EventRetentionGroups) }
 	// 300 ms of the clock, and up to 900 (within tasks.run's one-second
 	// ack wait) until a churned group went idle long enough to be pruned:
 	// on a loaded machine the churning goroutines get less of each

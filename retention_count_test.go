@@ -2,7 +2,6 @@ package pigeon_test
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,15 +206,7 @@ func requireNewestKeptAndAudited(t *testing.T, f *fixture, st *memory.Store, ids
 		kept = append(kept, m.ID)
 	}
 	require.Equal(t, ids[first-1:], kept, "the newest are kept")
-	audited := func() int {
-		went := 0
-		for _, rec := range auditOf(t, f.e, pigeon.EventRetentionMessages) {
-			n, err := strconv.Atoi(rec.Ref)
-			require.NoError(t, err)
-			went += n
-		}
-		return went
-	}
+	audited := func() int { return auditedCount(t, f.e, pigeon.EventRetentionMessages) }
 	require.Eventually(t, func() bool {
 		first, _, err = st.Bounds(ctx, "tasks.run")
 		require.NoError(t, err)
