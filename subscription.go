@@ -62,7 +62,7 @@ type subscription struct {
 	// record of what it handed over (sent), so that the audit log tells
 	// each message's story in order: handed over, then answered.
 	resMu    sync.Mutex
-	nAcked   atomic.Int32 // entries in acked
+	nAnswers atomic.Int32 // entries in acked and refusals: at maxBatch the loop records them
 	acked    deliveryLog
 	refusals []store.AuditRecord // delivery.nacked and delivery.exhausted records
 	settles  []outcome
@@ -374,7 +374,7 @@ func transient(err error) bool { return ErrorCode(err) == CodeStoreNoQuorum }
 func (s *subscription) runPubSub() {
 	f := s.e.fanoutOf(s.subj.name)
 	for s.ctx.Err() == nil {
-		if s.nAcked.Load() >= maxBatch {
+		if s.nAnswers.Load() >= maxBatch {
 			s.flush()
 		}
 		batch, ok := s.nextBatch(f)
@@ -413,7 +413,9 @@ func (s *subscription) nextBatch(f *fanout) ([]*decoded, bool) {
 		// Idle: record what was acknowledged, then wait; answers that
 		// come in meanwhile are recorded after ackRecordDelay at most.
 		s.flush()
-		if len(s.slots) > 0 {
+		// An answer may have come in since the flush, its slot freed
+		// already: it is still recorded after ackRecordDelay.
+		if len(s.slots) > 0 || s.nAnswers.Load() > 0 {
 			// One timer, reset each time: since Go 1.23 a reset timer
 			// never delivers a value from before the reset.
 			if s.idle == nil {
@@ -647,7 +649,7 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 			s.resMu.Lock()
 			s.acked.add(d.seq, d.m.ID)
 			s.resMu.Unlock()
-			if s.nAcked.Add(1) == maxBatch {
+			if s.nAnswers.Add(1) == maxBatch {
 				s.pokeResults()
 			}
 		}
@@ -697,7 +699,8 @@ func (s *subscription) refused(rec store.AuditRecord) {
 	s.resMu.Lock()
 	s.refusals = append(s.refusals, rec)
 	s.resMu.Unlock()
-	s.pokeResults()
+	s.nAnswers.Add(1)
+	s.pokeResults() // rare: recorded at once if the loop is idle
 }
 
 func (s *subscription) pokeResults() {
@@ -714,7 +717,7 @@ func (s *subscription) flush() {
 	s.settlePending()
 	s.resMu.Lock()
 	s.acked, s.spare = s.spare, s.acked
-	s.nAcked.Store(0)
+	s.nAnswers.Store(0)
 	refusals := s.refusals
 	s.refusals = nil
 	s.resMu.Unlock()
@@ -766,7 +769,7 @@ func (s *subscription) acquire() bool {
 			// Settle work-queue answers at once (their leases run);
 			// record acknowledgements when many gathered.
 			s.settlePending()
-			if s.nAcked.Load() >= maxBatch {
+			if s.nAnswers.Load() >= maxBatch {
 				s.flush()
 			}
 		case <-s.ctx.Done():
@@ -782,7 +785,7 @@ func (s *subscription) runGroup() {
 	e := s.e
 	for s.ctx.Err() == nil {
 		s.settlePending()
-		if s.nAcked.Load() >= maxBatch {
+		if s.nAnswers.Load() >= maxBatch {
 			s.flush()
 		}
 		free := cap(s.slots) - len(s.slots)
@@ -873,7 +876,7 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 				s.acked.add(d.seq, d.m.ID)
 			}
 			s.resMu.Unlock()
-			s.nAcked.Add(int32(len(acked)))
+			s.nAnswers.Add(int32(len(acked)))
 		}
 	}
 	e.pokeGroup(s.subj.name)
