@@ -394,3 +394,58 @@ func TestDeliveryRecordsInOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalsHeldAreBounded: refusal records wait for the subscription's
+// loop (which records them after the deliveries they answer), and count
+// toward the answers that make it record: a subscriber that refuses a long
+// backlog holds about a batch of them, not the backlog's, and every one is
+// recorded.
+func TestRefusalsHeldAreBounded(t *testing.T) {
+	opts := transporttest.Options()
+	for i, s := range opts.Catalog.Subjects {
+		if s.Name == "chat.messages" {
+			opts.Catalog.Subjects[i].Delivery.Retry.MaxAttempts = 1 // refused once: exhausted
+		}
+	}
+	e, err := pigeon.New(ctx, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	pub := chatSession(t, e, "alice-token", "chat.messages")
+	const n = 1500
+	for i := range n {
+		_, err := pub.Publish(ctx, chat(i))
+		require.NoError(t, err)
+	}
+	sub := chatSession(t, e, "bob-token", "chat.messages")
+	most, handled := 0, 0
+	all := make(chan struct{})
+	s, err := sub.Subscribe(ctx, "chat.messages", func(ctx context.Context, _ *pigeon.Delivery) error {
+		// One in flight: the handler runs on the loop, one at a time.
+		most = max(most, pigeon.RefusalsHeld(ctx))
+		if handled++; handled == n {
+			close(all)
+		}
+		return errors.New("refused")
+	}, pigeon.WithStart(pigeon.StartFirst), pigeon.WithMaxInFlight(1))
+	require.NoError(t, err)
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not every message was handed over")
+	}
+	records := func(ev pigeon.Event) int {
+		recs := 0
+		for _, r := range auditOf(t, e, ev) {
+			if r.Ref == s.ID() {
+				recs++
+			}
+		}
+		return recs
+	}
+	// The last refusals are recorded though the subscription goes idle.
+	require.Eventually(t, func() bool { return records(pigeon.EventDeliveryExhausted) == n }, 30*time.Second, 5*time.Millisecond)
+	require.Equal(t, n, records(pigeon.EventDeliveryNacked))
+	require.NoError(t, s.Unsubscribe(ctx))
+	require.Positive(t, most)
+	require.LessOrEqual(t, most, 2*256+2, "a nacked and an exhausted record per message, recorded every 256 answers")
+}
