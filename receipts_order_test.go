@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"pigeon/transport/transporttest"
+
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -178,4 +180,47 @@ func TestReceiptsUnderConcurrentPublishes(t *testing.T) {
 			require.Equal(t, map[pigeon.Event]int{pigeon.EventDeliveryDispatched: subs, pigeon.EventDeliveryAcked: subs}, count, "receipts of %s", id)
 		}
 	}
+}
+
+// BenchmarkReceipts: the receipts of one message in a log of 5,000
+// publishes delivered and acknowledged in batches, which Receipts reads
+// twice (ReceiptFinder); records/op is the log's length.
+func BenchmarkReceipts(b *testing.B) {
+	e, err := pigeon.New(context.Background(), transporttest.Options())
+	require.NoError(b, err)
+	b.Cleanup(func() { require.NoError(b, e.Shutdown(context.Background())) })
+	pub, err := e.Connect(ctx, "alice-token", []string{"chat.messages"})
+	require.NoError(b, err)
+	const n = 5000
+	var id string
+	for i := range n {
+		res, err := pub.Publish(ctx, chat(i))
+		require.NoError(b, err)
+		if i == n/2 {
+			id = res.Message.ID
+		}
+	}
+	sub, err := e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	require.NoError(b, err)
+	var handled sync.WaitGroup
+	handled.Add(n)
+	s, err := sub.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error {
+		handled.Done()
+		return nil
+	}, pigeon.WithStart(pigeon.StartFirst))
+	require.NoError(b, err)
+	handled.Wait()
+	require.NoError(b, s.Unsubscribe(ctx))
+	rs, err := e.Receipts(ctx, id)
+	require.NoError(b, err)
+	require.Len(b, rs, 2)
+	log, err := e.Audit(ctx, 0, 0)
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.Receipts(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(log)), "records/op")
 }
