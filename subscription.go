@@ -57,14 +57,14 @@ type subscription struct {
 	stopped atomic.Bool
 
 	// Outcomes reported by the handler, taken by the loop: acknowledged
-	// messages to record, refusals to record, work-queue outcomes to
-	// settle in the store. The loop records them after the dispatch
+	// messages to record, refusals (and the redeliveries that follow
+	// them) to record, work-queue outcomes to settle in the store. The loop records them after the dispatch
 	// record of what it handed over (sent), so that the audit log tells
 	// each message's story in order: handed over, then answered.
 	resMu    sync.Mutex
 	nAnswers atomic.Int32 // entries in acked and refusals: at maxBatch the loop records them
 	acked    deliveryLog
-	refusals []store.AuditRecord // delivery.nacked and delivery.exhausted records
+	refusals []store.AuditRecord // delivery.nacked, delivery.exhausted and a pub/sub redelivery's delivery.dispatched, in the order they happened
 	settles  []outcome
 	resWake  chan struct{}
 	spare    deliveryLog // the loop's: acked is swapped with it to record
@@ -682,9 +682,18 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 			s.done1()
 			return
 		}
+		s.redispatched(d)
 		s.deliver(d, attempt+1)
 		s.flushHandler()
 	}()
+}
+
+// redispatched queues the delivery.dispatched record of a pub/sub
+// message handed over again, after the refusal that caused it and before
+// any answer to it: an auditor sees each time it was handed over. (A work
+// queue records its redeliveries where it leases them.)
+func (s *subscription) redispatched(d *decoded) {
+	s.refused(batchRecord(EventDeliveryDispatched, OutcomeAllow, s.base(), []logged{{d.seq, d.m.ID}}))
 }
 
 // done1 ends one delivery: its slot is free.
@@ -693,8 +702,8 @@ func (s *subscription) done1() {
 	s.running.Done()
 }
 
-// refused queues a refusal's record for the loop, which writes it after
-// the record of the delivery it answers (flush).
+// refused queues a refusal's record (or a redelivery's) for the loop,
+// which writes it after the record of the delivery it answers (flush).
 func (s *subscription) refused(rec store.AuditRecord) {
 	s.resMu.Lock()
 	s.refusals = append(s.refusals, rec)
