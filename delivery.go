@@ -3,7 +3,9 @@ package pigeon
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"pigeon/store"
 )
@@ -51,16 +53,19 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		err       error
 		pullGroup = consumerGroup(scope, nil, Selector{})
 	)
+	still := func() error { return e.stillAllowed(ctx, c, s, OpReceive, EventReceiveDenied) }
 	switch {
 	case s.mode == ModePubSub:
-		out, err = e.receiveCursor(ctx, c, s, max, scope)
-	case settle:
-		out, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
-		if err == nil {
-			err = e.settleReceived(ctx, s, pullGroup, c.Principal.ID, out)
-		}
+		out, err = e.receiveCursor(ctx, c, s, max, scope, still)
 	default:
 		out, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
+		if err == nil {
+			if err = still(); err != nil {
+				e.giveBack(ctx, s, pullGroup, c.Principal.ID, out)
+			} else if settle {
+				err = e.settleReceived(ctx, s, pullGroup, c.Principal.ID, out)
+			}
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -110,7 +115,7 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 // retention trimmed messages it had not read, those it reads after them
 // are done above its floor (which only moves over contiguous sequences),
 // and reading from the floor would hand them out again.
-func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *permit) ([]*Message, error) {
+func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max int, scope *permit, still func() error) ([]*Message, error) {
 	g, err := e.group(ctx, cursorKey(s.name, c.Principal.ID))
 	if err != nil {
 		return nil, err
@@ -146,6 +151,11 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 		if scope.inScope(OpReceive, d.value()) {
 			out = append(out, d.m.Clone())
 		}
+	}
+	// Nothing is handed out, and the cursor stays, if the contract no
+	// longer allows it.
+	if err := still(); err != nil {
+		return nil, err
 	}
 	// The cursor moves past what is handed out, in one durable write.
 	if err := e.markDoneAll(ctx, g, seqs); err != nil {
@@ -271,6 +281,10 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	return s, sm, g, nil
 }
 
+// MaxReplayReason is the longest ReplayRequest.Reason, in bytes; a
+// replay.executed record keeps the reason in its ref.
+const MaxReplayReason = 512 // maxAuditText: kept whole
+
 // ReplayRequest asks for retained messages of a subject again.
 type ReplayRequest struct {
 	Subject      string `json:"subject"`
@@ -298,6 +312,12 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	deny := func(code Code, reason string) error {
 		e.audit(ctx, EventReplayDenied.record(OutcomeDeny, code, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID}))
 		return NewError(code, "%s", reason)
+	}
+	switch {
+	case len(r.Reason) > MaxReplayReason:
+		return nil, deny(CodeBadRequest, "the reason is longer than "+strconv.Itoa(MaxReplayReason)+" bytes")
+	case !utf8.ValidString(r.Reason):
+		return nil, deny(CodeInvalidUTF8, "the reason is not valid UTF-8")
 	}
 	_, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
 	switch {
@@ -345,6 +365,37 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		}
 		out = append(out, m)
 	}
-	e.audit(ctx, EventReplayExecuted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID}))
+	if err := e.stillAllowed(ctx, c, s, OpReplay, EventReplayDenied); err != nil {
+		return nil, err
+	}
+	e.recordReplay(ctx, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, Ref: r.Reason}, out)
 	return out, nil
+}
+
+// recordReplay writes the replay.executed record of the messages out
+// handed over, on base: their sequences, count and digest as a delivery
+// batch record carries them, so that the receipts of a message list the
+// replays that returned it. More than maxLogged messages take more
+// records; none takes one record naming none.
+func (e *Engine) recordReplay(ctx context.Context, base store.AuditRecord, out []*Message) {
+	if len(out) == 0 {
+		e.audit(ctx, EventReplayExecuted.record(OutcomeAllow, CodeOK, base))
+		return
+	}
+	var log deliveryLog
+	for _, m := range out {
+		log.add(m.Sequence, m.ID)
+	}
+	log.record(EventReplayExecuted, OutcomeAllow, base, func(r store.AuditRecord) { e.audit(ctx, r) })
+}
+
+// stillAllowed checks c's contract for op on s again, just before what a
+// pull receive or a replay read is handed over: a revocation, an expiry or
+// a lost role that came while the read waited (for the group, the store,
+// the disk) holds for this read, not the next. A refusal is audited as ev.
+func (e *Engine) stillAllowed(ctx context.Context, c Caller, s *subject, op Operation, ev Event) error {
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, op); code != CodeOK {
+		return e.contractError(ctx, ev, c.Principal, s.name, c.ContractID, code, reason)
+	}
+	return nil
 }

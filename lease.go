@@ -420,6 +420,33 @@ func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
 	return time.Duration(float64(d) * float64(e.opts.RetryBase) / float64(time.Second))
 }
 
+// giveBack returns the leases of msgs, just taken by holder in group and
+// never handed over, to the group at once, their attempts uncounted.
+func (e *Engine) giveBack(ctx context.Context, s *subject, group, holder string, msgs []*Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: group})
+	if err != nil {
+		return // the leases run out by themselves
+	}
+	defer e.releaseGroup(g)
+	ctx = context.WithoutCancel(ctx)
+	g.mu.Lock()
+	now := e.now()
+	var back []uint64
+	for _, m := range msgs {
+		if l := g.leases[m.Sequence]; l != nil && l.holder == holder {
+			e.uncount(ctx, g, m.Sequence, l.attempt)
+			l.holder, l.busy, l.deadline = "", false, now
+			back = append(back, m.Sequence)
+		}
+	}
+	g.mu.Unlock()
+	e.releaseShared(ctx, g, false, now, back...)
+	e.pokeGroup(s.name)
+}
+
 // releaseLeases gives a departing subscription's leases back to its group.
 func (e *Engine) releaseLeases(s *subscription) {
 	g, ctx := s.g, context.WithoutCancel(s.ctx)

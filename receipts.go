@@ -16,7 +16,8 @@ type Receipt struct {
 	Time       time.Time `json:"time"`
 	Principal  string    `json:"principal"`
 	ContractID string    `json:"contractId"`
-	// Ref is the subscription; empty for a pull receive.
+	// Ref is the subscription; empty for a pull receive; the reason
+	// given for a replay (Event replay.executed).
 	Ref string `json:"ref,omitempty"`
 	// AuditSeq is the record's place in the chain.
 	AuditSeq uint64 `json:"auditSeq"`
@@ -86,7 +87,7 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 			f.next++
 		}
 		return
-	case EventDeliveryDispatched, EventDeliveryAcked, EventDeliveryNacked, EventDeliveryExhausted:
+	case EventDeliveryDispatched, EventDeliveryAcked, EventDeliveryNacked, EventDeliveryExhausted, EventReplayExecuted:
 	default:
 		return
 	}
