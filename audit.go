@@ -34,6 +34,7 @@ const (
 	EventQuarantineReleased   Event = "quarantine.released"
 	EventReplyRouted          Event = "reply.routed"
 	EventReplyDropped         Event = "reply.dropped"
+	EventReplyDelivered       Event = "reply.delivered" // a reply handed to its requester; principal, contract: the requester's; ref: the request's id
 	EventSubscriptionStarted  Event = "subscription.started"
 	EventSubscriptionStopped  Event = "subscription.stopped"
 	EventSubscribeDenied      Event = "subscribe.denied"

@@ -17,7 +17,8 @@ type Receipt struct {
 	Principal  string    `json:"principal"`
 	ContractID string    `json:"contractId"`
 	// Ref is the subscription; empty for a pull receive; the reason
-	// given for a replay (Event replay.executed).
+	// given for a replay (Event replay.executed); the request's id for a
+	// reply (Event reply.delivered).
 	Ref string `json:"ref,omitempty"`
 	// AuditSeq is the record's place in the chain.
 	AuditSeq uint64 `json:"auditSeq"`
@@ -88,6 +89,13 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		}
 		return
 	case EventDeliveryDispatched, EventDeliveryAcked, EventDeliveryNacked, EventDeliveryExhausted, EventReplayExecuted:
+	case EventReplyDelivered:
+		// A reply is never in a subject's log: it has no sequence, and
+		// an acceptance of the same id on the subject is another message.
+		if r.MessageID == f.id {
+			f.Receipts = append(f.Receipts, Receipt{Event: EventReplyDelivered, Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject})
+		}
+		return
 	default:
 		return
 	}

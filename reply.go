@@ -206,11 +206,15 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result
 // handReply gives the requester c the reply r to its request req, if c's
 // contract still allows the request's subject at this moment; otherwise
 // the reply is dropped (audited) and the requester gets the contract's
-// refusal.
+// refusal. A reply handed over is recorded (reply.delivered, to the
+// requester, ref: the request's id), so its receipts name who received it
+// and when.
 func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Message, error) {
-	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, e.subject(req.Subject), OpPublish); code != CodeOK {
+	s := e.subject(req.Subject)
+	if _, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpPublish); code != CodeOK {
 		return nil, e.contractError(ctx, EventReplyDropped, c.Principal, req.Subject, c.ContractID, code, reason)
 	}
+	e.auditAsync(EventReplyDelivered.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, MessageID: r.ID, Ref: req.ID}))
 	return r, nil
 }
 
