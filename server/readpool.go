@@ -44,7 +44,7 @@ func (rq *request) reserveRead() error {
 	if rq.p == nil {
 		src = pigeon.SourceOf(rq.r.RemoteAddr)
 	}
-	rq.reader = readpool.KeyOf(rq.p, src)
+	rq.reader, rq.read = readpool.KeyOf(rq.p, src), true
 	n, err := rq.s.reads.Reserve(rq.ctx, rq.reader, readpool.ReadReserve(rq.s.e))
 	rq.held = n
 	return err

@@ -10,6 +10,7 @@ import (
 
 	"pigeon"
 	"pigeon/internal/readpool"
+	"pigeon/internal/wire"
 	"pigeon/transport/mesgd"
 )
 
@@ -35,6 +36,7 @@ type request struct {
 	region string
 	held   int64        // bytes of Server.reads this request holds until answered
 	reader readpool.Key // whom they are held for
+	read   bool         // it reserved room in Server.reads, and may have waited for it
 	query  url.Values   // the query string, read strictly (see queryParams)
 }
 
@@ -112,12 +114,31 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		rq.query = q
 		defer rq.keepRead(0) // what a read still holds, once its answer is written
 		status, body, err := ep.fn(rq)
+		if err == nil && rq.read && ep.access > member {
+			err = rq.stillMayCall(ep.access)
+		}
 		if err != nil {
-			writeError(w, err)
+			unauthorized(w, err)
 			return
 		}
 		writeJSON(w, status, body)
 	})
+}
+
+// stillMayCall checks again, once a read that may have waited for room in
+// the read pool is done and before its answer is written, that the
+// caller may call a route of access a: a grant revoked, an account
+// deleted or a role taken away while the read waited holds for this read,
+// not the next. (A read under a contract is checked again by the engine.)
+func (rq *request) stillMayCall(a access) error {
+	p, err := rq.s.e.Reauthenticate(rq.ctx, wire.Credential(rq.r, bearer(rq.r)))
+	if err != nil {
+		return err
+	}
+	if refused := mayCall(a, p, rq.r); refused != nil {
+		return rq.s.denied(rq.r, p, refused)
+	}
+	return nil
 }
 
 // denied audits refused, the refusal of r to p for want of a role, as an
