@@ -325,6 +325,10 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		return nil, NewError(CodeUnauthenticated, "the credential has expired (at %s); reconnect with a fresh one",
 			p.Expires.UTC().Format(time.RFC3339))
 	}
+	if err := CheckRegion(region); err != nil {
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Principal: p.ID}))
+		return nil, err
+	}
 	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{kind: limitNegotiate, principal: p.ID}, rp, now) {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")

@@ -281,9 +281,10 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	return s, sm, g, nil
 }
 
-// MaxReplayReason is the longest ReplayRequest.Reason, in bytes; a
-// replay.executed record keeps the reason in its ref.
-const MaxReplayReason = 512 // maxAuditText: kept whole
+// MaxReason is the longest reason, in bytes, a replay (ReplayRequest) or
+// a message (Message.Reason) gives; a replay.executed record keeps the
+// replay's in its ref, whole.
+const MaxReason = 512 // maxAuditText
 
 // ReplayRequest asks for retained messages of a subject again.
 type ReplayRequest struct {
@@ -314,8 +315,8 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		return NewError(code, "%s", reason)
 	}
 	switch {
-	case len(r.Reason) > MaxReplayReason:
-		return nil, deny(CodeBadRequest, "the reason is longer than "+strconv.Itoa(MaxReplayReason)+" bytes")
+	case len(r.Reason) > MaxReason:
+		return nil, deny(CodeBadRequest, "the reason is longer than "+strconv.Itoa(MaxReason)+" bytes")
 	case !utf8.ValidString(r.Reason):
 		return nil, deny(CodeInvalidUTF8, "the reason is not valid UTF-8")
 	}

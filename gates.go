@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Names of the built-in gates, in the order they run; duplicate detection
@@ -99,13 +100,62 @@ func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
 		return Deny(CodeEnvelopeInvalid, "source is required")
 	case m.Intent == "":
 		return Deny(CodeEnvelopeInvalid, "intent is required")
-	case len(m.ID) > 256 || len(m.Subject) > 256 || len(m.Type) > 256 || len(m.IdempotencyKey) > 256 || len(m.CorrelationID) > 256:
-		return Deny(CodeEnvelopeInvalid, "an envelope field is longer than 256 bytes")
+	}
+	if name, most := longField(m); name != "" {
+		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" is longer than "+strconv.Itoa(most)+" bytes")
 	}
 	if a.timeErr {
 		return Deny(CodeEnvelopeInvalid, "time must be an RFC 3339 timestamp")
 	}
 	return Allow()
+}
+
+// MaxEnvelopeField is the longest text envelope field a publisher sets,
+// in bytes, but for reason (MaxReason) and data.
+const MaxEnvelopeField = 256
+
+// CheckRegion refuses a caller's region that no message could carry:
+// longer than MaxEnvelopeField bytes (BAD_REQUEST) or not UTF-8
+// (INVALID_UTF8). A transport checks the region a request names at its
+// edge; negotiation checks the one it is given.
+func CheckRegion(region string) error {
+	switch {
+	case len(region) > MaxEnvelopeField:
+		return NewError(CodeBadRequest, "the region is longer than %d bytes", MaxEnvelopeField)
+	case !utf8.ValidString(region):
+		return NewError(CodeInvalidUTF8, "the region is not valid UTF-8")
+	}
+	return nil
+}
+
+// longField names the first text field of m a publisher sets that is
+// longer than it may be, and that bound; "" when none is. (Source is the
+// principal's, and time is an RFC 3339 timestamp.)
+func longField(m *Message) (string, int) {
+	const most = MaxEnvelopeField
+	switch {
+	case len(m.ID) > most:
+		return "id", most
+	case len(m.Type) > most:
+		return "type", most
+	case len(m.Subject) > most:
+		return "subject", most
+	case len(m.Intent) > most:
+		return "intent", most
+	case len(m.IdempotencyKey) > most:
+		return "idempotencyKey", most
+	case len(m.Classification) > most:
+		return "classification", most
+	case len(m.Region) > most:
+		return "region", most
+	case len(m.ReplyTo) > most:
+		return "replyTo", most
+	case len(m.CorrelationID) > most:
+		return "correlationId", most
+	case len(m.Reason) > MaxReason:
+		return "reason", MaxReason
+	}
+	return "", 0
 }
 
 type contractGate struct{ e *Engine }

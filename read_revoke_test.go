@@ -108,7 +108,7 @@ func TestReadsHandOverWhatTheContractStillAllows(t *testing.T) {
 // messages it handed over as a delivery record does (sequences, count,
 // digest of their ids) and keeps the reason given, so the receipts of a
 // message list the replays that returned it. A reason longer than
-// MaxReplayReason, or not UTF-8, is refused before anything is read.
+// MaxReason, or not UTF-8, is refused before anything is read.
 func TestReplayIsRecordedWithWhatItReturned(t *testing.T) {
 	e := chatEngine(t)
 	orders := chatSession(t, e, "orders-token", "notifications.send")
@@ -119,7 +119,7 @@ func TestReplayIsRecordedWithWhatItReturned(t *testing.T) {
 		ids = append(ids, res.Message.ID)
 	}
 	ops := chatSession(t, e, "notify-replay-token", "notifications.send")
-	reason := strings.Repeat("é", pigeon.MaxReplayReason/2) // the longest kept whole
+	reason := strings.Repeat("é", pigeon.MaxReason/2) // the longest kept whole
 	got, err := ops.Replay(ctx, pigeon.ReplayRequest{Subject: "notifications.send", Reason: reason, FromSequence: 2})
 	require.NoError(t, err)
 	require.Len(t, got, 2)

@@ -58,6 +58,9 @@ func (s *Server) authenticate(r *http.Request) (*pigeon.Principal, string, error
 	if region == "" {
 		region = s.opts.Region
 	}
+	if err := pigeon.CheckRegion(region); err != nil {
+		return nil, "", err
+	}
 	return p, region, nil
 }
 

@@ -304,3 +304,29 @@ func TestMillisecondFieldsDoNotWrap(t *testing.T) {
 	require.Equal(t, 400, r.status, "%s", r.body)
 	require.Equal(t, pigeon.CodeInvalidArgument, r.code(t))
 }
+
+// TestCallerRegionCheckedAtTheEdge: the region a request names
+// (X-Pigeon-Region), which becomes the region of a message that names
+// none, is refused at the edge when no message could carry it: longer than
+// an envelope field may be, or not UTF-8.
+func TestCallerRegionCheckedAtTheEdge(t *testing.T) {
+	f := newFixture(t)
+	c := f.contract(t, "checkout-token", "payments.authorize")
+	body := `{"type":"payment.authorization.requested","subject":"payments.authorize","intent":"authorize_payment",` +
+		`"idempotencyKey":"region","classification":"pci","data":{"merchantId":"m-1","orderId":"o-1","amount":1,"currency":"GBP","paymentToken":"tok_a"}}`
+	for _, tc := range []struct {
+		name, region string
+		code         pigeon.Code
+	}{
+		{"too long", strings.Repeat("r", pigeon.MaxEnvelopeField+1), pigeon.CodeBadRequest},
+		{"not UTF-8", "u\xffk", pigeon.CodeInvalidUTF8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", body, "x-pigeon-contract", c, "x-pigeon-region", tc.region)
+			require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+			require.Equal(t, tc.code, r.code(t))
+		})
+	}
+	r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", body, "x-pigeon-contract", c, "x-pigeon-region", "uk")
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+}

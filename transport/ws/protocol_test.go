@@ -323,6 +323,14 @@ func TestRegionFromHeader(t *testing.T) {
 	m := demo.Notification("k-eu")
 	m.Region = "uk"
 	r.fail(ws.OpPublish, `,"message":`+msgJSON(t, m), pigeon.CodeRegionDenied)
+
+	// A region no message could carry is refused at the upgrade.
+	for _, region := range []string{strings.Repeat("r", pigeon.MaxEnvelopeField+1), "u\xffk"} {
+		_, resp, err := websocket.Dial(context.Background(), v.url, &websocket.DialOptions{
+			HTTPHeader: http.Header{"Authorization": {"Bearer orders-token"}, "X-Pigeon-Region": {region}}})
+		require.Error(t, err)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	}
 }
 
 // An upgrade that says who or where twice is refused 400 BAD_REQUEST before

@@ -150,6 +150,9 @@ func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string
 	if region == "" {
 		region = defaultRegion
 	}
+	if err := pigeon.CheckRegion(region); err != nil {
+		return nil, "", err
+	}
 	return p, region, nil
 }
 
