@@ -114,12 +114,15 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		rq.query = q
 		defer rq.keepRead(0) // what a read still holds, once its answer is written
 		status, body, err := ep.fn(rq)
-		if err == nil && rq.read && ep.access > member {
-			err = rq.stillMayCall(ep.access)
-		}
 		if err != nil {
-			unauthorized(w, err)
+			writeError(w, err)
 			return
+		}
+		if rq.read && ep.access > member {
+			if err := rq.stillMayCall(ep.access); err != nil {
+				unauthorized(w, err)
+				return
+			}
 		}
 		writeJSON(w, status, body)
 	})
