@@ -418,7 +418,7 @@ func TestRefusalsHeldAreBounded(t *testing.T) {
 	all := make(chan struct{})
 	s, err := sub.Subscribe(ctx, "chat.messages", func(ctx context.Context, _ *pigeon.Delivery) error {
 		// One in flight: the handler runs on the loop, one at a time.
-		most = max(most, pigeon.RefusalsHeld(ctx))
+		most = max(most, pigeon.RecordsHeld(ctx))
 		if handled++; handled == n {
 			close(all)
 		}

@@ -53,14 +53,15 @@ func (e *Engine) HoldGroup(ctx context.Context, subject, group string) (release 
 // Options.SweepInterval.
 func (e *Engine) EnforceRetention(ctx context.Context) { e.enforceRetention(ctx) }
 
-// RefusalsHeld is how many refusal records the subscription whose handler
-// ctx is holds for its loop to record; -1 outside a handler.
-func RefusalsHeld(ctx context.Context) int {
+// RecordsHeld is how many records (refusals, redeliveries) the
+// subscription whose handler ctx is holds for its loop to record; -1
+// outside a handler.
+func RecordsHeld(ctx context.Context) int {
 	s, _ := ctx.Value(handlerOf{}).(*subscription)
 	if s == nil {
 		return -1
 	}
 	s.resMu.Lock()
 	defer s.resMu.Unlock()
-	return len(s.refusals)
+	return len(s.held)
 }

@@ -62,9 +62,9 @@ type subscription struct {
 	// record of what it handed over (sent), so that the audit log tells
 	// each message's story in order: handed over, then answered.
 	resMu    sync.Mutex
-	nAnswers atomic.Int32 // entries in acked and refusals: at maxBatch the loop records them
+	nAnswers atomic.Int32 // entries in acked and held: at maxBatch the loop records them
 	acked    deliveryLog
-	refusals []store.AuditRecord // delivery.nacked, delivery.exhausted and a pub/sub redelivery's delivery.dispatched, in the order they happened
+	held     []store.AuditRecord // delivery.nacked, delivery.exhausted and a pub/sub redelivery's delivery.dispatched, in the order they happened
 	settles  []outcome
 	resWake  chan struct{}
 	spare    deliveryLog // the loop's: acked is swapped with it to record
@@ -658,12 +658,12 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 	}
 	rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
 	rec.MessageID = d.m.ID
-	s.refused(rec)
+	s.hold(rec)
 	if attempt >= s.subj.maxAtt || s.ctx.Err() != nil || errors.Is(err, ErrUndelivered) {
 		if s.ctx.Err() == nil && attempt >= s.subj.maxAtt {
 			rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, s.base())
 			rec.MessageID = d.m.ID
-			s.refused(rec)
+			s.hold(rec)
 		}
 		s.done1()
 		return
@@ -693,7 +693,7 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 // any answer to it: an auditor sees each time it was handed over. (A work
 // queue records its redeliveries where it leases them.)
 func (s *subscription) redispatched(d *decoded) {
-	s.refused(batchRecord(EventDeliveryDispatched, OutcomeAllow, s.base(), []logged{{d.seq, d.m.ID}}))
+	s.hold(batchRecord(EventDeliveryDispatched, OutcomeAllow, s.base(), []logged{{d.seq, d.m.ID}}))
 }
 
 // done1 ends one delivery: its slot is free.
@@ -702,11 +702,11 @@ func (s *subscription) done1() {
 	s.running.Done()
 }
 
-// refused queues a refusal's record (or a redelivery's) for the loop,
-// which writes it after the record of the delivery it answers (flush).
-func (s *subscription) refused(rec store.AuditRecord) {
+// hold queues a refusal's record (or a redelivery's) for the loop, which
+// writes it after the record of the delivery it answers (flush).
+func (s *subscription) hold(rec store.AuditRecord) {
 	s.resMu.Lock()
-	s.refusals = append(s.refusals, rec)
+	s.held = append(s.held, rec)
 	s.resMu.Unlock()
 	s.nAnswers.Add(1)
 	s.pokeResults() // rare: recorded at once if the loop is idle
@@ -719,18 +719,18 @@ func (s *subscription) pokeResults() {
 	}
 }
 
-// flush records the refusals and acknowledgements reported since the
-// last flush, these in range records, and settles work-queue outcomes in
-// the store. Only the loop calls it.
+// flush records what was held (refusals, redeliveries) and the
+// acknowledgements reported since the last flush, these in range records,
+// and settles work-queue outcomes in the store. Only the loop calls it.
 func (s *subscription) flush() {
 	s.settlePending()
 	s.resMu.Lock()
 	s.acked, s.spare = s.spare, s.acked
 	s.nAnswers.Store(0)
-	refusals := s.refusals
-	s.refusals = nil
+	held := s.held
+	s.held = nil
 	s.resMu.Unlock()
-	for _, r := range refusals {
+	for _, r := range held {
 		s.e.auditAsync(r)
 	}
 	s.spare.record(EventDeliveryAcked, OutcomeAllow, s.base(), s.e.auditAsync)
