@@ -222,30 +222,6 @@ func TestReplyPassesEveryGate(t *testing.T) {
 	require.NoError(t, reply(`{"approved":true}`), "a reply is not held to the request's schema")
 }
 
-// TestReplyDroppedWhenRequesterLosesContract: a reply is handed over only
-// while the requester's contract still allows the subject.
-func TestReplyDroppedWhenRequesterLosesContract(t *testing.T) {
-	f := newFixture(t)
-	checkout := f.connect("checkout-token", "payments.authorize")
-	gateway := f.connect("gateway-token", "payments.authorize")
-	done := make(chan error, 1)
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	go func() {
-		_, err := checkout.Request(rctx, demo.Payment("o-1"))
-		done <- err
-	}()
-	req := receiveOne(t, gateway, "payments.authorize")
-	p := checkout.(interface{ Caller() pigeon.Caller }).Caller().Principal
-	require.NoError(t, f.e.RevokeContract(ctx, p, checkout.Contract().ID()))
-	_, err := gateway.Publish(ctx, demo.Approval(req.ID))
-	require.NoError(t, err)
-	requireCode(t, <-done, pigeon.CodeContractRevoked)
-	recs, err := f.e.Audit(ctx, 0, 0)
-	require.NoError(t, err)
-	require.Contains(t, auditTypes(recs), "reply.dropped")
-}
-
 // TestReceiveSettled: a consumer that never acks (the reference broker's
 // HTTP pull) gets each work-queue message once; with Receive the same
 // message comes back after the ack wait.

@@ -11,10 +11,12 @@ import (
 	"pigeon/demo"
 )
 
-// TestReplyReceipts: a reply is never in its subject's log, yet its
-// receipts name who got it and when: a reply.delivered record of it to
-// the requester, the request's id in ref. A reply dropped because the
-// requester's contract was revoked while it waited is no receipt.
+// TestReplyReceipts: a reply is handed over only while the requester's
+// contract still allows the subject. It is never in its subject's log,
+// yet its receipts name who got it and when: a reply.delivered record of
+// it to the requester, the request's id in ref. A reply dropped because
+// the requester's contract was revoked while it waited (reply.dropped) is
+// no receipt.
 func TestReplyReceipts(t *testing.T) {
 	for _, revoke := range []bool{false, true} {
 		t.Run(map[bool]string{false: "handed over", true: "dropped"}[revoke], func(t *testing.T) {
