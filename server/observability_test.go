@@ -430,37 +430,15 @@ func TestConsoleEventsOutliveTheServerTimeouts(t *testing.T) {
 // event naming why, within a tick of its principal's grant being revoked
 // or its auditor role taken away; an unrevoked stream goes on.
 func TestConsoleEventsEndWhenRevoked(t *testing.T) {
-	tests := []struct {
-		name   string
-		revoke func(t *testing.T, f *fixture, account, jti string)
-		code   pigeon.Code
-	}{
-		{"grant revoked", func(t *testing.T, f *fixture, _, jti string) {
-			require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/grants/"+jti, "admin-token", "").status)
-		}, pigeon.CodeUnauthenticated},
-		{"auditor role taken away", func(t *testing.T, f *fixture, account, _ string) {
-			r := f.do(t, http.MethodDelete, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
-			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-		}, pigeon.CodeForbidden},
-		{"account deleted", func(t *testing.T, f *fixture, account, _ string) {
-			require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/accounts/"+account, "admin-token", "").status)
-		}, ""},
-	}
-	for _, tc := range tests {
+	for _, tc := range auditorRevocations {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			const account = "ops-console"
-			r := f.do(t, http.MethodPost, "/v1/accounts", "admin-token", `{"id":"`+account+`"}`)
-			require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-			r = f.do(t, http.MethodPut, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
-			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-			r = f.do(t, http.MethodPost, "/v1/grants", "admin-token", `{"account":"`+account+`","roles":["`+server.RoleAuditor+`"],"ttlMs":600000}`)
-			require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-			g := r.json(t)
+			token, jti := f.auditorGrant(t, account)
 
-			res, events := f.openEvents(t, ctx, g["token"].(string))
+			res, events := f.openEvents(t, ctx, token)
 			require.Equal(t, http.StatusOK, res.StatusCode)
 			require.Equal(t, "hello", (<-events).name)
 			// Two ticks go by with the grant in force: the stream goes on.
@@ -473,7 +451,7 @@ func TestConsoleEventsEndWhenRevoked(t *testing.T) {
 				}
 			}
 
-			tc.revoke(t, f, account, g["jti"].(string))
+			tc.revoke(t, f, account, jti)
 			deadline := time.After(10 * time.Second)
 			for {
 				select {
@@ -496,4 +474,37 @@ func TestConsoleEventsEndWhenRevoked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// auditorGrant creates account with the auditor role and a grant of it to
+// the account, and returns the grant's token and id.
+func (f *fixture) auditorGrant(t *testing.T, account string) (token, jti string) {
+	t.Helper()
+	r := f.do(t, http.MethodPost, "/v1/accounts", "admin-token", `{"id":"`+account+`"}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	r = f.do(t, http.MethodPut, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = f.do(t, http.MethodPost, "/v1/grants", "admin-token", `{"account":"`+account+`","roles":["`+server.RoleAuditor+`"],"ttlMs":600000}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	g := r.json(t)
+	return g["token"].(string), g["jti"].(string)
+}
+
+// auditorRevocations are the ways an auditor's grant (auditorGrant) stops
+// standing, and the code a request on it gets then ("": some refusal).
+var auditorRevocations = []struct {
+	name   string
+	revoke func(t *testing.T, f *fixture, account, jti string)
+	code   pigeon.Code
+}{
+	{"grant revoked", func(t *testing.T, f *fixture, _, jti string) {
+		require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/grants/"+jti, "admin-token", "").status)
+	}, pigeon.CodeUnauthenticated},
+	{"auditor role taken away", func(t *testing.T, f *fixture, account, _ string) {
+		r := f.do(t, http.MethodDelete, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	}, pigeon.CodeForbidden},
+	{"account deleted", func(t *testing.T, f *fixture, account, _ string) {
+		require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/accounts/"+account, "admin-token", "").status)
+	}, ""},
 }

@@ -11,7 +11,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/server"
+	"pigeon/internal/wire"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -45,25 +45,15 @@ func (s *stallingReads) ListQuarantine(ctx context.Context, since time.Time, max
 
 // TestRoleReadsCheckedAgainBeforeTheAnswer: a page of the audit log or of
 // the quarantine is read under the auditor role checked when the request
-// came in; a grant revoked or the role taken away while the read waits
-// answers the refusal, not the page, and is audited.
+// came in; a grant revoked, the role taken away or the account deleted
+// while the read waits answers the refusal, not the page.
 func TestRoleReadsCheckedAgainBeforeTheAnswer(t *testing.T) {
 	for _, path := range []string{"/v1/audit", "/v1/quarantine"} {
-		for _, tc := range []struct {
+		for _, tc := range append([]struct {
 			name   string
 			revoke func(t *testing.T, f *fixture, account, jti string)
-			status int
 			code   pigeon.Code
-		}{
-			{"in force", func(*testing.T, *fixture, string, string) {}, http.StatusOK, ""},
-			{"grant revoked", func(t *testing.T, f *fixture, _, jti string) {
-				require.Equal(t, http.StatusOK, f.do(t, http.MethodDelete, "/v1/grants/"+jti, "admin-token", "").status)
-			}, http.StatusUnauthorized, pigeon.CodeUnauthenticated},
-			{"role taken away", func(t *testing.T, f *fixture, account, _ string) {
-				r := f.do(t, http.MethodDelete, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
-				require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-			}, http.StatusForbidden, pigeon.CodeForbidden},
-		} {
+		}{{"in force", func(*testing.T, *fixture, string, string) {}, ""}}, auditorRevocations...) {
 			t.Run(path+" "+tc.name, func(t *testing.T) {
 				st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
 				e, err := pigeon.New(context.Background(), &pigeon.Options{
@@ -76,28 +66,26 @@ func TestRoleReadsCheckedAgainBeforeTheAnswer(t *testing.T) {
 				s, hs := serve(t, e, nil)
 				f := &fixture{e: e, s: s, hs: hs}
 				const account = "ops-reader"
-				r := f.do(t, http.MethodPost, "/v1/accounts", "admin-token", `{"id":"`+account+`"}`)
-				require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-				r = f.do(t, http.MethodPut, "/v1/accounts/"+account+"/roles/"+server.RoleAuditor, "admin-token", "")
-				require.Equal(t, http.StatusOK, r.status, "%s", r.body)
-				r = f.do(t, http.MethodPost, "/v1/grants", "admin-token", `{"account":"`+account+`","roles":["`+server.RoleAuditor+`"],"ttlMs":600000}`)
-				require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
-				g := r.json(t)
+				token, jti := f.auditorGrant(t, account)
 
 				st.armed.Store(true)
 				done := make(chan response, 1)
-				go func() { done <- f.do(t, http.MethodGet, path, g["token"].(string), "") }()
+				go func() { done <- f.do(t, http.MethodGet, path, token, "") }()
 				<-st.reading
-				tc.revoke(t, f, account, g["jti"].(string))
+				tc.revoke(t, f, account, jti)
 				close(st.goOn)
 				res := <-done
-				require.Equal(t, tc.status, res.status, "%s", res.body)
-				if tc.code == "" {
+				if tc.name == "in force" {
+					require.Equal(t, http.StatusOK, res.status, "%s", res.body)
 					require.Contains(t, string(res.body), `"records"`)
 					return
 				}
-				require.Equal(t, tc.code, res.code(t))
+				require.GreaterOrEqual(t, res.status, 400, "%s", res.body)
 				require.NotContains(t, string(res.body), `"records"`)
+				if tc.code != "" {
+					require.Equal(t, tc.code, res.code(t))
+					require.Equal(t, wire.HTTPStatus(tc.code), res.status)
+				}
 			})
 		}
 	}
