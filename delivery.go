@@ -71,10 +71,8 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		return nil, err
 	}
 	var log deliveryLog
+	log.addAll(out)
 	base := store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID}
-	for _, m := range out {
-		log.add(m.Sequence, m.ID)
-	}
 	acked := settle && s.mode != ModePubSub
 	log.record(EventDeliveryDispatched, OutcomeAllow, base, func(r store.AuditRecord) {
 		e.auditAsync(r)
@@ -384,9 +382,7 @@ func (e *Engine) recordReplay(ctx context.Context, base store.AuditRecord, out [
 		return
 	}
 	var log deliveryLog
-	for _, m := range out {
-		log.add(m.Sequence, m.ID)
-	}
+	log.addAll(out)
 	log.record(EventReplayExecuted, OutcomeAllow, base, func(r store.AuditRecord) { e.audit(ctx, r) })
 }
 

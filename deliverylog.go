@@ -28,6 +28,13 @@ type logged struct {
 
 func (l *deliveryLog) add(seq uint64, id string) { l.entries = append(l.entries, logged{seq, id}) }
 
+// addAll adds msgs, handed over by a pull receive or a replay.
+func (l *deliveryLog) addAll(msgs []*Message) {
+	for _, m := range msgs {
+		l.add(m.Sequence, m.ID)
+	}
+}
+
 // record turns what the log holds into ev records built on base, at most
 // maxLogged messages each, hands each to write, and empties the log
 // (keeping its room for the next batch). The messages are sorted by
