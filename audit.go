@@ -26,6 +26,7 @@ const (
 	EventContractNegotiated   Event = "contract.negotiated"
 	EventContractDenied       Event = "contract.denied"
 	EventContractRevoked      Event = "contract.revoked"
+	EventContractRenewed      Event = "contract.renewed" // a contract's expiry moved later (RenewContract); principal, contractId; ref: how the principal authenticated
 	EventPublishAccepted      Event = "publish.accepted"
 	EventPublishDuplicate     Event = "publish.duplicate"
 	EventPublishDenied        Event = "publish.denied"

@@ -671,7 +671,11 @@ func (e *Engine) Connect(ctx context.Context, credential string, subjects []stri
 	if err != nil {
 		return nil, err
 	}
-	return e.newLocalSession(Caller{Principal: p, Region: region, ContractID: c.info.ID}, c), nil
+	s := e.newLocalSession(Caller{Principal: p, Region: region, ContractID: c.info.ID}, c)
+	if !co.NoAutoRenew {
+		e.goTracked(func() { s.renewLoop(co.ContractTTL) })
+	}
+	return s, nil
 }
 
 // Shutdown stops accepting work, ends subscriptions and waits for

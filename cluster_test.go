@@ -201,6 +201,51 @@ func TestClusterSeam(t *testing.T) {
 		require.Equal(t, demo.Gateway, reply.Source)
 	})
 
+	t.Run("Renewal", func(t *testing.T) {
+		// A contract renewed on one node holds on the other, which holds
+		// it in memory with its old expiry: a subscription there goes on
+		// past it, and so do publishes.
+		_, es := twoNodes(t)
+		const life = 700 * time.Millisecond
+		alice, err := es[0].Connect(ctx, "alice-token", []string{"chat.messages"}, pigeon.WithContractTTL(life))
+		require.NoError(t, err)
+		k := alice.Contract()
+		first := k.ExpiresAt()
+		p, err := es[0].Authenticate(ctx, "alice-token")
+		require.NoError(t, err)
+		caller := pigeon.Caller{Principal: p, ContractID: k.ID()}
+		got := make(chan string, 8)
+		sub, err := es[1].Subscribe(ctx, caller, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+			got <- string(d.Message.Data)
+			return nil
+		})
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe(ctx) }()
+		_, err = es[1].Publish(ctx, caller, chatMessage("before"))
+		require.NoError(t, err)
+		select {
+		case m := <-got:
+			require.Contains(t, m, "before")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no delivery before the renewal: %v", sub.Err())
+		}
+
+		renewed, err := es[0].RenewContract(ctx, p, k.ID(), time.Hour)
+		require.NoError(t, err)
+		time.Sleep(time.Until(first) + 100*time.Millisecond)
+		_, err = es[1].Publish(ctx, caller, chatMessage("after"))
+		require.NoError(t, err, "the other node reads the renewal")
+		select {
+		case m := <-got:
+			require.Contains(t, m, "after")
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the subscription on the other node ended at the old expiry: %v", sub.Err())
+		}
+		c, err := es[1].GetContract(ctx, p, k.ID())
+		require.NoError(t, err)
+		require.Equal(t, renewed.ExpiresAt().UnixNano(), c.ExpiresAt().UnixNano())
+	})
+
 	t.Run("Directory", func(t *testing.T) {
 		h, es := twoNodes(t)
 		_, err := es[0].PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "chat.messages", Operations: []pigeon.Operation{pigeon.OpPublish}}}})

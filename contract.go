@@ -80,6 +80,7 @@ type ContractInfo struct {
 // operation are ignored.
 func (ci ContractInfo) View() Contract {
 	c := &contract{info: ci, permits: map[string]*permit{}}
+	c.setExpiry(ci.ExpiresAt)
 	for _, s := range ci.Subjects {
 		g := &permit{digest: s.Digest}
 		for _, op := range s.Operations {
@@ -105,11 +106,18 @@ func (ci ContractInfo) View() Contract {
 }
 
 type contract struct {
-	info      ContractInfo
+	info      ContractInfo // its ExpiresAt is the expiry when it was negotiated or loaded; exp is the one in force
 	permits   map[string]*permit
 	revoked   atomic.Bool
-	accessVer atomic.Uint64 // directory version of the last access check
+	accessVer atomic.Uint64             // directory version of the last access check
+	exp       atomic.Pointer[time.Time] // when it expires; RenewContract moves it later
 }
+
+// expiresAt is when c expires, as renewals moved it.
+func (c *contract) expiresAt() time.Time { return *c.exp.Load() }
+
+// setExpiry sets when c expires.
+func (c *contract) setExpiry(t time.Time) { c.exp.Store(&t) }
 
 // permit is what a contract allows on one subject: the operations, those
 // of them held through role permissions, and their scopes. (A grant, in
@@ -197,9 +205,10 @@ func opBit(op Operation) uint8 {
 
 func (c *contract) ID() string           { return c.info.ID }
 func (c *contract) Principal() string    { return c.info.Principal }
-func (c *contract) ExpiresAt() time.Time { return c.info.ExpiresAt }
+func (c *contract) ExpiresAt() time.Time { return c.expiresAt() }
 func (c *contract) Info() ContractInfo {
 	ci := c.info
+	ci.ExpiresAt = c.expiresAt()
 	ci.Subjects = slices.Clone(ci.Subjects)
 	ci.PolicyIDs = slices.Clone(ci.PolicyIDs)
 	return ci
@@ -210,7 +219,7 @@ func (c *contract) Allows(subject string, op Operation) bool {
 }
 
 // MarshalJSON renders the contract's JSON shape.
-func (c *contract) MarshalJSON() ([]byte, error) { return json.Marshal(c.info) }
+func (c *contract) MarshalJSON() ([]byte, error) { return json.Marshal(c.Info()) }
 
 // contracts is the engine's table of live contracts.
 type contracts struct {
@@ -309,13 +318,9 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	if len(names) == 0 {
 		return nil, NewError(CodeBadRequest, "negotiation needs at least one subject")
 	}
-	switch {
-	case ttl < 0:
-		return nil, NewError(CodeInvalidArgument, "a contract ttl must not be negative")
-	case ttl == 0:
-		ttl = min(e.opts.ContractTTL, e.opts.MaxContractTTL)
-	case ttl > e.opts.MaxContractTTL:
-		return nil, NewError(CodeInvalidArgument, "a contract lives at most %s", e.opts.MaxContractTTL)
+	ttl, err := e.contractTTL(ttl)
+	if err != nil {
+		return nil, err
 	}
 	now := e.now()
 	if p.expiredAt(now) {
@@ -333,7 +338,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
 	}
-	p, err := e.currentPrincipal(p, now)
+	p, err = e.currentPrincipal(p, now)
 	if err != nil {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Principal: p.ID}))
 		return nil, err
@@ -351,6 +356,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	if !p.Expires.IsZero() && p.Expires.Before(c.info.ExpiresAt) {
 		c.info.ExpiresAt = p.Expires
 	}
+	c.setExpiry(c.info.ExpiresAt)
 	c.accessVer.Store(e.dir.version())
 	seen := map[string]bool{}
 	for _, name := range names {
@@ -426,12 +432,13 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 }
 
 func (e *Engine) saveContract(ctx context.Context, c *contract) error {
-	body, err := json.Marshal(c.info)
+	info := c.Info()
+	body, err := json.Marshal(info)
 	if err != nil {
 		return WrapError(CodeInternal, err, "encode contract")
 	}
-	rec := store.ContractRecord{ID: c.info.ID, Principal: c.info.Principal, Region: c.info.Region,
-		IssuedAt: c.info.IssuedAt, ExpiresAt: c.info.ExpiresAt, Revoked: c.revoked.Load(), Body: body}
+	rec := store.ContractRecord{ID: info.ID, Principal: info.Principal, Region: info.Region,
+		IssuedAt: info.IssuedAt, ExpiresAt: info.ExpiresAt, Revoked: c.revoked.Load(), Body: body}
 	if err := e.store.PutContract(ctx, rec); err != nil {
 		return storeError(err)
 	}
@@ -469,7 +476,7 @@ func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, erro
 	} else {
 		e.contracts.m[id] = c
 		if !rec.Revoked {
-			e.live.add(c.info.Principal, id, c.info.ExpiresAt, e.now())
+			e.live.add(c.info.Principal, id, c.expiresAt(), e.now())
 		}
 	}
 	e.contracts.mu.Unlock()
@@ -501,7 +508,7 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 	if c.revoked.Load() {
 		return nil, CodeContractRevoked, "the contract was revoked"
 	}
-	if !now.Before(c.info.ExpiresAt) {
+	if !now.Before(c.expiresAt()) && !e.renewedElsewhere(ctx, c, now) {
 		return nil, CodeContractExpired, "the contract has expired"
 	}
 	if code, reason := e.checkAccess(c); code != CodeOK {
@@ -582,7 +589,7 @@ func (e *Engine) sweepContracts(ctx context.Context) {
 	cut := e.now().Add(-time.Hour)
 	e.contracts.mu.Lock()
 	for id, c := range e.contracts.m {
-		if c.info.ExpiresAt.Before(cut) {
+		if c.expiresAt().Before(cut) {
 			delete(e.contracts.m, id)
 		}
 	}

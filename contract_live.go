@@ -73,7 +73,32 @@ func (h *expiryHeap) Pop() any {
 func (p *principalLive) prune(now time.Time) {
 	for len(p.exp) > 0 && !now.Before(p.exp[0].at) {
 		x := heap.Pop(&p.exp).(expiryEntry)
-		delete(p.live, x.id)
+		if at, ok := p.live[x.id]; ok && !at.After(x.at) { // not renewed past x
+			delete(p.live, x.id)
+		}
+	}
+}
+
+// extend moves the expiry of a live contract id later, to at (renewal);
+// the entry of the old expiry stays in the heap, and prune passes over it.
+func (p *principalLive) extend(id string, at time.Time) {
+	if old, ok := p.live[id]; !ok || !at.After(old) {
+		return
+	}
+	p.live[id] = at
+	heap.Push(&p.exp, expiryEntry{at: at, id: id})
+	p.compact()
+}
+
+// compact rebuilds the heap from the live set once it holds more than
+// twice as many entries (revoked ids, expiries renewed past).
+func (p *principalLive) compact() {
+	if len(p.exp) > 2*len(p.live)+32 {
+		p.exp = p.exp[:0]
+		for id, at := range p.live {
+			p.exp = append(p.exp, expiryEntry{at: at, id: id})
+		}
+		heap.Init(&p.exp)
 	}
 }
 
@@ -127,6 +152,15 @@ func (l *liveContracts) add(principal, id string, at, now time.Time) {
 	l.entry(principal).put(id, at)
 }
 
+// extend moves the expiry of principal's live contract id later, to at.
+func (l *liveContracts) extend(principal, id string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.by[principal]; p != nil {
+		p.extend(id, at)
+	}
+}
+
 // release stops counting a revoked contract.
 func (l *liveContracts) release(principal, id string) {
 	l.mu.Lock()
@@ -136,13 +170,7 @@ func (l *liveContracts) release(principal, id string) {
 		return
 	}
 	delete(p.live, id)
-	if len(p.exp) > 2*len(p.live)+32 {
-		p.exp = p.exp[:0]
-		for id, at := range p.live {
-			p.exp = append(p.exp, expiryEntry{at: at, id: id})
-		}
-		heap.Init(&p.exp)
-	}
+	p.compact()
 	l.forget(principal, p)
 }
 

@@ -52,6 +52,9 @@ type ConnectOptions struct {
 	Region string
 	// ContractTTL is the contract lifetime asked for (0: the default).
 	ContractTTL time.Duration
+	// NoAutoRenew stops the session from renewing its contract by
+	// itself (WithoutAutoRenew).
+	NoAutoRenew bool
 }
 
 // WithRegion sets the session's region.
@@ -64,19 +67,77 @@ func WithContractTTL(d time.Duration) ConnectOption {
 	return func(o *ConnectOptions) { o.ContractTTL = d }
 }
 
+// WithoutAutoRenew stops a session from renewing its contract by itself:
+// it then ends at the contract's expiry. By default a session, in process
+// or over WebSocket, renews its contract (Engine.RenewContract) when nine
+// tenths of its remaining life have passed, as far as its credential
+// allows, so that a long-lived session and its subscriptions go on.
+func WithoutAutoRenew() ConnectOption {
+	return func(o *ConnectOptions) { o.NoAutoRenew = true }
+}
+
 // localSession is the in-process Session.
 type localSession struct {
 	e      *Engine
 	caller Caller
 	c      *contract
 	closed atomic.Bool
+	done   chan struct{} // closed by Close
 	subs   sessionSubs
 }
 
 var _ Session = (*localSession)(nil)
 
 func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
-	return &localSession{e: e, caller: c, c: k}
+	return &localSession{e: e, caller: c, c: k, done: make(chan struct{})}
+}
+
+// renewLoop renews s's contract for ttl when nine tenths of its remaining
+// life have passed, until the session closes, the engine shuts down or
+// the contract can be renewed no further (its credential's end, a
+// revocation). After a failure it tries again, after a quarter of what is
+// left (at most 5 s), until the contract expires.
+func (s *localSession) renewLoop(ttl time.Duration) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var retry time.Duration
+	for {
+		exp := s.c.expiresAt()
+		left := exp.Sub(s.e.now())
+		if left <= 0 {
+			return
+		}
+		wait := left * 9 / 10
+		if retry > 0 {
+			wait = min(retry, left)
+		}
+		retry = 0
+		t.Reset(wait)
+		select {
+		case <-s.done:
+			return
+		case <-s.e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !s.c.expiresAt().Equal(exp) {
+			continue // renewed meanwhile
+		}
+		ctx, cancel := context.WithTimeout(s.e.ctx, 10*time.Second)
+		k, err := s.e.RenewContract(ctx, s.caller.Principal, s.c.info.ID, ttl)
+		cancel()
+		switch code := ErrorCode(err); {
+		case err == nil && !k.ExpiresAt().After(exp):
+			return // as far as the credential goes
+		case err == nil:
+		case code == CodeContractRevoked || code == CodeContractExpired || code == CodeGrantRevoked ||
+			code == CodeUnauthenticated || code == CodeContractStale || code == CodeShutdown:
+			return // no renewal will succeed
+		default:
+			s.e.opts.Logger.Warn("pigeon: renewing a session's contract failed; trying again", "contract", s.c.info.ID, "err", err)
+			retry = max(min(exp.Sub(s.e.now())/4, 5*time.Second), 100*time.Millisecond)
+		}
+	}
 }
 
 // Caller returns who the session acts as.
@@ -137,6 +198,7 @@ func (s *localSession) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	close(s.done)
 	s.subs.closeAll()
 	return nil
 }

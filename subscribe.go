@@ -325,7 +325,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	sub := &subscription{
 		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h, ah: ah, atMost: o.AtMostOnce,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), resWake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
-		expires: k.info.ExpiresAt,
+		k: k,
 	}
 	sub.ctx, sub.cancel = context.WithCancel(e.ctx) // ends with the subscription or Shutdown
 	sub.hctx = context.WithValue(sub.ctx, handlerOf{}, sub)

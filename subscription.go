@@ -44,7 +44,7 @@ type subscription struct {
 	ah      AsyncHandler // the handler of a transport (nil: h)
 	atMost  bool         // at-most-once: no acknowledgements, no redelivery
 	scope   *permit      // the contract's permit on the subject: its receive scope applies
-	expires time.Time    // when the contract expires: the subscription ends then
+	k       *contract    // the contract it runs under: it ends when that expires (nil: never)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	hctx    context.Context // ctx, marked as the handlers' (handlerOf)
@@ -252,10 +252,11 @@ func (s *subscription) run() {
 // room or for a handler. Without it an idle subscription would learn of the
 // expiry only at its next delivery, and a transport would still hold it
 // live, its queued frames with it. Ending its context at the expiry is
-// what RevokeContract does at a revocation. It returns the func that
-// disarms it.
+// what RevokeContract does at a revocation. A renewal (RenewContract)
+// moves the expiry later: the timer, when it fires, waits out what is
+// left. It returns the func that disarms it.
 func (s *subscription) endAtExpiry() (disarm func()) {
-	if s.expires.IsZero() {
+	if s.k == nil {
 		return func() {}
 	}
 	var (
@@ -267,7 +268,9 @@ func (s *subscription) endAtExpiry() (disarm func()) {
 	fire = func() {
 		// The timer counts on the monotonic clock, the contract on
 		// Options.Now: a timer that fires early waits out what is left.
-		if left := s.expires.Sub(s.e.now()); left > 0 {
+		now := s.e.now()
+		if left := s.k.expiresAt().Sub(now); left > 0 || s.e.renewedElsewhere(s.ctx, s.k, now) {
+			left = max(s.k.expiresAt().Sub(now), time.Millisecond)
 			mu.Lock()
 			if !ended {
 				t = time.AfterFunc(left, fire)
@@ -278,7 +281,7 @@ func (s *subscription) endAtExpiry() (disarm func()) {
 		s.stop(NewError(CodeContractExpired, "the contract has expired"))
 	}
 	mu.Lock()
-	t = time.AfterFunc(s.expires.Sub(s.e.now()), fire)
+	t = time.AfterFunc(s.k.expiresAt().Sub(s.e.now()), fire)
 	mu.Unlock()
 	return func() {
 		mu.Lock()

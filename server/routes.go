@@ -189,6 +189,7 @@ func (s *Server) routes() {
 	s.route("/v1/subjects/{name}/nack", post(member, nack))
 	s.route("/v1/subjects/{name}/replay", post(member, replay))
 	s.route("/v1/contracts", post(member, negotiate))
+	s.route("/v1/contracts/{id}/renew", post(member, renewContract))
 	s.route("/v1/contracts/{id}", map[string]endpoint{http.MethodGet: {member, getContract}, http.MethodDelete: {member, revokeContract}})
 	s.route("/v1/messages", post(member, publish))
 	s.route("/v1/requests", post(member, requestReply))
@@ -259,6 +260,26 @@ func negotiate(rq *request) (int, any, error) {
 
 func getContract(rq *request) (int, any, error) {
 	k, err := rq.s.e.GetContract(rq.ctx, rq.p, rq.r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, map[string]any{"contract": k.Info()}, nil
+}
+
+// renewContract moves a contract's expiry later (pigeon.Engine.RenewContract),
+// for the body's ttlMs (absent or 0: the default lifetime).
+func renewContract(rq *request) (int, any, error) {
+	var in struct {
+		TTLMs int64 `json:"ttlMs"`
+	}
+	if err := rq.body(&in, false); err != nil {
+		return 0, nil, err
+	}
+	ttl, err := pigeon.TTLFromMillis(in.TTLMs)
+	if err != nil {
+		return 0, nil, err
+	}
+	k, err := rq.s.e.RenewContract(rq.ctx, rq.p, rq.r.PathValue("id"), ttl)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -119,6 +119,14 @@ func TestStatuses(t *testing.T) {
 		{"get unknown contract", "GET", "/v1/contracts/ctr_nope", "checkout-token", "", nil, 403, pigeon.CodeContractNotFound},
 		{"revoke another's contract", "DELETE", "/v1/contracts/" + checkout, "orders-token", "", nil, 403, pigeon.CodeContractPrincipalMismatch},
 		{"contract wrong method", "PUT", "/v1/contracts/" + checkout, "checkout-token", "", nil, 405, pigeon.CodeMethodNotAllowed},
+		{"renew contract", "POST", "/v1/contracts/" + checkout + "/renew", "checkout-token", `{"ttlMs":600000}`, nil, 200, ""},
+		{"renew contract, no body", "POST", "/v1/contracts/" + checkout + "/renew", "checkout-token", "", nil, 200, ""},
+		{"renew another's contract", "POST", "/v1/contracts/" + checkout + "/renew", "orders-token", "", nil, 403, pigeon.CodeContractPrincipalMismatch},
+		{"renew unknown contract", "POST", "/v1/contracts/ctr_nope/renew", "checkout-token", "", nil, 403, pigeon.CodeContractNotFound},
+		{"renew negative ttl", "POST", "/v1/contracts/" + checkout + "/renew", "checkout-token", `{"ttlMs":-1}`, nil, 400, pigeon.CodeInvalidArgument},
+		{"renew ttl twice", "POST", "/v1/contracts/" + checkout + "/renew", "checkout-token", `{"ttlMs":1,"ttlMs":2}`, nil, 400, pigeon.CodeDuplicateKey},
+		{"renew wrong method", "GET", "/v1/contracts/" + checkout + "/renew", "checkout-token", "", nil, 405, pigeon.CodeMethodNotAllowed},
+		{"renew without credential", "POST", "/v1/contracts/" + checkout + "/renew", "", "", nil, 401, pigeon.CodeUnauthenticated},
 
 		// Publish.
 		{"publish accepted", "POST", "/v1/messages", "checkout-token", pay(nil), []string{"x-pigeon-contract", checkout}, 202, ""},

@@ -278,11 +278,18 @@ func (b *Bridge) serve(ctx context.Context, g *generation) error {
 	if d, ok := g.sess.(interface{ Done() <-chan struct{} }); ok {
 		lost = d.Done() // transport/ws: the connection ended
 	}
-	var renewC <-chan time.Time
-	if d := time.Until(k.ExpiresAt()) * 9 / 10; !k.ExpiresAt().IsZero() && d >= time.Second {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		renewC = t.C
+	// The session renews its contract in place by itself (unless dialed
+	// with pigeon.WithoutAutoRenew); when a tenth of its life is left and
+	// it was not renewed, the bridge starts a new session instead.
+	var (
+		renewC <-chan time.Time
+		renewT *time.Timer
+		exp    = k.ExpiresAt()
+	)
+	if d := time.Until(exp) * 9 / 10; !exp.IsZero() && d >= time.Second {
+		renewT = time.NewTimer(d)
+		defer renewT.Stop()
+		renewC = renewT.C
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -295,6 +302,11 @@ func (b *Bridge) serve(ctx context.Context, g *generation) error {
 		case <-lost:
 			return pigeon.NewError(pigeon.CodeSessionClosed, "natsbridge: the connection to the broker was lost")
 		case <-renewC:
+			if now := g.sess.Contract().ExpiresAt(); now.After(exp) {
+				exp = now // renewed in place: watch the new expiry
+				renewT.Reset(max(time.Until(exp)*9/10, time.Second))
+				continue
+			}
 			return errRenew
 		case <-tick.C:
 			if g.nc.IsClosed() {

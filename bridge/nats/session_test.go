@@ -199,10 +199,12 @@ func TestReconnectOutBeforeAnyDelivery(t *testing.T) {
 
 func wsDialer(f *wsFront) pigeon.Dialer { return ws.Dialer{URL: f.hs.URL} }
 
-// A contract that expires is renewed: before it expires (a lifetime of a
-// second or more: the broker never refuses it as expired), or when the
-// broker refuses it as expired; messages flow on in both directions, each
-// once, over the renewals.
+// A contract that expires is renewed: in place by the session itself (the
+// default), or, for a session dialed WithoutAutoRenew, by the bridge with
+// a new session, before it expires (a lifetime of a second or more: the
+// broker never refuses it as expired) or when the broker refuses it as
+// expired; messages flow on in both directions, each once, over the
+// renewals.
 //
 // The bridge renews when a tenth of the lifetime it had at the session's
 // start is left, and only when that start leaves it a second or more: the
@@ -214,18 +216,28 @@ func wsDialer(f *wsFront) pigeon.Dialer { return ws.Dialer{URL: f.hs.URL} }
 // them by a given time.
 func TestContractRenewal(t *testing.T) {
 	for _, tt := range []struct {
+		name      string
 		ttl       time.Duration
+		auto      bool // the session renews its contract in place (the default)
 		proactive bool
 		publish   time.Duration // messages are spread over this long
 		sessions  uint64        // at least: renewals+1
-	}{{5 * time.Second, true, 6 * time.Second, 2}, {600 * time.Millisecond, false, 3 * time.Second, 3}} {
+	}{
+		{"session renews in place", 600 * time.Millisecond, true, true, 3 * time.Second, 1},
+		{"bridge renews before expiry", 5 * time.Second, false, true, 6 * time.Second, 2},
+		{"bridge renews once refused", 600 * time.Millisecond, false, false, 3 * time.Second, 3},
+	} {
 		ttl := tt.ttl
-		t.Run(ttl.String(), func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			v := newEnv(t)
 			out := v.stream(t, "OUT", "out.orders")
 			v.stream(t, "IN", "in.orders")
 			got := subscribe(t, v.e, monitorToken, ordersSubject)
-			rb := start(t, Options{Dialer: inproc.Dialer{Engine: v.e, Opts: []pigeon.ConnectOption{pigeon.WithContractTTL(ttl)}},
+			dial := []pigeon.ConnectOption{pigeon.WithContractTTL(ttl)}
+			if !tt.auto {
+				dial = append(dial, pigeon.WithoutAutoRenew())
+			}
+			rb := start(t, Options{Dialer: inproc.Dialer{Engine: v.e, Opts: dial},
 				Credential: bridgeToken, NATS: v.nc, Routes: []Route{
 					{Name: "orders-out", Direction: Out, Subject: ordersSubject, NATSSubject: "out.orders", JetStream: true},
 					{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "in.orders", JetStream: true, Stream: "IN", Template: ordersTemplate},
@@ -258,6 +270,9 @@ func TestContractRenewal(t *testing.T) {
 				if r.Principal == bridgePrin && r.Code == string(pigeon.CodeContractExpired) {
 					expired++
 				}
+			}
+			if tt.auto {
+				require.Equal(t, uint64(1), rb.b.Stats().Sessions, "one session throughout, its contract renewed in place")
 			}
 			if tt.proactive {
 				require.Zero(t, expired, "renewed before the broker refused anything as expired")

@@ -85,6 +85,7 @@ type Session struct {
 	bySID    map[string]*clientSub
 	bg       sync.WaitGroup
 	pubSlots chan struct{} // one per publish in flight (WithMaxPendingPublishes)
+	closing  chan struct{} // closed by Close: the renewal loop ends
 }
 
 var _ pigeon.Session = (*Session)(nil)
@@ -106,12 +107,16 @@ func Dial(ctx context.Context, url, credential string, subjects []string, opts .
 		o.maxPending = DefaultMaxPendingPublishes
 	}
 	s := &Session{url: url, cred: credential, subjects: append([]string(nil), subjects...), o: o,
-		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}, pubSlots: make(chan struct{}, o.maxPending)}
+		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}, pubSlots: make(chan struct{}, o.maxPending),
+		closing: make(chan struct{})}
 	cc, k, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.cc, s.contract = cc, k
+	if !o.connect.NoAutoRenew {
+		s.goBG(s.renewLoop)
+	}
 	return s, nil
 }
 
@@ -380,6 +385,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	cc := s.cc
 	subs := make([]*clientSub, 0, len(s.subs))
 	for cs := range s.subs {

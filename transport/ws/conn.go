@@ -221,7 +221,7 @@ func (c *conn) dispatch(f *Frame) {
 		c.handle(f, pigeon.Caller{})
 		c.ops.Done()
 		return
-	case OpSubscribe, OpUnsubscribe, OpReplay, OpReceive:
+	case OpSubscribe, OpUnsubscribe, OpReplay, OpReceive, OpRenew:
 	default:
 		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "unknown op %q", f.Op))
 		return

@@ -16,6 +16,7 @@ import (
 // echoes the client's "id": the answer op named in the comment, or "error".
 const (
 	OpNegotiate   = "negotiate"   // → contract
+	OpRenew       = "renew"       // → contract
 	OpPublish     = "publish"     // → decision
 	OpSubscribe   = "subscribe"   // → subscribed
 	OpAck         = "ack"         // → ok

@@ -29,6 +29,8 @@ func (c *conn) handle(f *Frame, caller pigeon.Caller) {
 	switch f.Op {
 	case OpNegotiate:
 		b, err = c.negotiate(f)
+	case OpRenew:
+		b, err = c.renew(f, caller)
 	case OpPublish:
 		b, err = c.publish(f, caller)
 	case OpPublishBatch:
@@ -63,14 +65,38 @@ func (c *conn) negotiate(f *Frame) ([]byte, error) {
 		return nil, err
 	}
 	info := k.Info()
+	c.mu.Lock()
+	c.caller = pigeon.Caller{Principal: c.principal, Region: info.Region, ContractID: info.ID}
+	c.mu.Unlock()
+	return c.contractAnswer(f.ID, info)
+}
+
+// renew moves the expiry of the contract the frame was read under later
+// (pigeon.Engine.RenewContract): what runs under it, subscriptions
+// included, goes on. The credential is the connection's: a renewal does
+// not take the contract past its expiry.
+func (c *conn) renew(f *Frame, caller pigeon.Caller) ([]byte, error) {
+	if caller.ContractID == "" {
+		return nil, pigeon.NewError(pigeon.CodeContractRequired, "no contract to renew: negotiate first")
+	}
+	ttl, err := pigeon.TTLFromMillis(f.TTLMs)
+	if err != nil {
+		return nil, err
+	}
+	k, err := c.srv.e.RenewContract(c.ctx, c.principal, caller.ContractID, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return c.contractAnswer(f.ID, k.Info())
+}
+
+// contractAnswer is the contract frame answering frame id with info.
+func (c *conn) contractAnswer(id string, info pigeon.ContractInfo) ([]byte, error) {
 	body, err := json.Marshal(info)
 	if err != nil {
 		return nil, pigeon.WrapError(pigeon.CodeInternal, err, "encode contract")
 	}
-	c.mu.Lock()
-	c.caller = pigeon.Caller{Principal: c.principal, Region: info.Region, ContractID: info.ID}
-	c.mu.Unlock()
-	b := appendHead(make([]byte, 0, 96+len(body)), OpContract, f.ID)
+	b := appendHead(make([]byte, 0, 96+len(body)), OpContract, id)
 	b = append(b, `,"maxFrame":`...)
 	b = strconv.AppendInt(b, c.srv.opts.MaxFrame, 10)
 	b = append(b, `,"contract":`...)

@@ -1,0 +1,203 @@
+package pigeon_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/transporttest"
+)
+
+// TestRenewContractKeepsTheSessionGoing: a contract renewed before it
+// expires keeps its id, and what runs under it goes on past the old
+// expiry: a subscription keeps receiving, publishes are admitted. The
+// renewal is audited; a renewal that would not lengthen the contract
+// changes nothing.
+func TestRenewContractKeepsTheSessionGoing(t *testing.T) {
+	const life = 700 * time.Millisecond // room for the steps before the old expiry, under -race
+	f := newFixture(t, func(o *pigeon.Options) {
+		o.Catalog = transporttest.Options().Catalog
+		o.Authenticator = transporttest.Options().Authenticator
+		o.Now = nil
+	})
+	alice, err := f.e.Connect(ctx, "alice-token", []string{"chat.messages"}, pigeon.WithContractTTL(life))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = alice.Close(context.Background()) })
+	bob := f.connect("bob-token", "chat.messages")
+	k := alice.Contract()
+	first := k.ExpiresAt()
+
+	got := make(chan string, 8)
+	sub, err := alice.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+		got <- string(d.Message.Data)
+		return nil
+	})
+	require.NoError(t, err)
+	_, err = bob.Publish(ctx, chatMessage("before"))
+	require.NoError(t, err)
+	select { // the subscription runs, its end armed at the old expiry
+	case m := <-got:
+		require.Contains(t, m, "before")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery before the renewal")
+	}
+
+	p, err := f.e.Authenticate(ctx, "alice-token")
+	require.NoError(t, err)
+	renewed, err := f.e.RenewContract(ctx, p, k.ID(), time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, k.ID(), renewed.ID())
+	require.True(t, renewed.ExpiresAt().After(first.Add(50*time.Minute)), "renewed to about an hour: %v", renewed.ExpiresAt())
+	require.Equal(t, renewed.ExpiresAt(), alice.Contract().ExpiresAt(), "the session's contract is the renewed one")
+	require.Equal(t, renewed.ExpiresAt(), renewed.Info().ExpiresAt)
+
+	time.Sleep(time.Until(first) + 100*time.Millisecond)
+	_, err = bob.Publish(ctx, chatMessage("after the old expiry"))
+	require.NoError(t, err)
+	select {
+	case m := <-got:
+		require.Contains(t, m, "after the old expiry")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the subscription ended at the old expiry: %v", sub.Err())
+	}
+	_, err = alice.Publish(ctx, chatMessage("mine"))
+	require.NoError(t, err, "the renewed contract admits publishes past the old expiry")
+
+	// Shorter than what it has: nothing changes, nothing is recorded.
+	again, err := f.e.RenewContract(ctx, p, k.ID(), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, renewed.ExpiresAt(), again.ExpiresAt())
+	recs := auditOf(t, f.e, pigeon.EventContractRenewed)
+	require.Len(t, recs, 1)
+	require.Equal(t, k.ID(), recs[0].ContractID)
+	require.Equal(t, transporttest.Alice, recs[0].Principal)
+
+	// The store holds the new expiry: a restarted broker would too.
+	stored, err := f.e.GetContract(ctx, p, k.ID())
+	require.NoError(t, err)
+	require.Equal(t, renewed.ExpiresAt(), stored.ExpiresAt())
+}
+
+// TestRenewContractRefusals: a renewal is checked as every use of the
+// contract is, and bounded as negotiation is; each refusal is typed and
+// audited, and leaves the contract as it was.
+func TestRenewContractRefusals(t *testing.T) {
+	var credentialEnds time.Time // zero: the credential does not expire
+	f := expiringFixture(t, func() time.Time { return credentialEnds })
+	alice := f.connect("alice-token", "chat.messages")
+	k := alice.Contract()
+	principal := func(token string) *pigeon.Principal {
+		p, err := f.e.Authenticate(ctx, token)
+		require.NoError(t, err)
+		return p
+	}
+
+	for _, tc := range []struct {
+		name  string
+		token string
+		id    string
+		ttl   time.Duration
+		code  pigeon.Code
+	}{
+		{"unknown contract", "alice-token", "ctr_nope", 0, pigeon.CodeContractNotFound},
+		{"another principal's", "bob-token", k.ID(), 0, pigeon.CodeContractPrincipalMismatch},
+		{"negative ttl", "alice-token", k.ID(), -time.Second, pigeon.CodeInvalidArgument},
+		{"ttl above the maximum", "alice-token", k.ID(), 48 * time.Hour, pigeon.CodeInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := f.e.RenewContract(ctx, principal(tc.token), tc.id, tc.ttl)
+			requireCode(t, err, tc.code)
+			require.Equal(t, k.ExpiresAt(), alice.Contract().ExpiresAt())
+		})
+	}
+	require.Equal(t, 1, auditCount(t, f.e, pigeon.EventContractDenied, pigeon.CodeContractNotFound))
+
+	t.Run("bounded by the credential", func(t *testing.T) {
+		credentialEnds = f.clock.Now().Add(20 * time.Minute)
+		renewed, err := f.e.RenewContract(ctx, principal("alice-token"), k.ID(), time.Hour)
+		require.NoError(t, err)
+		require.True(t, renewed.ExpiresAt().Equal(credentialEnds), "%v", renewed.ExpiresAt())
+	})
+	t.Run("credential expired", func(t *testing.T) {
+		p := principal("alice-token")
+		f.clock.Advance(21 * time.Minute)
+		_, err := f.e.RenewContract(ctx, p, k.ID(), 0)
+		requireCode(t, err, pigeon.CodeUnauthenticated)
+	})
+	t.Run("contract expired", func(t *testing.T) {
+		credentialEnds = time.Time{}
+		_, err := f.e.RenewContract(ctx, principal("alice-token"), k.ID(), 0)
+		requireCode(t, err, pigeon.CodeContractExpired)
+	})
+	t.Run("revoked", func(t *testing.T) {
+		live := f.connect("alice-token", "chat.messages")
+		p := principal("alice-token")
+		require.NoError(t, f.e.RevokeContract(ctx, p, live.Contract().ID()))
+		_, err := f.e.RenewContract(ctx, p, live.Contract().ID(), 0)
+		requireCode(t, err, pigeon.CodeContractRevoked)
+	})
+}
+
+// TestSessionRenewsItself: an in-process session whose contract lives
+// 600 ms keeps working for three lifetimes under the same contract, its
+// subscription with it; WithoutAutoRenew, it ends at the first expiry.
+func TestSessionRenewsItself(t *testing.T) {
+	const life = 600 * time.Millisecond
+	for _, auto := range []bool{true, false} {
+		t.Run(map[bool]string{true: "renews itself", false: "without auto renew"}[auto], func(t *testing.T) {
+			f := newFixture(t, func(o *pigeon.Options) {
+				o.Catalog = transporttest.Options().Catalog
+				o.Authenticator = transporttest.Options().Authenticator
+				o.Now = nil
+			})
+			opts := []pigeon.ConnectOption{pigeon.WithContractTTL(life)}
+			if !auto {
+				opts = append(opts, pigeon.WithoutAutoRenew())
+			}
+			alice, err := f.e.Connect(ctx, "alice-token", []string{"chat.messages"}, opts...)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = alice.Close(context.Background()) })
+			bob := f.connect("bob-token", "chat.messages")
+			k := alice.Contract()
+			first := k.ExpiresAt()
+			got := make(chan string, 64)
+			sub, err := alice.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+				got <- string(d.Message.Data)
+				return nil
+			})
+			require.NoError(t, err)
+			for i := 0; time.Now().Before(first.Add(2 * life)); i++ {
+				if !auto && time.Now().After(first) {
+					break
+				}
+				_, err := bob.Publish(ctx, chatMessage("n"+strconv.Itoa(i)))
+				require.NoError(t, err)
+				select {
+				case m := <-got:
+					require.Contains(t, m, "n"+strconv.Itoa(i))
+				case <-time.After(10 * time.Second):
+					t.Fatalf("message %d not delivered: %v", i, sub.Err())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !auto {
+				select {
+				case <-sub.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("the subscription outlived its contract")
+				}
+				requireCode(t, sub.Err(), pigeon.CodeContractExpired)
+				return
+			}
+			require.NoError(t, sub.Err())
+			require.True(t, k.ExpiresAt().After(first.Add(2*life)), "renewed in place: %v", k.ExpiresAt())
+			_, err = alice.Publish(ctx, chatMessage("mine"))
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, len(auditOf(t, f.e, pigeon.EventContractRenewed)), 2)
+		})
+	}
+}

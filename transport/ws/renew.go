@@ -1,0 +1,88 @@
+package ws
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"pigeon"
+)
+
+// Renew moves the expiry of the session's contract later, by the lifetime
+// the session negotiates with (pigeon.WithContractTTL; the broker's
+// default otherwise), keeping its id: subscriptions, and everything else
+// running under it, go on (pigeon.Engine.RenewContract). The broker does
+// not take a contract past the credential the connection was opened with;
+// beyond it, Reconnect with a fresh credential.
+//
+// A session renews by itself when nine tenths of its contract's remaining
+// life have passed, unless dialed with pigeon.WithoutAutoRenew (through
+// WithConnectOptions); a renewal that fails
+// is tried again until the contract expires, and the failures are logged
+// (WithLogger).
+func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
+	cc, err := s.conn()
+	if err != nil {
+		return nil, err
+	}
+	f, err := cc.call(ctx, jsonFrame(Frame{Op: OpRenew, TTLMs: s.o.connect.ContractTTL.Milliseconds()}), nil)
+	if err != nil {
+		return nil, err
+	}
+	var info pigeon.ContractInfo
+	if err := json.Unmarshal(f.Contract, &info); err != nil {
+		return nil, pigeon.WrapError(pigeon.CodeInternal, err, "undecodable contract from server")
+	}
+	k := info.View()
+	s.mu.Lock()
+	if s.cc == cc && s.contract.ID() == k.ID() {
+		s.contract = k
+	}
+	s.mu.Unlock()
+	return k, nil
+}
+
+// renewLoop renews the session's contract when nine tenths of its
+// remaining life have passed, until Close. After a failure it tries again
+// (after a quarter of what is left, at most 5 s) until the contract
+// expires; then it waits for a new one (Reconnect).
+func (s *Session) renewLoop() {
+	var (
+		last  time.Time     // an expiry a renewal could not move (the credential's end): waited out
+		retry time.Duration // after a failure: when to try again
+		timer = time.NewTimer(time.Hour)
+	)
+	defer timer.Stop()
+	for {
+		exp := s.Contract().ExpiresAt()
+		left := time.Until(exp)
+		wait := left * 9 / 10
+		switch {
+		case left <= 0 || exp.Equal(last):
+			wait = max(left, time.Second) // expired, or renewed as far as it goes: wait for Reconnect
+		case retry > 0:
+			wait = min(retry, left)
+		}
+		retry = 0
+		timer.Reset(wait)
+		select {
+		case <-s.closing:
+			return
+		case <-timer.C:
+		}
+		if !s.Contract().ExpiresAt().Equal(exp) || time.Until(exp) <= 0 || exp.Equal(last) {
+			continue // renewed or replaced meanwhile, or nothing to do
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		k, err := s.Renew(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			s.o.logger.Warn("pigeon: renewing the contract failed; trying again", "contract", s.Contract().ID(), "err", err)
+			retry = max(min(time.Until(exp)/4, 5*time.Second), 100*time.Millisecond)
+		case !k.ExpiresAt().After(exp):
+			last = exp
+			s.o.logger.Info("pigeon: the contract cannot be renewed past the connection's credential; Reconnect with a fresh one", "contract", k.ID(), "expires", exp)
+		}
+	}
+}
