@@ -13,6 +13,7 @@
  * (SESSION_CLOSED, or SHUTTING_DOWN after the server said so), never hangs;
  * the session then reconnects with backoff, negotiates again and resumes its
  * subscriptions. A refusal to renegotiate ends the session with that error.
+ * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
@@ -46,6 +47,19 @@ export interface ConnectOptions {
   onError?: (err: PigeonError) => void;
   /** called after each successful reconnect with the new contract */
   onReconnect?: (contract: Contract) => void;
+  /**
+   * Renew the contract in place on its own (default true): when nine tenths
+   * of its remaining life have passed, the session sends `renew` (with
+   * `ttl`), keeping the contract id and the subscriptions running under it.
+   * A renewal that fails is tried again (after a quarter of the life left,
+   * at most 5 s, at least 100 ms) until the contract expires, each failure
+   * reported to onError. The server never takes a contract past the
+   * credential the connection was opened with: once a renewal cannot move
+   * the expiry later, the session stops renewing that contract (a
+   * reconnect negotiates a new one, which is renewed again). `false`: the
+   * contract expires after `ttl` unless {@link Session.renew} is called.
+   */
+  autoRenew?: boolean;
 }
 
 /** Backoff of reconnects. */
@@ -148,6 +162,7 @@ export class Session implements ConnOwner {
   private pubFrameBusy = false;
   private readonly pubWaiters = new Fifo<() => void>();
   private pingTimer: ReturnType<typeof setInterval> | undefined;
+  private renewTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly errorListeners = new Set<(e: PigeonError) => void>();
 
   /** @internal use {@link connect} */
@@ -203,6 +218,7 @@ export class Session implements ConnOwner {
     const c = await this.dialConn();
     this.conn = c;
     this.startPing();
+    this.scheduleRenew();
   }
 
   private async dialConn(): Promise<Conn> {
@@ -256,6 +272,8 @@ export class Session implements ConnOwner {
     c.fail(err);
     if (this.conn !== c) return;
     this.conn = undefined;
+    // The reconnect negotiates a new contract, and schedules its renewal.
+    this.cancelRenew();
     this.failPublishes(err);
     for (const s of this.subs) s.connectionLost();
     if (this.closing || this.closedFinal) return;
@@ -286,6 +304,7 @@ export class Session implements ConnOwner {
           return;
         }
         this.conn = c;
+        this.scheduleRenew();
         for (const s of [...this.subs]) {
           // A refusal ends the subscription; a connection lost meanwhile
           // leaves it to the next reconnect.
@@ -310,6 +329,7 @@ export class Session implements ConnOwner {
     this.closedFinal = true;
     this.endError = err;
     if (this.pingTimer) clearInterval(this.pingTimer);
+    this.cancelRenew();
     this.failPublishes(err);
     for (const s of [...this.subs]) s.finish(err);
     this.report(err);
@@ -490,16 +510,105 @@ export class Session implements ConnOwner {
   }
 
   /**
-   * Negotiates a fresh contract on the same connection (for example after
-   * CONTRACT_EXPIRED). Running subscriptions keep the contract they started under.
+   * Renews the session's contract in place (the `renew` op): its expiry
+   * moves to `ttl` ms from now (default: the session's `ttl`, else the
+   * server's default lifetime), and it keeps its id, subjects and
+   * operations, so the subscriptions running under it go on and nothing is
+   * negotiated or subscribed again. Resolves to the renewed contract, which
+   * becomes {@link Session.contract}. The server never takes a contract past
+   * the credential the connection was opened with, nor shortens it: a
+   * renewal that cannot extend it resolves to the same expiry (automatic
+   * renewal stops for a contract when its renewal gets that answer). Refusals reject with the
+   * server's typed error: CONTRACT_EXPIRED (an expired contract is not
+   * brought back: {@link Session.reconnect} negotiates a new one),
+   * CONTRACT_REVOKED, GRANT_REVOKED, CONTRACT_STALE, UNAUTHENTICATED,
+   * RATE_LIMITED (renewals count toward the negotiation rate),
+   * INVALID_ARGUMENT (`ttl` out of range). The session renews by itself
+   * unless connected with `autoRenew: false`.
    */
   async renew(options: { ttl?: number } = {}): Promise<Contract> {
-    const frame: Frame = { op: "negotiate", subjects: this.subjects };
-    const ttl = options.ttl ?? this.options.ttl;
+    return this.renewOn(await this.ready(), options.ttl ?? this.options.ttl);
+  }
+
+  /**
+   * Sends `renew` on c and takes the answer as the session's contract when
+   * it is still the contract in force there and the answer moves its
+   * expiry later; then schedules the next automatic renewal from it.
+   */
+  private async renewOn(c: Conn, ttl: number | undefined): Promise<Contract> {
+    const frame: Frame = { op: "renew" };
     if (ttl !== undefined) frame.ttlMs = ttl;
-    const f = answer(await this.call(frame), "contract", (f) => isObj(f.contract));
-    this._contract = f.contract as Contract;
-    return this._contract;
+    const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
+    const k = f.contract as Contract;
+    const cur = this._contract;
+    // Replaced meanwhile (the new one has its own schedule), or an answer
+    // overtaken by a later renewal: the contract in force stays.
+    if (this.conn !== c || !cur || cur.id !== k.id || !(Date.parse(k.expiresAt) > Date.parse(cur.expiresAt))) return k;
+    this._contract = k;
+    if (typeof f.maxFrame === "number") this.maxFrame = f.maxFrame;
+    this.scheduleRenew();
+    return k;
+  }
+
+  /**
+   * Schedules the automatic renewal of the contract in force: after nine
+   * tenths of its remaining life, or after `delayMs` (a retry). Replaces any
+   * renewal scheduled before; nothing when autoRenew is off, the session is
+   * closing, or the contract has expired. The timer never keeps the process
+   * alive.
+   */
+  private scheduleRenew(delayMs?: number): void {
+    this.cancelRenew();
+    if (this.options.autoRenew === false || this.closing || this.closedFinal) return;
+    const k = this._contract;
+    const c = this.conn;
+    if (!k || !c) return;
+    const exp = Date.parse(k.expiresAt);
+    const left = exp - Date.now();
+    if (!(left > 0)) return;
+    this.armRenew(c, k, exp, Date.now() + (delayMs ?? (left * 9) / 10));
+  }
+
+  /** Arms the renewal timer for `due` (ms since the epoch), in steps a timer can hold (at most 2^31−1 ms). */
+  private armRenew(c: Conn, k: Contract, exp: number, due: number): void {
+    const t = setTimeout(() => {
+      if (due - Date.now() > 0) this.armRenew(c, k, exp, due);
+      else void this.autoRenew(c, k, exp);
+    }, Math.min(Math.max(due - Date.now(), 0), MAX_TIMER_MS));
+    (t as { unref?: () => void }).unref?.();
+    this.renewTimer = t;
+  }
+
+  private cancelRenew(): void {
+    if (this.renewTimer !== undefined) clearTimeout(this.renewTimer);
+    this.renewTimer = undefined;
+  }
+
+  /** A scheduled renewal of contract k (expiring at exp) on c. */
+  private async autoRenew(c: Conn, k: Contract, exp: number): Promise<void> {
+    this.renewTimer = undefined;
+    // Renewed or replaced meanwhile (its own schedule is set), or over.
+    const current = () => !this.closing && !this.closedFinal && this.conn === c && !c.closed && this._contract?.id === k.id && Date.parse(this._contract.expiresAt) === exp;
+    if (!current() || Date.now() >= exp) return;
+    const ttl = this.options.ttl;
+    try {
+      await this.renewOn(c, ttl);
+      if (!current()) return; // renewed: renewOn scheduled the next one
+      // The expiry did not move. With a ttl shorter than the life left (an
+      // explicit renew() with a longer one), try again when less is left;
+      // otherwise it is the credential's end: stop renewing this contract.
+      if (ttl !== undefined && Date.now() + ttl <= exp) this.scheduleRenew();
+    } catch (e) {
+      if (!current()) return;
+      const left = exp - Date.now();
+      const err = e instanceof PigeonError ? e : transportError(String(e), e);
+      if (left <= 0) {
+        this.report(new PigeonError(err.code, `renewing the contract failed; it has expired: ${err.message}`, err.details, err.status, { cause: err }));
+        return;
+      }
+      this.report(new PigeonError(err.code, `renewing the contract failed; trying again: ${err.message}`, err.details, err.status, { cause: err }));
+      this.scheduleRenew(Math.max(Math.min(left / 4, 5_000), 100));
+    }
   }
 
   /**
@@ -526,6 +635,7 @@ export class Session implements ConnOwner {
     }
     const old = this.conn;
     this.conn = c;
+    this.scheduleRenew();
     old?.fail(transportError("the connection was replaced by reconnect()"));
     await Promise.all(
       [...this.subs].map(async (s) => {
@@ -787,6 +897,7 @@ export class Session implements ConnOwner {
     if (this.closing) return;
     this.closing = true;
     if (this.pingTimer) clearInterval(this.pingTimer);
+    this.cancelRenew();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<void>((r) => (timer = setTimeout(r, options.timeoutMs ?? 10_000)));
     const c = this.conn;
@@ -883,6 +994,9 @@ function decided(status: Decision["status"], message: Message, data: string): De
   if (status === "accepted" && !Object.hasOwn(message, "data")) message.data = JSON.parse(data);
   return { status, message };
 }
+
+/** The longest delay setTimeout holds; a longer one fires at once. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f]/;
 

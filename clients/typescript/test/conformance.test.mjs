@@ -13,6 +13,7 @@ import "./scenarios/http.mjs";
 import "./scenarios/ws_brief.mjs";
 import "./scenarios/ws_stream.mjs";
 import "./scenarios/ws_resume.mjs";
+import "./scenarios/ws_renew.mjs";
 
 after(stopShared);
 

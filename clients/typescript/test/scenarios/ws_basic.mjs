@@ -145,13 +145,20 @@ scenario("deny.raw_pan", async () => {
 
 scenario("contract.expired", async () => {
   const srv = await sharedServer();
-  const s = await connect(srv.ws, "checkout-token", ["payments.authorize"], { ttl: 1000 });
+  // Renewing is the caller's choice: automatic renewal is off.
+  const s = await connect(srv.ws, "checkout-token", ["payments.authorize"], { ttl: 1000, autoRenew: false });
   try {
+    const k0 = s.contract;
     await sleep(1300);
     const e = await rejectsWith(s.publish(payment()), "CONTRACT_EXPIRED");
     assert.equal(e.kind, "contract");
-    // Renewing is the caller's choice; after it, publishing works again.
-    await s.renew({ ttl: 60_000 });
+    // An expired contract cannot be renewed: an error, never a hang.
+    const r = await Promise.race([rejectsWith(s.renew({ ttl: 60_000 }), "CONTRACT_EXPIRED"), hangAfter(10_000)]);
+    assert.notEqual(r, "hang", "renew() of an expired contract did not settle");
+    // A new contract (reconnect) publishes again.
+    const k = await s.reconnect();
+    assert.notEqual(k.id, k0.id, "a new contract");
+    assert.ok(Date.parse(k.expiresAt) > Date.now());
     assert.equal((await s.publish(payment())).status, "accepted");
   } finally {
     await s.close();
