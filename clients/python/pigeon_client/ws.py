@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime as _dt
 import inspect
 import json
 import logging
@@ -92,6 +93,7 @@ async def connect(
     max_pending_publishes: int = 1024,
     open_timeout: float = 10.0,
     ping_interval: float | None = 20.0,
+    auto_renew: bool = True,
 ) -> "Session":
     """Connect to ``url`` (``ws://host:port/v1/ws``; ``http://`` works, and a
     URL without a path gets ``/v1/ws``), authenticate ``token`` and negotiate
@@ -103,6 +105,18 @@ async def connect(
     Refusals are typed: ``UnauthenticatedError`` (401), ``ContractError``
     (``NO_PERMITTED_SUBJECTS``…), ``NotFoundError`` (``SUBJECT_NOT_FOUND``),
     ``TransportError`` when the server cannot be reached.
+
+    ``auto_renew`` (on by default): the session renews its contract in place
+    (:meth:`Session.renew`: same id, the subscriptions go on) when nine
+    tenths of its remaining life have passed, after every connect, reconnect
+    and :meth:`Session.negotiate`. A renewal that fails is tried again
+    (after a quarter of the life left, at most 5 s, at least 0.1 s) until the
+    contract expires; failures are logged. The server never takes a contract
+    past the credential the connection was opened with: once a renewal no
+    longer moves the expiry, the session stops renewing that contract (it
+    then expires, ``CONTRACT_EXPIRED``; connect again with a fresh
+    credential). ``auto_renew=False``: the contract is renewed only when
+    :meth:`Session.renew` is called.
     """
     s = Session(
         url,
@@ -117,6 +131,7 @@ async def connect(
         max_pending_publishes=max_pending_publishes,
         open_timeout=open_timeout,
         ping_interval=ping_interval,
+        auto_renew=auto_renew,
     )
     await s._open()
     return s
@@ -141,6 +156,7 @@ class Session:
         max_pending_publishes: int,
         open_timeout: float,
         ping_interval: float | None,
+        auto_renew: bool = True,
     ) -> None:
         if not subjects:
             raise ValueError("connect needs at least one subject")
@@ -179,6 +195,8 @@ class Session:
         self._pub_task: asyncio.Task[None] | None = None
         self._pub_inflight: list[asyncio.Future[Decision]] = []
         self._reconnect_task: asyncio.Task[None] | None = None
+        self.auto_renew = auto_renew
+        self._renew_task: asyncio.Task[None] | None = None
         self._closing_task: asyncio.Task[None] | None = None
         self.errors: collections.deque[PigeonError] = collections.deque(maxlen=100)
         self.reconnects = 0
@@ -310,6 +328,7 @@ class Session:
         self._connected.set()
         if self._pub_task is None:
             self._pub_task = self._loop.create_task(self._publisher())
+        self._schedule_renew()
 
     def _bind(self, sub: Subscription, ans: dict[str, Any]) -> None:
         """Bind a ``subscribed`` answer to the subscription that asked for
@@ -525,6 +544,7 @@ class Session:
         self._state = "failed"
         self._fatal = err
         self._connected.set()
+        self._stop_renewing()
         self._fail_publishes(err)
         for sub in list(self._all_subs):
             sub._end(err)
@@ -593,8 +613,44 @@ class Session:
         return ans
 
     async def renew(self, ttl: float | None = None) -> Contract:
-        """Negotiate a fresh contract for the same subjects on this connection
-        (a contract is never renewed behind the caller's back)."""
+        """Renew the contract in force in place (the ``renew`` frame): the
+        server moves its expiry later, by ``ttl`` seconds from now (else the
+        session's ``ttl``, else the server's default lifetime), and keeps its
+        id: the subscriptions running under it go on, nothing is negotiated
+        or subscribed again. Returns the contract, which :attr:`contract`
+        then is. ``ttl``, when given, becomes the session's ``ttl``.
+
+        The server never takes the contract past the credential the
+        connection was opened with, and never shortens it: a renewal that
+        cannot move it returns it with the same ``expires_at``. Refusals are
+        typed errors: ``CONTRACT_EXPIRED`` (an expired contract is not brought
+        back: :meth:`negotiate` a new one), ``CONTRACT_REVOKED``,
+        ``GRANT_REVOKED``, ``CONTRACT_STALE``, ``UNAUTHENTICATED``,
+        ``RATE_LIMITED``, ``INVALID_ARGUMENT``. With ``auto_renew`` (the
+        default) the session does this by itself; see :func:`connect`."""
+        if ttl is not None:
+            self.ttl = ttl
+        gen, before = self._gen, self._contract
+        f: dict[str, Any] = {"op": "renew"}
+        if self.ttl is not None:
+            f["ttlMs"] = max(1, int(self.ttl * 1000))
+        ans = await self._call(f, "contract")
+        c = Contract.from_wire(ans.get("contract"))
+        # A reconnect or a negotiate meanwhile brought another contract: that
+        # one stays in force.
+        if gen == self._gen and self._contract is before and (before is None or before.id == c.id):
+            self._contract = c
+            mf = ans.get("maxFrame")
+            if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:
+                self._max_frame = mf
+        return c
+
+    async def negotiate(self, ttl: float | None = None) -> Contract:
+        """Negotiate a new contract (a new id) for the same subjects on this
+        connection, e.g. after the contract in force expired. ``ttl``, when
+        given, becomes the session's ``ttl``. Subscriptions that ended with
+        the old contract stay ended. Renewing starts again from the new
+        contract (with ``auto_renew``)."""
         if ttl is not None:
             self.ttl = ttl
         f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
@@ -602,7 +658,71 @@ class Session:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
         ans = await self._call(f, "contract")
         self._contract = Contract.from_wire(ans.get("contract"))
+        mf = ans.get("maxFrame")
+        if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:
+            self._max_frame = mf
+        self._schedule_renew()
         return self._contract
+
+    # --- automatic renewal ---
+
+    def _schedule_renew(self) -> None:
+        """(Re)start the renewal of the contract in force (auto_renew)."""
+        self._stop_renewing()
+        if not self.auto_renew or self.closed or self._contract is None or self._contract.expires_at is None:
+            return
+        self._renew_task = self._loop.create_task(self._renew_loop(self._contract.id))
+
+    def _stop_renewing(self) -> "asyncio.Task[None] | None":
+        """Cancel the renewal task; return it while it has not finished (for
+        close() to wait for: no task outlives the session). It stays
+        referenced until then."""
+        t = self._renew_task
+        if t is None or t.done() or t is asyncio.current_task():
+            return None  # none, finished, or ends by itself
+        t.cancel()
+        return t
+
+    async def _renew_loop(self, cid: str) -> None:
+        """Renew contract ``cid`` at nine tenths of its remaining life, until
+        it is replaced (a reconnect or negotiate starts another loop), it can
+        no longer be moved (the credential's end), it expires, or the session
+        closes. A failure is tried again after a quarter of what is left
+        (at most 5 s, at least 0.1 s)."""
+        retry: float | None = None
+        while True:
+            c = self._contract
+            if self.closed or c is None or c.id != cid or c.expires_at is None:
+                return
+            exp = c.expires_at
+            left = (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+            if left <= 0:
+                return  # expired: a reconnect or negotiate brings a new one
+            wait = left * 9 / 10 if retry is None else min(retry, left)
+            retry = None
+            await asyncio.sleep(wait)
+            c = self._contract
+            if self.closed or c is None or c.id != cid:
+                return
+            if c.expires_at != exp:
+                continue  # renewed meanwhile (an explicit renew)
+            if (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds() <= 0:
+                return
+            try:
+                k = await self.renew()
+            except Exception as e:  # PigeonError, or anything else: never dies silently
+                if self.closed:
+                    return
+                left = (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+                retry = max(min(left / 4, 5.0), 0.1)
+                log.warning("pigeon: renewing contract %s failed (%s); trying again in %.1f s", cid, e, retry)
+                continue
+            if k.id != cid:
+                return
+            if k.expires_at is None or k.expires_at <= exp:
+                log.info("pigeon: contract %s cannot be renewed past the connection's credential (expires %s); "
+                         "connect again with a fresh one", cid, exp.isoformat())
+                return
 
     # --- publishing ---
 
@@ -872,6 +992,9 @@ class Session:
         self._state = "closing"
         if self._reconnect_task is not None:
             self._reconnect_task.cancel()
+        renewing = self._stop_renewing()
+        if renewing is not None:
+            await asyncio.gather(renewing, return_exceptions=True)
         own = _caller_slot()
         subs = list(self._all_subs)
         for s in subs:

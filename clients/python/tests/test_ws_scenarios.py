@@ -118,14 +118,21 @@ async def test_denials(server):
 
 async def test_contract_expired(server):
     scenario("contract.expired")
-    s = await connect(server.ws, "checkout-token", PAY, ttl=1)
+    # Renewed only when asked to.
+    s = await connect(server.ws, "checkout-token", PAY, ttl=1, auto_renew=False)
     try:
         await asyncio.sleep(1.3)
         with pytest.raises(ContractError) as e:
             await within(s.publish(payment()))
         assert e.value.code == "CONTRACT_EXPIRED"
-        # Renewed only when asked to.
-        c = await s.renew(ttl=60)
+        # An expired contract is not renewed (an error, never a hang)...
+        with pytest.raises(ContractError) as e:
+            await within(s.renew(ttl=60))
+        assert e.value.code == "CONTRACT_EXPIRED"
+        # ... a new one is negotiated.
+        old = s.contract.id
+        c = await s.negotiate(ttl=60)
+        assert c.id != old and s.contract is c
         assert c.expires_at is not None and c.expires_at > dt.datetime.now(dt.timezone.utc)
         assert (await s.publish(payment())).accepted
     finally:

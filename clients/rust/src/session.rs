@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
@@ -63,6 +63,17 @@ pub struct ConnectOptions {
     /// client certificate it presents (mTLS); default: the platform's root
     /// certificates, no client certificate. Unused for `ws://`.
     pub tls: Option<TlsConfig>,
+    /// Renew the contract in place (the `renew` op, see
+    /// [`Session::renew`]) when nine tenths of its remaining life have
+    /// passed (default true). A renewal that fails is tried again (after a
+    /// quarter of what is left, between 100 ms and 5 s) until the contract
+    /// expires, each failure handed to `on_error`; a renewal that cannot
+    /// move the expiry (the credential ends first) stops the renewals of
+    /// that contract. A new contract (reconnect, [`Session::negotiate`])
+    /// is renewed in turn; [`close`](Session::close) stops them. Off: the
+    /// contract expires after `ttl`, and calls then fail with
+    /// `CONTRACT_EXPIRED`.
+    pub auto_renew: bool,
 }
 
 impl Default for ConnectOptions {
@@ -81,6 +92,7 @@ impl Default for ConnectOptions {
             on_error: None,
             publish_frames_in_flight: 1,
             tls: None,
+            auto_renew: true,
         }
     }
 }
@@ -122,6 +134,12 @@ impl ConnectOptions {
         self.tls = Some(tls);
         self
     }
+    /// Whether the session renews its contract by itself (default true;
+    /// see [`ConnectOptions::auto_renew`]).
+    pub fn auto_renew(mut self, on: bool) -> Self {
+        self.auto_renew = on;
+        self
+    }
 }
 
 /// Options of [`Session::replay`].
@@ -153,6 +171,9 @@ pub(crate) struct Inner {
     pub opts: ConnectOptions,
     pub state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// Bumped when the contract changes (connect, reconnect, negotiate,
+    /// renew) and when the session closes or fails: wakes the renewer.
+    contract_changed: watch::Sender<u64>,
     closing: AtomicBool,
     pub_slots: Arc<Semaphore>,
 }
@@ -190,6 +211,10 @@ impl Drop for AbandonOnDrop {
 /// window passes, the session fails: calls and subscriptions end with that
 /// error. After [`close`](Session::close) every call fails at once with
 /// [`ErrorKind::Closed`].
+///
+/// **Contract.** The session renews its contract in place before it
+/// expires (same id; the subscriptions go on), unless
+/// [`ConnectOptions::auto_renew`] is off; see [`renew`](Session::renew).
 #[derive(Clone)]
 pub struct Session {
     pub(crate) inner: Arc<Inner>,
@@ -248,10 +273,14 @@ impl Session {
             opts,
             state: Mutex::new(State { phase: Phase::Reconnecting, contract: Contract::default(), subs: Vec::new() }),
             changed: watch::channel(0).0,
+            contract_changed: watch::channel(0).0,
             closing: AtomicBool::new(false),
         });
         let (conn, contract) = inner.open().await?;
         inner.set_up(conn, contract);
+        if inner.opts.auto_renew {
+            tokio::spawn(renew_loop(Arc::downgrade(&inner), inner.contract_changed.subscribe()));
+        }
         Ok(Session { inner })
     }
 
@@ -260,13 +289,40 @@ impl Session {
         self.inner.state.lock().unwrap().contract.clone()
     }
 
-    /// Negotiates a fresh contract on the current connection (for example
-    /// after `CONTRACT_EXPIRED`); subscriptions keep the contract they
-    /// started under.
+    /// Renews the contract in place (the `renew` op): moves its expiry
+    /// later, to `ttl` from now (the server's default lifetime without
+    /// one), and keeps its id, subjects and operations, so the running
+    /// subscriptions go on and nothing is negotiated or subscribed again.
+    /// Returns the renewed contract, which [`contract`](Self::contract)
+    /// then gives. The server never takes a contract past the credential
+    /// the connection was opened with, and never shortens it: a renewal
+    /// that cannot move it answers the same `expires_at`. Refusals:
+    /// `CONTRACT_EXPIRED` (an expired contract is not brought back: see
+    /// [`negotiate`](Self::negotiate)), `CONTRACT_REVOKED`,
+    /// `GRANT_REVOKED`, `CONTRACT_STALE` (a subject's policy changed),
+    /// `UNAUTHENTICATED` (the credential has expired), `RATE_LIMITED`,
+    /// `INVALID_ARGUMENT`. The session does this by itself unless
+    /// [`ConnectOptions::auto_renew`] is off.
     pub async fn renew(&self) -> Result<Contract> {
+        self.inner.check_open()?;
+        let conn = self.inner.conn().await?;
+        self.inner.renew_on(&conn).await
+    }
+
+    /// Negotiates a fresh contract (a new id) on the current connection,
+    /// for example after `CONTRACT_EXPIRED`; subscriptions keep the
+    /// contract they started under.
+    pub async fn negotiate(&self) -> Result<Contract> {
+        self.inner.check_open()?;
         let conn = self.inner.conn().await?;
         let c = self.inner.negotiate(&conn).await?;
-        self.inner.state.lock().unwrap().contract = c.clone();
+        {
+            let mut st = self.inner.state.lock().unwrap();
+            if matches!(&st.phase, Phase::Up(cur) if Arc::ptr_eq(cur, &conn)) {
+                st.contract = c.clone();
+            }
+        }
+        self.inner.contract_changed.send_modify(|g| *g += 1);
         Ok(c)
     }
 
@@ -461,6 +517,7 @@ impl Session {
         if self.inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.inner.contract_changed.send_modify(|g| *g += 1); // stops the renewer
         let subs = std::mem::take(&mut self.inner.state.lock().unwrap().subs);
         // Each with whether this close stopped it (else an unsubscribe is ending it).
         let subs: Vec<(Arc<SubShared>, bool)> = subs.into_iter().map(|s| (s.clone(), !s.stop())).collect();
@@ -563,12 +620,53 @@ impl Inner {
         if let Some(t) = self.opts.ttl {
             f["ttlMs"] = json!(t.as_millis() as u64);
         }
+        self.contract_call(conn, f).await
+    }
+
+    /// Sends `negotiate` or `renew` and reads the `contract` answer.
+    async fn contract_call(&self, conn: &Conn, f: Value) -> Result<Contract> {
         let ans = conn.call(obj(f), self.opts.call_timeout).await?;
         if let Some(n) = ans.get("maxFrame").and_then(Value::as_u64) {
             conn.max_frame.store(n, Ordering::Relaxed);
         }
         serde_json::from_value(ans.get("contract").cloned().unwrap_or(Value::Null))
             .map_err(|e| Error::protocol(format!("a contract answer without a valid contract: {e}")))
+    }
+
+    /// Renews the contract in force on `conn` (the `renew` op) and makes
+    /// the answer the session's contract while `conn` is still its
+    /// connection and the contract still the one renewed.
+    async fn renew_on(&self, conn: &Arc<Conn>) -> Result<Contract> {
+        let mut f = json!({"op": "renew"});
+        if let Some(t) = self.opts.ttl {
+            f["ttlMs"] = json!(t.as_millis() as u64);
+        }
+        let k = self.contract_call(conn, f).await?;
+        let updated = {
+            let mut st = self.state.lock().unwrap();
+            let ours = matches!(&st.phase, Phase::Up(cur) if Arc::ptr_eq(cur, conn)) && st.contract.id == k.id;
+            if ours {
+                st.contract = k.clone();
+            }
+            ours
+        };
+        if updated {
+            self.contract_changed.send_modify(|g| *g += 1);
+        }
+        Ok(k)
+    }
+
+    /// The connection when the session is up on it, without waiting.
+    fn up_conn(&self) -> Option<Arc<Conn>> {
+        match &self.state.lock().unwrap().phase {
+            Phase::Up(c) if !c.is_dead() => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether the session is closing, closed or failed for good.
+    fn is_over(&self) -> bool {
+        self.is_closing() || matches!(self.state.lock().unwrap().phase, Phase::Closed | Phase::Failed(_))
     }
 
     /// Dials and negotiates.
@@ -590,6 +688,7 @@ impl Inner {
             st.contract = contract;
         }
         self.changed.send_modify(|g| *g += 1);
+        self.contract_changed.send_modify(|g| *g += 1);
         if let Some(every) = self.opts.keepalive {
             let weak = Arc::downgrade(&conn);
             let timeout = self.opts.call_timeout.min(every);
@@ -649,6 +748,7 @@ impl Inner {
             std::mem::take(&mut st.subs)
         };
         self.changed.send_modify(|g| *g += 1);
+        self.contract_changed.send_modify(|g| *g += 1);
         for s in subs {
             s.end(Some(err.clone()));
         }
@@ -704,5 +804,93 @@ impl Inner {
 
     pub(crate) fn remove_sub(&self, s: &Arc<SubShared>) {
         self.state.lock().unwrap().subs.retain(|x| !Arc::ptr_eq(x, s));
+    }
+}
+
+/// The smallest and the largest delay before a failed renewal is tried again.
+const RENEW_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// Renews the session's contract when nine tenths of its remaining life
+/// have passed ([`ConnectOptions::auto_renew`]), until the session closes,
+/// fails or is dropped: it holds the session only weakly, and `changed`
+/// (the session's `contract_changed`) wakes it when the contract changes
+/// and when the session ends. After a failure it tries again after a
+/// quarter of what is left (between 100 ms and 5 s) until the contract
+/// expires; a renewal that cannot move the expiry (the credential ends
+/// first) stops the renewals of that contract. It then waits for a new
+/// contract (a reconnect, [`Session::negotiate`]).
+async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
+    // An expiry a renewal could not move: not tried again.
+    let mut stuck: Option<i64> = None;
+    // After a failure: when to try again.
+    let mut retry: Option<Duration> = None;
+    loop {
+        let exp = {
+            let Some(inner) = session.upgrade() else { return };
+            changed.borrow_and_update();
+            if inner.is_over() {
+                return;
+            }
+            let st = inner.state.lock().unwrap();
+            st.contract.expires_at_ms()
+        };
+        let left = exp.map(|e| e - crate::time::now_ms());
+        let wait = match (exp, left) {
+            (Some(e), Some(left)) if left > 0 && stuck != Some(e) => {
+                let left = Duration::from_millis(left as u64);
+                Some(match retry.take() {
+                    Some(r) => r.min(left),
+                    None => left * 9 / 10,
+                })
+            }
+            _ => None, // expired, unknown, or renewed as far as it goes: wait for a new contract
+        };
+        match wait {
+            None => {
+                retry = None;
+                if changed.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Some(w) => {
+                tokio::select! {
+                    r = changed.changed() => {
+                        if r.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    _ = tokio::time::sleep(w) => {}
+                }
+            }
+        }
+        let Some(exp) = exp else { continue };
+        let Some(inner) = session.upgrade() else { return };
+        if inner.is_over() {
+            return;
+        }
+        if inner.state.lock().unwrap().contract.expires_at_ms() != Some(exp) || crate::time::now_ms() >= exp {
+            continue; // renewed or replaced meanwhile, or expired
+        }
+        let res = match inner.up_conn() {
+            Some(conn) => inner.renew_on(&conn).await,
+            None => Err(Error::transport("SESSION_CLOSED", "the connection is down")),
+        };
+        match res {
+            Ok(k) => {
+                if k.expires_at_ms().is_none_or(|e| e <= exp) {
+                    stuck = Some(exp);
+                }
+            }
+            Err(_) if inner.is_over() => return,
+            Err(e) => {
+                let left = Duration::from_millis((exp - crate::time::now_ms()).max(0) as u64);
+                retry = Some((left / 4).clamp(RENEW_RETRY.0, RENEW_RETRY.1));
+                let mut e = e;
+                e.message = format!("renewing the contract failed (trying again): {}", e.message);
+                inner.report(e);
+            }
+        }
     }
 }

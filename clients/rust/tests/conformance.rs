@@ -234,14 +234,20 @@ async fn deny_raw_pan(srv: Arc<Server>) {
 // ---- contracts ----
 
 async fn contract_expired(srv: Arc<Server>) {
-    let s = Session::connect(&srv.url(), "checkout-token", &["payments.authorize"], ConnectOptions::default().ttl(Duration::from_secs(1)))
-        .await
-        .unwrap();
+    // Without automatic renewal: renewing is the caller's choice.
+    let opts = ConnectOptions::default().ttl(Duration::from_secs(1)).auto_renew(false);
+    let s = Session::connect(&srv.url(), "checkout-token", &["payments.authorize"], opts).await.unwrap();
+    let first = s.contract();
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let e = expect_err(s.publish(&payment(&format!("pay-{}", nonce()))).await, "CONTRACT_EXPIRED");
     assert_eq!(e.kind, ErrorKind::Contract);
-    // Renewing is the caller's choice.
-    let c = s.renew().await.unwrap();
+    // An expired contract is not brought back by a renewal ...
+    let e = expect_err(s.renew().await, "CONTRACT_EXPIRED");
+    assert_eq!(e.kind, ErrorKind::Contract);
+    // ... but a fresh one can be negotiated.
+    let c = s.negotiate().await.unwrap();
+    assert_ne!(c.id, first.id);
+    assert_eq!(s.contract().id, c.id);
     assert!(c.expires_at_ms().unwrap() > pigeon_client::time::now_ms());
     assert_eq!(s.publish(&payment(&format!("pay-{}", nonce()))).await.unwrap().status, Status::Accepted);
     s.close().await.unwrap();
