@@ -76,6 +76,14 @@ func WithoutAutoRenew() ConnectOption {
 	return func(o *ConnectOptions) { o.NoAutoRenew = true }
 }
 
+// RenewLead is how long before a contract's expiry a session renews it,
+// for left of remaining life: a tenth of it, but at least 5 s (half of it
+// for less than 10 s), so that a short contract leaves room for a slow
+// answer. The in-process session and the clients renew on this schedule.
+func RenewLead(left time.Duration) time.Duration {
+	return max(left/10, min(left/2, 5*time.Second))
+}
+
 // localSession is the in-process Session.
 type localSession struct {
 	e      *Engine
@@ -92,8 +100,8 @@ func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
 	return &localSession{e: e, caller: c, c: k, done: make(chan struct{})}
 }
 
-// renewLoop renews s's contract for ttl when nine tenths of its remaining
-// life have passed, until the session closes, the engine shuts down or
+// renewLoop renews s's contract for ttl shortly before it expires (a tenth of its remaining life
+// ahead, at least 5 s), until the session closes, the engine shuts down or
 // the contract can be renewed no further (its credential's end, a
 // revocation). After a failure it tries again, after a quarter of what is
 // left (at most 5 s), until the contract expires.
@@ -107,7 +115,7 @@ func (s *localSession) renewLoop(ttl time.Duration) {
 		if left <= 0 {
 			return
 		}
-		wait := left * 9 / 10
+		wait := left - RenewLead(left)
 		if retry > 0 {
 			wait = min(retry, left)
 		}

@@ -15,8 +15,8 @@ import (
 // not take a contract past the credential the connection was opened with;
 // beyond it, Reconnect with a fresh credential.
 //
-// A session renews by itself when nine tenths of its contract's remaining
-// life have passed, unless dialed with pigeon.WithoutAutoRenew (through
+// A session renews by itself shortly before it expires (a tenth of its remaining life
+// ahead, at least 5 s), unless dialed with pigeon.WithoutAutoRenew (through
 // WithConnectOptions); a renewal that fails
 // is tried again until the contract expires, and the failures are logged
 // (WithLogger).
@@ -42,8 +42,8 @@ func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
 	return k, nil
 }
 
-// renewLoop renews the session's contract when nine tenths of its
-// remaining life have passed, until Close. After a failure it tries again
+// renewLoop renews the session's contract shortly before it expires (a tenth of
+// its remaining life ahead, at least 5 s), until Close. After a failure it tries again
 // (after a quarter of what is left, at most 5 s) until the contract
 // expires; then it waits for a new one (Reconnect).
 func (s *Session) renewLoop() {
@@ -56,7 +56,7 @@ func (s *Session) renewLoop() {
 	for {
 		exp := s.Contract().ExpiresAt()
 		left := time.Until(exp)
-		wait := left * 9 / 10
+		wait := left - pigeon.RenewLead(left)
 		switch {
 		case left <= 0 || exp.Equal(last):
 			wait = max(left, time.Second) // expired, or renewed as far as it goes: wait for Reconnect

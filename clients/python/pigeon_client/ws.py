@@ -69,6 +69,14 @@ MAX_PUBLISH_BATCH = 1000
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+def _renew_lead(left: float) -> float:
+    """How long before a contract's expiry a session renews it, for ``left``
+    seconds of remaining life: a tenth of it, but at least 5 s (half of it
+    for less than 10 s), so that a short contract leaves room for a slow
+    answer."""
+    return max(left / 10, min(left / 2, 5.0))
+
+
 def _ws_url(url: str, region: str | None, subprotocol_auth: bool) -> str:
     u = urllib.parse.urlsplit(url)
     scheme = {"http": "ws", "https": "wss"}.get(u.scheme, u.scheme)
@@ -684,7 +692,7 @@ class Session:
         return t
 
     async def _renew_loop(self, cid: str) -> None:
-        """Renew contract ``cid`` at nine tenths of its remaining life, until
+        """Renew contract ``cid`` shortly before it expires (a tenth of its remaining life ahead, at least 5 s), until
         it is replaced (a reconnect or negotiate starts another loop), it can
         no longer be moved (the credential's end), it expires, or the session
         closes. A failure is tried again after a quarter of what is left
@@ -698,7 +706,7 @@ class Session:
             left = (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
             if left <= 0:
                 return  # expired: a reconnect or negotiate brings a new one
-            wait = left * 9 / 10 if retry is None else min(retry, left)
+            wait = left - _renew_lead(left) if retry is None else min(retry, left)
             retry = None
             await asyncio.sleep(wait)
             c = self._contract

@@ -64,8 +64,7 @@ pub struct ConnectOptions {
     /// certificates, no client certificate. Unused for `ws://`.
     pub tls: Option<TlsConfig>,
     /// Renew the contract in place (the `renew` op, see
-    /// [`Session::renew`]) when nine tenths of its remaining life have
-    /// passed (default true). A renewal that fails is tried again (after a
+    /// [`Session::renew`]) shortly before it expires (a tenth of its remaining life ahead, at least 5 s) (default true). A renewal that fails is tried again (after a
     /// quarter of what is left, between 100 ms and 5 s) until the contract
     /// expires, each failure handed to `on_error`; a renewal that cannot
     /// move the expiry (the credential ends first) stops the renewals of
@@ -810,8 +809,7 @@ impl Inner {
 /// The smallest and the largest delay before a failed renewal is tried again.
 const RENEW_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
-/// Renews the session's contract when nine tenths of its remaining life
-/// have passed ([`ConnectOptions::auto_renew`]), until the session closes,
+/// Renews the session's contract shortly before it expires (a tenth of its remaining life ahead, at least 5 s) ([`ConnectOptions::auto_renew`]), until the session closes,
 /// fails or is dropped: it holds the session only weakly, and `changed`
 /// (the session's `contract_changed`) wakes it when the contract changes
 /// and when the session ends. After a failure it tries again after a
@@ -840,7 +838,7 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
                 let left = Duration::from_millis(left as u64);
                 Some(match retry.take() {
                     Some(r) => r.min(left),
-                    None => left * 9 / 10,
+                    None => left - renew_lead(left),
                 })
             }
             _ => None, // expired, unknown, or renewed as far as it goes: wait for a new contract
@@ -893,4 +891,11 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
             }
         }
     }
+}
+
+/// How long before a contract's expiry a session renews it, for `left` of
+/// remaining life: a tenth of it, but at least 5 s (half of it for less
+/// than 10 s), so that a short contract leaves room for a slow answer.
+fn renew_lead(left: Duration) -> Duration {
+    (left / 10).max((left / 2).min(Duration::from_secs(5)))
 }

@@ -48,8 +48,8 @@ export interface ConnectOptions {
   /** called after each successful reconnect with the new contract */
   onReconnect?: (contract: Contract) => void;
   /**
-   * Renew the contract in place on its own (default true): when nine tenths
-   * of its remaining life have passed, the session sends `renew` (with
+   * Renew the contract in place on its own (default true): shortly before it expires
+   * (a tenth of its remaining life ahead, at least 5 s), the session sends `renew` (with
    * `ttl`), keeping the contract id and the subscriptions running under it.
    * A renewal that fails is tried again (after a quarter of the life left,
    * at most 5 s, at least 100 ms) until the contract expires, each failure
@@ -566,7 +566,7 @@ export class Session implements ConnOwner {
     const exp = Date.parse(k.expiresAt);
     const left = exp - Date.now();
     if (!(left > 0)) return;
-    this.armRenew(c, k, exp, Date.now() + (delayMs ?? (left * 9) / 10));
+    this.armRenew(c, k, exp, Date.now() + (delayMs ?? left - renewLead(left)));
   }
 
   /** Arms the renewal timer for `due` (ms since the epoch), in steps a timer can hold (at most 2^31−1 ms). */
@@ -1023,3 +1023,11 @@ function messages(f: Frame): Message[] {
   return answer(f, "messages", (f) => Array.isArray(f.messages)).messages as Message[];
 }
 
+/**
+ * How long before a contract's expiry a session renews it, for `left` ms of
+ * remaining life: a tenth of it, but at least 5 s (half of it for less than
+ * 10 s), so that a short contract leaves room for a slow answer.
+ */
+export function renewLead(left: number): number {
+  return Math.max(left / 10, Math.min(left / 2, 5_000));
+}
