@@ -2,7 +2,6 @@ package pigeon_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -140,64 +139,4 @@ func TestRenewContractRefusals(t *testing.T) {
 		_, err := f.e.RenewContract(ctx, p, live.Contract().ID(), 0)
 		requireCode(t, err, pigeon.CodeContractRevoked)
 	})
-}
-
-// TestSessionRenewsItself: an in-process session whose contract lives
-// 600 ms keeps working for three lifetimes under the same contract, its
-// subscription with it; WithoutAutoRenew, it ends at the first expiry.
-func TestSessionRenewsItself(t *testing.T) {
-	const life = 600 * time.Millisecond
-	for _, auto := range []bool{true, false} {
-		t.Run(map[bool]string{true: "renews itself", false: "without auto renew"}[auto], func(t *testing.T) {
-			f := newFixture(t, func(o *pigeon.Options) {
-				o.Catalog = transporttest.Options().Catalog
-				o.Authenticator = transporttest.Options().Authenticator
-				o.Now = nil
-			})
-			opts := []pigeon.ConnectOption{pigeon.WithContractTTL(life)}
-			if !auto {
-				opts = append(opts, pigeon.WithoutAutoRenew())
-			}
-			alice, err := f.e.Connect(ctx, "alice-token", []string{"chat.messages"}, opts...)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = alice.Close(context.Background()) })
-			bob := f.connect("bob-token", "chat.messages")
-			k := alice.Contract()
-			first := k.ExpiresAt()
-			got := make(chan string, 64)
-			sub, err := alice.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
-				got <- string(d.Message.Data)
-				return nil
-			})
-			require.NoError(t, err)
-			for i := 0; time.Now().Before(first.Add(2 * life)); i++ {
-				if !auto && time.Now().After(first) {
-					break
-				}
-				_, err := bob.Publish(ctx, chatMessage("n"+strconv.Itoa(i)))
-				require.NoError(t, err)
-				select {
-				case m := <-got:
-					require.Contains(t, m, "n"+strconv.Itoa(i))
-				case <-time.After(10 * time.Second):
-					t.Fatalf("message %d not delivered: %v", i, sub.Err())
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if !auto {
-				select {
-				case <-sub.Done():
-				case <-time.After(10 * time.Second):
-					t.Fatal("the subscription outlived its contract")
-				}
-				requireCode(t, sub.Err(), pigeon.CodeContractExpired)
-				return
-			}
-			require.NoError(t, sub.Err())
-			require.True(t, k.ExpiresAt().After(first.Add(2*life)), "renewed in place: %v", k.ExpiresAt())
-			_, err = alice.Publish(ctx, chatMessage("mine"))
-			require.NoError(t, err)
-			require.GreaterOrEqual(t, len(auditOf(t, f.e, pigeon.EventContractRenewed)), 2)
-		})
-	}
 }

@@ -19,6 +19,6 @@ func TestConformance(t *testing.T) {
 		e, err := pigeon.New(context.Background(), transporttest.Options())
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial}
+		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial, ConnectWith: e.Connect}
 	})
 }

@@ -33,6 +33,9 @@ type Harness struct {
 	Engine *pigeon.Engine
 	// Connect authenticates token and negotiates subjects over the transport.
 	Connect func(ctx context.Context, token string, subjects []string) (pigeon.Session, error)
+	// ConnectWith is Connect with connect options (a contract's lifetime,
+	// WithoutAutoRenew); nil skips the scenarios that need it.
+	ConnectWith func(ctx context.Context, token string, subjects []string, opts ...pigeon.ConnectOption) (pigeon.Session, error)
 }
 
 // Options returns the engine options the suite needs: the demo catalog
@@ -104,6 +107,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"RequestReply", testRequestReply},
 		{"RequestTimeout", testRequestTimeout},
 		{"RevocationStopsSubscription", testRevocation},
+		{"SessionRenewsItsContract", testSessionRenews},
 		{"SubscribeBadInput", testSubscribeBadInput},
 		{"SlowSubscriberDoesNotBlockOthers", testSlowSubscriber},
 	}

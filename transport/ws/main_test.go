@@ -138,6 +138,9 @@ func eventually(t testing.TB, cond func() bool, msg string, args ...any) {
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
 		v := newEnv(t, nil)
-		return transporttest.Harness{Engine: v.e, Connect: ws.Dialer{URL: v.url}.Dial}
+		return transporttest.Harness{Engine: v.e, Connect: ws.Dialer{URL: v.url}.Dial,
+			ConnectWith: func(ctx context.Context, token string, subjects []string, opts ...pigeon.ConnectOption) (pigeon.Session, error) {
+				return ws.Dial(ctx, v.url, token, subjects, ws.WithConnectOptions(opts...))
+			}}
 	})
 }
