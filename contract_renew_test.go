@@ -140,3 +140,64 @@ func TestRenewContractRefusals(t *testing.T) {
 		requireCode(t, err, pigeon.CodeContractRevoked)
 	})
 }
+
+// TestRenewContractRefusedWhenAccessChanged: a renewal does not carry a
+// contract past a change that took its ground away: a subject's policy
+// replaced since (CONTRACT_STALE), or the grant it was negotiated with
+// revoked or the role it relied on taken away (GRANT_REVOKED). The
+// refusals are audited and leave the contract as it was.
+func TestRenewContractRefusedWhenAccessChanged(t *testing.T) {
+	t.Run("policy changed", func(t *testing.T) {
+		f := newFixture(t)
+		s := f.connect("checkout-token", "payments.authorize")
+		p, err := f.e.Authenticate(ctx, "checkout-token")
+		require.NoError(t, err)
+		sp, err := f.e.Subject("payments.authorize")
+		require.NoError(t, err)
+		sp.Version = "v2"
+		sp.Intents = append(sp.Intents, "refund_payment")
+		require.NoError(t, f.e.ReplaceSubject(ctx, sp))
+		_, err = f.e.RenewContract(ctx, p, s.Contract().ID(), time.Hour)
+		requireCode(t, err, pigeon.CodeContractStale)
+		require.Equal(t, 1, auditCount(t, f.e, pigeon.EventContractDenied, pigeon.CodeContractStale))
+	})
+	grantee := func(t *testing.T, f *fixture) (*pigeon.Principal, pigeon.Contract, string) {
+		t.Helper()
+		_, err := f.e.PutRole(ctx, pigeon.Role{Name: "notifier", Permissions: []pigeon.Permission{
+			{Subject: "notifications.send", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+		require.NoError(t, err)
+		_, err = f.e.CreateAccount(ctx, pigeon.Account{ID: "renew-grantee", Roles: []string{"notifier"}})
+		require.NoError(t, err)
+		g, err := f.e.IssueGrant(ctx, "renew-grantee", []string{"notifier"}, time.Hour)
+		require.NoError(t, err)
+		p, err := f.e.Authenticate(ctx, g.Token)
+		require.NoError(t, err)
+		k, err := f.e.Negotiate(ctx, p, "", []string{"notifications.send"}, time.Minute)
+		require.NoError(t, err)
+		_, err = f.e.RenewContract(ctx, p, k.ID(), 2*time.Minute)
+		require.NoError(t, err, "renewed while the grant stands")
+		return p, k, g.JTI
+	}
+	t.Run("role taken away", func(t *testing.T) {
+		// The caller's credential still stands; the contract's ground,
+		// the role it was negotiated through, does not.
+		f := newFixture(t)
+		p, k, _ := grantee(t, f)
+		_, err := f.e.RemoveAccountRole(ctx, "renew-grantee", "notifier")
+		require.NoError(t, err)
+		before := k.ExpiresAt()
+		_, err = f.e.RenewContract(ctx, p, k.ID(), time.Hour)
+		requireCode(t, err, pigeon.CodeGrantRevoked)
+		require.Equal(t, before, k.ExpiresAt(), "a refused renewal leaves the contract as it was")
+	})
+	t.Run("grant revoked", func(t *testing.T) {
+		f := newFixture(t)
+		p, k, jti := grantee(t, f)
+		require.NoError(t, f.e.RevokeGrant(ctx, jti))
+		before := k.ExpiresAt()
+		_, err := f.e.RenewContract(ctx, p, k.ID(), time.Hour)
+		requireCode(t, err, pigeon.CodeGrantRevoked)
+		require.Equal(t, before, k.ExpiresAt(), "a refused renewal leaves the contract as it was")
+		require.Equal(t, 1, auditCount(t, f.e, pigeon.EventContractDenied, pigeon.CodeGrantRevoked))
+	})
+}
