@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"pigeon/internal/jsontext"
+	"pigeon/internal/predecoded"
 )
 
 // SpecVersion is the only envelope version the broker speaks.
@@ -50,6 +51,15 @@ type Message struct {
 	SubjectID  string `json:"subjectId,omitempty"`
 	SchemaID   string `json:"schemaId,omitempty"`
 	AcceptedAt string `json:"acceptedAt,omitempty"`
+
+	// pre is Data decoded by the WebSocket server's frame decoder, or nil
+	// (see package internal/predecoded). Publish uses it only while Data
+	// is pre.Text, and takes it from the message it is given.
+	pre *predecoded.Data
+}
+
+func init() {
+	predecoded.Attach = func(m any, d *predecoded.Data) { m.(*Message).pre = d }
 }
 
 // Signature is a detached signature over the canonical form of a message.
@@ -193,6 +203,7 @@ func (m *Message) validText() bool {
 // Clone returns a deep copy of m.
 func (m *Message) Clone() *Message {
 	c := *m
+	c.pre = nil
 	if m.Data != nil {
 		c.Data = append(json.RawMessage(nil), m.Data...)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"pigeon/internal/jsontext"
 	"pigeon/store"
@@ -221,7 +222,19 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	if m.Region == "" {
 		m.Region = c.Region
 	}
-	if len(m.Data) == 0 {
+	pre := in.pre
+	if m.pre = nil; pre != nil {
+		in.pre = nil // used once: a second publish of in decodes its data
+		if !sameText(pre.Text, m.Data) {
+			pre = nil
+		}
+	}
+	if pre != nil {
+		// The frame decoder's copy, decoded as below: nothing else holds
+		// it, and the publisher, the WebSocket server, only encodes its
+		// result, which may therefore share it.
+		a.Data, a.sent, a.dataNames = pre.Value, m.Data, pre.Names
+	} else if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data = map[string]any{}
 	} else if data, text, err := jsontext.DecodeTextNames(m.Data, MaxJSONDepth, &a.dataNames); err != nil {
@@ -242,6 +255,11 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		a.Policy = &a.subj.policy
 		a.idemKey = a.subj.idempotencyKey(m, a.Data)
 	}
+}
+
+// sameText reports whether a and b are the same bytes in memory.
+func sameText(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 // decodeValue decodes message data strictly (jsontext.Decode), nested at

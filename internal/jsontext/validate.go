@@ -78,7 +78,7 @@ func Validate(b []byte, maxDepth int) error {
 // just past it; what follows it is not read. A caller walking a larger
 // text validates a member's value and finds its end in one pass.
 func ValidateValue(b []byte, i, maxDepth int) (int, error) {
-	v := validator{in: b, i: i, maxDepth: maxDepth}
+	v := validator{in: b, i: i, start: i, maxDepth: maxDepth}
 	v.ws()
 	if err := v.value(0); err != nil {
 		return -1, err
@@ -89,10 +89,14 @@ func ValidateValue(b []byte, i, maxDepth int) (int, error) {
 type validator struct {
 	in       []byte
 	i        int
+	start    int // where the scan began
 	maxDepth int
-	// path is where the scan is (its first len(path) levels), rendered
-	// only for an error; depth counts every level.
-	path    [maxPath]step
+	// path, when not nil, is where the scan is (its first maxPath levels),
+	// rendered only for a duplicate's error; depth counts every level. A
+	// scan runs without it, and a duplicate it finds is found again by a
+	// scan with it (retrace), so the common case pays nothing for a path
+	// it never names.
+	path    *[maxPath]step
 	depth   int
 	scratch []byte
 }
@@ -182,7 +186,7 @@ func (v *validator) object(depth int) error {
 			}
 		}
 		if dup {
-			return &Error{Kind: KindDuplicateKey, Offset: at, Path: v.pointer()}
+			return v.duplicate(at)
 		}
 		switch {
 		case many != nil:
@@ -204,7 +208,7 @@ func (v *validator) object(depth int) error {
 		v.ws()
 		v.push(step{name: name, index: -1})
 		err = v.value(depth)
-		v.depth--
+		v.pop()
 		if err != nil {
 			return err
 		}
@@ -238,7 +242,7 @@ func (v *validator) array(depth int) error {
 		v.ws()
 		v.push(step{index: n})
 		err := v.value(depth)
-		v.depth--
+		v.pop()
 		if err != nil {
 			return err
 		}
@@ -269,10 +273,34 @@ type step struct {
 const maxPath = 32
 
 func (v *validator) push(s step) {
+	if v.path == nil {
+		return
+	}
 	if v.depth < maxPath {
 		v.path[v.depth] = s
 	}
 	v.depth++
+}
+
+func (v *validator) pop() {
+	if v.path != nil {
+		v.depth--
+	}
+}
+
+// duplicate is the error for the duplicate member name at offset at. A
+// scan that does not keep its path scans again from where it began,
+// keeping it, to the same first refusal.
+func (v *validator) duplicate(at int) *Error {
+	if v.path != nil {
+		return &Error{Kind: KindDuplicateKey, Offset: at, Path: v.pointer()}
+	}
+	w := validator{in: v.in, i: v.start, start: v.start, maxDepth: v.maxDepth, path: new([maxPath]step)}
+	w.ws()
+	if err, ok := w.value(0).(*Error); ok && err.Kind == KindDuplicateKey && err.Offset == at {
+		return err
+	}
+	return &Error{Kind: KindDuplicateKey, Offset: at} // unreachable: the scans agree
 }
 
 // pointer renders the current path as a JSON Pointer (RFC 6901).

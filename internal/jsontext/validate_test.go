@@ -59,6 +59,17 @@ func TestValidate(t *testing.T) {
 				require.Equal(t, tt.path, e.Path)
 			}
 			require.NotContains(t, err.Error(), "\xff")
+
+			if tt.kind == KindSyntax {
+				return // some are about what follows the value
+			}
+			// The same value inside a larger text: the same refusal, at
+			// the same place in it, with the same path.
+			pad := `[0, ` + tt.in
+			_, verr := ValidateValue([]byte(pad), len(`[0, `), 8)
+			var ve *Error
+			require.ErrorAs(t, verr, &ve)
+			require.Equal(t, Error{Kind: e.Kind, Offset: e.Offset + len(`[0, `), Path: e.Path, Depth: e.Depth}, *ve)
 		})
 	}
 }
@@ -203,4 +214,20 @@ func TestASCII(t *testing.T) {
 		}
 	}
 	require.True(t, ASCII(""))
+}
+
+// BenchmarkValidatePayment validates a 259-byte payment as the frame
+// decoders do, one message's data at a time.
+func BenchmarkValidatePayment(b *testing.B) {
+	in := []byte(`{"merchantId":"m-100","orderId":"o-7f3a9c21","amount":42.5,"currency":"GBP",` +
+		`"paymentToken":"tok_9f8e7d6c5b4a3921","customerId":"cust-42","channel":"web",` +
+		`"description":"Order o-7f3a9c21: 2 items, standard delivery",` +
+		`"metadata":{"cartId":"cart-5521","ab":"b12"}}`)
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ValidateValue(in, 0, 64); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

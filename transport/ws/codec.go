@@ -10,6 +10,7 @@ import (
 
 	"pigeon"
 	"pigeon/internal/jsontext"
+	"pigeon/internal/predecoded"
 	"pigeon/internal/wire"
 )
 
@@ -45,6 +46,11 @@ type walker struct {
 	b      []byte
 	in     *interner // nil: share no strings
 	strict bool      // b is unchecked: see above
+	// data, strict only, decodes each message's data for the engine
+	// (predecoded) where it would otherwise only validate it: the
+	// server's reader, whose messages go on to be published.
+	data bool
+	pre  []predecoded.Data // room for the next messages' decoded data
 }
 
 // names are the members of an object the walker decodes, in the order the
@@ -418,7 +424,8 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 	var (
 		spans [mAcceptedAt + 1]span // each member at most once: object gives up on a second
 		ns, n int
-		data  span // k unused; from == to: none
+		data  span             // k unused; from == to: none
+		pre   *predecoded.Data // w.data: the data decoded
 	)
 	strs := [...]*string{
 		mSpecVersion: &m.SpecVersion, mID: &m.ID, mType: &m.Type, mSource: &m.Source, mSubject: &m.Subject, mTime: &m.Time,
@@ -429,6 +436,23 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 	end := w.object(i, messageNames, func(k, j int) int {
 		switch k {
 		case mData:
+			if w.data {
+				if e := jsontext.SkipValue(w.b, j); w.b[j] != 'n' {
+					// The decoder reads b[j:e] whole, so e is where the
+					// value ends when it succeeds; otherwise (too deep for
+					// the engine, or not JSON) the value is checked below.
+					if len(w.pre) == 0 {
+						w.pre = make([]predecoded.Data, batchChunk)
+					}
+					p := &w.pre[0]
+					if v, text, err := jsontext.DecodeTextNames(w.b[j:e], pigeon.MaxJSONDepth, &p.Names); err == nil {
+						p.Value, p.Text, pre = v, text, p
+						w.pre = w.pre[1:]
+						return e
+					}
+					*p = predecoded.Data{}
+				}
+			}
 			e := w.value(j, depth+1)
 			if e < 0 || string(w.b[j:e]) == "null" {
 				return -1 // encoding/json keeps null as its text
@@ -463,6 +487,10 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 		}
 		return w.str(j, strs[k], shared)
 	})
+	if end >= 0 && pre != nil {
+		m.Data = pre.Text[:len(pre.Text):len(pre.Text)]
+		predecoded.Attach(m, pre)
+	}
 	dl := data.to - data.from
 	if end < 0 || dl+n == 0 {
 		return end
@@ -526,8 +554,8 @@ func decodeFrameFast(b []byte, in *interner) (*Frame, bool) {
 // decodeFrameStrict decodes a frame of the publish path as it arrives; ok
 // is false unless CheckJSON accepts b and encoding/json decodes it to the
 // same frame.
-func decodeFrameStrict(b []byte, in *interner) (*Frame, bool) {
-	w := walker{b: b, in: in, strict: true}
+func decodeFrameStrict(b []byte, in *interner, data bool) (*Frame, bool) {
+	w := walker{b: b, in: in, strict: true, data: data}
 	return w.frame()
 }
 
@@ -565,9 +593,9 @@ func (w *walker) frame() (*Frame, bool) {
 			e = jsontext.SkipValue(w.b, j)
 			messages = w.b[j:e]
 		case fResults:
-			f.Results, e = w.results(j)
+			f.Results, e = w.answers().results(j)
 		case fDeliveries:
-			f.Deliveries, f.delivered, e = w.deliveries(j)
+			f.Deliveries, f.delivered, e = w.answers().deliveries(j)
 		case fMessageID:
 			return w.str(j, &f.MessageID, false)
 		case fMessageIDs:
@@ -579,7 +607,7 @@ func (w *walker) frame() (*Frame, bool) {
 		return nil, false
 	}
 	if messages != nil {
-		list := walker{b: messages, in: w.in, strict: w.strict}
+		list := walker{b: messages, in: w.in, strict: w.strict, data: w.data && f.Op == OpPublishBatch}
 		var ok bool
 		if f.Op == OpPublishBatch {
 			f.Batch, f.decoded, ok = list.batch()
@@ -591,6 +619,14 @@ func (w *walker) frame() (*Frame, bool) {
 		}
 	}
 	return f, true
+}
+
+// answers is w for the messages of the server's answers, which are
+// never published: without data.
+func (w *walker) answers() *walker {
+	a := *w
+	a.data, a.pre = false, nil
+	return &a
 }
 
 // batch splits the array b, the messages of a publish_batch, each to be

@@ -171,7 +171,7 @@ func (c *conn) readLoop() {
 			c.close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8")
 			return
 		}
-		f, err := decodeFrame(buf.frame, &in)
+		f, err := decodeServerFrame(buf.frame, &in)
 		if err != nil {
 			re := ""
 			if f != nil {

@@ -164,12 +164,19 @@ func DecodeFrame(b []byte) (*Frame, error) { return decodeFrame(b, nil) }
 // none), for a connection's reader. The frames of the publish path cost
 // one pass (decodeFrameStrict); the rest, and every frame it refuses, are
 // checked with CheckJSON first (decodeFrameChecked).
-func decodeFrame(b []byte, in *interner) (*Frame, error) {
+func decodeFrame(b []byte, in *interner) (*Frame, error) { return decodeFrameFor(b, in, false) }
+
+// decodeServerFrame is decodeFrame for the server's reader: the strict
+// pass decodes the data of each message it takes for the engine as it
+// checks it (predecoded), so a published message's data is read once.
+func decodeServerFrame(b []byte, in *interner) (*Frame, error) { return decodeFrameFor(b, in, true) }
+
+func decodeFrameFor(b []byte, in *interner, data bool) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
 	}
-	if f, ok := decodeFrameStrict(b, in); ok {
+	if f, ok := decodeFrameStrict(b, in, data); ok {
 		return withOp(f)
 	}
 	return decodeFrameChecked(b, in)

@@ -1,0 +1,28 @@
+// Package predecoded carries a message's data, decoded by the WebSocket
+// server's frame decoder, to the engine, so that data read from the
+// network is checked and decoded once rather than validated by the frame
+// decoder and decoded again by the engine.
+//
+// Only the broker's own packages can attach decoded data to a message:
+// the package is internal, and the field that holds it is unexported. The
+// engine uses it only while the message's Data is still Data.Text, the
+// decoder's own copy of the bytes, which nothing writes to; otherwise it
+// decodes Data itself, as for any message.
+package predecoded
+
+import "pigeon/internal/datapath"
+
+// Data is one message's data decoded by jsontext.DecodeTextNames with
+// the engine's nesting limit (pigeon.MaxJSONDepth): Value decoded from
+// Text, which the decoder copied and nothing else holds, and Names the
+// summary of Value's top-level member names.
+type Data struct {
+	Value any
+	Text  []byte
+	Names datapath.Names
+}
+
+// Attach gives m, a *pigeon.Message whose Data is d.Text, its decoded
+// data. Package pigeon sets it; it is nil only before pigeon's
+// initialization.
+var Attach func(m any, d *Data)
