@@ -22,6 +22,7 @@ type binding struct {
 	name    string
 	cur     atomic.Pointer[version]
 	caller  pigeon.Caller
+	exp     atomic.Pointer[time.Time] // when caller's contract expires
 	sub     pigeon.Subscription
 	h       pigeon.Handler // handle in the Manager's middleware
 	stopped atomic.Bool
@@ -89,25 +90,26 @@ func (b *binding) handle(ctx context.Context, d *pigeon.Delivery) error {
 // bind negotiates a contract for v's account and subscribes v's route
 // under it (see subscribe).
 func (mg *Manager) bind(ctx context.Context, p *program, v *version, from *position) (*binding, error) {
-	caller, err := mg.negotiate(ctx, &v.man)
+	caller, exp, err := mg.negotiate(ctx, &v.man)
 	if err != nil {
 		return nil, err
 	}
-	return mg.subscribe(ctx, p, v, caller, from)
+	return mg.subscribe(ctx, p, v, caller, exp, from)
 }
 
-// negotiate reads man's account and negotiates a contract for it.
-func (mg *Manager) negotiate(ctx context.Context, man *Manifest) (pigeon.Caller, error) {
+// negotiate reads man's account and negotiates a contract for it: the
+// caller under it, and when it expires.
+func (mg *Manager) negotiate(ctx context.Context, man *Manifest) (pigeon.Caller, time.Time, error) {
 	acct, err := mg.e.GetAccount(ctx, man.Account)
 	if err != nil {
-		return pigeon.Caller{}, err
+		return pigeon.Caller{}, time.Time{}, err
 	}
 	pr := &pigeon.Principal{ID: acct.ID, Attributes: acct.Attributes, Roles: acct.Roles, Method: AuthProgram}
 	k, err := mg.e.Negotiate(ctx, pr, "", man.subjects(), 0)
 	if err != nil {
-		return pigeon.Caller{}, err
+		return pigeon.Caller{}, time.Time{}, err
 	}
-	return pigeon.Caller{Principal: pr, Region: k.Info().Region, ContractID: k.ID()}, nil
+	return pigeon.Caller{Principal: pr, Region: k.Info().Region, ContractID: k.ID()}, k.ExpiresAt(), nil
 }
 
 // subscribe subscribes v's route under caller's contract (revoked when
@@ -115,9 +117,10 @@ func (mg *Manager) negotiate(ctx context.Context, man *Manifest) (pigeon.Caller,
 // is a position on that subject, else after the last message stored: it
 // always starts at a known sequence, which it stores as its position once
 // it is live.
-func (mg *Manager) subscribe(ctx context.Context, p *program, v *version, caller pigeon.Caller, from *position) (*binding, error) {
+func (mg *Manager) subscribe(ctx context.Context, p *program, v *version, caller pigeon.Caller, exp time.Time, from *position) (*binding, error) {
 	man := &v.man
 	b := &binding{mg: mg, name: p.name, caller: caller}
+	b.exp.Store(&exp)
 	b.cur.Store(v)
 	b.h = b.handle
 	for i := len(mg.opts.Middleware) - 1; i >= 0; i-- {
@@ -177,11 +180,14 @@ func (b *binding) stop(ctx context.Context) {
 }
 
 // watch stores b's position every Options.PositionInterval while it
-// changes, and renews b when its subscription stops for a reason other
-// than stop or shutdown (its contract expired, a role of the account was
-// removed): the account is read again and a new contract negotiated,
-// retrying with a growing delay while that fails. The renewed binding
-// resumes at b's position.
+// changes, and renews b's contract in place shortly before it expires, as
+// sessions do (renew), so the binding goes on under one contract. When
+// the subscription stops for a reason other than stop or shutdown (the
+// contract was revoked, a role of the account was removed, a renewal was
+// refused and the contract ran out), it binds the program again: the
+// account is read again and a new contract negotiated, retrying with a
+// growing delay while that fails. The new binding resumes at b's
+// position.
 func (mg *Manager) watch(p *program, b *binding) {
 	defer mg.wg.Done()
 	var tick <-chan time.Time
@@ -190,6 +196,8 @@ func (mg *Manager) watch(p *program, b *binding) {
 		defer t.Stop()
 		tick = t.C
 	}
+	renew := time.NewTimer(renewIn(*b.exp.Load(), 0))
+	defer renew.Stop()
 wait:
 	for {
 		select {
@@ -199,6 +207,8 @@ wait:
 			return
 		case <-tick:
 			b.persist(mg.ctx, false)
+		case <-renew.C:
+			renew.Reset(mg.renew(b))
 		}
 	}
 	b.persist(mg.ctx, false)
@@ -235,18 +245,66 @@ wait:
 	}
 }
 
+// renew moves b's contract's expiry later (pigeon.Engine.RenewContract)
+// and returns how long to wait before the next renewal. A renewal is
+// tried pigeon.RenewLead ahead of the expiry, and again every so often
+// while it fails for a reason that may pass; a refusal that will not pass
+// (revoked, a role taken away, the subject's policy changed) leaves the
+// contract to run out, and the binding's end binds the program again.
+func (mg *Manager) renew(b *binding) time.Duration {
+	exp := *b.exp.Load()
+	if !time.Now().Before(exp) || b.stopped.Load() {
+		return time.Hour // ended: the subscription's end rebinds it
+	}
+	ctx, cancel := context.WithTimeout(mg.ctx, renewTimeout)
+	k, err := mg.e.RenewContract(ctx, b.caller.Principal, b.caller.ContractID, 0)
+	cancel()
+	switch code := pigeon.ErrorCode(err); {
+	case err == nil && k.ExpiresAt().After(exp):
+		exp = k.ExpiresAt()
+		b.exp.Store(&exp)
+		return renewIn(exp, 0)
+	case err == nil:
+		return time.Hour // as far as it goes: it runs out, then rebinds
+	case code == pigeon.CodeContractRevoked || code == pigeon.CodeContractExpired || code == pigeon.CodeGrantRevoked ||
+		code == pigeon.CodeContractStale || code == pigeon.CodeContractNotFound || code == pigeon.CodeUnauthenticated || code == pigeon.CodeShutdown:
+		mg.log.Info("program binding's contract not renewed; it will be bound again when it ends", "program", b.name, "error", err)
+		return time.Hour
+	default:
+		mg.log.Warn("program binding's contract could not be renewed; trying again", "program", b.name, "error", err)
+		return renewIn(exp, max(min(time.Until(exp)/4, 5*time.Second), 100*time.Millisecond))
+	}
+}
+
+// renewTimeout bounds one renewal of a binding's contract.
+const renewTimeout = 10 * time.Second
+
+// renewIn is how long to wait before renewing a contract that expires at
+// exp: retry when it is set, else until pigeon.RenewLead ahead of exp; at
+// most until exp.
+func renewIn(exp time.Time, retry time.Duration) time.Duration {
+	left := time.Until(exp)
+	if left <= 0 {
+		return time.Hour
+	}
+	if retry > 0 {
+		return min(retry, left)
+	}
+	return left - pigeon.RenewLead(left)
+}
+
 // handover binds v in old's place on the same pubsub subject, exactly:
 // old's subscription stops (its deliveries in flight finish), then v's
 // starts after old's position and acknowledges without running what old
 // handled above it, so no message is handled by both or by neither. On
 // failure old's version is bound again at the same place.
 func (mg *Manager) handover(ctx context.Context, p *program, old *binding, v *version) (*binding, error) {
-	caller, err := mg.negotiate(ctx, &v.man)
+	caller, exp, err := mg.negotiate(ctx, &v.man)
 	if err != nil {
 		return nil, err
 	}
 	old.halt(ctx)
-	nb, err := mg.subscribe(ctx, p, v, caller, old.from())
+	nb, err := mg.subscribe(ctx, p, v, caller, exp, old.from())
 	if err != nil {
 		mg.resume(ctx, p, old, old.from())
 		return nil, err
@@ -259,7 +317,7 @@ func (mg *Manager) handover(ctx context.Context, p *program, old *binding, v *ve
 // unbound, with its error.
 func (mg *Manager) resume(ctx context.Context, p *program, old *binding, from *position) {
 	v := old.cur.Load()
-	b, err := mg.subscribe(ctx, p, v, old.caller, from)
+	b, err := mg.subscribe(ctx, p, v, old.caller, *old.exp.Load(), from)
 	if err != nil {
 		v.retire(ctx)
 		p.b, p.err = nil, "the running version could not be bound again: "+err.Error()

@@ -14,7 +14,9 @@
 // starts) and binds it: a contract is negotiated for the manifest's
 // account and the route subscribed under it, so every delivery and every
 // message the program emits passes the same contract checks and gates as
-// any other service's. Programs run on wazero, each version in its own
+// any other service's; the contract is renewed in place before it
+// expires, and a binding whose contract ends all the same is bound again
+// under a fresh one. Programs run on wazero, each version in its own
 // runtime that caps its memory, with no file system and no socket.
 //
 // A delivery runs on one instance taken from the version's pool (started

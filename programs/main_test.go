@@ -135,12 +135,19 @@ type fixture struct {
 // test catalog, the program accounts and a Manager.
 func newFixture(t testing.TB, st store.Store, mw ...pigeon.Middleware) *fixture {
 	t.Helper()
+	return newFixtureWith(t, st, nil, mw...)
+}
+
+// newFixtureWith is newFixture with adjust (when not nil) changing the
+// engine's options.
+func newFixtureWith(t testing.TB, st store.Store, adjust func(*pigeon.Options), mw ...pigeon.Middleware) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	if st == nil {
 		st = memory.New(nil)
 		t.Cleanup(func() { _ = st.Close(ctx) })
 	}
-	e, err := pigeon.New(ctx, &pigeon.Options{
+	opts := &pigeon.Options{
 		Store: st,
 		Authenticator: pigeon.NewStaticTokens(
 			pigeon.StaticToken{Token: "client-token", Principal: client},
@@ -149,7 +156,11 @@ func newFixture(t testing.TB, st store.Store, mw ...pigeon.Middleware) *fixture 
 		),
 		Catalog:   testCatalog(),
 		RetryBase: time.Millisecond,
-	})
+	}
+	if adjust != nil {
+		adjust(opts)
+	}
+	e, err := pigeon.New(ctx, opts)
 	require.NoError(t, err)
 	for _, id := range []string{progAcc, other} {
 		if _, err := e.GetAccount(ctx, id); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -239,6 +240,31 @@ func TestBindingRenewed(t *testing.T) {
 	require.NotEmpty(t, f.audited(t, pigeon.EventProgramBound))
 	f.publish(t, "orders.in", `{"n":1}`)
 	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == 1 }, "the renewed binding handles the route")
+}
+
+// A binding's contract is renewed in place before it expires: over three
+// of its lifetimes the program handles its route under one contract,
+// bound once, and nothing it was sent is lost.
+func TestBindingContractRenewedInPlace(t *testing.T) {
+	const ttl = 600 * time.Millisecond
+	f := newFixtureWith(t, nil, func(o *pigeon.Options) { o.ContractTTL = ttl })
+	ctx := context.Background()
+	in, err := f.mg.Deploy(ctx, admin, "p", manifest(), modOK)
+	require.NoError(t, err)
+	bound := len(f.audited(t, pigeon.EventProgramBound))
+	end := time.Now().Add(3 * ttl)
+	n := 0
+	for ; time.Now().Before(end); n++ {
+		f.publish(t, "orders.in", `{"n":`+strconv.Itoa(n)+`}`)
+		time.Sleep(ttl / 10)
+	}
+	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == n }, "every message is handled")
+	now, err := f.mg.Get(ctx, "p")
+	require.NoError(t, err)
+	require.True(t, now.Bound)
+	require.Equal(t, in.ContractID, now.ContractID, "the same contract throughout")
+	require.Len(t, f.audited(t, pigeon.EventProgramBound), bound, "never bound again")
+	require.NotEmpty(t, f.audited(t, pigeon.EventContractRenewed))
 }
 
 // Options.Interpreter runs the same programs on wazero's interpreter.
