@@ -279,14 +279,15 @@ func (b *Bridge) serve(ctx context.Context, g *generation) error {
 		lost = d.Done() // transport/ws: the connection ended
 	}
 	// The session renews its contract in place by itself (unless dialed
-	// with pigeon.WithoutAutoRenew); when a tenth of its life is left and
+	// with pigeon.WithoutAutoRenew), pigeon.RenewLead ahead of its expiry,
+	// and tries again while that fails; when half of that lead is left and
 	// it was not renewed, the bridge starts a new session instead.
 	var (
 		renewC <-chan time.Time
 		renewT *time.Timer
 		exp    = k.ExpiresAt()
 	)
-	if d := time.Until(exp) * 9 / 10; !exp.IsZero() && d >= time.Second {
+	if d := untilFallback(exp); !exp.IsZero() && d >= time.Second {
 		renewT = time.NewTimer(d)
 		defer renewT.Stop()
 		renewC = renewT.C
@@ -304,7 +305,7 @@ func (b *Bridge) serve(ctx context.Context, g *generation) error {
 		case <-renewC:
 			if now := g.sess.Contract().ExpiresAt(); now.After(exp) {
 				exp = now // renewed in place: watch the new expiry
-				renewT.Reset(max(time.Until(exp)*9/10, time.Second))
+				renewT.Reset(max(untilFallback(exp), time.Second))
 				continue
 			}
 			return errRenew
@@ -314,6 +315,15 @@ func (b *Bridge) serve(ctx context.Context, g *generation) error {
 			}
 		}
 	}
+}
+
+// untilFallback is how long from now the bridge waits before it checks
+// that a contract expiring at exp was renewed: until half the session's
+// lead (pigeon.RenewLead) is left, so the session's own renewal, and a
+// retry or two of it, come first.
+func untilFallback(exp time.Time) time.Duration {
+	left := time.Until(exp)
+	return left - pigeon.RenewLead(left)/2
 }
 
 // teardown stops g's routes and closes its session.

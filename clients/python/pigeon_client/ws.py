@@ -115,9 +115,10 @@ async def connect(
     ``TransportError`` when the server cannot be reached.
 
     ``auto_renew`` (on by default): the session renews its contract in place
-    (:meth:`Session.renew`: same id, the subscriptions go on) when nine
-    tenths of its remaining life have passed, after every connect, reconnect
-    and :meth:`Session.negotiate`. A renewal that fails is tried again
+    (:meth:`Session.renew`: same id, the subscriptions go on) shortly
+    before it expires (a tenth of its remaining life ahead, at least 5 s, or
+    half of it for a contract of less than 10 s), after every connect,
+    reconnect and :meth:`Session.negotiate`. A renewal that fails is tried again
     (after a quarter of the life left, at most 5 s, at least 0.1 s) until the
     contract expires; failures are logged. The server never takes a contract
     past the credential the connection was opened with: once a renewal no
