@@ -1,0 +1,108 @@
+package pigeon
+
+import (
+	"context"
+	"time"
+)
+
+// runGroup competes for leased messages of a work-queue group.
+func (s *subscription) runGroup() {
+	e := s.e
+	for s.ctx.Err() == nil {
+		s.settlePending()
+		if s.nAnswers.Load() >= maxBatch {
+			s.flush()
+		}
+		free := cap(s.slots) - len(s.slots)
+		var wait time.Duration = 50 * time.Millisecond
+		if free > 0 && s.checkDelivery() {
+			msgs, attempts, next, err := e.leaseFor(s, free)
+			if err != nil && !transient(err) {
+				if s.ctx.Err() == nil {
+					s.stop(err)
+				}
+				return
+			}
+			// After a transient failure msgs is empty: the loop waits and
+			// leases again.
+			sent := &s.sent
+			for i, d := range msgs {
+				ok := s.acquire()
+				if ok && !s.checkDelivery() {
+					s.release()
+					ok = false
+				}
+				if !ok {
+					// Leased but never handed over: back to the group at
+					// once, uncounted.
+					ctx := context.WithoutCancel(s.ctx)
+					for _, d := range msgs[i:] {
+						_ = e.settle(ctx, s, d.seq, ErrUndelivered)
+					}
+					break
+				}
+				sent.add(d.seq, d.m.ID)
+				s.running.Add(1)
+				s.deliver(d, attempts[i])
+			}
+			s.flushHandler()
+			sent.record(EventDeliveryDispatched, OutcomeAllow, s.base(), e.auditAsync)
+			if len(msgs) == free {
+				continue
+			}
+			if next > 0 && next < wait {
+				wait = next
+			}
+		}
+		if len(s.slots) == 0 {
+			s.flush() // idle: record what was acknowledged
+		} else {
+			wait = min(wait, ackRecordDelay)
+		}
+		select {
+		case <-s.wake:
+		case <-s.resWake:
+		case <-s.ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// settleAll settles the subscription's work-queue outcomes: what was
+// acknowledged is marked done in one store write and one record, each
+// failure is given back for redelivery.
+func (e *Engine) settleAll(s *subscription, rs []outcome) {
+	ctx := context.WithoutCancel(s.ctx)
+	var acked []*decoded
+	for _, r := range rs {
+		if r.err == nil {
+			acked = append(acked, r.d)
+			continue
+		}
+		rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
+		rec.MessageID = r.d.m.ID
+		e.auditAsync(rec)
+		_ = e.settle(ctx, s, r.d.seq, r.err)
+	}
+	if len(acked) > 0 {
+		g := s.g
+		g.mu.Lock()
+		var mine []uint64
+		for _, d := range acked {
+			if l := g.leases[d.seq]; l != nil && l.holder == s.id {
+				mine = append(mine, d.seq)
+			}
+		}
+		err := e.markDoneAll(ctx, g, mine)
+		g.mu.Unlock()
+		if err == nil { // else not done: the leases expire and the messages come back
+			s.resMu.Lock()
+			for _, d := range acked {
+				s.acked.add(d.seq, d.m.ID)
+			}
+			s.resMu.Unlock()
+			s.nAnswers.Add(int32(len(acked)))
+		}
+	}
+	e.pokeGroup(s.subj.name)
+}
