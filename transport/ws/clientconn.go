@@ -161,7 +161,7 @@ func (cc *clientConn) readLoop() {
 			}
 			return
 		}
-		f, err := decodeFrame(buf.frame, &in)
+		f, err := decodeClientFrame(buf.frame, &in)
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
 			if f == nil || f.Re == "" {

@@ -63,7 +63,7 @@ func BenchmarkClientDecodeDeliverBatch(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(frame)))
 			for b.Loop() {
-				f, err := decodeFrame(frame, &in)
+				f, err := decodeClientFrame(frame, &in)
 				if err != nil || len(f.Deliveries) != n {
 					b.Fatal("not decoded", err)
 				}
@@ -84,7 +84,7 @@ func TestDeliveredMessagesOwnTheirBytes(t *testing.T) {
 	buf := make([]byte, 0, 64<<10)
 	decode := func(frame []byte) *Frame {
 		buf = append(buf[:0], frame...)
-		f, err := decodeFrame(buf, &in)
+		f, err := decodeClientFrame(buf, &in)
 		require.NoError(t, err)
 		require.Len(t, f.Deliveries, 3)
 		return f
@@ -137,7 +137,7 @@ func BenchmarkClientDeliverBatch(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		f, err := decodeFrame(frame, &in)
+		f, err := decodeClientFrame(frame, &in)
 		if err != nil {
 			b.Fatal(err)
 		}

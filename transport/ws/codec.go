@@ -24,6 +24,9 @@ import (
 // frame; the values it keeps raw or hands on (data, error, the messages of
 // a publish_batch) are validated with jsontext.ValidateValue within the depth
 // CheckJSON allows where they sit. It never fails: it decodes or gives up.
+// The server's reader decodes a message's data where it would validate it
+// (walker.data); the client's reader takes it as the server sent it
+// (walker.trusted).
 //
 // Otherwise (decodeFrameFast) it reads only text that CheckJSON accepted,
 // and decodes escaped strings too. In both modes it gives up (ok false) on
@@ -48,6 +51,11 @@ type walker struct {
 	// server's reader, whose messages go on to be published.
 	data bool
 	pre  []predecoded.Data // room for the next messages' decoded data
+	// trusted, strict only, takes each message's data as it is, finding
+	// its end without validating it: the client's reader, whose frames
+	// come from the server, which sends only data its decoder accepted.
+	// The rest of the frame is checked as strict checks it.
+	trusted bool
 }
 
 // names are the members of an object the walker decodes, in the order the
@@ -305,8 +313,8 @@ func decodeFrameFast(b []byte, in *interner) (*Frame, bool) {
 // decodeFrameStrict decodes a frame of the publish path as it arrives; ok
 // is false unless CheckJSON accepts b and encoding/json decodes it to the
 // same frame.
-func decodeFrameStrict(b []byte, in *interner, data bool) (*Frame, bool) {
-	w := walker{b: b, in: in, strict: true, data: data}
+func decodeFrameStrict(b []byte, in *interner) (*Frame, bool) {
+	w := walker{b: b, in: in, strict: true}
 	return w.frame()
 }
 
@@ -358,7 +366,7 @@ func (w *walker) frame() (*Frame, bool) {
 		return nil, false
 	}
 	if messages != nil {
-		list := walker{b: messages, in: w.in, strict: w.strict, data: w.data && f.Op == OpPublishBatch}
+		list := walker{b: messages, in: w.in, strict: w.strict, data: w.data && f.Op == OpPublishBatch, trusted: w.trusted}
 		var ok bool
 		if f.Op == OpPublishBatch {
 			f.Batch, f.decoded, ok = list.batch()

@@ -110,7 +110,12 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 					*p = predecoded.Data{}
 				}
 			}
-			e := w.value(j, depth+1)
+			var e int
+			if w.trusted {
+				e = jsontext.SkipValue(w.b, j)
+			} else {
+				e = w.value(j, depth+1)
+			}
 			if e < 0 || string(w.b[j:e]) == "null" {
 				return -1 // encoding/json keeps null as its text
 			}

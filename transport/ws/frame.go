@@ -164,22 +164,36 @@ func DecodeFrame(b []byte) (*Frame, error) { return decodeFrame(b, nil) }
 // none), for a connection's reader. The frames of the publish path cost
 // one pass (decodeFrameStrict); the rest, and every frame it refuses, are
 // checked with CheckJSON first (decodeFrameChecked).
-func decodeFrame(b []byte, in *interner) (*Frame, error) { return decodeFrameFor(b, in, false) }
+func decodeFrame(b []byte, in *interner) (*Frame, error) { return decodeFrameAs(b, walker{in: in}) }
 
 // decodeServerFrame is decodeFrame for the server's reader: the strict
 // pass decodes the data of each message it takes for the engine as it
 // checks it (predecoded), so a published message's data is read once.
-func decodeServerFrame(b []byte, in *interner) (*Frame, error) { return decodeFrameFor(b, in, true) }
+func decodeServerFrame(b []byte, in *interner) (*Frame, error) {
+	return decodeFrameAs(b, walker{in: in, data: true})
+}
 
-func decodeFrameFor(b []byte, in *interner, data bool) (*Frame, error) {
+// decodeClientFrame is decodeFrame for the client's reader, which reads
+// the server's frames: the strict pass takes the data of each message as
+// the server sent it, data the server's decoder accepted, without
+// checking it again (walker.trusted). A frame it refuses is checked whole
+// (CheckJSON), as any.
+func decodeClientFrame(b []byte, in *interner) (*Frame, error) {
+	return decodeFrameAs(b, walker{in: in, trusted: true})
+}
+
+// decodeFrameAs decodes b with a strict walker of mode's kind (its in,
+// data and trusted), else the long way.
+func decodeFrameAs(b []byte, mode walker) (*Frame, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
 	}
-	if f, ok := decodeFrameStrict(b, in, data); ok {
+	mode.b, mode.strict = b, true
+	if f, ok := mode.frame(); ok {
 		return withOp(f)
 	}
-	return decodeFrameChecked(b, in)
+	return decodeFrameChecked(b, mode.in)
 }
 
 // decodeFrameChecked decodes the frame b, a JSON object, in two passes:

@@ -157,7 +157,7 @@ func decodeFrameTwoPass(b []byte) (*Frame, error) {
 // decoder does.
 func requireStrictSound(t *testing.T, b []byte) {
 	t.Helper()
-	if strict, ok := decodeFrameStrict(b, &interner{}, false); ok {
+	if strict, ok := decodeFrameStrict(b, &interner{}); ok {
 		require.NoError(t, pigeon.CheckJSON(b), "the strict path took a frame CheckJSON refuses: %q", b)
 		slow, err := decodeFrameJSON(b)
 		require.NoError(t, err, "the strict path took a frame encoding/json refuses: %q", b)
@@ -234,7 +234,7 @@ func TestDecodeFrameStrict(t *testing.T) {
 	for _, tc := range strictCases {
 		t.Run(tc.name, func(t *testing.T) {
 			b := []byte(tc.in)
-			_, ok := decodeFrameStrict(b, nil, false)
+			_, ok := decodeFrameStrict(b, nil)
 			require.Equal(t, tc.strict, ok, "strict path took it")
 			_, err := decodeFrame(b, nil)
 			require.Equal(t, tc.code, pigeon.ErrorCode(err), "%v", err)

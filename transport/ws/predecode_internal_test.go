@@ -268,3 +268,58 @@ func BenchmarkServerPublishBatch(b *testing.B) {
 		})
 	}
 }
+
+// requireClientFrameSound holds decodeClientFrame to decodeFrame on b,
+// text CheckJSON accepts: the same frame or error.
+func requireClientFrameSound(t *testing.T, b []byte) {
+	t.Helper()
+	if pigeon.CheckJSON(b) != nil {
+		return
+	}
+	want, wantErr := decodeFrame(b, &interner{})
+	got, gotErr := decodeClientFrame(b, &interner{})
+	requireSameFrame(t, want, got, "%q", b)
+	require.Equal(t, pigeon.ErrorCode(wantErr), pigeon.ErrorCode(gotErr), "%q", b)
+}
+
+// FuzzClientFrame holds decodeClientFrame to decodeFrame on the text
+// CheckJSON accepts.
+func FuzzClientFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"deliver_batch","sub":"s","deliveries":[{"attempt":1,"message":{"id":"m","data":{"x":[1,{"y":"\"}"}]}}}]}`,
+		`{"op":"deliver","sub":"s","attempt":2,"message":{"id":"m","data":"s\\\""}}`,
+		`{"op":"messages","re":"1","messages":[{"id":"m","data":12.5},{"id":"n","data":null}]}`,
+		`{"op":"decisions","re":"1","results":[{"status":"accepted","message":{"id":"m","data":{}}},{"error":{"code":"X","message":"y","details":{}}}]}`,
+		`{"op":"reply","re":"1","message":{"data":[[[]]]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		requireClientFrameSound(t, b)
+	})
+}
+
+// TestClientFrameTakesDataAsSent: the client's reader finds the end of a
+// message's data without checking it, so data the server would never
+// send (here: a duplicate member) reaches the handler as it came, where
+// the strict reader refuses the frame. Everything around the data is
+// checked as strictly as ever.
+func TestClientFrameTakesDataAsSent(t *testing.T) {
+	dup := []byte(`{"op":"deliver","sub":"s","attempt":1,"message":{"id":"m","data":{"x":1,"x":2}}}`)
+	_, err := decodeFrame(dup, &interner{})
+	require.Equal(t, pigeon.CodeDuplicateKey, pigeon.ErrorCode(err))
+	f, err := decodeClientFrame(dup, &interner{})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"x":2}`, string(f.Message.Data)) // encoding/json's reading
+	require.Equal(t, `{"x":1,"x":2}`, string(f.Message.Data))
+
+	outside := []byte(`{"op":"deliver","sub":"s","sub":"t","attempt":1,"message":{"id":"m","data":{}}}`)
+	_, err = decodeClientFrame(outside, &interner{})
+	require.Equal(t, pigeon.CodeDuplicateKey, pigeon.ErrorCode(err), "outside data, the frame is checked")
+	envelope := []byte(`{"op":"deliver","sub":"s","attempt":1,"message":{"id":"m","id":"n","data":{}}}`)
+	_, err = decodeClientFrame(envelope, &interner{})
+	require.Equal(t, pigeon.CodeDuplicateKey, pigeon.ErrorCode(err), "outside data, the envelope is checked")
+	bad := []byte("{\"op\":\"deliver\",\"sub\":\"s\",\"attempt\":1,\"message\":{\"id\":\"m\xff\",\"data\":{}}}")
+	_, err = decodeClientFrame(bad, &interner{})
+	require.Equal(t, pigeon.CodeInvalidUTF8, pigeon.ErrorCode(err))
+}
