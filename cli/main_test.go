@@ -87,7 +87,7 @@ func TestQuickstart(t *testing.T) {
 	require.NoError(t, err)
 	// The README's extraction of the contract id, and its fresh keys.
 	const sedExpr = `s/^[{]"contract":[{]"id":"([^"]+)".*/\1/p`
-	for _, want := range []string{"sh -e <<'EOF'", "run=$(date +%s)", sedExpr, `[ -n "$CONTRACT" ] || { echo "negotiate failed: $resp" >&2; exit 1; }`,
+	for _, want := range []string{"sh -e <<'EOF'", "run=$(date +%s)-$$", sedExpr, `[ -n "$CONTRACT" ] || { echo "negotiate failed: $resp" >&2; exit 1; }`,
 		`"idempotencyKey":"pay-'$run'-1"`, `"idempotencyKey":"pay-'$run'-2"`, "curl -sS localhost:8787/v1/quarantine -H 'authorization: Bearer auditor-token'"} {
 		require.Contains(t, string(readme), want, "the test follows the README")
 	}
@@ -121,7 +121,7 @@ func TestQuickstart(t *testing.T) {
 	require.Nil(t, contractID.FindStringSubmatch(body))
 	require.Contains(t, body, "NO_PERMITTED_SUBJECTS")
 
-	for i, run := range []string{"1796092966", "1796092967"} {
+	for i, run := range []string{"1796092966-4242", "1796092966-4243"} {
 		// 1. negotiate
 		status, body := send(http.MethodPost, "/v1/contracts", `{"subjects":["payments.authorize"]}`,
 			"authorization", "Bearer checkout-token", "content-type", "application/json")
