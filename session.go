@@ -69,9 +69,9 @@ func WithContractTTL(d time.Duration) ConnectOption {
 
 // WithoutAutoRenew stops a session from renewing its contract by itself:
 // it then ends at the contract's expiry. By default a session, in process
-// or over WebSocket, renews its contract (Engine.RenewContract) when nine
-// tenths of its remaining life have passed, as far as its credential
-// allows, so that a long-lived session and its subscriptions go on.
+// or over WebSocket, renews its contract (Engine.RenewContract) shortly
+// before it expires (RenewLead), as far as its credential allows, so that
+// a long-lived session and its subscriptions go on.
 func WithoutAutoRenew() ConnectOption {
 	return func(o *ConnectOptions) { o.NoAutoRenew = true }
 }
@@ -82,6 +82,23 @@ func WithoutAutoRenew() ConnectOption {
 // answer. The in-process session and the clients renew on this schedule.
 func RenewLead(left time.Duration) time.Duration {
 	return max(left/10, min(left/2, 5*time.Second))
+}
+
+// RenewalFinal reports whether err, a refused renewal, will be refused
+// again whenever it is tried: the contract was revoked, has expired, is
+// unknown or another principal's, the policy it was compiled from
+// changed, a role or grant it relied on was taken away, or the caller's
+// credential has expired. A session stops renewing such a contract, where
+// it tries another failure again (RATE_LIMITED, a store failure, a lost
+// connection): each try is audited and counts toward the negotiation
+// rate. The TypeScript, Python and Rust clients stop on the same codes.
+func RenewalFinal(err error) bool {
+	switch ErrorCode(err) {
+	case CodeContractRevoked, CodeContractExpired, CodeContractNotFound, CodeContractPrincipalMismatch,
+		CodeContractStale, CodeGrantRevoked, CodeUnauthenticated:
+		return true
+	}
+	return false
 }
 
 // localSession is the in-process Session.
@@ -134,12 +151,11 @@ func (s *localSession) renewLoop(ttl time.Duration) {
 		ctx, cancel := context.WithTimeout(s.e.ctx, 10*time.Second)
 		k, err := s.e.RenewContract(ctx, s.caller.Principal, s.c.info.ID, ttl)
 		cancel()
-		switch code := ErrorCode(err); {
+		switch {
 		case err == nil && !k.ExpiresAt().After(exp):
 			return // as far as the credential goes
 		case err == nil:
-		case code == CodeContractRevoked || code == CodeContractExpired || code == CodeGrantRevoked ||
-			code == CodeUnauthenticated || code == CodeContractStale || code == CodeShutdown:
+		case RenewalFinal(err) || ErrorCode(err) == CodeShutdown:
 			return // no renewal will succeed
 		default:
 			s.e.opts.Logger.Warn("pigeon: renewing a session's contract failed; trying again", "contract", s.c.info.ID, "err", err)

@@ -259,15 +259,14 @@ func (mg *Manager) renew(b *binding) time.Duration {
 	ctx, cancel := context.WithTimeout(mg.ctx, renewTimeout)
 	k, err := mg.e.RenewContract(ctx, b.caller.Principal, b.caller.ContractID, 0)
 	cancel()
-	switch code := pigeon.ErrorCode(err); {
+	switch {
 	case err == nil && k.ExpiresAt().After(exp):
 		exp = k.ExpiresAt()
 		b.exp.Store(&exp)
 		return renewIn(exp, 0)
 	case err == nil:
 		return time.Hour // as far as it goes: it runs out, then rebinds
-	case code == pigeon.CodeContractRevoked || code == pigeon.CodeContractExpired || code == pigeon.CodeGrantRevoked ||
-		code == pigeon.CodeContractStale || code == pigeon.CodeContractNotFound || code == pigeon.CodeUnauthenticated || code == pigeon.CodeShutdown:
+	case pigeon.RenewalFinal(err) || pigeon.ErrorCode(err) == pigeon.CodeShutdown:
 		mg.log.Info("program binding's contract not renewed; it will be bound again when it ends", "program", b.name, "error", err)
 		return time.Hour
 	default:

@@ -42,10 +42,12 @@ func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
 	return k, nil
 }
 
-// renewLoop renews the session's contract shortly before it expires (a tenth of
-// its remaining life ahead, at least 5 s), until Close. After a failure it tries again
-// (after a quarter of what is left, at most 5 s) until the contract
-// expires; then it waits for a new one (Reconnect).
+// renewLoop renews the session's contract shortly before it expires (a
+// tenth of its remaining life ahead, at least 5 s), until Close. After a
+// failure it tries again (after a quarter of what is left, at most 5 s)
+// until the contract expires, unless the refusal is final
+// (pigeon.RenewalFinal: revoked, say); then it waits for a new contract
+// (Reconnect, Negotiate).
 func (s *Session) renewLoop() {
 	var (
 		last  time.Time     // an expiry a renewal could not move (the credential's end): waited out
@@ -77,6 +79,9 @@ func (s *Session) renewLoop() {
 		k, err := s.Renew(ctx)
 		cancel()
 		switch {
+		case pigeon.RenewalFinal(err):
+			last = exp
+			s.o.logger.Warn("pigeon: the contract cannot be renewed; it ends at its expiry unless Reconnect or Negotiate replaces it", "contract", s.Contract().ID(), "err", err)
 		case err != nil:
 			s.o.logger.Warn("pigeon: renewing the contract failed; trying again", "contract", s.Contract().ID(), "err", err)
 			retry = max(min(time.Until(exp)/4, 5*time.Second), 100*time.Millisecond)
