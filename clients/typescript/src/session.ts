@@ -53,10 +53,14 @@ export interface ConnectOptions {
    * `ttl`), keeping the contract id and the subscriptions running under it.
    * A renewal that fails is tried again (after a quarter of the life left,
    * at most 5 s, at least 100 ms) until the contract expires, each failure
-   * reported to onError. The server never takes a contract past the
-   * credential the connection was opened with: once a renewal cannot move
-   * the expiry later, the session stops renewing that contract (a
-   * reconnect negotiates a new one, which is renewed again). `false`: the
+   * reported to onError; but a refusal the server would give again to every
+   * renewal of that contract (CONTRACT_REVOKED, CONTRACT_EXPIRED,
+   * CONTRACT_NOT_FOUND, CONTRACT_PRINCIPAL_MISMATCH, CONTRACT_STALE,
+   * GRANT_REVOKED, UNAUTHENTICATED) is reported once and not tried again.
+   * The server never takes a contract past the credential the connection
+   * was opened with: once a renewal cannot move the expiry later, the
+   * session stops renewing that contract. Either way, a reconnect
+   * negotiates a new contract, which is renewed again. `false`: the
    * contract expires after `ttl` unless {@link Session.renew} is called.
    */
   autoRenew?: boolean;
@@ -606,6 +610,10 @@ export class Session implements ConnOwner {
         this.report(new PigeonError(err.code, `renewing the contract failed; it has expired: ${err.message}`, err.details, err.status, { cause: err }));
         return;
       }
+      if (FINAL_RENEWAL_REFUSALS.has(err.code)) {
+        this.report(new PigeonError(err.code, `renewing the contract failed; renewal stopped (it would be refused again): ${err.message}`, err.details, err.status, { cause: err }));
+        return;
+      }
       this.report(new PigeonError(err.code, `renewing the contract failed; trying again: ${err.message}`, err.details, err.status, { cause: err }));
       this.scheduleRenew(Math.max(Math.min(left / 4, 5_000), 100));
     }
@@ -997,6 +1005,26 @@ function decided(status: Decision["status"], message: Message, data: string): De
 
 /** The longest delay setTimeout holds; a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * The refusals of a renewal that the server gives again to every later
+ * renewal of the same contract (revoked, expired, unknown, another
+ * principal's, stale after a policy change, its grant revoked, the
+ * credential expired). On one of these the automatic renewal of that
+ * contract stops instead of trying again: each try would be audited as
+ * `contract.denied` and count toward the principal's negotiation rate. Every
+ * other failure (RATE_LIMITED, INTERNAL, a timeout, a lost connection, …)
+ * is tried again.
+ */
+const FINAL_RENEWAL_REFUSALS: ReadonlySet<string> = new Set([
+  "CONTRACT_REVOKED",
+  "CONTRACT_EXPIRED",
+  "CONTRACT_NOT_FOUND",
+  "CONTRACT_PRINCIPAL_MISMATCH",
+  "CONTRACT_STALE",
+  "GRANT_REVOKED",
+  "UNAUTHENTICATED",
+]);
 
 const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f]/;
 

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
+import { WebSocketServer } from "ws";
 import { connect } from "../dist/index.js";
 
 export const CLIENT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -137,6 +138,16 @@ function listeningPort(p, exited, ms) {
     timer = setTimeout(() => settle(reject, new Error(`it did not say it listens within ${ms} ms`)), ms);
     exited.then(({ code, sig }) => settle(reject, new Error(`it exited (${sig ?? `code ${code}`}) before it said it listens`)));
   });
+}
+
+/** A WebSocket server of the test's own, listening on a port of 127.0.0.1 the system picks. */
+export async function wsServer() {
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  await new Promise((r, j) => {
+    wss.once("listening", r);
+    wss.once("error", j);
+  });
+  return wss;
 }
 
 let shared;

@@ -3,8 +3,8 @@
 // under the contract (publishing, a subscription) goes on.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { connect, PigeonError } from "../../dist/index.js";
-import { sharedServer, telemetry, uniq, until, sleep, hangAfter } from "../harness.mjs";
+import { connect, HttpClient, PigeonError } from "../../dist/index.js";
+import { Server, sharedServer, telemetry, uniq, until, sleep, hangAfter, wsServer } from "../harness.mjs";
 
 /** The contract lifetime of the short-lived sessions, in ms. */
 const LIFE = 600;
@@ -143,4 +143,84 @@ test("renew: the renewal timer never keeps the process alive, and close() cancel
   assert.equal(s.contract.expiresAt, k.expiresAt);
   await assert.rejects(s.renew(), (e) => e.code === "CLOSED" || e.code === "SESSION_CLOSED");
   assert.deepEqual(errors, []);
+});
+
+test("renew, automatic: a revoked contract's renewal is refused once and not tried again (one contract.denied, one error); a reconnect renews the new contract", { timeout: 30_000 }, async () => {
+  // A server of its own: its audit log holds this test's records only.
+  const srv = await Server.start();
+  const errors = [];
+  const s = await connect(srv.ws, "sensor-token", ["events.telemetry"], { ttl: 2_000, onError: (e) => errors.push(e) });
+  try {
+    const k = s.contract;
+    assert.ok(s.renewTimer, "no renewal scheduled after connect");
+    await new HttpClient(srv.http, "sensor-token").revoke(k.id);
+    // The renewal falls due after half the life (1 s); the retries of a
+    // failed one would follow every quarter of the life left, at least
+    // every 100 ms, until the contract expires. Wait past its expiry.
+    await sleep(Date.parse(k.expiresAt) - Date.now() + 500);
+    const denied = (await new HttpClient(srv.http, "auditor-token").audit()).filter((r) => r.type === "contract.denied" && r.contractId === k.id);
+    assert.deepEqual(denied.map((r) => r.code), ["CONTRACT_REVOKED"], "renewals of the revoked contract the server refused");
+    assert.deepEqual(errors.map((e) => e.code), ["CONTRACT_REVOKED"], errors.map((e) => e.message).join("; "));
+    assert.match(errors[0].message, /renewal stopped/);
+    assert.equal(s.renewTimer, undefined, "a renewal is still scheduled");
+    // A new contract has a schedule of its own.
+    const k2 = await s.reconnect();
+    assert.notEqual(k2.id, k.id);
+    assert.ok(s.renewTimer, "no renewal scheduled for the new contract");
+  } finally {
+    await s.close();
+    await srv.stop();
+  }
+});
+
+test("renew, automatic: a refusal that is final for the contract stops its renewal; any other failure is tried again until a renewal passes", { timeout: 30_000 }, async () => {
+  const FINAL = ["CONTRACT_REVOKED", "CONTRACT_EXPIRED", "CONTRACT_NOT_FOUND", "CONTRACT_PRINCIPAL_MISMATCH", "CONTRACT_STALE", "GRANT_REVOKED", "UNAUTHENTICATED"];
+  const TRANSIENT = ["RATE_LIMITED", "INTERNAL", "SHUTTING_DOWN"];
+  const LIFE_MS = 1_000;
+  // A server of the test's own: each connection's token is the code it
+  // refuses renewals with; a transient code is refused twice, then the
+  // renewal passes (for a minute). It counts the renew frames of each.
+  const wss = await wsServer();
+  const renews = new Map();
+  wss.on("connection", (ws, req) => {
+    const code = req.headers.authorization.replace("Bearer ", "");
+    const contract = { id: `ctr_${code}`, principal: "p", subjects: [], issuedAt: "", expiresAt: new Date(Date.now() + LIFE_MS).toISOString(), region: "uk" };
+    ws.on("message", (raw) => {
+      const f = JSON.parse(raw.toString());
+      if (f.op === "negotiate") ws.send(JSON.stringify({ op: "contract", re: f.id, contract }));
+      if (f.op !== "renew") return;
+      const n = (renews.get(code) ?? 0) + 1;
+      renews.set(code, n);
+      if (FINAL.includes(code) || n <= 2) ws.send(JSON.stringify({ op: "error", re: f.id, error: { code, message: `refused ${n}` } }));
+      else ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...contract, expiresAt: new Date(Date.now() + 60_000).toISOString() } }));
+    });
+  });
+  const url = `ws://127.0.0.1:${wss.address().port}/v1/ws`;
+  const errors = new Map();
+  const sessions = await Promise.all(
+    [...FINAL, ...TRANSIENT].map((code) => {
+      errors.set(code, []);
+      return connect(url, code, ["x"], { pingIntervalMs: 0, reconnect: false, onError: (e) => errors.get(code).push(e) });
+    }),
+  );
+  try {
+    // Past the expiry of the first contracts, with room for the retries.
+    await sleep(LIFE_MS + 500);
+    for (const code of FINAL) {
+      assert.equal(renews.get(code), 1, `renewals refused ${code}`);
+      assert.deepEqual(errors.get(code).map((e) => `${e.code}: ${e.message}`), [`${code}: renewing the contract failed; renewal stopped (it would be refused again): refused 1`]);
+    }
+    for (const [i, code] of TRANSIENT.entries()) {
+      const s = sessions[FINAL.length + i];
+      assert.equal(renews.get(code), 3, `renewals refused ${code} twice, then one passed`);
+      assert.deepEqual(errors.get(code).map((e) => e.code), [code, code]);
+      for (const e of errors.get(code)) assert.match(e.message, /trying again/);
+      assert.ok(Date.parse(s.contract.expiresAt) > Date.now() + 30_000, `${code}: the contract was not renewed`);
+      assert.ok(s.renewTimer, `${code}: the next renewal is not scheduled`);
+    }
+  } finally {
+    await Promise.all(sessions.map((s) => s.close({ timeoutMs: 1000 })));
+    for (const c of wss.clients) c.terminate();
+    await new Promise((r) => wss.close(r));
+  }
 });

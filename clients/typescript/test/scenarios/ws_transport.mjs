@@ -1,19 +1,9 @@
 // Connection loss, unreadable frames and reconnecting after a server restart.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { WebSocketServer, WebSocket } from "ws";
+import { WebSocket } from "ws";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, Server, sharedServer, telemetry, until, sleep, payment, uniq, hangAfter, withTelemetry } from "../harness.mjs";
-
-/** A WebSocket server of the test's own, listening on a port of 127.0.0.1 the system picks. */
-async function wsServer() {
-  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
-  await new Promise((r, j) => {
-    wss.once("listening", r);
-    wss.once("error", j);
-  });
-  return wss;
-}
+import { scenario, Server, sharedServer, telemetry, until, sleep, payment, uniq, hangAfter, withTelemetry, wsServer } from "../harness.mjs";
 
 scenario("transport.server_closes", async () => {
   const srv = await Server.start();
