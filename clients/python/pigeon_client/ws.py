@@ -57,6 +57,7 @@ from .errors import (
     SessionClosedError,
     TransportError,
     error_from,
+    new_error,
 )
 from .model import Contract, Decision
 from .subscription import Delivery, Handler, Subscription, _caller_slot
@@ -67,6 +68,19 @@ log = logging.getLogger("pigeon_client")
 
 MAX_PUBLISH_BATCH = 1000
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+# Refusals of a renewal that the server gives again for as long as the
+# contract lives (revoked, expired, unknown, another principal's, its policy
+# changed, a role it relied on taken away, the credential expired): the
+# session stops renewing that contract rather than sending a renew frame,
+# audited and counted toward the negotiation rate, every few seconds to no
+# end. Any other failure (RATE_LIMITED, INTERNAL, a timeout, a lost
+# connection...) may pass later and is tried again.
+_FINAL_RENEW_CODES = frozenset({
+    "CONTRACT_REVOKED", "CONTRACT_EXPIRED", "CONTRACT_NOT_FOUND", "CONTRACT_PRINCIPAL_MISMATCH",
+    "CONTRACT_STALE", "GRANT_REVOKED", "UNAUTHENTICATED",
+})
 
 
 def _renew_lead(left: float) -> float:
@@ -118,14 +132,21 @@ async def connect(
     (:meth:`Session.renew`: same id, the subscriptions go on) shortly
     before it expires (a tenth of its remaining life ahead, at least 5 s, or
     half of it for a contract of less than 10 s), after every connect,
-    reconnect and :meth:`Session.negotiate`. A renewal that fails is tried again
-    (after a quarter of the life left, at most 5 s, at least 0.1 s) until the
-    contract expires; failures are logged. The server never takes a contract
-    past the credential the connection was opened with: once a renewal no
-    longer moves the expiry, the session stops renewing that contract (it
-    then expires, ``CONTRACT_EXPIRED``; connect again with a fresh
-    credential). ``auto_renew=False``: the contract is renewed only when
-    :meth:`Session.renew` is called.
+    reconnect and :meth:`Session.negotiate`. Each failed renewal goes to
+    ``on_error`` (else the log), with its code. One the server will refuse
+    again for this contract (``CONTRACT_REVOKED``, ``CONTRACT_EXPIRED``,
+    ``CONTRACT_NOT_FOUND``, ``CONTRACT_PRINCIPAL_MISMATCH``,
+    ``CONTRACT_STALE``, ``GRANT_REVOKED``, ``UNAUTHENTICATED``) stops the
+    renewal of this contract: it is reported once, never tried again (a
+    reconnect or :meth:`Session.negotiate` brings a new contract, renewed
+    in turn). Any other failure (``RATE_LIMITED``, ``INTERNAL``, a timeout, a
+    lost connection…) is tried again (after a quarter of the life left, at
+    most 5 s, at least 0.1 s) until the contract expires. The server never
+    takes a contract past the credential the connection was opened with:
+    once a renewal no longer moves the expiry, the session stops renewing
+    that contract (it then expires, ``CONTRACT_EXPIRED``; connect again with
+    a fresh credential). ``auto_renew=False``: the contract is renewed only
+    when :meth:`Session.renew` is called.
     """
     s = Session(
         url,
@@ -695,9 +716,10 @@ class Session:
     async def _renew_loop(self, cid: str) -> None:
         """Renew contract ``cid`` shortly before it expires (a tenth of its remaining life ahead, at least 5 s), until
         it is replaced (a reconnect or negotiate starts another loop), it can
-        no longer be moved (the credential's end), it expires, or the session
-        closes. A failure is tried again after a quarter of what is left
-        (at most 5 s, at least 0.1 s)."""
+        no longer be moved (the credential's end), a renewal is refused for
+        good (``_FINAL_RENEW_CODES``), it expires, or the session closes.
+        Another failure is tried again after a quarter of what is left (at
+        most 5 s, at least 0.1 s). Every failure is reported (``_report``)."""
         retry: float | None = None
         while True:
             c = self._contract
@@ -722,9 +744,13 @@ class Session:
             except Exception as e:  # PigeonError, or anything else: never dies silently
                 if self.closed:
                     return
+                err = e if isinstance(e, PigeonError) else TransportError("SESSION_CLOSED", repr(e))
+                if err.code in _FINAL_RENEW_CODES:
+                    self._report_renewal(cid, err, "renewal stopped (the server refuses it for good)")
+                    return  # a reconnect or negotiate brings a new contract, renewed anew
                 left = (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
                 retry = max(min(left / 4, 5.0), 0.1)
-                log.warning("pigeon: renewing contract %s failed (%s); trying again in %.1f s", cid, e, retry)
+                self._report_renewal(cid, err, f"trying again in {retry:.1f} s")
                 continue
             if k.id != cid:
                 return
@@ -732,6 +758,13 @@ class Session:
                 log.info("pigeon: contract %s cannot be renewed past the connection's credential (expires %s); "
                          "connect again with a fresh one", cid, exp.isoformat())
                 return
+
+    def _report_renewal(self, cid: str, err: PigeonError, then: str) -> None:
+        """Report a failed automatic renewal of ``cid``: ``err``'s code, and what follows."""
+        e = new_error(err.code, f"renewing contract {cid} failed; {then}: {err.message or err}",
+                      status=err.status, details=err.details)
+        e.__cause__ = err
+        self._report(e)
 
     # --- publishing ---
 

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
+from typing import Any
 
 import pytest
 
 from harness import eventually, fresh, telemetry, within
-from pigeon_client import ContractError, connect
+from pigeon_client import ContractError, HttpClient, PigeonError, connect
+from pigeon_client.errors import new_error
 
 TELEMETRY = ["events.telemetry"]
 TTL = 0.6  # seconds: a contract's lifetime in these tests
@@ -157,6 +160,73 @@ async def test_a_reconnect_renews_its_new_contract(own_server):
             assert (await within(s.publish(telemetry("renew", "reconnect", 1)), 5)).accepted
             await asyncio.sleep(0.05)
         assert s.contract.id == c0.id and s.contract.expires_at > c0.expires_at
+    finally:
+        await s.close()
+    assert not _renew_tasks(s)
+
+
+def _past_expiry(s, margin: float) -> bool:
+    """Whether the contract in force expired more than ``margin`` s ago."""
+    exp = s.contract.expires_at
+    return (dt.datetime.now(dt.timezone.utc) - exp).total_seconds() > margin
+
+
+async def test_a_revoked_contract_is_not_renewed_again(own_server):
+    """A renewal refused for good (the contract was revoked) is not tried
+    again: the server sees one renew of the contract after the revocation
+    (one contract.denied record, not one every few tenths of a second until
+    it expires), and on_error hears of it once, told that renewal stopped.
+    A negotiate brings a new contract, renewed in turn. (A server of the
+    test's own: its audit log is short enough to read whole.)"""
+    own_server.start()
+    errors: list[PigeonError] = []
+    s = await connect(own_server.ws, "sensor-token", TELEMETRY, ttl=2.0, on_error=errors.append)
+    try:
+        cid = s.contract.id
+        # The first renewal is due a second from now (half of the life).
+        await asyncio.to_thread(HttpClient(own_server.http, "sensor-token").revoke, cid)
+        # Until the contract expires, a renewal tried again would go out
+        # every 0.1 to 0.25 s.
+        await eventually(lambda: _past_expiry(s, 0.5), timeout=10, what="the revoked contract's expiry")
+        records = await asyncio.to_thread(HttpClient(own_server.http, "auditor-token").audit)
+        denied = [r for r in records if r["type"] == "contract.denied" and r.get("contractId") == cid]
+        assert [r["code"] for r in denied] == ["CONTRACT_REVOKED"], denied
+        reported = [e for e in errors if cid in e.message]
+        assert len(reported) == 1, reported
+        assert isinstance(reported[0], ContractError) and reported[0].code == "CONTRACT_REVOKED"
+        assert "renewal stopped" in reported[0].message
+        assert not _renew_tasks(s)
+        c = await within(s.negotiate(), 5)
+        assert c.id != cid
+        assert len(_renew_tasks(s)) == 1
+    finally:
+        await s.close()
+    assert not _renew_tasks(s)
+
+
+async def test_a_transient_renewal_failure_is_tried_again(server):
+    """A renewal that fails with a code that may pass later (RATE_LIMITED,
+    made up here for the first renew frame) is reported to on_error and
+    tried again: the contract is renewed in place."""
+    errors: list[PigeonError] = []
+    s = await connect(server.ws, "sensor-token", TELEMETRY, ttl=2.0, on_error=errors.append)
+    orig, renews = s._call, []
+
+    async def flaky(frame: dict[str, Any], want: str, **kw: Any) -> dict[str, Any]:
+        if frame.get("op") == "renew":
+            renews.append(frame)
+            if len(renews) == 1:
+                raise new_error("RATE_LIMITED", "negotiation rate limit exceeded for this principal (renewals count)")
+        return await orig(frame, want, **kw)
+
+    s._call = flaky
+    try:
+        c0 = s.contract
+        await eventually(lambda: s.contract.expires_at > c0.expires_at, timeout=10, what="the renewal tried again")
+        assert s.contract.id == c0.id and len(renews) == 2
+        assert [e.code for e in errors] == ["RATE_LIMITED"]
+        assert "trying again" in errors[0].message
+        assert len(_renew_tasks(s)) == 1
     finally:
         await s.close()
     assert not _renew_tasks(s)
