@@ -66,9 +66,12 @@ pub struct ConnectOptions {
     /// Renew the contract in place (the `renew` op, see
     /// [`Session::renew`]) shortly before it expires (a tenth of its remaining life ahead, at least 5 s) (default true). A renewal that fails is tried again (after a
     /// quarter of what is left, between 100 ms and 5 s) until the contract
-    /// expires, each failure handed to `on_error`; a renewal that cannot
-    /// move the expiry (the credential ends first) stops the renewals of
-    /// that contract. A new contract (reconnect, [`Session::negotiate`])
+    /// expires, each failure handed to `on_error`. Two outcomes stop the
+    /// renewals of that contract instead: a refusal the server gives again
+    /// whatever the timing ([`FINAL_RENEW_REFUSALS`]: revoked, expired,
+    /// stale, …), handed to `on_error` once, saying renewal stopped; and a
+    /// renewal that cannot move the expiry (the credential ends first).
+    /// A new contract (reconnect, [`Session::negotiate`])
     /// is renewed in turn; [`close`](Session::close) stops them. Off: the
     /// contract expires after `ttl`, and calls then fail with
     /// `CONTRACT_EXPIRED`.
@@ -809,32 +812,52 @@ impl Inner {
 /// The smallest and the largest delay before a failed renewal is tried again.
 const RENEW_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
+/// The codes of a renewal refusal that the server gives again for the same
+/// contract however often it is asked (the contract is revoked, expired,
+/// unknown, another principal's or stale; the grant it relied on is
+/// revoked; the credential has expired): automatic renewal stops for that
+/// contract rather than sending a `renew` frame, audited `contract.denied`
+/// and counted toward the negotiation rate, every few seconds until it
+/// expires. Any other failure (`RATE_LIMITED`, `INTERNAL`, a timeout, a
+/// lost connection, …) is tried again.
+pub const FINAL_RENEW_REFUSALS: &[&str] = &[
+    "CONTRACT_REVOKED",
+    "CONTRACT_EXPIRED",
+    "CONTRACT_NOT_FOUND",
+    "CONTRACT_PRINCIPAL_MISMATCH",
+    "CONTRACT_STALE",
+    "GRANT_REVOKED",
+    "UNAUTHENTICATED",
+];
+
 /// Renews the session's contract shortly before it expires (a tenth of its remaining life ahead, at least 5 s) ([`ConnectOptions::auto_renew`]), until the session closes,
 /// fails or is dropped: it holds the session only weakly, and `changed`
 /// (the session's `contract_changed`) wakes it when the contract changes
 /// and when the session ends. After a failure it tries again after a
 /// quarter of what is left (between 100 ms and 5 s) until the contract
-/// expires; a renewal that cannot move the expiry (the credential ends
-/// first) stops the renewals of that contract. It then waits for a new
-/// contract (a reconnect, [`Session::negotiate`]).
+/// expires; a refusal of [`FINAL_RENEW_REFUSALS`], or a renewal that
+/// cannot move the expiry (the credential ends first), stops the renewals
+/// of that contract. It then waits for a new contract (a reconnect,
+/// [`Session::negotiate`]).
 async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
-    // An expiry a renewal could not move: not tried again.
-    let mut stuck: Option<i64> = None;
+    // A contract (id, expiry) not renewed again: a renewal could not move
+    // its expiry, or was refused for good.
+    let mut stuck: Option<(String, i64)> = None;
     // After a failure: when to try again.
     let mut retry: Option<Duration> = None;
     loop {
-        let exp = {
+        let (id, exp) = {
             let Some(inner) = session.upgrade() else { return };
             changed.borrow_and_update();
             if inner.is_over() {
                 return;
             }
             let st = inner.state.lock().unwrap();
-            st.contract.expires_at_ms()
+            (st.contract.id.clone(), st.contract.expires_at_ms())
         };
         let left = exp.map(|e| e - crate::time::now_ms());
         let wait = match (exp, left) {
-            (Some(e), Some(left)) if left > 0 && stuck != Some(e) => {
+            (Some(e), Some(left)) if left > 0 && stuck != Some((id.clone(), e)) => {
                 let left = Duration::from_millis(left as u64);
                 Some(match retry.take() {
                     Some(r) => r.min(left),
@@ -878,10 +901,15 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
         match res {
             Ok(k) => {
                 if k.expires_at_ms().is_none_or(|e| e <= exp) {
-                    stuck = Some(exp);
+                    stuck = Some((id, exp));
                 }
             }
             Err(_) if inner.is_over() => return,
+            Err(mut e) if FINAL_RENEW_REFUSALS.contains(&e.code.as_str()) => {
+                stuck = Some((id, exp));
+                e.message = format!("renewing the contract failed (renewal stopped for this contract): {}", e.message);
+                inner.report(e);
+            }
             Err(e) => {
                 let left = Duration::from_millis((exp - crate::time::now_ms()).max(0) as u64);
                 retry = Some((left / 4).clamp(RENEW_RETRY.0, RENEW_RETRY.1));

@@ -1,12 +1,16 @@
 //! Renewing the contract in place (the `renew` op) against a real
 //! `pigeon serve`: by the session itself (`ConnectOptions::auto_renew`, on
-//! by default) and by `Session::renew`. Contracts here live 600 ms (1 s in the last case).
+//! by default) and by `Session::renew`. Contracts here live 600 ms (1 s in
+//! the explicit renewal and the failed renewal cases).
 
 mod common;
 
 use common::*;
 use futures_util::StreamExt;
-use pigeon_client::{ConnectOptions, Contract, Session, Status, SubscribeOptions, Subscription};
+use pigeon_client::{ConnectOptions, Contract, Error, Session, Status, SubscribeOptions, Subscription};
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TTL: Duration = Duration::from_millis(600);
@@ -25,6 +29,25 @@ async fn connect(srv: &Server, token: &str, opts: ConnectOptions) -> Session {
 
 fn expiry(c: &Contract) -> i64 {
     c.expires_at_ms().unwrap_or_else(|| panic!("no expiry in {c:?}"))
+}
+
+/// Options with `ttl` whose `on_error` keeps the failed renewals it is
+/// handed, in order.
+fn recording_renewal_failures(ttl: Duration) -> (ConnectOptions, Arc<Mutex<Vec<Error>>>) {
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    let f = failures.clone();
+    let opts = ConnectOptions::default().ttl(ttl).on_error(move |e| {
+        if e.message.starts_with("renewing the contract failed") {
+            f.lock().unwrap().push(e);
+        }
+    });
+    (opts, failures)
+}
+
+/// The `contract.denied` audit records that name contract `id`.
+async fn denials(srv: &Server, id: &str) -> usize {
+    let (_, v) = http(srv, "auditor-token").call("GET", "/v1/audit", None).await.unwrap();
+    v["records"].as_array().unwrap().iter().filter(|r| r["type"] == "contract.denied" && r["contractId"] == id).count()
 }
 
 /// A monitor's subscription to the readings of `site`.
@@ -143,6 +166,85 @@ fn explicit_renew_keeps_the_id() {
         assert!(sub.error().is_none(), "{:?}", sub.error());
         sub.unsubscribe().await.unwrap();
         mon.close().await.unwrap();
+        sensor.close().await.unwrap();
+    });
+}
+
+/// A renewal refused for good (here CONTRACT_REVOKED: the contract was
+/// revoked over HTTP) is not tried again: one `renew` frame, one
+/// `contract.denied` record, one report to `on_error` saying renewal
+/// stopped, where every few hundred milliseconds until the expiry would
+/// each count toward the negotiation rate. A new contract is renewed in
+/// turn.
+#[test]
+fn a_final_refusal_stops_the_renewals_of_that_contract() {
+    run(async {
+        let srv = Server::start("");
+        let ttl = Duration::from_secs(1);
+        let (opts, failures) = recording_renewal_failures(ttl);
+        let sensor = connect(&srv, "sensor-token", opts).await;
+        let c0 = sensor.contract();
+        http(&srv, "sensor-token").revoke_contract(&c0.id).await.unwrap();
+
+        // Past the expiry, until which a failed renewal would be tried again.
+        let wait = expiry(&c0) + 300 - pigeon_client::time::now_ms();
+        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
+        let got: Vec<String> = failures.lock().unwrap().iter().map(|e| format!("{} {}", e.code, e.message)).collect();
+        assert_eq!(got.len(), 1, "renewals attempted after the revocation: {got:#?}");
+        assert!(got[0].starts_with("CONTRACT_REVOKED ") && got[0].contains("renewal stopped"), "{}", got[0]);
+        assert_eq!(denials(&srv, &c0.id).await, 1, "contract.denied records of {}", c0.id);
+
+        // A new contract is renewed as before.
+        let c1 = sensor.negotiate().await.unwrap();
+        assert_ne!(c1.id, c0.id);
+        let wait = expiry(&c1) + 100 - pigeon_client::time::now_ms();
+        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
+        let now = sensor.contract();
+        assert_eq!(now.id, c1.id, "the contract changed without a negotiation");
+        assert!(expiry(&now) > expiry(&c1), "the new contract was not renewed: {} -> {}", c1.expires_at, now.expires_at);
+        assert_eq!(sensor.publish(&telemetry("renew", &nonce(), 1.0)).await.unwrap().status, Status::Accepted);
+        assert_eq!(failures.lock().unwrap().len(), 1, "{:#?}", failures.lock().unwrap());
+        sensor.close().await.unwrap();
+    });
+}
+
+/// A renewal refused for now (RATE_LIMITED: the principal's negotiations
+/// spent its negotiation rate, renewals included) is tried again, and the
+/// contract goes on under its id.
+#[test]
+fn a_transient_refusal_is_tried_again() {
+    run(async {
+        let srv = Server::start("");
+        let ttl = Duration::from_secs(1);
+        let (opts, failures) = recording_renewal_failures(ttl);
+        let sensor = connect(&srv, "sensor-token", opts).await;
+        let c0 = sensor.contract();
+
+        // Negotiates over HTTP as the same principal until a renewal is
+        // refused RATE_LIMITED: the rate's bucket stays empty meanwhile.
+        let stop = Arc::new(AtomicBool::new(false));
+        let spend = {
+            let (stop, client) = (stop.clone(), http(&srv, "sensor-token"));
+            tokio::spawn(async move {
+                let body = json!({"subjects": [TELEMETRY], "ttlMs": 1000});
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = client.call("POST", "/v1/contracts", Some(body.clone())).await;
+                }
+            })
+        };
+        let refused = eventually(Duration::from_secs(10), || !failures.lock().unwrap().is_empty()).await;
+        stop.store(true, Ordering::Relaxed);
+        spend.await.unwrap();
+        assert!(refused, "no renewal was refused");
+        let before = sensor.contract();
+        assert_eq!(before.id, c0.id);
+
+        let renewed = eventually(Duration::from_secs(2), || expiry(&sensor.contract()) > expiry(&before)).await;
+        let got: Vec<String> = failures.lock().unwrap().iter().map(|e| format!("{} {}", e.code, e.message)).collect();
+        assert!(renewed, "the refused renewal was not tried again: {got:#?}");
+        assert_eq!(sensor.contract().id, c0.id, "renewal changed the contract");
+        assert!(got.iter().all(|e| e.starts_with("RATE_LIMITED ") && e.contains("trying again")), "{got:#?}");
+        assert_eq!(sensor.publish(&telemetry("renew", &nonce(), 1.0)).await.unwrap().status, Status::Accepted);
         sensor.close().await.unwrap();
     });
 }
