@@ -201,3 +201,22 @@ func TestRenewContractRefusedWhenAccessChanged(t *testing.T) {
 		require.Equal(t, 1, auditCount(t, f.e, pigeon.EventContractDenied, pigeon.CodeGrantRevoked))
 	})
 }
+
+// TestRenewSchedule pins the schedule every session and client renews on:
+// a tenth of the life left ahead of expiry, at least 5 s (half of it
+// under 10 s); a failure that may pass tried again after a quarter of
+// what is left, between 100 ms and 5 s.
+func TestRenewSchedule(t *testing.T) {
+	for _, tc := range []struct{ left, lead, retry time.Duration }{
+		{200 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond},
+		{time.Second, 500 * time.Millisecond, 250 * time.Millisecond},
+		{8 * time.Second, 4 * time.Second, 2 * time.Second},
+		{10 * time.Second, 5 * time.Second, 2500 * time.Millisecond},
+		{30 * time.Second, 5 * time.Second, 5 * time.Second},
+		{15 * time.Minute, 90 * time.Second, 5 * time.Second},
+		{24 * time.Hour, 144 * time.Minute, 5 * time.Second},
+	} {
+		require.Equal(t, tc.lead, pigeon.RenewLead(tc.left), "lead for %v", tc.left)
+		require.Equal(t, tc.retry, pigeon.RenewRetry(tc.left), "retry for %v", tc.left)
+	}
+}

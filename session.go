@@ -84,6 +84,13 @@ func RenewLead(left time.Duration) time.Duration {
 	return max(left/10, min(left/2, 5*time.Second))
 }
 
+// RenewRetry is how long a session waits before it tries again a renewal
+// that failed for a reason that may pass, for left of remaining life: a
+// quarter of it, at most 5 s and at least 100 ms.
+func RenewRetry(left time.Duration) time.Duration {
+	return max(min(left/4, 5*time.Second), 100*time.Millisecond)
+}
+
 // RenewalFinal reports whether err, a refused renewal, will be refused
 // again whenever it is tried: the contract was revoked, has expired, is
 // unknown or another principal's, the policy it was compiled from
@@ -159,7 +166,7 @@ func (s *localSession) renewLoop(ttl time.Duration) {
 			return // no renewal will succeed
 		default:
 			s.e.opts.Logger.Warn("pigeon: renewing a session's contract failed; trying again", "contract", s.c.info.ID, "err", err)
-			retry = max(min(exp.Sub(s.e.now())/4, 5*time.Second), 100*time.Millisecond)
+			retry = RenewRetry(exp.Sub(s.e.now()))
 		}
 	}
 }

@@ -271,7 +271,7 @@ func (mg *Manager) renew(b *binding) time.Duration {
 		return time.Hour
 	default:
 		mg.log.Warn("program binding's contract could not be renewed; trying again", "program", b.name, "error", err)
-		return renewIn(exp, max(min(time.Until(exp)/4, 5*time.Second), 100*time.Millisecond))
+		return renewIn(exp, pigeon.RenewRetry(time.Until(exp)))
 	}
 }
 

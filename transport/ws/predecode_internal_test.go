@@ -19,15 +19,22 @@ import (
 	"pigeon/transport/transporttest"
 )
 
-// testCaller is a caller of token under a contract for subject on e.
-func testCaller(t testing.TB, e *pigeon.Engine, token, subject string) pigeon.Caller {
+// checkoutEngine is an engine on the demo catalog with a memory store,
+// contracts that outlive any test, and checkout's caller under a contract
+// for payments.authorize.
+func checkoutEngine(t testing.TB) (*pigeon.Engine, pigeon.Caller) {
 	t.Helper()
 	ctx := context.Background()
-	p, err := e.Authenticate(ctx, token)
+	opts := transporttest.Options()
+	opts.Store, opts.ContractTTL = memory.New(nil), time.Hour
+	e, err := pigeon.New(ctx, opts)
 	require.NoError(t, err)
-	k, err := e.Negotiate(ctx, p, "uk", []string{subject}, 0)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	p, err := e.Authenticate(ctx, "checkout-token")
 	require.NoError(t, err)
-	return pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}
+	k, err := e.Negotiate(ctx, p, "uk", []string{"payments.authorize"}, 0)
+	require.NoError(t, err)
+	return e, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}
 }
 
 // preOf returns the data the server's decoder attached to m (nil: none),
@@ -152,12 +159,7 @@ func FuzzServerFrame(f *testing.F) {
 // and stores what the frame carried, and refuses what it would refuse.
 func TestPredecodedDataJudged(t *testing.T) {
 	ctx := context.Background()
-	opts := transporttest.Options()
-	opts.Store = memory.New(nil)
-	e, err := pigeon.New(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	caller := testCaller(t, e, "checkout-token", "payments.authorize")
+	e, caller := checkoutEngine(t)
 	frame := func(m *pigeon.Message) []byte { return messageFrame(OpPublish, m, 0)(nil, "p1") }
 
 	m := demo.Payment("o-1")
@@ -184,12 +186,7 @@ func TestPredecodedDataJudged(t *testing.T) {
 // otherwise.
 func TestPredecodedDataOnlyForItsText(t *testing.T) {
 	ctx := context.Background()
-	opts := transporttest.Options()
-	opts.Store = memory.New(nil)
-	e, err := pigeon.New(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	caller := testCaller(t, e, "checkout-token", "payments.authorize")
+	e, caller := checkoutEngine(t)
 
 	// attach gives m decoded data holding a card number its bytes lack.
 	attach := func(m *pigeon.Message) {
@@ -234,13 +231,7 @@ func BenchmarkServerPublishBatch(b *testing.B) {
 	}{{"predecoded", decodeServerFrame}, {"checked", decodeFrame}} {
 		b.Run(tc.name, func(b *testing.B) {
 			ctx := context.Background()
-			opts := transporttest.Options()
-			opts.Store = memory.New(nil)
-			opts.ContractTTL = time.Hour
-			e, err := pigeon.New(ctx, opts)
-			require.NoError(b, err)
-			b.Cleanup(func() { require.NoError(b, e.Shutdown(context.Background())) })
-			caller := testCaller(b, e, "checkout-token", "payments.authorize")
+			e, caller := checkoutEngine(b)
 			var in interner
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {

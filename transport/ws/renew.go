@@ -84,7 +84,7 @@ func (s *Session) renewLoop() {
 			s.o.logger.Warn("pigeon: the contract cannot be renewed; it ends at its expiry unless Reconnect or Negotiate replaces it", "contract", s.Contract().ID(), "err", err)
 		case err != nil:
 			s.o.logger.Warn("pigeon: renewing the contract failed; trying again", "contract", s.Contract().ID(), "err", err)
-			retry = max(min(time.Until(exp)/4, 5*time.Second), 100*time.Millisecond)
+			retry = pigeon.RenewRetry(time.Until(exp))
 		case !k.ExpiresAt().After(exp):
 			last = exp
 			s.o.logger.Info("pigeon: the contract cannot be renewed past the connection's credential; Reconnect with a fresh one", "contract", k.ID(), "expires", exp)
