@@ -222,8 +222,9 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	if m.Region == "" {
 		m.Region = c.Region
 	}
+	m.pre = nil // the admission's copy carries none
 	pre := in.pre
-	if m.pre = nil; pre != nil {
+	if pre != nil {
 		in.pre = nil // used once: a second publish of in decodes its data
 		if !sameText(pre.Text, m.Data) {
 			pre = nil

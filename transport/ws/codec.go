@@ -50,7 +50,7 @@ type walker struct {
 	// (predecoded) where it would otherwise only validate it: the
 	// server's reader, whose messages go on to be published.
 	data bool
-	pre  []predecoded.Data // room for the next messages' decoded data
+	pre  []predecoded.Data // a batch's room for its next messages' decoded data
 	// trusted, strict only, takes each message's data as it is, finding
 	// its end without validating it: the client's reader, whose frames
 	// come from the server, which sends only data its decoder accepted.
@@ -403,6 +403,9 @@ func (w *walker) batch() (raw []json.RawMessage, decoded []*pigeon.Message, ok b
 		if w.b[j] == '{' {
 			if len(chunk) == 0 {
 				chunk = make([]pigeon.Message, batchChunk)
+			}
+			if w.data && len(w.pre) == 0 {
+				w.pre = make([]predecoded.Data, batchChunk)
 			}
 			m := &chunk[0]
 			if e := w.messageInto(m, j, 2); e >= 0 {

@@ -98,13 +98,17 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 					// The decoder reads b[j:e] whole, so e is where the
 					// value ends when it succeeds; otherwise (too deep for
 					// the engine, or not JSON) the value is checked below.
-					if len(w.pre) == 0 {
-						w.pre = make([]predecoded.Data, batchChunk)
+					var p *predecoded.Data
+					if len(w.pre) > 0 {
+						p = &w.pre[0] // a batch's chunk
+					} else {
+						p = new(predecoded.Data)
 					}
-					p := &w.pre[0]
 					if v, text, err := jsontext.DecodeTextNames(w.b[j:e], pigeon.MaxJSONDepth, &p.Names); err == nil {
 						p.Value, p.Text, pre = v, text, p
-						w.pre = w.pre[1:]
+						if len(w.pre) > 0 {
+							w.pre = w.pre[1:]
+						}
 						return e
 					}
 					*p = predecoded.Data{}
