@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,4 +57,56 @@ func TestTrustedProxyClient(t *testing.T) {
 		_, err := ParseTrustedProxies([]string{bad})
 		require.Error(t, err, bad)
 	}
+}
+
+// FuzzForwardedClient holds the X-Forwarded-For reading to its rule on any
+// header and any trusted list: a client is found only behind a trusted
+// peer; it is an address one of the hops names, not a trusted one; and
+// every hop to its right names a trusted proxy. Nothing a client writes
+// to the left of the first untrusted hop can be taken.
+func FuzzForwardedClient(f *testing.F) {
+	f.Add("10.0.0.0/8,fd00::/8", "10.1.2.3:443", "203.0.113.7, 10.0.0.2")
+	f.Add("10.0.0.1", "10.0.0.1:80", "198.51.100.1, 203.0.113.7:5000, 10.0.0.1")
+	f.Add("192.168.0.0/16", "192.168.1.1:1", "[2001:db8::1]:443,::ffff:192.168.3.4")
+	f.Add("10.0.0.0/8", "198.51.100.9:1", "10.0.0.1")
+	f.Add(" 10.0.0.0/8 ", "10.0.0.1:1", ",,")
+	f.Fuzz(func(t *testing.T, trusted, peer, xff string) {
+		prefixes, err := ParseTrustedProxies(strings.Split(trusted, ","))
+		if err != nil {
+			return
+		}
+		for _, p := range prefixes {
+			require.Equal(t, p, p.Masked(), "a prefix is kept masked")
+		}
+		tp := trustedProxies(prefixes)
+		r := &http.Request{RemoteAddr: peer, Header: http.Header{"X-Forwarded-For": []string{xff}}}
+		a, ok := tp.client(r)
+		if !ok {
+			return
+		}
+		p, err := netip.ParseAddrPort(peer)
+		require.NoError(t, err, "a client only behind a peer with an address")
+		require.True(t, tp.trusts(p.Addr()), "a client only behind a trusted peer")
+		require.False(t, tp.trusts(a), "the client is not a trusted proxy")
+		hops := strings.Split(xff, ",")
+		at := -1
+		for i := len(hops) - 1; i >= 0; i-- {
+			h := strings.TrimSpace(hops[i])
+			if h == "" {
+				continue
+			}
+			b, err := netip.ParseAddr(h)
+			if err != nil {
+				ap, perr := netip.ParseAddrPort(h)
+				require.NoError(t, perr, "every hop right of the client is an address")
+				b = ap.Addr()
+			}
+			if b.Unmap() == a {
+				at = i
+				break
+			}
+			require.True(t, tp.trusts(b.Unmap()), "every hop right of the client is a trusted proxy: %q", h)
+		}
+		require.GreaterOrEqual(t, at, 0, "the client is a hop of the header")
+	})
 }
