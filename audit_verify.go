@@ -20,9 +20,10 @@ type auditWalks struct {
 
 // auditWalk is one walk: its result once done is closed.
 type auditWalk struct {
-	done chan struct{}
-	n    uint64
-	err  error
+	done    chan struct{}
+	n       uint64
+	err     error
+	callers int // the calls waiting on it (e.verifies.mu)
 }
 
 // VerifyAudit walks the whole audit chain and reports how many records
@@ -50,6 +51,7 @@ func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
 	default:
 		walk = w.next
 	}
+	walk.callers++
 	w.mu.Unlock()
 	select {
 	case <-walk.done:

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -68,6 +69,8 @@ func TestVerifyAuditSharesWalks(t *testing.T) {
 	for range callers {
 		<-started
 	}
+	// Every caller waits on the next walk before the running one ends.
+	require.Eventually(t, func() bool { return pigeon.NextAuditWalkCallers(f.e) == callers }, 30*time.Second, time.Millisecond, "the callers wait")
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err := f.e.VerifyAudit(gone)

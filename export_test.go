@@ -65,3 +65,15 @@ func RecordsHeld(ctx context.Context) int {
 	defer s.resMu.Unlock()
 	return len(s.held)
 }
+
+// NextAuditWalkCallers is how many VerifyAudit calls wait on the walk that
+// starts after the running one (0 when none waits).
+func NextAuditWalkCallers(e *Engine) int {
+	w := &e.verifies
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.next == nil {
+		return 0
+	}
+	return w.next.callers
+}
