@@ -86,6 +86,7 @@ func testSessionRenews(t *testing.T, h Harness) {
 				return nil
 			})
 			require.NoError(t, err)
+		publish:
 			for i := 0; time.Now().Before(first.Add(2 * life)); i++ {
 				if !auto && time.Now().After(first) {
 					break
@@ -96,6 +97,13 @@ func testSessionRenews(t *testing.T, h Harness) {
 				select {
 				case m := <-got:
 					require.Contains(t, m, text)
+				case <-sub.Done():
+					// Without renewal the subscription ends at the expiry,
+					// which may come between a publish and its delivery.
+					if auto || time.Now().Before(first) {
+						t.Fatalf("the subscription ended before its contract expired: %v", sub.Err())
+					}
+					break publish
 				case <-time.After(10 * time.Second):
 					t.Fatalf("message %d not delivered: %v", i, sub.Err())
 				}
