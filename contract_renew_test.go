@@ -218,5 +218,8 @@ func TestRenewSchedule(t *testing.T) {
 	} {
 		require.Equal(t, tc.lead, pigeon.RenewLead(tc.left), "lead for %v", tc.left)
 		require.Equal(t, tc.retry, pigeon.RenewRetry(tc.left), "retry for %v", tc.left)
+		require.Equal(t, tc.left-tc.lead, pigeon.RenewDelay(tc.left, 0), "delay for %v", tc.left)
+		require.Equal(t, tc.retry, pigeon.RenewDelay(tc.left, pigeon.RenewRetry(tc.left)), "delay of a retry for %v", tc.left)
 	}
+	require.Equal(t, time.Second, pigeon.RenewDelay(time.Second, time.Minute), "a retry never waits past the expiry")
 }

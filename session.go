@@ -84,6 +84,16 @@ func RenewLead(left time.Duration) time.Duration {
 	return max(left/10, min(left/2, 5*time.Second))
 }
 
+// RenewDelay is how long a session with left of its contract's life waits
+// before it renews: until RenewLead(left) is left, or, when retry is set
+// (a failure that may pass), retry, but never past the expiry.
+func RenewDelay(left, retry time.Duration) time.Duration {
+	if retry > 0 {
+		return min(retry, left)
+	}
+	return left - RenewLead(left)
+}
+
 // RenewRetry is how long a session waits before it tries again a renewal
 // that failed for a reason that may pass, for left of remaining life: a
 // quarter of it, at most 5 s and at least 100 ms.
@@ -139,12 +149,8 @@ func (s *localSession) renewLoop(ttl time.Duration) {
 		if left <= 0 {
 			return
 		}
-		wait := left - RenewLead(left)
-		if retry > 0 {
-			wait = min(retry, left)
-		}
+		t.Reset(RenewDelay(left, retry))
 		retry = 0
-		t.Reset(wait)
 		select {
 		case <-s.done:
 			return

@@ -286,10 +286,7 @@ func renewIn(exp time.Time, retry time.Duration) time.Duration {
 	if left <= 0 {
 		return time.Hour
 	}
-	if retry > 0 {
-		return min(retry, left)
-	}
-	return left - pigeon.RenewLead(left)
+	return pigeon.RenewDelay(left, retry)
 }
 
 // handover binds v in old's place on the same pubsub subject, exactly:

@@ -58,12 +58,9 @@ func (s *Session) renewLoop() {
 	for {
 		exp := s.Contract().ExpiresAt()
 		left := time.Until(exp)
-		wait := left - pigeon.RenewLead(left)
-		switch {
-		case left <= 0 || exp.Equal(last):
+		wait := pigeon.RenewDelay(left, retry)
+		if left <= 0 || exp.Equal(last) {
 			wait = max(left, time.Second) // expired, or renewed as far as it goes: wait for Reconnect
-		case retry > 0:
-			wait = min(retry, left)
 		}
 		retry = 0
 		timer.Reset(wait)
