@@ -25,6 +25,9 @@ var ignored = []string{
 	"goroutine in C code",
 	"os/signal.loop",
 	"net/http.(*persistConn)",
+	// a worker parked between ops (transport/ws workers.go), kept for
+	// the process's next op
+	"pigeon/transport/ws.(*workers).park(",
 }
 
 func interesting(stack string) bool {

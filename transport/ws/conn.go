@@ -16,8 +16,8 @@ import (
 // conn is one server-side connection. Three goroutines serve it: the
 // reader (the HTTP handler's goroutine, which decodes frames and dispatches
 // them), the writer (the only one that writes data frames, from the
-// bounded queue out) and the pinger. Work on frames runs on goroutines of
-// its own, bounded by the in-flight semaphore.
+// bounded queue out) and the pinger. Work on frames runs on the workers
+// of opWorkers, bounded by the in-flight semaphore.
 type conn struct {
 	srv       *Server
 	ws        *websocket.Conn
@@ -188,8 +188,8 @@ func (c *conn) readLoop() {
 	}
 }
 
-// dispatch answers cheap ops inline and starts the others on their own
-// goroutine.
+// dispatch answers cheap ops inline and runs the others on a worker of
+// their own (opWorkers).
 func (c *conn) dispatch(f *Frame) {
 	switch f.Op {
 	case OpPing:
@@ -243,11 +243,11 @@ func (c *conn) dispatch(f *Frame) {
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "too many requests waiting on this connection"))
 			return
 		}
-		go func() {
+		opWorkers.run(func() {
 			defer c.ops.Done()
 			defer c.requests.Add(-1)
 			c.request(f, caller)
-		}()
+		})
 		return
 	}
 	select {
@@ -256,11 +256,11 @@ func (c *conn) dispatch(f *Frame) {
 		c.ops.Done()
 		return
 	}
-	go func() {
+	opWorkers.run(func() {
 		defer c.ops.Done()
 		defer func() { <-c.sem }()
 		c.handle(f, caller)
-	}()
+	})
 }
 
 // begin registers one op unless the connection is draining.
