@@ -59,3 +59,8 @@ func QueuedDeliveries(sub pigeon.Subscription) int {
 func ReceivedThrough(sub pigeon.Subscription) uint64 {
 	return sub.(*clientSub).lastSeq.Load()
 }
+
+// ParkedWorkers returns how many op workers are parked waiting for an op
+// (or about to): goroutines that count in runtime.NumGoroutine but belong
+// to no connection.
+func ParkedWorkers() int { return int(opWorkers.idle.Load()) }
