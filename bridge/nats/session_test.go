@@ -2,11 +2,14 @@ package natsbridge
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -122,11 +125,13 @@ func TestReconnectOverWebSocket(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool { return len(got.all()) == 2*n }, 30*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		info, err := out.Info(t.Context())
 		require.NoError(t, err)
 		return info.State.Msgs == 2*n
-	}, 30*time.Second, 10*time.Millisecond, "every message left once")
+	}, 30*time.Second, 10*time.Millisecond, "every message left once") {
+		t.Fatalf("%s", outDiagnosis(t, out, got.all(), rb.b))
+	}
 	time.Sleep(200 * time.Millisecond)
 	ids := map[string]bool{}
 	for _, m := range got.all() {
@@ -351,4 +356,32 @@ func TestRunLifecycle(t *testing.T) {
 	b, err = New(opts)
 	require.NoError(t, err)
 	require.NoError(t, b.Run(ctx))
+}
+
+// outDiagnosis says what an Out stream holds against the messages Pigeon
+// holds: its count, the Pigeon messages missing from it (by sequence), the
+// ids it holds more than once, and the bridge's counters.
+func outDiagnosis(t *testing.T, out jetstream.Stream, want []*pigeon.Message, b *Bridge) string {
+	info, err := out.Info(t.Context())
+	require.NoError(t, err)
+	held := map[string]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		if m, err := out.GetMsg(t.Context(), seq); err == nil {
+			held[m.Header.Get(HeaderMsgID)]++
+		}
+	}
+	var missing []uint64
+	for _, m := range want {
+		if held[m.ID] == 0 {
+			missing = append(missing, m.Sequence)
+		}
+	}
+	var twice []string
+	for id, k := range held {
+		if k > 1 {
+			twice = append(twice, id)
+		}
+	}
+	return fmt.Sprintf("the Out stream holds %d messages of %d: missing Pigeon sequences %v, held twice %v; bridge %+v",
+		info.State.Msgs, len(want), missing, twice, b.Stats())
 }
