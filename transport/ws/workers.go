@@ -48,9 +48,8 @@ func (w *workers) work(fn func()) {
 // park waits for the next op, or returns nil when maxIdle workers are
 // parked already. A parked worker holds nothing of the op it ran. The
 // leak checks of tests know a parked worker by this function
-// (internal/leakcheck).
-//
-//go:noinline
+// (internal/leakcheck), inlined or not: a traceback names inlined
+// functions too.
 func (w *workers) park() func() {
 	if w.idle.Add(1) > w.maxIdle {
 		w.idle.Add(-1)
