@@ -134,11 +134,11 @@ func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
 	return &localSession{e: e, caller: c, c: k, done: make(chan struct{})}
 }
 
-// renewLoop renews s's contract for ttl shortly before it expires (a tenth of its remaining life
-// ahead, at least 5 s), until the session closes, the engine shuts down or
-// the contract can be renewed no further (its credential's end, a
-// revocation). After a failure it tries again, after a quarter of what is
-// left (at most 5 s), until the contract expires.
+// renewLoop renews s's contract for ttl shortly before it expires
+// (RenewDelay), until the session closes, the engine shuts down or the
+// contract can be renewed no further (its credential's end, a refusal
+// RenewalFinal names). After another failure it tries again (RenewRetry)
+// until the contract expires.
 func (s *localSession) renewLoop(ttl time.Duration) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()

@@ -15,8 +15,9 @@ import (
 // not take a contract past the credential the connection was opened with;
 // beyond it, Reconnect with a fresh credential.
 //
-// A session renews by itself shortly before it expires (a tenth of its remaining life
-// ahead, at least 5 s), unless dialed with pigeon.WithoutAutoRenew (through
+// A session renews by itself shortly before it expires (pigeon.RenewLead
+// ahead: a tenth of its remaining life, at least 5 s or, for a shorter
+// life, half of it), unless dialed with pigeon.WithoutAutoRenew (through
 // WithConnectOptions); a renewal that fails
 // is tried again until the contract expires, and the failures are logged
 // (WithLogger).
@@ -42,12 +43,11 @@ func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
 	return k, nil
 }
 
-// renewLoop renews the session's contract shortly before it expires (a
-// tenth of its remaining life ahead, at least 5 s), until Close. After a
-// failure it tries again (after a quarter of what is left, at most 5 s)
-// until the contract expires, unless the refusal is final
-// (pigeon.RenewalFinal: revoked, say); then it waits for a new contract
-// (Reconnect, Negotiate).
+// renewLoop renews the session's contract shortly before it expires
+// (pigeon.RenewDelay), until Close. After a failure it tries again
+// (pigeon.RenewRetry) until the contract expires, unless the refusal is
+// final (pigeon.RenewalFinal: revoked, say); then it waits for a new
+// contract (Reconnect, Negotiate).
 func (s *Session) renewLoop() {
 	var (
 		last  time.Time     // an expiry a renewal could not move (the credential's end): waited out
@@ -60,7 +60,7 @@ func (s *Session) renewLoop() {
 		left := time.Until(exp)
 		wait := pigeon.RenewDelay(left, retry)
 		if left <= 0 || exp.Equal(last) {
-			wait = max(left, time.Second) // expired, or renewed as far as it goes: wait for Reconnect
+			wait = max(left, time.Second) // expired, renewed as far as it goes or refused for good: wait for a new contract
 		}
 		retry = 0
 		timer.Reset(wait)
