@@ -31,6 +31,14 @@ fn expiry(c: &Contract) -> i64 {
     c.expires_at_ms().unwrap_or_else(|| panic!("no expiry in {c:?}"))
 }
 
+/// Sleeps until `margin_ms` past `at_ms` (an expiry, in ms since the
+/// epoch), or not at all once that has passed. expires_at_ms() drops the
+/// sub-millisecond part of an expiry: a margin makes sure it is passed.
+async fn sleep_past(at_ms: i64, margin_ms: i64) {
+    let wait = at_ms + margin_ms - pigeon_client::time::now_ms();
+    tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
+}
+
 /// Options with `ttl` whose `on_error` keeps the failed renewals it is
 /// handed, in order.
 fn recording_renewal_failures(ttl: Duration) -> (ConnectOptions, Arc<Mutex<Vec<Error>>>) {
@@ -120,9 +128,7 @@ fn without_auto_renew_the_contract_expires() {
         assert!(pigeon_client::time::now_ms() >= expiry(&m0), "ended before the contract expired");
         assert_eq!(ended.map(|e| e.code), Some("CONTRACT_EXPIRED".to_string()));
 
-        let wait = expiry(&s0) - pigeon_client::time::now_ms();
-        // expires_at_ms() drops the sub-millisecond part of the expiry: past it by a margin.
-        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64 + 50)).await;
+        sleep_past(expiry(&s0), 50).await;
         let e = match sensor.publish(&telemetry("renew", &site, 1.0)).await {
             Ok(d) => panic!("published past the expiry {} of {}: {d:?}", s0.expires_at, s0.id),
             Err(e) => e,
@@ -159,9 +165,7 @@ fn explicit_renew_keeps_the_id() {
         }
 
         // Past the first expiry, before the renewed one.
-        let wait = expiry(&m0).max(expiry(&s0)) - pigeon_client::time::now_ms();
-        // expires_at_ms() drops the sub-millisecond part of the expiry: past it by a margin.
-        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64 + 50)).await;
+        sleep_past(expiry(&m0).max(expiry(&s0)), 50).await;
         round_trip(&sensor, &mut sub, &site, 1).await;
         assert!(sub.error().is_none(), "{:?}", sub.error());
         sub.unsubscribe().await.unwrap();
@@ -187,8 +191,7 @@ fn a_final_refusal_stops_the_renewals_of_that_contract() {
         http(&srv, "sensor-token").revoke_contract(&c0.id).await.unwrap();
 
         // Past the expiry, until which a failed renewal would be tried again.
-        let wait = expiry(&c0) + 300 - pigeon_client::time::now_ms();
-        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
+        sleep_past(expiry(&c0), 300).await;
         let got: Vec<String> = failures.lock().unwrap().iter().map(|e| format!("{} {}", e.code, e.message)).collect();
         assert_eq!(got.len(), 1, "renewals attempted after the revocation: {got:#?}");
         assert!(got[0].starts_with("CONTRACT_REVOKED ") && got[0].contains("renewal stopped"), "{}", got[0]);
@@ -197,8 +200,7 @@ fn a_final_refusal_stops_the_renewals_of_that_contract() {
         // A new contract is renewed as before.
         let c1 = sensor.negotiate().await.unwrap();
         assert_ne!(c1.id, c0.id);
-        let wait = expiry(&c1) + 100 - pigeon_client::time::now_ms();
-        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
+        sleep_past(expiry(&c1), 100).await;
         let now = sensor.contract();
         assert_eq!(now.id, c1.id, "the contract changed without a negotiation");
         assert!(expiry(&now) > expiry(&c1), "the new contract was not renewed: {} -> {}", c1.expires_at, now.expires_at);
