@@ -37,7 +37,11 @@
 // a credential was refused, never what it was: no token, certificate or key
 // material appears in them. When an identity provider cannot be reached,
 // its cached keys keep verifying tokens for Issuer.MaxKeyAge, and a token
-// signed by a key not in the cache is refused IDENTITY_UNAVAILABLE.
+// signed by a key not in the cache is refused IDENTITY_UNAVAILABLE. An
+// issuer's keys are read over HTTPS only (plain HTTP only from a loopback
+// address), whatever names their URL: the configuration, a discovery
+// document or a redirect; a key set read in plain text would let whoever
+// is on the path sign any principal.
 //
 // # Concurrency
 //

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -39,25 +40,25 @@ type keySet struct {
 	log        *slog.Logger
 
 	mu          sync.Mutex
-	keys        map[string]jose.JSONWebKey
-	fetchedAt   time.Time // last successful fetch
+	keys        map[string][]jose.JSONWebKey // by kid; one kid may name keys of several types
+	fetchedAt   time.Time                    // last successful fetch
 	lastAttempt time.Time
 	lastErr     error         // of the last attempt
 	inflight    chan struct{} // closed when the fetch in flight ends
 }
 
-// key returns the verification key kid, refreshing the set when it is
-// unknown (rate-limited). An unknown key is UNAUTHENTICATED when the key set
-// was fetched and lacks it, IDENTITY_UNAVAILABLE when the identity provider
-// could not be reached.
-func (k *keySet) key(ctx context.Context, kid string) (jose.JSONWebKey, error) {
-	if key, ok := k.lookup(kid); ok {
+// key returns the verification key kid for algorithm alg, refreshing the
+// set when kid is unknown (rate-limited). An unknown key is UNAUTHENTICATED
+// when the key set was fetched and lacks it, IDENTITY_UNAVAILABLE when the
+// identity provider could not be reached.
+func (k *keySet) key(ctx context.Context, kid, alg string) (jose.JSONWebKey, error) {
+	if key, ok := k.lookup(kid, alg); ok {
 		return key, nil
 	}
 	if err := k.refresh(ctx, false); err != nil && ctx.Err() != nil {
 		return jose.JSONWebKey{}, pigeon.WrapError(pigeon.CodeIdentityUnavailable, ctx.Err(), "the signing keys of the issuer could not be fetched in time")
 	}
-	if key, ok := k.lookup(kid); ok {
+	if key, ok := k.lookup(kid, alg); ok {
 		return key, nil
 	}
 	k.mu.Lock()
@@ -73,24 +74,36 @@ func (k *keySet) key(ctx context.Context, kid string) (jose.JSONWebKey, error) {
 	return jose.JSONWebKey{}, pigeon.NewError(pigeon.CodeUnauthenticated, "the token's signing key (kid) is unknown to its issuer")
 }
 
-// lookup finds kid among keys not older than maxAge. An empty kid matches
-// the only key of a set that has one.
-func (k *keySet) lookup(kid string) (jose.JSONWebKey, bool) {
+// lookup finds kid among keys not older than maxAge: the key of that kid
+// that fits alg, or, when none does, its first (which the caller refuses,
+// saying why). An empty kid matches the only key of a set that has one.
+func (k *keySet) lookup(kid, alg string) (jose.JSONWebKey, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.keys == nil || k.now().Sub(k.fetchedAt) >= k.maxAge {
 		return jose.JSONWebKey{}, false
 	}
-	if kid == "" {
-		if len(k.keys) == 1 {
-			for _, key := range k.keys {
-				return key, true
-			}
+	if kid == "" { // the only key of a set that has one
+		if len(k.keys) != 1 {
+			return jose.JSONWebKey{}, false
 		}
+		for id := range k.keys {
+			kid = id
+		}
+		if len(k.keys[kid]) != 1 {
+			return jose.JSONWebKey{}, false
+		}
+	}
+	keys := k.keys[kid]
+	if len(keys) == 0 {
 		return jose.JSONWebKey{}, false
 	}
-	key, ok := k.keys[kid]
-	return key, ok
+	for _, key := range keys {
+		if (key.Algorithm == "" || key.Algorithm == alg) && keyFits(key.Key, alg) {
+			return key, true
+		}
+	}
+	return keys[0], true
 }
 
 // refresh fetches the key set, unless one was attempted less than
@@ -154,7 +167,7 @@ func (k *keySet) refresh(ctx context.Context, force bool) error {
 	return err
 }
 
-func sameKIDs(a, b map[string]jose.JSONWebKey) bool {
+func sameKIDs(a, b map[string][]jose.JSONWebKey) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -167,7 +180,7 @@ func sameKIDs(a, b map[string]jose.JSONWebKey) bool {
 }
 
 // fetch reads the key set (after discovery, when configured).
-func (k *keySet) fetch(ctx context.Context) (map[string]jose.JSONWebKey, error) {
+func (k *keySet) fetch(ctx context.Context) (map[string][]jose.JSONWebKey, error) {
 	k.mu.Lock()
 	u := k.jwksURL
 	k.mu.Unlock()
@@ -182,8 +195,11 @@ func (k *keySet) fetch(ctx context.Context) (map[string]jose.JSONWebKey, error) 
 		if doc.Issuer != k.issuer {
 			return nil, fmt.Errorf("discovery: the document names issuer %q, not %q", doc.Issuer, k.issuer)
 		}
-		if !strings.HasPrefix(doc.JWKSURI, "https://") && !strings.HasPrefix(doc.JWKSURI, "http://") {
+		if doc.JWKSURI == "" {
 			return nil, errors.New("discovery: the document has no jwks_uri")
+		}
+		if ju, err := url.Parse(doc.JWKSURI); err != nil || !fetchable(ju) {
+			return nil, errors.New("discovery: the document's jwks_uri is not an https URL (http only to a loopback address)")
 		}
 		u = doc.JWKSURI
 		k.mu.Lock()
@@ -196,11 +212,11 @@ func (k *keySet) fetch(ctx context.Context) (map[string]jose.JSONWebKey, error) 
 	if err := k.getJSON(ctx, u, &set); err != nil {
 		return nil, fmt.Errorf("key set: %w", err)
 	}
-	keys := map[string]jose.JSONWebKey{}
+	keys := map[string][]jose.JSONWebKey{}
 	for _, raw := range set.Keys {
 		var key jose.JSONWebKey // a key of a type go-jose does not know is skipped, not fatal
 		if key.UnmarshalJSON(raw) == nil && usableKey(key) {
-			keys[key.KeyID] = key
+			keys[key.KeyID] = append(keys[key.KeyID], key)
 		}
 	}
 	if len(keys) == 0 {

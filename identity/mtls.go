@@ -143,7 +143,7 @@ func (m *MTLS) verify(chain []*x509.Certificate) (verified, error) {
 	}
 	id, chains, err := x509svid.Verify(chain, m.bundles, x509svid.WithTime(now))
 	if err == nil {
-		err = clientAuthUsage(chain[0])
+		chains, err = clientAuthChains(chains)
 	}
 	if err != nil {
 		return verified{}, pigeon.WrapError(pigeon.CodeUnauthenticated, err,
@@ -174,14 +174,40 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// clientAuthUsage refuses a leaf whose extended key usage excludes client
-// authentication (a leaf that lists none allows any).
-func clientAuthUsage(leaf *x509.Certificate) error {
-	if len(leaf.ExtKeyUsage) == 0 || slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) ||
-		slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
-		return nil
+// clientAuthChains returns the verified chains that may authenticate a
+// client. x509svid.Verify checks no extended key usage (it verifies for
+// any), so this is crypto/x509's rule for a purpose: every certificate of
+// the chain, root included, lists no extended key usage (known or
+// unknown: it is then unrestricted), or lists client authentication or
+// any. A leaf for an unknown purpose only, or one under an intermediate
+// for server authentication only, is no client certificate. The leaf's key
+// usage, when it has one, must include digital signature (an X.509-SVID's
+// must), which the TLS handshake's signature needs.
+func clientAuthChains(chains [][]*x509.Certificate) ([][]*x509.Certificate, error) {
+	if len(chains) > 0 && len(chains[0]) > 0 {
+		if ku := chains[0][0].KeyUsage; ku != 0 && ku&x509.KeyUsageDigitalSignature == 0 {
+			return nil, errors.New("the certificate's key usage does not include digital signature")
+		}
 	}
-	return errors.New("the certificate is not for client authentication (extended key usage)")
+	var out [][]*x509.Certificate
+	for _, ch := range chains {
+		if slices.IndexFunc(ch, func(c *x509.Certificate) bool { return !allowsClientAuth(c) }) < 0 {
+			out = append(out, ch)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("the certificate, or a certificate authority of its chain, is not for client authentication (extended key usage)")
+	}
+	return out, nil
+}
+
+// allowsClientAuth reports whether c's extended key usage admits client
+// authentication.
+func allowsClientAuth(c *x509.Certificate) bool {
+	if len(c.ExtKeyUsage) == 0 && len(c.UnknownExtKeyUsage) == 0 {
+		return true
+	}
+	return slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageClientAuth) || slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageAny)
 }
 
 // chainKey identifies a chain by the hash of its certificates.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -51,7 +52,10 @@ type Issuer struct {
 	// Audiences: the token's aud must name at least one of them.
 	Audiences []string
 	// JWKSURL is the key set; empty: found by OpenID Connect discovery
-	// (URL + /.well-known/openid-configuration).
+	// (URL + /.well-known/openid-configuration). Keys are read over HTTPS
+	// only (plain HTTP only from a loopback address): this URL, the
+	// issuer's when it is discovered, the jwks_uri of the discovery
+	// document and every redirect.
 	JWKSURL string
 	// Algorithms accepted (default DefaultAlgorithms); only public-key
 	// signature algorithms may be named.
@@ -115,6 +119,7 @@ func NewOIDC(opts *OIDCOptions) (*OIDC, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
+	o.HTTPClient = keyClient(o.HTTPClient)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -147,9 +152,12 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 		return c, fmt.Errorf("issuer %q: needs at least one audience", c.URL)
 	}
 	if c.JWKSURL != "" {
-		if u, err := url.Parse(c.JWKSURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return c, fmt.Errorf("issuer %q: jwks URL %q must be an http(s) URL", c.URL, c.JWKSURL)
+		if u, err := url.Parse(c.JWKSURL); err != nil || !fetchable(u) {
+			return c, fmt.Errorf("issuer %q: jwks URL %q must be an https URL (http only to a loopback address)", c.URL, c.JWKSURL)
 		}
+	} else if !fetchable(u) {
+		// Discovery reads the issuer's document, which names the keys.
+		return c, fmt.Errorf("issuer %q: discovery needs an https issuer URL (http only to a loopback address), or give jwks_url", c.URL)
 	}
 	if len(c.Algorithms) == 0 {
 		c.Algorithms = DefaultAlgorithms
@@ -182,6 +190,48 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 		return c, fmt.Errorf("issuer %q: max key age %s is shorter than the refresh interval %s", c.URL, c.MaxKeyAge, c.RefreshInterval)
 	}
 	return c, nil
+}
+
+// fetchable reports whether keys may be read from u: over HTTPS, or over
+// plain HTTP only from this host (a loopback address or localhost). A key
+// set read in plain text over the network lets whoever is on the path sign
+// any principal.
+func fetchable(u *url.URL) bool {
+	if u == nil || u.Host == "" {
+		return false
+	}
+	switch u.Scheme {
+	case "https":
+		return true
+	case "http":
+		h := u.Hostname()
+		if strings.EqualFold(h, "localhost") {
+			return true
+		}
+		ip, err := netip.ParseAddr(h)
+		return err == nil && ip.Unmap().IsLoopback()
+	}
+	return false
+}
+
+// keyClient is c refusing a redirect to a URL keys may not be read from
+// (HTTPS to plain HTTP, say); otherwise it redirects as c does.
+func keyClient(c *http.Client) *http.Client {
+	kc := *c
+	next := c.CheckRedirect
+	kc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if !fetchable(req.URL) {
+			return fmt.Errorf("redirected to %s://%s, which is not HTTPS", req.URL.Scheme, req.URL.Host)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &kc
 }
 
 func newIssuer(in Issuer, o *OIDCOptions) (*issuer, error) {
@@ -269,7 +319,7 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 		return nil, refuse("not exactly one signature")
 	}
 	h := tok.Headers[0]
-	key, err := is.keys.key(ctx, h.KeyID)
+	key, err := is.keys.key(ctx, h.KeyID, h.Algorithm)
 	if err != nil {
 		return nil, err
 	}
