@@ -106,6 +106,9 @@ func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) 
 	c.CreatedAt = e.now().UTC()
 	if err := e.dir.createAccount(ctx, &c, func() {
 		e.audit(ctx, EventAccountCreated.record("", CodeOK, store.AuditRecord{Principal: c.ID}))
+		if e.denyRuleNames(c.Roles) {
+			e.onAccessChanged() // the principal may hold contracts already
+		}
 	}); err != nil {
 		return Account{}, err
 	}
@@ -132,7 +135,11 @@ func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
 	return e.clusterBarrier(ctx)
 }
 
-// AddAccountRole gives account id the role.
+// AddAccountRole gives account id the role. A role that a catalog deny
+// rule names takes access away: every contract and subscription of the
+// account that holds an operation the rule refuses fails its next check
+// with GRANT_REVOKED; in a cluster, on every live node once it returns
+// (see ClusterBarrier).
 func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
@@ -146,6 +153,11 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	})
 	if err == nil {
 		e.audit(ctx, EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
+		if e.denyRuleNames([]string{role}) {
+			// A deny rule names it: giving it takes access away, at once.
+			e.onAccessChanged()
+			err = e.clusterBarrier(ctx)
+		}
 	}
 	return a, err
 }
@@ -300,8 +312,73 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	if !e.rolePermissionsCover(c, now) {
 		return CodeGrantRevoked, "a role permission this contract relied on was deleted or narrowed; negotiate again"
 	}
+	if e.deniedByRolesGiven(c, now) {
+		return CodeGrantRevoked, "a role given since makes a deny rule refuse an operation of this contract; negotiate again"
+	}
 	c.accessVer.Store(v)
 	return CodeOK, ""
+}
+
+// deniedByRolesGiven reports whether a role of roles that c was not
+// negotiated with makes a catalog deny rule that does not look at the
+// message (one negotiation would have applied) refuse an operation c
+// holds: giving such a role takes access away, as taking a role does.
+// Rules that look at the message are applied to each message. The rule is
+// matched as negotiation matched it, with the roles now, c's principal
+// and region, and the attributes the account has now (a credential's own
+// attributes are not kept with the contract).
+func (e *Engine) deniedByRolesGiven(c *contract, roles []string) bool {
+	var given []string
+	for _, r := range roles {
+		if !slices.Contains(c.info.Roles, r) {
+			given = append(given, r)
+		}
+	}
+	if len(given) == 0 {
+		return false
+	}
+	q := &Principal{ID: c.info.Principal, Roles: roles}
+	if a := e.dir.lookup(c.info.Principal); a != nil {
+		q.Attributes = a.Attributes
+	}
+	cat := e.catalog.Load()
+	for name, g := range c.permits {
+		s := cat.subjects[name]
+		if s == nil {
+			continue // gone from the catalog: the contract gate refuses it
+		}
+		for _, op := range Operations {
+			if g.ops&opBit(op) == 0 {
+				continue
+			}
+			for _, r := range s.rules[op] {
+				if r.deny && !r.messageDependent() && namesAny(r.roles, given) && r.matchesIdentity(q, c.info.Region) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// namesAny reports whether list holds one of names.
+func namesAny(list, names []string) bool {
+	return slices.ContainsFunc(list, func(s string) bool { return slices.Contains(names, s) })
+}
+
+// denyRuleNames reports whether a catalog deny rule names one of roles:
+// giving such a role may take access away.
+func (e *Engine) denyRuleNames(roles []string) bool {
+	for _, s := range e.catalog.Load().subjects {
+		for _, rules := range s.rules {
+			for _, r := range rules {
+				if r.deny && namesAny(r.roles, roles) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // rolePermissionsCover reports whether roles still grant every operation

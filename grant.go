@@ -74,8 +74,13 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 }
 
 // IssueGrant signs a grant token for account with roles, valid for ttl
-// (0: 1 h; at most 30 days; a negative or longer ttl is INVALID_ARGUMENT). The roles in effect at every later check
-// are those of the grant that the account still holds then.
+// (0: 1 h; at most 30 days; a negative or longer ttl is INVALID_ARGUMENT).
+// A token's expiry is in whole seconds, so ttl is too: a fraction of a
+// second is dropped, and a ttl under a second, whose token would be born
+// expired, is INVALID_ARGUMENT. Roles whose token would be over the size
+// a grant token may have (grant.MaxPayloadLen) are INVALID_ARGUMENT. The
+// roles in effect at every later check are those of the grant that the
+// account still holds then.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return GrantToken{}, err
@@ -100,12 +105,20 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 		ttl = DefaultGrantTTL
 	case ttl > MaxGrantTTL:
 		return GrantToken{}, NewError(CodeInvalidArgument, "a grant lives at most %s", MaxGrantTTL)
+	case ttl < time.Second:
+		// The token's exp is in whole seconds: it would be expired at once.
+		return GrantToken{}, NewError(CodeInvalidArgument, "a grant lives at least 1s")
 	}
+	// The token's exp and the record's expiry are the same instant.
+	ttl = ttl.Truncate(time.Second)
 	var jb [16]byte
 	_, _ = rand.Read(jb[:])
 	now := e.now().UTC().Truncate(time.Second)
 	rec := grantRecord{JTI: "gr_" + hex.EncodeToString(jb[:]), Account: account, Roles: uniqueSorted(roles), IssuedAt: now, ExpiresAt: now.Add(ttl), AccountCreatedAt: acct.CreatedAt}
 	tok, err := grant.Sign(e.grantKey, grant.Claims{Subject: account, ID: rec.JTI, Roles: rec.Roles, IssuedAt: now, ExpiresAt: rec.ExpiresAt})
+	if errors.Is(err, grant.ErrTooLarge) {
+		return GrantToken{}, NewError(CodeInvalidArgument, "the grant's roles do not fit in a grant token (%d characters of claims at most)", grant.MaxPayloadLen)
+	}
 	if err != nil {
 		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -20,6 +21,23 @@ const Issuer = "pigeon"
 
 // ErrInvalid is what Verify returns (wrapped) for a token it refuses.
 var ErrInvalid = errors.New("grant: invalid token")
+
+// ErrTooLarge is what Sign returns for claims whose token would be over
+// the limits Verify and IssuedByBroker hold tokens to (MaxPayloadLen).
+var ErrTooLarge = errors.New("grant: the claims are too large for a grant token")
+
+// Size limits of a grant token, in base64url characters. A token over
+// them is refused before anything in it is decoded, and Sign refuses to
+// write one.
+const (
+	// MaxPayloadLen is the longest claims segment.
+	MaxPayloadLen = 8192
+	// maxHeaderLen is the longest header segment: Sign's is 36.
+	maxHeaderLen = 256
+	// sigLen is the length of an Ed25519 signature (64 bytes) in
+	// unpadded base64url: the only length a signature segment has.
+	sigLen = 86
+)
 
 // Claims is what a grant token carries.
 type Claims struct {
@@ -41,18 +59,60 @@ func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
 		Issuer: Issuer, Subject: c.Subject, ID: c.ID,
 		IssuedAt: jwt.NewNumericDate(c.IssuedAt), NotBefore: jwt.NewNumericDate(c.IssuedAt), ExpiresAt: jwt.NewNumericDate(c.ExpiresAt),
 	}}
-	return jwt.NewWithClaims(jwt.SigningMethodEdDSA, cl).SignedString(key)
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, cl).SignedString(key)
+	if err != nil {
+		return "", err
+	}
+	if !canonicalShape(tok) {
+		return "", ErrTooLarge
+	}
+	return tok, nil
+}
+
+// canonicalShape reports whether tok is three segments of unpadded
+// base64url, within the size limits, with a signature segment of exactly
+// sigLen characters. Together with strict decoding (no unused bits set in
+// a segment's last character) it leaves a grant token one spelling: the
+// base64 decoder would otherwise skip line breaks and ignore unused bits,
+// so that many strings would verify as the same token.
+func canonicalShape(tok string) bool {
+	header, rest, ok1 := strings.Cut(tok, ".")
+	payload, sig, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || len(header) == 0 || len(header) > maxHeaderLen ||
+		len(payload) == 0 || len(payload) > MaxPayloadLen || len(sig) != sigLen {
+		return false
+	}
+	return isBase64URL(header) && isBase64URL(payload) && isBase64URL(sig)
+}
+
+// isBase64URL reports whether s holds only the characters of the
+// base64url alphabet (RFC 4648 section 5), without padding.
+func isBase64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // Verify checks tok: EdDSA signed by the private half of pub, issued by
 // Issuer, with an expiry that has not passed at now(). Any other algorithm
-// (none, HS256, RS256) is refused before the signature is looked at. The
-// refusal wraps ErrInvalid.
+// (none, HS256, RS256) is refused before the signature is looked at. A
+// token is accepted only as Sign spelled it: unpadded base64url segments
+// with no unused bits set and nothing else (no line breaks, no trailing
+// data), within the size limits, which are checked before anything is
+// decoded. The refusal wraps ErrInvalid.
 func Verify(tok string, pub ed25519.PublicKey, now func() time.Time) (Claims, error) {
+	if !canonicalShape(tok) {
+		return Claims{}, fmt.Errorf("%w: not a grant token's shape", ErrInvalid)
+	}
 	var cl claims
 	_, err := jwt.ParseWithClaims(tok, &cl, func(*jwt.Token) (any, error) { return pub, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithIssuer(Issuer),
-		jwt.WithExpirationRequired(), jwt.WithTimeFunc(now))
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(now), jwt.WithStrictDecoding())
 	if err != nil {
 		return Claims{}, errors.Join(ErrInvalid, err)
 	}
@@ -78,7 +138,7 @@ func IssuedByBroker(tok string) bool {
 	}
 	_, rest, _ := strings.Cut(tok, ".")
 	payload, _, _ := strings.Cut(rest, ".")
-	if len(payload) > 8192 {
+	if len(payload) > MaxPayloadLen {
 		return false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(payload)
