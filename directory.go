@@ -43,6 +43,11 @@ type directory struct {
 	roles    map[string]*Role
 	grants   map[string]*grantRecord
 	revoked  map[string]time.Time
+	// keyOwner maps each published public key (its base64url text, one
+	// spelling per key) to the account that publishes it. A key belongs to
+	// one account only: another account that listed it would have every
+	// signature the key makes verify as its own (see claimKeys).
+	keyOwner map[string]string
 	ver      atomic.Uint64
 }
 
@@ -56,6 +61,7 @@ func (d *directory) bump() { d.ver.Add(1) }
 func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) error {
 	d.st = st
 	d.accounts, d.roles, d.grants, d.revoked = map[string]*Account{}, map[string]*Role{}, map[string]*grantRecord{}, map[string]time.Time{}
+	d.keyOwner = map[string]string{}
 	d.ver.Store(1)
 	load := func(bucket string, fn func(k string, v []byte) error) error {
 		kv, err := st.List(ctx, bucket)
@@ -75,6 +81,7 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 			return err
 		}
 		d.accounts[a.ID] = &a
+		d.indexKeys(a.ID, nil, a.Keys)
 		return nil
 	}); err != nil {
 		return err
@@ -130,6 +137,7 @@ func (d *directory) reload(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
+	d.keyOwner = fresh.keyOwner
 	d.bump()
 	return nil
 }
@@ -200,10 +208,17 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 	if _, ok := d.accounts[a.ID]; ok {
 		return NewError(CodeConflict, "account %s exists", a.ID)
 	}
+	if err := ValidateKeys(a.Keys); err != nil {
+		return WrapError(CodeBadRequest, err, "%v", err)
+	}
+	if err := d.claimKeys(a.ID, nil, a.Keys); err != nil {
+		return err
+	}
 	if err := d.put(ctx, bucketAccounts, a.ID, a); err != nil {
 		return err
 	}
 	d.accounts[a.ID] = a
+	d.indexKeys(a.ID, nil, a.Keys)
 	d.bump()
 	then()
 	return nil
@@ -221,10 +236,14 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	if err := fn(&c); err != nil {
 		return Account{}, err
 	}
+	if err := d.claimKeys(id, cur.Keys, c.Keys); err != nil {
+		return Account{}, err
+	}
 	if err := d.put(ctx, bucketAccounts, id, &c); err != nil {
 		return Account{}, err
 	}
 	d.accounts[id] = &c
+	d.indexKeys(id, cur.Keys, c.Keys)
 	d.bump()
 	return cloneAccount(&c), nil
 }
@@ -250,10 +269,45 @@ func (d *directory) deleteAccount(ctx context.Context, id string, then func()) e
 	if err := storeError(d.st.Delete(ctx, bucketAccounts, id)); err != nil {
 		return err
 	}
+	d.indexKeys(id, d.accounts[id].Keys, nil)
 	delete(d.accounts, id)
 	d.bump()
 	then()
 	return nil
+}
+
+// claimKeys refuses (CONFLICT) to let account id publish keys that another
+// account publishes. A signature names no account: whoever lists the
+// public key it verifies with owns it. Were account B to list A's signing
+// key, B could publish A's signed messages as its own (the broker stamps
+// B as their source and they verify against B's keys), and a sealed
+// payload A made would open as sealed by B. Keys the account already
+// listed (old) are not checked again, so changing an account's roles
+// never fails on a key it published before this rule. The error does not
+// name the other account. d.mu is held for writing.
+func (d *directory) claimKeys(id string, old, keys []PublicKey) error {
+	for _, k := range keys {
+		if owner, ok := d.keyOwner[k.Key]; ok && owner != id && !slices.ContainsFunc(old, func(o PublicKey) bool { return o.Key == k.Key }) {
+			return NewError(CodeConflict, "key %q is published by another account", k.KID)
+		}
+	}
+	return nil
+}
+
+// indexKeys records that account id publishes keys instead of old. A key
+// another account holds is left to it. d.mu is held for writing (or d is
+// not yet shared, while it loads).
+func (d *directory) indexKeys(id string, old, keys []PublicKey) {
+	for _, k := range old {
+		if d.keyOwner[k.Key] == id {
+			delete(d.keyOwner, k.Key)
+		}
+	}
+	for _, k := range keys {
+		if _, ok := d.keyOwner[k.Key]; !ok {
+			d.keyOwner[k.Key] = id
+		}
+	}
 }
 
 // role returns a copy of role name (NOT_FOUND otherwise).

@@ -3,11 +3,13 @@ package pigeon
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"pigeon/internal/jsontext"
+	"pigeon/seal"
 )
 
 // Signature algorithms and key uses.
@@ -43,7 +45,10 @@ var keyEncoding = base64.RawURLEncoding.Strict()
 // holds no whitespace, so two parties that agree on those four values build
 // the same bytes whatever the JSON text they exchanged. Other envelope fields
 // are not covered. It fails with ENVELOPE_INVALID when subject, id or time is
-// empty or not valid UTF-8, or when data cannot be canonicalised.
+// empty or not valid UTF-8, or when data cannot be canonicalised, which
+// includes data with a number the canonical form would round (an integer
+// beyond 2^53 such as 9007199254740993, more digits than a double keeps,
+// 1e-400): such a number travels as a string.
 func CanonicalSigningInput(m *Message) ([]byte, error) {
 	return appendSigningInput(nil, m)
 }
@@ -74,8 +79,118 @@ func appendSigningInput(b []byte, m *Message) ([]byte, error) {
 		if b, err = jsontext.AppendCanonical(b, m.Data); err != nil {
 			return nil, WrapError(CodeEnvelopeInvalid, err, "data has no canonical form: %s", err.(*jsontext.CanonicalError).Detail())
 		}
+		if at := inexactNumber(m.Data); at >= 0 {
+			return nil, NewError(CodeEnvelopeInvalid, "data has no exact canonical form: the number at offset %d has more precision than a double keeps; send it as a string", at)
+		}
 	}
 	return append(b, ']'), nil
+}
+
+// inexactNumber returns the offset in data (valid JSON) of the first number
+// whose value the canonical form changes, or -1. JCS writes every number as
+// the shortest decimal of the nearest double, so integers beyond 2^53,
+// decimals with more digits than a double keeps, and numbers that underflow
+// to 0 lose part of their value: two data that differ there would have one
+// signing input, and a signature over it would verify for both while a
+// receiver that reads numbers exactly (an int64 id, an amount in minor
+// units, a decimal) acts on either. Such data is not signed and its
+// signatures do not verify; a value that needs the precision travels as a
+// string. Spellings of one value (1.0 and 1, 1e2 and 100) are not affected.
+func inexactNumber(data []byte) int {
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			end, _ := jsontext.NumberEnd(data, i)
+			if !exactNumber(data[i:end]) {
+				return i
+			}
+			i = end - 1
+		}
+	}
+	return -1
+}
+
+// exactNumber reports whether the JSON number lit is exactly the decimal
+// that JCS writes for it: the shortest decimal that rounds to the double
+// nearest lit.
+func exactNumber(lit []byte) bool {
+	var buf [24]byte
+	neg, digits, exp := parseDecimal(lit, buf[:0])
+	if len(digits) == 0 {
+		return true // zero, whatever its sign and exponent
+	}
+	// Up to 15 significant digits (DBL_DIG) in the range of normal doubles
+	// survive the round trip through a double.
+	if top := exp + len(digits) - 1; len(digits) <= 15 && top >= -307 && top <= 307 {
+		return true
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil {
+		return false
+	}
+	var sbuf, dbuf [32]byte
+	short := strconv.AppendFloat(sbuf[:0], f, 'e', -1, 64)
+	sneg, sdigits, sexp := parseDecimal(short, dbuf[:0])
+	return sneg == neg && sexp == exp && string(sdigits) == string(digits)
+}
+
+// parseDecimal splits the JSON number lit into its sign and its value as
+// digits × 10^exp, digits without leading or trailing zeros (none for
+// zero), appended to buf. Exponents beyond ±1e9 saturate, which keeps them
+// distinct from any double's.
+func parseDecimal(lit, buf []byte) (neg bool, digits []byte, exp int) {
+	i := 0
+	if i < len(lit) && lit[i] == '-' {
+		neg = true
+		i++
+	}
+	frac, dot := 0, false
+	for ; i < len(lit) && lit[i] != 'e' && lit[i] != 'E'; i++ {
+		switch c := lit[i]; {
+		case c == '.':
+			dot = true
+		case c == '0' && len(buf) == 0:
+			if dot {
+				frac++
+			}
+		default:
+			buf = append(buf, c)
+			if dot {
+				frac++
+			}
+		}
+	}
+	if i < len(lit) { // exponent
+		i++
+		eneg := false
+		if i < len(lit) && (lit[i] == '+' || lit[i] == '-') {
+			eneg = lit[i] == '-'
+			i++
+		}
+		for ; i < len(lit); i++ {
+			if exp < 1e9 {
+				exp = exp*10 + int(lit[i]-'0')
+			}
+		}
+		if eneg {
+			exp = -exp
+		}
+	}
+	exp -= frac
+	for len(buf) > 0 && buf[len(buf)-1] == '0' {
+		buf = buf[:len(buf)-1]
+		exp++
+	}
+	if len(buf) == 0 {
+		return neg, buf, 0
+	}
+	return neg, buf, exp
 }
 
 // signingBufs holds buffers for signing inputs.
@@ -137,9 +252,10 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 // signature is an Ed25519 signature by pub over CanonicalSigningInput(m);
 // SIGNATURE_REQUIRED when m carries no signature; SIGNATURE_INVALID when the
 // algorithm is not "ed25519", the signature does not decode, pub is not an
-// Ed25519 public key, the message has no canonical form, or the signature
-// does not verify. It does not look at the kid: choosing the key is the
-// caller's (see SelectKey and VerifyMessageWithKeys).
+// Ed25519 public key or is one of small order (seal.WeakSigningKey), the
+// message has no canonical form, or the signature does not verify. It does
+// not look at the kid: choosing the key is the caller's (see SelectKey and
+// VerifyMessageWithKeys).
 func VerifyMessage(m *Message, pub ed25519.PublicKey) error {
 	if m == nil || m.Signature == nil {
 		return NewError(CodeSignatureRequired, "message is not signed")
@@ -157,6 +273,11 @@ func VerifyMessage(m *Message, pub ed25519.PublicKey) error {
 	}
 	if len(pub) != ed25519.PublicKeySize {
 		return NewError(CodeSignatureInvalid, "verification key is not an Ed25519 public key")
+	}
+	if seal.WeakSigningKey(pub) {
+		// Under a point of small order some fixed bytes verify as a
+		// signature of many or all messages: the key proves nothing.
+		return NewError(CodeSignatureInvalid, "verification key is an Ed25519 point of small order")
 	}
 	bp := signingBufs.Get().(*[]byte)
 	defer putSigningBuf(bp)
@@ -264,8 +385,11 @@ func decodeKey(k PublicKey) ([]byte, error) {
 
 // Validate checks a key before it is published: a kid of 1 to 128
 // printable ASCII characters, use "sig" with alg "ed25519" or use "enc" with
-// alg "x25519", a key that decodes, and NotAfter after NotBefore when both
-// are set. Errors are INVALID_ARGUMENT.
+// alg "x25519", a key that decodes and is not weak (an Ed25519 key of small
+// order, which anyone can sign with; an X25519 key of low order or not in
+// canonical form, which nothing can be sealed for: see seal.WeakSigningKey
+// and seal.WeakEncryptionKey), and NotAfter after
+// NotBefore when both are set. Errors are INVALID_ARGUMENT.
 func (k PublicKey) Validate() error {
 	if err := checkKID(k.KID); err != nil {
 		return err
@@ -277,8 +401,15 @@ func (k PublicKey) Validate() error {
 	default:
 		return NewError(CodeInvalidArgument, "key %q: use %q requires alg %q", k.KID, k.Use, map[string]string{UseSig: AlgEd25519, UseEnc: AlgX25519}[k.Use])
 	}
-	if _, err := decodeKey(k); err != nil {
+	b, err := decodeKey(k)
+	if err != nil {
 		return err
+	}
+	if k.Use == UseSig && seal.WeakSigningKey(b) {
+		return NewError(CodeInvalidArgument, "key %q is an Ed25519 point of small order, under which anyone can sign", k.KID)
+	}
+	if k.Use == UseEnc && seal.WeakEncryptionKey(b) {
+		return NewError(CodeInvalidArgument, "key %q is an X25519 key of low order or not in canonical form, for which nothing can be sealed", k.KID)
 	}
 	if !k.NotBefore.IsZero() && !k.NotAfter.IsZero() && !k.NotAfter.After(k.NotBefore) {
 		return NewError(CodeInvalidArgument, "key %q: notAfter must be after notBefore", k.KID)

@@ -218,7 +218,13 @@ func TestVerifyMessageWithKeysRotation(t *testing.T) {
 	rotation := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	_, oldPriv, _ := ed25519.GenerateKey(nil)
 	_, newPriv, _ := ed25519.GenerateKey(nil)
-	_, encPriv, _ := ed25519.GenerateKey(nil) // an enc key listed under the same kid must not be used
+	// An enc key listed under the kid of a signature its bytes would verify
+	// must not be used. Its bytes are an Ed25519 key that is also a
+	// canonical X25519 key (top bit clear), as a published enc key must be.
+	var encPriv ed25519.PrivateKey
+	for encPriv == nil || encPriv[ed25519.PrivateKeySize-1]&0x80 != 0 {
+		_, encPriv, _ = ed25519.GenerateKey(nil)
+	}
 	oldKey := pigeon.Ed25519PublicKey("sig-old", oldPriv.Public().(ed25519.PublicKey))
 	oldKey.NotAfter = rotation
 	newKey := pigeon.Ed25519PublicKey("sig-new", newPriv.Public().(ed25519.PublicKey))
@@ -352,7 +358,9 @@ func TestPublicKeyValidate(t *testing.T) {
 		ok   bool
 	}{
 		{"signing key", func(*pigeon.PublicKey) {}, true},
-		{"encryption key", func(k *pigeon.PublicKey) { k.Use, k.Alg = "enc", "x25519" }, true},
+		{"encryption key", func(k *pigeon.PublicKey) {
+			*k = pigeon.X25519PublicKey(k.KID, append([]byte{9}, make([]byte, 31)...)) // the base point
+		}, true},
 		{"window", func(k *pigeon.PublicKey) { k.NotBefore, k.NotAfter = t0, t0.Add(time.Second) }, true},
 		{"empty window", func(k *pigeon.PublicKey) { k.NotBefore, k.NotAfter = t0, t0 }, false},
 		{"no kid", func(k *pigeon.PublicKey) { k.KID = "" }, false},

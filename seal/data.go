@@ -45,11 +45,43 @@ func SealData(clear map[string]any, payload []byte, recipientKID string, recipie
 	return b, nil
 }
 
+// sealedMembers are the member names of a Sealed, spelled exactly.
+var sealedMembers = map[string]bool{"v": true, "alg": true, "recipientKid": true, "senderKid": true,
+	"ephemeralKey": true, "nonce": true, "ciphertext": true, "sig": true}
+
+// uniqueMembers reports whether raw is a JSON object with no member name
+// twice and, when allowed is not nil, only names in allowed, spelled
+// exactly. encoding/json alone keeps the last of two equal names and
+// matches "Sig" or "SIG" to a struct's sig, where other readers (the other
+// clients) take names exactly or keep the first: one sealed part would open
+// to two payloads.
+func uniqueMembers(raw []byte, allowed map[string]bool) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		name, ok := t.(string)
+		if err != nil || !ok || (allowed != nil && !allowed[name]) || seen[name] {
+			return false
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // OpenData splits message data built by SealData into its clear fields and
 // the opened payload, with the recipient's X25519 private key and the
 // sender's Ed25519 public key. It returns ErrNotSealed when data is a JSON
 // object without Field, ErrTampered when the sealed part is malformed or
-// fails to open (an unknown member in it counts as malformed), and
+// fails to open (an unknown member in it, a member name spelled in another
+// case, or one given twice counts as malformed), and
 // ErrUnsupported for an unknown version. The clear fields are returned as
 // they came, decoded as encoding/json decodes into any: they are not
 // authenticated by the seal.
@@ -61,6 +93,12 @@ func OpenData(data json.RawMessage, recipientPriv []byte, senderPub ed25519.Publ
 	raw, ok := parts[Field]
 	if !ok {
 		return nil, nil, ErrNotSealed
+	}
+	if !uniqueMembers(data, nil) {
+		return nil, nil, fmt.Errorf("%w: data has a member twice", ErrTampered)
+	}
+	if !uniqueMembers(raw, sealedMembers) {
+		return nil, nil, fmt.Errorf("%w: sealed part is not a sealed object", ErrTampered)
 	}
 	var s Sealed
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -106,7 +106,8 @@ type Sealed struct {
 // kids name the keys as published (1 to 128 bytes each). Each call uses a
 // fresh ephemeral key and nonce, so sealing the same payload twice gives
 // unrelated outputs. It fails on malformed keys or kids, including a
-// recipient key of low order.
+// recipient key of low order or not in canonical form (see
+// WeakEncryptionKey).
 func Seal(plaintext []byte, recipientKID string, recipientPub []byte, senderKID string, senderPriv ed25519.PrivateKey) (*Sealed, error) {
 	if err := checkKIDs(recipientKID, senderKID); err != nil {
 		return nil, err
@@ -116,6 +117,11 @@ func Seal(plaintext []byte, recipientKID string, recipientPub []byte, senderKID 
 	}
 	if len(recipientPub) != KeySize {
 		return nil, errors.New("seal: recipient key is not a 32-byte X25519 public key")
+	}
+	if !canonicalX25519(recipientPub) {
+		// Its holder derives the canonical bytes, which the header binds:
+		// what is sealed for another spelling never opens.
+		return nil, errors.New("seal: recipient key is not a canonical X25519 public key")
 	}
 	recipient, err := ecdh.X25519().NewPublicKey(recipientPub)
 	if err != nil {
@@ -158,10 +164,15 @@ func Seal(plaintext []byte, recipientKID string, recipientPub []byte, senderKID 
 // (32 bytes) and the sender's Ed25519 public key: it verifies the sender's
 // signature first, then decrypts. It returns ErrTampered when any check
 // fails, ErrUnsupported for an unknown version or algorithm, and a plain
-// error for malformed keys.
+// error for malformed keys, including a sender key of small order
+// (WeakSigningKey), under which anyone could sign.
 func Open(s *Sealed, recipientPriv []byte, senderPub ed25519.PublicKey) ([]byte, error) {
 	if len(senderPub) != ed25519.PublicKeySize {
 		return nil, errors.New("seal: sender key is not an Ed25519 public key")
+	}
+	if WeakSigningKey(senderPub) {
+		// Anyone can sign as a key of small order: it authenticates no one.
+		return nil, errors.New("seal: sender key is an Ed25519 point of small order")
 	}
 	if len(recipientPriv) != KeySize {
 		return nil, errors.New("seal: recipient key is not a 32-byte X25519 private key")
