@@ -483,6 +483,37 @@ func (e *Engine) lookupContract(ctx context.Context, id string) (*contract, erro
 	return c, nil
 }
 
+// mismatchReason is why a contract is refused to a caller that does not
+// hold it.
+const mismatchReason = "the contract belongs to another principal or credential"
+
+// heldBy reports whether p holds c: p is c's principal, and p's credential
+// is at least the one c was negotiated with. A contract negotiated with a
+// grant token is held by that grant only; one negotiated otherwise by a
+// credential that is no grant and carries every role c's credential
+// carried (c.info.BaseRoles). So a narrower credential of the same account
+// (a grant handing a program one role, a token without a role) cannot act
+// under a wider credential's contract, whose id is no secret: it travels
+// in every delivery. The roles the account holds are checkAccess's.
+func (c *contract) heldBy(p *Principal) bool {
+	if c.info.Principal != p.ID || c.info.GrantID != p.grantID {
+		return false
+	}
+	if len(c.info.BaseRoles) == 0 {
+		return true
+	}
+	base := p.baseRoles
+	if !p.resolved {
+		base = p.Roles
+	}
+	for _, r := range c.info.BaseRoles {
+		if !slices.Contains(base, r) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkContract validates a contract for op on subj by p, now. It fails
 // closed.
 func (e *Engine) checkContract(ctx context.Context, id string, p *Principal, subj *subject, op Operation) (*contract, Code, string) {
@@ -502,8 +533,8 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 	if c == nil {
 		return nil, CodeContractNotFound, "unknown contract"
 	}
-	if c.info.Principal != p.ID {
-		return nil, CodeContractPrincipalMismatch, "the contract belongs to another principal"
+	if !c.heldBy(p) {
+		return nil, CodeContractPrincipalMismatch, mismatchReason
 	}
 	if c.revoked.Load() {
 		return nil, CodeContractRevoked, "the contract was revoked"
@@ -552,8 +583,8 @@ func (e *Engine) RevokeContract(ctx context.Context, p *Principal, id string) er
 	if c == nil {
 		return NewError(CodeContractNotFound, "unknown contract")
 	}
-	if c.info.Principal != p.ID {
-		return NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal")
+	if !c.heldBy(p) {
+		return NewError(CodeContractPrincipalMismatch, mismatchReason)
 	}
 	if c.revoked.Swap(true) {
 		return e.clusterBarrier(ctx) // a retry waits for the other nodes again
@@ -576,8 +607,8 @@ func (e *Engine) GetContract(ctx context.Context, p *Principal, id string) (Cont
 	if c == nil {
 		return nil, NewError(CodeContractNotFound, "unknown contract")
 	}
-	if c.info.Principal != p.ID {
-		return nil, NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal")
+	if !c.heldBy(p) {
+		return nil, NewError(CodeContractPrincipalMismatch, mismatchReason)
 	}
 	return c, nil
 }

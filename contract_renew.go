@@ -57,8 +57,8 @@ func (e *Engine) RenewContract(ctx context.Context, p *Principal, id string, ttl
 		return nil, err
 	case c == nil:
 		return deny(NewError(CodeContractNotFound, "unknown contract"))
-	case c.info.Principal != p.ID:
-		return deny(NewError(CodeContractPrincipalMismatch, "the contract belongs to another principal"))
+	case !c.heldBy(p):
+		return deny(NewError(CodeContractPrincipalMismatch, mismatchReason))
 	case c.revoked.Load():
 		return deny(NewError(CodeContractRevoked, "the contract was revoked"))
 	case !now.Before(c.expiresAt()) && !e.renewedElsewhere(ctx, c, now):

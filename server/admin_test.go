@@ -101,6 +101,14 @@ func TestAdminAccountsRolesGrantsAndKeys(t *testing.T) {
 	keys, _ := json.Marshal(map[string]any{"keys": []pigeon.PublicKey{pigeon.Ed25519PublicKey("k1", pub)}})
 	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "checkout-token", string(keys))
 	require.Equal(t, http.StatusForbidden, r.status, "another principal may not publish the keys")
+	// A grant token of the account is not the account: it hands a program
+	// roles, not the keys that sign and seal as the account.
+	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/roles/notifier", "admin-token", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = f.do(t, http.MethodPost, "/v1/grants", "admin-token", `{"account":"`+id+`","roles":["notifier"],"ttlMs":60000}`)
+	require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", r.json(t)["token"].(string), string(keys))
+	require.Equal(t, http.StatusForbidden, r.status, "a grant of the account may not publish its keys: %s", r.body)
 	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "orders-token", string(keys))
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	r = f.do(t, http.MethodPut, "/v1/accounts/"+esc+"/keys", "admin-token", string(keys))

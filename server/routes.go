@@ -22,7 +22,7 @@ const (
 	member                 // any authenticated principal
 	auditor                // a principal with RoleAuditor
 	admin                  // a principal with RoleAdmin
-	self                   // the account the path's {id} names, or a principal with RoleAdmin
+	self                   // the account the path's {id} names (not by a grant token), or a principal with RoleAdmin
 	operator               // a principal with RoleAdmin or RolePrograms
 )
 
@@ -168,8 +168,10 @@ func mayCall(a access, p *pigeon.Principal, r *http.Request) *pigeon.Error {
 		return pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s", RoleAdmin)
 	case a == operator && !p.HasRole(RoleAdmin) && !p.HasRole(RolePrograms):
 		return pigeon.NewError(pigeon.CodeForbidden, "this route requires the role %s or %s", RoleAdmin, RolePrograms)
-	case a == self && p.ID != r.PathValue("id") && !p.HasRole(RoleAdmin):
-		return pigeon.NewError(pigeon.CodeForbidden, "only the account itself or an admin may call this route")
+	case a == self && (p.ID != r.PathValue("id") || p.Method == pigeon.AuthGrant) && !p.HasRole(RoleAdmin):
+		// A grant token hands a program roles of the account, not the
+		// account's keys, which sign and seal as the account.
+		return pigeon.NewError(pigeon.CodeForbidden, "only the account itself (not a grant token of it) or an admin may call this route")
 	}
 	return nil
 }
