@@ -338,6 +338,10 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
 	}
+	// The version is read before the roles are: a change of the directory
+	// in between makes the contract's first check recompute them, rather
+	// than marking roles read before a removal as current after it.
+	ver := e.dir.version()
 	p, err = e.currentPrincipal(p, now)
 	if err != nil {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Principal: p.ID}))
@@ -357,7 +361,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		c.info.ExpiresAt = p.Expires
 	}
 	c.setExpiry(c.info.ExpiresAt)
-	c.accessVer.Store(e.dir.version())
+	c.accessVer.Store(ver)
 	seen := map[string]bool{}
 	for _, name := range names {
 		if seen[name] {
