@@ -489,17 +489,26 @@ func (qualityGate) Check(_ context.Context, a *Admission) Verdict {
 
 // signatureGate admits, on subjects with integrity.signature "required",
 // only messages whose signature verifies against the sender's published
-// signing key valid at the message time.
+// signing key valid at the message time; on subjects with "optional",
+// unsigned messages and messages whose signature so verifies. A signature
+// that is there is never passed on unchecked where policy speaks of
+// signatures: a receiver that verifies it must find what the gate found.
 type signatureGate struct{ e *Engine }
 
 func (signatureGate) Name() string { return GateSignature }
 func (g signatureGate) Check(ctx context.Context, a *Admission) Verdict {
-	if a.subj.policy.Integrity.Signature != "required" {
-		return Allow()
-	}
 	m := a.Message
-	if m.Signature == nil {
-		return Deny(CodeSignatureRequired, "this subject requires a signed message")
+	switch a.subj.policy.Integrity.Signature {
+	case "required":
+		if m.Signature == nil {
+			return Deny(CodeSignatureRequired, "this subject requires a signed message")
+		}
+	case "optional":
+		if m.Signature == nil {
+			return Allow()
+		}
+	default:
+		return Allow()
 	}
 	keys, err := g.e.AccountKeys(ctx, a.Principal.ID)
 	if err != nil {

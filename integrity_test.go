@@ -29,6 +29,8 @@ func integrityFixture(t *testing.T) *fixture {
 		o.Catalog.Subjects = append(o.Catalog.Subjects,
 			pigeon.SubjectPolicy{Name: "signed.events", Version: "v1", Intents: []string{"tell"}, Policy: allow,
 				Integrity: pigeon.IntegrityPolicy{Signature: "required"}},
+			pigeon.SubjectPolicy{Name: "maybe-signed.events", Version: "v1", Intents: []string{"tell"}, Policy: allow,
+				Integrity: pigeon.IntegrityPolicy{Signature: "optional"}},
 			pigeon.SubjectPolicy{Name: "secret.chat", Version: "v1", Intents: []string{"tell"}, Policy: allow,
 				Schema: &pigeon.SchemaRef{Name: "sealed.v1"},
 				Data:   pigeon.DataPolicy{Encryption: "required", RoutingFields: []string{"kind", "room"}}},
@@ -54,16 +56,31 @@ func TestSignatureGate(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, keys, 2, "a rotated key stays readable")
 
-	s := f.connect("signer-token", "signed.events")
+	s := f.connect("signer-token", "signed.events", "maybe-signed.events")
+	// On an optional subject a signature may be left out, but one that is
+	// there must verify as on a required one: a receiver that checks it
+	// must not find an invalid signature on what the gates admitted.
+	for _, subject := range []string{"signed.events", "maybe-signed.events"} {
+		t.Run(subject, func(t *testing.T) {
+			unsigned := pigeon.CodeSignatureRequired
+			if subject == "maybe-signed.events" {
+				unsigned = ""
+			}
+			signatureGateTable(t, s, subject, unsigned, keys, priv1, priv2, other, now)
+		})
+	}
+}
+
+func signatureGateTable(t *testing.T, s pigeon.Session, subject string, unsigned pigeon.Code, keys []pigeon.PublicKey, priv1, priv2, other ed25519.PrivateKey, now time.Time) {
 	msg := func() *pigeon.Message {
-		return &pigeon.Message{Type: "t", Subject: "signed.events", Intent: "tell", Data: json.RawMessage(`{"n":1}`)}
+		return &pigeon.Message{Type: "t", Subject: subject, Intent: "tell", Data: json.RawMessage(`{"n":1}`)}
 	}
 	tests := []struct {
 		name string
 		make func() *pigeon.Message
 		code pigeon.Code
 	}{
-		{"unsigned", msg, pigeon.CodeSignatureRequired},
+		{"unsigned", msg, unsigned},
 		{"valid", func() *pigeon.Message { m := msg(); require.NoError(t, pigeon.SignMessage(m, "k2", priv2)); return m }, ""},
 		{"tampered data", func() *pigeon.Message {
 			m := msg()
@@ -87,8 +104,10 @@ func TestSignatureGate(t *testing.T) {
 			res, err := s.Publish(ctx, m)
 			if tc.code == "" {
 				require.NoError(t, err)
-				// The recipient verifies the same signature with the library.
-				require.NoError(t, pigeon.VerifyMessageWithKeys(res.Message, keys))
+				if m.Signature != nil {
+					// The recipient verifies the same signature with the library.
+					require.NoError(t, pigeon.VerifyMessageWithKeys(res.Message, keys))
+				}
 				return
 			}
 			requireCode(t, err, tc.code)
