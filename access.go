@@ -297,7 +297,7 @@ func (e *Engine) resolveAccount(p *Principal) *Principal {
 // since its last check; the common path is one comparison.
 func (e *Engine) checkAccess(c *contract) (Code, string) {
 	v := e.dir.version()
-	if c.accessVer.Load() == v {
+	if st := c.access.Load(); st != nil && st.ver == v {
 		return CodeOK, ""
 	}
 	now, code := e.dir.effectiveRoles(c.info.Principal, c.info.BaseRoles, c.info.GrantID, e.now())
@@ -315,7 +315,7 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	if e.deniedByRolesGiven(c, now) {
 		return CodeGrantRevoked, "a role given since makes a deny rule refuse an operation of this contract; negotiate again"
 	}
-	c.accessVer.Store(v)
+	c.checkedAt(v, uniqueSorted(now))
 	return CodeOK, ""
 }
 

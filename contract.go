@@ -106,11 +106,68 @@ func (ci ContractInfo) View() Contract {
 }
 
 type contract struct {
-	info      ContractInfo // its ExpiresAt is the expiry when it was negotiated or loaded; exp is the one in force
-	permits   map[string]*permit
-	revoked   atomic.Bool
-	accessVer atomic.Uint64             // directory version of the last access check
-	exp       atomic.Pointer[time.Time] // when it expires; RenewContract moves it later
+	info    ContractInfo // its ExpiresAt is the expiry when it was negotiated or loaded; exp is the one in force
+	permits map[string]*permit
+	revoked atomic.Bool
+	access  atomic.Pointer[accessState] // the last access check; nil: none yet
+	exp     atomic.Pointer[time.Time]   // when it expires; RenewContract moves it later
+}
+
+// accessState is what a contract's last access check found: the
+// directory version it checked at and the roles in effect then, which the
+// rules applied to each message match (see rulePrincipal).
+type accessState struct {
+	ver   uint64
+	roles []string // sorted, unique
+}
+
+// checkedAt records that c's access was checked at directory version ver,
+// with roles in effect. A check that read an older version than the one
+// recorded does not replace it: the roles stay those of the newest.
+func (c *contract) checkedAt(ver uint64, roles []string) {
+	next := &accessState{ver: ver, roles: roles}
+	for {
+		cur := c.access.Load()
+		if cur != nil && cur.ver >= ver {
+			return
+		}
+		if c.access.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// rolePrincipal is p, the caller acting under c, as the rules applied to
+// each message must see it: with the roles c holds now (as its last
+// access check found them), not those p authenticated with. A connection
+// authenticates once and may publish for hours; the roles its account
+// was given or lost since are the contract's. p itself when they are the
+// same; a copy otherwise.
+func (c *contract) rulePrincipal(p *Principal) *Principal {
+	roles := c.info.Roles
+	if st := c.access.Load(); st != nil {
+		roles = st.roles
+	}
+	if sameSet(roles, p.Roles) {
+		return p
+	}
+	q := *p
+	q.Roles = roles
+	return &q
+}
+
+// sameSet reports whether b holds exactly the strings of a, which are
+// unique, in any order: b is as long as a and holds each of them.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // expiresAt is when c expires, as renewals moved it.
@@ -361,7 +418,7 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		c.info.ExpiresAt = p.Expires
 	}
 	c.setExpiry(c.info.ExpiresAt)
-	c.accessVer.Store(ver)
+	c.checkedAt(ver, c.info.Roles)
 	seen := map[string]bool{}
 	for _, name := range names {
 		if seen[name] {

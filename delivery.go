@@ -318,7 +318,7 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	case !utf8.ValidString(r.Reason):
 		return nil, deny(CodeInvalidUTF8, "the reason is not valid UTF-8")
 	}
-	_, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
+	ctr, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
 	switch {
 	case code == CodeOperationNotInContract || (code == CodeOK && !s.policy.Replay.Allowed):
 		return nil, deny(CodeReplayDenied, "replay is not allowed on this subject for this principal")
@@ -327,7 +327,7 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	case s.policy.Replay.RequireReason && r.Reason == "":
 		return nil, deny(CodeReplayDenied, "replay requires a reason")
 	}
-	a := &Admission{Message: &Message{Subject: s.name, Reason: r.Reason, Source: c.Principal.ID}, Principal: c.Principal, Region: c.Region, subj: s, Now: e.now()}
+	a := &Admission{Message: &Message{Subject: s.name, Reason: r.Reason, Source: c.Principal.ID}, Principal: ctr.rulePrincipal(c.Principal), Region: c.Region, subj: s, Now: e.now()}
 	if v := s.evalRules(OpReplay, a); !v.Allowed() {
 		if v.Code == CodePolicyDenied {
 			v.Code = CodeReplayDenied

@@ -79,7 +79,11 @@ type Admission struct {
 	// Data is Message.Data decoded (map[string]any, []any, string, float64,
 	// bool or nil).
 	Data any
-	// Principal is the authenticated caller.
+	// Principal is the authenticated caller. After the contract gate its
+	// Roles are those the contract holds now (the account's roles as the
+	// contract's last access check found them), which every later gate and
+	// rule matches: a connection that authenticated hours ago acts with the
+	// roles it has, not those it had. Gates must not modify it.
 	Principal *Principal
 	// Region is the publishing session's region.
 	Region string

@@ -174,6 +174,9 @@ func (g contractGate) Check(ctx context.Context, a *Admission) Verdict {
 		return Deny(code, reason)
 	}
 	a.contract, a.Contract = c, c
+	// The gates after this one, and the rules among them, see the roles
+	// the contract holds now.
+	a.Principal = c.rulePrincipal(a.Principal)
 	return Allow()
 }
 
