@@ -471,15 +471,15 @@ func (d *directory) grantExpiry(jti string) (at time.Time, ok bool) {
 // effectiveRoles is what a credential of principal is worth at now: the
 // roles it carries (baseRoles) and its account's, or, for a grant token
 // (grantID), the grant's roles that the account still holds. A revoked,
-// expired or unknown grant, or one whose account is gone, is worth nothing
-// (GRANT_REVOKED).
+// expired or unknown grant, one issued to another account, or one whose
+// account is gone, is worth nothing (GRANT_REVOKED).
 func (d *directory) effectiveRoles(principal string, baseRoles []string, grantID string, now time.Time) ([]string, Code) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	a := d.accounts[principal]
 	if grantID != "" {
 		g := d.grants[grantID]
-		if _, revoked := d.revoked[grantID]; revoked || g == nil || a == nil || !now.Before(g.ExpiresAt) || !g.of(a) {
+		if _, revoked := d.revoked[grantID]; revoked || g == nil || a == nil || g.Account != principal || !now.Before(g.ExpiresAt) || !g.of(a) {
 			return nil, CodeGrantRevoked
 		}
 		return intersect(g.Roles, a.Roles), CodeOK

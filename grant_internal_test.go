@@ -47,3 +47,21 @@ func TestLeftoverGrantRefused(t *testing.T) {
 	require.Equal(t, CodeOK, code)
 	require.Equal(t, []string{"member"}, roles)
 }
+
+// A grant record counts only for the account it was issued to, whatever
+// the principal that presents its id: the broker signs a token's sub and
+// jti together, but the directory does not lean on that. Two accounts
+// created in the same instant would otherwise pass the creation-time check
+// for each other's grants.
+func TestGrantOfAnotherAccountRefused(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	d := directory{accounts: map[string]*Account{}, grants: map[string]*grantRecord{}, revoked: map[string]time.Time{}}
+	d.accounts["svc"] = &Account{ID: "svc", Roles: []string{"member", "admin"}, CreatedAt: now}
+	d.accounts["other"] = &Account{ID: "other", Roles: []string{"member", "admin"}, CreatedAt: now}
+	d.grants["gr_svc"] = &grantRecord{JTI: "gr_svc", Account: "svc", Roles: []string{"admin"}, IssuedAt: now, ExpiresAt: now.Add(time.Hour), AccountCreatedAt: now}
+	_, code := d.effectiveRoles("other", nil, "gr_svc", now.Add(time.Minute))
+	require.Equal(t, CodeGrantRevoked, code)
+	roles, code := d.effectiveRoles("svc", nil, "gr_svc", now.Add(time.Minute))
+	require.Equal(t, CodeOK, code)
+	require.Equal(t, []string{"admin"}, roles)
+}
