@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"crypto/ed25519"
 	"slices"
 
 	"pigeon/store"
@@ -76,4 +77,10 @@ func NextAuditWalkCallers(e *Engine) int {
 		return 0
 	}
 	return w.next.callers
+}
+
+// GrantPublicKey is the public half of the key the engine signs grant
+// tokens with.
+func (e *Engine) GrantPublicKey() []byte {
+	return slices.Clone(e.grantKey.Public().(ed25519.PublicKey))
 }

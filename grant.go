@@ -66,7 +66,17 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 	if err != nil {
 		return WrapError(CodeInternal, err, "generate grant key")
 	}
-	if err := e.store.Put(ctx, bucketBroker, "grant-key", priv); err != nil {
+	if c, ok := e.store.(store.KVCreator); ok {
+		// Brokers sharing the store may be starting at once: the first
+		// key created is every broker's, or each would sign and accept
+		// its own tokens only.
+		switch err := c.Create(ctx, bucketBroker, "grant-key", priv); {
+		case errors.Is(err, store.ErrExists):
+			return e.loadGrantKey(ctx)
+		case err != nil:
+			return storeError(err)
+		}
+	} else if err := e.store.Put(ctx, bucketBroker, "grant-key", priv); err != nil {
 		return storeError(err)
 	}
 	e.grantKey = priv

@@ -31,6 +31,9 @@ import (
 var (
 	// ErrNotFound is returned for an unknown message, record or contract.
 	ErrNotFound = errors.New("store: not found")
+	// ErrExists is returned by KVCreator.Create for a key that has a
+	// value.
+	ErrExists = errors.New("store: exists")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("store: closed")
 	// ErrCorrupt is returned (wrapped in *CorruptError) when persisted data
@@ -489,6 +492,18 @@ type KV interface {
 	Get(ctx context.Context, bucket, key string) ([]byte, error)
 	Delete(ctx context.Context, bucket, key string) error
 	List(ctx context.Context, bucket string) (map[string][]byte, error)
+}
+
+// KVCreator is the optional ability of a KV to store a value only if its
+// key has none, atomically. A store that several brokers share (a
+// cluster) implements it, so that values every broker must agree on and
+// the first one creates (the key that signs grant tokens) are created
+// once: of two brokers starting at once, one creates and the other reads
+// what it created, where Get then Put would leave each with its own.
+type KVCreator interface {
+	// Create stores a copy of val under bucket and key if the key has no
+	// value, and returns ErrExists, storing nothing, if it has one.
+	Create(ctx context.Context, bucket, key string, val []byte) error
 }
 
 // RecoveryReporter is the optional ability of a durable store to say what

@@ -27,6 +27,24 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 	return s.fail(ctx, err)
 }
 
+// Create implements store.KVCreator: the key is created only if it has no
+// value (a deleted key counts as none), by the JetStream key-value
+// bucket's own create, which the stream's leader decides once for all
+// nodes.
+func (s *Store) Create(ctx context.Context, bucket, key string, val []byte) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	rev, err := s.kv.Create(ctx, kvKey(bucket, key), val)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return store.ErrExists
+	}
+	if err == nil && directoryBucket(bucket) >= 0 {
+		maxRev(&s.dirRev, rev)
+	}
+	return s.fail(ctx, err)
+}
+
 // Get implements store.KV.
 func (s *Store) Get(ctx context.Context, bucket, key string) ([]byte, error) {
 	if err := s.begin(ctx); err != nil {

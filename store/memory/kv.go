@@ -27,6 +27,30 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 	return nil
 }
 
+// Create stores a copy of val under bucket and key if the key has no
+// value, and returns store.ErrExists otherwise (store.KVCreator).
+func (s *Store) Create(ctx context.Context, bucket, key string, val []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	val = bytes.Clone(val)
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return err
+	}
+	b := s.kv[bucket]
+	if b == nil {
+		b = make(map[string][]byte)
+		s.kv[bucket] = b
+	}
+	if _, ok := b[key]; ok {
+		return store.ErrExists
+	}
+	b[key] = val
+	return nil
+}
+
 // Get returns a copy of the value under bucket and key, or
 // store.ErrNotFound.
 func (s *Store) Get(ctx context.Context, bucket, key string) ([]byte, error) {

@@ -453,6 +453,18 @@ func (su *suite) testKV(t *testing.T) {
 	got, err = s.Get(ctx, "accounts", "empty")
 	require.NoError(t, err, "an empty value is a value")
 	require.Empty(t, got)
+
+	c, ok := s.(store.KVCreator)
+	if !ok {
+		return
+	}
+	require.NoError(t, c.Create(ctx, "broker", "k", []byte("first")))
+	require.ErrorIs(t, c.Create(ctx, "broker", "k", []byte("second")), store.ErrExists)
+	requireGet("broker", "k", "first")
+	require.ErrorIs(t, c.Create(ctx, "accounts", "empty", []byte("x")), store.ErrExists, "an empty value is a value")
+	require.NoError(t, s.Delete(ctx, "broker", "k"))
+	require.NoError(t, c.Create(ctx, "broker", "k", []byte("again")), "a deleted key has no value")
+	requireGet("broker", "k", "again")
 }
 
 func (su *suite) testListContracts(t *testing.T) {
