@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Iterable
 
 import nacl.bindings as sodium
@@ -123,13 +124,27 @@ def parse_rfc3339(s: str) -> _dt.datetime:
 # --- canonical signing form --------------------------------------------------
 
 
+class _InexactNumber(ValueError):
+    """An integer whose value the canonical form would change."""
+
+
 def _as_jcs_value(v: Any) -> Any:
-    """JCS reads every number as a double: integers beyond 2^53 keep double
-    precision, as the Go canonicaliser does."""
+    """JCS reads every number as a double and writes the shortest decimal
+    that reads back as it. An integer beyond 2^53 whose value that decimal
+    does not spell (``9007199254740993`` is written ``9007199254740992``) is
+    refused, as the Go canonicaliser refuses it: two data differing there
+    would have one signing input, so one signature would verify for both.
+    Integers the decimal spells exactly (``12345678901234567000``) pass as
+    doubles."""
     if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
         return v
     if isinstance(v, int):
-        return v if -_SAFE_INT <= v <= _SAFE_INT else float(v)
+        if -_SAFE_INT < v < _SAFE_INT:  # rfc8785 takes ints below 2^53 only
+            return v
+        f = float(v)  # OverflowError beyond the doubles: no canonical form
+        if Decimal(repr(f)) != v:
+            raise _InexactNumber(f"an integer has more precision than a double keeps: {str(v)[:40]}")
+        return f
     if isinstance(v, dict):
         return {k: _as_jcs_value(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -153,7 +168,10 @@ def canonical_signing_input(message: dict[str, Any]) -> bytes:
     ``["pigeon-sig-v1", subject, id, time, data]`` (absent data is ``{}``).
 
     Raises ``PigeonError`` ``ENVELOPE_INVALID`` for an empty subject, id or
-    time, a time that is not RFC 3339, or data without a canonical form.
+    time, a time that is not RFC 3339, or data without a canonical form,
+    which includes an integer the canonical form would round (beyond 2^53
+    and not spelled by the shortest decimal of its double, such as
+    ``9007199254740993``): send such a value as a string.
     """
     subject = _envelope_string(message, "subject")
     mid = _envelope_string(message, "id")
@@ -166,9 +184,54 @@ def canonical_signing_input(message: dict[str, Any]) -> bytes:
     if data is None:
         data = {}
     try:
-        return rfc8785.dumps([SIG_CONTEXT, subject, mid, time, _as_jcs_value(data)])
+        value = _as_jcs_value(data)
+    except _InexactNumber as e:
+        raise new_error(
+            "ENVELOPE_INVALID",
+            "message data has no exact canonical form: an integer has more precision than a double keeps; "
+            "send it as a string",
+        ) from e
+    except (TypeError, OverflowError, ValueError) as e:
+        raise new_error("ENVELOPE_INVALID", "message data has no canonical form") from e
+    try:
+        return rfc8785.dumps([SIG_CONTEXT, subject, mid, time, value])
     except (rfc8785.CanonicalizationError, TypeError, OverflowError, ValueError) as e:
         raise new_error("ENVELOPE_INVALID", "message data has no canonical form") from e
+
+
+# The encodings of the Ed25519 points of small order, without their sign
+# bit (as Go's seal.WeakSigningKey): 0 (order 4), 1 (the identity), the two
+# y of the points of order 8, p-1 (order 2), and the non-canonical p and p+1.
+_P25519 = 2**255 - 19
+_SMALL_ORDER_ED25519 = frozenset(
+    y.to_bytes(32, "little")
+    for y in (
+        0,
+        1,
+        0x05FC536D880238B13933C6D305ACDFD5F098EFF289F4C345B027B2C28F95E826,
+        0x7A03AC9277FDC74EC6CC392CFA53202A0F67100D760B3CBA4FD84D3D706A17C7,
+        _P25519 - 1,
+        _P25519,
+        _P25519 + 1,
+    )
+)
+
+
+def _weak_signing_key(pub: bytes) -> bool:
+    """Whether the 32-byte Ed25519 public key ``pub`` is a point of small
+    order: under such a key some fixed bytes verify as a signature of many or
+    all messages, so it proves nothing."""
+    return len(pub) == 32 and bytes(pub[:31]) + bytes([pub[31] & 0x7F]) in _SMALL_ORDER_ED25519
+
+
+def _canonical_x25519(u: bytes) -> bool:
+    """Whether the 32-byte little-endian X25519 public key ``u`` is below
+    2^255-19 (its top bit clear included): the spelling its holder's private
+    key gives. X25519 ignores the top bit and reduces u, so another spelling
+    names the same key, but the seal's header binds the bytes as given and
+    the holder binds its own: what is sealed for another spelling never
+    opens."""
+    return int.from_bytes(u, "little") < _P25519
 
 
 def _signing_key(key: Any) -> nacl.signing.SigningKey:
@@ -203,7 +266,8 @@ def verify_message(message: dict[str, Any], public_key: bytes) -> None:
     """Check ``message``'s signature with the raw 32-byte Ed25519 public key.
 
     Raises ``PigeonError`` ``SIGNATURE_REQUIRED`` (no signature) or
-    ``SIGNATURE_INVALID``.
+    ``SIGNATURE_INVALID``, which includes a key of small order (anyone can
+    sign under it) and data without an exact canonical form.
     """
     sig = message.get("signature")
     if not sig:
@@ -218,6 +282,8 @@ def verify_message(message: dict[str, Any], public_key: bytes) -> None:
         raise new_error("SIGNATURE_INVALID", "signature is not 64 bytes")
     if not isinstance(public_key, (bytes, bytearray)) or len(public_key) != 32:
         raise new_error("SIGNATURE_INVALID", "the key is not an Ed25519 public key")
+    if _weak_signing_key(public_key):
+        raise new_error("SIGNATURE_INVALID", "the key is an Ed25519 point of small order")
     try:
         data = canonical_signing_input(message)
     except PigeonError as e:
@@ -388,12 +454,16 @@ def seal(
     plaintext: bytes, recipient_kid: str, recipient_public: bytes, sender_kid: str, sender_key: Any
 ) -> dict[str, Any]:
     """Encrypt ``plaintext`` for the recipient's X25519 public key and sign it
-    with the sender's Ed25519 key; returns the sealed object."""
+    with the sender's Ed25519 key; returns the sealed object. A recipient key
+    that is not canonical (top bit set, u >= 2^255-19) is ``INVALID_ARGUMENT``:
+    nothing sealed for it would open."""
     for kid in (recipient_kid, sender_kid):
         if not isinstance(kid, str) or not 1 <= len(kid.encode()) <= 128:
             raise new_error("INVALID_ARGUMENT", "kid must be 1 to 128 bytes")
     if len(recipient_public) != 32:
         raise new_error("INVALID_ARGUMENT", "the recipient key is not an X25519 public key")
+    if not _canonical_x25519(bytes(recipient_public)):
+        raise new_error("INVALID_ARGUMENT", "the recipient key is not a canonical X25519 public key")
     sk = _signing_key(sender_key)
     e_priv = os.urandom(32)
     e_pub = sodium.crypto_scalarmult_base(e_priv)
@@ -440,6 +510,8 @@ def open_sealed(sealed: dict[str, Any], recipient_private: bytes, sender_public:
             raise ValueError("lengths")
         if len(sender_public) != 32 or len(recipient_private) != 32:
             raise ValueError("keys")
+        if _weak_signing_key(bytes(sender_public)):
+            raise ValueError("sender key of small order")
         r = sodium.crypto_scalarmult_base(bytes(recipient_private))
         h = _header(rkid, skid, r, bytes(sender_public), e_pub, nonce)
         nacl.signing.VerifyKey(bytes(sender_public)).verify(h + ct, sig)
@@ -467,7 +539,9 @@ def seal_data(
 
 
 def open_data(data: dict[str, Any], recipient_private: bytes, sender_public: bytes) -> tuple[dict[str, Any], bytes]:
-    """Split sealed message data into its clear fields and opened payload."""
+    """Split sealed message data into its clear fields and opened payload.
+    The sealed object holds exactly its eight members, spelled exactly
+    (another case or an extra member is :class:`SealTampered`)."""
     if not isinstance(data, dict) or "sealed" not in data:
         raise NotSealed("the data has no sealed member")
     clear = {k: v for k, v in data.items() if k != "sealed"}

@@ -85,8 +85,13 @@ def test_worked_example_of_security_md():
 def test_canonical_edges():
     m = {"subject": "s", "id": "i", "time": "2026-11-29T12:00:00Z"}
     assert canonical_signing_input(m).endswith(b",{}]")
-    big = dict(m, data={"n": 12345678901234567891})
+    # An integer beyond 2^53 passes as its double when the canonical form
+    # spells its value, and is refused when it would be rounded.
+    big = dict(m, data={"n": 12345678901234567000})
     assert canonical_signing_input(big).endswith(b'{"n":12345678901234567000}]')
+    with pytest.raises(PigeonError) as e:
+        canonical_signing_input(dict(m, data={"n": 12345678901234567891}))
+    assert e.value.code == "ENVELOPE_INVALID"
     with pytest.raises(PigeonError) as e:
         canonical_signing_input(dict(m, time="yesterday"))
     assert e.value.code == "ENVELOPE_INVALID"
