@@ -133,6 +133,7 @@ func TestServeConfigRefused(t *testing.T) {
 		{"mtls:\n  trust_domains: [ok.org, \"spiffe://bad/x\"]\n", ":2: trust domain \"spiffe://bad/x\" is not valid"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n    - issuer: https://idp2\n      audience: [a]\n      algorithms: [HS256]\n", ":5: issuer \"https://idp2\": algorithm \"HS256\" is not allowed"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n", ":3: issuer \"https://idp\": needs at least one audience"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [pigeon, \"\"]\n", ":3: issuer \"https://idp\": an audience may not be empty"},
 		{"auth:\n  order: [mtls, kerberos]\n", ":2: unknown method \"kerberos\""},
 		{"mtls:\n  trust_domains:\n    - name: a.org\n      cas: [x.pem]\n", ":4: unknown key \"cas\""},
 		{"mtls:\n  trust_domains:\n    - name: A.ORG\n", ":3: trust domain \"A.ORG\" is not valid"},

@@ -2,6 +2,9 @@ package identity
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"errors"
@@ -145,6 +148,9 @@ func (m *MTLS) verify(chain []*x509.Certificate) (verified, error) {
 	if err == nil {
 		chains, err = clientAuthChains(chains)
 	}
+	if err == nil {
+		chains, err = strongChains(chains)
+	}
 	if err != nil {
 		return verified{}, pigeon.WrapError(pigeon.CodeUnauthenticated, err,
 			"the client certificate is not a valid SPIFFE certificate of an allowed trust domain")
@@ -199,6 +205,41 @@ func clientAuthChains(chains [][]*x509.Certificate) ([][]*x509.Certificate, erro
 		return nil, errors.New("the certificate, or a certificate authority of its chain, is not for client authentication (extended key usage)")
 	}
 	return out, nil
+}
+
+// strongChains returns the chains whose every certificate has a key of
+// at least MinRSABits (RSA) or 256 bits (an elliptic curve; Ed25519): a
+// leaf, or an authority, whose key can be factored or its discrete log
+// found is no proof of who holds it.
+func strongChains(chains [][]*x509.Certificate) ([][]*x509.Certificate, error) {
+	var out [][]*x509.Certificate
+	for _, ch := range chains {
+		if !slices.ContainsFunc(ch, func(c *x509.Certificate) bool { return !strongKey(c.PublicKey) }) {
+			out = append(out, ch)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the certificate, or a certificate authority of its chain, has a weak key (RSA under %d bits, or a curve under 256)", MinRSABits)
+	}
+	return out, nil
+}
+
+// MinRSABits is the smallest RSA key a client certificate, and every
+// certificate of its chain, may have.
+const MinRSABits = 2048
+
+// strongKey reports whether pub is an RSA key of at least MinRSABits, an
+// ECDSA key on a curve of at least 256 bits, or an Ed25519 key.
+func strongKey(pub any) bool {
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		return k.N.BitLen() >= MinRSABits
+	case *ecdsa.PublicKey:
+		return k.Curve.Params().BitSize >= 256
+	case ed25519.PublicKey:
+		return true
+	}
+	return false
 }
 
 // allowsClientAuth reports whether c's extended key usage admits client

@@ -151,6 +151,11 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 	if len(c.Audiences) == 0 {
 		return c, fmt.Errorf("issuer %q: needs at least one audience", c.URL)
 	}
+	if slices.Contains(c.Audiences, "") {
+		// A token whose aud is the empty string (or a list holding it)
+		// would be for this broker: any token of the issuer could be.
+		return c, fmt.Errorf("issuer %q: an audience may not be empty", c.URL)
+	}
 	if c.JWKSURL != "" {
 		if u, err := url.Parse(c.JWKSURL); err != nil || !fetchable(u) {
 			return c, fmt.Errorf("issuer %q: jwks URL %q must be an https URL (http only to a loopback address)", c.URL, c.JWKSURL)

@@ -2,7 +2,12 @@ package identity_test
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
@@ -23,13 +28,21 @@ type certUsage struct {
 	eku     []x509.ExtKeyUsage
 	unknown []asn1.ObjectIdentifier
 	ku      x509.KeyUsage
+	key     crypto.Signer // nil: a new P-256 key
+}
+
+func (u certUsage) signer(t *testing.T) crypto.Signer {
+	if u.key != nil {
+		return u.key
+	}
+	return newKey(t)
 }
 
 // intermediate signs a CA certificate under c with the given extended key
 // usages.
 func (c *ca) intermediate(t *testing.T, u certUsage) *ca {
 	t.Helper()
-	k := newKey(t)
+	k := u.signer(t)
 	serial++
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "intermediate"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
@@ -45,7 +58,7 @@ func (c *ca) intermediate(t *testing.T, u certUsage) *ca {
 // svid signs a leaf with SPIFFE ID id and the given usages under c.
 func (c *ca) svid(t *testing.T, id string, u certUsage) *x509.Certificate {
 	t.Helper()
-	k := newKey(t)
+	k := u.signer(t)
 	serial++
 	uri, err := url.Parse(id)
 	require.NoError(t, err)
@@ -94,6 +107,14 @@ func TestMTLSChainUsage(t *testing.T) {
 		{"intermediate for server auth only", &certUsage{eku: server}, certUsage{eku: client, ku: sig}, false},
 		{"intermediate for server auth, leaf without extended key usage", &certUsage{eku: server}, certUsage{ku: sig}, false},
 		{"intermediate for an unknown purpose only", &certUsage{unknown: otherPurpose}, certUsage{eku: client, ku: sig}, false},
+		// Key strength: RSA of at least 2048 bits, elliptic curves of at
+		// least 256, for the leaf and every authority of its chain.
+		{"leaf with RSA-2048", nil, certUsage{eku: client, ku: sig, key: rsaKey(t, 2048)}, true},
+		{"leaf with RSA-1024", nil, certUsage{eku: client, ku: sig, key: rsaKey(t, 1024)}, false},
+		{"leaf with P-224", nil, certUsage{eku: client, ku: sig, key: ecKey(t, elliptic.P224())}, false},
+		{"leaf with P-384", nil, certUsage{eku: client, ku: sig, key: ecKey(t, elliptic.P384())}, true},
+		{"leaf with Ed25519", nil, certUsage{eku: client, ku: sig, key: edKey(t)}, true},
+		{"intermediate with RSA-1024", &certUsage{key: rsaKey(t, 1024)}, certUsage{eku: client, ku: sig}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			issuer := root
@@ -117,4 +138,22 @@ func TestMTLSChainUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+func rsaKey(t *testing.T, bits int) crypto.Signer {
+	k, err := rsa.GenerateKey(rand.Reader, bits)
+	require.NoError(t, err)
+	return k
+}
+
+func ecKey(t *testing.T, c elliptic.Curve) crypto.Signer {
+	k, err := ecdsa.GenerateKey(c, rand.Reader)
+	require.NoError(t, err)
+	return k
+}
+
+func edKey(t *testing.T) crypto.Signer {
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	return k
 }
