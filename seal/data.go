@@ -76,16 +76,21 @@ func uniqueMembers(raw []byte, allowed map[string]bool) bool {
 	return true
 }
 
-// OpenData splits message data built by SealData into its clear fields and
-// the opened payload, with the recipient's X25519 private key and the
-// sender's Ed25519 public key. It returns ErrNotSealed when data is a JSON
-// object without Field, ErrTampered when the sealed part is malformed or
-// fails to open (an unknown member in it, a member name spelled in another
-// case, or one given twice counts as malformed), and
-// ErrUnsupported for an unknown version. The clear fields are returned as
-// they came, decoded as encoding/json decodes into any: they are not
-// authenticated by the seal.
-func OpenData(data json.RawMessage, recipientPriv []byte, senderPub ed25519.PublicKey) (clear map[string]any, payload []byte, err error) {
+// ReadSealed returns the sealed part of message data built by SealData,
+// unopened, read as OpenData reads it (the same errors), so that a
+// recipient learns which keys open it before it opens it: RecipientKID
+// names the encryption key it was sealed for (another recipient's: skip
+// it), SenderKID the sender's signing key to open it with
+// (pigeon.SelectKey with the message time). Nothing in it is
+// authenticated until Open or OpenData succeeds.
+func ReadSealed(data json.RawMessage) (*Sealed, error) {
+	s, _, err := sealedPart(data)
+	return s, err
+}
+
+// sealedPart reads data as OpenData does: its sealed part, decoded
+// strictly, and all its members.
+func sealedPart(data json.RawMessage) (*Sealed, map[string]json.RawMessage, error) {
 	var parts map[string]json.RawMessage
 	if err := json.Unmarshal(data, &parts); err != nil || parts == nil {
 		return nil, nil, fmt.Errorf("seal: data is not a JSON object")
@@ -106,7 +111,24 @@ func OpenData(data json.RawMessage, recipientPriv []byte, senderPub ed25519.Publ
 	if err := dec.Decode(&s); err != nil {
 		return nil, nil, fmt.Errorf("%w: sealed part is not a sealed object", ErrTampered)
 	}
-	payload, err = Open(&s, recipientPriv, senderPub)
+	return &s, parts, nil
+}
+
+// OpenData splits message data built by SealData into its clear fields and
+// the opened payload, with the recipient's X25519 private key and the
+// sender's Ed25519 public key. It returns ErrNotSealed when data is a JSON
+// object without Field, ErrTampered when the sealed part is malformed or
+// fails to open (an unknown member in it, a member name spelled in another
+// case, or one given twice counts as malformed), and
+// ErrUnsupported for an unknown version. The clear fields are returned as
+// they came, decoded as encoding/json decodes into any: they are not
+// authenticated by the seal.
+func OpenData(data json.RawMessage, recipientPriv []byte, senderPub ed25519.PublicKey) (clear map[string]any, payload []byte, err error) {
+	s, parts, err := sealedPart(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	payload, err = Open(s, recipientPriv, senderPub)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -51,6 +51,9 @@ func TestOpenDataRefusesAmbiguousSealedPart(t *testing.T) {
 			_, payload, err := seal.OpenData(data, bob.EncryptionPrivate, alice.SigningPublic)
 			require.ErrorIs(t, err, seal.ErrTampered)
 			require.Nil(t, payload)
+			s, err := seal.ReadSealed(data)
+			require.ErrorIs(t, err, seal.ErrTampered, "ReadSealed reads as OpenData does")
+			require.Nil(t, s)
 		})
 	}
 
@@ -58,4 +61,25 @@ func TestOpenDataRefusesAmbiguousSealedPart(t *testing.T) {
 	_, payload, err := seal.OpenData(json.RawMessage(`{"room":"lobby","sealed":`+exact+`}`), bob.EncryptionPrivate, alice.SigningPublic)
 	require.NoError(t, err)
 	require.Equal(t, "pay carol", string(payload))
+}
+
+// ReadSealed tells a recipient which keys a sealed part names before it
+// opens it: the recipient's encryption key (another's: not for it) and the
+// sender's signing key, which may be an older one than the sender's newest.
+func TestReadSealedNamesTheKeys(t *testing.T) {
+	alice, bob := keys(t), keys(t)
+	data, err := seal.SealData(map[string]any{"room": "lobby"}, []byte("hi"), bob.EncryptionKID, bob.EncryptionPublic, alice.SigningKID, alice.SigningPrivate)
+	require.NoError(t, err)
+	s, err := seal.ReadSealed(data)
+	require.NoError(t, err)
+	require.Equal(t, bob.EncryptionKID, s.RecipientKID)
+	require.Equal(t, alice.SigningKID, s.SenderKID)
+	opened, err := seal.Open(s, bob.EncryptionPrivate, alice.SigningPublic)
+	require.NoError(t, err)
+	require.Equal(t, "hi", string(opened))
+
+	_, err = seal.ReadSealed(json.RawMessage(`{"room":"lobby"}`))
+	require.ErrorIs(t, err, seal.ErrNotSealed)
+	_, err = seal.ReadSealed(json.RawMessage(`[1]`))
+	require.Error(t, err)
 }

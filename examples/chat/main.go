@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -115,17 +114,32 @@ func run(ctx context.Context, out io.Writer) error {
 			if err := pigeon.VerifyMessageWithKeys(d.Message, keys); err != nil {
 				return err
 			}
-			sigKey, _ := pigeon.SelectKey(keys, "", pigeon.UseSig, time.Now())
+			// The sealed part names its keys: skip what was sealed for
+			// another member, open the rest with the sender's signing key
+			// that it names, valid at the message's time (the sender may
+			// have rotated since).
+			s, err := seal.ReadSealed(d.Message.Data)
+			if err != nil {
+				return err
+			}
+			if s.RecipientKID != me.keys.EncryptionKID {
+				return nil // sealed for someone else
+			}
+			at, err := time.Parse(time.RFC3339Nano, d.Message.Time)
+			if err != nil {
+				return err
+			}
+			sigKey, ok := pigeon.SelectKey(keys, s.SenderKID, pigeon.UseSig, at)
+			if !ok {
+				return fmt.Errorf("%s publishes no signing key %q valid at %s", d.Message.Source, s.SenderKID, d.Message.Time)
+			}
 			senderPub, err := sigKey.Ed25519()
 			if err != nil {
 				return err
 			}
 			clear, payload, err := seal.OpenData(d.Message.Data, me.keys.EncryptionPrivate, senderPub)
-			if errors.Is(err, seal.ErrTampered) {
-				return nil // sealed for someone else
-			}
 			if err != nil {
-				return err
+				return err // tampered: a handler error, never taken for someone else's
 			}
 			var body struct{ Text string }
 			_ = json.Unmarshal(payload, &body)
