@@ -98,6 +98,11 @@ func isBase64URL(s string) bool {
 	return true
 }
 
+// MaxClockSkew is how far ahead of the verifying clock a token's nbf may
+// be: in a cluster, the node that issued a token may run a little ahead of
+// the one that verifies it a moment later. A token's expiry has no leeway.
+const MaxClockSkew = 5 * time.Second
+
 // Verify checks tok: EdDSA signed by the private half of pub, issued by
 // Issuer, with an expiry that has not passed at now(). Any other algorithm
 // (none, HS256, RS256) is refused before the signature is looked at. A
@@ -110,11 +115,18 @@ func Verify(tok string, pub ed25519.PublicKey, now func() time.Time) (Claims, er
 		return Claims{}, fmt.Errorf("%w: not a grant token's shape", ErrInvalid)
 	}
 	var cl claims
+	// The leeway lets nbf (and iat) be up to MaxClockSkew ahead of this
+	// clock; the expiry gets none, checked below.
+	at := now()
 	_, err := jwt.ParseWithClaims(tok, &cl, func(*jwt.Token) (any, error) { return pub, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithIssuer(Issuer),
-		jwt.WithExpirationRequired(), jwt.WithTimeFunc(now), jwt.WithStrictDecoding())
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(func() time.Time { return at }), jwt.WithLeeway(MaxClockSkew),
+		jwt.WithStrictDecoding())
 	if err != nil {
 		return Claims{}, errors.Join(ErrInvalid, err)
+	}
+	if !at.Before(cl.ExpiresAt.Time) {
+		return Claims{}, fmt.Errorf("%w: token is expired", ErrInvalid)
 	}
 	out := Claims{Subject: cl.Subject, ID: cl.ID, Roles: cl.Roles}
 	if cl.IssuedAt != nil {

@@ -89,3 +89,38 @@ func TestIssuedByBroker(t *testing.T) {
 		require.False(t, grant.IssuedByBroker(s), s)
 	}
 }
+
+// A token is valid from its nbf (its issue time, in whole seconds) on, give
+// or take MaxClockSkew: a broker of a cluster whose clock runs a little
+// behind the one that issued the token accepts it at once, rather than
+// refusing a token issued a moment ago on another node. Its expiry has no
+// such leeway: a grant ends at its exp on every node.
+func TestVerifyClockSkew(t *testing.T) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	issued := time.Now().UTC().Truncate(time.Second)
+	tok, err := grant.Sign(priv, grant.Claims{Subject: "s", ID: "gr_1", Roles: []string{"a"}, IssuedAt: issued, ExpiresAt: issued.Add(time.Minute)})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		ok   bool
+	}{
+		{"at issue", issued, true},
+		{"a clock a second behind", issued.Add(-time.Second), true},
+		{"a clock MaxClockSkew behind", issued.Add(-grant.MaxClockSkew), true},
+		{"before issue beyond the skew", issued.Add(-grant.MaxClockSkew - time.Second), false},
+		{"just before expiry", issued.Add(time.Minute - time.Millisecond), true},
+		{"at expiry", issued.Add(time.Minute), false},
+		{"a second after expiry", issued.Add(time.Minute + time.Second), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := grant.Verify(tok, pub, func() time.Time { return tc.at })
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, grant.ErrInvalid)
+		})
+	}
+}
