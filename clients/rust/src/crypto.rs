@@ -96,12 +96,18 @@ pub fn sign_message(m: &mut Message, kid: &str, key: &SigningKey) -> Result<()> 
 }
 
 /// Verifies `m`'s signature with the sender's public key:
-/// `SIGNATURE_REQUIRED` without one, `SIGNATURE_INVALID` when it does not verify.
+/// `SIGNATURE_REQUIRED` without one, `SIGNATURE_INVALID` when it does not
+/// verify, when the key is an Ed25519 point of small order (anyone can sign
+/// under it), or when the data has no exact canonical form (a number JCS
+/// would round: see [`crate::jcs::canonicalize`]).
 pub fn verify_message(m: &Message, key: &VerifyingKey) -> Result<()> {
     let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
     let invalid = || Error::crypto("SIGNATURE_INVALID", "the signature does not verify");
     if s.alg != "ed25519" {
         return Err(invalid());
+    }
+    if weak_signing_key(key.as_bytes()) || key.is_weak() {
+        return Err(Error::crypto("SIGNATURE_INVALID", "the key is an Ed25519 point of small order"));
     }
     let raw: [u8; 64] = b64_decode(&s.sig).and_then(|b| b.try_into().ok()).ok_or_else(invalid)?;
     let input = signing_input(m).map_err(|_| invalid())?;
@@ -117,6 +123,59 @@ pub fn verify_message_with_keys(m: &Message, keys: &[PublicKey]) -> Result<()> {
         .ok_or_else(|| Error::crypto("SIGNATURE_INVALID", format!("no signing key {} valid at the message time", s.kid)))?;
     let vk = k.ed25519_key().ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the key is not an Ed25519 public key"))?;
     verify_message(m, &vk)
+}
+
+/// The encodings of the Ed25519 points of small order without their sign
+/// bit, as the broker's `seal.WeakSigningKey` lists them: 0 (order 4), 1
+/// (the identity), the two y of the points of order 8, p-1 (order 2), and
+/// the non-canonical p and p+1.
+const SMALL_ORDER_ED25519: [[u8; 32]; 7] = {
+    let mut k = [[0u8; 32]; 7];
+    k[1][0] = 1;
+    k[2] = [
+        0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0, 0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6,
+        0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05,
+    ];
+    k[3] = [
+        0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f, 0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39,
+        0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a,
+    ];
+    let mut i = 4;
+    while i < 7 {
+        let mut j = 1;
+        while j < 31 {
+            k[i][j] = 0xff;
+            j += 1;
+        }
+        k[i][31] = 0x7f;
+        k[i][0] = 0xec + (i as u8 - 4); // p-1, p, p+1
+        i += 1;
+    }
+    k
+};
+
+/// Whether the Ed25519 public key `pub_` is a point of small order: under
+/// such a key some fixed bytes verify as a signature of many or all
+/// messages, so it proves nothing.
+fn weak_signing_key(pub_: &[u8; 32]) -> bool {
+    let mut k = *pub_;
+    k[31] &= 0x7f;
+    SMALL_ORDER_ED25519.contains(&k)
+}
+
+/// Whether the little-endian X25519 public key `u` is below 2^255-19 (its
+/// top bit clear included): the spelling its holder's private key gives.
+/// X25519 ignores the top bit and reduces u, but the seal's header binds the
+/// bytes as given and the holder binds its own, so what is sealed for
+/// another spelling never opens.
+fn canonical_x25519(u: &[u8; 32]) -> bool {
+    if u[31] != 0x7f {
+        return u[31] < 0x7f;
+    }
+    if u[1..31].iter().any(|&b| b != 0xff) {
+        return true;
+    }
+    u[0] < 0xed
 }
 
 /// A published public key (docs/security.md, "Published keys").
@@ -300,9 +359,15 @@ fn seal_key(shared: &[u8; 32], e: &[u8; 32], r: &[u8; 32]) -> [u8; 32] {
 
 /// Encrypts `plaintext` for the recipient's X25519 key (published under
 /// `recipient_kid`) and signs it with the sender's Ed25519 key.
+/// `INVALID_ARGUMENT` for a recipient key of low order or not in canonical
+/// form (top bit set, or u at or above 2^255-19): nothing sealed for it
+/// would open.
 pub fn seal(plaintext: &[u8], recipient_kid: &str, recipient: &XPublic, sender_kid: &str, sender: &SigningKey) -> Result<Sealed> {
     if !check_kid(recipient_kid) || !check_kid(sender_kid) {
         return Err(Error::new("INVALID_ARGUMENT", "kids must be 1 to 128 bytes"));
+    }
+    if !canonical_x25519(recipient.as_bytes()) {
+        return Err(Error::new("INVALID_ARGUMENT", "the recipient key is not a canonical X25519 public key"));
     }
     let mut eb = [0u8; 32];
     OsRng.fill_bytes(&mut eb);
@@ -335,11 +400,15 @@ pub fn seal(plaintext: &[u8], recipient_kid: &str, recipient: &XPublic, sender_k
 }
 
 /// Checks the sender's signature, then decrypts with the recipient's
-/// private key. Any failed check is `SEAL_TAMPERED`, without saying which;
+/// private key. Any failed check is `SEAL_TAMPERED`, without saying which
+/// (a sender key of small order, under which anyone can sign, included);
 /// an unknown version or algorithm is `SEAL_UNSUPPORTED`.
 pub fn open(s: &Sealed, recipient: &StaticSecret, sender: &VerifyingKey) -> Result<Vec<u8>> {
     if s.v != 1 || s.alg != SEAL_ALG {
         return Err(Error::crypto("SEAL_UNSUPPORTED", "unknown sealed payload version or algorithm"));
+    }
+    if weak_signing_key(sender.as_bytes()) || sender.is_weak() {
+        return Err(tampered());
     }
     if !check_kid(&s.recipient_kid) || !check_kid(&s.sender_kid) {
         return Err(tampered());
@@ -384,7 +453,11 @@ pub fn seal_data(
 }
 
 /// Opens the message data `seal_data` built: the clear fields and the
-/// payload. `SEAL_NOT_SEALED` when there is no `sealed` member.
+/// payload. `SEAL_NOT_SEALED` when there is no `sealed` member;
+/// `SEAL_TAMPERED` when the sealed object has a member not among its eight
+/// or one spelled in another case (`"Sig"`). A `Value` cannot hold a name
+/// twice (serde_json keeps the last); [`Sealed`] read from text refuses a
+/// member given twice.
 pub fn open_data(data: &Value, recipient: &StaticSecret, sender: &VerifyingKey) -> Result<(Map<String, Value>, Vec<u8>)> {
     let obj = data.as_object().ok_or_else(|| Error::crypto("SEAL_NOT_SEALED", "the data is not an object"))?;
     let raw = obj.get("sealed").ok_or_else(|| Error::crypto("SEAL_NOT_SEALED", "the data has no sealed member"))?;

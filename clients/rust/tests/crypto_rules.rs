@@ -1,0 +1,208 @@
+//! The broker's rules for signing inputs and keys (docs/security.md), held
+//! by the client: no signature over a number the canonical form would
+//! round, no verification under an Ed25519 key of small order, no sealing
+//! for an X25519 key that is not canonical, sealed objects with exact
+//! member names.
+
+use ed25519_dalek::Signer;
+use pigeon_client::crypto::{
+    b64_encode, open, open_data, seal, seal_data, sign_message, signing_input, verify_message, Ed25519VerifyingKey, Keys, Sealed,
+    X25519PublicKey,
+};
+use pigeon_client::{Message, Signature};
+use serde_json::{json, Map, Value};
+
+fn keys(n: u8) -> Keys {
+    Keys::from_bytes([n; 32], [n + 100; 32])
+}
+
+fn message(data: Value) -> Message {
+    let mut m = Message::new("chat.messages", "vector", "chat").with_data(data);
+    m.id = "msg_rules_1".into();
+    m.time = "2026-11-29T12:00:00Z".into();
+    m
+}
+
+/// Signs `m` as a signer following JCS alone would (each number read as a
+/// double), without the client's checks: what another implementation could
+/// send.
+fn sign_raw(m: &mut Message, k: &Keys) {
+    fn as_double(v: &Value) -> Value {
+        match v {
+            Value::Number(n) => json!(n.as_f64().unwrap()),
+            Value::Array(a) => Value::Array(a.iter().map(as_double).collect()),
+            Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), as_double(v))).collect()),
+            v => v.clone(),
+        }
+    }
+    let mut d = m.clone();
+    d.data = as_double(&m.data);
+    let input = signing_input(&d).expect("the rounded data has a canonical form");
+    m.signature = Some(Signature { kid: "k1".into(), alg: "ed25519".into(), sig: b64_encode(&k.signing.sign(&input).to_bytes()) });
+}
+
+#[test]
+fn signing_refuses_numbers_the_canonical_form_rounds() {
+    let k = keys(1);
+    // (data, data with the same canonical form that spells its value)
+    for (data, alt) in [
+        (r#"{"amount":9007199254740993}"#, r#"{"amount":9007199254740992}"#),
+        (r#"{"amount":-9007199254740993}"#, r#"{"amount":-9007199254740992}"#),
+        (r#"{"account":1234567890123456789}"#, r#"{"account":1234567890123456800}"#),
+        (r#"{"a":[1,{"b":12345678901234567891}]}"#, r#"{"a":[1,{"b":12345678901234567000}]}"#),
+        (r#"{"n":18446744073709551615}"#, r#"{"n":18446744073709552000}"#),
+    ] {
+        let mut m = message(serde_json::from_str(data).unwrap());
+        let e = signing_input(&m).unwrap_err();
+        assert_eq!(e.code, "ENVELOPE_INVALID", "{data}: {e}");
+        let e = sign_message(&mut m, "k1", &k.signing).unwrap_err();
+        assert_eq!(e.code, "ENVELOPE_INVALID", "{data}: {e}");
+        assert!(m.signature.is_none(), "{data}");
+        // A signature over the rounded canonical form verifies only with the
+        // data that spells its values.
+        sign_raw(&mut m, &k);
+        let e = verify_message(&m, &k.signing_public()).unwrap_err();
+        assert_eq!(e.code, "SIGNATURE_INVALID", "{data}");
+        m.data = serde_json::from_str(alt).unwrap();
+        verify_message(&m, &k.signing_public()).unwrap_or_else(|e| panic!("{alt}: {e}"));
+    }
+    for data in [
+        r#"{"n":9007199254740992}"#,
+        r#"{"n":-9007199254740992}"#,
+        r#"{"n":9007199254740994}"#,
+        r#"{"n":12345678901234567000}"#,
+        r#"{"n":1e21,"m":1.0,"z":-0,"h":0.1}"#,
+        r#"{"s":"12345678901234567891"}"#,
+    ] {
+        let mut m = message(serde_json::from_str(data).unwrap());
+        sign_message(&mut m, "k1", &k.signing).unwrap_or_else(|e| panic!("{data}: {e}"));
+        verify_message(&m, &k.signing_public()).unwrap_or_else(|e| panic!("{data}: {e}"));
+    }
+}
+
+/// The fourteen encodings of Ed25519 points of small order: seven values of
+/// y (0, 1, the two of order 8, p-1, p, p+1), each with the sign bit clear
+/// and set.
+fn small_order_keys() -> Vec<[u8; 32]> {
+    let mut ys: Vec<[u8; 32]> = vec![[0; 32], {
+        let mut k = [0; 32];
+        k[0] = 1;
+        k
+    }];
+    for hex in [
+        "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    ] {
+        let mut k = [0u8; 32];
+        for (i, b) in k.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+        }
+        ys.push(k);
+    }
+    for low in [0xec, 0xed, 0xee] {
+        let mut k = [0xff; 32];
+        k[0] = low;
+        k[31] = 0x7f;
+        ys.push(k);
+    }
+    let mut all = Vec::new();
+    for y in ys {
+        let mut signed = y;
+        signed[31] |= 0x80;
+        all.push(y);
+        all.push(signed);
+    }
+    all
+}
+
+#[test]
+fn verification_refuses_small_order_keys() {
+    let (alice, bob) = (keys(1), keys(2));
+    // Under the identity, R = identity and S = 0 satisfy the cofactorless
+    // equation for every message.
+    let mut sig = [0u8; 64];
+    sig[0] = 1;
+    let mut m = message(json!({"n": 1}));
+    m.signature = Some(Signature { kid: "k1".into(), alg: "ed25519".into(), sig: b64_encode(&sig) });
+    let s = seal(b"x", &bob.encryption_kid, &bob.encryption_public(), &alice.signing_kid, &alice.signing).unwrap();
+    let mut decoded = 0;
+    for k in small_order_keys() {
+        // Keys the curve library cannot decompress cannot be passed at all.
+        let Ok(vk) = Ed25519VerifyingKey::from_bytes(&k) else { continue };
+        decoded += 1;
+        let e = verify_message(&m, &vk).unwrap_err();
+        assert_eq!(e.code, "SIGNATURE_INVALID", "{k:?}");
+        let e = open(&s, &bob.encryption, &vk).unwrap_err();
+        assert_eq!(e.code, "SEAL_TAMPERED", "{k:?}");
+    }
+    assert!(decoded >= 7, "only {decoded} small-order keys decode");
+}
+
+#[test]
+fn sealing_refuses_non_canonical_recipient_keys() {
+    let (alice, bob) = (keys(1), keys(2));
+    let mut top = *bob.encryption_public().as_bytes();
+    top[31] |= 0x80;
+    let mut p = [0xff; 32];
+    p[0] = 0xed;
+    p[31] = 0x7f;
+    let mut p1 = p;
+    p1[0] = 0xee;
+    let max = {
+        let mut k = [0xff; 32];
+        k[31] = 0x7f;
+        k
+    };
+    for k in [top, p, p1, max, [0xff; 32]] {
+        let pk = X25519PublicKey::from(k);
+        let e = seal(b"x", &bob.encryption_kid, &pk, &alice.signing_kid, &alice.signing).unwrap_err();
+        assert_eq!(e.code, "INVALID_ARGUMENT", "{k:?}: {e}");
+        let e = seal_data(&Map::new(), b"x", &bob.encryption_kid, &pk, &alice.signing_kid, &alice.signing).unwrap_err();
+        assert_eq!(e.code, "INVALID_ARGUMENT", "{k:?}: {e}");
+    }
+    // Low order, canonical: nothing agreed with it is secret.
+    let mut one = [0u8; 32];
+    one[0] = 1;
+    for k in [[0u8; 32], one] {
+        let e = seal(b"x", &bob.encryption_kid, &X25519PublicKey::from(k), &alice.signing_kid, &alice.signing).unwrap_err();
+        assert_eq!(e.code, "INVALID_ARGUMENT", "{k:?}");
+    }
+    let s = seal(b"x", &bob.encryption_kid, &bob.encryption_public(), &alice.signing_kid, &alice.signing).unwrap();
+    assert_eq!(open(&s, &bob.encryption, &alice.signing_public()).unwrap(), b"x");
+}
+
+#[test]
+fn open_data_refuses_member_names_not_spelled_exactly() {
+    let (alice, bob) = (keys(1), keys(2));
+    let mut clear = Map::new();
+    clear.insert("room".into(), json!("lobby"));
+    let data = seal_data(&clear, b"pay carol", &bob.encryption_kid, &bob.encryption_public(), &alice.signing_kid, &alice.signing).unwrap();
+    let other = seal(b"pay mallory", &bob.encryption_kid, &bob.encryption_public(), &alice.signing_kid, &alice.signing).unwrap();
+    let sealed = data["sealed"].as_object().unwrap().clone();
+
+    let mut upper = sealed.clone();
+    let sig = upper.remove("sig").unwrap();
+    upper.insert("SIG".into(), sig.clone());
+    let mut second = sealed.clone();
+    for (name, v) in
+        [("EphemeralKey", &other.ephemeral_key), ("Nonce", &other.nonce), ("Ciphertext", &other.ciphertext), ("Sig", &other.sig)]
+    {
+        second.insert(name.into(), json!(v));
+    }
+    let mut extra = sealed.clone();
+    extra.insert("Sig".into(), sig);
+    for bad in [upper, second, extra] {
+        let mut d = data.clone();
+        d["sealed"] = Value::Object(bad);
+        let e = open_data(&d, &bob.encryption, &alice.signing_public()).unwrap_err();
+        assert_eq!(e.code, "SEAL_TAMPERED");
+    }
+    let (c, payload) = open_data(&data, &bob.encryption, &alice.signing_public()).unwrap();
+    assert_eq!((c, payload.as_slice()), (clear, &b"pay carol"[..]));
+
+    // Read from text, a sealed object refuses a member given twice.
+    let text = serde_json::to_string(&data["sealed"]).unwrap();
+    let dup = format!("{},\"ciphertext\":\"{}\"}}", &text[..text.len() - 1], other.ciphertext);
+    assert!(serde_json::from_str::<Sealed>(&text).is_ok());
+    assert!(serde_json::from_str::<Sealed>(&dup).is_err(), "{dup}");
+}
