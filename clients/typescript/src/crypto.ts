@@ -164,6 +164,44 @@ export function selectKey(keys: readonly PublicKey[], kid: string, use: "sig" | 
 
 // ---------- envelope signatures ----------
 
+// The encodings of the Ed25519 points of small order without their sign bit,
+// as the broker's seal.WeakSigningKey lists them (hex, little-endian): 0
+// (order 4), 1 (the identity), the two y of the points of order 8, p-1
+// (order 2), and the non-canonical p and p+1.
+const SMALL_ORDER_ED25519 = [
+  "00".repeat(32),
+  "01" + "00".repeat(31),
+  "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+  "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+  "ec" + "ff".repeat(30) + "7f",
+  "ed" + "ff".repeat(30) + "7f",
+  "ee" + "ff".repeat(30) + "7f",
+];
+
+/**
+ * Whether a 32-byte Ed25519 public key is a point of small order: under
+ * such a key some fixed bytes verify as a signature of many or all
+ * messages, so it proves nothing.
+ */
+function weakSigningKey(pub: Uint8Array): boolean {
+  let hex = "";
+  for (let i = 0; i < 32; i++) hex += (i === 31 ? pub[i]! & 0x7f : pub[i]!).toString(16).padStart(2, "0");
+  return SMALL_ORDER_ED25519.includes(hex);
+}
+
+/**
+ * Whether a 32-byte little-endian X25519 public key is below 2^255-19 (its
+ * top bit clear included): the spelling its holder's private key gives.
+ * X25519 ignores the top bit and reduces u, but the seal's header binds the
+ * bytes as given and the holder binds its own: what is sealed for another
+ * spelling never opens.
+ */
+function canonicalX25519(u: Uint8Array): boolean {
+  if (u[31] !== 0x7f) return u[31]! < 0x7f;
+  for (let i = 1; i < 31; i++) if (u[i] !== 0xff) return true;
+  return u[0]! < 0xed;
+}
+
 const ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz";
 
 /** A fresh message id in the server's form: "msg_" and 20 base-36 characters. */
@@ -186,6 +224,9 @@ function isEmptyData(d: unknown): boolean {
 /**
  * The canonical signing input: the UTF-8 bytes of the JCS form of
  * ["pigeon-sig-v1", subject, id, time, data] (absent or empty data is {}).
+ * Throws ENVELOPE_INVALID when data has no canonical form: a bigint, or a
+ * raw JSON number (JSON.rawJSON) whose value the canonical form would
+ * change (see {@link canonicalize}).
  */
 export function canonicalSigningInput(m: Pick<Message, "subject" | "id" | "time" | "data">): Uint8Array {
   const subject = nonEmpty(m.subject, "subject");
@@ -216,7 +257,9 @@ export function signMessage<M extends Partial<Message>>(m: M, kid: string, signi
 
 /**
  * Verifies m's signature with the signer's raw Ed25519 public key. Throws
- * SIGNATURE_REQUIRED (no signature) or SIGNATURE_INVALID.
+ * SIGNATURE_REQUIRED (no signature) or SIGNATURE_INVALID, which includes a
+ * key of small order (anyone can sign under it) and data without an exact
+ * canonical form.
  */
 export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | string): void {
   const sig = m.signature;
@@ -235,6 +278,7 @@ export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | s
   } catch {
     throw bad("the key is not an Ed25519 public key");
   }
+  if (weakSigningKey(pub)) throw bad("the key is an Ed25519 point of small order");
   try {
     input = canonicalSigningInput(m as Message);
   } catch {
@@ -317,11 +361,14 @@ function checkKid(k: unknown): k is string {
 
 /**
  * Seals plaintext for the recipient's X25519 public key and signs it with
- * the sender's Ed25519 seed (seal.Seal).
+ * the sender's Ed25519 seed (seal.Seal). A recipient key of low order or
+ * not in canonical form (top bit set, or u at or above 2^255-19) is
+ * INVALID_ARGUMENT: nothing sealed for it would open.
  */
 export function seal(plaintext: Uint8Array, recipientKid: string, recipientPub: Uint8Array | string, senderKid: string, senderSeed: Uint8Array | string): Sealed {
   if (!checkKid(recipientKid) || !checkKid(senderKid)) throw new PigeonError("INVALID_ARGUMENT", "seal: kid must be 1 to 128 bytes");
   const R = bytesOf(recipientPub, "recipient key", 32);
+  if (!canonicalX25519(R)) throw new PigeonError("INVALID_ARGUMENT", "seal: recipient key is not a canonical X25519 public key");
   const seed = bytesOf(senderSeed, "sender seed", 32);
   const e = randomBytes(32);
   const E = x25519.getPublicKey(e);
@@ -352,13 +399,15 @@ export function seal(plaintext: Uint8Array, recipientKid: string, recipientPub: 
 /**
  * Checks and decrypts a sealed object with the recipient's X25519 private
  * key and the sender's Ed25519 public key (seal.Open): the signature first,
- * then the decryption. Any failed check throws {@link SealTamperedError};
+ * then the decryption. Any failed check throws {@link SealTamperedError}
+ * (a sender key of small order, under which anyone can sign, included);
  * an unknown version or algorithm throws SEAL_UNSUPPORTED.
  */
 export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: Uint8Array | string): Uint8Array {
   const spub = bytesOf(senderPub, "sender key", 32);
   const rpriv = bytesOf(recipientPriv, "recipient key", 32);
   if (!s || typeof s !== "object") throw new SealTamperedError();
+  if (weakSigningKey(spub)) throw new SealTamperedError();
   if (s.v !== 1 || s.alg !== SEAL_ALG) throw new PigeonError("SEAL_UNSUPPORTED", `seal: unsupported v ${String(s.v)} alg ${String(s.alg)}`);
   if (!checkKid(s.recipientKid) || !checkKid(s.senderKid)) throw new SealTamperedError();
   let eph: Uint8Array, nonce: Uint8Array, ct: Uint8Array, sig: Uint8Array;
@@ -402,7 +451,10 @@ export function sealData(clear: Record<string, unknown>, payload: Uint8Array, re
 /**
  * Splits data built by sealData into its clear fields and the opened
  * payload (seal.OpenData). Throws SEAL_NOT_SEALED when there is no sealed
- * member; an unknown member inside the sealed object counts as tampering.
+ * member; an unknown member inside the sealed object, or one spelled in
+ * another case ("Sig"), counts as tampering. A parsed value cannot hold a
+ * member name twice: parse text from sources other than the broker with
+ * {@link parseStrict}, which refuses it (DUPLICATE_KEY).
  */
 export function openData(data: unknown, recipientPriv: Uint8Array | string, senderPub: Uint8Array | string): { clear: Record<string, unknown>; payload: Uint8Array } {
   if (!data || typeof data !== "object" || Array.isArray(data)) throw new PigeonError("SEAL_NOT_SEALED", "seal: data is not a JSON object");

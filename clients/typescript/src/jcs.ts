@@ -6,7 +6,11 @@
  * JSON (undefined, functions, symbols, bigints, class instances other than
  * plain objects and arrays), and nesting deeper than 10000. Duplicate member
  * names cannot occur in a parsed value; {@link parseStrict} refuses them in
- * text.
+ * text. A raw JSON value (`JSON.rawJSON`, where the runtime has it), which
+ * JSON.stringify sends as its text, is written as that text's value; a raw
+ * number whose value the canonical form would change (`9007199254740993`,
+ * more digits than a double keeps, `1e-400`) is refused, as the broker
+ * refuses it: two data differing there would have one canonical form.
  */
 import { PigeonError } from "./errors.js";
 
@@ -30,9 +34,77 @@ function num(n: number): string {
   return Object.is(n, -0) ? "0" : String(n);
 }
 
+/** The runtime's JSON.isRawJSON, where it has one (ES2025 JSON.parse source text access). */
+const isRawJSON = (JSON as { isRawJSON?: (v: unknown) => boolean }).isRawJSON;
+
+/**
+ * Whether the JSON number text `lit` is exactly the decimal JCS writes for
+ * it: the shortest decimal that reads back as the double nearest `lit` (as
+ * the broker's exactNumber). Spellings of one value (1.0 and 1, 1e2 and
+ * 100) are exact; 9007199254740993, 0.10000000000000001 and 1e-400 are not.
+ */
+export function exactNumber(lit: string): boolean {
+  const [neg, digits, exp] = parseDecimal(lit);
+  if (digits === "") return true; // zero, whatever its sign and exponent
+  // Up to 15 significant digits in the range of normal doubles survive the
+  // round trip through a double.
+  const top = exp + digits.length - 1;
+  if (digits.length <= 15 && top >= -307 && top <= 307) return true;
+  const f = Number(lit);
+  if (!Number.isFinite(f)) return false;
+  // toExponential() without digits writes the shortest decimal that reads back as f.
+  const [sneg, sdigits, sexp] = parseDecimal(f.toExponential());
+  return sneg === neg && sexp === exp && sdigits === digits;
+}
+
+// parseDecimal splits a JSON number into its sign and its value as
+// digits × 10^exp, digits without leading or trailing zeros ("" for zero).
+// Exponents beyond ±1e9 saturate, which keeps them apart from any double's.
+function parseDecimal(lit: string): [boolean, string, number] {
+  let i = 0;
+  const neg = lit[0] === "-";
+  if (neg) i++;
+  let digits = "";
+  let frac = 0;
+  let dot = false;
+  for (; i < lit.length && lit[i] !== "e" && lit[i] !== "E"; i++) {
+    const c = lit[i]!;
+    if (c === ".") dot = true;
+    else if (c === "0" && digits === "") { if (dot) frac++; }
+    else { digits += c; if (dot) frac++; }
+  }
+  let exp = 0;
+  if (i < lit.length) {
+    i++;
+    const eneg = lit[i] === "-";
+    if (lit[i] === "+" || lit[i] === "-") i++;
+    for (; i < lit.length; i++) if (exp < 1e9) exp = exp * 10 + (lit.charCodeAt(i) - 48);
+    if (eneg) exp = -exp;
+  }
+  exp -= frac;
+  let end = digits.length;
+  while (end > 0 && digits[end - 1] === "0") { end--; exp++; }
+  digits = digits.slice(0, end);
+  return [neg, digits, digits === "" ? 0 : exp];
+}
+
+// rawValue is the value of a raw JSON text: a number only when the
+// canonical form keeps its value.
+function rawValue(text: string): unknown {
+  const v: unknown = JSON.parse(text);
+  if (typeof v === "number" && !exactNumber(text.trim())) {
+    refuse("a number has more precision than a double keeps; send it as a string");
+  }
+  return v;
+}
+
 function write(v: unknown, depth: number, out: string[]): void {
   if (depth > MAX_DEPTH) refuse("nesting deeper than 10000");
   if (v === null) { out.push("null"); return; }
+  if (isRawJSON !== undefined && typeof v === "object" && isRawJSON(v)) {
+    write(rawValue((v as { rawJSON: string }).rawJSON), depth, out);
+    return;
+  }
   switch (typeof v) {
     case "boolean": out.push(v ? "true" : "false"); return;
     case "number": out.push(num(v)); return;

@@ -2,8 +2,10 @@
 // the bound on a subscription's resume set, and the publish frames (against
 // a WebSocket in memory).
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import {
   connect,
@@ -27,6 +29,7 @@ import {
   statusOf,
 } from "../dist/index.js";
 import { wsURL } from "../dist/socket.js";
+import { exactNumber } from "../dist/jcs.js";
 import { MAX_OUTSTANDING, Outstanding } from "../dist/subscription.js";
 import { CONFORMANCE } from "./harness.mjs";
 
@@ -125,6 +128,110 @@ test("seal and open; every tampering is refused", () => {
   assert.throws(() => openData({ ...data, sealed: { ...data.sealed, extra: 1 } }, bob.encryptionPrivate, alice.signingPublic), SealTamperedError);
   assert.throws(() => openData({ kind: "chat" }, bob.encryptionPrivate, alice.signingPublic), (e) => e.code === "SEAL_NOT_SEALED");
   assert.throws(() => sealData({ sealed: 1 }, pt, bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed), PigeonError);
+});
+
+test("JCS: exactNumber holds a number whose value the canonical form keeps, as the broker", () => {
+  const cases = {
+    "0": true, "-0": true, "0.0": true, "0e5": true, "1e-400": false, "-1e-400": false, "5e-324": true, "0.5e-323": true,
+    "2.5e-324": false, "1.7976931348623157e308": true, "17976931348623157e292": true, "1e309": false,
+    "9007199254740992": true, "9007199254740993": false, "123456789012345": true, "1234567890123456": true, "0.1": true,
+    "0.10000000000000001": false, "100000000000000000000": true, "1E21": true, "1.0": true, "1e2": true, "100.000": true,
+    "-123456789.012345": true, "12345678901234567000": true, "12345678901234567168": false,
+  };
+  for (const [lit, want] of Object.entries(cases)) assert.equal(exactNumber(lit), want, lit);
+});
+
+test("signing: a bigint or a raw JSON number the canonical form would round is refused (ENVELOPE_INVALID)", () => {
+  const k = generateKeys();
+  const base = { subject: "chat.messages", id: "msg_big_1", time: "2026-11-29T12:00:00Z" };
+  for (const n of [9007199254740993n, 5n]) {
+    assert.throws(() => signMessage({ ...base, data: { n } }, k.signingKid, k.signingSeed), (e) => e instanceof PigeonError && e.code === "ENVELOPE_INVALID");
+  }
+  // A JS number is already a double: it is signed as the value sent.
+  const m = signMessage({ ...base, data: { n: 2 ** 53 + 2, m: 12345678901234567891 } }, k.signingKid, k.signingSeed);
+  verifyMessage(JSON.parse(JSON.stringify(m)), k.signingPublic);
+  // JSON.rawJSON (Node 20 behind a flag, newer runtimes natively) sends a
+  // number's text as given: test/rawjson-check.mjs runs where it exists.
+  const flags = typeof JSON.rawJSON === "function" ? [] : ["--harmony-json-parse-with-source"];
+  const out = execFileSync(process.execPath, [...flags, fileURLToPath(new URL("./rawjson-check.mjs", import.meta.url))], { encoding: "utf8" });
+  assert.match(out, /rawJSON ok/);
+});
+
+// The fourteen encodings of Ed25519 points of small order: seven values of
+// y, each with the sign bit clear and set.
+function smallOrderKeys() {
+  const hex = [
+    "00".repeat(32),
+    "01" + "00".repeat(31),
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "ec" + "ff".repeat(30) + "7f",
+    "ed" + "ff".repeat(30) + "7f",
+    "ee" + "ff".repeat(30) + "7f",
+  ];
+  const keys = [];
+  for (const h of hex) {
+    const k = Uint8Array.from(h.match(/../g).map((b) => parseInt(b, 16)));
+    keys.push(k, Uint8Array.from(k, (b, i) => (i === 31 ? b | 0x80 : b)));
+  }
+  return keys;
+}
+
+test("verifyMessage and open refuse an Ed25519 key of small order", () => {
+  const alice = generateKeys();
+  const bob = generateKeys();
+  // Under the identity, R = identity and S = 0 satisfy the cofactorless
+  // equation for every message.
+  const sig = new Uint8Array(64);
+  sig[0] = 1;
+  const m = { subject: "s", id: "i", time: "2026-01-01T00:00:00Z", data: { n: 1 }, signature: { kid: "k1", alg: "ed25519", sig: b64encode(sig) } };
+  const s = seal(new Uint8Array([1]), bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed);
+  const keys = smallOrderKeys();
+  assert.equal(keys.length, 14);
+  for (const pub of keys) {
+    assert.throws(() => verifyMessage(m, pub), (e) => e.code === "SIGNATURE_INVALID", b64encode(pub));
+    assert.throws(() => open(s, bob.encryptionPrivate, pub), SealTamperedError, b64encode(pub));
+  }
+});
+
+test("seal refuses an X25519 recipient key that is not canonical", () => {
+  const alice = generateKeys();
+  const bob = generateKeys();
+  const pt = new Uint8Array([1]);
+  const top = Uint8Array.from(bob.encryptionPublic);
+  top[31] |= 0x80;
+  const p = new Uint8Array(32).fill(0xff);
+  p[0] = 0xed;
+  p[31] = 0x7f;
+  const p1 = Uint8Array.from(p);
+  p1[0] = 0xee;
+  for (const pub of [top, p, p1, new Uint8Array(32).fill(0xff)]) {
+    assert.throws(() => seal(pt, bob.encryptionKid, pub, alice.signingKid, alice.signingSeed), (e) => e.code === "INVALID_ARGUMENT", b64encode(pub));
+    assert.throws(() => sealData({ room: "lobby" }, pt, bob.encryptionKid, b64encode(pub), alice.signingKid, alice.signingSeed), (e) => e.code === "INVALID_ARGUMENT");
+  }
+  const one = new Uint8Array(32);
+  one[0] = 1;
+  assert.throws(() => seal(pt, bob.encryptionKid, one, alice.signingKid, alice.signingSeed), (e) => e.code === "INVALID_ARGUMENT", "low order");
+  assert.deepEqual(open(seal(pt, bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed), bob.encryptionPrivate, alice.signingPublic), pt);
+});
+
+test("openData takes the sealed object's member names exactly; parseStrict refuses one given twice", () => {
+  const alice = generateKeys();
+  const bob = generateKeys();
+  const enc = new TextEncoder();
+  const data = sealData({ room: "lobby" }, enc.encode("pay carol"), bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed);
+  const other = seal(enc.encode("pay mallory"), bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed);
+  const { sig, ...rest } = data.sealed;
+  const upper = { ...rest, SIG: sig };
+  const second = { ...data.sealed, EphemeralKey: other.ephemeralKey, Nonce: other.nonce, Ciphertext: other.ciphertext, Sig: other.sig };
+  for (const sealed of [upper, second, { ...data.sealed, Sig: sig }]) {
+    assert.throws(() => openData({ ...data, sealed }, bob.encryptionPrivate, alice.signingPublic), SealTamperedError);
+  }
+  const text = JSON.stringify(data);
+  const dupSealed = `${text.slice(0, -2)},"ciphertext":${JSON.stringify(other.ciphertext)}}}`;
+  const dupData = `${text.slice(0, -1)},"sealed":${JSON.stringify(other)}}`;
+  for (const t of [dupSealed, dupData]) assert.throws(() => parseStrict(t), (e) => e.code === "DUPLICATE_KEY");
+  assert.equal(new TextDecoder().decode(openData(parseStrict(text), bob.encryptionPrivate, alice.signingPublic).payload), "pay carol");
 });
 
 test("selectKey: kid, use and validity window; the latest notBefore without a kid", () => {
