@@ -57,8 +57,10 @@ pub(crate) fn exact_number(lit: &str) -> bool {
         Ok(f) if f64::is_finite(f) => f,
         _ => return false,
     };
-    // `{:e}` writes the shortest decimal that reads back as f.
-    let short = format!("{f:e}");
+    // The canonical writer's own spelling of f: the shortest decimal that
+    // reads back as f, the even one of two (ECMAScript's Number::toString;
+    // Rust's `{:e}` breaks that tie the other way).
+    let Ok(short) = serde_jcs::to_string(&f) else { return false };
     let (sneg, sdigits, sexp) = parse_decimal(&short);
     sneg == neg && sexp == exp && sdigits == digits
 }
@@ -190,6 +192,11 @@ mod tests {
             ("-123456789.012345", true),
             ("12345678901234567000", true),
             ("12345678901234567168", false),
+            // Two shortest decimals read back as the double: JCS writes the even one.
+            ("-809017603862647.2", true),
+            ("-809017603862647.3", false),
+            ("2094929664364739.2", true),
+            ("20949296643647.393e2", false),
         ] {
             assert_eq!(exact_number(lit), want, "{lit}");
         }
