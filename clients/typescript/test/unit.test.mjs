@@ -137,6 +137,8 @@ test("JCS: exactNumber holds a number whose value the canonical form keeps, as t
     "9007199254740992": true, "9007199254740993": false, "123456789012345": true, "1234567890123456": true, "0.1": true,
     "0.10000000000000001": false, "100000000000000000000": true, "1E21": true, "1.0": true, "1e2": true, "100.000": true,
     "-123456789.012345": true, "12345678901234567000": true, "12345678901234567168": false,
+    // Two shortest decimals read back as the double: JCS writes the even one.
+    "-809017603862647.2": true, "-809017603862647.3": false, "2094929664364739.2": true, "20949296643647.393e2": false,
   };
   for (const [lit, want] of Object.entries(cases)) assert.equal(exactNumber(lit), want, lit);
 });
