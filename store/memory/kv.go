@@ -9,27 +9,17 @@ import (
 
 // Put stores a copy of val under bucket and key.
 func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	val = bytes.Clone(val)
-	s.kvMu.Lock()
-	defer s.kvMu.Unlock()
-	if err := s.checkClosed(); err != nil {
-		return err
-	}
-	b := s.kv[bucket]
-	if b == nil {
-		b = make(map[string][]byte)
-		s.kv[bucket] = b
-	}
-	b[key] = val
-	return nil
+	return s.store(ctx, bucket, key, val, false)
 }
 
 // Create stores a copy of val under bucket and key if the key has no
 // value, and returns store.ErrExists otherwise (store.KVCreator).
 func (s *Store) Create(ctx context.Context, bucket, key string, val []byte) error {
+	return s.store(ctx, bucket, key, val, true)
+}
+
+// store is Put, or Create when create is set.
+func (s *Store) store(ctx context.Context, bucket, key string, val []byte, create bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -44,7 +34,7 @@ func (s *Store) Create(ctx context.Context, bucket, key string, val []byte) erro
 		b = make(map[string][]byte)
 		s.kv[bucket] = b
 	}
-	if _, ok := b[key]; ok {
+	if _, ok := b[key]; ok && create {
 		return store.ErrExists
 	}
 	b[key] = val
