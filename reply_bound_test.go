@@ -29,7 +29,10 @@ func TestAbandonedRequestsDoNotPinLargeReplies(t *testing.T) {
 	sent := make([]*pigeon.Message, requests)
 	for i := range sent {
 		sent[i] = demo.Payment("o-abandoned-" + strconv.Itoa(i))
-		short, cancel := contextWithTimeout(time.Millisecond)
+		// Long enough for the request to be published on a loaded machine
+		// (a deadline that passes first refuses the publish itself); no
+		// reply comes before the loop ends, so each times out all the same.
+		short, cancel := contextWithTimeout(50 * time.Millisecond)
 		_, err := checkout.Request(short, sent[i])
 		cancel()
 		requireCode(t, err, pigeon.CodeRequestTimeout)
