@@ -14,16 +14,20 @@ import (
 	"pigeon/transport/transporttest"
 )
 
-const signer = "spiffe://sig/signer"
+const (
+	signer  = "spiffe://sig/signer"
+	copycat = "spiffe://sig/copycat"
+)
 
-// integrityFixture has a subject that requires signatures and one that
-// requires end-to-end encryption with routing fields.
+// integrityFixture has a subject that requires signatures, one where they
+// are optional, and one that requires end-to-end encryption with routing
+// fields; signer and copycat may publish and receive on each.
 func integrityFixture(t *testing.T) *fixture {
 	return newFixture(t, func(o *pigeon.Options) {
 		o.Catalog = transporttest.Options().Catalog
 		allow := map[pigeon.Operation][]pigeon.RuleSpec{
-			pigeon.OpPublish: {{Effect: "allow", Principals: []string{signer}}},
-			pigeon.OpReceive: {{Effect: "allow", Principals: []string{signer}}},
+			pigeon.OpPublish: {{Effect: "allow", Principals: []string{signer, copycat}}},
+			pigeon.OpReceive: {{Effect: "allow", Principals: []string{signer, copycat}}},
 		}
 		o.Catalog.Schemas["sealed.v1"] = []byte(`{"type":"object","required":["kind","room"],"properties":{"kind":{"type":"string"},"room":{"type":"string"}}}`)
 		o.Catalog.Subjects = append(o.Catalog.Subjects,
@@ -35,7 +39,9 @@ func integrityFixture(t *testing.T) *fixture {
 				Schema: &pigeon.SchemaRef{Name: "sealed.v1"},
 				Data:   pigeon.DataPolicy{Encryption: "required", RoutingFields: []string{"kind", "room"}}},
 		)
-		o.Authenticator = pigeon.NewStaticTokens(pigeon.StaticToken{Token: "signer-token", Principal: signer})
+		o.Authenticator = pigeon.NewStaticTokens(
+			pigeon.StaticToken{Token: "signer-token", Principal: signer},
+			pigeon.StaticToken{Token: "copycat-token", Principal: copycat})
 		o.Now = nil
 	})
 }

@@ -12,29 +12,7 @@ import (
 
 	"pigeon"
 	"pigeon/seal"
-	"pigeon/transport/transporttest"
 )
-
-const copycat = "spiffe://sig/copycat"
-
-// keyOwnerFixture has the subject signed.events, which requires signatures,
-// and two principals that may publish on it: signer and copycat.
-func keyOwnerFixture(t *testing.T) *fixture {
-	return newFixture(t, func(o *pigeon.Options) {
-		o.Catalog = transporttest.Options().Catalog
-		allow := map[pigeon.Operation][]pigeon.RuleSpec{
-			pigeon.OpPublish: {{Effect: "allow", Principals: []string{signer, copycat}}},
-			pigeon.OpReceive: {{Effect: "allow", Principals: []string{signer, copycat}}},
-		}
-		o.Catalog.Subjects = append(o.Catalog.Subjects,
-			pigeon.SubjectPolicy{Name: "signed.events", Version: "v1", Intents: []string{"tell"}, Policy: allow,
-				Integrity: pigeon.IntegrityPolicy{Signature: "required"}})
-		o.Authenticator = pigeon.NewStaticTokens(
-			pigeon.StaticToken{Token: "signer-token", Principal: signer},
-			pigeon.StaticToken{Token: "copycat-token", Principal: copycat})
-		o.Now = nil
-	})
-}
 
 // TestPublishedKeyHasOneOwner: a signature names a kid, not an account, so
 // the account whose published keys verify it is taken for its author. An
@@ -43,7 +21,7 @@ func keyOwnerFixture(t *testing.T) *fixture {
 // as its own (the broker stamps it as the source and the signature verifies
 // against its keys) and claim the other's sealed payloads.
 func TestPublishedKeyHasOneOwner(t *testing.T) {
-	f := keyOwnerFixture(t)
+	f := integrityFixture(t)
 	for _, id := range []string{signer, copycat} {
 		_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: id})
 		require.NoError(t, err)
@@ -138,7 +116,7 @@ func TestPublishedKeyHasOneOwner(t *testing.T) {
 // TestCreateAccountValidatesKeys: keys given at creation obey the rules of
 // PutAccountKeys: valid, at most MaxAccountKeys, and not another account's.
 func TestCreateAccountValidatesKeys(t *testing.T) {
-	f := keyOwnerFixture(t)
+	f := integrityFixture(t)
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	taken := pigeon.Ed25519PublicKey("sig-1", pub)

@@ -63,7 +63,7 @@ func TestWeakKeysAreRefused(t *testing.T) {
 	}
 
 	// The account cannot publish one either.
-	f := keyOwnerFixture(t)
+	f := integrityFixture(t)
 	_, err = f.e.CreateAccount(ctx, pigeon.Account{ID: signer})
 	require.NoError(t, err)
 	_, err = f.e.PutAccountKeys(ctx, signer, []pigeon.PublicKey{pigeon.Ed25519PublicKey("sig-weak", identityKey)})
