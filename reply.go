@@ -29,7 +29,9 @@ const (
 // replyTable routes replies to waiting requesters by request id. A waiter
 // is bound to the principal that publishes the request: a reply goes to it
 // only when the stored request is that principal's, and a second waiter
-// for an id that is waited on is refused, never swapped in.
+// for an id that is waited on is refused, never swapped in. Request binds
+// it to the credential too (sentBy) before it claims or waits for the
+// reply to a request it repeats.
 type replyTable struct {
 	mu      sync.Mutex
 	waiters map[string]replyWaiter
@@ -218,6 +220,29 @@ func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Mes
 	return r, nil
 }
 
+// sentBy refuses c a request that repeats req (a duplicate by its
+// idempotency key or its id) unless c's credential sent req: c holds the
+// contract req was published under (contract.heldBy). Idempotency keys
+// are scoped by principal, so without it a narrower credential of the
+// same account (a grant token) that learned a request's key or id could
+// claim or wait for the reply meant for the wider one. A request whose
+// contract is gone is claimed by no one.
+func (e *Engine) sentBy(ctx context.Context, c Caller, req *Message) error {
+	if req.ContractID == c.ContractID {
+		return nil // c's contract was checked by the publish
+	}
+	k, err := e.lookupContract(ctx, req.ContractID)
+	if err != nil {
+		return err
+	}
+	if k == nil || !k.heldBy(c.Principal) {
+		code := CodeContractPrincipalMismatch
+		e.audit(ctx, EventReceiveDenied.record(OutcomeDeny, code, store.AuditRecord{Gate: GateContract, Subject: req.Subject, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: req.ID}))
+		return NewError(code, "the request was sent by another credential; its reply goes to that credential only")
+	}
+	return nil
+}
+
 // Request publishes m as a request and blocks until its reply arrives or
 // ctx ends (REQUEST_TIMEOUT). The reply is the message a responder
 // published with correlationId equal to the request's id.
@@ -240,6 +265,12 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 		return nil, err
 	}
 	id := req.ID
+	if res.Status == StatusDuplicate {
+		if err := e.sentBy(ctx, c, res.Message); err != nil {
+			e.replies.cancel(req.ID, ch)
+			return nil, err
+		}
+	}
 	if res.Status == StatusDuplicate && res.Message.ID != req.ID {
 		// The original request was sent before: wait for (or claim) its reply.
 		e.replies.cancel(req.ID, ch)

@@ -1,6 +1,7 @@
 package pigeon_test
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -59,4 +60,72 @@ func TestAbandonedRequestsDoNotPinLargeReplies(t *testing.T) {
 	reply, err := checkout.Request(ctx, sent[0])
 	require.NoError(t, err)
 	require.JSONEq(t, string(large), string(reply.Data))
+}
+
+// A parked reply, and the reply a request still waits for, go only to the
+// credential that sent the request: a grant token of the same account
+// that knows the request's idempotency key (or its id) and may publish on
+// the subject neither claims the parked reply nor waits for the coming
+// one; the requester's own credential, on a new session, still does.
+// Before, both were bound to the principal id alone.
+func TestRepliesBoundToTheRequestingCredential(t *testing.T) {
+	f := newFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "payer", Permissions: []pigeon.Permission{{Subject: "payments.authorize", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: demo.Checkout, Roles: []string{"payer"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, demo.Checkout, []string{"payer"}, time.Hour)
+	require.NoError(t, err)
+	program, err := e.Connect(ctx, g.Token, []string{"payments.authorize"})
+	require.NoError(t, err)
+	defer program.Close(ctx)
+	checkout := f.connect("checkout-token", "payments.authorize")
+	gateway := f.connect("gateway-token", "payments.authorize")
+
+	abandon := func(m *pigeon.Message) {
+		t.Helper()
+		short, cancel := contextWithTimeout(50 * time.Millisecond)
+		defer cancel()
+		_, err := checkout.Request(short, m)
+		requireCode(t, err, pigeon.CodeRequestTimeout)
+	}
+	bounded := func() context.Context {
+		c, cancel := contextWithTimeout(2 * time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+
+	// The reply is parked: the grant's retry by idempotency key and by id
+	// is refused, and leaves it for the requester.
+	parked := demo.Payment("o-parked")
+	abandon(parked)
+	req := receiveOne(t, gateway, "payments.authorize")
+	_, err = gateway.Publish(ctx, demo.Approval(req.ID))
+	require.NoError(t, err)
+	_, err = program.Request(bounded(), demo.Payment("o-parked"))
+	requireCode(t, err, pigeon.CodeContractPrincipalMismatch)
+	byID := demo.Payment("o-parked")
+	byID.ID = req.ID
+	_, err = program.Request(bounded(), byID)
+	requireCode(t, err, pigeon.CodeContractPrincipalMismatch)
+
+	again := f.connect("checkout-token", "payments.authorize")
+	reply, err := again.Request(bounded(), demo.Payment("o-parked"))
+	require.NoError(t, err, "the requester's own credential claims its reply")
+	require.JSONEq(t, `{"approved":true}`, string(reply.Data))
+
+	// The reply has not come yet: the grant may not wait for it.
+	coming := demo.Payment("o-coming")
+	abandon(coming)
+	req = receiveOne(t, gateway, "payments.authorize")
+	byID = demo.Payment("o-coming")
+	byID.ID = req.ID
+	_, err = program.Request(bounded(), byID)
+	requireCode(t, err, pigeon.CodeContractPrincipalMismatch)
+	_, err = gateway.Publish(ctx, demo.Approval(req.ID))
+	require.NoError(t, err)
+	reply, err = again.Request(bounded(), demo.Payment("o-coming"))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"approved":true}`, string(reply.Data))
 }
