@@ -412,11 +412,33 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 	return &res.r, nil
 }
 
-// duplicate answers a publish that repeats orig.
+// duplicate answers a publish that repeats orig. The original comes back
+// whole only to the credential that published it (holds): idempotency
+// keys are scoped by principal, and another credential of the account (a
+// grant token that may publish on the subject but not receive from it)
+// learns that its key was used and the original's id and sequence, not
+// the original's data.
 func (e *Engine) duplicate(ctx context.Context, a *Admission, orig *Message) *Result {
 	s := a.subj
 	e.audit(ctx, EventPublishDuplicate.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: a.Message.ID}))
+	if !e.holds(ctx, a.Principal, a.contractID, orig.ContractID) {
+		orig = &Message{SpecVersion: orig.SpecVersion, ID: orig.ID, Source: orig.Source, Subject: orig.Subject,
+			IdempotencyKey: orig.IdempotencyKey, Sequence: orig.Sequence, ContractID: orig.ContractID,
+			SubjectID: orig.SubjectID, AcceptedAt: orig.AcceptedAt}
+	}
 	return &Result{Status: StatusDuplicate, Message: orig}
+}
+
+// holds reports whether p, acting under contract current, holds contract
+// id: the same contract, or one negotiated with p's credential
+// (contract.heldBy). A contract that is gone, or cannot be read, is held
+// by no one.
+func (e *Engine) holds(ctx context.Context, p *Principal, current, id string) bool {
+	if id == current {
+		return true
+	}
+	c, err := e.lookupContract(ctx, id)
+	return err == nil && c != nil && c.heldBy(p)
 }
 
 // acceptedResult is an accepted publish's Result with its message, in one

@@ -221,26 +221,17 @@ func (e *Engine) handReply(ctx context.Context, c Caller, req, r *Message) (*Mes
 }
 
 // sentBy refuses c a request that repeats req (a duplicate by its
-// idempotency key or its id) unless c's credential sent req: c holds the
-// contract req was published under (contract.heldBy). Idempotency keys
+// idempotency key or its id) unless c's credential sent req (holds). Idempotency keys
 // are scoped by principal, so without it a narrower credential of the
 // same account (a grant token) that learned a request's key or id could
-// claim or wait for the reply meant for the wider one. A request whose
-// contract is gone is claimed by no one.
+// claim or wait for the reply meant for the wider one.
 func (e *Engine) sentBy(ctx context.Context, c Caller, req *Message) error {
-	if req.ContractID == c.ContractID {
-		return nil // c's contract was checked by the publish
+	if e.holds(ctx, c.Principal, c.ContractID, req.ContractID) {
+		return nil
 	}
-	k, err := e.lookupContract(ctx, req.ContractID)
-	if err != nil {
-		return err
-	}
-	if k == nil || !k.heldBy(c.Principal) {
-		code := CodeContractPrincipalMismatch
-		e.audit(ctx, EventReceiveDenied.record(OutcomeDeny, code, store.AuditRecord{Gate: GateContract, Subject: req.Subject, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: req.ID}))
-		return NewError(code, "the request was sent by another credential; its reply goes to that credential only")
-	}
-	return nil
+	code := CodeContractPrincipalMismatch
+	e.audit(ctx, EventReceiveDenied.record(OutcomeDeny, code, store.AuditRecord{Gate: GateContract, Subject: req.Subject, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: req.ID}))
+	return NewError(code, "the request was sent by another credential; its reply goes to that credential only")
 }
 
 // Request publishes m as a request and blocks until its reply arrives or

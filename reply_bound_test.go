@@ -69,20 +69,11 @@ func TestAbandonedRequestsDoNotPinLargeReplies(t *testing.T) {
 // one; the requester's own credential, on a new session, still does.
 // Before, both were bound to the principal id alone.
 func TestRepliesBoundToTheRequestingCredential(t *testing.T) {
-	f := newFixture(t)
-	e := f.e
-	_, err := e.PutRole(ctx, pigeon.Role{Name: "payer", Permissions: []pigeon.Permission{{Subject: "payments.authorize", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
-	require.NoError(t, err)
-	_, err = e.CreateAccount(ctx, pigeon.Account{ID: demo.Checkout, Roles: []string{"payer"}})
-	require.NoError(t, err)
-	g, err := e.IssueGrant(ctx, demo.Checkout, []string{"payer"}, time.Hour)
-	require.NoError(t, err)
-	program, err := e.Connect(ctx, g.Token, []string{"payments.authorize"})
-	require.NoError(t, err)
-	defer program.Close(ctx)
+	f, program := checkoutGrantFixture(t)
 	checkout := f.connect("checkout-token", "payments.authorize")
 	gateway := f.connect("gateway-token", "payments.authorize")
 
+	var err error
 	abandon := func(m *pigeon.Message) {
 		t.Helper()
 		short, cancel := contextWithTimeout(50 * time.Millisecond)
@@ -128,4 +119,52 @@ func TestRepliesBoundToTheRequestingCredential(t *testing.T) {
 	reply, err = again.Request(bounded(), demo.Payment("o-coming"))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"approved":true}`, string(reply.Data))
+}
+
+// checkoutGrantFixture is the demo with an account for checkout and a
+// session of a grant token of it (role payer: publish on
+// payments.authorize).
+func checkoutGrantFixture(t *testing.T) (*fixture, pigeon.Session) {
+	t.Helper()
+	f := newFixture(t)
+	e := f.e
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "payer", Permissions: []pigeon.Permission{{Subject: "payments.authorize", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: demo.Checkout, Roles: []string{"payer"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, demo.Checkout, []string{"payer"}, time.Hour)
+	require.NoError(t, err)
+	program, err := e.Connect(ctx, g.Token, []string{"payments.authorize"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = program.Close(ctx) })
+	return f, program
+}
+
+// A publish that repeats another credential's message of the same account
+// (idempotency keys are scoped by principal) is answered duplicate with
+// the original's id and sequence, not its data or envelope: a grant token
+// that may publish on a subject, but not receive from it, does not read
+// the account's messages by guessing their keys. The credential that sent
+// it, on a new session and contract, still gets the original whole.
+func TestDuplicateWholeOnlyToItsCredential(t *testing.T) {
+	f, program := checkoutGrantFixture(t)
+	sent, err := f.connect("checkout-token", "payments.authorize").Publish(ctx, demo.Payment("o-dup"))
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusAccepted, sent.Status)
+
+	res, err := program.Publish(ctx, demo.Payment("o-dup"))
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusDuplicate, res.Status)
+	require.Equal(t, sent.Message.ID, res.Message.ID)
+	require.Equal(t, sent.Message.Sequence, res.Message.Sequence)
+	require.Empty(t, res.Message.Data)
+	require.Empty(t, res.Message.Type)
+	require.Empty(t, res.Message.Classification)
+
+	again, err := f.connect("checkout-token", "payments.authorize").Publish(ctx, demo.Payment("o-dup"))
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusDuplicate, again.Status)
+	require.Equal(t, sent.Message.ID, again.Message.ID)
+	require.JSONEq(t, string(demo.Payment("o-dup").Data), string(again.Message.Data))
+	require.Equal(t, "payment.authorization.requested", again.Message.Type)
 }
