@@ -249,9 +249,10 @@ func answerMessages(f *Frame) []*pigeon.Message {
 }
 
 // Publish admits one message; see Engine.Publish. It is PublishAsync
-// and Wait: publishes from many goroutines share frames.
+// and Wait: publishes from many goroutines share frames, and one that
+// finds the connection's writer idle writes its frame itself.
 func (s *Session) Publish(ctx context.Context, m *pigeon.Message) (*pigeon.Result, error) {
-	p, err := s.PublishAsync(ctx, m)
+	p, err := s.publishAsync(ctx, m, true)
 	if err != nil {
 		return nil, err
 	}

@@ -64,3 +64,24 @@ func ReceivedThrough(sub pigeon.Subscription) uint64 {
 // (or about to): goroutines that count in runtime.NumGoroutine but belong
 // to no connection.
 func ParkedWorkers() int { return int(opWorkers.idle.Load()) }
+
+// HoldWriter takes the write lock of s's connection, as its writer does
+// for a burst; release gives it back.
+func HoldWriter(s *Session) (release func()) {
+	cc, err := s.conn()
+	if err != nil {
+		panic(err)
+	}
+	cc.wmu.Lock()
+	return cc.wmu.Unlock
+}
+
+// QueuedFrames returns how many frames of s's connection wait for its
+// writer in the call queue.
+func QueuedFrames(s *Session) int64 {
+	cc, err := s.conn()
+	if err != nil {
+		panic(err)
+	}
+	return cc.queued.Load()
+}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/coder/websocket"
+
 	"pigeon"
 	"pigeon/internal/jsontext"
 )
@@ -139,6 +141,12 @@ func (p *PendingPublish) resolveWith(status string, m *pigeon.Message, res *pige
 // are): wait for an answer before publishing what must follow it.
 // Close fails the publishes not yet answered; wait for them first.
 func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*PendingPublish, error) {
+	return s.publishAsync(ctx, m, false)
+}
+
+// publishAsync is PublishAsync; now lets the caller write the frame
+// itself when the writer is idle (publishNow).
+func (s *Session) publishAsync(ctx context.Context, m *pigeon.Message, now bool) (*PendingPublish, error) {
 	if err := checkMessage(m); err != nil {
 		return nil, err
 	}
@@ -161,11 +169,56 @@ func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*Pending
 		}
 	}
 	p := &PendingPublish{slots: s.pubSlots}
+	if now && cc.publishNow(m, p) {
+		return p, nil
+	}
 	if err := cc.pq.push(m, p); err != nil {
 		<-s.pubSlots
 		return nil, err
 	}
 	return p, nil
+}
+
+// publishNow writes m's publish frame itself, for p, when the writer is
+// idle and nothing is queued (see clientConn); it reports whether it did.
+// A synchronous publish waits for its answer anyway: the writer's
+// batching, which a stream of asynchronous publishes needs, would only
+// add a hand-off to it.
+func (cc *clientConn) publishNow(m *pigeon.Message, p *PendingPublish) bool {
+	if !cc.wmu.TryLock() {
+		return false
+	}
+	defer cc.wmu.Unlock()
+	if cc.queued.Load() != 0 || !cc.pq.empty() {
+		return false
+	}
+	id := strconv.FormatUint(cc.seq.Add(1), 36)
+	p.data = sentData(m.Data) // before the answer can come
+	cc.mu.Lock()
+	if cc.ended {
+		cc.mu.Unlock()
+		return false // the queue refuses it with the connection's error
+	}
+	cc.pending[id] = &pendingCall{pub: []*PendingPublish{p}}
+	cc.mu.Unlock()
+	b := appendPublishHead(cc.wbuf[:0], id)
+	b = m.AppendJSON(b)
+	b = append(b, '}')
+	if cap(b) <= 2*maxBatchBytes+4096 {
+		cc.wbuf = b
+	}
+	if err := cc.ws.Write(cc.ctx, websocket.MessageText, b); err != nil {
+		cc.fail(err) // fails p with the connection
+	}
+	return true
+}
+
+// appendPublishHead appends the head of a v1 publish frame with id,
+// asking for a brief answer, up to its message.
+func appendPublishHead(b []byte, id string) []byte {
+	b = append(b, `{"op":"publish","id":`...)
+	b = jsontext.AppendString(b, id)
+	return append(b, `,"brief":true,"message":`...)
 }
 
 // pubQueue holds the publishes of a connection not yet taken by its
@@ -260,6 +313,13 @@ func sentData(d []byte) []byte {
 	return bytes.Clone(d)
 }
 
+// empty reports whether no publish is queued.
+func (q *pubQueue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.segs) == 0
+}
+
 // take removes the first segment, or returns nil.
 func (q *pubQueue) take() *pubSeg {
 	q.mu.Lock()
@@ -325,9 +385,7 @@ func (cc *clientConn) nextPublishFrame() []byte {
 	cc.mu.Unlock()
 	b := cc.wbuf[:0]
 	if len(seg.items) == 1 {
-		b = append(b, `{"op":"publish","id":`...)
-		b = jsontext.AppendString(b, id)
-		b = append(b, `,"brief":true,"message":`...)
+		b = appendPublishHead(b, id)
 		b = append(b, seg.body...)
 		b = append(b, '}')
 	} else {
