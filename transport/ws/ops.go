@@ -121,12 +121,21 @@ func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := appendHead(make([]byte, 0, 512+len(res.Message.Data)), OpDecision, f.ID)
+	b := appendHead(make([]byte, 0, answerSize(res, f.Brief)), OpDecision, f.ID)
 	b = append(b, `,"status":`...)
 	b = jsontext.AppendString(b, res.Status)
 	b = append(b, `,"message":`...)
 	b = appendResultMessage(b, res, f.Brief)
 	return append(b, '}'), nil
+}
+
+// answerSize is room enough for the answer to a publish with result r,
+// most of the time: a brief answer leaves an accepted message's data out.
+func answerSize(r *pigeon.Result, brief bool) int {
+	if brief && r.Status == pigeon.StatusAccepted {
+		return 576
+	}
+	return 576 + len(r.Message.Data)
 }
 
 // appendResultMessage appends the message of a publish's answer: brief

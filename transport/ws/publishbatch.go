@@ -76,7 +76,7 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	size := 64
 	for i := range out[:f.admitted] {
 		if r := out[i].res; r != nil {
-			size += 64 + len(r.Message.Data) + 512
+			size += answerSize(r, f.Brief)
 		}
 	}
 	b := appendHead(make([]byte, 0, size), OpDecisions, f.ID)
