@@ -65,3 +65,46 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 	w.WriteHeader(http.StatusNoContent)
 	return true
 }
+
+// crossSite reports whether r was sent by a browser for a page of another
+// origin than the server's, one AllowedOrigins does not name, and is not
+// a navigation of the browser's window to a page of the server. Such a
+// request is refused before its credential is looked at (ServeHTTP), for
+// two reasons. A page can have a browser send a request that changes
+// something without asking first (a form, or fetch in no-cors mode), with
+// the browser's ambient credential: a TLS client certificate, which mTLS
+// takes before any bearer token; the browser withholds the answer from
+// the page, but the request is carried out. And any page can have the
+// browsers that open it send requests without a credential (images,
+// fetch), each an authentication failure of the browser's address, and
+// so lock everyone behind that address out (pigeon.Options.
+// AuthFailureLimit).
+//
+// A browser says where a request comes from in Origin (sent with every
+// request but a GET or HEAD in no-cors mode or a navigation) and
+// Sec-Fetch-Site; a client that is not a browser sends neither and is
+// never refused here. The server's own origin is the Host the request was
+// sent to, or whatever the browser calls same-origin (behind a proxy that
+// rewrites Host). A WebSocket upgrade is left to the endpoint's own
+// origin check (ws.Options.OriginPatterns).
+func (s *Server) crossSite(r *http.Request) bool {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site == "same-origin" || site == "none" || len(r.Header["Upgrade"]) > 0 {
+		return false
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		if u, err := url.Parse(origin); err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) {
+			return false
+		}
+		return !allowedOrigin(s.opts.AllowedOrigins, origin)
+	}
+	if site != "cross-site" && site != "same-site" {
+		return false // not a browser, or one that does not say
+	}
+	// A link followed from another site to a page of the server (the
+	// console, the API page) is served; a frame, an image or a script of
+	// another site's page is not.
+	navigation := (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document"
+	return !navigation
+}

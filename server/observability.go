@@ -50,6 +50,7 @@ func (s *Server) Routes() []string {
 }
 
 func verifyAudit(rq *request) (int, any, error) {
+	rq.reread = true // a walk of the whole log, or a wait for one
 	n, err := rq.s.e.VerifyAudit(rq.ctx)
 	res := pigeon.VerifyResult{Time: time.Now().UTC(), OK: err == nil, Verified: n}
 	if err != nil {

@@ -51,10 +51,24 @@ func deployProgram(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if !rq.p.HasRole(RoleAdmin) && man.Account != rq.p.ID {
-		return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may deploy a program that runs as another account"))
+	name := rq.r.PathValue("name")
+	if !rq.p.HasRole(RoleAdmin) {
+		if err := rq.mayRunAs(man.Account, "deploy"); err != nil {
+			return 0, nil, err
+		}
+		// A deploy under a name in use replaces the program that runs
+		// there: for a program of another account, a removal this
+		// principal may not make (removeProgram), and a takeover of its
+		// name and history.
+		cur, err := rq.s.opts.Programs.Get(rq.ctx, name)
+		switch {
+		case err == nil && cur.Manifest.Account != rq.p.ID:
+			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may replace a program that runs as another account"))
+		case err != nil && pigeon.ErrorCode(err) != pigeon.CodeProgramNotFound:
+			return 0, nil, err
+		}
 	}
-	info, err := rq.s.opts.Programs.Deploy(rq.ctx, rq.p, rq.r.PathValue("name"), man, in.Module)
+	info, err := rq.s.opts.Programs.Deploy(rq.ctx, rq.p, name, man, in.Module)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -63,6 +77,25 @@ func deployProgram(rq *request) (int, any, error) {
 		status = http.StatusCreated
 	}
 	return status, map[string]any{"program": info}, nil
+}
+
+// mayRunAs returns the refusal (403 FORBIDDEN, audited) of a caller
+// without RoleAdmin that would deploy (or roll back to) a program running
+// as account, or nil when it may: only as its own account, and not by a
+// grant token. A program runs under a contract negotiated with every role
+// its account holds, so a grant, which hands out some of the account's
+// roles and not the account (it may not publish the account's keys
+// either), would otherwise run code of its choosing with the roles it was
+// not given.
+func (rq *request) mayRunAs(account, what string) error {
+	switch {
+	case account != rq.p.ID:
+		return rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may %s a program that runs as another account", what))
+	case rq.p.Method == pigeon.AuthGrant:
+		return rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden,
+			"a program runs with every role of its account: only the account itself (not a grant token of it) or an admin may %s one", what))
+	}
+	return nil
 }
 
 func getProgram(rq *request) (int, any, error) {
@@ -125,8 +158,11 @@ func rollbackProgram(rq *request) (int, any, error) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if info.Manifest.Account != rq.p.ID || rev.Manifest.Account != rq.p.ID {
+		if info.Manifest.Account != rq.p.ID {
 			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may roll back a program that runs as another account"))
+		}
+		if err := rq.mayRunAs(rev.Manifest.Account, "roll back"); err != nil {
+			return 0, nil, err
 		}
 		in.Version = rev.Version // the version checked, whatever is deployed meanwhile
 	}

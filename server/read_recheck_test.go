@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 )
 
 // stallingReads is a memory store whose next read of the audit log or
-// the quarantine, once armed, says so on reading and waits for goOn: a
+// the quarantine (a page or one record), once armed, says so on reading and waits for goOn: a
 // read that waits (on the disk, or for room in the read pool).
 type stallingReads struct {
 	store.Store
@@ -36,6 +37,11 @@ func (s *stallingReads) stall() {
 func (s *stallingReads) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.AuditRecord, error) {
 	s.stall()
 	return s.Store.ReadAudit(ctx, from, limit)
+}
+
+func (s *stallingReads) GetQuarantine(ctx context.Context, id string) (store.QuarantineRecord, error) {
+	s.stall()
+	return s.Store.GetQuarantine(ctx, id)
 }
 
 func (s *stallingReads) ListQuarantine(ctx context.Context, since time.Time, max int) ([]store.QuarantineRecord, error) {
@@ -82,6 +88,67 @@ func TestRoleReadsCheckedAgainBeforeTheAnswer(t *testing.T) {
 				}
 				require.GreaterOrEqual(t, res.status, 400, "%s", res.body)
 				require.NotContains(t, string(res.body), `"records"`)
+				if tc.code != "" {
+					require.Equal(t, tc.code, res.code(t))
+					require.Equal(t, wire.HTTPStatus(tc.code), res.status)
+				}
+			})
+		}
+	}
+}
+
+// TestRoleReadsOfTheStoreCheckedAgain: one quarantine record (its
+// principal, subject and redacted message) and a verification of the
+// audit log are read under the auditor role too, from the store, which
+// may wait (a disk, a cluster's quorum; a verification waits for a walk
+// of the whole log). A grant revoked, the role taken away or the account
+// deleted meanwhile answers the refusal, not the record or the result.
+func TestRoleReadsOfTheStoreCheckedAgain(t *testing.T) {
+	for _, route := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/quarantine/{id}"},
+		{http.MethodPost, "/v1/audit/verify"},
+	} {
+		for _, tc := range append([]struct {
+			name   string
+			revoke func(t *testing.T, f *fixture, account, jti string)
+			code   pigeon.Code
+		}{{"in force", func(*testing.T, *fixture, string, string) {}, ""}}, auditorRevocations...) {
+			t.Run(route.method+" "+route.path+" "+tc.name, func(t *testing.T) {
+				st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
+				e, err := pigeon.New(context.Background(), &pigeon.Options{
+					Store:         st,
+					Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+					Catalog:       testCatalog(),
+					Region:        "uk",
+				})
+				require.NoError(t, err)
+				s, hs := serve(t, e, nil)
+				f := &fixture{e: e, s: s, hs: hs}
+				const account = "ops-reader"
+				token, jti := f.auditorGrant(t, account)
+
+				pay := f.contract(t, "checkout-token", "payments.authorize")
+				m := demo.Payment("o-9")
+				m.Data = []byte(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP","paymentToken":"t","card":{"pan":"4111111111111111"}}`)
+				r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", msgBody(t, m), "x-pigeon-contract", pay)
+				require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r.body)
+				qid := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["quarantineId"].(string)
+				path := strings.Replace(route.path, "{id}", qid, 1)
+
+				st.armed.Store(true)
+				done := make(chan response, 1)
+				go func() { done <- f.do(t, route.method, path, token, "") }()
+				<-st.reading
+				tc.revoke(t, f, account, jti)
+				close(st.goOn)
+				res := <-done
+				if tc.name == "in force" {
+					require.Equal(t, http.StatusOK, res.status, "%s", res.body)
+					return
+				}
+				require.GreaterOrEqual(t, res.status, 400, "%s", res.body)
+				require.NotContains(t, string(res.body), qid)
+				require.NotContains(t, string(res.body), `"verified"`)
 				if tc.code != "" {
 					require.Equal(t, tc.code, res.code(t))
 					require.Equal(t, wire.HTTPStatus(tc.code), res.status)

@@ -37,7 +37,11 @@ type request struct {
 	held   int64        // bytes of Server.reads this request holds until answered
 	reader readpool.Key // whom they are held for
 	read   bool         // it reserved room in Server.reads, and may have waited for it
-	query  url.Values   // the query string, read strictly (see queryParams)
+	// reread says that the answer is a read of the store that may have
+	// waited (on the disk, a cluster's quorum) and, on a route under a
+	// role, is checked again as a read of the pool is (stillMayCall).
+	reread bool
+	query  url.Values // the query string, read strictly (see queryParams)
 }
 
 // caller is who the request acts as, under the contract of the
@@ -118,7 +122,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 			writeError(w, err)
 			return
 		}
-		if rq.read && ep.access > member {
+		if (rq.read || rq.reread) && ep.access > member {
 			if err := rq.stillMayCall(ep.access); err != nil {
 				unauthorized(w, err)
 				return
@@ -129,7 +133,8 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 }
 
 // stillMayCall checks again, once a read that may have waited for room in
-// the read pool is done and before its answer is written, that the
+// the read pool, or on the store (request.reread: one quarantine record,
+// a walk of the audit log), is done and before its answer is written, that the
 // caller may call a route of access a: a grant revoked, an account
 // deleted or a role taken away while the read waited holds for this read,
 // not the next. (A read under a contract is checked again by the engine.)
@@ -474,6 +479,7 @@ func listQuarantine(rq *request) (int, any, error) {
 }
 
 func getQuarantine(rq *request) (int, any, error) {
+	rq.reread = true
 	rec, err := rq.s.e.QuarantineRecord(rq.ctx, rq.r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err

@@ -52,7 +52,12 @@ type Options struct {
 	// app.example.com or *.example.com:8443, or scheme://host patterns)
 	// whose browser pages may call the API besides the server's own: their
 	// calls get CORS headers and their preflights an answer, and they may
-	// open /v1/ws (added to WebSocket.OriginPatterns).
+	// open /v1/ws (added to WebSocket.OriginPatterns). A browser's request
+	// for a page of any other origin (but a navigation to a page of the
+	// server) is refused 403 FORBIDDEN before its credential is looked
+	// at: a form or a no-cors fetch needs no preflight and carries the
+	// browser's client certificate, and a request without a credential
+	// counts toward the lockout of the browser's address.
 	AllowedOrigins []string
 	// Timeouts of the HTTP server that Serve runs (see http.Server). A
 	// WebSocket connection is not bound by them once upgraded.
@@ -299,6 +304,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = lw
 	}
 	if s.cors(w, r) {
+		return
+	}
+	if s.crossSite(r) {
+		// Before the credential is looked at: an ambient one (a client
+		// certificate) acts for nobody, and a credential-less request
+		// counts toward no lockout of the browser's address.
+		writeError(w, pigeon.NewError(pigeon.CodeForbidden,
+			"a page of another origin may not call the API: the server's allowed origins (pigeon serve --allowed-origins) do not name its origin"))
 		return
 	}
 	if r.Method != http.MethodConnect {
