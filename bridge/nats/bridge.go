@@ -60,6 +60,12 @@ type Bridge struct {
 	// JetStream message the broker accepted: true leaves it unacknowledged,
 	// as a bridge that crashed at that point would.
 	skipAck func(route, id string) bool
+	// beforeOut, set by tests, runs when an Out route was handed a
+	// delivery, before it publishes it to NATS.
+	beforeOut func(ctx context.Context, route, id string)
+	// beforeCore, set by tests, runs before a core NATS In route handles
+	// a message.
+	beforeCore func(route string)
 }
 
 // runner is one route's behaviour on a session.

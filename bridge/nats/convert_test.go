@@ -2,6 +2,7 @@ package natsbridge
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -46,6 +47,12 @@ func TestConvert(t *testing.T) {
 		{name: "invalid UTF-8", payload: "{\"a\":\"\xff\"}", code: pigeon.CodeInvalidUTF8},
 		{name: "lone surrogate", payload: `{"a":"\ud800"}`, code: pigeon.CodeInvalidUTF8},
 		{name: "not JSON", payload: `hello`, code: pigeon.CodeEnvelopeInvalid},
+		{name: "data nesting as deep as the broker reads", mode: PayloadData, payload: strings.Repeat("[", 64) + strings.Repeat("]", 64),
+			want: pigeon.Message{Type: "order.created", Intent: "order_event", Classification: "internal", Region: "uk", Data: []byte(strings.Repeat("[", 64) + strings.Repeat("]", 64))}},
+		{name: "data nesting deeper than the broker reads", payload: strings.Repeat("[", 65) + strings.Repeat("]", 65), code: pigeon.CodeEnvelopeInvalid},
+		{name: "envelope data nesting deeper than the broker reads", payload: `{"type":"t","data":{"a":` + strings.Repeat("[", 64) + strings.Repeat("]", 64) + `}}`, code: pigeon.CodeEnvelopeInvalid},
+		{name: "brackets in strings do not nest", payload: `{"a":"` + strings.Repeat("[{", 80) + `\"]"}`,
+			want: pigeon.Message{Type: "order.created", Intent: "order_event", Classification: "internal", Region: "uk", Data: []byte(`{"a":"` + strings.Repeat("[{", 80) + `\"]"}`)}},
 		{name: "an envelope field of the wrong type", payload: `{"specversion":"1.0","type":1,"data":{}}`, code: pigeon.CodeEnvelopeInvalid},
 		{name: "an envelope member differing in case", payload: `{"specversion":"1.0","Type":"x","data":{}}`, code: pigeon.CodeEnvelopeInvalid},
 	}

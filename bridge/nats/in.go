@@ -3,9 +3,13 @@ package natsbridge
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,45 +88,90 @@ func (in *inRoute) looped(h nats.Header) bool {
 // message the broker refuses for a reason that may pass is retried a few
 // times, then dropped and counted; messages sent while the bridge has no
 // session are not received at all.
+//
+// What waits to be published is bounded in messages and in bytes
+// (corePendingMsgs, corePendingBytes): beyond either, NATS drops what
+// comes (a slow consumer), counted Dropped. A bound in messages alone
+// would let publishers of large messages fill the bridge's memory while
+// the broker is slow to answer (max_payload times the bound: a GiB at
+// NATS's default 1 MiB).
 func (in *inRoute) startCore(g *generation) error {
-	ch := make(chan *nats.Msg, 1024)
-	sub, err := g.nc.ChanSubscribe(in.r.NATSSubject, ch)
+	sub, err := g.nc.SubscribeSync(in.r.NATSSubject)
 	if err != nil {
 		return err
 	}
 	g.onStop(func(context.Context) { _ = sub.Unsubscribe() })
+	if err := sub.SetPendingLimits(corePendingMsgs, corePendingBytes); err != nil {
+		return err
+	}
 	if err := g.nc.FlushTimeout(in.b.opts.PublishTimeout); err != nil {
 		return err // the subscription is live once the server has it
 	}
 	g.goTracked(func() {
+		dropped := 0
 		for {
-			select {
-			case <-g.ctx.Done():
-				return
-			case m := <-ch:
+			m, err := sub.NextMsgWithContext(g.ctx)
+			if n, derr := sub.Dropped(); derr == nil && n > dropped {
+				in.c.dropped.Add(uint64(n - dropped))
+				in.b.log.Warn("natsbridge: core NATS messages were dropped: the route does not keep up", "route", in.r.Name, "dropped", n-dropped)
+				dropped = n
+			}
+			switch {
+			case err == nil:
 				in.handleCore(g, m)
+			case g.ctx.Err() != nil:
+				return
+			case errors.Is(err, nats.ErrSlowConsumer):
+				// reported with the next message (Dropped above)
+			default:
+				in.b.log.Warn("natsbridge: receiving from core NATS", "route", in.r.Name, "err", err)
+				return // the subscription is closed: the session ends with the connection
 			}
 		}
 	})
 	return nil
 }
 
+// corePendingMsgs and corePendingBytes bound what a core NATS In route
+// holds that waits to be published; variables for tests.
+var (
+	corePendingMsgs  = 1024
+	corePendingBytes = 64 << 20
+)
+
 // coreAttempts bounds the publishes of one core NATS message.
 const coreAttempts = 3
 
 func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
+	if in.b.beforeCore != nil {
+		in.b.beforeCore(in.r.Name)
+	}
 	if in.looped(nm.Header) {
 		return
 	}
-	id := nm.Header.Get(HeaderMsgID)
-	redelivered := id != "" // the publisher named it: a repeat is its retry
-	m, err := convert(in.r, nm.Data, id)
+	hid := nm.Header.Get(HeaderMsgID)
+	redelivered := hid != "" // the publisher named it: a repeat is its retry
+	m, err := convert(in.r, nm.Data, "")
+	if err == nil && !utf8.ValidString(hid) {
+		// The WebSocket session would send U+FFFD in its place: ids
+		// that differ would be taken for one.
+		err = pigeon.NewError(pigeon.CodeInvalidUTF8, "the %s header is not UTF-8", HeaderMsgID)
+	}
 	if err != nil {
-		in.refuse(id, err)
+		in.refuse(coreID(in.r, strings.ToValidUTF8(hid, "\ufffd")), err)
 		return
 	}
-	if m.ID == "" {
+	switch {
+	case hid != "":
+		m.ID = coreID(in.r, hid)
+	case m.ID != "":
+		m.ID = coreID(in.r, m.ID) // the envelope's id
+	default:
 		m.ID = newID() // so that a retry below is recognised
+	}
+	if err := in.fits(m); err != nil {
+		in.refuse(m.ID, err)
+		return
 	}
 	for attempt := 1; ; attempt++ {
 		out, err := in.publish(g, m, redelivered)
@@ -151,8 +200,53 @@ func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
 	}
 }
 
+// fits refuses m, PAYLOAD_TOO_LARGE, when its encoding (what the session
+// sends) is larger than MaxMessageBytes: the broker's WebSocket server
+// would not answer it but cut the connection. The encoding is measured
+// only when a bound on it (every text field escaped at six bytes a byte)
+// does not fit.
+func (in *inRoute) fits(m *pigeon.Message) error {
+	limit := in.b.opts.MaxMessageBytes
+	n := len(m.Data) + 512 // the members' names and punctuation
+	for _, f := range [...]string{m.SpecVersion, m.ID, m.Type, m.Source, m.Subject, m.Time, m.Intent, m.IdempotencyKey,
+		m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason} {
+		n += 6 * len(f)
+	}
+	if sig := m.Signature; sig != nil {
+		n += 6 * (len(sig.KID) + len(sig.Alg) + len(sig.Sig))
+	}
+	if n <= limit || len(m.AppendJSON(nil)) <= limit {
+		return nil
+	}
+	return pigeon.NewError(pigeon.CodePayloadTooLarge, "the message is larger than %d bytes encoded", limit)
+}
+
 // newID returns a fresh message id for a core NATS message without one.
 func newID() string { return "nats-" + rand.Text() }
+
+// coreID is the Pigeon id of a core NATS message whose publisher named id
+// (its Nats-Msg-Id, or its envelope's id): "nats:<route>:<id>". Message
+// ids are one namespace across the broker, and MESSAGE_ID_TAKEN on an id
+// a publisher named counts as a duplicate; were the publisher's id used as
+// it is, a NATS publisher would choose the Pigeon id verbatim, and could
+// take ahead of time the id of a message of another route or subject (a
+// JetStream route's "nats-<stream>-<sequence>", another core route's
+// publishers' ids, a Pigeon publisher's), which would then be refused, or
+// dropped as a duplicate. Scoped by the route's name (which holds no ':'),
+// the ids of one route's publishers cannot meet those of another route,
+// of a JetStream route ("nats-…") or of the broker ("msg_…"). An id too
+// long to fit in an envelope field is replaced by its SHA-256.
+func coreID(r *Route, id string) string {
+	if id == "" {
+		return ""
+	}
+	prefix := "nats:" + r.Name + ":"
+	if len(prefix)+len(id) > pigeon.MaxEnvelopeField {
+		sum := sha256.Sum256([]byte(id))
+		id = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return prefix + id
+}
 
 // fetchBatch is how many JetStream messages one pull asks for, and
 // fetchWait how long it waits for them.
@@ -201,9 +295,10 @@ func (in *inRoute) startJetStream(g *generation) error {
 }
 
 // consumer returns the route's durable consumer. One that exists must
-// filter on the route's NATS subject alone and ack explicitly: otherwise
-// messages of other subjects would be carried to the route's Pigeon
-// subject, or acknowledged before the broker accepted them.
+// filter on the route's NATS subject alone, ack explicitly and deliver
+// payloads: otherwise messages of other subjects would be carried to the
+// route's Pigeon subject, acknowledged before the broker accepted them, or
+// published without their data.
 func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
 	r := in.r
 	st, err := js.Stream(ctx, r.Stream)
@@ -232,9 +327,11 @@ func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstr
 	if cfg.FilterSubject != "" {
 		filters = append(filters, cfg.FilterSubject)
 	}
-	if len(filters) != 1 || filters[0] != r.NATSSubject || cfg.AckPolicy != jetstream.AckExplicitPolicy {
+	// A headers-only consumer delivers no payload: each message would be
+	// published empty, and acknowledged.
+	if len(filters) != 1 || filters[0] != r.NATSSubject || cfg.AckPolicy != jetstream.AckExplicitPolicy || cfg.HeadersOnly {
 		return nil, pigeon.NewError(pigeon.CodeInvalidArgument,
-			"the consumer %q on stream %q must filter on %q alone and ack explicitly", r.Durable, r.Stream, r.NATSSubject)
+			"the consumer %q on stream %q must filter on %q alone, ack explicitly and deliver payloads (not headers only)", r.Durable, r.Stream, r.NATSSubject)
 	}
 	return cons, nil
 }
@@ -258,6 +355,9 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
 	}
 	id := fmt.Sprintf("nats-%s-%d", meta.Stream, meta.Sequence.Stream)
 	m, err := convert(in.r, jm.Data(), id)
+	if err == nil {
+		err = in.fits(m)
+	}
 	if err != nil {
 		in.refuse(id, err)
 		ack(in, jm.TermWithReason(string(pigeon.ErrorCode(err))))

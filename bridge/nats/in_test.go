@@ -63,7 +63,7 @@ func TestIn(t *testing.T) {
 				msgs := got.all()
 				require.Len(t, msgs, 2, "each message once")
 
-				ids := []string{"hdr-1", "hdr-2"}
+				ids := []string{"nats:orders-in:hdr-1", "nats:orders-in:hdr-2"} // the publisher's ids, within the route
 				if jsMode {
 					ids = []string{"nats-LEGACY-1", "nats-LEGACY-2"}
 				}

@@ -120,6 +120,15 @@ type Options struct {
 	// session failed (default 10 s); the wait starts at 100 ms, doubles,
 	// and is jittered.
 	MaxReconnectDelay time.Duration
+	// MaxMessageBytes bounds the encoded Pigeon message an In route
+	// publishes (default DefaultMaxMessageBytes): a larger one is refused
+	// PAYLOAD_TOO_LARGE, as a gate refuses, before it is sent. The broker's
+	// WebSocket server cuts a connection that sends a frame beyond its
+	// MaxFrame (1 MiB by default), so one NATS message the NATS server
+	// takes but the broker cannot read would otherwise end the session of
+	// every route, at each of its redeliveries. Set it below the server's
+	// MaxFrame when that is smaller than the default.
+	MaxMessageBytes int
 	// Logger receives the bridge's events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
@@ -129,7 +138,10 @@ type Options struct {
 const (
 	DefaultPublishTimeout    = 10 * time.Second
 	DefaultMaxReconnectDelay = 10 * time.Second
-	maxRouteName             = 64
+	// DefaultMaxMessageBytes is the WebSocket server's default MaxFrame
+	// (1 MiB) less room for the publish frame around the message.
+	DefaultMaxMessageBytes = 1<<20 - 1024
+	maxRouteName           = 64
 )
 
 // minReconnectDelay is the first wait of every backoff (backoff), and
@@ -149,6 +161,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxReconnectDelay <= 0 {
 		c.MaxReconnectDelay = DefaultMaxReconnectDelay
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -168,6 +168,9 @@ func (o *outRoute) handle(ctx context.Context, g *generation, d *pigeon.Delivery
 	o.inFlight[seq] = struct{}{}
 	o.last = max(o.last, seq)
 	o.mu.Unlock()
+	if o.b.beforeOut != nil {
+		o.b.beforeOut(ctx, o.r.Name, d.Message.ID)
+	}
 	err := o.publish(ctx, g, d)
 	if err != nil {
 		o.c.retried.Add(1)
@@ -200,6 +203,20 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 	defer context.AfterFunc(g.ctx, cancel)()
 	if err := connected(ctx, g.nc); err != nil {
 		return err
+	}
+	// The delivery may have ended meanwhile: the broker ends it when the
+	// contract is revoked or expires, or the session is lost, and the
+	// generation ends when any route found its contract revoked. What
+	// leaves Pigeon is what the contract allows at that moment, so a
+	// delivery that ended is not published (JetStream's publish checks
+	// ctx too; core NATS's does not).
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("the delivery ended before it was published: %w", err)
+	}
+	select {
+	case <-g.failed:
+		return fmt.Errorf("the session ended before the delivery was published: %w", g.err)
+	default:
 	}
 	if o.r.JetStream {
 		var opts []jetstream.PublishOpt

@@ -32,6 +32,7 @@ type config struct {
 	} `yaml:"nats"`
 	PublishTimeout    time.Duration `yaml:"publishTimeout"`
 	MaxReconnectDelay time.Duration `yaml:"maxReconnectDelay"`
+	MaxMessageBytes   int           `yaml:"maxMessageBytes"`
 	LogLevel          string        `yaml:"logLevel"`
 	Routes            []routeConfig `yaml:"routes"`
 }
