@@ -55,3 +55,30 @@ func testDenialIsTypedError(t *testing.T, h Harness) {
 	_, err = s.Publish(ctx, m)
 	requireCode(t, err, pigeon.CodeSubjectNotInContract)
 }
+
+// testInvalidUTF8RefusedAlone: a message whose data or envelope field is
+// not UTF-8 is refused INVALID_UTF8, that message alone: the session goes
+// on publishing. (Over WebSocket the text frame carrying it would not be
+// UTF-8, which ends the connection: the client refuses it first.)
+func testInvalidUTF8RefusedAlone(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := connect(t, h, "alice-token", "chat.messages")
+	for _, tc := range []struct {
+		name string
+		edit func(m *pigeon.Message)
+	}{
+		{"data", func(m *pigeon.Message) { m.Data = json.RawMessage("{\"kind\":\"chat\",\"text\":\"a\xffb\"}") }},
+		{"type", func(m *pigeon.Message) { m.Type = "ch\xffat" }},
+		{"idempotency key", func(m *pigeon.Message) { m.IdempotencyKey = "k\xff" }},
+		{"correlation id", func(m *pigeon.Message) { m.CorrelationID = "c\xfe" }},
+		{"signature", func(m *pigeon.Message) { m.Signature = &pigeon.Signature{KID: "k\xff", Alg: "Ed25519", Sig: "x"} }},
+	} {
+		m := chat("lobby", tc.name)
+		tc.edit(m)
+		_, err := s.Publish(ctx, m)
+		requireCode(t, err, pigeon.CodeInvalidUTF8)
+		res, err := s.Publish(ctx, chat("lobby", "after "+tc.name))
+		require.NoError(t, err, "the session goes on")
+		require.Equal(t, pigeon.StatusAccepted, res.Status)
+	}
+}
