@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
 // convert turns the payload of one NATS message into the message an In
@@ -42,7 +43,7 @@ func convert(r *Route, payload []byte, id string) (*pigeon.Message, error) {
 	// data; the data itself may nest MaxJSONDepth levels, and the broker's
 	// WebSocket server does not read a frame nesting deeper (it leaves it
 	// unanswered: the publish would time out, at each redelivery).
-	if jsonDepth(m.Data) > pigeon.MaxJSONDepth {
+	if jsontext.Depth(m.Data) > pigeon.MaxJSONDepth {
 		return nil, pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data nests deeper than %d levels", pigeon.MaxJSONDepth)
 	}
 	m.Subject = r.Subject
@@ -75,30 +76,4 @@ func isEnvelope(mode Payload, payload []byte) bool {
 	_, typ := members["type"]
 	_, data := members["data"]
 	return spec || typ && data
-}
-
-// jsonDepth is how deeply b, JSON text that CheckJSON accepted, nests
-// objects and arrays (0 for a scalar or nothing).
-func jsonDepth(b []byte) int {
-	depth, most, str := 0, 0, false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		switch {
-		case str:
-			switch c {
-			case '\\':
-				i++ // the escaped character
-			case '"':
-				str = false
-			}
-		case c == '"':
-			str = true
-		case c == '[' || c == '{':
-			depth++
-			most = max(most, depth)
-		case c == ']' || c == '}':
-			depth--
-		}
-	}
-	return most
 }

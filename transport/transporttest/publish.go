@@ -3,7 +3,9 @@ package transporttest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,29 +58,46 @@ func testDenialIsTypedError(t *testing.T, h Harness) {
 	requireCode(t, err, pigeon.CodeSubjectNotInContract)
 }
 
-// testInvalidUTF8RefusedAlone: a message whose data or envelope field is
-// not UTF-8 is refused INVALID_UTF8, that message alone: the session goes
-// on publishing. (Over WebSocket the text frame carrying it would not be
-// UTF-8, which ends the connection: the client refuses it first.)
-func testInvalidUTF8RefusedAlone(t *testing.T, h Harness) {
+// testBadMessageRefusedAlone: a message whose data or envelope field is
+// not UTF-8 is refused INVALID_UTF8, and one whose data nests too deeply
+// ENVELOPE_INVALID, that message alone: the session goes on publishing.
+// (Over WebSocket the text frame carrying the first would not be UTF-8,
+// which ends the connection, and the server cannot read, nor answer, a
+// frame nesting far too deeply: the client refuses both first.)
+func testBadMessageRefusedAlone(t *testing.T, h Harness) {
 	ctx := context.Background()
 	s := connect(t, h, "alice-token", "chat.messages")
+	deep := func(levels int) func(m *pigeon.Message) {
+		return func(m *pigeon.Message) {
+			m.Data = json.RawMessage(`{"kind":"chat","x":` + strings.Repeat("[", levels-1) + strings.Repeat("]", levels-1) + `}`)
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(m *pigeon.Message)
+		code pigeon.Code
 	}{
-		{"data", func(m *pigeon.Message) { m.Data = json.RawMessage("{\"kind\":\"chat\",\"text\":\"a\xffb\"}") }},
-		{"type", func(m *pigeon.Message) { m.Type = "ch\xffat" }},
-		{"idempotency key", func(m *pigeon.Message) { m.IdempotencyKey = "k\xff" }},
-		{"correlation id", func(m *pigeon.Message) { m.CorrelationID = "c\xfe" }},
-		{"signature", func(m *pigeon.Message) { m.Signature = &pigeon.Signature{KID: "k\xff", Alg: "Ed25519", Sig: "x"} }},
+		{"data not UTF-8", func(m *pigeon.Message) { m.Data = json.RawMessage("{\"kind\":\"chat\",\"text\":\"a\xffb\"}") }, pigeon.CodeInvalidUTF8},
+		{"type not UTF-8", func(m *pigeon.Message) { m.Type = "ch\xffat" }, pigeon.CodeInvalidUTF8},
+		{"idempotency key not UTF-8", func(m *pigeon.Message) { m.IdempotencyKey = "k\xff" }, pigeon.CodeInvalidUTF8},
+		{"correlation id not UTF-8", func(m *pigeon.Message) { m.CorrelationID = "c\xfe" }, pigeon.CodeInvalidUTF8},
+		{"signature not UTF-8", func(m *pigeon.Message) { m.Signature = &pigeon.Signature{KID: "k\xff", Alg: "Ed25519", Sig: "x"} }, pigeon.CodeInvalidUTF8},
+		{"data a level too deep", deep(pigeon.MaxJSONDepth + 1), pigeon.CodeEnvelopeInvalid},
+		{"data far too deep", deep(4 * pigeon.MaxJSONDepth), pigeon.CodeEnvelopeInvalid},
 	} {
 		m := chat("lobby", tc.name)
 		tc.edit(m)
-		_, err := s.Publish(ctx, m)
-		requireCode(t, err, pigeon.CodeInvalidUTF8)
+		// Bounded: an unanswered publish fails REQUEST_TIMEOUT, not the suite.
+		bounded, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := s.Publish(bounded, m)
+		cancel()
+		requireCode(t, err, tc.code)
 		res, err := s.Publish(ctx, chat("lobby", "after "+tc.name))
 		require.NoError(t, err, "the session goes on")
 		require.Equal(t, pigeon.StatusAccepted, res.Status)
 	}
+	ok := chat("lobby", "deep enough")
+	deep(pigeon.MaxJSONDepth)(ok)
+	_, err := s.Publish(ctx, ok)
+	require.NoError(t, err, "data nesting as deeply as allowed is accepted")
 }

@@ -93,7 +93,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}{
 		{"PublishReceiveAck", testPublishReceiveAck},
 		{"DenialIsTypedError", testDenialIsTypedError},
-		{"InvalidUTF8RefusedAlone", testInvalidUTF8RefusedAlone},
+		{"BadMessageRefusedAlone", testBadMessageRefusedAlone},
 		{"NegotiationDenied", testNegotiationDenied},
 		{"SubscribeWithSelector", testSubscribeWithSelector},
 		{"FanOutInOrder", testFanOut},

@@ -220,8 +220,16 @@ func checkMessage(m *pigeon.Message) error {
 	if m == nil {
 		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
 	}
-	if len(m.Data) > 0 && !validData(m.Data) {
-		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data is not valid JSON")
+	if len(m.Data) > 0 && jsontext.Validate(m.Data, pigeon.MaxJSONDepth) != nil {
+		if !json.Valid(m.Data) {
+			return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data is not valid JSON")
+		}
+		// The server answers data a few levels too deep as the broker
+		// does in process; a frame deeper still it cannot read, nor
+		// answer: the publish would wait for its deadline.
+		if jsontext.Depth(m.Data) > pigeon.MaxJSONDepth {
+			return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data nests deeper than %d levels", pigeon.MaxJSONDepth)
+		}
 	}
 	// The frame carrying the message is text, which must be UTF-8: one
 	// that is not ends the connection (RFC 6455), failing every call in
