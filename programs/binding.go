@@ -104,7 +104,12 @@ func (mg *Manager) negotiate(ctx context.Context, man *Manifest) (pigeon.Caller,
 	if err != nil {
 		return pigeon.Caller{}, time.Time{}, err
 	}
-	pr := &pigeon.Principal{ID: acct.ID, Attributes: acct.Attributes, Roles: acct.Roles, Method: AuthProgram}
+	// The principal carries no roles of its own: the engine adds the
+	// account's, as they are at each check. Roles set here would be taken
+	// for roles its credential carries, which the account losing them
+	// (or being deleted) never takes away: the contract would keep them,
+	// and renew them, for as long as the program runs.
+	pr := &pigeon.Principal{ID: acct.ID, Attributes: acct.Attributes, Method: AuthProgram}
 	k, err := mg.e.Negotiate(ctx, pr, "", man.subjects(), 0)
 	if err != nil {
 		return pigeon.Caller{}, time.Time{}, err
@@ -179,6 +184,32 @@ func (b *binding) stop(ctx context.Context) {
 	b.cur.Load().retire(ctx)
 }
 
+// revoke revokes b's contract once b is stopped and replaced (or its
+// program removed): nothing holds it any more, and it would otherwise
+// stay live, usable and counted among its account's contracts, until it
+// expires.
+func (b *binding) revoke(ctx context.Context) {
+	err := b.mg.e.RevokeContract(context.WithoutCancel(ctx), b.caller.Principal, b.caller.ContractID)
+	if err != nil && pigeon.ErrorCode(err) != pigeon.CodeContractNotFound { // expired and swept: nothing left
+		b.mg.log.Warn("program binding's contract not revoked", "program", b.name, "contract", b.caller.ContractID, "error", err)
+	}
+}
+
+// accountGone reports whether the account caller runs as was deleted,
+// and then revokes caller's contract, which ends its binding: the
+// binding's watch binds the program again, which fails (audited) until
+// an account of that id exists again. A program's principal is its
+// account: the engine takes away the roles of a deleted account, but a
+// catalog rule naming the account's id would go on allowing a contract
+// negotiated for it, renewed in place, for as long as the program runs.
+func accountGone(ctx context.Context, e *pigeon.Engine, caller pigeon.Caller) bool {
+	if _, err := e.GetAccount(ctx, caller.Principal.ID); pigeon.ErrorCode(err) != pigeon.CodeNotFound {
+		return false
+	}
+	_ = e.RevokeContract(context.WithoutCancel(ctx), caller.Principal, caller.ContractID)
+	return true
+}
+
 // watch stores b's position every Options.PositionInterval while it
 // changes, and renews b's contract in place shortly before it expires, as
 // sessions do (renew), so the binding goes on under one contract. When
@@ -227,6 +258,7 @@ wait:
 			p.b = nb
 			b.setLive(mg.ctx, false)
 			nb.setLive(mg.ctx, true)
+			b.revoke(mg.ctx)
 		}
 		p.mu.Unlock()
 		if err == nil {
@@ -255,6 +287,9 @@ func (mg *Manager) renew(b *binding) time.Duration {
 	exp := *b.exp.Load()
 	if !time.Now().Before(exp) || b.stopped.Load() {
 		return time.Hour // ended: the subscription's end rebinds it
+	}
+	if accountGone(mg.ctx, mg.e, b.caller) {
+		return time.Hour // revoked: the subscription's end rebinds it
 	}
 	ctx, cancel := context.WithTimeout(mg.ctx, renewTimeout)
 	k, err := mg.e.RenewContract(ctx, b.caller.Principal, b.caller.ContractID, 0)

@@ -1,9 +1,11 @@
 package programs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -17,6 +19,7 @@ type call struct {
 	v       *version
 	caller  pigeon.Caller
 	d       *pigeon.Delivery
+	out     *logBudget // the instance's
 	emitted int
 	// overLimit is set when the program tried to emit beyond its limit;
 	// the call is then aborted.
@@ -55,22 +58,45 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 		c.overLimit = true
 		panic(errEmitLimit)
 	}
+	// A message is bounded as a transport bounds a frame or a body,
+	// before it is read: decoding copies it (and its data again) onto the
+	// broker's heap, outside the program's memory limit.
+	if n := uint32(st[1]); int64(n) > int64(c.v.maxMessage) {
+		return c.refuse(ctx, mod, st, pigeon.CodePayloadTooLarge)
+	}
 	b, ok := mod.Memory().Read(uint32(st[0]), uint32(st[1]))
 	if !ok {
-		return writeCode(mod, st, pigeon.CodeEnvelopeInvalid)
+		return c.refuse(ctx, mod, st, pigeon.CodeEnvelopeInvalid)
 	}
-	m, err := pigeon.DecodeMessage(b) // refuses what a transport would: two members of one name, a name in another case
+	// The broker's own copy: nothing it decodes, judges or keeps is a view
+	// of memory the program writes once the call returns.
+	m, err := pigeon.DecodeMessage(bytes.Clone(b)) // refuses what a transport would: two members of one name, a name in another case
 	if err != nil {
-		return writeCode(mod, st, pigeon.ErrorCode(err))
+		return c.refuse(ctx, mod, st, pigeon.ErrorCode(err))
 	}
 	if reply {
 		m.Subject, m.CorrelationID = c.d.Message.Subject, c.d.Message.ID
 	}
+	// When the account is gone, its contract goes too: Publish refuses
+	// the message CONTRACT_REVOKED (audited) and the binding ends.
+	accountGone(ctx, c.v.e, c.caller)
 	if _, err := c.v.e.Publish(ctx, c.caller, m); err != nil {
 		c.v.log.Debug("program message refused", "code", pigeon.ErrorCode(err), "subject", m.Subject)
 		return writeCode(mod, st, pigeon.ErrorCode(err))
 	}
 	return 0
+}
+
+// refuse refuses a message the engine never saw (too large, out of the
+// program's memory, no envelope): audited publish.denied under the
+// program's principal, as the engine audits its own refusals, and its
+// code written for the program.
+func (c *call) refuse(ctx context.Context, mod api.Module, st []uint64, code pigeon.Code) uint64 {
+	c.v.log.Debug("program message refused", "code", code, "size", uint32(st[1]))
+	_ = c.v.e.Record(context.WithoutCancel(ctx), pigeon.EventPublishDenied, code, pigeon.AuditRecord{
+		Principal: c.caller.Principal.ID, ContractID: c.caller.ContractID, Ref: c.v.ref(),
+	})
+	return writeCode(mod, st, code)
 }
 
 // writeCode writes code at st[2] (at most st[3] bytes) and returns its length.
@@ -82,37 +108,89 @@ func writeCode(mod api.Module, st []uint64, code pigeon.Code) uint64 {
 	return uint64(len(b))
 }
 
+// Bounds of a program's log output (pigeon.log, standard output and
+// error): each line is cut at maxLogLine bytes, and one delivery (or an
+// instance's start) writes at most maxLogLines lines; the rest is dropped,
+// with one warning. Without them a program could copy its whole memory
+// onto the broker's heap and into its log at each call, as often as its
+// time limit lets it.
+const (
+	maxLogLine  = 4 << 10
+	maxLogLines = 256
+)
+
+// logBudget counts the lines an instance logged in its current delivery
+// (or its start). An instance runs one call at a time.
+type logBudget struct {
+	lines int
+}
+
+// take reports whether one more line may be written, warning once when
+// the budget runs out.
+func (lb *logBudget) take(log *slog.Logger) bool {
+	lb.lines++
+	if lb.lines == maxLogLines+1 {
+		log.Warn("program log output dropped: more lines than allowed in one delivery", "limit", maxLogLines)
+	}
+	return lb.lines <= maxLogLines
+}
+
+// logLine is b cut at maxLogLine bytes (at a rune's start), as a string.
+func logLine(b []byte) string {
+	if len(b) <= maxLogLine {
+		return string(b)
+	}
+	n := maxLogLine
+	for n > maxLogLine-utf8.UTFMax && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return string(b[:n]) + "…"
+}
+
 // hostLog writes the guest's message to the program's logger.
 func hostLog(ctx context.Context, mod api.Module, st []uint64) {
-	b, ok := mod.Memory().Read(uint32(st[1]), uint32(st[2]))
+	v, lb := loggerOf(ctx)
+	if v == nil || !lb.take(v.log) {
+		return
+	}
+	b, ok := mod.Memory().Read(uint32(st[1]), min(uint32(st[2]), maxLogLine+1))
 	if !ok {
 		return
 	}
-	v := loggerOf(ctx)
-	if v == nil {
-		return
-	}
-	v.log.Log(ctx, slog.Level(int32(st[0])), string(b))
+	v.log.Log(ctx, slog.Level(int32(st[0])), logLine(b))
 }
 
-// loggerOf is the version running ctx's call, or the one starting.
-func loggerOf(ctx context.Context) *version {
+// loggerOf is the version running ctx's call, or the one starting, with
+// the instance's log budget.
+func loggerOf(ctx context.Context) (*version, *logBudget) {
 	if c, ok := ctx.Value(callKey{}).(*call); ok {
-		return c.v
+		return c.v, c.out
 	}
-	v, _ := ctx.Value(versionKey{}).(*version)
-	return v
+	if s, ok := ctx.Value(startKey{}).(starting); ok {
+		return s.v, s.out
+	}
+	return nil, nil
 }
 
-type versionKey struct{}
+// starting is what the host functions find of an instance that starts.
+type starting struct {
+	v   *version
+	out *logBudget
+}
 
-// logWriter is a program's stdout or stderr: each write is one log line.
+type startKey struct{}
+
+// logWriter is a program's stdout or stderr: each write is one log line,
+// counted against the instance's budget.
 type logWriter struct {
 	log    *slog.Logger
 	stream string
+	out    *logBudget
 }
 
 func (w logWriter) Write(b []byte) (int, error) {
-	w.log.Info("program output", "stream", w.stream, "text", string(b))
+	if w.out.take(w.log) {
+		w.log.Info("program output", "stream", w.stream, "text", logLine(b))
+	}
 	return len(b), nil
 }

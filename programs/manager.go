@@ -29,8 +29,12 @@ const (
 	// DefaultKeepVersions is how many versions of a program keep their
 	// module (the current one included), for rollbacks.
 	DefaultKeepVersions = 5
-	maxRebindDelay      = time.Minute
-	bucket              = "programs"
+	// DefaultMaxMessageSize is Options.MaxMessageSize when it is 0: a
+	// transport's bound on a message (server.DefaultMaxBody,
+	// ws.DefaultMaxFrame).
+	DefaultMaxMessageSize = 1 << 20
+	maxRebindDelay        = time.Minute
+	bucket                = "programs"
 	// modules is the KV bucket of the modules of earlier versions, keyed
 	// "<name>@<version>".
 	modules = "program-modules"
@@ -87,6 +91,11 @@ type Options struct {
 	// one that lowers an account's total is always taken. Programs
 	// restored at start count, even beyond it.
 	MaxMemoryPerAccount int64
+	// MaxMessageSize bounds, in bytes, the JSON of a message a program
+	// publishes or replies (default DefaultMaxMessageSize), as a
+	// transport bounds a frame: a larger one is refused PAYLOAD_TOO_LARGE
+	// before it is read.
+	MaxMessageSize int
 }
 
 // Manager deploys, binds, swaps and removes the programs of one engine.
@@ -191,6 +200,9 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	}
 	if o.MaxProgramsPerAccount == 0 {
 		o.MaxProgramsPerAccount = DefaultMaxProgramsPerAccount
+	}
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = DefaultMaxMessageSize
 	}
 	if o.MaxMemoryPerAccount == 0 {
 		o.MaxMemoryPerAccount = DefaultMaxMemoryPerAccount
@@ -412,9 +424,11 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	case handover:
 		event = pigeon.EventProgramSwapped
 		old.cur.Load().retire(ctx)
+		old.revoke(ctx)
 	default:
 		event = pigeon.EventProgramSwapped
 		old.stop(ctx)
+		old.revoke(ctx)
 	}
 	if rollbackOf > 0 {
 		event = pigeon.EventProgramRolledBack
@@ -493,7 +507,7 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 	}
 	if p.b != nil {
 		p.b.stop(ctx)
-		_ = mg.e.RevokeContract(ctx, p.b.caller.Principal, p.b.caller.ContractID)
+		p.b.revoke(ctx)
 	}
 	for _, r := range p.rec.History {
 		if !r.Pruned {

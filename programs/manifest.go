@@ -121,7 +121,7 @@ func (m *Manifest) normalize() error {
 		return invalid(checkManifest, "route.maxInFlight must be between 1 and %d", pigeon.MaxInFlightLimit)
 	case m.Limits.MemoryPages > MaxMemoryPages:
 		return invalid(checkManifest, "limits.memoryPages must be at most %d", MaxMemoryPages)
-	case m.Limits.TimeoutMs < 0 || m.Limits.Timeout() > MaxTimeout:
+	case m.Limits.TimeoutMs < 0 || m.Limits.TimeoutMs > MaxTimeout.Milliseconds(): // not Timeout(), which overflows
 		return invalid(checkManifest, "limits.timeoutMs must be between 1 and %d", MaxTimeout.Milliseconds())
 	case m.Limits.MaxEmits < 0 || m.Limits.MaxEmits > MaxEmitsLimit:
 		return invalid(checkManifest, "limits.maxEmits must be between 1 and %d", MaxEmitsLimit)

@@ -26,6 +26,10 @@ func TestParseManifest(t *testing.T) {
 		{"memory over the bound", `{"route":{"subject":"a"},"account":"x","limits":{"memoryPages":99999}}`, false},
 		{"negative timeout", `{"route":{"subject":"a"},"account":"x","limits":{"timeoutMs":-1}}`, false},
 		{"timeout over the bound", `{"route":{"subject":"a"},"account":"x","limits":{"timeoutMs":600000}}`, false},
+		// timeoutMs × 1 ms overflows: a negative duration (every message
+		// times out at once) or, at 2^58 + 1000, exactly one second.
+		{"timeout that overflows to negative", `{"route":{"subject":"a"},"account":"x","limits":{"timeoutMs":9223372036855}}`, false},
+		{"timeout that overflows to 1 s", `{"route":{"subject":"a"},"account":"x","limits":{"timeoutMs":288230376151712744}}`, false},
 		{"in flight over the bound", `{"route":{"subject":"a","maxInFlight":100000},"account":"x"}`, false},
 		{"env name with =", `{"route":{"subject":"a"},"account":"x","env":{"A=B":"c"}}`, false},
 		{"empty publish subject", `{"route":{"subject":"a"},"account":"x","publishes":[""]}`, false},

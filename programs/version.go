@@ -37,6 +37,9 @@ type version struct {
 	rt     wazero.Runtime
 	cm     wazero.CompiledModule
 	idle   chan *instance
+	// maxMessage bounds a message the program publishes or replies
+	// (Options.MaxMessageSize).
+	maxMessage int
 
 	mu      sync.RWMutex
 	retired bool
@@ -47,6 +50,7 @@ type instance struct {
 	mod    api.Module
 	alloc  api.Function
 	handle api.Function
+	out    *logBudget // what it logged in its current delivery
 }
 
 // newVersion compiles and validates wasm under man and starts one instance
@@ -56,7 +60,7 @@ func newVersion(ctx context.Context, mg *Manager, name string, number int, man M
 	v := &version{
 		e: mg.e, name: name, number: number, sum: hex.EncodeToString(sum[:]), man: man,
 		log:  mg.log.With("program", name, "version", number),
-		idle: make(chan *instance, man.Route.MaxInFlight),
+		idle: make(chan *instance, man.Route.MaxInFlight), maxMessage: mg.opts.MaxMessageSize,
 	}
 	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithMemoryLimitPages(man.Limits.MemoryPages).WithCompilationCache(mg.cache)
 	if mg.opts.Interpreter {
@@ -90,19 +94,20 @@ func newVersion(ctx context.Context, mg *Manager, name string, number int, man M
 // manifest's env, its standard streams go to the log, and its
 // initializer (if it exports one) runs.
 func (v *version) instantiate(ctx context.Context) (*instance, error) {
+	out := &logBudget{}
 	cfg := wazero.NewModuleConfig().WithName("").WithStartFunctions(exportInit).
 		WithArgs(v.name).WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader).
-		WithStdout(logWriter{v.log, "stdout"}).WithStderr(logWriter{v.log, "stderr"})
+		WithStdout(logWriter{v.log, "stdout", out}).WithStderr(logWriter{v.log, "stderr", out})
 	for k, val := range v.man.Env {
 		cfg = cfg.WithEnv(k, val)
 	}
-	ctx, cancel := context.WithTimeout(context.WithValue(ctx, versionKey{}, v), startTimeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(ctx, startKey{}, starting{v, out}), startTimeout)
 	defer cancel()
 	mod, err := v.rt.InstantiateModule(ctx, v.cm, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &instance{mod: mod, alloc: mod.ExportedFunction(exportAlloc), handle: mod.ExportedFunction(exportHandle)}, nil
+	return &instance{mod: mod, alloc: mod.ExportedFunction(exportAlloc), handle: mod.ExportedFunction(exportHandle), out: out}, nil
 }
 
 // get takes an idle instance or starts one. A delivery holds at most one,
@@ -135,7 +140,8 @@ func (v *version) deliver(ctx context.Context, caller pigeon.Caller, d *pigeon.D
 		return v.failed(ctx, caller, d, pigeon.WrapError(pigeon.CodeProgramTrapped, err, "program %s: no instance could be started", v.name))
 	}
 	msg := d.AppendMessageJSON(nil)
-	c := &call{v: v, caller: caller, d: d}
+	inst.out.lines = 0
+	c := &call{v: v, caller: caller, d: d, out: inst.out}
 	cctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, c), v.man.Limits.Timeout())
 	defer cancel()
 	status, err := inst.call(cctx, msg)

@@ -38,6 +38,14 @@ type wmodule struct {
 	funcs   []wfunc
 	memMin  uint32
 	noMem   bool // export no memory
+	// data are active data segments: bytes written at an offset of the
+	// memory when an instance starts.
+	data []wdata
+}
+
+type wdata struct {
+	offset int64
+	bytes  []byte
 }
 
 func uleb(b []byte, v uint64) []byte {
@@ -121,7 +129,15 @@ func (m wmodule) encode() []byte {
 		exps = append(exps, append(name(nil, "memory"), 0x02, 0x00))
 	}
 	out = section(out, 7, vec(nil, exps...))
-	return section(out, 10, vec(nil, codes...))
+	out = section(out, 10, vec(nil, codes...))
+	if len(m.data) == 0 {
+		return out
+	}
+	var segs [][]byte
+	for _, d := range m.data {
+		segs = append(segs, append(uleb(append(append([]byte{0x00}, i32c(d.offset)...), opEnd), uint64(len(d.bytes))), d.bytes...))
+	}
+	return section(out, 11, vec(nil, segs...))
 }
 
 func bytesOf(b []byte) [][]byte {
