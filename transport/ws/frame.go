@@ -204,6 +204,12 @@ func decodeFrameChecked(b []byte, in *interner) (*Frame, error) {
 		case pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8:
 			return frameHead(b), err
 		}
+		if jsontext.Depth(b) > pigeon.MaxJSONDepth {
+			// JSON too deep to read here is still answered, when its id
+			// can be found: unanswered, its call would wait for its
+			// deadline.
+			return frameHead(b), pigeon.NewError(pigeon.CodeBadRequest, "a frame may nest at most %d levels (data %d)", pigeon.MaxJSONDepth+8, pigeon.MaxJSONDepth)
+		}
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be valid JSON")
 	}
 	f, ok := decodeFrameFast(b, in)

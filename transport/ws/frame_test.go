@@ -2,6 +2,7 @@ package ws_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -27,6 +28,7 @@ func TestDecodeFrame(t *testing.T) {
 		{"bad json", `{"op":`, "", "", true},
 		{"no op", `{"id":"1"}`, "", "1", true},
 		{"wrong type keeps id", `{"id":"1","op":"receive","max":"x"}`, "receive", "1", true},
+		{"too deep keeps id", `{"op":"publish","id":"d","message":{"data":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}}`, "", "d", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
