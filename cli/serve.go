@@ -162,7 +162,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")
 	fs.IntVar(&cfg.maxPrograms, "max-programs", cfg.maxPrograms, "programs one account may run (default 32; negative: no cap; docs/programs.md)")
-	fs.Int64Var(&cfg.maxProgramMemMB, "max-program-memory", cfg.maxProgramMemMB, "MiB the instances of one account's programs may take, maxInFlight × memoryPages summed (default 4096; negative: no cap; docs/programs.md)")
+	fs.Int64Var(&cfg.maxProgramMemMB, "max-program-memory", cfg.maxProgramMemMB, "MiB the instances of one account's programs may take, maxInFlight × (memoryPages + a 144 MiB call stack) summed (default 4096; negative: no cap; docs/programs.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
 	fs.IntVar(&cfg.maxSubs, "max-subscriptions", cfg.maxSubs, "subscriptions one principal may run at once, over all its connections (default 1000; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxConns, "max-connections", cfg.maxConns, "connections the server holds open at once, WebSockets included (default 16384; negative: no cap; docs/security.md)")

@@ -1,6 +1,10 @@
 package programs
 
-import "context"
+import (
+	"context"
+
+	"github.com/tetratelabs/wazero/api"
+)
 
 // StartInstance starts (and closes) one more instance of the running
 // version of program name, for the instance start benchmark.
@@ -18,3 +22,6 @@ func (mg *Manager) StartInstance(ctx context.Context, name string) error {
 	}
 	return inst.mod.Close(ctx)
 }
+
+// StackBytes is stackBytes, for the test of what it reads.
+func StackBytes(fn api.Function) int { return stackBytes(fn) }

@@ -83,13 +83,15 @@ type Options struct {
 	MaxProgramsPerAccount int
 	// MaxMemoryPerAccount caps, in bytes, the memory the instances of one
 	// account's programs may take at once: the sum of route.maxInFlight ×
-	// limits.memoryPages × 64 KiB over its programs (default
-	// DefaultMaxMemoryPerAccount; negative: no cap). A program runs up to
-	// maxInFlight instances, each free to grow its memory to memoryPages,
-	// so without a cap one account's programs could take up to 10,000 GiB
-	// each. A deploy that would pass it fails with PROGRAM_LIMIT_EXCEEDED;
-	// one that lowers an account's total is always taken. Programs
-	// restored at start count, even beyond it.
+	// (limits.memoryPages × 64 KiB + StackReserve) over its programs
+	// (Manifest.Memory; default DefaultMaxMemoryPerAccount; negative: no
+	// cap). A program runs up to maxInFlight instances, each free to grow
+	// its memory to memoryPages and, recursing, its call stack (on the Go
+	// heap) to wazero's ceiling, so without a cap one account's programs
+	// could take up to 10,000 × (1 GiB + 144 MiB) each. A deploy that
+	// would pass it fails with PROGRAM_LIMIT_EXCEEDED; one that lowers an
+	// account's total is always taken. Programs restored at start count,
+	// even beyond it.
 	MaxMemoryPerAccount int64
 	// MaxMessageSize bounds, in bytes, the JSON of a message a program
 	// publishes or replies (default DefaultMaxMessageSize), as a

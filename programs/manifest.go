@@ -66,10 +66,25 @@ const (
 	maxManifest        = 64 << 10
 )
 
+// StackReserve is the call stack Manifest.Memory counts for each instance,
+// beside its linear memory: 144 MiB. wazero's compiler runs a call on a
+// stack it allocates on the Go heap, 10 KiB at first, and grows it by
+// copying it into one twice as large (plus the frame that did not fit)
+// while it is at most 50,000,000 bytes; past that a call that needs more
+// fails with a stack overflow. A stack is thus at most ≈ 100,000,000
+// bytes, and the one it was copied from, ≈ 50,000,000 more, stays
+// referenced until the call next leaves to Go: ≈ 150,000,000 bytes (143
+// MiB) at the deepest, whatever limits.memoryPages says. No setting of
+// wazero lowers that ceiling (a constant of its compiler engine). An
+// instance sheds a grown stack when its delivery ends (instance.shed),
+// so only the instances in use hold one.
+const StackReserve = 144 << 20
+
 // Memory is the most memory a program's instances take at once, in bytes:
-// route.maxInFlight instances of limits.memoryPages 64 KiB pages each.
+// route.maxInFlight instances, each of limits.memoryPages 64 KiB pages of
+// linear memory and a call stack of up to StackReserve.
 func (m *Manifest) Memory() int64 {
-	return int64(max(m.Route.MaxInFlight, 1)) * int64(m.Limits.MemoryPages) * 64 << 10
+	return int64(max(m.Route.MaxInFlight, 1)) * (int64(m.Limits.MemoryPages)*64<<10 + StackReserve)
 }
 
 // Timeout is the time one message may take.

@@ -11,7 +11,8 @@ import (
 const DefaultMaxProgramsPerAccount = 32
 
 // DefaultMaxMemoryPerAccount is Options.MaxMemoryPerAccount when it is 0:
-// 4 GiB, the default program's 16 MiB instance 256 times over.
+// 4 GiB, the default program's instance (16 MiB of linear memory and the
+// StackReserve of 144 MiB) 25 times over.
 const DefaultMaxMemoryPerAccount = 4 << 30
 
 // quota counts what each account's programs (their manifests' Account)
@@ -85,7 +86,7 @@ func (mg *Manager) reserve(p *program, man *Manifest) (*reservation, error) {
 	}
 	if limit := mg.opts.MaxMemoryPerAccount; need.memory > 0 && limit >= 0 && taken.memory+need.memory > limit {
 		return nil, pigeon.NewError(pigeon.CodeProgramLimit,
-			"account %q: its programs' instances (route.maxInFlight × limits.memoryPages) would take up to %s, and %s is the most allowed: lower them, or remove a program first",
+			"account %q: its programs' instances (route.maxInFlight × (limits.memoryPages + a call stack reserve)) would take up to %s, and %s is the most allowed: lower them, or remove a program first",
 			account, mib(taken.memory+need.memory), mib(limit))
 	}
 	add(q.pending, account, need)

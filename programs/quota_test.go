@@ -147,13 +147,14 @@ func TestProgramCapDefault(t *testing.T) {
 }
 
 // The instances of an account's programs may take at most
-// MaxMemoryPerAccount (maxInFlight × memoryPages × 64 KiB summed over its
-// programs): a deploy that would pass it is refused PROGRAM_LIMIT_EXCEEDED
-// and audited, whether a new program or a new version asking for more; a
-// version asking for less, a removal or a move to another account frees
-// memory; programs restored at start count.
+// MaxMemoryPerAccount (maxInFlight × (memoryPages × 64 KiB + StackReserve)
+// summed over its programs): a deploy that would pass it is refused
+// PROGRAM_LIMIT_EXCEEDED and audited, whether a new program or a new
+// version asking for more; a version asking for less, a removal or a move
+// to another account frees memory; programs restored at start count.
 func TestProgramMemoryPerAccountIsCapped(t *testing.T) {
-	const instance = programs.DefaultMemoryPages * 64 << 10 // 16 MiB
+	const page = 64 << 10
+	const instance = programs.DefaultMemoryPages*page + programs.StackReserve // 16 MiB + 144 MiB
 	f := newFixture(t, nil)
 	ctx := context.Background()
 	opts := &programs.Options{KV: f.st, Cache: cache, MaxMemoryPerAccount: 3 * instance}
@@ -170,8 +171,8 @@ func TestProgramMemoryPerAccountIsCapped(t *testing.T) {
 	require.NoError(t, deploy("b", progAcc, 1, programs.DefaultMemoryPages))
 	refused := len(f.audited(t, pigeon.EventProgramRefused))
 	err = deploy("c", progAcc, 2, programs.DefaultMemoryPages)
-	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(err), "4 instances of 16 MiB > 48 MiB: %v", err)
-	require.Contains(t, err.Error(), "64 MiB")
+	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(err), "4 instances of 160 MiB > 480 MiB: %v", err)
+	require.Contains(t, err.Error(), "640 MiB")
 	require.Len(t, f.audited(t, pigeon.EventProgramRefused), refused+1, "the refusal is audited")
 	_, err = mg.Get(ctx, "c")
 	require.Equal(t, pigeon.CodeProgramNotFound, pigeon.ErrorCode(err), "a refused first deploy leaves nothing")
@@ -184,7 +185,7 @@ func TestProgramMemoryPerAccountIsCapped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, info.Version, "and leaves the running one")
 	require.NoError(t, deploy("a", progAcc, 1, programs.DefaultMemoryPages/2), "a new version asking for less is taken")
-	require.NoError(t, deploy("d", progAcc, 1, programs.DefaultMemoryPages/2), "into what it freed")
+	require.NoError(t, deploy("b", progAcc, 1, programs.DefaultMemoryPages*3/2), "b takes what it freed")
 	require.Equal(t, pigeon.CodeProgramLimit, pigeon.ErrorCode(deploy("e", progAcc, 1, 1)))
 	require.NoError(t, mg.Remove(ctx, admin, "b"))
 	require.NoError(t, deploy("e", progAcc, 1, programs.DefaultMemoryPages), "a removal frees memory")

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"math"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -146,18 +148,22 @@ func (v *version) deliver(ctx context.Context, caller pigeon.Caller, d *pigeon.D
 	defer cancel()
 	status, err := inst.call(cctx, msg)
 	if err == nil && status == 0 {
+		inst.shed()
 		v.put(inst)
 		return nil
 	}
 	var pe *pigeon.Error
 	switch {
 	case err == nil: // the handler returned a failure; the instance is sound
+		inst.shed()
 		v.put(inst)
 		pe = pigeon.NewError(pigeon.CodeProgramTrapped, "program %s: the handler failed (status %d)", v.name, status)
 	case c.overLimit:
 		pe = pigeon.NewError(pigeon.CodeProgramLimit, "program %s: more messages emitted than limits.maxEmits (%d)", v.name, v.man.Limits.MaxEmits)
 	case errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
 		pe = pigeon.NewError(pigeon.CodeProgramTimeout, "program %s: the message took longer than %s", v.name, v.man.Limits.Timeout())
+	case stackOverflow(err): // before the memory: a stack overflows whatever the memory's size
+		pe = pigeon.WrapError(pigeon.CodeProgramLimit, err, "program %s: call stack exhausted (recursion too deep)", v.name)
 	case inst.mod.Memory() != nil && inst.mod.Memory().Size() >= v.man.Limits.MemoryPages*65536:
 		pe = pigeon.WrapError(pigeon.CodeProgramLimit, err, "program %s: memory exhausted at limits.memoryPages (%d)", v.name, v.man.Limits.MemoryPages)
 	default:
@@ -167,6 +173,53 @@ func (v *version) deliver(ctx context.Context, caller pigeon.Caller, d *pigeon.D
 		_ = inst.mod.Close(context.Background())
 	}
 	return v.failed(ctx, caller, d, pe)
+}
+
+// keptStack is the most call stack, in bytes, an idle instance's function
+// handles keep: wazero's compiler starts a handle's stack at 10 KiB.
+const keptStack = 1 << 20
+
+// shed drops the function handles of an instance going back to the pool
+// whose call stack grew past keptStack, for fresh ones. wazero grows a
+// handle's call stack on the Go heap as a call recurses (doubling it, up
+// to its ceiling: StackReserve) and keeps it for the handle's next call;
+// an idle instance would hold it, outside limits.memoryPages, for as long
+// as it idles. Dropped, it is garbage once the call is over.
+func (inst *instance) shed() {
+	if stackBytes(inst.alloc) > keptStack {
+		inst.alloc = inst.mod.ExportedFunction(exportAlloc)
+	}
+	if stackBytes(inst.handle) > keptStack {
+		inst.handle = inst.mod.ExportedFunction(exportHandle)
+	}
+}
+
+// stackBytes is the size of the call stack fn keeps, as wazero's engines
+// hold it (a "stack" slice in the handle), or MaxInt when it cannot tell
+// (another wazero), so the handle is then always replaced.
+func stackBytes(fn api.Function) int {
+	v := reflect.ValueOf(fn)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return math.MaxInt
+	}
+	s := v.Elem().FieldByName("stack")
+	if s.Kind() != reflect.Slice {
+		return math.MaxInt
+	}
+	return s.Cap() * int(s.Type().Elem().Size())
+}
+
+// stackOverflow reports whether err is wazero's stack overflow (its
+// compiler's call stack at its ceiling, or its interpreter's 2,000
+// frames): a *wasmruntime.Error, internal to wazero, reading "stack
+// overflow", returned as it is or wrapped.
+func stackOverflow(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "stack overflow" && reflect.TypeOf(err).String() == "*wasmruntime.Error" {
+			return true
+		}
+	}
+	return false
 }
 
 // call copies msg into the instance and runs the handler on it.

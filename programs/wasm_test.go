@@ -14,6 +14,10 @@ const (
 	opEnd         = 0x0b
 	opBr          = 0x0c
 	opBrIf        = 0x0d
+	opIf          = 0x04
+	opElse        = 0x05
+	opI32Eqz      = 0x45
+	opI32Sub      = 0x6b
 	opCall        = 0x10
 	opLocalGet    = 0x20
 	opI32Const    = 0x41
@@ -185,3 +189,15 @@ var (
 	modGrow = abiModule(handleGrow, 1).encode()
 	modFail = abiModule(handleFail, 1).encode()
 )
+
+// recursiveModule is a module whose pigeon_handle calls rec(depth), a
+// function that calls itself depth times (it is not a tail call: its
+// result is its callee's), then returns 0. A depth of -1 (2³² - 1 as
+// unsigned, far past any call stack) overflows the stack.
+func recursiveModule(depth int64, memMin uint32) []byte {
+	m := abiModule(cat(i32c(depth), []byte{opCall, 2, opDrop}, i32c(0)), memMin)
+	m.funcs = append(m.funcs, wfunc{params: []byte{tI32}, results: []byte{tI32}, code: cat(
+		[]byte{opLocalGet, 0, opI32Eqz, opIf, tI32}, i32c(0),
+		[]byte{opElse, opLocalGet, 0}, i32c(1), []byte{opI32Sub, opCall, 2, opEnd})})
+	return m.encode()
+}
