@@ -121,6 +121,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteHTTPError(w, err)
 		return
 	}
+	// A page of another origin is refused before its credential is looked
+	// at, as on /v1/ws (ws.CheckOrigin): it authenticates no one and counts
+	// toward no lockout of the browser's address.
+	if err := ws.CheckOrigin(r, s.opts.OriginPatterns); err != nil {
+		wire.WriteHTTPError(w, err)
+		return
+	}
 	p, region, err := ws.AuthenticateUpgrade(s.e, r, s.opts.Region)
 	if err != nil {
 		ws.WriteUpgradeError(w, err)

@@ -208,3 +208,31 @@ func TestContractEndClosesTheConnection(t *testing.T) {
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, string(pigeon.CodeContractRevoked), ce.Reason)
 }
+
+// TestCrossOriginUpgradeRefused: a page of another origin is refused 403
+// before its credential is looked at (ws.CheckOrigin), as on /v1/ws: a
+// made-up credential is not a refused one of the browser's address (a
+// lockout of everyone behind it), and a good one negotiates no contract.
+// Before, the credential came first: 401 for a made-up one, and a
+// contract negotiated, then revoked, for a good one.
+func TestCrossOriginUpgradeRefused(t *testing.T) {
+	base, e := startServer(t)
+	dial := func(origin, token string) int {
+		t.Helper()
+		h := http.Header{"Origin": {origin}}
+		c, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(base, "http")+mesgd.Prefix,
+			&websocket.DialOptions{HTTPHeader: h, Subprotocols: []string{mesgd.Subprotocol, ws.BearerSubprotocolPrefix + token}})
+		if err == nil {
+			_ = c.Close(websocket.StatusNormalClosure, "")
+			return resp.StatusCode
+		}
+		require.NotNil(t, resp, "%v", err)
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, dial("https://evil.example", "guess"))
+	require.Equal(t, http.StatusForbidden, dial("https://evil.example", "alice-token"))
+	live, _, err := e.LiveContracts(context.Background(), 100)
+	require.NoError(t, err)
+	require.Empty(t, live, "no contract was negotiated for the foreign page")
+	require.Equal(t, http.StatusSwitchingProtocols, dial(base, "alice-token"), "the server's own origin")
+}

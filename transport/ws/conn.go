@@ -243,10 +243,22 @@ func (c *conn) dispatch(f *Frame) {
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "too many requests waiting on this connection"))
 			return
 		}
+		// Each waits holding its message, for up to MaxRequestTimeout:
+		// the requests of one principal, over all its connections, hold
+		// at most MaxRequestBytesPerPrincipal.
+		held, ok := c.srv.holdRequest(c.principal.ID, requestCost(f.Message))
+		if !ok {
+			c.requests.Add(-1)
+			c.ops.Done()
+			c.srv.stats.rateLimited.Add(1)
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited,
+				"this principal's requests waiting for replies hold the most memory allowed (MaxRequestBytesPerPrincipal): wait for their replies"))
+			return
+		}
 		opWorkers.run(func() {
 			defer c.ops.Done()
 			defer c.requests.Add(-1)
-			c.request(f, caller)
+			c.request(f, caller, held)
 		})
 		return
 	}

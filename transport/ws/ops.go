@@ -148,8 +148,18 @@ func appendResultMessage(b []byte, res *pigeon.Result, brief bool) []byte {
 	return res.AppendMessageJSON(b)
 }
 
-// request publishes a request and answers with its reply.
-func (c *conn) request(f *Frame, caller pigeon.Caller) {
+// request publishes a request and answers with its reply. held is what
+// the request counts toward its principal's MaxRequestBytesPerPrincipal
+// (Server.holdRequest), given back once it no longer waits.
+func (c *conn) request(f *Frame, caller pigeon.Caller, held int64) {
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			c.srv.releaseRequest(c.principal.ID, held)
+		}
+	}
+	defer release()
 	m, err := message(f)
 	if err != nil {
 		c.answer(f.ID, err)
@@ -167,6 +177,7 @@ func (c *conn) request(f *Frame, caller pigeon.Caller) {
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	reply, err := c.srv.e.Request(ctx, caller, m)
 	cancel()
+	release() // its answer waits in the write budgets, not here
 	if err != nil {
 		c.answer(f.ID, err)
 		return

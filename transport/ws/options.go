@@ -22,6 +22,8 @@ const (
 	DefaultMaxInFlight       = 256
 	DefaultMaxRequestTimeout = 5 * time.Minute
 	DefaultRequestTimeout    = 30 * time.Second
+	// DefaultMaxRequestBytesPerPrincipal is Options.MaxRequestBytesPerPrincipal's default.
+	DefaultMaxRequestBytesPerPrincipal = 64 << 20
 )
 
 // readWait bounds how long a replay or receive frame waits for room in
@@ -104,6 +106,17 @@ type Options struct {
 	// RATE_LIMITED: one client reading slowly cannot take the whole pool
 	// and lock the others' reads out.
 	MaxReadBytesPerPrincipal int64
+	// MaxRequestBytesPerPrincipal bounds the memory that the requests of
+	// one principal waiting for their replies hold, over all its
+	// connections (default 64 MiB; negative: no bound): each holds its
+	// message, the data and about 4 KiB besides, until its reply comes or
+	// its timeout (up to MaxRequestTimeout) passes. A request beyond it is
+	// answered RATE_LIMITED before it is published; a principal with no
+	// request waiting may always send one. MaxInFlight bounds the requests
+	// of one connection; without this bound, a principal could have
+	// MaxConnectionsPerPrincipal times as many requests of up to MaxFrame
+	// each pinned for minutes (a quarter of a terabyte on defaults).
+	MaxRequestBytesPerPrincipal int64
 	// MaxRequestTimeout caps a request's timeoutMs (default 5 min); a
 	// request without one waits DefaultRequestTimeout.
 	MaxRequestTimeout time.Duration
@@ -160,6 +173,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxReadBytesInFlight == 0 {
 		c.MaxReadBytesInFlight = readpool.DefaultLimit
+	}
+	if c.MaxRequestBytesPerPrincipal == 0 {
+		c.MaxRequestBytesPerPrincipal = DefaultMaxRequestBytesPerPrincipal
 	}
 	if c.MaxRequestTimeout <= 0 {
 		c.MaxRequestTimeout = DefaultMaxRequestTimeout

@@ -3,6 +3,8 @@ package ws
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +30,9 @@ type Server struct {
 	wg           sync.WaitGroup
 	shutOnce     sync.Once
 	drained      chan struct{}
+
+	reqMu    sync.Mutex
+	reqBytes map[string]int64 // principal id → bytes its requests waiting for replies hold; absent at 0
 
 	budget budget         // bytes queued for writing, across connections
 	reads  *readpool.Pool // bytes read by replays and receives not yet queued
@@ -69,7 +74,7 @@ type Stats struct {
 
 // NewServer returns the WebSocket endpoint of e.
 func NewServer(e *pigeon.Engine, opts *Options) *Server {
-	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, perPrincipal: map[string]int{}, drained: make(chan struct{})}
+	s := &Server{e: e, opts: opts.withDefaults(), conns: map[*conn]struct{}{}, perPrincipal: map[string]int{}, reqBytes: map[string]int64{}, drained: make(chan struct{})}
 	s.budget = budget{limit: s.opts.ServerQueueBytes, peak: &s.stats.queuedPeak}
 	s.reads = readpool.ForEngine(e, s.opts.MaxReadBytesInFlight, s.opts.MaxReadBytesPerPrincipal, readWait, s.opts.Logger)
 	return s
@@ -156,6 +161,42 @@ func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string
 	return p, region, nil
 }
 
+// CheckOrigin refuses, FORBIDDEN, an upgrade request a browser sends for a
+// page of another origin than the server's: one whose Origin header names
+// another host than the request's and that no pattern of patterns matches
+// (host patterns as websocket.AcceptOptions.OriginPatterns reads them: the
+// origin's host with its port, or scheme://host when the pattern names a
+// scheme; case does not matter). A request without Origin (a client that is
+// not a browser) passes. It is the WebSocket library's own check, made
+// before the credential is looked at: a page of any site can have each
+// browser that opens it try upgrades with made-up credentials, which, were
+// they checked first, would each count as a refused credential of the
+// browser's address and lock everyone behind it out of the broker; and a
+// browser's ambient credential (a TLS client certificate) would be
+// authenticated for a page that may not use it.
+func CheckOrigin(r *http.Request, patterns []string) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err == nil && u.Host != "" {
+		if strings.EqualFold(r.Host, u.Host) {
+			return nil
+		}
+		for _, p := range patterns {
+			target := u.Host
+			if strings.Contains(p, "://") {
+				target = u.Scheme + "://" + u.Host
+			}
+			if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
+				return nil
+			}
+		}
+	}
+	return pigeon.NewError(pigeon.CodeForbidden, "a page of another origin may not connect: the server's allowed origins do not name its origin")
+}
+
 // WriteUpgradeError answers a refused upgrade request: the JSON error body
 // with its code's status, and a Bearer challenge on UNAUTHENTICATED.
 func WriteUpgradeError(w http.ResponseWriter, err error) {
@@ -168,7 +209,16 @@ func WriteUpgradeError(w http.ResponseWriter, err error) {
 // ServeHTTP authenticates the upgrade request and serves the connection
 // until it ends. A missing or unknown credential is answered 401 with the
 // JSON error body, and the connection is not upgraded.
+//
+// A browser page of another origin (CheckOrigin) is refused 403 before
+// anything else, its credential included: its upgrade authenticates no
+// one and counts toward no lockout of the browser's address.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := CheckOrigin(r, s.opts.OriginPatterns); err != nil {
+		s.stats.refused.Add(1)
+		wire.WriteHTTPError(w, err)
+		return
+	}
 	p, region, err := AuthenticateUpgrade(s.e, r, s.opts.Region)
 	if err != nil {
 		s.stats.refused.Add(1)
@@ -283,6 +333,52 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.drained
 		return ctx.Err()
 	}
+}
+
+// requestOverhead is what a request waiting for its reply holds besides
+// its message's data: the envelope's other fields (up to MaxEnvelopeField
+// each), the frame, the goroutine waiting and the engine's waiter.
+const requestOverhead = 4 << 10
+
+// requestCost is what a request of m counts toward its principal's
+// MaxRequestBytesPerPrincipal.
+func requestCost(m *pigeon.Message) int64 {
+	if m == nil {
+		return requestOverhead
+	}
+	return int64(len(m.Data)) + requestOverhead
+}
+
+// holdRequest counts n bytes toward the requests of principal waiting for
+// replies, unless that takes it past MaxRequestBytesPerPrincipal; a
+// principal with none waiting may always take one. It returns what
+// releaseRequest gives back (0 when nothing is counted) and whether the
+// request may go on.
+func (s *Server) holdRequest(principal string, n int64) (int64, bool) {
+	limit := s.opts.MaxRequestBytesPerPrincipal
+	if limit < 0 {
+		return 0, true
+	}
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	held := s.reqBytes[principal]
+	if held > 0 && held+n > limit {
+		return 0, false
+	}
+	s.reqBytes[principal] = held + n
+	return n, true
+}
+
+// releaseRequest gives back n bytes holdRequest counted for principal.
+func (s *Server) releaseRequest(principal string, n int64) {
+	if n == 0 {
+		return
+	}
+	s.reqMu.Lock()
+	if s.reqBytes[principal] -= n; s.reqBytes[principal] <= 0 {
+		delete(s.reqBytes, principal)
+	}
+	s.reqMu.Unlock()
 }
 
 // errServerShutdown is the error of every operation refused because the

@@ -34,6 +34,11 @@ type serverSub struct {
 	readyCh chan struct{}
 	ended   atomic.Bool // ended by the client or the connection: no push
 	sweep   sync.Once
+	// refused is the contract's refusal a delivery met when its data was
+	// read again (storedData), once the engine's subscription, waiting on
+	// this connection's write budgets, had not itself seen it: nil until
+	// then. The subscription is then cut as the engine would have cut it.
+	refused atomic.Pointer[error]
 
 	mu      sync.Mutex
 	pending map[string]inflight // by message id
@@ -138,13 +143,18 @@ func (ss *serverSub) watch() {
 		delete(c.subs, ss.id)
 	}
 	c.mu.Unlock()
-	if ss.ended.Load() {
+	refused := ss.refusal()
+	if ss.ended.Load() && refused == nil {
 		return
 	}
 	b := appendHead(make([]byte, 0, 128), OpUnsubscribed, "")
 	b = append(b, `,"sub":`...)
 	b = jsontext.AppendString(b, ss.id)
-	if err := ss.sub.Err(); err != nil {
+	err := ss.sub.Err()
+	if err == nil {
+		err = refused
+	}
+	if err != nil {
 		we := wire.Encode(err)
 		b = append(b, `,"error":{"code":`...)
 		b = jsontext.AppendString(b, string(we.Code))
@@ -162,8 +172,21 @@ func (ss *serverSub) watch() {
 // the moment the contract stopped allowing it. The engine ends the
 // subscription as the revocation happens (Engine.RevokeContract), and a
 // slow reader may leave frames queued for seconds.
+//
+// The engine ends it at once for a revocation or an expiry; a grant
+// revoked, a role taken away or a policy changed it sees at its next
+// look at the contract, which waits while a delivery waits for room in
+// this connection's write budgets. That delivery reads its data again
+// (storedData), through the contract: a refusal there cuts the
+// subscription too (refused), so that a slow reader is not written the
+// rest of its queue after the moment the contract stopped allowing it.
 func (ss *serverSub) cut() bool {
-	err := ss.sub.Err()
+	return ss.refused.Load() != nil || contractRefusal(ss.sub.Err())
+}
+
+// contractRefusal reports whether err says that a contract no longer
+// allows its holder to receive on the subject.
+func contractRefusal(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -174,6 +197,14 @@ func (ss *serverSub) cut() bool {
 		return true
 	}
 	return false
+}
+
+// refusal is the contract's refusal storedData met, or nil.
+func (ss *serverSub) refusal() error {
+	if p := ss.refused.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // end stops the subscription (idempotent) and waits for its handlers.
@@ -219,6 +250,13 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 		done(nil) // trimmed by retention while it waited: nothing left to deliver
 		return
 	}
+	if contractRefusal(err) {
+		// The contract stopped allowing the subscription while the
+		// delivery waited for room: what waits in the write queue is cut
+		// (see cut), and the client is told why (watch).
+		refusal := err
+		ss.refused.CompareAndSwap(nil, &refusal)
+	}
 	var w *wireState
 	if err == nil && !ss.atMost {
 		// Pending before it is queued: the answer may come at once.
@@ -231,7 +269,12 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 		err = ss.c.enqueueFor(ctx, b, n, ss, w)
 	}
 	if err != nil {
-		if !ss.atMost && !ss.take(id) {
+		// A delivery that never got its frame (no room before the
+		// subscription or the connection ended, the connection stalled,
+		// its data refused) was never pending: it is settled here, or the
+		// engine's subscription would wait for it for ever, and the end
+		// of the connection with it.
+		if w != nil && !ss.take(id) {
 			return // settled meanwhile (the connection ended)
 		}
 		if ctx.Err() == nil {
@@ -371,7 +414,7 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 		switch {
 		case ss.c.ctx.Err() != nil:
 			outcome = settleAs(pigeon.RetryAfter(0, errGone), undelivered(errGone))
-		case ss.ended.Load():
+		case ss.ended.Load() && ss.refused.Load() == nil:
 			outcome = settleAs(undelivered(errUnsubscribed), undelivered(errUnsubscribed))
 		default:
 			outcome = settleAs(pigeon.RetryAfter(0, ctx.Err()), undelivered(ctx.Err()))
