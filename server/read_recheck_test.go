@@ -55,45 +55,71 @@ func (s *stallingReads) ListQuarantine(ctx context.Context, since time.Time, max
 // while the read waits answers the refusal, not the page.
 func TestRoleReadsCheckedAgainBeforeTheAnswer(t *testing.T) {
 	for _, path := range []string{"/v1/audit", "/v1/quarantine"} {
-		for _, tc := range append([]struct {
-			name   string
-			revoke func(t *testing.T, f *fixture, account, jti string)
-			code   pigeon.Code
-		}{{"in force", func(*testing.T, *fixture, string, string) {}, ""}}, auditorRevocations...) {
+		for _, tc := range recheckCases() {
 			t.Run(path+" "+tc.name, func(t *testing.T) {
-				st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
-				e, err := pigeon.New(context.Background(), &pigeon.Options{
-					Store:         st,
-					Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-					Catalog:       testCatalog(),
-					Region:        "uk",
-				})
-				require.NoError(t, err)
-				s, hs := serve(t, e, nil)
-				f := &fixture{e: e, s: s, hs: hs}
-				const account = "ops-reader"
-				token, jti := f.auditorGrant(t, account)
-
-				st.armed.Store(true)
-				done := make(chan response, 1)
-				go func() { done <- f.do(t, http.MethodGet, path, token, "") }()
-				<-st.reading
-				tc.revoke(t, f, account, jti)
-				close(st.goOn)
-				res := <-done
+				res := readWhileRevoking(t, tc.revoke, func(*testing.T, *fixture) (string, string) { return http.MethodGet, path })
 				if tc.name == "in force" {
 					require.Equal(t, http.StatusOK, res.status, "%s", res.body)
 					require.Contains(t, string(res.body), `"records"`)
 					return
 				}
-				require.GreaterOrEqual(t, res.status, 400, "%s", res.body)
+				requireRefused(t, res, tc.code)
 				require.NotContains(t, string(res.body), `"records"`)
-				if tc.code != "" {
-					require.Equal(t, tc.code, res.code(t))
-					require.Equal(t, wire.HTTPStatus(tc.code), res.status)
-				}
 			})
 		}
+	}
+}
+
+// recheckCases are auditorRevocations after the case of a grant in force.
+func recheckCases() []struct {
+	name   string
+	revoke func(t *testing.T, f *fixture, account, jti string)
+	code   pigeon.Code
+} {
+	return append([]struct {
+		name   string
+		revoke func(t *testing.T, f *fixture, account, jti string)
+		code   pigeon.Code
+	}{{"in force", func(*testing.T, *fixture, string, string) {}, ""}}, auditorRevocations...)
+}
+
+// readWhileRevoking serves a broker on a stallingReads store, gives the
+// account ops-reader an auditor grant, and makes the request prepare names
+// with it (prepare may set the broker up first); while the request's read
+// of the store waits, revoke runs. It returns the answer.
+func readWhileRevoking(t *testing.T, revoke func(t *testing.T, f *fixture, account, jti string),
+	prepare func(t *testing.T, f *fixture) (method, path string)) response {
+	t.Helper()
+	st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
+	e, err := pigeon.New(context.Background(), &pigeon.Options{
+		Store:         st,
+		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog:       testCatalog(),
+		Region:        "uk",
+	})
+	require.NoError(t, err)
+	s, hs := serve(t, e, nil)
+	f := &fixture{e: e, s: s, hs: hs}
+	const account = "ops-reader"
+	token, jti := f.auditorGrant(t, account)
+	method, path := prepare(t, f)
+
+	st.armed.Store(true)
+	done := make(chan response, 1)
+	go func() { done <- f.do(t, method, path, token, "") }()
+	<-st.reading
+	revoke(t, f, account, jti)
+	close(st.goOn)
+	return <-done
+}
+
+// requireRefused asserts res is a refusal, of code when it is not empty.
+func requireRefused(t *testing.T, res response, code pigeon.Code) {
+	t.Helper()
+	require.GreaterOrEqual(t, res.status, 400, "%s", res.body)
+	if code != "" {
+		require.Equal(t, code, res.code(t))
+		require.Equal(t, wire.HTTPStatus(code), res.status)
 	}
 }
 
@@ -108,51 +134,25 @@ func TestRoleReadsOfTheStoreCheckedAgain(t *testing.T) {
 		{http.MethodGet, "/v1/quarantine/{id}"},
 		{http.MethodPost, "/v1/audit/verify"},
 	} {
-		for _, tc := range append([]struct {
-			name   string
-			revoke func(t *testing.T, f *fixture, account, jti string)
-			code   pigeon.Code
-		}{{"in force", func(*testing.T, *fixture, string, string) {}, ""}}, auditorRevocations...) {
+		for _, tc := range recheckCases() {
 			t.Run(route.method+" "+route.path+" "+tc.name, func(t *testing.T) {
-				st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
-				e, err := pigeon.New(context.Background(), &pigeon.Options{
-					Store:         st,
-					Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-					Catalog:       testCatalog(),
-					Region:        "uk",
+				var qid string
+				res := readWhileRevoking(t, tc.revoke, func(t *testing.T, f *fixture) (string, string) {
+					pay := f.contract(t, "checkout-token", "payments.authorize")
+					m := demo.Payment("o-9")
+					m.Data = []byte(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP","paymentToken":"t","card":{"pan":"4111111111111111"}}`)
+					r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", msgBody(t, m), "x-pigeon-contract", pay)
+					require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r.body)
+					qid = r.json(t)["error"].(map[string]any)["details"].(map[string]any)["quarantineId"].(string)
+					return route.method, strings.Replace(route.path, "{id}", qid, 1)
 				})
-				require.NoError(t, err)
-				s, hs := serve(t, e, nil)
-				f := &fixture{e: e, s: s, hs: hs}
-				const account = "ops-reader"
-				token, jti := f.auditorGrant(t, account)
-
-				pay := f.contract(t, "checkout-token", "payments.authorize")
-				m := demo.Payment("o-9")
-				m.Data = []byte(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP","paymentToken":"t","card":{"pan":"4111111111111111"}}`)
-				r := f.do(t, http.MethodPost, "/v1/messages", "checkout-token", msgBody(t, m), "x-pigeon-contract", pay)
-				require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r.body)
-				qid := r.json(t)["error"].(map[string]any)["details"].(map[string]any)["quarantineId"].(string)
-				path := strings.Replace(route.path, "{id}", qid, 1)
-
-				st.armed.Store(true)
-				done := make(chan response, 1)
-				go func() { done <- f.do(t, route.method, path, token, "") }()
-				<-st.reading
-				tc.revoke(t, f, account, jti)
-				close(st.goOn)
-				res := <-done
 				if tc.name == "in force" {
 					require.Equal(t, http.StatusOK, res.status, "%s", res.body)
 					return
 				}
-				require.GreaterOrEqual(t, res.status, 400, "%s", res.body)
+				requireRefused(t, res, tc.code)
 				require.NotContains(t, string(res.body), qid)
 				require.NotContains(t, string(res.body), `"verified"`)
-				if tc.code != "" {
-					require.Equal(t, tc.code, res.code(t))
-					require.Equal(t, wire.HTTPStatus(tc.code), res.status)
-				}
 			})
 		}
 	}
