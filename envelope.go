@@ -182,12 +182,15 @@ func jsonErrorText(err error) string {
 	return "malformed JSON"
 }
 
-// validText reports whether every string field of m is valid UTF-8. The
+// ValidText reports whether every string field of m is valid UTF-8. The
 // stored encoding would replace invalid bytes, so a field that is not
-// valid would be stored other than the gates judged it.
-func (m *Message) validText() bool {
+// valid would be stored other than the gates judged it; and a client
+// sending m in a WebSocket text frame, which must be UTF-8, refuses it
+// first (INVALID_UTF8), as the broker does.
+func (m *Message) ValidText() bool {
 	strs := [...]string{m.SpecVersion, m.ID, m.Type, m.Source, m.Subject, m.Time, m.Intent,
-		m.IdempotencyKey, m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason}
+		m.IdempotencyKey, m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason,
+		m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt}
 	for _, s := range strs {
 		// Envelope fields are nearly always ASCII, which is valid UTF-8.
 		if !jsontext.ASCII(s) && !utf8.ValidString(s) {

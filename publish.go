@@ -246,7 +246,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		// publisher does with its own bytes meanwhile.
 		a.Data, a.sent, m.Data = data, m.Data, text
 	}
-	if a.dataErr == "" && !m.validText() {
+	if a.dataErr == "" && !m.ValidText() {
 		a.dataCode, a.dataErr = CodeInvalidUTF8, "an envelope field is not valid UTF-8"
 	}
 	a.Message, a.Principal, a.Region, a.Now = m, c.Principal, c.Region, now

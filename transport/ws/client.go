@@ -220,39 +220,29 @@ func checkMessage(m *pigeon.Message) error {
 	if m == nil {
 		return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "message is required")
 	}
+	// Data the strict validator accepts is JSON, UTF-8 and at most
+	// MaxJSONDepth deep; the rest is looked at again, rarely.
 	if len(m.Data) > 0 && jsontext.Validate(m.Data, pigeon.MaxJSONDepth) != nil {
-		if !json.Valid(m.Data) {
+		switch {
+		case !validData(m.Data):
 			return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data is not valid JSON")
-		}
-		// The server answers data a few levels too deep as the broker
-		// does in process; a frame deeper still it cannot read, nor
-		// answer: the publish would wait for its deadline.
-		if jsontext.Depth(m.Data) > pigeon.MaxJSONDepth {
+		case !utf8.Valid(m.Data):
+			// The frame carrying the message is text, which must be
+			// UTF-8: one that is not ends the connection (RFC 6455),
+			// failing every call in flight on it. Refused here, as the
+			// broker refuses it in process, that message alone.
+			return pigeon.NewError(pigeon.CodeInvalidUTF8, "data holds a string that is not valid UTF-8")
+		case jsontext.Depth(m.Data) > pigeon.MaxJSONDepth:
+			// The server answers data a few levels too deep as the
+			// broker does in process; a frame deeper still it cannot
+			// read, nor answer: the publish would wait for its deadline.
 			return pigeon.NewError(pigeon.CodeEnvelopeInvalid, "data nests deeper than %d levels", pigeon.MaxJSONDepth)
 		}
 	}
-	// The frame carrying the message is text, which must be UTF-8: one
-	// that is not ends the connection (RFC 6455), failing every call in
-	// flight on it. Refused here as the broker refuses it in process,
-	// that message alone.
-	if !utf8.Valid(m.Data) {
-		return pigeon.NewError(pigeon.CodeInvalidUTF8, "data holds a string that is not valid UTF-8")
-	}
-	fields := [...]string{m.SpecVersion, m.ID, m.Type, m.Source, m.Subject, m.Time, m.Intent, m.IdempotencyKey,
-		m.Classification, m.Region, m.ReplyTo, m.CorrelationID, m.Reason, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt}
-	for _, f := range fields {
-		if !utf8.ValidString(f) {
-			return fieldUTF8()
-		}
-	}
-	if sig := m.Signature; sig != nil && !(utf8.ValidString(sig.KID) && utf8.ValidString(sig.Alg) && utf8.ValidString(sig.Sig)) {
-		return fieldUTF8()
+	if !m.ValidText() {
+		return pigeon.NewError(pigeon.CodeInvalidUTF8, "an envelope field is not valid UTF-8")
 	}
 	return nil
-}
-
-func fieldUTF8() error {
-	return pigeon.NewError(pigeon.CodeInvalidUTF8, "an envelope field is not valid UTF-8")
 }
 
 // validData reports whether data is one JSON text, as json.Valid does
