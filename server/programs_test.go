@@ -127,17 +127,7 @@ func TestDeployCannotTakeOverAnotherAccountsProgram(t *testing.T) {
 		require.Equal(t, true, p["bound"])
 	}
 
-	recs, err := e.Audit(context.Background(), 0, 0)
-	require.NoError(t, err)
-	var denied []string
-	for _, rec := range recs {
-		if rec.Type == string(pigeon.EventAccessDenied) {
-			require.Equal(t, progA, rec.Principal)
-			require.Contains(t, rec.Ref, "PUT /v1/programs/{name}") // the first in full, then coalesced:N …
-			denied = append(denied, rec.Ref)
-		}
-	}
-	require.Contains(t, denied, "PUT /v1/programs/{name}", "the refusals are audited")
+	requireDeploysDenied(t, e, progA)
 
 	// One's own programs: a new name, then a new version of it.
 	r = put("a-token", "mine", progA)
@@ -181,17 +171,7 @@ func TestGrantTokenCannotDeployAsItsAccount(t *testing.T) {
 	_, err := mg.Get(context.Background(), "exfil")
 	require.Equal(t, pigeon.CodeProgramNotFound, pigeon.ErrorCode(err), "nothing was deployed")
 
-	recs, err := e.Audit(context.Background(), 0, 0)
-	require.NoError(t, err)
-	var denied []string
-	for _, rec := range recs {
-		if rec.Type == string(pigeon.EventAccessDenied) {
-			require.Equal(t, acct, rec.Principal)
-			require.Contains(t, rec.Ref, "PUT /v1/programs/{name}") // the first in full, then coalesced:N …
-			denied = append(denied, rec.Ref)
-		}
-	}
-	require.Contains(t, denied, "PUT /v1/programs/{name}", "the refusals are audited")
+	requireDeploysDenied(t, e, acct)
 
 	// The account's own credential, and an admin, still deploy as the
 	// account; a grant still may not roll back to what they deployed.
@@ -203,4 +183,21 @@ func TestGrantTokenCannotDeployAsItsAccount(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
 	r = do(http.MethodPost, "/v1/programs/reader/rollback", "g-token", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+}
+
+// requireDeploysDenied asserts that e's audit log holds access.denied
+// records of refused deploys (PUT /v1/programs/{name}), all of principal.
+func requireDeploysDenied(t *testing.T, e *pigeon.Engine, principal string) {
+	t.Helper()
+	recs, err := e.Audit(context.Background(), 0, 0)
+	require.NoError(t, err)
+	var denied []string
+	for _, rec := range recs {
+		if rec.Type == string(pigeon.EventAccessDenied) {
+			require.Equal(t, principal, rec.Principal)
+			require.Contains(t, rec.Ref, "PUT /v1/programs/{name}") // the first in full, then coalesced:N …
+			denied = append(denied, rec.Ref)
+		}
+	}
+	require.Contains(t, denied, "PUT /v1/programs/{name}", "the refusals are audited")
 }
