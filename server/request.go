@@ -55,6 +55,13 @@ func requestReply(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	// The request waits holding its message, as a WebSocket request does,
+	// and counts toward the same bound of its principal.
+	release, err := rq.s.ws.HoldRequest(c.Principal.ID, m)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer release()
 	reply, err := rq.s.e.Request(ctx, c, m)
 	if err != nil {
 		return 0, nil, err

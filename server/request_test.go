@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/server"
+	"pigeon/transport/ws"
 )
 
 // POST /v1/requests answers with the reply a responder publishes, or 504
@@ -87,4 +91,55 @@ func TestRequestOverHTTP(t *testing.T) {
 		require.NotEmpty(t, reply["correlationId"])
 		require.Equal(t, map[string]any{"approved": true}, reply["data"])
 	})
+}
+
+// POST /v1/requests counts toward the bound of its principal's requests
+// waiting for replies (ws.Options.MaxRequestBytesPerPrincipal), shared
+// with its WebSocket requests: each waits holding its message, and a
+// principal's HTTP connections are as many as it likes. Beyond it a
+// request is refused 429 RATE_LIMITED before it is published; once the
+// waiting one is answered, the room is back. Before, HTTP requests were
+// not counted at all.
+func TestHTTPRequestsCountTowardThePrincipalsBound(t *testing.T) {
+	e, err := pigeon.New(context.Background(), &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog:       testCatalog(),
+		Region:        "uk",
+	})
+	require.NoError(t, err)
+	s, hs := serve(t, e, &server.Options{WebSocket: &ws.Options{MaxRequestBytesPerPrincipal: 1}}) // one request waiting
+	f := &fixture{e: e, s: s, hs: hs}
+	id := f.contract(t, "checkout-token", "payments.authorize")
+	request := func(order string, timeoutMs int) response {
+		return f.do(t, http.MethodPost, "/v1/requests", "checkout-token",
+			`{"timeoutMs":`+strconv.Itoa(timeoutMs)+`,"message":`+msgBody(t, demo.Payment(order))+`}`, "x-pigeon-contract", id)
+	}
+	ctx := context.Background()
+	got, goOn := make(chan string, 4), make(chan struct{})
+	var release sync.Once
+	goOnce := func() { release.Do(func() { close(goOn) }) }
+	sub, err := e.Handle(ctx, "gateway-token", "payments.authorize", func(ctx context.Context, d *pigeon.Delivery) error {
+		got <- d.Message.ID
+		<-goOn
+		_, err := d.Session.Publish(ctx, demo.Approval(d.Message.ID))
+		return err
+	})
+	require.NoError(t, err)
+	defer sub.Unsubscribe(ctx)
+	defer goOnce() // first: a failed assertion must not leave the handler waiting
+
+	first := make(chan response, 1)
+	go func() { first <- request("o-1", 20000) }()
+	<-got // the first request waits for its reply
+
+	r := request("o-2", 100)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeRateLimited, r.code(t))
+	require.Contains(t, string(r.body), "MaxRequestBytesPerPrincipal")
+
+	goOnce()
+	require.Equal(t, http.StatusOK, (<-first).status)
+	r = request("o-3", 10000)
+	require.Equal(t, http.StatusOK, r.status, "the room is back: %s", r.body)
+	require.Len(t, got, 1, "o-2 was never published: only o-3 came after o-1")
 }

@@ -251,8 +251,7 @@ func (c *conn) dispatch(f *Frame) {
 			c.requests.Add(-1)
 			c.ops.Done()
 			c.srv.stats.rateLimited.Add(1)
-			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited,
-				"this principal's requests waiting for replies hold the most memory allowed (MaxRequestBytesPerPrincipal): wait for their replies"))
+			c.answer(f.ID, errRequestBytes())
 			return
 		}
 		opWorkers.run(func() {

@@ -369,6 +369,26 @@ func (s *Server) holdRequest(principal string, n int64) (int64, bool) {
 	return n, true
 }
 
+// HoldRequest counts a request of m by principal, made through another
+// route of the same server (the HTTP API's POST /v1/requests), toward
+// MaxRequestBytesPerPrincipal, shared with the principal's WebSocket
+// requests. It refuses RATE_LIMITED beyond the bound; otherwise release
+// gives the count back once the request no longer waits (call it once).
+func (s *Server) HoldRequest(principal string, m *pigeon.Message) (release func(), err error) {
+	n, ok := s.holdRequest(principal, requestCost(m))
+	if !ok {
+		s.stats.rateLimited.Add(1)
+		return nil, errRequestBytes()
+	}
+	return func() { s.releaseRequest(principal, n) }, nil
+}
+
+// errRequestBytes refuses a request beyond MaxRequestBytesPerPrincipal.
+func errRequestBytes() error {
+	return pigeon.NewError(pigeon.CodeRateLimited,
+		"this principal's requests waiting for replies hold the most memory allowed (MaxRequestBytesPerPrincipal): wait for their replies")
+}
+
 // releaseRequest gives back n bytes holdRequest counted for principal.
 func (s *Server) releaseRequest(principal string, n int64) {
 	if n == 0 {
