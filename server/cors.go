@@ -2,9 +2,8 @@ package server
 
 import (
 	"net/http"
-	"net/url"
-	"path"
-	"strings"
+
+	"pigeon/transport/ws"
 )
 
 // corsAllowHeaders are the request headers a browser page on an allowed
@@ -15,41 +14,16 @@ const corsAllowHeaders = "Authorization, Content-Type, X-Pigeon-Contract, X-Pige
 // corsAllowMethods are the methods of the API's routes.
 const corsAllowMethods = "GET, POST, PUT, DELETE"
 
-// allowedOrigin reports whether a browser page of origin (the Origin
-// header) may call the API: patterns are matched as the WebSocket
-// endpoint matches its OriginPatterns, against the origin's host (with
-// its port), or against scheme://host when the pattern names a scheme;
-// case does not matter.
-func allowedOrigin(patterns []string, origin string) bool {
-	if len(patterns) == 0 || origin == "" {
-		return false
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	for _, p := range patterns {
-		target := u.Host
-		if strings.Contains(p, "://") {
-			target = u.Scheme + "://" + u.Host
-		}
-		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
-			return true
-		}
-	}
-	return false
-}
-
 // cors answers what a browser asks of a cross-origin call from an
 // allowed origin: the Access-Control headers on every answer, and a
 // preflight (OPTIONS with Access-Control-Request-Method) answered 204
 // here. It reports whether the request was a preflight it answered. An
 // origin that is not allowed gets no Access-Control headers, so the
-// browser withholds the answer; the request itself is served as any other
-// (its credential decides what it may do).
+// browser withholds the answer, and crossSite refuses the request itself
+// before its credential is looked at.
 func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 	origin := r.Header.Get("Origin")
-	if origin == "" || !allowedOrigin(s.opts.AllowedOrigins, origin) {
+	if origin == "" || !ws.OriginAllowed(s.opts.AllowedOrigins, origin) {
 		return false
 	}
 	h := w.Header()
@@ -92,11 +66,8 @@ func (s *Server) crossSite(r *http.Request) bool {
 	if site == "same-origin" || site == "none" || len(r.Header["Upgrade"]) > 0 {
 		return false
 	}
-	if origin := r.Header.Get("Origin"); origin != "" {
-		if u, err := url.Parse(origin); err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host) {
-			return false
-		}
-		return !allowedOrigin(s.opts.AllowedOrigins, origin)
+	if r.Header.Get("Origin") != "" {
+		return ws.CheckOrigin(r, s.opts.AllowedOrigins) != nil
 	}
 	if site != "cross-site" && site != "same-site" {
 		return false // not a browser, or one that does not say

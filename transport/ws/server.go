@@ -179,22 +179,35 @@ func CheckOrigin(r *http.Request, patterns []string) error {
 	if origin == "" {
 		return nil
 	}
-	u, err := url.Parse(origin)
-	if err == nil && u.Host != "" {
-		if strings.EqualFold(r.Host, u.Host) {
-			return nil
-		}
-		for _, p := range patterns {
-			target := u.Host
-			if strings.Contains(p, "://") {
-				target = u.Scheme + "://" + u.Host
-			}
-			if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
-				return nil
-			}
-		}
+	if u, err := url.Parse(origin); err == nil && u.Host != "" && strings.EqualFold(r.Host, u.Host) {
+		return nil
+	}
+	if OriginAllowed(patterns, origin) {
+		return nil
 	}
 	return pigeon.NewError(pigeon.CodeForbidden, "a page of another origin may not connect: the server's allowed origins do not name its origin")
+}
+
+// OriginAllowed reports whether a pattern of patterns matches origin (a
+// browser's Origin header), as websocket.AcceptOptions.OriginPatterns
+// reads them: the origin's host with its port, or scheme://host when the
+// pattern names a scheme (path.Match syntax); case does not matter. An
+// origin without a host ("null") matches none.
+func OriginAllowed(patterns []string, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	for _, p := range patterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteUpgradeError answers a refused upgrade request: the JSON error body
