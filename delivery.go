@@ -386,6 +386,38 @@ func (e *Engine) recordReplay(ctx context.Context, base store.AuditRecord, out [
 	log.record(EventReplayExecuted, OutcomeAllow, base, func(r store.AuditRecord) { e.audit(ctx, r) })
 }
 
+// Recheck returns nil while c's contract still allows op on the subject,
+// and otherwise the contract's refusal, audited without waiting for the
+// audit write: receive.denied for OpReceive, replay.denied for OpReplay,
+// reply.dropped for OpPublish (a requester's right to the reply of a
+// request it published on the subject). A transport calls it just before
+// it writes what an earlier call returned (a receive's or a replay's
+// messages, a request's reply) when that write waited, in a write queue
+// behind a slow reader for example: a revocation, an expiry, a grant
+// revoked or a role taken away meanwhile holds for that write, and
+// nothing goes out after the moment the contract stopped allowing it. The
+// engine already recorded the call's messages as dispatched; the refusal
+// follows them in the audit log. Safe for concurrent use; it does not
+// block unless the contract must be read from a shared store.
+func (e *Engine) Recheck(ctx context.Context, c Caller, subject string, op Operation) error {
+	if c.Principal == nil {
+		return NewError(CodeContractPrincipalMismatch, "%s", mismatchReason)
+	}
+	_, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, e.subject(subject), op)
+	if code == CodeOK {
+		return nil
+	}
+	ev := EventReceiveDenied
+	switch op {
+	case OpReplay:
+		ev = EventReplayDenied
+	case OpPublish:
+		ev = EventReplyDropped
+	}
+	e.auditAsync(ev.record(OutcomeDeny, code, store.AuditRecord{Gate: GateContract, Subject: subject, Principal: c.Principal.ID, ContractID: c.ContractID}))
+	return NewError(code, "%s", reason)
+}
+
 // stillAllowed checks c's contract for op on s again, just before what a
 // pull receive or a replay read is handed over: a revocation, an expiry or
 // a lost role that came while the read waited (for the group, the store,

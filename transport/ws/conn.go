@@ -71,6 +71,35 @@ type outFrame struct {
 	sub    *serverSub // the subscription whose deliveries b holds, if any
 	wire   *wireState // whether b went to the socket, when it holds deliveries awaiting an answer
 	buf    *[]byte    // b's buffer, from frameBufs: the writer gives it back once done with b
+	guard  *guard     // the check an answer carrying messages passes just before its write, if any
+}
+
+// guard is the contract check an answer that carries messages (a
+// receive's, a replay's, a request's reply) passes just before it is
+// written (Engine.Recheck): it may have waited in the write queue behind a
+// slow reader for as long as the stall timeout, and what the contract no
+// longer allows then is not written. The refusal is written under the
+// answer's id instead, so the call fails with it rather than waiting out
+// its deadline.
+type guard struct {
+	caller  pigeon.Caller
+	subject string
+	op      pigeon.Operation
+	re      string
+}
+
+// guarded returns b, or the refusal that replaces it when g's contract no
+// longer allows it (counted as a cut frame).
+func (c *conn) guarded(b []byte, g *guard) []byte {
+	if g == nil {
+		return b
+	}
+	err := c.srv.e.Recheck(c.ctx, g.caller, g.subject, g.op)
+	if err == nil {
+		return b
+	}
+	c.srv.stats.cut.Add(1)
+	return encodeError(g.re, err)
 }
 
 // wireState says whether a frame of deliveries went to the socket. The
@@ -296,13 +325,19 @@ func (c *conn) begin() bool {
 // either way. Deliveries always go through the queue, whose writer
 // detects a consumer that stopped reading.
 func (c *conn) send(ctx context.Context, b []byte) error {
+	return c.sendGuarded(ctx, b, nil)
+}
+
+// sendGuarded is send for an answer that carries messages: g checks the
+// contract again just before the write (see guard).
+func (c *conn) sendGuarded(ctx context.Context, b []byte, g *guard) error {
 	n := int64(len(b))
 	if err := c.reserve(ctx, n); err != nil {
 		return err
 	}
 	if !c.stalled.Load() && c.queued.CompareAndSwap(0, 1) {
 		c.wmu.Lock()
-		err := c.writeOwn(b)
+		err := c.writeOwn(c.guarded(b, g))
 		c.unreserve(n)
 		c.written.Add(1)
 		c.wmu.Unlock()
@@ -313,7 +348,7 @@ func (c *conn) send(ctx context.Context, b []byte) error {
 		}
 		return nil
 	}
-	return c.enqueue(ctx, b, n)
+	return c.enqueueOut(ctx, outFrame{b: b, n: n, guard: g})
 }
 
 // writeOwn writes b for send, wmu held, within the stall timeout: a write
@@ -512,6 +547,8 @@ func (c *conn) writeLoop() {
 			case f.sub != nil && f.sub.cut():
 				f.wire.drop()
 				c.srv.stats.cut.Add(1)
+			case f.guard != nil:
+				err = c.ws.Write(c.io, websocket.MessageText, c.guarded(f.b, f.guard))
 			case f.wire.write():
 				err = c.ws.Write(c.io, websocket.MessageText, f.b)
 			}

@@ -185,7 +185,7 @@ func (c *conn) request(f *Frame, caller pigeon.Caller, held int64) {
 	b := appendHead(make([]byte, 0, 512+len(reply.Data)), OpReply, f.ID)
 	b = append(b, `,"message":`...)
 	b = reply.AppendJSON(b)
-	_ = c.send(c.ctx, append(b, '}'))
+	_ = c.sendGuarded(c.ctx, append(b, '}'), &guard{caller: caller, subject: m.Subject, op: pigeon.OpPublish, re: f.ID})
 }
 
 // replay answers a replay frame. Its messages and their answer hold room
@@ -204,7 +204,7 @@ func (c *conn) replay(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	}
 	b := appendMessages(appendHead(nil, OpMessages, f.ID), msgs)
 	held = c.srv.reads.Resize(who, held, int64(len(b)))
-	_ = c.send(c.ctx, b)
+	_ = c.sendGuarded(c.ctx, b, &guard{caller: caller, subject: f.Subject, op: pigeon.OpReplay, re: f.ID})
 	return nil, nil
 }
 
@@ -224,7 +224,8 @@ func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	}
 	b := appendMessages(appendHead(nil, OpMessages, f.ID), msgs)
 	held = c.srv.reads.Resize(who, held, int64(len(b)))
-	if err := c.send(c.ctx, b); err != nil && len(msgs) > 0 {
+	g := &guard{caller: caller, subject: f.Subject, op: pigeon.OpReceive, re: f.ID}
+	if err := c.sendGuarded(c.ctx, b, g); err != nil && len(msgs) > 0 {
 		ctx := context.WithoutCancel(c.ctx)
 		for _, m := range msgs {
 			// Not leased on a pubsub subject: nothing to give back there.
