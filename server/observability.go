@@ -213,7 +213,10 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 			if f != nil && !send("rates", map[string]any{"subjects": f.Rates(), "time": time.Now().UTC()}) {
 				return
 			}
-			if !s.sendState(r.Context(), send) {
+			// The state is read from the store, which may wait (up to
+			// two seconds): the credential is checked again before what
+			// the read returned goes out.
+			if !s.sendState(r.Context(), func(event string, v any) bool { return still() && send(event, v) }) {
 				return
 			}
 		}

@@ -157,3 +157,50 @@ func TestRoleReadsOfTheStoreCheckedAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleStateCheckedAgainAfterItsRead: the console stream's state
+// event (quarantine count, live contracts, groups) is read from the store,
+// which may wait for up to two seconds. A grant revoked, the auditor role
+// taken away or the account deleted while the read waits ends the stream
+// with its end event; the state read under the old grant is not sent.
+func TestConsoleStateCheckedAgainAfterItsRead(t *testing.T) {
+	for _, tc := range auditorRevocations {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
+			e, err := pigeon.New(context.Background(), &pigeon.Options{
+				Store:         st,
+				Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+				Catalog:       testCatalog(),
+				Region:        "uk",
+			})
+			require.NoError(t, err)
+			s, hs := serve(t, e, nil)
+			f := &fixture{e: e, s: s, hs: hs}
+			const account = "ops-console"
+			token, jti := f.auditorGrant(t, account)
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			st.armed.Store(true) // the stream's first state read waits
+			res, events := f.openEvents(t, ctx, token)
+			require.Equal(t, http.StatusOK, res.StatusCode)
+			<-st.reading
+			tc.revoke(t, f, account, jti)
+			close(st.goOn)
+
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case ev, ok := <-events:
+					require.True(t, ok, "the stream closed without an end event")
+					require.NotEqual(t, "state", ev.name, "the state read under the revoked grant was sent")
+					if ev.name == "end" {
+						return
+					}
+				case <-deadline:
+					t.Fatal("the stream went on after the revocation")
+				}
+			}
+		})
+	}
+}
