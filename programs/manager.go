@@ -261,6 +261,29 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 	mg.audit(ctx, pigeon.EventProgramBound, pigeon.CodeOK, p.b.caller, v)
 }
 
+// A Precondition is checked under the program's lock just before a
+// deploy, a rollback or a removal changes it, with the program as it is
+// then: cur is nil when no version runs under the name. An error refuses
+// the change and is returned as it is. The HTTP API checks with one who
+// may change which program, so that no deploy by another account slips in
+// between its check and the change.
+type Precondition func(cur *Info) error
+
+// check runs pre on p's state. p.mu is held.
+func (p *program) check(pre []Precondition) error {
+	var cur *Info
+	if p.rec.Version > 0 {
+		in := p.info()
+		cur = &in
+	}
+	for _, f := range pre {
+		if err := f(cur); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Deploy validates module under man and binds it as the next version of
 // the program name. When a version runs already, the switch is atomic:
 // deliveries in flight finish on the old version, later ones run on the
@@ -269,8 +292,9 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 // it binds a new subscription before the old one stops. A deploy that
 // fails (PROGRAM_INVALID with its check, or the store's error) leaves the
 // old version running. by is who deploys, for the audit; authorizing it
-// is the caller's business.
-func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string, man Manifest, module []byte) (Info, error) {
+// is the caller's business, with pre when it depends on what runs under
+// the name.
+func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string, man Manifest, module []byte, pre ...Precondition) (Info, error) {
 	if by == nil {
 		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a deploy names who deploys")
 	}
@@ -284,6 +308,9 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer mg.forgetEmpty(p)
+	if err := p.check(pre); err != nil {
+		return Info{}, err
+	}
 	return mg.deploy(ctx, p, by, man, module, 0)
 }
 
@@ -291,8 +318,9 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 // module and manifest, as the next version: validated and swapped as
 // Deploy does, audited program.rolled_back. version 0 is the version
 // before the current one. A version whose module is no longer kept is
-// PROGRAM_VERSION_PRUNED; one that never was, PROGRAM_NOT_FOUND.
-func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name string, version int) (Info, error) {
+// PROGRAM_VERSION_PRUNED; one that never was, PROGRAM_NOT_FOUND. pre is
+// checked first (see Precondition).
+func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name string, version int, pre ...Precondition) (Info, error) {
 	if by == nil {
 		return Info{}, pigeon.NewError(pigeon.CodeInvalidArgument, "a rollback names who rolls back")
 	}
@@ -301,6 +329,9 @@ func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name stri
 		return Info{}, err
 	}
 	defer p.mu.Unlock()
+	if err := p.check(pre); err != nil {
+		return Info{}, err
+	}
 	rev, err := p.info().RollbackTarget(version)
 	if err != nil {
 		return Info{}, err
@@ -494,8 +525,9 @@ func (mg *Manager) List(ctx context.Context) []Info {
 }
 
 // Remove unbinds a program (waiting for its deliveries in flight), drops
-// it from the store and audits the removal.
-func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string) error {
+// it from the store and audits the removal. pre is checked first (see
+// Precondition).
+func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string, pre ...Precondition) error {
 	if by == nil {
 		return pigeon.NewError(pigeon.CodeInvalidArgument, "a removal names who removes")
 	}
@@ -504,6 +536,9 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 		return err
 	}
 	defer p.mu.Unlock()
+	if err := p.check(pre); err != nil {
+		return err
+	}
 	if err := mg.kv.Delete(ctx, bucket, name); err != nil {
 		return pigeon.WrapError(pigeon.CodeStoreUnavailable, err, "delete program %s", name)
 	}

@@ -15,3 +15,11 @@ func (s *Server) ReadBytesInFlight() int64 { return s.reads.InUse() }
 
 // ReadsRefused counts the server's reads refused for want of room.
 func (s *Server) ReadsRefused() uint64 { return s.reads.Refused() }
+
+// SetProgramChangeHook sets what runs after a program request's own checks
+// and before the manager changes the program, and returns what restores it.
+func SetProgramChangeHook(f func(name string)) (restore func()) {
+	old := programChangeHook
+	programChangeHook = f
+	return func() { programChangeHook = old }
+}

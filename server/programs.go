@@ -52,6 +52,7 @@ func deployProgram(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	name := rq.r.PathValue("name")
+	var pre []programs.Precondition
 	if !rq.p.HasRole(RoleAdmin) {
 		if err := rq.mayRunAs(man.Account, "deploy"); err != nil {
 			return 0, nil, err
@@ -59,16 +60,13 @@ func deployProgram(rq *request) (int, any, error) {
 		// A deploy under a name in use replaces the program that runs
 		// there: for a program of another account, a removal this
 		// principal may not make (removeProgram), and a takeover of its
-		// name and history.
-		cur, err := rq.s.opts.Programs.Get(rq.ctx, name)
-		switch {
-		case err == nil && cur.Manifest.Account != rq.p.ID:
-			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may replace a program that runs as another account"))
-		case err != nil && pigeon.ErrorCode(err) != pigeon.CodeProgramNotFound:
-			return 0, nil, err
-		}
+		// name and history. Checked under the program's lock, with the
+		// deploy: a deploy of another account under the same name may
+		// come first.
+		pre = append(pre, rq.ownProgram("replace"))
 	}
-	info, err := rq.s.opts.Programs.Deploy(rq.ctx, rq.p, name, man, in.Module)
+	programChangeHook(name)
+	info, err := rq.s.opts.Programs.Deploy(rq.ctx, rq.p, name, man, in.Module, pre...)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -110,18 +108,30 @@ func listPrograms(rq *request) (int, any, error) {
 	return http.StatusOK, map[string]any{"programs": rq.s.opts.Programs.List(rq.ctx)}, nil
 }
 
+// ownProgram is the precondition of a change by a principal without
+// RoleAdmin to the program that runs under a name: none runs there, or it
+// runs as the principal's own account; otherwise 403 FORBIDDEN, audited.
+func (rq *request) ownProgram(what string) programs.Precondition {
+	return func(cur *programs.Info) error {
+		if cur != nil && cur.Manifest.Account != rq.p.ID {
+			return rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may %s a program that runs as another account", what))
+		}
+		return nil
+	}
+}
+
+// programChangeHook runs after a request's own checks and before the
+// manager changes the program (tests set it to change the program there).
+var programChangeHook = func(name string) {}
+
 func removeProgram(rq *request) (int, any, error) {
 	name := rq.r.PathValue("name")
+	var pre []programs.Precondition
 	if !rq.p.HasRole(RoleAdmin) {
-		info, err := rq.s.opts.Programs.Get(rq.ctx, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		if info.Manifest.Account != rq.p.ID {
-			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may remove a program that runs as another account"))
-		}
+		pre = append(pre, rq.ownProgram("remove"))
 	}
-	if err := rq.s.opts.Programs.Remove(rq.ctx, rq.p, name); err != nil {
+	programChangeHook(name)
+	if err := rq.s.opts.Programs.Remove(rq.ctx, rq.p, name, pre...); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]bool{"ok": true}, nil
@@ -149,24 +159,27 @@ func rollbackProgram(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	name := rq.r.PathValue("name")
+	var pre []programs.Precondition
 	if !rq.p.HasRole(RoleAdmin) {
-		info, err := rq.s.opts.Programs.Get(rq.ctx, name)
-		if err != nil {
-			return 0, nil, err
-		}
-		rev, err := info.RollbackTarget(in.Version)
-		if err != nil {
-			return 0, nil, err
-		}
-		if info.Manifest.Account != rq.p.ID {
-			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden, "only an admin may roll back a program that runs as another account"))
-		}
-		if err := rq.mayRunAs(rev.Manifest.Account, "roll back"); err != nil {
-			return 0, nil, err
-		}
-		in.Version = rev.Version // the version checked, whatever is deployed meanwhile
+		// Checked under the program's lock, with the rollback: the
+		// program that runs and the version it goes back to are the
+		// ones checked, whatever another request deploys meanwhile.
+		pre = append(pre, func(cur *programs.Info) error {
+			if cur == nil {
+				return pigeon.NewError(pigeon.CodeProgramNotFound, "no program %s", name)
+			}
+			rev, err := cur.RollbackTarget(in.Version)
+			if err != nil {
+				return err
+			}
+			if err := rq.ownProgram("roll back")(cur); err != nil {
+				return err
+			}
+			return rq.mayRunAs(rev.Manifest.Account, "roll back")
+		})
 	}
-	info, err := rq.s.opts.Programs.Rollback(rq.ctx, rq.p, name, in.Version)
+	programChangeHook(name)
+	info, err := rq.s.opts.Programs.Rollback(rq.ctx, rq.p, name, in.Version, pre...)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,6 +139,65 @@ func TestDeployCannotTakeOverAnotherAccountsProgram(t *testing.T) {
 	r = put("admin-token", "billing", progA)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.Equal(t, progA, program("billing")["manifest"].(map[string]any)["account"])
+}
+
+// TestChangesCannotSlipPastTheOwnerCheck: a principal without the admin
+// role may deploy, roll back or remove only a program that runs as its
+// own account (or, for a deploy, none). Another account's deploy under the
+// same name that comes between the request's check and its change must
+// not be replaced, rolled back or removed: the check and the change are
+// one step, under the program's lock. Before, svc-b's program deployed
+// there was replaced by svc-a's (its name and history taken), rolled back
+// or removed.
+func TestChangesCannotSlipPastTheOwnerCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// mine is whether svc-a's program runs under the name first;
+		// change is svc-a's request.
+		mine   bool
+		change func(hs *httptest.Server, name string) response
+	}{
+		{"deploy", false, func(hs *httptest.Server, name string) response {
+			return doRequest(t, http.MethodPut, hs.URL+"/v1/programs/"+name, "a-token", deployBody(t, progA))
+		}},
+		{"rollback", true, func(hs *httptest.Server, name string) response {
+			return doRequest(t, http.MethodPost, hs.URL+"/v1/programs/"+name+"/rollback", "a-token", `{}`)
+		}},
+		{"remove", true, func(hs *httptest.Server, name string) response {
+			return doRequest(t, http.MethodDelete, hs.URL+"/v1/programs/"+name, "a-token", "")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, hs := programsServer(t)
+			const name = "contested"
+			if tc.mine {
+				for range 2 { // two versions: a rollback has one to go back to
+					r := doRequest(t, http.MethodPut, hs.URL+"/v1/programs/"+name, "a-token", deployBody(t, progA))
+					require.Less(t, r.status, 300, "%s", r.body)
+				}
+			}
+			var moved atomic.Bool
+			restore := server.SetProgramChangeHook(func(string) {
+				if moved.Swap(true) {
+					return // the admin's own deploy below
+				}
+				// An admin moves the name to svc-b between svc-a's check
+				// and its change.
+				r := doRequest(t, http.MethodPut, hs.URL+"/v1/programs/"+name, "admin-token", deployBody(t, progB))
+				require.Less(t, r.status, 300, "%s", r.body)
+			})
+			defer restore()
+
+			r := tc.change(hs, name)
+			require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
+			require.Equal(t, pigeon.CodeForbidden, r.code(t))
+			r = doRequest(t, http.MethodGet, hs.URL+"/v1/programs/"+name, "admin-token", "")
+			require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+			p := r.json(t)["program"].(map[string]any)
+			require.Equal(t, progB, p["manifest"].(map[string]any)["account"], "svc-b's program still runs")
+			require.Equal(t, "admin", p["deployedBy"])
+		})
+	}
 }
 
 // TestGrantTokenCannotDeployAsItsAccount: a program runs as its
