@@ -336,14 +336,23 @@ type acceptCand struct {
 	rec store.AuditRecord
 }
 
+// acceptKey names the message an acceptance record is of: its subject and
+// sequence (the record's Seqs). The id alone does not: once retention
+// removed a message its id no longer resolves, and the broker accepts a
+// new message with it, whose record the old one must not stand for.
+type acceptKey struct {
+	subject string
+	seq     uint64
+}
+
 // acceptCandidates reads, for every subject, the kindAccepted messages
 // after the floor of its last one: those whose acceptance record may be
 // missing from the audit log. floors holds, per subject number, the
 // highest floor its scan saw (-1 when it saw no kindAccepted record);
 // cpFloors the floors kept with the audit checkpoint, which may be higher
 // (a subject idle since audit retention last ran).
-func (s *Store) acceptCandidates(floors []int64, cpFloors map[string]uint64) (map[string]*acceptCand, error) {
-	cands := make(map[string]*acceptCand)
+func (s *Store) acceptCandidates(floors []int64, cpFloors map[string]uint64) (map[acceptKey]*acceptCand, error) {
+	cands := make(map[acceptKey]*acceptCand)
 	for num, f := range floors {
 		if f < 0 {
 			continue
@@ -363,7 +372,7 @@ func (s *Store) acceptCandidates(floors []int64, cpFloors map[string]uint64) (ma
 				return nil, &store.CorruptError{File: sub.w.dir, Offset: -1, Reason: fmt.Sprintf("entry %d is not message %d (%v)", seq, seq, err)}
 			}
 			if r.Type != "" {
-				cands[m.ID] = &acceptCand{loc: pack(sub.num, seq), rec: r}
+				cands[acceptKey{sub.name, seq}] = &acceptCand{loc: pack(sub.num, seq), rec: r}
 			}
 		}
 	}
@@ -371,13 +380,18 @@ func (s *Store) acceptCandidates(floors []int64, cpFloors map[string]uint64) (ma
 }
 
 // foundAccepted drops from cands the message whose acceptance record r is.
-func foundAccepted(cands map[string]*acceptCand) func(r *store.AuditRecord) error {
+func foundAccepted(cands map[acceptKey]*acceptCand) func(r *store.AuditRecord) error {
 	return func(r *store.AuditRecord) error {
 		if r.MessageID == "" {
 			return nil
 		}
-		if c := cands[r.MessageID]; c != nil && c.rec.Type == r.Type && c.rec.Subject == r.Subject {
-			delete(cands, r.MessageID)
+		seq, err := strconv.ParseUint(r.Seqs, 10, 64)
+		if err != nil {
+			return nil // not one message's acceptance
+		}
+		k := acceptKey{r.Subject, seq}
+		if c := cands[k]; c != nil && c.rec.Type == r.Type && c.rec.MessageID == r.MessageID {
+			delete(cands, k)
 		}
 		return nil
 	}
@@ -385,7 +399,7 @@ func foundAccepted(cands map[string]*acceptCand) func(r *store.AuditRecord) erro
 
 // restoreAccepted chains the acceptance records recovery found missing,
 // by subject and sequence, and waits until they are on disk.
-func (s *Store) restoreAccepted(cands map[string]*acceptCand) error {
+func (s *Store) restoreAccepted(cands map[acceptKey]*acceptCand) error {
 	if len(cands) == 0 {
 		return nil
 	}

@@ -264,3 +264,43 @@ func TestOutboxOrder(t *testing.T) {
 	recs, _ = o.takeLocked()
 	require.Empty(t, recs)
 }
+
+// TestAcceptedIDReusedAfterTrim: once retention removed a message its id
+// no longer resolves, so the broker accepts a new message with that id.
+// When a crash keeps the new acceptance record from the audit log, the
+// old message's record, still in the audit log, must not be taken for it:
+// recovery matches records by subject and sequence, not by id alone.
+func TestAcceptedIDReusedAfterTrim(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	require.NoError(t, err)
+	_, _, err = s.AppendAccepted(ctx, msg("s", "x", base), acceptance("p-x"))
+	require.NoError(t, err)
+	_, err = s.ReadAudit(ctx, 0, 0) // the first record is in the audit log
+	require.NoError(t, err)
+	n, err := s.TrimThrough(ctx, "s", 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	s.faults.Store(&faults{write: func(w *logw) error {
+		if w == s.audit.w {
+			return errors.New("injected audit write failure")
+		}
+		return nil
+	}})
+	again, _, err := s.AppendAccepted(ctx, msg("s", "x", base), acceptance("p-x"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), again.Seq)
+	_ = s.Close(ctx)
+
+	s = open(t, dir, nil)
+	recs, err := s.ReadAudit(ctx, 0, 0)
+	require.NoError(t, err)
+	var seqs []string
+	for _, r := range recs {
+		if r.Type == "publish.accepted" {
+			seqs = append(seqs, r.Seqs)
+		}
+	}
+	require.Equal(t, []string{"1", "2"}, seqs, "the acceptance of the second message with the id is restored")
+}

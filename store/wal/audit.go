@@ -168,12 +168,18 @@ func (s *Store) loadAudit(each func(*store.AuditRecord) error) error {
 		}
 		a.mu.Unlock()
 	}
-	if st.first <= cp.Seq { // finish a retention cut short by a crash
-		if err := w.truncateFront(cp.Seq + 1); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// finishAuditTrim finishes a retention that a crash cut short between
+// writing the checkpoint and truncating the log (loadAudit skipped the
+// records up to the checkpoint).
+func (s *Store) finishAuditTrim() error {
+	a := &s.audit
+	if a.w.first.Load() > a.cp.Seq {
+		return nil
+	}
+	return a.w.truncateFront(a.cp.Seq + 1)
 }
 
 // AppendAudit implements store.AuditLog. The records must continue the

@@ -259,3 +259,52 @@ func TestVerifyAuditBadTail(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenWritesOnlyWithoutMarker: Open may write (here it chains the
+// acceptance records a failed audit write kept from the audit log, which
+// a clean Close does not prevent) and a crash may cut that write short.
+// The marker must be gone before the write, or the next Open takes the
+// torn record for damage after a clean shutdown and refuses the store.
+func TestOpenWritesOnlyWithoutMarker(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	s, err := Open(dir, cleanOpts)
+	require.NoError(t, err)
+	s.faults.Store(&faults{write: func(w *logw) error {
+		if w == s.audit.w {
+			return fmt.Errorf("write: %w", syscall.EIO)
+		}
+		return nil
+	}})
+	_, _, err = s.AppendAccepted(ctx, msg("s", "m1", base), acceptance("p-m1"))
+	require.NoError(t, err)
+	_ = s.Close(ctx) // the audit log is whole: a clean shutdown
+	require.FileExists(t, cleanPath(dir))
+
+	// The crash image of the next Open, taken as it writes the audit log:
+	// whatever it removed so far, and half a record at the audit tail.
+	var crashed string
+	hook := &faults{write: func(w *logw) error {
+		if w.name == "audit" && crashed == "" {
+			crashed = t.TempDir()
+			require.NoError(t, os.CopyFS(crashed, os.DirFS(dir)))
+			ss := segs(t, auditDir(crashed))
+			f, err := os.OpenFile(ss[len(ss)-1].path, os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			_, err = f.Write([]byte{0xac, 0x02, 1, 2, 3})
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+		}
+		return nil
+	}}
+	s, err = Open(dir, &Options{SegmentSize: cleanOpts.SegmentSize, faults: hook})
+	require.NoError(t, err)
+	require.NoError(t, s.Close(ctx))
+	require.NotEmpty(t, crashed, "Open restored the record")
+
+	s, err = Open(crashed, cleanOpts)
+	require.NoError(t, err, "a crash during Open's own write is a crash, not damage")
+	require.Len(t, s.Recovered(), 1)
+	requireAccepted(t, s, map[string]string{"m1": "s"})
+	require.NoError(t, s.Close(ctx))
+}

@@ -219,7 +219,9 @@ func (s *Store) loadMeta() error {
 				return d.done()
 			}
 			m.snapSize++
-			_, err := m.apply(0, rec)
+			// The snapshot keeps no group's last index: all count as
+			// written at the index it covers, as compactMeta made them.
+			_, err := m.apply(snapN, rec)
 			return err
 		})
 		if err != nil {
@@ -303,6 +305,7 @@ func (s *Store) compactMeta() error {
 	if err := writeFileAtomic(s.snapshotPath(), data); err != nil {
 		return err
 	}
+	m.raiseIndexes(n)
 	if err := m.w.truncateFront(n + 1); err != nil {
 		return err
 	}
@@ -311,6 +314,24 @@ func (s *Store) compactMeta() error {
 	m.snapSize = records
 	m.w.mu.Unlock()
 	return nil
+}
+
+// raiseIndexes counts every group last written at or before meta index n
+// as written at n, once a snapshot covering n is on disk: a replay from
+// it knows no better (loadMeta), and a groups-pruned record whose look
+// came before n must spare the same groups now as after a reopen. Sparing
+// is the safe side: a group kept is pruned by the next pass if unused,
+// while a group deleted on a reopen only would lose progress the running
+// store kept. (A record committed between the snapshot's encoding and
+// this call may delete a group the replay keeps: the safe side again.)
+func (m *metaLog) raiseIndexes(n uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, gs := range m.groups {
+		for _, g := range gs {
+			g.index = max(g.index, n)
+		}
+	}
 }
 
 func (m *metaLog) encodeSnapshot(n uint64) []byte {

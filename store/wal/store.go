@@ -79,6 +79,8 @@ type Options struct {
 	// Logger receives what recovery did (a torn tail dropped after a
 	// crash: log, file, offset and bytes). Default slog.Default().
 	Logger *slog.Logger
+
+	faults *faults // tests: hooks in place from the start of Open
 }
 
 func (o *Options) withDefaults() Options {
@@ -158,8 +160,10 @@ var (
 // store.ErrLocked when another process holds dir, store.ErrCorrupt (a
 // *store.CorruptError) when a record before the tail is damaged, or the
 // tail is after a clean shutdown, and store.ErrTampered when the audit
-// chain does not verify. The marker is removed before Open returns a
-// store, and kept when Open fails.
+// chain does not verify. The marker is removed once every log is checked,
+// before Open writes anything (recovery may chain acceptance records,
+// finish an audit trim, compact the kept copies), and kept when the
+// checks fail.
 func Open(dir string, opts *Options) (*Store, error) {
 	o := opts.withDefaults()
 	switch o.Sync {
@@ -196,13 +200,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("wal: read the clean-shutdown marker of %s: %w", dir, err)
 	}
 	s := &Store{dir: dir, opts: o, lock: lock, clean: clean, quit: make(chan struct{})}
+	if o.faults != nil {
+		s.faults.Store(o.faults)
+	}
 	s.out.kick = make(chan struct{}, 1)
 	err = s.load()
-	if err == nil && clean {
-		if err = removeClean(dir); err != nil {
-			err = fmt.Errorf("wal: remove the clean-shutdown marker of %s: %w", dir, err)
-		}
-	}
 	if err != nil {
 		s.closeLogs()
 		unlock(lock)
@@ -235,6 +237,11 @@ func probeWritable(dir string) error {
 	return err
 }
 
+// load checks every log and rebuilds the indexes, then removes the
+// clean-shutdown marker, then makes the writes recovery needs. A crash
+// during those writes may leave a torn tail, which only the absence of
+// the marker lets the next Open drop; and an Open refused for damage
+// found by the checks keeps the marker, so it is refused again.
 func (s *Store) load() error {
 	if err := s.loadMeta(); err != nil {
 		return err
@@ -249,11 +256,6 @@ func (s *Store) load() error {
 	if err != nil {
 		return err
 	}
-	if err := s.compactKept(); err != nil {
-		// Only room is at stake: the copies stay, and the next trim
-		// compacts again.
-		s.opts.Logger.Warn("wal: the kept copies of trimmed messages could not be compacted", "err", err)
-	}
 	_, cpFloors, err := readCheckpointFloors(s.dir)
 	if err != nil {
 		return err
@@ -264,6 +266,19 @@ func (s *Store) load() error {
 	}
 	if err := s.loadAudit(foundAccepted(cands)); err != nil {
 		return err
+	}
+	if s.clean {
+		if err := removeClean(s.dir); err != nil {
+			return fmt.Errorf("wal: remove the clean-shutdown marker of %s: %w", s.dir, err)
+		}
+	}
+	if err := s.finishAuditTrim(); err != nil {
+		return err
+	}
+	if err := s.compactKept(); err != nil {
+		// Only room is at stake: the copies stay, and the next trim
+		// compacts again.
+		s.opts.Logger.Warn("wal: the kept copies of trimmed messages could not be compacted", "err", err)
 	}
 	return s.restoreAccepted(cands)
 }

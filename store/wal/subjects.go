@@ -176,6 +176,11 @@ func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 		if h.seq != index {
 			return fmt.Errorf("message seq %d stored at index %d", h.seq, index)
 		}
+		if index >= 1<<seqBits {
+			// Append never gets here; packed, it would name a message of
+			// the next subject.
+			return fmt.Errorf("message seq %d is beyond the %d bits of a location", index, seqBits)
+		}
 		loc := pack(num, index)
 		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), loc: loc})
 		if h.idemKey != "" {
