@@ -17,7 +17,11 @@
 // package transport/ws hand it the bearer token, the TLS peer certificates
 // and the remote address of each request.
 //
-// The principal is the SPIFFE ID, or the configured claim of the token.
+// The principal is the SPIFFE ID (which has a path: the ID of a trust
+// domain itself names no caller), or the configured claim of the token
+// (text: a claim holding a control character or U+FFFD, what the JSON
+// decoder makes of bytes that are not UTF-8, is refused). A trust
+// domain's authorities must be certificate authorities.
 // Roles and attributes of a certificate principal come from its account in
 // the broker's directory, so revoking a role takes effect at the next
 // check; a token's roles claim adds roles, as a static token's do. The
@@ -37,7 +41,9 @@
 // a credential was refused, never what it was: no token, certificate or key
 // material appears in them. When an identity provider cannot be reached,
 // its cached keys keep verifying tokens for Issuer.MaxKeyAge, and a token
-// signed by a key not in the cache is refused IDENTITY_UNAVAILABLE. An
+// signed by a key not in the cache is refused IDENTITY_UNAVAILABLE. A key
+// set that was read is the provider's answer even when it holds no usable
+// key: the keys it no longer lists stop verifying at once. An
 // issuer's keys are read over HTTPS only (plain HTTP only from a loopback
 // address), whatever names their URL: the configuration, a discovery
 // document or a redirect; a key set read in plain text would let whoever

@@ -146,7 +146,10 @@ func (k *keySet) refresh(ctx context.Context, force bool) error {
 	k.inflight = nil
 	k.lastErr = err
 	if err == nil {
-		if k.keys != nil && !sameKIDs(k.keys, keys) {
+		switch {
+		case len(keys) == 0:
+			k.log.Warn("identity: the issuer publishes no usable signing key; its tokens are refused", "issuer", k.issuer)
+		case k.keys != nil && !sameKIDs(k.keys, keys):
 			k.log.Info("identity: issuer keys rotated", "issuer", k.issuer, "keys", len(keys))
 		}
 		k.keys, k.fetchedAt = keys, k.now()
@@ -207,20 +210,27 @@ func (k *keySet) fetch(ctx context.Context) (map[string][]jose.JSONWebKey, error
 		k.mu.Unlock()
 	}
 	var set struct {
-		Keys []json.RawMessage `json:"keys"`
+		Keys json.RawMessage `json:"keys"` // nil: no keys member; "null" and [] are an empty set
 	}
 	if err := k.getJSON(ctx, u, &set); err != nil {
 		return nil, fmt.Errorf("key set: %w", err)
 	}
+	var list []json.RawMessage
+	if set.Keys == nil || json.Unmarshal(set.Keys, &list) != nil {
+		return nil, errors.New("key set: the document has no keys array")
+	}
+	// A key set that was read is the provider's answer, even when it holds
+	// no key usable here (none at all, or only keys too weak or of another
+	// type): the keys it no longer lists are withdrawn, perhaps because
+	// they leaked, and must not stay usable for maxAge as when the
+	// provider cannot be reached. Its tokens are refused until it
+	// publishes a usable key.
 	keys := map[string][]jose.JSONWebKey{}
-	for _, raw := range set.Keys {
+	for _, raw := range list {
 		var key jose.JSONWebKey // a key of a type go-jose does not know is skipped, not fatal
 		if key.UnmarshalJSON(raw) == nil && usableKey(key) {
 			keys[key.KeyID] = append(keys[key.KeyID], key)
 		}
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("key set: no usable public signing key")
 	}
 	return keys, nil
 }

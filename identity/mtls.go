@@ -25,7 +25,9 @@ import (
 type TrustDomain struct {
 	// Name is the trust domain ("example.org", no scheme).
 	Name string
-	// Authorities are the root certificates of its bundle.
+	// Authorities are the root certificates of its bundle: certificate
+	// authorities (basic constraints CA:TRUE; key usage, when present,
+	// with keyCertSign).
 	Authorities []*x509.Certificate
 }
 
@@ -90,6 +92,9 @@ func NewMTLS(opts *MTLSOptions) (*MTLS, error) {
 		if len(d.Authorities) == 0 {
 			return nil, fmt.Errorf("identity: trust domain %q has no certificate authority", d.Name)
 		}
+		if err := checkAuthorities(d.Authorities); err != nil {
+			return nil, fmt.Errorf("identity: trust domain %q: %w", d.Name, err)
+		}
 		if m.bundles.Has(td) {
 			return nil, fmt.Errorf("identity: trust domain %q is listed twice", d.Name)
 		}
@@ -99,6 +104,22 @@ func NewMTLS(opts *MTLSOptions) (*MTLS, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkAuthorities refuses an authority that may not sign certificates:
+// crypto/x509 trusts a root whatever its basic constraints say, so a
+// workload's own certificate in a bundle (a chain file given as the CA,
+// say) would let that workload's key sign a certificate for any SPIFFE ID
+// of the trust domain. A signing certificate of an X.509-SVID bundle is a
+// CA (basic constraints CA:TRUE) whose key usage, when it has one,
+// includes certificate signing.
+func checkAuthorities(cas []*x509.Certificate) error {
+	for i, c := range cas {
+		if c == nil || !c.BasicConstraintsValid || !c.IsCA || (c.KeyUsage != 0 && c.KeyUsage&x509.KeyUsageCertSign == 0) {
+			return fmt.Errorf("authority %d is not a certificate authority (basic constraints CA:TRUE, key usage keyCertSign)", i+1)
+		}
+	}
+	return nil
 }
 
 // Required reports whether a client certificate is required.
@@ -145,6 +166,11 @@ func (m *MTLS) verify(chain []*x509.Certificate) (verified, error) {
 		return v, nil
 	}
 	id, chains, err := x509svid.Verify(chain, m.bundles, x509svid.WithTime(now))
+	if err == nil && id.Path() == "" {
+		// X.509-SVID 5.2: a leaf's ID has a path. The trust domain's own
+		// ID names its signing authorities, never a caller.
+		err = errors.New("the SPIFFE ID has no path: it names a trust domain, not a workload")
+	}
 	if err == nil {
 		chains, err = clientAuthChains(chains)
 	}

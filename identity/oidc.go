@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
@@ -61,7 +63,8 @@ type Issuer struct {
 	// signature algorithms may be named.
 	Algorithms []string
 	// PrincipalClaim names the claim that is the principal (default
-	// "sub"); RolesClaim the claim holding roles (an array of strings or a
+	// "sub": a string of text, without control characters or U+FFFD);
+	// RolesClaim the claim holding roles (an array of strings or a
 	// space-separated string; empty: none); AttributeClaims maps attribute
 	// names to the claims whose values become them. A claim name may be a
 	// dotted path into nested objects ("realm_access.roles").
@@ -395,6 +398,9 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 	if !ok || id == "" || len(id) > 1024 {
 		return nil, refuse("the principal claim %q is missing or not a string", is.cfg.PrincipalClaim)
 	}
+	if strings.ContainsFunc(id, notNameRune) {
+		return nil, refuse("the principal claim %q holds a control character or U+FFFD", is.cfg.PrincipalClaim)
+	}
 	p := &pigeon.Principal{ID: id, Method: pigeon.AuthOIDC}
 	if is.cfg.RolesClaim != "" {
 		roles, err := rolesOf(claim(claims, is.cfg.RolesClaim))
@@ -413,6 +419,14 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 	}
 	return p, nil
 }
+
+// notNameRune reports a rune no principal may hold. U+FFFD is what the
+// JSON decoder makes of a byte that is not UTF-8 and of an escaped lone
+// surrogate, so subjects the identity provider tells apart ("a\xff",
+// "a\ud800", "a\ufffd") would be one principal. A control character
+// (NUL, a newline) is no part of a name, and NUL separates the parts of
+// the broker's keys.
+func notNameRune(r rune) bool { return r == utf8.RuneError || unicode.IsControl(r) }
 
 // claim follows a dotted path into nested objects; a name that is itself
 // a claim wins over the path.
