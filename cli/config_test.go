@@ -117,6 +117,12 @@ func TestServeFlagsOverrideConfig(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []string{"a.org", "b.org"}, cfg.trustDomains)
 	require.Equal(t, map[string][]string{"b.org": {filepath.Join(filepath.Dir(path), "b.pem")}}, cfg.domainCA)
+	// An issuer's SPIFFE trust domains.
+	cfg, _, ok = parseServe([]string{"--config", writeConfig(t,
+		"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      trust_domains: [merchant-prod]\n")}, io.Discard, nil)
+	require.True(t, ok)
+	require.Equal(t, []string{"merchant-prod"}, cfg.issuers[0].TrustDomains)
+
 	// An empty file configures nothing.
 	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard, nil)
 	require.True(t, ok)
@@ -133,6 +139,7 @@ func TestServeConfigRefused(t *testing.T) {
 		{"mtls:\n  trust_domains: [ok.org, \"spiffe://bad/x\"]\n", ":2: trust domain \"spiffe://bad/x\" is not valid"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n    - issuer: https://idp2\n      audience: [a]\n      algorithms: [HS256]\n", ":5: issuer \"https://idp2\": algorithm \"HS256\" is not allowed"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n", ":3: issuer \"https://idp\": needs at least one audience"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      trust_domains: [\"spiffe://x\"]\n", ":3: issuer \"https://idp\": \"spiffe://x\" is not a SPIFFE trust domain name"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [pigeon, \"\"]\n", ":3: issuer \"https://idp\": an audience may not be empty"},
 		{"auth:\n  order: [mtls, kerberos]\n", ":2: unknown method \"kerberos\""},
 		{"mtls:\n  trust_domains:\n    - name: a.org\n      cas: [x.pem]\n", ":4: unknown key \"cas\""},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"pigeon"
 )
@@ -71,6 +72,14 @@ type Issuer struct {
 	PrincipalClaim  string
 	RolesClaim      string
 	AttributeClaims map[string]string
+	// TrustDomains are the SPIFFE trust domains whose IDs this issuer may
+	// assert as principals (JWT-SVIDs of a SPIRE server, say). Policies
+	// name mTLS workloads by their SPIFFE IDs, so a principal claim that
+	// starts "spiffe:" (in any case) is refused unless it is a valid
+	// SPIFFE ID, with a path, of one of these: otherwise an identity
+	// provider (one whose users choose their names, say) could act as any
+	// workload. Empty: the issuer asserts none.
+	TrustDomains []string
 	// Leeway tolerates clock skew on exp, nbf and iat (default 30 s, at
 	// most 5 min).
 	Leeway time.Duration
@@ -166,6 +175,12 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 	} else if !fetchable(u) {
 		// Discovery reads the issuer's document, which names the keys.
 		return c, fmt.Errorf("issuer %q: discovery needs an https issuer URL (http only to a loopback address), or give jwks_url", c.URL)
+	}
+	c.TrustDomains = slices.Clone(c.TrustDomains)
+	for _, d := range c.TrustDomains {
+		if td, err := spiffeid.TrustDomainFromString(d); err != nil || td.Name() != d {
+			return c, fmt.Errorf("issuer %q: %q is not a SPIFFE trust domain name (lower case, no scheme)", c.URL, d)
+		}
 	}
 	if len(c.Algorithms) == 0 {
 		c.Algorithms = DefaultAlgorithms
@@ -401,6 +416,9 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 	if strings.ContainsFunc(id, notNameRune) {
 		return nil, refuse("the principal claim %q holds a control character or U+FFFD", is.cfg.PrincipalClaim)
 	}
+	if err := is.mayAssert(id); err != nil {
+		return nil, refuse("the principal claim %q %s", is.cfg.PrincipalClaim, err)
+	}
 	p := &pigeon.Principal{ID: id, Method: pigeon.AuthOIDC}
 	if is.cfg.RolesClaim != "" {
 		roles, err := rolesOf(claim(claims, is.cfg.RolesClaim))
@@ -418,6 +436,23 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		}
 	}
 	return p, nil
+}
+
+// mayAssert refuses a principal that is, or looks like, a SPIFFE ID
+// unless it is a valid one, with a path, of a trust domain the issuer is
+// configured for (Issuer.TrustDomains).
+func (is *issuer) mayAssert(id string) error {
+	if len(id) < len("spiffe:") || !strings.EqualFold(id[:len("spiffe:")], "spiffe:") {
+		return nil
+	}
+	sid, err := spiffeid.FromString(id)
+	switch {
+	case err != nil || sid.Path() == "":
+		return errors.New("is not a SPIFFE ID of a workload")
+	case !slices.Contains(is.cfg.TrustDomains, sid.TrustDomain().Name()):
+		return errors.New("names a SPIFFE trust domain this issuer is not configured for")
+	}
+	return nil
 }
 
 // notNameRune reports a rune no principal may hold. U+FFFD is what the

@@ -212,6 +212,8 @@ func TestOIDCConfigRefused(t *testing.T) {
 		{URL: "https://idp.example", Audiences: []string{"a"}, Algorithms: []string{"HS256"}},
 		{URL: "https://idp.example", Audiences: []string{"a"}, Algorithms: []string{"none"}},
 		{URL: "https://idp.example", Audiences: []string{"a"}, Leeway: time.Hour},
+		{URL: "https://idp.example", Audiences: []string{"a"}, TrustDomains: []string{"spiffe://merchant-prod"}},
+		{URL: "https://idp.example", Audiences: []string{"a"}, TrustDomains: []string{"Merchant-Prod"}},
 	} {
 		_, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{in}})
 		require.Error(t, err, "%+v", in)

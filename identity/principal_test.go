@@ -1,9 +1,12 @@
 package identity_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"pigeon/identity"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/stretchr/testify/require"
@@ -72,5 +75,54 @@ func TestOIDCPrincipalMustBeText(t *testing.T) {
 			return ""
 		}())
 		require.NotContains(t, err.Error(), "user-")
+	}
+}
+
+// Policies name mTLS workloads by their SPIFFE IDs, and an issuer's
+// principal claim is whatever its tokens say: an identity provider for
+// people (where a user may choose a name) whose token said
+// "spiffe://merchant-prod/ns/ops/sa/admin" would act as that workload. An
+// issuer asserts SPIFFE IDs (JWT-SVIDs) only of the trust domains it is
+// configured for (Issuer.TrustDomains), and then only valid IDs with a
+// path; any other principal claim starting "spiffe:" (in any case) is
+// refused.
+func TestOIDCSPIFFEIDsOnlyFromTheirTrustDomains(t *testing.T) {
+	p := newIDP(t)
+	p.addKey(t, "ec-1", jose.ES256, true)
+	auth := func(t *testing.T, domains []string, sub string) (*pigeon.Principal, error) {
+		m, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{{URL: p.srv.URL, Audiences: []string{"pigeon"},
+			JWKSURL: p.srv.URL + "/jwks", TrustDomains: domains}}})
+		require.NoError(t, err)
+		c := p.good("")
+		c["sub"] = sub
+		b, err := json.Marshal(c)
+		require.NoError(t, err)
+		return m.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: p.signRaw(t, "ec-1", string(b)), RemoteAddr: "192.0.2.1:1234"})
+	}
+	for _, tc := range []struct {
+		name    string
+		domains []string
+		sub     string
+		ok      bool
+	}{
+		{"a workload's ID from an issuer of none", nil, "spiffe://merchant-prod/ns/ops/sa/admin", false},
+		{"in another case", nil, "SPIFFE://merchant-prod/ns/ops/sa/admin", false},
+		{"without slashes", nil, "spiffe:merchant-prod/ns/ops/sa/admin", false},
+		{"a name from an issuer of none", nil, "alice@example.com", true},
+		{"its own trust domain", []string{"merchant-prod"}, "spiffe://merchant-prod/ns/ops/sa/admin", true},
+		{"another trust domain", []string{"merchant-prod"}, "spiffe://partner.example/ns/a/sa/b", false},
+		{"the trust domain's own ID", []string{"merchant-prod"}, "spiffe://merchant-prod", false},
+		{"an ID that is not valid", []string{"merchant-prod"}, "spiffe://Merchant-Prod/ns/a", false},
+		{"a name from an issuer of one", []string{"merchant-prod"}, "alice@example.com", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr, err := auth(t, tc.domains, tc.sub)
+			if tc.ok {
+				require.NoError(t, err)
+				require.Equal(t, tc.sub, pr.ID)
+				return
+			}
+			require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(err), "accepted: %v", pr)
+		})
 	}
 }
