@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"log/slog"
 )
 
 // Keys is an account's two key pairs: an Ed25519 pair that signs (use
@@ -61,6 +62,15 @@ func (k Keys) String() string {
 
 // GoString is String, for %#v.
 func (k Keys) GoString() string { return k.String() }
+
+// LogValue names the kids only, so that logging Keys with log/slog never
+// shows a private key: the JSON handler does not print a value but
+// marshals it with encoding/json, which would write the private halves.
+// encoding/json itself still writes them, for programs that store their
+// keys.
+func (k Keys) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("sig", k.SigningKID), slog.String("enc", k.EncryptionKID))
+}
 
 // smallOrderEd25519 are the encodings of the Ed25519 points of small order
 // (the torsion points) that crypto/ed25519 accepts as public keys, without

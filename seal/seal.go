@@ -48,6 +48,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"golang.org/x/crypto/chacha20poly1305"
 )
@@ -103,10 +104,10 @@ type Sealed struct {
 
 // Seal encrypts plaintext for the recipient's X25519 public key
 // recipientPub (32 bytes) and signs it with the sender's Ed25519 key. The
-// kids name the keys as published (1 to 128 bytes each). Each call uses a
-// fresh ephemeral key and nonce, so sealing the same payload twice gives
-// unrelated outputs. It fails on malformed keys or kids, including a
-// recipient key of low order or not in canonical form (see
+// kids name the keys as published (1 to 128 bytes of UTF-8 each). Each
+// call uses a fresh ephemeral key and nonce, so sealing the same payload
+// twice gives unrelated outputs. It fails on malformed keys or kids,
+// including a recipient key of low order or not in canonical form (see
 // WeakEncryptionKey).
 func Seal(plaintext []byte, recipientKID string, recipientPub []byte, senderKID string, senderPriv ed25519.PrivateKey) (*Sealed, error) {
 	if err := checkKIDs(recipientKID, senderKID); err != nil {
@@ -213,9 +214,9 @@ func Open(s *Sealed, recipientPriv []byte, senderPub ed25519.PublicKey) ([]byte,
 }
 
 // Validate checks the shape of s without keys: a known version and
-// algorithm, kids of 1 to 128 bytes, and binary fields that decode to their
-// sizes. It returns ErrUnsupported or ErrTampered (wrapped with the field
-// at fault). A valid shape says nothing of authenticity; only Open does.
+// algorithm, kids of 1 to 128 bytes of UTF-8, and binary fields that
+// decode to their sizes. It returns ErrUnsupported or ErrTampered (wrapped
+// with the field at fault). A valid shape says nothing of authenticity; only Open does.
 func (s *Sealed) Validate() error {
 	_, err := s.decode()
 	return err
@@ -266,10 +267,17 @@ func decodeField(s string, minLen, maxLen int) ([]byte, error) {
 	return b, nil
 }
 
+// checkKIDs checks that each kid is 1 to MaxKIDLen bytes of UTF-8. The
+// header binds a kid's bytes, and JSON cannot carry invalid UTF-8
+// (encoding/json writes U+FFFD instead), so what is sealed under such a
+// kid never opens.
 func checkKIDs(kids ...string) error {
 	for _, k := range kids {
 		if k == "" || len(k) > MaxKIDLen {
 			return fmt.Errorf("seal: kid must be 1 to %d bytes", MaxKIDLen)
+		}
+		if !utf8.ValidString(k) {
+			return errors.New("seal: kid is not valid UTF-8")
 		}
 	}
 	return nil
