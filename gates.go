@@ -3,10 +3,13 @@ package pigeon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"pigeon/seal"
 )
 
 // Names of the built-in gates, in the order they run; duplicate detection
@@ -448,7 +451,25 @@ func (encryptionGate) Check(_ context.Context, a *Admission) Verdict {
 			return Deny(CodeEncryptionRequired, "field "+k+" must be sealed: only routing fields may stay in clear")
 		}
 	}
+	// The sealed part must be what package seal makes, read as a
+	// recipient reads it: its members and no other, a known version,
+	// binary fields of their sizes. Any other object under the name
+	// (clear text, say) would pass for sealed and be stored and delivered
+	// in clear. Only its recipient can tell that it opens.
+	if sd, err := seal.ReadSealed(a.Message.Data); err != nil {
+		return Deny(CodeEncryptionRequired, "the sealed part is not a sealed object")
+	} else if err := sd.Validate(); err != nil {
+		return Deny(CodeEncryptionRequired, "the sealed part is not a sealed object: "+sealFault(err))
+	}
 	return Allow()
+}
+
+// sealFault names what is wrong with a sealed part, without its content.
+func sealFault(err error) string {
+	if errors.Is(err, seal.ErrUnsupported) {
+		return "unknown version or algorithm"
+	}
+	return "a field is malformed"
 }
 
 type schemaGate struct{}

@@ -143,6 +143,12 @@ func TestEncryptionGate(t *testing.T) {
 		{"extra clear field", sealedData(map[string]any{"kind": "chat", "room": "lobby", "text": "leak"}), pigeon.CodeEncryptionRequired},
 		{"not an object", json.RawMessage(`"x"`), pigeon.CodeEncryptionRequired},
 		{"routing fields fail the schema", sealedData(map[string]any{"kind": "chat"}), pigeon.CodeSchemaInvalid},
+		// The sealed part must be a sealed object, not clear text under
+		// the name: before, any non-empty object passed.
+		{"clear text under sealed", json.RawMessage(`{"kind":"chat","room":"lobby","sealed":{"text":"meet at noon"}}`), pigeon.CodeEncryptionRequired},
+		{"a sealed object with a clear member more", withSealedMember(t, sealedData(map[string]any{"kind": "chat", "room": "lobby"}), "text", `"meet at noon"`), pigeon.CodeEncryptionRequired},
+		{"a sealed object of an unknown version", withSealedMember(t, sealedData(map[string]any{"kind": "chat", "room": "lobby"}), "v", `9`), pigeon.CodeEncryptionRequired},
+		{"a sealed object whose ciphertext is not base64", withSealedMember(t, sealedData(map[string]any{"kind": "chat", "room": "lobby"}), "ciphertext", `"meet at noon"`), pigeon.CodeEncryptionRequired},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,4 +164,21 @@ func TestEncryptionGate(t *testing.T) {
 			require.JSONEq(t, `{"text":"meet at noon"}`, string(payload))
 		})
 	}
+}
+
+// withSealedMember returns data with member name of its sealed part set to
+// the JSON text value.
+func withSealedMember(t *testing.T, data json.RawMessage, name, value string) json.RawMessage {
+	t.Helper()
+	var d map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &d))
+	var sealed map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(d["sealed"], &sealed))
+	sealed[name] = json.RawMessage(value)
+	b, err := json.Marshal(sealed)
+	require.NoError(t, err)
+	d["sealed"] = b
+	out, err := json.Marshal(d)
+	require.NoError(t, err)
+	return out
 }
