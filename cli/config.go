@@ -118,6 +118,7 @@ type issuerConfig struct {
 	MinRefreshInterval time.Duration     `yaml:"min_refresh_interval"`
 	MaxKeyAge          time.Duration     `yaml:"max_key_age"`
 	TrustDomains       []string          `yaml:"trust_domains"`
+	PrincipalPrefix    string            `yaml:"principal_prefix"`
 }
 
 // configError is a refusal of the config file at a line.
@@ -262,7 +263,8 @@ func loadConfig(path string, cfg *serveConfig) error {
 	for i, ic := range f.OIDC.Issuers {
 		in := identity.Issuer{URL: ic.Issuer, Audiences: ic.Audience, JWKSURL: ic.JWKSURL, Algorithms: ic.Algorithms,
 			PrincipalClaim: ic.PrincipalClaim, RolesClaim: ic.RolesClaim, AttributeClaims: ic.AttributeClaims, Leeway: ic.Leeway,
-			RefreshInterval: ic.RefreshInterval, MinRefreshInterval: ic.MinRefreshInterval, MaxKeyAge: ic.MaxKeyAge, TrustDomains: ic.TrustDomains}
+			RefreshInterval: ic.RefreshInterval, MinRefreshInterval: ic.MinRefreshInterval, MaxKeyAge: ic.MaxKeyAge, TrustDomains: ic.TrustDomains,
+			PrincipalPrefix: ic.PrincipalPrefix}
 		if _, err := identity.CheckIssuer(in); err != nil {
 			return configError(path, at("oidc", "issuers", strconv.Itoa(i)), "%v", err)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon/demo"
+	"pigeon/identity"
 	"pigeon/internal/testlog"
 )
 
@@ -119,9 +120,10 @@ func TestServeFlagsOverrideConfig(t *testing.T) {
 	require.Equal(t, map[string][]string{"b.org": {filepath.Join(filepath.Dir(path), "b.pem")}}, cfg.domainCA)
 	// An issuer's SPIFFE trust domains.
 	cfg, _, ok = parseServe([]string{"--config", writeConfig(t,
-		"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      trust_domains: [merchant-prod]\n")}, io.Discard, nil)
+		"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      trust_domains: [merchant-prod]\n      principal_prefix: \"idp:\"\n")}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, []string{"merchant-prod"}, cfg.issuers[0].TrustDomains)
+	require.Equal(t, "idp:", cfg.issuers[0].PrincipalPrefix)
 
 	// An empty file configures nothing.
 	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard, nil)
@@ -176,6 +178,9 @@ func TestServeRefusesBadIdentityFiles(t *testing.T) {
 			c.clientCA, c.trustDomains, c.authOrder = []string{filepath.Join(dir, "ca.pem")}, []string{"example.org"}, []string{"token", "mtls"}
 		}, "mtls comes first"},
 		{func(c *serveConfig) { c.authOrder = []string{"oidc"} }, "\"oidc\" is not configured"},
+		{func(c *serveConfig) {
+			c.issuers = []identity.Issuer{{URL: "https://a.example", Audiences: []string{"x"}}, {URL: "https://b.example", Audiences: []string{"x"}}}
+		}, "distinct principal_prefix"},
 	} {
 		cfg := base
 		tc.mod(&cfg)

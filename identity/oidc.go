@@ -72,6 +72,13 @@ type Issuer struct {
 	PrincipalClaim  string
 	RolesClaim      string
 	AttributeClaims map[string]string
+	// PrincipalPrefix is put before the principal claim to make the
+	// principal ("partner:" makes "alice" partner:alice). Issuers listed
+	// together must have distinct prefixes (one of them may have none):
+	// otherwise a subject of one would be the same principal as the same
+	// subject of another, and one provider could sign in as the other's
+	// users. At most 256 bytes of text.
+	PrincipalPrefix string
 	// TrustDomains are the SPIFFE trust domains whose IDs this issuer may
 	// assert as principals (JWT-SVIDs of a SPIRE server, say). Policies
 	// name mTLS workloads by their SPIFFE IDs, so a principal claim that
@@ -147,6 +154,12 @@ func NewOIDC(opts *OIDCOptions) (*OIDC, error) {
 		if m.issuers[is.cfg.URL] != nil {
 			return nil, fmt.Errorf("identity: issuer %q is listed twice", in.URL)
 		}
+		for _, other := range m.issuers {
+			if other.cfg.PrincipalPrefix == is.cfg.PrincipalPrefix {
+				return nil, fmt.Errorf("identity: issuers %q and %q both make principals with the prefix %q, so the same subject from each would be one principal: give them distinct principal_prefix values",
+					other.cfg.URL, is.cfg.URL, is.cfg.PrincipalPrefix)
+			}
+		}
 		m.issuers[is.cfg.URL] = is
 	}
 	return m, nil
@@ -175,6 +188,9 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 	} else if !fetchable(u) {
 		// Discovery reads the issuer's document, which names the keys.
 		return c, fmt.Errorf("issuer %q: discovery needs an https issuer URL (http only to a loopback address), or give jwks_url", c.URL)
+	}
+	if len(c.PrincipalPrefix) > 256 || !utf8.ValidString(c.PrincipalPrefix) || strings.ContainsFunc(c.PrincipalPrefix, notNameRune) {
+		return c, fmt.Errorf("issuer %q: the principal prefix must be at most 256 bytes of text", c.URL)
 	}
 	c.TrustDomains = slices.Clone(c.TrustDomains)
 	for _, d := range c.TrustDomains {
@@ -416,6 +432,7 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 	if strings.ContainsFunc(id, notNameRune) {
 		return nil, refuse("the principal claim %q holds a control character or U+FFFD", is.cfg.PrincipalClaim)
 	}
+	id = is.cfg.PrincipalPrefix + id
 	if err := is.mayAssert(id); err != nil {
 		return nil, refuse("the principal claim %q %s", is.cfg.PrincipalClaim, err)
 	}

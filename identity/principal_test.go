@@ -126,3 +126,37 @@ func TestOIDCSPIFFEIDsOnlyFromTheirTrustDomains(t *testing.T) {
 		})
 	}
 }
+
+// Two issuers whose tokens both say "sub":"alice" name one principal
+// unless their principals are kept apart: a partner's identity provider
+// could sign in as any user of the company's. Issuers listed together
+// must have distinct principal prefixes (Issuer.PrincipalPrefix), which
+// the principal claim is appended to; one issuer alone needs none.
+func TestOIDCIssuersDoNotShareSubjects(t *testing.T) {
+	a, b := newIDP(t), newIDP(t)
+	a.addKey(t, "ec-a", jose.ES256, true)
+	b.addKey(t, "ec-b", jose.ES256, true)
+	issuer := func(p *idp, prefix string) identity.Issuer {
+		return identity.Issuer{URL: p.srv.URL, Audiences: []string{"pigeon"}, JWKSURL: p.srv.URL + "/jwks", PrincipalPrefix: prefix}
+	}
+	for _, prefixes := range [][2]string{{"", ""}, {"corp:", "corp:"}} {
+		_, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{issuer(a, prefixes[0]), issuer(b, prefixes[1])}})
+		require.ErrorContains(t, err, "principal_prefix", "prefixes %q", prefixes)
+	}
+	_, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{issuer(a, "bad\x00prefix:")}})
+	require.Error(t, err)
+
+	m, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{issuer(a, ""), issuer(b, "partner:")}})
+	require.NoError(t, err)
+	auth := func(p *idp, kid string) string {
+		c := p.good("")
+		c["sub"] = "alice"
+		body, err := json.Marshal(c)
+		require.NoError(t, err)
+		pr, err := m.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: p.signRaw(t, kid, string(body)), RemoteAddr: "192.0.2.1:1234"})
+		require.NoError(t, err)
+		return pr.ID
+	}
+	require.Equal(t, "alice", auth(a, "ec-a"))
+	require.Equal(t, "partner:alice", auth(b, "ec-b"))
+}
