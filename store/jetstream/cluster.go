@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -63,6 +64,9 @@ var (
 type appliedRevs struct {
 	Dir uint64 `json:"dir"`
 	Con uint64 `json:"con"`
+	// Inst tells this process's record from one another process wrote
+	// under the same node name (see peerKey).
+	Inst string `json:"inst,omitempty"`
 }
 
 // peer is another node's last record, with when it was written.
@@ -86,6 +90,7 @@ const replyTTL = 5 * time.Minute
 // NewCluster returns the Cluster of the nodes sharing s's prefix.
 func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 	c := &Cluster{s: s, peers: map[string]peer{}, moved: make(chan struct{})}
+	c.done.Inst = rand.Text()
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
 		name string
@@ -180,10 +185,19 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			return c.s.fail(ctx, err)
 		}
 	}
-	fn(pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
-	c.done.Dir = max(c.done.Dir, dirRev)
-	c.confirm(ctx)
+	// The directory counts as applied once a reload has read every
+	// bucket's last change: the replica that answers it may be behind.
+	last, err := c.s.directoryLast(ctx)
+	if err != nil {
+		return c.s.fail(ctx, err)
+	}
+	for i := range last {
+		c.dirWant[i] = max(c.dirWant[i], last[i])
+	}
+	c.s.raiseFloor(c.dirWant)
 	defer c.unwatched(ctx)
+	c.applyDirectory(ctx, fn, dirRev)
+	c.confirm(ctx)
 	beat := time.NewTicker(c.s.opts.Liveness / 3)
 	defer beat.Stop()
 	revoked := false // a revocation among the contract changes not confirmed yet
@@ -221,6 +235,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			}
 			if i := directoryKeyBucket(e.Key()); i >= 0 {
 				c.dirWant[i] = max(c.dirWant[i], e.Revision())
+				c.s.raiseFloor(c.dirWant)
 			}
 			if e.Delta() == 0 { // a burst of changes is one reload
 				c.applyDirectory(ctx, fn, e.Revision())
@@ -271,6 +286,22 @@ func directoryKeyBucket(key string) int {
 		}
 	}
 	return -1
+}
+
+// directoryLast returns, per directory bucket, the revision of its last
+// change (a deletion included), read from the stream's leader.
+func (s *Store) directoryLast(ctx context.Context) (dirRevs, error) {
+	var out dirRevs
+	for i, b := range directoryBuckets {
+		m, err := leaderLastOp(ctx, s.nc, s.bucketName("kv"), token(b)+".*")
+		if err != nil {
+			return out, err
+		}
+		if m != nil {
+			out[i] = m.Sequence
+		}
+	}
+	return out, nil
 }
 
 // lastRevision is the last revision written to kv.
@@ -349,7 +380,8 @@ func (c *Cluster) unwatched(watchCtx context.Context) {
 // see records another node's record (or its removal); nil marks the end
 // of the records there were when the watch began.
 func (c *Cluster) see(e jetstream.KeyValueEntry) {
-	if e != nil && e.Key() == token(c.s.opts.Node) {
+	key, ok := c.peerKey(e)
+	if !ok {
 		return
 	}
 	c.mu.Lock()
@@ -359,13 +391,34 @@ func (c *Cluster) see(e jetstream.KeyValueEntry) {
 	case e == nil:
 		c.ready = true
 	case e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &r) != nil:
-		delete(c.peers, e.Key())
+		delete(c.peers, key)
 	default:
-		c.peers[e.Key()] = peer{appliedRevs: r, at: e.Created()}
+		c.peers[key] = peer{appliedRevs: r, at: e.Created()}
 	}
 	close(c.moved)
 	c.moved = make(chan struct{})
 	c.countLocked()
+}
+
+// peerKey is the key among c.peers of the node whose record e is; false
+// for this process's own record. A record under this node's name that
+// another process wrote (two processes given one node name: a copied
+// configuration, a replacement started while the old process still
+// serves) is a node of its own, which a revocation waits for and the
+// live nodes count: skipping it as this node's would let a revocation
+// return before a process that serves clients applied it.
+func (c *Cluster) peerKey(e jetstream.KeyValueEntry) (string, bool) {
+	if e == nil {
+		return "", true
+	}
+	if e.Key() != token(c.s.opts.Node) {
+		return e.Key(), true
+	}
+	var r appliedRevs
+	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil && r.Inst == c.done.Inst {
+		return "", false
+	}
+	return token(c.s.opts.Node + " (another process)"), true
 }
 
 // LiveNodes implements pigeon.ClusterSize: this node and the others whose

@@ -18,7 +18,12 @@
 //     An idempotency key is claimed with the bucket's atomic create (or a
 //     compare-and-set over an expired claim) before the message is
 //     published, so the same key sent through every node at once is
-//     accepted once.
+//     accepted once. A message id is indexed the same way, so two nodes
+//     never store two messages under one id (the second append fails with
+//     store.ErrExists).
+//   - A contract record, once revoked, stays revoked: a write of it
+//     unrevoked (a renewal on a node that has not applied the revocation
+//     yet) is a compare-and-set that leaves a revoked record alone.
 //   - Contracts, consumer progress, quarantine and the broker's own KV
 //     (accounts, roles, grants, keys) are KV buckets; progress changes are
 //     compare-and-set loops. PruneGroups (store.GroupPruner) goes by the

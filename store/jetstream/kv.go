@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,8 +23,8 @@ func (s *Store) Put(ctx context.Context, bucket, key string, val []byte) error {
 		return err
 	}
 	rev, err := s.kv.Put(ctx, kvKey(bucket, key), val)
-	if err == nil && directoryBucket(bucket) >= 0 {
-		maxRev(&s.dirRev, rev)
+	if err == nil {
+		s.wroteDirectory(bucket, rev)
 	}
 	return s.fail(ctx, err)
 }
@@ -39,8 +41,8 @@ func (s *Store) Create(ctx context.Context, bucket, key string, val []byte) erro
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return store.ErrExists
 	}
-	if err == nil && directoryBucket(bucket) >= 0 {
-		maxRev(&s.dirRev, rev)
+	if err == nil {
+		s.wroteDirectory(bucket, rev)
 	}
 	return s.fail(ctx, err)
 }
@@ -68,8 +70,32 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 	if err != nil {
 		return s.fail(ctx, err)
 	}
-	maxRev(&s.dirRev, h[len(h)-1].Revision())
+	s.wroteDirectory(bucket, h[len(h)-1].Revision())
 	return nil
+}
+
+// wroteDirectory notes this node's write rev of bucket, when it is a
+// directory bucket: a barrier waits for it, and this node's own lists
+// never read the bucket as it was before it.
+func (s *Store) wroteDirectory(bucket string, rev uint64) {
+	i := directoryBucket(bucket)
+	if i < 0 {
+		return
+	}
+	maxRev(&s.dirRev, rev)
+	var r dirRevs
+	r[i] = rev
+	s.raiseFloor(r)
+}
+
+// raiseFloor raises the revisions below which no list of a directory
+// bucket is returned.
+func (s *Store) raiseFloor(r dirRevs) {
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	for i := range r {
+		s.dirFloor[i] = max(s.dirFloor[i], r[i])
+	}
 }
 
 // maxRev raises a to rev unless it is higher already.
@@ -87,14 +113,15 @@ func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, err
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	vals, seen, err := s.values(ctx, s.kv, token(bucket)+".*")
+	var vals map[string][]byte
+	var err error
+	if i := directoryBucket(bucket); i >= 0 {
+		vals, err = s.directoryValues(ctx, i)
+	} else {
+		vals, _, err = s.values(ctx, s.kv, token(bucket)+".*")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if i := directoryBucket(bucket); i >= 0 {
-		s.seenMu.Lock()
-		s.dirSeen[i] = max(s.dirSeen[i], seen)
-		s.seenMu.Unlock()
 	}
 	out := make(map[string][]byte, len(vals))
 	for k, v := range vals {
@@ -149,3 +176,43 @@ func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string
 		}
 	}
 }
+
+// directoryValues reads directory bucket i, again while the replica that
+// answered is behind a revision this node knows of: the engine replaces
+// its whole directory with what it reads, and a read from behind would
+// bring back what a later change took away (a revoked grant, a removed
+// role), on a node that had already applied, and confirmed, the change.
+// A replica still behind after a few tries fails the read, retryable;
+// the engine then keeps the directory it has.
+func (s *Store) directoryValues(ctx context.Context, i int) (map[string][]byte, error) {
+	pause := 5 * time.Millisecond
+	for try := 1; ; try++ {
+		vals, seen, err := s.values(ctx, s.kv, token(directoryBuckets[i])+".*")
+		if err != nil {
+			return nil, err
+		}
+		s.seenMu.Lock()
+		floor := s.dirFloor[i]
+		if seen >= floor {
+			s.dirFloor[i] = seen
+			s.dirSeen[i] = max(s.dirSeen[i], seen)
+		}
+		s.seenMu.Unlock()
+		if seen >= floor {
+			return vals, nil
+		}
+		if try == staleTries {
+			return nil, fmt.Errorf("%w: jetstream: the replica read for %s is behind (revision %d, want %d)", store.ErrNoQuorum, directoryBuckets[i], seen, floor)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
+// staleTries is how often a directory list is read before a replica
+// behind fails it.
+const staleTries = 5

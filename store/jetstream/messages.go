@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -70,11 +71,12 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 	}
 	m, err := s.publish(ctx, m)
 	var refused *jetstream.APIError
-	if err != nil && claimRev != 0 && errors.As(err, &refused) {
-		// Refused by JetStream: give the key back, unless someone has
-		// taken it over since. After a timeout the message may have been
-		// stored, so the claim stays: a retry finds the message, or takes
-		// the claim over once it is too old to be waited for.
+	if err != nil && claimRev != 0 && (errors.As(err, &refused) || errors.Is(err, store.ErrExists)) {
+		// Refused by JetStream, or the id is another message's: give the
+		// key back, unless someone has taken it over since. After a
+		// timeout the message may have been stored, so the claim stays: a
+		// retry finds the message, or takes the claim over once it is too
+		// old to be waited for.
 		_ = s.idem.Delete(context.WithoutCancel(ctx), token(m.IdemKey), jetstream.LastRevision(claimRev))
 	}
 	return m, false, err
@@ -85,8 +87,8 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 	if err != nil {
 		return m, err
 	}
-	if _, err := s.ids.Put(ctx, token(m.ID), []byte(m.Subject)); err != nil {
-		return m, s.fail(ctx, err)
+	if err := s.claimID(ctx, m); err != nil {
+		return m, err
 	}
 	msg := nats.NewMsg(s.msgSubject(m.Subject, m.ID))
 	msg.Data = m.Body
@@ -103,8 +105,71 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 	if err != nil {
 		return m, s.fail(ctx, err)
 	}
+	if ack.Duplicate {
+		// The stream holds a message of this id already (within its
+		// duplicate window): this one was not stored.
+		return m, idTaken(m.ID)
+	}
 	m.Seq = ack.Sequence
 	return m, nil
+}
+
+// idTaken is the error of an append whose message id another message
+// holds.
+func idTaken(id string) error {
+	return fmt.Errorf("jetstream: message id %q is another message's: %w", id, store.ErrExists)
+}
+
+// claimID indexes m.ID under m.Subject in the ids bucket, unless another
+// message holds the id. The engine refuses an id it holds by a lookup
+// under a lock of its own process only, so two nodes may both find an id
+// free; the bucket's create, which the stream's leader decides once for
+// all nodes, lets one of them have it. An entry whose message never came
+// (its append died between the two writes) or is trimmed is taken over,
+// compare-and-set, once its append cannot still be under way.
+func (s *Store) claimID(ctx context.Context, m store.Message) error {
+	key := token(m.ID)
+	for {
+		_, err := s.ids.Create(ctx, key, []byte(m.Subject))
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return s.fail(ctx, err)
+		}
+		held, err := leaderLast(ctx, s.nc, s.bucketName("ids"), key)
+		if err != nil {
+			return s.fail(ctx, err)
+		}
+		if held != nil {
+			if err := s.awaitIndexed(ctx, string(held.Data), m.ID, held.Time); !errors.Is(err, store.ErrNotFound) {
+				return cmp.Or(err, idTaken(m.ID))
+			}
+			_, err = s.ids.Update(ctx, key, []byte(m.Subject), held.Sequence)
+			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+				return s.fail(ctx, err)
+			}
+		}
+		// Changed (or removed) since the read: read again.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitIndexed returns nil once message id of subject, indexed at at, is
+// stored, and ErrNotFound once its append, which may still be under way,
+// cannot be.
+func (s *Store) awaitIndexed(ctx context.Context, subject, id string, at time.Time) error {
+	deadline := at.Add(2 * s.opts.Timeout)
+	for {
+		_, err := s.find(ctx, subject, id)
+		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // claim is the value of an idempotency key.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"pigeon/store"
 )
@@ -121,11 +122,50 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	if err != nil {
 		return err
 	}
+	if !c.Revoked {
+		return s.putUnrevoked(ctx, c.ID, b)
+	}
 	rev, err := s.contracts.Put(ctx, token(c.ID), b)
-	if err == nil && c.Revoked {
+	if err == nil {
 		maxRev(&s.conRev, rev)
 	}
 	return s.fail(ctx, err)
+}
+
+// putUnrevoked writes contract id, not revoked, unless the stored one is
+// revoked: a revocation is final. A node renews a contract as it holds
+// it, and its watch may not have applied another node's revocation yet;
+// a plain put would store the contract unrevoked again, and every node
+// that loads it afterwards (restarted, or one that never held it) would
+// honour it. So the write is a create, or a compare-and-set on the
+// record read from the stream's leader, and a revoked record is left as
+// it is (the renewing node's watch revokes its copy).
+func (s *Store) putUnrevoked(ctx context.Context, id string, b []byte) error {
+	key := token(id)
+	for {
+		_, err := s.contracts.Create(ctx, key, b)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return s.fail(ctx, err)
+		}
+		m, err := leaderLast(ctx, s.nc, s.bucketName("contracts"), key)
+		if err != nil {
+			return s.fail(ctx, err)
+		}
+		if m != nil {
+			cur, err := s.decodeContract(m.Data)
+			if err != nil || cur.Revoked {
+				return err
+			}
+			_, err = s.contracts.Update(ctx, key, b, m.Sequence)
+			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+				return s.fail(ctx, err)
+			}
+		}
+		// Changed (or removed) since the read: read again.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // GetContract implements store.ContractLog.
@@ -159,6 +199,17 @@ func (s *Store) leaderGet(ctx context.Context, bucket, key string) ([]byte, erro
 // leaderLast reads the entry of key in KV bucket from the stream's
 // leader; it is nil when the key is missing or deleted.
 func leaderLast(ctx context.Context, nc *nats.Conn, bucket, key string) (*nats.RawStreamMsg, error) {
+	m, err := leaderLastOp(ctx, nc, bucket, key)
+	if m != nil && m.Header.Get("KV-Operation") != "" {
+		return nil, nil // a delete or purge marker
+	}
+	return m, err
+}
+
+// leaderLastOp reads the last entry of the keys of KV bucket matching key
+// (which may end in a wildcard) from the stream's leader, a delete or
+// purge marker included; it is nil when there is none.
+func leaderLastOp(ctx context.Context, nc *nats.Conn, bucket, key string) (*nats.RawStreamMsg, error) {
 	js, err := nc.JetStream(nats.Context(ctx))
 	if err != nil {
 		return nil, err
@@ -167,13 +218,7 @@ func leaderLast(ctx context.Context, nc *nats.Conn, bucket, key string) (*nats.R
 	if errors.Is(err, nats.ErrMsgNotFound) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	if op := m.Header.Get("KV-Operation"); op != "" {
-		return nil, nil // a delete or purge marker
-	}
-	return m, nil
+	return m, err
 }
 
 func (s *Store) decodeContract(b []byte) (store.ContractRecord, error) {

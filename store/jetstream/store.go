@@ -79,6 +79,10 @@ type Store struct {
 	// answered had every revision up to it (see Cluster.applyDirectory).
 	seenMu  sync.Mutex
 	dirSeen dirRevs
+	// dirFloor is, per directory bucket, the highest revision this node
+	// knows of (written, watched or read): a list answered by a replica
+	// behind it is not returned (see directoryValues).
+	dirFloor dirRevs
 }
 
 var (
