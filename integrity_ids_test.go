@@ -1,8 +1,10 @@
 package pigeon_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/internal/wire"
+	"pigeon/store"
+	"pigeon/store/memory"
 )
 
 // TestAmbiguousJSONRefused: what the gates judge is what is stored, so a
@@ -290,4 +294,63 @@ func TestMessageByID(t *testing.T) {
 	require.NoError(t, f.e.RevokeContract(ctx, caller(gateway).Principal, gateway.Contract().ID()))
 	_, err = f.e.Message(ctx, caller(gateway), res.Message.ID)
 	requireCode(t, err, pigeon.CodeContractRevoked)
+}
+
+// racingNode is a store on which, at the first append of message id, a
+// message of that id lands first, as another node of a cluster appending
+// between this engine's check that the id is free and its own append: the
+// append is refused with store.ErrExists, as the clustered store does.
+type racingNode struct {
+	store.Store
+	id      string
+	theirs  func(m store.Message) store.Message // the other node's message, from ours
+	arrived atomic.Bool
+}
+
+func (s *racingNode) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	if m.ID == s.id && !s.arrived.Swap(true) {
+		if _, _, err := s.Store.Append(ctx, s.theirs(m)); err != nil {
+			return m, false, err
+		}
+		return m, false, fmt.Errorf("racing node: %w", store.ErrExists)
+	}
+	return s.Store.Append(ctx, m)
+}
+
+// TestMessageIDTakenOnAnotherNode: an id another node takes between this
+// engine's check and its append is answered as the check would have
+// answered it: MESSAGE_ID_TAKEN for another's message, duplicate for the
+// publisher's own (its retry through another node), audited as such.
+// Before, both were STORE_UNAVAILABLE, audited publish.failed.
+func TestMessageIDTakenOnAnotherNode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		theirs func(m store.Message) store.Message
+		dup    bool
+	}{
+		{"another principal's message", func(m store.Message) store.Message {
+			m.Body = bytes.ReplaceAll(m.Body, []byte(demo.Checkout), []byte(demo.Orders))
+			m.IdemKey = ""
+			return m
+		}, false},
+		{"the publisher's own, retried through another node", func(m store.Message) store.Message { return m }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &racingNode{Store: memory.New(nil), id: "msg-raced", theirs: tc.theirs}
+			f := newFixture(t, func(o *pigeon.Options) { o.Store = st })
+			checkout := f.connect("checkout-token", "payments.authorize")
+			m := demo.Payment("raced")
+			m.ID = "msg-raced"
+			res, err := checkout.Publish(ctx, m)
+			if !tc.dup {
+				requireCode(t, err, pigeon.CodeMessageIDTaken)
+				require.Equal(t, 1, auditCount(t, f.e, pigeon.EventPublishDenied, pigeon.CodeMessageIDTaken))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, pigeon.StatusDuplicate, res.Status)
+			require.Equal(t, "msg-raced", res.Message.ID)
+			require.Zero(t, auditCount(t, f.e, pigeon.EventPublishFailed, pigeon.CodeStoreUnavailable))
+		})
+	}
 }

@@ -152,7 +152,23 @@ func (e *Engine) publish(ctx context.Context, c Caller, in *Message, clientID bo
 	if clientID {
 		return e.acceptClientID(ctx, a)
 	}
-	return e.accept(ctx, a)
+	res, err := e.accept(ctx, a)
+	if err == errIDTaken {
+		return nil, e.idTaken(ctx, a)
+	}
+	return res, err
+}
+
+// errIDTaken is accepted's error when the store refused the append
+// because another message holds its id: another node of a cluster
+// appended one between the check that the id is free and the append (the
+// id lock spans this process; the store's claim spans the cluster). The
+// caller answers, as the check would have.
+var errIDTaken = errors.New("pigeon: the message id is another message's")
+
+// idTaken refuses a's message with MESSAGE_ID_TAKEN.
+func (e *Engine) idTaken(ctx context.Context, a *Admission) error {
+	return e.refuse(ctx, a, GateDuplicate, Deny(CodeMessageIDTaken, "the message id is taken"))
 }
 
 // idLocks serialize the publishes of one client-chosen id, so that the
@@ -174,10 +190,18 @@ func (e *Engine) acceptClientID(ctx context.Context, a *Admission) (*Result, err
 	mu.Lock()
 	defer mu.Unlock()
 	held, err := e.store.Lookup(ctx, m.ID)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return e.accept(ctx, a)
-	case err != nil:
+	if errors.Is(err, store.ErrNotFound) {
+		res, aerr := e.accept(ctx, a)
+		if aerr != errIDTaken {
+			return res, aerr
+		}
+		// Taken meanwhile on another node: answer as the lookup would
+		// have, a duplicate when it is this publisher's own retry.
+		if held, err = e.store.Lookup(ctx, m.ID); errors.Is(err, store.ErrNotFound) {
+			return nil, NewError(CodeStoreUnavailable, "the message id is being taken on another node; retry")
+		}
+	}
+	if err != nil {
 		return nil, storeError(err)
 	}
 	if a.idemKey != "" && held.Subject == s.name {
@@ -188,7 +212,7 @@ func (e *Engine) acceptClientID(ctx context.Context, a *Admission) (*Result, err
 			}
 		}
 	}
-	return nil, e.refuse(ctx, a, GateDuplicate, Deny(CodeMessageIDTaken, "the message id is taken"))
+	return nil, e.idTaken(ctx, a)
 }
 
 // prepare fills a with what the gates see of in published by c: a copy of
@@ -357,6 +381,9 @@ func (e *Engine) toStore(a *Admission) (store.Message, store.AuditRecord, *[]byt
 func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditRecord, stored store.Message, dup, audited bool, err error) (*Result, error) {
 	m := a.Message
 	s := a.subj
+	if errors.Is(err, store.ErrExists) {
+		return nil, errIDTaken
+	}
 	if err != nil {
 		err = storeError(err)
 		e.audit(ctx, EventPublishFailed.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, MessageID: m.ID}))

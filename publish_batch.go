@@ -79,6 +79,9 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			bodyPool.Put(bps[j])
 			r := res[j]
 			out[at[j]].Result, out[at[j]].Err = e.accepted(ctx, a, accs[j], r.Stored, r.Dup, true, r.Err)
+			if out[at[j]].Err == errIDTaken {
+				out[at[j]].Err = e.idTaken(ctx, a)
+			}
 			release(a)
 		}
 		held, at = held[:0], at[:0]
