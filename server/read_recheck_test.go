@@ -90,16 +90,7 @@ func recheckCases() []struct {
 func readWhileRevoking(t *testing.T, revoke func(t *testing.T, f *fixture, account, jti string),
 	prepare func(t *testing.T, f *fixture) (method, path string)) response {
 	t.Helper()
-	st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
-	e, err := pigeon.New(context.Background(), &pigeon.Options{
-		Store:         st,
-		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog:       testCatalog(),
-		Region:        "uk",
-	})
-	require.NoError(t, err)
-	s, hs := serve(t, e, nil)
-	f := &fixture{e: e, s: s, hs: hs}
+	f, st := stallingServer(t)
 	const account = "ops-reader"
 	token, jti := f.auditorGrant(t, account)
 	method, path := prepare(t, f)
@@ -111,6 +102,22 @@ func readWhileRevoking(t *testing.T, revoke func(t *testing.T, f *fixture, accou
 	revoke(t, f, account, jti)
 	close(st.goOn)
 	return <-done
+}
+
+// stallingServer serves a broker on a stallingReads store (not armed).
+func stallingServer(t *testing.T) (*fixture, *stallingReads) {
+	t.Helper()
+	st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
+	e, err := pigeon.New(context.Background(), &pigeon.Options{
+		Store:         st,
+		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog:       testCatalog(),
+		Region:        "uk",
+	})
+	require.NoError(t, err)
+	s, hs := serve(t, e, nil)
+	f := &fixture{e: e, s: s, hs: hs}
+	return f, st
 }
 
 // requireRefused asserts res is a refusal, of code when it is not empty.
@@ -166,16 +173,7 @@ func TestRoleReadsOfTheStoreCheckedAgain(t *testing.T) {
 func TestConsoleStateCheckedAgainAfterItsRead(t *testing.T) {
 	for _, tc := range auditorRevocations {
 		t.Run(tc.name, func(t *testing.T) {
-			st := &stallingReads{Store: memory.New(nil), reading: make(chan struct{}), goOn: make(chan struct{})}
-			e, err := pigeon.New(context.Background(), &pigeon.Options{
-				Store:         st,
-				Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-				Catalog:       testCatalog(),
-				Region:        "uk",
-			})
-			require.NoError(t, err)
-			s, hs := serve(t, e, nil)
-			f := &fixture{e: e, s: s, hs: hs}
+			f, st := stallingServer(t)
 			const account = "ops-console"
 			token, jti := f.auditorGrant(t, account)
 

@@ -25,10 +25,7 @@ func TestWatchStartConfirmsOnlyWhatItRead(t *testing.T) {
 	srv := runServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Node: "a", Memory: true})
-	require.NoError(t, err)
-	cl, err := NewCluster(ctx, s)
-	require.NoError(t, err)
+	s, cl := memoryNode(ctx, t, srv)
 	require.NoError(t, s.Put(ctx, "roles", "member", []byte(`{}`)))
 	rev := s.dirRev.Load()
 

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -38,3 +39,14 @@ var prefixes atomic.Int64
 
 // freshPrefix returns a prefix no other test of this process uses.
 func freshPrefix() string { return fmt.Sprintf("T%d", prefixes.Add(1)) }
+
+// memoryNode opens, on srv, node "a"'s store under a fresh prefix (in
+// memory) and its Cluster.
+func memoryNode(ctx context.Context, t *testing.T, srv *server.Server) (*Store, *Cluster) {
+	t.Helper()
+	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Node: "a", Memory: true})
+	require.NoError(t, err)
+	cl, err := NewCluster(ctx, s)
+	require.NoError(t, err)
+	return s, cl
+}

@@ -21,17 +21,14 @@ func TestClusterTwinNodeWaitedFor(t *testing.T) {
 	srv := runServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Node: "a", Memory: true})
-	require.NoError(t, err)
-	cl, err := NewCluster(ctx, s)
-	require.NoError(t, err)
+	s, cl := memoryNode(ctx, t, srv)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = cl.Watch(ctx, func(pigeon.ClusterChange) {}) }()
 	defer func() { cancel(); <-done }()
 	require.Eventually(t, func() bool { return cl.LiveNodes() == 1 && cl.Barrier(ctx) == nil }, 10*time.Second, 10*time.Millisecond)
 
 	// The other process "a", which applied nothing yet.
-	_, err = cl.applied.Put(ctx, token("a"), []byte(`{"dir":0,"con":0}`))
+	_, err := cl.applied.Put(ctx, token("a"), []byte(`{"dir":0,"con":0}`))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return cl.LiveNodes() == 2 }, 10*time.Second, 10*time.Millisecond,
 		"another process with this node name is a live node")
