@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"unicode"
 	"unicode/utf8"
 
 	"pigeon/seal"
@@ -306,6 +307,14 @@ type idempotencyGate struct{}
 func (idempotencyGate) Name() string { return GateIdempotency }
 func (idempotencyGate) Check(_ context.Context, a *Admission) Verdict {
 	if a.subj.policy.Delivery.Idempotency.Required && a.idemKey == "" {
+		if p := a.subj.idemPath; p != nil {
+			if v, ok := p.Lookup(a.Data); ok {
+				if _, num := v.(float64); num {
+					return Deny(CodeIdempotencyRequired, "the idempotency key "+a.subj.policy.Delivery.Idempotency.Key+
+						" must be a string or an integer within ±(2^53−1): this number has no exact key")
+				}
+			}
+		}
 		return Deny(CodeIdempotencyRequired, "an idempotency key is required on this subject")
 	}
 	return Allow()
@@ -367,8 +376,11 @@ func (tokenizedGate) Check(_ context.Context, a *Admission) Verdict {
 	return Allow()
 }
 
-// holdsPAN reports whether v, a value a tokenized path matches, is a raw
-// card number: a string or number isPAN accepts, or an array holding one.
+// holdsPAN reports whether v, a value a tokenized path matches, is or
+// holds a raw card number: a string or number isPAN accepts, or an array
+// or object holding one at any depth (an object's member names too). A
+// tokenized field holds a token; an object under it would otherwise carry
+// a card number past the gate to paymentToken.pan.
 func holdsPAN(v any) bool {
 	switch x := v.(type) {
 	case string:
@@ -377,21 +389,58 @@ func holdsPAN(v any) bool {
 		return floatIsPAN(x)
 	case []any:
 		return slices.ContainsFunc(x, holdsPAN)
+	case map[string]any:
+		for k, v := range x {
+			if isPAN(k) || holdsPAN(v) {
+				return true
+			}
+		}
 	}
 	return false
 }
 
-// floatIsPAN reports whether the number f, written in full, is a card number.
+// floatIsPAN reports whether the number f, written in full, is a card
+// number. Beyond 2^53 a double is not the number its JSON text spells:
+// every integer within half a step of it decodes to it, and the store
+// keeps, and a receiver that reads numbers exactly gets, the text. So f is
+// a card number when any integer of 13 to 19 digits that rounds to it is
+// one; from 2^57 on, where a step spans 32 integers and more, some always
+// is (twenty consecutive integers hold a full decade, and one of its ten
+// last digits completes the Luhn sum).
 func floatIsPAN(f float64) bool {
-	if a := math.Abs(f); a < 1e12 || a >= 1e19 { // not 13 to 19 digits
+	const (
+		least = 1e12                           // the least 13-digit number
+		most  = 10_000_000_000_000_000_000 - 1 // the greatest 19-digit number
+	)
+	a := math.Abs(f)
+	if a < least || a > 1.1e19 { // not 13 to 19 digits, whatever the text
 		return false
 	}
 	var buf [32]byte
-	return isPAN(string(strconv.AppendFloat(buf[:0], f, 'f', -1, 64)))
+	if a < 1<<53 { // exact: the text spells this number
+		return isPAN(string(strconv.AppendFloat(buf[:0], a, 'f', -1, 64)))
+	}
+	n := uint64(a)
+	lo := n - (n-uint64(math.Nextafter(a, 0)))/2
+	hi := min(n+(uint64(math.Nextafter(a, math.Inf(1)))-n)/2, most)
+	switch {
+	case lo > hi:
+		return false
+	case hi-lo >= 19:
+		return true
+	}
+	for n := lo; n <= hi; n++ {
+		if isPAN(string(strconv.AppendUint(buf[:0], n, 10))) {
+			return true
+		}
+	}
+	return false
 }
 
 // isPAN reports whether s is a Luhn-valid card number of 13 to 19 digits,
-// ignoring spaces and dashes between digits.
+// ignoring spaces and dashes between digits: every Unicode space (a tab,
+// a newline, a no-break space) and dash (an en dash), which read, print
+// and strip as the ASCII ones do, so that they cannot hide a number.
 func isPAN(s string) bool {
 	var digits [19]byte
 	n := 0
@@ -405,8 +454,16 @@ func isPAN(s string) bool {
 			digits[n] = c - '0'
 			n++
 		case c == ' ' || c == '-':
+		case c < utf8.RuneSelf:
+			if !unicode.IsSpace(rune(c)) {
+				return false
+			}
 		default:
-			return false
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsSpace(r) && !unicode.Is(unicode.Pd, r) {
+				return false
+			}
+			i += size - 1
 		}
 	}
 	if n < 13 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -321,9 +322,21 @@ func (s *subject) idempotencyKey(m *Message, data any) string {
 	case string:
 		return x
 	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
+		if exactKey(x) {
+			return strconv.FormatFloat(x, 'f', -1, 64)
+		}
 	}
 	return ""
+}
+
+// exactKey reports whether the decoded number x can be an idempotency
+// key: an integer below 2^53 in magnitude, which every JSON text that
+// decodes to it spells. Beyond, or with a fraction, distinct texts (what
+// the store keeps and receivers get: 9007199254740992 and
+// 9007199254740993, 0.1 and 0.10000000000000001) decode to one double,
+// and their messages would take each other for duplicates.
+func exactKey(x float64) bool {
+	return x == math.Trunc(x) && math.Abs(x) < 1<<53
 }
 
 // accept appends an admitted message.
