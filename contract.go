@@ -244,7 +244,7 @@ func (g *permit) inScope(op Operation, data any) bool {
 		return true
 	}
 	for _, s := range sels {
-		if s.Match(data) {
+		if s.matchScope(data) {
 			return true
 		}
 	}

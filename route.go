@@ -286,16 +286,32 @@ func (s Selector) Equal(o Selector) bool { return s.canon == o.canon }
 // json.Number is also equal when its literal text is the value. A boolean
 // is "true" or "false", null is "null"; objects and arrays are never equal
 // to a value. Match does not allocate.
-func (s Selector) Match(data any) bool {
+func (s Selector) Match(data any) bool { return s.match(data, false) }
+
+// matchScope is Match for a role permission's scope, which grants: a
+// decoded number beyond ±2^53 is equal to no value there. Such a double
+// stands for many texts (9007199254740992 and 9007199254740993 decode
+// alike), and the store keeps, and a receiver that reads numbers exactly
+// gets, the text, so equating it would let a principal scoped to one value
+// publish and receive another's messages. A json.Number's literal text is
+// still equal to itself.
+func (s Selector) matchScope(data any) bool { return s.match(data, true) }
+
+func (s Selector) match(data any, scope bool) bool {
 	for i := range s.terms {
 		t := &s.terms[i]
 		v, ok := selectorLookup(data, t.path)
-		if !ok || (!t.presence && !scalarEquals(v, t.value)) {
+		if !ok || (!t.presence && !scalarEquals(v, t.value, scope)) {
 			return false
 		}
 	}
 	return true
 }
+
+// exactDouble reports whether f is the only number a JSON text decoding
+// to it can be, as far as selectors compare numbers: below 2^53 in
+// magnitude, where every integer is a double of its own.
+func exactDouble(f float64) bool { return math.Abs(f) < 1<<53 }
 
 // selectorLookup walks path from data: an object by member name, an array by index.
 func selectorLookup(data any, path []selPart) (any, bool) {
@@ -320,8 +336,9 @@ func selectorLookup(data any, path []selPart) (any, bool) {
 	return data, true
 }
 
-// scalarEquals reports whether the JSON scalar v has the text want.
-func scalarEquals(v any, want string) bool {
+// scalarEquals reports whether the JSON scalar v has the text want; with
+// exact, a number beyond ±2^53 is equal only to its own literal text.
+func scalarEquals(v any, want string, exact bool) bool {
 	switch x := v.(type) {
 	case string:
 		return x == want
@@ -333,7 +350,7 @@ func scalarEquals(v any, want string) bool {
 	case nil:
 		return want == "null"
 	case float64:
-		if !maybeNumber(want) {
+		if !maybeNumber(want) || exact && !exactDouble(x) {
 			return false
 		}
 		var buf [32]byte
@@ -347,7 +364,7 @@ func scalarEquals(v any, want string) bool {
 			return false
 		}
 		f, err := x.Float64()
-		if err != nil {
+		if err != nil || exact && !exactDouble(f) {
 			return false
 		}
 		var buf [32]byte

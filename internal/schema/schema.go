@@ -54,8 +54,15 @@ func Compile(raw []byte) (*Schema, error) {
 // Validate returns "" when data is valid, else a reason naming the failing
 // fields and rules, never their values. data is raw decoded; gojsonschema
 // reads raw (it needs numbers as json.Number to check them).
+//
+// The direct validator judges data's numbers as doubles, which is only
+// the judgement of raw, what the broker stores and receivers get, when
+// every number in raw is one a double holds apart from its neighbours
+// (exactNumbers); otherwise gojsonschema, which reads numbers exactly,
+// decides: 100.0000000000000001 is above "maximum": 100 and no integer.
 func (s *Schema) Validate(data any, raw []byte) string {
-	if s.fast != nil {
+	fast := s.fast != nil && exactNumbers(raw)
+	if fast {
 		if s.fast.valid(data) {
 			return ""
 		}
@@ -66,7 +73,7 @@ func (s *Schema) Validate(data any, raw []byte) string {
 		return "data could not be validated"
 	}
 	if res.Valid() {
-		if s.fast != nil {
+		if fast {
 			return "data does not match schema"
 		}
 		return ""
@@ -409,4 +416,96 @@ func scalarEqual(a, b any) bool {
 		return ok && x == y
 	}
 	return false
+}
+
+// exactNumbers reports whether every number in the JSON text raw has at
+// most 15 significant digits and a magnitude a double holds without
+// underflow (or is zero): such decimals round to distinct doubles, in
+// order, and a fraction never rounds to an integer, so comparing their
+// doubles answers as comparing the decimals would. Strings are skipped.
+func exactNumbers(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			end, ok := jsontext.NumberEnd(raw, i)
+			if !ok || !exactNumber(raw[i:end]) {
+				return false
+			}
+			i = end - 1
+		}
+	}
+	return true
+}
+
+// exactNumber reports whether the number literal lit has at most 15
+// significant digits and, unless it is zero, a decimal exponent within
+// ±300.
+func exactNumber(lit []byte) bool {
+	sig, exp10, first := 0, 0, -1 // significant digits, exponent of the first one
+	pos, point := 0, -1           // digits seen; how many came before the point
+	trailing := 0                 // zeros since the last non-zero digit
+	i := 0
+	if i < len(lit) && lit[i] == '-' {
+		i++
+	}
+	for ; i < len(lit); i++ {
+		c := lit[i]
+		switch {
+		case c == '.':
+			point = pos
+			continue
+		case c == 'e' || c == 'E':
+		case c == '0':
+			pos++
+			if first >= 0 {
+				trailing++
+			}
+			continue
+		default:
+			if first < 0 {
+				first = pos
+			}
+			pos++
+			sig += trailing + 1
+			trailing = 0
+			continue
+		}
+		break
+	}
+	if first < 0 {
+		return true // zero, whatever its exponent
+	}
+	if sig > 15 {
+		return false
+	}
+	if point < 0 {
+		point = pos
+	}
+	exp10 = point - first - 1
+	if i < len(lit) { // the exponent
+		i++
+		neg := false
+		if lit[i] == '+' || lit[i] == '-' {
+			neg = lit[i] == '-'
+			i++
+		}
+		if len(lit)-i > 4 {
+			return false
+		}
+		e := 0
+		for ; i < len(lit); i++ {
+			e = e*10 + int(lit[i]-'0')
+		}
+		if neg {
+			e = -e
+		}
+		exp10 += e
+	}
+	return exp10 >= -300 && exp10 <= 300
 }
