@@ -15,7 +15,7 @@ import (
 // cannot tell which number the message holds. (A subscription's own
 // selector keeps matching by value, as docs/delivery.md says: it narrows
 // what its subscriber asked for, it grants nothing.)
-func TestGateReviewScopesDoNotEquateInexactNumbers(t *testing.T) {
+func TestScopesDoNotEquateInexactNumbers(t *testing.T) {
 	tests := []struct {
 		sel, data string
 		inScope   bool

@@ -12,7 +12,7 @@ import (
 // 19-digit card number 6217000000000000004 decodes to 6217000000000000000,
 // which fails Luhn, and passed. A number is a card number when any integer
 // its text could spell (any that rounds to the decoded double) is one.
-func TestGateReviewTokenizedNumbersBeyondDoublePrecision(t *testing.T) {
+func TestTokenizedNumbersBeyondDoublePrecision(t *testing.T) {
 	s := pathSubject(t, nil, []string{"paymentToken"})
 	tests := []struct {
 		data   string
@@ -55,7 +55,7 @@ func TestGateReviewTokenizedNumbersBeyondDoublePrecision(t *testing.T) {
 
 // The quarantined copy's backstop redaction uses the same test, so a
 // 19-digit card number as a number is not kept in it either.
-func TestGateReviewRedactsNumbersBeyondDoublePrecision(t *testing.T) {
+func TestRedactsNumbersBeyondDoublePrecision(t *testing.T) {
 	data, err := decodeValue([]byte(`{"ref":6217000000000000004,"n":42}`))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"ref":"[REDACTED]","n":42}`, string(redactData(data, nil)))

@@ -12,7 +12,7 @@ import (
 // gate, while it reads, prints and parses (after the usual strip of white
 // space) as the card number to a receiver. Every Unicode space and dash is
 // a separator.
-func TestGateReviewCardNumbersWithOtherSpacesAndDashes(t *testing.T) {
+func TestCardNumbersWithOtherSpacesAndDashes(t *testing.T) {
 	s := pathSubject(t, nil, []string{"paymentToken"})
 	tests := []struct {
 		token  string // a JSON string

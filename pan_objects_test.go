@@ -12,7 +12,7 @@ import (
 // number at paymentToken.pan, and {"paymentToken":{"4111111111111111":1}}
 // one as a member name. Objects are looked into, values and names, as the
 // quarantine's redaction already does.
-func TestGateReviewTokenizedFieldHoldingAnObject(t *testing.T) {
+func TestTokenizedFieldHoldingAnObject(t *testing.T) {
 	s := pathSubject(t, nil, []string{"paymentToken"})
 	tests := []struct {
 		data   string

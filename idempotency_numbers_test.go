@@ -17,7 +17,7 @@ import (
 // never stored nor delivered, though its stored bytes, what a receiver
 // gets, differ. A number is a key only as an integer that every text
 // spelling it decodes to exactly (|n| < 2^53); any other number is no key.
-func TestGateReviewIdempotencyKeyNumbersAreExact(t *testing.T) {
+func TestIdempotencyKeyNumbersAreExact(t *testing.T) {
 	type step struct {
 		orderID string // the JSON text of data.orderId
 		want    string // pigeon.StatusAccepted, pigeon.StatusDuplicate or a refusal code

@@ -14,7 +14,7 @@ import (
 // 9007199254740993 passed "maximum": 9007199254740992, where
 // the reference validator, which reads the text exactly, refuses each.
 // The gate must judge what is stored.
-func TestGateReviewSchemaJudgesNumbersAsStored(t *testing.T) {
+func TestSchemaJudgesNumbersAsStored(t *testing.T) {
 	const sch = `{"type":"object","properties":{
 		"qty":{"type":"integer","minimum":0,"maximum":100},
 		"big":{"type":"integer","maximum":9007199254740992},
