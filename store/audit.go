@@ -54,7 +54,10 @@ type Checkpoint struct {
 
 // ComputeHash returns the SHA-256 (hex) over the record without its Hash
 // field. The input is every field, in declaration order, each prefixed by its
-// length as a uvarint, so no two distinct records share an input.
+// length as a uvarint, so no two distinct records share an input. The time
+// is taken as UnixNano, which names only the instants from 1678 to 2262:
+// two instants 2^64 ns apart share it, so a Verifier refuses a record whose
+// time is outside that range (see timeHashed).
 func (r *AuditRecord) ComputeHash() string {
 	var buf [512]byte
 	b := buf[:0]
@@ -127,6 +130,12 @@ func (v *Verifier) Next(r *AuditRecord) error {
 	if r.PrevHash != v.prev.Hash {
 		return &ChainError{Seq: r.Seq, Reason: "prevHash does not match the previous record"}
 	}
+	if !timeHashed(r.Time) {
+		// Its hash would also be the hash of another instant: a time
+		// moved by 584 years (seconds and nanoseconds rewritten in a
+		// store file) would still verify.
+		return &ChainError{Seq: r.Seq, Reason: "time outside the range the hash covers (1678 to 2262)"}
+	}
 	if r.ComputeHash() != r.Hash {
 		return &ChainError{Seq: r.Seq, Reason: "hash does not match the record"}
 	}
@@ -139,6 +148,10 @@ func (v *Verifier) Next(r *AuditRecord) error {
 	v.count++
 	return nil
 }
+
+// timeHashed reports whether ComputeHash binds t: whether t.UnixNano names
+// t and no other instant.
+func timeHashed(t time.Time) bool { return time.Unix(0, t.UnixNano()).Equal(t) }
 
 // Count is how many records verified so far.
 func (v *Verifier) Count() uint64 { return v.count }
