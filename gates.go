@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -107,6 +108,11 @@ func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
 	}
 	if name, most := longField(m); name != "" {
 		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" is longer than "+strconv.Itoa(most)+" bytes")
+	}
+	if strings.ContainsFunc(m.ID, unicode.IsControl) {
+		// An id is a name of one line: delivery records' digests and the
+		// audit log's text form join ids by newlines.
+		return Deny(CodeEnvelopeInvalid, "the message id holds a control character")
 	}
 	if a.timeErr {
 		return Deny(CodeEnvelopeInvalid, "time must be an RFC 3339 timestamp")
