@@ -30,12 +30,30 @@ func gateCode(t *testing.T, g Gate, s *subject, data string) Code {
 	return verdict.Code
 }
 
+// gateCase is a message's data, as text, and whether a gate denies it.
+type gateCase struct {
+	data   string
+	denied bool
+}
+
+// requireGateCases checks g on s with each case's data: denied with code,
+// or allowed.
+func requireGateCases(t *testing.T, g Gate, s *subject, code Code, tests []gateCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.data, func(t *testing.T) {
+			want := Code("")
+			if tt.denied {
+				want = code
+			}
+			require.Equal(t, want, gateCode(t, g, s, tt.data))
+		})
+	}
+}
+
 func TestForbiddenGateMatchesAnyCaseAndThroughArrays(t *testing.T) {
 	s := pathSubject(t, []string{"card.pan", "items.0.pan", "secret.key", "ssn"}, nil)
-	tests := []struct {
-		data   string
-		denied bool
-	}{
+	tests := []gateCase{
 		{`{"card":{"pan":"4111111111111111"}}`, true},
 		// Member names match ignoring case.
 		{`{"card":{"PAN":"x"}}`, true},
@@ -75,23 +93,12 @@ func TestForbiddenGateMatchesAnyCaseAndThroughArrays(t *testing.T) {
 		{`"card"`, false},
 		{`null`, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.data, func(t *testing.T) {
-			want := Code("")
-			if tt.denied {
-				want = CodeSensitiveFieldDenied
-			}
-			require.Equal(t, want, gateCode(t, forbiddenGate{}, s, tt.data))
-		})
-	}
+	requireGateCases(t, forbiddenGate{}, s, CodeSensitiveFieldDenied, tests)
 }
 
 func TestTokenizedGateMatchesAnyCaseAndThroughArrays(t *testing.T) {
 	s := pathSubject(t, nil, []string{"paymentToken", "wallet.token"})
-	tests := []struct {
-		data   string
-		denied bool
-	}{
+	tests := []gateCase{
 		{`{"paymentToken":"4111111111111111"}`, true},
 		{`{"PaymentToken":"4111 1111 1111 1111"}`, true},
 		{`{"paymenttoken":4111111111111111}`, true},
@@ -111,13 +118,5 @@ func TestTokenizedGateMatchesAnyCaseAndThroughArrays(t *testing.T) {
 		{`{"notes":"4111111111111111"}`, false}, // not a tokenized field
 		{`{"wallet":[{"token":"tok_1"}]}`, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.data, func(t *testing.T) {
-			want := Code("")
-			if tt.denied {
-				want = CodeRawPANDetected
-			}
-			require.Equal(t, want, gateCode(t, tokenizedGate{}, s, tt.data))
-		})
-	}
+	requireGateCases(t, tokenizedGate{}, s, CodeRawPANDetected, tests)
 }
