@@ -116,6 +116,9 @@ type Admission struct {
 	// dataNames summarises Data's member names when Data is an object, so
 	// the field gates skip walking it for paths it cannot hold.
 	dataNames datapath.Names
+	// dataExact reports that the decoder found every number in Data one a
+	// double compares as its decimal (jsontext.Document.Exact).
+	dataExact bool
 }
 
 // condVars returns the variables CEL conditions see, built once.

@@ -547,7 +547,14 @@ func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
 		// Only the clear (routing) fields are validated; the sealed part is opaque.
 		data, raw = clearPart(a.Data)
 	}
-	if reason := a.subj.schema.Validate(data, raw); reason != "" {
+	var reason string
+	if a.dataExact {
+		// Every number of Data is exact, so every number of its clear part.
+		reason = a.subj.schema.ValidateExact(data, raw)
+	} else {
+		reason = a.subj.schema.Validate(data, raw)
+	}
+	if reason != "" {
 		return Deny(CodeSchemaInvalid, reason)
 	}
 	return Allow()

@@ -259,17 +259,17 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		// The frame decoder's copy, decoded as below: nothing else holds
 		// it, and the publisher, the WebSocket server, only encodes its
 		// result, which may therefore share it.
-		a.Data, a.sent, a.dataNames = pre.Value, m.Data, pre.Names
+		a.Data, a.sent, a.dataNames, a.dataExact = pre.Value, m.Data, pre.Names, pre.Exact
 	} else if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
 		a.Data = map[string]any{}
-	} else if data, text, err := jsontext.DecodeTextNames(m.Data, MaxJSONDepth, &a.dataNames); err != nil {
+	} else if doc, err := jsontext.DecodeDocument(m.Data, MaxJSONDepth, &a.dataNames); err != nil {
 		a.dataCode, a.dataErr = dataError(err)
 	} else {
 		// From here on the data is the decoder's copy: the gates judge it,
 		// the store keeps it and subscribers get it, whatever the
 		// publisher does with its own bytes meanwhile.
-		a.Data, a.sent, m.Data = data, m.Data, text
+		a.Data, a.sent, m.Data, a.dataExact = doc.Value, m.Data, doc.Text, doc.Exact
 	}
 	if a.dataErr == "" && !m.ValidText() {
 		a.dataCode, a.dataErr = CodeInvalidUTF8, "an envelope field is not valid UTF-8"

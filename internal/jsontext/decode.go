@@ -50,6 +50,24 @@ type NameSink interface {
 // when the document is not an object, and may have heard some names when
 // DecodeTextNames fails.
 func DecodeTextNames(b []byte, maxDepth int, top NameSink) (any, []byte, error) {
+	doc, err := DecodeDocument(b, maxDepth, top)
+	return doc.Value, doc.Text, err
+}
+
+// Document is one decoded JSON document.
+type Document struct {
+	// Value is the document as Decode returns it.
+	Value any
+	// Text is the copy of the bytes Value was decoded from (DecodeText).
+	Text []byte
+	// Exact reports that every number in Text is one ExactNumber accepts:
+	// its double compares with the others as the decimal would.
+	Exact bool
+}
+
+// DecodeDocument is DecodeTextNames returning the document with what the
+// decoder learnt of its numbers, so that readers need not scan Text again.
+func DecodeDocument(b []byte, maxDepth int, top NameSink) (Document, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top}
 	d.slabs.hint = len(b) / 24
 	stack := openStacks.Get().(*[]member)
@@ -61,13 +79,13 @@ func DecodeTextNames(b []byte, maxDepth int, top NameSink) (any, []byte, error) 
 		openStacks.Put(stack)
 	}
 	if err != nil {
-		return nil, nil, err
+		return Document{}, err
 	}
 	d.skip()
 	if d.i != len(d.s) {
-		return nil, nil, ErrSyntax
+		return Document{}, ErrSyntax
 	}
-	return v, unsafe.Slice(unsafe.StringData(d.s), len(d.s)), nil
+	return Document{Value: v, Text: unsafe.Slice(unsafe.StringData(d.s), len(d.s)), Exact: !d.inexact}, nil
 }
 
 // Refusals of Decode.
@@ -85,6 +103,7 @@ type valueDecoder struct {
 	maxDepth int
 	slabs    slabs
 	top      NameSink // nil, or where the top-level object's names go
+	inexact  bool     // a number ExactNumber refuses was read
 
 	// open holds the members (and array elements, with an empty name) of
 	// the objects and arrays being decoded, innermost last: a container is
@@ -347,6 +366,9 @@ func (d *valueDecoder) number() (any, error) {
 	if err != nil {
 		// The grammar held (NumberEnd), so only the range is left: 1e400.
 		return nil, ErrNumberRange
+	}
+	if !d.inexact && !ExactNumber(d.s[d.i:end]) {
+		d.inexact = true
 	}
 	d.i = end
 	return d.slabs.float(f), nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -111,6 +112,56 @@ func compareDecoders(t *testing.T, in string) {
 	}
 	if werr == nil && !reflect.DeepEqual(want, got) {
 		t.Fatalf("%q: encoding/json %#v, Decode %#v", in, want, got)
+	}
+	if gerr == nil {
+		doc, err := DecodeDocument([]byte(in), dataDepth, nil)
+		require.NoError(t, err)
+		require.Equal(t, exactByTokens(t, in), doc.Exact, "%q: Exact", in)
+	}
+}
+
+// exactByTokens reports whether ExactNumber accepts every number
+// encoding/json's tokenizer finds in in.
+func exactByTokens(t *testing.T, in string) bool {
+	dec := json.NewDecoder(strings.NewReader(in))
+	dec.UseNumber()
+	exact := true
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return exact
+		}
+		require.NoError(t, err, in)
+		if n, ok := tok.(json.Number); ok && !ExactNumber(string(n)) {
+			exact = false
+		}
+	}
+}
+
+// TestDecodeDocumentExact: Exact is false once any number, at any depth,
+// has more than 15 significant digits or a decimal exponent beyond ±300;
+// strings that look like such numbers do not count.
+func TestDecodeDocumentExact(t *testing.T) {
+	for _, tt := range []struct {
+		in    string
+		exact bool
+	}{
+		{`{"a":1,"b":[2.5,-3e10]}`, true},
+		{`{"a":"100.0000000000000001"}`, true},
+		{`{"a":123456789012345}`, true},
+		{`{"a":1234567890123456}`, false},
+		{`{"a":{"b":[1,100.0000000000000001]}}`, false},
+		{`[1e300]`, true},
+		{`[1e301]`, false},
+		{`[1e-400]`, false},
+		{`0e999`, true},
+		{`9007199254740993`, false},
+		{`1.000000000000000`, true},
+	} {
+		doc, err := DecodeDocument([]byte(tt.in), dataDepth, nil)
+		require.NoError(t, err, tt.in)
+		require.Equal(t, tt.exact, doc.Exact, tt.in)
+		require.Equal(t, tt.exact, exactByTokens(t, tt.in), tt.in)
 	}
 }
 

@@ -14,12 +14,14 @@ import "pigeon/internal/datapath"
 
 // Data is one message's data decoded by jsontext.DecodeTextNames with
 // the engine's nesting limit (pigeon.MaxJSONDepth): Value decoded from
-// Text, which the decoder copied and nothing else holds, and Names the
-// summary of Value's top-level member names.
+// Text, which the decoder copied and nothing else holds, Names the
+// summary of Value's top-level member names, and Exact what the decoder
+// found of its numbers (jsontext.Document.Exact).
 type Data struct {
 	Value any
 	Text  []byte
 	Names datapath.Names
+	Exact bool
 }
 
 // Attach gives m, a *pigeon.Message whose Data is d.Text, its decoded

@@ -61,7 +61,16 @@ func Compile(raw []byte) (*Schema, error) {
 // (exactNumbers); otherwise gojsonschema, which reads numbers exactly,
 // decides: 100.0000000000000001 is above "maximum": 100 and no integer.
 func (s *Schema) Validate(data any, raw []byte) string {
-	fast := s.fast != nil && exactNumbers(raw)
+	return s.validate(data, raw, s.fast != nil && exactNumbers(raw))
+}
+
+// ValidateExact is Validate for raw whose numbers a decoder found exact
+// (jsontext.Document.Exact): it does not scan raw for them again.
+func (s *Schema) ValidateExact(data any, raw []byte) string {
+	return s.validate(data, raw, s.fast != nil)
+}
+
+func (s *Schema) validate(data any, raw []byte, fast bool) string {
 	if fast {
 		if s.fast.valid(data) {
 			return ""
@@ -434,78 +443,11 @@ func exactNumbers(raw []byte) bool {
 			}
 		case c == '-' || c >= '0' && c <= '9':
 			end, ok := jsontext.NumberEnd(raw, i)
-			if !ok || !exactNumber(raw[i:end]) {
+			if !ok || !jsontext.ExactNumber(raw[i:end]) {
 				return false
 			}
 			i = end - 1
 		}
 	}
 	return true
-}
-
-// exactNumber reports whether the number literal lit has at most 15
-// significant digits and, unless it is zero, a decimal exponent within
-// ±300.
-func exactNumber(lit []byte) bool {
-	sig, exp10, first := 0, 0, -1 // significant digits, exponent of the first one
-	pos, point := 0, -1           // digits seen; how many came before the point
-	trailing := 0                 // zeros since the last non-zero digit
-	i := 0
-	if i < len(lit) && lit[i] == '-' {
-		i++
-	}
-	for ; i < len(lit); i++ {
-		c := lit[i]
-		switch {
-		case c == '.':
-			point = pos
-			continue
-		case c == 'e' || c == 'E':
-		case c == '0':
-			pos++
-			if first >= 0 {
-				trailing++
-			}
-			continue
-		default:
-			if first < 0 {
-				first = pos
-			}
-			pos++
-			sig += trailing + 1
-			trailing = 0
-			continue
-		}
-		break
-	}
-	if first < 0 {
-		return true // zero, whatever its exponent
-	}
-	if sig > 15 {
-		return false
-	}
-	if point < 0 {
-		point = pos
-	}
-	exp10 = point - first - 1
-	if i < len(lit) { // the exponent
-		i++
-		neg := false
-		if lit[i] == '+' || lit[i] == '-' {
-			neg = lit[i] == '-'
-			i++
-		}
-		if len(lit)-i > 4 {
-			return false
-		}
-		e := 0
-		for ; i < len(lit); i++ {
-			e = e*10 + int(lit[i]-'0')
-		}
-		if neg {
-			e = -e
-		}
-		exp10 += e
-	}
-	return exp10 >= -300 && exp10 <= 300
 }

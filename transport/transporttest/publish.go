@@ -101,3 +101,34 @@ func testBadMessageRefusedAlone(t *testing.T, h Harness) {
 	_, err := s.Publish(ctx, ok)
 	require.NoError(t, err, "data nesting as deeply as allowed is accepted")
 }
+
+// testSchemaJudgesNumbersAsSent: the schema gate judges each number as
+// the text the publisher sent, which the store keeps and receivers read,
+// not as the double it decodes to: 100.0000000000000001 is above
+// "maximum": 100 and no integer, though its double is 100.
+func testSchemaJudgesNumbersAsSent(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := connect(t, h, "alice-token", "stock.levels")
+	for _, tc := range []struct {
+		qty string
+		ok  bool
+	}{
+		{"100", true},
+		{"1e2", true},
+		{"99.0", true},
+		{"100.0000000000000001", false},
+		{"1.0000000000000001", false},
+		{"-0.00000000000000000001", false},
+		{"101", false},
+		{"1.5", false},
+	} {
+		m := &pigeon.Message{Type: "stock.level", Subject: "stock.levels", Intent: "count",
+			Data: json.RawMessage(`{"qty":` + tc.qty + `}`)}
+		_, err := s.Publish(ctx, m)
+		if tc.ok {
+			require.NoError(t, err, tc.qty)
+		} else {
+			requireCode(t, err, pigeon.CodeSchemaInvalid)
+		}
+	}
+}

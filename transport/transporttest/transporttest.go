@@ -39,7 +39,8 @@ type Harness struct {
 }
 
 // Options returns the engine options the suite needs: the demo catalog
-// plus chat.messages (pubsub), jobs.run (work queue, 300 ms ack wait,
+// plus chat.messages (pubsub), stock.levels (pubsub, a schema bounding
+// an integer), jobs.run (work queue, 300 ms ack wait,
 // 3 attempts, quarantine on handler failure) and jobs.batch (jobs.run
 // with an hour's ack wait, for scenarios that count each job handled
 // once: under -race on a busy machine 300 ms can pass between a delivery
@@ -67,7 +68,15 @@ func Options() *pigeon.Options {
 			},
 		},
 	)
-	batch := cat.Subjects[len(cat.Subjects)-1]
+	cat.Schemas["stock.level.v1"] = []byte(`{"type":"object","required":["qty"],"properties":{"qty":{"type":"integer","minimum":0,"maximum":100}}}`)
+	cat.Subjects = append(cat.Subjects, pigeon.SubjectPolicy{
+		Name: "stock.levels", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"count"},
+		Schema: &pigeon.SchemaRef{Name: "stock.level.v1"},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+			pigeon.OpPublish: {{Effect: "allow", Principals: []string{Alice}}},
+		},
+	})
+	batch := cat.Subjects[len(cat.Subjects)-2]
 	batch.Name, batch.Delivery.AckWaitMs = "jobs.batch", time.Hour.Milliseconds()
 	batch.Policy = maps.Clone(batch.Policy)
 	cat.Subjects = append(cat.Subjects, batch)
@@ -94,6 +103,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"PublishReceiveAck", testPublishReceiveAck},
 		{"DenialIsTypedError", testDenialIsTypedError},
 		{"BadMessageRefusedAlone", testBadMessageRefusedAlone},
+		{"SchemaJudgesNumbersAsSent", testSchemaJudgesNumbersAsSent},
 		{"NegotiationDenied", testNegotiationDenied},
 		{"SubscribeWithSelector", testSubscribeWithSelector},
 		{"FanOutInOrder", testFanOut},

@@ -104,8 +104,8 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 					} else {
 						p = new(predecoded.Data)
 					}
-					if v, text, err := jsontext.DecodeTextNames(w.b[j:e], pigeon.MaxJSONDepth, &p.Names); err == nil {
-						p.Value, p.Text, pre = v, text, p
+					if doc, err := jsontext.DecodeDocument(w.b[j:e], pigeon.MaxJSONDepth, &p.Names); err == nil {
+						p.Value, p.Text, p.Exact, pre = doc.Value, doc.Text, doc.Exact, p
 						if len(w.pre) > 0 {
 							w.pre = w.pre[1:]
 						}
