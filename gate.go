@@ -124,9 +124,23 @@ type Admission struct {
 // condVars returns the variables CEL conditions see, built once.
 func (a *Admission) condVars() *cond.Vars {
 	if !a.hasVars {
-		a.vars, a.hasVars = condVars(a.Principal, a.Message, a.Data), true
+		a.vars, a.hasVars = condVars(a.Principal, a.Message, condData(a.Data, a.Message.Data, a.dataExact)), true
 	}
 	return &a.vars
+}
+
+// condData is what conditions see of data, decoded from text: data
+// itself when the decoder found every number exact, else the text decoded
+// with each number a double does not hold faithfully made an error
+// (cond.ExactData), so conditions judge numbers as the store keeps them.
+func condData(data any, text []byte, exact bool) any {
+	if exact || len(text) == 0 {
+		return data
+	}
+	if v, err := cond.ExactData(text); err == nil {
+		return v
+	}
+	return data
 }
 
 // condVars is the one place that builds the variables of a CEL condition:

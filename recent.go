@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pigeon/internal/jsontext"
 	"pigeon/store"
 )
 
@@ -32,6 +33,9 @@ type decoded struct {
 	msg  Message // m, for a message the engine copied in (remember)
 	once sync.Once
 	data any
+	// exact reports that every number in data is exact
+	// (jsontext.Document.Exact), once value has run.
+	exact bool
 	// enc is m's JSON encoding, made once for every transport that sends
 	// it (encOnce).
 	encOnce sync.Once
@@ -54,8 +58,18 @@ func (d *decoded) json() []byte {
 
 // value is the message's data, decoded.
 func (d *decoded) value() any {
-	d.once.Do(func() { d.data, _ = decodeValue(d.m.Data) })
+	d.once.Do(func() {
+		if doc, err := jsontext.DecodeDocument(d.m.Data, MaxJSONDepth, nil); err == nil {
+			d.data, d.exact = doc.Value, doc.Exact
+		}
+	})
 	return d.data
+}
+
+// condValue is what conditions see of m's data (condData).
+func (d *decoded) condValue() any {
+	v := d.value()
+	return condData(v, d.m.Data, d.exact)
 }
 
 // recentRing is one subject's cache: the message of sequence seq sits in

@@ -261,7 +261,7 @@ func (s *subscription) selects(d *decoded) bool {
 	if s.filter == nil {
 		return true
 	}
-	v := condVars(s.caller.Principal, d.m, d.value())
+	v := condVars(s.caller.Principal, d.m, d.condValue())
 	ok, err := s.filter.Eval(&v)
 	return err == nil && ok
 }
