@@ -20,7 +20,12 @@
 // Errors are {"error":{"code","message","details"}} with the status of the
 // code (the table of docs/http.md). A known path with another method is 405
 // with an Allow header, an unknown path 404, a body that is not JSON 400, a
-// body over Options.MaxBody (1 MiB) 413 PAYLOAD_TOO_LARGE.
+// body over Options.MaxBody (1 MiB) 413 PAYLOAD_TOO_LARGE, a body marked
+// with a Content-Encoding other than identity 400 BAD_REQUEST (the server
+// decodes none). An error message is cut to 512 bytes (the cut marked),
+// so it quotes only a prefix of what the caller sent; a store's damage
+// (STORE_CORRUPT) is answered without the file and offset, which go to the
+// Logger.
 //
 // # Mounting
 //

@@ -72,6 +72,9 @@ func putBodyBuffer(b *[]byte) {
 // reads it (413 PAYLOAD_TOO_LARGE beyond the limit) but without checking
 // it. It returns the grown buffer even on an error.
 func readBodyInto(buf []byte, w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if err := plainBody(r); err != nil {
+		return buf, err
+	}
 	if r.ContentLength > limit {
 		return buf, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
 	}

@@ -36,10 +36,10 @@ func parseQuery(r *http.Request, takes []string) (url.Values, error) {
 	for name, vs := range q {
 		switch {
 		case !slices.Contains(takes, name) && len(takes) == 0:
-			return nil, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s is not taken here: this route takes none", strconv.Quote(name))
+			return nil, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s is not taken here: this route takes none", quoteCut(name, 64))
 		case !slices.Contains(takes, name):
 			return nil, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s is not taken here; this route takes %s",
-				strconv.Quote(name), strings.Join(takes, ", "))
+				quoteCut(name, 64), strings.Join(takes, ", "))
 		case len(vs) > 1:
 			return nil, pigeon.NewError(pigeon.CodeBadRequest, "query parameter %s is given %d times: give it once", name, len(vs))
 		}

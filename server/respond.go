@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"pigeon"
 	"pigeon/internal/wire"
@@ -63,14 +66,79 @@ var newlineBytes = []byte{'\n'}
 // answers with it to refuse in the same form as the API routes.
 func WriteError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, err) }
 
-// writeError is WriteError.
-func writeError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, err) }
+// writeError is WriteError as the server writes its own refusals: with
+// the message the client may see (publicError).
+func writeError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, publicError(err)) }
+
+// maxErrorMessage bounds the message of an error body the server writes.
+const maxErrorMessage = 512
+
+// storeCorruptMessage is a store's damage as the client is told it.
+const storeCorruptMessage = "the store found damaged data; the server's log says where"
+
+// publicError is err as the client is told it, keeping its code and
+// details:
+//   - a store's damage (STORE_CORRUPT) is said without its cause, which
+//     names the file and the offset on the server's disk
+//     (store.CorruptError): where the server keeps its data is the
+//     operator's to know (the route logs it: logStoreDamage), not every
+//     client's whose read or publish met it;
+//   - the message is cut, on a character boundary, to maxErrorMessage
+//     bytes and marked "…(cut from N bytes)": a refusal may quote what the
+//     caller sent (an unknown subject, from a path any client may choose,
+//     or a body of up to MaxBody); the answer names it, but is never a
+//     mirror of the request.
+func publicError(err error) error {
+	var pe *pigeon.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	msg := pe.Message
+	if pe.Code == pigeon.CodeStoreCorrupt {
+		msg = storeCorruptMessage
+	}
+	msg = cutText(msg, maxErrorMessage)
+	if msg == pe.Message {
+		return err
+	}
+	c := *pe
+	c.Message = msg
+	return &c
+}
+
+// logStoreDamage logs err, the failure of a request r, when it is a
+// store's damage, whose cause publicError keeps from the client.
+func (s *Server) logStoreDamage(r *http.Request, err error) {
+	if pigeon.ErrorCode(err) == pigeon.CodeStoreCorrupt {
+		s.opts.Logger.ErrorContext(r.Context(), "store damage met by a request",
+			"method", r.Method, "route", r.Pattern, "error", err.Error())
+	}
+}
+
+// cutText is s cut on a character boundary to at most n bytes and marked
+// with the length it had, or s when it fits.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…(cut from " + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// quoteCut is s quoted, cut to at most n bytes (cutText) first.
+func quoteCut(s string, n int) string { return strconv.Quote(cutText(s, n)) }
 
 // readBody reads the request body within limit and checks it with
 // pigeon.CheckJSON: text that is not JSON, nests too deeply, repeats a
 // member name (DUPLICATE_KEY) or is not UTF-8 (INVALID_UTF8) is refused
 // before any route decodes it. An empty body is nil.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if err := plainBody(r); err != nil {
+		return nil, err
+	}
 	if r.ContentLength > limit {
 		return nil, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
 	}
@@ -90,6 +158,24 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, err
 	}
 	return b, nil
+}
+
+// plainBody refuses (BAD_REQUEST) a body marked with a content coding
+// other than identity. The server decodes none: a body is read as the
+// bytes sent. Taking a body marked gzip as plain JSON would let a proxy or
+// firewall that reads it as the header says (a gzip stream it cannot
+// decode, and lets through) judge other bytes than the broker acts on;
+// and never inflating a body means no decompression bomb.
+func plainBody(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return pigeon.NewError(pigeon.CodeBadRequest,
+					"the body has a Content-Encoding (%s): the server decodes none; send the body uncompressed", quoteCut(c, 32))
+			}
+		}
+	}
+	return nil
 }
 
 // decodeBody decodes a JSON object body into v; an empty body leaves v

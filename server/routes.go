@@ -119,6 +119,7 @@ func (s *Server) route(pattern string, methods map[string]endpoint) {
 		defer rq.keepRead(0) // what a read still holds, once its answer is written
 		status, body, err := ep.fn(rq)
 		if err != nil {
+			s.logStoreDamage(r, err)
 			writeError(w, err)
 			return
 		}
