@@ -47,6 +47,38 @@ func (a *api) tlsConfig() (*tls.Config, error) {
 	return a.tls, a.tlsErr
 }
 
+// secretFlag is a string flag whose value is never shown: flag's usage
+// text prints a non-empty default, and --token's default is
+// $PIGEON_TOKEN.
+type secretFlag struct{ v *string }
+
+func (f secretFlag) String() string { return "" }
+
+func (f secretFlag) Set(s string) error {
+	*f.v = s
+	return nil
+}
+
+// urlFlag is a string flag holding a URL that is shown without the
+// password of its user info (--url's default is $PIGEON_URL).
+type urlFlag struct{ v *string }
+
+func (f urlFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	u, err := url.Parse(*f.v)
+	if err != nil {
+		return ""
+	}
+	return u.Redacted()
+}
+
+func (f urlFlag) Set(s string) error {
+	*f.v = s
+	return nil
+}
+
 // dialOptions are the WebSocket dial options of the client flags.
 func (a *api) dialOptions() ([]ws.Option, error) {
 	var opts []ws.Option
@@ -70,8 +102,10 @@ func clientFlags(fs *flag.FlagSet) *api {
 	if url == "" {
 		url = "http://127.0.0.1:8787"
 	}
-	fs.StringVar(&a.url, "url", url, "server URL (default $PIGEON_URL when set)")
-	fs.StringVar(&a.token, "token", os.Getenv("PIGEON_TOKEN"), "bearer token (default $PIGEON_TOKEN)")
+	a.url = url
+	fs.Var(urlFlag{&a.url}, "url", "server `URL` (default $PIGEON_URL when set)")
+	a.token = os.Getenv("PIGEON_TOKEN")
+	fs.Var(secretFlag{&a.token}, "token", "bearer `token` (default $PIGEON_TOKEN)")
 	fs.StringVar(&a.region, "region", "", "region of the session (default: the server's)")
 	fs.StringVar(&a.tlsFiles.CA, "tls-ca", os.Getenv("PIGEON_CA"), "PEM bundle of the CAs that verify an https:// server (default $PIGEON_CA, else the system roots)")
 	fs.StringVar(&a.tlsFiles.Cert, "tls-cert", os.Getenv("PIGEON_CERT"), "client certificate (PEM) for mTLS (default $PIGEON_CERT)")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -133,6 +134,9 @@ var yamlLine = regexp.MustCompile(`line (\d+): (.*)`)
 // value of the wrong type and an invalid value are refused with the file,
 // the line and the reason.
 func loadConfig(path string, cfg *serveConfig) error {
+	if err := checkNotWorldWritable(path); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -198,6 +202,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.ProgramVersions > 0 {
 		cfg.programVersions = f.ProgramVersions
+	}
+	if math.IsNaN(f.WSPublishRate) || math.IsInf(f.WSPublishRate, 0) {
+		return configError(path, at("ws_publish_rate"), "ws_publish_rate must be a finite number (negative: no limit)")
 	}
 	if f.WSPublishRate != 0 {
 		cfg.wsPublishRate = f.WSPublishRate

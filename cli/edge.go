@@ -29,6 +29,15 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	}
+	files := append([]string{cfg.tlsCert, cfg.tlsKey}, cfg.clientCA...)
+	for _, td := range cfg.trustDomains {
+		files = append(files, cfg.domainCA[td]...)
+	}
+	for _, f := range files {
+		if err := checkNotWorldWritable(f); err != nil {
+			return nil, err
+		}
+	}
 	mtlsOn := len(cfg.clientCA) > 0 || len(cfg.domainCA) > 0
 	if mtlsOn && cfg.tlsCert == "" {
 		return nil, errors.New("--client-ca needs TLS: give --tls-cert and --tls-key")

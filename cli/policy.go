@@ -3,6 +3,8 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"pigeon"
 	"pigeon/policy"
@@ -12,6 +14,9 @@ import (
 // It returns the lint warnings too (unknown fields among them: a field the
 // broker ignores), for the caller to show.
 func loadCatalog(dir string) (*pigeon.Catalog, []policy.Problem, error) {
+	if err := checkPolicyFiles(dir); err != nil {
+		return nil, nil, loadError(err)
+	}
 	c, err := policy.LoadDir(dir)
 	if err != nil {
 		return nil, nil, loadError(err)
@@ -60,4 +65,24 @@ func policyLintCmd(args []string, stdout, stderr io.Writer) int {
 // broker does.
 func loadError(err error) error {
 	return pigeon.WrapError(pigeon.CodePolicyInvalid, err, "%v", err)
+}
+
+// checkPolicyFiles refuses a policy directory, its subjects/ or schemas/,
+// or a file in them that anyone on the machine may write.
+func checkPolicyFiles(dir string) error {
+	paths := []string{dir}
+	for _, sub := range []string{"subjects", "schemas"} {
+		d := filepath.Join(dir, sub)
+		paths = append(paths, d)
+		entries, _ := os.ReadDir(d) // a missing directory is LoadDir's to report
+		for _, e := range entries {
+			paths = append(paths, filepath.Join(d, e.Name()))
+		}
+	}
+	for _, p := range paths {
+		if err := checkNotWorldWritable(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

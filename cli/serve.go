@@ -197,6 +197,10 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 		fmt.Fprintln(stderr, "pigeon serve: --program-versions must not be negative")
 		return 2, false
 	}
+	if math.IsNaN(cfg.wsPublishRate) || math.IsInf(cfg.wsPublishRate, 0) {
+		fmt.Fprintln(stderr, "pigeon serve: --ws-publish-rate must be a finite number (negative: no limit)")
+		return 2, false
+	}
 	if cfg.maxFailures < 0 || cfg.failureWindow < 0 {
 		fmt.Fprintln(stderr, "pigeon serve: --max-auth-failures and --auth-failure-window must not be negative")
 		return 2, false
@@ -387,6 +391,10 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []policy.Problem, []pigeon.StaticToken, error) {
 	if cfg.policies == "" {
 		tokens := demo.Tokens()
+		if cfg.tokens == "" && !loopbackAddr(cfg.addr) {
+			return nil, nil, nil, fmt.Errorf("%w: the demo's bearer tokens (admin-token among them) are public: "+
+				"serve them on a loopback address such as 127.0.0.1:8787, not %q, or give --tokens FILE", ErrUsage, cfg.addr)
+		}
 		if cfg.tokens != "" {
 			t, err := loadTokens(cfg.tokens)
 			if err != nil {
@@ -408,6 +416,21 @@ func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []policy.Problem, []pig
 		return nil, nil, nil, err
 	}
 	return c, warnings, t, nil
+}
+
+// loopbackAddr reports whether a listen address (host:port) takes
+// connections from this machine only: a loopback IP or "localhost". An
+// empty host, 0.0.0.0 and :: listen on every interface.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // banner says what is being served and where.

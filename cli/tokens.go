@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
 
 	"gopkg.in/yaml.v3"
 
 	"pigeon"
 )
+
+// yamlValue is the excerpt of a value yaml.v3 quotes in a decoding error
+// ("cannot unmarshal !!str `abc...` into ..."): in the tokens file it may
+// be a token.
+var yamlValue = regexp.MustCompile("`[^`]*`")
 
 // tokensFile is the --tokens file, YAML or JSON:
 // {"tokens": [{"token": "…", "principal": "spiffe://…", "attributes": {…}, "roles": […]}]}.
@@ -19,6 +25,9 @@ type tokensFile struct {
 // loadTokens reads a tokens file. Every entry needs a token and a
 // principal, and a token may appear once.
 func loadTokens(path string) ([]pigeon.StaticToken, error) {
+	if err := checkNotWorldWritable(path); err != nil {
+		return nil, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -27,7 +36,7 @@ func loadTokens(path string) ([]pigeon.StaticToken, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %s", path, yamlValue.ReplaceAllString(err.Error(), "a value"))
 	}
 	seen := map[string]bool{}
 	for i, t := range f.Tokens {

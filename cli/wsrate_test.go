@@ -44,3 +44,24 @@ func TestServeWSPublishRate(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, pigeon.CodeRateLimited, pe.Code)
 }
+
+// A rate that is not a number (NaN) or is infinite is refused, from the
+// flag and from the config file: NaN turned the limiter's arithmetic into
+// NaN, and +Inf made a burst of one with no limit at all.
+func TestServeWSPublishRateMustBeFinite(t *testing.T) {
+	for _, v := range []string{"NaN", "nan", "Inf", "+Inf", "-Inf", "1e400"} {
+		var stderr strings.Builder
+		_, code, ok := parseServe([]string{"--ws-publish-rate", v}, &stderr, nil)
+		require.False(t, ok, v)
+		require.Equal(t, 2, code, v)
+		require.Contains(t, stderr.String(), "ws-publish-rate", v)
+	}
+	for _, v := range []string{".nan", ".inf", "-.Inf"} {
+		var stderr strings.Builder
+		file := writeConfig(t, "ws_publish_rate: "+v+"\n")
+		_, code, ok := parseServe([]string{"--config", file}, &stderr, nil)
+		require.False(t, ok, v)
+		require.Equal(t, 2, code, v)
+		require.Contains(t, stderr.String(), file+":1: ws_publish_rate", v)
+	}
+}

@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"regexp"
@@ -114,7 +116,10 @@ func lintCatalog(c *Catalog, files []string) []Problem {
 		if l.file == "" {
 			field = "schemas." + n
 		}
-		if err := compileJSONSchema(c.Schemas[n]); err != nil {
+		if ref, ok := externalSchemaRef(c.Schemas[n]); ok {
+			l.errorf(field, "schema %q refers to %q, outside the schema: schemas are not loaded from URLs or files; "+
+				"copy the referenced schema under definitions and refer to it as #/definitions/NAME", n, ref)
+		} else if err := compileJSONSchema(c.Schemas[n]); err != nil {
 			l.errorf(field, "schema %q does not compile: %v", n, err)
 		}
 		if !used[n] {
@@ -134,6 +139,55 @@ func compileJSONSchema(js []byte) (err error) {
 	}()
 	_, err = schema.Compile(js)
 	return err
+}
+
+// externalSchemaRef returns the first $ref of a JSON schema that points
+// outside the schema's own document (anything but "#" and "#/…"), which
+// the schema library would fetch over HTTP or read from a file when the
+// schema is compiled. Values of enum, const, default and examples are
+// data, not schemas; member names under properties, definitions and the
+// like are names, not keywords.
+func externalSchemaRef(js []byte) (string, bool) {
+	var doc any
+	if json.Unmarshal(js, &doc) != nil {
+		return "", false // compiling reports it
+	}
+	return findExternalRef(doc, false)
+}
+
+// schemaMaps are the keywords whose value maps names to schemas.
+var schemaMaps = map[string]bool{"properties": true, "patternProperties": true, "definitions": true, "$defs": true,
+	"dependencies": true, "dependentSchemas": true}
+
+// dataKeywords are the keywords whose value is data, not a schema.
+var dataKeywords = map[string]bool{"enum": true, "const": true, "default": true, "examples": true}
+
+func findExternalRef(v any, names bool) (string, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			switch {
+			case names:
+			case k == "$ref":
+				if ref, ok := x[k].(string); ok && !strings.HasPrefix(ref, "#") {
+					return ref, true
+				}
+				continue
+			case dataKeywords[k]:
+				continue
+			}
+			if ref, ok := findExternalRef(x[k], !names && schemaMaps[k]); ok {
+				return ref, true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if ref, ok := findExternalRef(e, false); ok {
+				return ref, true
+			}
+		}
+	}
+	return "", false
 }
 
 type linter struct {

@@ -241,6 +241,14 @@ func parseSubject(name string, data []byte) (SubjectPolicy, []string, error) {
 	}
 	var unknown []string
 	unknownFields(generic, reflect.TypeFor[SubjectPolicy](), "", sniffFormat(name, data) == "json", &unknown)
+	for _, f := range unknown {
+		// A JSON member in another case was refused when it was decoded;
+		// a YAML key in another case is refused here, not ignored.
+		if field, ok := caseVariantOf(reflect.TypeFor[SubjectPolicy](), f); ok {
+			return SubjectPolicy{}, nil, newError(&caseVariantError{path: f, field: field}, "%s: %v", name,
+				&caseVariantError{path: f, field: field})
+		}
+	}
 	return p, unknown, nil
 }
 
@@ -256,6 +264,13 @@ func parseSchema(name string, data []byte) ([]byte, error) {
 	}
 	var v any
 	if err := decodeYAML(data, &v); err != nil {
+		return nil, yamlError(name, err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, yamlError(name, err)
+	}
+	if err := yamlKeysAreNames(&doc); err != nil {
 		return nil, yamlError(name, err)
 	}
 	v, err := yamlToJSONValue(v)
@@ -429,6 +444,37 @@ func yamlError(name string, err error) error {
 	return e
 }
 
+// yamlKeysAreNames refuses a mapping key that YAML reads as something
+// other than a string (1, 0x1, 1.0, true, ~, null): as a JSON member name
+// it would be respelled (null as "<nil>", 0x1F as "31"), and two spellings
+// of one value (1 and 0x1, true and True) would be one member, the last
+// winning. Merge keys (<<) are kept. Aliases are not followed: their
+// anchors are checked where they stand.
+func yamlKeysAreNames(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			target := k
+			if k.Kind == yaml.AliasNode && k.Alias != nil {
+				target = k.Alias
+			}
+			if target.Kind != yaml.ScalarNode || target.ShortTag() != "!!str" && target.ShortTag() != "!!merge" {
+				return fmt.Errorf("line %d: mapping key %s is not a string (YAML reads it as %s): quote it", k.Line,
+					strconv.Quote(target.Value), strings.TrimPrefix(target.ShortTag(), "!!"))
+			}
+		}
+	}
+	if n.Kind == yaml.AliasNode {
+		return nil
+	}
+	for _, c := range n.Content {
+		if err := yamlKeysAreNames(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // yamlToJSONValue makes a decoded YAML value encodable as JSON: mapping
 // keys become strings and non-finite numbers are refused.
 func yamlToJSONValue(v any) (any, error) {
@@ -536,6 +582,45 @@ func structField(t reflect.Type, key string, fromJSON bool) (reflect.StructField
 		}
 	}
 	return reflect.StructField{}, false
+}
+
+// caseVariantOf reports whether the unknown field at path (as
+// unknownFields writes it: "data.ForbiddenFields",
+// "policy.publish[0].Principals") names a field of its struct in another
+// case, and that field's name.
+func caseVariantOf(t reflect.Type, path string) (string, bool) {
+	segs := strings.Split(path, ".")
+	for i, seg := range segs {
+		name, _, _ := strings.Cut(seg, "[")
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			if i == len(segs)-1 {
+				for j := range t.NumField() {
+					tag, _, _ := strings.Cut(t.Field(j).Tag.Get("yaml"), ",")
+					if tag != "" && tag != name && strings.EqualFold(tag, name) {
+						return tag, true
+					}
+				}
+				return "", false
+			}
+			f, ok := structField(t, name, false)
+			if !ok {
+				return "", false
+			}
+			t = f.Type
+		case reflect.Map:
+			t = t.Elem()
+		default:
+			return "", false
+		}
+		for n := strings.Count(seg, "["); n > 0 && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array); n-- {
+			t = t.Elem()
+		}
+	}
+	return "", false
 }
 
 func joinField(at, key string) string {

@@ -448,8 +448,8 @@ func TestUnknownFieldsAreWarnings(t *testing.T) {
 		},
 		{
 			file: "subjects/a.yaml",
-			data: "name: a.b\nVersion: v1\nintents: [x]\nregionPolicy: {home: uk, homes: [uk]}\n",
-			want: []string{"Version", "regionPolicy.homes"},
+			data: "name: a.b\nversion: v1\nflavour: v1\nintents: [x]\nregionPolicy: {home: uk, homes: [uk]}\n",
+			want: []string{"flavour", "regionPolicy.homes"},
 		},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
