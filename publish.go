@@ -141,7 +141,7 @@ func (e *Engine) publish(ctx context.Context, c Caller, in *Message, clientID bo
 	e.prepare(a, c, in)
 	if s := a.subj; s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
 		if req, ok := e.requestFor(ctx, s, a.Message.CorrelationID); ok {
-			return e.reply(ctx, a, req)
+			return e.reply(ctx, a, req, clientID)
 		}
 	}
 	for _, g := range e.gates {

@@ -181,11 +181,21 @@ func (e *Engine) requestFor(ctx context.Context, s *subject, correlationID strin
 // publish into the log (see publishOnly), the application's gates
 // included. It goes to the requester only, never into the subject's log;
 // the requester's contract is checked again when the reply is handed over.
-func (e *Engine) reply(ctx context.Context, a *Admission, req *Message) (*Result, error) {
+// A reply whose id the replier chose (clientID) may not be the id of a
+// message the broker holds (MESSAGE_ID_TAKEN): its records (reply.routed,
+// reply.delivered) would be that message's receipts.
+func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID bool) (*Result, error) {
 	a.op, a.Request = OpReceive, req
 	for _, g := range e.replyGates {
 		if v := g.Check(ctx, a); !v.Allowed() {
 			return nil, e.refuse(ctx, a, g.Name(), v)
+		}
+	}
+	if clientID {
+		if _, err := e.store.Lookup(ctx, a.Message.ID); err == nil {
+			return nil, e.idTaken(ctx, a)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, storeError(err)
 		}
 	}
 	m := *a.Message
