@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"pigeon"
 	"pigeon/internal/wire"
@@ -67,47 +66,11 @@ var newlineBytes = []byte{'\n'}
 func WriteError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, err) }
 
 // writeError is WriteError as the server writes its own refusals: with
-// the message the client may see (publicError).
-func writeError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, publicError(err)) }
-
-// maxErrorMessage bounds the message of an error body the server writes.
-const maxErrorMessage = 512
-
-// storeCorruptMessage is a store's damage as the client is told it.
-const storeCorruptMessage = "the store found damaged data; the server's log says where"
-
-// publicError is err as the client is told it, keeping its code and
-// details:
-//   - a store's damage (STORE_CORRUPT) is said without its cause, which
-//     names the file and the offset on the server's disk
-//     (store.CorruptError): where the server keeps its data is the
-//     operator's to know (the route logs it: logStoreDamage), not every
-//     client's whose read or publish met it;
-//   - the message is cut, on a character boundary, to maxErrorMessage
-//     bytes and marked "…(cut from N bytes)": a refusal may quote what the
-//     caller sent (an unknown subject, from a path any client may choose,
-//     or a body of up to MaxBody); the answer names it, but is never a
-//     mirror of the request.
-func publicError(err error) error {
-	var pe *pigeon.Error
-	if !errors.As(err, &pe) {
-		return err
-	}
-	msg := pe.Message
-	if pe.Code == pigeon.CodeStoreCorrupt {
-		msg = storeCorruptMessage
-	}
-	msg = cutText(msg, maxErrorMessage)
-	if msg == pe.Message {
-		return err
-	}
-	c := *pe
-	c.Message = msg
-	return &c
-}
+// the message the client may see (wire.Public).
+func writeError(w http.ResponseWriter, err error) { wire.WriteHTTPError(w, wire.Public(err)) }
 
 // logStoreDamage logs err, the failure of a request r, when it is a
-// store's damage, whose cause publicError keeps from the client.
+// store's damage, whose cause wire.Public keeps from the client.
 func (s *Server) logStoreDamage(r *http.Request, err error) {
 	if pigeon.ErrorCode(err) == pigeon.CodeStoreCorrupt {
 		s.opts.Logger.ErrorContext(r.Context(), "store damage met by a request",
@@ -115,21 +78,8 @@ func (s *Server) logStoreDamage(r *http.Request, err error) {
 	}
 }
 
-// cutText is s cut on a character boundary to at most n bytes and marked
-// with the length it had, or s when it fits.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…(cut from " + strconv.Itoa(len(s)) + " bytes)"
-}
-
-// quoteCut is s quoted, cut to at most n bytes (cutText) first.
-func quoteCut(s string, n int) string { return strconv.Quote(cutText(s, n)) }
+// quoteCut is s quoted, cut to at most n bytes (wire.CutText) first.
+func quoteCut(s string, n int) string { return strconv.Quote(wire.CutText(s, n)) }
 
 // readBody reads the request body within limit and checks it with
 // pigeon.CheckJSON: text that is not JSON, nests too deeply, repeats a

@@ -498,8 +498,12 @@ func (c *conn) unreserve(n int64) {
 	c.budget.give(n)
 }
 
-// answer queues an error frame answering re.
+// answer queues an error frame answering re. A store's damage, which the
+// frame does not locate (wire.Public), is logged with its cause.
 func (c *conn) answer(re string, err error) {
+	if pigeon.ErrorCode(err) == pigeon.CodeStoreCorrupt {
+		c.srv.opts.Logger.ErrorContext(c.ctx, "store damage met by a request", "principal", c.principal.ID, "error", err.Error())
+	}
 	_ = c.send(c.ctx, encodeError(re, err))
 }
 

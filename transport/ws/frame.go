@@ -339,9 +339,10 @@ func appendMessages(b []byte, msgs []*pigeon.Message) []byte {
 	return append(b, "]}"...)
 }
 
-// encodeError renders an error frame answering re.
+// encodeError renders an error frame answering re, with what the client
+// may be told of err (wire.Public).
 func encodeError(re string, err error) []byte {
-	we := wire.Encode(err)
+	we := wire.Encode(wire.Public(err))
 	body, mErr := json.Marshal(we)
 	if mErr != nil {
 		body = []byte(`{"code":"INTERNAL","message":"internal error","details":{}}`)
