@@ -27,6 +27,9 @@ import (
 type Schema struct {
 	full *gojsonschema.Schema
 	fast *fastSchema
+	// names are the member names the schema declares (under properties
+	// and required): the only ones a reason shows (schemaReason).
+	names map[string]bool
 }
 
 // maxDepth is the nesting a schema may reach, as encoding/json allows.
@@ -43,12 +46,45 @@ func Compile(raw []byte) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Schema{full: full}
+	s := &Schema{full: full, names: map[string]bool{}}
 	var doc any
 	if json.Unmarshal(raw, &doc) == nil {
 		s.fast = compileFast(doc)
+		declaredNames(doc, s.names)
 	}
 	return s, nil
+}
+
+// declaredNames adds to names every member name the schema v declares:
+// the keys of each properties object and the strings of each required
+// array, at any depth.
+func declaredNames(v any, names map[string]bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			switch p := e.(type) {
+			case map[string]any:
+				if k == "properties" {
+					for n := range p {
+						names[n] = true
+					}
+				}
+			case []any:
+				if k == "required" {
+					for _, n := range p {
+						if n, ok := n.(string); ok {
+							names[n] = true
+						}
+					}
+				}
+			}
+			declaredNames(e, names)
+		}
+	case []any:
+		for _, e := range x {
+			declaredNames(e, names)
+		}
+	}
 }
 
 // Validate returns "" when data is valid, else a reason naming the failing
@@ -87,11 +123,15 @@ func (s *Schema) validate(data any, raw []byte, fast bool) string {
 		}
 		return ""
 	}
-	return schemaReason(res.Errors())
+	return schemaReason(res.Errors(), s.names)
 }
 
-// schemaReason names the failing fields and rules, never their values.
-func schemaReason(errs []gojsonschema.ResultError) string {
+// schemaReason names the failing fields and rules, never their values,
+// and names fields by the schema's own names only: a member name the
+// schema does not declare is data the publisher chose (a card number, an
+// address), and reasons go into the audit log, which is never rewritten.
+// Such a name is shown as *; array indices stay.
+func schemaReason(errs []gojsonschema.ResultError, names map[string]bool) string {
 	var b strings.Builder
 	b.WriteString("data does not match schema: ")
 	for i, e := range errs {
@@ -102,7 +142,7 @@ func schemaReason(errs []gojsonschema.ResultError) string {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		b.WriteString(e.Field())
+		writeField(&b, e.Field(), names)
 		b.WriteString(": ")
 		b.WriteString(e.Type())
 	}
@@ -447,6 +487,40 @@ func exactNumbers(raw []byte) bool {
 				return false
 			}
 			i = end - 1
+		}
+	}
+	return true
+}
+
+// writeField writes field, a path as gojsonschema writes it ("(root)",
+// "items.1.qty"), with each segment that is neither a declared name nor
+// an array index replaced by *.
+func writeField(b *strings.Builder, field string, names map[string]bool) {
+	if field == "(root)" || names[field] {
+		b.WriteString(field)
+		return
+	}
+	for i, seg := range strings.Split(field, ".") {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		if names[seg] || isIndex(seg) {
+			b.WriteString(seg)
+		} else {
+			b.WriteByte('*')
+		}
+	}
+}
+
+// isIndex reports whether seg is an array index: up to 9 decimal digits,
+// too few for a card number or any identifier worth hiding.
+func isIndex(seg string) bool {
+	if seg == "" || len(seg) > 9 {
+		return false
+	}
+	for i := 0; i < len(seg); i++ {
+		if seg[i] < '0' || seg[i] > '9' {
+			return false
 		}
 	}
 	return true

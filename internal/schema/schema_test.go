@@ -103,3 +103,26 @@ func FuzzSchemaAgreement(f *testing.F) {
 		}
 	})
 }
+
+// A reason names fields by the schema's own names: a member name the
+// schema does not declare is data the publisher chose (a card number, an
+// email address), and reasons go into the audit log, which is never
+// rewritten. Such a name is shown as *; array indices stay.
+func TestSchemaReasonHasNoMemberNamesFromData(t *testing.T) {
+	sch, err := Compile([]byte(`{"type":"object","properties":{
+		"metadata":{"type":"object","additionalProperties":{"type":"string"}},
+		"items":{"type":"array","items":{"type":"object","properties":{"qty":{"type":"integer"}}}}}}`))
+	require.NoError(t, err)
+	for _, tt := range []struct{ raw, want string }{
+		{`{"metadata":{"4111111111111111":5}}`, "metadata.*: invalid_type"},
+		{`{"metadata":{"a@b.example":true}}`, "metadata.*.*: invalid_type"}, // a name holding a dot shows as two
+		{`{"items":[{"qty":1},{"qty":"x"}]}`, "items.1.qty: invalid_type"},
+	} {
+		var data any
+		require.NoError(t, json.Unmarshal([]byte(tt.raw), &data))
+		reason := sch.Validate(data, []byte(tt.raw))
+		require.Contains(t, reason, tt.want, tt.raw)
+		require.NotContains(t, reason, "4111111111111111")
+		require.NotContains(t, reason, "a@b.example")
+	}
+}
