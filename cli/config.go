@@ -113,6 +113,7 @@ type issuerConfig struct {
 	Algorithms         []string          `yaml:"algorithms"`
 	PrincipalClaim     string            `yaml:"principal_claim"`
 	RolesClaim         string            `yaml:"roles_claim"`
+	Roles              []string          `yaml:"roles"`
 	AttributeClaims    map[string]string `yaml:"attribute_claims"`
 	Leeway             time.Duration     `yaml:"leeway"`
 	RefreshInterval    time.Duration     `yaml:"refresh_interval"`
@@ -269,7 +270,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	for i, ic := range f.OIDC.Issuers {
 		in := identity.Issuer{URL: ic.Issuer, Audiences: ic.Audience, JWKSURL: ic.JWKSURL, Algorithms: ic.Algorithms,
-			PrincipalClaim: ic.PrincipalClaim, RolesClaim: ic.RolesClaim, AttributeClaims: ic.AttributeClaims, Leeway: ic.Leeway,
+			PrincipalClaim: ic.PrincipalClaim, RolesClaim: ic.RolesClaim, Roles: ic.Roles, AttributeClaims: ic.AttributeClaims, Leeway: ic.Leeway,
 			RefreshInterval: ic.RefreshInterval, MinRefreshInterval: ic.MinRefreshInterval, MaxKeyAge: ic.MaxKeyAge, TrustDomains: ic.TrustDomains,
 			PrincipalPrefix: ic.PrincipalPrefix}
 		if _, err := identity.CheckIssuer(in); err != nil {

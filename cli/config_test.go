@@ -94,6 +94,7 @@ func TestExampleIdentityConfig(t *testing.T) {
 	require.Equal(t, "optional", cfg.mtlsMode)
 	require.Len(t, cfg.issuers, 1)
 	require.Equal(t, "realm_access.roles", cfg.issuers[0].RolesClaim)
+	require.Equal(t, []string{"reader", "writer"}, cfg.issuers[0].Roles)
 	require.Equal(t, []string{"mtls", "oidc", "grant", "token"}, cfg.authOrder)
 	require.Equal(t, 20, cfg.maxFailures)
 

@@ -72,6 +72,14 @@ type Issuer struct {
 	PrincipalClaim  string
 	RolesClaim      string
 	AttributeClaims map[string]string
+	// Roles are the roles this issuer may assert through RolesClaim: a
+	// role of the claim not among them is dropped. Empty: any role but
+	// the broker's own, admin and auditor (pigeon.RoleAdmin,
+	// pigeon.RoleAuditor), which open the HTTP API's account, grant,
+	// audit and quarantine routes: a provider asserts those only when
+	// listed here, so that one whose users or client applications may set
+	// their own roles does not make them the broker's administrators.
+	Roles []string
 	// PrincipalPrefix is put before the principal claim to make the
 	// principal ("partner:" makes "alice" partner:alice). Issuers listed
 	// together must have distinct prefixes (one of them may have none):
@@ -191,6 +199,12 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 	}
 	if len(c.PrincipalPrefix) > 256 || !utf8.ValidString(c.PrincipalPrefix) || strings.ContainsFunc(c.PrincipalPrefix, notNameRune) {
 		return c, fmt.Errorf("issuer %q: the principal prefix must be at most 256 bytes of text", c.URL)
+	}
+	c.Roles = slices.Clone(c.Roles)
+	for _, r := range c.Roles {
+		if r == "" || !utf8.ValidString(r) || strings.ContainsFunc(r, notNameRune) {
+			return c, fmt.Errorf("issuer %q: role %q is not a role name", c.URL, r)
+		}
 	}
 	c.TrustDomains = slices.Clone(c.TrustDomains)
 	for _, d := range c.TrustDomains {
@@ -442,7 +456,10 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		if err != nil {
 			return nil, refuse("the roles claim %q %s", is.cfg.RolesClaim, err)
 		}
-		p.Roles = roles
+		p.Roles = slices.DeleteFunc(roles, func(r string) bool { return !is.mayGive(r) })
+		if len(p.Roles) == 0 {
+			p.Roles = nil
+		}
 	}
 	for attr, name := range is.cfg.AttributeClaims {
 		if v, ok := scalar(claim(claims, name)); ok {
@@ -453,6 +470,15 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		}
 	}
 	return p, nil
+}
+
+// mayGive reports whether the issuer may give its principals role
+// (Issuer.Roles).
+func (is *issuer) mayGive(role string) bool {
+	if len(is.cfg.Roles) > 0 {
+		return slices.Contains(is.cfg.Roles, role)
+	}
+	return role != pigeon.RoleAdmin && role != pigeon.RoleAuditor
 }
 
 // mayAssert refuses a principal that is, or looks like, a SPIFFE ID
