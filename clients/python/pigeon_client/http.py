@@ -27,7 +27,29 @@ from .ws import Contract, Decision
 
 __all__ = ["HttpClient", "KeyDirectory"]
 
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# Headers that carry the caller's credential or contract: kept on a redirect
+# only to the same origin (scheme, host and port), as browsers and Go do.
+_CREDENTIAL_HEADERS = ("Authorization", "X-pigeon-contract")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    u = urllib.parse.urlsplit(url)
+    return u.scheme.lower(), (u.hostname or "").lower(), u.port or {"http": 80, "https": 443}.get(u.scheme.lower())
+
+
+class _RedirectHandler(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, without the credential when the origin changes
+    (urllib itself copies every header to any host, https to http included)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            for h in _CREDENTIAL_HEADERS:
+                new.remove_header(h)
+        return new
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectHandler())
 
 
 def _q(segment: str) -> str:

@@ -48,7 +48,8 @@ from typing import Any, Callable, Iterable
 
 import websockets
 from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.client import connect as _ws_connect
+from websockets.asyncio.client import connect as _ws_connect_base
+from websockets.uri import parse_uri as _parse_ws_uri
 
 from .errors import (
     PigeonError,
@@ -66,7 +67,51 @@ __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decisi
 
 log = logging.getLogger("pigeon_client")
 
+
+class _RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The ``websockets.client`` logger, but the handshake headers that carry
+    the credential (``Authorization``, the ``pigeon.bearer.<token>``
+    subprotocol) are written without it: websockets logs every header at
+    DEBUG."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if len(args) == 2 and isinstance(args[0], str) and isinstance(args[1], str):
+            name = args[0].lower()
+            if name == "authorization":
+                args = (args[0], args[1].split(" ", 1)[0] + " [redacted]")
+            elif name == "sec-websocket-protocol" and "pigeon.bearer." in args[1]:
+                args = (args[0], ", ".join(
+                    "pigeon.bearer.[redacted]" if p.strip().startswith("pigeon.bearer.") else p.strip()
+                    for p in args[1].split(",")))
+        super().log(level, msg, *args, **kwargs)
+
+
+_WS_LOG = _RedactingLogger(logging.getLogger("websockets.client"), {})
+
+
+class _ws_connect(_ws_connect_base):
+    """websockets' connect, refusing a redirect to another origin (scheme,
+    host or port): websockets drops ``Authorization`` then, but not the
+    ``pigeon.bearer.<token>`` subprotocol, which would reach that origin."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        r = super().process_redirect(exc)
+        if isinstance(r, str):
+            old, new = self.ws_uri, _parse_ws_uri(r)
+            if (old.secure, old.host, old.port) != (new.secure, new.host, new.port):
+                return websockets.exceptions.SecurityError(f"not following a redirect to another origin: {r}")
+        return r
+
+
+def _not_json(name: str) -> Any:
+    """Refuses NaN, Infinity and -Infinity, which json.loads takes by default
+    and JSON does not have."""
+    raise ValueError(f"{name} is not JSON")
+
+
 MAX_PUBLISH_BATCH = 1000
+# Reconnect backoff: 50 ms doubling to 2 s (± half, at random).
+_MIN_BACKOFF, _MAX_BACKOFF = 0.05, 2.0
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -230,6 +275,11 @@ class Session:
         self._closing_task: asyncio.Task[None] | None = None
         self.errors: collections.deque[PigeonError] = collections.deque(maxlen=100)
         self.reconnects = 0
+        # When the connection a reconnect made came up, and the delay that
+        # reconnect had reached: a drop sooner than _MAX_BACKOFF after goes
+        # on from there rather than from _MIN_BACKOFF.
+        self._up_at: float | None = None
+        self._resume_delay = _MIN_BACKOFF
 
     # --- public state ---
 
@@ -284,6 +334,7 @@ class Session:
                 ping_timeout=self._ping_interval,
                 close_timeout=5,
                 write_limit=1 << 20,
+                logger=_WS_LOG,
             )
         except websockets.exceptions.InvalidStatus as e:
             resp = e.response
@@ -429,7 +480,7 @@ class Session:
             self._report(ProtocolError("BAD_REQUEST", "the server sent a binary frame"))
             return
         try:
-            f = json.loads(raw)
+            f = json.loads(raw, parse_constant=_not_json)
         except ValueError:
             self._report(ProtocolError("BAD_REQUEST", f"the server sent a frame that is not JSON: {raw[:80]!r}"))
             return
@@ -437,6 +488,9 @@ class Session:
             self._report(ProtocolError("BAD_REQUEST", "the server sent a frame that is not a JSON object"))
             return
         op = f.get("op")
+        if op in ("deliver", "deliver_batch", "unsubscribed") and not isinstance(f.get("sub"), str):
+            self._report(ProtocolError("BAD_REQUEST", f"the server sent {op} without a subscription id"))
+            return
         if op == "deliver_batch":
             sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
             ds = f.get("deliveries")
@@ -535,14 +589,18 @@ class Session:
 
     async def _reconnect_loop(self) -> None:
         deadline = self._loop.time() + self.reconnect_timeout
-        delay = 0.05
+        delay = _MIN_BACKOFF
+        if self._up_at is not None and self._loop.time() - self._up_at < _MAX_BACKOFF:
+            # The last connection did not stay up: a server that accepts and
+            # drops at once is not dialled every _MIN_BACKOFF forever.
+            delay = self._resume_delay
         last: PigeonError = self._lost_err or SessionClosedError("SESSION_CLOSED", "connection lost")
         while self._state == "reconnecting":
             if self._loop.time() > deadline:
                 self._fail(TransportError("SESSION_CLOSED", f"could not reconnect within {self.reconnect_timeout}s: {last.message}"))
                 return
             await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, _MAX_BACKOFF)
             if self._state != "reconnecting":
                 return
             try:
@@ -556,6 +614,7 @@ class Session:
             try:
                 await self._attach(ws)
                 self.reconnects += 1
+                self._up_at, self._resume_delay = self._loop.time(), delay
                 return
             except TransportError as e:
                 last = e

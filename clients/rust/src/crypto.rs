@@ -119,6 +119,10 @@ pub fn verify_message(m: &Message, key: &VerifyingKey) -> Result<()> {
 pub fn verify_message_with_keys(m: &Message, keys: &[PublicKey]) -> Result<()> {
     let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
     let t = time::parse_rfc3339_ms(&m.time).ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the message time is not RFC 3339"))?;
+    if s.kid.is_empty() {
+        // select_key would pick the latest key; Go refuses instead.
+        return Err(Error::crypto("SIGNATURE_INVALID", "the signature has no kid"));
+    }
     let k = select_key(keys, &s.kid, "sig", t)
         .ok_or_else(|| Error::crypto("SIGNATURE_INVALID", format!("no signing key {} valid at the message time", s.kid)))?;
     let vk = k.ed25519_key().ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the key is not an Ed25519 public key"))?;

@@ -199,15 +199,17 @@ fn parse_response(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
         let mut body = Vec::new();
         let mut at = 0;
         loop {
-            let line_end = at + rest[at..].windows(2).position(|w| w == b"\r\n")?;
+            let line_end = at + rest.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
             let size_text = std::str::from_utf8(&rest[at..line_end]).ok()?;
             let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
             at = line_end + 2;
             if size == 0 {
                 return Some((status, body));
             }
-            body.extend_from_slice(rest.get(at..at + size)?);
-            at += size + 2;
+            // A response cut short or a size past the end is refused, never a panic.
+            let end = at.checked_add(size)?;
+            body.extend_from_slice(rest.get(at..end)?);
+            at = end.checked_add(2)?;
         }
     }
     match header("content-length").and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok()) {
@@ -227,5 +229,20 @@ mod tests {
         assert_eq!(r, (409, br#"{"a":1}"#.to_vec()));
         assert_eq!(encode_segment("spiffe://a/b c"), "spiffe%3A%2F%2Fa%2Fb%20c");
         assert_eq!(http_base("ws://127.0.0.1:9/v1/ws?region=uk"), "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn truncated_or_hostile_chunked_responses_are_refused_without_a_panic() {
+        for raw in [
+            // Cut after a chunk's data, before its CRLF.
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}"[..],
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r"[..],
+            // A size that overflows the offset.
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n{}\r\n0\r\n\r\n"[..],
+            // Cut inside a chunk.
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n{}"[..],
+        ] {
+            assert_eq!(parse_response(raw), None, "{:?}", String::from_utf8_lossy(raw));
+        }
     }
 }

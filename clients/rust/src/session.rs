@@ -177,6 +177,11 @@ pub(crate) struct Inner {
     /// renew) and when the session closes or fails: wakes the renewer.
     contract_changed: watch::Sender<u64>,
     closing: AtomicBool,
+    /// When the connection a reconnect made came up, and the delay that
+    /// reconnect had reached: a drop sooner than the largest backoff after
+    /// goes on from there, so a server that accepts and drops at once is
+    /// not dialled every first backoff forever.
+    resume_backoff: Mutex<Option<(Instant, Duration)>>,
     pub_slots: Arc<Semaphore>,
 }
 
@@ -277,6 +282,7 @@ impl Session {
             changed: watch::channel(0).0,
             contract_changed: watch::channel(0).0,
             closing: AtomicBool::new(false),
+            resume_backoff: Mutex::new(None),
         });
         let (conn, contract) = inner.open().await?;
         inner.set_up(conn, contract);
@@ -355,8 +361,8 @@ impl Session {
     pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
         self.inner.check_open()?;
         let conn = self.inner.conn().await?;
-        let f = json!({"op": "request", "message": m, "timeoutMs": timeout.as_millis() as u64});
-        let ans = conn.call(obj(f), timeout + Duration::from_secs(2)).await?;
+        let f = json!({"op": "request", "message": m, "timeoutMs": crate::time::wire_ms(timeout)});
+        let ans = conn.call(obj(f), timeout.saturating_add(Duration::from_secs(2))).await?;
         serde_json::from_value(ans.get("message").cloned().unwrap_or(Value::Null))
             .map_err(|e| Error::protocol(format!("a reply without a valid message: {e}")))
     }
@@ -379,7 +385,7 @@ impl Session {
     pub async fn nack(&self, subject: &str, message_id: &str, delay: Option<Duration>) -> Result<()> {
         let mut f = json!({"op": "nack", "subject": subject, "messageId": message_id});
         if let Some(d) = delay {
-            f["delayMs"] = json!(d.as_millis() as u64);
+            f["delayMs"] = json!(crate::time::wire_ms(d));
         }
         self.call(f).await.map(|_| ())
     }
@@ -620,7 +626,7 @@ impl Inner {
     async fn negotiate(&self, conn: &Conn) -> Result<Contract> {
         let mut f = json!({"op": "negotiate", "subjects": self.subjects});
         if let Some(t) = self.opts.ttl {
-            f["ttlMs"] = json!(t.as_millis() as u64);
+            f["ttlMs"] = json!(crate::time::wire_ms(t));
         }
         self.contract_call(conn, f).await
     }
@@ -641,7 +647,7 @@ impl Inner {
     async fn renew_on(&self, conn: &Arc<Conn>) -> Result<Contract> {
         let mut f = json!({"op": "renew"});
         if let Some(t) = self.opts.ttl {
-            f["ttlMs"] = json!(t.as_millis() as u64);
+            f["ttlMs"] = json!(crate::time::wire_ms(t));
         }
         let k = self.contract_call(conn, f).await?;
         let updated = {
@@ -759,6 +765,11 @@ impl Inner {
     async fn reconnect(self: Arc<Self>, first: Error) {
         let start = Instant::now();
         let (mut delay, max) = self.opts.backoff;
+        if let Some((up_at, reached)) = *self.resume_backoff.lock().unwrap() {
+            if up_at.elapsed() < max {
+                delay = reached;
+            }
+        }
         let mut last = first;
         loop {
             if self.is_closing() {
@@ -781,6 +792,7 @@ impl Inner {
                         return;
                     }
                     self.set_up(conn.clone(), contract);
+                    *self.resume_backoff.lock().unwrap() = Some((Instant::now(), delay));
                     let subs = self.state.lock().unwrap().subs.clone();
                     for s in subs {
                         if let Err(e) = s.resubscribe(&conn, self.opts.call_timeout).await {

@@ -322,7 +322,7 @@ impl Delivery {
         let _release = self.held.as_ref().and_then(|h| h.answer());
         let mut f = json!({"op": "nack", "sub": self.handle.sid, "messageId": self.message.id});
         if let Some(d) = delay {
-            f["delayMs"] = json!(d.as_millis() as u64);
+            f["delayMs"] = json!(crate::time::wire_ms(d));
         }
         self.handle.conn.call(obj(f), Duration::from_secs(30)).await.map(|_| ())
     }
@@ -886,7 +886,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 60 * 60);
 async fn nack(h: &AckHandle, id: &str, delay: Option<Duration>) {
     let mut f = json!({"op": "nack", "sub": h.sid, "messageId": id});
     if let Some(d) = delay {
-        f["delayMs"] = json!(d.min(MAX_RETRY_DELAY).as_millis() as u64);
+        f["delayMs"] = json!(crate::time::wire_ms(d.min(MAX_RETRY_DELAY)));
     }
     if let Err(e) = h.conn.call(obj(f), Duration::from_secs(30)).await {
         if e.kind != ErrorKind::Transport {

@@ -1,6 +1,6 @@
 //! RFC 3339 times as the protocol writes them (UTC, milliseconds).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -86,6 +86,14 @@ pub fn format_rfc3339_ms(ms: i64) -> String {
     format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", y, m, d, rem / 3_600_000, rem / 60_000 % 60, rem / 1000 % 60, rem % 1000)
 }
 
+/// `d` in whole milliseconds, for a frame's `delayMs`, `ttlMs` or
+/// `timeoutMs`, at most `i64::MAX` (what the broker reads): `as u64` on
+/// `as_millis()` would wrap, and a "never" of 2^64 ms + 384 ms would come
+/// back as 384 ms.
+pub(crate) fn wire_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).map_or(i64::MAX as u64, |ms| ms.min(i64::MAX as u64))
+}
+
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -101,5 +109,15 @@ mod tests {
         assert_eq!(parse_rfc3339_ms("2026-11-29T12:00:02.5+01:00").unwrap(), parse_rfc3339_ms("2026-11-29T11:00:02.500Z").unwrap());
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert!(parse_rfc3339_ms("2026-11-29 12:00:00Z").is_none());
+    }
+
+    #[test]
+    fn durations_beyond_the_wire_range_saturate_instead_of_wrapping() {
+        assert_eq!(wire_ms(Duration::from_millis(1500)), 1500);
+        // 2^64 ms + 384 ms would wrap to 384 ms: a "never" that comes at once.
+        let wraps = Duration::from_millis(1u64 << 63) * 2 + Duration::from_millis(384);
+        assert_eq!(wire_ms(wraps), i64::MAX as u64);
+        assert_eq!(wire_ms(Duration::MAX), i64::MAX as u64);
+        assert_eq!(wire_ms(Duration::from_millis(i64::MAX as u64)), i64::MAX as u64);
     }
 }

@@ -301,6 +301,8 @@ export function verifyMessageWithKeys(m: Partial<Message>, keys: readonly Public
   if (!m.signature) throw new PigeonError("SIGNATURE_REQUIRED", "the message is not signed");
   const t = typeof m.time === "string" && RFC3339.test(m.time) ? Date.parse(m.time) : NaN;
   if (Number.isNaN(t)) throw new PigeonError("SIGNATURE_INVALID", "signature invalid: time is not RFC 3339");
+  // Without a kid selectKey would pick the latest key; Go refuses instead.
+  if (typeof m.signature.kid !== "string" || m.signature.kid === "") throw new PigeonError("SIGNATURE_INVALID", "signature invalid: the signature has no kid");
   const k = selectKey(keys, m.signature.kid, "sig", t);
   if (!k || k.alg !== "ed25519") throw new PigeonError("SIGNATURE_INVALID", "signature invalid: no valid signing key of that kid");
   verifyMessage(m, k.key);

@@ -188,6 +188,16 @@ export function fromWire(e: unknown, status?: number): PigeonError {
   return new PigeonError(ClientCodes.BAD_FRAME, "error without a code from the server", { error: e as unknown }, status);
 }
 
+/**
+ * `v` milliseconds for a frame or request body (a delay, ttl or timeout):
+ * INVALID_ARGUMENT when not a finite number, which JSON.stringify would
+ * send as null, the server's "not given" (its default backoff or ttl).
+ */
+export function finiteMs(name: string, v: number): number {
+  if (typeof v !== "number" || !Number.isFinite(v)) throw new PigeonError("INVALID_ARGUMENT", `${name} must be a finite number of milliseconds, not ${String(v)}`);
+  return v;
+}
+
 /** A transport error (the connection failed or dropped). */
 export function transportError(message: string, cause?: unknown, code: string = ClientCodes.SESSION_CLOSED): PigeonError {
   return new PigeonError(code, message, {}, undefined, { cause });

@@ -8,7 +8,7 @@
  * call is one fetch), so any number of calls may run at once. `connect`
  * replaces the contract later calls use.
  */
-import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
+import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import type { PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions } from "./types.js";
 
@@ -31,7 +31,11 @@ export class HttpClient {
   contract: Contract | undefined;
   private readonly fetchFn: typeof fetch;
 
-  constructor(baseUrl: string, private readonly token: string, private readonly options: HttpOptions = {}) {
+  // A #private field: console.log and util.inspect do not show it.
+  readonly #token: string;
+
+  constructor(baseUrl: string, token: string, private readonly options: HttpOptions = {}) {
+    this.#token = token;
     const u = new URL(baseUrl);
     if (u.protocol === "ws:") u.protocol = "http:";
     if (u.protocol === "wss:") u.protocol = "https:";
@@ -41,7 +45,7 @@ export class HttpClient {
 
   /** One call: the parsed JSON body, or the server's typed error with its status. */
   async call<T = any>(method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number } = {}): Promise<T> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.token}` };
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#token}` };
     if (this.options.region) headers["x-pigeon-region"] = this.options.region;
     if (opts.contract) {
       if (!this.contract) throw new PigeonError("CONTRACT_REQUIRED", "connect() first: no contract");
@@ -82,7 +86,7 @@ export class HttpClient {
   /** Negotiates a contract on `subjects` (POST /v1/contracts); later calls use it. */
   async connect(subjects: string[], options: { ttl?: number } = {}): Promise<Contract> {
     const body: Record<string, unknown> = { subjects };
-    if (options.ttl !== undefined) body.ttlMs = options.ttl;
+    if (options.ttl !== undefined) body.ttlMs = finiteMs("ttl", options.ttl);
     const r = await this.call<{ contract: Contract }>("POST", "/v1/contracts", body);
     this.contract = r.contract;
     return r.contract;
@@ -109,7 +113,7 @@ export class HttpClient {
    */
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
     const body: Record<string, unknown> = { message };
-    if (options.timeout !== undefined) body.timeoutMs = options.timeout;
+    if (options.timeout !== undefined) body.timeoutMs = finiteMs("timeout", options.timeout);
     const r = await this.call<{ status: string; message: Message }>("POST", "/v1/requests", body, {
       contract: true,
       timeoutMs: (options.timeout ?? 30_000) + 10_000,
@@ -129,6 +133,7 @@ export class HttpClient {
 
   /** Gives a leased message back, due again after `delayMs`. */
   async nack(subject: string, messageId: string, options: { delayMs?: number } = {}): Promise<void> {
+    if (options.delayMs !== undefined) finiteMs("delayMs", options.delayMs);
     await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, { messageId, ...options }, { contract: true });
   }
 
@@ -197,7 +202,7 @@ export class HttpClient {
   /** Issues a grant token for some of an account's roles (admin). */
   async issueGrant(account: string, roles: string[], options: { ttl?: number } = {}): Promise<{ token: string; jti: string; expiresAt: string }> {
     const body: Record<string, unknown> = { account, roles };
-    if (options.ttl !== undefined) body.ttlMs = options.ttl;
+    if (options.ttl !== undefined) body.ttlMs = finiteMs("ttl", options.ttl);
     return this.call("POST", "/v1/grants", body);
   }
 

@@ -15,7 +15,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
+import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -159,6 +159,12 @@ export class Session implements ConnOwner {
   private closedFinal = false;
   private endError: PigeonError | undefined;
   private reconnecting: Promise<void> | undefined;
+  // When the connection a reconnect made came up, and the backoff step that
+  // reconnect had reached: a drop sooner than maxDelayMs after goes on from
+  // there, so a server that accepts and drops at once is not dialled every
+  // initialDelayMs forever.
+  private upAt = 0;
+  private backoffStep = 0;
   private readonly subs = new Set<Subscription>();
   private readonly bySid = new Map<string, Subscription>();
   private readonly pubQueue: QueuedPublish[] = [];
@@ -170,12 +176,16 @@ export class Session implements ConnOwner {
   private readonly errorListeners = new Set<(e: PigeonError) => void>();
 
   /** @internal use {@link connect} */
+  // A #private field: console.log and util.inspect do not show it.
+  readonly #token: string;
+
   constructor(
     readonly url: string,
-    private readonly token: string,
+    token: string,
     readonly subjects: string[],
     private readonly options: ConnectOptions,
   ) {
+    this.#token = token;
     if (!Array.isArray(subjects) || subjects.length === 0) throw new PigeonError("BAD_REQUEST", "at least one subject is required");
     if (options.onError) this.errorListeners.add(options.onError);
   }
@@ -233,14 +243,14 @@ export class Session implements ConnOwner {
       connectTimeoutMs: this.options.connectTimeoutMs,
       region: this.options.region,
     };
-    c.sock = await dial(this.url, this.token, o, {
+    c.sock = await dial(this.url, this.#token, o, {
       onText: (t) => c.onText(t),
       onBinary: () => this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a binary frame", {})),
       onClose: (code, reason) => this.onConnClosed(c, code, reason),
     });
     try {
       const frame: Frame = { op: "negotiate", subjects: this.subjects };
-      if (this.options.ttl !== undefined) frame.ttlMs = this.options.ttl;
+      if (this.options.ttl !== undefined) frame.ttlMs = finiteMs("ttl", this.options.ttl);
       const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
       this._contract = f.contract as Contract;
       this.maxFrame = typeof f.maxFrame === "number" ? f.maxFrame : 0;
@@ -297,8 +307,9 @@ export class Session implements ConnOwner {
     const maxDelay = r.maxDelayMs ?? 5_000;
     const maxAttempts = r.maxAttempts ?? 20;
     let last: PigeonError = transportError("the connection closed");
+    const from = Date.now() - this.upAt < maxDelay ? this.backoffStep : 0;
     for (let attempt = 0; attempt < maxAttempts; attempt++) {
-      const delay = Math.min(maxDelay, initial * 2 ** attempt);
+      const delay = Math.min(maxDelay, initial * 2 ** Math.min(from + attempt, 30));
       await sleep(delay / 2 + Math.random() * (delay / 2));
       if (this.closing || this.closedFinal) return;
       try {
@@ -308,6 +319,8 @@ export class Session implements ConnOwner {
           return;
         }
         this.conn = c;
+        this.upAt = Date.now();
+        this.backoffStep = from + attempt + 1;
         this.scheduleRenew();
         for (const s of [...this.subs]) {
           // A refusal ends the subscription; a connection lost meanwhile
@@ -479,7 +492,7 @@ export class Session implements ConnOwner {
    */
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
     const frame: Frame = { op: "request", message };
-    if (options.timeout !== undefined) frame.timeoutMs = options.timeout;
+    if (options.timeout !== undefined) frame.timeoutMs = finiteMs("timeout", options.timeout);
     const f = await this.call(frame, (options.timeout ?? 30_000) + 10_000);
     return answer(f, "reply", (f) => isObj(f.message)).message as Message;
   }
@@ -499,7 +512,7 @@ export class Session implements ConnOwner {
   /** Gives a received message back, due again after `delayMs` (default: the subject's backoff). */
   async nack(subject: string, messageId: string, options: { delayMs?: number } = {}): Promise<void> {
     const frame: Frame = { op: "nack", subject, messageId };
-    if (options.delayMs !== undefined) frame.delayMs = options.delayMs;
+    if (options.delayMs !== undefined) frame.delayMs = finiteMs("delayMs", options.delayMs);
     answer(await this.call(frame), "ok", () => true);
   }
 
@@ -541,7 +554,7 @@ export class Session implements ConnOwner {
    */
   private async renewOn(c: Conn, ttl: number | undefined): Promise<Contract> {
     const frame: Frame = { op: "renew" };
-    if (ttl !== undefined) frame.ttlMs = ttl;
+    if (ttl !== undefined) frame.ttlMs = finiteMs("ttl", ttl);
     const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
     const k = f.contract as Contract;
     const cur = this._contract;

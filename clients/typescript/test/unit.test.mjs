@@ -3,6 +3,7 @@
 // a WebSocket in memory).
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { inspect } from "node:util";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -27,6 +28,9 @@ import {
   sealData,
   SealTamperedError,
   statusOf,
+  HttpClient,
+  verifyMessageWithKeys,
+  publicKeys,
 } from "../dist/index.js";
 import { wsURL } from "../dist/socket.js";
 import { exactNumber } from "../dist/jcs.js";
@@ -417,5 +421,127 @@ test("publish frames ask for brief answers; an accepted message without data get
     } finally {
       await s.close({ timeoutMs: 1000 });
     }
+  }
+});
+
+test("a delay, ttl or timeout that is not a finite number is refused, never sent as null (the server's default)", async () => {
+  // JSON.stringify writes NaN and Infinity as null, which the server reads
+  // as "not given": a nack meant for "much later" would come back at once.
+  const fake = fakeServer("brief");
+  const s = await connect("ws://fake.invalid/v1/ws", "t", ["s"], { WebSocket: fake.WebSocket, pingIntervalMs: 0, reconnect: false, autoRenew: false });
+  try {
+    for (const delayMs of [Infinity, NaN, -Infinity]) {
+      await assert.rejects(s.nack("s", "msg_1", { delayMs }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT");
+    }
+    await assert.rejects(s.renew({ ttl: Infinity }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT");
+    await assert.rejects(s.request({ subject: "s" }, { timeout: NaN }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT");
+    assert.deepEqual(fake.frames.map((f) => f.op), ["negotiate"], "nothing was sent");
+  } finally {
+    await s.close({ timeoutMs: 1000 });
+  }
+  const sent = [];
+  const fetch = async (url, init) => {
+    sent.push(init.body);
+    return new Response("{}", { status: 200 });
+  };
+  const h = new HttpClient("http://fake.invalid", "t", { fetch });
+  h.contract = { id: "ctr_fake" };
+  await assert.rejects(h.nack("s", "msg_1", { delayMs: Infinity }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT");
+  await assert.rejects(h.connect(["s"], { ttl: NaN }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT");
+  await assert.rejects(h.request({ subject: "s" }, { timeout: Infinity }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT");
+  assert.deepEqual(sent, [], "nothing was sent");
+});
+
+test("a server that drops every connection at once is redialled with growing backoff, not every initialDelayMs", async () => {
+  let dials = 0;
+  class Flapping {
+    readyState = 0;
+    #listeners = new Map();
+    constructor() {
+      dials++;
+      setTimeout(() => {
+        this.readyState = 1;
+        this.#emit("open", {});
+      });
+    }
+    addEventListener(type, fn) {
+      this.#listeners.set(type, [...(this.#listeners.get(type) ?? []), fn]);
+    }
+    #emit(type, ev) {
+      for (const fn of this.#listeners.get(type) ?? []) fn(ev);
+    }
+    close(code = 1000) {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      setTimeout(() => this.#emit("close", { code, reason: "" }));
+    }
+    send(text) {
+      const f = JSON.parse(text);
+      if (f.op !== "negotiate") return;
+      const contract = { id: "ctr_fake", principal: "spiffe://fake", subjects: [{ name: "s", operations: ["publish"] }], issuedAt: "2026-01-01T00:00:00Z", expiresAt: "2099-01-01T00:00:00Z" };
+      setTimeout(() => {
+        this.#emit("message", { data: JSON.stringify({ op: "contract", re: f.id, contract }) });
+        setTimeout(() => this.close(1011), 10); // accepted, then dropped
+      });
+    }
+  }
+  const s = await connect("ws://fake.invalid/v1/ws", "t", ["s"], { WebSocket: Flapping, pingIntervalMs: 0, autoRenew: false, onError: () => {} });
+  try {
+    await new Promise((r) => setTimeout(r, 2000));
+  } finally {
+    await s.close({ timeoutMs: 1000 });
+  }
+  // 100 ms doubling (jittered down to half) allows about 7 dials in 2 s; a
+  // backoff that starts over after each reconnect allows 20 or more.
+  assert.ok(dials <= 10, `${dials} dials in 2 s`);
+});
+
+test("JCS: the signing input is Go's for every canonical vector, or refused where Go refuses (vectors/canonical.json)", () => {
+  const v = JSON.parse(readFileSync(join(fileURLToPath(new URL("../../conformance/vectors/canonical.json", import.meta.url))), "utf8"));
+  // Numbers Go refuses in the text that JSON.parse has already rounded to
+  // the double the canonical form then writes (the broker refuses such
+  // signed data at publish, so only another source can hand it over).
+  const lostInParsing = new Set([
+    "number 2^53+1 (refused)", "number -(2^53+1) (refused)", "number int64 id (refused)", "number 2^64-1 (refused)",
+    "number 2^64 (refused)", "number 2^68 (refused)", "number 0.10000000000000001 (refused)",
+    "number 9.999999999999999e22 (refused)", "number 2.5e-324 (refused)", "number 1e-400 (refused)",
+  ]);
+  assert.equal(v.cases.length >= 40, true);
+  for (const c of v.cases) {
+    let got;
+    try {
+      got = new TextDecoder().decode(canonicalSigningInput({ subject: v.subject, id: v.id, time: v.time, data: parseStrict(c.data) }));
+    } catch (e) {
+      assert.ok(e instanceof PigeonError, `${c.name}: ${e}`);
+      assert.ok(c.refused, `${c.name}: refused (${e.code}), Go signs it`);
+      continue;
+    }
+    if (c.refused) assert.ok(lostInParsing.has(c.name), `${c.name}: signed, Go refuses it`);
+    else assert.equal(got, c.signingInput, c.name);
+  }
+});
+
+test("the bearer token stays out of console.log, util.inspect and JSON.stringify of a session or HTTP client", async () => {
+  const token = "s3cr3t-bearer-value";
+  const h = new HttpClient("http://fake.invalid", token, { fetch: async () => new Response("{}") });
+  const fake = fakeServer("brief");
+  const s = await connect("ws://fake.invalid/v1/ws", token, ["s"], { WebSocket: fake.WebSocket, pingIntervalMs: 0, reconnect: false, autoRenew: false });
+  try {
+    for (const o of [h, s]) {
+      assert.ok(!inspect(o, { depth: 6, showHidden: true }).includes(token), inspect(o));
+      assert.ok(!JSON.stringify(o, (k, v) => (k === "conn" || k === "sock" ? undefined : v)).includes(token));
+    }
+  } finally {
+    await s.close({ timeoutMs: 1000 });
+  }
+});
+
+test("verifyMessageWithKeys refuses a signature without a kid, as Go does, rather than trying the latest key", () => {
+  const k = generateKeys();
+  const m = signMessage({ subject: "chat.messages", data: { text: "hi" } }, k.signingKid, k.signingSeed);
+  verifyMessageWithKeys(m, publicKeys(k));
+  for (const kid of ["", undefined, null]) {
+    const stripped = { ...m, signature: { ...m.signature, kid } };
+    assert.throws(() => verifyMessageWithKeys(stripped, publicKeys(k)), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID", String(kid));
   }
 });
