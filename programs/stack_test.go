@@ -88,7 +88,9 @@ func TestStackOverflowFailsItsDelivery(t *testing.T) {
 func TestIdleInstanceKeepsNoGrownStack(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	_, err := f.mg.Deploy(ctx, admin, "deep", manifest(func(m *programs.Manifest) { m.Limits.MemoryPages = 1 }),
+	// The recursion takes ~0.1 s here, but far longer on a loaded machine:
+	// past the default 1 s limit both attempts failed and nothing was acked.
+	_, err := f.mg.Deploy(ctx, admin, "deep", manifest(func(m *programs.Manifest) { m.Limits.MemoryPages, m.Limits.TimeoutMs = 1, 30_000 }),
 		recursiveModule(2_000_000, 1)) // 64 MB of stack at wazero's 32 bytes a frame (amd64)
 	require.NoError(t, err)
 	before := liveHeap()
