@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"pigeon/internal/grant"
 	"pigeon/store"
@@ -619,6 +621,11 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (*Pri
 	if p == nil || p.ID == "" {
 		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
 	}
+	if !principalText(p.ID) {
+		// Ids are text everywhere they are compared: in the directory, in
+		// rules, as lease holders (a push subscription's are not text).
+		return nil, NewError(CodeUnauthenticated, "the authenticator returned a principal id that is not text")
+	}
 	if p.grantID != "" {
 		return p, nil
 	}
@@ -735,4 +742,10 @@ func storeError(err error) error {
 
 func sortSubjects(s []SubjectPolicy) {
 	slices.SortFunc(s, func(a, b SubjectPolicy) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// principalText reports whether id is text: valid UTF-8 without control
+// characters.
+func principalText(id string) bool {
+	return utf8.ValidString(id) && !strings.ContainsFunc(id, unicode.IsControl)
 }

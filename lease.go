@@ -82,6 +82,18 @@ func cursorKey(subject, principal string) store.GroupKey {
 	return store.GroupKey{Subject: subject, Group: cursorPrefix + principal}
 }
 
+// pushHolder starts the lease holder of a push subscription, its id
+// behind it. A pull consumer's leases are held by its principal's id (Ack
+// and Nack compare it), and a subscription's id ("sub_7") is a valid
+// account id: without the prefix, a principal so named could settle, as
+// its own, the messages leased to that subscription. The byte 0xFF is in
+// no UTF-8 text, so no principal id (each one comes from a token, a
+// certificate or the directory, as text) spells a push holder.
+const pushHolder = "\xff"
+
+// holder is the lease holder of the subscription's work-queue leases.
+func (s *subscription) holder() string { return s.leaseHolder }
+
 // lease is one in-flight delivery.
 type lease struct {
 	holder   string
@@ -319,7 +331,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
 	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
-	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.id, n, 0, match)
+	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), n, 0, match)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -351,7 +363,7 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[seq]
-	if l == nil || l.holder != s.id {
+	if l == nil || l.holder != s.holder() {
 		return nil
 	}
 	if handlerErr == nil {
@@ -453,8 +465,9 @@ func (e *Engine) releaseLeases(s *subscription) {
 	g.mu.Lock()
 	now := e.now()
 	var mine []uint64
+	holder := s.holder()
 	for seq, l := range g.leases {
-		if l.holder != s.id {
+		if l.holder != holder {
 			continue
 		}
 		if !l.busy {

@@ -322,8 +322,9 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	for i := len(o.Middleware) - 1; h != nil && i >= 0; i-- {
 		h = o.Middleware[i](h)
 	}
+	holder := pushHolder + "sub_" + strconv.FormatUint(subSeq.Add(1), 10)
 	sub := &subscription{
-		id: "sub_" + strconv.FormatUint(subSeq.Add(1), 10), e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h, ah: ah, atMost: o.AtMostOnce,
+		id: holder[len(pushHolder):], leaseHolder: holder, e: e, sess: sess, caller: c, subj: s, opts: o, sel: sel, filter: filter, h: h, ah: ah, atMost: o.AtMostOnce,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), resWake: make(chan struct{}, 1), slots: make(chan struct{}, o.MaxInFlight), scope: scope,
 		k: k,
 	}

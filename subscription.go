@@ -30,31 +30,33 @@ const ackRecordDelay = 100 * time.Millisecond
 const maxBatch = 256
 
 type subscription struct {
-	id      string
-	e       *Engine
-	sess    Session
-	caller  Caller
-	subj    *subject
-	opts    SubscribeOptions
-	sel     Selector
-	filter  *cond.Condition
-	group   string
-	g       *group       // the group's state, held from subscribe until finish (nil on pubsub)
-	h       Handler      // a synchronous handler, adapted to ah
-	ah      AsyncHandler // the handler of a transport (nil: h)
-	atMost  bool         // at-most-once: no acknowledgements, no redelivery
-	scope   *permit      // the contract's permit on the subject: its receive scope applies
-	k       *contract    // the contract it runs under: it ends when that expires (nil: never)
-	ctx     context.Context
-	cancel  context.CancelFunc
-	hctx    context.Context // ctx, marked as the handlers' (handlerOf)
-	done    chan struct{}
-	wake    chan struct{}
-	slots   chan struct{}
-	running sync.WaitGroup
-	errMu   sync.Mutex
-	err     error
-	stopped atomic.Bool
+	id string
+	// leaseHolder holds its work-queue leases: pushHolder and id (holder).
+	leaseHolder string
+	e           *Engine
+	sess        Session
+	caller      Caller
+	subj        *subject
+	opts        SubscribeOptions
+	sel         Selector
+	filter      *cond.Condition
+	group       string
+	g           *group       // the group's state, held from subscribe until finish (nil on pubsub)
+	h           Handler      // a synchronous handler, adapted to ah
+	ah          AsyncHandler // the handler of a transport (nil: h)
+	atMost      bool         // at-most-once: no acknowledgements, no redelivery
+	scope       *permit      // the contract's permit on the subject: its receive scope applies
+	k           *contract    // the contract it runs under: it ends when that expires (nil: never)
+	ctx         context.Context
+	cancel      context.CancelFunc
+	hctx        context.Context // ctx, marked as the handlers' (handlerOf)
+	done        chan struct{}
+	wake        chan struct{}
+	slots       chan struct{}
+	running     sync.WaitGroup
+	errMu       sync.Mutex
+	err         error
+	stopped     atomic.Bool
 
 	// Outcomes reported by the handler, taken by the loop: acknowledged
 	// messages to record, refusals (and the redeliveries that follow

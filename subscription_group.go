@@ -88,8 +88,9 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		g := s.g
 		g.mu.Lock()
 		var mine []uint64
+		holder := s.holder()
 		for _, d := range acked {
-			if l := g.leases[d.seq]; l != nil && l.holder == s.id {
+			if l := g.leases[d.seq]; l != nil && l.holder == holder {
 				mine = append(mine, d.seq)
 			}
 		}
