@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,7 +25,12 @@ const DefaultGroup = "default"
 //   - a pull receiver (o == nil) selects by its receive scope alone:
 //     "default|scope:SCOPE";
 //   - a push subscriber with a selector or a filter in o, or a receive
-//     scope: "GROUP|SELECTOR|FILTER|SCOPE", sel being o.Selector parsed.
+//     scope: "GROUP|SELECTOR|FILTER|SCOPE", sel being o.Selector parsed;
+//     when one of the three holds '|' (a selector's value, a filter's
+//     "||", a scope's value may), the key would be ambiguous, and it is
+//     "GROUP||" and each of the three as its length, ':' and itself
+//     (separated), which no key of the first form spells (a selector
+//     starts with '/').
 //
 // The names are the groups' keys in the store: changing an encoding loses
 // the progress of every group written under it.
@@ -40,7 +46,14 @@ func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector) string {
 		g = DefaultGroup
 	}
 	if o.Selector != "" || o.Filter != "" || scope.scoped(OpReceive) {
-		g += "|" + sel.String() + "|" + o.Filter + "|" + scope.scopeKey(OpReceive)
+		parts := [3]string{sel.String(), o.Filter, scope.scopeKey(OpReceive)}
+		if !strings.Contains(parts[0], "|") && !strings.Contains(parts[1], "|") && !strings.Contains(parts[2], "|") {
+			return g + "|" + parts[0] + "|" + parts[1] + "|" + parts[2]
+		}
+		g += "||"
+		for _, p := range parts {
+			g += strconv.Itoa(len(p)) + ":" + p
+		}
 	}
 	return g
 }

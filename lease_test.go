@@ -67,6 +67,10 @@ func TestConsumerGroup(t *testing.T) {
 		{nil, &SubscribeOptions{Group: "g", Selector: "/kind=chat"}, sel("/kind=chat"), "g|/kind=chat||"},
 		{nil, &SubscribeOptions{Filter: "true"}, all, "default|/|true|"},
 		{scoped, &SubscribeOptions{}, all, "default|/||/region=eu,/region=us"},
+		// Parts holding '|' are length-prefixed: /k=v|true with filter
+		// true and /k=v with filter true||true were one key.
+		{nil, &SubscribeOptions{Selector: "/k=v|true", Filter: "true"}, sel("/k=v|true"), "default||9:/k=v|true4:true0:"},
+		{nil, &SubscribeOptions{Selector: "/k=v", Filter: "true||true"}, sel("/k=v"), "default||4:/k=v10:true||true0:"},
 	} {
 		require.Equal(t, tc.want, consumerGroup(tc.scope, tc.o, tc.sel))
 	}
