@@ -162,16 +162,15 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	return a, err
 }
 
-// RemoveAccountRole takes the role from account id. It takes effect at the
+// RemoveAccountRole takes the role from account id, and from every grant
+// issued to the account: giving the role back later gives it to grants
+// issued from then on, not to these. It takes effect at the
 // very next authorization check of every contract and subscription that
 // relied on it; in a cluster, on every live node once it returns (see
 // ClusterBarrier; CLUSTER_UNCONFIRMED: the role is removed, but a node did
 // not confirm it in time).
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
-	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
-		a.Roles = slices.DeleteFunc(a.Roles, func(r string) bool { return r == role })
-		return nil
-	})
+	a, err := e.dir.removeAccountRole(ctx, id, role)
 	if err == nil {
 		e.audit(ctx, EventAccountRoleRemoved.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 		e.onAccessChanged()

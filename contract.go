@@ -111,6 +111,11 @@ type contract struct {
 	revoked atomic.Bool
 	access  atomic.Pointer[accessState] // the last access check; nil: none yet
 	exp     atomic.Pointer[time.Time]   // when it expires; RenewContract moves it later
+	// saveMu orders the writes of the contract's record (saveContract),
+	// each of which reads revoked while it holds it: a renewal that read
+	// the contract before a revocation cannot store it unrevoked after the
+	// revocation's write.
+	saveMu sync.Mutex
 }
 
 // accessState is what a contract's last access check found: the
@@ -492,7 +497,14 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	return c, nil
 }
 
+// saveContract stores c as it is now. Writes of one contract are taken one
+// at a time, each reading c's state when its turn comes, so the last write
+// is never older than a revocation: RevokeContract sets revoked before it
+// saves, and a renewal's write that waited for it stores the contract
+// revoked.
 func (e *Engine) saveContract(ctx context.Context, c *contract) error {
+	c.saveMu.Lock()
+	defer c.saveMu.Unlock()
 	info := c.Info()
 	body, err := json.Marshal(info)
 	if err != nil {

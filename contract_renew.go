@@ -99,6 +99,11 @@ func (e *Engine) RenewContract(ctx context.Context, p *Principal, id string, ttl
 		c.exp.CompareAndSwap(&at, old)
 		return nil, err
 	}
+	if c.revoked.Load() {
+		// Revoked while it was renewed: the store keeps it revoked
+		// (saveContract), and the renewal gave nothing.
+		return deny(NewError(CodeContractRevoked, "the contract was revoked"))
+	}
 	e.live.extend(c.info.Principal, id, at)
 	if err := e.audit(ctx, EventContractRenewed.record(OutcomeAllow, CodeOK, store.AuditRecord{Principal: p.ID, ContractID: id, Ref: authRef(p.Method)})); err != nil {
 		return nil, err

@@ -248,6 +248,42 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	return cloneAccount(&c), nil
 }
 
+// removeAccountRole takes role from account id (NOT_FOUND when there is
+// no such account) and from every grant issued to it: a role taken away
+// is gone from those grants for good, and giving it back gives it to the
+// grants issued from then on only. The grants are narrowed first: should
+// the store fail in between, the account keeps the role and some grants
+// have lost it, never the other way round.
+func (d *directory) removeAccountRole(ctx context.Context, id, role string) (Account, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cur, ok := d.accounts[id]
+	if !ok {
+		return Account{}, NewError(CodeNotFound, "no account %s", id)
+	}
+	for jti, g := range d.grants {
+		if g.Account != id || !slices.Contains(g.Roles, role) {
+			continue
+		}
+		ng := *g
+		ng.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r string) bool { return r == role })
+		if err := d.put(ctx, bucketGrants, jti, &ng); err != nil {
+			d.bump() // grants narrowed before the failure are in force
+			return Account{}, err
+		}
+		d.grants[jti] = &ng
+	}
+	c := cloneAccount(cur)
+	c.Roles = slices.DeleteFunc(c.Roles, func(r string) bool { return r == role })
+	if err := d.put(ctx, bucketAccounts, id, &c); err != nil {
+		d.bump()
+		return Account{}, err
+	}
+	d.accounts[id] = &c
+	d.bump()
+	return cloneAccount(&c), nil
+}
+
 // deleteAccount removes account id (NOT_FOUND otherwise) and the grants
 // issued to it, then calls then. The grants go first: should the store
 // fail between the two, the account is left with fewer grants, never an
@@ -362,10 +398,21 @@ func (d *directory) deleteRole(ctx context.Context, name string, then func()) er
 	return nil
 }
 
-// addGrant records an issued grant.
+// addGrant records an issued grant, with those of its roles that its
+// account holds now (NOT_FOUND when the account is gone since): a grant
+// carries only roles its account held when it was issued, so giving the
+// account a role later does not give it to the grants issued before.
 func (d *directory) addGrant(ctx context.Context, g *grantRecord) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	a := d.accounts[g.Account]
+	if a == nil || !g.of(a) {
+		return NewError(CodeNotFound, "no account %s", g.Account)
+	}
+	g.Roles = intersect(g.Roles, a.Roles)
+	if g.Roles == nil {
+		g.Roles = []string{}
+	}
 	if err := d.put(ctx, bucketGrants, g.JTI, g); err != nil {
 		return err
 	}

@@ -89,8 +89,12 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 // second is dropped, and a ttl under a second, whose token would be born
 // expired, is INVALID_ARGUMENT. Roles whose token would be over the size
 // a grant token may have (grant.MaxPayloadLen) are INVALID_ARGUMENT. The
-// roles in effect at every later check are those of the grant that the
-// account still holds then.
+// grant carries those of roles that the account holds when it is issued
+// (the token's roles claim is what was asked for; it grants nothing by
+// itself), less each role taken from the account since
+// (RemoveAccountRole): the roles in effect at every later check are those
+// of the grant that the account still holds then, and a role the account
+// is given after the grant was issued, or given back, is not among them.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return GrantToken{}, err
