@@ -50,7 +50,7 @@ type clientConn struct {
 
 	mu      sync.Mutex
 	pending map[string]*pendingCall
-	orphans map[string]bool // server subscriptions told to end
+	orphans map[string]bool // server subscriptions being told to end
 	ended   bool
 	err     *pigeon.Error
 }
@@ -423,18 +423,34 @@ func answerOf(f *Frame) (*Frame, error) {
 	return nil, f.Error.Err()
 }
 
-// orphan reports whether sub was not yet known as an orphan, and records it.
-func (cc *clientConn) orphan(sub string) bool {
+// maxOrphanEnds bounds the unsubscribes a connection has in flight for
+// subscriptions that deliveries name and the client does not know: each
+// holds a goroutine and a call until answered, and a server (or anything
+// writing on the connection) may name any number of them.
+const maxOrphanEnds = 64
+
+// orphan reports whether the unsubscribe of sub is not in flight yet, and
+// records it. bounded (sub named only by a delivery) refuses it beyond
+// maxOrphanEnds in flight; a subscribe answered after its caller gave up
+// is always ended.
+func (cc *clientConn) orphan(sub string, bounded bool) bool {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.orphans == nil {
 		cc.orphans = map[string]bool{}
 	}
-	if cc.orphans[sub] {
+	if cc.orphans[sub] || (bounded && len(cc.orphans) >= maxOrphanEnds) {
 		return false
 	}
 	cc.orphans[sub] = true
 	return true
+}
+
+// unorphan forgets sub once its unsubscribe is answered.
+func (cc *clientConn) unorphan(sub string) {
+	cc.mu.Lock()
+	delete(cc.orphans, sub)
+	cc.mu.Unlock()
 }
 
 func (cc *clientConn) forget(id string) {

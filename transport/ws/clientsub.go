@@ -49,6 +49,7 @@ type clientSub struct {
 	queue    []queuedDelivery
 	queuedN  int    // the size of the data queue holds
 	dropped  uint64 // at-most-once deliveries dropped with the queue full
+	overflow uint64 // deliveries left unanswered beyond the window
 	sid      string
 	stopping bool
 	running  sync.WaitGroup // deliveries queued or being handled
@@ -150,7 +151,7 @@ func (cs *clientSub) abandon(cc *clientConn, err error) {
 func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pigeon.Start) error {
 	f := Frame{Op: OpSubscribe, Subject: cs.subject, Selector: cs.o.Selector, Filter: cs.o.Filter, Group: cs.o.Group, MaxInFlight: cs.o.MaxInFlight}
 	if cs.o.MaxInFlight >= 0 {
-		f.Window = max(DefaultWindow, cs.o.MaxInFlight)
+		f.Window = cs.window()
 	}
 	if cs.o.AtMostOnce {
 		f.Ack = AckNone
@@ -159,7 +160,13 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 	if start != pigeon.StartNew {
 		f.Start, _ = json.Marshal(start)
 	}
+	var amiss error // the answer is not a subscribed frame naming a subscription
 	_, err := cc.call(ctx, jsonFrame(f), func(a *Frame) {
+		if a.Op != OpSubscribed || a.Sub == "" {
+			// Nothing to route to cs, nor to end on the server.
+			amiss = pigeon.NewError(pigeon.CodeInternal, "the server answered a subscribe with %q and no subscription id", a.Op)
+			return
+		}
 		s := cs.s
 		s.mu.Lock()
 		cs.mu.Lock()
@@ -188,14 +195,29 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 		s.bySID[a.Sub] = cs
 		s.mu.Unlock()
 	})
+	if err == nil {
+		err = amiss // the hook ran before call returned its answer
+	}
 	return err
 }
 
-// endOrphan ends a server subscription that no client subscription owns.
+// window is how many deliveries the subscription asks the server to have
+// unanswered at most: DefaultWindow, or MaxInFlight when larger.
+func (cs *clientSub) window() int { return max(DefaultWindow, cs.o.MaxInFlight) }
+
+// endOrphan ends a server subscription that no client subscription owns
+// (a subscribe the caller gave up on).
 func (s *Session) endOrphan(cc *clientConn, sid string) {
-	if !cc.orphan(sid) {
-		return
+	if cc.orphan(sid, false) {
+		s.unsubscribeOrphan(cc, sid)
 	}
+}
+
+// unsubscribeOrphan sends the unsubscribe of sid, which cc.orphan
+// recorded, and forgets it once answered (or the settle timeout passes):
+// the server sends no deliver of it after its answer.
+func (s *Session) unsubscribeOrphan(cc *clientConn, sid string) {
+	defer cc.unorphan(sid)
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.settleTimeout)
 	defer cancel()
 	_, _ = cc.call(ctx, jsonFrame(Frame{Op: OpUnsubscribe, Sub: sid}), nil)
@@ -377,11 +399,28 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 	s.mu.Unlock()
 	if cs == nil {
 		// A server subscription the client does not know (its subscribe
-		// call gave up before the answer came): end it.
-		s.goBG(func() { s.endOrphan(cc, sub) })
+		// call gave up before the answer came): end it, a few at a time
+		// (maxOrphanEnds), so that deliveries naming subscriptions it
+		// never opened cost it no memory or goroutines without end.
+		if cc.orphan(sub, true) {
+			s.goBG(func() { s.unsubscribeOrphan(cc, sub) })
+		}
 		return
 	}
 	cs.mu.Lock()
+	if !cs.o.AtMostOnce && len(cs.queue) >= cs.window() {
+		// More deliveries unanswered than the window the client asked
+		// for, which a server that keeps the window never sends: left
+		// unanswered, for the server's ack wait to give back, rather
+		// than queued without end.
+		cs.overflow++
+		n := cs.overflow
+		cs.mu.Unlock()
+		if n&(n-1) == 0 {
+			s.o.logger.Warn("pigeon ws: deliveries beyond the subscription's window left unanswered", "subject", cs.subject, "window", cs.window(), "count", n)
+		}
+		return
+	}
 	if cs.o.AtMostOnce && len(cs.queue) > 0 && (len(cs.queue) >= maxQueued || cs.queuedN+len(m.Data) > maxQueuedBytes) {
 		cs.dropped++
 		n := cs.dropped

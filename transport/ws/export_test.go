@@ -85,3 +85,7 @@ func QueuedFrames(s *Session) int64 {
 	}
 	return cc.queued.Load()
 }
+
+// MaxOrphanEnds is how many subscriptions it never opened a connection
+// ends at once.
+const MaxOrphanEnds = maxOrphanEnds

@@ -73,11 +73,22 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	for j, p := range c.srv.e.PublishBatch(c.ctx, caller, msgs) {
 		out[at[j]] = outcome{p.Result, p.Err}
 	}
+	// A duplicate's slot carries the original, whose data the frame did
+	// not send: duplicates that would take the answer past its bound are
+	// refused in their slots (see batchAnswerLimit).
+	limit := batchAnswerLimit(c.srv.opts.MaxFrame, len(f.Batch))
 	size := 64
 	for i := range out[:f.admitted] {
-		if r := out[i].res; r != nil {
-			size += answerSize(r, f.Brief)
+		r := out[i].res
+		if r == nil {
+			continue
 		}
+		n := answerSize(r, f.Brief)
+		if r.Status == pigeon.StatusDuplicate && int64(size+n) > limit {
+			out[i] = outcome{err: errBatchAnswerTooLarge(limit)}
+			continue
+		}
+		size += n
 	}
 	b := appendHead(make([]byte, 0, size), OpDecisions, f.ID)
 	b = append(b, `,"results":[`...)
@@ -99,6 +110,23 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		}
 	}
 	return append(b, "]}"...), nil
+}
+
+// batchAnswerLimit bounds the decisions answer to a batch of n messages
+// in a frame of at most maxFrame bytes: what an answer echoing the
+// frame's own messages takes (twice the frame, and each slot's envelope),
+// so that duplicates, whose slots carry the originals, cannot make a small
+// frame draw an answer a thousand times larger.
+func batchAnswerLimit(maxFrame int64, n int) int64 {
+	return 2*maxFrame + int64(n)*576
+}
+
+// errBatchAnswerTooLarge refuses a duplicate in its slot when the original
+// it carries would take the answer past limit. Nothing was stored for it:
+// publishing it again (alone, or in a smaller batch) answers it whole.
+func errBatchAnswerTooLarge(limit int64) error {
+	return pigeon.NewError(pigeon.CodePayloadTooLarge,
+		"a duplicate: its original would take the answer past %d bytes; publish it again alone for the original", limit)
 }
 
 // batchMessage decodes one message of a batch; a malformed one is
