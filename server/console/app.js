@@ -23,6 +23,23 @@
     root.dataset.theme = dark ? "light" : "dark";
   });
 
+  // shown writes the characters a reader cannot see, or that reorder the
+  // text around them, as \u{XXXX}: controls, format characters (bidi
+  // overrides and isolates, zero-width characters), line and paragraph
+  // separators, surrogates, private-use and unassigned code points, and
+  // the blank Hangul fillers. Principal ids, message ids and reasons come
+  // from identity providers and publishers: a principal named U+202E
+  // "nimda" must not read as "admin".
+  const hidden = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}\p{Co}\p{Cn}\u115F\u1160\u3164\uFFA0]/gu;
+  function shown(v) {
+    return String(v).replace(hidden, (ch) => "\\u{" + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0") + "}");
+  }
+
+  // Local is text the browser wrote (a date in the reader's locale, which
+  // may hold bidi marks): a cell shows it as it is.
+  class Local { constructor(text) { this.text = text; } }
+  const local = (text) => new Local(text);
+
   function status(text, cls) {
     const c = $("conn");
     c.textContent = text;
@@ -42,7 +59,7 @@
 
   function errorText(res) {
     const e = res.body && res.body.error;
-    return e ? e.code + ": " + e.message : "HTTP " + res.status;
+    return e ? shown(e.code + ": " + e.message) : "HTTP " + res.status;
   }
 
   // Sign in and out.
@@ -127,14 +144,14 @@
       case "decisions": return addDecisions(d);
       case "rates": return rates(d);
       case "state": return state(d);
-      case "end": return signOut("The server ended the session: " + ((d.error && d.error.message) || "the token no longer admits it") + ". No data is shown.");
+      case "end": return signOut("The server ended the session: " + shown((d.error && d.error.message) || "the token no longer admits it") + ". No data is shown.");
     }
   }
 
   async function hello(d) {
     const firstTime = principal === "";
     principal = d.principal;
-    $("who").textContent = principal + " (" + (d.roles || []).join(", ") + ")";
+    $("who").textContent = shown(principal + " (" + (d.roles || []).join(", ") + ")");
     $("signin").hidden = true;
     $("app").hidden = false;
     $("signout").hidden = false;
@@ -187,7 +204,7 @@
 
   function renderDecisions() {
     const rows = decisions.filter(matches).map((x) => {
-      const tr = row([new Date(x.time).toLocaleTimeString(), x.subject, x.principal, x.outcome, x.code, x.gate || ""]);
+      const tr = row([local(new Date(x.time).toLocaleTimeString()), x.subject, x.principal, x.outcome, x.code, x.gate || ""]);
       tr.children[3].className = "o-" + x.outcome;
       tr.dataset.outcome = x.outcome;
       tr.dataset.subject = x.subject;
@@ -230,10 +247,10 @@
     fill("held", (d.subjects || []).map((h) => row([h.notInCatalog ? h.subject + " (not in catalog)" : h.subject, h.messages, h.maxMessages || "", h.maxBytes ? h.bytes || 0 : "", h.maxBytes || ""])));
     $("subs").textContent = d.subscriptions;
     $("live-contracts").textContent = d.liveContractsTotal;
-    const shown = (d.liveContracts || []).length;
-    $("live-contracts-shown").textContent = shown < d.liveContractsTotal ? " (the newest " + shown + " shown)" : "";
+    const listed = (d.liveContracts || []).length;
+    $("live-contracts-shown").textContent = listed < d.liveContractsTotal ? " (the newest " + listed + " shown)" : "";
     fill("negotiated", (d.liveContracts || []).map((k) => {
-      const tr = row([k.id, k.principal, k.auth || "", (k.subjects || []).join(", "), new Date(k.expiresAt).toLocaleString()]);
+      const tr = row([k.id, k.principal, k.auth || "", (k.subjects || []).join(", "), local(new Date(k.expiresAt).toLocaleString())]);
       tr.dataset.contract = k.id;
       return tr;
     }));
@@ -247,7 +264,7 @@
   function verified(v) {
     const s = $("audit-status");
     s.textContent = v.ok ? "holds (" + v.verified + " records, " + new Date(v.time).toLocaleTimeString() + ")"
-      : "BROKEN: " + (v.error || "failed");
+      : "BROKEN: " + shown(v.error || "failed");
     s.className = v.ok ? "ok" : "error";
   }
 
@@ -271,17 +288,17 @@
     if (!res.ok) return;
     const recs = (res.body.records || []).slice().reverse();
     fill("quarantine", recs.map((q) => {
-      const tr = row([new Date(q.time).toLocaleTimeString(), q.subject, q.principal, q.code, q.gate || "", recordText(q), ""]);
+      const tr = row([local(new Date(q.time).toLocaleTimeString()), q.subject, q.principal, q.code, q.gate || "", recordText(q), ""]);
       tr.children[5].className = "rec";
       tr.dataset.id = q.id;
       const b = document.createElement("button");
       b.type = "button";
       b.textContent = q.released ? "Released" : "Release";
-      b.setAttribute("aria-label", (q.released ? "Released " : "Release ") + q.id);
+      b.setAttribute("aria-label", (q.released ? "Released " : "Release ") + shown(q.id));
       b.className = "release";
       const allowed = releasable.has(q.subject);
       b.disabled = q.released || !allowed;
-      if (!allowed && !q.released) b.title = "Your principal may not publish on " + q.subject + ", so it may not release this record";
+      if (!allowed && !q.released) b.title = "Your principal may not publish on " + shown(q.subject) + ", so it may not release this record";
       b.addEventListener("click", () => release(q.id, b));
       tr.children[6].appendChild(b);
       return tr;
@@ -307,22 +324,23 @@
     }
     const out = $("release-result");
     if (res.ok) {
-      out.textContent = "Released " + id + " as " + res.body.message.id;
+      out.textContent = shown("Released " + id + " as " + res.body.message.id);
       out.className = "ok";
     } else {
-      out.textContent = "Release of " + id + " refused: " + errorText(res);
+      out.textContent = "Release of " + shown(id) + " refused: " + errorText(res);
       out.className = "error";
       b.disabled = false;
     }
     loadQuarantine();
   }
 
-  // Table helpers: text only, never HTML from the server.
+  // Table helpers: text only, never HTML from the server, with what a
+  // reader cannot see written out (shown).
   function row(cells) {
     const tr = document.createElement("tr");
     for (const c of cells) {
       const td = document.createElement("td");
-      td.textContent = String(c);
+      td.textContent = c instanceof Local ? c.text : shown(c);
       tr.appendChild(td);
     }
     return tr;
