@@ -186,13 +186,19 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 
 // Ack acknowledges a received message. Acking twice is a no-op. On a
 // work-queue or request/reply subject, only the current lease holder may
-// ack (ACK_NOT_ALLOWED otherwise).
+// ack (ACK_NOT_ALLOWED otherwise); on a pubsub subject, only a message
+// the caller's pull cursor handed it (ACK_NOT_ALLOWED otherwise), since
+// the ack is recorded as its receipt.
 func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID string) error {
-	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, EventAckDenied)
+	s, sm, g, scope, err := e.settleTarget(ctx, c, subjectName, messageID, EventAckDenied)
 	if err != nil {
 		return err
 	}
 	if g == nil { // pubsub: the cursor already moved; the ack is recorded
+		if !e.pulled(ctx, c, s, sm, scope) {
+			e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+			return NewError(CodeAckNotAllowed, "message %s was not received by this consumer", sm.ID)
+		}
 		e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 		return nil
 	}
@@ -220,7 +226,7 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 	if err := checkRetryDelay(delay); err != nil {
 		return err
 	}
-	s, sm, g, err := e.settleTarget(ctx, c, subjectName, messageID, EventNackDenied)
+	s, sm, g, _, err := e.settleTarget(ctx, c, subjectName, messageID, EventNackDenied)
 	if err != nil {
 		return err
 	}
@@ -247,36 +253,60 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 }
 
 // settleTarget resolves what a pull ack or nack names: the subject (with
-// the contract granting ack), the stored message, and the caller's pull
+// the contract granting ack), the stored message, the caller's pull
 // group, held (releaseGroup) — nil on a pubsub subject, where pulls move a
-// cursor instead.
-func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID string, deniedType Event) (*subject, store.Message, *group, error) {
+// cursor instead — and the contract's permit on the subject.
+func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID string, deniedType Event) (*subject, store.Message, *group, *permit, error) {
 	if e.closed.Load() {
-		return nil, store.Message{}, nil, errShutdown()
+		return nil, store.Message{}, nil, nil, errShutdown()
 	}
 	s := e.subject(subjectName)
 	if s == nil {
-		return nil, store.Message{}, nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+		return nil, store.Message{}, nil, nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
 	}
 	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpAck)
 	if code != CodeOK {
-		return nil, store.Message{}, nil, e.contractError(ctx, deniedType, c.Principal, s.name, c.ContractID, code, reason)
+		return nil, store.Message{}, nil, nil, e.contractError(ctx, deniedType, c.Principal, s.name, c.ContractID, code, reason)
 	}
+	scope := k.permits[s.name]
 	sm, err := e.store.Lookup(ctx, messageID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
-		return nil, store.Message{}, nil, NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
+		return nil, store.Message{}, nil, nil, NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
 	}
 	if err != nil {
-		return nil, store.Message{}, nil, storeError(err)
+		return nil, store.Message{}, nil, nil, storeError(err)
 	}
 	if s.mode == ModePubSub {
-		return s, sm, nil, nil
+		return s, sm, nil, scope, nil
 	}
-	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: consumerGroup(k.permits[s.name], nil, Selector{})})
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: consumerGroup(scope, nil, Selector{})})
 	if err != nil {
-		return nil, store.Message{}, nil, err
+		return nil, store.Message{}, nil, nil, err
 	}
-	return s, sm, g, nil
+	return s, sm, g, scope, nil
+}
+
+// pulled reports whether c's pull cursor on the pubsub subject s handed
+// sm out: the cursor is past it and it lies within the routes c's receive
+// is scoped to. An ack of anything else would put c's name on a receipt
+// (delivery.acked) of a message it never received.
+func (e *Engine) pulled(ctx context.Context, c Caller, s *subject, sm store.Message, scope *permit) bool {
+	g, err := e.group(ctx, cursorKey(s.name, c.Principal.ID))
+	if err != nil {
+		return false
+	}
+	defer e.releaseGroup(g)
+	g.mu.Lock()
+	past := sm.Seq < g.next
+	g.mu.Unlock()
+	if !past {
+		return false
+	}
+	if !scope.scoped(OpReceive) {
+		return true
+	}
+	d, err := e.decode(sm)
+	return err == nil && scope.inScope(OpReceive, d.value())
 }
 
 // MaxReason is the longest reason, in bytes, a replay (ReplayRequest) or

@@ -1,0 +1,79 @@
+package pigeon_test
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// A replay hands over only what the subject's replay policy and the
+// caller's contract allow, whatever numbers the request carries: nothing
+// accepted before maxAgeMs, nothing for a sequence range that is empty or
+// beyond the end (math.MaxUint64 included), no more than MaxReplay for any
+// max, and nothing at all to a principal whose contract holds the subject
+// for publish only.
+func TestReplayHandsOverOnlyWhatThePolicyAllows(t *testing.T) {
+	clk := newClock()
+	f := accessFixture(t, func(o *pigeon.Options) {
+		o.Now = clk.Now
+		o.MaxReplay = 2
+		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
+			Name: "rooms.history", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+			Replay: pigeon.ReplayPolicy{Allowed: true, MaxAgeMs: 60_000},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+				pigeon.OpPublish: {{Effect: "allow", Principals: []string{dave}}},
+				pigeon.OpReplay:  {{Effect: "allow", Principals: []string{carol}}},
+			},
+		})
+	})
+	writer := f.connect("dave-token", "rooms.history")
+	for i, text := range []string{"old", "new-1", "new-2", "new-3"} {
+		if i == 1 {
+			clk.Advance(2 * time.Minute)
+		}
+		m := chatIn("lobby", text)
+		m.Subject = "rooms.history"
+		_, err := writer.Publish(ctx, m)
+		require.NoError(t, err)
+	}
+	reader := f.connect("carol-token", "rooms.history")
+	texts := func(ms []*pigeon.Message) []string {
+		out := []string{}
+		for _, m := range ms {
+			var d struct{ Text string }
+			require.NoError(t, json.Unmarshal(m.Data, &d))
+			out = append(out, d.Text)
+		}
+		return out
+	}
+	cases := []struct {
+		name string
+		req  pigeon.ReplayRequest
+		want []string
+	}{
+		{"older than maxAgeMs left out", pigeon.ReplayRequest{FromSequence: 1, Max: 10}, []string{"new-1"}},
+		{"from the window on", pigeon.ReplayRequest{FromSequence: 2}, []string{"new-1", "new-2"}},
+		{"max beyond MaxReplay", pigeon.ReplayRequest{FromSequence: 2, Max: math.MaxInt}, []string{"new-1", "new-2"}},
+		{"negative max", pigeon.ReplayRequest{FromSequence: 2, Max: math.MinInt}, []string{"new-1", "new-2"}},
+		{"to before from", pigeon.ReplayRequest{FromSequence: 3, ToSequence: 2}, []string{}},
+		{"from the last sequence there is", pigeon.ReplayRequest{FromSequence: math.MaxUint64}, []string{}},
+		{"to the last sequence there is", pigeon.ReplayRequest{FromSequence: 4, ToSequence: math.MaxUint64}, []string{"new-3"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.Subject = "rooms.history"
+			got, err := reader.Replay(ctx, tc.req)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, texts(got))
+		})
+	}
+	t.Run("a contract holding the subject for publish only", func(t *testing.T) {
+		_, err := writer.Replay(ctx, pigeon.ReplayRequest{Subject: "rooms.history"})
+		requireCode(t, err, pigeon.CodeReplayDenied)
+	})
+}
