@@ -87,3 +87,32 @@ func TestConditionsJudgeNumbersAsStored(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []string{"42"}, tenants)
 }
+
+// The fan-out's cache keeps what the publish path's decoder found of the
+// data's numbers, so that a subscription filter decodes data again
+// (cond.ExactData) only for data holding a number a double cannot keep,
+// not for every message it judges.
+func TestFanOutKeepsTheDecodersNumberVerdict(t *testing.T) {
+	f := newFixture(t, func(o *pigeon.Options) {
+		o.Catalog = transporttest.Options().Catalog
+		o.Authenticator = transporttest.Options().Authenticator
+	})
+	alice := f.connect("alice-token", "chat.messages")
+	_, err := alice.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil },
+		pigeon.WithFilter(`message.data.kind == "chat"`))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		data  string
+		exact bool
+	}{
+		{`{"kind":"chat","n":42}`, true},
+		{``, true},
+		{`{"kind":"chat","n":42.0000000000000001}`, false},
+	} {
+		res, err := alice.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(tc.data)})
+		require.NoError(t, err, tc.data)
+		exact, cached := f.e.RecentExact("chat.messages", res.Message.Sequence)
+		require.True(t, cached, tc.data)
+		require.Equal(t, tc.exact, exact, tc.data)
+	}
+}

@@ -84,3 +84,15 @@ func NextAuditWalkCallers(e *Engine) int {
 func (e *Engine) GrantPublicKey() []byte {
 	return slices.Clone(e.grantKey.Public().(ed25519.PublicKey))
 }
+
+// RecentExact reports what the fan-out's cache holds of the message of
+// subject at seq: whether its numbers are exact (decoded.exact), and
+// whether the cache holds it at all.
+func (e *Engine) RecentExact(subject string, seq uint64) (exact, cached bool) {
+	d := e.recentAt(subject, seq)
+	if d == nil {
+		return false, false
+	}
+	d.value()
+	return d.exact, true
+}

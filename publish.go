@@ -269,7 +269,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		a.Data, a.sent, a.dataNames, a.dataExact = pre.Value, m.Data, pre.Names, pre.Exact
 	} else if len(m.Data) == 0 {
 		m.Data = json.RawMessage("{}")
-		a.Data = map[string]any{}
+		a.Data, a.dataExact = map[string]any{}, true
 	} else if doc, err := jsontext.DecodeDocument(m.Data, MaxJSONDepth, &a.dataNames); err != nil {
 		a.dataCode, a.dataErr = dataError(err)
 	} else {
@@ -450,7 +450,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 		// the data tree the gates read, decoded once. The copy shares
 		// nothing with the publisher, who may reuse its buffers once
 		// Publish returns. A subject nobody subscribes to keeps nothing.
-		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, a.Now)
+		res.r.src = e.remember(d, s.name, stored.Seq, &res.m, judged, a.Data, a.dataExact, a.Now)
 		f.appended(stored.Seq)
 	}
 	if e.opts.Cluster != nil {

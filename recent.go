@@ -165,8 +165,9 @@ func (c *recentCache) sweep(cutoff time.Time) {
 // it to subscribers without reading and decoding it again. The copy
 // shares nothing with m: its data is judged, the text the gates judged,
 // which nothing else holds, or when judged is nil a copy of m's (stored
-// as "{}" when empty). data must not be shared with the publisher.
-func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any, now time.Time) *decoded {
+// as "{}" when empty). data must not be shared with the publisher; exact
+// is what its decoder found of its numbers (jsontext.Document.Exact).
+func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, judged json.RawMessage, data any, exact bool, now time.Time) *decoded {
 	*d = decoded{seq: seq, msg: *m}
 	d.m = &d.msg
 	switch {
@@ -181,7 +182,7 @@ func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, ju
 		sig := *m.Signature
 		d.msg.Signature = &sig
 	}
-	d.once.Do(func() { d.data = data })
+	d.once.Do(func() { d.data, d.exact = data, exact })
 	d.size = sizeOf(&d.msg)
 	e.recent.ring(subject).put(d, now)
 	return d
