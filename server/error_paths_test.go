@@ -12,21 +12,9 @@ import (
 	"pigeon/demo"
 	"pigeon/internal/testlog"
 	"pigeon/server"
-	"pigeon/store"
 	"pigeon/store/memory"
+	"pigeon/store/storetest"
 )
-
-// damagedStore is a memory store whose appends find damaged data at a
-// path of the server's disk.
-type damagedStore struct {
-	*memory.Store
-}
-
-const damagedFile = "/var/lib/pigeon/subjects/payments.authorize/0000000001.log"
-
-func (damagedStore) Append(context.Context, store.Message) (store.Message, bool, error) {
-	return store.Message{}, false, &store.CorruptError{File: damagedFile, Offset: 4096, Reason: "bad checksum"}
-}
 
 // A store that finds damaged data names the file and the offset; the
 // answer to the client keeps the code (STORE_CORRUPT) but not where the
@@ -36,7 +24,7 @@ func TestStoreDamageDoesNotNameServerPaths(t *testing.T) {
 		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
 		Catalog:       testCatalog(),
 		Region:        "uk",
-		Store:         damagedStore{memory.New(nil)},
+		Store:         storetest.Damaged{Store: memory.New(nil)},
 	})
 	require.NoError(t, err)
 	var logs testlog.Buffer
@@ -48,5 +36,5 @@ func TestStoreDamageDoesNotNameServerPaths(t *testing.T) {
 	require.Equal(t, pigeon.CodeStoreCorrupt, r.code(t), "%s", r.body)
 	require.NotContains(t, string(r.body), "/var/lib/pigeon")
 	require.NotContains(t, string(r.body), "0000000001.log")
-	require.Contains(t, logs.String(), damagedFile, "the operator's log names the file")
+	require.Contains(t, logs.String(), storetest.DamagedFile, "the operator's log names the file")
 }

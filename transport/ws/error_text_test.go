@@ -10,22 +10,10 @@ import (
 
 	"pigeon"
 	"pigeon/internal/testlog"
-	"pigeon/store"
 	"pigeon/store/memory"
+	"pigeon/store/storetest"
 	"pigeon/transport/ws"
 )
-
-// damagedStore is a memory store whose appends find damaged data at a
-// path of the server's disk.
-type damagedStore struct {
-	*memory.Store
-}
-
-const damagedFile = "/var/lib/pigeon/subjects/chat.messages/0000000001.log"
-
-func (damagedStore) Append(context.Context, store.Message) (store.Message, bool, error) {
-	return store.Message{}, false, &store.CorruptError{File: damagedFile, Offset: 4096, Reason: "bad checksum"}
-}
 
 // An error frame tells the client what the HTTP API would: a store's
 // damage by its code, not by the file and offset on the server's disk
@@ -34,7 +22,7 @@ func (damagedStore) Append(context.Context, store.Message) (store.Message, bool,
 func TestErrorFramesTellWhatTheHTTPAPITells(t *testing.T) {
 	var logs testlog.Buffer
 	v := newEnv(t, &ws.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(o *pigeon.Options) {
-		o.Store = damagedStore{memory.New(nil)}
+		o.Store = storetest.Damaged{Store: memory.New(nil)}
 	})
 	s := v.dial(t, "alice-token", []string{"chat.messages"})
 	_, err := s.Publish(context.Background(), &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat",
@@ -42,7 +30,7 @@ func TestErrorFramesTellWhatTheHTTPAPITells(t *testing.T) {
 	require.Equal(t, pigeon.CodeStoreCorrupt, pigeon.ErrorCode(err), "%v", err)
 	require.NotContains(t, err.Error(), "/var/lib/pigeon")
 	require.NotContains(t, err.Error(), "0000000001.log")
-	require.Contains(t, logs.String(), damagedFile, "the operator's log names the file")
+	require.Contains(t, logs.String(), storetest.DamagedFile, "the operator's log names the file")
 
 	long := strings.Repeat("x", 20_000)
 	_, err = s.Subscribe(context.Background(), long, func(context.Context, *pigeon.Delivery) error { return nil })

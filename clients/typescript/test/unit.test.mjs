@@ -311,6 +311,32 @@ test("wsURL: http(s) to ws(s), default path, region", () => {
   assert.throws(() => wsURL("ftp://h"), PigeonError);
 });
 
+
+// FakeSocketBase stands in for a WebSocket: it opens on the next tick,
+// hands its listeners what the test emits, and closes as a socket does.
+// A test's subclass answers frames in send.
+class FakeSocketBase {
+  readyState = 0;
+  #listeners = new Map();
+  constructor() {
+    setTimeout(() => {
+      this.readyState = 1;
+      this.emit("open", {});
+    });
+  }
+  addEventListener(type, fn) {
+    this.#listeners.set(type, [...(this.#listeners.get(type) ?? []), fn]);
+  }
+  emit(type, ev) {
+    for (const fn of this.#listeners.get(type) ?? []) fn(ev);
+  }
+  close(code = 1000) {
+    if (this.readyState === 3) return;
+    this.readyState = 3;
+    setTimeout(() => this.emit("close", { code, reason: "" }));
+  }
+}
+
 test("a subscription remembers at most 65,536 outstanding sequences: when full, the lowest quarter goes", () => {
   assert.equal(MAX_OUTSTANDING, 65_536, "the Go client's bound");
   const o = new Outstanding();
@@ -353,26 +379,7 @@ function fakeServer(mode) {
     else if (!("data" in message)) message.data = {};
     return { status, message };
   };
-  class FakeSocket {
-    readyState = 0;
-    #listeners = new Map();
-    constructor() {
-      setTimeout(() => {
-        this.readyState = 1;
-        this.#emit("open", {});
-      });
-    }
-    addEventListener(type, fn) {
-      this.#listeners.set(type, [...(this.#listeners.get(type) ?? []), fn]);
-    }
-    #emit(type, ev) {
-      for (const fn of this.#listeners.get(type) ?? []) fn(ev);
-    }
-    close(code = 1000) {
-      if (this.readyState === 3) return;
-      this.readyState = 3;
-      setTimeout(() => this.#emit("close", { code, reason: "" }));
-    }
+  class FakeSocket extends FakeSocketBase {
     send(text) {
       const f = JSON.parse(text);
       frames.push(f);
@@ -383,7 +390,7 @@ function fakeServer(mode) {
       } else if (f.op === "publish") a = { op: "decision", re: f.id, ...decide(f, f.message) };
       else if (f.op === "publish_batch") a = { op: "decisions", re: f.id, results: f.messages.map((m) => decide(f, m)) };
       else a = { op: "error", re: f.id, error: { code: "BAD_REQUEST", message: `no ${f.op} here` } };
-      setTimeout(() => this.#emit("message", { data: JSON.stringify(a) }));
+      setTimeout(() => this.emit("message", { data: JSON.stringify(a) }));
     }
   }
   return { frames, WebSocket: FakeSocket };
@@ -454,33 +461,17 @@ test("a delay, ttl or timeout that is not a finite number is refused, never sent
 
 test("a server that drops every connection at once is redialled with growing backoff, not every initialDelayMs", async () => {
   let dials = 0;
-  class Flapping {
-    readyState = 0;
-    #listeners = new Map();
+  class Flapping extends FakeSocketBase {
     constructor() {
+      super();
       dials++;
-      setTimeout(() => {
-        this.readyState = 1;
-        this.#emit("open", {});
-      });
-    }
-    addEventListener(type, fn) {
-      this.#listeners.set(type, [...(this.#listeners.get(type) ?? []), fn]);
-    }
-    #emit(type, ev) {
-      for (const fn of this.#listeners.get(type) ?? []) fn(ev);
-    }
-    close(code = 1000) {
-      if (this.readyState === 3) return;
-      this.readyState = 3;
-      setTimeout(() => this.#emit("close", { code, reason: "" }));
     }
     send(text) {
       const f = JSON.parse(text);
       if (f.op !== "negotiate") return;
       const contract = { id: "ctr_fake", principal: "spiffe://fake", subjects: [{ name: "s", operations: ["publish"] }], issuedAt: "2026-01-01T00:00:00Z", expiresAt: "2099-01-01T00:00:00Z" };
       setTimeout(() => {
-        this.#emit("message", { data: JSON.stringify({ op: "contract", re: f.id, contract }) });
+        this.emit("message", { data: JSON.stringify({ op: "contract", re: f.id, contract }) });
         setTimeout(() => this.close(1011), 10); // accepted, then dropped
       });
     }
