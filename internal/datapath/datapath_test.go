@@ -80,10 +80,11 @@ func FuzzFindIn(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc, path string) {
 		var top Names
-		data, _, err := jsontext.DecodeTextNames([]byte(doc), 32, &top)
+		d, err := jsontext.DecodeDocument([]byte(doc), 32, &top)
 		if err != nil {
 			return
 		}
+		data := d.Value
 		p := Parse(path)
 		for _, stop := range []func(any) bool{func(v any) bool { return v != nil }, func(any) bool { return true }} {
 			require.Equal(t, p.Find(data, stop), p.FindIn(data, &top, stop))
@@ -98,8 +99,9 @@ func FuzzFindIn(f *testing.F) {
 func TestFindInSkipsWhatCannotMatch(t *testing.T) {
 	doc := `{"merchantId":"m","amount":1,"PAN":"x","pan":"y","paymentToken":"4111111111111111"}`
 	var top Names
-	data, _, err := jsontext.DecodeTextNames([]byte(doc), 32, &top)
+	d, err := jsontext.DecodeDocument([]byte(doc), 32, &top)
 	require.NoError(t, err)
+	data := d.Value
 	for _, tc := range []struct {
 		path string
 		want []string

@@ -6,7 +6,7 @@ import "unicode/utf8"
 // that FindIn can often skip walking the object's members: it tells, for
 // an ASCII name, that no member's name folds to it (as strings.EqualFold
 // compares), or that at most one may, when an exact lookup finds that one.
-// A decoder fills it as it reads the object (jsontext.DecodeTextNames).
+// A decoder fills it as it reads the object (jsontext.DecodeDocument).
 //
 // Each name sets one of 64 bits, picked from its length and three of its
 // bytes with ASCII letters folded; two names that fold to each other pick

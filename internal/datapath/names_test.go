@@ -30,7 +30,7 @@ func TestNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var fs Names
-			_, _, err := jsontext.DecodeTextNames([]byte(tc.doc), 10, &fs)
+			_, err := jsontext.DecodeDocument([]byte(tc.doc), 10, &fs)
 			require.NoError(t, err)
 			require.Equal(t, tc.known, fs.known)
 			for name, n := range tc.folds {
@@ -69,7 +69,7 @@ func manyMembers(n int) string {
 func TestNamesOnlyForAnObject(t *testing.T) {
 	for _, doc := range []string{`[{"a":1}]`, `"a"`, `1`, `null`} {
 		var fs Names
-		_, _, err := jsontext.DecodeTextNames([]byte(doc), 10, &fs)
+		_, err := jsontext.DecodeDocument([]byte(doc), 10, &fs)
 		require.NoError(t, err)
 		require.Equal(t, Names{}, fs, "%s: nothing known", doc)
 	}

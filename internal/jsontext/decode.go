@@ -32,26 +32,18 @@ func Decode(b []byte, maxDepth int) (any, error) {
 // nothing else holds. Nothing may write to them; they stay as they are
 // whatever happens to b.
 func DecodeText(b []byte, maxDepth int) (any, []byte, error) {
-	return DecodeTextNames(b, maxDepth, nil)
+	doc, err := DecodeDocument(b, maxDepth, nil)
+	return doc.Value, doc.Text, err
 }
 
 // NameSink takes the member names of a document's top-level object as
-// DecodeTextNames reads them.
+// DecodeDocument reads them.
 type NameSink interface {
 	// Reset is called when the document turns out to be an object, before
 	// its first name.
 	Reset()
 	// Add is called with each member name, unescaped, in document order.
 	Add(name string)
-}
-
-// DecodeTextNames is DecodeText that, when the document is an object and
-// top is not nil, also hands its member names to top. top hears nothing
-// when the document is not an object, and may have heard some names when
-// DecodeTextNames fails.
-func DecodeTextNames(b []byte, maxDepth int, top NameSink) (any, []byte, error) {
-	doc, err := DecodeDocument(b, maxDepth, top)
-	return doc.Value, doc.Text, err
 }
 
 // Document is one decoded JSON document.
@@ -65,8 +57,12 @@ type Document struct {
 	Exact bool
 }
 
-// DecodeDocument is DecodeTextNames returning the document with what the
-// decoder learnt of its numbers, so that readers need not scan Text again.
+// DecodeDocument decodes b as DecodeText does and returns the document
+// with what the decoder learnt of its numbers, so that readers need not
+// scan Text again. When the document is an object and top is not nil, it
+// also hands its member names to top; top hears nothing when the document
+// is not an object, and may have heard some names when DecodeDocument
+// fails.
 func DecodeDocument(b []byte, maxDepth int, top NameSink) (Document, error) {
 	d := valueDecoder{s: string(b), maxDepth: maxDepth, top: top}
 	d.slabs.hint = len(b) / 24

@@ -248,7 +248,7 @@ type names []string
 func (n *names) Reset()          { *n = append(*n, "<object>") }
 func (n *names) Add(name string) { *n = append(*n, name) }
 
-func TestDecodeTextNames(t *testing.T) {
+func TestDecodeDocumentNames(t *testing.T) {
 	for _, tc := range []struct {
 		doc  string
 		want []string
@@ -260,12 +260,12 @@ func TestDecodeTextNames(t *testing.T) {
 		{`null`, nil},
 	} {
 		var got names
-		v, text, err := DecodeTextNames([]byte(tc.doc), 10, &got)
+		doc, err := DecodeDocument([]byte(tc.doc), 10, &got)
 		require.NoError(t, err, tc.doc)
 		require.Equal(t, names(tc.want), got, tc.doc)
 		want, wantText, err := DecodeText([]byte(tc.doc), 10)
 		require.NoError(t, err)
-		require.Equal(t, want, v, "the same value as DecodeText")
-		require.Equal(t, wantText, text)
+		require.Equal(t, want, doc.Value, "the same value as DecodeText")
+		require.Equal(t, wantText, doc.Text)
 	}
 }

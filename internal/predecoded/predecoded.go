@@ -12,7 +12,7 @@ package predecoded
 
 import "pigeon/internal/datapath"
 
-// Data is one message's data decoded by jsontext.DecodeTextNames with
+// Data is one message's data decoded by jsontext.DecodeDocument with
 // the engine's nesting limit (pigeon.MaxJSONDepth): Value decoded from
 // Text, which the decoder copied and nothing else holds, Names the
 // summary of Value's top-level member names, and Exact what the decoder
