@@ -119,6 +119,10 @@ type Admission struct {
 	// dataExact reports that the decoder found every number in Data one a
 	// double compares as its decimal (jsontext.Document.Exact).
 	dataExact bool
+	// release is the quarantine record the message is released from
+	// (ReleaseQuarantine), "" for a publish: a refusal keeps the message
+	// there instead of quarantining a copy.
+	release string
 }
 
 // condVars returns the variables CEL conditions see, built once.

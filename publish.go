@@ -127,13 +127,15 @@ func (e *Engine) Publish(ctx context.Context, c Caller, in *Message) (*Result, e
 // publish is Publish; clientID says whether the publisher chose in.ID (an
 // id the broker drew, as Request does, needs no check that it is free).
 func (e *Engine) publish(ctx context.Context, c Caller, in *Message, clientID bool) (*Result, error) {
-	return e.admit(ctx, c, in, clientID, true)
+	return e.admit(ctx, c, in, clientID, "")
 }
 
-// admit judges in and, when the gates allow it, stores it (or, mayReply,
-// routes it as the reply to the stored request its correlationId names on
-// a request/reply subject).
-func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID, mayReply bool) (*Result, error) {
+// admit judges in and, when the gates allow it, stores it, or routes it as
+// the reply to the stored request its correlationId names on a
+// request/reply subject. release is the quarantine record in is released
+// from (ReleaseQuarantine), "" for a publish: a released message is never
+// a reply, and a refusal keeps it in that record (Admission.release).
+func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool, release string) (*Result, error) {
 	if in == nil {
 		if err := e.admissible(ctx); err != nil {
 			return nil, err
@@ -146,7 +148,8 @@ func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID, may
 	a := admissionPool.Get().(*Admission)
 	defer func() { *a = Admission{}; admissionPool.Put(a) }()
 	e.prepare(a, c, in)
-	if s := a.subj; mayReply && s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
+	a.release = release
+	if s := a.subj; release == "" && s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
 		if req, ok := e.requestFor(ctx, s, a.Message.CorrelationID); ok {
 			return e.reply(ctx, a, req, clientID)
 		}

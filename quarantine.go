@@ -25,17 +25,13 @@ type QuarantineRecord struct {
 
 func newQuarantineID() string { return "qr_" + newMessageID()[4:] }
 
-// releasing marks the context of a release (ReleaseQuarantine): its value
-// is the id of the record being released.
-type releasing struct{}
-
 // quarantine keeps a redacted copy of the refused message. A release that
 // the gates refuse again keeps none: the message stays in the record it is
 // released from, whose id is returned, so that retrying a release cannot
 // multiply the copies.
 func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (string, error) {
-	if id, ok := ctx.Value(releasing{}).(string); ok {
-		return id, nil
+	if a.release != "" {
+		return a.release, nil
 	}
 	m := *a.Message
 	m.Data = redactData(a.Data, a.subj.redact)
@@ -227,7 +223,7 @@ func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*R
 	// request stored since would otherwise go to that requester, past the
 	// gates a reply skips (rules, intent, schema, data quality), under the
 	// releaser's name.
-	res, err := e.admit(context.WithValue(ctx, releasing{}, r.ID), c, m, m.ID != "", false)
+	res, err := e.admit(ctx, c, m, m.ID != "", r.ID)
 	rec := EventQuarantineReleased.record("", CodeOK, store.AuditRecord{Subject: r.Subject, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: r.PolicyID, SchemaID: r.SchemaID, MessageID: r.MessageID, Ref: r.ID})
 	if err != nil {
 		rec.Outcome, rec.Code = string(OutcomeDeny), string(ErrorCode(err))
