@@ -90,3 +90,16 @@ async def eventually(pred: Callable[[], bool], timeout: float = 10.0, what: str 
 
 async def within(aw: Awaitable[Any], timeout: float = 15.0) -> Any:
     return await asyncio.wait_for(aw, timeout)
+
+
+def raw_contract(subject: str = "events.telemetry") -> dict[str, Any]:
+    """The contract a raw test endpoint answers a negotiate with: publish
+    on ``subject``, expiring far in the future."""
+    return {
+        "id": "ctr_raw",
+        "principal": "spiffe://raw/ns/test/sa/raw",
+        "subjects": [{"name": subject, "operations": ["publish"]}],
+        "issuedAt": "2026-11-29T12:00:00Z",
+        "expiresAt": "2099-11-29T12:15:00Z",
+        "region": "uk",
+    }

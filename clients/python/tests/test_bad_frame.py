@@ -9,17 +9,10 @@ import json
 import pytest
 from websockets.asyncio.server import serve
 
-from harness import scenario, within
+from harness import raw_contract, scenario, within
 from pigeon_client import ProtocolError, connect
 
-CONTRACT = {
-    "id": "ctr_raw",
-    "principal": "spiffe://raw/ns/test/sa/raw",
-    "subjects": [{"name": "events.telemetry", "operations": ["publish"]}],
-    "issuedAt": "2026-11-29T12:00:00Z",
-    "expiresAt": "2099-11-29T12:15:00Z",
-    "region": "uk",
-}
+CONTRACT = raw_contract()
 
 
 async def raw_endpoint(ws):

@@ -20,7 +20,7 @@ import pytest
 from websockets.asyncio.server import serve
 
 from conftest import Server
-from harness import eventually, fresh, within
+from harness import eventually, fresh, raw_contract, within
 from pigeon_client import PigeonError, connect
 
 WRITER = "spiffe://clients/ns/test/sa/writer"
@@ -153,14 +153,7 @@ async def test_brief_duplicate_keeps_the_original_data(notes_server):
         await s.close()
 
 
-CONTRACT = {
-    "id": "ctr_raw",
-    "principal": "spiffe://raw/ns/test/sa/raw",
-    "subjects": [{"name": SUBJECT, "operations": ["publish"]}],
-    "issuedAt": "2026-11-29T12:00:00Z",
-    "expiresAt": "2099-11-29T12:15:00Z",
-    "region": "uk",
-}
+CONTRACT = raw_contract(SUBJECT)
 
 
 def raw_endpoint(mode: str, frames: list[dict[str, Any]]):

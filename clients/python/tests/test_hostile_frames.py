@@ -8,16 +8,10 @@ import json
 
 from websockets.asyncio.server import serve
 
-from harness import within
+from harness import raw_contract, within
 from pigeon_client import ProtocolError, connect
 
-CONTRACT = {
-    "id": "ctr_raw",
-    "principal": "spiffe://raw/ns/test/sa/raw",
-    "subjects": [{"name": "events.telemetry", "operations": ["publish"]}],
-    "issuedAt": "2026-11-29T12:00:00Z",
-    "expiresAt": "2099-11-29T12:15:00Z",
-}
+CONTRACT = raw_contract()
 
 HOSTILE = [
     # A subscription id that is not a string (a dict key cannot be a list).

@@ -12,13 +12,9 @@ from websockets.asyncio.server import serve
 
 from pigeon_client import connect
 
-CONTRACT = {
-    "id": "ctr_raw",
-    "principal": "spiffe://raw/ns/test/sa/raw",
-    "subjects": [{"name": "events.telemetry", "operations": ["publish"]}],
-    "issuedAt": "2026-11-29T12:00:00Z",
-    "expiresAt": "2099-11-29T12:15:00Z",
-}
+from harness import raw_contract
+
+CONTRACT = raw_contract()
 
 
 async def test_a_server_that_drops_every_connection_at_once_is_redialled_with_growing_backoff():

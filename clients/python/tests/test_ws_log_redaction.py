@@ -13,14 +13,10 @@ from websockets.asyncio.server import serve
 
 from pigeon_client import connect
 
+from harness import raw_contract
+
 TOKEN = "s3cr3t-bearer-value"
-CONTRACT = {
-    "id": "ctr_raw",
-    "principal": "spiffe://raw/ns/test/sa/raw",
-    "subjects": [{"name": "events.telemetry", "operations": ["publish"]}],
-    "issuedAt": "2026-11-29T12:00:00Z",
-    "expiresAt": "2099-11-29T12:15:00Z",
-}
+CONTRACT = raw_contract()
 
 
 async def endpoint(ws):
