@@ -202,7 +202,9 @@ func (e *Engine) QuarantineRecord(ctx context.Context, id string) (QuarantineRec
 // ReleaseQuarantine re-publishes a quarantined message under the
 // releasing caller's contract, through every gate again (Source becomes the
 // releaser). A record is released once; the release is audited whether the
-// re-publish is accepted or refused.
+// re-publish is accepted or refused. A release answered duplicate of another
+// message the releaser published under the same idempotency key is refused
+// CONFLICT and the record stays open: nothing of it was published.
 func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*Result, error) {
 	r, err := e.store.GetQuarantine(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -225,6 +227,11 @@ func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*R
 	// releaser's name.
 	res, err := e.admit(ctx, c, m, m.ID != "", r.ID)
 	rec := EventQuarantineReleased.record("", CodeOK, store.AuditRecord{Subject: r.Subject, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: r.PolicyID, SchemaID: r.SchemaID, MessageID: r.MessageID, Ref: r.ID})
+	if err == nil && res.Status == StatusDuplicate && res.Message.ID != m.ID {
+		// Another message the releaser published holds the key: nothing of
+		// this one was published, so its record stays open.
+		err = NewError(CodeConflict, "the releaser published message %s under this message's idempotency key; nothing was published and the record stays open", res.Message.ID)
+	}
 	if err != nil {
 		rec.Outcome, rec.Code = string(OutcomeDeny), string(ErrorCode(err))
 		e.audit(ctx, rec)

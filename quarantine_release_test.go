@@ -102,3 +102,43 @@ func TestReleaseNeedsTheReleasersOwnPublish(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 }
+
+// A release publishes as the releaser, whose idempotency keys are its
+// own: two quarantined messages carrying one key (from one publisher, or
+// two) released one after the other made the second a duplicate of the
+// first, and its record was marked released though nothing of it was
+// published. The second release is refused CONFLICT and its record stays
+// open.
+func TestReleaseAnsweredDuplicateKeepsItsRecordOpen(t *testing.T) {
+	f := accessFixture(t, func(o *pigeon.Options) {
+		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
+			Name: "orders.place", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"place"},
+			// dave's large orders wait for another's release.
+			Rules: []pigeon.QualityRule{{Name: "review-large", Expr: `principal.id != "` + dave + `" || message.data.amount <= 100.0`, OnFailure: "quarantine"}},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+				pigeon.OpPublish: {{Effect: "allow", Principals: []string{carol, dave}}},
+			},
+		})
+	})
+	dave := f.connect("dave-token", "orders.place")
+	var qids []string
+	for _, amount := range []string{"500", "700"} {
+		_, err := dave.Publish(ctx, &pigeon.Message{Type: "order", Intent: "place", Subject: "orders.place", IdempotencyKey: "k-1",
+			Data: json.RawMessage(`{"amount":` + amount + `}`)})
+		require.ErrorIs(t, err, pigeon.ErrQuarantined)
+		var pe *pigeon.Error
+		require.ErrorAs(t, err, &pe)
+		qids = append(qids, pe.Details["quarantineId"].(string))
+	}
+	carol := f.connect("carol-token", "orders.place")
+	c := carol.(interface{ Caller() pigeon.Caller }).Caller()
+	first, err := f.e.ReleaseQuarantine(ctx, c, qids[0])
+	require.NoError(t, err)
+	require.Equal(t, pigeon.StatusAccepted, first.Status)
+
+	_, err = f.e.ReleaseQuarantine(ctx, c, qids[1])
+	requireCode(t, err, pigeon.CodeConflict)
+	rec, err := f.e.QuarantineRecord(ctx, qids[1])
+	require.NoError(t, err)
+	require.False(t, rec.Released, "nothing of it was published")
+}
