@@ -372,13 +372,14 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	if from == 0 {
 		from = 1
 	}
-	sms, err := e.readBudget(ctx, s.name, from, max, e.opts.MaxReadBytes)
-	if err != nil {
-		return nil, storeError(err)
-	}
 	var cut time.Time
 	if s.replayAge > 0 {
 		cut = a.Now.Add(-s.replayAge)
+		from = e.firstSince(ctx, s.name, from, cut)
+	}
+	sms, err := e.readBudget(ctx, s.name, from, max, e.opts.MaxReadBytes)
+	if err != nil {
+		return nil, storeError(err)
 	}
 	out := make([]*Message, 0, len(sms))
 	for _, sm := range sms {
@@ -399,6 +400,35 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	}
 	e.recordReplay(ctx, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, Ref: r.Reason}, out)
 	return out, nil
+}
+
+// firstSince returns the sequence a replay from from reads on subject
+// when only messages accepted at cut or later may be handed over: the
+// first such message at or after from, found by halving the subject's
+// retained range (messages are appended in the order they are accepted),
+// so that a replay from the start of a long history returns the window's
+// messages, not a page of older ones it must leave out. A read that fails
+// leaves from where it got: the replay's own read and its per-message
+// check decide.
+func (e *Engine) firstSince(ctx context.Context, subject string, from uint64, cut time.Time) uint64 {
+	first, last, err := e.store.Bounds(ctx, subject)
+	if err != nil || last == 0 || from > last {
+		return from
+	}
+	lo, hi := max(from, first), last+1 // the first in the window is in [lo, hi]
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		ms, err := e.store.Read(ctx, subject, mid, 1)
+		if err != nil || len(ms) == 0 {
+			break
+		}
+		if ms[0].Time.Before(cut) {
+			lo = ms[0].Seq + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // recordReplay writes the replay.executed record of the messages out
