@@ -16,16 +16,11 @@ import (
 // and the refusal names the record the message stays in.
 func TestFailedReleaseKeepsOneQuarantineRecord(t *testing.T) {
 	f := newFixture(t)
-	s := f.connect("checkout-token", "payments.authorize")
-	m := demo.Payment("o-1")
-	m.Data = json.RawMessage(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP"}`)
-	_, err := s.Publish(ctx, m)
-	pe := requireCode(t, err, pigeon.CodeSchemaInvalid)
-	id := pe.Details["quarantineId"].(string)
+	s, id := quarantinedPayment(t, f)
 	c := s.(interface{ Caller() pigeon.Caller }).Caller()
 
 	for range 3 {
-		_, err = f.e.ReleaseQuarantine(ctx, c, id)
+		_, err := f.e.ReleaseQuarantine(ctx, c, id)
 		pe := requireCode(t, err, pigeon.CodeSchemaInvalid)
 		require.Equal(t, id, pe.Details["quarantineId"], "the message stays in its record")
 	}
@@ -85,15 +80,10 @@ func TestReleasedMessageIsNeverAReply(t *testing.T) {
 // the publisher could do, and the record stays open.
 func TestReleaseNeedsTheReleasersOwnPublish(t *testing.T) {
 	f := newFixture(t)
-	s := f.connect("checkout-token", "payments.authorize")
-	m := demo.Payment("o-1")
-	m.Data = json.RawMessage(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP"}`)
-	_, err := s.Publish(ctx, m)
-	pe := requireCode(t, err, pigeon.CodeSchemaInvalid)
-	id := pe.Details["quarantineId"].(string)
+	_, id := quarantinedPayment(t, f)
 
 	gateway := f.connect("gateway-token", "payments.authorize")
-	_, err = f.e.ReleaseQuarantine(ctx, gateway.(interface{ Caller() pigeon.Caller }).Caller(), id)
+	_, err := f.e.ReleaseQuarantine(ctx, gateway.(interface{ Caller() pigeon.Caller }).Caller(), id)
 	requireCode(t, err, pigeon.CodeOperationNotInContract)
 	rec, err := f.e.QuarantineRecord(ctx, id)
 	require.NoError(t, err)
@@ -141,4 +131,17 @@ func TestReleaseAnsweredDuplicateKeepsItsRecordOpen(t *testing.T) {
 	rec, err := f.e.QuarantineRecord(ctx, qids[1])
 	require.NoError(t, err)
 	require.False(t, rec.Released, "nothing of it was published")
+}
+
+// quarantinedPayment publishes, as checkout, a payment without its token,
+// which the schema gate refuses and quarantines; it returns the session
+// and the quarantine record's id.
+func quarantinedPayment(t *testing.T, f *fixture) (pigeon.Session, string) {
+	t.Helper()
+	s := f.connect("checkout-token", "payments.authorize")
+	m := demo.Payment("o-1")
+	m.Data = json.RawMessage(`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP"}`)
+	_, err := s.Publish(ctx, m)
+	pe := requireCode(t, err, pigeon.CodeSchemaInvalid)
+	return s, pe.Details["quarantineId"].(string)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"pigeon/internal/testclock"
+
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -21,18 +23,7 @@ import (
 // for publish only.
 func TestReplayHandsOverOnlyWhatThePolicyAllows(t *testing.T) {
 	clk := newClock()
-	f := accessFixture(t, func(o *pigeon.Options) {
-		o.Now = clk.Now
-		o.MaxReplay = 2
-		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
-			Name: "rooms.history", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
-			Replay: pigeon.ReplayPolicy{Allowed: true, MaxAgeMs: 60_000},
-			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
-				pigeon.OpPublish: {{Effect: "allow", Principals: []string{dave}}},
-				pigeon.OpReplay:  {{Effect: "allow", Principals: []string{carol}}},
-			},
-		})
-	})
+	f := historyFixture(t, clk, 2)
 	writer := f.connect("dave-token", "rooms.history")
 	for i, text := range []string{"old", "new-1", "new-2", "new-3"} {
 		if i == 1 {
@@ -88,18 +79,7 @@ func TestReplayHandsOverOnlyWhatThePolicyAllows(t *testing.T) {
 // back empty while messages within the window were retained.
 func TestReplayFromTheStartReachesTheWindow(t *testing.T) {
 	clk := newClock()
-	f := accessFixture(t, func(o *pigeon.Options) {
-		o.Now = clk.Now
-		o.MaxReplay = 10
-		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
-			Name: "rooms.history", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
-			Replay: pigeon.ReplayPolicy{Allowed: true, MaxAgeMs: 60_000},
-			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
-				pigeon.OpPublish: {{Effect: "allow", Principals: []string{dave}}},
-				pigeon.OpReplay:  {{Effect: "allow", Principals: []string{carol}}},
-			},
-		})
-	})
+	f := historyFixture(t, clk, 10)
 	writer := f.connect("dave-token", "rooms.history")
 	publish := func(text string) uint64 {
 		m := chatIn("lobby", text)
@@ -129,4 +109,21 @@ func TestReplayFromTheStartReachesTheWindow(t *testing.T) {
 	got, err := reader.Replay(ctx, pigeon.ReplayRequest{Subject: "rooms.history", FromSequence: 97})
 	require.NoError(t, err)
 	require.Len(t, got, 2, "a later start still starts there")
+}
+
+// historyFixture has rooms.history: pubsub, replayed by carol within
+// maxAgeMs 60 s, published by dave, on clk, MaxReplay maxReplay.
+func historyFixture(t *testing.T, clk *testclock.Clock, maxReplay int) *fixture {
+	return accessFixture(t, func(o *pigeon.Options) {
+		o.Now = clk.Now
+		o.MaxReplay = maxReplay
+		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
+			Name: "rooms.history", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+			Replay: pigeon.ReplayPolicy{Allowed: true, MaxAgeMs: 60_000},
+			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+				pigeon.OpPublish: {{Effect: "allow", Principals: []string{dave}}},
+				pigeon.OpReplay:  {{Effect: "allow", Principals: []string{carol}}},
+			},
+		})
+	})
 }

@@ -2,8 +2,6 @@ package ws_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -106,37 +104,11 @@ func TestInvalidUTF8TextCloses1007(t *testing.T) {
 	v.raw(t, "alice-token").ok(ws.OpPing, "", ws.OpPong)
 }
 
-// fakeServer upgrades one connection, answers the negotiate that Dial
-// sends, and then answers every further frame with reply(id).
+// fakeServer answers the negotiate that Dial sends, and then every
+// further frame with reply(id) (a scriptedServer of one answer a frame).
 func fakeServer(t *testing.T, reply func(id string) []byte) string {
 	t.Helper()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ws.Subprotocol}})
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		ctx := r.Context()
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			f, err := ws.DecodeFrame(b)
-			if err != nil {
-				return
-			}
-			out := reply(f.ID)
-			if f.Op == ws.OpNegotiate {
-				out = []byte(`{"op":"contract","re":"` + f.ID + `","contract":{"id":"ctr_1","principal":"p","subjects":[]}}`)
-			}
-			if c.Write(ctx, websocket.MessageText, out) != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(hs.Close)
-	return "ws" + strings.TrimPrefix(hs.URL, "http")
+	return newScriptedServer(t, func(f *ws.Frame) []string { return []string{string(reply(f.ID))} }).url
 }
 
 // The Go client holds a server to the same rules: an answer it cannot take
