@@ -117,13 +117,7 @@ func TestPrunedRecordSparesLaterWrites(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, nil)
 	ctx := t.Context()
-	busy, idle := store.GroupKey{Subject: "a", Group: "busy"}, store.GroupKey{Subject: "a", Group: "idle"}
-	require.NoError(t, s.MarkDone(ctx, idle, 1))
-	require.NoError(t, s.MarkDone(ctx, busy, 1))
-	s.meta.mu.RLock()
-	looked := s.meta.applied
-	s.meta.mu.RUnlock()
-	require.NoError(t, s.MarkDone(ctx, busy, 2)) // after the look
+	busy, idle, looked := writeAfterTheLook(t, s)
 
 	n, err := s.metaWrite(encPruned("a", looked, []string{"busy", "idle", "unknown"}))
 	require.NoError(t, err)
@@ -158,13 +152,7 @@ func TestPrunedRecordAcrossCompaction(t *testing.T) {
 			dir := t.TempDir()
 			s := open(t, dir, nil)
 			ctx := t.Context()
-			busy, idle := store.GroupKey{Subject: "a", Group: "busy"}, store.GroupKey{Subject: "a", Group: "idle"}
-			require.NoError(t, s.MarkDone(ctx, idle, 1))
-			require.NoError(t, s.MarkDone(ctx, busy, 1))
-			s.meta.mu.RLock()
-			looked := s.meta.applied
-			s.meta.mu.RUnlock()
-			require.NoError(t, s.MarkDone(ctx, busy, 2)) // after the look
+			busy, idle, looked := writeAfterTheLook(t, s)
 			if c.compact {
 				require.NoError(t, s.compactMeta())
 				require.NoError(t, s.Put(ctx, "b", "k", []byte("v"))) // the log goes on after the snapshot
@@ -181,4 +169,20 @@ func TestPrunedRecordAcrossCompaction(t *testing.T) {
 			requireGroupState(t, s, idle, c.idle)
 		})
 	}
+}
+
+// writeAfterTheLook writes groups busy and idle of subject "a" in s, takes
+// the meta index a PruneGroups pass would look at (looked), and then
+// writes busy again, as a subscriber's ack landing after the look would.
+func writeAfterTheLook(t *testing.T, s *Store) (busy, idle store.GroupKey, looked uint64) {
+	t.Helper()
+	ctx := t.Context()
+	busy, idle = store.GroupKey{Subject: "a", Group: "busy"}, store.GroupKey{Subject: "a", Group: "idle"}
+	require.NoError(t, s.MarkDone(ctx, idle, 1))
+	require.NoError(t, s.MarkDone(ctx, busy, 1))
+	s.meta.mu.RLock()
+	looked = s.meta.applied
+	s.meta.mu.RUnlock()
+	require.NoError(t, s.MarkDone(ctx, busy, 2)) // after the look
+	return busy, idle, looked
 }
