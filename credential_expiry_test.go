@@ -67,7 +67,9 @@ func TestContractExpiresWithCredential(t *testing.T) {
 			require.Equal(t, []string{"member"}, p.Roles, "merged with its account")
 			require.True(t, p.Expires.Equal(expires), "the merged principal keeps Expires: %v", p.Expires)
 
-			s, err := f.e.Connect(ctx, "alice-token", []string{"chat.messages"}, pigeon.WithContractTTL(tc.ttl))
+			// Without renewal: a renewal goroutine first scheduled after
+			// the clock's advance would see a millisecond left and renew.
+			s, err := f.e.Connect(ctx, "alice-token", []string{"chat.messages"}, pigeon.WithContractTTL(tc.ttl), pigeon.WithoutAutoRenew())
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = s.Close(ctx) })
 			at := start.Add(tc.want)
