@@ -201,6 +201,11 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID
 	m := *a.Message
 	m.ContractID, m.SubjectID = a.contractID, a.subj.name
 	m.AcceptedAt = formatTime(a.Now)
+	// The record first: a reply the log cannot record is refused, never
+	// handed over.
+	if err := e.audit(ctx, EventReplyRouted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: a.subj.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: a.subj.policyID, MessageID: m.ID, Ref: req.ID})); err != nil {
+		return nil, auditFailure(err)
+	}
 	out := m.Clone()
 	if h := e.replies.deliver(req.ID, req.Source, out, a.Now); h != replyTaken {
 		if h == replyNotKept {
@@ -211,7 +216,6 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID
 			e.opts.Cluster.Notify(ClusterChange{Kind: ChangeReply, RequestID: req.ID, Requester: req.Source, Reply: out.Clone()})
 		}
 	}
-	e.audit(ctx, EventReplyRouted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: a.subj.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: a.subj.policyID, MessageID: m.ID, Ref: req.ID}))
 	return &Result{Status: StatusAccepted, Message: &m}, nil
 }
 

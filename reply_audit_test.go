@@ -1,0 +1,50 @@
+package pigeon_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/demo"
+)
+
+// A reply whose reply.routed record the audit log cannot write is refused
+// and never handed to the requester: the broker does not act without
+// evidence. The requester gets the reply sent once the log is whole again.
+func TestReplyTheAuditLogCannotRecordIsNotHandedOver(t *testing.T) {
+	st, e := failingAuditEngine(t, nil)
+	checkout, err := e.Connect(ctx, "checkout-token", []string{"payments.authorize"})
+	require.NoError(t, err)
+	gateway, err := e.Connect(ctx, "gateway-token", []string{"payments.authorize"})
+	require.NoError(t, err)
+
+	type answer struct {
+		m   *pigeon.Message
+		err error
+	}
+	done := make(chan answer, 1)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		m, err := checkout.Request(rctx, demo.Payment("o-1"))
+		done <- answer{m, err}
+	}()
+	req := receiveOne(t, gateway, "payments.authorize")
+
+	st.fail.Store(true)
+	refused := demo.Approval(req.ID)
+	refused.Data = json.RawMessage(`{"approved":false}`)
+	_, err = gateway.Publish(ctx, refused)
+	requireCode(t, err, pigeon.CodeStoreFull)
+
+	st.fail.Store(false)
+	_, err = gateway.Publish(ctx, demo.Approval(req.ID))
+	require.NoError(t, err)
+	got := <-done
+	require.NoError(t, got.err)
+	require.JSONEq(t, `{"approved":true}`, string(got.m.Data), "the requester got the reply the log recorded")
+}
