@@ -270,7 +270,9 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	}
 	scope := k.permits[s.name]
 	sm, err := e.store.Lookup(ctx, messageID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && sm.Subject != s.name) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (sm.Subject != s.name || !e.inReceiveScope(sm, scope))) {
+		// A message outside the routes the caller may receive is answered
+		// as one never seen: the answer does not tell that it exists.
 		return nil, store.Message{}, nil, nil, NewError(CodeMessageNotFound, "no message %q on subject %s", messageID, s.name)
 	}
 	if err != nil {
@@ -299,9 +301,13 @@ func (e *Engine) pulled(ctx context.Context, c Caller, s *subject, sm store.Mess
 	g.mu.Lock()
 	past := sm.Seq < g.next
 	g.mu.Unlock()
-	if !past {
-		return false
-	}
+	return past && e.inReceiveScope(sm, scope)
+}
+
+// inReceiveScope reports whether sm lies within the routes scope lets its
+// holder receive: always when the receive is not scoped, and never when
+// sm's data does not decode.
+func (e *Engine) inReceiveScope(sm store.Message, scope *permit) bool {
 	if !scope.scoped(OpReceive) {
 		return true
 	}

@@ -54,15 +54,20 @@ func TestPubSubAckIsAReceiptOnlyOfWhatWasPulled(t *testing.T) {
 		return who
 	}
 
+	never := "msg_never_seen"
 	cases := []struct {
 		name  string
 		pull  bool // pull before the ack
 		id    *string
+		code  pigeon.Code // the refusal, if any
 		acked []string
 	}{
-		{"a message not pulled yet", false, &lobby, []string{}},
-		{"a message outside the receive scope", true, &attic, []string{}},
-		{"a message pulled", true, &lobby, []string{carol}},
+		{"a message not pulled yet", false, &lobby, pigeon.CodeAckNotAllowed, []string{}},
+		// Answered as an id never seen: the answer does not tell a
+		// message outside the scope exists.
+		{"a message outside the receive scope", true, &attic, pigeon.CodeMessageNotFound, []string{}},
+		{"an id never seen", true, &never, pigeon.CodeMessageNotFound, []string{}},
+		{"a message pulled", true, &lobby, "", []string{carol}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,12 +76,21 @@ func TestPubSubAckIsAReceiptOnlyOfWhatWasPulled(t *testing.T) {
 				require.NoError(t, err)
 			}
 			err := reader.Ack(ctx, "rooms.feed", *tc.id)
-			if len(tc.acked) == 0 {
-				requireCode(t, err, pigeon.CodeAckNotAllowed)
+			if tc.code != "" {
+				requireCode(t, err, tc.code)
 			} else {
 				require.NoError(t, err)
 			}
 			require.Equal(t, tc.acked, ackedBy(*tc.id))
 		})
 	}
+
+	// Nor does a look-up of a message by id (Engine.Message, which a
+	// transport uses to read a delivery's data again).
+	c := reader.(interface{ Caller() pigeon.Caller }).Caller()
+	_, err = e.Message(ctx, c, attic)
+	requireCode(t, err, pigeon.CodeMessageNotFound)
+	m, err := e.Message(ctx, c, lobby)
+	require.NoError(t, err)
+	require.Equal(t, lobby, m.ID)
 }
