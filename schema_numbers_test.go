@@ -18,7 +18,8 @@ func TestSchemaJudgesNumbersAsStored(t *testing.T) {
 	const sch = `{"type":"object","properties":{
 		"qty":{"type":"integer","minimum":0,"maximum":100},
 		"big":{"type":"integer","maximum":9007199254740992},
-		"one":{"enum":[1]}}}`
+		"one":{"enum":[1]},
+		"half":{"const":2.5}}}`
 	s, err := compileSubject(SubjectPolicy{Name: "t", Version: "v1", Schema: &SchemaRef{Name: "s"}},
 		map[string][]byte{"s": []byte(sch)})
 	require.NoError(t, err)
@@ -36,8 +37,14 @@ func TestSchemaJudgesNumbersAsStored(t *testing.T) {
 		{`{"big":9007199254740993}`, false},
 		{`{"one":1}`, true},
 		{`{"one":1.0}`, true},
-		// Not held: gojsonschema compares enum and const members as
-		// doubles too, so {"one":1.0000000000000001} passes "enum": [1].
+		// gojsonschema compares enum and const members as doubles, so
+		// these passed "enum": [1] and "const": 2.5.
+		{`{"one":1.0000000000000001}`, false},
+		{`{"one":0.99999999999999999}`, false},
+		{`{"half":2.5000000000000000001}`, false},
+		{`{"half":2.5}`, true},
+		// An inexact number elsewhere is judged as before.
+		{`{"one":1,"note":0.12345678901234567}`, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.data, func(t *testing.T) {

@@ -4,9 +4,13 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
+	"math/big"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -30,6 +34,12 @@ type Schema struct {
 	// names are the member names the schema declares (under properties
 	// and required): the only ones a reason shows (schemaReason).
 	names map[string]bool
+	// choices are the numbers of the schema's enum and const values, by
+	// the doubles gojsonschema compares them as (inexactChoice);
+	// inexactChoices is set when one is a number a double does not hold
+	// apart from its neighbours.
+	choices        map[float64][]*big.Rat
+	inexactChoices bool
 }
 
 // maxDepth is the nesting a schema may reach, as encoding/json allows.
@@ -46,13 +56,55 @@ func Compile(raw []byte) (*Schema, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Schema{full: full, names: map[string]bool{}}
+	s := &Schema{full: full, names: map[string]bool{}, choices: map[float64][]*big.Rat{}}
+	s.inexactChoices = choiceNumbers(raw, s.choices)
 	var doc any
 	if json.Unmarshal(raw, &doc) == nil {
-		s.fast = compileFast(doc)
+		if !s.inexactChoices {
+			s.fast = compileFast(doc) // it compares members as doubles
+		}
 		declaredNames(doc, s.names)
 	}
 	return s, nil
+}
+
+// choiceNumbers adds to choices the numbers of every enum and const value
+// of the schema raw, at any depth, by their doubles, and reports whether
+// one of them is a number a double does not hold apart from its
+// neighbours (jsontext.ExactNumber).
+func choiceNumbers(raw []byte, choices map[float64][]*big.Rat) (inexact bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if dec.Decode(&doc) != nil {
+		return false
+	}
+	var walk func(v any, choice bool)
+	walk = func(v any, choice bool) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				walk(e, choice || k == "enum" || k == "const")
+			}
+		case []any:
+			for _, e := range x {
+				walk(e, choice)
+			}
+		case json.Number:
+			if !choice {
+				return
+			}
+			f, _ := strconv.ParseFloat(string(x), 64)
+			r, ok := new(big.Rat).SetString(string(x))
+			if !ok {
+				return
+			}
+			choices[f] = append(choices[f], r)
+			inexact = inexact || !jsontext.ExactNumber([]byte(x))
+		}
+	}
+	walk(doc, false)
+	return inexact
 }
 
 // declaredNames adds to names every member name the schema v declares:
@@ -97,16 +149,19 @@ func declaredNames(v any, names map[string]bool) {
 // (exactNumbers); otherwise gojsonschema, which reads numbers exactly,
 // decides: 100.0000000000000001 is above "maximum": 100 and no integer.
 func (s *Schema) Validate(data any, raw []byte) string {
-	return s.validate(data, raw, s.fast != nil && exactNumbers(raw))
+	return s.validate(data, raw, s.fast != nil && exactNumbers(raw), false)
 }
 
 // ValidateExact is Validate for raw whose numbers a decoder found exact
 // (jsontext.Document.Exact): it does not scan raw for them again.
 func (s *Schema) ValidateExact(data any, raw []byte) string {
-	return s.validate(data, raw, s.fast != nil)
+	return s.validate(data, raw, s.fast != nil, true)
 }
 
-func (s *Schema) validate(data any, raw []byte, fast bool) string {
+// validate judges data with the direct validator when fast is set, and
+// otherwise, or for the reason of a refusal, with gojsonschema; exact says
+// a decoder found every number of raw exact.
+func (s *Schema) validate(data any, raw []byte, fast, exact bool) string {
 	if fast {
 		if s.fast.valid(data) {
 			return ""
@@ -121,9 +176,44 @@ func (s *Schema) validate(data any, raw []byte, fast bool) string {
 		if fast {
 			return "data does not match schema"
 		}
+		if (!exact || s.inexactChoices) && len(s.choices) > 0 && inexactChoice(raw, s.choices) {
+			return "data does not match schema: a number beyond double precision equals an enum or const member only as a double"
+		}
 		return ""
 	}
 	return schemaReason(res.Errors(), s.names)
+}
+
+// inexactChoice reports whether the JSON text raw holds a number whose
+// double is that of a member of choices but whose value is no member's:
+// gojsonschema, which compares enum and const members as doubles, may have
+// admitted it as that member (1.0000000000000000001 as 1, 9007199254740992
+// as 9007199254740993), though receivers get its text.
+func inexactChoice(raw []byte, choices map[float64][]*big.Rat) bool {
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			end, ok := jsontext.NumberEnd(raw, i)
+			if !ok {
+				return true
+			}
+			f, _ := strconv.ParseFloat(string(raw[i:end]), 64)
+			if members := choices[f]; len(members) > 0 {
+				r, _ := new(big.Rat).SetString(string(raw[i:end]))
+				if r == nil || !slices.ContainsFunc(members, func(m *big.Rat) bool { return m.Cmp(r) == 0 }) {
+					return true
+				}
+			}
+			i = end - 1
+		}
+	}
+	return false
 }
 
 // schemaReason names the failing fields and rules, never their values,

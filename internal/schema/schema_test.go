@@ -126,3 +126,35 @@ func TestSchemaReasonHasNoMemberNamesFromData(t *testing.T) {
 		require.NotContains(t, reason, "a@b.example")
 	}
 }
+
+// gojsonschema compares enum and const members as doubles: a value whose
+// double is a member's is admitted as that member unless its value is one
+// (jsontext's exactness aside, a member a double does not hold exactly
+// admitted its neighbour, and the direct validator compared as doubles).
+func TestSchemaChoicesCompareExactly(t *testing.T) {
+	tests := []struct {
+		schema, data string
+		valid        bool
+	}{
+		{`{"enum":[9007199254740993]}`, `9007199254740993`, true},
+		{`{"enum":[9007199254740993]}`, `9007199254740992`, false},
+		{`{"enum":[9007199254740991]}`, `9007199254740991`, true},
+		{`{"const":1.0000000000000000001}`, `1`, false},
+		{`{"const":1.0000000000000000001}`, `1.0000000000000000001`, true},
+		{`{"enum":[0.1]}`, `0.1`, true},
+		{`{"enum":[0.1]}`, `0.10000000000000000001`, false},
+		{`{"enum":[1, 2]}`, `2.0`, true},
+		{`{"properties":{"a":{"enum":[1,[2,{"b":12345678901234567890}]]}}}`, `{"a":[2,{"b":12345678901234567891}]}`, false},
+		{`{"properties":{"a":{"enum":[1,[2,{"b":12345678901234567890}]]}}}`, `{"a":[2,{"b":12345678901234567890}]}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema+" "+tt.data, func(t *testing.T) {
+			s, err := Compile([]byte(tt.schema))
+			require.NoError(t, err)
+			var v any
+			require.NoError(t, json.Unmarshal([]byte(tt.data), &v))
+			reason := s.Validate(v, []byte(tt.data))
+			require.Equal(t, tt.valid, reason == "", reason)
+		})
+	}
+}
