@@ -38,10 +38,12 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 }
 
 // Header values of every JSON answer, shared: net/http reads them and never
-// changes them.
+// changes them. No answer is stored by a cache, the browser's included: it
+// may hold messages, audit records, a grant's token.
 var (
 	headerJSON    = []string{"application/json"}
 	headerNoSniff = []string{"nosniff"}
+	headerNoStore = []string{"no-store"}
 )
 
 // writeBody writes b with status as a JSON answer; newline adds the final
@@ -50,6 +52,7 @@ func writeBody(w http.ResponseWriter, status int, b []byte, newline bool) {
 	h := w.Header()
 	h["Content-Type"] = headerJSON
 	h["X-Content-Type-Options"] = headerNoSniff
+	h["Cache-Control"] = headerNoStore
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 	if newline {

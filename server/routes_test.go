@@ -196,6 +196,7 @@ func TestStatuses(t *testing.T) {
 			r := f.do(t, tc.method, tc.path, tc.token, tc.body, tc.headers...)
 			require.Equal(t, tc.status, r.status, "body %s", r.body)
 			require.Equal(t, "application/json", r.header.Get("Content-Type"))
+			require.Equal(t, "no-store", r.header.Get("Cache-Control"), "no cache keeps an answer")
 			if tc.code != "" {
 				require.Equal(t, tc.code, r.code(t))
 				require.Equal(t, wire.HTTPStatus(tc.code), r.status, "status follows the code")

@@ -99,6 +99,7 @@ func WriteHTTPError(w http.ResponseWriter, err error) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(HTTPStatus(we.Code))
 	_, _ = w.Write(append(body, '\n'))
 }
