@@ -2,6 +2,7 @@ package ws_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -46,4 +47,26 @@ func TestWaitingRequestsBoundedPerPrincipal(t *testing.T) {
 	// r1 answered: its room is back, for either connection.
 	b.fail(ws.OpRequest, `,"timeoutMs":50,"message":`+msgJSON(t, demo.Payment("o-4")), pigeon.CodeRequestTimeout)
 	a.fail(ws.OpRequest, `,"timeoutMs":50,"message":`+msgJSON(t, demo.Payment("o-5")), pigeon.CodeRequestTimeout)
+}
+
+// A connection that drops while one of its requests waits for a reply is
+// torn down at once, and the request with it: its hold on the principal's
+// request bytes comes back then, not when its timeout ends. (The request
+// may run on the goroutine that read its frame, which was the connection's
+// own: the teardown must not wait for that goroutine.)
+func TestDroppedConnectionEndsItsWaitingRequest(t *testing.T) {
+	v := newEnv(t, &ws.Options{MaxRequestBytesPerPrincipal: 1}) // one request waiting per principal
+	a := v.raw(t, "checkout-token")
+	a.negotiate("payments.authorize")
+	a.write(`{"op":"request","id":"r1","timeoutMs":600000,"message":` + msgJSON(t, demo.Payment("o-1")) + `}`)
+	a.ok(ws.OpPing, "", ws.OpPong) // the server read r1 before the ping
+	b := v.raw(t, "checkout-token")
+	b.negotiate("payments.authorize")
+	b.fail(ws.OpRequest, `,"timeoutMs":50,"message":`+msgJSON(t, demo.Payment("o-2")), pigeon.CodeRateLimited)
+
+	require.NoError(t, a.c.CloseNow())
+	require.Eventually(t, func() bool {
+		f := b.call(ws.OpRequest, `,"timeoutMs":50,"message":`+msgJSON(t, demo.Payment("o-3")))
+		return f.Error != nil && f.Error.Code == pigeon.CodeRequestTimeout
+	}, 20*time.Second, 50*time.Millisecond, "r1 still holds the principal's request bytes")
 }
