@@ -9,9 +9,10 @@
 // # Model
 //
 // A Manager holds the programs of one engine. Deploy validates a module
-// (header, size, initial memory, compilation, imports limited to the host
-// module and a minimal WASI, the ABI's exports, a first instance that
-// starts) and binds it: a contract is negotiated for the manifest's
+// (header, size, initial memory, the bounds of its tables, globals and
+// element segments, compilation, imports limited to the host module and
+// a minimal WASI, the ABI's exports, a first instance that starts) and
+// binds it: a contract is negotiated for the manifest's
 // account and the route subscribed under it, so every delivery and every
 // message the program emits passes the same contract checks and gates as
 // any other service's; the contract is renewed in place before it

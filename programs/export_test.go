@@ -25,3 +25,6 @@ func (mg *Manager) StartInstance(ctx context.Context, name string) error {
 
 // StackBytes is stackBytes, for the test of what it reads.
 func StackBytes(fn api.Function) int { return stackBytes(fn) }
+
+// MaxElementBytes is maxElementBytes, for the test of the bound.
+const MaxElementBytes = maxElementBytes

@@ -372,6 +372,9 @@ func (in Info) RollbackTarget(version int) (Revision, error) {
 			return r, nil
 		}
 	}
+	if version < in.Version { // versions are numbered from 1: an earlier one dropped from the history
+		return Revision{}, pruned(in.Name, version)
+	}
 	return Revision{}, pigeon.NewError(pigeon.CodeProgramNotFound, "program %s has no version %d", in.Name, version)
 }
 
@@ -426,6 +429,7 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 		prev.Manifest = &man
 		rec.History = append(slices.Clone(rec.History), prev)
 		prune = rec.keep(mg.opts.KeepVersions)
+		rec.trim(max(MaxHistory, mg.opts.KeepVersions-1))
 		err = mg.kv.Put(ctx, modules, moduleKey(name, prev.Version), p.rec.Module)
 		err = storeError(err, "keep the module of program %s version %d", name, prev.Version)
 	}
@@ -486,6 +490,22 @@ func (r *record) keep(keep int) []int {
 		}
 	}
 	return out
+}
+
+// MaxHistory is how many earlier versions a program's history lists at
+// least (more when Options.KeepVersions keeps more modules): the oldest
+// beyond it are dropped, as pruned versions. Each holds its manifest (up
+// to 64 KiB), and the whole record is rewritten at each deploy and read by
+// every GET and at start: without a bound, redeploying a program again
+// and again would grow it without end.
+const MaxHistory = 100
+
+// trim drops the oldest earlier versions beyond n, which keep (with n at
+// least Options.KeepVersions - 1) has pruned already.
+func (r *record) trim(n int) {
+	if extra := len(r.History) - n; extra > 0 {
+		r.History = slices.Delete(r.History, 0, extra)
+	}
 }
 
 // invalidBind is a binding failure as a PROGRAM_INVALID refusal that

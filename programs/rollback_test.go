@@ -128,3 +128,31 @@ func TestRollbackOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusGone, st, "%v", body)
 	require.Equal(t, string(pigeon.CodeProgramVersionPruned), errCode(body))
 }
+
+// A program's history is bounded: every earlier version keeps its
+// manifest (up to 64 KiB) in the record rewritten at each deploy and read
+// by every GET, so redeploying again and again would grow it without end.
+// It lists the last MaxHistory earlier versions; an older one is refused
+// as pruned.
+func TestProgramHistoryIsBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	const n = programs.MaxHistory + 3
+	var in programs.Info
+	var err error
+	for range n {
+		in, err = f.mg.Deploy(ctx, admin, "p", manifest(), modOK)
+		require.NoError(t, err)
+	}
+	require.Equal(t, n, in.Version)
+	require.Len(t, in.History, programs.MaxHistory)
+	require.Equal(t, n-programs.MaxHistory, in.History[0].Version, "the oldest are dropped")
+	require.Equal(t, n-1, in.History[len(in.History)-1].Version)
+	_, err = f.mg.Rollback(ctx, admin, "p", 1)
+	require.Equal(t, pigeon.CodeProgramVersionPruned, pigeon.ErrorCode(err), "a dropped version is pruned")
+	_, err = f.mg.Rollback(ctx, admin, "p", n+1)
+	require.Equal(t, pigeon.CodeProgramNotFound, pigeon.ErrorCode(err))
+	in, err = f.mg.Rollback(ctx, admin, "p", n-1)
+	require.NoError(t, err, "a kept version rolls back")
+	require.Len(t, in.History, programs.MaxHistory)
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/tetratelabs/wazero"
@@ -21,7 +22,7 @@ const (
 	checkCompile  = "compile"  // the module does not compile
 	checkImport   = "import"   // it imports something outside the host module and the allowed WASI calls
 	checkExport   = "export"   // an entry point of the ABI (or its memory) is missing or of the wrong type
-	checkMemory   = "memory"   // its initial memory is above limits.memoryPages
+	checkMemory   = "memory"   // its initial memory is above limits.memoryPages, or its tables, globals or element section above their bounds
 	checkStart    = "start"    // an instance could not be started (its initializer trapped)
 	checkBind     = "bind"     // the route could not be bound (account, contract, subject, selector)
 )
@@ -100,6 +101,10 @@ func compile(ctx context.Context, rt wazero.Runtime, wasm []byte, maxSize int, p
 	}
 	if min, ok := memoryMin(wasm); ok && min > uint64(pages) {
 		return nil, invalid(checkMemory, "the module's initial memory is %d pages; limits.memoryPages is %d", min, pages)
+	}
+	wasm, err := capTables(wasm)
+	if err != nil {
+		return nil, err
 	}
 	cm, err := rt.CompileModule(ctx, wasm)
 	if err != nil {
@@ -190,4 +195,146 @@ func leb(b []byte) (v uint64, n int) {
 		}
 	}
 	return 0, 0
+}
+
+// MaxTableEntries bounds the entries of a module's tables, all of them
+// together, at their largest. wazero keeps a table's entries (8 bytes
+// each) on the Go heap, outside limits.memoryPages: it allocates a
+// table's initial size when an instance starts (up to 2²⁷ entries, 1 GiB,
+// a table) and table.grow appends to it up to the table's maximum, or 2³²
+// entries (32 GiB) when it declares none, which the Go runtime cannot
+// allocate and dies of. A Go program's one table holds its functions
+// and 4096 more (the enricher's, 6,228 entries); 2¹⁸ entries (2 MiB)
+// leave room for programs 40 times its size.
+const MaxTableEntries = 1 << 18
+
+// MaxGlobals bounds the globals a module defines. wazero allocates each
+// one (≈ 72 bytes) for every instance, on the Go heap, beyond
+// limits.memoryPages: 5 bytes of module a global, a 32 MiB module would
+// take ≈ 480 MB an instance. A Go program defines 8.
+const MaxGlobals = 1 << 14
+
+// maxElementBytes bounds a module's element section: wazero keeps each
+// entry of a passive segment (8 bytes) for every instance, and decodes
+// each entry into a constant expression (≈ 40 bytes) when it compiles, a
+// byte of module an entry at least. An active segment only fills a table
+// (MaxTableEntries, each at most a 5-byte index), which this leaves room
+// for.
+const maxElementBytes = 5 * MaxTableEntries
+
+// capTables returns wasm with the maximum of each table that declares
+// none set to its initial size, so that table.grow fails (-1) rather
+// than grow it; wasm itself is not changed. It refuses (check "memory")
+// a module whose tables may hold more than MaxTableEntries together, that
+// defines more than MaxGlobals globals or whose element section is
+// larger than maxElementBytes (what its instances would hold on the Go
+// heap, beyond limits.memoryPages), and (check "compile") one whose sections or tables it cannot read, or that
+// declares a table of a form other than funcref or externref with plain
+// limits (the typed references of the function-references proposal).
+func capTables(wasm []byte) ([]byte, error) {
+	malformed := func(what string) ([]byte, error) {
+		return nil, invalid(checkCompile, "the module does not compile: %s", what)
+	}
+	out := wasm
+	var total uint64
+	for b, at := wasm[len(wasmMagic):], len(wasmMagic); len(b) > 0; {
+		id := b[0]
+		size, n := leb(b[1:])
+		if n == 0 || uint64(len(b)-1-n) < size {
+			return malformed("a section's size is malformed")
+		}
+		body := b[1+n : 1+n+int(size)]
+		next := at + 1 + n + int(size)
+		b = b[1+n+int(size):]
+		switch id {
+		case 6:
+			if count, n := leb(body); n > 0 && count > MaxGlobals {
+				return nil, invalid(checkMemory, "the module defines %d globals; at most %d are accepted", count, MaxGlobals)
+			}
+		case 9:
+			if len(body) > maxElementBytes {
+				return nil, invalid(checkMemory, "the module's element section is %d bytes; at most %d are accepted", len(body), maxElementBytes)
+			}
+		}
+		if id != 4 {
+			at = next
+			continue
+		}
+		capped, sum, ok := capTableSection(body)
+		if !ok {
+			return malformed("its table section is malformed, or declares a table of a form programs do not support")
+		}
+		if total += sum; total > MaxTableEntries {
+			return nil, invalid(checkMemory, "the module's tables may hold %d entries; at most %d are accepted", total, MaxTableEntries)
+		}
+		if capped != nil {
+			rebuilt := append(out[:at:at], id) // a copy: wasm is the caller's
+			rebuilt = appendLEB(rebuilt, uint64(len(capped)))
+			rebuilt = append(rebuilt, capped...)
+			shift := len(rebuilt) - next
+			out = append(rebuilt, out[next:]...)
+			next += shift
+		}
+		at = next
+	}
+	return out, nil
+}
+
+// capTableSection reads a table section's body: the most entries its
+// tables may hold (each one's maximum, or its initial size when it
+// declares none) and, when a table declares no maximum, the body with
+// that maximum set to its initial size (nil when none needs it). ok is
+// false when the body is malformed or a table is not a funcref (0x70) or
+// externref (0x6f) table with limits flagged 0x00 or 0x01.
+func capTableSection(body []byte) (capped []byte, sum uint64, ok bool) {
+	count, n := leb(body)
+	if n == 0 {
+		return nil, 0, false
+	}
+	out := slices.Clone(body[:n])
+	rest := body[n:]
+	changed := false
+	for range count {
+		if len(rest) < 2 || (rest[0] != 0x70 && rest[0] != 0x6f) {
+			return nil, 0, false
+		}
+		typ, flag := rest[0], rest[1]
+		min, n1 := leb(rest[2:])
+		if n1 == 0 || min > math.MaxUint32 {
+			return nil, 0, false
+		}
+		minBytes := rest[2 : 2+n1]
+		max, maxBytes := min, minBytes
+		switch flag {
+		case 0x00:
+			changed = true
+			rest = rest[2+n1:]
+		case 0x01:
+			var n2 int
+			if max, n2 = leb(rest[2+n1:]); n2 == 0 || max > math.MaxUint32 {
+				return nil, 0, false
+			}
+			maxBytes = rest[2+n1 : 2+n1+n2]
+			rest = rest[2+n1+n2:]
+		default:
+			return nil, 0, false
+		}
+		sum += max
+		out = append(append(append(out, typ, 0x01), minBytes...), maxBytes...)
+	}
+	if !changed {
+		return nil, sum, true
+	}
+	return append(out, rest...), sum, true // trailing bytes, if any, for the compiler to refuse
+}
+
+// appendLEB appends v as an unsigned LEB128.
+func appendLEB(b []byte, v uint64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		if v >>= 7; v == 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
 }

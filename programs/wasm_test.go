@@ -42,9 +42,21 @@ type wmodule struct {
 	funcs   []wfunc
 	memMin  uint32
 	noMem   bool // export no memory
+	// tables are funcref tables: each an initial size and, when max is
+	// not nil, a maximum.
+	tables []wtable
+	// globals is how many immutable i32 globals (of 0) it defines.
+	globals int
+	// elem is the body of its element section, when not nil.
+	elem []byte
 	// data are active data segments: bytes written at an offset of the
 	// memory when an instance starts.
 	data []wdata
+}
+
+type wtable struct {
+	min uint32
+	max *uint32
 }
 
 type wdata struct {
@@ -128,11 +140,32 @@ func (m wmodule) encode() []byte {
 	out = section(out, 1, vec(nil, types...))
 	out = section(out, 2, vec(nil, imps...))
 	out = section(out, 3, vec(nil, fidx...))
+	if len(m.tables) > 0 {
+		var tabs [][]byte
+		for _, t := range m.tables {
+			if t.max == nil {
+				tabs = append(tabs, uleb([]byte{0x70, 0x00}, uint64(t.min)))
+			} else {
+				tabs = append(tabs, uleb(uleb([]byte{0x70, 0x01}, uint64(t.min)), uint64(*t.max)))
+			}
+		}
+		out = section(out, 4, vec(nil, tabs...))
+	}
 	out = section(out, 5, vec(nil, uleb([]byte{0x00}, uint64(m.memMin))))
+	if m.globals > 0 {
+		globals := uleb(nil, uint64(m.globals))
+		for range m.globals {
+			globals = append(globals, tI32, 0x00, opI32Const, 0x00, opEnd)
+		}
+		out = section(out, 6, globals)
+	}
 	if !m.noMem {
 		exps = append(exps, append(name(nil, "memory"), 0x02, 0x00))
 	}
 	out = section(out, 7, vec(nil, exps...))
+	if m.elem != nil {
+		out = section(out, 9, m.elem)
+	}
 	out = section(out, 10, vec(nil, codes...))
 	if len(m.data) == 0 {
 		return out
