@@ -96,16 +96,39 @@ func (rq *request) mayRunAs(account, what string) error {
 	return nil
 }
 
+// getProgram shows a program; to a principal without RoleAdmin, only one
+// that runs as its own account: another account's (its manifest's env, its
+// contract, its history) is PROGRAM_NOT_FOUND, as a name none holds.
 func getProgram(rq *request) (int, any, error) {
-	info, err := rq.s.opts.Programs.Get(rq.ctx, rq.r.PathValue("name"))
+	name := rq.r.PathValue("name")
+	info, err := rq.s.opts.Programs.Get(rq.ctx, name)
+	if err == nil && !rq.mayRead(info) {
+		err = pigeon.NewError(pigeon.CodeProgramNotFound, "no program %s", name)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"program": info}, nil
 }
 
+// listPrograms lists the programs; to a principal without RoleAdmin, those
+// that run as its own account.
 func listPrograms(rq *request) (int, any, error) {
-	return http.StatusOK, map[string]any{"programs": rq.s.opts.Programs.List(rq.ctx)}, nil
+	all := rq.s.opts.Programs.List(rq.ctx)
+	shown := all[:0]
+	for _, info := range all {
+		if rq.mayRead(info) {
+			shown = append(shown, info)
+		}
+	}
+	return http.StatusOK, map[string]any{"programs": shown}, nil
+}
+
+// mayRead reports whether the caller may see program info: an admin any,
+// another principal those that run as its own account, as it may change
+// only those.
+func (rq *request) mayRead(info programs.Info) bool {
+	return rq.p.HasRole(RoleAdmin) || info.Manifest.Account == rq.p.ID
 }
 
 // ownProgram is the precondition of a change by a principal without

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,4 +261,39 @@ func requireDeploysDenied(t *testing.T, e *pigeon.Engine, principal string) {
 		}
 	}
 	require.Contains(t, denied, "PUT /v1/programs/{name}", "the refusals are audited")
+}
+
+// TestProgramsAreShownOnlyToTheirAccount: a principal with the role
+// programs but not admin sees only the programs that run as its own
+// account, as it may change only those: another account's manifest (its
+// env), contract and history are not listed, and showing it by name is
+// PROGRAM_NOT_FOUND, as for a name none holds. An admin sees every one.
+func TestProgramsAreShownOnlyToTheirAccount(t *testing.T) {
+	_, _, hs := programsServer(t)
+	for _, p := range []struct{ token, name, account string }{{"a-token", "mine", progA}, {"b-token", "theirs", progB}} {
+		r := doRequest(t, http.MethodPut, hs.URL+"/v1/programs/"+p.name, p.token, deployBody(t, p.account))
+		require.Equal(t, http.StatusCreated, r.status, "%s", r.body)
+	}
+	names := func(token string) []string {
+		r := doRequest(t, http.MethodGet, hs.URL+"/v1/programs", token, "")
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		out := []string{}
+		for _, p := range r.json(t)["programs"].([]any) {
+			out = append(out, p.(map[string]any)["name"].(string))
+		}
+		slices.Sort(out)
+		return out
+	}
+	require.Equal(t, []string{"mine"}, names("a-token"))
+	require.Equal(t, []string{"theirs"}, names("b-token"))
+	require.Equal(t, []string{"mine", "theirs"}, names("admin-token"))
+
+	r := doRequest(t, http.MethodGet, hs.URL+"/v1/programs/theirs", "a-token", "")
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeProgramNotFound, r.code(t))
+	require.NotContains(t, r.body, progB)
+	r = doRequest(t, http.MethodGet, hs.URL+"/v1/programs/mine", "a-token", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	r = doRequest(t, http.MethodGet, hs.URL+"/v1/programs/theirs", "admin-token", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }
