@@ -404,7 +404,10 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	if err := e.stillAllowed(ctx, c, s, OpReplay, EventReplayDenied); err != nil {
 		return nil, err
 	}
-	e.recordReplay(ctx, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, Ref: r.Reason}, out)
+	// Nothing is handed over without its record.
+	if err := e.recordReplay(ctx, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, Ref: r.Reason}, out); err != nil {
+		return nil, auditFailure(err)
+	}
 	return out, nil
 }
 
@@ -441,15 +444,23 @@ func (e *Engine) firstSince(ctx context.Context, subject string, from uint64, cu
 // handed over, on base: their sequences, count and digest as a delivery
 // batch record carries them, so that the receipts of a message list the
 // replays that returned it. More than maxLogged messages take more
-// records; none takes one record naming none.
-func (e *Engine) recordReplay(ctx context.Context, base store.AuditRecord, out []*Message) {
+// records; none takes one record naming none. It returns the first
+// failure to write one.
+func (e *Engine) recordReplay(ctx context.Context, base store.AuditRecord, out []*Message) error {
 	if len(out) == 0 {
-		e.audit(ctx, EventReplayExecuted.record(OutcomeAllow, CodeOK, base))
-		return
+		return e.audit(ctx, EventReplayExecuted.record(OutcomeAllow, CodeOK, base))
 	}
-	var log deliveryLog
+	var (
+		log deliveryLog
+		err error
+	)
 	log.addAll(out)
-	log.record(EventReplayExecuted, OutcomeAllow, base, func(r store.AuditRecord) { e.audit(ctx, r) })
+	log.record(EventReplayExecuted, OutcomeAllow, base, func(r store.AuditRecord) {
+		if err == nil {
+			err = e.audit(ctx, r)
+		}
+	})
+	return err
 }
 
 // Recheck returns nil while c's contract still allows op on the subject,

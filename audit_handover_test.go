@@ -48,3 +48,26 @@ func TestReplyTheAuditLogCannotRecordIsNotHandedOver(t *testing.T) {
 	require.NoError(t, got.err)
 	require.JSONEq(t, `{"approved":true}`, string(got.m.Data), "the requester got the reply the log recorded")
 }
+
+// A replay whose replay.executed record the audit log cannot write hands
+// nothing over: the record is the evidence (with its reason) that the
+// messages were read again.
+func TestReplayTheAuditLogCannotRecordHandsNothingOver(t *testing.T) {
+	st, e := failingAuditEngine(t, nil)
+	orders, err := e.Connect(ctx, "orders-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	_, err = orders.Publish(ctx, demo.Notification("k-1"))
+	require.NoError(t, err)
+	replayer, err := e.Connect(ctx, "notify-replay-token", []string{"notifications.send"})
+	require.NoError(t, err)
+
+	st.fail.Store(true)
+	got, err := replayer.Replay(ctx, pigeon.ReplayRequest{Subject: "notifications.send", Reason: "audit"})
+	requireCode(t, err, pigeon.CodeStoreFull)
+	require.Empty(t, got)
+
+	st.fail.Store(false)
+	got, err = replayer.Replay(ctx, pigeon.ReplayRequest{Subject: "notifications.send", Reason: "audit"})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}
