@@ -258,22 +258,43 @@ func (k *keySet) getJSON(ctx context.Context, u string, v any) error {
 	req.Header.Set("Accept", "application/json")
 	resp, err := k.client.Do(req)
 	if err != nil {
+		var ue *url.Error // net/http hides the password, not the query
+		if errors.As(err, &ue) {
+			ue.URL = shownURL(ue.URL)
+		}
 		return err
 	}
 	defer resp.Body.Close()
+	shown := shownURL(u)
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxJWKSBytes))
-		return fmt.Errorf("GET %s: status %d", u, resp.StatusCode)
+		return fmt.Errorf("GET %s: status %d", shown, resp.StatusCode)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxJWKSBytes+1))
 	if err != nil {
 		return err
 	}
 	if len(b) > maxJWKSBytes {
-		return fmt.Errorf("GET %s: larger than %d bytes", u, maxJWKSBytes)
+		return fmt.Errorf("GET %s: larger than %d bytes", shown, maxJWKSBytes)
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("GET %s: %w", u, err)
+		return fmt.Errorf("GET %s: %w", shown, err)
 	}
 	return nil
+}
+
+// shownURL is u as errors and log lines name it: without its userinfo and
+// its query, which may hold a credential of the key set's (basic auth, an
+// API key).
+func shownURL(u string) string {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	pu.User = nil
+	if pu.RawQuery != "" || pu.ForceQuery {
+		pu.RawQuery, pu.ForceQuery = "…", false
+	}
+	pu.Fragment, pu.RawFragment = "", ""
+	return pu.String()
 }

@@ -76,7 +76,8 @@ type Issuer struct {
 	// role of the claim not among them is dropped. Empty: any role but
 	// the broker's own, admin and auditor (pigeon.RoleAdmin,
 	// pigeon.RoleAuditor), which open the HTTP API's account, grant,
-	// audit and quarantine routes: a provider asserts those only when
+	// audit and quarantine routes, and programs (server.RolePrograms),
+	// which opens the program routes: a provider asserts those only when
 	// listed here, so that one whose users or client applications may set
 	// their own roles does not make them the broker's administrators.
 	Roles []string
@@ -85,7 +86,10 @@ type Issuer struct {
 	// together must have distinct prefixes (one of them may have none):
 	// otherwise a subject of one would be the same principal as the same
 	// subject of another, and one provider could sign in as the other's
-	// users. At most 256 bytes of text.
+	// users. A principal that starts with the longer prefix of another
+	// issuer is refused (beside "partner:", the subject "partner:alice"
+	// of an issuer of no prefix would be the partner's alice). At most
+	// 256 bytes of text.
 	PrincipalPrefix string
 	// TrustDomains are the SPIFFE trust domains whose IDs this issuer may
 	// assert as principals (JWT-SVIDs of a SPIRE server, say). Policies
@@ -132,6 +136,10 @@ type issuer struct {
 	cfg  Issuer
 	algs []jose.SignatureAlgorithm
 	keys *keySet
+	// shadows are the longer principal prefixes of the other issuers
+	// that start with this one's: a principal of this issuer starting
+	// with one of them would be that issuer's.
+	shadows []string
 }
 
 var _ pigeon.CredentialAuthenticator = (*OIDC)(nil)
@@ -170,6 +178,13 @@ func NewOIDC(opts *OIDCOptions) (*OIDC, error) {
 		}
 		m.issuers[is.cfg.URL] = is
 	}
+	for _, is := range m.issuers {
+		for _, other := range m.issuers {
+			if p := other.cfg.PrincipalPrefix; len(p) > len(is.cfg.PrincipalPrefix) && strings.HasPrefix(p, is.cfg.PrincipalPrefix) {
+				is.shadows = append(is.shadows, p)
+			}
+		}
+	}
 	return m, nil
 }
 
@@ -191,7 +206,7 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 	}
 	if c.JWKSURL != "" {
 		if u, err := url.Parse(c.JWKSURL); err != nil || !fetchable(u) {
-			return c, fmt.Errorf("issuer %q: jwks URL %q must be an https URL (http only to a loopback address)", c.URL, c.JWKSURL)
+			return c, fmt.Errorf("issuer %q: jwks URL %q must be an https URL (http only to a loopback address)", c.URL, shownURL(c.JWKSURL))
 		}
 	} else if !fetchable(u) {
 		// Discovery reads the issuer's document, which names the keys.
@@ -447,6 +462,14 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		return nil, refuse("the principal claim %q holds a control character or U+FFFD", is.cfg.PrincipalClaim)
 	}
 	id = is.cfg.PrincipalPrefix + id
+	for _, p := range is.shadows {
+		// Distinct prefixes keep issuers apart only when neither starts
+		// the other: beside "partner:", an issuer of no prefix whose
+		// subject is "partner:alice" would be the partner's alice.
+		if strings.HasPrefix(id, p) {
+			return nil, refuse("the principal claim %q starts with the principal prefix of another issuer", is.cfg.PrincipalClaim)
+		}
+	}
 	if err := is.mayAssert(id); err != nil {
 		return nil, refuse("the principal claim %q %s", is.cfg.PrincipalClaim, err)
 	}
@@ -472,13 +495,18 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 	return p, nil
 }
 
+// rolePrograms is server.RolePrograms (package server imports more than
+// identity may): the role of the program routes, which deploy code that
+// runs as the caller's account.
+const rolePrograms = "programs"
+
 // mayGive reports whether the issuer may give its principals role
-// (Issuer.Roles).
+// (Issuer.Roles): without the list, any role but the broker's own.
 func (is *issuer) mayGive(role string) bool {
 	if len(is.cfg.Roles) > 0 {
 		return slices.Contains(is.cfg.Roles, role)
 	}
-	return role != pigeon.RoleAdmin && role != pigeon.RoleAuditor
+	return role != pigeon.RoleAdmin && role != pigeon.RoleAuditor && role != rolePrograms
 }
 
 // mayAssert refuses a principal that is, or looks like, a SPIFFE ID

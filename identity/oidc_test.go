@@ -2,6 +2,8 @@ package identity_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -226,4 +228,41 @@ func requireNoSecrets(t *testing.T, logs string) {
 	for _, s := range []string{"eyJ", "BEGIN ", "PRIVATE KEY", "static-1"} {
 		require.NotContains(t, logs, s)
 	}
+}
+
+// A key set URL may carry a credential of its own (basic auth in the
+// userinfo, an API key in the query). It is the operator's secret: the
+// errors and log lines of a failed fetch, and the refusal of a bad URL at
+// start, name the URL without them.
+func TestOIDCKeySetURLSecretsNotLogged(t *testing.T) {
+	p := newIDP(t)
+	p.addKey(t, "ec-1", jose.ES256, true)
+	p.down.Store(true)
+	logs := &testlog.Buffer{}
+	u := strings.Replace(p.srv.URL, "http://", "http://reader:s3cret-pass@", 1) + "/jwks?api_key=s3cret-key"
+	m, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{{URL: p.srv.URL, Audiences: []string{"pigeon"}, JWKSURL: u}},
+		Logger: logs.Logger()})
+	require.NoError(t, err)
+	chain := identity.NewChain(&identity.ChainOptions{Logger: logs.Logger()}, identity.Method{Name: pigeon.AuthOIDC, Auth: m})
+	_, err = chain.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: p.sign(t, "ec-1", p.good("user-1")), RemoteAddr: "192.0.2.1:1234"})
+	require.Equal(t, pigeon.CodeIdentityUnavailable, pigeon.ErrorCode(err), "%v", err)
+	require.Contains(t, logs.String(), "status 503")
+	require.Contains(t, logs.String(), "/jwks")
+	require.NotContains(t, logs.String(), "s3cret")
+
+	// A provider that cannot be reached at all: the client's own error.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	logs = &testlog.Buffer{}
+	m, err = identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{{URL: p.srv.URL, Audiences: []string{"pigeon"},
+		JWKSURL: strings.Replace(gone.URL, "http://", "http://reader:s3cret-pass@", 1) + "/jwks?api_key=s3cret-key"}}, Logger: logs.Logger()})
+	require.NoError(t, err)
+	_, err = m.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: p.sign(t, "ec-1", p.good("user-1"))})
+	require.Equal(t, pigeon.CodeIdentityUnavailable, pigeon.ErrorCode(err), "%v", err)
+	require.Contains(t, logs.String(), "/jwks")
+	require.NotContains(t, logs.String(), "s3cret")
+
+	_, err = identity.CheckIssuer(identity.Issuer{URL: "https://idp.example", Audiences: []string{"a"}, JWKSURL: "http://reader:s3cret-pass@idp.example/jwks?api_key=s3cret-key"})
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
 }

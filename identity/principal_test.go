@@ -160,3 +160,55 @@ func TestOIDCIssuersDoNotShareSubjects(t *testing.T) {
 	require.Equal(t, "alice", auth(a, "ec-a"))
 	require.Equal(t, "partner:alice", auth(b, "ec-b"))
 }
+
+// Distinct prefixes are not enough when one starts the other: with a
+// company issuer of no prefix beside a partner's of "partner:", the
+// company's subject "partner:alice" (a user name its users choose, say)
+// was the partner's alice; and "partner:" beside "partner:eu:" made one
+// principal of "eu:alice" and "alice". A principal of one issuer that
+// starts with a longer prefix of another is refused.
+func TestOIDCPrincipalPrefixesDoNotShadow(t *testing.T) {
+	a, b, c := newIDP(t), newIDP(t), newIDP(t)
+	a.addKey(t, "ec-a", jose.ES256, true)
+	b.addKey(t, "ec-b", jose.ES256, true)
+	c.addKey(t, "ec-c", jose.ES256, true)
+	issuer := func(p *idp, prefix string) identity.Issuer {
+		return identity.Issuer{URL: p.srv.URL, Audiences: []string{"pigeon"}, JWKSURL: p.srv.URL + "/jwks", PrincipalPrefix: prefix}
+	}
+	m, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: []identity.Issuer{issuer(a, ""), issuer(b, "partner:"), issuer(c, "partner:eu:")}})
+	require.NoError(t, err)
+	auth := func(p *idp, kid, sub string) (*pigeon.Principal, error) {
+		cl := p.good("")
+		cl["sub"] = sub
+		body, err := json.Marshal(cl)
+		require.NoError(t, err)
+		return m.AuthenticateCredential(context.Background(), pigeon.Credential{Bearer: p.signRaw(t, kid, string(body)), RemoteAddr: "192.0.2.1:1234"})
+	}
+	for _, tc := range []struct {
+		name string
+		p    *idp
+		kid  string
+		sub  string
+		want string // "": refused
+	}{
+		{"the company's alice", a, "ec-a", "alice", "alice"},
+		{"the company's partner:alice", a, "ec-a", "partner:alice", ""},
+		{"the company's partner:eu:alice", a, "ec-a", "partner:eu:alice", ""},
+		{"the company's partner without the colon", a, "ec-a", "partner", "partner"},
+		{"the partner's alice", b, "ec-b", "alice", "partner:alice"},
+		{"the partner's eu:alice", b, "ec-b", "eu:alice", ""},
+		{"the partner's eu-alice", b, "ec-b", "eu-alice", "partner:eu-alice"},
+		{"the EU partner's alice", c, "ec-c", "alice", "partner:eu:alice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr, err := auth(tc.p, tc.kid, tc.sub)
+			if tc.want == "" {
+				require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(err), "accepted: %v", pr)
+				require.ErrorContains(t, err, "prefix of another issuer")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, pr.ID)
+		})
+	}
+}

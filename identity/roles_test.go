@@ -10,15 +10,19 @@ import (
 
 	"pigeon"
 	"pigeon/identity"
+	"pigeon/server"
 )
 
 // An identity provider's roles claim names what its users may be, as the
 // provider sees it; the broker's own roles, admin and auditor, give the
-// HTTP API's account, grant, audit and quarantine routes. A provider
+// HTTP API's account, grant, audit and quarantine routes, and programs
+// (server.RolePrograms) its program routes: deploying code that runs as
+// the caller's account, listing every account's programs. A provider
 // whose users or client applications may set their own roles (a custom
-// attribute, a self-service group) made any of them the broker's admin.
-// An issuer asserts admin or auditor only when its Roles lists them, and
-// with Roles set, no role it does not list.
+// attribute, a self-service group) made any of them the broker's admin,
+// or its program operator. An issuer asserts admin, auditor or programs
+// only when its Roles lists them, and with Roles set, no role it does not
+// list.
 func TestOIDCRolesAnIssuerMayAssert(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -29,6 +33,8 @@ func TestOIDCRolesAnIssuerMayAssert(t *testing.T) {
 		{"ordinary roles pass", nil, []string{"reader", "writer"}, []string{"reader", "writer"}},
 		{"admin is dropped", nil, []string{"admin", "reader"}, []string{"reader"}},
 		{"auditor is dropped", nil, []string{"auditor"}, nil},
+		{"programs is dropped", nil, []string{server.RolePrograms, "reader"}, []string{"reader"}},
+		{"programs when listed", []string{server.RolePrograms}, []string{server.RolePrograms}, []string{server.RolePrograms}},
 		{"admin when listed", []string{"admin", "reader"}, []string{"admin", "reader", "writer"}, []string{"admin", "reader"}},
 		{"only listed roles", []string{"reader"}, []string{"reader", "writer", "auditor"}, []string{"reader"}},
 	} {
