@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,11 @@ const (
 	HeaderSequence = "Pigeon-Sequence"
 	// HeaderBridge is the name of the Out route that published it.
 	HeaderBridge = "Pigeon-Bridge"
+	// HeaderResume, on what a JetStream Out route with one delivery in
+	// flight publishes, is the sequence a bridge that starts resumes at
+	// once the stream holds the message: the lowest of a delivery that
+	// failed and waits to be tried again, or the one after the message's.
+	HeaderResume = "Pigeon-Resume"
 )
 
 // ErrNATSClosed is the error of a bridge whose NATS connection was closed
@@ -185,7 +192,10 @@ func (b *Bridge) run(ctx context.Context) error {
 		var err error
 		nc, err = nats.Connect(b.opts.URL, nats.Name("pigeon-bridge"), nats.MaxReconnects(-1))
 		if err != nil {
-			return fmt.Errorf("natsbridge: cannot connect to NATS at %s: %w", b.opts.URL, err)
+			if ue := (*url.Error)(nil); errors.As(err, &ue) {
+				err = errors.New("the URL does not parse") // its text quotes the URL, password and all
+			}
+			return fmt.Errorf("natsbridge: cannot connect to NATS at %s: %w", redactURL(b.opts.URL), err)
 		}
 		defer nc.Close()
 	}
@@ -398,6 +408,32 @@ func backoff(n int, max time.Duration) time.Duration {
 	}
 	d = min(d, max)
 	return d/2 + rand.N(d/2+1)
+}
+
+// redactURL returns s, a URL or a comma-separated list of them (as
+// nats.Connect takes), without what each names before its host: a NATS
+// URL carries a user and password, or a token, there
+// (nats://user:pass@host, nats://token@host), and errors and logs must not
+// show them. A URL that does not parse is not shown at all.
+func redactURL(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p // as nats.Connect reads it
+		}
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			parts[i] = "<invalid URL>"
+		case u.User != nil:
+			u.User = url.User("REDACTED")
+			parts[i] = u.String()
+		default:
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // routeError names r in err, keeping its code (and so its group).

@@ -21,7 +21,10 @@
 // delivery to its NATS subject as the message's envelope JSON (the bytes
 // subscribers receive), with the headers Nats-Msg-Id (the Pigeon message
 // id, so a stream drops a repeat), Pigeon-Subject, Pigeon-Sequence and
-// Pigeon-Bridge (the route's name). A delivery is acknowledged only once
+// Pigeon-Bridge (the route's name), and on JetStream with one delivery in
+// flight Pigeon-Resume (where a bridge that starts resumes: the lowest
+// sequence of a delivery that failed and waits for its retry, or the one
+// after the message's). A delivery is acknowledged only once
 // NATS took it: after a flush on core NATS, after the PubAck on JetStream.
 // A NATS failure returns an error and the broker redelivers, within the
 // subject's retry policy.
@@ -30,7 +33,9 @@
 // off. A bridge that starts resumes too on JetStream: the last message
 // the stream holds on the route's NATS subject, when the route published
 // it (its Pigeon-Subject and Pigeon-Bridge headers), names the last Pigeon
-// sequence the stream took, and the route starts after it. Otherwise (core
+// sequence the stream took, and the route starts after it (at its
+// Pigeon-Resume, when that is lower: a delivery before it may not have
+// reached the stream). Otherwise (core
 // NATS, no such message, several deliveries in flight, a sequence beyond
 // the subject's end) it starts at the subject's end, and what was
 // published while no bridge ran is not carried.

@@ -353,6 +353,16 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
 		ack(in, jm.Nak())
 		return
 	}
+	if !subjectMatches(in.r.NATSSubject, jm.Subject()) {
+		// The consumer was replaced since the session checked it (deleted
+		// and created again under its name) by one that filters on other
+		// subjects: what it hands over is not published (it would reach
+		// the route's Pigeon subject). The next session checks it again
+		// (consumer).
+		ack(in, jm.Nak())
+		g.fail(routeError(in.r, fmt.Errorf("the consumer %q on stream %q changed: it delivered a message of %q", in.r.Durable, in.r.Stream, jm.Subject())))
+		return
+	}
 	id := fmt.Sprintf("nats-%s-%d", meta.Stream, meta.Sequence.Stream)
 	m, err := convert(in.r, jm.Data(), id)
 	if err == nil {

@@ -201,6 +201,7 @@ func (o *Options) validate() error {
 	}
 	names := map[string]bool{}
 	durables := map[string]string{}
+	jsIn := map[string][]*Route{} // the JetStream In routes of each stream
 	for i := range o.Routes {
 		r := &o.Routes[i]
 		if err := r.validate(); err != nil {
@@ -216,6 +217,18 @@ func (o *Options) validate() error {
 				return invalid("route %q: Durable %q on stream %q is used by route %q too", r.Name, r.Durable, r.Stream, other)
 			}
 			durables[k] = r.Name
+			// A JetStream message's id is its stream's and sequence's
+			// (nats-<stream>-<sequence>): two routes that both consume
+			// it would publish two messages under one id, and the broker
+			// would refuse the second MESSAGE_ID_TAKEN (terminated) or
+			// take it for a duplicate (acknowledged, dropped).
+			for _, other := range jsIn[r.Stream] {
+				if subjectsOverlap(r.NATSSubject, other.NATSSubject) {
+					return invalid("route %q: NATSSubject %q and route %q's %q on stream %q can take the same message, which one id cannot name twice",
+						r.Name, r.NATSSubject, other.Name, other.NATSSubject, r.Stream)
+				}
+			}
+			jsIn[r.Stream] = append(jsIn[r.Stream], r)
 		}
 	}
 	return nil
@@ -327,4 +340,40 @@ func validNATSSubject(s string, wild bool) bool {
 // validNATSName reports whether s may name a stream or a consumer.
 func validNATSName(s string) bool {
 	return s != "" && len(s) <= 255 && utf8.ValidString(s) && !strings.ContainsAny(s, " \t\r\n.*>/\\")
+}
+
+// subjectsOverlap reports whether some NATS subject matches both a and b,
+// valid subjects with wildcards ("*" one token, a last ">" one or more).
+func subjectsOverlap(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		switch {
+		case i == len(at) || i == len(bt):
+			return len(at) == len(bt)
+		case at[i] == ">" || bt[i] == ">":
+			return true // the other has a token here, and may have more
+		case at[i] != bt[i] && at[i] != "*" && bt[i] != "*":
+			return false
+		}
+	}
+}
+
+// subjectMatches reports whether the NATS subject s (no wildcards) matches
+// pattern.
+func subjectMatches(pattern, s string) bool {
+	for pattern != "" && s != "" {
+		p, prest, _ := strings.Cut(pattern, ".")
+		t, srest, _ := strings.Cut(s, ".")
+		switch {
+		case p == ">":
+			return true
+		case p != "*" && p != t:
+			return false
+		}
+		pattern, s = prest, srest
+		if (pattern == "") != (s == "") {
+			return false
+		}
+	}
+	return pattern == s
 }

@@ -87,3 +87,75 @@ func TestNewCopiesOptions(t *testing.T) {
 	require.Equal(t, "i", b.opts.Routes[1].Durable)
 	require.Equal(t, DefaultPublishTimeout, b.opts.PublishTimeout)
 }
+
+// A NATS URL carries credentials before its host (nats://user:pass@host,
+// nats://token@host): the error of a bridge that cannot connect names the
+// URL without them, even when the URL does not parse.
+func TestConnectErrorRedactsNATSCredentials(t *testing.T) {
+	e := newEngine(t)
+	for _, u := range []string{
+		"nats://alice:s3cret-pw@127.0.0.1:1",
+		"nats://s3cret-tok3n@127.0.0.1:1,nats://bob:s3cret-pw@127.0.0.1:2",
+		"nats://alice:s3cret-pw@[::1",
+		"alice:s3cret-pw@127.0.0.1:1",
+	} {
+		b, err := New(Options{Dialer: inproc.Dialer{Engine: e}, Credential: bridgeToken, URL: u, Routes: []Route{
+			{Name: "orders-out", Direction: Out, Subject: ordersSubject, NATSSubject: "bridge.orders"},
+		}})
+		require.NoError(t, err)
+		err = b.Run(t.Context())
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "cannot connect to NATS")
+		require.NotContains(t, err.Error(), "s3cret", u)
+	}
+}
+
+// Two JetStream In routes that can take one message of a stream would
+// publish it twice under its one id (nats-<stream>-<sequence>): the
+// broker refuses the second MESSAGE_ID_TAKEN, and the route terminates
+// it, or takes it for a duplicate and drops it. New refuses such routes.
+func TestInJetStreamOverlappingRoutesRefused(t *testing.T) {
+	js := func(name, stream, subject string) Route {
+		return Route{Name: name, Direction: In, Subject: "orders.events", NATSSubject: subject, JetStream: true, Stream: stream}
+	}
+	for _, tt := range []struct {
+		a, b Route
+		ok   bool
+	}{
+		{js("all", "S", "legacy.>"), js("eu", "S", "legacy.eu"), false},
+		{js("any", "S", "legacy.*.paid"), js("eu", "S", "legacy.eu.*"), false},
+		{js("same", "S", "legacy.eu"), js("eu", "S", "legacy.eu"), false},
+		{js("all", "S", "legacy.>"), js("root", "S", "legacy"), true},
+		{js("eu", "S", "legacy.eu.*"), js("us", "S", "legacy.us.*"), true},
+		{js("short", "S", "legacy.*"), js("long", "S", "legacy.*.*"), true},
+		{js("s1", "S1", "legacy.>"), js("s2", "S2", "legacy.>"), true},
+		{js("js", "S", "legacy.>"), Route{Name: "core", Direction: In, Subject: "orders.events", NATSSubject: "legacy.eu"}, true},
+	} {
+		_, err := New(Options{Dialer: inproc.Dialer{}, Credential: "c", URL: "nats://127.0.0.1:1", Routes: []Route{tt.a, tt.b}})
+		if tt.ok {
+			require.NoError(t, err, "%s and %s", tt.a.NATSSubject, tt.b.NATSSubject)
+			continue
+		}
+		require.Equal(t, pigeon.CodeInvalidArgument, code(t, err), "%s and %s", tt.a.NATSSubject, tt.b.NATSSubject)
+		require.Contains(t, err.Error(), `route "`+tt.b.Name+`": NATSSubject`)
+	}
+}
+
+func TestSubjectMatches(t *testing.T) {
+	for _, tt := range []struct {
+		pattern, subject string
+		want             bool
+	}{
+		{"legacy.orders", "legacy.orders", true},
+		{"legacy.orders", "legacy.payroll", false},
+		{"legacy.>", "legacy.a.b", true},
+		{"legacy.>", "legacy", false},
+		{"legacy.*", "legacy.a", true},
+		{"legacy.*", "legacy.a.b", false},
+		{"legacy.*.paid", "legacy.eu.paid", true},
+		{"legacy", "legacy.orders", false},
+		{">", "a", true},
+	} {
+		require.Equal(t, tt.want, subjectMatches(tt.pattern, tt.subject), "%s %s", tt.pattern, tt.subject)
+	}
+}

@@ -2,6 +2,7 @@ package natsbridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -50,18 +51,18 @@ func (o *outRoute) start(g *generation) error {
 	if o.r.MaxInFlight > 0 {
 		opts = append(opts, pigeon.WithMaxInFlight(o.r.MaxInFlight))
 	}
-	var after uint64 // the stream's position, for a route without one of its own
+	var after, from uint64 // the stream's position, for a route without one of its own
 	if seq := o.resumeAt(); seq > 0 {
 		opts = append(opts, pigeon.WithStart(pigeon.StartAt(seq)))
-	} else if o.r.JetStream && o.r.MaxInFlight <= 1 {
+	} else if o.tracksPosition() {
 		var err error
-		if after, err = o.streamPosition(g); err != nil {
+		if after, from, err = o.streamPosition(g); err != nil {
 			return fmt.Errorf("reading the route's position in JetStream: %w", err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, o.b.opts.PublishTimeout)
 	defer cancel()
-	sub, err := o.subscribe(ctx, g, after, opts)
+	sub, err := o.subscribe(ctx, g, after, from, opts)
 	if err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (o *outRoute) start(g *generation) error {
 // position is behind it, that subscription gives back what it was handed
 // (pigeon.ErrUndelivered), ends, and one that starts after the position
 // replaces it.
-func (o *outRoute) subscribe(ctx context.Context, g *generation, after uint64, opts []pigeon.SubscribeOption) (pigeon.Subscription, error) {
+func (o *outRoute) subscribe(ctx context.Context, g *generation, after, from uint64, opts []pigeon.SubscribeOption) (pigeon.Subscription, error) {
 	handle := func(ctx context.Context, d *pigeon.Delivery) error { return o.handle(ctx, g, d) }
 	if after == 0 {
 		return g.sess.Subscribe(ctx, o.r.Subject, handle, opts...)
@@ -127,7 +128,7 @@ func (o *outRoute) subscribe(ctx context.Context, g *generation, after uint64, o
 	if err != nil {
 		return nil, err
 	}
-	start := o.keepOrResume(sub, after)
+	start := o.keepOrResume(sub, after, from)
 	replaced.Store(start != nil)
 	close(decided)
 	if start == nil {
@@ -167,17 +168,35 @@ func (o *outRoute) handle(ctx context.Context, g *generation, d *pigeon.Delivery
 	}
 	o.inFlight[seq] = struct{}{}
 	o.last = max(o.last, seq)
+	resume := seq + 1 // where a bridge that starts resumes, once NATS took this one
+	if o.tracksPosition() {
+		for s := range o.inFlight { // the deliveries that failed and wait to be tried again
+			if s != seq {
+				resume = min(resume, s)
+			}
+		}
+	}
 	o.mu.Unlock()
 	if o.b.beforeOut != nil {
 		o.b.beforeOut(ctx, o.r.Name, d.Message.ID)
 	}
-	err := o.publish(ctx, g, d)
+	err := o.publish(ctx, g, d, resume)
 	if err != nil {
 		o.c.retried.Add(1)
 		o.b.log.Warn("natsbridge: NATS did not take a message; the broker redelivers it", "route", o.r.Name,
 			"id", d.Message.ID, "attempt", d.Attempt, "err", err)
 		if g.nc.IsClosed() {
 			g.fail(ErrNATSClosed)
+		}
+		if tooLarge(err) {
+			// NATS never takes it: a new session does not resume at it
+			// (once the broker gives it up it would hold the route's
+			// position there for good, and each new session would
+			// publish again everything carried since). The broker still
+			// tries it again within the subject's retry policy.
+			o.mu.Lock()
+			delete(o.inFlight, seq)
+			o.mu.Unlock()
 		}
 		return err
 	}
@@ -190,13 +209,16 @@ func (o *outRoute) handle(ctx context.Context, g *generation, d *pigeon.Delivery
 
 // publish sends d's envelope to NATS and returns once NATS took it: after
 // a flush on core NATS, after the PubAck on JetStream.
-func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Delivery) error {
+func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Delivery, resume uint64) error {
 	m := d.Message
 	msg := &nats.Msg{Subject: o.r.NATSSubject, Header: nats.Header{}, Data: d.AppendMessageJSON(nil)}
 	msg.Header.Set(HeaderMsgID, m.ID)
 	msg.Header.Set(HeaderSubject, d.Subject)
 	msg.Header.Set(HeaderSequence, strconv.FormatUint(m.Sequence, 10))
 	msg.Header.Set(HeaderBridge, o.r.Name)
+	if o.tracksPosition() {
+		msg.Header.Set(HeaderResume, strconv.FormatUint(resume, 10))
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, o.b.opts.PublishTimeout)
 	defer cancel()
@@ -237,6 +259,19 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 	}
 	return g.nc.FlushWithContext(ctx)
 }
+
+// tooLarge reports whether err says that NATS refuses the message for its
+// size, which does not change on retry: beyond the server's max_payload,
+// or the stream's max_msg_size.
+func tooLarge(err error) bool {
+	var ae *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) ||
+		errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum
+}
+
+// tracksPosition reports whether the route's JetStream stream records
+// where a bridge that starts resumes it (position.go).
+func (o *outRoute) tracksPosition() bool { return o.r.JetStream && o.r.MaxInFlight <= 1 }
 
 // connected waits until nc is connected, or ctx ends: a message published
 // while it reconnects would wait in its buffer, and might be sent after

@@ -149,6 +149,11 @@ func TestStartupErrors(t *testing.T) {
 		{"check", []string{"--config", write("g.yaml", goodConfig), "--check"}, 0, ""},
 		{"NATS unreachable", []string{"--config", write("n.yaml", strings.Replace(goodConfig, "127.0.0.1:4222", closedPort(), 1))}, 1, "cannot reach NATS at nats://"},
 		{"pigeon unreachable", []string{"--config", write("p.yaml", strings.Replace(good, "127.0.0.1:8787", closedPort(), 1))}, 1, "cannot start against pigeon at http://"},
+		// Credentials in a URL are not shown (the NATS server takes any).
+		{"NATS unreachable, credentials", []string{"--config", write("nc.yaml", strings.Replace(goodConfig, "127.0.0.1:4222", "alice:s3cret@"+closedPort(), 1))}, 1, "cannot reach NATS at nats://REDACTED@"},
+		{"NATS URL invalid, credentials", []string{"--config", write("ni.yaml", strings.Replace(goodConfig, "127.0.0.1:4222", "alice:s3cret@[::1", 1))}, 1, "cannot reach NATS at <invalid URL>"},
+		{"pigeon unreachable, credentials", []string{"--config", write("pc.yaml", strings.Replace(strings.Replace(good, "127.0.0.1:8787", "carol:s3cret@"+closedPort(), 1),
+			"nats://", "nats://s3cret-token@", 1))}, 1, "cannot start against pigeon at http://REDACTED@"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,6 +162,7 @@ func TestStartupErrors(t *testing.T) {
 			defer cancel()
 			require.Equal(t, tt.code, run(ctx, tt.args, &out, &errb), errb.String())
 			require.Contains(t, errb.String(), tt.want)
+			require.NotContains(t, errb.String(), "s3cret")
 			if tt.code == 0 {
 				require.Equal(t, "pigeon-bridge: "+tt.args[1]+": 2 routes, ok\n", out.String())
 			}
