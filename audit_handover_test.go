@@ -71,3 +71,37 @@ func TestReplayTheAuditLogCannotRecordHandsNothingOver(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 }
+
+// A subscription whose subscription.started record the audit log cannot
+// write does not start: nothing is delivered under it, and it takes no
+// place among the principal's subscriptions.
+func TestSubscriptionTheAuditLogCannotRecordDoesNotStart(t *testing.T) {
+	st, e := failingAuditEngine(t, nil)
+	orders, err := e.Connect(ctx, "orders-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	notifier, err := e.Connect(ctx, "notifier-token", []string{"notifications.send"})
+	require.NoError(t, err)
+	handled := make(chan string, 10)
+	handler := func(_ context.Context, d *pigeon.Delivery) error {
+		handled <- d.Message.ID
+		return nil
+	}
+
+	st.fail.Store(true)
+	_, err = notifier.Subscribe(ctx, "notifications.send", handler)
+	requireCode(t, err, pigeon.CodeStoreFull)
+
+	st.fail.Store(false)
+	sub, err := notifier.Subscribe(ctx, "notifications.send", handler)
+	require.NoError(t, err)
+	res, err := orders.Publish(ctx, demo.Notification("k-1"))
+	require.NoError(t, err)
+	select {
+	case id := <-handled:
+		require.Equal(t, res.Message.ID, id, "the subscription that started gets it")
+	case <-time.After(30 * time.Second):
+		require.Fail(t, "nothing was delivered")
+	}
+	require.NoError(t, sub.Unsubscribe(ctx))
+	require.Empty(t, handled, "and it alone: the refused one never ran")
+}

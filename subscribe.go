@@ -392,7 +392,15 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	}
 	f.add(sub)
 	e.subs.mu.Unlock()
-	e.audit(ctx, EventSubscriptionStarted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, Ref: sub.id}))
+	if err := e.audit(ctx, EventSubscriptionStarted.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, Ref: sub.id})); err != nil {
+		// No subscription runs without its record.
+		e.subs.mu.Lock()
+		e.subs.remove(sub)
+		f.remove(sub)
+		e.subs.mu.Unlock()
+		abandon()
+		return nil, auditFailure(err)
+	}
 	e.goTracked(sub.run)
 	return sub, nil
 }
