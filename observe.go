@@ -246,6 +246,25 @@ type GroupStats struct {
 	NotInCatalog bool `json:"notInCatalog,omitempty"`
 }
 
+// Name is the group's name as its consumers gave it (or DefaultGroup):
+// Group without the key of the selection (selector, filter, receive
+// scope) the engine appends, after a '|', for the members of a group that
+// select, each selection being a queue position of its own. The key holds
+// route values, filter expressions and grant scopes: a report for those
+// who may not see them shows Name. A cursor's Name is its Group.
+func (g GroupStats) Name() string {
+	if i := strings.IndexByte(g.Group, '|'); i >= 0 {
+		return g.Group[:i]
+	}
+	return g.Group
+}
+
+// IsCursor reports whether g is a principal's pull cursor on a pubsub
+// subject rather than a consumer group: its Group is "cursor:" and the
+// principal's id (no consumer group's name starts so), which a report
+// for those who may not see principals must not show.
+func (g GroupStats) IsCursor() bool { return strings.HasPrefix(g.Group, cursorPrefix) }
+
 // VerifyResult is the outcome of one VerifyAudit.
 type VerifyResult struct {
 	Time     time.Time `json:"time,omitzero"`
@@ -466,14 +485,20 @@ func (e *Engine) groupStats(ctx context.Context) ([]GroupStats, error) {
 // lagOf is how many of the retained messages, first..last, lie past p's
 // floor and are not done. Messages retention trimmed (or a purge removed)
 // are no lag: no consumer can get them any more, and a group the engine
-// has not loaded since keeps its older floor in the store.
+// has not loaded since keeps its older floor in the store. Nor are
+// sequences past last, done ones included: Stats reads the bounds before
+// the progress, and messages published and acked in between are in Done.
 func lagOf(p *store.GroupState, first, last uint64) uint64 {
 	lo := max(p.Floor+1, first)
 	if last < lo {
 		return 0
 	}
-	done, _ := slices.BinarySearch(p.Done, lo) // Done below lo are trimmed
-	return last - lo + 1 - uint64(len(p.Done)-done)
+	from, _ := slices.BinarySearch(p.Done, lo) // Done below lo are trimmed
+	to, found := slices.BinarySearch(p.Done, last)
+	if found {
+		to++
+	}
+	return last - lo + 1 - uint64(max(to-from, 0))
 }
 
 // Observers is an Observer that hands every call to each of obs in turn

@@ -69,6 +69,15 @@ func newObservation() (*observation, error) {
 			}
 			return o.engine.Stats(ctx)
 		},
+		// A refusal of a subject the catalog does not hold counts under
+		// metrics.Unknown, not under the name a client chose.
+		InCatalog: func(subject string) bool {
+			if o.engine == nil {
+				return false
+			}
+			_, err := o.engine.Subject(subject)
+			return err == nil
+		},
 		Connections: func() int64 {
 			if o.srv == nil {
 				return 0

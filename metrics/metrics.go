@@ -17,10 +17,15 @@
 //
 // Labels are subjects, outcomes, decision codes, gates, event types, stages,
 // store logs, authentication methods and consumer groups; never a principal
-// or a message id. A subject or group name the catalog does not bound (a
-// publish to a subject that does not exist, a consumer-chosen group) counts
-// toward MaxSeries: once a metric holds that many series, new label sets
-// are counted under the value "_other".
+// or a message id. A publish refused for a subject the catalog does not have
+// (by the contract gate, or by the envelope gate, which comes before it) is
+// counted under the subject Unknown, whatever name the client sent. A
+// group label is the name consumers gave the group: the groups the engine
+// keeps per selection (selector, filter, receive scope) are summed under
+// it, and a subject's pull cursors (one per principal) under Cursors. A name
+// the catalog does not bound (a consumer-chosen group) counts toward
+// MaxSeries: once a metric holds that many series, new label sets are
+// counted under the value "_other".
 //
 // # Concurrency
 //
@@ -30,6 +35,7 @@ package metrics
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +53,20 @@ const DefaultMaxSeries = 2000
 // MaxSeries.
 const Other = "_other"
 
+// Unknown is the subject label of a publish refusal whose subject the
+// client chose and the catalog did not vouch for: an unknown subject
+// (SUBJECT_NOT_FOUND) or an envelope refusal, made before the catalog is
+// consulted, of a subject Options.InCatalog does not know. Their names are the client's (any text, up to the envelope's
+// bound): as labels they would let any authenticated client fill a
+// metric's MaxSeries with names of its choosing, and every later label set
+// of the catalog's subjects would count under Other.
+const Unknown = "_unknown"
+
+// Cursors is the group label of the pull cursors of a subject, summed: a
+// cursor is a principal's (its group is "cursor:" and the principal's
+// id), and no principal is a label.
+const Cursors = "_cursors"
+
 // Options configure Metrics. A nil *Options means the defaults.
 type Options struct {
 	// Stats, when set, is read at every scrape for the state gauges: lag and
@@ -61,6 +81,13 @@ type Options struct {
 	// beyond a connection cap, and from a source locked out for refused
 	// credentials (server.Server.ConnStats).
 	ConnectionsRefused func() (limit, lockedOut uint64)
+	// InCatalog, when set, reports whether a subject is one of the
+	// catalog's: a publish the envelope gate refused keeps its subject label
+	// when it is, and counts under Unknown otherwise. Without it every
+	// envelope refusal counts under Unknown. Usually
+	// func(s string) bool { _, err := e.Subject(s); return err == nil }.
+	// It is called on envelope refusals only.
+	InCatalog func(subject string) bool
 	// MaxSeries bounds the series of each labelled metric (default
 	// DefaultMaxSeries); see the package doc.
 	MaxSeries int
@@ -74,6 +101,7 @@ type Options struct {
 // Metrics is a pigeon.Observer that counts into Prometheus series.
 type Metrics struct {
 	maxSeries int
+	inCatalog func(string) bool
 
 	decisions    *counters // subject, outcome, code, gate
 	events       *counters // event, outcome
@@ -105,7 +133,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	if o.ScrapeTimeout <= 0 {
 		o.ScrapeTimeout = 5 * time.Second
 	}
-	m := &Metrics{maxSeries: o.MaxSeries}
+	m := &Metrics{maxSeries: o.MaxSeries, inCatalog: o.InCatalog}
 	counter := func(name, help string, labels ...string) *counters {
 		return newCounters(prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pigeon", Name: name, Help: help}, labels), o.MaxSeries, len(labels))
 	}
@@ -149,7 +177,12 @@ func (m *Metrics) Audited(r pigeon.AuditRecord) {
 		if code == "" {
 			code = "OK"
 		}
-		m.decisions.inc(1, r.Subject, r.Outcome, code, r.Gate)
+		subject := r.Subject
+		if code == string(pigeon.CodeSubjectNotFound) ||
+			r.Gate == pigeon.GateEnvelope && (m.inCatalog == nil || !m.inCatalog(subject)) {
+			subject = Unknown
+		}
+		m.decisions.inc(1, subject, r.Outcome, code, r.Gate)
 	case pigeon.EventDeliveryDispatched:
 		n := r.Count
 		if n == 0 {
@@ -246,7 +279,14 @@ func (s *series[T]) add(k labels, values []string) T {
 		}
 		k, values = o, o[:s.n]
 	}
-	c := s.make(append([]string(nil), values...)...) // values stays on the caller's stack
+	// values stays on the caller's stack. Prometheus panics on a label
+	// value that is not UTF-8; the engine sends none, but a panic here
+	// would be on its publish path: such a value is made valid.
+	vs := make([]string, len(values))
+	for i, v := range values {
+		vs[i] = strings.ToValidUTF8(v, "\uFFFD")
+	}
+	c := s.make(vs...)
 	next := make(map[labels]T, len(cur)+1)
 	maps.Copy(next, cur)
 	next[k] = c

@@ -34,7 +34,8 @@ func newEngine(t *testing.T, st ...store.Store) (*pigeon.Engine, *prometheus.Reg
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	var e *pigeon.Engine
-	m, err := metrics.New(reg, &metrics.Options{Stats: func(ctx context.Context) (pigeon.Stats, error) { return e.Stats(ctx) }})
+	m, err := metrics.New(reg, &metrics.Options{Stats: func(ctx context.Context) (pigeon.Stats, error) { return e.Stats(ctx) },
+		InCatalog: func(s string) bool { _, err := e.Subject(s); return err == nil }})
 	require.NoError(t, err)
 	o := &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk", Observer: m}
 	if len(st) > 0 {
@@ -368,7 +369,7 @@ func TestLabelsStayBounded(t *testing.T) {
 	m, err := metrics.New(reg, &metrics.Options{MaxSeries: 3, NoRuntime: true})
 	require.NoError(t, err)
 	for i := range 10 {
-		m.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "SUBJECT_NOT_FOUND", Gate: "contract", Subject: "nope." + string(rune('a'+i))})
+		m.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: "RATE_LIMITED", Gate: "rate", Subject: "s." + string(rune('a'+i))})
 	}
 	fams := scrape(t, reg)
 	require.Len(t, fams["pigeon_decisions_total"].GetMetric(), 3)

@@ -2,13 +2,20 @@ package metrics
 
 import (
 	"context"
+	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"pigeon"
 )
 
 // stateCollector reads the engine's state at scrape time.
 type stateCollector struct {
 	o Options
+
+	mu      sync.Mutex
+	reading *statsReading // the reading in flight, nil when none
 
 	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, refused, contracts,
 	verifyOK, verifyTime, verifyRecords, scrapeErrors, subjectMessages, subjectBytes *prometheus.Desc
@@ -36,6 +43,42 @@ func newStateCollector(o Options) *stateCollector {
 	}
 }
 
+// statsReading is one call of Options.Stats, shared by the scrapes that
+// arrive while it runs.
+type statsReading struct {
+	done chan struct{} // closed once st and err are set
+	st   pigeon.Stats
+	err  error
+}
+
+// stats reads the engine's state: a scrape that arrives while another's
+// reading is in flight waits for it and shares its result (read-only)
+// rather than starting its own. The route that serves the metrics may need
+// no credential, and a reading lists the quarantine, every group and each
+// subject's bounds: a flood of scrapes costs one reading at a time.
+func (c *stateCollector) stats() (pigeon.Stats, error) {
+	c.mu.Lock()
+	if r := c.reading; r != nil {
+		c.mu.Unlock()
+		<-r.done
+		return r.st, r.err
+	}
+	r := &statsReading{done: make(chan struct{})}
+	c.reading = r
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.reading = nil
+		c.mu.Unlock()
+		close(r.done)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.ScrapeTimeout)
+	defer cancel()
+	r.err = errStatsPanicked // until Stats returns
+	r.st, r.err = c.o.Stats(ctx)
+	return r.st, r.err
+}
+
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.lag, c.inFlight, c.quarantineOpen, c.auditRecords, c.subscriptions, c.contracts,
 		c.connections, c.refused, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors, c.subjectMessages, c.subjectBytes} {
@@ -45,6 +88,12 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		// A label value that is not UTF-8 (a catalog subject an embedding
+		// application named so) is made valid: the registry refuses the
+		// series, and the whole scrape fails with it.
+		for i, l := range labels {
+			labels[i] = strings.ToValidUTF8(l, "\uFFFD")
+		}
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	if c.o.Connections != nil {
@@ -58,9 +107,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.o.Stats == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.o.ScrapeTimeout)
-	defer cancel()
-	st, err := c.o.Stats(ctx)
+	st, err := c.stats()
 	if err != nil {
 		gauge(c.scrapeErrors, 1)
 		return
@@ -105,10 +152,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// Groups beyond MaxSeries are summed under Other. A group of a subject
 	// no longer in the catalog has no series: nothing can consume it, so
-	// a lag alert on it could never clear.
+	// a lag alert on it could never clear. The groups of one name (one per
+	// selection) are summed under it, and a subject's pull cursors (one
+	// per principal, named by its id) under Cursors.
 	var otherLag, otherInFlight float64
 	n := 0
-	for _, g := range st.Groups {
+	for _, g := range groupsSummed(st.Groups) {
 		if g.NotInCatalog {
 			continue
 		}
@@ -124,4 +173,33 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.lag, otherLag, Other, Other)
 		gauge(c.inFlight, otherInFlight, Other, Other)
 	}
+}
+
+// errStatsPanicked is a reading's error while Stats runs: the waiters of a
+// reading whose Stats panicked get it.
+var errStatsPanicked = pigeon.NewError(pigeon.CodeInternal, "reading the engine's state failed")
+
+// groupsSummed is groups as the metrics label them, each at the place of
+// its subject's first: the groups of a subject that share a name (those
+// whose members select, one per selection: Name) summed under it, and the
+// pull cursors (one per principal) summed under Cursors. No label holds a
+// selector, a filter, a grant's scope or a principal.
+func groupsSummed(groups []pigeon.GroupStats) []pigeon.GroupStats {
+	out := make([]pigeon.GroupStats, 0, len(groups))
+	type key struct{ subject, group string }
+	at := make(map[key]int, len(groups)) // index in out
+	for _, g := range groups {
+		g.Group = g.Name()
+		if g.IsCursor() {
+			g.Group = Cursors
+		}
+		if i, ok := at[key{g.Subject, g.Group}]; ok {
+			out[i].Lag += g.Lag
+			out[i].InFlight += g.InFlight
+			continue
+		}
+		at[key{g.Subject, g.Group}] = len(out)
+		out = append(out, g)
+	}
+	return out
 }
