@@ -233,7 +233,7 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 	}
 	if c.Time == "" {
 		c.Time = formatTime(time.Now())
-	} else if _, err := time.Parse(time.RFC3339Nano, c.Time); err != nil {
+	} else if _, ok := parseSignedTime(c.Time); !ok {
 		return NewError(CodeEnvelopeInvalid, "time is not an RFC 3339 timestamp")
 	}
 	bp := signingBufs.Get().(*[]byte)
@@ -301,8 +301,8 @@ func VerifyMessageWithKeys(m *Message, keys []PublicKey) error {
 	if m == nil || m.Signature == nil {
 		return NewError(CodeSignatureRequired, "message is not signed")
 	}
-	at, err := time.Parse(time.RFC3339Nano, m.Time)
-	if err != nil {
+	at, ok := parseSignedTime(m.Time)
+	if !ok {
 		return NewError(CodeSignatureInvalid, "message time is not an RFC 3339 timestamp")
 	}
 	if m.Signature.KID == "" {
@@ -317,6 +317,52 @@ func VerifyMessageWithKeys(m *Message, keys []PublicKey) error {
 		return WrapError(CodeSignatureInvalid, err, "signing key %q is unusable", k.KID)
 	}
 	return VerifyMessage(m, pub)
+}
+
+// parseSignedTime parses the time of a signed message, which chooses the
+// key that verifies it. time.Parse(time.RFC3339Nano) alone also takes what
+// RFC 3339 does not and the other clients refuse: a comma before the
+// fraction, an offset minute of 60 to 99, an offset of 24 hours (Node's
+// Date.parse gives NaN for each). A signature the broker verified with
+// such a time would then fail at receivers in other languages, so the
+// syntax is checked first:
+// "YYYY-MM-DDTHH:MM:SS", an optional "." and digits, then "Z" or
+// "+HH:MM"/"-HH:MM" with the hour below 24 and the minute below 60.
+func parseSignedTime(s string) (time.Time, bool) {
+	n := len(s)
+	if n < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	i := 19
+	if s[i] == '.' {
+		for i++; i < n && s[i] >= '0' && s[i] <= '9'; i++ {
+		}
+		if i == 20 {
+			return time.Time{}, false
+		}
+	}
+	if !rfc3339Offset(s[i:]) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t, err == nil
+}
+
+// rfc3339Offset reports whether z is "Z" or "+HH:MM"/"-HH:MM" with HH
+// 00-23 and MM 00-59.
+func rfc3339Offset(z string) bool {
+	if z == "Z" {
+		return true
+	}
+	if len(z) != 6 || (z[0] != '+' && z[0] != '-') || z[3] != ':' {
+		return false
+	}
+	for _, i := range [...]int{1, 2, 4, 5} {
+		if z[i] < '0' || z[i] > '9' {
+			return false
+		}
+	}
+	return (z[1] < '2' || z[1] == '2' && z[2] < '4') && z[4] < '6'
 }
 
 // PublicKey is a public key an account publishes: an Ed25519 key to verify

@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
+	"io"
 	"log/slog"
 )
 
@@ -62,6 +64,20 @@ func (k Keys) String() string {
 
 // GoString is String, for %#v.
 func (k Keys) GoString() string { return k.String() }
+
+// Format prints String for every verb. fmt calls String only for %v, %s,
+// %q, %x and %X; with any other verb (%d, %o, %b, %c, %U, %e, %t, …) it
+// would print the fields one by one, the private keys included, and so
+// would it for a value that holds a Keys. %q, %x and %X format String as
+// they format a string.
+func (k Keys) Format(f fmt.State, verb rune) {
+	switch verb {
+	case 'q', 'x', 'X':
+		fmt.Fprintf(f, fmt.FormatString(f, verb), k.String())
+	default:
+		io.WriteString(f, k.String())
+	}
+}
 
 // LogValue names the kids only, so that logging Keys with log/slog never
 // shows a private key: the JSON handler does not print a value but
