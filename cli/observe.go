@@ -96,6 +96,13 @@ func newObservation() (*observation, error) {
 		return nil, err
 	}
 	o.metrics = m
+	o.feed.SetInCatalog(func(subject string) bool {
+		if o.engine == nil {
+			return false
+		}
+		_, err := o.engine.Subject(subject)
+		return err == nil
+	})
 	return o, nil
 }
 

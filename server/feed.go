@@ -12,11 +12,14 @@ import (
 const DefaultFeedSize = 4096
 
 // maxFeedSubjects bounds the subjects a Feed keeps rates for; decisions on
-// further subjects (a flood of publishes to names that do not exist) are
-// counted under otherSubject.
+// further subjects are counted under otherSubject. Refusals of subjects
+// the catalog does not hold count under unknownSubject, whatever name the
+// client sent, so that a flood of invented names does not push the
+// catalog's subjects under otherSubject.
 const (
 	maxFeedSubjects = 1000
 	otherSubject    = "_other"
+	unknownSubject  = "_unknown"
 )
 
 // Feed is the live console's source: a pigeon.Observer that keeps the most
@@ -29,10 +32,11 @@ const (
 // Feed is safe for concurrent use. Audited takes one mutex for a copy of
 // a few strings; the other Observer methods do nothing.
 type Feed struct {
-	mu    sync.Mutex
-	ring  []FeedDecision
-	total uint64 // decisions ever recorded; the next one's sequence is total+1
-	rates map[string]*SubjectRates
+	mu        sync.Mutex
+	ring      []FeedDecision
+	total     uint64 // decisions ever recorded; the next one's sequence is total+1
+	rates     map[string]*SubjectRates
+	inCatalog func(string) bool // SetInCatalog's
 }
 
 var _ pigeon.Observer = (*Feed)(nil)
@@ -66,6 +70,17 @@ func NewFeed(size int) *Feed {
 	return &Feed{ring: make([]FeedDecision, size), rates: map[string]*SubjectRates{}}
 }
 
+// SetInCatalog tells the feed which subjects the catalog holds (usually
+// func(s string) bool { _, err := e.Subject(s); return err == nil }): an
+// envelope refusal, made before the catalog is consulted, of a subject it
+// does not know counts under "_unknown" in Rates. Without it, only
+// SUBJECT_NOT_FOUND refusals do. The decisions themselves keep the name.
+func (f *Feed) SetInCatalog(fn func(subject string) bool) {
+	f.mu.Lock()
+	f.inCatalog = fn
+	f.mu.Unlock()
+}
+
 // Audited records a publish decision; other records are ignored.
 func (f *Feed) Audited(r pigeon.AuditRecord) {
 	switch pigeon.Event(r.Type) {
@@ -82,9 +97,13 @@ func (f *Feed) Audited(r pigeon.AuditRecord) {
 	f.total++
 	f.ring[(f.total-1)%uint64(len(f.ring))] = FeedDecision{Seq: f.total, Time: r.Time, Subject: r.Subject, Principal: r.Principal,
 		Outcome: r.Outcome, Code: code, Gate: r.Gate, MessageID: r.MessageID}
-	rt := f.rates[r.Subject]
+	subject := r.Subject
+	if code == string(pigeon.CodeSubjectNotFound) || r.Gate == pigeon.GateEnvelope && f.inCatalog != nil && !f.inCatalog(subject) {
+		subject = unknownSubject
+	}
+	rt := f.rates[subject]
 	if rt == nil {
-		name := r.Subject
+		name := subject
 		if len(f.rates) >= maxFeedSubjects {
 			name = otherSubject
 		}

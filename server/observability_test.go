@@ -300,6 +300,32 @@ func TestFeedStaysBoundedUnderAFlood(t *testing.T) {
 	require.Equal(t, uint64(n), total)
 }
 
+// TestFeedRatesKeepInventedSubjectsApart: refusals of subjects the
+// catalog does not hold count under one "_unknown" entry of the rates, so
+// that a client publishing to ever new invented names cannot fill the
+// rates' cap and push the catalog's subjects under "_other"; the decisions
+// keep the names sent, for auditors.
+func TestFeedRatesKeepInventedSubjectsApart(t *testing.T) {
+	feed := server.NewFeed(64)
+	feed.SetInCatalog(func(s string) bool { return s == "payments.authorize" })
+	for i := range 5000 {
+		feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: string(pigeon.CodeSubjectNotFound),
+			Gate: pigeon.GateContract, Subject: fmt.Sprintf("invented.%d", i), Principal: "p"})
+		feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: string(pigeon.CodeEnvelopeInvalid),
+			Gate: pigeon.GateEnvelope, Subject: fmt.Sprintf("made.up.%d", i), Principal: "p"})
+	}
+	feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishDenied), Outcome: "deny", Code: string(pigeon.CodeEnvelopeInvalid),
+		Gate: pigeon.GateEnvelope, Subject: "payments.authorize", Principal: "p"})
+	feed.Audited(pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Outcome: "allow", Subject: "payments.authorize", Principal: "p"})
+	rates := feed.Rates()
+	require.Equal(t, map[string]server.SubjectRates{
+		"_unknown":           {Denied: 10000},
+		"payments.authorize": {Accepted: 1, Denied: 1},
+	}, rates)
+	ds, _, _ := feed.Since(0, 100)
+	require.Equal(t, "made.up.4999", ds[len(ds)-3].Subject, "a decision keeps the name sent")
+}
+
 // TestRequestIDsOnLogLines: every request's lines carry its id (the
 // client's, or one drawn), the answer names it, and no line holds a token
 // or a payload value.
