@@ -163,3 +163,30 @@ func TestTrimKeepsOnlyTheCurrentClaim(t *testing.T) {
 	require.True(t, dup)
 	require.Equal(t, "new", got.ID)
 }
+
+// A progress write that changes nothing (MarkDone of a done sequence or of
+// 0, MarkDoneBatch of those, MarkAttempt of a done sequence or of the
+// attempt recorded) writes nothing, as store.GroupPruner says and store/wal
+// does: a consumer repeating acks does not keep an abandoned group from
+// being pruned, and MarkDone(0) leaves no empty group to list.
+func TestNoOpProgressIsNotAWrite(t *testing.T) {
+	ctx := t.Context()
+	clock := t0
+	s := memory.New(&memory.Options{Now: func() time.Time { return clock }})
+	defer s.Close(ctx)
+	g := store.GroupKey{Subject: "s", Group: "g"}
+	require.NoError(t, s.MarkDone(ctx, g, 1))
+	require.NoError(t, s.MarkAttempt(ctx, g, 3, 1))
+	clock = clock.Add(time.Hour)
+	require.NoError(t, s.MarkDone(ctx, g, 1))
+	require.NoError(t, s.MarkDoneBatch(ctx, g, []uint64{1, 0}))
+	require.NoError(t, s.MarkAttempt(ctx, g, 1, 2))
+	require.NoError(t, s.MarkAttempt(ctx, g, 3, 1))
+	require.NoError(t, s.MarkDone(ctx, store.GroupKey{Subject: "s", Group: "zero"}, 0))
+	groups, err := s.ListGroups(ctx, "s", 0)
+	require.NoError(t, err)
+	require.Len(t, groups, 1, "MarkDone(0) makes no group")
+	n, err := s.PruneGroups(ctx, "s", t0.Add(time.Minute), func(string) bool { return false })
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the group's last write that changed it is before the cut")
+}

@@ -20,23 +20,33 @@ type group struct {
 // MarkDone records seq as done for the group (store.GroupState.MarkDone):
 // the floor advances over every contiguous done sequence, the others wait
 // in Done, and seq's attempts are forgotten. Marking a done sequence again
-// is a no-op.
+// (or sequence 0) is a no-op, and writes nothing: it creates no group and
+// does not count as a write for PruneGroups.
 func (s *Store) MarkDone(ctx context.Context, key store.GroupKey, seq uint64) error {
 	if err := s.lockProgress(ctx); err != nil {
 		return err
 	}
 	defer s.progMu.Unlock()
+	if g := s.groups[key.Subject][key.Group]; seq == 0 || g != nil && g.state.IsDone(seq) {
+		return nil // a no-op writes nothing (store.GroupPruner), as in store/wal
+	}
 	s.write(key).MarkDone(seq)
 	return nil
 }
 
 // MarkAttempt records that delivery attempt n of seq began. It is a no-op
-// for a sequence that is already done.
+// (writing nothing, as MarkDone) for a sequence that is already done or
+// whose attempt n is recorded.
 func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64, n int) error {
 	if err := s.lockProgress(ctx); err != nil {
 		return err
 	}
 	defer s.progMu.Unlock()
+	if g := s.groups[key.Subject][key.Group]; g != nil {
+		if a, ok := g.state.Attempts[seq]; g.state.IsDone(seq) || ok && a == n {
+			return nil // a no-op writes nothing, as in store/wal
+		}
+	}
 	s.write(key).MarkAttempt(seq, n)
 	return nil
 }

@@ -123,3 +123,36 @@ func TestIdempotencyIndexSweeps(t *testing.T) {
 	require.True(t, dup)
 	require.Equal(t, "m4990", got.ID)
 }
+
+// A retry that finds its key's claim on a message that retention has just
+// removed without keeping a copy (over the kept budget), before the trim
+// has dropped the claim, is a new message: the claim goes with the
+// message. It used to retry the same claim until it gave up with an
+// error ("idempotency key kept changing"), failing the publish.
+func TestRetryDuringTrimOfUnkeptOriginal(t *testing.T) {
+	defer func(n int) { maxKeptBytes = n }(maxKeptBytes)
+	maxKeptBytes = 0 // no copies: a trimmed message's claim goes with it
+	ctx := t.Context()
+	s := open(t, t.TempDir(), fast)
+	m := msg("a", "orig", at(0))
+	m.IdemKey, m.IdemExpires = "k", at(time.Hour)
+	_, _, err := s.Append(ctx, m)
+	require.NoError(t, err)
+	_, _, err = s.Append(ctx, msg("a", "next", at(time.Second)))
+	require.NoError(t, err)
+	// The trim's window: the original is cut from the log, its claim not
+	// yet dropped.
+	sub, _ := s.subject("a", false)
+	require.NoError(t, sub.w.truncateFront(2))
+
+	r := msg("a", "retry", at(2*time.Second))
+	r.IdemKey, r.IdemExpires = "k", at(time.Hour)
+	got, dup, err := s.Append(ctx, r)
+	require.NoError(t, err)
+	require.False(t, dup)
+	require.Equal(t, uint64(3), got.Seq)
+	again, dup, err := s.Append(ctx, r)
+	require.NoError(t, err)
+	require.True(t, dup, "the retry holds the key now")
+	require.Equal(t, "retry", again.ID)
+}

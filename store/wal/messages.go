@@ -252,7 +252,17 @@ func (s *Store) duplicate(e idemEnt, key string) (store.Message, bool, retry, er
 		x := &s.msgs.idx
 		x.mu.Lock()
 		k, ok := x.kept[e.loc]
+		gone := !ok && seq < sub.w.first.Load()
+		if gone {
+			// Trimmed without a copy (over the budget): its claim goes
+			// with it. The trim drops it too, once it has truncated; a
+			// retry that came between must not keep finding it.
+			x.unclaim(key, e.loc)
+		}
 		x.mu.Unlock()
+		if gone {
+			return store.Message{}, false, retry{again: true, skip: e.loc}, nil
+		}
 		if !ok {
 			return store.Message{}, false, retry{again: true}, nil
 		}

@@ -111,14 +111,29 @@ func (x *msgIndex) unclaim(key string, loc uint64) {
 	}
 }
 
-// addID records id at loc; mu held.
-func (x *msgIndex) addID(id string, loc uint64) { x.ids.Insert(x.hash(id), loc) }
+// addID records id at loc; mu held. An empty id is not indexed: no
+// Lookup finds it (as in the memory store), and messages without ids,
+// all of one hash, would otherwise pile into one probe run that every
+// insert walks.
+func (x *msgIndex) addID(id string, loc uint64) {
+	if id != "" {
+		x.ids.Insert(x.hash(id), loc)
+	}
+}
 
 // removeID forgets id at loc; mu held.
-func (x *msgIndex) removeID(id string, loc uint64) { x.ids.remove(x.hash(id), loc) }
+func (x *msgIndex) removeID(id string, loc uint64) {
+	if id != "" {
+		x.ids.remove(x.hash(id), loc)
+	}
+}
 
-// findID returns the candidate locations of id, latest first.
+// findID returns the candidate locations of id, latest first; none for
+// the empty id.
 func (x *msgIndex) findID(id string) []uint64 {
+	if id == "" {
+		return nil
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	locs := x.ids.find(x.hash(id))

@@ -182,7 +182,9 @@ func (s *Store) scanSubject(num uint32, sc *subjectScan) {
 			return fmt.Errorf("message seq %d is beyond the %d bits of a location", index, seqBits)
 		}
 		loc := pack(num, index)
-		sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), loc: loc})
+		if h.id != "" { // as addID
+			sc.ids = append(sc.ids, idSlot{h: x.hash(h.id), loc: loc})
+		}
 		if h.idemKey != "" {
 			exp := unixNano(h.idemExp)
 			if exp > sc.clock { // an entry expired before this point never matters again
@@ -285,6 +287,13 @@ func (s *Store) subject(name string, create bool) (*subject, error) {
 	dir := filepath.Join(s.messagesDir(), subjectDir(name))
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("wal: create subject %q: %w", name, err)
+	}
+	// The directory may be another subject's: on a file system that folds
+	// case (macOS, Windows) "Orders" and "orders" name one directory, and
+	// two logs on one set of files would ruin both. A SUBJECT left by a
+	// creation of this subject that failed is reused.
+	if other, err := readSubjectFile(dir, s.opts.MaxRecordSize); err == nil && other != name {
+		return nil, fmt.Errorf("wal: create subject %q: its directory %s holds subject %q (a file system that folds case?)", name, dir, other)
 	}
 	e := newEnc(kindSubject, len(name)+8)
 	e.str(name)
