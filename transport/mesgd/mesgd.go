@@ -14,6 +14,12 @@
 // with an error frame, {"error":{"code","message","details"}}, and the
 // connection stays up.
 //
+// The contract is renewed in place shortly before it expires, as a
+// session's is (pigeon.RenewDelay), as far as the credential allows; when
+// it ends (expired, revoked, refused for good) the connection is closed
+// with 1008 and the code as the reason. The server pings each connection
+// and drops one that does not answer.
+//
 // # Concurrency
 //
 // A Server is safe for concurrent use. Each connection has one reader,
@@ -27,6 +33,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -49,7 +56,12 @@ const (
 	DefaultType      = "mesgd.frame"
 	DefaultMaxFrame  = 64 << 10
 	writeTimeout     = 10 * time.Second
+	renewTimeout     = 10 * time.Second
 	defaultClassific = "internal"
+	// clockPoll is the longest the renewal of a connection's contract
+	// sleeps before it reads the clock again, so that a clock that jumps
+	// (a suspended host) does not make it miss the expiry.
+	clockPoll = time.Minute
 )
 
 // Options configure a Server. New copies them.
@@ -70,6 +82,12 @@ type Options struct {
 	// OriginPatterns lists the origins browsers may connect from besides
 	// the server's own host (see websocket.AcceptOptions).
 	OriginPatterns []string
+	// PingInterval is how often the server pings a connection (default
+	// ws.DefaultPingInterval, 30 s; negative: never); PingTimeout is how
+	// long it waits for the pong (default ws.DefaultPingTimeout, 15 s)
+	// before it drops the connection, and with it its contract, which
+	// would otherwise be renewed for a peer long gone.
+	PingInterval, PingTimeout time.Duration
 	// Logger receives connection events; never payload values.
 	Logger *slog.Logger
 }
@@ -83,6 +101,14 @@ type Server struct {
 	conns   map[*websocket.Conn]struct{}
 	closing bool
 	wg      sync.WaitGroup
+
+	// now is the engine's clock (pigeon.Options.Now), poll the longest
+	// the renewal sleeps between two readings of it, and armed, when
+	// set, learns each time the renewal waits until a new time; tests
+	// set them.
+	now   func() time.Time
+	poll  time.Duration
+	armed func(until time.Time)
 }
 
 // New returns the mesgd endpoint of e for opts.Subject.
@@ -96,18 +122,107 @@ func New(e *pigeon.Engine, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.PingInterval == 0 {
+		opts.PingInterval = ws.DefaultPingInterval
+	}
+	if opts.PingTimeout <= 0 {
+		opts.PingTimeout = ws.DefaultPingTimeout
+	}
 	opts.OriginPatterns = append([]string(nil), opts.OriginPatterns...)
-	return &Server{e: e, opts: opts, conns: map[*websocket.Conn]struct{}{}}
+	return &Server{e: e, opts: opts, conns: map[*websocket.Conn]struct{}{}, now: time.Now, poll: clockPoll}
 }
 
-// Selector returns the selector of an endpoint path: /mesgd/kind=chat
-// selects "/kind=chat", and /mesgd or /mesgd/ selects every message.
-func Selector(path string) string {
-	sel := strings.TrimPrefix(path, Prefix)
-	if sel == "" || sel == "/" {
-		return "/*"
+// Selector returns the selector text of an endpoint path as the request
+// carries it, escaped (url.URL.EscapedPath; not url.URL.Path, where %2F
+// is already a '/'): /mesgd/kind=chat selects "/kind=chat", and /mesgd or
+// /mesgd/ selects every message ("/*").
+//
+// The path is split on '/' before anything is unescaped, so that a value
+// may hold a '/': /mesgd/room=a%2Fb selects room equal to "a/b". In each
+// segment an escape of a character the selector syntax reserves ('/',
+// '=', '.', '%', '*'; docs/delivery.md) stays the selector's own escape,
+// so it is that character literally (room=%2A is room equal to "*", not
+// the '*' segment); any other escape is decoded (%20 a space, %C3%A9
+// "é"). A malformed escape is SELECTOR_INVALID; pigeon.ParseSelector
+// then refuses what no selector is (bytes that are not UTF-8, control
+// characters, an empty segment, ...).
+func Selector(escapedPath string) (string, error) {
+	rest, ok := strings.CutPrefix(escapedPath, "/")
+	if !ok {
+		return "", pigeon.NewError(pigeon.CodeSelectorInvalid, "the path must start with '/'")
 	}
-	return strings.TrimSuffix(sel, "/")
+	first, rest, _ := strings.Cut(rest, "/")
+	if p, err := url.PathUnescape(first); err != nil || "/"+p != Prefix {
+		return "", pigeon.NewError(pigeon.CodeSelectorInvalid, "the path is not under %s", Prefix)
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	if rest == "" {
+		return "/*", nil
+	}
+	if len(rest) > 3*pigeon.MaxSelectorLen {
+		return "", pigeon.NewError(pigeon.CodeSelectorInvalid, "the route path is %d bytes, over the limit of %d", len(rest), 3*pigeon.MaxSelectorLen)
+	}
+	var b strings.Builder
+	b.Grow(len(rest) + 1)
+	off := len(Prefix) + 1 // byte offset in the escaped path
+	for seg := range strings.SplitSeq(rest, "/") {
+		b.WriteByte('/')
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if c != '%' {
+				b.WriteByte(c)
+				continue
+			}
+			if i+2 >= len(seg) || unhex(seg[i+1]) < 0 || unhex(seg[i+2]) < 0 {
+				return "", pigeon.NewError(pigeon.CodeSelectorInvalid, "invalid escape at byte %d of the path", off+i)
+			}
+			switch d := byte(unhex(seg[i+1])<<4 | unhex(seg[i+2])); d {
+			case '/', '=', '.', '%', '*':
+				b.WriteString(strings.ToUpper(seg[i : i+3])) // the selector's escape of d
+			default:
+				b.WriteByte(d)
+			}
+			i += 2
+		}
+		off += len(seg) + 1
+	}
+	return b.String(), nil
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// escapedPath is r's path as it came, escapes kept: RawPath when it is
+// an encoding of Path (EscapedPath would drop one holding bytes that
+// are not ASCII, and with it the difference between %2F and '/').
+func escapedPath(u *url.URL) string {
+	if u.RawPath != "" {
+		if p, err := url.PathUnescape(u.RawPath); err == nil && p == u.Path {
+			return u.RawPath
+		}
+	}
+	return u.EscapedPath()
+}
+
+// selectorOf is the selector of r's path, parsed.
+func selectorOf(r *http.Request) (string, error) {
+	sel, err := Selector(escapedPath(r.URL))
+	if err != nil {
+		return "", err
+	}
+	if _, err := pigeon.ParseSelector(sel); err != nil {
+		return "", err
+	}
+	return sel, nil
 }
 
 // ServeHTTP authenticates the upgrade, negotiates the connection's
@@ -116,8 +231,8 @@ func Selector(path string) string {
 // status of their code.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	sel := Selector(r.URL.Path)
-	if _, err := pigeon.ParseSelector(sel); err != nil {
+	sel, err := selectorOf(r)
+	if err != nil {
 		wire.WriteHTTPError(w, err)
 		return
 	}
@@ -156,15 +271,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.untrack(c)
 	s.opts.Logger.Debug("mesgd connected", "principal", p.ID, "selector", sel, "remote", r.RemoteAddr)
+	var bg sync.WaitGroup // the connection's goroutines, waited for after cancel
+	defer bg.Wait()
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	bg.Go(func() { s.renewLoop(cctx, c, p, k) })
+	if s.opts.PingInterval > 0 {
+		bg.Go(func() { s.pingLoop(cctx, c, p) })
+	}
 	if k.Allows(s.opts.Subject, pigeon.OpReceive) {
 		opts := []pigeon.SubscribeOption{pigeon.WithSelector(sel)}
 		if sp, err := s.e.Subject(s.opts.Subject); err == nil && sp.Mode == pigeon.ModePubSub {
 			opts = append(opts, pigeon.WithAtMostOnce()) // as mesgd: a frame missed while away is not kept
 		}
-		sub, err := s.e.Subscribe(cctx, caller, s.opts.Subject, func(ctx context.Context, d *pigeon.Delivery) error {
-			wctx, wcancel := context.WithTimeout(ctx, writeTimeout)
+		sub, err := s.e.Subscribe(cctx, caller, s.opts.Subject, func(_ context.Context, d *pigeon.Delivery) error {
+			// Not the delivery's context: a revocation cancels it, and a
+			// write it cancels midway makes the library drop the
+			// connection, where the close that follows (1008 and the
+			// code) is what tells the client what happened. A frame
+			// judged before the revocation is written whole.
+			wctx, wcancel := context.WithTimeout(cctx, writeTimeout)
 			defer wcancel()
 			return c.Write(wctx, websocket.MessageText, d.Message.Data)
 		}, opts...)
@@ -173,12 +299,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer func() { _ = sub.Unsubscribe(context.Background()) }()
-		go func() {
+		bg.Go(func() {
 			<-sub.Done()
 			if err := sub.Err(); err != nil { // the contract ended: the client reconnects
-				_ = c.Close(websocket.StatusPolicyViolation, string(pigeon.ErrorCode(err)))
+				s.end(c, err)
 			}
-		}()
+		})
 	}
 	s.read(cctx, c, caller)
 }
@@ -209,8 +335,125 @@ func (s *Server) read(ctx context.Context, c *websocket.Conn, caller pigeon.Call
 		m := &pigeon.Message{Type: s.opts.Type, Subject: s.opts.Subject, Intent: intent, Classification: class, Data: b}
 		if _, err := s.e.Publish(ctx, caller, m); err != nil {
 			s.refuse(ctx, c, err)
+			if pigeon.RenewalFinal(err) {
+				// The contract is over for good (revoked, say): close as a
+				// subscriber's connection closes, for the client to
+				// reconnect, rather than refuse every frame after it.
+				s.end(c, err)
+				return
+			}
 		}
 	}
+}
+
+// renewLoop renews the connection's contract k in place (same id) shortly
+// before it expires (pigeon.RenewDelay, on the engine's clock), as an
+// in-process session does, until ctx ends. A renewal that fails for a
+// reason that may pass is tried again (pigeon.RenewRetry); one refused
+// for good (pigeon.RenewalFinal) or that cannot lengthen the contract
+// (the credential ends first) is not tried again, and at the expiry the
+// connection is closed with 1008 CONTRACT_EXPIRED. A contract found
+// revoked (or otherwise over) closes it at once with the refusal's code.
+func (s *Server) renewLoop(ctx context.Context, c *websocket.Conn, p *pigeon.Principal, k pigeon.Contract) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var (
+		retry time.Duration
+		final bool // no renewal will lengthen k: wait for its expiry
+	)
+	for {
+		exp := k.ExpiresAt()
+		left := exp.Sub(s.now())
+		if left <= 0 {
+			s.end(c, pigeon.NewError(pigeon.CodeContractExpired, "the contract has expired"))
+			return
+		}
+		wait := left
+		if !final {
+			wait = pigeon.RenewDelay(left, retry)
+		}
+		retry = 0
+		if !s.sleep(ctx, t, s.now().Add(wait)) {
+			return
+		}
+		if final || !k.ExpiresAt().Equal(exp) || !s.now().Before(exp) {
+			continue // nothing to renew, renewed meanwhile, or expired: see above
+		}
+		rctx, cancel := context.WithTimeout(ctx, renewTimeout)
+		renewed, err := s.e.RenewContract(rctx, p, k.ID(), 0)
+		cancel()
+		switch code := pigeon.ErrorCode(err); {
+		case ctx.Err() != nil:
+			return
+		case err == nil && !renewed.ExpiresAt().After(exp):
+			final = true
+			s.opts.Logger.Debug("mesgd contract renewed as far as the credential goes", "principal", p.ID, "contract", k.ID(), "expires", exp)
+		case err == nil:
+		case code == pigeon.CodeContractRevoked || code == pigeon.CodeContractExpired ||
+			code == pigeon.CodeContractNotFound || code == pigeon.CodeContractPrincipalMismatch:
+			s.end(c, err) // the contract is over now
+			return
+		case pigeon.RenewalFinal(err):
+			final = true
+			s.opts.Logger.Info("mesgd contract cannot be renewed; the connection ends at its expiry", "principal", p.ID, "contract", k.ID(), "code", code)
+		case code == pigeon.CodeShutdown:
+			return // the server shuts down too
+		default:
+			s.opts.Logger.Warn("mesgd renewing a contract failed; trying again", "principal", p.ID, "contract", k.ID(), "code", code)
+			retry = pigeon.RenewRetry(exp.Sub(s.now()))
+		}
+	}
+}
+
+// pingLoop pings c every PingInterval until ctx ends, and drops it when a
+// pong does not come back within PingTimeout: a peer that does not answer
+// pings will not answer a close handshake either.
+func (s *Server) pingLoop(ctx context.Context, c *websocket.Conn, p *pigeon.Principal) {
+	t := time.NewTicker(s.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.opts.PingTimeout)
+		err := c.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.opts.Logger.Warn("mesgd keepalive timeout; closing", "principal", p.ID)
+				_ = c.CloseNow()
+			}
+			return
+		}
+	}
+}
+
+// sleep waits until the engine's clock reads until (false: ctx ended
+// first), reading it again at least every s.poll.
+func (s *Server) sleep(ctx context.Context, t *time.Timer, until time.Time) bool {
+	if s.armed != nil {
+		s.armed(until)
+	}
+	for {
+		d := until.Sub(s.now())
+		if d <= 0 {
+			return true
+		}
+		t.Reset(min(d, s.poll))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// end closes c because its contract ended (err names how): 1008 with
+// the code as the reason; mesgd clients reconnect.
+func (s *Server) end(c *websocket.Conn, err error) {
+	_ = c.Close(websocket.StatusPolicyViolation, string(pigeon.ErrorCode(err)))
 }
 
 // refuse answers a refused frame with an error frame.

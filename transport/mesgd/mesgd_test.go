@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -21,15 +22,57 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
+// TestSelector: the route path is read escaped, split on '/' first and
+// each segment unescaped on its own, so that a value may hold '/' (%2F);
+// an escape of a character the selector syntax reserves stays its
+// escape (that character, literally), any other is decoded.
 func TestSelector(t *testing.T) {
-	for path, sel := range map[string]string{
-		"/mesgd":                      "/*",
-		"/mesgd/":                     "/*",
-		"/mesgd/kind=chat":            "/kind=chat",
-		"/mesgd/kind=chat/room=lobby": "/kind=chat/room=lobby",
-		"/mesgd/kind=chat/":           "/kind=chat",
+	for _, tc := range []struct{ path, sel, canon string }{
+		{"/mesgd", "/*", "/"},
+		{"/mesgd/", "/*", "/"},
+		{"/mesgd/kind=chat", "/kind=chat", "/kind=chat"},
+		{"/mesgd/kind=chat/room=lobby", "/kind=chat/room=lobby", "/kind=chat/room=lobby"},
+		{"/mesgd/kind=chat/", "/kind=chat", "/kind=chat"},
+		{"/mesgd/room=a%2Fb", "/room=a%2Fb", "/room=a%2Fb"},
+		{"/mesgd/room=a%2fb", "/room=a%2Fb", "/room=a%2Fb"},
+		{"/mesgd/room=a%2Fb/kind=chat", "/room=a%2Fb/kind=chat", "/kind=chat/room=a%2Fb"},
+		{"/mesgd/room=%2A", "/room=%2A", "/room=%2A"},
+		{"/mesgd/room=50%25", "/room=50%25", "/room=50%25"},
+		{"/mesgd/room=a%3Db", "/room=a%3Db", "/room=a=b"},
+		{"/mesgd/a%2Eb=c", "/a%2Eb=c", "/a%2Eb=c"},
+		{"/mesgd/a.b=c", "/a.b=c", "/a.b=c"},
+		{"/mesgd/room=caf%C3%A9%20bar", "/room=café bar", "/room=café bar"},
+		{"/mesgd/room=%7Elobby", "/room=~lobby", "/room=~lobby"},
+		{"/mesgd/kind=chat/*/x=y", "/kind=chat/*/x=y", "/kind=chat"},
+		{"/mesg%64/kind=chat", "/kind=chat", "/kind=chat"},
 	} {
-		require.Equal(t, sel, mesgd.Selector(path), path)
+		sel, err := mesgd.Selector(tc.path)
+		require.NoError(t, err, tc.path)
+		require.Equal(t, tc.sel, sel, tc.path)
+		parsed, err := pigeon.ParseSelector(sel)
+		require.NoError(t, err, tc.path)
+		require.Equal(t, tc.canon, parsed.String(), tc.path)
+	}
+	for _, tc := range []struct{ path, parse string }{
+		{"/mesgd/room=%", ""},        // a truncated escape
+		{"/mesgd/room=%2", ""},       // a truncated escape
+		{"/mesgd/room=%zz", ""},      // not hex
+		{"/mesgd/room=%2G", ""},      // not hex
+		{"/other/kind=chat", ""},     // not under /mesgd
+		{"/mesgdx/kind=chat", ""},    // not under /mesgd
+		{"mesgd/kind=chat", ""},      // not a path
+		{"/mesgd/room=%FF", "UTF-8"}, // a selector ParseSelector refuses
+		{"/mesgd/room=%00", "control"},
+		{"/mesgd/room=a//b", "empty segment"},
+	} {
+		sel, err := mesgd.Selector(tc.path)
+		if tc.parse != "" {
+			require.NoError(t, err, tc.path)
+			_, err = pigeon.ParseSelector(sel)
+			require.ErrorContains(t, err, tc.parse, tc.path)
+		}
+		require.Error(t, err, tc.path)
+		require.Equal(t, pigeon.CodeSelectorInvalid, pigeon.ErrorCode(err), tc.path)
 	}
 }
 
@@ -235,4 +278,23 @@ func TestCrossOriginUpgradeRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, live, "no contract was negotiated for the foreign page")
 	require.Equal(t, http.StatusSwitchingProtocols, dial(base, "alice-token"), "the server's own origin")
+}
+
+// TestEscapedPath: the path is read as the request carried it, %2F kept,
+// also when it holds bytes that are not ASCII (url.URL.EscapedPath would
+// re-escape the decoded path then, and %2F would become a '/').
+func TestEscapedPath(t *testing.T) {
+	for uri, want := range map[string]string{
+		"/mesgd/room=a%2Fb":              "/mesgd/room=a%2Fb",
+		"/mesgd/room=a%2Fb/x=\xc3\xa9":   "/mesgd/room=a%2Fb/x=\xc3\xa9",
+		"/mesgd/room=lobby":              "/mesgd/room=lobby",
+		"/mesgd/room=caf%C3%A9?region=x": "/mesgd/room=caf%C3%A9",
+	} {
+		u, err := url.ParseRequestURI(uri)
+		require.NoError(t, err)
+		require.Equal(t, want, mesgd.EscapedPath(u), uri)
+	}
+	sel, err := mesgd.Selector(mesgd.EscapedPath(&url.URL{Path: "/mesgd/room=a/b/x=é", RawPath: "/mesgd/room=a%2Fb/x=é"}))
+	require.NoError(t, err)
+	require.Equal(t, "/room=a%2Fb/x=é", sel)
 }
