@@ -195,7 +195,7 @@ func (b *Bridge) run(ctx context.Context) error {
 			if ue := (*url.Error)(nil); errors.As(err, &ue) {
 				err = errors.New("the URL does not parse") // its text quotes the URL, password and all
 			}
-			return fmt.Errorf("natsbridge: cannot connect to NATS at %s: %w", redactURL(b.opts.URL), err)
+			return fmt.Errorf("natsbridge: cannot connect to NATS at %s: %w", RedactURL(b.opts.URL), err)
 		}
 		defer nc.Close()
 	}
@@ -410,12 +410,12 @@ func backoff(n int, max time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// redactURL returns s, a URL or a comma-separated list of them (as
+// RedactURL returns s, a URL or a comma-separated list of them (as
 // nats.Connect takes), without what each names before its host: a NATS
 // URL carries a user and password, or a token, there
 // (nats://user:pass@host, nats://token@host), and errors and logs must not
 // show them. A URL that does not parse is not shown at all.
-func redactURL(s string) string {
+func RedactURL(s string) string {
 	parts := strings.Split(s, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)

@@ -6,6 +6,7 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
+	"iter"
 	"math"
 	"math/big"
 	"regexp"
@@ -190,30 +191,47 @@ func (s *Schema) validate(data any, raw []byte, fast, exact bool) string {
 // admitted it as that member (1.0000000000000000001 as 1, 9007199254740992
 // as 9007199254740993), though receivers get its text.
 func inexactChoice(raw []byte, choices map[float64][]*big.Rat) bool {
-	for i := 0; i < len(raw); i++ {
-		switch c := raw[i]; {
-		case c == '"':
-			for i++; i < len(raw) && raw[i] != '"'; i++ {
-				if raw[i] == '\\' {
-					i++
-				}
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			end, ok := jsontext.NumberEnd(raw, i)
-			if !ok {
+	for lit := range numbers(raw) {
+		if lit == nil {
+			return true // not a number: judged inexact
+		}
+		f, _ := strconv.ParseFloat(string(lit), 64)
+		if members := choices[f]; len(members) > 0 {
+			r, _ := new(big.Rat).SetString(string(lit))
+			if r == nil || !slices.ContainsFunc(members, func(m *big.Rat) bool { return m.Cmp(r) == 0 }) {
 				return true
 			}
-			f, _ := strconv.ParseFloat(string(raw[i:end]), 64)
-			if members := choices[f]; len(members) > 0 {
-				r, _ := new(big.Rat).SetString(string(raw[i:end]))
-				if r == nil || !slices.ContainsFunc(members, func(m *big.Rat) bool { return m.Cmp(r) == 0 }) {
-					return true
-				}
-			}
-			i = end - 1
 		}
 	}
 	return false
+}
+
+// numbers yields the number literals of the JSON text raw, in order,
+// skipping strings; nil for one that is not a valid number, after which
+// it stops.
+func numbers(raw []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for i := 0; i < len(raw); i++ {
+			switch c := raw[i]; {
+			case c == '"':
+				for i++; i < len(raw) && raw[i] != '"'; i++ {
+					if raw[i] == '\\' {
+						i++
+					}
+				}
+			case c == '-' || c >= '0' && c <= '9':
+				end, ok := jsontext.NumberEnd(raw, i)
+				if !ok {
+					yield(nil)
+					return
+				}
+				if !yield(raw[i:end]) {
+					return
+				}
+				i = end - 1
+			}
+		}
+	}
 }
 
 // schemaReason names the failing fields and rules, never their values,
@@ -563,20 +581,9 @@ func scalarEqual(a, b any) bool {
 // order, and a fraction never rounds to an integer, so comparing their
 // doubles answers as comparing the decimals would. Strings are skipped.
 func exactNumbers(raw []byte) bool {
-	for i := 0; i < len(raw); i++ {
-		switch c := raw[i]; {
-		case c == '"':
-			for i++; i < len(raw) && raw[i] != '"'; i++ {
-				if raw[i] == '\\' {
-					i++
-				}
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			end, ok := jsontext.NumberEnd(raw, i)
-			if !ok || !jsontext.ExactNumber(raw[i:end]) {
-				return false
-			}
-			i = end - 1
+	for lit := range numbers(raw) {
+		if lit == nil || !jsontext.ExactNumber(lit) {
+			return false
 		}
 	}
 	return true

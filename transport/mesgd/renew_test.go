@@ -284,18 +284,26 @@ func TestRenewalRetried(t *testing.T) {
 	require.Equal(t, "past the first expiry", readFrame(t, c)["text"])
 }
 
+// revocationFixture is a clock fixture with alice's connection on
+// room=lobby (c, its contract k) and a session of bob's publishing on the
+// subject, closed at the test's end.
+func revocationFixture(t *testing.T) (*clockFixture, *websocket.Conn, pigeon.LiveContract, pigeon.Session) {
+	f := newClockFixture(t)
+	c := f.dialReady(t, "/mesgd/room=lobby")
+	k := f.contractOf(t, "alice")
+	bob, err := f.e.Connect(context.Background(), "bob-token", []string{"chat"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bob.Close(context.Background()) })
+	return f, c, k, bob
+}
+
 // TestRevocationCutsTheStream: a contract revoked while messages stream
 // to the connection cuts it at once: nothing published after the
 // revocation returned is delivered, and the connection is closed with
 // 1008 CONTRACT_REVOKED (the renewal changes none of it).
 func TestRevocationCutsTheStream(t *testing.T) {
-	f := newClockFixture(t)
+	f, c, k, bob := revocationFixture(t)
 	ctx := context.Background()
-	c := f.dialReady(t, "/mesgd/room=lobby")
-	k := f.contractOf(t, "alice")
-	bob, err := f.e.Connect(ctx, "bob-token", []string{"chat"})
-	require.NoError(t, err)
-	defer bob.Close(ctx)
 
 	var (
 		published atomic.Int64 // the last n published
@@ -350,13 +358,8 @@ func TestRevocationCutsTheStream(t *testing.T) {
 // cancels: the library dropped the connection mid-frame, and the client
 // saw EOF, never learning why.
 func TestRevocationDuringABlockedWrite(t *testing.T) {
-	f := newClockFixture(t)
+	f, c, k, bob := revocationFixture(t)
 	ctx := context.Background()
-	c := f.dialReady(t, "/mesgd/room=lobby")
-	k := f.contractOf(t, "alice")
-	bob, err := f.e.Connect(ctx, "bob-token", []string{"chat"})
-	require.NoError(t, err)
-	defer bob.Close(ctx)
 	pad := strings.Repeat("x", 256<<10)
 	for n := range 64 { // 16 MiB the client does not read: the socket fills
 		_, err := bob.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat", Intent: "chat", Classification: "internal",

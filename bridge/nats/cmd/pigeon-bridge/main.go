@@ -19,7 +19,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -92,7 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ue) {
 			err = errors.New("the URL does not parse") // its text quotes the URL, password and all
 		}
-		fmt.Fprintf(stderr, "pigeon-bridge: cannot reach NATS at %s: %v\n", redactURL(cfg.NATS.URL), err)
+		fmt.Fprintf(stderr, "pigeon-bridge: cannot reach NATS at %s: %v\n", natsbridge.RedactURL(cfg.NATS.URL), err)
 		return 1
 	}
 	defer nc.Close()
@@ -102,44 +101,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pigeon-bridge: %v\n", err)
 		return 2
 	}
-	logger.Info("pigeon-bridge: starting", "pigeon", redactURL(cfg.Pigeon.URL), "nats", redactURL(cfg.NATS.URL), "routes", len(opts.Routes))
+	logger.Info("pigeon-bridge: starting", "pigeon", natsbridge.RedactURL(cfg.Pigeon.URL), "nats", natsbridge.RedactURL(cfg.NATS.URL), "routes", len(opts.Routes))
 	err = b.Run(ctx)
 	switch {
 	case err == nil:
 		logger.Info("pigeon-bridge: stopped")
 		return 0
 	case b.Stats().Sessions == 0:
-		fmt.Fprintf(stderr, "pigeon-bridge: cannot start against pigeon at %s: %v\n", redactURL(cfg.Pigeon.URL), err)
+		fmt.Fprintf(stderr, "pigeon-bridge: cannot start against pigeon at %s: %v\n", natsbridge.RedactURL(cfg.Pigeon.URL), err)
 	case errors.Is(err, pigeon.ErrContract):
 		fmt.Fprintf(stderr, "pigeon-bridge: stopped: the bridge's contract no longer holds (%s): %v\n", pigeon.ErrorCode(err), err)
 	default:
 		fmt.Fprintf(stderr, "pigeon-bridge: stopped: %v\n", err)
 	}
 	return 1
-}
-
-// redactURL returns s, a URL or a comma-separated list of them, without
-// what each names before its host: a NATS URL carries a user and password,
-// or a token, there (nats://user:pass@host, nats://token@host), and the
-// command's output and logs must not show them. A URL that does not parse
-// is not shown at all.
-func redactURL(s string) string {
-	parts := strings.Split(s, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if !strings.Contains(p, "://") {
-			p = "nats://" + p // as nats.Connect reads it
-		}
-		u, err := url.Parse(p)
-		switch {
-		case err != nil:
-			parts[i] = "<invalid URL>"
-		case u.User != nil:
-			u.User = url.User("REDACTED")
-			parts[i] = u.String()
-		default:
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
 }
