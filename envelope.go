@@ -128,7 +128,10 @@ func DecodeMessage(b []byte) (*Message, error) {
 // decodeMessageSlow is DecodeMessage through jsontext.Validate and
 // encoding/json: it decides every text the one-pass decoder hands on.
 func decodeMessageSlow(b []byte) (*Message, error) {
-	b = bytes.TrimSpace(b)
+	// Only JSON's own white space: bytes.TrimSpace would also take
+	// Unicode spaces (U+00A0, U+0085, \v, \f), and accept as a message
+	// text that is not JSON, which CheckJSON and every other reader refuse.
+	b = bytes.Trim(b, jsonSpace)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, NewError(CodeEnvelopeInvalid, "message must be a JSON object")
 	}
@@ -144,6 +147,9 @@ func decodeMessageSlow(b []byte) (*Message, error) {
 	}
 	return &m, nil
 }
+
+// jsonSpace is the white space JSON allows around a value (RFC 8259).
+const jsonSpace = " \t\n\r"
 
 var messageType = reflect.TypeFor[Message]()
 
