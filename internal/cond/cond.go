@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -102,12 +103,13 @@ func Compile(expr string) (*Condition, error) {
 			ast.OutputType())
 	}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
-	if hasComprehension(ast) {
-		// Only comprehensions (all, exists, exists_one, map, filter) can
-		// make the work grow faster than the expression and the message.
+	if hasComprehension(ast) || hasSizedCall(ast) {
+		// Only comprehensions (all, exists, exists_one, map, filter) and
+		// calls whose work grows with their operands (sizedCost) can make
+		// the work grow faster than the expression and the message.
 		// Tracking the cost costs ~1 µs per evaluation, so it is paid only
 		// where it is needed.
-		opts = append(opts, cel.CostLimit(celCostLimit))
+		opts = append(opts, cel.CostLimit(celCostLimit), cel.CostTracking(sizedCost{}))
 	}
 	prg, err := env.Program(ast, opts...)
 	if err != nil {
@@ -128,6 +130,70 @@ func celIssues(iss *cel.Issues) string {
 		parts = append(parts, fmt.Sprintf("%d:%d: %s", e.Location.Line(), e.Location.Column()+1, e.Message))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// sizedCalls are the functions whose work grows with their operands'
+// sizes: concatenation copies both, matches runs the pattern over the
+// text, the others scan it.
+var sizedCalls = []string{operators.Add, "matches", "contains", "startsWith", "endsWith"}
+
+func hasSizedCall(a *cel.Ast) bool {
+	nav := celast.NavigateAST(a.NativeRep())
+	for _, fn := range sizedCalls {
+		if len(celast.MatchDescendants(nav, celast.FunctionMatcher(fn))) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sizedCost prices the sizedCalls by their operands at evaluation, a unit
+// for each KiB a scan reads and each 128 bytes a concatenation allocates
+// and copies (a unit is about what a comprehension's element costs, a
+// fifth of a microsecond), whatever overload they run as. The price is
+// added once a call returns: the limit stops the expression after the
+// call that crosses it. On
+// message.data, which is dynamic, the checker resolves no overload, and
+// cel-go's own pricing, by overload, takes such a call as one unit: a
+// filter concatenating a 1 MiB string of the data to itself 200 times ran
+// for seconds within the cost limit.
+type sizedCost struct{}
+
+func (sizedCost) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+	var n uint64
+	switch function {
+	case operators.Add:
+		n = valSize(result)/128 + 1 // the copy it made, and the allocation
+	case "matches":
+		if len(args) != 2 {
+			return nil
+		}
+		n = (valSize(args[0])/1024 + 1) * (valSize(args[1])/4 + 1) // RE2: the text once per state
+	case "contains", "startsWith", "endsWith":
+		if len(args) != 2 {
+			return nil
+		}
+		n = (valSize(args[0])+valSize(args[1]))/1024 + 1
+	default:
+		return nil
+	}
+	return &n
+}
+
+// valSize is the length of a string or bytes value, the element count of
+// a list or map, and 0 for anything else.
+func valSize(v ref.Val) uint64 {
+	switch x := v.(type) {
+	case types.String:
+		return uint64(len(x))
+	case types.Bytes:
+		return uint64(len(x))
+	case traits.Sizer:
+		if n, ok := x.Size().(types.Int); ok && n > 0 {
+			return uint64(n)
+		}
+	}
+	return 0
 }
 
 func hasComprehension(a *cel.Ast) bool {

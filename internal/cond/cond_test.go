@@ -255,3 +255,35 @@ func FuzzCompile(f *testing.F) {
 		_, _ = c.Eval(&Vars{p, m})
 	})
 }
+
+// A condition whose work grows with the data's sizes rather than with the
+// expression (concatenating a large string of the data to itself) stops at
+// the cost limit: message.data is dynamic, and
+// cel-go priced such calls as one unit whatever their operands, so a
+// filter of 30 concatenations of a 1 MiB string ran for half a second
+// (200 of them, for seconds) within the limit. Small operands stay cheap.
+func TestConditionCostGrowsWithTheData(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	tests := []struct {
+		name, expr string
+		data       map[string]any
+		limited    bool
+	}{
+		{"concatenation of a large string", "size(message.data.s" + strings.Repeat(" + message.data.s", 30) + ") > 0", map[string]any{"s": big}, true},
+		{"concatenation of small strings", `message.data.first + " " + message.data.last == "Ada Lovelace"`, map[string]any{"first": "Ada", "last": "Lovelace"}, false},
+		{"one large concatenation", `size(message.data.s + "!") > 0`, map[string]any{"s": big}, false},
+		{"contains on a large string", `message.data.s.contains("y")`, map[string]any{"s": big}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Compile(tc.expr)
+			require.NoError(t, err)
+			_, err = c.Eval(&Vars{Message: Message{Data: tc.data}})
+			if tc.limited {
+				require.ErrorContains(t, err, "cost limit")
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+}
