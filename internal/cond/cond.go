@@ -102,7 +102,7 @@ func Compile(expr string) (*Condition, error) {
 			"CEL: result is %s, want bool (compare dynamic values explicitly, e.g. message.data.flag == true)",
 			ast.OutputType())
 	}
-	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	opts := []cel.ProgramOption{regexConstants(), cel.EvalOptions(cel.OptOptimize)}
 	if hasComprehension(ast) || hasSizedCall(ast) {
 		// Only comprehensions (all, exists, exists_one, map, filter) and
 		// calls whose work grows with their operands (sizedCost) can make
@@ -468,10 +468,11 @@ var messageType = &celObjectType{
 
 // celPolicyEnv returns the one shared environment, built on first use.
 var celPolicyEnv = sync.OnceValues(func() (*cel.Env, error) {
-	return cel.NewEnv(
+	opts := append(celMatches(),
 		cel.Types(principalType, messageType),
 		cel.Variable("principal", cel.ObjectType(principalType.name)),
 		cel.Variable("message", cel.ObjectType(messageType.name)),
 		cel.ParserExpressionSizeLimit(celMaxExprLen),
 	)
+	return cel.NewCustomEnv(opts...)
 })

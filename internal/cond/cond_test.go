@@ -270,18 +270,24 @@ func TestConditionCostGrowsWithTheData(t *testing.T) {
 		limited    bool
 	}{
 		{"concatenation of a large string", "size(message.data.s" + strings.Repeat(" + message.data.s", 30) + ") > 0", map[string]any{"s": big}, true},
+		{"pattern over a large string", `message.data.s.matches("` + strings.Repeat("(x|y)", 200) + `z")`, map[string]any{"s": big}, true},
+		{"pattern over a small string", `message.data.s.matches("^(x|y)+$") && matches(message.type, "^t")`, map[string]any{"s": "xyyx"}, false},
+		{"pattern from the data over a large string", `message.data.s.matches(message.data.p)`, map[string]any{"s": big, "p": strings.Repeat("(x|y)", 200) + "z"}, true},
+		{"pattern from the data over a small string", `message.data.s.matches(message.data.p)`, map[string]any{"s": "xy", "p": "^x"}, false},
 		{"concatenation of small strings", `message.data.first + " " + message.data.last == "Ada Lovelace"`, map[string]any{"first": "Ada", "last": "Lovelace"}, false},
 		{"one large concatenation", `size(message.data.s + "!") > 0`, map[string]any{"s": big}, false},
-		{"contains on a large string", `message.data.s.contains("y")`, map[string]any{"s": big}, false},
+		{"contains on a large string", `message.data.s.contains("x")`, map[string]any{"s": big}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Compile(tc.expr)
 			require.NoError(t, err)
-			_, err = c.Eval(&Vars{Message: Message{Data: tc.data}})
+			ok, err := c.Eval(&Vars{Message: Message{Type: "t", Data: tc.data}})
 			if tc.limited {
-				require.ErrorContains(t, err, "cost limit")
+				require.Error(t, err)
+				require.Regexp(t, "cost limit|more work than a condition may do", err.Error())
 			} else {
+				require.True(t, ok)
 				require.NoError(t, err)
 			}
 		})
