@@ -248,7 +248,10 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 	if m.Time == "" {
 		a.nowText = formatTime(now)
 		m.Time = a.nowText
-	} else if _, err := time.Parse(time.RFC3339Nano, m.Time); err != nil {
+	} else if _, ok := parseRFC3339(m.Time); !ok || len(m.Time) > MaxEnvelopeField {
+		// RFC 3339 proper, as receivers in every language read it: Go's
+		// parser alone takes a comma before the fraction, an offset of
+		// 24 hours or of 60 minutes, and any number of digits.
 		a.timeErr = true
 	}
 	if m.Classification == "" {

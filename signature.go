@@ -233,7 +233,7 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 	}
 	if c.Time == "" {
 		c.Time = formatTime(time.Now())
-	} else if _, ok := parseSignedTime(c.Time); !ok {
+	} else if _, ok := parseRFC3339(c.Time); !ok {
 		return NewError(CodeEnvelopeInvalid, "time is not an RFC 3339 timestamp")
 	}
 	bp := signingBufs.Get().(*[]byte)
@@ -301,7 +301,7 @@ func VerifyMessageWithKeys(m *Message, keys []PublicKey) error {
 	if m == nil || m.Signature == nil {
 		return NewError(CodeSignatureRequired, "message is not signed")
 	}
-	at, ok := parseSignedTime(m.Time)
+	at, ok := parseRFC3339(m.Time)
 	if !ok {
 		return NewError(CodeSignatureInvalid, "message time is not an RFC 3339 timestamp")
 	}
@@ -319,16 +319,16 @@ func VerifyMessageWithKeys(m *Message, keys []PublicKey) error {
 	return VerifyMessage(m, pub)
 }
 
-// parseSignedTime parses the time of a signed message, which chooses the
-// key that verifies it. time.Parse(time.RFC3339Nano) alone also takes what
-// RFC 3339 does not and the other clients refuse: a comma before the
-// fraction, an offset minute of 60 to 99, an offset of 24 hours (Node's
-// Date.parse gives NaN for each). A signature the broker verified with
-// such a time would then fail at receivers in other languages, so the
-// syntax is checked first:
-// "YYYY-MM-DDTHH:MM:SS", an optional "." and digits, then "Z" or
-// "+HH:MM"/"-HH:MM" with the hour below 24 and the minute below 60.
-func parseSignedTime(s string) (time.Time, bool) {
+// parseRFC3339 parses a message's time, which receivers read and which,
+// for a signed message, chooses the key that verifies it.
+// time.Parse(time.RFC3339Nano) alone also takes what RFC 3339 does not
+// and the other clients refuse: a comma before the fraction, an offset
+// minute of 60 to 99, an offset of 24 hours (Node's Date.parse gives NaN
+// for each). A time the broker accepted (or a signature it verified with
+// it) would then fail at receivers in other languages, so the syntax is
+// checked first: "YYYY-MM-DDTHH:MM:SS", an optional "." and digits, then
+// "Z" or "+HH:MM"/"-HH:MM" with the hour below 24 and the minute below 60.
+func parseRFC3339(s string) (time.Time, bool) {
 	n := len(s)
 	if n < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
 		return time.Time{}, false

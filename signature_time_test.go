@@ -5,7 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+
+	"pigeon/demo"
 
 	"github.com/stretchr/testify/require"
 
@@ -72,9 +77,11 @@ func TestSignatureTimeIsRFC3339(t *testing.T) {
 	}
 }
 
-// TestSignatureGateRefusesNonRFC3339Time: the gate, which verifies with
-// VerifyMessageWithKeys, refuses such a message on a subject that requires
-// signatures, though the envelope's time passes elsewhere.
+// TestSignatureGateRefusesNonRFC3339Time: such a message is refused on a
+// subject that requires signatures: by the envelope gate, which comes
+// first and takes RFC 3339 proper only (TestPublishedTimeIsRFC3339), and
+// the signature gate, which verifies with VerifyMessageWithKeys, would
+// refuse it too (TestSignatureTimeIsRFC3339).
 func TestSignatureGateRefusesNonRFC3339Time(t *testing.T) {
 	f := integrityFixture(t)
 	_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: signer})
@@ -88,10 +95,35 @@ func TestSignatureGateRefusesNonRFC3339Time(t *testing.T) {
 		m := &pigeon.Message{Type: "t", Subject: "signed.events", Intent: "tell", ID: "msg_time_" + string(rune('a'+i)), Time: tm, Data: json.RawMessage(`{"n":1}`)}
 		signWithTime(t, m, "k1", priv)
 		_, err := s.Publish(ctx, m)
-		requireCode(t, err, pigeon.CodeSignatureInvalid)
+		requireCode(t, err, pigeon.CodeEnvelopeInvalid)
 	}
 	m := &pigeon.Message{Type: "t", Subject: "signed.events", Intent: "tell", Data: json.RawMessage(`{"n":1}`)}
 	require.NoError(t, pigeon.SignMessage(m, "k1", priv))
 	_, err = s.Publish(ctx, m)
 	require.NoError(t, err)
+}
+
+// TestPublishedTimeIsRFC3339: the envelope gate takes a message's own time
+// in RFC 3339 syntax proper only, signed or not, and at most
+// MaxEnvelopeField bytes of it: Go's parser alone took a comma before the
+// fraction, offsets of 24 hours or 60 minutes, and any number of fraction
+// digits (100 KB of them passed every field bound), which receivers in
+// other languages refuse.
+func TestPublishedTimeIsRFC3339(t *testing.T) {
+	f := newFixture(t)
+	orders := f.connect("orders-token", "notifications.send")
+	bad := append(slices.Clone(notRFC3339Times), "2026-11-29T12:00:00."+strings.Repeat("1", 100_000)+"Z")
+	for i, tm := range bad {
+		m := demo.Notification(fmt.Sprintf("bad-%d", i))
+		m.Time = tm
+		_, err := orders.Publish(ctx, m)
+		requireCode(t, err, pigeon.CodeEnvelopeInvalid)
+	}
+	for i, tm := range []string{"2026-11-29T12:00:00Z", "2026-11-29T12:00:00.123456789+01:00", "2026-11-29T12:00:00-23:59"} {
+		m := demo.Notification(fmt.Sprintf("good-%d", i))
+		m.Time = tm
+		res, err := orders.Publish(ctx, m)
+		require.NoError(t, err, tm)
+		require.Equal(t, tm, res.Message.Time, "the time is kept as sent")
+	}
 }
