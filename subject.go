@@ -117,14 +117,6 @@ func compileSubject(p SubjectPolicy, schemas map[string][]byte) (*subject, error
 	digest := sha256.New()
 	pj, _ := json.Marshal(p)
 	digest.Write(pj)
-	if s.e2e && len(p.Data.RoutingFields) == 0 {
-		// routingFields: [] turns end-to-end encryption on, and its JSON
-		// (omitempty) is that of a policy without the list, which leaves
-		// it off: without this mark the two would share a digest, and a
-		// reload turning enforcement on or off would be skipped as no
-		// change, with contracts kept. JSON text never holds a NUL byte.
-		digest.Write([]byte("\x00e2e"))
-	}
 	if p.Schema != nil && p.Schema.Name != "" {
 		raw, ok := schemas[p.Schema.Name]
 		if !ok {

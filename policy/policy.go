@@ -5,6 +5,8 @@
 // Options, and lints every catalog it registers.
 package policy
 
+import "encoding/json"
+
 // Operation is something a contract can permit on a subject.
 type Operation string
 
@@ -135,8 +137,25 @@ type DataPolicy struct {
 	Tokenization    string   `json:"tokenization,omitempty" yaml:"tokenization,omitempty"`
 	ForbiddenFields []string `json:"forbiddenFields,omitempty" yaml:"forbiddenFields,omitempty"`
 	TokenizedFields []string `json:"tokenizedFields,omitempty" yaml:"tokenizedFields,omitempty"`
-	// RoutingFields stay in clear when data is sealed end to end.
+	// RoutingFields stay in clear when data is sealed end to end. With
+	// Encryption "required", a list (empty included) enforces the seal and
+	// no list does not: an empty list is written out (MarshalJSON).
 	RoutingFields []string `json:"routingFields,omitempty" yaml:"routingFields,omitempty"`
+}
+
+// MarshalJSON writes d as its fields say, but an empty, non-nil
+// RoutingFields as [] where omitempty would leave it out: it means
+// something a missing list does not (end-to-end encryption enforced), so
+// a policy written out and read back must keep it.
+func (d DataPolicy) MarshalJSON() ([]byte, error) {
+	type plain DataPolicy
+	if d.RoutingFields == nil || len(d.RoutingFields) > 0 {
+		return json.Marshal(plain(d))
+	}
+	return json.Marshal(struct {
+		plain
+		RoutingFields []string `json:"routingFields"`
+	}{plain(d), d.RoutingFields})
 }
 
 // QuarantinePolicy says which refusals keep a redacted copy.
