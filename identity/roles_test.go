@@ -17,7 +17,7 @@ import (
 // provider sees it; the broker's own roles, admin and auditor, give the
 // HTTP API's account, grant, audit and quarantine routes, and programs
 // (server.RolePrograms) its program routes: deploying code that runs as
-// the caller's account, listing every account's programs. A provider
+// the caller's account. A provider
 // whose users or client applications may set their own roles (a custom
 // attribute, a self-service group) made any of them the broker's admin,
 // or its program operator. An issuer asserts admin, auditor or programs
