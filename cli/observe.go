@@ -71,13 +71,7 @@ func newObservation() (*observation, error) {
 		},
 		// A refusal of a subject the catalog does not hold counts under
 		// metrics.Unknown, not under the name a client chose.
-		InCatalog: func(subject string) bool {
-			if o.engine == nil {
-				return false
-			}
-			_, err := o.engine.Subject(subject)
-			return err == nil
-		},
+		InCatalog: o.inCatalog,
 		Connections: func() int64 {
 			if o.srv == nil {
 				return 0
@@ -96,14 +90,19 @@ func newObservation() (*observation, error) {
 		return nil, err
 	}
 	o.metrics = m
-	o.feed.SetInCatalog(func(subject string) bool {
-		if o.engine == nil {
-			return false
-		}
-		_, err := o.engine.Subject(subject)
-		return err == nil
-	})
+	o.feed.SetInCatalog(o.inCatalog)
 	return o, nil
+}
+
+// inCatalog reports whether the engine's catalog holds subject (false
+// before the engine exists): the metrics and the console feed count a
+// refusal of any other under one name, not under the name a client chose.
+func (o *observation) inCatalog(subject string) bool {
+	if o.engine == nil {
+		return false
+	}
+	_, err := o.engine.Subject(subject)
+	return err == nil
 }
 
 // observer is the engine's Observer: the metrics and the console's feed.
