@@ -22,17 +22,7 @@ func TestReplyTheAuditLogCannotRecordIsNotHandedOver(t *testing.T) {
 	gateway, err := e.Connect(ctx, "gateway-token", []string{"payments.authorize"})
 	require.NoError(t, err)
 
-	type answer struct {
-		m   *pigeon.Message
-		err error
-	}
-	done := make(chan answer, 1)
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	go func() {
-		m, err := checkout.Request(rctx, demo.Payment("o-1"))
-		done <- answer{m, err}
-	}()
+	done := requestAsync(t, checkout, demo.Payment("o-1"))
 	req := receiveOne(t, gateway, "payments.authorize")
 
 	st.fail.Store(true)

@@ -99,3 +99,23 @@ func auditCount(t *testing.T, e *pigeon.Engine, typ pigeon.Event, code pigeon.Co
 	}
 	return n
 }
+
+// answer is a request's outcome: its reply or its error.
+type answer struct {
+	m   *pigeon.Message
+	err error
+}
+
+// requestAsync sends m as a request from s in the background, within 30
+// s, and returns the channel its answer comes on.
+func requestAsync(t *testing.T, s pigeon.Session, m *pigeon.Message) <-chan answer {
+	t.Helper()
+	done := make(chan answer, 1)
+	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	go func() {
+		r, err := s.Request(rctx, m)
+		done <- answer{r, err}
+	}()
+	return done
+}

@@ -162,17 +162,7 @@ func TestRequestIDCannotBeHijacked(t *testing.T) {
 	gateway := f.connect("gateway-token", "payments.authorize")
 	victim := demo.Payment("o-1")
 	victim.ID = "req-victim"
-	type answer struct {
-		m   *pigeon.Message
-		err error
-	}
-	done := make(chan answer, 1)
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	go func() {
-		m, err := checkout.Request(rctx, victim)
-		done <- answer{m, err}
-	}()
+	done := requestAsync(t, checkout, victim)
 	req := receiveOne(t, gateway, "payments.authorize") // the victim's request is stored
 	require.Equal(t, "req-victim", req.ID)
 
