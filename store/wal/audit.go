@@ -257,9 +257,11 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, max int) ([]store.Au
 	defer w.rmu.Unlock()
 	for seq := from; seq <= last && len(out) < max; seq++ {
 		p, err := w.readLocked(seq)
-		if errors.Is(err, store.ErrNotFound) && seq < w.first.Load() {
-			seq = w.first.Load() - 1
-			continue
+		if errors.Is(err, store.ErrNotFound) {
+			if first, ok := w.droppedLocked(seq); ok { // trimmed meanwhile
+				seq = first - 1
+				continue
+			}
 		}
 		if err != nil {
 			return nil, err

@@ -54,9 +54,11 @@ func (s *Store) Read(ctx context.Context, subject string, from uint64, max int) 
 	defer w.rmu.Unlock()
 	for seq := from; seq <= last && len(out) < max; seq++ {
 		p, err := w.readLocked(seq)
-		if errors.Is(err, store.ErrNotFound) && seq < w.first.Load() {
-			seq = w.first.Load() - 1 // trimmed meanwhile
-			continue
+		if errors.Is(err, store.ErrNotFound) {
+			if first, ok := w.droppedLocked(seq); ok { // trimmed meanwhile
+				seq = first - 1
+				continue
+			}
 		}
 		if err != nil {
 			return nil, err

@@ -138,6 +138,9 @@ type faults struct {
 	write    func(w *logw) error
 	sync     func(w *logw) error
 	truncate func(w *logw) error // before a truncation of the front
+	// truncated runs after tidwall/wal dropped the front, before the log
+	// records its new first entry.
+	truncated func(w *logw)
 }
 
 var (

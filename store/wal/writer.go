@@ -595,6 +595,9 @@ func (w *logw) truncateFront(cut uint64) error {
 			}
 			return fmt.Errorf("wal: truncate %s: %w", w.name, err)
 		}
+		if f := w.s.faults.Load(); f != nil && f.truncated != nil {
+			f.truncated(w)
+		}
 		w.first.Store(cut)
 		if cut >= w.tailStart { // the tail segment was rewritten
 			fi, err := os.Stat(filepath.Join(w.dir, segmentName(cut)))
@@ -634,6 +637,21 @@ func (w *logw) readLocked(index uint64) ([]byte, error) {
 		return nil, &store.CorruptError{File: w.dir, Offset: -1, Reason: fmt.Sprintf("entry %d fails its checksum", index)}
 	}
 	return p, nil
+}
+
+// droppedLocked reports whether index, which the log no longer holds, was
+// dropped from its front, and the first entry kept: a trim moves
+// tidwall/wal's first index before w.first (truncateFront), so a read
+// racing one asks the log itself. rmu must be held.
+func (w *logw) droppedLocked(index uint64) (first uint64, ok bool) {
+	if f := w.first.Load(); index < f {
+		return f, true
+	}
+	f, err := w.log.FirstIndex()
+	if err != nil || index >= f {
+		return 0, false
+	}
+	return f, true
 }
 
 // bounds returns the first and last committed index.
