@@ -1,6 +1,6 @@
 package jsontext
 
-import "bytes"
+import "math/bits"
 
 // SkipString returns the index just past the JSON string that starts at
 // the quote b[i]: past the first quote after it that an odd run of
@@ -8,31 +8,34 @@ import "bytes"
 // nothing else; callers read text that Validate accepted, or validate
 // what they skipped.
 func SkipString(b []byte, i int) int {
-	i++
-	// Short strings (most names and values) are stepped through; longer
-	// ones searched with IndexByte.
-	for n := min(len(b), i+16); i < n; i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
+	for i++; ; i += 2 { // past the quote, then past each escape
+		i = quoteOrEscape(b, i)
+		if i >= len(b) {
+			return len(b)
+		}
+		if b[i] == '"' {
 			return i + 1
 		}
 	}
-	for i < len(b) {
-		q := bytes.IndexByte(b[i:], '"')
-		if q < 0 {
-			return len(b)
+}
+
+// quoteOrEscape returns the index of the first quote or backslash of b
+// at or after i, or len(b); eight bytes at a time, as PlainEnd.
+func quoteOrEscape(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := word(b, i)
+		q := x ^ ones*'"'
+		s := x ^ ones*'\\'
+		// A byte flagged through a borrow lies above one rightly flagged,
+		// so the lowest flagged is one to stop at.
+		if m := ((q-ones)&^q | (s-ones)&^s) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
-		i += q
-		k := i - 1
-		for b[k] == '\\' {
-			k--
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' {
+			return i
 		}
-		if (i-1-k)%2 == 0 {
-			return i + 1
-		}
-		i++
 	}
 	return len(b)
 }

@@ -1,0 +1,87 @@
+package jsontext
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// skipStringRef is SkipString byte by byte: the definition the fast one
+// must agree with.
+func skipStringRef(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+func TestSkipString(t *testing.T) {
+	long := strings.Repeat("abcdefgh", 5)
+	cases := []struct {
+		in   string
+		want int // -1: len(in)
+	}{
+		{`""`, 2},
+		{`"a"`, 3},
+		{`"a",`, 3},
+		{`"\""x`, 4},
+		{`"\\"x`, 4},
+		{`"\\\"x"`, 7},
+		{`"` + long + `"`, 42},
+		{`"` + long + `\"` + long + `"z`, 84},
+		{`"` + long + `\\` + `"z`, 44},
+		{`"1234567\"8"`, 12},           // the escape at the end of a word
+		{`"1234567\` + `\"`, 11},       // an escaped backslash across words
+		{`"12345678\u0022abcdef"`, 22}, // \u0022 is not a closing quote
+		{`"é ü ✓ 🐦 and so on, long enough"x`, len(`"é ü ✓ 🐦 and so on, long enough"`)},
+		{`"unterminated`, -1},
+		{`"unterminated\"`, -1},
+		{`"ends in a backslash\`, -1},
+		{`"` + long + `\`, -1},
+		{`"`, -1},
+	}
+	for _, c := range cases {
+		want := c.want
+		if want < 0 {
+			want = len(c.in)
+		}
+		require.Equal(t, want, SkipString([]byte(c.in), 0), "%s", c.in)
+		require.Equal(t, want, skipStringRef([]byte(c.in), 0), "%s", c.in)
+	}
+}
+
+// FuzzSkipString holds SkipString to skipStringRef from every quote of
+// the input.
+func FuzzSkipString(f *testing.F) {
+	for _, s := range []string{`"abc"`, `"a\"b"`, `"12345678\\"x"`, `"` + strings.Repeat(`\\`, 9) + `"`, `"é\u00e9"`, `"\`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := range b {
+			if b[i] == '"' {
+				require.Equal(t, skipStringRef(b, i), SkipString(b, i), "from %d of %q", i, b)
+			}
+		}
+	})
+}
+
+// BenchmarkSkipValuePayment skips the 259-byte payment, as a walker skips
+// a message's data.
+func BenchmarkSkipValuePayment(b *testing.B) {
+	in := []byte(`{"merchantId":"m-100","orderId":"o-7f3a9c21","amount":42.5,"currency":"GBP",` +
+		`"paymentToken":"tok_9f8e7d6c5b4a3921","customerId":"cust-42","channel":"web",` +
+		`"description":"Order o-7f3a9c21: 2 items, standard delivery",` +
+		`"metadata":{"cartId":"cart-5521","ab":"b12"}}`)
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		if SkipValue(in, 0) != len(in) {
+			b.Fatal("short")
+		}
+	}
+}
