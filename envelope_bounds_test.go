@@ -32,7 +32,9 @@ func TestEnvelopeFieldsAreBounded(t *testing.T) {
 		{"classification", pigeon.MaxEnvelopeField, func(m *pigeon.Message, v string) { m.Classification = v }, false},
 		// A subject without a signature policy stores and delivers a
 		// publisher's signature as it is: its fields are bounded too.
-		{"signature.kid", pigeon.MaxEnvelopeField, func(m *pigeon.Message, v string) { m.Signature = &pigeon.Signature{KID: v, Alg: "ed25519", Sig: "c2ln"} }, true},
+		{"signature.kid", pigeon.MaxEnvelopeField, func(m *pigeon.Message, v string) {
+			m.Signature = &pigeon.Signature{KID: v, Alg: "ed25519", Sig: "c2ln"}
+		}, true},
 		{"signature.alg", pigeon.MaxEnvelopeField, func(m *pigeon.Message, v string) { m.Signature = &pigeon.Signature{KID: "k", Alg: v, Sig: "c2ln"} }, true},
 		{"signature.sig", pigeon.MaxEnvelopeField, func(m *pigeon.Message, v string) { m.Signature = &pigeon.Signature{KID: "k", Alg: "ed25519", Sig: v} }, true},
 	} {
