@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -229,7 +230,10 @@ func (g *GroupState) RaiseFloor(floor uint64) {
 			delete(g.Attempts, seq)
 		}
 	}
-	n, _ := slices.BinarySearch(g.Done, floor+1) // the Done at or below floor
+	n := len(g.Done) // the Done at or below floor
+	if floor < math.MaxUint64 {
+		n, _ = slices.BinarySearch(g.Done, floor+1)
+	}
 	g.Floor = floor
 	for n < len(g.Done) && g.Done[n] == g.Floor+1 {
 		g.Floor++

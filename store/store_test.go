@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,14 +54,18 @@ func TestGroupStateRaiseFloor(t *testing.T) {
 		{"attempts at or below go",
 			store.GroupState{Floor: 1, Done: []uint64{4}, Attempts: map[uint64]int{2: 3, 5: 1, 6: 2}}, 5,
 			store.GroupState{Floor: 5, Attempts: map[uint64]int{6: 2}}},
+		{"to the last sequence there is",
+			store.GroupState{Floor: 1, Done: []uint64{4, math.MaxUint64 - 1}, Attempts: map[uint64]int{2: 3}}, math.MaxUint64,
+			store.GroupState{Floor: math.MaxUint64}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			g := tc.from.Clone()
 			g.RaiseFloor(tc.floor)
-			for s := uint64(0); s <= tc.floor; s++ {
+			for s := uint64(0); s <= min(tc.floor, 20); s++ {
 				require.True(t, g.IsDone(s), "%d", s)
 			}
+			require.True(t, g.IsDone(tc.floor))
 			g = g.Clone() // empty Done and Attempts as nil
 			require.Equal(t, tc.want, g)
 		})
