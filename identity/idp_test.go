@@ -108,13 +108,24 @@ func (p *idp) good(sub string) map[string]any {
 		"exp": now.Add(time.Hour).Unix(), "roles": []string{"reader"}, "team": "payments"}
 }
 
-// sign signs claims with key kid.
+// sign signs claims with key kid, typ JWT.
 func (p *idp) sign(t testing.TB, kid string, claims map[string]any) string {
+	t.Helper()
+	return p.signTyped(t, kid, "JWT", claims)
+}
+
+// signTyped signs claims with key kid and the typ header typ (none when
+// empty).
+func (p *idp) signTyped(t testing.TB, kid, typ string, claims map[string]any) string {
 	t.Helper()
 	p.mu.Lock()
 	k := p.keys[kid]
 	p.mu.Unlock()
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: k.alg, Key: k.priv}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
+	opts := (&jose.SignerOptions{}).WithHeader("kid", kid)
+	if typ != "" {
+		opts = opts.WithType(jose.ContentType(typ))
+	}
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: k.alg, Key: k.priv}, opts)
 	require.NoError(t, err)
 	payload, err := json.Marshal(claims)
 	require.NoError(t, err)

@@ -387,6 +387,9 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 		return nil, refuse("not exactly one signature")
 	}
 	h := tok.Headers[0]
+	if !credentialType(h.ExtraHeaders[jose.HeaderType]) {
+		return nil, refuse("typ %q is not an access or ID token's", h.ExtraHeaders[jose.HeaderType])
+	}
 	key, err := is.keys.key(ctx, h.KeyID, h.Algorithm)
 	if err != nil {
 		return nil, err
@@ -404,6 +407,11 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 	}
 	if std.Expiry == nil {
 		return nil, refuse("no exp claim")
+	}
+	if _, ok := all["events"]; ok {
+		// A security event token (RFC 8417), such as a back-channel
+		// logout token, typed JWT or not typed at all.
+		return nil, refuse("a security event token is no credential")
 	}
 	err = std.ValidateWithLeeway(jwt.Expected{Issuer: is.cfg.URL, AnyAudience: is.cfg.Audiences, Time: now}, is.cfg.Leeway)
 	switch {
@@ -430,6 +438,24 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 	// negotiates expire then at the latest.
 	p.Expires = std.Expiry.Time().Add(is.cfg.Leeway)
 	return p, nil
+}
+
+// credentialType reports whether typ, a token's typ header, is absent or
+// names an access token (RFC 9068) or a plain JWT, as ID tokens are: the
+// issuer's keys also sign tokens for other uses (logout, security events,
+// proofs), which carry sub and aud too and must not sign anyone in.
+// Media types compare without case, "application/" optional (RFC 7515).
+func credentialType(typ any) bool {
+	if typ == nil {
+		return true
+	}
+	s, ok := typ.(string)
+	if !ok {
+		return false
+	}
+	s = strings.ToLower(s)
+	s = strings.TrimPrefix(s, "application/")
+	return s == "jwt" || s == "at+jwt"
 }
 
 // keyFits reports whether key is of the type alg signs with.

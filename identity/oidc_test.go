@@ -84,6 +84,18 @@ func TestOIDCTokens(t *testing.T) {
 			{"no principal claim", p.sign(t, "rsa-1", with(func(c map[string]any) { delete(c, "sub") })), pigeon.CodeUnauthenticated},
 			{"alg none", unsigned("rsa-1", p.good("user-1")), pigeon.CodeUnauthenticated},
 			{"HS256 with the public key", p.hmacWithPublicKey(t, "rsa-1", p.good("user-1")), pigeon.CodeUnauthenticated},
+			// Access and ID tokens only: a logout token or another security
+			// event token of the issuer (same keys, sub and aud) is no
+			// credential, nor is a token typed for another use.
+			{"no typ", p.signTyped(t, "rsa-1", "", p.good("user-1")), ""},
+			{"typ at+jwt", p.signTyped(t, "rsa-1", "at+jwt", p.good("user-1")), ""},
+			{"typ application/at+JWT", p.signTyped(t, "rsa-1", "application/at+JWT", p.good("user-1")), ""},
+			{"typ logout+jwt", p.signTyped(t, "rsa-1", "logout+jwt", p.good("user-1")), pigeon.CodeUnauthenticated},
+			{"typ secevent+jwt", p.signTyped(t, "rsa-1", "secevent+jwt", p.good("user-1")), pigeon.CodeUnauthenticated},
+			{"typ dpop+jwt", p.signTyped(t, "ec-1", "dpop+jwt", p.good("user-1")), pigeon.CodeUnauthenticated},
+			{"an events claim (a logout token typed JWT)", p.sign(t, "rsa-1", with(func(c map[string]any) {
+				c["events"] = map[string]any{"http://schemas.openid.net/event/backchannel-logout": map[string]any{}}
+			})), pigeon.CodeUnauthenticated},
 			{"tampered payload", func() string {
 				tok := p.sign(t, "rsa-1", p.good("user-1"))
 				parts := strings.Split(tok, ".")
