@@ -2,7 +2,9 @@ package server
 
 import (
 	"net/http"
+	"strings"
 
+	"pigeon/transport/mesgd"
 	"pigeon/transport/ws"
 )
 
@@ -59,11 +61,13 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) bool {
 // Sec-Fetch-Site; a client that is not a browser sends neither and is
 // never refused here. The server's own origin is the Host the request was
 // sent to, or whatever the browser calls same-origin (behind a proxy that
-// rewrites Host). A WebSocket upgrade is left to the endpoint's own
-// origin check (ws.Options.OriginPatterns).
+// rewrites Host). A WebSocket upgrade of an endpoint that upgrades is left
+// to the endpoint's own origin check (ws.Options.OriginPatterns); on any
+// other path an Upgrade header exempts nothing, since a page can point the
+// browser's WebSocket constructor at any route.
 func (s *Server) crossSite(r *http.Request) bool {
 	site := r.Header.Get("Sec-Fetch-Site")
-	if site == "same-origin" || site == "none" || len(r.Header["Upgrade"]) > 0 {
+	if site == "same-origin" || site == "none" || len(r.Header["Upgrade"]) > 0 && s.upgradesHere(r.URL.EscapedPath()) {
 		return false
 	}
 	if r.Header.Get("Origin") != "" {
@@ -78,4 +82,12 @@ func (s *Server) crossSite(r *http.Request) bool {
 	navigation := (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
 		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document"
 	return !navigation
+}
+
+// upgradesHere reports whether path (escaped, as routed) is served by an
+// endpoint that upgrades to a WebSocket and checks a browser's Origin
+// itself, before any credential: /v1/ws, and mesgd's paths when it is
+// served.
+func (s *Server) upgradesHere(path string) bool {
+	return path == "/v1/ws" || s.mesgd != nil && strings.HasPrefix(path, mesgd.Prefix+"/")
 }

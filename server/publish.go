@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -21,7 +20,7 @@ func publish(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if b = bytes.TrimSpace(b); len(b) == 0 {
+	if b = trimJSONSpace(b); len(b) == 0 {
 		return 0, nil, pigeon.NewError(pigeon.CodeBadRequest, "a JSON body is required")
 	}
 	m, err := decodePublish(b)
@@ -59,6 +58,11 @@ func decodePublish(b []byte) (*pigeon.Message, error) {
 // maxPooledBody is the largest body buffer kept for reuse.
 const maxPooledBody = 64 << 10
 
+// maxBodyPrealloc bounds the room made for a body from its declared
+// Content-Length before any of it is read; beyond it the buffer grows with
+// the bytes that come. A declared length costs the client nothing to send.
+const maxBodyPrealloc = 64 << 10
+
 // bodyBuffers hold request bodies on the publish path.
 var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
@@ -78,7 +82,7 @@ func readBodyInto(buf []byte, w http.ResponseWriter, r *http.Request, limit int6
 	if r.ContentLength > limit {
 		return buf, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
 	}
-	if n := r.ContentLength; n > 0 && int64(cap(buf)-len(buf)) < n+1 {
+	if n := min(r.ContentLength, maxBodyPrealloc); n > 0 && int64(cap(buf)-len(buf)) < n+1 {
 		buf = append(buf, make([]byte, n+1)...)[:len(buf)]
 	}
 	body := http.MaxBytesReader(w, r.Body, limit)

@@ -103,7 +103,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		}
 		return nil, pigeon.WrapError(pigeon.CodeBadRequest, err, "the body could not be read")
 	}
-	b = bytes.TrimSpace(b)
+	b = trimJSONSpace(b)
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -111,6 +111,15 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, err
 	}
 	return b, nil
+}
+
+// trimJSONSpace is b without the white space JSON allows around a value
+// (space, tab, CR, LF). Other white space (\v, \f, U+0085, U+00A0, U+3000:
+// what bytes.TrimSpace also trims) stays, and the body is refused as not
+// JSON, as every other JSON reader (a proxy, a firewall, a receiver)
+// refuses it.
+func trimJSONSpace(b []byte) []byte {
+	return bytes.Trim(b, " \t\r\n")
 }
 
 // plainBody refuses (BAD_REQUEST) a body marked with a content coding

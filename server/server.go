@@ -271,9 +271,12 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 func (s *Server) WebSocket() *ws.Server { return s.ws }
 
 // ServeHTTP routes a request. A path that is not in canonical form (a
-// doubled slash, a "." or ".." segment) is answered 404 NOT_FOUND with the
-// usual JSON error body: http.ServeMux would redirect it, with an HTML
-// body, to a route the client did not name.
+// doubled slash, a "." or ".." segment, a percent-escape of an unreserved
+// character such as /v1/%61udit) is answered 404 NOT_FOUND with the usual
+// JSON error body: http.ServeMux would redirect it, with an HTML body, to a
+// route the client did not name, or serve it as a route a proxy in front
+// took for another. (mesgd's route paths are its own: an escaped "." there
+// is a member name's, not a separator.)
 //
 // A request that can be logged gets an id: the client's X-Request-Id when
 // it is a short token (letters, digits, "-", "_", "."), otherwise one the
@@ -315,7 +318,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodConnect {
-		if p := r.URL.EscapedPath(); canonicalPath(p) != p {
+		if p := r.URL.EscapedPath(); canonicalPath(p) != p || escapesUnreserved(p) && !s.upgradesHere(p) {
 			writeError(w, pigeon.NewError(pigeon.CodeNotFound, "no such route: the path is not in canonical form"))
 			return
 		}
@@ -384,6 +387,46 @@ func canonicalPath(p string) string {
 		np += "/"
 	}
 	return np
+}
+
+// escapesUnreserved reports whether the escaped path p holds a
+// percent-escape of an unreserved character (a letter, a digit, "-", ".",
+// "_", "~"), which RFC 3986 (6.2.2.2) makes the same URI as the character
+// itself: /v1/%61udit is /v1/audit. Such a path is not in canonical form:
+// routed, it would be served as a route that a proxy or a firewall in
+// front, matching the path as sent, took for another.
+func escapesUnreserved(p string) bool {
+	for i := strings.IndexByte(p, '%'); i >= 0 && i+2 < len(p); {
+		if c, ok := unhex2(p[i+1], p[i+2]); ok && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~') {
+			return true
+		}
+		j := strings.IndexByte(p[i+1:], '%')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
+}
+
+// unhex2 is the byte the hex digits a and b spell.
+func unhex2(a, b byte) (byte, bool) {
+	h, ok1 := unhex(a)
+	l, ok2 := unhex(b)
+	return h<<4 | l, ok1 && ok2
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // Mount serves h at pattern (an http.ServeMux pattern, such as "/app/" or
