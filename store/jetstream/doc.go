@@ -10,10 +10,15 @@
 // Pigeon deployments can share one NATS account.
 //
 //   - Each Pigeon subject is one stream, <P>_M_<hex subject>, on the NATS
-//     subjects <p>.m.<hex subject>.<message id>. The stream sequence is the
-//     Pigeon per-subject sequence: JetStream assigns it, so appends from any
-//     node are ordered without a lock of ours, and a purge from the front
-//     (retention) never reuses one.
+//     subjects <p>.m.<hex subject>.<message id>; a subject whose hex would
+//     make the stream's name longer than JetStream takes (255 bytes) is
+//     named "h" and the hex of its SHA-256 instead, the subject kept in the
+//     stream's metadata (pigeon-subject). An id or idempotency key a NATS
+//     header would not keep verbatim (white space at an end, a control or
+//     non-ASCII byte) is stored base64 in a header named with "-B64".
+//     The stream sequence is the Pigeon per-subject sequence: JetStream
+//     assigns it, so appends from any node are ordered without a lock of
+//     ours, and a purge from the front (retention) never reuses one.
 //   - Message ids and idempotency keys are KV buckets (<P>_ids, <P>_idem).
 //     An idempotency key is claimed with the bucket's atomic create (or a
 //     compare-and-set over an expired claim) before the message is

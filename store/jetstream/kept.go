@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,16 @@ type keptMessage struct {
 	Body        []byte    `json:"body"`
 }
 
+// keptRecord is the bucket's value of a kept message: the strings that
+// are not UTF-8, which a JSON string would not keep, are also there as
+// bytes (rawText).
+type keptRecord struct {
+	keptMessage
+	RawSubject []byte `json:"rawSubject,omitempty"`
+	RawID      []byte `json:"rawId,omitempty"`
+	RawIdemKey []byte `json:"rawIdemKey,omitempty"`
+}
+
 // keep stores copies of the messages among ms whose idempotency keys are
 // live at at (the clock of the messages), before a trim removes them; each
 // stays in the bucket as long as its key's claim would. A copy already
@@ -41,7 +52,8 @@ func (s *Store) keep(ctx context.Context, ms []store.Message, at time.Time) erro
 		if m.IdemKey == "" || !at.Before(m.IdemExpires) {
 			continue
 		}
-		val, err := json.Marshal(keptMessage(m))
+		val, err := json.Marshal(keptRecord{keptMessage: keptMessage(m),
+			RawSubject: rawText(m.Subject), RawID: rawText(m.ID), RawIdemKey: rawText(m.IdemKey)})
 		if err != nil {
 			return err
 		}
@@ -62,9 +74,13 @@ func (s *Store) kept(ctx context.Context, id string) (store.Message, error) {
 	if err != nil {
 		return store.Message{}, s.fail(ctx, err)
 	}
-	var k keptMessage
+	var k keptRecord
 	if err := json.Unmarshal(e.Value(), &k); err != nil {
 		return store.Message{}, &store.CorruptError{File: s.bucketName("idem"), Reason: "kept message does not decode: " + err.Error()}
 	}
-	return store.Message(k), nil
+	m := store.Message(k.keptMessage)
+	m.Subject = cmp.Or(string(k.RawSubject), m.Subject)
+	m.ID = cmp.Or(string(k.RawID), m.ID)
+	m.IdemKey = cmp.Or(string(k.RawIdemKey), m.IdemKey)
+	return m, nil
 }

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +25,48 @@ const (
 	hdrTime    = "Pigeon-Time" // Unix nanoseconds, decimal
 	hdrIdem    = "Pigeon-Idem"
 	hdrIdemExp = "Pigeon-Idem-Expires"
+	// hdrEncoded suffixes the header of an id or key that a header value
+	// would not keep verbatim (see setText): its value is base64.
+	hdrEncoded = "-B64"
 )
+
+// setText sets header name of msg to v. A NATS header value loses leading
+// and trailing white space and cannot hold a line break, so a value of
+// anything but printable ASCII without space at either end goes, base64
+// (URL alphabet, unpadded), under name with hdrEncoded appended instead.
+func setText(msg *nats.Msg, name, v string) {
+	if verbatim(v) {
+		msg.Header.Set(name, v)
+		return
+	}
+	msg.Header.Set(name+hdrEncoded, base64.RawURLEncoding.EncodeToString([]byte(v)))
+}
+
+// verbatim reports whether a header value keeps v as it is.
+func verbatim(v string) bool {
+	if v == "" || v[0] == ' ' || v[len(v)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// text returns header name of raw as setText set it.
+func text(raw *jetstream.RawStreamMsg, name string) (string, error) {
+	enc := raw.Header.Get(name + hdrEncoded)
+	if enc == "" {
+		return raw.Header.Get(name), nil
+	}
+	v, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return "", &store.CorruptError{File: raw.Subject, Offset: int64(raw.Sequence), Reason: "header " + name + hdrEncoded + " does not decode: " + err.Error()}
+	}
+	return string(v), nil
+}
 
 // stream returns the message stream of subject; with create false it
 // returns nil for a subject that never had a message.
@@ -36,7 +79,7 @@ func (s *Store) stream(ctx context.Context, subject string, create bool) (jetstr
 	}
 	var err error
 	if create {
-		st, err = s.ensureStream(ctx, s.msgStream(subject), s.msgFilter(subject))
+		st, err = s.ensureStream(ctx, s.msgStream(subject), s.msgFilter(subject), s.subjectMeta(subject))
 	} else {
 		st, err = s.js.Stream(ctx, s.msgStream(subject))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -92,26 +135,51 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 	}
 	msg := nats.NewMsg(s.msgSubject(m.Subject, m.ID))
 	msg.Data = m.Body
-	msg.Header.Set(hdrID, m.ID)
+	setText(msg, hdrID, m.ID)
 	msg.Header.Set(hdrTime, strconv.FormatInt(m.Time.UnixNano(), 10))
 	if m.IdemKey != "" {
-		msg.Header.Set(hdrIdem, m.IdemKey)
+		setText(msg, hdrIdem, m.IdemKey)
 		msg.Header.Set(hdrIdemExp, strconv.FormatInt(m.IdemExpires.UnixNano(), 10))
 	}
-	// The message id is also JetStream's deduplication id: a retry of a
+	// The message id (as a token: a header value would not keep every
+	// id apart) is also JetStream's deduplication id: a retry of a
 	// publish whose acknowledgement was lost (within the stream's
 	// duplicate window) is answered with the first one's sequence.
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(st.CachedInfo().Config.Name), jetstream.WithMsgID(m.ID))
+	name := st.CachedInfo().Config.Name
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(name), jetstream.WithMsgID(token(m.ID)))
 	if err != nil {
 		return m, s.fail(ctx, err)
 	}
 	if ack.Duplicate {
-		// The stream holds a message of this id already (within its
-		// duplicate window): this one was not stored.
-		return m, idTaken(m.ID)
+		// The stream took a message of this id within its duplicate
+		// window, and this one was not stored. When that message has been
+		// trimmed since, the id is free (claimID took it): store this one
+		// under a deduplication id of its own, the trimmed message's
+		// sequence in it, so a retry of this append is deduplicated too.
+		gone, err := s.trimmedSeq(ctx, st, ack.Sequence)
+		if err != nil || !gone {
+			return m, cmp.Or(err, idTaken(m.ID))
+		}
+		ack, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(name),
+			jetstream.WithMsgID(token(m.ID)+"."+strconv.FormatUint(ack.Sequence, 10)))
+		if err != nil {
+			return m, s.fail(ctx, err)
+		}
+		if ack.Duplicate {
+			return m, idTaken(m.ID)
+		}
 	}
 	m.Seq = ack.Sequence
 	return m, nil
+}
+
+// trimmedSeq reports whether the stream st no longer holds sequence seq.
+func (s *Store) trimmedSeq(ctx context.Context, st jetstream.Stream, seq uint64) (bool, error) {
+	_, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) { return st.GetMsg(ctx, seq) })
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil
+	}
+	return false, s.fail(ctx, err)
 }
 
 // idTaken is the error of an append whose message id another message
@@ -178,6 +246,30 @@ type claim struct {
 	Subject string `json:"subject"`
 	Expires int64  `json:"expires"` // Unix nanoseconds
 	At      int64  `json:"at"`      // wall clock of the claim, Unix nanoseconds
+	// RawID and RawSubject hold ID and Subject when they are not UTF-8,
+	// which a JSON string would not keep (it has U+FFFD for the bytes).
+	RawID      []byte `json:"rawId,omitempty"`
+	RawSubject []byte `json:"rawSubject,omitempty"`
+}
+
+// newClaim is the claim of m's key, made at the wall clock at.
+func newClaim(m store.Message, at time.Time) claim {
+	return claim{ID: m.ID, Subject: m.Subject, Expires: m.IdemExpires.UnixNano(), At: at.UnixNano(),
+		RawID: rawText(m.ID), RawSubject: rawText(m.Subject)}
+}
+
+// message returns the id and subject of the message holding the claim.
+func (c claim) message() (id, subject string) {
+	return cmp.Or(string(c.RawID), c.ID), cmp.Or(string(c.RawSubject), c.Subject)
+}
+
+// rawText returns the bytes of v when JSON would not keep v as a string
+// (it is not UTF-8), else nil.
+func rawText(v string) []byte {
+	if utf8.ValidString(v) {
+		return nil
+	}
+	return []byte(v)
 }
 
 // idemMarkerTTL is how long the idempotency bucket keeps the marker of a
@@ -200,7 +292,7 @@ func claimTTL(exp, now time.Time, grace time.Duration) time.Duration {
 // only the keys still in their idempotency window (and a minute more).
 func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Message, dup bool, rev uint64, err error) {
 	key := token(m.IdemKey)
-	val, _ := json.Marshal(claim{ID: m.ID, Subject: m.Subject, Expires: m.IdemExpires.UnixNano(), At: time.Now().UnixNano()})
+	val, _ := json.Marshal(newClaim(m, time.Now()))
 	for {
 		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, key) })
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -240,11 +332,12 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 // may still be under way; ErrNotFound once it cannot be.
 func (s *Store) awaitClaimed(ctx context.Context, c claim) (store.Message, error) {
 	deadline := time.Unix(0, c.At).Add(2 * s.opts.Timeout)
+	id, subject := c.message()
 	for first := true; ; first = false {
-		m, err := s.find(ctx, c.Subject, c.ID)
+		m, err := s.find(ctx, subject, id)
 		if errors.Is(err, store.ErrNotFound) && first {
 			// Trimmed while the key was live: its kept copy answers.
-			if k, kerr := s.kept(ctx, c.ID); !errors.Is(kerr, store.ErrNotFound) {
+			if k, kerr := s.kept(ctx, id); !errors.Is(kerr, store.ErrNotFound) {
 				return k, kerr
 			}
 		}
@@ -358,6 +451,12 @@ func (s *Store) ListMessageSubjects(ctx context.Context) ([]string, error) {
 		if !ok || info.State.Msgs == 0 {
 			continue
 		}
+		if strings.HasPrefix(name, "h") {
+			// Named by its subject's hash (subjectToken).
+			if name = info.Config.Metadata[metaSubject]; name == "" {
+				continue
+			}
+		}
 		subject, err := hex.DecodeString(name)
 		if err != nil {
 			continue // not a stream of the store's
@@ -415,7 +514,7 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 			cut = raw.Sequence
 			break
 		}
-		if raw.Header.Get(hdrIdem) != "" {
+		if raw.Header.Get(hdrIdem) != "" || raw.Header.Get(hdrIdem+hdrEncoded) != "" {
 			m, err := decodeMessage(subject, raw)
 			if err != nil {
 				return 0, err
@@ -453,11 +552,19 @@ func msgTime(raw *jetstream.RawStreamMsg) time.Time {
 }
 
 func decodeMessage(subject string, raw *jetstream.RawStreamMsg) (store.Message, error) {
-	m := store.Message{Subject: subject, Seq: raw.Sequence, ID: raw.Header.Get(hdrID), Time: msgTime(raw), Body: raw.Data}
-	if m.ID == "" {
+	m := store.Message{Subject: subject, Seq: raw.Sequence, Time: msgTime(raw), Body: raw.Data}
+	id, err := text(raw, hdrID)
+	if err != nil {
+		return m, err
+	}
+	if m.ID = id; m.ID == "" {
 		return m, &store.CorruptError{File: raw.Subject, Offset: int64(raw.Sequence), Reason: "message without an id"}
 	}
-	if k := raw.Header.Get(hdrIdem); k != "" {
+	k, err := text(raw, hdrIdem)
+	if err != nil {
+		return m, err
+	}
+	if k != "" {
 		ns, _ := strconv.ParseInt(raw.Header.Get(hdrIdemExp), 10, 64)
 		m.IdemKey, m.IdemExpires = k, time.Unix(0, ns).UTC()
 	}

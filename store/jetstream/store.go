@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -169,7 +170,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	if s.audit, err = s.ensureStream(ctx, s.auditStream(o.Node), s.auditSubject(o.Node)); err != nil {
+	if s.audit, err = s.ensureStream(ctx, s.auditStream(o.Node), s.auditSubject(o.Node), nil); err != nil {
 		return nil, err
 	}
 	if err := s.checkStreams(ctx); err != nil {
@@ -238,13 +239,14 @@ func (s *Store) bucket(ctx context.Context, name string) (jetstream.KeyValue, er
 
 // ensureStream opens or creates a stream on one subject filter and
 // refuses one whose configuration would lose or misplace records.
-func (s *Store) ensureStream(ctx context.Context, name, subject string) (jetstream.Stream, error) {
+func (s *Store) ensureStream(ctx context.Context, name, subject string, meta map[string]string) (jetstream.Stream, error) {
 	st, err := s.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: name, Subjects: []string{subject}, Storage: s.storage(), Replicas: s.opts.Replicas,
 			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
 			MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: -1, AllowDirect: true, Duplicates: 2 * time.Minute,
+			Metadata: meta,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			st, err = s.js.Stream(ctx, name)
@@ -307,13 +309,41 @@ func (s *Store) storage() jetstream.StorageType {
 // Names of streams and subjects. Pigeon subjects and ids are encoded so
 // that any string is a valid NATS token and stream name.
 func (s *Store) msgStream(subject string) string {
-	return s.opts.Prefix + "_M_" + hex.EncodeToString([]byte(subject))
+	return s.opts.Prefix + "_M_" + s.subjectToken(subject)
 }
 func (s *Store) msgSubject(subject, id string) string {
-	return s.pfx + ".m." + hex.EncodeToString([]byte(subject)) + "." + token(id)
+	return s.pfx + ".m." + s.subjectToken(subject) + "." + token(id)
 }
 func (s *Store) msgFilter(subject string) string {
-	return s.pfx + ".m." + hex.EncodeToString([]byte(subject)) + ".*"
+	return s.pfx + ".m." + s.subjectToken(subject) + ".*"
+}
+
+// maxStreamName is the longest stream name JetStream takes.
+const maxStreamName = 255
+
+// metaSubject is the stream metadata key that holds, in hex, the subject
+// of a message stream named by its subject's hash.
+const metaSubject = "pigeon-subject"
+
+// subjectToken names subject in its stream's name and NATS subjects: its
+// hex, or, when that would make the stream's name longer than JetStream
+// takes, "h" and the hex of its SHA-256 (never a hex, which has no 'h'),
+// the subject then kept in the stream's metadata (subjectMeta).
+func (s *Store) subjectToken(subject string) string {
+	if len(s.opts.Prefix)+len("_M_")+2*len(subject) <= maxStreamName {
+		return hex.EncodeToString([]byte(subject))
+	}
+	sum := sha256.Sum256([]byte(subject))
+	return "h" + hex.EncodeToString(sum[:])
+}
+
+// subjectMeta is the metadata of subject's message stream: its name when
+// the stream's name does not hold it.
+func (s *Store) subjectMeta(subject string) map[string]string {
+	if !strings.HasPrefix(s.subjectToken(subject), "h") {
+		return nil
+	}
+	return map[string]string{metaSubject: hex.EncodeToString([]byte(subject))}
 }
 func (s *Store) auditStream(node string) string { return s.opts.Prefix + "_A_" + node }
 func (s *Store) auditSubject(node string) string {
