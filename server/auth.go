@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"strings"
 
 	"pigeon"
 	"pigeon/internal/wire"
@@ -37,11 +36,7 @@ func RegionFrom(ctx context.Context) string {
 
 // bearer returns the token of an Authorization: Bearer header.
 func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
-	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return ""
+	return wire.Bearer(r.Header.Get("Authorization"))
 }
 
 // authenticate resolves the request's credential and region. A request

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"pigeon"
 )
@@ -161,6 +162,19 @@ func CheckOnce(r *http.Request, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// Bearer returns the token of an Authorization header value h of the
+// Bearer scheme (its name in any case), or "" for another scheme. Only the
+// spaces and tabs HTTP allows around a value are cut: other white space
+// (U+00A0, U+3000, \v) is part of the token, which is then refused, so
+// that a token has one spelling for the broker and for anything that
+// matches tokens before it.
+func Bearer(h string) string {
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.Trim(h[7:], " \t")
+	}
+	return ""
 }
 
 // Credential is what request r presents: bearer (read by the caller from

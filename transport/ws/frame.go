@@ -185,7 +185,7 @@ func decodeClientFrame(b []byte, in *interner) (*Frame, error) {
 // decodeFrameAs decodes b with a strict walker of mode's kind (its in,
 // data and trusted), else the long way.
 func decodeFrameAs(b []byte, mode walker) (*Frame, error) {
-	b = bytes.TrimSpace(b)
+	b = bytes.Trim(b, " \t\r\n") // JSON's white space: any other is not JSON
 	if len(b) == 0 || b[0] != '{' {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object")
 	}

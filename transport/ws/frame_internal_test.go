@@ -49,6 +49,9 @@ type strictCase struct {
 var strictCases = []strictCase{
 	{"plain publish", `{"op":"publish","id":"p","message":{"type":"t","data":{"a":[1,"x"]}}}`, true, ""},
 	{"white space", " {\t\"op\" :\r\n\"ping\" , \"id\":\"1\" } ", true, ""},
+	{"no-break space before", "\u00a0{\"op\":\"ping\",\"id\":\"1\"}", false, pigeon.CodeBadRequest},
+	{"vertical tab after", "{\"op\":\"ping\",\"id\":\"1\"}\v", false, pigeon.CodeBadRequest},
+	{"ideographic space after", "{\"op\":\"ping\",\"id\":\"1\"}\u3000", false, pigeon.CodeBadRequest},
 	{"utf8 strings", `{"op":"publish","id":"é€😀","message":{"subject":"日本","data":"ü"}}`, true, ""},
 	{"no op", `{"id":"1"}`, true, pigeon.CodeBadRequest},
 	{"minus zero attempt", `{"op":"deliver","sub":"s","attempt":-0,"message":{"id":"a"}}`, true, ""},
@@ -144,7 +147,7 @@ var strictCases = []strictCase{
 // decodeFrameTwoPass is decodeFrame as it was before the strict path:
 // every frame checked by CheckJSON before it is decoded.
 func decodeFrameTwoPass(b []byte) (*Frame, error) {
-	b = bytes.TrimSpace(b)
+	b = bytes.Trim(b, " \t\r\n")
 	if len(b) == 0 || b[0] != '{' {
 		return decodeFrame(b, nil) // the same refusal
 	}

@@ -99,7 +99,7 @@ func upgradeCredential(r *http.Request) (string, error) {
 	found := 0
 	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
 		for _, p := range strings.Split(v, ",") {
-			p = strings.TrimSpace(p)
+			p = strings.Trim(p, " \t")
 			if len(p) > len(BearerSubprotocolPrefix) && strings.EqualFold(p[:len(BearerSubprotocolPrefix)], BearerSubprotocolPrefix) {
 				token = p[len(BearerSubprotocolPrefix):]
 				found++
@@ -110,10 +110,7 @@ func upgradeCredential(r *http.Request) (string, error) {
 		if found > 0 {
 			return "", pigeon.NewError(pigeon.CodeBadRequest, "the request gives a credential twice, in the Authorization header and a bearer subprotocol: give one")
 		}
-		if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-			return strings.TrimSpace(h[7:]), nil
-		}
-		return "", nil
+		return wire.Bearer(h), nil
 	}
 	if found > 1 {
 		return "", pigeon.NewError(pigeon.CodeBadRequest, "the request offers %d bearer subprotocols: offer one", found)
