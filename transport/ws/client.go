@@ -261,11 +261,19 @@ func answerMessage(f *Frame) (*pigeon.Message, error) {
 	return f.Message, nil
 }
 
-func answerMessages(f *Frame) []*pigeon.Message {
+// answerMessages is the messages of an answer frame; one that is not a
+// message (null) fails the call, as an answer without its message does:
+// no session hands its caller a nil message.
+func answerMessages(f *Frame) ([]*pigeon.Message, error) {
 	if f.Messages == nil {
-		return []*pigeon.Message{}
+		return []*pigeon.Message{}, nil
 	}
-	return f.Messages
+	for _, m := range f.Messages {
+		if m == nil {
+			return nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds a null message")
+		}
+	}
+	return f.Messages, nil
 }
 
 // Publish admits one message; see Engine.Publish. It is PublishAsync
@@ -309,7 +317,7 @@ func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pige
 	if err != nil {
 		return nil, err
 	}
-	return answerMessages(f), nil
+	return answerMessages(f)
 }
 
 // Ack acknowledges a received message; see Engine.Ack.
@@ -336,7 +344,7 @@ func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon
 	if err != nil {
 		return nil, err
 	}
-	return answerMessages(f), nil
+	return answerMessages(f)
 }
 
 // Reconnect replaces the connection: it dials again, negotiates a fresh

@@ -203,16 +203,23 @@ func (c *conn) readLoop() {
 		f, err := decodeServerFrame(buf.frame, &in)
 		if err != nil {
 			re := ""
-			if f != nil {
+			if f != nil && len(f.ID) <= MaxFrameID {
 				re = f.ID
 			}
 			c.answer(re, err)
 			continue
 		}
-		if f.ID == "" {
+		switch {
+		case f.ID == "":
 			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, `a frame needs a string "id"`))
 			continue
+		case len(f.ID) > MaxFrameID:
+			// Each answer echoes it, escaped (a '<' takes six bytes), and
+			// is built before it waits for room in the write queue.
+			c.answer("", pigeon.NewError(pigeon.CodeBadRequest, `a frame's "id" is at most %d bytes`, MaxFrameID))
+			continue
 		}
+		f.size = len(buf.frame)
 		c.dispatch(f)
 	}
 }
@@ -272,10 +279,10 @@ func (c *conn) dispatch(f *Frame) {
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "too many requests waiting on this connection"))
 			return
 		}
-		// Each waits holding its message, for up to MaxRequestTimeout:
-		// the requests of one principal, over all its connections, hold
-		// at most MaxRequestBytesPerPrincipal.
-		held, ok := c.srv.holdRequest(c.principal.ID, requestCost(f.Message))
+		// Each waits holding its message, and the rest of its frame, for
+		// up to MaxRequestTimeout: the requests of one principal, over all
+		// its connections, hold at most MaxRequestBytesPerPrincipal.
+		held, ok := c.srv.holdRequest(c.principal.ID, frameRequestCost(f))
 		if !ok {
 			c.requests.Add(-1)
 			c.ops.Done()
@@ -489,6 +496,21 @@ func (c *conn) reserve(ctx context.Context, n int64) error {
 			return errGone
 		}
 	}
+}
+
+// holdAll returns what a frame of size bytes, for which n bytes of the
+// write budgets were reserved, holds of them: n, or size when its
+// encoding came out larger (long envelope fields, escaped), the rest taken
+// now whatever the budgets' use, as the one frame a connection may always
+// queue is; the reservations after it wait for it.
+func (c *conn) holdAll(size int, n int64) int64 {
+	extra := int64(size) - n
+	if extra <= 0 {
+		return n
+	}
+	c.budget.take(extra, true)
+	c.srv.budget.take(extra, true)
+	return n + extra
 }
 
 // unreserve gives back n bytes of the write budgets.

@@ -59,6 +59,11 @@ const (
 	AckNone     = "none"     // at-most-once, pubsub only: nothing is answered
 )
 
+// MaxFrameID bounds the "id" of a client frame, in bytes: every answer
+// echoes it. A frame with a longer one is refused BAD_REQUEST without an
+// "re", before it is worked on.
+const MaxFrameID = 256
+
 // Subprotocol is the WebSocket subprotocol of this protocol.
 const Subprotocol = "pigeon.v1"
 
@@ -131,6 +136,7 @@ type Frame struct {
 	Results []BatchResult `json:"results,omitempty"`
 
 	admitted int // messages of Batch within the connection's publish rate
+	size     int // the frame's bytes, as the server's reader read them
 }
 
 // BatchResult is one slot of a decisions answer: the status and the

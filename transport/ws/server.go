@@ -359,6 +359,14 @@ func requestCost(m *pigeon.Message) int64 {
 	return int64(len(m.Data)) + requestOverhead
 }
 
+// frameRequestCost is what a request frame f counts toward its
+// principal's MaxRequestBytesPerPrincipal: as requestCost, or its whole
+// frame and requestOverhead when that is more, since its id and every
+// member it decoded stay with it while it waits.
+func frameRequestCost(f *Frame) int64 {
+	return max(requestCost(f.Message), int64(f.size)+requestOverhead)
+}
+
 // holdRequest counts n bytes toward the requests of principal waiting for
 // replies, unless that takes it past MaxRequestBytesPerPrincipal; a
 // principal with none waiting may always take one. It returns what

@@ -335,7 +335,8 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 	ss.buf = strconv.AppendInt(ss.buf, int64(d.Attempt), 10)
 	ss.buf = append(ss.buf, `,"message":`...)
 	ss.buf = append(d.AppendMessageJSON(ss.buf), '}')
-	ss.bufN += n
+	// The frame so far, and its closing "]}", within what it holds.
+	ss.bufN += ss.c.holdAll(len(ss.buf)+2-int(ss.bufN), n)
 	ss.bufIn = append(ss.bufIn, gathered{id, done})
 	if len(ss.bufIn) >= maxDeliverBatch || len(ss.buf) >= maxDeliverBatchBytes {
 		ss.flushLocked()
@@ -474,7 +475,8 @@ func (ss *serverSub) frame(ctx context.Context, d *pigeon.Delivery) ([]byte, int
 	if ss.c.tryReserve(n) {
 		// The message's encoding is shared by every subscriber it goes to.
 		b := appendDeliverHead(make([]byte, 0, n), ss.id, d.Attempt)
-		return append(d.AppendMessageJSON(b), '}'), n, nil
+		b = append(d.AppendMessageJSON(b), '}')
+		return b, ss.c.holdAll(len(b), n), nil
 	}
 	d.Message = nil
 	{
@@ -491,11 +493,15 @@ func (ss *serverSub) frame(ctx context.Context, d *pigeon.Delivery) ([]byte, int
 		}
 		m.Data = data
 	}
-	return encodeDeliver(make([]byte, 0, n), ss.id, m, d.Attempt), n, nil
+	b := encodeDeliver(make([]byte, 0, n), ss.id, m, d.Attempt)
+	return b, ss.c.holdAll(len(b), n), nil
 }
 
 // frameOverhead is what a deliver frame adds to the message data, at most
-// for all but unusually long envelope fields.
+// for all but unusually long envelope fields: those a publisher sets may
+// take 256 bytes each (512 for reason), six times that once escaped (a
+// '<' is written \u003c), so a frame that comes out larger than its
+// reservation takes the rest too (conn.holdAll).
 const frameOverhead = 1024
 
 // storedData reads the data of message id again, through the broker: the
