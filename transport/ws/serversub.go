@@ -261,9 +261,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 	if err == nil && !ss.atMost {
 		// Pending before it is queued: the answer may come at once.
 		w = new(wireState)
-		ss.mu.Lock()
-		ss.pending[id] = inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: w}
-		ss.mu.Unlock()
+		ss.wait(id, inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: w})
 	}
 	if err == nil {
 		err = ss.c.enqueueFor(ctx, b, n, ss, w)
@@ -327,9 +325,7 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.buf = append(ss.buf, ',')
 	}
 	if !ss.atMost {
-		ss.mu.Lock()
-		ss.pending[id] = inflight{done: done, deadline: ss.bufT, wire: ss.bufW}
-		ss.mu.Unlock()
+		ss.wait(id, inflight{done: done, deadline: ss.bufT, wire: ss.bufW})
 	}
 	ss.buf = append(ss.buf, `{"attempt":`...)
 	ss.buf = strconv.AppendInt(ss.buf, int64(d.Attempt), 10)
@@ -375,6 +371,22 @@ func (ss *serverSub) flushLocked() {
 	ss.bufIn = in[:0]
 	if err != nil && ctx.Err() == nil {
 		ss.stop() // as handle does: this consumer cannot take deliveries
+	}
+}
+
+// wait makes f the delivery of id waiting for the client's answer. One of
+// the same id that still waits (its message trimmed in flight and another
+// published under its id, or a redelivery racing the sweep of its ack
+// wait) is settled as an ack wait that passed: the client's answer cannot
+// tell the two apart, and, replaced unsettled, it would hold its slot in
+// the engine's subscription for ever.
+func (ss *serverSub) wait(id string, f inflight) {
+	ss.mu.Lock()
+	old, had := ss.pending[id]
+	ss.pending[id] = f
+	ss.mu.Unlock()
+	if had {
+		old.done(errAckWait)
 	}
 }
 
