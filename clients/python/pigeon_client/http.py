@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Iterable
 
-from .errors import PigeonError, ProtocolError, TransportError, error_from
+from .errors import InvalidError, PigeonError, ProtocolError, TransportError, error_from
 from .ws import Contract, Decision
 
 __all__ = ["HttpClient", "KeyDirectory"]
@@ -53,7 +53,13 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}), _Redire
 
 
 def _q(segment: str) -> str:
-    """Percent-encode one path segment (principal ids hold ``/`` and ``:``)."""
+    """Percent-encode one path segment (principal ids hold ``/`` and ``:``).
+    An empty segment, ``.`` or ``..`` is refused (``INVALID_ARGUMENT``): URL
+    parsers and the server's router remove dot segments, so
+    ``remove_role("..", "admin")`` would name ``/v1/roles/admin`` (the
+    TypeScript client's fetch sent DELETE there)."""
+    if segment in ("", ".", ".."):
+        raise InvalidError("INVALID_ARGUMENT", f"{segment!r} cannot be a path segment")
     return urllib.parse.quote(segment, safe="")
 
 

@@ -34,7 +34,11 @@ class Contract:
             except ValueError:
                 return None
 
-        subjects = [s for s in d.get("subjects") or [] if isinstance(s, dict)]
+        subjects_ = d.get("subjects")
+        if subjects_ is not None and not isinstance(subjects_, list):
+            # A TypeError here would escape the reconnect and renewal tasks.
+            raise ProtocolError("BAD_REQUEST", "undecodable contract from server: subjects is not a list")
+        subjects = [s for s in subjects_ or [] if isinstance(s, dict)]
         return cls(d["id"], d.get("principal", ""), subjects, d.get("region", ""), t("issuedAt"), t("expiresAt"), d)
 
     def operations(self, subject: str) -> list[str]:

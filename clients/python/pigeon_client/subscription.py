@@ -97,8 +97,9 @@ this bound, or beyond :data:`MAX_QUEUED_BYTES` of their data, the client
 drops them (at most once allows it) rather than let the queue grow without
 limit; :attr:`Subscription.dropped` counts them, and they are reported to
 ``on_error`` (else the log) as ``DELIVERIES_DROPPED`` at drop counts 1, 2,
-4, 8, … An acknowledged subscription is bounded by its window, which the
-server keeps."""
+4, 8, … An acknowledged subscription is bounded by its window: deliveries
+beyond it waiting in the client (a server that ignores the window) are left
+unanswered, for the server's ack wait to give back."""
 
 MAX_QUEUED_BYTES = 64 << 20
 """The most data, in bytes, of the deliveries of an at-most-once
@@ -224,6 +225,11 @@ class Subscription:
         self._asked = 0
         self._at_most_once = opts.get("ack") == "none"
         self._dropped = 0
+        # Acknowledged: the deliveries of connection _waiting_gen queued (at
+        # most the window), and those that came beyond it (left unanswered).
+        self._waiting = 0
+        self._waiting_gen = 0
+        self._overflow = 0
         # At most once: the size of the data queued, but for _unsized, the
         # delivery queued when none was: measured only once another comes
         # before it is taken (see _push).
@@ -366,7 +372,7 @@ class Subscription:
                 f[k] = o[k]
         mif = o.get("max_in_flight") or 1
         f["maxInFlight"] = mif
-        f["window"] = o.get("window") or max(256, mif)
+        f["window"] = self._window()
         start = o.get("start")
         if resume and o.get("_pubsub", True):
             # Resume: from the lowest sequence received and not yet handled
@@ -448,9 +454,31 @@ class Subscription:
                 self._queued_bytes += d._size
             self._queue.put_nowait(d)
             return
+        if gen != self._waiting_gen:
+            self._waiting_gen, self._waiting = gen, 0
+        if self._waiting >= self._window():
+            # More deliveries waiting than the window the client asked for,
+            # which a server that keeps the window never sends: left
+            # unanswered, for the server's ack wait to give back, rather than
+            # queued without end (as the Go client does).
+            self._overflow += 1
+            n = self._overflow
+            if n & (n - 1) == 0:  # reported at 1, 2, 4, …
+                self.session._report(ProtocolError(
+                    "BAD_REQUEST",
+                    f"deliveries of {self.subject} beyond the subscription's window ({self._window()}) "
+                    f"left unanswered ({n} so far)",
+                ))
+            return
+        self._waiting += 1
         if isinstance(seq, int):
             self._outstand(seq)
         self._queue.put_nowait(Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen))
+
+    def _window(self) -> int:
+        """The window asked of the server: deliveries it may have unanswered."""
+        o = self.options
+        return o.get("window") or max(256, o.get("max_in_flight") or 1)
 
     def _outstand(self, seq: int) -> None:
         """Notes that seq was handed over; a full set forgets its lowest
@@ -461,6 +489,8 @@ class Subscription:
 
     def _took(self, d: Delivery) -> None:
         """A delivery left the queue: its data no longer counts."""
+        if not self._at_most_once and d._gen == self._waiting_gen and self._waiting > 0:
+            self._waiting -= 1
         if d is self._unsized:
             self._unsized = None
         else:
@@ -625,6 +655,7 @@ class Subscription:
             self._queue.get_nowait()
         self._queued_bytes = 0
         self._unsized = None
+        self._waiting = 0
 
     def _stop(self) -> None:
         """Stop deliveries: nothing more is handed to the handler or the

@@ -110,6 +110,12 @@ def _not_json(name: str) -> Any:
 
 
 MAX_PUBLISH_BATCH = 1000
+
+# The most unsubscribes a connection has in flight for subscriptions that
+# deliveries name and the session does not own (the Go client's bound), and
+# how long each waits for its answer.
+MAX_ORPHAN_ENDS = 64
+ORPHAN_END_TIMEOUT = 10.0
 # Reconnect backoff: 50 ms doubling to 2 s (± half, at random).
 _MIN_BACKOFF, _MAX_BACKOFF = 0.05, 2.0
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -252,6 +258,9 @@ class Session:
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._binding: dict[str, Subscription] = {}
         self._gone: collections.deque[str] = collections.deque(maxlen=1024)
+        # Unsubscribes in flight for subscriptions deliveries named and no
+        # subscription of this session owns (_end_orphan).
+        self._orphan_ends = 0
         self._next = 0
         self._gen = 0
         self._contract: Contract | None = None
@@ -367,7 +376,7 @@ class Session:
         f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
         if self.ttl is not None:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
-        ans = await self._call(f, "contract", internal=True)
+        ans = await self._attach_call(f, "contract")
         self._contract = Contract.from_wire(ans.get("contract"))
         mf = ans.get("maxFrame")
         if isinstance(mf, int) and mf > 0:
@@ -386,13 +395,13 @@ class Session:
                 # The reader binds the answer (see _dispatch): nothing is
                 # left to do with it here.
                 try:
-                    await self._call(frame, "subscribed", internal=True, binding=sub)
+                    await self._attach_call(frame, "subscribed", binding=sub)
                 except PigeonError as e:
                     if e.code != "INVALID_ARGUMENT" or sub.options.get("start") is not None:
                         raise
                     # Not a pub/sub subject: it resumes without a position.
                     sub.options["_pubsub"] = False
-                    await self._call(sub._subscribe_frame(resume=True), "subscribed", internal=True, binding=sub)
+                    await self._attach_call(sub._subscribe_frame(resume=True), "subscribed", binding=sub)
             except TransportError:
                 sub._resume_failed(taken)  # the next reconnect resumes from there
                 raise
@@ -410,6 +419,19 @@ class Session:
         if self._pub_task is None:
             self._pub_task = self._loop.create_task(self._publisher())
         self._schedule_renew()
+
+    async def _attach_call(self, frame: dict[str, Any], want: str, binding: Subscription | None = None) -> dict[str, Any]:
+        """A call of _attach, bounded by ``open_timeout`` like the handshake:
+        a server that upgrades and never answers would otherwise hold
+        ``connect()`` (or a reconnect, with every call waiting on it)
+        forever. No answer in time is a transport failure: the connection is
+        dropped, and a reconnect tries again."""
+        try:
+            return await self._call(frame, want, internal=True, binding=binding, timeout=self._open_timeout)
+        except RequestTimeoutError:
+            raise TransportError(
+                "CONNECTION_FAILED", f"the server did not answer {frame['op']} within {self._open_timeout}s"
+            ) from None
 
     def _bind(self, sub: Subscription, ans: dict[str, Any]) -> None:
         """Bind a ``subscribed`` answer to the subscription that asked for
@@ -435,16 +457,16 @@ class Session:
         if isinstance(frm, int) and not isinstance(frm, bool) and frm > 0:
             sub._started(frm)
 
-    async def _quiet_unsubscribe(self, sid: str) -> None:
+    async def _quiet_unsubscribe(self, sid: str, timeout: float | None = None) -> None:
         """Unsubscribe sid; a refusal or a lost connection is only logged.
         The caller adds sid to _gone first: what is still on the wire for it
         is dropped quietly."""
         try:
-            await self._call({"op": "unsubscribe", "sub": sid}, "ok", internal=True)
+            await self._call({"op": "unsubscribe", "sub": sid}, "ok", internal=True, timeout=timeout)
         except PigeonError as e:
             log.debug("pigeon: unsubscribe of %s failed: %r", sid, e)
 
-    def _end_orphan(self, sid: str, gen: int) -> None:
+    def _end_orphan(self, sid: str, gen: int, bounded: bool = False) -> None:
         """End a server subscription on the current connection that no
         subscription of this session owns (one ended while its
         resubscription was on its way): its deliveries would never be
@@ -452,8 +474,24 @@ class Session:
         endOrphan; later deliveries for it are dropped quietly."""
         if gen != self._gen or sid in self._gone:
             return
+        # A server (or anything writing on the connection) may name any
+        # number of subscriptions this session never opened: at most
+        # MAX_ORPHAN_ENDS of their unsubscribes are in flight (as in the Go
+        # client); beyond, such deliveries are left unanswered, for the
+        # server's ack wait. A subscribe answered after its subscription
+        # ended is always ended.
+        if bounded and self._orphan_ends >= MAX_ORPHAN_ENDS:
+            return
         self._gone.append(sid)
-        self._loop.create_task(self._quiet_unsubscribe(sid))
+        self._orphan_ends += 1
+
+        async def end() -> None:
+            try:
+                await self._quiet_unsubscribe(sid, timeout=ORPHAN_END_TIMEOUT)
+            finally:
+                self._orphan_ends -= 1
+
+        self._loop.create_task(end())
 
     async def _read(self, ws: ClientConnection, gen: int) -> None:
         err: PigeonError
@@ -497,7 +535,7 @@ class Session:
             if sub is None and f.get("sub") in self._gone:
                 return
             if sub is None and isinstance(f.get("sub"), str):
-                self._end_orphan(f["sub"], gen)
+                self._end_orphan(f["sub"], gen, bounded=True)
                 return
             if sub is None or not isinstance(ds, list):
                 self._report(ProtocolError("BAD_REQUEST", f"deliver_batch for unknown sub {f.get('sub')!r}"))
@@ -511,7 +549,7 @@ class Session:
             if sub is None and f.get("sub") in self._gone:
                 return
             if sub is None and isinstance(f.get("sub"), str):
-                self._end_orphan(f["sub"], gen)
+                self._end_orphan(f["sub"], gen, bounded=True)
                 return
             if sub is None:
                 self._report(ProtocolError("BAD_REQUEST", f"deliver for unknown sub {f.get('sub')!r}"))

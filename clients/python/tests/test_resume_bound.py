@@ -13,6 +13,9 @@ async def test_a_subscription_remembers_at_most_65536_outstanding_sequences() ->
 
     def hand(seq: int) -> None:
         sub._push({"id": f"msg_{seq}", "sequence": seq}, 1, 1)
+        # A handler takes it (and fails, keeping its sequence): the queue
+        # stays within the window.
+        sub._took(sub._queue.get_nowait())
 
     # Handed over highest first: the quarter forgotten is the lowest, not
     # the first added.

@@ -79,6 +79,11 @@ enum Pending {
     Batch(Vec<PubItem>),
 }
 
+/// The most unsubscribes a connection has in flight for server
+/// subscriptions that deliveries name and no subscription owns (the Go
+/// client's bound).
+pub(crate) const MAX_ORPHAN_ENDS: usize = 64;
+
 pub(crate) struct Conn {
     out: mpsc::UnboundedSender<Out>,
     pending: Mutex<HashMap<String, Pending>>,
@@ -89,7 +94,8 @@ pub(crate) struct Conn {
     kill_tx: watch::Sender<bool>,
     kill_reason: Mutex<Option<String>>,
     pub subs: Mutex<HashMap<String, Arc<SubShared>>>,
-    /// Server subscriptions no subscription owns, unsubscribed once.
+    /// Server subscriptions no subscription owns whose unsubscribe is in
+    /// flight (see [`Conn::end_orphan`]).
     orphans: Mutex<HashSet<String>>,
     call_timeout: Duration,
     pub max_frame: AtomicU64,
@@ -281,15 +287,34 @@ impl Conn {
     /// answer was on its way): sends it an unsubscribe, once, in the
     /// background. What it delivered meanwhile was left unanswered, so the
     /// server gives it back without an attempt spent.
-    pub(crate) fn end_orphan(self: &Arc<Self>, sid: &str) {
-        if self.is_dead() || !self.orphans.lock().unwrap().insert(sid.to_string()) {
+    ///
+    /// `bounded` (a server subscription only a delivery names): a server
+    /// (or anything writing on the connection) may name any number of
+    /// them, so at most [`MAX_ORPHAN_ENDS`] of their unsubscribes are in
+    /// flight, each forgotten once answered (as in the Go client); beyond,
+    /// the delivery is left unanswered, for the server's ack wait. A
+    /// subscribe answered after its subscription ended is always ended.
+    pub(crate) fn end_orphan(self: &Arc<Self>, sid: &str, bounded: bool) {
+        if self.is_dead() {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        {
+            let mut o = self.orphans.lock().unwrap();
+            if o.contains(sid) || (bounded && o.len() >= MAX_ORPHAN_ENDS) {
+                return;
+            }
+            o.insert(sid.to_string());
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.orphans.lock().unwrap().remove(sid);
+            return;
+        };
         let (c, sid) = (self.clone(), sid.to_string());
         rt.spawn(async move {
             let f = json!({"op": "unsubscribe", "sub": sid});
             let _ = c.call(f.as_object().cloned().unwrap_or_default(), c.call_timeout).await;
+            // The server sends no deliver of it after its answer.
+            c.orphans.lock().unwrap().remove(&sid);
         });
     }
 
@@ -436,7 +461,7 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                         (sub, f.get("op").and_then(Value::as_str), f.get("sub").and_then(Value::as_str))
                     {
                         if sub.is_stopping() {
-                            conn.end_orphan(sid); // unsubscribed while the answer was on its way
+                            conn.end_orphan(sid, false); // unsubscribed while the answer was on its way
                         } else {
                             sub.subscribed(&f);
                             conn.subs.lock().unwrap().insert(sid.to_string(), sub);
@@ -451,7 +476,7 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                 None => {
                     // A subscribe whose caller gave up: its subscription has no owner.
                     if let (Some("subscribed"), Some(sid)) = (f.get("op").and_then(Value::as_str), f.get("sub").and_then(Value::as_str)) {
-                        conn.end_orphan(sid);
+                        conn.end_orphan(sid, false);
                     }
                 }
             }
@@ -492,7 +517,7 @@ fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option
         // A server subscription the client does not know: end it. The
         // delivery is left unanswered, so it goes back without an attempt spent.
         if !sid.is_empty() {
-            conn.end_orphan(sid);
+            conn.end_orphan(sid, true);
         }
         return;
     };
@@ -502,7 +527,7 @@ fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option
                 // Ended, yet its server subscription still delivers (a
                 // subscribe given up just after its answer came): end that.
                 conn.subs.lock().unwrap().remove(sid);
-                conn.end_orphan(sid);
+                conn.end_orphan(sid, false);
             }
         }
         _ => sub.report(Error::protocol("a delivery without a valid message")),

@@ -26,6 +26,18 @@ pub fn encode_segment(s: &str) -> String {
     out
 }
 
+/// One path segment of a call, percent-encoded. An empty segment, `.` or
+/// `..` is refused (`INVALID_ARGUMENT`): URL parsers and the server's router
+/// remove dot segments, so the call would name another route (the
+/// TypeScript client's fetch sent `removeRole("..", "admin")` as
+/// `DELETE /v1/roles/admin`).
+fn segment(s: &str) -> Result<String> {
+    if matches!(s, "" | "." | "..") {
+        return Err(Error::new("INVALID_ARGUMENT", format!("{s:?} cannot be a path segment")));
+    }
+    Ok(encode_segment(s))
+}
+
 /// The HTTP base (`http://host:port`) of a server URL given as `ws://`,
 /// `wss://`, `http://` or `https://`, with or without a path.
 pub fn http_base(url: &str) -> String {
@@ -124,14 +136,14 @@ impl HttpClient {
 
     /// The published keys of `account` (`GET /v1/accounts/{id}/keys`).
     pub async fn fetch_keys(&self, account: &str) -> Result<Vec<PublicKey>> {
-        let (_, v) = self.call("GET", &format!("/v1/accounts/{}/keys", encode_segment(account)), None).await?;
+        let (_, v) = self.call("GET", &format!("/v1/accounts/{}/keys", segment(account)?), None).await?;
         serde_json::from_value(v.get("keys").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| Error::protocol(format!("keys: {e}")))
     }
 
     /// Publishes `keys` for `account` (`PUT /v1/accounts/{id}/keys`; the
     /// account itself or an admin).
     pub async fn publish_keys(&self, account: &str, keys: &[PublicKey]) -> Result<()> {
-        self.call("PUT", &format!("/v1/accounts/{}/keys", encode_segment(account)), Some(json!({ "keys": keys }))).await?;
+        self.call("PUT", &format!("/v1/accounts/{}/keys", segment(account)?), Some(json!({ "keys": keys }))).await?;
         Ok(())
     }
 
@@ -145,7 +157,7 @@ impl HttpClient {
 
     /// Revokes a contract (its holder only): `DELETE /v1/contracts/{id}`.
     pub async fn revoke_contract(&self, contract_id: &str) -> Result<()> {
-        self.call("DELETE", &format!("/v1/contracts/{}", encode_segment(contract_id)), None).await.map(|_| ())
+        self.call("DELETE", &format!("/v1/contracts/{}", segment(contract_id)?), None).await.map(|_| ())
     }
 }
 

@@ -30,8 +30,9 @@ tokio::task_local! {
 /// deliveries, as at most once allows, rather than queue them without
 /// limit. [`Subscription::dropped`] counts them, and `on_error` receives a
 /// `DELIVERIES_DROPPED` error ([`ErrorKind::Dropped`]) at drop counts 1, 2,
-/// 4, 8, … An acknowledged subscription is bounded by its window, which
-/// the server keeps.
+/// 4, 8, … An acknowledged subscription is bounded by its window:
+/// deliveries beyond it waiting in the client (a server that ignores the
+/// window) are left unanswered, for the server's ack wait to give back.
 pub const MAX_QUEUED: usize = 4096;
 
 /// The most data, in bytes, of the deliveries of an [`Ack::None`]
@@ -66,11 +67,19 @@ fn data_size(data: &Value) -> usize {
 }
 
 /// [`Ack::None`]: what the queue holds, bounded by [`MAX_QUEUED`] and
-/// [`MAX_QUEUED_BYTES`].
+/// [`MAX_QUEUED_BYTES`]. [`Ack::Explicit`]: how many deliveries of the
+/// connection `conn` (its address) wait queued, bounded by the window.
 #[derive(Default)]
 struct Queued {
     n: usize,
     bytes: usize,
+    conn: usize,
+    live: usize,
+}
+
+/// A connection's identity for [`Queued::conn`].
+fn conn_key(c: &Arc<Conn>) -> usize {
+    Arc::as_ptr(c) as usize
 }
 
 /// Where a pub/sub subscription starts.
@@ -431,6 +440,8 @@ pub(crate) struct SubShared {
     queued: Mutex<Queued>,
     /// [`Ack::None`]: the deliveries dropped because the queue was full.
     dropped: AtomicU64,
+    /// [`Ack::Explicit`]: the deliveries that came beyond the window.
+    overflow: AtomicU64,
 }
 
 impl SubShared {
@@ -450,6 +461,7 @@ impl SubShared {
             held: watch::channel(0).0,
             queued: Mutex::default(),
             dropped: AtomicU64::new(0),
+            overflow: AtomicU64::new(0),
         });
         tokio::spawn(ack_loop(Arc::downgrade(&s), ack_rx));
         if let SubMode::Handler(h) = &s.mode {
@@ -464,7 +476,7 @@ impl SubShared {
             "op": "subscribe",
             "subject": self.subject,
             "maxInFlight": o.max_in_flight,
-            "window": o.window.unwrap_or(o.max_in_flight.max(256)),
+            "window": self.window(),
             "batch": true,
         });
         if let Some(s) = &o.selector {
@@ -505,7 +517,7 @@ impl SubShared {
             // owner, end it (the reader did not route it here).
             drop(st);
             conn.subs.lock().unwrap().remove(sid);
-            conn.end_orphan(sid);
+            conn.end_orphan(sid, false);
             return Ok(());
         }
         st.sid = Some(sid.to_string());
@@ -559,13 +571,34 @@ impl SubShared {
     /// came from has no owner any more.
     pub(crate) fn dispatch(self: &Arc<Self>, conn: Arc<Conn>, sid: &str, message: Message, attempt: u32) -> bool {
         {
-            let mut st = self.st.lock().unwrap();
+            let st = self.st.lock().unwrap();
             if st.ended {
                 return false;
             }
             if st.stopping {
                 return true; // left unanswered: the unsubscribe that follows gives it back
             }
+        }
+        let key = conn_key(&conn);
+        if self.opts.ack == Ack::Explicit {
+            let mut q = self.queued.lock().unwrap();
+            if q.conn != key {
+                q.conn = key;
+                q.live = 0;
+            }
+            if q.live >= self.window() {
+                // More deliveries waiting than the window the client asked
+                // for, which a server that keeps the window never sends:
+                // left unanswered, for the server's ack wait to give back,
+                // rather than queued without end (as the Go client does).
+                drop(q);
+                self.overflow_one();
+                return true;
+            }
+            q.live += 1;
+        }
+        {
+            let mut st = self.st.lock().unwrap();
             if self.opts.ack == Ack::None {
                 st.last_acked = st.last_acked.max(message.sequence);
             } else if message.sequence > 0 {
@@ -602,9 +635,27 @@ impl SubShared {
             }
         };
         if !queued {
-            self.dequeued(size);
+            self.dequeued(size, key);
         }
         true
+    }
+
+    /// The window asked of the server: deliveries it may have unanswered.
+    fn window(&self) -> usize {
+        self.opts.window.unwrap_or(self.opts.max_in_flight.max(256)) as usize
+    }
+
+    /// An acknowledged delivery beyond the window: counted, and reported at
+    /// 1, 2, 4, …
+    fn overflow_one(&self) {
+        let n = self.overflow.fetch_add(1, Ordering::AcqRel) + 1;
+        if n.is_power_of_two() {
+            self.report(Error::protocol(format!(
+                "deliveries of {} beyond the subscription's window ({}) left unanswered ({n} so far)",
+                self.subject,
+                self.window()
+            )));
+        }
     }
 
     /// The next delivery of a stream subscription for its reader. A
@@ -617,7 +668,7 @@ impl SubShared {
         let mut b = buf.lock().unwrap();
         loop {
             if let Some(mut d) = b.items.pop_front() {
-                self.dequeued(d.size);
+                self.dequeued(d.size, conn_key(&d.handle.conn));
                 if self.stale(&d) {
                     continue;
                 }
@@ -685,7 +736,7 @@ impl SubShared {
             (std::mem::take(&mut b.items), b.waker.take())
         };
         for d in &items {
-            self.dequeued(d.size);
+            self.dequeued(d.size, conn_key(&d.handle.conn));
         }
         drop(items);
         if let Some(w) = waker {
@@ -718,11 +769,13 @@ impl SubShared {
 
     /// A delivery whose data is `size` left the queue: a handler (or the
     /// stream's consumer) took it, or it was discarded.
-    fn dequeued(&self, size: usize) {
+    fn dequeued(&self, size: usize, conn: usize) {
+        let mut q = self.queued.lock().unwrap();
         if self.opts.ack == Ack::None {
-            let mut q = self.queued.lock().unwrap();
             q.n -= 1;
             q.bytes -= size;
+        } else if q.conn == conn && q.live > 0 {
+            q.live -= 1;
         }
     }
 
@@ -811,7 +864,7 @@ impl SubShared {
         };
         self.end(None);
         if let Some((c, sid)) = target {
-            c.end_orphan(&sid);
+            c.end_orphan(&sid, false);
         }
     }
 
@@ -851,11 +904,11 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
         // Stopping: left unanswered, the unsubscribe gives it back. Stale:
         // its connection is gone, the server delivers it again.
         if s.is_stopping() || s.stale(&d) {
-            s.dequeued(d.size);
+            s.dequeued(d.size, conn_key(&d.handle.conn));
             continue;
         }
         let Ok(permit) = s.sem.clone().acquire_owned().await else { return };
-        s.dequeued(d.size); // a handler takes it
+        s.dequeued(d.size, conn_key(&d.handle.conn)); // a handler takes it
         if s.is_stopping() || s.stale(&d) {
             continue; // while it waited for room
         }

@@ -34,6 +34,8 @@ export class Conn {
   sock!: WebSocketLike;
   /** server subscriptions on this connection the client has told to end (unsubscribe sent) */
   readonly ended = new Set<string>();
+  /** unsubscribes in flight for server subscriptions the session does not own (Session.endOrphan) */
+  orphanEnds = 0;
 
   constructor(private readonly session: ConnOwner) {}
 

@@ -21,8 +21,17 @@ export interface HttpOptions {
   timeoutMs?: number;
 }
 
-/** Percent-encodes one path segment (principal ids hold "/" and ":"). */
-export const segment = (s: string): string => encodeURIComponent(s);
+/**
+ * Percent-encodes one path segment (principal ids hold "/" and ":"). An
+ * empty segment, "." or ".." is refused (INVALID_ARGUMENT): the URL parser
+ * removes dot segments, so `removeRole("..", "admin")`
+ * would send DELETE /v1/roles/admin and `removeRole(account, "..")` DELETE
+ * /v1/accounts/{account}.
+ */
+export const segment = (s: string): string => {
+  if (s === "" || s === "." || s === "..") throw new PigeonError("INVALID_ARGUMENT", `${JSON.stringify(s)} cannot be a path segment`);
+  return encodeURIComponent(s);
+};
 
 /** An HTTP client for one bearer token. */
 export class HttpClient {

@@ -41,7 +41,7 @@ export interface ConnectOptions {
   pingTimeoutMs?: number;
   /** publishes in flight or queued at once (default 4096: four full batches); beyond, publish waits for room */
   maxPendingPublishes?: number;
-  /** handshake timeout (default 10 000 ms) */
+  /** handshake timeout, and the negotiation's after it (default 10 000 ms each) */
   connectTimeoutMs?: number;
   /** errors that belong to no call: an unreadable frame, a lost connection, a failed reconnect */
   onError?: (err: PigeonError) => void;
@@ -251,7 +251,9 @@ export class Session implements ConnOwner {
     try {
       const frame: Frame = { op: "negotiate", subjects: this.subjects };
       if (this.options.ttl !== undefined) frame.ttlMs = finiteMs("ttl", this.options.ttl);
-      const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
+      // Bounded like the handshake: a server that upgrades and never answers
+      // would otherwise hold connect() (or a reconnect) forever.
+      const f = answer(await c.call(frame, this.options.connectTimeoutMs ?? 10_000), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
       this._contract = f.contract as Contract;
       this.maxFrame = typeof f.maxFrame === "number" ? f.maxFrame : 0;
     } catch (e) {
@@ -831,7 +833,7 @@ export class Session implements ConnOwner {
       return;
     }
     if (s) s.enqueue(c, f.message as Message, f.attempt);
-    else if (typeof f.sub === "string") this.endOrphan(c, f.sub);
+    else if (typeof f.sub === "string") this.endOrphan(c, f.sub, true);
   }
 
   /** @internal */
@@ -842,7 +844,7 @@ export class Session implements ConnOwner {
       return;
     }
     if (!s) {
-      if (typeof f.sub === "string") this.endOrphan(c, f.sub);
+      if (typeof f.sub === "string") this.endOrphan(c, f.sub, true);
       return;
     }
     for (const d of f.deliveries as unknown[]) {
@@ -861,17 +863,32 @@ export class Session implements ConnOwner {
    * ack wait. Sent once per id; deliveries on the wire for a subscription
    * already told to end are left alone (the unsubscribe gives them back).
    */
-  endOrphan(c: Conn, sid: string): void {
+  endOrphan(c: Conn, sid: string, bounded = false): void {
     if (c.closed || c.ended.has(sid)) return;
+    // A server (or anything writing on the connection) may name any number
+    // of subscriptions this session never opened: at most MAX_ORPHAN_ENDS
+    // of their unsubscribes are in flight, each forgotten once answered, so
+    // they cost no memory without end (as in the Go client). A subscribe
+    // answered after its subscription ended is always ended.
+    if (bounded && c.orphanEnds >= MAX_ORPHAN_ENDS) return;
     c.ended.add(sid);
-    c.call({ op: "unsubscribe", sub: sid }).catch(() => undefined);
+    c.orphanEnds++;
+    c.call({ op: "unsubscribe", sub: sid }, ORPHAN_END_TIMEOUT_MS)
+      .catch(() => undefined)
+      .finally(() => {
+        c.orphanEnds--;
+        // The server sends no deliver of it after its answer.
+        c.ended.delete(sid);
+      });
   }
 
   /** @internal */
   onUnsubscribed(c: Conn, f: Frame): void {
     const s = typeof f.sub === "string" ? this.bySid.get(f.sub) : undefined;
-    if (typeof f.sub === "string") c.ended.add(f.sub); // ended by the server: nothing to tell it
+    // Not remembered for a subscription this session does not own: the
+    // server could name ever new ones.
     if (!s) return;
+    c.ended.add(f.sub as string); // ended by the server: nothing to tell it
     const err = f.error ? fromWire(f.error) : new PigeonError("SESSION_CLOSED", "the server ended the subscription");
     // A server shutting down ends every subscription, then the connection:
     // the reconnect that follows resumes it (or ends it with the reason).
@@ -1015,6 +1032,16 @@ function decided(status: Decision["status"], message: Message, data: string): De
   if (status === "accepted" && !Object.hasOwn(message, "data")) message.data = JSON.parse(data);
   return { status, message };
 }
+
+/**
+ * The most unsubscribes a connection has in flight for subscriptions that
+ * deliveries name and the session does not own (the Go client's bound):
+ * beyond it such deliveries are left unanswered, for the server's ack wait.
+ */
+export const MAX_ORPHAN_ENDS = 64;
+
+/** How long an orphan's unsubscribe waits for its answer before it is forgotten. */
+const ORPHAN_END_TIMEOUT_MS = 10_000;
 
 /** The longest delay setTimeout holds; a longer one fires at once. */
 const MAX_TIMER_MS = 2 ** 31 - 1;

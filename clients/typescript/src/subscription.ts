@@ -50,7 +50,9 @@ const MAX_RETRY_DELAY_MS = 12 * 60 * 60 * 1000;
  * than queue them without limit. Drops are counted in
  * {@link Subscription.dropped} and reported to onError as DELIVERIES_DROPPED
  * at drop counts 1, 2, 4, 8, … An acknowledged subscription is bounded by
- * its window, which the server keeps.
+ * its window: deliveries beyond it waiting in the client (a server that
+ * ignores the window) are left unanswered, for the server's ack wait to
+ * give back, and reported to onError as BAD_FRAME at counts 1, 2, 4, …
  */
 export const MAX_QUEUED = 4096;
 
@@ -238,6 +240,12 @@ export class Subscription {
   private readonly maxInFlight: number;
   private stopping = false;
   private droppedCount = 0;
+  /** deliveries of an acknowledged subscription that came beyond its window (left unanswered) */
+  private overflowCount = 0;
+  /** the window asked of the server: deliveries it may have unanswered */
+  private get window(): number {
+    return this.options.window ?? Math.max(256, this.maxInFlight);
+  }
   /**
    * @internal Called when deliveries handed to the handler but not yet
    * worked on must be let go (the stream form's buffer); see ReleaseReason.
@@ -269,7 +277,7 @@ export class Subscription {
 
   /** @internal */
   async subscribeOn(c: Conn, start: Start | undefined): Promise<void> {
-    const frame: Frame = { op: "subscribe", subject: this.subject, batch: true, window: this.options.window ?? Math.max(256, this.maxInFlight), maxInFlight: this.maxInFlight };
+    const frame: Frame = { op: "subscribe", subject: this.subject, batch: true, window: this.window, maxInFlight: this.maxInFlight };
     if (this.options.selector) frame.selector = this.options.selector;
     if (this.options.filter) frame.filter = this.options.filter;
     if (this.options.group) frame.group = this.options.group;
@@ -353,6 +361,23 @@ export class Subscription {
     if (this.finished || this.stopping) return;
     // At most once, a reconnect resumes after the last message received: one
     // received is never handed over again.
+    if (this.options.ack !== "none" && this.queue.length >= this.window) {
+      // More deliveries waiting than the window the client asked for, which
+      // a server that keeps the window never sends: left unanswered, for the
+      // server's ack wait to give back, rather than queued without end (as
+      // the Go client does). Reported at counts 1, 2, 4, …
+      const n = ++this.overflowCount;
+      if ((n & (n - 1)) === 0) {
+        this.session.report(
+          new PigeonError(
+            ClientCodes.BAD_FRAME,
+            `deliveries of ${this.subject} beyond the subscription's window (${this.window}) left unanswered (${n} so far)`,
+            { subject: this.subject, window: this.window, count: n },
+          ),
+        );
+      }
+      return;
+    }
     if (typeof m.sequence === "number" && this.options.ack === "none") this.lastAcked = Math.max(this.lastAcked, m.sequence);
     else if (typeof m.sequence === "number") this.unacked.add(m.sequence);
     let size = 0;
