@@ -21,6 +21,35 @@ import (
 // subscription held its in-flight slot for ever (after a window of such,
 // it delivered nothing more).
 func TestSecondDeliveryOfAnIDSettlesTheFirst(t *testing.T) {
+	m := publishedChat(t, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)})
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "deliver", true: "deliver_batch"}[batch], func(t *testing.T) {
+			ss, _ := readySub(t, m.e, batch, false)
+			first, second := make(chan error, 1), make(chan error, 1)
+			ss.handle(context.Background(), &pigeon.Delivery{Subject: "chat.messages", Attempt: 1, Message: m.Message}, func(err error) { first <- err })
+			ss.handle(context.Background(), &pigeon.Delivery{Subject: "chat.messages", Attempt: 2, Message: m.Message}, func(err error) { second <- err })
+			select {
+			case err := <-first:
+				require.ErrorIs(t, err, errAckWait)
+			default:
+				t.Fatal("the first delivery of the id was left unsettled")
+			}
+			require.True(t, ss.settle(m.ID, answer{ok: true}))
+			require.NoError(t, <-second, "the client's ack settles the delivery that waits")
+		})
+	}
+}
+
+// published is a message alice published on chat.messages of e.
+type published struct {
+	*pigeon.Message
+	e *pigeon.Engine
+}
+
+// publishedChat starts an engine on the test catalog and publishes m on
+// it as alice; both end with the test.
+func publishedChat(t *testing.T, m *pigeon.Message) published {
+	t.Helper()
 	ctx := context.Background()
 	opts := transporttest.Options()
 	opts.Store = memory.New(nil)
@@ -33,35 +62,26 @@ func TestSecondDeliveryOfAnIDSettlesTheFirst(t *testing.T) {
 	alice, err := e.Connect(ctx, "alice-token", []string{"chat.messages"})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = alice.Close(ctx) })
-	res, err := alice.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)})
+	res, err := alice.Publish(ctx, m)
 	require.NoError(t, err)
-	m := res.Message
+	return published{res.Message, e}
+}
 
-	for _, batch := range []bool{false, true} {
-		t.Run(map[bool]string{false: "deliver", true: "deliver_batch"}[batch], func(t *testing.T) {
-			srv := NewServer(e, nil)
-			c := newConn(ctx, srv, nil, nil, &pigeon.Principal{ID: "bob"}, "uk")
-			sub := &stubSub{done: make(chan struct{})}
-			ss := newServerSub(c, pigeon.Caller{}, time.Minute, false)
-			ss.batch = batch
-			ss.sub, ss.id = sub, "sub_1"
-			ss.ready()
-			t.Cleanup(func() {
-				c.cancel()
-				close(sub.done)
-				c.bg.Wait()
-			})
-			first, second := make(chan error, 1), make(chan error, 1)
-			ss.handle(ctx, &pigeon.Delivery{Subject: "chat.messages", Attempt: 1, Message: m}, func(err error) { first <- err })
-			ss.handle(ctx, &pigeon.Delivery{Subject: "chat.messages", Attempt: 2, Message: m}, func(err error) { second <- err })
-			select {
-			case err := <-first:
-				require.ErrorIs(t, err, errAckWait)
-			default:
-				t.Fatal("the first delivery of the id was left unsettled")
-			}
-			require.True(t, ss.settle(m.ID, answer{ok: true}))
-			require.NoError(t, <-second, "the client's ack settles the delivery that waits")
-		})
-	}
+// readySub is a ready subscription sub_1 of bob's connection to a server
+// of e, ended with the test.
+func readySub(t *testing.T, e *pigeon.Engine, batch, atMost bool) (*serverSub, *conn) {
+	t.Helper()
+	srv := NewServer(e, nil)
+	c := newConn(context.Background(), srv, nil, nil, &pigeon.Principal{ID: "bob"}, "uk")
+	sub := &stubSub{done: make(chan struct{})}
+	ss := newServerSub(c, pigeon.Caller{}, time.Minute, atMost)
+	ss.batch = batch
+	ss.sub, ss.id = sub, "sub_1"
+	ss.ready()
+	t.Cleanup(func() {
+		c.cancel()
+		close(sub.done)
+		c.bg.Wait()
+	})
+	return ss, c
 }

@@ -4,13 +4,10 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/store/memory"
-	"pigeon/transport/transporttest"
 )
 
 // TestDeliveryFramesHoldTheirBytes: a deliver or deliver_batch frame holds
@@ -23,24 +20,10 @@ import (
 // budgets (per connection, up to its 256 frames of deliver_batch, and the
 // server's across connections).
 func TestDeliveryFramesHoldTheirBytes(t *testing.T) {
-	ctx := context.Background()
-	opts := transporttest.Options()
-	opts.Store = memory.New(nil)
-	e, err := pigeon.New(ctx, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		require.NoError(t, e.Shutdown(ctx))
-		require.NoError(t, opts.Store.Close(ctx))
-	})
-	alice, err := e.Connect(ctx, "alice-token", []string{"chat.messages"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = alice.Close(ctx) })
 	lt := strings.Repeat("<", pigeon.MaxEnvelopeField)
-	res, err := alice.Publish(ctx, &pigeon.Message{ID: "m" + lt[1:], Type: "chat", Subject: "chat.messages", Intent: "chat",
+	m := publishedChat(t, &pigeon.Message{ID: "m" + lt[1:], Type: "chat", Subject: "chat.messages", Intent: "chat",
 		IdempotencyKey: lt, ReplyTo: lt, CorrelationID: lt, Reason: strings.Repeat("<", pigeon.MaxReason),
-		Signature: &pigeon.Signature{KID: lt, Alg: lt, Sig: lt}, Data: []byte(`{}`)})
-	require.NoError(t, err, "the broker accepts such a message")
-	m := res.Message
+		Signature: &pigeon.Signature{KID: lt, Alg: lt, Sig: lt}, Data: []byte(`{}`)}) // the broker accepts such a message
 
 	for _, tc := range []struct {
 		name  string
@@ -50,20 +33,9 @@ func TestDeliveryFramesHoldTheirBytes(t *testing.T) {
 		{"deliver_batch frame", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := NewServer(e, nil)
-			c := newConn(ctx, srv, nil, nil, &pigeon.Principal{ID: "bob"}, "uk")
-			sub := &stubSub{done: make(chan struct{})}
-			ss := newServerSub(c, pigeon.Caller{}, time.Minute, true)
-			ss.batch = tc.batch
-			ss.sub, ss.id = sub, "sub_1"
-			ss.ready()
-			t.Cleanup(func() {
-				c.cancel()
-				close(sub.done)
-				c.bg.Wait()
-			})
+			ss, c := readySub(t, m.e, tc.batch, true)
 			for range 10 {
-				ss.handle(ctx, &pigeon.Delivery{Subject: "chat.messages", Attempt: 1, Message: m}, func(error) {})
+				ss.handle(context.Background(), &pigeon.Delivery{Subject: "chat.messages", Attempt: 1, Message: m.Message}, func(error) {})
 			}
 			ss.flush()
 			var held, size int64
@@ -74,7 +46,7 @@ func TestDeliveryFramesHoldTheirBytes(t *testing.T) {
 			}
 			require.Positive(t, size)
 			require.GreaterOrEqual(t, c.budget.inUse(), size)
-			require.GreaterOrEqual(t, srv.budget.inUse(), size)
+			require.GreaterOrEqual(t, c.srv.budget.inUse(), size)
 			c.unreserve(held)
 		})
 	}
