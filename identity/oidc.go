@@ -388,7 +388,7 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 	}
 	h := tok.Headers[0]
 	if !credentialType(h.ExtraHeaders[jose.HeaderType]) {
-		return nil, refuse("typ %q is not an access or ID token's", h.ExtraHeaders[jose.HeaderType])
+		return nil, refuse("its typ is not an access or ID token's")
 	}
 	key, err := is.keys.key(ctx, h.KeyID, h.Algorithm)
 	if err != nil {
