@@ -414,13 +414,23 @@ func backoff(n int, max time.Duration) time.Duration {
 // nats.Connect takes), without what each names before its host: a NATS
 // URL carries a user and password, or a token, there
 // (nats://user:pass@host, nats://token@host), and errors and logs must not
-// show them. A URL that does not parse is not shown at all.
+// show them. Everything before the last '@' goes, whatever a URL parser
+// makes of it: a secret written with an unescaped '/', '?' or '#' (a
+// base64 token) is no userinfo to the parser but a host and a path, query
+// or fragment that would quote the rest of it. A URL that does not parse
+// is not shown at all.
 func RedactURL(s string) string {
 	parts := strings.Split(s, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		if !strings.Contains(p, "://") {
 			p = "nats://" + p // as nats.Connect reads it
+		}
+		if at, host := strings.LastIndex(p, "@"), strings.Index(p, "://")+len("://"); at >= host {
+			p = p[:host] + "REDACTED" + p[at:]
+		} else if at >= 0 {
+			parts[i] = "<invalid URL>"
+			continue
 		}
 		u, err := url.Parse(p)
 		switch {

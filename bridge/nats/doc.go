@@ -20,12 +20,13 @@
 // An Out route subscribes to its Pigeon subject and publishes each
 // delivery to its NATS subject as the message's envelope JSON (the bytes
 // subscribers receive), with the headers Nats-Msg-Id (the Pigeon message
-// id, so a stream drops a repeat), Pigeon-Subject, Pigeon-Sequence and
-// Pigeon-Bridge (the route's name), and on JetStream with one delivery in
-// flight Pigeon-Resume (where a bridge that starts resumes: the lowest
-// sequence of a delivery that failed and waits for its retry, or the one
-// after the message's). A delivery is acknowledged only once
-// NATS took it: after a flush on core NATS, after the PubAck on JetStream.
+// id, so a stream drops a repeat; "b64:" and the id in base64url when a
+// header would not keep it exactly, such as white space at an end),
+// Pigeon-Subject, Pigeon-Sequence and Pigeon-Bridge (the route's name),
+// and on JetStream with one delivery in flight Pigeon-Resume (where a
+// bridge that starts resumes: the lowest sequence of a delivery that
+// failed and waits for its retry, or the one after the message's). A
+// delivery is acknowledged only once NATS took it: after a flush on core NATS, after the PubAck on JetStream.
 // A NATS failure returns an error and the broker redelivers, within the
 // subject's retry policy.
 //
@@ -48,12 +49,15 @@
 // (pigeon.DecodeMessage), any other as data under the route's Template. The
 // route's Subject always wins. The message id comes from the NATS side
 // (nats-<stream>-<stream sequence> on JetStream, the Nats-Msg-Id header on
-// core NATS), so a redelivery is recognised: MESSAGE_ID_TAKEN or
-// "duplicate" for a redelivered message counts as accepted. On JetStream a
+// core NATS, scoped to the route), so a redelivery is recognised:
+// MESSAGE_ID_TAKEN or "duplicate" for a redelivered message counts as
+// accepted. On JetStream a
 // message is acknowledged after the broker accepted it, terminated when a
 // gate refused it, and redelivered later (NakWithDelay) when the failure
 // may pass. A message that one of the bridge's own Out routes published
-// (its Pigeon-Bridge header) is skipped.
+// (its Pigeon-Bridge header) is skipped, and so, on core NATS, is NATS's
+// own traffic that a wildcard matched: reply inboxes (a stream's PubAck)
+// and $ subjects (the JetStream API).
 //
 // # Sessions
 //

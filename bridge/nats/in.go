@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -84,6 +85,29 @@ func (in *inRoute) looped(h nats.Header) bool {
 	return false
 }
 
+// natsOwn reports whether subject, which the route's NATS subject
+// matched by a wildcard, is NATS's own traffic rather than a publisher's:
+// a reply inbox (_INBOX.…, or the connection's own prefix) or a system
+// subject ($JS.…, $SYS.…). A route of ">" would otherwise take the
+// bridge's own: the stream's PubAck of each message an Out route
+// publishes, which it would carry into Pigeon and the Out route out again,
+// endlessly, and the JetStream API requests of every route. A route whose
+// subject names such a prefix itself takes it.
+func (in *inRoute) natsOwn(nc *nats.Conn, subject string) bool {
+	pattern := in.r.NATSSubject
+	if subject != "" && subject[0] == '$' && pattern[0] != '$' {
+		in.c.skipped.Add(1)
+		return true
+	}
+	for _, prefix := range [...]string{nats.InboxPrefix, nc.Opts.InboxPrefix + "."} {
+		if prefix != "." && strings.HasPrefix(subject, prefix) && !strings.HasPrefix(pattern, prefix) {
+			in.c.skipped.Add(1)
+			return true
+		}
+	}
+	return false
+}
+
 // startCore subscribes to core NATS. Core NATS does not redeliver: a
 // message the broker refuses for a reason that may pass is retried a few
 // times, then dropped and counted; messages sent while the bridge has no
@@ -146,7 +170,7 @@ func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
 	if in.b.beforeCore != nil {
 		in.b.beforeCore(in.r.Name)
 	}
-	if in.looped(nm.Header) {
+	if in.looped(nm.Header) || in.natsOwn(g.nc, nm.Subject) {
 		return
 	}
 	hid := nm.Header.Get(HeaderMsgID)
@@ -246,6 +270,21 @@ func coreID(r *Route, id string) string {
 		id = "sha256:" + hex.EncodeToString(sum[:])
 	}
 	return prefix + id
+}
+
+// jetStreamID is the Pigeon id of the message at seq in stream:
+// "nats-<stream>-<seq>", or, when that is too long for an envelope's id
+// (JetStream takes stream names of up to 255 bytes), with "sha256:" and
+// the SHA-256 of the stream's name in hex in its place. The broker refuses
+// an id that long, ENVELOPE_INVALID, and every message of the route was
+// terminated.
+func jetStreamID(stream string, seq uint64) string {
+	n := strconv.FormatUint(seq, 10)
+	if len("nats--")+len(stream)+len(n) > pigeon.MaxEnvelopeField {
+		sum := sha256.Sum256([]byte(stream))
+		stream = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return "nats-" + stream + "-" + n
 }
 
 // fetchBatch is how many JetStream messages one pull asks for, and
@@ -363,7 +402,7 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
 		g.fail(routeError(in.r, fmt.Errorf("the consumer %q on stream %q changed: it delivered a message of %q", in.r.Durable, in.r.Stream, jm.Subject())))
 		return
 	}
-	id := fmt.Sprintf("nats-%s-%d", meta.Stream, meta.Sequence.Stream)
+	id := jetStreamID(meta.Stream, meta.Sequence.Stream)
 	m, err := convert(in.r, jm.Data(), id)
 	if err == nil {
 		err = in.fits(m)

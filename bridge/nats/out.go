@@ -2,12 +2,15 @@ package natsbridge
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -212,7 +215,7 @@ func (o *outRoute) handle(ctx context.Context, g *generation, d *pigeon.Delivery
 func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Delivery, resume uint64) error {
 	m := d.Message
 	msg := &nats.Msg{Subject: o.r.NATSSubject, Header: nats.Header{}, Data: d.AppendMessageJSON(nil)}
-	msg.Header.Set(HeaderMsgID, m.ID)
+	msg.Header.Set(HeaderMsgID, natsMsgID(m.ID))
 	msg.Header.Set(HeaderSubject, d.Subject)
 	msg.Header.Set(HeaderSequence, strconv.FormatUint(m.Sequence, 10))
 	msg.Header.Set(HeaderBridge, o.r.Name)
@@ -258,6 +261,28 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 		return err
 	}
 	return g.nc.FlushWithContext(ctx)
+}
+
+// natsMsgIDEncoded prefixes the Nats-Msg-Id of a Pigeon id that a header
+// would not carry as it is.
+const natsMsgIDEncoded = "b64:"
+
+// natsMsgID is the Nats-Msg-Id of the Pigeon message id: the id itself,
+// unless a header would not keep it exactly (nats.go trims white space at
+// either end of a header value and turns CR and LF into spaces), or it
+// begins with natsMsgIDEncoded; then natsMsgIDEncoded and the id in
+// base64url. The broker's ids "order-42" and "order-42 " are two
+// messages, and the stream would drop the second as a duplicate of the
+// first: a publisher on the subject could keep another's message out of
+// the stream by publishing its id with a space added first.
+func natsMsgID(id string) string {
+	plain := utf8.ValidString(id) && !strings.HasPrefix(id, natsMsgIDEncoded) &&
+		!strings.ContainsFunc(id, func(c rune) bool { return c < 0x20 || c == 0x7f }) &&
+		strings.TrimSpace(id) == id
+	if plain {
+		return id
+	}
+	return natsMsgIDEncoded + base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
 // tooLarge reports whether err says that NATS refuses the message for its

@@ -49,7 +49,8 @@ type RouteStats struct {
 	// on JetStream, a few immediate retries on core NATS).
 	Retried uint64
 	// Skipped counts, for In, messages that one of this bridge's Out
-	// routes published (loop prevention).
+	// routes published (loop prevention), and, on core NATS, NATS's own
+	// traffic that a wildcard matched (reply inboxes, $ subjects).
 	Skipped uint64
 	// Dropped counts, for a core NATS In route, messages lost after the
 	// retries failed: core NATS does not redeliver.
