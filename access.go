@@ -273,23 +273,32 @@ func (e *Engine) AccountKeys(_ context.Context, id string) ([]PublicKey, error) 
 // overlaid by the credential's.
 func (e *Engine) resolveAccount(p *Principal) *Principal {
 	a := e.dir.lookup(p.ID)
-	out := &Principal{ID: p.ID, Attributes: p.Attributes, Roles: p.Roles, Method: p.Method, Expires: p.Expires, baseRoles: slices.Clone(p.Roles), resolved: true}
+	out := &Principal{ID: p.ID, Attributes: p.Attributes, Roles: p.Roles, Method: p.Method, Expires: p.Expires,
+		baseRoles: slices.Clone(p.Roles), baseAttrs: p.Attributes, resolved: true}
 	if out.Method == "" {
 		out.Method = AuthToken
 	}
 	if a == nil {
 		return out
 	}
-	attrs := maps.Clone(a.Attributes)
-	if attrs == nil && len(p.Attributes) > 0 {
-		attrs = map[string]string{}
+	out.Attributes = accountAttributes(a, p.Attributes)
+	out.Roles = uniqueSorted(append(slices.Clone(p.Roles), a.Roles...))
+	out.account = a.CreatedAt
+	return out
+}
+
+// accountAttributes is the attributes of account a (nil: none) overlaid
+// by those a credential carries itself (base): a new map, or base itself
+// when a has none.
+func accountAttributes(a *Account, base map[string]string) map[string]string {
+	if a == nil || len(a.Attributes) == 0 {
+		return base
 	}
-	for k, v := range p.Attributes {
+	attrs := maps.Clone(a.Attributes)
+	for k, v := range base {
 		attrs[k] = v
 	}
-	out.Attributes = attrs
-	out.Roles = uniqueSorted(append(slices.Clone(p.Roles), a.Roles...))
-	return out
+	return attrs
 }
 
 // checkAccess re-validates a contract's roles when the directory changed
@@ -302,6 +311,11 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	now, code := e.dir.effectiveRoles(c.info.Principal, c.info.BaseRoles, c.info.GrantID, e.now())
 	if code != CodeOK {
 		return code, "the grant behind this contract was revoked or expired"
+	}
+	if !c.info.AccountCreatedAt.IsZero() {
+		if a := e.dir.lookup(c.info.Principal); a == nil || !a.CreatedAt.Equal(c.info.AccountCreatedAt) {
+			return CodeGrantRevoked, "the account this contract was negotiated for was deleted"
+		}
 	}
 	for _, r := range c.info.Roles {
 		if !slices.Contains(now, r) {
@@ -324,8 +338,8 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 // holds: giving such a role takes access away, as taking a role does.
 // Rules that look at the message are applied to each message. The rule is
 // matched as negotiation matched it, with the roles now, c's principal
-// and region, and the attributes the account has now (a credential's own
-// attributes are not kept with the contract).
+// and region, and the attributes of c's account under those c's
+// credential carried itself (c.info.BaseAttributes).
 func (e *Engine) deniedByRolesGiven(c *contract, roles []string) bool {
 	var given []string
 	for _, r := range roles {
@@ -336,10 +350,7 @@ func (e *Engine) deniedByRolesGiven(c *contract, roles []string) bool {
 	if len(given) == 0 {
 		return false
 	}
-	q := &Principal{ID: c.info.Principal, Roles: roles}
-	if a := e.dir.lookup(c.info.Principal); a != nil {
-		q.Attributes = a.Attributes
-	}
+	q := &Principal{ID: c.info.Principal, Roles: roles, Attributes: accountAttributes(c.account(&e.dir), c.info.BaseAttributes)}
 	cat := e.catalog.Load()
 	for name, g := range c.permits {
 		s := cat.subjects[name]

@@ -31,10 +31,17 @@ type Principal struct {
 	Expires time.Time `json:"-" yaml:"-"`
 
 	baseRoles []string // roles the credential itself carries
-	grantID   string   // the grant token's id, for a grant credential
+	// baseAttrs are the attributes the credential itself carries; the
+	// account's lie under them in Attributes.
+	baseAttrs map[string]string
+	// account is when the account whose roles and attributes the
+	// principal carries was created; zero: it had none. An account
+	// deleted and created again under its id is another account.
+	account time.Time
+	grantID string // the grant token's id, for a grant credential
 	// resolved is set on a principal the engine authenticated
-	// (resolveAccount, authenticateGrant): baseRoles and grantID then say
-	// what its credential carries. One built by hand carries its Roles.
+	// (resolveAccount, authenticateGrant): baseRoles, baseAttrs and
+	// grantID then say what its credential carries. One built by hand carries its Roles.
 	resolved bool
 }
 

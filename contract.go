@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -65,6 +66,15 @@ type ContractInfo struct {
 	Roles     []string `json:"roles,omitempty"`
 	BaseRoles []string `json:"baseRoles,omitempty"`
 	GrantID   string   `json:"grantId,omitempty"`
+	// BaseAttributes came with the credential itself, as BaseRoles did:
+	// only a credential that carries each of them holds the contract.
+	BaseAttributes map[string]string `json:"baseAttributes,omitempty"`
+	// AccountCreatedAt is when the principal's account, whose roles and
+	// attributes the contract was negotiated with, was created; zero when
+	// the principal had no account then. Once that account is deleted
+	// (and whether or not one is created again under its id), the
+	// contract fails its next check with GRANT_REVOKED.
+	AccountCreatedAt time.Time `json:"accountCreatedAt,omitzero"`
 	// Auth is how the principal proved its identity when the contract was
 	// negotiated (mtls, oidc, grant, token); empty for a contract stored
 	// before it was recorded.
@@ -142,23 +152,44 @@ func (c *contract) checkedAt(ver uint64, roles []string) {
 	}
 }
 
-// rolePrincipal is p, the caller acting under c, as the rules applied to
+// rulePrincipal is p, the caller acting under c, as the rules applied to
 // each message must see it: with the roles c holds now (as its last
-// access check found them), not those p authenticated with. A connection
-// authenticates once and may publish for hours; the roles its account
-// was given or lost since are the contract's. p itself when they are the
-// same; a copy otherwise.
-func (c *contract) rulePrincipal(p *Principal) *Principal {
+// access check found them), not those p authenticated with, and with the
+// attributes of c's account (see account) under those p's credential
+// carries. A connection authenticates once and may publish for
+// hours, and negotiate again on that principal; the roles its account was
+// given or lost since, and the attributes of an account deleted or
+// created again under its id since, are the contract's. p itself when
+// they are the same; a copy otherwise. The account is looked up only when
+// p was merged with another account than c's.
+func (c *contract) rulePrincipal(d *directory, p *Principal) *Principal {
 	roles := c.info.Roles
 	if st := c.access.Load(); st != nil {
 		roles = st.roles
 	}
-	if sameSet(roles, p.Roles) {
+	attrs := p.Attributes
+	stale := p.resolved && !p.account.Equal(c.info.AccountCreatedAt)
+	if stale {
+		attrs = accountAttributes(c.account(d), p.baseAttrs)
+	}
+	if sameSet(roles, p.Roles) && (!stale || maps.Equal(attrs, p.Attributes)) {
 		return p
 	}
 	q := *p
-	q.Roles = roles
+	q.Roles, q.Attributes = roles, attrs
 	return &q
+}
+
+// account returns c's account: the one created at AccountCreatedAt (nil
+// when it was deleted since) or, for a contract negotiated without an
+// account, the principal's account now, whose roles checkAccess counts
+// too (nil when there is none).
+func (c *contract) account(d *directory) *Account {
+	a := d.lookup(c.info.Principal)
+	if a != nil && !c.info.AccountCreatedAt.IsZero() && !a.CreatedAt.Equal(c.info.AccountCreatedAt) {
+		return nil
+	}
+	return a
 }
 
 // sameSet reports whether b holds exactly the strings of a, which are
@@ -273,6 +304,7 @@ func (c *contract) Info() ContractInfo {
 	ci.ExpiresAt = c.expiresAt()
 	ci.Subjects = slices.Clone(ci.Subjects)
 	ci.PolicyIDs = slices.Clone(ci.PolicyIDs)
+	ci.BaseAttributes = maps.Clone(ci.BaseAttributes)
 	return ci
 }
 func (c *contract) Allows(subject string, op Operation) bool {
@@ -346,12 +378,14 @@ func MillisField(name string, ms int64) (time.Duration, error) {
 // currentPrincipal is p as its credential stands at now, which a contract
 // is negotiated for: the roles its credential carries and its account
 // holds now (the directory's effectiveRoles, as checkAccess computes them
-// for a contract), not those of when it authenticated. p may have
+// for a contract), and the attributes of its account now under those its
+// credential carries, not those of when it authenticated. p may have
 // authenticated long before: a WebSocket connection negotiates again on
 // the principal of its upgrade. A grant revoked since is GRANT_REVOKED
 // (negotiate refuses one expired since UNAUTHENTICATED before, as it does
 // every expired credential: Principal.Expires). A principal the engine did
-// not resolve (built by an embedder) carries its Roles. The returned
+// not resolve (built by an embedder) carries its Roles and Attributes,
+// and no account: its contracts do not end with an account. The returned
 // principal is p when nothing changed, a copy otherwise (Expires kept); it
 // is never nil.
 func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, error) {
@@ -363,11 +397,28 @@ func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, erro
 	if code != CodeOK {
 		return p, NewError(code, "the grant this principal authenticated with was revoked or has expired; authenticate again")
 	}
-	if p.resolved && slices.Equal(roles, p.Roles) {
+	// The account's attributes, and which account it is, are read only
+	// for a principal the engine merged with its account: one built by an
+	// embedder (a program's binding, say) carries its own.
+	attrs := p.Attributes
+	var created time.Time
+	if p.resolved {
+		// An account deleted, or deleted and created again, since p
+		// authenticated has other attributes (or none) than p carries.
+		a := e.dir.lookup(p.ID)
+		attrs = accountAttributes(a, p.baseAttrs)
+		if a != nil {
+			created = a.CreatedAt
+		}
+	}
+	if p.resolved && slices.Equal(roles, p.Roles) && p.account.Equal(created) && maps.Equal(attrs, p.Attributes) {
 		return p, nil
 	}
 	q := *p
-	q.Roles, q.baseRoles, q.resolved = roles, base, true
+	q.Roles, q.baseRoles, q.Attributes, q.account, q.resolved = roles, base, attrs, created, true
+	if !p.resolved {
+		q.baseAttrs = p.Attributes
+	}
 	return &q, nil
 }
 
@@ -412,7 +463,8 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 	cat := e.catalog.Load()
 	c := &contract{permits: map[string]*permit{}}
 	c.info = ContractInfo{ID: newContractID(), Principal: p.ID, Region: region, IssuedAt: now, ExpiresAt: now.Add(ttl),
-		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID, Auth: p.Method}
+		Roles: uniqueSorted(p.Roles), BaseRoles: uniqueSorted(p.baseRoles), GrantID: p.grantID, Auth: p.Method,
+		BaseAttributes: maps.Clone(p.baseAttrs), AccountCreatedAt: p.account}
 	// The contract lives no longer than the credential behind it.
 	if p.grantID != "" {
 		if at, ok := e.dir.grantExpiry(p.grantID); ok && at.Before(c.info.ExpiresAt) {
@@ -563,24 +615,27 @@ const mismatchReason = "the contract belongs to another principal or credential"
 // heldBy reports whether p holds c: p is c's principal, and p's credential
 // is at least the one c was negotiated with. A contract negotiated with a
 // grant token is held by that grant only; one negotiated otherwise by a
-// credential that is no grant and carries every role c's credential
-// carried (c.info.BaseRoles). So a narrower credential of the same account
-// (a grant handing a program one role, a token without a role) cannot act
-// under a wider credential's contract, whose id is no secret: it travels
-// in every delivery. The roles the account holds are checkAccess's.
+// credential that is no grant and carries every role and attribute c's
+// credential carried (c.info.BaseRoles, c.info.BaseAttributes). So a
+// narrower credential of the same account (a grant handing a program one
+// role, a token without a role or an attribute) cannot act under a wider
+// credential's contract, whose id is no secret: it travels in every
+// delivery. The roles the account holds are checkAccess's.
 func (c *contract) heldBy(p *Principal) bool {
 	if c.info.Principal != p.ID || c.info.GrantID != p.grantID {
 		return false
 	}
-	if len(c.info.BaseRoles) == 0 {
-		return true
-	}
-	base := p.baseRoles
+	base, attrs := p.baseRoles, p.baseAttrs
 	if !p.resolved {
-		base = p.Roles
+		base, attrs = p.Roles, p.Attributes
 	}
 	for _, r := range c.info.BaseRoles {
 		if !slices.Contains(base, r) {
+			return false
+		}
+	}
+	for k, v := range c.info.BaseAttributes {
+		if got, ok := attrs[k]; !ok || got != v {
 			return false
 		}
 	}

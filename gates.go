@@ -198,7 +198,7 @@ func (g contractGate) Check(ctx context.Context, a *Admission) Verdict {
 	a.contract, a.Contract = c, c
 	// The gates after this one, and the rules among them, see the roles
 	// the contract holds now.
-	a.Principal = c.rulePrincipal(a.Principal)
+	a.Principal = c.rulePrincipal(&g.e.dir, a.Principal)
 	return Allow()
 }
 

@@ -176,8 +176,9 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 		return nil, NewError(CodeUnauthenticated, "the grant was revoked or has expired")
 	}
 	var attrs map[string]string
+	var created time.Time
 	if a := e.dir.lookup(claims.Subject); a != nil {
-		attrs = maps.Clone(a.Attributes)
+		attrs, created = maps.Clone(a.Attributes), a.CreatedAt
 	}
-	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, Method: AuthGrant, Expires: claims.ExpiresAt, grantID: claims.ID, resolved: true}, nil
+	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, Method: AuthGrant, Expires: claims.ExpiresAt, grantID: claims.ID, account: created, resolved: true}, nil
 }
