@@ -78,5 +78,12 @@ func SkipValue(b []byte, i int) int {
 }
 
 // SpaceEnd returns the index of the first byte at or after i that is not
-// JSON white space.
-func SpaceEnd(b []byte, i int) int { return spaceEnd(b, i) }
+// JSON white space. Compact JSON has none, and a walker asks at every
+// token: that case is answered inline where it is asked, and only white
+// space takes the loop.
+func SpaceEnd(b []byte, i int) int {
+	if i < len(b) && b[i] > ' ' {
+		return i
+	}
+	return spaceEnd(b, i)
+}

@@ -85,3 +85,27 @@ func BenchmarkSkipValuePayment(b *testing.B) {
 		}
 	}
 }
+
+// TestSpaceEnd: only space, tab, CR and LF are skipped, from i; other
+// control bytes and every byte above the space stop it.
+func TestSpaceEnd(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		i    int
+		want int
+	}{
+		{"", 0, 0},
+		{"x", 1, 1},
+		{"x", 5, 5},
+		{`{"a"`, 0, 0},
+		{" \t\r\n{", 0, 4},
+		{"  \v ", 0, 2},
+		{"\x00", 0, 0},
+		{"\f", 0, 0},
+		{" \xc2\xa0", 0, 1},
+		{"a  b", 1, 3},
+		{"   ", 1, 3},
+	} {
+		require.Equal(t, tc.want, SpaceEnd([]byte(tc.in), tc.i), "%q from %d", tc.in, tc.i)
+	}
+}
