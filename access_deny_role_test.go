@@ -93,12 +93,7 @@ func TestRoleGivenSinceMeetsADenyRule(t *testing.T) {
 				return
 			}
 			requireCode(t, err, pigeon.CodeGrantRevoked)
-			select {
-			case <-sub.Done():
-			case <-time.After(30 * time.Second):
-				t.Fatal("the subscription did not stop")
-			}
-			requireCode(t, sub.Err(), pigeon.CodeGrantRevoked)
+			requireStopped(t, sub, pigeon.CodeGrantRevoked)
 			k, err := e.Connect(ctx, "carol-token", []string{"rooms.chat"})
 			require.NoError(t, err, "negotiating again gets the narrower contract")
 			defer k.Close(ctx)

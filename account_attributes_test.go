@@ -3,7 +3,6 @@ package pigeon_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -73,12 +72,7 @@ func TestContractDiesWithTheAccountWhoseAttributesItWasGrantedFor(t *testing.T) 
 			requireCode(t, err, pigeon.CodeGrantRevoked)
 			_, err = e.RenewContract(ctx, p, s.Contract().ID(), 0)
 			requireCode(t, err, pigeon.CodeGrantRevoked)
-			select {
-			case <-sub.Done():
-			case <-time.After(30 * time.Second):
-				t.Fatal("the subscription did not stop")
-			}
-			requireCode(t, sub.Err(), pigeon.CodeGrantRevoked)
+			requireStopped(t, sub, pigeon.CodeGrantRevoked)
 			// A connection that authenticated before negotiates again.
 			_, err = e.Negotiate(ctx, p, "", []string{"team.notes"}, 0)
 			requireCode(t, err, pigeon.CodeNoPermittedSubjects)

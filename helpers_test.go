@@ -67,6 +67,18 @@ func requireCode(t *testing.T, err error, code pigeon.Code) *pigeon.Error {
 
 var ctx = context.Background()
 
+// requireStopped waits (up to 30 s) for sub to stop and requires it
+// stopped with code.
+func requireStopped(t *testing.T, sub pigeon.Subscription, code pigeon.Code) {
+	t.Helper()
+	select {
+	case <-sub.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the subscription did not stop")
+	}
+	requireCode(t, sub.Err(), code)
+}
+
 // auditCount counts e's audit records of type typ with code.
 // refusalCount counts the refusals of type typ with code in e's audit
 // log, a coalesced record for as many as it stands for.
