@@ -251,6 +251,9 @@ func (r *Route) validate() error {
 		}
 		return invalid("route %q: NATSSubject must be a NATS subject", r.Name)
 	}
+	if r.Direction == Out && natsControl(r.NATSSubject) {
+		return invalid("route %q: NATSSubject %q is NATS's own (the JetStream API, its acks, the system account, reply inboxes): Pigeon's publishers would drive it", r.Name, r.NATSSubject)
+	}
 	if !r.JetStream && (r.Stream != "" || r.Durable != "") {
 		return invalid("route %q: Stream and Durable need JetStream", r.Name)
 	}
@@ -312,6 +315,20 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// natsControl reports whether an Out route publishing on s would send
+// requests to NATS itself rather than messages: a subject beginning with
+// '$' (the JetStream API and its acks, the system account, cluster
+// traffic) but for the data subjects of key-value buckets and object
+// stores ($KV., $O.), or a reply inbox. Each Pigeon message the route
+// carries would be such a request, made with the bridge's credentials: a
+// route to $JS.API.STREAM.PURGE.X purges the stream on every message.
+func natsControl(s string) bool {
+	if strings.HasPrefix(s, "$") {
+		return !strings.HasPrefix(s, "$KV.") && !strings.HasPrefix(s, "$O.")
+	}
+	return strings.HasPrefix(s, nats.InboxPrefix)
 }
 
 // validNATSSubject reports whether s is a NATS subject: dot-separated
