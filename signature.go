@@ -253,9 +253,10 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 // SIGNATURE_REQUIRED when m carries no signature; SIGNATURE_INVALID when the
 // algorithm is not "ed25519", the signature does not decode, pub is not an
 // Ed25519 public key or is one of small order (seal.WeakSigningKey), the
-// message has no canonical form, or the signature does not verify. It does
-// not look at the kid: choosing the key is the caller's (see SelectKey and
-// VerifyMessageWithKeys).
+// signature's R is of small order (which libsodium and ed25519-dalek's
+// verify_strict refuse), the message has no canonical form, or the
+// signature does not verify. It does not look at the kid: choosing the key
+// is the caller's (see SelectKey and VerifyMessageWithKeys).
 func VerifyMessage(m *Message, pub ed25519.PublicKey) error {
 	if m == nil || m.Signature == nil {
 		return NewError(CodeSignatureRequired, "message is not signed")
@@ -278,6 +279,13 @@ func VerifyMessage(m *Message, pub ed25519.PublicKey) error {
 		// Under a point of small order some fixed bytes verify as a
 		// signature of many or all messages: the key proves nothing.
 		return NewError(CodeSignatureInvalid, "verification key is an Ed25519 point of small order")
+	}
+	if seal.WeakSigningKey(sig[:32]) {
+		// R, the signer's nonce point, of small order: crypto/ed25519 takes
+		// it, libsodium (the Python client) and ed25519-dalek's
+		// verify_strict (the Rust client) do not, so receivers would refuse
+		// what the gate admitted. No honest signer makes one.
+		return NewError(CodeSignatureInvalid, "signature does not verify")
 	}
 	bp := signingBufs.Get().(*[]byte)
 	defer putSigningBuf(bp)
@@ -393,12 +401,28 @@ func X25519PublicKey(kid string, pub []byte) PublicKey {
 	return PublicKey{KID: kid, Use: UseEnc, Alg: AlgX25519, Key: keyEncoding.EncodeToString(pub)}
 }
 
-// ValidAt reports whether t lies in the key's window [NotBefore, NotAfter).
+// clientPrecisions are the precisions at which the clients read times:
+// Go to the nanosecond, Python to the microsecond, TypeScript and Rust to
+// the millisecond, each truncating.
+var clientPrecisions = [...]time.Duration{time.Nanosecond, time.Microsecond, time.Millisecond}
+
+// ValidAt reports whether t lies in the key's window [NotBefore, NotAfter)
+// read at every precision the clients read times (nanoseconds,
+// microseconds, milliseconds, each truncated). A window closed within a
+// millisecond (NotAfter ...00.0005Z) does not hold ...00.0001Z: a client
+// that reads milliseconds finds the key closed then, and would refuse a
+// signature that the broker verified with it.
 func (k PublicKey) ValidAt(t time.Time) bool {
-	if !k.NotBefore.IsZero() && t.Before(k.NotBefore) {
-		return false
+	for _, d := range clientPrecisions {
+		at := t.Truncate(d)
+		if !k.NotBefore.IsZero() && at.Before(k.NotBefore.Truncate(d)) {
+			return false
+		}
+		if !k.NotAfter.IsZero() && !at.Before(k.NotAfter.Truncate(d)) {
+			return false
+		}
 	}
-	return k.NotAfter.IsZero() || t.Before(k.NotAfter)
+	return true
 }
 
 // Ed25519 decodes a signing key. It fails with INVALID_ARGUMENT unless the

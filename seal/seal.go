@@ -189,7 +189,10 @@ func Open(s *Sealed, recipientPriv []byte, senderPub ed25519.PublicKey) ([]byte,
 	recipientPub := priv.PublicKey().Bytes()
 	h := header(s.RecipientKID, s.SenderKID, recipientPub, senderPub, f.eph, f.nonce, len(f.ct))
 	signed := append(h, f.ct...)
-	if !ed25519.Verify(senderPub, signed, f.sig) {
+	// An R (the signature's first half) of small order is refused as
+	// libsodium and ed25519-dalek's verify_strict refuse it, so that a
+	// payload opens in every client or in none; no honest signer makes one.
+	if WeakSigningKey(f.sig[:32]) || !ed25519.Verify(senderPub, signed, f.sig) {
 		return nil, ErrTampered
 	}
 	eph, err := ecdh.X25519().NewPublicKey(f.eph)
