@@ -284,6 +284,10 @@ export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | s
   } catch {
     throw bad("the message has no canonical form");
   }
+  // An R (the signature's first half) of small order verifies here but not
+  // in libsodium or ed25519-dalek's verify_strict, and the broker refuses it:
+  // refused, so that every client agrees. No honest signer makes one.
+  if (weakSigningKey(raw.subarray(0, 32))) throw bad("the signature does not verify");
   let ok = false;
   try {
     ok = ed25519.verify(raw, input, pub, { zip215: false });
@@ -422,6 +426,7 @@ export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: U
     throw new SealTamperedError();
   }
   if (eph.length !== 32 || nonce.length !== 24 || ct.length < 16 || sig.length !== 64) throw new SealTamperedError();
+  if (weakSigningKey(sig.subarray(0, 32))) throw new SealTamperedError(); // an R of small order, as verifyMessage
   const R = x25519.getPublicKey(rpriv);
   const h = header(s.recipientKid, s.senderKid, R, spub, eph, nonce);
   let ok = false;

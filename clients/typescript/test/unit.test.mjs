@@ -3,6 +3,7 @@
 // a WebSocket in memory).
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { inspect } from "node:util";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -198,6 +199,36 @@ test("verifyMessage and open refuse an Ed25519 key of small order", () => {
     assert.throws(() => verifyMessage(m, pub), (e) => e.code === "SIGNATURE_INVALID", b64encode(pub));
     assert.throws(() => open(s, bob.encryptionPrivate, pub), SealTamperedError, b64encode(pub));
   }
+});
+
+// signWithIdentityR signs msg with seed's key as a signer who picks R, the
+// first half of the signature, as the identity point (order 1) and S = k·a
+// mod L: ed25519's equation holds, and noble accepts it, while libsodium and
+// ed25519-dalek's verify_strict refuse it. No honest signer makes one.
+function signWithIdentityR(seed, pub, msg) {
+  const le = (b) => b.reduceRight((x, v) => (x << 8n) | BigInt(v), 0n);
+  const L = 7237005577332262213973186563042994240857116359379907606001950938285454250989n;
+  const h = createHash("sha512").update(seed).digest();
+  h[0] &= 248;
+  h[31] &= 127;
+  h[31] |= 64;
+  const r = new Uint8Array(32);
+  r[0] = 1;
+  let s = (le(createHash("sha512").update(r).update(pub).update(msg).digest()) % L) * le(h.subarray(0, 32)) % L;
+  const sig = new Uint8Array(64);
+  sig.set(r);
+  for (let i = 32; i < 64; i++, s >>= 8n) sig[i] = Number(s & 0xffn);
+  return sig;
+}
+
+test("verifyMessage refuses a signature whose R is of small order, as the broker and the other clients do", () => {
+  const seed = Uint8Array.from({ length: 32 }, (_, i) => i);
+  const k = keyPairFrom(seed, new Uint8Array(32).fill(9));
+  const m = { subject: "chat.messages", id: "msg_01", time: "2026-11-29T12:00:00.000Z", data: { text: "hi" } };
+  m.signature = { kid: "sig-1", alg: "ed25519", sig: b64encode(signWithIdentityR(seed, k.signingPublic, canonicalSigningInput(m))) };
+  assert.throws(() => verifyMessage(m, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+  signMessage(m, "sig-1", seed); // the signer's own signature of it verifies
+  verifyMessage(m, k.signingPublic);
 });
 
 test("seal refuses an X25519 recipient key that is not canonical", () => {
