@@ -301,11 +301,10 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 	if !ValidName(name) {
 		return Info{}, invalid(checkManifest, "%q is not a program name (a-z, 0-9, '.', '_', '-'; at most 63)", name)
 	}
-	p, err := mg.program(name, true)
+	p, err := mg.locked(name, true)
 	if err != nil {
 		return Info{}, err
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer mg.forgetEmpty(p)
 	if err := p.check(pre); err != nil {
@@ -633,14 +632,41 @@ func (mg *Manager) program(name string, create bool) (*program, error) {
 	return p, nil
 }
 
+// locked returns the program name (created when create), locked: the
+// caller unlocks p.mu. p is the one the Manager's table holds once its
+// lock is taken. A program found before it was locked may have been
+// dropped from the table meanwhile (its first deploy failed, it was
+// removed: forgetEmpty, under its lock); a deploy on it would bind a
+// program Get, List, Remove and Close never see, and a later deploy of
+// the name a second one beside it. It is then looked up again.
+func (mg *Manager) locked(name string, create bool) (*program, error) {
+	for {
+		p, err := mg.program(name, create)
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		mg.mu.Lock()
+		closed, current := mg.closed, mg.progs[name] == p
+		mg.mu.Unlock()
+		switch {
+		case closed:
+			p.mu.Unlock()
+			return nil, pigeon.NewError(pigeon.CodeShutdown, "the program manager is closed")
+		case current:
+			return p, nil
+		}
+		p.mu.Unlock()
+	}
+}
+
 // deployed returns the program called name, locked (the caller unlocks
 // p.mu), or PROGRAM_NOT_FOUND when it has no version.
 func (mg *Manager) deployed(name string) (*program, error) {
-	p, err := mg.program(name, false)
+	p, err := mg.locked(name, false)
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
 	if p.rec.Version == 0 {
 		p.mu.Unlock()
 		return nil, notFound(name)

@@ -22,7 +22,7 @@ const (
 	checkCompile  = "compile"  // the module does not compile
 	checkImport   = "import"   // it imports something outside the host module and the allowed WASI calls
 	checkExport   = "export"   // an entry point of the ABI (or its memory) is missing or of the wrong type
-	checkMemory   = "memory"   // its initial memory is above limits.memoryPages, or its tables, globals or element section above their bounds
+	checkMemory   = "memory"   // its initial memory is above limits.memoryPages, or its tables, types, globals or element section above their bounds
 	checkStart    = "start"    // an instance could not be started (its initializer trapped)
 	checkBind     = "bind"     // the route could not be bound (account, contract, subject, selector)
 )
@@ -214,6 +214,23 @@ const MaxTableEntries = 1 << 18
 // take ≈ 480 MB an instance. A Go program defines 8.
 const MaxGlobals = 1 << 14
 
+// MaxTypes bounds the function types a module's type section defines.
+// wazero decodes each one (3 bytes of module at least) into a structure
+// of ≈ 130 bytes kept with the compiled module, and gives every instance
+// an index of them (4 bytes a type), on the Go heap, beyond
+// limits.memoryPages: 4 million types (a 12 MiB module) held ≈ 525 MB
+// for each version deployed, and took ≈ 1.6 GB while it compiled. A Go
+// program defines 14.
+const MaxTypes = 1 << 14
+
+// maxImports bounds the imports of a module. The host module and the
+// WASI calls allowed are 19 functions, but one may be imported many
+// times: wazero keeps each import (≈ 13 bytes of module) decoded with
+// the compiled module, ≈ 350 bytes of the Go heap beyond
+// limits.memoryPages (a million imports of pigeon.log, a 13 MiB module,
+// held ≈ 366 MB for as long as it was deployed). A Go program has 18.
+const maxImports = 256
+
 // maxElementBytes bounds a module's element section: wazero keeps each
 // entry of a passive segment (8 bytes) for every instance, and decodes
 // each entry into a constant expression (≈ 40 bytes) when it compiles, a
@@ -226,7 +243,7 @@ const maxElementBytes = 5 * MaxTableEntries
 // none set to its initial size, so that table.grow fails (-1) rather
 // than grow it; wasm itself is not changed. It refuses (check "memory")
 // a module whose tables may hold more than MaxTableEntries together, that
-// defines more than MaxGlobals globals or whose element section is
+// defines more than MaxTypes function types or MaxGlobals globals, or whose element section is
 // larger than maxElementBytes (what its instances would hold on the Go
 // heap, beyond limits.memoryPages), and (check "compile") one whose sections or tables it cannot read, or that
 // declares a table of a form other than funcref or externref with plain
@@ -247,6 +264,14 @@ func capTables(wasm []byte) ([]byte, error) {
 		next := at + 1 + n + int(size)
 		b = b[1+n+int(size):]
 		switch id {
+		case 1:
+			if count, n := leb(body); n > 0 && count > MaxTypes {
+				return nil, invalid(checkMemory, "the module defines %d function types; at most %d are accepted", count, MaxTypes)
+			}
+		case 2:
+			if count, n := leb(body); n > 0 && count > maxImports {
+				return nil, invalid(checkImport, "the module has %d imports; at most %d are accepted", count, maxImports)
+			}
 		case 6:
 			if count, n := leb(body); n > 0 && count > MaxGlobals {
 				return nil, invalid(checkMemory, "the module defines %d globals; at most %d are accepted", count, MaxGlobals)

@@ -70,7 +70,7 @@ func newVersion(ctx context.Context, mg *Manager, name string, number int, man M
 	}
 	v.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
 	fail := func(err error) (*version, error) {
-		_ = v.rt.Close(context.Background())
+		v.close(context.Background())
 		return nil, err
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, v.rt); err != nil {
@@ -271,6 +271,19 @@ func (v *version) retire(ctx context.Context) {
 	v.retired = true
 	v.mu.Unlock()
 	if !already {
-		_ = v.rt.Close(context.WithoutCancel(ctx))
+		v.close(context.WithoutCancel(ctx))
+	}
+}
+
+// close closes v's runtime (and its instances), then its compiled
+// module. The Manager's runtimes share a compilation cache, and closing
+// a runtime that has one leaves its compiled modules in the cache: each
+// one stays (its machine code, of a module up to Options.MaxModuleSize)
+// until its CompiledModule is closed, which drops it once no other
+// version compiled the same module.
+func (v *version) close(ctx context.Context) {
+	_ = v.rt.Close(ctx)
+	if v.cm != nil {
+		_ = v.cm.Close(ctx)
 	}
 }
