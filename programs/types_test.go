@@ -39,16 +39,7 @@ func withTypes(n int) []byte {
 // for as long as it was deployed (1.6 GB while it compiled), 32 programs
 // of an account many times the machine.
 func TestProgramTypesAreBounded(t *testing.T) {
-	f := newFixture(t, nil)
-	ctx := context.Background()
-	_, err := f.mg.Deploy(ctx, admin, "types", manifest(), withTypes(programs.MaxTypes-2))
-	require.NoError(t, err, "at the bound")
-
-	_, err = f.mg.Deploy(ctx, admin, "types", manifest(), withTypes(programs.MaxTypes-1))
-	require.Equal(t, pigeon.CodeProgramInvalid, pigeon.ErrorCode(err), "%v", err)
-	var pe *pigeon.Error
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "memory", pe.Details["check"], "%v", err)
+	requireCountBounded(t, func(total int) []byte { return withTypes(total - 2) }, programs.MaxTypes, "memory")
 }
 
 // A module could import the functions it is allowed many times over
@@ -56,23 +47,13 @@ func TestProgramTypesAreBounded(t *testing.T) {
 // the compiled module, a million imports of pigeon.log (13 MiB of
 // module) ≈ 366 MB of the Go heap for as long as it was deployed.
 func TestProgramImportsAreBounded(t *testing.T) {
-	f := newFixture(t, nil)
-	ctx := context.Background()
-	withImports := func(n int) []byte {
+	requireCountBounded(t, func(total int) []byte {
 		m := abiModule(handleOK, 1)
-		for range n {
+		for range total {
 			m.imports = append(m.imports, wimport{module: "pigeon", name: "log", params: []byte{tI32, tI32, tI32}})
 		}
 		return m.encode()
-	}
-	_, err := f.mg.Deploy(ctx, admin, "imports", manifest(), withImports(256))
-	require.NoError(t, err, "at the bound")
-
-	_, err = f.mg.Deploy(ctx, admin, "imports", manifest(), withImports(257))
-	require.Equal(t, pigeon.CodeProgramInvalid, pigeon.ErrorCode(err), "%v", err)
-	var pe *pigeon.Error
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "import", pe.Details["check"], "%v", err)
+	}, 256, "import")
 }
 
 // A module's exports were not counted, and wazero's handling of them
@@ -80,21 +61,27 @@ func TestProgramImportsAreBounded(t *testing.T) {
 // took 2.3 s to deploy (5,000: 0.27 s), a million would hold a core and
 // the program's lock for hours. At most 256 exports are accepted.
 func TestProgramExportsAreBounded(t *testing.T) {
-	f := newFixture(t, nil)
-	ctx := context.Background()
-	withExports := func(total int) []byte {
+	requireCountBounded(t, func(total int) []byte {
 		m := abiModule(handleOK, 1) // exports pigeon_alloc, pigeon_handle and memory
 		for i := range total - 3 {
 			m.funcs = append(m.funcs, wfunc{code: []byte{}, export: "f" + strconv.Itoa(i)})
 		}
 		return m.encode()
-	}
-	_, err := f.mg.Deploy(ctx, admin, "exports", manifest(), withExports(256))
+	}, 256, "export")
+}
+
+// requireCountBounded deploys build(most), which has most entries of what
+// is counted, and requires build(most+1) refused PROGRAM_INVALID by check.
+func requireCountBounded(t *testing.T, build func(total int) []byte, most int, check string) {
+	t.Helper()
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	_, err := f.mg.Deploy(ctx, admin, "counted", manifest(), build(most))
 	require.NoError(t, err, "at the bound")
 
-	_, err = f.mg.Deploy(ctx, admin, "exports", manifest(), withExports(257))
+	_, err = f.mg.Deploy(ctx, admin, "counted", manifest(), build(most+1))
 	require.Equal(t, pigeon.CodeProgramInvalid, pigeon.ErrorCode(err), "%v", err)
 	var pe *pigeon.Error
 	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "export", pe.Details["check"], "%v", err)
+	require.Equal(t, check, pe.Details["check"], "%v", err)
 }

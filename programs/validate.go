@@ -238,6 +238,18 @@ const maxImports = 256
 // three or four; a Go or Rust program exports a handful more.
 const maxExports = 256
 
+// counted are the sections, by id, whose entries capTables counts against
+// a bound, and the check that refuses a module with more.
+var counted = map[byte]struct {
+	most        uint64
+	check, what string
+}{
+	1: {MaxTypes, checkMemory, "function types"},
+	2: {maxImports, checkImport, "imports"},
+	6: {MaxGlobals, checkMemory, "globals"},
+	7: {maxExports, checkExport, "exports"},
+}
+
 // maxElementBytes bounds a module's element section: wazero keeps each
 // entry of a passive segment (8 bytes) for every instance, and decodes
 // each entry into a constant expression (≈ 40 bytes) when it compiles, a
@@ -250,9 +262,12 @@ const maxElementBytes = 5 * MaxTableEntries
 // none set to its initial size, so that table.grow fails (-1) rather
 // than grow it; wasm itself is not changed. It refuses (check "memory")
 // a module whose tables may hold more than MaxTableEntries together, that
-// defines more than MaxTypes function types or MaxGlobals globals, or whose element section is
-// larger than maxElementBytes (what its instances would hold on the Go
-// heap, beyond limits.memoryPages), and (check "compile") one whose sections or tables it cannot read, or that
+// defines more than MaxTypes function types or MaxGlobals globals, or
+// whose element section is larger than maxElementBytes (what its
+// instances would hold on the Go heap, beyond limits.memoryPages), one
+// with more than maxImports imports (check "import") or maxExports
+// exports (check "export"): the sections counted; and (check "compile")
+// one whose sections or tables it cannot read, or that
 // declares a table of a form other than funcref or externref with plain
 // limits (the typed references of the function-references proposal).
 func capTables(wasm []byte) ([]byte, error) {
@@ -270,23 +285,12 @@ func capTables(wasm []byte) ([]byte, error) {
 		body := b[1+n : 1+n+int(size)]
 		next := at + 1 + n + int(size)
 		b = b[1+n+int(size):]
+		if c, ok := counted[id]; ok {
+			if count, n := leb(body); n > 0 && count > c.most {
+				return nil, invalid(c.check, "the module has %d %s; at most %d are accepted", count, c.what, c.most)
+			}
+		}
 		switch id {
-		case 1:
-			if count, n := leb(body); n > 0 && count > MaxTypes {
-				return nil, invalid(checkMemory, "the module defines %d function types; at most %d are accepted", count, MaxTypes)
-			}
-		case 2:
-			if count, n := leb(body); n > 0 && count > maxImports {
-				return nil, invalid(checkImport, "the module has %d imports; at most %d are accepted", count, maxImports)
-			}
-		case 7:
-			if count, n := leb(body); n > 0 && count > maxExports {
-				return nil, invalid(checkExport, "the module has %d exports; at most %d are accepted", count, maxExports)
-			}
-		case 6:
-			if count, n := leb(body); n > 0 && count > MaxGlobals {
-				return nil, invalid(checkMemory, "the module defines %d globals; at most %d are accepted", count, MaxGlobals)
-			}
 		case 9:
 			if len(body) > maxElementBytes {
 				return nil, invalid(checkMemory, "the module's element section is %d bytes; at most %d are accepted", len(body), maxElementBytes)
