@@ -26,6 +26,15 @@ interface PendingCall {
 }
 
 
+/** The bound of a call that names none (SessionOptions.callTimeoutMs). */
+export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+
+/** The longest delay setTimeout keeps (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** How many timed-out calls a connection remembers, to drop their late answers quietly. */
+const MAX_ABANDONED = 1024;
+
 export class Conn {
   private nextId = 1;
   readonly pending = new Map<string, PendingCall>();
@@ -36,8 +45,22 @@ export class Conn {
   readonly ended = new Set<string>();
   /** unsubscribes in flight for server subscriptions the session does not own (Session.endOrphan) */
   orphanEnds = 0;
+  /**
+   * Ids of calls that timed out, oldest first, at most MAX_ABANDONED: their
+   * answers may still come and are dropped quietly, not reported as frames
+   * answering an unknown id.
+   */
+  private readonly abandoned = new Set<string>();
 
-  constructor(private readonly session: ConnOwner) {}
+  /**
+   * @param callTimeoutMs the bound of a call given none of its own (0: none),
+   * so that a server that never answers a call cannot hold it, and its entry
+   * in `pending`, for ever
+   */
+  constructor(
+    private readonly session: ConnOwner,
+    private readonly callTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
+  ) {}
 
   send(frame: Frame): void {
     if (this.closed) throw this.closeError ?? transportError("the connection is closed");
@@ -52,13 +75,17 @@ export class Conn {
   callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
     if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
     const id = String(this.nextId++);
+    // setTimeout fires at once for a delay beyond 2^31-1 ms (~24.8 days):
+    // such a bound waits that long instead.
+    const bound = Math.min(timeoutMs ?? this.callTimeoutMs, MAX_TIMER_MS);
     return new Promise<Frame>((resolve, reject) => {
       const p: PendingCall = { resolve, reject, hook };
-      if (timeoutMs !== undefined) {
+      if (bound > 0) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
-          reject(new PigeonError(ClientCodes.TIMEOUT, `no answer to ${op} within ${timeoutMs} ms`));
-        }, timeoutMs);
+          this.abandon(id);
+          reject(new PigeonError(ClientCodes.TIMEOUT, `no answer to ${op} within ${bound} ms`));
+        }, bound);
       }
       this.pending.set(id, p);
       try {
@@ -87,6 +114,7 @@ export class Conn {
     if (fr.re !== undefined) {
       const re = String(fr.re);
       const p = this.pending.get(re);
+      if (!p && this.abandoned.delete(re)) return; // the late answer of a call that timed out
       if (!p) {
         this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server answered an unknown frame id ${JSON.stringify(fr.re)}`, { op: fr.op }));
         return;
@@ -120,6 +148,16 @@ export class Conn {
         return;
       default:
         this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent an unknown push ${JSON.stringify(fr.op)}`, {}));
+    }
+  }
+
+  private abandon(id: string): void {
+    this.abandoned.add(id);
+    if (this.abandoned.size > MAX_ABANDONED) {
+      for (const old of this.abandoned) {
+        this.abandoned.delete(old);
+        break;
+      }
     }
   }
 

@@ -17,7 +17,7 @@
  */
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
+import { answer, closedError, Conn, DEFAULT_CALL_TIMEOUT_MS, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
@@ -43,6 +43,14 @@ export interface ConnectOptions {
   maxPendingPublishes?: number;
   /** handshake timeout, and the negotiation's after it (default 10 000 ms each) */
   connectTimeoutMs?: number;
+  /**
+   * how long a call waits for its answer when it has no bound of its own
+   * (publish, subscribe, ack, nack, receive, replay, renew, unsubscribe; default
+   * 30 000 ms; 0: for ever): it then fails with `TIMEOUT`. A publish that
+   * timed out may still have been accepted: publish again with the same
+   * idempotency key to learn its fate.
+   */
+  callTimeoutMs?: number;
   /** errors that belong to no call: an unreadable frame, a lost connection, a failed reconnect */
   onError?: (err: PigeonError) => void;
   /** called after each successful reconnect with the new contract */
@@ -178,6 +186,7 @@ export class Session implements ConnOwner {
   /** @internal use {@link connect} */
   // A #private field: console.log and util.inspect do not show it.
   readonly #token: string;
+  private readonly callTimeoutMs: number;
 
   constructor(
     readonly url: string,
@@ -186,6 +195,8 @@ export class Session implements ConnOwner {
     private readonly options: ConnectOptions,
   ) {
     this.#token = token;
+    this.callTimeoutMs = options.callTimeoutMs === undefined ? DEFAULT_CALL_TIMEOUT_MS : finiteMs("callTimeoutMs", options.callTimeoutMs);
+    if (this.callTimeoutMs < 0) throw new PigeonError("INVALID_ARGUMENT", `callTimeoutMs must not be negative, not ${this.callTimeoutMs}`);
     if (!Array.isArray(subjects) || subjects.length === 0) throw new PigeonError("BAD_REQUEST", "at least one subject is required");
     if (options.onError) this.errorListeners.add(options.onError);
   }
@@ -236,7 +247,7 @@ export class Session implements ConnOwner {
   }
 
   private async dialConn(): Promise<Conn> {
-    const c = new Conn(this);
+    const c = new Conn(this, this.callTimeoutMs);
     const o: DialOptions = {
       auth: this.options.auth,
       WebSocket: this.options.WebSocket,

@@ -152,3 +152,63 @@ test("a server that upgrades and never answers negotiate fails connect at the co
     await srv.stop();
   }
 });
+
+test("a call the server never answers fails at callTimeoutMs, and its late answer is dropped quietly", async () => {
+  const held = [];
+  const srv = await rawServer((ws, f) => {
+    if (f.op === "publish" || f.op === "receive") held.push({ ws, f }); // never answered, at first
+    else if (f.op === "ping") ws.send(JSON.stringify({ op: "pong", re: f.id }));
+  });
+  const errors = [];
+  try {
+    const s = await connect(srv.url, "t", ["x"], { reconnect: false, pingIntervalMs: 0, callTimeoutMs: 200, onError: (e) => errors.push(e) });
+    try {
+      const r = await Promise.race([s.publish({ subject: "x", data: {} }).then((d) => d, (e) => e), sleep(5_000).then(() => "hang")]);
+      assert.notEqual(r, "hang", "publish still waits 5 s after a 200 ms call timeout");
+      assert.equal(r.code, "TIMEOUT", String(r));
+      const p = await Promise.race([s.receive("x").then((d) => d, (e) => e), sleep(5_000).then(() => "hang")]);
+      assert.equal(p.code, "TIMEOUT", String(p));
+      // The answers come late: nothing to report, and the session goes on.
+      for (const { ws, f } of held.splice(0)) ws.send(JSON.stringify({ op: "error", re: f.id, error: { code: "INTERNAL", message: "late" } }));
+      await s.ping();
+      assert.deepEqual(errors.map(String), []);
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+});
+
+test("a call bound beyond what a timer holds waits instead of failing at once", async () => {
+  const held = [];
+  const srv = await rawServer((ws, f) => {
+    if (f.op === "request") held.push({ ws, f });
+  });
+  try {
+    // setTimeout fires at once for delays beyond 2^31-1 ms.
+    const s = await connect(srv.url, "t", ["x"], { reconnect: false, pingIntervalMs: 0, callTimeoutMs: 2 ** 40 });
+    try {
+      const early = [];
+      s.receive("x").catch((e) => early.push(e));
+      const answered = s.request({ subject: "x", data: {} }, { timeout: 2 ** 40 }).then((m) => m, (e) => e);
+      await until(() => held.length === 1, 2000, "the request reached the server");
+      await sleep(100);
+      assert.deepEqual(early.map(String), []);
+      const { ws, f } = held[0];
+      ws.send(JSON.stringify({ op: "reply", re: f.id, message: msg(1) }));
+      const m = await answered;
+      assert.equal(m.id, "msg_1", String(m));
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+});
+
+test("callTimeoutMs must be a finite, non-negative number", async () => {
+  for (const v of [-1, Number.NaN, Infinity]) {
+    await assert.rejects(connect("ws://127.0.0.1:1/v1/ws", "t", ["x"], { reconnect: false, callTimeoutMs: v }), (e) => e.code === "INVALID_ARGUMENT");
+  }
+});
