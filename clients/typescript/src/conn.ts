@@ -29,8 +29,14 @@ interface PendingCall {
 /** The bound of a call that names none (SessionOptions.callTimeoutMs). */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
-/** The longest delay setTimeout keeps (a longer one fires at once). */
-const MAX_TIMER_MS = 2 ** 31 - 1;
+/** The longest delay setTimeout and setInterval hold; a longer one fires at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * `ms` as a timer can hold it: a delay beyond MAX_TIMER_MS (~24.8 days),
+ * which setTimeout and setInterval take as 1 ms, waits that long instead.
+ */
+export const timerMs = (ms: number): number => Math.min(ms, MAX_TIMER_MS);
 
 /** How many timed-out calls a connection remembers, to drop their late answers quietly. */
 const MAX_ABANDONED = 1024;
@@ -75,9 +81,7 @@ export class Conn {
   callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
     if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
     const id = String(this.nextId++);
-    // setTimeout fires at once for a delay beyond 2^31-1 ms (~24.8 days):
-    // such a bound waits that long instead.
-    const bound = Math.min(timeoutMs ?? this.callTimeoutMs, MAX_TIMER_MS);
+    const bound = timerMs(timeoutMs ?? this.callTimeoutMs);
     return new Promise<Frame>((resolve, reject) => {
       const p: PendingCall = { resolve, reject, hook };
       if (bound > 0) {
@@ -194,7 +198,7 @@ export function closedError(): PigeonError {
   return new PigeonError(ClientCodes.CLOSED, "the session is closed");
 }
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, timerMs(ms)));
 
 /** The UTF-8 length of s, without encoding it. */
 export function utf8Length(s: string): number {

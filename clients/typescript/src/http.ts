@@ -8,6 +8,7 @@
  * call is one fetch), so any number of calls may run at once. `connect`
  * replaces the contract later calls use.
  */
+import { timerMs } from "./conn.js";
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import type { PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions } from "./types.js";
@@ -62,7 +63,7 @@ export class HttpClient {
     }
     if (body !== undefined) headers["content-type"] = "application/json";
     const ctl = new AbortController();
-    const timer = setTimeout(() => ctl.abort(), opts.timeoutMs ?? this.options.timeoutMs ?? 30_000);
+    const timer = setTimeout(() => ctl.abort(), timerMs(opts.timeoutMs ?? this.options.timeoutMs ?? 30_000));
     let res: Response;
     let text: string;
     try {

@@ -17,7 +17,7 @@
  */
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, DEFAULT_CALL_TIMEOUT_MS, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
+import { answer, closedError, Conn, DEFAULT_CALL_TIMEOUT_MS, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
@@ -287,7 +287,7 @@ export class Session implements ConnOwner {
           this.onConnClosed(c, 1006, "ping timeout");
         }
       });
-    }, every);
+    }, timerMs(every));
     (this.pingTimer as { unref?: () => void }).unref?.();
   }
 
@@ -948,7 +948,7 @@ export class Session implements ConnOwner {
     if (this.pingTimer) clearInterval(this.pingTimer);
     this.cancelRenew();
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<void>((r) => (timer = setTimeout(r, options.timeoutMs ?? 10_000)));
+    const deadline = new Promise<void>((r) => (timer = setTimeout(r, timerMs(options.timeoutMs ?? 10_000))));
     const c = this.conn;
     const own = callerSlot();
     const subs = [...this.subs];
@@ -1053,9 +1053,6 @@ export const MAX_ORPHAN_ENDS = 64;
 
 /** How long an orphan's unsubscribe waits for its answer before it is forgotten. */
 const ORPHAN_END_TIMEOUT_MS = 10_000;
-
-/** The longest delay setTimeout holds; a longer one fires at once. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * The refusals of a renewal that the server gives again to every later

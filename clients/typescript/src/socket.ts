@@ -5,6 +5,7 @@
  * cannot, so it offers the `pigeon.bearer.<token>` subprotocol beside
  * `pigeon.v1`.
  */
+import { timerMs } from "./conn.js";
 import { fromWire, PigeonError, transportError } from "./errors.js";
 
 /** The constructor of a WHATWG-style WebSocket (global WebSocket, ws). */
@@ -75,7 +76,7 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
       ? new ctor(target, protocols, {
           headers: auth === "header" ? { Authorization: `Bearer ${token}` } : {},
           perMessageDeflate: false,
-          handshakeTimeout: o.connectTimeoutMs ?? 10_000,
+          handshakeTimeout: timerMs(o.connectTimeoutMs ?? 10_000),
         })
       : new ctor(target, protocols);
   } catch (e) {
@@ -90,7 +91,7 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
       try { sock.close(); } catch { /* already gone */ }
       reject(err);
     };
-    const timer = setTimeout(() => fail(transportError(`connecting to ${target} timed out`)), o.connectTimeoutMs ?? 10_000);
+    const timer = setTimeout(() => fail(transportError(`connecting to ${target} timed out`)), timerMs(o.connectTimeoutMs ?? 10_000));
     if (node && sock.on) {
       sock.on("unexpected-response", (_req: unknown, res: NodeResponse) => {
         const chunks: Uint8Array[] = [];

@@ -212,3 +212,36 @@ test("callTimeoutMs must be a finite, non-negative number", async () => {
     await assert.rejects(connect("ws://127.0.0.1:1/v1/ws", "t", ["x"], { reconnect: false, callTimeoutMs: v }), (e) => e.code === "INVALID_ARGUMENT");
   }
 });
+
+test("timers given more than 2^31 ms wait instead of firing at once", async () => {
+  let pings = 0;
+  const srv = await rawServer((ws, f) => {
+    if (f.op === "ping") {
+      pings++;
+      ws.send(JSON.stringify({ op: "pong", re: f.id }));
+    }
+  });
+  try {
+    // connectTimeoutMs bounds the handshake and the negotiation; the ping
+    // interval is a setInterval: each was taken as 1 ms.
+    const s = await connect(srv.url, "t", ["x"], { reconnect: false, connectTimeoutMs: 2 ** 40, pingIntervalMs: 2 ** 40, pingTimeoutMs: 2 ** 40 });
+    try {
+      await sleep(200);
+      assert.equal(pings, 0, "pings sent with an interval of 2^40 ms");
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+  const { HttpClient } = await import("../dist/index.js");
+  let aborted = false;
+  const fetch = async (_url, init) => {
+    await sleep(100);
+    aborted = init.signal.aborted;
+    return new Response("{}", { status: 200, headers: { "content-type": "application/json" } });
+  };
+  const h = new HttpClient("http://127.0.0.1:9", "t", { fetch, timeoutMs: 2 ** 40 });
+  await h.fetchKeys("a");
+  assert.equal(aborted, false, "the HTTP call was aborted at once");
+});
