@@ -325,32 +325,37 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	if !e.rolePermissionsCover(c, now) {
 		return CodeGrantRevoked, "a role permission this contract relied on was deleted or narrowed; negotiate again"
 	}
-	if e.deniedByRolesGiven(c, now) {
-		return CodeGrantRevoked, "a role given since makes a deny rule refuse an operation of this contract; negotiate again"
+	if e.deniedSince(c, now) {
+		return CodeGrantRevoked, "a role given, or an account created, since makes a deny rule refuse an operation of this contract; negotiate again"
 	}
 	c.checkedAt(v, uniqueSorted(now))
 	return CodeOK, ""
 }
 
-// deniedByRolesGiven reports whether a role of roles that c was not
-// negotiated with makes a catalog deny rule that does not look at the
-// message (one negotiation would have applied) refuse an operation c
-// holds: giving such a role takes access away, as taking a role does.
-// Rules that look at the message are applied to each message. The rule is
-// matched as negotiation matched it, with the roles now, c's principal
-// and region, and the attributes of c's account under those c's
-// credential carried itself (c.info.BaseAttributes).
-func (e *Engine) deniedByRolesGiven(c *contract, roles []string) bool {
+// deniedSince reports whether a catalog deny rule that does not look at
+// the message (one negotiation would have applied) refuses an operation c
+// holds for what c's principal was given since c was negotiated: a role
+// of roles that c was not negotiated with and that the rule names, or,
+// when c was negotiated while the principal had no account, the account
+// created since, whose attributes any such rule may name. Giving either
+// takes access away, as taking a role does. Rules that look at the
+// message are applied to each message. The rule is matched as negotiation
+// matched it, with the roles now, c's principal and region, and the
+// attributes of c's account under those c's credential carried itself
+// (c.info.BaseAttributes).
+func (e *Engine) deniedSince(c *contract, roles []string) bool {
 	var given []string
 	for _, r := range roles {
 		if !slices.Contains(c.info.Roles, r) {
 			given = append(given, r)
 		}
 	}
-	if len(given) == 0 {
+	acct := c.account(&e.dir)
+	created := c.info.AccountCreatedAt.IsZero() && acct != nil && len(acct.Attributes) > 0
+	if len(given) == 0 && !created {
 		return false
 	}
-	q := &Principal{ID: c.info.Principal, Roles: roles, Attributes: accountAttributes(c.account(&e.dir), c.info.BaseAttributes)}
+	q := &Principal{ID: c.info.Principal, Roles: roles, Attributes: accountAttributes(acct, c.info.BaseAttributes)}
 	cat := e.catalog.Load()
 	for name, g := range c.permits {
 		s := cat.subjects[name]
@@ -362,7 +367,7 @@ func (e *Engine) deniedByRolesGiven(c *contract, roles []string) bool {
 				continue
 			}
 			for _, r := range s.rules[op] {
-				if r.deny && !r.messageDependent() && namesAny(r.roles, given) && r.matchesIdentity(q, c.info.Region) {
+				if r.deny && !r.messageDependent() && (created || namesAny(r.roles, given)) && r.matchesIdentity(q, c.info.Region) {
 					return true
 				}
 			}
