@@ -73,6 +73,9 @@ type Bridge struct {
 	// beforeCore, set by tests, runs before a core NATS In route handles
 	// a message.
 	beforeCore func(route string)
+	// beforeJetStream, set by tests, runs before a JetStream In route
+	// handles a message.
+	beforeJetStream func(route string)
 }
 
 // runner is one route's behaviour on a session.

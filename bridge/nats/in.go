@@ -294,6 +294,14 @@ const (
 	fetchWait  = time.Second
 )
 
+// fetchBytes bounds the bytes one pull asks for (messages with their
+// subjects and headers), so that what the route holds is bounded in bytes
+// as a core route's is (corePendingBytes), not fetchBatch times
+// max_payload (2 GiB at NATS's largest). A message larger than the bound
+// is pulled alone, by a pull of one message without it. A variable for
+// tests.
+var fetchBytes = 8 << 20
+
 // startJetStream binds the route's durable pull consumer (creating it
 // when it does not exist) and consumes from it.
 func (in *inRoute) startJetStream(g *generation) error {
@@ -305,19 +313,38 @@ func (in *inRoute) startJetStream(g *generation) error {
 	}
 	g.goTracked(func() {
 		fails := 0
+		large := false // the next message is larger than fetchBytes
 		for g.ctx.Err() == nil {
 			// Each pull ends by itself, rather than with the generation:
 			// messages the server sent for a pull that was cancelled
 			// would wait for the consumer's ack wait before redelivery;
 			// those of a pull that ends are all handed over, and the
 			// ones left when the session goes are given back at once.
-			batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+			var batch jetstream.MessageBatch
+			var err error
+			if large {
+				batch, err = cons.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+			} else {
+				batch, err = cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait), jetstream.FetchMaxBytes(fetchBytes))
+			}
+			got := 0
 			if err == nil {
 				for m := range batch.Messages() {
 					in.handleJetStream(g, m)
+					got++
 				}
 				err = batch.Error()
 			}
+			// A bounded pull that the server ends at once with nothing (it
+			// refuses one whose next message exceeds the bound, an end the
+			// client reports as an empty batch) is followed by one pull of
+			// one message without the bound; so is one that waited and
+			// found nothing, at no cost.
+			if !large && got == 0 && (err == nil || errors.Is(err, jetstream.ErrMaxBytesExceeded)) {
+				large = true
+				continue
+			}
+			large = false
 			if err == nil || g.ctx.Err() != nil || errors.Is(err, nats.ErrTimeout) {
 				fails = 0
 				continue
@@ -379,6 +406,9 @@ func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstr
 // the broker accepted it (or held it already), Term when a gate refused
 // it, NakWithDelay when the refusal may pass or the session failed.
 func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
+	if in.b.beforeJetStream != nil {
+		in.b.beforeJetStream(in.r.Name)
+	}
 	meta, err := jm.Metadata()
 	if err != nil {
 		in.b.log.Error("natsbridge: a JetStream message without metadata", "route", in.r.Name, "err", err)

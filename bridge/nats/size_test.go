@@ -2,6 +2,7 @@ package natsbridge
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,4 +116,76 @@ func TestInCorePendingIsBoundedInBytes(t *testing.T) {
 	s := routeStats(rb.b, "core-in")
 	require.LessOrEqual(t, s.Forwarded, uint64(1+3), "at most 300 KiB of 100 KiB messages waited")
 	require.GreaterOrEqual(t, s.Dropped, uint64(n-3))
+}
+
+// A JetStream In route pulls a bounded number of bytes at once, not a
+// number of messages of any size: a pull asked for 32 messages, which at
+// NATS's largest max_payload (64 MiB) was 2 GiB in the bridge's memory.
+// While the route waits on its first message, the consumer has handed out
+// only what fits in the byte bound (each pull at least one message of the
+// largest size the server takes).
+func TestInJetStreamPullIsBoundedInBytes(t *testing.T) {
+	was := fetchBytes
+	fetchBytes = 300 << 10
+	t.Cleanup(func() { fetchBytes = was })
+	v := newEnv(t)
+	st := v.stream(t, "LEGACY", "legacy.>")
+	const n = 10
+	for range n {
+		_, err := v.js.Publish(t.Context(), "legacy.orders", bigPayload(100<<10))
+		require.NoError(t, err)
+	}
+	b, err := New(Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+	}})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	var first atomic.Bool
+	b.beforeJetStream = func(string) {
+		if first.CompareAndSwap(false, true) {
+			<-release // the broker is slow: the route waits on its first message
+		}
+	}
+	rb := startBridge(t, b)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	require.Eventually(t, first.Load, 30*time.Second, 5*time.Millisecond)
+	var handedOut int
+	require.Eventually(t, func() bool {
+		c, err := st.Consumer(t.Context(), "orders-in")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		require.NoError(t, err)
+		handedOut = info.NumAckPending
+		return handedOut > 0
+	}, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a pull that took more would have by now
+	c, err := st.Consumer(t.Context(), "orders-in")
+	require.NoError(t, err)
+	info, err := c.Info(t.Context())
+	require.NoError(t, err)
+	require.LessOrEqual(t, info.NumAckPending, 3, "at most 300 KiB of 100 KiB messages handed out at once")
+	once.Do(func() { close(release) })
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-in").Forwarded == n }, 30*time.Second, 5*time.Millisecond)
+}
+
+// A JetStream message larger than the bound of a pull (fetchBytes) is
+// pulled alone rather than never: the server refuses a pull whose bound
+// its next message exceeds, which would stop the route at that message.
+func TestInJetStreamMessageLargerThanThePullBound(t *testing.T) {
+	was := fetchBytes
+	fetchBytes = 50 << 10
+	t.Cleanup(func() { fetchBytes = was })
+	v := newEnv(t)
+	v.stream(t, "LEGACY", "legacy.>")
+	for _, size := range []int{10 << 10, 100 << 10, 10 << 10, 100 << 10, 100 << 10, 10 << 10} {
+		_, err := v.js.Publish(t.Context(), "legacy.orders", bigPayload(size))
+		require.NoError(t, err)
+	}
+	rb := start(t, Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+	}})
+	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-in").Forwarded == 6 }, 30*time.Second, 5*time.Millisecond)
 }
