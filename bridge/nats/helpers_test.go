@@ -160,6 +160,14 @@ func (v *env) stream(t testing.TB, name string, subjects ...string) jetstream.St
 	return st
 }
 
+// jsID is the id a JetStream In route gives the message at seq in the
+// stream name as it is now.
+func (v *env) jsID(t testing.TB, name string, seq uint64) string {
+	st, err := v.js.Stream(t.Context(), name)
+	require.NoError(t, err)
+	return jetStreamID(name, st.CachedInfo().Created, seq)
+}
+
 // running is a bridge whose Run goroutine a test waits for.
 type running struct {
 	b    *Bridge

@@ -15,7 +15,7 @@ import (
 // A core NATS publisher names the id of its messages (Nats-Msg-Id, or its
 // envelope's id), but only within its route: it cannot take ahead of time
 // the id of a message another route carries, a JetStream route's
-// "nats-<stream>-<sequence>" or another core route's publisher's id, which
+// "nats-<stream>-<created>-<sequence>" or another core route's publisher's id, which
 // the broker would then refuse MESSAGE_ID_TAKEN (a JetStream message
 // terminated) or the bridge count as a duplicate (dropped). A publisher's
 // own retry is still recognised.
@@ -78,7 +78,7 @@ func TestInCoreIDsAreScopedByRoute(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{
 		"evil-1": "nats:low-in:nats-LEGACY-1", "evil-2": "nats:low-in:pay-1", "evil-3": "nats:low-in:nats-LEGACY-2",
-		"js-1": "nats-LEGACY-1", "js-2": "nats-LEGACY-2", "good-1": "nats:high-in:pay-1",
+		"js-1": v.jsID(t, "LEGACY", 1), "js-2": v.jsID(t, "LEGACY", 2), "good-1": "nats:high-in:pay-1",
 	}, ids)
 }
 

@@ -254,7 +254,7 @@ func newID() string { return "nats-" + rand.Text() }
 // a publisher named counts as a duplicate; were the publisher's id used as
 // it is, a NATS publisher would choose the Pigeon id verbatim, and could
 // take ahead of time the id of a message of another route or subject (a
-// JetStream route's "nats-<stream>-<sequence>", another core route's
+// JetStream route's "nats-<stream>-<created>-<sequence>", another core route's
 // publishers' ids, a Pigeon publisher's), which would then be refused, or
 // dropped as a duplicate. Scoped by the route's name (which holds no ':'),
 // the ids of one route's publishers cannot meet those of another route,
@@ -272,19 +272,24 @@ func coreID(r *Route, id string) string {
 	return prefix + id
 }
 
-// jetStreamID is the Pigeon id of the message at seq in stream:
-// "nats-<stream>-<seq>", or, when that is too long for an envelope's id
-// (JetStream takes stream names of up to 255 bytes), with "sha256:" and
-// the SHA-256 of the stream's name in hex in its place. The broker refuses
-// an id that long, ENVELOPE_INVALID, and every message of the route was
-// terminated.
-func jetStreamID(stream string, seq uint64) string {
+// jetStreamID is the Pigeon id of the message at seq in stream, created
+// at created: "nats-<stream>-<created>-<seq>", created in Unix nanoseconds
+// in base 36. A stream deleted and created again under its name numbers
+// its messages from 1 again: without its creation in them, their ids were
+// those of the first stream's messages, and each was taken for a
+// redelivery of one the broker held and dropped. When the id is too long
+// for an envelope's (JetStream takes stream names of up to 255 bytes),
+// "sha256:" and the SHA-256 of the stream's name in hex stand in the
+// name's place: the broker refused such ids, ENVELOPE_INVALID, and every
+// message of the route was terminated.
+func jetStreamID(stream string, created time.Time, seq uint64) string {
+	c := strconv.FormatInt(created.UnixNano(), 36)
 	n := strconv.FormatUint(seq, 10)
-	if len("nats--")+len(stream)+len(n) > pigeon.MaxEnvelopeField {
+	if len("nats---")+len(stream)+len(c)+len(n) > pigeon.MaxEnvelopeField {
 		sum := sha256.Sum256([]byte(stream))
 		stream = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return "nats-" + stream + "-" + n
+	return "nats-" + stream + "-" + c + "-" + n
 }
 
 // fetchBatch is how many JetStream messages one pull asks for, and
@@ -307,7 +312,7 @@ var fetchBytes = 8 << 20
 func (in *inRoute) startJetStream(g *generation) error {
 	ctx, cancel := context.WithTimeout(g.ctx, in.b.opts.PublishTimeout)
 	defer cancel()
-	cons, err := in.consumer(ctx, g.js)
+	cons, created, err := in.consumer(ctx, g.js)
 	if err != nil {
 		return err
 	}
@@ -330,7 +335,7 @@ func (in *inRoute) startJetStream(g *generation) error {
 			got := 0
 			if err == nil {
 				for m := range batch.Messages() {
-					in.handleJetStream(g, m)
+					in.handleJetStream(g, m, created)
 					got++
 				}
 				err = batch.Error()
@@ -360,19 +365,20 @@ func (in *inRoute) startJetStream(g *generation) error {
 	return nil
 }
 
-// consumer returns the route's durable consumer. One that exists must
+// consumer returns the route's durable consumer, and when its stream was
+// created (the ids of its messages name it). One that exists must
 // filter on the route's NATS subject alone, ack explicitly and deliver
 // payloads: otherwise messages of other subjects would be carried to the
 // route's Pigeon subject, acknowledged before the broker accepted them, or
 // published without their data.
-func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, time.Time, error) {
 	r := in.r
 	st, err := js.Stream(ctx, r.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, pigeon.NewError(pigeon.CodeInvalidArgument, "the JetStream stream %q does not exist", r.Stream)
+		return nil, time.Time{}, pigeon.NewError(pigeon.CodeInvalidArgument, "the JetStream stream %q does not exist", r.Stream)
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	cons, err := st.Consumer(ctx, r.Durable)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -386,7 +392,7 @@ func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstr
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	cfg := cons.CachedInfo().Config
 	filters := cfg.FilterSubjects
@@ -396,16 +402,16 @@ func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstr
 	// A headers-only consumer delivers no payload: each message would be
 	// published empty, and acknowledged.
 	if len(filters) != 1 || filters[0] != r.NATSSubject || cfg.AckPolicy != jetstream.AckExplicitPolicy || cfg.HeadersOnly {
-		return nil, pigeon.NewError(pigeon.CodeInvalidArgument,
+		return nil, time.Time{}, pigeon.NewError(pigeon.CodeInvalidArgument,
 			"the consumer %q on stream %q must filter on %q alone, ack explicitly and deliver payloads (not headers only)", r.Durable, r.Stream, r.NATSSubject)
 	}
-	return cons, nil
+	return cons, st.CachedInfo().Created, nil
 }
 
 // handleJetStream publishes one JetStream message and settles it: Ack once
 // the broker accepted it (or held it already), Term when a gate refused
 // it, NakWithDelay when the refusal may pass or the session failed.
-func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
+func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg, created time.Time) {
 	if in.b.beforeJetStream != nil {
 		in.b.beforeJetStream(in.r.Name)
 	}
@@ -432,7 +438,7 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg) {
 		g.fail(routeError(in.r, fmt.Errorf("the consumer %q on stream %q changed: it delivered a message of %q", in.r.Durable, in.r.Stream, jm.Subject())))
 		return
 	}
-	id := jetStreamID(meta.Stream, meta.Sequence.Stream)
+	id := jetStreamID(meta.Stream, created, meta.Sequence.Stream)
 	m, err := convert(in.r, jm.Data(), id)
 	if err == nil {
 		err = in.fits(m)

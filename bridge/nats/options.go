@@ -218,7 +218,7 @@ func (o *Options) validate() error {
 			}
 			durables[k] = r.Name
 			// A JetStream message's id is its stream's and sequence's
-			// (nats-<stream>-<sequence>): two routes that both consume
+			// (nats-<stream>-<created>-<sequence>): two routes that both consume
 			// it would publish two messages under one id, and the broker
 			// would refuse the second MESSAGE_ID_TAKEN (terminated) or
 			// take it for a duplicate (acknowledged, dropped).

@@ -116,7 +116,7 @@ func TestConnectErrorRedactsNATSCredentials(t *testing.T) {
 }
 
 // Two JetStream In routes that can take one message of a stream would
-// publish it twice under its one id (nats-<stream>-<sequence>): the
+// publish it twice under its one id (nats-<stream>-<created>-<sequence>): the
 // broker refuses the second MESSAGE_ID_TAKEN, and the route terminates
 // it, or takes it for a duplicate and drops it. New refuses such routes.
 func TestInJetStreamOverlappingRoutesRefused(t *testing.T) {
