@@ -318,8 +318,32 @@ func (in *inRoute) startJetStream(g *generation) error {
 	}
 	g.goTracked(func() {
 		fails := 0
-		large := false // the next message is larger than fetchBytes
+		large := false  // the next message is larger than fetchBytes
+		rebind := false // a pull failed: the consumer may be gone
 		for g.ctx.Err() == nil {
+			if rebind {
+				// A stream deleted takes its consumers with it; created
+				// again, it has none: each pull of the old consumer failed
+				// (no responders) for the rest of the session. Bind again,
+				// as the session's start does, and wait while the stream
+				// does not exist.
+				c, cr, err := in.rebind(g)
+				var refused *pigeon.Error
+				if errors.As(err, &refused) && refused.Code == pigeon.CodeInvalidArgument {
+					g.fail(routeError(in.r, err)) // replaced by a consumer the route cannot use
+					return
+				}
+				if err != nil {
+					fails++
+					in.b.log.Warn("natsbridge: binding the JetStream consumer again", "route", in.r.Name, "err", err)
+					select {
+					case <-time.After(backoff(fails, maxPullBackoff)):
+					case <-g.ctx.Done():
+					}
+					continue
+				}
+				cons, created, rebind = c, cr, false
+			}
 			// Each pull ends by itself, rather than with the generation:
 			// messages the server sent for a pull that was cancelled
 			// would wait for the consumer's ack wait before redelivery;
@@ -355,6 +379,7 @@ func (in *inRoute) startJetStream(g *generation) error {
 				continue
 			}
 			fails++
+			rebind = true
 			in.b.log.Debug("natsbridge: pulling from JetStream", "route", in.r.Name, "err", err)
 			select {
 			case <-time.After(backoff(fails, maxPullBackoff)):
@@ -363,6 +388,19 @@ func (in *inRoute) startJetStream(g *generation) error {
 		}
 	})
 	return nil
+}
+
+// rebind binds the route's consumer again after a failed pull: an error
+// when the stream does not exist (for now), a pigeon.Error
+// INVALID_ARGUMENT when the consumer that exists is one the route cannot
+// use.
+func (in *inRoute) rebind(g *generation) (jetstream.Consumer, time.Time, error) {
+	ctx, cancel := context.WithTimeout(g.ctx, in.b.opts.PublishTimeout)
+	defer cancel()
+	if _, err := g.js.Stream(ctx, in.r.Stream); err != nil {
+		return nil, time.Time{}, err
+	}
+	return in.consumer(ctx, g.js)
 }
 
 // consumer returns the route's durable consumer, and when its stream was

@@ -77,3 +77,30 @@ func TestInJetStreamStreamCreatedAgain(t *testing.T) {
 	require.Zero(t, routeStats(rb.b, "orders-in").Duplicates, "new messages taken for redeliveries")
 	require.Eventually(t, func() bool { return len(got.all()) == 4 }, 30*time.Second, 5*time.Millisecond)
 }
+
+// A stream deleted and created again while the route runs: the route's
+// consumer went with the first stream, and its pulls failed for ever (only
+// a debug line said so) until the bridge was restarted. The route binds
+// its consumer again, on the new stream, and goes on.
+func TestInJetStreamStreamCreatedAgainWhileRunning(t *testing.T) {
+	v := newEnv(t)
+	got := subscribe(t, v.e, monitorToken, ordersSubject)
+	publish := func(orders ...string) {
+		for _, o := range orders {
+			_, err := v.js.Publish(t.Context(), "legacy.orders", []byte(`{"orderId":"`+o+`"}`))
+			require.NoError(t, err)
+		}
+	}
+	v.stream(t, "LEGACY", "legacy.>")
+	publish("first-1")
+	rb := start(t, Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+	}})
+	require.Eventually(t, func() bool { return len(got.all()) == 1 }, 30*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, v.js.DeleteStream(t.Context(), "LEGACY"))
+	v.stream(t, "LEGACY", "legacy.>")
+	publish("second-1", "second-2")
+	require.Eventually(t, func() bool { return len(got.all()) == 3 }, 30*time.Second, 5*time.Millisecond)
+	require.Zero(t, routeStats(rb.b, "orders-in").Duplicates)
+}
