@@ -24,13 +24,15 @@
 //
 // A Server is safe for concurrent use. Each connection has one reader,
 // which publishes the frames in order, and deliveries write to it as
-// they come; Shutdown closes every connection with 1001 and waits for
-// their goroutines.
+// they come, in turn with its error frames; Shutdown closes every
+// connection with 1001 and waits for their goroutines and the
+// revocation of their contracts.
 package mesgd
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -248,6 +250,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ws.WriteUpgradeError(w, err)
 		return
 	}
+	// Shutdown waits for the connection from before its contract is
+	// negotiated until after it is revoked (the defers run in reverse):
+	// were the revocation left to run after Shutdown returned, the broker
+	// would shut the engine down under it, and the contract would stay
+	// live in the store until its expiry.
+	if !s.enter() {
+		wire.WriteHTTPError(w, pigeon.NewError(pigeon.CodeShutdown, "the server is shutting down"))
+		return
+	}
+	defer s.wg.Done()
 	k, err := s.e.Negotiate(ctx, p, region, []string{s.opts.Subject}, 0)
 	if err != nil {
 		wire.WriteHTTPError(w, err)
@@ -255,11 +267,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	caller := pigeon.Caller{Principal: p, Region: k.Info().Region, ContractID: k.ID()}
 	defer func() { _ = s.e.RevokeContract(context.WithoutCancel(ctx), p, k.ID()) }()
-	if !s.enter() {
-		wire.WriteHTTPError(w, pigeon.NewError(pigeon.CodeShutdown, "the server is shutting down"))
-		return
-	}
-	defer s.wg.Done()
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, OriginPatterns: s.opts.OriginPatterns})
 	if err != nil {
 		return
@@ -271,6 +278,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.untrack(c)
 	s.opts.Logger.Debug("mesgd connected", "principal", p.ID, "selector", sel, "remote", r.RemoteAddr)
+	// turn is held by whoever writes a data frame (a delivery, an error
+	// frame), so that a delivery knows when its turn comes: one whose
+	// contract ended while it waited behind a frame the client had not
+	// read yet is dropped, not written after the end.
+	turn := make(chan struct{}, 1)
 	var bg sync.WaitGroup // the connection's goroutines, waited for after cancel
 	defer bg.Wait()
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -284,15 +296,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if sp, err := s.e.Subject(s.opts.Subject); err == nil && sp.Mode == pigeon.ModePubSub {
 			opts = append(opts, pigeon.WithAtMostOnce()) // as mesgd: a frame missed while away is not kept
 		}
-		sub, err := s.e.Subscribe(cctx, caller, s.opts.Subject, func(_ context.Context, d *pigeon.Delivery) error {
-			// Not the delivery's context: a revocation cancels it, and a
-			// write it cancels midway makes the library drop the
+		sub, err := s.e.Subscribe(cctx, caller, s.opts.Subject, func(ctx context.Context, d *pigeon.Delivery) error {
+			// Written under the connection's context, not the
+			// delivery's: a revocation cancels that, and a write it
+			// cancels midway makes the library drop the
 			// connection, where the close that follows (1008 and the
 			// code) is what tells the client what happened. A frame
-			// judged before the revocation is written whole.
-			wctx, wcancel := context.WithTimeout(cctx, writeTimeout)
-			defer wcancel()
-			return c.Write(wctx, websocket.MessageText, d.Message.Data)
+			// judged before the revocation is written whole; one still
+			// waiting its turn then (ctx ended) never goes out.
+			//
+			// A frame that did not go out whole (the client left, or
+			// stopped reading until the write timed out) never reached
+			// the client either: on a work-queue subject it goes back to
+			// the group with no attempt spent (ErrUndelivered), rather
+			// than count as the client's failure, for a consumer that
+			// leaves mid-frame would use up a message's attempts unread.
+			cut, err := s.deliver(ctx, cctx, c, turn, d.Message.Data)
+			if err == nil {
+				return nil
+			}
+			if cut {
+				// The connection is over (a failed write closes it, or it
+				// is closing already): the delivery is held, its turn
+				// given up, until the subscription ends with it, so that
+				// what goes back is not handed to this connection again
+				// and again meanwhile.
+				<-ctx.Done()
+			}
+			return fmt.Errorf("%w: %w", pigeon.ErrUndelivered, err)
 		}, opts...)
 		if err != nil {
 			_ = c.Close(websocket.StatusPolicyViolation, string(pigeon.ErrorCode(err)))
@@ -306,11 +337,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 	}
-	s.read(cctx, c, caller)
+	s.read(cctx, c, turn, caller)
 }
 
 // read publishes every frame the client sends until the connection ends.
-func (s *Server) read(ctx context.Context, c *websocket.Conn, caller pigeon.Caller) {
+func (s *Server) read(ctx context.Context, c *websocket.Conn, turn chan struct{}, caller pigeon.Caller) {
 	intent, class := s.opts.Intent, s.opts.Classification
 	if sp, err := s.e.Subject(s.opts.Subject); err == nil {
 		if intent == "" && len(sp.Intents) > 0 {
@@ -329,12 +360,12 @@ func (s *Server) read(ctx context.Context, c *websocket.Conn, caller pigeon.Call
 			return
 		}
 		if typ != websocket.MessageText || len(b) == 0 || b[0] != '{' || !json.Valid(b) {
-			s.refuse(ctx, c, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object"))
+			s.refuse(ctx, c, turn, pigeon.NewError(pigeon.CodeBadRequest, "a frame must be a JSON object"))
 			continue
 		}
 		m := &pigeon.Message{Type: s.opts.Type, Subject: s.opts.Subject, Intent: intent, Classification: class, Data: b}
 		if _, err := s.e.Publish(ctx, caller, m); err != nil {
-			s.refuse(ctx, c, err)
+			s.refuse(ctx, c, turn, err)
 			if pigeon.RenewalFinal(err) {
 				// The contract is over for good (revoked, say): close as a
 				// subscriber's connection closes, for the client to
@@ -456,9 +487,32 @@ func (s *Server) end(c *websocket.Conn, err error) {
 	_ = c.Close(websocket.StatusPolicyViolation, string(pigeon.ErrorCode(err)))
 }
 
-// refuse answers a refused frame with an error frame.
-func (s *Server) refuse(ctx context.Context, c *websocket.Conn, err error) {
+// deliver writes a delivery's data to c in its turn, under cctx (the
+// connection's), unless ctx (the delivery's) ends first; cut reports a
+// write that failed.
+func (s *Server) deliver(ctx, cctx context.Context, c *websocket.Conn, turn chan struct{}, data []byte) (cut bool, err error) {
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-turn }()
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	wctx, cancel := context.WithTimeout(cctx, writeTimeout)
+	defer cancel()
+	if err := c.Write(wctx, websocket.MessageText, data); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// refuse answers a refused frame with an error frame, in its turn.
+func (s *Server) refuse(ctx context.Context, c *websocket.Conn, turn chan struct{}, err error) {
 	b, _ := json.Marshal(map[string]any{"error": wire.Encode(err)})
+	turn <- struct{}{}
+	defer func() { <-turn }()
 	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	_ = c.Write(wctx, websocket.MessageText, b)
@@ -492,7 +546,8 @@ func (s *Server) untrack(c *websocket.Conn) {
 }
 
 // Shutdown closes every connection with 1001 and waits for them to end,
-// or for ctx. It is idempotent.
+// their contracts revoked (and for upgrades under way to be refused), or
+// for ctx. It is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
