@@ -240,7 +240,15 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 		return
 	}
 	mg.recorded(&record{}, &p.rec, nil)
-	v, err := newVersion(ctx, mg, name, p.rec.Version, p.rec.Manifest, p.rec.Module)
+	// The manifest passes today's checks, as a deploy's does: one stored
+	// by an older version (whose bounds were wider) or changed in the
+	// store is refused, not bound with its limits unchecked.
+	man := p.rec.Manifest
+	err := man.normalize()
+	var v *version
+	if err == nil {
+		v, err = newVersion(ctx, mg, name, p.rec.Version, man, p.rec.Module)
+	}
 	if err == nil {
 		var from *position
 		if pos, ok := mg.loadPosition(ctx, name); ok {
