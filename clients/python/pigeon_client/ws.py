@@ -42,6 +42,7 @@ import datetime as _dt
 import inspect
 import json
 import logging
+import math
 import random
 import urllib.parse
 from typing import Any, Callable, Iterable
@@ -167,6 +168,7 @@ async def connect(
     open_timeout: float = 10.0,
     ping_interval: float | None = 20.0,
     auto_renew: bool = True,
+    call_timeout: float | None = 30.0,
 ) -> "Session":
     """Connect to ``url`` (``ws://host:port/v1/ws``; ``http://`` works, and a
     URL without a path gets ``/v1/ws``), authenticate ``token`` and negotiate
@@ -198,7 +200,17 @@ async def connect(
     that contract (it then expires, ``CONTRACT_EXPIRED``; connect again with
     a fresh credential). ``auto_renew=False``: the contract is renewed only
     when :meth:`Session.renew` is called.
+
+    ``call_timeout`` bounds, in seconds, how long a call without a bound of
+    its own (publish, subscribe, ack, nack, receive, replay, renew…) waits
+    for its answer: then it raises ``RequestTimeoutError``
+    (``REQUEST_TIMEOUT``), and an answer that comes later is dropped.
+    ``None``: no bound. A publish that timed out may still have been
+    accepted: publish it again with the same idempotency key to learn its
+    fate.
     """
+    if call_timeout is not None and not (call_timeout > 0 and math.isfinite(call_timeout)):
+        raise ValueError(f"call_timeout must be a positive number of seconds or None, not {call_timeout!r}")
     s = Session(
         url,
         token,
@@ -213,6 +225,7 @@ async def connect(
         open_timeout=open_timeout,
         ping_interval=ping_interval,
         auto_renew=auto_renew,
+        call_timeout=call_timeout,
     )
     await s._open()
     return s
@@ -238,6 +251,7 @@ class Session:
         open_timeout: float,
         ping_interval: float | None,
         auto_renew: bool = True,
+        call_timeout: float | None = 30.0,
     ) -> None:
         if not subjects:
             raise ValueError("connect needs at least one subject")
@@ -251,11 +265,15 @@ class Session:
         self.on_error = on_error
         self._subprotocol_auth = subprotocol_auth
         self._open_timeout = open_timeout
+        self._call_timeout = call_timeout
         self._ping_interval = ping_interval
         self._loop = asyncio.get_running_loop()
         self._ws: ClientConnection | None = None
         self._reader: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # Ids of calls that timed out (the last 1024): their answers may
+        # still come, and are dropped quietly.
+        self._timed_out: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._binding: dict[str, Subscription] = {}
         self._gone: collections.deque[str] = collections.deque(maxlen=1024)
         # Unsubscribes in flight for subscriptions deliveries named and no
@@ -580,6 +598,8 @@ class Session:
                 fut.set_exception(e)
                 return
         if fut is None:
+            if self._timed_out.pop(re_, 0) is None:
+                return  # the late answer of a call that timed out
             self._report(ProtocolError("BAD_REQUEST", f"the server answered an unknown frame id {re_!r}"))
             return
         if not fut.done():
@@ -724,10 +744,13 @@ class Session:
         except websockets.exceptions.ConnectionClosed:
             self._pending.pop(fid, None)
             raise self._close_error(ws) from None
+        if timeout is None:
+            timeout = self._call_timeout
         try:
             ans = await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
         except asyncio.TimeoutError:
             self._pending.pop(fid, None)
+            self._time_out(fid)
             raise RequestTimeoutError("REQUEST_TIMEOUT", "no answer from the server in time") from None
         finally:
             self._pending.pop(fid, None)
@@ -965,6 +988,11 @@ class Session:
                 except PigeonError as e:
                     fut.set_exception(e)
 
+    def _time_out(self, fid: str) -> None:
+        self._timed_out[fid] = None
+        if len(self._timed_out) > 1024:
+            self._timed_out.popitem(last=False)
+
     async def _call_raw(self, frame: "_RawFrame", want: str) -> dict[str, Any]:
         if self._state in ("closed", "failed", "reconnecting"):
             self._check_usable()
@@ -981,7 +1009,10 @@ class Session:
             self._pending.pop(fid, None)
             raise self._close_error(ws) from None
         try:
-            ans = await fut
+            ans = await asyncio.wait_for(fut, self._call_timeout) if self._call_timeout is not None else await fut
+        except asyncio.TimeoutError:
+            self._time_out(fid)
+            raise RequestTimeoutError("REQUEST_TIMEOUT", "no answer from the server in time") from None
         finally:
             self._pending.pop(fid, None)
         op = ans.get("op")

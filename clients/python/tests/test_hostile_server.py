@@ -186,3 +186,51 @@ async def test_a_contract_whose_subjects_are_not_a_list_is_a_protocol_error():
             assert "subjects" in e.message
         else:
             raise AssertionError("connected")
+
+
+async def test_a_call_the_server_never_answers_fails_at_the_call_timeout_and_its_late_answer_is_dropped():
+    from pigeon_client import RequestTimeoutError
+
+    held = []
+
+    async def endpoint(ws):
+        async for raw in ws:
+            f = json.loads(raw)
+            if f["op"] == "negotiate":
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
+            elif f["op"] == "ping":
+                await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+            else:
+                held.append((ws, f))  # never answered, at first
+
+    errors = []
+    async with serve(endpoint, "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        s = await within(
+            connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], reconnect=False, ping_interval=None, call_timeout=0.3, on_error=errors.append), 5
+        )
+        try:
+            for call in (lambda: s.publish({"subject": "x", "data": {}}), lambda: s.receive("x")):
+                try:
+                    await within(call(), 5)
+                except RequestTimeoutError as e:
+                    assert e.code == "REQUEST_TIMEOUT"
+                else:
+                    raise AssertionError("answered")
+            assert len(held) == 2
+            for ws, f in held:
+                await ws.send(json.dumps({"op": "error", "re": f["id"], "error": {"code": "INTERNAL", "message": "late"}}))
+            await within(s.ping(), 5)
+            assert errors == []
+        finally:
+            await s.close()
+
+
+def test_call_timeout_must_be_positive():
+    for v in (0, -1, float("nan"), float("inf")):
+        try:
+            asyncio.run(connect("ws://127.0.0.1:1/v1/ws", "t", ["x"], reconnect=False, call_timeout=v))
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"call_timeout={v!r} accepted")
