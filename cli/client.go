@@ -126,7 +126,7 @@ func (a *api) do(ctx context.Context, method, path string, body any, headers ...
 	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(a.url, "/")+path, rd)
 	if err != nil {
-		return nil, err
+		return nil, badURL(err)
 	}
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
@@ -162,6 +162,17 @@ func (a *api) do(ctx context.Context, method, path string, body any, headers ...
 		return nil, eb.Error.Err()
 	}
 	return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+}
+
+// badURL is the refusal of a --url that does not parse. url.Parse quotes
+// the whole URL in its error, the password of its user info with it; the
+// refusal keeps only the reason.
+func badURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return pigeon.WrapError(pigeon.CodeInvalidArgument, err, "--url is not a valid URL: %v", err)
 }
 
 // negotiate returns a contract id for subjects.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 
 	"pigeon"
 	"pigeon/identity"
+	"pigeon/internal/yamlnum"
 	"pigeon/server"
 )
 
@@ -151,6 +153,11 @@ func loadConfig(path string, cfg *serveConfig) error {
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) { // an empty file configures nothing
 		return yamlError(path, err)
+	}
+	// yaml.v3 truncates a fraction in an integer setting:
+	// "max_connections_per_ip: 0.5" would be 0, no cap.
+	if n := yamlnum.Fraction(&root, reflect.TypeFor[fileConfig]()); n != nil {
+		return configError(path, n.Line, "%s is not an integer: this setting takes a whole number", n.Value)
 	}
 	at := func(keys ...string) int { return lineOf(&root, keys...) }
 	dir := filepath.Dir(path)

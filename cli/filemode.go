@@ -24,3 +24,18 @@ func checkNotWorldWritable(path string) error {
 	}
 	return nil
 }
+
+// readableByOthers reports whether every user of the machine may read a
+// file that holds secrets (the tokens file, the server's key), and its
+// mode. Such a file is served, since files checked out of version control
+// are 0644, but serve warns of it.
+func readableByOthers(path string) (os.FileMode, bool) {
+	if runtime.GOOS == "windows" || path == "" {
+		return 0, false
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	return fi.Mode().Perm(), fi.Mode().Perm()&0o004 != 0
+}

@@ -25,12 +25,20 @@ func loadCatalog(dir string) (*pigeon.Catalog, []policy.Problem, error) {
 	if err != nil {
 		return nil, nil, loadError(err)
 	}
-	var warnings []policy.Problem
+	var warnings, errs []policy.Problem
 	for _, p := range problems {
 		if p.IsError() {
-			return nil, nil, fmt.Errorf("policy %s (run `pigeon policy lint %s` for every problem)", p, dir)
+			errs = append(errs, p)
+		} else {
+			warnings = append(warnings, p)
 		}
-		warnings = append(warnings, p)
+	}
+	if len(errs) > 0 {
+		// Typed as the broker types a catalog it refuses (docs/policy.md,
+		// "Linting"), so that a caller can tell a bad policy by its code.
+		e := pigeon.NewError(pigeon.CodePolicyInvalid, "policy %s (run `pigeon policy lint %s` for every problem)", errs[0], dir)
+		e.Details = map[string]any{"file": errs[0].File, "subject": errs[0].Subject, "field": errs[0].Field, "problems": errs}
+		return nil, nil, e
 	}
 	return c, warnings, nil
 }

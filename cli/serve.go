@@ -201,6 +201,12 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 		fmt.Fprintln(stderr, "pigeon serve: --ws-publish-rate must be a finite number (negative: no limit)")
 		return 2, false
 	}
+	if cfg.shutdownTimeout < 0 {
+		// As the config file's shutdown_timeout: a negative timeout would
+		// give up on the work in flight at once.
+		fmt.Fprintln(stderr, "pigeon serve: --shutdown-timeout must not be negative")
+		return 2, false
+	}
 	if cfg.maxFailures < 0 || cfg.failureWindow < 0 {
 		fmt.Fprintln(stderr, "pigeon serve: --max-auth-failures and --auth-failure-window must not be negative")
 		return 2, false
@@ -279,6 +285,11 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	for _, p := range warnings {
 		logger.Warn("policy: "+p.Message, "file", p.File, "subject", p.Subject, "field", p.Field)
+	}
+	for _, f := range []string{cfg.tokens, cfg.tlsKey} {
+		if mode, ok := readableByOthers(f); ok {
+			logger.Warn("secret file readable by every user of this machine: chmod o-r "+f, "file", f, "mode", fmt.Sprintf("%04o", mode))
+		}
 	}
 	edge, err := buildEdge(cfg, tokens, logger)
 	if err != nil {

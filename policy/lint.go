@@ -60,7 +60,8 @@ func (p Problem) IsError() bool { return p.Severity == SeverityError }
 
 // LintDir loads the catalog in dir and lints it. A catalog that does not
 // load is returned as the error (an *Error); the problems then include
-// unknown fields and ignored files as warnings.
+// unknown fields and ignored files as warnings, and unknown fields of a
+// rule as errors (ignored, they would widen the rule).
 func LintDir(dir string) ([]Problem, error) {
 	return LintFS(os.DirFS(dir))
 }
@@ -492,9 +493,10 @@ func (l *linter) rule(at string, op Operation, r *RuleSpec, s *SubjectPolicy) {
 			l.errorf(at+".when", "%s", err)
 		}
 	}
-	if r.Effect == EffectAllow && op == OpPublish && len(r.Principals) == 0 && len(r.Roles) == 0 &&
+	// Any operation: an open receive rule hands every principal the data.
+	if r.Effect == EffectAllow && len(r.Principals) == 0 && len(r.Roles) == 0 &&
 		len(r.Attributes) == 0 && r.When == "" {
-		l.warnf(at, "rule allows publish to every principal")
+		l.warnf(at, "rule allows %s to every principal", op)
 	}
 }
 

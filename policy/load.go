@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"pigeon/internal/jsontext"
+	"pigeon/internal/yamlnum"
 )
 
 // Catalog layout on disk: subjects/*.{json,yaml,yml} hold one SubjectPolicy
@@ -134,8 +135,7 @@ func load(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, erro
 			c.Sources.Subjects[p.Name] = file
 		}
 		for _, f := range unknown {
-			ld.problems = append(ld.problems, Problem{File: file, Subject: p.Name, Field: f,
-				Severity: SeverityWarning, Message: "unknown field (ignored)"})
+			ld.problems = append(ld.problems, unknownFieldProblem(file, p.Name, f))
 		}
 		c.Subjects = append(c.Subjects, p)
 		ld.files = append(ld.files, file)
@@ -165,6 +165,23 @@ func load(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, erro
 		c.Sources.Schemas[name] = file
 	}
 	return c, ld, nil
+}
+
+// ruleField is the path of a field of a rule: policy.<operation>[i].<field>.
+var ruleField = regexp.MustCompile(`^policy\.[^.\[]+\[\d+\]\.`)
+
+// unknownFieldProblem reports a field no policy field took. Elsewhere it
+// is a warning (a newer catalog still loads), but a rule is a conjunction
+// of conditions and an absent condition matches everything: ignoring
+// "principal" (for "principals") or a condition of a newer broker would
+// leave a rule that allows every principal. So in a rule it is an error.
+func unknownFieldProblem(file, subject, field string) Problem {
+	if ruleField.MatchString(field) {
+		return Problem{File: file, Subject: subject, Field: field, Severity: SeverityError,
+			Message: "unknown rule field: the broker would ignore this condition and the rule would match more than it says " +
+				"(rule fields: effect, principals, roles, intents, regions, attributes, requireReason, when)"}
+	}
+	return Problem{File: file, Subject: subject, Field: field, Severity: SeverityWarning, Message: "unknown field (ignored)"}
 }
 
 // catalogFiles lists the policy files of one catalog directory in name
@@ -233,6 +250,13 @@ func parseSubject(name string, data []byte) (SubjectPolicy, []string, error) {
 	} else {
 		if err := decodeYAML(data, &p); err != nil {
 			return SubjectPolicy{}, nil, yamlError(name, err)
+		}
+		// yaml.v3 truncates a fraction in an integer field, which JSON
+		// refuses: "maxAgeMs: 0.5" would be 0, no limit at all.
+		var doc yaml.Node
+		_ = yaml.Unmarshal(data, &doc) // cannot fail: the typed decode succeeded
+		if n := yamlnum.Fraction(&doc, reflect.TypeFor[SubjectPolicy]()); n != nil {
+			return SubjectPolicy{}, nil, yamlError(name, fmt.Errorf("line %d: %s is not an integer: this field takes a whole number", n.Line, n.Value))
 		}
 		_ = yaml.Unmarshal(data, &generic)
 	}

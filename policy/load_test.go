@@ -443,8 +443,8 @@ func TestUnknownFieldsAreWarnings(t *testing.T) {
 		{
 			file: "subjects/a.json",
 			data: `{"name":"a.b","version":"v1","intents":["x"],"colour":"red",
-				"policy":{"publish":[{"effect":"allow","principal":"p"}]},"data":{"forbidden":["x"]}}`,
-			want: []string{"colour", "data.forbidden", "policy.publish[0].principal"},
+				"policy":{"publish":[{"effect":"allow","principals":["p"]}]},"data":{"forbidden":["x"]}}`,
+			want: []string{"colour", "data.forbidden"},
 		},
 		{
 			file: "subjects/a.yaml",
