@@ -111,6 +111,7 @@ func (t *trustDomainConfig) UnmarshalYAML(n *yaml.Node) error {
 type issuerConfig struct {
 	Issuer             string            `yaml:"issuer"`
 	Audience           []string          `yaml:"audience"`
+	Clients            []string          `yaml:"clients"`
 	JWKSURL            string            `yaml:"jwks_url"`
 	Algorithms         []string          `yaml:"algorithms"`
 	PrincipalClaim     string            `yaml:"principal_claim"`
@@ -276,7 +277,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 		cfg.mtlsMode = f.MTLS.Mode
 	}
 	for i, ic := range f.OIDC.Issuers {
-		in := identity.Issuer{URL: ic.Issuer, Audiences: ic.Audience, JWKSURL: ic.JWKSURL, Algorithms: ic.Algorithms,
+		in := identity.Issuer{URL: ic.Issuer, Audiences: ic.Audience, Clients: ic.Clients, JWKSURL: ic.JWKSURL, Algorithms: ic.Algorithms,
 			PrincipalClaim: ic.PrincipalClaim, RolesClaim: ic.RolesClaim, Roles: ic.Roles, AttributeClaims: ic.AttributeClaims, Leeway: ic.Leeway,
 			RefreshInterval: ic.RefreshInterval, MinRefreshInterval: ic.MinRefreshInterval, MaxKeyAge: ic.MaxKeyAge, TrustDomains: ic.TrustDomains,
 			PrincipalPrefix: ic.PrincipalPrefix}

@@ -54,6 +54,14 @@ type Issuer struct {
 	URL string
 	// Audiences: the token's aud must name at least one of them.
 	Audiences []string
+	// Clients, when not empty, are the client applications whose tokens
+	// sign in: the token's azp (OpenID Connect's authorized party) or, in
+	// its absence, client_id (RFC 9068's access tokens) must be one of
+	// them. An issuer serves many applications, and one audience may be
+	// shared among them (an API's, say); without a list, a token issued to
+	// any of its applications for the audience signs in. A token that
+	// names neither claim is refused when the list is set.
+	Clients []string
 	// JWKSURL is the key set; empty: found by OpenID Connect discovery
 	// (URL + /.well-known/openid-configuration). Keys are read over HTTPS
 	// only (plain HTTP only from a loopback address): this URL, the
@@ -188,6 +196,17 @@ func NewOIDC(opts *OIDCOptions) (*OIDC, error) {
 	return m, nil
 }
 
+// client is the application a token was issued to: its azp claim, or its
+// client_id when it has no azp; "" when it names none (or not as a string).
+func client(claims map[string]any) string {
+	v, ok := claims["azp"]
+	if !ok {
+		v = claims["client_id"]
+	}
+	s, _ := v.(string)
+	return s
+}
+
 // CheckIssuer validates one issuer's configuration and returns it with
 // its defaults.
 func CheckIssuer(in Issuer) (Issuer, error) {
@@ -203,6 +222,9 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 		// A token whose aud is the empty string (or a list holding it)
 		// would be for this broker: any token of the issuer could be.
 		return c, fmt.Errorf("issuer %q: an audience may not be empty", c.URL)
+	}
+	if slices.Contains(c.Clients, "") {
+		return c, fmt.Errorf("issuer %q: a client may not be empty", c.URL)
 	}
 	if c.JWKSURL != "" {
 		if u, err := url.Parse(c.JWKSURL); err != nil || !fetchable(u) {
@@ -428,6 +450,9 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 		return nil, refuse("wrong issuer")
 	default:
 		return nil, refuse("invalid claims")
+	}
+	if len(is.cfg.Clients) > 0 && !slices.Contains(is.cfg.Clients, client(all)) {
+		return nil, refuse("not issued to a client this broker accepts (azp, client_id)")
 	}
 	p, err := is.principal(all)
 	if err != nil {
