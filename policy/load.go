@@ -170,16 +170,32 @@ func load(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, erro
 // ruleField is the path of a field of a rule: policy.<operation>[i].<field>.
 var ruleField = regexp.MustCompile(`^policy\.[^.\[]+\[\d+\]\.`)
 
+// governing are the sections whose fields each restrict what the gates
+// let through (a forbidden field, an allowed region, a replay window, a
+// rate, a signature requirement, what a quarantine record keeps): one
+// misspelt, or one of a newer broker, would be a restriction silently
+// not applied.
+var governing = []string{"data.", "regionPolicy.", "replay.", "rateLimit.", "integrity.", "quarantine."}
+
 // unknownFieldProblem reports a field no policy field took. Elsewhere it
 // is a warning (a newer catalog still loads), but a rule is a conjunction
 // of conditions and an absent condition matches everything: ignoring
 // "principal" (for "principals") or a condition of a newer broker would
-// leave a rule that allows every principal. So in a rule it is an error.
+// leave a rule that allows every principal. So in a rule it is an error,
+// and so it is in a governing section, where ignoring "forbidenFields" or
+// "allowedRegion" would leave the subject open where it says it is not:
+// the catalog fails closed.
 func unknownFieldProblem(file, subject, field string) Problem {
 	if ruleField.MatchString(field) {
 		return Problem{File: file, Subject: subject, Field: field, Severity: SeverityError,
 			Message: "unknown rule field: the broker would ignore this condition and the rule would match more than it says " +
 				"(rule fields: effect, principals, roles, intents, regions, attributes, requireReason, when)"}
+	}
+	for _, g := range governing {
+		if strings.HasPrefix(field, g) {
+			return Problem{File: file, Subject: subject, Field: field, Severity: SeverityError,
+				Message: "unknown field of " + strings.TrimSuffix(g, ".") + ": the broker would not apply it and the subject would be less governed than it says"}
+		}
 	}
 	return Problem{File: file, Subject: subject, Field: field, Severity: SeverityWarning, Message: "unknown field (ignored)"}
 }

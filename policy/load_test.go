@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -443,13 +444,13 @@ func TestUnknownFieldsAreWarnings(t *testing.T) {
 		{
 			file: "subjects/a.json",
 			data: `{"name":"a.b","version":"v1","intents":["x"],"colour":"red",
-				"policy":{"publish":[{"effect":"allow","principals":["p"]}]},"data":{"forbidden":["x"]}}`,
-			want: []string{"colour", "data.forbidden"},
+				"policy":{"publish":[{"effect":"allow","principals":["p"]}]},"delivery":{"ackWaitMsec":5}}`,
+			want: []string{"colour", "delivery.ackWaitMsec"},
 		},
 		{
 			file: "subjects/a.yaml",
-			data: "name: a.b\nversion: v1\nflavour: v1\nintents: [x]\nregionPolicy: {home: uk, homes: [uk]}\n",
-			want: []string{"flavour", "regionPolicy.homes"},
+			data: "name: a.b\nversion: v1\nflavour: v1\nintents: [x]\nretention: {maxMesages: 5}\n",
+			want: []string{"flavour", "retention.maxMesages"},
 		},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
@@ -465,6 +466,35 @@ func TestUnknownFieldsAreWarnings(t *testing.T) {
 				}
 			}
 			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// A field of a governing section (data, regionPolicy, replay, rateLimit,
+// integrity, quarantine) that the broker does not know is an error, not a
+// warning: ignored, a misspelt "forbidenFields" left the subject's
+// forbidden list empty and "allowedRegion" let any region through, while
+// the catalog read as if they held.
+func TestUnknownGoverningFieldIsAnError(t *testing.T) {
+	for _, field := range []string{
+		`"data":{"forbidenFields":["ssn"]}`,
+		`"regionPolicy":{"home":"uk","allowedRegion":["uk"]}`,
+		`"replay":{"maxAge":1000}`,
+		`"rateLimit":{"perSecond":5,"burts":5}`,
+		`"integrity":{"requireSignature":true}`,
+		`"quarantine":{"redactFeilds":["ssn"]}`,
+	} {
+		t.Run(field, func(t *testing.T) {
+			data := `{"name":"a.b","version":"v1","intents":["x"],` + field + `}`
+			problems, err := LintFS(fstest.MapFS{"subjects/a.json": {Data: []byte(data)}})
+			require.NoError(t, err)
+			var errs []Problem
+			for _, p := range problems {
+				if p.IsError() && strings.Contains(p.Message, "unknown field of") {
+					errs = append(errs, p)
+				}
+			}
+			require.Len(t, errs, 1, "%v", problems)
 		})
 	}
 }
