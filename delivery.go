@@ -177,6 +177,16 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.value()) }
 	}
 	ds, err := e.leaseBatch(ctx, g, s, holder, max, e.opts.MaxReadBytes, match)
+	// Each lease names the contract it was taken under, so that revoking
+	// it gives them back (releaseRevoked). A revocation before this is
+	// caught by the receive's last check (still), which gives them back.
+	g.mu.Lock()
+	for _, d := range ds {
+		if l := g.leases[d.seq]; l != nil && l.holder == holder {
+			l.contract = c.ContractID
+		}
+	}
+	g.mu.Unlock()
 	out := make([]*Message, len(ds))
 	for i, d := range ds {
 		out[i] = d.m.Clone()
@@ -234,6 +244,12 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 		return NewError(CodeBadRequest, "nack applies to work-queue and request/reply subjects")
 	}
 	defer e.releaseGroup(g)
+	nacked := false
+	defer func() {
+		if nacked { // after g.mu: the group's other consumers look again
+			e.pokeGroup(s.name)
+		}
+	}()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[sm.Seq]
@@ -248,6 +264,11 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 	}
 	l.deadline = e.now().Add(delay)
 	l.holder = ""
+	// The cluster-wide lease ends with the delay too, as a push handler's
+	// failure ends it (settle): otherwise every other node would see the
+	// message held here until the ack wait it was leased for ran out.
+	e.releaseShared(ctx, g, false, l.deadline, sm.Seq)
+	nacked = true
 	e.audit(ctx, EventDeliveryNacked.record(OutcomeDeny, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
 	return nil
 }

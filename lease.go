@@ -113,6 +113,10 @@ type lease struct {
 	deadline time.Time
 	attempt  int
 	busy     bool // an in-process handler is running: the lease does not expire
+	// contract is the contract a pull receive took the lease under (""
+	// for a push subscription's, which gives its leases back as it stops):
+	// its revocation gives the lease back (releaseRevoked).
+	contract string
 }
 
 // markDone records seq as done; g.mu must be held.
@@ -500,5 +504,45 @@ func (e *Engine) releaseLeases(s *subscription) {
 func (e *Engine) pokeGroup(subject string) {
 	if f := e.fanoutOf(subject); f != nil {
 		f.pokeGroups()
+	}
+}
+
+// releaseRevoked gives the leases pull receives took under contract id
+// back to their groups at once, their attempts spent: a revoked consumer
+// can no longer ack them (its contract is refused), so waiting out their
+// ack wait would only hold them from the group's other consumers. It
+// waits for each group in turn (a lease being taken holds the group over
+// a store read), so revocations run it on a goroutine of their own; a
+// receive that leased under the contract and has not yet named it on its
+// leases finds the revocation in its last check and gives them back.
+func (e *Engine) releaseRevoked(id string) {
+	t := &e.groups
+	t.mu.Lock()
+	gs := make([]*group, 0, len(t.m))
+	for _, g := range t.m {
+		gs = append(gs, g)
+	}
+	t.mu.Unlock()
+	ctx := context.WithoutCancel(e.ctx)
+	for _, g := range gs {
+		select {
+		case <-g.loaded:
+		default:
+			continue // still loading: no lease of it was taken yet
+		}
+		g.mu.Lock()
+		now := e.now()
+		var seqs []uint64
+		for seq, l := range g.leases {
+			if l.contract == id && l.holder != "" {
+				l.holder, l.deadline, l.contract = "", now, ""
+				seqs = append(seqs, seq)
+			}
+		}
+		g.mu.Unlock()
+		if len(seqs) > 0 {
+			e.releaseShared(ctx, g, false, now, seqs...)
+			e.pokeGroup(g.key.Subject)
+		}
 	}
 }

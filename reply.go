@@ -191,6 +191,13 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID
 			return nil, e.refuse(ctx, a, g.Name(), v)
 		}
 	}
+	// A replier answers only what it may receive: with its receive scoped
+	// to some routes (the rule gate, which judges a publish's routes, does
+	// not run here), a request outside them was never its to answer, and
+	// its reply would reach the requester as the answer of one that was.
+	if err := e.inRepliersScope(ctx, a, req); err != nil {
+		return nil, err
+	}
 	if clientID {
 		if _, err := e.store.Lookup(ctx, a.Message.ID); err == nil {
 			return nil, e.idTaken(ctx, a)
@@ -217,6 +224,28 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID
 		}
 	}
 	return &Result{Status: StatusAccepted, Message: &m}, nil
+}
+
+// inRepliersScope refuses (POLICY_DENIED, audited) a reply to req when
+// the replier's receive on the subject is scoped to routes req lies
+// outside of, as a subscription or a pull of the replier would never
+// hand it req.
+func (e *Engine) inRepliersScope(ctx context.Context, a *Admission, req *Message) error {
+	var scope *permit
+	if a.contract != nil {
+		scope = a.contract.permits[a.subj.name]
+	}
+	if !scope.scoped(OpReceive) {
+		return nil
+	}
+	sm, err := e.store.Lookup(ctx, req.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return storeError(err)
+	}
+	if err == nil && sm.Subject == a.subj.name && e.inReceiveScope(sm, scope) {
+		return nil
+	}
+	return e.refuse(ctx, a, GateRule, Deny(CodePolicyDenied, "the request is outside the routes this principal may receive"))
 }
 
 // handReply gives the requester c the reply r to its request req, if c's
@@ -274,6 +303,15 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 		if err := e.sentBy(ctx, c, res.Message); err != nil {
 			e.replies.cancel(req.ID, ch)
 			return nil, err
+		}
+	}
+	if res.Status == StatusDuplicate && res.Message.ID == req.ID {
+		// A retry by the request's own id: its reply may have come while
+		// nobody waited, and been parked for this retry (the waiter above
+		// was registered after it).
+		if r := e.replies.claim(id, c.Principal.ID); r != nil {
+			e.replies.cancel(id, ch)
+			return e.handReply(ctx, c, res.Message, r)
 		}
 	}
 	if res.Status == StatusDuplicate && res.Message.ID != req.ID {

@@ -84,6 +84,14 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		e.auditAsync(rec)
 		_ = e.settle(ctx, s, r.d.seq, r.err)
 	}
+	if len(acked) > 0 && !s.mayAnswer(ctx) {
+		// The contract stopped allowing the consumer while its handler
+		// held these: its acknowledgement is not trusted, as a pull Ack
+		// after a revocation is refused. They go back to the group at
+		// once, the attempt spent; no acked record names the consumer.
+		e.handBack(ctx, s, acked)
+		acked = nil
+	}
 	if len(acked) > 0 {
 		g := s.g
 		g.mu.Lock()
@@ -106,4 +114,30 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		}
 	}
 	e.pokeGroup(s.subj.name)
+}
+
+// mayAnswer reports whether the subscription's contract still allows it
+// to receive on its subject, so that its answers may settle messages.
+func (s *subscription) mayAnswer(ctx context.Context) bool {
+	_, code, _ := s.e.checkContract(ctx, s.caller.ContractID, s.caller.Principal, s.e.subject(s.subj.name), OpReceive)
+	return code == CodeOK
+}
+
+// handBack gives the leases of ds that s holds back to the group, due at
+// once; the attempts they took stay counted (the consumer was handed
+// them).
+func (e *Engine) handBack(ctx context.Context, s *subscription, ds []*decoded) {
+	g := s.g
+	g.mu.Lock()
+	now := e.now()
+	holder := s.holder()
+	var back []uint64
+	for _, d := range ds {
+		if l := g.leases[d.seq]; l != nil && l.holder == holder {
+			l.holder, l.busy, l.deadline = "", false, now
+			back = append(back, d.seq)
+		}
+	}
+	g.mu.Unlock()
+	e.releaseShared(ctx, g, false, now, back...)
 }

@@ -79,7 +79,8 @@ func (ss *sessionSubs) closeAll() {
 // onContractRevoked stops the contract's subscriptions at once: their
 // contexts end, so a handler or a transport still holding a delivery of
 // theirs (a WebSocket write queue) sees the revocation now, not when the
-// subscription's loop next looks at the contract.
+// subscription's loop next looks at the contract. The leases its pull
+// receives hold go back to their groups.
 func (e *Engine) onContractRevoked(id string) {
 	e.subs.mu.Lock()
 	var hit []*subscription
@@ -92,4 +93,7 @@ func (e *Engine) onContractRevoked(id string) {
 	for _, s := range hit {
 		s.stop(NewError(CodeContractRevoked, "the contract was revoked")) // ends s.ctx, which every wait of the loop watches
 	}
+	// What its pull receives hold goes back, without waiting here for a
+	// group busy with a store read.
+	e.goTracked(func() { e.releaseRevoked(id) })
 }
