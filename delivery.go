@@ -51,7 +51,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	var (
 		out       []*Message
 		err       error
-		pullGroup = consumerGroup(scope, nil, Selector{})
+		pullGroup = consumerGroup(scope, nil, Selector{}, nil)
 	)
 	still := func() error { return e.stillAllowed(ctx, c, s, OpReceive, EventReceiveDenied) }
 	switch {
@@ -302,7 +302,7 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	if s.mode == ModePubSub {
 		return s, sm, nil, scope, nil
 	}
-	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: consumerGroup(scope, nil, Selector{})})
+	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: consumerGroup(scope, nil, Selector{}, nil)})
 	if err != nil {
 		return nil, store.Message{}, nil, nil, err
 	}

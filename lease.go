@@ -2,7 +2,11 @@ package pigeon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,11 +34,18 @@ const DefaultGroup = "default"
 //     "||", a scope's value may), the key would be ambiguous, and it is
 //     "GROUP||" and each of the three as its length, ':' and itself
 //     (separated), which no key of the first form spells (a selector
-//     starts with '/').
+//     starts with '/');
+//   - when the filter reads `principal`, the same filter selects
+//     differently for each principal (message.data.owner ==
+//     principal.id): the key has a fourth part, "principal:" and a digest
+//     of who (its id, roles and attributes, which the filter sees), in
+//     either form; otherwise members of one group with such a filter
+//     shared a queue position, and a message one member's filter refused
+//     was done for all of them, lost to the member it was for.
 //
 // The names are the groups' keys in the store: changing an encoding loses
 // the progress of every group written under it.
-func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector) string {
+func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector, who *Principal) string {
 	if o == nil {
 		if scope.scoped(OpReceive) {
 			return DefaultGroup + "|scope:" + scope.scopeKey(OpReceive)
@@ -46,9 +57,12 @@ func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector) string {
 		g = DefaultGroup
 	}
 	if o.Selector != "" || o.Filter != "" || scope.scoped(OpReceive) {
-		parts := [3]string{sel.String(), o.Filter, scope.scopeKey(OpReceive)}
-		if !strings.Contains(parts[0], "|") && !strings.Contains(parts[1], "|") && !strings.Contains(parts[2], "|") {
-			return g + "|" + parts[0] + "|" + parts[1] + "|" + parts[2]
+		parts := []string{sel.String(), o.Filter, scope.scopeKey(OpReceive)}
+		if strings.Contains(o.Filter, "principal") {
+			parts = append(parts, filterPrincipalKey(who))
+		}
+		if !slices.ContainsFunc(parts, func(p string) bool { return strings.Contains(p, "|") }) {
+			return g + "|" + strings.Join(parts, "|")
 		}
 		g += "||"
 		for _, p := range parts {
@@ -56,6 +70,23 @@ func consumerGroup(scope *permit, o *SubscribeOptions, sel Selector) string {
 		}
 	}
 	return g
+}
+
+// filterPrincipalKey is the part of a group's key that tells apart the
+// principals a filter reading `principal` is evaluated for: a digest of
+// the id, roles and attributes it sees.
+func filterPrincipalKey(p *Principal) string {
+	var who struct {
+		ID         string            `json:"id"`
+		Roles      []string          `json:"roles"`
+		Attributes map[string]string `json:"attributes"`
+	}
+	if p != nil {
+		who.ID, who.Roles, who.Attributes = p.ID, slices.Sorted(slices.Values(p.Roles)), p.Attributes
+	}
+	b, _ := json.Marshal(who) // map keys sorted: one text for one principal
+	sum := sha256.Sum256(b)
+	return "principal:" + hex.EncodeToString(sum[:16])
 }
 
 // MaxGroupName is the longest consumer group name, in bytes.

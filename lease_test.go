@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,24 @@ func TestConsumerGroup(t *testing.T) {
 		{nil, &SubscribeOptions{Selector: "/k=v|true", Filter: "true"}, sel("/k=v|true"), "default||9:/k=v|true4:true0:"},
 		{nil, &SubscribeOptions{Selector: "/k=v", Filter: "true||true"}, sel("/k=v"), "default||4:/k=v10:true||true0:"},
 	} {
-		require.Equal(t, tc.want, consumerGroup(tc.scope, tc.o, tc.sel))
+		require.Equal(t, tc.want, consumerGroup(tc.scope, tc.o, tc.sel, nil))
 	}
+
+	// A filter that reads the principal keys a group per principal (its
+	// id, roles and attributes); other filters do not look at who.
+	all = Selector{}
+	byOwner := &SubscribeOptions{Group: "g", Filter: "message.data.owner == principal.id"}
+	alice := &Principal{ID: "alice", Roles: []string{"b", "a"}, Attributes: map[string]string{"team": "x"}}
+	aliceAgain := &Principal{ID: "alice", Roles: []string{"a", "b"}, Attributes: map[string]string{"team": "x"}}
+	bob := &Principal{ID: "bob"}
+	ka, kb := consumerGroup(nil, byOwner, all, alice), consumerGroup(nil, byOwner, all, bob)
+	require.NotEqual(t, ka, kb)
+	require.Equal(t, ka, consumerGroup(nil, byOwner, all, aliceAgain), "roles in another order")
+	require.NotEqual(t, ka, consumerGroup(nil, byOwner, all, &Principal{ID: "alice", Roles: []string{"a", "b"}, Attributes: map[string]string{"team": "y"}}))
+	require.True(t, strings.HasPrefix(ka, "g|/|message.data.owner == principal.id||principal:"), ka)
+	plain := &SubscribeOptions{Group: "g", Filter: "message.data.n > 1"}
+	require.Equal(t, consumerGroup(nil, plain, all, alice), consumerGroup(nil, plain, all, bob))
+	require.Equal(t, "g|/|message.data.n > 1|", consumerGroup(nil, plain, all, alice))
+	piped := &SubscribeOptions{Group: "g", Filter: "principal.id == 'a' || true"}
+	require.True(t, strings.HasPrefix(consumerGroup(nil, piped, all, alice), "g||1:/27:principal.id == 'a' || true0:42:principal:"))
 }

@@ -352,7 +352,7 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 		sub.queue = make(chan *decoded, liveQueue)
 		sub.lagging.Store(true)
 	} else {
-		sub.group = consumerGroup(scope, &o, sel)
+		sub.group = consumerGroup(scope, &o, sel, c.Principal)
 		// The group starts now, within the subject's cap, rather than at
 		// the subscription's first lease. The subscription holds it until
 		// it has stopped (finish).
