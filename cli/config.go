@@ -39,6 +39,7 @@ type fileConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
 	AllowedOrigins  []string      `yaml:"allowed_origins"`
+	AllowedHosts    []string      `yaml:"allowed_hosts"`
 	TrustedProxies  []string      `yaml:"trusted_proxies"`
 	MesgdSubject    string        `yaml:"mesgd_subject"`
 	ProgramVersions int           `yaml:"program_versions"`
@@ -198,6 +199,12 @@ func loadConfig(path string, cfg *serveConfig) error {
 			return configError(path, at("allowed_origins", strconv.Itoa(i)), "%v", err)
 		}
 		cfg.allowedOrigins = append(cfg.allowedOrigins, o)
+	}
+	for i, h := range f.AllowedHosts {
+		if err := checkHost(h); err != nil {
+			return configError(path, at("allowed_hosts", strconv.Itoa(i)), "%v", err)
+		}
+		cfg.allowedHosts = append(cfg.allowedHosts, h)
 	}
 	for i, p := range f.TrustedProxies {
 		if _, err := server.ParseTrustedProxies([]string{p}); err != nil {

@@ -53,7 +53,7 @@ func TestServeMaxConnections(t *testing.T) {
 	addr := strings.TrimPrefix(r.url, "http://")
 	status := func(c net.Conn) int {
 		require.NoError(t, c.SetDeadline(time.Now().Add(5*time.Second)))
-		_, err := c.Write([]byte("GET /health HTTP/1.1\r\nHost: pigeon\r\n\r\n"))
+		_, err := c.Write([]byte("GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"))
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		require.NoError(t, err)

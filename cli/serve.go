@@ -82,6 +82,9 @@ type serveConfig struct {
 	// may call the API and open the WebSocket endpoint besides the
 	// server's own.
 	allowedOrigins []string
+	// allowedHosts are server.Options.AllowedHosts; empty on a loopback
+	// address: server.LoopbackHosts (allowedHostsFor).
+	allowedHosts []string
 	// trustedProxies are server.Options.TrustedProxies, as text.
 	trustedProxies []string
 	// ready, when set, is called with the listening address.
@@ -182,6 +185,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
 	fs.Var(&listFlag{v: &cfg.trustedProxies}, "trusted-proxy", "CIDR prefix or address of a reverse proxy or load balancer in front of the server, whose X-Forwarded-For names the client for the lockout of refused credentials and the audit log, and which --max-connections-per-ip does not cap; repeat or comma-separate (docs/security.md)")
 	fs.Var(&listFlag{v: &cfg.allowedOrigins}, "allowed-origins", "origins (host patterns such as app.example.com or *.example.com:8443) whose browser pages may call the API (CORS) and open /v1/ws besides the server's own; repeat or comma-separate")
+	fs.Var(&listFlag{v: &cfg.allowedHosts}, "allowed-hosts", "host names the server answers to (localhost, *.example.com), besides IP addresses: a request naming another is refused 403, as a DNS rebinding page's would be; default on a loopback --addr: localhost and *.localhost, otherwise any; repeat or comma-separate")
 	fs.IntVar(&cfg.maxFailures, "max-auth-failures", cfg.maxFailures, "refused credentials one source (a remote IPv4 address, or an IPv6 /64) may present within --auth-failure-window before its attempts are refused 429 RATE_LIMITED, unchecked, for a window, and its new connections as they are accepted, before any TLS handshake (not a --trusted-proxy's); failed TLS handshakes are counted apart under the same limit (default 20; docs/security.md)")
 	fs.DurationVar(&cfg.failureWindow, "auth-failure-window", cfg.failureWindow, "the window of --max-auth-failures, and how long a lockout lasts (default 1m)")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
@@ -214,6 +218,12 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	for _, o := range cfg.allowedOrigins {
 		if err := checkOrigin(o); err != nil {
 			fmt.Fprintf(stderr, "pigeon serve: --allowed-origins: %v\n", err)
+			return 2, false
+		}
+	}
+	for _, h := range cfg.allowedHosts {
+		if err := checkHost(h); err != nil {
+			fmt.Fprintf(stderr, "pigeon serve: --allowed-hosts: %v\n", err)
 			return 2, false
 		}
 	}
@@ -323,7 +333,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
-		AllowedOrigins: cfg.allowedOrigins, TrustedProxies: mustProxies(cfg.trustedProxies), Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP,
+		AllowedOrigins: cfg.allowedOrigins, AllowedHosts: allowedHostsFor(cfg), TrustedProxies: mustProxies(cfg.trustedProxies), Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP,
 		MaxReadBytesInFlight: mibBytes(cfg.maxReadMemMB), MaxReadBytesPerPrincipal: mibBytes(cfg.maxReadShareMB)}
 	if cfg.wsPublishRate != 0 {
 		so.WebSocket = &ws.Options{PublishRate: cfg.wsPublishRate}
@@ -427,6 +437,26 @@ func catalogAndTokens(cfg serveConfig) (*pigeon.Catalog, []policy.Problem, []pig
 		return nil, nil, nil, err
 	}
 	return c, warnings, t, nil
+}
+
+// allowedHostsFor is the host names the server answers to: those given,
+// or on a loopback address server.LoopbackHosts. The quickstart's broker
+// listens on 127.0.0.1 with public demo tokens; a DNS rebinding page of
+// any name would otherwise be served as of the broker's own origin.
+func allowedHostsFor(cfg serveConfig) []string {
+	if len(cfg.allowedHosts) == 0 && loopbackAddr(cfg.addr) {
+		return server.LoopbackHosts
+	}
+	return cfg.allowedHosts
+}
+
+// checkHost checks one --allowed-hosts name: a host name, or *. and one.
+func checkHost(h string) error {
+	name := strings.TrimPrefix(h, "*.")
+	if name == "" || strings.ContainsAny(name, "*:/ []") || strings.ContainsFunc(name, func(r rune) bool { return r < '!' || r > '~' }) {
+		return fmt.Errorf("%q is not a host name (localhost, broker.example.com) or *. and one", h)
+	}
+	return nil
 }
 
 // loopbackAddr reports whether a listen address (host:port) takes

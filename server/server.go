@@ -59,6 +59,17 @@ type Options struct {
 	// browser's client certificate, and a request without a credential
 	// counts toward the lockout of the browser's address.
 	AllowedOrigins []string
+	// AllowedHosts, when not empty, are the host names the server answers
+	// to (a request's Host, its port aside): names such as localhost, or
+	// *.example.com for the subdomains of example.com; a request naming an
+	// IP address is always answered. A request for any other name is
+	// refused 403 FORBIDDEN before its credential is looked at: a DNS
+	// rebinding page (a page of the attacker's name, its address then made
+	// the server's) is of the same origin as the server in the browser's
+	// eyes, so neither CORS nor the cross-site refusal stops its script
+	// from sending a bearer token it knows (the demo's are public). Empty:
+	// any name (`pigeon serve` on a loopback address: LoopbackHosts).
+	AllowedHosts []string
 	// Timeouts of the HTTP server that Serve runs (see http.Server). A
 	// WebSocket connection is not bound by them once upgraded.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
@@ -198,6 +209,7 @@ func (o *Options) withDefaults() Options {
 		wo.MaxReadBytesPerPrincipal = c.MaxReadBytesPerPrincipal
 	}
 	c.AllowedOrigins = append([]string(nil), c.AllowedOrigins...)
+	c.AllowedHosts = append([]string(nil), c.AllowedHosts...)
 	c.TrustedProxies = append([]netip.Prefix(nil), c.TrustedProxies...)
 	wo.OriginPatterns = append(append([]string(nil), wo.OriginPatterns...), c.AllowedOrigins...)
 	c.WebSocket = &wo
@@ -305,6 +317,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"bytes", lw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
 		}()
 		w = lw
+	}
+	if !hostAllowed(r.Host, s.opts.AllowedHosts) {
+		writeError(w, pigeon.NewError(pigeon.CodeForbidden,
+			"the server does not answer to this host name: the server's allowed hosts (pigeon serve --allowed-hosts) do not name it"))
+		return
 	}
 	if s.cors(w, r) {
 		return
