@@ -137,13 +137,7 @@ func TestServeConfigFractionForIntegerRefused(t *testing.T) {
 		{"max_read_memory_mb: 1.5\n", ":1: "},
 		{"max_groups: &g 2.5\nmax_programs: *g\n", ":1: "},
 	} {
-		var stderr strings.Builder
-		path := writeConfig(t, tc.body)
-		_, code, ok := parseServe([]string{"--config", path}, &stderr, nil)
-		require.False(t, ok, tc.body)
-		require.Equal(t, 2, code)
-		require.Contains(t, stderr.String(), path+tc.want, tc.body)
-		require.Contains(t, stderr.String(), "not an integer", tc.body)
+		require.Contains(t, requireConfigRefused(t, tc.body, tc.want), "not an integer", tc.body)
 	}
 	cfg, _, ok := parseServe([]string{"--config", writeConfig(t, "max_connections: 1e3\nws_publish_rate: 0.5\n")}, io.Discard, nil)
 	require.True(t, ok)

@@ -156,13 +156,21 @@ func TestServeConfigRefused(t *testing.T) {
 		{"tls:\n  cert: a.pem\n", ":1: tls needs both cert and key"},
 		{"addr: [1, 2\n", ":1: "},
 	} {
-		var stderr strings.Builder
-		path := writeConfig(t, tc.body)
-		_, code, ok := parseServe([]string{"--config", path}, &stderr, nil)
-		require.False(t, ok, tc.body)
-		require.Equal(t, 2, code)
-		require.Contains(t, stderr.String(), path+tc.want, tc.body)
+		requireConfigRefused(t, tc.body, tc.want)
 	}
+}
+
+// requireConfigRefused requires a config file of body to refuse the start
+// (exit 2) with its path and want in the message, which it returns.
+func requireConfigRefused(t *testing.T, body, want string) string {
+	t.Helper()
+	var stderr strings.Builder
+	path := writeConfig(t, body)
+	_, code, ok := parseServe([]string{"--config", path}, &stderr, nil)
+	require.False(t, ok, body)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), path+want, body)
+	return stderr.String()
 }
 
 func TestServeRefusesBadIdentityFiles(t *testing.T) {

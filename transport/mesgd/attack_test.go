@@ -292,10 +292,7 @@ func TestRevocationDropsADeliveryWaitingItsTurn(t *testing.T) {
 	for {
 		_, b, err := c.Read(rctx)
 		if err != nil {
-			require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
-			var ce websocket.CloseError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, string(pigeon.CodeContractRevoked), ce.Reason)
+			requireCloseError(t, err, websocket.StatusPolicyViolation, pigeon.CodeContractRevoked)
 			return
 		}
 		require.NotContains(t, string(b), "late", "a delivery was written after the revocation")

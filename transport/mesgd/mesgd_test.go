@@ -246,10 +246,7 @@ func TestContractEndClosesTheConnection(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, _, err := c.Read(rctx)
-	require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
-	var ce websocket.CloseError
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, string(pigeon.CodeContractRevoked), ce.Reason)
+	requireCloseError(t, err, websocket.StatusPolicyViolation, pigeon.CodeContractRevoked)
 }
 
 // TestCrossOriginUpgradeRefused: a page of another origin is refused 403

@@ -172,12 +172,19 @@ func requireClosed(t *testing.T, c *websocket.Conn, status websocket.StatusCode,
 			t.Logf("frame before the close: %.80s", b)
 			continue
 		}
-		require.Equal(t, status, websocket.CloseStatus(err), "%v", err)
-		var ce websocket.CloseError
-		require.ErrorAs(t, err, &ce)
-		require.Equal(t, string(reason), ce.Reason)
+		requireCloseError(t, err, status, reason)
 		return
 	}
+}
+
+// requireCloseError requires err, a read's, to be the close status with
+// reason the code.
+func requireCloseError(t *testing.T, err error, status websocket.StatusCode, reason pigeon.Code) {
+	t.Helper()
+	require.Equal(t, status, websocket.CloseStatus(err), "%v", err)
+	var ce websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, string(reason), ce.Reason)
 }
 
 // TestContractRenewedInPlace: a mesgd connection renews its contract in
@@ -339,10 +346,7 @@ func TestRevocationCutsTheStream(t *testing.T) {
 	for {
 		_, b, err := c.Read(rctx)
 		if err != nil {
-			require.Equal(t, websocket.StatusPolicyViolation, websocket.CloseStatus(err), "%v", err)
-			var ce websocket.CloseError
-			require.ErrorAs(t, err, &ce)
-			require.Equal(t, string(pigeon.CodeContractRevoked), ce.Reason)
+			requireCloseError(t, err, websocket.StatusPolicyViolation, pigeon.CodeContractRevoked)
 			break
 		}
 		var v struct{ N int64 }
