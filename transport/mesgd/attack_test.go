@@ -47,13 +47,7 @@ func TestWorkQueueDeliveryCutByTheConsumerSpendsNoAttempt(t *testing.T) {
 	require.NoError(t, err)
 	srv := mesgd.New(e, mesgd.Options{Subject: "jobs"})
 	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, srv.Shutdown(ctx))
-		hs.Close()
-		require.NoError(t, e.Shutdown(ctx))
-	})
+	stopAtEnd(t, srv, hs, e)
 
 	c := dialMesgd(t, hs.URL, "/mesgd/room=lobby", "alice-token", true) // never reads
 	var contract string
@@ -245,13 +239,7 @@ func TestRevocationDropsADeliveryWaitingItsTurn(t *testing.T) {
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Listener = smallBufferListener{Listener: hs.Listener, t: t}
 	hs.Start()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, srv.Shutdown(ctx))
-		hs.Close()
-		require.NoError(t, e.Shutdown(ctx))
-	})
+	stopAtEnd(t, srv, hs, e)
 	dialer := &net.Dialer{}
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dialer.DialContext(ctx, network, addr)

@@ -98,6 +98,13 @@ func startServer(t *testing.T) (string, *pigeon.Engine) {
 	require.NoError(t, err)
 	s := server.New(e, &server.Options{Mesgd: &mesgd.Options{Subject: "chat"}})
 	hs := httptest.NewServer(s)
+	stopAtEnd(t, s, hs, e)
+	return hs.URL, e
+}
+
+// stopAtEnd shuts down, when the test ends, the server s (mesgd's or the
+// broker's) that hs serves, then hs, then the engine.
+func stopAtEnd(t *testing.T, s interface{ Shutdown(context.Context) error }, hs *httptest.Server, e *pigeon.Engine) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -105,7 +112,6 @@ func startServer(t *testing.T) (string, *pigeon.Engine) {
 		hs.Close()
 		require.NoError(t, e.Shutdown(ctx))
 	})
-	return hs.URL, e
 }
 
 // dialMesgd connects as a mesgd program does: a plain WebSocket with the

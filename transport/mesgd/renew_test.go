@@ -93,13 +93,7 @@ func newClockFixture(t *testing.T, configure ...any) *clockFixture {
 	})
 	hs := httptest.NewServer(f.srv)
 	f.base = hs.URL
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, f.srv.Shutdown(ctx))
-		hs.Close()
-		require.NoError(t, e.Shutdown(ctx))
-	})
+	stopAtEnd(t, f.srv, hs, e)
 	return f
 }
 
