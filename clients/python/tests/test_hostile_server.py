@@ -18,24 +18,35 @@ def msg(i: int) -> dict:
     return {"id": f"msg_{i}", "subject": "x", "sequence": i, "data": {}}
 
 
-async def test_deliveries_for_subscriptions_never_opened_cost_a_bounded_number_of_unsubscribes():
-    unsubs: list[tuple] = []
+def negotiating(on_frame, contract: dict = CONTRACT):
+    """A raw endpoint that answers negotiate with ``contract`` and hands
+    every other frame to ``await on_frame(ws, f)``."""
 
     async def endpoint(ws):
         async for raw in ws:
             f = json.loads(raw)
             if f["op"] == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
-            elif f["op"] == "unsubscribe":
-                unsubs.append((ws, f))  # never answered, at first
-            elif f["op"] == "ping":
-                for i in range(1000):
-                    await ws.send(json.dumps({"op": "deliver", "sub": f"sub_never_{i}", "attempt": 1, "message": msg(i)}))
-                await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_never_batch",
-                                          "deliveries": [{"attempt": 1, "message": msg(1)}]}))
-                await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": contract}))
+            else:
+                await on_frame(ws, f)
 
-    async with serve(endpoint, "127.0.0.1", 0) as srv:
+    return endpoint
+
+
+async def test_deliveries_for_subscriptions_never_opened_cost_a_bounded_number_of_unsubscribes():
+    unsubs: list[tuple] = []
+
+    async def on_frame(ws, f):
+        if f["op"] == "unsubscribe":
+            unsubs.append((ws, f))  # never answered, at first
+        elif f["op"] == "ping":
+            for i in range(1000):
+                await ws.send(json.dumps({"op": "deliver", "sub": f"sub_never_{i}", "attempt": 1, "message": msg(i)}))
+            await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_never_batch",
+                                      "deliveries": [{"attempt": 1, "message": msg(1)}]}))
+            await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+
+    async with serve(negotiating(on_frame), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], on_error=lambda e: None, reconnect=False)
         try:
@@ -172,13 +183,10 @@ async def test_a_server_that_upgrades_and_never_answers_negotiate_fails_connect_
 async def test_a_contract_whose_subjects_are_not_a_list_is_a_protocol_error():
     from pigeon_client import ProtocolError
 
-    async def endpoint(ws):
-        async for raw in ws:
-            f = json.loads(raw)
-            if f["op"] == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": {**CONTRACT, "subjects": 5}}))
+    async def ignore(ws, f):
+        pass
 
-    async with serve(endpoint, "127.0.0.1", 0) as srv:
+    async with serve(negotiating(ignore, {**CONTRACT, "subjects": 5}), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         try:
             await within(connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], reconnect=False), 5)
@@ -193,18 +201,14 @@ async def test_a_call_the_server_never_answers_fails_at_the_call_timeout_and_its
 
     held = []
 
-    async def endpoint(ws):
-        async for raw in ws:
-            f = json.loads(raw)
-            if f["op"] == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
-            elif f["op"] == "ping":
-                await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
-            else:
-                held.append((ws, f))  # never answered, at first
+    async def on_frame(ws, f):
+        if f["op"] == "ping":
+            await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+        else:
+            held.append((ws, f))  # never answered, at first
 
     errors = []
-    async with serve(endpoint, "127.0.0.1", 0) as srv:
+    async with serve(negotiating(on_frame), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         s = await within(
             connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], reconnect=False, ping_interval=None, call_timeout=0.3, on_error=errors.append), 5
