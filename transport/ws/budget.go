@@ -43,6 +43,23 @@ func (b *budget) take(n int64, force bool) (ok, first bool, freed <-chan struct{
 	return true, first, nil
 }
 
+// emptied returns a channel that is closed when bytes come back, closed
+// already when nothing is taken (the next take is a first).
+func (b *budget) emptied() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used == 0 {
+		return closedChan
+	}
+	if b.freed == nil {
+		b.freed = make(chan struct{})
+	}
+	return b.freed
+}
+
+// closedChan is a channel that is closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // give returns n bytes taken before.
 func (b *budget) give(n int64) {
 	if n == 0 {

@@ -439,23 +439,30 @@ func (c *conn) enqueueOut(ctx context.Context, f outFrame) error {
 // tryReserve takes n bytes of the connection's and the server's write
 // budgets when both have room.
 func (c *conn) tryReserve(n int64) bool {
-	ok, _ := c.reserveOnce(n)
+	ok, _, _ := c.reserveOnce(n)
 	return ok
 }
 
 // reserveOnce takes n bytes of the connection's budget and then of the
-// server's, unless either is spent; the channel it returns then is closed
-// when the one that is spent gets bytes back.
-func (c *conn) reserveOnce(n int64) (ok bool, wait <-chan struct{}) {
+// server's, unless either is spent; wait, returned then, is closed when
+// the one that is spent gets bytes back. When the server's is spent, own
+// is closed when the connection's gets bytes back too (closed already when
+// it holds none): a connection with nothing queued may always queue one frame, so
+// its last frame written must wake a reservation waiting on the server's
+// budget, which a connection that stopped reading may never give back to.
+// (unreserve gives the server's bytes first: woken by them, a waiter that
+// looked again before the connection's came back waited on the server's
+// alone, and was never woken.)
+func (c *conn) reserveOnce(n int64) (ok bool, wait, own <-chan struct{}) {
 	ok, first, wait := c.budget.take(n, false)
 	if !ok {
-		return false, wait
+		return false, wait, nil
 	}
 	if ok, _, wait = c.srv.budget.take(n, first); !ok {
 		c.budget.give(n)
-		return false, wait
+		return false, wait, c.budget.emptied()
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 // reserve takes n bytes of the connection's and the server's write
@@ -472,7 +479,7 @@ func (c *conn) reserve(ctx context.Context, n int64) error {
 		if c.stalled.Load() {
 			return errStalled
 		}
-		ok, wait := c.reserveOnce(n)
+		ok, wait, own := c.reserveOnce(n)
 		if ok {
 			return nil
 		}
@@ -483,6 +490,7 @@ func (c *conn) reserve(ctx context.Context, n int64) error {
 		}
 		select {
 		case <-wait:
+		case <-own:
 		case <-t.C:
 			if c.written.Load() == progress {
 				c.stall()
