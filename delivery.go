@@ -176,17 +176,9 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	if scope.scoped(OpReceive) {
 		match = func(d *decoded) bool { return scope.inScope(OpReceive, d.value()) }
 	}
-	ds, err := e.leaseBatch(ctx, g, s, holder, max, e.opts.MaxReadBytes, match)
-	// Each lease names the contract it was taken under, so that revoking
-	// it gives them back (releaseRevoked). A revocation before this is
-	// caught by the receive's last check (still), which gives them back.
-	g.mu.Lock()
-	for _, d := range ds {
-		if l := g.leases[d.seq]; l != nil && l.holder == holder {
-			l.contract = c.ContractID
-		}
-	}
-	g.mu.Unlock()
+	// Each lease names the contract it is taken under, so that revoking
+	// the contract gives it back (releaseRevoked).
+	ds, err := e.leaseBatch(ctx, g, s, holder, c.ContractID, max, e.opts.MaxReadBytes, match)
 	out := make([]*Message, len(ds))
 	for i, d := range ds {
 		out[i] = d.m.Clone()

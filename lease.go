@@ -230,10 +230,11 @@ func (g *group) requeue(seq uint64) {
 	g.retry = append(g.retry, seq)
 }
 
-// leaseBatch leases up to max messages of g to holder: first those whose
+// leaseBatch leases up to max messages of g to holder, each lease naming
+// contract (leaseMsg): first those whose
 // lease expired or whose nack delay passed, then new ones. A message that
 // match rejects is done for this group (skipped).
-func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder string, max, budget int, match func(*decoded) bool) ([]*decoded, error) {
+func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder, contract string, max, budget int, match func(*decoded) bool) ([]*decoded, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := e.now()
@@ -266,7 +267,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 		if g.prog.IsDone(seq) || g.leases[seq] != nil {
 			continue
 		}
-		if err := take(e.leaseOne(ctx, g, s, seq, holder, now)); err != nil {
+		if err := take(e.leaseOne(ctx, g, s, seq, holder, contract, now)); err != nil {
 			g.requeue(seq)
 			return out, err
 		}
@@ -291,7 +292,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 			if g.prog.IsDone(sm.Seq) || g.leases[sm.Seq] != nil {
 				continue
 			}
-			if err := take(e.leaseMsg(ctx, g, s, sm, holder, now)); err != nil {
+			if err := take(e.leaseMsg(ctx, g, s, sm, holder, contract, now)); err != nil {
 				g.requeue(sm.Seq)
 				return out, err
 			}
@@ -301,7 +302,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder st
 }
 
 // leaseOne leases seq, reading it from the store.
-func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64, holder string, now time.Time) (*decoded, error) {
+func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64, holder, contract string, now time.Time) (*decoded, error) {
 	sms, err := e.store.Read(ctx, s.name, seq, 1)
 	if err != nil {
 		return nil, storeError(err)
@@ -314,11 +315,13 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 		}
 		return nil, e.markDone(ctx, g, seq)
 	}
-	return e.leaseMsg(ctx, g, s, sms[0], holder, now)
+	return e.leaseMsg(ctx, g, s, sms[0], holder, contract, now)
 }
 
-// leaseMsg starts the next attempt of sm for holder, or exhausts it.
-func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder string, now time.Time) (*decoded, error) {
+// leaseMsg starts the next attempt of sm for holder, or exhausts it. The
+// lease names contract, a pull receive's (lease.contract), "" for a push
+// subscription's.
+func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder, contract string, now time.Time) (*decoded, error) {
 	n := g.attempts[sm.Seq] + 1
 	if e.shared(g) {
 		st, err := e.opts.Cluster.Acquire(ctx, g.key, sm.Seq, now.Add(s.ackWait))
@@ -342,7 +345,7 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 		return nil, storeError(err)
 	}
 	g.attempts[sm.Seq] = n
-	g.leases[sm.Seq] = &lease{holder: holder, deadline: now.Add(s.ackWait), attempt: n}
+	g.leases[sm.Seq] = &lease{holder: holder, contract: contract, deadline: now.Add(s.ackWait), attempt: n}
 	if n > 1 {
 		e.note(NoteRedelivery, s.name)
 	}
@@ -379,7 +382,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
 	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
-	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), n, 0, match)
+	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), "", n, 0, match)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -543,9 +546,7 @@ func (e *Engine) pokeGroup(subject string) {
 // can no longer ack them (its contract is refused), so waiting out their
 // ack wait would only hold them from the group's other consumers. It
 // waits for each group in turn (a lease being taken holds the group over
-// a store read), so revocations run it on a goroutine of their own; a
-// receive that leased under the contract and has not yet named it on its
-// leases finds the revocation in its last check and gives them back.
+// a store read), so revocations run it on a goroutine of their own.
 func (e *Engine) releaseRevoked(id string) {
 	t := &e.groups
 	t.mu.Lock()
