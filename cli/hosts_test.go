@@ -45,10 +45,10 @@ func TestAllowedHostsFor(t *testing.T) {
 	require.Empty(t, allowedHostsFor(serveConfig{addr: ":8787"}), "every interface: any name unless told")
 	require.Empty(t, allowedHostsFor(serveConfig{addr: "0.0.0.0:8787"}))
 	require.Equal(t, []string{"a.example"}, allowedHostsFor(serveConfig{addr: "127.0.0.1:8787", allowedHosts: []string{"a.example"}}))
-	for _, bad := range []string{"", "*.", "a b", "a:80", "http://a", "*.*.a", "a*"} {
+	for _, bad := range []string{"", " a", "a:80", "http://a", "a[", "a/b"} {
 		require.Error(t, checkHost(bad), bad)
 	}
-	for _, good := range []string{"localhost", "*.localhost", "broker.example.com", "*.example.com"} {
+	for _, good := range []string{"localhost", "*.localhost", "broker.example.com", "*.example.com", "broker-?.example.com"} {
 		require.NoError(t, checkHost(good), good)
 	}
 }

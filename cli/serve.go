@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -450,11 +451,11 @@ func allowedHostsFor(cfg serveConfig) []string {
 	return cfg.allowedHosts
 }
 
-// checkHost checks one --allowed-hosts name: a host name, or *. and one.
+// checkHost checks one --allowed-hosts pattern: a host name pattern in
+// the syntax of --allowed-origins (path.Match), without a port.
 func checkHost(h string) error {
-	name := strings.TrimPrefix(h, "*.")
-	if name == "" || strings.ContainsAny(name, "*:/ []") || strings.ContainsFunc(name, func(r rune) bool { return r < '!' || r > '~' }) {
-		return fmt.Errorf("%q is not a host name (localhost, broker.example.com) or *. and one", h)
+	if _, err := path.Match(h, ""); err != nil || strings.TrimSpace(h) != h || h == "" || strings.ContainsAny(h, ":/[]") {
+		return fmt.Errorf("%q is not a host name pattern such as localhost or *.example.com (no port, no scheme)", h)
 	}
 	return nil
 }

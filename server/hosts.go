@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	"net/netip"
+	"path"
 	"strings"
 )
 
@@ -19,8 +20,9 @@ import (
 // hostAllowed reports whether a request for host (a Host header, with or
 // without a port) may be served: any when no names are allowed, an IP
 // literal always (a page of an IP address is of its own origin, which the
-// cross-site refusal covers), else a name matching one of allowed
-// ("localhost", or "*.example.com" for its subdomains), in any case.
+// cross-site refusal covers), else a name that a pattern of allowed
+// matches, as origin patterns match (path.Match syntax, any case:
+// "localhost", "*.example.com" for its subdomains), its port aside.
 func hostAllowed(host string, allowed []string) bool {
 	if len(allowed) == 0 {
 		return true
@@ -28,18 +30,12 @@ func hostAllowed(host string, allowed []string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 	if _, err := netip.ParseAddr(host); err == nil {
 		return true
 	}
-	for _, a := range allowed {
-		if sub, ok := strings.CutPrefix(a, "*."); ok {
-			if len(host) > len(sub)+1 && strings.EqualFold(host[len(host)-len(sub):], sub) && host[len(host)-len(sub)-1] == '.' {
-				return true
-			}
-			continue
-		}
-		if strings.EqualFold(host, a) {
+	for _, p := range allowed {
+		if ok, err := path.Match(strings.ToLower(p), host); err == nil && ok {
 			return true
 		}
 	}

@@ -60,8 +60,9 @@ type Options struct {
 	// counts toward the lockout of the browser's address.
 	AllowedOrigins []string
 	// AllowedHosts, when not empty, are the host names the server answers
-	// to (a request's Host, its port aside): names such as localhost, or
-	// *.example.com for the subdomains of example.com; a request naming an
+	// to (a request's Host, its port aside), as patterns in the syntax of
+	// AllowedOrigins (path.Match, any case): localhost, or *.example.com
+	// for the subdomains of example.com; a request naming an
 	// IP address is always answered. A request for any other name is
 	// refused 403 FORBIDDEN before its credential is looked at: a DNS
 	// rebinding page (a page of the attacker's name, its address then made
