@@ -329,7 +329,7 @@ func (in *inRoute) startJetStream(g *generation) error {
 				// does not exist.
 				c, cr, err := in.rebind(g)
 				var refused *pigeon.Error
-				if errors.As(err, &refused) && refused.Code == pigeon.CodeInvalidArgument {
+				if errors.As(err, &refused) && refused.Code == pigeon.CodeInvalidArgument && !errors.Is(err, jetstream.ErrStreamNotFound) {
 					g.fail(routeError(in.r, err)) // replaced by a consumer the route cannot use
 					return
 				}
@@ -390,16 +390,13 @@ func (in *inRoute) startJetStream(g *generation) error {
 	return nil
 }
 
-// rebind binds the route's consumer again after a failed pull: an error
-// when the stream does not exist (for now), a pigeon.Error
-// INVALID_ARGUMENT when the consumer that exists is one the route cannot
-// use.
+// rebind binds the route's consumer again after a failed pull, as
+// consumer does: its error wraps jetstream.ErrStreamNotFound while the
+// stream does not exist (for now), and is INVALID_ARGUMENT otherwise when
+// the consumer that exists is one the route cannot use.
 func (in *inRoute) rebind(g *generation) (jetstream.Consumer, time.Time, error) {
 	ctx, cancel := context.WithTimeout(g.ctx, in.b.opts.PublishTimeout)
 	defer cancel()
-	if _, err := g.js.Stream(ctx, in.r.Stream); err != nil {
-		return nil, time.Time{}, err
-	}
 	return in.consumer(ctx, g.js)
 }
 
@@ -413,7 +410,7 @@ func (in *inRoute) consumer(ctx context.Context, js jetstream.JetStream) (jetstr
 	r := in.r
 	st, err := js.Stream(ctx, r.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, time.Time{}, pigeon.NewError(pigeon.CodeInvalidArgument, "the JetStream stream %q does not exist", r.Stream)
+		return nil, time.Time{}, pigeon.WrapError(pigeon.CodeInvalidArgument, err, "the JetStream stream %q does not exist", r.Stream)
 	}
 	if err != nil {
 		return nil, time.Time{}, err
