@@ -150,8 +150,8 @@ func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool
 	e.prepare(a, c, in)
 	a.release = release
 	if s := a.subj; release == "" && s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
-		if req, ok := e.requestFor(ctx, s, a.Message.CorrelationID); ok {
-			return e.reply(ctx, a, req, clientID)
+		if stored, req, ok := e.requestFor(ctx, s, a.Message.CorrelationID); ok {
+			return e.reply(ctx, a, stored, req, clientID)
 		}
 	}
 	for _, g := range e.gates {

@@ -163,17 +163,18 @@ func (t *replyTable) closeAll() {
 	}
 }
 
-// requestFor finds the accepted request a correlation id names on s.
-func (e *Engine) requestFor(ctx context.Context, s *subject, correlationID string) (*Message, bool) {
+// requestFor finds the accepted request a correlation id names on s, as
+// stored and decoded.
+func (e *Engine) requestFor(ctx context.Context, s *subject, correlationID string) (store.Message, *Message, bool) {
 	sm, err := e.store.Lookup(ctx, correlationID)
 	if err != nil || sm.Subject != s.name {
-		return nil, false
+		return store.Message{}, nil, false
 	}
 	m, err := decodeStored(sm)
 	if err != nil {
-		return nil, false
+		return store.Message{}, nil, false
 	}
-	return m, true
+	return sm, m, true
 }
 
 // reply admits a reply to req: the replier must hold receive on the
@@ -184,7 +185,7 @@ func (e *Engine) requestFor(ctx context.Context, s *subject, correlationID strin
 // A reply whose id the replier chose (clientID) may not be the id of a
 // message the broker holds (MESSAGE_ID_TAKEN): its records (reply.routed,
 // reply.delivered) would be that message's receipts.
-func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID bool) (*Result, error) {
+func (e *Engine) reply(ctx context.Context, a *Admission, stored store.Message, req *Message, clientID bool) (*Result, error) {
 	a.op, a.Request = OpReceive, req
 	for _, g := range e.replyGates {
 		if v := g.Check(ctx, a); !v.Allowed() {
@@ -195,7 +196,7 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID
 	// to some routes (the rule gate, which judges a publish's routes, does
 	// not run here), a request outside them was never its to answer, and
 	// its reply would reach the requester as the answer of one that was.
-	if err := e.inRepliersScope(ctx, a, req); err != nil {
+	if err := e.inRepliersScope(ctx, a, stored); err != nil {
 		return nil, err
 	}
 	if clientID {
@@ -226,23 +227,16 @@ func (e *Engine) reply(ctx context.Context, a *Admission, req *Message, clientID
 	return &Result{Status: StatusAccepted, Message: &m}, nil
 }
 
-// inRepliersScope refuses (POLICY_DENIED, audited) a reply to req when
-// the replier's receive on the subject is scoped to routes req lies
-// outside of, as a subscription or a pull of the replier would never
-// hand it req.
-func (e *Engine) inRepliersScope(ctx context.Context, a *Admission, req *Message) error {
+// inRepliersScope refuses (POLICY_DENIED, audited) a reply to the
+// request stored when the replier's receive on the subject is scoped to
+// routes the request lies outside of, as a subscription or a pull of the
+// replier would never hand it the request.
+func (e *Engine) inRepliersScope(ctx context.Context, a *Admission, stored store.Message) error {
 	var scope *permit
 	if a.contract != nil {
 		scope = a.contract.permits[a.subj.name]
 	}
-	if !scope.scoped(OpReceive) {
-		return nil
-	}
-	sm, err := e.store.Lookup(ctx, req.ID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return storeError(err)
-	}
-	if err == nil && sm.Subject == a.subj.name && e.inReceiveScope(sm, scope) {
+	if e.inReceiveScope(stored, scope) { // true when not scoped
 		return nil
 	}
 	return e.refuse(ctx, a, GateRule, Deny(CodePolicyDenied, "the request is outside the routes this principal may receive"))
