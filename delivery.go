@@ -254,8 +254,7 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 	if delay < 0 {
 		delay = e.retryDelay(s, l.attempt, nil)
 	}
-	l.deadline = e.now().Add(delay)
-	l.holder = ""
+	l.free(e.now().Add(delay))
 	// The cluster-wide lease ends with the delay too, as a push handler's
 	// failure ends it (settle): otherwise every other node would see the
 	// message held here until the ack wait it was leased for ran out.

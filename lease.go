@@ -150,6 +150,29 @@ type lease struct {
 	contract string
 }
 
+// free ends the lease's holding: nobody holds it, and it falls due at
+// due (now: at once; later: a nack's or a failure's delay).
+func (l *lease) free(due time.Time) {
+	l.holder, l.contract, l.busy, l.deadline = "", "", false, due
+}
+
+// unleaseLocked ends holder's leases of seqs at now, giving their
+// attempts back when uncount is set (a message never handed over), and
+// returns the sequences it ended, for releaseShared. g.mu must be held.
+func (e *Engine) unleaseLocked(ctx context.Context, g *group, holder string, seqs []uint64, uncount bool, now time.Time) []uint64 {
+	var back []uint64
+	for _, seq := range seqs {
+		if l := g.leases[seq]; l != nil && l.holder == holder {
+			if uncount {
+				e.uncount(ctx, g, seq, l.attempt)
+			}
+			l.free(now)
+			back = append(back, seq)
+		}
+	}
+	return back
+}
+
 // markDone records seq as done; g.mu must be held.
 func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	if g.prog.IsDone(seq) {
@@ -428,9 +451,7 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 		e.releaseShared(ctx, g, false, e.now(), seq)
 		return nil
 	}
-	l.busy = false
-	l.holder = ""
-	l.deadline = e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr))
+	l.free(e.now().Add(e.retryDelay(s.subj, l.attempt, handlerErr)))
 	e.releaseShared(ctx, g, false, l.deadline, seq)
 	return nil
 }
@@ -495,16 +516,13 @@ func (e *Engine) giveBack(ctx context.Context, s *subject, group, holder string,
 	}
 	defer e.releaseGroup(g)
 	ctx = context.WithoutCancel(ctx)
+	seqs := make([]uint64, len(msgs))
+	for i, m := range msgs {
+		seqs[i] = m.Sequence
+	}
 	g.mu.Lock()
 	now := e.now()
-	var back []uint64
-	for _, m := range msgs {
-		if l := g.leases[m.Sequence]; l != nil && l.holder == holder {
-			e.uncount(ctx, g, m.Sequence, l.attempt)
-			l.holder, l.busy, l.deadline = "", false, now
-			back = append(back, m.Sequence)
-		}
-	}
+	back := e.unleaseLocked(ctx, g, holder, seqs, true, now)
 	g.mu.Unlock()
 	e.releaseShared(ctx, g, false, now, back...)
 	e.pokeGroup(s.name)
@@ -526,7 +544,7 @@ func (e *Engine) releaseLeases(s *subscription) {
 			// handler: the attempt does not count.
 			e.uncount(ctx, g, seq, l.attempt)
 		}
-		l.holder, l.busy, l.deadline = "", false, now
+		l.free(now)
 		mine = append(mine, seq)
 	}
 	g.mu.Unlock()
@@ -567,7 +585,7 @@ func (e *Engine) releaseRevoked(id string) {
 		var seqs []uint64
 		for seq, l := range g.leases {
 			if l.contract == id && l.holder != "" {
-				l.holder, l.deadline, l.contract = "", now, ""
+				l.free(now)
 				seqs = append(seqs, seq)
 			}
 		}

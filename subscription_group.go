@@ -127,17 +127,14 @@ func (s *subscription) mayAnswer(ctx context.Context) bool {
 // once; the attempts they took stay counted (the consumer was handed
 // them).
 func (e *Engine) handBack(ctx context.Context, s *subscription, ds []*decoded) {
+	seqs := make([]uint64, len(ds))
+	for i, d := range ds {
+		seqs[i] = d.seq
+	}
 	g := s.g
 	g.mu.Lock()
 	now := e.now()
-	holder := s.holder()
-	var back []uint64
-	for _, d := range ds {
-		if l := g.leases[d.seq]; l != nil && l.holder == holder {
-			l.holder, l.busy, l.deadline = "", false, now
-			back = append(back, d.seq)
-		}
-	}
+	back := e.unleaseLocked(ctx, g, s.holder(), seqs, false, now)
 	g.mu.Unlock()
 	e.releaseShared(ctx, g, false, now, back...)
 }
