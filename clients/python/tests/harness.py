@@ -103,3 +103,21 @@ def raw_contract(subject: str = "events.telemetry") -> dict[str, Any]:
         "expiresAt": "2099-11-29T12:15:00Z",
         "region": "uk",
     }
+
+
+def negotiating(on_frame: Callable[[Any, dict], Awaitable[None]] | None = None,
+                contract: dict[str, Any] | None = None):
+    """A raw endpoint that answers negotiate with ``contract`` (by default
+    ``raw_contract()``) and hands every other frame to
+    ``await on_frame(ws, f)`` (none: they go unanswered)."""
+    contract = contract or raw_contract()
+
+    async def endpoint(ws):
+        async for raw in ws:
+            f = json.loads(raw)
+            if f["op"] == "negotiate":
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": contract}))
+            elif on_frame is not None:
+                await on_frame(ws, f)
+
+    return endpoint

@@ -9,7 +9,7 @@ import json
 import pytest
 from websockets.asyncio.server import serve
 
-from harness import raw_contract, scenario, within
+from harness import negotiating, raw_contract, scenario, within
 from pigeon_client import ProtocolError, connect
 
 CONTRACT = raw_contract()
@@ -63,16 +63,10 @@ async def test_bad_frames_are_reported():
 
 
 async def test_server_drops_connection_mid_call_fails_it():
-    async def drop(ws):
-        async for raw in ws:
-            f = json.loads(raw)
-            if f["op"] == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
-            else:
-                await ws.close(1011)
-                return
+    async def drop(ws, f):
+        await ws.close(1011)
 
-    async with serve(drop, "127.0.0.1", 0) as srv:
+    async with serve(negotiating(drop, CONTRACT), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         s = await connect(f"ws://127.0.0.1:{port}", "t", ["events.telemetry"], reconnect=False)
         from pigeon_client import TransportError
@@ -157,25 +151,21 @@ async def test_acks_gather_into_message_ids_frames():
     acks: list[dict] = []
     subscribe_frames: list[dict] = []
 
-    async def endpoint(ws):
-        async def answer_later(f):
+    async def on_frame(ws, f):
+        async def answer_later():
             await asyncio.sleep(0.02)
             await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
 
-        async for raw in ws:
-            f = json.loads(raw)
-            if f["op"] == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
-            elif f["op"] == "subscribe":
-                subscribe_frames.append(f)
-                await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_9"}))
-                ds = [{"attempt": 1, "message": {"id": f"msg_{i}", "sequence": i + 1}} for i in range(50)]
-                await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_9", "deliveries": ds}))
-            elif f["op"] == "ack":
-                acks.append(f)
-                asyncio.ensure_future(answer_later(f))
+        if f["op"] == "subscribe":
+            subscribe_frames.append(f)
+            await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_9"}))
+            ds = [{"attempt": 1, "message": {"id": f"msg_{i}", "sequence": i + 1}} for i in range(50)]
+            await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_9", "deliveries": ds}))
+        elif f["op"] == "ack":
+            acks.append(f)
+            asyncio.ensure_future(answer_later())
 
-    async with serve(endpoint, "127.0.0.1", 0) as srv:
+    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         s = await connect(f"ws://127.0.0.1:{port}", "t", ["events.telemetry"], reconnect=False)
         try:

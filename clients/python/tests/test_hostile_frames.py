@@ -8,7 +8,7 @@ import json
 
 from websockets.asyncio.server import serve
 
-from harness import raw_contract, within
+from harness import negotiating, raw_contract, within
 from pigeon_client import ProtocolError, connect
 
 CONTRACT = raw_contract()
@@ -24,15 +24,14 @@ HOSTILE = [
 ]
 
 
-async def endpoint(ws):
-    async for raw in ws:
-        f = json.loads(raw)
-        if f["op"] == "negotiate":
-            await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
-        elif f["op"] == "ping":
-            for h in HOSTILE:
-                await ws.send(h)
-            await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+async def on_ping(ws, f):
+    if f["op"] == "ping":
+        for h in HOSTILE:
+            await ws.send(h)
+        await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
+
+
+endpoint = negotiating(on_ping, CONTRACT)
 
 
 async def test_hostile_frames_are_reported_and_the_connection_survives():

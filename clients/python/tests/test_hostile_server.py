@@ -8,7 +8,7 @@ import json
 
 from websockets.asyncio.server import serve
 
-from harness import raw_contract, within
+from harness import negotiating, raw_contract, within
 from pigeon_client import connect
 
 CONTRACT = raw_contract("x")
@@ -16,21 +16,6 @@ CONTRACT = raw_contract("x")
 
 def msg(i: int) -> dict:
     return {"id": f"msg_{i}", "subject": "x", "sequence": i, "data": {}}
-
-
-def negotiating(on_frame, contract: dict = CONTRACT):
-    """A raw endpoint that answers negotiate with ``contract`` and hands
-    every other frame to ``await on_frame(ws, f)``."""
-
-    async def endpoint(ws):
-        async for raw in ws:
-            f = json.loads(raw)
-            if f["op"] == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": contract}))
-            else:
-                await on_frame(ws, f)
-
-    return endpoint
 
 
 async def test_deliveries_for_subscriptions_never_opened_cost_a_bounded_number_of_unsubscribes():
@@ -46,7 +31,7 @@ async def test_deliveries_for_subscriptions_never_opened_cost_a_bounded_number_o
                                       "deliveries": [{"attempt": 1, "message": msg(1)}]}))
             await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
 
-    async with serve(negotiating(on_frame), "127.0.0.1", 0) as srv:
+    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], on_error=lambda e: None, reconnect=False)
         try:
@@ -71,24 +56,20 @@ async def test_a_server_that_ignores_the_window_cannot_make_a_subscription_queue
     acks: list[str] = []
     subscribed: list[dict] = []
 
-    async def endpoint(ws):
-        async for raw in ws:
-            f = json.loads(raw)
-            op = f["op"]
-            if op == "negotiate":
-                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
-            elif op == "subscribe":
-                subscribed.append(f)
-                await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
-                ds = [{"attempt": 1, "message": msg(i)} for i in range(1, 1001)]
-                await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}))
-            elif op == "ack":
-                acks.extend(f.get("messageIds") or [f.get("messageId")])
-                await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
-            elif op in ("nack", "unsubscribe"):
-                await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
+    async def on_frame(ws, f):
+        op = f["op"]
+        if op == "subscribe":
+            subscribed.append(f)
+            await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
+            ds = [{"attempt": 1, "message": msg(i)} for i in range(1, 1001)]
+            await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}))
+        elif op == "ack":
+            acks.extend(f.get("messageIds") or [f.get("messageId")])
+            await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
+        elif op in ("nack", "unsubscribe"):
+            await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
 
-    async with serve(endpoint, "127.0.0.1", 0) as srv:
+    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         reported: list[Exception] = []
         s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], on_error=reported.append, reconnect=False)
@@ -208,7 +189,7 @@ async def test_a_call_the_server_never_answers_fails_at_the_call_timeout_and_its
             held.append((ws, f))  # never answered, at first
 
     errors = []
-    async with serve(negotiating(on_frame), "127.0.0.1", 0) as srv:
+    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         port = srv.sockets[0].getsockname()[1]
         s = await within(
             connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], reconnect=False, ping_interval=None, call_timeout=0.3, on_error=errors.append), 5

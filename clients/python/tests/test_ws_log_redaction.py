@@ -5,7 +5,6 @@ that writes those headers with the credential replaced."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
@@ -13,17 +12,13 @@ from websockets.asyncio.server import serve
 
 from pigeon_client import connect
 
-from harness import raw_contract
+from harness import negotiating, raw_contract
 
 TOKEN = "s3cr3t-bearer-value"
 CONTRACT = raw_contract()
 
 
-async def endpoint(ws):
-    async for raw in ws:
-        f = json.loads(raw)
-        if f["op"] == "negotiate":
-            await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": CONTRACT}))
+endpoint = negotiating(contract=CONTRACT)
 
 
 @pytest.mark.parametrize("subprotocol_auth", [False, True])
