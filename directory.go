@@ -48,7 +48,13 @@ type directory struct {
 	// one account only: another account that listed it would have every
 	// signature the key makes verify as its own (see claimKeys).
 	keyOwner map[string]string
-	ver      atomic.Uint64
+	// created is the latest CreatedAt of an account this directory has
+	// held (a deleted one included): createAccount stamps a new account
+	// after it, so that an account deleted and created again under its id
+	// within one tick of the clock is still told from its predecessor by
+	// CreatedAt, as contracts and grants tell their account.
+	created time.Time
+	ver     atomic.Uint64
 }
 
 // version is the directory's version: it changes whenever what any
@@ -82,6 +88,9 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 		}
 		d.accounts[a.ID] = &a
 		d.indexKeys(a.ID, nil, a.Keys)
+		if a.CreatedAt.After(d.created) {
+			d.created = a.CreatedAt
+		}
 		return nil
 	}); err != nil {
 		return err
@@ -138,6 +147,9 @@ func (d *directory) reload(ctx context.Context, log *slog.Logger) error {
 	}
 	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
 	d.keyOwner = fresh.keyOwner
+	if fresh.created.After(d.created) {
+		d.created = fresh.created
+	}
 	d.bump()
 	return nil
 }
@@ -201,12 +213,17 @@ func (d *directory) accountList() []Account {
 	return out
 }
 
-// createAccount adds account a (CONFLICT when its id exists), then calls then.
+// createAccount adds account a (CONFLICT when its id exists), then calls
+// then. a.CreatedAt, when not after every account's the directory has
+// held, is moved a nanosecond past the latest (see created).
 func (d *directory) createAccount(ctx context.Context, a *Account, then func()) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.accounts[a.ID]; ok {
 		return NewError(CodeConflict, "account %s exists", a.ID)
+	}
+	if !a.CreatedAt.After(d.created) {
+		a.CreatedAt = d.created.Add(time.Nanosecond)
 	}
 	if err := ValidateKeys(a.Keys); err != nil {
 		return WrapError(CodeBadRequest, err, "%v", err)
@@ -219,6 +236,7 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 	}
 	d.accounts[a.ID] = a
 	d.indexKeys(a.ID, nil, a.Keys)
+	d.created = a.CreatedAt
 	d.bump()
 	then()
 	return nil
