@@ -25,7 +25,9 @@
 // it, and a subject's pull cursors (one per principal) under Cursors. A name
 // the catalog does not bound (a consumer-chosen group) counts toward
 // MaxSeries: once a metric holds that many series, new label sets are
-// counted under the value "_other".
+// counted under the value "_other". The lag and lease gauges share
+// MaxSeries among the subjects, so that the groups consumers start on one
+// subject cannot put every other subject's groups under "_other".
 //
 // # Concurrency
 //

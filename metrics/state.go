@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -150,18 +151,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.subjectMessages, otherMessages, Other)
 		gauge(c.subjectBytes, otherBytes, Other)
 	}
-	// Groups beyond MaxSeries are summed under Other. A group of a subject
-	// no longer in the catalog has no series: nothing can consume it, so
-	// a lag alert on it could never clear. The groups of one name (one per
-	// selection) are summed under it, and a subject's pull cursors (one
-	// per principal, named by its id) under Cursors.
+	// Groups beyond MaxSeries are summed under Other; the series are
+	// shared fairly among the subjects (sharedSeries), since group names
+	// are the consumers'. A group of a subject no longer in the catalog
+	// has no series: nothing can consume it, so a lag alert on it could
+	// never clear. The groups of one name (one per selection) are summed
+	// under it, and a subject's pull cursors (one per principal, named by
+	// its id) under Cursors.
+	groups := slices.DeleteFunc(groupsSummed(st.Groups), func(g pigeon.GroupStats) bool { return g.NotInCatalog })
+	own := sharedSeries(groups, c.o.MaxSeries)
 	var otherLag, otherInFlight float64
-	n := 0
-	for _, g := range groupsSummed(st.Groups) {
-		if g.NotInCatalog {
-			continue
-		}
-		if n++; n < c.o.MaxSeries {
+	for i, g := range groups {
+		if own[i] {
 			gauge(c.lag, float64(g.Lag), g.Subject, g.Group)
 			gauge(c.inFlight, float64(g.InFlight), g.Subject, g.Group)
 			continue
@@ -169,10 +170,75 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		otherLag += float64(g.Lag)
 		otherInFlight += float64(g.InFlight)
 	}
-	if n >= c.o.MaxSeries {
+	if len(groups) >= c.o.MaxSeries {
 		gauge(c.lag, otherLag, Other, Other)
 		gauge(c.inFlight, otherInFlight, Other, Other)
 	}
+}
+
+// sharedSeries reports which groups (listed subject by subject) have a
+// series of their own when a metric holds at most max: all of them when
+// they fit, otherwise max-1 (one is Other's) shared among the subjects as
+// evenly as their groups allow, each subject's first groups in its
+// order. A consumer that starts group after group on one subject (names
+// are the consumers', and stored groups outlive their subscribers) then
+// fills that subject's share only: the groups of every other subject keep
+// their series, and their lag alerts.
+func sharedSeries(groups []pigeon.GroupStats, max int) []bool {
+	own := make([]bool, len(groups))
+	if len(groups) < max {
+		for i := range own {
+			own[i] = true
+		}
+		return own
+	}
+	var order []string // subjects, in the order of their first group
+	count := map[string]int{}
+	for _, g := range groups {
+		if count[g.Subject] == 0 {
+			order = append(order, g.Subject)
+		}
+		count[g.Subject]++
+	}
+	// Water-filling: the largest per-subject quota q such that the
+	// subjects' min(count, q) fit the budget; what is left goes one more
+	// each to the subjects past q, in order.
+	budget := max - 1
+	sizes := make([]int, 0, len(order))
+	for _, s := range order {
+		sizes = append(sizes, count[s])
+	}
+	slices.Sort(sizes)
+	left, quota := budget, budget
+	for i, n := range sizes {
+		if share := left / (len(sizes) - i); n > share {
+			quota = share
+			break
+		}
+		left -= n
+	}
+	take := make(map[string]int, len(order))
+	used := 0
+	for _, s := range order {
+		take[s] = min(count[s], quota)
+		used += take[s]
+	}
+	for _, s := range order {
+		if used >= budget {
+			break
+		}
+		if take[s] < count[s] {
+			take[s]++
+			used++
+		}
+	}
+	for i, g := range groups {
+		if take[g.Subject] > 0 {
+			take[g.Subject]--
+			own[i] = true
+		}
+	}
+	return own
 }
 
 // errStatsPanicked is a reading's error while Stats runs: the waiters of a
