@@ -55,6 +55,7 @@ type fileConfig struct {
 	LogFormat       string        `yaml:"log_format"`
 	LogLevel        string        `yaml:"log_level"`
 	MetricsAddr     string        `yaml:"metrics_addr"`
+	MetricsToken    string        `yaml:"metrics_token_file"`
 	TLS             struct {
 		Cert string `yaml:"cert"`
 		Key  string `yaml:"key"`
@@ -252,6 +253,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 	set(&cfg.logFormat, f.LogFormat)
 	set(&cfg.logLevel, f.LogLevel)
 	set(&cfg.metricsAddr, f.MetricsAddr)
+	set(&cfg.metricsTokenFile, rel(f.MetricsToken))
 	if (f.TLS.Cert == "") != (f.TLS.Key == "") {
 		return configError(path, at("tls"), "tls needs both cert and key")
 	}

@@ -67,6 +67,9 @@ type serveConfig struct {
 	// Operations (docs/operations.md): log format and level, and where
 	// /metrics is served ("" on the main listener).
 	logFormat, logLevel, metricsAddr string
+	// metricsTokenFile, when set, holds the bearer token /metrics
+	// requires (server.RequireBearer); "": /metrics needs none.
+	metricsTokenFile string
 	// config is the --config file it was read from, if any.
 	config string
 	// Edge identity (docs/identity.md): TLS, mTLS, OIDC issuers, the
@@ -179,6 +182,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
 	fs.StringVar(&cfg.logLevel, "log-level", cfg.logLevel, "lowest level logged: debug, info, warn or error")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", cfg.metricsAddr, `serve Prometheus /metrics on this address alone (such as 127.0.0.1:9090); "" serves it on --addr`)
+	fs.StringVar(&cfg.metricsTokenFile, "metrics-token-file", cfg.metricsTokenFile, "file holding a bearer token (at least 16 printable ASCII characters) that /metrics then requires, on --metrics-addr or --addr; default: /metrics needs none")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "server certificate (PEM chain): serve HTTPS and WSS; reloaded when the file changes or on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "key of the server certificate (PEM)")
 	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
@@ -297,7 +301,11 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	for _, p := range warnings {
 		logger.Warn("policy: "+p.Message, "file", p.File, "subject", p.Subject, "field", p.Field)
 	}
-	for _, f := range []string{cfg.tokens, cfg.tlsKey} {
+	metricsHandler, err := metricsHandlerFor(cfg, obs.handler())
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{cfg.tokens, cfg.tlsKey, cfg.metricsTokenFile} {
 		if mode, ok := readableByOthers(f); ok {
 			logger.Warn("secret file readable by every user of this machine: chmod o-r "+f, "file", f, "mode", fmt.Sprintf("%04o", mode))
 		}
@@ -343,7 +351,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		so.Mesgd = &mesgd.Options{Subject: cfg.mesgdSubject}
 	}
 	if cfg.metricsAddr == "" {
-		so.Metrics = obs.handler()
+		so.Metrics = metricsHandler
 	}
 	srv := server.New(e, so)
 	obs.engine, obs.srv = e, srv
@@ -358,7 +366,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	}
 	metricsURL, stopMetrics := "", func(context.Context) error { return nil }
 	if cfg.metricsAddr != "" {
-		metricsURL, stopMetrics, err = serveMetrics(bg, cfg.metricsAddr, obs.handler(), logger)
+		metricsURL, stopMetrics, err = serveMetrics(bg, cfg.metricsAddr, metricsHandler, logger)
 	}
 	var l net.Listener
 	if err == nil {
@@ -532,4 +540,25 @@ func mibBytes(n int64) int64 {
 		return math.MaxInt64
 	}
 	return n << 20
+}
+
+// metricsHandlerFor is h behind the bearer token of --metrics-token-file,
+// or h when none is set. The file must not be world-writable, and holds
+// the token alone (white space around it is cut).
+func metricsHandlerFor(cfg serveConfig, h http.Handler) (http.Handler, error) {
+	if cfg.metricsTokenFile == "" {
+		return h, nil
+	}
+	if err := checkNotWorldWritable(cfg.metricsTokenFile); err != nil {
+		return nil, fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	b, err := os.ReadFile(cfg.metricsTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if err := server.CheckBearerToken(token); err != nil {
+		return nil, fmt.Errorf("--metrics-token-file %s: %w", cfg.metricsTokenFile, err)
+	}
+	return server.RequireBearer(token, h), nil
 }

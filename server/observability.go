@@ -3,7 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -29,6 +32,51 @@ func (s *Server) observabilityRoutes() {
 	if s.opts.Metrics != nil {
 		s.handle("GET /metrics", s.opts.Metrics)
 	}
+}
+
+// MinBearerTokenLength is the shortest token RequireBearer accepts: 16
+// bytes, 128 bits when they are random, beyond any guessing.
+const MinBearerTokenLength = 16
+
+// CheckBearerToken refuses a token RequireBearer could not compare: one
+// shorter than MinBearerTokenLength, or holding a byte that is not
+// printable ASCII (a space, a control character, UTF-8), which no
+// Authorization header carries as sent.
+func CheckBearerToken(token string) error {
+	if len(token) < MinBearerTokenLength {
+		return errors.New("the token is shorter than 16 bytes")
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c >= 0x7f {
+			return errors.New("the token holds a byte that is not printable ASCII (a space, a control character, or non-ASCII text)")
+		}
+	}
+	return nil
+}
+
+// RequireBearer returns h behind a bearer token of its own: a request is
+// served only when its one Authorization header is "Bearer " and token,
+// compared in constant time (by SHA-256 digest, so that neither the
+// length nor a common prefix is learnt from the time a refusal takes).
+// Any other request is answered 401 UNAUTHENTICATED, with
+// WWW-Authenticate: Bearer, and h never runs. A token that
+// CheckBearerToken refuses (an empty one, say) refuses every request.
+//
+// It is for the Prometheus metrics (Options.Metrics, or a listener of
+// their own), whose scraper holds no account of the engine: its scrape
+// configuration carries the token (authorization.credentials_file).
+func RequireBearer(token string, h http.Handler) http.Handler {
+	valid := CheckBearerToken(token) == nil
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(bearer(r)))
+		if !valid || len(r.Header["Authorization"]) != 1 || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
+			writeError(w, pigeon.NewError(pigeon.CodeUnauthenticated, "a valid bearer token is required"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // handle serves h at pattern ("METHOD /path") and lists the route.

@@ -147,7 +147,8 @@ type Options struct {
 	// Authenticator in pigeon.Credential.PeerCertificates. Not copied:
 	// its callbacks (certificate reload) are the caller's.
 	TLS *tls.Config
-	// Metrics, when set, is served at GET /metrics without authentication
+	// Metrics, when set, is served at GET /metrics as it is: without
+	// authentication unless it is wrapped with RequireBearer
 	// (promhttp.HandlerFor over the registry of package metrics). Leave it
 	// nil to serve metrics on a listener of their own.
 	Metrics http.Handler
