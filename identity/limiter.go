@@ -144,20 +144,26 @@ func (l *Limiter) Fail(remote string, handshake bool) {
 	w.n++
 }
 
-// evict forgets the windows that have ended, or, when none has, an
-// arbitrary half of the addresses (a flood of distinct addresses must not
-// grow memory without bound).
+// evict forgets the windows that have ended and, while more than half
+// the addresses remain (a flood of distinct addresses must not grow
+// memory without bound), sources that are not refused, and only then
+// sources that are: a flood of single failures from elsewhere must not
+// let a locked-out source guess again.
 func (l *Limiter) evict(now time.Time) {
 	for h, w := range l.addrs {
 		if now.Sub(w.start) >= l.opts.Window {
 			delete(l.addrs, h)
 		}
 	}
-	for h := range l.addrs {
-		if len(l.addrs) < defaultMaxAddresses/2 {
-			break
+	for _, refused := range [...]bool{false, true} {
+		for h, w := range l.addrs {
+			if len(l.addrs) < defaultMaxAddresses/2 {
+				return
+			}
+			if (w.n >= l.opts.MaxFailures) == refused {
+				delete(l.addrs, h)
+			}
 		}
-		delete(l.addrs, h)
 	}
 }
 
