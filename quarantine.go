@@ -35,21 +35,45 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 	}
 	m := *a.Message
 	m.Data = redactData(a.Data, a.subj.redact)
-	for _, f := range []*string{&m.IdempotencyKey, &m.CorrelationID, &m.ReplyTo, &m.Reason} {
-		if isPAN(*f) {
-			*f = Redacted
-		}
-	}
+	redactEnvelope(&m)
 	rec := store.QuarantineRecord{
 		ID: newQuarantineID(), Time: a.Now, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID,
 		PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: m.ID, Code: string(d.Code), Gate: d.Gate, Reason: d.Reason,
 		Body: m.AppendJSON(nil),
 	}
+	ar := store.AuditRecord{Gate: rec.Gate, Subject: rec.Subject, Principal: rec.Principal, ContractID: rec.ContractID, PolicyID: rec.PolicyID, SchemaID: rec.SchemaID, MessageID: rec.MessageID, Ref: rec.ID}
 	if err := e.store.PutQuarantine(ctx, rec); err != nil {
-		return "", storeError(err)
+		// The publish.denied record already says "quarantine": the log
+		// says too that no copy was kept, and why.
+		err = storeError(err)
+		ar.Ref = ""
+		e.audit(ctx, EventQuarantineCreated.record(OutcomeDeny, ErrorCode(err), ar))
+		return "", err
 	}
-	e.audit(ctx, EventQuarantineCreated.record(OutcomeQuarantine, Code(rec.Code), store.AuditRecord{Gate: rec.Gate, Subject: rec.Subject, Principal: rec.Principal, ContractID: rec.ContractID, PolicyID: rec.PolicyID, SchemaID: rec.SchemaID, MessageID: rec.MessageID, Ref: rec.ID}))
+	e.audit(ctx, EventQuarantineCreated.record(OutcomeQuarantine, Code(rec.Code), ar))
 	return rec.ID, nil
+}
+
+// redactEnvelope replaces every text field of m a publisher sets that is
+// a raw card number by "[REDACTED]", the signature's fields included (on a
+// copy of it: m shares it with the admitted message). The id stays, as the
+// publish.denied record names it and a release publishes under it; the
+// envelope gate keeps it to one line.
+func redactEnvelope(m *Message) {
+	for _, f := range [...]*string{&m.Type, &m.Intent, &m.IdempotencyKey, &m.Classification, &m.Region, &m.ReplyTo, &m.CorrelationID, &m.Reason} {
+		if isPAN(*f) {
+			*f = Redacted
+		}
+	}
+	if sig := m.Signature; sig != nil && (isPAN(sig.KID) || isPAN(sig.Alg) || isPAN(sig.Sig)) {
+		c := *sig
+		for _, f := range [...]*string{&c.KID, &c.Alg, &c.Sig} {
+			if isPAN(*f) {
+				*f = Redacted
+			}
+		}
+		m.Signature = &c
+	}
 }
 
 // redactData returns data encoded with every value that paths match (as
@@ -199,26 +223,41 @@ func (e *Engine) QuarantineRecord(ctx context.Context, id string) (QuarantineRec
 	return quarantineView(r), nil
 }
 
+// releaseLocks serialize the releases of one quarantine record in this
+// process.
+var releaseLocks idLocks
+
 // ReleaseQuarantine re-publishes a quarantined message under the
 // releasing caller's contract, through every gate again (Source becomes the
-// releaser). A record is released once; the release is audited whether the
-// re-publish is accepted or refused. A release answered duplicate of another
+// releaser). A record is released once, however many releases of it come
+// at once; the release is audited whether the re-publish is accepted or
+// refused, and so is a release refused because the record is unknown or
+// was released already. A release answered duplicate of another
 // message the releaser published under the same idempotency key is refused
 // CONFLICT and the record stays open: nothing of it was published.
 func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*Result, error) {
+	// One release of a record at a time, so that the one that finds it
+	// open is the only one that publishes it.
+	mu := releaseLocks.of(id)
+	mu.Lock()
+	defer mu.Unlock()
+	refused := func(err error) (*Result, error) {
+		e.audit(ctx, EventQuarantineReleased.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Principal: c.Principal.ID, ContractID: c.ContractID, Ref: id}))
+		return nil, err
+	}
 	r, err := e.store.GetQuarantine(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, NewError(CodeQuarantineNotFound, "unknown quarantine record")
+		return refused(NewError(CodeQuarantineNotFound, "unknown quarantine record"))
 	}
 	if err != nil {
 		return nil, storeError(err)
 	}
 	if r.Released {
-		return nil, NewError(CodeBadRequest, "quarantine record %s was already released", id)
+		return refused(NewError(CodeBadRequest, "quarantine record %s was already released", id))
 	}
 	m, err := DecodeMessage(r.Body)
 	if err != nil {
-		return nil, err
+		return refused(err)
 	}
 	// Into the log through every gate, never as a reply: a quarantined
 	// message on a request/reply subject whose correlationId names a
@@ -237,11 +276,14 @@ func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*R
 		e.audit(ctx, rec)
 		return nil, err
 	}
+	// The message is published: its release goes on the record before the
+	// record is marked, so that a store that fails to mark it leaves the
+	// evidence of who let the message out all the same.
+	rec.Outcome = string(OutcomeAllow)
+	e.audit(ctx, rec)
 	r.Released, r.ReleasedBy, r.ReleasedAt, r.ReleasedAs = true, c.Principal.ID, e.now(), res.Message.ID
 	if err := e.store.PutQuarantine(ctx, r); err != nil {
 		return nil, storeError(err)
 	}
-	rec.Outcome = string(OutcomeAllow)
-	e.audit(ctx, rec)
 	return res, nil
 }
