@@ -33,10 +33,11 @@ const (
 // Options.GroupRetention where it keeps them for good), the stored
 // progress of groups of subjects no longer in the catalog unused for
 // Options.GroupRetention (removedGroups), audit records older than the
-// longest retention.auditMs of any subject, grants that expired over
-// grantPruneGrace ago (their revocations too), and quarantine records older
-// than Options.QuarantineRetention. It runs in the background and never
-// blocks publishers for longer than the store's trim step.
+// longest retention.auditMs of any subject (recorded retention.audit),
+// grants that expired over grantPruneGrace ago (their revocations too),
+// and quarantine records older than Options.QuarantineRetention (recorded
+// retention.quarantine). It runs in the background and never blocks
+// publishers for longer than the store's trim step.
 func (e *Engine) enforceRetention(ctx context.Context) {
 	now := e.now()
 	var auditKeep time.Duration
@@ -71,9 +72,7 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 		auditKeep = max(auditKeep, time.Duration(s.policy.Retention.AuditMs)*time.Millisecond)
 	}
 	if at, ok := e.store.(store.AuditTrimmer); ok && auditKeep > 0 {
-		if _, err := at.TrimAuditBefore(ctx, now.Add(-auditKeep)); err != nil {
-			e.opts.Logger.Error("retention: trim audit", "err", err)
-		}
+		e.trimAudit(ctx, at, now.Add(-auditKeep))
 	}
 	if _, err := e.dir.pruneGrants(ctx, now.Add(-grantPruneGrace), grantPruneBatch); err != nil {
 		e.opts.Logger.Error("retention: forget expired grants", "err", err)
@@ -83,10 +82,33 @@ func (e *Engine) enforceRetention(ctx context.Context) {
 		if keep <= 0 {
 			keep = DefaultQuarantineRetention
 		}
-		if _, err := qt.TrimQuarantineBefore(ctx, now.Add(-keep)); err != nil {
+		n, err := qt.TrimQuarantineBefore(ctx, now.Add(-keep))
+		if err != nil {
 			e.opts.Logger.Error("retention: trim quarantine", "err", err)
 		}
+		if n > 0 {
+			e.audit(ctx, EventRetentionQuarantine.record("", CodeOK, store.AuditRecord{Ref: strconv.Itoa(n)}))
+		}
 	}
+}
+
+// trimAudit removes the audit records from before t and writes one
+// retention.audit record naming how many went and the checkpoint the
+// chain now starts after, so that the chain itself says when and how far
+// it was cut.
+func (e *Engine) trimAudit(ctx context.Context, at store.AuditTrimmer, t time.Time) {
+	n, err := at.TrimAuditBefore(ctx, t)
+	if err != nil {
+		e.opts.Logger.Error("retention: trim audit", "err", err)
+	}
+	if n <= 0 {
+		return
+	}
+	_, cp, herr := e.store.AuditHead(ctx)
+	if herr != nil {
+		e.opts.Logger.Error("retention: read the audit checkpoint", "err", herr)
+	}
+	e.audit(ctx, EventRetentionAudit.record("", CodeOK, store.AuditRecord{Ref: strconv.Itoa(n) + " records through " + strconv.FormatUint(cp.Seq, 10) + " (hash " + cp.Hash + ")"}))
 }
 
 // trimSubject runs trimMessages for subject name, one trim at a time

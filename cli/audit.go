@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"pigeon"
+	"pigeon/store"
 	"pigeon/store/wal"
 )
 
@@ -22,9 +24,19 @@ func auditVerifyCmd(ctx context.Context, o *options, args []string, stdout, stde
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store")
 	url := fs.String("store", "wal", "wal (--data's log) or nats://host:4222[,…]: every node's chain of a cluster, through pigeon-cluster")
+	anchorText := fs.String("anchor", "", "SEQ:HASH, a head an earlier verify printed, kept apart from the data: the chain must still hold that record unchanged (wal only)")
 	o.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
+	}
+	var anchor *store.Checkpoint
+	if *anchorText != "" {
+		a, ok := parseAnchor(*anchorText)
+		if !ok || *url != "wal" {
+			fmt.Fprintf(stderr, "pigeon audit verify: --anchor must be SEQ:HASH (a sequence and 64 hex digits), with --store wal, not %q\n", *anchorText)
+			return 2
+		}
+		anchor = &a
 	}
 	if *url != "wal" {
 		s := o.storeFor(*url)
@@ -34,7 +46,40 @@ func auditVerifyCmd(ctx context.Context, o *options, args []string, stdout, stde
 		}
 		return verifyStore(ctx, s, *url, stdout, stderr)
 	}
-	n, err := wal.VerifyAudit(*data)
+	var (
+		n        uint64
+		head     store.Checkpoint
+		first    uint64 // the first record verified
+		anchored bool   // the anchored record, or its successor's link to it, verified
+	)
+	err := wal.ScanAudit(*data, func(r *pigeon.AuditRecord) error {
+		if n == 0 {
+			first = r.Seq
+		}
+		n++
+		head = store.Checkpoint{Seq: r.Seq, Hash: r.Hash}
+		if a := anchor; a != nil {
+			switch {
+			case r.Seq == a.Seq && r.Hash != a.Hash:
+				return fmt.Errorf("record %d is not the anchored one: its hash is %s", r.Seq, r.Hash)
+			case r.Seq == a.Seq, r.Seq == a.Seq+1 && r.PrevHash == a.Hash:
+				// The first record after a checkpoint links to the
+				// anchored record that retention removed.
+				anchored = true
+			}
+		}
+		return nil
+	})
+	if err == nil && anchor != nil && !anchored {
+		switch {
+		case n == 0 || head.Seq < anchor.Seq:
+			err = fmt.Errorf("the chain ends at record %d, before the anchored record %d: records were cut", head.Seq, anchor.Seq)
+		case first > anchor.Seq+1:
+			err = fmt.Errorf("the chain starts at record %d, after the anchored record %d: it cannot be checked", first, anchor.Seq)
+		default:
+			err = fmt.Errorf("record %d does not link to the anchored record %d", anchor.Seq+1, anchor.Seq)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "pigeon audit verify: the audit chain of %s does not hold: %v\n", *data, err)
 		if n > 0 {
@@ -43,7 +88,26 @@ func auditVerifyCmd(ctx context.Context, o *options, args []string, stdout, stde
 		return 1
 	}
 	fmt.Fprintf(stdout, "pigeon audit verify: the audit chain of %s holds: %d records\n", *data, n)
+	if head.Seq != 0 {
+		// Anyone who can write the files can cut the chain or rewrite it
+		// with hashes of its own; a head kept elsewhere shows either.
+		fmt.Fprintf(stdout, "pigeon audit verify: head %d:%s (keep it apart from the data; pass it as --anchor to a later verify)\n", head.Seq, head.Hash)
+	}
+	if anchor != nil {
+		fmt.Fprintf(stdout, "pigeon audit verify: the chain holds the anchored record %d:%s\n", anchor.Seq, anchor.Hash)
+	}
 	return 0
+}
+
+// parseAnchor reads an --anchor: a sequence of at least 1, a colon and a
+// record's hash, 64 lowercase hex digits.
+func parseAnchor(s string) (store.Checkpoint, bool) {
+	seqText, hash, ok := strings.Cut(s, ":")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if !ok || err != nil || seq == 0 || len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return store.Checkpoint{}, false
+	}
+	return store.Checkpoint{Seq: seq, Hash: hash}, true
 }
 
 // auditReceiptsCmd answers, offline, which principals were handed a

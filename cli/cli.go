@@ -18,7 +18,7 @@
 //	pigeon grant issue --account ID --role R [--role R2 …] [--ttl 1h] | revoke JTI [flags]
 //	pigeon account list | show ID | create ID [--role R …] | delete ID | role add|remove ID ROLE [flags]
 //	pigeon role list | show NAME | put NAME --file F.json | delete NAME [flags]
-//	pigeon audit verify --data DIR | --store nats://host:4222[,…]
+//	pigeon audit verify --data DIR [--anchor SEQ:HASH] | --store nats://host:4222[,…]
 //	pigeon audit tail [--from N] [--follow]
 //	pigeon audit receipts --data DIR MESSAGE_ID
 //
