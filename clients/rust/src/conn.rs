@@ -355,6 +355,32 @@ impl Conn {
         true
     }
 
+    /// A connection to nowhere, for tests of what holds one: frames sent
+    /// on it go nowhere; `lose` ends it.
+    #[cfg(test)]
+    pub(crate) fn detached() -> Arc<Conn> {
+        Arc::new(Conn {
+            out: mpsc::unbounded_channel().0,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            ended: Mutex::new(None),
+            dead: AtomicBool::new(false),
+            done_tx: watch::channel(false).0,
+            kill_tx: watch::channel(false).0,
+            kill_reason: Mutex::new(None),
+            subs: Mutex::new(HashMap::new()),
+            orphans: Mutex::new(HashSet::new()),
+            call_timeout: Duration::from_secs(1),
+            max_frame: AtomicU64::new(1 << 20),
+            pub_done: mpsc::unbounded_channel().0,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn lose(&self) {
+        self.end(Error::transport("SESSION_CLOSED", "lost"));
+    }
+
     fn take_pending(&self, re: &str) -> Option<Pending> {
         self.pending.lock().unwrap().remove(re)
     }
@@ -457,17 +483,27 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
         if let Some(re) = f.get("re").and_then(Value::as_str) {
             match conn.take_pending(re) {
                 Some(Pending::One(tx, sub)) => {
+                    let mut refused = None;
                     if let (Some(sub), Some("subscribed"), Some(sid)) =
                         (sub, f.get("op").and_then(Value::as_str), f.get("sub").and_then(Value::as_str))
                     {
-                        if sub.is_stopping() {
+                        let held = conn.subs.lock().unwrap().get(sid).is_some_and(|o| !Arc::ptr_eq(o, &sub));
+                        if held {
+                            // An id another subscription of this connection
+                            // holds: taking it would hand that one's
+                            // deliveries (and its acks) to this one. Its
+                            // owner keeps it; the subscribe fails, and no
+                            // unsubscribe is sent, which would end the owner's.
+                            refused =
+                                Some(Error::protocol(format!("a subscribed answer naming {sid:?}, which another subscription holds")));
+                        } else if sub.is_stopping() {
                             conn.end_orphan(sid, false); // unsubscribed while the answer was on its way
                         } else {
                             sub.subscribed(&f);
                             conn.subs.lock().unwrap().insert(sid.to_string(), sub);
                         }
                     }
-                    let _ = tx.send(Ok(f));
+                    let _ = tx.send(refused.map_or(Ok(f), Err));
                 }
                 Some(Pending::Batch(items)) => {
                     answer_batch(items, &f);
@@ -523,7 +559,10 @@ fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option
     };
     match message.map(Message::deserialize) {
         Some(Ok(m)) => {
-            if !sub.dispatch(conn.clone(), sid, m, attempt.and_then(Value::as_u64).unwrap_or(1) as u32) {
+            // An attempt beyond u32 is held at u32::MAX, never wrapped
+            // (2^32 + 1 would read as a first attempt).
+            let attempt = attempt.and_then(Value::as_u64).map_or(1, |a| u32::try_from(a).unwrap_or(u32::MAX));
+            if !sub.dispatch(conn.clone(), sid, m, attempt) {
                 // Ended, yet its server subscription still delivers (a
                 // subscribe given up just after its answer came): end that.
                 conn.subs.lock().unwrap().remove(sid);
@@ -559,11 +598,49 @@ async fn writer(
 ) {
     let mut queue: VecDeque<PubItem> = VecDeque::new();
     let mut in_flight = 0usize;
+    // The publish frames on the wire, in the order sent, with when each
+    // times out (call_timeout after it left: so in order too).
+    let mut deadlines: VecDeque<(tokio::time::Instant, String)> = VecDeque::new();
     let mut kill = conn.kill_tx.subscribe();
     'outer: loop {
+        {
+            // Forget the frames answered already (the reader took them).
+            let p = conn.pending.lock().unwrap();
+            while deadlines.front().is_some_and(|(_, id)| !p.contains_key(id)) {
+                deadlines.pop_front();
+            }
+        }
+        let deadline = deadlines.front().map(|(at, _)| *at);
+        let expire = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let first = tokio::select! {
             o = rx.recv() => o,
             Some(()) = pub_done.recv() => { in_flight = in_flight.saturating_sub(1); None }
+            _ = expire => {
+                // A publish frame the server did not answer within
+                // call_timeout: its publishes fail as any call does, and
+                // it gives up its in-flight slot, so the publishes after
+                // it are not held up (a late answer finds no one).
+                let now = tokio::time::Instant::now();
+                while let Some((at, id)) = deadlines.front() {
+                    if *at > now {
+                        break;
+                    }
+                    if let Some(Pending::Batch(items)) = conn.take_pending(id) {
+                        in_flight = in_flight.saturating_sub(1);
+                        let e = Error::new("REQUEST_TIMEOUT", format!("no decision within {:?}", conn.call_timeout));
+                        for p in items {
+                            let _ = p.tx.send(Err(e.clone()));
+                        }
+                    }
+                    deadlines.pop_front();
+                }
+                None
+            }
             _ = kill.wait_for(|k| *k) => break,
         };
         let mut items: Vec<Out> = Vec::new();
@@ -583,14 +660,15 @@ async fn writer(
         for o in items {
             match o {
                 Out::Text(t) => {
-                    if sink.feed(WsMessage::Text(t)).await.is_err() {
+                    if !unless_killed(&mut kill, sink.feed(WsMessage::Text(t))).await {
                         break 'outer;
                     }
                     wrote = true;
                 }
                 Out::Publish(p) => queue.push_back(p),
                 Out::Close => {
-                    let _ = sink.send(WsMessage::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "".into() }))).await;
+                    let bye = sink.send(WsMessage::Close(Some(CloseFrame { code: CloseCode::Normal, reason: "".into() })));
+                    let _ = tokio::time::timeout(CLOSE_WAIT, unless_killed(&mut kill, bye)).await;
                     break 'outer;
                 }
             }
@@ -624,15 +702,19 @@ async fn writer(
                     }
                     break;
                 }
-                p.insert(id, Pending::Batch(items));
+                p.insert(id.clone(), Pending::Batch(items));
             }
+            // A call_timeout too long to add (Duration::MAX: never) waits for ever.
+            let now = tokio::time::Instant::now();
+            let at = now.checked_add(conn.call_timeout).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
+            deadlines.push_back((at, id));
             in_flight += 1;
-            if sink.feed(WsMessage::Text(text)).await.is_err() {
+            if !unless_killed(&mut kill, sink.feed(WsMessage::Text(text))).await {
                 break;
             }
             wrote = true;
         }
-        if wrote && sink.flush().await.is_err() {
+        if wrote && !unless_killed(&mut kill, sink.flush()).await {
             break;
         }
     }
@@ -640,8 +722,22 @@ async fn writer(
     for p in queue {
         let _ = p.tx.send(Err(err.clone()));
     }
-    let _ = sink.close().await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, unless_killed(&mut kill, sink.close())).await;
     conn.kill("the connection was closed");
+}
+
+/// How long a closing connection waits to write its close frame.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// `io`, a write on the socket, unless the connection is dropped first
+/// (`false` then, or when it fails): a server that stops reading fills the
+/// socket's buffers, and the write would wait on them for ever, keeping
+/// the publishes queued behind it from their answer.
+async fn unless_killed<E>(kill: &mut watch::Receiver<bool>, io: impl std::future::Future<Output = std::result::Result<(), E>>) -> bool {
+    tokio::select! {
+        r = io => r.is_ok(),
+        _ = kill.wait_for(|k| *k) => false,
+    }
 }
 
 #[cfg(test)]

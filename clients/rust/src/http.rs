@@ -50,6 +50,20 @@ pub fn http_base(url: &str) -> String {
     format!("{}://{}", scheme, host)
 }
 
+/// The largest HTTP answer (head and body) the client reads, 64 MiB: a
+/// longer one is refused (`BAD_FRAME`, [`ErrorKind::Protocol`](crate::ErrorKind::Protocol))
+/// rather than read into memory for as long as the server sends.
+pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// Whether `method` and `path` can go in a request line as they are: a
+/// method of token characters, a path that starts with `/` and holds only
+/// visible ASCII (percent-encode the rest, see [`encode_segment`]). A
+/// space, CR or LF would add to the request line, a header or a request.
+fn request_line_ok(method: &str, path: &str) -> bool {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    !method.is_empty() && method.bytes().all(token) && path.starts_with('/') && path.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// A bearer-token HTTP client of one server, `http://` or `https://`
 /// (the same scope as the WebSocket transport; TLS as
 /// [`with_tls`](HttpClient::with_tls) says). Each call is one HTTP/1.1
@@ -78,20 +92,37 @@ impl HttpClient {
         self
     }
 
-    /// One JSON call: `(status, body)` for a 2xx answer, the server's typed
-    /// error otherwise (a transport error when the server cannot be reached
-    /// or does not answer within 30 s; `TLS_FAILED` when its certificate
-    /// does not verify, `UNAUTHENTICATED` when it refuses the TLS handshake
-    /// without a client certificate or with this one).
+    /// One JSON call: `(status, body)` for a 2xx answer (`Null` when it has
+    /// no body), the server's typed error otherwise (a transport error when
+    /// the server cannot be reached or does not answer within 30 s;
+    /// `TLS_FAILED` when its certificate does not verify, `UNAUTHENTICATED`
+    /// when it refuses the TLS handshake without a client certificate or
+    /// with this one; `BAD_FRAME` for a 2xx body that is not JSON, or an
+    /// answer beyond [`MAX_RESPONSE_BYTES`]). `path` starts with `/` and is
+    /// visible ASCII, and `method` a token (`INVALID_ARGUMENT` otherwise,
+    /// nothing sent).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
+        if !request_line_ok(method, path) {
+            return Err(Error::new(
+                "INVALID_ARGUMENT",
+                format!("{method:?} {path:?} is not a request line: a method token and a path of visible ASCII from /"),
+            ));
+        }
         let target = self.target.as_ref().map_err(Clone::clone)?;
         let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(target, method, path, body))
             .await
             .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
-        let v: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
         if (200..300).contains(&status) {
+            // A body that is not JSON (a proxy's page) is no answer of the
+            // server's: not read as an empty one (no keys, no fields).
+            if text.iter().all(u8::is_ascii_whitespace) {
+                return Ok((status, Value::Null));
+            }
+            let v = serde_json::from_slice(&text)
+                .map_err(|e| Error::protocol(format!("{method} {path}: HTTP {status} with a body that is not JSON ({e})")))?;
             return Ok((status, v));
         }
+        let v: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
         let mut e = match v.get("error") {
             Some(err) => Error::from_wire(err),
             None => Error::new("INTERNAL", format!("{method} {path}: HTTP {status}")),
@@ -124,7 +155,12 @@ impl HttpClient {
         conn.write_all(&body).await.map_err(lost)?;
         conn.flush().await.map_err(lost)?;
         let mut raw = Vec::with_capacity(4096);
-        match conn.read_to_end(&mut raw).await {
+        // One byte past the bound tells an answer too long from one of it.
+        let read = (&mut conn).take(MAX_RESPONSE_BYTES as u64 + 1).read_to_end(&mut raw).await;
+        if raw.len() > MAX_RESPONSE_BYTES {
+            return Err(Error::protocol(format!("{method} {path}: an HTTP answer longer than {} MiB", MAX_RESPONSE_BYTES >> 20)));
+        }
+        match read {
             Ok(_) => {}
             // A TLS server that closes without close_notify: the answer
             // still has to parse whole (Content-Length or chunked).

@@ -531,10 +531,17 @@ impl Session {
         let subs: Vec<(Arc<SubShared>, bool)> = subs.into_iter().map(|s| (s.clone(), !s.stop())).collect();
         let detach = subs.iter().any(|(s, _)| s.in_own_handler() || s.held_count() > 0);
         let inner = self.inner.clone();
-        if detach {
-            tokio::spawn(inner.finish_close(subs));
-        } else {
-            inner.finish_close(subs).await;
+        // In a task of its own, waited for unless detached: a caller that
+        // gives up (a timeout around close, a dropped future) does not
+        // leave the session closing for ever, its connection open and
+        // `closed()` waiting without end.
+        let finish = tokio::spawn(inner.finish_close(subs));
+        if !detach {
+            if let Err(e) = finish.await {
+                if e.is_panic() {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
         }
         Ok(())
     }
@@ -585,9 +592,13 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// Hands `e` to `on_error`. A callback that panics loses that one
+    /// report, not the task that reported it (the connection's reader, a
+    /// reconnect, the renewer): that would leave the session neither up
+    /// nor failed.
     pub(crate) fn report(&self, e: Error) {
         if let Some(cb) = &self.opts.on_error {
-            cb(e);
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(e)));
         }
     }
 
@@ -697,6 +708,14 @@ impl Inner {
         }
         self.changed.send_modify(|g| *g += 1);
         self.contract_changed.send_modify(|g| *g += 1);
+        if conn.is_dead() {
+            // Lost between its contract and now (a server going down as it
+            // answered): its reader's conn_lost came while it was not yet
+            // the session's connection, and was ignored. Lose it again now
+            // that it is, or the session would wait on it for ever.
+            self.conn_lost(&conn, conn.failed());
+            return;
+        }
         if let Some(every) = self.opts.keepalive {
             let weak = Arc::downgrade(&conn);
             let timeout = self.opts.call_timeout.min(every);
@@ -764,7 +783,9 @@ impl Inner {
 
     async fn reconnect(self: Arc<Self>, first: Error) {
         let start = Instant::now();
-        let (mut delay, max) = self.opts.backoff;
+        let (first_delay, max) = self.opts.backoff;
+        // A backoff of zero (set as a field) would dial without pause.
+        let (mut delay, max) = (first_delay.max(MIN_BACKOFF), max.max(MIN_BACKOFF));
         if let Some((up_at, reached)) = *self.resume_backoff.lock().unwrap() {
             if up_at.elapsed() < max {
                 delay = reached;
@@ -784,7 +805,7 @@ impl Inner {
                 return;
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(max);
+            delay = delay.saturating_mul(2).min(max);
             match self.open().await {
                 Ok((conn, contract)) => {
                     if self.is_closing() {
@@ -820,6 +841,10 @@ impl Inner {
         self.state.lock().unwrap().subs.retain(|x| !Arc::ptr_eq(x, s));
     }
 }
+
+/// The shortest pause between two reconnection attempts, whatever
+/// [`ConnectOptions::backoff`] says.
+const MIN_BACKOFF: Duration = Duration::from_millis(10);
 
 /// The smallest and the largest delay before a failed renewal is tried again.
 const RENEW_RETRY: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));

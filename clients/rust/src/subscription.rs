@@ -66,9 +66,12 @@ fn data_size(data: &Value) -> usize {
     n.0
 }
 
-/// [`Ack::None`]: what the queue holds, bounded by [`MAX_QUEUED`] and
-/// [`MAX_QUEUED_BYTES`]. [`Ack::Explicit`]: how many deliveries of the
-/// connection `conn` (its address) wait queued, bounded by the window.
+/// What the queue holds: `n` deliveries (bounded by [`MAX_QUEUED`] for
+/// [`Ack::None`]), with `bytes` of data ([`Ack::None`], bounded by
+/// [`MAX_QUEUED_BYTES`]). [`Ack::Explicit`]: `live` of them are of the
+/// connection `conn` (its address), bounded by the window; those of lost
+/// connections are dropped as the next connection's come (see
+/// [`SubShared::discard_stale`]).
 #[derive(Default)]
 struct Queued {
     n: usize,
@@ -237,6 +240,11 @@ pub struct Delivery {
     held: Option<Arc<Held>>,
     /// [`Ack::None`]: the size of its data, counted while it is queued.
     size: usize,
+    /// A delivery of an acknowledged handler subscription: set once the
+    /// handler answers it itself ([`ack`](Delivery::ack) or
+    /// [`nack`](Delivery::nack)), so that its result is not sent as a
+    /// second answer (an ack after its nack would settle the redelivery).
+    settled: Option<Arc<AtomicBool>>,
 }
 
 /// A stream delivery in its reader's hands, shared by the clones of the
@@ -305,7 +313,9 @@ impl Delivery {
     /// Acknowledges the delivery (acks that gather meanwhile share a
     /// frame). `ACK_NOT_ALLOWED` when it was answered already or its ack
     /// wait passed; a transport error when its connection is gone (the
-    /// server has it back). Handlers do not call it: their result settles.
+    /// server has it back). A handler need not call it (its result
+    /// settles); one that answers its delivery itself (`ack` or `nack`)
+    /// has its result dropped, not sent as a second answer.
     /// On an [`Ack::None`] subscription it sends nothing and returns `Ok`.
     ///
     /// A stream delivery dropped (its last clone) without `ack` or `nack`
@@ -315,6 +325,9 @@ impl Delivery {
             return Ok(());
         }
         let release = self.held.as_ref().and_then(|h| h.answer());
+        if let Some(s) = &self.settled {
+            s.store(true, Ordering::Release);
+        }
         let (tx, rx) = oneshot::channel();
         self.handle.sub.queue_ack(&self.handle, &self.message, Some(tx));
         drop(release); // queued: an unsubscribe sends it before its own frame
@@ -329,6 +342,9 @@ impl Delivery {
             return Ok(());
         }
         let _release = self.held.as_ref().and_then(|h| h.answer());
+        if let Some(s) = &self.settled {
+            s.store(true, Ordering::Release);
+        }
         let mut f = json!({"op": "nack", "sub": self.handle.sid, "messageId": self.message.id});
         if let Some(d) = delay {
             f["delayMs"] = json!(crate::time::wire_ms(d));
@@ -399,7 +415,8 @@ impl SubState {
     fn resume_at(&self) -> u64 {
         match self.pending.first() {
             Some(&low) => low,
-            None if self.last_acked > 0 => self.last_acked + 1,
+            // At u64::MAX there is no next: that one again (a duplicate, which at least once allows).
+            None if self.last_acked > 0 => self.last_acked.saturating_add(1),
             None => self.from,
         }
     }
@@ -596,6 +613,7 @@ impl SubShared {
                 return true;
             }
             q.live += 1;
+            q.n += 1;
         }
         {
             let mut st = self.st.lock().unwrap();
@@ -618,7 +636,9 @@ impl SubShared {
             q.n += 1;
             q.bytes += size;
         }
-        let d = Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() }, held: None, size };
+        let settled = (self.opts.ack == Ack::Explicit && matches!(self.mode, SubMode::Handler(_))).then(Arc::default);
+        let d =
+            Delivery { message, attempt, handle: AckHandle { sub: self.clone(), conn, sid: sid.to_string() }, held: None, size, settled };
         let queued = match &self.mode {
             SubMode::Handler(_) => self.queue_tx.send(d).is_ok(),
             SubMode::Stream(buf) => {
@@ -626,6 +646,9 @@ impl SubShared {
                 if b.ended {
                     false
                 } else {
+                    if b.items.front().is_some_and(|f| self.stale(f)) {
+                        self.discard_stale(&mut b.items);
+                    }
                     b.items.push_back(d);
                     if let Some(w) = b.waker.take() {
                         w.wake();
@@ -640,9 +663,11 @@ impl SubShared {
         true
     }
 
-    /// The window asked of the server: deliveries it may have unanswered.
+    /// The window asked of the server: deliveries it may have unanswered
+    /// (at least 1: a window of 0 set as a field would leave every
+    /// delivery beyond it).
     fn window(&self) -> usize {
-        self.opts.window.unwrap_or(self.opts.max_in_flight.max(256)) as usize
+        self.opts.window.unwrap_or(self.opts.max_in_flight.max(256)).max(1) as usize
     }
 
     /// An acknowledged delivery beyond the window: counted, and reported at
@@ -771,12 +796,31 @@ impl SubShared {
     /// stream's consumer) took it, or it was discarded.
     fn dequeued(&self, size: usize, conn: usize) {
         let mut q = self.queued.lock().unwrap();
+        q.n -= 1;
         if self.opts.ack == Ack::None {
-            q.n -= 1;
             q.bytes -= size;
         } else if q.conn == conn && q.live > 0 {
             q.live -= 1;
         }
+    }
+
+    /// Drops from `q` the deliveries no handler or reader may be handed any
+    /// more: all of them once the subscription is stopping, else those of
+    /// a lost connection (an acknowledged subscription: they can no longer
+    /// be answered, and the resumed subscription delivers them again).
+    /// Done as the deliveries of the next connection come, not only when a
+    /// handler or the reader reaches them: a handler or reader that is
+    /// stuck would otherwise keep a window's worth of each connection lost
+    /// meanwhile, without bound.
+    fn discard_stale(&self, q: &mut VecDeque<Delivery>) {
+        let stopping = self.is_stopping();
+        q.retain(|d| {
+            let gone = stopping || self.stale(d);
+            if gone {
+                self.dequeued(d.size, conn_key(&d.handle.conn));
+            }
+            !gone
+        });
     }
 
     pub(crate) fn report(&self, e: Error) {
@@ -899,15 +943,46 @@ impl SubShared {
 }
 
 async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::UnboundedReceiver<Delivery>) {
-    while let Some(d) = rx.recv().await {
+    // The deliveries taken off the channel that wait for a handler: taken
+    // while the handlers are busy, so that those of a lost connection are
+    // dropped as the next connection's come (see `discard_stale`).
+    let mut waiting: VecDeque<Delivery> = VecDeque::new();
+    loop {
+        if waiting.is_empty() {
+            match rx.recv().await {
+                Some(d) => waiting.push_back(d),
+                None => return,
+            }
+        }
         let Some(s) = sub.upgrade() else { return };
-        // Stopping: left unanswered, the unsubscribe gives it back. Stale:
-        // its connection is gone, the server delivers it again.
-        if s.is_stopping() || s.stale(&d) {
-            s.dequeued(d.size, conn_key(&d.handle.conn));
+        // Stopping: left unanswered, the unsubscribe gives them back.
+        // Stale: their connection is gone, the server delivers them again.
+        s.discard_stale(&mut waiting);
+        if waiting.is_empty() {
             continue;
         }
-        let Ok(permit) = s.sem.clone().acquire_owned().await else { return };
+        // The permit's future is made once, so it keeps its place in the
+        // semaphore's queue (ahead of an `idle` that comes later).
+        let acquire = s.sem.clone().acquire_owned();
+        tokio::pin!(acquire);
+        let permit = loop {
+            tokio::select! {
+                biased;
+                p = &mut acquire => break p,
+                d = rx.recv() => match d {
+                    Some(d) => {
+                        let new_conn = waiting.back().is_some_and(|b| !Arc::ptr_eq(&b.handle.conn, &d.handle.conn));
+                        waiting.push_back(d);
+                        if new_conn {
+                            s.discard_stale(&mut waiting);
+                        }
+                    }
+                    None => return,
+                },
+            }
+        };
+        let Ok(permit) = permit else { return };
+        let Some(d) = waiting.pop_front() else { continue };
         s.dequeued(d.size, conn_key(&d.handle.conn)); // a handler takes it
         if s.is_stopping() || s.stale(&d) {
             continue; // while it waited for room
@@ -918,9 +993,13 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
         tokio::spawn(async move {
             let handle = d.handle.clone();
             let m = d.message.clone();
-            let res = tokio::spawn(HANDLER_OF.scope(key, h(d))).await;
+            let settled = d.settled.clone();
+            // The handler is called inside the task, so that a panic while
+            // it makes its future nacks as one inside the future does.
+            let res = tokio::spawn(HANDLER_OF.scope(key, async move { h(d).await })).await;
             match res {
-                _ if handle.sub.opts.ack == Ack::None => {} // at most once: nothing is answered
+                _ if handle.sub.opts.ack == Ack::None => {}                   // at most once: nothing is answered
+                _ if settled.is_some_and(|s| s.load(Ordering::Acquire)) => {} // the handler answered it
                 Ok(Ok(())) => handle.sub.queue_ack(&handle, &m, None),
                 Ok(Err(e)) => nack(&handle, &m.id, e.retry_after).await,
                 Err(_) => nack(&handle, &m.id, None).await, // the handler panicked
@@ -1182,7 +1261,16 @@ impl Subscription {
             s.finish_later(timeout);
             return Ok(());
         }
-        s.finish(timeout).await
+        // In a task of its own: a caller that gives up (a timeout around
+        // this call, a dropped future) does not leave the subscription
+        // stopped but never ended, which a later unsubscribe or done()
+        // would wait for without end.
+        let s = s.clone();
+        match tokio::spawn(async move { s.finish(timeout).await }).await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(Error::closed()), // the runtime is shutting down
+        }
     }
 }
 
@@ -1223,6 +1311,31 @@ mod tests {
         let f = frame_of(SubscribeOptions::default().ack(Ack::None).window(2));
         assert_eq!(f.get("ack"), Some(&json!("none")), "{f:?}");
         assert_eq!(f.get("window"), Some(&json!(2)));
+    }
+
+    /// A reader that does not read, or a handler that does not return,
+    /// while the connection is lost again and again: the deliveries of
+    /// each lost connection are dropped as the next one's come, so what
+    /// waits in the client stays within about one window.
+    #[tokio::test]
+    async fn deliveries_of_lost_connections_do_not_pile_up_behind_a_stuck_reader_or_handler() {
+        let stuck: Handler = Arc::new(|_d| Box::pin(std::future::pending()));
+        for (name, mode) in [("stream", SubMode::Stream(Mutex::default())), ("handler", SubMode::Handler(stuck))] {
+            let s = SubShared::new("x", SubscribeOptions::default().window(4), mode, Weak::new());
+            let mut seq = 0;
+            for _ in 0..20 {
+                let c = Conn::detached();
+                for _ in 0..4 {
+                    seq += 1;
+                    let m = Message { id: format!("msg_{seq}"), sequence: seq, ..Message::default() };
+                    assert!(s.dispatch(c.clone(), "sub_1", m, 1));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await; // the handler's loop takes them
+                c.lose();
+            }
+            let n = s.queued.lock().unwrap().n;
+            assert!(n <= 8, "{name}: {n} deliveries wait after 20 lost connections (window 4)");
+        }
     }
 
     #[test]

@@ -171,3 +171,501 @@ async fn an_id_of_dots_cannot_move_an_http_call_to_another_route() {
     let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
     assert!(accepted.is_err(), "a call was sent");
 }
+
+fn decision(re: &Value, seq: u64) -> Value {
+    json!({"op": "decision", "re": re, "status": "accepted", "message": {"id": format!("msg_{seq}"), "subject": "x", "sequence": seq}})
+}
+
+#[tokio::test]
+async fn a_publish_the_server_never_answers_times_out_and_does_not_hold_up_the_next() {
+    let frames = Arc::new(AtomicUsize::new(0));
+    let n = frames.clone();
+    let (url, _tx, task) = raw_server(move |f| match f["op"].as_str() {
+        Some("publish") | Some("publish_batch") => {
+            // The first publish frame is never answered; the others are.
+            if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                vec![]
+            } else {
+                vec![decision(&f["id"], 2)]
+            }
+        }
+        Some("ping") => vec![json!({"op": "pong", "re": f["id"]})],
+        _ => vec![],
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_millis(300))).await.unwrap();
+    let m = pigeon_client::Message::new("x", "t", "i");
+    let r = tokio::time::timeout(Duration::from_secs(5), s.publish(&m)).await.expect("a publish waited past call_timeout");
+    let e = r.unwrap_err();
+    assert_eq!((e.code.as_str(), e.kind), ("REQUEST_TIMEOUT", pigeon_client::ErrorKind::Timeout), "{e}");
+    // The frame that got no answer no longer takes the in-flight slot.
+    let d = tokio::time::timeout(Duration::from_secs(5), s.publish(&m))
+        .await
+        .expect("the next publish waits behind the unanswered frame")
+        .unwrap();
+    assert_eq!(d.message.sequence, 2);
+    s.ping().await.unwrap();
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subscription() {
+    let (url, tx, task) = raw_server(move |f| match f["op"].as_str() {
+        // Every subscribe is answered with the same id.
+        Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_same"})],
+        Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
+        _ => vec![],
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(2))).await.unwrap();
+    let mut first = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+    let second = s.subscribe_stream("x", SubscribeOptions::default()).await;
+    let e = second.err().expect("a second subscription was given an id another one holds");
+    assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
+    assert_eq!(first.id().as_deref(), Some("sub_same"));
+    tx.send(json!({"op": "deliver", "sub": "sub_same", "attempt": 1, "message": msg(7)})).unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(3), first.recv())
+        .await
+        .expect("the first subscription's deliveries went elsewhere")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.message.sequence, 7);
+    d.ack().await.unwrap();
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn an_attempt_beyond_u32_is_not_wrapped_to_a_first_attempt() {
+    let (url, tx, task) = raw_server(move |f| match f["op"].as_str() {
+        Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
+        Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
+        _ => vec![],
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+    for attempt in [(1u64 << 32) + 1, u64::MAX] {
+        tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": attempt, "message": msg(1)})).unwrap();
+        let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.unwrap().unwrap().unwrap();
+        assert_eq!(d.attempt, u32::MAX, "attempt {attempt}");
+        d.ack().await.unwrap();
+    }
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn the_largest_sequence_cannot_make_a_resume_panic() {
+    // Answers every connection; the first delivers the largest sequence,
+    // then drops the connection.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let starts: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = starts.clone();
+    let task = tokio::spawn(async move {
+        for n in 0.. {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { continue };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                while let Some(Ok(W::Text(t))) = ws.next().await {
+                    let f: Value = serde_json::from_str(&t).unwrap();
+                    let out = match f["op"].as_str() {
+                        Some("negotiate") => {
+                            let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": "2099-01-01T00:00:00Z"});
+                            vec![json!({"op": "contract", "re": f["id"], "contract": contract})]
+                        }
+                        Some("subscribe") => {
+                            seen.lock().unwrap().push(f["start"].clone());
+                            let sid = format!("sub_{n}");
+                            let seq = if n == 0 { u64::MAX } else { 5 };
+                            let m = json!({"id": format!("msg_{n}"), "subject": "x", "sequence": seq, "data": {}});
+                            vec![
+                                json!({"op": "subscribed", "re": f["id"], "sub": sid}),
+                                json!({"op": "deliver", "sub": sid, "attempt": 1, "message": m}),
+                            ]
+                        }
+                        _ => vec![json!({"op": "ok", "re": f["id"]})],
+                    };
+                    for o in out {
+                        let _ = ws.send(W::Text(o.to_string())).await;
+                    }
+                    if n == 0 && f["op"] == "subscribe" {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return; // dropped: the client reconnects and resumes
+                    }
+                }
+            });
+        }
+    });
+    let o = opts().reconnect(true).call_timeout(Duration::from_secs(2));
+    let o = ConnectOptions { backoff: (Duration::from_millis(10), Duration::from_millis(50)), ..o };
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let (dtx, mut drx) = mpsc::unbounded_channel();
+    let _sub = s
+        .subscribe("x", SubscribeOptions::default().ack(pigeon_client::Ack::None), move |d| {
+            let dtx = dtx.clone();
+            async move {
+                let _ = dtx.send(d.message.sequence);
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(tokio::time::timeout(Duration::from_secs(3), drx.recv()).await.unwrap(), Some(u64::MAX));
+    // After the drop the subscription resumes and goes on.
+    let next = tokio::time::timeout(Duration::from_secs(5), drx.recv()).await.expect("the subscription did not resume");
+    assert_eq!(next, Some(5));
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 2, "{starts:?}");
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+/// A raw HTTP endpoint for one request: records what it read, answers
+/// with `head` and then `body_len` bytes of spaces, counting what it wrote.
+async fn raw_http(head: &'static str, body_len: usize) -> (String, Arc<Mutex<Vec<u8>>>, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let (read, written) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicUsize::new(0)));
+    let (r, w) = (read.clone(), written.clone());
+    tokio::spawn(async move {
+        let Ok((mut tcp, _)) = listener.accept().await else { return };
+        let mut buf = [0u8; 4096];
+        loop {
+            let Ok(n) = tcp.read(&mut buf).await else { return };
+            if n == 0 {
+                return;
+            }
+            r.lock().unwrap().extend_from_slice(&buf[..n]);
+            if r.lock().unwrap().windows(4).any(|x| x == b"\r\n\r\n") {
+                break;
+            }
+        }
+        if tcp.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let chunk = vec![b' '; 1 << 20];
+        let mut left = body_len;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if tcp.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+            w.fetch_add(n, Ordering::SeqCst);
+            left -= n;
+        }
+    });
+    (url, read, written)
+}
+
+#[tokio::test]
+async fn an_http_answer_without_end_is_refused_rather_than_read_into_memory() {
+    use pigeon_client::http::HttpClient;
+    // 200 MiB without a length: what a server (or anything on a plain
+    // http:// path) can stream at a client for as long as it likes.
+    let (url, _read, written) = raw_http("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 200 << 20).await;
+    let h = HttpClient::new(&url, "t");
+    let e = tokio::time::timeout(Duration::from_secs(20), h.fetch_keys("acct"))
+        .await
+        .expect("no answer in time")
+        .expect_err("an answer of 200 MiB was read whole");
+    assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
+    assert!(written.load(Ordering::SeqCst) < 100 << 20, "{} bytes read", written.load(Ordering::SeqCst));
+    // A Content-Length past the bound is refused too.
+    let (url, _read, _) = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n", 0).await;
+    let e = HttpClient::new(&url, "t").call("GET", "/v1/x", None).await.unwrap_err();
+    assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
+}
+
+#[tokio::test]
+async fn a_2xx_answer_that_is_not_json_is_an_error_not_an_empty_key_list() {
+    use pigeon_client::http::HttpClient;
+    let (url, _read, _) = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n<html>hi", 0).await;
+    let e = HttpClient::new(&url, "t").fetch_keys("acct").await.expect_err("an HTML page read as no keys");
+    assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
+}
+
+#[tokio::test]
+async fn an_http_method_or_path_cannot_add_a_header_or_a_request() {
+    use pigeon_client::http::HttpClient;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let h = HttpClient::new(&format!("http://127.0.0.1:{port}"), "admin-token");
+    for (method, path) in [
+        ("GET", "/v1/accounts\r\nX-Injected: 1"),
+        ("GET", "/v1/a HTTP/1.1\r\n\r\nDELETE /v1/contracts/c"),
+        ("GET", "/v1/a\nX: 1"),
+        ("GET", "v1/relative"),
+        ("GET /v1/x HTTP/1.1\r\nX: 1\r\n\r\nDELETE", "/v1/contracts/c"),
+        ("", "/v1/a"),
+    ] {
+        let e = h.call(method, path, None).await.unwrap_err();
+        assert_eq!(e.code, "INVALID_ARGUMENT", "{method:?} {path:?}: {e}");
+    }
+    let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+    assert!(accepted.is_err(), "a request was sent");
+}
+
+/// A session on a raw endpoint with one subscription whose handler holds
+/// its first delivery until `gate` is notified; the frames the endpoint
+/// read are in the list returned.
+async fn held_handler(
+) -> (Session, pigeon_client::Subscription, Arc<tokio::sync::Notify>, Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<()>) {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = frames.clone();
+    let (url, tx, task) = raw_server(move |f| {
+        seen.lock().unwrap().push(f.clone());
+        match f["op"].as_str() {
+            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
+            Some("ack") | Some("nack") | Some("unsubscribe") | Some("ping") => vec![json!({"op": "ok", "re": f["id"]})],
+            _ => vec![],
+        }
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(2))).await.unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let g = gate.clone();
+    let sub = s
+        .subscribe("x", SubscribeOptions::default(), move |_d| {
+            let (g, started_tx) = (g.clone(), started_tx.clone());
+            async move {
+                let _ = started_tx.send(());
+                g.notified().await;
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    tokio::time::timeout(Duration::from_secs(3), started.recv()).await.unwrap();
+    (s, sub, gate, frames, task)
+}
+
+#[tokio::test]
+async fn an_unsubscribe_given_up_on_still_ends_the_subscription() {
+    let (s, sub, gate, frames, task) = held_handler().await;
+    // The caller gives up while the handler runs.
+    assert!(tokio::time::timeout(Duration::from_millis(100), sub.unsubscribe()).await.is_err());
+    gate.notify_one();
+    tokio::time::timeout(Duration::from_secs(3), sub.done()).await.expect("the subscription never ended");
+    tokio::time::timeout(Duration::from_secs(3), sub.unsubscribe()).await.expect("a second unsubscribe hangs").unwrap();
+    let ops: Vec<Value> = frames.lock().unwrap().iter().map(|f| f["op"].clone()).collect();
+    assert_eq!(ops.iter().filter(|o| *o == "unsubscribe").count(), 1, "{ops:?}");
+    assert!(ops.iter().position(|o| o == "ack") < ops.iter().position(|o| o == "unsubscribe"), "{ops:?}");
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn a_close_given_up_on_still_closes_the_session() {
+    let (s, sub, gate, frames, task) = held_handler().await;
+    assert!(tokio::time::timeout(Duration::from_millis(100), s.close()).await.is_err());
+    gate.notify_one();
+    let closed = tokio::time::timeout(Duration::from_secs(3), s.closed()).await.expect("the session never closed");
+    assert!(closed.is_none(), "{closed:?}");
+    assert!(sub.is_done());
+    let ops: Vec<Value> = frames.lock().unwrap().iter().map(|f| f["op"].clone()).collect();
+    assert!(ops.iter().position(|o| o == "ack") < ops.iter().position(|o| o == "unsubscribe"), "{ops:?}");
+    task.abort();
+}
+
+#[tokio::test]
+async fn an_on_error_callback_that_panics_does_not_stop_the_connection() {
+    let (url, tx, task) = raw_server(move |f| match f["op"].as_str() {
+        Some("ping") => vec![json!({"op": "pong", "re": f["id"]})],
+        _ => vec![],
+    })
+    .await;
+    let o = opts().call_timeout(Duration::from_secs(2)).on_error(|e| panic!("a careless callback: {e}"));
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    tx.send(json!({"op": "what"})).unwrap(); // reaches on_error
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.ping().await.expect("the connection stopped reading");
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_before_its_future_nacks_the_delivery() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = frames.clone();
+    let (url, tx, task) = raw_server(move |f| {
+        seen.lock().unwrap().push(f.clone());
+        match f["op"].as_str() {
+            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
+            Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
+            _ => vec![],
+        }
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let _sub = s
+        .subscribe("x", SubscribeOptions::default(), |d| {
+            // Panics while making its future, not inside it.
+            let id: u64 = d.message.data["n"].as_u64().expect("a number");
+            async move {
+                let _ = id;
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    let nacked = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if frames.lock().unwrap().iter().any(|f| f["op"] == "nack" && f["messageId"] == "msg_1") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(nacked.is_ok(), "no nack: {:?}", frames.lock().unwrap());
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn publishes_on_a_connection_whose_server_stopped_reading_end_when_it_is_dropped() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let task = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let Some(Ok(W::Text(t))) = ws.next().await else { return };
+        let f: Value = serde_json::from_str(&t).unwrap();
+        let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": "2099-01-01T00:00:00Z"});
+        ws.send(W::Text(json!({"op": "contract", "re": f["id"], "contract": contract, "maxFrame": 64 << 20}).to_string())).await.unwrap();
+        // Reads nothing more, and keeps the connection open.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        drop(ws);
+    });
+    let o = opts().call_timeout(Duration::from_millis(500)).keepalive(Some(Duration::from_millis(300)));
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    // Large enough to fill the socket's buffers: the writer waits on it.
+    let big = pigeon_client::Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(32 << 20)}));
+    let first = s.publish_async(&big).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = s.publish_async(&pigeon_client::Message::new("x", "t", "i")).await.unwrap();
+    let failed = tokio::time::timeout(Duration::from_secs(5), s.closed()).await.expect("the keepalive did not drop the connection");
+    assert!(failed.is_some());
+    let r = tokio::time::timeout(Duration::from_secs(5), async { (first.await, second.await) })
+        .await
+        .expect("a publish on the dropped connection never ended");
+    assert!(r.0.is_err() && r.1.is_err(), "{r:?}");
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_window_of_zero_set_as_a_field_is_one_not_a_subscription_that_takes_nothing() {
+    let asked: Arc<Mutex<Option<Value>>> = Arc::default();
+    let a = asked.clone();
+    let (url, tx, task) = raw_server(move |f| match f["op"].as_str() {
+        Some("subscribe") => {
+            *a.lock().unwrap() = Some(f["window"].clone());
+            vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})]
+        }
+        Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
+        _ => vec![],
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let mut sub = s.subscribe_stream("x", SubscribeOptions { window: Some(0), ..Default::default() }).await.unwrap();
+    assert_eq!(asked.lock().unwrap().clone(), Some(json!(1)));
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the delivery was left unanswered").unwrap().unwrap();
+    d.ack().await.unwrap();
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+#[tokio::test]
+async fn a_connection_lost_just_after_its_contract_is_not_taken_for_a_live_one() {
+    for reconnect in [false, true] {
+        // Every connection: the contract, then dropped at once (a server
+        // going down as it answers).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let dials = Arc::new(AtomicUsize::new(0));
+        let counted = dials.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { continue };
+                if let Some(Ok(W::Text(t))) = ws.next().await {
+                    let f: Value = serde_json::from_str(&t).unwrap();
+                    let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": "2099-01-01T00:00:00Z"});
+                    let _ = ws.send(W::Text(json!({"op": "contract", "re": f["id"], "contract": contract}).to_string())).await;
+                }
+                drop(ws);
+            }
+        });
+        let o = ConnectOptions {
+            backoff: (Duration::from_millis(20), Duration::from_millis(20)),
+            reconnect_window: Duration::from_millis(300),
+            ..opts().reconnect(reconnect)
+        };
+        let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+        if reconnect {
+            // Each connection is lost as it comes up: the session keeps
+            // redialling (with backoff), rather than wait on the first.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(dials.load(Ordering::SeqCst) > 2, "{} dials", dials.load(Ordering::SeqCst));
+            let _ = s.close().await;
+        } else {
+            let failed = tokio::time::timeout(Duration::from_secs(5), s.closed()).await;
+            assert!(matches!(failed, Ok(Some(_))), "{failed:?}");
+            let e = tokio::time::timeout(Duration::from_secs(2), s.ping()).await.expect("a call waits on a dead connection").unwrap_err();
+            assert_eq!(e.kind, pigeon_client::ErrorKind::Transport, "{e}");
+        }
+        task.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_handler_that_answers_its_delivery_itself_is_not_answered_again() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = frames.clone();
+    let (url, tx, task) = raw_server(move |f| {
+        seen.lock().unwrap().push(f.clone());
+        match f["op"].as_str() {
+            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
+            Some("ack") | Some("nack") | Some("unsubscribe") | Some("ping") => vec![json!({"op": "ok", "re": f["id"]})],
+            _ => vec![],
+        }
+    })
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let sub = s
+        .subscribe("x", SubscribeOptions::default(), |d| async move {
+            if d.message.sequence == 1 {
+                d.nack(None).await.unwrap(); // given back, then Ok: not acked after all
+            } else {
+                d.ack().await.unwrap(); // acked, then an error: not nacked after all
+                return Err(pigeon_client::HandlerError::new("after the ack"));
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(2)})).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(Duration::from_secs(3), sub.idle()).await.unwrap();
+    let answers: Vec<(Value, Value)> = frames
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|f| f["op"] == "ack" || f["op"] == "nack")
+        .map(|f| (f["op"].clone(), f["messageId"].clone()))
+        .collect();
+    assert_eq!(answers, vec![(json!("nack"), json!("msg_1")), (json!("ack"), json!("msg_2"))]);
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
