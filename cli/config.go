@@ -121,6 +121,7 @@ type issuerConfig struct {
 	Roles              []string          `yaml:"roles"`
 	AttributeClaims    map[string]string `yaml:"attribute_claims"`
 	Leeway             time.Duration     `yaml:"leeway"`
+	MaxLifetime        time.Duration     `yaml:"max_lifetime"`
 	RefreshInterval    time.Duration     `yaml:"refresh_interval"`
 	MinRefreshInterval time.Duration     `yaml:"min_refresh_interval"`
 	MaxKeyAge          time.Duration     `yaml:"max_key_age"`
@@ -287,7 +288,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	for i, ic := range f.OIDC.Issuers {
 		in := identity.Issuer{URL: ic.Issuer, Audiences: ic.Audience, Clients: ic.Clients, JWKSURL: ic.JWKSURL, Algorithms: ic.Algorithms,
-			PrincipalClaim: ic.PrincipalClaim, RolesClaim: ic.RolesClaim, Roles: ic.Roles, AttributeClaims: ic.AttributeClaims, Leeway: ic.Leeway,
+			PrincipalClaim: ic.PrincipalClaim, RolesClaim: ic.RolesClaim, Roles: ic.Roles, AttributeClaims: ic.AttributeClaims, Leeway: ic.Leeway, MaxLifetime: ic.MaxLifetime,
 			RefreshInterval: ic.RefreshInterval, MinRefreshInterval: ic.MinRefreshInterval, MaxKeyAge: ic.MaxKeyAge, TrustDomains: ic.TrustDomains,
 			PrincipalPrefix: ic.PrincipalPrefix}
 		if _, err := identity.CheckIssuer(in); err != nil {

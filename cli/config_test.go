@@ -130,6 +130,11 @@ func TestServeFlagsOverrideConfig(t *testing.T) {
 		"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      clients: [orders-app, billing]\n")}, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, []string{"orders-app", "billing"}, cfg.issuers[0].Clients)
+	// The longest a token may live.
+	cfg, _, ok = parseServe([]string{"--config", writeConfig(t,
+		"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      max_lifetime: 1h\n")}, io.Discard, nil)
+	require.True(t, ok)
+	require.Equal(t, time.Hour, cfg.issuers[0].MaxLifetime)
 
 	// An empty file configures nothing.
 	cfg, _, ok = parseServe([]string{"--config", writeConfig(t, "")}, io.Discard, nil)
@@ -150,6 +155,7 @@ func TestServeConfigRefused(t *testing.T) {
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [a]\n      trust_domains: [\"spiffe://x\"]\n", ":3: issuer \"https://idp\": \"spiffe://x\" is not a SPIFFE trust domain name"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [pigeon, \"\"]\n", ":3: issuer \"https://idp\": an audience may not be empty"},
 		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [pigeon]\n      clients: [\"\"]\n", ":3: issuer \"https://idp\": a client may not be empty"},
+		{"oidc:\n  issuers:\n    - issuer: https://idp\n      audience: [pigeon]\n      max_lifetime: 9000h\n", ":3: issuer \"https://idp\": max lifetime must be between 0 and 8784h0m0s"},
 		{"auth:\n  order: [mtls, kerberos]\n", ":2: unknown method \"kerberos\""},
 		{"mtls:\n  trust_domains:\n    - name: a.org\n      cas: [x.pem]\n", ":4: unknown key \"cas\""},
 		{"mtls:\n  trust_domains:\n    - name: A.ORG\n", ":3: trust domain \"A.ORG\" is not valid"},

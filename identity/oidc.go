@@ -36,6 +36,8 @@ const (
 	DefaultMinRefreshInterval = 10 * time.Second
 	DefaultMaxKeyAge          = 24 * time.Hour
 	DefaultPrincipalClaim     = "sub"
+	DefaultMaxLifetime        = 24 * time.Hour
+	MostMaxLifetime           = 366 * 24 * time.Hour
 )
 
 // DefaultAlgorithms are the algorithms accepted when an Issuer names none.
@@ -110,6 +112,13 @@ type Issuer struct {
 	// Leeway tolerates clock skew on exp, nbf and iat (default 30 s, at
 	// most 5 min).
 	Leeway time.Duration
+	// MaxLifetime is the longest a token may live (default 24 h, at most
+	// 366 days): one whose exp is further than this past its iat, or past
+	// the clock when it is presented, is refused (beyond the leeway). A
+	// bearer token is used by whoever holds it; a provider misconfigured
+	// to issue tokens for a year, or a token minted for another use, would
+	// otherwise sign in for as long as it says.
+	MaxLifetime time.Duration
 	// RefreshInterval is how often Run refetches the key set (default 15
 	// min); MinRefreshInterval the shortest time between two fetches caused
 	// by unknown key ids (default 10 s); MaxKeyAge how long fetched keys
@@ -266,6 +275,12 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 		return c, fmt.Errorf("issuer %q: leeway must be between 0 and %s", c.URL, MaxLeeway)
 	case c.Leeway == 0:
 		c.Leeway = DefaultLeeway
+	}
+	switch {
+	case c.MaxLifetime < 0 || c.MaxLifetime > MostMaxLifetime:
+		return c, fmt.Errorf("issuer %q: max lifetime must be between 0 and %s", c.URL, MostMaxLifetime)
+	case c.MaxLifetime == 0:
+		c.MaxLifetime = DefaultMaxLifetime
 	}
 	if c.RefreshInterval <= 0 {
 		c.RefreshInterval = DefaultRefreshInterval
@@ -450,6 +465,10 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 		return nil, refuse("wrong issuer")
 	default:
 		return nil, refuse("invalid claims")
+	}
+	if exp, most := std.Expiry.Time(), is.cfg.MaxLifetime+is.cfg.Leeway; exp.Sub(now) > most ||
+		std.IssuedAt != nil && exp.Sub(std.IssuedAt.Time()) > most {
+		return nil, refuse("lives longer than the issuer's max lifetime %s (exp - iat, or exp - now)", is.cfg.MaxLifetime)
 	}
 	if len(is.cfg.Clients) > 0 && !slices.Contains(is.cfg.Clients, client(all)) {
 		return nil, refuse("not issued to a client this broker accepts (azp, client_id)")
