@@ -48,7 +48,7 @@
 // bridge's session: a payload that is an envelope is decoded as one
 // (pigeon.DecodeMessage), any other as data under the route's Template. The
 // route's Subject always wins. The message id comes from the NATS side
-// (nats-<stream>-<created>-<stream sequence> on JetStream, the Nats-Msg-Id header on
+// (nats-<stream>/<durable>-<created>-<stream sequence> on JetStream, the Nats-Msg-Id header on
 // core NATS, scoped to the route), so a redelivery is recognised:
 // MESSAGE_ID_TAKEN or "duplicate" for a redelivered message counts as
 // accepted. On JetStream a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ const (
 	monitorToken  = "monitor-token"
 	monitorPrin   = "spiffe://test/ns/ops/sa/monitor"
 	ordersSubject = "orders.events"
+	copySubject   = "orders.copy" // ordersPolicy's twin
 )
 
 // ordersPolicy is a pubsub subject the bridge may publish and receive,
@@ -54,6 +56,9 @@ func newEngine(t testing.TB) *pigeon.Engine {
 	t.Helper()
 	cat := demo.Catalog()
 	sp, err := policy.ParseSubject("orders.events.json", []byte(ordersPolicy))
+	require.NoError(t, err)
+	cat.Subjects = append(cat.Subjects, sp)
+	sp, err = policy.ParseSubject("orders.copy.json", []byte(strings.Replace(ordersPolicy, `"name": "orders.events"`, `"name": "`+copySubject+`"`, 1)))
 	require.NoError(t, err)
 	cat.Subjects = append(cat.Subjects, sp)
 	tokens := append(demo.Tokens(),
@@ -160,12 +165,12 @@ func (v *env) stream(t testing.TB, name string, subjects ...string) jetstream.St
 	return st
 }
 
-// jsID is the id a JetStream In route gives the message at seq in the
-// stream name as it is now.
-func (v *env) jsID(t testing.TB, name string, seq uint64) string {
+// jsID is the id a JetStream In route of durable consumer durable gives
+// the message at seq in the stream name as it is now.
+func (v *env) jsID(t testing.TB, name, durable string, seq uint64) string {
 	st, err := v.js.Stream(t.Context(), name)
 	require.NoError(t, err)
-	return jetStreamID(name, st.CachedInfo().Created, seq)
+	return jetStreamID(name, durable, st.CachedInfo().Created, seq)
 }
 
 // running is a bridge whose Run goroutine a test waits for.

@@ -2,6 +2,7 @@ package natsbridge
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // A core NATS publisher names the id of its messages (Nats-Msg-Id, or its
 // envelope's id), but only within its route: it cannot take ahead of time
 // the id of a message another route carries, a JetStream route's
-// "nats-<stream>-<created>-<sequence>" or another core route's publisher's id, which
+// "nats-<stream>/<durable>-<created>-<sequence>" or another core route's publisher's id, which
 // the broker would then refuse MESSAGE_ID_TAKEN (a JetStream message
 // terminated) or the bridge count as a duplicate (dropped). A publisher's
 // own retry is still recognised.
@@ -78,7 +79,7 @@ func TestInCoreIDsAreScopedByRoute(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{
 		"evil-1": "nats:low-in:nats-LEGACY-1", "evil-2": "nats:low-in:pay-1", "evil-3": "nats:low-in:nats-LEGACY-2",
-		"js-1": v.jsID(t, "LEGACY", 1), "js-2": v.jsID(t, "LEGACY", 2), "good-1": "nats:high-in:pay-1",
+		"js-1": v.jsID(t, "LEGACY", "js-in", 1), "js-2": v.jsID(t, "LEGACY", "js-in", 2), "good-1": "nats:high-in:pay-1",
 	}, ids)
 }
 
@@ -117,5 +118,43 @@ func TestInCoreInvalidUTF8ID(t *testing.T) {
 			require.Equal(t, map[pigeon.Code]uint64{pigeon.CodeInvalidUTF8: 2}, s.Refused)
 			require.Equal(t, uint64(1), s.Forwarded)
 		})
+	}
+}
+
+// TestInJetStreamTwoBridgesOnOneStream: two bridges, configured apart, each
+// consume one JetStream stream through a durable of its own into a
+// subject of its own. A message's id names the durable beside the stream
+// and sequence: with the stream's and sequence's alone, the second bridge
+// published every message under the id the first had taken, and the
+// broker refused it MESSAGE_ID_TAKEN (terminated): one subject got
+// nothing. A redelivery through one durable is still recognised
+// (TestInExactlyOnceAcrossRestart).
+func TestInJetStreamTwoBridgesOnOneStream(t *testing.T) {
+	v := newEnv(t)
+	v.stream(t, "LEGACY", "legacy.>")
+	orders := subscribe(t, v.e, monitorToken, ordersSubject)
+	copies := subscribe(t, v.e, monitorToken, copySubject)
+	one := start(t, Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+	}})
+	two := start(t, Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
+		{Name: "copy-in", Direction: In, Subject: copySubject, NATSSubject: "legacy.>", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
+	}})
+	const n = 3
+	for i := range n {
+		_, err := v.js.Publish(t.Context(), "legacy.orders", []byte(`{"orderId":"o-`+strconv.Itoa(i)+`"}`))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		a, b := routeStats(one.b, "orders-in"), routeStats(two.b, "copy-in")
+		return a.Forwarded+uint64(len(a.Refused)) == n && b.Forwarded+uint64(len(b.Refused)) == n
+	}, 30*time.Second, 5*time.Millisecond)
+	require.Empty(t, routeStats(one.b, "orders-in").Refused)
+	require.Empty(t, routeStats(two.b, "copy-in").Refused)
+	require.Eventually(t, func() bool { return len(orders.all()) == n && len(copies.all()) == n }, 30*time.Second, 5*time.Millisecond)
+	for i, m := range orders.all() {
+		require.Equal(t, v.jsID(t, "LEGACY", "orders-in", uint64(i+1)), m.ID)
+		require.Equal(t, v.jsID(t, "LEGACY", "copy-in", uint64(i+1)), copies.all()[i].ID)
+		require.JSONEq(t, string(m.Data), string(copies.all()[i].Data))
 	}
 }

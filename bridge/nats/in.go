@@ -254,7 +254,7 @@ func newID() string { return "nats-" + rand.Text() }
 // a publisher named counts as a duplicate; were the publisher's id used as
 // it is, a NATS publisher would choose the Pigeon id verbatim, and could
 // take ahead of time the id of a message of another route or subject (a
-// JetStream route's "nats-<stream>-<created>-<sequence>", another core route's
+// JetStream route's "nats-<stream>/<durable>-<created>-<sequence>", another core route's
 // publishers' ids, a Pigeon publisher's), which would then be refused, or
 // dropped as a duplicate. Scoped by the route's name (which holds no ':'),
 // the ids of one route's publishers cannot meet those of another route,
@@ -273,23 +273,31 @@ func coreID(r *Route, id string) string {
 }
 
 // jetStreamID is the Pigeon id of the message at seq in stream, created
-// at created: "nats-<stream>-<created>-<seq>", created in Unix nanoseconds
-// in base 36. A stream deleted and created again under its name numbers
+// at created, as the durable consumer durable hands it over:
+// "nats-<stream>/<durable>-<created>-<seq>", created in Unix nanoseconds in
+// base 36 (stream and consumer names hold no '/', so the parts are
+// unambiguous). A stream deleted and created again under its name numbers
 // its messages from 1 again: without its creation in them, their ids were
 // those of the first stream's messages, and each was taken for a
-// redelivery of one the broker held and dropped. When the id is too long
-// for an envelope's (JetStream takes stream names of up to 255 bytes),
-// "sha256:" and the SHA-256 of the stream's name in hex stand in the
-// name's place: the broker refused such ids, ENVELOPE_INVALID, and every
+// redelivery of one the broker held and dropped. Without the durable, two
+// bridges consuming one stream through consumers of their own (into two
+// subjects, say) published each message under one id, and the broker
+// refused the second MESSAGE_ID_TAKEN: one of them lost every message;
+// bridges that share a durable (one route run twice for availability)
+// still give one id, so a message both hand over is published once. When
+// the id is too long for an envelope's (JetStream takes names of up to 255
+// bytes), "sha256:" and the SHA-256 of "<stream>/<durable>" in hex stand in
+// their place: the broker refused such ids, ENVELOPE_INVALID, and every
 // message of the route was terminated.
-func jetStreamID(stream string, created time.Time, seq uint64) string {
+func jetStreamID(stream, durable string, created time.Time, seq uint64) string {
 	c := strconv.FormatInt(created.UnixNano(), 36)
 	n := strconv.FormatUint(seq, 10)
-	if len("nats---")+len(stream)+len(c)+len(n) > pigeon.MaxEnvelopeField {
-		sum := sha256.Sum256([]byte(stream))
-		stream = "sha256:" + hex.EncodeToString(sum[:])
+	name := stream + "/" + durable
+	if len("nats---")+len(name)+len(c)+len(n) > pigeon.MaxEnvelopeField {
+		sum := sha256.Sum256([]byte(name))
+		name = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return "nats-" + stream + "-" + c + "-" + n
+	return "nats-" + name + "-" + c + "-" + n
 }
 
 // fetchBatch is how many JetStream messages one pull asks for, and
@@ -473,7 +481,7 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg, created time
 		g.fail(routeError(in.r, fmt.Errorf("the consumer %q on stream %q changed: it delivered a message of %q", in.r.Durable, in.r.Stream, jm.Subject())))
 		return
 	}
-	id := jetStreamID(meta.Stream, created, meta.Sequence.Stream)
+	id := jetStreamID(meta.Stream, in.r.Durable, created, meta.Sequence.Stream)
 	m, err := convert(in.r, jm.Data(), id)
 	if err == nil {
 		err = in.fits(m)

@@ -65,7 +65,7 @@ func TestIn(t *testing.T) {
 
 				ids := []string{"nats:orders-in:hdr-1", "nats:orders-in:hdr-2"} // the publisher's ids, within the route
 				if jsMode {
-					ids = []string{v.jsID(t, "LEGACY", 1), v.jsID(t, "LEGACY", 2)}
+					ids = []string{v.jsID(t, "LEGACY", "orders-in", 1), v.jsID(t, "LEGACY", "orders-in", 2)}
 				}
 				plain, env := msgs[0], msgs[1]
 				require.Equal(t, ids[0], plain.ID)
@@ -128,7 +128,7 @@ func TestInRefusals(t *testing.T) {
 			require.NoError(t, err)
 
 			require.Eventually(t, func() bool { return len(got.all()) == 1 }, 30*time.Second, 5*time.Millisecond)
-			require.Equal(t, v.jsID(t, "LEGACY", 6), got.all()[0].ID)
+			require.Equal(t, v.jsID(t, "LEGACY", "payments-in", 6), got.all()[0].ID)
 			for range refusals {
 				_, err := terms.NextMsg(30 * time.Second)
 				require.NoError(t, err, "each refused message is terminated")

@@ -11,7 +11,7 @@ import (
 	"pigeon"
 )
 
-// A JetStream In route's ids are nats-<stream>-<created>-<sequence>: on a stream
+// A JetStream In route's ids are nats-<stream>/<durable>-<created>-<sequence>: on a stream
 // whose name is longer than about 230 bytes (JetStream takes 255) every id
 // was longer than an envelope's id may be, and every message was refused
 // ENVELOPE_INVALID and terminated, lost.
@@ -36,10 +36,11 @@ func TestInJetStreamLongStreamName(t *testing.T) {
 	id := got.all()[0].ID
 	require.True(t, strings.HasPrefix(id, "nats-sha256:") && strings.HasSuffix(id, "-1"), id)
 	// A redelivery is recognised: the id is the stream's and sequence's.
-	require.Equal(t, id, v.jsID(t, name, 1))
+	require.Equal(t, id, v.jsID(t, name, "orders-in", 1))
 	created := time.Unix(0, 1<<62)
-	require.NotEqual(t, jetStreamID(name, created, 1), jetStreamID(name[1:], created, 1))
-	require.LessOrEqual(t, len(jetStreamID(name, created, 1<<63)), pigeon.MaxEnvelopeField)
+	require.NotEqual(t, jetStreamID(name, "d", created, 1), jetStreamID(name[1:], "d", created, 1))
+	require.NotEqual(t, jetStreamID(name, "d", created, 1), jetStreamID(name, "e", created, 1))
+	require.LessOrEqual(t, len(jetStreamID(name, strings.Repeat("D", 255), created, 1<<63)), pigeon.MaxEnvelopeField)
 }
 
 // A stream deleted and created again under its name numbers its messages

@@ -217,15 +217,14 @@ func (o *Options) validate() error {
 				return invalid("route %q: Durable %q on stream %q is used by route %q too", r.Name, r.Durable, r.Stream, other)
 			}
 			durables[k] = r.Name
-			// A JetStream message's id is its stream's and sequence's
-			// (nats-<stream>-<created>-<sequence>): two routes that both consume
-			// it would publish two messages under one id, and the broker
-			// would refuse the second MESSAGE_ID_TAKEN (terminated) or
-			// take it for a duplicate (acknowledged, dropped).
+			// Two routes that both consume a message of the stream into
+			// one subject would publish it there twice (under the ids of
+			// their two durables): a mistake, not a design. Into two
+			// subjects, each route publishes it once.
 			for _, other := range jsIn[r.Stream] {
-				if subjectsOverlap(r.NATSSubject, other.NATSSubject) {
-					return invalid("route %q: NATSSubject %q and route %q's %q on stream %q can take the same message, which one id cannot name twice",
-						r.Name, r.NATSSubject, other.Name, other.NATSSubject, r.Stream)
+				if r.Subject == other.Subject && subjectsOverlap(r.NATSSubject, other.NATSSubject) {
+					return invalid("route %q: NATSSubject %q and route %q's %q on stream %q can take the same message, which would reach subject %q twice",
+						r.Name, r.NATSSubject, other.Name, other.NATSSubject, r.Stream, r.Subject)
 				}
 			}
 			jsIn[r.Stream] = append(jsIn[r.Stream], r)

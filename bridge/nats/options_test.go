@@ -115,14 +115,14 @@ func TestConnectErrorRedactsNATSCredentials(t *testing.T) {
 	}
 }
 
-// Two JetStream In routes that can take one message of a stream would
-// publish it twice under its one id (nats-<stream>-<created>-<sequence>): the
-// broker refuses the second MESSAGE_ID_TAKEN, and the route terminates
-// it, or takes it for a duplicate and drops it. New refuses such routes.
+// Two JetStream In routes that can take one message of a stream into one
+// subject would publish it there twice (each under its own durable's id):
+// New refuses such routes. Into two subjects, each publishes it once.
 func TestInJetStreamOverlappingRoutesRefused(t *testing.T) {
 	js := func(name, stream, subject string) Route {
 		return Route{Name: name, Direction: In, Subject: "orders.events", NATSSubject: subject, JetStream: true, Stream: stream}
 	}
+	into := func(r Route, subject string) Route { r.Subject = subject; return r }
 	for _, tt := range []struct {
 		a, b Route
 		ok   bool
@@ -135,6 +135,8 @@ func TestInJetStreamOverlappingRoutesRefused(t *testing.T) {
 		{js("short", "S", "legacy.*"), js("long", "S", "legacy.*.*"), true},
 		{js("s1", "S1", "legacy.>"), js("s2", "S2", "legacy.>"), true},
 		{js("js", "S", "legacy.>"), Route{Name: "core", Direction: In, Subject: "orders.events", NATSSubject: "legacy.eu"}, true},
+		{js("all", "S", "legacy.>"), into(js("eu", "S", "legacy.eu"), "audit.events"), true},
+		{js("same", "S", "legacy.eu"), into(js("eu", "S", "legacy.eu"), "audit.events"), true},
 	} {
 		_, err := New(Options{Dialer: inproc.Dialer{}, Credential: "c", URL: "nats://127.0.0.1:1", Routes: []Route{tt.a, tt.b}})
 		if tt.ok {
