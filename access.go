@@ -243,8 +243,12 @@ func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 // PutAccountKeys replaces the public keys account id publishes. Keys that
 // are no longer valid stay listed so older signatures still verify; callers
 // rotate by adding a key with a later NotBefore and closing the old one's
-// NotAfter. Like the other account methods it trusts its caller; the
-// server lets only the account itself or an admin call it.
+// NotAfter. A key belongs for good to the first account that publishes
+// it: one that another account publishes, or published before it dropped
+// the key or was deleted, is refused with CONFLICT, since every signature
+// and sealed payload the key made would verify as the new holder's. Like
+// the other account methods it trusts its caller; the server lets only
+// the account itself or an admin call it.
 func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err

@@ -3,6 +3,7 @@ package pigeon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -21,6 +22,10 @@ const (
 	bucketGrants   = "grants"
 	bucketRevoked  = "grants.revoked"
 	bucketBroker   = "broker"
+	// bucketKeyOwners holds, under each public key (its base64url text)
+	// an account has published, that account: the key stays its own after
+	// it stops listing it (see claimKeys).
+	bucketKeyOwners = "keys.owners"
 )
 
 // directory holds accounts, roles, issued grants and grant revocations, and
@@ -228,7 +233,10 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 	if err := ValidateKeys(a.Keys); err != nil {
 		return WrapError(CodeBadRequest, err, "%v", err)
 	}
-	if err := d.claimKeys(a.ID, nil, a.Keys); err != nil {
+	if err := d.claimKeys(ctx, a.ID, nil, a.Keys); err != nil {
+		return err
+	}
+	if err := d.reserveKeys(ctx, a.ID, a.Keys, true); err != nil {
 		return err
 	}
 	if err := d.put(ctx, bucketAccounts, a.ID, a); err != nil {
@@ -254,7 +262,13 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	if err := fn(&c); err != nil {
 		return Account{}, err
 	}
-	if err := d.claimKeys(id, cur.Keys, c.Keys); err != nil {
+	if err := d.claimKeys(ctx, id, cur.Keys, c.Keys); err != nil {
+		return Account{}, err
+	}
+	if err := d.reserveKeys(ctx, id, newKeys(cur.Keys, c.Keys), true); err != nil {
+		return Account{}, err
+	}
+	if err := d.reserveKeys(ctx, id, newKeys(c.Keys, cur.Keys), false); err != nil {
 		return Account{}, err
 	}
 	if err := d.put(ctx, bucketAccounts, id, &c); err != nil {
@@ -320,6 +334,9 @@ func (d *directory) deleteAccount(ctx context.Context, id string, then func()) e
 			return err
 		}
 	}
+	if err := d.reserveKeys(ctx, id, d.accounts[id].Keys, false); err != nil {
+		return err
+	}
 	if err := storeError(d.st.Delete(ctx, bucketAccounts, id)); err != nil {
 		return err
 	}
@@ -331,18 +348,124 @@ func (d *directory) deleteAccount(ctx context.Context, id string, then func()) e
 }
 
 // claimKeys refuses (CONFLICT) to let account id publish keys that another
-// account publishes. A signature names no account: whoever lists the
-// public key it verifies with owns it. Were account B to list A's signing
-// key, B could publish A's signed messages as its own (the broker stamps
-// B as their source and they verify against B's keys), and a sealed
-// payload A made would open as sealed by B. Keys the account already
-// listed (old) are not checked again, so changing an account's roles
-// never fails on a key it published before this rule. The error does not
-// name the other account. d.mu is held for writing.
-func (d *directory) claimKeys(id string, old, keys []PublicKey) error {
+// account publishes or published. A signature names no account: whoever
+// lists the public key it verifies with owns it. Were account B to list
+// A's signing key, B could publish A's signed messages as its own (the
+// broker stamps B as their source and they verify against B's keys), and
+// a sealed payload A made would open as sealed by B. That stays true of
+// what the key signed after A stops listing it (A rotates it out, or A is
+// deleted), so a key stays A's for good: the store keeps its owner under
+// bucketKeyOwners (see reserveKeys), where every node of a cluster and a
+// restarted broker find it. Keys the account already listed (old) are not
+// checked again, so changing an account's roles never fails on a key it
+// published before this rule. The error does not name the other account.
+// claimKeys writes nothing. d.mu is held for writing.
+func (d *directory) claimKeys(ctx context.Context, id string, old, keys []PublicKey) error {
 	for _, k := range keys {
-		if owner, ok := d.keyOwner[k.Key]; ok && owner != id && !slices.ContainsFunc(old, func(o PublicKey) bool { return o.Key == k.Key }) {
-			return NewError(CodeConflict, "key %q is published by another account", k.KID)
+		if hasKey(old, k.Key) {
+			continue
+		}
+		owner, ok := d.keyOwner[k.Key]
+		if !ok {
+			var err error
+			if owner, ok, err = d.storedKeyOwner(ctx, k.Key); err != nil {
+				return err
+			}
+		}
+		if ok && owner != id {
+			return errKeyTaken(k)
+		}
+	}
+	return nil
+}
+
+func errKeyTaken(k PublicKey) error {
+	return NewError(CodeConflict, "key %q is published by another account", k.KID)
+}
+
+func hasKey(keys []PublicKey, key string) bool {
+	return slices.ContainsFunc(keys, func(k PublicKey) bool { return k.Key == key })
+}
+
+// keyOwnerRecord is the value of a key in bucketKeyOwners.
+type keyOwnerRecord struct {
+	Account string `json:"account"`
+}
+
+// storedKeyOwner returns the account that published key, as the store
+// has it.
+func (d *directory) storedKeyOwner(ctx context.Context, key string) (string, bool, error) {
+	v, err := d.st.Get(ctx, bucketKeyOwners, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, storeError(err)
+	}
+	var r keyOwnerRecord
+	if err := json.Unmarshal(v, &r); err != nil || r.Account == "" {
+		return "", false, NewError(CodeStoreCorrupt, "%s/%s does not decode", bucketKeyOwners, key)
+	}
+	return r.Account, true, nil
+}
+
+// newKeys returns the keys of keys that old does not hold.
+func newKeys(old, keys []PublicKey) []PublicKey {
+	var out []PublicKey
+	for _, k := range keys {
+		if !hasKey(old, k.Key) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// reserveKeys records in the store that account id owns each of keys that
+// no account is recorded for: the keys it is about to list (listing, which
+// claimKeys checked) or to drop (keys listed before this rule have no
+// record yet). A store that several brokers share creates each record
+// once (store.KVCreator), so that of two accounts that claim one key on
+// two nodes at once, one gets CONFLICT; in a store without that, the
+// later write wins. It runs before the change is stored: should that
+// fail, a key is reserved to an account that does not list it, which only
+// that account could have wanted to list. Dropping a key never fails on
+// its record. The store holds one small record per key ever published;
+// memory holds none. d.mu is held for writing.
+func (d *directory) reserveKeys(ctx context.Context, id string, keys []PublicKey, listing bool) error {
+	for _, k := range keys {
+		if o, ok := d.keyOwner[k.Key]; ok && o != id {
+			continue // a key two accounts listed before this rule: not id's
+		}
+		owner, ok, err := d.storedKeyOwner(ctx, k.Key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			b, err := json.Marshal(keyOwnerRecord{Account: id})
+			if err != nil {
+				return WrapError(CodeInternal, err, "encode %s", bucketKeyOwners)
+			}
+			c, creates := d.st.(store.KVCreator)
+			if !creates {
+				if err := storeError(d.st.Put(ctx, bucketKeyOwners, k.Key, b)); err != nil {
+					return err
+				}
+				continue
+			}
+			err = c.Create(ctx, bucketKeyOwners, k.Key, b)
+			if !errors.Is(err, store.ErrExists) {
+				if err := storeError(err); err != nil {
+					return err
+				}
+				continue
+			}
+			// Another node recorded it since storedKeyOwner read.
+			if owner, _, err = d.storedKeyOwner(ctx, k.Key); err != nil {
+				return err
+			}
+		}
+		if listing && owner != id {
+			return errKeyTaken(k)
 		}
 	}
 	return nil

@@ -336,9 +336,11 @@ func VerifyMessageWithKeys(m *Message, keys []PublicKey) error {
 // it) would then fail at receivers in other languages, so the syntax is
 // checked first: "YYYY-MM-DDTHH:MM:SS", an optional "." and digits, then
 // "Z" or "+HH:MM"/"-HH:MM" with the hour below 24 and the minute below 60.
+// The year 0000, which RFC 3339 and Go take, is refused too: the Python
+// client's datetime starts at year 1.
 func parseRFC3339(s string) (time.Time, bool) {
 	n := len(s)
-	if n < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+	if n < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[:4] == "0000" {
 		return time.Time{}, false
 	}
 	i := 19
@@ -445,9 +447,13 @@ func (k PublicKey) X25519() ([]byte, error) {
 	return decodeKey(k)
 }
 
+// decodeKey decodes k.Key, which must be the one spelling of 32 bytes:
+// 43 base64url characters. encoding/base64 skips CR and LF even in strict
+// mode, and a key with two spellings would have two owners (a key's owner
+// is found by its text; see directory.claimKeys).
 func decodeKey(k PublicKey) ([]byte, error) {
 	b, err := keyEncoding.DecodeString(k.Key)
-	if err != nil || len(b) != 32 {
+	if err != nil || len(b) != 32 || len(k.Key) != keyEncoding.EncodedLen(32) {
 		return nil, NewError(CodeInvalidArgument, "key %q is not the base64url of a 32-byte key", k.KID)
 	}
 	return b, nil
@@ -458,8 +464,9 @@ func decodeKey(k PublicKey) ([]byte, error) {
 // alg "x25519", a key that decodes and is not weak (an Ed25519 key of small
 // order, which anyone can sign with; an X25519 key of low order or not in
 // canonical form, which nothing can be sealed for: see seal.WeakSigningKey
-// and seal.WeakEncryptionKey), and NotAfter after
-// NotBefore when both are set. Errors are INVALID_ARGUMENT.
+// and seal.WeakEncryptionKey), NotBefore and NotAfter in the years 0001
+// to 9999, and NotAfter after NotBefore when both are set. Errors are
+// INVALID_ARGUMENT.
 func (k PublicKey) Validate() error {
 	if err := checkKID(k.KID); err != nil {
 		return err
@@ -480,6 +487,15 @@ func (k PublicKey) Validate() error {
 	}
 	if k.Use == UseEnc && seal.WeakEncryptionKey(b) {
 		return NewError(CodeInvalidArgument, "key %q is an X25519 key of low order or not in canonical form, for which nothing can be sealed", k.KID)
+	}
+	for _, w := range [...]time.Time{k.NotBefore, k.NotAfter} {
+		// Year 0000 is RFC 3339 and Go's but not the Python client's
+		// (its dates start at year 1), which would find the key never
+		// valid where the broker finds it valid; JSON writes no year
+		// beyond 9999.
+		if !w.IsZero() && (w.Year() < 1 || w.Year() > 9999) {
+			return NewError(CodeInvalidArgument, "key %q: notBefore and notAfter must lie in the years 0001 to 9999", k.KID)
+		}
 	}
 	if !k.NotBefore.IsZero() && !k.NotAfter.IsZero() && !k.NotAfter.After(k.NotBefore) {
 		return NewError(CodeInvalidArgument, "key %q: notAfter must be after notBefore", k.KID)

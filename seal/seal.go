@@ -256,6 +256,11 @@ func (s *Sealed) decode() (fields, error) {
 	return f, nil
 }
 
+// decodeField decodes a binary field of minLen to maxLen bytes (no upper
+// bound when maxLen < 0). Only the one spelling of the bytes is taken:
+// encoding/base64 skips CR and LF even in strict mode, so a field with a
+// line break in it would decode here to the bytes it decodes to without,
+// where a stricter decoder (another client's) refuses it.
 func decodeField(s string, minLen, maxLen int) ([]byte, error) {
 	if maxLen >= 0 && len(s) != enc.EncodedLen(maxLen) {
 		return nil, errors.New("wrong length")
@@ -263,6 +268,9 @@ func decodeField(s string, minLen, maxLen int) ([]byte, error) {
 	b, err := enc.DecodeString(s)
 	if err != nil {
 		return nil, err
+	}
+	if len(s) != enc.EncodedLen(len(b)) {
+		return nil, errors.New("not in its one spelling")
 	}
 	if len(b) < minLen {
 		return nil, errors.New("too short")
