@@ -6,7 +6,7 @@
 import { ed25519, x25519 } from "@noble/curves/ed25519.js";
 import { xchacha20poly1305 } from "@noble/ciphers/chacha.js";
 import { hkdf } from "@noble/hashes/hkdf.js";
-import { sha256 } from "@noble/hashes/sha2.js";
+import { sha256, sha512 } from "@noble/hashes/sha2.js";
 import { randomBytes } from "@noble/hashes/utils.js";
 import { canonicalize } from "./jcs.js";
 import { PigeonError } from "./errors.js";
@@ -190,6 +190,31 @@ function weakSigningKey(pub: Uint8Array): boolean {
 }
 
 /**
+ * Ed25519 verification without the cofactor, as Go's crypto/ed25519,
+ * libsodium and ed25519-dalek's verify_strict check it: [S]B = R + [k]A
+ * exactly, k = SHA-512(R || A || message) mod L. @noble/curves checks
+ * [8][S]B = [8]R + [8][k]A (even with zip215 false), which also holds when
+ * R or A carries a part of small order: a signer can make signatures only
+ * this client accepts. Call it after ed25519.verify, which has decoded R,
+ * A and S and checked their encodings.
+ */
+function verifiesWithoutCofactor(sig: Uint8Array, message: Uint8Array, pub: Uint8Array): boolean {
+  const { Point } = ed25519;
+  const r = sig.subarray(0, 32);
+  const R = Point.fromBytes(r, false);
+  const A = Point.fromBytes(pub, false);
+  const S = littleEndian(sig.subarray(32, 64));
+  const k = littleEndian(sha512(concat(concat(r, pub), message))) % Point.Fn.ORDER;
+  return Point.BASE.multiplyUnsafe(S).equals(R.add(A.multiplyUnsafe(k)));
+}
+
+function littleEndian(b: Uint8Array): bigint {
+  let n = 0n;
+  for (let i = b.length - 1; i >= 0; i--) n = (n << 8n) | BigInt(b[i]!);
+  return n;
+}
+
+/**
  * Whether a 32-byte little-endian X25519 public key is below 2^255-19 (its
  * top bit clear included): the spelling its holder's private key gives.
  * X25519 ignores the top bit and reduces u, but the seal's header binds the
@@ -290,7 +315,7 @@ export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | s
   if (weakSigningKey(raw.subarray(0, 32))) throw bad("the signature does not verify");
   let ok = false;
   try {
-    ok = ed25519.verify(raw, input, pub, { zip215: false });
+    ok = ed25519.verify(raw, input, pub, { zip215: false }) && verifiesWithoutCofactor(raw, input, pub);
   } catch {
     ok = false;
   }
@@ -431,7 +456,8 @@ export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: U
   const h = header(s.recipientKid, s.senderKid, R, spub, eph, nonce);
   let ok = false;
   try {
-    ok = ed25519.verify(sig, concat(h, ct), spub, { zip215: false });
+    const signed = concat(h, ct);
+    ok = ed25519.verify(sig, signed, spub, { zip215: false }) && verifiesWithoutCofactor(sig, signed, spub);
   } catch {
     ok = false;
   }

@@ -34,6 +34,7 @@ import {
   publicKeys,
 } from "../dist/index.js";
 import { wsURL } from "../dist/socket.js";
+import { ed25519 } from "@noble/curves/ed25519.js";
 import { exactNumber } from "../dist/jcs.js";
 import { MAX_OUTSTANDING, Outstanding } from "../dist/subscription.js";
 import { CONFORMANCE } from "./harness.mjs";
@@ -228,6 +229,34 @@ test("verifyMessage refuses a signature whose R is of small order, as the broker
   m.signature = { kid: "sig-1", alg: "ed25519", sig: b64encode(signWithIdentityR(seed, k.signingPublic, canonicalSigningInput(m))) };
   assert.throws(() => verifyMessage(m, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
   signMessage(m, "sig-1", seed); // the signer's own signature of it verifies
+  verifyMessage(m, k.signingPublic);
+});
+
+test("verifyMessage refuses a signature whose R carries a part of small order, which noble's cofactored check alone takes", () => {
+  const le = (b) => b.reduceRight((x, v) => (x << 8n) | BigInt(v), 0n);
+  const L = ed25519.Point.Fn.ORDER;
+  const seed = Uint8Array.from({ length: 32 }, (_, i) => 100 + i);
+  const k = keyPairFrom(seed, new Uint8Array(32).fill(9));
+  const m = { subject: "chat.messages", id: "msg_02", time: "2026-11-29T12:00:00.000Z", data: { text: "hi" } };
+  const msg = canonicalSigningInput(m);
+  const h = createHash("sha512").update(seed).digest();
+  h[0] &= 248;
+  h[31] &= 127;
+  h[31] |= 64;
+  const a = le(h.subarray(0, 32)) % L;
+  // R = [r]B + T, T of order 8; S = r + k·a: [8][S]B = [8]R + [8][k]A holds,
+  // [S]B = R + [k]A (Go's, libsodium's, dalek's verify_strict) does not.
+  const r = 123456789n;
+  const T = ed25519.Point.fromBytes(Buffer.from("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05", "hex"));
+  const R = ed25519.Point.BASE.multiply(r).add(T).toBytes();
+  let s = (r + (le(createHash("sha512").update(R).update(k.signingPublic).update(msg).digest()) % L) * a) % L;
+  const sig = new Uint8Array(64);
+  sig.set(R);
+  for (let i = 32; i < 64; i++, s >>= 8n) sig[i] = Number(s & 0xffn);
+  assert.ok(ed25519.verify(sig, msg, k.signingPublic, { zip215: false }), "noble's own check takes it");
+  m.signature = { kid: "sig-1", alg: "ed25519", sig: b64encode(sig) };
+  assert.throws(() => verifyMessage(m, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+  signMessage(m, "sig-1", seed);
   verifyMessage(m, k.signingPublic);
 });
 
