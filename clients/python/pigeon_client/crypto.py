@@ -492,7 +492,9 @@ def open_sealed(sealed: dict[str, Any], recipient_private: bytes, sender_public:
     is :class:`SealUnsupported`."""
     if not isinstance(sealed, dict):
         raise SealTampered("sealed payload is not an object")
-    if sealed.get("v") != 1 or isinstance(sealed.get("v"), bool):
+    if type(sealed.get("v")) is not int or sealed["v"] != 1:
+        # The integer 1 only: Go decodes v as an int, and refuses 1.0 (and
+        # true), which Python's == would take for 1.
         raise SealUnsupported("unknown sealed version")
     if sealed.get("alg") != SEAL_ALG:
         raise SealUnsupported("unknown sealed algorithm")
@@ -549,8 +551,14 @@ def open_data(data: dict[str, Any], recipient_private: bytes, sender_public: byt
 
 
 def loads_payload(b: bytes) -> Any:
-    """Decode an opened JSON payload."""
-    return json.loads(b)
+    """Decode an opened JSON payload. NaN, Infinity and -Infinity (which
+    json.loads takes by default, and Go's decoder refuses) are
+    ``ValueError``."""
+    return json.loads(b, parse_constant=_not_json_constant)
+
+
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def seal_message(

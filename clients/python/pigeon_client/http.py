@@ -23,7 +23,8 @@ import urllib.request
 from typing import Any, Iterable
 
 from .errors import InvalidError, PigeonError, ProtocolError, TransportError, error_from
-from .ws import Contract, Decision
+from .subscription import _delay_ms
+from .ws import Contract, Decision, _check_header_value, _check_ttl
 
 __all__ = ["HttpClient", "KeyDirectory"]
 
@@ -49,6 +50,33 @@ class _RedirectHandler(urllib.request.HTTPRedirectHandler):
         return new
 
 
+MAX_RESPONSE_BYTES = 256 << 20
+"""The largest response body an :class:`HttpClient` reads (256 MiB, the
+WebSocket client's frame bound): a server or proxy that sends more (or
+without end) fails the call with ``PAYLOAD_TOO_LARGE`` once the bound is
+passed, rather than fill the memory. ``max_response_bytes`` changes it."""
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _read_bounded(resp: Any, limit: int) -> bytes:
+    """The body of ``resp``, at most ``limit`` bytes (``_TooLarge`` beyond,
+    without reading the rest)."""
+    n = resp.length  # Content-Length, when the response names one
+    if n is not None and n > limit:
+        raise _TooLarge()
+    raw = resp.read(limit + 1)
+    if len(raw) > limit:
+        raise _TooLarge()
+    return raw
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectHandler())
 
 
@@ -66,7 +94,8 @@ def _q(segment: str) -> str:
 class HttpClient:
     """A client of the HTTP API at ``base_url`` (``http://127.0.0.1:8787``)."""
 
-    def __init__(self, base_url: str, token: str | None, *, region: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str, token: str | None, *, region: str | None = None, timeout: float = 30.0,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         u = base_url.rstrip("/")
         if u.startswith("ws://") or u.startswith("wss://"):
             u = "http" + u[2:]
@@ -76,6 +105,7 @@ class HttpClient:
         self.token = token
         self.region = region
         self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self.contract: Contract | None = None
 
     # --- plumbing ---
@@ -97,34 +127,56 @@ class HttpClient:
                 url += "?" + urllib.parse.urlencode(q)
         headers = {"Accept": "application/json"}
         if self.token:
+            _check_header_value("token", self.token)
             headers["Authorization"] = "Bearer " + self.token
         if self.region:
+            _check_header_value("region", self.region)
             headers["x-pigeon-region"] = self.region
         if contract and self.contract is not None:
             headers["x-pigeon-contract"] = self.contract.id
         data = None
         if body is not None:
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            # A caller's NaN or Infinity: ValueError here, never sent (it is not JSON).
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        limit = self.max_response_bytes
         try:
             with _NO_PROXY.open(req, timeout=timeout or self.timeout) as resp:
-                status, raw = resp.status, resp.read()
+                status, raw = resp.status, _read_bounded(resp, limit)
         except urllib.error.HTTPError as e:
             status = e.code
             try:
-                raw = e.read()
+                raw = _read_bounded(e, limit)
+            except _TooLarge:
+                raw = None
             except Exception as ex:
                 raise TransportError("CONNECTION_FAILED", f"{method} {path}: {ex}", status=status) from None
+            if raw is None:
+                raise ProtocolError("BAD_REQUEST", f"{method} {path}: HTTP {status} with a body larger than "
+                                    f"{limit} bytes", status=status) from None
+        except _TooLarge:
+            raise error_from({"code": "PAYLOAD_TOO_LARGE",
+                              "message": f"{method} {path}: the response is larger than {limit} bytes "
+                                         "(max_response_bytes)"}) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
             raise TransportError("CONNECTION_FAILED", f"{method} {path}: {e}", status=503) from None
         try:
-            payload = json.loads(raw) if raw else None
-        except ValueError:
-            raise ProtocolError("BAD_REQUEST", f"{method} {path}: HTTP {status} with a body that is not JSON",
-                                status=status) from None
+            payload = json.loads(raw, parse_constant=_not_json) if raw else None
+        except (ValueError, RecursionError):
+            if status >= 400:
+                payload = None  # refused by something else than the broker: below
+            else:
+                raise ProtocolError("BAD_REQUEST", f"{method} {path}: HTTP {status} with a body that is not JSON",
+                                    status=status) from None
         if status >= 400:
             err = error_from(payload, status)
+            if isinstance(err, ProtocolError):
+                # Not the broker's error body (a proxy's or load balancer's
+                # page: 502, 503, 504...): the broker was not reached, as
+                # the WebSocket dial reports a refused upgrade.
+                raise TransportError("CONNECTION_FAILED", f"{method} {path}: HTTP {status} without an error "
+                                     "of the broker's", status=status)
             raise err
         return status, payload
 
@@ -139,6 +191,7 @@ class HttpClient:
 
     def connect(self, subjects: Iterable[str], *, ttl: float | None = None) -> Contract:
         """Negotiate a contract (``POST /v1/contracts``); later calls use it."""
+        _check_ttl(ttl)
         body: dict[str, Any] = {"subjects": list(subjects)}
         if ttl is not None:
             body["ttlMs"] = max(1, int(ttl * 1000))
@@ -191,8 +244,9 @@ class HttpClient:
     def nack(self, subject: str, message_id: str, *, delay: float | None = None) -> None:
         self._need_contract()
         body: dict[str, Any] = {"messageId": message_id}
-        if delay is not None:
-            body["delayMs"] = max(0, int(delay * 1000))
+        delay_ms = _delay_ms(delay)  # NaN or not a number: raised before anything is sent
+        if delay_ms is not None:
+            body["delayMs"] = delay_ms
         self._do("POST", f"/v1/subjects/{_q(subject)}/nack", body, contract=True)
 
     def replay(
@@ -269,6 +323,7 @@ class HttpClient:
 
     def grant(self, account_id: str, roles: list[str], *, ttl: float | None = None) -> dict[str, Any]:
         """Issue a grant token: ``{"token","jti","expiresAt"}``."""
+        _check_ttl(ttl)
         body: dict[str, Any] = {"account": account_id, "roles": roles}
         if ttl is not None:
             body["ttlMs"] = int(ttl * 1000)

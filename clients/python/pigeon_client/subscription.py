@@ -54,6 +54,7 @@ import contextvars
 import inspect
 import json
 import logging
+import numbers
 import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
@@ -128,10 +129,50 @@ client."""
 
 
 def _retry_delay(exc: BaseException | None) -> float | None:
-    """The delay a :class:`RetryAfter` asks for, at most MAX_RETRY_DELAY."""
+    """The delay a :class:`RetryAfter` asks for, at most MAX_RETRY_DELAY. One
+    that is not a number of seconds (NaN, a string...) is no delay: the
+    nack takes the subject's backoff (the handler failed all the same)."""
     if isinstance(exc, RetryAfter) and exc.delay is not None:
+        try:
+            _delay_ms(exc.delay)
+        except (TypeError, ValueError):
+            log.warning("pigeon: RetryAfter(%r) is not a delay in seconds; the subject's backoff applies", exc.delay)
+            return None
         return min(exc.delay, MAX_RETRY_DELAY)
     return None
+
+
+def _delay_ms(delay: Any) -> int | None:
+    """``delayMs`` of a nack ``delay`` seconds long: None stays None (the
+    subject's backoff), below 0 is 0, beyond :data:`MAX_RETRY_DELAY` (infinity
+    included) is that. NaN is ``ValueError``, anything but a number (a bool,
+    a string) ``TypeError``: raised before anything is sent or settled."""
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, numbers.Real):
+        raise TypeError(f"a delay is a number of seconds, not {type(delay).__name__}")
+    if delay != delay:
+        raise ValueError("a delay of NaN seconds")
+    return int(max(0, min(delay, MAX_RETRY_DELAY)) * 1000)
+
+
+_MAX_SEQUENCE = (1 << 64) - 2
+"""The highest sequence the client keeps: the wire's sequences are unsigned
+64-bit (the Go client refuses a frame with another), and a resume asks for
+the one after the highest acked, which must still be one."""
+
+
+def _sequence(v: Any) -> int | None:
+    """A sequence of the server's, or None for what cannot be one (a bool,
+    which Python takes for an int; 0, below, or beyond 64 bits; a float, a
+    string): kept, it would go back on the wire in a resume's ``start``,
+    which the server refuses, ending the subscription."""
+    return v if type(v) is int and 0 < v <= _MAX_SEQUENCE else None
+
+
+def _attempt(v: Any) -> int:
+    """A delivery's attempt, 0 when the server named none a Go int holds."""
+    return v if type(v) is int and 0 <= v < (1 << 63) else 0
 
 
 _DATA_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -175,7 +216,9 @@ class Delivery:
 
     async def nack(self, delay: float | None = None) -> None:
         """Give the delivery back, to come again after ``delay`` seconds
-        (default: the subject's backoff)."""
+        (default: the subject's backoff; at most 12 hours, the broker's
+        bound). NaN is ``ValueError`` and anything but a number
+        ``TypeError``, raised with the delivery still unanswered."""
         await self.subscription._settle(self, False, delay)
 
     def __repr__(self) -> str:
@@ -431,13 +474,13 @@ class Subscription:
             if not isinstance(message, dict):
                 self.session._report(ProtocolError("BAD_REQUEST", "deliver without a message object"))
             return
-        seq = message.get("sequence")
+        seq = _sequence(message.get("sequence"))
         if self._at_most_once:
             # Nothing to settle: a reconnect resumes after the last message
             # received, dropped ones included (they were done when sent).
-            if isinstance(seq, int):
+            if seq is not None:
                 self._settled_high = max(self._settled_high, seq)
-            d = Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen)
+            d = Delivery(message, _attempt(attempt), self, gen)
             if self._queue.qsize() == 0:
                 # Taken next whatever its size: measured only if another
                 # comes before it is taken.
@@ -471,9 +514,9 @@ class Subscription:
                 ))
             return
         self._waiting += 1
-        if isinstance(seq, int):
+        if seq is not None:
             self._outstand(seq)
-        self._queue.put_nowait(Delivery(message, attempt if isinstance(attempt, int) else 0, self, gen))
+        self._queue.put_nowait(Delivery(message, _attempt(attempt), self, gen))
 
     def _window(self) -> int:
         """The window asked of the server: deliveries it may have unanswered."""
@@ -546,8 +589,17 @@ class Subscription:
             r = self.handler(d)
             if inspect.isawaitable(r):
                 await r
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as e:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the worker is cancelled (close() past its timeout)
+            # The handler's own: it awaited something cancelled (a task of
+            # its own, a future another cancelled). A failure like any
+            # other, not the end of this worker, which would leave the
+            # subscription a handler call short for good.
+            log.debug("pigeon: handler failed on %s: %r", d.id, e)
+            await self._answer(d, False, None)
+            return
         except RetryAfter as e:
             await self._answer(d, False, _retry_delay(e))
             return
@@ -571,6 +623,7 @@ class Subscription:
     async def _settle(self, d: Delivery, ok: bool, delay: float | None) -> None:
         if d.settled:
             return
+        delay_ms = None if ok else _delay_ms(delay)  # a bad delay raises before the delivery is settled
         d.settled = True
         if self._at_most_once:
             return  # nothing is answered, nothing comes again
@@ -579,16 +632,16 @@ class Subscription:
         if self.ended:
             raise error_from({"code": "ACK_NOT_ALLOWED",
                               "message": "the subscription has ended: the delivery went back to the server"})
-        seq = d.message.get("sequence")
+        seq = _sequence(d.message.get("sequence"))
         # A failure keeps its sequence: the server redelivers it on this
         # subscription only, so a resume must ask for it again.
-        if isinstance(seq, int) and ok:
+        if seq is not None and ok:
             self._outstanding.discard(seq)
             self._settled_high = max(self._settled_high, seq)
         if not ok:
             f: dict[str, Any] = {"op": "nack", "sub": self.sid, "messageId": d.id}
-            if delay is not None:
-                f["delayMs"] = max(0, int(delay * 1000))
+            if delay_ms is not None:
+                f["delayMs"] = delay_ms
             await self.session._call(f, "ok")
             return
         fut = asyncio.get_running_loop().create_future()
@@ -598,6 +651,7 @@ class Subscription:
         await fut
 
     async def _flush_acks(self) -> None:
+        items: list[tuple[str, int, asyncio.Future[None]]] = []
         try:
             while self._ackq:
                 items, self._ackq = self._ackq, []
@@ -620,7 +674,11 @@ class Subscription:
                         if not f.done():
                             f.set_exception(e)
                     continue
-                not_pending = set(ans.get("notPending") or [])
+                # Ids only: anything else (an id that is a list, a number
+                # for a list) settles nothing as refused, rather than raise
+                # here and leave every ack of the batch waiting for good.
+                np_ = ans.get("notPending")
+                not_pending = {i for i in np_ if isinstance(i, str)} if isinstance(np_, list) else set()
                 for mid, _, f in items:
                     if f.done():
                         continue
@@ -630,6 +688,16 @@ class Subscription:
                         )
                     else:
                         f.set_result(None)
+        except BaseException as e:
+            # Never leave an ack waiting on a flusher that is gone.
+            err = e if isinstance(e, PigeonError) else SessionClosedError("SESSION_CLOSED", f"acks failed: {e!r}")
+            for _, _, f in items + self._ackq:
+                if not f.done():
+                    f.set_exception(err)
+            self._ackq = []
+            if isinstance(e, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                raise
+            log.exception("pigeon: acks of %s failed", self.subject)
         finally:
             self._ack_task = None
 

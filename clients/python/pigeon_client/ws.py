@@ -43,6 +43,7 @@ import inspect
 import json
 import logging
 import math
+import numbers
 import random
 import urllib.parse
 from typing import Any, Callable, Iterable
@@ -62,7 +63,7 @@ from .errors import (
     new_error,
 )
 from .model import Contract, Decision
-from .subscription import Delivery, Handler, Subscription, _caller_slot
+from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_ms, _sequence
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
 
@@ -110,7 +111,32 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def _check_header_value(what: str, value: str, *, token_chars: bool = False) -> None:
+    """Refuse (``INVALID_ARGUMENT``) a value that cannot travel in a header
+    as it is: a control character (a token read from a file with its
+    trailing newline; CR/LF that would add a header), or beyond ASCII; with
+    ``token_chars``, anything but a subprotocol token's characters. The
+    value is never echoed: it is the credential. Otherwise the HTTP and
+    WebSocket libraries refuse it with a message that quotes it (into logs)
+    and the client reported a transport failure, retried without end."""
+    if not isinstance(value, str):
+        raise new_error("INVALID_ARGUMENT", f"the {what} is not a string")
+    bad = (lambda c: c not in _TCHAR) if token_chars else (lambda c: not (" " <= c <= "~" or c == "\t"))
+    for i, c in enumerate(value):
+        if bad(c):
+            raise new_error(
+                "INVALID_ARGUMENT",
+                f"the {what} holds a character a header cannot carry (code point {ord(c)} at {i} of "
+                f"{len(value)}{'; a trailing newline?' if c in chr(10) + chr(13) and i >= len(value) - 2 else ''})",
+            )
+
+
 MAX_PUBLISH_BATCH = 1000
+# The broker's bound on a subscription's max_in_flight (pigeon.MaxInFlightLimit).
+MAX_IN_FLIGHT = 10000
 
 # The most unsubscribes a connection has in flight for subscriptions that
 # deliveries name and the session does not own (the Go client's bound), and
@@ -119,7 +145,10 @@ MAX_ORPHAN_ENDS = 64
 ORPHAN_END_TIMEOUT = 10.0
 # Reconnect backoff: 50 ms doubling to 2 s (± half, at random).
 _MIN_BACKOFF, _MAX_BACKOFF = 0.05, 2.0
-_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+# allow_nan=False: a caller's NaN or Infinity is ValueError before anything
+# is queued or sent. Sent, it is not JSON: the server refuses the whole
+# frame, every message of a publish_batch with it.
+_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 # Refusals of a renewal that the server gives again for as long as the
@@ -133,6 +162,20 @@ _FINAL_RENEW_CODES = frozenset({
     "CONTRACT_REVOKED", "CONTRACT_EXPIRED", "CONTRACT_NOT_FOUND", "CONTRACT_PRINCIPAL_MISMATCH",
     "CONTRACT_STALE", "GRANT_REVOKED", "UNAUTHENTICATED",
 })
+
+
+def _check_ttl(ttl: Any) -> None:
+    """A contract lifetime is None or a positive, finite number of seconds:
+    anything else raises (``TypeError``, ``ValueError``) before it is kept,
+    as the session's ``ttl`` is sent again by every reconnect and renewal
+    (a NaN kept there made each of them raise, and the session hang in
+    ``reconnecting``)."""
+    if ttl is None:
+        return
+    if isinstance(ttl, bool) or not isinstance(ttl, numbers.Real):
+        raise TypeError(f"ttl is a number of seconds, not {type(ttl).__name__}")
+    if not (ttl > 0 and math.isfinite(ttl)):
+        raise ValueError(f"ttl must be a positive, finite number of seconds, not {ttl!r}")
 
 
 def _renew_lead(left: float) -> float:
@@ -255,6 +298,10 @@ class Session:
     ) -> None:
         if not subjects:
             raise ValueError("connect needs at least one subject")
+        _check_ttl(ttl)
+        _check_header_value("token", token, token_chars=subprotocol_auth)
+        if region is not None:
+            _check_header_value("region", region)
         self.url = _ws_url(url, region, subprotocol_auth)
         self._token = token
         self.subjects = subjects
@@ -300,6 +347,8 @@ class Session:
         self.auto_renew = auto_renew
         self._renew_task: asyncio.Task[None] | None = None
         self._closing_task: asyncio.Task[None] | None = None
+        # Set once close() has finished (a second close() waits for it).
+        self._closed_fut: asyncio.Future[None] | None = None
         self.errors: collections.deque[PigeonError] = collections.deque(maxlen=100)
         self.reconnects = 0
         # When the connection a reconnect made came up, and the delay that
@@ -389,6 +438,10 @@ class Session:
     async def _attach(self, ws: ClientConnection) -> None:
         self._ws = ws
         self._gen += 1
+        # The ids ended on the lost connection mean nothing on this one (a
+        # restarted server hands them out again): kept, they would silence
+        # the deliveries and the unsubscribe of a new subscription.
+        self._gone.clear()
         self._state = "negotiating"
         self._reader = self._loop.create_task(self._read(ws, self._gen))
         f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
@@ -397,7 +450,7 @@ class Session:
         ans = await self._attach_call(f, "contract")
         self._contract = Contract.from_wire(ans.get("contract"))
         mf = ans.get("maxFrame")
-        if isinstance(mf, int) and mf > 0:
+        if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:
             self._max_frame = mf
         for sub in list(self._all_subs):
             if sub.ended or sub._stopping:
@@ -459,6 +512,13 @@ class Session:
         sid = ans.get("sub")
         if not isinstance(sid, str) or not sid:
             raise ProtocolError("BAD_REQUEST", "subscribed without a sub id")
+        other = self._subs.get(sid)
+        if other is not None and other is not sub and other._sid_gen == self._gen and not other.ended:
+            # The id of another live subscription on this connection: bound,
+            # it would take over that one's deliveries (and end it when this
+            # one ends). Refused; nothing is unsubscribed (the id is the
+            # other's).
+            raise ProtocolError("BAD_REQUEST", f"the server gave subscription id {sid!r} to a second subscription")
         if sub.ended:
             # Ended while this (re)subscription was on its way: end what it started.
             self._end_orphan(sid, self._gen)
@@ -471,8 +531,8 @@ class Session:
         # Where a pub/sub subscription starts: a resume handed nothing goes
         # back there. A missing from (a work queue, an older server) keeps
         # the last one.
-        frm = ans.get("from")
-        if isinstance(frm, int) and not isinstance(frm, bool) and frm > 0:
+        frm = _sequence(ans.get("from"))
+        if frm is not None:
             sub._started(frm)
 
     async def _quiet_unsubscribe(self, sid: str, timeout: float | None = None) -> None:
@@ -515,13 +575,19 @@ class Session:
         err: PigeonError
         try:
             async for raw in ws:
-                self._dispatch(raw, gen)
+                try:
+                    self._dispatch(raw, gen)
+                except RecursionError:  # data nested too deeply to measure (_data_size)
+                    self._report(ProtocolError("BAD_REQUEST", "the server sent a frame nested too deeply to handle"))
             err = self._close_error(ws)
         except websockets.exceptions.ConnectionClosed:
             err = self._close_error(ws)
         except Exception as e:  # never let the reader die silently
             log.exception("pigeon: reader failed")
             err = TransportError("SESSION_CLOSED", f"reader failed: {e!r}")
+            # Nobody reads this connection any more: closed, not left open
+            # beside the one a reconnect dials.
+            self._loop.create_task(ws.close())
         self._lost(gen, err)
 
     @staticmethod
@@ -539,6 +605,12 @@ class Session:
             f = json.loads(raw, parse_constant=_not_json)
         except ValueError:
             self._report(ProtocolError("BAD_REQUEST", f"the server sent a frame that is not JSON: {raw[:80]!r}"))
+            return
+        except RecursionError:
+            # Nested deeper than the interpreter's recursion limit (about a
+            # thousand levels): refused as one frame, not as the reader's
+            # end (the decoder raises RecursionError, not ValueError).
+            self._report(ProtocolError("BAD_REQUEST", "the server sent a frame nested too deeply to decode"))
             return
         if not isinstance(f, dict):
             self._report(ProtocolError("BAD_REQUEST", "the server sent a frame that is not a JSON object"))
@@ -597,6 +669,14 @@ class Session:
             except PigeonError as e:
                 fut.set_exception(e)
                 return
+        if fut is None and sub is not None and op == "subscribed":
+            # The subscribe gave up before its answer (timed out, cancelled):
+            # the server subscription it made is ended at once, as the Go
+            # client's endOrphan does, rather than at its first delivery.
+            sid = f.get("sub")
+            other = self._subs.get(sid) if isinstance(sid, str) else None
+            if isinstance(sid, str) and sid and (other is None or other.ended or other._sid_gen != self._gen):
+                self._end_orphan(sid, gen)
         if fut is None:
             if self._timed_out.pop(re_, 0) is None:
                 return  # the late answer of a call that timed out
@@ -612,7 +692,8 @@ class Session:
             try:
                 r = self.on_error(err)
                 if inspect.isawaitable(r):
-                    self._loop.create_task(r)  # type: ignore[arg-type]
+                    t = asyncio.ensure_future(r)
+                    t.add_done_callback(_log_on_error_failure)  # never "exception was never retrieved"
             except Exception:
                 log.exception("pigeon: on_error raised")
         else:
@@ -669,6 +750,10 @@ class Session:
             except PigeonError as e:  # refused at the upgrade: a credential that no longer works
                 self._fail(e)
                 return
+            except Exception as e:  # not a transport failure: as for _attach below
+                log.exception("pigeon: reconnect failed")
+                self._fail(TransportError("SESSION_CLOSED", f"reconnect failed: {e!r}"))
+                return
             try:
                 await self._attach(ws)
                 self.reconnects += 1
@@ -682,6 +767,16 @@ class Session:
             except PigeonError as e:  # the contract cannot be renewed
                 await ws.close()
                 self._fail(e)
+                return
+            except Exception as e:
+                # Not the server's refusal: a failure of the client's own
+                # (an answer it could not handle). Trying again would fail
+                # again; leaving the task dead would leave the session in
+                # "reconnecting" for good, every call refused and
+                # wait_connected() waiting. The session ends with it.
+                log.exception("pigeon: reconnect failed")
+                await ws.close()
+                self._fail(TransportError("SESSION_CLOSED", f"reconnect failed: {e!r}"))
                 return
 
     def _fail(self, err: PigeonError) -> None:
@@ -700,7 +795,9 @@ class Session:
         self._report(err)
 
     def _forget(self, sub: Subscription) -> None:
-        if self._subs.pop(sub.sid, None) is not None:
+        # Only its own entry: its id may since name another subscription
+        # (one of a later connection, whose ids a restarted server reuses).
+        if self._subs.get(sub.sid) is sub and self._subs.pop(sub.sid, None) is not None:
             # Deliveries already on the wire for it are dropped quietly (they go back).
             self._gone.append(sub.sid)
         if sub in self._all_subs:
@@ -735,26 +832,45 @@ class Session:
         self._next += 1
         fid = str(self._next)
         frame["id"] = fid
+        text = _DUMPS(frame)  # a caller's NaN raises here, before anything is registered
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[fid] = fut
         if binding is not None:
             self._binding[fid] = binding
         try:
-            await ws.send(_DUMPS(frame))
+            await ws.send(text)
         except websockets.exceptions.ConnectionClosed:
             self._pending.pop(fid, None)
+            self._binding.pop(fid, None)
             raise self._close_error(ws) from None
+        except BaseException:
+            # Cancelled while sending (the frame may have left): given up,
+            # as below.
+            self._pending.pop(fid, None)
+            self._time_out(fid)
+            raise
         if timeout is None:
             timeout = self._call_timeout
+        # Given up (timed out, or the caller cancelled) before the answer:
+        # the answer is dropped quietly when it comes, and a subscribe's
+        # binding is kept, for the reader to end the server subscription it
+        # names (_dispatch), which nothing on the client would ever answer.
+        gave_up = False
         try:
             ans = await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
         except asyncio.TimeoutError:
-            self._pending.pop(fid, None)
+            gave_up = True
             self._time_out(fid)
             raise RequestTimeoutError("REQUEST_TIMEOUT", "no answer from the server in time") from None
+        except asyncio.CancelledError:
+            if not fut.done() or fut.cancelled():  # wait_for cancels fut with itself
+                gave_up = True
+                self._time_out(fid)
+            raise
         finally:
             self._pending.pop(fid, None)
-            self._binding.pop(fid, None)
+            if not gave_up:
+                self._binding.pop(fid, None)
         op = ans.get("op")
         if op == "error":
             raise error_from(ans.get("error"))
@@ -778,6 +894,7 @@ class Session:
         ``GRANT_REVOKED``, ``CONTRACT_STALE``, ``UNAUTHENTICATED``,
         ``RATE_LIMITED``, ``INVALID_ARGUMENT``. With ``auto_renew`` (the
         default) the session does this by itself; see :func:`connect`."""
+        _check_ttl(ttl)
         if ttl is not None:
             self.ttl = ttl
         gen, before = self._gen, self._contract
@@ -801,6 +918,7 @@ class Session:
         given, becomes the session's ``ttl``. Subscriptions that ended with
         the old contract stay ended. Renewing starts again from the new
         contract (with ``auto_renew``)."""
+        _check_ttl(ttl)
         if ttl is not None:
             self.ttl = ttl
         f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
@@ -918,10 +1036,22 @@ class Session:
 
     async def publish_many(self, messages: Iterable[dict[str, Any]]) -> list[Decision | PigeonError]:
         """Publish many messages pipelined; one result per message, in order:
-        its Decision or its refusal."""
-        futs = [await self.publish_async(m) for m in messages]
+        its Decision or its refusal. A message that cannot be sent as JSON
+        (NaN, Infinity, a value JSON has no form for) is refused alone
+        (``INVALID_ARGUMENT``); the others go on."""
+        futs: list[asyncio.Future[Decision] | PigeonError] = []
+        for m in messages:
+            try:
+                futs.append(await self.publish_async(m))
+            except (ValueError, TypeError) as e:
+                err = new_error("INVALID_ARGUMENT", f"the message cannot be sent as JSON: {e}")
+                err.__cause__ = e
+                futs.append(err)
         out: list[Decision | PigeonError] = []
         for f in futs:
+            if isinstance(f, PigeonError):
+                out.append(f)
+                continue
             try:
                 out.append(await f)
             except PigeonError as e:
@@ -991,7 +1121,8 @@ class Session:
     def _time_out(self, fid: str) -> None:
         self._timed_out[fid] = None
         if len(self._timed_out) > 1024:
-            self._timed_out.popitem(last=False)
+            old, _ = self._timed_out.popitem(last=False)
+            self._binding.pop(old, None)
 
     async def _call_raw(self, frame: "_RawFrame", want: str) -> dict[str, Any]:
         if self._state in ("closed", "failed", "reconnecting"):
@@ -1069,6 +1200,11 @@ class Session:
         drop counts 1, 2, 4, 8, …
         """
         self._check_usable()
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) \
+                or not 0 <= max_in_flight <= MAX_IN_FLIGHT:
+            # One worker task each: a server that does not refuse it (as the
+            # broker does) must not make the client start millions.
+            raise new_error("INVALID_ARGUMENT", f"max_in_flight must be an integer from 1 to {MAX_IN_FLIGHT}")
         opts: dict[str, Any] = {
             "selector": selector,
             "filter": filter,
@@ -1086,7 +1222,18 @@ class Session:
         # then and this call's return the subscription may end: the server
         # ended it (an unsubscribed frame: it is returned ended), or the
         # session's close() or failure began, which knew nothing of it.
-        await self._call(sub._subscribe_frame(), "subscribed", binding=sub)
+        try:
+            await self._call(sub._subscribe_frame(), "subscribed", binding=sub)
+        except BaseException:
+            # Cancelled (or failed) once the reader had bound the answer: the
+            # caller never gets the subscription, so nothing would run or
+            # answer its deliveries; it is forgotten and ended on the server.
+            if sub.sid and not sub.ended:
+                sid, gen = sub.sid, sub._sid_gen
+                sub._end(None)
+                if gen == self._gen and self._state not in ("closed", "failed"):
+                    self._loop.create_task(self._quiet_unsubscribe(sid, timeout=ORPHAN_END_TIMEOUT))
+            raise
         if self._state in ("closing", "closed", "failed"):
             if not sub.ended:
                 sid = sub.sid
@@ -1113,11 +1260,14 @@ class Session:
         await self._call({"op": "ack", "subject": subject, "messageId": message_id}, "ok")
 
     async def nack(self, subject: str, message_id: str, delay: float | None = None) -> None:
-        """Give back a message taken with :meth:`receive`."""
+        """Give back a message taken with :meth:`receive`, to come again
+        after ``delay`` seconds (at most 12 hours, the broker's bound; NaN is
+        ``ValueError``, anything but a number ``TypeError``)."""
         self._check_usable()
         f: dict[str, Any] = {"op": "nack", "subject": subject, "messageId": message_id}
-        if delay is not None:
-            f["delayMs"] = max(0, int(delay * 1000))
+        delay_ms = _delay_ms(delay)  # NaN or not a number: raised before anything is sent
+        if delay_ms is not None:
+            f["delayMs"] = delay_ms
         await self._call(f, "ok")
 
     async def replay(
@@ -1156,10 +1306,19 @@ class Session:
         the rest follows in the background: the handler's return answers its
         delivery, then the connection closes (at the latest ``timeout``
         seconds on)."""
-        if self._state in ("closing", "closed"):
+        if self._state == "closed":
+            return
+        if self._state == "closing":
+            # Another close() is under way: wait for it (bounded by this
+            # one's timeout), so that a return means the connection is
+            # closed. Not from a handler of this session's: the close under
+            # way waits for that handler (until its own timeout).
+            if self._closed_fut is not None and _caller_slot() is None:
+                await _bounded(asyncio.shield(self._closed_fut), timeout)
             return
         was_failed = self._state == "failed"
         self._state = "closing"
+        self._closed_fut = self._loop.create_future()
         if self._reconnect_task is not None:
             self._reconnect_task.cancel()
         renewing = self._stop_renewing()
@@ -1211,12 +1370,19 @@ class Session:
             self._reader.cancel()
         self._state = "closed"
         self._connected.set()
+        if self._closed_fut is not None and not self._closed_fut.done():
+            self._closed_fut.set_result(None)
 
     async def __aenter__(self) -> "Session":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+def _log_on_error_failure(t: "asyncio.Future[Any]") -> None:
+    if not t.cancelled() and t.exception() is not None:
+        log.error("pigeon: on_error raised", exc_info=t.exception())
 
 
 async def _bounded(aw: "asyncio.Future[Any]", timeout: float) -> None:
