@@ -51,6 +51,7 @@ type clientSub struct {
 	dropped  uint64 // at-most-once deliveries dropped with the queue full
 	overflow uint64 // deliveries left unanswered beyond the window
 	sid      string
+	sidConn  *clientConn // the connection sid is of; written with s.mu and mu held
 	stopping bool
 	running  sync.WaitGroup // deliveries queued or being handled
 	err      error
@@ -169,6 +170,15 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 		}
 		s := cs.s
 		s.mu.Lock()
+		if other := s.bySID[a.Sub]; other != nil && other != cs && other.sidConn == cc {
+			// The id of another live subscription of this connection:
+			// routed to cs, its deliveries would come here (and it would
+			// end with cs). Refused; nothing is ended on the server (the
+			// id is the other's).
+			s.mu.Unlock()
+			amiss = pigeon.NewError(pigeon.CodeInternal, "the server gave subscription id %q to a second subscription", a.Sub)
+			return
+		}
 		cs.mu.Lock()
 		if cs.finished {
 			// The caller gave up before this answer: end what it started.
@@ -180,7 +190,7 @@ func (cs *clientSub) subscribeOn(ctx context.Context, cc *clientConn, start pige
 		if s.bySID[cs.sid] == cs {
 			delete(s.bySID, cs.sid)
 		}
-		cs.sid = a.Sub
+		cs.sid, cs.sidConn = a.Sub, cc
 		if a.From > 0 {
 			cs.from = a.From
 			if asked, ok := start.Sequence(); ok && a.From < asked {

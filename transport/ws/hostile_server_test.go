@@ -165,9 +165,9 @@ func TestClientIgnoresAnswersToIDsItNeverSent(t *testing.T) {
 }
 
 // A subscribe is running only when the server answers it subscribed,
-// naming a subscription id: an answer of another kind, or without an id,
-// fails the call, and the subscriptions already running keep their
-// deliveries.
+// naming a subscription id no other subscription of the connection holds:
+// an answer of another kind, without an id or with a live one's, fails the
+// call, and the subscriptions already running keep their deliveries.
 func TestClientRefusesASubscribeAnsweredAmiss(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -175,6 +175,9 @@ func TestClientRefusesASubscribeAnsweredAmiss(t *testing.T) {
 	}{
 		{"another op", func(id string) string { return `{"op":"ok","re":"` + id + `"}` }},
 		{"no sub", func(id string) string { return `{"op":"subscribed","re":"` + id + `"}` }},
+		// A live subscription's id given again would route its deliveries
+		// to the second (and end it with the second).
+		{"the first's sub", func(id string) string { return `{"op":"subscribed","re":"` + id + `","sub":"s1"}` }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n atomic.Int64
@@ -209,6 +212,7 @@ func TestClientRefusesASubscribeAnsweredAmiss(t *testing.T) {
 				t.Fatal("the first subscription lost its delivery")
 			}
 			require.Empty(t, second)
+			require.Zero(t, srv.seen[ws.OpUnsubscribe].Load(), "the first's subscription is not ended")
 		})
 	}
 }
