@@ -907,6 +907,12 @@ export class Session implements ConnOwner {
     s.finish(err);
   }
 
+  /** @internal Whether sid is the id of a subscription other than s that c carries. */
+  heldByAnother(c: Conn, sid: string, s: Subscription): boolean {
+    const other = this.bySid.get(sid);
+    return other !== undefined && other !== s && other.carriedBy(c);
+  }
+
   /** @internal */
   bind(sid: string, s: Subscription | undefined, old?: string): void {
     if (old && this.bySid.get(old) === s) this.bySid.delete(old);

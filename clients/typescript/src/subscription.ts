@@ -287,8 +287,16 @@ export class Subscription {
     // The answer comes before the first deliver of the sub, but several
     // frames may be handled in one turn: the hook binds the sub id in the
     // reader, before the next frame, so no delivery finds it unknown.
+    let taken = false;
     const bindNow = (f: Frame) => {
       if (f.op !== "subscribed" || typeof f.sub !== "string") return;
+      if (this.session.heldByAnother(c, f.sub, this)) {
+        // The id of another live subscription of this connection: bound,
+        // its deliveries would come here (and it would end with this one).
+        // Refused; nothing is ended on the server (the id is the other's).
+        taken = true;
+        return;
+      }
       if (this.finished) {
         // Ended while this subscribe was on its way: end what it started.
         this.session.endOrphan(c, f.sub);
@@ -307,7 +315,16 @@ export class Subscription {
       this.conn = c;
       this.session.bind(this.id, this, old);
     };
-    answer(await c.call(frame, undefined, bindNow), "subscribed", (f) => typeof f.sub === "string");
+    const ans = await c.call(frame, undefined, bindNow);
+    if (taken) {
+      throw new PigeonError(ClientCodes.BAD_FRAME, `the server gave subscription id ${JSON.stringify(ans.sub)} to a second subscription`, { op: ans.op });
+    }
+    answer(ans, "subscribed", (f) => typeof f.sub === "string");
+  }
+
+  /** @internal Whether this subscription is live on c. */
+  carriedBy(c: Conn): boolean {
+    return this.conn === c && !this.finished;
   }
 
   /**

@@ -245,3 +245,37 @@ test("timers given more than 2^31 ms wait instead of firing at once", async () =
   await h.fetchKeys("a");
   assert.equal(aborted, false, "the HTTP call was aborted at once");
 });
+
+test("a subscribe answered with a live subscription's id is refused, and the first keeps its deliveries", async () => {
+  let n = 0;
+  let unsubs = 0;
+  const srv = await rawServer((ws, f) => {
+    if (f.op === "subscribe") {
+      n++;
+      ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" })); // the same id both times
+      if (n === 2) ws.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
+    } else if (f.op === "unsubscribe") {
+      unsubs++;
+      ws.send(JSON.stringify({ op: "ok", re: f.id }));
+    } else if (f.op === "ack" || f.op === "nack") ws.send(JSON.stringify({ op: "ok", re: f.id }));
+  });
+  try {
+    const s = await connect(srv.url, "t", ["x"], { reconnect: false, pingIntervalMs: 0, onError: () => {} });
+    try {
+      const first = [];
+      const second = [];
+      await s.subscribe("x", async (m) => void first.push(m.id));
+      await assert.rejects(
+        s.subscribe("x", async (m) => void second.push(m.id)),
+        (e) => e.code === "BAD_FRAME" && /second subscription/.test(e.message),
+      );
+      await until(() => first.length === 1, 2000, "the first subscription's delivery");
+      assert.deepEqual(second, []);
+      assert.equal(unsubs, 0, "the first's subscription is not ended");
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+});
