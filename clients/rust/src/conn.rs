@@ -189,21 +189,7 @@ impl Conn {
             .map_err(|_| Error::transport("SESSION_CLOSED", "timed out connecting"))??;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (pub_done_tx, pub_done_rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(Conn {
-            out: out_tx,
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            ended: Mutex::new(None),
-            dead: AtomicBool::new(false),
-            done_tx: watch::channel(false).0,
-            kill_tx: watch::channel(false).0,
-            kill_reason: Mutex::new(None),
-            subs: Mutex::new(HashMap::new()),
-            orphans: Mutex::new(HashSet::new()),
-            call_timeout: inner.opts.call_timeout,
-            max_frame: AtomicU64::new(1 << 20),
-            pub_done: pub_done_tx,
-        });
+        let conn = Conn::new(out_tx, pub_done_tx, inner.opts.call_timeout);
         let (sink, stream) = ws.split();
         tokio::spawn(writer(conn.clone(), sink, out_rx, pub_done_rx, inner.opts.publish_frames_in_flight.max(1)));
         tokio::spawn(reader(conn.clone(), Arc::downgrade(inner), stream));
@@ -359,8 +345,15 @@ impl Conn {
     /// on it go nowhere; `lose` ends it.
     #[cfg(test)]
     pub(crate) fn detached() -> Arc<Conn> {
+        Conn::new(mpsc::unbounded_channel().0, mpsc::unbounded_channel().0, Duration::from_secs(1))
+    }
+
+    /// A connection that sends its frames to `out` and tells `pub_done`
+    /// each time a publish frame is answered (a place in the writer's
+    /// window of publish frames frees).
+    fn new(out: mpsc::UnboundedSender<Out>, pub_done: mpsc::UnboundedSender<()>, call_timeout: Duration) -> Arc<Conn> {
         Arc::new(Conn {
-            out: mpsc::unbounded_channel().0,
+            out,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             ended: Mutex::new(None),
@@ -370,9 +363,9 @@ impl Conn {
             kill_reason: Mutex::new(None),
             subs: Mutex::new(HashMap::new()),
             orphans: Mutex::new(HashSet::new()),
-            call_timeout: Duration::from_secs(1),
+            call_timeout,
             max_frame: AtomicU64::new(1 << 20),
-            pub_done: mpsc::unbounded_channel().0,
+            pub_done,
         })
     }
 
