@@ -57,6 +57,22 @@ class Raw:
     def ops(self, op):
         return [f for f in self.frames if f["op"] == op]
 
+    def delivering(self, *ids, batch=False):
+        """Answer each subscribe with sub_1 and deliver the messages ids
+        (at attempt 1): one deliver frame each, or one deliver_batch."""
+
+        async def on_sub(ws, f):
+            await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
+            if batch:
+                ds = [{"attempt": 1, "message": msg(i)} for i in ids]
+                await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}))
+                return
+            for i in ids:
+                await ws.send(json.dumps({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(i)}))
+
+        self.on_subscribe = on_sub
+        return self
+
 
 async def _session(port, **kw):
     kw.setdefault("reconnect", False)
@@ -127,13 +143,7 @@ async def test_a_handler_retry_after_nan_or_infinity_nacks_and_the_handler_goes_
 
 
 async def test_a_nack_with_a_delay_that_is_not_a_number_is_refused_and_leaves_the_delivery_unanswered():
-    raw = Raw()
-
-    async def on_sub(ws, f):
-        await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
-        await ws.send(json.dumps({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}))
-
-    raw.on_subscribe = on_sub
+    raw = Raw().delivering(1)
     async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         s = await _session(srv.sockets[0].getsockname()[1])
         try:
@@ -157,14 +167,7 @@ async def test_a_nack_with_a_delay_that_is_not_a_number_is_refused_and_leaves_th
 
 
 async def test_a_handler_raising_cancelled_error_of_its_own_nacks_and_its_worker_goes_on():
-    raw = Raw()
-
-    async def on_sub(ws, f):
-        await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
-        ds = [{"attempt": 1, "message": msg(i)} for i in (1, 2)]
-        await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}))
-
-    raw.on_subscribe = on_sub
+    raw = Raw().delivering(1, 2, batch=True)
     async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         s = await _session(srv.sockets[0].getsockname()[1])
         try:
@@ -229,13 +232,7 @@ async def test_sequences_out_of_range_never_go_back_on_the_wire():
 
 
 async def test_a_subscribe_cancelled_after_its_answer_was_bound_leaves_nothing_subscribed():
-    raw = Raw()
-
-    async def on_sub(ws, f):
-        await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
-        await ws.send(json.dumps({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}))
-
-    raw.on_subscribe = on_sub
+    raw = Raw().delivering(1)
     async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
         reported: list = []
         # No call timeout: the call awaits its answer itself (Python 3.11's
