@@ -54,6 +54,17 @@ async fn raw_server(
     (format!("ws://127.0.0.1:{port}"), tx, task)
 }
 
+/// The frames a server answers every subscribe with (sid as the
+/// subscription's id) and every ack, nack and unsubscribe with (ok),
+/// for `raw_server`; other ops go unanswered.
+fn subscribing_as(sid: &'static str) -> impl Fn(&Value) -> Vec<Value> + Send + 'static {
+    move |f| match f["op"].as_str() {
+        Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": sid})],
+        Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
+        _ => vec![],
+    }
+}
+
 fn opts() -> ConnectOptions {
     ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
 }
@@ -211,13 +222,8 @@ async fn a_publish_the_server_never_answers_times_out_and_does_not_hold_up_the_n
 
 #[tokio::test]
 async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subscription() {
-    let (url, tx, task) = raw_server(move |f| match f["op"].as_str() {
-        // Every subscribe is answered with the same id.
-        Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_same"})],
-        Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
-        _ => vec![],
-    })
-    .await;
+    // Every subscribe is answered with the same id.
+    let (url, tx, task) = raw_server(subscribing_as("sub_same")).await;
     let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(2))).await.unwrap();
     let mut first = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let second = s.subscribe_stream("x", SubscribeOptions::default()).await;
@@ -238,12 +244,7 @@ async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subsc
 
 #[tokio::test]
 async fn an_attempt_beyond_u32_is_not_wrapped_to_a_first_attempt() {
-    let (url, tx, task) = raw_server(move |f| match f["op"].as_str() {
-        Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
-        Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
-        _ => vec![],
-    })
-    .await;
+    let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
     let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     for attempt in [(1u64 << 32) + 1, u64::MAX] {
@@ -494,13 +495,10 @@ async fn an_on_error_callback_that_panics_does_not_stop_the_connection() {
 async fn a_handler_that_panics_before_its_future_nacks_the_delivery() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let seen = frames.clone();
+    let answer = subscribing_as("sub_1");
     let (url, tx, task) = raw_server(move |f| {
         seen.lock().unwrap().push(f.clone());
-        match f["op"].as_str() {
-            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
-            Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
-            _ => vec![],
-        }
+        answer(f)
     })
     .await;
     let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
