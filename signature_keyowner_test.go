@@ -26,13 +26,9 @@ func TestPublishedKeyHasOneOwner(t *testing.T) {
 		_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: id})
 		require.NoError(t, err)
 	}
-	alice, err := seal.GenerateKeys()
-	require.NoError(t, err)
-	mallory, err := seal.GenerateKeys()
-	require.NoError(t, err)
-	aliceSig := pigeon.Ed25519PublicKey(alice.SigningKID, alice.SigningPublic)
-	aliceEnc := pigeon.X25519PublicKey(alice.EncryptionKID, alice.EncryptionPublic)
-	_, err = f.e.PutAccountKeys(ctx, signer, []pigeon.PublicKey{aliceSig, aliceEnc})
+	alice, aliceSig, aliceEnc := accountKeys(t)
+	mallory, _, _ := accountKeys(t)
+	_, err := f.e.PutAccountKeys(ctx, signer, []pigeon.PublicKey{aliceSig, aliceEnc})
 	require.NoError(t, err)
 
 	// The signer publishes a payload sealed for carol, in a signed

@@ -42,16 +42,10 @@ func TestRetiredKeyStaysWithItsAccount(t *testing.T) {
 				_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: id})
 				require.NoError(t, err)
 			}
-			alice, err := seal.GenerateKeys()
-			require.NoError(t, err)
-			next, err := seal.GenerateKeys()
-			require.NoError(t, err)
-			mallory, err := seal.GenerateKeys()
-			require.NoError(t, err)
-			aliceSig := pigeon.Ed25519PublicKey(alice.SigningKID, alice.SigningPublic)
-			aliceEnc := pigeon.X25519PublicKey(alice.EncryptionKID, alice.EncryptionPublic)
-			nextSig := pigeon.Ed25519PublicKey(next.SigningKID, next.SigningPublic)
-			_, err = f.e.PutAccountKeys(ctx, signer, []pigeon.PublicKey{aliceSig, aliceEnc})
+			alice, aliceSig, aliceEnc := accountKeys(t)
+			_, nextSig, _ := accountKeys(t)
+			mallory, _, _ := accountKeys(t)
+			_, err := f.e.PutAccountKeys(ctx, signer, []pigeon.PublicKey{aliceSig, aliceEnc})
 			require.NoError(t, err)
 
 			// The signer publishes a signed message; the copycat reads it.
@@ -105,13 +99,9 @@ func TestRetiredKeyStaysWithItsAccount(t *testing.T) {
 func TestRetiredKeyReservationSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	e, st := openDurable(t, dir, nil)
-	alice, err := seal.GenerateKeys()
-	require.NoError(t, err)
-	bob, err := seal.GenerateKeys()
-	require.NoError(t, err)
-	aliceSig := pigeon.Ed25519PublicKey(alice.SigningKID, alice.SigningPublic)
-	bobSig := pigeon.Ed25519PublicKey(bob.SigningKID, bob.SigningPublic)
-	_, err = e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://a", Keys: []pigeon.PublicKey{aliceSig}})
+	_, aliceSig, _ := accountKeys(t)
+	_, bobSig, _ := accountKeys(t)
+	_, err := e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://a", Keys: []pigeon.PublicKey{aliceSig}})
 	require.NoError(t, err)
 	_, err = e.CreateAccount(ctx, pigeon.Account{ID: "spiffe://b", Keys: []pigeon.PublicKey{bobSig}})
 	require.NoError(t, err)
@@ -147,10 +137,8 @@ func TestKeyOwnerIsTheStores(t *testing.T) {
 		return e
 	}
 	a, b := open(), open() // b loaded the directory before a's changes
-	alice, err := seal.GenerateKeys()
-	require.NoError(t, err)
-	k := pigeon.Ed25519PublicKey(alice.SigningKID, alice.SigningPublic)
-	_, err = a.CreateAccount(ctx, pigeon.Account{ID: "spiffe://a", Keys: []pigeon.PublicKey{k}})
+	_, k, _ := accountKeys(t)
+	_, err := a.CreateAccount(ctx, pigeon.Account{ID: "spiffe://a", Keys: []pigeon.PublicKey{k}})
 	require.NoError(t, err)
 
 	_, err = b.CreateAccount(ctx, pigeon.Account{ID: "spiffe://m", Keys: []pigeon.PublicKey{k}})
@@ -159,4 +147,13 @@ func TestKeyOwnerIsTheStores(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.PutAccountKeys(ctx, "spiffe://m", []pigeon.PublicKey{k})
 	requireCode(t, err, pigeon.CodeConflict)
+}
+
+// accountKeys returns fresh keys for an account and the signing and
+// encryption keys it publishes.
+func accountKeys(t *testing.T) (k *seal.Keys, sig, enc pigeon.PublicKey) {
+	t.Helper()
+	k, err := seal.GenerateKeys()
+	require.NoError(t, err)
+	return k, pigeon.Ed25519PublicKey(k.SigningKID, k.SigningPublic), pigeon.X25519PublicKey(k.EncryptionKID, k.EncryptionPublic)
 }
