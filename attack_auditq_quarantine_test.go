@@ -90,13 +90,7 @@ func TestReleasePublishedIsAuditedWhenTheRecordCannotBeMarked(t *testing.T) {
 	t.Cleanup(func() { _ = st.Close(ctx) })
 	f := accessFixture(t, func(o *pigeon.Options) {
 		o.Store = st
-		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
-			Name: "orders.place", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"place"},
-			Rules: []pigeon.QualityRule{{Name: "review-large", Expr: `principal.id != "` + dave + `" || message.data.amount <= 100.0`, OnFailure: "quarantine"}},
-			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
-				pigeon.OpPublish: {{Effect: "allow", Principals: []string{carol, dave}}},
-			},
-		})
+		o.Catalog.Subjects = append(o.Catalog.Subjects, reviewedOrders())
 	})
 	dave := f.connect("dave-token", "orders.place")
 	_, err := dave.Publish(ctx, &pigeon.Message{Type: "order", Intent: "place", Subject: "orders.place", Data: json.RawMessage(`{"amount":500}`)})
@@ -172,13 +166,7 @@ func TestQuarantineTheStoreCannotKeepIsOnTheRecord(t *testing.T) {
 // release is on the record, an unknown record's too.
 func TestQuarantineIsReleasedOnceAndRefusalsAreAudited(t *testing.T) {
 	f := accessFixture(t, func(o *pigeon.Options) {
-		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
-			Name: "orders.place", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"place"},
-			Rules: []pigeon.QualityRule{{Name: "review-large", Expr: `principal.id != "` + dave + `" || message.data.amount <= 100.0`, OnFailure: "quarantine"}},
-			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
-				pigeon.OpPublish: {{Effect: "allow", Principals: []string{carol, dave}}},
-			},
-		})
+		o.Catalog.Subjects = append(o.Catalog.Subjects, reviewedOrders())
 	})
 	dave := f.connect("dave-token", "orders.place")
 	_, err := dave.Publish(ctx, &pigeon.Message{Type: "order", Intent: "place", Subject: "orders.place", IdempotencyKey: "k-1", Data: json.RawMessage(`{"amount":500}`)})

@@ -101,14 +101,7 @@ func TestReleaseNeedsTheReleasersOwnPublish(t *testing.T) {
 // open.
 func TestReleaseAnsweredDuplicateKeepsItsRecordOpen(t *testing.T) {
 	f := accessFixture(t, func(o *pigeon.Options) {
-		o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
-			Name: "orders.place", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"place"},
-			// dave's large orders wait for another's release.
-			Rules: []pigeon.QualityRule{{Name: "review-large", Expr: `principal.id != "` + dave + `" || message.data.amount <= 100.0`, OnFailure: "quarantine"}},
-			Policy: map[pigeon.Operation][]pigeon.RuleSpec{
-				pigeon.OpPublish: {{Effect: "allow", Principals: []string{carol, dave}}},
-			},
-		})
+		o.Catalog.Subjects = append(o.Catalog.Subjects, reviewedOrders())
 	})
 	dave := f.connect("dave-token", "orders.place")
 	var qids []string
@@ -144,4 +137,16 @@ func quarantinedPayment(t *testing.T, f *fixture) (pigeon.Session, string) {
 	_, err := s.Publish(ctx, m)
 	pe := requireCode(t, err, pigeon.CodeSchemaInvalid)
 	return s, pe.Details["quarantineId"].(string)
+}
+
+// reviewedOrders is orders.place, which carol and dave publish on; dave's
+// orders above 100 are quarantined for another's release.
+func reviewedOrders() pigeon.SubjectPolicy {
+	return pigeon.SubjectPolicy{
+		Name: "orders.place", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"place"},
+		Rules: []pigeon.QualityRule{{Name: "review-large", Expr: `principal.id != "` + dave + `" || message.data.amount <= 100.0`, OnFailure: "quarantine"}},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+			pigeon.OpPublish: {{Effect: "allow", Principals: []string{carol, dave}}},
+		},
+	}
 }
