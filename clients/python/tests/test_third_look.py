@@ -5,6 +5,7 @@ caller. Each test names what was done and what the client must answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import threading
@@ -74,6 +75,18 @@ class Raw:
         return self
 
 
+@contextlib.asynccontextmanager
+async def raw_session(raw, **kw):
+    """A session on a raw server of ``raw``'s frames (see _session),
+    closed at the end; yields the server and the session."""
+    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
+        s = await _session(srv.sockets[0].getsockname()[1], **kw)
+        try:
+            yield srv, s
+        finally:
+            await s.close(timeout=1)
+
+
 async def _session(port, **kw):
     kw.setdefault("reconnect", False)
     kw.setdefault("auto_renew", False)
@@ -117,50 +130,42 @@ async def test_a_handler_retry_after_nan_or_infinity_nacks_and_the_handler_goes_
         await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}))
 
     raw.on_subscribe = on_sub
-    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await _session(srv.sockets[0].getsockname()[1], on_error=lambda e: None)
-        try:
-            seen = []
+    async with raw_session(raw, on_error=lambda e: None) as (_, s):
+        seen = []
 
-            async def handler(d):
-                seen.append(d.id)
-                if d.id == "msg_1":
-                    raise RetryAfter(float("nan"))
-                if d.id == "msg_2":
-                    raise RetryAfter(float("inf"))
+        async def handler(d):
+            seen.append(d.id)
+            if d.id == "msg_1":
+                raise RetryAfter(float("nan"))
+            if d.id == "msg_2":
+                raise RetryAfter(float("inf"))
 
-            await within(s.subscribe("x", handler), 5)
-            for _ in range(100):
-                if raw.ops("ack"):
-                    break
-                await asyncio.sleep(0.02)
-            assert seen == ["msg_1", "msg_2", "msg_3"], seen
-            nacks = {f["messageId"]: f.get("delayMs") for f in raw.ops("nack")}
-            assert nacks == {"msg_1": None, "msg_2": 12 * 3600 * 1000}, nacks
-            assert [f.get("messageId") for f in raw.ops("ack")] == ["msg_3"]
-        finally:
-            await s.close(timeout=1)
+        await within(s.subscribe("x", handler), 5)
+        for _ in range(100):
+            if raw.ops("ack"):
+                break
+            await asyncio.sleep(0.02)
+        assert seen == ["msg_1", "msg_2", "msg_3"], seen
+        nacks = {f["messageId"]: f.get("delayMs") for f in raw.ops("nack")}
+        assert nacks == {"msg_1": None, "msg_2": 12 * 3600 * 1000}, nacks
+        assert [f.get("messageId") for f in raw.ops("ack")] == ["msg_3"]
 
 
 async def test_a_nack_with_a_delay_that_is_not_a_number_is_refused_and_leaves_the_delivery_unanswered():
     raw = Raw().delivering(1)
-    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await _session(srv.sockets[0].getsockname()[1])
-        try:
-            sub = await within(s.subscribe("x"), 5)
-            d = await within(sub.__anext__(), 5)
-            for bad in (float("nan"), "5", True):
-                with pytest.raises((ValueError, TypeError)):
-                    await d.nack(bad)
-                assert not d.settled
-            for bad in (float("nan"), "5"):
-                with pytest.raises((ValueError, TypeError)):
-                    await s.nack("x", "msg_1", bad)
-            assert raw.ops("nack") == []
-            await within(d.nack(10**9), 5)  # beyond the broker's bound: its longest
-            assert raw.ops("nack")[0]["delayMs"] == 12 * 3600 * 1000
-        finally:
-            await s.close(timeout=1)
+    async with raw_session(raw) as (_, s):
+        sub = await within(s.subscribe("x"), 5)
+        d = await within(sub.__anext__(), 5)
+        for bad in (float("nan"), "5", True):
+            with pytest.raises((ValueError, TypeError)):
+                await d.nack(bad)
+            assert not d.settled
+        for bad in (float("nan"), "5"):
+            with pytest.raises((ValueError, TypeError)):
+                await s.nack("x", "msg_1", bad)
+        assert raw.ops("nack") == []
+        await within(d.nack(10**9), 5)  # beyond the broker's bound: its longest
+        assert raw.ops("nack")[0]["delayMs"] == 12 * 3600 * 1000
 
 
 # --- a handler that raises CancelledError of its own ---
@@ -168,27 +173,23 @@ async def test_a_nack_with_a_delay_that_is_not_a_number_is_refused_and_leaves_th
 
 async def test_a_handler_raising_cancelled_error_of_its_own_nacks_and_its_worker_goes_on():
     raw = Raw().delivering(1, 2, batch=True)
-    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await _session(srv.sockets[0].getsockname()[1])
-        try:
-            seen = []
+    async with raw_session(raw) as (_, s):
+        seen = []
 
-            async def handler(d):
-                seen.append(d.id)
-                if d.id == "msg_1":
-                    t = asyncio.get_running_loop().create_task(asyncio.sleep(10))
-                    t.cancel()
-                    await t  # a task of its own, cancelled: CancelledError
+        async def handler(d):
+            seen.append(d.id)
+            if d.id == "msg_1":
+                t = asyncio.get_running_loop().create_task(asyncio.sleep(10))
+                t.cancel()
+                await t  # a task of its own, cancelled: CancelledError
 
-            await within(s.subscribe("x", handler), 5)
-            for _ in range(100):
-                if raw.ops("ack"):
-                    break
-                await asyncio.sleep(0.02)
-            assert seen == ["msg_1", "msg_2"], seen
-            assert [f["messageId"] for f in raw.ops("nack")] == ["msg_1"]
-        finally:
-            await s.close(timeout=1)
+        await within(s.subscribe("x", handler), 5)
+        for _ in range(100):
+            if raw.ops("ack"):
+                break
+            await asyncio.sleep(0.02)
+        assert seen == ["msg_1", "msg_2"], seen
+        assert [f["messageId"] for f in raw.ops("nack")] == ["msg_1"]
 
 
 # --- sequences and attempts beyond what the wire carries ---
@@ -205,27 +206,23 @@ async def test_sequences_out_of_range_never_go_back_on_the_wire():
         await ws.send(json.dumps({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}))
 
     raw.on_subscribe = on_sub
-    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await _session(srv.sockets[0].getsockname()[1])
-        try:
-            attempts = []
-            gate = asyncio.Event()
+    async with raw_session(raw) as (_, s):
+        attempts = []
+        gate = asyncio.Event()
 
-            async def handler(d):
-                attempts.append(d.attempt)
-                if len(attempts) == len(bad) + 1:
-                    gate.set()
-                raise RuntimeError("fail: every sequence stays outstanding")
+        async def handler(d):
+            attempts.append(d.attempt)
+            if len(attempts) == len(bad) + 1:
+                gate.set()
+            raise RuntimeError("fail: every sequence stays outstanding")
 
-            sub = await within(s.subscribe("x", handler), 5)
-            await within(gate.wait(), 5)
-            assert all(type(a) is int and 0 <= a < 2**63 for a in attempts), attempts
-            frame = sub._subscribe_frame(resume=True)
-            assert frame["start"] == {"sequence": 7}, frame
-            sub._outstanding.clear()
-            assert "start" not in sub._subscribe_frame(resume=True)  # the bad from was not kept
-        finally:
-            await s.close(timeout=1)
+        sub = await within(s.subscribe("x", handler), 5)
+        await within(gate.wait(), 5)
+        assert all(type(a) is int and 0 <= a < 2**63 for a in attempts), attempts
+        frame = sub._subscribe_frame(resume=True)
+        assert frame["start"] == {"sequence": 7}, frame
+        sub._outstanding.clear()
+        assert "start" not in sub._subscribe_frame(resume=True)  # the bad from was not kept
 
 
 # --- a subscribe that gave up before its answer ---
@@ -303,18 +300,14 @@ async def test_a_subscribe_that_gave_up_before_its_answer_ends_the_server_subscr
 
 async def test_a_subscription_id_given_twice_on_one_connection_does_not_take_over_the_first():
     raw = Raw(sids=["sub_1", "sub_1"])
-    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await _session(srv.sockets[0].getsockname()[1], on_error=lambda e: None)
-        try:
-            first = await within(s.subscribe("x", lambda d: None), 5)
-            with pytest.raises(ProtocolError):
-                await within(s.subscribe("x", lambda d: None), 5)
-            assert s._subs.get("sub_1") is first and not first.ended
-            # The second was never bound: nothing was unsubscribed for it
-            # (sub_1 is the first one's).
-            assert raw.ops("unsubscribe") == []
-        finally:
-            await s.close(timeout=1)
+    async with raw_session(raw, on_error=lambda e: None) as (_, s):
+        first = await within(s.subscribe("x", lambda d: None), 5)
+        with pytest.raises(ProtocolError):
+            await within(s.subscribe("x", lambda d: None), 5)
+        assert s._subs.get("sub_1") is first and not first.ended
+        # The second was never bound: nothing was unsubscribed for it
+        # (sub_1 is the first one's).
+        assert raw.ops("unsubscribe") == []
 
 
 async def test_ids_ended_on_a_lost_connection_do_not_silence_a_new_subscription_that_reuses_one():
@@ -518,17 +511,13 @@ async def test_max_in_flight_beyond_the_broker_bound_is_refused_before_anything_
     from pigeon_client import InvalidError
 
     raw = Raw()
-    async with serve(negotiating(raw.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await _session(srv.sockets[0].getsockname()[1])
-        try:
-            for bad in (10_001, 10**7, -1, 2.5, True, "4"):
-                with pytest.raises(InvalidError):
-                    await s.subscribe("x", lambda d: None, max_in_flight=bad)
-            assert raw.ops("subscribe") == []
-            sub = await within(s.subscribe("x", lambda d: None, max_in_flight=10_000), 5)
-            assert len(sub._workers) == 10_000
-        finally:
-            await s.close(timeout=1)
+    async with raw_session(raw) as (_, s):
+        for bad in (10_001, 10**7, -1, 2.5, True, "4"):
+            with pytest.raises(InvalidError):
+                await s.subscribe("x", lambda d: None, max_in_flight=bad)
+        assert raw.ops("subscribe") == []
+        sub = await within(s.subscribe("x", lambda d: None, max_in_flight=10_000), 5)
+        assert len(sub._workers) == 10_000
 
 
 # --- close() called twice at once ---
