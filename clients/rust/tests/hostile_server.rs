@@ -65,6 +65,13 @@ fn subscribing_as(sid: &'static str) -> impl Fn(&Value) -> Vec<Value> + Send + '
     }
 }
 
+/// Ends a test: stops the raw server, then closes the session (bounded:
+/// the server no longer answers).
+async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
 fn opts() -> ConnectOptions {
     ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
 }
@@ -102,8 +109,7 @@ async fn deliveries_for_subscriptions_never_opened_cost_a_bounded_number_of_unsu
     tokio::time::sleep(Duration::from_millis(300)).await;
     let n = unsubs.lock().unwrap().len();
     assert!(n > 0 && n <= 64, "{n} unsubscribes in flight");
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -160,8 +166,7 @@ async fn a_server_that_ignores_the_window_cannot_make_a_subscription_queue_witho
     // handler's slot): the rest were left unanswered.
     assert!(n > 0 && n <= 5, "{n} deliveries handled with a window of 4");
     assert!(reported.lock().unwrap().iter().any(|e| e.contains("beyond the subscription's window")), "{:?}", reported.lock().unwrap());
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -216,8 +221,7 @@ async fn a_publish_the_server_never_answers_times_out_and_does_not_hold_up_the_n
         .unwrap();
     assert_eq!(d.message.sequence, 2);
     s.ping().await.unwrap();
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -238,8 +242,7 @@ async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subsc
         .unwrap();
     assert_eq!(d.message.sequence, 7);
     d.ack().await.unwrap();
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -253,8 +256,7 @@ async fn an_attempt_beyond_u32_is_not_wrapped_to_a_first_attempt() {
         assert_eq!(d.attempt, u32::MAX, "attempt {attempt}");
         d.ack().await.unwrap();
     }
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -321,8 +323,7 @@ async fn the_largest_sequence_cannot_make_a_resume_panic() {
     assert_eq!(next, Some(5));
     let starts = starts.lock().unwrap().clone();
     assert_eq!(starts.len(), 2, "{starts:?}");
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 /// A raw HTTP endpoint for one request: records what it read, answers
@@ -458,8 +459,7 @@ async fn an_unsubscribe_given_up_on_still_ends_the_subscription() {
     let ops: Vec<Value> = frames.lock().unwrap().iter().map(|f| f["op"].clone()).collect();
     assert_eq!(ops.iter().filter(|o| *o == "unsubscribe").count(), 1, "{ops:?}");
     assert!(ops.iter().position(|o| o == "ack") < ops.iter().position(|o| o == "unsubscribe"), "{ops:?}");
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -487,8 +487,7 @@ async fn an_on_error_callback_that_panics_does_not_stop_the_connection() {
     tx.send(json!({"op": "what"})).unwrap(); // reaches on_error
     tokio::time::sleep(Duration::from_millis(100)).await;
     s.ping().await.expect("the connection stopped reading");
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -524,8 +523,7 @@ async fn a_handler_that_panics_before_its_future_nacks_the_delivery() {
     })
     .await;
     assert!(nacked.is_ok(), "no nack: {:?}", frames.lock().unwrap());
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -578,8 +576,7 @@ async fn a_window_of_zero_set_as_a_field_is_one_not_a_subscription_that_takes_no
     tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
     let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the delivery was left unanswered").unwrap().unwrap();
     d.ack().await.unwrap();
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[tokio::test]
@@ -664,6 +661,5 @@ async fn a_handler_that_answers_its_delivery_itself_is_not_answered_again() {
         .map(|f| (f["op"].clone(), f["messageId"].clone()))
         .collect();
     assert_eq!(answers, vec![(json!("nack"), json!("msg_1")), (json!("ack"), json!("msg_2"))]);
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
