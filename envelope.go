@@ -67,6 +67,10 @@ type Signature struct {
 	KID string `json:"kid"`
 	Alg string `json:"alg"`
 	Sig string `json:"sig"`
+	// V names the signing form: SignatureV2, or 0 (absent on the wire)
+	// for the first form. See CanonicalSigningInput. DecodeMessage
+	// refuses a v of 0 or null written out, which would read as absent.
+	V int `json:"v,omitempty"`
 }
 
 // MaxJSONDepth is how deeply a message's data may nest objects and arrays.
@@ -272,6 +276,10 @@ func (m *Message) AppendJSON(b []byte) []byte {
 		b = jsontext.AppendString(b, s.KID)
 		b = appendField(b, "alg", s.Alg)
 		b = appendField(b, "sig", s.Sig)
+		if s.V != 0 {
+			b = append(b, `,"v":`...)
+			b = strconv.AppendInt(b, int64(s.V), 10)
+		}
 		b = append(b, '}')
 	}
 	if m.Sequence != 0 {

@@ -120,6 +120,7 @@ type envelopeDecoder struct {
 	spans   [nStringFields + 3]span // the string fields, then kid, alg, sig
 	unknown [maxUnknown][]byte
 	nUnk    int
+	sigV    int // the signature's v: SignatureV2 when present
 }
 
 // Spans of the signature's members, after the string fields.
@@ -222,7 +223,7 @@ func decodeEnvelope(b []byte) *Message {
 		SchemaID: at(d.spans[fSchemaID]), AcceptedAt: at(d.spans[fAcceptedAt]),
 	}
 	if signature {
-		m.Signature = &Signature{KID: at(d.spans[sKID]), Alg: at(d.spans[sAlg]), Sig: at(d.spans[sSig])}
+		m.Signature = &Signature{KID: at(d.spans[sKID]), Alg: at(d.spans[sAlg]), Sig: at(d.spans[sSig]), V: d.sigV}
 	}
 	return m
 }
@@ -354,7 +355,8 @@ func (d *envelopeDecoder) data() []byte {
 }
 
 // signature reads the signature member: null, or an object of the string
-// members kid, alg and sig, each at most once.
+// members kid, alg and sig and the number v, each at most once; a v other
+// than the literal 2 is handed on.
 func (d *envelopeDecoder) signature() (present, ok bool) {
 	if d.literal("null") {
 		return false, true
@@ -376,6 +378,24 @@ func (d *envelopeDecoder) signature() (present, ok bool) {
 		}
 		var s int
 		switch string(name) {
+		case "v":
+			if d.sigV != 0 || !d.literal("2") {
+				return false, false
+			}
+			d.sigV = SignatureV2
+			d.ws()
+			if d.i >= len(d.in) {
+				return false, false
+			}
+			c := d.in[d.i]
+			d.i++
+			if c == '}' {
+				return true, true
+			}
+			if c != ',' {
+				return false, false
+			}
+			continue
 		case "kid":
 			s = sKID
 		case "alg":

@@ -2,6 +2,7 @@ package pigeon_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,19 +12,22 @@ import (
 )
 
 func TestMessageJSONRoundTrip(t *testing.T) {
-	m := demo.Payment("o-1")
-	m.ID, m.Source, m.Time, m.SpecVersion = "msg_1", demo.Checkout, "2026-11-29T12:00:00.000Z", "1.0"
-	m.ReplyTo, m.CorrelationID, m.Reason = "inbox", "c-1", "why <not> & \"quotes\"\n\u2028"
-	m.Signature = &pigeon.Signature{KID: "k1", Alg: "ed25519", Sig: "c2ln"}
-	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 7, "ctr_1", "payments.authorize", "payment.authorization.v1", "2026-11-29T12:00:00.001Z"
-	b, err := json.Marshal(m)
-	require.NoError(t, err)
-	std, err := json.Marshal(struct{ *stdMessage }{(*stdMessage)(m)})
-	require.NoError(t, err)
-	require.JSONEq(t, string(std), string(b), "AppendJSON encodes like encoding/json")
-	back, err := pigeon.DecodeMessage(b)
-	require.NoError(t, err)
-	require.Equal(t, m, back)
+	for _, v := range []int{0, pigeon.SignatureV2, 1, 3} {
+		m := demo.Payment("o-1")
+		m.ID, m.Source, m.Time, m.SpecVersion = "msg_1", demo.Checkout, "2026-11-29T12:00:00.000Z", "1.0"
+		m.ReplyTo, m.CorrelationID, m.Reason = "inbox", "c-1", "why <not> & \"quotes\"\n\u2028"
+		m.Signature = &pigeon.Signature{KID: "k1", Alg: "ed25519", Sig: "c2ln", V: v}
+		m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 7, "ctr_1", "payments.authorize", "payment.authorization.v1", "2026-11-29T12:00:00.001Z"
+		b, err := json.Marshal(m)
+		require.NoError(t, err)
+		std, err := json.Marshal(struct{ *stdMessage }{(*stdMessage)(m)})
+		require.NoError(t, err)
+		require.JSONEq(t, string(std), string(b), "AppendJSON encodes like encoding/json")
+		require.Equal(t, v != 0, strings.Contains(string(b), `"v":`), "v is written when set: %s", b)
+		back, err := pigeon.DecodeMessage(b)
+		require.NoError(t, err)
+		require.Equal(t, m, back)
+	}
 }
 
 // stdMessage has Message's fields without its MarshalJSON.

@@ -1,8 +1,10 @@
 package pigeon_test
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"testing"
 	"time"
@@ -103,6 +105,30 @@ func signatureGateTable(t *testing.T, s pigeon.Session, subject string, unsigned
 			return m
 		}, ""},
 		{"unknown kid", func() *pigeon.Message { m := msg(); require.NoError(t, pigeon.SignMessage(m, "k9", priv2)); return m }, pigeon.CodeSignatureInvalid},
+		// The second form covers the sender's envelope fields: a relay
+		// that changes one is refused.
+		{"type changed after signing", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.Type = "t2" }), pigeon.CodeSignatureInvalid},
+		{"replyTo set after signing", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.ReplyTo = "inbox.elsewhere" }), pigeon.CodeSignatureInvalid},
+		{"correlationId set after signing", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.CorrelationID = "c" }), pigeon.CodeSignatureInvalid},
+		{"reason set after signing", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.Reason = "r" }), pigeon.CodeSignatureInvalid},
+		{"v removed", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.Signature.V = 0 }), pigeon.CodeSignatureInvalid},
+		{"v 1", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.Signature.V = 1 }), pigeon.CodeSignatureInvalid},
+		{"v 3", signedThen(t, msg, priv2, func(m *pigeon.Message) { m.Signature.V = 3 }), pigeon.CodeSignatureInvalid},
+		{"all covered fields set, then signed", func() *pigeon.Message {
+			m := msg()
+			m.IdempotencyKey, m.ReplyTo, m.CorrelationID, m.Reason = "idem-"+rand.Text(), "inbox.signer", "c-1", "because"
+			require.NoError(t, pigeon.SignMessage(m, "k2", priv2))
+			return m
+		}, ""},
+		// A signature of the first form (made before the second) still
+		// verifies, and does not cover type.
+		{"first form", func() *pigeon.Message {
+			m := msg()
+			m.ID, m.Time = rand.Text(), now.Format(time.RFC3339Nano)
+			signFirstForm(t, m, "k2", priv2)
+			m.Type = "t2"
+			return m
+		}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +145,26 @@ func signatureGateTable(t *testing.T, s pigeon.Session, subject string, unsigned
 			requireCode(t, err, tc.code)
 		})
 	}
+}
+
+// signedThen makes msg(), signs it with priv as k2, and edits it.
+func signedThen(t *testing.T, msg func() *pigeon.Message, priv ed25519.PrivateKey, edit func(*pigeon.Message)) func() *pigeon.Message {
+	return func() *pigeon.Message {
+		m := msg()
+		require.NoError(t, pigeon.SignMessage(m, "k2", priv))
+		edit(m)
+		return m
+	}
+}
+
+// signFirstForm signs m (id and time set) in the first form: a signature
+// without v, over ["pigeon-sig-v1", subject, id, time, data].
+func signFirstForm(t *testing.T, m *pigeon.Message, kid string, priv ed25519.PrivateKey) {
+	m.Signature = &pigeon.Signature{KID: kid, Alg: pigeon.AlgEd25519}
+	in, err := pigeon.CanonicalSigningInput(m)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(in, []byte(`["pigeon-sig-v1",`)), "%s", in)
+	m.Signature.Sig = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, in))
 }
 
 func TestEncryptionGate(t *testing.T) {

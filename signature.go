@@ -25,30 +25,50 @@ const (
 	UseEnc = "enc"
 )
 
-// SigningContext is the first element of the canonical signing input. It
-// names the format version, so that a signature made for Pigeon messages
-// cannot be taken for a signature over anything else.
+// SigningContext is the first element of the first signing form's input
+// (a signature without "v"). It names the format version, so that a
+// signature made for Pigeon messages cannot be taken for a signature over
+// anything else.
 const SigningContext = "pigeon-sig-v1"
+
+// SigningContextV2 is the first element of the second form's input (a
+// signature with "v": 2), the form SignMessage makes.
+const SigningContextV2 = "pigeon-sig-v2"
+
+// SignatureV2 is Signature.V of a signature in the second form, which
+// also covers type, intent, idempotencyKey, replyTo, correlationId and
+// reason. A signature without V (0) is in the first form.
+const SignatureV2 = 2
 
 // keyEncoding is how keys and signatures travel: base64url without padding.
 // Strict rejects non-zero trailing bits, so each value has one encoding.
 var keyEncoding = base64.RawURLEncoding.Strict()
 
-// CanonicalSigningInput returns the bytes a sender signs for m: the RFC 8785
-// (JCS) canonical JSON of the array
+// CanonicalSigningInput returns the bytes a sender signs for m in the form
+// m's signature names, or, for an unsigned m, in the form SignMessage
+// makes (the second): the RFC 8785 (JCS) canonical JSON of the array
+//
+//	["pigeon-sig-v2", subject, id, time, type, intent, idempotencyKey, replyTo, correlationId, reason, data]
+//
+// for a signature with "v": 2, and of
 //
 //	["pigeon-sig-v1", subject, id, time, data]
 //
-// where subject, id and time are the envelope's strings exactly as they are
-// (no normalisation) and data is the message data, canonicalised by
-// JCS too; empty data counts as {} as the broker stores it. The result
-// holds no whitespace, so two parties that agree on those four values build
-// the same bytes whatever the JSON text they exchanged. Other envelope fields
-// are not covered. It fails with ENVELOPE_INVALID when subject, id or time is
-// empty or not valid UTF-8, or when data cannot be canonicalised, which
-// includes data with a number the canonical form would round (an integer
-// beyond 2^53 such as 9007199254740993, more digits than a double keeps,
-// 1e-400): such a number travels as a string.
+// for one without "v", the first form, which leaves every envelope field
+// but subject, id, time and data uncovered. The strings are the envelope's
+// exactly as they are (no normalisation; an absent field is ""), and data
+// is the message data, canonicalised by JCS too; empty data counts as {}
+// as the broker stores it. The result holds no whitespace, so two parties
+// that agree on those values build the same bytes whatever the JSON text
+// they exchanged. Neither form covers source, specversion, classification
+// and region, which the broker fills when a publisher leaves them empty,
+// nor the fields the broker sets on acceptance. It fails with
+// ENVELOPE_INVALID when subject, id or time is empty, when a covered
+// string is not valid UTF-8, when the signature names another form, or
+// when data cannot be canonicalised, which includes data with a number the
+// canonical form would round (an integer beyond 2^53 such as
+// 9007199254740993, more digits than a double keeps, 1e-400): such a
+// number travels as a string.
 func CanonicalSigningInput(m *Message) ([]byte, error) {
 	return appendSigningInput(nil, m)
 }
@@ -56,6 +76,13 @@ func CanonicalSigningInput(m *Message) ([]byte, error) {
 func appendSigningInput(b []byte, m *Message) ([]byte, error) {
 	if m == nil {
 		return nil, NewError(CodeEnvelopeInvalid, "message is required")
+	}
+	v := SignatureV2
+	if m.Signature != nil {
+		v = m.Signature.V
+	}
+	if v != 0 && v != SignatureV2 {
+		return nil, NewError(CodeEnvelopeInvalid, "signature.v must be absent or %d", SignatureV2)
 	}
 	for _, f := range [...]struct{ name, v string }{{"subject", m.Subject}, {"id", m.ID}, {"time", m.Time}} {
 		if f.v == "" {
@@ -65,13 +92,27 @@ func appendSigningInput(b []byte, m *Message) ([]byte, error) {
 			return nil, NewError(CodeEnvelopeInvalid, "%s is not valid UTF-8", f.name)
 		}
 	}
-	b = append(b, `["`+SigningContext+`",`...)
+	if v == 0 {
+		b = append(b, `["`+SigningContext+`",`...)
+	} else {
+		b = append(b, `["`+SigningContextV2+`",`...)
+	}
 	b = jsontext.AppendCanonicalString(b, m.Subject)
 	b = append(b, ',')
 	b = jsontext.AppendCanonicalString(b, m.ID)
 	b = append(b, ',')
 	b = jsontext.AppendCanonicalString(b, m.Time)
 	b = append(b, ',')
+	if v == SignatureV2 {
+		for _, f := range [...]struct{ name, v string }{{"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
+			{"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID}, {"reason", m.Reason}} {
+			if !utf8.ValidString(f.v) {
+				return nil, NewError(CodeEnvelopeInvalid, "%s is not valid UTF-8", f.name)
+			}
+			b = jsontext.AppendCanonicalString(b, f.v)
+			b = append(b, ',')
+		}
+	}
 	if len(m.Data) == 0 {
 		b = append(b, "{}"...)
 	} else {
@@ -207,15 +248,17 @@ func putSigningBuf(bp *[]byte) {
 }
 
 // SignMessage signs m with priv and sets m.Signature to {kid, "ed25519",
-// base64url signature}. The id and time are part of what is signed, so an
+// base64url signature, v: 2}: the second signing form (see
+// CanonicalSigningInput). The id and time are part of what is signed, so an
 // empty ID is first set to a fresh "msg_" id and an empty Time to the
 // current time (RFC 3339, milliseconds, UTC); the broker keeps both as
 // given. m is not modified when SignMessage fails: INVALID_ARGUMENT for a
 // bad key or kid, ENVELOPE_INVALID for a time that is not RFC 3339 or data
 // without a canonical form.
 //
-// Any change to subject, id, time or the meaning of data after signing makes
-// the signature fail; a change of data's formatting (whitespace, key order,
+// Any change to subject, id, time, type, intent, idempotencyKey, replyTo,
+// correlationId, reason or the meaning of data after signing makes the
+// signature fail; a change of data's formatting (whitespace, key order,
 // escapes, number spelling) does not.
 func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 	if m == nil {
@@ -228,6 +271,7 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 		return err
 	}
 	c := *m
+	c.Signature = &Signature{V: SignatureV2}
 	if c.ID == "" {
 		c.ID = newMessageID()
 	}
@@ -244,14 +288,15 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 	}
 	*bp = in
 	m.ID, m.Time = c.ID, c.Time
-	m.Signature = &Signature{KID: kid, Alg: AlgEd25519, Sig: keyEncoding.EncodeToString(ed25519.Sign(priv, in))}
+	m.Signature = &Signature{KID: kid, Alg: AlgEd25519, Sig: keyEncoding.EncodeToString(ed25519.Sign(priv, in)), V: SignatureV2}
 	return nil
 }
 
 // VerifyMessage checks m's signature against pub. It returns nil when the
-// signature is an Ed25519 signature by pub over CanonicalSigningInput(m);
-// SIGNATURE_REQUIRED when m carries no signature; SIGNATURE_INVALID when the
-// algorithm is not "ed25519", the signature does not decode, pub is not an
+// signature is an Ed25519 signature by pub over CanonicalSigningInput(m),
+// in the form the signature names (v 2, or absent for the first form);
+// SIGNATURE_REQUIRED when m carries no signature; SIGNATURE_INVALID when v
+// is neither absent nor 2, the algorithm is not "ed25519", the signature does not decode, pub is not an
 // Ed25519 public key or is one of small order (seal.WeakSigningKey), the
 // signature's R is of small order (which libsodium and ed25519-dalek's
 // verify_strict refuse), the message has no canonical form, or the
@@ -262,6 +307,9 @@ func VerifyMessage(m *Message, pub ed25519.PublicKey) error {
 		return NewError(CodeSignatureRequired, "message is not signed")
 	}
 	s := m.Signature
+	if s.V != 0 && s.V != SignatureV2 {
+		return NewError(CodeSignatureInvalid, "signature.v must be absent or %d", SignatureV2)
+	}
 	if s.Alg != AlgEd25519 {
 		return NewError(CodeSignatureInvalid, "signature algorithm must be %q", AlgEd25519)
 	}

@@ -28,7 +28,7 @@ func TestSignatureWithSmallOrderRIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	sig := edtest.SignWithIdentityR(seed, in)
 	require.True(t, ed25519.Verify(pub, in, sig), "crypto/ed25519 accepts it")
-	m.Signature = &pigeon.Signature{KID: "sig-1", Alg: pigeon.AlgEd25519, Sig: base64.RawURLEncoding.EncodeToString(sig)}
+	m.Signature = &pigeon.Signature{KID: "sig-1", Alg: pigeon.AlgEd25519, Sig: base64.RawURLEncoding.EncodeToString(sig), V: pigeon.SignatureV2}
 
 	err = pigeon.VerifyMessage(m, pub)
 	require.Equal(t, pigeon.CodeSignatureInvalid, pigeon.ErrorCode(err), "%v", err)

@@ -32,15 +32,19 @@ func exampleMessage() *pigeon.Message {
 		Subject: "chat.messages",
 		ID:      "msg_01",
 		Time:    "2026-11-29T12:00:00.000Z",
+		Type:    "chat.posted",
+		Intent:  "chat",
 		Data:    json.RawMessage(`{"text": "h\u00e9llo", "room": "lobby", "n": 1.50}`),
 	}
 }
 
 // The values quoted in docs/security.md.
 const (
-	docSigningInput = `["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{"n":1.5,"room":"lobby","text":"héllo"}]`
-	docPublicKey    = "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"
-	docSignature    = "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg"
+	docSigningInput   = `["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","chat.posted","chat","","","","",{"n":1.5,"room":"lobby","text":"héllo"}]`
+	docPublicKey      = "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg"
+	docSignature      = "1sCiND_553NEnKNn9yAitE7KuCCHYlZ4UpwPRJOm4k22oRsy3tBWrcn6esyaojZq9vrLMPqzFJRdJ4hBp3cgBA"
+	docSigningInputV1 = `["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{"n":1.5,"room":"lobby","text":"héllo"}]`
+	docSignatureV1    = "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg"
 )
 
 func TestCanonicalSigningInputWorkedExample(t *testing.T) {
@@ -49,10 +53,20 @@ func TestCanonicalSigningInputWorkedExample(t *testing.T) {
 	require.Equal(t, docSigningInput, string(in))
 
 	priv := exampleKey()
-	require.Equal(t, docPublicKey, pigeon.Ed25519PublicKey("k", priv.Public().(ed25519.PublicKey)).Key)
+	pub := priv.Public().(ed25519.PublicKey)
+	require.Equal(t, docPublicKey, pigeon.Ed25519PublicKey("k", pub).Key)
 	m := exampleMessage()
 	require.NoError(t, pigeon.SignMessage(m, "sig-2026-11", priv))
-	require.Equal(t, &pigeon.Signature{KID: "sig-2026-11", Alg: "ed25519", Sig: docSignature}, m.Signature)
+	require.Equal(t, &pigeon.Signature{KID: "sig-2026-11", Alg: "ed25519", Sig: docSignature, V: pigeon.SignatureV2}, m.Signature)
+
+	// A signature of the first form (no "v") made before still verifies,
+	// over its own input.
+	m = exampleMessage()
+	m.Signature = &pigeon.Signature{KID: "sig-2026-11", Alg: "ed25519", Sig: docSignatureV1}
+	in, err = pigeon.CanonicalSigningInput(m)
+	require.NoError(t, err)
+	require.Equal(t, docSigningInputV1, string(in))
+	require.NoError(t, pigeon.VerifyMessage(m, pub))
 }
 
 func TestCanonicalSigningInput(t *testing.T) {
@@ -62,17 +76,32 @@ func TestCanonicalSigningInput(t *testing.T) {
 		want string // empty: an error
 	}{
 		{"empty data is {}", func(m *pigeon.Message) { m.Data = nil },
-			`["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{}]`},
+			`["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","chat.posted","chat","","","","",{}]`},
 		{"null data", func(m *pigeon.Message) { m.Data = json.RawMessage("null") },
-			`["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",null]`},
+			`["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","chat.posted","chat","","","","",null]`},
 		{"strings escaped as JCS", func(m *pigeon.Message) { m.Subject = "a\"b\\c\n<&>\u2028"; m.Data = json.RawMessage(" [ 1e2 ] ") },
-			"[\"pigeon-sig-v1\",\"a\\\"b\\\\c\\n<&>\u2028\",\"msg_01\",\"2026-11-29T12:00:00.000Z\",[100]]"},
-		{"other fields are not covered", func(m *pigeon.Message) { m.Type, m.Source, m.Intent, m.ReplyTo = "t", "s", "i", "r" },
+			"[\"pigeon-sig-v2\",\"a\\\"b\\\\c\\n<&>\u2028\",\"msg_01\",\"2026-11-29T12:00:00.000Z\",\"chat.posted\",\"chat\",\"\",\"\",\"\",\"\",[100]]"},
+		{"the second form covers six more fields, in order", func(m *pigeon.Message) {
+			m.Type, m.Intent, m.IdempotencyKey, m.ReplyTo, m.CorrelationID, m.Reason = "t", "i", "k", "r", "c", "why\n"
+		}, `["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","t","i","k","r","c","why\n",{"n":1.5,"room":"lobby","text":"héllo"}]`},
+		{"fields the broker fills are not covered", func(m *pigeon.Message) {
+			m.Source, m.SpecVersion, m.Classification, m.Region = "s", "1.0", "public", "eu"
+			m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 7, "ctr", "sub", "sch", "2026-11-29T12:00:01Z"
+		}, docSigningInput},
+		{"the form of a signature without v is the first", func(m *pigeon.Message) {
+			m.Signature = &pigeon.Signature{KID: "k"}
+			m.Type, m.Intent, m.ReplyTo = "t", "i", "r"
+		}, docSigningInputV1},
+		{"the form of a signature with v 2 is the second", func(m *pigeon.Message) { m.Signature = &pigeon.Signature{V: pigeon.SignatureV2} },
 			docSigningInput},
+		{"a signature of another form", func(m *pigeon.Message) { m.Signature = &pigeon.Signature{V: 1} }, ""},
+		{"a signature of a later form", func(m *pigeon.Message) { m.Signature = &pigeon.Signature{V: 3} }, ""},
 		{"no subject", func(m *pigeon.Message) { m.Subject = "" }, ""},
 		{"no id", func(m *pigeon.Message) { m.ID = "" }, ""},
 		{"no time", func(m *pigeon.Message) { m.Time = "" }, ""},
 		{"invalid UTF-8 id", func(m *pigeon.Message) { m.ID = "msg_\xff" }, ""},
+		{"invalid UTF-8 intent", func(m *pigeon.Message) { m.Intent = "chat\xff" }, ""},
+		{"invalid UTF-8 reason", func(m *pigeon.Message) { m.Reason = "\xc3" }, ""},
 		{"duplicate data key", func(m *pigeon.Message) { m.Data = json.RawMessage(`{"a":1,"a":2}`) }, ""},
 		{"invalid data", func(m *pigeon.Message) { m.Data = json.RawMessage(`{`) }, ""},
 	}
@@ -109,7 +138,23 @@ func TestSignVerify(t *testing.T) {
 		{"data reformatted", func(m *pigeon.Message) {
 			m.Data = json.RawMessage("{\n  \"room\" : \"lobby\", \"n\": 15e-1,\n  \"text\": \"h\u00e9llo\"\n}")
 		}, pub, pigeon.CodeOK},
-		{"other field changed", func(m *pigeon.Message) { m.Classification = "public" }, pub, pigeon.CodeOK},
+		{"classification changed (not covered)", func(m *pigeon.Message) { m.Classification = "public" }, pub, pigeon.CodeOK},
+		{"region, source and specversion changed (not covered)", func(m *pigeon.Message) {
+			m.Region, m.Source, m.SpecVersion = "eu", "svc", "1.0"
+		}, pub, pigeon.CodeOK},
+		{"broker fields set (not covered)", func(m *pigeon.Message) {
+			m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 9, "ctr", "sub", "sch", "2026-11-29T12:00:01Z"
+		}, pub, pigeon.CodeOK},
+		{"type changed", func(m *pigeon.Message) { m.Type = "chat.deleted" }, pub, pigeon.CodeSignatureInvalid},
+		{"intent changed", func(m *pigeon.Message) { m.Intent = "refund" }, pub, pigeon.CodeSignatureInvalid},
+		{"idempotency key set", func(m *pigeon.Message) { m.IdempotencyKey = "k" }, pub, pigeon.CodeSignatureInvalid},
+		{"replyTo set", func(m *pigeon.Message) { m.ReplyTo = "inbox.attacker" }, pub, pigeon.CodeSignatureInvalid},
+		{"correlationId set", func(m *pigeon.Message) { m.CorrelationID = "c" }, pub, pigeon.CodeSignatureInvalid},
+		{"reason set", func(m *pigeon.Message) { m.Reason = "r" }, pub, pigeon.CodeSignatureInvalid},
+		{"v removed (read as the first form)", func(m *pigeon.Message) { m.Signature.V = 0 }, pub, pigeon.CodeSignatureInvalid},
+		{"v 1", func(m *pigeon.Message) { m.Signature.V = 1 }, pub, pigeon.CodeSignatureInvalid},
+		{"v 3", func(m *pigeon.Message) { m.Signature.V = 3 }, pub, pigeon.CodeSignatureInvalid},
+		{"v -2", func(m *pigeon.Message) { m.Signature.V = -2 }, pub, pigeon.CodeSignatureInvalid},
 		{"unsigned", func(m *pigeon.Message) { m.Signature = nil }, pub, pigeon.CodeSignatureRequired},
 		{"subject changed", func(m *pigeon.Message) { m.Subject = "chat.other" }, pub, pigeon.CodeSignatureInvalid},
 		{"id changed", func(m *pigeon.Message) { m.ID = "msg_02" }, pub, pigeon.CodeSignatureInvalid},

@@ -22,7 +22,7 @@ import (
 func signWithTime(t *testing.T, m *pigeon.Message, kid string, priv ed25519.PrivateKey) {
 	in, err := pigeon.CanonicalSigningInput(m)
 	require.NoError(t, err)
-	m.Signature = &pigeon.Signature{KID: kid, Alg: pigeon.AlgEd25519, Sig: base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, in))}
+	m.Signature = &pigeon.Signature{KID: kid, Alg: pigeon.AlgEd25519, Sig: base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, in)), V: pigeon.SignatureV2}
 }
 
 // notRFC3339Times are times Go's time.Parse(time.RFC3339Nano) accepts but

@@ -61,7 +61,7 @@ const (
 
 // context opens the header; it separates this format from every other
 // message an Ed25519 key may sign (a Pigeon envelope signature starts with
-// `["pigeon-sig-v1"`).
+// `["pigeon-sig-v1"` or `["pigeon-sig-v2"`).
 const context = "pigeon-seal-v1\x00"
 
 // keyInfo is the HKDF info string of the payload key.

@@ -213,7 +213,8 @@ func keySet(t *testing.T) (map[string]keyPair, map[string]vectorKey) {
 
 // signedInputs are the messages Go signs for the vectors: each exercises a
 // rule of the canonical form (member order by UTF-16 units, number
-// spelling, escapes, empty data).
+// spelling, escapes, empty data); envelopeFields adds the other envelope
+// fields the second form covers.
 var signedInputs = []struct{ name, subject, id, time, data string }{
 	{"plain", "chat.messages", "msg_vec_1", "2026-11-29T12:00:00.000Z", `{"kind":"chat","room":"lobby","text":"hello"}`},
 	{"member-order", "chat.messages", "msg_vec_2", "2026-11-29T12:00:01Z", `{"zeta":1,"alpha":{"b":2,"a":1},"\ufb33":"x","\ud83d\ude00":"y","Z":[3,2,1]}`},
@@ -221,6 +222,25 @@ var signedInputs = []struct{ name, subject, id, time, data string }{
 	{"escapes", "events.telemetry", "msg_vec_4", "2026-11-29T12:00:03Z", `{"s":"tab\tnl\nq\"bs\\ctl\u0001 slash/ lt< amp& del\u007f ls\u2028 é 漢 😀"}`},
 	{"empty-data", "events.telemetry", "msg_vec_5", "2026-11-29T12:00:04Z", ``},
 	{"nested", "chat.messages", "msg_vec_6", "2026-11-29T12:00:05.123456789Z", `{"list":[{"y":true,"x":null},[],{}],"n":{"deep":{"deeper":[false]}}}`},
+	{"envelope-fields", "payments.authorize", "msg_vec_7", "2026-11-29T12:00:06Z", `{"amount":"42.50"}`},
+}
+
+// envelopeFields fills, for the case of that name, every field the second
+// signing form covers besides subject, id, time and data, with escapes.
+func envelopeFields(name string, m *pigeon.Message) {
+	if name == "envelope-fields" {
+		m.Type, m.Intent = "payment.authorization.requested", "authorize_payment"
+		m.IdempotencyKey, m.ReplyTo, m.CorrelationID, m.Reason = "k-\u00e9-1", "inbox.checkout", "corr \"7\"", "retry\n<after> 😀"
+	}
+}
+
+// firstForm signs m in the first form (a signature without v), as clients
+// did before the second: such signatures still verify.
+func firstForm(t *testing.T, m *pigeon.Message, kid string, priv ed25519.PrivateKey) {
+	m.Signature = &pigeon.Signature{KID: kid, Alg: pigeon.AlgEd25519}
+	in, err := pigeon.CanonicalSigningInput(m)
+	require.NoError(t, err)
+	m.Signature.Sig = b64.EncodeToString(ed25519.Sign(priv, in))
 }
 
 func generate(t *testing.T) vectors {
@@ -234,12 +254,23 @@ func generate(t *testing.T) vectors {
 		if in.data != "" {
 			m.Data = json.RawMessage(in.data)
 		}
+		envelopeFields(in.name, m)
 		require.NoError(t, pigeon.SignMessage(m, pairs["alice"].sigKID, pairs["alice"].sigPriv))
 		input, err := pigeon.CanonicalSigningInput(m)
 		require.NoError(t, err)
 		raw, err := json.Marshal(m)
 		require.NoError(t, err)
 		v.Signed = append(v.Signed, signedCase{Name: in.name, Signer: "alice", Message: raw, SigningInput: string(input)})
+	}
+	{
+		m := &pigeon.Message{Subject: "chat.messages", ID: "msg_vec_8", Time: "2026-11-29T12:00:07Z", Type: "vector", Intent: "chat",
+			Data: json.RawMessage(`{"form":1}`)}
+		firstForm(t, m, pairs["bob"].sigKID, pairs["bob"].sigPriv)
+		input, err := pigeon.CanonicalSigningInput(m)
+		require.NoError(t, err)
+		raw, err := json.Marshal(m)
+		require.NoError(t, err)
+		v.Signed = append(v.Signed, signedCase{Name: firstFormCase, Signer: "bob", Message: raw, SigningInput: string(input)})
 	}
 	payloads := []struct {
 		name, sender, recipient string
@@ -273,6 +304,27 @@ func generate(t *testing.T) vectors {
 	m.Subject = "chat.other"
 	raw, _ = json.Marshal(&m)
 	v.Tampered = append(v.Tampered, tamperedCase{Name: "signed-subject-changed", Kind: "signature", Signer: "alice", Message: raw})
+	// The second form's own fields, and the form itself.
+	for _, tc := range []struct {
+		name string
+		edit func(m *pigeon.Message)
+	}{
+		{"signed-intent-changed", func(m *pigeon.Message) { m.Intent = "refund_payment" }},
+		{"signed-type-changed", func(m *pigeon.Message) { m.Type = "payment.refund.requested" }},
+		{"signed-replyTo-changed", func(m *pigeon.Message) { m.ReplyTo = "inbox.elsewhere" }},
+		{"signed-idempotencyKey-removed", func(m *pigeon.Message) { m.IdempotencyKey = "" }},
+		{"signed-correlationId-changed", func(m *pigeon.Message) { m.CorrelationID = "corr 8" }},
+		{"signed-reason-changed", func(m *pigeon.Message) { m.Reason = "" }},
+		{"signed-v-removed", func(m *pigeon.Message) { m.Signature.V = 0 }},
+		{"signed-v-1", func(m *pigeon.Message) { m.Signature.V = 1 }},
+		{"signed-v-3", func(m *pigeon.Message) { m.Signature.V = 3 }},
+	} {
+		m = pigeon.Message{}
+		require.NoError(t, json.Unmarshal(v.Signed[len(signedInputs)-1].Message, &m))
+		tc.edit(&m)
+		raw, _ = json.Marshal(&m)
+		v.Tampered = append(v.Tampered, tamperedCase{Name: tc.name, Kind: "signature", Signer: "alice", Message: raw})
+	}
 	var s seal.Sealed
 	require.NoError(t, json.Unmarshal(v.Sealed[0].Sealed, &s))
 	ct, _ := b64.DecodeString(s.Ciphertext)
@@ -302,6 +354,9 @@ func checkVectors(t *testing.T, name string, v vectors) {
 		require.Equal(t, c.SigningInput, string(input), "%s/%s: signing input", name, c.Name)
 		require.NoError(t, pigeon.VerifyMessage(&m, pairs[c.Signer].sigPub), "%s/%s", name, c.Name)
 		require.Equal(t, pairs[c.Signer].sigKID, m.Signature.KID, "%s/%s", name, c.Name)
+		if c.Name != firstFormCase {
+			require.Equal(t, pigeon.SignatureV2, m.Signature.V, "%s/%s: signed in the second form (v 2)", name, c.Name)
+		}
 	}
 	for _, c := range v.Sealed {
 		var s seal.Sealed
@@ -338,6 +393,10 @@ func checkVectors(t *testing.T, name string, v vectors) {
 	}
 }
 
+// firstFormCase names the signed case made in the first form, which every
+// client verifies too.
+const firstFormCase = "first-form"
+
 func readVectors(t *testing.T, path string) vectors {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -361,8 +420,8 @@ func TestGoVectors(t *testing.T) {
 	v := readVectors(t, path)
 	_, pub := keySet(t)
 	require.Equal(t, pub, v.Keys, "go.json keys differ from the fixed keys")
-	require.Len(t, v.Signed, len(signedInputs))
-	require.Len(t, v.Tampered, 4)
+	require.Len(t, v.Signed, len(signedInputs)+1)
+	require.Len(t, v.Tampered, 13)
 	checkVectors(t, "go", v)
 }
 

@@ -175,11 +175,23 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 	return end
 }
 
-var signatureNames = names{"kid", "alg", "sig"}
+var signatureNames = names{"kid", "alg", "sig", "v"}
 
+// signature decodes a signature: its strings kid, alg and sig, and its
+// form v, a number encoding/json reads into an int.
 func (w *walker) signature(i int) (*pigeon.Signature, int) {
 	sig := new(pigeon.Signature)
 	strs := [...]*string{&sig.KID, &sig.Alg, &sig.Sig}
-	end := w.object(i, signatureNames, func(k, j int) int { return w.str(j, strs[k], false) })
+	end := w.object(i, signatureNames, func(k, j int) int {
+		if k == len(strs) {
+			if w.b[j] == 'n' {
+				return -1 // null: encoding/json leaves the field; the slow path decides
+			}
+			n, e := w.integer(j, strconv.IntSize)
+			sig.V = int(n)
+			return e
+		}
+		return w.str(j, strs[k], false)
+	})
 	return sig, end
 }

@@ -1,7 +1,11 @@
 """End-to-end signatures and sealed payloads, byte-compatible with Go.
 
 Signing follows docs/security.md: the signature is Ed25519 over the RFC 8785
-(JCS) form of ``["pigeon-sig-v1", subject, id, time, data]``. Sealing is
+(JCS) form of ``["pigeon-sig-v2", subject, id, time, type, intent,
+idempotencyKey, replyTo, correlationId, reason, data]`` (the second form,
+named by ``"v": 2`` in the signature object); signatures without ``v`` are
+in the first form, ``["pigeon-sig-v1", subject, id, time, data]``, and still
+verify. Sealing is
 X25519 + HKDF-SHA256 + XChaCha20-Poly1305, signed with Ed25519 over the
 header and ciphertext (``pigeon/seal`` version 1).
 
@@ -22,7 +26,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 
 import nacl.bindings as sodium
 import nacl.exceptions
@@ -37,6 +41,9 @@ __all__ = [
     "b64url",
     "b64url_decode",
     "canonical_signing_input",
+    "signature_form",
+    "Signature",
+    "SIGNATURE_V2",
     "sign_message",
     "verify_message",
     "verify_message_with_keys",
@@ -58,6 +65,11 @@ __all__ = [
 ]
 
 SIG_CONTEXT = "pigeon-sig-v1"
+SIG_CONTEXT_V2 = "pigeon-sig-v2"
+SIGNATURE_V2 = 2
+# The envelope strings the second form covers besides subject, id and time,
+# in their order in the signing input.
+SIG_V2_FIELDS = ("type", "intent", "idempotencyKey", "replyTo", "correlationId", "reason")
 SEAL_ALG = "X25519-HKDF-SHA256-XChaCha20Poly1305-Ed25519"
 _SEAL_CONTEXT = b"pigeon-seal-v1\x00"
 _HKDF_INFO = b"pigeon-seal-v1 xchacha20poly1305 key"
@@ -163,16 +175,83 @@ def _envelope_string(m: dict[str, Any], name: str) -> str:
     return v
 
 
-def canonical_signing_input(message: dict[str, Any]) -> bytes:
-    """The bytes a signature covers: JCS of
-    ``["pigeon-sig-v1", subject, id, time, data]`` (absent data is ``{}``).
+class _SignatureRequired(TypedDict):
+    kid: str
+    alg: str
+    sig: str
 
-    Raises ``PigeonError`` ``ENVELOPE_INVALID`` for an empty subject, id or
-    time, a time that is not RFC 3339, or data without a canonical form,
-    which includes an integer the canonical form would round (beyond 2^53
-    and not spelled by the shortest decimal of its double, such as
-    ``9007199254740993``): send such a value as a string.
+
+class Signature(_SignatureRequired, total=False):
+    """A message's ``signature`` member: ``{"kid", "alg", "sig", "v"}``.
+    ``v`` (optional) names the signing form: ``2`` (what
+    :func:`sign_message` makes), or absent for the first form. Any other
+    ``v`` never verifies."""
+
+    v: int
+
+
+def _is_v2(v: Any) -> bool:
+    # The JSON integer 2 only: Python's == takes True for 1 and 2.0 for 2.
+    return type(v) is int and v == SIGNATURE_V2
+
+
+def signature_form(message: dict[str, Any]) -> int:
+    """The signing form ``message``'s signature names: 2 for ``"v": 2`` and
+    for a message without a signature (the form :func:`sign_message`
+    makes), 1 for a signature without ``v``. Raises ``PigeonError``
+    ``ENVELOPE_INVALID`` for any other ``v`` (0, 1, 3, 2.0, "2", null,
+    true...) or a signature that is not an object."""
+    sig = message.get("signature")
+    if sig is None:
+        return SIGNATURE_V2
+    if not isinstance(sig, dict):
+        raise new_error("ENVELOPE_INVALID", "message signature is not an object")
+    if "v" not in sig:
+        return 1
+    if not _is_v2(sig["v"]):
+        raise new_error("ENVELOPE_INVALID", "signature.v must be absent or 2")
+    return SIGNATURE_V2
+
+
+def _covered_string(m: dict[str, Any], name: str) -> str:
+    """A field the second form covers: the string as it is, "" when absent
+    or null."""
+    v = m.get(name)
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise new_error("ENVELOPE_INVALID", f"message {name} must be a string")
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise new_error("ENVELOPE_INVALID", f"message {name} is not valid UTF-8") from e
+    return v
+
+
+def canonical_signing_input(message: dict[str, Any]) -> bytes:
+    """The bytes a signature covers, in the form the message's signature
+    names (:func:`signature_form`): JCS of
+
+    ``["pigeon-sig-v2", subject, id, time, type, intent, idempotencyKey,
+    replyTo, correlationId, reason, data]`` for ``"v": 2`` and for a message
+    without a signature (what :func:`sign_message` signs), and of
+    ``["pigeon-sig-v1", subject, id, time, data]`` for a signature without
+    ``v`` (the first form, which leaves the other envelope fields
+    uncovered). An absent or null covered field is ``""``; absent data is
+    ``{}``. Neither form covers the fields the broker fills or sets
+    (source, specversion, classification, region, sequence, ...).
+
+    Raises ``PigeonError`` ``ENVELOPE_INVALID`` for a signature naming
+    another form, an empty subject, id or time, a time that is not RFC
+    3339, a covered field that is not a valid string, or data without a
+    canonical form, which includes an integer the canonical form would
+    round (beyond 2^53 and not spelled by the shortest decimal of its
+    double, such as ``9007199254740993``): send such a value as a string.
     """
+    return _signing_input(message, signature_form(message))
+
+
+def _signing_input(message: dict[str, Any], form: int) -> bytes:
     subject = _envelope_string(message, "subject")
     mid = _envelope_string(message, "id")
     time = _envelope_string(message, "time")
@@ -180,6 +259,9 @@ def canonical_signing_input(message: dict[str, Any]) -> bytes:
         parse_rfc3339(time)
     except ValueError as e:
         raise new_error("ENVELOPE_INVALID", "message time is not RFC 3339") from e
+    head: list[Any] = [SIG_CONTEXT, subject, mid, time]
+    if form == SIGNATURE_V2:
+        head = [SIG_CONTEXT_V2, subject, mid, time, *(_covered_string(message, f) for f in SIG_V2_FIELDS)]
     data = message.get("data")
     if data is None:
         data = {}
@@ -194,7 +276,7 @@ def canonical_signing_input(message: dict[str, Any]) -> bytes:
     except (TypeError, OverflowError, ValueError) as e:
         raise new_error("ENVELOPE_INVALID", "message data has no canonical form") from e
     try:
-        return rfc8785.dumps([SIG_CONTEXT, subject, mid, time, value])
+        return rfc8785.dumps([*head, value])
     except (rfc8785.CanonicalizationError, TypeError, OverflowError, ValueError) as e:
         raise new_error("ENVELOPE_INVALID", "message data has no canonical form") from e
 
@@ -246,8 +328,12 @@ def sign_message(message: dict[str, Any], kid: str, key: Any) -> dict[str, Any]:
     """Return a copy of ``message`` signed with the Ed25519 ``key``
     (a ``nacl.signing.SigningKey`` or its 32-byte seed) under ``kid``.
 
-    An empty ``id`` gets a fresh ``msg_`` id and an empty ``time`` the current
-    time, since both are signed.
+    The signature is in the second form, ``{"kid", "alg": "ed25519", "sig",
+    "v": 2}``, over subject, id, time, type, intent, idempotencyKey,
+    replyTo, correlationId, reason and data (whatever form a signature the
+    message already carries names): changing any of them afterwards makes
+    it fail. An empty ``id`` gets a fresh ``msg_`` id and an empty ``time``
+    the current time, since both are signed.
     """
     if not isinstance(kid, str) or not _KID.match(kid):
         raise new_error("INVALID_ARGUMENT", "the kid is malformed")
@@ -257,21 +343,26 @@ def sign_message(message: dict[str, Any], kid: str, key: Any) -> dict[str, Any]:
         m["id"] = new_message_id()
     if not m.get("time"):
         m["time"] = now_rfc3339()
-    sig = sk.sign(canonical_signing_input(m)).signature
-    m["signature"] = {"kid": kid, "alg": "ed25519", "sig": b64url(sig)}
+    sig = sk.sign(_signing_input(m, SIGNATURE_V2)).signature
+    m["signature"] = {"kid": kid, "alg": "ed25519", "sig": b64url(sig), "v": SIGNATURE_V2}
     return m
 
 
 def verify_message(message: dict[str, Any], public_key: bytes) -> None:
     """Check ``message``'s signature with the raw 32-byte Ed25519 public key.
 
-    Raises ``PigeonError`` ``SIGNATURE_REQUIRED`` (no signature) or
-    ``SIGNATURE_INVALID``, which includes a key of small order (anyone can
+    The signature's ``v`` names the form checked: ``2`` the second, absent
+    the first (signatures made before v2, which cover subject, id, time and
+    data only). Raises ``PigeonError`` ``SIGNATURE_REQUIRED`` (no
+    signature) or ``SIGNATURE_INVALID``, which includes any other ``v``
+    (0, 1, 3, 2.0, "2", null, true...), a key of small order (anyone can
     sign under it) and data without an exact canonical form.
     """
     sig = message.get("signature")
     if not sig:
         raise new_error("SIGNATURE_REQUIRED", "the message has no signature")
+    if isinstance(sig, dict) and "v" in sig and not _is_v2(sig["v"]):
+        raise new_error("SIGNATURE_INVALID", "signature.v must be absent or 2")
     if not isinstance(sig, dict) or sig.get("alg") != "ed25519":
         raise new_error("SIGNATURE_INVALID", "signature alg must be ed25519")
     try:
@@ -332,11 +423,13 @@ def verify_message_with_keys(message: dict[str, Any], keys: Iterable[dict[str, A
     sig = message.get("signature")
     if not sig:
         raise new_error("SIGNATURE_REQUIRED", "the message has no signature")
+    if not isinstance(sig, dict):
+        raise new_error("SIGNATURE_INVALID", "the signature is not an object")
     try:
         t = parse_rfc3339(message.get("time", ""))
     except ValueError as e:
         raise new_error("SIGNATURE_INVALID", "message time is not RFC 3339") from e
-    k = select_key(keys, sig.get("kid", "") if isinstance(sig, dict) else "", "sig", t)
+    k = select_key(keys, sig.get("kid", ""), "sig", t)
     if k is None or not sig.get("kid"):
         raise new_error("SIGNATURE_INVALID", "no published signing key of that kid is valid at the message time")
     try:

@@ -22,7 +22,7 @@ from pigeon_client import (
     sign_message,
     verify_message,
 )
-from pigeon_client.crypto import SIG_CONTEXT, b64url
+from pigeon_client.crypto import SIG_CONTEXT, SIG_CONTEXT_V2, b64url
 
 GO = load_go_vectors()
 KEYS = {name: Keys.from_vector(k) for name, k in GO["keys"].items()}
@@ -33,10 +33,10 @@ def message(data):
     return {"subject": "chat.messages", "id": "msg_rules_1", "time": "2026-11-29T12:00:00Z", "data": data}
 
 
-def sign_raw(m: dict, key) -> dict:
+def sign_raw(m: dict, key, form: int = 2) -> dict:
     """Signs ``m`` as a signer following JCS alone would (every number read as
     a double), without the client's checks: what another implementation
-    could send."""
+    could send, in the second form (``"v": 2``) or the first (no ``v``)."""
     def as_double(v):
         if isinstance(v, bool) or not isinstance(v, (int, dict, list)):
             return v
@@ -46,8 +46,15 @@ def sign_raw(m: dict, key) -> dict:
             return {k: as_double(x) for k, x in v.items()}
         return [as_double(x) for x in v]
 
-    inp = rfc8785.dumps([SIG_CONTEXT, m["subject"], m["id"], m["time"], as_double(m["data"])])
-    return {**m, "signature": {"kid": "k1", "alg": "ed25519", "sig": b64url(key.sign(inp).signature)}}
+    if form == 2:
+        head = [SIG_CONTEXT_V2, m["subject"], m["id"], m["time"], "", "", "", "", "", ""]
+    else:
+        head = [SIG_CONTEXT, m["subject"], m["id"], m["time"]]
+    inp = rfc8785.dumps([*head, as_double(m["data"])])
+    sig = {"kid": "k1", "alg": "ed25519", "sig": b64url(key.sign(inp).signature)}
+    if form == 2:
+        sig["v"] = 2
+    return {**m, "signature": sig}
 
 
 # (data, data with the same canonical form that spells its value)
@@ -61,8 +68,9 @@ ROUNDED = [
 ]
 
 
+@pytest.mark.parametrize("form", [2, 1])
 @pytest.mark.parametrize("data,alt", ROUNDED)
-def test_signing_refuses_numbers_the_canonical_form_rounds(data, alt):
+def test_signing_refuses_numbers_the_canonical_form_rounds(data, alt, form):
     key = KEYS["alice"].signing_key
     with pytest.raises(PigeonError) as e:
         canonical_signing_input(message(data))
@@ -72,7 +80,7 @@ def test_signing_refuses_numbers_the_canonical_form_rounds(data, alt):
     assert e.value.code == "ENVELOPE_INVALID"
     # A signature made over the rounded canonical form verifies only with
     # the data that spells its values.
-    signed = sign_raw(message(data), key)
+    signed = sign_raw(message(data), key, form)
     with pytest.raises(PigeonError) as e:
         verify_message(signed, KEYS["alice"].signing_public)
     assert e.value.code == "SIGNATURE_INVALID"

@@ -16,11 +16,15 @@ from pigeon_client import (
     HttpClient,
     KeyDirectory,
     Keys,
+    PigeonError,
+    canonical_signing_input,
     connect,
     open_message,
     seal_message,
     sign_message,
+    verify_message,
 )
+from pigeon_client.crypto import b64url
 
 GO = load_go_vectors()
 ALICE_KEYS = Keys.from_vector(GO["keys"]["alice"])
@@ -78,6 +82,8 @@ async def test_e2e_sign_seal(server):
         assert msg["id"] == d.id and msg["source"] == ALICE
         assert clear == {"kind": "chat", "room": "lobby"}
         assert payload == {"text": "hi bob"}
+        # The broker hands the signature on in the second form, v included.
+        assert msg["signature"] == m["signature"] and msg["signature"]["v"] == 2
 
         # An unsigned message is refused SIGNATURE_REQUIRED ...
         unsigned = dict(m)
@@ -162,6 +168,67 @@ async def test_python_sender_reaches_receiver(server):
         assert payload == {"text": "hello bob"}
         await asyncio.sleep(0.3)
         assert got.empty()
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+def first_form(m: dict, keys: Keys) -> dict:
+    """``m`` signed again in the first form (a signature without v), as
+    signers did before the second form."""
+    s = {**m, "signature": {"kid": keys.signing_kid, "alg": "ed25519", "sig": ""}}
+    s["signature"]["sig"] = b64url(keys.signing_key.sign(canonical_signing_input(s)).signature)
+    return s
+
+
+async def test_e2e_second_form_fields_and_first_form(server):
+    """Against the broker: a field the second form covers changed after
+    signing is refused SIGNATURE_INVALID, as is a v other than 2 or a v2
+    signature stripped of its v; a first-form signature is still accepted,
+    delivered without v and verified by the receiver."""
+    await asyncio.to_thread(publish_keys, server)
+    bob, got = await bob_receiver(server)
+    alice = await connect(server.ws, "alice-token", CHAT)
+    try:
+        bob_keys = await KeyDirectory(HttpClient(server.http, "alice-token")).aget(BOB)
+        base = {"type": "chat.message", "subject": "chat.messages", "intent": "chat", "classification": "internal",
+                "correlationId": "corr-1"}
+
+        def sealed(text: str) -> dict:
+            return seal_message(base, {"kind": "chat", "room": "lobby"}, json.dumps({"text": text}).encode(),
+                                bob_keys, ALICE_KEYS)
+
+        for name, edit in (
+            ("correlationId changed", lambda m: {**m, "correlationId": "corr-2"}),
+            ("correlationId removed", lambda m: {k: x for k, x in m.items() if k != "correlationId"}),
+            ("v removed", lambda m: {**m, "signature": {k: x for k, x in m["signature"].items() if k != "v"}}),
+            ("v 3", lambda m: {**m, "signature": {**m["signature"], "v": 3}}),
+        ):
+            bad = edit(sealed("x"))
+            with pytest.raises(PigeonError) as e:
+                verify_message(bad, ALICE_KEYS.signing_public)
+            assert e.value.code == "SIGNATURE_INVALID", name
+            with pytest.raises(DeniedError) as e:
+                await alice.publish(bad)
+            assert e.value.code == "SIGNATURE_INVALID", name
+
+        old = first_form(sealed("first form"), ALICE_KEYS)
+        assert "v" not in old["signature"]
+        d = await alice.publish(old)
+        assert d.accepted
+        item = await within(got.get(), 10)
+        assert not isinstance(item, Exception), item
+        msg, clear, payload = item
+        assert msg["id"] == d.id and payload == {"text": "first form"}
+        assert "v" not in msg["signature"]
+
+        new = sealed("second form")
+        d = await alice.publish(new)
+        item = await within(got.get(), 10)
+        assert not isinstance(item, Exception), item
+        msg, _, payload = item
+        assert msg["id"] == d.id and payload == {"text": "second form"}
+        assert msg["signature"]["v"] == 2 and msg["correlationId"] == "corr-1"
     finally:
         await alice.close()
         await bob.close()

@@ -11,6 +11,7 @@ import base64
 import json
 import os
 
+import nacl.signing
 import pytest
 
 from harness import VECTORS_PY, load_go_vectors, scenario
@@ -33,14 +34,25 @@ GO = load_go_vectors()
 KEYS = {name: Keys.from_vector(k) for name, k in GO["keys"].items()}
 
 
+FIRST_FORM = "first-form"
+
+
 def check(v: dict) -> None:
-    """Every case of a vectors file verifies and opens; every tampered one is refused."""
+    """Every case of a vectors file verifies and opens; every tampered one is
+    refused. Signed cases are in the second form (``"v": 2``) but for the
+    one named "first-form" (no ``v``)."""
     assert v["signed"] and v["sealed"] and v["sealedData"]
     for c in v["signed"]:
         m = c["message"]
         assert canonical_signing_input(m).decode("utf-8") == c["signingInput"], c["name"]
         verify_message(m, KEYS[c["signer"]].signing_public)
         assert m["signature"]["kid"] == KEYS[c["signer"]].signing_kid
+        if c["name"] == FIRST_FORM:
+            assert "v" not in m["signature"], c["name"]
+            assert c["signingInput"].startswith('["pigeon-sig-v1",'), c["name"]
+        else:
+            assert type(m["signature"].get("v")) is int and m["signature"]["v"] == 2, c["name"]
+            assert c["signingInput"].startswith('["pigeon-sig-v2",'), c["name"]
     for c in v["sealed"]:
         got = open_sealed(c["sealed"], KEYS[c["recipient"]].encryption_private, KEYS[c["sender"]].signing_public)
         assert got == b64url_decode(c["plaintext"]), c["name"]
@@ -50,8 +62,9 @@ def check(v: dict) -> None:
         assert payload == b64url_decode(c["payload"])
     for c in v.get("tampered", []):
         if c["kind"] == "signature":
-            with pytest.raises(PigeonError):
+            with pytest.raises(PigeonError) as e:
                 verify_message(c["message"], KEYS[c["signer"]].signing_public)
+            assert e.value.code == "SIGNATURE_INVALID", c["name"]
         else:
             with pytest.raises((SealTampered, SealUnsupported)):
                 open_sealed(c["sealed"], KEYS[c["recipient"]].encryption_private, KEYS[c["sender"]].signing_public)
@@ -66,24 +79,49 @@ def test_go_vectors():
     for c in GO["signed"]:
         m = c["message"]
         again = sign_message(m, m["signature"]["kid"], KEYS[c["signer"]].signing_key)
-        assert again["signature"] == m["signature"], c["name"]
+        if c["name"] == FIRST_FORM:
+            # Signing anew makes the second form, another signature.
+            assert again["signature"]["v"] == 2 and again["signature"]["sig"] != m["signature"]["sig"]
+            verify_message(again, KEYS[c["signer"]].signing_public)
+        else:
+            assert again["signature"] == m["signature"], c["name"]
     check(GO)
-    assert len(GO["tampered"]) == 4
+    names = {c["name"] for c in GO["signed"]}
+    assert {"plain", "envelope-fields", FIRST_FORM} <= names
+    fields = next(c for c in GO["signed"] if c["name"] == "envelope-fields")["message"]
+    for f in ("type", "intent", "idempotencyKey", "replyTo", "correlationId", "reason"):
+        assert fields.get(f), f
+    tampered = {c["name"]: c["kind"] for c in GO["tampered"]}
+    assert len(GO["tampered"]) == 13
+    assert sum(k == "signature" for k in tampered.values()) == 11
+    assert {"signed-intent-changed", "signed-type-changed", "signed-replyTo-changed",
+            "signed-idempotencyKey-removed", "signed-correlationId-changed", "signed-reason-changed",
+            "signed-v-removed", "signed-v-1", "signed-v-3"} <= set(tampered)
 
 
 def test_worked_example_of_security_md():
     seed = bytes(range(32))
     m = {"subject": "chat.messages", "id": "msg_01", "time": "2026-11-29T12:00:00.000Z",
          "data": json.loads('{"text": "h\\u00e9llo", "room": "lobby", "n": 1.50}')}
+    m["type"], m["intent"] = "chat.posted", "chat"
     inp = canonical_signing_input(m)
-    assert len(inp) == 110
+    assert inp.decode("utf-8") == (
+        '["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","chat.posted","chat",'
+        '"","","","",{"n":1.5,"room":"lobby","text":"héllo"}]')
     s = sign_message(m, "sig-2026-11", seed)
+    assert s["signature"]["v"] == 2
     assert s["signature"]["sig"] == (
-        "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg")
+        "1sCiND_553NEnKNn9yAitE7KuCCHYlZ4UpwPRJOm4k22oRsy3tBWrcn6esyaojZq9vrLMPqzFJRdJ4hBp3cgBA")
+    # The first-form signature made before v2 (no v) still verifies.
+    first = {**m, "signature": {"kid": "sig-2026-11", "alg": "ed25519", "sig": (
+        "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg")}}
+    assert len(canonical_signing_input(first)) == 110
+    verify_message(first, bytes(nacl.signing.SigningKey(seed).verify_key))
 
 
 def test_canonical_edges():
     m = {"subject": "s", "id": "i", "time": "2026-11-29T12:00:00Z"}
+    assert canonical_signing_input(m) == b'["pigeon-sig-v2","s","i","2026-11-29T12:00:00Z","","","","","","",{}]'
     assert canonical_signing_input(m).endswith(b",{}]")
     # An integer beyond 2^53 passes as its double when the canonical form
     # spells its value, and is refused when it would be rounded.
@@ -133,6 +171,21 @@ def make_own() -> dict:
         s = sign_message(m, a.signing_kid, a.signing_key)
         signed.append({"name": name, "signer": "alice", "message": s,
                        "signingInput": canonical_signing_input(s).decode("utf-8")})
+    # Every field the second form covers, with escapes.
+    m = {"id": "msg_py_5", "subject": "payments.authorize", "time": "2026-11-29T12:00:05Z",
+         "type": "payment.authorization.requested", "intent": "authorize_payment",
+         "idempotencyKey": "k-\u00e9-1 \\ 漢", "replyTo": "inbox.checkout", "correlationId": 'corr "7"\t/',
+         "reason": "retry\n<after> & \U0001f600 \u2028 \x01", "data": {"amount": "42.50"}}
+    s = sign_message(m, a.signing_kid, a.signing_key)
+    signed.append({"name": "envelope-fields", "signer": "alice", "message": s,
+                   "signingInput": canonical_signing_input(s).decode("utf-8")})
+    # The first form (no v), as signatures made before v2: still verifies.
+    m = {"id": "msg_py_6", "subject": "chat.messages", "time": "2026-11-29T12:00:06Z", "type": "vector",
+         "intent": "chat", "data": {"form": 1},
+         "signature": {"kid": b.signing_kid, "alg": "ed25519", "sig": ""}}
+    m["signature"]["sig"] = b64url(b.signing_key.sign(canonical_signing_input(m)).signature)
+    signed.append({"name": FIRST_FORM, "signer": "bob", "message": m,
+                   "signingInput": canonical_signing_input(m).decode("utf-8")})
     sealed = []
     for name, pt in (("short", b"hello bob from python"), ("empty", b""), ("binary", bytes(range(256)))):
         sealed.append({"name": name, "sender": "alice", "recipient": "bob", "plaintext": b64url(pt),

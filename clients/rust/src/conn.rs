@@ -756,7 +756,7 @@ mod tests {
             classification: "c".into(),
             region: "uk".into(),
             data: Value::Null,
-            signature: Some(Signature { kid: "k".into(), alg: "ed25519".into(), sig: tricky.into() }),
+            signature: Some(Signature { kid: "k".into(), alg: "ed25519".into(), sig: tricky.into(), v: Some(2) }),
             reply_to: tricky.into(),
             correlation_id: "c".into(),
             reason: "r".into(),

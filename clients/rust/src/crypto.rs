@@ -22,8 +22,15 @@ use x25519_dalek::{PublicKey as XPublic, StaticSecret};
 pub use ed25519_dalek::{SigningKey as Ed25519SigningKey, VerifyingKey as Ed25519VerifyingKey};
 pub use x25519_dalek::{PublicKey as X25519PublicKey, StaticSecret as X25519Secret};
 
-/// The context string that starts every signing input.
+/// The context string that starts a first-form signing input (a signature
+/// without `v`).
 pub const SIGNATURE_CONTEXT: &str = "pigeon-sig-v1";
+/// The context string that starts a second-form signing input (a signature
+/// with `"v": 2`), the form [`sign_message`] makes.
+pub const SIGNATURE_CONTEXT_V2: &str = "pigeon-sig-v2";
+/// [`Signature::v`] of a signature in the second form; a signature without
+/// `v` is in the first.
+pub const SIGNATURE_V2: i64 = 2;
 /// The algorithm of a version 1 sealed payload.
 pub const SEAL_ALG: &str = "X25519-HKDF-SHA256-XChaCha20Poly1305-Ed25519";
 const SEAL_CONTEXT: &[u8] = b"pigeon-seal-v1\0";
@@ -44,9 +51,33 @@ fn b64_32(s: &str) -> Option<[u8; 32]> {
     b64_decode(s)?.try_into().ok()
 }
 
-/// The bytes a signature covers: the JCS form of
-/// `["pigeon-sig-v1", subject, id, time, data]`, with absent data as `{}`.
+/// The bytes a signature covers, in the form `m`'s signature names, or, for
+/// a message without a signature, in the form [`sign_message`] makes (the
+/// second): the JCS form of
+///
+/// `["pigeon-sig-v2", subject, id, time, type, intent, idempotencyKey, replyTo, correlationId, reason, data]`
+///
+/// for a signature with `"v": 2` (the strings as they are, an empty one as
+/// `""`), and of `["pigeon-sig-v1", subject, id, time, data]` for one
+/// without `v`, the first form, which leaves type, intent, idempotencyKey,
+/// replyTo, correlationId and reason uncovered: a relay may change those
+/// under a first-form signature and it still verifies. Absent data counts
+/// as `{}`. Neither form covers source, specversion, classification,
+/// region, or what the broker sets on acceptance (sequence, contractId,
+/// subjectId, schemaId, acceptedAt). `ENVELOPE_INVALID` when subject, id
+/// or time is empty, time is not RFC 3339, the signature names another
+/// form (any other `v`), or data has no exact canonical form.
 pub fn signing_input(m: &Message) -> Result<Vec<u8>> {
+    let v2 = match m.signature.as_ref().map(|s| s.v) {
+        None | Some(Some(SIGNATURE_V2)) => true,
+        Some(None) => false,
+        Some(Some(_)) => return Err(Error::new("ENVELOPE_INVALID", "signature.v must be absent or 2")),
+    };
+    form_input(m, v2)
+}
+
+/// The signing input of the second form (`v2`) or the first.
+fn form_input(m: &Message, v2: bool) -> Result<Vec<u8>> {
     if m.subject.is_empty() || m.id.is_empty() || m.time.is_empty() {
         return Err(Error::new("ENVELOPE_INVALID", "subject, id and time must be set to sign or verify"));
     }
@@ -57,14 +88,15 @@ pub fn signing_input(m: &Message) -> Result<Vec<u8>> {
         Value::Null => Value::Object(Map::new()),
         d => d.clone(),
     };
-    let input = Value::Array(vec![
-        Value::String(SIGNATURE_CONTEXT.into()),
-        Value::String(m.subject.clone()),
-        Value::String(m.id.clone()),
-        Value::String(m.time.clone()),
-        data,
-    ]);
-    jcs::canonicalize(&input)
+    let context = if v2 { SIGNATURE_CONTEXT_V2 } else { SIGNATURE_CONTEXT };
+    let mut input: Vec<Value> = [context, &m.subject, &m.id, &m.time].iter().map(|s| Value::String(s.to_string())).collect();
+    if v2 {
+        for s in [&m.type_, &m.intent, &m.idempotency_key, &m.reply_to, &m.correlation_id, &m.reason] {
+            input.push(Value::String(s.clone()));
+        }
+    }
+    input.push(data);
+    jcs::canonicalize(&Value::Array(input))
 }
 
 /// A fresh message id (`msg_` and 20 base-36 characters).
@@ -78,7 +110,12 @@ pub fn new_message_id() -> String {
 }
 
 /// Signs `m` with the Ed25519 key `key` published under `kid`, filling an
-/// empty `id` with a fresh one and an empty `time` with now (both are signed).
+/// empty `id` with a fresh one and an empty `time` with now (both are signed),
+/// and sets `m.signature` to `{kid, "ed25519", sig, v: 2}`: always the second
+/// form (see [`signing_input`]), whatever signature `m` had. A change after
+/// signing to subject, id, time, type, intent, idempotencyKey, replyTo,
+/// correlationId, reason or the meaning of data makes it fail to verify; a
+/// change of data's formatting (member order, number spelling) does not.
 pub fn sign_message(m: &mut Message, kid: &str, key: &SigningKey) -> Result<()> {
     if kid.is_empty() || kid.len() > 128 || !kid.bytes().all(|c| (0x21..0x7f).contains(&c)) {
         return Err(Error::new("INVALID_ARGUMENT", "kid must be 1 to 128 printable ASCII characters"));
@@ -89,20 +126,24 @@ pub fn sign_message(m: &mut Message, kid: &str, key: &SigningKey) -> Result<()> 
     if m.time.is_empty() {
         m.time = time::format_rfc3339_ms(time::now_ms());
     }
-    let input = signing_input(m)?;
+    let input = form_input(m, true)?;
     let sig = key.sign(&input);
-    m.signature = Some(Signature { kid: kid.to_string(), alg: "ed25519".into(), sig: b64_encode(&sig.to_bytes()) });
+    m.signature = Some(Signature { kid: kid.to_string(), alg: "ed25519".into(), sig: b64_encode(&sig.to_bytes()), v: Some(SIGNATURE_V2) });
     Ok(())
 }
 
-/// Verifies `m`'s signature with the sender's public key:
+/// Verifies `m`'s signature with the sender's public key, in the form the
+/// signature names (`"v": 2`, or no `v` for the first form):
 /// `SIGNATURE_REQUIRED` without one, `SIGNATURE_INVALID` when it does not
-/// verify, when the key is an Ed25519 point of small order (anyone can sign
+/// verify, when `v` is neither absent nor 2, when the key is an Ed25519 point of small order (anyone can sign
 /// under it), or when the data has no exact canonical form (a number JCS
 /// would round: see [`crate::jcs::canonicalize`]).
 pub fn verify_message(m: &Message, key: &VerifyingKey) -> Result<()> {
     let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
     let invalid = || Error::crypto("SIGNATURE_INVALID", "the signature does not verify");
+    if s.v.is_some_and(|v| v != SIGNATURE_V2) {
+        return Err(Error::crypto("SIGNATURE_INVALID", "the signature names an unknown form (v must be absent or 2)"));
+    }
     if s.alg != "ed25519" {
         return Err(invalid());
     }

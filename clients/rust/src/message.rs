@@ -1,5 +1,6 @@
 //! The message envelope, contracts and decisions.
 
+use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -11,11 +12,42 @@ fn zero(n: &u64) -> bool {
 }
 
 /// An envelope signature (see docs/security.md, "The signature field").
+///
+/// `v` names the signing form: `Some(2)` ([`crate::crypto::SIGNATURE_V2`],
+/// what [`crate::crypto::sign_message`] makes) covers subject, id, time,
+/// type, intent, idempotencyKey, replyTo, correlationId, reason and data;
+/// `None` (no `"v"` member) is the first form, which covers subject, id,
+/// time and data only and still verifies. Any other integer decodes and
+/// then never verifies (`SIGNATURE_INVALID`); a `"v"` that is not an
+/// integer (`2.5`, `"2"`, `null`) is refused when the signature is decoded,
+/// as a mistyped `kid` is. `v` is written last, and only when set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Signature {
     pub kid: String,
     pub alg: String,
     pub sig: String,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "signature_form")]
+    pub v: Option<i64>,
+}
+
+/// Reads a present `"v"`: a JSON integer (an integer beyond `i64` is
+/// refused, as Go's `int` refuses it); `null`, a fraction or any other type
+/// is refused rather than read as an absent `v`.
+fn signature_form<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    struct Form;
+    impl Visitor<'_> for Form {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer signature form (v)")
+        }
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+            Ok(Some(n))
+        }
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+            i64::try_from(n).map(Some).map_err(|_| E::invalid_value(de::Unexpected::Unsigned(n), &self))
+        }
+    }
+    d.deserialize_any(Form)
 }
 
 /// The message envelope of the HTTP API and the WebSocket protocol. Empty

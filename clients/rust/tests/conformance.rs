@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use pigeon_client::crypto::{self, b64_decode, b64_encode, Keys, Sealed};
 use pigeon_client::http::KeyCache;
 use pigeon_client::{
-    Ack, ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Start, Status, SubscribeOptions,
-    MAX_QUEUED, MAX_QUEUED_BYTES,
+    Ack, ConnectOptions, Decision, Error, ErrorKind, HandlerError, Message, ReplayOptions, Session, Signature, Start, Status,
+    SubscribeOptions, MAX_QUEUED, MAX_QUEUED_BYTES,
 };
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -1592,13 +1592,26 @@ async fn e2e_sign_seal(srv: Arc<Server>) {
     let data =
         crypto::seal_data(&clear, br#"{"text":"meet at noon"}"#, &enc.kid, &enc.x25519_key().unwrap(), &alice.signing_kid, &alice.signing)
             .unwrap();
-    let mut m = Message::new("chat.messages", "chat.message", "chat").with_classification("internal").with_data(data);
+    let mut m = Message::new("chat.messages", "chat.message", "chat")
+        .with_classification("internal")
+        .with_correlation_id("corr \"e2e\" é")
+        .with_idempotency_key(format!("e2e-{}", nonce()))
+        .with_data(data);
     crypto::sign_message(&mut m, &alice.signing_kid, &alice.signing).unwrap();
+    assert_eq!(m.signature.as_ref().unwrap().v, Some(crypto::SIGNATURE_V2));
+    // The second form covers the correlation id: the broker refuses the
+    // message with it changed after signing.
+    let mut relayed = m.clone();
+    relayed.correlation_id = "corr other".into();
+    expect_err(alice_s.publish(&relayed).await, "SIGNATURE_INVALID");
     let d = alice_s.publish(&m).await.unwrap();
     assert_eq!(d.status, Status::Accepted);
 
     let got = tokio::time::timeout(Duration::from_secs(5), sub.next()).await.expect("bob got nothing").unwrap().unwrap();
     assert_eq!(got.message.id, m.id);
+    // Delivered with its signature as signed: {kid, alg, sig, "v": 2}.
+    assert_eq!(got.message.signature, m.signature);
+    assert_eq!(got.message.correlation_id, m.correlation_id);
     let cache_b = KeyCache::new(http(&srv, "bob-token"), Duration::from_secs(60));
     let alice_keys = cache_b.keys(&got.message.source).await.unwrap();
     crypto::verify_message_with_keys(&got.message, &alice_keys).unwrap();
@@ -1647,6 +1660,15 @@ fn check_vectors(v: &Value, alice: &Keys, bob: &Keys, exact_signatures: bool) {
         let k = keys_of(c["signer"].as_str().unwrap(), alice, bob);
         crypto::verify_message(&m, &k.signing_public()).unwrap_or_else(|e| panic!("{name}: {e}"));
         crypto::verify_message_with_keys(&m, &k.public_keys()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let form = m.signature.as_ref().unwrap().v;
+        if name == FIRST_FORM {
+            // Signed before the second form: no v, and the first form's input.
+            assert_eq!(form, None, "{name}: v");
+            assert!(c["signingInput"].as_str().unwrap().starts_with(r#"["pigeon-sig-v1","#), "{name}");
+            continue;
+        }
+        assert_eq!(form, Some(crypto::SIGNATURE_V2), "{name}: signed in the second form (v 2)");
+        assert_eq!(c["message"]["signature"]["v"], json!(2), "{name}: v on the wire");
         if exact_signatures {
             // Ed25519 is deterministic: signing again gives the same bytes.
             let mut again = m.clone();
@@ -1690,22 +1712,76 @@ fn check_vectors(v: &Value, alice: &Keys, bob: &Keys, exact_signatures: bool) {
     }
 }
 
+/// The signed case made in the first form (a signature without v), which
+/// must still verify.
+const FIRST_FORM: &str = "first-form";
+
+/// Signs `m` in the first form, as clients did before the second: what
+/// `sign_message` no longer makes.
+fn sign_first_form(m: &mut Message, k: &Keys) {
+    use ed25519_dalek::Signer;
+    m.signature = Some(Signature { kid: k.signing_kid.clone(), alg: "ed25519".into(), sig: String::new(), v: None });
+    let input = crypto::signing_input(m).unwrap();
+    m.signature.as_mut().unwrap().sig = b64_encode(&k.signing.sign(&input).to_bytes());
+}
+
 async fn vectors_go() {
     let (v, alice, bob) = vector_keys();
-    assert_eq!(v["tampered"].as_array().unwrap().len(), 4);
+    let signed: Vec<&str> = v["signed"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(signed, ["plain", "member-order", "numbers", "escapes", "empty-data", "nested", "envelope-fields", FIRST_FORM]);
+    let tampered: Vec<&str> = v["tampered"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        tampered,
+        [
+            "signed-data-changed",
+            "signed-subject-changed",
+            "signed-intent-changed",
+            "signed-type-changed",
+            "signed-replyTo-changed",
+            "signed-idempotencyKey-removed",
+            "signed-correlationId-changed",
+            "signed-reason-changed",
+            "signed-v-removed",
+            "signed-v-1",
+            "signed-v-3",
+            "sealed-ciphertext-flipped",
+            "sealed-sender-kid-swapped",
+        ]
+    );
     check_vectors(&v, &alice, &bob, true);
-    // The worked example of docs/security.md.
+    // The first-form case re-signed in that form gives Go's bytes.
+    let c = &v["signed"][7];
+    let m: Message = serde_json::from_value(c["message"].clone()).unwrap();
+    let mut again = m.clone();
+    sign_first_form(&mut again, &bob);
+    assert_eq!(again.signature, m.signature, "first-form: signature");
+    // The worked example of docs/security.md, in both forms.
     let seed: [u8; 32] = std::array::from_fn(|i| i as u8);
     let k = Keys::from_bytes(seed, [9; 32]);
     assert_eq!(b64_encode(k.signing_public().as_bytes()), "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg");
-    let mut m = Message::new("chat.messages", "", "");
+    let mut m = Message::new("chat.messages", "chat.posted", "chat");
     m.id = "msg_01".into();
     m.time = "2026-11-29T12:00:00.000Z".into();
     m.data = serde_json::from_str(r#"{"text": "h\u00e9llo", "room": "lobby", "n": 1.50}"#).unwrap();
     let input = crypto::signing_input(&m).unwrap();
-    assert_eq!(input.len(), 110);
+    assert_eq!(
+        String::from_utf8(input).unwrap(),
+        r#"["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","chat.posted","chat","","","","",{"n":1.5,"room":"lobby","text":"héllo"}]"#
+    );
+    let mut first = m.clone();
     crypto::sign_message(&mut m, "sig-1", &k.signing).unwrap();
-    assert_eq!(m.signature.unwrap().sig, "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg");
+    let s = m.signature.clone().unwrap();
+    assert_eq!((s.sig.as_str(), s.v), ("1sCiND_553NEnKNn9yAitE7KuCCHYlZ4UpwPRJOm4k22oRsy3tBWrcn6esyaojZq9vrLMPqzFJRdJ4hBp3cgBA", Some(2)));
+    crypto::verify_message(&m, &k.signing_public()).unwrap();
+    first.signature = Some(Signature { kid: "sig-1".into(), alg: "ed25519".into(), sig: String::new(), v: None });
+    let input = crypto::signing_input(&first).unwrap();
+    assert_eq!(input.len(), 110);
+    assert_eq!(
+        String::from_utf8(input).unwrap(),
+        r#"["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{"n":1.5,"room":"lobby","text":"héllo"}]"#
+    );
+    first.signature.as_mut().unwrap().sig = "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg".into();
+    crypto::verify_message(&first, &k.signing_public()).unwrap();
 }
 
 /// The cases Rust signs and seals, as Go makes its own (same inputs).
@@ -1743,6 +1819,10 @@ fn generate_vectors(alice: &Keys, bob: &Keys) -> Value {
         ),
     ];
     let mut signed = Vec::new();
+    let case = |name: &str, signer: &str, m: &Message| {
+        let input = String::from_utf8(crypto::signing_input(m).unwrap()).unwrap();
+        json!({"name": name, "signer": signer, "message": m, "signingInput": input})
+    };
     for (name, subject, id, time, data) in inputs {
         let mut m = Message::new(subject, "vector", "chat");
         m.id = id.into();
@@ -1751,9 +1831,26 @@ fn generate_vectors(alice: &Keys, bob: &Keys) -> Value {
             m.data = serde_json::from_str(data).unwrap();
         }
         crypto::sign_message(&mut m, &alice.signing_kid, &alice.signing).unwrap();
-        let input = String::from_utf8(crypto::signing_input(&m).unwrap()).unwrap();
-        signed.push(json!({"name": name, "signer": "alice", "message": m, "signingInput": input}));
+        signed.push(case(name, "alice", &m));
     }
+    // Every field the second form covers besides subject, id, time and
+    // data, with escapes.
+    let mut fields = Message::new("payments.authorize", "payment.authorization.requested", "authorize_payment")
+        .with_idempotency_key("k-\u{e9}-1 \"q\"")
+        .with_correlation_id("corr \"7\" \\ \u{1}")
+        .with_data(json!({"amount": "42.50", "currency": "GBP"}));
+    fields.id = "msg_rs_7".into();
+    fields.time = "2026-11-29T12:00:06Z".into();
+    fields.reply_to = "inbox.checkout/\u{2028}".into();
+    fields.reason = "retry\n<after> & \u{7f} 😀 漢".into();
+    crypto::sign_message(&mut fields, &alice.signing_kid, &alice.signing).unwrap();
+    signed.push(case("envelope-fields", "alice", &fields));
+    // A first-form signature (no v), as made before the second form.
+    let mut first = Message::new("chat.messages", "vector", "chat").with_data(json!({"form": 1}));
+    first.id = "msg_rs_8".into();
+    first.time = "2026-11-29T12:00:07Z".into();
+    sign_first_form(&mut first, bob);
+    signed.push(case(FIRST_FORM, "bob", &first));
     let binary: Vec<u8> = [0u8, 1, 2, 254, 255].iter().cycle().take(1024).copied().collect();
     type Case<'a> = (&'a str, &'a Keys, &'a Keys, &'a str, &'a str, Vec<u8>);
     let payloads: [Case; 3] = [
@@ -1780,6 +1877,24 @@ fn generate_vectors(alice: &Keys, bob: &Keys) -> Value {
     let mut m: Message = serde_json::from_value(signed[0]["message"].clone()).unwrap();
     m.subject = "chat.other".into();
     tampered.push(json!({"name": "signed-subject-changed", "kind": "signature", "signer": "alice", "message": m}));
+    // The second form's own fields, and the form itself.
+    type Edit = (&'static str, fn(&mut Message));
+    let edits: [Edit; 9] = [
+        ("signed-intent-changed", |m| m.intent = "refund_payment".into()),
+        ("signed-type-changed", |m| m.type_ = "payment.refund.requested".into()),
+        ("signed-replyTo-changed", |m| m.reply_to = "inbox.elsewhere".into()),
+        ("signed-idempotencyKey-removed", |m| m.idempotency_key = String::new()),
+        ("signed-correlationId-changed", |m| m.correlation_id = "corr 8".into()),
+        ("signed-reason-changed", |m| m.reason = String::new()),
+        ("signed-v-removed", |m| m.signature.as_mut().unwrap().v = None),
+        ("signed-v-1", |m| m.signature.as_mut().unwrap().v = Some(1)),
+        ("signed-v-3", |m| m.signature.as_mut().unwrap().v = Some(3)),
+    ];
+    for (name, edit) in edits {
+        let mut m = fields.clone();
+        edit(&mut m);
+        tampered.push(json!({"name": name, "kind": "signature", "signer": "alice", "message": m}));
+    }
     let mut s: Sealed = serde_json::from_value(sealed[0]["sealed"].clone()).unwrap();
     let mut ct = b64_decode(&s.ciphertext).unwrap();
     ct[0] ^= 1;

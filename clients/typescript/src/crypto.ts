@@ -246,26 +246,79 @@ function isEmptyData(d: unknown): boolean {
   return d === undefined || d === null || (typeof d === "object" && !Array.isArray(d) && Object.keys(d as object).length === 0);
 }
 
+/** The second signing form's version, the value of a signature's `v`. */
+export const SIGNATURE_V2 = 2;
+
 /**
- * The canonical signing input: the UTF-8 bytes of the JCS form of
- * ["pigeon-sig-v1", subject, id, time, data] (absent or empty data is {}).
- * Throws ENVELOPE_INVALID when data has no canonical form: a bigint, or a
- * raw JSON number (JSON.rawJSON) whose value the canonical form would
- * change (see {@link canonicalize}).
+ * The envelope fields the second form covers besides subject, id, time and
+ * data, in the order they are signed.
  */
-export function canonicalSigningInput(m: Pick<Message, "subject" | "id" | "time" | "data">): Uint8Array {
+const V2_FIELDS = ["type", "intent", "idempotencyKey", "replyTo", "correlationId", "reason"] as const;
+
+/** The fields {@link canonicalSigningInput} reads. */
+export type SignedFields = Pick<Message, "subject" | "id" | "time" | "data"> &
+  Partial<Pick<Message, (typeof V2_FIELDS)[number] | "signature">>;
+
+/**
+ * The signing form a signature names: 1 without `v` (the first form), 2
+ * with `v` 2; no signature is the second form, the one signMessage makes.
+ * Any other `v` (0, 1, 3, 2.5, "2", null) names no form: undefined.
+ */
+function signatureForm(sig: unknown): 1 | 2 | undefined {
+  if (sig === undefined || sig === null) return SIGNATURE_V2;
+  if (typeof sig !== "object") return undefined;
+  const v = (sig as { v?: unknown }).v;
+  if (v === undefined) return 1;
+  return v === SIGNATURE_V2 ? SIGNATURE_V2 : undefined;
+}
+
+function envelopeString(m: SignedFields, name: (typeof V2_FIELDS)[number]): string {
+  const s: unknown = m[name];
+  if (s === undefined || s === null) return "";
+  if (typeof s !== "string") throw new PigeonError("ENVELOPE_INVALID", `${name} must be a string to sign`);
+  return s;
+}
+
+/**
+ * The canonical signing input: the UTF-8 bytes of the JCS form that m's
+ * signature names (docs/security.md):
+ *
+ * - the second form (a signature with `v` 2, or no signature: the form
+ *   {@link signMessage} makes): ["pigeon-sig-v2", subject, id, time, type,
+ *   intent, idempotencyKey, replyTo, correlationId, reason, data], an
+ *   absent (or null) field being "";
+ * - the first form (a signature without `v`): ["pigeon-sig-v1", subject,
+ *   id, time, data], which leaves the other fields unsigned.
+ *
+ * Absent or empty data is {}. Throws ENVELOPE_INVALID when the signature
+ * names another `v`, a field the form covers is not a string (or holds a
+ * lone surrogate), or data has no canonical form: a bigint, or a raw JSON
+ * number (JSON.rawJSON) whose value the canonical form would change (see
+ * {@link canonicalize}).
+ */
+export function canonicalSigningInput(m: SignedFields): Uint8Array {
+  const form = signatureForm(m.signature);
+  if (form === undefined) {
+    throw new PigeonError("ENVELOPE_INVALID", `signature.v must be absent or ${SIGNATURE_V2}`);
+  }
   const subject = nonEmpty(m.subject, "subject");
   const id = nonEmpty(m.id, "id");
   const time = nonEmpty(m.time, "time");
   const data = isEmptyData(m.data) ? {} : m.data;
-  return utf8.encode(canonicalize(["pigeon-sig-v1", subject, id, time, data]));
+  if (form === 1) return utf8.encode(canonicalize(["pigeon-sig-v1", subject, id, time, data]));
+  const fields = V2_FIELDS.map((f) => envelopeString(m, f));
+  return utf8.encode(canonicalize(["pigeon-sig-v2", subject, id, time, ...fields, data]));
 }
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
 
 /**
- * Signs m in place with the Ed25519 seed: fills an empty id and time (both
- * are signed) and sets m.signature. Returns m.
+ * Signs m in place with the Ed25519 seed in the second form (see
+ * {@link canonicalSigningInput}): fills an empty id and time (both are
+ * signed) and sets m.signature to `{kid, alg: "ed25519", sig, v: 2}`,
+ * replacing any signature m had. Type, intent, idempotencyKey, replyTo,
+ * correlationId and reason are signed as they are: set them before
+ * signing. Returns m.
  */
 export function signMessage<M extends Partial<Message>>(m: M, kid: string, signingSeed: Uint8Array | string): M {
   if (typeof kid !== "string" || kid.length < 1 || kid.length > 128 || !/^[\x21-\x7e]+$/.test(kid)) {
@@ -275,14 +328,17 @@ export function signMessage<M extends Partial<Message>>(m: M, kid: string, signi
   if (!m.id) m.id = newMessageId();
   if (!m.time) m.time = new Date().toISOString();
   else if (!RFC3339.test(m.time)) throw new PigeonError("ENVELOPE_INVALID", "time is not an RFC 3339 timestamp");
-  const input = canonicalSigningInput(m as Message);
-  m.signature = { kid, alg: "ed25519", sig: b64encode(ed25519.sign(input, seed)) };
+  const input = canonicalSigningInput({ ...(m as Message), signature: undefined });
+  m.signature = { kid, alg: "ed25519", sig: b64encode(ed25519.sign(input, seed)), v: SIGNATURE_V2 };
   return m;
 }
 
 /**
- * Verifies m's signature with the signer's raw Ed25519 public key. Throws
- * SIGNATURE_REQUIRED (no signature) or SIGNATURE_INVALID, which includes a
+ * Verifies m's signature with the signer's raw Ed25519 public key, over the
+ * form the signature names: `v` 2, the second form; no `v`, the first form
+ * (signatures made before the second form keep verifying, but cover only
+ * subject, id, time and data). Throws SIGNATURE_REQUIRED (no signature) or
+ * SIGNATURE_INVALID, which includes any other `v` (0, 1, 3, "2", null), a
  * key of small order (anyone can sign under it) and data without an exact
  * canonical form.
  */
@@ -291,6 +347,7 @@ export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | s
   if (!sig) throw new PigeonError("SIGNATURE_REQUIRED", "the message is not signed");
   const bad = (why: string) => new PigeonError("SIGNATURE_INVALID", `signature invalid: ${why}`);
   if (sig.alg !== "ed25519") throw bad("alg is not ed25519");
+  if (signatureForm(sig) === undefined) throw bad(`v must be absent or ${SIGNATURE_V2}`);
   let raw: Uint8Array, pub: Uint8Array, input: Uint8Array;
   try {
     raw = b64decode(sig.sig);

@@ -50,7 +50,8 @@ export {
   utf8Decode,
   SealTamperedError,
   SEAL_ALG,
+  SIGNATURE_V2,
 } from "./crypto.js";
-export type { PublicKey, KeyPair, Sealed } from "./crypto.js";
+export type { PublicKey, KeyPair, Sealed, SignedFields } from "./crypto.js";
 export { canonicalize, parseStrict } from "./jcs.js";
-export type { Message, Contract, ContractSubject, Decision, Start, ReplayOptions } from "./types.js";
+export type { Message, Signature, Contract, ContractSubject, Decision, Start, ReplayOptions } from "./types.js";

@@ -1,3 +1,17 @@
+/**
+ * A message signature (docs/security.md). `v` names the signing form: 2,
+ * the second form, which signMessage makes and which also covers type,
+ * intent, idempotencyKey, replyTo, correlationId and reason; absent, the
+ * first form (subject, id, time and data only), which still verifies. Any
+ * other `v` fails verification (SIGNATURE_INVALID).
+ */
+export interface Signature {
+  kid: string;
+  alg: string;
+  sig: string;
+  v?: number;
+}
+
 /** The message envelope (docs/http.md, docs/protocol.md). */
 export interface Message {
   specversion?: string;
@@ -14,7 +28,7 @@ export interface Message {
   replyTo?: string;
   correlationId?: string;
   reason?: string;
-  signature?: { kid: string; alg: string; sig: string };
+  signature?: Signature;
   /** set once accepted */
   sequence?: number;
   contractId?: string;

@@ -83,17 +83,140 @@ test("base64url: one spelling per value", () => {
   assert.throws(() => b64decode("A"), /base64url/);
 });
 
-test("worked example of docs/security.md", () => {
+test("worked example of docs/security.md: the second form, and the same message's first-form signature", () => {
   const seed = Uint8Array.from({ length: 32 }, (_, i) => i);
   const k = keyPairFrom(seed, new Uint8Array(32).fill(9));
   assert.equal(b64encode(k.signingPublic), "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg");
-  const m = { subject: "chat.messages", id: "msg_01", time: "2026-11-29T12:00:00.000Z", data: parseStrict('{"text": "h\\u00e9llo", "room": "lobby", "n": 1.50}') };
+  const m = { subject: "chat.messages", id: "msg_01", time: "2026-11-29T12:00:00.000Z", type: "chat.posted", intent: "chat", data: parseStrict('{"text": "h\\u00e9llo", "room": "lobby", "n": 1.50}') };
   const input = canonicalSigningInput(m);
-  assert.equal(input.length, 110);
-  assert.equal(new TextDecoder().decode(input), '["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{"n":1.5,"room":"lobby","text":"héllo"}]');
+  assert.equal(new TextDecoder().decode(input), '["pigeon-sig-v2","chat.messages","msg_01","2026-11-29T12:00:00.000Z","chat.posted","chat","","","","",{"n":1.5,"room":"lobby","text":"héllo"}]');
   signMessage(m, "sig-2026-11", seed);
-  assert.equal(m.signature.sig, "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg");
+  assert.deepEqual(m.signature, { kid: "sig-2026-11", alg: "ed25519", sig: "1sCiND_553NEnKNn9yAitE7KuCCHYlZ4UpwPRJOm4k22oRsy3tBWrcn6esyaojZq9vrLMPqzFJRdJ4hBp3cgBA", v: 2 });
   verifyMessage(m, k.signingPublic);
+  // The first form (no v) of the same message still verifies.
+  const first = { ...m, signature: { kid: "sig-2026-11", alg: "ed25519", sig: "j5XAXnPKHq6bYc_8dPOiUfL0WPFMTsrO4Bm0QYZ5Da5zq75Jwt_37bMtGhB-04Z9eaxwM2-JNt6EstPh2GPyDg" } };
+  const v1 = canonicalSigningInput(first);
+  assert.equal(v1.length, 110);
+  assert.equal(new TextDecoder().decode(v1), '["pigeon-sig-v1","chat.messages","msg_01","2026-11-29T12:00:00.000Z",{"n":1.5,"room":"lobby","text":"héllo"}]');
+  verifyMessage(first, k.signingPublic);
+  // Each signature names its form: swapping v refuses both.
+  assert.throws(() => verifyMessage({ ...m, signature: { ...first.signature, v: 2 } }, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+  assert.throws(() => verifyMessage({ ...m, signature: { ...m.signature, v: undefined } }, k.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+});
+
+/** Signs m in the first form (a signature without v), as clients did before the second form. */
+function signFirstForm(m, k) {
+  m.signature = { kid: k.signingKid, alg: "ed25519", sig: "" };
+  m.signature.sig = b64encode(ed25519.sign(canonicalSigningInput(m), k.signingSeed));
+  return m;
+}
+
+/** The envelope fields the second form covers besides subject, id, time and data, with a changed value each. */
+const V2_FIELDS = {
+  type: "payment.refund.requested",
+  intent: "refund_payment",
+  idempotencyKey: "k-2",
+  replyTo: "inbox.elsewhere",
+  correlationId: "msg_other",
+  reason: "because",
+};
+
+function fullMessage() {
+  return {
+    subject: "payments.authorize", id: "msg_v2", time: "2026-11-29T12:00:06Z",
+    type: "payment.authorization.requested", intent: "authorize_payment", idempotencyKey: "k-\u00e9-1",
+    replyTo: "inbox.checkout", correlationId: "corr \"7\"", reason: "retry\n<after> 😀", data: { amount: "42.50" },
+  };
+}
+
+const invalid = (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID";
+
+test("signMessage makes the second form: v 2, over type, intent, idempotencyKey, replyTo, correlationId and reason", () => {
+  const k = generateKeys();
+  const m = signMessage(fullMessage(), k.signingKid, k.signingSeed);
+  assert.equal(m.signature.v, 2);
+  assert.deepEqual(Object.keys(m.signature), ["kid", "alg", "sig", "v"]);
+  assert.equal(new TextDecoder().decode(canonicalSigningInput(m)),
+    '["pigeon-sig-v2","payments.authorize","msg_v2","2026-11-29T12:00:06Z","payment.authorization.requested","authorize_payment","k-é-1","inbox.checkout","corr \\"7\\"","retry\\n<after> 😀",{"amount":"42.50"}]');
+  verifyMessage(m, k.signingPublic);
+  verifyMessage(JSON.parse(JSON.stringify(m)), k.signingPublic);
+  // A message without a signature gets the second form, the form signMessage makes.
+  const { signature, ...unsigned } = m;
+  assert.deepEqual(canonicalSigningInput(unsigned), canonicalSigningInput(m));
+  // Signing again replaces a first-form signature with a second-form one.
+  const resigned = signMessage(signFirstForm(fullMessage(), k), k.signingKid, k.signingSeed);
+  assert.deepEqual(resigned.signature, m.signature);
+  // An absent, null or empty field signs alike ("").
+  const a = signMessage({ subject: "s", id: "i", time: "2026-01-01T00:00:00Z" }, k.signingKid, k.signingSeed);
+  const b = signMessage({ subject: "s", id: "i", time: "2026-01-01T00:00:00Z", type: "", intent: null, reason: undefined }, k.signingKid, k.signingSeed);
+  assert.equal(a.signature.sig, b.signature.sig);
+});
+
+test("the second form: each covered field changed, removed or added after signing fails verify", () => {
+  const k = generateKeys();
+  const m = signMessage(fullMessage(), k.signingKid, k.signingSeed);
+  for (const [f, other] of Object.entries(V2_FIELDS)) {
+    assert.throws(() => verifyMessage({ ...m, [f]: other }, k.signingPublic), invalid, `${f} changed`);
+    const removed = { ...m };
+    delete removed[f];
+    assert.throws(() => verifyMessage(removed, k.signingPublic), invalid, `${f} removed`);
+    assert.throws(() => verifyMessage({ ...m, [f]: "" }, k.signingPublic), invalid, `${f} emptied`);
+    const bare = signMessage({ subject: "s", id: "i", time: "2026-01-01T00:00:00Z", data: { a: 1 } }, k.signingKid, k.signingSeed);
+    assert.throws(() => verifyMessage({ ...bare, [f]: other }, k.signingPublic), invalid, `${f} added`);
+  }
+  // What the broker fills or sets is not covered.
+  verifyMessage({ ...m, source: "spiffe://x", specversion: "1.0", classification: "pci", region: "uk", sequence: 7,
+    contractId: "ctr_1", subjectId: "sub_1", schemaId: "sch_1", acceptedAt: "2026-11-29T12:00:07Z" }, k.signingPublic);
+});
+
+test("the first form (no v) still verifies, and does not cover type, intent, idempotencyKey, replyTo, correlationId or reason (its limit)", () => {
+  const k = generateKeys();
+  const m = signFirstForm(fullMessage(), k);
+  assert.equal(m.signature.v, undefined);
+  assert.match(new TextDecoder().decode(canonicalSigningInput(m)), /^\["pigeon-sig-v1","payments\.authorize","msg_v2","2026-11-29T12:00:06Z",\{"amount":"42\.50"\}\]$/);
+  verifyMessage(m, k.signingPublic);
+  verifyMessageWithKeys(m, publicKeys(k));
+  // Anyone relaying a first-form message can change these: it still verifies.
+  for (const [f, other] of Object.entries(V2_FIELDS)) {
+    verifyMessage({ ...m, [f]: other }, k.signingPublic);
+    const removed = { ...m };
+    delete removed[f];
+    verifyMessage(removed, k.signingPublic);
+  }
+  // What it covers it still protects.
+  for (const [f, other] of [["subject", "payments.other"], ["id", "msg_x"], ["time", "2026-11-29T12:00:07Z"], ["data", { amount: "4250" }]]) {
+    assert.throws(() => verifyMessage({ ...m, [f]: other }, k.signingPublic), invalid, f);
+  }
+});
+
+test("a signature whose v is neither absent nor the integer 2 is refused (SIGNATURE_INVALID)", () => {
+  const k = generateKeys();
+  for (const form of ["second", "first"]) {
+    const m = form === "second" ? signMessage(fullMessage(), k.signingKid, k.signingSeed) : signFirstForm(fullMessage(), k);
+    for (const v of [0, 1, 3, -2, 2.5, "2", null, true, {}, [2]]) {
+      const bad = { ...m, signature: { ...m.signature, v } };
+      assert.throws(() => verifyMessage(bad, k.signingPublic), invalid, `${form}: v ${JSON.stringify(v)}`);
+      assert.throws(() => verifyMessage(JSON.parse(JSON.stringify(bad)), k.signingPublic), invalid, `${form}: v ${JSON.stringify(v)} (JSON)`);
+      assert.throws(() => verifyMessageWithKeys(bad, publicKeys(k)), invalid, `${form}: v ${JSON.stringify(v)} (keys)`);
+      // The signing input names no form for it.
+      assert.throws(() => canonicalSigningInput(bad), (e) => e instanceof PigeonError && e.code === "ENVELOPE_INVALID", `${form}: input of v ${JSON.stringify(v)}`);
+    }
+  }
+});
+
+test("the second form's fields must be strings: a lone surrogate or another type is refused (ENVELOPE_INVALID)", () => {
+  const k = generateKeys();
+  const refused = (e) => e instanceof PigeonError && e.code === "ENVELOPE_INVALID";
+  for (const f of Object.keys(V2_FIELDS)) {
+    for (const v of ["a\ud800b", "\udc00", 5, {}, ["x"], false]) {
+      assert.throws(() => signMessage({ ...fullMessage(), [f]: v }, k.signingKid, k.signingSeed), refused, `${f}: ${String(v)}`);
+    }
+    // Verifying a message holding one fails as a signature, not with another error.
+    const m = signMessage(fullMessage(), k.signingKid, k.signingSeed);
+    assert.throws(() => verifyMessage({ ...m, [f]: "\ud800" }, k.signingPublic), invalid, f);
+  }
+  // A lone surrogate in subject, id or time is refused the same way.
+  assert.throws(() => signMessage({ ...fullMessage(), subject: "s\ud800" }, k.signingKid, k.signingSeed), refused);
 });
 
 test("signMessage fills id and time; verify refuses changes", () => {
