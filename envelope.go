@@ -68,8 +68,9 @@ type Signature struct {
 	Alg string `json:"alg"`
 	Sig string `json:"sig"`
 	// V names the signing form: SignatureV2, or 0 (absent on the wire)
-	// for the first form. See CanonicalSigningInput. DecodeMessage
-	// refuses a v of 0 or null written out, which would read as absent.
+	// for the first form. See CanonicalSigningInput. A v of 0 or null
+	// written out reads as absent, as null does in every envelope field,
+	// and the broker stores the signature without it.
 	V int `json:"v,omitempty"`
 }
 

@@ -3,8 +3,10 @@ package conformance
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,6 +75,148 @@ type canonicalVectors struct {
 	ID      string          `json:"id"`
 	Time    string          `json:"time"`
 	Cases   []canonicalCase `json:"cases"`
+	// EnvelopeNote says how to read Envelopes.
+	EnvelopeNote string         `json:"envelopeNote"`
+	Envelopes    []envelopeCase `json:"envelopes"`
+}
+
+// envelopeCase is a whole message as JSON text (subject, id and time of the
+// file, data {"k":"v"}, and the members the case is about), with what Go
+// does with it: the text decoded by encoding/json into a pigeon.Message,
+// then CanonicalSigningInput. Each client parses the same text with its
+// own reader and compares; where a client's documented behaviour differs
+// from Go's (a v of 0 or null, which Go reads as absent), its test says so
+// by case name.
+type envelopeCase struct {
+	Name    string `json:"name"`
+	Message string `json:"message"`
+	// SigningInput is Go's CanonicalSigningInput of the decoded message.
+	SigningInput string `json:"signingInput,omitempty"`
+	// Refused is "decode" when encoding/json refuses the text (a member
+	// of the wrong type), "signingInput" when CanonicalSigningInput
+	// refuses the message (ENVELOPE_INVALID); empty when Go signs it.
+	Refused string `json:"refused,omitempty"`
+	// DecodeMessage is what the broker's reader, pigeon.DecodeMessage,
+	// does with the text: "ok", or the code it refuses it with. When it
+	// accepts, CanonicalSigningInput of its message is Go's outcome above.
+	DecodeMessage string `json:"decodeMessage"`
+	// Go says, for a case where Go's reading is its own, what Go does.
+	Go string `json:"go,omitempty"`
+}
+
+// coveredFields are the envelope strings the second form covers, in
+// its order.
+var coveredFields = []string{"type", "intent", "idempotencyKey", "replyTo", "correlationId", "reason"}
+
+// envelopeStrings are JSON texts of string values (or null, or no member)
+// at the edges of JCS string escaping; each is set in each covered field.
+var envelopeStrings = []struct{ name, text string }{
+	{"absent", ""},
+	{"null", `null`},
+	{"empty string", `""`},
+	{"U+2028 and U+2029 escaped", `"a\u2028b\u2029c"`},
+	{"U+2028 and U+2029 raw", "\"a\u2028b\u2029c\""},
+	{"DEL escaped", `"\u007f"`},
+	{"DEL raw", "\"a\x7fb\""},
+	{"every C0 control escaped", `"` + allC0() + `"`},
+	{"short escapes", `"\b\f\n\r\t"`},
+	{"quote, backslash, solidus", `"\"\\/"`},
+	{"escaped solidus", `"\/a\/"`},
+	{"astral raw", `"😀𝄞"`},
+	{"astral escaped", `"\ud83d\ude00\ud834\udd1e"`},
+	{"non-ASCII", `"héllo ☃ ǅ Ω"`},
+	{"not normalised (e and U+0301)", `"e\u0301 \u00e9"`},
+	{"HTML characters", `"<a href='x'>&amp;</a>"`},
+	{"256 ASCII bytes", `"` + strings.Repeat("x", 256) + `"`},
+	{"256 bytes of astral characters", `"` + strings.Repeat("😀", 64) + `"`},
+	{"256 bytes, 2-byte characters and controls", `"` + strings.Repeat("é\\u0001", 85) + `x"`},
+}
+
+func allC0() string {
+	var b strings.Builder
+	for c := 0; c < 0x20; c++ {
+		fmt.Fprintf(&b, "\\u%04x", c)
+	}
+	return b.String()
+}
+
+// envelopeMessage is the JSON text of a message with the file's subject,
+// id and time, data {"k":"v"}, and members (name and JSON text each, in
+// order; an empty text leaves the member out).
+func envelopeMessage(v canonicalVectors, members ...[2]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"subject":%q,"id":%q,"time":%q`, v.Subject, v.ID, v.Time)
+	for _, m := range members {
+		if m[1] != "" {
+			fmt.Fprintf(&b, `,%q:%s`, m[0], m[1])
+		}
+	}
+	b.WriteString(`,"data":{"k":"v"}}`)
+	return b.String()
+}
+
+// allSix sets every covered field to a different edge string.
+var allSix = [][2]string{
+	{"type", `"t\u2028\u007f"`}, {"intent", `"\u0000i\"\\"`}, {"idempotencyKey", `"k😀\/"`},
+	{"replyTo", `"r\u001f\u2029"`}, {"correlationId", `"c\ud83d\ude00é"`}, {"reason", `"why\n\t"`},
+}
+
+const testSig = `"kid":"sig-1","alg":"ed25519","sig":"` + "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" + `"`
+
+func envelopeCases(v canonicalVectors) []struct{ name, msg, goNote string } {
+	var cs []struct{ name, msg, goNote string }
+	add := func(name, goNote string, members ...[2]string) {
+		cs = append(cs, struct{ name, msg, goNote string }{name, envelopeMessage(v, members...), goNote})
+	}
+	for _, f := range coveredFields {
+		for _, s := range envelopeStrings {
+			add(f+": "+s.name, "", [2]string{f, s.text})
+		}
+	}
+	add("reason: lone surrogate escaped", "encoding/json reads the escape as U+FFFD, so CanonicalSigningInput signs U+FFFD; the broker's DecodeMessage refuses the text",
+		[2]string{"reason", `"a\ud800b"`})
+	add("type: a number (refused)", "", [2]string{"type", `5`})
+	add("intent: true (refused)", "", [2]string{"intent", `true`})
+	add("replyTo: an object (refused)", "", [2]string{"replyTo", `{}`})
+	add("every covered field set", "", allSix...)
+	add("every covered field null", "", [][2]string{{"type", "null"}, {"intent", "null"}, {"idempotencyKey", "null"},
+		{"replyTo", "null"}, {"correlationId", "null"}, {"reason", "null"}}...)
+	add("every covered field empty", "", [][2]string{{"type", `""`}, {"intent", `""`}, {"idempotencyKey", `""`},
+		{"replyTo", `""`}, {"correlationId", `""`}, {"reason", `""`}}...)
+	add("type set, intent empty", "", [2]string{"type", `"x"`}, [2]string{"intent", `""`})
+	add("type empty, intent set", "", [2]string{"type", `""`}, [2]string{"intent", `"x"`})
+	add("replyTo and correlationId, reason null", "", [2]string{"replyTo", `"_INBOX.a\u2028"`}, [2]string{"correlationId", `"\u0000"`}, [2]string{"reason", `null`})
+	add("members in another order", "", [2]string{"reason", `"r"`}, [2]string{"replyTo", `"p"`}, [2]string{"type", `"t"`}, [2]string{"intent", `"i"`},
+		[2]string{"correlationId", `"c"`}, [2]string{"idempotencyKey", `"k"`})
+	add("uncovered fields do not enter", "", append([][2]string{{"specversion", `"1.0"`}, {"source", `"s\u2028"`}, {"classification", `"pci"`},
+		{"region", `"uk"`}, {"sequence", `7`}, {"contractId", `"ctr"`}, {"subjectId", `"sid"`}, {"schemaId", `"sch"`},
+		{"acceptedAt", `"2026-11-29T12:00:01Z"`}}, [2]string{"type", `"t"`})...)
+
+	// The form a signature names. Every covered field is set, so the two
+	// forms differ.
+	sig := func(name, goNote, v string) {
+		s := "{" + testSig
+		if v != "" {
+			s += `,"v":` + v
+		}
+		add(name, goNote, append(append([][2]string{}, allSix...), [2]string{"signature", s + "}"})...)
+	}
+	add("signature null: second form", "", append(append([][2]string{}, allSix...), [2]string{"signature", "null"})...)
+	sig("signature without v: first form", "", "")
+	sig("signature v 2: second form", "", "2")
+	sig("signature v 0", "encoding/json reads v 0 as absent (Signature.V is 0): the first form; docs/security.md: the broker reads 0 as absent", "0")
+	sig("signature v null", "encoding/json reads v null as absent (Signature.V is 0): the first form; docs/security.md: the broker reads null as absent", "null")
+	sig("signature v 1 (refused)", "", "1")
+	sig("signature v 3 (refused)", "", "3")
+	sig("signature v -2 (refused)", "", "-2")
+	sig("signature v 20 (refused)", "", "20")
+	sig("signature v 2.0 (refused)", "", "2.0")
+	sig("signature v 2e0 (refused)", "", "2e0")
+	sig("signature v 2.5 (refused)", "", "2.5")
+	sig(`signature v "2" (refused)`, "", `"2"`)
+	sig("signature v true (refused)", "", "true")
+	sig("signature v 2^64 (refused)", "", "18446744073709551616")
+	return cs
 }
 
 type canonicalCase struct {
@@ -102,6 +246,39 @@ func goCanonicalVectors(t *testing.T) canonicalVectors {
 			cc.SigningInput = string(in)
 		}
 		v.Cases = append(v.Cases, cc)
+	}
+	v.EnvelopeNote = "Each envelope case is a message's JSON text; signingInput is Go's CanonicalSigningInput of the message encoding/json decodes from it, " +
+		"refused is \"decode\" when encoding/json refuses the text and \"signingInput\" when CanonicalSigningInput does (ENVELOPE_INVALID), " +
+		"decodeMessage is what the broker's reader (pigeon.DecodeMessage) does with it, and go notes where Go's reading is its own."
+	for _, c := range envelopeCases(v) {
+		require.True(t, json.Valid([]byte(c.msg)), "%s: %s", c.name, c.msg)
+		ec := envelopeCase{Name: c.name, Message: c.msg, Go: c.goNote}
+		var m pigeon.Message
+		if err := json.Unmarshal([]byte(c.msg), &m); err != nil {
+			ec.Refused = "decode"
+		} else if in, err := pigeon.CanonicalSigningInput(&m); err != nil {
+			var pe *pigeon.Error
+			require.True(t, errors.As(err, &pe) && pe.Code == pigeon.CodeEnvelopeInvalid, "%s: %v", c.name, err)
+			ec.Refused = "signingInput"
+		} else {
+			ec.SigningInput = string(in)
+		}
+		dm, err := pigeon.DecodeMessage([]byte(c.msg))
+		if err != nil {
+			var pe *pigeon.Error
+			require.True(t, errors.As(err, &pe), "%s: %v", c.name, err)
+			ec.DecodeMessage = string(pe.Code)
+		} else {
+			ec.DecodeMessage = "ok"
+			in, err := pigeon.CanonicalSigningInput(dm)
+			if ec.Refused != "" {
+				require.Error(t, err, "%s: DecodeMessage's message has a signing input, encoding/json's none", c.name)
+			} else {
+				require.NoError(t, err, c.name)
+				require.Equal(t, ec.SigningInput, string(in), "%s: DecodeMessage and encoding/json differ", c.name)
+			}
+		}
+		v.Envelopes = append(v.Envelopes, ec)
 	}
 	return v
 }

@@ -50,6 +50,13 @@ fn signature_form<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Err
     d.deserialize_any(Form)
 }
 
+/// Reads an envelope string: a JSON string, or `null` as `""`, as the
+/// broker reads `null` in every envelope field (so a message text has one
+/// meaning, and one signing input, in every client and in the broker).
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
 /// The message envelope of the HTTP API and the WebSocket protocol. Empty
 /// strings, a zero sequence and null data are left out when encoded; the
 /// broker fills `id`, `time`, `source`, `sequence`, `contractId`,
@@ -57,45 +64,45 @@ fn signature_form<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Err
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub specversion: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub id: String,
-    #[serde(default, rename = "type", skip_serializing_if = "empty")]
+    #[serde(default, rename = "type", skip_serializing_if = "empty", deserialize_with = "text")]
     pub type_: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub source: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub subject: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub time: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub intent: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub idempotency_key: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub classification: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub region: String,
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub data: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<Signature>,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub reply_to: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub correlation_id: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "zero")]
     pub sequence: u64,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub contract_id: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub subject_id: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub schema_id: String,
-    #[serde(default, skip_serializing_if = "empty")]
+    #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub accepted_at: String,
 }
 

@@ -695,6 +695,47 @@ test("JCS: the signing input is Go's for every canonical vector, or refused wher
   }
 });
 
+test("signing: the signing input is Go's for every envelope vector (second-form strings, the form v names), or refused where Go refuses (vectors/canonical.json)", () => {
+  const v = JSON.parse(readFileSync(join(fileURLToPath(new URL("../../conformance/vectors/canonical.json", import.meta.url))), "utf8"));
+  const byName = new Map(v.envelopes.map((c) => [c.name, c]));
+  assert.equal(byName.size, v.envelopes.length, "envelope case names are unique");
+  assert.ok(byName.size >= 130);
+  // Where this client's outcome differs from Go's, by case name: "refused",
+  // or the name of the case whose signing input the client builds instead.
+  const differs = new Map([
+    // signatureForm refuses any v but 2; Go's encoding/json reads v 0 and
+    // null as absent and builds the first form (docs/security.md).
+    ["signature v 0", "refused"],
+    ["signature v null", "refused"],
+    // parseStrict refuses a lone surrogate escape (INVALID_UTF8), as the
+    // broker's DecodeMessage does; Go's encoding/json reads it as U+FFFD.
+    ["reason: lone surrogate escaped", "refused"],
+    // Reported disagreement: JSON.parse reads 2.0 and 2e0 as the number 2,
+    // so the client builds the second form where Go (and the Python and
+    // Rust clients) refuse a v that is not the JSON integer 2.
+    ["signature v 2.0 (refused)", "signature v 2: second form"],
+    ["signature v 2e0 (refused)", "signature v 2: second form"],
+  ]);
+  for (const name of differs.keys()) assert.ok(byName.has(name), `${name}: no such case`);
+  for (const c of v.envelopes) {
+    let want = differs.get(c.name);
+    if (want === undefined) {
+      assert.notEqual(c.signingInput === undefined, !c.refused, `${c.name}: signingInput or refused`);
+      want = c.signingInput ?? "refused";
+    } else if (want !== "refused") {
+      want = byName.get(want).signingInput;
+    }
+    let got;
+    try {
+      got = new TextDecoder().decode(canonicalSigningInput(parseStrict(c.message)));
+    } catch (e) {
+      assert.ok(e instanceof PigeonError, `${c.name}: ${e}`);
+      got = "refused";
+    }
+    assert.equal(got, want, c.name);
+  }
+});
+
 test("the bearer token stays out of console.log, util.inspect and JSON.stringify of a session or HTTP client", async () => {
   const token = "s3cr3t-bearer-value";
   const h = new HttpClient("http://fake.invalid", token, { fetch: async () => new Response("{}") });
