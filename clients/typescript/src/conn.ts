@@ -103,6 +103,21 @@ export class Conn {
   }
 
   onText(text: string): void {
+    // A connection the session let go (failed, replaced) may still carry
+    // frames the server sent before it saw the close: their calls have
+    // failed already, and its deliveries cannot be answered any more.
+    if (this.closed) return;
+    try {
+      this.handle(text);
+    } catch (e) {
+      // Nothing a frame holds may throw out of the socket's reader (which
+      // would end the process): a field that cannot be turned into text
+      // ({"toString": 1}), data nested too deep to serialize, …
+      this.session.report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent a frame the client cannot handle: ${errText(e)}`, {}, undefined, { cause: e }));
+    }
+  }
+
+  private handle(text: string): void {
     let f: unknown;
     try {
       f = JSON.parse(text);
@@ -116,6 +131,10 @@ export class Conn {
     }
     const fr = f as Frame;
     if (fr.re !== undefined) {
+      if (typeof fr.re !== "string" && typeof fr.re !== "number") {
+        this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server answered a frame id that is neither a string nor a number", {}));
+        return;
+      }
       const re = String(fr.re);
       const p = this.pending.get(re);
       if (!p && this.abandoned.delete(re)) return; // the late answer of a call that timed out
@@ -180,6 +199,15 @@ export class Conn {
     } catch {
       /* already closing */
     }
+  }
+}
+
+/** The message of a thrown value, never throwing itself. */
+export function errText(e: unknown): string {
+  try {
+    return e instanceof Error ? e.message : String(e);
+  } catch {
+    return "an unprintable value";
   }
 }
 

@@ -102,7 +102,8 @@ const STATUS: Record<string, number> = {
  * and PROGRAM_TRAPPED.
  */
 export function statusOf(code: string): number {
-  if (code in STATUS) return STATUS[code]!;
+  // Own members only: "constructor" or "__proto__" is no status.
+  if (Object.hasOwn(STATUS, code)) return STATUS[code]!;
   if (CONTRACT_CODES.has(code) || DENIAL_CODES.has(code)) return code === "TOO_MANY_CONTRACTS" ? 429 : 403;
   return 500;
 }

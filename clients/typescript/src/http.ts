@@ -8,7 +8,7 @@
  * call is one fetch), so any number of calls may run at once. `connect`
  * replaces the contract later calls use.
  */
-import { timerMs } from "./conn.js";
+import { isDecision, isObj, timerMs } from "./conn.js";
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import type { PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions } from "./types.js";
@@ -20,7 +20,22 @@ export interface HttpOptions {
   fetch?: typeof fetch;
   /** per-call timeout in ms, besides a request's own (default 30 000) */
   timeoutMs?: number;
+  /** the largest response body read (default MAX_RESPONSE_BYTES, 256 MiB); beyond it the call fails with PAYLOAD_TOO_LARGE */
+  maxResponseBytes?: number;
 }
+
+/**
+ * The largest response body an HttpClient reads by default (256 MiB, as the
+ * Python client): a server or proxy that sends more, or without end, fails
+ * the call with PAYLOAD_TOO_LARGE once the bound is passed, rather than
+ * fill the memory.
+ */
+export const MAX_RESPONSE_BYTES = 256 << 20;
+
+/** An HTTP method: a token (RFC 9110), letters only as every route's is. */
+const METHOD = /^[A-Za-z]{1,16}$/;
+/** A path of this client's routes: from the origin's root, no control characters, spaces or backslashes. */
+const PATH = /^\/(?!\/)[^\u0000-\u0020\u007f\\]*$/;
 
 /**
  * Percent-encodes one path segment (principal ids hold "/" and ":"). An
@@ -55,6 +70,11 @@ export class HttpClient {
 
   /** One call: the parsed JSON body, or the server's typed error with its status. */
   async call<T = any>(method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number } = {}): Promise<T> {
+    // The path is appended to the origin: "@evil.example/…" or
+    // ".evil.example/…" would send the token to another host, a CR or LF
+    // (which the URL parser drops) change the route.
+    if (typeof method !== "string" || !METHOD.test(method)) throw new PigeonError("INVALID_ARGUMENT", `not an HTTP method: ${JSON.stringify(method)}`);
+    if (typeof path !== "string" || !PATH.test(path)) throw new PigeonError("INVALID_ARGUMENT", `not a path from the server's root: ${JSON.stringify(path)}`);
     const headers: Record<string, string> = { authorization: `Bearer ${this.#token}` };
     if (this.options.region) headers["x-pigeon-region"] = this.options.region;
     if (opts.contract) {
@@ -72,9 +92,13 @@ export class HttpClient {
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: ctl.signal,
+        // The broker never redirects; a redirect (a proxy's, a hostile
+        // server's) would send the body and the contract to another origin.
+        redirect: "error",
       });
-      text = await res.text();
+      text = await readBounded(res, this.options.maxResponseBytes ?? MAX_RESPONSE_BYTES, ctl);
     } catch (e) {
+      if (e instanceof PigeonError) throw e;
       if (ctl.signal.aborted) throw new PigeonError(ClientCodes.TIMEOUT, `${method} ${path} timed out`);
       throw transportError(`${method} ${path} failed: ${String((e as Error)?.message ?? e)}`, e);
     } finally {
@@ -90,21 +114,31 @@ export class HttpClient {
       if (parsed && parsed.error) throw fromWire(parsed.error, res.status);
       throw new PigeonError("INTERNAL", `${method} ${path}: HTTP ${res.status}`, {}, res.status);
     }
+    // Every answer of the API is an object: null, an array or a number
+    // would make the caller's reading of it throw a TypeError.
+    if (!isObj(parsed)) throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) is not a JSON object`, {}, res.status);
     return parsed as T;
+  }
+
+  /** call(), then `check` of the answer: BAD_FRAME when the server's answer is not of the shape the route has. */
+  private async expect<T>(what: string, check: (r: Record<string, unknown>) => boolean, method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number } = {}): Promise<T> {
+    const r = await this.call<Record<string, unknown>>(method, path, body, opts);
+    if (!check(r)) throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer has no ${what}`, {});
+    return r as T;
   }
 
   /** Negotiates a contract on `subjects` (POST /v1/contracts); later calls use it. */
   async connect(subjects: string[], options: { ttl?: number } = {}): Promise<Contract> {
     const body: Record<string, unknown> = { subjects };
     if (options.ttl !== undefined) body.ttlMs = finiteMs("ttl", options.ttl);
-    const r = await this.call<{ contract: Contract }>("POST", "/v1/contracts", body);
+    const r = await this.expect<{ contract: Contract }>("contract", hasContract, "POST", "/v1/contracts", body);
     this.contract = r.contract;
     return r.contract;
   }
 
   /** Reads a contract (its holder only). */
   async getContract(id = this.contract?.id ?? ""): Promise<Contract> {
-    return (await this.call<{ contract: Contract }>("GET", `/v1/contracts/${segment(id)}`)).contract;
+    return (await this.expect<{ contract: Contract }>("contract", hasContract, "GET", `/v1/contracts/${segment(id)}`)).contract;
   }
 
   /** Revokes a contract (its holder only); default: the current one. */
@@ -114,7 +148,7 @@ export class HttpClient {
 
   /** Publishes one message: `accepted` (202) or `duplicate` (200), else the gate's error. */
   async publish(message: Message): Promise<Decision> {
-    return this.call<Decision>("POST", "/v1/messages", message, { contract: true });
+    return this.expect<Decision>("decision", isDecision, "POST", "/v1/messages", message, { contract: true });
   }
 
   /**
@@ -124,7 +158,7 @@ export class HttpClient {
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
     const body: Record<string, unknown> = { message };
     if (options.timeout !== undefined) body.timeoutMs = finiteMs("timeout", options.timeout);
-    const r = await this.call<{ status: string; message: Message }>("POST", "/v1/requests", body, {
+    const r = await this.expect<{ status: string; message: Message }>("reply", (r) => isObj(r.message), "POST", "/v1/requests", body, {
       contract: true,
       timeoutMs: (options.timeout ?? 30_000) + 10_000,
     });
@@ -133,7 +167,7 @@ export class HttpClient {
 
   /** Pulls up to `max` messages; `ack: "explicit"` leases them until ack/nack. */
   async receive(subject: string, options: { max?: number; ack?: "auto" | "explicit" } = {}): Promise<Message[]> {
-    return (await this.call<{ messages: Message[] }>("POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true })).messages;
+    return (await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true })).messages ?? [];
   }
 
   /** Settles a message leased by an explicit receive. */
@@ -149,17 +183,17 @@ export class HttpClient {
 
   /** Returns retained messages in sequence order. */
   async replay(subject: string, options: ReplayOptions = {}): Promise<Message[]> {
-    return (await this.call<{ messages: Message[] }>("POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true })).messages;
+    return (await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true })).messages ?? [];
   }
 
   /** The catalog. */
   async subjects(): Promise<Record<string, unknown>[]> {
-    return (await this.call<{ subjects: Record<string, unknown>[] }>("GET", "/v1/subjects")).subjects;
+    return (await this.expect<{ subjects: Record<string, unknown>[] }>("subjects", (r) => isObjArray(r.subjects), "GET", "/v1/subjects")).subjects ?? [];
   }
 
   /** Hash-chained audit records (role auditor). */
   async audit(options: { from?: number; max?: number } = {}): Promise<Record<string, any>[]> {
-    return (await this.call<{ records: Record<string, any>[] }>("GET", `/v1/audit${query(options)}`)).records;
+    return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/audit${query(options)}`)).records ?? [];
   }
 
   /**
@@ -168,17 +202,17 @@ export class HttpClient {
    * set to the `time` and `id` of the page's last record.
    */
   async quarantine(options: { since?: string; after?: string; max?: number } = {}): Promise<Record<string, any>[]> {
-    return (await this.call<{ records: Record<string, any>[] }>("GET", `/v1/quarantine${query(options)}`)).records;
+    return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/quarantine${query(options)}`)).records ?? [];
   }
 
   /** One quarantine record (role auditor). */
   async quarantineRecord(id: string): Promise<Record<string, any>> {
-    return (await this.call<{ record: Record<string, any> }>("GET", `/v1/quarantine/${segment(id)}`)).record;
+    return (await this.expect<{ record: Record<string, any> }>("record", (r) => isObj(r.record), "GET", `/v1/quarantine/${segment(id)}`)).record;
   }
 
   /** Re-publishes a quarantined message through every gate under this client's contract. */
   async release(id: string): Promise<Decision> {
-    return this.call<Decision>("POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true });
+    return this.expect<Decision>("decision", isDecision, "POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true });
   }
 
   // ---------- accounts, roles, grants, keys ----------
@@ -223,7 +257,7 @@ export class HttpClient {
 
   /** An account's published keys (any authenticated principal). */
   async fetchKeys(account: string): Promise<PublicKey[]> {
-    return (await this.call<{ keys: PublicKey[] }>("GET", `/v1/accounts/${segment(account)}/keys`)).keys;
+    return (await this.expect<{ keys: PublicKey[] }>("keys", (r) => isObjArray(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`)).keys ?? [];
   }
 }
 
@@ -256,4 +290,46 @@ function query(o: Record<string, unknown>): string {
   for (const [k, v] of Object.entries(o)) if (v !== undefined) q.set(k, String(v));
   const s = q.toString();
   return s ? `?${s}` : "";
+}
+
+const hasContract = (r: Record<string, unknown>): boolean => isObj(r.contract) && typeof r.contract.id === "string";
+/** A list of objects; absent or null (a server that omits an empty list) is taken as none. */
+const isObjArray = (x: unknown): boolean => x === undefined || x === null || (Array.isArray(x) && x.every(isObj));
+
+/**
+ * The response's body as text, at most `limit` bytes: beyond, the read is
+ * cancelled (and the request aborted) and the call fails with
+ * PAYLOAD_TOO_LARGE, before the rest is read.
+ */
+async function readBounded(res: Response, limit: number, ctl: AbortController): Promise<string> {
+  const declared = Number(res.headers?.get?.("content-length") ?? Number.NaN);
+  const tooLarge = () => {
+    ctl.abort();
+    return new PigeonError("PAYLOAD_TOO_LARGE", `the response is larger than ${limit} bytes (maxResponseBytes)`, {}, res.status);
+  };
+  if (declared > limit) {
+    void res.body?.cancel().catch(() => undefined);
+    throw tooLarge();
+  }
+  if (!res.body) return await res.text();
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      void reader.cancel().catch(() => undefined);
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(size);
+  let o = 0;
+  for (const c of chunks) {
+    all.set(c, o);
+    o += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
 }

@@ -23,7 +23,7 @@
 export { connect, Session, Subscription } from "./session.js";
 export { MAX_QUEUED, MAX_QUEUED_BYTES } from "./subscription.js";
 export type { ConnectOptions, ReconnectOptions, SubscribeOptions, Delivery, Handler } from "./session.js";
-export { HttpClient, KeyCache, segment } from "./http.js";
+export { HttpClient, KeyCache, MAX_RESPONSE_BYTES, segment } from "./http.js";
 export type { HttpOptions } from "./http.js";
 export { PigeonError, RetryAfter, ClientCodes, fromWire, statusOf } from "./errors.js";
 export type { ErrorKind, ErrorDetails } from "./errors.js";

@@ -17,8 +17,8 @@
  */
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, DEFAULT_CALL_TIMEOUT_MS, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
-import { callerSlot, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
+import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
+import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
 export { Subscription };
@@ -182,6 +182,8 @@ export class Session implements ConnOwner {
   private pingTimer: ReturnType<typeof setInterval> | undefined;
   private renewTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly errorListeners = new Set<(e: PigeonError) => void>();
+  /** resolves once the first close() has closed the socket */
+  private closeDone: Promise<void> = Promise.resolve();
 
   /** @internal use {@link connect} */
   // A #private field: console.log and util.inspect do not show it.
@@ -198,6 +200,7 @@ export class Session implements ConnOwner {
     this.callTimeoutMs = options.callTimeoutMs === undefined ? DEFAULT_CALL_TIMEOUT_MS : finiteMs("callTimeoutMs", options.callTimeoutMs);
     if (this.callTimeoutMs < 0) throw new PigeonError("INVALID_ARGUMENT", `callTimeoutMs must not be negative, not ${this.callTimeoutMs}`);
     if (!Array.isArray(subjects) || subjects.length === 0) throw new PigeonError("BAD_REQUEST", "at least one subject is required");
+    checkConnectOptions(options);
     if (options.onError) this.errorListeners.add(options.onError);
   }
 
@@ -265,6 +268,9 @@ export class Session implements ConnOwner {
       // Bounded like the handshake: a server that upgrades and never answers
       // would otherwise hold connect() (or a reconnect) forever.
       const f = answer(await c.call(frame, this.options.connectTimeoutMs ?? 10_000), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
+      // Lost as the contract arrived (in the same turn): not a connection
+      // to keep, for the close that would start a reconnect has passed.
+      if (c.closed) throw c.closeError ?? transportError("the connection closed as its contract arrived");
       this._contract = f.contract as Contract;
       this.maxFrame = typeof f.maxFrame === "number" ? f.maxFrame : 0;
     } catch (e) {
@@ -342,8 +348,14 @@ export class Session implements ConnOwner {
             if (e.kind !== "transport") s.finish(e);
           });
         }
-        this.options.onReconnect?.(this._contract!);
         this.flushPublishes();
+        // The application's callback: its throw is its own, not a failed
+        // reconnect (which would dial again over the live connection).
+        try {
+          this.options.onReconnect?.(this._contract!);
+        } catch (e) {
+          this.report(new PigeonError("INTERNAL", `onReconnect threw: ${errText(e)}`, {}, undefined, { cause: e }));
+        }
         return;
       } catch (e) {
         last = e instanceof PigeonError ? e : transportError(String(e), e);
@@ -708,6 +720,7 @@ export class Session implements ConnOwner {
     options: SubscribeOptions,
     onRelease?: (reason: ReleaseReason) => void,
   ): Promise<Subscription> {
+    checkSubscribeOptions(options);
     const c = await this.ready();
     const s = new Subscription(this, subject, handler, options);
     s.onRelease = onRelease;
@@ -949,8 +962,20 @@ export class Session implements ConnOwner {
    * connection closes (at the latest at `timeoutMs`).
    */
   async close(options: { timeoutMs?: number } = {}): Promise<void> {
-    if (this.closing) return;
+    if (this.closing) {
+      // A second close waits as the first does: for everything but its own
+      // delivery (or a stream loop's), then for the end, unless that waits
+      // for the caller.
+      const own = callerSlot();
+      const subs = [...this.subs];
+      await Promise.race([Promise.all(subs.map((s) => s.settledExcept(own))), this.closeDone]);
+      if (subs.some((s) => s.holdsExempt(own))) return;
+      await this.closeDone;
+      return;
+    }
     this.closing = true;
+    let closed!: () => void;
+    this.closeDone = new Promise<void>((r) => (closed = r));
     if (this.pingTimer) clearInterval(this.pingTimer);
     this.cancelRenew();
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -981,6 +1006,7 @@ export class Session implements ConnOwner {
       this.closedFinal = true;
       this.conn = undefined;
       c?.fail(closedError());
+      closed();
     };
     // The caller's own delivery, or a stream loop's, is answered only once
     // the caller returns or the loop moves on: waiting for it could wait
@@ -990,6 +1016,33 @@ export class Session implements ConnOwner {
       return;
     }
     await rest();
+  }
+}
+
+/**
+ * Refuses (INVALID_ARGUMENT) options that would misbehave rather than fail:
+ * maxPendingPublishes 0 makes every publish wait for ever, a NaN ping
+ * interval pings every millisecond, a reconnect delay of 0 redials a server
+ * that drops each connection in a hot loop, a NaN timeout fires at once.
+ */
+function checkConnectOptions(o: ConnectOptions): void {
+  const ms = (name: string, v: number | undefined, min: number) => {
+    if (v === undefined) return;
+    finiteMs(name, v);
+    if (v < min) throw new PigeonError("INVALID_ARGUMENT", `${name} must be at least ${min}, not ${v}`);
+  };
+  if (o.ttl !== undefined) finiteMs("ttl", o.ttl);
+  ms("pingIntervalMs", o.pingIntervalMs, 0);
+  ms("pingTimeoutMs", o.pingTimeoutMs, 1);
+  ms("connectTimeoutMs", o.connectTimeoutMs, 1);
+  const p = o.maxPendingPublishes;
+  if (p !== undefined && !(Number.isSafeInteger(p) && p >= 1)) throw new PigeonError("INVALID_ARGUMENT", `maxPendingPublishes must be a positive integer, not ${String(p)}`);
+  if (o.reconnect && typeof o.reconnect === "object") {
+    const r = o.reconnect;
+    ms("reconnect.initialDelayMs", r.initialDelayMs, 1);
+    ms("reconnect.maxDelayMs", r.maxDelayMs, 1);
+    const n = r.maxAttempts;
+    if (n !== undefined && !(n === Infinity || (Number.isSafeInteger(n) && n >= 0))) throw new PigeonError("INVALID_ARGUMENT", `reconnect.maxAttempts must be a non-negative integer or Infinity, not ${String(n)}`);
   }
 }
 

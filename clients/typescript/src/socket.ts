@@ -95,8 +95,17 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
     if (node && sock.on) {
       sock.on("unexpected-response", (_req: unknown, res: NodeResponse) => {
         const chunks: Uint8Array[] = [];
-        res.on("data", (c: Uint8Array) => chunks.push(c));
+        let size = 0;
+        const refused = () => fail(new PigeonError("SESSION_CLOSED", `upgrade refused with HTTP ${res.statusCode}`, {}, res.statusCode));
+        res.on("data", (c: Uint8Array) => {
+          // The body of a refusal is a short error: one larger (or without
+          // end) is not read into memory, nor waited for.
+          size += c.length;
+          if (size > MAX_REFUSAL_BYTES) refused();
+          else chunks.push(c);
+        });
         res.on("end", () => {
+          if (size > MAX_REFUSAL_BYTES) return;
           const body = new TextDecoder().decode(concatAll(chunks));
           try {
             const parsed = JSON.parse(body) as { error?: unknown };
@@ -129,6 +138,9 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
     });
   });
 }
+
+/** The most of a refused upgrade's body the client reads (its error). */
+const MAX_REFUSAL_BYTES = 64 << 10;
 
 interface NodeResponse {
   statusCode: number;

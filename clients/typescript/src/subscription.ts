@@ -129,6 +129,40 @@ interface Queued {
   size: number;
 }
 
+/**
+ * The sequence of a delivered message as a position to resume from: a
+ * positive safe integer, else none. JSON.parse rounds a sequence beyond
+ * 2^53 and reads 1e400 as Infinity (sent back as null); a negative or
+ * fractional one would hide the lowest unhandled sequence from a resume.
+ * A server never sends one: such a message is still handed over, but not
+ * counted for resuming.
+ */
+export function position(m: Message): number | undefined {
+  const s = m.sequence;
+  return typeof s === "number" && Number.isSafeInteger(s) && s > 0 ? s : undefined;
+}
+
+/**
+ * The subscribe options a server accepts (docs/protocol.md: maxInFlight and
+ * window 1 to 10000; start.sequence a position), refused here before
+ * anything is sent: a window of 0 (the server's default) would leave every
+ * delivery unanswered in the client, a NaN one (sent as null) would bound
+ * nothing, a NaN maxInFlight would run no handler. maxInFlight 0 (or
+ * absent) is the default, 1.
+ */
+export function checkSubscribeOptions(o: SubscribeOptions): void {
+  const bad = (what: string, v: unknown) => new PigeonError("INVALID_ARGUMENT", `${what} must be an integer from 1 to 10000, not ${String(v)}`);
+  if (o.maxInFlight !== undefined && o.maxInFlight !== 0 && !(Number.isInteger(o.maxInFlight) && o.maxInFlight >= 1 && o.maxInFlight <= 10_000)) throw bad("maxInFlight", o.maxInFlight);
+  if (o.window !== undefined && !(Number.isInteger(o.window) && o.window >= 1 && o.window <= 10_000)) throw bad("window", o.window);
+  const st = o.start as unknown;
+  if (st !== undefined && st !== "new" && st !== "first") {
+    const seq = st && typeof st === "object" ? (st as { sequence?: unknown }).sequence : undefined;
+    if (!(Number.isSafeInteger(seq) && (seq as number) >= 0)) {
+      throw new PigeonError("INVALID_ARGUMENT", `start must be "new", "first" or {sequence: N}, N a non-negative safe integer, not ${JSON.stringify(st) ?? String(st)}`);
+    }
+  }
+}
+
 /** The size of m's data counted against MAX_QUEUED_BYTES: the UTF-8 length of its JSON text. */
 function dataSize(m: Message): number {
   const t = JSON.stringify(m.data); // undefined when there is none
@@ -376,6 +410,10 @@ export class Subscription {
   enqueue(c: Conn, m: Message, attempt: number): void {
     // While stopping, a delivery stays unanswered: the server gives it back.
     if (this.finished || this.stopping) return;
+    // A delivery on a connection this subscription has left (a server that
+    // numbers subscriptions per connection may name the same id on both)
+    // cannot be answered: the resumed subscription delivers it again.
+    if (c !== this.conn || c.closed) return;
     // At most once, a reconnect resumes after the last message received: one
     // received is never handed over again.
     if (this.options.ack !== "none" && this.queue.length >= this.window) {
@@ -395,8 +433,9 @@ export class Subscription {
       }
       return;
     }
-    if (typeof m.sequence === "number" && this.options.ack === "none") this.lastAcked = Math.max(this.lastAcked, m.sequence);
-    else if (typeof m.sequence === "number") this.unacked.add(m.sequence);
+    const seq = position(m);
+    if (seq !== undefined && this.options.ack === "none") this.lastAcked = Math.max(this.lastAcked, seq);
+    else if (seq !== undefined) this.unacked.add(seq);
     let size = 0;
     // At most once, a delivery that has to wait is bounded in number and
     // in data; one a free handler takes at once is not counted.
@@ -465,16 +504,20 @@ export class Subscription {
     } else if (!d.c.closed && typeof id === "string" && this.id) {
       if (ok) {
         this.acks.push(id);
-        if (typeof d.m.sequence === "number") {
-          this.unacked.delete(d.m.sequence);
-          this.lastAcked = Math.max(this.lastAcked, d.m.sequence);
+        const seq = position(d.m);
+        if (seq !== undefined) {
+          this.unacked.delete(seq);
+          this.lastAcked = Math.max(this.lastAcked, seq);
         }
         this.flushAcks(d.c);
       } else {
         // A failure keeps its sequence in unacked: the server redelivers it
         // on this subscription only, so a resume must ask for it again.
         const frame: Frame = { op: "nack", sub: this.id, messageId: id };
-        if (delayMs !== undefined) frame.delayMs = Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(delayMs)));
+        // A delay that is not a number (NaN, a string that is not one) is
+        // no delay: the subject's backoff, never null on the wire.
+        const delay = delayMs === undefined ? Number.NaN : Number(delayMs);
+        if (!Number.isNaN(delay)) frame.delayMs = Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(delay)));
         d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));
       }
     }
