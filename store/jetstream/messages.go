@@ -150,12 +150,15 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 	if err != nil {
 		return m, s.fail(ctx, err)
 	}
-	if ack.Duplicate {
+	for ack.Duplicate {
 		// The stream took a message of this id within its duplicate
 		// window, and this one was not stored. When that message has been
 		// trimmed since, the id is free (claimID took it): store this one
 		// under a deduplication id of its own, the trimmed message's
 		// sequence in it, so a retry of this append is deduplicated too.
+		// That one may be a duplicate again, of an earlier message of the
+		// id trimmed too (an id re-used more than once in the window): the
+		// sequences named grow, so the chain ends.
 		gone, err := s.trimmedSeq(ctx, st, ack.Sequence)
 		if err != nil || !gone {
 			return m, cmp.Or(err, idTaken(m.ID))
@@ -164,9 +167,6 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 			jetstream.WithMsgID(token(m.ID)+"."+strconv.FormatUint(ack.Sequence, 10)))
 		if err != nil {
 			return m, s.fail(ctx, err)
-		}
-		if ack.Duplicate {
-			return m, idTaken(m.ID)
 		}
 	}
 	m.Seq = ack.Sequence
@@ -310,7 +310,7 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 			return store.Message{}, false, 0, &store.CorruptError{File: s.bucketName("idem"), Reason: "claim does not decode: " + err.Error()}
 		}
 		if m.Time.Before(time.Unix(0, c.Expires)) {
-			orig, err := s.awaitClaimed(ctx, c)
+			orig, err := s.awaitClaimed(ctx, c, m.IdemKey)
 			if err == nil {
 				return orig, true, 0, nil
 			}
@@ -328,16 +328,22 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 	}
 }
 
-// awaitClaimed returns the message of claim c, waiting while its append
-// may still be under way; ErrNotFound once it cannot be.
-func (s *Store) awaitClaimed(ctx context.Context, c claim) (store.Message, error) {
+// awaitClaimed returns the message of claim c of idempotency key key,
+// waiting while its append may still be under way; ErrNotFound once it
+// cannot be. The message now stored under the claim's id answers only if
+// it holds key: a trimmed message's id is free again, and a message of
+// another key (or none) stored under it since is not the claim's.
+func (s *Store) awaitClaimed(ctx context.Context, c claim, key string) (store.Message, error) {
 	deadline := time.Unix(0, c.At).Add(2 * s.opts.Timeout)
 	id, subject := c.message()
 	for first := true; ; first = false {
 		m, err := s.find(ctx, subject, id)
+		if err == nil && m.IdemKey != key {
+			m, err = store.Message{}, store.ErrNotFound
+		}
 		if errors.Is(err, store.ErrNotFound) && first {
 			// Trimmed while the key was live: its kept copy answers.
-			if k, kerr := s.kept(ctx, id); !errors.Is(kerr, store.ErrNotFound) {
+			if k, kerr := s.kept(ctx, id, key); !errors.Is(kerr, store.ErrNotFound) {
 				return k, kerr
 			}
 		}

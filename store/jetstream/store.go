@@ -256,7 +256,7 @@ func (s *Store) ensureStream(ctx context.Context, name, subject string, meta map
 		return nil, s.fail(ctx, fmt.Errorf("jetstream: stream %s: %w", name, err))
 	}
 	cfg := st.CachedInfo().Config
-	if reason := incompatible(cfg); reason != "" {
+	if reason := incompatibleStream(cfg); reason != "" {
 		return nil, fmt.Errorf("jetstream: stream %s was changed and cannot be used: %s", name, reason)
 	}
 	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != subject {
@@ -271,7 +271,7 @@ func (s *Store) checkStreams(ctx context.Context) error {
 	for _, kind := range []string{".m.>", ".a.*"} {
 		l := s.js.ListStreams(ctx, jetstream.WithStreamListSubject(s.pfx+kind))
 		for info := range l.Info() {
-			if reason := incompatible(info.Config); reason != "" {
+			if reason := incompatibleStream(info.Config); reason != "" {
 				return fmt.Errorf("jetstream: stream %s was changed and cannot be used: %s", info.Config.Name, reason)
 			}
 		}
@@ -297,6 +297,18 @@ func incompatible(cfg jetstream.StreamConfig) string {
 		return "publishes are not acknowledged"
 	}
 	return ""
+}
+
+// incompatibleStream says why a message or audit stream cannot hold the
+// store's records, or "": what incompatible says of any stream, and a
+// limit of messages per NATS subject, which a KV bucket has (its history)
+// but which would drop an audit chain's batches (all on one subject) as
+// new ones come.
+func incompatibleStream(cfg jetstream.StreamConfig) string {
+	if cfg.MaxMsgsPerSubject > 0 {
+		return fmt.Sprintf("a limit of %d messages per subject is set (records would be dropped behind the broker's back)", cfg.MaxMsgsPerSubject)
+	}
+	return incompatible(cfg)
 }
 
 func (s *Store) storage() jetstream.StorageType {
