@@ -28,6 +28,7 @@ type dialOptions struct {
 	maxFrame        int64
 	writeQueue      int
 	settleTimeout   time.Duration
+	writeTimeout    time.Duration
 	logger          *slog.Logger
 	maxPending      int
 }
@@ -59,6 +60,19 @@ func WithSubprotocolAuth() Option { return func(o *dialOptions) { o.subprotocolA
 // MaxReadBytes of them, plus one message).
 func WithMaxFrame(n int64) Option { return func(o *dialOptions) { o.maxFrame = n } }
 
+// DefaultWriteTimeout is how long one write of the client may make no
+// progress before the connection is closed (WithWriteTimeout).
+const DefaultWriteTimeout = 30 * time.Second
+
+// WithWriteTimeout bounds how long one write of a frame may make no
+// progress (a server that stopped reading, a network that dropped the
+// connection without a word) before the connection is closed, failing
+// its calls SESSION_CLOSED; a caller writing its own frame, whose context
+// a write cannot honour without closing the connection, waits at most
+// that long past its deadline. Default DefaultWriteTimeout; d <= 0 means
+// the default.
+func WithWriteTimeout(d time.Duration) Option { return func(o *dialOptions) { o.writeTimeout = d } }
+
 // WithLogger receives the client's operational events. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(o *dialOptions) { o.logger = l } }
 
@@ -77,16 +91,17 @@ type Session struct {
 	subjects []string
 	o        dialOptions
 
-	reconnMu sync.Mutex // orders Reconnect and Close
-	mu       sync.Mutex
-	cc       *clientConn
-	contract pigeon.Contract
-	closed   bool
-	subs     map[*clientSub]struct{}
-	bySID    map[string]*clientSub
-	bg       sync.WaitGroup
-	pubSlots chan struct{} // one per publish in flight (WithMaxPendingPublishes)
-	closing  chan struct{} // closed by Close: the renewal loop ends
+	reconnMu  sync.Mutex // orders Reconnect and Close
+	mu        sync.Mutex
+	cc        *clientConn
+	contract  pigeon.Contract
+	closed    bool
+	subs      map[*clientSub]struct{}
+	bySID     map[string]*clientSub
+	bg        sync.WaitGroup
+	pubSlots  chan struct{} // one per publish in flight (WithMaxPendingPublishes)
+	closing   chan struct{} // closed by Close: the renewal loop ends
+	closeDone chan struct{} // closed once the first Close has returned
 }
 
 var _ pigeon.Session = (*Session)(nil)
@@ -101,6 +116,9 @@ func Dial(ctx context.Context, url, credential string, subjects []string, opts .
 	for _, fn := range opts {
 		fn(&o)
 	}
+	if o.writeTimeout <= 0 {
+		o.writeTimeout = DefaultWriteTimeout
+	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
 	}
@@ -109,7 +127,7 @@ func Dial(ctx context.Context, url, credential string, subjects []string, opts .
 	}
 	s := &Session{url: url, cred: credential, subjects: append([]string(nil), subjects...), o: o,
 		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}, pubSlots: make(chan struct{}, o.maxPending),
-		closing: make(chan struct{})}
+		closing: make(chan struct{}), closeDone: make(chan struct{})}
 	cc, k, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -358,7 +376,10 @@ func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon
 // twice, never skipped. An at-most-once one resumes after the highest
 // sequence it received. When dialing or negotiating fails the old
 // connection is kept and the error returned; a subscription the new
-// contract no longer permits stops with the refusal as its Err.
+// contract no longer permits stops with the refusal as its Err. When the
+// new connection is lost, or ctx ends, while the subscriptions are resumed
+// on it, the error is returned and the subscriptions not resumed are kept:
+// the next Reconnect resumes them from the same place.
 func (s *Session) Reconnect(ctx context.Context) error {
 	s.reconnMu.Lock()
 	defer s.reconnMu.Unlock()
@@ -370,6 +391,13 @@ func (s *Session) Reconnect(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
+	if s.closed {
+		// Close began meanwhile: it waits for this Reconnect, and closes
+		// the connection the session holds, not this one.
+		s.mu.Unlock()
+		cc.close(ctx)
+		return pigeon.NewError(pigeon.CodeSessionClosed, "the session is closed")
+	}
 	old := s.cc
 	s.cc, s.contract = cc, k
 	subs := make([]*clientSub, 0, len(s.subs))
@@ -378,18 +406,32 @@ func (s *Session) Reconnect(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	old.close(ctx)
+	var lost error
 	for _, cs := range subs {
 		if cs.isStopping() {
 			continue
 		}
-		if err := cs.subscribeOn(ctx, cc, cs.resumeFrom(old)); err != nil {
-			s.goBG(func() {
-				cs.stopWith(err)
-				cs.abandon(cc, err)
-			})
+		start := cs.resumeFrom(old)
+		err := cs.subscribeOn(ctx, cc, start)
+		if err == nil {
+			continue
 		}
+		if cc.failed() != nil || ctx.Err() != nil {
+			// Not a refusal: the new connection was lost, or the caller
+			// stopped waiting. The subscription is kept, to resume
+			// from the same place on the next Reconnect.
+			cs.keepResume(start)
+			if lost == nil {
+				lost = err
+			}
+			continue
+		}
+		s.goBG(func() {
+			cs.stopWith(err)
+			cs.abandon(cc, err)
+		})
 	}
-	return nil
+	return lost
 }
 
 func (s *Session) goBG(fn func()) {
@@ -401,20 +443,40 @@ func (s *Session) goBG(fn func()) {
 }
 
 // Close ends the subscriptions (waiting for their handlers, or ctx) and the
-// connection. It is idempotent. Called from a subscription's handler with
-// the handler's context, it does not wait for that subscription's
-// handlers (the caller among them): that subscription ends once they have
-// returned.
+// connection. It is idempotent: a Close while another runs waits for it to
+// finish (or ctx). Called from a subscription's handler with the handler's
+// context, it does not wait for that subscription's handlers (the caller
+// among them): that subscription ends once they have returned; nor, when
+// another Close runs, for that Close, which waits for the handler.
 func (s *Session) Close(ctx context.Context) error {
-	s.reconnMu.Lock()
-	defer s.reconnMu.Unlock()
+	cs, _ := ctx.Value(handlerOf{}).(*clientSub)
+	fromHandler := cs != nil && cs.s == s
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil
+		if fromHandler {
+			// The Close running waits for this handler: waiting for it
+			// here would wait for ever.
+			return nil
+		}
+		select {
+		case <-s.closeDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	// Marked closed before waiting for a Reconnect in flight (which gives
+	// up the connection it dialed when it sees it): a handler's Close or
+	// Unsubscribe meanwhile returns at once instead of waiting for this
+	// Close, which waits for the handler.
 	s.closed = true
 	close(s.closing)
+	s.mu.Unlock()
+	defer close(s.closeDone)
+	s.reconnMu.Lock()
+	defer s.reconnMu.Unlock()
+	s.mu.Lock()
 	cc := s.cc
 	subs := make([]*clientSub, 0, len(s.subs))
 	for cs := range s.subs {
@@ -428,7 +490,7 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	cc.close(ctx)
-	if cs, ok := ctx.Value(handlerOf{}).(*clientSub); ok && cs.s == s {
+	if fromHandler {
 		// From a handler: the caller runs on one of the session's
 		// goroutines, which end once it returns.
 		return err

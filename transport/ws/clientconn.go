@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -47,6 +48,11 @@ type clientConn struct {
 	// queued counts the frames sent to out and not yet written: a caller
 	// writes its own frame only when it is 0, so it never overtakes one.
 	queued atomic.Int64
+	// writing is odd while a write (or a cork's flush) is under way, and
+	// counts them: the stall watch ends a connection on which one write
+	// takes longer than the write timeout (a server that stopped reading
+	// would hold its writer, and every caller after it, for ever).
+	writing atomic.Uint64
 
 	mu      sync.Mutex
 	pending map[string]*pendingCall
@@ -130,10 +136,45 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 	wsc.SetReadLimit(s.o.maxFrame)
 	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), pq: newPubQueue(), done: make(chan struct{}), pending: map[string]*pendingCall{}}
 	cc.ctx, cc.cancel = context.WithCancel(context.Background())
-	cc.bg.Add(2)
+	cc.bg.Add(3)
 	go cc.readLoop()
 	go cc.writeLoop()
+	go cc.watchWrites(s.o.writeTimeout)
 	return cc, nil
+}
+
+// write writes one frame, as the stall watch sees.
+func (cc *clientConn) write(b []byte) error {
+	cc.writing.Add(1)
+	err := cc.ws.Write(cc.ctx, websocket.MessageText, b)
+	cc.writing.Add(1)
+	return err
+}
+
+// watchWrites ends the connection when a write has made no progress for
+// about d (between d and 2d), until the connection ends.
+func (cc *clientConn) watchWrites(d time.Duration) {
+	defer cc.bg.Done()
+	t := time.NewTicker(d)
+	defer t.Stop()
+	var last uint64
+	for {
+		select {
+		case <-cc.ctx.Done():
+			return
+		case <-t.C:
+		}
+		w := cc.writing.Load()
+		if w%2 == 1 && w == last {
+			cc.s.o.logger.Warn("pigeon ws: a write made no progress; the server stopped reading; closing", "timeout", d)
+			if cc.end(pigeon.NewError(pigeon.CodeSessionClosed, "the server stopped reading: a write made no progress for %s; call Reconnect", d)) {
+				cc.cancel()
+				_ = cc.ws.CloseNow()
+			}
+			return
+		}
+		last = w
+	}
 }
 
 // dialError turns a refused upgrade into the typed error its body carries.
@@ -251,13 +292,16 @@ func (cc *clientConn) writeLoop() {
 			if n == 1 {
 				corkOn(cc.cork)
 			}
-			err = cc.ws.Write(cc.ctx, websocket.MessageText, b)
+			err = cc.write(b)
 			if fromOut {
 				cc.queued.Add(-1)
 			}
 			b = nil
 		}
-		if e := corkOff(cc.cork); err == nil {
+		cc.writing.Add(1)
+		e := corkOff(cc.cork)
+		cc.writing.Add(1)
+		if err == nil {
 			err = e
 		}
 		cc.wmu.Unlock()
@@ -348,7 +392,7 @@ func (cc *clientConn) failed() error {
 func (cc *clientConn) send(ctx context.Context, b []byte) error {
 	if cc.wmu.TryLock() {
 		if cc.queued.Load() == 0 {
-			err := cc.ws.Write(cc.ctx, websocket.MessageText, b)
+			err := cc.write(b)
 			cc.wmu.Unlock()
 			if err != nil {
 				cc.fail(err)
@@ -368,6 +412,20 @@ func (cc *clientConn) send(ctx context.Context, b []byte) error {
 	case <-cc.done:
 		cc.queued.Add(-1)
 		return cc.failed()
+	}
+}
+
+// post queues the frame build renders for the writer without waiting for
+// its answer (nor for room: a full queue drops it), for a caller that
+// stopped waiting; its answer, naming an id no call waits for, is dropped.
+func (cc *clientConn) post(build func(b []byte, id string) []byte) {
+	id := strconv.FormatUint(cc.seq.Add(1), 36)
+	b := build(make([]byte, 0, 256), id)
+	cc.queued.Add(1)
+	select {
+	case cc.out <- b:
+	default:
+		cc.queued.Add(-1)
 	}
 }
 

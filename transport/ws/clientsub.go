@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -259,7 +260,11 @@ func (cs *clientSub) isStopping() bool {
 func (cs *clientSub) Unsubscribe(ctx context.Context) error {
 	cc, err := cs.s.conn()
 	if err != nil {
-		// The session is closed: Close ended the subscription.
+		// The session is closed: Close ends the subscription.
+		if ctx.Value(handlerOf{}) == cs {
+			// From its own handler, which that Close waits for.
+			return nil
+		}
 		select {
 		case <-cs.done:
 			return nil
@@ -309,9 +314,16 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 func (cs *clientSub) unsubscribed(ctx context.Context, cc *clientConn, sid string) {
 	cs.flushAcks(ctx)
 	if sid != "" {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cs.s.o.settleTimeout)
-		_, _ = cc.call(uctx, jsonFrame(Frame{Op: OpUnsubscribe, Sub: sid}), nil)
-		cancel()
+		unsub := jsonFrame(Frame{Op: OpUnsubscribe, Sub: sid})
+		if ctx.Err() != nil {
+			// The caller stopped waiting: the server is told all the
+			// same, and its answer not waited for.
+			cc.post(unsub)
+		} else {
+			uctx, cancel := context.WithTimeout(ctx, cs.s.o.settleTimeout)
+			_, _ = cc.call(uctx, unsub, nil)
+			cancel()
+		}
 	}
 	cs.finish(nil)
 }
@@ -405,7 +417,19 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		return
 	}
 	s.mu.Lock()
+	if s.cc != cc {
+		// A connection the session let go (Reconnect): its deliveries
+		// are left unanswered, for the server to give back as the
+		// connection ends; the resumed subscription delivers them again.
+		s.mu.Unlock()
+		return
+	}
 	cs := s.bySID[sub]
+	if cs != nil && cs.sidConn != cc {
+		// The id of a subscription on another connection: not this
+		// one's to route.
+		cs = nil
+	}
 	s.mu.Unlock()
 	if cs == nil {
 		// A server subscription the client does not know (its subscribe
@@ -437,7 +461,7 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		cs.mu.Unlock()
 		// Done, as at most once allows: a resumed subscription does not
 		// ask for it again.
-		cs.received(m.Sequence)
+		cs.received(resumable(m.Sequence))
 		if n&(n-1) == 0 { // 1, 2, 4, …: a slow handler does not flood the log
 			s.o.logger.Warn("pigeon ws: at-most-once deliveries dropped: the handler does not keep up", "subject", cs.subject, "dropped", n)
 		}
@@ -452,12 +476,22 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 	cs.running.Add(1)
 	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt, d: d})
 	cs.queuedN += len(m.Data)
-	if !cs.o.AtMostOnce && m.Sequence > 0 {
-		cs.outstand(m.Sequence)
+	if seq := resumable(m.Sequence); !cs.o.AtMostOnce && seq > 0 {
+		cs.outstand(seq)
 	}
 	cs.cond.Signal()
 	cs.mu.Unlock()
-	cs.received(m.Sequence)
+	cs.received(resumable(m.Sequence))
+}
+
+// resumable is seq as a resume position: 0 (none) for the largest
+// uint64, which no broker numbers and whose next (seq+1, where a resume
+// starts) would be 0, a start the broker refuses.
+func resumable(seq uint64) uint64 {
+	if seq == math.MaxUint64 {
+		return 0
+	}
+	return seq
 }
 
 // received notes that the message at seq (0: none) reached the
@@ -511,7 +545,7 @@ func (cs *clientSub) work() {
 		err := cs.call(cs.delivery(q))
 		if !cs.o.AtMostOnce {
 			if err == nil {
-				done = q.m.Sequence
+				done = resumable(q.m.Sequence)
 			}
 			cs.settle(q, err)
 		}
@@ -614,6 +648,19 @@ func (cs *clientSub) resumeFrom(old *clientConn) pigeon.Start {
 		cs.running.Done()
 	}
 	return start
+}
+
+// keepResume keeps start, where a resume that did not happen (the
+// connection was lost) was to start, for the next resumeFrom: it cleared
+// what it was computed from.
+func (cs *clientSub) keepResume(start pigeon.Start) {
+	seq, ok := start.Sequence()
+	if !ok || cs.o.AtMostOnce {
+		return // computed again from what resumeFrom keeps
+	}
+	cs.mu.Lock()
+	cs.outstand(seq)
+	cs.mu.Unlock()
 }
 
 // call runs the handler once, recovering a panic as a failure.

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/coder/websocket"
-
 	"pigeon"
 	"pigeon/internal/jsontext"
 )
@@ -207,7 +205,7 @@ func (cc *clientConn) publishNow(m *pigeon.Message, p *PendingPublish) bool {
 	if cap(b) <= 2*maxBatchBytes+4096 {
 		cc.wbuf = b
 	}
-	if err := cc.ws.Write(cc.ctx, websocket.MessageText, b); err != nil {
+	if err := cc.write(b); err != nil {
 		cc.fail(err) // fails p with the connection
 	}
 	return true
