@@ -30,6 +30,20 @@ async function rawServer(onFrame, onConnection = () => {}) {
   return { url: `ws://127.0.0.1:${wss.address().port}/v1/ws`, wss, stop, connections: () => n };
 }
 
+/** Connects a session of opts to srv, runs body(s), then closes the session and stops srv. */
+async function onSession(srv, opts, body) {
+  try {
+    const s = await connect(srv.url, "t", ["x"], opts);
+    try {
+      await body(s);
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+}
+
 const msg = (i, over = {}) => ({ id: `msg_${i}`, subject: "x", sequence: i, data: {}, ...over });
 const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
 
@@ -42,18 +56,11 @@ test("a frame whose fields cannot be turned into text is reported, and the reade
     }
   });
   const errors = [];
-  try {
-    const s = await connect(srv.url, "t", ["x"], { ...OPTS, onError: (e) => errors.push(e) });
-    try {
-      assert.deepEqual(await s.receive("x"), []);
-      await s.ping();
-      assert.ok(errors.some((e) => e.code === "BAD_FRAME"), errors.map(String).join("; "));
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
+  await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
+    assert.deepEqual(await s.receive("x"), []);
+    await s.ping();
+    assert.ok(errors.some((e) => e.code === "BAD_FRAME"), errors.map(String).join("; "));
+  });
 });
 
 test("a deeply nested delivery is reported, not thrown out of the reader", async () => {
@@ -65,31 +72,24 @@ test("a deeply nested delivery is reported, not thrown out of the reader", async
     } else ok(ws, f);
   });
   const errors = [];
-  try {
-    const s = await connect(srv.url, "t", ["x"], { ...OPTS, onError: (e) => errors.push(e) });
-    try {
-      let release;
-      const gate = new Promise((r) => (release = r));
-      const got = [];
-      await s.subscribe("x", async (m) => {
-        got.push(m.id);
-        await gate;
-      }, { ack: "none" });
-      const deep = "[".repeat(200_000) + "]".repeat(200_000);
-      ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
-      // The handler is busy: the next one waits, and its size is measured.
-      ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"msg_2","subject":"x","sequence":2,"data":${deep}}}`);
-      ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(3) }));
-      await sleep(200);
-      release();
-      await until(() => got.includes("msg_3"), 2000, "the delivery after the deep one");
-      await s.ping();
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
+  await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
+    let release;
+    const gate = new Promise((r) => (release = r));
+    const got = [];
+    await s.subscribe("x", async (m) => {
+      got.push(m.id);
+      await gate;
+    }, { ack: "none" });
+    const deep = "[".repeat(200_000) + "]".repeat(200_000);
+    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
+    // The handler is busy: the next one waits, and its size is measured.
+    ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"msg_2","subject":"x","sequence":2,"data":${deep}}}`);
+    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(3) }));
+    await sleep(200);
+    release();
+    await until(() => got.includes("msg_3"), 2000, "the delivery after the deep one");
+    await s.ping();
+  });
 });
 
 test("sequences out of range never go back on the wire, nor hide an unhandled one from the resume", async () => {
@@ -111,26 +111,19 @@ test("sequences out of range never go back on the wire, nor hide an unhandled on
       }
     } else ok(ws, f);
   });
-  try {
-    const s = await connect(srv.url, "t", ["x"], { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} });
-    try {
-      const seen = [];
-      await s.subscribe("x", async (m) => {
-        seen.push(m.id);
-        if (m.id === "m11" || m.id === "mneg" || m.id === "mfrac") throw new Error("not now");
-      });
-      await until(() => seen.length === 5, 2000, "the five deliveries");
-      await sleep(50);
-      for (const c of srv.wss.clients) c.terminate();
-      await until(() => starts.length === 2, 3000, "the resume");
-      // Resumed at the one unhandled delivery with a real sequence.
-      assert.deepEqual(starts[1], { sequence: 11 });
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
+  await onSession(srv, { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} }, async (s) => {
+    const seen = [];
+    await s.subscribe("x", async (m) => {
+      seen.push(m.id);
+      if (m.id === "m11" || m.id === "mneg" || m.id === "mfrac") throw new Error("not now");
+    });
+    await until(() => seen.length === 5, 2000, "the five deliveries");
+    await sleep(50);
+    for (const c of srv.wss.clients) c.terminate();
+    await until(() => starts.length === 2, 3000, "the resume");
+    // Resumed at the one unhandled delivery with a real sequence.
+    assert.deepEqual(starts[1], { sequence: 11 });
+  });
 });
 
 test("an at-most-once subscription resumes at a real sequence after a delivery numbered 1e400", async () => {
@@ -145,21 +138,14 @@ test("an at-most-once subscription resumes at a real sequence after a delivery n
       }
     } else ok(ws, f);
   });
-  try {
-    const s = await connect(srv.url, "t", ["x"], { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} });
-    try {
-      const seen = [];
-      await s.subscribe("x", async (m) => void seen.push(m.id), { ack: "none" });
-      await until(() => seen.length === 2, 2000, "the deliveries");
-      for (const c of srv.wss.clients) c.terminate();
-      await until(() => starts.length === 2, 3000, "the resume");
-      assert.deepEqual(starts[1], { sequence: 13 });
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
+  await onSession(srv, { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} }, async (s) => {
+    const seen = [];
+    await s.subscribe("x", async (m) => void seen.push(m.id), { ack: "none" });
+    await until(() => seen.length === 2, 2000, "the deliveries");
+    for (const c of srv.wss.clients) c.terminate();
+    await until(() => starts.length === 2, 3000, "the resume");
+    assert.deepEqual(starts[1], { sequence: 13 });
+  });
 });
 
 test("subscribe options out of range are refused before anything is sent", async () => {
@@ -170,36 +156,29 @@ test("subscribe options out of range are refused before anything is sent", async
       ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: `sub_${subscribes.length}` }));
     } else ok(ws, f);
   });
-  try {
-    const s = await connect(srv.url, "t", ["x"], OPTS);
-    try {
-      const bad = [
-        { window: 0 }, // every delivery would be left unanswered until it is exhausted
-        { window: -1 },
-        { window: 1.5 },
-        { window: Number.NaN }, // sent as null: the server's window, and no bound in the client
-        { window: 10_001 },
-        { maxInFlight: Number.NaN }, // no handler would ever run
-        { maxInFlight: -3 },
-        { maxInFlight: 2.5 },
-        { maxInFlight: 10_001 },
-        { start: { sequence: Number.NaN } },
-        { start: { sequence: -1 } },
-        { start: { sequence: 2 ** 60 } },
-        { start: { sequence: 1.5 } },
-      ];
-      for (const o of bad) {
-        await assert.rejects(s.subscribe("x", async () => {}, o), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT", JSON.stringify(o));
-      }
-      assert.deepEqual(subscribes, []);
-      await s.subscribe("x", async () => {}, { window: 1, maxInFlight: 10_000, start: { sequence: 1 } });
-      assert.equal(subscribes.length, 1);
-    } finally {
-      await s.close({ timeoutMs: 1000 });
+  await onSession(srv, OPTS, async (s) => {
+    const bad = [
+      { window: 0 }, // every delivery would be left unanswered until it is exhausted
+      { window: -1 },
+      { window: 1.5 },
+      { window: Number.NaN }, // sent as null: the server's window, and no bound in the client
+      { window: 10_001 },
+      { maxInFlight: Number.NaN }, // no handler would ever run
+      { maxInFlight: -3 },
+      { maxInFlight: 2.5 },
+      { maxInFlight: 10_001 },
+      { start: { sequence: Number.NaN } },
+      { start: { sequence: -1 } },
+      { start: { sequence: 2 ** 60 } },
+      { start: { sequence: 1.5 } },
+    ];
+    for (const o of bad) {
+      await assert.rejects(s.subscribe("x", async () => {}, o), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT", JSON.stringify(o));
     }
-  } finally {
-    await srv.stop();
-  }
+    assert.deepEqual(subscribes, []);
+    await s.subscribe("x", async () => {}, { window: 1, maxInFlight: 10_000, start: { sequence: 1 } });
+    assert.equal(subscribes.length, 1);
+  });
 });
 
 test("session options out of range are refused before dialling", async () => {
@@ -304,24 +283,17 @@ test("deliveries that come on a connection the session let go are not handed to 
       if (n === 1) ws._socket.pause(); // reads nothing more: never sees the close
     } else ok(ws, f);
   }, (ws) => conns.push(ws));
-  try {
-    const s = await connect(srv.url, "t", ["x"], { ...OPTS, onError: () => {} });
-    try {
-      const seen = [];
-      await s.subscribe("x", async (m) => void seen.push(m.id));
-      await s.reconnect();
-      // The old connection, still open on the server's side, delivers.
-      conns[0].send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(7, { id: "stale" }) }));
-      conns[1].send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(8, { id: "fresh" }) }));
-      await until(() => seen.includes("fresh"), 2000, "the delivery on the new connection");
-      await sleep(100);
-      assert.deepEqual(seen, ["fresh"]);
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
+  await onSession(srv, { ...OPTS, onError: () => {} }, async (s) => {
+    const seen = [];
+    await s.subscribe("x", async (m) => void seen.push(m.id));
+    await s.reconnect();
+    // The old connection, still open on the server's side, delivers.
+    conns[0].send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(7, { id: "stale" }) }));
+    conns[1].send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(8, { id: "fresh" }) }));
+    await until(() => seen.includes("fresh"), 2000, "the delivery on the new connection");
+    await sleep(100);
+    assert.deepEqual(seen, ["fresh"]);
+  });
 });
 
 /** A WebSocket of the test's own: `serve(sock, frame)` answers; `sock.push(obj)` and `sock.drop()` act as the server. */
@@ -392,22 +364,15 @@ test("a handler's RetryAfter that is not a finite number nacks without sending n
       ok(ws, f);
     }
   });
-  try {
-    const s = await connect(srv.url, "t", ["x"], OPTS);
-    try {
-      const delays = [Number.NaN, undefined, Infinity];
-      await s.subscribe("x", async (m) => {
-        throw new RetryAfter(delays[Number(m.id.slice(4)) - 1]);
-      });
-      await until(() => nacks.length === 3, 2000, "three nacks");
-      for (const f of nacks) assert.ok(f.delayMs === undefined || Number.isFinite(f.delayMs), JSON.stringify(f));
-      assert.equal(nacks.find((f) => f.messageId === "msg_3").delayMs, 12 * 60 * 60 * 1000);
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
+  await onSession(srv, OPTS, async (s) => {
+    const delays = [Number.NaN, undefined, Infinity];
+    await s.subscribe("x", async (m) => {
+      throw new RetryAfter(delays[Number(m.id.slice(4)) - 1]);
+    });
+    await until(() => nacks.length === 3, 2000, "three nacks");
+    for (const f of nacks) assert.ok(f.delayMs === undefined || Number.isFinite(f.delayMs), JSON.stringify(f));
+    assert.equal(nacks.find((f) => f.messageId === "msg_3").delayMs, 12 * 60 * 60 * 1000);
+  });
 });
 
 test("an error code named like an Object.prototype member has the status of an unknown code", () => {
