@@ -33,6 +33,16 @@ type connServer struct {
 	frames []connFrame
 }
 
+// dial connects a session on chat.messages to the server and closes it
+// with the test.
+func (cs *connServer) dial(t *testing.T, opts ...ws.Option) *ws.Session {
+	t.Helper()
+	s, err := ws.Dial(context.Background(), cs.url, "token", []string{"chat.messages"}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
 type connFrame struct {
 	conn int
 	f    *ws.Frame
@@ -138,12 +148,11 @@ func TestAHandlerClosingDuringCloseDoesNotDeadlock(t *testing.T) {
 				return []string{okFrame(f)}
 			})
 			ctx := context.Background()
-			s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-			require.NoError(t, err)
+			s := srv.dial(t)
 			entered, proceed := make(chan struct{}), make(chan struct{})
 			handlerErr := make(chan error, 1)
 			var sub pigeon.Subscription
-			sub, err = s.Subscribe(ctx, "chat.messages", func(hctx context.Context, d *pigeon.Delivery) error {
+			sub, err := s.Subscribe(ctx, "chat.messages", func(hctx context.Context, d *pigeon.Delivery) error {
 				close(entered)
 				<-proceed
 				if name == "Close" {
@@ -196,9 +205,7 @@ func TestASequenceAtTheTopOfUint64NeverResumesAtZero(t *testing.T) {
 				return []string{okFrame(f)}
 			})
 			ctx := context.Background()
-			s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-			require.NoError(t, err)
-			defer s.Close(ctx)
+			s := srv.dial(t)
 			got := make(chan string, 4)
 			var opts []pigeon.SubscribeOption
 			if atMostOnce {
@@ -251,11 +258,9 @@ func TestADeliveryOnAnotherConnectionIsNotHandedOver(t *testing.T) {
 		return []string{okFrame(f)}
 	})
 	ctx := context.Background()
-	s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := srv.dial(t)
 	got := make(chan string, 4)
-	_, err = s.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
+	_, err := s.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
 		got <- d.Message.ID
 		return nil
 	})
@@ -289,9 +294,7 @@ func TestAConnectionLostDuringResumeKeepsTheSubscriptions(t *testing.T) {
 		return []string{okFrame(f)}
 	})
 	ctx := context.Background()
-	s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := srv.dial(t)
 	got := make(chan string, 4)
 	sub, err := s.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
 		got <- d.Message.ID
@@ -331,8 +334,7 @@ func TestCloseHonoursItsContextWhenUnsubscribesAreNotAnswered(t *testing.T) {
 		return []string{okFrame(f)}
 	})
 	ctx := context.Background()
-	s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-	require.NoError(t, err)
+	s := srv.dial(t)
 	for range 4 {
 		_, err := s.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil })
 		require.NoError(t, err)
@@ -364,9 +366,7 @@ func TestAServerThatStopsReadingDoesNotWedgeTheWriter(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) })
 	ctx := context.Background()
-	s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"}, ws.WithWriteTimeout(200*time.Millisecond))
-	require.NoError(t, err)
-	defer s.Close(ctx)
+	s := srv.dial(t, ws.WithWriteTimeout(200*time.Millisecond))
 	data := []byte(`{"s":"` + strings.Repeat("x", 1<<20) + `"}`)
 	stopped := make(chan struct{})
 	var last error
