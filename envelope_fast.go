@@ -376,26 +376,9 @@ func (d *envelopeDecoder) signature() (present, ok bool) {
 		if !ok {
 			return false, false
 		}
-		var s int
+		s := -1
 		switch string(name) {
 		case "v":
-			if d.sigV != 0 || !d.literal("2") {
-				return false, false
-			}
-			d.sigV = SignatureV2
-			d.ws()
-			if d.i >= len(d.in) {
-				return false, false
-			}
-			c := d.in[d.i]
-			d.i++
-			if c == '}' {
-				return true, true
-			}
-			if c != ',' {
-				return false, false
-			}
-			continue
 		case "kid":
 			s = sKID
 		case "alg":
@@ -405,12 +388,19 @@ func (d *envelopeDecoder) signature() (present, ok bool) {
 		default:
 			return false, false
 		}
-		if seen&(1<<(s-sKID)) != 0 {
-			return false, false
-		}
-		seen |= 1 << (s - sKID)
-		if !d.str(s) {
-			return false, false
+		if s < 0 {
+			if d.sigV != 0 || !d.literal("2") {
+				return false, false
+			}
+			d.sigV = SignatureV2
+		} else {
+			if seen&(1<<(s-sKID)) != 0 {
+				return false, false
+			}
+			seen |= 1 << (s - sKID)
+			if !d.str(s) {
+				return false, false
+			}
 		}
 		d.ws()
 		if d.i >= len(d.in) {
