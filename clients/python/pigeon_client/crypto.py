@@ -164,10 +164,15 @@ def _as_jcs_value(v: Any) -> Any:
     raise TypeError(f"not a JSON value: {type(v).__name__}")
 
 
-def _envelope_string(m: dict[str, Any], name: str) -> str:
+def _envelope_string(m: dict[str, Any], name: str, required: bool = True) -> str:
+    """A signed envelope string as it is. Subject, id and time (required)
+    must be non-empty; a field only the second form covers is "" when
+    absent or null."""
     v = m.get(name)
-    if not isinstance(v, str) or not v:
-        raise new_error("ENVELOPE_INVALID", f"message {name} must be a non-empty string")
+    if not required and v is None:
+        return ""
+    if not isinstance(v, str) or (required and not v):
+        raise new_error("ENVELOPE_INVALID", f"message {name} must be a {'non-empty ' if required else ''}string")
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -213,21 +218,6 @@ def signature_form(message: dict[str, Any]) -> int:
     return SIGNATURE_V2
 
 
-def _covered_string(m: dict[str, Any], name: str) -> str:
-    """A field the second form covers: the string as it is, "" when absent
-    or null."""
-    v = m.get(name)
-    if v is None:
-        return ""
-    if not isinstance(v, str):
-        raise new_error("ENVELOPE_INVALID", f"message {name} must be a string")
-    try:
-        v.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise new_error("ENVELOPE_INVALID", f"message {name} is not valid UTF-8") from e
-    return v
-
-
 def canonical_signing_input(message: dict[str, Any]) -> bytes:
     """The bytes a signature covers, in the form the message's signature
     names (:func:`signature_form`): JCS of
@@ -261,7 +251,7 @@ def _signing_input(message: dict[str, Any], form: int) -> bytes:
         raise new_error("ENVELOPE_INVALID", "message time is not RFC 3339") from e
     head: list[Any] = [SIG_CONTEXT, subject, mid, time]
     if form == SIGNATURE_V2:
-        head = [SIG_CONTEXT_V2, subject, mid, time, *(_covered_string(message, f) for f in SIG_V2_FIELDS)]
+        head = [SIG_CONTEXT_V2, subject, mid, time, *(_envelope_string(message, f, required=False) for f in SIG_V2_FIELDS)]
     data = message.get("data")
     if data is None:
         data = {}
