@@ -213,102 +213,102 @@ export async function publishChatKeys(srv, keys) {
   }
 }
 
-scenario("e2e.sign_seal", async () => {
+/** Alice and Bob, their keys published, each on a session of chat.messages; closes both after body. */
+async function chatPair(body) {
   const srv = await sharedServer();
   const keys = fixedKeys();
   await publishChatKeys(srv, keys);
   const alice = await connect(srv.ws, "alice-token", ["chat.messages"]);
   const bob = await connect(srv.ws, "bob-token", ["chat.messages"]);
   try {
-    const bobKeys = new KeyCache(new HttpClient(srv.http, "bob-token"));
-    const aliceKeys = new KeyCache(new HttpClient(srv.http, "alice-token"));
-    const opened = [];
-    const failures = [];
-    await bob.subscribe(
-      "chat.messages",
-      async (m) => {
-        try {
-          const senderKeys = await bobKeys.get(m.source);
-          const { clear, payload } = verifyAndOpen(m, senderKeys, keys.bob);
-          opened.push({ clear, text: JSON.parse(utf8Decode(payload)).text, source: m.source });
-        } catch (e) {
-          failures.push(e);
-        }
-      },
-      { selector: "/kind=chat/room=lobby" },
-    );
-    const text = `hello bob ${Math.random()}`;
-    const data = sealFor({ kind: "chat", room: "lobby" }, utf8Encode(JSON.stringify({ text })), await aliceKeys.get(PRINCIPALS.bob), keys.alice);
-    const m = signMessage({ type: "chat.message", subject: "chat.messages", intent: "chat", data }, keys.alice.signingKid, keys.alice.signingSeed);
-    const d = await alice.publish(m);
-    assert.equal(d.status, "accepted");
-    await until(() => opened.length + failures.length >= 1, 5000, "bob to receive");
-    assert.deepEqual(failures, []);
-    assert.deepEqual(opened[0], { clear: { kind: "chat", room: "lobby" }, text, source: PRINCIPALS.alice });
-
-    // Unsigned: SIGNATURE_REQUIRED; signed but in clear: ENCRYPTION_REQUIRED.
-    const unsigned = { type: "chat.message", subject: "chat.messages", intent: "chat", data: sealFor({ kind: "chat", room: "lobby" }, utf8Encode("{}"), await aliceKeys.get(PRINCIPALS.bob), keys.alice) };
-    await assert.rejects(alice.publish(unsigned), (e) => e instanceof PigeonError && e.code === "SIGNATURE_REQUIRED");
-    const clearMsg = signMessage({ type: "chat.message", subject: "chat.messages", intent: "chat", data: { kind: "chat", room: "lobby", text: "in clear" } }, keys.alice.signingKid, keys.alice.signingSeed);
-    await assert.rejects(alice.publish(clearMsg), (e) => e instanceof PigeonError && e.code === "ENCRYPTION_REQUIRED");
-    await sleep(100);
-    assert.equal(opened.length, 1);
+    await body({ srv, keys, alice, bob });
   } finally {
     await Promise.all([alice.close(), bob.close()]);
   }
+}
+
+scenario("e2e.sign_seal", async () => {
+  await chatPair(async ({ srv, keys, alice, bob }) => {
+  const bobKeys = new KeyCache(new HttpClient(srv.http, "bob-token"));
+  const aliceKeys = new KeyCache(new HttpClient(srv.http, "alice-token"));
+  const opened = [];
+  const failures = [];
+  await bob.subscribe(
+    "chat.messages",
+    async (m) => {
+      try {
+        const senderKeys = await bobKeys.get(m.source);
+        const { clear, payload } = verifyAndOpen(m, senderKeys, keys.bob);
+        opened.push({ clear, text: JSON.parse(utf8Decode(payload)).text, source: m.source });
+      } catch (e) {
+        failures.push(e);
+      }
+    },
+    { selector: "/kind=chat/room=lobby" },
+  );
+  const text = `hello bob ${Math.random()}`;
+  const data = sealFor({ kind: "chat", room: "lobby" }, utf8Encode(JSON.stringify({ text })), await aliceKeys.get(PRINCIPALS.bob), keys.alice);
+  const m = signMessage({ type: "chat.message", subject: "chat.messages", intent: "chat", data }, keys.alice.signingKid, keys.alice.signingSeed);
+  const d = await alice.publish(m);
+  assert.equal(d.status, "accepted");
+  await until(() => opened.length + failures.length >= 1, 5000, "bob to receive");
+  assert.deepEqual(failures, []);
+  assert.deepEqual(opened[0], { clear: { kind: "chat", room: "lobby" }, text, source: PRINCIPALS.alice });
+
+  // Unsigned: SIGNATURE_REQUIRED; signed but in clear: ENCRYPTION_REQUIRED.
+  const unsigned = { type: "chat.message", subject: "chat.messages", intent: "chat", data: sealFor({ kind: "chat", room: "lobby" }, utf8Encode("{}"), await aliceKeys.get(PRINCIPALS.bob), keys.alice) };
+  await assert.rejects(alice.publish(unsigned), (e) => e instanceof PigeonError && e.code === "SIGNATURE_REQUIRED");
+  const clearMsg = signMessage({ type: "chat.message", subject: "chat.messages", intent: "chat", data: { kind: "chat", room: "lobby", text: "in clear" } }, keys.alice.signingKid, keys.alice.signingSeed);
+  await assert.rejects(alice.publish(clearMsg), (e) => e instanceof PigeonError && e.code === "ENCRYPTION_REQUIRED");
+  await sleep(100);
+  assert.equal(opened.length, 1);
+  });
 });
 
 test("e2e: the broker takes second-form signatures, delivers them with v 2, and refuses a covered field changed after signing; a first-form signature still passes", async () => {
-  const srv = await sharedServer();
-  const keys = fixedKeys();
-  await publishChatKeys(srv, keys);
-  const alice = await connect(srv.ws, "alice-token", ["chat.messages"]);
-  const bob = await connect(srv.ws, "bob-token", ["chat.messages"]);
-  try {
-    const aliceKeys = await new HttpClient(srv.http, "bob-token").fetchKeys(PRINCIPALS.alice);
-    const bobKeys = await new HttpClient(srv.http, "alice-token").fetchKeys(PRINCIPALS.bob);
-    const room = `v2-${Math.random()}`;
-    const got = [];
-    await bob.subscribe("chat.messages", (m) => void got.push(m), { selector: `/kind=chat/room=${room}` });
-    const message = (text, idempotencyKey) => ({
-      type: "chat.message", subject: "chat.messages", intent: "chat", idempotencyKey,
-      data: sealFor({ kind: "chat", room }, utf8Encode(JSON.stringify({ text })), bobKeys, keys.alice),
-    });
-    const key = `v2-${Math.random()}`;
+  await chatPair(async ({ srv, keys, alice, bob }) => {
+  const aliceKeys = await new HttpClient(srv.http, "bob-token").fetchKeys(PRINCIPALS.alice);
+  const bobKeys = await new HttpClient(srv.http, "alice-token").fetchKeys(PRINCIPALS.bob);
+  const room = `v2-${Math.random()}`;
+  const got = [];
+  await bob.subscribe("chat.messages", (m) => void got.push(m), { selector: `/kind=chat/room=${room}` });
+  const message = (text, idempotencyKey) => ({
+    type: "chat.message", subject: "chat.messages", intent: "chat", idempotencyKey,
+    data: sealFor({ kind: "chat", room }, utf8Encode(JSON.stringify({ text })), bobKeys, keys.alice),
+  });
+  const key = `v2-${Math.random()}`;
 
-    // Second form: accepted; the decision and the delivery carry v 2 and verify, every field included.
-    const m = signMessage(message("second form", `${key}-1`), keys.alice.signingKid, keys.alice.signingSeed);
-    assert.equal(m.signature.v, 2);
-    const d = await alice.publish(m);
-    assert.equal(d.status, "accepted");
-    assert.deepEqual(d.message.signature, m.signature);
-    await until(() => got.length >= 1, 5000, "bob to receive the second-form message");
-    assert.deepEqual(got[0].signature, { ...m.signature, v: 2 });
-    assert.equal(got[0].idempotencyKey, `${key}-1`);
-    assert.equal(JSON.parse(utf8Decode(verifyAndOpen(got[0], aliceKeys, keys.bob).payload)).text, "second form");
+  // Second form: accepted; the decision and the delivery carry v 2 and verify, every field included.
+  const m = signMessage(message("second form", `${key}-1`), keys.alice.signingKid, keys.alice.signingSeed);
+  assert.equal(m.signature.v, 2);
+  const d = await alice.publish(m);
+  assert.equal(d.status, "accepted");
+  assert.deepEqual(d.message.signature, m.signature);
+  await until(() => got.length >= 1, 5000, "bob to receive the second-form message");
+  assert.deepEqual(got[0].signature, { ...m.signature, v: 2 });
+  assert.equal(got[0].idempotencyKey, `${key}-1`);
+  assert.equal(JSON.parse(utf8Decode(verifyAndOpen(got[0], aliceKeys, keys.bob).payload)).text, "second form");
 
-    // A covered field changed after signing: the broker refuses it, and so does the client.
-    const changed = { ...signMessage(message("changed", `${key}-2`), keys.alice.signingKid, keys.alice.signingSeed), idempotencyKey: `${key}-3` };
-    assert.throws(() => verifyMessage(changed, keys.alice.signingPublic), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID");
-    await assert.rejects(alice.publish(changed), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID");
-    // So is a v the client refuses.
-    const v3 = signMessage(message("v3", `${key}-4`), keys.alice.signingKid, keys.alice.signingSeed);
-    v3.signature.v = 3;
-    await assert.rejects(alice.publish(v3), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID");
+  // A covered field changed after signing: the broker refuses it, and so does the client.
+  const changed = { ...signMessage(message("changed", `${key}-2`), keys.alice.signingKid, keys.alice.signingSeed), idempotencyKey: `${key}-3` };
+  assert.throws(() => verifyMessage(changed, keys.alice.signingPublic), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID");
+  await assert.rejects(alice.publish(changed), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID");
+  // So is a v the client refuses.
+  const v3 = signMessage(message("v3", `${key}-4`), keys.alice.signingKid, keys.alice.signingSeed);
+  v3.signature.v = 3;
+  await assert.rejects(alice.publish(v3), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID");
 
-    // First form (no v): still accepted and verified, even with the idempotency key changed after signing (what it leaves unsigned).
-    const unsigned = { ...message("first form", `${key}-5`), id: newMessageId(), time: new Date().toISOString() };
-    const first = { ...signFirstForm(unsigned, keys.alice.signingKid, keys.alice.signingSeed), idempotencyKey: `${key}-6` };
-    const d1 = await alice.publish(first);
-    assert.equal(d1.status, "accepted");
-    await until(() => got.length >= 2, 5000, "bob to receive the first-form message");
-    assert.ok(!("v" in got[1].signature), "a first-form signature is delivered without v");
-    assert.equal(JSON.parse(utf8Decode(verifyAndOpen(got[1], aliceKeys, keys.bob).payload)).text, "first form");
-    await sleep(100);
-    assert.equal(got.length, 2, "nothing refused was delivered");
-  } finally {
-    await Promise.all([alice.close(), bob.close()]);
-  }
+  // First form (no v): still accepted and verified, even with the idempotency key changed after signing (what it leaves unsigned).
+  const unsigned = { ...message("first form", `${key}-5`), id: newMessageId(), time: new Date().toISOString() };
+  const first = { ...signFirstForm(unsigned, keys.alice.signingKid, keys.alice.signingSeed), idempotencyKey: `${key}-6` };
+  const d1 = await alice.publish(first);
+  assert.equal(d1.status, "accepted");
+  await until(() => got.length >= 2, 5000, "bob to receive the first-form message");
+  assert.ok(!("v" in got[1].signature), "a first-form signature is delivered without v");
+  assert.equal(JSON.parse(utf8Decode(verifyAndOpen(got[1], aliceKeys, keys.bob).payload)).text, "first form");
+  await sleep(100);
+  assert.equal(got.length, 2, "nothing refused was delivered");
+  });
 });
 
 test("examples/send-sealed.mjs: bob opens what the script sent", async () => {
