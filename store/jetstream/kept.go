@@ -74,9 +74,15 @@ func (s *Store) keep(ctx context.Context, ms []store.Message, at time.Time) erro
 // kept returns the kept copy of message id that claimed idempotency key
 // key, or store.ErrNotFound.
 func (s *Store) kept(ctx context.Context, id, key string) (store.Message, error) {
-	m, err := s.keptAt(ctx, keptKey(id, key))
+	return s.keptFrom(ctx, id, key, false)
+}
+
+// keptFrom is kept; with leader, read from the idem bucket's leader,
+// never from a replica behind.
+func (s *Store) keptFrom(ctx context.Context, id, key string, leader bool) (store.Message, error) {
+	m, err := s.keptAt(ctx, keptKey(id, key), leader)
 	if errors.Is(err, store.ErrNotFound) {
-		m, err = s.keptAt(ctx, legacyKeptKey(id))
+		m, err = s.keptAt(ctx, legacyKeptKey(id), leader)
 	}
 	if err == nil && (m.ID != id || m.IdemKey != key) {
 		return store.Message{}, store.ErrNotFound // another message's copy
@@ -84,8 +90,19 @@ func (s *Store) kept(ctx context.Context, id, key string) (store.Message, error)
 	return m, err
 }
 
-// keptAt reads the kept copy under key at of the idem bucket.
-func (s *Store) keptAt(ctx context.Context, at string) (store.Message, error) {
+// keptAt reads the kept copy under key at of the idem bucket, from the
+// bucket's leader with leader.
+func (s *Store) keptAt(ctx context.Context, at string, leader bool) (store.Message, error) {
+	if leader {
+		m, err := leaderLast(ctx, s.nc, s.bucketName("idem"), at)
+		if err != nil {
+			return store.Message{}, s.fail(ctx, err)
+		}
+		if m == nil {
+			return store.Message{}, store.ErrNotFound
+		}
+		return s.decodeKeptValue(m.Data, m.Sequence)
+	}
 	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, at) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return store.Message{}, store.ErrNotFound
@@ -93,15 +110,21 @@ func (s *Store) keptAt(ctx context.Context, at string) (store.Message, error) {
 	if err != nil {
 		return store.Message{}, s.fail(ctx, err)
 	}
-	if v := e.Value(); len(v) > 0 && v[0] == keptVersion {
+	return s.decodeKeptValue(e.Value(), e.Revision())
+}
+
+// decodeKeptValue decodes the kept copy v, revision rev of the idem
+// bucket.
+func (s *Store) decodeKeptValue(v []byte, rev uint64) (store.Message, error) {
+	if len(v) > 0 && v[0] == keptVersion {
 		m, ok := decodeKept(v)
 		if !ok {
-			return store.Message{}, &store.CorruptError{File: s.bucketName("idem"), Offset: int64(e.Revision()), Reason: "kept message does not decode"}
+			return store.Message{}, &store.CorruptError{File: s.bucketName("idem"), Offset: int64(rev), Reason: "kept message does not decode"}
 		}
 		return m, nil
 	}
 	var k keptRecord
-	if err := json.Unmarshal(e.Value(), &k); err != nil {
+	if err := json.Unmarshal(v, &k); err != nil {
 		return store.Message{}, &store.CorruptError{File: s.bucketName("idem"), Reason: "kept message does not decode: " + err.Error()}
 	}
 	m := store.Message(k.keptMessage)

@@ -136,10 +136,15 @@ func (s *Store) List(ctx context.Context, bucket string) (map[string][]byte, err
 }
 
 // getValue reads one key; a missing or deleted one is store.ErrNotFound.
+// The read is a direct get, which a replica behind may answer: a key it
+// does not hold yet is read again from the stream's leader before it is
+// missing, as callers decide on it (the engine takes a public key whose
+// owner is missing, and refuses one whose owner it cannot read after its
+// create found one).
 func getValue(ctx context.Context, s *Store, kv jetstream.KeyValue, key string) ([]byte, error) {
 	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, store.ErrNotFound
+		return s.leaderGet(ctx, kv.Bucket(), key)
 	}
 	if err != nil {
 		return nil, s.fail(ctx, err)

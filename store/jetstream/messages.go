@@ -174,9 +174,20 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 }
 
 // trimmedSeq reports whether the stream st no longer holds sequence seq.
+// A direct get may be answered by a replica that does not hold seq yet
+// (the stream's ack named it, so it is stored): a "not found" is read
+// again from the stream's leader, which does not lag.
 func (s *Store) trimmedSeq(ctx context.Context, st jetstream.Stream, seq uint64) (bool, error) {
 	_, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) { return st.GetMsg(ctx, seq) })
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, s.fail(ctx, err)
+	}
+	js, err := s.nc.JetStream(nats.Context(ctx))
+	if err != nil {
+		return false, err
+	}
+	_, err = js.GetMsg(st.CachedInfo().Config.Name, seq, nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
 		return true, nil
 	}
 	return false, s.fail(ctx, err)
@@ -224,12 +235,17 @@ func (s *Store) claimID(ctx context.Context, m store.Message) error {
 
 // awaitIndexed returns nil once message id of subject, indexed at at, is
 // stored, and ErrNotFound once its append, which may still be under way,
-// cannot be.
+// cannot be. The reads while it waits may be answered by a replica
+// behind; the "not found" that frees the id is the stream leader's.
 func (s *Store) awaitIndexed(ctx context.Context, subject, id string, at time.Time) error {
 	deadline := at.Add(2 * s.opts.Timeout)
 	for {
 		_, err := s.find(ctx, subject, id)
-		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+		if errors.Is(err, store.ErrNotFound) && time.Now().After(deadline) {
+			_, err = s.leaderFind(ctx, subject, id)
+			return err
+		}
+		if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
 		select {
@@ -293,9 +309,13 @@ func claimTTL(exp, now time.Time, grace time.Duration) time.Duration {
 func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Message, dup bool, rev uint64, err error) {
 	key := token(m.IdemKey)
 	val, _ := json.Marshal(newClaim(m, time.Now()))
-	for {
-		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, key) })
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+	// The first read of the claim is a direct get, which a replica behind
+	// may answer; every later one (after a create or delete the leader
+	// refused, the claim not being as read, or after taking it back) is
+	// the leader's, so a replica behind cannot keep the loop going.
+	for leader := false; ; leader = true {
+		held, rev, err := s.readClaim(ctx, key, leader)
+		if err == nil && held == nil {
 			rev, err := s.idem.Create(ctx, key, val, jetstream.KeyTTL(claimTTL(m.IdemExpires, time.Now(), s.claimGrace)))
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue
@@ -306,7 +326,7 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 			return store.Message{}, false, 0, s.fail(ctx, err)
 		}
 		var c claim
-		if err := json.Unmarshal(e.Value(), &c); err != nil {
+		if err := json.Unmarshal(held, &c); err != nil {
 			return store.Message{}, false, 0, &store.CorruptError{File: s.bucketName("idem"), Reason: "claim does not decode: " + err.Error()}
 		}
 		if m.Time.Before(time.Unix(0, c.Expires)) {
@@ -321,33 +341,50 @@ func (s *Store) claimIdem(ctx context.Context, m store.Message) (orig store.Mess
 		}
 		// The claim has expired (or its message never came): take it
 		// back and claim the key afresh, with a TTL of its own.
-		err = s.idem.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+		err = s.idem.Delete(ctx, key, jetstream.LastRevision(rev))
 		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return store.Message{}, false, 0, s.fail(ctx, err)
 		}
 	}
 }
 
+// readClaim reads the claim of key (nil when there is none) and its
+// revision: with a direct get, or from the idem bucket's leader.
+func (s *Store) readClaim(ctx context.Context, key string, leader bool) ([]byte, uint64, error) {
+	if leader {
+		m, err := leaderLast(ctx, s.nc, s.bucketName("idem"), key)
+		if m == nil || err != nil {
+			return nil, 0, err
+		}
+		return m.Data, m.Sequence, nil
+	}
+	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.idem.Get(ctx, key) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return e.Value(), e.Revision(), nil
+}
+
 // awaitClaimed returns the message of claim c of idempotency key key,
 // waiting while its append may still be under way; ErrNotFound once it
 // cannot be. The message now stored under the claim's id answers only if
 // it holds key: a trimmed message's id is free again, and a message of
-// another key (or none) stored under it since is not the claim's.
+// another key (or none) stored under it since is not the claim's. The
+// reads while it waits may be answered by a replica behind; the "not
+// found" that frees the key is the leaders' (of the message's stream and
+// of the idem bucket, which holds the kept copies).
 func (s *Store) awaitClaimed(ctx context.Context, c claim, key string) (store.Message, error) {
 	deadline := time.Unix(0, c.At).Add(2 * s.opts.Timeout)
 	id, subject := c.message()
 	for first := true; ; first = false {
-		m, err := s.find(ctx, subject, id)
-		if err == nil && m.IdemKey != key {
-			m, err = store.Message{}, store.ErrNotFound
+		m, err := s.claimedMessage(ctx, id, subject, key, first, false)
+		if errors.Is(err, store.ErrNotFound) && time.Now().After(deadline) {
+			return s.claimedMessage(ctx, id, subject, key, true, true)
 		}
-		if errors.Is(err, store.ErrNotFound) && first {
-			// Trimmed while the key was live: its kept copy answers.
-			if k, kerr := s.kept(ctx, id, key); !errors.Is(kerr, store.ErrNotFound) {
-				return k, kerr
-			}
-		}
-		if !errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+		if !errors.Is(err, store.ErrNotFound) {
 			return m, err
 		}
 		select {
@@ -356,6 +393,26 @@ func (s *Store) awaitClaimed(ctx context.Context, c claim, key string) (store.Me
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// claimedMessage reads message id of subject if it holds idempotency key
+// key, then, withKept, its kept copy (a message trimmed while the key was
+// live); from the leaders with leader, never from a replica behind.
+func (s *Store) claimedMessage(ctx context.Context, id, subject, key string, withKept, leader bool) (store.Message, error) {
+	find := s.find
+	if leader {
+		find = s.leaderFind
+	}
+	m, err := find(ctx, subject, id)
+	if err == nil && m.IdemKey != key {
+		m, err = store.Message{}, store.ErrNotFound
+	}
+	if errors.Is(err, store.ErrNotFound) && withKept {
+		if k, kerr := s.keptFrom(ctx, id, key, leader); !errors.Is(kerr, store.ErrNotFound) {
+			return k, kerr
+		}
+	}
+	return m, err
 }
 
 // Read implements store.MessageLog.
@@ -395,13 +452,25 @@ func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
 		return store.Message{}, err
 	}
 	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.ids.Get(ctx, token(id)) })
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return store.Message{}, store.ErrNotFound
+	if err == nil {
+		m, err := s.find(ctx, string(e.Value()), id)
+		if !errors.Is(err, store.ErrNotFound) {
+			return m, err
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return store.Message{}, s.fail(ctx, err)
 	}
+	// Not found, by a replica that may be behind: the engine lets a reply
+	// take a client's id that Lookup does not find, so "not found" is the
+	// leaders' (of the ids bucket and of the message's stream).
+	held, err := leaderLast(ctx, s.nc, s.bucketName("ids"), token(id))
 	if err != nil {
 		return store.Message{}, s.fail(ctx, err)
 	}
-	return s.find(ctx, string(e.Value()), id)
+	if held == nil {
+		return store.Message{}, store.ErrNotFound
+	}
+	return s.leaderFind(ctx, string(held.Data), id)
 }
 
 // find reads message id of subject.
@@ -423,6 +492,23 @@ func (s *Store) find(ctx context.Context, subject, id string) (store.Message, er
 		return store.Message{}, s.fail(ctx, err)
 	}
 	return decodeMessage(subject, raw)
+}
+
+// leaderFind is find, read from the stream's leader (STREAM.MSG.GET, not
+// a direct get), so its "not found" is not a replica's that is behind.
+func (s *Store) leaderFind(ctx context.Context, subject, id string) (store.Message, error) {
+	js, err := s.nc.JetStream(nats.Context(ctx))
+	if err != nil {
+		return store.Message{}, err
+	}
+	raw, err := js.GetLastMsg(s.msgStream(subject), s.msgSubject(subject, id), nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) || errors.Is(err, nats.ErrStreamNotFound) {
+		return store.Message{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Message{}, s.fail(ctx, err)
+	}
+	return decodeMessage(subject, (*jetstream.RawStreamMsg)(raw))
 }
 
 // Bounds implements store.MessageLog.
@@ -511,6 +597,10 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			// None from seq on, by a replica that may be behind the
+			// stream's last sequence: purge only what was read (and
+			// kept, when its key is live), not the messages past it.
+			cut = seq
 			break
 		}
 		if err != nil {

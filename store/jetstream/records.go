@@ -197,11 +197,12 @@ func (s *Store) leaderGet(ctx context.Context, bucket, key string) ([]byte, erro
 }
 
 // leaderLast reads the entry of key in KV bucket from the stream's
-// leader; it is nil when the key is missing or deleted.
+// leader; it is nil when the key is missing or deleted (a delete or purge
+// marker, or the marker JetStream leaves when a key's TTL removes it).
 func leaderLast(ctx context.Context, nc *nats.Conn, bucket, key string) (*nats.RawStreamMsg, error) {
 	m, err := leaderLastOp(ctx, nc, bucket, key)
-	if m != nil && m.Header.Get("KV-Operation") != "" {
-		return nil, nil // a delete or purge marker
+	if m != nil && (m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "") {
+		return nil, nil
 	}
 	return m, err
 }
