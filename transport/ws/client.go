@@ -31,6 +31,8 @@ type dialOptions struct {
 	writeTimeout    time.Duration
 	logger          *slog.Logger
 	maxPending      int
+	pingInterval    time.Duration // 0: no keepalive
+	pingTimeout     time.Duration
 }
 
 // WithConnectOptions applies pigeon's connect options (pigeon.WithRegion,
@@ -73,6 +75,35 @@ const DefaultWriteTimeout = 30 * time.Second
 // the default.
 func WithWriteTimeout(d time.Duration) Option { return func(o *dialOptions) { o.writeTimeout = d } }
 
+// Defaults of the client's keepalive (WithPingInterval, WithPingTimeout),
+// as the TypeScript client's pingIntervalMs and pingTimeoutMs.
+const (
+	DefaultClientPingInterval = 15 * time.Second
+	DefaultClientPingTimeout  = 10 * time.Second
+)
+
+// WithPingInterval sets how long a connection may go without reading a
+// frame from the server before the client pings it (a WebSocket ping
+// control frame, which the server, as every WebSocket library, answers by
+// itself): default DefaultClientPingInterval; d <= 0 disables the
+// keepalive. A connection that reads frames more often than that never
+// pings. Without it, a connection the server dropped without a word (the
+// host vanished, a NAT forgot it: a half-open TCP connection) goes
+// unnoticed: subscriptions stop receiving and a call whose context has no
+// deadline waits for ever.
+func WithPingInterval(d time.Duration) Option {
+	return func(o *dialOptions) { o.pingInterval = max(d, 0) }
+}
+
+// WithPingTimeout sets how long the client waits for the answer to its
+// ping (WithPingInterval) before it ends the connection: its calls fail
+// with SESSION_CLOSED, Done is closed and Reconnect dials again, as after
+// any lost connection; the end is logged once (WithLogger). Default
+// DefaultClientPingTimeout; d <= 0 means the default.
+func WithPingTimeout(d time.Duration) Option {
+	return func(o *dialOptions) { o.pingTimeout = d }
+}
+
 // WithLogger receives the client's operational events. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(o *dialOptions) { o.logger = l } }
 
@@ -112,9 +143,12 @@ var _ pigeon.Session = (*Session)(nil)
 // A refusal is the same *pigeon.Error: UNAUTHENTICATED for an unknown
 // credential, NO_PERMITTED_SUBJECTS, SUBJECT_NOT_FOUND, …
 func Dial(ctx context.Context, url, credential string, subjects []string, opts ...Option) (*Session, error) {
-	o := dialOptions{maxFrame: 256 << 20, writeQueue: 256, settleTimeout: 30 * time.Second}
+	o := dialOptions{maxFrame: 256 << 20, writeQueue: 256, settleTimeout: 30 * time.Second, pingInterval: DefaultClientPingInterval}
 	for _, fn := range opts {
 		fn(&o)
+	}
+	if o.pingTimeout <= 0 {
+		o.pingTimeout = DefaultClientPingTimeout
 	}
 	if o.writeTimeout <= 0 {
 		o.writeTimeout = DefaultWriteTimeout

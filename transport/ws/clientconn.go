@@ -53,6 +53,10 @@ type clientConn struct {
 	// takes longer than the write timeout (a server that stopped reading
 	// would hold its writer, and every caller after it, for ever).
 	writing atomic.Uint64
+	// quiet is set by the keepalive and cleared by the reader when it
+	// reads a frame: still set a while later, the connection was idle
+	// (keepAlive). The reader only loads it, but once a keepalive tick.
+	quiet atomic.Bool
 
 	mu      sync.Mutex
 	pending map[string]*pendingCall
@@ -140,6 +144,10 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 	go cc.readLoop()
 	go cc.writeLoop()
 	go cc.watchWrites(s.o.writeTimeout)
+	if s.o.pingInterval > 0 {
+		cc.bg.Add(1)
+		go cc.keepAlive(s.o.pingInterval, s.o.pingTimeout)
+	}
 	return cc, nil
 }
 
@@ -177,6 +185,55 @@ func (cc *clientConn) watchWrites(d time.Duration) {
 	}
 }
 
+// keepAliveTicks is how many times per ping interval the keepalive looks
+// whether a frame was read: it pings between d and d+d/keepAliveTicks
+// after the last frame read.
+const keepAliveTicks = 4
+
+// keepAlive pings the server once no frame has been read for d, and ends
+// the connection when the pong does not come within timeout, until the
+// connection ends. A connection that reads frames never pings: the reader
+// pays one load of quiet per frame, and a store once a tick.
+func (cc *clientConn) keepAlive(d, timeout time.Duration) {
+	defer cc.bg.Done()
+	t := time.NewTicker(max(d/keepAliveTicks, time.Millisecond))
+	defer t.Stop()
+	cc.quiet.Store(true)
+	idle := 0 // ticks since quiet was set, all without a frame read
+	for {
+		select {
+		case <-cc.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !cc.quiet.Load() {
+			cc.quiet.Store(true)
+			idle = 0
+			continue
+		}
+		if idle++; idle < keepAliveTicks {
+			continue
+		}
+		idle = 0
+		ctx, cancel := context.WithTimeout(cc.ctx, timeout)
+		err := cc.ws.Ping(ctx)
+		unanswered := err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if err == nil {
+			continue
+		}
+		if !unanswered || cc.ctx.Err() != nil {
+			return // the connection ended meanwhile: the reader says why
+		}
+		cc.s.o.logger.Warn("pigeon ws: the server did not answer a ping; the connection is lost; closing", "timeout", timeout)
+		if cc.end(pigeon.NewError(pigeon.CodeSessionClosed, "the server did not answer a ping within %s: the connection is lost; call Reconnect", timeout)) {
+			cc.cancel()
+			_ = cc.ws.CloseNow()
+		}
+		return
+	}
+}
+
 // dialError turns a refused upgrade into the typed error its body carries.
 func dialError(resp *http.Response, err error) error {
 	if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -205,6 +262,9 @@ func (cc *clientConn) readLoop() {
 		if err != nil {
 			cc.fail(err)
 			return
+		}
+		if cc.quiet.Load() {
+			cc.quiet.Store(false) // once a keepalive tick at most
 		}
 		if typ == websocket.MessageText && !utf8.Valid(buf.frame) {
 			// RFC 6455 §8.1, as the server does: close with 1007.

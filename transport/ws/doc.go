@@ -40,6 +40,19 @@
 // lost, calls fail with SESSION_CLOSED (SHUTTING_DOWN after a 1001) until
 // Reconnect, which negotiates afresh and resumes the subscriptions.
 //
+// A connection that reads no frame for WithPingInterval (default 15 s; 0
+// disables) is pinged, and ends SESSION_CLOSED, logged once, when the pong
+// does not come within WithPingTimeout (default 10 s), as the TypeScript
+// client does: a server that vanished without closing the connection (a
+// half-open TCP connection, a NAT that forgot it) is noticed, its calls
+// fail rather than wait for ever, and Reconnect dials again. A connection
+// that reads frames never pings. The session renews its contract by itself
+// shortly before it expires (see Session.Renew); renewals of one contract
+// are at least a second apart (a quarter of the lifetime asked with
+// pigeon.WithContractTTL, when shorter), so that a server granting
+// renewals a few milliseconds long cannot make the client renew in a
+// tight loop: such a contract ends at its expiry.
+//
 // # Publishing fast
 //
 // PublishAsync queues a message and returns a PendingPublish at once;

@@ -20,7 +20,14 @@ import (
 // life, half of it), unless dialed with pigeon.WithoutAutoRenew (through
 // WithConnectOptions); a renewal that fails
 // is tried again until the contract expires, and the failures are logged
-// (WithLogger).
+// (WithLogger). Renewals of one contract that succeed are at least 1 s
+// apart (or a quarter of the lifetime the session asks for
+// with pigeon.WithContractTTL when that is shorter): a server that grants
+// renewals a few milliseconds long cannot make the session renew every
+// few milliseconds. A contract that would expire before the next renewal
+// the floor allows is renewed no more, as one the credential keeps from
+// going further: it ends at its expiry unless Reconnect or Negotiate
+// replaces it (logged once).
 func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
 	cc, err := s.conn()
 	if err != nil {
@@ -50,15 +57,32 @@ func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
 // contract (Reconnect, Negotiate).
 func (s *Session) renewLoop() {
 	var (
-		last  time.Time     // an expiry a renewal could not move (the credential's end): waited out
-		retry time.Duration // after a failure: when to try again
-		timer = time.NewTimer(time.Hour)
+		last    time.Time     // an expiry a renewal could not move (the credential's end): waited out
+		retry   time.Duration // after a failure: when to try again
+		renewed time.Time     // when the last renewal that succeeded was asked for…
+		of      string        // …and of which contract
+		floor   = s.renewFloor()
+		timer   = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
 	for {
-		exp := s.Contract().ExpiresAt()
+		k := s.Contract()
+		exp := k.ExpiresAt()
 		left := time.Until(exp)
 		wait := pigeon.RenewDelay(left, retry)
+		if retry == 0 && left > 0 && !exp.Equal(last) && k.ID() == of {
+			// Renewals that succeed are floor apart at least; one the
+			// floor puts at or past the expiry does not come.
+			if next := time.Until(renewed.Add(floor)); next > wait {
+				if next >= left {
+					last = exp
+					s.o.logger.Warn("pigeon: the server renews the contract for too short a time to renew it again before it expires; it ends at its expiry unless Reconnect or Negotiate replaces it",
+						"contract", k.ID(), "expires", exp, "floor", floor)
+				} else {
+					wait = next
+				}
+			}
+		}
 		if left <= 0 || exp.Equal(last) {
 			wait = max(left, time.Second) // expired, renewed as far as it goes or refused for good: wait for a new contract
 		}
@@ -72,9 +96,13 @@ func (s *Session) renewLoop() {
 		if !s.Contract().ExpiresAt().Equal(exp) || time.Until(exp) <= 0 || exp.Equal(last) {
 			continue // renewed or replaced meanwhile, or nothing to do
 		}
+		asked := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		k, err := s.Renew(ctx)
 		cancel()
+		if err == nil {
+			renewed, of = asked, k.ID()
+		}
 		switch {
 		case pigeon.RenewalFinal(err):
 			last = exp
@@ -87,4 +115,22 @@ func (s *Session) renewLoop() {
 			s.o.logger.Info("pigeon: the contract cannot be renewed past the connection's credential; Reconnect with a fresh one", "contract", k.ID(), "expires", exp)
 		}
 	}
+}
+
+// maxRenewFloor is the least time between two renewals of one contract
+// that succeed, for a session that does not ask for a lifetime shorter
+// than four times it.
+const maxRenewFloor = time.Second
+
+// renewFloor is the least time between two renewals of one contract that
+// succeed: maxRenewFloor, or a quarter of the lifetime the session asks
+// for when that is shorter, so that a session that asks for short
+// contracts still renews each (at half its life) before it expires. The
+// session's own request sets it, never the server's answers: a server
+// that grants ever shorter renewals cannot drive the session faster.
+func (s *Session) renewFloor() time.Duration {
+	if ttl := s.o.connect.ContractTTL; ttl > 0 {
+		return min(maxRenewFloor, ttl/4)
+	}
+	return maxRenewFloor
 }
