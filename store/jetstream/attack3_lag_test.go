@@ -105,12 +105,7 @@ func TestLaggingReplicaTakesNoKeyOver(t *testing.T) {
 	_, err = s.find(ctx, "orders", "X")
 	require.ErrorIs(t, err, store.ErrNotFound, "the direct get is answered by the replica behind")
 
-	time.Sleep(3 * timeout) // the claim is past waiting for
-	retry := first
-	retry.ID, retry.Body = "X2", []byte("retry")
-	got, dup, err := s.Append(ctx, retry)
-	require.NoError(t, err)
-	require.True(t, dup, "the retry took the key over: it was stored again")
+	got := retryPastTheClaim(t, s, first, timeout)
 	require.Equal(t, stored.ID, got.ID)
 	require.Equal(t, stored.Seq, got.Seq)
 
@@ -187,12 +182,7 @@ func TestLaggingReplicaTakesNoKeyOverItsKeptCopy(t *testing.T) {
 	_, err = s.kept(ctx, "X", "A")
 	require.ErrorIs(t, err, store.ErrNotFound, "the direct get is answered by the replica behind")
 
-	time.Sleep(3 * timeout) // the claim is past waiting for
-	retry := first
-	retry.ID, retry.Body = "X2", []byte("retry")
-	got, dup, err := s.Append(ctx, retry)
-	require.NoError(t, err)
-	require.True(t, dup, "the retry took the key over: it was stored again")
+	got := retryPastTheClaim(t, s, first, timeout)
 	require.Equal(t, "X", got.ID)
 	require.Equal(t, "first", string(got.Body))
 	require.Zero(t, storedCount(t, s, "orders"))
@@ -243,4 +233,18 @@ func TestLaggingReplicaGetFindsTheKey(t *testing.T) {
 	require.ErrorIs(t, s.Create(ctx, "keys.owners", "k1", []byte(`{"account":"bob"}`)), store.ErrExists)
 	_, err = s.Get(ctx, "keys.owners", "k2")
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// retryPastTheClaim waits until the claim of first's key is past waiting
+// for (twice the store timeout), then appends a retry of first under
+// another id: it must be answered as a duplicate, not stored again.
+func retryPastTheClaim(t *testing.T, s *Store, first store.Message, timeout time.Duration) store.Message {
+	t.Helper()
+	time.Sleep(3 * timeout)
+	retry := first
+	retry.ID, retry.Body = "X2", []byte("retry")
+	got, dup, err := s.Append(t.Context(), retry)
+	require.NoError(t, err)
+	require.True(t, dup, "the retry took the key over: it was stored again")
+	return got
 }
