@@ -215,12 +215,9 @@ func TestClientPingEndsSilentConnection(t *testing.T) {
 			}
 		})
 		logs := &logCount{}
-		s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"},
-			ws.WithPingInterval(interval), ws.WithPingTimeout(timeout), ws.WithLogger(slog.New(logs)))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		s := dialChat(t, url, ws.WithPingInterval(interval), ws.WithPingTimeout(timeout), ws.WithLogger(slog.New(logs)))
 		start := time.Now()
-		err = callResult(t, func() error {
+		err := callResult(t, func() error {
 			_, err := s.Receive(context.Background(), "chat.messages", 1)
 			return err
 		})
@@ -241,11 +238,8 @@ func TestClientPingEndsSilentConnection(t *testing.T) {
 			return nil
 		})
 		proxy, url := newTCPProxy(t, cs.url)
-		s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"},
-			ws.WithPingInterval(interval), ws.WithPingTimeout(timeout))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		_, err = s.Receive(context.Background(), "chat.messages", 1)
+		s := dialChat(t, url, ws.WithPingInterval(interval), ws.WithPingTimeout(timeout))
+		_, err := s.Receive(context.Background(), "chat.messages", 1)
 		require.NoError(t, err, "answered while the network carries bytes")
 
 		proxy.freeze()
@@ -276,10 +270,7 @@ func TestClientPingKeepsAnsweredConnection(t *testing.T) {
 	proxy, url := newTCPProxy(t, cs.url)
 	// A generous timeout: an answer late by seconds on a loaded machine
 	// must not end the connection.
-	s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"},
-		ws.WithPingInterval(20*time.Millisecond), ws.WithPingTimeout(5*time.Second))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	s := dialChat(t, url, ws.WithPingInterval(20*time.Millisecond), ws.WithPingTimeout(5*time.Second))
 	proxy.sent()
 	eventually(t, func() bool { return proxy.up.Load() > 0 }, "the idle client pings")
 	time.Sleep(300 * time.Millisecond) // many intervals, idle
@@ -289,7 +280,7 @@ func TestClientPingKeepsAnsweredConnection(t *testing.T) {
 		t.Fatal("the connection ended")
 	default:
 	}
-	_, err = s.Receive(context.Background(), "chat.messages", 1)
+	_, err := s.Receive(context.Background(), "chat.messages", 1)
 	require.NoError(t, err)
 }
 
@@ -405,9 +396,7 @@ func TestRenewalFloor(t *testing.T) {
 	t.Run("tiny extensions", func(t *testing.T) {
 		url, renews := renewServer(t, 200*time.Millisecond, func(prev time.Time) time.Time { return prev.Add(5 * time.Millisecond) })
 		logs := &logCount{}
-		s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"}, ws.WithLogger(slog.New(logs)))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		dialChat(t, url, ws.WithLogger(slog.New(logs)))
 		time.Sleep(window)
 		n := renews.Load()
 		t.Logf("%d renewals in %s", n, window)
@@ -419,9 +408,7 @@ func TestRenewalFloor(t *testing.T) {
 		// Each renewal is granted 400 ms from now, without the client
 		// asking for it: renewed once, in time, then left to expire.
 		url, renews := renewServer(t, 400*time.Millisecond, func(time.Time) time.Time { return time.Now().Add(400 * time.Millisecond) })
-		s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		s := dialChat(t, url)
 		first := s.Contract().ExpiresAt()
 		eventually(t, func() bool { return renews.Load() > 0 }, "renewed")
 		require.True(t, s.Contract().ExpiresAt().After(first), "renewed before it expired")
@@ -433,9 +420,7 @@ func TestRenewalFloor(t *testing.T) {
 		// server that grants it keeps it renewed every 200 ms or so.
 		const ttl = 400 * time.Millisecond
 		url, renews := renewServer(t, ttl, func(time.Time) time.Time { return time.Now().Add(ttl) })
-		s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"}, ws.WithConnectOptions(pigeon.WithContractTTL(ttl)))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		dialChat(t, url, ws.WithConnectOptions(pigeon.WithContractTTL(ttl)))
 		time.Sleep(window)
 		n := renews.Load()
 		t.Logf("%d renewals in %s", n, window)

@@ -37,7 +37,14 @@ type connServer struct {
 // with the test.
 func (cs *connServer) dial(t *testing.T, opts ...ws.Option) *ws.Session {
 	t.Helper()
-	s, err := ws.Dial(context.Background(), cs.url, "token", []string{"chat.messages"}, opts...)
+	return dialChat(t, cs.url, opts...)
+}
+
+// dialChat connects a session on chat.messages to url and closes it with
+// the test.
+func dialChat(t *testing.T, url string, opts ...ws.Option) *ws.Session {
+	t.Helper()
+	s, err := ws.Dial(context.Background(), url, "token", []string{"chat.messages"}, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
 	return s
