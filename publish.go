@@ -190,6 +190,15 @@ func (l *idLocks) of(id string) *sync.Mutex { return &l[maphash.String(idSeed, i
 
 var idSeed = maphash.MakeSeed()
 
+// lookupHint looks id up through the store's LookupHint where it has one
+// (store.HintLookup), through Lookup otherwise.
+func (e *Engine) lookupHint(ctx context.Context, id string) (store.Message, error) {
+	if h, ok := e.store.(store.HintLookup); ok {
+		return h.LookupHint(ctx, id)
+	}
+	return e.store.Lookup(ctx, id)
+}
+
 // acceptClientID accepts a message whose id the publisher chose: an id the
 // broker holds already is refused with MESSAGE_ID_TAKEN, unless the held
 // message is this publisher's own under the same subject and idempotency
@@ -200,7 +209,9 @@ func (e *Engine) acceptClientID(ctx context.Context, a *Admission) (*Result, err
 	mu := e.idLocks.of(m.ID)
 	mu.Lock()
 	defer mu.Unlock()
-	held, err := e.store.Lookup(ctx, m.ID)
+	// A clustered store may answer from a replica behind: the append
+	// claims the id with authority, and a taken id is looked up again.
+	held, err := e.lookupHint(ctx, m.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		res, aerr := e.accept(ctx, a)
 		if aerr != errIDTaken {

@@ -105,6 +105,17 @@ type MessageLog interface {
 	Bounds(ctx context.Context, subject string) (first, last uint64, err error)
 }
 
+// HintLookup is the optional ability to look a message up faster than
+// Lookup where a stale answer costs nothing. A clustered store, whose
+// replicas may be behind, confirms Lookup's ErrNotFound with a read that
+// cannot be stale; LookupHint is Lookup without that confirmation, and may
+// answer ErrNotFound for a message a replica has not got yet. The broker
+// uses it only where a later step decides with authority (an append's
+// claim of the id) and uses Lookup everywhere else.
+type HintLookup interface {
+	LookupHint(ctx context.Context, id string) (Message, error)
+}
+
 // Trimmer is the optional ability to drop old messages (retention).
 type Trimmer interface {
 	// TrimBefore removes messages of subject accepted before t, from the

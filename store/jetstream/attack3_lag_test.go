@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"pigeon"
 	"pigeon/store"
 )
 
@@ -247,4 +248,43 @@ func retryPastTheClaim(t *testing.T, s *Store, first store.Message, timeout time
 	require.NoError(t, err)
 	require.True(t, dup, "the retry took the key over: it was stored again")
 	return got
+}
+
+// TestLaggingReplicaPublishUnderATakenID: the broker looks a client's id
+// up through LookupHint, which a replica behind answers "not found" for a
+// message it holds; the append's claim of the id decides with authority,
+// so the publish is still refused MESSAGE_ID_TAKEN and nothing is stored
+// twice. Lookup, which replies rely on, confirms at the leaders.
+func TestLaggingReplicaPublishUnderATakenID(t *testing.T) {
+	srv := runServer(t)
+	ctx := t.Context()
+	const timeout = 100 * time.Millisecond
+	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Memory: true, Timeout: timeout})
+	require.NoError(t, err)
+	o := clusterOptions()
+	o.Store = s
+	e, err := pigeon.New(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+	sess, err := e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	require.NoError(t, err)
+
+	first := chatMsg("lobby", "first")
+	first.ID = "msg_lag_1"
+	_, err = sess.Publish(ctx, first)
+	require.NoError(t, err)
+	lagDirect(t, s, "KV_"+s.bucketName("ids"))
+	lagDirect(t, s, s.msgStream("chat.messages"))
+	_, err = s.LookupHint(ctx, "msg_lag_1")
+	require.ErrorIs(t, err, store.ErrNotFound, "the hint is the replica's")
+	held, err := s.Lookup(ctx, "msg_lag_1")
+	require.NoError(t, err, "Lookup is the leaders'")
+	require.Equal(t, "msg_lag_1", held.ID)
+
+	time.Sleep(3 * timeout) // the id's index entry is past waiting for
+	second := chatMsg("lobby", "second")
+	second.ID = "msg_lag_1"
+	_, err = sess.Publish(ctx, second)
+	require.Equal(t, pigeon.CodeMessageIDTaken, pigeon.ErrorCode(err), "%v", err)
+	require.Equal(t, uint64(1), storedCount(t, s, "chat.messages"), "one message stored under the id")
 }

@@ -448,6 +448,20 @@ func (s *Store) Read(ctx context.Context, subject string, from uint64, limit int
 
 // Lookup implements store.MessageLog.
 func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
+	return s.lookup(ctx, id, true)
+}
+
+// LookupHint is Lookup without the leaders' confirmation of a not-found
+// (store.HintLookup): a replica behind may answer ErrNotFound for a
+// message it has not got yet. The broker asks it before a publish under a
+// client's id, whose append claims the id at the leader anyway.
+func (s *Store) LookupHint(ctx context.Context, id string) (store.Message, error) {
+	return s.lookup(ctx, id, false)
+}
+
+// lookup reads message id; confirm reads a not-found again from the
+// leaders.
+func (s *Store) lookup(ctx context.Context, id string, confirm bool) (store.Message, error) {
 	if err := s.begin(ctx); err != nil {
 		return store.Message{}, err
 	}
@@ -459,6 +473,9 @@ func (s *Store) Lookup(ctx context.Context, id string) (store.Message, error) {
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return store.Message{}, s.fail(ctx, err)
+	}
+	if !confirm {
+		return store.Message{}, store.ErrNotFound
 	}
 	// Not found, by a replica that may be behind: the engine lets a reply
 	// take a client's id that Lookup does not find, so "not found" is the
