@@ -46,7 +46,10 @@
 // client does: a server that vanished without closing the connection (a
 // half-open TCP connection, a NAT that forgot it) is noticed, its calls
 // fail rather than wait for ever, and Reconnect dials again. A connection
-// that reads frames never pings. The session renews its contract by itself
+// that reads frames never pings. A write that makes no progress for
+// WithWriteTimeout (default 30 s: the server stopped reading) ends the
+// connection the same way, so no caller waits behind it for ever. The
+// session renews its contract by itself
 // shortly before it expires (see Session.Renew); renewals of one contract
 // are at least a second apart (a quarter of the lifetime asked with
 // pigeon.WithContractTTL, when shorter), so that a server granting
