@@ -44,6 +44,24 @@ async function onSession(srv, opts, body) {
   }
 }
 
+/** Session options that reconnect at once and stay quiet. */
+const RESUMING = { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} };
+
+/**
+ * A raw endpoint that records each subscribe's start (starts), subscribes
+ * from 10 as sub_<connection>, and sends first on the first connection's.
+ */
+async function resumingServer(first) {
+  const starts = [];
+  const srv = await rawServer((ws, f, n) => {
+    if (f.op !== "subscribe") return ok(ws, f);
+    starts.push(f.start);
+    ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: `sub_${n}`, from: 10 }));
+    if (n === 1) for (const frame of first) ws.send(frame);
+  });
+  return { starts, srv };
+}
+
 const msg = (i, over = {}) => ({ id: `msg_${i}`, subject: "x", sequence: i, data: {}, ...over });
 const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
 
@@ -93,25 +111,16 @@ test("a deeply nested delivery is reported, not thrown out of the reader", async
 });
 
 test("sequences out of range never go back on the wire, nor hide an unhandled one from the resume", async () => {
-  const starts = [];
-  const srv = await rawServer((ws, f, n) => {
-    if (f.op === "subscribe") {
-      starts.push(f.start);
-      ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: `sub_${n}`, from: 10 }));
-      if (n === 1) {
-        // 1e400 parses as Infinity, 18446744073709551616 is 2^64.
-        ws.send(
-          `{"op":"deliver_batch","sub":"sub_1","deliveries":[` +
-            `{"attempt":1,"message":{"id":"m11","subject":"x","sequence":11,"data":{}}},` +
-            `{"attempt":1,"message":{"id":"mneg","subject":"x","sequence":-1,"data":{}}},` +
-            `{"attempt":1,"message":{"id":"mfrac","subject":"x","sequence":1.5,"data":{}}},` +
-            `{"attempt":1,"message":{"id":"minf","subject":"x","sequence":1e400,"data":{}}},` +
-            `{"attempt":1,"message":{"id":"mbig","subject":"x","sequence":18446744073709551616,"data":{}}}]}`,
-        );
-      }
-    } else ok(ws, f);
-  });
-  await onSession(srv, { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} }, async (s) => {
+  // 1e400 parses as Infinity, 18446744073709551616 is 2^64.
+  const { starts, srv } = await resumingServer([
+    `{"op":"deliver_batch","sub":"sub_1","deliveries":[` +
+      `{"attempt":1,"message":{"id":"m11","subject":"x","sequence":11,"data":{}}},` +
+      `{"attempt":1,"message":{"id":"mneg","subject":"x","sequence":-1,"data":{}}},` +
+      `{"attempt":1,"message":{"id":"mfrac","subject":"x","sequence":1.5,"data":{}}},` +
+      `{"attempt":1,"message":{"id":"minf","subject":"x","sequence":1e400,"data":{}}},` +
+      `{"attempt":1,"message":{"id":"mbig","subject":"x","sequence":18446744073709551616,"data":{}}}]}`,
+  ]);
+  await onSession(srv, RESUMING, async (s) => {
     const seen = [];
     await s.subscribe("x", async (m) => {
       seen.push(m.id);
@@ -127,18 +136,11 @@ test("sequences out of range never go back on the wire, nor hide an unhandled on
 });
 
 test("an at-most-once subscription resumes at a real sequence after a delivery numbered 1e400", async () => {
-  const starts = [];
-  const srv = await rawServer((ws, f, n) => {
-    if (f.op === "subscribe") {
-      starts.push(f.start);
-      ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: `sub_${n}`, from: 10 }));
-      if (n === 1) {
-        ws.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"m12","subject":"x","sequence":12,"data":{}}}`);
-        ws.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"minf","subject":"x","sequence":1e400,"data":{}}}`);
-      }
-    } else ok(ws, f);
-  });
-  await onSession(srv, { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} }, async (s) => {
+  const { starts, srv } = await resumingServer([
+    `{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"m12","subject":"x","sequence":12,"data":{}}}`,
+    `{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"minf","subject":"x","sequence":1e400,"data":{}}}`,
+  ]);
+  await onSession(srv, RESUMING, async (s) => {
     const seen = [];
     await s.subscribe("x", async (m) => void seen.push(m.id), { ack: "none" });
     await until(() => seen.length === 2, 2000, "the deliveries");
