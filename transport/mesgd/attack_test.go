@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,35 +196,15 @@ func TestShutdownWaitsForTheRevocation(t *testing.T) {
 	<-rctx.Done()
 }
 
-// tcp is conn's TCP connection, whose kernel buffers the tests shrink
-// (to the least the kernel allows) so that a peer that does not read
-// blocks the writer after a few kilobytes.
-func tcp(t *testing.T, conn net.Conn) *net.TCPConn {
-	t.Helper()
-	tc, ok := conn.(*net.TCPConn)
-	require.True(t, ok)
-	return tc
-}
-
-type smallBufferListener struct {
-	net.Listener
-	t *testing.T
-}
-
-func (l smallBufferListener) Accept() (net.Conn, error) {
-	conn, err := l.Listener.Accept()
-	if err == nil {
-		require.NoError(l.t, tcp(l.t, conn).SetWriteBuffer(1))
-	}
-	return conn, err
-}
-
 // TestRevocationDropsADeliveryWaitingItsTurn: a delivery judged before a
 // revocation but still waiting its turn to be written (behind an error
-// frame the client has not read) is dropped, as on /v1/ws: nothing is
-// written to the connection after its contract ended but what was being
-// written then. Before, it was written once the client read on, after
-// the revocation, ahead of the 1008 close.
+// frame whose write the client holds up by not reading) is dropped, as on
+// /v1/ws: nothing is written to the connection after its contract ended
+// but what was being written then. Before, it was written once the client
+// read on, after the revocation, ahead of the 1008 close. The write is
+// held up by the server's connection itself (stallConn), not by socket
+// buffers the client leaves full, so the order is the same on any
+// machine, whatever its load.
 func TestRevocationDropsADeliveryWaitingItsTurn(t *testing.T) {
 	ctx := context.Background()
 	e, err := pigeon.New(ctx, &pigeon.Options{
@@ -236,35 +216,27 @@ func TestRevocationDropsADeliveryWaitingItsTurn(t *testing.T) {
 	})
 	require.NoError(t, err)
 	srv := mesgd.New(e, mesgd.Options{Subject: "chat", PingInterval: -1})
+	waiting := make(chan struct{}, 16) // a delivery waits for its turn
+	mesgd.SetWaiting(srv, func() { waiting <- struct{}{} })
+	st := newStall()
+	defer st.letGo() // a failed test lets the write go too
 	hs := httptest.NewUnstartedServer(srv)
-	hs.Listener = smallBufferListener{Listener: hs.Listener, t: t}
+	hs.Listener = stallListener{Listener: hs.Listener, st: st}
 	hs.Start()
 	stopAtEnd(t, srv, hs, e)
-	dialer := &net.Dialer{}
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialer.DialContext(ctx, network, addr)
-		if err == nil {
-			require.NoError(t, tcp(t, conn).SetReadBuffer(1))
-		}
-		return conn, err
-	}}}
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/mesgd/room=lobby", &websocket.DialOptions{
-		HTTPClient: client, Subprotocols: []string{mesgd.Subprotocol}, HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
-	require.NoError(t, err)
+
+	c := dialMesgd(t, hs.URL, "/mesgd/room=lobby", "alice-token", true)
 	defer c.CloseNow()
 	send(t, c, `{"room":"lobby","ready":true}`)
 	require.Equal(t, true, readFrame(t, c)["ready"])
+	wait(t, waiting, "the ready frame's echo never waited for its turn")
 	live, _, err := e.LiveContracts(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, live, 1)
 
-	// Frames that are not JSON, each answered by an error frame the
-	// client does not read: 30 kB of them fill the socket, and an error
-	// frame's write blocks.
-	for range 400 {
-		send(t, c, "x")
-	}
-	time.Sleep(time.Second) // an error frame's write is blocked now (a second: a loaded machine reads slowly)
+	st.on.Store(true)
+	send(t, c, "x") // not JSON: its error frame takes the turn, and its write blocks
+	wait(t, st.blocked, "the error frame was never written")
 
 	bob, err := e.Connect(ctx, "bob-token", []string{"chat"})
 	require.NoError(t, err)
@@ -272,17 +244,74 @@ func TestRevocationDropsADeliveryWaitingItsTurn(t *testing.T) {
 	_, err = bob.Publish(ctx, &pigeon.Message{Type: "chat.message", Subject: "chat", Intent: "chat", Classification: "internal",
 		Data: json.RawMessage(`{"room":"lobby","late":true}`)})
 	require.NoError(t, err)
-	time.Sleep(time.Second) // judged, it waits behind the error frame
+	wait(t, waiting, "the delivery never came to wait for its turn")
 	require.NoError(t, e.RevokeContract(ctx, &pigeon.Principal{ID: "alice"}, live[0].ID))
+	st.letGo()
 
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	var frames []string
 	for {
 		_, b, err := c.Read(rctx)
 		if err != nil {
 			requireCloseError(t, err, websocket.StatusPolicyViolation, pigeon.CodeContractRevoked)
-			return
+			break
 		}
-		require.NotContains(t, string(b), "late", "a delivery was written after the revocation")
+		frames = append(frames, string(b))
+	}
+	require.Len(t, frames, 1, "the error frame, and nothing after the revocation: %q", frames)
+	require.Contains(t, frames[0], string(pigeon.CodeBadRequest))
+}
+
+// stall holds up the writes of the server's connections once on, as a
+// client that stopped reading would once the socket buffers are full:
+// the first blocked write closes blocked, and every write waits for
+// letGo.
+type stall struct {
+	on      atomic.Bool
+	blocked chan struct{}
+	release chan struct{}
+	first   sync.Once
+	once    sync.Once
+}
+
+func newStall() *stall {
+	return &stall{blocked: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *stall) letGo() { s.once.Do(func() { close(s.release) }) }
+
+type stallListener struct {
+	net.Listener
+	st *stall
+}
+
+func (l stallListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return stallConn{Conn: conn, st: l.st}, nil
+}
+
+type stallConn struct {
+	net.Conn
+	st *stall
+}
+
+func (c stallConn) Write(b []byte) (int, error) {
+	if c.st.on.Load() {
+		c.st.first.Do(func() { close(c.st.blocked) })
+		<-c.st.release
+	}
+	return c.Conn.Write(b)
+}
+
+func wait[T any](t *testing.T, ch <-chan T, msg string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
 	}
 }

@@ -11,3 +11,7 @@ func SetClock(s *Server, now func() time.Time, poll time.Duration, armed func(un
 
 // EscapedPath is escapedPath, for its tests.
 var EscapedPath = escapedPath
+
+// SetWaiting makes s call waiting as each delivery starts to wait for
+// its turn to write.
+func SetWaiting(s *Server, waiting func()) { s.waiting = waiting }

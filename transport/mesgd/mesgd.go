@@ -111,6 +111,9 @@ type Server struct {
 	now   func() time.Time
 	poll  time.Duration
 	armed func(until time.Time)
+	// waiting, when set, is called as a delivery starts to wait for its
+	// turn to write; tests set it.
+	waiting func()
 }
 
 // New returns the mesgd endpoint of e for opts.Subject.
@@ -491,6 +494,9 @@ func (s *Server) end(c *websocket.Conn, err error) {
 // connection's), unless ctx (the delivery's) ends first; cut reports a
 // write that failed.
 func (s *Server) deliver(ctx, cctx context.Context, c *websocket.Conn, turn chan struct{}, data []byte) (cut bool, err error) {
+	if s.waiting != nil {
+		s.waiting()
+	}
 	select {
 	case turn <- struct{}{}:
 	case <-ctx.Done():
