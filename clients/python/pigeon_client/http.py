@@ -14,7 +14,9 @@ closes mid-request raises :class:`~pigeon_client.errors.TransportError`.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -22,7 +24,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Iterable
 
-from .errors import InvalidError, PigeonError, ProtocolError, TransportError, error_from
+from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from
 from .subscription import _delay_ms
 from .ws import Contract, Decision, _check_header_value, _check_ttl
 
@@ -44,9 +46,11 @@ class _RedirectHandler(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(newurl) != _origin(req.full_url):
-            for h in _CREDENTIAL_HEADERS:
-                new.remove_header(h)
+        if new is not None:
+            new._deadline = getattr(req, "_deadline", None)  # the call's, across its redirects
+            if _origin(newurl) != _origin(req.full_url):
+                for h in _CREDENTIAL_HEADERS:
+                    new.remove_header(h)
         return new
 
 
@@ -70,6 +74,10 @@ def _read_bounded(resp: Any, limit: int) -> bytes:
     raw = resp.read(limit + 1)
     if len(raw) > limit:
         raise _TooLarge()
+    if n is not None and len(raw) < n:
+        # The connection ended inside the body: a transport failure, not
+        # a body that is not JSON.
+        raise http.client.IncompleteRead(raw, n - len(raw))
     return raw
 
 
@@ -77,7 +85,123 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectHandler())
+class _Deadline:
+    """The end of one call: once it passes, the sockets the call opened
+    (its redirects' too) are shut down, so that a server that answers a
+    byte at a time, each within the socket timeout, cannot hold the call
+    past it. One watchdog thread serves every call's deadline."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.expired = False
+        self._socks: list[socket.socket] = []
+        _watchdog.add(self)
+
+    def expire(self) -> None:
+        with _watchdog.lock:
+            self.expired = True
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            _shut(sock)
+
+    def watch(self, sock: socket.socket) -> None:
+        with _watchdog.lock:
+            expired = self.expired
+            if not expired:
+                self._socks.append(sock)
+        if expired:
+            _shut(sock)
+
+    def cancel(self) -> None:
+        _watchdog.remove(self)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _Watchdog:
+    """Expires deadlines as they pass, on one daemon thread started with
+    the first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)
+        self._pending: dict[int, _Deadline] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, d: _Deadline) -> None:
+        with self.lock:
+            self._pending[id(d)] = d
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pigeon-http-deadlines", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def remove(self, d: _Deadline) -> None:
+        with self.lock:
+            self._pending.pop(id(d), None)
+
+    def pending(self) -> int:
+        with self.lock:
+            return len(self._pending)
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                now = time.monotonic()
+                due = [d for d in self._pending.values() if d.at <= now]
+                for d in due:
+                    del self._pending[id(d)]
+                if not due:
+                    nxt = min((d.at for d in self._pending.values()), default=None)
+                    self._wake.wait(None if nxt is None else nxt - now)
+                    continue
+            for d in due:
+                d.expire()
+
+
+_watchdog = _Watchdog()
+
+
+def _watched(cls: type[http.client.HTTPConnection], deadline: _Deadline | None) -> Any:
+    """A connection class that puts its sockets under deadline."""
+    if deadline is None:
+        return cls
+
+    def make(host: str, **kw: Any) -> http.client.HTTPConnection:
+        conn = cls(host, **kw)
+        connect = conn.connect
+
+        def watched_connect() -> None:
+            if deadline.expired:
+                raise socket.timeout("the call's timeout passed")
+            connect()
+            if conn.sock is not None:
+                deadline.watch(conn.sock)
+
+        conn.connect = watched_connect  # type: ignore[method-assign]
+        return conn
+
+    return make
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):  # type: ignore[no-untyped-def]
+        return self.do_open(_watched(http.client.HTTPConnection, getattr(req, "_deadline", None)), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):  # type: ignore[no-untyped-def]
+        return self.do_open(_watched(http.client.HTTPSConnection, getattr(req, "_deadline", None)), req,
+                            context=self._context)
+
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}), _RedirectHandler(), _HTTPHandler(),
+                                        _HTTPSHandler())
 
 
 def _q(segment: str) -> str:
@@ -141,8 +265,24 @@ class HttpClient:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         limit = self.max_response_bytes
+        seconds = timeout or self.timeout
+        deadline = _Deadline(seconds) if seconds else None  # None: no bound, as urllib's
+        req._deadline = deadline  # type: ignore[attr-defined]
         try:
-            with _NO_PROXY.open(req, timeout=timeout or self.timeout) as resp:
+            return self._send(req, method, path, seconds, limit)
+        except TransportError:
+            if deadline is not None and deadline.expired:
+                raise RequestTimeoutError("REQUEST_TIMEOUT", f"{method} {path}: no whole answer within "
+                                          f"{seconds:g} s (timeout)", status=504) from None
+            raise
+        finally:
+            if deadline is not None:
+                deadline.cancel()
+
+    def _send(self, req: urllib.request.Request, method: str, path: str, seconds: float | None,
+              limit: int) -> tuple[int, Any]:
+        try:
+            with _NO_PROXY.open(req, timeout=seconds) as resp:
                 status, raw = resp.status, _read_bounded(resp, limit)
         except urllib.error.HTTPError as e:
             status = e.code
@@ -159,7 +299,7 @@ class HttpClient:
             raise error_from({"code": "PAYLOAD_TOO_LARGE",
                               "message": f"{method} {path}: the response is larger than {limit} bytes "
                                          "(max_response_bytes)"}) from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
             raise TransportError("CONNECTION_FAILED", f"{method} {path}: {e}", status=503) from None
         try:
             payload = json.loads(raw, parse_constant=_not_json) if raw else None
