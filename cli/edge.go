@@ -16,11 +16,14 @@ import (
 // edge is how serve proves who its callers are: the TLS configuration
 // (nil: plain HTTP) and the chain of authentication methods.
 type edge struct {
-	auth  *identity.Chain
-	tls   *tls.Config
-	cert  *identity.CertFile // reloaded on SIGHUP
-	oidc  *identity.OIDC     // run in the background to refresh keys
-	order []string
+	auth *identity.Chain
+	tls  *tls.Config
+	cert *identity.CertFile // reloaded on SIGHUP
+	// reloadCAs reads the client CA files again (on SIGHUP); nil without
+	// mTLS. On error the authorities in use stay.
+	reloadCAs func() error
+	oidc      *identity.OIDC // run in the background to refresh keys
+	order     []string
 }
 
 // buildEdge checks the identity settings and builds the edge. A file that
@@ -69,29 +72,21 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 	}
 	var mtls *identity.MTLS
 	if mtlsOn {
-		var shared []*x509.Certificate
-		if len(cfg.clientCA) > 0 {
-			var err error
-			if shared, err = identity.LoadCAFiles(cfg.clientCA...); err != nil {
-				return nil, fmt.Errorf("client CA: %w", err)
-			}
+		tds, err := trustDomains(cfg)
+		if err != nil {
+			return nil, err
 		}
-		tds := make([]identity.TrustDomain, len(cfg.trustDomains))
-		for i, td := range cfg.trustDomains {
-			tds[i] = identity.TrustDomain{Name: td, Authorities: shared}
-			if own := cfg.domainCA[td]; len(own) > 0 {
-				cas, err := identity.LoadCAFiles(own...)
-				if err != nil {
-					return nil, fmt.Errorf("CA of trust domain %s: %w", td, err)
-				}
-				tds[i].Authorities = cas
-			}
-		}
-		var err error
 		if mtls, err = identity.NewMTLS(&identity.MTLSOptions{TrustDomains: tds, Required: mode == "required"}); err != nil {
 			return nil, err
 		}
 		methods[string(pigeon.AuthMTLS)] = identity.Method{Name: pigeon.AuthMTLS, Auth: mtls}
+		e.reloadCAs = func() error {
+			tds, err := trustDomains(cfg)
+			if err != nil {
+				return err
+			}
+			return mtls.Reload(tds)
+		}
 	}
 	if len(cfg.issuers) > 0 {
 		o, err := identity.NewOIDC(&identity.OIDCOptions{Issuers: cfg.issuers, Logger: logger})
@@ -153,4 +148,56 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 		e.cert, e.tls = cf, tc
 	}
 	return e, nil
+}
+
+// trustDomains reads the CA files of cfg's trust domains: each its own
+// bundle (config file), or the shared --client-ca ones. A file that cannot
+// be read, or that others may write, is refused naming it.
+func trustDomains(cfg serveConfig) ([]identity.TrustDomain, error) {
+	var shared []*x509.Certificate
+	if len(cfg.clientCA) > 0 {
+		for _, f := range cfg.clientCA {
+			if err := checkNotWorldWritable(f); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		if shared, err = identity.LoadCAFiles(cfg.clientCA...); err != nil {
+			return nil, fmt.Errorf("client CA: %w", err)
+		}
+	}
+	tds := make([]identity.TrustDomain, len(cfg.trustDomains))
+	for i, td := range cfg.trustDomains {
+		tds[i] = identity.TrustDomain{Name: td, Authorities: shared}
+		if own := cfg.domainCA[td]; len(own) > 0 {
+			for _, f := range own {
+				if err := checkNotWorldWritable(f); err != nil {
+					return nil, err
+				}
+			}
+			cas, err := identity.LoadCAFiles(own...)
+			if err != nil {
+				return nil, fmt.Errorf("CA of trust domain %s: %w", td, err)
+			}
+			tds[i].Authorities = cas
+		}
+	}
+	return tds, nil
+}
+
+// reload reloads the server certificate and, with cas (not nil), the
+// client CAs, logging what each did: what fails to load leaves what is in
+// use (CertFile logs its own failure).
+func reload(cf *identity.CertFile, cas func() error, logger *slog.Logger) {
+	if err := cf.Reload(); err == nil {
+		logger.Info("pigeon: SIGHUP: certificate reloaded")
+	}
+	if cas == nil {
+		return
+	}
+	if err := cas(); err != nil {
+		logger.Error("pigeon: SIGHUP: client CAs not reloaded; the previous ones stay in use", "reason", err.Error())
+		return
+	}
+	logger.Info("pigeon: SIGHUP: client CAs reloaded")
 }

@@ -12,9 +12,9 @@ import (
 	"pigeon/identity"
 )
 
-// reloadOnHangup reloads the server certificate on every SIGHUP until ctx
-// ends.
-func reloadOnHangup(ctx context.Context, cf *identity.CertFile, logger *slog.Logger) {
+// reloadOnHangup reloads the server certificate, and with cas (not nil)
+// the client CAs, on every SIGHUP until ctx ends.
+func reloadOnHangup(ctx context.Context, cf *identity.CertFile, cas func() error, logger *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -23,9 +23,7 @@ func reloadOnHangup(ctx context.Context, cf *identity.CertFile, logger *slog.Log
 		case <-ctx.Done():
 			return
 		case <-hup:
-			if err := cf.Reload(); err == nil {
-				logger.Info("pigeon: SIGHUP: certificate reloaded")
-			}
+			reload(cf, cas, logger)
 		}
 	}
 }

@@ -185,7 +185,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.metricsTokenFile, "metrics-token-file", cfg.metricsTokenFile, "file holding a bearer token (at least 16 printable ASCII characters) that /metrics then requires, on --metrics-addr or --addr; default: /metrics needs none")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", cfg.tlsCert, "server certificate (PEM chain): serve HTTPS and WSS; reloaded when the file changes or on SIGHUP")
 	fs.StringVar(&cfg.tlsKey, "tls-key", cfg.tlsKey, "key of the server certificate (PEM)")
-	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several")
+	fs.Var(&listFlag{v: &cfg.clientCA}, "client-ca", "PEM bundle of the CAs that issue client certificates (SPIFFE X.509 SVIDs); repeat or comma-separate for several; read again on SIGHUP")
 	fs.Var(&listFlag{v: &cfg.trustDomains}, "trust-domain", "SPIFFE trust domain whose client certificates are accepted (example.org); repeat or comma-separate")
 	fs.StringVar(&cfg.mtlsMode, "mtls-mode", cfg.mtlsMode, "with --client-ca: required (every client presents a certificate; the default) or optional (a bearer token may be used instead)")
 	fs.Var(&listFlag{v: &cfg.trustedProxies}, "trusted-proxy", "CIDR prefix or address of a reverse proxy or load balancer in front of the server, whose X-Forwarded-For names the client for the lockout of refused credentials and the audit log, and which --max-connections-per-ip does not cap; repeat or comma-separate (docs/security.md)")
@@ -362,7 +362,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		bgDone.Go(func() { edge.oidc.Run(bg) })
 	}
 	if edge.cert != nil {
-		bgDone.Go(func() { reloadOnHangup(bg, edge.cert, logger) })
+		bgDone.Go(func() { reloadOnHangup(bg, edge.cert, edge.reloadCAs, logger) })
 	}
 	metricsURL, stopMetrics := "", func(context.Context) error { return nil }
 	if cfg.metricsAddr != "" {

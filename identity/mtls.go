@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
@@ -52,12 +53,19 @@ type MTLSOptions struct {
 // NotAfter of the verified chain, so its contracts end when the
 // certificate does. It is safe for concurrent use.
 type MTLS struct {
-	opts    MTLSOptions
+	opts  MTLSOptions
+	trust atomic.Pointer[trust]
+	mu    sync.Mutex // guards the cache of the trust in use
+}
+
+// trust is what MTLS verifies against: the trust domains' bundles, and
+// the chains verified against them (the cache, guarded by MTLS.mu). A
+// reload replaces the whole, so that no chain verified against the old
+// authorities outlives them.
+type trust struct {
 	bundles *x509bundle.Set
 	pool    *x509.CertPool // every authority, for the TLS layer's CA hint
-
-	mu    sync.Mutex
-	cache map[[32]byte]verified
+	cache   map[[32]byte]verified
 }
 
 // verified is a chain that verified, and how long that holds.
@@ -80,8 +88,46 @@ func NewMTLS(opts *MTLSOptions) (*MTLS, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &MTLS{opts: o, bundles: x509bundle.NewSet(), pool: x509.NewCertPool(), cache: map[[32]byte]verified{}}
-	for _, d := range o.TrustDomains {
+	t, err := newTrust(o.TrustDomains)
+	if err != nil {
+		return nil, err
+	}
+	m := &MTLS{opts: o}
+	m.trust.Store(t)
+	return m, nil
+}
+
+// Reload replaces the trust domains' authorities with those of domains,
+// which must name the same trust domains as before (the set of domains a
+// principal may come from is configuration, not a bundle); it is checked
+// as NewMTLS checks, and on error nothing changes. Chains verified before
+// are forgotten: a client certificate of an authority no longer listed
+// is refused at its next check (each HTTP request, each WebSocket
+// upgrade, each handshake), whatever it was before. It is safe to call
+// while connections are verified.
+func (m *MTLS) Reload(domains []TrustDomain) error {
+	if len(domains) != len(m.opts.TrustDomains) {
+		return fmt.Errorf("identity: a reload names %d trust domains, not the %d configured", len(domains), len(m.opts.TrustDomains))
+	}
+	for _, d := range domains {
+		if !slices.ContainsFunc(m.opts.TrustDomains, func(c TrustDomain) bool { return c.Name == d.Name }) {
+			return fmt.Errorf("identity: a reload names trust domain %q, which is not configured", d.Name)
+		}
+	}
+	t, err := newTrust(domains)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.trust.Store(t)
+	m.mu.Unlock()
+	return nil
+}
+
+// newTrust checks domains and builds their bundles.
+func newTrust(domains []TrustDomain) (*trust, error) {
+	t := &trust{bundles: x509bundle.NewSet(), pool: x509.NewCertPool(), cache: map[[32]byte]verified{}}
+	for _, d := range domains {
 		td, err := spiffeid.TrustDomainFromString(d.Name)
 		if err == nil && td.Name() != d.Name {
 			err = errors.New("a trust domain is a bare name (example.org), not a URI")
@@ -95,15 +141,15 @@ func NewMTLS(opts *MTLSOptions) (*MTLS, error) {
 		if err := checkAuthorities(d.Authorities); err != nil {
 			return nil, fmt.Errorf("identity: trust domain %q: %w", d.Name, err)
 		}
-		if m.bundles.Has(td) {
+		if t.bundles.Has(td) {
 			return nil, fmt.Errorf("identity: trust domain %q is listed twice", d.Name)
 		}
-		m.bundles.Add(x509bundle.FromX509Authorities(td, d.Authorities))
+		t.bundles.Add(x509bundle.FromX509Authorities(td, slices.Clone(d.Authorities)))
 		for _, c := range d.Authorities {
-			m.pool.AddCert(c)
+			t.pool.AddCert(c)
 		}
 	}
-	return m, nil
+	return t, nil
 }
 
 // checkAuthorities refuses an authority that may not sign certificates:
@@ -126,7 +172,11 @@ func checkAuthorities(cas []*x509.Certificate) error {
 func (m *MTLS) Required() bool { return m.opts.Required }
 
 // Authorities returns a pool of every trust domain's authorities.
-func (m *MTLS) Authorities() *x509.CertPool { return m.pool.Clone() }
+func (m *MTLS) Authorities() *x509.CertPool { return m.trust.Load().pool.Clone() }
+
+// hint is the pool of Authorities as it is now, shared: the TLS layer
+// only reads it.
+func (m *MTLS) hint() *x509.CertPool { return m.trust.Load().pool }
 
 // AuthenticateCredential implements pigeon.CredentialAuthenticator. Without
 // a certificate it returns pigeon.ErrUnrecognized, or UNAUTHENTICATED when
@@ -159,13 +209,14 @@ func (m *MTLS) Verify(chain []*x509.Certificate) (spiffeid.ID, error) {
 func (m *MTLS) verify(chain []*x509.Certificate) (verified, error) {
 	now := m.opts.Now()
 	key := chainKey(chain)
+	t := m.trust.Load()
 	m.mu.Lock()
-	v, ok := m.cache[key]
+	v, ok := t.cache[key]
 	m.mu.Unlock()
 	if ok && !now.Before(v.notBefore) && now.Before(v.notAfter) {
 		return v, nil
 	}
-	id, chains, err := x509svid.Verify(chain, m.bundles, x509svid.WithTime(now))
+	id, chains, err := x509svid.Verify(chain, t.bundles, x509svid.WithTime(now))
 	if err == nil && id.Path() == "" {
 		// X.509-SVID 5.2: a leaf's ID has a path. The trust domain's own
 		// ID names its signing authorities, never a caller.
@@ -191,10 +242,12 @@ func (m *MTLS) verify(chain []*x509.Certificate) (verified, error) {
 		}
 	}
 	m.mu.Lock()
-	if len(m.cache) >= maxVerifiedCache {
-		clear(m.cache)
+	// Kept with the trust it was verified against: a reload meanwhile
+	// (under mu too) has put another in use, whose cache this never enters.
+	if len(t.cache) >= maxVerifiedCache {
+		clear(t.cache)
 	}
-	m.cache[key] = v
+	t.cache[key] = v
 	m.mu.Unlock()
 	return v, nil
 }

@@ -80,6 +80,7 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 			return nil, nil // the outer configuration
 		}
 		c := base.Clone()
+		c.ClientCAs = o.MTLS.hint() // as reloaded
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				if !o.MTLS.Required() {
