@@ -78,9 +78,14 @@ const (
 )
 
 // record is the audit record of one ev with its outcome and code; r
-// carries the rest. Every record the broker writes is built here.
+// carries the rest. Every record the broker writes is built here, so here
+// the fields that may hold what a client chose (a subject or a message id
+// it named, a reference such as a quarantine record's id) are named
+// "[REDACTED]" when they are a raw card number: the log is never
+// rewritten, and must not keep one.
 func (ev Event) record(outcome Outcome, code Code, r store.AuditRecord) store.AuditRecord {
 	r.Type, r.Outcome, r.Code = string(ev), string(outcome), string(code)
+	r.Subject, r.MessageID, r.Ref = noPAN(r.Subject), noPAN(r.MessageID), noPAN(r.Ref)
 	return r
 }
 

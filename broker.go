@@ -42,6 +42,9 @@ const (
 	// DefaultMaxGroupsPerSubject is Options.MaxGroupsPerSubject when it
 	// is zero.
 	DefaultMaxGroupsPerSubject = 1000
+	// DefaultMaxStoredGroupsPerSubject is
+	// Options.MaxStoredGroupsPerSubject when it is zero.
+	DefaultMaxStoredGroupsPerSubject = 10000
 )
 
 // DefaultNegotiateRate is Options.NegotiateRate when it is zero: 20
@@ -108,6 +111,22 @@ type Options struct {
 	// progress, and what is due again, stay in the store for its next
 	// subscriber.
 	MaxGroupsPerSubject int
+	// MaxStoredGroupsPerSubject caps the consumer groups whose progress
+	// the store keeps for one work-queue or request/reply subject
+	// (default DefaultMaxStoredGroupsPerSubject; negative: no cap).
+	// MaxGroupsPerSubject bounds the groups in memory, but a group that
+	// leaves memory leaves its progress in the store until retention
+	// prunes it (GroupRetention, or as long as the subject keeps
+	// messages), so a subscriber cycling through new group names would
+	// otherwise grow the store for a retention period. A subscription
+	// that would start a group the store keeps no progress of, on a
+	// subject whose store keeps this many, fails with TOO_MANY_GROUPS;
+	// groups with progress go on, whatever their number. Counted over
+	// the store, for every node of a cluster, when the store lists its
+	// groups (store.GroupLister; otherwise not bounded). New groups
+	// started at once may pass it by as many as start together (at most
+	// MaxGroupsPerSubject on a node). Pull cursors are not counted.
+	MaxStoredGroupsPerSubject int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
 	// Burst below 1: PerSecond rounded up). Beyond it negotiation
@@ -274,6 +293,9 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	if o.MaxGroupsPerSubject == 0 {
 		o.MaxGroupsPerSubject = DefaultMaxGroupsPerSubject
+	}
+	if o.MaxStoredGroupsPerSubject == 0 {
+		o.MaxStoredGroupsPerSubject = DefaultMaxStoredGroupsPerSubject
 	}
 	switch nr := &o.NegotiateRate; {
 	case nr.PerSecond == 0:

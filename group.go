@@ -136,13 +136,22 @@ func (g *group) idle(now time.Time) bool {
 // live in memory only: after a restart every recorded attempt that is not
 // done is due again.
 func (e *Engine) group(ctx context.Context, key store.GroupKey) (*group, error) {
-	return e.groupWithin(ctx, key, -1)
+	return e.holdGroup(ctx, key, -1, -1)
 }
 
-// groupWithin is group, but refuses with TOO_MANY_GROUPS to start a group
-// of a subject that has limit groups in memory already (limit < 0: no
-// limit).
+// groupWithin is group, as a subscriber takes it: it refuses with
+// TOO_MANY_GROUPS to start a group of a subject that has limit groups in
+// memory already (limit < 0: no limit), or a group with no stored
+// progress (a new name) of a subject whose store keeps
+// Options.MaxStoredGroupsPerSubject groups already (see storedFull).
 func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int) (*group, error) {
+	return e.holdGroup(ctx, key, limit, e.opts.MaxStoredGroupsPerSubject)
+}
+
+// holdGroup is group within limit groups of key's subject in memory and,
+// when it loads key with no stored progress, stored groups in the store
+// (either < 0: no limit).
+func (e *Engine) holdGroup(ctx context.Context, key store.GroupKey, limit, stored int) (*group, error) {
 	t := &e.groups
 	for {
 		t.mu.Lock()
@@ -162,6 +171,16 @@ func (e *Engine) groupWithin(ctx context.Context, key store.GroupKey, limit int)
 			t.mu.Unlock()
 			if err := e.loadGroup(ctx, g); err != nil {
 				return nil, err
+			}
+			if stored >= 0 {
+				full, err := e.storedFull(ctx, g, stored)
+				if err != nil || full {
+					e.releaseGroup(g)
+					if err != nil {
+						return nil, storeError(err)
+					}
+					return nil, errTooManyStoredGroups(key.Subject, stored)
+				}
 			}
 			return g, nil
 		}
@@ -290,6 +309,48 @@ func (e *Engine) pruneGroups(ctx context.Context, gp store.GroupPruner, subject 
 	}
 	tbl.mu.Unlock()
 	return n, err
+}
+
+// storedFull reports whether g, just loaded and held by the caller, is a
+// new group of a subject whose store keeps the progress of limit groups
+// (pull cursors aside) already. A group is new when the store keeps no
+// progress of it: groups leave memory when idle, but their progress stays
+// in the store until retention prunes it (GroupRetention, or as long as
+// the subject keeps messages), so without this bound a subscriber cycling
+// through names would grow the store without end. A store that cannot
+// list its groups (store.GroupLister) is not bounded. The count is taken
+// without a lock on the store: concurrent new groups, each seeing room,
+// may take it past limit by as many as there are (MaxGroupsPerSubject at
+// most on a node).
+func (e *Engine) storedFull(ctx context.Context, g *group, limit int) (bool, error) {
+	if strings.HasPrefix(g.key.Group, cursorPrefix) {
+		return false, nil
+	}
+	g.mu.Lock()
+	fresh := g.prog.Floor == 0 && len(g.prog.Done) == 0 && len(g.attempts) == 0
+	g.mu.Unlock()
+	gl, ok := e.store.(store.GroupLister)
+	if !fresh || !ok {
+		return false, nil
+	}
+	gs, err := gl.ListGroups(ctx, g.key.Subject, limit+1)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := gs[g.key.Group]; ok {
+		return false, nil // kept with no progress: not new
+	}
+	n := 0
+	for name := range gs {
+		if !strings.HasPrefix(name, cursorPrefix) {
+			n++
+		}
+	}
+	return n >= limit, nil
+}
+
+func errTooManyStoredGroups(subject string, limit int) error {
+	return NewError(CodeTooManyGroups, "subject %q keeps the progress of %d consumer groups, the most allowed; join one of them (the progress of unused groups goes with retention)", subject, limit)
 }
 
 func errTooManyGroups(subject string, limit int) error {

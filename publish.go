@@ -534,11 +534,17 @@ func decodeStored(sm store.Message) (*Message, error) {
 // refuse records a refusal: audit, quarantine where policy says so, and the
 // typed error.
 func (e *Engine) refuse(ctx context.Context, a *Admission, gate string, v Verdict) error {
-	d := &Decision{Outcome: v.Outcome, Code: v.Code, Gate: gate, Reason: v.Reason, Subject: a.Message.Subject,
-		ContractID: a.contractID, Principal: a.Principal.ID, MessageID: a.Message.ID, Time: a.Now}
+	// The subject and id are the publisher's: a card number there is
+	// named "[REDACTED]" in the record and the error, as in a
+	// quarantined copy.
+	d := &Decision{Outcome: v.Outcome, Code: v.Code, Gate: gate, Reason: v.Reason, Subject: noPAN(a.Message.Subject),
+		ContractID: a.contractID, Principal: a.Principal.ID, MessageID: noPAN(a.Message.ID), Time: a.Now}
 	if s := a.subj; s != nil {
 		d.SubjectID, d.PolicyID, d.SchemaID = s.name, s.policyID, s.schemaID
-		if d.Outcome == OutcomeDeny && s.quarantinable(v.Code) {
+		// An envelope refusal comes before the contract gate: it keeps no
+		// copy, whatever its code, for a publisher the subject may not
+		// even allow.
+		if d.Outcome == OutcomeDeny && gate != GateEnvelope && s.quarantinable(v.Code) {
 			if e.mayQuarantine(a.Principal.ID, a.Now) {
 				d.Outcome = OutcomeQuarantine
 			} else {

@@ -38,7 +38,7 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 	redactEnvelope(&m)
 	rec := store.QuarantineRecord{
 		ID: newQuarantineID(), Time: a.Now, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID,
-		PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: m.ID, Code: string(d.Code), Gate: d.Gate, Reason: d.Reason,
+		PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: noPAN(a.Message.ID), Code: string(d.Code), Gate: d.Gate, Reason: d.Reason,
 		Body: m.AppendJSON(nil),
 	}
 	ar := store.AuditRecord{Gate: rec.Gate, Subject: rec.Subject, Principal: rec.Principal, ContractID: rec.ContractID, PolicyID: rec.PolicyID, SchemaID: rec.SchemaID, MessageID: rec.MessageID, Ref: rec.ID}
@@ -56,10 +56,15 @@ func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (str
 
 // redactEnvelope replaces every text field of m a publisher sets that is
 // a raw card number by "[REDACTED]", the signature's fields included (on a
-// copy of it: m shares it with the admitted message). The id stays, as the
-// publish.denied record names it and a release publishes under it; the
-// envelope gate keeps it to one line.
+// copy of it: m shares it with the admitted message). The envelope gate
+// refuses an id that is a card number before any copy is kept; were one
+// kept all the same, its id would be dropped (the record names it
+// "[REDACTED]"), and a release would publish it under an id the broker
+// draws.
 func redactEnvelope(m *Message) {
+	if isPAN(m.ID) {
+		m.ID = ""
+	}
 	for _, f := range [...]*string{&m.Type, &m.Intent, &m.IdempotencyKey, &m.Classification, &m.Region, &m.ReplyTo, &m.CorrelationID, &m.Reason} {
 		if isPAN(*f) {
 			*f = Redacted

@@ -301,6 +301,11 @@ func (e *Engine) subscribe(ctx context.Context, sess Session, c Caller, subjectN
 	if err := checkGroupName(o.Group); err != nil {
 		return nil, err
 	}
+	if isPAN(o.Group) {
+		// A group's name is kept in the store, the metrics and the audit
+		// log (delivery.exhausted): never a card number.
+		return nil, NewError(CodeRawPANDetected, "a group name may not be a raw card number")
+	}
 	if o.AtMostOnce && s.mode != ModePubSub {
 		return nil, NewError(CodeInvalidArgument, "at-most-once delivery is for pubsub subjects; %q is %s", s.name, s.mode)
 	}

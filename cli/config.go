@@ -46,6 +46,7 @@ type fileConfig struct {
 	WSPublishRate   float64       `yaml:"ws_publish_rate"`
 	MaxSubs         int           `yaml:"max_subscriptions"`
 	MaxGroups       int           `yaml:"max_groups"`
+	MaxStoredGroups int           `yaml:"max_stored_groups"`
 	MaxConns        int           `yaml:"max_connections"`
 	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
 	MaxPrograms     int           `yaml:"max_programs"`
@@ -232,6 +233,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxGroups != 0 {
 		cfg.maxGroups = f.MaxGroups
+	}
+	if f.MaxStoredGroups != 0 {
+		cfg.maxStoredGroups = f.MaxStoredGroups
 	}
 	if f.MaxConns != 0 {
 		cfg.maxConns = f.MaxConns

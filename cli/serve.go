@@ -46,6 +46,9 @@ type serveConfig struct {
 	// maxGroups is pigeon.Options.MaxGroupsPerSubject (0: its default;
 	// negative: no cap).
 	maxGroups int
+	// maxStoredGroups is pigeon.Options.MaxStoredGroupsPerSubject (0: its
+	// default; negative: no cap).
+	maxStoredGroups int
 	// maxConns and maxConnsPerIP are server.Options.MaxConnections (0:
 	// its default; negative: no cap) and MaxConnectionsPerIP (0: no cap).
 	maxConns, maxConnsPerIP int
@@ -177,6 +180,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Int64Var(&cfg.maxReadMemMB, "max-read-memory", cfg.maxReadMemMB, "MiB the API's message reads (receive, replay) may hold at once until their answers are written (default 256; negative: no bound; docs/security.md)")
 	fs.Int64Var(&cfg.maxReadShareMB, "max-read-memory-per-principal", cfg.maxReadShareMB, "MiB of --max-read-memory the reads of one principal may hold at once (default a quarter of it, at least one read's reservation; negative: no share; docs/security.md)")
 	fs.IntVar(&cfg.maxGroups, "max-groups", cfg.maxGroups, "consumer groups one work-queue subject may have (default 1000; negative: no cap; docs/security.md)")
+	fs.IntVar(&cfg.maxStoredGroups, "max-stored-groups", cfg.maxStoredGroups, "consumer groups whose progress the store keeps for one work-queue subject (default 10000; negative: no cap; docs/security.md)")
 	fs.Float64Var(&cfg.wsPublishRate, "ws-publish-rate", cfg.wsPublishRate, "messages a second one WebSocket connection may publish, in bursts of a tenth of it (default 1000000; negative: no limit; docs/protocol.md)")
 	fs.BoolVar(&cfg.verbose, "v", cfg.verbose, "log every connection and request (method, path, status, duration) to stderr; the same as --log-level debug")
 	fs.StringVar(&cfg.logFormat, "log-format", cfg.logFormat, "log format on stderr: text or json")
@@ -321,7 +325,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	st := opened.Store
 	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Cluster: opened.Cluster, Authenticator: edge.auth, Catalog: catalog,
 		Region: cfg.region, Logger: logger, Observer: obs.observer(), MaxSubscriptionsPerPrincipal: cfg.maxSubs,
-		MaxGroupsPerSubject: cfg.maxGroups, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow})
+		MaxGroupsPerSubject: cfg.maxGroups, MaxStoredGroupsPerSubject: cfg.maxStoredGroups, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow})
 	if err != nil {
 		if st != nil {
 			_ = st.Close(context.Background())
