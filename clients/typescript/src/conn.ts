@@ -5,10 +5,13 @@
  */
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import type { WebSocketLike } from "./socket.js";
+import { markNonIntegerV } from "./sigv.js";
 
 /** What a connection reports to and routes through. */
 export interface ConnOwner {
   report(e: PigeonError): void;
+  /** ends connection c with err (a frame it cannot take): its calls fail, the session reconnects or ends */
+  abort(c: Conn, err: PigeonError): void;
   onDeliver(c: Conn, f: Frame): void;
   onDeliverBatch(c: Conn, f: Frame): void;
   onUnsubscribed(c: Conn, f: Frame): void;
@@ -38,6 +41,13 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
  */
 export const timerMs = (ms: number): number => Math.min(ms, MAX_TIMER_MS);
 
+/**
+ * The most bytes a connection lets wait unsent in its socket by default
+ * (ConnectOptions.maxBufferedBytes, 16 MiB: sixteen of the broker's largest
+ * frames).
+ */
+export const DEFAULT_MAX_BUFFERED_BYTES = 16 << 20;
+
 /** How many timed-out calls a connection remembers, to drop their late answers quietly. */
 const MAX_ABANDONED = 1024;
 
@@ -58,28 +68,66 @@ export class Conn {
    */
   private readonly abandoned = new Set<string>();
 
+  /** the message of the socket's last error event (e.g. `ws` refusing a frame beyond maxPayload) */
+  sockError: string | undefined;
+
   /**
    * @param callTimeoutMs the bound of a call given none of its own (0: none),
    * so that a server that never answers a call cannot hold it, and its entry
    * in `pending`, for ever
+   * @param maxBufferedBytes the most bytes left unsent in the socket
+   * before a call is refused (see room())
+   * @param maxFrameBytes the largest frame read (checked here too, for a
+   * WebSocket implementation that has no bound of its own)
    */
   constructor(
     private readonly session: ConnOwner,
     private readonly callTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
+    private readonly maxBufferedBytes = DEFAULT_MAX_BUFFERED_BYTES,
+    private readonly maxFrameBytes = Infinity,
   ) {}
+
+  /**
+   * Throws RATE_LIMITED when the socket already holds maxBufferedBytes
+   * unsent: the server is not reading (with pings off nothing else would
+   * notice), and every frame sent would stay in memory. A frame is always
+   * taken while less is waiting, so the socket holds at most the bound and
+   * one frame. A refused frame was never sent: its call fails at once and
+   * may be made again; what the socket took is kept (its calls end with
+   * their answer, their timeout or the connection).
+   */
+  private room(): void {
+    const waiting = this.sock.bufferedAmount;
+    if (typeof waiting === "number" && waiting >= this.maxBufferedBytes) {
+      throw new PigeonError(
+        "RATE_LIMITED",
+        `the connection's send buffer is full (${waiting} bytes unsent, maxBufferedBytes ${this.maxBufferedBytes}): the server is not reading`,
+        { bufferedBytes: waiting, maxBufferedBytes: this.maxBufferedBytes },
+      );
+    }
+  }
 
   send(frame: Frame): void {
     if (this.closed) throw this.closeError ?? transportError("the connection is closed");
+    this.room();
     this.sock.send(JSON.stringify(frame));
   }
 
-  call(frame: Frame, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
-    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs, hook);
+  /** Sends frame and waits for its answer; `always` skips the send buffer's bound (a ping: tiny, and what finds a server that stopped reading). */
+  call(frame: Frame, timeoutMs?: number, hook?: (f: Frame) => void, always = false): Promise<Frame> {
+    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs, hook, always);
   }
 
   /** Sends the frame text build(id) makes and waits for its answer. */
-  callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void): Promise<Frame> {
+  callRaw(build: (id: string) => string, op: string, timeoutMs?: number, hook?: (f: Frame) => void, always = false): Promise<Frame> {
     if (this.closed) return Promise.reject(this.closeError ?? transportError("the connection is closed"));
+    if (!always) {
+      try {
+        this.room();
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     const id = String(this.nextId++);
     const bound = timerMs(timeoutMs ?? this.callTimeoutMs);
     return new Promise<Frame>((resolve, reject) => {
@@ -107,6 +155,14 @@ export class Conn {
     // frames the server sent before it saw the close: their calls have
     // failed already, and its deliveries cannot be answered any more.
     if (this.closed) return;
+    // ws refuses a larger frame before buffering it (maxPayload); another
+    // implementation has read it whole, but it goes no further. Its length
+    // in UTF-16 units is at most its length in bytes.
+    if (text.length > this.maxFrameBytes) {
+      // A lost connection (kind "transport"): the session reconnects.
+      this.session.abort(this, new PigeonError(ClientCodes.SESSION_CLOSED, `the server sent a frame larger than maxFrameBytes (${this.maxFrameBytes})`, { closeCode: 1009, maxFrameBytes: this.maxFrameBytes }));
+      return;
+    }
     try {
       this.handle(text);
     } catch (e) {
@@ -130,6 +186,8 @@ export class Conn {
       return;
     }
     const fr = f as Frame;
+    // A signature's "v" spelled 2.0 or 2e0 (one regular expression test).
+    markNonIntegerV(text, fr);
     if (fr.re !== undefined) {
       if (typeof fr.re !== "string" && typeof fr.re !== "number") {
         this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server answered a frame id that is neither a string nor a number", {}));

@@ -199,6 +199,28 @@ export function finiteMs(name: string, v: number): number {
   return v;
 }
 
+/**
+ * Control characters that must not reach a log line as they are: C0 (tab
+ * and newline included), DEL, C1 (U+0080–U+009F, among them the one-byte
+ * CSI of ANSI escapes) and the Unicode line and paragraph separators.
+ */
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+
+/**
+ * s with every control character (see CONTROL) written as a \xNN or
+ * \uNNNN escape, so that text a server supplied (an error's code or
+ * message) cannot forge log lines, move the cursor or recolour a terminal.
+ * Text without one is returned as it is.
+ */
+export function escapeControls(s: string): string {
+  CONTROL.lastIndex = 0;
+  if (!CONTROL.test(s)) return s;
+  return s.replace(CONTROL, (c) => {
+    const n = c.charCodeAt(0);
+    return n <= 0xff ? `\\x${n.toString(16).padStart(2, "0")}` : `\\u${n.toString(16).padStart(4, "0")}`;
+  });
+}
+
 /** A transport error (the connection failed or dropped). */
 export function transportError(message: string, cause?: unknown, code: string = ClientCodes.SESSION_CLOSED): PigeonError {
   return new PigeonError(code, message, {}, undefined, { cause });

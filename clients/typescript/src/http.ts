@@ -8,6 +8,7 @@
  * call is one fetch), so any number of calls may run at once. `connect`
  * replaces the contract later calls use.
  */
+import { markNonIntegerV } from "./sigv.js";
 import { isDecision, isObj, timerMs } from "./conn.js";
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import type { PublicKey } from "./crypto.js";
@@ -107,6 +108,7 @@ export class HttpClient {
     let parsed: any;
     try {
       parsed = text === "" ? {} : JSON.parse(text);
+      markNonIntegerV(text, parsed); // a signature's "v" spelled 2.0 or 2e0
     } catch (e) {
       throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) is not JSON`, {}, res.status, { cause: e });
     }

@@ -22,6 +22,8 @@
  */
 export { connect, Session, Subscription } from "./session.js";
 export { MAX_QUEUED, MAX_QUEUED_BYTES } from "./subscription.js";
+export { DEFAULT_MAX_FRAME_BYTES } from "./socket.js";
+export { DEFAULT_MAX_BUFFERED_BYTES } from "./conn.js";
 export type { ConnectOptions, ReconnectOptions, SubscribeOptions, Delivery, Handler } from "./session.js";
 export { HttpClient, KeyCache, MAX_RESPONSE_BYTES, segment } from "./http.js";
 export type { HttpOptions } from "./http.js";

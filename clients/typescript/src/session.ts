@@ -8,16 +8,19 @@
  * at once, and the messages queued while a publish frame is being answered
  * leave together in the next `publish_batch` frame, in call order (their
  * sequences follow that order). Handlers of a subscription run at most
- * `maxInFlight` at a time; their acks leave in batches. When the connection
+ * `maxInFlight` at a time, and one message's handler once at a time (a
+ * delivery of a message whose handler still runs waits for it; see
+ * Subscription's pump); none starts once close() began. Their acks leave
+ * in batches. When the connection
  * drops, every call waiting on it fails with a transport error
  * (SESSION_CLOSED, or SHUTTING_DOWN after the server said so), never hangs;
  * the session then reconnects with backoff, negotiates again and resumes its
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
-import { dial, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
+import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
+import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
 
@@ -51,7 +54,33 @@ export interface ConnectOptions {
    * idempotency key to learn its fate.
    */
   callTimeoutMs?: number;
-  /** errors that belong to no call: an unreadable frame, a lost connection, a failed reconnect */
+  /**
+   * the largest frame the session reads, in bytes (default 64 MiB,
+   * DEFAULT_MAX_FRAME_BYTES: the broker's largest answers, a replay or
+   * receive of its 16 MiB read budget, fit with room to spare). A larger
+   * frame ends the connection as a lost one (SESSION_CLOSED, details
+   * maxFrameBytes and closeCode 1009; the session then reconnects, or ends
+   * when `reconnect` is false): the `ws` package refuses
+   * it from its header, before buffering it; another WebSocket (a browser's)
+   * has read it, and it goes no further.
+   */
+  maxFrameBytes?: number;
+  /**
+   * the most bytes a connection lets wait unsent in its socket (default
+   * 16 MiB): beyond it, a call (publish, ack, receive, …) fails at once
+   * with RATE_LIMITED instead of being buffered, for the server is not
+   * reading; nothing already taken is dropped. Pings are always sent, so
+   * that with pings on a server that stopped reading is found and the
+   * connection dropped; with pings off this bound is what keeps the
+   * client's memory.
+   */
+  maxBufferedBytes?: number;
+  /**
+   * errors that belong to no call: an unreadable frame, a lost connection, a
+   * failed reconnect. Without a listener they are printed with
+   * console.error, control characters (C0, DEL, C1, U+2028, U+2029) escaped
+   * as \xNN or \uNNNN: a server's text cannot forge log lines or drive a terminal.
+   */
   onError?: (err: PigeonError) => void;
   /** called after each successful reconnect with the new contract */
   onReconnect?: (contract: Contract) => void;
@@ -181,6 +210,14 @@ export class Session implements ConnOwner {
   private readonly pubWaiters = new Fifo<() => void>();
   private pingTimer: ReturnType<typeof setInterval> | undefined;
   private renewTimer: ReturnType<typeof setTimeout> | undefined;
+  // When the last automatic renewal that succeeded was asked for, and of
+  // which contract: the next one of that contract waits renewFloor() after
+  // it (see scheduleRenew). Set by the renewal loop only, never from a
+  // server's answer.
+  private renewedAt = 0;
+  private renewedOf = "";
+  /** the contract id whose "renewed for too short a time" was reported (once per contract) */
+  private tooShortOf = "";
   private readonly errorListeners = new Set<(e: PigeonError) => void>();
   /** resolves once the first close() has closed the socket */
   private closeDone: Promise<void> = Promise.resolve();
@@ -228,8 +265,11 @@ export class Session implements ConnOwner {
   /** @internal */
   report(e: PigeonError): void {
     if (this.errorListeners.size === 0) {
-      // Never swallowed: without a listener the error goes to the console.
-      console.error(`pigeon: ${e.code}: ${e.message}`);
+      // Never swallowed: without a listener the error goes to the console,
+      // its control characters escaped (the code and message may be a
+      // server's text: a newline would forge a log line, an ANSI escape
+      // rewrite the terminal).
+      console.error(`pigeon: ${escapeControls(String(e.code))}: ${escapeControls(String(e.message))}`);
       return;
     }
     for (const fn of this.errorListeners) {
@@ -250,8 +290,10 @@ export class Session implements ConnOwner {
   }
 
   private async dialConn(): Promise<Conn> {
-    const c = new Conn(this, this.callTimeoutMs);
+    const maxFrame = this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+    const c = new Conn(this, this.callTimeoutMs, this.options.maxBufferedBytes ?? DEFAULT_MAX_BUFFERED_BYTES, maxFrame);
     const o: DialOptions = {
+      maxFrameBytes: maxFrame,
       auth: this.options.auth,
       WebSocket: this.options.WebSocket,
       connectTimeoutMs: this.options.connectTimeoutMs,
@@ -261,6 +303,12 @@ export class Session implements ConnOwner {
       onText: (t) => c.onText(t),
       onBinary: () => this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a binary frame", {})),
       onClose: (code, reason) => this.onConnClosed(c, code, reason),
+      onError: (message, code) => {
+        c.sockError = message;
+        // ws refused a frame beyond maxPayload: the connection ends now,
+        // not when (or whether) the server answers ws's close frame.
+        if (code === WS_FRAME_TOO_LARGE) this.abort(c, this.closeErrorOf(c, 1009, ""));
+      },
     });
     try {
       const frame: Frame = { op: "negotiate", subjects: this.subjects };
@@ -273,6 +321,8 @@ export class Session implements ConnOwner {
       if (c.closed) throw c.closeError ?? transportError("the connection closed as its contract arrived");
       this._contract = f.contract as Contract;
       this.maxFrame = typeof f.maxFrame === "number" ? f.maxFrame : 0;
+      // A negotiated contract's first renewal always comes.
+      this.renewedOf = "";
     } catch (e) {
       c.fail(e instanceof PigeonError ? e : transportError(String(e), e));
       throw e;
@@ -286,7 +336,9 @@ export class Session implements ConnOwner {
     this.pingTimer = setInterval(() => {
       const c = this.conn;
       if (!c || c.closed) return;
-      c.call({ op: "ping" }, this.options.pingTimeoutMs ?? 10_000).catch((e: PigeonError) => {
+      // Past the send buffer's bound too: a ping left unanswered is what
+      // drops a connection whose server stopped reading.
+      c.call({ op: "ping" }, this.options.pingTimeoutMs ?? 10_000, undefined, true).catch((e: PigeonError) => {
         if (e.code === ClientCodes.TIMEOUT && !c.closed) {
           this.report(transportError("the server did not answer a ping; dropping the connection"));
           c.fail(transportError("the server did not answer a ping"));
@@ -297,11 +349,30 @@ export class Session implements ConnOwner {
     (this.pingTimer as { unref?: () => void }).unref?.();
   }
 
-  private onConnClosed(c: Conn, code: number, reason: string): void {
-    const err =
-      code === 1001
-        ? new PigeonError("SHUTTING_DOWN", "the server is shutting down")
-        : transportError(`the connection closed (${code}${reason ? ` ${reason}` : ""})`);
+  /** @internal Ends connection c with err (a frame it cannot take), as a lost connection ends. */
+  abort(c: Conn, err: PigeonError): void {
+    if (c.closed) return;
+    c.fail(err);
+    this.onConnClosed(c, 1009, "", err);
+  }
+
+  /** The error a connection closed with `code` ends its calls with. */
+  private closeErrorOf(c: Conn, code: number, reason: string): PigeonError {
+    if (code === 1001) return new PigeonError("SHUTTING_DOWN", "the server is shutting down");
+    if (code === 1009) {
+      // Either side's frame limit: ws's maxPayload (its error event came
+      // first), or the server's (a frame of the client's was too large).
+      // A lost connection all the same (kind "transport"): calls fail, the
+      // session reconnects, subscriptions resume.
+      const max = this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+      const why = c.sockError ? `the server sent a frame larger than maxFrameBytes (${max}): ${c.sockError}` : "a frame was larger than the receiver's limit";
+      return new PigeonError(ClientCodes.SESSION_CLOSED, `the connection closed (1009): ${why}`, { closeCode: 1009, maxFrameBytes: max });
+    }
+    return transportError(`the connection closed (${code}${reason ? ` ${reason}` : ""})`);
+  }
+
+  private onConnClosed(c: Conn, code: number, reason: string, given?: PigeonError): void {
+    const err = given ?? this.closeErrorOf(c, code, reason);
     c.fail(err);
     if (this.conn !== c) return;
     this.conn = undefined;
@@ -577,7 +648,8 @@ export class Session implements ConnOwner {
    * it is still the contract in force there and the answer moves its
    * expiry later; then schedules the next automatic renewal from it.
    */
-  private async renewOn(c: Conn, ttl: number | undefined): Promise<Contract> {
+  private async renewOn(c: Conn, ttl: number | undefined, auto = false): Promise<Contract> {
+    const asked = Date.now();
     const frame: Frame = { op: "renew" };
     if (ttl !== undefined) frame.ttlMs = finiteMs("ttl", ttl);
     const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
@@ -588,6 +660,10 @@ export class Session implements ConnOwner {
     if (this.conn !== c || !cur || cur.id !== k.id || !(Date.parse(k.expiresAt) > Date.parse(cur.expiresAt))) return k;
     this._contract = k;
     if (typeof f.maxFrame === "number") this.maxFrame = f.maxFrame;
+    if (auto) {
+      this.renewedAt = asked;
+      this.renewedOf = k.id;
+    }
     this.scheduleRenew();
     return k;
   }
@@ -606,9 +682,36 @@ export class Session implements ConnOwner {
     const c = this.conn;
     if (!k || !c) return;
     const exp = Date.parse(k.expiresAt);
-    const left = exp - Date.now();
+    const now = Date.now();
+    const left = exp - now;
     if (!(left > 0)) return;
-    this.armRenew(c, k, exp, Date.now() + (delayMs ?? left - renewLead(left)));
+    let due = now + (delayMs ?? left - renewLead(left));
+    if (delayMs === undefined && k.id === this.renewedOf) {
+      // Automatic renewals of one contract that succeed are renewFloor()
+      // apart at least: a server that grants a few milliseconds each time
+      // cannot make the session renew every few milliseconds. One the
+      // floor puts at or past the expiry does not come (reported once).
+      const floor = this.renewedAt + renewFloor(this.options.ttl);
+      if (floor >= exp) {
+        this.reportTooShort(k);
+        return;
+      }
+      due = Math.max(due, floor);
+    }
+    this.armRenew(c, k, exp, due);
+  }
+
+  /** Reports, once per contract, that its renewals are too short to renew it again before it expires. */
+  private reportTooShort(k: Contract): void {
+    if (this.tooShortOf === k.id) return;
+    this.tooShortOf = k.id;
+    this.report(
+      new PigeonError(
+        "CONTRACT_EXPIRED",
+        `the server renews the contract for too short a time to renew it again before it expires; it ends at its expiry (${k.expiresAt}) unless reconnect() replaces it`,
+        { contract: k.id, expiresAt: k.expiresAt, floorMs: renewFloor(this.options.ttl) },
+      ),
+    );
   }
 
   /** Arms the renewal timer for `due` (ms since the epoch), in steps a timer can hold (at most 2^31−1 ms). */
@@ -634,7 +737,7 @@ export class Session implements ConnOwner {
     if (!current() || Date.now() >= exp) return;
     const ttl = this.options.ttl;
     try {
-      await this.renewOn(c, ttl);
+      await this.renewOn(c, ttl, true);
       if (!current()) return; // renewed: renewOn scheduled the next one
       // The expiry did not move. With a ttl shorter than the life left (an
       // explicit renew() with a longer one), try again when less is left;
@@ -1035,6 +1138,9 @@ function checkConnectOptions(o: ConnectOptions): void {
   ms("pingIntervalMs", o.pingIntervalMs, 0);
   ms("pingTimeoutMs", o.pingTimeoutMs, 1);
   ms("connectTimeoutMs", o.connectTimeoutMs, 1);
+  for (const [name, v] of [["maxFrameBytes", o.maxFrameBytes], ["maxBufferedBytes", o.maxBufferedBytes]] as const) {
+    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 1)) throw new PigeonError("INVALID_ARGUMENT", `${name} must be a positive integer of bytes, not ${String(v)}`);
+  }
   const p = o.maxPendingPublishes;
   if (p !== undefined && !(Number.isSafeInteger(p) && p >= 1)) throw new PigeonError("INVALID_ARGUMENT", `maxPendingPublishes must be a positive integer, not ${String(p)}`);
   if (o.reconnect && typeof o.reconnect === "object") {
@@ -1166,3 +1272,18 @@ function messages(f: Frame): Message[] {
 export function renewLead(left: number): number {
   return Math.max(left / 10, Math.min(left / 2, 5_000));
 }
+
+/**
+ * The least time between two automatic renewals of one contract that
+ * succeed: MAX_RENEW_FLOOR_MS, or a quarter of the lifetime the session
+ * asks for (`ttl`) when that is shorter, so that a session asking for short
+ * contracts still renews each (at half its life) before it expires. Set by
+ * the session's own request, never by the server's answers (as in the Go
+ * client).
+ */
+export function renewFloor(ttl: number | undefined): number {
+  return ttl !== undefined && ttl > 0 ? Math.min(MAX_RENEW_FLOOR_MS, ttl / 4) : MAX_RENEW_FLOOR_MS;
+}
+
+/** The least time between two automatic renewals of one contract, for a session asking for a ttl of 4 s or more. */
+export const MAX_RENEW_FLOOR_MS = 1_000;

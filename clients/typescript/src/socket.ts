@@ -15,6 +15,8 @@ export type WebSocketConstructor = new (url: string, protocols?: string | string
 export interface WebSocketLike {
   readonly readyState: number;
   readonly protocol?: string;
+  /** bytes accepted by send() and not yet written to the network (WHATWG WebSocket, ws) */
+  readonly bufferedAmount?: number;
   send(data: string): void;
   close(code?: number, reason?: string): void;
   addEventListener(type: string, listener: (ev: any) => void): void;
@@ -30,13 +32,28 @@ export interface DialOptions {
   /** how long the handshake may take (default 10 s) */
   connectTimeoutMs?: number;
   region?: string;
+  /** the largest frame the `ws` package reads (its maxPayload); default DEFAULT_MAX_FRAME_BYTES */
+  maxFrameBytes?: number;
 }
+
+/**
+ * The largest frame a session reads by default (64 MiB). The broker's
+ * largest frames are the answers of replay and receive: at most its
+ * MaxReadBytes (16 MiB by default) of messages and one message more (each
+ * at most its 1 MiB frame limit), and of publish_batch (twice its frame
+ * limit and 576 bytes a message); 64 MiB leaves room for a broker
+ * configured with larger reads, and keeps `ws`'s own default (100 MiB) from
+ * letting a hostile server make the client buffer that much per frame.
+ */
+export const DEFAULT_MAX_FRAME_BYTES = 64 << 20;
 
 /** Events of an open socket. */
 export interface SocketHandlers {
   onText(text: string): void;
   onBinary(): void;
   onClose(code: number, reason: string): void;
+  /** an error of the open socket (before its close event): `ws`'s refusal of a frame beyond maxPayload, … */
+  onError?(message: string, code: string | undefined): void;
 }
 
 /** Turns http(s):// into ws(s):// and adds ?region= when given. */
@@ -76,6 +93,10 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
       ? new ctor(target, protocols, {
           headers: auth === "header" ? { Authorization: `Bearer ${token}` } : {},
           perMessageDeflate: false,
+          // ws's own default is 100 MiB: a frame beyond this bound ends
+          // the connection (1009) as its header is read, before its
+          // payload is buffered.
+          maxPayload: o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES,
           handshakeTimeout: timerMs(o.connectTimeoutMs ?? 10_000),
         })
       : new ctor(target, protocols);
@@ -123,6 +144,10 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
       resolve(sock);
     });
     sock.addEventListener("error", (ev: { message?: string; error?: unknown }) => {
+      if (settled) {
+        h.onError?.(errorText(ev), errorCode(ev));
+        return;
+      }
       fail(transportError(`cannot connect to ${target}: ${ev?.message ?? "connection failed"}`, ev?.error));
     });
     sock.addEventListener("close", (ev: { code: number; reason: string }) => {
@@ -138,6 +163,29 @@ export async function dial(url: string, token: string, o: DialOptions, h: Socket
     });
   });
 }
+
+/** The text of an error event, never throwing. */
+function errorText(ev: { message?: unknown; error?: unknown } | undefined): string {
+  try {
+    const m = ev?.message ?? (ev?.error as { message?: unknown } | undefined)?.message;
+    return typeof m === "string" ? m : "socket error";
+  } catch {
+    return "socket error";
+  }
+}
+
+/** The code of an error event's error (`ws`: WS_ERR_…), never throwing. */
+function errorCode(ev: { error?: unknown } | undefined): string | undefined {
+  try {
+    const c = (ev?.error as { code?: unknown } | undefined)?.code;
+    return typeof c === "string" ? c : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `ws`'s code for a frame beyond maxPayload. */
+export const WS_FRAME_TOO_LARGE = "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH";
 
 /** The most of a refused upgrade's body the client reads (its error). */
 const MAX_REFUSAL_BYTES = 64 << 10;

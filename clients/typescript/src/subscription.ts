@@ -33,7 +33,7 @@
  * request/reply subscription names no `from`: its group keeps its place.
  */
 import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
-import { answer, utf8Length, type Conn, type Frame } from "./conn.js";
+import { answer, closedError, utf8Length, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
 import type { Delivery, Session, SubscribeOptions } from "./session.js";
 
@@ -255,6 +255,19 @@ export class Subscription {
   /** the size of the data queue holds (ack "none"; see MAX_QUEUED_BYTES) */
   private queuedBytes = 0;
   private running = 0;
+  /** the message ids whose handler runs (see pump: a message runs once at a time) */
+  private readonly runningIds = new Set<string>();
+  /**
+   * deliveries of a message whose handler was running when their turn
+   * came, by message id, in arrival order: each waits for that handler to
+   * return (see pump); counted with the queue against its bounds
+   */
+  private readonly parked = new Map<string, Queued[]>();
+  private parkedCount = 0;
+  /** deliveries waiting in the client: queued, or parked behind a run of their message */
+  private get waiting(): number {
+    return this.queue.length + this.parkedCount;
+  }
   /** the deliveries being worked on (running of them) */
   private readonly slots = new Set<Slot>();
   /** woken when a slot finishes or the subscription stops or ends */
@@ -331,8 +344,9 @@ export class Subscription {
         taken = true;
         return;
       }
-      if (this.finished) {
-        // Ended while this subscribe was on its way: end what it started.
+      if (this.finished || this.session.closed) {
+        // Ended (or the session closed) while this subscribe was on its
+        // way: end what it started; nothing of it is handed to the handler.
         this.session.endOrphan(c, f.sub);
         return;
       }
@@ -350,6 +364,12 @@ export class Subscription {
       this.session.bind(this.id, this, old);
     };
     const ans = await c.call(frame, undefined, bindNow);
+    if (this.session.closed) {
+      // close() began while the subscribe was on its way: it was never
+      // bound (see bindNow), and it ends here.
+      this.finish(undefined);
+      throw closedError();
+    }
     if (taken) {
       throw new PigeonError(ClientCodes.BAD_FRAME, `the server gave subscription id ${JSON.stringify(ans.sub)} to a second subscription`, { op: ans.op });
     }
@@ -408,15 +428,16 @@ export class Subscription {
 
   /** @internal */
   enqueue(c: Conn, m: Message, attempt: number): void {
-    // While stopping, a delivery stays unanswered: the server gives it back.
-    if (this.finished || this.stopping) return;
+    // While stopping (or once the session's close() began), a delivery
+    // stays unanswered: the server gives it back.
+    if (this.finished || this.stopping || this.session.closed) return;
     // A delivery on a connection this subscription has left (a server that
     // numbers subscriptions per connection may name the same id on both)
     // cannot be answered: the resumed subscription delivers it again.
     if (c !== this.conn || c.closed) return;
     // At most once, a reconnect resumes after the last message received: one
     // received is never handed over again.
-    if (this.options.ack !== "none" && this.queue.length >= this.window) {
+    if (this.options.ack !== "none" && this.waiting >= this.window) {
       // More deliveries waiting than the window the client asked for, which
       // a server that keeps the window never sends: left unanswered, for the
       // server's ack wait to give back, rather than queued without end (as
@@ -439,9 +460,9 @@ export class Subscription {
     let size = 0;
     // At most once, a delivery that has to wait is bounded in number and
     // in data; one a free handler takes at once is not counted.
-    if (this.options.ack === "none" && (this.queue.length > 0 || this.running >= this.maxInFlight)) {
+    if (this.options.ack === "none" && (this.waiting > 0 || this.running >= this.maxInFlight)) {
       size = dataSize(m);
-      if (this.queue.length > 0 && (this.queue.length >= MAX_QUEUED || this.queuedBytes + size > MAX_QUEUED_BYTES)) {
+      if (this.waiting > 0 && (this.waiting >= MAX_QUEUED || this.queuedBytes + size > MAX_QUEUED_BYTES)) {
         this.drop();
         return;
       }
@@ -467,16 +488,60 @@ export class Subscription {
   /** Lets go of the deliveries queued (none is handed over). */
   private clearQueue(): void {
     this.queue.length = 0;
+    this.parked.clear();
+    this.parkedCount = 0;
     this.queuedBytes = 0;
   }
 
+  /**
+   * Hands queued deliveries to the handler, at most maxInFlight at once;
+   * none once the subscription stops, ends, or the session's close()
+   * began.
+   *
+   * A message's handler runs once at a time. A delivery of a message
+   * whose handler is still running on this subscription (a server that
+   * delivered it again, its ack wait passed, or the resumed subscription
+   * after a lost connection while the handler of the lost one still runs)
+   * is parked until that handler returns, then runs (at least once: the
+   * handler sees the message again, in turn, never concurrently), answered
+   * on its own connection; an ack the server no longer expects
+   * (ACK_NOT_ALLOWED) is dropped quietly. Parked deliveries count against
+   * the window (or, at most once, MAX_QUEUED and MAX_QUEUED_BYTES) like
+   * queued ones, and are let go with them.
+   */
   private pump(): void {
-    while (this.running < this.maxInFlight && this.queue.length > 0 && !this.finished && !this.stopping) {
+    while (this.running < this.maxInFlight && this.queue.length > 0 && !this.finished && !this.stopping && !this.session.closed) {
       const d = this.queue.shift()!;
+      const id = d.m.id;
+      if (typeof id === "string") {
+        if (this.runningIds.has(id)) {
+          this.park(id, d); // its size stays counted
+          continue;
+        }
+        this.runningIds.add(id);
+      }
       this.queuedBytes -= d.size;
       this.running++;
       void this.run(d);
     }
+  }
+
+  /** Parks d behind the running handler of its message id. */
+  private park(id: string, d: Queued): void {
+    const list = this.parked.get(id);
+    if (list) list.push(d);
+    else this.parked.set(id, [d]);
+    this.parkedCount++;
+  }
+
+  /** The handler of message id returned: its next parked delivery, if any, goes first in the queue. */
+  private unpark(id: string): void {
+    const list = this.parked.get(id);
+    if (!list) return;
+    const d = list.shift()!;
+    if (list.length === 0) this.parked.delete(id);
+    this.parkedCount--;
+    this.queue.unshift(d);
   }
 
   private async run(d: Queued): Promise<void> {
@@ -523,6 +588,10 @@ export class Subscription {
     }
     slot.done = true;
     this.slots.delete(slot);
+    if (typeof id === "string") {
+      this.runningIds.delete(id);
+      this.unpark(id);
+    }
     this.running--;
     this.changed();
     this.pump();

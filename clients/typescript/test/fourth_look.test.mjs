@@ -1,0 +1,345 @@
+// Fourth look: a hostile server driving the client's timers, logs, memory
+// and handlers. Each test failed before its fix in src/.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { connect, PigeonError, generateKeys, signMessage, verifyMessage } from "../dist/index.js";
+import { until, sleep, wsServer } from "./harness.mjs";
+
+const CONTRACT = { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" };
+const OPTS = { reconnect: false, pingIntervalMs: 0 };
+const msg = (i, over = {}) => ({ id: `msg_${i}`, subject: "x", sequence: i, data: {}, ...over });
+const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
+
+/**
+ * A raw endpoint: answers negotiate with contract() (and ping), then hands
+ * each other frame to onFrame(ws, f).
+ */
+async function rawServer(onFrame, contract = () => CONTRACT) {
+  const wss = await wsServer();
+  wss.on("connection", (ws) => {
+    ws.on("message", (raw) => {
+      const f = JSON.parse(raw.toString());
+      if (f.op === "negotiate") ws.send(JSON.stringify({ op: "contract", re: f.id, contract: contract(), maxFrame: 1 << 20 }));
+      else if (f.op === "ping") ws.send(JSON.stringify({ op: "pong", re: f.id }));
+      else onFrame(ws, f);
+    });
+  });
+  const stop = async () => {
+    for (const c of wss.clients) c.terminate();
+    await new Promise((r) => wss.close(r));
+  };
+  return { url: `ws://127.0.0.1:${wss.address().port}/v1/ws`, wss, stop };
+}
+
+/** Connects a session of opts to srv, runs body(s), then closes the session and stops srv. */
+async function onSession(srv, opts, body) {
+  try {
+    const s = await connect(srv.url, "t", ["x"], opts);
+    try {
+      await body(s);
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+}
+
+test("a server granting renewals a few ms long cannot drive the renewal loop", async () => {
+  let exp = 0;
+  let renews = 0;
+  const srv = await rawServer(
+    (ws, f) => {
+      if (f.op !== "renew") return ok(ws, f);
+      renews++;
+      exp += 5; // each renewal moves the expiry 5 ms
+      ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...CONTRACT, expiresAt: new Date(exp).toISOString() } }));
+    },
+    () => {
+      exp = Date.now() + 200;
+      return { ...CONTRACT, expiresAt: new Date(exp).toISOString() };
+    },
+  );
+  const errors = [];
+  await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async () => {
+    await sleep(1500);
+    assert.ok(renews >= 1, "the first renewal comes");
+    assert.ok(renews <= 3, `${renews} renewals in 1.5 s`);
+    assert.equal(errors.filter((e) => /too short/.test(e.message)).length, 1, errors.map(String).join("; "));
+  });
+});
+
+test("a session asking for short contracts still renews each in time", async () => {
+  let renews = 0;
+  const ttl = 400;
+  const srv = await rawServer(
+    (ws, f) => {
+      if (f.op !== "renew") return ok(ws, f);
+      renews++;
+      ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...CONTRACT, expiresAt: new Date(Date.now() + ttl).toISOString() } }));
+    },
+    () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + ttl).toISOString() }),
+  );
+  await onSession(srv, { ...OPTS, ttl, onError: () => {} }, async () => {
+    await sleep(1500);
+    assert.ok(renews >= 3, `kept renewed: ${renews}`);
+    assert.ok(renews <= 15, `a quarter of the ttl apart at least: ${renews}`);
+  });
+});
+
+test("server text logged without onError has its control characters escaped", async () => {
+  const srv = await rawServer((ws, f) => {
+    if (f.op === "receive") {
+      ws.send(JSON.stringify({ op: "error", error: { code: "X\u001b[2J\u0007", message: "boom\n2026-01-01 INFO forged line\r\u2028\u0085\u009b31m\u007f" } }));
+      ws.send(JSON.stringify({ op: "messages", re: f.id, messages: [] }));
+    } else ok(ws, f);
+  });
+  const logged = [];
+  const orig = console.error;
+  console.error = (...a) => logged.push(a.map(String).join(" "));
+  try {
+    await onSession(srv, OPTS, async (s) => {
+      await s.receive("x");
+      await until(() => logged.length > 0, 2000, "the log line");
+    });
+  } finally {
+    console.error = orig;
+  }
+  for (const line of logged) {
+    assert.ok(!/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(line), JSON.stringify(line));
+  }
+  assert.ok(logged.some((l) => l.includes("forged line") && l.includes("boom\\x0a2026")), JSON.stringify(logged));
+});
+
+test("a frame larger than maxFrameBytes ends the connection with a typed error instead of being buffered", async () => {
+  // The frame is twice the bound: before the fix, ws (100 MiB) buffered it.
+  let ws1;
+  const srv = await rawServer((ws, f) => {
+    ws1 = ws;
+    if (f.op !== "receive") ok(ws, f); // the receive is left waiting
+  });
+  const errors = [];
+  await onSession(srv, { ...OPTS, callTimeoutMs: 3000, maxFrameBytes: 64 << 10, onError: (e) => errors.push(e) }, async (s) => {
+    await s.ack("x", "m1");
+    const pending = s.receive("x");
+    ws1.send(JSON.stringify({ op: "messages", re: "999", messages: [{ data: "z".repeat(128 << 10) }] }));
+    const e = await pending.then(() => undefined, (e) => e);
+    // A lost connection, named as such: the session would reconnect (it
+    // ends here, reconnect being off).
+    assert.ok(e instanceof PigeonError && e.isTransport, String(e));
+    assert.equal(e.details.maxFrameBytes, 64 << 10, String(e));
+    assert.match(e.message, /larger than maxFrameBytes/);
+    await until(() => s.closed, 2000, "the session to end");
+    assert.equal(s.error?.details.maxFrameBytes, 64 << 10);
+  });
+});
+
+test("maxFrameBytes out of range is refused before dialling", async () => {
+  for (const v of [0, -1, Number.NaN, 1.5]) {
+    await assert.rejects(connect("ws://127.0.0.1:9/v1/ws", "t", ["x"], { ...OPTS, maxFrameBytes: v }), (e) => e instanceof PigeonError && e.code === "INVALID_ARGUMENT", String(v));
+  }
+});
+
+/** A WebSocket of the test's own that never drains: bufferedAmount grows with each send. */
+function stuckWebSocket(serve) {
+  const socks = [];
+  class Fake {
+    constructor() {
+      this.readyState = 0;
+      this.protocol = "pigeon.v1";
+      this.bufferedAmount = 0;
+      this.sent = 0;
+      this.listeners = {};
+      socks.push(this);
+      setTimeout(() => {
+        this.readyState = 1;
+        this.emit("open", {});
+      }, 1);
+    }
+    addEventListener(type, fn) {
+      (this.listeners[type] ??= []).push(fn);
+    }
+    emit(type, ev) {
+      for (const fn of this.listeners[type] ?? []) fn(ev);
+    }
+    push(obj) {
+      this.emit("message", { data: JSON.stringify(obj) });
+    }
+    send(text) {
+      if (this.readyState !== 1) throw new Error("not open");
+      const f = JSON.parse(text);
+      this.sent++;
+      // The negotiation goes through; everything after it stays buffered.
+      if (f.op === "negotiate") return serve(this, f);
+      this.bufferedAmount += Buffer.byteLength(text);
+    }
+    close(code = 1000) {
+      setTimeout(() => {
+        if (this.readyState === 3) return;
+        this.readyState = 3;
+        this.emit("close", { code, reason: "" });
+      }, 1);
+    }
+  }
+  return { Fake, socks };
+}
+
+test("a server that stops reading cannot grow the send buffer without bound", async () => {
+  const { Fake, socks } = stuckWebSocket((sock, f) => sock.push({ op: "contract", re: f.id, contract: CONTRACT, maxFrame: 1 << 20 }));
+  const s = await connect("ws://fake/v1/ws", "t", ["x"], { ...OPTS, WebSocket: Fake, callTimeoutMs: 0, maxBufferedBytes: 1 << 20 });
+  try {
+    const big = "k".repeat(100 << 10);
+    const calls = [];
+    for (let i = 0; i < 40; i++) calls.push(s.nack("x", `${big}-${i}`).then(() => "ok", (e) => e));
+    const refused = await Promise.race([Promise.all(calls.slice(11)), sleep(1000).then(() => "hang")]);
+    assert.notEqual(refused, "hang", "the calls beyond the bound fail at once");
+    for (const e of refused) {
+      assert.ok(e instanceof PigeonError, String(e));
+      assert.equal(e.code, "RATE_LIMITED");
+    }
+    // Taken while less than the bound waits: the bound and one frame at most.
+    assert.ok(socks[0].bufferedAmount <= (1 << 20) + (101 << 10), `${socks[0].bufferedAmount} bytes buffered`);
+    assert.equal(socks[0].sent, 1 + 11, "the refused calls were not sent");
+  } finally {
+    await s.close({ timeoutMs: 200 });
+  }
+});
+
+test("a subscribe answered after close() hands nothing to its handler", async () => {
+  let ws1;
+  let heldSubscribe;
+  const srv = await rawServer((ws, f) => {
+    ws1 = ws;
+    if (f.op === "subscribe" && f.subject === "x") {
+      ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
+      ws.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
+    } else if (f.op === "subscribe") heldSubscribe = f;
+    else ok(ws, f);
+  });
+  try {
+    const s = await connect(srv.url, "t", ["x", "y"], OPTS);
+    let release;
+    const gate = new Promise((r) => (release = r));
+    let started = false;
+    await s.subscribe("x", async () => {
+      started = true;
+      await gate;
+    });
+    await until(() => started, 2000, "the first handler");
+    const late = [];
+    const p = s.subscribe("y", async (m) => void late.push(m.id)).then((v) => v, (e) => e);
+    await until(() => heldSubscribe, 2000, "the second subscribe");
+    const closing = s.close({ timeoutMs: 3000 });
+    await sleep(20);
+    ws1.send(JSON.stringify({ op: "subscribed", re: heldSubscribe.id, sub: "sub_2" }));
+    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_2", attempt: 1, message: msg(2, { subject: "y" }) }));
+    await sleep(200);
+    release();
+    await closing;
+    const r = await p;
+    assert.ok(r instanceof PigeonError && r.code === "CLOSED", String(r));
+    assert.deepEqual(late, []);
+  } finally {
+    await srv.stop();
+  }
+});
+
+test("a message delivered again while its handler runs waits for that run, never runs twice at once", async () => {
+  let ws1;
+  const acks = [];
+  const srv = await rawServer((ws, f) => {
+    ws1 = ws;
+    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
+    else {
+      if (f.op === "ack") acks.push(...(f.messageIds ?? [f.messageId]));
+      ok(ws, f);
+    }
+  });
+  await onSession(srv, OPTS, async (s) => {
+    const running = new Map();
+    const runs = [];
+    let most = 0;
+    let release;
+    const gate = new Promise((r) => (release = r));
+    await s.subscribe("x", async (m) => {
+      runs.push(m.id);
+      running.set(m.id, (running.get(m.id) ?? 0) + 1);
+      most = Math.max(most, running.get(m.id));
+      await gate;
+      running.set(m.id, running.get(m.id) - 1);
+    }, { maxInFlight: 4 });
+    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
+    await until(() => runs.length === 1, 2000, "the first run");
+    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 2, message: msg(1) }));
+    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(2) }));
+    await until(() => runs.includes("msg_2"), 2000, "the other message");
+    await sleep(100);
+    assert.equal(most, 1, `runs at once of one message: ${runs}`);
+    assert.deepEqual(runs, ["msg_1", "msg_2"], "the second delivery of msg_1 waits for its first run");
+    release();
+    // Then it runs, in turn (at least once), and is answered.
+    await until(() => runs.length === 3, 2000, "the second run of msg_1");
+    await until(() => acks.filter((id) => id === "msg_1").length === 2 && acks.includes("msg_2"), 2000, "the acks");
+    assert.deepEqual(runs, ["msg_1", "msg_2", "msg_1"]);
+    assert.equal(most, 1);
+  });
+});
+
+test("deliveries parked behind a running handler count against the window", async () => {
+  let ws1;
+  const srv = await rawServer((ws, f) => {
+    ws1 = ws;
+    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
+    else ok(ws, f);
+  });
+  const errors = [];
+  await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
+    let release;
+    const gate = new Promise((r) => (release = r));
+    const runs = [];
+    await s.subscribe("x", async (m) => {
+      runs.push(m.id);
+      await gate;
+    }, { window: 4, maxInFlight: 2 });
+    // A server that keeps delivering the message whose handler runs.
+    for (let i = 0; i < 50; i++) ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: i + 1, message: msg(1) }));
+    await until(() => errors.some((e) => e.code === "BAD_FRAME" && /window/.test(e.message)), 2000, "the overflow report");
+    release();
+    await sleep(200);
+    assert.ok(runs.length <= 5, `${runs.length} runs: the parked ones are bounded by the window`);
+  });
+});
+
+test('a signature whose "v" is spelled 2.0 or 2e0 names no signing form', async () => {
+  const keys = generateKeys();
+  const sign = (i) => JSON.stringify(signMessage({ id: `msg_${i}`, subject: "x", sequence: i, data: { v: 2.0, n: i } }, keys.signingKid, keys.signingSeed));
+  assert.ok(sign(0).includes('"v":2}'));
+  const spellings = ["2.0", "2e0", "2E+0", "20e-1", "0.2e1"];
+  let ws1;
+  const srv = await rawServer((ws, f) => {
+    ws1 = ws;
+    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
+    else if (f.op === "receive") {
+      ws.send(`{"op":"messages","re":${JSON.stringify(f.id)},"messages":[${sign(20).replace('"v":2}', '"v":2.00}')},${sign(21)}]}`);
+    } else ok(ws, f);
+  });
+  await onSession(srv, OPTS, async (s) => {
+    const got = [];
+    await s.subscribe("x", async (m) => void got.push(m), { maxInFlight: 10 });
+    spellings.forEach((sp, i) => {
+      ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${sign(i + 1).replace('"v":2}', `"v" : ${sp} }`)}}`);
+    });
+    // A "v" of the data spelled 2.0 is data: left as JSON.parse reads it (and still verifies).
+    ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${sign(10).replace('"data":{"v":2,', '"data":{"v":2.0,')}}`);
+    await until(() => got.length === spellings.length + 1, 2000, "the deliveries");
+    for (const m of got.slice(0, spellings.length)) {
+      assert.throws(() => verifyMessage(m, keys.signingPublic), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID", JSON.stringify(m.signature));
+    }
+    verifyMessage(got[spellings.length], keys.signingPublic);
+    assert.equal(got[0].data.v, 2, "data is left alone");
+    assert.equal(got[spellings.length].data.v, 2, "data is left alone");
+    const [bad, good] = await s.receive("x");
+    assert.throws(() => verifyMessage(bad, keys.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
+    verifyMessage(good, keys.signingPublic);
+  });
+});
