@@ -44,6 +44,9 @@ func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
+	if err := s.recheck(ctx); err != nil {
+		return 0, err
+	}
 	s.trimMu.Lock()
 	defer s.trimMu.Unlock()
 	for {

@@ -511,48 +511,81 @@ func leaseKey(key store.GroupKey, seq uint64) string {
 
 // Acquire implements pigeon.Leaser. A lease nobody holds, or whose holder
 // let it run out, is taken unless the group's stored progress has seq done.
+// A lease found changed since it was read (another node took it, or a
+// replica behind answered the read) is read again from the leaders of the
+// leases and progress buckets, pausing longer each time (casRetry); when
+// ctx ends meanwhile, Acquire fails with a *ContendedError.
 func (c *Cluster) Acquire(ctx context.Context, key store.GroupKey, seq uint64, deadline time.Time) (pigeon.LeaseState, error) {
 	k := leaseKey(key, seq)
-	for {
-		e, err := direct(ctx, c.s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return c.leases.Get(ctx, k) })
+	var out pigeon.LeaseState
+	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
+		val, rev, marker, err := c.readLease(ctx, k, leader)
+		if err != nil {
+			return false, err
+		}
 		var prev leaseVal
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return pigeon.LeaseState{}, c.s.fail(ctx, err)
-		default:
-			if err := json.Unmarshal(e.Value(), &prev); err != nil {
-				return pigeon.LeaseState{}, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
+		if val != nil {
+			if err := json.Unmarshal(val, &prev); err != nil {
+				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
 			}
 			if prev.Done {
-				return pigeon.LeaseState{Done: true}, nil
+				out = pigeon.LeaseState{Done: true}
+				return true, nil
 			}
 			if until := time.Unix(0, prev.Until); time.Now().Before(until) && prev.Node != c.s.opts.Node {
-				return pigeon.LeaseState{Until: until}, nil
+				out = pigeon.LeaseState{Until: until}
+				return true, nil
 			}
 		}
-		g, _, err := c.s.loadGroup(ctx, key)
+		g, _, _, err := c.s.loadGroupFrom(ctx, key, leader)
 		if err != nil {
-			return pigeon.LeaseState{}, err
+			return false, err
 		}
 		if g.IsDone(seq) {
-			return pigeon.LeaseState{Done: true}, nil
+			out = pigeon.LeaseState{Done: true}
+			return true, nil
 		}
 		next := leaseVal{Node: c.s.opts.Node, Until: deadline.UnixNano(), Attempt: max(prev.Attempt, g.Attempts[seq]) + 1}
 		b, _ := json.Marshal(next)
-		if e == nil {
+		if rev == 0 && !marker {
 			_, err = c.leases.Create(ctx, k, b)
 		} else {
-			_, err = c.leases.Update(ctx, k, b, e.Revision())
+			_, err = c.leases.Update(ctx, k, b, rev)
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
+		done, err := casDone(err)
+		if done {
+			out = pigeon.LeaseState{Acquired: true, Attempt: next.Attempt}
 		}
-		if err != nil {
-			return pigeon.LeaseState{}, c.s.fail(ctx, err)
-		}
-		return pigeon.LeaseState{Acquired: true, Attempt: next.Attempt}, nil
+		return done, c.s.fail(ctx, err)
+	})
+	if err != nil {
+		return pigeon.LeaseState{}, err
 	}
+	return out, nil
+}
+
+// readLease reads lease key k: its value (nil when there is none) and
+// revision, with a direct get or from the leases bucket's leader; marker
+// is set when the leader holds a delete or purge marker of it, at rev.
+func (c *Cluster) readLease(ctx context.Context, k string, leader bool) (val []byte, rev uint64, marker bool, err error) {
+	if leader {
+		m, err := leaderLastOp(ctx, c.s.nc, c.s.bucketName("leases"), k)
+		if m == nil || err != nil {
+			return nil, 0, false, c.s.fail(ctx, err)
+		}
+		if isMarker(m) {
+			return nil, m.Sequence, true, nil
+		}
+		return m.Data, m.Sequence, false, nil
+	}
+	e, err := direct(ctx, c.s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return c.leases.Get(ctx, k) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, c.s.fail(ctx, err)
+	}
+	return e.Value(), e.Revision(), false, nil
 }
 
 // Release implements pigeon.Leaser.

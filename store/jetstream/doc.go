@@ -7,7 +7,10 @@
 // # Layout in JetStream
 //
 // Every name starts with Options.Prefix (default "PIGEON"), so several
-// Pigeon deployments can share one NATS account.
+// Pigeon deployments can share one NATS account. NATS subjects carry the
+// prefix in lower case, and a file system that ignores case takes stream
+// names that differ only in case for one: Open refuses a prefix, or a
+// node, that differs only in case from one the account holds.
 //
 //   - Each Pigeon subject is one stream, <P>_M_<hex subject>, on the NATS
 //     subjects <p>.m.<hex subject>.<message id>; a subject whose hex would
@@ -25,13 +28,20 @@
 //     published, so the same key sent through every node at once is
 //     accepted once. A message id is indexed the same way, so two nodes
 //     never store two messages under one id (the second append fails with
-//     store.ErrExists).
+//     store.ErrExists). A message over the NATS server's max_payload is
+//     refused (ErrTooLarge) before either is claimed, and a publish
+//     JetStream refuses (a stream limit) gives both back.
 //   - A contract record, once revoked, stays revoked: a write of it
 //     unrevoked (a renewal on a node that has not applied the revocation
 //     yet) is a compare-and-set that leaves a revoked record alone.
 //   - Contracts, consumer progress, quarantine and the broker's own KV
-//     (accounts, roles, grants, keys) are KV buckets; progress changes are
-//     compare-and-set loops. PruneGroups (store.GroupPruner) goes by the
+//     (accounts, roles, grants, keys) are KV buckets; progress changes
+//     (and Cluster leases) are compare-and-set loops, which after a
+//     conflict read from the bucket's leader and pause longer each time,
+//     and fail with *ContendedError when their ctx ends. Expired
+//     contracts and old quarantine records are purged only up to the
+//     revision judged, so one renewed since stays. PruneGroups
+//     (store.GroupPruner) goes by the
 //     JetStream timestamp of each group's entry and purges a key only up
 //     to the revision it read, leaving no delete marker.
 //   - The audit log is one stream per node, <P>_A_<node>: every node keeps
@@ -57,6 +67,14 @@
 // docs/cluster.md says what that means for durability. A publish that fails for want of a
 // quorum returns an error matching store.ErrNoQuorum, which the broker
 // reports as the retryable STORE_NO_QUORUM; nothing is retried silently.
+//
+// Open refuses a stream or bucket another tool changed so that it would
+// drop records behind the broker's back (a limit, a max age, a limit per
+// subject on a message or audit stream). While the store runs, the calls
+// of the engine's retention sweep look again (at most once a minute for
+// the buckets and the audit stream) and fail naming the change; the
+// publish path does not, so between sweeps, or with no retention
+// configured, a change goes unseen until the next sweep or start.
 //
 // Cluster.Barrier makes a revocation strict across live nodes: the
 // revoking call returns once every node that refreshed its <P>_applied

@@ -182,6 +182,35 @@ func (s *Store) values(ctx context.Context, kv jetstream.KeyValue, filter string
 	}
 }
 
+// entry is a key's value and revision.
+type entry struct {
+	val []byte
+	rev uint64
+}
+
+// entries reads every live key of kv, with its revision, in one watch.
+func (s *Store) entries(ctx context.Context, kv jetstream.KeyValue) (map[string]entry, error) {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	defer w.Stop()
+	out := map[string]entry{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				out[e.Key()] = entry{e.Value(), e.Revision()}
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // directoryValues reads directory bucket i, again while the replica that
 // answered is behind a revision this node knows of: the engine replaces
 // its whole directory with what it reads, and a read from behind would

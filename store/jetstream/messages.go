@@ -99,10 +99,17 @@ func (s *Store) stream(ctx context.Context, subject string, create bool) (jetstr
 // Append implements store.MessageLog. The message id is indexed, and the
 // idempotency key claimed, before the message is published, so a crash in
 // between leaves a claim that a retry takes over once it is older than
-// Options.Timeout.
+// Options.Timeout. A message NATS could not carry (over the server's
+// max_payload) is refused with ErrTooLarge before either is claimed, and
+// a publish JetStream refuses (a stream limit) gives both back: neither
+// holds an id or key for a message that was not stored.
 func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
 	if err := s.begin(ctx); err != nil {
 		return store.Message{}, false, err
+	}
+	msg := s.newMsg(m)
+	if err := s.fits(m, msg); err != nil {
+		return m, false, err
 	}
 	var claimRev uint64
 	if m.IdemKey != "" {
@@ -112,9 +119,8 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 		}
 		claimRev = rev
 	}
-	m, err := s.publish(ctx, m)
-	var refused *jetstream.APIError
-	if err != nil && claimRev != 0 && (errors.As(err, &refused) || errors.Is(err, store.ErrExists)) {
+	m, err := s.publish(ctx, m, msg)
+	if err != nil && claimRev != 0 && (refused(err) || errors.Is(err, store.ErrExists)) {
 		// Refused by JetStream, or the id is another message's: give the
 		// key back, unless someone has taken it over since. After a
 		// timeout the message may have been stored, so the claim stays: a
@@ -125,14 +131,14 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 	return m, false, err
 }
 
-func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, error) {
-	st, err := s.stream(ctx, m.Subject, true)
-	if err != nil {
-		return m, err
-	}
-	if err := s.claimID(ctx, m); err != nil {
-		return m, err
-	}
+// ErrTooLarge is the error (wrapped) of an append whose message, body
+// and headers, is larger than the NATS server's max_payload: it is
+// refused before its id or idempotency key is claimed.
+var ErrTooLarge = errors.New("jetstream: message larger than the NATS server's max_payload")
+
+// newMsg is the NATS message of m, without its subject's stream: the
+// body and m's headers.
+func (s *Store) newMsg(m store.Message) *nats.Msg {
 	msg := nats.NewMsg(s.msgSubject(m.Subject, m.ID))
 	msg.Data = m.Body
 	setText(msg, hdrID, m.ID)
@@ -141,16 +147,54 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 		setText(msg, hdrIdem, m.IdemKey)
 		msg.Header.Set(hdrIdemExp, strconv.FormatInt(m.IdemExpires.UnixNano(), 10))
 	}
+	return msg
+}
+
+// fits refuses msg, m's message, when the NATS server would: its body and
+// headers, with those publish adds (the deduplication id and the expected
+// stream), over max_payload. The count may be a few bytes short (the
+// client adds nothing else today); a publish refused all the same gives
+// its claims back (refused).
+func (s *Store) fits(m store.Message, msg *nats.Msg) error {
+	size := len("NATS/1.0\r\n\r\n") + len(msg.Data)
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4
+		}
+	}
+	size += len(jetstream.MsgIDHeader) + len(token(m.ID)) + 21 + 4
+	size += len(jetstream.ExpectedStreamHeader) + len(s.msgStream(m.Subject)) + 4
+	if limit := s.nc.MaxPayload(); limit > 0 && int64(size) > limit {
+		return fmt.Errorf("%w: message %q of subject %q is %d bytes, the limit %d", ErrTooLarge, m.ID, m.Subject, size, limit)
+	}
+	return nil
+}
+
+// refused reports whether a publish failed without the message stored:
+// the client would not send it (over max_payload), or the stream refused
+// it (an API error, but for 503: a stream without quorum may or may not
+// have kept it).
+func refused(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &api) && api.Code != 503
+}
+
+func (s *Store) publish(ctx context.Context, m store.Message, msg *nats.Msg) (store.Message, error) {
+	st, err := s.stream(ctx, m.Subject, true)
+	if err != nil {
+		return m, err
+	}
+	idRev, err := s.claimID(ctx, m)
+	if err != nil {
+		return m, err
+	}
 	// The message id (as a token: a header value would not keep every
 	// id apart) is also JetStream's deduplication id: a retry of a
 	// publish whose acknowledgement was lost (within the stream's
 	// duplicate window) is answered with the first one's sequence.
 	name := st.CachedInfo().Config.Name
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(name), jetstream.WithMsgID(token(m.ID)))
-	if err != nil {
-		return m, s.fail(ctx, err)
-	}
-	for ack.Duplicate {
+	for err == nil && ack.Duplicate {
 		// The stream took a message of this id within its duplicate
 		// window, and this one was not stored. When that message has been
 		// trimmed since, the id is free (claimID took it): store this one
@@ -159,15 +203,20 @@ func (s *Store) publish(ctx context.Context, m store.Message) (store.Message, er
 		// That one may be a duplicate again, of an earlier message of the
 		// id trimmed too (an id re-used more than once in the window): the
 		// sequences named grow, so the chain ends.
-		gone, err := s.trimmedSeq(ctx, st, ack.Sequence)
-		if err != nil || !gone {
-			return m, cmp.Or(err, idTaken(m.ID))
+		gone, terr := s.trimmedSeq(ctx, st, ack.Sequence)
+		if terr != nil || !gone {
+			return m, cmp.Or(terr, idTaken(m.ID))
 		}
 		ack, err = s.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(name),
 			jetstream.WithMsgID(token(m.ID)+"."+strconv.FormatUint(ack.Sequence, 10)))
-		if err != nil {
-			return m, s.fail(ctx, err)
+	}
+	if err != nil {
+		if refused(err) {
+			// Nothing stored: the id's entry, this append's, is given back
+			// (up to its revision: one written since stays).
+			_, _ = s.purgeUpTo(context.WithoutCancel(ctx), s.bucketName("ids"), token(m.ID), idRev)
 		}
+		return m, s.fail(ctx, err)
 	}
 	m.Seq = ack.Sequence
 	return m, nil
@@ -199,36 +248,37 @@ func idTaken(id string) error {
 	return fmt.Errorf("jetstream: message id %q is another message's: %w", id, store.ErrExists)
 }
 
-// claimID indexes m.ID under m.Subject in the ids bucket, unless another
+// claimID indexes m.ID under m.Subject in the ids bucket, and returns the
+// entry's revision, unless another
 // message holds the id. The engine refuses an id it holds by a lookup
 // under a lock of its own process only, so two nodes may both find an id
 // free; the bucket's create, which the stream's leader decides once for
 // all nodes, lets one of them have it. An entry whose message never came
 // (its append died between the two writes) or is trimmed is taken over,
 // compare-and-set, once its append cannot still be under way.
-func (s *Store) claimID(ctx context.Context, m store.Message) error {
+func (s *Store) claimID(ctx context.Context, m store.Message) (uint64, error) {
 	key := token(m.ID)
 	for {
-		_, err := s.ids.Create(ctx, key, []byte(m.Subject))
+		rev, err := s.ids.Create(ctx, key, []byte(m.Subject))
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return s.fail(ctx, err)
+			return rev, s.fail(ctx, err)
 		}
 		held, err := leaderLast(ctx, s.nc, s.bucketName("ids"), key)
 		if err != nil {
-			return s.fail(ctx, err)
+			return 0, s.fail(ctx, err)
 		}
 		if held != nil {
 			if err := s.awaitIndexed(ctx, string(held.Data), m.ID, held.Time); !errors.Is(err, store.ErrNotFound) {
-				return cmp.Or(err, idTaken(m.ID))
+				return 0, cmp.Or(err, idTaken(m.ID))
 			}
-			_, err = s.ids.Update(ctx, key, []byte(m.Subject), held.Sequence)
+			rev, err = s.ids.Update(ctx, key, []byte(m.Subject), held.Sequence)
 			if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-				return s.fail(ctx, err)
+				return rev, s.fail(ctx, err)
 			}
 		}
 		// Changed (or removed) since the read: read again.
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 	}
 }
@@ -602,9 +652,15 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 	if st == nil || err != nil {
 		return 0, err
 	}
+	if err := s.recheck(ctx); err != nil {
+		return 0, err
+	}
 	info, err := st.Info(ctx)
 	if err != nil {
 		return 0, s.fail(ctx, err)
+	}
+	if reason := dropsStream(info.Config); reason != "" {
+		return 0, fmt.Errorf("jetstream: stream %s was changed and cannot be used: %s", info.Config.Name, reason)
 	}
 	n, cut := 0, info.State.LastSeq+1
 	filter := info.Config.Subjects[0]

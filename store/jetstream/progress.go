@@ -62,18 +62,42 @@ func (s *Store) LoadGroup(ctx context.Context, key store.GroupKey) (store.GroupS
 }
 
 func (s *Store) loadGroup(ctx context.Context, key store.GroupKey) (store.GroupState, uint64, error) {
-	e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.progress.Get(ctx, progressKey(key)) })
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return store.GroupState{}, 0, nil
+	g, rev, _, err := s.loadGroupFrom(ctx, key, false)
+	return g, rev, err
+}
+
+// loadGroupFrom reads the group's state and its entry's revision (zero
+// when there is none): with a direct get, or from the progress bucket's
+// leader. marker is set when the leader holds a delete or purge marker of
+// the key, at rev: a write then updates it, a create would be refused.
+func (s *Store) loadGroupFrom(ctx context.Context, key store.GroupKey, leader bool) (g store.GroupState, rev uint64, marker bool, err error) {
+	var val []byte
+	if leader {
+		m, err := leaderLastOp(ctx, s.nc, s.bucketName("progress"), progressKey(key))
+		if err != nil {
+			return g, 0, false, s.fail(ctx, err)
+		}
+		if m == nil {
+			return g, 0, false, nil
+		}
+		if isMarker(m) {
+			return g, m.Sequence, true, nil
+		}
+		val, rev = m.Data, m.Sequence
+	} else {
+		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.progress.Get(ctx, progressKey(key)) })
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return g, 0, false, nil
+		}
+		if err != nil {
+			return g, 0, false, s.fail(ctx, err)
+		}
+		val, rev = e.Value(), e.Revision()
 	}
-	if err != nil {
-		return store.GroupState{}, 0, s.fail(ctx, err)
+	if err := json.Unmarshal(val, &g); err != nil {
+		return g, 0, false, &store.CorruptError{File: s.bucketName("progress"), Reason: err.Error()}
 	}
-	var g store.GroupState
-	if err := json.Unmarshal(e.Value(), &g); err != nil {
-		return g, 0, &store.CorruptError{File: s.bucketName("progress"), Reason: err.Error()}
-	}
-	return g, e.Revision(), nil
+	return g, rev, false, nil
 }
 
 // updateGroup applies fn to the group's state with compare-and-set, so
@@ -83,33 +107,34 @@ func (s *Store) updateGroup(ctx context.Context, key store.GroupKey, fn func(*st
 }
 
 // updateGroupIf is updateGroup, but writes nothing when fn reports that
-// it changed nothing.
+// it changed nothing. A write that finds the state changed since it read
+// it reads it again from the bucket's leader, pausing longer each time
+// (casRetry); one that ctx ends meanwhile fails with a *ContendedError.
 func (s *Store) updateGroupIf(ctx context.Context, key store.GroupKey, fn func(*store.GroupState) bool) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
-	for {
-		g, rev, err := s.loadGroup(ctx, key)
+	k := progressKey(key)
+	return casRetry(ctx, s.bucketName("progress"), k, func(leader bool) (bool, error) {
+		g, rev, marker, err := s.loadGroupFrom(ctx, key, leader)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if !fn(&g) {
-			return nil
+			return true, nil
 		}
 		val, err := json.Marshal(&g)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if rev == 0 {
-			_, err = s.progress.Create(ctx, progressKey(key), val)
+		if rev == 0 && !marker {
+			_, err = s.progress.Create(ctx, k, val)
 		} else {
-			_, err = s.progress.Update(ctx, progressKey(key), val, rev)
+			_, err = s.progress.Update(ctx, k, val, rev)
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		return s.fail(ctx, err)
-	}
+		done, err := casDone(err)
+		return done, s.fail(ctx, err)
+	})
 }
 
 // PruneGroups implements store.GroupPruner. A group's time is the

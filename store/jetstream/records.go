@@ -92,23 +92,34 @@ func (s *Store) TrimQuarantineBefore(ctx context.Context, t time.Time) (int, err
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	vals, _, err := s.values(ctx, s.quarantine, "")
+	if err := s.recheck(ctx); err != nil {
+		return 0, err
+	}
+	es, err := s.entries(ctx, s.quarantine)
 	if err != nil {
 		return 0, err
 	}
+	return s.purgeQuarantined(ctx, es, t)
+}
+
+// purgeQuarantined removes the records among es (as listed) whose Time
+// is before t, each up to the revision listed: a record written again
+// under its id since the listing stays.
+func (s *Store) purgeQuarantined(ctx context.Context, es map[string]entry, t time.Time) (int, error) {
 	n := 0
-	for key, b := range vals {
-		r, err := s.decodeQuarantine(b)
+	for key, e := range es {
+		r, err := s.decodeQuarantine(e.val)
 		if err != nil {
 			return n, err
 		}
 		if !r.Time.Before(t) {
 			continue
 		}
-		if err := s.quarantine.Purge(ctx, key); err != nil {
-			return n, s.fail(ctx, err)
+		purged, err := s.purgeUpTo(ctx, s.bucketName("quarantine"), key, e.rev)
+		if err != nil {
+			return n, err
 		}
-		n++
+		n += min(int(purged), 1)
 	}
 	return n, nil
 }
@@ -201,10 +212,16 @@ func (s *Store) leaderGet(ctx context.Context, bucket, key string) ([]byte, erro
 // marker, or the marker JetStream leaves when a key's TTL removes it).
 func leaderLast(ctx context.Context, nc *nats.Conn, bucket, key string) (*nats.RawStreamMsg, error) {
 	m, err := leaderLastOp(ctx, nc, bucket, key)
-	if m != nil && (m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != "") {
+	if m != nil && isMarker(m) {
 		return nil, nil
 	}
 	return m, err
+}
+
+// isMarker reports whether m, an entry of a KV bucket, marks its key
+// deleted or purged (a delete or purge, or its TTL).
+func isMarker(m *nats.RawStreamMsg) bool {
+	return m.Header.Get("KV-Operation") != "" || m.Header.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // leaderLastOp reads the last entry of the keys of KV bucket matching key
@@ -232,17 +249,38 @@ func (s *Store) decodeContract(b []byte) (store.ContractRecord, error) {
 
 // allContracts returns every contract kept.
 func (s *Store) allContracts(ctx context.Context) ([]store.ContractRecord, error) {
-	vals, _, err := s.values(ctx, s.contracts, "")
+	es, err := s.contractEntries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]store.ContractRecord, 0, len(vals))
-	for _, b := range vals {
-		c, err := s.decodeContract(b)
+	out := make([]store.ContractRecord, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.rec)
+	}
+	return out, nil
+}
+
+// contractEntry is a contract as listed, with the key and revision of its
+// entry in the contracts bucket.
+type contractEntry struct {
+	rec store.ContractRecord
+	key string
+	rev uint64
+}
+
+// contractEntries returns every contract kept, with its entry's revision.
+func (s *Store) contractEntries(ctx context.Context) ([]contractEntry, error) {
+	vals, err := s.entries(ctx, s.contracts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]contractEntry, 0, len(vals))
+	for k, e := range vals {
+		c, err := s.decodeContract(e.val)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, c)
+		out = append(out, contractEntry{rec: c, key: k, rev: e.rev})
 	}
 	return out, nil
 }
@@ -252,17 +290,29 @@ func (s *Store) DeleteExpiredContracts(ctx context.Context, t time.Time) (int, e
 	if err := s.begin(ctx); err != nil {
 		return 0, err
 	}
-	all, err := s.allContracts(ctx)
+	if err := s.recheck(ctx); err != nil {
+		return 0, err
+	}
+	es, err := s.contractEntries(ctx)
 	if err != nil {
 		return 0, err
 	}
+	return s.purgeExpired(ctx, es, t)
+}
+
+// purgeExpired removes the contracts among es (as listed) that expired
+// before t. Each is purged up to the revision listed (purgeUpTo), so a
+// contract renewed since the listing, by any node, keeps its renewal and
+// is not counted; no delete marker is left behind.
+func (s *Store) purgeExpired(ctx context.Context, es []contractEntry, t time.Time) (int, error) {
 	n := 0
-	for _, c := range all {
-		if c.ExpiresAt.Before(t) {
-			if err := s.contracts.Purge(ctx, token(c.ID)); err != nil {
-				return n, s.fail(ctx, err)
+	for _, e := range es {
+		if e.rec.ExpiresAt.Before(t) {
+			purged, err := s.purgeUpTo(ctx, s.bucketName("contracts"), e.key, e.rev)
+			if err != nil {
+				return n, err
 			}
-			n++
+			n += min(int(purged), 1)
 		}
 	}
 	return n, nil

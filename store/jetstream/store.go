@@ -22,7 +22,9 @@ import (
 // PIGEON, one replica, file storage, node id "node".
 type Options struct {
 	// Prefix starts every stream, bucket and NATS subject the store uses
-	// (default "PIGEON"). Letters, digits and '_' only.
+	// (default "PIGEON"). Letters, digits and '_' only; NATS subjects
+	// carry it in lower case, so Open refuses one that differs only in
+	// case from a prefix the account holds.
 	Prefix string
 	// Replicas is the replication factor of every stream and bucket the
 	// store creates (default 1; 3 or 5 in a cluster).
@@ -31,7 +33,8 @@ type Options struct {
 	// not durable).
 	Memory bool
 	// Node names this node's audit chain (default "node"). Every node of a
-	// cluster needs its own: letters, digits, '-' and '_'.
+	// cluster needs its own: letters, digits, '-' and '_', differing from
+	// the others in more than case.
 	Node string
 	// Timeout bounds each JetStream request (default 5 s). A request that
 	// times out because the stream has no quorum fails with
@@ -84,6 +87,9 @@ type Store struct {
 	// knows of (written, watched or read): a list answered by a replica
 	// behind it is not returned (see directoryValues).
 	dirFloor dirRevs
+	// rechecked is when recheck last found every bucket and the audit
+	// stream as Open requires them (Unix nanoseconds; 0: not yet).
+	rechecked atomic.Int64
 }
 
 var (
@@ -158,6 +164,9 @@ func Open(ctx context.Context, nc *nats.Conn, opts *Options) (*Store, error) {
 	defer cancel()
 	if _, err := js.AccountInfo(ctx); err != nil {
 		return nil, fmt.Errorf("jetstream: JetStream at %s: %w", nc.ConnectedUrlRedacted(), err)
+	}
+	if err := s.checkCase(ctx); err != nil {
+		return nil, err
 	}
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
@@ -265,6 +274,45 @@ func (s *Store) ensureStream(ctx context.Context, name, subject string, meta map
 	return st, nil
 }
 
+// bucketNames are the KV buckets of a prefix: the store's (the first
+// seven) and the Cluster's.
+var bucketNames = []string{"ids", "idem", "progress", "quarantine", "contracts", "kv", auditBucket, "leases", "replies", "applied"}
+
+// checkCase refuses a prefix or node that differs only in case from one
+// already in the account. The NATS subjects of the store are the prefix
+// in lower case, so two prefixes that differ only in case share every
+// message and audit subject (JetStream then refuses, one subject at a
+// time, the streams of whichever comes second) and the cluster's event
+// subject; and a file system that ignores case (macOS, Windows) takes
+// stream names that differ only in case for one directory, a node's
+// audit stream too. It lists the account's stream names once, at Open:
+// two such deployments started at the very same moment may both pass,
+// and the next Open of either is refused.
+func (s *Store) checkCase(ctx context.Context) error {
+	ours := map[string]string{} // lower case -> as named
+	for _, b := range bucketNames {
+		n := "KV_" + s.bucketName(b)
+		ours[strings.ToLower(n)] = n
+	}
+	audit := s.auditStream(s.opts.Node)
+	ours[strings.ToLower(audit)] = audit
+	l := s.js.StreamNames(ctx)
+	for name := range l.Name() {
+		own, ok := ours[strings.ToLower(name)]
+		switch {
+		case !ok || own == name:
+		case own == audit:
+			return fmt.Errorf("jetstream: node %q: stream %s is the audit stream of a node whose name differs only in case; give every node a name that differs in more than case", s.opts.Node, name)
+		default:
+			return fmt.Errorf("jetstream: prefix %q: stream %s is of a prefix that differs only in case; both would use the NATS subjects %s.>, give each deployment a prefix that differs in more than case", s.opts.Prefix, name, s.pfx)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return s.fail(ctx, fmt.Errorf("jetstream: listing streams: %w", err))
+	}
+	return nil
+}
+
 // checkStreams refuses message and audit streams of the prefix that
 // another tool changed in a way the store cannot work with.
 func (s *Store) checkStreams(ctx context.Context) error {
@@ -282,8 +330,65 @@ func (s *Store) checkStreams(ctx context.Context) error {
 	return nil
 }
 
+// recheckEvery is how often, at most, recheck reads the configuration of
+// the buckets and the audit stream again.
+const recheckEvery = time.Minute
+
+// recheck refuses, as Open does, the store's buckets and this node's
+// audit stream when another tool changed them since in a way that drops
+// records behind the broker's back (drops: a limit, a max age, another
+// retention). The calls of
+// the engine's retention sweep (TrimBefore, TrimThrough, TrimAuditBefore,
+// TrimQuarantineBefore, DeleteExpiredContracts) make it, so a change made
+// while the broker runs is reported, and logged by the broker, within a
+// sweep and a minute, for the cost of one stream info request per bucket
+// a minute. A message stream is checked by its trim, which reads its
+// configuration anyway. The publish path reads no configuration: between
+// two sweeps, or with no retention configured, a change goes unseen until
+// the next sweep or start.
+func (s *Store) recheck(ctx context.Context) error {
+	if last := s.rechecked.Load(); last != 0 && time.Since(time.Unix(0, last)) < recheckEvery {
+		return nil
+	}
+	for _, b := range bucketNames[:7] {
+		name := "KV_" + s.bucketName(b)
+		st, err := s.js.Stream(ctx, name)
+		if err != nil {
+			return s.fail(ctx, fmt.Errorf("jetstream: stream %s: %w", name, err))
+		}
+		if reason := drops(st.CachedInfo().Config); reason != "" {
+			return fmt.Errorf("jetstream: bucket %s (stream %s) was changed and cannot be used: %s", s.bucketName(b), name, reason)
+		}
+	}
+	info, err := s.audit.Info(ctx)
+	if err != nil {
+		return s.fail(ctx, err)
+	}
+	if reason := dropsStream(info.Config); reason != "" {
+		return fmt.Errorf("jetstream: stream %s was changed and cannot be used: %s", info.Config.Name, reason)
+	}
+	s.rechecked.Store(time.Now().UnixNano())
+	return nil
+}
+
 // incompatible says why a stream cannot hold the store's records, or "".
 func incompatible(cfg jetstream.StreamConfig) string {
+	if reason := drops(cfg); reason != "" {
+		return reason
+	}
+	switch {
+	case cfg.Sealed || cfg.DenyPurge:
+		return "the stream is sealed or denies purges"
+	case cfg.NoAck:
+		return "publishes are not acknowledged"
+	}
+	return ""
+}
+
+// drops says why a stream would drop records behind the broker's back, or
+// "": what recheck looks for while the store runs. The other changes
+// incompatible refuses make the store's own requests fail.
+func drops(cfg jetstream.StreamConfig) string {
 	switch {
 	case cfg.Retention != jetstream.LimitsPolicy:
 		return fmt.Sprintf("retention is %s, want limits (records must stay until the broker trims them)", cfg.Retention)
@@ -291,10 +396,6 @@ func incompatible(cfg jetstream.StreamConfig) string {
 		return fmt.Sprintf("max age is %s, want none (records would expire behind the broker's back)", cfg.MaxAge)
 	case cfg.MaxMsgs > 0 || cfg.MaxBytes > 0:
 		return "a message or byte limit is set (records would be dropped behind the broker's back)"
-	case cfg.Sealed || cfg.DenyPurge:
-		return "the stream is sealed or denies purges"
-	case cfg.NoAck:
-		return "publishes are not acknowledged"
 	}
 	return ""
 }
@@ -305,10 +406,25 @@ func incompatible(cfg jetstream.StreamConfig) string {
 // but which would drop an audit chain's batches (all on one subject) as
 // new ones come.
 func incompatibleStream(cfg jetstream.StreamConfig) string {
+	if reason := perSubject(cfg); reason != "" {
+		return reason
+	}
+	return incompatible(cfg)
+}
+
+// dropsStream is drops of a message or audit stream.
+func dropsStream(cfg jetstream.StreamConfig) string {
+	if reason := perSubject(cfg); reason != "" {
+		return reason
+	}
+	return drops(cfg)
+}
+
+func perSubject(cfg jetstream.StreamConfig) string {
 	if cfg.MaxMsgsPerSubject > 0 {
 		return fmt.Sprintf("a limit of %d messages per subject is set (records would be dropped behind the broker's back)", cfg.MaxMsgsPerSubject)
 	}
-	return incompatible(cfg)
+	return ""
 }
 
 func (s *Store) storage() jetstream.StorageType {
