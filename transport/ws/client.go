@@ -122,17 +122,22 @@ type Session struct {
 	subjects []string
 	o        dialOptions
 
-	reconnMu  sync.Mutex // orders Reconnect and Close
+	// reconn holds one token, taken by the Reconnect running and by
+	// Close's teardown: it orders them, and a caller waiting for it gives
+	// up when its context ends.
+	reconn    chan struct{}
 	mu        sync.Mutex
 	cc        *clientConn
 	contract  pigeon.Contract
+	lifetime  time.Duration // what the last negotiation granted, measured from when it was asked
 	closed    bool
 	subs      map[*clientSub]struct{}
 	bySID     map[string]*clientSub
 	bg        sync.WaitGroup
-	pubSlots  chan struct{} // one per publish in flight (WithMaxPendingPublishes)
-	closing   chan struct{} // closed by Close: the renewal loop ends
-	closeDone chan struct{} // closed once the first Close has returned
+	pubSlots  chan struct{}      // one per publish in flight (WithMaxPendingPublishes)
+	life      context.Context    // ends with Close: the renewal loop and a Reconnect in flight end
+	endLife   context.CancelFunc // ends life
+	closeDone chan struct{}      // closed once the first Close's teardown has finished
 }
 
 var _ pigeon.Session = (*Session)(nil)
@@ -161,12 +166,13 @@ func Dial(ctx context.Context, url, credential string, subjects []string, opts .
 	}
 	s := &Session{url: url, cred: credential, subjects: append([]string(nil), subjects...), o: o,
 		subs: map[*clientSub]struct{}{}, bySID: map[string]*clientSub{}, pubSlots: make(chan struct{}, o.maxPending),
-		closing: make(chan struct{}), closeDone: make(chan struct{})}
-	cc, k, err := s.connect(ctx)
+		reconn: make(chan struct{}, 1), closeDone: make(chan struct{})}
+	cc, k, lifetime, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.cc, s.contract = cc, k
+	s.life, s.endLife = context.WithCancel(context.Background())
+	s.cc, s.contract, s.lifetime = cc, k, lifetime
 	if !o.connect.NoAutoRenew {
 		s.goBG(s.renewLoop)
 	}
@@ -191,24 +197,41 @@ func (d Dialer) Dial(ctx context.Context, credential string, subjects []string) 
 	return s, nil
 }
 
-// connect dials a connection and negotiates on it.
-func (s *Session) connect(ctx context.Context) (*clientConn, pigeon.Contract, error) {
-	cc, err := s.dialConn(ctx)
+// connect dials a connection and negotiates on it; lifetime is how long
+// the contract was granted for, from when it was asked.
+func (s *Session) connect(ctx context.Context) (cc *clientConn, k pigeon.Contract, lifetime time.Duration, err error) {
+	cc, err = s.dialConn(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
+	asked := time.Now()
 	f, err := cc.call(ctx, jsonFrame(Frame{Op: OpNegotiate, Subjects: s.subjects, TTLMs: s.o.connect.ContractTTL.Milliseconds()}), nil)
 	if err != nil {
 		cc.close(ctx)
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	var info pigeon.ContractInfo
 	if err := json.Unmarshal(f.Contract, &info); err != nil {
 		cc.close(ctx)
-		return nil, nil, pigeon.WrapError(pigeon.CodeInternal, err, "undecodable contract from server")
+		return nil, nil, 0, pigeon.WrapError(pigeon.CodeInternal, err, "undecodable contract from server")
 	}
 	cc.pq.fitFrame(f.MaxFrame)
-	return cc, info.View(), nil
+	k = info.View()
+	return cc, k, k.ExpiresAt().Sub(asked), nil
+}
+
+// errSessionClosed is what calls on a closed session return.
+func errSessionClosed() error {
+	return pigeon.NewError(pigeon.CodeSessionClosed, "the session is closed")
+}
+
+// fromHandler reports whether ctx is the context of a handler of one of
+// the session's subscriptions: a call made with it must wait for no
+// handler (nor for a Close, which waits for the handlers), or two
+// handlers, or a handler and Close, could wait for each other.
+func (s *Session) fromHandler(ctx context.Context) bool {
+	cs, _ := ctx.Value(handlerOf{}).(*clientSub)
+	return cs != nil && cs.s == s
 }
 
 // conn returns the current connection.
@@ -216,7 +239,7 @@ func (s *Session) conn() (*clientConn, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, pigeon.NewError(pigeon.CodeSessionClosed, "the session is closed")
+		return nil, errSessionClosed()
 	}
 	return s.cc, nil
 }
@@ -414,26 +437,36 @@ func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon
 // new connection is lost, or ctx ends, while the subscriptions are resumed
 // on it, the error is returned and the subscriptions not resumed are kept:
 // the next Reconnect resumes them from the same place.
+//
+// One Reconnect runs at a time: another waits for it, or its ctx. Close
+// ends a Reconnect in flight at once, which returns SESSION_CLOSED.
 func (s *Session) Reconnect(ctx context.Context) error {
-	s.reconnMu.Lock()
-	defer s.reconnMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	select {
+	case s.reconn <- struct{}{}:
+	case <-ctx.Done():
+		return s.closedOr(ctxError(ctx))
+	}
+	defer func() { <-s.reconn }()
 	if _, err := s.conn(); err != nil {
 		return err
 	}
-	cc, k, err := s.connect(ctx)
+	cc, k, lifetime, err := s.connect(ctx)
 	if err != nil {
-		return err
+		return s.closedOr(err)
 	}
 	s.mu.Lock()
 	if s.closed {
-		// Close began meanwhile: it waits for this Reconnect, and closes
-		// the connection the session holds, not this one.
+		// Close began meanwhile: its teardown waits for this Reconnect,
+		// and closes the connection the session holds, not this one.
 		s.mu.Unlock()
 		cc.close(ctx)
-		return pigeon.NewError(pigeon.CodeSessionClosed, "the session is closed")
+		return errSessionClosed()
 	}
 	old := s.cc
-	s.cc, s.contract = cc, k
+	s.cc, s.contract, s.lifetime = cc, k, lifetime
 	subs := make([]*clientSub, 0, len(s.subs))
 	for cs := range s.subs {
 		subs = append(subs, cs)
@@ -465,7 +498,19 @@ func (s *Session) Reconnect(ctx context.Context) error {
 			cs.abandon(cc, err)
 		})
 	}
-	return lost
+	if lost != nil {
+		return s.closedOr(lost)
+	}
+	return nil
+}
+
+// closedOr is SESSION_CLOSED once Close has begun (whose start ends what
+// was in flight), else err.
+func (s *Session) closedOr(err error) error {
+	if s.life.Err() != nil {
+		return errSessionClosed()
+	}
+	return err
 }
 
 func (s *Session) goBG(fn func()) {
@@ -477,14 +522,19 @@ func (s *Session) goBG(fn func()) {
 }
 
 // Close ends the subscriptions (waiting for their handlers, or ctx) and the
-// connection. It is idempotent: a Close while another runs waits for it to
-// finish (or ctx). Called from a subscription's handler with the handler's
-// context, it does not wait for that subscription's handlers (the caller
-// among them): that subscription ends once they have returned; nor, when
+// connection; a Reconnect in flight ends at once. When ctx ends first,
+// Close returns ctx's error: the subscriptions stop (their handlers'
+// contexts end), the acknowledgements of the handlers that succeeded are
+// sent all the same, bounded by the write timeout (WithWriteTimeout), the
+// connection is dropped, and the rest of the teardown (handlers that do
+// not honour their context) goes on without the caller. It is idempotent:
+// a Close while another runs, or after one gave up, waits for that
+// teardown to finish (or ctx). Called from a subscription's handler with
+// the handler's context, it waits for no handler (the caller among them):
+// each subscription ends once its handlers have returned; nor, when
 // another Close runs, for that Close, which waits for the handler.
 func (s *Session) Close(ctx context.Context) error {
-	cs, _ := ctx.Value(handlerOf{}).(*clientSub)
-	fromHandler := cs != nil && cs.s == s
+	fromHandler := s.fromHandler(ctx)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -500,16 +550,38 @@ func (s *Session) Close(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	// Marked closed before waiting for a Reconnect in flight (which gives
-	// up the connection it dialed when it sees it): a handler's Close or
-	// Unsubscribe meanwhile returns at once instead of waiting for this
-	// Close, which waits for the handler.
+	// Marked closed before the teardown waits for a Reconnect in flight
+	// (which ends with the session's life, and gives up the connection
+	// it dialed when it sees it): a handler's Close or Unsubscribe
+	// meanwhile returns at once instead of waiting for this Close, which
+	// waits for the handler.
 	s.closed = true
-	close(s.closing)
+	s.endLife()
 	s.mu.Unlock()
-	defer close(s.closeDone)
-	s.reconnMu.Lock()
-	defer s.reconnMu.Unlock()
+	ended := make(chan error, 1)
+	go func() { // ends once the handlers have returned, whatever ctx says
+		defer close(s.closeDone)
+		ended <- s.teardown(ctx, fromHandler)
+	}()
+	select {
+	case err := <-ended:
+		return err
+	case <-ctx.Done():
+		select {
+		case err := <-ended:
+			return err
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// teardown is Close's work, after the session is marked closed: it ends
+// the subscriptions and the connection, then waits for the session's
+// goroutines (not from a handler, which is one of them).
+func (s *Session) teardown(ctx context.Context, fromHandler bool) error {
+	s.reconn <- struct{}{} // a Reconnect in flight ends at once: its context ended with the session's life
+	defer func() { <-s.reconn }()
 	s.mu.Lock()
 	cc := s.cc
 	subs := make([]*clientSub, 0, len(s.subs))
@@ -524,11 +596,8 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	cc.close(ctx)
-	if fromHandler {
-		// From a handler: the caller runs on one of the session's
-		// goroutines, which end once it returns.
-		return err
+	if !fromHandler {
+		s.bg.Wait()
 	}
-	s.bg.Wait()
 	return err
 }

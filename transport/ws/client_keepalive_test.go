@@ -385,12 +385,13 @@ func renewServer(t *testing.T, first time.Duration, next func(prev time.Time) ti
 }
 
 // TestRenewalFloor: a server that grants renewals a few milliseconds long
-// cannot drive the client's renewal loop: renewals of one contract that
-// succeed are a second apart at least, and one that would come after the
-// expiry does not come, the contract ending at its expiry (logged once).
-// Before, each answer moving the expiry 5 ms made the session renew every
-// few milliseconds, for ever. A session that asks for a short lifetime
-// still renews it, in time, as often as it needs.
+// cannot drive the client's renewal loop: renewals of one contract are a
+// floor apart at least (a quarter of the negotiated lifetime, 100 ms to
+// 1 s), and one that would come after the expiry does not come, the
+// contract ending at its expiry (logged once). Before, each answer moving
+// the expiry 5 ms made the session renew every few milliseconds, for
+// ever. A session whose contracts are short, asked for or granted, still
+// renews each, in time, as often as it needs.
 func TestRenewalFloor(t *testing.T) {
 	const window = 1500 * time.Millisecond
 	t.Run("tiny extensions", func(t *testing.T) {
@@ -405,15 +406,22 @@ func TestRenewalFloor(t *testing.T) {
 		require.Equal(t, 1, logs.count("too short"), "the end is logged once")
 	})
 	t.Run("short contracts granted", func(t *testing.T) {
-		// Each renewal is granted 400 ms from now, without the client
-		// asking for it: renewed once, in time, then left to expire.
+		// Each contract is granted 400 ms, without the client asking for
+		// it: the floor is 100 ms (it was 1 s, which let the contract
+		// lapse after one renewal), and it is kept renewed every 200 ms
+		// or so.
 		url, renews := renewServer(t, 400*time.Millisecond, func(time.Time) time.Time { return time.Now().Add(400 * time.Millisecond) })
-		s := dialChat(t, url)
+		logs := &logCount{}
+		s := dialChat(t, url, ws.WithLogger(slog.New(logs)))
 		first := s.Contract().ExpiresAt()
 		eventually(t, func() bool { return renews.Load() > 0 }, "renewed")
 		require.True(t, s.Contract().ExpiresAt().After(first), "renewed before it expired")
 		time.Sleep(window)
-		require.LessOrEqual(t, renews.Load(), int64(3))
+		n := renews.Load()
+		t.Logf("%d renewals in %s", n, window)
+		require.GreaterOrEqual(t, n, int64(3), "kept renewed")
+		require.LessOrEqual(t, n, int64(16), "100 ms apart at least")
+		require.Zero(t, logs.count("too short"))
 	})
 	t.Run("asked for short contracts", func(t *testing.T) {
 		// The session asks for 400 ms: its floor is 100 ms, and the

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"pigeon"
 )
@@ -256,13 +257,19 @@ func (cs *clientSub) isStopping() bool {
 }
 
 // Unsubscribe stops deliveries, waits for running handlers (or ctx) and
-// ends the subscription on the server. It is idempotent.
+// ends the subscription on the server; the acknowledgements of the
+// handlers that succeeded are sent first, whatever ctx says (a caller's
+// ended context would have them redelivered), bounded by the write
+// timeout (WithWriteTimeout). Called from a handler of the session (this
+// subscription's or another's) with the handler's context, it waits for
+// no handler, which could wait for the caller: the subscription ends
+// (Done) once its handlers have returned. It is idempotent.
 func (cs *clientSub) Unsubscribe(ctx context.Context) error {
 	cc, err := cs.s.conn()
 	if err != nil {
 		// The session is closed: Close ends the subscription.
-		if ctx.Value(handlerOf{}) == cs {
-			// From its own handler, which that Close waits for.
+		if cs.s.fromHandler(ctx) {
+			// From a handler of the session, which that Close waits for.
 			return nil
 		}
 		select {
@@ -282,16 +289,18 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 	cs.cond.Broadcast()
 	sid := cs.sid
 	cs.mu.Unlock()
-	if ctx.Value(handlerOf{}) == cs {
-		// From one of its own handlers: what follows waits for the
-		// running handlers, the caller included, so it goes on once the
-		// caller returns, and Unsubscribe (or Close) does not wait for
-		// the caller.
+	if cs.s.fromHandler(ctx) {
+		// From a handler of the session (this subscription's, or
+		// another's, which Close or another Unsubscribe may wait for):
+		// what follows waits for the running handlers, so it goes on
+		// once they return, and Unsubscribe (or Close) waits for none.
+		// The caller's handler runs on a session goroutine: bg is not
+		// idle.
 		if !already {
-			go func() {
+			cs.s.goBG(func() {
 				cs.running.Wait()
 				cs.unsubscribed(context.Background(), cc, sid)
-			}()
+			})
 		}
 		return nil
 	}
@@ -309,10 +318,12 @@ func (cs *clientSub) unsubscribeOn(ctx context.Context, cc *clientConn) error {
 }
 
 // unsubscribed ends the subscription once its handlers have returned (or
-// waitRunning gave up on them): their acknowledgements are sent, then the
-// unsubscribe.
+// waitRunning gave up on them): their acknowledgements are sent, whatever
+// ctx says, then the unsubscribe.
 func (cs *clientSub) unsubscribed(ctx context.Context, cc *clientConn, sid string) {
-	cs.flushAcks(ctx)
+	// Acks the client decided to send do not depend on the caller's
+	// context: the connection's write timeout bounds them.
+	cs.flushAcks(min(cs.s.o.writeTimeout, cs.s.o.settleTimeout))
 	if sid != "" {
 		unsub := jsonFrame(Frame{Op: OpUnsubscribe, Sub: sid})
 		if ctx.Err() != nil {
@@ -708,18 +719,18 @@ func (cs *clientSub) ackLoop() {
 		select {
 		case <-cs.ackKick:
 		case <-cs.done:
-			cs.flushAcks(context.Background())
+			cs.flushAcks(cs.s.o.settleTimeout)
 			return
 		}
-		cs.flushAcks(context.Background())
+		cs.flushAcks(cs.s.o.settleTimeout)
 	}
 }
 
 // flushAcks sends every pending acknowledgement, one frame per connection
-// and subscription, waiting for the answers (or ctx, or the settle
-// timeout); it returns once the acks that another flush was sending are
-// answered too.
-func (cs *clientSub) flushAcks(ctx context.Context) {
+// and subscription, waiting for each answer up to bound (no caller's
+// context: an ack the client decided to send goes out); it returns once
+// the acks that another flush was sending are answered too.
+func (cs *clientSub) flushAcks(bound time.Duration) {
 	cs.sendMu.Lock()
 	defer cs.sendMu.Unlock()
 	for {
@@ -735,13 +746,13 @@ func (cs *clientSub) flushAcks(ctx context.Context) {
 			for n < len(acks) && acks[n].cc == acks[0].cc && acks[n].sid == acks[0].sid {
 				n++
 			}
-			cs.sendAcks(ctx, acks[:n])
+			cs.sendAcks(bound, acks[:n])
 			acks = acks[n:]
 		}
 	}
 }
 
-func (cs *clientSub) sendAcks(ctx context.Context, acks []pendingAck) {
+func (cs *clientSub) sendAcks(bound time.Duration, acks []pendingAck) {
 	f := Frame{Op: OpAck, Sub: acks[0].sid}
 	if len(acks) == 1 {
 		f.MessageID = acks[0].id
@@ -751,7 +762,7 @@ func (cs *clientSub) sendAcks(ctx context.Context, acks []pendingAck) {
 			f.MessageIDs[i] = a.id
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, cs.s.o.settleTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	a, err := acks[0].cc.call(ctx, jsonFrame(f), nil)
 	if err != nil {

@@ -49,12 +49,25 @@
 // that reads frames never pings. A write that makes no progress for
 // WithWriteTimeout (default 30 s: the server stopped reading) ends the
 // connection the same way, so no caller waits behind it for ever. The
-// session renews its contract by itself
-// shortly before it expires (see Session.Renew); renewals of one contract
-// are at least a second apart (a quarter of the lifetime asked with
-// pigeon.WithContractTTL, when shorter), so that a server granting
-// renewals a few milliseconds long cannot make the client renew in a
-// tight loop: such a contract ends at its expiry.
+// session renews its contract by itself shortly before it expires (see
+// Session.Renew). The renewals it sends of one contract, retries of a
+// failure included, are a floor apart at least: a quarter of the lifetime
+// the contract was negotiated for, between 100 ms and 1 s (a quarter of
+// the lifetime asked with pigeon.WithContractTTL, when shorter), so that
+// a short contract stays renewed while a server granting renewals a few
+// milliseconds long, or failing them at once, cannot make the client
+// renew in a tight loop: such a contract ends at its expiry. A caller's
+// own Renew is not floored.
+//
+// Close(ctx) and Unsubscribe(ctx) honour ctx: Close ends a Reconnect in
+// flight at once and returns ctx's error when ctx ends first, the rest of
+// its teardown (handlers that ignore their context) going on without the
+// caller. Acknowledgements of handlers that succeeded are sent whatever
+// the caller's context says, bounded by WithWriteTimeout, before the
+// unsubscribe and the close. Called from any handler of the session with
+// the handler's context, Close and Unsubscribe wait for no handler, so
+// handlers that close the session or unsubscribe each other's
+// subscriptions never wait for each other.
 //
 // # Publishing fast
 //
