@@ -430,7 +430,9 @@ func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon
 // handler that failed included), else after the highest it handled; the
 // deliveries of the old connection still queued are dropped, since the
 // resumed subscription delivers them again. A message may so be handled
-// twice, never skipped. An at-most-once one resumes after the highest
+// twice, never skipped, and never twice at once: its delivery on the new
+// connection waits for a handler of the old one still running on it. An
+// at-most-once one resumes after the highest
 // sequence it received. When dialing or negotiating fails the old
 // connection is kept and the error returned; a subscription the new
 // contract no longer permits stops with the refusal as its Err. When the

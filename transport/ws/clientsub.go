@@ -26,6 +26,14 @@ const DefaultWindow = 256
 // the next ack frame, which names every message acknowledged since the
 // last one, and a failure or panic is nacked at once. The server has at
 // most the window of deliveries unanswered, so the queue stays short.
+//
+// One message's handler runs once at a time: a delivery of a message
+// whose handler is running (the server redelivered it when its ack wait
+// passed, or the subscription resumed on a new connection while the old
+// connection's run goes on) stays parked in the queue, in its place among
+// the deliveries and counted against its bounds, until that run returns;
+// then a worker takes it, and it is answered on its own connection. With
+// one worker nothing can overlap, and nothing is tracked.
 type clientSub struct {
 	s       *Session
 	subject string
@@ -56,6 +64,9 @@ type clientSub struct {
 	sidConn  *clientConn // the connection sid is of; written with s.mu and mu held
 	stopping bool
 	running  sync.WaitGroup // deliveries queued or being handled
+	// The ids of the messages whose handler runs, with more than one
+	// worker (nil with one): a queued delivery of one of them is parked.
+	busy     map[string]struct{}
 	err      error
 	finished bool
 
@@ -122,6 +133,9 @@ func (s *Session) Subscribe(ctx context.Context, subject string, h pigeon.Handle
 	workers := max(1, o.MaxInFlight)
 	if o.MaxInFlight < 0 || o.MaxInFlight > pigeon.MaxInFlightLimit {
 		workers = 1 // the server refuses the subscription
+	}
+	if workers > 1 {
+		cs.busy = make(map[string]struct{}, min(workers, 64))
 	}
 	for range workers {
 		s.goBG(cs.work)
@@ -520,18 +534,30 @@ func (cs *clientSub) received(seq uint64) {
 	}
 }
 
-// work is one worker: it runs the handler on queued deliveries in order
-// until the subscription stops; what is still queued then is dropped
-// unanswered (see deliver).
+// work is one worker: it runs the handler on queued deliveries in order,
+// passing over those parked behind a running handler of their message,
+// until the subscription stops; what is still queued then (parked ones
+// included) is dropped unanswered (see deliver).
 func (cs *clientSub) work() {
 	var done uint64 // the sequence last handled successfully, noted under the next lock of mu
+	var ran string  // the message this worker last ran the handler on (with busy), let go under the next lock of mu
 	for {
 		cs.mu.Lock()
 		if done != 0 {
 			cs.handled(done)
 			done = 0
 		}
-		for len(cs.queue) == 0 && !cs.stopping {
+		if ran != "" {
+			// A delivery of it parked meanwhile is now free: this worker
+			// looks for it next, so no other needs waking.
+			delete(cs.busy, ran)
+			ran = ""
+		}
+		i := -1
+		for !cs.stopping {
+			if i = cs.next(); i >= 0 {
+				break
+			}
 			cs.cond.Wait()
 		}
 		if cs.stopping {
@@ -545,10 +571,11 @@ func (cs *clientSub) work() {
 			}
 			return
 		}
-		q := cs.queue[0]
-		cs.queue[0] = queuedDelivery{}
-		cs.queue = cs.queue[1:]
-		cs.queuedN -= len(q.m.Data)
+		q := cs.take(i)
+		if cs.busy != nil {
+			cs.busy[q.m.ID] = struct{}{}
+			ran = q.m.ID
+		}
 		if len(cs.queue) > 0 {
 			cs.cond.Signal() // another worker may take the next one
 		}
@@ -562,6 +589,40 @@ func (cs *clientSub) work() {
 		}
 		cs.running.Done()
 	}
+}
+
+// next is the index of the first queued delivery a worker may take, or
+// -1: one whose message no handler is running on; cs.mu must be held.
+func (cs *clientSub) next() int {
+	if len(cs.queue) == 0 {
+		return -1
+	}
+	if len(cs.busy) == 0 {
+		return 0
+	}
+	for i := range cs.queue {
+		if _, parked := cs.busy[cs.queue[i].m.ID]; !parked {
+			return i
+		}
+	}
+	return -1
+}
+
+// take removes the queued delivery at i and returns it; cs.mu must be
+// held.
+func (cs *clientSub) take(i int) queuedDelivery {
+	q := cs.queue[i]
+	if i == 0 {
+		cs.queue[0] = queuedDelivery{}
+		cs.queue = cs.queue[1:]
+	} else {
+		n := len(cs.queue) - 1
+		copy(cs.queue[i:], cs.queue[i+1:])
+		cs.queue[n] = queuedDelivery{}
+		cs.queue = cs.queue[:n]
+	}
+	cs.queuedN -= len(q.m.Data)
+	return q
 }
 
 // delivery returns the Delivery a handler gets for q: q.d, filled in,

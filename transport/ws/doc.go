@@ -40,6 +40,20 @@
 // lost, calls fail with SESSION_CLOSED (SHUTTING_DOWN after a 1001) until
 // Reconnect, which negotiates afresh and resumes the subscriptions.
 //
+// A subscription's handler runs on one message at a time, in order, or on
+// up to pigeon.WithMaxInFlight at once; either way one message's handler
+// runs once at a time per subscription, as in the TypeScript client. A
+// delivery of a message whose handler is still running (the server
+// redelivered it when its ack wait passed, or Reconnect resumed the
+// subscription while a handler of the old connection runs) is parked
+// until that run returns, then runs in turn and is answered on the
+// connection it came on. Parked deliveries count against the
+// subscription's window (an at-most-once one's queue bounds) and are let
+// go with the queue when the subscription stops. An acknowledgement the
+// server no longer expects (the earlier run's, of a delivery the server
+// replaced or on a connection that ended) is dropped quietly: logged at
+// debug level.
+//
 // A connection that reads no frame for WithPingInterval (default 15 s; 0
 // disables) is pinged, and ends SESSION_CLOSED, logged once, when the pong
 // does not come within WithPingTimeout (default 10 s), as the TypeScript
