@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
@@ -27,6 +27,80 @@ type Ws = WebSocketStream<Stream>;
 /// The most messages the client puts in one publish_batch frame.
 pub const MAX_PUBLISH_BATCH: usize = 1000;
 const MAX_BATCH_BYTES: usize = 256 << 10;
+
+/// The most bytes of call frames (not pings) queued for the writer and not
+/// yet written, 16 MiB: beyond, a call fails at once `RATE_LIMITED` and is
+/// not sent, so that a server that stops reading cannot make the client
+/// hold every call made meanwhile (those that timed out included) until
+/// the connection ends. Nothing queued is dropped.
+pub const MAX_BUFFERED_BYTES: usize = 16 << 20;
+
+/// A frame's JSON as a [`Value`], refusing what the broker never sends and
+/// serde_json would take silently: a duplicate key (serde_json keeps the
+/// last, another reader the first). Numbers out of range (`1e400`) and
+/// nesting deeper than 128 fail as in serde_json.
+fn parse_frame(text: &str) -> std::result::Result<Value, serde_json::Error> {
+    use serde::de::{self, MapAccess, SeqAccess, Visitor};
+    struct Strict(Value);
+    impl<'de> Deserialize<'de> for Strict {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            d.deserialize_any(StrictVisitor)
+        }
+    }
+    struct StrictVisitor;
+    impl<'de> Visitor<'de> for StrictVisitor {
+        type Value = Strict;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, b: bool) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::Bool(b)))
+        }
+        fn visit_i64<E>(self, n: i64) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::from(n)))
+        }
+        fn visit_u64<E>(self, n: u64) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::from(n)))
+        }
+        fn visit_f64<E: de::Error>(self, n: f64) -> std::result::Result<Strict, E> {
+            serde_json::Number::from_f64(n).map(|n| Strict(Value::Number(n))).ok_or_else(|| E::custom("a number out of range"))
+        }
+        fn visit_str<E>(self, v: &str) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::String(v.to_owned())))
+        }
+        fn visit_string<E>(self, v: String) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::String(v)))
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::Null))
+        }
+        fn visit_none<E>(self) -> std::result::Result<Strict, E> {
+            Ok(Strict(Value::Null))
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Strict, D::Error> {
+            Strict::deserialize(d)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> std::result::Result<Strict, A::Error> {
+            let mut v = Vec::new();
+            while let Some(Strict(x)) = a.next_element()? {
+                v.push(x);
+            }
+            Ok(Strict(Value::Array(v)))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Strict, A::Error> {
+            let mut m = Map::new();
+            while let Some(k) = a.next_key::<String>()? {
+                if m.contains_key(&k) {
+                    return Err(de::Error::custom(format!("duplicate key {k:?}")));
+                }
+                let Strict(v) = a.next_value()?;
+                m.insert(k, v);
+            }
+            Ok(Strict(Value::Object(m)))
+        }
+    }
+    serde_json::from_str::<Strict>(text).map(|s| s.0)
+}
 
 /// A queued publish: the message's JSON text, where its data is in it
 /// (None when it has none), and where its decision goes. It stays until
@@ -100,6 +174,11 @@ pub(crate) struct Conn {
     call_timeout: Duration,
     pub max_frame: AtomicU64,
     pub_done: mpsc::UnboundedSender<()>,
+    /// The bytes of call frames queued for the writer, not yet written
+    /// (see [`MAX_BUFFERED_BYTES`]).
+    out_bytes: std::sync::atomic::AtomicUsize,
+    /// The largest frame read ([`ConnectOptions::max_frame_bytes`](crate::ConnectOptions::max_frame_bytes)).
+    max_read: usize,
 }
 
 /// Forgets a call's pending entry when the call ends, answered or not: a
@@ -164,6 +243,10 @@ impl Conn {
     /// Dials `url` and starts the connection's reader and writer.
     pub(crate) async fn dial(inner: &Arc<Inner>) -> Result<Arc<Conn>> {
         let url = ws_url(&inner.url)?;
+        let max_read = inner.opts.max_frame_bytes;
+        if max_read == 0 {
+            return Err(Error::new("INVALID_ARGUMENT", "max_frame_bytes is 0: no frame could be read"));
+        }
         let mut req = url.as_str().into_client_request().map_err(|e| Error::new("INVALID_ARGUMENT", e.to_string()))?;
         let h = req.headers_mut();
         let bad = |_| Error::new("INVALID_ARGUMENT", "the token or region is not a valid header value");
@@ -182,14 +265,19 @@ impl Conn {
         let tls_config = if target.secure { Some(inner.opts.tls.as_ref().unwrap_or_else(|| tls::TlsConfig::default_ref())) } else { None };
         let dial = async {
             let (stream, tls) = tls::connect(&target, tls_config).await?;
-            tokio_tungstenite::client_async_with_config(req, stream, None).await.map_err(|e| handshake_error(e, tls.as_ref()))
+            // The read limit, explicit: tungstenite's defaults (64 MiB a
+            // message, 16 MiB a frame) would drop the connection on a
+            // broker's replay answer above 16 MiB sent as one frame.
+            let cfg = WebSocketConfig { max_message_size: Some(max_read), max_frame_size: Some(max_read), ..WebSocketConfig::default() };
+            tokio_tungstenite::client_async_with_config(req, stream, Some(cfg)).await.map_err(|e| handshake_error(e, tls.as_ref()))
         };
         let (ws, _) = tokio::time::timeout(inner.opts.dial_timeout, dial)
             .await
             .map_err(|_| Error::transport("SESSION_CLOSED", "timed out connecting"))??;
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (pub_done_tx, pub_done_rx) = mpsc::unbounded_channel();
-        let conn = Conn::new(out_tx, pub_done_tx, inner.opts.call_timeout);
+        let mut conn = Conn::new(out_tx, pub_done_tx, inner.opts.call_timeout);
+        Arc::get_mut(&mut conn).expect("a new connection").max_read = max_read;
         let (sink, stream) = ws.split();
         tokio::spawn(writer(conn.clone(), sink, out_rx, pub_done_rx, inner.opts.publish_frames_in_flight.max(1)));
         tokio::spawn(reader(conn.clone(), Arc::downgrade(inner), stream));
@@ -231,6 +319,17 @@ impl Conn {
         let id = self.next_id();
         frame.insert("id".into(), Value::String(id.clone()));
         let text = serde_json::to_string(&frame).expect("a frame encodes");
+        // Pings are not held to the bound: they find a server that stopped reading.
+        let len = text.len();
+        if frame.get("op").and_then(Value::as_str) != Some("ping") && self.out_bytes.load(Ordering::Acquire) + len > MAX_BUFFERED_BYTES {
+            let mut details = Map::new();
+            details.insert("maxBufferedBytes".into(), json!(MAX_BUFFERED_BYTES));
+            return Err(Error::with_details(
+                "RATE_LIMITED",
+                format!("{} MiB of frames wait unsent (the server is not reading): the call was not sent", MAX_BUFFERED_BYTES >> 20),
+                details,
+            ));
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut p = self.pending.lock().unwrap();
@@ -240,6 +339,7 @@ impl Conn {
             p.insert(id.clone(), Pending::One(tx, sub));
         }
         let _forget = Forget { conn: self, id: &id };
+        self.out_bytes.fetch_add(len, Ordering::AcqRel);
         if self.out.send(Out::Text(text)).is_err() {
             return Err(self.failed());
         }
@@ -366,6 +466,8 @@ impl Conn {
             call_timeout,
             max_frame: AtomicU64::new(1 << 20),
             pub_done,
+            out_bytes: std::sync::atomic::AtomicUsize::new(0),
+            max_read: crate::session::DEFAULT_MAX_FRAME_BYTES,
         })
     }
 
@@ -462,17 +564,32 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
             }
             Some(Ok(WsMessage::Close(f))) => break close_error(f.as_ref()),
             Some(Ok(_)) => continue,
+            Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(e))) => {
+                let mut err = Error::transport(
+                    "SESSION_CLOSED",
+                    format!("a frame larger than max_frame_bytes ({} bytes) ended the connection: {e}", conn.max_read),
+                );
+                err.details.insert("maxFrameBytes".into(), json!(conn.max_read));
+                break err;
+            }
             Some(Err(e)) => break Error::transport("SESSION_CLOSED", format!("the connection failed: {e}")),
             None => break Error::transport("SESSION_CLOSED", "the connection ended"),
         };
-        let f: Value = match serde_json::from_str(&text) {
+        let f: Value = match parse_frame(&text) {
             Ok(v @ Value::Object(_)) => v,
-            _ => {
+            r => {
                 let shown: String = text.chars().take(80).collect();
-                report(&inner, Error::protocol(format!("a frame that is not a JSON object: {shown:?}")));
+                let why = r.err().map(|e| format!(" ({e})")).unwrap_or_default();
+                report(&inner, Error::protocol(format!("a frame that is not a JSON object{why}: {shown:?}")));
                 continue;
             }
         };
+        if f.get("re").is_some_and(|re| !re.is_string()) {
+            // No call's id (the client's ids are strings): neither an
+            // answer nor a push.
+            report(&inner, Error::protocol("a frame whose re is not a string"));
+            continue;
+        }
         if let Some(re) = f.get("re").and_then(Value::as_str) {
             match conn.take_pending(re) {
                 Some(Pending::One(tx, sub)) => {
@@ -489,8 +606,14 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
                             // unsubscribe is sent, which would end the owner's.
                             refused =
                                 Some(Error::protocol(format!("a subscribed answer naming {sid:?}, which another subscription holds")));
-                        } else if sub.is_stopping() {
-                            conn.end_orphan(sid, false); // unsubscribed while the answer was on its way
+                        } else if sub.is_stopping() || inner.upgrade().is_none_or(|i| i.is_closing()) {
+                            // Unsubscribed while the answer was on its way,
+                            // or the session's close() has begun: not bound,
+                            // so no delivery reaches its handler; the
+                            // subscribe sees it stopped and ends its server
+                            // subscription, and fails SESSION_CLOSED.
+                            sub.stop();
+                            conn.end_orphan(sid, false);
                         } else {
                             sub.subscribed(&f);
                             conn.subs.lock().unwrap().insert(sid.to_string(), sub);
@@ -512,11 +635,11 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
             continue;
         }
         match f.get("op").and_then(Value::as_str) {
-            Some("deliver") => deliver(&conn, &f, f.get("message"), f.get("attempt")),
+            Some("deliver") => deliver(&conn, &inner, &f, f.get("message"), f.get("attempt")),
             Some("deliver_batch") => match f.get("deliveries").and_then(Value::as_array) {
                 Some(ds) => {
                     for d in ds {
-                        deliver(&conn, &f, d.get("message"), d.get("attempt"));
+                        deliver(&conn, &inner, &f, d.get("message"), d.get("attempt"));
                     }
                 }
                 None => report(&inner, Error::protocol("a deliver_batch without deliveries")),
@@ -539,8 +662,11 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
     }
 }
 
-fn deliver(conn: &Arc<Conn>, f: &Value, message: Option<&Value>, attempt: Option<&Value>) {
-    let sid = f.get("sub").and_then(Value::as_str).unwrap_or("");
+fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Value>, attempt: Option<&Value>) {
+    let Some(sid) = f.get("sub").and_then(Value::as_str) else {
+        report(inner, Error::protocol("a delivery whose sub is not a string"));
+        return;
+    };
     let sub = conn.subs.lock().unwrap().get(sid).cloned();
     let Some(sub) = sub else {
         // A server subscription the client does not know: end it. The
@@ -653,7 +779,10 @@ async fn writer(
         for o in items {
             match o {
                 Out::Text(t) => {
-                    if !unless_killed(&mut kill, sink.feed(WsMessage::Text(t))).await {
+                    let len = t.len();
+                    let fed = written(&conn, &mut kill, sink.feed(WsMessage::Text(t))).await;
+                    conn.out_bytes.fetch_sub(len, Ordering::AcqRel);
+                    if !fed {
                         break 'outer;
                     }
                     wrote = true;
@@ -702,12 +831,12 @@ async fn writer(
             let at = now.checked_add(conn.call_timeout).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
             deadlines.push_back((at, id));
             in_flight += 1;
-            if !unless_killed(&mut kill, sink.feed(WsMessage::Text(text))).await {
+            if !written(&conn, &mut kill, sink.feed(WsMessage::Text(text))).await {
                 break;
             }
             wrote = true;
         }
-        if wrote && !unless_killed(&mut kill, sink.flush()).await {
+        if wrote && !written(&conn, &mut kill, sink.flush()).await {
             break;
         }
     }
@@ -717,6 +846,25 @@ async fn writer(
     }
     let _ = tokio::time::timeout(CLOSE_WAIT, unless_killed(&mut kill, sink.close())).await;
     conn.kill("the connection was closed");
+}
+
+/// `io`, a write on the socket, as [`unless_killed`], within the
+/// connection's `call_timeout`: a server that stops reading (its socket
+/// buffers full) would hold the writer, and every call and publish queued
+/// behind it, for as long as the connection stays open, pings off. A
+/// write not done by then drops the connection as a lost one.
+async fn written<E>(
+    conn: &Conn,
+    kill: &mut watch::Receiver<bool>,
+    io: impl std::future::Future<Output = std::result::Result<(), E>>,
+) -> bool {
+    match tokio::time::timeout(conn.call_timeout, unless_killed(kill, io)).await {
+        Ok(ok) => ok,
+        Err(_) => {
+            conn.kill(&format!("a write made no progress for {:?}: the server stopped reading", conn.call_timeout));
+            false
+        }
+    }
 }
 
 /// How long a closing connection waits to write its close frame.

@@ -71,9 +71,34 @@ pub struct Error {
     pub details: Map<String, Value>,
 }
 
+/// Writes a server's text for a log or a terminal: C0 controls, DEL and
+/// C1 controls as `\xNN`, U+2028 and U+2029 as `\u2028` / `\u2029`, the
+/// rest as it is.
+/// A newline can then not forge a log line, nor an ANSI escape drive the
+/// terminal.
+pub fn escape_text(s: &str) -> String {
+    use fmt::Write;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 impl fmt::Display for Error {
+    /// `pigeon: CODE: message`, the code and message escaped with
+    /// [`escape_text`]: they may be a server's text, and an error is what
+    /// applications print and log. The fields keep the text as sent.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pigeon: {}: {}", self.code, self.message)
+        write!(f, "pigeon: {}: {}", escape_text(&self.code), escape_text(&self.message))
     }
 }
 

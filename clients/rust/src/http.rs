@@ -84,6 +84,15 @@ impl HttpClient {
         HttpClient { target: Target::parse(&http_base(url)), token: token.to_string(), timeout: Duration::from_secs(30), tls: None }
     }
 
+    /// Bounds each call as a whole (default 30 s): connecting, sending, and
+    /// reading the whole answer; a server that answers a byte at a time
+    /// cannot hold a call past it (`REQUEST_TIMEOUT`, kind
+    /// [`Transport`](crate::ErrorKind::Transport)).
+    pub fn with_timeout(mut self, timeout: Duration) -> HttpClient {
+        self.timeout = timeout;
+        self
+    }
+
     /// How an `https://` server is verified and which client certificate
     /// is presented (mTLS); default: the platform's root certificates, no
     /// client certificate.

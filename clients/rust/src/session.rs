@@ -71,12 +71,29 @@ pub struct ConnectOptions {
     /// whatever the timing ([`FINAL_RENEW_REFUSALS`]: revoked, expired,
     /// stale, …), handed to `on_error` once, saying renewal stopped; and a
     /// renewal that cannot move the expiry (the credential ends first).
+    /// Automatic renewals of one contract are at least 1 s apart (a
+    /// quarter of `ttl` when shorter; never taken from the server's
+    /// answers): the first renewal of a contract always comes, one the
+    /// floor puts past the expiry is not sent (reported once,
+    /// `CONTRACT_EXPIRED`), and a retry waits at least the floor, doubling
+    /// with each failure in a row (up to 8 times it).
     /// A new contract (reconnect, [`Session::negotiate`])
     /// is renewed in turn; [`close`](Session::close) stops them. Off: the
     /// contract expires after `ttl`, and calls then fail with
     /// `CONTRACT_EXPIRED`.
     pub auto_renew: bool,
+    /// The largest message (frame) the client reads, in bytes (default
+    /// [`DEFAULT_MAX_FRAME_BYTES`], 64 MiB: above the broker's largest
+    /// answers, a replay or receive of up to 16 MiB of messages and one
+    /// more). A larger one ends the connection as a lost one
+    /// (`SESSION_CLOSED`, kind [`Transport`](ErrorKind::Transport),
+    /// `details.maxFrameBytes`), and the session reconnects as after any
+    /// loss. 0 is refused (`INVALID_ARGUMENT`).
+    pub max_frame_bytes: usize,
 }
+
+/// The default of [`ConnectOptions::max_frame_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
 
 impl Default for ConnectOptions {
     fn default() -> Self {
@@ -95,6 +112,7 @@ impl Default for ConnectOptions {
             publish_frames_in_flight: 1,
             tls: None,
             auto_renew: true,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
         }
     }
 }
@@ -140,6 +158,11 @@ impl ConnectOptions {
     /// see [`ConnectOptions::auto_renew`]).
     pub fn auto_renew(mut self, on: bool) -> Self {
         self.auto_renew = on;
+        self
+    }
+    /// The largest frame the client reads (see [`ConnectOptions::max_frame_bytes`]).
+    pub fn max_frame_bytes(mut self, n: usize) -> Self {
+        self.max_frame_bytes = n;
         self
     }
 }
@@ -521,8 +544,18 @@ impl Session {
     /// closes once that handler has returned and those deliveries are
     /// answered or dropped (at most `call_timeout`). Wait for it with
     /// [`closed`](Session::closed).
+    ///
+    /// A second `close` while one runs waits for it to end (except from
+    /// inside a handler, where it returns at once).
     pub async fn close(&self) -> Result<()> {
         if self.inner.closing.swap(true, Ordering::AcqRel) {
+            // A close runs: wait for it to end (it is bounded by
+            // call_timeout and the close frame's wait), unless called from a
+            // handler, which that close may be waiting for.
+            if !SubShared::in_any_handler() {
+                let bound = self.inner.opts.call_timeout.saturating_add(Duration::from_secs(3));
+                let _ = tokio::time::timeout(bound, self.closed()).await;
+            }
             return Ok(());
         }
         self.inner.contract_changed.send_modify(|g| *g += 1); // stops the renewer
@@ -880,8 +913,17 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
     // A contract (id, expiry) not renewed again: a renewal could not move
     // its expiry, or was refused for good.
     let mut stuck: Option<(String, i64)> = None;
-    // After a failure: when to try again.
+    // After a failure: when to try again, and how many failed in a row.
     let mut retry: Option<Duration> = None;
+    let mut fails = 0u32;
+    // The contract renewed last (its id) and when: automatic renewals of
+    // one contract are at least `floor` apart, whatever expiry the server
+    // grants (a renewal a few ms long would be renewed every few ms).
+    let mut last: Option<(String, Instant)> = None;
+    let floor = match session.upgrade() {
+        Some(inner) => renew_floor(inner.opts.ttl),
+        None => return,
+    };
     loop {
         let (id, exp) = {
             let Some(inner) = session.upgrade() else { return };
@@ -893,7 +935,7 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
             (st.contract.id.clone(), st.contract.expires_at_ms())
         };
         let left = exp.map(|e| e - crate::time::now_ms());
-        let wait = match (exp, left) {
+        let mut wait = match (exp, left) {
             (Some(e), Some(left)) if left > 0 && stuck != Some((id.clone(), e)) => {
                 let left = Duration::from_millis(left as u64);
                 Some(match retry.take() {
@@ -903,6 +945,30 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
             }
             _ => None, // expired, unknown, or renewed as far as it goes: wait for a new contract
         };
+        // The floor: the first renewal of a contract always comes; a later
+        // one waits until `floor` after the last, and one the floor puts
+        // past the expiry is not sent (reported once): the contract ends.
+        let since = last.as_ref().filter(|(lid, _)| *lid == id).map(|(_, at)| at.elapsed());
+        if let (Some(w), Some(since), Some(e)) = (wait, since, exp) {
+            if since + w < floor {
+                let left = Duration::from_millis((e - crate::time::now_ms()).max(0) as u64);
+                if floor - since >= left {
+                    wait = None;
+                    stuck = Some((id.clone(), e));
+                    retry = None;
+                    if let Some(inner) = session.upgrade() {
+                        inner.report(Error::new(
+                            "CONTRACT_EXPIRED",
+                            format!(
+                                "the contract expires in {left:?}, before its next renewal may come ({floor:?} after the last): renewal stopped for this contract"
+                            ),
+                        ));
+                    }
+                } else {
+                    wait = Some(floor - since);
+                }
+            }
+        }
         match wait {
             None => {
                 retry = None;
@@ -931,12 +997,14 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
         if inner.state.lock().unwrap().contract.expires_at_ms() != Some(exp) || crate::time::now_ms() >= exp {
             continue; // renewed or replaced meanwhile, or expired
         }
+        last = Some((id.clone(), Instant::now()));
         let res = match inner.up_conn() {
             Some(conn) => inner.renew_on(&conn).await,
             None => Err(Error::transport("SESSION_CLOSED", "the connection is down")),
         };
         match res {
             Ok(k) => {
+                fails = 0;
                 if k.expires_at_ms().is_none_or(|e| e <= exp) {
                     stuck = Some((id, exp));
                 }
@@ -949,13 +1017,27 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
             }
             Err(e) => {
                 let left = Duration::from_millis((exp - crate::time::now_ms()).max(0) as u64);
-                retry = Some((left / 4).clamp(RENEW_RETRY.0, RENEW_RETRY.1));
+                // Backing off: never sooner than the floor, doubling with
+                // each failure in a row.
+                fails = fails.saturating_add(1);
+                let backoff = floor.saturating_mul(1 << (fails - 1).min(3));
+                retry = Some((left / 4).clamp(RENEW_RETRY.0, RENEW_RETRY.1).max(backoff));
                 let mut e = e;
                 e.message = format!("renewing the contract failed (trying again): {}", e.message);
                 inner.report(e);
             }
         }
     }
+}
+
+/// The least time between two automatic renewals of one contract.
+const RENEW_FLOOR: Duration = Duration::from_secs(1);
+
+/// The floor of the automatic renewals of a session asking for contracts
+/// of `ttl`: 1 s, or a quarter of `ttl` when shorter (at least 10 ms);
+/// never taken from the server's answers.
+fn renew_floor(ttl: Option<Duration>) -> Duration {
+    ttl.map_or(RENEW_FLOOR, |t| (t / 4).clamp(Duration::from_millis(10), RENEW_FLOOR))
 }
 
 /// How long before a contract's expiry a session renews it, for `left` of

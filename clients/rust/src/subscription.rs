@@ -459,6 +459,12 @@ pub(crate) struct SubShared {
     dropped: AtomicU64,
     /// [`Ack::Explicit`]: the deliveries that came beyond the window.
     overflow: AtomicU64,
+    /// The messages (ids) whose handler runs, each with the deliveries of
+    /// it that came meanwhile (its ack wait passed, or a resumed
+    /// subscription gave it again): parked until that run returns, then run
+    /// in turn, so that one message's handler never runs twice at once.
+    /// Parked deliveries count against the window until they run.
+    running: Mutex<std::collections::HashMap<String, VecDeque<Delivery>>>,
 }
 
 impl SubShared {
@@ -479,6 +485,7 @@ impl SubShared {
             queued: Mutex::default(),
             dropped: AtomicU64::new(0),
             overflow: AtomicU64::new(0),
+            running: Mutex::default(),
         });
         tokio::spawn(ack_loop(Arc::downgrade(&s), ack_rx));
         if let SubMode::Handler(h) = &s.mode {
@@ -725,6 +732,11 @@ impl SubShared {
 
     fn is_ended(&self) -> bool {
         self.st.lock().unwrap().ended
+    }
+
+    /// Whether the caller runs in a handler of any subscription.
+    pub(crate) fn in_any_handler() -> bool {
+        HANDLER_OF.try_with(|_| ()).is_ok()
     }
 
     /// Whether the caller runs in one of this subscription's handlers.
@@ -983,29 +995,81 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
         };
         let Ok(permit) = permit else { return };
         let Some(d) = waiting.pop_front() else { continue };
-        s.dequeued(d.size, conn_key(&d.handle.conn)); // a handler takes it
         if s.is_stopping() || s.stale(&d) {
+            s.dequeued(d.size, conn_key(&d.handle.conn));
             continue; // while it waited for room
         }
+        {
+            let mut r = s.running.lock().unwrap();
+            if let Some(parked) = r.get_mut(&d.message.id) {
+                // Its handler runs: this one waits for that run (counted
+                // in the window until it runs), and takes no permit.
+                parked.push_back(d);
+                continue;
+            }
+            r.insert(d.message.id.clone(), VecDeque::new());
+        }
+        s.dequeued(d.size, conn_key(&d.handle.conn)); // a handler takes it
         let key = Arc::as_ptr(&s) as usize;
         drop(s);
         let h = h.clone();
         tokio::spawn(async move {
-            let handle = d.handle.clone();
-            let m = d.message.clone();
-            let settled = d.settled.clone();
-            // The handler is called inside the task, so that a panic while
-            // it makes its future nacks as one inside the future does.
-            let res = tokio::spawn(HANDLER_OF.scope(key, async move { h(d).await })).await;
-            match res {
-                _ if handle.sub.opts.ack == Ack::None => {}                   // at most once: nothing is answered
-                _ if settled.is_some_and(|s| s.load(Ordering::Acquire)) => {} // the handler answered it
-                Ok(Ok(())) => handle.sub.queue_ack(&handle, &m, None),
-                Ok(Err(e)) => nack(&handle, &m.id, e.retry_after).await,
-                Err(_) => nack(&handle, &m.id, None).await, // the handler panicked
+            let mut d = d;
+            loop {
+                let (sub, id) = (d.handle.sub.clone(), d.message.id.clone());
+                run_handler(&h, d, key).await;
+                match sub.next_parked(&id) {
+                    Some(next) => d = next,
+                    None => break,
+                }
             }
             drop(permit);
         });
+    }
+}
+
+/// Runs the handler on `d` and answers it (see [`dispatch_loop`]).
+async fn run_handler(h: &Handler, d: Delivery, key: usize) {
+    let h = h.clone();
+    let handle = d.handle.clone();
+    let m = d.message.clone();
+    let settled = d.settled.clone();
+    // The handler is called inside the task, so that a panic while it
+    // makes its future nacks as one inside the future does.
+    let res = tokio::spawn(HANDLER_OF.scope(key, async move { h(d).await })).await;
+    match res {
+        _ if handle.sub.opts.ack == Ack::None => {}                   // at most once: nothing is answered
+        _ if settled.is_some_and(|s| s.load(Ordering::Acquire)) => {} // the handler answered it
+        Ok(Ok(())) => handle.sub.queue_ack(&handle, &m, None),
+        Ok(Err(e)) => nack(&handle, &m.id, e.retry_after).await,
+        Err(_) => nack(&handle, &m.id, None).await, // the handler panicked
+    }
+}
+
+impl SubShared {
+    /// After a run of message `id`'s handler: the next delivery of it that
+    /// came meanwhile (parked), or `None`, and the message no longer runs.
+    /// Parked deliveries that may no longer be handed out (the
+    /// subscription stopped, their connection is gone) are dropped.
+    fn next_parked(&self, id: &str) -> Option<Delivery> {
+        loop {
+            let d = {
+                let mut r = self.running.lock().unwrap();
+                let q = r.get_mut(id)?;
+                match q.pop_front() {
+                    Some(d) => d,
+                    None => {
+                        r.remove(id);
+                        return None;
+                    }
+                }
+            };
+            self.dequeued(d.size, conn_key(&d.handle.conn));
+            if self.is_stopping() || self.stale(&d) {
+                continue;
+            }
+            return Some(d);
+        }
     }
 }
 

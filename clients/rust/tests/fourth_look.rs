@@ -1,0 +1,581 @@
+//! A fourth attack review of the Rust client, with a hostile server (a raw
+//! WebSocket or HTTP endpoint of the test's own) and a careless
+//! application: renewals driven fast, server text in what is printed,
+//! frame sizes, queues without bound, a message run twice at once, a
+//! subscribe answered after close, hostile frames, HTTP redirects and
+//! answers a byte at a time.
+
+use futures_util::{SinkExt, StreamExt};
+use pigeon_client::{ConnectOptions, Error, ErrorKind, Message, Session, SubscribeOptions};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as W;
+
+fn msg(i: u64) -> Value {
+    json!({"id": format!("msg_{i}"), "subject": "x", "sequence": i, "data": {}})
+}
+
+fn in_ms(ms: i64) -> String {
+    pigeon_client::time::format_rfc3339_ms(pigeon_client::time::now_ms() + ms)
+}
+
+/// How a raw endpoint behaves beside the answers of `on_frame`.
+#[derive(Clone, Copy, Default)]
+struct Behaviour {
+    /// The contract of negotiate expires this many ms from now (default: 2099).
+    expires_in_ms: Option<i64>,
+    /// Read nothing after the negotiate (a server that stops reading).
+    stop_reading: bool,
+    /// Go on reading after the client's close frame, never answering it.
+    ignore_close: bool,
+}
+
+type OnFrame = Arc<dyn Fn(&Value) -> Vec<Value> + Send + Sync>;
+
+/// A raw endpoint: answers negotiate, hands every other frame to
+/// `on_frame`, which returns the frames to send back; `cmd` sends frames
+/// (text as given) to the latest connection at any time.
+async fn raw_server(b: Behaviour, on_frame: OnFrame) -> (String, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let (on_frame, rx) = (on_frame.clone(), rx.clone());
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { return };
+                let mut rx = rx.lock().await;
+                let mut negotiated = false;
+                loop {
+                    tokio::select! {
+                        m = ws.next(), if !(b.stop_reading && negotiated) => {
+                            let t = match m {
+                                Some(Ok(W::Text(t))) => t,
+                                Some(Ok(W::Close(_))) if b.ignore_close => continue,
+                                Some(Ok(W::Ping(_))) | Some(Ok(W::Pong(_))) => continue,
+                                _ => return,
+                            };
+                            let f: Value = serde_json::from_str(&t).unwrap();
+                            let out = if f["op"] == "negotiate" {
+                                negotiated = true;
+                                let exp = b.expires_in_ms.map_or("2099-01-01T00:00:00Z".to_string(), in_ms);
+                                let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": exp});
+                                vec![json!({"op": "contract", "re": f["id"], "contract": contract, "maxFrame": 1 << 20})]
+                            } else {
+                                on_frame(&f)
+                            };
+                            for o in out {
+                                if ws.send(W::Text(o.to_string())).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Some(o) = rx.recv() => {
+                            if ws.send(W::Text(o)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (format!("ws://127.0.0.1:{port}"), tx, task)
+}
+
+fn ok_to_all(sid: &'static str, frames: Arc<Mutex<Vec<Value>>>) -> OnFrame {
+    Arc::new(move |f| {
+        frames.lock().unwrap().push(f.clone());
+        match f["op"].as_str() {
+            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": sid})],
+            Some("ping") => vec![json!({"op": "pong", "re": f["id"]})],
+            _ => vec![json!({"op": "ok", "re": f["id"]})],
+        }
+    })
+}
+
+fn opts() -> ConnectOptions {
+    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
+}
+
+fn recording(o: ConnectOptions) -> (ConnectOptions, Arc<Mutex<Vec<Error>>>) {
+    let errs: Arc<Mutex<Vec<Error>>> = Arc::default();
+    let e = errs.clone();
+    (o.on_error(move |err| e.lock().unwrap().push(err)), errs)
+}
+
+async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
+}
+
+/// Counts the renew frames and answers each with `answer(frame)`.
+fn renewing(count: Arc<AtomicUsize>, answer: impl Fn(&Value) -> Value + Send + Sync + 'static) -> OnFrame {
+    Arc::new(move |f| match f["op"].as_str() {
+        Some("renew") => {
+            count.fetch_add(1, Ordering::SeqCst);
+            vec![answer(f)]
+        }
+        _ => vec![json!({"op": "ok", "re": f["id"]})],
+    })
+}
+
+// 1. Renewals driven fast.
+
+#[tokio::test]
+async fn a_server_granting_renewals_a_few_ms_long_cannot_drive_the_renewal_loop() {
+    let renews = Arc::new(AtomicUsize::new(0));
+    let b = Behaviour { expires_in_ms: Some(40), ..Default::default() };
+    let (url, _tx, task) = raw_server(
+        b,
+        renewing(
+            renews.clone(),
+            |f| json!({"op": "contract", "re": f["id"], "contract": {"id": "ctr_raw", "subjects": [], "expiresAt": in_ms(40)}}),
+        ),
+    )
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().auto_renew(true)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n = renews.load(Ordering::SeqCst);
+    assert!(n >= 1, "the first renewal of a contract always comes");
+    assert!(n <= 3, "{n} renewals in 1.5 s of a contract renewed 40 ms at a time");
+    end(s, task).await;
+}
+
+#[tokio::test]
+async fn renewals_that_fail_are_retried_with_backoff() {
+    let renews = Arc::new(AtomicUsize::new(0));
+    let b = Behaviour { expires_in_ms: Some(2000), ..Default::default() };
+    let (url, _tx, task) = raw_server(
+        b,
+        renewing(renews.clone(), |f| json!({"op": "error", "re": f["id"], "error": {"code": "RATE_LIMITED", "message": "slow down"}})),
+    )
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().auto_renew(true)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let n = renews.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&n), "{n} renewals of a 2 s contract whose renewals all fail");
+    end(s, task).await;
+}
+
+#[tokio::test]
+async fn a_session_asking_for_short_contracts_still_renews_each_in_time() {
+    let renews = Arc::new(AtomicUsize::new(0));
+    let b = Behaviour { expires_in_ms: Some(400), ..Default::default() };
+    let (url, _tx, task) = raw_server(
+        b,
+        renewing(renews.clone(), |f| {
+            let ttl = f["ttlMs"].as_i64().unwrap();
+            json!({"op": "contract", "re": f["id"], "contract": {"id": "ctr_raw", "subjects": [], "expiresAt": in_ms(ttl)}})
+        }),
+    )
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().auto_renew(true).ttl(Duration::from_millis(400))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n = renews.load(Ordering::SeqCst);
+    assert!(n >= 4, "{n} renewals in 1.5 s of 400 ms contracts");
+    let left = s.contract().expires_at_ms().unwrap() - pigeon_client::time::now_ms();
+    assert!(left > 0, "the contract expired");
+    end(s, task).await;
+}
+
+// 2. Server text in what is printed.
+
+fn shows_no_control(s: &str) -> bool {
+    !s.chars().any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}')
+}
+
+#[tokio::test]
+async fn server_text_in_an_error_as_displayed_has_its_control_characters_escaped() {
+    let hostile = "denied\n2026-01-01 INFO forged log line\r\u{1b}[2J\u{7f}\u{85}\u{9b}31m\u{2028}\u{2029}\t";
+    let answer = hostile.to_string();
+    let (url, tx, task) = raw_server(
+        Behaviour::default(),
+        Arc::new(move |f| {
+            vec![json!({"op": "error", "re": f["id"], "error": {"code": format!("CODE\n\u{1b}]0;x\u{7}"), "message": answer}})]
+        }),
+    )
+    .await;
+    let (o, errs) = recording(opts());
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let e = s.ping().await.unwrap_err();
+    assert_eq!(e.message, hostile, "the message itself is kept as sent");
+    let shown = e.to_string();
+    assert!(shows_no_control(&shown), "{shown:?}");
+    assert!(shown.contains("\\x0a2026-01-01 INFO forged") && shown.contains("\\x1b[2J") && shown.contains("\\u2028"), "{shown}");
+    // An error frame answering nothing, and a close reason, reach on_error.
+    tx.send(json!({"op": "error", "error": {"code": "X", "message": hostile}}).to_string()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for e in errs.lock().unwrap().iter() {
+        assert!(shows_no_control(&e.to_string()), "{e}");
+    }
+    assert!(!errs.lock().unwrap().is_empty());
+    end(s, task).await;
+}
+
+// 3. Frame size.
+
+#[tokio::test]
+async fn an_answer_above_16_mib_in_one_frame_is_read() {
+    // A replay answer holds up to 16 MiB of messages and one more message:
+    // in one frame, above tungstenite's default 16 MiB frame limit.
+    let (url, _tx, task) = raw_server(
+        Behaviour::default(),
+        Arc::new(|f| {
+            let m = json!({"id": "msg_1", "subject": "x", "sequence": 1, "data": {"pad": "x".repeat(17 << 20)}});
+            vec![json!({"op": "messages", "re": f["id"], "messages": [m]})]
+        }),
+    )
+    .await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(20))).await.unwrap();
+    let ms = s.replay("x", Default::default()).await.expect("a 17 MiB answer ended the connection");
+    assert_eq!(ms.len(), 1);
+    end(s, task).await;
+}
+
+#[tokio::test]
+async fn a_frame_larger_than_max_frame_bytes_ends_the_connection_with_a_typed_error() {
+    let (url, _tx, task) =
+        raw_server(Behaviour::default(), Arc::new(|f| vec![json!({"op": "pong", "re": f["id"], "pad": "x".repeat(2 << 20)})])).await;
+    let (o, errs) = recording(opts().max_frame_bytes(1 << 20));
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), s.ping()).await.expect("a hang").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transport, "{e}");
+    let failed = tokio::time::timeout(Duration::from_secs(5), s.closed()).await.expect("the session did not end");
+    let failed = failed.expect("an error");
+    assert_eq!(failed.details.get("maxFrameBytes"), Some(&json!(1 << 20)), "{failed:?}");
+    assert!(errs.lock().unwrap().iter().any(|e| e.details.contains_key("maxFrameBytes")));
+    // Out of range: refused before dialling.
+    let e = Session::connect(&url, "t", &["x"], opts().max_frame_bytes(0)).await.err().expect("a max_frame_bytes of 0 was taken");
+    assert_eq!(e.code, "INVALID_ARGUMENT");
+    task.abort();
+}
+
+// 4. Queues without bound.
+
+#[tokio::test]
+async fn a_publish_on_a_server_that_stops_reading_fails_within_its_timeout_without_pings() {
+    let b = Behaviour { stop_reading: true, ..Default::default() };
+    let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_millis(400))).await.unwrap();
+    // Large enough to fill the socket's buffers: the writer waits on it.
+    let big = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(32 << 20)}));
+    let first = s.publish_async(&big).await.unwrap();
+    let second = s.publish_async(&Message::new("x", "t", "i")).await.unwrap();
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(5), async { (first.await, second.await) })
+        .await
+        .expect("a publish on a server that stopped reading waited past its timeout");
+    assert!(r.0.is_err() && r.1.is_err(), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    end(s, task).await;
+}
+
+#[tokio::test]
+async fn calls_on_a_server_that_stops_reading_cannot_queue_without_bound() {
+    let b = Behaviour { stop_reading: true, ..Default::default() };
+    let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(20))).await.unwrap();
+    let req = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(1 << 20)}));
+    let mut calls = Vec::new();
+    for _ in 0..64 {
+        let (s, req) = (s.clone(), req.clone());
+        calls.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let r = s.request(&req, Duration::from_secs(10)).await;
+            (r, t.elapsed())
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut refused = 0;
+    for c in calls {
+        if c.is_finished() {
+            let (r, took) = c.await.unwrap();
+            let e = r.unwrap_err();
+            assert_eq!(e.code, "RATE_LIMITED", "{e}");
+            assert!(took < Duration::from_millis(500), "{took:?}");
+            refused += 1;
+        } else {
+            c.abort();
+        }
+    }
+    assert!(refused > 0, "64 MiB of calls queued on a server that reads nothing");
+    end(s, task).await;
+}
+
+// 5. A message run twice at once.
+
+#[tokio::test]
+async fn a_message_delivered_again_while_its_handler_runs_waits_for_that_run() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", frames.clone())).await;
+    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let running: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let worst: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (r, w, n) = (running.clone(), worst.clone(), runs.clone());
+    let _sub = s
+        .subscribe("x", SubscribeOptions::default().max_in_flight(4), move |d| {
+            let (r, w, n) = (r.clone(), w.clone(), n.clone());
+            async move {
+                let id = d.message.id.clone();
+                {
+                    let mut r = r.lock().unwrap();
+                    let c = r.entry(id.clone()).or_default();
+                    *c += 1;
+                    let mut w = w.lock().unwrap();
+                    let m = w.entry(id.clone()).or_default();
+                    *m = (*m).max(*c);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                *r.lock().unwrap().get_mut(&id).unwrap() -= 1;
+                n.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Its ack wait passed: delivered again while the first run goes on.
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 2, "message": msg(1)}).to_string()).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(2)}).to_string()).unwrap();
+    let t = Instant::now();
+    while runs.load(Ordering::SeqCst) < 3 && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "the redelivery never ran");
+    assert_eq!(worst.lock().unwrap().get("msg_1"), Some(&1), "msg_1 ran twice at once");
+    // The other message did not wait behind it.
+    assert!(t.elapsed() < Duration::from_millis(800), "{:?}", t.elapsed());
+    end(s, task).await;
+}
+
+// 6. Close.
+
+/// A session whose subscription's handler holds its first delivery until
+/// `gate` is notified.
+async fn held(
+    frames: Arc<Mutex<Vec<Value>>>,
+    on_frame: OnFrame,
+    b: Behaviour,
+    call_timeout: Duration,
+) -> (Session, Arc<tokio::sync::Notify>, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
+    let _ = frames;
+    let (url, tx, task) = raw_server(b, on_frame).await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(call_timeout)).await.unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let g = gate.clone();
+    let _sub = s
+        .subscribe("x", SubscribeOptions::default(), move |_d| {
+            let (g, started_tx) = (g.clone(), started_tx.clone());
+            async move {
+                let _ = started_tx.send(());
+                g.notified().await;
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
+    tokio::time::timeout(Duration::from_secs(3), started.recv()).await.unwrap();
+    (s, gate, tx, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_answered_after_close_hands_nothing_to_its_handler() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = frames.clone();
+    // The first subscribe is answered; the second is held back.
+    let on_frame: OnFrame = Arc::new(move |f| {
+        seen.lock().unwrap().push(f.clone());
+        match f["op"].as_str() {
+            Some("subscribe") if seen.lock().unwrap().iter().filter(|f| f["op"] == "subscribe").count() > 1 => vec![],
+            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"})],
+            _ => vec![json!({"op": "ok", "re": f["id"]})],
+        }
+    });
+    let (s, gate, tx, task) = held(frames.clone(), on_frame, Behaviour::default(), Duration::from_secs(3)).await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let s2 = s.clone();
+    let second = tokio::spawn(async move {
+        s2.subscribe("x", SubscribeOptions::default(), move |_d| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .await
+    });
+    let t = Instant::now();
+    let sub_id = loop {
+        let id = frames.lock().unwrap().iter().filter(|f| f["op"] == "subscribe").nth(1).map(|f| f["id"].clone());
+        if let Some(id) = id {
+            break id;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "no second subscribe");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let s3 = s.clone();
+    let closing = tokio::spawn(async move { s3.close().await });
+    tokio::time::sleep(Duration::from_millis(100)).await; // close() waits for the held handler
+    tx.send(json!({"op": "subscribed", "re": sub_id, "sub": "sub_2"}).to_string()).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_2", "attempt": 1, "message": msg(9)}).to_string()).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(3), second).await.expect("the subscribe hangs").unwrap();
+    let e = r.err().expect("a subscribe answered after close() was taken");
+    assert_eq!(e.kind, ErrorKind::Closed, "{e}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "a handler ran after close() began");
+    let ended = frames.lock().unwrap().iter().any(|f| f["op"] == "unsubscribe" && f["sub"] == "sub_2");
+    assert!(ended, "its server subscription was not ended");
+    gate.notify_one();
+    tokio::time::timeout(Duration::from_secs(5), closing).await.unwrap().unwrap().unwrap();
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_second_close_waits_for_the_first() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (s, gate, _tx, task) = held(frames.clone(), ok_to_all("sub_1", frames), Behaviour::default(), Duration::from_secs(3)).await;
+    let s2 = s.clone();
+    let first = tokio::spawn(async move { s2.close().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let g = gate.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        g.notify_one();
+    });
+    tokio::time::timeout(Duration::from_secs(5), s.close()).await.expect("a second close hangs").unwrap();
+    assert!(s.is_closed(), "a second close returned before the session was closed");
+    first.await.unwrap().unwrap();
+    task.abort();
+}
+
+#[tokio::test]
+async fn close_honours_its_timeout_with_a_server_that_ignores_the_close_frame() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let b = Behaviour { ignore_close: true, ..Default::default() };
+    let (s, _gate, _tx, task) = held(frames.clone(), ok_to_all("sub_1", frames), b, Duration::from_millis(300)).await;
+    let t = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), s.close()).await.unwrap().unwrap();
+    assert!(t.elapsed() < Duration::from_millis(1000), "close took {:?} with a call_timeout of 300 ms", t.elapsed());
+    task.abort();
+}
+
+// 7. Hostile frames.
+
+#[tokio::test]
+async fn hostile_frames_are_typed_bad_frame_errors_and_the_reader_goes_on() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", frames)).await;
+    let (o, errs) = recording(opts());
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+    let deliver =
+        |seq: &str| format!(r#"{{"op":"deliver","sub":"sub_1","attempt":1,"message":{{"id":"msg_h","subject":"x","sequence":{seq}}}}}"#);
+    let mut hostile: Vec<String> = ["1e400", "-1", "1.5", "18446744073709551616", "true", "\"7\""].iter().map(|s| deliver(s)).collect();
+    hostile.extend([
+        format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000)),
+        format!(
+            r#"{{"op":"deliver","sub":"sub_1","attempt":1,"message":{{"id":"msg_d","subject":"x","sequence":3,"data":{}1{}}}}}"#,
+            "[".repeat(5000),
+            "]".repeat(5000)
+        ),
+        r#"{"op":"pong","re":{"toString":1}}"#.to_string(),
+        r#"{"op":"error","re":5,"error":{"code":"X","message":"y"}}"#.to_string(),
+        r#"{"op":"deliver","sub":5,"attempt":1,"message":{"id":"msg_5","subject":"x","sequence":5}}"#.to_string(),
+        r#"{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":5,"subject":"x","sequence":5}}"#.to_string(),
+        r#"{"op":"what_is_this"}"#.to_string(),
+        r#"{"op":"deliver","sub":"sub_1","sub":"sub_other","attempt":1,"message":{"id":"msg_6","subject":"x","sequence":6}}"#.to_string(),
+        r#"{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"msg_7","subject":"x","sequence":7,"sequence":70}}"#.to_string(),
+        r#"{"op":"deliver","sub":"sub_1","attempt":1,"message":{"id":"msg_8","subject":"x","sequence":8,"data":{"a":1,"a":2}}}"#
+            .to_string(),
+        "[1,2]".to_string(),
+        "not json".to_string(),
+    ]);
+    let n = hostile.len();
+    for h in hostile {
+        tx.send(h).unwrap();
+    }
+    // Beyond 2^53 is a sequence as good as any other in a u64.
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg((1 << 53) + 1)}).to_string()).unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
+    assert_eq!(d.message.sequence, (1 << 53) + 1, "a hostile delivery was handed out: {:?}", d.message);
+    d.ack().await.unwrap();
+    s.ping().await.expect("the reader stopped");
+    let errs = errs.lock().unwrap().clone();
+    let bad: Vec<&Error> = errs.iter().filter(|e| e.kind == ErrorKind::Protocol && e.code == "BAD_FRAME").collect();
+    assert_eq!(bad.len(), n, "each hostile frame is one BAD_FRAME: {errs:#?}");
+    assert!(!s.is_closed());
+    end(s, task).await;
+}
+
+// 8. HTTP: redirects and answers a byte at a time.
+
+/// A raw HTTP endpoint: counts the connections; answers each request
+/// with `head`, then `trickle` bytes one every 50 ms.
+async fn raw_http(head: &'static str, trickle: usize) -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<u8>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let (conns, read) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let (c, r) = (conns.clone(), read.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else { return };
+            c.fetch_add(1, Ordering::SeqCst);
+            let r = r.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = tcp.read(&mut buf).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    r.lock().unwrap().extend_from_slice(&buf[..n]);
+                    if r.lock().unwrap().windows(4).any(|x| x == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+                if tcp.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for _ in 0..trickle {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if tcp.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, conns, read)
+}
+
+#[tokio::test]
+async fn an_http_redirect_is_not_followed() {
+    use pigeon_client::http::HttpClient;
+    let (url, conns, _) =
+        raw_http("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.2:1/steal\r\nContent-Length: 0\r\n\r\n", 0).await;
+    let e = HttpClient::new(&url, "secret").call("GET", "/v1/accounts", None).await.unwrap_err();
+    assert_eq!(e.status, 307, "{e}");
+    assert_eq!(conns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_http_answer_a_byte_at_a_time_cannot_hold_a_call_past_its_timeout() {
+    use pigeon_client::http::HttpClient;
+    let (url, _, _) = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", 100_000).await;
+    let h = HttpClient::new(&url, "t").with_timeout(Duration::from_millis(500));
+    let t = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(10), h.call("GET", "/v1/accounts", None)).await.expect("held past 10 s").unwrap_err();
+    assert_eq!(e.code, "REQUEST_TIMEOUT", "{e}");
+    assert!(t.elapsed() < Duration::from_millis(1500), "{:?}", t.elapsed());
+}
