@@ -178,7 +178,7 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	}
 	// Each lease names the contract it is taken under, so that revoking
 	// the contract gives it back (releaseRevoked).
-	ds, err := e.leaseBatch(ctx, g, s, holder, c.ContractID, max, e.opts.MaxReadBytes, match)
+	ds, err := e.leaseBatch(ctx, g, s, holder, c.ContractID, max, e.opts.MaxReadBytes, false, match)
 	out := make([]*Message, len(ds))
 	for i, d := range ds {
 		out[i] = d.m.Clone()

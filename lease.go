@@ -256,8 +256,12 @@ func (g *group) requeue(seq uint64) {
 // leaseBatch leases up to max messages of g to holder, each lease naming
 // contract (leaseMsg): first those whose
 // lease expired or whose nack delay passed, then new ones. A message that
-// match rejects is done for this group (skipped).
-func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder, contract string, max, budget int, match func(*decoded) bool) ([]*decoded, error) {
+// match rejects is done for this group (skipped). With busy (a push
+// subscription's leases, handed to its handlers next) the leases it
+// returns are held while their handlers run (lease.busy) from the moment
+// they are taken: marked later, once g was let go, a lease whose ack wait
+// had passed meanwhile could go to another consumer of the group first.
+func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder, contract string, max, budget int, busy bool, match func(*decoded) bool) ([]*decoded, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := e.now()
@@ -318,6 +322,13 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder, c
 			if err := take(e.leaseMsg(ctx, g, s, sm, holder, contract, now)); err != nil {
 				g.requeue(sm.Seq)
 				return out, err
+			}
+		}
+	}
+	if busy {
+		for _, d := range out {
+			if l := g.leases[d.seq]; l != nil {
+				l.busy = true
 			}
 		}
 	}
@@ -405,7 +416,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
 	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
-	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), "", n, 0, match)
+	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), "", n, 0, true, match)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -414,9 +425,10 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 	now := e.now()
 	var next time.Duration
 	for i, d := range msgs {
+		// Held while the handler runs (busy), the lease is still the
+		// subscription's, unless a trim or a purge ended it meanwhile.
 		if l := g.leases[d.seq]; l != nil {
 			attempts[i] = l.attempt
-			l.busy = true
 		}
 	}
 	for _, l := range g.leases {
