@@ -28,6 +28,8 @@ clients/conformance/codes.json.
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 __all__ = [
@@ -246,3 +248,44 @@ def new_error(code: str, message: str = "", *, status: int | None = None, detail
     """The typed error of ``code`` (the subclass its kind calls for)."""
     details = dict(details or {})
     return _class_for(code, details)(code, message, status=status, details=details)
+
+
+_LOG_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escape_char(m: "re.Match[str]") -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def escape_log_text(text: str) -> str:
+    """``text`` with its control characters written as escapes: C0 (tab,
+    newline, ESC…), DEL and C1 as ``\\xNN``, U+2028 and U+2029 as
+    ``\\uNNNN``. What the client logs passes through it, so a server's text
+    (an error's code or message, a message id, a close reason) cannot forge
+    log lines or drive a terminal."""
+    return _LOG_CONTROL.sub(_escape_char, text)
+
+
+class _EscapingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger whose every line is formatted, then written with
+    :func:`escape_log_text` (the traceback of ``exc_info``, formatted by the
+    handler, is not)."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        try:
+            text = str(msg) % args if args else str(msg)
+        except Exception:  # a format that does not fit its arguments: as logging would show them
+            text = f"{msg!s} {args!r}"
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+        self.logger.log(level, "%s", escape_log_text(text), **kwargs)
+
+
+def escaping_logger(name: str) -> logging.LoggerAdapter:  # type: ignore[type-arg]
+    """The logger ``name``, writing control characters as escapes."""
+    return _EscapingLogger(logging.getLogger(name))

@@ -50,22 +50,30 @@ subscription on the server (see its docstring).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import inspect
 import json
-import logging
 import numbers
 import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from .errors import PigeonError, ProtocolError, RetryAfter, SessionClosedError, TransportError, error_from
+from .errors import (
+    PigeonError,
+    ProtocolError,
+    RetryAfter,
+    SessionClosedError,
+    TransportError,
+    error_from,
+    escaping_logger,
+)
 
 if TYPE_CHECKING:
     from .ws import Session
 
 __all__ = ["Subscription", "Delivery", "Handler", "MAX_QUEUED", "MAX_QUEUED_BYTES"]
 
-log = logging.getLogger("pigeon_client")
+log = escaping_logger("pigeon_client")  # server text (ids) logged with control characters escaped
 _CLOSED = object()
 
 
@@ -278,6 +286,14 @@ class Subscription:
         # before it is taken (see _push).
         self._queued_bytes = 0
         self._unsized: Delivery | None = None
+        # The message ids whose handler runs, and the deliveries of those
+        # ids that came meanwhile (delivered again: the ack wait passed, or
+        # a resume), parked until that run returns: one message's handler
+        # never runs twice at once. Parked ones still count against the
+        # window (at most once, against MAX_QUEUED and MAX_QUEUED_BYTES).
+        self._active: set[str] = set()
+        self._parked: dict[str, collections.deque[Delivery]] = {}
+        self._parked_n = 0
         self.ended = False
         # Stopping: unsubscribe() or the session's close() began; nothing
         # more is handed over.
@@ -474,7 +490,19 @@ class Subscription:
             if not isinstance(message, dict):
                 self.session._report(ProtocolError("BAD_REQUEST", "deliver without a message object"))
             return
-        seq = _sequence(message.get("sequence"))
+        if not isinstance(message.get("id"), str) or not message["id"]:
+            # It could be neither answered nor told apart from another: not
+            # handed over (unanswered, the server's ack wait gives it back).
+            self.session._report(ProtocolError(
+                "BAD_REQUEST", f"a delivery of {self.subject} whose message id is not a string: not handed over"))
+            return
+        raw_seq = message.get("sequence")
+        seq = _sequence(raw_seq)
+        if seq is None and raw_seq is not None and not (type(raw_seq) is int and 0 <= raw_seq < (1 << 64)):
+            # Handed over all the same (it is a message), but never a resume position.
+            self.session._report(ProtocolError(
+                "BAD_REQUEST", f"a delivery of {self.subject} numbered {raw_seq!r:.40}, out of range: "
+                "handed over, never resumed from"))
         if self._at_most_once:
             # Nothing to settle: a reconnect resumes after the last message
             # received, dropped ones included (they were done when sent).
@@ -491,7 +519,8 @@ class Subscription:
                     u._size = _data_size(u.message)
                     self._queued_bytes += u._size
                 d._size = _data_size(message)
-                if self._queue.qsize() >= MAX_QUEUED or self._queued_bytes + d._size > MAX_QUEUED_BYTES:
+                if self._queue.qsize() + self._parked_n >= MAX_QUEUED \
+                        or self._queued_bytes + d._size > MAX_QUEUED_BYTES:
                     self._drop()
                     return
                 self._queued_bytes += d._size
@@ -560,28 +589,64 @@ class Subscription:
             self._workers.append(t)
 
     async def _work(self) -> None:
+        ready: Delivery | None = None  # a parked delivery whose turn came
         while True:
-            item = await self._queue.get()
-            if item is _CLOSED:
-                self._queue.put_nowait(_CLOSED)
-                return
-            self._took(item)
-            if item._gen != self._gen and not self._at_most_once:
-                continue  # handed over on a connection since lost: it comes again
-            task = asyncio.current_task()
-            assert task is not None
-            slot = _Slot(self)
-            self._slots.add(slot)
-            self._running.add(task)
-            token = _HANDLING.set(slot)
+            if ready is None:
+                item = await self._queue.get()
+                if item is _CLOSED:
+                    self._queue.put_nowait(_CLOSED)
+                    return
+                key = item.message.get("id")
+                if key in self._active:
+                    self._park(key, item)  # its message's handler runs: after it
+                    continue
+                self._active.add(key)
+            else:
+                item, ready = ready, None
+                key = item.message.get("id")  # still in _active
             try:
-                await self._handle(item)
+                self._took(item)
+                if item._gen == self._gen or self._at_most_once:
+                    await self._run(item)
+                # else handed over on a connection since lost: it comes again
             finally:
-                _HANDLING.reset(token)
-                slot.done = True
-                self._slots.discard(slot)
-                self._running.discard(task)
-                self._changed()
+                ready = self._unpark(key)
+                if ready is None:
+                    self._active.discard(key)
+
+    async def _run(self, item: Delivery) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        slot = _Slot(self)
+        self._slots.add(slot)
+        self._running.add(task)
+        token = _HANDLING.set(slot)
+        try:
+            await self._handle(item)
+        finally:
+            _HANDLING.reset(token)
+            slot.done = True
+            self._slots.discard(slot)
+            self._running.discard(task)
+            self._changed()
+
+    def _park(self, key: str, d: Delivery) -> None:
+        if d is self._unsized:  # measured now: it leaves the queue, not the count
+            self._unsized = None
+            d._size = _data_size(d.message)
+            self._queued_bytes += d._size
+        self._parked.setdefault(key, collections.deque()).append(d)
+        self._parked_n += 1
+
+    def _unpark(self, key: str) -> Delivery | None:
+        q = self._parked.get(key)
+        if not q or self._stopping:
+            return None
+        d = q.popleft()
+        self._parked_n -= 1
+        if not q:
+            del self._parked[key]
+        return d
 
     async def _handle(self, d: Delivery) -> None:
         assert self.handler is not None
@@ -721,6 +786,8 @@ class Subscription:
         # them back unanswered; at most once they are dropped.
         while not self._queue.empty():
             self._queue.get_nowait()
+        self._parked.clear()
+        self._parked_n = 0
         self._queued_bytes = 0
         self._unsized = None
         self._waiting = 0

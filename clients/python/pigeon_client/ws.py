@@ -59,7 +59,9 @@ from .errors import (
     RequestTimeoutError,
     SessionClosedError,
     TransportError,
+    _EscapingLogger,
     error_from,
+    escaping_logger,
     new_error,
 )
 from .model import Contract, Decision
@@ -67,14 +69,17 @@ from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
 
-log = logging.getLogger("pigeon_client")
+# Everything logged has its control characters escaped: a server's text
+# (an error's code and message, an id, a close reason) goes into these lines.
+log = escaping_logger("pigeon_client")
 
 
-class _RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _RedactingLogger(_EscapingLogger):
     """The ``websockets.client`` logger, but the handshake headers that carry
     the credential (``Authorization``, the ``pigeon.bearer.<token>``
     subprotocol) are written without it: websockets logs every header at
-    DEBUG."""
+    DEBUG. Its lines (a server's headers, close reasons) are written with
+    their control characters escaped."""
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if len(args) == 2 and isinstance(args[0], str) and isinstance(args[1], str):
@@ -88,7 +93,7 @@ class _RedactingLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         super().log(level, msg, *args, **kwargs)
 
 
-_WS_LOG = _RedactingLogger(logging.getLogger("websockets.client"), {})
+_WS_LOG = _RedactingLogger(logging.getLogger("websockets.client"))
 
 
 class _ws_connect(_ws_connect_base):
@@ -135,6 +140,26 @@ def _check_header_value(what: str, value: str, *, token_chars: bool = False) -> 
 
 
 MAX_PUBLISH_BATCH = 1000
+MAX_FRAME_BYTES = 64 << 20
+"""The default read limit (``max_frame_bytes``): the largest frame a session
+reads, 64 MiB. The broker's largest frames are replay and receive answers of
+its 16 MiB read budget and one message more; the bound leaves room for a
+broker configured with larger reads, while a hostile server cannot make the
+client buffer more. A larger frame ends the connection as a lost one (close
+code 1009): calls waiting on it fail ``SESSION_CLOSED`` (``details``:
+``maxFrameBytes``, ``closeCode``), it is reported, and the session
+reconnects."""
+MAX_BUFFERED_BYTES = 16 << 20
+"""The most bytes a connection lets wait unsent in its socket (16 MiB): while
+that much waits (a server or proxy that stopped reading), a call fails at
+once with ``RATE_LIMITED`` (``details``: ``bufferedBytes``,
+``maxBufferedBytes``) without being sent; nothing the socket took is
+dropped."""
+MAX_PENDING_CALLS = 1 << 16
+"""The most calls a session has waiting for their answers (65,536): beyond,
+a call fails at once with ``RATE_LIMITED`` without being sent, so that with
+``call_timeout=None`` a server that answers nothing cannot make the client
+hold calls without end."""
 # The broker's bound on a subscription's max_in_flight (pigeon.MaxInFlightLimit).
 MAX_IN_FLIGHT = 10000
 
@@ -143,6 +168,9 @@ MAX_IN_FLIGHT = 10000
 # how long each waits for its answer.
 MAX_ORPHAN_ENDS = 64
 ORPHAN_END_TIMEOUT = 10.0
+# The least time between two automatic renewals of one contract (a quarter
+# of the session's own ttl when shorter): see Session._renew_floor.
+RENEW_FLOOR = 1.0
 # Reconnect backoff: 50 ms doubling to 2 s (± half, at random).
 _MIN_BACKOFF, _MAX_BACKOFF = 0.05, 2.0
 # allow_nan=False: a caller's NaN or Infinity is ValueError before anything
@@ -212,6 +240,7 @@ async def connect(
     ping_interval: float | None = 20.0,
     auto_renew: bool = True,
     call_timeout: float | None = 30.0,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
 ) -> "Session":
     """Connect to ``url`` (``ws://host:port/v1/ws``; ``http://`` works, and a
     URL without a path gets ``/v1/ws``), authenticate ``token`` and negotiate
@@ -237,7 +266,11 @@ async def connect(
     reconnect or :meth:`Session.negotiate` brings a new contract, renewed
     in turn). Any other failure (``RATE_LIMITED``, ``INTERNAL``, a timeout, a
     lost connection…) is tried again (after a quarter of the life left, at
-    most 5 s, at least 0.1 s) until the contract expires. The server never
+    most 5 s, at least 0.1 s) until the contract expires. Two automatic
+    renewals of one contract are at least :data:`RENEW_FLOOR` (1 s) apart, or
+    a quarter of ``ttl`` when shorter (never taken from the server's answers);
+    the first always comes; one the floor would put past the expiry is not
+    sent, reported once (``CONTRACT_EXPIRED``). The server never
     takes a contract past the credential the connection was opened with:
     once a renewal no longer moves the expiry, the session stops renewing
     that contract (it then expires, ``CONTRACT_EXPIRED``; connect again with
@@ -250,8 +283,19 @@ async def connect(
     (``REQUEST_TIMEOUT``), and an answer that comes later is dropped.
     ``None``: no bound. A publish that timed out may still have been
     accepted: publish it again with the same idempotency key to learn its
-    fate.
+    fate. The send of a call counts against that bound too.
+
+    ``max_frame_bytes`` (default :data:`MAX_FRAME_BYTES`, 64 MiB; an integer,
+    1 or more, else ``INVALID_ARGUMENT``) is the largest frame the session
+    reads (``websockets``' ``max_size``): a larger one ends the connection as
+    a lost one (``SESSION_CLOSED``, ``details.maxFrameBytes``,
+    ``details.closeCode`` 1009, reported to ``on_error``), and the session
+    reconnects. While :data:`MAX_BUFFERED_BYTES` wait unsent in the socket,
+    or :data:`MAX_PENDING_CALLS` calls wait for their answers, a call fails at
+    once with ``RATE_LIMITED``, unsent.
     """
+    if isinstance(max_frame_bytes, bool) or not isinstance(max_frame_bytes, int) or max_frame_bytes < 1:
+        raise new_error("INVALID_ARGUMENT", f"max_frame_bytes must be an integer of 1 or more, not {max_frame_bytes!r}")
     if call_timeout is not None and not (call_timeout > 0 and math.isfinite(call_timeout)):
         raise ValueError(f"call_timeout must be a positive number of seconds or None, not {call_timeout!r}")
     s = Session(
@@ -269,6 +313,7 @@ async def connect(
         ping_interval=ping_interval,
         auto_renew=auto_renew,
         call_timeout=call_timeout,
+        max_frame_bytes=max_frame_bytes,
     )
     await s._open()
     return s
@@ -295,6 +340,7 @@ class Session:
         ping_interval: float | None,
         auto_renew: bool = True,
         call_timeout: float | None = 30.0,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
         if not subjects:
             raise ValueError("connect needs at least one subject")
@@ -313,6 +359,7 @@ class Session:
         self._subprotocol_auth = subprotocol_auth
         self._open_timeout = open_timeout
         self._call_timeout = call_timeout
+        self._max_frame_bytes = max_frame_bytes
         self._ping_interval = ping_interval
         self._loop = asyncio.get_running_loop()
         self._ws: ClientConnection | None = None
@@ -403,7 +450,7 @@ class Session:
                 subprotocols=protocols,  # type: ignore[arg-type]
                 compression=None,
                 proxy=None,
-                max_size=256 << 20,
+                max_size=self._max_frame_bytes,
                 max_queue=64,
                 open_timeout=self._open_timeout,
                 ping_interval=self._ping_interval,
@@ -588,11 +635,21 @@ class Session:
             # Nobody reads this connection any more: closed, not left open
             # beside the one a reconnect dials.
             self._loop.create_task(ws.close())
+        if err.details.get("maxFrameBytes") is not None and gen == self._gen and not self.closed:
+            self._report(err)  # no call may be waiting: told all the same
         self._lost(gen, err)
 
-    @staticmethod
-    def _close_error(ws: ClientConnection) -> PigeonError:
+    def _close_error(self, ws: ClientConnection) -> PigeonError:
         code = ws.close_code
+        sent = getattr(ws.protocol, "close_sent", None)
+        if sent is not None and sent.code == 1009:
+            # The client's own close: the server sent a frame beyond max_frame_bytes.
+            return SessionClosedError(
+                "SESSION_CLOSED",
+                f"the server sent a frame larger than max_frame_bytes ({self._max_frame_bytes} bytes); "
+                "the connection was closed",
+                details={"maxFrameBytes": self._max_frame_bytes, "closeCode": 1009},
+            )
         if code == 1001:
             return TransportError("SHUTTING_DOWN", "the server is shutting down")
         return SessionClosedError("SESSION_CLOSED", f"the connection was lost (close code {code})")
@@ -833,31 +890,33 @@ class Session:
         fid = str(self._next)
         frame["id"] = fid
         text = _DUMPS(frame)  # a caller's NaN raises here, before anything is registered
+        self._admit(ws)
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[fid] = fut
         if binding is not None:
             self._binding[fid] = binding
-        try:
-            await ws.send(text)
-        except websockets.exceptions.ConnectionClosed:
-            self._pending.pop(fid, None)
-            self._binding.pop(fid, None)
-            raise self._close_error(ws) from None
-        except BaseException:
-            # Cancelled while sending (the frame may have left): given up,
-            # as below.
-            self._pending.pop(fid, None)
-            self._time_out(fid)
-            raise
         if timeout is None:
             timeout = self._call_timeout
+        deadline = None if timeout is None else self._loop.time() + timeout
         # Given up (timed out, or the caller cancelled) before the answer:
         # the answer is dropped quietly when it comes, and a subscribe's
         # binding is kept, for the reader to end the server subscription it
         # names (_dispatch), which nothing on the client would ever answer.
         gave_up = False
         try:
-            ans = await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
+            try:
+                # The send counts against the bound: a server that stops
+                # reading holds it in the socket's flow control.
+                # Awaited in this task (asyncio.timeout, not wait_for's task):
+                # the frame reaches the socket's buffer before another call
+                # is admitted, so _admit sees what waits unsent.
+                async with asyncio.timeout_at(deadline):
+                    await ws.send(text)
+            except websockets.exceptions.ConnectionClosed:
+                self._binding.pop(fid, None)
+                raise self._close_error(ws) from None
+            left = None if deadline is None else max(0.0, deadline - self._loop.time())
+            ans = await asyncio.wait_for(fut, left) if left is not None else await fut
         except asyncio.TimeoutError:
             gave_up = True
             self._time_out(fid)
@@ -951,14 +1010,30 @@ class Session:
         t.cancel()
         return t
 
+    def _renew_floor(self) -> float:
+        """The least time between two automatic renewals of one contract:
+        :data:`RENEW_FLOOR` (1 s), or a quarter of the session's own ``ttl``
+        when that is shorter. Never taken from the server's answers: a server
+        granting renewals a few milliseconds long cannot make the session
+        renew every few milliseconds."""
+        if self.ttl is not None:
+            return min(RENEW_FLOOR, self.ttl / 4)
+        return RENEW_FLOOR
+
     async def _renew_loop(self, cid: str) -> None:
         """Renew contract ``cid`` shortly before it expires (a tenth of its remaining life ahead, at least 5 s), until
         it is replaced (a reconnect or negotiate starts another loop), it can
         no longer be moved (the credential's end), a renewal is refused for
         good (``_FINAL_RENEW_CODES``), it expires, or the session closes.
         Another failure is tried again after a quarter of what is left (at
-        most 5 s, at least 0.1 s). Every failure is reported (``_report``)."""
+        most 5 s, at least 0.1 s). Every failure is reported (``_report``).
+        Two renewals of one contract sent by the loop, whatever became of the
+        first, are :meth:`_renew_floor` apart at least; the first always
+        comes; one the floor would put at or past the expiry is not sent,
+        reported once (``CONTRACT_EXPIRED``): the contract ends at its expiry
+        unless a reconnect or :meth:`negotiate` replaces it."""
         retry: float | None = None
+        tried: float | None = None  # loop time of the last renewal sent
         while True:
             c = self._contract
             if self.closed or c is None or c.id != cid or c.expires_at is None:
@@ -968,6 +1043,18 @@ class Session:
             if left <= 0:
                 return  # expired: a reconnect or negotiate brings a new one
             wait = left - _renew_lead(left) if retry is None else min(retry, left)
+            if tried is not None:
+                nxt = tried + self._renew_floor() - self._loop.time()
+                if nxt >= left:
+                    what = ("renewing it failed, with no time left to try again" if retry is not None
+                            else "the server renews it for too short a time to renew it again")
+                    self._report(new_error(
+                        "CONTRACT_EXPIRED",
+                        f"contract {cid} is renewed no more: {what} before it expires; it ends at its expiry "
+                        "unless a reconnect or negotiate replaces it",
+                        details={"contract": cid, "renewFloorMs": int(self._renew_floor() * 1000)}))
+                    return
+                wait = max(wait, nxt)
             retry = None
             await asyncio.sleep(wait)
             c = self._contract
@@ -977,6 +1064,7 @@ class Session:
                 continue  # renewed meanwhile (an explicit renew)
             if (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds() <= 0:
                 return
+            tried = self._loop.time()
             try:
                 k = await self.renew()
             except Exception as e:  # PigeonError, or anything else: never dies silently
@@ -987,7 +1075,7 @@ class Session:
                     self._report_renewal(cid, err, "renewal stopped (the server refuses it for good)")
                     return  # a reconnect or negotiate brings a new contract, renewed anew
                 left = (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
-                retry = max(min(left / 4, 5.0), 0.1)
+                retry = max(min(left / 4, 5.0), 0.1, self._renew_floor())
                 self._report_renewal(cid, err, f"trying again in {retry:.1f} s")
                 continue
             if k.id != cid:
@@ -1081,11 +1169,15 @@ class Session:
                 self._pub_inflight = [f for _, _, f in batch]
                 try:
                     await self._send_publishes(batch)
-                except Exception as e:  # keep the publisher alive whatever happens
+                except BaseException as e:  # keep the publisher alive whatever happens
                     err = e if isinstance(e, PigeonError) else TransportError("SESSION_CLOSED", repr(e))
+                    if isinstance(e, asyncio.CancelledError):  # the session's close
+                        err = SessionClosedError("SESSION_CLOSED", "the session is closed")
                     for _, _, f in batch:
                         if not f.done():
                             f.set_exception(err)
+                    if not isinstance(e, Exception):
+                        raise
                 finally:
                     self._pub_inflight = []
 
@@ -1118,6 +1210,20 @@ class Session:
                 except PigeonError as e:
                     fut.set_exception(e)
 
+    def _admit(self, ws: ClientConnection) -> None:
+        """Refuse a call (``RATE_LIMITED``, nothing sent) while
+        :data:`MAX_BUFFERED_BYTES` wait unsent in the socket (a server or
+        proxy that stopped reading) or :data:`MAX_PENDING_CALLS` calls wait
+        for their answers: neither grows without bound."""
+        if len(self._pending) >= MAX_PENDING_CALLS:
+            raise new_error("RATE_LIMITED", f"{len(self._pending)} calls already wait for their answers",
+                            details={"pendingCalls": len(self._pending), "maxPendingCalls": MAX_PENDING_CALLS})
+        transport = ws.transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        if buffered >= MAX_BUFFERED_BYTES:
+            raise new_error("RATE_LIMITED", f"{buffered} bytes wait unsent: the server does not read",
+                            details={"bufferedBytes": buffered, "maxBufferedBytes": MAX_BUFFERED_BYTES})
+
     def _time_out(self, fid: str) -> None:
         self._timed_out[fid] = None
         if len(self._timed_out) > 1024:
@@ -1130,17 +1236,25 @@ class Session:
         ws = self._ws
         if ws is None:
             raise SessionClosedError("SESSION_CLOSED", "not connected")
+        self._admit(ws)
         self._next += 1
         fid = str(self._next)
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[fid] = fut
+        timeout = self._call_timeout
+        deadline = None if timeout is None else self._loop.time() + timeout
         try:
-            await ws.send(frame.head + ',"id":"' + fid + '"}')
-        except websockets.exceptions.ConnectionClosed:
-            self._pending.pop(fid, None)
-            raise self._close_error(ws) from None
-        try:
-            ans = await asyncio.wait_for(fut, self._call_timeout) if self._call_timeout is not None else await fut
+            text = frame.head + ',"id":"' + fid + '"}'
+            try:
+                # Awaited in this task (asyncio.timeout, not wait_for's task):
+                # the frame reaches the socket's buffer before another call
+                # is admitted, so _admit sees what waits unsent.
+                async with asyncio.timeout_at(deadline):
+                    await ws.send(text)
+            except websockets.exceptions.ConnectionClosed:
+                raise self._close_error(ws) from None
+            left = None if deadline is None else max(0.0, deadline - self._loop.time())
+            ans = await asyncio.wait_for(fut, left) if left is not None else await fut
         except asyncio.TimeoutError:
             self._time_out(fid)
             raise RequestTimeoutError("REQUEST_TIMEOUT", "no answer from the server in time") from None
@@ -1316,6 +1430,9 @@ class Session:
             if self._closed_fut is not None and _caller_slot() is None:
                 await _bounded(asyncio.shield(self._closed_fut), timeout)
             return
+        # One deadline for every stage: close() returns within timeout (a
+        # server that answers nothing cannot make each stage take its own).
+        deadline = self._loop.time() + timeout
         was_failed = self._state == "failed"
         self._state = "closing"
         self._closed_fut = self._loop.create_future()
@@ -1323,26 +1440,31 @@ class Session:
             self._reconnect_task.cancel()
         renewing = self._stop_renewing()
         if renewing is not None:
-            await asyncio.gather(renewing, return_exceptions=True)
+            await _bounded(renewing, self._left(deadline))
         own = _caller_slot()
         subs = list(self._all_subs)
         for s in subs:
             s._stop()
         if subs:
-            await _bounded(asyncio.gather(*(s._settled_except(own) for s in subs)), timeout)
+            await _bounded(asyncio.gather(*(s._settled_except(own) for s in subs)), self._left(deadline))
         inflight = [f for f in self._pub_inflight if not f.done()] + [f for _, _, f in self._pubq]
-        if inflight and not was_failed:
-            await asyncio.wait(inflight, timeout=timeout)
+        if inflight and not was_failed and self._left(deadline) > 0:
+            await asyncio.wait(inflight, timeout=self._left(deadline))
         if own is not None and own.sub in subs and own in own.sub._slots:
             # The caller's own delivery is answered once it returns: waiting
             # for it here would wait until the timeout, then cancel itself.
-            self._closing_task = self._loop.create_task(self._finish_close(subs, timeout))
+            # It gets the whole timeout again: it waits for the caller's return.
+            self._closing_task = self._loop.create_task(
+                self._finish_close(subs, max(deadline, self._loop.time() + timeout)))
             return
-        await self._finish_close(subs, timeout)
+        await self._finish_close(subs, deadline)
 
-    async def _finish_close(self, subs: list[Subscription], timeout: float) -> None:
+    def _left(self, deadline: float) -> float:
+        return max(0.0, deadline - self._loop.time())
+
+    async def _finish_close(self, subs: list[Subscription], deadline: float) -> None:
         if subs:
-            await _bounded(asyncio.gather(*(s._idle() for s in subs)), timeout)
+            await _bounded(asyncio.gather(*(s._idle() for s in subs)), self._left(deadline))
         for s in subs:
             s._cancel_workers()  # past the timeout: a handler still running is cancelled
         # Unsubscribed before the connection closes: what was not handed over
@@ -1350,18 +1472,25 @@ class Session:
         live = [s for s in subs if not s.ended and s.sid and s._sid_gen == self._gen and s.sid not in self._gone]
         if live and self._ws is not None:
             self._gone.extend(s.sid for s in live)
-            await _bounded(asyncio.gather(*(self._quiet_unsubscribe(s.sid) for s in live)), timeout)
+            await _bounded(asyncio.gather(*(self._quiet_unsubscribe(s.sid) for s in live)), self._left(deadline))
         err = SessionClosedError("SESSION_CLOSED", "the session is closed")
         self._fail_publishes(err)
+        # The batch on the wire, unanswered: failed too, not left pending
+        # when the publisher is cancelled below.
+        for f in self._pub_inflight:
+            if not f.done():
+                f.set_exception(err)
         for s in subs:
             s._end(None)
         if self._pub_task is not None:
             self._pub_task.cancel()
         if self._ws is not None:
             try:
-                await asyncio.wait_for(self._ws.close(1000), timeout)
+                await asyncio.wait_for(self._ws.close(1000), self._left(deadline))
             except Exception:
-                pass
+                # Past the deadline: the socket is dropped without the closing handshake.
+                if self._ws.transport is not None:
+                    self._ws.transport.abort()
         pending, self._pending = self._pending, {}
         for fut in pending.values():
             if not fut.done():
