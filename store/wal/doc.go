@@ -50,10 +50,21 @@
 // last record is what a crash in the middle of a write leaves: Open drops
 // it, logs the log, file, offset and bytes dropped to Options.Logger, and
 // Recovered (store.RecoveryReporter) lists it for the broker's audit.
-// Nothing else is ever truncated. The audit chain is verified from its
+// A last record whose length prefix, with one bit flipped back, frames a
+// record that passes its checksum is not torn but damaged (a crash cuts a
+// record's end, never its prefix), and may have acknowledged records
+// after it: Open refuses it like damage before the tail. Nothing else is
+// ever truncated. The audit chain is verified from its
 // checkpoint; a chain that does not verify fails Open with an error
 // matching store.ErrTampered. A second Open of a directory that another
-// process (or another Store) holds fails with store.ErrLocked.
+// process (or another Store) holds fails with a *LockedError naming the
+// holder's pid (errors.Is(err, store.ErrLocked)); the lock is a flock(2)
+// on the file LOCK, released when its holder closes the store or dies.
+//
+// Files the store creates are 0600 and directories 0700 (messages may
+// hold personal data), and every directory it creates, the data
+// directory and its missing parents included, is fsynced into its parent
+// before anything is written below it.
 //
 // Open rebuilds its indexes by reading every record, but keeps no message
 // body in memory: per subject its bounds, per message a hashed id (about

@@ -181,6 +181,9 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 		}
 		if uint64(size-off-int64(vn)) < length {
 			if tailOK {
+				if flipped, err := lengthFlipped(f, off, size, maxRecord); err != nil || flipped {
+					return n, off, false, "", flippedError(path, err, corrupt(off, fmt.Sprintf("record %d: its length prefix is damaged", index+n)))
+				}
 				return n, off, true, "record runs past the end of the file", nil
 			}
 			return n, off, false, "", corrupt(off, "record runs past the end of the segment")
@@ -195,6 +198,9 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 		end := off + int64(vn) + int64(length)
 		if _, ok := checkRecord(rec); !ok {
 			if tailOK && (end == size || zeroRest(r)) {
+				if flipped, err := lengthFlipped(f, off, size, maxRecord); err != nil || flipped {
+					return n, off, false, "", flippedError(path, err, corrupt(off, fmt.Sprintf("record %d: its length prefix is damaged", index+n)))
+				}
 				return n, off, true, "last record fails its checksum", nil
 			}
 			return n, off, false, "", corrupt(off, fmt.Sprintf("record %d fails its checksum", index+n))
@@ -215,6 +221,46 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 		off = end
 	}
 	return n, off, false, "", nil
+}
+
+// lengthFlipped reports whether the record at off in f, which a torn write
+// could have left (it runs past the end of the file, or fails its checksum
+// with nothing but zeros after it), is instead a whole record whose length
+// prefix has one bit flipped: with that bit flipped back it frames a
+// record that passes its checksum. A write that a crash cut short has a
+// whole prefix, since the prefix comes first; a damaged one may have
+// acknowledged records after it, which must not be cut as a torn tail.
+// It reads at most one record's worth of the file.
+func lengthFlipped(f *os.File, off, size int64, maxRecord int) (bool, error) {
+	n := min(size-off, int64(maxRecord)+recHeader+64+binary.MaxVarintLen64)
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return false, err
+	}
+	for i := range min(len(buf), binary.MaxVarintLen64) {
+		for bit := range 8 {
+			buf[i] ^= 1 << bit
+			l, vn := binary.Uvarint(buf)
+			ok := vn > 0 && l >= recHeader && l <= uint64(len(buf)-vn)
+			if ok {
+				_, ok = checkRecord(buf[vn : vn+int(l)])
+			}
+			buf[i] ^= 1 << bit
+			if ok {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// flippedError is the error of a tail that lengthFlipped did not clear:
+// the read's when it failed, else the corruption.
+func flippedError(path string, readErr, corrupt error) error {
+	if readErr != nil {
+		return fmt.Errorf("wal: read %s: %w", path, readErr)
+	}
+	return corrupt
 }
 
 func readUvarint(r *bufio.Reader) (uint64, int, error) {
@@ -323,9 +369,22 @@ func cutLog(dir string, keep uint64) (segFile, int64, error) {
 	return tail, cut, syncDir(dir)
 }
 
+// The modes of what the store creates: its owner's alone, since messages
+// may hold personal data (the umask may only take bits away).
+const (
+	dirPerm  = 0o700
+	filePerm = 0o600
+)
+
+// dirSynced, when set (tests), is told of every directory syncDir fsyncs.
+var dirSynced func(dir string)
+
 // syncDir fsyncs a directory so that created, renamed and removed entries
 // are durable.
 func syncDir(dir string) error {
+	if dirSynced != nil {
+		dirSynced(dir)
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -337,11 +396,36 @@ func syncDir(dir string) error {
 	return err
 }
 
+// mkdirDurable creates dir and its missing parents and fsyncs the parent
+// of each directory it created: until then a power loss may take a new
+// directory's name back, and with it everything written below it.
+func mkdirDurable(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeFileAtomic writes data to path through a temporary file, fsync and
 // rename, then fsyncs the directory.
 func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, filePerm)
 	if err != nil {
 		return err
 	}

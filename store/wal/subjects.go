@@ -56,7 +56,7 @@ func (s *Store) loadMessages() ([]int64, error) {
 	s.msgs.byName = make(map[string]*subject)
 	s.msgs.idx.init()
 	root := s.messagesDir()
-	if err := os.MkdirAll(root, 0o750); err != nil {
+	if err := mkdirDurable(root); err != nil {
 		return nil, fmt.Errorf("wal: create %s: %w", root, err)
 	}
 	ents, err := os.ReadDir(root)
@@ -285,7 +285,7 @@ func (s *Store) subject(name string, create bool) (*subject, error) {
 		return nil, errors.New("wal: too many subjects")
 	}
 	dir := filepath.Join(s.messagesDir(), subjectDir(name))
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := mkdirDurable(dir); err != nil {
 		return nil, fmt.Errorf("wal: create subject %q: %w", name, err)
 	}
 	// The directory may be another subject's: on a file system that folds

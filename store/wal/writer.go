@@ -124,8 +124,8 @@ func (s *Store) twalOptions() *twal.Options {
 		SegmentCacheSize: 2,
 		NoCopy:           true, // records are decoded (copied) at once and never modified
 		AllowEmpty:       true,
-		DirPerms:         0o750,
-		FilePerms:        0o640,
+		DirPerms:         dirPerm,
+		FilePerms:        filePerm,
 	}
 }
 
@@ -137,7 +137,7 @@ func (s *Store) openLog(dir, name string, visit visitFunc) (*logw, scanStats, er
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		fresh = true
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, scanStats{}, fmt.Errorf("wal: create %s: %w", dir, err)
 	}
 	st, err := scanLog(dir, max(s.opts.MaxRecordSize, 1<<30), visit)
