@@ -17,8 +17,11 @@
 // The contract is renewed in place shortly before it expires, as a
 // session's is (pigeon.RenewDelay), as far as the credential allows; when
 // it ends (expired, revoked, refused for good) the connection is closed
-// with 1008 and the code as the reason. The server pings each connection
-// and drops one that does not answer.
+// with 1008 and the code as the reason. A delivery is checked against
+// the contract again just before it is written (pigeon.Engine.Recheck):
+// one that waited its turn past an expiry, a revocation, or a role or
+// grant taken away is dropped, and the connection closed so. The server
+// pings each connection and drops one that does not answer.
 //
 // # Concurrency
 //
@@ -314,9 +317,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// the group with no attempt spent (ErrUndelivered), rather
 			// than count as the client's failure, for a consumer that
 			// leaves mid-frame would use up a message's attempts unread.
-			cut, err := s.deliver(ctx, cctx, c, turn, d.Message.Data)
+			cut, err := s.deliver(ctx, cctx, c, turn, caller, d.Message.Data)
 			if err == nil {
 				return nil
+			}
+			if pigeon.RenewalFinal(err) {
+				// The contract stopped allowing the delivery while it
+				// waited its turn (it expired, a role or grant it relied
+				// on was taken away): nothing goes out under it any more,
+				// and the client learns why, as when the subscription
+				// ends.
+				s.end(c, err)
 			}
 			if cut {
 				// The connection is over (a failed write closes it, or it
@@ -491,9 +502,18 @@ func (s *Server) end(c *websocket.Conn, err error) {
 }
 
 // deliver writes a delivery's data to c in its turn, under cctx (the
-// connection's), unless ctx (the delivery's) ends first; cut reports a
-// write that failed.
-func (s *Server) deliver(ctx, cctx context.Context, c *websocket.Conn, turn chan struct{}, data []byte) (cut bool, err error) {
+// connection's), unless ctx (the delivery's) ends first or caller's
+// contract no longer allows it to receive when the turn comes; cut
+// reports a write that failed.
+//
+// The engine judged the delivery before it handed it over, but it may
+// have waited its turn since, behind a frame the client does not read:
+// a revocation cancels ctx, while an expiry, a role taken from the
+// account or a grant revoked meanwhile cancel nothing, and are caught by
+// checking the contract again (pigeon.Engine.Recheck) just before the
+// write, so that nothing is written after the moment the contract
+// stopped allowing it.
+func (s *Server) deliver(ctx, cctx context.Context, c *websocket.Conn, turn chan struct{}, caller pigeon.Caller, data []byte) (cut bool, err error) {
 	if s.waiting != nil {
 		s.waiting()
 	}
@@ -504,6 +524,9 @@ func (s *Server) deliver(ctx, cctx context.Context, c *websocket.Conn, turn chan
 	}
 	defer func() { <-turn }()
 	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if err := s.e.Recheck(ctx, caller, s.opts.Subject, pigeon.OpReceive); err != nil {
 		return false, err
 	}
 	wctx, cancel := context.WithTimeout(cctx, writeTimeout)
