@@ -168,9 +168,12 @@ MAX_IN_FLIGHT = 10000
 # how long each waits for its answer.
 MAX_ORPHAN_ENDS = 64
 ORPHAN_END_TIMEOUT = 10.0
-# The least time between two automatic renewals of one contract (a quarter
-# of the session's own ttl when shorter): see Session._renew_floor.
+# The bounds of the least time between two automatic renewals of one
+# contract (a quarter of the lifetime the last negotiation granted; below
+# MIN_RENEW_FLOOR only for a shorter ttl of the session's own): see
+# Session._renew_floor.
 RENEW_FLOOR = 1.0
+MIN_RENEW_FLOOR = 0.1
 # Reconnect backoff: 50 ms doubling to 2 s (± half, at random).
 _MIN_BACKOFF, _MAX_BACKOFF = 0.05, 2.0
 # allow_nan=False: a caller's NaN or Infinity is ValueError before anything
@@ -204,6 +207,14 @@ def _check_ttl(ttl: Any) -> None:
         raise TypeError(f"ttl is a number of seconds, not {type(ttl).__name__}")
     if not (ttl > 0 and math.isfinite(ttl)):
         raise ValueError(f"ttl must be a positive, finite number of seconds, not {ttl!r}")
+
+
+def _granted(c: Contract, asked: _dt.datetime) -> float:
+    """The lifetime (seconds) a negotiation asked at ``asked`` granted
+    contract ``c``: 0 without an expiry."""
+    if c.expires_at is None:
+        return 0.0
+    return max(0.0, (c.expires_at - asked).total_seconds())
 
 
 def _renew_lead(left: float) -> float:
@@ -266,10 +277,12 @@ async def connect(
     reconnect or :meth:`Session.negotiate` brings a new contract, renewed
     in turn). Any other failure (``RATE_LIMITED``, ``INTERNAL``, a timeout, a
     lost connection…) is tried again (after a quarter of the life left, at
-    most 5 s, at least 0.1 s) until the contract expires. Two automatic
-    renewals of one contract are at least :data:`RENEW_FLOOR` (1 s) apart, or
-    a quarter of ``ttl`` when shorter (never taken from the server's answers);
-    the first always comes; one the floor would put past the expiry is not
+    most 5 s, at least 0.1 s) until the contract expires. Every renewal of
+    one contract the session sends by itself, whatever became of the last,
+    comes a floor after the last at least: a quarter of the lifetime the
+    contract was negotiated for, between 100 ms and 1 s (the lower bound is
+    a quarter of ``ttl`` when that is shorter); never taken from renewals.
+    The first always comes; one the floor would put past the expiry is not
     sent, reported once (``CONTRACT_EXPIRED``). The server never
     takes a contract past the credential the connection was opened with:
     once a renewal no longer moves the expiry, the session stops renewing
@@ -393,6 +406,9 @@ class Session:
         self._reconnect_task: asyncio.Task[None] | None = None
         self.auto_renew = auto_renew
         self._renew_task: asyncio.Task[None] | None = None
+        # The lifetime (seconds) the last negotiation granted, measured from
+        # when it was asked: what the renewal floor is a quarter of.
+        self._negotiated_life = 0.0
         self._closing_task: asyncio.Task[None] | None = None
         # Set once close() has finished (a second close() waits for it).
         self._closed_fut: asyncio.Future[None] | None = None
@@ -494,8 +510,10 @@ class Session:
         f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
         if self.ttl is not None:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
+        asked = _dt.datetime.now(_dt.timezone.utc)
         ans = await self._attach_call(f, "contract")
         self._contract = Contract.from_wire(ans.get("contract"))
+        self._negotiated_life = _granted(self._contract, asked)
         mf = ans.get("maxFrame")
         if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:
             self._max_frame = mf
@@ -983,8 +1001,10 @@ class Session:
         f: dict[str, Any] = {"op": "negotiate", "subjects": self.subjects}
         if self.ttl is not None:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
+        asked = _dt.datetime.now(_dt.timezone.utc)
         ans = await self._call(f, "contract")
         self._contract = Contract.from_wire(ans.get("contract"))
+        self._negotiated_life = _granted(self._contract, asked)
         mf = ans.get("maxFrame")
         if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:
             self._max_frame = mf
@@ -1011,14 +1031,21 @@ class Session:
         return t
 
     def _renew_floor(self) -> float:
-        """The least time between two automatic renewals of one contract:
-        :data:`RENEW_FLOOR` (1 s), or a quarter of the session's own ``ttl``
-        when that is shorter. Never taken from the server's answers: a server
-        granting renewals a few milliseconds long cannot make the session
-        renew every few milliseconds."""
+        """The least time between two renewals of one contract that the
+        session sends by itself (retries included), as in the Go client: a
+        quarter of the lifetime the last negotiation granted (connect, a
+        reconnect, :meth:`negotiate`; measured from when it was asked), or of
+        the session's own ``ttl`` when that is shorter, within
+        [:data:`MIN_RENEW_FLOOR`, :data:`RENEW_FLOOR`] (0.1 s to 1 s). The
+        lower bound is a quarter of ``ttl`` when that is shorter: the
+        session's own choice. Never taken from renewals: a server granting
+        ever shorter renewals, or failing them at once, cannot drive the
+        session faster than one renewal per :data:`MIN_RENEW_FLOOR`."""
+        life, lower = self._negotiated_life, MIN_RENEW_FLOOR
         if self.ttl is not None:
-            return min(RENEW_FLOOR, self.ttl / 4)
-        return RENEW_FLOOR
+            life = min(life, self.ttl)
+            lower = min(lower, self.ttl / 4)
+        return min(RENEW_FLOOR, max(lower, life / 4))
 
     async def _renew_loop(self, cid: str) -> None:
         """Renew contract ``cid`` shortly before it expires (a tenth of its remaining life ahead, at least 5 s), until
@@ -1026,7 +1053,8 @@ class Session:
         no longer be moved (the credential's end), a renewal is refused for
         good (``_FINAL_RENEW_CODES``), it expires, or the session closes.
         Another failure is tried again after a quarter of what is left (at
-        most 5 s, at least 0.1 s). Every failure is reported (``_report``).
+        most 5 s, at least 0.1 s, at least the floor). Every failure is
+        reported (``_report``).
         Two renewals of one contract sent by the loop, whatever became of the
         first, are :meth:`_renew_floor` apart at least; the first always
         comes; one the floor would put at or past the expiry is not sent,

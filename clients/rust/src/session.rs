@@ -71,12 +71,14 @@ pub struct ConnectOptions {
     /// whatever the timing ([`FINAL_RENEW_REFUSALS`]: revoked, expired,
     /// stale, …), handed to `on_error` once, saying renewal stopped; and a
     /// renewal that cannot move the expiry (the credential ends first).
-    /// Automatic renewals of one contract are at least 1 s apart (a
-    /// quarter of `ttl` when shorter; never taken from the server's
-    /// answers): the first renewal of a contract always comes, one the
-    /// floor puts past the expiry is not sent (reported once,
-    /// `CONTRACT_EXPIRED`), and a retry waits at least the floor, doubling
-    /// with each failure in a row (up to 8 times it).
+    /// Every renewal of one contract the session sends by itself,
+    /// whatever became of the last, comes a floor after the last at least:
+    /// a quarter of the lifetime the contract was negotiated for, between
+    /// 100 ms and 1 s (the lower bound is a quarter of `ttl` when that is
+    /// shorter; never taken from renewals): the first renewal of a contract
+    /// always comes, one the floor puts past the expiry is not sent
+    /// (reported once, `CONTRACT_EXPIRED`), and a retry waits at least the
+    /// floor, doubling with each failure in a row (up to 8 times it).
     /// A new contract (reconnect, [`Session::negotiate`])
     /// is renewed in turn; [`close`](Session::close) stops them. Off: the
     /// contract expires after `ttl`, and calls then fail with
@@ -186,6 +188,11 @@ pub(crate) enum Phase {
 pub(crate) struct State {
     pub phase: Phase,
     pub contract: Contract,
+    /// The lifetime the last negotiation granted (connect, reconnect,
+    /// [`Session::negotiate`]), measured from when it was asked: what the
+    /// renewal floor is a quarter of ([`renew_floor`]). Never taken from
+    /// renewals.
+    pub lifetime: Duration,
     pub subs: Vec<Arc<SubShared>>,
 }
 
@@ -301,14 +308,19 @@ impl Session {
             subjects: subjects.iter().map(|s| s.to_string()).collect(),
             pub_slots: Arc::new(Semaphore::new(opts.max_pending_publishes.max(1))),
             opts,
-            state: Mutex::new(State { phase: Phase::Reconnecting, contract: Contract::default(), subs: Vec::new() }),
+            state: Mutex::new(State {
+                phase: Phase::Reconnecting,
+                contract: Contract::default(),
+                lifetime: Duration::ZERO,
+                subs: Vec::new(),
+            }),
             changed: watch::channel(0).0,
             contract_changed: watch::channel(0).0,
             closing: AtomicBool::new(false),
             resume_backoff: Mutex::new(None),
         });
-        let (conn, contract) = inner.open().await?;
-        inner.set_up(conn, contract);
+        let (conn, contract, lifetime) = inner.open().await?;
+        inner.set_up(conn, contract, lifetime);
         if inner.opts.auto_renew {
             tokio::spawn(renew_loop(Arc::downgrade(&inner), inner.contract_changed.subscribe()));
         }
@@ -346,11 +358,12 @@ impl Session {
     pub async fn negotiate(&self) -> Result<Contract> {
         self.inner.check_open()?;
         let conn = self.inner.conn().await?;
-        let c = self.inner.negotiate(&conn).await?;
+        let (c, lifetime) = self.inner.negotiate(&conn).await?;
         {
             let mut st = self.inner.state.lock().unwrap();
             if matches!(&st.phase, Phase::Up(cur) if Arc::ptr_eq(cur, &conn)) {
                 st.contract = c.clone();
+                st.lifetime = lifetime;
             }
         }
         self.inner.contract_changed.send_modify(|g| *g += 1);
@@ -667,12 +680,17 @@ impl Inner {
         }
     }
 
-    async fn negotiate(&self, conn: &Conn) -> Result<Contract> {
+    /// Negotiates a contract on `conn`; with it, the lifetime it was
+    /// granted for, from when it was asked (zero without an expiry).
+    async fn negotiate(&self, conn: &Conn) -> Result<(Contract, Duration)> {
         let mut f = json!({"op": "negotiate", "subjects": self.subjects});
         if let Some(t) = self.opts.ttl {
             f["ttlMs"] = json!(crate::time::wire_ms(t));
         }
-        self.contract_call(conn, f).await
+        let asked = crate::time::now_ms();
+        let k = self.contract_call(conn, f).await?;
+        let lifetime = k.expires_at_ms().map_or(Duration::ZERO, |e| Duration::from_millis((e - asked).max(0) as u64));
+        Ok((k, lifetime))
     }
 
     /// Sends `negotiate` or `renew` and reads the `contract` answer.
@@ -722,10 +740,10 @@ impl Inner {
     }
 
     /// Dials and negotiates.
-    async fn open(self: &Arc<Self>) -> Result<(Arc<Conn>, Contract)> {
+    async fn open(self: &Arc<Self>) -> Result<(Arc<Conn>, Contract, Duration)> {
         let conn = Conn::dial(self).await?;
         match self.negotiate(&conn).await {
-            Ok(c) => Ok((conn, c)),
+            Ok((c, lifetime)) => Ok((conn, c, lifetime)),
             Err(e) => {
                 conn.close();
                 Err(e)
@@ -733,11 +751,12 @@ impl Inner {
         }
     }
 
-    fn set_up(self: &Arc<Self>, conn: Arc<Conn>, contract: Contract) {
+    fn set_up(self: &Arc<Self>, conn: Arc<Conn>, contract: Contract, lifetime: Duration) {
         {
             let mut st = self.state.lock().unwrap();
             st.phase = Phase::Up(conn.clone());
             st.contract = contract;
+            st.lifetime = lifetime;
         }
         self.changed.send_modify(|g| *g += 1);
         self.contract_changed.send_modify(|g| *g += 1);
@@ -840,12 +859,12 @@ impl Inner {
             tokio::time::sleep(delay).await;
             delay = delay.saturating_mul(2).min(max);
             match self.open().await {
-                Ok((conn, contract)) => {
+                Ok((conn, contract, lifetime)) => {
                     if self.is_closing() {
                         conn.close();
                         return;
                     }
-                    self.set_up(conn.clone(), contract);
+                    self.set_up(conn.clone(), contract, lifetime);
                     *self.resume_backoff.lock().unwrap() = Some((Instant::now(), delay));
                     let subs = self.state.lock().unwrap().subs.clone();
                     for s in subs {
@@ -904,8 +923,12 @@ pub const FINAL_RENEW_REFUSALS: &[&str] = &[
 /// fails or is dropped: it holds the session only weakly, and `changed`
 /// (the session's `contract_changed`) wakes it when the contract changes
 /// and when the session ends. After a failure it tries again after a
-/// quarter of what is left (between 100 ms and 5 s) until the contract
-/// expires; a refusal of [`FINAL_RENEW_REFUSALS`], or a renewal that
+/// quarter of what is left (between 100 ms and 5 s, and at least the
+/// floor, [`renew_floor`], doubling with each failure in a row up to 8
+/// times it) until the contract expires; every renewal of one contract it
+/// sends is the floor after the last at least, and one the floor puts past
+/// the expiry is not sent (reported once); a refusal of
+/// [`FINAL_RENEW_REFUSALS`], or a renewal that
 /// cannot move the expiry (the credential ends first), stops the renewals
 /// of that contract. It then waits for a new contract (a reconnect,
 /// [`Session::negotiate`]).
@@ -916,23 +939,20 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
     // After a failure: when to try again, and how many failed in a row.
     let mut retry: Option<Duration> = None;
     let mut fails = 0u32;
-    // The contract renewed last (its id) and when: automatic renewals of
-    // one contract are at least `floor` apart, whatever expiry the server
-    // grants (a renewal a few ms long would be renewed every few ms).
+    // The contract the loop last sent a renewal of (its id) and when,
+    // whatever became of it: renewals of one contract are at least `floor`
+    // apart, whatever expiry the server grants (a renewal a few ms long
+    // would be renewed every few ms) and however fast it fails them.
     let mut last: Option<(String, Instant)> = None;
-    let floor = match session.upgrade() {
-        Some(inner) => renew_floor(inner.opts.ttl),
-        None => return,
-    };
     loop {
-        let (id, exp) = {
+        let (id, exp, floor) = {
             let Some(inner) = session.upgrade() else { return };
             changed.borrow_and_update();
             if inner.is_over() {
                 return;
             }
             let st = inner.state.lock().unwrap();
-            (st.contract.id.clone(), st.contract.expires_at_ms())
+            (st.contract.id.clone(), st.contract.expires_at_ms(), renew_floor(st.lifetime, inner.opts.ttl))
         };
         let left = exp.map(|e| e - crate::time::now_ms());
         let mut wait = match (exp, left) {
@@ -1030,14 +1050,28 @@ async fn renew_loop(session: Weak<Inner>, mut changed: watch::Receiver<u64>) {
     }
 }
 
-/// The least time between two automatic renewals of one contract.
-const RENEW_FLOOR: Duration = Duration::from_secs(1);
+/// The bounds of the floor between two automatic renewals of one contract
+/// ([`renew_floor`]).
+const MAX_RENEW_FLOOR: Duration = Duration::from_secs(1);
+const MIN_RENEW_FLOOR: Duration = Duration::from_millis(100);
 
-/// The floor of the automatic renewals of a session asking for contracts
-/// of `ttl`: 1 s, or a quarter of `ttl` when shorter (at least 10 ms);
-/// never taken from the server's answers.
-fn renew_floor(ttl: Option<Duration>) -> Duration {
-    ttl.map_or(RENEW_FLOOR, |t| (t / 4).clamp(Duration::from_millis(10), RENEW_FLOOR))
+/// The least time between two renewals of one contract that the session
+/// sends by itself (retries included), as in the Go client: a quarter of
+/// the lifetime the last negotiation granted (`life`, measured from when it
+/// was asked), or of the lifetime the session asks for (`ttl`) when that is
+/// shorter, so that each is renewed (at half its life) before it expires,
+/// within [`MIN_RENEW_FLOOR`, `MAX_RENEW_FLOOR`]. The lower bound is a
+/// quarter of `ttl` when that is shorter: the session's own choice. Never
+/// taken from renewals: a server that grants ever shorter renewals, or
+/// fails them at once, cannot drive the session faster than one renewal
+/// per `MIN_RENEW_FLOOR`.
+fn renew_floor(life: Duration, ttl: Option<Duration>) -> Duration {
+    let (mut life, mut lower) = (life, MIN_RENEW_FLOOR);
+    if let Some(t) = ttl.filter(|t| !t.is_zero()) {
+        life = life.min(t);
+        lower = lower.min(t / 4);
+    }
+    (life / 4).max(lower).min(MAX_RENEW_FLOOR)
 }
 
 /// How long before a contract's expiry a session renews it, for `left` of

@@ -185,6 +185,56 @@ async fn a_session_asking_for_short_contracts_still_renews_each_in_time() {
     end(s, task).await;
 }
 
+/// Renewal times of a session (no ttl asked) on a server granting `first`
+/// ms at negotiation and `grant` ms at each renewal, over `watch`; and what
+/// was left of its contract then (ms).
+async fn renew_times(first: i64, grant: i64, watch: Duration, o: ConnectOptions) -> (Vec<Instant>, i64) {
+    let at: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let a = at.clone();
+    let on_frame: OnFrame = Arc::new(move |f| match f["op"].as_str() {
+        Some("renew") => {
+            a.lock().unwrap().push(Instant::now());
+            vec![json!({"op": "contract", "re": f["id"], "contract": {"id": "ctr_raw", "subjects": [], "expiresAt": in_ms(grant)}})]
+        }
+        _ => vec![json!({"op": "ok", "re": f["id"]})],
+    });
+    let b = Behaviour { expires_in_ms: Some(first), ..Default::default() };
+    let (url, _tx, task) = raw_server(b, on_frame).await;
+    let s = Session::connect(&url, "t", &["x"], o.auto_renew(true)).await.unwrap();
+    tokio::time::sleep(watch).await;
+    let left = s.contract().expires_at_ms().unwrap() - pigeon_client::time::now_ms();
+    end(s, task).await;
+    let at = at.lock().unwrap().clone();
+    (at, left)
+}
+
+// The floor was 1 s (a quarter of the session's own ttl when shorter): a
+// server whose contracts live under about 4 s, with no ttl asked, had each
+// lapse after one renewal. The floor is now a quarter of the lifetime the
+// last negotiation granted, between 100 ms and 1 s (as in the Go client's
+// TestShortServerContractsStayRenewed).
+#[tokio::test]
+async fn short_server_contracts_stay_renewed_400_ms() {
+    let (o, errs) = recording(opts());
+    let (at, left) = renew_times(400, 400, Duration::from_secs(2), o).await;
+    assert!(at.len() >= 5, "the contract lapsed: {} renewals in 2 s of 400 ms contracts", at.len());
+    for (i, w) in at.windows(2).enumerate() {
+        assert!(w[1] - w[0] >= Duration::from_millis(100), "renewal {} of {}: {:?} after the last", i + 1, at.len(), w[1] - w[0]);
+    }
+    assert!(left > 0, "still valid");
+    let errs = errs.lock().unwrap();
+    assert!(errs.iter().all(|e| e.code != "CONTRACT_EXPIRED"), "{errs:?}");
+}
+
+#[tokio::test]
+async fn short_server_contracts_stay_renewed_hostile_10_ms() {
+    let (at, _) = renew_times(10, 150, Duration::from_secs(1), opts()).await;
+    for (i, w) in at.windows(2).enumerate() {
+        assert!(w[1] - w[0] >= Duration::from_millis(80), "renewal {} of {}: {:?} after the last", i + 1, at.len(), w[1] - w[0]);
+    }
+    assert!(at.len() <= 11, "{} renewals in 1 s", at.len());
+}
+
 // 2. Server text in what is printed.
 
 fn shows_no_control(s: &str) -> bool {

@@ -96,7 +96,12 @@ export interface ConnectOptions {
    * GRANT_REVOKED, UNAUTHENTICATED) is reported once and not tried again.
    * The server never takes a contract past the credential the connection
    * was opened with: once a renewal cannot move the expiry later, the
-   * session stops renewing that contract. Either way, a reconnect
+   * session stops renewing that contract. Every renewal of one contract the
+   * session sends by itself, whatever became of the last, comes a floor
+   * after the last at least: a quarter of the lifetime the contract was
+   * negotiated for, between 100 ms and 1 s (the lower bound is a quarter of
+   * `ttl` when that is shorter); the first always comes, and one the floor
+   * puts past the expiry is not sent (reported once). Either way, a reconnect
    * negotiates a new contract, which is renewed again. `false`: the
    * contract expires after `ttl` unless {@link Session.renew} is called.
    */
@@ -210,12 +215,15 @@ export class Session implements ConnOwner {
   private readonly pubWaiters = new Fifo<() => void>();
   private pingTimer: ReturnType<typeof setInterval> | undefined;
   private renewTimer: ReturnType<typeof setTimeout> | undefined;
-  // When the last automatic renewal that succeeded was asked for, and of
-  // which contract: the next one of that contract waits renewFloor() after
-  // it (see scheduleRenew). Set by the renewal loop only, never from a
-  // server's answer.
-  private renewedAt = 0;
-  private renewedOf = "";
+  // When the renewal loop last asked for a renewal (whatever became of it),
+  // and of which contract: the next one of that contract waits the floor
+  // (renewFloor) after it (see scheduleRenew). Set by the renewal loop
+  // only, never from a server's answer.
+  private triedAt = 0;
+  private triedOf = "";
+  // The lifetime the last negotiation granted (ms), measured from when it
+  // was asked: what the floor is a quarter of. Never taken from renewals.
+  private negotiatedLife = 0;
   /** the contract id whose "renewed for too short a time" was reported (once per contract) */
   private tooShortOf = "";
   private readonly errorListeners = new Set<(e: PigeonError) => void>();
@@ -313,6 +321,7 @@ export class Session implements ConnOwner {
     try {
       const frame: Frame = { op: "negotiate", subjects: this.subjects };
       if (this.options.ttl !== undefined) frame.ttlMs = finiteMs("ttl", this.options.ttl);
+      const asked = Date.now();
       // Bounded like the handshake: a server that upgrades and never answers
       // would otherwise hold connect() (or a reconnect) forever.
       const f = answer(await c.call(frame, this.options.connectTimeoutMs ?? 10_000), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
@@ -321,8 +330,10 @@ export class Session implements ConnOwner {
       if (c.closed) throw c.closeError ?? transportError("the connection closed as its contract arrived");
       this._contract = f.contract as Contract;
       this.maxFrame = typeof f.maxFrame === "number" ? f.maxFrame : 0;
+      // The renewal floor is a quarter of what this negotiation granted.
+      this.negotiatedLife = Date.parse(this._contract.expiresAt) - asked;
       // A negotiated contract's first renewal always comes.
-      this.renewedOf = "";
+      this.triedOf = "";
     } catch (e) {
       c.fail(e instanceof PigeonError ? e : transportError(String(e), e));
       throw e;
@@ -648,8 +659,7 @@ export class Session implements ConnOwner {
    * it is still the contract in force there and the answer moves its
    * expiry later; then schedules the next automatic renewal from it.
    */
-  private async renewOn(c: Conn, ttl: number | undefined, auto = false): Promise<Contract> {
-    const asked = Date.now();
+  private async renewOn(c: Conn, ttl: number | undefined): Promise<Contract> {
     const frame: Frame = { op: "renew" };
     if (ttl !== undefined) frame.ttlMs = finiteMs("ttl", ttl);
     const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
@@ -660,20 +670,17 @@ export class Session implements ConnOwner {
     if (this.conn !== c || !cur || cur.id !== k.id || !(Date.parse(k.expiresAt) > Date.parse(cur.expiresAt))) return k;
     this._contract = k;
     if (typeof f.maxFrame === "number") this.maxFrame = f.maxFrame;
-    if (auto) {
-      this.renewedAt = asked;
-      this.renewedOf = k.id;
-    }
     this.scheduleRenew();
     return k;
   }
 
   /**
-   * Schedules the automatic renewal of the contract in force: after nine
-   * tenths of its remaining life, or after `delayMs` (a retry). Replaces any
-   * renewal scheduled before; nothing when autoRenew is off, the session is
-   * closing, or the contract has expired. The timer never keeps the process
-   * alive.
+   * Schedules the automatic renewal of the contract in force: renewLead()
+   * before its expiry, or after `delayMs` (a retry), and in either case the
+   * floor (renewFloor) after the last renewal of that contract the loop sent
+   * at least. Replaces any renewal scheduled before; nothing when autoRenew
+   * is off, the session is closing, or the contract has expired. The timer
+   * never keeps the process alive.
    */
   private scheduleRenew(delayMs?: number): void {
     this.cancelRenew();
@@ -686,14 +693,15 @@ export class Session implements ConnOwner {
     const left = exp - now;
     if (!(left > 0)) return;
     let due = now + (delayMs ?? left - renewLead(left));
-    if (delayMs === undefined && k.id === this.renewedOf) {
-      // Automatic renewals of one contract that succeed are renewFloor()
-      // apart at least: a server that grants a few milliseconds each time
-      // cannot make the session renew every few milliseconds. One the
-      // floor puts at or past the expiry does not come (reported once).
-      const floor = this.renewedAt + renewFloor(this.options.ttl);
+    if (k.id === this.triedOf) {
+      // Every renewal of one contract the loop sends, retries included, is
+      // the floor after the last at least: a server that grants a few
+      // milliseconds each time, or fails renewals at once, cannot make the
+      // session renew every few milliseconds. The first always comes. One
+      // the floor puts at or past the expiry does not come (reported once).
+      const floor = this.triedAt + this.renewFloor();
       if (floor >= exp) {
-        this.reportTooShort(k);
+        this.reportTooShort(k, delayMs !== undefined);
         return;
       }
       due = Math.max(due, floor);
@@ -701,16 +709,28 @@ export class Session implements ConnOwner {
     this.armRenew(c, k, exp, due);
   }
 
-  /** Reports, once per contract, that its renewals are too short to renew it again before it expires. */
-  private reportTooShort(k: Contract): void {
+  /** The floor of the automatic renewals of the contract in force (see renewFloor). */
+  private renewFloor(): number {
+    return renewFloor(this.negotiatedLife, this.options.ttl);
+  }
+
+  /**
+   * Reports, once per contract, that it will not be renewed again before it
+   * expires: its renewals are too short, or (`retry`) the last failed with
+   * no time left for the floor.
+   */
+  private reportTooShort(k: Contract, retry: boolean): void {
     if (this.tooShortOf === k.id) return;
     this.tooShortOf = k.id;
+    const why = retry
+      ? "renewing the contract failed, with no time left to try again before it expires"
+      : "the server renews the contract for too short a time to renew it again before it expires";
     this.report(
-      new PigeonError(
-        "CONTRACT_EXPIRED",
-        `the server renews the contract for too short a time to renew it again before it expires; it ends at its expiry (${k.expiresAt}) unless reconnect() replaces it`,
-        { contract: k.id, expiresAt: k.expiresAt, floorMs: renewFloor(this.options.ttl) },
-      ),
+      new PigeonError("CONTRACT_EXPIRED", `${why}; it ends at its expiry (${k.expiresAt}) unless reconnect() replaces it`, {
+        contract: k.id,
+        expiresAt: k.expiresAt,
+        floorMs: this.renewFloor(),
+      }),
     );
   }
 
@@ -736,8 +756,10 @@ export class Session implements ConnOwner {
     const current = () => !this.closing && !this.closedFinal && this.conn === c && !c.closed && this._contract?.id === k.id && Date.parse(this._contract.expiresAt) === exp;
     if (!current() || Date.now() >= exp) return;
     const ttl = this.options.ttl;
+    this.triedAt = Date.now();
+    this.triedOf = k.id;
     try {
-      await this.renewOn(c, ttl, true);
+      await this.renewOn(c, ttl);
       if (!current()) return; // renewed: renewOn scheduled the next one
       // The expiry did not move. With a ttl shorter than the life left (an
       // explicit renew() with a longer one), try again when less is left;
@@ -1274,16 +1296,29 @@ export function renewLead(left: number): number {
 }
 
 /**
- * The least time between two automatic renewals of one contract that
- * succeed: MAX_RENEW_FLOOR_MS, or a quarter of the lifetime the session
- * asks for (`ttl`) when that is shorter, so that a session asking for short
- * contracts still renews each (at half its life) before it expires. Set by
- * the session's own request, never by the server's answers (as in the Go
- * client).
+ * The least time between two renewals of one contract that the session
+ * sends by itself (retries included), as in the Go client: a quarter of
+ * the lifetime the last negotiation granted (`life`, ms, measured from when
+ * it was asked), or of the lifetime the session asks for (`ttl`) when that
+ * is shorter, so that each is renewed (at half its life) before it expires,
+ * within [MIN_RENEW_FLOOR_MS, MAX_RENEW_FLOOR_MS]. The lower bound is a
+ * quarter of `ttl` when that is shorter: the session's own choice. Never
+ * taken from renewals: a server that grants ever shorter renewals, or fails
+ * them at once, cannot drive the session faster than one renewal per
+ * MIN_RENEW_FLOOR_MS.
  */
-export function renewFloor(ttl: number | undefined): number {
-  return ttl !== undefined && ttl > 0 ? Math.min(MAX_RENEW_FLOOR_MS, ttl / 4) : MAX_RENEW_FLOOR_MS;
+export function renewFloor(life: number, ttl: number | undefined): number {
+  if (!(life > 0)) life = 0;
+  let lower = MIN_RENEW_FLOOR_MS;
+  if (ttl !== undefined && ttl > 0) {
+    life = Math.min(life, ttl);
+    lower = Math.min(lower, ttl / 4);
+  }
+  return Math.min(MAX_RENEW_FLOOR_MS, Math.max(lower, life / 4));
 }
 
-/** The least time between two automatic renewals of one contract, for a session asking for a ttl of 4 s or more. */
+/** The largest floor between two automatic renewals of one contract (of contracts granted 4 s or more). */
 export const MAX_RENEW_FLOOR_MS = 1_000;
+
+/** The least floor between two automatic renewals of one contract, unless the session's own `ttl` asks for less. */
+export const MIN_RENEW_FLOOR_MS = 100;

@@ -87,6 +87,66 @@ test("a session asking for short contracts still renews each in time", async () 
   });
 });
 
+// The floor was 1 s (a quarter of the session's own ttl when shorter): a
+// server whose contracts live under about 4 s, with no ttl asked, had each
+// lapse after one renewal. The floor is now a quarter of the lifetime the
+// last negotiation granted, between 100 ms and 1 s (as in the Go client).
+test("contracts a server grants short at negotiation stay renewed, no faster than one per 100 ms", async (t) => {
+  /** A server granting `first` ms at negotiation and each renewal answer(); the times renewals came. */
+  const renewTimes = async (first, grant) => {
+    const at = [];
+    const srv = await rawServer(
+      (ws, f) => {
+        if (f.op !== "renew") return ok(ws, f);
+        at.push(Date.now());
+        ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...CONTRACT, expiresAt: new Date(Date.now() + grant).toISOString() } }));
+      },
+      () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + first).toISOString() }),
+    );
+    return { srv, at };
+  };
+  await t.test("400 ms", async () => {
+    const { srv, at } = await renewTimes(400, 400);
+    const errors = [];
+    await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
+      await sleep(2000);
+      assert.ok(at.length >= 5, `kept renewed: ${at.length} renewals in 2 s of 400 ms contracts`);
+      for (let i = 1; i < at.length; i++) assert.ok(at[i] - at[i - 1] >= 100, `renewal ${i} of ${at.length}: ${at[i] - at[i - 1]} ms after the last`);
+      assert.ok(Date.parse(s.contract.expiresAt) > Date.now(), "still valid");
+      assert.equal(errors.filter((e) => /too short/.test(e.message)).length, 0, errors.map(String).join("; "));
+    });
+  });
+  await t.test("hostile 10 ms", async () => {
+    const { srv, at } = await renewTimes(10, 150);
+    await onSession(srv, { ...OPTS, onError: () => {} }, async () => {
+      await sleep(1000);
+      const seen = [...at];
+      for (let i = 1; i < seen.length; i++) assert.ok(seen[i] - seen[i - 1] >= 80, `renewal ${i} of ${seen.length}: ${seen[i] - seen[i - 1]} ms after the last`);
+      assert.ok(seen.length <= 11, `${seen.length} renewals in 1 s`);
+    });
+  });
+});
+
+// Retries after a failure were not floored (a quarter of the life left,
+// down to 100 ms apart): every renewal the loop sends, retries included, is
+// now the floor after the last at least (500 ms for this 2 s contract).
+test("renewals that fail at once are retried no sooner than the floor", async () => {
+  const at = [];
+  const srv = await rawServer(
+    (ws, f) => {
+      if (f.op !== "renew") return ok(ws, f);
+      at.push(Date.now());
+      ws.send(JSON.stringify({ op: "error", re: f.id, error: { code: "RATE_LIMITED", message: "slow down" } }));
+    },
+    () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + 2000).toISOString() }),
+  );
+  await onSession(srv, { ...OPTS, onError: () => {} }, async () => {
+    await sleep(2500);
+    assert.ok(at.length >= 1, "renewed before the expiry");
+    for (let i = 1; i < at.length; i++) assert.ok(at[i] - at[i - 1] >= 400, `renewal ${i} of ${at.length}: ${at[i] - at[i - 1]} ms after the last`);
+  });
+});
+
 test("server text logged without onError has its control characters escaped", async () => {
   const srv = await rawServer((ws, f) => {
     if (f.op === "receive") {

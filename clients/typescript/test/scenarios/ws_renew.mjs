@@ -176,7 +176,10 @@ test("renew, automatic: a revoked contract's renewal is refused once and not tri
 test("renew, automatic: a refusal that is final for the contract stops its renewal; any other failure is tried again until a renewal passes", { timeout: 30_000 }, async () => {
   const FINAL = ["CONTRACT_REVOKED", "CONTRACT_EXPIRED", "CONTRACT_NOT_FOUND", "CONTRACT_PRINCIPAL_MISMATCH", "CONTRACT_STALE", "GRANT_REVOKED", "UNAUTHENTICATED"];
   const TRANSIENT = ["RATE_LIMITED", "INTERNAL", "SHUTTING_DOWN"];
-  const LIFE_MS = 1_000;
+  // Long enough for three renewals a floor apart (a quarter of the
+  // negotiated lifetime, at most 1 s): the first at half the life, the
+  // retries 1 s after it and after each other, all before the expiry.
+  const LIFE_MS = 6_000;
   // A server of the test's own: each connection's token is the code it
   // refuses renewals with; a transient code is refused twice, then the
   // renewal passes (for a minute). It counts the renew frames of each.
