@@ -33,7 +33,7 @@ import (
 // long, nor by failing them at once. A contract that would expire before
 // the next renewal the floor allows is renewed no more, as one the
 // credential keeps from going further: it ends at its expiry unless
-// Reconnect or Negotiate replaces it (logged once).
+// Reconnect replaces it (logged once).
 func (s *Session) Renew(ctx context.Context) (pigeon.Contract, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -94,10 +94,10 @@ func (s *Session) renewLoop() {
 				} else {
 					last = exp
 					if retry == 0 {
-						s.o.logger.Warn("pigeon: the server renews the contract for too short a time to renew it again before it expires; it ends at its expiry unless Reconnect or Negotiate replaces it",
+						s.o.logger.Warn("pigeon: the server renews the contract for too short a time to renew it again before it expires; it ends at its expiry unless Reconnect replaces it",
 							"contract", k.ID(), "expires", exp, "floor", floor)
 					} else {
-						s.o.logger.Warn("pigeon: renewing the contract failed, with no time left to try again before it expires; it ends at its expiry unless Reconnect or Negotiate replaces it",
+						s.o.logger.Warn("pigeon: renewing the contract failed, with no time left to try again before it expires; it ends at its expiry unless Reconnect replaces it",
 							"contract", k.ID(), "expires", exp, "floor", floor)
 					}
 				}
@@ -125,7 +125,7 @@ func (s *Session) renewLoop() {
 			return
 		case pigeon.RenewalFinal(err):
 			last = exp
-			s.o.logger.Warn("pigeon: the contract cannot be renewed; it ends at its expiry unless Reconnect or Negotiate replaces it", "contract", s.Contract().ID(), "err", err)
+			s.o.logger.Warn("pigeon: the contract cannot be renewed; it ends at its expiry unless Reconnect replaces it", "contract", s.Contract().ID(), "err", err)
 		case err != nil:
 			s.o.logger.Warn("pigeon: renewing the contract failed; trying again", "contract", s.Contract().ID(), "err", err)
 			retry = pigeon.RenewRetry(time.Until(exp))
