@@ -281,10 +281,12 @@ func TestANackWithNoDelayRunsAgainOnlyAfterTheRunEnds(t *testing.T) {
 	}
 }
 
-// In a cluster a lease ends at the ack wait for the other nodes, which
-// may then hand the message to their own consumers (docs/cluster.md);
-// the node whose handler runs still holds it, so that subscription never
-// runs the message twice at once however many of its workers are free.
+// In a cluster whose Cluster cannot extend leases (this test's hub has no
+// pigeon.LeaseExtender) a lease ends at the ack wait for the other nodes,
+// which may then hand the message to their own consumers (docs/cluster.md;
+// store/jetstream extends it while the handler runs); the node whose
+// handler runs still holds it, so that subscription never runs the
+// message twice at once however many of its workers are free.
 func TestASlowHandlerInAClusterIsNotRunAgainMeanwhile(t *testing.T) {
 	h := &hub{leases: map[string]*hubLease{}}
 	st := memory.New(nil)

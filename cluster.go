@@ -103,6 +103,25 @@ type Leaser interface {
 	Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error
 }
 
+// LeaseExtender is an optional interface of a Cluster's Leaser: with it,
+// a message leased to a push subscription stays leased to this node for
+// as long as its in-process handler runs, as on one node, rather than
+// until the ack wait it was acquired for. The engine extends such a lease
+// when a third of the ack wait is left, to one ack wait from then, and
+// extends every lease of a subscription's group due within half an ack
+// wait in the same call: at most two extensions of a lease per ack wait.
+// A node that stops (killed, cut off from the others) stops extending:
+// its leases run out at most one ack wait after its last extension.
+type LeaseExtender interface {
+	// Extend moves the deadline of this node's leases of seqs of the
+	// group key to deadline. It returns the sequences whose lease this
+	// node no longer holds (another node took it after it ran out, or a
+	// node settled it); those are not extended. An error means some
+	// leases may not have been extended; the engine calls again with
+	// every sequence that is not lost.
+	Extend(ctx context.Context, key store.GroupKey, seqs []uint64, deadline time.Time) (lost []uint64, err error)
+}
+
 // LeaseState is the answer of Leaser.Acquire.
 type LeaseState struct {
 	// Acquired: this node holds the lease; Attempt is its delivery attempt

@@ -144,6 +144,10 @@ type lease struct {
 	deadline time.Time
 	attempt  int
 	busy     bool // an in-process handler is running: the lease does not expire
+	// lost: busy, and the cluster found this node's lease of the message
+	// lost (keepShared): it is not extended again. deadline is, while
+	// busy, when the cluster lease runs out for the other nodes.
+	lost bool
 	// contract is the contract a pull receive took the lease under (""
 	// for a push subscription's, which gives its leases back as it stops):
 	// its revocation gives the lease back (releaseRevoked).
@@ -153,7 +157,86 @@ type lease struct {
 // free ends the lease's holding: nobody holds it, and it falls due at
 // due (now: at once; later: a nack's or a failure's delay).
 func (l *lease) free(due time.Time) {
-	l.holder, l.contract, l.busy, l.deadline = "", "", false, due
+	l.holder, l.contract, l.busy, l.lost, l.deadline = "", "", false, false, due
+}
+
+// extends reports whether g's cluster leases are extended while their
+// handlers run (keepShared).
+func (e *Engine) extends(g *group) bool {
+	_, ok := e.opts.Cluster.(LeaseExtender)
+	return ok && e.shared(g)
+}
+
+// keepShared extends the cluster leases of s's messages whose handlers
+// run (lease.busy) before they run out for the other nodes, when the
+// Cluster is a LeaseExtender: a lease with a third of its ack wait left,
+// together with every other one of s with half of it left or less, in one
+// LeaseExtender.Extend call, to one ack wait from now. Each lease is thus
+// written at most twice per ack wait, however long its handler runs. It
+// returns when it is next due (zero: s holds no such lease). A lease the
+// cluster reports lost is logged and no longer extended; its handler's
+// answer settles it as before (an ack marks it done).
+func (e *Engine) keepShared(s *subscription) time.Time {
+	g := s.g
+	if !e.extends(g) {
+		return time.Time{}
+	}
+	x := e.opts.Cluster.(LeaseExtender)
+	w := s.subj.ackWait
+	holder := s.holder()
+	g.mu.Lock()
+	now := e.now()
+	var seqs []uint64
+	var next time.Time
+	for seq, l := range g.leases {
+		if l.holder != holder || !l.busy || l.lost {
+			continue
+		}
+		if l.deadline.Sub(now) <= w/2 {
+			seqs = append(seqs, seq)
+		} else if due := l.deadline.Add(-w / 3); next.IsZero() || due.Before(next) {
+			next = due
+		}
+	}
+	g.mu.Unlock()
+	if len(seqs) == 0 {
+		return next
+	}
+	slices.Sort(seqs)
+	deadline := now.Add(w)
+	ctx, cancel := context.WithTimeout(s.ctx, max(w/3, time.Millisecond))
+	lost, err := x.Extend(ctx, g.key, seqs, deadline)
+	cancel()
+	if err != nil {
+		e.opts.Logger.Warn("pigeon: extending cluster leases failed; retrying", "subject", g.key.Subject, "leases", len(seqs), "err", err)
+		// Again soon, while the leases are still held.
+		return now.Add(max(w/12, time.Millisecond))
+	}
+	gone := make(map[uint64]bool, len(lost))
+	for _, seq := range lost {
+		gone[seq] = true
+	}
+	g.mu.Lock()
+	for _, seq := range seqs {
+		l := g.leases[seq]
+		if l == nil || l.holder != holder || !l.busy {
+			continue // answered meanwhile
+		}
+		if gone[seq] {
+			l.lost = true
+			continue
+		}
+		l.deadline = deadline
+	}
+	g.mu.Unlock()
+	if len(lost) > 0 {
+		e.opts.Logger.Warn("pigeon: running handlers' cluster leases were lost; another node may run their messages too",
+			"subject", g.key.Subject, "group", g.key.Group, "leases", len(lost), "first", slices.Min(lost))
+	}
+	if due := deadline.Add(-w / 3); next.IsZero() || due.Before(next) {
+		next = due
+	}
+	return next
 }
 
 // unleaseLocked ends holder's leases of seqs at now, giving their

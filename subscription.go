@@ -496,7 +496,9 @@ func (s *subscription) deliver(d *decoded, attempt int) {
 		s.ah(s.hctx, &h.Delivery, h.done)
 		return
 	}
-	if cap(s.slots) == 1 {
+	// One at a time, the handler runs on the loop, unless the loop must
+	// extend its message's cluster lease meanwhile (keepShared).
+	if cap(s.slots) == 1 && (s.g == nil || !s.e.extends(s.g)) {
 		err := s.call(d.m, attempt)
 		s.e.took(StageDeliver, s.subj.name, start)
 		s.settled(d, attempt, err)

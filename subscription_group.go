@@ -8,8 +8,14 @@ import (
 // runGroup competes for leased messages of a work-queue group.
 func (s *subscription) runGroup() {
 	e := s.e
+	// keepAt: when the cluster leases of running handlers are next due
+	// to be extended (keepShared); zero: none runs.
+	var keepAt time.Time
 	for s.ctx.Err() == nil {
 		s.settlePending()
+		if !keepAt.IsZero() && !e.now().Before(keepAt) {
+			keepAt = e.keepShared(s)
+		}
 		if s.nAnswers.Load() >= maxBatch {
 			s.flush()
 		}
@@ -17,6 +23,12 @@ func (s *subscription) runGroup() {
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
 			msgs, attempts, next, err := e.leaseFor(s, free)
+			if len(msgs) > 0 && e.extends(s.g) {
+				// Leased for one ack wait: due with a third of it left.
+				if due := e.now().Add(s.subj.ackWait - s.subj.ackWait/3); keepAt.IsZero() || due.Before(keepAt) {
+					keepAt = due
+				}
+			}
 			if err != nil && !transient(err) {
 				if s.ctx.Err() == nil {
 					s.stop(err)
@@ -58,6 +70,9 @@ func (s *subscription) runGroup() {
 			s.flush() // idle: record what was acknowledged
 		} else {
 			wait = min(wait, ackRecordDelay)
+		}
+		if !keepAt.IsZero() {
+			wait = max(min(wait, keepAt.Sub(e.now())), time.Millisecond)
 		}
 		select {
 		case <-s.wake:

@@ -30,7 +30,8 @@ import (
 //     directory and to contracts seen through KV watches, which resume
 //     after a reconnect;
 //   - leases are keys of the <P>_leases bucket, taken with create or
-//     compare-and-set, so one node holds a message's lease at a time.
+//     compare-and-set, so one node holds a message's lease at a time, and
+//     extended with compare-and-set while a handler runs (Extend).
 //
 // Rate limits stay per node.
 //
@@ -57,6 +58,7 @@ var (
 	_ pigeon.Cluster        = (*Cluster)(nil)
 	_ pigeon.ClusterBarrier = (*Cluster)(nil)
 	_ pigeon.ClusterSize    = (*Cluster)(nil)
+	_ pigeon.LeaseExtender  = (*Cluster)(nil)
 )
 
 // appliedRevs is a node's record in the <P>_applied bucket: the highest
@@ -614,4 +616,81 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 		return nil // taken over meanwhile
 	}
 	return c.s.fail(ctx, err)
+}
+
+// extendParallel bounds the lease keys one Extend call writes at once.
+const extendParallel = 16
+
+// Extend implements pigeon.LeaseExtender: each lease key is read and, when
+// this node still holds it (not done, not another node's), written with
+// the new deadline by compare-and-set, retried as Acquire's (casRetry), up
+// to extendParallel keys at a time. A lease key another node took, or a
+// node settled, or that is gone, as the bucket's leader tells, is
+// reported lost. Each lease costs a read and a write (a second read and
+// write when a replica behind answered the first read).
+func (c *Cluster) Extend(ctx context.Context, key store.GroupKey, seqs []uint64, deadline time.Time) ([]uint64, error) {
+	var (
+		mu    sync.Mutex
+		lost  []uint64
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, extendParallel)
+	)
+	for _, seq := range seqs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			held, err := c.extend(ctx, leaseKey(key, seq), deadline)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				if first == nil {
+					first = err
+				}
+			case !held:
+				lost = append(lost, seq)
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(lost)
+	return lost, first
+}
+
+// extend moves the deadline of this node's lease key k to deadline; false
+// when this node does not hold it.
+func (c *Cluster) extend(ctx context.Context, k string, deadline time.Time) (bool, error) {
+	held := false
+	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
+		val, rev, _, err := c.readLease(ctx, k, leader)
+		if err != nil {
+			return false, err
+		}
+		var l leaseVal
+		if val != nil {
+			if err := json.Unmarshal(val, &l); err != nil {
+				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
+			}
+		}
+		if val == nil || l.Done || l.Node != c.s.opts.Node {
+			// Not held (gone, settled, another node's), as the leader
+			// tells: a replica behind may not have this node's last write.
+			return leader, nil
+		}
+		held = true
+		if l.Until >= deadline.UnixNano() {
+			return true, nil // already as long
+		}
+		l.Until = deadline.UnixNano()
+		b, _ := json.Marshal(l)
+		_, err = c.leases.Update(ctx, k, b, rev)
+		done, err := casDone(err)
+		if !done {
+			held = false
+		}
+		return done, c.s.fail(ctx, err)
+	})
+	return held, err
 }

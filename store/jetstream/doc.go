@@ -38,7 +38,12 @@
 //     (accounts, roles, grants, keys) are KV buckets; progress changes
 //     (and Cluster leases) are compare-and-set loops, which after a
 //     conflict read from the bucket's leader and pause longer each time,
-//     and fail with *ContendedError when their ctx ends. Expired
+//     and fail with *ContendedError when their ctx ends. Cluster.Extend
+//     (pigeon.LeaseExtender) moves this node's leases of messages whose
+//     handlers still run to a later deadline, only while the node holds
+//     them (a lease found taken is reported, confirmed at the leader), so
+//     a slow handler keeps its lease and a dead node's leases run out at
+//     the ack wait. Expired
 //     contracts and old quarantine records are purged only up to the
 //     revision judged, so one renewed since stays. PruneGroups
 //     (store.GroupPruner) goes by the
