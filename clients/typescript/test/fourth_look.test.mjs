@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect, PigeonError, generateKeys, signMessage, verifyMessage } from "../dist/index.js";
-import { until, sleep, wsServer } from "./harness.mjs";
+import { fakeWebSocket, until, sleep, wsServer } from "./harness.mjs";
 
 const CONTRACT = { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" };
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
@@ -200,52 +200,9 @@ test("maxFrameBytes out of range is refused before dialling", async () => {
   }
 });
 
-/** A WebSocket of the test's own that never drains: bufferedAmount grows with each send. */
-function stuckWebSocket(serve) {
-  const socks = [];
-  class Fake {
-    constructor() {
-      this.readyState = 0;
-      this.protocol = "pigeon.v1";
-      this.bufferedAmount = 0;
-      this.sent = 0;
-      this.listeners = {};
-      socks.push(this);
-      setTimeout(() => {
-        this.readyState = 1;
-        this.emit("open", {});
-      }, 1);
-    }
-    addEventListener(type, fn) {
-      (this.listeners[type] ??= []).push(fn);
-    }
-    emit(type, ev) {
-      for (const fn of this.listeners[type] ?? []) fn(ev);
-    }
-    push(obj) {
-      this.emit("message", { data: JSON.stringify(obj) });
-    }
-    send(text) {
-      if (this.readyState !== 1) throw new Error("not open");
-      const f = JSON.parse(text);
-      this.sent++;
-      // The negotiation goes through; everything after it stays buffered.
-      if (f.op === "negotiate") return serve(this, f);
-      this.bufferedAmount += Buffer.byteLength(text);
-    }
-    close(code = 1000) {
-      setTimeout(() => {
-        if (this.readyState === 3) return;
-        this.readyState = 3;
-        this.emit("close", { code, reason: "" });
-      }, 1);
-    }
-  }
-  return { Fake, socks };
-}
 
 test("a server that stops reading cannot grow the send buffer without bound", async () => {
-  const { Fake, socks } = stuckWebSocket((sock, f) => sock.push({ op: "contract", re: f.id, contract: CONTRACT, maxFrame: 1 << 20 }));
+  const { Fake, socks } = fakeWebSocket((sock, f) => sock.push({ op: "contract", re: f.id, contract: CONTRACT, maxFrame: 1 << 20 }), { stuck: true });
   const s = await connect("ws://fake/v1/ws", "t", ["x"], { ...OPTS, WebSocket: Fake, callTimeoutMs: 0, maxBufferedBytes: 1 << 20 });
   try {
     const big = "k".repeat(100 << 10);

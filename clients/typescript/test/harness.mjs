@@ -264,3 +264,56 @@ export function approvePayments(s) {
     });
   });
 }
+
+/**
+ * A WebSocket of the test's own: `serve(sock, frame, n)` answers frame on
+ * the n-th connection; `sock.push(obj)` and `sock.drop()` act as the
+ * server. `sock.sent` counts the frames sent. With `stuck`, the socket
+ * never drains after the negotiation: every later frame stays in
+ * `bufferedAmount`, unserved, as with a server that stopped reading.
+ */
+export function fakeWebSocket(serve, { stuck = false } = {}) {
+  const socks = [];
+  class Fake {
+    constructor() {
+      this.readyState = 0;
+      this.protocol = "pigeon.v1";
+      this.bufferedAmount = 0;
+      this.sent = 0;
+      this.listeners = {};
+      socks.push(this);
+      setTimeout(() => {
+        this.readyState = 1;
+        this.emit("open", {});
+      }, 1);
+    }
+    addEventListener(type, fn) {
+      (this.listeners[type] ??= []).push(fn);
+    }
+    emit(type, ev) {
+      for (const fn of this.listeners[type] ?? []) fn(ev);
+    }
+    push(obj) {
+      this.emit("message", { data: JSON.stringify(obj) });
+    }
+    drop(code = 1006) {
+      if (this.readyState === 3) return;
+      this.readyState = 3;
+      this.emit("close", { code, reason: "" });
+    }
+    send(text) {
+      if (this.readyState !== 1) throw new Error("not open");
+      const f = JSON.parse(text);
+      this.sent++;
+      if (stuck && f.op !== "negotiate") {
+        this.bufferedAmount += Buffer.byteLength(text);
+        return;
+      }
+      serve(this, f, socks.indexOf(this) + 1);
+    }
+    close(code = 1000) {
+      setTimeout(() => this.drop(code), 1);
+    }
+  }
+  return { Fake, socks };
+}

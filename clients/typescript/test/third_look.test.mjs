@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { test } from "node:test";
 import { connect, HttpClient, PigeonError, RetryAfter, fromWire, statusOf } from "../dist/index.js";
-import { until, sleep, wsServer } from "./harness.mjs";
+import { fakeWebSocket, until, sleep, wsServer } from "./harness.mjs";
 
 const CONTRACT = { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" };
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
@@ -298,44 +298,6 @@ test("deliveries that come on a connection the session let go are not handed to 
   });
 });
 
-/** A WebSocket of the test's own: `serve(sock, frame)` answers; `sock.push(obj)` and `sock.drop()` act as the server. */
-function fakeWebSocket(serve) {
-  const socks = [];
-  class Fake {
-    constructor() {
-      this.readyState = 0;
-      this.protocol = "pigeon.v1";
-      this.listeners = {};
-      socks.push(this);
-      setTimeout(() => {
-        this.readyState = 1;
-        this.emit("open", {});
-      }, 1);
-    }
-    addEventListener(type, fn) {
-      (this.listeners[type] ??= []).push(fn);
-    }
-    emit(type, ev) {
-      for (const fn of this.listeners[type] ?? []) fn(ev);
-    }
-    push(obj) {
-      this.emit("message", { data: JSON.stringify(obj) });
-    }
-    drop(code = 1006) {
-      if (this.readyState === 3) return;
-      this.readyState = 3;
-      this.emit("close", { code, reason: "" });
-    }
-    send(text) {
-      if (this.readyState !== 1) throw new Error("not open");
-      serve(this, JSON.parse(text), socks.indexOf(this) + 1);
-    }
-    close(code = 1000) {
-      setTimeout(() => this.drop(code), 1);
-    }
-  }
-  return { Fake, socks };
-}
 
 test("a connection lost as its contract arrived does not leave the session holding a dead connection", async () => {
   const { Fake, socks } = fakeWebSocket((sock, f, n) => {
