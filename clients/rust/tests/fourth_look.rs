@@ -5,6 +5,8 @@
 //! subscribe answered after close, hostile frames, HTTP redirects and
 //! answers a byte at a time.
 
+mod common;
+
 use futures_util::{SinkExt, StreamExt};
 use pigeon_client::{ConnectOptions, Error, ErrorKind, Message, Session, SubscribeOptions};
 use serde_json::{json, Value};
@@ -413,28 +415,13 @@ async fn a_message_delivered_again_while_its_handler_runs_waits_for_that_run() {
 /// A session whose subscription's handler holds its first delivery until
 /// `gate` is notified.
 async fn held(
-    frames: Arc<Mutex<Vec<Value>>>,
     on_frame: OnFrame,
     b: Behaviour,
     call_timeout: Duration,
 ) -> (Session, Arc<tokio::sync::Notify>, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
-    let _ = frames;
     let (url, tx, task) = raw_server(b, on_frame).await;
     let s = Session::connect(&url, "t", &["x"], opts().call_timeout(call_timeout)).await.unwrap();
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let (started_tx, mut started) = mpsc::unbounded_channel();
-    let g = gate.clone();
-    let _sub = s
-        .subscribe("x", SubscribeOptions::default(), move |_d| {
-            let (g, started_tx) = (g.clone(), started_tx.clone());
-            async move {
-                let _ = started_tx.send(());
-                g.notified().await;
-                Ok(())
-            }
-        })
-        .await
-        .unwrap();
+    let (_sub, gate, mut started) = common::gated_subscribe(&s, "x").await;
     tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
     tokio::time::timeout(Duration::from_secs(3), started.recv()).await.unwrap();
     (s, gate, tx, task)
@@ -453,7 +440,7 @@ async fn a_subscribe_answered_after_close_hands_nothing_to_its_handler() {
             _ => vec![json!({"op": "ok", "re": f["id"]})],
         }
     });
-    let (s, gate, tx, task) = held(frames.clone(), on_frame, Behaviour::default(), Duration::from_secs(3)).await;
+    let (s, gate, tx, task) = held(on_frame, Behaviour::default(), Duration::from_secs(3)).await;
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
     let s2 = s.clone();
@@ -493,7 +480,7 @@ async fn a_subscribe_answered_after_close_hands_nothing_to_its_handler() {
 #[tokio::test]
 async fn a_second_close_waits_for_the_first() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let (s, gate, _tx, task) = held(frames.clone(), ok_to_all("sub_1", frames), Behaviour::default(), Duration::from_secs(3)).await;
+    let (s, gate, _tx, task) = held(ok_to_all("sub_1", frames), Behaviour::default(), Duration::from_secs(3)).await;
     let s2 = s.clone();
     let first = tokio::spawn(async move { s2.close().await });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -512,7 +499,7 @@ async fn a_second_close_waits_for_the_first() {
 async fn close_honours_its_timeout_with_a_server_that_ignores_the_close_frame() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let b = Behaviour { ignore_close: true, ..Default::default() };
-    let (s, _gate, _tx, task) = held(frames.clone(), ok_to_all("sub_1", frames), b, Duration::from_millis(300)).await;
+    let (s, _gate, _tx, task) = held(ok_to_all("sub_1", frames), b, Duration::from_millis(300)).await;
     let t = Instant::now();
     tokio::time::timeout(Duration::from_secs(10), s.close()).await.unwrap().unwrap();
     assert!(t.elapsed() < Duration::from_millis(1000), "close took {:?} with a call_timeout of 300 ms", t.elapsed());

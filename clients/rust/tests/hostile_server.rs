@@ -1,6 +1,8 @@
 //! A hostile or buggy server: a raw WebSocket endpoint of the test's own
 //! sends what a Pigeon server never does; the client bounds what it costs.
 
+mod common;
+
 use futures_util::{SinkExt, StreamExt};
 use pigeon_client::{ConnectOptions, Session, SubscribeOptions};
 use serde_json::{json, Value};
@@ -429,20 +431,7 @@ async fn held_handler(
     })
     .await;
     let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(2))).await.unwrap();
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let (started_tx, mut started) = mpsc::unbounded_channel();
-    let g = gate.clone();
-    let sub = s
-        .subscribe("x", SubscribeOptions::default(), move |_d| {
-            let (g, started_tx) = (g.clone(), started_tx.clone());
-            async move {
-                let _ = started_tx.send(());
-                g.notified().await;
-                Ok(())
-            }
-        })
-        .await
-        .unwrap();
+    let (sub, gate, mut started) = common::gated_subscribe(&s, "x").await;
     tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
     tokio::time::timeout(Duration::from_secs(3), started.recv()).await.unwrap();
     (s, sub, gate, frames, task)

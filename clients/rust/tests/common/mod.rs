@@ -310,3 +310,27 @@ pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     f()
 }
+
+/// Subscribes `s` to `subject` with a handler that reports each delivery
+/// it starts on the receiver returned, then holds it until `gate` (the
+/// `Notify` returned) is notified.
+pub async fn gated_subscribe(
+    s: &Session,
+    subject: &str,
+) -> (pigeon_client::Subscription, std::sync::Arc<tokio::sync::Notify>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (started_tx, started) = tokio::sync::mpsc::unbounded_channel();
+    let g = gate.clone();
+    let sub = s
+        .subscribe(subject, pigeon_client::SubscribeOptions::default(), move |_d| {
+            let (g, started_tx) = (g.clone(), started_tx.clone());
+            async move {
+                let _ = started_tx.send(());
+                g.notified().await;
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    (sub, gate, started)
+}
