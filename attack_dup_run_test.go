@@ -65,6 +65,17 @@ func (r *runLog) count(id string) (runs, running int) {
 	return r.runs[id], r.running[id]
 }
 
+// holding is a handler that logs its runs and holds each until release
+// is closed.
+func (r *runLog) holding(release <-chan struct{}) pigeon.Handler {
+	return func(_ context.Context, d *pigeon.Delivery) error {
+		r.enter(d.Message.ID)
+		defer r.leave(d.Message.ID)
+		<-release
+		return nil
+	}
+}
+
 func (r *runLog) overlaps() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -102,12 +102,7 @@ func TestClusterLeasesAreExtendedWhileHandlersRun(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
-	subA, err := dupConnect(t, es[0], c.sub, c.subject).Subscribe(context.Background(), c.subject, func(_ context.Context, d *pigeon.Delivery) error {
-		log.enter(d.Message.ID)
-		defer log.leave(d.Message.ID)
-		<-release
-		return nil
-	}, pigeon.WithMaxInFlight(n))
+	subA, err := dupConnect(t, es[0], c.sub, c.subject).Subscribe(context.Background(), c.subject, log.holding(release), pigeon.WithMaxInFlight(n))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = subA.Unsubscribe(context.Background()) })
 	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
@@ -153,12 +148,7 @@ func TestALostClusterLeaseIsLoggedAndNoLongerExtended(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
-	sub, err := dupConnect(t, es[0], c.sub, c.subject).Subscribe(context.Background(), c.subject, func(_ context.Context, d *pigeon.Delivery) error {
-		log.enter(d.Message.ID)
-		defer log.leave(d.Message.ID)
-		<-release
-		return nil
-	})
+	sub, err := dupConnect(t, es[0], c.sub, c.subject).Subscribe(context.Background(), c.subject, log.holding(release))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
 	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
