@@ -59,7 +59,11 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		out, err = e.receiveCursor(ctx, c, s, max, scope, still)
 	default:
 		out, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
-		if err == nil {
+		if err != nil {
+			// What was leased before the store failed is never handed
+			// over: back at once, uncounted.
+			e.giveBack(ctx, s, pullGroup, c.Principal.ID, out)
+		} else {
 			if err = still(); err != nil {
 				e.giveBack(ctx, s, pullGroup, c.Principal.ID, out)
 			} else if settle {

@@ -501,6 +501,13 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
 	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), "", n, 0, true, match)
 	if err != nil {
+		// What the batch leased before the store failed was never handed
+		// over: back to the group at once, uncounted, rather than held
+		// until its ack wait with an attempt spent.
+		ctx := context.WithoutCancel(s.ctx)
+		for _, d := range msgs {
+			_ = e.settle(ctx, s, d.seq, ErrUndelivered)
+		}
 		return nil, nil, 0, err
 	}
 	attempts := make([]int, len(msgs))
