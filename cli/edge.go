@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"pigeon"
 	"pigeon/identity"
@@ -187,17 +189,42 @@ func trustDomains(cfg serveConfig) ([]identity.TrustDomain, error) {
 
 // reload reloads the server certificate and, with cas (not nil), the
 // client CAs, logging what each did: what fails to load leaves what is in
-// use (CertFile logs its own failure).
-func reload(cf *identity.CertFile, cas func() error, logger *slog.Logger) {
+// use (CertFile logs its own failure). It reports whether the client CAs
+// were reloaded.
+func reload(cf *identity.CertFile, cas func() error, logger *slog.Logger) bool {
 	if err := cf.Reload(); err == nil {
 		logger.Info("pigeon: SIGHUP: certificate reloaded")
 	}
 	if cas == nil {
-		return
+		return false
 	}
 	if err := cas(); err != nil {
 		logger.Error("pigeon: SIGHUP: client CAs not reloaded; the previous ones stay in use", "reason", err.Error())
-		return
+		return false
 	}
 	logger.Info("pigeon: SIGHUP: client CAs reloaded")
+	return true
+}
+
+// reauthTimeout bounds the check of the open connections after a reload.
+const reauthTimeout = time.Minute
+
+// hangup is what SIGHUP does: reload, and once the client CAs are
+// reloaded, reauth (server.Server.Reauthenticate): the credential of every
+// open WebSocket connection is checked again, and each connection opened
+// with a certificate the new CAs refuse is ended (its contracts revoked,
+// closed 1008 UNAUTHENTICATED) rather than kept until it closes.
+func hangup(ctx context.Context, cf *identity.CertFile, cas func() error, reauth func(context.Context) (int, error), logger *slog.Logger) {
+	if !reload(cf, cas, logger) || reauth == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, reauthTimeout)
+	defer cancel()
+	ended, err := reauth(rctx)
+	if err != nil {
+		logger.Error("pigeon: SIGHUP: some open connections could not be checked against the reloaded client CAs; they stay open",
+			"ended", ended, "reason", err.Error())
+		return
+	}
+	logger.Info("pigeon: SIGHUP: open connections checked against the reloaded client CAs", "ended", ended)
 }

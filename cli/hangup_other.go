@@ -11,6 +11,6 @@ import (
 
 // reloadOnHangup does nothing where there is no SIGHUP: the certificate
 // is still reloaded when its files change.
-func reloadOnHangup(ctx context.Context, _ *identity.CertFile, _ func() error, _ *slog.Logger) {
+func reloadOnHangup(ctx context.Context, _ *identity.CertFile, _ func() error, _ func(context.Context) (int, error), _ *slog.Logger) {
 	<-ctx.Done()
 }

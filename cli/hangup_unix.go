@@ -13,8 +13,9 @@ import (
 )
 
 // reloadOnHangup reloads the server certificate, and with cas (not nil)
-// the client CAs, on every SIGHUP until ctx ends.
-func reloadOnHangup(ctx context.Context, cf *identity.CertFile, cas func() error, logger *slog.Logger) {
+// the client CAs, on every SIGHUP until ctx ends; once the client CAs are
+// reloaded it checks the open connections again with reauth (hangup).
+func reloadOnHangup(ctx context.Context, cf *identity.CertFile, cas func() error, reauth func(context.Context) (int, error), logger *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -23,7 +24,7 @@ func reloadOnHangup(ctx context.Context, cf *identity.CertFile, cas func() error
 		case <-ctx.Done():
 			return
 		case <-hup:
-			reload(cf, cas, logger)
+			hangup(ctx, cf, cas, reauth, logger)
 		}
 	}
 }

@@ -366,7 +366,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		bgDone.Go(func() { edge.oidc.Run(bg) })
 	}
 	if edge.cert != nil {
-		bgDone.Go(func() { reloadOnHangup(bg, edge.cert, edge.reloadCAs, logger) })
+		bgDone.Go(func() { reloadOnHangup(bg, edge.cert, edge.reloadCAs, srv.Reauthenticate, logger) })
 	}
 	metricsURL, stopMetrics := "", func(context.Context) error { return nil }
 	if cfg.metricsAddr != "" {

@@ -284,6 +284,25 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 // WebSocket returns the WebSocket endpoint (for its Stats).
 func (s *Server) WebSocket() *ws.Server { return s.ws }
 
+// Reauthenticate checks again the credential of every open WebSocket
+// connection, on /v1/ws and /mesgd (ws.Server.Reauthenticate,
+// mesgd.Server.Reauthenticate), as the engine judges it now: call it once
+// what the authenticator accepts has narrowed (the client CAs reloaded, a
+// token withdrawn). Each connection whose credential is refused now has
+// its contracts revoked and is closed with 1008 UNAUTHENTICATED; the
+// others are left alone. Plain HTTP requests need nothing of it: each is
+// authenticated on its own. It returns how many connections it ended, and
+// the checks that could not be made, joined.
+func (s *Server) Reauthenticate(ctx context.Context) (ended int, err error) {
+	ended, err = s.ws.Reauthenticate(ctx)
+	if s.mesgd != nil {
+		n, merr := s.mesgd.Reauthenticate(ctx)
+		ended += n
+		err = errors.Join(err, merr)
+	}
+	return ended, err
+}
+
 // ServeHTTP routes a request. A path that is not in canonical form (a
 // doubled slash, a "." or ".." segment, a percent-escape of an unreserved
 // character such as /v1/%61udit) is answered 404 NOT_FOUND with the usual

@@ -22,6 +22,9 @@
 // one that waited its turn past an expiry, a revocation, or a role or
 // grant taken away is dropped, and the connection closed so. The server
 // pings each connection and drops one that does not answer.
+// Reauthenticate checks the credential of every open connection again
+// (after the client CAs were reloaded, say) and ends each one refused now
+// as a revoked contract ends it, with 1008 and UNAUTHENTICATED.
 //
 // # Concurrency
 //
@@ -35,12 +38,14 @@ package mesgd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -103,9 +108,12 @@ type Server struct {
 	opts Options
 
 	mu      sync.Mutex
-	conns   map[*websocket.Conn]struct{}
+	conns   map[*websocket.Conn]*conn
 	closing bool
 	wg      sync.WaitGroup
+	// reauths counts the calls of Reauthenticate: an upgrade during one
+	// checks its credential again itself.
+	reauths atomic.Uint64
 
 	// now is the engine's clock (pigeon.Options.Now), poll the longest
 	// the renewal sleeps between two readings of it, and armed, when
@@ -137,7 +145,19 @@ func New(e *pigeon.Engine, opts Options) *Server {
 		opts.PingTimeout = ws.DefaultPingTimeout
 	}
 	opts.OriginPatterns = append([]string(nil), opts.OriginPatterns...)
-	return &Server{e: e, opts: opts, conns: map[*websocket.Conn]struct{}{}, now: time.Now, poll: clockPoll}
+	return &Server{e: e, opts: opts, conns: map[*websocket.Conn]*conn{}, now: time.Now, poll: clockPoll}
+}
+
+// conn is what Reauthenticate needs of an open connection.
+type conn struct {
+	ws        *websocket.Conn
+	principal *pigeon.Principal
+	cred      pigeon.Credential // what the upgrade authenticated
+	contract  string
+	remote    string
+	// refusal is set when Reauthenticate found cred refused: the close
+	// that ends the connection names its code, whichever way it comes.
+	refusal atomic.Pointer[error]
 }
 
 // Selector returns the selector text of an endpoint path as the request
@@ -251,7 +271,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteHTTPError(w, err)
 		return
 	}
-	p, region, err := ws.AuthenticateUpgrade(s.e, r, s.opts.Region)
+	gen := s.reauths.Load()
+	p, region, cred, err := ws.AuthenticateUpgradeCredential(s.e, r, s.opts.Region)
 	if err != nil {
 		ws.WriteUpgradeError(w, err)
 		return
@@ -278,11 +299,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.SetReadLimit(s.opts.MaxFrame)
-	if !s.track(c) {
+	if !s.track(&conn{ws: c, principal: p, cred: cred, contract: k.ID(), remote: r.RemoteAddr}) {
 		_ = c.Close(websocket.StatusGoingAway, "server shutting down")
 		return
 	}
 	defer s.untrack(c)
+	if s.reauths.Load() != gen {
+		// Reauthenticate ran since the upgrade was authenticated, and may
+		// have missed this connection, not yet tracked: check it here.
+		if refused, err := ws.Reverify(ctx, s.e, cred, p); refused {
+			s.opts.Logger.Warn("mesgd credential refused when checked again; closing", "principal", p.ID, "remote", r.RemoteAddr, "code", pigeon.ErrorCode(err))
+			s.end(c, err)
+			return
+		}
+	}
 	s.opts.Logger.Debug("mesgd connected", "principal", p.ID, "selector", sel, "remote", r.RemoteAddr)
 	// turn is held by whoever writes a data frame (a delivery, an error
 	// frame), so that a delivery knows when its turn comes: one whose
@@ -496,9 +526,70 @@ func (s *Server) sleep(ctx context.Context, t *time.Timer, until time.Time) bool
 }
 
 // end closes c because its contract ended (err names how): 1008 with
-// the code as the reason; mesgd clients reconnect.
+// the code as the reason; mesgd clients reconnect. When Reauthenticate
+// refused c's credential, the reason is that refusal's code, whatever
+// ended the contract (its revocation, which followed).
 func (s *Server) end(c *websocket.Conn, err error) {
+	s.mu.Lock()
+	if mc := s.conns[c]; mc != nil {
+		if r := mc.refusal.Load(); r != nil {
+			err = *r
+		}
+	}
+	s.mu.Unlock()
 	_ = c.Close(websocket.StatusPolicyViolation, string(pigeon.ErrorCode(err)))
+}
+
+// Reauthenticate checks again, for every open connection, the credential
+// its upgrade was authenticated with (its TLS client certificate chain and
+// its bearer token; ws.Reverify), as the engine would judge it now: after
+// the client CAs were reloaded, say, or a token withdrawn. A connection
+// whose credential is refused now is ended as a revoked contract ends
+// one: its contract is revoked (audited contract.revoked; its
+// subscription ends, and a delivery waiting its turn is not written) and
+// it is closed with 1008 and the refusal's code as the reason
+// (UNAUTHENTICATED). It is logged with the principal, the address and the
+// code, never the credential. Connections still accepted are left alone:
+// their principal's roles are read again at each check anyway.
+//
+// It returns how many connections it ended, each once its contract is
+// revoked and its close begun, and an error joining the checks and the
+// revocations that failed (an identity provider unreachable, ctx ended):
+// a connection whose check failed stays up.
+func (s *Server) Reauthenticate(ctx context.Context) (ended int, err error) {
+	s.reauths.Add(1) // an upgrade authenticated before, not yet tracked, checks itself
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, c := range conns {
+		refused, err := ws.Reverify(ctx, s.e, c.cred, c.principal)
+		if !refused {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("principal %s: %w", c.principal.ID, err))
+			}
+			continue
+		}
+		if !c.refusal.CompareAndSwap(nil, &err) {
+			continue // ended by an earlier call
+		}
+		ended++
+		s.opts.Logger.Warn("mesgd credential refused when checked again; revoking its contract and closing",
+			"principal", c.principal.ID, "remote", c.remote, "code", pigeon.ErrorCode(err))
+		if rerr := s.e.RevokeContract(ctx, c.principal, c.contract); rerr != nil {
+			switch pigeon.ErrorCode(rerr) {
+			case pigeon.CodeContractNotFound, pigeon.CodeContractExpired: // over already
+			default:
+				errs = append(errs, fmt.Errorf("principal %s: revoking contract %s: %w", c.principal.ID, c.contract, rerr))
+			}
+		}
+		// The close handshake waits for the client's answer: not here.
+		go s.end(c.ws, err)
+	}
+	return ended, errors.Join(errs...)
 }
 
 // deliver writes a delivery's data to c in its turn, under cctx (the
@@ -557,13 +648,13 @@ func (s *Server) enter() bool {
 	return true
 }
 
-func (s *Server) track(c *websocket.Conn) bool {
+func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	s.conns[c] = struct{}{}
+	s.conns[c.ws] = c
 	return true
 }
 

@@ -3,6 +3,7 @@ package ws
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,13 @@ type conn struct {
 	cork      *corkConn // nil when the connection could not be wrapped
 	principal *pigeon.Principal
 	region    string
+	// cred is the credential the upgrade authenticated, checked again by
+	// Server.Reauthenticate; remote the peer's address, for its log.
+	cred   pigeon.Credential
+	remote string
+	// refusal is set (once, opMu held) when Server.Reauthenticate found
+	// cred refused: every frame read after it is answered with it.
+	refusal atomic.Pointer[error]
 
 	// ctx ends when the connection is torn down; every op runs under it.
 	ctx    context.Context
@@ -47,6 +55,10 @@ type conn struct {
 	mu     sync.Mutex
 	caller pigeon.Caller
 	subs   map[string]*serverSub
+	// contracts are those negotiated on the connection and not yet
+	// expired when the last was negotiated, revoked when its credential
+	// is refused (refuse).
+	contracts map[string]pigeon.Contract
 
 	// opMu orders op registration against draining, so that ops.Add never
 	// races ops.Wait.
@@ -251,10 +263,11 @@ func (c *conn) dispatch(f *Frame) {
 	case OpNegotiate:
 		// Inline: every frame read after it runs under the new contract.
 		if !c.begin() {
-			c.answer(f.ID, errServerShutdown())
+			c.answer(f.ID, c.stopped())
 			return
 		}
 		c.handle(f, pigeon.Caller{})
+		c.keepContract(c.callerNow().ContractID)
 		c.ops.Done()
 		return
 	case OpSubscribe, OpUnsubscribe, OpReplay, OpReceive, OpRenew:
@@ -263,7 +276,7 @@ func (c *conn) dispatch(f *Frame) {
 		return
 	}
 	if !c.begin() {
-		c.answer(f.ID, errServerShutdown())
+		c.answer(f.ID, c.stopped())
 		return
 	}
 	// A frame runs under the contract in force when it was read, however
@@ -318,6 +331,100 @@ func (c *conn) begin() bool {
 		return false
 	}
 	c.ops.Add(1)
+	return true
+}
+
+// stopped is why begin refused a frame: the refusal of the connection's
+// credential (refuse), or the server's shutdown.
+func (c *conn) stopped() error {
+	if p := c.refusal.Load(); p != nil {
+		return *p
+	}
+	return errServerShutdown()
+}
+
+// keepContract records id, the contract the connection acts under after
+// a negotiate frame, among the contracts it negotiated, forgetting those
+// that had expired by then (on the engine's clock: the new one's issue).
+// When the connection's credential was refused meanwhile (refuse), id is
+// revoked instead.
+func (c *conn) keepContract(id string) {
+	if id == "" {
+		return
+	}
+	k, err := c.srv.e.GetContract(c.ctx, c.principal, id)
+	c.mu.Lock()
+	if c.refusal.Load() != nil {
+		c.mu.Unlock()
+		_ = c.srv.e.RevokeContract(context.WithoutCancel(c.ctx), c.principal, id)
+		return
+	}
+	if err != nil || c.contracts[id] != nil {
+		c.mu.Unlock()
+		return // unknown (expired and swept), or kept already
+	}
+	if c.contracts == nil {
+		c.contracts = map[string]pigeon.Contract{}
+	}
+	issued := k.Info().IssuedAt
+	for oid, old := range c.contracts {
+		if !old.ExpiresAt().After(issued) {
+			delete(c.contracts, oid)
+		}
+	}
+	c.contracts[id] = k
+	c.mu.Unlock()
+}
+
+// refuse ends the connection because its credential is refused now
+// (refusal; see Server.Reauthenticate): no frame read from now on is
+// worked on, every contract it negotiated is revoked, and it is closed
+// with 1008 and the refusal's code once the frames queued before are
+// written. The revocations that fail are added to errs. It reports
+// whether this call ended the connection (false: an earlier one did).
+func (c *conn) refuse(ctx context.Context, refusal error, errs *[]error) bool {
+	c.opMu.Lock()
+	first := c.refusal.CompareAndSwap(nil, &refusal)
+	c.draining = true
+	c.opMu.Unlock()
+	if !first {
+		return false
+	}
+	code := pigeon.ErrorCode(refusal)
+	c.srv.opts.Logger.WarnContext(c.ctx, "websocket credential refused when checked again; revoking its contracts and closing",
+		"principal", c.principal.ID, "remote", c.remote, "code", code)
+	// The contract negotiated last may not be recorded yet (keepContract
+	// runs once its answer is queued); one still being negotiated is
+	// revoked by keepContract.
+	c.mu.Lock()
+	contracts := c.contracts
+	c.contracts = nil
+	ids := make([]string, 0, len(contracts)+1)
+	for id := range contracts {
+		ids = append(ids, id)
+	}
+	if id := c.caller.ContractID; id != "" && contracts[id] == nil {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		if err := c.srv.e.RevokeContract(ctx, c.principal, id); err != nil {
+			switch pigeon.ErrorCode(err) {
+			case pigeon.CodeContractNotFound, pigeon.CodeContractExpired: // over already
+			default:
+				*errs = append(*errs, fmt.Errorf("principal %s: revoking contract %s: %w", c.principal.ID, id, err))
+			}
+		}
+	}
+	// Behind what is queued (the deliveries of the subscriptions just
+	// ended are dropped, not written); a connection that stopped reading
+	// is closed when its writes stall.
+	go func() {
+		select {
+		case c.out <- outFrame{close: websocket.StatusPolicyViolation, reason: string(code)}:
+		case <-c.ctx.Done():
+		}
+	}()
 	return true
 }
 

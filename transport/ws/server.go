@@ -2,6 +2,8 @@ package ws
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path"
@@ -33,6 +35,10 @@ type Server struct {
 
 	reqMu    sync.Mutex
 	reqBytes map[string]int64 // principal id → bytes its requests waiting for replies hold; absent at 0
+
+	// reauths counts the calls of Reauthenticate: an upgrade during one
+	// checks its credential again itself.
+	reauths atomic.Uint64
 
 	budget budget         // bytes queued for writing, across connections
 	reads  *readpool.Pool // bytes read by replays and receives not yet queued
@@ -125,27 +131,37 @@ func upgradeCredential(r *http.Request) (string, error) {
 // is BAD_REQUEST, checked after the credential so that an unauthenticated
 // caller learns nothing more. WriteUpgradeError answers its error.
 func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string) (*pigeon.Principal, string, error) {
+	p, region, _, err := AuthenticateUpgradeCredential(e, r, defaultRegion)
+	return p, region, err
+}
+
+// AuthenticateUpgradeCredential is AuthenticateUpgrade, and the credential
+// it authenticated (the bearer token and the TLS peer's certificates), for
+// a server that keeps it to check it again while the connection lasts
+// (Reverify).
+func AuthenticateUpgradeCredential(e *pigeon.Engine, r *http.Request, defaultRegion string) (*pigeon.Principal, string, pigeon.Credential, error) {
 	if err := wire.CheckOnce(r, wire.OnceHeaders...); err != nil {
-		return nil, "", err
+		return nil, "", pigeon.Credential{}, err
 	}
 	token, err := upgradeCredential(r)
 	if err != nil {
-		return nil, "", err
+		return nil, "", pigeon.Credential{}, err
 	}
-	p, err := e.AuthenticateCredential(r.Context(), wire.Credential(r, token))
+	cred := wire.Credential(r, token)
+	p, err := e.AuthenticateCredential(r.Context(), cred)
 	if err != nil {
-		return nil, "", err
+		return nil, "", pigeon.Credential{}, err
 	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request")
+		return nil, "", pigeon.Credential{}, pigeon.NewError(pigeon.CodeBadRequest, "this endpoint speaks WebSocket: send an upgrade request")
 	}
 	region := r.Header.Get("X-Pigeon-Region")
 	query := r.URL.Query()["region"]
 	switch {
 	case len(query) > 1:
-		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "the region parameter is given %d times: give it once", len(query))
+		return nil, "", pigeon.Credential{}, pigeon.NewError(pigeon.CodeBadRequest, "the region parameter is given %d times: give it once", len(query))
 	case len(query) == 1 && region != "" && query[0] != region:
-		return nil, "", pigeon.NewError(pigeon.CodeBadRequest, "the x-pigeon-region header and the region parameter name two regions: give one")
+		return nil, "", pigeon.Credential{}, pigeon.NewError(pigeon.CodeBadRequest, "the x-pigeon-region header and the region parameter name two regions: give one")
 	case region == "" && len(query) == 1:
 		region = query[0]
 	}
@@ -153,9 +169,32 @@ func AuthenticateUpgrade(e *pigeon.Engine, r *http.Request, defaultRegion string
 		region = defaultRegion
 	}
 	if err := pigeon.CheckRegion(region); err != nil {
-		return nil, "", err
+		return nil, "", pigeon.Credential{}, err
 	}
-	return p, region, nil
+	return p, region, cred, nil
+}
+
+// Reverify authenticates cred again, the credential a connection of p was
+// opened with (AuthenticateUpgradeCredential), as the engine judges it now
+// (pigeon.Engine.Reauthenticate: not counted toward the source's lockout).
+// It returns nil while the credential still stands for p; refused true and
+// the refusal when it is refused now (UNAUTHENTICATED: its CA withdrawn, a
+// token no longer configured; GRANT_REVOKED; FORBIDDEN) or stands for
+// another principal, and the connection must end; refused false and the
+// error when it could not be checked (an identity provider unreachable,
+// the engine shutting down, ctx ended), and the connection stays.
+func Reverify(ctx context.Context, e *pigeon.Engine, cred pigeon.Credential, p *pigeon.Principal) (refused bool, err error) {
+	q, err := e.Reauthenticate(ctx, cred)
+	switch pigeon.ErrorCode(err) {
+	case pigeon.CodeOK:
+		if q.ID != p.ID {
+			return true, pigeon.NewError(pigeon.CodeUnauthenticated, "the connection's credential no longer stands for its principal")
+		}
+		return false, nil
+	case pigeon.CodeUnauthenticated, pigeon.CodeGrantRevoked, pigeon.CodeForbidden:
+		return true, err
+	}
+	return false, err
 }
 
 // CheckOrigin refuses, FORBIDDEN, an upgrade request a browser sends for a
@@ -229,7 +268,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wire.WriteHTTPError(w, err)
 		return
 	}
-	p, region, err := AuthenticateUpgrade(s.e, r, s.opts.Region)
+	gen := s.reauths.Load()
+	p, region, cred, err := AuthenticateUpgradeCredential(s.e, r, s.opts.Region)
 	if err != nil {
 		s.stats.refused.Add(1)
 		WriteUpgradeError(w, err)
@@ -250,10 +290,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	wsc.SetReadLimit(s.opts.MaxFrame)
 	c := newConn(r.Context(), s, wsc, cw.cc, p, region)
+	c.cred, c.remote = cred, r.RemoteAddr
 	if !s.track(c) {
 		_ = wsc.Close(websocket.StatusGoingAway, "server shutting down")
 		s.release(p.ID, nil)
 		return
+	}
+	if s.reauths.Load() != gen {
+		// Reauthenticate ran since the upgrade was authenticated, and may
+		// have missed this connection, not yet tracked: check it here.
+		if refused, err := Reverify(r.Context(), s.e, cred, p); refused {
+			s.stats.refused.Add(1)
+			s.opts.Logger.WarnContext(r.Context(), "websocket credential refused when checked again; closing",
+				"principal", p.ID, "remote", r.RemoteAddr, "code", pigeon.ErrorCode(err))
+			_ = wsc.Close(websocket.StatusPolicyViolation, string(pigeon.ErrorCode(err)))
+			c.cancel()
+			s.release(p.ID, c)
+			return
+		}
 	}
 	s.stats.accepted.Add(1)
 	s.opts.Logger.DebugContext(r.Context(), "websocket connected", "principal", p.ID, "region", region, "remote", r.RemoteAddr)
@@ -343,6 +397,52 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-s.drained
 		return ctx.Err()
 	}
+}
+
+// Reauthenticate checks again, for every open connection, the credential
+// its upgrade was authenticated with (its TLS client certificate chain and
+// its bearer token; Reverify), as the engine would judge it now: after the
+// client CAs were reloaded, say, or a token withdrawn. A connection whose
+// credential is refused now is ended as a revoked contract ends one: no
+// frame read from then on is worked on (each is answered with the
+// refusal), every contract it negotiated is revoked (audited
+// contract.revoked; its subscriptions end, their unanswered deliveries go
+// back to their groups, and nothing still queued for them is written),
+// and it is closed with 1008 and the refusal's code as the reason
+// (UNAUTHENTICATED) once the frames queued before are written. It is
+// logged with the principal, the address and the code, never the
+// credential. Connections still accepted are left alone: their
+// principal's roles are read again at each check anyway.
+//
+// It returns how many connections it ended, each once its contracts are
+// revoked and its close queued, and an error joining the checks and the
+// revocations that failed (an identity provider unreachable, ctx ended):
+// a connection whose check failed stays up.
+func (s *Server) Reauthenticate(ctx context.Context) (ended int, err error) {
+	s.reauths.Add(1) // an upgrade authenticated before, not yet tracked, checks itself
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, c := range conns {
+		if c.ctx.Err() != nil {
+			continue // ending already
+		}
+		refused, err := Reverify(ctx, s.e, c.cred, c.principal)
+		if !refused {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("principal %s: %w", c.principal.ID, err))
+			}
+			continue
+		}
+		if c.refuse(ctx, err, &errs) {
+			ended++
+		}
+	}
+	return ended, errors.Join(errs...)
 }
 
 // requestOverhead is what a request waiting for its reply holds besides
