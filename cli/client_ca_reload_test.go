@@ -23,19 +23,8 @@ import (
 // CAs read at start stayed until a restart: a CA withdrawn because its key
 // leaked went on admitting every certificate it signed.
 func TestClientCAsReloadOnHangup(t *testing.T) {
-	dirA, dirB, dir := t.TempDir(), t.TempDir(), t.TempDir()
-	writeTestPKI(t, dirA, map[string]string{"orders": demo.Orders})
-	writeTestPKI(t, dirB, map[string]string{"orders": demo.Orders})
-	caFile := filepath.Join(dir, "client-ca.pem")
-	copyFile := func(from string) {
-		b, err := os.ReadFile(from)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(caFile, b, 0o600))
-	}
-	copyFile(filepath.Join(dirA, "ca.pem"))
-	e, err := buildEdge(serveConfig{tlsCert: filepath.Join(dirA, "server.pem"), tlsKey: filepath.Join(dirA, "server-key.pem"),
-		clientCA: []string{caFile}, trustDomains: []string{"merchant-prod"}, mtlsMode: "required"}, demo.Tokens(), nil)
-	require.NoError(t, err)
+	f := newRotation(t)
+	e, dirA, dirB := f.e, f.dirA, f.dirB
 	require.NotNil(t, e.reloadCAs)
 	logs := &testlog.Buffer{}
 
@@ -76,15 +65,45 @@ func TestClientCAsReloadOnHangup(t *testing.T) {
 	require.NoError(t, handshake(dirA), "A's client, under A's CA")
 	require.Error(t, handshake(dirB), "B's client, under A's CA")
 
-	copyFile(filepath.Join(dirB, "ca.pem"))
+	f.use(t, filepath.Join(dirB, "ca.pem"))
 	reload(e.cert, e.reloadCAs, logs.Logger())
 	require.Contains(t, logs.String(), "client CAs reloaded")
 	require.Error(t, handshake(dirA), "A's client, verified before, after A's CA was taken out")
 	require.NoError(t, handshake(dirB), "B's client, after B's CA was put in")
 
-	require.NoError(t, os.WriteFile(caFile, []byte("not a certificate"), 0o600))
+	require.NoError(t, os.WriteFile(f.caFile, []byte("not a certificate"), 0o600))
 	reload(e.cert, e.reloadCAs, logs.Logger())
 	require.Contains(t, logs.String(), "client CAs not reloaded; the previous ones stay in use")
 	require.NoError(t, handshake(dirB), "a file that does not load leaves B's CA in use")
 	require.Error(t, handshake(dirA))
+}
+
+// rotation is an edge with mTLS whose --client-ca file (caFile) holds CA
+// A's bundle at first: the PKIs of two CAs (dirA, dirB, each with an
+// "orders" client), the server's certificate A's.
+type rotation struct {
+	e                  *edge
+	dirA, dirB, caFile string
+}
+
+func newRotation(t *testing.T) *rotation {
+	t.Helper()
+	r := &rotation{dirA: t.TempDir(), dirB: t.TempDir()}
+	writeTestPKI(t, r.dirA, map[string]string{"orders": demo.Orders})
+	writeTestPKI(t, r.dirB, map[string]string{"orders": demo.Orders})
+	r.caFile = filepath.Join(t.TempDir(), "client-ca.pem")
+	r.use(t, filepath.Join(r.dirA, "ca.pem"))
+	var err error
+	r.e, err = buildEdge(serveConfig{tlsCert: filepath.Join(r.dirA, "server.pem"), tlsKey: filepath.Join(r.dirA, "server-key.pem"),
+		clientCA: []string{r.caFile}, trustDomains: []string{"merchant-prod"}, mtlsMode: "required"}, demo.Tokens(), nil)
+	require.NoError(t, err)
+	return r
+}
+
+// use puts the bundle of file into the --client-ca file.
+func (r *rotation) use(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(r.caFile, b, 0o600))
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"pigeon/demo"
 	"pigeon/internal/testlog"
 )
 
@@ -21,19 +20,8 @@ import (
 // reload, nothing is checked. A check that fails is logged. Before, a
 // reload left every open WebSocket connection its session.
 func TestHangupChecksOpenConnections(t *testing.T) {
-	dirA, dirB, dir := t.TempDir(), t.TempDir(), t.TempDir()
-	writeTestPKI(t, dirA, map[string]string{"orders": demo.Orders})
-	writeTestPKI(t, dirB, map[string]string{"orders": demo.Orders})
-	caFile := filepath.Join(dir, "client-ca.pem")
-	copyFile := func(from string) {
-		b, err := os.ReadFile(from)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(caFile, b, 0o600))
-	}
-	copyFile(filepath.Join(dirA, "ca.pem"))
-	e, err := buildEdge(serveConfig{tlsCert: filepath.Join(dirA, "server.pem"), tlsKey: filepath.Join(dirA, "server-key.pem"),
-		clientCA: []string{caFile}, trustDomains: []string{"merchant-prod"}, mtlsMode: "required"}, demo.Tokens(), nil)
-	require.NoError(t, err)
+	f := newRotation(t)
+	e := f.e
 	calls := 0
 	var fail error
 	reauth := func(ctx context.Context) (int, error) {
@@ -45,21 +33,21 @@ func TestHangupChecksOpenConnections(t *testing.T) {
 	ctx := context.Background()
 
 	logs := &testlog.Buffer{}
-	copyFile(filepath.Join(dirB, "ca.pem"))
+	f.use(t, filepath.Join(f.dirB, "ca.pem"))
 	hangup(ctx, e.cert, e.reloadCAs, reauth, logs.Logger())
 	require.Equal(t, 1, calls, "checked once the CAs are reloaded")
 	require.Contains(t, logs.String(), "client CAs reloaded")
 	require.Contains(t, logs.String(), "open connections checked against the reloaded client CAs")
 	require.Contains(t, logs.String(), "ended=3")
 
-	require.NoError(t, os.WriteFile(caFile, []byte("not a certificate"), 0o600))
+	require.NoError(t, os.WriteFile(f.caFile, []byte("not a certificate"), 0o600))
 	hangup(ctx, e.cert, e.reloadCAs, reauth, logs.Logger())
 	require.Equal(t, 1, calls, "the CAs in use did not change: nothing to check")
 
 	hangup(ctx, e.cert, nil, reauth, logs.Logger())
 	require.Equal(t, 1, calls, "no client CAs: nothing to check")
 
-	copyFile(filepath.Join(dirA, "ca.pem"))
+	f.use(t, filepath.Join(f.dirA, "ca.pem"))
 	fail = errors.New("identity provider unreachable")
 	logs = &testlog.Buffer{}
 	hangup(ctx, e.cert, e.reloadCAs, reauth, logs.Logger())

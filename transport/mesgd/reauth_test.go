@@ -2,19 +2,10 @@ package mesgd_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,55 +15,9 @@ import (
 	"pigeon"
 	"pigeon/identity"
 	"pigeon/internal/testlog"
+	"pigeon/internal/testpki"
 	"pigeon/transport/mesgd"
 )
-
-// reauthCA is a certificate authority of the tests of Reauthenticate.
-type reauthCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-var reauthSerial int64 = 7000
-
-func newReauthCA(t *testing.T, name string) *reauthCA {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	reauthSerial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(reauthSerial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)
-	require.NoError(t, err)
-	c, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &reauthCA{cert: c, key: k}
-}
-
-// issue signs a leaf for the SPIFFE ID id (a server's, for 127.0.0.1,
-// when id is "").
-func (c *reauthCA) issue(t *testing.T, id string) tls.Certificate {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	reauthSerial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(reauthSerial), Subject: pkix.Name{CommonName: "leaf"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}
-	if id == "" {
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	} else {
-		u, err := url.Parse(id)
-		require.NoError(t, err)
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, k.Public(), c.key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k, Leaf: leaf}
-}
 
 const (
 	reauthA = "spiffe://example.org/svc/a"
@@ -89,20 +34,15 @@ const (
 // expired: a revocation that waited.
 func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 	ctx := context.Background()
-	a, b := newReauthCA(t, "a"), newReauthCA(t, "b")
+	a, b := testpki.NewCA(t, "a"), testpki.NewCA(t, "b")
 	logs := &testlog.Buffer{}
 	log := logs.Logger()
 	dir := t.TempDir()
-	sc := a.issue(t, "")
-	kb, err := x509.MarshalPKCS8PrivateKey(sc.PrivateKey)
-	require.NoError(t, err)
-	certPath, keyPath := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	require.NoError(t, os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: sc.Certificate[0]}), 0o600))
-	require.NoError(t, os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600))
+	certPath, keyPath := a.ServerFiles(t, dir)
 	cf, err := identity.LoadCertFile(certPath, keyPath, log)
 	require.NoError(t, err)
 	mtls, err := identity.NewMTLS(&identity.MTLSOptions{Required: true,
-		TrustDomains: []identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{a.cert, b.cert}}}})
+		TrustDomains: []identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{a.Cert, b.Cert}}}})
 	require.NoError(t, err)
 	rules := []pigeon.RuleSpec{{Effect: pigeon.EffectAllow, Principals: []string{reauthA, reauthB}}}
 	e, err := pigeon.New(ctx, &pigeon.Options{
@@ -132,7 +72,7 @@ func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 	})
 
 	roots := x509.NewCertPool()
-	roots.AddCert(a.cert)
+	roots.AddCert(a.Cert)
 	dial := func(cert tls.Certificate) (*websocket.Conn, error) {
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12,
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }}}}
@@ -158,16 +98,16 @@ func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 		}
 		return id
 	}
-	certA := a.issue(t, reauthA)
+	certA := a.Issue(t, reauthA)
 	cA, err := dial(certA)
 	require.NoError(t, err)
-	cB, err := dial(b.issue(t, reauthB))
+	cB, err := dial(b.Issue(t, reauthB))
 	require.NoError(t, err)
 	var kA, kB string
 	require.Eventually(t, func() bool { kA, kB = contractOf(reauthA), contractOf(reauthB); return kA != "" && kB != "" },
 		30*time.Second, 5*time.Millisecond)
 
-	require.NoError(t, mtls.Reload([]identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{b.cert}}}))
+	require.NoError(t, mtls.Reload([]identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{b.Cert}}}))
 	ended, err := srv.Reauthenticate(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, ended)

@@ -2,19 +2,10 @@ package ws_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,55 +16,9 @@ import (
 	"pigeon/demo"
 	"pigeon/identity"
 	"pigeon/internal/testlog"
+	"pigeon/internal/testpki"
 	"pigeon/transport/ws"
 )
-
-// reauthCA is a certificate authority of the tests of Reauthenticate.
-type reauthCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-var reauthSerial int64 = 5000
-
-func newReauthCA(t *testing.T, name string) *reauthCA {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	reauthSerial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(reauthSerial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)
-	require.NoError(t, err)
-	c, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &reauthCA{cert: c, key: k}
-}
-
-// issue signs a leaf for the SPIFFE ID id (a server's, for 127.0.0.1,
-// when id is "").
-func (c *reauthCA) issue(t *testing.T, id string) tls.Certificate {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	reauthSerial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(reauthSerial), Subject: pkix.Name{CommonName: "leaf"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}
-	if id == "" {
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	} else {
-		u, err := url.Parse(id)
-		require.NoError(t, err)
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, k.Public(), c.key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k, Leaf: leaf}
-}
 
 const (
 	reauthSubject = "reauth.events"
@@ -87,7 +32,7 @@ type mtlsEnv struct {
 	e    *pigeon.Engine
 	srv  *ws.Server
 	mtls *identity.MTLS
-	a, b *reauthCA
+	a, b *testpki.CA
 	url  string
 	logs *testlog.Buffer
 }
@@ -95,19 +40,14 @@ type mtlsEnv struct {
 func newMTLSEnv(t *testing.T) *mtlsEnv {
 	t.Helper()
 	ctx := context.Background()
-	v := &mtlsEnv{a: newReauthCA(t, "a"), b: newReauthCA(t, "b"), logs: &testlog.Buffer{}}
+	v := &mtlsEnv{a: testpki.NewCA(t, "a"), b: testpki.NewCA(t, "b"), logs: &testlog.Buffer{}}
 	log := v.logs.Logger()
 	dir := t.TempDir()
-	sc := v.a.issue(t, "")
-	kb, err := x509.MarshalPKCS8PrivateKey(sc.PrivateKey)
-	require.NoError(t, err)
-	certPath, keyPath := filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
-	require.NoError(t, os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: sc.Certificate[0]}), 0o600))
-	require.NoError(t, os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600))
+	certPath, keyPath := v.a.ServerFiles(t, dir)
 	cf, err := identity.LoadCertFile(certPath, keyPath, log)
 	require.NoError(t, err)
 	v.mtls, err = identity.NewMTLS(&identity.MTLSOptions{Required: true,
-		TrustDomains: []identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{v.a.cert, v.b.cert}}}})
+		TrustDomains: []identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{v.a.Cert, v.b.Cert}}}})
 	require.NoError(t, err)
 	chain := identity.NewChain(&identity.ChainOptions{Logger: log}, identity.Method{Name: pigeon.AuthMTLS, Auth: v.mtls})
 	catalog := demo.Catalog()
@@ -147,7 +87,7 @@ func newMTLSEnv(t *testing.T) *mtlsEnv {
 // certificate) and presents cert.
 func (v *mtlsEnv) client(cert tls.Certificate) *tls.Config {
 	roots := x509.NewCertPool()
-	roots.AddCert(v.a.cert)
+	roots.AddCert(v.a.Cert)
 	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }}
 }
@@ -182,8 +122,8 @@ func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close(context.Background()) })
 		return s
 	}
-	certA := v.a.issue(t, reauthA)
-	sA, sB := dial(certA), dial(v.b.issue(t, reauthB))
+	certA := v.a.Issue(t, reauthA)
+	sA, sB := dial(certA), dial(v.b.Issue(t, reauthB))
 	kA, kB := sA.Contract().ID(), sB.Contract().ID()
 	// A connection that negotiated twice: both its contracts are revoked.
 	r := (&env{url: v.url}).rawWith(t, &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: v.client(certA)}}})
@@ -194,7 +134,7 @@ func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 	subB, err := sB.Subscribe(ctx, reauthSubject, func(context.Context, *pigeon.Delivery) error { return nil })
 	require.NoError(t, err)
 
-	require.NoError(t, v.mtls.Reload([]identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{v.b.cert}}}))
+	require.NoError(t, v.mtls.Reload([]identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{v.b.Cert}}}))
 	// The reload alone changes nothing for a connection already open.
 	_, err = sA.Renew(ctx)
 	require.NoError(t, err, "A's connection is still up after the reload")
