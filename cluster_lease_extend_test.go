@@ -1,9 +1,8 @@
 package pigeon_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/internal/testlog"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
@@ -47,7 +47,7 @@ const extendAck = 100 * time.Millisecond
 
 // extendingNodes starts two engines on one store, joined by a hub whose
 // nodes extend leases, jobs.run's ack wait extendAck.
-func extendingNodes(t *testing.T, logs *syncBuffer) (*hub, [2]*pigeon.Engine, [2]*extendingNode) {
+func extendingNodes(t *testing.T, logs *testlog.Buffer) (*hub, [2]*pigeon.Engine, [2]*extendingNode) {
 	h := &hub{leases: map[string]*hubLease{}}
 	st := memory.New(nil)
 	var es [2]*pigeon.Engine
@@ -60,7 +60,7 @@ func extendingNodes(t *testing.T, logs *syncBuffer) (*hub, [2]*pigeon.Engine, [2
 		ns[i] = &extendingNode{hubNode: h.node()}
 		o.Store, o.Cluster = nodeStore{Store: st, audit: memory.New(nil)}, ns[i]
 		if logs != nil {
-			o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			o.Logger = logs.Logger()
 		}
 		e, err := pigeon.New(context.Background(), o)
 		require.NoError(t, err)
@@ -68,23 +68,6 @@ func extendingNodes(t *testing.T, logs *syncBuffer) (*hub, [2]*pigeon.Engine, [2
 		es[i] = e
 	}
 	return h, es, ns
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // With a LeaseExtender, the cluster leases of messages whose handlers run
@@ -140,7 +123,7 @@ func TestClusterLeasesAreExtendedWhileHandlersRun(t *testing.T) {
 // reported lost by Extend: the engine logs it and extends it no more;
 // the handler's acknowledgement settles the message as before.
 func TestALostClusterLeaseIsLoggedAndNoLongerExtended(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	h, es, ns := extendingNodes(t, &logs)
 	c := dupCases[0]
 	pub := dupConnect(t, es[1], c.pub, c.subject)
@@ -162,7 +145,7 @@ func TestALostClusterLeaseIsLoggedAndNoLongerExtended(t *testing.T) {
 	}
 	h.mu.Unlock()
 	require.Eventually(t, func() bool {
-		return bytes.Contains([]byte(logs.String()), []byte("cluster leases were lost"))
+		return strings.Contains(logs.String(), "cluster leases were lost")
 	}, 10*time.Second, time.Millisecond)
 	calls := ns[0].calls.Load()
 	time.Sleep(3 * extendAck)
