@@ -29,14 +29,12 @@ func (s *attemptFailingStore) MarkAttempt(ctx context.Context, key store.GroupKe
 	return s.Store.MarkAttempt(ctx, key, seq, n)
 }
 
-// TestLeasesTakenBeforeAStoreFailureGoBackUncounted: a subscription's
-// batch of leases that the store failed part-way (the attempt of its
-// second message not recorded) gives back what it had leased before the
-// failure, uncounted, at once. Before, the first message stayed leased to
-// the subscription, its handler never called, until its ack wait passed
-// (here, on a clock that does not move, never), and its attempt was spent
-// (a message with one attempt allowed would have been exhausted unread).
-func TestLeasesTakenBeforeAStoreFailureGoBackUncounted(t *testing.T) {
+// strandedLeases publishes two tasks on tasks.run (an ack wait of an
+// hour, on a clock that does not move) to a store that refuses, once, to
+// record the first attempt of the second; it returns the store, alice's
+// session and the tasks' ids.
+func strandedLeases(t *testing.T) (*attemptFailingStore, pigeon.Session, []string) {
+	t.Helper()
 	st := &attemptFailingStore{Store: memory.New(nil), seq: 2}
 	f := evictFixture(t, func(o *pigeon.Options) {
 		o.Store = st
@@ -48,7 +46,18 @@ func TestLeasesTakenBeforeAStoreFailureGoBackUncounted(t *testing.T) {
 	})
 	boss := f.connect("boss-token", "tasks.run")
 	alice := f.connect("alice-token", "tasks.run")
-	ids := publishTasks(t, boss, 1, 2)
+	return st, alice, publishTasks(t, boss, 1, 2)
+}
+
+// TestLeasesTakenBeforeAStoreFailureGoBackUncounted: a subscription's
+// batch of leases that the store failed part-way (the attempt of its
+// second message not recorded) gives back what it had leased before the
+// failure, uncounted, at once. Before, the first message stayed leased to
+// the subscription, its handler never called, until its ack wait passed
+// (here, on a clock that does not move, never), and its attempt was spent
+// (a message with one attempt allowed would have been exhausted unread).
+func TestLeasesTakenBeforeAStoreFailureGoBackUncounted(t *testing.T) {
+	st, alice, ids := strandedLeases(t)
 
 	var (
 		mu       sync.Mutex
@@ -80,18 +89,7 @@ func TestLeasesTakenBeforeAStoreFailureGoBackUncounted(t *testing.T) {
 // failed is not held for the caller until its ack wait, but offered again
 // at once, as its first attempt.
 func TestPulledLeasesTakenBeforeAStoreFailureGoBackUncounted(t *testing.T) {
-	st := &attemptFailingStore{Store: memory.New(nil), seq: 2}
-	f := evictFixture(t, func(o *pigeon.Options) {
-		o.Store = st
-		for i := range o.Catalog.Subjects {
-			if s := &o.Catalog.Subjects[i]; s.Name == "tasks.run" {
-				s.Delivery.AckWaitMs = time.Hour.Milliseconds()
-			}
-		}
-	})
-	boss := f.connect("boss-token", "tasks.run")
-	alice := f.connect("alice-token", "tasks.run")
-	ids := publishTasks(t, boss, 1, 2)
+	_, alice, ids := strandedLeases(t)
 	_, err := alice.Receive(ctx, "tasks.run", 2)
 	require.Equal(t, pigeon.CodeStoreNoQuorum, pigeon.ErrorCode(err))
 	got, err := alice.Receive(ctx, "tasks.run", 2)
