@@ -123,12 +123,12 @@ func count(ids []string, id string) int {
 	return n
 }
 
-// A message delivered again while its handler still ran (the server's
-// ack wait passed and it redelivered) was handed to a second worker of a
-// subscription with WithMaxInFlight above 1: the handler ran twice at
-// once on the same message. A delivery of a message whose handler runs is
-// now parked until that run returns, then runs in turn, and is answered.
-func TestARedeliveryWaitsForTheRunningHandlerOfItsMessage(t *testing.T) {
+// redelivered subscribes with inFlight workers on a server that delivers
+// msg_1, msg_1 again (its ack wait passed) and msg_2, and returns once the
+// first run of msg_1 is blocked and msg_2, queued after the redelivery,
+// has run.
+func redelivered(t *testing.T, inFlight int) (*connServer, pigeon.Subscription, *runRecorder) {
+	t.Helper()
 	srv := newConnServer(t, func(_ int, f *ws.Frame) []string {
 		switch f.Op {
 		case ws.OpSubscribe:
@@ -136,7 +136,7 @@ func TestARedeliveryWaitsForTheRunningHandlerOfItsMessage(t *testing.T) {
 				subscribedFrame(f, "s1"),
 				deliverAttempt("s1", "1", 1, 1),
 				deliverAttempt("s1", "1", 1, 2), // the server's ack wait passed
-				deliverAttempt("s1", "2", 2, 1),
+				deliverSeq("s1", "2", 2),
 			}
 		case ws.OpNegotiate:
 			return nil
@@ -145,11 +145,20 @@ func TestARedeliveryWaitsForTheRunningHandlerOfItsMessage(t *testing.T) {
 	})
 	s := srv.dial(t)
 	r := newRunRecorder(t)
-	_, err := s.Subscribe(context.Background(), "chat.messages", r.handle, pigeon.WithMaxInFlight(4))
+	sub, err := s.Subscribe(context.Background(), "chat.messages", r.handle, pigeon.WithMaxInFlight(inFlight))
 	require.NoError(t, err)
 	within(t, r.entered, "the first run of msg_1")
-	// msg_2 came after the redelivery: it was queued before msg_2 ran.
 	require.Equal(t, "msg_2", <-r.others)
+	return srv, sub, r
+}
+
+// A message delivered again while its handler still ran (the server's
+// ack wait passed and it redelivered) was handed to a second worker of a
+// subscription with WithMaxInFlight above 1: the handler ran twice at
+// once on the same message. A delivery of a message whose handler runs is
+// now parked until that run returns, then runs in turn, and is answered.
+func TestARedeliveryWaitsForTheRunningHandlerOfItsMessage(t *testing.T) {
+	srv, _, r := redelivered(t, 4)
 	r.noSecondRun(t)
 	close(r.release)
 	eventually(t, func() bool { n, _ := r.runsOf("msg_1"); return n == 2 }, "the redelivery runs once the first run returned")
@@ -252,26 +261,7 @@ func TestParkedDeliveriesCountAgainstTheWindow(t *testing.T) {
 // with the queue when the subscription stops: they never run, and leave
 // nothing running behind.
 func TestParkedDeliveriesAreLetGoOnUnsubscribe(t *testing.T) {
-	srv := newConnServer(t, func(_ int, f *ws.Frame) []string {
-		switch f.Op {
-		case ws.OpSubscribe:
-			return []string{
-				subscribedFrame(f, "s1"),
-				deliverAttempt("s1", "1", 1, 1),
-				deliverAttempt("s1", "1", 1, 2),
-				deliverSeq("s1", "2", 2),
-			}
-		case ws.OpNegotiate:
-			return nil
-		}
-		return []string{okFrame(f)}
-	})
-	s := srv.dial(t)
-	r := newRunRecorder(t)
-	sub, err := s.Subscribe(context.Background(), "chat.messages", r.handle, pigeon.WithMaxInFlight(2))
-	require.NoError(t, err)
-	within(t, r.entered, "the first run of msg_1")
-	require.Equal(t, "msg_2", <-r.others)
+	_, sub, r := redelivered(t, 2)
 	// Stops the subscription; gives up waiting for the blocked run.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
