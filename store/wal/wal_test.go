@@ -193,6 +193,9 @@ func TestLockedByProcess(t *testing.T) {
 	require.Equal(t, "LOCKED\n", line)
 	_, err = Open(dir, nil)
 	require.ErrorIs(t, err, store.ErrLocked)
+	var le *LockedError
+	require.ErrorAs(t, err, &le, "the refusal names the holder")
+	require.Equal(t, cmd.Process.Pid, le.PID)
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
 	s, err := Open(dir, nil)
