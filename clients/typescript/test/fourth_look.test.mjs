@@ -3,47 +3,14 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect, PigeonError, generateKeys, signMessage, verifyMessage } from "../dist/index.js";
-import { fakeWebSocket, until, sleep, wsServer } from "./harness.mjs";
+import { fakeWebSocket, onSession, RAW_CONTRACT, rawServer, until, sleep } from "./harness.mjs";
 
-const CONTRACT = { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" };
+const CONTRACT = RAW_CONTRACT;
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
 const msg = (i, over = {}) => ({ id: `msg_${i}`, subject: "x", sequence: i, data: {}, ...over });
 const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
 
-/**
- * A raw endpoint: answers negotiate with contract() (and ping), then hands
- * each other frame to onFrame(ws, f).
- */
-async function rawServer(onFrame, contract = () => CONTRACT) {
-  const wss = await wsServer();
-  wss.on("connection", (ws) => {
-    ws.on("message", (raw) => {
-      const f = JSON.parse(raw.toString());
-      if (f.op === "negotiate") ws.send(JSON.stringify({ op: "contract", re: f.id, contract: contract(), maxFrame: 1 << 20 }));
-      else if (f.op === "ping") ws.send(JSON.stringify({ op: "pong", re: f.id }));
-      else onFrame(ws, f);
-    });
-  });
-  const stop = async () => {
-    for (const c of wss.clients) c.terminate();
-    await new Promise((r) => wss.close(r));
-  };
-  return { url: `ws://127.0.0.1:${wss.address().port}/v1/ws`, wss, stop };
-}
 
-/** Connects a session of opts to srv, runs body(s), then closes the session and stops srv. */
-async function onSession(srv, opts, body) {
-  try {
-    const s = await connect(srv.url, "t", ["x"], opts);
-    try {
-      await body(s);
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
-}
 
 test("a server granting renewals a few ms long cannot drive the renewal loop", async () => {
   let exp = 0;
@@ -55,9 +22,11 @@ test("a server granting renewals a few ms long cannot drive the renewal loop", a
       exp += 5; // each renewal moves the expiry 5 ms
       ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...CONTRACT, expiresAt: new Date(exp).toISOString() } }));
     },
-    () => {
-      exp = Date.now() + 200;
-      return { ...CONTRACT, expiresAt: new Date(exp).toISOString() };
+    {
+      contract: () => {
+        exp = Date.now() + 200;
+        return { ...CONTRACT, expiresAt: new Date(exp).toISOString() };
+      },
     },
   );
   const errors = [];
@@ -78,7 +47,7 @@ test("a session asking for short contracts still renews each in time", async () 
       renews++;
       ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...CONTRACT, expiresAt: new Date(Date.now() + ttl).toISOString() } }));
     },
-    () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + ttl).toISOString() }),
+    { contract: () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + ttl).toISOString() }) },
   );
   await onSession(srv, { ...OPTS, ttl, onError: () => {} }, async () => {
     await sleep(1500);
@@ -101,7 +70,7 @@ test("contracts a server grants short at negotiation stay renewed, no faster tha
         at.push(Date.now());
         ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...CONTRACT, expiresAt: new Date(Date.now() + grant).toISOString() } }));
       },
-      () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + first).toISOString() }),
+      { contract: () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + first).toISOString() }) },
     );
     return { srv, at };
   };
@@ -138,7 +107,7 @@ test("renewals that fail at once are retried no sooner than the floor", async ()
       at.push(Date.now());
       ws.send(JSON.stringify({ op: "error", re: f.id, error: { code: "RATE_LIMITED", message: "slow down" } }));
     },
-    () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + 2000).toISOString() }),
+    { contract: () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + 2000).toISOString() }) },
   );
   await onSession(srv, { ...OPTS, onError: () => {} }, async () => {
     await sleep(2500);

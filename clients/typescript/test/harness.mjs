@@ -317,3 +317,46 @@ export function fakeWebSocket(serve, { stuck = false } = {}) {
   }
   return { Fake, socks };
 }
+
+/** The contract a rawServer grants by default. */
+export const RAW_CONTRACT = { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" };
+
+/**
+ * A raw endpoint: answers negotiate with contract() (RAW_CONTRACT by
+ * default) and ping, then hands each other frame to onFrame(ws, f, n) (n:
+ * the connection's number, from 1); onConnection(ws, n) learns of each
+ * connection.
+ */
+export async function rawServer(onFrame, { contract = () => RAW_CONTRACT, onConnection = () => {} } = {}) {
+  const wss = await wsServer();
+  let n = 0;
+  wss.on("connection", (ws) => {
+    const k = ++n;
+    onConnection(ws, k);
+    ws.on("message", (raw) => {
+      const f = JSON.parse(raw.toString());
+      if (f.op === "negotiate") ws.send(JSON.stringify({ op: "contract", re: f.id, contract: contract(), maxFrame: 1 << 20 }));
+      else if (f.op === "ping") ws.send(JSON.stringify({ op: "pong", re: f.id }));
+      else onFrame(ws, f, k);
+    });
+  });
+  const stop = async () => {
+    for (const c of wss.clients) c.terminate();
+    await new Promise((r) => wss.close(r));
+  };
+  return { url: `ws://127.0.0.1:${wss.address().port}/v1/ws`, wss, stop, connections: () => n };
+}
+
+/** Connects a session of opts to srv, runs body(s), then closes the session and stops srv. */
+export async function onSession(srv, opts, body) {
+  try {
+    const s = await connect(srv.url, "t", ["x"], opts);
+    try {
+      await body(s);
+    } finally {
+      await s.close({ timeoutMs: 1000 });
+    }
+  } finally {
+    await srv.stop();
+  }
+}

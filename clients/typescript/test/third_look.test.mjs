@@ -4,45 +4,12 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { test } from "node:test";
 import { connect, HttpClient, PigeonError, RetryAfter, fromWire, statusOf } from "../dist/index.js";
-import { fakeWebSocket, until, sleep, wsServer } from "./harness.mjs";
+import { fakeWebSocket, onSession, RAW_CONTRACT, rawServer, until, sleep } from "./harness.mjs";
 
-const CONTRACT = { id: "ctr_raw", principal: "p", subjects: [], issuedAt: "", expiresAt: "", region: "uk" };
+const CONTRACT = RAW_CONTRACT;
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
 
-/** A raw endpoint: answers negotiate, then hands each frame to onFrame(ws, f, n) (n: the connection's number, from 1). */
-async function rawServer(onFrame, onConnection = () => {}) {
-  const wss = await wsServer();
-  let n = 0;
-  wss.on("connection", (ws) => {
-    const k = ++n;
-    onConnection(ws, k);
-    ws.on("message", (raw) => {
-      const f = JSON.parse(raw.toString());
-      if (f.op === "negotiate") ws.send(JSON.stringify({ op: "contract", re: f.id, contract: CONTRACT, maxFrame: 1 << 20 }));
-      else if (f.op === "ping") ws.send(JSON.stringify({ op: "pong", re: f.id }));
-      else onFrame(ws, f, k);
-    });
-  });
-  const stop = async () => {
-    for (const c of wss.clients) c.terminate();
-    await new Promise((r) => wss.close(r));
-  };
-  return { url: `ws://127.0.0.1:${wss.address().port}/v1/ws`, wss, stop, connections: () => n };
-}
 
-/** Connects a session of opts to srv, runs body(s), then closes the session and stops srv. */
-async function onSession(srv, opts, body) {
-  try {
-    const s = await connect(srv.url, "t", ["x"], opts);
-    try {
-      await body(s);
-    } finally {
-      await s.close({ timeoutMs: 1000 });
-    }
-  } finally {
-    await srv.stop();
-  }
-}
 
 /** Session options that reconnect at once and stay quiet. */
 const RESUMING = { reconnect: { initialDelayMs: 10, maxDelayMs: 50 }, pingIntervalMs: 0, onError: () => {} };
@@ -185,7 +152,7 @@ test("subscribe options out of range are refused before anything is sent", async
 
 test("session options out of range are refused before dialling", async () => {
   let connections = 0;
-  const srv = await rawServer(() => {}, () => connections++);
+  const srv = await rawServer(() => {}, { onConnection: () => connections++ });
   try {
     const bad = [
       { maxPendingPublishes: 0 }, // every publish would wait for ever
@@ -284,7 +251,7 @@ test("deliveries that come on a connection the session let go are not handed to 
       ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1", from: 1 }));
       if (n === 1) ws._socket.pause(); // reads nothing more: never sees the close
     } else ok(ws, f);
-  }, (ws) => conns.push(ws));
+  }, { onConnection: (ws) => conns.push(ws) });
   await onSession(srv, { ...OPTS, onError: () => {} }, async (s) => {
     const seen = [];
     await s.subscribe("x", async (m) => void seen.push(m.id));
