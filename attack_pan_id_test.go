@@ -1,12 +1,16 @@
 package pigeon_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
+
+	"pigeon/demo"
 
 	"github.com/stretchr/testify/require"
 
@@ -188,4 +192,81 @@ func TestCardNumberAsGroupNameIsRefused(t *testing.T) {
 		require.NotContains(t, digitsOf(err.Error()), cardDigits)
 	}
 	requireNoCardNumber(t, f.e, nil)
+}
+
+// A replay's reason and a work-queue subscription's selection (its
+// selector and filter) are free text a client writes, and the audit log
+// keeps them: the reason as a replay.executed record's reference, the
+// selection inside the group key a delivery.exhausted record names. A card
+// number written inside them was kept in clear, as the whole-value check
+// (noPAN) never matched a longer text; now every card number inside them
+// is "[REDACTED]", and the rest of the text stays.
+func TestCardNumbersInsideClientTextsAreNotAudited(t *testing.T) {
+	for _, pan := range cardForms {
+		t.Run("replay reason/"+pan, func(t *testing.T) {
+			f := newFixture(t)
+			orders := f.connect("orders-token", "notifications.send")
+			_, err := orders.Publish(ctx, demo.Notification("k-1"))
+			require.NoError(t, err)
+			ops := f.connect("notify-replay-token", "notifications.send")
+			got, err := ops.Replay(ctx, pigeon.ReplayRequest{Subject: "notifications.send", Reason: "card " + pan + " disputed, ticket 42"})
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			requireNoCardNumber(t, f.e, nil)
+			ref := auditRefs(t, f.e, pigeon.EventReplayExecuted)
+			require.Equal(t, []string{"card " + pigeon.Redacted + " disputed, ticket 42"}, ref)
+		})
+		t.Run("work-queue filter/"+pan, func(t *testing.T) {
+			// Redeliveries 1, 2, 4, 8 ms apart; exhausted messages dropped,
+			// so that the record names the group, not a quarantine record.
+			f := newFixture(t, func(o *pigeon.Options) {
+				o.Now = nil
+				for i := range o.Catalog.Subjects {
+					if o.Catalog.Subjects[i].Name == "notifications.send" {
+						o.Catalog.Subjects[i].Quarantine.OnHandlerFailure = false
+					}
+				}
+			})
+			orders := f.connect("orders-token", "notifications.send")
+			w := f.connect("notifier-token", "notifications.send")
+			_, err := orders.Publish(ctx, demo.Notification("k-1"))
+			require.NoError(t, err)
+			_, err = w.Subscribe(ctx, "notifications.send", func(context.Context, *pigeon.Delivery) error {
+				return errors.New("refused")
+			}, pigeon.WithFilter(`message.data.channel != "`+pan+`"`))
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				return auditCount(t, f.e, pigeon.EventDeliveryExhausted, pigeon.CodeDeliveryExhausted) == 1
+			}, 30*time.Second, 5*time.Millisecond)
+			requireNoCardNumber(t, f.e, nil)
+			ref := auditRefs(t, f.e, pigeon.EventDeliveryExhausted)
+			require.Len(t, ref, 1)
+			require.Contains(t, ref[0], `message.data.channel != "`+pigeon.Redacted+`"`)
+		})
+	}
+	t.Run("numbers that are no card numbers stay", func(t *testing.T) {
+		f := newFixture(t)
+		orders := f.connect("orders-token", "notifications.send")
+		_, err := orders.Publish(ctx, demo.Notification("k-1"))
+		require.NoError(t, err)
+		ops := f.connect("notify-replay-token", "notifications.send")
+		reason := "orders 4111111111111112 and 1733000000000, 12345678901234567890123"
+		_, err = ops.Replay(ctx, pigeon.ReplayRequest{Subject: "notifications.send", Reason: reason})
+		require.NoError(t, err)
+		require.Equal(t, []string{reason}, auditRefs(t, f.e, pigeon.EventReplayExecuted))
+	})
+}
+
+// auditRefs is the reference of every audit record of ev, in order.
+func auditRefs(t *testing.T, e *pigeon.Engine, ev pigeon.Event) []string {
+	t.Helper()
+	recs, err := e.Audit(ctx, 0, 0)
+	require.NoError(t, err)
+	var refs []string
+	for _, r := range recs {
+		if r.Type == string(ev) {
+			refs = append(refs, r.Ref)
+		}
+	}
+	return refs
 }

@@ -421,7 +421,7 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		return nil, err
 	}
 	// Nothing is handed over without its record.
-	if err := e.recordReplay(ctx, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, Ref: r.Reason}, out); err != nil {
+	if err := e.recordReplay(ctx, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, PolicyID: s.policyID, Ref: noPANIn(r.Reason)}, out); err != nil {
 		return nil, auditFailure(err)
 	}
 	return out, nil

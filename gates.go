@@ -519,6 +519,78 @@ func noPAN(s string) string {
 	return s
 }
 
+// noPANIn returns s with every card number written inside it named
+// "[REDACTED]": free text a client chose that the audit log keeps whole (a
+// replay's reason, a group key holding a subscription's selector and
+// filter), where noPAN, which looks at the whole value, never matches. A
+// card number is any run of 13 to 19 digits isPAN accepts, taken from
+// groups of digits joined by the spaces and dashes isPAN ignores: a group
+// of more than 19 digits is no card number, as for isPAN; a run may start
+// or end at any group boundary ("order 42 4111 1111 1111 1111" loses the
+// card number however the 42 reads). Other text stays as it was.
+func noPANIn(s string) string {
+	type group struct{ start, end, digits int }
+	var (
+		groups []group
+		spans  [][2]int // to redact, in order, possibly overlapping
+	)
+	flush := func() {
+		for i := range groups {
+			n := 0
+			for j := i; j < len(groups); j++ {
+				if n += groups[j].digits; n > 19 {
+					break
+				}
+				if n >= 13 && isPAN(s[groups[i].start:groups[j].end]) {
+					spans = append(spans, [2]int{groups[i].start, groups[j].end})
+				}
+			}
+		}
+		groups = groups[:0]
+	}
+	sep := -1 // where the separators after the last group began; -1: none allowed
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= '0' && c <= '9' {
+			j := i
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if sep < 0 {
+				flush()
+			}
+			groups = append(groups, group{i, j, j - i})
+			i, sep = j, j
+			continue
+		}
+		r, size := rune(c), 1
+		if c >= utf8.RuneSelf {
+			r, size = utf8.DecodeRuneInString(s[i:])
+		}
+		if sep < 0 || !(r == ' ' || r == '-' || unicode.IsSpace(r) || unicode.Is(unicode.Pd, r)) {
+			sep = -1
+		}
+		i += size
+	}
+	flush()
+	if len(spans) == 0 {
+		return s
+	}
+	var b strings.Builder
+	at := 0
+	for k := 0; k < len(spans); {
+		start, end := spans[k][0], spans[k][1]
+		for k++; k < len(spans) && spans[k][0] < end; k++ {
+			end = max(end, spans[k][1])
+		}
+		b.WriteString(s[at:start])
+		b.WriteString(Redacted)
+		at = end
+	}
+	b.WriteString(s[at:])
+	return b.String()
+}
+
 // encryptionGate enforces end-to-end encryption on subjects that declare
 // data.encryption "required" together with data.routingFields: data must be
 // an object with a sealed part and no clear field beyond the routing
