@@ -41,6 +41,9 @@ func FuzzNoPANIn(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 2048 { // the texts it reads are shorter; holdsPANRun is quadratic
+			return
+		}
 		out := noPANIn(s)
 		require.False(t, holdsPANRun(out), "%q left a card number in %q", s, out)
 		if !holdsPANRun(s) {
