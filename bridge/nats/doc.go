@@ -27,6 +27,11 @@
 // bridge that starts resumes: the lowest sequence of a delivery that
 // failed and waits for its retry, or the one after the message's). A
 // delivery is acknowledged only once NATS took it: after a flush on core NATS, after the PubAck on JetStream.
+// A PubAck that says "duplicate" counts only when the stream holds this
+// very message under the id (on the route's NATS subject, the same
+// bytes); one it holds from another publisher or subject would keep the
+// delivery out of the stream, so the route publishes it again without the
+// id.
 // A NATS failure returns an error and the broker redelivers, within the
 // subject's retry policy.
 //

@@ -1,6 +1,7 @@
 package natsbridge
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -226,15 +227,29 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 	ctx, cancel := context.WithTimeout(ctx, o.b.opts.PublishTimeout)
 	defer cancel()
 	defer context.AfterFunc(g.ctx, cancel)()
+	if err := live(ctx, g); err != nil {
+		return err
+	}
+	if o.r.JetStream {
+		return o.publishJetStream(ctx, g, msg)
+	}
+	if err := g.nc.PublishMsg(msg); err != nil {
+		return err
+	}
+	return g.nc.FlushWithContext(ctx)
+}
+
+// live returns nil when a delivery whose context is ctx may be published
+// now: NATS is connected (waiting for it within ctx) and the delivery has
+// not ended. The broker ends a delivery when the contract is revoked or
+// expires, or the session is lost, and the generation ends when any route
+// found its contract revoked. What leaves Pigeon is what the contract
+// allows at that moment, so a delivery that ended is not published
+// (JetStream's publish checks ctx too; core NATS's does not).
+func live(ctx context.Context, g *generation) error {
 	if err := connected(ctx, g.nc); err != nil {
 		return err
 	}
-	// The delivery may have ended meanwhile: the broker ends it when the
-	// contract is revoked or expires, or the session is lost, and the
-	// generation ends when any route found its contract revoked. What
-	// leaves Pigeon is what the contract allows at that moment, so a
-	// delivery that ended is not published (JetStream's publish checks
-	// ctx too; core NATS's does not).
 	if err := context.Cause(ctx); err != nil {
 		return fmt.Errorf("the delivery ended before it was published: %w", err)
 	}
@@ -243,24 +258,61 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 		return fmt.Errorf("the session ended before the delivery was published: %w", g.err)
 	default:
 	}
-	if o.r.JetStream {
-		var opts []jetstream.PublishOpt
-		if o.r.Stream != "" {
-			opts = append(opts, jetstream.WithExpectStream(o.r.Stream))
-		}
-		ack, err := g.js.PublishMsg(ctx, msg, opts...)
-		if err != nil {
-			return err
-		}
-		if ack.Duplicate {
-			o.c.duplicates.Add(1)
-		}
-		return nil
+	return nil
+}
+
+// publishJetStream publishes msg and returns once the stream stored it.
+// The stream answers "duplicate" for any message it took under the same
+// Nats-Msg-Id within its duplicate window, on any of its subjects, whoever
+// published it: a NATS client that may publish on one of them could send
+// a Pigeon message's id first and keep the message out of the stream,
+// the broker told it was taken. So a duplicate counts only when the
+// message the stream holds under the id is this one (storedAlready);
+// otherwise msg is published again without its Nats-Msg-Id, and stored.
+func (o *outRoute) publishJetStream(ctx context.Context, g *generation, msg *nats.Msg) error {
+	var opts []jetstream.PublishOpt
+	if o.r.Stream != "" {
+		opts = append(opts, jetstream.WithExpectStream(o.r.Stream))
 	}
-	if err := g.nc.PublishMsg(msg); err != nil {
+	ack, err := g.js.PublishMsg(ctx, msg, opts...)
+	if err != nil || !ack.Duplicate {
 		return err
 	}
-	return g.nc.FlushWithContext(ctx)
+	same, err := storedAlready(ctx, g, ack, msg)
+	if err != nil {
+		return fmt.Errorf("reading the message the stream holds under the Nats-Msg-Id: %w", err)
+	}
+	if same {
+		o.c.duplicates.Add(1)
+		return nil
+	}
+	o.b.log.Warn("natsbridge: the stream holds another message under this one's Nats-Msg-Id: publishing it without one",
+		"route", o.r.Name, "stream", ack.Stream, "streamSequence", ack.Sequence)
+	msg.Header.Del(HeaderMsgID)
+	if err := live(ctx, g); err != nil {
+		return err
+	}
+	_, err = g.js.PublishMsg(ctx, msg, opts...)
+	return err
+}
+
+// storedAlready reports whether the message that ack, the stream's answer
+// "duplicate" to msg, names is msg: on its NATS subject, with the same
+// envelope bytes (which name the Pigeon message's id, subject and
+// sequence). A message the stream no longer holds is not.
+func storedAlready(ctx context.Context, g *generation, ack *jetstream.PubAck, msg *nats.Msg) (bool, error) {
+	st, err := g.js.Stream(ctx, ack.Stream)
+	if err != nil {
+		return false, err
+	}
+	held, err := st.GetMsg(ctx, ack.Sequence)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return held.Subject == msg.Subject && bytes.Equal(held.Data, msg.Data), nil
 }
 
 // natsMsgIDEncoded prefixes the Nats-Msg-Id of a Pigeon id that a header

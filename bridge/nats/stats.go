@@ -37,7 +37,10 @@ type RouteStats struct {
 	Forwarded uint64
 	// Duplicates counts, for In, redelivered messages the broker already
 	// held (answered "duplicate", or MESSAGE_ID_TAKEN for a redelivery)
-	// and, for Out, publishes the stream recognised by their Nats-Msg-Id.
+	// and, for Out, publishes the stream recognised by their Nats-Msg-Id
+	// as a message it holds already on the route's NATS subject (one it
+	// holds under that id from another publisher or subject is no
+	// duplicate: the route publishes the message again without the id).
 	Duplicates uint64
 	// Refused counts, for In, messages refused by a gate (or before the
 	// broker, as a gate would), by code. They are terminated on
