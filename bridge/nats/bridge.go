@@ -188,12 +188,16 @@ func (b *Bridge) goTracked(fn func()) {
 	}()
 }
 
+// warnReconnectBuffer is what Run logs for a caller's connection that
+// keeps what is published while it reconnects (see Options.NATS).
+const warnReconnectBuffer = "natsbridge: the NATS connection keeps what is published while it reconnects and sends it later, after the broker was told the publish failed; connect it with natsbridge.ConnectOptions (nats.ReconnectBufSize(-1))"
+
 // run is Run's loop: one generation per session.
 func (b *Bridge) run(ctx context.Context) error {
 	nc := b.opts.NATS
 	if nc == nil {
 		var err error
-		nc, err = nats.Connect(b.opts.URL, nats.Name("pigeon-bridge"), nats.MaxReconnects(-1))
+		nc, err = nats.Connect(b.opts.URL, ConnectOptions()...)
 		if err != nil {
 			if ue := (*url.Error)(nil); errors.As(err, &ue) {
 				err = errors.New("the URL does not parse") // its text quotes the URL, password and all
@@ -201,6 +205,8 @@ func (b *Bridge) run(ctx context.Context) error {
 			return fmt.Errorf("natsbridge: cannot connect to NATS at %s: %w", RedactURL(b.opts.URL), err)
 		}
 		defer nc.Close()
+	} else if nc.Opts.ReconnectBufSize >= 0 {
+		b.log.Warn(warnReconnectBuffer)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

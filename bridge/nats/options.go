@@ -106,8 +106,13 @@ type Options struct {
 	// bridge's identity from it; nothing in a NATS message ever names it.
 	Credential string
 	// NATS is the caller's connection, which the bridge uses and never
-	// closes. When nil, the bridge connects to URL itself (reconnecting
-	// forever) and closes that connection when Run returns.
+	// closes. When nil, the bridge connects to URL itself, with
+	// ConnectOptions, and closes that connection when Run returns. Give a
+	// connection of your own ConnectOptions too: with nats.go's default
+	// reconnect buffer, a message published as the connection dropped is
+	// kept and sent once it is back, after the broker was told the publish
+	// failed (and redelivers it), possibly after the contract was revoked.
+	// The bridge logs a warning at Run for a connection with that buffer.
 	NATS *nats.Conn
 	URL  string
 	// Routes are the edges; at least one.
@@ -392,4 +397,18 @@ func subjectMatches(pattern, s string) bool {
 		}
 	}
 	return pattern == s
+}
+
+// ConnectOptions are the options the bridge connects to NATS with, for a
+// connection of its own (Options.URL) or one a caller opens for it
+// (Options.NATS), before the caller's own (credentials, TLS): a name,
+// reconnecting forever, and no reconnect buffer. nats.go keeps what is
+// published while it reconnects and sends it once the connection is back;
+// for the bridge that publish had already failed, the broker would
+// deliver the message again, and what was kept would leave whether or not
+// the contract still allowed it by then. Without the buffer such a
+// publish fails at once (nats.ErrReconnectBufExceeded), and the broker
+// redelivers once NATS is back.
+func ConnectOptions() []nats.Option {
+	return []nats.Option{nats.Name("pigeon-bridge"), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}
 }

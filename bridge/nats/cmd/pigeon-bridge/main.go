@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	natsOpts := []nats.Option{nats.Name("pigeon-bridge"), nats.MaxReconnects(-1)}
+	natsOpts := natsbridge.ConnectOptions()
 	if cfg.NATS.CredsFile != "" {
 		natsOpts = append(natsOpts, nats.UserCredentials(cfg.NATS.CredsFile))
 	}
