@@ -163,7 +163,9 @@ type conn struct {
 // Selector returns the selector text of an endpoint path as the request
 // carries it, escaped (url.URL.EscapedPath; not url.URL.Path, where %2F
 // is already a '/'): /mesgd/kind=chat selects "/kind=chat", and /mesgd or
-// /mesgd/ selects every message ("/*").
+// /mesgd/ selects every message ("/*"). One trailing '/' is dropped; an
+// empty segment anywhere else (/mesgd//, /mesgd/kind=chat//) is
+// SELECTOR_INVALID, as pigeon.ParseSelector refuses one.
 //
 // The path is split on '/' before anything is unescaped, so that a value
 // may hold a '/': /mesgd/room=a%2Fb selects room equal to "a/b". In each
@@ -182,6 +184,9 @@ func Selector(escapedPath string) (string, error) {
 	first, rest, _ := strings.Cut(rest, "/")
 	if p, err := url.PathUnescape(first); err != nil || "/"+p != Prefix {
 		return "", pigeon.NewError(pigeon.CodeSelectorInvalid, "the path is not under %s", Prefix)
+	}
+	if rest == "/" || strings.HasSuffix(rest, "//") {
+		return "", pigeon.NewError(pigeon.CodeSelectorInvalid, "the route path has an empty segment")
 	}
 	rest = strings.TrimSuffix(rest, "/")
 	if rest == "" {

@@ -64,6 +64,9 @@ func TestSelector(t *testing.T) {
 		{"/mesgd/room=%FF", "UTF-8"}, // a selector ParseSelector refuses
 		{"/mesgd/room=%00", "control"},
 		{"/mesgd/room=a//b", "empty segment"},
+		{"/mesgd//", ""},           // an empty segment, not every message
+		{"/mesgd/kind=chat//", ""}, // an empty segment before the trailing '/'
+		{"/mesgd///", ""},
 	} {
 		sel, err := mesgd.Selector(tc.path)
 		if tc.parse != "" {
