@@ -8,32 +8,52 @@ import (
 	"pigeon/store"
 )
 
-// maxCachedFilters bounds the filter cache; when it is full it starts
-// again empty.
+// maxCachedFilters bounds each generation of the filter cache.
 const maxCachedFilters = 1024
 
 // filterCache keeps compiled subscription filters by their text, so that
 // subscribing again with a filter (a client that reconnects, a program
 // redeployed) does not compile it again. A compiled filter is immutable
 // and safe for concurrent use, so one serves every subscription.
+//
+// It holds two generations of at most maxCachedFilters each: new filters
+// go to the young one, and when it is full it becomes the old one (the
+// old one dropped) and a new young one starts. A filter found in the old
+// generation moves to the young one. So a filter used at least once in
+// every maxCachedFilters new ones stays, however many others are
+// compiled: a principal that compiles filters as fast as its FilterRate
+// allows cannot push the ones in use out, and make their subscribers
+// compile them again (within their own rate) when they reconnect.
 type filterCache struct {
-	mu sync.Mutex
-	m  map[string]*cond.Condition
+	mu         sync.Mutex
+	young, old map[string]*cond.Condition
 }
 
 func (c *filterCache) get(src string) *cond.Condition {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.m[src]
+	if f := c.young[src]; f != nil {
+		return f
+	}
+	f := c.old[src]
+	if f != nil {
+		delete(c.old, src)
+		c.addLocked(src, f)
+	}
+	return f
 }
 
 func (c *filterCache) put(src string, f *cond.Condition) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxCachedFilters {
-		c.m = make(map[string]*cond.Condition)
+	c.addLocked(src, f)
+}
+
+func (c *filterCache) addLocked(src string, f *cond.Condition) {
+	if c.young == nil || len(c.young) >= maxCachedFilters {
+		c.old, c.young = c.young, make(map[string]*cond.Condition)
 	}
-	c.m[src] = f
+	c.young[src] = f
 }
 
 // subscriptionFilter returns src compiled, for a subscription of c to
