@@ -130,6 +130,31 @@ const CodeClusterUnconfirmed Code = "CLUSTER_UNCONFIRMED"
 // Deprecated: use CodeEncryptionRequired, named like CodeSignatureRequired.
 const CodeEncryptionReq = CodeEncryptionRequired
 
+// Known reports whether c is one of the stable codes this package
+// declares (CodeOK aside): a client reading a code from somewhere other
+// than an error body (the reason of a WebSocket close, say) takes it as
+// the server's code only then. TestKnownCodesAreTheDeclaredOnes holds the
+// list to the constants.
+func (c Code) Known() bool {
+	switch c {
+	case CodeUnauthenticated, CodeForbidden, CodePolicyDenied, CodeReplayDenied, CodeRegionDenied, CodeIntentDenied,
+		CodeContractRequired, CodeContractNotFound, CodeContractExpired, CodeContractPrincipalMismatch,
+		CodeContractStale, CodeContractRevoked, CodeSubjectNotInContract, CodeOperationNotInContract,
+		CodeNoPermittedSubjects, CodeRateLimited, CodeSensitiveFieldDenied, CodeRawPANDetected,
+		CodeIdempotencyRequired, CodeClassificationDenied, CodeEnvelopeInvalid, CodeSchemaInvalid,
+		CodeSubjectNotFound, CodeMessageNotFound, CodeQuarantineNotFound, CodeBadRequest, CodePayloadTooLarge,
+		CodeMethodNotAllowed, CodeNotFound, CodeInternal, CodeDataQuality, CodeAckNotAllowed, CodeSelectorInvalid,
+		CodeFilterInvalid, CodeRequestTimeout, CodeDeliveryExhausted, CodePolicyInvalid, CodeStoreCorrupt,
+		CodeAuditTampered, CodeStoreUnavailable, CodeStoreFull, CodeShutdown, CodeSessionClosed, CodeGrantRevoked,
+		CodeSignatureRequired, CodeSignatureInvalid, CodeEncryptionRequired, CodeInvalidArgument, CodeConflict,
+		CodeTooManyContracts, CodeTooManySubscriptions, CodeTooManyGroups, CodeDuplicateKey, CodeInvalidUTF8,
+		CodeMessageIDTaken, CodeIdentityUnavailable, CodeProgramInvalid, CodeProgramNotFound, CodeProgramTrapped,
+		CodeProgramTimeout, CodeProgramLimit, CodeProgramVersionPruned, CodeStoreNoQuorum, CodeClusterUnconfirmed:
+		return true
+	}
+	return false
+}
+
 // Sentinel errors. Every *Error matches exactly one group with errors.Is, so
 // callers can branch on the kind of failure without listing codes.
 var (

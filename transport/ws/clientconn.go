@@ -388,6 +388,13 @@ func closeError(err error) *pigeon.Error {
 	case websocket.StatusPolicyViolation:
 		var ce websocket.CloseError
 		errors.As(err, &ce)
+		if c := pigeon.Code(ce.Reason); c.Known() {
+			// The server's refusal, as its code (UNAUTHENTICATED: the
+			// credential refused when checked again, Server.Reauthenticate):
+			// a caller tells a credential to replace from a connection to
+			// redial, as it would from an error frame.
+			return pigeon.NewError(c, "the server closed the connection: %s", ce.Reason)
+		}
 		return pigeon.NewError(pigeon.CodeSessionClosed, "the server closed the connection: %s", ce.Reason)
 	case websocket.StatusMessageTooBig:
 		return pigeon.NewError(pigeon.CodeSessionClosed, "the server closed the connection: frame too big")

@@ -133,6 +133,9 @@ func BenchmarkClientDeliverBatch(b *testing.B) {
 	cs.cond.L = &cs.mu
 	s.bySID = map[string]*clientSub{"sub_1": cs}
 	cc := &clientConn{ctx: context.Background()}
+	// The connection is the session's, and sub_1 its subscription's id
+	// on it: deliverOne routes only those.
+	s.cc, cs.sidConn = cc, cc
 	var in interner
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))

@@ -148,8 +148,12 @@ func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("A's connection stayed up")
 	}
-	require.Equal(t, pigeon.CodeSessionClosed, pigeon.ErrorCode(sA.Err()), "%v", sA.Err())
-	require.Contains(t, sA.Err().Error(), string(pigeon.CodeUnauthenticated))
+	// The close's reason is the refusal's code, and A's session ends with
+	// it: a credential to replace, not a connection to redial.
+	require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(sA.Err()), "%v", sA.Err())
+	require.ErrorIs(t, sA.Err(), pigeon.ErrUnauthenticated)
+	_, err = sA.Renew(ctx)
+	require.Equal(t, pigeon.CodeUnauthenticated, pigeon.ErrorCode(err), "a later call: %v", err)
 	require.False(t, liveContract(t, v.e, kA), "A's contract is revoked")
 	require.False(t, liveContract(t, v.e, first), "the raw connection's first contract is revoked")
 	require.False(t, liveContract(t, v.e, second), "the raw connection's second contract is revoked")

@@ -60,6 +60,7 @@ from .errors import (
     SessionClosedError,
     TransportError,
     _EscapingLogger,
+    is_server_code,
     error_from,
     escaping_logger,
     new_error,
@@ -114,6 +115,27 @@ def _not_json(name: str) -> Any:
     """Refuses NaN, Infinity and -Infinity, which json.loads takes by default
     and JSON does not have."""
     raise ValueError(f"{name} is not JSON")
+
+
+def _loads_frame(raw: str) -> tuple[Any, list[tuple[dict, str]]]:
+    """A frame's JSON, and each object of it (data included) that holds a
+    member name twice, with that name: json.loads keeps the last of them,
+    another reader the first, and the server never sends one (it refuses
+    them, DUPLICATE_KEY)."""
+    dups: list[tuple[dict, str]] = []
+
+    def pairs(ps: list[tuple[str, Any]]) -> dict:
+        d = dict(ps)
+        if len(d) != len(ps):
+            seen: set[str] = set()
+            for k, _ in ps:
+                if k in seen:
+                    dups.append((d, k))
+                    break
+                seen.add(k)
+        return d
+
+    return json.loads(raw, parse_constant=_not_json, object_pairs_hook=pairs), dups
 
 
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -670,14 +692,20 @@ class Session:
             )
         if code == 1001:
             return TransportError("SHUTTING_DOWN", "the server is shutting down")
-        return SessionClosedError("SESSION_CLOSED", f"the connection was lost (close code {code})")
+        reason = ws.close_reason or ""
+        if code == 1008 and is_server_code(reason):
+            # The server's refusal, as its code (UNAUTHENTICATED: the
+            # credential refused when the server checked it again): the calls
+            # waiting fail with it, as an error frame would fail them.
+            return new_error(reason, f"the server closed the connection (1008 {reason})", details={"closeCode": 1008})
+        return SessionClosedError("SESSION_CLOSED", f"the connection was lost (close code {code}{' ' + reason if reason else ''})")
 
     def _dispatch(self, raw: str | bytes, gen: int) -> None:
         if isinstance(raw, bytes):
             self._report(ProtocolError("BAD_REQUEST", "the server sent a binary frame"))
             return
         try:
-            f = json.loads(raw, parse_constant=_not_json)
+            f, dups = _loads_frame(raw)
         except ValueError:
             self._report(ProtocolError("BAD_REQUEST", f"the server sent a frame that is not JSON: {raw[:80]!r}"))
             return
@@ -689,6 +717,21 @@ class Session:
             return
         if not isinstance(f, dict):
             self._report(ProtocolError("BAD_REQUEST", "the server sent a frame that is not a JSON object"))
+            return
+        if dups:
+            # Refused whole, as the Rust client refuses it: no delivery in it
+            # is handed over (the server's ack wait gives it back), and the
+            # call it answers fails, when its "re" is there once.
+            err = ProtocolError("BAD_REQUEST", f"the server sent a frame with the member {dups[0][1]!r} twice in one object")
+            re_dup = any(d is f and k == "re" for d, k in dups)
+            re_ = None if re_dup else f.get("re")
+            fut = self._pending.pop(re_, None) if isinstance(re_, str) and re_ else None
+            if fut is not None:
+                self._binding.pop(re_, None)
+                if not fut.done():
+                    fut.set_exception(err)
+            else:
+                self._report(err)
             return
         op = f.get("op")
         if op in ("deliver", "deliver_batch", "unsubscribed") and not isinstance(f.get("sub"), str):

@@ -6,6 +6,7 @@
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import type { WebSocketLike } from "./socket.js";
 import { markNonIntegerV } from "./sigv.js";
+import { duplicateMember } from "./jcs.js";
 
 /** What a connection reports to and routes through. */
 export interface ConnOwner {
@@ -186,6 +187,24 @@ export class Conn {
       return;
     }
     const fr = f as Frame;
+    // An object with two members of one name, at any depth (data
+    // included): JSON.parse kept the last, another reader the first; the
+    // server never sends one (it refuses them, DUPLICATE_KEY). The frame
+    // is refused whole: the call it answers fails, when its "re" is there
+    // once; otherwise it is reported, and a delivery in it is not handed
+    // over (the server's ack wait gives it back).
+    const dup = duplicateMember(text);
+    if (dup) {
+      const err = new PigeonError(ClientCodes.BAD_FRAME, `the server sent a frame with the member ${JSON.stringify(dup.name)} twice in one object`, { op: typeof fr.op === "string" ? fr.op : undefined });
+      const re = dup.top && dup.name === "re" ? undefined : typeof fr.re === "string" || typeof fr.re === "number" ? String(fr.re) : undefined;
+      const p = re === undefined ? undefined : this.pending.get(re);
+      if (p && re !== undefined) {
+        this.pending.delete(re);
+        if (p.timer) clearTimeout(p.timer);
+        p.reject(err);
+      } else this.session.report(err);
+      return;
+    }
     // A signature's "v" spelled 2.0 or 2e0 (one regular expression test).
     markNonIntegerV(text, fr);
     if (fr.re !== undefined) {

@@ -193,3 +193,67 @@ function checkText(t: string): void {
     i++;
   }
 }
+
+/**
+ * The first member name that one object of `t` holds twice (compared
+ * unescaped: "a" and "\u0061" are one name), and whether that object is
+ * t's outermost; undefined when there is none. `t` is text JSON.parse
+ * accepted. Only names are decoded, and only those with an escape; each
+ * open object's names are kept in one array (a Set past 16).
+ */
+export function duplicateMember(t: string): { name: string; top: boolean } | undefined {
+  // Per open object or array (innermost last): its names (null for an
+  // array), the Set they moved to once there were many, and where its
+  // names start in `names`.
+  const names: string[] = [];
+  const from: number[] = [];
+  const sets: (Set<string> | null | undefined)[] = []; // undefined: an object without a Set; null: an array
+  let expectKey = false;
+  for (let i = 0; i < t.length; ) {
+    const c = t.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: its closing quote is the first one not escaped.
+      let j = t.indexOf('"', i + 1);
+      for (;;) {
+        let k = j - 1;
+        while (t.charCodeAt(k) === 0x5c) k--;
+        if ((j - 1 - k) % 2 === 0) break;
+        j = t.indexOf('"', j + 1);
+      }
+      if (expectKey) {
+        const raw = t.slice(i + 1, j);
+        const name = raw.includes("\\") ? (JSON.parse(t.slice(i, j + 1)) as string) : raw;
+        const top = sets.length - 1;
+        const set = sets[top];
+        if (set) {
+          if (set.has(name)) return { name, top: top === 0 };
+          set.add(name);
+        } else {
+          for (let n = from[top]!; n < names.length; n++) if (names[n] === name) return { name, top: top === 0 };
+          names.push(name);
+          if (names.length - from[top]! > 16) {
+            sets[top] = new Set(names.splice(from[top]!));
+          }
+        }
+        expectKey = false;
+      }
+      i = j + 1;
+      continue;
+    }
+    if (c === 0x7b) {
+      sets.push(undefined);
+      from.push(names.length);
+      expectKey = true;
+    } else if (c === 0x5b) {
+      sets.push(null);
+      from.push(names.length);
+    } else if (c === 0x7d || c === 0x5d) {
+      sets.pop();
+      names.length = from.pop()!;
+    } else if (c === 0x2c) {
+      expectKey = sets[sets.length - 1] !== null;
+    }
+    i++;
+  }
+  return undefined;
+}

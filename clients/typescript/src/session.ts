@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, isServerCode, PigeonError, transportError } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -378,6 +378,13 @@ export class Session implements ConnOwner {
       const max = this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
       const why = c.sockError ? `the server sent a frame larger than maxFrameBytes (${max}): ${c.sockError}` : "a frame was larger than the receiver's limit";
       return new PigeonError(ClientCodes.SESSION_CLOSED, `the connection closed (1009): ${why}`, { closeCode: 1009, maxFrameBytes: max });
+    }
+    if (code === 1008 && isServerCode(reason)) {
+      // The server's refusal, as its code (UNAUTHENTICATED: the
+      // credential refused when the server checked it again): the calls
+      // waiting fail with it, as an error frame would fail them, and a
+      // reconnect refused the same way ends the session with it.
+      return new PigeonError(reason, `the server closed the connection (1008 ${reason})`, { closeCode: 1008 });
     }
     return transportError(`the connection closed (${code}${reason ? ` ${reason}` : ""})`);
   }
