@@ -766,8 +766,14 @@ export class Session implements ConnOwner {
     this.triedAt = Date.now();
     this.triedOf = k.id;
     try {
-      await this.renewOn(c, ttl);
+      const got = await this.renewOn(c, ttl);
       if (!current()) return; // renewed: renewOn scheduled the next one
+      if (got.id !== k.id) {
+        // Not an answer about this contract (a broken or hostile server):
+        // a failed renewal, tried again, as the Go client does; taken for
+        // an expiry that did not move, it stopped the renewals for good.
+        throw new PigeonError(ClientCodes.BAD_FRAME, `the server answered the renewal of ${k.id} with another contract (${JSON.stringify(got.id)})`);
+      }
       // The expiry did not move. With a ttl shorter than the life left (an
       // explicit renew() with a longer one), try again when less is left;
       // otherwise it is the credential's end: stop renewing this contract.

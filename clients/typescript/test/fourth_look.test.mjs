@@ -329,3 +329,28 @@ test('a signature whose "v" is spelled 2.0 or 2e0 names no signing form', async 
     verifyMessage(good, keys.signingPublic);
   });
 });
+
+// A renewal answered with another contract (a broken or hostile server)
+// left the expiry where it was, which the loop took for the credential's
+// end: it stopped renewing, and the session's contract lapsed. It is now a
+// failed renewal, reported and tried again (no sooner than the floor), as
+// the Go client does.
+test("a renewal answered with another contract is tried again", async () => {
+  const at = [];
+  const srv = await rawServer(
+    (ws, f) => {
+      if (f.op !== "renew") return ok(ws, f);
+      at.push(Date.now());
+      const k = at.length === 1 ? { ...CONTRACT, id: "ctr_other" } : CONTRACT;
+      ws.send(JSON.stringify({ op: "contract", re: f.id, contract: { ...k, expiresAt: new Date(Date.now() + 2000).toISOString() } }));
+    },
+    { contract: () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + 2000).toISOString() }) },
+  );
+  const errors = [];
+  await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
+    await until(() => at.length >= 2, 5000, "a second renewal");
+    for (let i = 1; i < at.length; i++) assert.ok(at[i] - at[i - 1] >= 400, `renewal ${i} of ${at.length}: ${at[i] - at[i - 1]} ms after the last`);
+    await until(() => Date.parse(s.contract.expiresAt) > Date.now() + 1000, 2000, "the renewed expiry");
+    assert.ok(errors.some((e) => /another contract/.test(e.message)), errors.map(String).join("; "));
+  });
+});
