@@ -1150,7 +1150,18 @@ class Session:
                 self._report_renewal(cid, err, f"trying again in {retry:.1f} s")
                 continue
             if k.id != cid:
-                return
+                c = self._contract
+                if self.closed or c is None or c.id != cid:
+                    return  # replaced meanwhile: the new contract is renewed anew
+                # Not an answer about this contract (a broken or hostile
+                # server): a failed renewal, tried again, as the Go and
+                # TypeScript clients do; stopping let the contract lapse.
+                left = (exp - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+                retry = max(min(left / 4, 5.0), 0.1, self._renew_floor())
+                self._report_renewal(cid, ProtocolError(
+                    "BAD_REQUEST", f"the server answered the renewal with another contract ({k.id!r})"),
+                    f"trying again in {retry:.1f} s")
+                continue
             if k.expires_at is None or k.expires_at <= exp:
                 log.info("pigeon: contract %s cannot be renewed past the connection's credential (expires %s); "
                          "connect again with a fresh one", cid, exp.isoformat())

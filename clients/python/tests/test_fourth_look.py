@@ -497,3 +497,40 @@ async def test_hostile_frames_are_reported_and_neither_kill_the_reader_nor_misnu
             assert subscribes[1].get("start") == {"sequence": 5}, subscribes[1]
         finally:
             await s.close(timeout=1)
+
+
+async def test_a_renewal_answered_with_another_contract_is_tried_again():
+    # A renewal answered with another contract (a broken or hostile
+    # server) stopped the renewal loop, and the contract lapsed; it is now
+    # a failed renewal, reported and tried again no sooner than the floor,
+    # as the Go and TypeScript clients do.
+    renews: list = []
+    errors: list = []
+
+    async def endpoint(ws):
+        async for raw in ws:
+            f = json.loads(raw)
+            if f["op"] == "negotiate":
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": expiring_in(2.0)}))
+            elif f["op"] == "renew":
+                renews.append(time.monotonic())
+                k = expiring_in(2.0)
+                if len(renews) == 1:
+                    k["id"] = "ctr_other"
+                await ws.send(json.dumps({"op": "contract", "re": f["id"], "contract": k}))
+
+    async with serve(endpoint, "127.0.0.1", 0) as srv:
+        s = await _session(_port(srv), auto_renew=True, on_error=errors.append)
+        try:
+            deadline = time.monotonic() + 5
+            while len(renews) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert len(renews) >= 2, f"{len(renews)} renewals; errors {errors}"
+            assert renews[1] - renews[0] >= 0.45, renews
+            await asyncio.sleep(0.1)
+            left = (s.contract.expires_at - dt.datetime.now(dt.timezone.utc)).total_seconds()
+            assert left > 1.0, left
+            assert s.contract.id == CONTRACT["id"]
+            assert any("another contract" in str(e) for e in errors), errors
+        finally:
+            await s.close(timeout=1)
