@@ -57,7 +57,8 @@ type Checkpoint struct {
 // length as a uvarint, so no two distinct records share an input. The time
 // is taken as UnixNano, which names only the instants from 1678 to 2262:
 // two instants 2^64 ns apart share it, so a Verifier refuses a record whose
-// time is outside that range (see timeHashed).
+// time is outside that range (see timeHashed). UnixNano has no zone either,
+// so a Verifier refuses a time whose Location is not time.UTC.
 func (r *AuditRecord) ComputeHash() string {
 	var buf [512]byte
 	b := buf[:0]
@@ -136,11 +137,19 @@ func (v *Verifier) Next(r *AuditRecord) error {
 		// store file) would still verify.
 		return &ChainError{Seq: r.Seq, Reason: "time outside the range the hash covers (1678 to 2262)"}
 	}
+	if r.Time.Location() != time.UTC {
+		// The hash covers the instant, not the zone the store keeps
+		// with it; every record is written in UTC, so another zone
+		// (a fixed one named "UTC" 14 hours ahead, one JSON cannot
+		// write) was put there since, to show another day or to make
+		// the record unreadable.
+		return &ChainError{Seq: r.Seq, Reason: "time not in UTC (the hash does not cover a zone)"}
+	}
 	if r.ComputeHash() != r.Hash {
 		return &ChainError{Seq: r.Seq, Reason: "hash does not match the record"}
 	}
 	if r.Count != 0 {
-		if n, ok := CountSeqs(r.Seqs); !ok || n != uint64(r.Count) || len(r.Digest) != 64 {
+		if n, ok := CountSeqs(r.Seqs); !ok || r.Count < 0 || n != uint64(r.Count) || len(r.Digest) != 64 {
 			return &ChainError{Seq: r.Seq, Reason: "a batch record whose seqs, count and digest disagree"}
 		}
 	}

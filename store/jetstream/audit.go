@@ -44,7 +44,14 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, head.Seq+uint64(i))
 		}
 	}
-	return s.fail(ctx, s.publishAudit(ctx, recs, streamSeq))
+	// Kept in UTC, as store.Verifier requires of a stored record (the hash
+	// covers the instant alone, which the zone does not change).
+	utc := make([]store.AuditRecord, len(recs))
+	for i, r := range recs {
+		r.Time = r.Time.UTC()
+		utc[i] = r
+	}
+	return s.fail(ctx, s.publishAudit(ctx, utc, streamSeq))
 }
 
 // ChainAudit implements store.AuditChainer: it chains recs onto the

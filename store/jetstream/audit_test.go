@@ -68,3 +68,29 @@ func TestChainAudit(t *testing.T) {
 	require.Equal(t, uint64(3), ce.Seq)
 	require.Equal(t, uint64(2), reports[1].Records)
 }
+
+// A record given to AppendAudit in another zone is stored in UTC: the
+// hash covers the instant alone, and a verifier refuses a stored record
+// whose time is in any zone but UTC (the zone is not hashed, so it could
+// be rewritten unseen).
+func TestAppendAuditKeepsTimesInUTC(t *testing.T) {
+	srv := runServer(t)
+	nc := connect(t, srv.ClientURL())
+	ctx := t.Context()
+	prefix := freshPrefix()
+	s, err := Open(ctx, nc, &Options{Prefix: prefix, Node: "a"})
+	require.NoError(t, err)
+	r := store.AuditRecord{Seq: 1, ID: "aud_1", Type: "publish.accepted",
+		Time: time.Date(2026, 12, 4, 23, 30, 0, 0, time.FixedZone("EST", -5*3600)), PrevHash: store.Genesis}
+	r.Hash = r.ComputeHash()
+	require.NoError(t, s.AppendAudit(ctx, r))
+	got, err := s.ReadAudit(ctx, 1, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Same(t, time.UTC, got[0].Time.Location())
+	require.True(t, got[0].Time.Equal(r.Time))
+	reports, err := VerifyAudit(ctx, nc, prefix)
+	require.NoError(t, err)
+	require.Len(t, reports, 1)
+	require.NoError(t, reports[0].Err)
+}

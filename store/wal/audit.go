@@ -184,7 +184,8 @@ func (s *Store) finishAuditTrim() error {
 
 // AppendAudit implements store.AuditLog. The records must continue the
 // chain (sequence and hashes); one that does not is refused with an error
-// matching store.ErrTampered, since Open would refuse it later.
+// matching store.ErrTampered, since Open would refuse it later. Their
+// times are kept in UTC.
 func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) error {
 	if err := s.enter(ctx); err != nil {
 		return err
@@ -213,11 +214,16 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	}
 	v := store.Verifier{From: a.pend}
 	ends := make([]int, len(recs))
+	var last store.AuditRecord
 	for i := range recs {
-		if err := v.Next(&recs[i]); err != nil {
+		// Kept in UTC, as the Verifier requires of a stored record (the
+		// hash covers the instant alone, which the zone does not change).
+		last = recs[i]
+		last.Time = last.Time.UTC()
+		if err := v.Next(&last); err != nil {
 			return fail(err)
 		}
-		buf.b = appendAudit(buf.b, &recs[i])
+		buf.b = appendAudit(buf.b, &last)
 		ends[i] = len(buf.b)
 	}
 	a.pend = v.Head()
@@ -228,7 +234,6 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 		data[i] = buf.b[start:end:end]
 		start = end
 	}
-	last := recs[len(recs)-1]
 	r := &wreq{data: data, aux: &last, buf: buf}
 	w.enqueueLocked(r)
 	return w.awaitLocked(r)
