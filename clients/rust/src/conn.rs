@@ -22,7 +22,62 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
 
-type Ws = WebSocketStream<Stream>;
+type Ws = WebSocketStream<Counted>;
+
+/// The connection's stream, counting the bytes written to it: the write
+/// bound is on progress, not on a whole write (see [`written`]).
+struct Counted {
+    inner: Stream,
+    wrote: Arc<AtomicU64>,
+}
+
+impl Counted {
+    fn count(&self, r: &std::task::Poll<std::io::Result<usize>>) {
+        if let std::task::Poll::Ready(Ok(n)) = r {
+            self.wrote.fetch_add(*n as u64, Ordering::Release);
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.count(&r);
+        r
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.count(&r);
+        r
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
 
 /// The most messages the client puts in one publish_batch frame.
 pub const MAX_PUBLISH_BATCH: usize = 1000;
@@ -110,6 +165,61 @@ pub(crate) struct PubItem {
     pub json: String,
     pub data: Option<Range<usize>>,
     pub tx: oneshot::Sender<Result<Decision>>,
+    /// Its place among the session's pending publishes, given back when
+    /// the item goes (answered, failed, or its connection ended), not when
+    /// its `PendingPublish` is dropped.
+    pub _slot: PubSlot,
+}
+
+/// A publish's place among those pending: one of
+/// `max_pending_publishes`, and its bytes among
+/// `max_pending_publish_bytes` ([`ConnectOptions`](crate::ConnectOptions)),
+/// both given back when it is dropped.
+#[derive(Default)]
+pub(crate) struct PubSlot {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    bytes: usize,
+    held: Option<Arc<std::sync::atomic::AtomicUsize>>,
+}
+
+impl PubSlot {
+    /// Takes `bytes` of `held` (the bytes pending), at most `max` in all,
+    /// except that one publish of any size is taken when none is pending;
+    /// beyond, `RATE_LIMITED` at once, and the publish is not sent.
+    pub(crate) fn take(
+        permit: tokio::sync::OwnedSemaphorePermit,
+        held: &Arc<std::sync::atomic::AtomicUsize>,
+        bytes: usize,
+        max: usize,
+    ) -> Result<PubSlot> {
+        let mut cur = held.load(Ordering::Acquire);
+        loop {
+            if cur > 0 && cur.saturating_add(bytes) > max {
+                let mut details = Map::new();
+                details.insert("maxPendingPublishBytes".into(), json!(max));
+                return Err(Error::with_details(
+                    "RATE_LIMITED",
+                    format!(
+                        "{cur} bytes of publishes wait for their decision, and this one's {bytes} would take them past max_pending_publish_bytes ({max}): it was not sent"
+                    ),
+                    details,
+                ));
+            }
+            match held.compare_exchange_weak(cur, cur + bytes, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(PubSlot { permit: Some(permit), bytes, held: Some(held.clone()) }),
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
+impl Drop for PubSlot {
+    fn drop(&mut self) {
+        if let Some(h) = &self.held {
+            h.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
+        self.permit.take();
+    }
 }
 
 /// Where the data member's value is in `json`, a message as serde_json
@@ -179,6 +289,8 @@ pub(crate) struct Conn {
     out_bytes: std::sync::atomic::AtomicUsize,
     /// The largest frame read ([`ConnectOptions::max_frame_bytes`](crate::ConnectOptions::max_frame_bytes)).
     max_read: usize,
+    /// The bytes written to the socket so far ([`Counted`]).
+    wrote: Arc<AtomicU64>,
 }
 
 /// Forgets a call's pending entry when the call ends, answered or not: a
@@ -263,8 +375,10 @@ impl Conn {
         }
         let target = Target::parse(&url)?;
         let tls_config = if target.secure { Some(inner.opts.tls.as_ref().unwrap_or_else(|| tls::TlsConfig::default_ref())) } else { None };
+        let wrote = Arc::new(AtomicU64::new(0));
         let dial = async {
             let (stream, tls) = tls::connect(&target, tls_config).await?;
+            let stream = Counted { inner: stream, wrote: wrote.clone() };
             // The read limit, explicit: tungstenite's defaults (64 MiB a
             // message, 16 MiB a frame) would drop the connection on a
             // broker's replay answer above 16 MiB sent as one frame.
@@ -277,7 +391,9 @@ impl Conn {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let (pub_done_tx, pub_done_rx) = mpsc::unbounded_channel();
         let mut conn = Conn::new(out_tx, pub_done_tx, inner.opts.call_timeout);
-        Arc::get_mut(&mut conn).expect("a new connection").max_read = max_read;
+        let c = Arc::get_mut(&mut conn).expect("a new connection");
+        c.max_read = max_read;
+        c.wrote = wrote;
         let (sink, stream) = ws.split();
         tokio::spawn(writer(conn.clone(), sink, out_rx, pub_done_rx, inner.opts.publish_frames_in_flight.max(1)));
         tokio::spawn(reader(conn.clone(), Arc::downgrade(inner), stream));
@@ -359,12 +475,12 @@ impl Conn {
 
     /// Queues a publish for the writer: `json` is the message, `data`
     /// where its data is in it (see `data_span`).
-    pub(crate) fn publish(&self, json: String, data: Option<Range<usize>>) -> Result<oneshot::Receiver<Result<Decision>>> {
+    pub(crate) fn publish(&self, json: String, data: Option<Range<usize>>, slot: PubSlot) -> Result<oneshot::Receiver<Result<Decision>>> {
         let (tx, rx) = oneshot::channel();
         if self.is_dead() {
             return Err(self.failed());
         }
-        self.out.send(Out::Publish(PubItem { json, data, tx })).map_err(|_| self.failed())?;
+        self.out.send(Out::Publish(PubItem { json, data, tx, _slot: slot })).map_err(|_| self.failed())?;
         Ok(rx)
     }
 
@@ -468,6 +584,7 @@ impl Conn {
             pub_done,
             out_bytes: std::sync::atomic::AtomicUsize::new(0),
             max_read: crate::session::DEFAULT_MAX_FRAME_BYTES,
+            wrote: Arc::default(),
         })
     }
 
@@ -541,6 +658,14 @@ fn answer_batch(items: Vec<PubItem>, f: &Value) {
 fn close_error(frame: Option<&CloseFrame<'_>>) -> Error {
     match frame {
         Some(f) if f.code == CloseCode::Away => Error::transport("SHUTTING_DOWN", "the server is shutting down"),
+        // The server's refusal, as its code (UNAUTHENTICATED: the credential
+        // refused when the server checked it again): the calls waiting fail
+        // with it, as an error frame would fail them.
+        Some(f) if f.code == CloseCode::Policy && crate::error::is_server_code(&f.reason) => {
+            let mut e = Error::new(&f.reason, format!("the server closed the connection (1008: {})", f.reason));
+            e.details.insert("closeCode".into(), json!(1008));
+            e
+        }
         Some(f) => Error::transport("SESSION_CLOSED", format!("the server closed the connection ({}: {})", u16::from(f.code), f.reason)),
         None => Error::transport("SESSION_CLOSED", "the server closed the connection"),
     }
@@ -676,11 +801,14 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
         }
         return;
     };
+    let Some(attempt) = attempt_of(attempt) else {
+        // Left unanswered, as one without a valid message: the server's
+        // ack wait gives it back.
+        sub.report(Error::protocol("a delivery whose attempt is not an integer of 0 to 2^63-1"));
+        return;
+    };
     match message.map(Message::deserialize) {
         Some(Ok(m)) => {
-            // An attempt beyond u32 is held at u32::MAX, never wrapped
-            // (2^32 + 1 would read as a first attempt).
-            let attempt = attempt.and_then(Value::as_u64).map_or(1, |a| u32::try_from(a).unwrap_or(u32::MAX));
             if !sub.dispatch(conn.clone(), sid, m, attempt) {
                 // Ended, yet its server subscription still delivers (a
                 // subscribe given up just after its answer came): end that.
@@ -689,6 +817,22 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
             }
         }
         _ => sub.report(Error::protocol("a delivery without a valid message")),
+    }
+}
+
+/// A delivery's `attempt` as the Go client reads it, a Go `int`: a JSON
+/// integer (`1.0`, `1e0`, `"1"` and `true` are not), 0 when absent or
+/// null (the Go zero value; a broker always sends one, from 1). None
+/// refuses the delivery as a bad frame: not an integer, or one beyond
+/// 2^63-1 (which the Go client's `int` refuses too), or a negative one
+/// (which the Go client passes on, but no broker sends and a `u32` cannot
+/// hold). An attempt beyond `u32` is held at `u32::MAX`, never wrapped
+/// (2^32 + 1 would read as a first attempt).
+fn attempt_of(v: Option<&Value>) -> Option<u32> {
+    match v {
+        None | Some(Value::Null) => Some(0),
+        Some(Value::Number(n)) if n.is_u64() => n.as_u64().filter(|&a| a <= i64::MAX as u64).map(|a| u32::try_from(a).unwrap_or(u32::MAX)),
+        Some(_) => None,
     }
 }
 
@@ -848,21 +992,34 @@ async fn writer(
     conn.kill("the connection was closed");
 }
 
-/// `io`, a write on the socket, as [`unless_killed`], within the
-/// connection's `call_timeout`: a server that stops reading (its socket
-/// buffers full) would hold the writer, and every call and publish queued
-/// behind it, for as long as the connection stays open, pings off. A
-/// write not done by then drops the connection as a lost one.
+/// `io`, a write on the socket, as [`unless_killed`], as long as it makes
+/// progress: a server that stops reading (its socket buffers full) would
+/// hold the writer, and every call and publish queued behind it, for as
+/// long as the connection stays open, pings off. A write that wrote no
+/// byte to the socket for a whole `call_timeout` (checked each
+/// `call_timeout`: so it ends between one and two of them after the last
+/// byte) drops the connection as a lost one; a large frame a server reads
+/// slowly but steadily is written however long it takes in all, as in the
+/// Go client (WithWriteTimeout).
 async fn written<E>(
     conn: &Conn,
     kill: &mut watch::Receiver<bool>,
     io: impl std::future::Future<Output = std::result::Result<(), E>>,
 ) -> bool {
-    match tokio::time::timeout(conn.call_timeout, unless_killed(kill, io)).await {
-        Ok(ok) => ok,
-        Err(_) => {
-            conn.kill(&format!("a write made no progress for {:?}: the server stopped reading", conn.call_timeout));
-            false
+    let mut io = std::pin::pin!(io);
+    let mut seen = conn.wrote.load(Ordering::Acquire);
+    loop {
+        match tokio::time::timeout(conn.call_timeout, unless_killed(kill, io.as_mut())).await {
+            Ok(ok) => return ok,
+            Err(_) => {
+                let now = conn.wrote.load(Ordering::Acquire);
+                if now != seen {
+                    seen = now;
+                    continue;
+                }
+                conn.kill(&format!("a write made no progress for {:?}: the server stopped reading", conn.call_timeout));
+                return false;
+            }
         }
     }
 }
@@ -886,6 +1043,46 @@ mod tests {
     use super::*;
     use crate::message::Signature;
     use serde_json::json;
+
+    /// A 1008 whose reason is one of the server's stable codes (the
+    /// credential refused when the server checked it again, as
+    /// UNAUTHENTICATED) is that code, as an error frame would give it, not
+    /// SESSION_CLOSED with the code in its message; any other reason, or
+    /// another close, is SESSION_CLOSED as before.
+    #[test]
+    fn a_policy_close_with_a_code_is_that_code() {
+        let close = |code: CloseCode, reason: &'static str| close_error(Some(&CloseFrame { code, reason: reason.into() }));
+        let e = close(CloseCode::Policy, "UNAUTHENTICATED");
+        assert_eq!((e.code.as_str(), e.kind), ("UNAUTHENTICATED", ErrorKind::Unauthenticated), "{e:?}");
+        assert!(e.message.contains("UNAUTHENTICATED"));
+        assert_eq!(close(CloseCode::Policy, "GRANT_REVOKED").code, "GRANT_REVOKED");
+        for (code, reason) in [
+            (CloseCode::Policy, "write stalled"),
+            (CloseCode::Policy, "unauthenticated"),
+            (CloseCode::Policy, ""),
+            (CloseCode::Normal, "UNAUTHENTICATED"),
+        ] {
+            let e = close(code, reason);
+            assert_eq!((e.code.as_str(), e.kind), ("SESSION_CLOSED", ErrorKind::Transport), "{code:?} {reason:?}: {e:?}");
+        }
+    }
+
+    /// The codes a close's reason is taken as are the server's
+    /// (clients/conformance/codes.json), and none of the client's own.
+    #[test]
+    fn server_codes_are_codes_json() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conformance/codes.json");
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let codes: Vec<&str> = v["codes"].as_array().unwrap().iter().map(|c| c["code"].as_str().unwrap()).collect();
+        assert!(codes.len() > 50);
+        for c in &codes {
+            assert!(crate::error::is_server_code(c), "{c}");
+        }
+        assert_eq!(crate::error::SERVER_CODES.len(), codes.len());
+        for c in ["BAD_FRAME", "TIMEOUT", "CLOSED", "", "unauthenticated"] {
+            assert!(!crate::error::is_server_code(c), "{c}");
+        }
+    }
 
     /// data_span finds the data serde_json writes for a message, whatever
     /// its other members hold.
@@ -938,6 +1135,20 @@ mod tests {
         }
     }
 
+    /// The attempts a Go `int` reads, and only those (see `attempt_of`).
+    #[test]
+    fn an_attempt_is_an_integer_a_go_int_holds() {
+        let read = |t: &str| attempt_of(Some(&parse_frame(t).unwrap()));
+        for (t, want) in [("1", 1), ("0", 0), ("null", 0), ("4294967295", u32::MAX), ("4294967297", u32::MAX)] {
+            assert_eq!(read(t), Some(want), "{t}");
+        }
+        assert_eq!(read("9223372036854775807"), Some(u32::MAX));
+        assert_eq!(attempt_of(None), Some(0));
+        for t in ["-1", "-0", "1.5", "1.0", "1e0", "\"1\"", "true", "[1]", "{}", "9223372036854775808", "18446744073709551615"] {
+            assert_eq!(read(t), None, "{t}");
+        }
+    }
+
     #[test]
     fn publish_frames_ask_for_brief_answers() {
         let one = publish_frame("7", 1, r#"{"subject":"s"}"#);
@@ -955,7 +1166,7 @@ mod tests {
     fn decision_puts_the_data_sent_back() {
         let item = |m: &Message| {
             let json = serde_json::to_string(m).unwrap();
-            PubItem { data: data_span(&json), json, tx: oneshot::channel().0 }
+            PubItem { data: data_span(&json), json, tx: oneshot::channel().0, _slot: PubSlot::default() }
         };
         let sent = Message::new("s", "t", "i").with_data(json!({"text": "café \"q\"", "n": [1.5, null]}));
         let answer = |status: &str, data: Option<Value>| {

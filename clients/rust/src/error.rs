@@ -185,6 +185,80 @@ impl Error {
 /// The kind of a code: the one of its group on the server (tests/codes.rs
 /// holds it to clients/conformance/codes.json); a code not listed here is
 /// [`ErrorKind::Denied`].
+/// The server's stable codes (errors.go at the repository's root); a unit
+/// test of conn.rs holds them to clients/conformance/codes.json.
+pub(crate) const SERVER_CODES: &[&str] = &[
+    "ACK_NOT_ALLOWED",
+    "AUDIT_TAMPERED",
+    "BAD_REQUEST",
+    "CLASSIFICATION_DENIED",
+    "CLUSTER_UNCONFIRMED",
+    "CONFLICT",
+    "CONTRACT_EXPIRED",
+    "CONTRACT_NOT_FOUND",
+    "CONTRACT_PRINCIPAL_MISMATCH",
+    "CONTRACT_REQUIRED",
+    "CONTRACT_REVOKED",
+    "CONTRACT_STALE",
+    "DATA_QUALITY_FAILED",
+    "DELIVERY_EXHAUSTED",
+    "DUPLICATE_KEY",
+    "ENCRYPTION_REQUIRED",
+    "ENVELOPE_INVALID",
+    "FILTER_INVALID",
+    "FORBIDDEN",
+    "GRANT_REVOKED",
+    "IDEMPOTENCY_REQUIRED",
+    "IDENTITY_UNAVAILABLE",
+    "INTENT_DENIED",
+    "INTERNAL",
+    "INVALID_ARGUMENT",
+    "INVALID_UTF8",
+    "MESSAGE_ID_TAKEN",
+    "MESSAGE_NOT_FOUND",
+    "METHOD_NOT_ALLOWED",
+    "NOT_FOUND",
+    "NO_PERMITTED_SUBJECTS",
+    "OPERATION_NOT_IN_CONTRACT",
+    "PAYLOAD_TOO_LARGE",
+    "POLICY_DENIED",
+    "POLICY_INVALID",
+    "PROGRAM_INVALID",
+    "PROGRAM_LIMIT_EXCEEDED",
+    "PROGRAM_NOT_FOUND",
+    "PROGRAM_TIMEOUT",
+    "PROGRAM_TRAPPED",
+    "PROGRAM_VERSION_PRUNED",
+    "QUARANTINE_NOT_FOUND",
+    "RATE_LIMITED",
+    "RAW_PAN_DETECTED",
+    "REGION_DENIED",
+    "REPLAY_DENIED",
+    "REQUEST_TIMEOUT",
+    "SCHEMA_INVALID",
+    "SELECTOR_INVALID",
+    "SENSITIVE_FIELD_DENIED",
+    "SESSION_CLOSED",
+    "SHUTTING_DOWN",
+    "SIGNATURE_INVALID",
+    "SIGNATURE_REQUIRED",
+    "STORE_CORRUPT",
+    "STORE_FULL",
+    "STORE_NO_QUORUM",
+    "STORE_UNAVAILABLE",
+    "SUBJECT_NOT_FOUND",
+    "SUBJECT_NOT_IN_CONTRACT",
+    "TOO_MANY_CONTRACTS",
+    "TOO_MANY_GROUPS",
+    "TOO_MANY_SUBSCRIPTIONS",
+    "UNAUTHENTICATED",
+];
+
+/// Whether `code` is one of the server's stable codes (not the client's own).
+pub(crate) fn is_server_code(code: &str) -> bool {
+    SERVER_CODES.contains(&code)
+}
+
 fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
     match code {
         "UNAUTHENTICATED" | "IDENTITY_UNAVAILABLE" => return ErrorKind::Unauthenticated,

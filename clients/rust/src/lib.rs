@@ -27,7 +27,10 @@ mod tls;
 pub use conn::MAX_PUBLISH_BATCH;
 pub use error::{escape_text, http_status, Error, ErrorKind, Result};
 pub use message::{Contract, ContractSubject, Decision, Message, Signature, Status};
-pub use session::{ConnectOptions, ErrorCallback, PendingPublish, ReplayOptions, Session, DEFAULT_MAX_FRAME_BYTES, FINAL_RENEW_REFUSALS};
+pub use session::{
+    ConnectOptions, ErrorCallback, PendingPublish, ReplayOptions, Session, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_PENDING_PUBLISH_BYTES,
+    FINAL_RENEW_REFUSALS,
+};
 pub use subscription::{Ack, Delivery, HandlerError, Start, SubscribeOptions, Subscription, MAX_QUEUED, MAX_QUEUED_BYTES};
 pub use tls::TlsConfig;
 /// The rustls crate the client's TLS uses, for [`TlsConfig::from_rustls`].

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, Semaphore};
 
 /// A callback that receives what the session cannot hand to a caller:
 /// frames it cannot parse, error frames that answer nothing, connection
@@ -50,8 +50,16 @@ pub struct ConnectOptions {
     /// How long dialing may take (default 10 s).
     pub dial_timeout: Duration,
     /// How many publishes may be in flight at once (default 1024);
-    /// `publish_async` waits for room beyond it.
+    /// `publish_async` waits for room beyond it. A publish is in flight
+    /// until its decision or failure, whether or not its
+    /// [`PendingPublish`] is still held.
     pub max_pending_publishes: usize,
+    /// How many bytes of publishes (encoded messages) may be in flight at
+    /// once (default [`DEFAULT_MAX_PENDING_PUBLISH_BYTES`], 16 MiB, as
+    /// `MAX_BUFFERED_BYTES` bounds the other calls' frames unsent): a publish that would take them past it fails at once
+    /// `RATE_LIMITED` (`details.maxPendingPublishBytes`) and is not sent.
+    /// One publish of any size is taken when none is in flight.
+    pub max_pending_publish_bytes: usize,
     /// Receives errors no caller can be handed (see [`ErrorCallback`]).
     pub on_error: Option<ErrorCallback>,
     /// How many publish frames may be on the wire unanswered (default 1).
@@ -94,6 +102,9 @@ pub struct ConnectOptions {
     pub max_frame_bytes: usize,
 }
 
+/// The default of [`ConnectOptions::max_pending_publish_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_PENDING_PUBLISH_BYTES: usize = 16 << 20;
+
 /// The default of [`ConnectOptions::max_frame_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
 
@@ -110,6 +121,7 @@ impl Default for ConnectOptions {
             call_timeout: Duration::from_secs(30),
             dial_timeout: Duration::from_secs(10),
             max_pending_publishes: 1024,
+            max_pending_publish_bytes: DEFAULT_MAX_PENDING_PUBLISH_BYTES,
             on_error: None,
             publish_frames_in_flight: 1,
             tls: None,
@@ -160,6 +172,11 @@ impl ConnectOptions {
     /// see [`ConnectOptions::auto_renew`]).
     pub fn auto_renew(mut self, on: bool) -> Self {
         self.auto_renew = on;
+        self
+    }
+    /// The bytes of publishes in flight at most (see [`ConnectOptions::max_pending_publish_bytes`]).
+    pub fn max_pending_publish_bytes(mut self, n: usize) -> Self {
+        self.max_pending_publish_bytes = n;
         self
     }
     /// The largest frame the client reads (see [`ConnectOptions::max_frame_bytes`]).
@@ -213,6 +230,9 @@ pub(crate) struct Inner {
     /// not dialled every first backoff forever.
     resume_backoff: Mutex<Option<(Instant, Duration)>>,
     pub_slots: Arc<Semaphore>,
+    /// The bytes (encoded messages) of the publishes in flight
+    /// ([`ConnectOptions::max_pending_publish_bytes`]).
+    pub_bytes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Abandons a subscription whose subscribe did not complete.
@@ -262,7 +282,6 @@ pub struct Session {
 /// transport error when the connection ends first.
 pub struct PendingPublish {
     rx: oneshot::Receiver<Result<Decision>>,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl Future for PendingPublish {
@@ -307,6 +326,7 @@ impl Session {
             token: token.to_string(),
             subjects: subjects.iter().map(|s| s.to_string()).collect(),
             pub_slots: Arc::new(Semaphore::new(opts.max_pending_publishes.max(1))),
+            pub_bytes: Arc::default(),
             opts,
             state: Mutex::new(State {
                 phase: Phase::Reconnecting,
@@ -378,8 +398,14 @@ impl Session {
 
     /// Queues `m` (encoded at once) and returns its [`PendingPublish`]
     /// without waiting for the answer; waits only while
-    /// `max_pending_publishes` are in flight. Many publishes in flight
-    /// share frames; their decisions keep the order of the calls.
+    /// `max_pending_publishes` are in flight, and fails at once
+    /// `RATE_LIMITED` (`details.maxPendingPublishBytes`), not sent, when
+    /// its encoded size would take the publishes in flight past
+    /// `max_pending_publish_bytes` (one of any size is taken when none is
+    /// in flight). A publish is in flight from this call until its
+    /// decision or failure, whether or not its `PendingPublish` is still
+    /// held: dropping it frees nothing. Many publishes in flight share
+    /// frames; their decisions keep the order of the calls.
     pub async fn publish_async(&self, m: &Message) -> Result<PendingPublish> {
         self.inner.check_open()?;
         let json = serde_json::to_string(m).map_err(|e| Error::new("ENVELOPE_INVALID", e.to_string()))?;
@@ -387,9 +413,10 @@ impl Session {
         let data = conn::data_span(&json);
         debug_assert_eq!(data.clone().map(|r| &json[r]), (!m.data.is_null()).then(|| m.data.to_string()).as_deref(), "{json}");
         let permit = self.inner.pub_slots.clone().acquire_owned().await.map_err(|_| Error::closed())?;
+        let slot = conn::PubSlot::take(permit, &self.inner.pub_bytes, json.len(), self.inner.opts.max_pending_publish_bytes)?;
         let conn = self.inner.conn().await?;
-        let rx = conn.publish(json, data)?;
-        Ok(PendingPublish { rx, _permit: permit })
+        let rx = conn.publish(json, data, slot)?;
+        Ok(PendingPublish { rx })
     }
 
     /// Publishes `m` as a request on a request/reply subject and waits for

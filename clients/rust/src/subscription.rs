@@ -232,7 +232,10 @@ pub(crate) struct StreamBuf {
 pub struct Delivery {
     pub message: Message,
     /// Counts deliveries of this message to this subscription (pub/sub) or
-    /// group (work queue), from 1.
+    /// group (work queue), from 1. Read as the Go client reads it: 0 when
+    /// the server sent none (or null), `u32::MAX` for one beyond `u32`; a
+    /// delivery whose attempt is not an integer of 0 to 2^63-1 is a bad
+    /// frame, reported `BAD_FRAME` and never handed out.
     pub attempt: u32,
     handle: AckHandle,
     /// A delivery of an acknowledged stream subscription handed to its
@@ -388,6 +391,20 @@ struct SubState {
     err: Option<Error>,
 }
 
+/// `seq` as a resume position, as in the Go client: 0 (none) for 2^64-1,
+/// which no broker numbers (a hostile or broken server) and after which
+/// there is no next sequence to resume at. A subscription that was handed
+/// it resumes as if the message had not been numbered; without this, it
+/// would resume at 2^64-1 again, past every message a broker will have,
+/// and get nothing more.
+pub(crate) fn resumable(seq: u64) -> u64 {
+    if seq == u64::MAX {
+        0
+    } else {
+        seq
+    }
+}
+
 /// The most sequences an acknowledged subscription remembers to resume
 /// from (see [`Subscription`], "Resuming"), as in the Go client: when the
 /// set holds this many, the lowest quarter is forgotten before another is
@@ -415,7 +432,7 @@ impl SubState {
     fn resume_at(&self) -> u64 {
         match self.pending.first() {
             Some(&low) => low,
-            // At u64::MAX there is no next: that one again (a duplicate, which at least once allows).
+            // Never u64::MAX (see `resumable`); saturating all the same.
             None if self.last_acked > 0 => self.last_acked.saturating_add(1),
             None => self.from,
         }
@@ -624,10 +641,11 @@ impl SubShared {
         }
         {
             let mut st = self.st.lock().unwrap();
+            let seq = resumable(message.sequence);
             if self.opts.ack == Ack::None {
-                st.last_acked = st.last_acked.max(message.sequence);
-            } else if message.sequence > 0 {
-                st.outstand(message.sequence);
+                st.last_acked = st.last_acked.max(seq);
+            } else if seq > 0 {
+                st.outstand(seq);
             }
         }
         let mut size = 0;
@@ -842,7 +860,7 @@ impl SubShared {
     }
 
     fn queue_ack(&self, h: &AckHandle, m: &Message, tx: Option<oneshot::Sender<Result<()>>>) {
-        let cmd = AckCmd::Ack { h: h.clone(), id: m.id.clone(), seq: m.sequence, tx };
+        let cmd = AckCmd::Ack { h: h.clone(), id: m.id.clone(), seq: resumable(m.sequence), tx };
         if let Err(mpsc::error::SendError(AckCmd::Ack { tx: Some(tx), .. })) = self.ack_tx.send(cmd) {
             let _ = tx.send(Err(Error::closed()));
         }
@@ -1226,7 +1244,8 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 /// skipped one is not. At most once ([`Ack::None`]) a resume starts after
 /// the last message received, else at `from`, else at its original start;
 /// a work-queue group keeps its place on the server (its answer names no
-/// `from`).
+/// `from`). A message numbered 2^64-1 (no broker numbers that far) counts
+/// in none of these, as in the Go client: see `resumable`.
 pub struct Subscription {
     shared: Arc<SubShared>,
     session: Session,
@@ -1400,6 +1419,20 @@ mod tests {
             let n = s.queued.lock().unwrap().n;
             assert!(n <= 8, "{name}: {n} deliveries wait after 20 lost connections (window 4)");
         }
+    }
+
+    /// 2^64-1 is no resume position (see `resumable`), acknowledged or at
+    /// most once: the resume starts as if that message had not been numbered.
+    #[tokio::test]
+    async fn the_largest_sequence_is_no_resume_position() {
+        for ack in [Ack::Explicit, Ack::None] {
+            let s = SubShared::new("x", SubscribeOptions::default().ack(ack), SubMode::Stream(Mutex::default()), Weak::new());
+            let m = Message { id: "msg_top".into(), sequence: u64::MAX, ..Message::default() };
+            assert!(s.dispatch(Conn::detached(), "sub_1", m, 1));
+            let st = s.st.lock().unwrap();
+            assert_eq!((st.resume_at(), st.pending.len(), st.last_acked), (0, 0, 0), "{ack:?}");
+        }
+        assert_eq!((resumable(u64::MAX - 1), resumable(1), resumable(0)), (u64::MAX - 1, 1, 0));
     }
 
     #[test]

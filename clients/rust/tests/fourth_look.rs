@@ -315,7 +315,9 @@ async fn a_frame_larger_than_max_frame_bytes_ends_the_connection_with_a_typed_er
 async fn a_publish_on_a_server_that_stops_reading_fails_within_its_timeout_without_pings() {
     let b = Behaviour { stop_reading: true, ..Default::default() };
     let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_millis(400))).await.unwrap();
+    // The bound on bytes of publishes pending is not what this tests.
+    let o = opts().call_timeout(Duration::from_millis(400)).max_pending_publish_bytes(64 << 20);
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     // Large enough to fill the socket's buffers: the writer waits on it.
     let big = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(32 << 20)}));
     let first = s.publish_async(&big).await.unwrap();
@@ -359,6 +361,152 @@ async fn calls_on_a_server_that_stops_reading_cannot_queue_without_bound() {
         }
     }
     assert!(refused > 0, "64 MiB of calls queued on a server that reads nothing");
+    end(s, task).await;
+}
+
+/// A proxy to the endpoint `url` (`ws://127.0.0.1:port`) that passes on
+/// what the client writes `chunk` bytes every `tick`, through a small
+/// socket buffer (a server that reads slowly but steadily), and what the server
+/// writes at once: the proxy's URL.
+async fn slow_reading_proxy(url: &str, chunk: usize, tick: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = url.trim_start_matches("ws://").to_string();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    // Small, so that the kernel does not take the frame in at once, but
+    // above the loopback's segment size: a window smaller than one segment
+    // stalls TCP itself (on its persist timer), which would test nothing.
+    sock.set_recv_buffer_size(256 << 10).unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = sock.listen(8).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let Ok((client, _)) = listener.accept().await else { return };
+        let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut sr, &mut cw).await;
+        });
+        let mut buf = vec![0u8; chunk];
+        loop {
+            let Ok(n) = cr.read(&mut buf).await else { return };
+            if n == 0 || sw.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(tick).await;
+        }
+    });
+    format!("ws://127.0.0.1:{port}")
+}
+
+/// The write bound is on progress, as in the Go client: a server that
+/// reads a large frame slowly but steadily, for several times
+/// `call_timeout` in all, is not cut (the call is answered), while one
+/// that stops reading still is (above, and
+/// a_publish_on_a_server_that_stops_reading_fails_within_its_timeout_without_pings).
+/// Before, a write not done within `call_timeout` as a whole dropped the
+/// connection.
+#[tokio::test]
+async fn a_server_that_reads_slowly_but_steadily_is_not_cut() {
+    let (url, _tx, task) = raw_server(
+        Behaviour::default(),
+        Arc::new(|f| match f["op"].as_str() {
+            Some("request") => vec![json!({"op": "reply", "re": f["id"], "message": msg(1)})],
+            _ => vec![json!({"op": "ok", "re": f["id"]})],
+        }),
+    )
+    .await;
+    // 64 KiB every 20 ms: about 3 MiB/s, so 12 MiB take several seconds.
+    let url = slow_reading_proxy(&url, 64 << 10, Duration::from_millis(20)).await;
+    let (o, errs) = recording(opts().call_timeout(Duration::from_millis(700)));
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let big = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(12 << 20)}));
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(30), s.request(&big, Duration::from_secs(25))).await.expect("a hang");
+    let took = t.elapsed();
+    let reply = r.unwrap_or_else(|e| panic!("a slow but steady write was cut after {took:?}: {e}; {:?}", errs.lock().unwrap()));
+    assert_eq!(reply.id, "msg_1");
+    assert!(took > Duration::from_millis(1400), "the write was not slow enough to test anything: {took:?}");
+    assert!(!s.is_closed());
+    end(s, task).await;
+
+    // A server that stops reading is still cut, keepalive off: the write
+    // makes no progress for a whole call_timeout.
+    let b = Behaviour { stop_reading: true, ..Default::default() };
+    let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_millis(700))).await.unwrap();
+    let t = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(10), s.request(&big, Duration::from_secs(25)))
+        .await
+        .expect("a write to a server that stopped reading was never cut")
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Transport, "{e}");
+    assert!(e.message.contains("no progress"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    end(s, task).await;
+}
+
+/// Publishes a server never answers are bounded in bytes as well as in
+/// number: with the default bound (16 MiB, as `MAX_BUFFERED_BYTES` bounds
+/// the other calls), a publish that would take the publishes pending past
+/// it fails at once `RATE_LIMITED` (`details.maxPendingPublishBytes`) and
+/// is not sent; one of any size is taken when none is pending. Before,
+/// 1024 publishes of any size (a GiB of 1 MiB messages) were held.
+#[tokio::test]
+async fn publishes_pending_are_bounded_in_bytes() {
+    let (url, _tx, task) = raw_server(Behaviour::default(), Arc::new(|_| vec![])).await;
+    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(20))).await.unwrap();
+    let mib = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(1 << 20)}));
+    let mut pending = Vec::new();
+    let mut refused = None;
+    for i in 0..64 {
+        let t = Instant::now();
+        match tokio::time::timeout(Duration::from_secs(2), s.publish_async(&mib)).await.expect("a publish waited") {
+            Ok(p) => pending.push(p),
+            Err(e) => {
+                assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+                refused = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (i, e) = refused.expect("64 MiB of publishes pending on a server that answers none");
+    assert_eq!(e.code, "RATE_LIMITED", "{e}");
+    assert_eq!(e.details.get("maxPendingPublishBytes"), Some(&json!(16 << 20)), "{e:?}");
+    assert_eq!(i, 15, "16 MiB hold 15 publishes of a little more than 1 MiB");
+    // A small one still fits; dropping what is pending frees nothing (the
+    // publishes stay queued until answered or timed out).
+    s.publish_async(&Message::new("x", "t", "i")).await.expect("a small publish was refused");
+    drop(pending);
+    let e = s.publish_async(&mib).await.err().expect("dropped publishes freed their bytes while still queued");
+    assert_eq!(e.code, "RATE_LIMITED");
+    end(s, task).await;
+
+    // One of any size when none is pending; a bound of the option's own.
+    let (url, _tx, task) = raw_server(Behaviour::default(), Arc::new(|_| vec![])).await;
+    let o = ConnectOptions { max_pending_publish_bytes: 1000, ..opts().call_timeout(Duration::from_secs(20)) };
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let _first = s.publish_async(&mib).await.expect("one publish of any size is taken when none is pending");
+    let e = s.publish_async(&Message::new("x", "t", "i")).await.err().expect("beyond the bound");
+    assert_eq!(e.details.get("maxPendingPublishBytes"), Some(&json!(1000)), "{e:?}");
+    end(s, task).await;
+}
+
+/// A publish's place among `max_pending_publishes` is given back when it
+/// is answered (or fails), as in the Go client, not when its
+/// `PendingPublish` is dropped: a caller that drops them cannot queue
+/// publishes without bound on a server that answers none. Before, each
+/// drop made room for another.
+#[tokio::test]
+async fn dropped_pending_publishes_keep_their_place_until_answered() {
+    let (url, _tx, task) = raw_server(Behaviour::default(), Arc::new(|_| vec![])).await;
+    let o = ConnectOptions { max_pending_publishes: 4, ..opts().call_timeout(Duration::from_secs(20)) };
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    for _ in 0..4 {
+        drop(s.publish_async(&Message::new("x", "t", "i")).await.unwrap());
+    }
+    let fifth = tokio::time::timeout(Duration::from_millis(300), s.publish_async(&Message::new("x", "t", "i"))).await;
+    assert!(fifth.is_err(), "a fifth publish was queued while four dropped ones wait unanswered");
     end(s, task).await;
 }
 

@@ -18,7 +18,7 @@ fn msg(i: u64) -> Value {
 
 /// A raw endpoint for one connection: answers negotiate, hands every other
 /// frame to `on_frame`, which returns the frames to send back; `cmd` sends
-/// frames at any time.
+/// frames at any time (a JSON string as the frame's text, as it is).
 async fn raw_server(
     on_frame: impl Fn(&Value) -> Vec<Value> + Send + 'static,
 ) -> (String, mpsc::UnboundedSender<Value>, tokio::task::JoinHandle<()>) {
@@ -46,7 +46,12 @@ async fn raw_server(
                     }
                 }
                 Some(o) = rx.recv() => {
-                    if ws.send(W::Text(o.to_string())).await.is_err() {
+                    // A JSON string is sent as the frame's text, as it is.
+                    let text = match o {
+                        Value::String(t) => t,
+                        o => o.to_string(),
+                    };
+                    if ws.send(W::Text(text)).await.is_err() {
                         return;
                     }
                 }
@@ -252,7 +257,8 @@ async fn an_attempt_beyond_u32_is_not_wrapped_to_a_first_attempt() {
     let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
     let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
-    for attempt in [(1u64 << 32) + 1, u64::MAX] {
+    // Integers a Go int holds: u64::MAX does not, and is refused (below).
+    for attempt in [(1u64 << 32) + 1, i64::MAX as u64] {
         tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": attempt, "message": msg(1)})).unwrap();
         let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.unwrap().unwrap().unwrap();
         assert_eq!(d.attempt, u32::MAX, "attempt {attempt}");
@@ -261,8 +267,134 @@ async fn an_attempt_beyond_u32_is_not_wrapped_to_a_first_attempt() {
     end(s, task).await;
 }
 
+/// A delivery's attempt is read as the Go client reads it, an `int`: a
+/// JSON integer (0 when absent or null, the Go zero value); anything else
+/// (a fraction, a string, an integer beyond i64) makes the delivery a bad
+/// frame, as every other mistyped field does, and a negative one too (no
+/// broker sends it, and a `u32` cannot hold it): reported `BAD_FRAME`,
+/// never handed out (left unanswered), and the reader goes on. Before,
+/// each of these was read as a first attempt.
+#[tokio::test]
+async fn an_attempt_that_is_not_an_integer_is_a_bad_frame_not_a_first_attempt() {
+    let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
+    let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
+    let e = errs.clone();
+    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+    let bad = [
+        "-1",
+        "-9223372036854775808",
+        "1.5",
+        "1.0",
+        "1e0",
+        "\"x\"",
+        "\"1\"",
+        "true",
+        "[1]",
+        "{}",
+        "9223372036854775808",
+        "18446744073709551615",
+        "1e400",
+    ];
+    for (i, a) in bad.iter().enumerate() {
+        let m = msg(100 + i as u64);
+        tx.send(Value::String(format!(r#"{{"op":"deliver","sub":"sub_1","attempt":{a},"message":{m}}}"#))).unwrap();
+    }
+    let mut n_bad = bad.len();
+    // One bad entry of a batch is refused alone; the others are delivered.
+    tx.send(json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": -1, "message": msg(200)}, {"attempt": 3, "message": msg(201)}]})).unwrap();
+    n_bad += 1;
+    let mut good = vec![(json!({"op": "deliver", "sub": "sub_1", "message": msg(1)}), 0u32)];
+    good.push((json!({"op": "deliver", "sub": "sub_1", "attempt": null, "message": msg(2)}), 0));
+    good.push((json!({"op": "deliver", "sub": "sub_1", "attempt": 0, "message": msg(3)}), 0));
+    good.push((json!({"op": "deliver", "sub": "sub_1", "attempt": 2, "message": msg(4)}), 2));
+    for (f, _) in &good {
+        tx.send(f.clone()).unwrap();
+    }
+    let mut got = Vec::new();
+    for _ in 0..good.len() + 1 {
+        let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
+        got.push((d.message.id.clone(), d.attempt));
+        d.ack().await.unwrap();
+    }
+    let mut want: Vec<(String, u32)> = vec![("msg_201".into(), 3)];
+    want.extend(good.iter().map(|(f, a)| (f["message"]["id"].as_str().unwrap().to_string(), *a)));
+    assert_eq!(got, want, "a delivery with a malformed attempt was handed out");
+    let errs = errs.lock().unwrap().clone();
+    let frames: Vec<&pigeon_client::Error> = errs.iter().filter(|e| e.code == "BAD_FRAME").collect();
+    assert_eq!(frames.len(), n_bad, "each malformed attempt is one BAD_FRAME: {errs:#?}");
+    assert!(frames.iter().all(|e| e.kind == pigeon_client::ErrorKind::Protocol), "{errs:#?}");
+    end(s, task).await;
+}
+
+/// Data nested as deeply as the broker admits (pigeon.MaxJSONDepth, 64
+/// levels, the data object the first) is read, in the frame that nests it
+/// deepest (a deliver_batch: 4 levels more); so is data a level beyond
+/// (the Go client reads it too), and data deeper than serde_json's
+/// recursion limit is a bad frame, reported, without overflowing the
+/// stack: the reader goes on.
+#[tokio::test]
+async fn data_at_the_brokers_maximum_depth_is_read() {
+    const MAX_JSON_DEPTH: usize = 64; // the broker's (envelope.go)
+    let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
+    let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
+    let e = errs.clone();
+    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+    // An object holding arrays: `levels` levels in all.
+    let deep = |levels: usize| format!(r#"{{"x":{}{}}}"#, "[".repeat(levels - 1), "]".repeat(levels - 1));
+    let frame = |id: &str, levels: usize| {
+        format!(
+            r#"{{"op":"deliver_batch","sub":"sub_1","deliveries":[{{"attempt":1,"message":{{"id":"{id}","subject":"x","sequence":1,"data":{}}}}}]}}"#,
+            deep(levels)
+        )
+    };
+    for (id, levels) in [("msg_max", MAX_JSON_DEPTH), ("msg_beyond", MAX_JSON_DEPTH + 1), ("msg_far", 4 * MAX_JSON_DEPTH)] {
+        let f = frame(id, levels);
+        tx.send(Value::String(f)).unwrap();
+    }
+    for (id, levels) in [("msg_max", MAX_JSON_DEPTH), ("msg_beyond", MAX_JSON_DEPTH + 1)] {
+        let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("not delivered").unwrap().unwrap();
+        assert_eq!(d.message.id, id);
+        let mut v = &d.message.data["x"];
+        let mut n = 1;
+        while let Some(a) = v.as_array() {
+            n += 1;
+            match a.first() {
+                Some(x) => v = x,
+                None => break,
+            }
+        }
+        assert_eq!(n, levels, "{id}");
+        d.ack().await.unwrap();
+    }
+    // The reader goes on after the one too deep.
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(9)})).unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
+    assert_eq!(d.message.id, "msg_9");
+    let errs = errs.lock().unwrap().clone();
+    assert_eq!(errs.iter().filter(|e| e.code == "BAD_FRAME").count(), 1, "{errs:#?}");
+    end(s, task).await;
+}
+
+/// A delivery numbered 2^64-1 (no broker numbers that far: a hostile or
+/// broken server) is no resume position, as in the Go client: the
+/// subscription resumes as if it had not been numbered (here where it
+/// first started: no `start`), acknowledged or at most once. Before, the
+/// resume saturated and asked for 2^64-1 again, a position past every
+/// message a broker will ever have: the subscription got nothing more.
 #[tokio::test]
 async fn the_largest_sequence_cannot_make_a_resume_panic() {
+    for ack in [pigeon_client::Ack::None, pigeon_client::Ack::Explicit] {
+        let starts = resume_after_the_largest_sequence(ack).await;
+        assert_eq!(starts.len(), 2, "{ack:?}: {starts:?}");
+        assert_eq!(starts[1], Value::Null, "{ack:?}: the resume started at 2^64-1: {starts:?}");
+    }
+}
+
+/// A subscription (`ack`) whose first connection delivers the largest
+/// sequence and is then dropped: the `start` of each subscribe.
+async fn resume_after_the_largest_sequence(ack: pigeon_client::Ack) -> Vec<Value> {
     // Answers every connection; the first delivers the largest sequence,
     // then drops the connection.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -310,7 +442,7 @@ async fn the_largest_sequence_cannot_make_a_resume_panic() {
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let (dtx, mut drx) = mpsc::unbounded_channel();
     let _sub = s
-        .subscribe("x", SubscribeOptions::default().ack(pigeon_client::Ack::None), move |d| {
+        .subscribe("x", SubscribeOptions::default().ack(ack), move |d| {
             let dtx = dtx.clone();
             async move {
                 let _ = dtx.send(d.message.sequence);
@@ -324,8 +456,8 @@ async fn the_largest_sequence_cannot_make_a_resume_panic() {
     let next = tokio::time::timeout(Duration::from_secs(5), drx.recv()).await.expect("the subscription did not resume");
     assert_eq!(next, Some(5));
     let starts = starts.lock().unwrap().clone();
-    assert_eq!(starts.len(), 2, "{starts:?}");
     end(s, task).await;
+    starts
 }
 
 /// A raw HTTP endpoint for one request: records what it read, answers
@@ -530,7 +662,8 @@ async fn publishes_on_a_connection_whose_server_stopped_reading_end_when_it_is_d
         tokio::time::sleep(Duration::from_secs(3600)).await;
         drop(ws);
     });
-    let o = opts().call_timeout(Duration::from_millis(500)).keepalive(Some(Duration::from_millis(300)));
+    // The bound on bytes of publishes pending is not what this tests.
+    let o = opts().call_timeout(Duration::from_millis(500)).keepalive(Some(Duration::from_millis(300))).max_pending_publish_bytes(64 << 20);
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     // Large enough to fill the socket's buffers: the writer waits on it.
     let big = pigeon_client::Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(32 << 20)}));
