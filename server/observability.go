@@ -198,6 +198,12 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
+	if !s.holdConsoleStream(p.ID) {
+		writeError(w, pigeon.NewError(pigeon.CodeRateLimited,
+			"this principal holds the most console streams it may (%d): close a console first", s.opts.MaxConsoleStreamsPerPrincipal))
+		return
+	}
+	defer s.dropConsoleStream(p.ID)
 	rc := http.NewResponseController(w)
 	// The request is read: the server's read timeout must not end the
 	// stream (net/http cancels a request whose connection read times out).
@@ -285,6 +291,28 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 		case <-s.stopping:
 			return
 		}
+	}
+}
+
+// holdConsoleStream counts a console stream of principal, and reports
+// false, counting nothing, when it already holds
+// MaxConsoleStreamsPerPrincipal of them.
+func (s *Server) holdConsoleStream(principal string) bool {
+	s.consoleMu.Lock()
+	defer s.consoleMu.Unlock()
+	if limit := s.opts.MaxConsoleStreamsPerPrincipal; limit >= 0 && s.consoleStreams[principal] >= limit {
+		return false
+	}
+	s.consoleStreams[principal]++
+	return true
+}
+
+// dropConsoleStream uncounts a stream holdConsoleStream counted.
+func (s *Server) dropConsoleStream(principal string) {
+	s.consoleMu.Lock()
+	defer s.consoleMu.Unlock()
+	if s.consoleStreams[principal]--; s.consoleStreams[principal] <= 0 {
+		delete(s.consoleStreams, principal)
 	}
 }
 

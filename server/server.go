@@ -34,6 +34,9 @@ const (
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultMaxConnections    = 16384
+	// DefaultMaxConsoleStreamsPerPrincipal is
+	// Options.MaxConsoleStreamsPerPrincipal's default.
+	DefaultMaxConsoleStreamsPerPrincipal = 16
 )
 
 // Options configure a Server. A nil *Options means the defaults; New copies
@@ -93,6 +96,14 @@ type Options struct {
 	// after the connection is accepted; its connections still count
 	// toward MaxConnections. Cap the clients of a proxy at the proxy.
 	MaxConnectionsPerIP int
+	// MaxConsoleStreamsPerPrincipal caps the console's live streams (GET
+	// /v1/console/events) one principal holds open at once (default
+	// DefaultMaxConsoleStreamsPerPrincipal, one per browser tab; negative:
+	// no cap). A stream is held for as long as its reader likes, so without
+	// it one auditor's token could hold every connection MaxConnections
+	// allows and lock every other client out. A stream beyond it is
+	// refused 429 RATE_LIMITED.
+	MaxConsoleStreamsPerPrincipal int
 	// TrustedProxies lists the networks of the reverse proxies and load balancers in front of the server. A
 	// request whose TCP peer is in one of them is taken to come from the
 	// last address of its X-Forwarded-For headers that is not a trusted
@@ -187,6 +198,9 @@ func (o *Options) withDefaults() Options {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
+	if c.MaxConsoleStreamsPerPrincipal == 0 {
+		c.MaxConsoleStreamsPerPrincipal = DefaultMaxConsoleStreamsPerPrincipal
+	}
 	if c.MaxReadBytesInFlight == 0 {
 		c.MaxReadBytesInFlight = DefaultMaxReadBytesInFlight
 	}
@@ -247,6 +261,10 @@ type Server struct {
 	// asyncAPIMu is held while one is rendered.
 	asyncAPI   atomic.Pointer[renderedDoc]
 	asyncAPIMu sync.Mutex
+	// consoleStreams counts each principal's open console streams
+	// (MaxConsoleStreamsPerPrincipal), under consoleMu; absent at 0.
+	consoleMu      sync.Mutex
+	consoleStreams map[string]int
 	// statsCache is the engine's state as the console streams last read it.
 	statsCache struct {
 		mu  sync.Mutex
@@ -266,7 +284,7 @@ type Server struct {
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
-		idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
+		consoleStreams: map[string]int{}, idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.proxies = trustedProxies(o.TrustedProxies)
 	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger, s.proxies, e.LockedOut)
 	s.reads = readpool.ForEngine(e, o.MaxReadBytesInFlight, o.MaxReadBytesPerPrincipal, readWait, o.Logger)

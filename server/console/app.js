@@ -13,8 +13,15 @@
   let retry = 0;
   let paused = false;
   let lastRates = null;
+  let lastOpen = -1;       // the quarantine's open records at the last state
   let quarantineTimer = null;
+  let session = 0;         // counts sign-ins and sign-outs: an answer to an earlier one is dropped
   const decisions = [];    // newest first, at most MAX_ROWS
+
+  // The text and class the page is served with, of every element the
+  // server's data writes to outside the tables: a sign-out puts them back.
+  const pristine = new Map(["skipped", "subs", "conns", "audit-records", "qopen", "audit-status", "release-result",
+    "live-contracts", "live-contracts-shown"].map((id) => [id, { text: $(id).textContent, cls: $(id).className }]));
 
   // Theme: the system's unless the user picks one (not stored).
   $("theme").addEventListener("click", () => {
@@ -46,15 +53,24 @@
     c.className = "conn " + (cls || "");
   }
 
+  // fresh settles as p does while the session p began in lasts; after a
+  // sign-out (or another sign-in) it never settles, so that an answer
+  // arriving late writes nothing of the last session into the page.
+  function fresh(p) {
+    const s = session;
+    const never = new Promise(() => {});
+    return p.then((v) => (s === session ? v : never), (e) => (s === session ? Promise.reject(e) : never));
+  }
+
   function api(method, path, body, headers) {
     const h = Object.assign({ Authorization: "Bearer " + token }, headers || {});
     if (body !== undefined) h["Content-Type"] = "application/json";
-    return fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" })
+    return fresh(fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" })
       .then(async (r) => {
         let j = null;
         try { j = await r.json(); } catch (e) { /* not JSON */ }
         return { status: r.status, ok: r.ok, body: j };
-      });
+      }));
   }
 
   function errorText(res) {
@@ -68,18 +84,40 @@
     const t = $("token").value.trim();
     $("token").value = "";
     if (!t) return;
+    session++;
     token = t;
     $("signin-error").textContent = "";
     connect(true);
   });
   $("signout").addEventListener("click", () => signOut(""));
+  // Leaving the page signs out: a browser keeps a page it leaves, script
+  // state and all, in its back/forward cache, and Back would bring the
+  // console back signed in, token and data, to whoever presses it.
+  addEventListener("pagehide", () => {
+    $("token").value = "";
+    if (token) signOut("You left the page, which signed you out.");
+  });
 
+  // signOut forgets the token and everything the server sent: the page is
+  // as it was served, but for the message.
   function signOut(message) {
+    session++;
     token = ""; principal = ""; contractId = ""; releasable = new Set();
     if (abort) abort.abort();
     abort = null;
     decisions.length = 0;
+    lastRates = null;
+    lastOpen = -1;
+    clearTimeout(quarantineTimer);
+    quarantineTimer = null;
     for (const id of ["decisions", "rates", "groups", "held", "quarantine", "contracts", "negotiated"]) clear(id);
+    for (const [id, p] of pristine) { $(id).textContent = p.text; $(id).className = p.cls; }
+    paused = false;
+    $("pause").setAttribute("aria-pressed", "false");
+    $("pause").textContent = "Pause";
+    $("filter").value = "";
+    $("outcome").value = "";
+    $("verify").disabled = false;
     $("app").hidden = true;
     $("signin").hidden = false;
     $("signout").hidden = true;
@@ -102,7 +140,11 @@
     }
     if (res.status === 401) return signOut("The token was refused: it is unknown or has expired. No data is shown.");
     if (res.status === 403) return signOut("This token's principal may not use the console: it needs the auditor role. No data is shown.");
-    if (!res.ok) return reconnect(ctl);
+    if (!res.ok) { // the server restarting, or 429: this principal holds the most streams it may
+      let body = null;
+      try { body = await res.json(); } catch (e) { /* not JSON */ }
+      return reconnect(ctl, errorText({ status: res.status, body }));
+    }
     retry = 0;
     status("live", "live");
     try {
@@ -115,6 +157,7 @@
         buf += dec.decode(value, { stream: true });
         let i;
         while ((i = buf.indexOf("\n\n")) >= 0) {
+          if (abort !== ctl) return; // signed out, or another stream took over
           const chunk = buf.slice(0, i);
           buf = buf.slice(i + 2);
           let event = "message", data = "";
@@ -131,9 +174,9 @@
 
   // reconnect retries after a pause that grows to 5 s, while signed in
   // and this stream is still the current one.
-  function reconnect(ctl) {
+  function reconnect(ctl, why) {
     if (!token || abort !== ctl || ctl.signal.aborted) return;
-    status("disconnected: reconnecting…", "down");
+    status("disconnected" + (why ? " (" + why + ")" : "") + ": reconnecting…", "down");
     retry = Math.min(retry + 1, 5);
     setTimeout(() => { if (token && abort === ctl) connect(false); }, retry * 1000);
   }
@@ -177,7 +220,7 @@
   }
 
   async function loadContracts() {
-    const res = await fetch("/v1/subjects", { cache: "no-store" }).then((r) => r.json());
+    const res = await fresh(fetch("/v1/subjects", { cache: "no-store" }).then((r) => r.json()));
     const rows = (res.subjects || []).map((s) => {
       const tr = row([s.name, s.mode, s.classification || "", (s.regions || []).join(", "), (s.intents || []).join(", ")]);
       tr.dataset.subject = s.name;
@@ -241,7 +284,6 @@
     fill("rates", rows);
   }
 
-  let lastOpen = -1;
   function state(d) {
     fill("groups", (d.groups || []).map((g) => row([g.subject, g.group, g.lag, g.inFlight])));
     fill("held", (d.subjects || []).map((h) => row([h.notInCatalog ? h.subject + " (not in catalog)" : h.subject, h.messages, h.maxMessages || "", h.maxBytes ? h.bytes || 0 : "", h.maxBytes || ""])));
