@@ -100,6 +100,33 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(h msgHe
 	return n, err
 }
 
+// chainAcceptedBefore makes sure the acceptance record of every
+// kindAccepted message of sub below cut, all committed, is committed to
+// the audit log, flushing the outbox when one is not. A trim calls it
+// before it truncates: the message's record is the only copy on disk of an
+// acceptance record still in the outbox, and a crash after the truncation
+// would lose it for good (recovery finds missing records in the messages
+// that remain).
+func (s *Store) chainAcceptedBefore(sub *subject, cut uint64) error {
+	// A batch's commit index is published before its onCommit puts its
+	// records in the outbox, both under the log's mu: passing through mu
+	// waits for the puts of what the trim read as committed.
+	sub.w.mu.Lock()
+	sub.w.mu.Unlock()
+	for range 3 {
+		if sub.track.floor(cut) >= cut-1 {
+			return nil
+		}
+		if err := s.flushAccepted(); err != nil {
+			return fmt.Errorf("wal: trim %s: chain the acceptance records of the messages it removes: %w", sub.name, err)
+		}
+	}
+	if sub.track.floor(cut) >= cut-1 {
+		return nil
+	}
+	return fmt.Errorf("wal: trim %s: the acceptance records of the messages it removes are not in the audit log yet", sub.name)
+}
+
 // trimFrontLocked is trimFront with sub.trimMu held.
 func (s *Store) trimFrontLocked(sub *subject, keep func(h msgHead) bool) (int, error) {
 	w := sub.w
@@ -142,6 +169,12 @@ func (s *Store) trimFrontLocked(sub *subject, keep func(h msgHead) bool) (int, e
 		}
 		// The copies are durable before the originals go.
 		if err := s.keep(sub, kept); err != nil {
+			return total, err
+		}
+		// So are the acceptance records of those that go: until the
+		// flusher chains one, the message's own record is its only copy
+		// on disk, and recovery looks for missing ones only there.
+		if err := s.chainAcceptedBefore(sub, cut); err != nil {
 			return total, err
 		}
 		if err := w.truncateFront(cut); err != nil {
