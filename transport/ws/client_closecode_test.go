@@ -2,52 +2,25 @@ package ws_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
 	"pigeon/transport/ws"
 )
 
-// closingServer answers the negotiate, then closes the connection with
-// 1008 and reason at the first receive, leaving that call unanswered.
+// closingServer answers the negotiate and every frame "ok", then closes
+// the connection with 1008 and reason at the first receive, leaving that
+// call unanswered.
 func closingServer(t *testing.T, reason string) string {
-	t.Helper()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{ws.Subprotocol}})
-		if err != nil {
-			return
+	return newScriptedServer(t, func(f *ws.Frame) []string {
+		if f.Op == ws.OpReceive {
+			return []string{closePolicy(reason)}
 		}
-		defer c.CloseNow()
-		ctx := r.Context()
-		for {
-			_, b, err := c.Read(ctx)
-			if err != nil {
-				return
-			}
-			f, err := ws.DecodeFrame(b)
-			if err != nil {
-				return
-			}
-			switch f.Op {
-			case ws.OpNegotiate:
-				_ = c.Write(ctx, websocket.MessageText, []byte(`{"op":"contract","re":"`+f.ID+`","contract":{"id":"ctr_1","principal":"p","subjects":[]}}`))
-			case ws.OpReceive:
-				_ = c.Close(websocket.StatusPolicyViolation, reason)
-				return
-			default:
-				_ = c.Write(ctx, websocket.MessageText, []byte(`{"op":"ok","re":"`+f.ID+`"}`))
-			}
-		}
-	}))
-	t.Cleanup(hs.Close)
-	return "ws" + strings.TrimPrefix(hs.URL, "http")
+		return []string{okFrame(f)}
+	}).url
 }
 
 // The server closes a connection whose credential it refuses when it

@@ -20,12 +20,21 @@ import (
 // scriptedServer upgrades connections, answers the negotiate that Dial
 // sends, and writes, for every further frame, the frames script returns
 // (in order, on the reader's goroutine: the answer to a later frame comes
-// after them). seen counts the frames of each op it read.
+// after them); one made by closePolicy closes the connection instead.
+// seen counts the frames of each op it read.
 type scriptedServer struct {
 	url   string
 	seen  map[string]*atomic.Int64
 	ended atomic.Int64 // connections it has stopped reading
 }
+
+// closeMark starts what closePolicy returns.
+const closeMark = "\x00close 1008: "
+
+// closePolicy is what a scriptedServer's script returns to close the
+// connection with 1008 and reason, as the server does when it refuses the
+// connection's credential or contract.
+func closePolicy(reason string) string { return closeMark + reason }
 
 func newScriptedServer(t *testing.T, script func(f *ws.Frame) []string) *scriptedServer {
 	t.Helper()
@@ -58,6 +67,10 @@ func newScriptedServer(t *testing.T, script func(f *ws.Frame) []string) *scripte
 				out = []string{`{"op":"contract","re":"` + f.ID + `","contract":{"id":"ctr_1","principal":"p","subjects":[]}}`}
 			}
 			for _, s := range out {
+				if reason, ok := strings.CutPrefix(s, closeMark); ok {
+					_ = c.Close(websocket.StatusPolicyViolation, reason)
+					return
+				}
 				if c.Write(ctx, websocket.MessageText, []byte(s)) != nil {
 					return
 				}
