@@ -4,19 +4,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect, PigeonError } from "../dist/index.js";
-import { onSession, rawServer, until, sleep } from "./harness.mjs";
+import { ok, onSession, rawServer, subscribingServer, until, sleep } from "./harness.mjs";
 
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
-const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
 const msg = (id, rest = `,"sequence":${id},"data":{}`) => `{"id":"msg_${id}","subject":"x"${rest}}`;
 
 test("a frame holding a duplicate key is BAD_FRAME, and its delivery reaches no handler", async () => {
-  let ws1;
-  const srv = await rawServer((ws, f) => {
-    ws1 = ws;
-    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
-    else ok(ws, f);
-  });
+  const { srv, socket } = await subscribingServer();
   const errors = [];
   await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
     const seen = [];
@@ -30,8 +24,8 @@ test("a frame holding a duplicate key is BAD_FRAME, and its delivery reaches no 
       `{"op":"deliver_batch","sub":"sub_1","deliveries":[{"attempt":1,"message":${msg(3, `,"id":"msg_33","sequence":3,"data":{}`)}}]}`,
       `{"op":"error","error":{"code":"FORBIDDEN","code":"INTERNAL","message":"m"}}`,
     ];
-    for (const h of hostile) ws1.send(h);
-    ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${msg(9, `,"sequence":9,"data":{"a":"\\"a\\":1","b":{"a":2}}`)}}`);
+    for (const h of hostile) socket().send(h);
+    socket().send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${msg(9, `,"sequence":9,"data":{"a":"\\"a\\":1","b":{"a":2}}`)}}`);
     await until(() => seen.length > 0, 2000, "the well-formed delivery");
     await sleep(100);
     assert.deepEqual(seen, ["msg_9@9"], "no delivery of a frame with a duplicate key was handed over");

@@ -3,12 +3,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { connect, PigeonError, generateKeys, signMessage, verifyMessage } from "../dist/index.js";
-import { fakeWebSocket, onSession, RAW_CONTRACT, rawServer, until, sleep } from "./harness.mjs";
+import { fakeWebSocket, ok, onSession, RAW_CONTRACT, rawServer, subscribingServer, until, sleep } from "./harness.mjs";
 
 const CONTRACT = RAW_CONTRACT;
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
 const msg = (i, over = {}) => ({ id: `msg_${i}`, subject: "x", sequence: i, data: {}, ...over });
-const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
 
 
 
@@ -231,15 +230,10 @@ test("a subscribe answered after close() hands nothing to its handler", async ()
 });
 
 test("a message delivered again while its handler runs waits for that run, never runs twice at once", async () => {
-  let ws1;
   const acks = [];
-  const srv = await rawServer((ws, f) => {
-    ws1 = ws;
-    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
-    else {
-      if (f.op === "ack") acks.push(...(f.messageIds ?? [f.messageId]));
-      ok(ws, f);
-    }
+  const { srv, socket } = await subscribingServer((ws, f) => {
+    if (f.op === "ack") acks.push(...(f.messageIds ?? [f.messageId]));
+    ok(ws, f);
   });
   await onSession(srv, OPTS, async (s) => {
     const running = new Map();
@@ -254,10 +248,10 @@ test("a message delivered again while its handler runs waits for that run, never
       await gate;
       running.set(m.id, running.get(m.id) - 1);
     }, { maxInFlight: 4 });
-    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
+    socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(1) }));
     await until(() => runs.length === 1, 2000, "the first run");
-    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 2, message: msg(1) }));
-    ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(2) }));
+    socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 2, message: msg(1) }));
+    socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message: msg(2) }));
     await until(() => runs.includes("msg_2"), 2000, "the other message");
     await sleep(100);
     assert.equal(most, 1, `runs at once of one message: ${runs}`);
@@ -272,12 +266,7 @@ test("a message delivered again while its handler runs waits for that run, never
 });
 
 test("deliveries parked behind a running handler count against the window", async () => {
-  let ws1;
-  const srv = await rawServer((ws, f) => {
-    ws1 = ws;
-    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
-    else ok(ws, f);
-  });
+  const { srv, socket } = await subscribingServer();
   const errors = [];
   await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
     let release;
@@ -288,7 +277,7 @@ test("deliveries parked behind a running handler count against the window", asyn
       await gate;
     }, { window: 4, maxInFlight: 2 });
     // A server that keeps delivering the message whose handler runs.
-    for (let i = 0; i < 50; i++) ws1.send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: i + 1, message: msg(1) }));
+    for (let i = 0; i < 50; i++) socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: i + 1, message: msg(1) }));
     await until(() => errors.some((e) => e.code === "BAD_FRAME" && /window/.test(e.message)), 2000, "the overflow report");
     release();
     await sleep(200);
@@ -301,11 +290,8 @@ test('a signature whose "v" is spelled 2.0 or 2e0 names no signing form', async 
   const sign = (i) => JSON.stringify(signMessage({ id: `msg_${i}`, subject: "x", sequence: i, data: { v: 2.0, n: i } }, keys.signingKid, keys.signingSeed));
   assert.ok(sign(0).includes('"v":2}'));
   const spellings = ["2.0", "2e0", "2E+0", "20e-1", "0.2e1"];
-  let ws1;
-  const srv = await rawServer((ws, f) => {
-    ws1 = ws;
-    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
-    else if (f.op === "receive") {
+  const { srv, socket } = await subscribingServer((ws, f) => {
+    if (f.op === "receive") {
       ws.send(`{"op":"messages","re":${JSON.stringify(f.id)},"messages":[${sign(20).replace('"v":2}', '"v":2.00}')},${sign(21)}]}`);
     } else ok(ws, f);
   });
@@ -313,10 +299,10 @@ test('a signature whose "v" is spelled 2.0 or 2e0 names no signing form', async 
     const got = [];
     await s.subscribe("x", async (m) => void got.push(m), { maxInFlight: 10 });
     spellings.forEach((sp, i) => {
-      ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${sign(i + 1).replace('"v":2}', `"v" : ${sp} }`)}}`);
+      socket().send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${sign(i + 1).replace('"v":2}', `"v" : ${sp} }`)}}`);
     });
     // A "v" of the data spelled 2.0 is data: left as JSON.parse reads it (and still verifies).
-    ws1.send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${sign(10).replace('"data":{"v":2,', '"data":{"v":2.0,')}}`);
+    socket().send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${sign(10).replace('"data":{"v":2,', '"data":{"v":2.0,')}}`);
     await until(() => got.length === spellings.length + 1, 2000, "the deliveries");
     for (const m of got.slice(0, spellings.length)) {
       assert.throws(() => verifyMessage(m, keys.signingPublic), (e) => e instanceof PigeonError && e.code === "SIGNATURE_INVALID", JSON.stringify(m.signature));

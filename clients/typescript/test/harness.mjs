@@ -347,6 +347,25 @@ export async function rawServer(onFrame, { contract = () => RAW_CONTRACT, onConn
   return { url: `ws://127.0.0.1:${wss.address().port}/v1/ws`, wss, stop, connections: () => n };
 }
 
+/** Answers frame f "ok" on ws. */
+export const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
+
+/**
+ * A rawServer that answers subscribe with subscription "sub_1" and hands
+ * every other frame to onFrame(ws, f) (by default: answers it "ok");
+ * socket() is the socket of the connection that sent the last frame, for
+ * the test to write to.
+ */
+export async function subscribingServer(onFrame = ok) {
+  let socket;
+  const srv = await rawServer((ws, f) => {
+    socket = ws;
+    if (f.op === "subscribe") ws.send(JSON.stringify({ op: "subscribed", re: f.id, sub: "sub_1" }));
+    else onFrame(ws, f);
+  });
+  return { srv, socket: () => socket };
+}
+
 /** Connects a session of opts to srv, runs body(s), then closes the session and stops srv. */
 export async function onSession(srv, opts, body) {
   try {

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import { test } from "node:test";
 import { connect, HttpClient, PigeonError, RetryAfter, fromWire, statusOf } from "../dist/index.js";
-import { fakeWebSocket, onSession, RAW_CONTRACT, rawServer, until, sleep } from "./harness.mjs";
+import { fakeWebSocket, ok, onSession, RAW_CONTRACT, rawServer, until, sleep } from "./harness.mjs";
 
 const CONTRACT = RAW_CONTRACT;
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
@@ -30,7 +30,6 @@ async function resumingServer(first) {
 }
 
 const msg = (i, over = {}) => ({ id: `msg_${i}`, subject: "x", sequence: i, data: {}, ...over });
-const ok = (ws, f) => ws.send(JSON.stringify({ op: "ok", re: f.id }));
 
 test("a frame whose fields cannot be turned into text is reported, and the reader goes on", async () => {
   const srv = await rawServer((ws, f) => {
