@@ -53,17 +53,22 @@ type logw struct {
 	rmu sync.Mutex
 	log *twal.Log // replaced only by repair, under rmu and busy
 
-	mu        sync.Mutex
-	cond      sync.Cond
-	next      uint64 // index of the next enqueued entry
-	queue     []*wreq
-	busy      bool        // a leader is writing, or exclusive holds the log
-	failed    error       // set when a failed write could not be taken back
-	unusable  atomic.Bool // failed is set: for readers without mu
-	committed atomic.Uint64
-	first     atomic.Uint64
-	batches   atomic.Uint64 // batches written, for tests and benchmarks
-	records   atomic.Uint64 // records those batches held
+	mu    sync.Mutex
+	cond  sync.Cond
+	next  uint64 // index of the next enqueued entry
+	queue []*wreq
+	busy  bool // a leader is writing, or exclusive holds the log
+	// exclWaiting counts the exclusive callers waiting for busy to clear:
+	// while one waits no new batch starts (mayLeadLocked), so it has the
+	// log once the batch being written is done, not at a moment with no
+	// batch at all, which writers under load never leave.
+	exclWaiting int
+	failed      error       // set when a failed write could not be taken back
+	unusable    atomic.Bool // failed is set: for readers without mu
+	committed   atomic.Uint64
+	first       atomic.Uint64
+	batches     atomic.Uint64 // batches written, for tests and benchmarks
+	records     atomic.Uint64 // records those batches held
 
 	// Owned by whoever holds busy.
 	batch     twal.Batch
@@ -340,9 +345,11 @@ func (w *logw) waitOtherLocked(r *wreq) error {
 	return r.err
 }
 
-// mayLeadLocked reports whether a batch may be written now.
+// mayLeadLocked reports whether a batch may be written now: the log is
+// idle, something is queued, and no exclusive caller waits for its turn
+// (it goes first; idleLocked wakes the queue's head after it).
 func (w *logw) mayLeadLocked() bool {
-	return !w.busy && len(w.queue) > 0
+	return !w.busy && w.exclWaiting == 0 && len(w.queue) > 0
 }
 
 // wakeLocked wakes r's owner if it is waiting; a wake it does not need
@@ -551,14 +558,18 @@ func (w *logw) repair(keep uint64) error {
 	return nil
 }
 
-// exclusive runs fn while no batch is being written. New requests queue
+// exclusive runs fn while no batch is being written: once the batch being
+// written, if any, is done, before the next one starts. New requests queue
 // up meanwhile.
 func (w *logw) exclusive(fn func() error) error {
 	w.mu.Lock()
+	w.exclWaiting++
 	for w.busy {
 		w.cond.Wait()
 	}
+	w.exclWaiting--
 	if w.failed != nil {
+		w.idleLocked() // the writers that waited for this turn look again
 		w.mu.Unlock()
 		return w.failed
 	}
