@@ -707,7 +707,7 @@ async fn hostile_frames_are_typed_bad_frame_errors_and_the_reader_goes_on() {
 /// A raw HTTP endpoint: counts the connections; answers each request
 /// with `head`, then `trickle` bytes one every 50 ms.
 async fn raw_http(head: &'static str, trickle: usize) -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<u8>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (conns, read) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
@@ -718,16 +718,8 @@ async fn raw_http(head: &'static str, trickle: usize) -> (String, Arc<AtomicUsiz
             c.fetch_add(1, Ordering::SeqCst);
             let r = r.clone();
             tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                loop {
-                    let Ok(n) = tcp.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    r.lock().unwrap().extend_from_slice(&buf[..n]);
-                    if r.lock().unwrap().windows(4).any(|x| x == b"\r\n\r\n") {
-                        break;
-                    }
+                if !common::read_request_head(&mut tcp, &r).await {
+                    return;
                 }
                 if tcp.write_all(head.as_bytes()).await.is_err() {
                     return;

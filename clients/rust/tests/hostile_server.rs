@@ -463,23 +463,15 @@ async fn resume_after_the_largest_sequence(ack: pigeon_client::Ack) -> Vec<Value
 /// A raw HTTP endpoint for one request: records what it read, answers
 /// with `head` and then `body_len` bytes of spaces, counting what it wrote.
 async fn raw_http(head: &'static str, body_len: usize) -> (String, Arc<Mutex<Vec<u8>>>, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let (read, written) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicUsize::new(0)));
     let (r, w) = (read.clone(), written.clone());
     tokio::spawn(async move {
         let Ok((mut tcp, _)) = listener.accept().await else { return };
-        let mut buf = [0u8; 4096];
-        loop {
-            let Ok(n) = tcp.read(&mut buf).await else { return };
-            if n == 0 {
-                return;
-            }
-            r.lock().unwrap().extend_from_slice(&buf[..n]);
-            if r.lock().unwrap().windows(4).any(|x| x == b"\r\n\r\n") {
-                break;
-            }
+        if !common::read_request_head(&mut tcp, &r).await {
+            return;
         }
         if tcp.write_all(head.as_bytes()).await.is_err() {
             return;

@@ -334,3 +334,22 @@ pub async fn gated_subscribe(
         .unwrap();
     (sub, gate, started)
 }
+
+/// Reads an HTTP request's head (through its blank line) from `tcp` into
+/// `read`, for the raw HTTP endpoints of the tests; false when the
+/// connection ended first.
+pub async fn read_request_head(tcp: &mut tokio::net::TcpStream, read: &std::sync::Arc<Mutex<Vec<u8>>>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    loop {
+        let Ok(n) = tcp.read(&mut buf).await else { return false };
+        if n == 0 {
+            return false;
+        }
+        let mut r = read.lock().unwrap();
+        r.extend_from_slice(&buf[..n]);
+        if r.windows(4).any(|x| x == b"\r\n\r\n") {
+            return true;
+        }
+    }
+}
