@@ -2,18 +2,9 @@ package cli
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +17,7 @@ import (
 	"pigeon/demo"
 	"pigeon/identity"
 	"pigeon/internal/testlog"
+	"pigeon/internal/testpki"
 )
 
 // writeTestPKI writes ca.pem, server.pem and server-key.pem into dir, and
@@ -33,38 +25,13 @@ import (
 func writeTestPKI(t *testing.T, dir string, clients map[string]string) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(dir, 0o700))
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	require.NoError(t, err)
-	caCert, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	write := func(name string, blk *pem.Block) {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(blk), 0o600))
-	}
-	write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-	leaf := func(name string, serial int64, tmpl *x509.Certificate) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl.SerialNumber, tmpl.Subject = big.NewInt(serial), pkix.Name{CommonName: name}
-		tmpl.NotBefore, tmpl.NotAfter, tmpl.KeyUsage = time.Now().Add(-time.Hour), time.Now().Add(time.Hour), x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
-		require.NoError(t, err)
-		kb, err := x509.MarshalPKCS8PrivateKey(key)
-		require.NoError(t, err)
-		write(name+".pem", &pem.Block{Type: "CERTIFICATE", Bytes: der})
-		write(name+"-key.pem", &pem.Block{Type: "PRIVATE KEY", Bytes: kb})
-	}
-	leaf("server", 2, &x509.Certificate{DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-	serial := int64(3)
+	ca := testpki.NewCA(t, "test CA")
+	testpki.WriteCerts(t, filepath.Join(dir, "ca.pem"), ca.Cert)
+	cert, key := ca.Sign(t, testpki.Leaf{Server: true})
+	testpki.WritePair(t, dir, "server", cert, key)
 	for name, id := range clients {
-		u, err := url.Parse(id)
-		require.NoError(t, err)
-		leaf(name, serial, &x509.Certificate{URIs: []*url.URL{u}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-		serial++
+		cert, key := ca.Sign(t, testpki.Leaf{SPIFFEID: id})
+		testpki.WritePair(t, dir, name, cert, key)
 	}
 }
 

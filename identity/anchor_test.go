@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"math/big"
 	"net/url"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"pigeon"
 	"pigeon/identity"
+	"pigeon/internal/testpki"
 )
 
 // nonCA is a certificate that may not sign others, made by c: a
@@ -22,8 +22,7 @@ import (
 func (c *ca) nonCA(t *testing.T, tmpl *x509.Certificate) *ca {
 	t.Helper()
 	k := newKey(t)
-	serial++
-	tmpl.SerialNumber, tmpl.Subject = big.NewInt(serial), pkix.Name{CommonName: "not a CA"}
+	tmpl.SerialNumber, tmpl.Subject = testpki.Serial(t), pkix.Name{CommonName: "not a CA"}
 	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, k.Public(), c.key)
 	require.NoError(t, err)

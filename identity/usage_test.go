@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"math/big"
 	"net/url"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	"pigeon"
 	"pigeon/identity"
+	"pigeon/internal/testpki"
 )
 
 // certUsage shapes a certificate's usages: its extended key usages (known
@@ -43,8 +43,7 @@ func (u certUsage) signer(t *testing.T) crypto.Signer {
 func (c *ca) intermediate(t *testing.T, u certUsage) *ca {
 	t.Helper()
 	k := u.signer(t)
-	serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "intermediate"},
+	tmpl := &x509.Certificate{SerialNumber: testpki.Serial(t), Subject: pkix.Name{CommonName: "intermediate"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		ExtKeyUsage: u.eku, UnknownExtKeyUsage: u.unknown}
@@ -59,10 +58,9 @@ func (c *ca) intermediate(t *testing.T, u certUsage) *ca {
 func (c *ca) svid(t *testing.T, id string, u certUsage) *x509.Certificate {
 	t.Helper()
 	k := u.signer(t)
-	serial++
 	uri, err := url.Parse(id)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "leaf"},
+	tmpl := &x509.Certificate{SerialNumber: testpki.Serial(t), Subject: pkix.Name{CommonName: "leaf"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(12 * time.Hour),
 		KeyUsage: u.ku, ExtKeyUsage: u.eku, UnknownExtKeyUsage: u.unknown, URIs: []*url.URL{uri}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, k.Public(), c.key)
