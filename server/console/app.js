@@ -173,12 +173,15 @@
   }
 
   // reconnect retries after a pause that grows to 5 s, while signed in
-  // and this stream is still the current one.
+  // and this stream is still the current one. The pause is drawn at random
+  // between half of that and all of it: consoles cut off together (a
+  // server restart) do not all come back in the same instant.
   function reconnect(ctl, why) {
     if (!token || abort !== ctl || ctl.signal.aborted) return;
     status("disconnected" + (why ? " (" + why + ")" : "") + ": reconnecting…", "down");
     retry = Math.min(retry + 1, 5);
-    setTimeout(() => { if (token && abort === ctl) connect(false); }, retry * 1000);
+    const pause = retry * 1000 * (0.5 + Math.random() / 2);
+    setTimeout(() => { if (token && abort === ctl) connect(false); }, pause);
   }
 
   function handle(event, d) {
@@ -264,14 +267,18 @@
     if (!paused) renderDecisions();
   });
 
+  // The counts are kept by subject name in a Map, never in a plain
+  // object: a subject named "constructor", "toString" or "__proto__" would
+  // find Object.prototype's member there.
   function rates(d) {
     const now = Date.parse(d.time);
-    const names = Object.keys(d.subjects || {}).sort();
+    const counts = new Map(Object.entries(d.subjects || {}));
+    const names = [...counts.keys()].sort();
     const rows = names.map((n) => {
-      const s = d.subjects[n];
+      const s = counts.get(n);
       let per = "";
-      if (lastRates && lastRates.subjects[n]) {
-        const p = lastRates.subjects[n];
+      if (lastRates && lastRates.subjects.has(n)) {
+        const p = lastRates.subjects.get(n);
         const secs = (now - lastRates.at) / 1000;
         const delta = (s.accepted + s.denied + s.quarantined) - (p.accepted + p.denied + p.quarantined);
         if (secs > 0) per = (delta / secs).toFixed(1);
@@ -280,7 +287,7 @@
       tr.dataset.subject = n;
       return tr;
     });
-    lastRates = { at: now, subjects: d.subjects || {} };
+    lastRates = { at: now, subjects: counts };
     fill("rates", rows);
   }
 

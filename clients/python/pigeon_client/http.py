@@ -15,7 +15,6 @@ closes mid-request raises :class:`~pigeon_client.errors.TransportError`.
 from __future__ import annotations
 
 import http.client
-import json
 import socket
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import Any, Iterable
 
 from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from
 from .subscription import _delay_ms
-from .ws import Contract, Decision, _check_header_value, _check_ttl
+from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
 __all__ = ["HttpClient", "KeyDirectory"]
 
@@ -79,10 +78,6 @@ def _read_bounded(resp: Any, limit: int) -> bytes:
         # a body that is not JSON.
         raise http.client.IncompleteRead(raw, n - len(raw))
     return raw
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 class _Deadline:
@@ -260,8 +255,9 @@ class HttpClient:
             headers["x-pigeon-contract"] = self.contract.id
         data = None
         if body is not None:
-            # A caller's NaN or Infinity: ValueError here, never sent (it is not JSON).
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+            # A caller's NaN or Infinity: ValueError here, never sent (it is
+            # not JSON); a string holding a lone surrogate: INVALID_UTF8.
+            data = _dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         limit = self.max_response_bytes
@@ -301,14 +297,26 @@ class HttpClient:
                                          "(max_response_bytes)"}) from None
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
             raise TransportError("CONNECTION_FAILED", f"{method} {path}: {e}", status=503) from None
+        # Read as a frame is: UTF-8 (json.loads of bytes would take the
+        # UTF-8 of a lone surrogate), and an object with two members of one
+        # name (json.loads keeps the last) or a string holding a lone
+        # surrogate refused, the server's error too.
+        why = None
         try:
-            payload = json.loads(raw, parse_constant=_not_json) if raw else None
+            text = raw.decode("utf-8") if raw else ""
+            payload, dups = _loads_frame(text) if text else (None, [])
+            if dups:
+                why = f"the member {dups[0][1]!r} twice in one object"
+            elif _lone_surrogate(text):
+                why = "a string holding a lone surrogate"
         except (ValueError, RecursionError):
             if status >= 400:
                 payload = None  # refused by something else than the broker: below
             else:
                 raise ProtocolError("BAD_REQUEST", f"{method} {path}: HTTP {status} with a body that is not JSON",
                                     status=status) from None
+        if why is not None:
+            raise ProtocolError("BAD_REQUEST", f"{method} {path}: HTTP {status} with {why}", status=status)
         if status >= 400:
             err = error_from(payload, status)
             if isinstance(err, ProtocolError):

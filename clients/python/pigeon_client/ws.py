@@ -45,6 +45,7 @@ import logging
 import math
 import numbers
 import random
+import re
 import urllib.parse
 from typing import Any, Callable, Iterable
 
@@ -201,7 +202,41 @@ _MIN_BACKOFF, _MAX_BACKOFF = 0.05, 2.0
 # allow_nan=False: a caller's NaN or Infinity is ValueError before anything
 # is queued or sent. Sent, it is not JSON: the server refuses the whole
 # frame, every message of a publish_batch with it.
-_DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+# A surrogate code point in a str is a lone one: a pair read from UTF-8 or
+# from JSON escapes is one code point of its own.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# One escape of JSON text, from its backslash: an escaped surrogate pair
+# (well formed), a lone surrogate escape (group 1), or any other escape (its
+# first character only: the rest holds no backslash).
+_ESCAPE = re.compile(r"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)", re.S)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _dumps(value: Any) -> str:
+    """The JSON text of ``value`` as a frame (or an HTTP body) holds it;
+    ``INVALID_UTF8`` (an :class:`InvalidError`), nothing queued or sent, when
+    a string in it holds a lone surrogate ('\\ud800'): that is no Unicode
+    text, the socket could not encode it as UTF-8, and the server refuses
+    JSON holding one whole."""
+    t = _ENCODE(value)
+    if not t.isascii() and _SURROGATE.search(t):
+        raise new_error("INVALID_UTF8", "a string holds a lone surrogate, which is not Unicode text: nothing was sent")
+    return t
+
+
+def _lone_surrogate(text: str) -> bool:
+    """Whether the JSON text ``text`` has a string holding a lone surrogate:
+    an escape of one (``"\\ud800"`` not followed by an escaped low surrogate,
+    ``"\\udc00"`` not preceded by a high one), which json.loads takes, or the
+    code point itself. The server never sends one (it refuses them,
+    INVALID_UTF8), and readers differ on what it is."""
+    if not text.isascii() and _SURROGATE.search(text):
+        return True
+    if not _SURROGATE_ESCAPE.search(text):
+        return False  # no surrogate escape at all: the usual case
+    return any(m.group(1) is not None for m in _ESCAPE.finditer(text))
 
 
 # Refusals of a renewal that the server gives again for as long as the
@@ -718,11 +753,13 @@ class Session:
         if not isinstance(f, dict):
             self._report(ProtocolError("BAD_REQUEST", "the server sent a frame that is not a JSON object"))
             return
-        if dups:
+        lone = not dups and _lone_surrogate(raw)
+        if dups or lone:
             # Refused whole, as the Rust client refuses it: no delivery in it
             # is handed over (the server's ack wait gives it back), and the
             # call it answers fails, when its "re" is there once.
-            err = ProtocolError("BAD_REQUEST", f"the server sent a frame with the member {dups[0][1]!r} twice in one object")
+            why = f"the member {dups[0][1]!r} twice in one object" if dups else "a string holding a lone surrogate"
+            err = ProtocolError("BAD_REQUEST", f"the server sent a frame with {why}")
             re_dup = any(d is f and k == "re" for d, k in dups)
             re_ = None if re_dup else f.get("re")
             fut = self._pending.pop(re_, None) if isinstance(re_, str) and re_ else None
@@ -950,7 +987,7 @@ class Session:
         self._next += 1
         fid = str(self._next)
         frame["id"] = fid
-        text = _DUMPS(frame)  # a caller's NaN raises here, before anything is registered
+        text = _dumps(frame)  # a caller's NaN raises here, before anything is registered
         self._admit(ws)
         fut: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[fid] = fut
@@ -1620,10 +1657,10 @@ def _encode(message: Any) -> tuple[str, Any]:
     the server refuses a member whose name differs from a field's only in
     case ("Data"), ENVELOPE_INVALID, for this message alone."""
     if not isinstance(message, dict) or "data" not in message:
-        return _DUMPS(message), _NO_DATA
+        return _dumps(message), _NO_DATA
     m = {"data": message["data"]}
     m.update(message)  # "data" keeps its place, first
-    enc = _DUMPS(m)
+    enc = _dumps(m)
     data, _ = _DECODE(enc, 8)  # after '{"data":'
     return enc, data
 

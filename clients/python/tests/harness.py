@@ -4,11 +4,14 @@ builders and polling helpers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = json.loads((ROOT / "clients/conformance/scenarios.json").read_text())["scenarios"]
@@ -121,3 +124,46 @@ def negotiating(on_frame: Callable[[Any, dict], Awaitable[None]] | None = None,
                 await on_frame(ws, f)
 
     return endpoint
+
+
+class Answering:
+    """A raw HTTP endpoint (see :func:`http_answering`): every request is
+    answered ``status`` with ``body`` (bytes, sent as they are); ``paths``
+    records what reached it."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.body = b"{}"
+        self.paths: list[str] = []
+        self.url = ""
+
+
+@contextlib.contextmanager
+def http_answering() -> Iterator[Answering]:
+    """A raw HTTP endpoint for the test to set the answer of: what a
+    server the client cannot trust sends to the HTTP client."""
+    a = Answering()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            a.paths.append(self.path)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(a.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(a.body)))
+            self.end_headers()
+            self.wfile.write(a.body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer  # noqa: N815 (http.server's names)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    a.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        yield a
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -10,8 +10,9 @@ import json
 import pytest
 from websockets.asyncio.server import serve
 
-from harness import ROOT, negotiating, raw_contract, within
-from pigeon_client import PigeonError, ProtocolError, connect
+from harness import ROOT, http_answering, negotiating, raw_contract, within
+from pigeon_client import HttpClient, PigeonError, ProtocolError, connect
+from pigeon_client.model import Contract
 from pigeon_client.errors import is_server_code
 
 CONTRACT = raw_contract("x")
@@ -95,6 +96,25 @@ async def test_a_call_answered_by_a_frame_holding_a_duplicate_key_fails_at_once(
             assert not s.closed
         finally:
             await s.close()
+
+
+@pytest.mark.parametrize("status,body", [
+    (200, b'{"status":"ok","status":"down"}'),
+    (202, b'{"status":"accepted","message":%s}' % _msg(8, ',"sequence":8,"sequence":70,"data":{}').encode()),
+    (202, b'{"status":"accepted","message":%s}' % _msg(6, ',"sequence":6,"data":{"n":[{"c":1,"\\u0063":2}]}').encode()),
+    (403, b'{"error":{"code":"FORBIDDEN","code":"NOT_FOUND","message":"m"}}'),
+])
+def test_an_http_answer_holding_a_duplicate_key_is_refused(status, body):
+    """As a frame: json.loads would keep the last of the two members."""
+    with http_answering() as srv:
+        srv.status, srv.body = status, body
+        c = HttpClient(srv.url, "t", timeout=5)
+        c.contract = Contract.from_wire(raw_contract("x"))
+        with pytest.raises(ProtocolError) as ei:
+            c.publish({"subject": "x", "type": "t", "data": {}}) if status != 200 else c.health()
+        assert ei.value.code == "BAD_REQUEST" and "twice" in ei.value.message and ei.value.status == status, ei.value
+        srv.status, srv.body = 202, b'{"status":"accepted","message":%s}' % _msg(8).encode()
+        assert c.publish({"subject": "x", "type": "t", "data": {}}).message["sequence"] == 8
 
 
 @pytest.mark.parametrize("reason,want", [

@@ -90,11 +90,12 @@ const MAX_BATCH_BYTES: usize = 256 << 10;
 /// the connection ends. Nothing queued is dropped.
 pub const MAX_BUFFERED_BYTES: usize = 16 << 20;
 
-/// A frame's JSON as a [`Value`], refusing what the broker never sends and
-/// serde_json would take silently: a duplicate key (serde_json keeps the
-/// last, another reader the first). Numbers out of range (`1e400`) and
-/// nesting deeper than 128 fail as in serde_json.
-fn parse_frame(text: &str) -> std::result::Result<Value, serde_json::Error> {
+/// A frame's (or an HTTP answer's) JSON as a [`Value`], refusing what the
+/// broker never sends and serde_json would take silently: a duplicate key
+/// (serde_json keeps the last, another reader the first). Numbers out of
+/// range (`1e400`) and nesting deeper than 128 fail as in serde_json, and so
+/// do lone surrogate escapes (`"\ud800"`) and text that is not UTF-8.
+pub(crate) fn parse_frame(text: &[u8]) -> std::result::Result<Value, serde_json::Error> {
     use serde::de::{self, MapAccess, SeqAccess, Visitor};
     struct Strict(Value);
     impl<'de> Deserialize<'de> for Strict {
@@ -154,7 +155,7 @@ fn parse_frame(text: &str) -> std::result::Result<Value, serde_json::Error> {
             Ok(Strict(Value::Object(m)))
         }
     }
-    serde_json::from_str::<Strict>(text).map(|s| s.0)
+    serde_json::from_slice::<Strict>(text).map(|s| s.0)
 }
 
 /// A queued publish: the message's JSON text, where its data is in it
@@ -700,7 +701,7 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
             Some(Err(e)) => break Error::transport("SESSION_CLOSED", format!("the connection failed: {e}")),
             None => break Error::transport("SESSION_CLOSED", "the connection ended"),
         };
-        let f: Value = match parse_frame(&text) {
+        let f: Value = match parse_frame(text.as_bytes()) {
             Ok(v @ Value::Object(_)) => v,
             r => {
                 let shown: String = text.chars().take(80).collect();
@@ -1138,7 +1139,7 @@ mod tests {
     /// The attempts a Go `int` reads, and only those (see `attempt_of`).
     #[test]
     fn an_attempt_is_an_integer_a_go_int_holds() {
-        let read = |t: &str| attempt_of(Some(&parse_frame(t).unwrap()));
+        let read = |t: &str| attempt_of(Some(&parse_frame(t.as_bytes()).unwrap()));
         for (t, want) in [("1", 1), ("0", 0), ("null", 0), ("4294967295", u32::MAX), ("4294967297", u32::MAX)] {
             assert_eq!(read(t), Some(want), "{t}");
         }

@@ -5,6 +5,7 @@
 //! response head is parsed by `httparse`, TLS is the session's rustls), so
 //! no HTTP stack is pulled in.
 
+use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
 use crate::tls::{self, Target, TlsConfig};
@@ -106,7 +107,8 @@ impl HttpClient {
     /// the server cannot be reached or does not answer within 30 s;
     /// `TLS_FAILED` when its certificate does not verify, `UNAUTHENTICATED`
     /// when it refuses the TLS handshake without a client certificate or
-    /// with this one; `BAD_FRAME` for a 2xx body that is not JSON, or an
+    /// with this one; `BAD_FRAME` for a 2xx body that is not JSON, a body
+    /// holding an object with two members of one name (at any depth), or an
     /// answer beyond [`MAX_RESPONSE_BYTES`]). `path` starts with `/` and is
     /// visible ASCII, and `method` a token (`INVALID_ARGUMENT` otherwise,
     /// nothing sent).
@@ -127,11 +129,23 @@ impl HttpClient {
             if text.iter().all(u8::is_ascii_whitespace) {
                 return Ok((status, Value::Null));
             }
-            let v = serde_json::from_slice(&text)
+            // Strict as a frame is: an object with two members of one name
+            // (at any depth) is refused, not read as the last of them.
+            let v = parse_frame(&text)
                 .map_err(|e| Error::protocol(format!("{method} {path}: HTTP {status} with a body that is not JSON ({e})")))?;
             return Ok((status, v));
         }
-        let v: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+        let v: Value = match parse_frame(&text) {
+            Ok(v) => v,
+            // JSON, but with a duplicate key: neither of the two is the
+            // server's error.
+            Err(e) if e.is_data() => {
+                let mut e = Error::protocol(format!("{method} {path}: HTTP {status} with an ambiguous body ({e})"));
+                e.status = status;
+                return Err(e);
+            }
+            Err(_) => Value::Null,
+        };
         let mut e = match v.get("error") {
             Some(err) => Error::from_wire(err),
             None => Error::new("INTERNAL", format!("{method} {path}: HTTP {status}")),

@@ -777,3 +777,25 @@ async fn a_handler_that_answers_its_delivery_itself_is_not_answered_again() {
     assert_eq!(answers, vec![(json!("nack"), json!("msg_1")), (json!("ack"), json!("msg_2"))]);
     end(s, task).await;
 }
+
+/// An HTTP answer holding an object with two members of one name (at any
+/// depth, in a 2xx answer or an error body) is refused (`BAD_FRAME`), as a
+/// WebSocket frame is, instead of serde_json's keeping the last; one with a
+/// lone surrogate escape is refused as text that is not JSON.
+#[tokio::test]
+async fn an_http_answer_with_a_duplicate_key_or_a_lone_surrogate_is_refused() {
+    use pigeon_client::http::HttpClient;
+    for (status, body) in [
+        ("200 OK", r#"{"sequence":8,"sequence":70}"#),
+        ("202 Accepted", r#"{"status":"accepted","message":{"id":"m","data":{"a":[{"b":1,"\u0062":2}]}}}"#),
+        ("403 Forbidden", r#"{"error":{"code":"FORBIDDEN","code":"INTERNAL","message":"m"}}"#),
+        ("200 OK", r#"{"keys":[{"kid":"\ud800"}]}"#),
+        ("200 OK", r#"{"keys":[{"kid":"\udc00\ud800"}]}"#),
+    ] {
+        let head: &'static str =
+            Box::leak(format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_boxed_str());
+        let (url, _read, _) = raw_http(head, 0).await;
+        let e = HttpClient::new(&url, "t").call("GET", "/v1/x", None).await.expect_err(body);
+        assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", pigeon_client::ErrorKind::Protocol), "{body}: {e}");
+    }
+}

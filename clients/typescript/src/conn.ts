@@ -6,7 +6,7 @@
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import type { WebSocketLike } from "./socket.js";
 import { markNonIntegerV } from "./sigv.js";
-import { duplicateMember } from "./jcs.js";
+import { duplicateMember, loneSurrogate } from "./jcs.js";
 
 /** What a connection reports to and routes through. */
 export interface ConnOwner {
@@ -111,12 +111,12 @@ export class Conn {
   send(frame: Frame): void {
     if (this.closed) throw this.closeError ?? transportError("the connection is closed");
     this.room();
-    this.sock.send(JSON.stringify(frame));
+    this.sock.send(frameText(frame));
   }
 
   /** Sends frame and waits for its answer; `always` skips the send buffer's bound (a ping: tiny, and what finds a server that stopped reading). */
   call(frame: Frame, timeoutMs?: number, hook?: (f: Frame) => void, always = false): Promise<Frame> {
-    return this.callRaw((id) => JSON.stringify({ ...frame, id }), String(frame.op), timeoutMs, hook, always);
+    return this.callRaw((id) => frameText({ ...frame, id }), String(frame.op), timeoutMs, hook, always);
   }
 
   /** Sends the frame text build(id) makes and waits for its answer. */
@@ -193,10 +193,15 @@ export class Conn {
     // is refused whole: the call it answers fails, when its "re" is there
     // once; otherwise it is reported, and a delivery in it is not handed
     // over (the server's ack wait gives it back).
+    // A string holding a lone surrogate (an escape of one: "\ud800") is
+    // refused the same way: the server never sends one (it refuses them,
+    // INVALID_UTF8), and readers differ on what it is.
     const dup = duplicateMember(text);
-    if (dup) {
-      const err = new PigeonError(ClientCodes.BAD_FRAME, `the server sent a frame with the member ${JSON.stringify(dup.name)} twice in one object`, { op: typeof fr.op === "string" ? fr.op : undefined });
-      const re = dup.top && dup.name === "re" ? undefined : typeof fr.re === "string" || typeof fr.re === "number" ? String(fr.re) : undefined;
+    const lone = !dup && loneSurrogate(text);
+    if (dup || lone) {
+      const why = dup ? `the member ${JSON.stringify(dup.name)} twice in one object` : "a string holding a lone surrogate";
+      const err = new PigeonError(ClientCodes.BAD_FRAME, `the server sent a frame with ${why}`, { op: typeof fr.op === "string" ? fr.op : undefined });
+      const re = dup && dup.top && dup.name === "re" ? undefined : typeof fr.re === "string" || typeof fr.re === "number" ? String(fr.re) : undefined;
       const p = re === undefined ? undefined : this.pending.get(re);
       if (p && re !== undefined) {
         this.pending.delete(re);
@@ -315,3 +320,13 @@ export function utf8Length(s: string): number {
   return n;
 }
 
+/**
+ * A frame's text, refused (INVALID_UTF8, nothing sent) when a string in it
+ * holds a lone surrogate: JSON.stringify writes it as an escape ("\ud800"),
+ * for which the server would refuse the whole frame.
+ */
+export function frameText(frame: unknown): string {
+  const t = JSON.stringify(frame);
+  if (loneSurrogate(t)) throw new PigeonError("INVALID_UTF8", "a string in the frame holds a lone surrogate, which is not Unicode text");
+  return t;
+}

@@ -9,7 +9,8 @@
  * replaces the contract later calls use.
  */
 import { markNonIntegerV } from "./sigv.js";
-import { isDecision, isObj, timerMs } from "./conn.js";
+import { frameText, isDecision, isObj, timerMs } from "./conn.js";
+import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
 import type { PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions } from "./types.js";
@@ -88,10 +89,12 @@ export class HttpClient {
     let res: Response;
     let text: string;
     try {
+      // A string holding a lone surrogate: INVALID_UTF8 here, nothing sent.
+      const sent = body === undefined ? undefined : frameText(body);
       res = await this.fetchFn(this.baseUrl + path, {
         method,
         headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: sent,
         signal: ctl.signal,
         // The broker never redirects; a redirect (a proxy's, a hostile
         // server's) would send the body and the contract to another origin.
@@ -111,6 +114,14 @@ export class HttpClient {
       markNonIntegerV(text, parsed); // a signature's "v" spelled 2.0 or 2e0
     } catch (e) {
       throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) is not JSON`, {}, res.status, { cause: e });
+    }
+    // As a WebSocket frame: an object with two members of one name (at any
+    // depth; JSON.parse kept the last, another reader the first) or a
+    // string holding a lone surrogate is refused, the server's error too.
+    const dup = duplicateMember(text);
+    if (dup || loneSurrogate(text)) {
+      const why = dup ? `the member ${JSON.stringify(dup.name)} twice in one object` : "a string holding a lone surrogate";
+      throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) has ${why}`, {}, res.status);
     }
     if (!res.ok) {
       if (parsed && parsed.error) throw fromWire(parsed.error, res.status);

@@ -194,6 +194,27 @@ function checkText(t: string): void {
   }
 }
 
+// One escape of JSON text, from its backslash: an escaped surrogate pair
+// (well formed), a lone surrogate escape (group 1), or any other escape
+// (its first character only: the rest holds no backslash).
+const ESCAPE = /\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|(u[dD][89a-fA-F][0-9a-fA-F]{2})|[^])/g;
+
+/**
+ * Whether the JSON text `t` (text JSON.parse accepted, or JSON.stringify
+ * wrote) has a string holding a lone surrogate: an escape of one
+ * (`"\ud800"` not followed by an escaped low surrogate, `"\udc00"` not
+ * preceded by a high one), as JSON.stringify writes it, or the code unit
+ * itself. The server refuses such text whole (INVALID_UTF8): it is no
+ * Unicode text, and readers differ on it (U+FFFD, an error, the code unit).
+ */
+export function loneSurrogate(t: string): boolean {
+  if (LONE_SURROGATE.test(t)) return true;
+  if (!/\\u[dD][89a-fA-F]/.test(t)) return false; // no surrogate escape at all: the usual case
+  ESCAPE.lastIndex = 0;
+  for (let m = ESCAPE.exec(t); m; m = ESCAPE.exec(t)) if (m[1] !== undefined) return true;
+  return false;
+}
+
 /**
  * The first member name that one object of `t` holds twice (compared
  * unescaped: "a" and "\u0061" are one name), and whether that object is

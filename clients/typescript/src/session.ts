@@ -23,6 +23,7 @@ import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, ty
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
+import { loneSurrogate } from "./jcs.js";
 
 export { Subscription };
 
@@ -1223,7 +1224,7 @@ function encodeMessage(message: Message): Encoded {
     }
     head = JSON.stringify(rest);
   }
-  if (LONE_SURROGATE_ESCAPE.test(head) || (data !== undefined && LONE_SURROGATE_ESCAPE.test(data))) {
+  if (loneSurrogate(head) || (data !== undefined && loneSurrogate(data))) {
     throw new PigeonError("INVALID_UTF8", "the message holds a lone surrogate");
   }
   if (data === undefined) return { json: head, bytes: utf8Length(head), data: "{}" };
@@ -1273,8 +1274,6 @@ const FINAL_RENEWAL_REFUSALS: ReadonlySet<string> = new Set([
   "GRANT_REVOKED",
   "UNAUTHENTICATED",
 ]);
-
-const LONE_SURROGATE_ESCAPE = /(?:^|[^\\])(?:\\\\)*\\ud[89a-f]/;
 
 /** A first-in first-out queue with O(1) shift (Array.shift is O(n) on long arrays). */
 class Fifo<T> {

@@ -3,8 +3,8 @@
 // stable code. Each test failed before its fix in src/.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { connect, PigeonError } from "../dist/index.js";
-import { ok, onSession, rawServer, subscribingServer, until, sleep } from "./harness.mjs";
+import { connect, HttpClient, PigeonError } from "../dist/index.js";
+import { ok, onSession, rawServer, RAW_CONTRACT, subscribingServer, until, sleep } from "./harness.mjs";
 
 const OPTS = { reconnect: false, pingIntervalMs: 0 };
 const msg = (id, rest = `,"sequence":${id},"data":{}`) => `{"id":"msg_${id}","subject":"x"${rest}}`;
@@ -61,6 +61,25 @@ test("a call answered by a frame holding a duplicate key fails BAD_FRAME at once
     }
     assert.ok(!s.closed);
   });
+});
+
+test("an HTTP answer holding a duplicate key is BAD_FRAME, an error body's too", async () => {
+  let answer = { status: 200, body: "" };
+  const fetch = async () => new Response(answer.body, { status: answer.status, headers: { "content-type": "application/json" } });
+  const h = new HttpClient("http://127.0.0.1:9", "t", { fetch });
+  h.contract = RAW_CONTRACT;
+  for (const [status, body] of [
+    [202, `{"status":"accepted","message":${msg(8, `,"sequence":8,"sequence":70,"data":{}`)}}`],
+    [202, `{"status":"accepted","message":${msg(6, `,"sequence":6,"data":{"n":[{"c":1,"\\u0063":2}]}`)}}`],
+    [200, `{"status":"duplicate","status":"accepted","message":${msg(5)}}`],
+    [403, `{"error":{"code":"FORBIDDEN","code":"NOT_FOUND","message":"m"}}`],
+  ]) {
+    answer = { status, body };
+    await assert.rejects(h.publish({ subject: "x", type: "t", data: {} }), (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && /twice/.test(e.message) && e.status === status, body);
+  }
+  // The same text without the second member is taken.
+  answer = { status: 202, body: `{"status":"accepted","message":${msg(8)}}` };
+  assert.equal((await h.publish({ subject: "x", type: "t", data: {} })).message.sequence, 8);
 });
 
 test("an answer whose re is there twice answers no call: it is reported", async () => {
