@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"slices"
 
 	"pigeon"
 )
@@ -110,9 +111,15 @@ func removeAccountRole(rq *request) (int, any, error) {
 	return http.StatusOK, accountBody{a}, nil
 }
 
+// getKeys answers the keys an account publishes, to any authenticated
+// principal: senders seal for them and receivers verify with them. An id
+// that names no account is answered as an account that publishes no key
+// (200, no keys), not 404: otherwise any principal could find out which
+// ids have accounts by asking, where only the accounts that publish keys
+// make themselves known.
 func getKeys(rq *request) (int, any, error) {
 	keys, err := rq.s.e.AccountKeys(rq.ctx, rq.r.PathValue("id"))
-	if err != nil {
+	if err != nil && pigeon.ErrorCode(err) != pigeon.CodeNotFound {
 		return 0, nil, err
 	}
 	if keys == nil {
@@ -121,6 +128,15 @@ func getKeys(rq *request) (int, any, error) {
 	return http.StatusOK, map[string]any{"keys": keys}, nil
 }
 
+// putKeys replaces the keys an account publishes. The account itself
+// publishes what it likes (PutAccountKeys checks the keys); an admin
+// acting on another account may only take keys away or narrow their
+// windows (keysNotNarrowed). A key put under an account is what senders
+// seal for and what verifies as the account: were an admin free to list
+// one of its own, it (or whoever holds an admin token) would read every
+// payload sealed for the account from then on and sign as it, though no
+// private key of the account ever left its program. A refusal is 403
+// FORBIDDEN, audited as access.denied.
 func putKeys(rq *request) (int, any, error) {
 	var in struct {
 		Keys []pigeon.PublicKey `json:"keys"`
@@ -128,11 +144,56 @@ func putKeys(rq *request) (int, any, error) {
 	if err := rq.body(&in, true); err != nil {
 		return 0, nil, err
 	}
-	a, err := rq.s.e.PutAccountKeys(rq.ctx, rq.r.PathValue("id"), in.Keys)
+	id := rq.r.PathValue("id")
+	if rq.p.ID != id || rq.p.Method == pigeon.AuthGrant {
+		// Only an admin gets here (mayCall): it acts on another account,
+		// or by a grant token, which hands out roles, not the account's
+		// keys. A malformed list is BAD_REQUEST whoever sends it.
+		if err := pigeon.ValidateKeys(in.Keys); err != nil {
+			return 0, nil, pigeon.WrapError(pigeon.CodeBadRequest, err, "%v", err)
+		}
+		cur, err := rq.s.e.AccountKeys(rq.ctx, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		if kid, widened := keysNotNarrowed(cur, in.Keys); widened {
+			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden,
+				"an admin may remove another account's keys or narrow their windows, not publish key %q: only the account itself publishes a key or widens its window", kid))
+		}
+	}
+	a, err := rq.s.e.PutAccountKeys(rq.ctx, id, in.Keys)
 	if err != nil {
 		return 0, nil, err
 	}
+	if !rq.p.HasRole(RoleAdmin) {
+		// The account's attributes are the operator's record of it
+		// (status, risk, tenant), which deny rules and conditions read;
+		// GET /v1/accounts/{id} keeps them to admins, and publishing keys
+		// does not show them to the account either. (Its roles it sees
+		// in its contracts.)
+		a.Attributes = nil
+	}
 	return http.StatusOK, accountBody{a}, nil
+}
+
+// keysNotNarrowed returns the kid of the first key of next that is not a
+// key of cur (the same kid, use, alg and key) valid within that key's
+// window, and true; or false when next only removes keys of cur or
+// narrows their windows. (cur holds each kid once: ValidateKeys.)
+func keysNotNarrowed(cur, next []pigeon.PublicKey) (string, bool) {
+	for _, k := range next {
+		i := slices.IndexFunc(cur, func(c pigeon.PublicKey) bool { return c.KID == k.KID })
+		if i < 0 {
+			return k.KID, true
+		}
+		c := cur[i]
+		if c.Use != k.Use || c.Alg != k.Alg || c.Key != k.Key ||
+			!c.NotBefore.IsZero() && (k.NotBefore.IsZero() || k.NotBefore.Before(c.NotBefore)) ||
+			!c.NotAfter.IsZero() && (k.NotAfter.IsZero() || k.NotAfter.After(c.NotAfter)) {
+			return k.KID, true
+		}
+	}
+	return "", false
 }
 
 type roleBody struct {
