@@ -195,8 +195,22 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 // ack (ACK_NOT_ALLOWED otherwise); on a pubsub subject, only a message
 // the caller's pull cursor handed it (ACK_NOT_ALLOWED otherwise), since
 // the ack is recorded as its receipt.
+//
+// A message id names one message at a time only: once retention trims a
+// message its id is free, and a message published later under it is
+// another message. Ack settles whichever message holds the id now; a
+// consumer that may answer late should use AckSequence.
 func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID string) error {
-	s, sm, g, scope, err := e.settleTarget(ctx, c, subjectName, messageID, EventAckDenied)
+	return e.AckSequence(ctx, c, subjectName, messageID, 0)
+}
+
+// AckSequence is Ack of the message messageID at sequence seq, the
+// Message.Sequence it was received with: when the id now names a message
+// at another sequence (the one received was trimmed, and its id taken by
+// a newer message), nothing is settled and the answer is ACK_NOT_ALLOWED.
+// A seq of 0 names no sequence: it is Ack.
+func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, messageID string, seq uint64) error {
+	s, sm, g, scope, err := e.settleTarget(ctx, c, subjectName, messageID, seq, EventAckDenied)
 	if err != nil {
 		return err
 	}
@@ -227,12 +241,21 @@ func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID strin
 
 // Nack gives a leased message back for redelivery after delay (the
 // subject's backoff when delay < 0). A delay above MaxRetryDelay is
-// refused with CodeInvalidArgument.
+// refused with CodeInvalidArgument. Like Ack, it names whichever message
+// holds the id now; see NackSequence.
 func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID string, delay time.Duration) error {
+	return e.NackSequence(ctx, c, subjectName, messageID, 0, delay)
+}
+
+// NackSequence is Nack of the message messageID at sequence seq, as
+// AckSequence is Ack: when the id now names a message at another
+// sequence, nothing changes and the answer is ACK_NOT_ALLOWED. A seq of 0
+// names no sequence: it is Nack.
+func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, delay time.Duration) error {
 	if err := checkRetryDelay(delay); err != nil {
 		return err
 	}
-	s, sm, g, _, err := e.settleTarget(ctx, c, subjectName, messageID, EventNackDenied)
+	s, sm, g, _, err := e.settleTarget(ctx, c, subjectName, messageID, seq, EventNackDenied)
 	if err != nil {
 		return err
 	}
@@ -271,8 +294,11 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 // settleTarget resolves what a pull ack or nack names: the subject (with
 // the contract granting ack), the stored message, the caller's pull
 // group, held (releaseGroup) — nil on a pubsub subject, where pulls move a
-// cursor instead — and the contract's permit on the subject.
-func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID string, deniedType Event) (*subject, store.Message, *group, *permit, error) {
+// cursor instead — and the contract's permit on the subject. A seq other
+// than 0 must be the stored message's: a message at another sequence
+// holds the id now, not the one the caller received, and the answer is
+// ACK_NOT_ALLOWED (audited as deniedType).
+func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, deniedType Event) (*subject, store.Message, *group, *permit, error) {
 	if e.closed.Load() {
 		return nil, store.Message{}, nil, nil, errShutdown()
 	}
@@ -293,6 +319,10 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 	}
 	if err != nil {
 		return nil, store.Message{}, nil, nil, storeError(err)
+	}
+	if seq != 0 && sm.Seq != seq {
+		e.audit(ctx, deniedType.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+		return nil, store.Message{}, nil, nil, NewError(CodeAckNotAllowed, "message %s at sequence %d is gone: its id names another message now", messageID, seq)
 	}
 	if s.mode == ModePubSub {
 		return s, sm, nil, scope, nil

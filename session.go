@@ -32,6 +32,17 @@ type Session interface {
 	Close(ctx context.Context) error
 }
 
+// SequenceSettler is the ability of a Session to ack and nack a received
+// message by its id and its sequence (Message.Sequence), as
+// Engine.AckSequence and Engine.NackSequence do: a late answer to a
+// message retention trimmed never settles a newer message published under
+// its id. The in-process and WebSocket sessions have it; find it with a
+// type assertion.
+type SequenceSettler interface {
+	AckSequence(ctx context.Context, subject, messageID string, seq uint64) error
+	NackSequence(ctx context.Context, subject, messageID string, seq uint64, delay time.Duration) error
+}
+
 // Dialer opens sessions to a broker. transport/inproc dials an *Engine in
 // process and transport/ws one over WebSocket; each is configured with its
 // ConnectOptions when it is built.
@@ -129,6 +140,7 @@ type localSession struct {
 }
 
 var _ Session = (*localSession)(nil)
+var _ SequenceSettler = (*localSession)(nil)
 
 func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
 	return &localSession{e: e, caller: c, c: k, done: make(chan struct{})}
@@ -222,6 +234,20 @@ func (s *localSession) Nack(ctx context.Context, subject, messageID string, dela
 		return err
 	}
 	return s.e.Nack(ctx, s.caller, subject, messageID, delay)
+}
+
+func (s *localSession) AckSequence(ctx context.Context, subject, messageID string, seq uint64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.e.AckSequence(ctx, s.caller, subject, messageID, seq)
+}
+
+func (s *localSession) NackSequence(ctx context.Context, subject, messageID string, seq uint64, delay time.Duration) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.e.NackSequence(ctx, s.caller, subject, messageID, seq, delay)
 }
 
 func (s *localSession) Replay(ctx context.Context, r ReplayRequest) ([]*Message, error) {

@@ -347,8 +347,13 @@ func receive(rq *request) (int, any, error) {
 	return http.StatusOK, messagesBody(msgs), nil
 }
 
+// settleBody is the body of an ack or a nack. Sequence, when not 0, is
+// the sequence the message was received at: a message at another
+// sequence that holds the id now (the one received was trimmed, its id
+// taken) is not settled (ACK_NOT_ALLOWED); see Engine.AckSequence.
 type settleBody struct {
 	MessageID  string `json:"messageId"`
+	Sequence   uint64 `json:"sequence"`
 	DelayMs    *int64 `json:"delayMs"`
 	ContractID string `json:"contractId"`
 }
@@ -371,7 +376,7 @@ func ack(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rq.s.e.Ack(rq.ctx, c, rq.r.PathValue("name"), in.MessageID); err != nil {
+	if err := rq.s.e.AckSequence(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, in.Sequence); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil
@@ -388,7 +393,7 @@ func nack(rq *request) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	if err := rq.s.e.Nack(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, delay); err != nil {
+	if err := rq.s.e.NackSequence(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, in.Sequence, delay); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil

@@ -140,7 +140,10 @@ type Session struct {
 	closeDone chan struct{}      // closed once the first Close's teardown has finished
 }
 
-var _ pigeon.Session = (*Session)(nil)
+var (
+	_ pigeon.Session         = (*Session)(nil)
+	_ pigeon.SequenceSettler = (*Session)(nil)
+)
 
 // Dial connects to the WebSocket endpoint at url (ws://, wss://, http:// or
 // https://; a URL without a path gets /v1/ws), authenticates credential and
@@ -397,20 +400,33 @@ func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pige
 
 // Ack acknowledges a received message; see Engine.Ack.
 func (s *Session) Ack(ctx context.Context, subject, messageID string) error {
-	_, err := s.call(ctx, jsonFrame(Frame{Op: OpAck, Subject: subject, MessageID: messageID}), nil)
+	return s.AckSequence(ctx, subject, messageID, 0)
+}
+
+// AckSequence acknowledges the received message messageID at sequence
+// seq (its Message.Sequence); see Engine.AckSequence.
+func (s *Session) AckSequence(ctx context.Context, subject, messageID string, seq uint64) error {
+	_, err := s.call(ctx, jsonFrame(Frame{Op: OpAck, Subject: subject, MessageID: messageID, Sequence: seq}), nil)
 	return err
 }
 
-// Nack gives a received message back for redelivery after delay (< 0:
-// the subject's backoff); see Engine.Nack.
-func (s *Session) Nack(ctx context.Context, subject, messageID string, delay time.Duration) error {
-	f := Frame{Op: OpNack, Subject: subject, MessageID: messageID}
+// NackSequence gives the received message messageID at sequence seq back
+// for redelivery after delay (< 0: the subject's backoff); see
+// Engine.NackSequence.
+func (s *Session) NackSequence(ctx context.Context, subject, messageID string, seq uint64, delay time.Duration) error {
+	f := Frame{Op: OpNack, Subject: subject, MessageID: messageID, Sequence: seq}
 	if delay >= 0 {
 		ms := delay.Milliseconds()
 		f.DelayMs = &ms
 	}
 	_, err := s.call(ctx, jsonFrame(f), nil)
 	return err
+}
+
+// Nack gives a received message back for redelivery after delay (< 0:
+// the subject's backoff); see Engine.Nack.
+func (s *Session) Nack(ctx context.Context, subject, messageID string, delay time.Duration) error {
+	return s.NackSequence(ctx, subject, messageID, 0, delay)
 }
 
 // Replay returns retained messages again; see Engine.Replay.

@@ -85,11 +85,13 @@ type queuedDelivery struct {
 	d       *pigeon.Delivery // nil, or the Delivery for the handler, allocated with m
 }
 
-// pendingAck is one acknowledgement not yet sent.
+// pendingAck is one acknowledgement not yet sent: the id and the sequence
+// of the message it answers.
 type pendingAck struct {
 	cc  *clientConn
 	sid string
 	id  string
+	seq uint64
 }
 
 // maxQueued and maxQueuedBytes bound the deliveries of an at-most-once
@@ -751,7 +753,7 @@ func (cs *clientSub) call(d *pigeon.Delivery) (err error) {
 func (cs *clientSub) settle(q queuedDelivery, handlerErr error) {
 	if handlerErr == nil {
 		cs.ackMu.Lock()
-		cs.acks = append(cs.acks, pendingAck{cc: q.cc, sid: q.sid, id: q.m.ID})
+		cs.acks = append(cs.acks, pendingAck{cc: q.cc, sid: q.sid, id: q.m.ID, seq: q.m.Sequence})
 		cs.ackMu.Unlock()
 		select {
 		case cs.ackKick <- struct{}{}:
@@ -759,7 +761,9 @@ func (cs *clientSub) settle(q queuedDelivery, handlerErr error) {
 		}
 		return
 	}
-	f := Frame{Op: OpNack, Sub: q.sid, MessageID: q.m.ID}
+	// The sequence names the delivery answered: never a newer message
+	// published under the id once this one was trimmed.
+	f := Frame{Op: OpNack, Sub: q.sid, MessageID: q.m.ID, Sequence: q.m.Sequence}
 	var re *pigeon.RetryError
 	if errors.As(handlerErr, &re) && re.Delay >= 0 {
 		ms := min(re.Delay, pigeon.MaxRetryDelay).Milliseconds()
@@ -803,8 +807,11 @@ func (cs *clientSub) flushAcks(bound time.Duration) {
 			return
 		}
 		for len(acks) > 0 {
-			n := 1
+			n, size, limit := 1, ackCost(acks[0].id), acks[0].cc.pq.frameBytes()
 			for n < len(acks) && acks[n].cc == acks[0].cc && acks[n].sid == acks[0].sid {
+				if size += ackCost(acks[n].id); size > limit {
+					break // the rest go in the next frame
+				}
 				n++
 			}
 			cs.sendAcks(bound, acks[:n])
@@ -813,14 +820,32 @@ func (cs *clientSub) flushAcks(bound time.Duration) {
 	}
 }
 
+// ackCost is at most what an ack of the message id adds to an ack frame:
+// the id, escaped as encoding/json escapes it (a byte it escapes takes up
+// to six), and its sequence.
+func ackCost(id string) int {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return 6*len(id) + 32
+		}
+	}
+	return len(id) + 32
+}
+
+// sendAcks sends one ack frame of acks, all of one connection and
+// subscription, and waits for its answer.
 func (cs *clientSub) sendAcks(bound time.Duration, acks []pendingAck) {
+	// Each id goes with the sequence its delivery had: an ack never
+	// settles a newer message published under the id once the one
+	// answered was trimmed.
 	f := Frame{Op: OpAck, Sub: acks[0].sid}
 	if len(acks) == 1 {
-		f.MessageID = acks[0].id
+		f.MessageID, f.Sequence = acks[0].id, acks[0].seq
 	} else {
 		f.MessageIDs = make([]string, len(acks))
+		f.Sequences = make([]uint64, len(acks))
 		for i, a := range acks {
-			f.MessageIDs[i] = a.id
+			f.MessageIDs[i], f.Sequences[i] = a.id, a.seq
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)

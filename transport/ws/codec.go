@@ -277,6 +277,32 @@ func (w *walker) integer(j, bitSize int) (int64, int) {
 	return n, e
 }
 
+// unsigned reads the number at b[j] as encoding/json reads it into a
+// uint64.
+func (w *walker) unsigned(j int) (uint64, int) {
+	t, e := w.number(j)
+	n, err := strconv.ParseUint(string(t), 10, 64)
+	if err != nil {
+		return 0, -1
+	}
+	return n, e
+}
+
+// unsigneds decodes the array of unsigned integers at b[i] (an ack's
+// sequences).
+func (w *walker) unsigneds(i int) ([]uint64, int) {
+	out := []uint64{}
+	end := w.array(i, func(j int) int {
+		n, e := w.unsigned(j)
+		out = append(out, n)
+		return e
+	})
+	if end < 0 {
+		return nil, end
+	}
+	return out, end
+}
+
 // The frame members the walker decodes, in the order the encoders write
 // them.
 const (
@@ -294,12 +320,14 @@ const (
 	fDeliveries
 	fMessageID
 	fMessageIDs
+	fSequence
+	fSequences
 )
 
 var frameNames = names{
 	fOp: "op", fID: "id", fBrief: "brief", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
 	fMessage: "message", fMessages: "messages", fResults: "results", fDeliveries: "deliveries",
-	fMessageID: "messageId", fMessageIDs: "messageIds",
+	fMessageID: "messageId", fMessageIDs: "messageIds", fSequence: "sequence", fSequences: "sequences",
 }
 
 // decodeFrameFast decodes a frame of the publish path, text CheckJSON
@@ -359,6 +387,10 @@ func (w *walker) frame() (*Frame, bool) {
 			return w.str(j, &f.MessageID, false)
 		case fMessageIDs:
 			f.MessageIDs, e = w.strings(j)
+		case fSequence:
+			f.Sequence, e = w.unsigned(j)
+		case fSequences:
+			f.Sequences, e = w.unsigneds(j)
 		}
 		return e
 	})

@@ -52,7 +52,10 @@
 // go with the queue when the subscription stops. An acknowledgement the
 // server no longer expects (the earlier run's, of a delivery the server
 // replaced or on a connection that ended) is dropped quietly: logged at
-// debug level.
+// debug level. Every ack and nack names the sequence of the delivery it
+// answers as well as its message id: a late answer to a message that
+// retention trimmed never settles a newer message published under the
+// same id (see docs/protocol.md).
 //
 // A connection that reads no frame for WithPingInterval (default 15 s; 0
 // disables) is pinged, and ends SESSION_CLOSED, logged once, when the pong

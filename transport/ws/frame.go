@@ -105,6 +105,11 @@ type Frame struct {
 	Ack         string   `json:"ack,omitempty"`
 	MessageIDs  []string `json:"messageIds,omitempty"`
 	NotPending  []string `json:"notPending,omitempty"`
+	// ack, nack: the sequence each delivery answered was handed over at
+	// (its message's "sequence"), for messageId and, in step, for
+	// messageIds; 0 names none. See settleSub.
+	Sequence  uint64   `json:"sequence,omitempty"`
+	Sequences []uint64 `json:"sequences,omitempty"`
 	// subscribe: the client takes deliver_batch frames
 	BatchDeliveries bool `json:"batch,omitempty"`
 	// subscribed: the first sequence a pubsub subscription delivers

@@ -229,7 +229,7 @@ func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		ctx := context.WithoutCancel(c.ctx)
 		for _, m := range msgs {
 			// Not leased on a pubsub subject: nothing to give back there.
-			_ = c.srv.e.Nack(ctx, caller, f.Subject, m.ID, 0)
+			_ = c.srv.e.NackSequence(ctx, caller, f.Subject, m.ID, m.Sequence, 0)
 		}
 	}
 	return nil, nil
@@ -333,13 +333,19 @@ func (c *conn) unsubscribe(f *Frame) ([]byte, error) {
 }
 
 // settleSub answers an ack or nack of subscription deliveries: one
-// (messageId) or many (messageIds). The answer is ok when every one was
-// waiting; ids that were not (already settled, or their ack wait passed)
-// are named in the ok's notPending, or, for a single id, refused with
-// ACK_NOT_ALLOWED.
+// (messageId) or many (messageIds), each at the sequence it was handed
+// over at when the frame names it (sequence; sequences, in step with
+// messageIds). The answer is ok when every one was waiting; ids that were
+// not (already settled, their ack wait passed, or handed over at another
+// sequence) are named in the ok's notPending, or, for a single id,
+// refused with ACK_NOT_ALLOWED.
 func (c *conn) settleSub(f *Frame) {
 	if f.MessageID == "" && len(f.MessageIDs) == 0 {
 		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "messageId or messageIds is required"))
+		return
+	}
+	if err := checkSequences(f); err != nil {
+		c.answer(f.ID, err)
 		return
 	}
 	c.mu.Lock()
@@ -359,14 +365,14 @@ func (c *conn) settleSub(f *Frame) {
 		a.delay = d
 	}
 	if len(f.MessageIDs) == 0 {
-		if !ss.settle(f.MessageID, a) {
-			c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, or its ack wait passed)", f.MessageID, f.Sub))
+		if !ss.settle(f.MessageID, f.Sequence, a) {
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, its ack wait passed, or handed over at another sequence)", f.MessageID, f.Sub))
 			return
 		}
 		_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))
 		return
 	}
-	stale := ss.settleAll(f.MessageIDs, f.MessageID, a)
+	stale := ss.settleAll(f.MessageIDs, f.Sequences, f.MessageID, f.Sequence, a)
 	b := appendHead(make([]byte, 0, 32+len(f.ID)), OpOK, f.ID)
 	if len(stale) > 0 {
 		b = append(b, `,"notPending":[`...)
@@ -381,14 +387,30 @@ func (c *conn) settleSub(f *Frame) {
 	_ = c.send(c.ctx, append(b, '}'))
 }
 
-// settle acks or nacks a message taken with receive.
+// checkSequences refuses an ack or nack frame whose sequences do not go
+// in step with its messageIds, or name a sequence with no id.
+func checkSequences(f *Frame) error {
+	switch {
+	case f.Sequences != nil && len(f.Sequences) != len(f.MessageIDs):
+		return pigeon.NewError(pigeon.CodeBadRequest, "sequences must hold one sequence per messageIds entry")
+	case f.Sequence != 0 && f.MessageID == "":
+		return pigeon.NewError(pigeon.CodeBadRequest, "sequence names the sequence of messageId, which is missing")
+	}
+	return nil
+}
+
+// settle acks or nacks a message taken with receive, at the sequence the
+// frame names (sequence; 0 or absent: none, see Engine.AckSequence).
 func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if f.MessageID == "" {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required")
 	}
+	if f.Sequences != nil {
+		return nil, pigeon.NewError(pigeon.CodeBadRequest, "sequences applies to the messageIds of a subscription's deliveries")
+	}
 	var err error
 	if f.Op == OpAck {
-		err = c.srv.e.Ack(c.ctx, caller, f.Subject, f.MessageID)
+		err = c.srv.e.AckSequence(c.ctx, caller, f.Subject, f.MessageID, f.Sequence)
 	} else {
 		delay := time.Duration(-1) // the subject's backoff
 		if f.DelayMs != nil {
@@ -396,7 +418,7 @@ func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 				return nil, err
 			}
 		}
-		err = c.srv.e.Nack(c.ctx, caller, f.Subject, f.MessageID, delay)
+		err = c.srv.e.NackSequence(c.ctx, caller, f.Subject, f.MessageID, f.Sequence, delay)
 	}
 	if err != nil {
 		return nil, err

@@ -254,6 +254,15 @@ func (q *pubQueue) fitFrame(maxFrame int64) {
 	q.mu.Unlock()
 }
 
+// frameBytes is how many bytes of messages, ids or acks the client puts
+// in one frame of many: maxBatchBytes, or less when the server reads
+// smaller frames (fitFrame).
+func (q *pubQueue) frameBytes() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.maxBytes
+}
+
 func (q *pubQueue) newSeg() *pubSeg {
 	if n := len(q.spare); n > 0 {
 		s := q.spare[n-1]

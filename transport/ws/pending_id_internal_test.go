@@ -34,7 +34,7 @@ func TestSecondDeliveryOfAnIDSettlesTheFirst(t *testing.T) {
 			default:
 				t.Fatal("the first delivery of the id was left unsettled")
 			}
-			require.True(t, ss.settle(m.ID, answer{ok: true}))
+			require.True(t, ss.settle(m.ID, 0, answer{ok: true}))
 			require.NoError(t, <-second, "the client's ack settles the delivery that waits")
 		})
 	}

@@ -107,6 +107,21 @@ type inflight struct {
 	done     func(error)
 	deadline time.Time
 	wire     *wireState // whether its frame went to the socket
+	seq      uint64     // the sequence of the message handed over
+	// reused: it took the place of a delivery of another message under
+	// the same id (see wait); an answer that names no sequence is not
+	// taken for it.
+	reused bool
+}
+
+// answers reports whether an answer naming seq (0: none) is one to f: a
+// sequence must be f's, and an answer without one is taken only while
+// the id names one message on the subscription.
+func (f inflight) answers(seq uint64) bool {
+	if seq == 0 {
+		return !f.reused
+	}
+	return seq == f.seq
 }
 
 var (
@@ -241,7 +256,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 		return
 	}
 	ss.sweep.Do(func() { ss.c.goBG(func() { ss.sweeper(ctx) }) })
-	id := d.Message.ID
+	id, seq := d.Message.ID, d.Message.Sequence
 	if ss.batch && ss.handleBatched(ctx, d, done, id) {
 		return
 	}
@@ -261,7 +276,7 @@ func (ss *serverSub) handle(ctx context.Context, d *pigeon.Delivery, done func(e
 	if err == nil && !ss.atMost {
 		// Pending before it is queued: the answer may come at once.
 		w = new(wireState)
-		ss.wait(id, inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: w})
+		ss.wait(id, inflight{done: done, deadline: time.Now().Add(ss.ackWait), wire: w, seq: seq})
 	}
 	if err == nil {
 		err = ss.c.enqueueFor(ctx, b, n, ss, w)
@@ -325,7 +340,7 @@ func (ss *serverSub) handleBatched(ctx context.Context, d *pigeon.Delivery, done
 		ss.buf = append(ss.buf, ',')
 	}
 	if !ss.atMost {
-		ss.wait(id, inflight{done: done, deadline: ss.bufT, wire: ss.bufW})
+		ss.wait(id, inflight{done: done, deadline: ss.bufT, wire: ss.bufW, seq: d.Message.Sequence})
 	}
 	ss.buf = append(ss.buf, `{"attempt":`...)
 	ss.buf = strconv.AppendInt(ss.buf, int64(d.Attempt), 10)
@@ -377,12 +392,19 @@ func (ss *serverSub) flushLocked() {
 // wait makes f the delivery of id waiting for the client's answer. One of
 // the same id that still waits (its message trimmed in flight and another
 // published under its id, or a redelivery racing the sweep of its ack
-// wait) is settled as an ack wait that passed: the client's answer cannot
-// tell the two apart, and, replaced unsettled, it would hold its slot in
-// the engine's subscription for ever.
+// wait) is settled as an ack wait that passed: replaced unsettled, it
+// would hold its slot in the engine's subscription for ever. When it was
+// of another message (another sequence), f is marked reused: a late
+// answer to the old delivery that names no sequence (a v1 client's)
+// cannot be told from an answer to f, and is not taken for f, which goes
+// back after its ack wait instead of being settled by an answer to
+// another message. An answer naming f's sequence settles it.
 func (ss *serverSub) wait(id string, f inflight) {
 	ss.mu.Lock()
 	old, had := ss.pending[id]
+	if had {
+		f.reused = old.reused || old.seq != f.seq
+	}
 	ss.pending[id] = f
 	ss.mu.Unlock()
 	if had {
@@ -545,12 +567,15 @@ type answer struct {
 	delay time.Duration
 }
 
-// settle hands the client's answer to the delivery waiting for it; it
-// reports whether one was waiting.
-func (ss *serverSub) settle(id string, a answer) bool {
+// settle hands the client's answer to the delivery of id at seq (0: the
+// one of id, see inflight.answers) waiting for it; it reports whether one
+// was waiting. One that is not answered stays pending.
+func (ss *serverSub) settle(id string, seq uint64, a answer) bool {
 	ss.mu.Lock()
 	f, ok := ss.pending[id]
-	delete(ss.pending, id)
+	if ok = ok && f.answers(seq); ok {
+		delete(ss.pending, id)
+	}
 	ss.mu.Unlock()
 	if !ok {
 		return false
@@ -559,28 +584,33 @@ func (ss *serverSub) settle(id string, a answer) bool {
 	return true
 }
 
-// settleAll hands the client's answer to the deliveries of ids and of
-// id (when not empty), taking them out of pending under one lock; it
-// returns the ids no delivery waited for. The read loop calls it, one ack
+// settleAll hands the client's answer to the deliveries of ids, at seqs
+// (nil, or one per id; 0: none named), and of id at seq (when id is not
+// empty), taking them out of pending under one lock; it returns the ids
+// no delivery waited for (see settle). The read loop calls it, one ack
 // frame at a time: the dones it gathers go in a buffer it reuses.
-func (ss *serverSub) settleAll(ids []string, id string, a answer) (stale []string) {
+func (ss *serverSub) settleAll(ids []string, seqs []uint64, id string, seq uint64, a answer) (stale []string) {
 	ss.mu.Lock()
 	dones := ss.dones[:0]
-	take := func(id string) {
-		if f, ok := ss.pending[id]; ok {
+	take := func(id string, seq uint64) {
+		if f, ok := ss.pending[id]; ok && f.answers(seq) {
 			delete(ss.pending, id)
 			dones = append(dones, f.done)
 		} else {
 			stale = append(stale, id)
 		}
 	}
-	for _, id := range ids {
+	for i, id := range ids {
 		if id != "" {
-			take(id)
+			var seq uint64
+			if i < len(seqs) {
+				seq = seqs[i]
+			}
+			take(id, seq)
 		}
 	}
 	if id != "" {
-		take(id)
+		take(id, seq)
 	}
 	ss.dones = nil // a settleAll of another ack frame meanwhile takes a buffer of its own
 	ss.mu.Unlock()
