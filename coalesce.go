@@ -79,6 +79,17 @@ func keyOf(r *store.AuditRecord) coalesceKey {
 	return coalesceKey{r.Type, who, subject, r.Gate, r.Code}
 }
 
+// inWindow reports whether t lies in the window of a run that started at
+// start. A t before start (the wall clock stepped back, or a record came
+// timed ahead of the clock) is not: read as "within", it kept a run
+// counting, neither written nor flushed, for as long as the step, and an
+// Options.Now without a monotonic reading (or Engine.Record given a time)
+// meets it.
+func inWindow(start, t time.Time) bool {
+	d := t.Sub(start)
+	return d >= 0 && d < coalesceWindow
+}
+
 // run is the refusals counted since the first of a window was written.
 type run struct {
 	start time.Time         // when the written first refusal was made
@@ -128,7 +139,7 @@ func (c *coalescer) admit(r *store.AuditRecord) (write bool, ended *store.AuditR
 		}
 		c.runs[k] = &run{start: r.Time}
 		return true, nil
-	case r.Time.Sub(w.start) < coalesceWindow:
+	case inWindow(w.start, r.Time):
 		w.n++
 		w.last = *r
 		return false, nil
@@ -148,7 +159,7 @@ func (c *coalescer) flush(now time.Time) []store.AuditRecord {
 	defer c.mu.Unlock()
 	var out []store.AuditRecord
 	for k, w := range c.runs {
-		if !now.IsZero() && now.Sub(w.start) < coalesceWindow {
+		if !now.IsZero() && inWindow(w.start, now) {
 			continue
 		}
 		if w.n > 0 {

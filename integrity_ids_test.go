@@ -278,7 +278,7 @@ func TestMessageByID(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, string(demo.Payment("o-1").Data), string(m.Data))
 	_, err = f.e.Message(ctx, caller(orders), res.Message.ID)
-	requireCode(t, err, pigeon.CodeSubjectNotInContract)
+	requireCode(t, err, pigeon.CodeMessageNotFound) // as an id never seen: not its to know of
 	_, err = f.e.Message(ctx, caller(gateway), "msg-nope")
 	requireCode(t, err, pigeon.CodeMessageNotFound)
 	require.NoError(t, f.e.RevokeContract(ctx, caller(gateway).Principal, gateway.Contract().ID()))

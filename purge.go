@@ -71,6 +71,7 @@ func (e *Engine) PurgeSubject(ctx context.Context, p *Principal, subject string)
 		return 0, nil
 	}
 	n, err := st.TrimThrough(ctx, subject, last)
+	e.recent.forget(subject, last+1) // what went, or may have before a failure
 	if n > 0 {
 		// What went before a failure is on the record too.
 		if aerr := e.audit(ctx, EventSubjectPurged.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: subject, Principal: p.ID, Ref: strconv.Itoa(n)})); aerr != nil && err == nil {

@@ -77,6 +77,10 @@ func (d *decoded) condValue() any {
 // within recentBytes, clearing the oldest.
 type recentRing struct {
 	slots [recentSize]atomic.Pointer[decoded]
+	// floor is the first sequence the cache may hold (forget): those
+	// before it are gone from the store, trimmed by retention or a purge,
+	// and no reader gets them from here.
+	floor atomic.Uint64
 
 	mu    sync.Mutex
 	sizes [recentSize]int64 // the size of the message in each slot, kept here to spare reading it
@@ -93,6 +97,9 @@ func (r *recentRing) put(d *decoded, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.last = now
+	if d.seq < r.floor.Load() { // read from the store as it was trimmed
+		return
+	}
 	r.slots[i].Store(d)
 	r.bytes += d.size - r.sizes[i]
 	r.sizes[i] = d.size
@@ -108,6 +115,27 @@ func (r *recentRing) put(d *decoded, now time.Time) {
 		}
 		r.tail++
 	}
+}
+
+// forget drops the messages before sequence first and keeps them out from
+// then on: the store no longer holds them. It looks at every slot (a
+// message put out of order may sit before tail), once per raise of the
+// floor.
+func (r *recentRing) forget(first uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if first <= r.floor.Load() {
+		return
+	}
+	r.floor.Store(first) // before the slots empty: a reader checks it after its load
+	for j := range r.slots {
+		if old := r.slots[j].Load(); old != nil && old.seq < first {
+			r.slots[j].Store(nil)
+			r.bytes -= r.sizes[j]
+			r.sizes[j] = 0
+		}
+	}
+	r.tail = max(r.tail, first)
 }
 
 // clearIdle empties the cache when nothing was put in it since cutoff.
@@ -148,6 +176,20 @@ func (c *recentCache) ring(subject string) *recentRing {
 		c.rings[subject] = r
 	}
 	return r
+}
+
+// forget drops from subject's cache the messages before sequence first,
+// which retention or a purge removed from the store, so that no reader
+// (a subscription started at an older sequence, one lagging behind the
+// trim) is handed them; it keeps them out from then on. A subject with no
+// cache gets none.
+func (c *recentCache) forget(subject string, first uint64) {
+	c.mu.RLock()
+	r := c.rings[subject]
+	c.mu.RUnlock()
+	if r != nil {
+		r.forget(first)
+	}
 }
 
 // sweep empties the caches of the subjects nothing was put in since
@@ -191,7 +233,8 @@ func (e *Engine) remember(d *decoded, subject string, seq uint64, m *Message, ju
 // recentAt returns the decoded message of subject at seq when the cache
 // holds it.
 func (e *Engine) recentAt(subject string, seq uint64) *decoded {
-	if d := e.recent.ring(subject).slots[seq%recentSize].Load(); d != nil && d.seq == seq {
+	r := e.recent.ring(subject)
+	if d := r.slots[seq%recentSize].Load(); d != nil && d.seq == seq && seq >= r.floor.Load() {
 		return d
 	}
 	return nil
@@ -202,7 +245,7 @@ func (e *Engine) recentAt(subject string, seq uint64) *decoded {
 func (e *Engine) decode(sm store.Message) (*decoded, error) {
 	r := e.recent.ring(sm.Subject)
 	slot := &r.slots[sm.Seq%recentSize]
-	if d := slot.Load(); d != nil && d.seq == sm.Seq && d.m.ID == sm.ID {
+	if d := slot.Load(); d != nil && d.seq == sm.Seq && d.m.ID == sm.ID && sm.Seq >= r.floor.Load() {
 		return d, nil
 	}
 	m, err := decodeStored(sm)

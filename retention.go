@@ -183,6 +183,12 @@ func (e *Engine) trimMessages(ctx context.Context, name string, s *subject, now 
 		k, err = bt.TrimToBytes(ctx, name, uint64(r.MaxBytes))
 		n += k
 	}
+	// The engine's cache lets go of what the store no longer holds (this
+	// pass's trims, or another node's), so that no subscriber started at
+	// an older sequence, or lagging behind the trim, is handed it.
+	if first, _, berr := e.store.Bounds(ctx, name); berr == nil && first > 0 {
+		e.recent.forget(name, first)
+	}
 	if n > 0 {
 		e.audit(ctx, EventRetentionMessages.record("", CodeOK, store.AuditRecord{Subject: name, PolicyID: s.policyID, Ref: strconv.Itoa(n)}))
 	}

@@ -17,14 +17,25 @@ const sourceIPv6Bits = 64
 // that hosts sharing one /64 (a LAN behind one router, some hosting
 // providers) share a count, as clients behind one IPv4 NAT already do.
 //
+// An IPv6 address that carries the IPv4 address its replies are routed
+// to counts as that IPv4 address: under 64:ff9b::/96 (RFC 6052, the
+// prefix a translator such as SIIT gives IPv4 clients of an IPv6-only
+// broker: by /64, every IPv4 client would share one count, and one
+// guesser would lock them all out), 2002::/16 (6to4, RFC 3056: an IPv4
+// address holds the whole 2002:V4ADDR::/48, 65,536 /64s, fresh counts
+// for the asking) and 2001::/32 (Teredo, RFC 4380: the client's public
+// IPv4 address, inverted, in the last 32 bits; the flags give one client
+// many /64s). Replies to such an address reach that IPv4 host only, so
+// a client cannot claim another's count.
+//
 // A Source is comparable, for map keys. The zero Source is none: an
 // address that is not IP (in process, a Unix socket).
 type Source struct{ p netip.Prefix }
 
-// SourceOfAddr is the source of a: a /32 for IPv4, a /64 for IPv6, the
-// zone dropped.
+// SourceOfAddr is the source of a: a /32 for IPv4 (and for an IPv6
+// address that carries one, above), a /64 for IPv6, the zone dropped.
 func SourceOfAddr(a netip.Addr) Source {
-	a = a.Unmap().WithZone("")
+	a = embeddedIPv4(a.Unmap().WithZone(""))
 	bits := 32
 	if a.Is6() {
 		bits = sourceIPv6Bits
@@ -34,6 +45,24 @@ func SourceOfAddr(a netip.Addr) Source {
 		return Source{}
 	}
 	return Source{p: p}
+}
+
+// embeddedIPv4 is the IPv4 address a translated (64:ff9b::/96), 6to4
+// (2002::/16) or Teredo (2001::/32) IPv6 address carries, or a itself.
+func embeddedIPv4(a netip.Addr) netip.Addr {
+	if !a.Is6() {
+		return a
+	}
+	b := a.As16()
+	switch {
+	case b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4]|b[5]|b[6]|b[7]|b[8]|b[9]|b[10]|b[11] == 0:
+		return netip.AddrFrom4([4]byte(b[12:16]))
+	case b[0] == 0x20 && b[1] == 0x02:
+		return netip.AddrFrom4([4]byte(b[2:6]))
+	case b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00:
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
+	}
+	return a
 }
 
 // SourceOf is the source of a remote address such as
