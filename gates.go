@@ -43,12 +43,12 @@ const (
 const SealedField = "sealed"
 
 // publishOnly marks a built-in gate that governs what a publish into a
-// subject's log must look like (its rate, rules, intent, idempotency key,
-// schema and data quality). A reply is not published into the log: it
-// passes every other gate, the application's included.
+// subject's log must look like (its rules, intent, idempotency key, schema
+// and data quality). A reply is not published into the log: it passes
+// every other gate, the application's included, and the rate gate too
+// (a reply has a bucket of its own, rateGate).
 type publishOnly interface{ publishOnly() }
 
-func (rateGate) publishOnly()        {}
 func (ruleGate) publishOnly()        {}
 func (intentGate) publishOnly()      {}
 func (idempotencyGate) publishOnly() {}
@@ -214,7 +214,19 @@ type rateGate struct{ l *rateLimiter }
 
 func (rateGate) Name() string { return GateRate }
 func (g rateGate) Check(_ context.Context, a *Admission) Verdict {
-	if a.subj.rate == nil || g.l.allow(a.subj, a.Principal.ID, a.Now) {
+	switch {
+	case a.subj.rate == nil:
+		return Allow()
+	case a.Request != nil:
+		// A reply writes its record and is handed over (to every node of
+		// a cluster): without a bucket a responder could answer one
+		// stored request, however old, as fast as it liked. Its bucket is
+		// the replier's toward the requester, under the subject's limit.
+		if g.l.allowReply(a.subj, a.Principal.ID, a.Request.Source, a.Now) {
+			return Allow()
+		}
+		return Deny(CodeRateLimited, "reply rate limit exceeded for this subject and requester")
+	case g.l.allow(a.subj, a.Principal.ID, a.Now):
 		return Allow()
 	}
 	return Deny(CodeRateLimited, "rate limit exceeded for this subject")
@@ -647,7 +659,7 @@ func (schemaGate) Check(_ context.Context, a *Admission) Verdict {
 	data, raw := a.Data, []byte(a.Message.Data)
 	if a.subj.e2e {
 		// Only the clear (routing) fields are validated; the sealed part is opaque.
-		data, raw = clearPart(a.Data)
+		data, raw = clearPart(a.Data, raw)
 	}
 	var reason string
 	if a.dataExact {
@@ -716,8 +728,12 @@ func (g signatureGate) Check(ctx context.Context, a *Admission) Verdict {
 	return Allow()
 }
 
-// clearPart returns data without its sealed part, decoded and encoded.
-func clearPart(data any) (any, []byte) {
+// clearPart returns data without its sealed part, decoded and as text.
+// The text is cut from text, data's text as stored, each member's value
+// as published: encoding the decoded doubles again would turn
+// 100.0000000000000001 into 100, and the schema gate would judge a number
+// other than the one stored and delivered.
+func clearPart(data any, text []byte) (any, []byte) {
 	obj, ok := data.(map[string]any)
 	if !ok {
 		return data, []byte("null")
@@ -728,7 +744,14 @@ func clearPart(data any) (any, []byte) {
 			c[k] = v
 		}
 	}
-	raw, _ := json.Marshal(c)
+	var members map[string]json.RawMessage
+	if json.Unmarshal(text, &members) == nil {
+		delete(members, SealedField)
+		if raw, err := json.Marshal(members); err == nil {
+			return c, raw
+		}
+	}
+	raw, _ := json.Marshal(c) // the gate gives the decoder's text: not reached from it
 	return c, raw
 }
 

@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// rateLimiter keeps one token bucket per (subject, principal). Buckets of
-// a replaced policy start full; idle buckets are swept. In a cluster whose
-// size it knows (nodes), each bucket holds this node's share of its limit.
+// rateLimiter keeps one token bucket per (subject, principal), and one per
+// (subject, replier, requester) for replies. Buckets of a replaced policy
+// start full; idle buckets are swept. In a cluster whose size it knows
+// (nodes), each bucket holds this node's share of its limit.
 type rateLimiter struct {
 	mu      sync.Mutex
 	buckets map[rateKey]*bucket
@@ -16,7 +17,8 @@ type rateLimiter struct {
 
 type rateKey struct {
 	kind               limitKind
-	subject, principal string // subject: for limitSubject only
+	subject, principal string // subject: for limitSubject and limitReply only
+	requester          string // for limitReply only
 }
 
 // limitKind tells apart the limits the engine keeps per principal.
@@ -27,6 +29,7 @@ const (
 	limitNegotiate                   // Options.NegotiateRate
 	limitFilter                      // Options.FilterRate
 	limitQuarantine                  // Options.QuarantineRate
+	limitReply                       // a subject's rateLimit, for replies to one requester
 )
 
 type bucket struct {
@@ -42,6 +45,15 @@ func newRateLimiter() *rateLimiter { return &rateLimiter{buckets: map[rateKey]*b
 // allow takes one token for (s, principal) at now.
 func (l *rateLimiter) allow(s *subject, principal string, now time.Time) bool {
 	return l.take(rateKey{kind: limitSubject, subject: s.name, principal: principal}, *s.rate, now)
+}
+
+// allowReply takes one token for a reply on s by replier to a request of
+// requester, at now. A requester's requests are held to s's limit, so
+// replies to them, one each, fit within the same limit toward that
+// requester; a responder serving many requesters is not held to one
+// publisher's limit in all.
+func (l *rateLimiter) allowReply(s *subject, replier, requester string, now time.Time) bool {
+	return l.take(rateKey{kind: limitReply, subject: s.name, principal: replier, requester: requester}, *s.rate, now)
 }
 
 // take takes one token from k's bucket, refilled at rp, at now.
