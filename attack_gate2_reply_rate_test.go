@@ -19,6 +19,13 @@ const checkoutTwo = "spiffe://merchant-prod/ns/checkout/sa/checkout-two"
 // (bursts of one; the test clock stands still), and a second requester
 // allowed to publish on it.
 func replyRateFixture(t *testing.T) *fixture {
+	return twoRequesterFixture(t, &pigeon.RateLimitPolicy{PerSecond: 1, Burst: 1})
+}
+
+// twoRequesterFixture is the demo engine with a second requester
+// (checkoutTwo: publish on payments.authorize, no receive) and the
+// subject's rateLimit rate (nil: none), mutated as newFixture's options.
+func twoRequesterFixture(t *testing.T, rate *pigeon.RateLimitPolicy, mutate ...func(*pigeon.Options)) *fixture {
 	t.Helper()
 	cat := demo.Catalog()
 	for i := range cat.Subjects {
@@ -26,14 +33,14 @@ func replyRateFixture(t *testing.T) *fixture {
 		if s.Name != "payments.authorize" {
 			continue
 		}
-		s.RateLimit = &pigeon.RateLimitPolicy{PerSecond: 1, Burst: 1}
+		s.RateLimit = rate
 		rules := s.Policy[pigeon.OpPublish]
 		rules[0].Principals = append(rules[0].Principals, checkoutTwo)
 	}
 	tokens := append(demo.Tokens(), pigeon.StaticToken{Token: "checkout-two-token", Principal: checkoutTwo})
-	return newFixture(t, func(o *pigeon.Options) {
+	return newFixture(t, append([]func(*pigeon.Options){func(o *pigeon.Options) {
 		o.Catalog, o.Authenticator = cat, pigeon.NewStaticTokens(tokens...)
-	})
+	}}, mutate...)...)
 }
 
 // TestRepliesAreRateLimited: a reply skipped the rate gate, so a

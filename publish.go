@@ -149,7 +149,7 @@ func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool
 	defer func() { *a = Admission{}; admissionPool.Put(a) }()
 	e.prepare(a, c, in)
 	a.release = release
-	if s := a.subj; release == "" && s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" {
+	if s := a.subj; release == "" && s != nil && s.mode == ModeRequestReply && a.Message.CorrelationID != "" && e.mayReply(ctx, a) {
 		if stored, req, ok := e.requestFor(ctx, s, a.Message.CorrelationID); ok {
 			return e.reply(ctx, a, stored, req, clientID)
 		}
@@ -168,6 +168,22 @@ func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool
 		return nil, e.idTaken(ctx, a)
 	}
 	return res, err
+}
+
+// mayReply reports whether a's message may be a reply, to be looked for
+// among the stored requests of its subject: when its correlation id is
+// within the envelope's bounds and a's contract grants receive on the
+// subject, as a reply needs. Otherwise the message is judged as a publish
+// whatever its correlation id names, so the store is not asked for an id
+// of any length before a gate has looked at the message, and the answer
+// does not tell a publisher that may not receive there which ids are
+// stored requests (a reply's refusal against a publish's acceptance).
+func (e *Engine) mayReply(ctx context.Context, a *Admission) bool {
+	if len(a.Message.CorrelationID) > MaxEnvelopeField || a.Principal == nil {
+		return false
+	}
+	_, code, _ := e.checkContractAt(ctx, a.contractID, a.Principal, a.subj, OpReceive, a.Now)
+	return code == CodeOK
 }
 
 // errIDTaken is accepted's error when the store refused the append
