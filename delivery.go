@@ -216,10 +216,10 @@ func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, message
 	}
 	if g == nil { // pubsub: the cursor already moved; the ack is recorded
 		if !e.pulled(ctx, c, s, sm, scope) {
-			e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+			e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 			return NewError(CodeAckNotAllowed, "message %s was not received by this consumer", sm.ID)
 		}
-		e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+		e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 		return nil
 	}
 	defer e.releaseGroup(g)
@@ -229,13 +229,13 @@ func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, message
 		return nil
 	}
 	if l := g.leases[sm.Seq]; l == nil || l.holder != c.Principal.ID {
-		e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+		e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
 	if err := e.markDone(ctx, g, sm.Seq); err != nil {
 		return err
 	}
-	e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+	e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 	return nil
 }
 
@@ -287,7 +287,7 @@ func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messag
 	// message held here until the ack wait it was leased for ran out.
 	e.releaseShared(ctx, g, false, l.deadline, sm.Seq)
 	nacked = true
-	e.audit(ctx, EventDeliveryNacked.record(OutcomeDeny, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+	e.audit(ctx, EventDeliveryNacked.record(OutcomeDeny, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 	return nil
 }
 
@@ -321,7 +321,9 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 		return nil, store.Message{}, nil, nil, storeError(err)
 	}
 	if seq != 0 && sm.Seq != seq {
-		e.audit(ctx, deniedType.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID}))
+		// The record names the message the caller answered: its id and
+		// the sequence it gave, not the newer message holding the id.
+		e.audit(ctx, deniedType.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(seq)}))
 		return nil, store.Message{}, nil, nil, NewError(CodeAckNotAllowed, "message %s at sequence %d is gone: its id names another message now", messageID, seq)
 	}
 	if s.mode == ModePubSub {
@@ -332,6 +334,19 @@ func (e *Engine) settleTarget(ctx context.Context, c Caller, subjectName, messag
 		return nil, store.Message{}, nil, nil, err
 	}
 	return s, sm, g, scope, nil
+}
+
+// seqText is the Seqs of the audit record of one message named by its id
+// (delivery.acked, delivery.nacked, delivery.exhausted, ack.denied,
+// nack.denied), as of its publish.accepted record: its sequence alone, in
+// decimal, and no count, so that a receipt names the message the record
+// is of even after retention freed its id for a newer message. A sequence
+// of 0 (none known) leaves it empty.
+func seqText(seq uint64) string {
+	if seq == 0 {
+		return ""
+	}
+	return strconv.FormatUint(seq, 10)
 }
 
 // pulled reports whether c's pull cursor on the pubsub subject s handed

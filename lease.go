@@ -477,7 +477,7 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 // DELIVERY_EXHAUSTED when the subject says so, dropped otherwise; audited
 // either way.
 func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Message) error {
-	rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, store.AuditRecord{Subject: s.name, PolicyID: s.policyID, MessageID: sm.ID, Ref: noPANIn(g.key.Group)})
+	rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, store.AuditRecord{Subject: s.name, PolicyID: s.policyID, MessageID: sm.ID, Seqs: seqText(sm.Seq), Ref: noPANIn(g.key.Group)})
 	if s.policy.Quarantine.OnHandlerFailure {
 		dm, err := e.decode(sm)
 		if err == nil {

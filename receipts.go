@@ -22,11 +22,14 @@ type Receipt struct {
 	Ref string `json:"ref,omitempty"`
 	// AuditSeq is the record's place in the chain.
 	AuditSeq uint64 `json:"auditSeq"`
-	// Subject and Seq name the message received: the acceptance of the id
-	// whose sequence the delivery record lists. A client-chosen id is free
-	// again once its message is trimmed, so one id can name two messages
-	// over time; Seq tells their deliveries apart (0: unknown, for a
-	// record naming the id alone whose acceptance is no longer in the log).
+	// Subject and Seq name the message received: the sequence the
+	// delivery record names (a batch record's seqs listing the sequence of
+	// an acceptance of the id; a record of one message, its own seqs). A
+	// client-chosen id is free again once its message is trimmed, so one
+	// id can name two messages over time; Seq tells their deliveries apart
+	// (0: unknown, for a record naming the id alone, written before
+	// records of one message named their sequence, whose acceptance is no
+	// longer in the log).
 	Subject string `json:"subject,omitempty"`
 	Seq     uint64 `json:"seq,omitempty"`
 }
@@ -40,10 +43,15 @@ type Receipt struct {
 // acceptance in the chain: a subscriber reading the store can be handed a
 // message, and its batch recorded, in the moment between the message's
 // append and the queueing of its acceptance record. A single pass of Next
-// alone finds the deliveries recorded after the acceptance. Records
-// written before batch records existed name the message id and match
-// directly. The zero value is not usable; see NewReceiptFinder. It is not
-// safe for concurrent use.
+// alone finds the deliveries recorded after the acceptance. A record of
+// one message (an acknowledgement by id, a nack, an exhaustion) names the
+// message id and its sequence (Seqs, no Count), and is that message's,
+// whatever acceptances of the id surround it: an answer can be recorded
+// before the acceptance of the message it answers, and after the id was
+// freed and taken by a newer one. Such a record written before they named
+// the sequence names the id alone, and is taken for the acceptance in
+// force (inForce). The zero value is not usable; see NewReceiptFinder. It
+// is not safe for concurrent use.
 type ReceiptFinder struct {
 	id       string
 	accepted []acceptance // each acceptance of id, in chain order
@@ -115,14 +123,27 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		return
 	}
 	if r.MessageID == f.id {
-		// A record of one message by id alone: of the acceptance in
-		// force, or of the next one on its subject when it was recorded
-		// just before it.
-		if a, ok := f.inForce(r.Subject); ok {
+		if seq, ok := oneSeq(r.Seqs); ok {
+			// A record of one message that names its sequence: of that
+			// message, wherever its acceptance is in the log (before or
+			// after it, or trimmed from it).
+			rc.Seq = seq
+		} else if a, ok := f.inForce(r.Subject); ok {
+			// A record of one message by id alone (written before such
+			// records named the sequence): of the acceptance in force,
+			// or of the next one on its subject when it was recorded
+			// just before it.
 			rc.Seq = a.seq
 		}
 		f.Receipts = append(f.Receipts, rc)
 	}
+}
+
+// oneSeq is the sequence the Seqs of a record of one message (not a
+// batch) names: a single sequence in decimal, at least 1.
+func oneSeq(seqs string) (uint64, bool) {
+	seq, err := strconv.ParseUint(seqs, 10, 64)
+	return seq, err == nil && seq != 0
 }
 
 // inForce is the acceptance a record of the id alone on subject is of:

@@ -572,12 +572,12 @@ func (s *subscription) settled(d *decoded, attempt int, err error) {
 		return
 	}
 	rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
-	rec.MessageID = d.m.ID
+	rec.MessageID, rec.Seqs = d.m.ID, seqText(d.seq)
 	s.hold(rec)
 	if attempt >= s.subj.maxAtt || s.ctx.Err() != nil || errors.Is(err, ErrUndelivered) {
 		if s.ctx.Err() == nil && attempt >= s.subj.maxAtt {
 			rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, s.base())
-			rec.MessageID = d.m.ID
+			rec.MessageID, rec.Seqs = d.m.ID, seqText(d.seq)
 			s.hold(rec)
 		}
 		s.done1()

@@ -95,7 +95,7 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 			continue
 		}
 		rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
-		rec.MessageID = r.d.m.ID
+		rec.MessageID, rec.Seqs = r.d.m.ID, seqText(r.d.seq)
 		e.auditAsync(rec)
 		_ = e.settle(ctx, s, r.d.seq, r.err)
 	}

@@ -37,8 +37,13 @@ type AuditRecord struct {
 	// batch record covers (a delivery batch, an acknowledged range): Seqs
 	// lists their sequences as ascending ranges ("4-9,12"), Count says how
 	// many there are and Digest is the SHA-256 (hex) of their ids in
-	// sequence order, each followed by a newline. On a publish.accepted
-	// record Seqs is the message's sequence alone. Empty elsewhere.
+	// sequence order, each followed by a newline. On a record of one
+	// message named by its id (publish.accepted; delivery.acked,
+	// delivery.nacked, delivery.exhausted, ack.denied and nack.denied of
+	// one message) Seqs is that message's sequence alone and Count is 0:
+	// a message id names one message at a time only, the sequence names it
+	// for good. Empty elsewhere, and on records of one message written
+	// before they carried it; the hash covers them only when set.
 	Seqs   string `json:"seqs,omitempty"`
 	Count  int    `json:"count,omitempty"`
 	Digest string `json:"digest,omitempty"`
