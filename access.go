@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,7 +151,7 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = uniqueSorted(append(a.Roles, role))
 		return nil
-	})
+	}, nil)
 	if err == nil {
 		e.audit(ctx, EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 		if e.denyRuleNames([]string{role}) {
@@ -247,24 +248,157 @@ func (e *Engine) DeleteRole(ctx context.Context, name string) error {
 // it: one that another account publishes, or published before it dropped
 // the key or was deleted, is refused with CONFLICT, since every signature
 // and sealed payload the key made would verify as the new holder's. Like
-// the other account methods it trusts its caller; the server lets only
-// the account itself or an admin call it.
+// the other account methods it trusts its caller: the embedding program
+// decides who may publish what. A remote caller goes through
+// PutAccountKeysAs. The change is audited as account.keys.published
+// (principal: the account; ref: what changed, see PutAccountKeysAs).
 func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey) (Account, error) {
+	return e.putAccountKeys(ctx, nil, id, keys)
+}
+
+// PutAccountKeysAs replaces the public keys account id publishes on behalf
+// of p, as PutAccountKeys does, for a caller that is not trusted with every
+// list. The account itself (p.ID is id, authenticated by its own
+// credential) publishes any list. Anyone else, and any grant token (a grant
+// hands out roles, not the keys that sign and seal as the account), must
+// hold the role admin and may only remove keys or narrow their windows:
+// adding a key, changing a key's bytes, use or alg, or widening a window is
+// FORBIDDEN and changes nothing. A key listed under an account is what
+// senders seal for and what verifies as the account: an admin free to
+// list one of its own would read what is sealed for the account from then
+// on. The list is judged against the account's keys as they are when it
+// replaces them, under the lock that changes the account: a list read
+// before the account removed a key cannot put the key back.
+//
+// Refusals (FORBIDDEN, CONFLICT, BAD_REQUEST) are returned, not audited:
+// the caller knows how it was asked (the server audits them as
+// access.denied). A change is audited as account.keys.published, in the
+// order of the changes: principal the account, ref "by P: CHANGES" where
+// P is p's id (followed by " via grant" for a grant token) and CHANGES
+// lists the kids added ("+kid"), removed ("-kid") and changed ("~kid"),
+// or "no change"; past 480 bytes the kids left are counted, "(N more)".
+func (e *Engine) PutAccountKeysAs(ctx context.Context, p *Principal, id string, keys []PublicKey) (Account, error) {
+	if p == nil {
+		return Account{}, NewError(CodeInvalidArgument, "PutAccountKeysAs needs the principal that acts")
+	}
+	return e.putAccountKeys(ctx, p, id, keys)
+}
+
+// putAccountKeys replaces account id's keys, for p when not nil (see
+// PutAccountKeysAs), for the embedding program otherwise.
+func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, keys []PublicKey) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
 	}
 	if err := ValidateKeys(keys); err != nil {
 		return Account{}, WrapError(CodeBadRequest, err, "%v", err)
 	}
+	narrowOnly := p != nil && (p.ID != id || p.Method == AuthGrant)
+	if narrowOnly && !p.HasRole(RoleAdmin) {
+		return Account{}, NewError(CodeForbidden, "only the account itself (not a grant token of it) or an admin may change its keys")
+	}
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
+		if !narrowOnly {
+			a.Keys = slices.Clone(keys)
+			return nil
+		}
+		if kid, widened := keysNotNarrowed(a.Keys, keys); widened {
+			return NewError(CodeForbidden,
+				"an admin may remove another account's keys or narrow their windows, not publish key %q: only the account itself publishes a key or widens its window", kid)
+		}
 		a.Keys = slices.Clone(keys)
 		return nil
+	}, func(before, after *Account) {
+		e.audit(ctx, EventAccountKeysPublished.record("", CodeOK, store.AuditRecord{Principal: id, Ref: keysChangeRef(p, before.Keys, after.Keys)}))
 	})
 	if err == nil {
-		e.audit(ctx, EventAccountKeysPublished.record("", CodeOK, store.AuditRecord{Principal: id}))
 		err = e.clusterBarrier(ctx)
 	}
 	return a, err
+}
+
+// keysNotNarrowed returns the kid of the first key of next that is not a
+// key of cur (the same kid, use, alg and key) valid within that key's
+// window, and true; or false when next only removes keys of cur or
+// narrows their windows. (cur holds each kid once: ValidateKeys.)
+func keysNotNarrowed(cur, next []PublicKey) (string, bool) {
+	for _, k := range next {
+		i := slices.IndexFunc(cur, func(c PublicKey) bool { return c.KID == k.KID })
+		if i < 0 {
+			return k.KID, true
+		}
+		c := cur[i]
+		if c.Use != k.Use || c.Alg != k.Alg || c.Key != k.Key ||
+			!c.NotBefore.IsZero() && (k.NotBefore.IsZero() || k.NotBefore.Before(c.NotBefore)) ||
+			!c.NotAfter.IsZero() && (k.NotAfter.IsZero() || k.NotAfter.After(c.NotAfter)) {
+			return k.KID, true
+		}
+	}
+	return "", false
+}
+
+// maxKeysRef bounds the ref of an account.keys.published record, under
+// the 512 bytes the audit log keeps of a text (an actor of 256 bytes and
+// 128 kids of 128 would be over 16 KiB): the kids that do not fit are
+// counted, "(N more)".
+const maxKeysRef = 480
+
+// keysChangeRef is the ref of the account.keys.published record of a
+// change from old to next made by p (nil: the embedding program): "by
+// P: " (P's id, " via grant" after it for a grant token), then the kids
+// added ("+kid"), removed ("-kid") and changed ("~kid": its key, use, alg
+// or window) in that order, or "no change". Kids are printable ASCII
+// without spaces (checkKID), so the list reads back unambiguously.
+func keysChangeRef(p *Principal, old, next []PublicKey) string {
+	var added, removed, changed []string
+	for _, k := range next {
+		i := slices.IndexFunc(old, func(c PublicKey) bool { return c.KID == k.KID })
+		switch {
+		case i < 0:
+			added = append(added, "+"+k.KID)
+		case !sameKey(old[i], k):
+			changed = append(changed, "~"+k.KID)
+		}
+	}
+	for _, c := range old {
+		if !slices.ContainsFunc(next, func(k PublicKey) bool { return k.KID == c.KID }) {
+			removed = append(removed, "-"+c.KID)
+		}
+	}
+	var b strings.Builder
+	if p != nil {
+		b.WriteString("by " + p.ID)
+		if p.Method == AuthGrant {
+			b.WriteString(" via grant")
+		}
+		b.WriteString(":")
+	}
+	all := slices.Concat(added, removed, changed)
+	if len(all) == 0 {
+		all = []string{"no change"}
+	}
+	const room = len(" (128 more)") // at most 2*MaxAccountKeys changes
+	for i, c := range all {
+		need := 1 + len(c)
+		if i < len(all)-1 {
+			need += room // what is left must still be counted
+		}
+		if b.Len()+need > maxKeysRef {
+			b.WriteString(" (" + strconv.Itoa(len(all)-i) + " more)")
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(c)
+	}
+	return b.String()
+}
+
+// sameKey reports whether a and b are the same key with the same window.
+func sameKey(a, b PublicKey) bool {
+	return a.KID == b.KID && a.Use == b.Use && a.Alg == b.Alg && a.Key == b.Key &&
+		a.NotBefore.Equal(b.NotBefore) && a.NotAfter.Equal(b.NotAfter)
 }
 
 // AccountKeys returns the public keys account id publishes.

@@ -250,8 +250,12 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 	return nil
 }
 
-// updateAccount applies fn to a copy of account id and stores it.
-func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Account) error) (Account, error) {
+// updateAccount applies fn to a copy of account id and stores it, then
+// calls then (when not nil) with the account before and after, under the
+// lock: fn judges the change against the account as it is when it is
+// made, and then's audit records of two changes are written in their
+// order.
+func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Account) error, then func(before, after *Account)) (Account, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur, ok := d.accounts[id]
@@ -277,6 +281,9 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	d.accounts[id] = &c
 	d.indexKeys(id, cur.Keys, c.Keys)
 	d.bump()
+	if then != nil {
+		then(cur, &c)
+	}
 	return cloneAccount(&c), nil
 }
 

@@ -1,8 +1,8 @@
 package server
 
 import (
+	"errors"
 	"net/http"
-	"slices"
 
 	"pigeon"
 )
@@ -128,15 +128,19 @@ func getKeys(rq *request) (int, any, error) {
 	return http.StatusOK, map[string]any{"keys": keys}, nil
 }
 
-// putKeys replaces the keys an account publishes. The account itself
-// publishes what it likes (PutAccountKeys checks the keys); an admin
-// acting on another account may only take keys away or narrow their
-// windows (keysNotNarrowed). A key put under an account is what senders
-// seal for and what verifies as the account: were an admin free to list
-// one of its own, it (or whoever holds an admin token) would read every
-// payload sealed for the account from then on and sign as it, though no
-// private key of the account ever left its program. A refusal is 403
-// FORBIDDEN, audited as access.denied.
+// putKeys replaces the keys an account publishes, as the caller
+// (Engine.PutAccountKeysAs): the account itself publishes what it likes;
+// an admin acting on another account, and any grant token, may only take
+// keys away or narrow their windows, judged under the lock that makes the
+// change, so a list read before the account removed a key cannot put it
+// back. A key put under an account is what senders seal for and what
+// verifies as the account: were an admin free to list one of its own, it
+// (or whoever holds an admin token) would read every payload sealed for
+// the account from then on and sign as it, though no private key of the
+// account ever left its program. A refusal of who asks (403 FORBIDDEN) or
+// of a key another account owns (409 CONFLICT) is audited as
+// access.denied, coalesced per principal and code like every refusal of
+// who asks: an account looping on another's key writes no record per try.
 func putKeys(rq *request) (int, any, error) {
 	var in struct {
 		Keys []pigeon.PublicKey `json:"keys"`
@@ -144,25 +148,12 @@ func putKeys(rq *request) (int, any, error) {
 	if err := rq.body(&in, true); err != nil {
 		return 0, nil, err
 	}
-	id := rq.r.PathValue("id")
-	if rq.p.ID != id || rq.p.Method == pigeon.AuthGrant {
-		// Only an admin gets here (mayCall): it acts on another account,
-		// or by a grant token, which hands out roles, not the account's
-		// keys. A malformed list is BAD_REQUEST whoever sends it.
-		if err := pigeon.ValidateKeys(in.Keys); err != nil {
-			return 0, nil, pigeon.WrapError(pigeon.CodeBadRequest, err, "%v", err)
-		}
-		cur, err := rq.s.e.AccountKeys(rq.ctx, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		if kid, widened := keysNotNarrowed(cur, in.Keys); widened {
-			return 0, nil, rq.s.denied(rq.r, rq.p, pigeon.NewError(pigeon.CodeForbidden,
-				"an admin may remove another account's keys or narrow their windows, not publish key %q: only the account itself publishes a key or widens its window", kid))
-		}
-	}
-	a, err := rq.s.e.PutAccountKeys(rq.ctx, id, in.Keys)
+	a, err := rq.s.e.PutAccountKeysAs(rq.ctx, rq.p, rq.r.PathValue("id"), in.Keys)
 	if err != nil {
+		var pe *pigeon.Error
+		if errors.As(err, &pe) && (pe.Code == pigeon.CodeForbidden || pe.Code == pigeon.CodeConflict) {
+			return 0, nil, rq.s.denied(rq.r, rq.p, pe)
+		}
 		return 0, nil, err
 	}
 	if !rq.p.HasRole(RoleAdmin) {
@@ -174,26 +165,6 @@ func putKeys(rq *request) (int, any, error) {
 		a.Attributes = nil
 	}
 	return http.StatusOK, accountBody{a}, nil
-}
-
-// keysNotNarrowed returns the kid of the first key of next that is not a
-// key of cur (the same kid, use, alg and key) valid within that key's
-// window, and true; or false when next only removes keys of cur or
-// narrows their windows. (cur holds each kid once: ValidateKeys.)
-func keysNotNarrowed(cur, next []pigeon.PublicKey) (string, bool) {
-	for _, k := range next {
-		i := slices.IndexFunc(cur, func(c pigeon.PublicKey) bool { return c.KID == k.KID })
-		if i < 0 {
-			return k.KID, true
-		}
-		c := cur[i]
-		if c.Use != k.Use || c.Alg != k.Alg || c.Key != k.Key ||
-			!c.NotBefore.IsZero() && (k.NotBefore.IsZero() || k.NotBefore.Before(c.NotBefore)) ||
-			!c.NotAfter.IsZero() && (k.NotAfter.IsZero() || k.NotAfter.After(c.NotAfter)) {
-			return k.KID, true
-		}
-	}
-	return "", false
 }
 
 type roleBody struct {

@@ -489,12 +489,16 @@ export function seal(plaintext: Uint8Array, recipientKid: string, recipientPub: 
  * key and the sender's Ed25519 public key (seal.Open): the signature first,
  * then the decryption. Any failed check throws {@link SealTamperedError}
  * (a sender key of small order, under which anyone can sign, included);
- * an unknown version or algorithm throws SEAL_UNSUPPORTED.
+ * so does a `v` that is not an integer (a string; `1.0` or `1e0` in the
+ * text, which the client's reader hands over as that spelling, see
+ * markNonIntegerV: Go, Python and Rust decode `v` as an integer and
+ * refuse them); an unknown version or algorithm throws SEAL_UNSUPPORTED.
  */
 export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: Uint8Array | string): Uint8Array {
   const spub = bytesOf(senderPub, "sender key", 32);
   const rpriv = bytesOf(recipientPriv, "recipient key", 32);
   if (!s || typeof s !== "object") throw new SealTamperedError();
+  if (!Number.isInteger(s.v)) throw new SealTamperedError(); // not an integer, as the strict decoders read it
   if (weakSigningKey(spub)) throw new SealTamperedError();
   if (s.v !== 1 || s.alg !== SEAL_ALG) throw new PigeonError("SEAL_UNSUPPORTED", `seal: unsupported v ${String(s.v)} alg ${String(s.alg)}`);
   if (!checkKid(s.recipientKid) || !checkKid(s.senderKid)) throw new SealTamperedError();

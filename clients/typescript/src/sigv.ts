@@ -9,8 +9,11 @@
  * turned into marked strings, to find which envelope signatures they were.
  * Such a signature's `v` is handed over as its text ("2.0"), which names no
  * form: verifyMessage refuses it (SIGNATURE_INVALID), canonicalSigningInput
- * too (ENVELOPE_INVALID). A `"v"` anywhere else (in data) is left as
- * JSON.parse read it.
+ * too (ENVELOPE_INVALID). The `v` of a sealed payload (the message data's
+ * `sealed` member, seal.SealData) is marked the same way: the Go, Python
+ * and Rust clients decode it as an integer and refuse `1.0` or `1e0`, so
+ * openData refuses the spelling too (SEAL_TAMPERED). A `"v"` anywhere else
+ * (in data) is left as JSON.parse read it.
  */
 
 /** A `"v"` member whose number has a fraction or an exponent. */
@@ -61,8 +64,9 @@ type Obj = Record<string, unknown>;
 const isObj = (x: unknown): x is Obj => !!x && typeof x === "object" && !Array.isArray(x);
 
 /**
- * Marks, in `parsed` (JSON.parse of `text`), every envelope signature
- * whose `v` the text spells as a non-integer number equal to an integer (2.0, 2e0,
+ * Marks, in `parsed` (JSON.parse of `text`), every envelope signature,
+ * and every sealed payload of message data (`data.sealed`), whose `v` the
+ * text spells as a non-integer number equal to an integer (2.0, 2e0,
  * 20e-1): its `v` becomes that spelling, a string. Looks at the messages
  * of a frame or an HTTP answer: `message`, `messages[i]`,
  * `deliveries[i].message`, `results[i].message`. Costs one regular
@@ -87,10 +91,14 @@ export function markNonIntegerV(text: string, parsed: unknown): void {
   }
   if (!isObj(again)) return;
   for (const [a, b] of messagePairs(parsed, again)) {
-    const sa = a.signature;
-    const sb = b.signature;
-    if (isObj(sa) && isObj(sb) && typeof sb.v === "string" && sb.v.startsWith(MARK)) sa.v = sb.v.slice(MARK.length);
+    markV(a.signature, b.signature);
+    if (isObj(a.data) && isObj(b.data)) markV(a.data.sealed, b.data.sealed);
   }
+}
+
+/** Hands the spelling marked in b (the second parse) to a's `v`. */
+function markV(a: unknown, b: unknown): void {
+  if (isObj(a) && isObj(b) && typeof b.v === "string" && b.v.startsWith(MARK)) a.v = b.v.slice(MARK.length);
 }
 
 /** The messages of a frame or answer, in both parses, side by side. */

@@ -2,7 +2,7 @@
 // and handlers. Each test failed before its fix in src/.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { connect, PigeonError, generateKeys, signMessage, verifyMessage } from "../dist/index.js";
+import { connect, PigeonError, generateKeys, signMessage, verifyMessage, open, openData, sealData, SealTamperedError } from "../dist/index.js";
 import { fakeWebSocket, ok, onSession, RAW_CONTRACT, rawServer, subscribingServer, until, sleep } from "./harness.mjs";
 
 const CONTRACT = RAW_CONTRACT;
@@ -314,6 +314,45 @@ test('a signature whose "v" is spelled 2.0 or 2e0 names no signing form', async 
     assert.throws(() => verifyMessage(bad, keys.signingPublic), (e) => e.code === "SIGNATURE_INVALID");
     verifyMessage(good, keys.signingPublic);
   });
+});
+
+// A sealed payload's "v" spelled 1.0 or 1e0 opened: JSON.parse reads it as
+// 1, where the Go, Python and Rust clients decode "v" as an integer and
+// refuse the sealed part (Go: seal.ErrTampered). The reader marks that
+// spelling as it marks a signature's (markNonIntegerV), and open refuses a
+// "v" that is not an integer, SEAL_TAMPERED, as the others do.
+test('a sealed payload whose "v" is spelled 1.0 or 1e0 does not open', async () => {
+  const alice = generateKeys();
+  const bob = generateKeys();
+  const data = (i) => JSON.stringify(sealData({ kind: "chat", n: i }, new TextEncoder().encode(`pay ${i}`), bob.encryptionKid, bob.encryptionPublic, alice.signingKid, alice.signingSeed));
+  const message = (i, v) => `{"id":"msg_${i}","subject":"x","sequence":${i},"data":${data(i).replace('"v":1,', `"v": ${v},`)}}`;
+  assert.ok(data(0).includes('"v":1,'));
+  const spellings = ["1.0", "1e0", "1E+0", "10e-1", "0.1e1"];
+  const { srv, socket } = await subscribingServer((ws, f) => {
+    if (f.op === "receive") ws.send(`{"op":"messages","re":${JSON.stringify(f.id)},"messages":[${message(20, "1.00")},${message(21, "1")}]}`);
+    else ok(ws, f);
+  });
+  const tampered = (e) => e instanceof SealTamperedError && e.code === "SEAL_TAMPERED";
+  await onSession(srv, OPTS, async (s) => {
+    const got = [];
+    await s.subscribe("x", async (m) => void got.push(m), { maxInFlight: 10 });
+    spellings.forEach((sp, i) => socket().send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${message(i + 1, sp)}}`));
+    socket().send(`{"op":"deliver","sub":"sub_1","attempt":1,"message":${message(10, "1")}}`);
+    await until(() => got.length === spellings.length + 1, 2000, "the deliveries");
+    for (const m of got.slice(0, spellings.length)) {
+      assert.throws(() => openData(m.data, bob.encryptionPrivate, alice.signingPublic), tampered, JSON.stringify(m.data.sealed.v));
+    }
+    const last = openData(got[spellings.length].data, bob.encryptionPrivate, alice.signingPublic);
+    assert.equal(new TextDecoder().decode(last.payload), "pay 10");
+    const [bad, good] = await s.receive("x");
+    assert.throws(() => openData(bad.data, bob.encryptionPrivate, alice.signingPublic), tampered);
+    assert.equal(new TextDecoder().decode(openData(good.data, bob.encryptionPrivate, alice.signingPublic).payload), "pay 21");
+  });
+  // A v that is not an integer, however it came, is a malformed sealed part.
+  const sealed = JSON.parse(data(30)).sealed;
+  for (const v of ["1", "1.0", 1.5, null]) assert.throws(() => open({ ...sealed, v }, bob.encryptionPrivate, alice.signingPublic), tampered, String(v));
+  assert.throws(() => open({ ...sealed, v: 2 }, bob.encryptionPrivate, alice.signingPublic), (e) => e.code === "SEAL_UNSUPPORTED");
+  assert.equal(new TextDecoder().decode(open(sealed, bob.encryptionPrivate, alice.signingPublic)), "pay 30");
 });
 
 // A renewal answered with another contract (a broken or hostile server)
