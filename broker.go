@@ -129,7 +129,8 @@ type Options struct {
 	MaxStoredGroupsPerSubject int
 	// NegotiateRate limits how fast one principal may negotiate, as a token
 	// bucket (PerSecond 0: DefaultNegotiateRate; negative: no limit; a
-	// Burst below 1: PerSecond rounded up). Beyond it negotiation
+	// Burst below 1: PerSecond rounded up; NaN or infinite: New
+	// refuses it, INVALID_ARGUMENT). Beyond it negotiation
 	// fails with RATE_LIMITED.
 	NegotiateRate RateLimitPolicy
 	// NodeRateLimits keeps every rate limit (a subject's rateLimit and
@@ -270,6 +271,29 @@ type catalogState struct {
 	gen      uint64 // one more than the state it replaced (CatalogGeneration)
 }
 
+// maxOptionBurst is the largest burst a rate of Options takes when it
+// gives none: its PerSecond rounded up, within an int on every platform.
+const maxOptionBurst = 1 << 30
+
+// optionRate applies the rules of an engine-wide rate of Options (name):
+// PerSecond 0 takes def; negative means no limit; a Burst below 1 takes
+// PerSecond rounded up (at most maxOptionBurst). A PerSecond that is not
+// a number or infinite is INVALID_ARGUMENT: NaN compares false with
+// everything, so a bucket would refill to full at every take, and the
+// limit, which guards the broker's disk or cores, would be off without
+// anyone having said so.
+func optionRate(name string, rp *RateLimitPolicy, def RateLimitPolicy) error {
+	switch {
+	case math.IsNaN(rp.PerSecond) || math.IsInf(rp.PerSecond, 0):
+		return NewError(CodeInvalidArgument, "Options.%s: PerSecond must be a finite number, not %v (negative: no limit)", name, rp.PerSecond)
+	case rp.PerSecond == 0:
+		*rp = def
+	case rp.PerSecond > 0 && rp.Burst < 1:
+		rp.Burst = int(min(math.Ceil(rp.PerSecond), maxOptionBurst))
+	}
+	return nil
+}
+
 // New builds an engine. It compiles the catalog (failing on the first
 // invalid subject), restores the audit chain head from the store and starts
 // the background janitor.
@@ -297,23 +321,18 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.MaxStoredGroupsPerSubject == 0 {
 		o.MaxStoredGroupsPerSubject = DefaultMaxStoredGroupsPerSubject
 	}
-	switch nr := &o.NegotiateRate; {
-	case nr.PerSecond == 0:
-		*nr = DefaultNegotiateRate
-	case nr.PerSecond > 0 && nr.Burst < 1:
-		nr.Burst = int(math.Ceil(nr.PerSecond))
-	}
-	switch fr := &o.FilterRate; {
-	case fr.PerSecond == 0:
-		*fr = DefaultFilterRate
-	case fr.PerSecond > 0 && fr.Burst < 1:
-		fr.Burst = int(math.Ceil(fr.PerSecond))
-	}
-	switch qr := &o.QuarantineRate; {
-	case qr.PerSecond == 0:
-		*qr = DefaultQuarantineRate
-	case qr.PerSecond > 0 && qr.Burst < 1:
-		qr.Burst = int(math.Ceil(qr.PerSecond))
+	for _, r := range []struct {
+		name string
+		rp   *RateLimitPolicy
+		def  RateLimitPolicy
+	}{
+		{"NegotiateRate", &o.NegotiateRate, DefaultNegotiateRate},
+		{"FilterRate", &o.FilterRate, DefaultFilterRate},
+		{"QuarantineRate", &o.QuarantineRate, DefaultQuarantineRate},
+	} {
+		if err := optionRate(r.name, r.rp, r.def); err != nil {
+			return nil, err
+		}
 	}
 	if o.Region == "" {
 		o.Region = "local"
