@@ -21,10 +21,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any, Iterable
 
 from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from
-from .subscription import _delay_ms
+from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
 __all__ = ["HttpClient", "KeyDirectory"]
@@ -385,13 +386,22 @@ class HttpClient:
         _, p = self._do("POST", f"/v1/subjects/{_q(subject)}/receive", body, contract=True)
         return list(p.get("messages") or [])
 
-    def ack(self, subject: str, message_id: str) -> None:
+    def ack(self, subject: str, message: str | Mapping[str, Any], *, sequence: int | None = None) -> None:
+        """Settle a message leased by an explicit receive: pass the message
+        received (its id and ``sequence`` are sent), or its id with
+        ``sequence=``. With the sequence, a late ack never settles a newer
+        message published under the id once retention trimmed the one
+        received (403 ``ACK_NOT_ALLOWED``)."""
         self._need_contract()
-        self._do("POST", f"/v1/subjects/{_q(subject)}/ack", {"messageId": message_id}, contract=True)
+        self._do("POST", f"/v1/subjects/{_q(subject)}/ack", _settle_body(message, sequence), contract=True)
 
-    def nack(self, subject: str, message_id: str, *, delay: float | None = None) -> None:
+    def nack(
+        self, subject: str, message: str | Mapping[str, Any], *, delay: float | None = None, sequence: int | None = None
+    ) -> None:
+        """Give back a leased message, due again after ``delay`` seconds;
+        ``message`` and ``sequence`` as for :meth:`ack`."""
         self._need_contract()
-        body: dict[str, Any] = {"messageId": message_id}
+        body: dict[str, Any] = _settle_body(message, sequence)
         delay_ms = _delay_ms(delay)  # NaN or not a number: raised before anything is sent
         if delay_ms is not None:
             body["delayMs"] = delay_ms

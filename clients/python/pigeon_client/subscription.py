@@ -56,6 +56,7 @@ import inspect
 import json
 import numbers
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from .errors import (
@@ -183,6 +184,46 @@ def _attempt(v: Any) -> int:
     return v if type(v) is int and 0 <= v < (1 << 63) else 0
 
 
+def _settle_body(message: Any, sequence: int | None = None) -> dict[str, Any]:
+    """The ``messageId`` and ``sequence`` of a pull ack or nack: of
+    ``message``, a message received (a mapping: its ``id``, and its
+    ``sequence`` when it is one) or its id; ``sequence``, when given, is sent
+    instead (0: none). With the sequence, a late answer never settles a
+    newer message published under the id once retention trimmed the one
+    received: the server refuses it (``ACK_NOT_ALLOWED``). ``TypeError``
+    for a message without a string id or a sequence that is not an
+    integer, ``ValueError`` for one out of range: raised before anything is
+    sent."""
+    if isinstance(message, str):
+        mid, seq = message, None
+    elif isinstance(message, Mapping):
+        mid, seq = message.get("id"), _sequence(message.get("sequence"))
+    else:
+        raise TypeError(f"an ack or a nack names a message id or a message received, not {type(message).__name__}")
+    if not isinstance(mid, str):
+        raise TypeError("the message has no id to answer")
+    if sequence is not None:
+        if isinstance(sequence, bool) or not isinstance(sequence, int):
+            raise TypeError(f"a sequence is an integer, not {type(sequence).__name__}")
+        if not 0 <= sequence <= _MAX_SEQUENCE:
+            raise ValueError(f"a sequence of {sequence} is out of range")
+        seq = sequence or None
+    return {"messageId": mid} if seq is None else {"messageId": mid, "sequence": seq}
+
+
+def _ack_cost(mid: str) -> int:
+    """At most what an ack of message id ``mid`` adds to an ack frame, in
+    bytes: the id as the frame holds it (a printable ASCII character one
+    byte, a quote or a backslash two, any other character at most six), its
+    quotes and comma, and its sequence in ``sequences``."""
+    plain = mid.isascii() and mid.isprintable() and '"' not in mid and "\\" not in mid
+    return (len(mid) if plain else 6 * len(mid)) + 32
+
+
+_ACK_FRAME_BASE = 256
+"""What an ack frame takes besides its sub and ids: its op, id and field names."""
+
+
 _DATA_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -262,7 +303,8 @@ class Subscription:
         self._done = asyncio.get_running_loop().create_future()
         self._workers: list[asyncio.Task[None]] = []
         self._running: set[asyncio.Task[Any]] = set()
-        self._ackq: list[tuple[str, int, asyncio.Future[None]]] = []
+        # Acks not yet sent: id, sequence (0: none known), connection, waiter.
+        self._ackq: list[tuple[str, int, int, asyncio.Future[None]]] = []
         self._ack_task: asyncio.Task[None] | None = None
         # Resumption (see the module's docstring): the sequences received
         # and not yet handled successfully (a nack keeps its sequence), the
@@ -703,39 +745,63 @@ class Subscription:
         if seq is not None and ok:
             self._outstanding.discard(seq)
             self._settled_high = max(self._settled_high, seq)
+        # The answer names the delivery's sequence as well as its id: a late
+        # answer never settles a newer message published under the id once
+        # retention trimmed the one delivered (the server refuses it).
         if not ok:
             f: dict[str, Any] = {"op": "nack", "sub": self.sid, "messageId": d.id}
+            if seq is not None:
+                f["sequence"] = seq
             if delay_ms is not None:
                 f["delayMs"] = delay_ms
             await self.session._call(f, "ok")
             return
         fut = asyncio.get_running_loop().create_future()
-        self._ackq.append((d.id, d._gen, fut))
+        self._ackq.append((d.id, seq or 0, d._gen, fut))
         if self._ack_task is None:
             self._ack_task = asyncio.get_running_loop().create_task(self._flush_acks())
         await fut
 
+    def _ack_batch(self) -> int:
+        """How many of the acks queued go in the next frame: as many as the
+        server's ``maxFrame`` holds (a window of thousands of long ids is
+        more than one frame: the server would close the connection)."""
+        limit = self.session._max_frame
+        size = _ACK_FRAME_BASE + _ack_cost(self.sid or "") + _ack_cost(self._ackq[0][0])
+        n = 1
+        while n < len(self._ackq):
+            size += _ack_cost(self._ackq[n][0])
+            if size > limit:
+                break
+            n += 1
+        return n
+
     async def _flush_acks(self) -> None:
-        items: list[tuple[str, int, asyncio.Future[None]]] = []
+        items: list[tuple[str, int, int, asyncio.Future[None]]] = []
         try:
             while self._ackq:
-                items, self._ackq = self._ackq, []
-                ids = [i for i, g, _ in items if g == self._gen]
-                stale = [f for _, g, f in items if g != self._gen]
+                n = self._ack_batch()
+                items, self._ackq = self._ackq[:n], self._ackq[n:]
+                live = [(i, s) for i, s, g, _ in items if g == self._gen]
+                stale = [f for _, _, g, f in items if g != self._gen]
                 for f in stale:
                     if not f.done():
                         f.set_exception(SessionClosedError("SESSION_CLOSED", "the delivery's connection was lost"))
-                if not ids:
+                if not live:
                     continue
+                # Each id goes with the sequence of the delivery it answers.
                 frame: dict[str, Any] = {"op": "ack", "sub": self.sid}
-                if len(ids) == 1:
-                    frame["messageId"] = ids[0]
+                if len(live) == 1:
+                    frame["messageId"] = live[0][0]
+                    if live[0][1]:
+                        frame["sequence"] = live[0][1]
                 else:
-                    frame["messageIds"] = ids
+                    frame["messageIds"] = [i for i, _ in live]
+                    frame["sequences"] = [s for _, s in live]
                 try:
                     ans = await self.session._call(frame, "ok")
                 except PigeonError as e:
-                    for _, g, f in items:
+                    for _, _, g, f in items:
                         if not f.done():
                             f.set_exception(e)
                     continue
@@ -744,7 +810,7 @@ class Subscription:
                 # here and leave every ack of the batch waiting for good.
                 np_ = ans.get("notPending")
                 not_pending = {i for i in np_ if isinstance(i, str)} if isinstance(np_, list) else set()
-                for mid, _, f in items:
+                for mid, _, _, f in items:
                     if f.done():
                         continue
                     if mid in not_pending:
@@ -756,7 +822,7 @@ class Subscription:
         except BaseException as e:
             # Never leave an ack waiting on a flusher that is gone.
             err = e if isinstance(e, PigeonError) else SessionClosedError("SESSION_CLOSED", f"acks failed: {e!r}")
-            for _, _, f in items + self._ackq:
+            for _, _, _, f in items + self._ackq:
                 if not f.done():
                     f.set_exception(err)
             self._ackq = []

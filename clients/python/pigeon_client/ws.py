@@ -47,6 +47,7 @@ import numbers
 import random
 import re
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable
 
 import websockets
@@ -67,7 +68,7 @@ from .errors import (
     new_error,
 )
 from .model import Contract, Decision
-from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_ms, _sequence
+from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_ms, _sequence, _settle_body
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
 
@@ -1487,17 +1488,26 @@ class Session:
             f["max"] = max
         return _messages(await self._call(f, "messages"))
 
-    async def ack(self, subject: str, message_id: str) -> None:
-        """Settle a message taken with :meth:`receive`."""
+    async def ack(self, subject: str, message: str | Mapping[str, Any], *, sequence: int | None = None) -> None:
+        """Settle a message taken with :meth:`receive`: pass the message
+        received (its id and ``sequence`` are sent), or its id with
+        ``sequence=`` the message's sequence. With the sequence, a late ack
+        never settles a newer message published under the id once retention
+        trimmed the one received: the server refuses it
+        (``ACK_NOT_ALLOWED``). With the id alone it settles whichever
+        message holds the id now."""
         self._check_usable()
-        await self._call({"op": "ack", "subject": subject, "messageId": message_id}, "ok")
+        await self._call({"op": "ack", "subject": subject, **_settle_body(message, sequence)}, "ok")
 
-    async def nack(self, subject: str, message_id: str, delay: float | None = None) -> None:
+    async def nack(
+        self, subject: str, message: str | Mapping[str, Any], delay: float | None = None, *, sequence: int | None = None
+    ) -> None:
         """Give back a message taken with :meth:`receive`, to come again
         after ``delay`` seconds (at most 12 hours, the broker's bound; NaN is
-        ``ValueError``, anything but a number ``TypeError``)."""
+        ``ValueError``, anything but a number ``TypeError``); ``message``
+        and ``sequence`` as for :meth:`ack`."""
         self._check_usable()
-        f: dict[str, Any] = {"op": "nack", "subject": subject, "messageId": message_id}
+        f: dict[str, Any] = {"op": "nack", "subject": subject, **_settle_body(message, sequence)}
         delay_ms = _delay_ms(delay)  # NaN or not a number: raised before anything is sent
         if delay_ms is not None:
             f["delayMs"] = delay_ms

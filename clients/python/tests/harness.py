@@ -129,12 +129,13 @@ def negotiating(on_frame: Callable[[Any, dict], Awaitable[None]] | None = None,
 class Answering:
     """A raw HTTP endpoint (see :func:`http_answering`): every request is
     answered ``status`` with ``body`` (bytes, sent as they are); ``paths``
-    records what reached it."""
+    records what reached it, ``bodies`` the request bodies."""
 
     def __init__(self) -> None:
         self.status = 200
         self.body = b"{}"
         self.paths: list[str] = []
+        self.bodies: list[bytes] = []
         self.url = ""
 
 
@@ -147,7 +148,7 @@ def http_answering() -> Iterator[Answering]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def _answer(self) -> None:
             a.paths.append(self.path)
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            a.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             self.send_response(a.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(a.body)))

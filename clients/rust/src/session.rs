@@ -298,6 +298,16 @@ fn obj(v: Value) -> Map<String, Value> {
     }
 }
 
+/// A pull ack or nack frame (op) of message `id` received at sequence
+/// `seq` (0: none) on `subject`.
+fn pull_answer(op: &str, subject: &str, id: &str, seq: u64) -> Value {
+    let mut f = json!({"op": op, "subject": subject, "messageId": id});
+    if seq > 0 {
+        f["sequence"] = json!(seq);
+    }
+    f
+}
+
 fn messages_of(f: &Value) -> Result<Vec<Message>> {
     match f.get("messages") {
         Some(Value::Array(a)) => {
@@ -438,15 +448,36 @@ impl Session {
         messages_of(&f)
     }
 
-    /// Acknowledges a message taken with `receive`.
+    /// Acknowledges a message taken with `receive`, whichever message holds
+    /// the id now; [`ack_sequence`](Self::ack_sequence) names the one
+    /// received.
     pub async fn ack(&self, subject: &str, message_id: &str) -> Result<()> {
-        self.call(json!({"op": "ack", "subject": subject, "messageId": message_id})).await.map(|_| ())
+        self.ack_sequence(subject, message_id, 0).await
+    }
+
+    /// Acknowledges the message `message_id` taken with `receive` at
+    /// sequence `seq` (its [`Message::sequence`]; 0 names none, as
+    /// [`ack`](Self::ack)). A message id names one message at a time only:
+    /// once retention trims a message, a newer one may be published under
+    /// its id and received by the same consumer. With the sequence, a late
+    /// ack never settles (and so loses) the newer message: the server
+    /// refuses it (`ACK_NOT_ALLOWED`).
+    pub async fn ack_sequence(&self, subject: &str, message_id: &str, seq: u64) -> Result<()> {
+        self.call(pull_answer("ack", subject, message_id, seq)).await.map(|_| ())
     }
 
     /// Gives a message taken with `receive` back, due again after `delay`
-    /// (default: the subject's backoff).
+    /// (default: the subject's backoff), whichever message holds the id
+    /// now; [`nack_sequence`](Self::nack_sequence) names the one received.
     pub async fn nack(&self, subject: &str, message_id: &str, delay: Option<Duration>) -> Result<()> {
-        let mut f = json!({"op": "nack", "subject": subject, "messageId": message_id});
+        self.nack_sequence(subject, message_id, 0, delay).await
+    }
+
+    /// Gives the message `message_id` taken with `receive` at sequence
+    /// `seq` back (see [`ack_sequence`](Self::ack_sequence)): a late nack
+    /// never hands out a newer message published under the id.
+    pub async fn nack_sequence(&self, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
+        let mut f = pull_answer("nack", subject, message_id, seq);
         if let Some(d) = delay {
             f["delayMs"] = json!(crate::time::wire_ms(d));
         }

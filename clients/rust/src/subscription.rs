@@ -257,6 +257,7 @@ pub struct Delivery {
 struct Held {
     handle: AckHandle,
     id: String,
+    seq: u64,
     answered: AtomicBool,
 }
 
@@ -275,10 +276,10 @@ impl Drop for Held {
         if h.sub.is_ended() || h.conn.is_dead() {
             return; // nothing to answer on: the server has it back
         }
-        let id = std::mem::take(&mut self.id);
+        let (id, seq) = (std::mem::take(&mut self.id), self.seq);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                nack(&h, &id, None).await;
+                nack(&h, &id, seq, None).await;
                 drop(release);
             });
         }
@@ -348,12 +349,25 @@ impl Delivery {
         if let Some(s) = &self.settled {
             s.store(true, Ordering::Release);
         }
-        let mut f = json!({"op": "nack", "sub": self.handle.sid, "messageId": self.message.id});
+        let mut f = answer_frame("nack", &self.handle.sid, &self.message.id, self.message.sequence);
         if let Some(d) = delay {
             f["delayMs"] = json!(crate::time::wire_ms(d));
         }
         self.handle.conn.call(obj(f), Duration::from_secs(30)).await.map(|_| ())
     }
+}
+
+/// The frame answering delivery `id` of subscription `sid` (op `ack` or
+/// `nack`): it names the delivery's sequence as well as its id (0 names
+/// none), so that a late answer never settles a newer message published
+/// under the id once retention trimmed the one delivered (the server
+/// refuses it).
+fn answer_frame(op: &str, sid: &str, id: &str, seq: u64) -> Value {
+    let mut f = json!({"op": op, "sub": sid, "messageId": id});
+    if seq > 0 {
+        f["sequence"] = json!(seq);
+    }
+    f
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -726,7 +740,12 @@ impl SubShared {
                     // Counted before the buffer's lock is let go: a stop that
                     // follows sees it.
                     self.held.send_modify(|n| *n += 1);
-                    d.held = Some(Arc::new(Held { handle: d.handle.clone(), id: d.message.id.clone(), answered: AtomicBool::new(false) }));
+                    d.held = Some(Arc::new(Held {
+                        handle: d.handle.clone(),
+                        id: d.message.id.clone(),
+                        seq: d.message.sequence,
+                        answered: AtomicBool::new(false),
+                    }));
                 }
                 return Poll::Ready(Some(Ok(d)));
             }
@@ -860,7 +879,7 @@ impl SubShared {
     }
 
     fn queue_ack(&self, h: &AckHandle, m: &Message, tx: Option<oneshot::Sender<Result<()>>>) {
-        let cmd = AckCmd::Ack { h: h.clone(), id: m.id.clone(), seq: resumable(m.sequence), tx };
+        let cmd = AckCmd::Ack { h: h.clone(), id: m.id.clone(), seq: m.sequence, tx };
         if let Err(mpsc::error::SendError(AckCmd::Ack { tx: Some(tx), .. })) = self.ack_tx.send(cmd) {
             let _ = tx.send(Err(Error::closed()));
         }
@@ -1059,8 +1078,8 @@ async fn run_handler(h: &Handler, d: Delivery, key: usize) {
         _ if handle.sub.opts.ack == Ack::None => {}                   // at most once: nothing is answered
         _ if settled.is_some_and(|s| s.load(Ordering::Acquire)) => {} // the handler answered it
         Ok(Ok(())) => handle.sub.queue_ack(&handle, &m, None),
-        Ok(Err(e)) => nack(&handle, &m.id, e.retry_after).await,
-        Err(_) => nack(&handle, &m.id, None).await, // the handler panicked
+        Ok(Err(e)) => nack(&handle, &m.id, m.sequence, e.retry_after).await,
+        Err(_) => nack(&handle, &m.id, m.sequence, None).await, // the handler panicked
     }
 }
 
@@ -1097,8 +1116,8 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 60 * 60);
 
 /// Nacks a delivery a handler failed on or a stream's reader dropped; an
 /// error other than a lost connection goes to `on_error`.
-async fn nack(h: &AckHandle, id: &str, delay: Option<Duration>) {
-    let mut f = json!({"op": "nack", "sub": h.sid, "messageId": id});
+async fn nack(h: &AckHandle, id: &str, seq: u64, delay: Option<Duration>) {
+    let mut f = answer_frame("nack", &h.sid, id, seq);
     if let Some(d) = delay {
         f["delayMs"] = json!(crate::time::wire_ms(d.min(MAX_RETRY_DELAY)));
     }
@@ -1109,7 +1128,45 @@ async fn nack(h: &AckHandle, id: &str, delay: Option<Duration>) {
     }
 }
 
+/// An ack gathered: the message id, the delivery's sequence (as the server
+/// sent it; 0: none) and who waits for its answer.
 type AckItem = (String, u64, Option<oneshot::Sender<Result<()>>>);
+
+/// What an ack frame takes besides its sub and ids: its op, id and field
+/// names.
+const ACK_FRAME_BASE: usize = 256;
+
+/// At most what an ack of message `id` adds to an ack frame, in bytes: the
+/// id as serde_json writes it (a printable ASCII character one byte, a
+/// quote or a backslash two, any other byte at most six), its quotes and
+/// comma, and its sequence in `sequences`.
+fn ack_cost(id: &str) -> usize {
+    let plain = id.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+    (if plain { id.len() } else { 6 * id.len() }) + 32
+}
+
+/// Splits `items`, acks of one subscription, into runs that each make an
+/// ack frame within `limit` bytes (the server's `maxFrame`: a window of
+/// thousands of long ids is more than one frame holds, and the server
+/// would close the connection).
+fn ack_frames(sid: &str, mut items: Vec<AckItem>, limit: usize) -> Vec<Vec<AckItem>> {
+    let mut out = Vec::new();
+    while !items.is_empty() {
+        let mut size = ACK_FRAME_BASE + ack_cost(sid) + ack_cost(&items[0].0);
+        let mut n = 1;
+        while n < items.len() {
+            size += ack_cost(&items[n].0);
+            if size > limit {
+                break;
+            }
+            n += 1;
+        }
+        let rest = items.split_off(n);
+        out.push(items);
+        items = rest;
+    }
+    out
+}
 
 async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>) {
     while let Some(first) = rx.recv().await {
@@ -1129,12 +1186,18 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                 },
             }
         }
-        for (h, items) in groups {
-            let ids: Vec<&str> = items.iter().map(|(id, _, _)| id.as_str()).collect();
-            let f = if ids.len() == 1 {
-                json!({"op": "ack", "sub": h.sid, "messageId": ids[0]})
+        let batches = groups.into_iter().flat_map(|(h, items)| {
+            let limit = usize::try_from(h.conn.max_frame.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+            ack_frames(&h.sid, items, limit).into_iter().map(move |b| (h.clone(), b))
+        });
+        for (h, items) in batches {
+            // Each id goes with the sequence of the delivery it answers.
+            let f = if items.len() == 1 {
+                answer_frame("ack", &h.sid, &items[0].0, items[0].1)
             } else {
-                json!({"op": "ack", "sub": h.sid, "messageIds": ids})
+                let ids: Vec<&str> = items.iter().map(|(id, _, _)| id.as_str()).collect();
+                let seqs: Vec<u64> = items.iter().map(|(_, seq, _)| *seq).collect();
+                json!({"op": "ack", "sub": h.sid, "messageIds": ids, "sequences": seqs})
             };
             let res = h.conn.call(obj(f), Duration::from_secs(30)).await;
             let not_pending: Vec<String> = match &res {
@@ -1156,6 +1219,7 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                         Err(Error::new("ACK_NOT_ALLOWED", format!("no delivery of {id} is waiting for an answer")))
                     }
                     Ok(_) => {
+                        let seq = resumable(seq);
                         max_seq = max_seq.max(seq);
                         done.push(seq);
                         Ok(())

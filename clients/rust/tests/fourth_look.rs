@@ -7,7 +7,6 @@
 
 mod common;
 
-use futures_util::{SinkExt, StreamExt};
 use pigeon_client::{ConnectOptions, Error, ErrorKind, Message, Session, SubscribeOptions};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -15,91 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message as W;
+
+use common::{in_ms, ok_to_all, raw_server, Behaviour, OnFrame};
 
 fn msg(i: u64) -> Value {
     json!({"id": format!("msg_{i}"), "subject": "x", "sequence": i, "data": {}})
-}
-
-fn in_ms(ms: i64) -> String {
-    pigeon_client::time::format_rfc3339_ms(pigeon_client::time::now_ms() + ms)
-}
-
-/// How a raw endpoint behaves beside the answers of `on_frame`.
-#[derive(Clone, Copy, Default)]
-struct Behaviour {
-    /// The contract of negotiate expires this many ms from now (default: 2099).
-    expires_in_ms: Option<i64>,
-    /// Read nothing after the negotiate (a server that stops reading).
-    stop_reading: bool,
-    /// Go on reading after the client's close frame, never answering it.
-    ignore_close: bool,
-}
-
-type OnFrame = Arc<dyn Fn(&Value) -> Vec<Value> + Send + Sync>;
-
-/// A raw endpoint: answers negotiate, hands every other frame to
-/// `on_frame`, which returns the frames to send back; `cmd` sends frames
-/// (text as given) to the latest connection at any time.
-async fn raw_server(b: Behaviour, on_frame: OnFrame) -> (String, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, rx) = mpsc::unbounded_channel::<String>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
-            let (on_frame, rx) = (on_frame.clone(), rx.clone());
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { return };
-                let mut rx = rx.lock().await;
-                let mut negotiated = false;
-                loop {
-                    tokio::select! {
-                        m = ws.next(), if !(b.stop_reading && negotiated) => {
-                            let t = match m {
-                                Some(Ok(W::Text(t))) => t,
-                                Some(Ok(W::Close(_))) if b.ignore_close => continue,
-                                Some(Ok(W::Ping(_))) | Some(Ok(W::Pong(_))) => continue,
-                                _ => return,
-                            };
-                            let f: Value = serde_json::from_str(&t).unwrap();
-                            let out = if f["op"] == "negotiate" {
-                                negotiated = true;
-                                let exp = b.expires_in_ms.map_or("2099-01-01T00:00:00Z".to_string(), in_ms);
-                                let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": exp});
-                                vec![json!({"op": "contract", "re": f["id"], "contract": contract, "maxFrame": 1 << 20})]
-                            } else {
-                                on_frame(&f)
-                            };
-                            for o in out {
-                                if ws.send(W::Text(o.to_string())).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        Some(o) = rx.recv() => {
-                            if ws.send(W::Text(o)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (format!("ws://127.0.0.1:{port}"), tx, task)
-}
-
-fn ok_to_all(sid: &'static str, frames: Arc<Mutex<Vec<Value>>>) -> OnFrame {
-    Arc::new(move |f| {
-        frames.lock().unwrap().push(f.clone());
-        match f["op"].as_str() {
-            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": sid})],
-            Some("ping") => vec![json!({"op": "pong", "re": f["id"]})],
-            _ => vec![json!({"op": "ok", "re": f["id"]})],
-        }
-    })
 }
 
 fn opts() -> ConnectOptions {

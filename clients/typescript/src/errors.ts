@@ -222,6 +222,25 @@ export function finiteMs(name: string, v: number): number {
 }
 
 /**
+ * The `messageId` and `sequence` of an ack or a nack body: of `message`, a
+ * message received (its id, and its sequence when a positive safe
+ * integer) or its id; `sequence`, when given, is sent instead (0: none).
+ * INVALID_ARGUMENT for a message without a string id, or a sequence that
+ * is not a non-negative safe integer (JSON.stringify would send a
+ * rounded or null one).
+ */
+export function settleBody(message: string | { id?: unknown; sequence?: unknown }, sequence?: number): { messageId: string; sequence?: number } {
+  const id = typeof message === "string" ? message : message?.id;
+  if (typeof id !== "string") throw new PigeonError("INVALID_ARGUMENT", "an ack or a nack names a message id (a string) or a message received");
+  let seq = typeof message === "string" ? undefined : message.sequence;
+  if (sequence !== undefined) {
+    if (typeof sequence !== "number" || !Number.isSafeInteger(sequence) || sequence < 0) throw new PigeonError("INVALID_ARGUMENT", `sequence must be a non-negative safe integer, not ${String(sequence)}`);
+    seq = sequence;
+  }
+  return typeof seq === "number" && Number.isSafeInteger(seq) && seq > 0 ? { messageId: id, sequence: seq } : { messageId: id };
+}
+
+/**
  * Control characters that must not reach a log line as they are: C0 (tab
  * and newline included), DEL, C1 (U+0080–U+009F, among them the one-byte
  * CSI of ANSI escapes) and the Unicode line and paragraph separators.

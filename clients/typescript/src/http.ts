@@ -11,9 +11,9 @@
 import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
-import { ClientCodes, finiteMs, fromWire, PigeonError, transportError } from "./errors.js";
+import { ClientCodes, finiteMs, fromWire, PigeonError, settleBody, transportError } from "./errors.js";
 import type { PublicKey } from "./crypto.js";
-import type { Contract, Decision, Message, ReplayOptions } from "./types.js";
+import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
   /** x-pigeon-region of every call */
@@ -183,15 +183,22 @@ export class HttpClient {
     return (await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true })).messages ?? [];
   }
 
-  /** Settles a message leased by an explicit receive. */
-  async ack(subject: string, messageId: string): Promise<void> {
-    await this.call("POST", `/v1/subjects/${segment(subject)}/ack`, { messageId }, { contract: true });
+  /**
+   * Settles a message leased by an explicit receive: pass the message
+   * received (its id and sequence are sent), or its id, with `sequence`
+   * the message's sequence. With the sequence, a late ack never settles a
+   * newer message published under the id once retention trimmed the one
+   * received (403 ACK_NOT_ALLOWED).
+   */
+  async ack(subject: string, message: string | Message, options: SettleOptions = {}): Promise<void> {
+    await this.call("POST", `/v1/subjects/${segment(subject)}/ack`, settleBody(message, options.sequence), { contract: true });
   }
 
-  /** Gives a leased message back, due again after `delayMs`. */
-  async nack(subject: string, messageId: string, options: { delayMs?: number } = {}): Promise<void> {
-    if (options.delayMs !== undefined) finiteMs("delayMs", options.delayMs);
-    await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, { messageId, ...options }, { contract: true });
+  /** Gives a leased message back, due again after `delayMs`; `message` and `sequence` as for {@link HttpClient.ack}. */
+  async nack(subject: string, message: string | Message, options: SettleOptions & { delayMs?: number } = {}): Promise<void> {
+    const body: Record<string, unknown> = settleBody(message, options.sequence);
+    if (options.delayMs !== undefined) body.delayMs = finiteMs("delayMs", options.delayMs);
+    await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, body, { contract: true });
   }
 
   /** Returns retained messages in sequence order. */

@@ -18,11 +18,11 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, isServerCode, PigeonError, transportError } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, transportError } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
-import type { Contract, Decision, Message, ReplayOptions, Start } from "./types.js";
+import type { Contract, Decision, Message, ReplayOptions, SettleOptions, Start } from "./types.js";
 import { loneSurrogate } from "./jcs.js";
 
 export { Subscription };
@@ -269,6 +269,14 @@ export class Session implements ConnOwner {
   onError(fn: (e: PigeonError) => void): () => void {
     this.errorListeners.add(fn);
     return () => this.errorListeners.delete(fn);
+  }
+
+  /**
+   * @internal The most bytes a frame to the server may take: the maxFrame
+   * of its contract answer, Infinity when it named none.
+   */
+  frameLimit(): number {
+    return this.maxFrame > 0 ? this.maxFrame : Infinity;
   }
 
   /** @internal */
@@ -619,14 +627,24 @@ export class Session implements ConnOwner {
     return messages(await this.call(frame));
   }
 
-  /** Acknowledges a received message. */
-  async ack(subject: string, messageId: string): Promise<void> {
-    answer(await this.call({ op: "ack", subject, messageId }), "ok", () => true);
+  /**
+   * Acknowledges a received message: pass the message received (its id
+   * and sequence are sent), or its id, with `sequence` the message's
+   * sequence. With the sequence, a late ack never settles a newer message
+   * published under the id once retention trimmed the one received: the
+   * server refuses it (ACK_NOT_ALLOWED). Without it, it settles whichever
+   * message holds the id now.
+   */
+  async ack(subject: string, message: string | Message, options: SettleOptions = {}): Promise<void> {
+    answer(await this.call({ op: "ack", subject, ...settleBody(message, options.sequence) }), "ok", () => true);
   }
 
-  /** Gives a received message back, due again after `delayMs` (default: the subject's backoff). */
-  async nack(subject: string, messageId: string, options: { delayMs?: number } = {}): Promise<void> {
-    const frame: Frame = { op: "nack", subject, messageId };
+  /**
+   * Gives a received message back, due again after `delayMs` (default: the
+   * subject's backoff); `message` and `sequence` as for {@link Session.ack}.
+   */
+  async nack(subject: string, message: string | Message, options: SettleOptions & { delayMs?: number } = {}): Promise<void> {
+    const frame: Frame = { op: "nack", subject, ...settleBody(message, options.sequence) };
     if (options.delayMs !== undefined) frame.delayMs = finiteMs("delayMs", options.delayMs);
     answer(await this.call(frame), "ok", () => true);
   }

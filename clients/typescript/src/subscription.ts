@@ -142,6 +142,19 @@ export function position(m: Message): number | undefined {
   return typeof s === "number" && Number.isSafeInteger(s) && s > 0 ? s : undefined;
 }
 
+/** What an ack frame takes besides its sub and ids: its op, id and field names. */
+const ACK_FRAME_BASE = 256;
+
+/**
+ * At most what an ack of message id adds to an ack frame, in bytes: the id
+ * as JSON.stringify writes it (a printable ASCII character one byte, a
+ * quote or a backslash two, any other character at most six), its quotes
+ * and comma, and its sequence in `sequences`.
+ */
+function ackCost(id: string): number {
+  return (/^[\x20\x21\x23-\x5b\x5d-\x7e]*$/.test(id) ? id.length : 6 * id.length) + 32;
+}
+
 /**
  * The subscribe options a server accepts (docs/protocol.md: maxInFlight and
  * window 1 to 10000; start.sequence a position), refused here before
@@ -275,7 +288,9 @@ export class Subscription {
   private conn: Conn | undefined;
   /** a resubscription in flight (reconnect): the id it binds is the one to end */
   private resuming: Promise<void> | undefined;
-  private acks: string[] = [];
+  // Acks gathered while the previous ack frame is answered: each id with
+  // the sequence of the delivery it answers (0: none known).
+  private acks: { id: string; seq: number }[] = [];
   private ackBusy: Promise<void> | undefined;
   // Resumption (see the file's comment): the sequences received and not yet
   // handled successfully (a nack keeps its sequence), the highest acked (at
@@ -567,9 +582,12 @@ export class Subscription {
       // Unanswered: the unsubscribe that follows, or the lost connection,
       // gives it back to the server (its sequence stays in unacked).
     } else if (!d.c.closed && typeof id === "string" && this.id) {
+      // The answer names the delivery's sequence as well as its id: a late
+      // answer never settles a newer message published under the id once
+      // retention trimmed the one delivered (the server refuses it).
+      const seq = position(d.m);
       if (ok) {
-        this.acks.push(id);
-        const seq = position(d.m);
+        this.acks.push({ id, seq: seq ?? 0 });
         if (seq !== undefined) {
           this.unacked.delete(seq);
           this.lastAcked = Math.max(this.lastAcked, seq);
@@ -579,6 +597,7 @@ export class Subscription {
         // A failure keeps its sequence in unacked: the server redelivers it
         // on this subscription only, so a resume must ask for it again.
         const frame: Frame = { op: "nack", sub: this.id, messageId: id };
+        if (seq !== undefined) frame.sequence = seq;
         // A delay that is not a number (NaN, a string that is not one) is
         // no delay: the subject's backoff, never null on the wire.
         const delay = delayMs === undefined ? Number.NaN : Number(delayMs);
@@ -616,11 +635,26 @@ export class Subscription {
     return false;
   }
 
+  /**
+   * Sends the acks gathered, as one frame, or as many as the server's
+   * maxFrame asks for (a window of thousands of long ids is more than one
+   * frame holds: the server would close the connection), one at a time.
+   */
   private flushAcks(c: Conn): void {
     if (this.ackBusy || this.acks.length === 0 || c.closed) return;
-    const ids = this.acks;
-    this.acks = [];
-    const frame: Frame = ids.length === 1 ? { op: "ack", sub: this.id, messageId: ids[0] } : { op: "ack", sub: this.id, messageIds: ids };
+    const limit = this.session.frameLimit();
+    let n = 1;
+    let size = ACK_FRAME_BASE + ackCost(this.id) + ackCost(this.acks[0]!.id);
+    while (n < this.acks.length && (size += ackCost(this.acks[n]!.id)) <= limit) n++;
+    const acks = this.acks.splice(0, n);
+    const frame: Frame = { op: "ack", sub: this.id };
+    if (acks.length === 1) {
+      frame.messageId = acks[0]!.id;
+      if (acks[0]!.seq > 0) frame.sequence = acks[0]!.seq;
+    } else {
+      frame.messageIds = acks.map((a) => a.id);
+      frame.sequences = acks.map((a) => a.seq);
+    }
     this.ackBusy = c
       .call(frame)
       .then(

@@ -76,3 +76,14 @@ export interface ReplayOptions {
   toSequence?: number;
   max?: number;
 }
+
+/** Which delivery an ack or a nack answers, besides the message's id. */
+export interface SettleOptions {
+  /**
+   * The `sequence` of the message received (taken from the message when
+   * the message itself is passed). With it, an answer never settles a
+   * newer message published under the id once retention trimmed the one
+   * received: the server refuses it (ACK_NOT_ALLOWED). 0 names none.
+   */
+  sequence?: number;
+}
