@@ -148,12 +148,15 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	if err := validID("a role name", role); err != nil {
 		return Account{}, err
 	}
+	// The record is queued under the directory's lock, so that the
+	// records of two role changes are in the order they were made.
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = uniqueSorted(append(a.Roles, role))
 		return nil
-	}, nil)
-	if err == nil {
+	}, func(_, _ *Account) {
 		e.audit(ctx, EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
+	})
+	if err == nil {
 		if e.denyRuleNames([]string{role}) {
 			// A deny rule names it: giving it takes access away, at once.
 			e.onAccessChanged()
@@ -171,9 +174,11 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // ClusterBarrier; CLUSTER_UNCONFIRMED: the role is removed, but a node did
 // not confirm it in time).
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
-	a, err := e.dir.removeAccountRole(ctx, id, role)
-	if err == nil {
+	a, err := e.dir.removeAccountRole(ctx, id, role, func() {
+		// Under the directory's lock, as AddAccountRole's record.
 		e.audit(ctx, EventAccountRoleRemoved.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
+	})
+	if err == nil {
 		e.onAccessChanged()
 		err = e.clusterBarrier(ctx)
 	}

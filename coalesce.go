@@ -43,6 +43,9 @@ const (
 	// coalescedRef is the Ref prefix of the record standing for a run's
 	// counted refusals; the count follows it.
 	coalescedRef = "coalesced:"
+	// coalescedLast precedes, in the Ref of an access.denied run's
+	// record, the route its latest refusal named.
+	coalescedLast = "last:"
 )
 
 // coalesceKey names a run: refusals of one event, principal, subject,
@@ -98,16 +101,25 @@ type run struct {
 }
 
 // summary is the record standing for the counted refusals of r: the
-// latest one's fields, no message id, and Ref naming how many (then, for
-// auth.failed, whose run is its Ref's, the method and source).
+// latest one's fields, no message id, and Ref naming how many, then, for
+// auth.failed, whose run is its Ref's, the method and source ("coalesced:N
+// auth:token from 192.0.2.7"), and for access.denied, whose run spans the
+// routes a principal tries, the latest refusal's route after "last:"
+// ("coalesced:N last:POST /v1/grants"), so that a route probed inside a
+// run is not known only as a count.
 func (r *run) summary() store.AuditRecord {
 	s := r.last
 	s.MessageID = ""
 	ref := coalescedRef + strconv.FormatUint(r.n, 10)
-	if s.Type == string(EventAuthFailed) {
+	switch s.Type {
+	case string(EventAuthFailed):
 		ref += " " + s.Ref
+	case string(EventAccessDenied):
+		if s.Ref != "" {
+			ref += " " + coalescedLast + s.Ref
+		}
 	}
-	s.Ref = ref
+	s.Ref = auditText(ref) // within the bound its parts were held to
 	return s
 }
 

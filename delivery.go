@@ -241,8 +241,10 @@ func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, message
 
 // Nack gives a leased message back for redelivery after delay (the
 // subject's backoff when delay < 0). A delay above MaxRetryDelay is
-// refused with CodeInvalidArgument. Like Ack, it names whichever message
-// holds the id now; see NackSequence.
+// refused with CodeInvalidArgument. Only the lease holder may nack: a
+// message leased to another consumer, or to none, is ACK_NOT_ALLOWED,
+// audited as nack.denied as Ack's refusal is as ack.denied. Like Ack, it
+// names whichever message holds the id now; see NackSequence.
 func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID string, delay time.Duration) error {
 	return e.NackSequence(ctx, c, subjectName, messageID, 0, delay)
 }
@@ -276,6 +278,7 @@ func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messag
 		if g.prog.IsDone(sm.Seq) {
 			return nil
 		}
+		e.audit(ctx, EventNackDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
 	if delay < 0 {

@@ -292,8 +292,10 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 // is gone from those grants for good, and giving it back gives it to the
 // grants issued from then on only. The grants are narrowed first: should
 // the store fail in between, the account keeps the role and some grants
-// have lost it, never the other way round.
-func (d *directory) removeAccountRole(ctx context.Context, id, role string) (Account, error) {
+// have lost it, never the other way round. Once the account is stored it
+// calls then (when not nil) under the lock, so that the audit records of
+// two changes of the account are written in their order.
+func (d *directory) removeAccountRole(ctx context.Context, id, role string, then func()) (Account, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	cur, ok := d.accounts[id]
@@ -320,6 +322,9 @@ func (d *directory) removeAccountRole(ctx context.Context, id, role string) (Acc
 	}
 	d.accounts[id] = &c
 	d.bump()
+	if then != nil {
+		then()
+	}
 	return cloneAccount(&c), nil
 }
 

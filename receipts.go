@@ -161,8 +161,11 @@ func (f *ReceiptFinder) inForce(subject string) (acceptance, bool) {
 }
 
 // Receipts reads the engine's audit log for the deliveries of message id,
-// in two passes (ReceiptFinder).
+// in two passes (ReceiptFinder). Like Audit, it first writes the records
+// still queued (deliveries are recorded without waiting for the write), so
+// a delivery made before the call is among its receipts.
 func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
+	e.flushAudit()
 	f := NewReceiptFinder(id)
 	for _, pass := range []func(*store.AuditRecord){f.Accepted, f.Next} {
 		for from := uint64(1); ; {

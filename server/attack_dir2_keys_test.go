@@ -144,7 +144,7 @@ func TestClaimingAnotherAccountsKeyIsAudited(t *testing.T) {
 			refs = append(refs, rec.Ref)
 		}
 	}
-	require.Equal(t, []string{"PUT /v1/accounts/{id}/keys", "coalesced:2"}, refs)
+	require.Equal(t, []string{"PUT /v1/accounts/{id}/keys", "coalesced:2 last:PUT /v1/accounts/{id}/keys"}, refs)
 }
 
 // TestKeyChangeRecordNamesWhoActed: over HTTP, account.keys.published
