@@ -143,7 +143,7 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 		if err != nil {
 			return nil, fmt.Errorf("TLS certificate: %w", err)
 		}
-		tc, err := identity.ServerTLS(&identity.TLSOptions{Certificate: cf, MTLS: mtls, Limiter: limiter, Logger: logger})
+		tc, err := identity.ServerTLS(&identity.TLSOptions{Certificate: cf, MTLS: mtls, Limiter: limiter, TrustedProxies: mustProxies(cfg.trustedProxies), Logger: logger})
 		if err != nil {
 			return nil, err
 		}

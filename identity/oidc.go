@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -22,6 +24,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-jose/go-jose/v4"
+	josejson "github.com/go-jose/go-jose/v4/json"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -74,7 +77,10 @@ type Issuer struct {
 	// signature algorithms may be named.
 	Algorithms []string
 	// PrincipalClaim names the claim that is the principal (default
-	// "sub": a string of text, without control characters or U+FFFD);
+	// "sub": a string of text, without control characters or U+FFFD;
+	// "email" and "phone_number", which users may set, count only when
+	// the token's email_verified or phone_number_verified is true, as do
+	// attribute claims of those names);
 	// RolesClaim the claim holding roles (an array of strings or a
 	// space-separated string; empty: none); AttributeClaims maps attribute
 	// names to the claims whose values become them. A claim name may be a
@@ -438,9 +444,13 @@ func (is *issuer) verify(ctx context.Context, raw string, now time.Time) (*pigeo
 		return nil, refuse("the key type does not fit algorithm %s", h.Algorithm)
 	}
 	var std jwt.Claims
-	var all map[string]any
-	if err := tok.Claims(key.Key, &std, &all); err != nil {
+	var payload json.RawMessage
+	if err := tok.Claims(key.Key, &std, &payload); err != nil {
 		return nil, refuse("the signature does not verify")
+	}
+	all, err := claimsOf(payload)
+	if err != nil {
+		return nil, refuse("the claims are not a JSON object")
 	}
 	if std.Expiry == nil {
 		return nil, refuse("no exp claim")
@@ -531,6 +541,9 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 	if strings.ContainsFunc(id, notNameRune) {
 		return nil, refuse("the principal claim %q holds a control character or U+FFFD", is.cfg.PrincipalClaim)
 	}
+	if !checkedClaim(claims, is.cfg.PrincipalClaim) {
+		return nil, refuse("the principal claim %q is not verified by the issuer (%s is not true)", is.cfg.PrincipalClaim, verifiedBy[is.cfg.PrincipalClaim])
+	}
 	id = is.cfg.PrincipalPrefix + id
 	for _, p := range is.shadows {
 		// Distinct prefixes keep issuers apart only when neither starts
@@ -555,7 +568,7 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		}
 	}
 	for attr, name := range is.cfg.AttributeClaims {
-		if v, ok := scalar(claim(claims, name)); ok {
+		if v, ok := scalar(claim(claims, name)); ok && checkedClaim(claims, name) {
 			if p.Attributes == nil {
 				p.Attributes = map[string]string{}
 			}
@@ -563,6 +576,30 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		}
 	}
 	return p, nil
+}
+
+// verifiedBy maps the claims of OpenID Connect that a user may set to
+// what the provider has not checked (a sign-up form, a profile page, the
+// admin of another tenant) to the claim that says whether it checked them.
+var verifiedBy = map[string]string{"email": "email_verified", "phone_number": "phone_number_verified"}
+
+// checkedClaim reports whether claim name may be taken as the provider's word:
+// any claim but those of verifiedBy, and those when their twin is true
+// (JSON true, or the string "true" that some providers send). Without the
+// twin, a user who gave someone else's address, unverified, would be
+// that address's principal, or meet a policy condition on it.
+func checkedClaim(claims map[string]any, name string) bool {
+	twin, ok := verifiedBy[name]
+	if !ok {
+		return true
+	}
+	switch v := claims[twin].(type) {
+	case bool:
+		return v
+	case string:
+		return v == "true"
+	}
+	return false
 }
 
 // rolePrograms is server.RolePrograms (package server imports more than
@@ -648,15 +685,56 @@ func rolesOf(v any) ([]string, error) {
 	return slices.Compact(roles), nil
 }
 
+// claimsOf decodes a verified payload as go-jose does (member names case
+// sensitive, a duplicate member refused), numbers as their literals: a
+// float64 holds integers exactly only up to 2^53, and ids beyond it that
+// the provider tells apart would become one attribute value.
+func claimsOf(payload []byte) (map[string]any, error) {
+	d := josejson.NewDecoder(bytes.NewReader(payload))
+	d.UseNumber()
+	var all map[string]any
+	if err := d.Decode(&all); err != nil {
+		return nil, err
+	}
+	if all == nil {
+		return nil, errors.New("not an object")
+	}
+	return all, nil
+}
+
 // scalar renders a string, number or boolean claim.
 func scalar(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
 		return x, true
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), true
+	case josejson.Number:
+		return number(string(x))
 	case bool:
 		return strconv.FormatBool(x), true
 	}
 	return "", false
+}
+
+// maxExactFloat is 2^53: from it on, a float64 no longer tells every
+// integer from the next.
+const maxExactFloat = 1 << 53
+
+// number renders the JSON number literal s: an integer digit for digit
+// (-0 as 0), any other number as the shortest decimal of its float64,
+// unless its value is 2^53 or more in magnitude, where the float64 may
+// not be the number written ("9007199254740993.0", "1e21"): such a
+// number renders nothing.
+func number(s string) (string, bool) {
+	digits := strings.TrimPrefix(s, "-")
+	if digits != "" && strings.Trim(digits, "0123456789") == "" {
+		if strings.Trim(digits, "0") == "" {
+			return "0", true
+		}
+		return s, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.Abs(f) >= maxExactFloat {
+		return "", false
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64), true
 }

@@ -4,6 +4,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
 )
 
 // TLSOptions configure ServerTLS.
@@ -20,6 +23,14 @@ type TLSOptions struct {
 	// engine's to count (pigeon.Options.AuthFailureLimit), and a
 	// connection that completed its handshake is not refused here.
 	Limiter *Limiter
+	// TrustedProxies are TCP peers whose handshakes Limiter neither counts
+	// nor refuses: proxies and load balancers in front of the server
+	// (server.Options.TrustedProxies, which the server neither locks out
+	// nor caps per source either). A load balancer that passes TLS through
+	// (as mTLS behind one needs) is the peer of all its clients, and one
+	// of them failing handshakes would otherwise have every other's
+	// refused for the rest of the window.
+	TrustedProxies []netip.Prefix
 	// Logger receives one line per refused handshake (the reason and the
 	// remote address). Default: discard.
 	Logger *slog.Logger
@@ -38,7 +49,7 @@ var cipherSuites = []uint16{
 // certificate of opts.Certificate (reloaded as it changes), and, with
 // opts.MTLS, client certificates verified during the handshake. A
 // handshake refused for its certificate counts against its source in
-// opts.Limiter.
+// opts.Limiter, unless its TCP peer is one of opts.TrustedProxies.
 func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 	if opts == nil || opts.Certificate == nil {
 		return nil, errors.New("identity: TLS needs a certificate")
@@ -70,7 +81,11 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		if hello.Conn != nil {
 			remote = hello.Conn.RemoteAddr().String()
 		}
-		if ok, first := o.Limiter.allow(remote); !ok {
+		lim := o.Limiter
+		if trusted(o.TrustedProxies, hello.Conn) {
+			lim = nil // its clients' failures are not its own
+		}
+		if ok, first := lim.allow(remote); !ok {
 			if first {
 				o.Logger.Warn("identity: TLS handshakes refused for the rest of the window", "reason", "too many failed handshakes from this address", "remote", remote)
 			}
@@ -86,12 +101,12 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 				if !o.MTLS.Required() {
 					return nil
 				}
-				o.Limiter.Fail(remote, true)
+				lim.Fail(remote, true)
 				o.Logger.Info("identity: TLS handshake refused", "reason", "no client certificate, and one is required", "remote", remote)
 				return errors.New("identity: a client certificate is required")
 			}
 			if _, err := o.MTLS.Verify(cs.PeerCertificates); err != nil {
-				o.Limiter.Fail(remote, true)
+				lim.Fail(remote, true)
 				attrs := []any{"remote", remote}
 				if cause := errors.Unwrap(err); cause != nil {
 					attrs = append(attrs, "reason", cause.Error())
@@ -104,4 +119,17 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		return c, nil
 	}
 	return outer, nil
+}
+
+// trusted reports whether c's TCP peer is in one of proxies.
+func trusted(proxies []netip.Prefix, c net.Conn) bool {
+	if len(proxies) == 0 || c == nil {
+		return false
+	}
+	a, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip := a.AddrPort().Addr().Unmap().WithZone("")
+	return slices.ContainsFunc(proxies, func(p netip.Prefix) bool { return p.Contains(ip) })
 }
