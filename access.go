@@ -105,14 +105,16 @@ func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) 
 		c.Roles = []string{}
 	}
 	c.CreatedAt = e.now().UTC()
+	written := noWait
 	if err := e.dir.createAccount(ctx, &c, func() {
-		e.audit(ctx, EventAccountCreated.record("", CodeOK, store.AuditRecord{Principal: c.ID}))
+		written = e.auditInOrder(EventAccountCreated.record("", CodeOK, store.AuditRecord{Principal: c.ID}))
 		if e.denyRuleNames(c.Roles) {
 			e.onAccessChanged() // the principal may hold contracts already
 		}
 	}); err != nil {
 		return Account{}, err
 	}
+	written()
 	return cloneAccount(&c), nil
 }
 
@@ -127,12 +129,14 @@ func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accoun
 // DeleteAccount removes an account; contracts that relied on its roles
 // stop working at their next check.
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
+	written := noWait
 	if err := e.dir.deleteAccount(ctx, id, func() {
-		e.audit(ctx, EventAccountDeleted.record("", CodeOK, store.AuditRecord{Principal: id}))
+		written = e.auditInOrder(EventAccountDeleted.record("", CodeOK, store.AuditRecord{Principal: id}))
 		e.onAccessChanged()
 	}); err != nil {
 		return err
 	}
+	written()
 	return e.clusterBarrier(ctx)
 }
 
@@ -150,12 +154,14 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	}
 	// The record is queued under the directory's lock, so that the
 	// records of two role changes are in the order they were made.
+	written := noWait
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		a.Roles = uniqueSorted(append(a.Roles, role))
 		return nil
 	}, func(_, _ *Account) {
-		e.audit(ctx, EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
+		written = e.auditInOrder(EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 	})
+	written()
 	if err == nil {
 		if e.denyRuleNames([]string{role}) {
 			// A deny rule names it: giving it takes access away, at once.
@@ -174,10 +180,12 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // ClusterBarrier; CLUSTER_UNCONFIRMED: the role is removed, but a node did
 // not confirm it in time).
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
+	written := noWait
 	a, err := e.dir.removeAccountRole(ctx, id, role, func() {
-		// Under the directory's lock, as AddAccountRole's record.
-		e.audit(ctx, EventAccountRoleRemoved.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
+		// Queued under the directory's lock, as AddAccountRole's record.
+		written = e.auditInOrder(EventAccountRoleRemoved.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
 	})
+	written()
 	if err == nil {
 		e.onAccessChanged()
 		err = e.clusterBarrier(ctx)
@@ -218,12 +226,14 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	if c.Permissions == nil {
 		c.Permissions = []Permission{}
 	}
+	written := noWait
 	if err := e.dir.putRole(ctx, &c, func() {
-		e.audit(ctx, EventRoleDefined.record("", CodeOK, store.AuditRecord{Ref: c.Name}))
+		written = e.auditInOrder(EventRoleDefined.record("", CodeOK, store.AuditRecord{Ref: c.Name}))
 		e.onAccessChanged()
 	}); err != nil {
 		return Role{}, err
 	}
+	written()
 	return c, e.clusterBarrier(ctx)
 }
 
@@ -237,12 +247,14 @@ func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
 // that relied on one of its permissions fails its next check with
 // GRANT_REVOKED, as when the role is taken from the account.
 func (e *Engine) DeleteRole(ctx context.Context, name string) error {
+	written := noWait
 	if err := e.dir.deleteRole(ctx, name, func() {
-		e.audit(ctx, EventRoleDeleted.record("", CodeOK, store.AuditRecord{Ref: name}))
+		written = e.auditInOrder(EventRoleDeleted.record("", CodeOK, store.AuditRecord{Ref: name}))
 		e.onAccessChanged()
 	}); err != nil {
 		return err
 	}
+	written()
 	return e.clusterBarrier(ctx)
 }
 
@@ -302,6 +314,7 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 	if narrowOnly && !p.HasRole(RoleAdmin) {
 		return Account{}, NewError(CodeForbidden, "only the account itself (not a grant token of it) or an admin may change its keys")
 	}
+	written := noWait
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
 		if !narrowOnly {
 			a.Keys = slices.Clone(keys)
@@ -314,8 +327,9 @@ func (e *Engine) putAccountKeys(ctx context.Context, p *Principal, id string, ke
 		a.Keys = slices.Clone(keys)
 		return nil
 	}, func(before, after *Account) {
-		e.audit(ctx, EventAccountKeysPublished.record("", CodeOK, store.AuditRecord{Principal: id, Ref: keysChangeRef(p, before.Keys, after.Keys)}))
+		written = e.auditInOrder(EventAccountKeysPublished.record("", CodeOK, store.AuditRecord{Principal: id, Ref: keysChangeRef(p, before.Keys, after.Keys)}))
 	})
+	written()
 	if err == nil {
 		err = e.clusterBarrier(ctx)
 	}

@@ -239,12 +239,11 @@ func (e *Engine) flushCoalesced(now time.Time) {
 // queueAudit queues r for the writer, waiting for its write when wait is
 // set.
 func (e *Engine) queueAudit(r store.AuditRecord, wait bool) error {
-	a := &e.auditor
-	a.mu.Lock()
-	a.pending = append(a.pending, r)
-	a.queued++
-	mine := a.queued
 	if !wait {
+		a := &e.auditor
+		a.mu.Lock()
+		a.pending = append(a.pending, r)
+		a.queued++
 		a.results = append(a.results, nil)
 		a.mu.Unlock()
 		select {
@@ -253,17 +252,62 @@ func (e *Engine) queueAudit(r store.AuditRecord, wait bool) error {
 		}
 		return nil
 	}
-	var res error
-	a.results = append(a.results, &res)
-	for a.handled < mine {
-		if !a.writing {
-			e.writeAudit()
-			continue
-		}
-		a.cond.Wait()
-	}
+	return e.enqueueAudit(r)()
+}
+
+// enqueueAudit queues r for the writer and returns the function that
+// waits for its write and returns its error.
+func (e *Engine) enqueueAudit(r store.AuditRecord) (wait func() error) {
+	a := &e.auditor
+	a.mu.Lock()
+	a.pending = append(a.pending, r)
+	a.queued++
+	mine := a.queued
+	res := new(error)
+	a.results = append(a.results, res)
 	a.mu.Unlock()
-	return res
+	return func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for a.handled < mine {
+			if !a.writing {
+				e.writeAudit()
+				continue
+			}
+			a.cond.Wait()
+		}
+		return *res
+	}
+}
+
+// noWait is the wait of a record not queued.
+func noWait() error { return nil }
+
+// auditInOrder queues r now, where the caller holds the lock that orders
+// the change it records among others (the directory's: two changes of
+// one account are recorded in the order they were made), and returns the
+// function that waits for its write, for the caller to call once it has
+// let the lock go: the lock is not held through a durable write, which
+// every authentication would wait for.
+func (e *Engine) auditInOrder(r store.AuditRecord) (wait func() error) {
+	if r.Time.IsZero() {
+		r.Time = e.now()
+	}
+	boundAuditText(&r)
+	e.observeRecord(&r)
+	write, ended := e.coalesce.admit(&r)
+	if ended != nil {
+		e.queueAudit(*ended, false)
+	}
+	if !write {
+		return noWait
+	}
+	wait = e.enqueueAudit(r)
+	select { // written even if the wait came late
+	case e.auditor.kick <- struct{}{}:
+	default:
+	}
+	return wait
 }
 
 // auditRecovery records what the store dropped when it recovered from a
