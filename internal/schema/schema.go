@@ -1,19 +1,17 @@
 // Package schema validates decoded JSON documents against a JSON schema:
-// a direct validator for the common keywords, with gojsonschema as the
-// reference for everything else and for the reasons it gives.
+// a direct validator for the common keywords, which gives gojsonschema's
+// verdicts and reasons at a cost linear in the data, with gojsonschema as
+// the reference for everything else.
 package schema
 
 import (
 	"bytes"
 	"encoding/json"
 	"iter"
-	"math"
 	"math/big"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/xeipuuv/gojsonschema"
 
@@ -21,13 +19,17 @@ import (
 )
 
 // Schema is a JSON schema compiled once per subject version. Schemas that
-// use only the common keywords (type, properties, required,
-// additionalProperties: bool, enum and const of scalars, pattern,
-// min/maxLength, minimum/maximum, items, min/maxItems, and annotations) are
-// also compiled to a direct validator that needs no allocation; any other
-// schema is validated by gojsonschema. Both agree on every document (a
-// differential fuzz test holds them to it). Anchored patterns as simple as
-// ^[A-Z]{3}$ are matched without the regexp engine (pattern.go). A Schema
+// use only the common keywords (type, properties, patternProperties,
+// required, additionalProperties as a bool or a schema, enum and const of
+// scalars, pattern, min/maxLength, minimum/maximum, items, min/maxItems,
+// uniqueItems, and annotations) are also compiled to a direct validator,
+// which needs no allocation to admit most documents and gives the reason
+// of a refusal itself (reason.go); any other schema is validated by
+// gojsonschema. Both agree on every verdict and every reason's errors
+// (differential fuzz tests hold them to it). The direct validator compiles
+// each pattern once (gojsonschema compiles each patternProperties pattern
+// for each member of each message) and matches anchored patterns as
+// simple as ^[A-Z]{3}$ without the regexp engine (pattern.go). A Schema
 // is safe for concurrent use.
 type Schema struct {
 	full *gojsonschema.Schema
@@ -58,11 +60,14 @@ func Compile(raw []byte) (*Schema, error) {
 		return nil, err
 	}
 	s := &Schema{full: full, names: map[string]bool{}, choices: map[float64][]*big.Rat{}}
-	s.inexactChoices = choiceNumbers(raw, s.choices)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var doc any
-	if json.Unmarshal(raw, &doc) == nil {
-		if !s.inexactChoices {
-			s.fast = compileFast(doc) // it compares members as doubles
+	if dec.Decode(&doc) == nil {
+		var inexactBounds bool
+		s.inexactChoices, inexactBounds = choiceNumbers(doc, s.choices)
+		if !s.inexactChoices && !inexactBounds {
+			s.fast = compileFast(doc) // it compares members and bounds as doubles
 		}
 		declaredNames(doc, s.names)
 	}
@@ -70,21 +75,19 @@ func Compile(raw []byte) (*Schema, error) {
 }
 
 // choiceNumbers adds to choices the numbers of every enum and const value
-// of the schema raw, at any depth, by their doubles, and reports whether
-// one of them is a number a double does not hold apart from its
-// neighbours (jsontext.ExactNumber).
-func choiceNumbers(raw []byte, choices map[float64][]*big.Rat) (inexact bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var doc any
-	if dec.Decode(&doc) != nil {
-		return false
-	}
+// of the schema doc (decoded with UseNumber), at any depth, by their
+// doubles, and reports whether one of them is a number a double does not
+// hold apart from its neighbours (jsontext.ExactNumber), and whether a
+// minimum or maximum is one: gojsonschema compares bounds exactly.
+func choiceNumbers(doc any, choices map[float64][]*big.Rat) (inexact, inexactBound bool) {
 	var walk func(v any, choice bool)
 	walk = func(v any, choice bool) {
 		switch x := v.(type) {
 		case map[string]any:
 			for k, e := range x {
+				if n, ok := e.(json.Number); ok && (k == "minimum" || k == "maximum") && !jsontext.ExactNumber([]byte(n)) {
+					inexactBound = true
+				}
 				walk(e, choice || k == "enum" || k == "const")
 			}
 		case []any:
@@ -105,7 +108,7 @@ func choiceNumbers(raw []byte, choices map[float64][]*big.Rat) (inexact bool) {
 		}
 	}
 	walk(doc, false)
-	return inexact
+	return inexact, inexactBound
 }
 
 // declaredNames adds to names every member name the schema v declares:
@@ -147,10 +150,54 @@ func declaredNames(v any, names map[string]bool) {
 // The direct validator judges data's numbers as doubles, which is only
 // the judgement of raw, what the broker stores and receivers get, when
 // every number in raw is one a double holds apart from its neighbours
-// (exactNumbers); otherwise gojsonschema, which reads numbers exactly,
-// decides: 100.0000000000000001 is above "maximum": 100 and no integer.
+// (exactNumbers); otherwise it judges raw decoded again with its numbers
+// as written (json.Number), which it reads exactly where their doubles
+// would not decide: 100.0000000000000001 is above "maximum": 100 and no
+// integer. One such number must not send a message to gojsonschema,
+// whose cost a sender could then choose (patternProperties compiles each
+// pattern for each member).
 func (s *Schema) Validate(data any, raw []byte) string {
-	return s.validate(data, raw, s.fast != nil && exactNumbers(raw), false)
+	if s.fast == nil || exactNumbers(raw) {
+		return s.validate(data, raw, s.fast != nil, false)
+	}
+	v, ok := numberData(raw)
+	if !ok {
+		return s.validate(data, raw, false, false)
+	}
+	if !s.fast.valid(v) {
+		return s.fast.reason(v, s.names)
+	}
+	if len(s.choices) > 0 && inexactChoice(raw, s.choices) {
+		return inexactChoiceReason
+	}
+	return ""
+}
+
+// inexactChoiceReason refuses a number gojsonschema and the direct
+// validator admit as an enum or const member by its double only.
+const inexactChoiceReason = "data does not match schema: a number beyond double precision equals an enum or const member only as a double"
+
+// numberData decodes the JSON text raw with its numbers as json.Number,
+// as gojsonschema does; false when raw is no JSON text or has a number
+// beyond the range of a double.
+func numberData(raw []byte) (any, bool) {
+	for lit := range numbers(raw) {
+		if lit == nil {
+			return nil, false
+		}
+		if !jsontext.ExactNumber(lit) {
+			if _, err := strconv.ParseFloat(string(lit), 64); err != nil {
+				return nil, false
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil || dec.More() {
+		return nil, false
+	}
+	return v, true
 }
 
 // ValidateExact is Validate for raw whose numbers a decoder found exact
@@ -159,26 +206,26 @@ func (s *Schema) ValidateExact(data any, raw []byte) string {
 	return s.validate(data, raw, s.fast != nil, true)
 }
 
-// validate judges data with the direct validator when fast is set, and
-// otherwise, or for the reason of a refusal, with gojsonschema; exact says
-// a decoder found every number of raw exact.
+// validate judges data, and gives the reason of a refusal, with the
+// direct validator when fast is set, and otherwise with gojsonschema;
+// exact says a decoder found every number of raw exact.
 func (s *Schema) validate(data any, raw []byte, fast, exact bool) string {
 	if fast {
 		if s.fast.valid(data) {
 			return ""
 		}
-		// Fall through for the detailed reason; refusals are rare.
+		// A sender can make every message a refusal: its reason is the
+		// direct validator's too, not gojsonschema's for the price of a
+		// second validation.
+		return s.fast.reason(data, s.names)
 	}
 	res, err := s.full.Validate(gojsonschema.NewBytesLoader(raw))
 	if err != nil {
 		return "data could not be validated"
 	}
 	if res.Valid() {
-		if fast {
-			return "data does not match schema"
-		}
 		if (!exact || s.inexactChoices) && len(s.choices) > 0 && inexactChoice(raw, s.choices) {
-			return "data does not match schema: a number beyond double precision equals an enum or const member only as a double"
+			return inexactChoiceReason
 		}
 		return ""
 	}
@@ -240,339 +287,13 @@ func numbers(raw []byte) iter.Seq[[]byte] {
 // address), and reasons go into the audit log, which is never rewritten.
 // Such a name is shown as *; array indices stay.
 func schemaReason(errs []gojsonschema.ResultError, names map[string]bool) string {
-	var b strings.Builder
-	b.WriteString("data does not match schema: ")
-	for i, e := range errs {
-		if i == 5 {
-			b.WriteString("; …")
+	r := newReasonText(names)
+	for _, e := range errs {
+		if !r.add(e.Field(), e.Type()) {
 			break
 		}
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		writeField(&b, e.Field(), names)
-		b.WriteString(": ")
-		b.WriteString(e.Type())
 	}
-	return b.String()
-}
-
-type jsonType uint8
-
-const (
-	tNull jsonType = 1 << iota
-	tBool
-	tNumber
-	tInteger
-	tString
-	tObject
-	tArray
-)
-
-// fastSchema is the direct validator of the common subset.
-type fastSchema struct {
-	types      jsonType // 0: any
-	props      map[string]*fastSchema
-	propNames  []string
-	required   []string
-	noExtra    bool
-	enum       []any
-	hasConst   bool
-	konst      any
-	pattern    *regexp.Regexp
-	anchored   anchoredPattern // pattern without regexp, when it is that simple
-	minLen     int
-	maxLen     int
-	min, max   float64
-	hasMin     bool
-	hasMax     bool
-	items      *fastSchema
-	minItems   int
-	maxItems   int
-	hasMaxItem bool
-}
-
-// compileFast returns nil when the schema uses anything outside the subset.
-func compileFast(doc any) *fastSchema {
-	m, ok := doc.(map[string]any)
-	if !ok {
-		return nil
-	}
-	s := &fastSchema{maxLen: -1}
-	for k, v := range m {
-		switch k {
-		case "$schema", "$id", "id", "title", "description", "default", "examples", "$comment":
-		case "type":
-			t, ok := parseTypes(v)
-			if !ok {
-				return nil
-			}
-			s.types = t
-		case "properties":
-			pm, ok := v.(map[string]any)
-			if !ok {
-				return nil
-			}
-			s.props = make(map[string]*fastSchema, len(pm))
-			for name, sub := range pm {
-				c := compileFast(sub)
-				if c == nil {
-					return nil
-				}
-				s.props[name] = c
-				s.propNames = append(s.propNames, name)
-			}
-		case "required":
-			arr, ok := v.([]any)
-			if !ok {
-				return nil
-			}
-			for _, r := range arr {
-				rs, ok := r.(string)
-				if !ok {
-					return nil
-				}
-				s.required = append(s.required, rs)
-			}
-		case "additionalProperties":
-			b, ok := v.(bool)
-			if !ok {
-				return nil
-			}
-			s.noExtra = !b
-		case "enum":
-			arr, ok := v.([]any)
-			if !ok || len(arr) == 0 {
-				return nil
-			}
-			for _, e := range arr {
-				if !scalar(e) {
-					return nil
-				}
-			}
-			s.enum = arr
-		case "const":
-			if !scalar(v) {
-				return nil
-			}
-			s.hasConst, s.konst = true, v
-		case "pattern":
-			p, ok := v.(string)
-			if !ok {
-				return nil
-			}
-			re, err := regexp.Compile(p)
-			if err != nil {
-				return nil
-			}
-			s.pattern = re
-			s.anchored, _ = parseAnchoredPattern(p)
-		case "minLength", "maxLength", "minItems", "maxItems":
-			n, ok := v.(float64)
-			if !ok || n < 0 || n != math.Trunc(n) || n > 1<<31 {
-				return nil
-			}
-			switch k {
-			case "minLength":
-				s.minLen = int(n)
-			case "maxLength":
-				s.maxLen = int(n)
-			case "minItems":
-				s.minItems = int(n)
-			case "maxItems":
-				s.maxItems, s.hasMaxItem = int(n), true
-			}
-		case "minimum", "maximum":
-			n, ok := v.(float64)
-			if !ok {
-				return nil
-			}
-			if k == "minimum" {
-				s.min, s.hasMin = n, true
-			} else {
-				s.max, s.hasMax = n, true
-			}
-		case "items":
-			c := compileFast(v)
-			if c == nil {
-				return nil
-			}
-			s.items = c
-		default:
-			return nil
-		}
-	}
-	return s
-}
-
-func scalar(v any) bool {
-	switch v.(type) {
-	case nil, bool, float64, string:
-		return true
-	}
-	return false
-}
-
-func parseTypes(v any) (jsonType, bool) {
-	one := func(s string) (jsonType, bool) {
-		switch s {
-		case "null":
-			return tNull, true
-		case "boolean":
-			return tBool, true
-		case "number":
-			return tNumber | tInteger, true
-		case "integer":
-			return tInteger, true
-		case "string":
-			return tString, true
-		case "object":
-			return tObject, true
-		case "array":
-			return tArray, true
-		}
-		return 0, false
-	}
-	switch x := v.(type) {
-	case string:
-		return one(x)
-	case []any:
-		var t jsonType
-		for _, e := range x {
-			s, ok := e.(string)
-			if !ok {
-				return 0, false
-			}
-			tt, ok := one(s)
-			if !ok {
-				return 0, false
-			}
-			t |= tt
-		}
-		return t, t != 0
-	}
-	return 0, false
-}
-
-func typeOf(v any) (jsonType, bool) {
-	switch x := v.(type) {
-	case nil:
-		return tNull, true
-	case bool:
-		return tBool, true
-	case float64:
-		if x == math.Trunc(x) && !math.IsInf(x, 0) {
-			return tInteger, true
-		}
-		return tNumber, true
-	case string:
-		return tString, true
-	case map[string]any:
-		return tObject, true
-	case []any:
-		return tArray, true
-	}
-	return 0, false
-}
-
-func (s *fastSchema) valid(v any) bool {
-	t, ok := typeOf(v)
-	if !ok {
-		return false
-	}
-	if s.types != 0 && s.types&t == 0 {
-		return false
-	}
-	if s.enum != nil {
-		hit := false
-		for _, e := range s.enum {
-			if scalarEqual(e, v) {
-				hit = true
-				break
-			}
-		}
-		if !hit {
-			return false
-		}
-	}
-	if s.hasConst && !scalarEqual(s.konst, v) {
-		return false
-	}
-	switch x := v.(type) {
-	case string:
-		if s.minLen > 0 || s.maxLen >= 0 {
-			n := utf8.RuneCountInString(x)
-			if n < s.minLen || (s.maxLen >= 0 && n > s.maxLen) {
-				return false
-			}
-		}
-		if s.anchored != nil {
-			if !s.anchored.match(x) {
-				return false
-			}
-		} else if s.pattern != nil && !s.pattern.MatchString(x) {
-			return false
-		}
-	case float64:
-		if (s.hasMin && x < s.min) || (s.hasMax && x > s.max) {
-			return false
-		}
-	case map[string]any:
-		for _, r := range s.required {
-			if _, ok := x[r]; !ok {
-				return false
-			}
-		}
-		if s.noExtra {
-			for k := range x {
-				if _, ok := s.props[k]; !ok {
-					return false
-				}
-			}
-		}
-		if len(s.props) < len(x) {
-			for _, name := range s.propNames {
-				if pv, ok := x[name]; ok && !s.props[name].valid(pv) {
-					return false
-				}
-			}
-		} else {
-			for k, pv := range x {
-				if ps := s.props[k]; ps != nil && !ps.valid(pv) {
-					return false
-				}
-			}
-		}
-	case []any:
-		if len(x) < s.minItems || (s.hasMaxItem && len(x) > s.maxItems) {
-			return false
-		}
-		if s.items != nil {
-			for _, e := range x {
-				if !s.items.valid(e) {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
-
-func scalarEqual(a, b any) bool {
-	switch x := a.(type) {
-	case nil:
-		return b == nil
-	case bool:
-		y, ok := b.(bool)
-		return ok && x == y
-	case float64:
-		y, ok := b.(float64)
-		return ok && x == y
-	case string:
-		y, ok := b.(string)
-		return ok && x == y
-	}
-	return false
+	return r.b.String()
 }
 
 // exactNumbers reports whether every number in the JSON text raw has at

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,7 +24,12 @@ func TestFastSchemaCompiles(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(s), &doc))
 		require.NotNil(t, compileFast(doc), "schema %d is in the fast subset", i)
 	}
-	for _, s := range []string{`{"oneOf":[{"type":"string"}]}`, `{"type":"object","additionalProperties":{"type":"string"}}`, `{"format":"email"}`, `{"exclusiveMinimum":1}`, `{"enum":[{"a":1}]}`} {
+	for _, s := range []string{`{"type":"object","additionalProperties":{"type":"string"}}`, `{"patternProperties":{"^[a-z]+$":{"type":"string"},"x":{}}}`, `{"uniqueItems":true}`} {
+		var doc any
+		require.NoError(t, json.Unmarshal([]byte(s), &doc))
+		require.NotNil(t, compileFast(doc), s)
+	}
+	for _, s := range []string{`{"oneOf":[{"type":"string"}]}`, `{"additionalProperties":{"format":"email"}}`, `{"patternProperties":{"a":{"format":"email"}}}`, `{"patternProperties":[]}`, `{"uniqueItems":1}`, `{"format":"email"}`, `{"exclusiveMinimum":1}`, `{"enum":[{"a":1}]}`} {
 		var doc any
 		require.NoError(t, json.Unmarshal([]byte(s), &doc))
 		require.Nil(t, compileFast(doc), s)
@@ -68,7 +74,9 @@ func TestSchemaReasonHasNoValues(t *testing.T) {
 	require.NotContains(t, reason, "pounds")
 }
 
-// FuzzSchemaAgreement holds the fast validator to gojsonschema's verdict.
+// FuzzSchemaAgreement holds the fast validator to gojsonschema's verdict,
+// on testSchemas and on reasonSchemas (patternProperties,
+// additionalProperties as a schema, uniqueItems).
 func FuzzSchemaAgreement(f *testing.F) {
 	for _, seed := range []string{
 		`{"merchantId":"m","orderId":"o","amount":1,"currency":"GBP","paymentToken":"t"}`,
@@ -79,8 +87,11 @@ func FuzzSchemaAgreement(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
+	for _, seed := range reasonSeeds {
+		f.Add(seed)
+	}
 	var compiled []*Schema
-	for _, s := range testSchemas {
+	for _, s := range append(slices.Clone(testSchemas), reasonSchemas...) {
 		c, err := Compile([]byte(s))
 		if err != nil || c.fast == nil {
 			f.Fatal("schema does not compile to the fast subset")
@@ -88,8 +99,8 @@ func FuzzSchemaAgreement(f *testing.F) {
 		compiled = append(compiled, c)
 	}
 	f.Fuzz(func(t *testing.T, doc string) {
-		var data any
-		if json.Unmarshal([]byte(doc), &data) != nil {
+		data, ok := fastInput(doc)
+		if !ok {
 			return
 		}
 		for i, c := range compiled {
@@ -144,6 +155,9 @@ func TestSchemaChoicesCompareExactly(t *testing.T) {
 		{`{"enum":[0.1]}`, `0.1`, true},
 		{`{"enum":[0.1]}`, `0.10000000000000000001`, false},
 		{`{"enum":[1, 2]}`, `2.0`, true},
+		{`{"enum":[-0]}`, `0`, false}, // gojsonschema compares texts: 0 is not -0
+		{`{"const":0}`, `-0`, false},
+		{`{"const":-0.0}`, `-0`, true},
 		{`{"properties":{"a":{"enum":[1,[2,{"b":12345678901234567890}]]}}}`, `{"a":[2,{"b":12345678901234567891}]}`, false},
 		{`{"properties":{"a":{"enum":[1,[2,{"b":12345678901234567890}]]}}}`, `{"a":[2,{"b":12345678901234567890}]}`, true},
 	}
@@ -155,6 +169,33 @@ func TestSchemaChoicesCompareExactly(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(tt.data), &v))
 			reason := s.Validate(v, []byte(tt.data))
 			require.Equal(t, tt.valid, reason == "", reason)
+		})
+	}
+}
+
+// gojsonschema compares minimum and maximum with the data exactly: a bound
+// a double does not hold apart from its neighbours leaves the schema to
+// it, or the direct validator, comparing doubles, would admit 0.1 as not
+// below 0.10000000000000000001.
+func TestSchemaBoundsCompareExactly(t *testing.T) {
+	tests := []struct {
+		schema, data string
+		valid        bool
+	}{
+		{`{"minimum":0.10000000000000000001}`, `0.1`, false},
+		{`{"maximum":0.09999999999999999999}`, `0.1`, false},
+		{`{"properties":{"a":{"maximum":1.00000000000000000001}}}`, `{"a":1}`, true},
+		{`{"minimum":0.1}`, `0.1`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.schema+" "+tt.data, func(t *testing.T) {
+			s, err := Compile([]byte(tt.schema))
+			require.NoError(t, err)
+			var v any
+			require.NoError(t, json.Unmarshal([]byte(tt.data), &v))
+			reason := s.Validate(v, []byte(tt.data))
+			require.Equal(t, tt.valid, reason == "", reason)
+			require.Equal(t, tt.valid, s.ValidateExact(v, []byte(tt.data)) == "")
 		})
 	}
 }
