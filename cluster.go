@@ -37,7 +37,11 @@ type Cluster interface {
 type ClusterBarrier interface {
 	// Barrier returns nil once every live node other than this one has
 	// applied every change of shared access state (directory, contracts)
-	// this node made before the call. A node that stopped showing signs
+	// this node made, or applied from the others, before the call: a
+	// revocation retried after CLUSTER_UNCONFIRMED may reach a node that
+	// applied it from another and has nothing to write (a contract or a
+	// grant revoked already), and must still wait for the node that
+	// lagged. A node that stopped showing signs
 	// of life is not waited for beyond the implementation's liveness
 	// bound. It returns an error when a live node did not confirm before
 	// ctx ends or the implementation's own time limit passes; the change

@@ -10,12 +10,17 @@ import (
 	"pigeon"
 )
 
-// sees reports whether c holds a fresh record of node.
+// sees reports whether c holds a fresh record of node (of a process of
+// it).
 func (c *Cluster) sees(node string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, ok := c.peers[token(node)]
-	return ok && time.Since(p.at) <= c.s.opts.Liveness
+	for k, p := range c.peers {
+		if recordNode(k) == node && time.Since(p.at) <= c.s.opts.Liveness {
+			return true
+		}
+	}
+	return false
 }
 
 // TestClusterBarrier checks the bounds of a revocation's wait for the

@@ -36,19 +36,24 @@ import (
 // Rate limits stay per node.
 //
 // Barrier makes a revocation strict: each node keeps, in the <P>_applied
-// bucket under its name, the highest revisions of the directory and the
-// contracts it has applied, refreshed at least every third of
-// Options.Liveness; a revoking node waits until every node whose record
-// is fresh has applied its change.
+// bucket under its name and process, the highest revisions of the
+// directory and the contracts it has applied, refreshed at least every
+// third of Options.Liveness; a revoking node waits until every node whose
+// record is fresh has applied its change.
 type Cluster struct {
 	s                        *Store
 	leases, replies, applied jetstream.KeyValue
-	done                     appliedRevs // what this node applied; Watch's own
+	done                     appliedRevs // what this node applied; Watch's own, but Inst, set once
 	confirmed                time.Time   // when Watch last wrote done
 	dirWant                  dirRevs     // per directory bucket, the last change Watch delivered
+	// knownDir and knownCon are the highest revisions of a directory key
+	// and of a contract this node's watch has read (at its start, or
+	// delivered), applied or about to be: what a barrier waits for
+	// besides this node's own writes (see Barrier).
+	knownDir, knownCon atomic.Uint64
 
 	mu    sync.Mutex
-	peers map[string]peer // by node, from the <P>_applied bucket
+	peers map[string]peer // by record key (node and process), from the <P>_applied bucket
 	ready bool            // Watch runs and peers holds every record
 	moved chan struct{}   // closed and replaced when peers changes
 	live  atomic.Int32    // LiveNodes: 1 + the peers live at the last count
@@ -66,8 +71,8 @@ var (
 type appliedRevs struct {
 	Dir uint64 `json:"dir"`
 	Con uint64 `json:"con"`
-	// Inst tells this process's record from one another process wrote
-	// under the same node name (see peerKey).
+	// Inst names this process among those given its node name: in its
+	// record's key (recordKey), its leases and its notices.
 	Inst string `json:"inst,omitempty"`
 }
 
@@ -105,14 +110,28 @@ func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 		}
 		*b.kv = kv
 	}
+	// The first watch reports every contract change made from now on: the
+	// engine this Cluster is given to loads no contract before it is
+	// built, but serves (and loads contracts) before its watch begins.
+	con, err := lastRevision(ctx, s.contracts)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	c.done.Con = con
 	return c, nil
 }
 
 // notice is a change one node tells the others.
 type notice struct {
-	Node   string               `json:"node"`
+	Node string `json:"node"`
+	// Inst is the process that sent it (appliedRevs.Inst): a notice of
+	// another process given this node's name is not this one's own.
+	Inst   string               `json:"inst,omitempty"`
 	Change pigeon.ClusterChange `json:"change"`
 }
+
+// own reports whether this process sent n.
+func (c *Cluster) own(n notice) bool { return n.Node == c.s.opts.Node && n.Inst == c.done.Inst }
 
 func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev" }
 
@@ -121,7 +140,7 @@ func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev" }
 // node parks a reply), which every node watches, so that it reaches its
 // requester also across a reconnect.
 func (c *Cluster) Notify(ch pigeon.ClusterChange) {
-	b, err := json.Marshal(notice{Node: c.s.opts.Node, Change: ch})
+	b, err := json.Marshal(notice{Node: c.s.opts.Node, Inst: c.done.Inst, Change: ch})
 	if err != nil {
 		return
 	}
@@ -154,13 +173,11 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		return c.s.fail(ctx, err)
 	}
 	defer dir.Stop()
-	// A watch that resumes after a failure replays the contracts changed
-	// since the last one it applied.
-	from := jetstream.UpdatesOnly()
-	if c.done.Con > 0 {
-		from = jetstream.ResumeFromRevision(c.done.Con + 1)
-	}
-	con, err := c.s.contracts.WatchAll(ctx, from, jetstream.IgnoreDeletes())
+	// A watch replays the contracts changed since the last one it applied
+	// (the first: since NewCluster), so that a revocation made while the
+	// engine served without a watch (starting, or after a failure) is
+	// applied before it is confirmed.
+	con, err := c.s.contracts.WatchAll(ctx, jetstream.ResumeFromRevision(c.done.Con+1), jetstream.IgnoreDeletes())
 	if err != nil {
 		return c.s.fail(ctx, err)
 	}
@@ -182,11 +199,6 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	if err != nil {
 		return c.s.fail(ctx, err)
 	}
-	if c.done.Con == 0 {
-		if c.done.Con, err = lastRevision(ctx, c.s.contracts); err != nil {
-			return c.s.fail(ctx, err)
-		}
-	}
 	// The directory counts as applied once a reload has read every
 	// bucket's last change: the replica that answers it may be behind.
 	last, err := c.s.directoryLast(ctx)
@@ -195,7 +207,9 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	}
 	for i := range last {
 		c.dirWant[i] = max(c.dirWant[i], last[i])
+		maxRev(&c.knownDir, last[i])
 	}
+	maxRev(&c.knownCon, c.done.Con)
 	c.s.raiseFloor(c.dirWant)
 	defer c.unwatched(ctx)
 	c.applyDirectory(ctx, fn, dirRev)
@@ -217,7 +231,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			c.see(e)
 		case m := <-ch:
 			var n notice
-			if json.Unmarshal(m.Data, &n) == nil && n.Node != c.s.opts.Node && n.Change.Kind == pigeon.ChangeAppended {
+			if json.Unmarshal(m.Data, &n) == nil && !c.own(n) && n.Change.Kind == pigeon.ChangeAppended {
 				fn(n.Change)
 			}
 		case e, ok := <-rep.Updates():
@@ -225,7 +239,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 				return errors.New("jetstream: reply watch ended")
 			}
 			var n notice
-			if e != nil && json.Unmarshal(e.Value(), &n) == nil && n.Node != c.s.opts.Node && n.Change.Kind == pigeon.ChangeReply {
+			if e != nil && json.Unmarshal(e.Value(), &n) == nil && !c.own(n) && n.Change.Kind == pigeon.ChangeReply {
 				fn(n.Change)
 			}
 		case e, ok := <-dir.Updates():
@@ -238,6 +252,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if i := directoryKeyBucket(e.Key()); i >= 0 {
 				c.dirWant[i] = max(c.dirWant[i], e.Revision())
 				c.s.raiseFloor(c.dirWant)
+				maxRev(&c.knownDir, e.Revision())
 			}
 			if e.Delta() == 0 { // a burst of changes is one reload
 				c.applyDirectory(ctx, fn, e.Revision())
@@ -250,6 +265,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if e == nil {
 				continue
 			}
+			maxRev(&c.knownCon, e.Revision())
 			// The watched value is the change itself: no read of a replica
 			// that may not have it yet.
 			var rec store.ContractRecord
@@ -355,12 +371,30 @@ func (c *Cluster) applyDirectory(ctx context.Context, fn func(pigeon.ClusterChan
 	}
 }
 
+// recordKey is the key of this process's record in <P>_applied: the
+// node's name, then the process (appliedRevs.Inst). Two processes given
+// one node name (see peerKey) each keep a record of their own: under one
+// key, the others would see only whichever wrote last, and a revocation
+// one of them confirmed would not wait for the other.
+func (c *Cluster) recordKey() string { return token(c.s.opts.Node) + "." + c.done.Inst }
+
+// recordNode returns the node name of a record's key in <P>_applied
+// (recordKey, or the node's name alone).
+func recordNode(key string) string {
+	node, _, _ := strings.Cut(key, ".")
+	name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(node, "k"))
+	if err != nil {
+		return key
+	}
+	return string(name)
+}
+
 // confirm writes what this node applied to its record in <P>_applied. A
 // failed write is made up for by the next one.
 func (c *Cluster) confirm(ctx context.Context) {
 	c.confirmed = time.Now()
 	b, _ := json.Marshal(c.done)
-	_, _ = c.applied.Put(ctx, token(c.s.opts.Node), b)
+	_, _ = c.applied.Put(ctx, c.recordKey(), b)
 }
 
 // unwatched marks the others' records unknown when the watch ends. When
@@ -376,7 +410,7 @@ func (c *Cluster) unwatched(watchCtx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.Timeout)
 	defer cancel()
-	_ = c.applied.Delete(ctx, token(c.s.opts.Node))
+	_ = c.applied.Delete(ctx, c.recordKey())
 }
 
 // see records another node's record (or its removal); nil marks the end
@@ -402,25 +436,18 @@ func (c *Cluster) see(e jetstream.KeyValueEntry) {
 	c.countLocked()
 }
 
-// peerKey is the key among c.peers of the node whose record e is; false
-// for this process's own record. A record under this node's name that
-// another process wrote (two processes given one node name: a copied
-// configuration, a replacement started while the old process still
-// serves) is a node of its own, which a revocation waits for and the
-// live nodes count: skipping it as this node's would let a revocation
-// return before a process that serves clients applied it.
+// peerKey is the key among c.peers of the process whose record e is;
+// false for this process's own record. A record under this node's name
+// that another process wrote (two processes given one node name: a
+// copied configuration, a replacement started while the old process
+// still serves) is a node of its own, which a revocation waits for and
+// the live nodes count: skipping it as this node's would let a
+// revocation return before a process that serves clients applied it.
 func (c *Cluster) peerKey(e jetstream.KeyValueEntry) (string, bool) {
 	if e == nil {
 		return "", true
 	}
-	if e.Key() != token(c.s.opts.Node) {
-		return e.Key(), true
-	}
-	var r appliedRevs
-	if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &r) == nil && r.Inst == c.done.Inst {
-		return "", false
-	}
-	return token(c.s.opts.Node + " (another process)"), true
+	return e.Key(), e.Key() != c.recordKey()
 }
 
 // LiveNodes implements pigeon.ClusterSize: this node and the others whose
@@ -462,11 +489,11 @@ func (c *Cluster) lagging(want appliedRevs) ([]string, <-chan struct{}) {
 	var out []string
 	for k, p := range c.peers {
 		if time.Since(p.at) <= c.s.opts.Liveness && (p.Dir < want.Dir || p.Con < want.Con) {
-			name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, "k"))
-			if err != nil {
-				name = []byte(k)
+			name := recordNode(k)
+			if name == c.s.opts.Node {
+				name += " (another process)"
 			}
-			out = append(out, string(name))
+			out = append(out, name)
 		}
 	}
 	slices.Sort(out)
@@ -475,12 +502,19 @@ func (c *Cluster) lagging(want appliedRevs) ([]string, <-chan struct{}) {
 
 // Barrier implements pigeon.ClusterBarrier: it waits until every other
 // node whose record in <P>_applied was refreshed within Options.Liveness
-// has applied every directory and contract change this node wrote before
-// the call. A node that stops refreshing (killed, cut off) drops out
-// after Liveness; the wait ends with an error naming the nodes that did
-// not confirm when ctx ends or Options.BarrierTimeout passes.
+// has applied every directory and contract change this node wrote, or
+// its watch read, before the call. Not only its own writes: a revocation
+// retried after CLUSTER_UNCONFIRMED may reach another node, which applied
+// it from the first one and writes nothing (a grant already revoked, a
+// contract already revoked), and its answer must wait for the node that
+// lagged all the same. A node that stops refreshing (killed, cut off)
+// drops out after Liveness; the wait ends with an error naming the nodes
+// that did not confirm when ctx ends or Options.BarrierTimeout passes.
 func (c *Cluster) Barrier(ctx context.Context) error {
-	want := appliedRevs{Dir: c.s.dirRev.Load(), Con: c.s.conRev.Load()}
+	want := appliedRevs{
+		Dir: max(c.s.dirRev.Load(), c.knownDir.Load()),
+		Con: max(c.s.conRev.Load(), c.knownCon.Load()),
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.s.opts.BarrierTimeout)
 	defer cancel()
 	recheck := time.NewTicker(max(c.s.opts.Liveness/10, time.Millisecond))
@@ -501,10 +535,21 @@ func (c *Cluster) Barrier(ctx context.Context) error {
 
 // leaseVal is the value of a lease key.
 type leaseVal struct {
-	Node    string `json:"node,omitempty"`
+	Node string `json:"node,omitempty"`
+	// Inst is the process holding it (appliedRevs.Inst): two processes
+	// given one node name (a copied configuration, a replacement started
+	// while the old process still serves) each hold only their own
+	// leases, and a process restarted waits for its predecessor's to run
+	// out, as any other node does.
+	Inst    string `json:"inst,omitempty"`
 	Until   int64  `json:"until,omitempty"` // Unix nanoseconds
 	Attempt int    `json:"attempt,omitempty"`
 	Done    bool   `json:"done,omitempty"`
+}
+
+// mine reports whether this process holds l (not done).
+func (c *Cluster) mine(l leaseVal) bool {
+	return !l.Done && l.Node == c.s.opts.Node && l.Inst == c.done.Inst
 }
 
 func leaseKey(key store.GroupKey, seq uint64) string {
@@ -534,7 +579,7 @@ func (c *Cluster) Acquire(ctx context.Context, key store.GroupKey, seq uint64, d
 				out = pigeon.LeaseState{Done: true}
 				return true, nil
 			}
-			if until := time.Unix(0, prev.Until); time.Now().Before(until) && prev.Node != c.s.opts.Node {
+			if until := time.Unix(0, prev.Until); time.Now().Before(until) && !c.mine(prev) {
 				out = pigeon.LeaseState{Until: until}
 				return true, nil
 			}
@@ -547,7 +592,7 @@ func (c *Cluster) Acquire(ctx context.Context, key store.GroupKey, seq uint64, d
 			out = pigeon.LeaseState{Done: true}
 			return true, nil
 		}
-		next := leaseVal{Node: c.s.opts.Node, Until: deadline.UnixNano(), Attempt: max(prev.Attempt, g.Attempts[seq]) + 1}
+		next := leaseVal{Node: c.s.opts.Node, Inst: c.done.Inst, Until: deadline.UnixNano(), Attempt: max(prev.Attempt, g.Attempts[seq]) + 1}
 		b, _ := json.Marshal(next)
 		if rev == 0 && !marker {
 			_, err = c.leases.Create(ctx, k, b)
@@ -606,7 +651,7 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 		return c.s.fail(ctx, err)
 	}
 	var l leaseVal
-	if json.Unmarshal(e.Value(), &l) != nil || l.Done || l.Node != c.s.opts.Node {
+	if json.Unmarshal(e.Value(), &l) != nil || !c.mine(l) {
 		return nil
 	}
 	l.Until = retryAt.UnixNano()
@@ -674,8 +719,8 @@ func (c *Cluster) extend(ctx context.Context, k string, deadline time.Time) (boo
 				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
 			}
 		}
-		if val == nil || l.Done || l.Node != c.s.opts.Node {
-			// Not held (gone, settled, another node's), as the leader
+		if val == nil || !c.mine(l) {
+			// Not held (gone, settled, another process's), as the leader
 			// tells: a replica behind may not have this node's last write.
 			return leader, nil
 		}

@@ -46,7 +46,7 @@ func TestWatchStartConfirmsOnlyWhatItRead(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	require.Eventually(t, func() bool {
-		e, err := cl.applied.Get(ctx, token("a"))
+		e, err := cl.applied.Get(ctx, cl.recordKey())
 		if err != nil {
 			return false
 		}
