@@ -75,13 +75,23 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 		return c.refuse(ctx, mod, st, pigeon.ErrorCode(err))
 	}
 	if reply {
+		// Only a request is answered: on a work-queue or pubsub subject
+		// the engine would take the "reply" for a publish into the very
+		// subject the program handles, delivered back to it, answered
+		// again, without end, from a single message.
+		if sp, err := c.v.e.Subject(c.d.Message.Subject); err != nil || sp.Mode != pigeon.ModeRequestReply {
+			return c.refuse(ctx, mod, st, pigeon.CodeInvalidArgument)
+		}
 		m.Subject, m.CorrelationID = c.d.Message.Subject, c.d.Message.ID
 	}
 	// When the account is gone, its contract goes too: Publish refuses
 	// the message CONTRACT_REVOKED (audited) and the binding ends.
 	accountGone(ctx, c.v.e, c.caller)
 	if _, err := c.v.e.Publish(ctx, c.caller, m); err != nil {
-		c.v.log.Debug("program message refused", "code", pigeon.ErrorCode(err), "subject", m.Subject)
+		// The subject as the program wrote it: the decoder does not bound
+		// it (a gate refuses one over pigeon.MaxEnvelopeField), so it is
+		// cut, as a program's own log line is.
+		c.v.log.Debug("program message refused", "code", pigeon.ErrorCode(err), "subject", cut(m.Subject, pigeon.MaxEnvelopeField))
 		return writeCode(mod, st, pigeon.ErrorCode(err))
 	}
 	return 0
@@ -99,10 +109,17 @@ func (c *call) refuse(ctx context.Context, mod api.Module, st []uint64, code pig
 	return writeCode(mod, st, code)
 }
 
-// writeCode writes code at st[2] (at most st[3] bytes) and returns its length.
+// writeCode writes code at st[2] (at most st[3] bytes) and returns the
+// bytes written, or code's whole length when none could be (st[3] is 0,
+// or st[2] is outside the memory): never 0, which means accepted. The
+// capacity is compared as the unsigned 32 bits the program passed, never
+// as an int (negative on 32-bit platforms from 2³¹ on).
 func writeCode(mod api.Module, st []uint64, code pigeon.Code) uint64 {
-	b := []byte(code)[:min(len(code), int(uint32(st[3])))]
-	if !mod.Memory().Write(uint32(st[2]), b) {
+	b := []byte(code)
+	if c := uint64(uint32(st[3])); c < uint64(len(b)) {
+		b = b[:c]
+	}
+	if len(b) == 0 || !mod.Memory().Write(uint32(st[2]), b) {
 		return uint64(len(code))
 	}
 	return uint64(len(b))
@@ -147,6 +164,17 @@ func logLine(b []byte) string {
 	return string(b[:n]) + "…"
 }
 
+// cut is s cut at n bytes (at a rune's start), marked "…" when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
 // hostLog writes the guest's message to the program's logger.
 func hostLog(ctx context.Context, mod api.Module, st []uint64) {
 	v, lb := loggerOf(ctx)
@@ -157,7 +185,15 @@ func hostLog(ctx context.Context, mod api.Module, st []uint64) {
 	if !ok {
 		return
 	}
-	v.log.Log(ctx, slog.Level(int32(st[0])), logLine(b))
+	v.log.Log(ctx, logLevel(int32(st[0])), logLine(b))
+}
+
+// logLevel is the level a program logs at, held between debug and error:
+// a program's line never takes a level above the broker's own errors
+// (one an operator's alerting may page on, as a fatal or critical one),
+// nor one below debug.
+func logLevel(l int32) slog.Level {
+	return slog.Level(min(max(l, int32(slog.LevelDebug)), int32(slog.LevelError)))
 }
 
 // loggerOf is the version running ctx's call, or the one starting, with

@@ -444,6 +444,9 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 		err = mg.save(ctx, rec)
 	}
 	if err != nil {
+		// The new binding's contract is revoked with it: left live it
+		// would stay usable, and counted among the account's contracts,
+		// until it expired, one more at each deploy that fails here.
 		switch {
 		case nb == old:
 			v.retire(ctx)
@@ -451,8 +454,10 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 			nb.halt(ctx)
 			v.retire(ctx)
 			mg.resume(ctx, p, old, nb.from())
+			nb.revoke(ctx)
 		default:
 			nb.stop(ctx)
+			nb.revoke(ctx)
 		}
 		return refuse(err)
 	}

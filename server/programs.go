@@ -187,15 +187,18 @@ func rollbackProgram(rq *request) (int, any, error) {
 		// Checked under the program's lock, with the rollback: the
 		// program that runs and the version it goes back to are the
 		// ones checked, whatever another request deploys meanwhile.
+		// Whose program it is comes first: the version named is looked
+		// up only in the caller's own, so its answers (the one running,
+		// none, pruned) never tell the versions of another account's.
 		pre = append(pre, func(cur *programs.Info) error {
 			if cur == nil {
 				return pigeon.NewError(pigeon.CodeProgramNotFound, "no program %s", name)
 			}
-			rev, err := cur.RollbackTarget(in.Version)
-			if err != nil {
+			if err := rq.ownProgram("roll back")(cur); err != nil {
 				return err
 			}
-			if err := rq.ownProgram("roll back")(cur); err != nil {
+			rev, err := cur.RollbackTarget(in.Version)
+			if err != nil {
 				return err
 			}
 			return rq.mayRunAs(rev.Manifest.Account, "roll back")

@@ -49,7 +49,7 @@ func send(fn func(unsafe.Pointer, uint32, unsafe.Pointer, uint32) uint32, m *Mes
 		p = unsafe.Pointer(&b[0])
 	}
 	if n := fn(p, uint32(len(b)), unsafe.Pointer(&errBuf[0]), uint32(len(errBuf))); n > 0 {
-		return &Error{Code: string(errBuf[:n])}
+		return &Error{Code: string(errBuf[:min(n, uint32(len(errBuf)))])} // n is the code's whole length when it did not fit
 	}
 	return nil
 }
