@@ -554,8 +554,9 @@ func (d *directory) deleteRole(ctx context.Context, name string, then func()) er
 // addGrant records an issued grant, with those of its roles that its
 // account holds now (NOT_FOUND when the account is gone since): a grant
 // carries only roles its account held when it was issued, so giving the
-// account a role later does not give it to the grants issued before.
-func (d *directory) addGrant(ctx context.Context, g *grantRecord) error {
+// account a role later does not give it to the grants issued before. It
+// calls then under the lock once the grant is stored.
+func (d *directory) addGrant(ctx context.Context, g *grantRecord, then func()) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.accounts[g.Account]
@@ -571,12 +572,14 @@ func (d *directory) addGrant(ctx context.Context, g *grantRecord) error {
 	}
 	d.grants[g.JTI] = g
 	d.bump()
+	then()
 	return nil
 }
 
 // revokeGrant revokes grant jti (NOT_FOUND when it was never issued) and
-// returns the account it was issued to. Revoking twice is not an error.
-func (d *directory) revokeGrant(ctx context.Context, jti string) (account string, err error) {
+// returns the account it was issued to, calling then with it under the
+// lock. Revoking twice is not an error.
+func (d *directory) revokeGrant(ctx context.Context, jti string, then func(account string)) (account string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	g, ok := d.grants[jti]
@@ -590,6 +593,7 @@ func (d *directory) revokeGrant(ctx context.Context, jti string) (account string
 		d.revoked[jti] = g.ExpiresAt
 		d.bump()
 	}
+	then(g.Account)
 	return g.Account, nil
 }
 

@@ -136,10 +136,15 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if err != nil {
 		return GrantToken{}, WrapError(CodeInternal, err, "sign grant")
 	}
-	if err := e.dir.addGrant(ctx, &rec); err != nil {
+	// The records are queued under the directory's lock, so a grant's
+	// issue and its revocation are recorded in the order they were made.
+	written := noWait
+	if err := e.dir.addGrant(ctx, &rec, func() {
+		written = e.auditInOrder(EventGrantIssued.record("", CodeOK, store.AuditRecord{Principal: account, Ref: rec.JTI}))
+	}); err != nil {
 		return GrantToken{}, err
 	}
-	if err := e.audit(ctx, EventGrantIssued.record("", CodeOK, store.AuditRecord{Principal: account, Ref: rec.JTI})); err != nil {
+	if err := written(); err != nil {
 		_ = e.RevokeGrant(ctx, rec.JTI) // no grant without its evidence
 		return GrantToken{}, err
 	}
@@ -150,11 +155,14 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 // contract negotiated with it fails its next check with GRANT_REVOKED (on
 // every live node of a cluster: see ClusterBarrier).
 func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
-	account, err := e.dir.revokeGrant(ctx, jti)
+	written := noWait
+	_, err := e.dir.revokeGrant(ctx, jti, func(account string) {
+		written = e.auditInOrder(EventGrantRevoked.record(OutcomeDeny, CodeGrantRevoked, store.AuditRecord{Principal: account, Ref: jti}))
+	})
 	if err != nil {
 		return err
 	}
-	e.audit(ctx, EventGrantRevoked.record(OutcomeDeny, CodeGrantRevoked, store.AuditRecord{Principal: account, Ref: jti}))
+	written()
 	e.onAccessChanged()
 	return e.clusterBarrier(ctx)
 }
