@@ -50,7 +50,10 @@ const maxDepth = 10000
 
 // Compile compiles the JSON schema raw. A schema with an object holding
 // two members of one name, or a string that is not UTF-8, is refused: the
-// validators would read the last member, a reviewer the first.
+// validators would read the last member, a reviewer the first. So is a
+// schema whose $ref recursion would let one small message cost time
+// exponential in its nesting, or endless time (ErrRecursion,
+// checkRecursion).
 func Compile(raw []byte) (*Schema, error) {
 	if err := jsontext.Validate(raw, maxDepth); err != nil {
 		return nil, err
@@ -64,6 +67,9 @@ func Compile(raw []byte) (*Schema, error) {
 	dec.UseNumber()
 	var doc any
 	if dec.Decode(&doc) == nil {
+		if err := checkRecursion(doc); err != nil {
+			return nil, err
+		}
 		var inexactBounds bool
 		s.inexactChoices, inexactBounds = choiceNumbers(doc, s.choices)
 		if !s.inexactChoices && !inexactBounds {
