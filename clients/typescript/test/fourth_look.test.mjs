@@ -49,9 +49,12 @@ test("a session asking for short contracts still renews each in time", async () 
     { contract: () => ({ ...CONTRACT, expiresAt: new Date(Date.now() + ttl).toISOString() }) },
   );
   await onSession(srv, { ...OPTS, ttl, onError: () => {} }, async () => {
-    await sleep(1500);
-    assert.ok(renews >= 3, `kept renewed: ${renews}`);
-    assert.ok(renews <= 15, `a quarter of the ttl apart at least: ${renews}`);
+    // Counted against the time that passed, not a fixed window: a busy
+    // machine may hold the event loop for a while.
+    const t0 = Date.now();
+    await until(() => renews >= 3, 30_000, "three renewals of 400 ms contracts");
+    const elapsed = Date.now() - t0;
+    assert.ok(renews <= Math.floor(elapsed / 100) + 2, `a quarter of the ttl apart at least: ${renews} in ${elapsed} ms`);
   });
 });
 
@@ -77,10 +80,12 @@ test("contracts a server grants short at negotiation stay renewed, no faster tha
     const { srv, at } = await renewTimes(400, 400);
     const errors = [];
     await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
-      await sleep(2000);
-      assert.ok(at.length >= 5, `kept renewed: ${at.length} renewals in 2 s of 400 ms contracts`);
+      // Kept renewed: five renewals of 400 ms contracts come (waited for,
+      // not counted in a fixed window: a busy machine may hold the event
+      // loop), each taking the contract further.
+      await until(() => at.length >= 5, 30_000, "five renewals of 400 ms contracts");
       for (let i = 1; i < at.length; i++) assert.ok(at[i] - at[i - 1] >= 100, `renewal ${i} of ${at.length}: ${at[i] - at[i - 1]} ms after the last`);
-      assert.ok(Date.parse(s.contract.expiresAt) > Date.now(), "still valid");
+      await until(() => Date.parse(s.contract.expiresAt) > at[3] + 400 - 50, 30_000, "the session to hold a renewed contract");
       assert.equal(errors.filter((e) => /too short/.test(e.message)).length, 0, errors.map(String).join("; "));
     });
   });
