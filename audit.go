@@ -213,19 +213,27 @@ func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 // refusal that continues a run (coalescer) is counted rather than
 // written, and a run it ends is written first.
 func (e *Engine) appendAudit(r store.AuditRecord, wait bool) error {
-	if r.Time.IsZero() {
-		r.Time = e.now()
-	}
-	boundAuditText(&r)
-	e.observeRecord(&r)
-	write, ended := e.coalesce.admit(&r)
-	if ended != nil {
-		e.queueAudit(*ended, false)
-	}
-	if !write {
+	if !e.admitAudit(&r) {
 		return nil
 	}
 	return e.queueAudit(r, wait)
+}
+
+// admitAudit readies r to be queued (its time, its texts bounded, the
+// observers told) and reports whether it is to be written: a refusal
+// within a run is counted instead (coalesce), and the summary of a run
+// it ends is queued first.
+func (e *Engine) admitAudit(r *store.AuditRecord) bool {
+	if r.Time.IsZero() {
+		r.Time = e.now()
+	}
+	boundAuditText(r)
+	e.observeRecord(r)
+	write, ended := e.coalesce.admit(r)
+	if ended != nil {
+		e.queueAudit(*ended, false)
+	}
+	return write
 }
 
 // flushCoalesced writes the summaries of the runs of refusals whose
@@ -290,16 +298,7 @@ func noWait() error { return nil }
 // let the lock go: the lock is not held through a durable write, which
 // every authentication would wait for.
 func (e *Engine) auditInOrder(r store.AuditRecord) (wait func() error) {
-	if r.Time.IsZero() {
-		r.Time = e.now()
-	}
-	boundAuditText(&r)
-	e.observeRecord(&r)
-	write, ended := e.coalesce.admit(&r)
-	if ended != nil {
-		e.queueAudit(*ended, false)
-	}
-	if !write {
+	if !e.admitAudit(&r) {
 		return noWait
 	}
 	wait = e.enqueueAudit(r)
