@@ -9,27 +9,36 @@ import (
 	"pigeon"
 )
 
+// oneMessageTasks keeps one message of tasks.run: publishing another
+// lets retention trim the one before, freeing its id.
+func oneMessageTasks(o *pigeon.Options) {
+	for i, s := range o.Catalog.Subjects {
+		if s.Name == "tasks.run" {
+			o.Catalog.Subjects[i].Retention.MaxMessages = 1
+		}
+	}
+}
+
+// publishTask publishes task n as s under message id id and returns its
+// sequence.
+func publishTask(t *testing.T, s pigeon.Session, n int, id string) uint64 {
+	t.Helper()
+	m := task(n)
+	m.ID = id
+	r, err := s.Publish(ctx, m)
+	require.NoError(t, err)
+	return r.Message.Sequence
+}
+
 // reusedLease leaves bob holding, under lease, the message published as
 // id at sequence 3, after he had received the message first published
 // under id, at sequence 1, which retention then trimmed: his answer to
 // that first delivery comes late. It returns bob's session.
 func reusedLease(t *testing.T, id string) pigeon.Session {
 	t.Helper()
-	f, _ := retentionFixture(t, 0, func(o *pigeon.Options) {
-		for i, s := range o.Catalog.Subjects {
-			if s.Name == "tasks.run" {
-				o.Catalog.Subjects[i].Retention.MaxMessages = 1
-			}
-		}
-	})
+	f, _ := retentionFixture(t, 0, oneMessageTasks)
 	boss, bob := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run")
-	publish := func(n int, id string) uint64 {
-		m := task(n)
-		m.ID = id
-		r, err := boss.Publish(ctx, m)
-		require.NoError(t, err)
-		return r.Message.Sequence
-	}
+	publish := func(n int, id string) uint64 { return publishTask(t, boss, n, id) }
 	require.Equal(t, uint64(1), publish(1, id))
 	got, err := bob.Receive(ctx, "tasks.run", 1)
 	require.NoError(t, err)

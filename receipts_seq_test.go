@@ -36,16 +36,6 @@ func receiptsOf(rs []pigeon.Receipt, withTime bool) []receipt {
 	return out
 }
 
-// oneMessageTasks keeps one message of tasks.run: publishing another
-// lets retention trim the one before, freeing its id.
-func oneMessageTasks(o *pigeon.Options) {
-	for i, s := range o.Catalog.Subjects {
-		if s.Name == "tasks.run" {
-			o.Catalog.Subjects[i].Retention.MaxMessages = 1
-		}
-	}
-}
-
 // TestReceiptsNameTheMessageAnAnswerWasOf: a message id names one message
 // at a time only. Bob receives and acks the message published as
 // order-42 (sequence 1); retention trims it and a newer message takes the
@@ -88,13 +78,7 @@ func TestReceiptsNameTheMessageAnAnswerWasOf(t *testing.T) {
 			}
 			f, _ := retentionFixture(t, 0, mutate...)
 			boss, bob := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run")
-			publish := func(n int, id string) uint64 {
-				m := task(n)
-				m.ID = id
-				r, err := boss.Publish(ctx, m)
-				require.NoError(t, err)
-				return r.Message.Sequence
-			}
+			publish := func(n int, id string) uint64 { return publishTask(t, boss, n, id) }
 			step := func() time.Time { f.clock.Advance(100 * time.Millisecond); return f.clock.Now().UTC() }
 
 			require.Equal(t, uint64(1), publish(1, "order-42"))
@@ -176,13 +160,7 @@ func TestReceiptOfALateFailureNamesTheMessageItWasOf(t *testing.T) {
 	}, pigeon.WithMaxInFlight(1))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe(ctx) })
-	publish := func(n int, id string) uint64 {
-		m := task(n)
-		m.ID = id
-		r, err := boss.Publish(ctx, m)
-		require.NoError(t, err)
-		return r.Message.Sequence
-	}
+	publish := func(n int, id string) uint64 { return publishTask(t, boss, n, id) }
 
 	require.Equal(t, uint64(1), publish(1, "order-9"))
 	awaitClosed(t, holding, "the first order-9 reaches the handler")
@@ -235,13 +213,7 @@ func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
 func TestLateAnswerRefusalNamesTheSequenceGiven(t *testing.T) {
 	f, _ := retentionFixture(t, 0, oneMessageTasks)
 	boss, bob, alice := f.connect("boss-token", "tasks.run"), f.connect("bob-token", "tasks.run"), f.connect("alice-token", "tasks.run")
-	publish := func(n int, id string) uint64 {
-		m := task(n)
-		m.ID = id
-		r, err := boss.Publish(ctx, m)
-		require.NoError(t, err)
-		return r.Message.Sequence
-	}
+	publish := func(n int, id string) uint64 { return publishTask(t, boss, n, id) }
 	require.Equal(t, uint64(1), publish(1, "order-5"))
 	got, err := bob.Receive(ctx, "tasks.run", 1)
 	require.NoError(t, err)
