@@ -22,11 +22,7 @@ import (
 func TestProgramLogLevelIsBounded(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &testlog.Buffer{}
-	mg, err := programs.New(ctx, f.e, &programs.Options{KV: f.st, Cache: cache,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.Level(-1 << 31)}))})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	mg, logs := loggingManager(t, f, slog.Level(-1<<31))
 
 	levels := []struct {
 		level int64
@@ -50,7 +46,7 @@ func TestProgramLogLevelIsBounded(t *testing.T) {
 	}
 	m.funcs[1].code = cat(code, i32c(0))
 	m.imports = []wimport{{module: "pigeon", name: "log", params: []byte{tI32, tI32, tI32}}}
-	_, err = mg.Deploy(ctx, admin, "levels", manifest(), m.encode())
+	_, err := mg.Deploy(ctx, admin, "levels", manifest(), m.encode())
 	require.NoError(t, err)
 	f.publish(t, "orders.in", `{"n":1}`)
 	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == 1 }, "the delivery is handled")
@@ -66,4 +62,16 @@ func TestProgramLogLevelIsBounded(t *testing.T) {
 	for i, l := range levels {
 		require.Equal(t, l.want, got["line-"+string(rune('a'+i))], "level %d", l.level)
 	}
+}
+
+// loggingManager is a Manager on f's engine logging JSON lines at level
+// and above into the buffer it returns.
+func loggingManager(t *testing.T, f *fixture, level slog.Level) (*programs.Manager, *testlog.Buffer) {
+	t.Helper()
+	logs := &testlog.Buffer{}
+	mg, err := programs.New(context.Background(), f.e, &programs.Options{KV: f.st, Cache: cache,
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level}))})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	return mg, logs
 }

@@ -7,9 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"pigeon/internal/testlog"
-	"pigeon/programs"
 )
 
 // A refused message of a program was logged with its subject as the
@@ -21,11 +18,7 @@ import (
 func TestRefusedSubjectInTheLogIsBounded(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	logs := &testlog.Buffer{}
-	mg, err := programs.New(ctx, f.e, &programs.Options{KV: f.st, Cache: cache,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+	mg, logs := loggingManager(t, f, slog.LevelDebug)
 
 	msg := `{"type":"order","subject":"` + strings.Repeat("s", 512<<10) + `","intent":"record","data":{}}`
 	const at, emits = 64 << 10, 4
@@ -36,7 +29,7 @@ func TestRefusedSubjectInTheLogIsBounded(t *testing.T) {
 	m := abiModule(cat(code, i32c(0)), uint32((at+len(msg))>>16+1))
 	m.imports = []wimport{{module: "pigeon", name: "publish", params: []byte{tI32, tI32, tI32, tI32}, results: []byte{tI32}}}
 	m.data = []wdata{{offset: at, bytes: []byte(msg)}}
-	_, err = mg.Deploy(ctx, admin, "long", manifest(), m.encode())
+	_, err := mg.Deploy(ctx, admin, "long", manifest(), m.encode())
 	require.NoError(t, err)
 	f.publish(t, "orders.in", `{"n":1}`)
 	eventually(t, func() bool { return len(f.ackedSeqs(t, "orders.in")) == 1 }, "the delivery is handled")
