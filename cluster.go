@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -174,6 +175,29 @@ func (e *Engine) watchCluster() {
 	}
 }
 
+// untilApplied runs apply until it succeeds, waiting between tries (50 ms
+// doubling to 5 s), and reports whether it did; false only once the
+// engine shuts down. A change another node made is applied before the
+// watch goes on: the watch confirms what it was handed (ClusterBarrier),
+// and a revocation read at a moment the store failed, then left, would be
+// confirmed while this node still honoured what it took away.
+func (e *Engine) untilApplied(what string, apply func() error) bool {
+	wait := 50 * time.Millisecond
+	for {
+		err := apply()
+		if err == nil {
+			return true
+		}
+		e.opts.Logger.Warn("pigeon: applying another node's change failed; retrying", "what", what, "err", err, "retryIn", wait)
+		select {
+		case <-e.ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
 func (e *Engine) applyChange(c ClusterChange) {
 	switch c.Kind {
 	case ChangeAppended:
@@ -181,8 +205,7 @@ func (e *Engine) applyChange(c ClusterChange) {
 			f.appended(c.Seq)
 		}
 	case ChangeDirectory:
-		if err := e.dir.reload(e.ctx, e.opts.Logger); err != nil {
-			e.opts.Logger.Warn("pigeon: reloading the access directory failed", "err", err)
+		if !e.untilApplied("reloading the access directory", func() error { return e.dir.reload(e.ctx, e.opts.Logger) }) {
 			return
 		}
 		e.onAccessChanged()
@@ -201,8 +224,16 @@ func (e *Engine) applyChange(c ClusterChange) {
 			return // loaded from the store when first used
 		}
 		if !c.Revoked {
-			rec, err := e.store.GetContract(e.ctx, c.ContractID)
-			if err != nil || !rec.Revoked {
+			var rec store.ContractRecord
+			found := true
+			if !e.untilApplied("reading a changed contract", func() error {
+				var err error
+				rec, err = e.store.GetContract(e.ctx, c.ContractID)
+				if errors.Is(err, store.ErrNotFound) {
+					found, err = false, nil
+				}
+				return err
+			}) || !found || !rec.Revoked {
 				return
 			}
 		}
