@@ -28,11 +28,7 @@ func TestReceiptFinderTwoPasses(t *testing.T) {
 	one := func(seq uint64, ev pigeon.Event, subject, id string) pigeon.AuditRecord {
 		return pigeon.AuditRecord{Seq: seq, Type: string(ev), Subject: subject, MessageID: id, Principal: "bob"}
 	}
-	type got struct {
-		ev       pigeon.Event
-		auditSeq uint64
-		seq      uint64
-	}
+	type got = receiptGot
 	for _, tc := range []struct {
 		name          string
 		log           []pigeon.AuditRecord
@@ -85,26 +81,9 @@ func TestReceiptFinderTwoPasses(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			of := func(f *pigeon.ReceiptFinder) []got {
-				var out []got
-				for _, r := range f.Receipts {
-					require.Equal(t, "bob", r.Principal)
-					out = append(out, got{r.Event, r.AuditSeq, r.Seq})
-				}
-				return out
-			}
-			single := pigeon.NewReceiptFinder("X")
-			for i := range tc.log {
-				single.Next(&tc.log[i])
-			}
-			require.Equal(t, tc.single, of(single), "one pass")
-			twice := pigeon.NewReceiptFinder("X")
-			for _, pass := range []func(*pigeon.AuditRecord){twice.Accepted, twice.Next} {
-				for i := range tc.log {
-					pass(&tc.log[i])
-				}
-			}
-			require.Equal(t, tc.twice, of(twice), "two passes")
+			single, twice := findReceipts(t, "X", tc.log)
+			require.Equal(t, tc.single, single, "one pass")
+			require.Equal(t, tc.twice, twice, "two passes")
 		})
 	}
 }
@@ -223,4 +202,38 @@ func BenchmarkReceipts(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(log)), "records/op")
+}
+
+// receiptGot is what a receipt test looks at in a receipt: its event, the
+// audit record it came from, the sequence of the message received.
+type receiptGot struct {
+	ev       pigeon.Event
+	auditSeq uint64
+	seq      uint64
+}
+
+// findReceipts reads log for the receipts of message id in one pass of
+// Next and in two passes (Accepted, then Next), as Engine.Receipts does,
+// each receipt bob's.
+func findReceipts(t *testing.T, id string, log []pigeon.AuditRecord) (single, twice []receiptGot) {
+	t.Helper()
+	of := func(f *pigeon.ReceiptFinder) []receiptGot {
+		var out []receiptGot
+		for _, r := range f.Receipts {
+			require.Equal(t, "bob", r.Principal)
+			out = append(out, receiptGot{r.Event, r.AuditSeq, r.Seq})
+		}
+		return out
+	}
+	one := pigeon.NewReceiptFinder(id)
+	for i := range log {
+		one.Next(&log[i])
+	}
+	two := pigeon.NewReceiptFinder(id)
+	for _, pass := range []func(*pigeon.AuditRecord){two.Accepted, two.Next} {
+		for i := range log {
+			pass(&log[i])
+		}
+	}
+	return of(one), of(two)
 }

@@ -268,11 +268,7 @@ func TestReceiptFinderReadsTheSequenceOfOneMessage(t *testing.T) {
 	one := func(seq uint64, ev pigeon.Event, id, seqs string) pigeon.AuditRecord {
 		return pigeon.AuditRecord{Seq: seq, Type: string(ev), Subject: "tasks", MessageID: id, Seqs: seqs, Principal: "bob"}
 	}
-	type got struct {
-		ev       pigeon.Event
-		auditSeq uint64
-		seq      uint64
-	}
+	type got = receiptGot
 	for _, tc := range []struct {
 		name          string
 		log           []pigeon.AuditRecord
@@ -312,26 +308,9 @@ func TestReceiptFinderReadsTheSequenceOfOneMessage(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			of := func(f *pigeon.ReceiptFinder) []got {
-				var out []got
-				for _, r := range f.Receipts {
-					require.Equal(t, "bob", r.Principal)
-					out = append(out, got{r.Event, r.AuditSeq, r.Seq})
-				}
-				return out
-			}
-			single := pigeon.NewReceiptFinder("X")
-			for i := range tc.log {
-				single.Next(&tc.log[i])
-			}
-			require.Equal(t, tc.single, of(single), "one pass")
-			twice := pigeon.NewReceiptFinder("X")
-			for _, pass := range []func(*pigeon.AuditRecord){twice.Accepted, twice.Next} {
-				for i := range tc.log {
-					pass(&tc.log[i])
-				}
-			}
-			require.Equal(t, tc.twice, of(twice), "two passes")
+			single, twice := findReceipts(t, "X", tc.log)
+			require.Equal(t, tc.single, single, "one pass")
+			require.Equal(t, tc.twice, twice, "two passes")
 		})
 	}
 }
