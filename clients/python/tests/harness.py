@@ -126,6 +126,28 @@ def negotiating(on_frame: Callable[[Any, dict], Awaitable[None]] | None = None,
     return endpoint
 
 
+@contextlib.asynccontextmanager
+async def raw_session(on_frame: Callable[[Any, dict], Awaitable[None]] | None = None,
+                      contract: dict[str, Any] | None = None, subjects: list[str] | None = None,
+                      **opts: Any):
+    """A session of ``pigeon_client.connect`` to a raw endpoint
+    (:func:`negotiating` with ``on_frame`` and ``contract``), asking for
+    ``subjects`` (default ``["x"]``), without reconnects or renewals;
+    ``opts`` go to ``connect``. Closed on the way out."""
+    from websockets.asyncio.server import serve
+
+    from pigeon_client import connect
+
+    async with serve(negotiating(on_frame, contract), "127.0.0.1", 0) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", subjects or ["x"],
+                          reconnect=False, auto_renew=False, **opts)
+        try:
+            yield s
+        finally:
+            await s.close()
+
+
 class Answering:
     """A raw HTTP endpoint (see :func:`http_answering`): every request is
     answered ``status`` with ``body`` (bytes, sent as they are); ``paths``

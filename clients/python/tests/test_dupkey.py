@@ -8,10 +8,9 @@ import asyncio
 import json
 
 import pytest
-from websockets.asyncio.server import serve
 
-from harness import ROOT, http_answering, negotiating, raw_contract, within
-from pigeon_client import HttpClient, PigeonError, ProtocolError, connect
+from harness import ROOT, http_answering, raw_contract, raw_session, within
+from pigeon_client import HttpClient, PigeonError, ProtocolError
 from pigeon_client.model import Contract
 from pigeon_client.errors import is_server_code
 
@@ -43,25 +42,19 @@ async def test_a_frame_holding_a_duplicate_key_is_refused_and_its_delivery_not_h
         else:
             await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
 
-    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        port = srv.sockets[0].getsockname()[1]
-        reported: list[Exception] = []
-        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["x"],
-                          on_error=reported.append, reconnect=False, auto_renew=False)
-        try:
-            seen: list[str] = []
-            await s.subscribe("x", lambda d: seen.append(f"{d.message['id']}@{d.message['sequence']}"))
-            for _ in range(100):
-                if seen:
-                    break
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.1)
-            assert seen == ["msg_9@9"], "no delivery of a frame with a duplicate key was handed over"
-            bad = [e for e in reported if isinstance(e, ProtocolError) and e.code == "BAD_REQUEST" and "twice" in e.message]
-            assert len(bad) == len(HOSTILE), reported
-            assert not s.closed
-        finally:
-            await s.close()
+    reported: list[Exception] = []
+    async with raw_session(on_frame, CONTRACT, on_error=reported.append) as s:
+        seen: list[str] = []
+        await s.subscribe("x", lambda d: seen.append(f"{d.message['id']}@{d.message['sequence']}"))
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        assert seen == ["msg_9@9"], "no delivery of a frame with a duplicate key was handed over"
+        bad = [e for e in reported if isinstance(e, ProtocolError) and e.code == "BAD_REQUEST" and "twice" in e.message]
+        assert len(bad) == len(HOSTILE), reported
+        assert not s.closed
 
 
 async def test_a_call_answered_by_a_frame_holding_a_duplicate_key_fails_at_once():
@@ -78,24 +71,18 @@ async def test_a_call_answered_by_a_frame_holding_a_duplicate_key_fails_at_once(
         else:
             await ws.send(json.dumps({"op": "ok", "re": re_}))
 
-    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        port = srv.sockets[0].getsockname()[1]
-        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["x"],
-                          reconnect=False, auto_renew=False, call_timeout=5)
-        try:
-            calls = {
-                "receive": lambda: s.receive("x"),
-                "ack (an error answer)": lambda: s.ack("x", "msg_1"),
-                "renew": lambda: s.renew(),
-                "publish": lambda: s.publish({"subject": "x", "type": "t", "data": {}}),
-            }
-            for name, call in calls.items():
-                with pytest.raises(ProtocolError) as ei:
-                    await within(call(), 2)
-                assert ei.value.code == "BAD_REQUEST" and "twice" in ei.value.message, (name, ei.value)
-            assert not s.closed
-        finally:
-            await s.close()
+    async with raw_session(on_frame, CONTRACT, call_timeout=5) as s:
+        calls = {
+            "receive": lambda: s.receive("x"),
+            "ack (an error answer)": lambda: s.ack("x", "msg_1"),
+            "renew": lambda: s.renew(),
+            "publish": lambda: s.publish({"subject": "x", "type": "t", "data": {}}),
+        }
+        for name, call in calls.items():
+            with pytest.raises(ProtocolError) as ei:
+                await within(call(), 2)
+            assert ei.value.code == "BAD_REQUEST" and "twice" in ei.value.message, (name, ei.value)
+        assert not s.closed
 
 
 @pytest.mark.parametrize("status,body", [
@@ -130,18 +117,13 @@ async def test_a_close_1008_with_a_code_fails_the_waiting_call_and_later_ones_wi
         else:
             await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
 
-    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        port = srv.sockets[0].getsockname()[1]
-        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["x"], reconnect=False, auto_renew=False)
-        try:
-            with pytest.raises(PigeonError) as ei:
-                await within(s.receive("x"), 5)
-            assert ei.value.code == want and reason in ei.value.message, ei.value
-            with pytest.raises(PigeonError) as ei:
-                await within(s.ack("x", "msg_1"), 5)
-            assert ei.value.code == want, ei.value
-        finally:
-            await s.close()
+    async with raw_session(on_frame, CONTRACT) as s:
+        with pytest.raises(PigeonError) as ei:
+            await within(s.receive("x"), 5)
+        assert ei.value.code == want and reason in ei.value.message, ei.value
+        with pytest.raises(PigeonError) as ei:
+            await within(s.ack("x", "msg_1"), 5)
+        assert ei.value.code == want, ei.value
 
 
 def test_the_codes_a_close_reason_is_taken_as_are_the_servers():

@@ -12,10 +12,9 @@ import asyncio
 import json
 
 import pytest
-from websockets.asyncio.server import serve
 
-from harness import http_answering, negotiating, raw_contract, within
-from pigeon_client import HttpClient, InvalidError, ProtocolError, connect
+from harness import http_answering, raw_contract, raw_session, within
+from pigeon_client import HttpClient, InvalidError, ProtocolError
 from pigeon_client.model import Contract
 
 CONTRACT = raw_contract("x")
@@ -57,41 +56,29 @@ async def test_a_frame_holding_a_lone_surrogate_is_refused_and_its_delivery_not_
         else:
             await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
 
-    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        port = srv.sockets[0].getsockname()[1]
-        reported: list[Exception] = []
-        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["x"],
-                          on_error=reported.append, reconnect=False, auto_renew=False)
-        try:
-            seen: list[str] = []
-            await s.subscribe("x", lambda d: seen.append(d.message["id"]))
-            for _ in range(100):
-                if len(seen) >= len(WELL_FORMED):
-                    break
-                await asyncio.sleep(0.02)
-            await asyncio.sleep(0.1)
-            assert seen == [f"msg_{20 + i}" for i in range(len(WELL_FORMED))]
-            bad = [e for e in reported if isinstance(e, ProtocolError) and e.code == "BAD_REQUEST" and "lone surrogate" in e.message]
-            assert len(bad) == len(LONE) + 1, reported
-            assert not s.closed
-        finally:
-            await s.close()
+    reported: list[Exception] = []
+    async with raw_session(on_frame, CONTRACT, on_error=reported.append) as s:
+        seen: list[str] = []
+        await s.subscribe("x", lambda d: seen.append(d.message["id"]))
+        for _ in range(100):
+            if len(seen) >= len(WELL_FORMED):
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        assert seen == [f"msg_{20 + i}" for i in range(len(WELL_FORMED))]
+        bad = [e for e in reported if isinstance(e, ProtocolError) and e.code == "BAD_REQUEST" and "lone surrogate" in e.message]
+        assert len(bad) == len(LONE) + 1, reported
+        assert not s.closed
 
 
 async def test_a_call_answered_by_a_frame_holding_a_lone_surrogate_fails_at_once():
     async def on_frame(ws, f):
         await ws.send('{"op":"messages","re":"%s","messages":[%s]}' % (f["id"], _msg(1, LONE[0])))
 
-    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        port = srv.sockets[0].getsockname()[1]
-        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["x"],
-                          reconnect=False, auto_renew=False, call_timeout=5)
-        try:
-            with pytest.raises(ProtocolError) as ei:
-                await within(s.receive("x"), 2)
-            assert ei.value.code == "BAD_REQUEST" and "lone surrogate" in ei.value.message, ei.value
-        finally:
-            await s.close()
+    async with raw_session(on_frame, CONTRACT, call_timeout=5) as s:
+        with pytest.raises(ProtocolError) as ei:
+            await within(s.receive("x"), 2)
+        assert ei.value.code == "BAD_REQUEST" and "lone surrogate" in ei.value.message, ei.value
 
 
 def test_an_http_answer_holding_a_lone_surrogate_is_refused():
@@ -122,23 +109,17 @@ async def test_a_callers_string_holding_a_lone_surrogate_is_invalid_utf8_and_not
         seen.append(f.get("messageId") or f["op"])
         await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
 
-    async with serve(negotiating(on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        port = srv.sockets[0].getsockname()[1]
-        s = await connect(f"ws://127.0.0.1:{port}/v1/ws", "raw-token", ["x"],
-                          reconnect=False, auto_renew=False, call_timeout=5)
-        try:
-            for mid in ("msg_\ud800", "msg_\udc00", "msg_\ude00\ud83d"):
-                with pytest.raises(InvalidError) as ei:
-                    await within(s.ack("x", mid), 2)
-                assert ei.value.code == "INVALID_UTF8", (mid, ei.value)
+    async with raw_session(on_frame, CONTRACT, call_timeout=5) as s:
+        for mid in ("msg_\ud800", "msg_\udc00", "msg_\ude00\ud83d"):
             with pytest.raises(InvalidError) as ei:
-                await within(s.publish({"subject": "x", "type": "t", "data": {"s": "\udfff"}}), 2)
-            assert ei.value.code == "INVALID_UTF8", ei.value
-            await within(s.ack("x", "msg_\U0001f600"), 2)
-            assert seen == ["msg_\U0001f600"]
-            assert not s.closed
-        finally:
-            await s.close()
+                await within(s.ack("x", mid), 2)
+            assert ei.value.code == "INVALID_UTF8", (mid, ei.value)
+        with pytest.raises(InvalidError) as ei:
+            await within(s.publish({"subject": "x", "type": "t", "data": {"s": "\udfff"}}), 2)
+        assert ei.value.code == "INVALID_UTF8", ei.value
+        await within(s.ack("x", "msg_\U0001f600"), 2)
+        assert seen == ["msg_\U0001f600"]
+        assert not s.closed
     with http_answering() as srv:
         srv.status, srv.body = 202, b'{"status":"accepted","message":%s}' % _msg(1, "{}").encode()
         c = HttpClient(srv.url, "t", timeout=5)
