@@ -93,7 +93,7 @@ func TestRepliesAreRateLimited(t *testing.T) {
 func TestRateLimitedPublishKeepsNothing(t *testing.T) {
 	f := replyRateFixture(t)
 	checkout := f.connect("checkout-token", "payments.authorize")
-	c := checkout.(interface{ Caller() pigeon.Caller }).Caller()
+	c := callerOf(checkout)
 
 	first := demo.Payment("o-1")
 	first.ID = "msg-first"

@@ -27,7 +27,7 @@ func TestMessageByIDTellsNoIDsOutsideTheContract(t *testing.T) {
 	orders := f.connect("orders-token", "notifications.send")
 	res, err := checkout.Publish(ctx, demo.Payment("o-1"))
 	require.NoError(t, err)
-	caller := func(s pigeon.Session) pigeon.Caller { return s.(interface{ Caller() pigeon.Caller }).Caller() }
+	caller := callerOf
 	revoked := caller(gateway)
 	require.NoError(t, f.e.RevokeContract(ctx, revoked.Principal, revoked.ContractID))
 	stranger := caller(orders)

@@ -55,6 +55,11 @@ func (f *fixture) connect(token string, subjects ...string) pigeon.Session {
 	return s
 }
 
+// callerOf is the caller an in-process session acts as.
+func callerOf(s pigeon.Session) pigeon.Caller {
+	return s.(interface{ Caller() pigeon.Caller }).Caller()
+}
+
 // requireCode asserts err is a *pigeon.Error with code.
 func requireCode(t *testing.T, err error, code pigeon.Code) *pigeon.Error {
 	t.Helper()

@@ -272,7 +272,7 @@ func TestMessageByID(t *testing.T) {
 	orders := f.connect("orders-token", "notifications.send")
 	res, err := checkout.Publish(ctx, demo.Payment("o-1"))
 	require.NoError(t, err)
-	caller := func(s pigeon.Session) pigeon.Caller { return s.(interface{ Caller() pigeon.Caller }).Caller() }
+	caller := callerOf
 
 	m, err := f.e.Message(ctx, caller(gateway), res.Message.ID)
 	require.NoError(t, err)
