@@ -500,7 +500,7 @@ func (e *Engine) accepted(ctx context.Context, a *Admission, acc store.AuditReco
 // the original's data.
 func (e *Engine) duplicate(ctx context.Context, a *Admission, orig *Message) *Result {
 	s := a.subj
-	e.audit(ctx, EventPublishDuplicate.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Ref: a.Message.ID}))
+	e.audit(ctx, EventPublishDuplicate.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: a.Now, Gate: GateDuplicate, Subject: s.name, Principal: a.Principal.ID, ContractID: a.contractID, PolicyID: s.policyID, SchemaID: s.schemaID, MessageID: orig.ID, Seqs: seqText(orig.Sequence), Ref: a.Message.ID}))
 	if !e.holds(ctx, a.Principal, a.contractID, orig.ContractID) {
 		orig = &Message{SpecVersion: orig.SpecVersion, ID: orig.ID, Source: orig.Source, Subject: orig.Subject,
 			IdempotencyKey: orig.IdempotencyKey, Sequence: orig.Sequence, ContractID: orig.ContractID,
