@@ -2,6 +2,8 @@ package pigeon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"maps"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"pigeon/store"
 )
@@ -291,7 +294,8 @@ func (e *Engine) PutAccountKeys(ctx context.Context, id string, keys []PublicKey
 // the caller knows how it was asked (the server audits them as
 // access.denied). A change is audited as account.keys.published, in the
 // order of the changes: principal the account, ref "by P: CHANGES" where
-// P is p's id (followed by " via grant" for a grant token) and CHANGES
+// P is p's id (past 256 bytes cut, with "…#" and 16 hex digits of its
+// SHA-256 after it; followed by " via grant" for a grant token) and CHANGES
 // lists the kids added ("+kid"), removed ("-kid") and changed ("~kid"),
 // or "no change"; past 480 bytes the kids left are counted, "(N more)".
 func (e *Engine) PutAccountKeysAs(ctx context.Context, p *Principal, id string, keys []PublicKey) (Account, error) {
@@ -386,7 +390,7 @@ func keysChangeRef(p *Principal, old, next []PublicKey) string {
 	}
 	var b strings.Builder
 	if p != nil {
-		b.WriteString("by " + p.ID)
+		b.WriteString("by " + keysActor(p.ID))
 		if p.Method == AuthGrant {
 			b.WriteString(" via grant")
 		}
@@ -412,6 +416,27 @@ func keysChangeRef(p *Principal, old, next []PublicKey) string {
 		b.WriteString(c)
 	}
 	return b.String()
+}
+
+// maxKeysActor bounds the actor's id in a keys change's ref, so the
+// changes keep room beside an id of up to 1024 bytes (an OIDC principal).
+const maxKeysActor = 256
+
+// keysActor is id as a keys change's ref names it: whole up to
+// maxKeysActor bytes; a longer id is cut at a rune and followed by
+// "…#" and 16 hex digits of its SHA-256, which keeps two long ids that
+// share a prefix apart.
+func keysActor(id string) string {
+	if len(id) <= maxKeysActor {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	tail := "…#" + hex.EncodeToString(sum[:8])
+	cut := maxKeysActor - len(tail)
+	for cut > 0 && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	return id[:cut] + tail
 }
 
 // sameKey reports whether a and b are the same key with the same window.
