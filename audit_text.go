@@ -1,6 +1,8 @@
 package pigeon
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -18,7 +20,8 @@ const maxAuditText = 512
 
 // auditText is s as an audit record keeps it: valid UTF-8, each invalid
 // sequence replaced by U+FFFD, and at most maxAuditText bytes, a longer
-// text cut on a character boundary and marked with the length it had. A
+// text cut on a character boundary and marked with the length it had and
+// a digest of it (cutMark). A
 // record's hash is over the text it keeps, so every export of the record
 // (JSON over HTTP, a cluster's stored copy) verifies: JSON cannot carry
 // invalid UTF-8, and an encoder would replace it after the hash was taken.
@@ -26,17 +29,25 @@ func auditText(s string) string {
 	if len(s) <= maxAuditText && utf8.ValidString(s) {
 		return s
 	}
-	n := len(s)
+	orig := s
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= maxAuditText {
 		return s
 	}
-	mark := "…(cut from " + strconv.Itoa(n) + " bytes)"
+	mark := cutMark(orig)
 	cut := maxAuditText - len(mark)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// cutMark ends the kept part of a text s cut by auditText: the length s
+// had and 16 hex digits of its SHA-256, so that two texts sharing the
+// kept part (two long principals differing at the end) read apart.
+func cutMark(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "…(cut from " + strconv.Itoa(len(s)) + " bytes, sha256 " + hex.EncodeToString(sum[:8]) + ")"
 }
 
 // boundAuditText applies auditText to the text fields of r that name

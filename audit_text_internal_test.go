@@ -21,8 +21,8 @@ func TestAuditText(t *testing.T) {
 		{"at the bound", at, at},
 		{"invalid bytes", "id\xff\xfe", "id\uFFFD"},
 		{"a truncated character", "caf\xc3", "caf\uFFFD"},
-		{"one byte over", at + "b", strings.Repeat("a", maxAuditText-len("…(cut from 513 bytes)")) + "…(cut from 513 bytes)"},
-		{"cut inside a character", "a" + strings.Repeat("é", 400), "a" + strings.Repeat("é", (maxAuditText-1-len("…(cut from 801 bytes)"))/2) + "…(cut from 801 bytes)"},
+		{"one byte over", at + "b", strings.Repeat("a", maxAuditText-len(cutMark(at+"b"))) + cutMark(at+"b")},
+		{"cut inside a character", "a" + strings.Repeat("é", 400), "a" + strings.Repeat("é", (maxAuditText-1-len(cutMark("a"+strings.Repeat("é", 400))))/2) + cutMark("a"+strings.Repeat("é", 400))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := auditText(tc.in)

@@ -55,11 +55,11 @@ func TestAuditTextIsBounded(t *testing.T) {
 	}
 	require.Equal(t, 5, denied)
 	byType := auditOf(t, f.e, pigeon.EventPublishDenied)
-	require.Contains(t, byType[0].Subject, "…(cut from 200000 bytes)")
-	require.Contains(t, byType[1].MessageID, "…(cut from 200000 bytes)")
+	require.Contains(t, byType[0].Subject, "…(cut from 200000 bytes, sha256 ")
+	require.Contains(t, byType[1].MessageID, "…(cut from 200000 bytes, sha256 ")
 	require.Equal(t, "id\uFFFD", byType[2].MessageID)
 	require.Equal(t, "payments.\uFFFDauthorize", byType[3].Subject)
-	require.Contains(t, byType[4].ContractID, "…(cut from 200001 bytes)")
+	require.Contains(t, byType[4].ContractID, "…(cut from 200001 bytes, sha256 ")
 
 	_, err = f.e.VerifyAudit(ctx)
 	require.NoError(t, err)
