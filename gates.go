@@ -203,6 +203,21 @@ func (g contractGate) Check(ctx context.Context, a *Admission) Verdict {
 	if code != CodeOK {
 		return Deny(code, reason)
 	}
+	// The request acts in the region its contract was negotiated for,
+	// which the contract's rules were judged for: another region named
+	// by the request (an HTTP request's x-pigeon-region, a Caller made by
+	// hand) is refused, so it cannot take a message of its own region past
+	// crossRegion: deny, or have rules judged for a region the contract
+	// was not granted in. A caller naming none acts in the contract's.
+	if r := c.info.Region; a.Region != r {
+		if a.Region != "" {
+			return Deny(CodeRegionDenied, "the request's region is not the region its contract was negotiated for")
+		}
+		a.Region = r
+		if a.Message.Region == "" {
+			a.Message.Region = r
+		}
+	}
 	a.contract, a.Contract = c, c
 	// The gates after this one, and the rules among them, see the roles
 	// the contract holds now.
@@ -378,7 +393,7 @@ func (regionGate) Check(_ context.Context, a *Admission) Verdict {
 	if len(rp.AllowedRegions) > 0 && !slices.Contains(rp.AllowedRegions, region) {
 		return Deny(CodeRegionDenied, "region is not allowed on this subject")
 	}
-	if rp.CrossRegion == "deny" && a.Region != "" && region != a.Region {
+	if rp.CrossRegion == "deny" && region != a.Region {
 		return Deny(CodeRegionDenied, "cross-region publish is denied on this subject")
 	}
 	return Allow()
