@@ -79,10 +79,10 @@ func (c *Chain) Authenticate(ctx context.Context, bearer string) (*pigeon.Princi
 
 // AuthenticateCredential implements pigeon.CredentialAuthenticator.
 func (c *Chain) AuthenticateCredential(ctx context.Context, cred pigeon.Credential) (*pigeon.Principal, error) {
-	if ok, first := c.limiter.allow(cred.RemoteAddr); !ok {
+	if ok, first, by := c.limiter.allow(cred.RemoteAddr); !ok {
 		if first {
 			c.log.Warn("identity: authentication refused for the rest of the window", "code", pigeon.CodeRateLimited,
-				"reason", "too many failed authentications from this address", "remote", cred.RemoteAddr)
+				"reason", "too many failed authentications from this address", "remote", cred.RemoteAddr, "source", by)
 		}
 		return nil, pigeon.NewError(pigeon.CodeRateLimited, "too many failed authentications from this address; try again later")
 	}

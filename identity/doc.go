@@ -37,9 +37,10 @@
 // Retry-After, before any verification work; pigeon.Options.AuthFailureLimit).
 // A failed TLS handshake never reaches the engine: a Limiter given to
 // ServerTLS counts those, and refuses the handshakes of a source that
-// failed too many. Log lines and errors say why
-// a credential was refused, never what it was: no token, certificate or key
-// material appears in them. When an identity provider cannot be reached,
+// failed too many, and of an IPv6 /48 whose /64s together failed 16
+// times as many (LimiterOptions.MaxPrefixFailures). Log lines and errors
+// say why a credential was refused, never what it was: no token,
+// certificate or key material appears in them. When an identity provider cannot be reached,
 // its cached keys keep verifying tokens for Issuer.MaxKeyAge, and a token
 // signed by a key not in the cache is refused IDENTITY_UNAVAILABLE. A key
 // set that was read is the provider's answer even when it holds no usable

@@ -24,17 +24,42 @@ type LimiterOptions struct {
 	// window is refused outright (default 20 in 1 minute).
 	MaxFailures int
 	Window      time.Duration
+	// MaxPrefixFailures is how many failures the /64s of one IPv6 /48
+	// may have in Window, all together, before the rest of the window is
+	// refused to the whole /48 (default 16 × MaxFailures: 320 in 1
+	// minute; negative: no such limit). A /48 is the most a single site
+	// is given, and its holder may speak from any of its 65,536 /64s,
+	// each a source of its own: without this limit it had 65,536 ×
+	// MaxFailures tries a window (1.3 million a minute), with it 320.
+	// The price: one holder of a /56 (a home's usual assignment) inside
+	// a provider's /48 reaches the limit after 16 of its /64s have, and
+	// the other sites of that /48 wait out the window with it; honest
+	// clients of a /48 reach it only when 320 of their handshakes fail
+	// within a minute. IPv4 sources, and IPv6 addresses that stand for
+	// an IPv4 one (see pigeon.Source), have no such limit.
+	MaxPrefixFailures int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
+
+// limiterPrefixBits is the IPv6 prefix LimiterOptions.MaxPrefixFailures
+// counts under.
+const limiterPrefixBits = 48
+
+// prefixFailuresPerSource is the default MaxPrefixFailures, in
+// MaxFailures: as many as 16 /64s at their limit.
+const prefixFailuresPerSource = 16
 
 // Limiter counts failures per source and refuses a source that had too
 // many in a window, before any verification work is spent on it. A source
 // is a remote IPv4 address, or a remote IPv6 /64 (a host given a /64 could
 // otherwise rotate through its addresses), as the engine's lockout and the
 // server's per-IP connection cap count them; an address that is not IP is
-// counted whole, without its port. It remembers a bounded number of
-// sources. It is safe for concurrent use.
+// counted whole, without its port. The /64s of one IPv6 /48 are also
+// counted together, against a higher limit
+// (LimiterOptions.MaxPrefixFailures): one holder of a /48 would otherwise
+// have a fresh count in each of its 65,536 /64s. It remembers a bounded
+// number of sources. It is safe for concurrent use.
 //
 // Its use is failed TLS handshakes (TLSOptions.Limiter), which the engine
 // never sees. Refused credentials are the engine's to count
@@ -53,6 +78,7 @@ type Limiter struct {
 type window struct {
 	start  time.Time
 	n      int
+	limit  int  // the failures that close the window
 	warned bool // a refusal of this window was reported
 }
 
@@ -67,6 +93,9 @@ func NewLimiter(opts *LimiterOptions) *Limiter {
 	}
 	if o.Window <= 0 {
 		o.Window = DefaultFailureWindow
+	}
+	if o.MaxPrefixFailures == 0 {
+		o.MaxPrefixFailures = prefixFailuresPerSource * o.MaxFailures
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -87,33 +116,58 @@ func source(remote string) string {
 	return remote
 }
 
+// prefix is the key the /48 of remote counts under
+// (LimiterOptions.MaxPrefixFailures), or "" when remote is not an IPv6
+// source or the limit is off. It cannot be a key of source: its prefix
+// length is not 64.
+func (l *Limiter) prefix(remote string) string {
+	if l.opts.MaxPrefixFailures < 0 {
+		return ""
+	}
+	a := pigeon.SourceOf(remote).Prefix().Addr()
+	if !a.Is6() {
+		return ""
+	}
+	p, err := a.Prefix(limiterPrefixBits)
+	if err != nil {
+		return ""
+	}
+	return p.String()
+}
+
 // Allow reports whether remote may try to authenticate now. An empty
 // address (in process) is always allowed. A refusal is counted.
 func (l *Limiter) Allow(remote string) bool {
-	ok, _ := l.allow(remote)
+	ok, _, _ := l.allow(remote)
 	return ok
 }
 
-// allow is Allow, and whether this is the window's first refusal (the one
-// worth a log line: an address over its limit is not logged on every try).
-func (l *Limiter) allow(remote string) (ok, first bool) {
+// allow is Allow, whether this is the window's first refusal (the one
+// worth a log line: a source over its limit is not logged on every try),
+// and the source refused: remote's, or its /48.
+func (l *Limiter) allow(remote string) (ok, first bool, by string) {
 	if l == nil || remote == "" {
-		return true, false
+		return true, false, ""
 	}
-	h := source(remote)
+	keys, n := [2]string{source(remote), l.prefix(remote)}, 1
+	if keys[1] != "" {
+		n = 2
+	}
 	now := l.opts.Now()
+	ok = true
 	l.mu.Lock()
-	w := l.addrs[h]
-	ok = w == nil || now.Sub(w.start) >= l.opts.Window || w.n < l.opts.MaxFailures
-	if !ok {
-		first = !w.warned
-		w.warned = true
+	for _, k := range keys[:n] {
+		if w := l.addrs[k]; w != nil && now.Sub(w.start) < l.opts.Window && w.n >= w.limit {
+			ok, first, by = false, !w.warned, k
+			w.warned = true
+			break
+		}
 	}
 	l.mu.Unlock()
 	if !ok {
 		l.limited.Add(1)
 	}
-	return ok, first
+	return ok, first, by
 }
 
 // Fail records a failure from remote; handshake says it was a TLS
@@ -129,16 +183,23 @@ func (l *Limiter) Fail(remote string, handshake bool) {
 	if remote == "" {
 		return
 	}
-	h := source(remote)
 	now := l.opts.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.count(source(remote), l.opts.MaxFailures, now)
+	if k := l.prefix(remote); k != "" {
+		l.count(k, l.opts.MaxPrefixFailures, now)
+	}
+}
+
+// count records a failure of source h, whose limit is limit, at now.
+func (l *Limiter) count(h string, limit int, now time.Time) {
 	w := l.addrs[h]
 	if w == nil || now.Sub(w.start) >= l.opts.Window {
 		if w == nil && len(l.addrs) >= defaultMaxAddresses {
 			l.evict(now)
 		}
-		l.addrs[h] = &window{start: now, n: 1}
+		l.addrs[h] = &window{start: now, n: 1, limit: limit}
 		return
 	}
 	w.n++
@@ -160,7 +221,7 @@ func (l *Limiter) evict(now time.Time) {
 			if len(l.addrs) < defaultMaxAddresses/2 {
 				return
 			}
-			if (w.n >= l.opts.MaxFailures) == refused {
+			if (w.n >= w.limit) == refused {
 				delete(l.addrs, h)
 			}
 		}

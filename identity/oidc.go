@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -82,20 +83,23 @@ type Issuer struct {
 	// the token's email_verified or phone_number_verified is true, as do
 	// attribute claims of those names);
 	// RolesClaim the claim holding roles (an array of strings or a
-	// space-separated string; empty: none); AttributeClaims maps attribute
+	// space-separated string; empty: none; a role that is not a role
+	// name, 1 to pigeon.MaxIDLength bytes of ASCII letters, digits and
+	// . _ - : @ /, is dropped and logged); AttributeClaims maps attribute
 	// names to the claims whose values become them. A claim name may be a
 	// dotted path into nested objects ("realm_access.roles").
 	PrincipalClaim  string
 	RolesClaim      string
 	AttributeClaims map[string]string
-	// Roles are the roles this issuer may assert through RolesClaim: a
-	// role of the claim not among them is dropped. Empty: any role but
-	// the broker's own, admin and auditor (pigeon.RoleAdmin,
-	// pigeon.RoleAuditor), which open the HTTP API's account, grant,
-	// audit and quarantine routes, and programs (server.RolePrograms),
-	// which opens the program routes: a provider asserts those only when
-	// listed here, so that one whose users or client applications may set
-	// their own roles does not make them the broker's administrators.
+	// Roles are the roles this issuer may assert through RolesClaim (role
+	// names, as above): a role of the claim not among them is dropped.
+	// Empty: any role but the broker's own, admin and auditor
+	// (pigeon.RoleAdmin, pigeon.RoleAuditor), which open the HTTP API's
+	// account, grant, audit and quarantine routes, and programs
+	// (server.RolePrograms), which opens the program routes: a provider
+	// asserts those only when listed here, so that one whose users or
+	// client applications may set their own roles does not make them the
+	// broker's administrators.
 	Roles []string
 	// PrincipalPrefix is put before the principal claim to make the
 	// principal ("partner:" makes "alice" partner:alice). Issuers listed
@@ -163,6 +167,10 @@ type issuer struct {
 	// that start with this one's: a principal of this issuer starting
 	// with one of them would be that issuer's.
 	shadows []string
+	log     *slog.Logger
+	// droppedWarned is when roles dropped from a token were last logged
+	// (unix nanoseconds; see roleNamesDropped).
+	droppedWarned atomic.Int64
 }
 
 var _ pigeon.CredentialAuthenticator = (*OIDC)(nil)
@@ -254,8 +262,8 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 	}
 	c.Roles = slices.Clone(c.Roles)
 	for _, r := range c.Roles {
-		if r == "" || !utf8.ValidString(r) || strings.ContainsFunc(r, notNameRune) {
-			return c, fmt.Errorf("issuer %q: role %q is not a role name", c.URL, r)
+		if !roleName(r) {
+			return c, fmt.Errorf("issuer %q: role %q is not a role name (1 to %d bytes of letters, digits and . _ - : @ /)", c.URL, r, pigeon.MaxIDLength)
 		}
 	}
 	c.TrustDomains = slices.Clone(c.TrustDomains)
@@ -350,7 +358,7 @@ func newIssuer(in Issuer, o *OIDCOptions) (*issuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
-	is := &issuer{cfg: c}
+	is := &issuer{cfg: c, log: o.Logger}
 	for _, a := range c.Algorithms {
 		is.algs = append(is.algs, jose.SignatureAlgorithm(a))
 	}
@@ -396,6 +404,12 @@ func (m *OIDC) AuthenticateCredential(ctx context.Context, c pigeon.Credential) 
 }
 
 // issuerOf returns the configured issuer a token claims (unverified), or nil.
+// It reads iss as verify does, with go-jose's decoder: member names case
+// sensitive, a duplicate member refused (verify refuses one nested
+// deeper). Read by another decoder (encoding/json takes the last of
+// duplicate members and matches names without case), a payload holding
+// "iss" twice, or "iss" and "ISS", would be judged as one issuer's and
+// its claims read as naming another.
 func (m *OIDC) issuerOf(tok string) *issuer {
 	if len(tok) > maxTokenBytes || strings.Count(tok, ".") != 2 {
 		return nil
@@ -409,7 +423,7 @@ func (m *OIDC) issuerOf(tok string) *issuer {
 	var c struct {
 		Iss any `json:"iss"`
 	}
-	if json.Unmarshal(b, &c) != nil {
+	if josejson.Unmarshal(b, &c) != nil {
 		return nil
 	}
 	s, _ := c.Iss.(string)
@@ -562,7 +576,24 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		if err != nil {
 			return nil, refuse("the roles claim %q %s", is.cfg.RolesClaim, err)
 		}
-		p.Roles = slices.DeleteFunc(roles, func(r string) bool { return !is.mayGive(r) })
+		// A role that is not a role name is dropped, the rest of the
+		// token standing: a provider may carry roles of other
+		// applications that no role of the broker could be named
+		// (pigeon.Engine.PutRole refuses such a name), and they would
+		// only ever match nothing. They are not kept: a principal's
+		// roles reach audit records, logs and policy conditions, which
+		// take role names to be names.
+		bad := 0
+		p.Roles = slices.DeleteFunc(roles, func(r string) bool {
+			if !roleName(r) {
+				bad++
+				return true
+			}
+			return !is.mayGive(r)
+		})
+		if bad > 0 {
+			is.roleNamesDropped(id, bad)
+		}
 		if len(p.Roles) == 0 {
 			p.Roles = nil
 		}
@@ -606,6 +637,45 @@ func checkedClaim(claims map[string]any, name string) bool {
 // identity may): the role of the program routes, which deploy code that
 // runs as the caller's account.
 const rolePrograms = "programs"
+
+// roleNamesDropped logs that n roles of principal id's token were
+// dropped for not being role names, once a minute at most: a provider
+// that puts such a role in every token would otherwise log every request.
+func (is *issuer) roleNamesDropped(id string, n int) {
+	if now := time.Now().UnixNano(); now-is.droppedWarned.Load() >= int64(time.Minute) {
+		is.droppedWarned.Store(now)
+		is.log.Warn("identity: roles dropped from a token (logged once a minute at most)", "reason", errRoleName.Error(),
+			"issuer", is.cfg.URL, "claim", is.cfg.RolesClaim, "principal", id, "dropped", n)
+	}
+}
+
+// errRoleName is the reason the log line gives for roles dropped from a
+// token's roles claim.
+var errRoleName = fmt.Errorf("not a role name (1 to %d bytes of letters, digits and . _ - : @ /)", pigeon.MaxIDLength)
+
+// roleName reports whether r is a role name as pigeon.Engine.PutRole and
+// AddAccountRole take one: 1 to pigeon.MaxIDLength bytes of ASCII letters,
+// digits and '.', '_', '-', ':', '@', '/', no '/'-separated segment "."
+// or "..".
+func roleName(r string) bool {
+	if r == "" || len(r) > pigeon.MaxIDLength {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		switch c := r[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == '-', c == ':', c == '@', c == '/':
+		default:
+			return false
+		}
+	}
+	for seg := range strings.SplitSeq(r, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
 
 // mayGive reports whether the issuer may give its principals role
 // (Issuer.Roles): without the list, any role but the broker's own.

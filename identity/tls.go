@@ -18,7 +18,8 @@ type TLSOptions struct {
 	// certificate does not verify.
 	MTLS *MTLS
 	// Limiter counts failed handshakes per source (an IPv4 address, an
-	// IPv6 /64) and refuses the handshakes of a source over its limit.
+	// IPv6 /64, and the /64s of an IPv6 /48 together, against a higher
+	// limit) and refuses the handshakes of a source over its limit.
 	// Nil: none. Give it to ServerTLS alone: refused credentials are the
 	// engine's to count (pigeon.Options.AuthFailureLimit), and a
 	// connection that completed its handshake is not refused here.
@@ -85,9 +86,9 @@ func ServerTLS(opts *TLSOptions) (*tls.Config, error) {
 		if trusted(o.TrustedProxies, hello.Conn) {
 			lim = nil // its clients' failures are not its own
 		}
-		if ok, first := lim.allow(remote); !ok {
+		if ok, first, by := lim.allow(remote); !ok {
 			if first {
-				o.Logger.Warn("identity: TLS handshakes refused for the rest of the window", "reason", "too many failed handshakes from this address", "remote", remote)
+				o.Logger.Warn("identity: TLS handshakes refused for the rest of the window", "reason", "too many failed handshakes from this address", "remote", remote, "source", by)
 			}
 			return nil, errors.New("identity: too many failed handshakes from this address")
 		}

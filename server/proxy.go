@@ -73,7 +73,11 @@ func (t trustedProxies) client(r *http.Request) (netip.Addr, bool) {
 			}
 			a = ap.Addr()
 		}
-		a = a.Unmap()
+		// A zone ("fe80::1%eth0") names an interface of the host that
+		// wrote it, no part of the client's address. Kept, it would reach
+		// RemoteAddr, the logs and auth.failed records as the client
+		// wrote it: one source under as many names as it liked.
+		a = a.Unmap().WithZone("")
 		if !t.trusts(a) {
 			return a, true
 		}

@@ -34,6 +34,10 @@ const (
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultMaxConnections    = 16384
+	// DefaultMaxHeaderBytes is Options.MaxHeaderBytes's default: four
+	// times the largest bearer token an identity provider's issuer is
+	// read from (16 KiB), twice what common reverse proxies pass on.
+	DefaultMaxHeaderBytes = 64 << 10
 	// DefaultMaxConsoleStreamsPerPrincipal is
 	// Options.MaxConsoleStreamsPerPrincipal's default.
 	DefaultMaxConsoleStreamsPerPrincipal = 16
@@ -77,6 +81,16 @@ type Options struct {
 	// Timeouts of the HTTP server that Serve runs (see http.Server). A
 	// WebSocket connection is not bound by them once upgraded.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the size of a request's header lines, the
+	// request line included, in the HTTP server Serve runs (default
+	// DefaultMaxHeaderBytes; negative: net/http's own bound, 1 MiB). A
+	// request beyond it is answered 431 and closed before any handler
+	// runs. Each connection holds what it
+	// has sent of its header until the header ends or ReadHeaderTimeout
+	// passes, so the memory a slow sender's headers hold is about
+	// MaxConnections × MaxHeaderBytes: at net/http's 1 MiB and the
+	// default 16,384 connections, 16 GiB; at 64 KiB, 1 GiB.
+	MaxHeaderBytes int
 	// MaxConnections caps the connections Serve holds open at once, over
 	// all its listeners, WebSocket connections included (default
 	// DefaultMaxConnections; negative: no cap). A connection beyond it is
@@ -197,6 +211,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if c.MaxConsoleStreamsPerPrincipal == 0 {
 		c.MaxConsoleStreamsPerPrincipal = DefaultMaxConsoleStreamsPerPrincipal
@@ -515,7 +532,7 @@ func (s *Server) Mount(pattern string, h http.Handler) (err error) {
 // these refusals; one warning a minute is logged while they come.
 func (s *Server) Serve(l net.Listener) error {
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
-		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout,
+		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout, MaxHeaderBytes: max(s.opts.MaxHeaderBytes, 0),
 		ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)}
 	if s.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		hs.ConnState = func(c net.Conn, st http.ConnState) {
