@@ -21,7 +21,9 @@ type Cluster interface {
 	// message this node appended (ChangeAppended), so their subscribers
 	// get it without waiting for the fan-out's periodic look at the
 	// store, or a reply whose requester waits on another node
-	// (ChangeReply).
+	// (ChangeReply). A reply is carried whatever its size: a transport
+	// whose messages are bounded (NATS max_payload) sends it in parts or
+	// by reference, never drops it for its size.
 	Notify(c ClusterChange)
 	// Watch calls fn, from one goroutine, for every change another node
 	// made to shared state, until ctx ends; it then returns ctx.Err().
@@ -38,15 +40,16 @@ type Cluster interface {
 type ClusterBarrier interface {
 	// Barrier returns nil once every live node other than this one has
 	// applied every change of shared access state (directory, contracts)
-	// this node made, or applied from the others, before the call: a
-	// revocation retried after CLUSTER_UNCONFIRMED may reach a node that
-	// applied it from another and has nothing to write (a contract or a
-	// grant revoked already), and must still wait for the node that
-	// lagged. A node that stopped showing signs
-	// of life is not waited for beyond the implementation's liveness
-	// bound. It returns an error when a live node did not confirm before
-	// ctx ends or the implementation's own time limit passes; the change
-	// is made all the same.
+	// this node made, applied from the others, or read from the store
+	// (a contract loaded revoked) before the call: a revocation retried
+	// after CLUSTER_UNCONFIRMED may reach a node that applied it from
+	// another, or loads the contract revoked before its watch delivered
+	// the change, and has nothing to write (a contract or a grant revoked
+	// already), and must still wait for the node that lagged. A node
+	// that stopped showing signs of life is not waited for beyond the
+	// implementation's liveness bound. It returns an error when a live
+	// node did not confirm before ctx ends or the implementation's own
+	// time limit passes; the change is made all the same.
 	Barrier(ctx context.Context) error
 }
 

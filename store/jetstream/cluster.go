@@ -25,7 +25,8 @@ import (
 //
 //   - Notify of a new message is a core NATS publish (at most once: a lost
 //     one is made up for by the fan-out's periodic look at the store,
-//     within a second); of a reply, a key of the <P>_replies bucket;
+//     within a second); of a reply, a key of the <P>_replies bucket (in
+//     parts when it is larger than a NATS message may be);
 //   - Watch reports other nodes' notices, and changes to the access
 //     directory and to contracts seen through KV watches, which resume
 //     after a reconnect;
@@ -128,6 +129,34 @@ type notice struct {
 	// another process given this node's name is not this one's own.
 	Inst   string               `json:"inst,omitempty"`
 	Change pigeon.ClusterChange `json:"change"`
+	// Parts and Ref: a reply's notice too large for one NATS message
+	// (max_payload) is kept in Parts keys of the <P>_replies bucket
+	// (partKey of Ref), written before this notice, which carries no
+	// reply; the other nodes read them from the bucket's leader.
+	Parts int    `json:"parts,omitempty"`
+	Ref   string `json:"ref,omitempty"`
+}
+
+// maxReplyParts bounds the parts of one reply's notice a node reads.
+const maxReplyParts = 1024
+
+// partKey is the key of part i of the reply notice ref: three tokens,
+// where a notice's key is one, so that the watch of notices (the keys of
+// one token) does not carry the parts.
+func partKey(ref string, i int) string { return "p." + ref + "." + strconv.Itoa(i) }
+
+// noticeSizes returns how large a reply's notice written whole may be
+// (the server's max_payload less room for the subject and headers), and
+// how many bytes of a larger one each part carries: three quarters of
+// that, so that a part read back through the JetStream API (its data in
+// base64) fits in one NATS message too.
+func (c *Cluster) noticeSizes() (whole, part int) {
+	limit := int(c.s.nc.MaxPayload())
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	whole = max(limit-1024, limit/2)
+	return whole, whole * 3 / 4
 }
 
 // own reports whether this process sent n.
@@ -138,9 +167,13 @@ func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev" }
 // Notify implements pigeon.Cluster. A new message's notice is a core NATS
 // publish; a reply is kept in the <P>_replies bucket (for as long as a
 // node parks a reply), which every node watches, so that it reaches its
-// requester also across a reconnect.
+// requester also across a reconnect. A reply's notice larger than one
+// NATS message may be (max_payload: the reply's data, base64 in JSON,
+// grows by a third) is written in parts first, and its notice then
+// names them (notice.Parts), rather than refused by the server and lost.
 func (c *Cluster) Notify(ch pigeon.ClusterChange) {
-	b, err := json.Marshal(notice{Node: c.s.opts.Node, Inst: c.done.Inst, Change: ch})
+	n := notice{Node: c.s.opts.Node, Inst: c.done.Inst, Change: ch}
+	b, err := json.Marshal(n)
 	if err != nil {
 		return
 	}
@@ -150,7 +183,46 @@ func (c *Cluster) Notify(ch pigeon.ClusterChange) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.Timeout)
 	defer cancel()
+	if whole, size := c.noticeSizes(); len(b) > whole {
+		n.Ref, n.Parts, n.Change.Reply = rand.Text(), (len(b)+size-1)/size, nil
+		if n.Parts > maxReplyParts {
+			return
+		}
+		for i := range n.Parts {
+			if _, err := c.replies.Put(ctx, partKey(n.Ref, i), b[i*size:min(len(b), (i+1)*size)]); err != nil {
+				return
+			}
+		}
+		if b, err = json.Marshal(n); err != nil {
+			return
+		}
+	}
 	_, _ = c.replies.Put(ctx, token(ch.RequestID), b)
+}
+
+// replyParts reads the reply notice n names in parts (notice.Parts) from
+// the <P>_replies bucket's leader, which has every part: they were
+// written before n. False when a part is missing or the notice they make
+// is not n's.
+func (c *Cluster) replyParts(ctx context.Context, n notice) (notice, bool) {
+	if n.Parts > maxReplyParts {
+		return notice{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.s.opts.Timeout)
+	defer cancel()
+	var b []byte
+	for i := range n.Parts {
+		m, err := leaderLast(ctx, c.s.nc, c.s.bucketName("replies"), partKey(n.Ref, i))
+		if err != nil || m == nil {
+			return notice{}, false
+		}
+		b = append(b, m.Data...)
+	}
+	var whole notice
+	if json.Unmarshal(b, &whole) != nil || whole.Node != n.Node || whole.Inst != n.Inst || whole.Change.RequestID != n.Change.RequestID {
+		return notice{}, false
+	}
+	return whole, true
 }
 
 // Watch implements pigeon.Cluster. It reports a directory change as soon
@@ -182,7 +254,8 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		return c.s.fail(ctx, err)
 	}
 	defer con.Stop()
-	rep, err := c.replies.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	// Notices only (keys of one token): not the parts of a large one.
+	rep, err := c.replies.WatchFiltered(ctx, []string{"*"}, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return c.s.fail(ctx, err)
 	}
@@ -239,9 +312,16 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 				return errors.New("jetstream: reply watch ended")
 			}
 			var n notice
-			if e != nil && json.Unmarshal(e.Value(), &n) == nil && !c.own(n) && n.Change.Kind == pigeon.ChangeReply {
-				fn(n.Change)
+			if e == nil || json.Unmarshal(e.Value(), &n) != nil || c.own(n) || n.Change.Kind != pigeon.ChangeReply {
+				continue
 			}
+			if n.Parts > 0 {
+				var ok bool
+				if n, ok = c.replyParts(ctx, n); !ok {
+					continue
+				}
+			}
+			fn(n.Change)
 		case e, ok := <-dir.Updates():
 			if !ok {
 				return errors.New("jetstream: directory watch ended")
@@ -503,13 +583,15 @@ func (c *Cluster) lagging(want appliedRevs) ([]string, <-chan struct{}) {
 // Barrier implements pigeon.ClusterBarrier: it waits until every other
 // node whose record in <P>_applied was refreshed within Options.Liveness
 // has applied every directory and contract change this node wrote, or
-// its watch read, before the call. Not only its own writes: a revocation
-// retried after CLUSTER_UNCONFIRMED may reach another node, which applied
-// it from the first one and writes nothing (a grant already revoked, a
-// contract already revoked), and its answer must wait for the node that
-// lagged all the same. A node that stops refreshing (killed, cut off)
-// drops out after Liveness; the wait ends with an error naming the nodes
-// that did not confirm when ctx ends or Options.BarrierTimeout passes.
+// its watch read, or it read revoked (GetContract), before the call. Not
+// only its own writes: a revocation retried after CLUSTER_UNCONFIRMED
+// may reach another node, which applied it from the first one, or loads
+// the contract revoked before its watch delivered the change, and writes
+// nothing (a grant already revoked, a contract already revoked); its
+// answer must wait for the node that lagged all the same. A node that
+// stops refreshing (killed, cut off) drops out after Liveness; the wait
+// ends with an error naming the nodes that did not confirm when ctx ends
+// or Options.BarrierTimeout passes.
 func (c *Cluster) Barrier(ctx context.Context) error {
 	want := appliedRevs{
 		Dir: max(c.s.dirRev.Load(), c.knownDir.Load()),
@@ -545,6 +627,11 @@ type leaseVal struct {
 	Until   int64  `json:"until,omitempty"` // Unix nanoseconds
 	Attempt int    `json:"attempt,omitempty"`
 	Done    bool   `json:"done,omitempty"`
+	// Released: the holder gave the lease up before Until (a nack, its
+	// retry time), which Extend does not undo: an Extend the engine
+	// started before the nack reports the lease lost rather than hold
+	// the message a whole ack wait again. Acquire writes a lease anew.
+	Released bool `json:"released,omitempty"`
 }
 
 // mine reports whether this process holds l (not done).
@@ -635,7 +722,12 @@ func (c *Cluster) readLease(ctx context.Context, k string, leader bool) (val []b
 	return e.Value(), e.Revision(), false, nil
 }
 
-// Release implements pigeon.Leaser.
+// Release implements pigeon.Leaser. A lease given up early (not done)
+// is marked released with retryAt as its deadline, by compare-and-set
+// retried as Acquire's (casRetry): a write between its read and its own
+// (this node's Extend, a replica behind answering the read) sends it
+// back to read again rather than give up, and a lease that is no longer
+// this node's, as the bucket's leader tells, is left alone.
 func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
 	k := leaseKey(key, seq)
 	if done {
@@ -643,24 +735,24 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 		_, err := c.leases.Put(ctx, k, b)
 		return c.s.fail(ctx, err)
 	}
-	e, err := direct(ctx, c.s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return c.leases.Get(ctx, k) })
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return c.s.fail(ctx, err)
-	}
-	var l leaseVal
-	if json.Unmarshal(e.Value(), &l) != nil || !c.mine(l) {
-		return nil
-	}
-	l.Until = retryAt.UnixNano()
-	b, _ := json.Marshal(l)
-	_, err = c.leases.Update(ctx, k, b, e.Revision())
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return nil // taken over meanwhile
-	}
-	return c.s.fail(ctx, err)
+	return casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
+		val, rev, _, err := c.readLease(ctx, k, leader)
+		if err != nil {
+			return false, err
+		}
+		var l leaseVal
+		if val == nil || json.Unmarshal(val, &l) != nil || !c.mine(l) {
+			return leader, nil // not held, as the leader tells: taken over meanwhile
+		}
+		if l.Released && l.Until <= retryAt.UnixNano() {
+			return true, nil
+		}
+		l.Until, l.Released = retryAt.UnixNano(), true
+		b, _ := json.Marshal(l)
+		_, err = c.leases.Update(ctx, k, b, rev)
+		done, err := casDone(err)
+		return done, c.s.fail(ctx, err)
+	})
 }
 
 // extendParallel bounds the lease keys one Extend call writes at once.
@@ -719,9 +811,10 @@ func (c *Cluster) extend(ctx context.Context, k string, deadline time.Time) (boo
 				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
 			}
 		}
-		if val == nil || !c.mine(l) {
-			// Not held (gone, settled, another process's), as the leader
-			// tells: a replica behind may not have this node's last write.
+		if val == nil || !c.mine(l) || l.Released {
+			// Not held (gone, settled, another process's, released by a
+			// nack), as the leader tells: a replica behind may not have
+			// this node's last write.
 			return leader, nil
 		}
 		held = true

@@ -43,7 +43,9 @@
 //     handlers still run to a later deadline, only while the node holds
 //     them (a lease found taken is reported, confirmed at the leader), so
 //     a slow handler keeps its lease and a dead node's leases run out at
-//     the ack wait. Expired
+//     the ack wait. A lease released early (a nack) is marked so, and an
+//     Extend started before it reports it lost rather than hold the
+//     message past its retry time. Expired
 //     contracts and old quarantine records are purged only up to the
 //     revision judged, so one renewed since stays. PruneGroups
 //     (store.GroupPruner) goes by the
@@ -85,7 +87,14 @@
 // revoking call returns once every node that refreshed its <P>_applied
 // record within Options.Liveness has applied it, or fails with the
 // retryable CLUSTER_UNCONFIRMED after Options.BarrierTimeout, the change
-// made all the same (docs/cluster.md).
+// made all the same (docs/cluster.md). It waits for every change of
+// access state its node wrote, its watch read, or it found in the store
+// (a contract loaded revoked), so a retry of the call on any node waits
+// for the node that lagged.
+//
+// A reply for a requester on another node travels in the <P>_replies
+// bucket; one too large for a NATS message (max_payload) travels in
+// parts, which the other nodes read back from the bucket's leader.
 //
 // # Concurrency
 //

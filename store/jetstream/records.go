@@ -184,11 +184,23 @@ func (s *Store) GetContract(ctx context.Context, id string) (store.ContractRecor
 	if err := s.begin(ctx); err != nil {
 		return store.ContractRecord{}, err
 	}
-	b, err := s.leaderGet(ctx, s.bucketName("contracts"), token(id))
+	m, err := leaderLast(ctx, s.nc, s.bucketName("contracts"), token(id))
 	if err != nil {
-		return store.ContractRecord{}, err
+		return store.ContractRecord{}, s.fail(ctx, err)
 	}
-	return s.decodeContract(b)
+	if m == nil {
+		return store.ContractRecord{}, store.ErrNotFound
+	}
+	c, err := s.decodeContract(m.Data)
+	if err == nil && c.Revoked {
+		// A revocation this node read counts as one it knows of: a
+		// barrier waits for every live node to have applied it. A
+		// revocation retried after CLUSTER_UNCONFIRMED on a node that
+		// loads the contract (revoked) has nothing to write, and its
+		// watch may not have delivered the revocation yet.
+		maxRev(&s.conRev, m.Sequence)
+	}
+	return c, err
 }
 
 // leaderGet reads key of KV bucket from the stream's leader, not with a

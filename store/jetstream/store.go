@@ -74,9 +74,10 @@ type Store struct {
 	streams map[string]jetstream.Stream // message streams by Pigeon subject
 	tallies map[string]*tally           // retained bytes by Pigeon subject (bytes.go)
 
-	// dirRev and conRev are the highest revisions this node wrote of the
-	// access directory's keys and of revoked contracts: what a barrier
-	// waits for the other nodes to have applied.
+	// dirRev is the highest revision this node wrote of the access
+	// directory's keys, conRev that of the revoked contracts it wrote or
+	// read (GetContract): what a barrier waits for the other nodes to
+	// have applied.
 	dirRev, conRev atomic.Uint64
 	// dirSeen is, per directory bucket, the highest revision its lists
 	// have seen since the Cluster's watch last reset it: the replica that
