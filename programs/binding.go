@@ -114,6 +114,7 @@ func (mg *Manager) negotiate(ctx context.Context, man *Manifest) (pigeon.Caller,
 	if err != nil {
 		return pigeon.Caller{}, time.Time{}, err
 	}
+	mg.lin.contract(k.ID())
 	return pigeon.Caller{Principal: pr, Region: k.Info().Region, ContractID: k.ID()}, k.ExpiresAt(), nil
 }
 
@@ -256,6 +257,7 @@ wait:
 		nb, err := mg.bind(mg.ctx, p, b.cur.Load(), b.from())
 		if err == nil {
 			p.b = nb
+			p.snapshot()
 			b.setLive(mg.ctx, false)
 			nb.setLive(mg.ctx, true)
 			b.revoke(mg.ctx)

@@ -29,6 +29,15 @@
 // instance is discarded. Every deploy, swap, removal, start-up binding and
 // failure is audited through Engine.Record.
 //
+// One message's descendants are bounded wherever the programs publish
+// them, as one delivery's emits are by limits.maxEmits: the Manager
+// remembers the lineage of the messages its programs publish, and an emit
+// more than Options.MaxHops programs deep, or beyond
+// Options.MaxDescendants emits from one message from outside the
+// programs, is refused PROGRAM_LIMIT_EXCEEDED (audited publish.denied),
+// so a program that publishes into its own route, or two into each
+// other's, cannot loop or multiply a message without end.
+//
 // Programs (manifest, module, version history) are kept in a store.KV and
 // bound again by New.
 //
@@ -38,7 +47,9 @@
 // program are serialized; different programs proceed in parallel. A new
 // version replaces the running one atomically: each delivery runs entirely
 // on the version current when it starts, and the old version is closed
-// once its deliveries in flight have finished. Close unbinds every
-// program, waiting for their deliveries, and stops renewing bindings; call
-// it before the engine's Shutdown.
+// once its deliveries in flight have finished. Get and List show each
+// program as of its last change and never wait for one in progress. Close
+// unbinds every program, waiting for their deliveries, revokes their
+// contracts and stops renewing bindings; call it before the engine's
+// Shutdown.
 package programs

@@ -21,6 +21,7 @@ type call struct {
 	d       *pigeon.Delivery
 	out     *logBudget // the instance's
 	emitted int
+	hop     hop // the delivered message's place in its lineage
 	// overLimit is set when the program tried to emit beyond its limit;
 	// the call is then aborted.
 	overLimit bool
@@ -51,7 +52,7 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil {
-		return writeCode(mod, st, pigeon.CodeInvalidArgument) // called from the initializer
+		return writeCode(mod, st, pigeon.CodeInvalidArgument) // called from the initializer or pigeon_alloc
 	}
 	c.emitted++
 	if c.emitted > c.v.man.Limits.MaxEmits {
@@ -84,15 +85,25 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 		}
 		m.Subject, m.CorrelationID = c.d.Message.Subject, c.d.Message.ID
 	}
+	// One message's descendants are bounded in depth and in number,
+	// wherever their programs publish them (lineage).
+	if !c.v.lin.admit(c.hop) {
+		return c.refuse(ctx, mod, st, pigeon.CodeProgramLimit)
+	}
 	// When the account is gone, its contract goes too: Publish refuses
 	// the message CONTRACT_REVOKED (audited) and the binding ends.
 	accountGone(ctx, c.v.e, c.caller)
-	if _, err := c.v.e.Publish(ctx, c.caller, m); err != nil {
+	res, err := c.v.e.Publish(ctx, c.caller, m)
+	if err != nil {
+		c.v.lin.unadmit(c.hop)
 		// The subject as the program wrote it: the decoder does not bound
 		// it (a gate refuses one over pigeon.MaxEnvelopeField), so it is
 		// cut, as a program's own log line is.
 		c.v.log.Debug("program message refused", "code", pigeon.ErrorCode(err), "subject", cut(m.Subject, pigeon.MaxEnvelopeField))
 		return writeCode(mod, st, pigeon.ErrorCode(err))
+	}
+	if res.Status != pigeon.StatusDuplicate {
+		c.v.lin.published(c.hop, res.Message)
 	}
 	return 0
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -98,6 +99,24 @@ type Options struct {
 	// transport bounds a frame: a larger one is refused PAYLOAD_TOO_LARGE
 	// before it is read.
 	MaxMessageSize int
+	// MaxHops bounds how many programs deep a message's descendants go
+	// (default DefaultMaxHops; negative: no bound): a message from outside
+	// the programs is at depth 0, one a program emits while it handles a
+	// message at depth d is at d+1, and an emit deeper than MaxHops is
+	// refused PROGRAM_LIMIT_EXCEEDED, audited publish.denied. Without it a
+	// program publishing into its own route (or two into each other's)
+	// would make one message's descendants grow without end.
+	MaxHops int
+	// MaxDescendants bounds the messages the programs emit, in all, from
+	// one message from outside the programs and its descendants (default
+	// DefaultMaxDescendants; negative: no bound); one more is refused as
+	// a hop too deep is.
+	MaxDescendants int64
+	// LineageSize is how many of the messages its programs published the
+	// Manager remembers the lineage of (default DefaultLineageSize). A
+	// program's message delivered after its lineage was forgotten counts
+	// as at depth MaxHops: its handler can emit nothing.
+	LineageSize int
 }
 
 // Manager deploys, binds, swaps and removes the programs of one engine.
@@ -113,6 +132,8 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	lin *lineage
+
 	mu     sync.Mutex
 	progs  map[string]*program
 	quota  quota
@@ -126,6 +147,10 @@ type program struct {
 	rec  record     // the stored record of the current version (Version 0: none yet)
 	b    *binding   // nil while not bound
 	err  string     // why a stored program could not be bound at start
+	// view is what Get and List show: info() as of the last change, set
+	// under mu (snapshot), read without it, so that a listing never waits
+	// for a deploy or a removal that waits for a long delivery.
+	view atomic.Pointer[Info]
 }
 
 // record is what the store keeps of a program.
@@ -209,8 +234,17 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	if o.MaxMemoryPerAccount == 0 {
 		o.MaxMemoryPerAccount = DefaultMaxMemoryPerAccount
 	}
+	if o.MaxHops == 0 {
+		o.MaxHops = DefaultMaxHops
+	}
+	if o.MaxDescendants == 0 {
+		o.MaxDescendants = DefaultMaxDescendants
+	}
+	if o.LineageSize <= 0 {
+		o.LineageSize = DefaultLineageSize
+	}
 	mg := &Manager{e: e, kv: o.KV, opts: o, log: o.Logger, cache: o.Cache, progs: map[string]*program{},
-		quota: newQuota()}
+		quota: newQuota(), lin: newLineage(&o)}
 	if mg.cache == nil {
 		mg.cache = wazero.NewCompilationCache()
 	}
@@ -230,9 +264,14 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 	return mg, nil
 }
 
-// restore binds one stored program again.
+// restore binds one stored program again. It holds the program's lock as
+// a deploy does: the binding's watch, started by bind, reads p.b under it
+// when the subscription ends, which may be before bind has returned.
 func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 	p := &program{name: name}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.snapshot()
 	mg.progs[name] = p
 	if err := json.Unmarshal(raw, &p.rec); err != nil {
 		p.err = "the stored record does not decode: " + err.Error()
@@ -315,6 +354,7 @@ func (mg *Manager) Deploy(ctx context.Context, by *pigeon.Principal, name string
 	}
 	defer p.mu.Unlock()
 	defer mg.forgetEmpty(p)
+	defer p.snapshot()
 	if err := p.check(pre); err != nil {
 		return Info{}, err
 	}
@@ -336,6 +376,7 @@ func (mg *Manager) Rollback(ctx context.Context, by *pigeon.Principal, name stri
 		return Info{}, err
 	}
 	defer p.mu.Unlock()
+	defer p.snapshot()
 	if err := p.check(pre); err != nil {
 		return Info{}, err
 	}
@@ -528,14 +569,19 @@ func invalidBind(err error) error {
 	return e
 }
 
-// Get returns one program, or PROGRAM_NOT_FOUND.
+// Get returns one program, or PROGRAM_NOT_FOUND. It shows the program as
+// of its last change, without waiting for a deploy, rollback or removal
+// in progress (which may wait for the deliveries in flight).
 func (mg *Manager) Get(_ context.Context, name string) (Info, error) {
-	p, err := mg.deployed(name)
+	p, err := mg.program(name, false)
 	if err != nil {
 		return Info{}, err
 	}
-	defer p.mu.Unlock()
-	return p.info(), nil
+	in := p.view.Load()
+	if in == nil {
+		return Info{}, notFound(name)
+	}
+	return *in, nil
 }
 
 // List returns every deployed program, by name.
@@ -568,6 +614,7 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 		return err
 	}
 	defer p.mu.Unlock()
+	defer p.snapshot()
 	if err := p.check(pre); err != nil {
 		return err
 	}
@@ -592,8 +639,8 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 }
 
 // Close unbinds every program, waiting for the deliveries in flight (or
-// ctx), and stops renewing bindings. It keeps the programs in the store.
-// It is idempotent.
+// ctx), revokes their contracts and stops renewing bindings. It keeps the
+// programs in the store. It is idempotent.
 func (mg *Manager) Close(ctx context.Context) error {
 	mg.mu.Lock()
 	if mg.closed {
@@ -610,7 +657,11 @@ func (mg *Manager) Close(ctx context.Context) error {
 	for _, p := range progs {
 		p.mu.Lock()
 		if p.b != nil {
+			// Its contract is revoked too: left live it would stay usable,
+			// and counted among its account's contracts, until it expired
+			// (New negotiates fresh ones).
 			p.b.stop(ctx)
+			p.b.revoke(ctx)
 		}
 		p.mu.Unlock()
 	}
@@ -752,6 +803,17 @@ func (mg *Manager) sleep(d time.Duration) bool {
 
 func (r *record) revision() Revision {
 	return Revision{Version: r.Version, SHA256: r.SHA256, Size: len(r.Module), DeployedAt: r.DeployedAt, DeployedBy: r.DeployedBy, RollbackOf: r.RollbackOf}
+}
+
+// snapshot sets what Get and List show of p: nothing while it holds no
+// version. p.mu is held.
+func (p *program) snapshot() {
+	if p.rec.Version == 0 {
+		p.view.Store(nil)
+		return
+	}
+	in := p.info()
+	p.view.Store(&in)
 }
 
 // info is p as the API shows it. p.mu is held.

@@ -42,6 +42,7 @@ type version struct {
 	// maxMessage bounds a message the program publishes or replies
 	// (Options.MaxMessageSize).
 	maxMessage int
+	lin        *lineage // the Manager's
 
 	mu      sync.RWMutex
 	retired bool
@@ -62,7 +63,7 @@ func newVersion(ctx context.Context, mg *Manager, name string, number int, man M
 	v := &version{
 		e: mg.e, name: name, number: number, sum: hex.EncodeToString(sum[:]), man: man,
 		log:  mg.log.With("program", name, "version", number),
-		idle: make(chan *instance, man.Route.MaxInFlight), maxMessage: mg.opts.MaxMessageSize,
+		idle: make(chan *instance, man.Route.MaxInFlight), maxMessage: mg.opts.MaxMessageSize, lin: mg.lin,
 	}
 	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithMemoryLimitPages(man.Limits.MemoryPages).WithCompilationCache(mg.cache)
 	if mg.opts.Interpreter {
@@ -143,10 +144,10 @@ func (v *version) deliver(ctx context.Context, caller pigeon.Caller, d *pigeon.D
 	}
 	msg := d.AppendMessageJSON(nil)
 	inst.out.lines = 0
-	c := &call{v: v, caller: caller, d: d, out: inst.out}
-	cctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, c), v.man.Limits.Timeout())
+	c := &call{v: v, caller: caller, d: d, out: inst.out, hop: v.lin.of(d.Message)}
+	cctx, cancel := context.WithTimeout(ctx, v.man.Limits.Timeout())
 	defer cancel()
-	status, err := inst.call(cctx, msg)
+	status, err := inst.call(cctx, c, msg)
 	if err == nil && status == 0 {
 		inst.shed()
 		v.put(inst)
@@ -222,9 +223,12 @@ func stackOverflow(err error) bool {
 	return false
 }
 
-// call copies msg into the instance and runs the handler on it.
-func (inst *instance) call(ctx context.Context, msg []byte) (uint32, error) {
-	res, err := inst.alloc.Call(ctx, uint64(len(msg)))
+// call copies msg into the instance and runs the handler on it, for c.
+// pigeon_alloc runs as an initializer does: it may log, but its publish
+// or reply is refused (it is no handler, and what it emitted would be
+// counted against no delivery's limits and lineage).
+func (inst *instance) call(ctx context.Context, c *call, msg []byte) (uint32, error) {
+	res, err := inst.alloc.Call(context.WithValue(ctx, startKey{}, starting{c.v, inst.out}), uint64(len(msg)))
 	if err != nil {
 		return 0, err
 	}
@@ -232,7 +236,7 @@ func (inst *instance) call(ctx context.Context, msg []byte) (uint32, error) {
 	if !inst.mod.Memory().Write(ptr, msg) {
 		return 0, errors.New("pigeon_alloc returned memory out of range")
 	}
-	if res, err = inst.handle.Call(ctx, uint64(ptr), uint64(len(msg))); err != nil {
+	if res, err = inst.handle.Call(context.WithValue(ctx, callKey{}, c), uint64(ptr), uint64(len(msg))); err != nil {
 		return 0, err
 	}
 	return uint32(res[0]), nil

@@ -1,0 +1,153 @@
+package programs
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"pigeon"
+)
+
+// Defaults of the lineage bounds (Options.MaxHops, Options.MaxDescendants,
+// Options.LineageSize).
+const (
+	// DefaultMaxHops is how many programs deep a message's descendants
+	// may go: a message from outside the programs is at depth 0, one a
+	// program publishes while it handles a message of depth d is at d+1.
+	DefaultMaxHops = 8
+	// DefaultMaxDescendants is how many messages the programs may emit,
+	// in all, from one message from outside the programs and its
+	// descendants.
+	DefaultMaxDescendants = 10000
+	// DefaultLineageSize is how many of the messages its programs
+	// published a Manager remembers the lineage of.
+	DefaultLineageSize = 1 << 16
+	// maxProgramContracts is how many of its bindings' contracts a
+	// Manager remembers, to tell a message a program published.
+	maxProgramContracts = 4096
+)
+
+// tree counts the messages emitted from one message from outside the
+// programs and its descendants.
+type tree struct{ emitted atomic.Int64 }
+
+// hop is a message's place in its lineage.
+type hop struct {
+	depth int
+	root  *tree
+	// lost says the message is a program's whose lineage was forgotten:
+	// its handler may emit nothing.
+	lost bool
+}
+
+type msgKey struct{ subject, id string }
+
+// lineage is the Manager's memory of the messages its programs published.
+//
+// A program that publishes into its own route, or two that publish into
+// each other's, would otherwise make one message the ancestor of messages
+// without end, up to limits.maxEmits more at each delivery (a fan-out of
+// 1,000 at each hop): limits.maxEmits bounds one delivery, not a message's
+// descendants. A Manager remembers the lineage of the messages its
+// programs publish: how deep each is, and the tree of the message from
+// outside the programs it descends from, whose count of emits is shared
+// by all its descendants. An emit deeper than Options.MaxHops, or beyond
+// the tree's Options.MaxDescendants, is refused PROGRAM_LIMIT_EXCEEDED.
+//
+// The lineage of the last Options.LineageSize messages is kept. A message
+// published under a contract of one of the Manager's bindings whose
+// lineage was forgotten counts as lost, and its handler's emits are
+// refused: forgetting never starts a fresh lineage, which an
+// amplifier could reach by publishing faster than its messages are
+// delivered.
+type lineage struct {
+	maxHops int   // negative: no bound
+	maxDesc int64 // negative: no bound
+
+	mu        sync.Mutex
+	msgs      fifo[msgKey, hop]
+	contracts fifo[string, struct{}]
+}
+
+func newLineage(o *Options) *lineage {
+	return &lineage{maxHops: o.MaxHops, maxDesc: o.MaxDescendants,
+		msgs: newFIFO[msgKey, hop](o.LineageSize), contracts: newFIFO[string, struct{}](maxProgramContracts)}
+}
+
+// contract notes the contract of a binding: a message published under it
+// was published by a program.
+func (l *lineage) contract(id string) {
+	l.mu.Lock()
+	l.contracts.put(id, struct{}{})
+	l.mu.Unlock()
+}
+
+// of is the place of a delivered message: the one its publishing program
+// noted, depth 0 in a tree of its own for a message from outside the
+// programs, and lost for a program's message whose lineage was
+// forgotten.
+func (l *lineage) of(m *pigeon.Message) hop {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h, ok := l.msgs.get(msgKey{m.Subject, m.ID}); ok {
+		return h
+	}
+	if _, ok := l.contracts.get(m.ContractID); ok && m.ContractID != "" {
+		return hop{lost: true, root: &tree{}}
+	}
+	return hop{root: &tree{}}
+}
+
+// admit reports whether a message handled at h may emit one more: its
+// lineage is known, its depth within MaxHops and its tree's count within
+// MaxDescendants (counted; give it back with unadmit when the emit fails).
+func (l *lineage) admit(h hop) bool {
+	if h.lost || (l.maxHops >= 0 && h.depth+1 > l.maxHops) {
+		return false
+	}
+	if n := h.root.emitted.Add(1); l.maxDesc >= 0 && n > l.maxDesc {
+		h.root.emitted.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (l *lineage) unadmit(h hop) { h.root.emitted.Add(-1) }
+
+// published notes m, published while a message at h was handled.
+func (l *lineage) published(h hop, m *pigeon.Message) {
+	l.mu.Lock()
+	l.msgs.put(msgKey{m.Subject, m.ID}, hop{depth: h.depth + 1, root: h.root})
+	l.mu.Unlock()
+}
+
+// fifo is a map of at most n entries that forgets the oldest first.
+type fifo[K comparable, V any] struct {
+	n    int
+	m    map[K]V
+	ring []K // the keys, oldest at next once it holds n
+	next int
+}
+
+func newFIFO[K comparable, V any](n int) fifo[K, V] {
+	return fifo[K, V]{n: max(n, 1), m: make(map[K]V)}
+}
+
+func (f *fifo[K, V]) get(k K) (V, bool) {
+	v, ok := f.m[k]
+	return v, ok
+}
+
+func (f *fifo[K, V]) put(k K, v V) {
+	if _, ok := f.m[k]; ok {
+		f.m[k] = v
+		return
+	}
+	if len(f.ring) < f.n {
+		f.ring = append(f.ring, k)
+	} else {
+		delete(f.m, f.ring[f.next])
+		f.ring[f.next] = k
+		f.next = (f.next + 1) % len(f.ring)
+	}
+	f.m[k] = v
+}
