@@ -8,6 +8,7 @@ import (
 
 	"pigeon"
 	"pigeon/internal/leakcheck"
+	"pigeon/store/memory"
 	"pigeon/transport/inproc"
 	"pigeon/transport/transporttest"
 )
@@ -16,9 +17,15 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) transporttest.Harness {
-		e, err := pigeon.New(context.Background(), transporttest.Options())
+		opts := transporttest.Options()
+		st := memory.New(nil)
+		opts.Store = st
+		e, err := pigeon.New(context.Background(), opts)
 		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial, ConnectWith: e.Connect}
+		t.Cleanup(func() {
+			require.NoError(t, e.Shutdown(context.Background()))
+			require.NoError(t, st.Close(context.Background()))
+		})
+		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial, ConnectWith: e.Connect, Trim: transporttest.Trimmer(st)}
 	})
 }

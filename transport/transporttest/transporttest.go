@@ -17,6 +17,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/store"
 )
 
 // Principals and tokens of the suite, beyond the demo ones.
@@ -36,6 +37,23 @@ type Harness struct {
 	// ConnectWith is Connect with connect options (a contract's lifetime,
 	// WithoutAutoRenew); nil skips the scenarios that need it.
 	ConnectWith func(ctx context.Context, token string, subjects []string, opts ...pigeon.ConnectOption) (pigeon.Session, error)
+	// Trim removes the messages of subject through sequence seq from the
+	// engine's store, as retention does (store.SeqTrimmer): their ids
+	// are free for newer messages. Nil skips the scenarios that need it.
+	Trim func(ctx context.Context, subject string, seq uint64) error
+}
+
+// Trimmer is a Harness's Trim for an engine over st: nil when st cannot
+// trim by sequence (store.SeqTrimmer).
+func Trimmer(st store.Store) func(ctx context.Context, subject string, seq uint64) error {
+	tr, ok := st.(store.SeqTrimmer)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context, subject string, seq uint64) error {
+		_, err := tr.TrimThrough(ctx, subject, seq)
+		return err
+	}
 }
 
 // Options returns the engine options the suite needs: the demo catalog
@@ -121,6 +139,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"SessionRenewsItsContract", testSessionRenews},
 		{"SubscribeBadInput", testSubscribeBadInput},
 		{"SlowSubscriberDoesNotBlockOthers", testSlowSubscriber},
+		{"ReusedIDPullAnswersNameTheSequence", testReusedIDPull},
+		{"ReusedIDPushLateAnswer", testReusedIDPush},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -105,6 +105,9 @@ type Frame struct {
 	Ack         string   `json:"ack,omitempty"`
 	MessageIDs  []string `json:"messageIds,omitempty"`
 	NotPending  []string `json:"notPending,omitempty"`
+	// ok of an ack or nack: in step with NotPending, the sequence each
+	// answer not taken named (0: none); present when one named any.
+	NotPendingSequences []uint64 `json:"notPendingSequences,omitempty"`
 	// ack, nack: the sequence each delivery answered was handed over at
 	// (its message's "sequence"), for messageId and, in step, for
 	// messageIds; 0 names none. See settleSub.

@@ -141,6 +141,7 @@ func TestConformance(t *testing.T) {
 		return transporttest.Harness{Engine: v.e, Connect: ws.Dialer{URL: v.url}.Dial,
 			ConnectWith: func(ctx context.Context, token string, subjects []string, opts ...pigeon.ConnectOption) (pigeon.Session, error) {
 				return ws.Dial(ctx, v.url, token, subjects, ws.WithConnectOptions(opts...))
-			}}
+			},
+			Trim: transporttest.Trimmer(v.st)}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -338,7 +339,10 @@ func (c *conn) unsubscribe(f *Frame) ([]byte, error) {
 // messageIds). The answer is ok when every one was waiting; ids that were
 // not (already settled, their ack wait passed, or handed over at another
 // sequence) are named in the ok's notPending, or, for a single id,
-// refused with ACK_NOT_ALLOWED.
+// refused with ACK_NOT_ALLOWED. When any of those answers named a
+// sequence, notPendingSequences gives, in step with notPending, the
+// sequence each named (0: none): one id answered at two sequences, one
+// settled and one not, is then told apart.
 func (c *conn) settleSub(f *Frame) {
 	if f.MessageID == "" && len(f.MessageIDs) == 0 {
 		c.answer(f.ID, pigeon.NewError(pigeon.CodeBadRequest, "messageId or messageIds is required"))
@@ -372,7 +376,7 @@ func (c *conn) settleSub(f *Frame) {
 		_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))
 		return
 	}
-	stale := ss.settleAll(f.MessageIDs, f.Sequences, f.MessageID, f.Sequence, a)
+	stale, seqs := ss.settleAll(f.MessageIDs, f.Sequences, f.MessageID, f.Sequence, a)
 	b := appendHead(make([]byte, 0, 32+len(f.ID)), OpOK, f.ID)
 	if len(stale) > 0 {
 		b = append(b, `,"notPending":[`...)
@@ -381,6 +385,16 @@ func (c *conn) settleSub(f *Frame) {
 				b = append(b, ',')
 			}
 			b = jsontext.AppendString(b, id)
+		}
+		b = append(b, ']')
+	}
+	if slices.ContainsFunc(seqs, func(s uint64) bool { return s != 0 }) {
+		b = append(b, `,"notPendingSequences":[`...)
+		for i, s := range seqs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, s, 10)
 		}
 		b = append(b, ']')
 	}

@@ -43,6 +43,7 @@ type serverSub struct {
 	mu      sync.Mutex
 	pending map[string]inflight // by message id
 	dones   []func(error)       // settleAll's buffer, between ack frames
+	swept   sweptSet            // deliveries that left pending unanswered
 
 	// A subscription whose client takes deliver_batch frames gathers its
 	// deliveries until the engine flushes (see handleBatched).
@@ -399,12 +400,20 @@ func (ss *serverSub) flushLocked() {
 // cannot be told from an answer to f, and is not taken for f, which goes
 // back after its ack wait instead of being settled by an answer to
 // another message. An answer naming f's sequence settles it.
+//
+// The same holds once the old delivery has left pending unanswered (its
+// ack wait swept it, or f's predecessor replaced it): its late answer
+// may still come. The subscription remembers the last maxSwept such
+// deliveries (swept), and f is marked reused when one of them was of
+// its id at another sequence.
 func (ss *serverSub) wait(id string, f inflight) {
 	ss.mu.Lock()
 	old, had := ss.pending[id]
 	if had {
-		f.reused = old.reused || old.seq != f.seq
+		ss.swept.add(id, old.seq)
+		f.reused = old.reused
 	}
+	f.reused = f.reused || ss.swept.other(id, f.seq)
 	ss.pending[id] = f
 	ss.mu.Unlock()
 	if had {
@@ -440,7 +449,7 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 	for {
 		select {
 		case now := <-tick.C:
-			ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, settleAs(errAckWait, errAckWait))
+			ss.sweepDue(now)
 			continue
 		case <-ctx.Done():
 		case <-ss.c.ctx.Done():
@@ -456,7 +465,7 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 		}
 		for {
 			// Deliveries racing with the end register after a first pass.
-			if ss.expire(func(inflight) bool { return true }, outcome) == 0 {
+			if ss.expire(func(inflight) bool { return true }, outcome, false) == 0 {
 				select {
 				case <-ss.sub.Done():
 					return
@@ -465,6 +474,12 @@ func (ss *serverSub) sweeper(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// sweepDue fails, as an ack wait that passed, the deliveries whose ack
+// wait ends by now, remembering each (swept): its answer may come late.
+func (ss *serverSub) sweepDue(now time.Time) {
+	ss.expire(func(f inflight) bool { return !now.Before(f.deadline) }, settleAs(errAckWait, errAckWait), true)
 }
 
 // settleAs is the outcome of a pending delivery: unsent when its frame
@@ -480,14 +495,18 @@ func settleAs(sent, unsent error) func(inflight) error {
 }
 
 // expire fails the pending deliveries that match, each with its outcome,
-// and says how many it failed.
-func (ss *serverSub) expire(match func(inflight) bool, outcome func(inflight) error) int {
+// and says how many it failed. With remember, each is kept in swept: the
+// client may still answer it, late.
+func (ss *serverSub) expire(match func(inflight) bool, outcome func(inflight) error, remember bool) int {
 	var due []inflight
 	ss.mu.Lock()
 	for id, f := range ss.pending {
 		if match(f) {
 			due = append(due, f)
 			delete(ss.pending, id)
+			if remember {
+				ss.swept.add(id, f.seq)
+			}
 		}
 	}
 	ss.mu.Unlock()
@@ -587,9 +606,10 @@ func (ss *serverSub) settle(id string, seq uint64, a answer) bool {
 // settleAll hands the client's answer to the deliveries of ids, at seqs
 // (nil, or one per id; 0: none named), and of id at seq (when id is not
 // empty), taking them out of pending under one lock; it returns the ids
-// no delivery waited for (see settle). The read loop calls it, one ack
-// frame at a time: the dones it gathers go in a buffer it reuses.
-func (ss *serverSub) settleAll(ids []string, seqs []uint64, id string, seq uint64, a answer) (stale []string) {
+// no delivery waited for (see settle) and, in step, the sequence each
+// answer named (0: none). The read loop calls it, one ack frame at a
+// time: the dones it gathers go in a buffer it reuses.
+func (ss *serverSub) settleAll(ids []string, seqs []uint64, id string, seq uint64, a answer) (stale []string, staleSeqs []uint64) {
 	ss.mu.Lock()
 	dones := ss.dones[:0]
 	take := func(id string, seq uint64) {
@@ -598,6 +618,7 @@ func (ss *serverSub) settleAll(ids []string, seqs []uint64, id string, seq uint6
 			dones = append(dones, f.done)
 		} else {
 			stale = append(stale, id)
+			staleSeqs = append(staleSeqs, seq)
 		}
 	}
 	for i, id := range ids {
@@ -621,7 +642,7 @@ func (ss *serverSub) settleAll(ids []string, seqs []uint64, id string, seq uint6
 	ss.mu.Lock()
 	ss.dones = dones[:0]
 	ss.mu.Unlock()
-	return stale
+	return stale, staleSeqs
 }
 
 // err is what a delivery's done is given for the answer.
