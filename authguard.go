@@ -2,6 +2,7 @@ package pigeon
 
 import (
 	"container/list"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,18 @@ const (
 	DefaultAuthFailureWindow = time.Minute
 )
 
-// maxAuthSources bounds the sources an authGuard remembers; the one whose
-// window began first is forgotten to make room.
+// maxAuthSources bounds the sources an authGuard remembers, and, apart,
+// the IPv6 /48s it remembers; the one whose window began first is
+// forgotten to make room.
 const maxAuthSources = 16384
+
+// authPrefixBits is the IPv6 prefix whose /64s an authGuard also counts
+// together.
+const authPrefixBits = 48
+
+// authPrefixFailuresPerSource is an IPv6 /48's limit, in per-source
+// limits: as many failures as 16 of its /64s at their limit.
+const authPrefixFailuresPerSource = 16
 
 // authGuard counts failed authentications per Source (an IPv4 address,
 // or an IPv6 /64, which a host can rotate through) and, once a source
@@ -28,79 +38,147 @@ const maxAuthSources = 16384
 // out the lockout with it. Attempts checked at once may each be let in
 // before the first of them fails, so the limit holds within the attempts
 // a source has in flight. It is safe for concurrent use.
+//
+// The /64s of one IPv6 /48 are also counted together, against 16 times
+// the limit (320 failures a minute by default), and once the /48 reaches
+// it every address of it is locked out for a window: a /48 is the most
+// one site is given, and its holder may speak from any of its 65,536
+// /64s, each a source with a fresh count; without it one holder had
+// 65,536 × 20 = 1.3 million guesses a minute, with it 320. The price: a
+// site holding a /56 (a home's usual assignment) inside a provider's /48
+// reaches it after 16 of its /64s have reached theirs, and the other
+// sites of that /48 wait out the window with it. IPv4 sources, and IPv6
+// addresses that carry an IPv4 one (see Source: their /48s hold many
+// IPv4 clients), are not counted together. The /48s are remembered in a
+// table of their own, bounded as the sources' is.
 type authGuard struct {
-	limit  int // <= 0: no limit
 	window time.Duration
+	limit  int // <= 0: no lockout at all
+	// prefixLimit is an IPv6 /48's limit (<= 0: none).
+	prefixLimit int
 
-	// until is the latest lockedUntil any source was given (unix
-	// nanoseconds; 0: none): at or after it no source is locked out, and
+	// until is the latest lockedUntil any source or /48 was given (unix
+	// nanoseconds; 0: none): at or after it nothing is locked out, and
 	// locked answers without taking mu. Written under mu, read without.
 	until atomic.Int64
 
-	mu      sync.Mutex
-	sources map[Source]*list.Element // of *authFailures
-	order   list.List                // oldest window first
+	mu          sync.Mutex
+	sources     map[Source]*list.Element // of *authFailures
+	order       list.List                // of sources, oldest window first
+	prefixes    map[Source]*list.Element // of *authFailures, per /48
+	prefixOrder list.List                // of prefixes, oldest window first
 }
 
-// authFailures are one source's failures since start.
+// authFailures are one key's failures since start.
 type authFailures struct {
 	src         Source
 	start       time.Time // when the window's first failure came
 	n           int       // failures in the window
-	lockedUntil time.Time // zero unless the source reached the limit
+	lockedUntil time.Time // zero unless the key reached the limit
 }
 
+// newAuthGuard is newAuthGuardPrefix with the /48's default limit.
 func newAuthGuard(limit int, window time.Duration) *authGuard {
-	return &authGuard{limit: limit, window: window, sources: map[Source]*list.Element{}}
+	return newAuthGuardPrefix(limit, 0, window)
 }
 
-// locked reports whether src is locked out at now, and for how much longer.
-// While no source is locked out it costs one atomic load; otherwise a map
-// lookup under the guard's mutex.
+// newAuthGuardPrefix returns a guard that locks a source out after limit
+// failures in window (<= 0: never), and an IPv6 /48 after prefixLimit
+// (0: authPrefixFailuresPerSource × limit; negative, or limit <= 0:
+// never).
+func newAuthGuardPrefix(limit, prefixLimit int, window time.Duration) *authGuard {
+	switch {
+	case limit <= 0:
+		prefixLimit = -1
+	case prefixLimit == 0 && limit > math.MaxInt/authPrefixFailuresPerSource:
+		prefixLimit = math.MaxInt
+	case prefixLimit == 0:
+		prefixLimit = authPrefixFailuresPerSource * limit
+	}
+	return &authGuard{window: window, limit: limit, prefixLimit: prefixLimit,
+		sources: map[Source]*list.Element{}, prefixes: map[Source]*list.Element{}}
+}
+
+// prefixOf is the key src's /48 counts under, when src is an IPv6 source
+// and /48s are counted. It cannot be a Source's key: its prefix length is
+// not 64.
+func (g *authGuard) prefixOf(src Source) (Source, bool) {
+	a := src.Prefix().Addr()
+	if g.prefixLimit <= 0 || !a.Is6() {
+		return Source{}, false
+	}
+	p, err := a.Prefix(authPrefixBits)
+	if err != nil {
+		return Source{}, false
+	}
+	return Source{p: p}, true
+}
+
+// locked reports whether src is locked out at now, by its own count or
+// its /48's, and for how much longer. While nothing is locked out it
+// costs one atomic load; otherwise up to two map lookups under the
+// guard's mutex.
 func (g *authGuard) locked(src Source, now time.Time) (time.Duration, bool) {
 	if g.limit <= 0 || !src.IsValid() || now.UnixNano() >= g.until.Load() {
 		return 0, false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	el := g.sources[src]
-	if el == nil {
-		return 0, false
+	left := lockedLeft(g.sources, src, now)
+	if p, ok := g.prefixOf(src); ok {
+		left = max(left, lockedLeft(g.prefixes, p, now))
 	}
-	f := el.Value.(*authFailures)
-	if left := f.lockedUntil.Sub(now); left > 0 {
-		return left, true
-	}
-	return 0, false
+	return left, left > 0
 }
 
-// failed counts a failed authentication from src at now.
+// lockedLeft is how much longer key of keys is locked out at now (0: it
+// is not).
+func lockedLeft(keys map[Source]*list.Element, key Source, now time.Time) time.Duration {
+	el := keys[key]
+	if el == nil {
+		return 0
+	}
+	return max(el.Value.(*authFailures).lockedUntil.Sub(now), 0)
+}
+
+// failed counts a failed authentication from src at now, and against its
+// /48.
 func (g *authGuard) failed(src Source, now time.Time) {
 	if g.limit <= 0 || !src.IsValid() {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	el := g.sources[src]
+	g.count(g.sources, &g.order, g.limit, src, now)
+	if p, ok := g.prefixOf(src); ok {
+		g.count(g.prefixes, &g.prefixOrder, g.prefixLimit, p, now)
+	}
+}
+
+// count counts a failure of key at now in keys, whose order is order and
+// whose limit is limit; it forgets the oldest window beyond maxAuthSources
+// keys.
+func (g *authGuard) count(keys map[Source]*list.Element, order *list.List, limit int, key Source, now time.Time) {
+	el := keys[key]
 	if el == nil {
-		if len(g.sources) >= maxAuthSources {
-			oldest := g.order.Front()
-			delete(g.sources, oldest.Value.(*authFailures).src)
-			g.order.Remove(oldest)
+		if len(keys) >= maxAuthSources {
+			oldest := order.Front()
+			delete(keys, oldest.Value.(*authFailures).src)
+			order.Remove(oldest)
 		}
-		el = g.order.PushBack(&authFailures{src: src, start: now})
-		g.sources[src] = el
+		el = order.PushBack(&authFailures{src: key, start: now})
+		keys[key] = el
 	}
 	f := el.Value.(*authFailures)
 	if f.lockedUntil.After(now) {
 		return // an attempt let in just before the lockout began
 	}
 	if !f.lockedUntil.IsZero() || now.Sub(f.start) >= g.window {
-		*f = authFailures{src: src, start: now}
-		g.order.MoveToBack(el)
+		*f = authFailures{src: key, start: now}
+		order.MoveToBack(el)
 	}
 	f.n++
-	if f.n >= g.limit {
+	if f.n >= limit {
 		f.lockedUntil = now.Add(g.window)
 		if u := f.lockedUntil.UnixNano(); u > g.until.Load() {
 			g.until.Store(u)
@@ -115,17 +193,27 @@ func (g *authGuard) size() int {
 	return len(g.sources)
 }
 
+// prefixSize is how many IPv6 /48s are remembered.
+func (g *authGuard) prefixSize() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.prefixes)
+}
+
 // LockedOut reports whether src is locked out now for refused credentials
 // (Options.AuthFailureLimit), and for how much longer: the answer
 // AuthenticateCredential would give a credential from src before looking
-// at it. It counts nothing and audits nothing, so a server may ask it for
-// every connection it accepts, before any TLS handshake. The zero Source,
-// and every source when the lockout is off, is never locked out.
+// at it. An IPv6 source is also locked out while its /48 is (16 ×
+// AuthFailureLimit refused within the window from its /64s together; see
+// Options.AuthFailureLimit). It counts nothing and audits nothing, so a
+// server may ask it for every connection it accepts, before any TLS
+// handshake. The zero Source, and every source when the lockout is off,
+// is never locked out.
 //
 // It is safe for concurrent use and cheap: while no source is locked out
-// it is one atomic load; otherwise one map lookup under the mutex that
-// counting a refusal takes. A source locked out by a refusal counted at
-// the same time may be reported either way.
+// it is one atomic load; otherwise up to two map lookups under the mutex
+// that counting a refusal takes. A source locked out by a refusal counted
+// at the same time may be reported either way.
 func (e *Engine) LockedOut(src Source) (time.Duration, bool) {
 	return e.authGuard.locked(src, e.now())
 }

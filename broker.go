@@ -217,7 +217,10 @@ type Options struct {
 	// a negative limit: no lockout). A success does not reset a source's
 	// count. Credentials without an IP address (in process) are never
 	// locked out. Counted per engine, so the HTTP routes and the
-	// WebSocket endpoints of a server share one count per source.
+	// WebSocket endpoints of a server share one count per source. The
+	// /64s of one IPv6 /48 are also counted together, against 16 ×
+	// AuthFailureLimit: once the /48 reaches it, every address of it is
+	// locked out for AuthFailureWindow.
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -23,16 +24,30 @@ import (
 // out for refused credentials (pigeon.Engine.LockedOut), and that it fits
 // the caps on the connections held open at once, in all
 // (Options.MaxConnections) and per source (Options.MaxConnectionsPerIP:
-// a pigeon.Source: an IPv4 address, or an IPv6 /64). A TCP peer that is a
+// a pigeon.Source: an IPv4 address, or an IPv6 /64), and, when the
+// per-source cap is set, per IPv6 /48 (perPrefix). A TCP peer that is a
 // trusted proxy (Options.TrustedProxies) is neither: its clients are known
 // only from X-Forwarded-For, in its requests, so it is never cut off for a
 // lockout and counts in all only. Every listener of the Server shares it.
 // Its methods are safe for concurrent use.
 type connLimit struct {
 	max, perIP int // <= 0: no cap
-	tls        bool
-	logger     *slog.Logger
-	proxies    trustedProxies
+	// perPrefix caps the connections of the /64s of one IPv6 /48
+	// together (<= 0: no cap): 16 × perIP, none without perIP. A /48 is
+	// the most one site is given, and its holder may dial from any of its
+	// 65,536 /64s, each a source with places of its own: without it one
+	// holder could take 65,536 × perIP places, every place max allows,
+	// and lock every other client out; with it 16 × perIP. The price: a
+	// site holding a /56 (a home's usual assignment) inside a provider's
+	// /48 shares the /48's places with the other sites of it, as hosts
+	// sharing a /64 share a source's. IPv4 sources, and IPv6 addresses
+	// that carry an IPv4 one (see pigeon.Source: their /48s hold many
+	// IPv4 clients), are not counted together. A trusted proxy is exempt,
+	// as from perIP.
+	perPrefix int
+	tls       bool
+	logger    *slog.Logger
+	proxies   trustedProxies
 	// lockedOut reports whether a source is locked out now
 	// (pigeon.Engine.LockedOut); nil: no source ever is.
 	lockedOut func(pigeon.Source) (time.Duration, bool)
@@ -40,6 +55,9 @@ type connLimit struct {
 	mu   sync.Mutex
 	open int
 	byIP map[pigeon.Source]int
+	// byPrefix counts the connections of each IPv6 /48 (perPrefix); as
+	// in byIP, a key is kept only while a connection of it is open.
+	byPrefix map[netip.Prefix]int
 
 	refused  atomic.Uint64
 	lastWarn atomic.Int64  // unix nanoseconds of the last warning logged
@@ -52,6 +70,14 @@ type connLimit struct {
 	lastLocked atomic.Int64
 }
 
+// connPrefixBits is the IPv6 prefix whose /64s connLimit.perPrefix caps
+// together.
+const connPrefixBits = 48
+
+// connsPerPrefixPerSource is connLimit.perPrefix in perIP: as many
+// connections as 16 /64s at their cap.
+const connsPerPrefixPerSource = 16
+
 // refusalAnswerers bounds the refused connections answered at once; beyond
 // it a refused connection is closed without an answer, so a flood costs
 // no more than the accepts.
@@ -63,7 +89,14 @@ const refusalWait = time.Second
 func newConnLimit(max, perIP int, tls bool, logger *slog.Logger, proxies trustedProxies,
 	lockedOut func(pigeon.Source) (time.Duration, bool)) *connLimit {
 	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, proxies: proxies, lockedOut: lockedOut,
-		byIP: map[pigeon.Source]int{}, answers: make(chan struct{}, refusalAnswerers)}
+		byIP: map[pigeon.Source]int{}, byPrefix: map[netip.Prefix]int{}, answers: make(chan struct{}, refusalAnswerers)}
+	switch {
+	case perIP <= 0:
+	case perIP > math.MaxInt/connsPerPrefixPerSource:
+		l.perPrefix = math.MaxInt
+	default:
+		l.perPrefix = connsPerPrefixPerSource * perIP
+	}
 	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
 	return l
 }
@@ -108,6 +141,17 @@ func (cl *connLimit) wrap(l net.Listener) net.Listener {
 	return &limitListener{Listener: l, lim: cl}
 }
 
+// prefixOf is the IPv6 /48 src counts under for perPrefix, when src is
+// an IPv6 source and the cap is set.
+func (cl *connLimit) prefixOf(src pigeon.Source) (netip.Prefix, bool) {
+	a := src.Prefix().Addr()
+	if cl.perPrefix <= 0 || !a.Is6() {
+		return netip.Prefix{}, false
+	}
+	p, err := a.Prefix(connPrefixBits)
+	return p, err == nil
+}
+
 // take reserves a place for a connection from src (invalid: an address
 // that is not IP, counted in all only).
 func (cl *connLimit) take(src pigeon.Source) bool {
@@ -119,6 +163,12 @@ func (cl *connLimit) take(src pigeon.Source) bool {
 	if cl.perIP > 0 && src.IsValid() {
 		if cl.byIP[src] >= cl.perIP {
 			return false
+		}
+		if p, ok := cl.prefixOf(src); ok {
+			if cl.byPrefix[p] >= cl.perPrefix {
+				return false
+			}
+			cl.byPrefix[p]++
 		}
 		cl.byIP[src]++
 	}
@@ -137,6 +187,13 @@ func (cl *connLimit) give(src pigeon.Source) {
 		} else {
 			delete(cl.byIP, src)
 		}
+		if p, ok := cl.prefixOf(src); ok {
+			if n := cl.byPrefix[p] - 1; n > 0 {
+				cl.byPrefix[p] = n
+			} else {
+				delete(cl.byPrefix, p)
+			}
+		}
 	}
 }
 
@@ -146,7 +203,7 @@ func (cl *connLimit) refuse(c net.Conn) {
 	n := cl.refused.Add(1)
 	if now := time.Now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
 		cl.lastWarn.Store(now)
-		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "refused", n, "remote", c.RemoteAddr().String())
+		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "maxPer48", cl.perPrefix, "refused", n, "remote", c.RemoteAddr().String())
 	}
 	cl.answerAndClose(c, func() []byte { return cl.answer })
 }
@@ -269,7 +326,8 @@ func (c *limitedConn) CloseWrite() error {
 // ConnStats counts the connections Serve refused as it accepted them,
 // over all its listeners, since New.
 type ConnStats struct {
-	// Refused were beyond Options.MaxConnections or MaxConnectionsPerIP.
+	// Refused were beyond Options.MaxConnections or MaxConnectionsPerIP
+	// (or 16 × MaxConnectionsPerIP from the /64s of one IPv6 /48).
 	Refused uint64
 	// LockedOut came from a source locked out for refused credentials
 	// (pigeon.Engine.LockedOut) and were closed before any TLS handshake

@@ -109,6 +109,8 @@ type Options struct {
 	// many sources, known only from the X-Forwarded-For of each request,
 	// after the connection is accepted; its connections still count
 	// toward MaxConnections. Cap the clients of a proxy at the proxy.
+	// The /64s of one IPv6 /48 together hold at most 16 × it (a /48
+	// holder could otherwise dial from 65,536 /64s).
 	MaxConnectionsPerIP int
 	// MaxConsoleStreamsPerPrincipal caps the console's live streams (GET
 	// /v1/console/events) one principal holds open at once (default
