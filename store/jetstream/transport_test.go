@@ -29,6 +29,6 @@ func TestTransportConformance(t *testing.T) {
 			require.NoError(t, e.Shutdown(context.Background()))
 			require.NoError(t, s.Close(context.Background()))
 		})
-		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial, ConnectWith: e.Connect}
+		return transporttest.Harness{Engine: e, Connect: inproc.Dialer{Engine: e}.Dial, ConnectWith: e.Connect, Trim: transporttest.Trimmer(s)}
 	})
 }
