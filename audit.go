@@ -442,9 +442,3 @@ func (e *Engine) walkAudit(ctx context.Context) (uint64, error) {
 	e.lastVerify.Store(res)
 	return n, err
 }
-
-// auditID names the audit record with sequence seq: "aud_" and the number.
-func auditID(seq uint64) string {
-	var b [24]byte
-	return string(strconv.AppendUint(append(b[:0], "aud_"...), seq, 10))
-}

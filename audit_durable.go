@@ -2,6 +2,8 @@ package pigeon
 
 import (
 	"context"
+	"strconv"
+	"unsafe"
 
 	"pigeon/store"
 )
@@ -42,13 +44,22 @@ func (a *auditor) write(batch []store.AuditRecord) error {
 		return ch.ChainAudit(ctx, batch)
 	}
 	seq, prev := a.seq, a.prev
+	// The batch's ids and hashes are strings of one buffer, never
+	// written again once each is taken: one allocation for the batch
+	// rather than two per record. Its capacity holds them all, so it is
+	// never moved.
+	text := make([]byte, 0, len(batch)*(len("aud_")+20+64))
 	for i := range batch {
 		r := &batch[i]
 		seq++
 		r.Seq, r.Time = seq, r.Time.UTC()
-		r.ID = auditID(seq)
+		at := len(text)
+		text = strconv.AppendUint(append(text, "aud_"...), seq, 10)
+		r.ID = unsafe.String(&text[at], len(text)-at)
 		r.PrevHash = prev
-		r.Hash = r.ComputeHash()
+		at = len(text)
+		text = r.AppendHash(text)
+		r.Hash = unsafe.String(&text[at], len(text)-at)
 		prev = r.Hash
 	}
 	err := a.st.AppendAudit(ctx, batch...)

@@ -65,6 +65,14 @@ type Checkpoint struct {
 // time is outside that range (see timeHashed). UnixNano has no zone either,
 // so a Verifier refuses a time whose Location is not time.UTC.
 func (r *AuditRecord) ComputeHash() string {
+	var out [64]byte
+	return string(r.AppendHash(out[:0]))
+}
+
+// AppendHash appends to dst the record's hash as ComputeHash returns it:
+// 64 hex digits. A writer that chains many records hashes them into one
+// buffer with it, rather than allocating a string for each.
+func (r *AuditRecord) AppendHash(dst []byte) []byte {
 	var buf [512]byte
 	b := buf[:0]
 	field := func(s string) {
@@ -93,9 +101,7 @@ func (r *AuditRecord) ComputeHash() string {
 		field(r.Digest)
 	}
 	sum := sha256.Sum256(b)
-	var out [64]byte
-	hex.Encode(out[:], sum[:])
-	return string(out[:])
+	return hex.AppendEncode(dst, sum[:])
 }
 
 // ChainError says where an audit chain stopped verifying.
