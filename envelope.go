@@ -216,7 +216,14 @@ func (m *Message) ValidText() bool {
 
 // Clone returns a deep copy of m.
 func (m *Message) Clone() *Message {
-	c := *m
+	var c Message
+	m.cloneTo(&c)
+	return &c
+}
+
+// cloneTo makes c a deep copy of m.
+func (m *Message) cloneTo(c *Message) {
+	*c = *m
 	c.pre = nil
 	if m.Data != nil {
 		c.Data = append(json.RawMessage(nil), m.Data...)
@@ -225,7 +232,6 @@ func (m *Message) Clone() *Message {
 		s := *m.Signature
 		c.Signature = &s
 	}
-	return &c
 }
 
 // sizeHint is about the length of m's encoding (AppendJSON): its fields

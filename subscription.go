@@ -541,7 +541,14 @@ func (s *subscription) call(m *Message, attempt int) (err error) {
 			err = fmt.Errorf("pigeon: handler panicked: %v", p)
 		}
 	}()
-	return s.h(s.hctx, &Delivery{Subject: s.subj.name, Message: m.Clone(), Attempt: attempt, Session: s.sess})
+	// The delivery and its copy of the message are one allocation.
+	b := &struct {
+		d Delivery
+		m Message
+	}{}
+	m.cloneTo(&b.m)
+	b.d = Delivery{Subject: s.subj.name, Message: &b.m, Attempt: attempt, Session: s.sess}
+	return s.h(s.hctx, &b.d)
 }
 
 // settled takes the handler's answer to one delivery. An acknowledgement
