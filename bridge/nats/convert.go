@@ -16,10 +16,13 @@ import (
 // the broker sets them. Text that readers could decode differently is
 // refused as the gates refuse it (DUPLICATE_KEY, INVALID_UTF8), and a
 // payload that is not JSON with ENVELOPE_INVALID, before it reaches the
-// broker. The error never quotes the payload.
+// broker (an empty payload is data-less; one of white space alone is not
+// JSON). The error never quotes the payload.
 func convert(r *Route, payload []byte, id string) (*pigeon.Message, error) {
 	var m *pigeon.Message
-	if len(bytes.TrimSpace(payload)) > 0 {
+	// An empty payload is a message without data; one of white space
+	// alone is no JSON text, and is refused rather than carried as none.
+	if len(payload) > 0 {
 		if err := pigeon.CheckJSON(payload); err != nil {
 			if c := pigeon.ErrorCode(err); c != pigeon.CodeDuplicateKey && c != pigeon.CodeInvalidUTF8 {
 				return nil, pigeon.WrapError(pigeon.CodeEnvelopeInvalid, err, "the payload is not JSON")
@@ -35,7 +38,7 @@ func convert(r *Route, payload []byte, id string) (*pigeon.Message, error) {
 	} else {
 		t := r.Template
 		m = &pigeon.Message{Type: t.Type, Intent: t.Intent, Classification: t.Classification, Region: t.Region}
-		if len(bytes.TrimSpace(payload)) > 0 {
+		if len(payload) > 0 {
 			m.Data = json.RawMessage(payload)
 		}
 	}

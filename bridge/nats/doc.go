@@ -26,12 +26,15 @@
 // and on JetStream with one delivery in flight Pigeon-Resume (where a
 // bridge that starts resumes: the lowest sequence of a delivery that
 // failed and waits for its retry, or the one after the message's). A
-// delivery is acknowledged only once NATS took it: after a flush on core NATS, after the PubAck on JetStream.
-// A PubAck that says "duplicate" counts only when the stream holds this
-// very message under the id (on the route's NATS subject, the same
-// bytes); one it holds from another publisher or subject would keep the
-// delivery out of the stream, so the route publishes it again without the
-// id.
+// delivery is acknowledged only once NATS took it: after a flush on core
+// NATS (and no permission violation reported for it), after the PubAck on
+// JetStream, read back: any client that sees the publish on its subject
+// could answer its reply inbox first, so a PubAck counts only when the
+// route's stream holds this very message (on the route's NATS subject,
+// the same bytes) at the sequence it names. A PubAck that says
+// "duplicate" for a message the stream holds from another publisher or
+// subject would keep the delivery out of the stream, so the route
+// publishes it again without the id.
 // A NATS failure returns an error and the broker redelivers, within the
 // subject's retry policy.
 //

@@ -51,10 +51,14 @@ const ordersPolicy = `{
 }`
 
 // newEngine starts a broker on the demo catalog plus orders.events, with
-// redeliveries 50 times faster than by default.
-func newEngine(t testing.TB) *pigeon.Engine {
+// redeliveries 50 times faster than by default; each of more adds to the
+// catalog.
+func newEngine(t testing.TB, more ...func(testing.TB, *pigeon.Catalog)) *pigeon.Engine {
 	t.Helper()
 	cat := demo.Catalog()
+	for _, f := range more {
+		f(t, cat)
+	}
 	sp, err := policy.ParseSubject("orders.events.json", []byte(ordersPolicy))
 	require.NoError(t, err)
 	cat.Subjects = append(cat.Subjects, sp)

@@ -84,7 +84,12 @@ type Route struct {
 	// Out only: the subscription's options (pigeon.WithSelector,
 	// WithFilter, WithGroup, WithMaxInFlight). Group defaults to
 	// "natsbridge.<Name>", so that on a work-queue subject the bridge gets
-	// its own copy rather than competing with the default group.
+	// its own copy rather than competing with the default group. Pigeon's
+	// groups have no owner: any receiver of the subject that joins the
+	// group by name takes messages the bridge then does not carry. A
+	// Filter that reads principal (`principal.id != ""`) keys the group by
+	// the bridge's principal, so that others who join it by name compete
+	// in groups of their own; see docs/bridges.md, Groups.
 	Selector    string
 	Filter      string
 	Group       string
@@ -214,6 +219,14 @@ func (o *Options) validate() error {
 		}
 		if names[r.Name] {
 			return invalid("route %q: Name is used by two routes", r.Name)
+		}
+		if r.Direction == Out && o.NATS != nil {
+			// The connection's own reply inboxes: what the route published
+			// there would answer the bridge's requests (a JetStream PubAck,
+			// a read-back) with Pigeon messages.
+			if p := o.NATS.Opts.InboxPrefix; p != "" && strings.HasPrefix(r.NATSSubject, p+".") {
+				return invalid("route %q: NATSSubject %q is under the NATS connection's reply inbox prefix %q: Pigeon's publishers would answer the bridge's requests", r.Name, r.NATSSubject, p)
+			}
 		}
 		names[r.Name] = true
 		if r.Direction == In && r.JetStream {

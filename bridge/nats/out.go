@@ -39,6 +39,9 @@ type outRoute struct {
 	inFlight map[uint64]struct{} // sequences handed over and not yet taken by NATS
 	last     uint64              // the highest sequence handed over
 	from     uint64              // where the broker started the subscription, while nothing was handed over
+
+	stream    jetstream.Stream // the stream the route's messages must be in, as streamGen found it (target)
+	streamGen *generation
 }
 
 func (o *outRoute) route() *Route       { return o.r }
@@ -233,10 +236,29 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 	if o.r.JetStream {
 		return o.publishJetStream(ctx, g, msg)
 	}
+	before := g.nc.LastError()
 	if err := g.nc.PublishMsg(msg); err != nil {
 		return err
 	}
-	return g.nc.FlushWithContext(ctx)
+	if err := g.nc.FlushWithContext(ctx); err != nil {
+		return err
+	}
+	return publishDenied(g.nc, before, msg.Subject)
+}
+
+// publishDenied returns the error of a core NATS publish on subject that
+// the server refused for the connection's permissions, before nc's last
+// error was before. The server does not refuse such a publish; it drops
+// it and reports the violation asynchronously, ahead of the flush's answer
+// (the connection's error handler hears of it too), so a flush that
+// succeeded does not mean the server took the message.
+func publishDenied(nc *nats.Conn, before error, subject string) error {
+	err := nc.LastError()
+	if err == nil || err == before || !errors.Is(err, nats.ErrPermissionViolation) ||
+		!strings.Contains(strings.ToLower(err.Error()), strings.ToLower(`publish to "`+subject+`"`)) {
+		return nil
+	}
+	return fmt.Errorf("the NATS server refused the publish: %w", err)
 }
 
 // live returns nil when a delivery whose context is ctx may be published
@@ -262,57 +284,136 @@ func live(ctx context.Context, g *generation) error {
 }
 
 // publishJetStream publishes msg and returns once the stream stored it.
+//
+// The PubAck is read back before it is believed: the stream sends it to
+// the publish's reply inbox, which every client that may subscribe to the
+// route's NATS subject sees with the message, and the first answer there
+// wins; a client that may publish to the inbox (NATS's allow_responses, or
+// publish on _INBOX.>) could answer first that the message was stored
+// when the stream never took it (no stream takes the subject, the stream
+// refused it). So the route takes the message as stored only when the
+// stream it must be in (Route.Stream, or the one that takes natsSubject)
+// holds it at the sequence the PubAck names: on its NATS subject, with
+// the same envelope bytes (verify).
+//
 // The stream answers "duplicate" for any message it took under the same
 // Nats-Msg-Id within its duplicate window, on any of its subjects, whoever
 // published it: a NATS client that may publish on one of them could send
 // a Pigeon message's id first and keep the message out of the stream,
 // the broker told it was taken. So a duplicate counts only when the
-// message the stream holds under the id is this one (storedAlready);
-// otherwise msg is published again without its Nats-Msg-Id, and stored.
+// message the stream holds under the id is this one; otherwise msg is
+// published again without its Nats-Msg-Id, and stored.
 func (o *outRoute) publishJetStream(ctx context.Context, g *generation, msg *nats.Msg) error {
 	var opts []jetstream.PublishOpt
 	if o.r.Stream != "" {
 		opts = append(opts, jetstream.WithExpectStream(o.r.Stream))
 	}
-	ack, err := g.js.PublishMsg(ctx, msg, opts...)
-	if err != nil || !ack.Duplicate {
-		return err
+	for again := false; ; again = true {
+		ack, err := g.js.PublishMsg(ctx, msg, opts...)
+		if err != nil {
+			return err
+		}
+		held, err := o.verify(ctx, g, ack, msg)
+		if err != nil {
+			return fmt.Errorf("reading back the message the PubAck names: %w", err)
+		}
+		switch {
+		case held && ack.Duplicate:
+			o.c.duplicates.Add(1)
+			return nil
+		case held:
+			return nil
+		case ack.Duplicate && !again:
+			o.b.log.Warn("natsbridge: the stream holds another message under this one's Nats-Msg-Id: publishing it without one",
+				"route", o.r.Name, "stream", ack.Stream, "streamSequence", ack.Sequence)
+			msg.Header.Del(HeaderMsgID)
+			if err := live(ctx, g); err != nil {
+				return err
+			}
+			continue
+		}
+		o.b.log.Warn("natsbridge: a PubAck names a message the stream does not hold: not taken as stored (another NATS client answered the publish?)",
+			"route", o.r.Name, "stream", ack.Stream, "streamSequence", ack.Sequence)
+		return fmt.Errorf("%w: stream %q, sequence %d", errUnverifiedAck, ack.Stream, ack.Sequence)
 	}
-	same, err := storedAlready(ctx, g, ack, msg)
-	if err != nil {
-		return fmt.Errorf("reading the message the stream holds under the Nats-Msg-Id: %w", err)
-	}
-	if same {
-		o.c.duplicates.Add(1)
-		return nil
-	}
-	o.b.log.Warn("natsbridge: the stream holds another message under this one's Nats-Msg-Id: publishing it without one",
-		"route", o.r.Name, "stream", ack.Stream, "streamSequence", ack.Sequence)
-	msg.Header.Del(HeaderMsgID)
-	if err := live(ctx, g); err != nil {
-		return err
-	}
-	_, err = g.js.PublishMsg(ctx, msg, opts...)
-	return err
 }
 
-// storedAlready reports whether the message that ack, the stream's answer
-// "duplicate" to msg, names is msg: on its NATS subject, with the same
-// envelope bytes (which name the Pigeon message's id, subject and
-// sequence). A message the stream no longer holds is not.
-func storedAlready(ctx context.Context, g *generation, ack *jetstream.PubAck, msg *nats.Msg) (bool, error) {
-	st, err := g.js.Stream(ctx, ack.Stream)
+// errUnverifiedAck is the error of a publish whose PubAck the stream does
+// not bear out.
+var errUnverifiedAck = errors.New("natsbridge: the stream does not hold the message its PubAck names")
+
+// verify reports whether ack, an answer to msg, is borne out by the
+// stream the route publishes to: it is the one ack names, and it holds
+// msg (its NATS subject, the same envelope bytes) at ack's sequence. A
+// message the stream no longer holds is not msg, but for a stream that
+// removes what its consumers took (work-queue or interest retention) and
+// a PubAck that is not a duplicate: a consumer may have taken msg before
+// it was read back, so a sequence the stream gave out already counts.
+func (o *outRoute) verify(ctx context.Context, g *generation, ack *jetstream.PubAck, msg *nats.Msg) (bool, error) {
+	st, err := o.target(ctx, g)
 	if err != nil {
 		return false, err
 	}
-	held, err := st.GetMsg(ctx, ack.Sequence)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if ack.Stream != st.CachedInfo().Config.Name {
+		o.forget(g) // another stream may take the subject now
 		return false, nil
 	}
+	m, err := st.GetMsg(ctx, ack.Sequence)
+	switch {
+	case err == nil:
+		// A stream that transforms subjects stores msg under another: the
+		// route's name tells its messages from another route's copy of
+		// the same envelope on another subject of the stream.
+		subject := m.Subject == msg.Subject ||
+			st.CachedInfo().Config.SubjectTransform != nil && m.Header.Get(HeaderBridge) == msg.Header.Get(HeaderBridge)
+		return subject && bytes.Equal(m.Data, msg.Data), nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		o.forget(g) // the stream may have been replaced, its settings changed
+		return false, err
+	case ack.Duplicate || st.CachedInfo().Config.Retention == jetstream.LimitsPolicy:
+		return false, nil
+	}
+	info, err := st.Info(ctx)
 	if err != nil {
 		return false, err
 	}
-	return held.Subject == msg.Subject && bytes.Equal(held.Data, msg.Data), nil
+	return ack.Sequence <= info.State.LastSeq, nil
+}
+
+// target returns the stream the route's messages must be stored in:
+// Route.Stream, or the stream that takes its NATS subject; looked up once
+// a generation (and again after a read-back failed).
+func (o *outRoute) target(ctx context.Context, g *generation) (jetstream.Stream, error) {
+	o.mu.Lock()
+	st, gen := o.stream, o.streamGen
+	o.mu.Unlock()
+	if st != nil && gen == g {
+		return st, nil
+	}
+	name := o.r.Stream
+	if name == "" {
+		var err error
+		if name, err = g.js.StreamNameBySubject(ctx, o.r.NATSSubject); err != nil {
+			return nil, err
+		}
+	}
+	st, err := g.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.stream, o.streamGen = st, g
+	o.mu.Unlock()
+	return st, nil
+}
+
+// forget drops the stream target found on g.
+func (o *outRoute) forget(g *generation) {
+	o.mu.Lock()
+	if o.streamGen == g {
+		o.stream, o.streamGen = nil, nil
+	}
+	o.mu.Unlock()
 }
 
 // natsMsgIDEncoded prefixes the Nats-Msg-Id of a Pigeon id that a header

@@ -47,7 +47,9 @@ type RouteStats struct {
 	// JetStream and never retried.
 	Refused map[pigeon.Code]uint64
 	// Retried counts transient failures that left a message for another
-	// attempt: for Out a NATS publish that failed (the broker redelivers),
+	// attempt: for Out a NATS publish that failed (the broker redelivers;
+	// a PubAck the stream does not bear out, or a core publish the server
+	// refused for the connection's permissions, is a failure),
 	// for In a publish that failed for a reason that may pass (NakWithDelay
 	// on JetStream, a few immediate retries on core NATS).
 	Retried uint64
