@@ -24,11 +24,12 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Iterable
 
-from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from
+from .crypto import select_key
+from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from, new_error
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
-__all__ = ["HttpClient", "KeyDirectory"]
+__all__ = ["HttpClient", "KeyDirectory", "SEAL_MAX_AGE"]
 
 # Headers that carry the caller's credential or contract: kept on a redirect
 # only to the same origin (scheme, host and port), as browsers and Go do.
@@ -496,32 +497,67 @@ class HttpClient:
         return list(self._do("GET", f"/v1/accounts/{_q(account_id)}/keys")[1].get("keys") or [])
 
 
+SEAL_MAX_AGE = 10.0
+"""How old (seconds) a cached key list may be when
+:meth:`KeyDirectory.encryption_key` picks the key to seal for, whatever the
+directory's ``ttl``: an account that removes an encryption key from its list
+(its private half leaked) is sealed for under it by a directory's users for
+at most this long after the change (and a fetch's round trip), not for the
+``ttl``. Verification reads the list through :meth:`KeyDirectory.get`, as
+before."""
+
+
+def _sealing_key(keys: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The key of ``keys`` to seal for now: the valid ``enc`` key with the
+    latest notBefore, when it is an X25519 key."""
+    k = select_key(keys, "", "enc")
+    return k if k is not None and k.get("alg") == "x25519" else None
+
+
 class KeyDirectory:
     """Fetches and caches accounts' published keys
-    (``GET /v1/accounts/{id}/keys``) for ``ttl`` seconds. Thread-safe;
-    :meth:`aget` runs the fetch off the event loop."""
+    (``GET /v1/accounts/{id}/keys``) for ``ttl`` seconds; sealing takes
+    lists at most ``seal_max_age`` old (:data:`SEAL_MAX_AGE`, see
+    :meth:`encryption_key`). Thread-safe; :meth:`aget` and
+    :meth:`aencryption_key` run the fetch off the event loop."""
 
-    def __init__(self, client: HttpClient, *, ttl: float = 300.0) -> None:
+    def __init__(self, client: HttpClient, *, ttl: float = 300.0, seal_max_age: float = SEAL_MAX_AGE) -> None:
         self.client = client
         self.ttl = ttl
+        self.seal_max_age = seal_max_age
         self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._lock = threading.Lock()
 
     def get(self, account_id: str, *, refresh: bool = False) -> list[dict[str, Any]]:
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(account_id)
-        if hit and not refresh and now - hit[0] < self.ttl:
-            return hit[1]
-        keys = self.client.keys(account_id)
-        with self._lock:
-            self._cache[account_id] = (now, keys)
-        return keys
+        hit = None if refresh else self._cached(account_id, self.ttl)
+        return hit if hit is not None else self._fetch(account_id)
+
+    def encryption_key(self, account_id: str) -> dict[str, Any]:
+        """The key to seal for ``account_id`` now: its valid X25519
+        encryption key with the latest ``notBefore``
+        (``select_key(keys, "", "enc")``), for :func:`seal_data` or
+        ``seal_message(..., [key], ...)``. Taken from a cached list no older
+        than ``seal_max_age`` (and ``ttl``), else the list is read again; so
+        is a cached list in which no key is valid now (the one cached is
+        past its window). ``INVALID_ARGUMENT`` when the list read holds
+        none."""
+        hit = self._cached(account_id, min(self.ttl, self.seal_max_age))
+        k = _sealing_key(hit) if hit is not None else None
+        if k is None:
+            k = _sealing_key(self._fetch(account_id))
+        if k is None:
+            raise new_error("INVALID_ARGUMENT", "the recipient publishes no encryption key valid now")
+        return k
 
     async def aget(self, account_id: str, *, refresh: bool = False) -> list[dict[str, Any]]:
         import asyncio
 
         return await asyncio.to_thread(self.get, account_id, refresh=refresh)
+
+    async def aencryption_key(self, account_id: str) -> dict[str, Any]:
+        import asyncio
+
+        return await asyncio.to_thread(self.encryption_key, account_id)
 
     def invalidate(self, account_id: str | None = None) -> None:
         with self._lock:
@@ -529,3 +565,15 @@ class KeyDirectory:
                 self._cache.clear()
             else:
                 self._cache.pop(account_id, None)
+
+    def _cached(self, account_id: str, max_age: float) -> list[dict[str, Any]] | None:
+        with self._lock:
+            hit = self._cache.get(account_id)
+        return hit[1] if hit is not None and time.monotonic() - hit[0] < max_age else None
+
+    def _fetch(self, account_id: str) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        keys = self.client.keys(account_id)
+        with self._lock:
+            self._cache[account_id] = (now, keys)
+        return keys

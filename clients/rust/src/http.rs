@@ -1,9 +1,9 @@
 //! The few HTTP calls a WebSocket client needs beside its session: the
 //! published keys of an account (fetched and cached), publishing one's own
-//! keys, revoking a contract, and a plain JSON call for the rest
-//! (accounts, roles, grants). A minimal HTTP/1.1 client on tokio (the
-//! response head is parsed by `httparse`, TLS is the session's rustls), so
-//! no HTTP stack is pulled in.
+//! keys, revoking a contract, settling received messages (ack and nack),
+//! and a plain JSON call for the rest (accounts, roles, grants). A minimal
+//! HTTP/1.1 client on tokio (the response head is parsed by `httparse`, TLS
+//! is the session's rustls), so no HTTP stack is pulled in.
 
 use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
@@ -75,6 +75,7 @@ pub struct HttpClient {
     token: String,
     timeout: Duration,
     tls: Option<TlsConfig>,
+    contract: Option<String>,
 }
 
 impl HttpClient {
@@ -82,7 +83,22 @@ impl HttpClient {
     /// An empty `token` sends no `Authorization` header (mTLS: the client
     /// certificate is the credential).
     pub fn new(url: &str, token: &str) -> HttpClient {
-        HttpClient { target: Target::parse(&http_base(url)), token: token.to_string(), timeout: Duration::from_secs(30), tls: None }
+        HttpClient {
+            target: Target::parse(&http_base(url)),
+            token: token.to_string(),
+            timeout: Duration::from_secs(30),
+            tls: None,
+            contract: None,
+        }
+    }
+
+    /// The contract the calls that act under one ([`ack`](HttpClient::ack),
+    /// [`nack`](HttpClient::nack) and their `_sequence` forms) name in
+    /// `x-pigeon-contract`: one this token's principal negotiated, over
+    /// WebSocket (`session.contract().id`) or `POST /v1/contracts`.
+    pub fn with_contract(mut self, contract_id: &str) -> HttpClient {
+        self.contract = Some(contract_id.to_string());
+        self
     }
 
     /// Bounds each call as a whole (default 30 s): connecting, sending, and
@@ -113,6 +129,16 @@ impl HttpClient {
     /// visible ASCII, and `method` a token (`INVALID_ARGUMENT` otherwise,
     /// nothing sent).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
+        self.call_under(method, path, body, None).await
+    }
+
+    /// [`call`](HttpClient::call), naming `contract` in `x-pigeon-contract`
+    /// when given (visible ASCII only, else `INVALID_ARGUMENT` and nothing
+    /// sent: a CR or LF would add a header).
+    async fn call_under(&self, method: &str, path: &str, body: Option<Value>, contract: Option<&str>) -> Result<(u16, Value)> {
+        if contract.is_some_and(|c| c.is_empty() || !c.bytes().all(|b| b.is_ascii_graphic())) {
+            return Err(Error::new("INVALID_ARGUMENT", "a contract id is visible ASCII"));
+        }
         if !request_line_ok(method, path) {
             return Err(Error::new(
                 "INVALID_ARGUMENT",
@@ -120,7 +146,7 @@ impl HttpClient {
             ));
         }
         let target = self.target.as_ref().map_err(Clone::clone)?;
-        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(target, method, path, body))
+        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(target, method, path, body, contract))
             .await
             .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
         if (200..300).contains(&status) {
@@ -154,12 +180,22 @@ impl HttpClient {
         Err(e)
     }
 
-    async fn round_trip(&self, target: &Target, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Vec<u8>)> {
+    async fn round_trip(
+        &self,
+        target: &Target,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        contract: Option<&str>,
+    ) -> Result<(u16, Vec<u8>)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let body = body.map(|b| serde_json::to_vec(&b).expect("a JSON body encodes")).unwrap_or_default();
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", target.authority);
         if !self.token.is_empty() {
             req.push_str(&format!("Authorization: Bearer {}\r\n", self.token));
+        }
+        if let Some(c) = contract {
+            req.push_str(&format!("X-Pigeon-Contract: {c}\r\n"));
         }
         req.push_str(&format!("Accept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n", body.len()));
         if !body.is_empty() {
@@ -214,6 +250,58 @@ impl HttpClient {
         }
     }
 
+    /// Acknowledges a message taken with an explicit receive
+    /// (`POST /v1/subjects/{name}/ack`, under the contract of
+    /// [`with_contract`](HttpClient::with_contract)), whichever message
+    /// holds the id now; [`ack_sequence`](HttpClient::ack_sequence) names
+    /// the one received. `CONTRACT_REQUIRED` without a contract, nothing
+    /// sent; the server's refusals as typed errors with their status
+    /// (`MESSAGE_NOT_FOUND` 404, `ACK_NOT_ALLOWED` 403, …).
+    pub async fn ack(&self, subject: &str, message_id: &str) -> Result<()> {
+        self.ack_sequence(subject, message_id, 0).await
+    }
+
+    /// Acknowledges the message `message_id` received at sequence `seq`
+    /// (its [`Message::sequence`](crate::Message::sequence); 0 names none,
+    /// as [`ack`](HttpClient::ack)), as `Session::ack_sequence` does over
+    /// WebSocket: once retention trims a message a newer one may be
+    /// published under its id, and a late ack naming the sequence never
+    /// settles it (`ACK_NOT_ALLOWED`).
+    pub async fn ack_sequence(&self, subject: &str, message_id: &str, seq: u64) -> Result<()> {
+        self.settle("ack", subject, message_id, seq, None).await
+    }
+
+    /// Gives a message taken with an explicit receive back
+    /// (`POST /v1/subjects/{name}/nack`), due again after `delay` (default:
+    /// the subject's backoff; at most 12 hours, the server refuses a longer
+    /// one `INVALID_ARGUMENT`), whichever message holds the id now;
+    /// [`nack_sequence`](HttpClient::nack_sequence) names the one received.
+    pub async fn nack(&self, subject: &str, message_id: &str, delay: Option<Duration>) -> Result<()> {
+        self.nack_sequence(subject, message_id, 0, delay).await
+    }
+
+    /// Gives the message `message_id` received at sequence `seq` back (see
+    /// [`ack_sequence`](HttpClient::ack_sequence)): a late nack never hands
+    /// out a newer message published under the id.
+    pub async fn nack_sequence(&self, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
+        self.settle("nack", subject, message_id, seq, delay).await
+    }
+
+    async fn settle(&self, op: &str, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
+        let Some(contract) = self.contract.as_deref() else {
+            return Err(Error::new("CONTRACT_REQUIRED", format!("an HTTP {op} acts under a contract: with_contract first")));
+        };
+        let mut body = json!({ "messageId": message_id });
+        if seq > 0 {
+            body["sequence"] = json!(seq);
+        }
+        if let Some(d) = delay {
+            body["delayMs"] = json!(crate::time::wire_ms(d));
+        }
+        let path = format!("/v1/subjects/{}/{op}", segment(subject)?);
+        self.call_under("POST", &path, Some(body), Some(contract)).await.map(|_| ())
+    }
+
     /// Revokes a contract (its holder only): `DELETE /v1/contracts/{id}`.
     pub async fn revoke_contract(&self, contract_id: &str) -> Result<()> {
         self.call("DELETE", &format!("/v1/contracts/{}", segment(contract_id)?), None).await.map(|_| ())
@@ -222,36 +310,84 @@ impl HttpClient {
 
 type Cached = (Instant, Arc<Vec<PublicKey>>);
 
+/// How old a cached key list may be when [`KeyCache::encryption_key`]
+/// picks the key to seal for (10 s, whatever the cache's `ttl`): an account
+/// that removes an encryption key from its list (its private half leaked)
+/// is sealed for under it by a cache's users for at most this long after
+/// the change (and the round trip of a fetch), not for the cache's `ttl`.
+/// Verification reads the list through [`KeyCache::keys`], as before.
+pub const SEAL_MAX_AGE: Duration = Duration::from_secs(10);
+
 /// Fetches and caches accounts' published keys for `ttl`. Cheap to clone;
 /// safe to share between tasks.
 #[derive(Clone)]
 pub struct KeyCache {
     http: HttpClient,
     ttl: Duration,
+    seal_max_age: Duration,
     cache: Arc<Mutex<HashMap<String, Cached>>>,
 }
 
 impl KeyCache {
     pub fn new(http: HttpClient, ttl: Duration) -> KeyCache {
-        KeyCache { http, ttl, cache: Arc::default() }
+        KeyCache { http, ttl, seal_max_age: SEAL_MAX_AGE, cache: Arc::default() }
+    }
+
+    /// How old a cached list [`encryption_key`](KeyCache::encryption_key)
+    /// takes (default [`SEAL_MAX_AGE`]; the cache's `ttl` when shorter).
+    pub fn with_seal_max_age(mut self, max_age: Duration) -> KeyCache {
+        self.seal_max_age = max_age;
+        self
     }
 
     /// The keys of `account`, from the cache while fresh.
     pub async fn keys(&self, account: &str) -> Result<Arc<Vec<PublicKey>>> {
-        if let Some((at, k)) = self.cache.lock().unwrap().get(account) {
-            if at.elapsed() < self.ttl {
-                return Ok(k.clone());
+        if let Some(k) = self.cached(account, self.ttl) {
+            return Ok(k);
+        }
+        self.fetch(account).await
+    }
+
+    /// The key to seal for `account` now: its valid X25519 encryption key
+    /// with the latest `notBefore` ([`select_key`](crate::crypto::select_key)
+    /// without a kid). Taken from a cached list no older than
+    /// [`SEAL_MAX_AGE`] (see [`with_seal_max_age`](KeyCache::with_seal_max_age)),
+    /// else the list is read again; so is a cached list in which no key is
+    /// valid now (the one cached is past its window). `INVALID_ARGUMENT`
+    /// when the list read holds none.
+    pub async fn encryption_key(&self, account: &str) -> Result<PublicKey> {
+        if let Some(k) = self.cached(account, self.ttl.min(self.seal_max_age)) {
+            if let Some(key) = sealing_key(&k, crate::time::now_ms()) {
+                return Ok(key);
             }
         }
-        let k = Arc::new(self.http.fetch_keys(account).await?);
-        self.cache.lock().unwrap().insert(account.to_string(), (Instant::now(), k.clone()));
-        Ok(k)
+        let k = self.fetch(account).await?;
+        sealing_key(&k, crate::time::now_ms())
+            .ok_or_else(|| Error::new("INVALID_ARGUMENT", "the recipient publishes no encryption key valid now"))
     }
 
     /// Forgets `account`'s keys (after a rotation, or a failed verification).
     pub fn invalidate(&self, account: &str) {
         self.cache.lock().unwrap().remove(account);
     }
+
+    fn cached(&self, account: &str, max_age: Duration) -> Option<Arc<Vec<PublicKey>>> {
+        let cache = self.cache.lock().unwrap();
+        let (at, k) = cache.get(account)?;
+        (at.elapsed() < max_age).then(|| k.clone())
+    }
+
+    async fn fetch(&self, account: &str) -> Result<Arc<Vec<PublicKey>>> {
+        let k = Arc::new(self.http.fetch_keys(account).await?);
+        self.cache.lock().unwrap().insert(account.to_string(), (Instant::now(), k.clone()));
+        Ok(k)
+    }
+}
+
+/// The key of `keys` to seal for at `t`: the valid `enc` key with the
+/// latest `notBefore`, when it is an X25519 key.
+fn sealing_key(keys: &[PublicKey], t: i64) -> Option<PublicKey> {
+    crate::crypto::select_key(keys, "", "enc", t).filter(|k| k.x25519_key().is_some()).cloned()
 }
 
 /// Parses a whole HTTP/1.1 response read to the end of the connection:

@@ -196,8 +196,10 @@ async fn a_late_answer_to_a_message_whose_id_was_reused_is_refused() {
     let dir = jobs_catalog();
     let mut server = common::Server::start_catalog(&dir);
     let s = Session::connect(&server.url(), "worker-token", &[JOBS], opts()).await.unwrap();
-    for nack in [false, true] {
-        let id = format!("job-{nack}");
+    // The HTTP answers act under the session's contract.
+    let http = common::http(&server, "worker-token").with_contract(&s.contract().id);
+    for (over_http, nack) in [(false, false), (false, true), (true, false), (true, true)] {
+        let id = format!("job-{over_http}-{nack}");
         let first = s.publish(&job(&id, 0)).await.unwrap().message;
         let old = s.receive(JOBS, 1).await.unwrap().remove(0);
         assert_eq!((old.id.as_str(), old.sequence), (id.as_str(), first.sequence));
@@ -221,17 +223,64 @@ async fn a_late_answer_to_a_message_whose_id_was_reused_is_refused() {
         let fresh: Vec<u64> = got.iter().filter(|m| m.id == id).map(|m| m.sequence).collect();
         assert_eq!(fresh, vec![again.sequence]);
         // The late answer to the old delivery settles nothing.
-        let late = if nack {
-            s.nack_sequence(JOBS, &old.id, old.sequence, Some(Duration::ZERO)).await
-        } else {
-            s.ack_sequence(JOBS, &old.id, old.sequence).await
+        let late = match (over_http, nack) {
+            (false, true) => s.nack_sequence(JOBS, &old.id, old.sequence, Some(Duration::ZERO)).await,
+            (false, false) => s.ack_sequence(JOBS, &old.id, old.sequence).await,
+            (true, true) => http.nack_sequence(JOBS, &old.id, old.sequence, Some(Duration::ZERO)).await,
+            (true, false) => http.ack_sequence(JOBS, &old.id, old.sequence).await,
         };
-        assert_eq!(late.expect_err("the late answer is refused").code, "ACK_NOT_ALLOWED");
+        let e = late.expect_err("the late answer is refused");
+        assert_eq!((e.code.as_str(), e.status), ("ACK_NOT_ALLOWED", 403), "{over_http} {nack}: {e}");
         assert!(s.receive(JOBS, 100).await.unwrap().is_empty(), "the newer message is still leased");
         for m in &got {
             s.ack_sequence(JOBS, &m.id, m.sequence).await.unwrap();
         }
     }
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
+    server.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn http_acks_and_nacks_settle_under_the_contract_with_typed_errors() {
+    let dir = jobs_catalog();
+    let mut server = common::Server::start_catalog(&dir);
+    let s = Session::connect(&server.url(), "worker-token", &[JOBS], opts()).await.unwrap();
+    let http = common::http(&server, "worker-token").with_contract(&s.contract().id);
+    // Without a contract: refused before anything is sent.
+    let e = common::http(&server, "worker-token").ack(JOBS, "job-x").await.expect_err("no contract");
+    assert_eq!((e.code.as_str(), e.kind), ("CONTRACT_REQUIRED", pigeon_client::ErrorKind::Contract));
+    // A contract id that would add a header is refused, nothing sent.
+    let e = common::http(&server, "worker-token").with_contract("c\r\nX-Evil: 1").ack(JOBS, "job-x").await.expect_err("bad id");
+    assert_eq!(e.code, "INVALID_ARGUMENT");
+
+    let sent = s.publish(&job("job-h", 1)).await.unwrap().message;
+    let got = s.receive(JOBS, 1).await.unwrap().remove(0);
+    assert_eq!((got.id.as_str(), got.sequence), ("job-h", sent.sequence));
+    // A nack without delay gives it back at once (after the subject's
+    // backoff: asked for 0 here), named by its sequence.
+    http.nack_sequence(JOBS, &got.id, got.sequence, Some(Duration::ZERO)).await.unwrap();
+    let mut again = Vec::new();
+    for _ in 0..250 {
+        again = s.receive(JOBS, 1).await.unwrap();
+        if !again.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        again.iter().map(|m| (m.id.as_str(), m.sequence)).collect::<Vec<_>>(),
+        vec![("job-h", sent.sequence)],
+        "nacked, it comes back"
+    );
+    http.ack_sequence(JOBS, "job-h", sent.sequence).await.unwrap();
+    // Settled: a second ack is a no-op, and another id is the server's
+    // typed refusal with its status.
+    http.ack(JOBS, "job-h").await.unwrap();
+    let e = http.ack(JOBS, "job-none").await.expect_err("no such message");
+    assert_eq!((e.code.as_str(), e.status, e.kind), ("MESSAGE_NOT_FOUND", 404, pigeon_client::ErrorKind::NotFound), "{e}");
+    let e = http.nack(JOBS, "job-none", Some(Duration::from_secs(13 * 3600))).await.expect_err("a delay beyond 12 h");
+    assert_eq!((e.code.as_str(), e.status), ("INVALID_ARGUMENT", 400), "{e}");
     let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);

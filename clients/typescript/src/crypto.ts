@@ -500,7 +500,10 @@ export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: U
   if (!s || typeof s !== "object") throw new SealTamperedError();
   if (!Number.isInteger(s.v)) throw new SealTamperedError(); // not an integer, as the strict decoders read it
   if (weakSigningKey(spub)) throw new SealTamperedError();
-  if (s.v !== 1 || s.alg !== SEAL_ALG) throw new PigeonError("SEAL_UNSUPPORTED", `seal: unsupported v ${String(s.v)} alg ${String(s.alg)}`);
+  // The message names neither: an alg is the sender's text, of any length
+  // and any characters, and errors are what applications log (as Go's
+  // seal.ErrUnsupported, and the Python and Rust clients).
+  if (s.v !== 1 || s.alg !== SEAL_ALG) throw new PigeonError("SEAL_UNSUPPORTED", "seal: unsupported version or algorithm");
   if (!checkKid(s.recipientKid) || !checkKid(s.senderKid)) throw new SealTamperedError();
   let eph: Uint8Array, nonce: Uint8Array, ct: Uint8Array, sig: Uint8Array;
   try {

@@ -222,17 +222,53 @@ export function finiteMs(name: string, v: number): number {
 }
 
 /**
+ * Whether a message's `sequence` is one this client holds exactly: absent,
+ * null, or an integer of 0 to 2^53-1 (Number.MAX_SAFE_INTEGER). JSON.parse
+ * rounds an integer beyond that (9007199254740993 reads as
+ * 9007199254740992, another message's), reads 1e400 as Infinity, and a
+ * fractional or negative one is no sequence of the broker's: an answer
+ * naming such a value could not name the message received.
+ */
+export function sequenceHeld(m: { sequence?: unknown }): boolean {
+  const s = m.sequence;
+  return s === undefined || s === null || (typeof s === "number" && Number.isSafeInteger(s) && s >= 0);
+}
+
+/**
+ * The BAD_FRAME of a delivery whose sequence the client cannot hold
+ * exactly (see {@link sequenceHeld}): the delivery is not handed over and
+ * not answered (an answer without the sequence could settle a newer
+ * message under its id), so the server's ack wait gives it back.
+ */
+export function unheldSequence(m: { sequence?: unknown }): PigeonError {
+  const s = m.sequence;
+  return new PigeonError(
+    ClientCodes.BAD_FRAME,
+    "the server sent a delivery whose sequence is not an integer of 0 to 2^53-1, which this client cannot answer exactly",
+    { sequence: typeof s === "number" ? s : typeof s },
+  );
+}
+
+/**
  * The `messageId` and `sequence` of an ack or a nack body: of `message`, a
- * message received (its id, and its sequence when a positive safe
- * integer) or its id; `sequence`, when given, is sent instead (0: none).
- * INVALID_ARGUMENT for a message without a string id, or a sequence that
- * is not a non-negative safe integer (JSON.stringify would send a
- * rounded or null one).
+ * message received (its id, and its sequence when positive) or its id;
+ * `sequence`, when given, is sent instead (0: none). INVALID_ARGUMENT for
+ * a message without a string id, a sequence that is not a non-negative
+ * safe integer (JSON.stringify would send a rounded or null one), or a
+ * message received whose sequence is not one (beyond 2^53-1 JSON.parse
+ * rounded it, see {@link sequenceHeld}): rather than an answer without
+ * the sequence, which settles whichever message holds the id now. Pass
+ * the id alone to answer so anyway.
  */
 export function settleBody(message: string | { id?: unknown; sequence?: unknown }, sequence?: number): { messageId: string; sequence?: number } {
   const id = typeof message === "string" ? message : message?.id;
   if (typeof id !== "string") throw new PigeonError("INVALID_ARGUMENT", "an ack or a nack names a message id (a string) or a message received");
   let seq = typeof message === "string" ? undefined : message.sequence;
+  if (sequence === undefined && typeof message !== "string" && !sequenceHeld(message)) {
+    throw new PigeonError("INVALID_ARGUMENT", "the message's sequence is not an integer of 0 to 2^53-1: the answer cannot name it exactly", {
+      sequence: typeof seq === "number" ? seq : typeof seq,
+    });
+  }
   if (sequence !== undefined) {
     if (typeof sequence !== "number" || !Number.isSafeInteger(sequence) || sequence < 0) throw new PigeonError("INVALID_ARGUMENT", `sequence must be a non-negative safe integer, not ${String(sequence)}`);
     seq = sequence;

@@ -12,7 +12,7 @@ import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { ClientCodes, finiteMs, fromWire, PigeonError, settleBody, transportError } from "./errors.js";
-import type { PublicKey } from "./crypto.js";
+import { selectKey, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
@@ -282,18 +282,53 @@ export class HttpClient {
 }
 
 /**
- * Caches accounts' published keys for `ttlMs` (default 5 min). A signature
- * whose kid the cached keys do not know refetches once (`refresh`).
+ * How old (ms) a cached key list may be when {@link KeyCache.encryptionKey}
+ * picks the key to seal for (10 s), whatever the cache's `ttlMs`: an
+ * account that removes an encryption key from its list (its private half
+ * leaked) is sealed for under it by a cache's users for at most this long
+ * after the change (and a fetch's round trip), not for the `ttlMs`.
+ * Verification reads the list through {@link KeyCache.get}, as before.
+ */
+export const SEAL_MAX_AGE_MS = 10_000;
+
+/**
+ * Caches accounts' published keys for `ttlMs` (default 5 min); sealing
+ * takes lists at most `sealMaxAgeMs` old (default {@link SEAL_MAX_AGE_MS};
+ * see {@link KeyCache.encryptionKey}). A signature whose kid the cached
+ * keys do not know refetches once (`refresh`).
  */
 export class KeyCache {
   private readonly cache = new Map<string, { at: number; keys: Promise<PublicKey[]> }>();
-  constructor(private readonly client: HttpClient, private readonly ttlMs = 300_000) {}
+  constructor(
+    private readonly client: HttpClient,
+    private readonly ttlMs = 300_000,
+    private readonly sealMaxAgeMs = SEAL_MAX_AGE_MS,
+  ) {}
 
   /** The account's keys, from the cache when fresh. */
   get(account: string): Promise<PublicKey[]> {
     const hit = this.cache.get(account);
     if (hit && Date.now() - hit.at < this.ttlMs) return hit.keys;
     return this.refresh(account);
+  }
+
+  /**
+   * The key to seal for `account` now (for {@link sealFor}: `sealFor(clear,
+   * payload, [key], me)`): its valid X25519 encryption key with the latest
+   * notBefore (`selectKey(keys, "", "enc")`). Taken from a cached list no
+   * older than `sealMaxAgeMs` (and `ttlMs`), else the list is read again;
+   * so is a cached list in which no key is valid now (the one cached is
+   * past its window). INVALID_ARGUMENT when the list read holds none.
+   */
+  async encryptionKey(account: string): Promise<PublicKey> {
+    const hit = this.cache.get(account);
+    if (hit && Date.now() - hit.at < Math.min(this.ttlMs, this.sealMaxAgeMs)) {
+      const k = sealingKey(await hit.keys);
+      if (k) return k;
+    }
+    const k = sealingKey(await this.refresh(account));
+    if (!k) throw new PigeonError("INVALID_ARGUMENT", "the recipient publishes no encryption key valid now");
+    return k;
   }
 
   /** Fetches the account's keys again. */
@@ -303,6 +338,12 @@ export class KeyCache {
     keys.catch(() => this.cache.delete(account));
     return keys;
   }
+}
+
+/** The key of `keys` to seal for now: the valid enc key with the latest notBefore, when it is an X25519 key. */
+function sealingKey(keys: readonly PublicKey[]): PublicKey | undefined {
+  const k = selectKey(keys, "", "enc");
+  return k && k.alg === "x25519" ? k : undefined;
 }
 
 function query(o: Record<string, unknown>): string {

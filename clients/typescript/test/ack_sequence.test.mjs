@@ -59,7 +59,7 @@ test("a delivery without a usable sequence is acked with 0 in sequences, and non
     await s.subscribe("x", async () => {}, { maxInFlight: 4 });
     deliver(socket(), msg(1, { sequence: undefined }));
     await until(() => held, 2000, "the first ack");
-    deliver(socket(), msg(2, { sequence: 2 ** 60 }));
+    deliver(socket(), msg(2, { sequence: null }));
     deliver(socket(), msg(3));
     await new Promise((r) => setTimeout(r, 50));
     held();
