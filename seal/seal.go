@@ -48,6 +48,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -235,7 +236,12 @@ func (s *Sealed) decode() (fields, error) {
 		return f, fmt.Errorf("%w: no sealed part", ErrTampered)
 	}
 	if s.V != Version || s.Alg != Alg {
-		return f, fmt.Errorf("%w: v %d alg %q", ErrUnsupported, s.V, s.Alg)
+		// The sender's alg, quoted (escaped) and cut: it may be any text.
+		alg := s.Alg
+		if len(alg) > 64 {
+			alg = strings.ToValidUTF8(alg[:64], "") + "…"
+		}
+		return f, fmt.Errorf("%w: v %d alg %q", ErrUnsupported, s.V, alg)
 	}
 	if checkKIDs(s.RecipientKID, s.SenderKID) != nil {
 		return f, fmt.Errorf("%w: bad kid", ErrTampered)
