@@ -70,6 +70,9 @@ func embeddedIPv4(a netip.Addr) netip.Addr {
 // IP address, with or without a zone; the zero Source when it names no IP
 // address.
 func SourceOf(remote string) Source {
+	if remote == "" {
+		return Source{} // in process: no source, and no parse errors to allocate
+	}
 	if ap, err := netip.ParseAddrPort(remote); err == nil {
 		return SourceOfAddr(ap.Addr())
 	}
