@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"pigeon/store"
 )
@@ -159,20 +160,28 @@ func (s *Store) chainLocked(recs []store.AuditRecord, locs []uint64) *wreq {
 	w := a.w
 	buf := getRecBuf()
 	ends := make([]int, len(recs))
+	// The ids and hashes made here are strings of one buffer, never
+	// written again once each is taken: one allocation for the batch.
+	// Its capacity holds them all, so it is never moved.
+	text := make([]byte, 0, len(recs)*(len("aud_")+20+64))
 	a.mu.Lock()
 	prev := a.pend
 	for i := range recs {
 		r := &recs[i]
 		r.Seq = w.next + uint64(i)
 		if r.ID == "" || locs != nil {
-			r.ID = "aud_" + strconv.FormatUint(r.Seq, 10)
+			at := len(text)
+			text = strconv.AppendUint(append(text, "aud_"...), r.Seq, 10)
+			r.ID = unsafe.String(&text[at], len(text)-at)
 		}
 		r.Time = r.Time.UTC()
 		r.PrevHash = prev.Hash
 		if prev.Hash == "" {
 			r.PrevHash = store.Genesis
 		}
-		r.Hash = r.ComputeHash()
+		at := len(text)
+		text = r.AppendHash(text)
+		r.Hash = unsafe.String(&text[at], len(text)-at)
 		prev = headOf(*r)
 		buf.b = appendAudit(buf.b, r)
 		ends[i] = len(buf.b)
