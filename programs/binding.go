@@ -197,18 +197,21 @@ func (b *binding) revoke(ctx context.Context) {
 }
 
 // accountGone reports whether the account caller runs as was deleted,
-// and then revokes caller's contract, which ends its binding: the
+// and then revokes caller's contract (settle: waiting while ctx lasts,
+// revoked reports whether it was), which ends its binding: the
 // binding's watch binds the program again, which fails (audited) until
 // an account of that id exists again. A program's principal is its
 // account: the engine takes away the roles of a deleted account, but a
 // catalog rule naming the account's id would go on allowing a contract
 // negotiated for it, renewed in place, for as long as the program runs.
-func accountGone(ctx context.Context, e *pigeon.Engine, caller pigeon.Caller) bool {
+func accountGone(ctx context.Context, e *pigeon.Engine, wg *sync.WaitGroup, caller pigeon.Caller) (gone, revoked bool) {
 	if _, err := e.GetAccount(ctx, caller.Principal.ID); pigeon.ErrorCode(err) != pigeon.CodeNotFound {
-		return false
+		return false, false
 	}
-	_ = e.RevokeContract(context.WithoutCancel(ctx), caller.Principal, caller.ContractID)
-	return true
+	revoked = settle(ctx, wg, func(ctx context.Context) {
+		_ = e.RevokeContract(ctx, caller.Principal, caller.ContractID)
+	})
+	return true, revoked
 }
 
 // watch stores b's position every Options.PositionInterval while it
@@ -290,7 +293,7 @@ func (mg *Manager) renew(b *binding) time.Duration {
 	if !time.Now().Before(exp) || b.stopped.Load() {
 		return time.Hour // ended: the subscription's end rebinds it
 	}
-	if accountGone(mg.ctx, mg.e, b.caller) {
+	if gone, _ := accountGone(mg.ctx, mg.e, &mg.wg, b.caller); gone {
 		return time.Hour // revoked: the subscription's end rebinds it
 	}
 	ctx, cancel := context.WithTimeout(mg.ctx, renewTimeout)

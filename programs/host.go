@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
@@ -32,6 +33,10 @@ type callKey struct{}
 // errEmitLimit aborts a call that emitted more than its limit.
 var errEmitLimit = errors.New("programs: the emitted-messages limit was reached")
 
+// errCallOver aborts a call whose time (limits.timeoutMs) is up when it
+// calls the host again.
+var errCallOver = errors.New("programs: the message's time is up")
+
 // instantiateHost defines the host module on rt.
 func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 	b := rt.NewHostModuleBuilder(hostModule)
@@ -53,6 +58,11 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 	c, _ := ctx.Value(callKey{}).(*call)
 	if c == nil {
 		return writeCode(mod, st, pigeon.CodeInvalidArgument) // called from the initializer or pigeon_alloc
+	}
+	if ctx.Err() != nil {
+		// The call's time is up (a write the host waited for used it):
+		// it emits nothing more, and leaves nothing more to wait for.
+		panic(errCallOver)
 	}
 	c.emitted++
 	if c.emitted > c.v.man.Limits.MaxEmits {
@@ -91,8 +101,14 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 		return c.refuse(ctx, mod, st, pigeon.CodeProgramLimit)
 	}
 	// When the account is gone, its contract goes too: Publish refuses
-	// the message CONTRACT_REVOKED (audited) and the binding ends.
-	accountGone(ctx, c.v.e, c.caller)
+	// the message CONTRACT_REVOKED (audited) and the binding ends. When
+	// the call's time ran out before the revocation was written, the
+	// message is refused as Publish would refuse it, and the revocation
+	// goes on.
+	if gone, revoked := accountGone(ctx, c.v.e, c.v.wg, c.caller); gone && !revoked {
+		c.v.lin.unadmit(c.hop)
+		return writeCode(mod, st, pigeon.CodeContractRevoked)
+	}
 	res, err := c.v.e.Publish(ctx, c.caller, m)
 	if err != nil {
 		c.v.lin.unadmit(c.hop)
@@ -111,13 +127,44 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 // refuse refuses a message the engine never saw (too large, out of the
 // program's memory, no envelope): audited publish.denied under the
 // program's principal, as the engine audits its own refusals, and its
-// code written for the program.
+// code written for the program. The call waits for the record while its
+// time lasts, never longer: the record is written all the same.
 func (c *call) refuse(ctx context.Context, mod api.Module, st []uint64, code pigeon.Code) uint64 {
 	c.v.log.Debug("program message refused", "code", code, "size", uint32(st[1]))
-	_ = c.v.e.Record(context.WithoutCancel(ctx), pigeon.EventPublishDenied, code, pigeon.AuditRecord{
-		Principal: c.caller.Principal.ID, ContractID: c.caller.ContractID, Ref: c.v.ref(),
+	rec := pigeon.AuditRecord{Principal: c.caller.Principal.ID, ContractID: c.caller.ContractID, Ref: c.v.ref()}
+	settle(ctx, c.v.wg, func(ctx context.Context) {
+		_ = c.v.e.Record(ctx, pigeon.EventPublishDenied, code, rec)
 	})
 	return writeCode(mod, st, code)
+}
+
+// settle runs write (a store write that must not be lost: an audit
+// record, a revocation) on a goroutine of its own, tracked by wg, under
+// ctx without its cancellation, and waits for it while ctx lasts. It
+// reports whether write finished. A host call waits under its call's
+// context: a slow durable or clustered store never holds the call past
+// limits.timeoutMs, and what the call had to write is written all the
+// same.
+func settle(ctx context.Context, wg *sync.WaitGroup, write func(context.Context)) bool {
+	done := make(chan struct{})
+	wctx := context.WithoutCancel(ctx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		write(wctx)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // writeCode writes code at st[2] (at most st[3] bytes) and returns the

@@ -43,6 +43,9 @@ type version struct {
 	// (Options.MaxMessageSize).
 	maxMessage int
 	lin        *lineage // the Manager's
+	// wg is the Manager's: it tracks the writes a host call leaves
+	// running (settle).
+	wg *sync.WaitGroup
 
 	mu      sync.RWMutex
 	retired bool
@@ -63,7 +66,7 @@ func newVersion(ctx context.Context, mg *Manager, name string, number int, man M
 	v := &version{
 		e: mg.e, name: name, number: number, sum: hex.EncodeToString(sum[:]), man: man,
 		log:  mg.log.With("program", name, "version", number),
-		idle: make(chan *instance, man.Route.MaxInFlight), maxMessage: mg.opts.MaxMessageSize, lin: mg.lin,
+		idle: make(chan *instance, man.Route.MaxInFlight), maxMessage: mg.opts.MaxMessageSize, lin: mg.lin, wg: &mg.wg,
 	}
 	cfg := wazero.NewRuntimeConfig().WithCloseOnContextDone(true).WithMemoryLimitPages(man.Limits.MemoryPages).WithCompilationCache(mg.cache)
 	if mg.opts.Interpreter {
@@ -243,13 +246,24 @@ func (inst *instance) call(ctx context.Context, c *call, msg []byte) (uint32, er
 }
 
 // failed audits and logs a failed delivery and returns its error, which
-// nacks it.
+// nacks it. The record names the message by its id and its sequence
+// (Seqs, as the engine's records of one message do): an id is the
+// publisher's choice, and names another message once retention freed it.
 func (v *version) failed(ctx context.Context, caller pigeon.Caller, d *pigeon.Delivery, pe *pigeon.Error) error {
-	v.log.Warn("program delivery failed", "code", pe.Code, "subject", d.Subject, "message", d.Message.ID, "attempt", d.Attempt, "error", pe.Message)
+	v.log.Warn("program delivery failed", "code", pe.Code, "subject", d.Subject, "message", d.Message.ID, "sequence", d.Message.Sequence, "attempt", d.Attempt, "error", pe.Message)
 	_ = v.e.Record(context.WithoutCancel(ctx), pigeon.EventProgramFailed, pe.Code, pigeon.AuditRecord{
-		Subject: d.Subject, Principal: caller.Principal.ID, ContractID: caller.ContractID, MessageID: d.Message.ID, Ref: v.ref(),
+		Subject: d.Subject, Principal: caller.Principal.ID, ContractID: caller.ContractID, MessageID: d.Message.ID, Seqs: seqText(d.Message.Sequence), Ref: v.ref(),
 	})
 	return pe
+}
+
+// seqText is the Seqs of the audit record of one message: its sequence
+// in decimal, as the engine writes it (empty when none is known).
+func seqText(seq uint64) string {
+	if seq == 0 {
+		return ""
+	}
+	return strconv.FormatUint(seq, 10)
 }
 
 // ref names the version in audit records: "program:<name>@<number>".

@@ -74,7 +74,7 @@ func deployProgram(rq *request) (int, any, error) {
 	if info.Version == 1 {
 		status = http.StatusCreated
 	}
-	return status, map[string]any{"program": info}, nil
+	return status, map[string]any{"program": rq.shown(info)}, nil
 }
 
 // mayRunAs returns the refusal (403 FORBIDDEN, audited) of a caller
@@ -108,7 +108,7 @@ func getProgram(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string]any{"program": info}, nil
+	return http.StatusOK, map[string]any{"program": rq.shown(info)}, nil
 }
 
 // listPrograms lists the programs; to a principal without RoleAdmin, those
@@ -118,7 +118,7 @@ func listPrograms(rq *request) (int, any, error) {
 	shown := all[:0]
 	for _, info := range all {
 		if rq.mayRead(info) {
-			shown = append(shown, info)
+			shown = append(shown, rq.shown(info))
 		}
 	}
 	return http.StatusOK, map[string]any{"programs": shown}, nil
@@ -129,6 +129,28 @@ func listPrograms(rq *request) (int, any, error) {
 // only those.
 func (rq *request) mayRead(info programs.Info) bool {
 	return rq.p.HasRole(RoleAdmin) || info.Manifest.Account == rq.p.ID
+}
+
+// shown is what the caller sees of info, a program it may read: an admin
+// all of it; another principal only the earlier versions that ran as its
+// own account. An admin may move a program to another account, and the
+// versions from before the move are the previous account's: their
+// manifests (its env, its routes) and who deployed them are not the new
+// account's to read. A version whose manifest is not kept is not shown
+// either, as whose it was cannot be told. info is not changed: its
+// History is the Manager's.
+func (rq *request) shown(info programs.Info) programs.Info {
+	if rq.p.HasRole(RoleAdmin) {
+		return info
+	}
+	var own []programs.Revision
+	for _, r := range info.History {
+		if r.Manifest != nil && r.Manifest.Account == rq.p.ID {
+			own = append(own, r)
+		}
+	}
+	info.History = own
+	return info
 }
 
 // ownProgram is the precondition of a change by a principal without
@@ -209,5 +231,5 @@ func rollbackProgram(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string]any{"program": info}, nil
+	return http.StatusOK, map[string]any{"program": rq.shown(info)}, nil
 }
