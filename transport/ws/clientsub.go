@@ -32,8 +32,12 @@ const DefaultWindow = 256
 // passed, or the subscription resumed on a new connection while the old
 // connection's run goes on) stays parked in the queue, in its place among
 // the deliveries and counted against its bounds, until that run returns;
-// then a worker takes it, and it is answered on its own connection. With
-// one worker nothing can overlap, and nothing is tracked.
+// then a worker takes it, and it is answered on its own connection. A
+// message is its id and sequence: another message published under the id
+// once retention trimmed the one running (a higher sequence) is not
+// parked behind it, since each answer names its own sequence and the
+// server settles the two apart. With one worker nothing can overlap, and
+// nothing is tracked.
 type clientSub struct {
 	s       *Session
 	subject string
@@ -64,9 +68,10 @@ type clientSub struct {
 	sidConn  *clientConn // the connection sid is of; written with s.mu and mu held
 	stopping bool
 	running  sync.WaitGroup // deliveries queued or being handled
-	// The ids of the messages whose handler runs, with more than one
-	// worker (nil with one): a queued delivery of one of them is parked.
-	busy     map[string]struct{}
+	// The messages (id and sequence) whose handler runs, with more than
+	// one worker (nil with one): a queued delivery of one of them is
+	// parked.
+	busy     map[runKey]struct{}
 	err      error
 	finished bool
 
@@ -74,6 +79,14 @@ type clientSub struct {
 	acks    []pendingAck
 	ackKick chan struct{}
 	sendMu  sync.Mutex // held while ack frames are sent and answered
+}
+
+// runKey names one message of a subscription: a message id names one
+// message at a time only (retention frees it), so its sequence goes with
+// it (0 when the server sends none).
+type runKey struct {
+	id  string
+	seq uint64
 }
 
 // queuedDelivery is one deliver frame waiting for a worker.
@@ -137,7 +150,7 @@ func (s *Session) Subscribe(ctx context.Context, subject string, h pigeon.Handle
 		workers = 1 // the server refuses the subscription
 	}
 	if workers > 1 {
-		cs.busy = make(map[string]struct{}, min(workers, 64))
+		cs.busy = make(map[runKey]struct{}, min(workers, 64))
 	}
 	for range workers {
 		s.goBG(cs.work)
@@ -542,18 +555,18 @@ func (cs *clientSub) received(seq uint64) {
 // included) is dropped unanswered (see deliver).
 func (cs *clientSub) work() {
 	var done uint64 // the sequence last handled successfully, noted under the next lock of mu
-	var ran string  // the message this worker last ran the handler on (with busy), let go under the next lock of mu
+	var ran runKey  // the message this worker last ran the handler on (with busy), let go under the next lock of mu
 	for {
 		cs.mu.Lock()
 		if done != 0 {
 			cs.handled(done)
 			done = 0
 		}
-		if ran != "" {
+		if ran.id != "" {
 			// A delivery of it parked meanwhile is now free: this worker
 			// looks for it next, so no other needs waking.
 			delete(cs.busy, ran)
-			ran = ""
+			ran = runKey{}
 		}
 		i := -1
 		for !cs.stopping {
@@ -575,8 +588,8 @@ func (cs *clientSub) work() {
 		}
 		q := cs.take(i)
 		if cs.busy != nil {
-			cs.busy[q.m.ID] = struct{}{}
-			ran = q.m.ID
+			ran = runKey{q.m.ID, q.m.Sequence}
+			cs.busy[ran] = struct{}{}
 		}
 		if len(cs.queue) > 0 {
 			cs.cond.Signal() // another worker may take the next one
@@ -603,7 +616,7 @@ func (cs *clientSub) next() int {
 		return 0
 	}
 	for i := range cs.queue {
-		if _, parked := cs.busy[cs.queue[i].m.ID]; !parked {
+		if _, parked := cs.busy[runKey{cs.queue[i].m.ID, cs.queue[i].m.Sequence}]; !parked {
 			return i
 		}
 	}

@@ -653,9 +653,10 @@ def seal_message(
 ) -> dict[str, Any]:
     """A copy of ``message`` whose data is ``clear`` plus ``payload`` sealed
     for the recipient's published encryption key (the valid one with the
-    latest notBefore), signed by ``sender``."""
+    latest notBefore, which must be an X25519 key: ``INVALID_ARGUMENT``
+    otherwise, nothing sealed), signed by ``sender``."""
     k = select_key(recipient_keys, "", "enc")
-    if k is None:
+    if k is None or k.get("alg") != "x25519":
         raise new_error("INVALID_ARGUMENT", "the recipient has no valid published encryption key")
     data = seal_data(clear, payload, k["kid"], b64url_decode(k["key"]), sender.signing_kid, sender.signing_key)
     return sign_message({**message, "data": data}, sender.signing_kid, sender.signing_key)

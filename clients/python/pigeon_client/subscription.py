@@ -184,6 +184,37 @@ def _attempt(v: Any) -> int:
     return v if type(v) is int and 0 <= v < (1 << 63) else 0
 
 
+def _run_key(d: "Delivery") -> tuple[str, int | None]:
+    """The message a delivery is of, for running its handler once at a
+    time: its id and sequence. A message id names one message at a time
+    only: a later message published under it once retention trimmed the
+    first (a higher sequence) is another, whose handler need not wait for
+    the old one's run (each answer names its own sequence, and the server
+    settles the two apart)."""
+    return d.message.get("id"), _sequence(d.message.get("sequence"))
+
+
+def _not_pending(ans: Any) -> Callable[[str, int], bool]:
+    """Whether an ack frame's ``ok`` answer ``ans`` refused the answer of
+    message id at sequence seq (0: none sent). ``notPending`` names the
+    ids refused; when ``notPendingSequences`` goes in step with it, each
+    refused answer is an id at a sequence (0: the answer named none), so
+    one id answered at two sequences, one settled, is told apart.
+    Without it (protocol v1), every answer of a listed id was refused.
+    Ids only: anything else (an id that is a list, a number for a list)
+    settles nothing as refused, rather than raise and leave every ack of
+    the batch waiting for good."""
+    np_ = ans.get("notPending") if isinstance(ans, dict) else None
+    ids = np_ if isinstance(np_, list) else []
+    nps = ans.get("notPendingSequences") if isinstance(ans, dict) else None
+    if isinstance(nps, list) and len(nps) == len(ids):
+        pairs = {(i, q) for i, q in zip(ids, nps)
+                 if isinstance(i, str) and type(q) is int and 0 <= q < (1 << 64)}
+        return lambda mid, seq: (mid, seq) in pairs
+    names = {i for i in ids if isinstance(i, str)}
+    return lambda mid, _seq: mid in names
+
+
 def _settle_body(message: Any, sequence: int | None = None) -> dict[str, Any]:
     """The ``messageId`` and ``sequence`` of a pull ack or nack: of
     ``message``, a message received (a mapping: its ``id``, and its
@@ -328,13 +359,14 @@ class Subscription:
         # before it is taken (see _push).
         self._queued_bytes = 0
         self._unsized: Delivery | None = None
-        # The message ids whose handler runs, and the deliveries of those
-        # ids that came meanwhile (delivered again: the ack wait passed, or
-        # a resume), parked until that run returns: one message's handler
-        # never runs twice at once. Parked ones still count against the
-        # window (at most once, against MAX_QUEUED and MAX_QUEUED_BYTES).
-        self._active: set[str] = set()
-        self._parked: dict[str, collections.deque[Delivery]] = {}
+        # The messages (id and sequence, see _run_key) whose handler runs,
+        # and the deliveries of those that came meanwhile (delivered again:
+        # the ack wait passed, or a resume), parked until that run returns:
+        # one message's handler never runs twice at once. Parked ones still
+        # count against the window (at most once, against MAX_QUEUED and
+        # MAX_QUEUED_BYTES).
+        self._active: set[tuple[str, int | None]] = set()
+        self._parked: dict[tuple[str, int | None], collections.deque[Delivery]] = {}
         self._parked_n = 0
         self.ended = False
         # Stopping: unsubscribe() or the session's close() began; nothing
@@ -638,14 +670,14 @@ class Subscription:
                 if item is _CLOSED:
                     self._queue.put_nowait(_CLOSED)
                     return
-                key = item.message.get("id")
+                key = _run_key(item)
                 if key in self._active:
                     self._park(key, item)  # its message's handler runs: after it
                     continue
                 self._active.add(key)
             else:
                 item, ready = ready, None
-                key = item.message.get("id")  # still in _active
+                key = _run_key(item)  # still in _active
             try:
                 self._took(item)
                 if item._gen == self._gen or self._at_most_once:
@@ -672,7 +704,7 @@ class Subscription:
             self._running.discard(task)
             self._changed()
 
-    def _park(self, key: str, d: Delivery) -> None:
+    def _park(self, key: tuple[str, int | None], d: Delivery) -> None:
         if d is self._unsized:  # measured now: it leaves the queue, not the count
             self._unsized = None
             d._size = _data_size(d.message)
@@ -680,7 +712,7 @@ class Subscription:
         self._parked.setdefault(key, collections.deque()).append(d)
         self._parked_n += 1
 
-    def _unpark(self, key: str) -> Delivery | None:
+    def _unpark(self, key: tuple[str, int | None]) -> Delivery | None:
         q = self._parked.get(key)
         if not q or self._stopping:
             return None
@@ -805,15 +837,11 @@ class Subscription:
                         if not f.done():
                             f.set_exception(e)
                     continue
-                # Ids only: anything else (an id that is a list, a number
-                # for a list) settles nothing as refused, rather than raise
-                # here and leave every ack of the batch waiting for good.
-                np_ = ans.get("notPending")
-                not_pending = {i for i in np_ if isinstance(i, str)} if isinstance(np_, list) else set()
-                for mid, _, _, f in items:
+                refused = _not_pending(ans)
+                for mid, seq, _, f in items:
                     if f.done():
                         continue
-                    if mid in not_pending:
+                    if refused(mid, seq):
                         f.set_exception(
                             error_from({"code": "ACK_NOT_ALLOWED", "message": "no delivery of that message is waiting"})
                         )

@@ -273,8 +273,8 @@ impl HttpClient {
 
     /// Gives a message taken with an explicit receive back
     /// (`POST /v1/subjects/{name}/nack`), due again after `delay` (default:
-    /// the subject's backoff; at most 12 hours, the server refuses a longer
-    /// one `INVALID_ARGUMENT`), whichever message holds the id now;
+    /// the subject's backoff; a longer one than 12 hours, the most the
+    /// server takes, is shortened to it), whichever message holds the id now;
     /// [`nack_sequence`](HttpClient::nack_sequence) names the one received.
     pub async fn nack(&self, subject: &str, message_id: &str, delay: Option<Duration>) -> Result<()> {
         self.nack_sequence(subject, message_id, 0, delay).await
@@ -296,7 +296,7 @@ impl HttpClient {
             body["sequence"] = json!(seq);
         }
         if let Some(d) = delay {
-            body["delayMs"] = json!(crate::time::wire_ms(d));
+            body["delayMs"] = json!(crate::time::retry_delay_ms(d));
         }
         let path = format!("/v1/subjects/{}/{op}", segment(subject)?);
         self.call_under("POST", &path, Some(body), Some(contract)).await.map(|_| ())

@@ -467,8 +467,10 @@ impl Session {
     }
 
     /// Gives a message taken with `receive` back, due again after `delay`
-    /// (default: the subject's backoff), whichever message holds the id
-    /// now; [`nack_sequence`](Self::nack_sequence) names the one received.
+    /// (default: the subject's backoff; a longer one than 12 hours, the
+    /// most the broker takes, is shortened to it), whichever message
+    /// holds the id now; [`nack_sequence`](Self::nack_sequence) names the
+    /// one received.
     pub async fn nack(&self, subject: &str, message_id: &str, delay: Option<Duration>) -> Result<()> {
         self.nack_sequence(subject, message_id, 0, delay).await
     }
@@ -479,7 +481,7 @@ impl Session {
     pub async fn nack_sequence(&self, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
         let mut f = pull_answer("nack", subject, message_id, seq);
         if let Some(d) = delay {
-            f["delayMs"] = json!(crate::time::wire_ms(d));
+            f["delayMs"] = json!(crate::time::retry_delay_ms(d));
         }
         self.call(f).await.map(|_| ())
     }

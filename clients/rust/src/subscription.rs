@@ -490,12 +490,24 @@ pub(crate) struct SubShared {
     dropped: AtomicU64,
     /// [`Ack::Explicit`]: the deliveries that came beyond the window.
     overflow: AtomicU64,
-    /// The messages (ids) whose handler runs, each with the deliveries of
-    /// it that came meanwhile (its ack wait passed, or a resumed
-    /// subscription gave it again): parked until that run returns, then run
-    /// in turn, so that one message's handler never runs twice at once.
-    /// Parked deliveries count against the window until they run.
-    running: Mutex<std::collections::HashMap<String, VecDeque<Delivery>>>,
+    /// The messages ([`RunKey`]) whose handler runs, each with the
+    /// deliveries of it that came meanwhile (its ack wait passed, or a
+    /// resumed subscription gave it again): parked until that run returns,
+    /// then run in turn, so that one message's handler never runs twice at
+    /// once. Parked deliveries count against the window until they run.
+    running: Mutex<std::collections::HashMap<RunKey, VecDeque<Delivery>>>,
+}
+
+/// The message a delivery is of, for running its handler once at a time:
+/// its id and sequence. A message id names one message at a time only: a
+/// later message published under it once retention trimmed the first (a
+/// higher sequence) is another, whose handler need not wait for the old
+/// one's run (each answer names its own sequence, and the server settles
+/// the two apart).
+type RunKey = (String, u64);
+
+fn run_key(m: &Message) -> RunKey {
+    (m.id.clone(), m.sequence)
 }
 
 impl SubShared {
@@ -1038,13 +1050,14 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
         }
         {
             let mut r = s.running.lock().unwrap();
-            if let Some(parked) = r.get_mut(&d.message.id) {
+            let key = run_key(&d.message);
+            if let Some(parked) = r.get_mut(&key) {
                 // Its handler runs: this one waits for that run (counted
                 // in the window until it runs), and takes no permit.
                 parked.push_back(d);
                 continue;
             }
-            r.insert(d.message.id.clone(), VecDeque::new());
+            r.insert(key, VecDeque::new());
         }
         s.dequeued(d.size, conn_key(&d.handle.conn)); // a handler takes it
         let key = Arc::as_ptr(&s) as usize;
@@ -1053,9 +1066,9 @@ async fn dispatch_loop(sub: Weak<SubShared>, h: Handler, mut rx: mpsc::Unbounded
         tokio::spawn(async move {
             let mut d = d;
             loop {
-                let (sub, id) = (d.handle.sub.clone(), d.message.id.clone());
+                let (sub, run) = (d.handle.sub.clone(), run_key(&d.message));
                 run_handler(&h, d, key).await;
-                match sub.next_parked(&id) {
+                match sub.next_parked(&run) {
                     Some(next) => d = next,
                     None => break,
                 }
@@ -1084,19 +1097,19 @@ async fn run_handler(h: &Handler, d: Delivery, key: usize) {
 }
 
 impl SubShared {
-    /// After a run of message `id`'s handler: the next delivery of it that
-    /// came meanwhile (parked), or `None`, and the message no longer runs.
-    /// Parked deliveries that may no longer be handed out (the
+    /// After a run of message `run`'s handler: the next delivery of it
+    /// that came meanwhile (parked), or `None`, and the message no longer
+    /// runs. Parked deliveries that may no longer be handed out (the
     /// subscription stopped, their connection is gone) are dropped.
-    fn next_parked(&self, id: &str) -> Option<Delivery> {
+    fn next_parked(&self, run: &RunKey) -> Option<Delivery> {
         loop {
             let d = {
                 let mut r = self.running.lock().unwrap();
-                let q = r.get_mut(id)?;
+                let q = r.get_mut(run)?;
                 match q.pop_front() {
                     Some(d) => d,
                     None => {
-                        r.remove(id);
+                        r.remove(run);
                         return None;
                     }
                 }
@@ -1110,16 +1123,14 @@ impl SubShared {
     }
 }
 
-/// The longest redelivery delay the broker takes (12 hours): a handler's
-/// longer `retry_after` waits this long, as it does in the Go client.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 60 * 60);
-
 /// Nacks a delivery a handler failed on or a stream's reader dropped; an
 /// error other than a lost connection goes to `on_error`.
 async fn nack(h: &AckHandle, id: &str, seq: u64, delay: Option<Duration>) {
     let mut f = answer_frame("nack", &h.sid, id, seq);
     if let Some(d) = delay {
-        f["delayMs"] = json!(crate::time::wire_ms(d.min(MAX_RETRY_DELAY)));
+        // A handler's longer `retry_after` waits the longest the broker
+        // takes (12 hours), as it does in the Go client.
+        f["delayMs"] = json!(crate::time::retry_delay_ms(d));
     }
     if let Err(e) = h.conn.call(obj(f), Duration::from_secs(30)).await {
         if e.kind != ErrorKind::Transport {
@@ -1168,6 +1179,37 @@ fn ack_frames(sid: &str, mut items: Vec<AckItem>, limit: usize) -> Vec<Vec<AckIt
     out
 }
 
+/// The answers an ack frame's `ok` says were not taken: `notPending`
+/// names their ids; when `notPendingSequences` goes in step with it, each
+/// is an id at a sequence (0: the answer named none), so one id answered
+/// at two sequences, one settled, is told apart. Without it (protocol
+/// v1), every answer of a listed id was refused. Ids only: anything else
+/// in the list is passed over.
+enum NotPending {
+    Ids(Vec<String>),
+    Pairs(Vec<(String, u64)>),
+}
+
+impl NotPending {
+    fn of(answer: &Value) -> NotPending {
+        let ids: &[Value] = answer.get("notPending").and_then(Value::as_array).map_or(&[], Vec::as_slice);
+        match answer.get("notPendingSequences").and_then(Value::as_array) {
+            Some(seqs) if seqs.len() == ids.len() => {
+                NotPending::Pairs(ids.iter().zip(seqs).filter_map(|(i, q)| Some((i.as_str()?.to_string(), q.as_u64()?))).collect())
+            }
+            _ => NotPending::Ids(ids.iter().filter_map(|x| x.as_str().map(String::from)).collect()),
+        }
+    }
+
+    /// Whether the answer of `id` at `seq` (0: none sent) was refused.
+    fn refused(&self, id: &str, seq: u64) -> bool {
+        match self {
+            NotPending::Ids(ids) => ids.iter().any(|x| x == id),
+            NotPending::Pairs(pairs) => pairs.iter().any(|(x, q)| x == id && *q == seq),
+        }
+    }
+}
+
 async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>) {
     while let Some(first) = rx.recv().await {
         let mut cmds = vec![first];
@@ -1200,13 +1242,9 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                 json!({"op": "ack", "sub": h.sid, "messageIds": ids, "sequences": seqs})
             };
             let res = h.conn.call(obj(f), Duration::from_secs(30)).await;
-            let not_pending: Vec<String> = match &res {
-                Ok(a) => a
-                    .get("notPending")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-                    .unwrap_or_default(),
-                Err(_) => Vec::new(),
+            let not_pending = match &res {
+                Ok(a) => NotPending::of(a),
+                Err(_) => NotPending::Ids(Vec::new()),
             };
             // Only an ack the server took removes a sequence from the
             // pending set: a failed one (a lost connection, an ack wait
@@ -1215,7 +1253,7 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
             let mut done = Vec::new();
             for (id, seq, tx) in items {
                 let r = match &res {
-                    Ok(_) if not_pending.contains(&id) => {
+                    Ok(_) if not_pending.refused(&id, seq) => {
                         Err(Error::new("ACK_NOT_ALLOWED", format!("no delivery of {id} is waiting for an answer")))
                     }
                     Ok(_) => {

@@ -94,6 +94,17 @@ pub(crate) fn wire_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).map_or(i64::MAX as u64, |ms| ms.min(i64::MAX as u64))
 }
 
+/// The longest redelivery delay the broker takes (12 hours,
+/// `pigeon.MaxRetryDelay`): a nacked message stays leased until it is due,
+/// so the broker refuses a longer `delayMs` `INVALID_ARGUMENT`.
+pub(crate) const MAX_RETRY_DELAY: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// A nack's `delay` as its `delayMs`: shortened to [`MAX_RETRY_DELAY`],
+/// as a handler's longer `retry_after` is, rather than refused.
+pub(crate) fn retry_delay_ms(d: Duration) -> u64 {
+    wire_ms(d.min(MAX_RETRY_DELAY))
+}
+
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)

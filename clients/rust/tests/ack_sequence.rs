@@ -140,6 +140,8 @@ async fn pull_acks_and_nacks_name_the_sequence_given() {
     s.ack_sequence("x", "msg_9", 0).await.unwrap();
     s.nack_sequence("x", "msg_10", 10, Some(Duration::ZERO)).await.unwrap();
     s.nack("x", "msg_11", None).await.unwrap();
+    // Longer than the 12 hours the broker takes: shortened, not refused.
+    s.nack_sequence("x", "msg_12", 12, Some(Duration::from_secs(13 * 3600))).await.unwrap();
     let got: Vec<Value> = frames
         .lock()
         .unwrap()
@@ -158,6 +160,7 @@ async fn pull_acks_and_nacks_name_the_sequence_given() {
             json!({"op": "ack", "subject": "x", "messageId": "msg_9"}),
             json!({"op": "nack", "subject": "x", "messageId": "msg_10", "sequence": 10, "delayMs": 0}),
             json!({"op": "nack", "subject": "x", "messageId": "msg_11"}),
+            json!({"op": "nack", "subject": "x", "messageId": "msg_12", "sequence": 12, "delayMs": 43_200_000}),
         ]
     );
     let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
@@ -279,9 +282,127 @@ async fn http_acks_and_nacks_settle_under_the_contract_with_typed_errors() {
     http.ack(JOBS, "job-h").await.unwrap();
     let e = http.ack(JOBS, "job-none").await.expect_err("no such message");
     assert_eq!((e.code.as_str(), e.status, e.kind), ("MESSAGE_NOT_FOUND", 404, pigeon_client::ErrorKind::NotFound), "{e}");
-    let e = http.nack(JOBS, "job-none", Some(Duration::from_secs(13 * 3600))).await.expect_err("a delay beyond 12 h");
-    assert_eq!((e.code.as_str(), e.status), ("INVALID_ARGUMENT", 400), "{e}");
+    // A delay beyond the 12 hours the server takes is shortened to them,
+    // not sent as it is (INVALID_ARGUMENT): the server reads the id.
+    let e = http.nack(JOBS, "job-none", Some(Duration::from_secs(13 * 3600))).await.expect_err("no such message");
+    assert_eq!((e.code.as_str(), e.status), ("MESSAGE_NOT_FOUND", 404), "{e}");
     let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
     server.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An ack frame answering one id at two sequences (the id reused once
+/// retention trimmed the first message) is answered with
+/// `notPendingSequences` in step with `notPending`: only the answer named
+/// is refused, the other settled. Without it (protocol v1), or out of
+/// step, both answers of the id listed are refused, as before.
+#[tokio::test]
+async fn an_ack_frame_answering_one_id_at_two_sequences_refuses_only_the_one_named() {
+    let cases: [(Value, [bool; 2]); 5] = [
+        (json!({"notPending": ["m"], "notPendingSequences": [7]}), [true, false]),
+        (json!({"notPending": ["m"], "notPendingSequences": [9]}), [false, true]),
+        (json!({"notPending": ["m"]}), [true, true]),
+        (json!({"notPending": ["m"], "notPendingSequences": [7, 9]}), [true, true]),
+        (json!({}), [false, false]),
+    ];
+    for (answer, refused) in cases {
+        let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let (fr, ans) = (frames.clone(), answer.clone());
+        let on_frame: OnFrame = Arc::new(move |f| {
+            if f["op"] == "subscribe" {
+                return vec![
+                    json!({"op": "subscribed", "re": f["id"], "sub": "sub_1"}),
+                    json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg("m", 7)}),
+                    json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg("m", 9)}),
+                ];
+            }
+            fr.lock().unwrap().push(f.clone());
+            let mut ok = ans.clone();
+            if f["op"] != "ack" {
+                ok = json!({});
+            }
+            ok["op"] = json!("ok");
+            ok["re"] = f["id"].clone();
+            vec![ok]
+        });
+        let (url, _tx, task) = raw_server(Behaviour::default(), on_frame).await;
+        let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+        let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+        let d7 = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.unwrap().unwrap().unwrap();
+        let d9 = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.unwrap().unwrap().unwrap();
+        assert_eq!((d7.message.sequence, d9.message.sequence), (7, 9));
+        let (r7, r9) = tokio::time::timeout(Duration::from_secs(5), async { tokio::join!(d7.ack(), d9.ack()) }).await.unwrap();
+        let acks = of_op(&frames, "ack");
+        assert_eq!(acks.len(), 1, "{answer}: one frame");
+        assert_eq!((&acks[0]["messageIds"], &acks[0]["sequences"]), (&json!(["m", "m"]), &json!([7, 9])), "{answer}");
+        for (seq, r, refused) in [(7, r7, refused[0]), (9, r9, refused[1])] {
+            match r {
+                Err(e) => assert!(refused && e.code == "ACK_NOT_ALLOWED", "{answer}: the ack at {seq}: {e}"),
+                Ok(()) => assert!(!refused, "{answer}: the ack at {seq} settled, though its answer refused it"),
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
+        task.abort();
+    }
+}
+
+/// A handler ran one message id at a time: a later message published
+/// under the id once retention trimmed the first (a higher sequence)
+/// waited for the old one's run. It now runs at once; a redelivery of the
+/// running message itself (the same sequence) still waits for that run.
+#[tokio::test]
+async fn a_newer_message_under_a_reused_id_does_not_wait_for_the_old_handler() {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (url, tx, task) = raw_server(Behaviour::default(), common::ok_to_all("sub_1", frames.clone())).await;
+    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let runs: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let (r, rel) = (runs.clone(), release.clone());
+    let _sub = s
+        .subscribe("x", SubscribeOptions::default().max_in_flight(4), move |d| {
+            let (r, rel) = (r.clone(), rel.clone());
+            async move {
+                let seq = d.message.sequence;
+                let first = {
+                    let mut r = r.lock().unwrap();
+                    r.push(seq);
+                    seq == 7 && r.iter().filter(|&&q| q == 7).count() == 1
+                };
+                if first {
+                    let _ = rel.acquire().await;
+                }
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    tx.send(deliver(msg("m", 7))).unwrap();
+    assert!(common::eventually(Duration::from_secs(5), || runs.lock().unwrap().len() == 1).await, "the run at 7");
+    tx.send(deliver(msg("m", 7))).unwrap(); // delivered again: waits for the run at 7
+    tx.send(deliver(msg("m", 9))).unwrap(); // m at 7 trimmed, its id taken: another message
+    assert!(
+        common::eventually(Duration::from_secs(5), || runs.lock().unwrap().contains(&9)).await,
+        "the run at 9 while the one at 7 waits: {:?}",
+        runs.lock().unwrap()
+    );
+    assert_eq!(*runs.lock().unwrap(), vec![7, 9], "the redelivery at 7 waits for the run at 7");
+    release.add_permits(1);
+    assert!(common::eventually(Duration::from_secs(5), || runs.lock().unwrap().len() == 3).await, "the redelivery at 7 runs after");
+    let acked = || -> Vec<(String, u64)> {
+        let mut v = Vec::new();
+        for f in of_op(&frames, "ack") {
+            match (f["messageIds"].as_array(), f["sequences"].as_array()) {
+                (Some(ids), Some(seqs)) => {
+                    v.extend(ids.iter().zip(seqs).map(|(i, q)| (i.as_str().unwrap().to_string(), q.as_u64().unwrap())))
+                }
+                _ => v.push((f["messageId"].as_str().unwrap().to_string(), f["sequence"].as_u64().unwrap())),
+            }
+        }
+        v.sort();
+        v
+    };
+    assert!(common::eventually(Duration::from_secs(5), || acked().len() == 3).await, "the acks");
+    assert_eq!(acked(), vec![("m".to_string(), 7), ("m".to_string(), 7), ("m".to_string(), 9)]);
+    let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
+    task.abort();
 }

@@ -221,6 +221,19 @@ export function finiteMs(name: string, v: number): number {
   return v;
 }
 
+/** The longest redelivery delay the broker takes (12 hours, `pigeon.MaxRetryDelay`). */
+export const MAX_RETRY_DELAY_MS = 12 * 60 * 60 * 1000;
+
+/**
+ * A nack's `delayMs` as sent: whole milliseconds from 0 to
+ * {@link MAX_RETRY_DELAY_MS}, a longer one shortened to it and a negative
+ * one 0, as the Python client and the clients' push nacks do, rather than
+ * sent for the broker to refuse INVALID_ARGUMENT. `v` is a number, not NaN.
+ */
+export function retryDelayMs(v: number): number {
+  return Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(v)));
+}
+
 /**
  * Whether a message's `sequence` is one this client holds exactly: absent,
  * null, or an integer of 0 to 2^53-1 (Number.MAX_SAFE_INTEGER). JSON.parse

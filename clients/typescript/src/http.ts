@@ -11,7 +11,7 @@
 import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
-import { ClientCodes, finiteMs, fromWire, PigeonError, settleBody, transportError } from "./errors.js";
+import { ClientCodes, finiteMs, fromWire, PigeonError, retryDelayMs, settleBody, transportError } from "./errors.js";
 import { selectKey, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
 
@@ -194,10 +194,14 @@ export class HttpClient {
     await this.call("POST", `/v1/subjects/${segment(subject)}/ack`, settleBody(message, options.sequence), { contract: true });
   }
 
-  /** Gives a leased message back, due again after `delayMs`; `message` and `sequence` as for {@link HttpClient.ack}. */
+  /**
+   * Gives a leased message back, due again after `delayMs` (at most 12
+   * hours, the most the server takes: a longer one is shortened to it);
+   * `message` and `sequence` as for {@link HttpClient.ack}.
+   */
   async nack(subject: string, message: string | Message, options: SettleOptions & { delayMs?: number } = {}): Promise<void> {
     const body: Record<string, unknown> = settleBody(message, options.sequence);
-    if (options.delayMs !== undefined) body.delayMs = finiteMs("delayMs", options.delayMs);
+    if (options.delayMs !== undefined) body.delayMs = retryDelayMs(finiteMs("delayMs", options.delayMs));
     await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, body, { contract: true });
   }
 

@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, sequenceHeld, transportError, unheldSequence } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldSequence } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -641,11 +641,13 @@ export class Session implements ConnOwner {
 
   /**
    * Gives a received message back, due again after `delayMs` (default: the
-   * subject's backoff); `message` and `sequence` as for {@link Session.ack}.
+   * subject's backoff; at most 12 hours, the most the server takes: a
+   * longer one is shortened to it); `message` and `sequence` as for
+   * {@link Session.ack}.
    */
   async nack(subject: string, message: string | Message, options: SettleOptions & { delayMs?: number } = {}): Promise<void> {
     const frame: Frame = { op: "nack", subject, ...settleBody(message, options.sequence) };
-    if (options.delayMs !== undefined) frame.delayMs = finiteMs("delayMs", options.delayMs);
+    if (options.delayMs !== undefined) frame.delayMs = retryDelayMs(finiteMs("delayMs", options.delayMs));
     answer(await this.call(frame), "ok", () => true);
   }
 

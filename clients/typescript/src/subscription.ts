@@ -32,14 +32,10 @@
  * received, else at `from`, else at the original start. A work-queue or
  * request/reply subscription names no `from`: its group keeps its place.
  */
-import { ClientCodes, PigeonError, RetryAfter } from "./errors.js";
+import { ClientCodes, PigeonError, RetryAfter, retryDelayMs } from "./errors.js";
 import { answer, closedError, utf8Length, type Conn, type Frame } from "./conn.js";
 import type { Message, Start } from "./types.js";
 import type { Delivery, Session, SubscribeOptions } from "./session.js";
-
-/** The longest redelivery delay the broker takes (12 hours): a handler's
- * longer RetryAfter waits this long, as it does in the Go client. */
-const MAX_RETRY_DELAY_MS = 12 * 60 * 60 * 1000;
 
 /**
  * The most deliveries of an `ack: "none"` subscription queued in the client,
@@ -140,6 +136,18 @@ interface Queued {
 export function position(m: Message): number | undefined {
   const s = m.sequence;
   return typeof s === "number" && Number.isSafeInteger(s) && s > 0 ? s : undefined;
+}
+
+/**
+ * The message m is, for running its handler once at a time: its id and
+ * sequence (undefined without a string id). A message id names one
+ * message at a time only: a later message published under it once
+ * retention trimmed the first (a higher sequence) is another, whose
+ * handler need not wait for the old one's (each answer names its own
+ * sequence, and the server settles the two apart).
+ */
+function runKey(m: Message): string | undefined {
+  return typeof m.id === "string" ? `${position(m) ?? ""}:${m.id}` : undefined;
 }
 
 /** What an ack frame takes besides its sub and ids: its op, id and field names. */
@@ -268,12 +276,12 @@ export class Subscription {
   /** the size of the data queue holds (ack "none"; see MAX_QUEUED_BYTES) */
   private queuedBytes = 0;
   private running = 0;
-  /** the message ids whose handler runs (see pump: a message runs once at a time) */
+  /** the messages (runKey) whose handler runs (see pump: a message runs once at a time) */
   private readonly runningIds = new Set<string>();
   /**
    * deliveries of a message whose handler was running when their turn
-   * came, by message id, in arrival order: each waits for that handler to
-   * return (see pump); counted with the queue against its bounds
+   * came, by message (runKey), in arrival order: each waits for that
+   * handler to return (see pump); counted with the queue against its bounds
    */
   private readonly parked = new Map<string, Queued[]>();
   private parkedCount = 0;
@@ -527,13 +535,13 @@ export class Subscription {
   private pump(): void {
     while (this.running < this.maxInFlight && this.queue.length > 0 && !this.finished && !this.stopping && !this.session.closed) {
       const d = this.queue.shift()!;
-      const id = d.m.id;
-      if (typeof id === "string") {
-        if (this.runningIds.has(id)) {
-          this.park(id, d); // its size stays counted
+      const key = runKey(d.m);
+      if (key !== undefined) {
+        if (this.runningIds.has(key)) {
+          this.park(key, d); // its size stays counted
           continue;
         }
-        this.runningIds.add(id);
+        this.runningIds.add(key);
       }
       this.queuedBytes -= d.size;
       this.running++;
@@ -541,25 +549,26 @@ export class Subscription {
     }
   }
 
-  /** Parks d behind the running handler of its message id. */
-  private park(id: string, d: Queued): void {
-    const list = this.parked.get(id);
+  /** Parks d behind the running handler of its message (key: its runKey). */
+  private park(key: string, d: Queued): void {
+    const list = this.parked.get(key);
     if (list) list.push(d);
-    else this.parked.set(id, [d]);
+    else this.parked.set(key, [d]);
     this.parkedCount++;
   }
 
-  /** The handler of message id returned: its next parked delivery, if any, goes first in the queue. */
-  private unpark(id: string): void {
-    const list = this.parked.get(id);
+  /** The handler of message key (a runKey) returned: its next parked delivery, if any, goes first in the queue. */
+  private unpark(key: string): void {
+    const list = this.parked.get(key);
     if (!list) return;
     const d = list.shift()!;
-    if (list.length === 0) this.parked.delete(id);
+    if (list.length === 0) this.parked.delete(key);
     this.parkedCount--;
     this.queue.unshift(d);
   }
 
   private async run(d: Queued): Promise<void> {
+    const key = runKey(d.m); // as pump took it, whatever the handler does to the message
     let ok = true;
     let unanswered = false;
     let delayMs: number | undefined;
@@ -601,15 +610,17 @@ export class Subscription {
         // A delay that is not a number (NaN, a string that is not one) is
         // no delay: the subject's backoff, never null on the wire.
         const delay = delayMs === undefined ? Number.NaN : Number(delayMs);
-        if (!Number.isNaN(delay)) frame.delayMs = Math.min(MAX_RETRY_DELAY_MS, Math.max(0, Math.round(delay)));
+        // A handler's longer RetryAfter waits the longest the broker takes
+        // (12 hours), as it does in the Go client.
+        if (!Number.isNaN(delay)) frame.delayMs = retryDelayMs(delay);
         d.c.call(frame).catch((e: PigeonError) => this.ackFailed(e));
       }
     }
     slot.done = true;
     this.slots.delete(slot);
-    if (typeof id === "string") {
-      this.runningIds.delete(id);
-      this.unpark(id);
+    if (key !== undefined) {
+      this.runningIds.delete(key);
+      this.unpark(key);
     }
     this.running--;
     this.changed();
