@@ -38,13 +38,11 @@ func (l chanListener) Accept() (net.Conn, error) {
 func (chanListener) Close() error   { return nil }
 func (chanListener) Addr() net.Addr { return &net.TCPAddr{} }
 
-// TestMaxConnectionsPerIPKeysIPv6By64: the per-IP cap holds a whole IPv6
-// /64 (a host given one can dial from any of its addresses) and leaves
-// the next /64 and IPv4 addresses places of their own. Only ::1 is on
-// loopback here, so the listener is fed connections that say where they
-// come from; they go through the listener the server wraps its own in.
-func TestMaxConnectionsPerIPKeysIPv6By64(t *testing.T) {
-	cl := newConnLimit(0, 2, true, slog.New(slog.DiscardHandler), nil, nil)
+// limitedListener wraps a connLimit around a listener fed by hand and
+// returns dial, which hands it a connection from ip and returns what
+// Accept returned: nil when the connection was refused (and closed).
+func limitedListener(t *testing.T, cl *connLimit) (dial func(ip string) net.Conn) {
+	t.Helper()
 	in := chanListener{conns: make(chan net.Conn)}
 	l := cl.wrap(in)
 	accepted := make(chan net.Conn, 1)
@@ -58,10 +56,8 @@ func TestMaxConnectionsPerIPKeysIPv6By64(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	defer close(in.conns)
-	// dial hands the listener a connection from ip and returns what
-	// Accept returned, nil when the connection was refused (and closed).
-	dial := func(ip string) net.Conn {
+	t.Cleanup(func() { close(in.conns) })
+	return func(ip string) net.Conn {
 		t.Helper()
 		server, client := net.Pipe()
 		t.Cleanup(func() { client.Close(); server.Close() })
@@ -78,6 +74,16 @@ func TestMaxConnectionsPerIPKeysIPv6By64(t *testing.T) {
 		}
 		return nil
 	}
+}
+
+// TestMaxConnectionsPerIPKeysIPv6By64: the per-IP cap holds a whole IPv6
+// /64 (a host given one can dial from any of its addresses) and leaves
+// the next /64 and IPv4 addresses places of their own. Only ::1 is on
+// loopback here, so the listener is fed connections that say where they
+// come from; they go through the listener the server wraps its own in.
+func TestMaxConnectionsPerIPKeysIPv6By64(t *testing.T) {
+	cl := newConnLimit(0, 2, true, slog.New(slog.DiscardHandler), nil, nil)
+	dial := limitedListener(t, cl)
 	a := dial("2001:db8:1:2::1")
 	require.NotNil(t, a)
 	require.NotNil(t, dial("2001:db8:1:2:ffff:ffff:ffff:ffff"), "a second place for the /64")

@@ -2,52 +2,12 @@ package server
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// followup28Listener wraps a connLimit around a listener fed by hand and
-// returns dial, which hands it a connection from ip and returns what
-// Accept returned: nil when the connection was refused (and closed).
-func followup28Listener(t *testing.T, cl *connLimit) (dial func(ip string) net.Conn) {
-	t.Helper()
-	in := chanListener{conns: make(chan net.Conn)}
-	l := cl.wrap(in)
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
-	t.Cleanup(func() { close(in.conns) })
-	return func(ip string) net.Conn {
-		t.Helper()
-		server, client := net.Pipe()
-		t.Cleanup(func() { client.Close(); server.Close() })
-		in.conns <- peerConn{Conn: server, remote: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}}
-		done := make(chan struct{})
-		go func() { _, _ = io.Copy(io.Discard, client); close(done) }()
-		select {
-		case c := <-accepted:
-			return c
-		case <-done:
-			return nil // closed unanswered: refused over TLS
-		case <-time.After(10 * time.Second):
-			t.Fatal("neither accepted nor refused")
-		}
-		return nil
-	}
-}
 
 // TestFollowup28ConnLimitCapsThe48: with MaxConnectionsPerIP set, the
 // /64s of one IPv6 /48 together hold at most 16 times it: a /48 holder
@@ -59,7 +19,7 @@ func followup28Listener(t *testing.T, cl *connLimit) (dial func(ip string) net.C
 func TestFollowup28ConnLimitCapsThe48(t *testing.T) {
 	const perIP = 1
 	cl := newConnLimit(0, perIP, true, slog.New(slog.DiscardHandler), nil, nil)
-	dial := followup28Listener(t, cl)
+	dial := limitedListener(t, cl)
 	in48 := func(i int) string { return fmt.Sprintf("2001:db8:5:%x::1", i) }
 	var first net.Conn
 	for i := range 16 * perIP {
