@@ -27,13 +27,7 @@ func TestRevocationBeforeTheFirstWatchIsApplied(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	prefix := freshPrefix()
-	open := func(node string) (*Store, *Cluster) {
-		s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: node, Memory: true})
-		require.NoError(t, err)
-		cl, err := NewCluster(ctx, s)
-		require.NoError(t, err)
-		return s, cl
-	}
+	open := func(node string) (*Store, *Cluster) { return prefixNode(ctx, t, srv.ClientURL(), prefix, node) }
 	sa, _ := open("a")
 	require.NoError(t, sa.PutContract(ctx, store.ContractRecord{ID: "old", ExpiresAt: time.Now().Add(time.Hour), Revoked: true}))
 

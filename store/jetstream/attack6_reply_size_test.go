@@ -36,10 +36,7 @@ func TestReplyLargerThanMaxPayloadReachesAnotherNode(t *testing.T) {
 	prefix := freshPrefix()
 
 	node := func(name string) *Cluster {
-		s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: name, Memory: true})
-		require.NoError(t, err)
-		cl, err := NewCluster(ctx, s)
-		require.NoError(t, err)
+		_, cl := prefixNode(ctx, t, srv.ClientURL(), prefix, name)
 		return cl
 	}
 	a, b := node("a"), node("b")

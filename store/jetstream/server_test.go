@@ -40,13 +40,20 @@ var prefixes atomic.Int64
 // freshPrefix returns a prefix no other test of this process uses.
 func freshPrefix() string { return fmt.Sprintf("T%d", prefixes.Add(1)) }
 
-// memoryNode opens, on srv, node "a"'s store under a fresh prefix (in
-// memory) and its Cluster.
-func memoryNode(ctx context.Context, t *testing.T, srv *server.Server) (*Store, *Cluster) {
+// prefixNode opens node name of the cluster sharing prefix on the server
+// at url, its streams in memory, and its Cluster.
+func prefixNode(ctx context.Context, t testing.TB, url, prefix, name string) (*Store, *Cluster) {
 	t.Helper()
-	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Node: "a", Memory: true})
+	s, err := Open(ctx, connect(t, url), &Options{Prefix: prefix, Node: name, Memory: true})
 	require.NoError(t, err)
 	cl, err := NewCluster(ctx, s)
 	require.NoError(t, err)
 	return s, cl
+}
+
+// memoryNode opens, on srv, node "a"'s store under a fresh prefix (in
+// memory) and its Cluster.
+func memoryNode(ctx context.Context, t *testing.T, srv *server.Server) (*Store, *Cluster) {
+	t.Helper()
+	return prefixNode(ctx, t, srv.ClientURL(), freshPrefix(), "a")
 }
