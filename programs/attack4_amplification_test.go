@@ -46,6 +46,14 @@ func hopRefusals(t *testing.T, f *fixture, name string) int {
 	return n
 }
 
+// lastSeq is the sequence of the last message on subject.
+func lastSeq(t *testing.T, f *fixture, subject string) uint64 {
+	t.Helper()
+	_, l, err := f.e.Bounds(context.Background(), subject)
+	require.NoError(t, err)
+	return l
+}
+
 const loopMsg = `{"type":"order","subject":"orders.in","intent":"record","classification":"internal","data":{}}`
 
 // A program that publishes into its own route made one message the
@@ -61,11 +69,7 @@ func TestProgramLoopStopsAtMaxHops(t *testing.T) {
 		emitModule("publish", loopMsg))
 	require.NoError(t, err)
 	f.publish(t, "orders.in", `{"n":1}`)
-	last := func() uint64 {
-		_, l, err := f.e.Bounds(context.Background(), "orders.in")
-		require.NoError(t, err)
-		return l
-	}
+	last := func() uint64 { return lastSeq(t, f, "orders.in") }
 	eventually(t, func() bool { return hopRefusals(t, f, "loop") > 0 || last() > 1+hops }, "the chain is cut")
 	require.EqualValues(t, 1+hops, last(), "the client's message and one descendant per hop")
 	require.Positive(t, hopRefusals(t, f, "loop"))
@@ -118,11 +122,7 @@ func TestForgottenLineageIsNotAFreshOne(t *testing.T) {
 		emitTwiceModule(loopMsg))
 	require.NoError(t, err)
 	f.publish(t, "orders.in", `{"n":1}`)
-	last := func() uint64 {
-		_, l, err := f.e.Bounds(context.Background(), "orders.in")
-		require.NoError(t, err)
-		return l
-	}
+	last := func() uint64 { return lastSeq(t, f, "orders.in") }
 	// Every message but the last of each pair fails (its emits refused),
 	// and so does the deepest: hops+1 deliveries quarantined.
 	eventually(t, func() bool {
