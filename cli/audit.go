@@ -81,7 +81,7 @@ func auditVerifyCmd(ctx context.Context, o *options, args []string, stdout, stde
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon audit verify: the audit chain of %s does not hold: %v\n", *data, err)
+		fmt.Fprintf(stderr, "pigeon audit verify: the audit chain of %s does not hold: %s\n", *data, printable(err.Error()))
 		if n > 0 {
 			fmt.Fprintf(stderr, "pigeon audit verify: %d records verified before the first bad one\n", n)
 		}

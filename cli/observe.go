@@ -137,13 +137,13 @@ func catalogCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	c, _, err := loadCatalog(args[1])
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon catalog asyncapi: %v\n", err)
+		fmt.Fprintf(stderr, "pigeon catalog asyncapi: %s\n", printable(err.Error()))
 		return 1
 	}
 	title := "Pigeon catalog " + strings.TrimRight(args[1], "/")
 	doc, err := policy.AsyncAPI(c, policy.AsyncAPIInfo{Title: title, Version: "1.0.0"})
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon catalog asyncapi: %v\n", err)
+		fmt.Fprintf(stderr, "pigeon catalog asyncapi: %s\n", printable(err.Error()))
 		return 1
 	}
 	_, _ = stdout.Write(append(doc, '\n'))

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"pigeon"
 	"pigeon/policy"
@@ -14,6 +15,9 @@ import (
 // It returns the lint warnings too (unknown fields among them: a field the
 // broker ignores), for the caller to show.
 func loadCatalog(dir string) (*pigeon.Catalog, []policy.Problem, error) {
+	if err := checkPolicyFileKinds(dir); err != nil {
+		return nil, nil, loadError(err)
+	}
 	if err := checkPolicyFiles(dir); err != nil {
 		return nil, nil, loadError(err)
 	}
@@ -49,14 +53,18 @@ func policyLintCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	dir := args[0]
-	problems, err := policy.LintDir(dir)
+	err := checkPolicyFileKinds(dir)
+	var problems []policy.Problem
+	if err == nil {
+		problems, err = policy.LintDir(dir)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon policy lint: %v\n", loadError(err))
+		fmt.Fprintf(stderr, "pigeon policy lint: %s\n", printable(loadError(err).Error()))
 		return 1
 	}
 	errs := 0
 	for _, p := range problems {
-		fmt.Fprintln(stdout, p)
+		fmt.Fprintln(stdout, printable(p.String()))
 		if p.IsError() {
 			errs++
 		}
@@ -73,6 +81,30 @@ func policyLintCmd(args []string, stdout, stderr io.Writer) int {
 // broker does.
 func loadError(err error) error {
 	return pigeon.WrapError(pigeon.CodePolicyInvalid, err, "%v", err)
+}
+
+// checkPolicyFileKinds refuses a policy file (one the loader reads: a
+// .json, .yaml or .yml of subjects/ or schemas/) that is not a regular
+// file, links followed: the loader would wait on a named pipe for a writer
+// that never comes, and read a device such as /dev/zero until memory ran
+// out. A directory handed over by someone else may hold either.
+func checkPolicyFileKinds(dir string) error {
+	for _, sub := range []string{"subjects", "schemas"} {
+		d := filepath.Join(dir, sub)
+		entries, _ := os.ReadDir(d) // a missing directory is LoadDir's to report
+		for _, e := range entries {
+			switch strings.ToLower(filepath.Ext(e.Name())) {
+			case ".json", ".yaml", ".yml":
+			default:
+				continue
+			}
+			p := filepath.Join(d, e.Name())
+			if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+				return fmt.Errorf("%s: not a regular file (mode %s)", p, fi.Mode())
+			}
+		}
+	}
+	return nil
 }
 
 // checkPolicyFiles refuses a policy directory, its subjects/ or schemas/,

@@ -109,7 +109,7 @@ func serveCmd(ctx context.Context, o *options, args []string, stdout, stderr io.
 		return code
 	}
 	if err := serve(ctx, cfg, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "pigeon serve:", err)
+		fmt.Fprintln(stderr, "pigeon serve:", printable(err.Error()))
 		if errors.Is(err, ErrUsage) {
 			return 2
 		}
@@ -145,7 +145,7 @@ func parseServe(args []string, stderr io.Writer, o *options) (cfg serveConfig, c
 	}
 	if first.config != "" {
 		if err := loadConfig(first.config, &cfg); err != nil {
-			fmt.Fprintln(stderr, "pigeon serve:", err)
+			fmt.Fprintln(stderr, "pigeon serve:", printable(err.Error()))
 			return cfg, 2, false
 		}
 		// Second pass over the file's values: only the flags given change them.

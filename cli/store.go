@@ -131,7 +131,7 @@ func openStore(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*Open
 func verifyStore(ctx context.Context, s Store, url string, stdout, stderr io.Writer) int {
 	chains, err := s.VerifyAudit(ctx, url)
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon audit verify: %v\n", err)
+		fmt.Fprintf(stderr, "pigeon audit verify: %s\n", printable(err.Error()))
 		return 1
 	}
 	if len(chains) == 0 {
@@ -141,11 +141,11 @@ func verifyStore(ctx context.Context, s Store, url string, stdout, stderr io.Wri
 	code := 0
 	for _, c := range chains {
 		if c.Err != nil {
-			fmt.Fprintf(stderr, "pigeon audit verify: the audit chain of node %s does not hold: %v (%d records verified before it)\n", c.Node, c.Err, c.Records)
+			fmt.Fprintf(stderr, "pigeon audit verify: the audit chain of node %s does not hold: %s (%d records verified before it)\n", printable(c.Node), printable(c.Err.Error()), c.Records)
 			code = 1
 			continue
 		}
-		fmt.Fprintf(stdout, "pigeon audit verify: the audit chain of node %s holds: %d records\n", c.Node, c.Records)
+		fmt.Fprintf(stdout, "pigeon audit verify: the audit chain of node %s holds: %d records\n", printable(c.Node), c.Records)
 	}
 	return code
 }

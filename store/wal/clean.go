@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -51,13 +52,25 @@ func removeClean(dir string) error {
 	return syncDir(dir)
 }
 
-// cleanStamp returns the marker's text, or "" when there is none. The
-// offline tools compare it before and after they read: the same text means
-// no store had the directory open in between.
+// maxCleanStamp bounds how much of the marker cleanStamp reads; the text
+// writeClean writes is far shorter.
+const maxCleanStamp = 4096
+
+// cleanStamp returns the marker's text (its first maxCleanStamp bytes), or
+// "" when there is none. The offline tools compare it before and after
+// they read: the same text means no store had the directory open in
+// between. A marker that is not a regular file (a named pipe, which a
+// plain open would wait on, or a device that never ends) is not read; it
+// counts by its presence, as it does for Open.
 func cleanStamp(dir string) string {
-	b, err := os.ReadFile(cleanPath(dir))
-	if err != nil {
+	f, _, err := openRegular(cleanPath(dir))
+	if errors.Is(err, os.ErrNotExist) {
 		return ""
 	}
+	if err != nil {
+		return "unreadable marker: " + err.Error()
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxCleanStamp))
 	return string(b)
 }

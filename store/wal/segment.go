@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"pigeon/store"
 )
@@ -148,15 +149,11 @@ type scanBuf struct {
 }
 
 func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *scanBuf, visit visitFunc) (n uint64, good int64, torn bool, reason string, err error) {
-	f, err := os.Open(path)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return 0, 0, false, "", err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, 0, false, "", err
-	}
 	size := fi.Size()
 	if buf.rd == nil {
 		buf.rd = bufio.NewReaderSize(f, 256<<10)
@@ -221,6 +218,27 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 		off = end
 	}
 	return n, off, false, "", nil
+}
+
+// openRegular opens path for reading, refusing with a *store.CorruptError
+// whatever is not a regular file (a symbolic link is followed). The open
+// does not block: a named pipe put in place of a file of the store would
+// otherwise hold the open until a writer came, and a device (/dev/zero)
+// or a directory would read as no records, or never end.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = &store.CorruptError{File: path, Offset: 0, Reason: "not a regular file (mode " + fi.Mode().String() + ")"}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
 }
 
 // lengthFlipped reports whether the record at off in f, which a torn write
