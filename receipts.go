@@ -1,7 +1,9 @@
 package pigeon
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -50,13 +52,24 @@ type Receipt struct {
 // before the acceptance of the message it answers, and after the id was
 // freed and taken by a newer one. Such a record written before they named
 // the sequence names the id alone, and is taken for the acceptance in
-// force (inForce). The zero value is not usable; see NewReceiptFinder. It
-// is not safe for concurrent use.
+// force (inForce). Each record is matched by a search among the
+// acceptances of the id on its subject, so the passes take time in
+// proportion to the log's length and the receipts found (times a
+// logarithm), even over a forged log holding many acceptances of the id
+// (the chain has no key). The zero value is not usable; see
+// NewReceiptFinder. It is not safe for concurrent use.
 type ReceiptFinder struct {
 	id       string
 	accepted []acceptance // each acceptance of id, in chain order
 	next     int          // Next: the acceptances read so far
-	Receipts []Receipt
+	// bySubject indexes accepted by subject, so that a record is matched
+	// against the acceptances it can name by search rather than one by
+	// one: a forged log with many acceptances of the id and many records
+	// to match would otherwise cost their product.
+	bySubject map[string]*subjectAcceptances
+	hits      []int // scratch: the acceptances a batch record lists
+	probes    int   // acceptances looked at and searches made (tests)
+	Receipts  []Receipt
 }
 
 // acceptance is one message accepted under the id: its subject and
@@ -66,13 +79,95 @@ type acceptance struct {
 	seq     uint64
 }
 
+// subjectAcceptances are the acceptances of the id on one subject.
+type subjectAcceptances struct {
+	all []int // their places in accepted, ascending
+	// runs holds those with a sequence (not 0) as runs sorted by
+	// sequence, then place, of decreasing sizes, powers of two: adding
+	// one merges the runs of equal size (as a binary counter carries), so
+	// each is merged about log2(n) times, and a search looks into at most
+	// log2(n)+1 runs.
+	runs [][]seqPlace
+	max  uint64 // the highest sequence in runs
+}
+
+// seqPlace is an acceptance with a sequence: the sequence and its place
+// in accepted.
+type seqPlace struct {
+	seq   uint64
+	place int
+}
+
 // NewReceiptFinder looks for the deliveries of message id.
 func NewReceiptFinder(id string) *ReceiptFinder { return &ReceiptFinder{id: id} }
+
+// learn adds a to the acceptances of the id, after those read so far.
+func (f *ReceiptFinder) learn(a acceptance) {
+	place := len(f.accepted)
+	f.accepted = append(f.accepted, a)
+	if f.bySubject == nil {
+		f.bySubject = make(map[string]*subjectAcceptances)
+	}
+	s := f.bySubject[a.subject]
+	if s == nil {
+		s = &subjectAcceptances{}
+		f.bySubject[a.subject] = s
+	}
+	s.all = append(s.all, place)
+	if a.seq == 0 { // no sequence: no batch record lists it
+		return
+	}
+	s.max = max(s.max, a.seq)
+	run := []seqPlace{{a.seq, place}}
+	for len(s.runs) > 0 && len(s.runs[len(s.runs)-1]) <= len(run) {
+		run = mergeRuns(s.runs[len(s.runs)-1], run)
+		s.runs = s.runs[:len(s.runs)-1]
+	}
+	s.runs = append(s.runs, run)
+}
+
+// mergeRuns merges two runs sorted by sequence, then place.
+func mergeRuns(a, b []seqPlace) []seqPlace {
+	out := make([]seqPlace, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if b[0].seq < a[0].seq || b[0].seq == a[0].seq && b[0].place < a[0].place {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// listed sets f.hits to the places, ascending, of the acceptances on
+// subject whose sequence seqs lists (as SeqsContain reads it).
+func (f *ReceiptFinder) listed(subject, seqs string) {
+	f.hits = f.hits[:0]
+	s := f.bySubject[subject]
+	if s == nil || len(s.runs) == 0 {
+		return
+	}
+	store.WalkSeqs(seqs, func(lo, hi uint64) bool {
+		if lo > s.max {
+			return false // past every acceptance
+		}
+		for _, run := range s.runs {
+			f.probes++
+			i, _ := slices.BinarySearchFunc(run, lo, func(p seqPlace, lo uint64) int { return cmp.Compare(p.seq, lo) })
+			for ; i < len(run) && run[i].seq <= hi; i++ {
+				f.probes++
+				f.hits = append(f.hits, run[i].place)
+			}
+		}
+		return true
+	})
+	slices.Sort(f.hits)
+}
 
 // Accepted reads the next record of the first pass.
 func (f *ReceiptFinder) Accepted(r *store.AuditRecord) {
 	if a, ok := f.acceptanceOf(r); ok {
-		f.accepted = append(f.accepted, a)
+		f.learn(a)
 	}
 }
 
@@ -91,7 +186,7 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 	case EventPublishAccepted:
 		if a, ok := f.acceptanceOf(r); ok {
 			if f.next == len(f.accepted) { // a single pass: learnt here
-				f.accepted = append(f.accepted, a)
+				f.learn(a)
 			}
 			f.next++
 		}
@@ -109,14 +204,14 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 	}
 	rc := Receipt{Event: Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject}
 	if r.Count > 0 { // a batch record: by sequence
-		hit := false
-		for _, a := range f.accepted {
-			if a.seq != 0 && a.subject == r.Subject && SeqsContain(r.Seqs, a.seq) {
-				rc.Seq, hit = a.seq, true
-				f.Receipts = append(f.Receipts, rc)
-			}
+		// Of each acceptance of the id on the subject whose sequence
+		// it lists, in chain order.
+		f.listed(r.Subject, r.Seqs)
+		for _, place := range f.hits {
+			rc.Seq = f.accepted[place].seq
+			f.Receipts = append(f.Receipts, rc)
 		}
-		if !hit && r.MessageID == f.id { // of one message, its acceptance trimmed from the log
+		if len(f.hits) == 0 && r.MessageID == f.id { // of one message, its acceptance trimmed from the log
 			rc.Seq, _ = strconv.ParseUint(r.Seqs, 10, 64)
 			f.Receipts = append(f.Receipts, rc)
 		}
@@ -152,12 +247,16 @@ func (f *ReceiptFinder) inForce(subject string) (acceptance, bool) {
 	if f.next > 0 && f.accepted[f.next-1].subject == subject {
 		return f.accepted[f.next-1], true
 	}
-	for _, a := range f.accepted[f.next:] {
-		if a.subject == subject {
-			return a, true
-		}
+	s := f.bySubject[subject]
+	if s == nil {
+		return acceptance{}, false
 	}
-	return acceptance{}, false
+	f.probes++
+	i, _ := slices.BinarySearch(s.all, f.next)
+	if i == len(s.all) {
+		return acceptance{}, false
+	}
+	return f.accepted[s.all[i]], true
 }
 
 // Receipts reads the engine's audit log for the deliveries of message id,
@@ -177,7 +276,10 @@ func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
 				pass(&recs[i])
 				from = recs[i].Seq + 1
 			}
-			if len(recs) < 1000 {
+			// After a record numbered 2^64-1 (a forged log's), from
+			// wraps to 0: reading on would read the log again, for
+			// ever.
+			if len(recs) < 1000 || from == 0 {
 				break
 			}
 		}

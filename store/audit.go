@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -135,6 +137,11 @@ func (v *Verifier) Next(r *AuditRecord) error {
 			v.prev.Hash = Genesis
 		}
 	}
+	if v.prev.Seq == math.MaxUint64 {
+		// want would wrap to 0: a forged checkpoint or chain at the
+		// end of the sequences would go on from 0.
+		return &ChainError{Seq: r.Seq, Reason: "a record after sequence 2^64-1"}
+	}
 	want := v.prev.Seq + 1
 	if r.Seq != want {
 		return &ChainError{Seq: r.Seq, Reason: fmt.Sprintf("sequence %d out of order, want %d", r.Seq, want)}
@@ -228,13 +235,19 @@ func VerifyChain(from Checkpoint, recs []AuditRecord) error {
 
 // CountSeqs counts the sequences that the Seqs of a batch record lists:
 // ascending, disjoint ranges "a-b" or single sequences, comma separated,
-// every sequence at least 1. ok is false for anything else.
+// every sequence at least 1. ok is false for anything else. Such ranges
+// list at most 2^64-1 sequences, so n is exact: ranges that would sum past
+// 2^64-1 (and match a small count modulo 2^64) overlap and are refused,
+// and the sum is checked for a carry besides.
 func CountSeqs(seqs string) (n uint64, ok bool) {
+	wrapped := false
 	ok = WalkSeqs(seqs, func(lo, hi uint64) bool {
-		n += hi - lo + 1
-		return true
+		var carry uint64
+		n, carry = bits.Add64(n, hi-lo+1, 0)
+		wrapped = carry != 0
+		return !wrapped
 	})
-	return n, ok && n > 0
+	return n, ok && !wrapped && n > 0
 }
 
 // WalkSeqs calls fn with each range of the Seqs of a batch record, in

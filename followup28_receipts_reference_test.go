@@ -1,0 +1,183 @@
+package pigeon_test
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+)
+
+// referenceFinder is ReceiptFinder as plainly as it can be written: every
+// record is matched against every acceptance of the id read so far, one
+// by one. It costs acceptances times records, which a forged log makes
+// large; ReceiptFinder must give the same answers faster.
+type referenceFinder struct {
+	id       string
+	accepted []referenceAcceptance
+	next     int
+	receipts []pigeon.Receipt
+}
+
+type referenceAcceptance struct {
+	subject string
+	seq     uint64
+}
+
+func (f *referenceFinder) acceptanceOf(r *pigeon.AuditRecord) (referenceAcceptance, bool) {
+	if pigeon.Event(r.Type) != pigeon.EventPublishAccepted || r.MessageID != f.id {
+		return referenceAcceptance{}, false
+	}
+	seq, _ := strconv.ParseUint(r.Seqs, 10, 64)
+	return referenceAcceptance{r.Subject, seq}, true
+}
+
+func (f *referenceFinder) Accepted(r *pigeon.AuditRecord) {
+	if a, ok := f.acceptanceOf(r); ok {
+		f.accepted = append(f.accepted, a)
+	}
+}
+
+func (f *referenceFinder) Next(r *pigeon.AuditRecord) {
+	rc := pigeon.Receipt{Event: pigeon.Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject}
+	switch pigeon.Event(r.Type) {
+	case pigeon.EventPublishAccepted:
+		if a, ok := f.acceptanceOf(r); ok {
+			if f.next == len(f.accepted) {
+				f.accepted = append(f.accepted, a)
+			}
+			f.next++
+		}
+		return
+	case pigeon.EventReplyDelivered:
+		if r.MessageID == f.id {
+			f.receipts = append(f.receipts, rc)
+		}
+		return
+	case pigeon.EventDeliveryDispatched, pigeon.EventDeliveryAcked, pigeon.EventDeliveryNacked, pigeon.EventDeliveryExhausted, pigeon.EventReplayExecuted:
+	default:
+		return
+	}
+	if r.Count > 0 {
+		hit := false
+		for _, a := range f.accepted {
+			if a.seq != 0 && a.subject == r.Subject && pigeon.SeqsContain(r.Seqs, a.seq) {
+				rc.Seq, hit = a.seq, true
+				f.receipts = append(f.receipts, rc)
+			}
+		}
+		if !hit && r.MessageID == f.id {
+			rc.Seq, _ = strconv.ParseUint(r.Seqs, 10, 64)
+			f.receipts = append(f.receipts, rc)
+		}
+		return
+	}
+	if r.MessageID != f.id {
+		return
+	}
+	if seq, err := strconv.ParseUint(r.Seqs, 10, 64); err == nil && seq != 0 {
+		rc.Seq = seq
+	} else if f.next > 0 && f.accepted[f.next-1].subject == r.Subject {
+		rc.Seq = f.accepted[f.next-1].seq
+	} else {
+		for _, a := range f.accepted[f.next:] {
+			if a.subject == r.Subject {
+				rc.Seq = a.seq
+				break
+			}
+		}
+	}
+	f.receipts = append(f.receipts, rc)
+}
+
+// randomReceiptLog is a log of up to 60 records drawn from few subjects,
+// ids and sequences, so that they meet often: acceptances (some without a
+// sequence, or with a malformed one), batch records listing ranges (some
+// malformed, some past a fault), records of one message with and without
+// their sequence, replies and records of no delivery.
+func randomReceiptLog(rng *rand.Rand) []pigeon.AuditRecord {
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	seqs := func() string {
+		return pick("", "0", "1", "2", "3", "4", "5", "6", "2-3", "1-6", "1,3", "2-4,6", "3-5,5", "4,2", "1-2,x", "5-4", "2,", "18446744073709551615", "1-18446744073709551615")
+	}
+	events := []pigeon.Event{pigeon.EventPublishAccepted, pigeon.EventPublishAccepted, pigeon.EventDeliveryDispatched, pigeon.EventDeliveryAcked, pigeon.EventDeliveryNacked, pigeon.EventDeliveryExhausted, pigeon.EventReplayExecuted, pigeon.EventReplyDelivered, "contract.created"}
+	log := make([]pigeon.AuditRecord, rng.IntN(61))
+	base := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	for i := range log {
+		r := pigeon.AuditRecord{
+			Seq:        uint64(i + 1),
+			Type:       string(events[rng.IntN(len(events))]),
+			Time:       base.Add(time.Duration(i) * time.Second),
+			Subject:    pick("a", "b", "c"),
+			MessageID:  pick("X", "X", "Y", ""),
+			Principal:  pick("bob", "carol"),
+			ContractID: pick("c1", "c2"),
+			Ref:        pick("", "sub-1", "req-9"),
+			Seqs:       seqs(),
+		}
+		if r.Type != string(pigeon.EventPublishAccepted) && rng.IntN(2) == 0 {
+			r.Count = rng.IntN(4) - 1 // -1 (as no writer does) to 2
+		}
+		log[i] = r
+	}
+	return log
+}
+
+// checkReceiptFinderMatchesReference reads the log of seed with
+// ReceiptFinder and referenceFinder, in one pass and in two (the second
+// pass over a log that grew or lost its front meanwhile, as Receipts may
+// read a live one), and requires the same receipts of each id.
+func checkReceiptFinderMatchesReference(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed>>32))
+	log := randomReceiptLog(rng)
+	cut := func() (int, int) {
+		hi := rng.IntN(len(log) + 1)
+		return rng.IntN(hi + 1), hi
+	}
+	for _, id := range []string{"X", "Y"} {
+		got, want := pigeon.NewReceiptFinder(id), &referenceFinder{id: id}
+		for i := range log {
+			got.Next(&log[i])
+			want.Next(&log[i])
+		}
+		require.Equal(t, want.receipts, got.Receipts, "seed %d id %s: one pass", seed, id)
+
+		got, want = pigeon.NewReceiptFinder(id), &referenceFinder{id: id}
+		lo1, hi1 := 0, len(log)
+		lo2, hi2 := 0, len(log)
+		if rng.IntN(2) == 0 {
+			lo1, hi1 = cut()
+			lo2, hi2 = cut()
+		}
+		for i := lo1; i < hi1; i++ {
+			got.Accepted(&log[i])
+			want.Accepted(&log[i])
+		}
+		for i := lo2; i < hi2; i++ {
+			got.Next(&log[i])
+			want.Next(&log[i])
+		}
+		require.Equal(t, want.receipts, got.Receipts, "seed %d id %s: two passes, [%d,%d) then [%d,%d)", seed, id, lo1, hi1, lo2, hi2)
+	}
+}
+
+// TestReceiptFinderMatchesReference: on random logs ReceiptFinder, which
+// searches the acceptances of the id by subject and sequence, answers as
+// referenceFinder, which looks at each acceptance in turn.
+func TestReceiptFinderMatchesReference(t *testing.T) {
+	for seed := range uint64(3000) {
+		checkReceiptFinderMatchesReference(t, seed)
+	}
+}
+
+// FuzzReceiptFinderMatchesReference: TestReceiptFinderMatchesReference for
+// the seeds the fuzzer chooses.
+func FuzzReceiptFinderMatchesReference(f *testing.F) {
+	for _, seed := range []uint64{0, 1, 42, 1 << 40} {
+		f.Add(seed)
+	}
+	f.Fuzz(checkReceiptFinderMatchesReference)
+}
