@@ -24,12 +24,12 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Iterable
 
-from .crypto import select_key
+from .crypto import select_key, verify_message_with_keys
 from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from, new_error
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
-__all__ = ["HttpClient", "KeyDirectory", "SEAL_MAX_AGE"]
+__all__ = ["HttpClient", "KeyDirectory", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
 
 # Headers that carry the caller's credential or contract: kept on a redirect
 # only to the same origin (scheme, host and port), as browsers and Go do.
@@ -503,8 +503,17 @@ SEAL_MAX_AGE = 10.0
 directory's ``ttl``: an account that removes an encryption key from its list
 (its private half leaked) is sealed for under it by a directory's users for
 at most this long after the change (and a fetch's round trip), not for the
-``ttl``. Verification reads the list through :meth:`KeyDirectory.get`, as
-before."""
+``ttl``. Verification has its own bound, :data:`VERIFY_MAX_AGE`."""
+
+VERIFY_MAX_AGE = 10.0
+"""How old (seconds) a cached key list may be when
+:meth:`KeyDirectory.verify` checks a signature with it, whatever the
+directory's ``ttl``: an account that removes a signing key from its list
+(its private half leaked) has signatures made with it accepted by a
+directory's users for at most this long after the change (and a fetch's
+round trip), not for the ``ttl``. :meth:`KeyDirectory.get` keeps the list
+for the ``ttl``: verify through :meth:`KeyDirectory.verify`, not with the
+list ``get`` returns."""
 
 
 def _sealing_key(keys: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -518,17 +527,30 @@ class KeyDirectory:
     """Fetches and caches accounts' published keys
     (``GET /v1/accounts/{id}/keys``) for ``ttl`` seconds; sealing takes
     lists at most ``seal_max_age`` old (:data:`SEAL_MAX_AGE`, see
-    :meth:`encryption_key`). Thread-safe; :meth:`aget` and
-    :meth:`aencryption_key` run the fetch off the event loop."""
+    :meth:`encryption_key`), verification lists at most ``verify_max_age``
+    old (:data:`VERIFY_MAX_AGE`, see :meth:`verify`). Thread-safe;
+    :meth:`aget`, :meth:`aencryption_key` and :meth:`averify` run the fetch
+    off the event loop."""
 
-    def __init__(self, client: HttpClient, *, ttl: float = 300.0, seal_max_age: float = SEAL_MAX_AGE) -> None:
+    def __init__(
+        self,
+        client: HttpClient,
+        *,
+        ttl: float = 300.0,
+        seal_max_age: float = SEAL_MAX_AGE,
+        verify_max_age: float = VERIFY_MAX_AGE,
+    ) -> None:
         self.client = client
         self.ttl = ttl
         self.seal_max_age = seal_max_age
+        self.verify_max_age = verify_max_age
         self._cache: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._lock = threading.Lock()
 
     def get(self, account_id: str, *, refresh: bool = False) -> list[dict[str, Any]]:
+        """The account's keys, from the cache while younger than ``ttl``.
+        Not for verifying signatures: a key the account removed stays in
+        the list returned for the ``ttl``; :meth:`verify` bounds that."""
         hit = None if refresh else self._cached(account_id, self.ttl)
         return hit if hit is not None else self._fetch(account_id)
 
@@ -548,6 +570,27 @@ class KeyDirectory:
         if k is None:
             raise new_error("INVALID_ARGUMENT", "the recipient publishes no encryption key valid now")
         return k
+
+    def verify(self, account_id: str, message: dict[str, Any]) -> None:
+        """Verifies ``message``'s signature with ``account_id``'s published
+        keys (:func:`verify_message_with_keys`: the key of the signature's
+        kid, use ``sig``, valid at the message time), from a cached list no
+        older than ``verify_max_age`` (and ``ttl``), else the list is read
+        again first: a signing key the account removed (leaked) verifies
+        for at most ``verify_max_age`` after its removal, not for the
+        ``ttl``. A failure does not read the list again (a stream of bad
+        kids costs at most one fetch per ``verify_max_age``): a key
+        published less than that ago may not verify yet, so publish a new
+        key ahead of its ``notBefore`` (docs/security.md, "Rotation").
+        ``SIGNATURE_REQUIRED`` or ``SIGNATURE_INVALID`` as
+        :func:`verify_message_with_keys`; a failed fetch raises its error."""
+        hit = self._cached(account_id, min(self.ttl, self.verify_max_age))
+        verify_message_with_keys(message, hit if hit is not None else self._fetch(account_id))
+
+    async def averify(self, account_id: str, message: dict[str, Any]) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.verify, account_id, message)
 
     async def aget(self, account_id: str, *, refresh: bool = False) -> list[dict[str, Any]]:
         import asyncio

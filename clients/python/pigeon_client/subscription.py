@@ -11,7 +11,11 @@ a nacked or unanswered delivery only on that same subscription, so whatever
 the resumed subscription does not ask for again is never delivered again.
 The subscription therefore keeps the set of sequences it was handed and has
 not yet handled successfully. A handler's success (the ack) removes its
-sequence and raises the highest-acked mark; a failure (nack) keeps it in the
+sequence and raises the highest-acked mark, once the ack is queued: an ack
+the server refuses or never answers does not put it back (the handler
+succeeded; kept, the lowest sequence would make the resume deliver again
+every message after it, and a redelivery the server sends while the
+connection lives adds it again); a failure (nack) keeps it in the
 set (while the connection lives the server redelivers it, and a redelivery
 that succeeds removes it); so does a success on a connection since lost
 (it cannot be acked). On resume it starts from the lowest sequence in the

@@ -2,7 +2,10 @@
 removed encryption key is not sealed for once the cached list is older than
 the sealing bound, whatever the directory's ttl, and a cached key past its
 window makes the list be read again. Both failed before
-KeyDirectory.encryption_key (get kept the list for its ttl)."""
+KeyDirectory.encryption_key (get kept the list for its ttl). Verification is
+bounded the same way: a removed signing key stops verifying through
+KeyDirectory.verify once the cached list is older than the verification
+bound (failed with the list kept for the ttl)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,8 @@ import time
 import pytest
 
 from harness import BOB
-from pigeon_client import HttpClient, InvalidError, KeyDirectory, Keys
-from pigeon_client.http import SEAL_MAX_AGE
+from pigeon_client import HttpClient, InvalidError, KeyDirectory, Keys, PigeonError, sign_message
+from pigeon_client.http import SEAL_MAX_AGE, VERIFY_MAX_AGE
 
 
 def enc(keys: Keys, not_before: str = "", not_after: str = "") -> dict[str, str]:
@@ -87,3 +90,40 @@ def test_no_valid_encryption_key_is_invalid_argument(bob):
     with pytest.raises(InvalidError) as e:
         KeyDirectory(HttpClient(server.http, "alice-token")).encryption_key(BOB)
     assert e.value.code == "INVALID_ARGUMENT"
+
+
+def sig(keys: Keys) -> dict[str, str]:
+    k = dict(keys.public_keys()[0])
+    assert k["use"] == "sig"
+    return k
+
+
+def signed(keys: Keys) -> dict:
+    return sign_message({"subject": "chat.messages", "data": {"text": "hi"}}, keys.signing_kid, keys.signing_key)
+
+
+def test_a_removed_signing_key_stops_verifying_past_the_verification_bound(bob):
+    assert VERIFY_MAX_AGE == 10.0
+    server, client = bob
+    old, new = Keys.generate(), Keys.generate()
+    client.put_keys(BOB, [sig(old)])
+    # A directory kept an hour, verifying with lists at most 0.2 s old.
+    directory = KeyDirectory(HttpClient(server.http, "alice-token"), ttl=3600, verify_max_age=0.2)
+    m = signed(old)
+    directory.verify(BOB, m)
+    assert directory.get(BOB)[0]["kid"] == old.signing_kid, "get keeps the list for its ttl"
+    # bob's old private key leaked: he lists only the new one.
+    client.put_keys(BOB, [sig(new)])
+    got = "verified"
+    deadline = time.monotonic() + 10
+    while got == "verified" and time.monotonic() < deadline:
+        try:
+            directory.verify(BOB, m)
+        except PigeonError as e:
+            got = e.code
+        time.sleep(0.05)
+    assert got == "SIGNATURE_INVALID", "a signature of the removed key still verifies"
+    directory.verify(BOB, signed(new))
+    with pytest.raises(PigeonError) as e:
+        directory.verify(BOB, {k: v for k, v in m.items() if k != "signature"})
+    assert e.value.code == "SIGNATURE_REQUIRED"

@@ -8,6 +8,7 @@
 use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
+use crate::message::Message;
 use crate::tls::{self, Target, TlsConfig};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -315,8 +316,17 @@ type Cached = (Instant, Arc<Vec<PublicKey>>);
 /// that removes an encryption key from its list (its private half leaked)
 /// is sealed for under it by a cache's users for at most this long after
 /// the change (and the round trip of a fetch), not for the cache's `ttl`.
-/// Verification reads the list through [`KeyCache::keys`], as before.
+/// Verification has its own bound, [`VERIFY_MAX_AGE`].
 pub const SEAL_MAX_AGE: Duration = Duration::from_secs(10);
+
+/// How old a cached key list may be when [`KeyCache::verify`] checks a
+/// signature with it (10 s, whatever the cache's `ttl`): an account that
+/// removes a signing key from its list (its private half leaked) has
+/// signatures made with it accepted by a cache's users for at most this
+/// long after the change (and the round trip of a fetch), not for the
+/// cache's `ttl`. [`KeyCache::keys`] keeps the list for the `ttl`: verify
+/// through [`KeyCache::verify`], not with the list `keys` returns.
+pub const VERIFY_MAX_AGE: Duration = Duration::from_secs(10);
 
 /// Fetches and caches accounts' published keys for `ttl`. Cheap to clone;
 /// safe to share between tasks.
@@ -325,12 +335,13 @@ pub struct KeyCache {
     http: HttpClient,
     ttl: Duration,
     seal_max_age: Duration,
+    verify_max_age: Duration,
     cache: Arc<Mutex<HashMap<String, Cached>>>,
 }
 
 impl KeyCache {
     pub fn new(http: HttpClient, ttl: Duration) -> KeyCache {
-        KeyCache { http, ttl, seal_max_age: SEAL_MAX_AGE, cache: Arc::default() }
+        KeyCache { http, ttl, seal_max_age: SEAL_MAX_AGE, verify_max_age: VERIFY_MAX_AGE, cache: Arc::default() }
     }
 
     /// How old a cached list [`encryption_key`](KeyCache::encryption_key)
@@ -340,7 +351,17 @@ impl KeyCache {
         self
     }
 
-    /// The keys of `account`, from the cache while fresh.
+    /// How old a cached list [`verify`](KeyCache::verify) takes (default
+    /// [`VERIFY_MAX_AGE`]; the cache's `ttl` when shorter).
+    pub fn with_verify_max_age(mut self, max_age: Duration) -> KeyCache {
+        self.verify_max_age = max_age;
+        self
+    }
+
+    /// The keys of `account`, from the cache while younger than the `ttl`.
+    /// Not for verifying signatures: a key the account removed stays in the
+    /// list returned for the `ttl`; [`verify`](KeyCache::verify) bounds
+    /// that.
     pub async fn keys(&self, account: &str) -> Result<Arc<Vec<PublicKey>>> {
         if let Some(k) = self.cached(account, self.ttl) {
             return Ok(k);
@@ -364,6 +385,27 @@ impl KeyCache {
         let k = self.fetch(account).await?;
         sealing_key(&k, crate::time::now_ms())
             .ok_or_else(|| Error::new("INVALID_ARGUMENT", "the recipient publishes no encryption key valid now"))
+    }
+
+    /// Verifies `m`'s signature with `account`'s published keys
+    /// ([`verify_message_with_keys`](crate::crypto::verify_message_with_keys):
+    /// the key of the signature's kid, use `sig`, valid at the message
+    /// time), from a cached list no older than [`VERIFY_MAX_AGE`] (see
+    /// [`with_verify_max_age`](KeyCache::with_verify_max_age); and the
+    /// `ttl`), else the list is read again first: a signing key the account
+    /// removed (leaked) verifies for at most that long after its removal,
+    /// not for the `ttl`. A failure does not read the list again (a stream
+    /// of bad kids costs at most one fetch per bound): a key published less
+    /// than that ago may not verify yet, so publish a new key ahead of its
+    /// `notBefore` (docs/security.md, "Rotation"). `SIGNATURE_REQUIRED` or
+    /// `SIGNATURE_INVALID` as `verify_message_with_keys`; a failed fetch
+    /// gives its error.
+    pub async fn verify(&self, account: &str, m: &Message) -> Result<()> {
+        let keys = match self.cached(account, self.ttl.min(self.verify_max_age)) {
+            Some(k) => k,
+            None => self.fetch(account).await?,
+        };
+        crate::crypto::verify_message_with_keys(m, &keys)
     }
 
     /// Forgets `account`'s keys (after a rotation, or a failed verification).

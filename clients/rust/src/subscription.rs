@@ -387,9 +387,10 @@ struct SubState {
     sid: Option<String>,
     conn: Option<Arc<Conn>>,
     /// The sequences received and not yet handled successfully (an
-    /// acknowledged subscription): an ack the server took removes one, a
-    /// nack keeps it. A pub/sub resubscription starts from the lowest. At
-    /// most [`MAX_OUTSTANDING`] (see [`SubState::outstand`]).
+    /// acknowledged subscription): an ack queued on a live connection
+    /// removes one (whatever the server answers), a nack keeps it. A
+    /// pub/sub resubscription starts from the lowest. At most
+    /// [`MAX_OUTSTANDING`] (see [`SubState::outstand`]).
     pending: BTreeSet<u64>,
     /// The highest sequence acked (at most once: received); a pub/sub
     /// resubscription starts after it when nothing is pending.
@@ -530,7 +531,7 @@ impl SubShared {
             overflow: AtomicU64::new(0),
             running: Mutex::default(),
         });
-        tokio::spawn(ack_loop(Arc::downgrade(&s), ack_rx));
+        tokio::spawn(ack_loop(ack_rx));
         if let SubMode::Handler(h) = &s.mode {
             tokio::spawn(dispatch_loop(Arc::downgrade(&s), h.clone(), queue_rx));
         }
@@ -890,7 +891,18 @@ impl SubShared {
         }
     }
 
+    /// Queues the ack of `m`, a delivery handled successfully. Its
+    /// sequence leaves the pending set and raises `last_acked` now, when
+    /// its connection is up, whatever the server answers (see
+    /// [`Subscription`], "Resuming"); on a connection already gone it
+    /// stays, for the resume to ask for again.
     fn queue_ack(&self, h: &AckHandle, m: &Message, tx: Option<oneshot::Sender<Result<()>>>) {
+        if !h.conn.is_dead() {
+            let seq = resumable(m.sequence);
+            let mut st = self.st.lock().unwrap();
+            st.pending.remove(&seq);
+            st.last_acked = st.last_acked.max(seq);
+        }
         let cmd = AckCmd::Ack { h: h.clone(), id: m.id.clone(), seq: m.sequence, tx };
         if let Err(mpsc::error::SendError(AckCmd::Ack { tx: Some(tx), .. })) = self.ack_tx.send(cmd) {
             let _ = tx.send(Err(Error::closed()));
@@ -1210,7 +1222,7 @@ impl NotPending {
     }
 }
 
-async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>) {
+async fn ack_loop(mut rx: mpsc::UnboundedReceiver<AckCmd>) {
     while let Some(first) = rx.recv().await {
         let mut cmds = vec![first];
         while let Ok(c) = rx.try_recv() {
@@ -1246,22 +1258,15 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                 Ok(a) => NotPending::of(a),
                 Err(_) => NotPending::Ids(Vec::new()),
             };
-            // Only an ack the server took removes a sequence from the
-            // pending set: a failed one (a lost connection, an ack wait
-            // passed) leaves it for the resume to ask for again.
-            let mut max_seq = 0;
-            let mut done = Vec::new();
+            // The pending set is not touched here: queue_ack took each
+            // sequence out when its delivery was handled, whatever this
+            // answer says.
             for (id, seq, tx) in items {
                 let r = match &res {
                     Ok(_) if not_pending.refused(&id, seq) => {
                         Err(Error::new("ACK_NOT_ALLOWED", format!("no delivery of {id} is waiting for an answer")))
                     }
-                    Ok(_) => {
-                        let seq = resumable(seq);
-                        max_seq = max_seq.max(seq);
-                        done.push(seq);
-                        Ok(())
-                    }
+                    Ok(_) => Ok(()),
                     Err(e) => Err(e.clone()),
                 };
                 match tx {
@@ -1275,13 +1280,6 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
                             }
                         }
                     }
-                }
-            }
-            if let Some(s) = sub.upgrade() {
-                let mut st = s.st.lock().unwrap();
-                st.last_acked = st.last_acked.max(max_seq);
-                for seq in done {
-                    st.pending.remove(&seq);
                 }
             }
         }
@@ -1326,10 +1324,14 @@ async fn ack_loop(sub: Weak<SubShared>, mut rx: mpsc::UnboundedReceiver<AckCmd>)
 /// again is never delivered again. An acknowledged subscription therefore
 /// keeps the set of sequences it was handed and has not yet handled
 /// successfully. A handler's success (the ack) removes its sequence and
-/// raises the highest-acked mark; a failure (nack) keeps it in the set
+/// raises the highest-acked mark, once the ack is queued: an ack the server
+/// refuses or never answers does not put it back (the handler succeeded;
+/// kept, the lowest sequence would make the resume deliver again every
+/// message after it, and a redelivery the server sends while the
+/// connection lives adds it again); a failure (nack) keeps it in the set
 /// (while the connection lives the server redelivers it, and a redelivery
-/// that succeeds removes it); so does an ack the server never took (its
-/// connection was lost). On resume the subscription starts from the lowest
+/// that succeeds removes it); so does a success on a connection already
+/// lost (it cannot be acked). On resume the subscription starts from the lowest
 /// sequence in the set if any, else after the highest acked, else at the
 /// `from` of its latest `subscribed` answer (the first sequence the server
 /// subscription delivers: where its start stood when it subscribed, so

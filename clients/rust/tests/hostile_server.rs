@@ -799,3 +799,77 @@ async fn an_http_answer_with_a_duplicate_key_or_a_lone_surrogate_is_refused() {
         assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", pigeon_client::ErrorKind::Protocol), "{body}: {e}");
     }
 }
+
+/// A handled delivery whose ack the server refused, or never answered, is
+/// not asked for again by the resume, as in the Go, TypeScript and Python
+/// clients: the handler succeeded, and the sequence kept in the pending set
+/// made the resume start there, delivering again every message after it.
+/// Before, an ack counted only once the server took it: the resume asked
+/// for 5 in both cases.
+#[tokio::test]
+async fn a_handled_delivery_whose_ack_failed_is_not_asked_for_again() {
+    for (how, want) in [("refused", json!({"sequence": 7})), ("unanswered", json!({"sequence": 6}))] {
+        assert_eq!(resume_after_a_failed_ack(how).await, want, "{how}");
+    }
+}
+
+/// A subscription whose first connection delivers msg_5 and answers its
+/// ack by `how` ("refused": ACK_NOT_ALLOWED, then msg_6 delivered, its ack
+/// taken and the connection dropped; "unanswered": the connection dropped
+/// when the ack comes): the `start` of the resumed subscribe.
+async fn resume_after_a_failed_ack(how: &'static str) -> Value {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let (stx, mut srx) = mpsc::unbounded_channel::<Value>();
+    let task = tokio::spawn(async move {
+        for n in 0.. {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { continue };
+            let stx = stx.clone();
+            tokio::spawn(async move {
+                while let Some(Ok(W::Text(t))) = ws.next().await {
+                    let f: Value = serde_json::from_str(&t).unwrap();
+                    let deliver = |seq: u64| json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(seq)});
+                    let (out, drop_after) = match f["op"].as_str() {
+                        Some("negotiate") => {
+                            let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": "2099-01-01T00:00:00Z"});
+                            (vec![json!({"op": "contract", "re": f["id"], "contract": contract})], false)
+                        }
+                        Some("subscribe") => {
+                            let _ = stx.send(f["start"].clone());
+                            let mut out = vec![json!({"op": "subscribed", "re": f["id"], "sub": "sub_1", "from": 1})];
+                            if n == 0 {
+                                out.push(deliver(5));
+                            }
+                            (out, false)
+                        }
+                        Some("ack") if n == 0 && f["messageId"] == "msg_5" => match how {
+                            "unanswered" => (vec![], true),
+                            _ => {
+                                let refused = json!({"code": "ACK_NOT_ALLOWED", "message": "no delivery of that message is waiting"});
+                                (vec![json!({"op": "error", "re": f["id"], "error": refused}), deliver(6)], false)
+                            }
+                        },
+                        Some("ack") if n == 0 => (vec![json!({"op": "ok", "re": f["id"]})], true),
+                        _ => (vec![json!({"op": "ok", "re": f["id"]})], false),
+                    };
+                    for o in out {
+                        let _ = ws.send(W::Text(o.to_string())).await;
+                    }
+                    if drop_after {
+                        return; // dropped: the client reconnects and resumes
+                    }
+                }
+            });
+        }
+    });
+    let o = opts().reconnect(true).call_timeout(Duration::from_secs(2));
+    let o = ConnectOptions { backoff: (Duration::from_millis(10), Duration::from_millis(50)), ..o };
+    let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
+    let _sub = s.subscribe("x", SubscribeOptions::default(), |_| async { Ok(()) }).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(3), srx.recv()).await.unwrap().unwrap();
+    assert_eq!(first, Value::Null, "{how}: the first subscribe");
+    let resumed = tokio::time::timeout(Duration::from_secs(5), srx.recv()).await.expect("the subscription did not resume").unwrap();
+    end(s, task).await;
+    resumed
+}

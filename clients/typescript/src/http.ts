@@ -12,7 +12,7 @@ import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { ClientCodes, finiteMs, fromWire, PigeonError, retryDelayMs, settleBody, transportError } from "./errors.js";
-import { selectKey, type PublicKey } from "./crypto.js";
+import { selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
@@ -291,15 +291,27 @@ export class HttpClient {
  * account that removes an encryption key from its list (its private half
  * leaked) is sealed for under it by a cache's users for at most this long
  * after the change (and a fetch's round trip), not for the `ttlMs`.
- * Verification reads the list through {@link KeyCache.get}, as before.
+ * Verification has its own bound, {@link VERIFY_MAX_AGE_MS}.
  */
 export const SEAL_MAX_AGE_MS = 10_000;
 
 /**
+ * How old (ms) a cached key list may be when {@link KeyCache.verify} checks
+ * a signature with it (10 s), whatever the cache's `ttlMs`: an account that
+ * removes a signing key from its list (its private half leaked) has
+ * signatures made with it accepted by a cache's users for at most this
+ * long after the change (and a fetch's round trip), not for the `ttlMs`.
+ * {@link KeyCache.get} keeps the list for the `ttlMs`: verify through
+ * {@link KeyCache.verify}, not with the list `get` returns.
+ */
+export const VERIFY_MAX_AGE_MS = 10_000;
+
+/**
  * Caches accounts' published keys for `ttlMs` (default 5 min); sealing
  * takes lists at most `sealMaxAgeMs` old (default {@link SEAL_MAX_AGE_MS};
- * see {@link KeyCache.encryptionKey}). A signature whose kid the cached
- * keys do not know refetches once (`refresh`).
+ * see {@link KeyCache.encryptionKey}), verification lists at most
+ * `verifyMaxAgeMs` old (default {@link VERIFY_MAX_AGE_MS}; see
+ * {@link KeyCache.verify}).
  */
 export class KeyCache {
   private readonly cache = new Map<string, { at: number; keys: Promise<PublicKey[]> }>();
@@ -307,9 +319,14 @@ export class KeyCache {
     private readonly client: HttpClient,
     private readonly ttlMs = 300_000,
     private readonly sealMaxAgeMs = SEAL_MAX_AGE_MS,
+    private readonly verifyMaxAgeMs = VERIFY_MAX_AGE_MS,
   ) {}
 
-  /** The account's keys, from the cache when fresh. */
+  /**
+   * The account's keys, from the cache while younger than `ttlMs`. Not for
+   * verifying signatures: a key the account removed stays in the list
+   * returned for the `ttlMs`; {@link KeyCache.verify} bounds that.
+   */
   get(account: string): Promise<PublicKey[]> {
     const hit = this.cache.get(account);
     if (hit && Date.now() - hit.at < this.ttlMs) return hit.keys;
@@ -333,6 +350,26 @@ export class KeyCache {
     const k = sealingKey(await this.refresh(account));
     if (!k) throw new PigeonError("INVALID_ARGUMENT", "the recipient publishes no encryption key valid now");
     return k;
+  }
+
+  /**
+   * Verifies m's signature with `account`'s published keys
+   * ({@link verifyMessageWithKeys}: the key of the signature's kid, use
+   * sig, valid at the message time), from a cached list no older than
+   * `verifyMaxAgeMs` (and `ttlMs`), else the list is read again first: a
+   * signing key the account removed (leaked) verifies for at most
+   * `verifyMaxAgeMs` after its removal, not for the `ttlMs`. A failure does
+   * not read the list again (a stream of bad kids costs at most one fetch
+   * per `verifyMaxAgeMs`): a key published less than that ago may not
+   * verify yet, so publish a new key ahead of its notBefore
+   * (docs/security.md, "Rotation"). SIGNATURE_REQUIRED or
+   * SIGNATURE_INVALID as verifyMessageWithKeys; a failed fetch rejects
+   * with its error.
+   */
+  async verify(account: string, m: Partial<Message>): Promise<void> {
+    const hit = this.cache.get(account);
+    const keys = hit && Date.now() - hit.at < Math.min(this.ttlMs, this.verifyMaxAgeMs) ? await hit.keys : await this.refresh(account);
+    verifyMessageWithKeys(m, keys);
   }
 
   /** Fetches the account's keys again. */
