@@ -70,6 +70,9 @@ type Bridge struct {
 	// beforeOut, set by tests, runs when an Out route was handed a
 	// delivery, before it publishes it to NATS.
 	beforeOut func(ctx context.Context, route, id string)
+	// betweenCore, set by tests, runs when a core NATS Out route has
+	// published a message, before it flushes.
+	betweenCore func(route string)
 	// beforeCore, set by tests, runs before a core NATS In route handles
 	// a message.
 	beforeCore func(route string)
@@ -212,6 +215,8 @@ func (b *Bridge) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	viol := watchViolations(nc, b.opts.Routes)
+	defer viol.restore()
 	attempt := 0
 	for first := true; ; first = false {
 		if nc.IsClosed() {
@@ -221,7 +226,7 @@ func (b *Bridge) run(ctx context.Context) error {
 		if err == nil {
 			b.sessions.Add(1)
 			began := time.Now()
-			err = b.serve(ctx, &generation{sess: sess, nc: nc, js: js})
+			err = b.serve(ctx, &generation{sess: sess, nc: nc, js: js, viol: viol})
 			if time.Since(began) > b.opts.MaxReconnectDelay {
 				attempt = 0
 			}
@@ -376,6 +381,7 @@ type generation struct {
 	sess pigeon.Session
 	nc   *nats.Conn
 	js   jetstream.JetStream
+	viol *violations // nil without core Out routes
 
 	ctx    context.Context // ends with the generation
 	cancel context.CancelFunc

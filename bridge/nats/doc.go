@@ -27,7 +27,8 @@
 // bridge that starts resumes: the lowest sequence of a delivery that
 // failed and waits for its retry, or the one after the message's). A
 // delivery is acknowledged only once NATS took it: after a flush on core
-// NATS (and no permission violation reported for it), after the PubAck on
+// NATS (and no permission violation reported for it, which the
+// connection's error handler hears), after the PubAck on
 // JetStream, read back: any client that sees the publish on its subject
 // could answer its reply inbox first, so a PubAck counts only when the
 // route's stream holds this very message (on the route's NATS subject,
@@ -62,7 +63,9 @@
 // accepted. On JetStream a
 // message is acknowledged after the broker accepted it, terminated when a
 // gate refused it, and redelivered later (NakWithDelay) when the failure
-// may pass. A message that one of the bridge's own Out routes published
+// may pass; the messages of a pull that wait behind the one published are
+// kept (InProgress), so that a slow broker does not let the consumer's ack
+// wait hand them out again. A message that one of the bridge's own Out routes published
 // (its Pigeon-Bridge header) is skipped, and so, on core NATS, is NATS's
 // own traffic that a wildcard matched: reply inboxes (a stream's PubAck)
 // and $ subjects (the JetStream API).

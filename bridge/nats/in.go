@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -158,10 +159,28 @@ func (in *inRoute) startCore(g *generation) error {
 
 // corePendingMsgs and corePendingBytes bound what a core NATS In route
 // holds that waits to be published; variables for tests.
+//
+// The bound in bytes counts what NATS sent (headers and payload), but
+// nats.go decodes a message's headers as it arrives, before any bound
+// applies, into a map that takes up to about 16 times the bytes of a
+// header block of many small headers (headerAmplification): 64 MiB
+// waiting could hold about 1 GiB. The bound keeps what waits within
+// coreMemoryBudget, at 4 MiB, which still holds four messages of NATS's
+// default max_payload. A NATS message larger than the bound is dropped as
+// a slow consumer would be.
 var (
 	corePendingMsgs  = 1024
-	corePendingBytes = 64 << 20
+	corePendingBytes = coreMemoryBudget / headerAmplification
 )
+
+// coreMemoryBudget is the memory the messages waiting on a core NATS In
+// route may take, decoded.
+const coreMemoryBudget = 64 << 20
+
+// headerAmplification is about the most memory nats.go takes for a
+// received message per byte NATS sent: a header block of many distinct
+// small headers ("k: x") decoded, with the message's own copy.
+const headerAmplification = 16
 
 // coreAttempts bounds the publishes of one core NATS message.
 const coreAttempts = 3
@@ -313,7 +332,16 @@ const (
 // max_payload (2 GiB at NATS's largest). A message larger than the bound
 // is pulled alone, by a pull of one message without it. A variable for
 // tests.
+//
+// Headers decoded on arrival take up to headerAmplification times their
+// size (see corePendingBytes), but a stream stores no header block of
+// 64 KiB or more: a pull holds at most fetchBatch times 1 MiB of decoded
+// headers besides fetchBytes of messages, about 40 MiB in all.
 var fetchBytes = 8 << 20
+
+// maxStoredHeaders is the largest header block a JetStream stream stores
+// (its length is kept in 16 bits).
+const maxStoredHeaders = 1<<16 - 1
 
 // startJetStream binds the route's durable pull consumer (creating it
 // when it does not exist) and consumes from it.
@@ -366,10 +394,7 @@ func (in *inRoute) startJetStream(g *generation) error {
 			}
 			got := 0
 			if err == nil {
-				for m := range batch.Messages() {
-					in.handleJetStream(g, m, created)
-					got++
-				}
+				got = in.handleBatch(g, batch, created, cons.CachedInfo().Config.AckWait)
 				err = batch.Error()
 			}
 			// A bounded pull that the server ends at once with nothing (it
@@ -396,6 +421,65 @@ func (in *inRoute) startJetStream(g *generation) error {
 		}
 	})
 	return nil
+}
+
+// handleBatch publishes the messages of one pull, one at a time, as they
+// come, and returns how many there were. While one is published, those
+// that wait behind it are kept (InProgress) every third of the consumer's
+// ack wait: a batch of fetchBatch messages at up to PublishTimeout each
+// can take longer than the ack wait (30 s by default), and JetStream would
+// hand the tail out again, to another bridge sharing the durable or to the
+// route's next pull, while it is still in hand.
+func (in *inRoute) handleBatch(g *generation, batch jetstream.MessageBatch, created time.Time, ackWait time.Duration) int {
+	var (
+		mu      sync.Mutex
+		waiting = map[jetstream.Msg]bool{} // received, not yet handled
+		queue   = make(chan jetstream.Msg, fetchBatch)
+		done    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	wg.Add(2)
+	go func() { // takes every message as it comes, so that it is kept
+		defer wg.Done()
+		defer close(queue)
+		for m := range batch.Messages() {
+			mu.Lock()
+			waiting[m] = true
+			mu.Unlock()
+			queue <- m
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if ackWait <= 0 {
+			ackWait = 30 * time.Second // the server's default
+		}
+		tick := time.NewTicker(max(ackWait/3, 10*time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			for m := range waiting {
+				ack(in, m.InProgress())
+			}
+			mu.Unlock()
+		}
+	}()
+	got := 0
+	for m := range queue {
+		mu.Lock()
+		delete(waiting, m) // in hand: settled below, and never kept after
+		mu.Unlock()
+		in.handleJetStream(g, m, created)
+		got++
+	}
+	close(done)
+	wg.Wait()
+	return got
 }
 
 // rebind binds the route's consumer again after a failed pull, as

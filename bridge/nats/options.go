@@ -118,6 +118,11 @@ type Options struct {
 	// kept and sent once it is back, after the broker was told the publish
 	// failed (and redelivers it), possibly after the contract was revoked.
 	// The bridge logs a warning at Run for a connection with that buffer.
+	// With a core NATS Out route, Run wraps the connection's error handler
+	// (nats.Conn.SetErrorHandler) to hear each permission violation the
+	// server reports, calls the handler it found with every error, and
+	// gives it back when it returns: set the connection's handler before
+	// Run, not while it runs.
 	NATS *nats.Conn
 	URL  string
 	// Routes are the edges; at least one.

@@ -236,14 +236,26 @@ func (o *outRoute) publish(ctx context.Context, g *generation, d *pigeon.Deliver
 	if o.r.JetStream {
 		return o.publishJetStream(ctx, g, msg)
 	}
+	var mark uint64
+	if g.viol != nil {
+		mark = g.viol.mark() // before the last error is read: see check
+	}
 	before := g.nc.LastError()
 	if err := g.nc.PublishMsg(msg); err != nil {
 		return err
 	}
+	if o.b.betweenCore != nil {
+		o.b.betweenCore(o.r.Name)
+	}
 	if err := g.nc.FlushWithContext(ctx); err != nil {
 		return err
 	}
-	return publishDenied(g.nc, before, msg.Subject)
+	if err := publishDenied(g.nc, before, msg.Subject); err != nil || g.viol == nil {
+		return err
+	}
+	// Another route's violation reported after ours overwrites the last
+	// error: the connection's error handler heard both.
+	return g.viol.check(ctx, mark, before, msg.Subject)
 }
 
 // publishDenied returns the error of a core NATS publish on subject that
