@@ -39,8 +39,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 const usage = `usage: pigeon <command> [flags]
@@ -68,6 +66,9 @@ commands:
 
 Run "pigeon <command> -h" for the flags of a command.
 
+Ctrl-C (SIGINT) or SIGTERM stops a command (serve shuts down gracefully); a
+second one stops it at once, with exit status 130 (SIGINT) or 143 (SIGTERM).
+
 environment (a flag wins over it):
   PORT                        serve: listen on 127.0.0.1:$PORT
   PIGEON_DATA_DIR             serve: the data directory
@@ -79,9 +80,12 @@ environment (a flag wins over it):
 
 // Run is the whole program: Main over the process's arguments, standard
 // output and error, until it ends or the process gets SIGINT or SIGTERM
-// (serve then shuts down). A command's main is os.Exit(cli.Run(...)).
+// (serve then shuts down). A second SIGINT or SIGTERM ends the process at
+// once, with status 130 or 143 (128 + the signal's number), for a
+// command that the first did not stop. A command's main is
+// os.Exit(cli.Run(...)).
 func Run(opts ...Option) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(context.Background(), os.Stderr, os.Exit)
 	defer stop()
 	return Main(ctx, os.Args[1:], os.Stdout, os.Stderr, opts...)
 }

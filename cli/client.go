@@ -420,10 +420,10 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 }
 
 // readFileArg reads the file a --file flag names, or standard input for
-// "-".
+// "-", up to maxPayloadFile bytes; a named file must be a regular file.
 func readFileArg(name string) ([]byte, error) {
 	if name == "-" {
-		return io.ReadAll(os.Stdin)
+		return readAtMost(os.Stdin, "standard input", maxPayloadFile)
 	}
-	return os.ReadFile(name)
+	return readRegularFile(name, maxPayloadFile)
 }

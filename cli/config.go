@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -145,7 +144,7 @@ func loadConfig(path string, cfg *serveConfig) error {
 	if err := checkNotWorldWritable(path); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	b, err := os.ReadFile(path)
+	b, err := readRegularFile(path, maxConfigFile)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
+	"syscall"
 )
 
 // checkNotWorldWritable refuses a file that every user of the machine may
@@ -38,4 +40,58 @@ func readableByOthers(path string) (os.FileMode, bool) {
 		return 0, false
 	}
 	return fi.Mode().Perm(), fi.Mode().Perm()&0o004 != 0
+}
+
+// Bounds on the files an operator names on the command line or in the
+// config file, well above any real one; a larger file is refused, not
+// read.
+const (
+	// maxConfigFile bounds --config, --tokens, --metrics-token-file and a
+	// program's --manifest.
+	maxConfigFile = 8 << 20
+	// maxPayloadFile bounds a program's --module (programs.DefaultMaxModuleSize
+	// is 32 MiB) and the --file of publish and of the access commands
+	// (standard input included).
+	maxPayloadFile = 64 << 20
+)
+
+// readRegularFile reads the file at path, refusing what is not a regular
+// file (links followed) and what holds more than limit bytes. The open
+// does not block: os.ReadFile would wait on a named pipe for a writer
+// that never came, and read a device such as /dev/zero until memory ran
+// out, and neither can be stopped but by a second signal.
+func readRegularFile(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (mode %s)", path, fi.Mode())
+	}
+	if fi.Size() > limit {
+		return nil, fileTooLarge(path, limit)
+	}
+	return readAtMost(f, path, limit)
+}
+
+// readAtMost reads r to its end, refusing more than limit bytes; name
+// names r in the error.
+func readAtMost(r io.Reader, name string, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fileTooLarge(name, limit)
+	}
+	return b, nil
+}
+
+func fileTooLarge(name string, limit int64) error {
+	return fmt.Errorf("%s: larger than %d MiB, the most pigeon reads from it", name, limit>>20)
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"pigeon"
 	"pigeon/policy"
@@ -13,11 +12,11 @@ import (
 
 // loadCatalog loads a policy directory and refuses one with lint errors.
 // It returns the lint warnings too (unknown fields among them: a field the
-// broker ignores), for the caller to show.
+// broker ignores), for the caller to show. A policy file that is not a
+// regular file (a named pipe, a link to /dev/zero) or is larger than
+// policy.MaxFileSize is refused by policy.LoadDir itself, without waiting
+// on it.
 func loadCatalog(dir string) (*pigeon.Catalog, []policy.Problem, error) {
-	if err := checkPolicyFileKinds(dir); err != nil {
-		return nil, nil, loadError(err)
-	}
 	if err := checkPolicyFiles(dir); err != nil {
 		return nil, nil, loadError(err)
 	}
@@ -53,11 +52,7 @@ func policyLintCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	dir := args[0]
-	err := checkPolicyFileKinds(dir)
-	var problems []policy.Problem
-	if err == nil {
-		problems, err = policy.LintDir(dir)
-	}
+	problems, err := policy.LintDir(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "pigeon policy lint: %s\n", printable(loadError(err).Error()))
 		return 1
@@ -83,32 +78,12 @@ func loadError(err error) error {
 	return pigeon.WrapError(pigeon.CodePolicyInvalid, err, "%v", err)
 }
 
-// checkPolicyFileKinds refuses a policy file (one the loader reads: a
-// .json, .yaml or .yml of subjects/ or schemas/) that is not a regular
-// file, links followed: the loader would wait on a named pipe for a writer
-// that never comes, and read a device such as /dev/zero until memory ran
-// out. A directory handed over by someone else may hold either.
-func checkPolicyFileKinds(dir string) error {
-	for _, sub := range []string{"subjects", "schemas"} {
-		d := filepath.Join(dir, sub)
-		entries, _ := os.ReadDir(d) // a missing directory is LoadDir's to report
-		for _, e := range entries {
-			switch strings.ToLower(filepath.Ext(e.Name())) {
-			case ".json", ".yaml", ".yml":
-			default:
-				continue
-			}
-			p := filepath.Join(d, e.Name())
-			if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
-				return fmt.Errorf("%s: not a regular file (mode %s)", p, fi.Mode())
-			}
-		}
-	}
-	return nil
-}
-
 // checkPolicyFiles refuses a policy directory, its subjects/ or schemas/,
-// or a file in them that anyone on the machine may write.
+// or a file in them that anyone on the machine may write. What is neither
+// a regular file nor a directory (a named pipe, a link to /dev/zero, whose
+// mode may well be 0666) is left to policy.LoadDir, which refuses it as
+// not a regular file if it is a file the loader reads and ignores it if
+// not.
 func checkPolicyFiles(dir string) error {
 	paths := []string{dir}
 	for _, sub := range []string{"subjects", "schemas"} {
@@ -116,7 +91,11 @@ func checkPolicyFiles(dir string) error {
 		paths = append(paths, d)
 		entries, _ := os.ReadDir(d) // a missing directory is LoadDir's to report
 		for _, e := range entries {
-			paths = append(paths, filepath.Join(d, e.Name()))
+			p := filepath.Join(d, e.Name())
+			if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+				continue
+			}
+			paths = append(paths, p)
 		}
 	}
 	for _, p := range paths {

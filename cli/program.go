@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 )
 
 // programCmd runs pigeon program deploy|list|show|remove|rollback
@@ -60,8 +59,8 @@ func programCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 			return 2
 		}
 		var wasm, man []byte
-		if wasm, err = os.ReadFile(*module); err == nil {
-			man, err = os.ReadFile(*manifest)
+		if wasm, err = readRegularFile(*module, maxPayloadFile); err == nil {
+			man, err = readRegularFile(*manifest, maxConfigFile)
 		}
 		if err != nil {
 			return fail(stderr, cmd, err)

@@ -556,7 +556,7 @@ func metricsHandlerFor(cfg serveConfig, h http.Handler) (http.Handler, error) {
 	if err := checkNotWorldWritable(cfg.metricsTokenFile); err != nil {
 		return nil, fmt.Errorf("--metrics-token-file: %w", err)
 	}
-	b, err := os.ReadFile(cfg.metricsTokenFile)
+	b, err := readRegularFile(cfg.metricsTokenFile, maxConfigFile)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-token-file: %w", err)
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"regexp"
 
 	"gopkg.in/yaml.v3"
@@ -28,7 +27,7 @@ func loadTokens(path string) ([]pigeon.StaticToken, error) {
 	if err := checkNotWorldWritable(path); err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(path)
+	b, err := readRegularFile(path, maxConfigFile)
 	if err != nil {
 		return nil, err
 	}

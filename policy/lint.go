@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"math"
-	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -60,17 +60,23 @@ func (p Problem) String() string {
 // IsError reports whether the problem has error severity.
 func (p Problem) IsError() bool { return p.Severity == SeverityError }
 
-// LintDir loads the catalog in dir and lints it. A catalog that does not
-// load is returned as the error (an *Error); the problems then include
+// LintDir loads the catalog in dir, as LoadDir does, and lints it. A
+// catalog that does not load is returned as the error (an *Error, naming
+// the file as LoadDir does); the problems then include
 // unknown fields and ignored files as warnings, and unknown fields of a
 // rule as errors (ignored, they would widen the rule).
 func LintDir(dir string) ([]Problem, error) {
-	return LintFS(os.DirFS(dir))
+	return lintFS(dirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
 }
 
 // LintFS is LintDir over a file system rooted at the catalog.
 func LintFS(fsys fs.FS) ([]Problem, error) {
-	c, ld, err := load(fsys, func(p string) string { return p })
+	return lintFS(fsys, func(p string) string { return p })
+}
+
+// lintFS is LintFS naming files in errors through display.
+func lintFS(fsys fs.FS, display func(string) string) ([]Problem, error) {
+	c, ld, err := load(fsys, display)
 	if err != nil {
 		return nil, err
 	}

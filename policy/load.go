@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -74,16 +73,23 @@ func newError(cause error, format string, args ...any) *Error {
 // missing subjects directory is an *Error that names the file and, where
 // known, the line and column.
 //
+// Every file is read as readFile does: a file that is not a regular file
+// (a named pipe, a device) is refused without waiting on it (the cause is
+// ErrNotRegularFile), and so is one larger than MaxFileSize (a
+// *FileTooLargeError).
+//
 // LoadDir does not validate policies; run Lint on the result. The broker
 // lints every catalog it registers (pigeon.New, Engine.LoadCatalog,
 // Engine.ReplaceSubject) and refuses one with errors.
 func LoadDir(dir string) (*Catalog, error) {
-	c, _, err := load(os.DirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
+	c, _, err := load(dirFS(dir), func(p string) string { return filepath.Join(dir, filepath.FromSlash(p)) })
 	return c, err
 }
 
 // LoadFS is LoadDir over a file system rooted at the catalog, such as an
-// embed.FS or fstest.MapFS.
+// embed.FS or fstest.MapFS. Files are refused as LoadDir refuses them,
+// but whether opening one can block is fsys's: os.DirFS waits on a named
+// pipe before its type can be checked, so load a directory with LoadDir.
 func LoadFS(fsys fs.FS) (*Catalog, error) {
 	c, _, err := load(fsys, func(p string) string { return p })
 	return c, err
@@ -119,9 +125,9 @@ func load(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, erro
 	}
 	ld.problems = append(ld.problems, warns...)
 	for _, file := range subjects {
-		data, err := fs.ReadFile(fsys, file)
+		data, err := readFile(fsys, file, display(file))
 		if err != nil {
-			return nil, nil, newError(err, "%s: %v", display(file), err)
+			return nil, nil, err
 		}
 		p, unknown, err := parseSubject(display(file), data)
 		if err != nil {
@@ -147,9 +153,9 @@ func load(fsys fs.FS, display func(string) string) (*Catalog, *catalogLoad, erro
 	}
 	ld.problems = append(ld.problems, warns...)
 	for _, file := range schemas {
-		data, err := fs.ReadFile(fsys, file)
+		data, err := readFile(fsys, file, display(file))
 		if err != nil {
-			return nil, nil, newError(err, "%s: %v", display(file), err)
+			return nil, nil, err
 		}
 		base := path.Base(file)
 		name := strings.TrimSuffix(base, path.Ext(base))
