@@ -5,7 +5,8 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"syscall"
+
+	"pigeon/internal/regfile"
 )
 
 // checkNotWorldWritable refuses a file that every user of the machine may
@@ -61,18 +62,11 @@ const (
 // that never came, and read a device such as /dev/zero until memory ran
 // out, and neither can be stopped but by a second signal.
 func readRegularFile(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := regfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (mode %s)", path, fi.Mode())
-	}
 	if fi.Size() > limit {
 		return nil, fileTooLarge(path, limit)
 	}

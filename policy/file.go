@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"syscall"
+
+	"pigeon/internal/regfile"
 )
 
 // MaxFileSize bounds a policy or schema file: 8 MiB, some hundred times
@@ -40,7 +40,7 @@ func (d dirFS) Open(name string) (fs.File, error) {
 	if !fs.ValidPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
-	f, err := os.OpenFile(filepath.Join(string(d), filepath.FromSlash(name)), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := regfile.OpenNonblocking(filepath.Join(string(d), filepath.FromSlash(name)))
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
+	"pigeon/internal/regfile"
 	"pigeon/store"
 )
 
@@ -220,25 +220,17 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 	return n, off, false, "", nil
 }
 
-// openRegular opens path for reading, refusing with a *store.CorruptError
-// whatever is not a regular file (a symbolic link is followed). The open
-// does not block: a named pipe put in place of a file of the store would
+// openRegular opens path for reading without blocking, refusing with a
+// *store.CorruptError whatever is not a regular file (a symbolic link is
+// followed): a named pipe put in place of a file of the store would
 // otherwise hold the open until a writer came, and a device (/dev/zero)
 // or a directory would read as no records, or never end.
 func openRegular(path string) (*os.File, os.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, err
+	f, fi, err := regfile.Open(path)
+	if errors.Is(err, regfile.ErrNotRegular) {
+		return nil, nil, &store.CorruptError{File: path, Offset: 0, Reason: strings.TrimPrefix(err.Error(), path+": ")}
 	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = &store.CorruptError{File: path, Offset: 0, Reason: "not a regular file (mode " + fi.Mode().String() + ")"}
-	}
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	return f, fi, nil
+	return f, fi, err
 }
 
 // lengthFlipped reports whether the record at off in f, which a torn write
