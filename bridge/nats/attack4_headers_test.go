@@ -3,8 +3,6 @@ package natsbridge
 import (
 	"runtime"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,18 +46,9 @@ func TestAttack4CoreHeaderHeavyMessagesStayWithinTheBudget(t *testing.T) {
 		{Name: "core-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.core", Template: ordersTemplate},
 	}})
 	require.NoError(t, err)
-	release := make(chan struct{})
-	var once sync.Once
-	var first atomic.Bool
-	b.beforeCore = func(string) {
-		if first.CompareAndSwap(false, true) {
-			<-release // the broker is slow: the route waits on its first message
-		}
-	}
-	rb := startBridge(t, b)
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the bridge's own
+	rb, waiting, release := startStalled(t, b, &b.beforeCore)
 	require.NoError(t, v.tc.Publish("legacy.core", []byte(`{"orderId":"first"}`)))
-	require.Eventually(t, first.Load, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, waiting, 30*time.Second, 5*time.Millisecond)
 
 	const n = 12
 	m := headerHeavy("legacy.core", int(v.nc.MaxPayload())-64<<10)
@@ -77,7 +66,7 @@ func TestAttack4CoreHeaderHeavyMessagesStayWithinTheBudget(t *testing.T) {
 	require.LessOrEqual(t, held, uint64(coreMemoryBudget)+slack, "the route holds more than its budget")
 	runtime.KeepAlive(m)
 
-	once.Do(func() { close(release) })
+	release()
 	require.Eventually(t, func() bool {
 		s := routeStats(rb.b, "core-in")
 		return s.Forwarded+s.Dropped == n+1
@@ -107,19 +96,10 @@ func TestAttack4JetStreamHeaderHeavyPullStaysWithinTheBudget(t *testing.T) {
 		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
 	}})
 	require.NoError(t, err)
-	release := make(chan struct{})
-	var once sync.Once
-	var first atomic.Bool
-	b.beforeJetStream = func(string) {
-		if first.CompareAndSwap(false, true) {
-			<-release // the broker is slow: the route waits on its first message
-		}
-	}
 	base := heapAfterGC()
 	in0 := v.nc.Stats().InMsgs
-	rb := startBridge(t, b)
-	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the bridge's own
-	require.Eventually(t, first.Load, 30*time.Second, 5*time.Millisecond)
+	rb, waiting, release := startStalled(t, b, &b.beforeJetStream)
+	require.Eventually(t, waiting, 30*time.Second, 5*time.Millisecond)
 	// The pull is over when the connection received what the consumer
 	// handed out.
 	var handedOut int
@@ -140,6 +120,6 @@ func TestAttack4JetStreamHeaderHeavyPullStaysWithinTheBudget(t *testing.T) {
 	const budget = 40 << 20 // fetchBytes, and fetchBatch header blocks decoded (docs/bridges.md)
 	require.LessOrEqual(t, held, uint64(budget)+slack, "the route holds more than its budget")
 
-	once.Do(func() { close(release) })
+	release()
 	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-in").Forwarded == n }, 60*time.Second, 5*time.Millisecond)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,6 +190,27 @@ func start(t testing.TB, opts Options) *running {
 	b, err := New(opts)
 	require.NoError(t, err)
 	return startBridge(t, b)
+}
+
+// startStalled starts b with the first message its routes hand to the
+// broker held back, as behind a slow broker: hook is &b.beforeCore or
+// &b.beforeJetStream. It returns the running bridge, whether that first
+// message is held yet, and release, which lets it go (at most once; the
+// end of the test calls it too, before the bridge stops).
+func startStalled(t testing.TB, b *Bridge, hook *func(string)) (rb *running, held func() bool, release func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	var first atomic.Bool
+	*hook = func(string) {
+		if first.CompareAndSwap(false, true) {
+			<-gate // the broker is slow: the route waits on its first message
+		}
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	rb = startBridge(t, b)
+	t.Cleanup(release) // before the bridge's own
+	return rb, first.Load, release
 }
 
 func startBridge(t testing.TB, b *Bridge) *running {

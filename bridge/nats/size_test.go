@@ -2,8 +2,6 @@ package natsbridge
 
 import (
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,23 +90,16 @@ func TestInCorePendingIsBoundedInBytes(t *testing.T) {
 	require.NoError(t, err)
 	const n = 10
 	in0 := v.nc.Stats().InMsgs
-	release := make(chan struct{})
-	var first atomic.Bool
-	b.beforeCore = func(string) {
-		if first.CompareAndSwap(false, true) {
-			<-release // the broker is slow: the route waits on its first message
-		}
-	}
-	rb := startBridge(t, b)
+	rb, waiting, release := startStalled(t, b, &b.beforeCore)
 	require.NoError(t, v.tc.Publish("legacy.core", []byte(`{"orderId":"first"}`)))
-	require.Eventually(t, first.Load, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, waiting, 30*time.Second, 5*time.Millisecond)
 	for range n {
 		require.NoError(t, v.tc.Publish("legacy.core", bigPayload(100<<10)))
 	}
 	require.NoError(t, v.tc.Flush())
 	require.Eventually(t, func() bool { return v.nc.Stats().InMsgs-in0 == n+1 }, 30*time.Second, 5*time.Millisecond,
 		"the bridge's connection received every message")
-	close(release)
+	release()
 	require.Eventually(t, func() bool {
 		s := routeStats(rb.b, "core-in")
 		return s.Forwarded+s.Dropped == n+1
@@ -139,17 +130,8 @@ func TestInJetStreamPullIsBoundedInBytes(t *testing.T) {
 		{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", JetStream: true, Stream: "LEGACY", Template: ordersTemplate},
 	}})
 	require.NoError(t, err)
-	release := make(chan struct{})
-	var first atomic.Bool
-	b.beforeJetStream = func(string) {
-		if first.CompareAndSwap(false, true) {
-			<-release // the broker is slow: the route waits on its first message
-		}
-	}
-	rb := startBridge(t, b)
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	require.Eventually(t, first.Load, 30*time.Second, 5*time.Millisecond)
+	rb, waiting, release := startStalled(t, b, &b.beforeJetStream)
+	require.Eventually(t, waiting, 30*time.Second, 5*time.Millisecond)
 	var handedOut int
 	require.Eventually(t, func() bool {
 		c, err := st.Consumer(t.Context(), "orders-in")
@@ -167,7 +149,7 @@ func TestInJetStreamPullIsBoundedInBytes(t *testing.T) {
 	info, err := c.Info(t.Context())
 	require.NoError(t, err)
 	require.LessOrEqual(t, info.NumAckPending, 3, "at most 300 KiB of 100 KiB messages handed out at once")
-	once.Do(func() { close(release) })
+	release()
 	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-in").Forwarded == n }, 30*time.Second, 5*time.Millisecond)
 }
 
