@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"pigeon/demo"
+	"pigeon/internal/regfile/regfiletest"
 )
 
 // `pigeon audit verify` and `audit receipts` on a copied data directory
@@ -41,20 +41,9 @@ func TestAuditCommandsRefuseANamedPipeSegment(t *testing.T) {
 			before := names()
 
 			var stdout, stderr bytes.Buffer
-			done := make(chan int, 1)
-			go func() {
-				done <- Main(context.Background(), append(args[:2:2], append([]string{"--data", dir}, args[2:]...)...), &stdout, &stderr)
-			}()
-			var code int
-			select {
-			case code = <-done:
-			case <-time.After(20 * time.Second):
-				if f, err := os.OpenFile(tail, os.O_RDWR, 0); err == nil {
-					f.Close() // lets the open go on
-				}
-				<-done
-				t.Fatalf("pigeon %s blocked on %s", args[1], tail)
-			}
+			code := regfiletest.Within(t, tail, func() int {
+				return Main(context.Background(), append(args[:2:2], append([]string{"--data", dir}, args[2:]...)...), &stdout, &stderr)
+			})
 			require.Equal(t, 1, code, "stdout %q, stderr %q", stdout.String(), stderr.String())
 			require.Contains(t, stderr.String(), tail)
 			require.Contains(t, stderr.String(), "not a regular file")
@@ -91,17 +80,7 @@ func TestPolicyToolsRefuseFilesThatAreNotRegular(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel() // were serve to start, it stops at once
 				var stdout, stderr bytes.Buffer
-				done := make(chan int, 1)
-				go func() { done <- Main(ctx, args, &stdout, &stderr) }()
-				var code int
-				select {
-				case code = <-done:
-				case <-time.After(20 * time.Second):
-					if f, err := os.OpenFile(file, os.O_RDWR, 0); err == nil {
-						f.Close()
-					}
-					t.Fatalf("pigeon %s blocked on %s", args[0], file)
-				}
+				code := regfiletest.Within(t, file, func() int { return Main(ctx, args, &stdout, &stderr) })
 				require.Equal(t, 1, code, "stdout %q, stderr %q", stdout.String(), stderr.String())
 				require.Contains(t, stderr.String(), "POLICY_INVALID")
 				require.Contains(t, stderr.String(), file)

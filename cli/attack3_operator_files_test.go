@@ -10,29 +10,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
+
+	"pigeon/internal/regfile/regfiletest"
 
 	"github.com/stretchr/testify/require"
 )
-
-// returnsWithin runs read and fails the test if it is still waiting after
-// 20 s, writing to file, should it be a named pipe, to set it free.
-func returnsWithin(t *testing.T, file string, read func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- read() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(20 * time.Second):
-		if f, err := os.OpenFile(file, os.O_RDWR, 0); err == nil {
-			f.Close()
-		}
-		<-done
-		t.Fatalf("blocked on %s", file)
-		return nil
-	}
-}
 
 // mainErr runs the command line args and returns its stderr as an error
 // when it failed.
@@ -90,7 +72,7 @@ func TestOperatorFilesRefuseANamedPipe(t *testing.T) {
 			t.Parallel() // unfixed, each waits out its deadline
 			file := filepath.Join(t.TempDir(), "f")
 			require.NoError(t, syscall.Mkfifo(file, 0o600))
-			err := returnsWithin(t, file, func() error { return tc.read(file) })
+			err := regfiletest.Within(t, file, func() error { return tc.read(file) })
 			require.ErrorContains(t, err, "not a regular file")
 			require.ErrorContains(t, err, file)
 		})

@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
+
+	"pigeon/internal/regfile/regfiletest"
 
 	"github.com/stretchr/testify/require"
 )
@@ -22,26 +23,6 @@ func catalogDir(t *testing.T) string {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "subjects", "a.json"),
 		[]byte(`{"name":"a.b","version":"v1","intents":["x"]}`), 0o644))
 	return dir
-}
-
-// loadWithin runs load (LoadDir or LintDir) on dir and fails the test if
-// it is still waiting after 20 s, writing to file, should it be a named
-// pipe, to set it free.
-func loadWithin(t *testing.T, load func(string) error, dir, file string) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- load(dir) }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(20 * time.Second):
-		if f, err := os.OpenFile(file, os.O_RDWR, 0); err == nil {
-			f.Close()
-		}
-		<-done
-		t.Fatalf("blocked on %s", file)
-		return nil
-	}
 }
 
 var dirLoaders = []struct {
@@ -74,7 +55,7 @@ func TestLoadDirRefusesFilesThatAreNotRegular(t *testing.T) {
 				default:
 					require.NoError(t, os.Symlink("/dev/zero", file))
 				}
-				err := loadWithin(t, l.load, dir, file)
+				err := regfiletest.Within(t, file, func() error { return l.load(dir) })
 				require.ErrorIs(t, err, ErrNotRegularFile)
 				var pe *Error
 				require.ErrorAs(t, err, &pe)
