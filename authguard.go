@@ -19,10 +19,6 @@ const (
 // forgotten to make room.
 const maxAuthSources = 16384
 
-// authPrefixBits is the IPv6 prefix whose /64s an authGuard also counts
-// together.
-const authPrefixBits = 48
-
 // authPrefixFailuresPerSource is an IPv6 /48's limit, in per-source
 // limits: as many failures as 16 of its /64s at their limit.
 const authPrefixFailuresPerSource = 16
@@ -103,15 +99,10 @@ func newAuthGuardPrefix(limit, prefixLimit int, window time.Duration) *authGuard
 // and /48s are counted. It cannot be a Source's key: its prefix length is
 // not 64.
 func (g *authGuard) prefixOf(src Source) (Source, bool) {
-	a := src.Prefix().Addr()
-	if g.prefixLimit <= 0 || !a.Is6() {
+	if g.prefixLimit <= 0 {
 		return Source{}, false
 	}
-	p, err := a.Prefix(authPrefixBits)
-	if err != nil {
-		return Source{}, false
-	}
-	return Source{p: p}, true
+	return src.Site()
 }
 
 // locked reports whether src is locked out at now, by its own count or

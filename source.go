@@ -2,8 +2,12 @@ package pigeon
 
 import "net/netip"
 
-// sourceIPv6Bits is the prefix length an IPv6 Source is keyed by.
-const sourceIPv6Bits = 64
+// sourceIPv6Bits is the prefix length an IPv6 Source is keyed by, and
+// siteIPv6Bits that of its Site.
+const (
+	sourceIPv6Bits = 64
+	siteIPv6Bits   = 48
+)
 
 // Source is where an attempt comes from, as every per-source limit counts
 // it: the engine's lockout after refused credentials
@@ -87,6 +91,22 @@ func (s Source) IsValid() bool { return s.p.IsValid() }
 
 // Prefix is s as a prefix: a /32 for IPv4, a /64 for IPv6.
 func (s Source) Prefix() netip.Prefix { return s.p }
+
+// Site is the IPv6 /48 an IPv6 source lies in, which the per-source
+// limits also count it under, together with the other /64s of it,
+// against a higher bound: a /48 is the most one site is given, and its
+// holder may speak from any of its 65,536 /64s, each a source with a
+// fresh count. It reports false for an IPv4 source (and one an IPv6
+// address carrying an IPv4 address makes: its /48 holds many IPv4
+// clients) and for the zero Source.
+func (s Source) Site() (Source, bool) {
+	a := s.p.Addr()
+	if !a.Is6() {
+		return Source{}, false
+	}
+	p, err := a.Prefix(siteIPv6Bits)
+	return Source{p: p}, err == nil
+}
 
 // String is an IPv4 source's address ("192.0.2.1"), an IPv6 source's
 // prefix ("2001:db8:1:2::/64"), or "" for the zero Source. The engine's

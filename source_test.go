@@ -59,3 +59,23 @@ func ExampleSourceOf() {
 	// true
 	// 192.0.2.1
 }
+
+// TestSourceSite: an IPv6 source lies in its /48; an IPv4 source, one an
+// IPv6 address carrying an IPv4 address makes, and the zero Source have
+// none.
+func TestSourceSite(t *testing.T) {
+	for _, tc := range []struct{ remote, site string }{
+		{"[2001:db8:1:2::1]:443", "2001:db8:1::/48"},
+		{"2001:db8:1:ffff:1:2:3:4", "2001:db8:1::/48"},
+		{"192.0.2.1:443", ""},
+		{"[::ffff:192.0.2.1]:443", ""},
+		{"[2002:c000:201::1]:443", ""}, // 6to4: 192.0.2.1
+		{"", ""},
+	} {
+		site, ok := pigeon.SourceOf(tc.remote).Site()
+		require.Equal(t, tc.site != "", ok, tc.remote)
+		if ok {
+			require.Equal(t, tc.site, site.String(), tc.remote)
+		}
+	}
+}

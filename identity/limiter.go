@@ -42,10 +42,6 @@ type LimiterOptions struct {
 	Now func() time.Time
 }
 
-// limiterPrefixBits is the IPv6 prefix LimiterOptions.MaxPrefixFailures
-// counts under.
-const limiterPrefixBits = 48
-
 // prefixFailuresPerSource is the default MaxPrefixFailures, in
 // MaxFailures: as many as 16 /64s at their limit.
 const prefixFailuresPerSource = 16
@@ -124,15 +120,11 @@ func (l *Limiter) prefix(remote string) string {
 	if l.opts.MaxPrefixFailures < 0 {
 		return ""
 	}
-	a := pigeon.SourceOf(remote).Prefix().Addr()
-	if !a.Is6() {
+	site, ok := pigeon.SourceOf(remote).Site()
+	if !ok {
 		return ""
 	}
-	p, err := a.Prefix(limiterPrefixBits)
-	if err != nil {
-		return ""
-	}
-	return p.String()
+	return site.String()
 }
 
 // Allow reports whether remote may try to authenticate now. An empty

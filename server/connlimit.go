@@ -70,10 +70,6 @@ type connLimit struct {
 	lastLocked atomic.Int64
 }
 
-// connPrefixBits is the IPv6 prefix whose /64s connLimit.perPrefix caps
-// together.
-const connPrefixBits = 48
-
 // connsPerPrefixPerSource is connLimit.perPrefix in perIP: as many
 // connections as 16 /64s at their cap.
 const connsPerPrefixPerSource = 16
@@ -144,12 +140,11 @@ func (cl *connLimit) wrap(l net.Listener) net.Listener {
 // prefixOf is the IPv6 /48 src counts under for perPrefix, when src is
 // an IPv6 source and the cap is set.
 func (cl *connLimit) prefixOf(src pigeon.Source) (netip.Prefix, bool) {
-	a := src.Prefix().Addr()
-	if cl.perPrefix <= 0 || !a.Is6() {
+	if cl.perPrefix <= 0 {
 		return netip.Prefix{}, false
 	}
-	p, err := a.Prefix(connPrefixBits)
-	return p, err == nil
+	site, ok := src.Site()
+	return site.Prefix(), ok
 }
 
 // take reserves a place for a connection from src (invalid: an address
