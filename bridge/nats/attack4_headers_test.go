@@ -104,13 +104,7 @@ func TestAttack4JetStreamHeaderHeavyPullStaysWithinTheBudget(t *testing.T) {
 	// handed out.
 	var handedOut int
 	require.Eventually(t, func() bool {
-		c, err := st.Consumer(t.Context(), "orders-in")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		require.NoError(t, err)
-		handedOut = info.NumAckPending
+		handedOut = ackPending(t, st, "orders-in")
 		return handedOut > 0 && v.nc.Stats().InMsgs-in0 >= uint64(handedOut)
 	}, 30*time.Second, 5*time.Millisecond)
 	after := heapAfterGC()

@@ -192,6 +192,19 @@ func start(t testing.TB, opts Options) *running {
 	return startBridge(t, b)
 }
 
+// ackPending is how many messages the consumer name of st has handed out
+// and not yet had acknowledged (-1 while the consumer does not exist).
+func ackPending(t testing.TB, st jetstream.Stream, name string) int {
+	t.Helper()
+	c, err := st.Consumer(t.Context(), name)
+	if err != nil {
+		return -1
+	}
+	info, err := c.Info(t.Context())
+	require.NoError(t, err)
+	return info.NumAckPending
+}
+
 // startStalled starts b with the first message its routes hand to the
 // broker held back, as behind a slow broker: hook is &b.beforeCore or
 // &b.beforeJetStream. It returns the running bridge, whether that first

@@ -132,23 +132,9 @@ func TestInJetStreamPullIsBoundedInBytes(t *testing.T) {
 	require.NoError(t, err)
 	rb, waiting, release := startStalled(t, b, &b.beforeJetStream)
 	require.Eventually(t, waiting, 30*time.Second, 5*time.Millisecond)
-	var handedOut int
-	require.Eventually(t, func() bool {
-		c, err := st.Consumer(t.Context(), "orders-in")
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		require.NoError(t, err)
-		handedOut = info.NumAckPending
-		return handedOut > 0
-	}, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return ackPending(t, st, "orders-in") > 0 }, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // a pull that took more would have by now
-	c, err := st.Consumer(t.Context(), "orders-in")
-	require.NoError(t, err)
-	info, err := c.Info(t.Context())
-	require.NoError(t, err)
-	require.LessOrEqual(t, info.NumAckPending, 3, "at most 300 KiB of 100 KiB messages handed out at once")
+	require.LessOrEqual(t, ackPending(t, st, "orders-in"), 3, "at most 300 KiB of 100 KiB messages handed out at once")
 	release()
 	require.Eventually(t, func() bool { return routeStats(rb.b, "orders-in").Forwarded == n }, 30*time.Second, 5*time.Millisecond)
 }
