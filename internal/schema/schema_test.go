@@ -163,14 +163,23 @@ func TestSchemaChoicesCompareExactly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.schema+" "+tt.data, func(t *testing.T) {
-			s, err := Compile([]byte(tt.schema))
-			require.NoError(t, err)
-			var v any
-			require.NoError(t, json.Unmarshal([]byte(tt.data), &v))
-			reason := s.Validate(v, []byte(tt.data))
-			require.Equal(t, tt.valid, reason == "", reason)
+			requireVerdict(t, tt.schema, tt.data, tt.valid)
 		})
 	}
+}
+
+// requireVerdict compiles schema, judges data (decoded as encoding/json
+// does) with Validate, requires valid to be the verdict, and returns the
+// schema and the decoded data for further checks.
+func requireVerdict(t *testing.T, schema, data string, valid bool) (*Schema, any) {
+	t.Helper()
+	s, err := Compile([]byte(schema))
+	require.NoError(t, err)
+	var v any
+	require.NoError(t, json.Unmarshal([]byte(data), &v))
+	reason := s.Validate(v, []byte(data))
+	require.Equal(t, valid, reason == "", reason)
+	return s, v
 }
 
 // gojsonschema compares minimum and maximum with the data exactly: a bound
@@ -189,12 +198,7 @@ func TestSchemaBoundsCompareExactly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.schema+" "+tt.data, func(t *testing.T) {
-			s, err := Compile([]byte(tt.schema))
-			require.NoError(t, err)
-			var v any
-			require.NoError(t, json.Unmarshal([]byte(tt.data), &v))
-			reason := s.Validate(v, []byte(tt.data))
-			require.Equal(t, tt.valid, reason == "", reason)
+			s, v := requireVerdict(t, tt.schema, tt.data, tt.valid)
 			require.Equal(t, tt.valid, s.ValidateExact(v, []byte(tt.data)) == "")
 		})
 	}
