@@ -218,11 +218,16 @@ type Options struct {
 	// count. Credentials without an IP address (in process) are never
 	// locked out. Counted per engine, so the HTTP routes and the
 	// WebSocket endpoints of a server share one count per source. The
-	// /64s of one IPv6 /48 are also counted together, against 16 ×
-	// AuthFailureLimit: once the /48 reaches it, every address of it is
-	// locked out for AuthFailureWindow.
+	// /64s of one IPv6 site are also counted together (AuthFailureSite).
 	AuthFailureLimit  int
 	AuthFailureWindow time.Duration
+	// AuthFailureSite is how the /64s of one IPv6 site count together
+	// toward the lockout (default: each /48, against 16 ×
+	// AuthFailureLimit; Bits negative: not at all): once a site reaches
+	// its limit, every address of it is locked out for
+	// AuthFailureWindow. New refuses a SiteLimit that is not valid
+	// (SiteLimit.Check) with INVALID_ARGUMENT.
+	AuthFailureSite SiteLimit
 }
 
 // Engine is the in-process broker. It is safe for concurrent use by any
@@ -370,8 +375,17 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.AuthFailureWindow <= 0 {
 		o.AuthFailureWindow = DefaultAuthFailureWindow
 	}
+	if err := o.AuthFailureSite.Check(); err != nil {
+		return nil, NewError(CodeInvalidArgument, "Options.AuthFailureSite: %v", err)
+	}
+	if o.AuthFailureSite.Bits == 0 {
+		o.AuthFailureSite.Bits = DefaultSiteBits
+	}
+	if o.AuthFailureSite.Factor == 0 {
+		o.AuthFailureSite.Factor = DefaultSiteFactor
+	}
 	e := &Engine{opts: o, store: o.Store, auth: o.Authenticator, done: make(chan struct{}),
-		authGuard: newAuthGuard(o.AuthFailureLimit, o.AuthFailureWindow)}
+		authGuard: newAuthGuardSite(o.AuthFailureLimit, o.AuthFailureSite, o.AuthFailureWindow)}
 	e.ctx, e.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if e.store == nil {
 		e.store = memory.New(&memory.Options{Now: o.Now})
@@ -462,7 +476,8 @@ func (e *Engine) janitor() {
 // problem of error severity (see policy.Lint) is refused with POLICY_INVALID naming
 // the file (or subject) and field; warnings are not. A subject whose
 // compiled policy differs from the one it replaces makes contracts compiled
-// from the old version fail with CONTRACT_STALE until renegotiated. Nothing
+// from the old version fail with CONTRACT_STALE until renegotiated, and
+// ends their subscriptions with it at once. Nothing
 // changes when any subject fails to lint or compile.
 func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 	if c == nil {
@@ -503,6 +518,13 @@ func (e *Engine) LoadCatalog(ctx context.Context, c *Catalog) error {
 	}
 	e.catalog.Store(next)
 	e.countBytes(changed)
+	if len(changed) > 0 {
+		// A subscription under a contract compiled from a replaced
+		// version ends now with CONTRACT_STALE, as one whose role was
+		// taken away does, not at its next delivery: its client learns
+		// at once that it must negotiate again.
+		e.onAccessChanged()
+	}
 	for _, k := range newSchemas {
 		e.audit(ctx, EventSchemaRegistered.record("", CodeOK, store.AuditRecord{SchemaID: k}))
 	}

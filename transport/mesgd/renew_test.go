@@ -239,16 +239,18 @@ func TestRenewalStopsAtTheCredential(t *testing.T) {
 
 // TestRenewalRefusedForGood: a renewal refused for a reason that will not
 // pass (here CONTRACT_STALE: the subject's policy changed) is not tried
-// again; the connection goes on to the contract's expiry and is then
-// closed with 1008 CONTRACT_EXPIRED, for the client to reconnect and
-// negotiate under the new policy.
+// again; a connection with no subscription for the change to end (paul's
+// may only publish) goes on to the contract's expiry and is then closed
+// with 1008 CONTRACT_EXPIRED, for the client to reconnect and negotiate
+// under the new policy.
 func TestRenewalRefusedForGood(t *testing.T) {
 	f := newClockFixture(t)
-	c := f.dialReady(t, "/mesgd/room=lobby")
-	k := f.contractOf(t, "alice")
+	c := dialMesgd(t, f.base, "/mesgd/room=lobby", "paul-token", true)
+	k := f.contractOf(t, "paul")
+	renewAt := f.next(t)
 	require.NoError(t, f.e.ReplaceSubject(context.Background(), chatPolicy("v2")))
 
-	f.to(f.next(t))
+	f.to(renewAt)
 	at := f.next(t)
 	require.Equal(t, 1, f.audited(t, pigeon.EventContractDenied, k.ID), "the renewal was refused")
 	require.True(t, at.Equal(k.ExpiresAt), "no retry: it waits for the expiry (%v)", at)
@@ -257,6 +259,17 @@ func TestRenewalRefusedForGood(t *testing.T) {
 	f.to(at)
 	requireClosed(t, c, websocket.StatusPolicyViolation, pigeon.CodeContractExpired)
 	require.Equal(t, 1, f.audited(t, pigeon.EventContractDenied, k.ID), "a final refusal is not tried again")
+}
+
+// TestPolicyChangeClosesSubscriber: a subscriber's connection whose
+// contract goes stale (the subject's policy replaced) is closed at once
+// with 1008 CONTRACT_STALE, its subscription ended by the change, not at
+// the contract's expiry or its next delivery.
+func TestPolicyChangeClosesSubscriber(t *testing.T) {
+	f := newClockFixture(t)
+	c := f.dialReady(t, "/mesgd/room=lobby")
+	require.NoError(t, f.e.ReplaceSubject(context.Background(), chatPolicy("v2")))
+	requireClosed(t, c, websocket.StatusPolicyViolation, pigeon.CodeContractStale)
 }
 
 // TestRenewalRetried: a renewal that fails for a reason that may pass

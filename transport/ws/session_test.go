@@ -373,14 +373,18 @@ func TestReconnectResumesWhereItStarted(t *testing.T) {
 	require.NoError(t, sub.Unsubscribe(ctx))
 }
 
-// When the new contract no longer permits a subscription, Reconnect ends
-// it with the refusal.
+// When the new contract no longer permits a subscription (the policy
+// changed while the connection was lost), Reconnect ends it with the
+// refusal. (A policy change while connected ends the subscription at once
+// with CONTRACT_STALE: the engine's TestPolicyChangeEndsStaleSubscriptionsAtOnce.)
 func TestReconnectEndsWhatTheNewContractRefuses(t *testing.T) {
 	v := newEnv(t, nil)
 	ctx := context.Background()
 	bob := v.dial(t, "bob-token", []string{"chat.messages"})
 	sub, err := bob.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil })
 	require.NoError(t, err)
+	v.kl.kill()
+	<-bob.Done()
 	p := v.e.Subjects()
 	for _, s := range p {
 		if s.Name == "chat.messages" {
