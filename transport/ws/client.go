@@ -412,11 +412,14 @@ func (s *Session) AckSequence(ctx context.Context, subject, messageID string, se
 
 // NackSequence gives the received message messageID at sequence seq back
 // for redelivery after delay (< 0: the subject's backoff); see
-// Engine.NackSequence.
+// Engine.NackSequence. A delay above pigeon.MaxRetryDelay waits
+// pigeon.MaxRetryDelay, as a push handler's RetryAfter does and the other
+// clients' pull nacks do, rather than being sent for the broker to refuse
+// with INVALID_ARGUMENT.
 func (s *Session) NackSequence(ctx context.Context, subject, messageID string, seq uint64, delay time.Duration) error {
 	f := Frame{Op: OpNack, Subject: subject, MessageID: messageID, Sequence: seq}
 	if delay >= 0 {
-		ms := delay.Milliseconds()
+		ms := min(delay, pigeon.MaxRetryDelay).Milliseconds()
 		f.DelayMs = &ms
 	}
 	_, err := s.call(ctx, jsonFrame(f), nil)
@@ -424,7 +427,8 @@ func (s *Session) NackSequence(ctx context.Context, subject, messageID string, s
 }
 
 // Nack gives a received message back for redelivery after delay (< 0:
-// the subject's backoff); see Engine.Nack.
+// the subject's backoff; above pigeon.MaxRetryDelay: that); see
+// Engine.Nack.
 func (s *Session) Nack(ctx context.Context, subject, messageID string, delay time.Duration) error {
 	return s.NackSequence(ctx, subject, messageID, 0, delay)
 }

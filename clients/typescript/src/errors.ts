@@ -263,6 +263,28 @@ export function unheldSequence(m: { sequence?: unknown }): PigeonError {
 }
 
 /**
+ * The BAD_FRAME of a publish decision (a `publish`, a `publish_batch`
+ * entry, HTTP `POST /v1/messages` or a quarantine release) whose message
+ * has a sequence the client cannot hold exactly (see {@link sequenceHeld});
+ * undefined when it holds it. Such a decision is refused as such a
+ * delivery is, rather than resolved with a rounded sequence (another
+ * message's, which a resume or a replay from it would name). The broker
+ * did admit the message: the error says so, with `status` and
+ * `messageId` in its details, so that it is not taken for a refusal and
+ * published again under another id.
+ */
+export function unheldDecision(d: Record<string, unknown> | { status?: unknown; message?: unknown }): PigeonError | undefined {
+  const m = d.message as { id?: unknown; sequence?: unknown } | undefined;
+  if (!m || sequenceHeld(m)) return undefined;
+  const s = m.sequence;
+  return new PigeonError(
+    ClientCodes.BAD_FRAME,
+    `the server ${String(d.status) === "duplicate" ? "answered duplicate" : "accepted the message"} with a sequence that is not an integer of 0 to 2^53-1, which this client cannot hold exactly`,
+    { status: String(d.status), messageId: typeof m.id === "string" ? m.id : typeof m.id, sequence: typeof s === "number" ? s : typeof s },
+  );
+}
+
+/**
  * The `messageId` and `sequence` of an ack or a nack body: of `message`, a
  * message received (its id, and its sequence when positive) or its id;
  * `sequence`, when given, is sent instead (0: none). INVALID_ARGUMENT for

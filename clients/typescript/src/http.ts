@@ -11,7 +11,7 @@
 import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
-import { ClientCodes, finiteMs, fromWire, PigeonError, retryDelayMs, settleBody, transportError } from "./errors.js";
+import { ClientCodes, finiteMs, fromWire, PigeonError, retryDelayMs, settleBody, transportError, unheldDecision } from "./errors.js";
 import { selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
 
@@ -161,7 +161,7 @@ export class HttpClient {
 
   /** Publishes one message: `accepted` (202) or `duplicate` (200), else the gate's error. */
   async publish(message: Message): Promise<Decision> {
-    return this.expect<Decision>("decision", isDecision, "POST", "/v1/messages", message, { contract: true });
+    return heldDecision(await this.expect<Decision>("decision", isDecision, "POST", "/v1/messages", message, { contract: true }));
   }
 
   /**
@@ -236,7 +236,7 @@ export class HttpClient {
 
   /** Re-publishes a quarantined message through every gate under this client's contract. */
   async release(id: string): Promise<Decision> {
-    return this.expect<Decision>("decision", isDecision, "POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true });
+    return heldDecision(await this.expect<Decision>("decision", isDecision, "POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true }));
   }
 
   // ---------- accounts, roles, grants, keys ----------
@@ -434,4 +434,11 @@ async function readBounded(res: Response, limit: number, ctl: AbortController): 
     o += c.byteLength;
   }
   return new TextDecoder().decode(all);
+}
+
+/** d, unless its message's sequence is one the client cannot hold exactly (see unheldDecision). */
+function heldDecision(d: Decision): Decision {
+  const unheld = unheldDecision(d);
+  if (unheld) throw unheld;
+  return d;
 }

@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldSequence } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -579,14 +579,18 @@ export class Session implements ConnOwner {
       .then((f) => {
         if (batch.length === 1) {
           const a = answer(f, "decision", isDecision);
-          batch[0]!.resolve(decided(a.status as Decision["status"], a.message as Message, batch[0]!.data));
+          const unheld = unheldDecision(a);
+          if (unheld) batch[0]!.reject(unheld);
+          else batch[0]!.resolve(decided(a.status as Decision["status"], a.message as Message, batch[0]!.data));
           return;
         }
         const a = answer(f, "decisions", (f) => Array.isArray(f.results) && f.results.length === batch.length);
         (a.results as unknown[]).forEach((r, i) => {
           if (isDecision(r)) {
             const d = r as Decision;
-            batch[i]!.resolve(decided(d.status, d.message, batch[i]!.data));
+            const unheld = unheldDecision(d);
+            if (unheld) batch[i]!.reject(unheld);
+            else batch[i]!.resolve(decided(d.status, d.message, batch[i]!.data));
           } else if (isObj(r) && r.error) batch[i]!.reject(fromWire(r.error));
           else batch[i]!.reject(new PigeonError(ClientCodes.BAD_FRAME, "the server's decision has neither status nor error", {}));
         });
