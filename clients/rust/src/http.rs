@@ -1,16 +1,26 @@
-//! The few HTTP calls a WebSocket client needs beside its session: the
-//! published keys of an account (fetched and cached), publishing one's own
-//! keys, revoking a contract, settling received messages (ack and nack),
-//! and a plain JSON call for the rest (accounts, roles, grants). A minimal
-//! HTTP/1.1 client on tokio (the response head is parsed by `httparse`, TLS
-//! is the session's rustls), so no HTTP stack is pulled in.
+//! The HTTP API (docs/http.md) beside the WebSocket session: health,
+//! negotiating, reading and revoking a contract, publishing,
+//! request/reply and pulling messages with typed answers, settling them
+//! (ack and nack), the published keys of an account (fetched and cached),
+//! publishing one's own keys, and a plain JSON call for the rest
+//! (accounts, roles, grants). A minimal HTTP/1.1 client on tokio (the
+//! response head is parsed by `httparse`, TLS is the session's rustls), so
+//! no HTTP stack is pulled in.
+//!
+//! The typed calls refuse an answer that is not of their route's shape
+//! (`BAD_FRAME`, [`ErrorKind::Protocol`](crate::ErrorKind::Protocol))
+//! rather than fill it in with defaults: a missing or ill-typed field, and
+//! a message sequence that is not a JSON integer of 1 to 2^64-1 (`1.0`,
+//! `-1`, `"7"`, `2^64`, or none: a sequence of 0 names no message to
+//! [`HttpClient::ack_sequence`]).
 
 use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
-use crate::message::Message;
+use crate::message::{Contract, Decision, Message, Status};
 use crate::tls::{self, Target, TlsConfig};
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,10 +76,75 @@ fn request_line_ok(method: &str, path: &str) -> bool {
     !method.is_empty() && method.bytes().all(token) && path.starts_with('/') && path.bytes().all(|b| b.is_ascii_graphic())
 }
 
+/// Whether a contract id can go in `x-pigeon-contract` as it is: not
+/// empty, visible ASCII only (a CR or LF would add a header).
+fn contract_id_ok(id: &str) -> bool {
+    !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// How long a request/reply waits on the server without a `timeoutMs`
+/// (or with 0): 30 s (docs/http.md).
+const DEFAULT_REQUEST_WAIT: Duration = Duration::from_secs(30);
+
+/// The most milliseconds a server's duration holds (a Go `time.Duration`,
+/// about 292 years): a longer `timeoutMs` is refused `INVALID_ARGUMENT`,
+/// so a longer request timeout is sent as this (the server waits no longer
+/// than its own bound, 5 minutes by default, either way).
+const MAX_WIRE_WAIT_MS: u64 = i64::MAX as u64 / 1_000_000;
+
+/// How long past the server's wait a request/reply call is held for its
+/// answer (the reply, or `REQUEST_TIMEOUT` from the server).
+const REQUEST_SLACK: Duration = Duration::from_secs(10);
+
+/// How an HTTP receive ([`HttpClient::receive`]) settles what it returns:
+/// the body's `"ack"`, on a work-queue or request/reply subject (a pubsub
+/// subject moves the caller's cursor either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AckMode {
+    /// `"auto"`, the server's default (as the reference broker): the
+    /// messages returned are settled before the server answers, and never
+    /// delivered again, even when the caller fails to handle them.
+    #[default]
+    Auto,
+    /// `"explicit"`: the messages are leased for the subject's ack wait and
+    /// come back unless settled in time with
+    /// [`ack_sequence`](HttpClient::ack_sequence) or
+    /// [`nack_sequence`](HttpClient::nack_sequence) (at-least-once).
+    Explicit,
+}
+
+impl AckMode {
+    fn wire(self) -> &'static str {
+        match self {
+            AckMode::Auto => "auto",
+            AckMode::Explicit => "explicit",
+        }
+    }
+}
+
+/// The answer of `GET /health`: `{"ok":true,"service":"pigeon"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub ok: bool,
+    pub service: String,
+}
+
 /// A bearer-token HTTP client of one server, `http://` or `https://`
 /// (the same scope as the WebSocket transport; TLS as
 /// [`with_tls`](HttpClient::with_tls) says). Each call is one HTTP/1.1
 /// request on its own connection. Cheap to clone.
+///
+/// ```no_run
+/// # async fn run() -> pigeon_client::Result<()> {
+/// use pigeon_client::http::{AckMode, HttpClient};
+/// let mut http = HttpClient::new("http://127.0.0.1:8787", "notifier-token");
+/// http.negotiate(&["notifications.send"], None).await?; // the calls below act under it
+/// for m in http.receive("notifications.send", 10, AckMode::Explicit).await? {
+///     http.ack_sequence("notifications.send", &m.id, m.sequence).await?;
+/// }
+/// http.revoke().await
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct HttpClient {
     target: Result<Target>,
@@ -93,10 +168,13 @@ impl HttpClient {
         }
     }
 
-    /// The contract the calls that act under one ([`ack`](HttpClient::ack),
-    /// [`nack`](HttpClient::nack) and their `_sequence` forms) name in
+    /// The contract the calls that act under one ([`publish`](HttpClient::publish),
+    /// [`request`](HttpClient::request), [`receive`](HttpClient::receive),
+    /// [`ack`](HttpClient::ack), [`nack`](HttpClient::nack) and their
+    /// `_sequence` forms, [`revoke`](HttpClient::revoke)) name in
     /// `x-pigeon-contract`: one this token's principal negotiated, over
-    /// WebSocket (`session.contract().id`) or `POST /v1/contracts`.
+    /// WebSocket (`session.contract().id`) or `POST /v1/contracts`
+    /// ([`negotiate`](HttpClient::negotiate) sets it itself).
     pub fn with_contract(mut self, contract_id: &str) -> HttpClient {
         self.contract = Some(contract_id.to_string());
         self
@@ -130,14 +208,21 @@ impl HttpClient {
     /// visible ASCII, and `method` a token (`INVALID_ARGUMENT` otherwise,
     /// nothing sent).
     pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<(u16, Value)> {
-        self.call_under(method, path, body, None).await
+        self.call_under(method, path, body, None, self.timeout).await
     }
 
-    /// [`call`](HttpClient::call), naming `contract` in `x-pigeon-contract`
-    /// when given (visible ASCII only, else `INVALID_ARGUMENT` and nothing
-    /// sent: a CR or LF would add a header).
-    async fn call_under(&self, method: &str, path: &str, body: Option<Value>, contract: Option<&str>) -> Result<(u16, Value)> {
-        if contract.is_some_and(|c| c.is_empty() || !c.bytes().all(|b| b.is_ascii_graphic())) {
+    /// [`call`](HttpClient::call) bounded by `timeout`, naming `contract`
+    /// in `x-pigeon-contract` when given (visible ASCII only, else
+    /// `INVALID_ARGUMENT` and nothing sent: a CR or LF would add a header).
+    async fn call_under(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        contract: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(u16, Value)> {
+        if contract.is_some_and(|c| !contract_id_ok(c)) {
             return Err(Error::new("INVALID_ARGUMENT", "a contract id is visible ASCII"));
         }
         if !request_line_ok(method, path) {
@@ -147,7 +232,7 @@ impl HttpClient {
             ));
         }
         let target = self.target.as_ref().map_err(Clone::clone)?;
-        let (status, text) = tokio::time::timeout(self.timeout, self.round_trip(target, method, path, body, contract))
+        let (status, text) = tokio::time::timeout(timeout, self.round_trip(target, method, path, body, contract))
             .await
             .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
         if (200..300).contains(&status) {
@@ -289,9 +374,7 @@ impl HttpClient {
     }
 
     async fn settle(&self, op: &str, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
-        let Some(contract) = self.contract.as_deref() else {
-            return Err(Error::new("CONTRACT_REQUIRED", format!("an HTTP {op} acts under a contract: with_contract first")));
-        };
+        let contract = self.held(op)?;
         let mut body = json!({ "messageId": message_id });
         if seq > 0 {
             body["sequence"] = json!(seq);
@@ -300,13 +383,228 @@ impl HttpClient {
             body["delayMs"] = json!(crate::time::retry_delay_ms(d));
         }
         let path = format!("/v1/subjects/{}/{op}", segment(subject)?);
-        self.call_under("POST", &path, Some(body), Some(contract)).await.map(|_| ())
+        self.call_under("POST", &path, Some(body), Some(contract), self.timeout).await.map(|_| ())
     }
 
     /// Revokes a contract (its holder only): `DELETE /v1/contracts/{id}`.
+    /// Every later use of it fails `CONTRACT_REVOKED`. Done only when the
+    /// server says so (`{"id": contract_id, "revoked": true}`); any other
+    /// 2xx answer (a proxy's empty page) is `BAD_FRAME`, not a revocation.
     pub async fn revoke_contract(&self, contract_id: &str) -> Result<()> {
-        self.call("DELETE", &format!("/v1/contracts/{}", segment(contract_id)?), None).await.map(|_| ())
+        let path = format!("/v1/contracts/{}", segment(contract_id)?);
+        let (_, v) = self.call("DELETE", &path, None).await?;
+        let answer = || -> std::result::Result<(), String> {
+            match (member(&v, "id")?, member(&v, "revoked")?) {
+                (Value::String(id), Value::Bool(true)) if id == contract_id => Ok(()),
+                (Value::String(_), Value::Bool(true)) => Err("the revocation of another contract".into()),
+                _ => Err("no revocation (an id and \"revoked\": true)".into()),
+            }
+        };
+        answer().map_err(|e| malformed("DELETE", &path, e))
     }
+
+    /// The contract the calls that act under one name: the one of
+    /// [`negotiate`](HttpClient::negotiate) or
+    /// [`with_contract`](HttpClient::with_contract).
+    pub fn contract_id(&self) -> Option<&str> {
+        self.contract.as_deref()
+    }
+
+    /// The contract the calls that act under one name, or
+    /// `CONTRACT_REQUIRED` (nothing sent) for `what`.
+    fn held(&self, what: &str) -> Result<&str> {
+        self.contract.as_deref().ok_or_else(|| {
+            Error::new("CONTRACT_REQUIRED", format!("an HTTP {what} acts under a contract: negotiate or with_contract first"))
+        })
+    }
+
+    /// `GET /health`: whether the server answers. `BAD_FRAME` for an
+    /// answer without a boolean `ok` and a string `service`.
+    pub async fn health(&self) -> Result<Health> {
+        let (_, v) = self.call("GET", "/health", None).await?;
+        let health = || -> std::result::Result<Health, String> {
+            let ok = member(&v, "ok")?.as_bool().ok_or("an ok that is not a boolean")?;
+            let service = member(&v, "service")?.as_str().ok_or("a service that is not a string")?.to_string();
+            Ok(Health { ok, service })
+        };
+        health().map_err(|e| malformed("GET", "/health", e))
+    }
+
+    /// Negotiates a contract on `subjects` for this token's principal in
+    /// the server's region (`POST /v1/contracts`), for `ttl` (`None`: the
+    /// server's default, 15 minutes; sent in whole milliseconds, rounded
+    /// up, so that no `ttl` but zero asks for the default; beyond the
+    /// server's maximum, 24 hours by default, `INVALID_ARGUMENT`, never
+    /// shortened). The client then acts under it, as after
+    /// [`with_contract`](HttpClient::with_contract); a refusal
+    /// (`NO_PERMITTED_SUBJECTS`, `SUBJECT_NOT_FOUND`, …) leaves the
+    /// contract it held. `BAD_FRAME` for an answer without a contract of
+    /// an id (visible ASCII), subjects and an expiry.
+    #[doc(alias = "connect")]
+    pub async fn negotiate(&mut self, subjects: &[&str], ttl: Option<Duration>) -> Result<Contract> {
+        let mut body = json!({ "subjects": subjects });
+        if let Some(t) = ttl {
+            body["ttlMs"] = json!(ceil_ms(t));
+        }
+        let (_, v) = self.call("POST", "/v1/contracts", Some(body)).await?;
+        let k = contract_of(&v).map_err(|e| malformed("POST", "/v1/contracts", e))?;
+        self.contract = Some(k.id.clone());
+        Ok(k)
+    }
+
+    /// Reads a contract this token holds (`GET /v1/contracts/{id}`):
+    /// `CONTRACT_NOT_FOUND`, `CONTRACT_PRINCIPAL_MISMATCH` (403) otherwise.
+    pub async fn get_contract(&self, contract_id: &str) -> Result<Contract> {
+        let path = format!("/v1/contracts/{}", segment(contract_id)?);
+        let (_, v) = self.call("GET", &path, None).await?;
+        contract_of(&v).map_err(|e| malformed("GET", &path, e))
+    }
+
+    /// Revokes the contract the client acts under (see
+    /// [`revoke_contract`](HttpClient::revoke_contract)); the client still
+    /// names it, and the calls under it then fail `CONTRACT_REVOKED`.
+    /// `CONTRACT_REQUIRED` without one, nothing sent.
+    pub async fn revoke(&self) -> Result<()> {
+        let id = self.held("revoke")?.to_string();
+        self.revoke_contract(&id).await
+    }
+
+    /// Publishes `m` under the contract (`POST /v1/messages`, through every
+    /// gate): the decision, `accepted` (202) or `duplicate` (200, the
+    /// original message), with the message's id and its sequence exactly.
+    /// A refusal is the gate's typed error with its status (`details.gate`,
+    /// `details.decision`, `details.quarantineId` when quarantined):
+    /// `SUBJECT_NOT_IN_CONTRACT` 403, `SENSITIVE_FIELD_DENIED` 422, ….
+    /// `CONTRACT_REQUIRED` without a contract, nothing sent; `BAD_FRAME`
+    /// for an answer without a known status and a message of an id and a
+    /// sequence (see the module's documentation).
+    pub async fn publish(&self, m: &Message) -> Result<Decision> {
+        let contract = self.held("publish")?;
+        let body = serde_json::to_value(m).map_err(|e| Error::new("ENVELOPE_INVALID", e.to_string()))?;
+        let (_, v) = self.call_under("POST", "/v1/messages", Some(body), Some(contract), self.timeout).await?;
+        decision_of(&v).map_err(|e| malformed("POST", "/v1/messages", e))
+    }
+
+    /// Publishes `m` as a request on a request/reply subject and waits for
+    /// the reply (`POST /v1/requests`): the message a responder published
+    /// with `correlationId` the request's id. The server waits `timeout`
+    /// (whole milliseconds rounded up; zero: its default, 30 s; at most its
+    /// bound, 5 minutes by default) and then answers `REQUEST_TIMEOUT` (504,
+    /// kind [`Timeout`](crate::ErrorKind::Timeout); the request stays in
+    /// the log); the call is bounded by that wait and 10 s more, or the
+    /// client's timeout when longer. The request's refusal is that of
+    /// [`publish`](HttpClient::publish). `CONTRACT_REQUIRED` without a
+    /// contract, nothing sent; `BAD_FRAME` for an answer whose status is
+    /// not `replied` or without a message.
+    pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
+        let contract = self.held("request")?;
+        let ms = ceil_ms(timeout).min(MAX_WIRE_WAIT_MS);
+        let body = json!({ "message": m, "timeoutMs": ms });
+        let wait = if ms == 0 { DEFAULT_REQUEST_WAIT } else { timeout };
+        let bound = self.timeout.max(wait.saturating_add(REQUEST_SLACK));
+        let (_, v) = self.call_under("POST", "/v1/requests", Some(body), Some(contract), bound).await?;
+        reply_of(&v).map_err(|e| malformed("POST", "/v1/requests", e))
+    }
+
+    /// Pulls up to `max` messages of `subject` (`POST
+    /// /v1/subjects/{name}/receive`; 0: the server's default and cap,
+    /// 1000), settled as `ack` says: with [`AckMode::Explicit`] each is
+    /// leased until settled with
+    /// [`ack_sequence`](HttpClient::ack_sequence)`(subject, &m.id,
+    /// m.sequence)`. Every message returned has its id and its sequence
+    /// exactly. `CONTRACT_REQUIRED` without a contract, nothing sent;
+    /// `BAD_FRAME` for an answer without a `messages` array, or a message
+    /// in it without an id or a sequence (see the module's documentation).
+    pub async fn receive(&self, subject: &str, max: u32, ack: AckMode) -> Result<Vec<Message>> {
+        let contract = self.held("receive")?;
+        let path = format!("/v1/subjects/{}/receive", segment(subject)?);
+        let mut body = json!({ "ack": ack.wire() });
+        if max > 0 {
+            body["max"] = json!(max);
+        }
+        let (_, v) = self.call_under("POST", &path, Some(body), Some(contract), self.timeout).await?;
+        messages_of(&v).map_err(|e| malformed("POST", &path, e))
+    }
+}
+
+/// A nonzero duration in whole milliseconds, rounded up (a fraction of a
+/// millisecond is not 0, which the server reads as its default).
+fn ceil_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).map_or(i64::MAX as u64, |ms| ms.min(i64::MAX as u64))
+}
+
+/// The `BAD_FRAME` error of a 2xx answer of `method` `path` that is not of
+/// its route's shape.
+fn malformed(method: &str, path: &str, why: String) -> Error {
+    Error::protocol(format!("{method} {path}: an answer with {why}"))
+}
+
+/// The member `name` of the answer `v`, which must be an object.
+fn member<'a>(v: &'a Value, name: &str) -> std::result::Result<&'a Value, String> {
+    let o: &Map<String, Value> = v.as_object().ok_or("a value that is not a JSON object")?;
+    o.get(name).ok_or_else(|| format!("no {name:?}"))
+}
+
+/// A message the broker holds: an object with a non-empty string `id` and
+/// a `sequence` that is a JSON integer of 1 to 2^64-1, its other fields of
+/// the envelope's types.
+fn stored_message(v: &Value) -> std::result::Result<Message, String> {
+    if member(v, "id")?.as_str().is_none_or(str::is_empty) {
+        return Err("a message whose id is not a non-empty string".into());
+    }
+    // as_u64 is None for a float (1.0, 1e2, and integers past 2^64, which
+    // serde_json reads as floats) and a negative integer.
+    if member(v, "sequence")?.as_u64().is_none_or(|s| s == 0) {
+        return Err("a message whose sequence is not an integer of 1 to 2^64-1".into());
+    }
+    Message::deserialize(v).map_err(|e| format!("a message that does not decode ({e})"))
+}
+
+/// The decision of a publish: a known `status` and the admitted message.
+fn decision_of(v: &Value) -> std::result::Result<Decision, String> {
+    let status = match member(v, "status")?.as_str() {
+        Some("accepted") => Status::Accepted,
+        Some("duplicate") => Status::Duplicate,
+        _ => return Err("a status that is neither \"accepted\" nor \"duplicate\"".into()),
+    };
+    let message = stored_message(member(v, "message")?)?;
+    Ok(Decision { status, message })
+}
+
+/// The reply of a request/reply: status `replied` and the reply message.
+fn reply_of(v: &Value) -> std::result::Result<Message, String> {
+    if member(v, "status")?.as_str() != Some("replied") {
+        return Err("a status that is not \"replied\"".into());
+    }
+    let m = member(v, "message")?;
+    if !m.is_object() {
+        return Err("a reply that is not an object".into());
+    }
+    Message::deserialize(m).map_err(|e| format!("a reply that does not decode ({e})"))
+}
+
+/// The messages of a receive: a `messages` array of stored messages.
+fn messages_of(v: &Value) -> std::result::Result<Vec<Message>, String> {
+    let Value::Array(a) = member(v, "messages")? else {
+        return Err("messages that are not an array".into());
+    };
+    a.iter().enumerate().map(|(i, m)| stored_message(m).map_err(|e| format!("messages[{i}]: {e}"))).collect()
+}
+
+/// The contract of an answer: an object with an id that can go in
+/// `x-pigeon-contract`, a `subjects` array and an `expiresAt` string.
+fn contract_of(v: &Value) -> std::result::Result<Contract, String> {
+    let c = member(v, "contract")?;
+    if !member(c, "id")?.as_str().is_some_and(contract_id_ok) {
+        return Err("a contract whose id is not a non-empty string of visible ASCII".into());
+    }
+    if !member(c, "subjects")?.is_array() {
+        return Err("a contract whose subjects are not an array".into());
+    }
+    if !member(c, "expiresAt")?.is_string() {
+        return Err("a contract whose expiresAt is not a string".into());
+    }
+    Contract::deserialize(c).map_err(|e| format!("a contract that does not decode ({e})"))
 }
 
 type Cached = (Instant, Arc<Vec<PublicKey>>);
@@ -478,6 +776,15 @@ mod tests {
         assert_eq!(r, (409, br#"{"a":1}"#.to_vec()));
         assert_eq!(encode_segment("spiffe://a/b c"), "spiffe%3A%2F%2Fa%2Fb%20c");
         assert_eq!(http_base("ws://127.0.0.1:9/v1/ws?region=uk"), "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn a_ttl_is_whole_milliseconds_rounded_up() {
+        assert_eq!(ceil_ms(Duration::ZERO), 0);
+        assert_eq!(ceil_ms(Duration::from_micros(1)), 1, "not 0, the server's default");
+        assert_eq!(ceil_ms(Duration::from_millis(1500)), 1500);
+        assert_eq!(ceil_ms(Duration::from_micros(1500)), 2);
+        assert_eq!(ceil_ms(Duration::MAX), i64::MAX as u64);
     }
 
     #[test]
