@@ -2,7 +2,6 @@ package pigeon
 
 import (
 	"container/list"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,13 +14,13 @@ const (
 )
 
 // maxAuthSources bounds the sources an authGuard remembers, and, apart,
-// the IPv6 /48s it remembers; the one whose window began first is
+// the IPv6 sites it remembers; the one whose window began first is
 // forgotten to make room.
 const maxAuthSources = 16384
 
-// authPrefixFailuresPerSource is an IPv6 /48's limit, in per-source
-// limits: as many failures as 16 of its /64s at their limit.
-const authPrefixFailuresPerSource = 16
+// authPrefixFailuresPerSource is a /48's limit in per-source limits by
+// default (SiteLimit.Factor).
+const authPrefixFailuresPerSource = DefaultSiteFactor
 
 // authGuard counts failed authentications per Source (an IPv4 address,
 // or an IPv6 /64, which a host can rotate through) and, once a source
@@ -35,22 +34,25 @@ const authPrefixFailuresPerSource = 16
 // before the first of them fails, so the limit holds within the attempts
 // a source has in flight. It is safe for concurrent use.
 //
-// The /64s of one IPv6 /48 are also counted together, against 16 times
-// the limit (320 failures a minute by default), and once the /48 reaches
-// it every address of it is locked out for a window: a /48 is the most
-// one site is given, and its holder may speak from any of its 65,536
-// /64s, each a source with a fresh count; without it one holder had
-// 65,536 × 20 = 1.3 million guesses a minute, with it 320. The price: a
-// site holding a /56 (a home's usual assignment) inside a provider's /48
-// reaches it after 16 of its /64s have reached theirs, and the other
-// sites of that /48 wait out the window with it. IPv4 sources, and IPv6
-// addresses that carry an IPv4 one (see Source: their /48s hold many
-// IPv4 clients), are not counted together. The /48s are remembered in a
-// table of their own, bounded as the sources' is.
+// The /64s of one IPv6 site (a /48 by default: Options.AuthFailureSite)
+// are also counted together, against a multiple of the limit (16 times:
+// 320 failures a minute by default), and once the site reaches it every
+// address of it is locked out for a window: a /48 is the most one site
+// is given, and its holder may speak from any of its 65,536 /64s, each a
+// source with a fresh count; without it one holder had 65,536 × 20 = 1.3
+// million guesses a minute, with it 320. The price: a site holding a /56
+// (a home's usual assignment) inside a provider's /48 reaches it after 16
+// of its /64s have reached theirs, and the other sites of that /48 wait
+// out the window with it. IPv4 sources, and IPv6 addresses that carry an
+// IPv4 one (see Source: their /48s hold many IPv4 clients), are not
+// counted together. The sites are remembered in a table of their own,
+// bounded as the sources' is.
 type authGuard struct {
 	window time.Duration
 	limit  int // <= 0: no lockout at all
-	// prefixLimit is an IPv6 /48's limit (<= 0: none).
+	// site is how sources count together; prefixLimit is a site's limit
+	// (<= 0: none).
+	site        SiteLimit
 	prefixLimit int
 
 	// until is the latest lockedUntil any source or /48 was given (unix
@@ -61,7 +63,7 @@ type authGuard struct {
 	mu          sync.Mutex
 	sources     map[Source]*list.Element // of *authFailures
 	order       list.List                // of sources, oldest window first
-	prefixes    map[Source]*list.Element // of *authFailures, per /48
+	prefixes    map[Source]*list.Element // of *authFailures, per site
 	prefixOrder list.List                // of prefixes, oldest window first
 }
 
@@ -73,40 +75,33 @@ type authFailures struct {
 	lockedUntil time.Time // zero unless the key reached the limit
 }
 
-// newAuthGuard is newAuthGuardPrefix with the /48's default limit.
+// newAuthGuard is newAuthGuardSite with the default SiteLimit: /48s, at
+// 16 × limit.
 func newAuthGuard(limit int, window time.Duration) *authGuard {
-	return newAuthGuardPrefix(limit, 0, window)
+	return newAuthGuardSite(limit, SiteLimit{}, window)
 }
 
-// newAuthGuardPrefix returns a guard that locks a source out after limit
-// failures in window (<= 0: never), and an IPv6 /48 after prefixLimit
-// (0: authPrefixFailuresPerSource × limit; negative, or limit <= 0:
-// never).
-func newAuthGuardPrefix(limit, prefixLimit int, window time.Duration) *authGuard {
-	switch {
-	case limit <= 0:
-		prefixLimit = -1
-	case prefixLimit == 0 && limit > math.MaxInt/authPrefixFailuresPerSource:
-		prefixLimit = math.MaxInt
-	case prefixLimit == 0:
-		prefixLimit = authPrefixFailuresPerSource * limit
-	}
-	return &authGuard{window: window, limit: limit, prefixLimit: prefixLimit,
+// newAuthGuardSite returns a guard that locks a source out after limit
+// failures in window (<= 0: never), and an IPv6 site of it after
+// site.Limit(limit) (sites off, or limit <= 0: never). site must be
+// valid (SiteLimit.Check).
+func newAuthGuardSite(limit int, site SiteLimit, window time.Duration) *authGuard {
+	return &authGuard{window: window, limit: limit, site: site, prefixLimit: site.Limit(limit),
 		sources: map[Source]*list.Element{}, prefixes: map[Source]*list.Element{}}
 }
 
-// prefixOf is the key src's /48 counts under, when src is an IPv6 source
-// and /48s are counted. It cannot be a Source's key: its prefix length is
-// not 64.
+// prefixOf is the key src's site counts under, when src is an IPv6
+// source and sites are counted. It cannot be a Source's key: its prefix
+// length is not 64.
 func (g *authGuard) prefixOf(src Source) (Source, bool) {
 	if g.prefixLimit <= 0 {
 		return Source{}, false
 	}
-	return src.Site()
+	return g.site.Of(src)
 }
 
 // locked reports whether src is locked out at now, by its own count or
-// its /48's, and for how much longer. While nothing is locked out it
+// its site's, and for how much longer. While nothing is locked out it
 // costs one atomic load; otherwise up to two map lookups under the
 // guard's mutex.
 func (g *authGuard) locked(src Source, now time.Time) (time.Duration, bool) {
@@ -133,7 +128,7 @@ func lockedLeft(keys map[Source]*list.Element, key Source, now time.Time) time.D
 }
 
 // failed counts a failed authentication from src at now, and against its
-// /48.
+// site.
 func (g *authGuard) failed(src Source, now time.Time) {
 	if g.limit <= 0 || !src.IsValid() {
 		return
@@ -184,7 +179,7 @@ func (g *authGuard) size() int {
 	return len(g.sources)
 }
 
-// prefixSize is how many IPv6 /48s are remembered.
+// prefixSize is how many IPv6 sites are remembered.
 func (g *authGuard) prefixSize() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -194,9 +189,9 @@ func (g *authGuard) prefixSize() int {
 // LockedOut reports whether src is locked out now for refused credentials
 // (Options.AuthFailureLimit), and for how much longer: the answer
 // AuthenticateCredential would give a credential from src before looking
-// at it. An IPv6 source is also locked out while its /48 is (16 ×
-// AuthFailureLimit refused within the window from its /64s together; see
-// Options.AuthFailureLimit). It counts nothing and audits nothing, so a
+// at it. An IPv6 source is also locked out while its site is (a /48 by
+// default: 16 × AuthFailureLimit refused within the window from its /64s
+// together; see Options.AuthFailureSite). It counts nothing and audits nothing, so a
 // server may ask it for every connection it accepts, before any TLS
 // handshake. The zero Source, and every source when the lockout is off,
 // is never locked out.

@@ -3,6 +3,8 @@ package pigeon
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -58,7 +60,19 @@ type Receipt struct {
 // logarithm), even over a forged log holding many acceptances of the id
 // (the chain has no key). The zero value is not usable; see
 // NewReceiptFinder. It is not safe for concurrent use.
+//
+// The receipts of one id number up to its acceptances times the records
+// that list them (a busy id reused many times, or a forged log), so Max
+// bounds them: past Max, Next keeps no more, sets Truncated and skips the
+// rest of the log, and the passes then take time in proportion to the log
+// read, Max and the acceptances of the id.
 type ReceiptFinder struct {
+	// Max is the most receipts kept (0 or negative: no cap).
+	Max int
+	// Truncated reports that a receipt beyond Max was found and left out:
+	// Receipts are then the first Max, in chain order.
+	Truncated bool
+
 	id       string
 	accepted []acceptance // each acceptance of id, in chain order
 	next     int          // Next: the acceptances read so far
@@ -180,8 +194,21 @@ func (f *ReceiptFinder) acceptanceOf(r *store.AuditRecord) (acceptance, bool) {
 	return acceptance{r.Subject, seq}, true
 }
 
+// add keeps rc, unless Max receipts are kept already (Truncated).
+func (f *ReceiptFinder) add(rc Receipt) {
+	if f.Max > 0 && len(f.Receipts) >= f.Max {
+		f.Truncated = true
+		return
+	}
+	f.Receipts = append(f.Receipts, rc)
+}
+
 // Next reads the next record of the second pass (or of the only one).
+// Once Truncated it does nothing.
 func (f *ReceiptFinder) Next(r *store.AuditRecord) {
+	if f.Truncated {
+		return
+	}
 	switch Event(r.Type) {
 	case EventPublishAccepted:
 		if a, ok := f.acceptanceOf(r); ok {
@@ -196,7 +223,7 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		// A reply is never in a subject's log: it has no sequence, and
 		// an acceptance of the same id on the subject is another message.
 		if r.MessageID == f.id {
-			f.Receipts = append(f.Receipts, Receipt{Event: EventReplyDelivered, Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject})
+			f.add(Receipt{Event: EventReplyDelivered, Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject})
 		}
 		return
 	default:
@@ -208,12 +235,15 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		// it lists, in chain order.
 		f.listed(r.Subject, r.Seqs)
 		for _, place := range f.hits {
+			if f.Truncated {
+				break
+			}
 			rc.Seq = f.accepted[place].seq
-			f.Receipts = append(f.Receipts, rc)
+			f.add(rc)
 		}
 		if len(f.hits) == 0 && r.MessageID == f.id { // of one message, its acceptance trimmed from the log
 			rc.Seq, _ = strconv.ParseUint(r.Seqs, 10, 64)
-			f.Receipts = append(f.Receipts, rc)
+			f.add(rc)
 		}
 		return
 	}
@@ -230,7 +260,7 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 			// just before it.
 			rc.Seq = a.seq
 		}
-		f.Receipts = append(f.Receipts, rc)
+		f.add(rc)
 	}
 }
 
@@ -259,15 +289,49 @@ func (f *ReceiptFinder) inForce(subject string) (acceptance, bool) {
 	return f.accepted[s.all[i]], true
 }
 
+// DefaultMaxReceipts is the most receipts Engine.Receipts and
+// `pigeon audit receipts` answer unless asked for more (WithMaxReceipts,
+// --max): as many as a page of GET /v1/quarantine holds.
+const DefaultMaxReceipts = 10000
+
+// ErrReceiptsTruncated is the error Engine.Receipts returns, wrapped and
+// together with the first receipts, when the audit log records more
+// deliveries of the id than its cap (WithMaxReceipts) allows.
+var ErrReceiptsTruncated = errors.New("pigeon: receipts truncated")
+
+// ReceiptsOption is a choice of one call of Engine.Receipts.
+type ReceiptsOption func(*receiptsOptions)
+
+type receiptsOptions struct{ max int }
+
+// WithMaxReceipts caps the receipts Engine.Receipts answers at n (0: the
+// default, DefaultMaxReceipts; negative: no cap).
+func WithMaxReceipts(n int) ReceiptsOption { return func(o *receiptsOptions) { o.max = n } }
+
 // Receipts reads the engine's audit log for the deliveries of message id,
 // in two passes (ReceiptFinder). Like Audit, it first writes the records
 // still queued (deliveries are recorded without waiting for the write), so
 // a delivery made before the call is among its receipts.
-func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
+//
+// It answers at most DefaultMaxReceipts receipts (WithMaxReceipts): the
+// receipts of one id number up to its acceptances times the delivery
+// records that list them. When the log holds more, it returns the first
+// ones, in chain order, with an error that is ErrReceiptsTruncated
+// (errors.Is) and names the cap; ask again with a larger one for the
+// rest.
+func (e *Engine) Receipts(ctx context.Context, id string, opts ...ReceiptsOption) ([]Receipt, error) {
+	var o receiptsOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.max == 0 {
+		o.max = DefaultMaxReceipts
+	}
 	e.flushAudit()
 	f := NewReceiptFinder(id)
+	f.Max = o.max
 	for _, pass := range []func(*store.AuditRecord){f.Accepted, f.Next} {
-		for from := uint64(1); ; {
+		for from := uint64(1); !f.Truncated; {
 			recs, err := e.store.ReadAudit(ctx, from, 1000)
 			if err != nil {
 				return nil, storeError(err)
@@ -283,6 +347,10 @@ func (e *Engine) Receipts(ctx context.Context, id string) ([]Receipt, error) {
 				break
 			}
 		}
+	}
+	if f.Truncated {
+		return f.Receipts, fmt.Errorf("%w: more than %d deliveries of %q are recorded; these are the first %d (ask for more with WithMaxReceipts)",
+			ErrReceiptsTruncated, f.Max, id, len(f.Receipts))
 	}
 	return f.Receipts, nil
 }

@@ -1,13 +1,96 @@
 package pigeon
 
-import "net/netip"
-
-// sourceIPv6Bits is the prefix length an IPv6 Source is keyed by, and
-// siteIPv6Bits that of its Site.
-const (
-	sourceIPv6Bits = 64
-	siteIPv6Bits   = 48
+import (
+	"fmt"
+	"math"
+	"net/netip"
 )
+
+// sourceIPv6Bits is the prefix length an IPv6 Source is keyed by.
+const sourceIPv6Bits = 64
+
+// Defaults of SiteLimit.
+const (
+	// DefaultSiteBits is SiteLimit.Bits's default: a /48, the most one
+	// site is given.
+	DefaultSiteBits = 48
+	// DefaultSiteFactor is SiteLimit.Factor's default: a site holds as
+	// much as 16 of its /64s at their limit.
+	DefaultSiteFactor = 16
+)
+
+// SiteLimit is how a per-source limit (Options.AuthFailureSite, the
+// server's connection cap, identity's handshake limiter) also counts the
+// IPv6 /64s of one site together: each IPv6 source counts under its site
+// too, the prefix of length Bits it lies in, whose limit is Factor times
+// the per-source one. A site's holder may speak from any of its /64s
+// (65,536 of a /48), each a source with a fresh count; the site's count
+// bounds them all. The price: sites smaller than Bits (a home's /56
+// inside a provider's /48, a campus or a carrier NAT64 gateway behind
+// one /48) share one count; a wider Bits or a larger Factor loosens it,
+// a negative Bits turns it off (each /64 then counts alone). IPv4 sources,
+// and IPv6 addresses that carry an IPv4 one (see Source), have no site.
+//
+// The zero SiteLimit is the default: /48s, at 16 times the per-source
+// limit. Check reports values that are not valid.
+type SiteLimit struct {
+	// Bits is a site's prefix length, 1 to 63 (default DefaultSiteBits,
+	// 48; negative: sites are not counted).
+	Bits int
+	// Factor is a site's limit in per-source limits, at least 1 (default
+	// DefaultSiteFactor, 16).
+	Factor int
+}
+
+// Check reports whether l is valid: Bits 0 (the default), negative (off)
+// or 1 to 63 (a site is wider than a source, a /64), and Factor 0 (the
+// default) or at least 1.
+func (l SiteLimit) Check() error {
+	if l.Bits > 0 && l.Bits >= sourceIPv6Bits {
+		return fmt.Errorf("site prefix length %d: a site is an IPv6 prefix of 1 to 63 bits, wider than a source's /64 (0: the default, %d; negative: off)", l.Bits, DefaultSiteBits)
+	}
+	if l.Factor < 0 {
+		return fmt.Errorf("site factor %d: a site's limit is at least 1 time the per-source limit (0: the default, %d)", l.Factor, DefaultSiteFactor)
+	}
+	return nil
+}
+
+// Off reports whether sites are not counted (Bits negative).
+func (l SiteLimit) Off() bool { return l.Bits < 0 }
+
+// Of is the site src counts under: the prefix of length Bits (0:
+// DefaultSiteBits) its /64 lies in. It reports false for an IPv4 source
+// (and one an IPv6 address carrying an IPv4 address makes), for the zero
+// Source, and when sites are off or l is not valid.
+func (l SiteLimit) Of(src Source) (Source, bool) {
+	bits := l.Bits
+	if bits == 0 {
+		bits = DefaultSiteBits
+	}
+	a := src.p.Addr()
+	if !a.Is6() || bits < 0 || bits >= sourceIPv6Bits {
+		return Source{}, false
+	}
+	p, err := a.Prefix(bits)
+	return Source{p: p}, err == nil
+}
+
+// Limit is the limit of a site whose sources each have perSource:
+// Factor (0: DefaultSiteFactor) times it, at most math.MaxInt; 0 when
+// perSource is not positive or sites are off.
+func (l SiteLimit) Limit(perSource int) int {
+	f := l.Factor
+	if f == 0 {
+		f = DefaultSiteFactor
+	}
+	switch {
+	case perSource <= 0 || l.Off() || f < 0:
+		return 0
+	case perSource > math.MaxInt/f:
+		return math.MaxInt
+	}
+	return f * perSource
+}
 
 // Source is where an attempt comes from, as every per-source limit counts
 // it: the engine's lockout after refused credentials
@@ -99,14 +182,9 @@ func (s Source) Prefix() netip.Prefix { return s.p }
 // fresh count. It reports false for an IPv4 source (and one an IPv6
 // address carrying an IPv4 address makes: its /48 holds many IPv4
 // clients) and for the zero Source.
-func (s Source) Site() (Source, bool) {
-	a := s.p.Addr()
-	if !a.Is6() {
-		return Source{}, false
-	}
-	p, err := a.Prefix(siteIPv6Bits)
-	return Source{p: p}, err == nil
-}
+//
+// It is SiteLimit{}.Of(s): a SiteLimit chooses another prefix length.
+func (s Source) Site() (Source, bool) { return SiteLimit{}.Of(s) }
 
 // String is an IPv4 source's address ("192.0.2.1"), an IPv6 source's
 // prefix ("2001:db8:1:2::/64"), or "" for the zero Source. The engine's

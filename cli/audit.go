@@ -116,14 +116,19 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("audit receipts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store")
+	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning says so and the exit code is 3 (0: the default; negative: no cap)")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR] MESSAGE_ID")
+		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR] [--max N] MESSAGE_ID")
 		return 2
 	}
 	f := pigeon.NewReceiptFinder(fs.Arg(0))
+	f.Max = *maxN
+	if f.Max == 0 {
+		f.Max = pigeon.DefaultMaxReceipts
+	}
 	for _, pass := range []func(*pigeon.AuditRecord){f.Accepted, f.Next} {
 		if err := wal.ScanAudit(*data, func(r *pigeon.AuditRecord) error { pass(r); return nil }); err != nil {
 			return fail(stderr, "audit receipts", err)
@@ -134,6 +139,11 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 		if err := enc.Encode(r); err != nil {
 			return fail(stderr, "audit receipts", err)
 		}
+	}
+	if f.Truncated {
+		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; raise --max (negative: no cap) for the rest\n",
+			f.Max, printable(fs.Arg(0)), len(f.Receipts))
+		return 3
 	}
 	if len(f.Receipts) == 0 {
 		fmt.Fprintf(stderr, "pigeon audit receipts: no delivery of %s is recorded\n", fs.Arg(0))

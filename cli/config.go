@@ -48,6 +48,8 @@ type fileConfig struct {
 	MaxStoredGroups int           `yaml:"max_stored_groups"`
 	MaxConns        int           `yaml:"max_connections"`
 	MaxConnsPerIP   int           `yaml:"max_connections_per_ip"`
+	IPv6SitePrefix  *int          `yaml:"ipv6_site_prefix"`
+	IPv6SiteFactor  int           `yaml:"ipv6_site_factor"`
 	MaxPrograms     int           `yaml:"max_programs"`
 	MaxProgramMemMB int64         `yaml:"max_program_memory_mb"`
 	MaxReadMemMB    int64         `yaml:"max_read_memory_mb"`
@@ -241,6 +243,19 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxConnsPerIP != 0 {
 		cfg.maxConnsPerIP = f.MaxConnsPerIP
+	}
+	if f.IPv6SitePrefix != nil {
+		n, err := sitePrefix(strconv.Itoa(*f.IPv6SitePrefix))
+		if err != nil {
+			return configError(path, at("ipv6_site_prefix"), "ipv6_site_prefix: %v", err)
+		}
+		cfg.site.Bits = n
+	}
+	if f.IPv6SiteFactor < 0 {
+		return configError(path, at("ipv6_site_factor"), "ipv6_site_factor must be at least 1 (a site's limit in per-source limits)")
+	}
+	if f.IPv6SiteFactor > 0 {
+		cfg.site.Factor = f.IPv6SiteFactor
 	}
 	if f.MaxPrograms != 0 {
 		cfg.maxPrograms = f.MaxPrograms

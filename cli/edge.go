@@ -67,6 +67,9 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 			return nil, err
 		}
 	}
+	if err := cfg.site.Check(); err != nil { // identity.NewLimiter would panic
+		return nil, fmt.Errorf("--ipv6-site-prefix, --ipv6-site-factor: %w", err)
+	}
 	e := &edge{}
 	methods := map[string]identity.Method{
 		string(pigeon.AuthGrant): {Name: pigeon.AuthGrant, Auth: identity.Bearer(pigeon.GrantTokens())},
@@ -138,7 +141,7 @@ func buildEdge(cfg serveConfig, tokens []pigeon.StaticToken, logger *slog.Logger
 	// limiter counts those, under the same limit but apart.
 	e.auth = identity.NewChain(&identity.ChainOptions{Logger: logger}, chain...)
 	if cfg.tlsCert != "" {
-		limiter := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: cfg.maxFailures, Window: cfg.failureWindow})
+		limiter := identity.NewLimiter(&identity.LimiterOptions{MaxFailures: cfg.maxFailures, Window: cfg.failureWindow, Site: cfg.site})
 		cf, err := identity.LoadCertFile(cfg.tlsCert, cfg.tlsKey, logger)
 		if err != nil {
 			return nil, fmt.Errorf("TLS certificate: %w", err)

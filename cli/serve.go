@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,10 @@ type serveConfig struct {
 	authOrder              []string
 	maxFailures            int
 	failureWindow          time.Duration
+	// site is how the per-source limits (the lockout, the handshake
+	// limiter, --max-connections-per-ip) count the /64s of one IPv6 site
+	// together (the zero value: /48s at 16 times; Bits negative: off).
+	site pigeon.SiteLimit
 	// allowedOrigins are the origins (host patterns) whose browser pages
 	// may call the API and open the WebSocket endpoint besides the
 	// server's own.
@@ -197,6 +202,8 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.Var(&listFlag{v: &cfg.allowedHosts}, "allowed-hosts", "host names the server answers to (localhost, *.example.com), besides IP addresses: a request naming another is refused 403, as a DNS rebinding page's would be; default on a loopback --addr: localhost and *.localhost, otherwise any; repeat or comma-separate")
 	fs.IntVar(&cfg.maxFailures, "max-auth-failures", cfg.maxFailures, "refused credentials one source (a remote IPv4 address, or an IPv6 /64) may present within --auth-failure-window before its attempts are refused 429 RATE_LIMITED, unchecked, for a window, and its new connections as they are accepted, before any TLS handshake (not a --trusted-proxy's); failed TLS handshakes are counted apart under the same limit (default 20; docs/security.md)")
 	fs.DurationVar(&cfg.failureWindow, "auth-failure-window", cfg.failureWindow, "the window of --max-auth-failures, and how long a lockout lasts (default 1m)")
+	fs.Var(sitePrefixFlag{v: &cfg.site.Bits}, "ipv6-site-prefix", "prefix length (`bits`) of the IPv6 site whose /64s --max-auth-failures, the failed-handshake limit and --max-connections-per-ip also count together, at --ipv6-site-factor times the per-source limit: 1 to 63, or 0 to count each /64 alone, for a campus or carrier NAT behind one /48 (default 48; docs/security.md)")
+	fs.Var(siteFactorFlag{v: &cfg.site.Factor}, "ipv6-site-factor", "an IPv6 site's limit in per-source limits (`times`; --ipv6-site-prefix), at least 1 (default 16)")
 	fs.Var(&listFlag{v: &cfg.authOrder}, "auth-order", "authentication methods in the order tried, comma-separated (default mtls,oidc,grant,token: those configured)")
 	cfg.opts.flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -278,6 +285,60 @@ func (f *listFlag) Set(s string) error {
 	return nil
 }
 
+// sitePrefixFlag is --ipv6-site-prefix: 1 to 63, or 0 for off, kept as
+// pigeon.SiteLimit.Bits says it (negative: off; 0: the default, 48).
+type sitePrefixFlag struct{ v *int }
+
+func (f sitePrefixFlag) String() string {
+	switch {
+	case f.v == nil || *f.v == 0:
+		return strconv.Itoa(pigeon.DefaultSiteBits)
+	case *f.v < 0:
+		return "0"
+	}
+	return strconv.Itoa(*f.v)
+}
+
+func (f sitePrefixFlag) Set(s string) error {
+	n, err := sitePrefix(s)
+	if err == nil {
+		*f.v = n
+	}
+	return err
+}
+
+// sitePrefix reads an IPv6 site prefix length as --ipv6-site-prefix and
+// ipv6_site_prefix take it (0: off), as pigeon.SiteLimit.Bits says it.
+func sitePrefix(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	switch {
+	case err != nil || n < 0 || n > 63:
+		return 0, fmt.Errorf("%q is not an IPv6 site prefix length: 1 to 63 (a site is wider than a /64), or 0 to count each /64 alone", s)
+	case n == 0:
+		return -1, nil
+	}
+	return n, nil
+}
+
+// siteFactorFlag is --ipv6-site-factor: at least 1.
+type siteFactorFlag struct{ v *int }
+
+func (f siteFactorFlag) String() string {
+	if f.v == nil || *f.v == 0 {
+		return strconv.Itoa(pigeon.DefaultSiteFactor)
+	}
+	return strconv.Itoa(*f.v)
+}
+
+func (f siteFactorFlag) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q is not an IPv6 site factor: a whole number, at least 1 (a site's limit in per-source limits)", s)
+	}
+	*f.v = n
+	return nil
+}
+
 // parseExit is the exit code of a command whose flags did not parse: 0
 // when the user asked for help, 2 otherwise.
 func parseExit(err error) int {
@@ -325,7 +386,8 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	st := opened.Store
 	e, err := pigeon.New(ctx, &pigeon.Options{Store: st, Cluster: opened.Cluster, Authenticator: edge.auth, Catalog: catalog,
 		Region: cfg.region, Logger: logger, Observer: obs.observer(), MaxSubscriptionsPerPrincipal: cfg.maxSubs,
-		MaxGroupsPerSubject: cfg.maxGroups, MaxStoredGroupsPerSubject: cfg.maxStoredGroups, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow})
+		MaxGroupsPerSubject: cfg.maxGroups, MaxStoredGroupsPerSubject: cfg.maxStoredGroups, AuthFailureLimit: cfg.maxFailures, AuthFailureWindow: cfg.failureWindow,
+		AuthFailureSite: cfg.site})
 	if err != nil {
 		if st != nil {
 			_ = st.Close(context.Background())
@@ -346,7 +408,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 		return err
 	}
 	so := &server.Options{Region: cfg.region, Logger: logger, TLS: edge.tls, Programs: progs,
-		AllowedOrigins: cfg.allowedOrigins, AllowedHosts: allowedHostsFor(cfg), TrustedProxies: mustProxies(cfg.trustedProxies), Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP,
+		AllowedOrigins: cfg.allowedOrigins, AllowedHosts: allowedHostsFor(cfg), TrustedProxies: mustProxies(cfg.trustedProxies), Feed: obs.feed, MaxConnections: cfg.maxConns, MaxConnectionsPerIP: cfg.maxConnsPerIP, ConnectionSite: cfg.site,
 		MaxReadBytesInFlight: mibBytes(cfg.maxReadMemMB), MaxReadBytesPerPrincipal: mibBytes(cfg.maxReadShareMB)}
 	if cfg.wsPublishRate != 0 {
 		so.WebSocket = &ws.Options{PublishRate: cfg.wsPublishRate}

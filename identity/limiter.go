@@ -24,10 +24,11 @@ type LimiterOptions struct {
 	// window is refused outright (default 20 in 1 minute).
 	MaxFailures int
 	Window      time.Duration
-	// MaxPrefixFailures is how many failures the /64s of one IPv6 /48
-	// may have in Window, all together, before the rest of the window is
-	// refused to the whole /48 (default 16 × MaxFailures: 320 in 1
-	// minute; negative: no such limit). A /48 is the most a single site
+	// MaxPrefixFailures is how many failures the /64s of one IPv6 site
+	// (Site: a /48 by default) may have in Window, all together, before
+	// the rest of the window is refused to the whole site (default
+	// Site.Limit(MaxFailures), 16 × MaxFailures: 320 in 1 minute;
+	// negative: no such limit). A /48 is the most a single site
 	// is given, and its holder may speak from any of its 65,536 /64s,
 	// each a source of its own: without this limit it had 65,536 ×
 	// MaxFailures tries a window (1.3 million a minute), with it 320.
@@ -38,23 +39,25 @@ type LimiterOptions struct {
 	// within a minute. IPv4 sources, and IPv6 addresses that stand for
 	// an IPv4 one (see pigeon.Source), have no such limit.
 	MaxPrefixFailures int
+	// Site is the prefix length of a site and its default limit in
+	// MaxFailures (default: /48s, 16 × MaxFailures; Site.Bits negative:
+	// sites are not counted, whatever MaxPrefixFailures says). NewLimiter
+	// panics when it is not valid (pigeon.SiteLimit.Check): check it
+	// first.
+	Site pigeon.SiteLimit
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
-
-// prefixFailuresPerSource is the default MaxPrefixFailures, in
-// MaxFailures: as many as 16 /64s at their limit.
-const prefixFailuresPerSource = 16
 
 // Limiter counts failures per source and refuses a source that had too
 // many in a window, before any verification work is spent on it. A source
 // is a remote IPv4 address, or a remote IPv6 /64 (a host given a /64 could
 // otherwise rotate through its addresses), as the engine's lockout and the
 // server's per-IP connection cap count them; an address that is not IP is
-// counted whole, without its port. The /64s of one IPv6 /48 are also
-// counted together, against a higher limit
-// (LimiterOptions.MaxPrefixFailures): one holder of a /48 would otherwise
-// have a fresh count in each of its 65,536 /64s. It remembers a bounded
+// counted whole, without its port. The /64s of one IPv6 site (a /48 by
+// default: LimiterOptions.Site) are also counted together, against a
+// higher limit (LimiterOptions.MaxPrefixFailures): one holder of a /48
+// would otherwise have a fresh count in each of its 65,536 /64s. It remembers a bounded
 // number of sources. It is safe for concurrent use.
 //
 // Its use is failed TLS handshakes (TLSOptions.Limiter), which the engine
@@ -90,8 +93,20 @@ func NewLimiter(opts *LimiterOptions) *Limiter {
 	if o.Window <= 0 {
 		o.Window = DefaultFailureWindow
 	}
-	if o.MaxPrefixFailures == 0 {
-		o.MaxPrefixFailures = prefixFailuresPerSource * o.MaxFailures
+	if err := o.Site.Check(); err != nil {
+		panic("identity: LimiterOptions.Site: " + err.Error())
+	}
+	if o.Site.Bits == 0 {
+		o.Site.Bits = pigeon.DefaultSiteBits
+	}
+	if o.Site.Factor == 0 {
+		o.Site.Factor = pigeon.DefaultSiteFactor
+	}
+	switch {
+	case o.Site.Off():
+		o.MaxPrefixFailures = -1
+	case o.MaxPrefixFailures == 0:
+		o.MaxPrefixFailures = o.Site.Limit(o.MaxFailures)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -112,7 +127,7 @@ func source(remote string) string {
 	return remote
 }
 
-// prefix is the key the /48 of remote counts under
+// prefix is the key the site of remote counts under
 // (LimiterOptions.MaxPrefixFailures), or "" when remote is not an IPv6
 // source or the limit is off. It cannot be a key of source: its prefix
 // length is not 64.
@@ -120,7 +135,7 @@ func (l *Limiter) prefix(remote string) string {
 	if l.opts.MaxPrefixFailures < 0 {
 		return ""
 	}
-	site, ok := pigeon.SourceOf(remote).Site()
+	site, ok := l.opts.Site.Of(pigeon.SourceOf(remote))
 	if !ok {
 		return ""
 	}
@@ -136,7 +151,7 @@ func (l *Limiter) Allow(remote string) bool {
 
 // allow is Allow, whether this is the window's first refusal (the one
 // worth a log line: a source over its limit is not logged on every try),
-// and the source refused: remote's, or its /48.
+// and the source refused: remote's, or its site.
 func (l *Limiter) allow(remote string) (ok, first bool, by string) {
 	if l == nil || remote == "" {
 		return true, false, ""

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,15 +24,17 @@ import (
 // the caps on the connections held open at once, in all
 // (Options.MaxConnections) and per source (Options.MaxConnectionsPerIP:
 // a pigeon.Source: an IPv4 address, or an IPv6 /64), and, when the
-// per-source cap is set, per IPv6 /48 (perPrefix). A TCP peer that is a
+// per-source cap is set, per IPv6 site (perPrefix; Options.ConnectionSite,
+// a /48 by default). A TCP peer that is a
 // trusted proxy (Options.TrustedProxies) is neither: its clients are known
 // only from X-Forwarded-For, in its requests, so it is never cut off for a
 // lockout and counts in all only. Every listener of the Server shares it.
 // Its methods are safe for concurrent use.
 type connLimit struct {
 	max, perIP int // <= 0: no cap
-	// perPrefix caps the connections of the /64s of one IPv6 /48
-	// together (<= 0: no cap): 16 × perIP, none without perIP. A /48 is
+	// perPrefix caps the connections of the /64s of one IPv6 site (site)
+	// together (<= 0: no cap): by default, of each /48, 16 × perIP; none
+	// without perIP or with sites off. A /48 is
 	// the most one site is given, and its holder may dial from any of its
 	// 65,536 /64s, each a source with places of its own: without it one
 	// holder could take 65,536 × perIP places, every place max allows,
@@ -45,6 +46,7 @@ type connLimit struct {
 	// IPv4 clients), are not counted together. A trusted proxy is exempt,
 	// as from perIP.
 	perPrefix int
+	site      pigeon.SiteLimit
 	tls       bool
 	logger    *slog.Logger
 	proxies   trustedProxies
@@ -55,7 +57,7 @@ type connLimit struct {
 	mu   sync.Mutex
 	open int
 	byIP map[pigeon.Source]int
-	// byPrefix counts the connections of each IPv6 /48 (perPrefix); as
+	// byPrefix counts the connections of each IPv6 site (perPrefix); as
 	// in byIP, a key is kept only while a connection of it is open.
 	byPrefix map[netip.Prefix]int
 
@@ -70,10 +72,6 @@ type connLimit struct {
 	lastLocked atomic.Int64
 }
 
-// connsPerPrefixPerSource is connLimit.perPrefix in perIP: as many
-// connections as 16 /64s at their cap.
-const connsPerPrefixPerSource = 16
-
 // refusalAnswerers bounds the refused connections answered at once; beyond
 // it a refused connection is closed without an answer, so a flood costs
 // no more than the accepts.
@@ -82,17 +80,20 @@ const refusalAnswerers = 32
 // refusalWait bounds how long answering one refused connection may take.
 const refusalWait = time.Second
 
+// newConnLimit is newConnLimitSite with the default pigeon.SiteLimit:
+// each IPv6 /48 holds 16 × perIP.
 func newConnLimit(max, perIP int, tls bool, logger *slog.Logger, proxies trustedProxies,
 	lockedOut func(pigeon.Source) (time.Duration, bool)) *connLimit {
-	l := &connLimit{max: max, perIP: perIP, tls: tls, logger: logger, proxies: proxies, lockedOut: lockedOut,
+	return newConnLimitSite(max, perIP, pigeon.SiteLimit{}, tls, logger, proxies, lockedOut)
+}
+
+// newConnLimitSite returns the limit of max connections in all, perIP
+// per source, and site.Limit(perIP) per IPv6 site (site must be valid:
+// pigeon.SiteLimit.Check).
+func newConnLimitSite(max, perIP int, site pigeon.SiteLimit, tls bool, logger *slog.Logger, proxies trustedProxies,
+	lockedOut func(pigeon.Source) (time.Duration, bool)) *connLimit {
+	l := &connLimit{max: max, perIP: perIP, site: site, perPrefix: site.Limit(perIP), tls: tls, logger: logger, proxies: proxies, lockedOut: lockedOut,
 		byIP: map[pigeon.Source]int{}, byPrefix: map[netip.Prefix]int{}, answers: make(chan struct{}, refusalAnswerers)}
-	switch {
-	case perIP <= 0:
-	case perIP > math.MaxInt/connsPerPrefixPerSource:
-		l.perPrefix = math.MaxInt
-	default:
-		l.perPrefix = connsPerPrefixPerSource * perIP
-	}
 	l.answer = refusalResponse(pigeon.NewError(pigeon.CodeRateLimited, "the server holds the most connections it allows; try again later"))
 	return l
 }
@@ -137,13 +138,13 @@ func (cl *connLimit) wrap(l net.Listener) net.Listener {
 	return &limitListener{Listener: l, lim: cl}
 }
 
-// prefixOf is the IPv6 /48 src counts under for perPrefix, when src is
+// prefixOf is the IPv6 site src counts under for perPrefix, when src is
 // an IPv6 source and the cap is set.
 func (cl *connLimit) prefixOf(src pigeon.Source) (netip.Prefix, bool) {
 	if cl.perPrefix <= 0 {
 		return netip.Prefix{}, false
 	}
-	site, ok := src.Site()
+	site, ok := cl.site.Of(src)
 	return site.Prefix(), ok
 }
 
@@ -198,7 +199,7 @@ func (cl *connLimit) refuse(c net.Conn) {
 	n := cl.refused.Add(1)
 	if now := time.Now().UnixNano(); now-cl.lastWarn.Load() >= int64(time.Minute) {
 		cl.lastWarn.Store(now)
-		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "maxPer48", cl.perPrefix, "refused", n, "remote", c.RemoteAddr().String())
+		cl.logger.Warn("connection refused: limit reached", "max", cl.max, "maxPerIP", cl.perIP, "maxPerSite", cl.perPrefix, "sitePrefixBits", cl.site.Bits, "refused", n, "remote", c.RemoteAddr().String())
 	}
 	cl.answerAndClose(c, func() []byte { return cl.answer })
 }
@@ -322,7 +323,8 @@ func (c *limitedConn) CloseWrite() error {
 // over all its listeners, since New.
 type ConnStats struct {
 	// Refused were beyond Options.MaxConnections or MaxConnectionsPerIP
-	// (or 16 × MaxConnectionsPerIP from the /64s of one IPv6 /48).
+	// (or the site's multiple of it from the /64s of one IPv6 site:
+	// Options.ConnectionSite).
 	Refused uint64
 	// LockedOut came from a source locked out for refused credentials
 	// (pigeon.Engine.LockedOut) and were closed before any TLS handshake

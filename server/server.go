@@ -109,9 +109,15 @@ type Options struct {
 	// many sources, known only from the X-Forwarded-For of each request,
 	// after the connection is accepted; its connections still count
 	// toward MaxConnections. Cap the clients of a proxy at the proxy.
-	// The /64s of one IPv6 /48 together hold at most 16 × it (a /48
-	// holder could otherwise dial from 65,536 /64s).
+	// The /64s of one IPv6 site together hold at most a multiple of it
+	// (ConnectionSite; by default each /48, 16 × it: a /48 holder could
+	// otherwise dial from 65,536 /64s).
 	MaxConnectionsPerIP int
+	// ConnectionSite is how the /64s of one IPv6 site count together
+	// under MaxConnectionsPerIP (default: each /48, at 16 × it; Bits
+	// negative: not at all, each /64 alone). Serve refuses to start with
+	// one that is not valid (pigeon.SiteLimit.Check).
+	ConnectionSite pigeon.SiteLimit
 	// MaxConsoleStreamsPerPrincipal caps the console's live streams (GET
 	// /v1/console/events) one principal holds open at once (default
 	// DefaultMaxConsoleStreamsPerPrincipal, one per browser tab; negative:
@@ -214,6 +220,12 @@ func (o *Options) withDefaults() Options {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
+	if c.ConnectionSite.Bits == 0 {
+		c.ConnectionSite.Bits = pigeon.DefaultSiteBits
+	}
+	if c.ConnectionSite.Factor == 0 {
+		c.ConnectionSite.Factor = pigeon.DefaultSiteFactor
+	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -305,7 +317,7 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
 		consoleStreams: map[string]int{}, idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.proxies = trustedProxies(o.TrustedProxies)
-	s.conns = newConnLimit(o.MaxConnections, o.MaxConnectionsPerIP, o.TLS != nil, o.Logger, s.proxies, e.LockedOut)
+	s.conns = newConnLimitSite(o.MaxConnections, o.MaxConnectionsPerIP, o.ConnectionSite, o.TLS != nil, o.Logger, s.proxies, e.LockedOut)
 	s.reads = readpool.ForEngine(e, o.MaxReadBytesInFlight, o.MaxReadBytesPerPrincipal, readWait, o.Logger)
 	if o.Mesgd != nil {
 		mo := *o.Mesgd
@@ -532,7 +544,14 @@ func (s *Server) Mount(pattern string, h http.Handler) (err error) {
 // in Options.TrustedProxies is never refused so: its requests name their
 // clients, and the API refuses the locked-out ones. ConnStats counts
 // these refusals; one warning a minute is logged while they come.
+//
+// Serve returns an error at once, without accepting, when
+// Options.ConnectionSite is not valid.
 func (s *Server) Serve(l net.Listener) error {
+	if err := s.opts.ConnectionSite.Check(); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("server: Options.ConnectionSite: %w", err)
+	}
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: s.opts.ReadHeaderTimeout, ReadTimeout: s.opts.ReadTimeout,
 		WriteTimeout: s.opts.WriteTimeout, IdleTimeout: s.opts.IdleTimeout, MaxHeaderBytes: max(s.opts.MaxHeaderBytes, 0),
 		ErrorLog: slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)}
