@@ -52,14 +52,25 @@ type Message struct {
 	SchemaID   string `json:"schemaId,omitempty"`
 	AcceptedAt string `json:"acceptedAt,omitempty"`
 
-	// pre is Data decoded by the WebSocket server's frame decoder, or nil
-	// (see package internal/predecoded). Publish uses it only while Data
-	// is pre.Text, and takes it from the message it is given.
+	// pre is Data decoded by the WebSocket server's frame decoder or the
+	// HTTP server's envelope decoder, or nil (see package
+	// internal/predecoded). Publish uses it only while Data is pre.Text,
+	// and takes it from the message it is given.
 	pre *predecoded.Data
 }
 
 func init() {
 	predecoded.Attach = func(m any, d *predecoded.Data) { m.(*Message).pre = d }
+	predecoded.DecodeMessage = func(b []byte) (any, error) {
+		if m := decodeEnvelopeData(b, true); m != nil {
+			return m, nil
+		}
+		m, err := decodeMessageSlow(b)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
 }
 
 // Signature is a detached signature over the canonical form of a message.

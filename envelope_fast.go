@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"pigeon/internal/jsontext"
+	"pigeon/internal/predecoded"
 )
 
 // Fields of the envelope that hold a string, indexes into fieldNames.
@@ -121,6 +122,9 @@ type envelopeDecoder struct {
 	unknown [maxUnknown][]byte
 	nUnk    int
 	sigV    int // the signature's v: SignatureV2 when present
+	// predecode asks data to decode the data too, into pre.
+	predecode bool
+	pre       *predecoded.Data
 }
 
 // Spans of the signature's members, after the string fields.
@@ -133,8 +137,16 @@ const (
 // decodeEnvelope decodes b when it is an envelope that encoding/json reads
 // exactly as decoded here and that decodeMessageSlow accepts; otherwise
 // it returns nil and decides nothing.
-func decodeEnvelope(b []byte) *Message {
-	d := envelopeDecoder{in: b}
+func decodeEnvelope(b []byte) *Message { return decodeEnvelopeData(b, false) }
+
+// decodeEnvelopeData is decodeEnvelope that, when predecode is set, also
+// decodes the data as the engine would (jsontext.DecodeDocument, in the
+// same pass that checks it) and attaches it to the message
+// (internal/predecoded), whose Data is then the decoder's copy. Which
+// texts it reads, and the message it makes of them, do not depend on
+// predecode.
+func decodeEnvelopeData(b []byte, predecode bool) *Message {
+	d := envelopeDecoder{in: b, predecode: predecode}
 	d.ws()
 	if d.i >= len(d.in) || d.in[d.i] != '{' {
 		return nil
@@ -225,6 +237,7 @@ func decodeEnvelope(b []byte) *Message {
 	if signature {
 		m.Signature = &Signature{KID: at(d.spans[sKID]), Alg: at(d.spans[sAlg]), Sig: at(d.spans[sSig]), V: d.sigV}
 	}
+	m.pre = d.pre
 	return m
 }
 
@@ -346,6 +359,20 @@ func (d *envelopeDecoder) value() []byte {
 func (d *envelopeDecoder) data() []byte {
 	if d.i < len(d.in) && d.in[d.i] == 'n' {
 		return nil
+	}
+	if d.predecode {
+		// DecodeDocument checks what value does (a text it decodes,
+		// within the engine's nesting limit, value accepts) and copies it;
+		// one it refuses (too deep for the engine, or not JSON) is read
+		// below as ever, the engine decoding it again.
+		if end := jsontext.SkipValue(d.in, d.i); end > d.i {
+			p := new(predecoded.Data)
+			if doc, err := jsontext.DecodeDocument(d.in[d.i:end], MaxJSONDepth, &p.Names); err == nil {
+				p.Value, p.Text, p.Exact = doc.Value, doc.Text, doc.Exact
+				d.pre, d.i = p, end
+				return p.Text[:len(p.Text):len(p.Text)]
+			}
+		}
 	}
 	v := d.value()
 	if v == nil {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"pigeon/internal/jsontext"
+
 	"github.com/stretchr/testify/require"
 )
 
@@ -129,6 +131,33 @@ func requireSameDecoding(t *testing.T, in []byte) {
 	}
 	require.NoError(t, err, "%q", in)
 	require.Equal(t, want, got, "%q", in)
+	requireSamePredecoded(t, in)
+}
+
+// requireSamePredecoded holds the one-pass decoder that also decodes the
+// data (the HTTP server's) to the one that does not: it reads the same
+// texts, into the same message, and the data it attaches is the
+// message's Data, decoded as the engine decodes it.
+func requireSamePredecoded(t *testing.T, in []byte) {
+	t.Helper()
+	plain, pre := decodeEnvelope(in), decodeEnvelopeData(in, true)
+	require.Equal(t, plain == nil, pre == nil, "%q: read in one pass with the data decoded or not", in)
+	if pre == nil {
+		return
+	}
+	require.Nil(t, plain.pre)
+	if p := pre.pre; p != nil {
+		require.True(t, sameText(p.Text, pre.Data), "%q: Data is the decoder's copy", in)
+		doc, err := jsontext.DecodeDocument(plain.Data, MaxJSONDepth, nil)
+		require.NoError(t, err, "%q", in)
+		require.Equal(t, doc.Value, p.Value, "%q", in)
+		require.Equal(t, doc.Exact, p.Exact, "%q", in)
+		pre.pre = nil
+	} else if len(plain.Data) > 0 && string(plain.Data) != "null" {
+		_, err := jsontext.DecodeDocument(plain.Data, MaxJSONDepth, nil)
+		require.Error(t, err, "%q: data the engine decodes was not decoded with the envelope", in)
+	}
+	require.Equal(t, plain, pre, "%q", in)
 }
 
 // FuzzDecodeMessageOnePass holds the one-pass decoder to the strict path: the

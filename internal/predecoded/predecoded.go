@@ -1,7 +1,8 @@
 // Package predecoded carries a message's data, decoded by the WebSocket
-// server's frame decoder, to the engine, so that data read from the
-// network is checked and decoded once rather than validated by the frame
-// decoder and decoded again by the engine.
+// server's frame decoder or the HTTP server's envelope decoder, to the
+// engine, so that data read from the network is checked and decoded once
+// rather than validated by the transport's decoder and decoded again by
+// the engine.
 //
 // Only the broker's own packages can attach decoded data to a message:
 // the package is internal, and the field that holds it is unexported. The
@@ -28,3 +29,11 @@ type Data struct {
 // data. Package pigeon sets it; it is nil only before pigeon's
 // initialization.
 var Attach func(m any, d *Data)
+
+// DecodeMessage is pigeon.DecodeMessage for a caller that hands the
+// *pigeon.Message it returns to the engine as it is, writing nothing to
+// its Data (the HTTP server's publish): the message's data, when the
+// envelope is read in one pass, is decoded in that pass and attached, so
+// that the engine does not decode it again. A refusal is
+// pigeon.DecodeMessage's. Package pigeon sets it.
+var DecodeMessage func(b []byte) (any, error)
