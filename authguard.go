@@ -117,6 +117,18 @@ func (g *authGuard) locked(src Source, now time.Time) (time.Duration, bool) {
 	return left, left > 0
 }
 
+// lockedSite returns src's site when the site's own count locks src out
+// at now (src's count may lock it out too).
+func (g *authGuard) lockedSite(src Source, now time.Time) (Source, bool) {
+	p, ok := g.prefixOf(src)
+	if !ok || g.limit <= 0 {
+		return Source{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return p, lockedLeft(g.prefixes, p, now) > 0
+}
+
 // lockedLeft is how much longer key of keys is locked out at now (0: it
 // is not).
 func lockedLeft(keys map[Source]*list.Element, key Source, now time.Time) time.Duration {

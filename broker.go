@@ -597,8 +597,8 @@ func (e *Engine) Authenticate(ctx context.Context, credential string) (*Principa
 // Every refusal but SHUTTING_DOWN writes an auth.failed audit record
 // naming the method tried and the source of c.RemoteAddr (its IPv4
 // address, or its IPv6 /64 prefix: "2001:db8:1:2::/64", the source as the
-// lockout counts it), never the credential; a run from one source is
-// coalesced. A source that had Options.AuthFailureLimit credentials
+// lockout counts it, and the site when its count locked the source out),
+// never the credential; a run from one source is coalesced. A source that had Options.AuthFailureLimit credentials
 // refused within Options.AuthFailureWindow is refused RATE_LIMITED, with
 // details.retryAfterMs, before c is looked at.
 func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
@@ -609,7 +609,11 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 	if left, locked := e.authGuard.locked(src, e.now()); locked {
 		err := &Error{Code: CodeRateLimited, Message: "too many failed authentications from this address; try again later",
 			Details: map[string]any{"retryAfterMs": left.Milliseconds()}}
-		e.auditAuthFailure(ctx, c, src, CodeRateLimited)
+		site, bySite := e.authGuard.lockedSite(src, e.now())
+		if !bySite {
+			site = Source{}
+		}
+		e.auditAuthFailure(ctx, c, src, site, CodeRateLimited)
 		return nil, err
 	}
 	p, err := e.authenticateCredential(ctx, c)
@@ -619,7 +623,7 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 		if credentialRefused(code) {
 			e.authGuard.failed(src, e.now())
 		}
-		e.auditAuthFailure(ctx, c, src, code)
+		e.auditAuthFailure(ctx, c, src, Source{}, code)
 	}
 	return p, err
 }
@@ -652,14 +656,19 @@ func credentialRefused(code Code) bool {
 }
 
 // auditAuthFailure writes the auth.failed record of a refused credential:
-// its method and source as ref, never the credential.
-func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, src Source, code Code) {
+// its method and source as ref, never the credential, and the site whose
+// count locked the source out, when one did (site valid): "auth:bearer
+// from 2001:db8:1:2::/64 (site 2001:db8:1::/48 locked out)".
+func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, src, site Source, code Code) {
 	ref := "auth:" + credentialMethod(c)
 	switch {
 	case src.IsValid():
 		ref += " from " + src.String()
 	case c.RemoteAddr != "":
 		ref += " from " + c.RemoteAddr
+	}
+	if site.IsValid() {
+		ref += " (site " + site.String() + " locked out)"
 	}
 	_ = e.audit(ctx, EventAuthFailed.record(OutcomeDeny, code, store.AuditRecord{Ref: ref}))
 }
