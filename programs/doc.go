@@ -36,7 +36,10 @@
 // Options.MaxDescendants emits from one message from outside the
 // programs, is refused PROGRAM_LIMIT_EXCEEDED (audited publish.denied),
 // so a program that publishes into its own route, or two into each
-// other's, cannot loop or multiply a message without end.
+// other's, cannot loop or multiply a message without end. The lineage is
+// the Manager's, in memory: a message that crosses to another Manager (a
+// cluster's other node) starts a fresh one there, so these bounds hold
+// for programs of one Manager only (docs/programs.md).
 //
 // Programs (manifest, module, version history) are kept in a store.KV and
 // bound again by New.

@@ -113,9 +113,9 @@ func TestHostCallDoesNotWaitForASlowStore(t *testing.T) {
 		f := newFixture(t, st)
 		// The handler loops after its publish, so the call ends at its
 		// time limit once the host call returns. The delivery's own
-		// program.failed record then waits for the store (as the
-		// engine's records of a delivery do): the call's end is seen in
-		// the log line written before it.
+		// program.failed record then queues behind the held write (its
+		// wait is bounded too: TestProgramFailedRecordDoesNotHoldTheDelivery):
+		// the call's end is seen in the log line written before it.
 		mg, logs := loggingManager(t, f, slog.LevelWarn)
 		t.Cleanup(st.unblock) // before the Manager and the fixture stop
 		_, err := mg.Deploy(context.Background(), admin, "p", manifest(func(m *programs.Manifest) { m.Limits.TimeoutMs = 50 }), publishThen(-1, handleLoop))

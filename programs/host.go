@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero"
@@ -98,6 +99,11 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 	// One message's descendants are bounded in depth and in number,
 	// wherever their programs publish them (lineage).
 	if !c.v.lin.admit(c.hop) {
+		if c.hop.lost && c.v.lin.lostWarn(time.Now()) {
+			c.v.log.Warn("program message refused: the lineage of the message it handles was forgotten, "+
+				"more program messages were published after it than the Manager remembers (programs.Options.LineageSize)",
+				"lineageSize", c.v.lin.size, "subject", cut(c.d.Message.Subject, pigeon.MaxEnvelopeField), "message", c.d.Message.ID)
+		}
 		return c.refuse(ctx, mod, st, pigeon.CodeProgramLimit)
 	}
 	// When the account is gone, its contract goes too: Publish refuses

@@ -1,8 +1,10 @@
 package programs
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"pigeon"
 )
@@ -58,18 +60,42 @@ type msgKey struct{ subject, id string }
 // lineage was forgotten counts as lost, and its handler's emits are
 // refused: forgetting never starts a fresh lineage, which an
 // amplifier could reach by publishing faster than its messages are
-// delivered.
+// delivered. Nor does it give the message a conservative depth (one hop
+// short of MaxHops, say): its descendants, forgotten in turn once the
+// backlog outgrows LineageSize again, would each start over at that
+// depth, and a loop would go on without end. Work a downstream program
+// does on a backlog of more than LineageSize program messages is refused
+// instead, with a warning (lostWarn) that names the bound.
 type lineage struct {
 	maxHops int   // negative: no bound
 	maxDesc int64 // negative: no bound
+	size    int   // Options.LineageSize
+
+	// warned is when (Unix nanoseconds) a refusal for a forgotten
+	// lineage was last logged.
+	warned atomic.Int64
 
 	mu        sync.Mutex
 	msgs      fifo[msgKey, hop]
 	contracts fifo[string, struct{}]
 }
 
+// lostWarnEvery is how often, at most, a Manager logs that it refused an
+// emit for a forgotten lineage: a backlog refuses one per message.
+const lostWarnEvery = time.Minute
+
+// lostWarn reports whether a refusal for a forgotten lineage at now is
+// to be logged: the first one, then at most one every lostWarnEvery.
+func (l *lineage) lostWarn(now time.Time) bool {
+	last := l.warned.Load()
+	if last != 0 && now.UnixNano()-last < int64(lostWarnEvery) {
+		return false
+	}
+	return l.warned.CompareAndSwap(last, now.UnixNano())
+}
+
 func newLineage(o *Options) *lineage {
-	return &lineage{maxHops: o.MaxHops, maxDesc: o.MaxDescendants,
+	return &lineage{maxHops: o.MaxHops, maxDesc: o.MaxDescendants, size: o.LineageSize,
 		msgs: newFIFO[msgKey, hop](o.LineageSize), contracts: newFIFO[string, struct{}](maxProgramContracts)}
 }
 
@@ -113,10 +139,14 @@ func (l *lineage) admit(h hop) bool {
 
 func (l *lineage) unadmit(h hop) { h.root.emitted.Add(-1) }
 
-// published notes m, published while a message at h was handled.
+// published notes m, published while a message at h was handled. Its
+// key is a copy of m's subject and id: as m holds them they are views of
+// the one allocation of all its text fields (the decoder's), which each
+// of the Options.LineageSize entries would otherwise keep alive.
 func (l *lineage) published(h hop, m *pigeon.Message) {
+	k := msgKey{strings.Clone(m.Subject), strings.Clone(m.ID)}
 	l.mu.Lock()
-	l.msgs.put(msgKey{m.Subject, m.ID}, hop{depth: h.depth + 1, root: h.root})
+	l.msgs.put(k, hop{depth: h.depth + 1, root: h.root})
 	l.mu.Unlock()
 }
 

@@ -115,7 +115,11 @@ type Options struct {
 	// LineageSize is how many of the messages its programs published the
 	// Manager remembers the lineage of (default DefaultLineageSize). A
 	// program's message delivered after its lineage was forgotten counts
-	// as at depth MaxHops: its handler can emit nothing.
+	// as at depth MaxHops: its handler can emit nothing (refused
+	// PROGRAM_LIMIT_EXCEEDED, with a warning in the log at most once a
+	// minute). Set it above the largest backlog of program messages a
+	// program that emits may have to work through; an entry takes about
+	// 200 bytes, a few hundred with the longest subjects and ids.
 	LineageSize int
 }
 

@@ -97,11 +97,12 @@ func TestRollbackOverHTTP(t *testing.T) {
 	deploy("admin-token", "mine", other, modLog)
 	deploy("admin-token", "mine", progAcc, modOK)
 	st, body := call(t, http.MethodPost, base+"/v1/programs/mine/rollback", "deployer-token", nil)
-	require.Equal(t, http.StatusForbidden, st, "version 2 runs as another account: %v", body)
+	require.Equal(t, http.StatusNotFound, st, "version 2 ran as another account, hidden from the deployer: %v", body)
+	require.Equal(t, string(pigeon.CodeProgramNotFound), errCode(body))
 	st, body = call(t, http.MethodPost, base+"/v1/programs/mine/rollback", "client-token", nil)
 	require.Equal(t, http.StatusForbidden, st, "%v", body)
-	// Both refusals are audited: the deployer's by the handler (another
-	// account's program), the client's by the route (no role).
+	// Both refusals are audited: the deployer's by the handler (a version
+	// of another account's), the client's by the route (no role).
 	recs, err := f.e.Audit(context.Background(), 0, 0)
 	require.NoError(t, err)
 	var denied []string

@@ -249,10 +249,22 @@ func (inst *instance) call(ctx context.Context, c *call, msg []byte) (uint32, er
 // nacks it. The record names the message by its id and its sequence
 // (Seqs, as the engine's records of one message do): an id is the
 // publisher's choice, and names another message once retention freed it.
+//
+// The delivery waits for the record at most limits.timeoutMs more
+// (settle), never longer: a slow durable or clustered store does not
+// hold the delivery, its place among route.maxInFlight and its nack for
+// as long as the write takes, and the record is written all the same.
+// With a store that answers within that time, the record is written
+// before the nack, as before.
 func (v *version) failed(ctx context.Context, caller pigeon.Caller, d *pigeon.Delivery, pe *pigeon.Error) error {
 	v.log.Warn("program delivery failed", "code", pe.Code, "subject", d.Subject, "message", d.Message.ID, "sequence", d.Message.Sequence, "attempt", d.Attempt, "error", pe.Message)
-	_ = v.e.Record(context.WithoutCancel(ctx), pigeon.EventProgramFailed, pe.Code, pigeon.AuditRecord{
+	rec := pigeon.AuditRecord{
 		Subject: d.Subject, Principal: caller.Principal.ID, ContractID: caller.ContractID, MessageID: d.Message.ID, Seqs: seqText(d.Message.Sequence), Ref: v.ref(),
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.man.Limits.Timeout())
+	defer cancel()
+	settle(wctx, v.wg, func(ctx context.Context) {
+		_ = v.e.Record(ctx, pigeon.EventProgramFailed, pe.Code, rec)
 	})
 	return pe
 }

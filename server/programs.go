@@ -223,6 +223,14 @@ func rollbackProgram(rq *request) (int, any, error) {
 			if err != nil {
 				return err
 			}
+			if rev.Manifest.Account != rq.p.ID {
+				// A version that ran as another account is not shown to
+				// this principal (shown): refused as a version none holds,
+				// so the answer does not tell that it ran as another
+				// account; the audit records the refusal as it is.
+				_ = rq.mayRunAs(rev.Manifest.Account, "roll back")
+				return pigeon.NewError(pigeon.CodeProgramNotFound, "program %s has no version %d", name, rev.Version)
+			}
 			return rq.mayRunAs(rev.Manifest.Account, "roll back")
 		})
 	}
