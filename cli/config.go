@@ -52,6 +52,9 @@ type fileConfig struct {
 	IPv6SiteFactor  int           `yaml:"ipv6_site_factor"`
 	MaxPrograms     int           `yaml:"max_programs"`
 	MaxProgramMemMB int64         `yaml:"max_program_memory_mb"`
+	ProgramMaxHops  int           `yaml:"program_max_hops"`
+	ProgramMaxDesc  int64         `yaml:"program_max_descendants"`
+	ProgramLineage  int           `yaml:"program_lineage_size"`
 	MaxReadMemMB    int64         `yaml:"max_read_memory_mb"`
 	MaxReadShareMB  int64         `yaml:"max_read_memory_per_principal_mb"`
 	LogFormat       string        `yaml:"log_format"`
@@ -262,6 +265,18 @@ func loadConfig(path string, cfg *serveConfig) error {
 	}
 	if f.MaxProgramMemMB != 0 {
 		cfg.maxProgramMemMB = f.MaxProgramMemMB
+	}
+	if f.ProgramMaxHops != 0 {
+		cfg.programMaxHops = f.ProgramMaxHops
+	}
+	if f.ProgramMaxDesc != 0 {
+		cfg.programMaxDescendants = f.ProgramMaxDesc
+	}
+	if f.ProgramLineage < 0 {
+		return configError(path, at("program_lineage_size"), "program_lineage_size must be positive (0: the default, 65536)")
+	}
+	if f.ProgramLineage > 0 {
+		cfg.programLineage = f.ProgramLineage
 	}
 	if f.MaxReadMemMB != 0 {
 		cfg.maxReadMemMB = f.MaxReadMemMB

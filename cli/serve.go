@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -62,6 +63,12 @@ type serveConfig struct {
 	// maxProgramMemMB is programs.Options.MaxMemoryPerAccount in MiB (0:
 	// its default; negative: no cap).
 	maxProgramMemMB int64
+	// programMaxHops, programMaxDescendants and programLineage are
+	// programs.Options.MaxHops, MaxDescendants (0: their defaults;
+	// negative: no bound) and LineageSize (0: its default).
+	programMaxHops        int
+	programMaxDescendants int64
+	programLineage        int
 	// maxReadMemMB is server.Options.MaxReadBytesInFlight in MiB (0: its
 	// default; negative: no bound).
 	maxReadMemMB int64
@@ -179,6 +186,9 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.IntVar(&cfg.maxPrograms, "max-programs", cfg.maxPrograms, "programs one account may run (default 32; negative: no cap; docs/programs.md)")
 	fs.Int64Var(&cfg.maxProgramMemMB, "max-program-memory", cfg.maxProgramMemMB, "MiB the instances of one account's programs may take, maxInFlight × (memoryPages + a 144 MiB call stack) summed (default 4096; negative: no cap; docs/programs.md)")
 	fs.IntVar(&cfg.programVersions, "program-versions", cfg.programVersions, "how many versions of a program keep their module, for rollbacks (default 5; docs/programs.md)")
+	fs.IntVar(&cfg.programMaxHops, "program-max-hops", cfg.programMaxHops, "how many programs deep one message's descendants may go (default 8; negative: no bound; docs/programs.md)")
+	fs.Int64Var(&cfg.programMaxDescendants, "program-max-descendants", cfg.programMaxDescendants, "how many messages programs may emit, in all, from one message (default 10000; negative: no bound; docs/programs.md)")
+	fs.IntVar(&cfg.programLineage, "program-lineage-size", cfg.programLineage, "how many program-published messages the lineage remembers, about 200 bytes each (default 65536; docs/programs.md)")
 	fs.IntVar(&cfg.maxSubs, "max-subscriptions", cfg.maxSubs, "subscriptions one principal may run at once, over all its connections (default 1000; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxConns, "max-connections", cfg.maxConns, "connections the server holds open at once, WebSockets included (default 16384; negative: no cap; docs/security.md)")
 	fs.IntVar(&cfg.maxConnsPerIP, "max-connections-per-ip", cfg.maxConnsPerIP, "connections one remote IP address (an IPv6 /64) may hold open; a --trusted-proxy is not capped by it (default: no cap, as behind a NAT; docs/security.md)")
@@ -215,6 +225,10 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	}
 	if cfg.programVersions < 0 {
 		fmt.Fprintln(stderr, "pigeon serve: --program-versions must not be negative")
+		return 2, false
+	}
+	if cfg.programLineage < 0 {
+		fmt.Fprintln(stderr, "pigeon serve: --program-lineage-size must not be negative (0: the default, 65536)")
 		return 2, false
 	}
 	if math.IsNaN(cfg.wsPublishRate) || math.IsInf(cfg.wsPublishRate, 0) {
@@ -398,8 +412,7 @@ func serve(ctx context.Context, cfg serveConfig, stdout, stderr io.Writer) error
 	if st != nil {
 		kv = st
 	}
-	progs, err := programs.New(ctx, e, &programs.Options{KV: kv, Logger: logger, KeepVersions: cfg.programVersions,
-		MaxProgramsPerAccount: cfg.maxPrograms, MaxMemoryPerAccount: mibBytes(cfg.maxProgramMemMB)})
+	progs, err := programs.New(ctx, e, cfg.programOptions(kv, logger))
 	if err != nil {
 		_ = e.Shutdown(context.Background())
 		if st != nil {
@@ -627,4 +640,11 @@ func metricsHandlerFor(cfg serveConfig, h http.Handler) (http.Handler, error) {
 		return nil, fmt.Errorf("--metrics-token-file %s: %w", cfg.metricsTokenFile, err)
 	}
 	return server.RequireBearer(token, h), nil
+}
+
+// programOptions are the options of the server's programs.Manager.
+func (cfg *serveConfig) programOptions(kv store.KV, logger *slog.Logger) *programs.Options {
+	return &programs.Options{KV: kv, Logger: logger, KeepVersions: cfg.programVersions,
+		MaxProgramsPerAccount: cfg.maxPrograms, MaxMemoryPerAccount: mibBytes(cfg.maxProgramMemMB),
+		MaxHops: cfg.programMaxHops, MaxDescendants: cfg.programMaxDescendants, LineageSize: cfg.programLineage}
 }
