@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 	if err != nil {
 		return err
 	}
+	if err := fitsChain(head, len(recs)); err != nil {
+		return err
+	}
 	for i, r := range recs {
 		if r.Seq != head.Seq+1+uint64(i) {
 			return fmt.Errorf("jetstream: audit record seq %d does not continue the log at %d", r.Seq, head.Seq+uint64(i))
@@ -60,6 +64,13 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...store.AuditRecord) erro
 // still have been kept; the next batch then chains after it, so the chain
 // stays whole either way (such records are in the chain although the
 // engine counted them lost).
+//
+// Only another writer of this node's chain (a second process given its
+// name) or a replica behind (the head is read with a direct get) makes a
+// try fail: every later try reads the head from the stream's leader, and
+// they pause as contended compare-and-set writes do (casRetry), up to
+// chainTries tries or until ctx ends; then it fails with a
+// *ContendedError, none of recs in the chain.
 func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error {
 	if err := s.begin(ctx); err != nil {
 		return err
@@ -67,10 +78,13 @@ func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error 
 	if len(recs) == 0 {
 		return nil
 	}
-	for {
-		head, streamSeq, err := s.chainHead(ctx)
+	return casRetryN(ctx, s.auditStream(s.opts.Node), s.auditSubject(s.opts.Node), chainTries, func(leader bool) (bool, error) {
+		head, streamSeq, err := s.chainHeadFrom(ctx, leader)
 		if err != nil {
-			return err
+			return false, err
+		}
+		if err := fitsChain(head, len(recs)); err != nil {
+			return false, err
 		}
 		seq, prev := head.Seq, head.Hash
 		if seq == 0 {
@@ -86,13 +100,29 @@ func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error 
 			r.Hash = r.ComputeHash()
 			prev = r.Hash
 		}
+		if s.chainRaced != nil {
+			s.chainRaced()
+		}
 		err = s.publishAudit(ctx, recs, streamSeq)
 		var api *jetstream.APIError
 		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			continue
+			return false, nil
 		}
-		return s.fail(ctx, err)
+		return err == nil, s.fail(ctx, err)
+	})
+}
+
+// chainTries bounds the tries of one ChainAudit: with casRetry's pauses,
+// about two seconds of other writers winning every time.
+const chainTries = 25
+
+// fitsChain refuses n records after head when the last would be numbered
+// past 2^64-1 (0, or on from it): only a forged chain gets there.
+func fitsChain(head store.Checkpoint, n int) error {
+	if head.Seq > math.MaxUint64-uint64(n) {
+		return fmt.Errorf("jetstream: audit chain is at %d: %d records would go past 2^64-1", head.Seq, n)
 	}
+	return nil
 }
 
 // publishAudit keeps recs as one stream message, expecting the stream's
@@ -118,6 +148,9 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, limit int) ([]store.
 	cp, _, err := s.checkpoint(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if cp.Seq == math.MaxUint64 {
+		return nil, nil // nothing after the last sequence there is
 	}
 	return readAudit(ctx, s.audit, max(from, cp.Seq+1), limit, func(err error) error { return s.fail(ctx, err) })
 }
@@ -149,7 +182,13 @@ func (s *Store) AuditHead(ctx context.Context) (store.AuditRecord, store.Checkpo
 // record or, when retention purged every message, the checkpoint; and the
 // stream sequence the next publish expects last.
 func (s *Store) chainHead(ctx context.Context) (store.Checkpoint, uint64, error) {
-	last, streamSeq, err := s.auditHead(ctx)
+	return s.chainHeadFrom(ctx, false)
+}
+
+// chainHeadFrom is chainHead, with leader the stream's last record read
+// from its leader, which is never behind.
+func (s *Store) chainHeadFrom(ctx context.Context, leader bool) (store.Checkpoint, uint64, error) {
+	last, streamSeq, err := s.auditHeadFrom(ctx, leader)
 	if err != nil || last.Seq != 0 {
 		return store.Checkpoint{Seq: last.Seq, Hash: last.Hash}, streamSeq, err
 	}
@@ -160,11 +199,14 @@ func (s *Store) chainHead(ctx context.Context) (store.Checkpoint, uint64, error)
 // auditHead returns the stream's last record (zero when the stream holds
 // none) and the stream sequence a publish after it expects last.
 func (s *Store) auditHead(ctx context.Context) (store.AuditRecord, uint64, error) {
+	return s.auditHeadFrom(ctx, false)
+}
+
+// auditHeadFrom is auditHead, with leader read from the stream's leader.
+func (s *Store) auditHeadFrom(ctx context.Context, leader bool) (store.AuditRecord, uint64, error) {
 	deadline := time.Now().Add(s.opts.Timeout)
 	for {
-		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
-			return s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
-		})
+		raw, err := s.lastAudit(ctx, leader)
 		if err == nil {
 			recs, err := decodeAudit(raw)
 			if err != nil || len(recs) == 0 {
@@ -195,6 +237,25 @@ func (s *Store) auditHead(ctx context.Context) (store.AuditRecord, uint64, error
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// lastAudit reads the last message of this node's audit stream: with a
+// direct get, or from the stream's leader.
+func (s *Store) lastAudit(ctx context.Context, leader bool) (*jetstream.RawStreamMsg, error) {
+	if !leader {
+		return direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
+			return s.audit.GetLastMsgForSubject(ctx, s.auditSubject(s.opts.Node))
+		})
+	}
+	js, err := s.nc.JetStream(nats.Context(ctx))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := js.GetLastMsg(s.auditStream(s.opts.Node), s.auditSubject(s.opts.Node), nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return (*jetstream.RawStreamMsg)(raw), err
 }
 
 // readAudit reads records with Seq >= from: it finds the stream message
@@ -247,6 +308,9 @@ func readAudit(ctx context.Context, st jetstream.Stream, from uint64, limit int,
 			if r.Seq >= from && (limit <= 0 || len(out) < limit) {
 				out = append(out, r)
 			}
+		}
+		if raw.Sequence == math.MaxUint64 {
+			break // the stream's last sequence there is
 		}
 		seq = raw.Sequence + 1
 	}
@@ -358,8 +422,8 @@ func verifyFrom(ctx context.Context, st jetstream.Stream, node string, cp store.
 				break
 			}
 		}
-		if rep.Err != nil || len(recs) == 0 {
-			break
+		if rep.Err != nil || len(recs) == 0 || recs[len(recs)-1].Seq == math.MaxUint64 {
+			break // the record after 2^64-1 would be read from 0: the chain's start again
 		}
 		from = recs[len(recs)-1].Seq + 1
 	}

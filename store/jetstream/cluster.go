@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,8 @@ type Cluster struct {
 	ready bool            // Watch runs and peers holds every record
 	moved chan struct{}   // closed and replaced when peers changes
 	live  atomic.Int32    // LiveNodes: 1 + the peers live at the last count
+
+	lostReplies atomic.Uint64 // LostReplies
 }
 
 var (
@@ -171,33 +174,98 @@ func (c *Cluster) eventSubject() string { return c.s.pfx + ".ev" }
 // NATS message may be (max_payload: the reply's data, base64 in JSON,
 // grows by a third) is written in parts first, and its notice then
 // names them (notice.Parts), rather than refused by the server and lost.
+//
+// A reply's notice is written as NotifyReply writes it, within
+// Options.Timeout; one it could not write is counted (LostReplies).
 func (c *Cluster) Notify(ch pigeon.ClusterChange) {
-	n := notice{Node: c.s.opts.Node, Inst: c.done.Inst, Change: ch}
-	b, err := json.Marshal(n)
-	if err != nil {
-		return
-	}
 	if ch.Kind != pigeon.ChangeReply {
-		_ = c.s.nc.Publish(c.eventSubject(), b)
+		b, err := json.Marshal(notice{Node: c.s.opts.Node, Inst: c.done.Inst, Change: ch})
+		if err == nil {
+			_ = c.s.nc.Publish(c.eventSubject(), b)
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.Timeout)
 	defer cancel()
+	_ = c.NotifyReply(ctx, ch)
+}
+
+// NotifyReply writes the notice of the reply ch (pigeon.ChangeReply) for
+// the other nodes, and returns an error (store.ErrNoQuorum, when the
+// bucket's replicas did not answer) if it could not before ctx ends: the
+// requester, should it wait on another node, then gets no reply but its
+// timeout. A write the bucket did not answer (no quorum, its leader
+// moving) is tried again, with pauses as contended writes take them, each
+// try bounded by a quarter of Options.Timeout; every try of a write
+// carries one deduplication id, so a try that was kept although its
+// answer was lost is not kept twice, and the notice reaches each node at
+// most once. A notice not written counts in LostReplies.
+func (c *Cluster) NotifyReply(ctx context.Context, ch pigeon.ClusterChange) error {
+	err := c.notifyReply(ctx, ch)
+	if err != nil {
+		c.lostReplies.Add(1)
+	}
+	return err
+}
+
+// LostReplies returns how many reply notices this Cluster could not
+// write (NotifyReply failed) since it was made.
+func (c *Cluster) LostReplies() uint64 { return c.lostReplies.Load() }
+
+func (c *Cluster) notifyReply(ctx context.Context, ch pigeon.ClusterChange) error {
+	n := notice{Node: c.s.opts.Node, Inst: c.done.Inst, Change: ch}
+	b, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	ref := rand.Text()
 	if whole, size := c.noticeSizes(); len(b) > whole {
-		n.Ref, n.Parts, n.Change.Reply = rand.Text(), (len(b)+size-1)/size, nil
+		n.Ref, n.Parts, n.Change.Reply = ref, (len(b)+size-1)/size, nil
 		if n.Parts > maxReplyParts {
-			return
+			return fmt.Errorf("jetstream: reply to %q is %d bytes, over the %d parts of %d bytes a notice may have", ch.RequestID, len(b), maxReplyParts, size)
 		}
 		for i := range n.Parts {
-			if _, err := c.replies.Put(ctx, partKey(n.Ref, i), b[i*size:min(len(b), (i+1)*size)]); err != nil {
-				return
+			if err := c.putReply(ctx, partKey(n.Ref, i), ref+"."+strconv.Itoa(i), b[i*size:min(len(b), (i+1)*size)]); err != nil {
+				return err
 			}
 		}
 		if b, err = json.Marshal(n); err != nil {
-			return
+			return err
 		}
 	}
-	_, _ = c.replies.Put(ctx, token(ch.RequestID), b)
+	return c.putReply(ctx, token(ch.RequestID), ref, b)
+}
+
+// putReply writes val under key of the <P>_replies bucket, with the
+// deduplication id msgID, trying again (see NotifyReply) while the
+// bucket does not answer.
+func (c *Cluster) putReply(ctx context.Context, key, msgID string, val []byte) error {
+	bucket := c.s.bucketName("replies")
+	msg := nats.NewMsg("$KV." + bucket + "." + key)
+	msg.Data = val
+	pause := 10 * time.Millisecond
+	for {
+		tctx, cancel := context.WithTimeout(ctx, c.s.opts.Timeout/4)
+		_, err := c.s.js.PublishMsg(tctx, msg, jetstream.WithExpectStream("KV_"+bucket), jetstream.WithMsgID(msgID))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		// A try's own timeout, or the bucket's replicas not answering,
+		// is store.ErrNoQuorum (fail, with a ctx that has not ended).
+		err = c.s.fail(context.WithoutCancel(ctx), err)
+		if ctx.Err() != nil || !errors.Is(err, store.ErrNoQuorum) {
+			return fmt.Errorf("jetstream: reply notice %s not written: %w", key, err)
+		}
+		t := time.NewTimer(pause/2 + mrand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("jetstream: reply notice %s not written: %w", key, err)
+		case <-t.C:
+		}
+		pause = min(2*pause, casPauseMax)
+	}
 }
 
 // replyParts reads the reply notice n names in parts (notice.Parts) from

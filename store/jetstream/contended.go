@@ -11,19 +11,26 @@ import (
 )
 
 // ContendedError is the error of a compare-and-set write (a consumer
-// group's progress, a message's lease) whose ctx ended while it retried:
-// every try found the entry changed since it read it, by other nodes
-// writing it at the same time. Nothing of this write was kept; it may be
-// retried. It wraps the context's error, so errors.Is(err,
-// context.DeadlineExceeded) (or context.Canceled) holds.
+// group's progress, a message's lease, a batch of a node's audit chain)
+// whose ctx ended while it retried, or whose tries ran out (ChainAudit
+// bounds them): every try found the entry changed since it read it, by
+// other writers at the same time. Nothing of this write was kept; it may
+// be retried. It wraps the context's error, so errors.Is(err,
+// context.DeadlineExceeded) (or context.Canceled) holds, or ErrContended
+// when the tries ran out.
 type ContendedError struct {
-	// Bucket and Key name the entry.
+	// Bucket and Key name the entry (for the audit chain: the node's
+	// audit stream and its subject).
 	Bucket, Key string
 	// Tries is how many times the write read the entry and tried.
 	Tries int
-	// Err is the context's error.
+	// Err is the context's error, or ErrContended.
 	Err error
 }
+
+// ErrContended is what a *ContendedError wraps when the write's bound on
+// its tries, not its ctx, ended it.
+var ErrContended = errors.New("jetstream: every try met another writer")
 
 func (e *ContendedError) Error() string {
 	return fmt.Sprintf("jetstream: %s key %s changed under each of %d tries: %v", e.Bucket, e.Key, e.Tries, e.Err)
@@ -45,6 +52,12 @@ const casPauseMax = 100 * time.Millisecond
 // not meet again), until ctx ends, which fails the write with a
 // *ContendedError.
 func casRetry(ctx context.Context, bucket, key string, try func(leader bool) (done bool, err error)) error {
+	return casRetryN(ctx, bucket, key, 0, try)
+}
+
+// casRetryN is casRetry that also gives up after maxTries tries (0: no
+// bound), with a *ContendedError wrapping ErrContended.
+func casRetryN(ctx context.Context, bucket, key string, maxTries int, try func(leader bool) (done bool, err error)) error {
 	pause := time.Millisecond
 	for tries := 1; ; tries++ {
 		done, err := try(tries > 1)
@@ -53,6 +66,9 @@ func casRetry(ctx context.Context, bucket, key string, try func(leader bool) (do
 		}
 		if err != nil || done {
 			return err
+		}
+		if tries == maxTries {
+			return &ContendedError{Bucket: bucket, Key: key, Tries: tries, Err: ErrContended}
 		}
 		if tries == 1 {
 			continue // the second try at once, from the leader: a replica behind is the common cause

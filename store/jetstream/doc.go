@@ -30,7 +30,10 @@
 //     never store two messages under one id (the second append fails with
 //     store.ErrExists). A message over the NATS server's max_payload is
 //     refused (ErrTooLarge) before either is claimed, and a publish
-//     JetStream refuses (a stream limit) gives both back.
+//     JetStream refuses (a stream limit) gives both back. A trim frees
+//     the ids of the recently appended messages it removes, so an id
+//     re-used soon after its message was trimmed is taken at once rather
+//     than after its append's wait (2×Options.Timeout).
 //   - A contract record, once revoked, stays revoked: a write of it
 //     unrevoked (a renewal on a node that has not applied the revocation
 //     yet) is a compare-and-set that leaves a revoked record alone.
@@ -94,7 +97,16 @@
 //
 // A reply for a requester on another node travels in the <P>_replies
 // bucket; one too large for a NATS message (max_payload) travels in
-// parts, which the other nodes read back from the bucket's leader.
+// parts, which the other nodes read back from the bucket's leader. A
+// write of it the bucket does not answer (no quorum) is tried again,
+// deduplicated, within Options.Timeout; Cluster.NotifyReply returns the
+// failure of one that was not written, and Cluster.LostReplies counts
+// them.
+//
+// ChainAudit retries a batch another writer of the node's chain got
+// ahead of with the same pauses as a contended compare-and-set write,
+// and fails with *ContendedError (ErrContended) after a bounded number
+// of tries.
 //
 // # Concurrency
 //

@@ -643,7 +643,9 @@ func (s *Store) TrimThrough(ctx context.Context, subject string, seq uint64) (in
 }
 
 // trimFront counts the messages of subject's stream from the front up to
-// the first one keep accepts, then purges them.
+// the first one keep accepts, then purges them, and then the ids
+// bucket's entries of those appended within indexWait (idEntries): an
+// append of such an id would otherwise wait for a message that is gone.
 func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *jetstream.RawStreamMsg) bool) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
@@ -665,6 +667,7 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 	n, cut := 0, info.State.LastSeq+1
 	filter := info.Config.Subjects[0]
 	var keyed []store.Message // the trimmed messages with an idempotency key
+	var fresh []string        // the ids of those appended recently (indexWait)
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; {
 		raw, err := direct(ctx, s.opts.Timeout, func() (*jetstream.RawStreamMsg, error) {
 			return st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
@@ -690,12 +693,20 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 			}
 			keyed = append(keyed, m)
 		}
+		if time.Since(raw.Time) < s.indexWait() {
+			id, err := text(raw, hdrID)
+			if err != nil {
+				return 0, err
+			}
+			fresh = append(fresh, id)
+		}
 		n++
 		seq = raw.Sequence + 1
 	}
 	if n == 0 {
 		return 0, nil
 	}
+	freed := s.idEntries(ctx, st, subject, fresh, info.State.FirstSeq)
 	if len(keyed) > 0 {
 		// Keys are live by the clock of the messages, as claimIdem judges
 		// them: the time of the subject's newest message.
@@ -712,7 +723,53 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(cut)); err != nil {
 		return 0, s.fail(ctx, err)
 	}
+	// Best effort: an entry left (this call ends first, say) only makes a
+	// re-use of its id wait as before.
+	for key, rev := range freed {
+		_, _ = s.purgeUpTo(ctx, s.bucketName("ids"), key, rev)
+	}
 	return n, nil
+}
+
+// indexWait is how long after its message was stored an id's entry may
+// keep an append of the id waiting (awaitIndexed: 2×Options.Timeout
+// after the entry was written, before the message), with a minute for
+// the clocks of the servers and nodes to differ.
+func (s *Store) indexWait() time.Duration { return 2*s.opts.Timeout + time.Minute }
+
+// idEntries returns, by key, the revisions of the ids bucket's entries
+// that hold ids (of messages of subject being trimmed, from stream st,
+// whose first sequence was first when the trim read them) for those
+// messages, to purge once the messages are. An entry written since the
+// message was stored is another append's claim of the id, which must
+// stay; so the entries are read first, and kept only if the stream's
+// leader then still holds every message from first on (no other trim
+// purged one meanwhile): a claim of the id is taken over only once its
+// message is trimmed, so an entry read while its message is held is that
+// message's. It is best effort: a read that fails frees no entry.
+func (s *Store) idEntries(ctx context.Context, st jetstream.Stream, subject string, ids []string, first uint64) map[string]uint64 {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make(map[string]uint64, len(ids))
+	for _, id := range ids {
+		key := token(id)
+		e, err := direct(ctx, s.opts.Timeout, func() (jetstream.KeyValueEntry, error) { return s.ids.Get(ctx, key) })
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil
+		}
+		if string(e.Value()) == subject {
+			out[key] = e.Revision()
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.FirstSeq != first {
+		return nil // trimmed meanwhile: the entries may be newer claims
+	}
+	return out
 }
 
 func msgTime(raw *jetstream.RawStreamMsg) time.Time {

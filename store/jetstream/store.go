@@ -64,6 +64,9 @@ type Store struct {
 	// claimGrace is how long an idempotency claim outlives its window
 	// (claimTTL); tests shorten it.
 	claimGrace time.Duration
+	// chainRaced, when set (tests), runs in each ChainAudit try between
+	// reading the chain's head and publishing after it.
+	chainRaced func()
 	audit      jetstream.Stream
 	// auditCP is the <P>_audit bucket: each node's audit checkpoint under
 	// its name. trimMu makes this store's audit trims take turns.

@@ -276,6 +276,9 @@ func (s *Store) ReadAudit(ctx context.Context, from uint64, max int) ([]store.Au
 			return nil, &store.CorruptError{File: w.dir, Offset: -1, Reason: fmt.Sprintf("entry %d is not audit record %d (%v)", seq, seq, err)}
 		}
 		out = append(out, r)
+		if seq == math.MaxUint64 {
+			break // the last sequence there is: the one after it would be 0
+		}
 	}
 	return out, nil
 }
@@ -307,6 +310,13 @@ func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 	defer a.trimMu.Unlock()
 	w := a.w
 	first, last := w.bounds()
+	if last == math.MaxUint64 {
+		// Only a forged log gets there. The log cannot be cut (the entry
+		// after its last would be 0), and a checkpoint written before a
+		// cut that fails would leave a trim that every Open retries: the
+		// log is left whole.
+		return 0, fmt.Errorf("wal: audit log ends at sequence %d, the last there is, and cannot be trimmed", last)
+	}
 	cut := first
 	var prev store.AuditRecord
 	for ; cut <= last; cut++ {
