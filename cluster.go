@@ -53,6 +53,18 @@ type ClusterBarrier interface {
 	Barrier(ctx context.Context) error
 }
 
+// ClusterReplyNotifier is an optional interface of a Cluster: Notify of
+// a reply (ChangeReply) that says whether the notice was written. With
+// it, a reply whose notice could not be written before ctx ends (the
+// shared store lost its quorum, say) is answered CLUSTER_UNCONFIRMED: the
+// reply is recorded and kept for a requester on this node, but one that
+// waits on another node may get only its timeout, and the replier learns
+// so rather than take it as delivered. Notify is still used for the other
+// changes.
+type ClusterReplyNotifier interface {
+	NotifyReply(ctx context.Context, c ClusterChange) error
+}
+
 // ClusterSize is an optional interface of a Cluster: how many nodes are
 // live. With it the engine shares each rate limit among them (see
 // Options.NodeRateLimits).

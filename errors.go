@@ -122,7 +122,10 @@ const CodeStoreNoQuorum Code = "STORE_NO_QUORUM"
 // CodeClusterUnconfirmed: a change that takes access away (a revocation,
 // a role or account change) was made, but a live node of the cluster did
 // not confirm in time that it applied it (see ClusterBarrier). The change
-// stays made; retrying the call waits for the confirmation again.
+// stays made; retrying the call waits for the confirmation again. A
+// reply gets it when its notice to the other nodes was not written
+// (ClusterReplyNotifier): the reply is recorded, but a requester waiting
+// on another node may not get it.
 const CodeClusterUnconfirmed Code = "CLUSTER_UNCONFIRMED"
 
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.

@@ -221,10 +221,35 @@ func (e *Engine) reply(ctx context.Context, a *Admission, stored store.Message, 
 		}
 		if e.opts.Cluster != nil {
 			// The requester may wait on another node.
-			e.opts.Cluster.Notify(ClusterChange{Kind: ChangeReply, RequestID: req.ID, Requester: req.Source, Reply: out.Clone()})
+			if err := e.notifyReply(ctx, ClusterChange{Kind: ChangeReply, RequestID: req.ID, Requester: req.Source, Reply: out.Clone()}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return &Result{Status: StatusAccepted, Message: &m}, nil
+}
+
+// replyNotifyWait bounds how long a reply waits for its notice to the
+// other nodes to be written (ClusterReplyNotifier).
+const replyNotifyWait = 10 * time.Second
+
+// notifyReply tells the other nodes of the reply c, and returns
+// CLUSTER_UNCONFIRMED when the Cluster says it could not
+// (ClusterReplyNotifier) within ctx and replyNotifyWait.
+func (e *Engine) notifyReply(ctx context.Context, c ClusterChange) error {
+	n, ok := e.opts.Cluster.(ClusterReplyNotifier)
+	if !ok {
+		e.opts.Cluster.Notify(c)
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, replyNotifyWait)
+	defer cancel()
+	if err := n.NotifyReply(wctx, c); err != nil {
+		e.opts.Logger.Warn("a reply's notice to the other nodes was not written; a requester waiting on another node gets its timeout",
+			"request", c.RequestID, "error", err)
+		return WrapError(CodeClusterUnconfirmed, err, "the reply is recorded, but its notice to the other nodes was not written: a requester waiting on another node may not get it")
+	}
+	return nil
 }
 
 // inRepliersScope refuses (POLICY_DENIED, audited) a reply to the

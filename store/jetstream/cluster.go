@@ -22,6 +22,10 @@ import (
 	"pigeon/store"
 )
 
+// A reply whose notice is not written is told to its replier
+// (pigeon.ClusterReplyNotifier).
+var _ pigeon.ClusterReplyNotifier = (*Cluster)(nil)
+
 // Cluster is a pigeon.Cluster over the store's NATS connection:
 //
 //   - Notify of a new message is a core NATS publish (at most once: a lost
