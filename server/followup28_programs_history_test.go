@@ -78,8 +78,9 @@ func TestMovedProgramHidesThePreviousAccountsVersions(t *testing.T) {
 	require.Contains(t, string(r.body), secret)
 	require.Equal(t, []int{1, 2, 3, 4}, historyVersions(t, one(r.json(t))))
 
-	// svc-a cannot roll back to a version of svc-b's either.
+	// svc-a cannot roll back to a version of svc-b's either, nor learn
+	// that it is one: it is a version svc-a has not got.
 	r = doRequest(t, http.MethodPost, hs.URL+"/v1/programs/billing/rollback", "a-token", `{"version":1}`)
-	require.Equal(t, http.StatusForbidden, r.status, "%s", r.body)
-	require.Equal(t, pigeon.CodeForbidden, r.code(t))
+	require.Equal(t, http.StatusNotFound, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeProgramNotFound, r.code(t))
 }
