@@ -26,6 +26,8 @@ const (
 // Message is the CloudEvents-like envelope every message travels in. A
 // publisher fills the first group; the broker overwrites Source with the
 // authenticated principal and, on acceptance, fills the second group.
+// What a publisher writes in the second group is discarded: the broker
+// sets each of its fields, Hops included, itself.
 //
 // Message values are not safe for concurrent mutation; the broker never
 // mutates a Message it was given (it works on a copy).
@@ -51,6 +53,12 @@ type Message struct {
 	SubjectID  string `json:"subjectId,omitempty"`
 	SchemaID   string `json:"schemaId,omitempty"`
 	AcceptedAt string `json:"acceptedAt,omitempty"`
+	// Hops is how many programs deep the message is (package programs):
+	// 0, and absent on the wire, for a message from outside the programs;
+	// d+1 for one a program published while it handled a message of hops
+	// d. The broker sets it from the publishing Caller's Hops, on every
+	// node alike, whatever the publisher wrote; it is not signed.
+	Hops uint32 `json:"hops,omitempty"`
 
 	// pre is Data decoded by the WebSocket server's frame decoder or the
 	// HTTP server's envelope decoder, or nil (see package
@@ -315,6 +323,10 @@ func (m *Message) AppendJSON(b []byte) []byte {
 	}
 	if m.AcceptedAt != "" {
 		b = appendField(b, "acceptedAt", m.AcceptedAt)
+	}
+	if m.Hops != 0 {
+		b = append(b, `,"hops":`...)
+		b = strconv.AppendUint(b, uint64(m.Hops), 10)
 	}
 	return append(b, '}')
 }

@@ -36,6 +36,7 @@ const (
 	fData = nStringFields + iota
 	fSignature
 	fSequence
+	fHops
 	nFields
 )
 
@@ -45,7 +46,7 @@ var fieldNames = [nFields]string{
 	fIntent: "intent", fIdempotencyKey: "idempotencyKey", fClassification: "classification", fRegion: "region",
 	fReplyTo: "replyTo", fCorrelationID: "correlationId", fReason: "reason", fContractID: "contractId",
 	fSubjectID: "subjectId", fSchemaID: "schemaId", fAcceptedAt: "acceptedAt",
-	fData: "data", fSignature: "signature", fSequence: "sequence",
+	fData: "data", fSignature: "signature", fSequence: "sequence", fHops: "hops",
 }
 
 // field is the envelope member named exactly name, or -1.
@@ -91,6 +92,8 @@ func field(name []byte) int {
 		return fSignature
 	case "sequence":
 		return fSequence
+	case "hops":
+		return fHops
 	}
 	return -1
 }
@@ -156,6 +159,7 @@ func decodeEnvelopeData(b []byte, predecode bool) *Message {
 		data      []byte
 		signature bool
 		sequence  uint64
+		hops      uint32
 	)
 	d.ws()
 	if d.i < len(d.in) && d.in[d.i] == '}' {
@@ -190,9 +194,15 @@ func decodeEnvelopeData(b []byte, predecode bool) *Message {
 						return nil
 					}
 				case f == fSequence:
-					if sequence, ok = d.sequence(); !ok {
+					if sequence, ok = d.unsigned(64); !ok {
 						return nil
 					}
+				case f == fHops:
+					var n uint64
+					if n, ok = d.unsigned(32); !ok {
+						return nil
+					}
+					hops = uint32(n)
 				}
 			}
 			d.ws()
@@ -232,7 +242,7 @@ func decodeEnvelopeData(b []byte, predecode bool) *Message {
 		IdempotencyKey: at(d.spans[fIdempotencyKey]), Classification: at(d.spans[fClassification]), Region: at(d.spans[fRegion]),
 		Data: data, ReplyTo: at(d.spans[fReplyTo]), CorrelationID: at(d.spans[fCorrelationID]), Reason: at(d.spans[fReason]),
 		Sequence: sequence, ContractID: at(d.spans[fContractID]), SubjectID: at(d.spans[fSubjectID]),
-		SchemaID: at(d.spans[fSchemaID]), AcceptedAt: at(d.spans[fAcceptedAt]),
+		SchemaID: at(d.spans[fSchemaID]), AcceptedAt: at(d.spans[fAcceptedAt]), Hops: hops,
 	}
 	if signature {
 		m.Signature = &Signature{KID: at(d.spans[sKID]), Alg: at(d.spans[sAlg]), Sig: at(d.spans[sSig]), V: d.sigV}
@@ -444,9 +454,10 @@ func (d *envelopeDecoder) signature() (present, ok bool) {
 	}
 }
 
-// sequence reads the sequence member: null, or an integer that fits a
-// uint64, written without a sign, fraction or exponent.
-func (d *envelopeDecoder) sequence() (uint64, bool) {
+// unsigned reads the value of the sequence or hops member: null, or an
+// integer that fits bits unsigned bits, written without a sign, fraction
+// or exponent (as encoding/json reads it into a uint64 or uint32).
+func (d *envelopeDecoder) unsigned(bits int) (uint64, bool) {
 	if d.literal("null") {
 		return 0, true
 	}
@@ -454,7 +465,7 @@ func (d *envelopeDecoder) sequence() (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(d.in[d.i:end]), 10, 64)
+	n, err := strconv.ParseUint(string(d.in[d.i:end]), 10, bits)
 	if err != nil {
 		return 0, false
 	}

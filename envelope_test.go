@@ -2,6 +2,7 @@ package pigeon_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,12 +19,14 @@ func TestMessageJSONRoundTrip(t *testing.T) {
 		m.ReplyTo, m.CorrelationID, m.Reason = "inbox", "c-1", "why <not> & \"quotes\"\n\u2028"
 		m.Signature = &pigeon.Signature{KID: "k1", Alg: "ed25519", Sig: "c2ln", V: v}
 		m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 7, "ctr_1", "payments.authorize", "payment.authorization.v1", "2026-11-29T12:00:00.001Z"
+		m.Hops = uint32(v + 1)
 		b, err := json.Marshal(m)
 		require.NoError(t, err)
 		std, err := json.Marshal(struct{ *stdMessage }{(*stdMessage)(m)})
 		require.NoError(t, err)
 		require.JSONEq(t, string(std), string(b), "AppendJSON encodes like encoding/json")
 		require.Equal(t, v != 0, strings.Contains(string(b), `"v":`), "v is written when set: %s", b)
+		require.Contains(t, string(b), `,"hops":`+strconv.Itoa(v+1)+`}`, "hops is written last: %s", b)
 		back, err := pigeon.DecodeMessage(b)
 		require.NoError(t, err)
 		require.Equal(t, m, back)
@@ -65,10 +68,13 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add(seed)
 	f.Add([]byte(`{"subject":"x","data":[1,2,{"a":null}],"signature":{"kid":"k"}}`))
 	f.Add([]byte(`{"id":"\u0000","time":"2026-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"subject":"x","hops":7,"sequence":2}`))
+	f.Add([]byte(`{"":"", ""`)) // a repeated name before the text ends: DUPLICATE_KEY
 	f.Fuzz(func(t *testing.T, in []byte) {
 		m, err := pigeon.DecodeMessage(in)
 		if err != nil {
-			require.Equal(t, pigeon.CodeEnvelopeInvalid, pigeon.ErrorCode(err))
+			// The codes DecodeMessage documents.
+			require.Contains(t, []pigeon.Code{pigeon.CodeEnvelopeInvalid, pigeon.CodeDuplicateKey, pigeon.CodeInvalidUTF8}, pigeon.ErrorCode(err), "%q: %v", in, err)
 			return
 		}
 		// What decodes re-encodes to an equal envelope.
@@ -81,6 +87,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		require.Equal(t, m.ID, back.ID)
 		require.Equal(t, m.Subject, back.Subject)
 		require.Equal(t, m.Sequence, back.Sequence)
+		require.Equal(t, m.Hops, back.Hops)
 		if len(m.Data) > 0 && string(m.Data) != "null" {
 			require.JSONEq(t, string(m.Data), string(back.Data))
 		}

@@ -23,6 +23,13 @@ type Caller struct {
 	Principal  *Principal
 	Region     string
 	ContractID string
+	// Hops is the Message.Hops of what the caller publishes: 0 for a
+	// publisher from outside the programs (every transport's caller), one
+	// more than the handled message's for a program's emit (package
+	// programs). The broker writes it into the message it admits, in place
+	// of whatever the message held, so a program's depth travels with its
+	// message to every node, and no publisher can set its own.
+	Hops uint32
 }
 
 // Publish statuses.
@@ -264,6 +271,9 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		m.Signature = &sig
 	}
 	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 0, "", "", "", ""
+	// The caller's, never the publisher's: the gates judge, the store
+	// keeps and receivers get the depth the broker knows.
+	m.Hops = c.Hops
 	now := e.now()
 	m.Source = c.Principal.ID
 	if m.SpecVersion == "" {

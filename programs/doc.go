@@ -36,10 +36,13 @@
 // Options.MaxDescendants emits from one message from outside the
 // programs, is refused PROGRAM_LIMIT_EXCEEDED (audited publish.denied),
 // so a program that publishes into its own route, or two into each
-// other's, cannot loop or multiply a message without end. The lineage is
-// the Manager's, in memory: a message that crosses to another Manager (a
-// cluster's other node) starts a fresh one there, so these bounds hold
-// for programs of one Manager only (docs/programs.md).
+// other's, cannot loop or multiply a message without end. A message's
+// depth travels with it (pigeon.Message.Hops, which the broker sets from
+// the emit's caller, never from what was written): a message that
+// crosses to another Manager (a cluster's other node) goes on at its
+// depth there, so MaxHops holds across nodes. The tree MaxDescendants
+// counts is the Manager's, in memory: a message from another Manager
+// starts a fresh one (docs/programs.md).
 //
 // Programs (manifest, module, version history) are kept in a store.KV and
 // bound again by New.

@@ -115,7 +115,12 @@ func emit(ctx context.Context, mod api.Module, st []uint64, reply bool) uint64 {
 		c.v.lin.unadmit(c.hop)
 		return writeCode(mod, st, pigeon.CodeContractRevoked)
 	}
-	res, err := c.v.e.Publish(ctx, c.caller, m)
+	// The depth travels with the message: the broker writes the caller's
+	// Hops into it, so a Manager on another node, which remembers nothing
+	// of this lineage, goes on from this depth rather than from 0.
+	caller := c.caller
+	caller.Hops = c.hop.hops()
+	res, err := c.v.e.Publish(ctx, caller, m)
 	if err != nil {
 		c.v.lin.unadmit(c.hop)
 		// The subject as the program wrote it: the decoder does not bound

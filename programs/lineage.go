@@ -1,6 +1,7 @@
 package programs
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,14 @@ type msgKey struct{ subject, id string }
 // by all its descendants. An emit deeper than Options.MaxHops, or beyond
 // the tree's Options.MaxDescendants, is refused PROGRAM_LIMIT_EXCEEDED.
 //
+// The depth also travels with the message: an emit publishes under a
+// caller whose Hops is the emit's depth, which the broker writes into the
+// message (pigeon.Message.Hops) in place of what the program wrote. A
+// Manager that never saw a message's lineage (another node's program
+// published it) takes its depth from there, in a tree of its own: a loop
+// through programs of several Managers stops MaxHops deep, and
+// MaxDescendants counts each Manager's emits alone.
+//
 // The lineage of the last Options.LineageSize messages is kept. A message
 // published under a contract of one of the Manager's bindings whose
 // lineage was forgotten counts as lost, and its handler's emits are
@@ -108,19 +117,31 @@ func (l *lineage) contract(id string) {
 }
 
 // of is the place of a delivered message: the one its publishing program
-// noted, depth 0 in a tree of its own for a message from outside the
-// programs, and lost for a program's message whose lineage was
-// forgotten.
+// noted, in a tree of its own for a message this Manager's programs did
+// not publish (one from outside the programs, or another Manager's), and
+// lost for a program's message whose lineage was forgotten. Its depth is
+// never less than the message's Hops, which the broker set from its
+// publisher's caller: a program of another Manager (a cluster's other
+// node) published it that many programs deep, and its descendants here
+// go on from there.
 func (l *lineage) of(m *pigeon.Message) hop {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if h, ok := l.msgs.get(msgKey{m.Subject, m.ID}); ok {
+		h.depth = max(h.depth, int(m.Hops))
 		return h
 	}
 	if _, ok := l.contracts.get(m.ContractID); ok && m.ContractID != "" {
-		return hop{lost: true, root: &tree{}}
+		return hop{lost: true, root: &tree{}, depth: int(m.Hops)}
 	}
-	return hop{root: &tree{}}
+	return hop{root: &tree{}, depth: int(m.Hops)}
+}
+
+// hops is the Message.Hops of a message emitted while one at h is
+// handled: one more than h's depth (at most the largest a Hops holds,
+// which only a Manager without a MaxHops bound reaches).
+func (h hop) hops() uint32 {
+	return uint32(min(int64(h.depth)+1, math.MaxUint32))
 }
 
 // admit reports whether a message handled at h may emit one more: its

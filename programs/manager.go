@@ -105,12 +105,15 @@ type Options struct {
 	// message at depth d is at d+1, and an emit deeper than MaxHops is
 	// refused PROGRAM_LIMIT_EXCEEDED, audited publish.denied. Without it a
 	// program publishing into its own route (or two into each other's)
-	// would make one message's descendants grow without end.
+	// would make one message's descendants grow without end. The depth
+	// travels with the message (pigeon.Message.Hops), so the bound holds
+	// for programs of different Managers (a cluster's nodes) too.
 	MaxHops int
 	// MaxDescendants bounds the messages the programs emit, in all, from
 	// one message from outside the programs and its descendants (default
 	// DefaultMaxDescendants; negative: no bound); one more is refused as
-	// a hop too deep is.
+	// a hop too deep is. It counts this Manager's emits: a message a
+	// program of another Manager published starts a count of its own.
 	MaxDescendants int64
 	// LineageSize is how many of the messages its programs published the
 	// Manager remembers the lineage of (default DefaultLineageSize). A

@@ -190,7 +190,7 @@ func envelopeCases(v canonicalVectors) []struct{ name, msg, goNote string } {
 		[2]string{"correlationId", `"c"`}, [2]string{"idempotencyKey", `"k"`})
 	add("uncovered fields do not enter", "", append([][2]string{{"specversion", `"1.0"`}, {"source", `"s\u2028"`}, {"classification", `"pci"`},
 		{"region", `"uk"`}, {"sequence", `7`}, {"contractId", `"ctr"`}, {"subjectId", `"sid"`}, {"schemaId", `"sch"`},
-		{"acceptedAt", `"2026-11-29T12:00:01Z"`}}, [2]string{"type", `"t"`})...)
+		{"acceptedAt", `"2026-11-29T12:00:01Z"`}, {"hops", `3`}}, [2]string{"type", `"t"`})...)
 
 	// The form a signature names. Every covered field is set, so the two
 	// forms differ.

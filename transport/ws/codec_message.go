@@ -41,6 +41,7 @@ const (
 	mSubjectID
 	mSchemaID
 	mAcceptedAt
+	mHops
 )
 
 var messageNames = names{
@@ -48,6 +49,7 @@ var messageNames = names{
 	mIntent: "intent", mIdempotencyKey: "idempotencyKey", mClassification: "classification", mRegion: "region",
 	mData: "data", mReplyTo: "replyTo", mCorrelationID: "correlationId", mReason: "reason", mSignature: "signature",
 	mSequence: "sequence", mContractID: "contractId", mSubjectID: "subjectId", mSchemaID: "schemaId", mAcceptedAt: "acceptedAt",
+	mHops: "hops",
 }
 
 // sharedFields are the envelope's strings that repeat from message to
@@ -132,6 +134,14 @@ func (w *walker) messageInto(m *pigeon.Message, i, depth int) int {
 				return -1
 			}
 			m.Sequence = n
+			return e
+		case mHops:
+			t, e := w.number(j)
+			n, err := strconv.ParseUint(string(t), 10, 32)
+			if err != nil {
+				return -1
+			}
+			m.Hops = uint32(n)
 			return e
 		case mSignature:
 			sig, e := w.signature(j)

@@ -104,6 +104,12 @@ var strictCases = []strictCase{
 	{"minus zero sequence", `{"op":"publish","id":"p","message":{"sequence":-0}}`, false, pigeon.CodeEnvelopeInvalid},
 	{"exponent", `{"op":"deliver","sub":"s","attempt":1e2,"message":{}}`, false, pigeon.CodeBadRequest},
 	{"fraction", `{"op":"publish","id":"p","message":{"sequence":1.0}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"hops", `{"op":"deliver","sub":"s","attempt":1,"message":{"id":"a","acceptedAt":"t","hops":4294967295}}`, true, ""},
+	{"hops null", `{"op":"publish","id":"p","message":{"hops":null}}`, false, ""},
+	{"hops negative", `{"op":"publish","id":"p","message":{"hops":-1}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"hops overflow", `{"op":"publish","id":"p","message":{"hops":4294967296}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"hops fraction", `{"op":"publish","id":"p","message":{"hops":1.0}}`, false, pigeon.CodeEnvelopeInvalid},
+	{"hops string", `{"op":"publish","id":"p","message":{"hops":"1"}}`, false, pigeon.CodeEnvelopeInvalid},
 	{"bare minus", `{"op":"request","id":"q","timeoutMs":-}`, false, pigeon.CodeBadRequest},
 	{"attempt overflow", `{"op":"deliver","sub":"s","attempt":99999999999999999999,"message":{}}`, false, pigeon.CodeBadRequest},
 
@@ -269,7 +275,7 @@ func TestCheckDepth(t *testing.T) {
 //	go test -run '^$' -fuzz FuzzDecodeFrameFast -fuzztime 60s ./transport/ws
 func FuzzDecodeFrameFast(f *testing.F) {
 	m := &pigeon.Message{SpecVersion: "1.0", ID: "msg_1", Type: "t", Subject: "s\"", Intent: "i", Data: json.RawMessage(`{"a":[1,"]"]}`), Sequence: 3,
-		Signature: &pigeon.Signature{KID: "k", Alg: "ed25519", Sig: "x"}}
+		Signature: &pigeon.Signature{KID: "k", Alg: "ed25519", Sig: "x"}, Hops: 2}
 	plain := m.Clone()
 	plain.Subject = "s"
 	for _, s := range []string{
