@@ -12,8 +12,9 @@ import (
 // route publishes: an envelope decoded with pigeon.DecodeMessage, or plain
 // data under the route's Template (see Payload). The route's Subject
 // replaces any subject the payload names, id (when not empty) any id, and
-// the source and the fields the broker fills on acceptance are cleared:
-// the broker sets them. Text that readers could decode differently is
+// the source and the fields the broker fills on acceptance (sequence,
+// contractId, subjectId, schemaId, acceptedAt, hops) are cleared: the
+// broker sets them. Text that readers could decode differently is
 // refused as the gates refuse it (DUPLICATE_KEY, INVALID_UTF8), and a
 // payload that is not JSON with ENVELOPE_INVALID, before it reaches the
 // broker (an empty payload is data-less; one of white space alone is not
@@ -54,7 +55,7 @@ func convert(r *Route, payload []byte, id string) (*pigeon.Message, error) {
 		m.ID = id
 	}
 	m.Source = ""
-	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt = 0, "", "", "", ""
+	m.Sequence, m.ContractID, m.SubjectID, m.SchemaID, m.AcceptedAt, m.Hops = 0, "", "", "", "", 0
 	return m, nil
 }
 

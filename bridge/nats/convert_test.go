@@ -38,6 +38,10 @@ func TestConvert(t *testing.T) {
 		{name: "the route's subject wins; source and broker fields cleared",
 			payload: `{"specversion":"1.0","type":"t","intent":"i","subject":"payments.authorize","source":"spiffe://evil","sequence":7,"contractId":"c","acceptedAt":"x","data":{}}`,
 			want:    pigeon.Message{SpecVersion: "1.0", Type: "t", Intent: "i", Data: []byte(`{}`)}},
+		{name: "every broker-set field cleared, hops included",
+			payload: `{"specversion":"1.0","type":"t","intent":"i","sequence":7,"contractId":"c","subjectId":"s","schemaId":"x","acceptedAt":"x","hops":3,"data":{}}`,
+			want:    pigeon.Message{SpecVersion: "1.0", Type: "t", Intent: "i", Data: []byte(`{}`)}},
+		{name: "an envelope hops that is not an integer of 0 to 2^32-1", payload: `{"specversion":"1.0","type":"t","hops":-1,"data":{}}`, code: pigeon.CodeEnvelopeInvalid},
 		{name: "data mode keeps an envelope as data", mode: PayloadData, payload: `{"specversion":"1.0","type":"t"}`,
 			want: pigeon.Message{Type: "order.created", Intent: "order_event", Classification: "internal", Region: "uk", Data: []byte(`{"specversion":"1.0","type":"t"}`)}},
 		{name: "envelope mode refuses data", mode: PayloadEnvelope, payload: `[1]`, code: pigeon.CodeEnvelopeInvalid},
@@ -85,7 +89,7 @@ func TestConvert(t *testing.T) {
 // to the same message.
 func FuzzConvert(f *testing.F) {
 	for _, s := range []string{`{"a":1}`, `[]`, `"x"`, `1`, ``, `{"specversion":"1.0","type":"t","data":{"x":[1]}}`,
-		`{"type":"t","data":null,"subject":"other"}`, `{"a":1,"a":1}`, "\xff", `{"data":"\udc00","type":"t"}`, `{"specversion":"1.0","signature":{"kid":"k"}}`} {
+		`{"type":"t","data":null,"subject":"other"}`, `{"a":1,"a":1}`, "\xff", `{"data":"\udc00","type":"t"}`, `{"specversion":"1.0","signature":{"kid":"k"}}`, `{"type":"t","hops":5,"data":{}}`} {
 		f.Add([]byte(s), uint8(0), "nats-S-1")
 	}
 	f.Fuzz(func(t *testing.T, payload []byte, mode uint8, id string) {
@@ -102,6 +106,7 @@ func FuzzConvert(f *testing.F) {
 		require.Equal(t, r.Subject, m.Subject)
 		require.Empty(t, m.Source)
 		require.Zero(t, m.Sequence)
+		require.Zero(t, m.Hops)
 		if id != "" {
 			require.Equal(t, id, m.ID)
 		}

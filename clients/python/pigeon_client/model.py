@@ -1,4 +1,15 @@
-"""The values a session hands back: the negotiated contract and a publish decision."""
+"""The values a session hands back: the negotiated contract and a publish decision.
+
+Messages are plain ``dict`` s of the wire envelope (docs/protocol.md), as
+the broker sent them: the fields the broker sets on acceptance
+(``sequence``, ``contractId``, ``subjectId``, ``schemaId``, ``acceptedAt``,
+``hops``) are there under their wire names, absent when the broker left
+them out. ``hops`` is how many WebAssembly programs deep a message is:
+absent (0) for one from outside the programs, d+1 for one a program
+published while it handled a message of hops d. The broker sets it
+whatever a publisher writes (a ``hops`` in a message published is
+replaced), and no signature covers it. :attr:`Decision.hops` and
+:attr:`~pigeon_client.subscription.Delivery.hops` read it as an ``int``."""
 
 from __future__ import annotations
 
@@ -10,6 +21,18 @@ from .crypto import parse_rfc3339
 from .errors import ProtocolError
 
 __all__ = ["Contract", "Decision"]
+
+_MAX_HOPS = (1 << 32) - 1
+
+
+def _hops(v: Any) -> int:
+    """A message's ``hops`` (docs/protocol.md, "hops"): the integer of 0 to
+    2^32-1 the broker sends, else 0, as the client reads a sequence it
+    cannot use as none rather than refusing the message: absent, ``None``,
+    a bool (which Python takes for an int), a float, a string, a negative
+    or one beyond 32 bits."""
+    return v if type(v) is int and 0 <= v <= _MAX_HOPS else 0
+
 
 @dataclass(frozen=True)
 class Contract:
@@ -68,6 +91,12 @@ class Decision:
     @property
     def sequence(self) -> int:
         return int(self.message.get("sequence") or 0)
+
+    @property
+    def hops(self) -> int:
+        """The message's ``hops`` (see the module's documentation): 0 for a
+        message published over a transport, whatever it carried there."""
+        return _hops(self.message.get("hops"))
 
     @property
     def accepted(self) -> bool:

@@ -72,6 +72,7 @@ from .errors import (
     error_from,
     escaping_logger,
 )
+from .model import _hops
 
 if TYPE_CHECKING:
     from .ws import Session
@@ -292,6 +293,14 @@ class Delivery:
     @property
     def id(self) -> str:
         return self.message.get("id", "")
+
+    @property
+    def hops(self) -> int:
+        """How many WebAssembly programs deep the message is (its ``hops``,
+        set by the broker; see :mod:`pigeon_client.model`): 0 when absent,
+        or when it is not an integer of 0 to 2^32-1 (``message["hops"]``
+        holds what the server sent)."""
+        return _hops(self.message.get("hops"))
 
     async def ack(self) -> None:
         """Settle the delivery. Raises ``ACK_NOT_ALLOWED`` when it no longer

@@ -1111,6 +1111,7 @@ mod tests {
             subject_id: "s".into(),
             schema_id: "x".into(),
             accepted_at: "t".into(),
+            hops: 3,
         };
         let datas = [
             json!({"a": 1}),

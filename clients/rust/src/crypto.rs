@@ -64,7 +64,7 @@ fn b64_32(s: &str) -> Option<[u8; 32]> {
 /// under a first-form signature and it still verifies. Absent data counts
 /// as `{}`. Neither form covers source, specversion, classification,
 /// region, or what the broker sets on acceptance (sequence, contractId,
-/// subjectId, schemaId, acceptedAt). `ENVELOPE_INVALID` when subject, id
+/// subjectId, schemaId, acceptedAt, hops). `ENVELOPE_INVALID` when subject, id
 /// or time is empty, time is not RFC 3339, the signature names another
 /// form (any other `v`), or data has no exact canonical form.
 pub fn signing_input(m: &Message) -> Result<Vec<u8>> {

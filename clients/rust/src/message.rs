@@ -10,6 +10,9 @@ fn empty(s: &str) -> bool {
 fn zero(n: &u64) -> bool {
     *n == 0
 }
+fn zero32(n: &u32) -> bool {
+    *n == 0
+}
 
 /// An envelope signature (see docs/security.md, "The signature field").
 ///
@@ -58,9 +61,10 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 /// The message envelope of the HTTP API and the WebSocket protocol. Empty
-/// strings, a zero sequence and null data are left out when encoded; the
-/// broker fills `id`, `time`, `source`, `sequence`, `contractId`,
-/// `subjectId`, `schemaId` and `acceptedAt` on admission.
+/// strings, a zero sequence or hops and null data are left out when
+/// encoded; the broker fills `id`, `time`, `source`, `sequence`,
+/// `contractId`, `subjectId`, `schemaId`, `acceptedAt` and `hops` on
+/// admission.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Message {
@@ -104,6 +108,16 @@ pub struct Message {
     pub schema_id: String,
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub accepted_at: String,
+    /// How many WebAssembly programs deep the message is (docs/protocol.md,
+    /// "hops"): 0, and absent on the wire, for a message from outside the
+    /// programs; d+1 for one a program published while it handled a
+    /// message of hops d. The broker sets it whatever a publisher writes
+    /// (what is set here before a publish is replaced), and no signature
+    /// covers it. A delivered `hops` that is not a JSON integer of 0 to
+    /// 2^32-1 (`-1`, `1.5`, `1.0`, `"1"`, `null`) does not decode, as a bad
+    /// `sequence` does not: the delivery is a bad frame.
+    #[serde(default, skip_serializing_if = "zero32")]
+    pub hops: u32,
 }
 
 impl Message {

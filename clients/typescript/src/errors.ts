@@ -248,6 +248,30 @@ export function sequenceHeld(m: { sequence?: unknown }): boolean {
 }
 
 /**
+ * Whether a message's `hops` is one the broker sets: absent, null (as an
+ * absent sequence is), or an integer of 0 to 2^32-1 (docs/protocol.md,
+ * "hops"). A `hops` of another type or out of range is no broker's, and a
+ * handler reading `message.hops` as the number it is typed as would be
+ * misled.
+ */
+export function hopsHeld(m: { hops?: unknown }): boolean {
+  const h = m.hops;
+  return h === undefined || h === null || (typeof h === "number" && Number.isInteger(h) && h >= 0 && h <= 0xffff_ffff);
+}
+
+/**
+ * The BAD_FRAME of a delivery whose hops is not the broker's (see
+ * {@link hopsHeld}): the delivery is not handed over and not answered, as
+ * one with a sequence the client cannot hold is not.
+ */
+export function unheldHops(m: { hops?: unknown }): PigeonError {
+  const h = m.hops;
+  return new PigeonError(ClientCodes.BAD_FRAME, "the server sent a delivery whose hops is not an integer of 0 to 2^32-1", {
+    hops: typeof h === "number" ? h : typeof h,
+  });
+}
+
+/**
  * The BAD_FRAME of a delivery whose sequence the client cannot hold
  * exactly (see {@link sequenceHeld}): the delivery is not handed over and
  * not answered (an answer without the sequence could settle a newer

@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -1023,6 +1023,10 @@ export class Session implements ConnOwner {
       this.report(unheldSequence(f.message));
       return;
     }
+    if (!hopsHeld(f.message)) {
+      this.report(unheldHops(f.message));
+      return;
+    }
     if (s) s.enqueue(c, f.message as Message, f.attempt);
     else if (typeof f.sub === "string") this.endOrphan(c, f.sub, true);
   }
@@ -1045,6 +1049,10 @@ export class Session implements ConnOwner {
       }
       if (!sequenceHeld(d.message)) {
         this.report(unheldSequence(d.message));
+        continue;
+      }
+      if (!hopsHeld(d.message)) {
+        this.report(unheldHops(d.message));
         continue;
       }
       s.enqueue(c, d.message as Message, d.attempt);

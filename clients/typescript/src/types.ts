@@ -35,6 +35,16 @@ export interface Message {
   subjectId?: string;
   schemaId?: string;
   acceptedAt?: string;
+  /**
+   * How many WebAssembly programs deep the message is (docs/protocol.md,
+   * "hops"): absent (0) for a message from outside the programs, d+1 for
+   * one a program published while it handled a message of hops d. The
+   * broker sets it whatever a publisher writes (a value set here before a
+   * publish is replaced), and no signature covers it. A delivery whose
+   * hops is not an integer of 0 to 2^32-1 is refused (BAD_FRAME), as one
+   * whose sequence the client cannot hold is.
+   */
+  hops?: number;
   [k: string]: unknown;
 }
 
