@@ -18,7 +18,7 @@ import (
 // 2×Options.Timeout after the entry was written: an id re-used soon after
 // its message was trimmed (a count bound trims a busy subject's messages
 // within seconds) stalled the publish for up to 10 s by default. A trim
-// now frees the entries of the recently appended messages it removes, so
+// now frees the entries of the messages it removes, so
 // the re-use is taken at once, on the message's subject or another. A
 // retained message still holds its id, and an entry whose message is not
 // stored yet (its append under way) is still waited for.

@@ -40,6 +40,10 @@ const auditBucket = "audit"
 //
 // Appends to the chain may run at the same time: the purge is bounded by
 // the last message the trim read, so a batch appended meanwhile stays.
+// Another process given the node's name may move the checkpoint between
+// the trim's read and its write: the trim starts again from it, at most
+// auditTrimTries times with growing pauses, and then fails with a
+// *ContendedError (ErrContended), or ctx's error, nothing purged.
 func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 	if err := s.begin(ctx); err != nil {
 		return 0, err
@@ -49,14 +53,24 @@ func (s *Store) TrimAuditBefore(ctx context.Context, t time.Time) (int, error) {
 	}
 	s.trimMu.Lock()
 	defer s.trimMu.Unlock()
-	for {
-		n, err := s.trimAudit(ctx, t)
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // another process of this node moved the checkpoint: start again from it
-		}
-		return n, err
-	}
+	// A checkpoint moved since it was read (by another process of this
+	// node: trimMu orders this one's) starts the trim again from it, as
+	// contended compare-and-set writes do: pausing longer each time, up to
+	// auditTrimTries tries or until ctx ends, then a *ContendedError with
+	// nothing purged. The checkpoint is read from the bucket's leader
+	// every time.
+	var n int
+	err := casRetryN(ctx, s.bucketName(auditBucket), s.opts.Node, auditTrimTries, func(bool) (bool, error) {
+		var err error
+		n, err = s.trimAudit(ctx, t)
+		return casDone(err)
+	})
+	return n, err
 }
+
+// auditTrimTries bounds the tries of one TrimAuditBefore, as chainTries
+// bounds ChainAudit's.
+const auditTrimTries = chainTries
 
 func (s *Store) trimAudit(ctx context.Context, t time.Time) (int, error) {
 	cp, rev, err := s.checkpoint(ctx)
@@ -98,6 +112,9 @@ walk:
 		}
 		purge = raw.Sequence + 1
 		seq = raw.Sequence + 1
+	}
+	if s.auditTrimRaced != nil {
+		s.auditTrimRaced()
 	}
 	if n := v.Count(); n > 0 {
 		if err := s.putCheckpoint(ctx, v.Head(), rev); err != nil {

@@ -13,7 +13,7 @@ import (
 // ContendedError is the error of a compare-and-set write (a consumer
 // group's progress, a message's lease, a batch of a node's audit chain)
 // whose ctx ended while it retried, or whose tries ran out (ChainAudit
-// bounds them): every try found the entry changed since it read it, by
+// and TrimAuditBefore, on the node's audit checkpoint, bound them): every try found the entry changed since it read it, by
 // other writers at the same time. Nothing of this write was kept; it may
 // be retried. It wraps the context's error, so errors.Is(err,
 // context.DeadlineExceeded) (or context.Canceled) holds, or ErrContended

@@ -31,9 +31,12 @@
 //     store.ErrExists). A message over the NATS server's max_payload is
 //     refused (ErrTooLarge) before either is claimed, and a publish
 //     JetStream refuses (a stream limit) gives both back. A trim frees
-//     the ids of the recently appended messages it removes, so an id
-//     re-used soon after its message was trimmed is taken at once rather
-//     than after its append's wait (2×Options.Timeout).
+//     the ids of every message it removes (1,024 messages a step, their
+//     entries purged up to the bucket revision read while the messages
+//     were held, so a claim of an id written since stays), so the bucket
+//     holds the retained messages' ids only, and an id re-used after its
+//     message was trimmed is taken at once. Entries a trim could not free
+//     (its ctx ended, no quorum) are freed by the process's next trim.
 //   - A contract record, once revoked, stays revoked: a write of it
 //     unrevoked (a renewal on a node that has not applied the revocation
 //     yet) is a compare-and-set that leaves a revoked record alone.

@@ -67,7 +67,18 @@ type Store struct {
 	// chainRaced, when set (tests), runs in each ChainAudit try between
 	// reading the chain's head and publishing after it.
 	chainRaced func()
-	audit      jetstream.Stream
+	// trimRead and trimPurged, when set (tests), run in each step of a
+	// message trim: after it read its messages, and after it purged them
+	// (before it frees their ids entries).
+	trimRead, trimPurged func()
+	// auditTrimRaced, when set (tests), runs in each TrimAuditBefore try
+	// between reading the checkpoint and writing it.
+	auditTrimRaced func()
+	// idDebt holds the ids entries trims could not free (trim.go), for
+	// the next trim to free.
+	debtMu sync.Mutex
+	idDebt []idEntry
+	audit  jetstream.Stream
 	// auditCP is the <P>_audit bucket: each node's audit checkpoint under
 	// its name. trimMu makes this store's audit trims take turns.
 	auditCP jetstream.KeyValue
