@@ -19,13 +19,7 @@ func TestProgramLoopAcrossManagersStopsAtMaxHops(t *testing.T) {
 	const hops = 3
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	node := func() *programs.Manager {
-		mg, err := programs.New(ctx, f.e, &programs.Options{KV: memory.New(nil), Cache: cache, MaxHops: hops})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, mg.Close(ctx)) })
-		return mg
-	}
-	a, b := node(), node()
+	a, b := twoManagers(t, f, hops)
 	other := `{"type":"order","subject":"orders.other","intent":"record","classification":"internal","data":{}}`
 	_, err := a.Deploy(ctx, admin, "ping", manifest(func(m *programs.Manifest) { m.Publishes = []string{"orders.other"} }), emitModule("publish", other))
 	require.NoError(t, err)
@@ -37,4 +31,17 @@ func TestProgramLoopAcrossManagersStopsAtMaxHops(t *testing.T) {
 	emitted := func() uint64 { return lastSeq(t, f, "orders.in") - 1 + lastSeq(t, f, "orders.other") }
 	eventually(t, func() bool { return hopRefusals(t, f, "ping")+hopRefusals(t, f, "pong") > 0 || emitted() > 10*hops }, "the chain is cut")
 	require.EqualValues(t, hops, emitted(), "one message per hop, across both nodes")
+}
+
+// twoManagers starts two Managers on f's engine, with MaxHops hops, as
+// two nodes of a cluster would run them.
+func twoManagers(t *testing.T, f *fixture, hops int) (a, b *programs.Manager) {
+	t.Helper()
+	node := func() *programs.Manager {
+		mg, err := programs.New(context.Background(), f.e, &programs.Options{KV: memory.New(nil), Cache: cache, MaxHops: hops})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, mg.Close(context.Background())) })
+		return mg
+	}
+	return node(), node()
 }

@@ -9,7 +9,6 @@ import (
 
 	"pigeon"
 	"pigeon/programs"
-	"pigeon/store/memory"
 )
 
 // A message's depth travels with it as its hops, which the broker sets
@@ -50,13 +49,7 @@ func TestProgramCannotResetItsHops(t *testing.T) {
 	const hops = 3
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	node := func() *programs.Manager {
-		mg, err := programs.New(ctx, f.e, &programs.Options{KV: memory.New(nil), Cache: cache, MaxHops: hops})
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, mg.Close(ctx)) })
-		return mg
-	}
-	a, b := node(), node()
+	a, b := twoManagers(t, f, hops)
 	reset := func(msg string) string { return strings.TrimSuffix(msg, "}") + `,"hops":0}` }
 	other := `{"type":"order","subject":"orders.other","intent":"record","classification":"internal","data":{}}`
 	_, err := a.Deploy(ctx, admin, "ping", manifest(func(m *programs.Manifest) { m.Publishes = []string{"orders.other"} }), emitModule("publish", reset(other)))

@@ -20,24 +20,9 @@ import (
 // when ctx ends (the context's error), nothing of its batch chained; a
 // batch that wins after losing some tries is chained after the winners'.
 func TestChainAuditContendedIsBounded(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		races  int  // tries another writer wins
-		cancel bool // ctx is cancelled while it is contended
-		want   error
-	}{
-		{name: "wins after losing three tries", races: 3},
-		{name: "every try lost", races: 1 << 30, want: ErrContended},
-		{name: "cancelled while contended", races: 1 << 30, cancel: true, want: context.Canceled},
-	} {
+	for _, tc := range contendedCases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := runServer(t)
-			nc := connect(t, srv.ClientURL())
-			prefix := freshPrefix()
-			a, err := Open(t.Context(), nc, &Options{Prefix: prefix, Node: "a", Memory: true})
-			require.NoError(t, err)
-			a2, err := Open(t.Context(), nc, &Options{Prefix: prefix, Node: "a", Memory: true})
-			require.NoError(t, err)
+			a, a2 := twins(t)
 			// The deadline only ends a spinning call; a bounded one is done
 			// well before it.
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -57,10 +42,10 @@ func TestChainAuditContendedIsBounded(t *testing.T) {
 				}
 			}
 			recs := []store.AuditRecord{{Type: "mine", Time: time.Now()}, {Type: "mine2", Time: time.Now()}}
-			err = a.ChainAudit(ctx, recs)
+			err := a.ChainAudit(ctx, recs)
 			got, rerr := a2.ReadAudit(t.Context(), 0, 0)
 			require.NoError(t, rerr)
-			reports, verr := VerifyAudit(t.Context(), nc, prefix)
+			reports, verr := VerifyAudit(t.Context(), a.nc, a.opts.Prefix)
 			require.NoError(t, verr)
 			require.NoError(t, reports[0].Err, "the chain stays whole")
 			if tc.want == nil {

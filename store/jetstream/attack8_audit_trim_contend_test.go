@@ -18,24 +18,9 @@ import (
 // (ErrContended), or the context's error when ctx ends, nothing purged
 // and the chain whole; a trim that wins after losing some tries trims.
 func TestTrimAuditContendedIsBounded(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		races  int  // tries whose checkpoint another writer moves
-		cancel bool // ctx is cancelled while it is contended
-		want   error
-	}{
-		{name: "wins after losing three tries", races: 3},
-		{name: "every try lost", races: 1 << 30, want: ErrContended},
-		{name: "cancelled while contended", races: 1 << 30, cancel: true, want: context.Canceled},
-	} {
+	for _, tc := range contendedCases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := runServer(t)
-			nc := connect(t, srv.ClientURL())
-			prefix := freshPrefix()
-			a, err := Open(t.Context(), nc, &Options{Prefix: prefix, Node: "a", Memory: true})
-			require.NoError(t, err)
-			a2, err := Open(t.Context(), nc, &Options{Prefix: prefix, Node: "a", Memory: true})
-			require.NoError(t, err)
+			a, a2 := twins(t)
 			recs := chainBatches(t, a, []int{1}, []int{2}, []int{3}, []int{4})
 			// A first trim writes the checkpoint the other writer rewrites.
 			n, err := a.TrimAuditBefore(t.Context(), t0.Add(2*time.Second))
@@ -63,7 +48,7 @@ func TestTrimAuditContendedIsBounded(t *testing.T) {
 				}
 			}
 			n, err = a.TrimAuditBefore(ctx, t0.Add(3*time.Second))
-			reports, verr := VerifyAudit(t.Context(), nc, prefix)
+			reports, verr := VerifyAudit(t.Context(), a.nc, a.opts.Prefix)
 			require.NoError(t, verr)
 			require.NoError(t, reports[0].Err, "the chain stays whole")
 			if tc.want == nil {
