@@ -105,28 +105,27 @@ func (g *authGuard) prefixOf(src Source) (Source, bool) {
 // costs one atomic load; otherwise up to two map lookups under the
 // guard's mutex.
 func (g *authGuard) locked(src Source, now time.Time) (time.Duration, bool) {
+	left, _ := g.lockedBy(src, now)
+	return left, left > 0
+}
+
+// lockedBy is locked, with src's site when the site's own count locks src
+// out at now (src's count may lock it out too; the zero Source when the
+// site's does not).
+func (g *authGuard) lockedBy(src Source, now time.Time) (time.Duration, Source) {
 	if g.limit <= 0 || !src.IsValid() || now.UnixNano() >= g.until.Load() {
-		return 0, false
+		return 0, Source{}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	left := lockedLeft(g.sources, src, now)
+	var site Source
 	if p, ok := g.prefixOf(src); ok {
-		left = max(left, lockedLeft(g.prefixes, p, now))
+		if l := lockedLeft(g.prefixes, p, now); l > 0 {
+			left, site = max(left, l), p
+		}
 	}
-	return left, left > 0
-}
-
-// lockedSite returns src's site when the site's own count locks src out
-// at now (src's count may lock it out too).
-func (g *authGuard) lockedSite(src Source, now time.Time) (Source, bool) {
-	p, ok := g.prefixOf(src)
-	if !ok || g.limit <= 0 {
-		return Source{}, false
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return p, lockedLeft(g.prefixes, p, now) > 0
+	return left, site
 }
 
 // lockedLeft is how much longer key of keys is locked out at now (0: it

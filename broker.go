@@ -606,13 +606,9 @@ func (e *Engine) AuthenticateCredential(ctx context.Context, c Credential) (*Pri
 		return nil, errShutdown()
 	}
 	src := SourceOf(c.RemoteAddr)
-	if left, locked := e.authGuard.locked(src, e.now()); locked {
+	if left, site := e.authGuard.lockedBy(src, e.now()); left > 0 {
 		err := &Error{Code: CodeRateLimited, Message: "too many failed authentications from this address; try again later",
 			Details: map[string]any{"retryAfterMs": left.Milliseconds()}}
-		site, bySite := e.authGuard.lockedSite(src, e.now())
-		if !bySite {
-			site = Source{}
-		}
 		e.auditAuthFailure(ctx, c, src, site, CodeRateLimited)
 		return nil, err
 	}
