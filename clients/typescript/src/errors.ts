@@ -309,6 +309,47 @@ export function unheldDecision(d: Record<string, unknown> | { status?: unknown; 
 }
 
 /**
+ * The BAD_FRAME of a stored message an answer hands the caller (`what`: a
+ * `reply`, or entry `index` of a `receive` or a `replay` answer) whose
+ * sequence the client cannot hold exactly (see {@link sequenceHeld}) or
+ * whose hops is not the broker's (see {@link hopsHeld}); undefined when it
+ * holds both. Such a message is refused as such a delivery is: a rounded
+ * sequence names another message, which a replay or a resume from it, or
+ * an ack of it, would name. `details` names the answer (`op`), the entry
+ * (`index`), the message (`messageId`) and the value refused.
+ */
+export function unheldMessage(m: { id?: unknown; sequence?: unknown; hops?: unknown }, what: string, index?: number): PigeonError | undefined {
+  if (typeof m !== "object" || m === null) return undefined;
+  const held = sequenceHeld(m);
+  if (held && hopsHeld(m)) return undefined;
+  const field = held ? "hops" : "sequence";
+  const v = m[field];
+  const at = index === undefined ? "" : ` (entry ${index})`;
+  const range = held ? "0 to 2^32-1" : "0 to 2^53-1, which this client cannot hold exactly";
+  const details: ErrorDetails = { op: what, messageId: typeof m.id === "string" ? m.id : typeof m.id, [field]: typeof v === "number" ? v : typeof v };
+  if (index !== undefined) details.index = index;
+  return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message${at} whose ${field} is not an integer of ${range}`, details);
+}
+
+/**
+ * The messages of a `receive` or `replay` answer that the client holds
+ * exactly (see {@link unheldMessage}), in order; each other one is left
+ * out and its BAD_FRAME passed to `report`, as a `deliver_batch` entry is:
+ * the others go on. A leased one left out is not answered, so the server's
+ * ack wait gives it back.
+ */
+export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError) => void): M[] {
+  const out: M[] = [];
+  for (let i = 0; i < list.length; i++) {
+    const m = list[i]!;
+    const unheld = unheldMessage(m as { id?: unknown; sequence?: unknown; hops?: unknown }, what, i);
+    if (unheld) report(unheld);
+    else out.push(m);
+  }
+  return out;
+}
+
+/**
  * The `messageId` and `sequence` of an ack or a nack body: of `message`, a
  * message received (its id, and its sequence when positive) or its id;
  * `sequence`, when given, is sent instead (0: none). INVALID_ARGUMENT for

@@ -11,7 +11,7 @@
 import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
-import { ClientCodes, finiteMs, fromWire, PigeonError, retryDelayMs, settleBody, transportError, unheldDecision } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, retryDelayMs, settleBody, transportError, unheldDecision, unheldMessage } from "./errors.js";
 import { selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
 
@@ -24,6 +24,12 @@ export interface HttpOptions {
   timeoutMs?: number;
   /** the largest response body read (default MAX_RESPONSE_BYTES, 256 MiB); beyond it the call fails with PAYLOAD_TOO_LARGE */
   maxResponseBytes?: number;
+  /**
+   * called with the BAD_FRAME of each message a receive or a replay answer
+   * leaves out (see heldMessages; default: written to the console, control
+   * characters escaped)
+   */
+  onError?: (err: PigeonError) => void;
 }
 
 /**
@@ -166,7 +172,8 @@ export class HttpClient {
 
   /**
    * Publishes a request and waits for its reply (POST /v1/requests):
-   * REQUEST_TIMEOUT (504) when none comes within `timeout` ms.
+   * REQUEST_TIMEOUT (504) when none comes within `timeout` ms; BAD_FRAME
+   * for a reply whose sequence or hops the client cannot hold.
    */
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
     const body: Record<string, unknown> = { message };
@@ -175,12 +182,19 @@ export class HttpClient {
       contract: true,
       timeoutMs: (options.timeout ?? 30_000) + 10_000,
     });
+    const unheld = unheldMessage(r.message, "reply");
+    if (unheld) throw unheld;
     return r.message;
   }
 
-  /** Pulls up to `max` messages; `ack: "explicit"` leases them until ack/nack. */
+  /**
+   * Pulls up to `max` messages; `ack: "explicit"` leases them until
+   * ack/nack. One whose sequence or hops the client cannot hold is left
+   * out, its BAD_FRAME to the onError option (see heldMessages).
+   */
   async receive(subject: string, options: { max?: number; ack?: "auto" | "explicit" } = {}): Promise<Message[]> {
-    return (await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true })).messages ?? [];
+    const r = await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true });
+    return heldMessages(r.messages ?? [], "receive", (e) => this.report(e));
   }
 
   /**
@@ -205,9 +219,24 @@ export class HttpClient {
     await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, body, { contract: true });
   }
 
-  /** Returns retained messages in sequence order. */
+  /** Returns retained messages in sequence order, less any left out as receive's are. */
   async replay(subject: string, options: ReplayOptions = {}): Promise<Message[]> {
-    return (await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true })).messages ?? [];
+    const r = await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true });
+    return heldMessages(r.messages ?? [], "replay", (e) => this.report(e));
+  }
+
+  /** Hands err to the onError option, else to the console (control characters escaped: the text may be a server's). */
+  private report(err: PigeonError): void {
+    const fn = this.options.onError;
+    if (!fn) {
+      console.error(`pigeon: ${escapeControls(String(err.code))}: ${escapeControls(String(err.message))}`);
+      return;
+    }
+    try {
+      fn(err);
+    } catch {
+      /* a listener's own failure is its own */
+    }
   }
 
   /** The catalog. */

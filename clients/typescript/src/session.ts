@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, heldMessages } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -616,19 +616,28 @@ export class Session implements ConnOwner {
    * Publishes a request on a request/reply subject and resolves to the
    * reply. The server waits `timeout` ms (default 30 s) and then refuses
    * with REQUEST_TIMEOUT; the client gives up a little later on its own.
+   * A reply whose sequence or hops the client cannot hold is refused,
+   * BAD_FRAME (see unheldMessage).
    */
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
     const frame: Frame = { op: "request", message };
     if (options.timeout !== undefined) frame.timeoutMs = finiteMs("timeout", options.timeout);
     const f = await this.call(frame, (options.timeout ?? 30_000) + 10_000);
-    return answer(f, "reply", (f) => isObj(f.message)).message as Message;
+    const m = answer(f, "reply", (f) => isObj(f.message)).message as Message;
+    const unheld = unheldMessage(m, "reply");
+    if (unheld) throw unheld;
+    return m;
   }
 
-  /** Pulls up to `max` messages (leased on work-queue subjects: settle with ack/nack). */
+  /**
+   * Pulls up to `max` messages (leased on work-queue subjects: settle with
+   * ack/nack). A message whose sequence or hops the client cannot hold is
+   * left out, its BAD_FRAME to onError (see heldMessages).
+   */
   async receive(subject: string, options: { max?: number } = {}): Promise<Message[]> {
     const frame: Frame = { op: "receive", subject };
     if (options.max !== undefined) frame.max = options.max;
-    return messages(await this.call(frame));
+    return heldMessages(messages(await this.call(frame)), "receive", (e) => this.report(e));
   }
 
   /**
@@ -655,9 +664,13 @@ export class Session implements ConnOwner {
     answer(await this.call(frame), "ok", () => true);
   }
 
-  /** Returns retained messages of `subject` in sequence order. */
+  /**
+   * Returns retained messages of `subject` in sequence order; one whose
+   * sequence or hops the client cannot hold is left out, its BAD_FRAME to
+   * onError (see heldMessages).
+   */
   async replay(subject: string, options: ReplayOptions = {}): Promise<Message[]> {
-    return messages(await this.call({ op: "replay", subject, ...options }));
+    return heldMessages(messages(await this.call({ op: "replay", subject, ...options })), "replay", (e) => this.report(e));
   }
 
   /** Application-level liveness check. */
