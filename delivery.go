@@ -16,6 +16,17 @@ import (
 // for the subject's ack wait: one that is not acked in time is returned
 // again (to this or another receiver) until its attempts run out.
 func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
+	out, _, err := e.receive(ctx, c, subjectName, max, false)
+	return out, err
+}
+
+// ReceiveAttempts is Receive that also returns, in step with the
+// messages, the attempt of each one's lease (1 for its first delivery, as
+// Delivery.Attempt counts); on a pubsub subject, where nothing is leased,
+// each is 0. AckAttempt and NackAttempt take it back: a consumer that
+// answers late then settles nothing once the message was leased again,
+// even to another receiver of its own principal.
+func (e *Engine) ReceiveAttempts(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, []int, error) {
 	return e.receive(ctx, c, subjectName, max, false)
 }
 
@@ -25,24 +36,25 @@ func (e *Engine) Receive(ctx context.Context, c Caller, subjectName string, max 
 // store write, under the receive grant alone; nothing is leased, nothing
 // comes back. On a pubsub subject it is Receive.
 func (e *Engine) ReceiveSettled(ctx context.Context, c Caller, subjectName string, max int) ([]*Message, error) {
-	return e.receive(ctx, c, subjectName, max, true)
+	out, _, err := e.receive(ctx, c, subjectName, max, true)
+	return out, err
 }
 
-func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max int, settle bool) ([]*Message, error) {
+func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max int, settle bool) ([]*Message, []int, error) {
 	start := e.since()
 	if err := e.auditGuard(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if e.closed.Load() {
-		return nil, errShutdown()
+		return nil, nil, errShutdown()
 	}
 	s := e.subject(subjectName)
 	if s == nil {
-		return nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
+		return nil, nil, NewError(CodeSubjectNotFound, "unknown subject %q", subjectName)
 	}
 	k, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReceive)
 	if code != CodeOK {
-		return nil, e.contractError(ctx, EventReceiveDenied, c.Principal, s.name, c.ContractID, code, reason)
+		return nil, nil, e.contractError(ctx, EventReceiveDenied, c.Principal, s.name, c.ContractID, code, reason)
 	}
 	scope := k.permits[s.name]
 	if max <= 0 || max > e.opts.MaxReplay {
@@ -50,6 +62,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	}
 	var (
 		out       []*Message
+		attempts  []int
 		err       error
 		pullGroup = consumerGroup(scope, nil, Selector{}, nil)
 	)
@@ -57,8 +70,9 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	switch {
 	case s.mode == ModePubSub:
 		out, err = e.receiveCursor(ctx, c, s, max, scope, still)
+		attempts = make([]int, len(out))
 	default:
-		out, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
+		out, attempts, err = e.receiveLeased(ctx, c, s, pullGroup, c.Principal.ID, max, scope)
 		if err != nil {
 			// What was leased before the store failed is never handed
 			// over: back at once, uncounted.
@@ -72,7 +86,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var log deliveryLog
 	log.addAll(out)
@@ -86,7 +100,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 		}
 	})
 	e.tookEach(StageDeliver, s.name, len(out), start)
-	return out, nil
+	return out, attempts, nil
 }
 
 // settleReceived marks msgs, just leased to holder in group, done in one
@@ -169,11 +183,12 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	return out, nil
 }
 
-// receiveLeased hands out up to max messages of group to holder under lease.
-func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int, scope *permit) ([]*Message, error) {
+// receiveLeased hands out up to max messages of group to holder under
+// lease, and the attempt of each lease.
+func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupName, holder string, max int, scope *permit) ([]*Message, []int, error) {
 	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: groupName})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer e.releaseGroup(g)
 	var match func(*decoded) bool
@@ -184,10 +199,20 @@ func (e *Engine) receiveLeased(ctx context.Context, c Caller, s *subject, groupN
 	// the contract gives it back (releaseRevoked).
 	ds, err := e.leaseBatch(ctx, g, s, holder, c.ContractID, max, e.opts.MaxReadBytes, false, match)
 	out := make([]*Message, len(ds))
+	attempts := make([]int, len(ds))
+	g.mu.Lock()
 	for i, d := range ds {
 		out[i] = d.m.Clone()
+		// The lease just taken is still holder's (its ack wait runs);
+		// should it have ended meanwhile, the attempt counted for it.
+		if l := g.leases[d.seq]; l != nil && l.holder == holder {
+			attempts[i] = l.attempt
+		} else {
+			attempts[i] = g.attempts[d.seq]
+		}
 	}
-	return out, err
+	g.mu.Unlock()
+	return out, attempts, err
 }
 
 // Ack acknowledges a received message. Acking twice is a no-op. On a
@@ -210,6 +235,22 @@ func (e *Engine) Ack(ctx context.Context, c Caller, subjectName, messageID strin
 // a newer message), nothing is settled and the answer is ACK_NOT_ALLOWED.
 // A seq of 0 names no sequence: it is Ack.
 func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, messageID string, seq uint64) error {
+	return e.AckAttempt(ctx, c, subjectName, messageID, seq, 0)
+}
+
+// AckAttempt is AckSequence of the lease attempt the message was received
+// under (ReceiveAttempts): on a work-queue or request/reply subject, when
+// the message's lease is now another attempt (the one received ran out
+// and the message was leased again, to this principal or another), nothing
+// is settled and the answer is ACK_NOT_ALLOWED, as for a lease held by
+// another principal. An attempt of 0 names none: the ack then settles
+// whichever lease the caller's principal holds, as Ack does (protocol v1).
+// On a pubsub subject, where nothing is leased, the attempt is not looked
+// at. A negative attempt is INVALID_ARGUMENT.
+func (e *Engine) AckAttempt(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, attempt int) error {
+	if err := checkAttempt(attempt); err != nil {
+		return err
+	}
 	s, sm, g, scope, err := e.settleTarget(ctx, c, subjectName, messageID, seq, EventAckDenied)
 	if err != nil {
 		return err
@@ -228,7 +269,7 @@ func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, message
 	if g.prog.IsDone(sm.Seq) {
 		return nil
 	}
-	if l := g.leases[sm.Seq]; l == nil || l.holder != c.Principal.ID {
+	if l := g.leases[sm.Seq]; !l.heldBy(c.Principal.ID, attempt) {
 		e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
@@ -254,7 +295,19 @@ func (e *Engine) Nack(ctx context.Context, c Caller, subjectName, messageID stri
 // sequence, nothing changes and the answer is ACK_NOT_ALLOWED. A seq of 0
 // names no sequence: it is Nack.
 func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, delay time.Duration) error {
+	return e.NackAttempt(ctx, c, subjectName, messageID, seq, 0, delay)
+}
+
+// NackAttempt is NackSequence of the lease attempt the message was
+// received under, as AckAttempt is AckSequence: when the message's lease
+// is now another attempt, nothing changes (the newer lease holds) and the
+// answer is ACK_NOT_ALLOWED. An attempt of 0 names none: it is
+// NackSequence.
+func (e *Engine) NackAttempt(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, attempt int, delay time.Duration) error {
 	if err := checkRetryDelay(delay); err != nil {
+		return err
+	}
+	if err := checkAttempt(attempt); err != nil {
 		return err
 	}
 	s, sm, g, _, err := e.settleTarget(ctx, c, subjectName, messageID, seq, EventNackDenied)
@@ -274,7 +327,7 @@ func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messag
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[sm.Seq]
-	if l == nil || l.holder != c.Principal.ID {
+	if !l.heldBy(c.Principal.ID, attempt) {
 		if g.prog.IsDone(sm.Seq) {
 			return nil
 		}
@@ -291,6 +344,15 @@ func (e *Engine) NackSequence(ctx context.Context, c Caller, subjectName, messag
 	e.releaseShared(ctx, g, false, l.deadline, sm.Seq)
 	nacked = true
 	e.audit(ctx, EventDeliveryNacked.record(OutcomeDeny, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
+	return nil
+}
+
+// checkAttempt refuses a negative lease attempt (INVALID_ARGUMENT); 0
+// names none.
+func checkAttempt(attempt int) error {
+	if attempt < 0 {
+		return NewError(CodeInvalidArgument, "attempt must not be negative")
+	}
 	return nil
 }
 

@@ -154,6 +154,15 @@ type lease struct {
 	contract string
 }
 
+// heldBy reports whether l (nil: no lease) is held by the pull holder
+// holder (a principal's id) under attempt: its current attempt, or any
+// when attempt is 0 (a pull answer that names none, protocol v1). A
+// principal's connections share its leases; the attempt tells a late
+// answer to a lapsed lease from the answer to the lease that followed it.
+func (l *lease) heldBy(holder string, attempt int) bool {
+	return l != nil && l.holder == holder && (attempt == 0 || l.attempt == attempt)
+}
+
 // free ends the lease's holding: nobody holds it, and it falls due at
 // due (now: at once; later: a nack's or a failure's delay).
 func (l *lease) free(due time.Time) {

@@ -43,6 +43,20 @@ type SequenceSettler interface {
 	NackSequence(ctx context.Context, subject, messageID string, seq uint64, delay time.Duration) error
 }
 
+// AttemptSettler is the ability of a Session to bind a pull answer to the
+// lease it answers, as Engine.ReceiveAttempts, Engine.AckAttempt and
+// Engine.NackAttempt do: ReceiveAttempts returns, in step with the
+// messages, each one's lease attempt, and an answer naming it settles
+// nothing (ACK_NOT_ALLOWED) once the lease ran out and the message was
+// leased again, even to another session of the same principal. An
+// attempt of 0 names none (AckSequence, NackSequence). The in-process and
+// WebSocket sessions have it; find it with a type assertion.
+type AttemptSettler interface {
+	ReceiveAttempts(ctx context.Context, subject string, max int) ([]*Message, []int, error)
+	AckAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int) error
+	NackAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int, delay time.Duration) error
+}
+
 // Dialer opens sessions to a broker. transport/inproc dials an *Engine in
 // process and transport/ws one over WebSocket; each is configured with its
 // ConnectOptions when it is built.
@@ -141,6 +155,7 @@ type localSession struct {
 
 var _ Session = (*localSession)(nil)
 var _ SequenceSettler = (*localSession)(nil)
+var _ AttemptSettler = (*localSession)(nil)
 
 func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
 	return &localSession{e: e, caller: c, c: k, done: make(chan struct{})}
@@ -248,6 +263,27 @@ func (s *localSession) NackSequence(ctx context.Context, subject, messageID stri
 		return err
 	}
 	return s.e.NackSequence(ctx, s.caller, subject, messageID, seq, delay)
+}
+
+func (s *localSession) ReceiveAttempts(ctx context.Context, subject string, max int) ([]*Message, []int, error) {
+	if err := s.check(); err != nil {
+		return nil, nil, err
+	}
+	return s.e.ReceiveAttempts(ctx, s.caller, subject, max)
+}
+
+func (s *localSession) AckAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.e.AckAttempt(ctx, s.caller, subject, messageID, seq, attempt)
+}
+
+func (s *localSession) NackAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int, delay time.Duration) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.e.NackAttempt(ctx, s.caller, subject, messageID, seq, attempt, delay)
 }
 
 func (s *localSession) Replay(ctx context.Context, r ReplayRequest) ([]*Message, error) {

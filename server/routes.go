@@ -332,14 +332,27 @@ func receive(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	name := rq.r.PathValue("name")
-	receive := rq.s.e.ReceiveSettled // a received message is done for this consumer
-	if in.Ack == ackExplicit {
-		receive = rq.s.e.Receive // leased until acked or nacked
-	}
 	if err := rq.reserveRead(); err != nil {
 		return 0, nil, err
 	}
-	msgs, err := receive(rq.ctx, c, name, in.Max)
+	if in.Ack == ackExplicit {
+		// Leased until acked or nacked: each lease's attempt is
+		// answered, for the ack's or nack's "attempt".
+		msgs, attempts, err := rq.s.e.ReceiveAttempts(rq.ctx, c, name, in.Max)
+		rq.keepRead(readpool.MessagesCost(msgs))
+		if err != nil {
+			return 0, nil, err
+		}
+		if !slices.ContainsFunc(attempts, func(n int) bool { return n != 0 }) {
+			return http.StatusOK, messagesBody(msgs), nil // pubsub: nothing leased
+		}
+		return http.StatusOK, struct {
+			Messages []*pigeon.Message `json:"messages"`
+			Attempts []int             `json:"attempts"`
+		}{msgs, attempts}, nil
+	}
+	// A received message is done for this consumer.
+	msgs, err := rq.s.e.ReceiveSettled(rq.ctx, c, name, in.Max)
 	rq.keepRead(readpool.MessagesCost(msgs))
 	if err != nil {
 		return 0, nil, err
@@ -351,9 +364,14 @@ func receive(rq *request) (int, any, error) {
 // the sequence the message was received at: a message at another
 // sequence that holds the id now (the one received was trimmed, its id
 // taken) is not settled (ACK_NOT_ALLOWED); see Engine.AckSequence.
+// Attempt, when not 0, is the lease attempt an explicit receive answered
+// the message with: once that lease ran out and the message was leased
+// again, even to the same principal, nothing is settled
+// (ACK_NOT_ALLOWED); see Engine.AckAttempt.
 type settleBody struct {
 	MessageID  string `json:"messageId"`
 	Sequence   uint64 `json:"sequence"`
+	Attempt    int    `json:"attempt"`
 	DelayMs    *int64 `json:"delayMs"`
 	ContractID string `json:"contractId"`
 }
@@ -376,7 +394,7 @@ func ack(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rq.s.e.AckSequence(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, in.Sequence); err != nil {
+	if err := rq.s.e.AckAttempt(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, in.Sequence, in.Attempt); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil
@@ -393,7 +411,7 @@ func nack(rq *request) (int, any, error) {
 			return 0, nil, err
 		}
 	}
-	if err := rq.s.e.NackSequence(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, in.Sequence, delay); err != nil {
+	if err := rq.s.e.NackAttempt(rq.ctx, c, rq.r.PathValue("name"), in.MessageID, in.Sequence, in.Attempt, delay); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, map[string]any{"ok": true, "messageId": in.MessageID}, nil

@@ -398,6 +398,52 @@ func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pige
 	return answerMessages(f)
 }
 
+var _ pigeon.AttemptSettler = (*Session)(nil)
+
+// ReceiveAttempts is Receive that also returns, in step with the
+// messages, the attempt of each one's lease (0 when not leased: a pubsub
+// subject, or a server that does not tell it); see
+// Engine.ReceiveAttempts. AckAttempt and NackAttempt take it back.
+func (s *Session) ReceiveAttempts(ctx context.Context, subject string, max int) ([]*pigeon.Message, []int, error) {
+	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReceive, Subject: subject, Max: max}), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	msgs, err := answerMessages(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	attempts := make([]int, len(msgs))
+	if f.Attempts != nil {
+		if len(f.Attempts) != len(msgs) {
+			return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds %d attempts for %d messages", len(f.Attempts), len(msgs))
+		}
+		copy(attempts, f.Attempts)
+	}
+	return msgs, attempts, nil
+}
+
+// AckAttempt acknowledges the received message messageID at sequence seq
+// under the lease attempt ReceiveAttempts gave it (0: any lease of the
+// principal, as AckSequence); see Engine.AckAttempt.
+func (s *Session) AckAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int) error {
+	_, err := s.call(ctx, jsonFrame(Frame{Op: OpAck, Subject: subject, MessageID: messageID, Sequence: seq, Attempt: attempt}), nil)
+	return err
+}
+
+// NackAttempt is NackSequence under the lease attempt ReceiveAttempts
+// gave the message (0: any lease of the principal); see
+// Engine.NackAttempt.
+func (s *Session) NackAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int, delay time.Duration) error {
+	f := Frame{Op: OpNack, Subject: subject, MessageID: messageID, Sequence: seq, Attempt: attempt}
+	if delay >= 0 {
+		ms := min(delay, pigeon.MaxRetryDelay).Milliseconds()
+		f.DelayMs = &ms
+	}
+	_, err := s.call(ctx, jsonFrame(f), nil)
+	return err
+}
+
 // Ack acknowledges a received message; see Engine.Ack.
 func (s *Session) Ack(ctx context.Context, subject, messageID string) error {
 	return s.AckSequence(ctx, subject, messageID, 0)
@@ -406,8 +452,7 @@ func (s *Session) Ack(ctx context.Context, subject, messageID string) error {
 // AckSequence acknowledges the received message messageID at sequence
 // seq (its Message.Sequence); see Engine.AckSequence.
 func (s *Session) AckSequence(ctx context.Context, subject, messageID string, seq uint64) error {
-	_, err := s.call(ctx, jsonFrame(Frame{Op: OpAck, Subject: subject, MessageID: messageID, Sequence: seq}), nil)
-	return err
+	return s.AckAttempt(ctx, subject, messageID, seq, 0)
 }
 
 // NackSequence gives the received message messageID at sequence seq back
@@ -417,13 +462,7 @@ func (s *Session) AckSequence(ctx context.Context, subject, messageID string, se
 // clients' pull nacks do, rather than being sent for the broker to refuse
 // with INVALID_ARGUMENT.
 func (s *Session) NackSequence(ctx context.Context, subject, messageID string, seq uint64, delay time.Duration) error {
-	f := Frame{Op: OpNack, Subject: subject, MessageID: messageID, Sequence: seq}
-	if delay >= 0 {
-		ms := min(delay, pigeon.MaxRetryDelay).Milliseconds()
-		f.DelayMs = &ms
-	}
-	_, err := s.call(ctx, jsonFrame(f), nil)
-	return err
+	return s.NackAttempt(ctx, subject, messageID, seq, 0, delay)
 }
 
 // Nack gives a received message back for redelivery after delay (< 0:

@@ -3,6 +3,7 @@ package ws
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 	"unicode/utf8"
 
@@ -316,6 +317,7 @@ const (
 	fAttempt
 	fMessage
 	fMessages
+	fAttempts
 	fResults
 	fDeliveries
 	fMessageID
@@ -326,7 +328,7 @@ const (
 
 var frameNames = names{
 	fOp: "op", fID: "id", fBrief: "brief", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
-	fMessage: "message", fMessages: "messages", fResults: "results", fDeliveries: "deliveries",
+	fMessage: "message", fMessages: "messages", fAttempts: "attempts", fResults: "results", fDeliveries: "deliveries",
 	fMessageID: "messageId", fMessageIDs: "messageIds", fSequence: "sequence", fSequences: "sequences",
 }
 
@@ -379,6 +381,17 @@ func (w *walker) frame() (*Frame, bool) {
 			}
 			e = jsontext.SkipValue(w.b, j)
 			messages = w.b[j:e]
+		case fAttempts:
+			var ns []uint64
+			if ns, e = w.unsigneds(j); e >= 0 {
+				f.Attempts = make([]int, len(ns))
+				for i, n := range ns {
+					if n > math.MaxInt32 {
+						return -1
+					}
+					f.Attempts[i] = int(n)
+				}
+			}
 		case fResults:
 			f.Results, e = w.answers().results(j)
 		case fDeliveries:

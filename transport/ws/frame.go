@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -94,6 +95,10 @@ type Frame struct {
 	Messages []*pigeon.Message `json:"messages,omitempty"`
 	Status   string            `json:"status,omitempty"`
 	Attempt  int               `json:"attempt,omitempty"`
+	// messages answering receive: in step with Messages, the attempt of
+	// each one's lease (0: not leased, a pubsub subject), for the
+	// "attempt" of its ack or nack. See Engine.ReceiveAttempts.
+	Attempts []int `json:"attempts,omitempty"`
 
 	// subscribe, receive, replay, ack, nack
 	Subject     string   `json:"subject,omitempty"`
@@ -349,6 +354,23 @@ func appendMessages(b []byte, msgs []*pigeon.Message) []byte {
 			b = append(b, ',')
 		}
 		b = m.AppendJSON(b)
+	}
+	return append(b, "]}"...)
+}
+
+// appendPulled appends ,"messages":[…],"attempts":[…]} closing a
+// receive's answer; "attempts" is left out when no message is leased.
+func appendPulled(b []byte, msgs []*pigeon.Message, attempts []int) []byte {
+	b = appendMessages(b, msgs)
+	if !slices.ContainsFunc(attempts, func(n int) bool { return n != 0 }) {
+		return b
+	}
+	b = append(b[:len(b)-1], `,"attempts":[`...)
+	for i, n := range attempts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(n), 10)
 	}
 	return append(b, "]}"...)
 }

@@ -219,18 +219,19 @@ func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		return nil, err
 	}
 	defer func() { c.srv.reads.Resize(who, held, 0) }()
-	msgs, err := c.srv.e.Receive(c.ctx, caller, f.Subject, f.Max)
+	msgs, attempts, err := c.srv.e.ReceiveAttempts(c.ctx, caller, f.Subject, f.Max)
 	if err != nil {
 		return nil, err
 	}
-	b := appendMessages(appendHead(nil, OpMessages, f.ID), msgs)
+	b := appendPulled(appendHead(nil, OpMessages, f.ID), msgs, attempts)
 	held = c.srv.reads.Resize(who, held, int64(len(b)))
 	g := &guard{caller: caller, subject: f.Subject, op: pigeon.OpReceive, re: f.ID}
 	if err := c.sendGuarded(c.ctx, b, g); err != nil && len(msgs) > 0 {
 		ctx := context.WithoutCancel(c.ctx)
-		for _, m := range msgs {
+		for i, m := range msgs {
 			// Not leased on a pubsub subject: nothing to give back there.
-			_ = c.srv.e.NackSequence(ctx, caller, f.Subject, m.ID, m.Sequence, 0)
+			// The attempt leaves alone a lease taken again meanwhile.
+			_ = c.srv.e.NackAttempt(ctx, caller, f.Subject, m.ID, m.Sequence, attempts[i], 0)
 		}
 	}
 	return nil, nil
@@ -414,7 +415,10 @@ func checkSequences(f *Frame) error {
 }
 
 // settle acks or nacks a message taken with receive, at the sequence the
-// frame names (sequence; 0 or absent: none, see Engine.AckSequence).
+// frame names (sequence; 0 or absent: none, see Engine.AckSequence) and
+// under the lease attempt it names (attempt, as the receive's answer gave
+// it; 0 or absent: none, any lease of the principal, see
+// Engine.AckAttempt).
 func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if f.MessageID == "" {
 		return nil, pigeon.NewError(pigeon.CodeBadRequest, "messageId is required")
@@ -424,7 +428,7 @@ func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	}
 	var err error
 	if f.Op == OpAck {
-		err = c.srv.e.AckSequence(c.ctx, caller, f.Subject, f.MessageID, f.Sequence)
+		err = c.srv.e.AckAttempt(c.ctx, caller, f.Subject, f.MessageID, f.Sequence, f.Attempt)
 	} else {
 		delay := time.Duration(-1) // the subject's backoff
 		if f.DelayMs != nil {
@@ -432,7 +436,7 @@ func (c *conn) settle(f *Frame, caller pigeon.Caller) ([]byte, error) {
 				return nil, err
 			}
 		}
-		err = c.srv.e.NackSequence(c.ctx, caller, f.Subject, f.MessageID, f.Sequence, delay)
+		err = c.srv.e.NackAttempt(c.ctx, caller, f.Subject, f.MessageID, f.Sequence, f.Attempt, delay)
 	}
 	if err != nil {
 		return nil, err
