@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -97,7 +98,9 @@ func TestReplyNoticeAcrossLostQuorum(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	err := short.NotifyReply(sctx, reply("lost"))
-	require.ErrorIs(t, err, store.ErrNoQuorum)
+	// Told, whichever ends the tries first: the bucket's refusal
+	// (ErrNoQuorum) or the caller's deadline while it does not answer.
+	require.True(t, errors.Is(err, store.ErrNoQuorum) || errors.Is(err, context.DeadlineExceeded), "%v", err)
 	require.Equal(t, uint64(1), short.LostReplies())
 	short.Notify(reply("lost too"))
 	require.Equal(t, uint64(2), short.LostReplies(), "Notify counts what it could not write")
