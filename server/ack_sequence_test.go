@@ -30,19 +30,7 @@ func TestHTTPAckNamesTheSequenceReceived(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.op, func(t *testing.T) {
-			st := memory.New(nil)
-			t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) })
-			clk := testclock.New(time.Now())
-			e, err := pigeon.New(context.Background(), &pigeon.Options{
-				Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-				Catalog:       testCatalog(),
-				Region:        "uk",
-				Now:           clk.Now,
-				Store:         st,
-			})
-			require.NoError(t, err)
-			s, hs := serve(t, e, nil)
-			f := &fixture{e: e, s: s, hs: hs, clock: clk}
+			f, st := clockServer(t)
 			pub := f.contract(t, "orders-token", "notifications.send")
 			sub := f.contract(t, "notifier-token", "notifications.send")
 			publish := func(id string, seq int) {
@@ -85,4 +73,23 @@ func TestHTTPAckNamesTheSequenceReceived(t *testing.T) {
 			require.Empty(t, receive())
 		})
 	}
+}
+
+// clockServer serves an engine of the test catalog in region uk, on the
+// memory store it returns and a test clock (f.clock), over a real server.
+func clockServer(t *testing.T) (*fixture, *memory.Store) {
+	t.Helper()
+	st := memory.New(nil)
+	t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) })
+	clk := testclock.New(time.Now())
+	e, err := pigeon.New(context.Background(), &pigeon.Options{
+		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
+		Catalog:       testCatalog(),
+		Region:        "uk",
+		Now:           clk.Now,
+		Store:         st,
+	})
+	require.NoError(t, err)
+	s, hs := serve(t, e, nil)
+	return &fixture{e: e, s: s, hs: hs, clock: clk}, st
 }

@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -10,8 +9,6 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/internal/testclock"
-	"pigeon/store/memory"
 )
 
 // TestHTTPLatePullAnswerNamesItsAttempt: an explicit receive answers each
@@ -73,19 +70,8 @@ func TestHTTPLatePullAnswerNamesItsAttempt(t *testing.T) {
 // attemptFixture serves a broker on a test clock with one notification
 // published, and returns two contracts of the notifier (two workers).
 func attemptFixture(t *testing.T) (*attemptFix, string, string) {
-	st := memory.New(nil)
-	t.Cleanup(func() { require.NoError(t, st.Close(context.Background())) })
-	clk := testclock.New(time.Now())
-	e, err := pigeon.New(context.Background(), &pigeon.Options{
-		Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog:       testCatalog(),
-		Region:        "uk",
-		Now:           clk.Now,
-		Store:         st,
-	})
-	require.NoError(t, err)
-	s, hs := serve(t, e, nil)
-	f := &attemptFix{fixture{e: e, s: s, hs: hs, clock: clk}}
+	base, _ := clockServer(t)
+	f := &attemptFix{*base}
 	pub := f.contract(t, "orders-token", "notifications.send")
 	m := demo.Notification("key-9")
 	m.ID = "note-9"
