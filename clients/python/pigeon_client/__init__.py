@@ -47,6 +47,7 @@ from .errors import (
     UnauthenticatedError,
 )
 from .http import HttpClient, KeyDirectory
+from .model import ReceivedMessage
 from .ws import Contract, Decision, Delivery, Session, Subscription, connect
 
 __version__ = "0.1.0"
@@ -58,6 +59,7 @@ __all__ = [
     "Delivery",
     "Contract",
     "Decision",
+    "ReceivedMessage",
     "HttpClient",
     "KeyDirectory",
     "Keys",

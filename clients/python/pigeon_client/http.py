@@ -22,14 +22,27 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .crypto import select_key, verify_message_with_keys
-from .errors import InvalidError, PigeonError, ProtocolError, RequestTimeoutError, TransportError, error_from, new_error
+from .errors import (
+    InvalidError,
+    PigeonError,
+    ProtocolError,
+    RequestTimeoutError,
+    TransportError,
+    error_from,
+    escaping_logger,
+    new_error,
+)
+from .model import ReceivedMessage, _hops_held, _pulled, _unheld_hops
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
 __all__ = ["HttpClient", "KeyDirectory", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
+
+# Control characters escaped: the text logged may be a server's.
+log = escaping_logger("pigeon_client")
 
 # Headers that carry the caller's credential or contract: kept on a redirect
 # only to the same origin (scheme, host and port), as browsers and Go do.
@@ -216,7 +229,11 @@ class HttpClient:
     """A client of the HTTP API at ``base_url`` (``http://127.0.0.1:8787``)."""
 
     def __init__(self, base_url: str, token: str | None, *, region: str | None = None, timeout: float = 30.0,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+                 max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 on_error: Callable[[PigeonError], Any] | None = None) -> None:
+        """``on_error`` gets the errors that fail no call: a received or
+        replayed message left out of an answer (see :meth:`receive`); else
+        they are logged."""
         u = base_url.rstrip("/")
         if u.startswith("ws://") or u.startswith("wss://"):
             u = "http" + u[2:]
@@ -228,6 +245,7 @@ class HttpClient:
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
         self.contract: Contract | None = None
+        self.on_error = on_error
 
     # --- plumbing ---
 
@@ -374,10 +392,30 @@ class HttpClient:
         _, p = self._do("POST", "/v1/requests", body, contract=True, timeout=max(self.timeout, timeout + 10))
         if not isinstance(p, dict) or not isinstance(p.get("message"), dict):
             raise ProtocolError("BAD_REQUEST", "reply without a message")
+        if not _hops_held(p["message"]):
+            raise _unheld_hops(p["message"], "reply")
         return p["message"]
 
-    def receive(self, subject: str, *, max: int | None = None, ack: str | None = None) -> list[dict[str, Any]]:
-        """Pull messages; ``ack="explicit"`` leases them until :meth:`ack`/:meth:`nack`."""
+    def _report(self, err: PigeonError) -> None:
+        """An error that fails no call: to ``on_error``, else the log."""
+        if self.on_error is None:
+            log.warning("pigeon: %s", err)
+            return
+        try:
+            self.on_error(err)
+        except Exception:
+            log.exception("pigeon: on_error raised")
+
+    def receive(self, subject: str, *, max: int | None = None, ack: str | None = None) -> list[ReceivedMessage]:
+        """Pull messages; ``ack="explicit"`` leases them until :meth:`ack`/:meth:`nack`.
+        Each is a :class:`~pigeon_client.model.ReceivedMessage`: the
+        message's ``dict``, with ``attempt`` the attempt of its lease (0:
+        not leased, as by an automatic receive), which :meth:`ack` and
+        :meth:`nack` of it send back. An answer whose ``attempts`` is not one
+        positive integer per message is ``ProtocolError`` (nothing is handed
+        out; the server's ack wait gives leased messages back); a message
+        whose ``hops`` is no broker's is left out, its ``ProtocolError`` to
+        ``on_error``."""
         self._need_contract()
         body: dict[str, Any] = {}
         if max is not None:
@@ -385,24 +423,34 @@ class HttpClient:
         if ack is not None:
             body["ack"] = ack
         _, p = self._do("POST", f"/v1/subjects/{_q(subject)}/receive", body, contract=True)
-        return list(p.get("messages") or [])
+        return _pulled(p, "receive", self._report)
 
-    def ack(self, subject: str, message: str | Mapping[str, Any], *, sequence: int | None = None) -> None:
+    def ack(
+        self, subject: str, message: str | Mapping[str, Any], *, sequence: int | None = None, attempt: int | None = None
+    ) -> None:
         """Settle a message leased by an explicit receive: pass the message
-        received (its id and ``sequence`` are sent), or its id with
-        ``sequence=``. With the sequence, a late ack never settles a newer
-        message published under the id once retention trimmed the one
-        received (403 ``ACK_NOT_ALLOWED``)."""
+        received (its id, ``sequence`` and lease ``attempt`` are sent), or
+        its id with ``sequence=`` and ``attempt=``. With the sequence, a late
+        ack never settles a newer message published under the id once
+        retention trimmed the one received; with the attempt, never the lease
+        another worker of the same principal took once this one's ran out
+        (403 ``ACK_NOT_ALLOWED`` for either, and nothing is settled)."""
         self._need_contract()
-        self._do("POST", f"/v1/subjects/{_q(subject)}/ack", _settle_body(message, sequence), contract=True)
+        self._do("POST", f"/v1/subjects/{_q(subject)}/ack", _settle_body(message, sequence, attempt), contract=True)
 
     def nack(
-        self, subject: str, message: str | Mapping[str, Any], *, delay: float | None = None, sequence: int | None = None
+        self,
+        subject: str,
+        message: str | Mapping[str, Any],
+        *,
+        delay: float | None = None,
+        sequence: int | None = None,
+        attempt: int | None = None,
     ) -> None:
         """Give back a leased message, due again after ``delay`` seconds;
-        ``message`` and ``sequence`` as for :meth:`ack`."""
+        ``message``, ``sequence`` and ``attempt`` as for :meth:`ack`."""
         self._need_contract()
-        body: dict[str, Any] = _settle_body(message, sequence)
+        body: dict[str, Any] = _settle_body(message, sequence, attempt)
         delay_ms = _delay_ms(delay)  # NaN or not a number: raised before anything is sent
         if delay_ms is not None:
             body["delayMs"] = delay_ms
@@ -424,7 +472,7 @@ class HttpClient:
             if v is not None
         }
         _, p = self._do("POST", f"/v1/subjects/{_q(subject)}/replay", body, contract=True)
-        return list(p.get("messages") or [])
+        return _pulled(p, "replay", self._report)
 
     def subjects(self) -> list[dict[str, Any]]:
         """The catalog (public)."""

@@ -9,29 +9,144 @@ absent (0) for one from outside the programs, d+1 for one a program
 published while it handled a message of hops d. The broker sets it
 whatever a publisher writes (a ``hops`` in a message published is
 replaced), and no signature covers it. :attr:`Decision.hops` and
-:attr:`~pigeon_client.subscription.Delivery.hops` read it as an ``int``."""
+:attr:`~pigeon_client.subscription.Delivery.hops` read it as an ``int``.
+A delivered, received, replayed or reply message whose ``hops`` is not an
+integer of 0 to 2^32-1 is no broker's: it is refused (``ProtocolError``),
+as the Go, TypeScript and Rust clients refuse it, never handed over.
+
+A message a :meth:`~pigeon_client.ws.Session.receive` (or an HTTP
+receive) hands out is a :class:`ReceivedMessage`: the same ``dict``, with
+the ``attempt`` of its lease beside it (docs/protocol.md, "receive"), which
+``ack`` and ``nack`` of it send back."""
 
 from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .crypto import parse_rfc3339
 from .errors import ProtocolError
 
-__all__ = ["Contract", "Decision"]
+__all__ = ["Contract", "Decision", "ReceivedMessage"]
 
 _MAX_HOPS = (1 << 32) - 1
+
+MAX_ATTEMPT = (1 << 63) - 1
+"""The highest attempt the client takes or sends: the broker's attempts are
+Go ``int`` s."""
 
 
 def _hops(v: Any) -> int:
     """A message's ``hops`` (docs/protocol.md, "hops"): the integer of 0 to
-    2^32-1 the broker sends, else 0, as the client reads a sequence it
-    cannot use as none rather than refusing the message: absent, ``None``,
-    a bool (which Python takes for an int), a float, a string, a negative
-    or one beyond 32 bits."""
+    2^32-1 the broker sends, else 0 (absent, ``None``; for a decision, one
+    that is no broker's: see :func:`_hops_held`)."""
     return v if type(v) is int and 0 <= v <= _MAX_HOPS else 0
+
+
+def _hops_held(m: Any) -> bool:
+    """Whether the ``hops`` of message ``m`` (a dict) is one the broker
+    sets: absent, ``None`` (as an absent sequence), or an integer of 0 to
+    2^32-1. A bool (which Python takes for an int), a float, a string, a
+    negative or one beyond 32 bits is no broker's."""
+    v = m.get("hops")
+    return v is None or (type(v) is int and 0 <= v <= _MAX_HOPS)
+
+
+def _unheld_hops(m: dict[str, Any], what: str, index: int | None = None) -> ProtocolError:
+    """The ``ProtocolError`` (the client's malformed-frame error, as for
+    any frame it cannot take) of a ``what`` message (a ``deliver``, a
+    ``receive``, a ``replay``, a ``reply``; entry ``index`` of a list) whose
+    ``hops`` is no broker's. ``details`` names the answer (``op``), the
+    entry, the message and the type of the value refused."""
+    v = m.get("hops")
+    mid = m.get("id")
+    at = "" if index is None else f" (entry {index})"
+    details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
+                               "hops": v if type(v) is int else type(v).__name__}
+    if index is not None:
+        details["index"] = index
+    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose hops is not an integer "
+                         "of 0 to 2^32-1: not handed over", details=details)
+
+
+class ReceivedMessage(dict):  # type: ignore[type-arg]
+    """A message a receive handed out: the wire envelope as a ``dict`` (as
+    before), with :attr:`attempt` beside it, not in it (it is not part of
+    the envelope, and no signature covers it).
+
+    ``attempt`` is the attempt of the message's lease the receive answer
+    named (``attempts``, docs/protocol.md "receive"): 1 for its first
+    delivery, more when a lease of it ran out before and it was leased
+    again, to this or another consumer of the same principal. 0 when
+    nothing was leased (a pubsub receive, an automatic HTTP receive, a
+    server of protocol v1). ``ack`` and ``nack`` of the message send it
+    back, so that the server settles only the lease this receive took: a
+    late answer, once the lease ran out and another consumer of the
+    principal holds the message, is refused (``ACK_NOT_ALLOWED``) rather
+    than settling that consumer's lease. A copy (``dict(m)``) does not keep
+    it: pass ``attempt=`` then."""
+
+    __slots__ = ("attempt",)
+
+    def __init__(self, message: dict[str, Any], attempt: int = 0) -> None:
+        super().__init__(message)
+        self.attempt = attempt
+
+    def __reduce__(self) -> Any:
+        return (ReceivedMessage, (dict(self), self.attempt))
+
+
+def _attempts(ans: dict[str, Any], n: int, what: str) -> list[int]:
+    """The ``attempts`` of a receive answer ``ans`` holding ``n`` messages,
+    in step with them: all 0 when it has none. Anything but a list of ``n``
+    integers of 1 to :data:`MAX_ATTEMPT` (a bool is no integer) is a
+    malformed answer, ``ProtocolError``: the attempts could not be told to
+    their messages, and a wrong one sent back would settle nothing (an
+    older one) or another consumer's lease."""
+    at = ans.get("attempts")
+    if at is None:
+        return [0] * n
+    if not isinstance(at, list) or len(at) != n:
+        got = f"{len(at)} attempts" if isinstance(at, list) else f"attempts of type {type(at).__name__}"
+        raise ProtocolError("BAD_REQUEST", f"the server's {what} answer holds {got} for {n} messages",
+                            details={"op": what})
+    for i, v in enumerate(at):
+        if type(v) is not int or not 0 < v <= MAX_ATTEMPT:
+            raise ProtocolError("BAD_REQUEST", f"the server's {what} answer holds an attempt (entry {i}) that "
+                                "is not a positive integer", details={"op": what, "index": i})
+    return at
+
+
+def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> list[ReceivedMessage]:
+    """The messages of a ``receive`` or ``replay`` answer ``ans``, each with
+    its attempt (``receive``: see :func:`_attempts`; ``replay`` leases
+    nothing). ``ProtocolError`` for an answer whose ``messages`` is not a
+    list or whose ``attempts`` is malformed; an entry that is not an
+    object, or one whose ``hops`` is no broker's, is left out and its
+    error passed to ``report``: the others go on, each with its own
+    attempt (a leased one left out is not answered, so the server's ack
+    wait gives it back)."""
+    if not isinstance(ans, dict):
+        raise ProtocolError("BAD_REQUEST", f"the server's {what} answer is not an object")
+    ms = ans.get("messages")
+    if ms is None:
+        ms = []
+    if not isinstance(ms, list):
+        raise ProtocolError("BAD_REQUEST", "messages is not a list")
+    attempts = _attempts(ans, len(ms), what) if what == "receive" else [0] * len(ms)
+    out: list[ReceivedMessage] = []
+    for i, (m, a) in enumerate(zip(ms, attempts)):
+        if not isinstance(m, dict):
+            report(ProtocolError("BAD_REQUEST", f"the server sent a {what} entry (entry {i}) that is not a "
+                                 "message object: not handed over",
+                                 details={"op": what, "index": i, "entry": type(m).__name__}))
+            continue
+        if not _hops_held(m):
+            report(_unheld_hops(m, what, i))
+            continue
+        out.append(ReceivedMessage(m, a))
+    return out
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ from .errors import (
     error_from,
     escaping_logger,
 )
-from .model import _hops
+from .model import MAX_ATTEMPT, ReceivedMessage, _hops, _hops_held, _unheld_hops
 
 if TYPE_CHECKING:
     from .ws import Session
@@ -220,14 +220,17 @@ def _not_pending(ans: Any) -> Callable[[str, int], bool]:
     return lambda mid, _seq: mid in names
 
 
-def _settle_body(message: Any, sequence: int | None = None) -> dict[str, Any]:
-    """The ``messageId`` and ``sequence`` of a pull ack or nack: of
-    ``message``, a message received (a mapping: its ``id``, and its
-    ``sequence`` when it is one) or its id; ``sequence``, when given, is sent
-    instead (0: none). With the sequence, a late answer never settles a
-    newer message published under the id once retention trimmed the one
-    received: the server refuses it (``ACK_NOT_ALLOWED``). ``TypeError``
-    for a message without a string id or a sequence that is not an
+def _settle_body(message: Any, sequence: int | None = None, attempt: int | None = None) -> dict[str, Any]:
+    """The ``messageId``, ``sequence`` and ``attempt`` of a pull ack or
+    nack: of ``message``, a message received (a mapping: its ``id``, and
+    its ``sequence`` when it is one; a :class:`~pigeon_client.model.ReceivedMessage`
+    also its ``attempt`` when it has one) or its id; ``sequence`` and
+    ``attempt``, when given, are sent instead (0: none). With the sequence,
+    a late answer never settles a newer message published under the id
+    once retention trimmed the one received; with the attempt, never the
+    lease another consumer of the principal took once the one received ran
+    out: the server refuses it (``ACK_NOT_ALLOWED``). ``TypeError`` for a
+    message without a string id or a sequence or attempt that is not an
     integer, ``ValueError`` for one out of range: raised before anything is
     sent."""
     if isinstance(message, str):
@@ -244,7 +247,17 @@ def _settle_body(message: Any, sequence: int | None = None) -> dict[str, Any]:
         if not 0 <= sequence <= _MAX_SEQUENCE:
             raise ValueError(f"a sequence of {sequence} is out of range")
         seq = sequence or None
-    return {"messageId": mid} if seq is None else {"messageId": mid, "sequence": seq}
+    att = attempt if attempt is not None else message.attempt if isinstance(message, ReceivedMessage) else 0
+    if isinstance(att, bool) or not isinstance(att, int):
+        raise TypeError(f"an attempt is an integer, not {type(att).__name__}")
+    if not 0 <= att <= MAX_ATTEMPT:
+        raise ValueError(f"an attempt of {att} is out of range")
+    body: dict[str, Any] = {"messageId": mid}
+    if seq is not None:
+        body["sequence"] = seq
+    if att:
+        body["attempt"] = att
+    return body
 
 
 def _ack_cost(mid: str) -> int:
@@ -297,9 +310,9 @@ class Delivery:
     @property
     def hops(self) -> int:
         """How many WebAssembly programs deep the message is (its ``hops``,
-        set by the broker; see :mod:`pigeon_client.model`): 0 when absent,
-        or when it is not an integer of 0 to 2^32-1 (``message["hops"]``
-        holds what the server sent)."""
+        set by the broker; see :mod:`pigeon_client.model`): 0 when absent.
+        A delivery whose ``hops`` is not an integer of 0 to 2^32-1 is never
+        handed over (its ``ProtocolError`` goes to ``on_error``)."""
         return _hops(self.message.get("hops"))
 
     async def ack(self) -> None:
@@ -585,6 +598,14 @@ class Subscription:
             return
         raw_seq = message.get("sequence")
         seq = _sequence(raw_seq)
+        if not _hops_held(message):
+            # No broker's (docs/protocol.md, "hops"): not handed over, as
+            # the other clients refuse it (unanswered, the server's ack
+            # wait gives it back; at most once, it was done when sent).
+            self.session._report(_unheld_hops(message, "deliver"))
+            if self._at_most_once and seq is not None:
+                self._settled_high = max(self._settled_high, seq)
+            return
         if seq is None and raw_seq is not None and not (type(raw_seq) is int and 0 <= raw_seq < (1 << 64)):
             # Handed over all the same (it is a message), but never a resume position.
             self.session._report(ProtocolError(

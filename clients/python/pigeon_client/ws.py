@@ -67,7 +67,7 @@ from .errors import (
     escaping_logger,
     new_error,
 )
-from .model import Contract, Decision
+from .model import Contract, Decision, ReceivedMessage, _hops_held, _pulled, _unheld_hops
 from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_ms, _sequence, _settle_body
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
@@ -1398,6 +1398,8 @@ class Session:
         m = ans.get("message")
         if not isinstance(m, dict):
             raise ProtocolError("BAD_REQUEST", "reply without a message")
+        if not _hops_held(m):
+            raise _unheld_hops(m, "reply")
         return m
 
     async def subscribe(
@@ -1480,34 +1482,53 @@ class Session:
             sub._start_workers()
         return sub
 
-    async def receive(self, subject: str, max: int | None = None) -> list[dict[str, Any]]:
+    async def receive(self, subject: str, max: int | None = None) -> list[ReceivedMessage]:
         """Pull up to ``max`` messages (leased on a work-queue subject: settle
-        them with :meth:`ack` / :meth:`nack`)."""
+        them with :meth:`ack` / :meth:`nack`). Each is a
+        :class:`~pigeon_client.model.ReceivedMessage`: the message's
+        ``dict``, with ``attempt`` the attempt of its lease (0: not leased),
+        which :meth:`ack` and :meth:`nack` of it send back. An answer whose
+        ``attempts`` is not one positive integer per message fails the call
+        (``ProtocolError``: nothing is handed out, and the server's ack wait
+        gives the messages back); a message whose ``hops`` is no broker's is
+        left out, its ``ProtocolError`` to ``on_error``."""
         f: dict[str, Any] = {"op": "receive", "subject": subject}
         if max is not None:
             f["max"] = max
-        return _messages(await self._call(f, "messages"))
+        return _pulled(await self._call(f, "messages"), "receive", self._report)
 
-    async def ack(self, subject: str, message: str | Mapping[str, Any], *, sequence: int | None = None) -> None:
+    async def ack(
+        self, subject: str, message: str | Mapping[str, Any], *, sequence: int | None = None, attempt: int | None = None
+    ) -> None:
         """Settle a message taken with :meth:`receive`: pass the message
-        received (its id and ``sequence`` are sent), or its id with
-        ``sequence=`` the message's sequence. With the sequence, a late ack
-        never settles a newer message published under the id once retention
-        trimmed the one received: the server refuses it
-        (``ACK_NOT_ALLOWED``). With the id alone it settles whichever
-        message holds the id now."""
+        received (its id, ``sequence`` and lease ``attempt`` are sent), or its
+        id with ``sequence=`` and ``attempt=`` the message's. With the
+        sequence, a late ack never settles a newer message published under
+        the id once retention trimmed the one received; with the attempt,
+        never the lease of the message another consumer of the same
+        principal took once this one's ran out: the server refuses either
+        (``ACK_NOT_ALLOWED``) and settles nothing. With the id alone it
+        settles whichever message holds the id now, under whichever lease
+        the principal holds."""
         self._check_usable()
-        await self._call({"op": "ack", "subject": subject, **_settle_body(message, sequence)}, "ok")
+        await self._call({"op": "ack", "subject": subject, **_settle_body(message, sequence, attempt)}, "ok")
 
     async def nack(
-        self, subject: str, message: str | Mapping[str, Any], delay: float | None = None, *, sequence: int | None = None
+        self,
+        subject: str,
+        message: str | Mapping[str, Any],
+        delay: float | None = None,
+        *,
+        sequence: int | None = None,
+        attempt: int | None = None,
     ) -> None:
         """Give back a message taken with :meth:`receive`, to come again
         after ``delay`` seconds (at most 12 hours, the broker's bound; NaN is
-        ``ValueError``, anything but a number ``TypeError``); ``message``
-        and ``sequence`` as for :meth:`ack`."""
+        ``ValueError``, anything but a number ``TypeError``); ``message``,
+        ``sequence`` and ``attempt`` as for :meth:`ack` (a late nack naming
+        an older attempt does not hand the message out again)."""
         self._check_usable()
-        f: dict[str, Any] = {"op": "nack", "subject": subject, **_settle_body(message, sequence)}
+        f: dict[str, Any] = {"op": "nack", "subject": subject, **_settle_body(message, sequence, attempt)}
         delay_ms = _delay_ms(delay)  # NaN or not a number: raised before anything is sent
         if delay_ms is not None:
             f["delayMs"] = delay_ms
@@ -1523,12 +1544,14 @@ class Session:
         max: int | None = None,
     ) -> list[dict[str, Any]]:
         """Retained messages of ``subject`` in sequence order (``REPLAY_DENIED``
-        when the subject, contract or policy does not allow it)."""
+        when the subject, contract or policy does not allow it); one whose
+        ``hops`` is no broker's is left out, its ``ProtocolError`` to
+        ``on_error``."""
         f: dict[str, Any] = {"op": "replay", "subject": subject}
         for k, v in (("reason", reason), ("fromSequence", from_sequence), ("toSequence", to_sequence), ("max", max)):
             if v is not None:
                 f[k] = v
-        return _messages(await self._call(f, "messages"))
+        return _pulled(await self._call(f, "messages"), "replay", self._report)
 
     async def ping(self, timeout: float = 10.0) -> None:
         """An application-level liveness check."""
@@ -1693,13 +1716,3 @@ class _RawFrame:
 
     def __init__(self, head: str) -> None:
         self.head = head
-
-
-def _messages(ans: dict[str, Any]) -> list[dict[str, Any]]:
-    ms = ans.get("messages")
-    if ms is None:
-        return []
-    if not isinstance(ms, list):
-        raise ProtocolError("BAD_REQUEST", "messages is not a list")
-    return [m for m in ms if isinstance(m, dict)]
-

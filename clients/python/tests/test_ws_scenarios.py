@@ -377,6 +377,59 @@ async def test_receive_pull(server):
         await w.close()
 
 
+async def test_receive_pull_attempt(server):
+    scenario("receive.pull_attempt")
+    subject = "notifications.send"
+    pub = await connect(server.ws, "orders-token", NOTIFY)
+    a = await connect(server.ws, "notifier-token", NOTIFY)
+    b = await connect(server.ws, "notifier-token", NOTIFY)
+
+    async def take(w, mid):
+        # Until it comes, settling the others it is handed (leftovers of
+        # other tests on the shared subject).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            mine = None
+            for m in await w.receive(subject, max=10):
+                if m["id"] == mid:
+                    mine = m
+                else:
+                    await w.ack(subject, m)
+            if mine is not None:
+                return mine
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{mid} never came")
+
+    try:
+        mid = (await pub.publish(notification())).id
+        m_a = await take(a, mid)
+        assert m_a.attempt == 1
+        # A does not answer; once its lease ran out (the 2 s ack wait), B
+        # leases the notification again.
+        m_b = await take(b, mid)
+        assert m_b.attempt == 2 and m_b["sequence"] == m_a["sequence"]
+        with pytest.raises(DeniedError) as e:
+            await a.ack(subject, m_a)  # names attempt 1
+        assert e.value.code == "ACK_NOT_ALLOWED"
+        with pytest.raises(DeniedError) as e:
+            await a.nack(subject, mid, 0, sequence=m_a["sequence"], attempt=1)
+        assert e.value.code == "ACK_NOT_ALLOWED"
+        handed = await a.receive(subject, max=10)
+        for m in handed:
+            await a.ack(subject, m)
+        assert mid not in {m["id"] for m in handed}, "the late nack handed it out again"
+        await b.ack(subject, m_b)  # names attempt 2
+        await asyncio.sleep(2.5)  # past another ack wait: an unsettled lease would have run out
+        again = await b.receive(subject, max=10)
+        for m in again:
+            await b.ack(subject, m)
+        assert mid not in {m["id"] for m in again}
+    finally:
+        await pub.close()
+        await a.close()
+        await b.close()
+
+
 async def test_replay_reason_required(server):
     scenario("replay.reason_required")
     pub = await connect(server.ws, "orders-token", NOTIFY)

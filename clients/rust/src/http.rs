@@ -152,6 +152,7 @@ pub struct HttpClient {
     timeout: Duration,
     tls: Option<TlsConfig>,
     contract: Option<String>,
+    region: Option<String>,
 }
 
 impl HttpClient {
@@ -165,7 +166,20 @@ impl HttpClient {
             timeout: Duration::from_secs(30),
             tls: None,
             contract: None,
+            region: None,
         }
+    }
+
+    /// The region of every call (`x-pigeon-region`), as
+    /// [`ConnectOptions::region`](crate::ConnectOptions::region) is the
+    /// session's; default: the server's. A contract is negotiated for it,
+    /// and a publish or request whose message names no region is given it
+    /// (one naming another is refused `REGION_DENIED`). Non-empty visible
+    /// ASCII only: any other region fails every call `INVALID_ARGUMENT`,
+    /// nothing sent (a CR or LF would add a header).
+    pub fn with_region(mut self, region: impl Into<String>) -> HttpClient {
+        self.region = Some(region.into());
+        self
     }
 
     /// The contract the calls that act under one ([`publish`](HttpClient::publish),
@@ -225,6 +239,9 @@ impl HttpClient {
         if contract.is_some_and(|c| !contract_id_ok(c)) {
             return Err(Error::new("INVALID_ARGUMENT", "a contract id is visible ASCII"));
         }
+        if self.region.as_deref().is_some_and(|r| !contract_id_ok(r)) {
+            return Err(Error::new("INVALID_ARGUMENT", "a region is visible ASCII"));
+        }
         if !request_line_ok(method, path) {
             return Err(Error::new(
                 "INVALID_ARGUMENT",
@@ -282,6 +299,9 @@ impl HttpClient {
         }
         if let Some(c) = contract {
             req.push_str(&format!("X-Pigeon-Contract: {c}\r\n"));
+        }
+        if let Some(r) = &self.region {
+            req.push_str(&format!("X-Pigeon-Region: {r}\r\n"));
         }
         req.push_str(&format!("Accept: application/json\r\nConnection: close\r\nContent-Length: {}\r\n", body.len()));
         if !body.is_empty() {
@@ -354,7 +374,18 @@ impl HttpClient {
     /// published under its id, and a late ack naming the sequence never
     /// settles it (`ACK_NOT_ALLOWED`).
     pub async fn ack_sequence(&self, subject: &str, message_id: &str, seq: u64) -> Result<()> {
-        self.settle("ack", subject, message_id, seq, None).await
+        self.settle("ack", subject, message_id, seq, 0, None).await
+    }
+
+    /// Acknowledges the message `message_id` received at sequence `seq`
+    /// under the lease attempt `attempt` that
+    /// [`receive_attempts`](HttpClient::receive_attempts) gave it (0 names
+    /// none, as [`ack_sequence`](HttpClient::ack_sequence)), as
+    /// `Session::ack_attempt` does over WebSocket: once that lease ran out
+    /// and the message was leased again, to any worker of the principal,
+    /// the server refuses it (`ACK_NOT_ALLOWED`, 403) and settles nothing.
+    pub async fn ack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32) -> Result<()> {
+        self.settle("ack", subject, message_id, seq, attempt, None).await
     }
 
     /// Gives a message taken with an explicit receive back
@@ -370,14 +401,26 @@ impl HttpClient {
     /// [`ack_sequence`](HttpClient::ack_sequence)): a late nack never hands
     /// out a newer message published under the id.
     pub async fn nack_sequence(&self, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
-        self.settle("nack", subject, message_id, seq, delay).await
+        self.settle("nack", subject, message_id, seq, 0, delay).await
     }
 
-    async fn settle(&self, op: &str, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
+    /// Gives the message `message_id` received at sequence `seq` under
+    /// the lease attempt `attempt` back (see
+    /// [`ack_attempt`](HttpClient::ack_attempt); 0 names none): a late
+    /// nack of an older attempt is refused (`ACK_NOT_ALLOWED`) and does not
+    /// hand the message out again while another worker runs it.
+    pub async fn nack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32, delay: Option<Duration>) -> Result<()> {
+        self.settle("nack", subject, message_id, seq, attempt, delay).await
+    }
+
+    async fn settle(&self, op: &str, subject: &str, message_id: &str, seq: u64, attempt: u32, delay: Option<Duration>) -> Result<()> {
         let contract = self.held(op)?;
         let mut body = json!({ "messageId": message_id });
         if seq > 0 {
             body["sequence"] = json!(seq);
+        }
+        if attempt > 0 {
+            body["attempt"] = json!(attempt);
         }
         if let Some(d) = delay {
             body["delayMs"] = json!(crate::time::retry_delay_ms(d));
@@ -495,15 +538,23 @@ impl HttpClient {
     /// client's timeout when longer. The request's refusal is that of
     /// [`publish`](HttpClient::publish). `CONTRACT_REQUIRED` without a
     /// contract, nothing sent; `BAD_FRAME` for an answer whose status is
-    /// not `replied` or without a message.
+    /// not `replied` or without a message, and for a reply to another
+    /// request: one without a `correlationId`, or naming another id than
+    /// the request's (a request without an id, a signature or an
+    /// idempotency key is sent with one drawn here, so that it can be
+    /// checked; with an idempotency key the request may repeat an earlier
+    /// one of another id, whose reply is then taken).
     pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
         let contract = self.held("request")?;
         let ms = ceil_ms(timeout).min(MAX_WIRE_WAIT_MS);
-        let body = json!({ "message": m, "timeoutMs": ms });
+        let req = crate::message::request_of(m);
+        let body = json!({ "message": &*req, "timeoutMs": ms });
         let wait = if ms == 0 { DEFAULT_REQUEST_WAIT } else { timeout };
         let bound = self.timeout.max(wait.saturating_add(REQUEST_SLACK));
         let (_, v) = self.call_under("POST", "/v1/requests", Some(body), Some(contract), bound).await?;
-        reply_of(&v).map_err(|e| malformed("POST", "/v1/requests", e))
+        let reply = reply_of(&v).map_err(|e| malformed("POST", "/v1/requests", e))?;
+        crate::message::check_reply(&req, &reply).map_err(|e| malformed("POST", "/v1/requests", e))?;
+        Ok(reply)
     }
 
     /// Pulls up to `max` messages of `subject` (`POST
@@ -516,6 +567,12 @@ impl HttpClient {
     /// `BAD_FRAME` for an answer without a `messages` array, or a message
     /// in it without an id or a sequence (see the module's documentation).
     pub async fn receive(&self, subject: &str, max: u32, ack: AckMode) -> Result<Vec<Message>> {
+        let (path, v) = self.pull(subject, max, ack).await?;
+        messages_of(&v).map_err(|e| malformed("POST", &path, e))
+    }
+
+    /// Sends a receive; its path and the answer.
+    async fn pull(&self, subject: &str, max: u32, ack: AckMode) -> Result<(String, Value)> {
         let contract = self.held("receive")?;
         let path = format!("/v1/subjects/{}/receive", segment(subject)?);
         let mut body = json!({ "ack": ack.wire() });
@@ -523,7 +580,29 @@ impl HttpClient {
             body["max"] = json!(max);
         }
         let (_, v) = self.call_under("POST", &path, Some(body), Some(contract), self.timeout).await?;
-        messages_of(&v).map_err(|e| malformed("POST", &path, e))
+        Ok((path, v))
+    }
+
+    /// [`receive`](HttpClient::receive) that also returns, with each
+    /// message, the attempt of its lease (1 for its first delivery), which
+    /// an explicit receive answers (`attempts`): send it back with
+    /// [`ack_attempt`](HttpClient::ack_attempt) or
+    /// [`nack_attempt`](HttpClient::nack_attempt). A lease is held by the
+    /// principal: once the one received runs out, another worker of the
+    /// principal may lease the message again, and an answer naming the
+    /// older attempt is then refused instead of settling that worker's
+    /// lease. 0 when nothing is leased ([`AckMode::Auto`], a pubsub
+    /// subject) or the server does not tell it. `BAD_FRAME` as `receive`,
+    /// and for `attempts` that are not an array of integers of 1 to
+    /// 2^32-1, one per message (never matched to the messages otherwise).
+    pub async fn receive_attempts(&self, subject: &str, max: u32, ack: AckMode) -> Result<Vec<(Message, u32)>> {
+        let (path, v) = self.pull(subject, max, ack).await?;
+        let pulled = || -> std::result::Result<Vec<(Message, u32)>, String> {
+            let ms = messages_of(&v)?;
+            let attempts = crate::message::attempts_of(&v, ms.len())?;
+            Ok(ms.into_iter().zip(attempts).collect())
+        };
+        pulled().map_err(|e| malformed("POST", &path, e))
     }
 }
 

@@ -223,3 +223,60 @@ impl Decision {
         self.message.sequence
     }
 }
+
+/// The `attempts` of a receive answer holding `n` messages: absent, none
+/// told (all 0: a pubsub receive, an automatic one, or a server that does
+/// not tell them); else an array of `n` integers of 1 to 2^32-1, the
+/// attempt of each message's lease in step with the messages. Anything
+/// else (not an array, `null`, another length, 0, a negative, a fraction,
+/// a string, an integer past `u32`) is a malformed answer: never read as
+/// some other message's attempt, nor as none.
+pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> {
+    let Some(a) = answer.get("attempts") else {
+        return Ok(vec![0; n]);
+    };
+    let Value::Array(a) = a else {
+        return Err("attempts that are not an array".into());
+    };
+    if a.len() != n {
+        return Err(format!("{} attempts for {n} messages", a.len()));
+    }
+    a.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .filter(|&x| x > 0)
+                .ok_or_else(|| format!("attempts[{i}] that is not an integer of 1 to 2^32-1 ({v})"))
+        })
+        .collect()
+}
+
+/// `m` as a request is sent: with an id, drawn here when it has none and
+/// nothing binds one (a signature covers the id; a repeated idempotency
+/// key stands for the first request, whose id the caller may not know),
+/// so that the reply can be told to answer it ([`check_reply`]).
+pub(crate) fn request_of(m: &Message) -> std::borrow::Cow<'_, Message> {
+    if m.id.is_empty() && m.signature.is_none() && m.idempotency_key.is_empty() {
+        let mut m = m.clone();
+        m.id = crate::crypto::new_message_id();
+        return std::borrow::Cow::Owned(m);
+    }
+    std::borrow::Cow::Borrowed(m)
+}
+
+/// Whether `reply` answers the request `req` (as sent, see [`request_of`]):
+/// a reply is the message a responder published with `correlationId` the
+/// request's id, so one without a correlationId answers nothing, and one
+/// naming another id answers another request. With an idempotency key the
+/// request may repeat an earlier one of another id, whose reply is this
+/// one's: then any correlationId is taken.
+pub(crate) fn check_reply(req: &Message, reply: &Message) -> Result<(), String> {
+    if reply.correlation_id.is_empty() {
+        return Err("a reply without a correlationId: it answers no request".into());
+    }
+    if !req.id.is_empty() && req.idempotency_key.is_empty() && reply.correlation_id != req.id {
+        return Err(format!("a reply to another request (correlationId {:?}, not {:?})", reply.correlation_id, req.id));
+    }
+    Ok(())
+}

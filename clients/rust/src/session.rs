@@ -299,11 +299,15 @@ fn obj(v: Value) -> Map<String, Value> {
 }
 
 /// A pull ack or nack frame (op) of message `id` received at sequence
-/// `seq` (0: none) on `subject`.
-fn pull_answer(op: &str, subject: &str, id: &str, seq: u64) -> Value {
+/// `seq` (0: none) under the lease attempt `attempt` (0: none) on
+/// `subject`.
+fn pull_answer(op: &str, subject: &str, id: &str, seq: u64, attempt: u32) -> Value {
     let mut f = json!({"op": op, "subject": subject, "messageId": id});
     if seq > 0 {
         f["sequence"] = json!(seq);
+    }
+    if attempt > 0 {
+        f["attempt"] = json!(attempt);
     }
     f
 }
@@ -431,13 +435,22 @@ impl Session {
 
     /// Publishes `m` as a request on a request/reply subject and waits for
     /// the reply, at most `timeout` (the server answers `REQUEST_TIMEOUT`).
+    /// A request without an id, a signature or an idempotency key is sent
+    /// with an id drawn here, so that its reply can be checked: an answer
+    /// whose message has no `correlationId`, or one naming another request
+    /// than the id sent (unless an idempotency key makes it a repeat of an
+    /// earlier one), is refused `BAD_FRAME`, never handed over as this
+    /// request's reply.
     pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
         self.inner.check_open()?;
         let conn = self.inner.conn().await?;
-        let f = json!({"op": "request", "message": m, "timeoutMs": crate::time::wire_ms(timeout)});
+        let req = crate::message::request_of(m);
+        let f = json!({"op": "request", "message": &*req, "timeoutMs": crate::time::wire_ms(timeout)});
         let ans = conn.call(obj(f), timeout.saturating_add(Duration::from_secs(2))).await?;
-        serde_json::from_value(ans.get("message").cloned().unwrap_or(Value::Null))
-            .map_err(|e| Error::protocol(format!("a reply without a valid message: {e}")))
+        let reply: Message = serde_json::from_value(ans.get("message").cloned().unwrap_or(Value::Null))
+            .map_err(|e| Error::protocol(format!("a reply without a valid message: {e}")))?;
+        crate::message::check_reply(&req, &reply).map_err(Error::protocol)?;
+        Ok(reply)
     }
 
     /// Pulls up to `max` messages of `subject`. On a work-queue subject they
@@ -446,6 +459,26 @@ impl Session {
     pub async fn receive(&self, subject: &str, max: u32) -> Result<Vec<Message>> {
         let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
         messages_of(&f)
+    }
+
+    /// [`receive`](Self::receive) that also returns, with each message,
+    /// the attempt of its lease (1 for its first delivery): send it back
+    /// with [`ack_attempt`](Self::ack_attempt) or
+    /// [`nack_attempt`](Self::nack_attempt). A lease is held by the
+    /// principal, not the session: once the one received runs out, another
+    /// session of the same principal may lease the message again, and an
+    /// answer naming the older attempt is then refused (`ACK_NOT_ALLOWED`)
+    /// instead of settling that session's lease. 0 when nothing is leased
+    /// (a pubsub subject) or the server does not tell it. An answer whose
+    /// `attempts` is not an array of integers of 1 to 2^32-1, one per
+    /// message, is refused (`BAD_FRAME`, kind
+    /// [`Protocol`](ErrorKind::Protocol)), never matched to the messages
+    /// otherwise.
+    pub async fn receive_attempts(&self, subject: &str, max: u32) -> Result<Vec<(Message, u32)>> {
+        let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
+        let ms = messages_of(&f)?;
+        let attempts = crate::message::attempts_of(&f, ms.len()).map_err(|e| Error::protocol(format!("a receive answer with {e}")))?;
+        Ok(ms.into_iter().zip(attempts).collect())
     }
 
     /// Acknowledges a message taken with `receive`, whichever message holds
@@ -463,7 +496,17 @@ impl Session {
     /// ack never settles (and so loses) the newer message: the server
     /// refuses it (`ACK_NOT_ALLOWED`).
     pub async fn ack_sequence(&self, subject: &str, message_id: &str, seq: u64) -> Result<()> {
-        self.call(pull_answer("ack", subject, message_id, seq)).await.map(|_| ())
+        self.ack_attempt(subject, message_id, seq, 0).await
+    }
+
+    /// Acknowledges the message `message_id` received at sequence `seq`
+    /// under the lease attempt `attempt` that
+    /// [`receive_attempts`](Self::receive_attempts) gave it (0 names none,
+    /// as [`ack_sequence`](Self::ack_sequence)): once that lease ran out
+    /// and the message was leased again, to any session of the principal,
+    /// the server refuses it (`ACK_NOT_ALLOWED`) and settles nothing.
+    pub async fn ack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32) -> Result<()> {
+        self.call(pull_answer("ack", subject, message_id, seq, attempt)).await.map(|_| ())
     }
 
     /// Gives a message taken with `receive` back, due again after `delay`
@@ -479,7 +522,16 @@ impl Session {
     /// `seq` back (see [`ack_sequence`](Self::ack_sequence)): a late nack
     /// never hands out a newer message published under the id.
     pub async fn nack_sequence(&self, subject: &str, message_id: &str, seq: u64, delay: Option<Duration>) -> Result<()> {
-        let mut f = pull_answer("nack", subject, message_id, seq);
+        self.nack_attempt(subject, message_id, seq, 0, delay).await
+    }
+
+    /// Gives the message `message_id` received at sequence `seq` under
+    /// the lease attempt `attempt` back (see
+    /// [`ack_attempt`](Self::ack_attempt); 0 names none): a late nack of
+    /// an older attempt is refused (`ACK_NOT_ALLOWED`) and does not hand
+    /// the message out again while another session runs it.
+    pub async fn nack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32, delay: Option<Duration>) -> Result<()> {
+        let mut f = pull_answer("nack", subject, message_id, seq, attempt);
         if let Some(d) = delay {
             f["delayMs"] = json!(crate::time::retry_delay_ms(d));
         }

@@ -88,6 +88,7 @@ async fn run_all() {
     scenario("request.reply", &mut failures, Box::pin(request_reply(s()))).await;
     scenario("request.timeout", &mut failures, Box::pin(request_timeout(s()))).await;
     scenario("receive.pull", &mut failures, Box::pin(receive_pull(s()))).await;
+    scenario("receive.pull_attempt", &mut failures, Box::pin(receive_pull_attempt(s()))).await;
     scenario("replay.reason_required", &mut failures, Box::pin(replay_reason_required(s()))).await;
     scenario("grant.role_removed", &mut failures, Box::pin(grant_role_removed(s()))).await;
     scenario("pipelined.publish", &mut failures, Box::pin(pipelined_publish(s()))).await;
@@ -511,6 +512,68 @@ async fn receive_pull(srv: Arc<Server>) {
     }
     n.close().await.unwrap();
     orders.close().await.unwrap();
+}
+
+/// Receives `subject` with `s` until the message `id` comes (at most
+/// `within`), acking the others it is handed under their attempts; the
+/// message and the attempt it came with.
+async fn receive_until(s: &Session, subject: &str, id: &str, within: Duration) -> (Message, u32) {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut found = None;
+        for (m, attempt) in s.receive_attempts(subject, 10).await.unwrap() {
+            if m.id == id {
+                found = Some((m, attempt));
+            } else {
+                s.ack_attempt(subject, &m.id, m.sequence, attempt).await.unwrap();
+            }
+        }
+        if let Some(f) = found {
+            return f;
+        }
+        assert!(Instant::now() < deadline, "{id} was not received within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn receive_pull_attempt(srv: Arc<Server>) {
+    const SUBJECT: &str = "notifications.send";
+    let orders = connect(&srv, "orders-token", &[SUBJECT]).await;
+    // Two workers of one principal (notifier-worker): the lease is the
+    // principal's, not the session's.
+    let a = connect(&srv, "notifier-token", &[SUBJECT]).await;
+    let b = connect(&srv, "notifier-token", &[SUBJECT]).await;
+    let d = orders.publish(&notification(&format!("attempt-{}", nonce()))).await.unwrap();
+
+    let (m, first) = receive_until(&a, SUBJECT, d.id(), Duration::from_secs(10)).await;
+    assert_eq!((m.sequence, first), (d.sequence(), 1), "A's lease is the first attempt");
+    // A does not answer: after the ack wait (2 s) B leases it again.
+    let (m, second) = receive_until(&b, SUBJECT, d.id(), Duration::from_secs(15)).await;
+    assert_eq!((m.sequence, second), (d.sequence(), 2), "B's lease is the second attempt");
+
+    // A's late answers name its lapsed attempt: refused, nothing settled.
+    let e = expect_err(a.ack_attempt(SUBJECT, d.id(), d.sequence(), first).await, "ACK_NOT_ALLOWED");
+    assert_eq!(e.kind, ErrorKind::Denied, "{e}");
+    expect_err(a.nack_attempt(SUBJECT, d.id(), d.sequence(), first, Some(Duration::ZERO)).await, "ACK_NOT_ALLOWED");
+    // The refused nack (due at once, had it been taken) handed nothing
+    // out again: B still holds it.
+    for s in [&a, &b] {
+        for (m, attempt) in s.receive_attempts(SUBJECT, 10).await.unwrap() {
+            assert_ne!(m.id, d.id(), "A's refused nack handed the notification out again (attempt {attempt})");
+            s.ack_attempt(SUBJECT, &m.id, m.sequence, attempt).await.unwrap();
+        }
+    }
+    // B's ack names the lease it holds: taken, and the notification does
+    // not come back after the ack wait.
+    b.ack_attempt(SUBJECT, d.id(), d.sequence(), second).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for (m, attempt) in b.receive_attempts(SUBJECT, 10).await.unwrap() {
+        assert_ne!(m.id, d.id(), "acked, it came back (attempt {attempt})");
+        b.ack_attempt(SUBJECT, &m.id, m.sequence, attempt).await.unwrap();
+    }
+    for s in [a, b, orders] {
+        s.close().await.unwrap();
+    }
 }
 
 async fn replay_reason_required(srv: Arc<Server>) {

@@ -24,7 +24,9 @@ async fn a_request_with_the_longest_timeout_sends_the_largest_timeout_ms() {
                 "negotiate" => {
                     json!({"op": "contract", "re": f["id"], "contract": {"id": "ctr_raw", "subjects": [], "expiresAt": "2099-01-01T00:00:00Z"}})
                 }
-                _ => json!({"op": "reply", "re": f["id"], "message": {"id": "msg_r", "subject": "s", "data": {}}}),
+                _ => {
+                    json!({"op": "reply", "re": f["id"], "message": {"id": "msg_r", "subject": "s", "data": {}, "correlationId": f["message"]["id"]}})
+                }
             };
             ws.send(W::Text(a.to_string())).await.unwrap();
         }

@@ -330,7 +330,11 @@ async fn a_server_that_reads_slowly_but_steadily_is_not_cut() {
     let (url, _tx, task) = raw_server(
         Behaviour::default(),
         Arc::new(|f| match f["op"].as_str() {
-            Some("request") => vec![json!({"op": "reply", "re": f["id"], "message": msg(1)})],
+            Some("request") => {
+                let mut reply = msg(1);
+                reply["correlationId"] = f["message"]["id"].clone();
+                vec![json!({"op": "reply", "re": f["id"], "message": reply})]
+            }
             _ => vec![json!({"op": "ok", "re": f["id"]})],
         }),
     )

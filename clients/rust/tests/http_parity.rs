@@ -329,10 +329,13 @@ async fn the_typed_calls_send_their_routes_bodies() {
 
     // A request: timeoutMs in whole milliseconds rounded up, never past
     // what the server reads (a longer one would be INVALID_ARGUMENT).
-    let (url, seen) = canned(200, &format!(r#"{{"status":"replied","message":{}}}"#, message("2"))).await;
+    // (An idempotency key: the reply may answer an earlier request of
+    // the key, so the canned reply's correlationId is taken.)
+    let reply = r#"{"id":"msg_2","subject":"rpc.http","sequence":2,"correlationId":"msg_1"}"#;
+    let (url, seen) = canned(200, &format!(r#"{{"status":"replied","message":{reply}}}"#)).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     for t in [Duration::from_micros(1500), Duration::from_millis(250), Duration::MAX] {
-        h.request(&Message::new(RPC, "q", "ask"), t).await.unwrap();
+        h.request(&Message::new(RPC, "q", "ask").with_idempotency_key("k-1"), t).await.unwrap();
     }
     let ms: Vec<Value> = seen.lock().unwrap().iter().map(|r| r.body["timeoutMs"].clone()).collect();
     assert_eq!(ms, vec![json!(2), json!(250), json!(i64::MAX / 1_000_000)]);

@@ -331,36 +331,110 @@ export function unheldMessage(m: { id?: unknown; sequence?: unknown; hops?: unkn
   return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message${at} whose ${field} is not an integer of ${range}`, details);
 }
 
+/** What a value is, for a BAD_FRAME's details: "null", "array", or its typeof. */
+function typeName(x: unknown): string {
+  return x === null ? "null" : Array.isArray(x) ? "array" : typeof x;
+}
+
 /**
  * The messages of a `receive` or `replay` answer that the client holds
  * exactly (see {@link unheldMessage}), in order; each other one is left
  * out and its BAD_FRAME passed to `report`, as a `deliver_batch` entry is:
- * the others go on. A leased one left out is not answered, so the server's
- * ack wait gives it back.
+ * the others go on. So is an entry that is not a message object (null, a
+ * number, a string, an array): reading it as a message would throw a
+ * TypeError in the caller. A leased one left out is not answered, so the
+ * server's ack wait gives it back. `attempts`, when given, is in step with
+ * `list` (see {@link pullAttempts}): each message kept keeps its own, for
+ * {@link attemptOf} and the ack or nack of it.
  */
-export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError) => void): M[] {
+export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError) => void, attempts?: readonly number[]): M[] {
   const out: M[] = [];
   for (let i = 0; i < list.length; i++) {
-    const m = list[i]!;
+    const m: unknown = list[i];
+    if (typeof m !== "object" || m === null || Array.isArray(m)) {
+      report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} entry (entry ${i}) that is not a message object`, { op: what, index: i, entry: typeName(m) }));
+      continue;
+    }
     const unheld = unheldMessage(m as { id?: unknown; sequence?: unknown; hops?: unknown }, what, i);
-    if (unheld) report(unheld);
-    else out.push(m);
+    if (unheld) {
+      report(unheld);
+      continue;
+    }
+    const a = attempts?.[i] ?? 0;
+    if (a > 0) leaseAttempts.set(m, a);
+    out.push(m as M);
   }
   return out;
 }
 
 /**
- * The `messageId` and `sequence` of an ack or a nack body: of `message`, a
- * message received (its id, and its sequence when positive) or its id;
- * `sequence`, when given, is sent instead (0: none). INVALID_ARGUMENT for
- * a message without a string id, a sequence that is not a non-negative
- * safe integer (JSON.stringify would send a rounded or null one), or a
- * message received whose sequence is not one (beyond 2^53-1 JSON.parse
- * rounded it, see {@link sequenceHeld}): rather than an answer without
- * the sequence, which settles whichever message holds the id now. Pass
- * the id alone to answer so anyway.
+ * The lease attempt of each message a pull handed out, by the message
+ * object: the attempt its ack or nack sends back (see {@link settleBody}).
+ * Weak: a message the caller lets go is forgotten with it.
  */
-export function settleBody(message: string | { id?: unknown; sequence?: unknown }, sequence?: number): { messageId: string; sequence?: number } {
+const leaseAttempts = new WeakMap<object, number>();
+
+/**
+ * The lease attempt a receive (a Session's or an HttpClient's) answered
+ * `message` with (the message object it handed out): 1 for its first delivery, more when its
+ * lease ran out and it was leased again. 0 when it was not leased (a
+ * pubsub subject, an automatic HTTP receive, a server that does not tell
+ * it), or for any other object.
+ */
+export function attemptOf(message: unknown): number {
+  return typeof message === "object" && message !== null ? (leaseAttempts.get(message) ?? 0) : 0;
+}
+
+/**
+ * The `attempts` of a `receive` answer holding `messages` (its raw list,
+ * before any entry is left out): one positive safe integer per message, in
+ * step with them; an answer without `attempts` leased nothing (0 each).
+ * BAD_FRAME for anything else (not an array, null, another length, an
+ * entry that is not an integer of 1 to 2^53-1), rather than an attempt
+ * given to another message, or rounded: an ack naming the wrong attempt
+ * would be refused, or settle another lease.
+ */
+export function pullAttempts(answer: Record<string, unknown>, what: string): number[] {
+  const n = Array.isArray(answer.messages) ? answer.messages.length : 0;
+  const a = answer.attempts;
+  if (a === undefined) return new Array<number>(n).fill(0);
+  if (!Array.isArray(a)) {
+    throw new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} answer whose attempts is not a list`, { op: what, attempts: typeName(a) });
+  }
+  if (a.length !== n) {
+    throw new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} answer holding ${a.length} attempts for ${n} messages`, { op: what, attempts: a.length, messages: n });
+  }
+  for (let i = 0; i < a.length; i++) {
+    const x: unknown = a[i];
+    if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 1) {
+      throw new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} answer whose attempts entry ${i} is not an integer of 1 to 2^53-1`, {
+        op: what,
+        index: i,
+        attempt: typeof x === "number" ? x : typeName(x),
+      });
+    }
+  }
+  return a as number[];
+}
+
+/**
+ * The `messageId`, `sequence` and `attempt` of an ack or a nack body: of
+ * `message`, a message received (its id, its sequence when positive, and
+ * the lease attempt a receive handed it out with, see
+ * {@link attemptOf}) or its id; `sequence` and `attempt`, when given, are
+ * sent instead (0: none). INVALID_ARGUMENT for a message without a string
+ * id, a sequence or an attempt that is not a non-negative safe integer
+ * (JSON.stringify would send a rounded or null one), or a message received
+ * whose sequence is not one (beyond 2^53-1 JSON.parse rounded it, see
+ * {@link sequenceHeld}): rather than an answer without the sequence, which
+ * settles whichever message holds the id now. Pass the id alone to answer
+ * so anyway.
+ */
+export function settleBody(
+  message: string | { id?: unknown; sequence?: unknown },
+  sequence?: number,
+  attempt?: number,
+): { messageId: string; sequence?: number; attempt?: number } {
   const id = typeof message === "string" ? message : message?.id;
   if (typeof id !== "string") throw new PigeonError("INVALID_ARGUMENT", "an ack or a nack names a message id (a string) or a message received");
   let seq = typeof message === "string" ? undefined : message.sequence;
@@ -373,7 +447,15 @@ export function settleBody(message: string | { id?: unknown; sequence?: unknown 
     if (typeof sequence !== "number" || !Number.isSafeInteger(sequence) || sequence < 0) throw new PigeonError("INVALID_ARGUMENT", `sequence must be a non-negative safe integer, not ${String(sequence)}`);
     seq = sequence;
   }
-  return typeof seq === "number" && Number.isSafeInteger(seq) && seq > 0 ? { messageId: id, sequence: seq } : { messageId: id };
+  let att = attemptOf(message);
+  if (attempt !== undefined) {
+    if (typeof attempt !== "number" || !Number.isSafeInteger(attempt) || attempt < 0) throw new PigeonError("INVALID_ARGUMENT", `attempt must be a non-negative safe integer, not ${String(attempt)}`);
+    att = attempt;
+  }
+  const body: { messageId: string; sequence?: number; attempt?: number } = { messageId: id };
+  if (typeof seq === "number" && Number.isSafeInteger(seq) && seq > 0) body.sequence = seq;
+  if (att > 0) body.attempt = att;
+  return body;
 }
 
 /**

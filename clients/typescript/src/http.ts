@@ -11,9 +11,9 @@
 import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
-import { ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, retryDelayMs, settleBody, transportError, unheldDecision, unheldMessage } from "./errors.js";
+import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unheldDecision, unheldMessage } from "./errors.js";
 import { selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
-import type { Contract, Decision, Message, ReplayOptions, SettleOptions } from "./types.js";
+import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
   /** x-pigeon-region of every call */
@@ -189,39 +189,71 @@ export class HttpClient {
 
   /**
    * Pulls up to `max` messages; `ack: "explicit"` leases them until
-   * ack/nack. One whose sequence or hops the client cannot hold is left
+   * ack/nack (pass the message received: its lease attempt is sent back;
+   * see {@link HttpClient.receiveAttempts}). One whose sequence or hops the
+   * client cannot hold, or an entry that is not a message object, is left
    * out, its BAD_FRAME to the onError option (see heldMessages).
    */
   async receive(subject: string, options: { max?: number; ack?: "auto" | "explicit" } = {}): Promise<Message[]> {
-    const r = await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true });
-    return heldMessages(r.messages ?? [], "receive", (e) => this.report(e));
+    return (await this.receiveAttempts(subject, options)).messages;
+  }
+
+  /**
+   * {@link HttpClient.receive}, with the attempt of each message's lease in
+   * step with the messages (1 for its first delivery; 0 when not leased:
+   * an automatic receive, a pubsub subject, a server that does not tell
+   * it). The client keeps it with each message object it hands out
+   * ({@link HttpClient.attemptOf}), and ack and nack of that message send
+   * it: once its lease ran out and the message was leased again, even to
+   * another worker of the same principal, the late answer settles nothing
+   * (403 ACK_NOT_ALLOWED) instead of the newer lease. An answer whose
+   * `attempts` is not one positive integer per message is refused,
+   * BAD_FRAME.
+   */
+  async receiveAttempts(subject: string, options: { max?: number; ack?: "auto" | "explicit" } = {}): Promise<Pulled> {
+    const r = await this.expect<{ messages?: Message[] | null; attempts?: unknown }>("messages", (r) => isList(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true });
+    const list = r.messages ?? [];
+    const attempts = pullAttempts({ messages: list, attempts: r.attempts }, "receive");
+    const kept = heldMessages(list, "receive", (e) => this.report(e), attempts);
+    return { messages: kept, attempts: kept.map(attemptOf) };
+  }
+
+  /**
+   * The lease attempt an explicit receive answered `message` with (the
+   * message object it handed out; see {@link HttpClient.receiveAttempts});
+   * 0 when not leased or not handed out by a receive.
+   */
+  attemptOf(message: Message): number {
+    return attemptOf(message);
   }
 
   /**
    * Settles a message leased by an explicit receive: pass the message
-   * received (its id and sequence are sent), or its id, with `sequence`
-   * the message's sequence. With the sequence, a late ack never settles a
-   * newer message published under the id once retention trimmed the one
-   * received (403 ACK_NOT_ALLOWED).
+   * received (its id, sequence and lease attempt are sent), or its id,
+   * with `sequence` the message's sequence and `attempt` its lease's. With
+   * the sequence, a late ack never settles a newer message published under
+   * the id once retention trimmed the one received; with the attempt, never
+   * the newer lease of the message (another worker's of the same
+   * principal) once the one received ran out (403 ACK_NOT_ALLOWED).
    */
   async ack(subject: string, message: string | Message, options: SettleOptions = {}): Promise<void> {
-    await this.call("POST", `/v1/subjects/${segment(subject)}/ack`, settleBody(message, options.sequence), { contract: true });
+    await this.call("POST", `/v1/subjects/${segment(subject)}/ack`, settleBody(message, options.sequence, options.attempt), { contract: true });
   }
 
   /**
    * Gives a leased message back, due again after `delayMs` (at most 12
    * hours, the most the server takes: a longer one is shortened to it);
-   * `message` and `sequence` as for {@link HttpClient.ack}.
+   * `message`, `sequence` and `attempt` as for {@link HttpClient.ack}.
    */
   async nack(subject: string, message: string | Message, options: SettleOptions & { delayMs?: number } = {}): Promise<void> {
-    const body: Record<string, unknown> = settleBody(message, options.sequence);
+    const body: Record<string, unknown> = settleBody(message, options.sequence, options.attempt);
     if (options.delayMs !== undefined) body.delayMs = retryDelayMs(finiteMs("delayMs", options.delayMs));
     await this.call("POST", `/v1/subjects/${segment(subject)}/nack`, body, { contract: true });
   }
 
   /** Returns retained messages in sequence order, less any left out as receive's are. */
   async replay(subject: string, options: ReplayOptions = {}): Promise<Message[]> {
-    const r = await this.expect<{ messages: Message[] }>("messages", (r) => isObjArray(r.messages), "POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true });
+    const r = await this.expect<{ messages?: Message[] | null }>("messages", (r) => isList(r.messages), "POST", `/v1/subjects/${segment(subject)}/replay`, options, { contract: true });
     return heldMessages(r.messages ?? [], "replay", (e) => this.report(e));
   }
 
@@ -424,6 +456,11 @@ function query(o: Record<string, unknown>): string {
 }
 
 const hasContract = (r: Record<string, unknown>): boolean => isObj(r.contract) && typeof r.contract.id === "string";
+/**
+ * A list; absent or null (a server that omits an empty list) is taken as
+ * none. Its entries are checked one by one (see heldMessages).
+ */
+const isList = (x: unknown): boolean => x === undefined || x === null || Array.isArray(x);
 /** A list of objects; absent or null (a server that omits an empty list) is taken as none. */
 const isObjArray = (x: unknown): boolean => x === undefined || x === null || (Array.isArray(x) && x.every(isObj));
 

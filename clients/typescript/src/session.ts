@@ -18,11 +18,11 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, heldMessages } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, heldMessages, attemptOf, pullAttempts } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
-import type { Contract, Decision, Message, ReplayOptions, SettleOptions, Start } from "./types.js";
+import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions, Start } from "./types.js";
 import { loneSurrogate } from "./jcs.js";
 
 export { Subscription };
@@ -631,43 +631,78 @@ export class Session implements ConnOwner {
 
   /**
    * Pulls up to `max` messages (leased on work-queue subjects: settle with
-   * ack/nack). A message whose sequence or hops the client cannot hold is
-   * left out, its BAD_FRAME to onError (see heldMessages).
+   * ack/nack, passing the message received, whose lease attempt the ack or
+   * nack sends back; see {@link Session.receiveAttempts}). A message whose
+   * sequence or hops the client cannot hold, or an entry that is not a
+   * message object, is left out, its BAD_FRAME to onError (see
+   * heldMessages).
    */
   async receive(subject: string, options: { max?: number } = {}): Promise<Message[]> {
-    const frame: Frame = { op: "receive", subject };
-    if (options.max !== undefined) frame.max = options.max;
-    return heldMessages(messages(await this.call(frame)), "receive", (e) => this.report(e));
+    return (await this.receiveAttempts(subject, options)).messages;
   }
 
   /**
-   * Acknowledges a received message: pass the message received (its id
-   * and sequence are sent), or its id, with `sequence` the message's
-   * sequence. With the sequence, a late ack never settles a newer message
-   * published under the id once retention trimmed the one received: the
-   * server refuses it (ACK_NOT_ALLOWED). Without it, it settles whichever
-   * message holds the id now.
+   * {@link Session.receive}, with the attempt of each message's lease in
+   * step with the messages (1 for its first delivery; 0 when not leased: a
+   * pubsub subject, or a server that does not tell it). The client keeps it
+   * with each message object it hands out ({@link Session.attemptOf}), and
+   * ack and nack of that message send it: once its lease ran out and the
+   * message was leased again, even to another session of the same
+   * principal, the late answer settles nothing (ACK_NOT_ALLOWED) instead of
+   * the newer lease. An answer whose `attempts` is not one positive integer
+   * per message is refused, BAD_FRAME.
+   */
+  async receiveAttempts(subject: string, options: { max?: number } = {}): Promise<Pulled> {
+    const frame: Frame = { op: "receive", subject };
+    if (options.max !== undefined) frame.max = options.max;
+    const f = answer(await this.call(frame), "messages", (f) => Array.isArray(f.messages));
+    const attempts = pullAttempts(f, "receive");
+    const kept = heldMessages(f.messages as Message[], "receive", (e) => this.report(e), attempts);
+    return { messages: kept, attempts: kept.map(attemptOf) };
+  }
+
+  /**
+   * The lease attempt a receive answered `message` with (the message object
+   * it handed out; see {@link Session.receiveAttempts}); 0 when not leased
+   * or not handed out by a receive.
+   */
+  attemptOf(message: Message): number {
+    return attemptOf(message);
+  }
+
+  /**
+   * Acknowledges a received message: pass the message received (its id,
+   * sequence and lease attempt are sent), or its id, with `sequence` the
+   * message's sequence and `attempt` its lease's. With the sequence, a late
+   * ack never settles a newer message published under the id once
+   * retention trimmed the one received; with the attempt, never the newer
+   * lease of the message (another session's of the same principal) once the
+   * one received ran out: the server refuses it (ACK_NOT_ALLOWED). Without
+   * them, it settles whichever message holds the id now, under whichever
+   * lease the principal holds.
    */
   async ack(subject: string, message: string | Message, options: SettleOptions = {}): Promise<void> {
-    answer(await this.call({ op: "ack", subject, ...settleBody(message, options.sequence) }), "ok", () => true);
+    answer(await this.call({ op: "ack", subject, ...settleBody(message, options.sequence, options.attempt) }), "ok", () => true);
   }
 
   /**
    * Gives a received message back, due again after `delayMs` (default: the
    * subject's backoff; at most 12 hours, the most the server takes: a
-   * longer one is shortened to it); `message` and `sequence` as for
-   * {@link Session.ack}.
+   * longer one is shortened to it); `message`, `sequence` and `attempt` as
+   * for {@link Session.ack}: a late nack naming an older attempt hands
+   * nothing out again.
    */
   async nack(subject: string, message: string | Message, options: SettleOptions & { delayMs?: number } = {}): Promise<void> {
-    const frame: Frame = { op: "nack", subject, ...settleBody(message, options.sequence) };
+    const frame: Frame = { op: "nack", subject, ...settleBody(message, options.sequence, options.attempt) };
     if (options.delayMs !== undefined) frame.delayMs = retryDelayMs(finiteMs("delayMs", options.delayMs));
     answer(await this.call(frame), "ok", () => true);
   }
 
   /**
    * Returns retained messages of `subject` in sequence order; one whose
-   * sequence or hops the client cannot hold is left out, its BAD_FRAME to
-   * onError (see heldMessages).
+   * sequence or hops the client cannot hold, or an entry that is not a
+   * message object, is left out, its BAD_FRAME to onError (see
+   * heldMessages).
    */
   async replay(subject: string, options: ReplayOptions = {}): Promise<Message[]> {
     return heldMessages(messages(await this.call({ op: "replay", subject, ...options })), "replay", (e) => this.report(e));

@@ -96,4 +96,28 @@ export interface SettleOptions {
    * received: the server refuses it (ACK_NOT_ALLOWED). 0 names none.
    */
   sequence?: number;
+  /**
+   * The lease attempt the receive answered the message with (taken from
+   * the message when the message a receive handed out is passed; see
+   * `receiveAttempts` and `attemptOf`). A pull lease is the principal's:
+   * once the lease received ran out and the message was leased again, to
+   * another worker of the same principal too, an answer naming the older
+   * attempt settles nothing (ACK_NOT_ALLOWED) and the newer lease holds.
+   * Without one the answer settles whichever lease the principal holds. 0
+   * names none.
+   */
+  attempt?: number;
+}
+
+/** What {@link Session.receiveAttempts} and `HttpClient.receiveAttempts` resolve to. */
+export interface Pulled {
+  /** the messages received, as receive() returns them */
+  messages: Message[];
+  /**
+   * in step with `messages`: the attempt of each one's lease (1 for its
+   * first delivery), which its ack or nack sends back; 0 for one not
+   * leased (a pubsub subject, an automatic HTTP receive, a server that
+   * does not tell it)
+   */
+  attempts: number[];
 }

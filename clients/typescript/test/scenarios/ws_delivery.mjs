@@ -216,6 +216,58 @@ scenario("receive.pull", async () => {
   }
 });
 
+scenario("receive.pull_attempt", async () => {
+  const srv = await sharedServer();
+  const subject = "notifications.send";
+  const a = await connect(srv.ws, "notifier-token", [subject]);
+  const b = await connect(srv.ws, "notifier-token", [subject]);
+  const orders = await connect(srv.ws, "orders-token", [subject]);
+  try {
+    const { message: sent } = await orders.publish(notification(uniq("attempt")));
+    // Receives on s until the notification comes (its message and
+    // attempt), acking every other one s is handed.
+    const pullIt = async (s, ms, what) => {
+      const deadline = Date.now() + ms;
+      while (Date.now() < deadline) {
+        const { messages, attempts } = await s.receiveAttempts(subject, { max: 10 });
+        assert.equal(attempts.length, messages.length);
+        let it;
+        for (const [i, m] of messages.entries()) {
+          if (m.id === sent.id) it = { message: m, attempt: attempts[i] };
+          else await s.ack(subject, m);
+        }
+        if (it) return it;
+        await sleep(50);
+      }
+      throw new Error(`timed out waiting for ${what}`);
+    };
+    const notPulled = async (s) => {
+      const got = await s.receive(subject, { max: 10 });
+      for (const m of got) if (m.id !== sent.id) await s.ack(subject, m);
+      return !got.some((m) => m.id === sent.id);
+    };
+    const first = await pullIt(a, 5000, "A to receive the notification");
+    assert.equal(first.attempt, 1);
+    assert.equal(a.attemptOf(first.message), 1);
+    // A does not answer: after the ack wait (2 s) B leases it again.
+    const second = await pullIt(b, 10_000, "B to receive the notification after A's ack wait");
+    assert.equal(second.message.sequence, first.message.sequence);
+    assert.equal(second.attempt, 2);
+    const notAllowed = (e) => e instanceof PigeonError && e.code === "ACK_NOT_ALLOWED";
+    // A's late ack names attempt 1 (kept with the message A received).
+    await assert.rejects(a.ack(subject, first.message), notAllowed, "A's late ack");
+    // A's late nack names it explicitly, due again at once were it taken.
+    await assert.rejects(a.nack(subject, first.message.id, { sequence: first.message.sequence, attempt: 1, delayMs: 0 }), notAllowed, "A's late nack");
+    assert.ok(await notPulled(a), "A's late nack handed the notification out again");
+    await b.ack(subject, second.message); // names attempt 2
+    await sleep(2500);
+    assert.ok(await notPulled(b), "B's ack settled the notification");
+    assert.ok(await notPulled(a), "B's ack settled the notification");
+  } finally {
+    await Promise.all([a.close(), b.close(), orders.close()]);
+  }
+});
+
 scenario("replay.reason_required", async () => {
   const srv = await sharedServer();
   const tag = uniq("replay");

@@ -1,0 +1,349 @@
+//! A pull answer names the lease attempt it was received under, over
+//! WebSocket and HTTP (docs/protocol.md, "ack and nack"; docs/http.md): a
+//! pull lease is the principal's, so a worker that answers after its lease
+//! lapsed and another worker of the principal leased the job again must
+//! name its attempt, or its late ack settles the other's lease. The
+//! attempts a hostile server answers are taken only as the protocol gives
+//! them (one positive integer per message) and sent back as given. Beside
+//! them, the HTTP client's region (`x-pigeon-region`, as the session's) and
+//! a request's reply checked against the request it answers, over both
+//! transports.
+
+mod common;
+
+use common::{raw_server, Behaviour, OnFrame};
+use pigeon_client::http::{AckMode, HttpClient};
+use pigeon_client::{ConnectOptions, ErrorKind, Message, Session, Status};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const SUBJECT: &str = "notifications.send";
+
+fn msg(i: u64) -> Value {
+    json!({"id": format!("msg_{i}"), "subject": SUBJECT, "sequence": i, "data": {}})
+}
+
+fn opts() -> ConnectOptions {
+    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
+}
+
+/// A raw WebSocket endpoint answering every receive with `answer` (its
+/// `re` set), every other frame `ok`, recording the frames.
+async fn ws_answering(answer: Value) -> (String, Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<()>) {
+    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = frames.clone();
+    let on_frame: OnFrame = Arc::new(move |f| {
+        seen.lock().unwrap().push(f.clone());
+        let mut a = match f["op"].as_str() {
+            Some("receive") | Some("request") => answer.clone(),
+            _ => json!({"op": "ok"}),
+        };
+        a["re"] = f["id"].clone();
+        vec![a]
+    });
+    let (url, _tx, task) = raw_server(Behaviour::default(), on_frame).await;
+    (url, frames, task)
+}
+
+async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
+    task.abort();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+}
+
+/// The `attempts` a hostile server may answer two messages with that are
+/// not one positive integer of `u32` per message.
+fn bad_attempts() -> Vec<(&'static str, Value)> {
+    vec![
+        ("null", json!(null)),
+        ("an object", json!({"0": 1})),
+        ("a number", json!(1)),
+        ("one for two messages", json!([1])),
+        ("three for two messages", json!([1, 2, 3])),
+        ("none for two messages", json!([])),
+        ("a zero", json!([1, 0])),
+        ("a negative", json!([1, -1])),
+        ("a fraction", json!([1, 1.5])),
+        ("an integer as a float", json!([1, 2.0])),
+        ("a string", json!([1, "2"])),
+        ("a null", json!([1, null])),
+        ("past u32", json!([1, 4_294_967_296u64])),
+    ]
+}
+
+#[tokio::test]
+async fn ws_receive_attempts_pairs_each_message_with_its_attempt() {
+    let (url, _, task) = ws_answering(json!({"op": "messages", "messages": [msg(7), msg(9)], "attempts": [2, 1]})).await;
+    let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+    let got = s.receive_attempts(SUBJECT, 10).await.unwrap();
+    let got: Vec<(u64, u32)> = got.iter().map(|(m, a)| (m.sequence, *a)).collect();
+    assert_eq!(got, vec![(7, 2), (9, 1)]);
+    // Without attempts (a pubsub subject, a server that does not tell
+    // them): 0 for each, and receive as before.
+    end(s, task).await;
+    let (url, _, task) = ws_answering(json!({"op": "messages", "messages": [msg(7)]})).await;
+    let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+    let got = s.receive_attempts(SUBJECT, 10).await.unwrap();
+    assert_eq!(got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>(), vec![(7, 0)]);
+    assert_eq!(s.receive(SUBJECT, 10).await.unwrap().len(), 1);
+    end(s, task).await;
+}
+
+#[tokio::test]
+async fn ws_receive_attempts_refuses_attempts_not_one_positive_integer_per_message() {
+    let mut wrong = Vec::new();
+    for (name, attempts) in bad_attempts() {
+        let (url, _, task) = ws_answering(json!({"op": "messages", "messages": [msg(7), msg(9)], "attempts": attempts})).await;
+        let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+        match s.receive_attempts(SUBJECT, 10).await {
+            Err(e) if e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol => {}
+            Err(e) => wrong.push(format!("{name}: {e}")),
+            Ok(got) => wrong.push(format!("{name}: taken as {:?}", got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>())),
+        }
+        end(s, task).await;
+    }
+    assert!(wrong.is_empty(), "not refused as BAD_FRAME:\n{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn ws_ack_and_nack_attempt_send_the_attempt() {
+    let (url, frames, task) = ws_answering(json!({"op": "ok"})).await;
+    let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+    s.ack_attempt(SUBJECT, "msg_7", 7, 2).await.unwrap();
+    s.nack_attempt(SUBJECT, "msg_9", 9, 3, Some(Duration::from_millis(250))).await.unwrap();
+    s.ack_sequence(SUBJECT, "msg_7", 7).await.unwrap();
+    s.ack_attempt(SUBJECT, "msg_7", 0, 0).await.unwrap();
+    let sent: Vec<Value> = frames
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            f.as_object_mut().unwrap().remove("id");
+            f
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            json!({"op": "ack", "subject": SUBJECT, "messageId": "msg_7", "sequence": 7, "attempt": 2}),
+            json!({"op": "nack", "subject": SUBJECT, "messageId": "msg_9", "sequence": 9, "attempt": 3, "delayMs": 250}),
+            // No attempt named: none sent (protocol v1).
+            json!({"op": "ack", "subject": SUBJECT, "messageId": "msg_7", "sequence": 7}),
+            json!({"op": "ack", "subject": SUBJECT, "messageId": "msg_7"}),
+        ]
+    );
+    end(s, task).await;
+}
+
+#[tokio::test]
+async fn ws_request_refuses_a_reply_to_another_request() {
+    let reply = |corr: Option<&str>| {
+        let mut m = json!({"id": "msg_reply", "subject": "rpc", "sequence": 3});
+        if let Some(c) = corr {
+            m["correlationId"] = json!(c);
+        }
+        json!({"op": "reply", "message": m})
+    };
+    let mine = Message { id: "msg_mine".into(), ..Message::new("rpc", "q", "ask") };
+    for (name, corr) in [("another request's", Some("msg_other")), ("no correlationId", None)] {
+        let (url, _, task) = ws_answering(reply(corr)).await;
+        let s = Session::connect(&url, "t", &["rpc"], opts()).await.unwrap();
+        let e = s.request(&mine, Duration::from_secs(5)).await.expect_err(name);
+        assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", ErrorKind::Protocol), "{name}: {e}");
+        end(s, task).await;
+    }
+    // The reply to the request sent is taken.
+    let (url, _, task) = ws_answering(reply(Some("msg_mine"))).await;
+    let s = Session::connect(&url, "t", &["rpc"], opts()).await.unwrap();
+    assert_eq!(s.request(&mine, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_mine");
+    end(s, task).await;
+}
+
+// ---- HTTP ----
+
+/// One request an [`http_server`] read: its head and body.
+#[derive(Clone, Debug)]
+struct Seen {
+    head: String,
+    body: Value,
+}
+
+type Answer = Arc<dyn Fn(&Seen) -> (u16, String) + Send + Sync>;
+
+/// An HTTP endpoint answering each request as `answer` says (Content-Length
+/// given), recording what it read.
+async fn http_server(answer: Answer) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let s = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else { return };
+            let read = Arc::new(Mutex::new(Vec::new()));
+            if !common::read_request_head(&mut tcp, &read).await {
+                continue;
+            }
+            let raw = read.lock().unwrap().clone();
+            let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let head = String::from_utf8_lossy(&raw[..end]).to_string();
+            let len = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+                .unwrap_or(0);
+            let mut body = raw[end..].to_vec();
+            while body.len() < len {
+                let mut buf = [0u8; 4096];
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => body.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap() };
+            let req = Seen { head, body };
+            let (status, text) = answer(&req);
+            s.lock().unwrap().push(req);
+            let out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{text}", text.len());
+            let _ = tcp.write_all(out.as_bytes()).await;
+        }
+    });
+    (url, seen)
+}
+
+async fn canned(status: u16, body: Value) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let text = body.to_string();
+    http_server(Arc::new(move |_| (status, text.clone()))).await
+}
+
+#[tokio::test]
+async fn http_receive_attempts_pairs_each_message_with_its_attempt() {
+    let (url, seen) = canned(200, json!({"messages": [msg(7), msg(9)], "attempts": [2, 1]})).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    let got = h.receive_attempts(SUBJECT, 5, AckMode::Explicit).await.unwrap();
+    assert_eq!(got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>(), vec![(7, 2), (9, 1)]);
+    assert_eq!(seen.lock().unwrap()[0].body, json!({"ack": "explicit", "max": 5}));
+    // An automatic receive answers none: 0 for each.
+    let (url, _) = canned(200, json!({"messages": [msg(7)]})).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    let got = h.receive_attempts(SUBJECT, 0, AckMode::Auto).await.unwrap();
+    assert_eq!(got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>(), vec![(7, 0)]);
+}
+
+#[tokio::test]
+async fn http_receive_attempts_refuses_attempts_not_one_positive_integer_per_message() {
+    let mut wrong = Vec::new();
+    for (name, attempts) in bad_attempts() {
+        let (url, _) = canned(200, json!({"messages": [msg(7), msg(9)], "attempts": attempts})).await;
+        let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+        match h.receive_attempts(SUBJECT, 5, AckMode::Explicit).await {
+            Err(e) if e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol => {}
+            Err(e) => wrong.push(format!("{name}: {e}")),
+            Ok(got) => wrong.push(format!("{name}: taken as {:?}", got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>())),
+        }
+    }
+    assert!(wrong.is_empty(), "not refused as BAD_FRAME:\n{}", wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn http_ack_and_nack_attempt_send_the_attempt() {
+    let (url, seen) = canned(200, json!({"ok": true})).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    h.ack_attempt(SUBJECT, "msg_7", 7, 2).await.unwrap();
+    h.nack_attempt(SUBJECT, "msg_9", 9, 3, Some(Duration::from_millis(250))).await.unwrap();
+    h.ack_sequence(SUBJECT, "msg_7", 7).await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen[0].head.starts_with("POST /v1/subjects/notifications.send/ack HTTP/1.1\r\n"), "{}", seen[0].head);
+    assert!(seen[1].head.starts_with("POST /v1/subjects/notifications.send/nack HTTP/1.1\r\n"), "{}", seen[1].head);
+    let bodies: Vec<Value> = seen.iter().map(|r| r.body.clone()).collect();
+    assert_eq!(
+        bodies,
+        vec![
+            json!({"messageId": "msg_7", "sequence": 7, "attempt": 2}),
+            json!({"messageId": "msg_9", "sequence": 9, "attempt": 3, "delayMs": 250}),
+            json!({"messageId": "msg_7", "sequence": 7}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn http_region_is_sent_on_every_call() {
+    let (url, seen) = canned(200, json!({"messages": []})).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1").with_region("eu");
+    h.receive(SUBJECT, 1, AckMode::Auto).await.unwrap();
+    h.call("GET", "/v1/subjects", None).await.unwrap();
+    // Without one, none (the server's region).
+    HttpClient::new(&url, "t").with_contract("ctr_1").receive(SUBJECT, 1, AckMode::Auto).await.unwrap();
+    let heads: Vec<String> = seen.lock().unwrap().iter().map(|r| r.head.clone()).collect();
+    assert!(heads[0].contains("\r\nX-Pigeon-Region: eu\r\n"), "{}", heads[0]);
+    assert!(heads[1].contains("\r\nX-Pigeon-Region: eu\r\n"), "{}", heads[1]);
+    assert!(!heads[2].to_ascii_lowercase().contains("x-pigeon-region"), "{}", heads[2]);
+    // A region that would add a header, or none at all: nothing sent.
+    for bad in ["eu\r\nX-Evil: 1", "", "e u"] {
+        let e = HttpClient::new(&url, "t").with_region(bad).health().await.expect_err(bad);
+        assert_eq!(e.code, "INVALID_ARGUMENT", "{bad:?}: {e}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 3, "a bad region sent nothing");
+}
+
+#[tokio::test]
+async fn http_region_is_the_contracts_and_the_default_of_a_publish() {
+    let mut server = common::Server::start("");
+    for (region, want) in [(None, "uk"), (Some("eu"), "eu")] {
+        let mut h = common::http(&server, "orders-token");
+        if let Some(r) = region {
+            h = h.with_region(r);
+        }
+        let k = h.negotiate(&[SUBJECT], None).await.unwrap();
+        assert_eq!(k.region, want);
+        let d = h.publish(&common::notification("region")).await.unwrap();
+        assert_eq!((d.status, d.message.region.as_str()), (Status::Accepted, want), "{region:?}");
+    }
+    // A message naming another region than the contract's is refused.
+    let mut h = common::http(&server, "orders-token").with_region("eu");
+    h.negotiate(&[SUBJECT], None).await.unwrap();
+    let e = h.publish(&common::notification("region").with_region("uk")).await.expect_err("another region");
+    assert_eq!((e.code.as_str(), e.status), ("REGION_DENIED", 403), "{e}");
+    server.stop();
+}
+
+#[tokio::test]
+async fn http_request_refuses_a_reply_to_another_request() {
+    // Echoes the request's id as the reply's correlationId, or names another.
+    let reply = |corr: Option<String>| {
+        let mut m = json!({"id": "msg_reply", "subject": "rpc", "sequence": 3});
+        if let Some(c) = corr {
+            m["correlationId"] = json!(c);
+        }
+        json!({"status": "replied", "message": m}).to_string()
+    };
+    let echo: Answer = Arc::new(move |r| (200, reply(r.body["message"]["id"].as_str().map(str::to_string))));
+    let (url, seen) = http_server(echo).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    // A request without an id is sent with one, which its reply names.
+    let got = h.request(&Message::new("rpc", "q", "ask"), Duration::from_secs(5)).await.unwrap();
+    let sent = seen.lock().unwrap()[0].body["message"]["id"].as_str().unwrap().to_string();
+    assert!(sent.starts_with("msg_"), "{sent}");
+    assert_eq!(got.correlation_id, sent);
+    let mine = Message { id: "msg_mine".into(), ..Message::new("rpc", "q", "ask") };
+    assert_eq!(h.request(&mine, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_mine");
+
+    let (url, _) = http_server(Arc::new(move |_| (200, reply(Some("msg_other".into()))))).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    for (name, m) in [("a request of its own id", mine.clone()), ("a request without an id", Message::new("rpc", "q", "ask"))] {
+        let e = h.request(&m, Duration::from_secs(5)).await.expect_err(name);
+        assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", ErrorKind::Protocol), "{name}: {e}");
+    }
+    let (url, _) = http_server(Arc::new(move |_| (200, reply(None)))).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    let e = h.request(&mine, Duration::from_secs(5)).await.expect_err("no correlationId");
+    assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", ErrorKind::Protocol), "{e}");
+    // With an idempotency key the request may repeat an earlier one of
+    // another id, whose reply it is: taken.
+    let (url, seen) = http_server(Arc::new(move |_| (200, reply(Some("msg_first".into()))))).await;
+    let h = HttpClient::new(&url, "t").with_contract("ctr_1");
+    let keyed = Message::new("rpc", "q", "ask").with_idempotency_key("k-1");
+    assert_eq!(h.request(&keyed, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_first");
+    assert!(seen.lock().unwrap()[0].body["message"].get("id").is_none(), "no id drawn for a keyed request");
+}
