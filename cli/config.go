@@ -35,6 +35,7 @@ type fileConfig struct {
 	Tokens          string        `yaml:"tokens"`
 	Region          string        `yaml:"region"`
 	Sync            string        `yaml:"sync"`
+	NoPreallocate   bool          `yaml:"no_preallocate"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	Verbose         bool          `yaml:"verbose"`
 	AllowedOrigins  []string      `yaml:"allowed_origins"`
@@ -193,6 +194,9 @@ func loadConfig(path string, cfg *serveConfig) error {
 			return configError(path, at("sync"), "sync must be batch, always or none, not %q", f.Sync)
 		}
 		cfg.sync = f.Sync
+	}
+	if f.NoPreallocate {
+		cfg.noPreallocate = true
 	}
 	if f.ShutdownTimeout < 0 {
 		return configError(path, at("shutdown_timeout"), "shutdown_timeout must not be negative")

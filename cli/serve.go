@@ -69,6 +69,8 @@ type serveConfig struct {
 	programMaxHops        int
 	programMaxDescendants int64
 	programLineage        int
+	// noPreallocate is wal.Options.NoPreallocate.
+	noPreallocate bool
 	// maxReadMemMB is server.Options.MaxReadBytesInFlight in MiB (0: its
 	// default; negative: no bound).
 	maxReadMemMB int64
@@ -180,6 +182,7 @@ func parseServeFlags(cfg *serveConfig, args []string, stderr io.Writer) (code in
 	fs.StringVar(&cfg.tokens, "tokens", cfg.tokens, "bearer tokens file, YAML or JSON (required with --policies)")
 	fs.StringVar(&cfg.region, "region", cfg.region, "default region of a request or connection that names none")
 	fs.StringVar(&cfg.sync, "sync", cfg.sync, "when a write is on disk: batch (group commit), always, none")
+	fs.BoolVar(&cfg.noPreallocate, "no-preallocate", cfg.noPreallocate, "do not preallocate the write-ahead log's segments ahead of their writes (on Linux they are, so that an fsync need not commit a new file size; docs/storage.md)")
 	fs.StringVar(&cfg.store, "store", cfg.store, "wal (the default: --data's write-ahead log) or nats://host:4222[,…] to run a node of a NATS JetStream cluster (docs/cluster.md)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", cfg.shutdownTimeout, "how long a shutdown waits for work in flight")
 	fs.StringVar(&cfg.mesgdSubject, "mesgd-subject", cfg.mesgdSubject, "serve mesgd's WebSocket format at /mesgd/<route path>, publishing to and subscribing on this subject (docs/protocol.md)")

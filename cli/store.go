@@ -120,7 +120,7 @@ func openStore(ctx context.Context, cfg serveConfig, logger *slog.Logger) (*Open
 	if cfg.data == "" {
 		return &OpenStore{Banner: "in memory (nothing survives a restart)"}, nil
 	}
-	ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode, Logger: logger})
+	ws, err := wal.Open(cfg.data, &wal.Options{Sync: mode, Logger: logger, NoPreallocate: cfg.noPreallocate})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", cfg.data, err)
 	}

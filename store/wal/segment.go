@@ -96,6 +96,16 @@ type scanStats struct {
 	tailSize    int64 // good bytes of the last segment
 	torn        bool  // the last segment has a torn tail after tailSize
 	tornReason  string
+	// zeroTails are the segments that end in preallocated space (see
+	// preallocate): zero bytes from a record boundary, at good, to the end
+	// of the file. Open cuts them off before tidwall/wal reads the files.
+	zeroTails []segCut
+}
+
+// segCut is a segment file and the size it is to be cut to.
+type segCut struct {
+	path string
+	size int64
 }
 
 // visitFunc receives each checked record with its index, file and offset.
@@ -123,9 +133,12 @@ func scanLog(dir string, maxRecord int, visit visitFunc) (scanStats, error) {
 			return st, &store.CorruptError{File: seg.path, Offset: 0,
 				Reason: fmt.Sprintf("segment starts at index %d, want %d", seg.start, index)}
 		}
-		n, good, torn, reason, err := scanSegment(seg.path, index, last, maxRecord, &buf, visit)
+		n, good, torn, reason, zeros, err := scanSegment(seg.path, index, last, true, maxRecord, &buf, visit)
 		if err != nil {
 			return st, err
+		}
+		if zeros {
+			st.zeroTails = append(st.zeroTails, segCut{seg.path, good})
 		}
 		index += n
 		if last {
@@ -141,14 +154,33 @@ func scanLog(dir string, maxRecord int, visit visitFunc) (scanStats, error) {
 // holds and the offset just past the last good one. Only in the last
 // segment may the tail be torn: a record whose length runs past the end of
 // the file, or a final record (or one followed by nothing but zero bytes)
-// that fails its checksum. Anything else is corruption.
+// that fails its checksum. With prealloc, the file may end in preallocated
+// space: nothing but zero bytes from a record boundary to the end of the
+// file (an empty record, which no write makes, begins with a zero byte);
+// it ends the segment there, and zeros is true. Anything else is
+// corruption.
 // scanBuf holds the buffers a scan reuses from segment to segment.
 type scanBuf struct {
 	rec []byte
 	rd  *bufio.Reader
 }
 
-func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *scanBuf, visit visitFunc) (n uint64, good int64, torn bool, reason string, err error) {
+func scanSegment(path string, index uint64, tailOK, prealloc bool, maxRecord int, buf *scanBuf, visit visitFunc) (n uint64, good int64, torn bool, reason string, zeros bool, err error) {
+	n, good, torn, reason, err = scanRecords(path, index, tailOK, prealloc, maxRecord, buf, visit)
+	if err == errZeroTail {
+		return n, good, false, "", true, nil
+	}
+	return n, good, torn, reason, false, err
+}
+
+// errZeroTail ends scanRecords at preallocated space.
+var errZeroTail = errors.New("preallocated space")
+
+// sector is the unit a disk writes whole: a write that a crash left with
+// holes (see scanRecords) reads as zero in whole sectors.
+const sector = 512
+
+func scanRecords(path string, index uint64, tailOK, prealloc bool, maxRecord int, buf *scanBuf, visit visitFunc) (n uint64, good int64, torn bool, reason string, err error) {
 	f, fi, err := openRegular(path)
 	if err != nil {
 		return 0, 0, false, "", err
@@ -166,6 +198,21 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 	}
 	var off int64
 	for off < size {
+		if prealloc {
+			if b, perr := r.Peek(1); perr == nil && b[0] == 0 {
+				if zeroRest(r) {
+					return n, off, false, "", errZeroTail
+				}
+				// No write makes an empty record. In preallocated space
+				// a crash can leave the start of the last batch unwritten
+				// (zero) and a later part of it written: a sector of zeros
+				// here is that; anything else is damage.
+				if tailOK && zeroAt(f, off, min(off+sector, size)) {
+					return n, off, true, "a write the crash left with holes", nil
+				}
+				return n, off, false, "", corrupt(off, fmt.Sprintf("record %d fails its checksum", index+n))
+			}
+		}
 		length, vn, verr := readUvarint(r)
 		if verr != nil {
 			if tailOK && (errors.Is(verr, io.EOF) || errors.Is(verr, io.ErrUnexpectedEOF)) {
@@ -194,7 +241,7 @@ func scanSegment(path string, index uint64, tailOK bool, maxRecord int, buf *sca
 		}
 		end := off + int64(vn) + int64(length)
 		if _, ok := checkRecord(rec); !ok {
-			if tailOK && (end == size || zeroRest(r)) {
+			if tailOK && (end == size || prealloc && holed(rec, off+int64(vn)) || zeroRest(r)) {
 				if flipped, err := lengthFlipped(f, off, size, maxRecord); err != nil || flipped {
 					return n, off, false, "", flippedError(path, err, corrupt(off, fmt.Sprintf("record %d: its length prefix is damaged", index+n)))
 				}
@@ -297,6 +344,39 @@ func readUvarint(r *bufio.Reader) (uint64, int, error) {
 }
 
 // zeroRest reports whether everything left in r is zero bytes.
+// holed reports whether rec, read from file offset at, holds a hole a
+// crash can leave in preallocated space: zero bytes from a sector boundary
+// to the next one or to the end of rec. No record holds such a run (bodies
+// are JSON text, which holds no zero byte), so a record failing its
+// checksum with one is a write the crash cut short, not damage.
+func holed(rec []byte, at int64) bool {
+	end := at + int64(len(rec))
+	for p := (at + sector - 1) &^ (sector - 1); p < end; p += sector {
+		if allZero(rec[p-at : min(p+sector, end)-at]) {
+			return true
+		}
+	}
+	return false
+}
+
+// zeroAt reports whether the bytes of f from off to end are all zero.
+func zeroAt(f *os.File, off, end int64) bool {
+	b := make([]byte, end-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return false
+	}
+	return allZero(b)
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func zeroRest(r *bufio.Reader) bool {
 	var b [4096]byte
 	for {
@@ -354,7 +434,7 @@ func cutLog(dir string, keep uint64) (segFile, int64, error) {
 	var cut int64
 	if want := keep + 1 - tail.start; want > 0 {
 		var buf scanBuf
-		n, good, _, _, err := scanSegment(tail.path, tail.start, true, 1<<31-1, &buf, func(index uint64, _ string, _ int64, _ []byte) error {
+		n, good, _, _, _, err := scanSegment(tail.path, tail.start, true, true, 1<<31-1, &buf, func(index uint64, _ string, _ int64, _ []byte) error {
 			if index == keep {
 				return errStopScan
 			}
@@ -477,7 +557,7 @@ func framedSize(n int) int64 {
 // checkpoint) and calls visit for each record; any damage is corruption.
 func readFramedFile(path string, maxRecord int, visit func(off int64, rec []byte) error) error {
 	var buf scanBuf
-	_, _, _, _, err := scanSegment(path, 1, false, maxRecord, &buf, func(_ uint64, _ string, off int64, rec []byte) error {
+	_, _, _, _, _, err := scanSegment(path, 1, false, false, maxRecord, &buf, func(_ uint64, _ string, off int64, rec []byte) error {
 		return visit(off, rec)
 	})
 	return err

@@ -73,9 +73,16 @@ type logw struct {
 	// Owned by whoever holds busy.
 	batch     twal.Batch
 	tailStart uint64   // first index of the tail segment (mirrors tidwall)
-	tailBytes int64    // size of the tail segment (mirrors tidwall)
-	tailFile  *os.File // read-only handle used for fsync; nil = reopen
+	tailBytes int64    // bytes written to the tail segment (mirrors tidwall)
+	tailFile  *os.File // write handle used for fsync and preallocate; nil = reopen
 	tailNew   bool     // the tail segment was created since the last dir sync
+	// preEnd is how far the tail segment file is preallocated (see
+	// extend): its size, past tailBytes; 0 when it is not. preStep is how
+	// much the next extension adds, and preOff is set once the file
+	// system refused to preallocate.
+	preEnd  int64
+	preStep int64
+	preOff  bool
 
 	// The commit delay (Options.BatchDelay): the size of the last batch,
 	// owned by whoever holds busy, and while the leader waits for the
@@ -152,6 +159,18 @@ func (s *Store) openLog(dir, name string, visit visitFunc) (*logw, scanStats, er
 	if st.torn {
 		if err := s.dropTornTail(name, st); err != nil {
 			return nil, st, err
+		}
+	}
+	// Preallocated space is no record and no damage after a crash:
+	// tidwall/wal would read it as records, so it goes before tidwall/wal
+	// opens the log. A clean shutdown cut the tail's (close), so there it
+	// is damage, as a torn tail is: records zeroed out.
+	if n := len(st.zeroTails); s.clean && n > 0 && st.zeroTails[n-1].path == st.tailPath {
+		return nil, st, &store.CorruptError{File: st.tailPath, Offset: st.tailSize, Reason: "zero bytes after the last record after a clean shutdown"}
+	}
+	for _, z := range st.zeroTails {
+		if err := truncateFile(z.path, z.size); err != nil {
+			return nil, st, fmt.Errorf("wal: cut the preallocated space of %s: %w", z.path, err)
 		}
 	}
 	l, err := twal.Open(dir, s.twalOptions())
@@ -451,12 +470,84 @@ func (w *logw) write(batch []*wreq, keep uint64) error {
 	return w.sync()
 }
 
+// cycle follows tidwall/wal to a new tail segment. The one left behind
+// holds no preallocated space: extend stops at the segment size, which
+// its records reach before tidwall/wal leaves it.
 func (w *logw) cycle(start uint64) {
 	w.tailStart, w.tailBytes, w.tailNew = start, 0, true
+	w.closeTail()
+}
+
+// closeTail closes the tail's handle; the next sync opens the tail again,
+// and preallocates it anew.
+func (w *logw) closeTail() {
 	if w.tailFile != nil {
 		w.tailFile.Close()
 		w.tailFile = nil
 	}
+	w.preEnd = 0
+}
+
+// cutZeroTail cuts c.path to c.size when everything after c.size is zero
+// bytes, which it checks first: a cut never takes a record.
+func cutZeroTail(c segCut) error {
+	f, err := os.OpenFile(c.path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() <= c.size {
+		return nil
+	}
+	if !zeroAt(f, c.size, fi.Size()) {
+		return fmt.Errorf("bytes after offset %d are not preallocated space", c.size)
+	}
+	return f.Truncate(c.size)
+}
+
+// Preallocation (Options.NoPreallocate). An fsync of a file whose size
+// changed must commit the file system's journal as well as the data; one
+// whose writes went into space already allocated within its size need not,
+// which makes it about a quarter faster on ext4. So sync extends the tail
+// segment ahead of its writes with fallocate: first by minPrealloc, then
+// by twice the last step, up to the segment size, which bounds the space a
+// log holds that is not records. The extension is made durable by the
+// fsync of the batch that caused it. A clean shutdown cuts the tail back
+// to its records (close); after a crash Open cuts the preallocated space
+// off before tidwall/wal reads the files, and scanSegment tells it, and a
+// batch the crash left with holes, from damage.
+const minPrealloc = 64 << 10
+
+// extend preallocates the tail segment when less than half a step of its
+// preallocated space is left. Only the holder of busy calls it, with
+// tailFile open.
+func (w *logw) extend() {
+	if w.preOff || w.s.opts.NoPreallocate {
+		return
+	}
+	limit := int64(w.s.opts.SegmentSize)
+	if w.preStep == 0 {
+		w.preStep = min(minPrealloc, limit)
+	}
+	if w.preEnd-w.tailBytes >= w.preStep/2 {
+		return
+	}
+	end := min(w.tailBytes+w.preStep, limit)
+	if end <= max(w.tailBytes, w.preEnd) {
+		return
+	}
+	if err := preallocate(w.tailFile, end); err != nil {
+		if errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			w.preOff = true
+		}
+		return
+	}
+	w.preEnd = end
+	w.preStep = min(2*w.preStep, limit)
 }
 
 // sync fsyncs the tail segment (and the directory when the tail is new).
@@ -474,12 +565,13 @@ func (w *logw) sync() error {
 		w.tailNew = false
 	}
 	if w.tailFile == nil {
-		f, err := os.Open(filepath.Join(w.dir, segmentName(w.tailStart)))
+		f, err := os.OpenFile(filepath.Join(w.dir, segmentName(w.tailStart)), os.O_WRONLY, 0)
 		if err != nil {
 			return err
 		}
 		w.tailFile = f
 	}
+	w.extend()
 	return w.tailFile.Sync()
 }
 
@@ -535,10 +627,7 @@ func (w *logw) repair(keep uint64) error {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
 	_ = w.log.Close() // its state is unknown after a failed write
-	if w.tailFile != nil {
-		w.tailFile.Close()
-		w.tailFile = nil
-	}
+	w.closeTail()
 	tail, size, err := cutLog(w.dir, keep)
 	if err != nil {
 		return err
@@ -616,10 +705,7 @@ func (w *logw) truncateFront(cut uint64) error {
 				return err
 			}
 			w.tailStart, w.tailBytes = cut, fi.Size()
-			if w.tailFile != nil {
-				w.tailFile.Close()
-				w.tailFile = nil
-			}
+			w.closeTail()
 		}
 		return syncDir(w.dir)
 	})
@@ -679,10 +765,15 @@ func (w *logw) bounds() (first, last uint64) {
 func (w *logw) close() error {
 	w.rmu.Lock()
 	defer w.rmu.Unlock()
-	if w.tailFile != nil {
-		w.tailFile.Close()
-		w.tailFile = nil
+	// After a clean shutdown no segment ends in preallocated space (Open
+	// takes one that does for damage); tidwall/wal's final fsync makes
+	// the cut durable.
+	if w.preEnd > w.tailBytes && w.failed == nil {
+		if err := cutZeroTail(segCut{filepath.Join(w.dir, segmentName(w.tailStart)), w.tailBytes}); err != nil {
+			return closeError(w.name, err)
+		}
 	}
+	w.closeTail()
 	var ferr error
 	if f := w.s.faults.Load(); f != nil && f.sync != nil {
 		ferr = f.sync(w) // the final fsync fails
