@@ -2,6 +2,7 @@ package ws
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -377,7 +378,8 @@ func (s *Session) Request(ctx context.Context, m *pigeon.Message) (*pigeon.Messa
 	if dl, ok := ctx.Deadline(); ok {
 		timeoutMs = max(1, time.Until(dl).Milliseconds())
 	}
-	f, err := s.call(ctx, messageFrame(OpRequest, m, timeoutMs), nil)
+	req := requestOf(m)
+	f, err := s.call(ctx, messageFrame(OpRequest, req, timeoutMs), nil)
 	var pe *pigeon.Error
 	if errors.As(err, &pe) && pe.Code == pigeon.CodeRequestTimeout && timeoutMs > 0 && pe.Unwrap() == nil {
 		// The server's wait was the caller's deadline.
@@ -386,7 +388,56 @@ func (s *Session) Request(ctx context.Context, m *pigeon.Message) (*pigeon.Messa
 	if err != nil {
 		return nil, err
 	}
-	return answerMessage(f)
+	reply, err := answerMessage(f)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkReply(req, reply); err != nil {
+		return nil, err
+	}
+	return reply, nil
+}
+
+// requestOf is m as Request sends it: with an id, drawn here when it has
+// none and nothing binds one (a signature covers the id; a repeated
+// idempotency key stands for the first request, whose id the caller may
+// not know), so that checkReply can tell the reply answers it. m is not
+// changed.
+func requestOf(m *pigeon.Message) *pigeon.Message {
+	if m.ID != "" || m.Signature != nil || m.IdempotencyKey != "" {
+		return m
+	}
+	c := *m
+	c.ID = newRequestID()
+	return &c
+}
+
+// newRequestID returns a fresh message id, as the broker draws them.
+func newRequestID() string {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+	var r [20]byte
+	_, _ = rand.Read(r[:])
+	b := []byte("msg_")
+	for _, x := range r {
+		b = append(b, alphabet[int(x)%len(alphabet)])
+	}
+	return string(b)
+}
+
+// checkReply refuses a reply that does not answer req (as sent, see
+// requestOf): a reply is the message a responder published with
+// correlationId the request's id, so one without a correlationId answers
+// nothing, and one naming another id answers another request. With an
+// idempotency key req may repeat an earlier request of another id, whose
+// reply is this one's: then any correlationId is taken.
+func checkReply(req, reply *pigeon.Message) error {
+	if reply.CorrelationID == "" {
+		return pigeon.NewError(pigeon.CodeInternal, "the server's reply has no correlationId: it answers no request")
+	}
+	if req.ID != "" && req.IdempotencyKey == "" && reply.CorrelationID != req.ID {
+		return pigeon.NewError(pigeon.CodeInternal, "the server's reply answers another request (correlationId %q, not %q)", reply.CorrelationID, req.ID)
+	}
+	return nil
 }
 
 // Receive pulls up to max messages from subject; see Engine.Receive.
@@ -417,6 +468,13 @@ func (s *Session) ReceiveAttempts(ctx context.Context, subject string, max int) 
 	if f.Attempts != nil {
 		if len(f.Attempts) != len(msgs) {
 			return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds %d attempts for %d messages", len(f.Attempts), len(msgs))
+		}
+		for i, a := range f.Attempts {
+			if a < 1 {
+				// A lease's attempt is 1 or more: an answer naming the
+				// wrong one settles nothing, or, 0, any lease.
+				return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds attempt %d for message %d", a, i)
+			}
 		}
 		copy(attempts, f.Attempts)
 	}
