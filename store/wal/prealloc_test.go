@@ -223,3 +223,18 @@ func TestHolesInTheLastBatch(t *testing.T) {
 		require.Equal(t, tail, ce.File)
 	})
 }
+
+// Close cuts zero bytes after the tail's records whoever put them there
+// (an extension that failed with ENOSPC may still have grown the file), so
+// that a clean shutdown never leaves what the next Open takes for damage.
+func TestCloseCutsZerosItDidNotPreallocate(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, &Options{NoPreallocate: true})
+	ms := appendN(t, s, "a", 1, 5)
+	tail := tailOf(t, dir, "a")
+	require.NoError(t, os.Truncate(tail, fileSize(t, tail)+8192))
+	require.NoError(t, s.Close(t.Context()))
+	requireNoZeroTail(t, tail)
+	s = open(t, dir, nil)
+	require.Equal(t, ms, readAll(t, s, "a"))
+}

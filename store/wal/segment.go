@@ -361,11 +361,15 @@ func holed(rec []byte, at int64) bool {
 
 // zeroAt reports whether the bytes of f from off to end are all zero.
 func zeroAt(f *os.File, off, end int64) bool {
-	b := make([]byte, end-off)
-	if _, err := f.ReadAt(b, off); err != nil {
-		return false
+	b := make([]byte, min(end-off, 64<<10))
+	for off < end {
+		n := min(end-off, int64(len(b)))
+		if _, err := f.ReadAt(b[:n], off); err != nil || !allZero(b[:n]) {
+			return false
+		}
+		off += n
 	}
-	return allZero(b)
+	return true
 }
 
 func allZero(b []byte) bool {

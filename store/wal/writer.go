@@ -492,6 +492,9 @@ func (w *logw) closeTail() {
 // bytes, which it checks first: a cut never takes a record.
 func cutZeroTail(c segCut) error {
 	f, err := os.OpenFile(c.path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -767,8 +770,9 @@ func (w *logw) close() error {
 	defer w.rmu.Unlock()
 	// After a clean shutdown no segment ends in preallocated space (Open
 	// takes one that does for damage); tidwall/wal's final fsync makes
-	// the cut durable.
-	if w.preEnd > w.tailBytes && w.failed == nil {
+	// the cut durable. Whatever preEnd says: an extension that failed
+	// (ENOSPC) may still have grown the file.
+	if w.failed == nil {
 		if err := cutZeroTail(segCut{filepath.Join(w.dir, segmentName(w.tailStart)), w.tailBytes}); err != nil {
 			return closeError(w.name, err)
 		}
