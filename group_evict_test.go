@@ -192,8 +192,8 @@ func TestGroupWithLeasesStays(t *testing.T) {
 			msgs, err := s.Receive(ctx, "tasks.run", 5)
 			require.NoError(t, err)
 			require.Len(t, msgs, 1)
-			requireCode(t, s.Nack(ctx, "tasks.run", id, pigeon.MaxRetryDelay+time.Millisecond), pigeon.CodeInvalidArgument)
-		}, time.Second}, // refused: the lease runs out after the ack wait
+			require.NoError(t, s.Nack(ctx, "tasks.run", id, 1000*time.Hour))
+		}, pigeon.MaxRetryDelay}, // a session's nack is shortened to the longest delay, as a push nack is
 		{"push nack with a delay", "mailers", pushNack(time.Minute), time.Minute},
 		{"push nack above the longest delay", "mailers", pushNack(1000 * time.Hour), pigeon.MaxRetryDelay},
 	}

@@ -22,7 +22,7 @@ type Session interface {
 	// Ack acknowledges a received message.
 	Ack(ctx context.Context, subject, messageID string) error
 	// Nack gives a leased message back for redelivery after delay (< 0:
-	// the subject's backoff).
+	// the subject's backoff; above MaxRetryDelay: MaxRetryDelay).
 	Nack(ctx context.Context, subject, messageID string, delay time.Duration) error
 	// Replay returns retained messages again.
 	Replay(ctx context.Context, r ReplayRequest) ([]*Message, error)
@@ -248,8 +248,14 @@ func (s *localSession) Nack(ctx context.Context, subject, messageID string, dela
 	if err := s.check(); err != nil {
 		return err
 	}
-	return s.e.Nack(ctx, s.caller, subject, messageID, delay)
+	return s.e.Nack(ctx, s.caller, subject, messageID, sessionDelay(delay))
 }
+
+// sessionDelay is the delay a session's nack asks the engine for: one
+// above MaxRetryDelay waits MaxRetryDelay, as a push handler's RetryAfter
+// does and the WebSocket session's and the other clients' nacks do, rather
+// than being refused with CodeInvalidArgument as Engine.Nack refuses it.
+func sessionDelay(d time.Duration) time.Duration { return min(d, MaxRetryDelay) }
 
 func (s *localSession) AckSequence(ctx context.Context, subject, messageID string, seq uint64) error {
 	if err := s.check(); err != nil {
@@ -262,7 +268,7 @@ func (s *localSession) NackSequence(ctx context.Context, subject, messageID stri
 	if err := s.check(); err != nil {
 		return err
 	}
-	return s.e.NackSequence(ctx, s.caller, subject, messageID, seq, delay)
+	return s.e.NackSequence(ctx, s.caller, subject, messageID, seq, sessionDelay(delay))
 }
 
 func (s *localSession) ReceiveAttempts(ctx context.Context, subject string, max int) ([]*Message, []int, error) {
@@ -283,7 +289,7 @@ func (s *localSession) NackAttempt(ctx context.Context, subject, messageID strin
 	if err := s.check(); err != nil {
 		return err
 	}
-	return s.e.NackAttempt(ctx, s.caller, subject, messageID, seq, attempt, delay)
+	return s.e.NackAttempt(ctx, s.caller, subject, messageID, seq, attempt, sessionDelay(delay))
 }
 
 func (s *localSession) Replay(ctx context.Context, r ReplayRequest) ([]*Message, error) {

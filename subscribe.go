@@ -41,9 +41,10 @@ func RetryAfter(delay time.Duration, err error) error { return &RetryError{Delay
 // MaxRetryDelay is the longest redelivery delay a consumer may ask for. A
 // nacked message stays leased, and its group in memory, until it is due
 // again, so a delay without bound would let a consumer pin both for as
-// long as it liked. A handler's RetryAfter above it is shortened to it;
-// a nack that names a longer delay (Engine.Nack, a wire delayMs) is
-// refused with CodeInvalidArgument.
+// long as it liked. A handler's RetryAfter above it is shortened to it,
+// and so is a Session's Nack, NackSequence or NackAttempt (in process and
+// over WebSocket); a nack that names a longer delay to the engine
+// (Engine.Nack, a wire delayMs) is refused with CodeInvalidArgument.
 const MaxRetryDelay = 12 * time.Hour
 
 // RetryDelayMillis converts a wire delayMs to the delay of a nack,

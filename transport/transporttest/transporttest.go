@@ -132,6 +132,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"HandlerPanicNacks", testHandlerPanic},
 		{"RetryAfterDelay", testRetryAfter},
 		{"RetryAfterBeyondMax", testRetryAfterBeyondMax},
+		{"PullNackBeyondMax", testPullNackBeyondMax},
 		{"UnsubscribeReturnsLeases", testUnsubscribeReturnsLeases},
 		{"RequestReply", testRequestReply},
 		{"RequestTimeout", testRequestTimeout},

@@ -3,6 +3,7 @@ package transporttest
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -201,4 +202,38 @@ func testUnsubscribeReturnsLeases(t *testing.T, h Harness) {
 	close(release)
 	require.NoError(t, sub1.Unsubscribe(ctx))
 	eventually(t, func() bool { return got.len() == 1 }, "the departed consumer's job goes to the other")
+}
+
+// testPullNackBeyondMax: a pull Nack, NackSequence or NackAttempt with a
+// delay far above pigeon.MaxRetryDelay is taken by every transport's
+// session (shortened to the maximum, as a push handler's RetryAfter is)
+// and holds the job back: it is not received again after the ack wait
+// (300 ms), as it would be had the nack been refused.
+func testPullNackBeyondMax(t *testing.T, h Harness) {
+	ctx := context.Background()
+	boss := connect(t, h, "boss-token", "jobs.run")
+	crew := connect(t, h, "crew-token", "jobs.run")
+	settler, ok := crew.(pigeon.AttemptSettler)
+	require.True(t, ok, "every transport's session settles by attempt")
+	nacks := []func(m *pigeon.Message, attempt int) error{
+		func(m *pigeon.Message, _ int) error { return crew.Nack(ctx, "jobs.run", m.ID, 1000*time.Hour) },
+		func(m *pigeon.Message, _ int) error {
+			return crew.(pigeon.SequenceSettler).NackSequence(ctx, "jobs.run", m.ID, m.Sequence, 1000*time.Hour)
+		},
+		func(m *pigeon.Message, a int) error {
+			return settler.NackAttempt(ctx, "jobs.run", m.ID, m.Sequence, a, time.Duration(math.MaxInt64))
+		},
+	}
+	for i, nack := range nacks {
+		_, err := boss.Publish(ctx, job(i+1))
+		require.NoError(t, err)
+		msgs, attempts, err := settler.ReceiveAttempts(ctx, "jobs.run", 1)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		require.NoError(t, nack(msgs[0], attempts[0]), "nack %d", i)
+	}
+	time.Sleep(time.Second) // more than three ack waits: a refused nack's job would be back
+	got, err := crew.Receive(ctx, "jobs.run", 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "every nacked job is held back for the longest delay")
 }
