@@ -35,7 +35,7 @@ from .errors import (
     escaping_logger,
     new_error,
 )
-from .model import ReceivedMessage, _hops_held, _pulled, _unheld_hops
+from .model import ReceivedMessage, _pulled, _request_of, _unanswering_reply, _unheld_message
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
@@ -386,14 +386,20 @@ class HttpClient:
 
     def request(self, message: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any]:
         """Publish a request and return the reply message
-        (``POST /v1/requests``); ``RequestTimeoutError`` (504) when none comes."""
+        (``POST /v1/requests``); ``RequestTimeoutError`` (504) when none comes.
+        An id is drawn for a request without one, and a reply that does not
+        answer the request is refused, as
+        :meth:`pigeon_client.ws.Session.request` does (``message`` itself is
+        not changed)."""
         self._need_contract()
-        body = {"message": message, "timeoutMs": max(1, int(timeout * 1000))}
+        req = _request_of(message)
+        body = {"message": req, "timeoutMs": max(1, int(timeout * 1000))}
         _, p = self._do("POST", "/v1/requests", body, contract=True, timeout=max(self.timeout, timeout + 10))
         if not isinstance(p, dict) or not isinstance(p.get("message"), dict):
             raise ProtocolError("BAD_REQUEST", "reply without a message")
-        if not _hops_held(p["message"]):
-            raise _unheld_hops(p["message"], "reply")
+        unheld = _unheld_message(p["message"], "reply") or _unanswering_reply(req, p["message"])
+        if unheld is not None:
+            raise unheld
         return p["message"]
 
     def _report(self, err: PigeonError) -> None:

@@ -12,7 +12,9 @@ replaced), and no signature covers it. :attr:`Decision.hops` and
 :attr:`~pigeon_client.subscription.Delivery.hops` read it as an ``int``.
 A delivered, received, replayed or reply message whose ``hops`` is not an
 integer of 0 to 2^32-1 is no broker's: it is refused (``ProtocolError``),
-as the Go, TypeScript and Rust clients refuse it, never handed over.
+as the Go, TypeScript and Rust clients refuse it, never handed over. So is
+a received, replayed or reply message whose ``sequence`` is not an integer
+of 1 to 2^64-1 (a bool, a float, a string, 0, a negative).
 
 A message a :meth:`~pigeon_client.ws.Session.receive` (or an HTTP
 receive) hands out is a :class:`ReceivedMessage`: the same ``dict``, with
@@ -22,10 +24,11 @@ the ``attempt`` of its lease beside it (docs/protocol.md, "receive"), which
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .crypto import parse_rfc3339
+from .crypto import new_message_id, parse_rfc3339
 from .errors import ProtocolError
 
 __all__ = ["Contract", "Decision", "ReceivedMessage"]
@@ -68,6 +71,77 @@ def _unheld_hops(m: dict[str, Any], what: str, index: int | None = None) -> Prot
         details["index"] = index
     return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose hops is not an integer "
                          "of 0 to 2^32-1: not handed over", details=details)
+
+
+_MAX_WIRE_SEQUENCE = (1 << 64) - 1
+"""The highest sequence the wire holds: sequences are unsigned 64-bit (the
+Go client refuses a frame with another)."""
+
+
+def _sequence_held(m: Any) -> bool:
+    """Whether the ``sequence`` of stored message ``m`` (a dict) is one the
+    broker sets: absent, ``None``, or an integer of 1 to 2^64-1 (the broker
+    numbers a subject's messages from 1 and leaves 0 out). A bool (which
+    Python takes for an int), a float, a string, 0, a negative or one
+    beyond 64 bits is no broker's: an ack or a replay naming it would name
+    nothing, or another message."""
+    v = m.get("sequence")
+    return v is None or (type(v) is int and 0 < v <= _MAX_WIRE_SEQUENCE)
+
+
+def _unheld_message(m: dict[str, Any], what: str, index: int | None = None) -> ProtocolError | None:
+    """The ``ProtocolError`` (the client's malformed-frame error, as for any
+    frame it cannot take) of a stored ``what`` message (a ``receive``, a
+    ``replay``, a ``reply``; entry ``index`` of a list) whose ``sequence``
+    (see :func:`_sequence_held`) or ``hops`` (see :func:`_hops_held`) is no
+    broker's; ``None`` when both are. ``details`` names the answer
+    (``op``), the entry, the message and the value refused (its type when
+    it is no int), as the TypeScript client's ``unheldMessage`` does."""
+    if _sequence_held(m):
+        return None if _hops_held(m) else _unheld_hops(m, what, index)
+    v = m.get("sequence")
+    mid = m.get("id")
+    at = "" if index is None else f" (entry {index})"
+    details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
+                               "sequence": v if type(v) is int else type(v).__name__}
+    if index is not None:
+        details["index"] = index
+    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose sequence is not an integer "
+                         "of 1 to 2^64-1: not handed over", details=details)
+
+
+def _request_of(m: Any) -> Any:
+    """``m`` as a request is sent: with an id, drawn here
+    (:func:`~pigeon_client.crypto.new_message_id`) when it has none and
+    nothing binds one (a signature covers the id; a repeated idempotency
+    key stands for the first request, whose id the caller may not know),
+    so that the reply can be told to answer it (:func:`_unanswering_reply`).
+    ``m`` is not changed: a copy carries the drawn id."""
+    if not isinstance(m, Mapping) or m.get("id") or m.get("signature") is not None or m.get("idempotencyKey"):
+        return m
+    c = dict(m)
+    c["id"] = new_message_id()
+    return c
+
+
+def _unanswering_reply(req: Any, reply: dict[str, Any]) -> ProtocolError | None:
+    """The ``ProtocolError`` of a ``reply`` that does not answer ``req``, the
+    request as it was sent (see :func:`_request_of`); ``None`` when it
+    does. A reply is the message a responder published with
+    ``correlationId`` the request's id: one without a correlationId
+    (absent, empty, not a string) answers no request, and one naming
+    another id answers another request, another caller's. With an
+    idempotency key ``req`` may repeat an earlier request of another id,
+    whose reply is this one's: then any non-empty correlationId is taken."""
+    c = reply.get("correlationId")
+    if not isinstance(c, str) or not c:
+        return ProtocolError("BAD_REQUEST", "the server sent a reply without a correlationId: it answers no request",
+                             details={"op": "reply", "correlationId": c if isinstance(c, str) else type(c).__name__})
+    rid = req.get("id") if isinstance(req, Mapping) else None
+    if isinstance(rid, str) and rid and not req.get("idempotencyKey") and c != rid:
+        return ProtocolError("BAD_REQUEST", f"the server sent a reply to another request (correlationId {c!r:.80}, "
+                             f"not {rid!r:.80})", details={"op": "reply", "correlationId": c, "requestId": rid})
+    return None
 
 
 class ReceivedMessage(dict):  # type: ignore[type-arg]
@@ -123,8 +197,9 @@ def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> lis
     its attempt (``receive``: see :func:`_attempts`; ``replay`` leases
     nothing). ``ProtocolError`` for an answer whose ``messages`` is not a
     list or whose ``attempts`` is malformed; an entry that is not an
-    object, or one whose ``hops`` is no broker's, is left out and its
-    error passed to ``report``: the others go on, each with its own
+    object, or one whose ``sequence`` or ``hops`` is no broker's (see
+    :func:`_unheld_message`), is left out and its error passed to
+    ``report``: the others go on, each with its own
     attempt (a leased one left out is not answered, so the server's ack
     wait gives it back)."""
     if not isinstance(ans, dict):
@@ -142,8 +217,9 @@ def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> lis
                                  "message object: not handed over",
                                  details={"op": what, "index": i, "entry": type(m).__name__}))
             continue
-        if not _hops_held(m):
-            report(_unheld_hops(m, what, i))
+        unheld = _unheld_message(m, what, i)
+        if unheld is not None:
+            report(unheld)
             continue
         out.append(ReceivedMessage(m, a))
     return out

@@ -67,7 +67,7 @@ from .errors import (
     escaping_logger,
     new_error,
 )
-from .model import Contract, Decision, ReceivedMessage, _hops_held, _pulled, _unheld_hops
+from .model import Contract, Decision, ReceivedMessage, _pulled, _request_of, _unanswering_reply, _unheld_message
 from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_ms, _sequence, _settle_body
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
@@ -1392,14 +1392,24 @@ class Session:
     async def request(self, message: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any]:
         """Publish ``message`` as a request and return the reply message.
         ``REQUEST_TIMEOUT`` (``RequestTimeoutError``) when no reply comes
-        within ``timeout`` seconds; a lost connection fails it at once."""
-        f = {"op": "request", "message": message, "timeoutMs": max(1, int(timeout * 1000))}
+        within ``timeout`` seconds; a lost connection fails it at once.
+
+        A request without an ``id``, a ``signature`` or an
+        ``idempotencyKey`` is sent with an id drawn here (``message``
+        itself is not changed). A reply that does not answer it (no
+        ``correlationId``, or one naming another id than the request's;
+        with an idempotency key any non-empty one is taken), or whose
+        ``sequence`` or ``hops`` is no broker's, is refused,
+        ``ProtocolError`` (``BAD_REQUEST``)."""
+        req = _request_of(message)
+        f = {"op": "request", "message": req, "timeoutMs": max(1, int(timeout * 1000))}
         ans = await self._call(f, "reply", timeout=timeout + 5.0)
         m = ans.get("message")
         if not isinstance(m, dict):
             raise ProtocolError("BAD_REQUEST", "reply without a message")
-        if not _hops_held(m):
-            raise _unheld_hops(m, "reply")
+        unheld = _unheld_message(m, "reply") or _unanswering_reply(req, m)
+        if unheld is not None:
+            raise unheld
         return m
 
     async def subscribe(

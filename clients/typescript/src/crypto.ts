@@ -237,6 +237,22 @@ export function newMessageId(): string {
   return s;
 }
 
+/**
+ * `m` as a request is sent: with an id, drawn here ({@link newMessageId})
+ * when it has none and nothing binds one (a signature covers the id; a
+ * repeated idempotency key stands for the first request, whose id the
+ * caller may not know), so that the reply can be told to answer it (see
+ * unansweringReply). `m` is not changed: a copy carries the drawn id.
+ */
+export function requestOf(m: Message): Message {
+  if (!isRecord(m) || m.id || (m.signature !== undefined && m.signature !== null) || m.idempotencyKey) return m;
+  return { ...m, id: newMessageId() };
+}
+
+function isRecord(x: unknown): x is Record<string, unknown> {
+  return typeof x === "object" && x !== null && !Array.isArray(x);
+}
+
 function nonEmpty(s: unknown, name: string): string {
   if (typeof s !== "string" || s === "") throw new PigeonError("ENVELOPE_INVALID", `${name} is required to sign`);
   return s;

@@ -331,6 +331,34 @@ export function unheldMessage(m: { id?: unknown; sequence?: unknown; hops?: unkn
   return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message${at} whose ${field} is not an integer of ${range}`, details);
 }
 
+/**
+ * The BAD_FRAME of a reply that does not answer `req`, the request as it
+ * was sent (see requestOf); undefined when it does. A reply is the message
+ * a responder published with `correlationId` the request's id: one without
+ * a correlationId (absent, empty, not a string) answers no request, and
+ * one naming another id answers another request, whose caller it was
+ * meant for. With an idempotency key `req` may repeat an earlier request
+ * of another id, whose reply is this one's: then any correlationId is
+ * taken. `details` names the correlationId refused and the request's id.
+ */
+export function unansweringReply(req: { id?: unknown; idempotencyKey?: unknown }, reply: { correlationId?: unknown }): PigeonError | undefined {
+  const c = reply.correlationId;
+  if (typeof c !== "string" || c === "") {
+    return new PigeonError(ClientCodes.BAD_FRAME, "the server sent a reply without a correlationId: it answers no request", {
+      op: "reply",
+      correlationId: typeof c === "string" ? c : typeName(c),
+    });
+  }
+  if (typeof req.id === "string" && req.id !== "" && !req.idempotencyKey && c !== req.id) {
+    return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a reply to another request (correlationId ${JSON.stringify(c)}, not ${JSON.stringify(req.id)})`, {
+      op: "reply",
+      correlationId: c,
+      requestId: req.id,
+    });
+  }
+  return undefined;
+}
+
 /** What a value is, for a BAD_FRAME's details: "null", "array", or its typeof. */
 function typeName(x: unknown): string {
   return x === null ? "null" : Array.isArray(x) ? "array" : typeof x;

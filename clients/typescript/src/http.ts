@@ -11,8 +11,8 @@
 import { markNonIntegerV } from "./sigv.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
-import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unheldDecision, unheldMessage } from "./errors.js";
-import { selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
+import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldDecision, unheldMessage } from "./errors.js";
+import { requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
@@ -173,16 +173,20 @@ export class HttpClient {
   /**
    * Publishes a request and waits for its reply (POST /v1/requests):
    * REQUEST_TIMEOUT (504) when none comes within `timeout` ms; BAD_FRAME
-   * for a reply whose sequence or hops the client cannot hold.
+   * for a reply whose sequence or hops the client cannot hold, or that
+   * does not answer the request (as Session.request: an id is
+   * drawn for a request without an id, a signature or an idempotency key,
+   * and `message` itself is not changed).
    */
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
-    const body: Record<string, unknown> = { message };
+    const req = requestOf(message);
+    const body: Record<string, unknown> = { message: req };
     if (options.timeout !== undefined) body.timeoutMs = finiteMs("timeout", options.timeout);
     const r = await this.expect<{ status: string; message: Message }>("reply", (r) => isObj(r.message), "POST", "/v1/requests", body, {
       contract: true,
       timeoutMs: (options.timeout ?? 30_000) + 10_000,
     });
-    const unheld = unheldMessage(r.message, "reply");
+    const unheld = unheldMessage(r.message, "reply") ?? unansweringReply(req, r.message);
     if (unheld) throw unheld;
     return r.message;
   }

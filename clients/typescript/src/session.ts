@@ -18,12 +18,13 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, heldMessages, attemptOf, pullAttempts } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions, Start } from "./types.js";
 import { loneSurrogate } from "./jcs.js";
+import { requestOf } from "./crypto.js";
 
 export { Subscription };
 
@@ -617,14 +618,19 @@ export class Session implements ConnOwner {
    * reply. The server waits `timeout` ms (default 30 s) and then refuses
    * with REQUEST_TIMEOUT; the client gives up a little later on its own.
    * A reply whose sequence or hops the client cannot hold is refused,
-   * BAD_FRAME (see unheldMessage).
+   * BAD_FRAME (see unheldMessage). A request without an id, a signature
+   * or an idempotency key is sent with an id drawn here (`message` itself
+   * is not changed), and a reply that does not answer it (no
+   * correlationId, or one naming another id) is refused, BAD_FRAME (see
+   * unansweringReply).
    */
   async request(message: Message, options: { timeout?: number } = {}): Promise<Message> {
-    const frame: Frame = { op: "request", message };
+    const req = requestOf(message);
+    const frame: Frame = { op: "request", message: req };
     if (options.timeout !== undefined) frame.timeoutMs = finiteMs("timeout", options.timeout);
     const f = await this.call(frame, (options.timeout ?? 30_000) + 10_000);
     const m = answer(f, "reply", (f) => isObj(f.message)).message as Message;
-    const unheld = unheldMessage(m, "reply");
+    const unheld = unheldMessage(m, "reply") ?? unansweringReply(req, m);
     if (unheld) throw unheld;
     return m;
   }

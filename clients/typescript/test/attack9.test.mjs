@@ -15,6 +15,8 @@ const BIG = "9007199254740993";
 const SAFE = 2 ** 53 - 1;
 const MAX_HOPS = 4294967295;
 const msg = (id, seq, hops = 0) => `{"id":"${id}","subject":"x","data":{},"sequence":${seq},"hops":${hops}}`;
+// The reply to the request "m_req": a responder names it in correlationId.
+const replyMsg = (seq, hops) => `${msg("m_reply", seq, hops).slice(0, -1)},"correlationId":"m_req"}`;
 
 /** Whether e is the BAD_FRAME of message id in a `what` answer refusing field (at entry index, if given). */
 const refused = (what, id, field, index) => (e) =>
@@ -38,7 +40,7 @@ const checkList = (what, got, errors) => {
 test("a WebSocket request's reply with a sequence beyond 2^53-1 or hops -1 is refused; the largest held pass exactly", async () => {
   for (const [seq, hops, field] of [[BIG, 0, "sequence"], ["1e400", 0, "sequence"], [5, -1, "hops"], [5, 4294967296, "hops"], [SAFE, MAX_HOPS, ""]]) {
     const srv = await rawServer((ws, f) => {
-      if (f.op === "request") ws.send(`{"op":"reply","re":"${f.id}","status":"replied","message":${msg("m_reply", seq, hops)}}`);
+      if (f.op === "request") ws.send(`{"op":"reply","re":"${f.id}","status":"replied","message":${replyMsg(seq, hops)}}`);
     });
     await onSession(srv, { reconnect: false, pingIntervalMs: 0 }, async (s) => {
       const p = s.request({ id: "m_req", subject: "x", data: {} });
@@ -70,10 +72,10 @@ test("HTTP request, receive and replay apply the same checks", async () => {
   const h = new HttpClient("http://127.0.0.1:9", "t", { fetch, onError: (e) => errors.push(e) });
   h.contract = RAW_CONTRACT;
   for (const [seq, hops, field] of [[BIG, 0, "sequence"], [5, -1, "hops"]]) {
-    reply = msg("m_reply", seq, hops);
+    reply = replyMsg(seq, hops);
     await assert.rejects(h.request({ id: "m_req", subject: "x", data: {} }), refused("reply", "m_reply", field, undefined), `${seq} ${hops}`);
   }
-  reply = msg("m_reply", SAFE, MAX_HOPS);
+  reply = replyMsg(SAFE, MAX_HOPS);
   assert.deepEqual(await h.request({ id: "m_req", subject: "x", data: {} }).then((m) => [m.sequence, m.hops]), [SAFE, MAX_HOPS]);
   for (const op of ["receive", "replay"]) {
     errors.length = 0;

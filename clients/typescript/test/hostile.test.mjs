@@ -196,7 +196,7 @@ test("a call bound beyond what a timer holds waits instead of failing at once", 
       await sleep(100);
       assert.deepEqual(early.map(String), []);
       const { ws, f } = held[0];
-      ws.send(JSON.stringify({ op: "reply", re: f.id, message: msg(1) }));
+      ws.send(JSON.stringify({ op: "reply", re: f.id, message: { ...msg(1), correlationId: f.message.id } }));
       const m = await answered;
       assert.equal(m.id, "msg_1", String(m));
     } finally {
