@@ -55,6 +55,30 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendPrealloc measures one synchronous Append (SyncAlways,
+// one goroutine: a write and an fsync each) with the tail segment
+// preallocated, as by default, and without (Options.NoPreallocate); compare
+// with BenchmarkFsync, the same write and fsync on a file that grows.
+func BenchmarkAppendPrealloc(b *testing.B) {
+	body := make([]byte, 300)
+	for _, tc := range []struct {
+		name string
+		off  bool
+	}{{"on", false}, {"off", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := open(b, b.TempDir(), &Options{Sync: SyncAlways, NoPreallocate: tc.off})
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				m := store.Message{Subject: "bench", ID: fmt.Sprint("m", i), Time: time.Now(), Body: body}
+				if _, _, err := s.Append(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkFsync measures the raw latency of the disk under the temp
 // directory: write 300 bytes and fsync, as SyncAlways does per Append.
 func BenchmarkFsync(b *testing.B) {

@@ -60,17 +60,25 @@ def _unheld_hops(m: dict[str, Any], what: str, index: int | None = None) -> Prot
     """The ``ProtocolError`` (the client's malformed-frame error, as for
     any frame it cannot take) of a ``what`` message (a ``deliver``, a
     ``receive``, a ``replay``, a ``reply``; entry ``index`` of a list) whose
-    ``hops`` is no broker's. ``details`` names the answer (``op``), the
-    entry, the message and the type of the value refused."""
-    v = m.get("hops")
+    ``hops`` is no broker's (see :func:`_unheld_field`)."""
+    return _unheld_field(m, what, index, "hops", "0 to 2^32-1")
+
+
+def _unheld_field(m: dict[str, Any], what: str, index: int | None, field: str, bounds: str) -> ProtocolError:
+    """The ``ProtocolError`` of a ``what`` message (entry ``index`` of a
+    list) whose ``field`` is not an integer within ``bounds``: ``details``
+    names the answer (``op``), the entry, the message and the value refused
+    (its type when it is no int), as the TypeScript client's
+    ``unheldMessage`` does."""
+    v = m.get(field)
     mid = m.get("id")
     at = "" if index is None else f" (entry {index})"
     details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
-                               "hops": v if type(v) is int else type(v).__name__}
+                               field: v if type(v) is int else type(v).__name__}
     if index is not None:
         details["index"] = index
-    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose hops is not an integer "
-                         "of 0 to 2^32-1: not handed over", details=details)
+    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose {field} is not an integer "
+                         f"of {bounds}: not handed over", details=details)
 
 
 _MAX_WIRE_SEQUENCE = (1 << 64) - 1
@@ -99,15 +107,7 @@ def _unheld_message(m: dict[str, Any], what: str, index: int | None = None) -> P
     it is no int), as the TypeScript client's ``unheldMessage`` does."""
     if _sequence_held(m):
         return None if _hops_held(m) else _unheld_hops(m, what, index)
-    v = m.get("sequence")
-    mid = m.get("id")
-    at = "" if index is None else f" (entry {index})"
-    details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
-                               "sequence": v if type(v) is int else type(v).__name__}
-    if index is not None:
-        details["index"] = index
-    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose sequence is not an integer "
-                         "of 1 to 2^64-1: not handed over", details=details)
+    return _unheld_field(m, what, index, "sequence", "1 to 2^64-1")
 
 
 def _request_of(m: Any) -> Any:
