@@ -251,7 +251,7 @@ struct Seen {
 /// An HTTP endpoint answering every request with `status` and `body`
 /// (Content-Length given), recording what it read.
 async fn canned(status: u16, body: &str) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
@@ -259,28 +259,7 @@ async fn canned(status: u16, body: &str) -> (String, Arc<Mutex<Vec<Seen>>>) {
     tokio::spawn(async move {
         loop {
             let Ok((mut tcp, _)) = listener.accept().await else { return };
-            let read = Arc::new(Mutex::new(Vec::new()));
-            if !common::read_request_head(&mut tcp, &read).await {
-                continue;
-            }
-            let raw = read.lock().unwrap().clone();
-            let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-            let head = String::from_utf8_lossy(&raw[..end]).to_string();
-            let len = head
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
-                .unwrap_or(0);
-            // The whole body read before answering: closing on unread bytes
-            // would reset the connection under the answer.
-            let mut body = raw[end..].to_vec();
-            while body.len() < len {
-                let mut buf = [0u8; 4096];
-                match tcp.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => body.extend_from_slice(&buf[..n]),
-                }
-            }
-            let body = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap() };
+            let Some((head, body)) = common::read_request(&mut tcp).await else { continue };
             s.lock().unwrap().push(Seen { head, body });
             let _ = tcp.write_all(answer.as_bytes()).await;
         }

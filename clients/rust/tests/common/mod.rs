@@ -357,6 +357,36 @@ pub async fn read_request_head(tcp: &mut tokio::net::TcpStream, read: &std::sync
     }
 }
 
+/// Reads one whole HTTP request from `tcp`, for the raw HTTP endpoints of
+/// the tests: its head (request line and headers, as text) and its body as
+/// JSON (`Null` when empty). The whole body is read before the caller
+/// answers: closing on unread bytes would reset the connection under the
+/// answer. None when the connection ended before a head came.
+pub async fn read_request(tcp: &mut tokio::net::TcpStream) -> Option<(String, Value)> {
+    use tokio::io::AsyncReadExt;
+    let read = Arc::new(Mutex::new(Vec::new()));
+    if !read_request_head(tcp, &read).await {
+        return None;
+    }
+    let raw = read.lock().unwrap().clone();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let len = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
+        .unwrap_or(0);
+    let mut body = raw[end..].to_vec();
+    while body.len() < len {
+        let mut buf = [0u8; 4096];
+        match tcp.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+    }
+    let body = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap() };
+    Some((head, body))
+}
+
 /// The time `ms` milliseconds from now, as the broker writes times.
 pub fn in_ms(ms: i64) -> String {
     pigeon_client::time::format_rfc3339_ms(pigeon_client::time::now_ms() + ms)
