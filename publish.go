@@ -103,8 +103,11 @@ var admissionPool = sync.Pool{New: func() any { return new(Admission) }}
 
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-// newMessageID returns a fresh message id.
-func newMessageID() string {
+// NewMessageID returns a fresh message id, as the broker draws one for a
+// message published without: "msg_" and 20 base-36 characters. A client
+// that must know a message's id before the broker answers (a request, to
+// check that its reply answers it) draws one here. Safe for concurrent use.
+func NewMessageID() string {
 	var b [24]byte
 	copy(b[:4], "msg_")
 	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -280,7 +283,7 @@ func (e *Engine) prepare(a *Admission, c Caller, in *Message) {
 		m.SpecVersion = SpecVersion
 	}
 	if m.ID == "" {
-		m.ID = newMessageID()
+		m.ID = NewMessageID()
 	}
 	if m.Time == "" {
 		a.nowText = formatTime(now)

@@ -23,7 +23,7 @@ type QuarantineRecord struct {
 	Message *Message `json:"message,omitempty"`
 }
 
-func newQuarantineID() string { return "qr_" + newMessageID()[4:] }
+func newQuarantineID() string { return "qr_" + NewMessageID()[4:] }
 
 // quarantine keeps a redacted copy of the refused message. A release that
 // the gates refuse again keeps none: the message stays in the record it is

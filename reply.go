@@ -306,7 +306,7 @@ func (e *Engine) Request(ctx context.Context, c Caller, m *Message) (*Message, e
 	defer e.took(StageRequest, m.Subject, e.since())
 	req := *m
 	if req.ID == "" {
-		req.ID = newMessageID()
+		req.ID = NewMessageID()
 	}
 	ch, err := e.replies.wait(req.ID, c.Principal.ID)
 	if err != nil {

@@ -273,7 +273,7 @@ func SignMessage(m *Message, kid string, priv ed25519.PrivateKey) error {
 	c := *m
 	c.Signature = &Signature{V: SignatureV2}
 	if c.ID == "" {
-		c.ID = newMessageID()
+		c.ID = NewMessageID()
 	}
 	if c.Time == "" {
 		c.Time = formatTime(time.Now())

@@ -2,7 +2,6 @@ package ws
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -408,20 +407,8 @@ func requestOf(m *pigeon.Message) *pigeon.Message {
 		return m
 	}
 	c := *m
-	c.ID = newRequestID()
+	c.ID = pigeon.NewMessageID()
 	return &c
-}
-
-// newRequestID returns a fresh message id, as the broker draws them.
-func newRequestID() string {
-	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
-	var r [20]byte
-	_, _ = rand.Read(r[:])
-	b := []byte("msg_")
-	for _, x := range r {
-		b = append(b, alphabet[int(x)%len(alphabet)])
-	}
-	return string(b)
 }
 
 // checkReply refuses a reply that does not answer req (as sent, see
