@@ -509,10 +509,16 @@ func validName(v string, dash bool) bool {
 	return true
 }
 
+// errCodeMsgIDInProcess is JetStream's JSStreamDuplicateMessageConflict
+// (409): a publish came with the deduplication id of one the stream is
+// still proposing, which may yet be kept or lost.
+const errCodeMsgIDInProcess jetstream.ErrorCode = 10158
+
 // fail maps a JetStream failure to the store's errors: no quorum (no
-// response from the stream, a request that timed out) becomes
-// store.ErrNoQuorum; when the caller's ctx ended, the error stays the
-// context's.
+// response from the stream, a request that timed out, or a retry finding
+// its first try still being proposed, which a stream without its quorum
+// does not settle) becomes store.ErrNoQuorum; when the caller's ctx
+// ended, the error stays the context's.
 func (s *Store) fail(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -524,7 +530,7 @@ func (s *Store) fail(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
-		errors.As(err, &api) && api.Code == 503:
+		errors.As(err, &api) && (api.Code == 503 || api.ErrorCode == errCodeMsgIDInProcess):
 		return fmt.Errorf("%w: %w", store.ErrNoQuorum, err)
 	}
 	return err
