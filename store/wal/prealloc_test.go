@@ -1,7 +1,10 @@
 package wal
 
 import (
+	"errors"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,4 +240,42 @@ func TestCloseCutsZerosItDidNotPreallocate(t *testing.T) {
 	requireNoZeroTail(t, tail)
 	s = open(t, dir, nil)
 	require.Equal(t, ms, readAll(t, s, "a"))
+}
+
+// A file system that refuses to preallocate costs nothing but the speed:
+// unsupported, the log stops asking; out of space (ENOSPC), it asks again
+// at the next fsync. Writes go on either way, and what the log holds reads
+// back whole after a clean shutdown.
+func TestPreallocateRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		err   error
+		again bool // asked again after the first refusal
+	}{
+		{"unsupported", syscall.EOPNOTSUPP, false},
+		{"not implemented", errors.ErrUnsupported, false},
+		{"disk full", syscall.ENOSPC, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, &Options{Sync: SyncAlways})
+			var asked atomic.Int64
+			s.faults.Store(&faults{prealloc: func(*logw, int64) error {
+				asked.Add(1)
+				return tc.err
+			}})
+			ms := appendN(t, s, "a", 1, 5)
+			if tc.again {
+				require.Equal(t, int64(5), asked.Load(), "each fsync asks again")
+			} else {
+				require.Equal(t, int64(1), asked.Load(), "asked once, then no more")
+			}
+			tail := tailOf(t, dir, "a")
+			requireNoZeroTail(t, tail)
+			require.NoError(t, s.Close(t.Context()))
+			s = open(t, dir, nil)
+			require.Empty(t, s.Recovered())
+			require.Equal(t, ms, readAll(t, s, "a"))
+		})
+	}
 }

@@ -147,6 +147,9 @@ type faults struct {
 	write    func(w *logw) error
 	sync     func(w *logw) error
 	truncate func(w *logw) error // before a truncation of the front
+	// prealloc runs in place of preallocate (extend): the file system's
+	// answer to an fallocate.
+	prealloc func(w *logw, size int64) error
 	// truncated runs after tidwall/wal dropped the front, before the log
 	// records its new first entry.
 	truncated func(w *logw)

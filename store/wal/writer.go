@@ -470,6 +470,14 @@ func (w *logw) write(batch []*wreq, keep uint64) error {
 	return w.sync()
 }
 
+// preallocate extends the tail file to size (see extend).
+func (w *logw) preallocate(size int64) error {
+	if f := w.s.faults.Load(); f != nil && f.prealloc != nil {
+		return f.prealloc(w, size)
+	}
+	return preallocate(w.tailFile, size)
+}
+
 // cycle follows tidwall/wal to a new tail segment. The one left behind
 // holds no preallocated space: extend stops at the segment size, which
 // its records reach before tidwall/wal leaves it.
@@ -543,7 +551,7 @@ func (w *logw) extend() {
 	if end <= max(w.tailBytes, w.preEnd) {
 		return
 	}
-	if err := preallocate(w.tailFile, end); err != nil {
+	if err := w.preallocate(end); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
 			w.preOff = true
 		}
