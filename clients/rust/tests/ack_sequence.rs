@@ -142,16 +142,7 @@ async fn pull_acks_and_nacks_name_the_sequence_given() {
     s.nack("x", "msg_11", None).await.unwrap();
     // Longer than the 12 hours the broker takes: shortened, not refused.
     s.nack_sequence("x", "msg_12", 12, Some(Duration::from_secs(13 * 3600))).await.unwrap();
-    let got: Vec<Value> = frames
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            let mut f = f.clone();
-            f.as_object_mut().unwrap().remove("id");
-            f
-        })
-        .collect();
+    let got = common::frames_without_ids(&frames);
     assert_eq!(
         got,
         vec![

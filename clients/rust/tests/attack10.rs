@@ -113,16 +113,7 @@ async fn ws_ack_and_nack_attempt_send_the_attempt() {
     s.nack_attempt(SUBJECT, "msg_9", 9, 3, Some(Duration::from_millis(250))).await.unwrap();
     s.ack_sequence(SUBJECT, "msg_7", 7).await.unwrap();
     s.ack_attempt(SUBJECT, "msg_7", 0, 0).await.unwrap();
-    let sent: Vec<Value> = frames
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            let mut f = f.clone();
-            f.as_object_mut().unwrap().remove("id");
-            f
-        })
-        .collect();
+    let sent = common::frames_without_ids(&frames);
     assert_eq!(
         sent,
         vec![

@@ -387,6 +387,21 @@ pub async fn read_request(tcp: &mut tokio::net::TcpStream) -> Option<(String, Va
     Some((head, body))
 }
 
+/// The frames a raw endpoint recorded, each without its `id` (which the
+/// client draws), for comparing with the frames a test expects.
+pub fn frames_without_ids(frames: &Mutex<Vec<Value>>) -> Vec<Value> {
+    frames
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            f.as_object_mut().unwrap().remove("id");
+            f
+        })
+        .collect()
+}
+
 /// The time `ms` milliseconds from now, as the broker writes times.
 pub fn in_ms(ms: i64) -> String {
     pigeon_client::time::format_rfc3339_ms(pigeon_client::time::now_ms() + ms)
