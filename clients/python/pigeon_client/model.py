@@ -13,8 +13,12 @@ replaced), and no signature covers it. :attr:`Decision.hops` and
 A delivered, received, replayed or reply message whose ``hops`` is not an
 integer of 0 to 2^32-1 is no broker's: it is refused (``ProtocolError``),
 as the Go, TypeScript and Rust clients refuse it, never handed over. So is
-a received, replayed or reply message whose ``sequence`` is not an integer
-of 1 to 2^64-1 (a bool, a float, a string, 0, a negative).
+a delivered, received, replayed or reply message whose ``sequence`` is
+present and not an integer of 1 to 2^64-1 (a bool, a float, a string, 0, a
+negative, one beyond 64 bits): an ack or a nack of it could not name it,
+and one by its id alone could settle a newer message published under the
+id. A delivery so refused is not answered (the server's ack wait gives it
+back) and moves no resume position.
 
 A message a :meth:`~pigeon_client.ws.Session.receive` (or an HTTP
 receive) hands out is a :class:`ReceivedMessage`: the same ``dict``, with
@@ -99,12 +103,13 @@ def _sequence_held(m: Any) -> bool:
 
 def _unheld_message(m: dict[str, Any], what: str, index: int | None = None) -> ProtocolError | None:
     """The ``ProtocolError`` (the client's malformed-frame error, as for any
-    frame it cannot take) of a stored ``what`` message (a ``receive``, a
-    ``replay``, a ``reply``; entry ``index`` of a list) whose ``sequence``
-    (see :func:`_sequence_held`) or ``hops`` (see :func:`_hops_held`) is no
-    broker's; ``None`` when both are. ``details`` names the answer
-    (``op``), the entry, the message and the value refused (its type when
-    it is no int), as the TypeScript client's ``unheldMessage`` does."""
+    frame it cannot take) of a stored ``what`` message (a ``deliver``, a
+    ``receive``, a ``replay``, a ``reply``; entry ``index`` of a list)
+    whose ``sequence`` (see :func:`_sequence_held`) or ``hops`` (see
+    :func:`_hops_held`) is no broker's; ``None`` when both are.
+    ``details`` names the answer (``op``), the entry, the message and the
+    value refused (its type when it is no int), as the TypeScript client's
+    ``unheldMessage`` does."""
     if _sequence_held(m):
         return None if _hops_held(m) else _unheld_hops(m, what, index)
     return _unheld_field(m, what, index, "sequence", "1 to 2^64-1")

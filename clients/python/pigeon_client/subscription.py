@@ -36,6 +36,16 @@ delivers them again. A duplicate after a resume is allowed (at least once);
 a skipped one is not. A work-queue subscription resumes without a position
 (its group keeps its place; its answer names no ``from``).
 
+A delivery whose message ``sequence`` is present and not an integer of 1 to
+2^64-1 (a float, a string, a bool, 0, a negative, one beyond 64 bits), or
+whose ``hops`` is no broker's, is refused, as the TypeScript client refuses
+it: not handed over, not answered (an answer that cannot name its sequence
+could settle a newer message published under its id; the server's ack wait
+gives it back), reported (``ProtocolError``, to ``on_error``), and nothing
+of it moves the resume position. An ack or a nack names the delivery's
+sequence, up to 2^64-1; a delivery numbered 2^64-1 is never resumed from
+(nothing after it can be asked for).
+
 An at-most-once subscription (``ack="none"``) answers nothing and keeps no
 state per delivery: a reconnect resumes after the last message received,
 else at ``from``, else at its original start.
@@ -72,7 +82,7 @@ from .errors import (
     error_from,
     escaping_logger,
 )
-from .model import MAX_ATTEMPT, ReceivedMessage, _hops, _hops_held, _unheld_hops
+from .model import _MAX_WIRE_SEQUENCE, MAX_ATTEMPT, ReceivedMessage, _hops, _unheld_message
 
 if TYPE_CHECKING:
     from .ws import Session
@@ -177,11 +187,19 @@ the one after the highest acked, which must still be one."""
 
 
 def _sequence(v: Any) -> int | None:
-    """A sequence of the server's, or None for what cannot be one (a bool,
+    """A sequence to resume from, or None for what cannot be one (a bool,
     which Python takes for an int; 0, below, or beyond 64 bits; a float, a
-    string): kept, it would go back on the wire in a resume's ``start``,
-    which the server refuses, ending the subscription."""
+    string; the wire's highest, 2^64-1, after which nothing can be asked
+    for): kept, it would go back on the wire in a resume's ``start``, which
+    the server refuses, ending the subscription."""
     return v if type(v) is int and 0 < v <= _MAX_SEQUENCE else None
+
+
+def _wire_sequence(v: Any) -> int | None:
+    """The sequence an answer (an ack, a nack) names for a message numbered
+    ``v``: ``v`` when it is one the wire holds (an integer of 1 to 2^64-1,
+    not a bool), else None (none named)."""
+    return v if type(v) is int and 0 < v <= _MAX_WIRE_SEQUENCE else None
 
 
 def _attempt(v: Any) -> int:
@@ -196,7 +214,7 @@ def _run_key(d: "Delivery") -> tuple[str, int | None]:
     first (a higher sequence) is another, whose handler need not wait for
     the old one's run (each answer names its own sequence, and the server
     settles the two apart)."""
-    return d.message.get("id"), _sequence(d.message.get("sequence"))
+    return d.message.get("id"), _wire_sequence(d.message.get("sequence"))
 
 
 def _not_pending(ans: Any) -> Callable[[str, int], bool]:
@@ -236,7 +254,7 @@ def _settle_body(message: Any, sequence: int | None = None, attempt: int | None 
     if isinstance(message, str):
         mid, seq = message, None
     elif isinstance(message, Mapping):
-        mid, seq = message.get("id"), _sequence(message.get("sequence"))
+        mid, seq = message.get("id"), _wire_sequence(message.get("sequence"))
     else:
         raise TypeError(f"an ack or a nack names a message id or a message received, not {type(message).__name__}")
     if not isinstance(mid, str):
@@ -244,7 +262,7 @@ def _settle_body(message: Any, sequence: int | None = None, attempt: int | None 
     if sequence is not None:
         if isinstance(sequence, bool) or not isinstance(sequence, int):
             raise TypeError(f"a sequence is an integer, not {type(sequence).__name__}")
-        if not 0 <= sequence <= _MAX_SEQUENCE:
+        if not 0 <= sequence <= _MAX_WIRE_SEQUENCE:
             raise ValueError(f"a sequence of {sequence} is out of range")
         seq = sequence or None
     att = attempt if attempt is not None else message.attempt if isinstance(message, ReceivedMessage) else 0
@@ -311,7 +329,8 @@ class Delivery:
     def hops(self) -> int:
         """How many WebAssembly programs deep the message is (its ``hops``,
         set by the broker; see :mod:`pigeon_client.model`): 0 when absent.
-        A delivery whose ``hops`` is not an integer of 0 to 2^32-1 is never
+        A delivery whose ``hops`` is not an integer of 0 to 2^32-1, or whose
+        ``sequence`` is present and not an integer of 1 to 2^64-1, is never
         handed over (its ``ProtocolError`` goes to ``on_error``)."""
         return _hops(self.message.get("hops"))
 
@@ -596,21 +615,19 @@ class Subscription:
             self.session._report(ProtocolError(
                 "BAD_REQUEST", f"a delivery of {self.subject} whose message id is not a string: not handed over"))
             return
-        raw_seq = message.get("sequence")
-        seq = _sequence(raw_seq)
-        if not _hops_held(message):
-            # No broker's (docs/protocol.md, "hops"): not handed over, as
-            # the other clients refuse it (unanswered, the server's ack
-            # wait gives it back; at most once, it was done when sent).
-            self.session._report(_unheld_hops(message, "deliver"))
-            if self._at_most_once and seq is not None:
-                self._settled_high = max(self._settled_high, seq)
+        unheld = _unheld_message(message, "deliver")
+        if unheld is not None:
+            # A sequence the client cannot hold exactly (present, and no
+            # integer of 1 to 2^64-1) or a hops that is no broker's
+            # (docs/protocol.md, "hops"): not handed over and not answered,
+            # as the TypeScript client refuses it. An answer without the
+            # sequence could settle a newer message published under the id;
+            # unanswered, the server's ack wait gives it back (at most once,
+            # it was done when sent). It counts for nothing here: neither
+            # its sequence nor anything else of it moves a resume position.
+            self.session._report(unheld)
             return
-        if seq is None and raw_seq is not None and not (type(raw_seq) is int and 0 <= raw_seq < (1 << 64)):
-            # Handed over all the same (it is a message), but never a resume position.
-            self.session._report(ProtocolError(
-                "BAD_REQUEST", f"a delivery of {self.subject} numbered {raw_seq!r:.40}, out of range: "
-                "handed over, never resumed from"))
+        seq = _sequence(message.get("sequence"))
         if self._at_most_once:
             # Nothing to settle: a reconnect resumes after the last message
             # received, dropped ones included (they were done when sent).
@@ -805,12 +822,13 @@ class Subscription:
         if self.ended:
             raise error_from({"code": "ACK_NOT_ALLOWED",
                               "message": "the subscription has ended: the delivery went back to the server"})
-        seq = _sequence(d.message.get("sequence"))
         # A failure keeps its sequence: the server redelivers it on this
         # subscription only, so a resume must ask for it again.
-        if seq is not None and ok:
-            self._outstanding.discard(seq)
-            self._settled_high = max(self._settled_high, seq)
+        at = _sequence(d.message.get("sequence"))
+        if at is not None and ok:
+            self._outstanding.discard(at)
+            self._settled_high = max(self._settled_high, at)
+        seq = _wire_sequence(d.message.get("sequence"))
         # The answer names the delivery's sequence as well as its id: a late
         # answer never settles a newer message published under the id once
         # retention trimmed the one delivered (the server refuses it).
