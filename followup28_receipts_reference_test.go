@@ -1,7 +1,9 @@
 package pigeon_test
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -62,14 +64,19 @@ func (f *referenceFinder) Next(r *pigeon.AuditRecord) {
 		return
 	}
 	if r.Count > 0 {
-		hit := false
+		// One receipt per sequence listed, in order of sequence.
+		var seqs []uint64
 		for _, a := range f.accepted {
 			if a.seq != 0 && a.subject == r.Subject && pigeon.SeqsContain(r.Seqs, a.seq) {
-				rc.Seq, hit = a.seq, true
-				f.receipts = append(f.receipts, rc)
+				seqs = append(seqs, a.seq)
 			}
 		}
-		if !hit && r.MessageID == f.id {
+		slices.Sort(seqs)
+		for _, seq := range slices.Compact(seqs) {
+			rc.Seq = seq
+			f.receipts = append(f.receipts, rc)
+		}
+		if len(seqs) == 0 && r.MessageID == f.id {
 			rc.Seq, _ = strconv.ParseUint(r.Seqs, 10, 64)
 			f.receipts = append(f.receipts, rc)
 		}
@@ -161,7 +168,45 @@ func checkReceiptFinderMatchesReference(t *testing.T, seed uint64) {
 			want.Next(&log[i])
 		}
 		require.Equal(t, want.receipts, got.Receipts, "seed %d id %s: two passes, [%d,%d) then [%d,%d)", seed, id, lo1, hi1, lo2, hi2)
+
+		checkReceiptPages(t, log, id, 1+rng.IntN(4), fmt.Sprintf("seed %d id %s", seed, id))
 	}
+}
+
+// checkReceiptPages requires that the receipts of id in log, read in pages
+// of size (each after the last receipt of the one before), are the
+// receipts of one uncapped answer, whose cursors ascend strictly.
+func checkReceiptPages(t *testing.T, log []pigeon.AuditRecord, id string, size int, what string) {
+	read := func(max int, after pigeon.ReceiptCursor) *pigeon.ReceiptFinder {
+		f := pigeon.NewReceiptFinder(id)
+		f.Max, f.After = max, after
+		for _, pass := range []func(*pigeon.AuditRecord){f.Accepted, f.Next} {
+			for i := range log {
+				pass(&log[i])
+			}
+		}
+		return f
+	}
+	all := read(0, pigeon.ReceiptCursor{}).Receipts
+	for i := 1; i < len(all); i++ {
+		prev, cur := all[i-1].Cursor(), all[i].Cursor()
+		require.True(t, prev.AuditSeq < cur.AuditSeq || prev.AuditSeq == cur.AuditSeq && prev.Seq < cur.Seq,
+			"%s: receipt %d at %+v is not after %+v", what, i, cur, prev)
+	}
+	var paged []pigeon.Receipt
+	var after pigeon.ReceiptCursor
+	for pages := 0; ; pages++ {
+		require.LessOrEqual(t, pages, len(all), "%s: paging does not end", what)
+		f := read(size, after)
+		require.LessOrEqual(t, len(f.Receipts), size, what)
+		paged = append(paged, f.Receipts...)
+		if !f.Truncated {
+			break
+		}
+		require.Len(t, f.Receipts, size, "%s: a truncated page is full", what)
+		after = f.Receipts[len(f.Receipts)-1].Cursor()
+	}
+	require.Equal(t, all, paged, "%s: pages of %d", what, size)
 }
 
 // TestReceiptFinderMatchesReference: on random logs ReceiptFinder, which

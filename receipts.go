@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"pigeon/store"
@@ -36,6 +37,61 @@ type Receipt struct {
 	// longer in the log).
 	Subject string `json:"subject,omitempty"`
 	Seq     uint64 `json:"seq,omitempty"`
+}
+
+// ReceiptCursor is a receipt's place in the order receipts are answered
+// in: by the record's place in the chain (AuditSeq), then, among the
+// receipts of one record (a batch listing several messages of the id),
+// by the message's sequence. No two receipts of one answer share one.
+type ReceiptCursor struct {
+	AuditSeq uint64 `json:"auditSeq"`
+	Seq      uint64 `json:"seq"`
+}
+
+// Cursor returns the receipt's place, for asking for the receipts after
+// it (WithReceiptsAfter, ReceiptFinder.After).
+func (r Receipt) Cursor() ReceiptCursor { return ReceiptCursor{AuditSeq: r.AuditSeq, Seq: r.Seq} }
+
+// String writes c as ParseReceiptCursor reads it: the audit record's
+// sequence, a colon and the message's sequence, in decimal ("41:7").
+func (c ReceiptCursor) String() string {
+	return strconv.FormatUint(c.AuditSeq, 10) + ":" + strconv.FormatUint(c.Seq, 10)
+}
+
+// ParseReceiptCursor reads a cursor as String writes it, or an audit
+// record's sequence alone, which is the cursor after every receipt of
+// that record; empty text is the zero cursor, before every receipt. Each
+// number is decimal digits alone (no sign, no space), at most 2^64-1;
+// anything else is INVALID_ARGUMENT.
+func ParseReceiptCursor(s string) (ReceiptCursor, error) {
+	if s == "" {
+		return ReceiptCursor{}, nil
+	}
+	auditText, seqText, both := strings.Cut(s, ":")
+	audit, ok1 := decimal(auditText)
+	seq, ok2 := ^uint64(0), true
+	if both {
+		seq, ok2 = decimal(seqText)
+	}
+	if !ok1 || !ok2 {
+		return ReceiptCursor{}, NewError(CodeInvalidArgument,
+			"a receipt cursor is an audit sequence, or one, a colon and a message sequence, in decimal (%.64q)", s)
+	}
+	return ReceiptCursor{AuditSeq: audit, Seq: seq}, nil
+}
+
+// decimal reads digits alone (no sign, no space) as a uint64.
+func decimal(s string) (uint64, bool) {
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// before reports whether c comes before d.
+func (c ReceiptCursor) before(d ReceiptCursor) bool {
+	return c.AuditSeq < d.AuditSeq || c.AuditSeq == d.AuditSeq && c.Seq < d.Seq
 }
 
 // ReceiptFinder answers "which principal received message X, and when"
@@ -72,6 +128,10 @@ type ReceiptFinder struct {
 	// Truncated reports that a receipt beyond Max was found and left out:
 	// Receipts are then the first Max, in chain order.
 	Truncated bool
+	// After, when not zero, leaves out the receipts at or before it
+	// (ReceiptCursor), which neither count toward Max nor are kept: the
+	// next page of an answer is the receipts after its last one's Cursor.
+	After ReceiptCursor
 
 	id       string
 	accepted []acceptance // each acceptance of id, in chain order
@@ -153,8 +213,8 @@ func mergeRuns(a, b []seqPlace) []seqPlace {
 	return append(append(out, a...), b...)
 }
 
-// listed sets f.hits to the places, ascending, of the acceptances on
-// subject whose sequence seqs lists (as SeqsContain reads it).
+// listed sets f.hits to the places of the acceptances on subject whose
+// sequence seqs lists (as SeqsContain reads it), by sequence, then place.
 func (f *ReceiptFinder) listed(subject, seqs string) {
 	f.hits = f.hits[:0]
 	s := f.bySubject[subject]
@@ -175,7 +235,9 @@ func (f *ReceiptFinder) listed(subject, seqs string) {
 		}
 		return true
 	})
-	slices.Sort(f.hits)
+	slices.SortFunc(f.hits, func(a, b int) int {
+		return cmp.Or(cmp.Compare(f.accepted[a].seq, f.accepted[b].seq), cmp.Compare(a, b))
+	})
 }
 
 // Accepted reads the next record of the first pass.
@@ -194,8 +256,12 @@ func (f *ReceiptFinder) acceptanceOf(r *store.AuditRecord) (acceptance, bool) {
 	return acceptance{r.Subject, seq}, true
 }
 
-// add keeps rc, unless Max receipts are kept already (Truncated).
+// add keeps rc, unless it is at or before After, or Max receipts are
+// kept already (Truncated).
 func (f *ReceiptFinder) add(rc Receipt) {
+	if !f.After.before(rc.Cursor()) {
+		return
+	}
 	if f.Max > 0 && len(f.Receipts) >= f.Max {
 		f.Truncated = true
 		return
@@ -232,11 +298,16 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 	rc := Receipt{Event: Event(r.Type), Time: r.Time, Principal: r.Principal, ContractID: r.ContractID, Ref: r.Ref, AuditSeq: r.Seq, Subject: r.Subject}
 	if r.Count > 0 { // a batch record: by sequence
 		// Of each acceptance of the id on the subject whose sequence
-		// it lists, in chain order.
+		// it lists, by sequence: one receipt per sequence listed, even
+		// where a forged log accepted the id twice at one sequence (the
+		// two receipts would be the same).
 		f.listed(r.Subject, r.Seqs)
-		for _, place := range f.hits {
+		for i, place := range f.hits {
 			if f.Truncated {
 				break
+			}
+			if i > 0 && f.accepted[place].seq == rc.Seq {
+				continue
 			}
 			rc.Seq = f.accepted[place].seq
 			f.add(rc)
@@ -302,11 +373,22 @@ var ErrReceiptsTruncated = errors.New("pigeon: receipts truncated")
 // ReceiptsOption is a choice of one call of Engine.Receipts.
 type ReceiptsOption func(*receiptsOptions)
 
-type receiptsOptions struct{ max int }
+type receiptsOptions struct {
+	max   int
+	after ReceiptCursor
+}
 
 // WithMaxReceipts caps the receipts Engine.Receipts answers at n (0: the
 // default, DefaultMaxReceipts; negative: no cap).
 func WithMaxReceipts(n int) ReceiptsOption { return func(o *receiptsOptions) { o.max = n } }
+
+// WithReceiptsAfter asks Engine.Receipts for the receipts after c alone:
+// the next page of an answer cut at its cap is the receipts after the
+// Cursor of its last receipt. Pages read the log anew, so a delivery
+// recorded meanwhile is in a later page, never in one already answered.
+func WithReceiptsAfter(c ReceiptCursor) ReceiptsOption {
+	return func(o *receiptsOptions) { o.after = c }
+}
 
 // Receipts reads the engine's audit log for the deliveries of message id,
 // in two passes (ReceiptFinder). Like Audit, it first writes the records
@@ -316,9 +398,9 @@ func WithMaxReceipts(n int) ReceiptsOption { return func(o *receiptsOptions) { o
 // It answers at most DefaultMaxReceipts receipts (WithMaxReceipts): the
 // receipts of one id number up to its acceptances times the delivery
 // records that list them. When the log holds more, it returns the first
-// ones, in chain order, with an error that is ErrReceiptsTruncated
-// (errors.Is) and names the cap; ask again with a larger one for the
-// rest.
+// ones, in order (ReceiptCursor), with an error that is
+// ErrReceiptsTruncated (errors.Is) and names the cap; ask again with a
+// larger one, or for the next page (WithReceiptsAfter), for the rest.
 func (e *Engine) Receipts(ctx context.Context, id string, opts ...ReceiptsOption) ([]Receipt, error) {
 	var o receiptsOptions
 	for _, opt := range opts {
@@ -329,7 +411,7 @@ func (e *Engine) Receipts(ctx context.Context, id string, opts ...ReceiptsOption
 	}
 	e.flushAudit()
 	f := NewReceiptFinder(id)
-	f.Max = o.max
+	f.Max, f.After = o.max, o.after
 	for _, pass := range []func(*store.AuditRecord){f.Accepted, f.Next} {
 		for from := uint64(1); !f.Truncated; {
 			recs, err := e.store.ReadAudit(ctx, from, 1000)
@@ -349,8 +431,13 @@ func (e *Engine) Receipts(ctx context.Context, id string, opts ...ReceiptsOption
 		}
 	}
 	if f.Truncated {
-		return f.Receipts, fmt.Errorf("%w: more than %d deliveries of %q are recorded; these are the first %d (ask for more with WithMaxReceipts)",
-			ErrReceiptsTruncated, f.Max, id, len(f.Receipts))
+		last := f.Receipts[len(f.Receipts)-1].Cursor()
+		past := ""
+		if f.After != (ReceiptCursor{}) {
+			past = fmt.Sprintf(" after audit record %d, sequence %d", f.After.AuditSeq, f.After.Seq)
+		}
+		return f.Receipts, fmt.Errorf("%w: more than %d deliveries of %q are recorded%s; these are the first %d (ask for more with WithMaxReceipts, or for the next page with WithReceiptsAfter: after audit record %d, sequence %d)",
+			ErrReceiptsTruncated, f.Max, id, past, len(f.Receipts), last.AuditSeq, last.Seq)
 	}
 	return f.Receipts, nil
 }

@@ -48,6 +48,7 @@ func TestAttack7AuditReceiptsCapped(t *testing.T) {
 		if tc.code == 3 {
 			require.Contains(t, stderr, "more than "+strconv.Itoa(tc.lines)+" deliveries of msg_x are recorded")
 			require.Contains(t, stderr, "raise --max")
+			require.Contains(t, stderr, "the next page is --after ")
 		} else {
 			require.Empty(t, stderr)
 		}

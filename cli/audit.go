@@ -116,16 +116,22 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("audit receipts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store")
-	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning says so and the exit code is 3 (0: the default; negative: no cap)")
+	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default; negative: no cap)")
+	after := fs.String("after", "", "print the receipts after this one: the next page a truncated run names (AUDITSEQ:SEQ), or an audit sequence alone for the receipts of later records")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR] [--max N] MESSAGE_ID")
+		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR] [--max N] [--after AUDITSEQ:SEQ] MESSAGE_ID")
+		return 2
+	}
+	from, err := pigeon.ParseReceiptCursor(*after)
+	if err != nil {
+		fmt.Fprintf(stderr, "pigeon audit receipts: --after: %v\n", err)
 		return 2
 	}
 	f := pigeon.NewReceiptFinder(fs.Arg(0))
-	f.Max = *maxN
+	f.Max, f.After = *maxN, from
 	if f.Max == 0 {
 		f.Max = pigeon.DefaultMaxReceipts
 	}
@@ -141,8 +147,8 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if f.Truncated {
-		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; raise --max (negative: no cap) for the rest\n",
-			f.Max, printable(fs.Arg(0)), len(f.Receipts))
+		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; the next page is --after %s (or raise --max, negative: no cap)\n",
+			f.Max, printable(fs.Arg(0)), len(f.Receipts), f.Receipts[len(f.Receipts)-1].Cursor())
 		return 3
 	}
 	if len(f.Receipts) == 0 {

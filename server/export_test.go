@@ -23,3 +23,16 @@ func SetProgramChangeHook(f func(name string)) (restore func()) {
 	programChangeHook = f
 	return func() { programChangeHook = old }
 }
+
+// HoldLogWalks takes every slot for walks of the audit log, as that many
+// receipts requests would, and returns what gives them back.
+func HoldLogWalks(s *Server) (release func()) {
+	for range maxLogWalks {
+		s.logWalks <- struct{}{}
+	}
+	return func() {
+		for range maxLogWalks {
+			<-s.logWalks
+		}
+	}
+}

@@ -19,8 +19,9 @@ import (
 // the caller did not ask for (the first page of the log, say) without a
 // word.
 var queryParams = map[string][]string{
-	"GET /v1/audit":      {"from", "max"},
-	"GET /v1/quarantine": {"since", "after", "max"},
+	"GET /v1/audit":               {"from", "max"},
+	"GET /v1/audit/receipts/{id}": {"after", "max"},
+	"GET /v1/quarantine":          {"since", "after", "max"},
 }
 
 // parseQuery reads r's query string strictly: every parameter must be one

@@ -202,6 +202,7 @@ func (s *Server) routes() {
 	s.route("/v1/messages", post(member, publish))
 	s.route("/v1/requests", post(member, requestReply))
 	s.route("/v1/audit", get(auditor, audit))
+	s.route("/v1/audit/receipts/{id}", get(auditor, receipts))
 	s.route("/v1/quarantine", get(auditor, listQuarantine))
 	s.route("/v1/quarantine/{id}", get(auditor, getQuarantine))
 	s.route("/v1/quarantine/{id}/release", post(auditor, release))

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/store"
+)
+
+// TestAuditReceiptsInPages: `pigeon audit receipts --max N` cut at its cap
+// names the next page on stderr (--after AUDITSEQ:SEQ), and following
+// those pages prints every receipt of the uncapped run, once, in order. A
+// malformed --after is a usage error (exit 2) that prints nothing.
+func TestAuditReceiptsInPages(t *testing.T) {
+	const accepted, batches = 3, 4 // 12 receipts
+	dir, _ := auditDir(t, accepted+batches, func(r *store.AuditRecord) {
+		r.Outcome, r.Code, r.Principal = "allow", "OK", "bob"
+		if r.Seq <= accepted {
+			r.Type, r.MessageID, r.Seqs = string(pigeon.EventPublishAccepted), "msg_x", strconv.FormatUint(r.Seq, 10)
+			return
+		}
+		r.Type, r.Seqs, r.Count, r.Digest = string(pigeon.EventDeliveryDispatched), "1-3", 3, strings.Repeat("ab", 32)
+	})
+	run := func(args ...string) (int, string, string) {
+		return (*running)(nil).pigeon(t, t.Context(), append(append([]string{"audit", "receipts", "--data", dir}, args...), "msg_x")...)
+	}
+	code, whole, stderr := run()
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 12, strings.Count(whole, "\n"))
+
+	next := regexp.MustCompile(`the next page is --after ([0-9]+:[0-9]+)`)
+	var paged strings.Builder
+	args := []string{"--max", "5"}
+	for pages := 1; ; pages++ {
+		require.LessOrEqual(t, pages, 3)
+		code, out, stderr := run(args...)
+		paged.WriteString(out)
+		if code == 0 {
+			require.Equal(t, 3, pages)
+			require.Empty(t, stderr)
+			break
+		}
+		require.Equal(t, 3, code, stderr)
+		m := next.FindStringSubmatch(stderr)
+		require.NotNil(t, m, stderr)
+		args = []string{"--max", "5", "--after", m[1]}
+	}
+	require.Equal(t, whole, paged.String())
+
+	for _, bad := range []string{"x", "1:", "-1", "1:2:3"} {
+		code, out, stderr := run("--after", bad)
+		require.Equal(t, 2, code, bad)
+		require.Empty(t, out, bad)
+		require.Contains(t, stderr, "--after", bad)
+	}
+}
