@@ -89,8 +89,8 @@ func decimal(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-// before reports whether c comes before d.
-func (c ReceiptCursor) before(d ReceiptCursor) bool {
+// Before reports whether c comes before d.
+func (c ReceiptCursor) Before(d ReceiptCursor) bool {
 	return c.AuditSeq < d.AuditSeq || c.AuditSeq == d.AuditSeq && c.Seq < d.Seq
 }
 
@@ -174,6 +174,9 @@ type seqPlace struct {
 
 // NewReceiptFinder looks for the deliveries of message id.
 func NewReceiptFinder(id string) *ReceiptFinder { return &ReceiptFinder{id: id} }
+
+// ID is the message id f looks for the deliveries of.
+func (f *ReceiptFinder) ID() string { return f.id }
 
 // learn adds a to the acceptances of the id, after those read so far.
 func (f *ReceiptFinder) learn(a acceptance) {
@@ -259,7 +262,7 @@ func (f *ReceiptFinder) acceptanceOf(r *store.AuditRecord) (acceptance, bool) {
 // add keeps rc, unless it is at or before After, or Max receipts are
 // kept already (Truncated).
 func (f *ReceiptFinder) add(rc Receipt) {
-	if !f.After.before(rc.Cursor()) {
+	if !f.After.Before(rc.Cursor()) {
 		return
 	}
 	if f.Max > 0 && len(f.Receipts) >= f.Max {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -110,19 +111,21 @@ func parseAnchor(s string) (store.Checkpoint, bool) {
 	return store.Checkpoint{Seq: seq, Hash: hash}, true
 }
 
-// auditReceiptsCmd answers, offline, which principals were handed a
-// message and acknowledged it, and when.
-func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
+// auditReceiptsCmd answers which principals were handed a message and
+// acknowledged it, and when: offline from a data directory, or from a
+// running server when --url is given.
+func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("audit receipts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	data := fs.String("data", "./pigeon-data", "data directory of the store")
+	data := fs.String("data", "./pigeon-data", "data directory of the store (read offline, unless --url is given)")
+	a := clientFlags(fs)
 	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default; negative: no cap)")
 	after := fs.String("after", "", "print the receipts after this one: the next page a truncated run names (AUDITSEQ:SEQ), or an audit sequence alone for the receipts of later records")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR] [--max N] [--after AUDITSEQ:SEQ] MESSAGE_ID")
+		fmt.Fprintln(stderr, "usage: pigeon audit receipts [--data DIR | --url URL --token T] [--max N] [--after AUDITSEQ:SEQ] MESSAGE_ID")
 		return 2
 	}
 	from, err := pigeon.ParseReceiptCursor(*after)
@@ -130,15 +133,20 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pigeon audit receipts: --after: %v\n", err)
 		return 2
 	}
+	online := false
+	fs.Visit(func(fl *flag.Flag) { online = online || fl.Name == "url" })
 	f := pigeon.NewReceiptFinder(fs.Arg(0))
 	f.Max, f.After = *maxN, from
 	if f.Max == 0 {
 		f.Max = pigeon.DefaultMaxReceipts
 	}
-	for _, pass := range []func(*pigeon.AuditRecord){f.Accepted, f.Next} {
-		if err := wal.ScanAudit(*data, func(r *pigeon.AuditRecord) error { pass(r); return nil }); err != nil {
-			return fail(stderr, "audit receipts", err)
-		}
+	if online {
+		err = a.receipts(ctx, f)
+	} else {
+		err = scanReceipts(*data, f)
+	}
+	if err != nil {
+		return fail(stderr, "audit receipts", err)
 	}
 	enc := json.NewEncoder(stdout)
 	for _, r := range f.Receipts {
@@ -156,6 +164,66 @@ func auditReceiptsCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// scanReceipts reads the receipts f looks for from the audit log of the
+// data directory dir.
+func scanReceipts(dir string, f *pigeon.ReceiptFinder) error {
+	for _, pass := range []func(*pigeon.AuditRecord){f.Accepted, f.Next} {
+		if err := wal.ScanAudit(dir, func(r *pigeon.AuditRecord) error { pass(r); return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// receipts reads the receipts f looks for from the server, page by page
+// (GET /v1/audit/receipts/{id}), after f.After and up to f.Max (none:
+// every page), and sets f.Truncated when the server holds more. A page
+// whose next does not come after the last receipt read ends the reading
+// with an error: a server must not make the command read for ever.
+func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
+	after := f.After
+	for {
+		page := maxRecordsPage
+		if f.Max > 0 {
+			page = min(page, f.Max-len(f.Receipts))
+		}
+		q := url.Values{"max": {strconv.Itoa(page)}}
+		if after != (pigeon.ReceiptCursor{}) {
+			q.Set("after", after.String())
+		}
+		b, err := a.do(ctx, http.MethodGet, "/v1/audit/receipts/"+url.PathEscape(f.ID())+"?"+q.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		var out struct {
+			Receipts []pigeon.Receipt `json:"receipts"`
+			Next     string           `json:"next"`
+		}
+		if err := json.Unmarshal(b, &out); err != nil {
+			return fmt.Errorf("the server's answer is not a page of receipts: %w", err)
+		}
+		if len(out.Receipts) > page {
+			return fmt.Errorf("the server answered %d receipts to a page of %d", len(out.Receipts), page)
+		}
+		f.Receipts = append(f.Receipts, out.Receipts...)
+		if out.Next == "" {
+			return nil
+		}
+		next, err := pigeon.ParseReceiptCursor(out.Next)
+		if err != nil || !after.Before(next) {
+			return fmt.Errorf("the server named a next page (%.40q) that does not come after the last", out.Next)
+		}
+		if f.Max > 0 && len(f.Receipts) >= f.Max {
+			f.Truncated = true
+			return nil
+		}
+		after = next
+	}
+}
+
+// maxRecordsPage is the most receipts the server answers in one page.
+const maxRecordsPage = 10000
 
 func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)

@@ -20,7 +20,7 @@
 //	pigeon role list | show NAME | put NAME --file F.json | delete NAME [flags]
 //	pigeon audit verify --data DIR [--anchor SEQ:HASH] | --store nats://host:4222[,…]
 //	pigeon audit tail [--from N] [--follow]
-//	pigeon audit receipts --data DIR [--max N] [--after AUDITSEQ:SEQ] MESSAGE_ID
+//	pigeon audit receipts [--data DIR | --url URL --token T] [--max N] [--after AUDITSEQ:SEQ] MESSAGE_ID
 //
 // Client commands reach a running server with --url (default $PIGEON_URL,
 // else http://127.0.0.1:8787) and --token (default $PIGEON_TOKEN); for an
@@ -62,8 +62,9 @@ commands:
   role list|show|put|delete   manage roles and their permissions (role admin)
   audit verify --data DIR     verify the audit chain of a data directory, offline
   audit tail                  print audit records as JSON lines (role auditor)
-  audit receipts --data DIR ID  who was handed message ID and acknowledged it, offline
-                              (at most 10,000 receipts; --max N, --after for the next page)
+  audit receipts --data DIR ID  who was handed message ID and acknowledged it, offline,
+                              or from a running server with --url (at most 10,000
+                              receipts; --max N, --after for the next page)
 
 Run "pigeon <command> -h" for the flags of a command.
 
@@ -138,7 +139,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 	case cmd == "audit" && sub == "verify":
 		return auditVerifyCmd(ctx, o, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "receipts":
-		return auditReceiptsCmd(rest[1:], stdout, stderr)
+		return auditReceiptsCmd(ctx, rest[1:], stdout, stderr)
 	case cmd == "audit" && sub == "tail":
 		return auditTailCmd(ctx, rest[1:], stdout, stderr)
 	case cmd == "help" || cmd == "-h" || cmd == "--help":

@@ -252,10 +252,27 @@ func TestClientCommands(t *testing.T) {
 	require.Contains(t, first, `"seq":1`)
 	require.Contains(t, stdout, `"type":"quarantine.created"`)
 
-	// Offline, the audit log says who received the message, and when.
+	// Online (--url), the running server says who received the message:
+	// in pages of one, then all at once.
+	code, onePage, stderr := r.pigeon(t, ctx, "audit", "receipts", "--url", r.url, "--token", "checkout-token", "--max", "1", res.Message.ID)
+	require.Equal(t, 3, code, "a dispatch and an ack: more than one: %s", stderr)
+	require.Equal(t, 1, strings.Count(onePage, "\n"))
+	next := regexp.MustCompile(`the next page is --after ([0-9]+:[0-9]+)`).FindStringSubmatch(stderr)
+	require.NotNil(t, next, stderr)
+	code, rest, stderr := r.pigeon(t, ctx, "audit", "receipts", "--url", r.url, "--token", "checkout-token", "--after", next[1], res.Message.ID)
+	require.Equal(t, 0, code, stderr)
+	code, online, stderr := r.pigeon(t, ctx, "audit", "receipts", "--url", r.url, "--token", "checkout-token", res.Message.ID)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, online, onePage+rest)
+	code, _, stderr = r.pigeon(t, ctx, "audit", "receipts", "--url", r.url, "--token", "orders-token", res.Message.ID)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "FORBIDDEN")
+
+	// Offline, the audit log says the same.
 	r.stop()
 	code, stdout, stderr = (*running)(nil).pigeon(t, ctx, "audit", "receipts", "--data", r.data, res.Message.ID)
 	require.Equal(t, 0, code, stderr)
+	require.Equal(t, online, stdout, "online and offline agree")
 	var receipt pigeon.Receipt
 	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(stdout, "\n", 2)[0]), &receipt))
 	require.Equal(t, pigeon.EventDeliveryDispatched, receipt.Event)

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,5 +60,33 @@ func TestAuditReceiptsInPages(t *testing.T) {
 		require.Equal(t, 2, code, bad)
 		require.Empty(t, out, bad)
 		require.Contains(t, stderr, "--after", bad)
+	}
+}
+
+// TestAuditReceiptsOnlineStopsAHostileServer: a server whose pages name a
+// next that does not come after the last (the same cursor again, an
+// earlier one, a malformed one), or hold more receipts than asked, ends
+// `pigeon audit receipts --url` with an error (exit 1) rather than making
+// it read for ever.
+func TestAuditReceiptsOnlineStopsAHostileServer(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"the same next again", `{"receipts":[{"event":"delivery.dispatched","auditSeq":5,"seq":1}],"next":"0:0"}`},
+		{"an earlier next", `{"receipts":[],"next":"0:0"}`},
+		{"a malformed next", `{"receipts":[],"next":"5:x"}`},
+		{"more than asked", `{"receipts":[{"auditSeq":5},{"auditSeq":6}]}`},
+		{"no page at all", `[]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			t.Cleanup(hs.Close)
+			code, _, stderr := (*running)(nil).pigeon(t, t.Context(), "audit", "receipts", "--url", hs.URL, "--token", "t", "--max", "1", "msg_x")
+			require.Equal(t, 1, code, stderr)
+			require.LessOrEqual(t, calls.Load(), int64(2), "the command stopped")
+		})
 	}
 }
