@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,26 +17,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"pigeon/internal/leakcheck"
 	"pigeon/store"
 )
 
-// TestMain fails the run when a test leaves goroutines behind.
-func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		deadline := time.Now().Add(30 * time.Second)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			fmt.Fprintf(os.Stderr, "leaked goroutines: %d before, %d after\n%s\n", before, n, buf[:runtime.Stack(buf, true)])
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the run when a test leaves goroutines behind, as every
+// package's does (leakcheck, which knows the goroutines of the runtime and
+// the test framework: a count of goroutines took the signal handler that
+// fuzzing starts for a leak, and failed every fuzzing run).
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // fast is for tests about something other than durability: no fsync.
 var fast = &Options{Sync: SyncNone}
