@@ -2,7 +2,8 @@
 //! negotiating, reading and revoking a contract, publishing,
 //! request/reply and pulling messages with typed answers, settling them
 //! (ack and nack), the published keys of an account (fetched and cached),
-//! publishing one's own keys, and a plain JSON call for the rest
+//! publishing one's own keys, an auditor's receipts of a message, page by
+//! page (see [`HttpClient::receipts`]), and a plain JSON call for the rest
 //! (accounts, roles, grants). A minimal HTTP/1.1 client on tokio (the
 //! response head is parsed by `httparse`, TLS is the session's rustls), so
 //! no HTTP stack is pulled in.
@@ -18,6 +19,7 @@ use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
 use crate::message::{Contract, Decision, Message, Status};
+pub use crate::receipts::{Receipt, ReceiptPages, ReceiptsPage, MAX_ALL_RECEIPTS, MAX_RECEIPTS_PAGE};
 use crate::tls::{self, Target, TlsConfig};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -43,7 +45,7 @@ pub fn encode_segment(s: &str) -> String {
 /// remove dot segments, so the call would name another route (the
 /// TypeScript client's fetch sent `removeRole("..", "admin")` as
 /// `DELETE /v1/roles/admin`).
-fn segment(s: &str) -> Result<String> {
+pub(crate) fn segment(s: &str) -> Result<String> {
     if matches!(s, "" | "." | "..") {
         return Err(Error::new("INVALID_ARGUMENT", format!("{s:?} cannot be a path segment")));
     }
@@ -614,12 +616,12 @@ fn ceil_ms(d: Duration) -> u64 {
 
 /// The `BAD_FRAME` error of a 2xx answer of `method` `path` that is not of
 /// its route's shape.
-fn malformed(method: &str, path: &str, why: String) -> Error {
+pub(crate) fn malformed(method: &str, path: &str, why: String) -> Error {
     Error::protocol(format!("{method} {path}: an answer with {why}"))
 }
 
 /// The member `name` of the answer `v`, which must be an object.
-fn member<'a>(v: &'a Value, name: &str) -> std::result::Result<&'a Value, String> {
+pub(crate) fn member<'a>(v: &'a Value, name: &str) -> std::result::Result<&'a Value, String> {
     let o: &Map<String, Value> = v.as_object().ok_or("a value that is not a JSON object")?;
     o.get(name).ok_or_else(|| format!("no {name:?}"))
 }

@@ -19,6 +19,7 @@ mod error;
 pub mod http;
 pub mod jcs;
 mod message;
+mod receipts;
 mod session;
 mod subscription;
 pub mod time;

@@ -1,0 +1,347 @@
+//! An auditor's receipts of a message over HTTP (`GET
+//! /v1/audit/receipts/{id}`, docs/http.md): page by page through each
+//! page's `next`, and every page at once, against a real `pigeon serve`;
+//! and the answers of a hostile server (a `next` that repeats or goes
+//! back, a malformed `next` or receipt, pages without end) refused as
+//! `BAD_FRAME` rather than read, or followed for ever.
+
+mod common;
+
+use pigeon_client::http::{HttpClient, MAX_ALL_RECEIPTS};
+use pigeon_client::{ErrorKind, ReplayOptions};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const SUBJECT: &str = "notifications.send";
+const REPLAYER: &str = "spiffe://merchant-prod/ns/ops/sa/notify-replay";
+
+#[tokio::test]
+async fn an_auditor_reads_the_receipts_of_a_message_page_by_page() {
+    let mut server = common::Server::start("");
+    let mut orders = common::http(&server, "orders-token");
+    orders.negotiate(&[SUBJECT], None).await.unwrap();
+    // An id the publisher chose, with characters a path segment must
+    // percent-encode.
+    let mine = pigeon_client::Message { id: format!("n/1?x#y z%2F-{}", common::nonce()), ..common::notification("receipts") };
+    let d = orders.publish(&mine).await.unwrap();
+    assert_eq!(d.id(), mine.id);
+    let (id, seq) = (d.id().to_string(), d.sequence());
+
+    // notifications.send grants a replay with a reason only.
+    let replayer = common::connect(&server, "notify-replay-token", &[SUBJECT]).await;
+    let reasons: Vec<String> = (0..3).map(|i| format!("audit {i}")).collect();
+    for reason in &reasons {
+        let ms = replayer.replay(SUBJECT, ReplayOptions { reason: Some(reason.clone()), ..Default::default() }).await.unwrap();
+        assert_eq!(ms.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
+    }
+    replayer.close().await.unwrap();
+
+    let auditor = common::http(&server, "auditor-token");
+    let first = auditor.receipts(&id, None, Some(2)).await.unwrap();
+    assert_eq!(first.receipts.len(), 2, "{first:?}");
+    let next = first.next.clone().expect("a next: a third receipt is recorded");
+    assert_eq!(next, first.receipts[1].cursor());
+    let second = auditor.receipts(&id, Some(&next), Some(2)).await.unwrap();
+    assert_eq!(second.receipts.len(), 1, "{second:?}");
+    assert_eq!(second.next, None, "the last page");
+
+    let paged: Vec<_> = first.receipts.iter().chain(&second.receipts).cloned().collect();
+    for (r, reason) in paged.iter().zip(&reasons) {
+        assert_eq!(r.event, "replay.executed");
+        assert_eq!((r.principal.as_str(), r.ref_.as_str()), (REPLAYER, reason.as_str()), "{r:?}");
+        assert_eq!((r.subject.as_str(), r.seq), (SUBJECT, seq), "{r:?}");
+        assert!(r.contract_id.starts_with("ctr_"), "{r:?}");
+        assert!(r.time_ms().is_some(), "{r:?}");
+    }
+    assert!(paged.windows(2).all(|w| w[0].audit_seq < w[1].audit_seq), "in audit order: {paged:?}");
+
+    // Every page at once, and page by page: the same three.
+    assert_eq!(auditor.all_receipts(&id, Some(2)).await.unwrap(), paged);
+    assert_eq!(auditor.all_receipts(&id, None).await.unwrap(), paged);
+    let mut pages = auditor.receipt_pages(&id, Some(2));
+    let mut sizes = Vec::new();
+    while let Some(p) = pages.next_page().await.unwrap() {
+        sizes.push(p.receipts.len());
+    }
+    assert_eq!(sizes, [2, 1]);
+    assert_eq!(pages.next_page().await.unwrap(), None, "ended");
+
+    // An id nobody received: no receipts.
+    assert_eq!(auditor.all_receipts("msg_nobody", None).await.unwrap(), []);
+
+    // Not an auditor: refused. A malformed after: sent, and refused.
+    let e = common::http(&server, "orders-token").receipts(&id, None, Some(2)).await.expect_err("not an auditor");
+    assert_eq!((e.code.as_str(), e.status), ("FORBIDDEN", 403), "{e}");
+    let e = auditor.receipts(&id, Some("x:1"), Some(2)).await.expect_err("a malformed after");
+    assert_eq!((e.code.as_str(), e.status, e.kind), ("BAD_REQUEST", 400, ErrorKind::Invalid), "{e}");
+    server.stop();
+}
+
+// ---- a hostile server ----
+
+/// An HTTP endpoint answering each request with `answer(n, head)` (`n`
+/// counts from 0; Content-Length given), recording each request's head.
+/// It answers at most 50 requests, then closes each connection: a client
+/// that would follow its pages for ever fails a transport error instead.
+async fn http_server(answer: impl Fn(usize, &str) -> (u16, String) + Send + Sync + 'static) -> (String, Arc<Mutex<Vec<String>>>) {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else { return };
+            let Some((head, _)) = common::read_request(&mut tcp).await else { continue };
+            let n = {
+                let mut s = seen.lock().unwrap();
+                s.push(head.clone());
+                s.len() - 1
+            };
+            if n >= 50 {
+                continue;
+            }
+            let (status, text) = answer(n, &head);
+            let out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{text}", text.len());
+            let _ = tcp.write_all(out.as_bytes()).await;
+        }
+    });
+    (url, heads)
+}
+
+/// A server answering every request with `body`.
+async fn canned(body: Value) -> (String, Arc<Mutex<Vec<String>>>) {
+    let text = body.to_string();
+    http_server(move |_, _| (200, text.clone())).await
+}
+
+fn receipt(audit: u64, seq: u64) -> Value {
+    json!({"event": "delivery.dispatched", "time": "2026-12-05T08:00:00.5Z", "principal": "p", "contractId": "ctr_1",
+           "ref": "sub_1", "auditSeq": audit, "subject": SUBJECT, "seq": seq})
+}
+
+fn with(mut r: Value, name: &str, v: Value) -> Value {
+    r[name] = v;
+    r
+}
+
+fn without(mut r: Value, name: &str) -> Value {
+    r.as_object_mut().unwrap().remove(name);
+    r
+}
+
+fn bad_frame(e: &pigeon_client::Error) -> bool {
+    e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol
+}
+
+/// The request line of a head.
+fn line(head: &str) -> &str {
+    head.split("\r\n").next().unwrap()
+}
+
+#[tokio::test]
+async fn the_id_and_the_query_are_percent_encoded() {
+    let (url, heads) = canned(json!({"receipts": []})).await;
+    let h = HttpClient::new(&url, "auditor-token");
+    h.receipts("a/b?c#d e", Some("5:1"), Some(2)).await.unwrap();
+    h.receipts("msg_1", None, None).await.unwrap();
+    h.receipts("msg_1", Some("x y&max=1"), Some(0)).await.unwrap();
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(line(&heads[0]), "GET /v1/audit/receipts/a%2Fb%3Fc%23d%20e?max=2&after=5%3A1 HTTP/1.1");
+    assert_eq!(line(&heads[1]), "GET /v1/audit/receipts/msg_1 HTTP/1.1");
+    assert_eq!(line(&heads[2]), "GET /v1/audit/receipts/msg_1?after=x%20y%26max%3D1 HTTP/1.1");
+    // A path segment that names another route: nothing sent.
+    for id in ["", ".", ".."] {
+        let e = h.receipts(id, None, None).await.expect_err(id);
+        assert_eq!(e.code, "INVALID_ARGUMENT", "{id:?}: {e}");
+    }
+    assert_eq!(h.receipt_pages("..", None).next_page().await.expect_err("..").code, "INVALID_ARGUMENT");
+}
+
+#[tokio::test]
+async fn a_next_that_repeats_or_goes_back_ends_the_pages() {
+    let cases: Vec<(&str, Vec<Value>)> = vec![
+        // The same page for ever.
+        ("the same page", vec![json!({"receipts": [receipt(5, 1)], "next": "5:1"})]),
+        // Every page past the last, but its next back at the start.
+        (
+            "a next back before the page",
+            vec![json!({"receipts": [receipt(5, 1)], "next": "5:1"}), json!({"receipts": [receipt(6, 1)], "next": "4:0"})],
+        ),
+        // No receipts, and a next that stays.
+        ("an empty page with a next", vec![json!({"receipts": [], "next": "5:1"})]),
+        // The first page again, for the after of the second.
+        ("a page before its after", vec![json!({"receipts": [receipt(5, 1), receipt(6, 1)], "next": "6:1"})]),
+    ];
+    for (name, pages) in cases {
+        let (url, heads) = http_server(move |n, _| (200, pages[n.min(pages.len() - 1)].to_string())).await;
+        let h = HttpClient::new(&url, "auditor-token");
+        let e = tokio::time::timeout(Duration::from_secs(20), h.all_receipts("msg_1", Some(2)))
+            .await
+            .unwrap_or_else(|_| panic!("{name}: still reading pages"))
+            .expect_err(name);
+        assert!(bad_frame(&e), "{name}: {e}");
+        let asked = heads.lock().unwrap().len();
+        assert!(asked <= 2, "{name}: {asked} pages asked for");
+
+        // Page by page: the error ends the pages, and stays.
+        let mut pages = h.receipt_pages("msg_1", Some(2));
+        let err = loop {
+            match pages.next_page().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("{name}: the pages ended without an error"),
+                Err(e) => break e,
+            }
+        };
+        assert!(bad_frame(&err), "{name}: {err}");
+        assert!(bad_frame(&pages.next_page().await.expect_err("again")), "{name}");
+        assert!(heads.lock().unwrap().len() <= asked + 2, "{name}: asked again after the error");
+    }
+}
+
+#[tokio::test]
+async fn pages_without_end_are_not_gathered_without_bound() {
+    // Every page full and past the one before, for ever.
+    let (url, heads) = http_server(|n, _| {
+        let base = n as u64 * 10_000;
+        let rs: Vec<Value> = (1..=10_000).map(|i| receipt(base + i, 1)).collect();
+        (200, json!({"receipts": rs, "next": format!("{}:1", base + 10_000)}).to_string())
+    })
+    .await;
+    let h = HttpClient::new(&url, "auditor-token");
+    let e = tokio::time::timeout(Duration::from_secs(60), h.all_receipts("msg_1", None))
+        .await
+        .expect("still gathering pages")
+        .expect_err("pages without end");
+    assert!(bad_frame(&e), "{e}");
+    assert_eq!(heads.lock().unwrap().len(), MAX_ALL_RECEIPTS / 10_000 + 1);
+}
+
+#[tokio::test]
+async fn a_malformed_next_is_refused() {
+    let mut wrong = Vec::new();
+    for next in [
+        json!("x:1"),
+        json!("1:x"),
+        json!(":1"),
+        json!("1:"),
+        json!("1:2:3"),
+        json!("-1"),
+        json!("+5"),
+        json!(" 5:1"),
+        json!("5:1 "),
+        json!("5: 1"),
+        json!("5.0"),
+        json!("18446744073709551616"),
+        json!("5:18446744073709551616"),
+        json!(""),
+        json!(5),
+        json!(null),
+        json!(["5:1"]),
+    ] {
+        let (url, _) = canned(json!({"receipts": [receipt(5, 1)], "next": next})).await;
+        match HttpClient::new(&url, "auditor-token").receipts("msg_1", None, None).await {
+            Err(e) if bad_frame(&e) => {}
+            Err(e) => wrong.push(format!("{next}: {e}")),
+            Ok(p) => wrong.push(format!("{next}: taken as {:?}", p.next)),
+        }
+    }
+    assert!(wrong.is_empty(), "not refused as BAD_FRAME:\n{}", wrong.join("\n"));
+    // A next as the server writes it, and an audit sequence alone (the
+    // place past every receipt of that record): taken.
+    for next in ["5:1", "5", "0005:01", "18446744073709551615:18446744073709551615"] {
+        let (url, _) = canned(json!({"receipts": [receipt(5, 1)], "next": next})).await;
+        let p = HttpClient::new(&url, "auditor-token").receipts("msg_1", None, None).await.unwrap();
+        assert_eq!(p.next.as_deref(), Some(next));
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_receipt_or_page_is_refused() {
+    let r = receipt(5, 1);
+    let cases: Vec<(&str, Value)> = vec![
+        ("no receipts", json!({})),
+        ("receipts null", json!({"receipts": null})),
+        ("receipts an object", json!({"receipts": {"0": r}})),
+        ("receipts a string", json!({"receipts": "[]"})),
+        ("an answer that is a list", json!([r])),
+        ("a receipt that is not an object", json!({"receipts": [5]})),
+        ("a receipt that is null", json!({"receipts": [null]})),
+        ("no event", json!({"receipts": [without(r.clone(), "event")]})),
+        ("an empty event", json!({"receipts": [with(r.clone(), "event", json!(""))]})),
+        ("an event not a string", json!({"receipts": [with(r.clone(), "event", json!(1))]})),
+        ("no time", json!({"receipts": [without(r.clone(), "time")]})),
+        ("a time not RFC 3339", json!({"receipts": [with(r.clone(), "time", json!("yesterday"))]})),
+        ("a time as a number", json!({"receipts": [with(r.clone(), "time", json!(1_764_921_600_000u64))]})),
+        ("no principal", json!({"receipts": [without(r.clone(), "principal")]})),
+        ("a principal null", json!({"receipts": [with(r.clone(), "principal", json!(null))]})),
+        ("no contractId", json!({"receipts": [without(r.clone(), "contractId")]})),
+        ("a contractId not a string", json!({"receipts": [with(r.clone(), "contractId", json!(7))]})),
+        ("a ref not a string", json!({"receipts": [with(r.clone(), "ref", json!(7))]})),
+        ("a ref null", json!({"receipts": [with(r.clone(), "ref", json!(null))]})),
+        ("a subject not a string", json!({"receipts": [with(r.clone(), "subject", json!(["s"]))]})),
+        ("no auditSeq", json!({"receipts": [without(r.clone(), "auditSeq")]})),
+        ("an auditSeq of 0", json!({"receipts": [with(r.clone(), "auditSeq", json!(0))]})),
+        ("a negative auditSeq", json!({"receipts": [with(r.clone(), "auditSeq", json!(-5))]})),
+        ("an auditSeq as a float", json!({"receipts": [with(r.clone(), "auditSeq", json!(5.0))]})),
+        ("a fractional auditSeq", json!({"receipts": [with(r.clone(), "auditSeq", json!(5.5))]})),
+        ("an auditSeq as a string", json!({"receipts": [with(r.clone(), "auditSeq", json!("5"))]})),
+        ("an auditSeq past 2^64", json!({"receipts": [with(r.clone(), "auditSeq", json!(1.8446744073709552e19))]})),
+        ("a negative seq", json!({"receipts": [with(r.clone(), "seq", json!(-1))]})),
+        ("a fractional seq", json!({"receipts": [with(r.clone(), "seq", json!(1.5))]})),
+        ("a seq as a string", json!({"receipts": [with(r.clone(), "seq", json!("1"))]})),
+        ("a seq null", json!({"receipts": [with(r.clone(), "seq", json!(null))]})),
+        ("a receipt twice", json!({"receipts": [r.clone(), r.clone()]})),
+        ("receipts out of order", json!({"receipts": [receipt(6, 1), receipt(5, 1)]})),
+        ("receipts of one record out of order", json!({"receipts": [receipt(5, 2), receipt(5, 1)]})),
+        ("a next before the last receipt", json!({"receipts": [receipt(5, 1), receipt(6, 1)], "next": "5:1"})),
+        ("more receipts than asked for", json!({"receipts": [receipt(5, 1), receipt(6, 1), receipt(7, 1)]})),
+    ];
+    let mut wrong = Vec::new();
+    for (name, body) in cases {
+        let (url, _) = canned(body).await;
+        match HttpClient::new(&url, "auditor-token").receipts("msg_1", None, Some(2)).await {
+            Err(e) if bad_frame(&e) => {}
+            Err(e) => wrong.push(format!("{name}: {e}")),
+            Ok(p) => wrong.push(format!("{name}: taken as {p:?}")),
+        }
+    }
+    assert!(wrong.is_empty(), "not refused as BAD_FRAME:\n{}", wrong.join("\n"));
+
+    // Receipts at or before the cursor asked after: a server ignoring it.
+    let (url, _) = canned(json!({"receipts": [receipt(5, 1), receipt(6, 1)]})).await;
+    let h = HttpClient::new(&url, "auditor-token");
+    for after in ["5:1", "5", "6:0", "9"] {
+        let e = h.receipts("msg_1", Some(after), None).await.expect_err(after);
+        assert!(bad_frame(&e), "{after}: {e}");
+    }
+    // Past it: taken, with the members the route adds left alone.
+    let page = h.receipts("msg_1", Some("5:0"), None).await.unwrap();
+    assert_eq!(page.receipts.iter().map(|r| r.cursor()).collect::<Vec<_>>(), ["5:1", "6:1"]);
+    let (url, _) = canned(json!({"receipts": [with(without(without(receipt(5, 1), "ref"), "seq"), "more", json!({}))], "extra": 1})).await;
+    let page = HttpClient::new(&url, "auditor-token").receipts("msg_1", None, Some(1)).await.unwrap();
+    assert_eq!((page.receipts[0].ref_.as_str(), page.receipts[0].seq, page.next), ("", 0, None));
+}
+
+#[tokio::test]
+async fn a_refusal_leaves_the_pages_where_they_were() {
+    // Page one, then RATE_LIMITED once, then page two: asking again after
+    // the refusal reads page two.
+    let (url, heads) = http_server(|n, _| match n {
+        0 => (200, json!({"receipts": [receipt(5, 1)], "next": "5:1"}).to_string()),
+        1 => (429, json!({"error": {"code": "RATE_LIMITED", "message": "busy"}}).to_string()),
+        _ => (200, json!({"receipts": [receipt(6, 1)]}).to_string()),
+    })
+    .await;
+    let h = HttpClient::new(&url, "auditor-token");
+    let mut pages = h.receipt_pages("msg_1", None);
+    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts.len(), 1);
+    let e = pages.next_page().await.expect_err("rate limited");
+    assert_eq!((e.code.as_str(), e.status), ("RATE_LIMITED", 429), "{e}");
+    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts[0].cursor(), "6:1");
+    assert_eq!(pages.next_page().await.unwrap(), None);
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(line(&heads[1]), "GET /v1/audit/receipts/msg_1?after=5%3A1 HTTP/1.1");
+    assert_eq!(line(&heads[2]), line(&heads[1]), "the same page asked again");
+}
