@@ -36,7 +36,9 @@
 //     were held, so a claim of an id written since stays), so the bucket
 //     holds the retained messages' ids only, and an id re-used after its
 //     message was trimmed is taken at once. Entries a trim could not free
-//     (its ctx ended, no quorum) are freed by the process's next trim.
+//     (its ctx ended, no quorum) are freed by the process's next trim;
+//     those no trim will free (a process ended owing them, older
+//     versions' trims) by the ids sweep a trim runs a step of (sweep.go).
 //   - A contract record, once revoked, stays revoked: a write of it
 //     unrevoked (a renewal on a node that has not applied the revocation
 //     yet) is a compare-and-set that leaves a revoked record alone.

@@ -105,6 +105,8 @@ type Store struct {
 	// rechecked is when recheck last found every bucket and the audit
 	// stream as Open requires them (Unix nanoseconds; 0: not yet).
 	rechecked atomic.Int64
+	// sweep frees the ids entries no trim will (sweep.go).
+	sweep idSweep
 }
 
 var (

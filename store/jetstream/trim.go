@@ -36,9 +36,11 @@ import (
 // the store keeps it in memory, up to maxIDDebt of them, and the next trim
 // of any subject purges it first, up to the same R, which is safe however
 // late (its message is gone). A process that ends owing entries, or that
-// owes more than maxIDDebt, leaves them in the bucket; such an entry only
-// makes the first re-use of its id wait for its append (awaitIndexed)
-// before taking it over.
+// owes more than maxIDDebt, leaves them in the bucket, as older versions
+// left the entries of the messages they trimmed. The ids sweep
+// (sweep.go), a step of which a trim runs when nothing is owed, frees
+// them in time; until then such an entry makes the first re-use of its
+// id wait for its append (awaitIndexed) before taking it over.
 
 const (
 	// trimChunk is how many messages a step of a trim reads before it
@@ -83,7 +85,8 @@ type trim struct {
 
 // trimFront removes the messages of subject's stream from the front up to
 // the first one keep accepts, a step (trimStep) at a time, and returns
-// how many. It first frees ids entries that earlier trims owe (payIDs).
+// how many. It first frees ids entries that earlier trims owe (payIDs),
+// then runs a step of the ids sweep (maybeSweepIDs).
 // On an error, the count is of the steps done before it.
 func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *jetstream.RawStreamMsg) bool) (int, error) {
 	if err := s.begin(ctx); err != nil {
@@ -97,6 +100,7 @@ func (s *Store) trimFront(ctx context.Context, subject string, keep func(raw *je
 		return 0, err
 	}
 	s.payIDs(ctx)
+	s.maybeSweepIDs(ctx)
 	info, err := st.Info(ctx)
 	if err != nil {
 		return 0, s.fail(ctx, err)
