@@ -50,7 +50,9 @@ func (v Verdict) Allowed() bool { return v.Outcome == "" || v.Outcome == Outcome
 // published message; the first one that does not allow decides.
 //
 // Check must be safe for concurrent use, must not retain the Admission, and
-// must not mutate it. It should be fast: it runs on every publish.
+// must not mutate it. It should be fast: it runs on every publish. A Check
+// that panics refuses its message, INTERNAL, and the panic is logged; the
+// broker goes on.
 type Gate interface {
 	Name() string
 	Check(ctx context.Context, a *Admission) Verdict

@@ -164,11 +164,8 @@ func (e *Engine) admit(ctx context.Context, c Caller, in *Message, clientID bool
 			return e.reply(ctx, a, stored, req, clientID)
 		}
 	}
-	for _, g := range e.gates {
-		v := g.Check(ctx, a)
-		if !v.Allowed() {
-			return nil, e.refuse(ctx, a, g.Name(), v)
-		}
+	if gate, v, ok := e.judge(ctx, e.gates, a); !ok {
+		return nil, e.refuse(ctx, a, gate, v)
 	}
 	if clientID {
 		return e.acceptClientID(ctx, a)
@@ -357,6 +354,8 @@ func dataError(err error) (Code, string) {
 		return CodeEnvelopeInvalid, "data nests deeper than " + strconv.Itoa(MaxJSONDepth) + " levels"
 	case jsontext.ErrNumberRange:
 		return CodeEnvelopeInvalid, "data holds a number beyond the range of a 64-bit float (about ±1.8e308)"
+	case jsontext.ErrNumberExponent:
+		return CodeEnvelopeInvalid, "data holds a number written with an exponent of more than 3 digits (a 64-bit float's run from -324 to 308)"
 	}
 	return CodeEnvelopeInvalid, "data is not valid JSON"
 }

@@ -105,15 +105,8 @@ func (e *Engine) PublishBatch(ctx context.Context, c Caller, msgs []*Message) []
 			viaPublish(i)
 			continue
 		}
-		refused := false
-		for _, g := range e.gates {
-			if v := g.Check(ctx, a); !v.Allowed() {
-				out[i].Err = e.refuse(ctx, a, g.Name(), v)
-				refused = true
-				break
-			}
-		}
-		if refused {
+		if gate, v, ok := e.judge(ctx, e.gates, a); !ok {
+			out[i].Err = e.refuse(ctx, a, gate, v)
 			release(a)
 			continue
 		}

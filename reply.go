@@ -187,10 +187,8 @@ func (e *Engine) requestFor(ctx context.Context, s *subject, correlationID strin
 // reply.delivered) would be that message's receipts.
 func (e *Engine) reply(ctx context.Context, a *Admission, stored store.Message, req *Message, clientID bool) (*Result, error) {
 	a.op, a.Request = OpReceive, req
-	for _, g := range e.replyGates {
-		if v := g.Check(ctx, a); !v.Allowed() {
-			return nil, e.refuse(ctx, a, g.Name(), v)
-		}
+	if gate, v, ok := e.judge(ctx, e.replyGates, a); !ok {
+		return nil, e.refuse(ctx, a, gate, v)
 	}
 	// A replier answers only what it may receive: with its receive scoped
 	// to some routes (the rule gate, which judges a publish's routes, does

@@ -3,6 +3,7 @@ package jsontext
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 	"unsafe"
@@ -91,7 +92,31 @@ var (
 	ErrInvalidUTF8  = errors.New("pigeon: invalid UTF-8 or lone surrogate")
 	ErrTooDeep      = errors.New("pigeon: nesting too deep")
 	ErrNumberRange  = errors.New("pigeon: number beyond the range of a 64-bit float")
+	// ErrNumberExponent refuses a number written with an exponent of
+	// more than MaxExponentDigits digits (leading zeros aside), whatever
+	// its value: 0e10000000000000000000 is zero to a float, but a reader
+	// of exact numbers (math/big, which the schema validator uses) cannot
+	// hold its exponent, and one of 1e-1000000 costs it milliseconds.
+	ErrNumberExponent = errors.New("pigeon: number written with an exponent of more than 3 digits")
 )
+
+// MaxExponentDigits is the most digits, leading zeros aside, a number's
+// exponent may be written with (ErrNumberExponent): ±999 covers every
+// double, whose exponents run from -324 to 308, written any way a JSON
+// producer writes one.
+const MaxExponentDigits = 3
+
+// exponentTooLong reports whether the number literal lit, which the
+// grammar holds, has an exponent of more than MaxExponentDigits digits
+// once its leading zeros are dropped.
+func exponentTooLong(lit string) bool {
+	i := strings.IndexAny(lit, "eE")
+	if i < 0 {
+		return false
+	}
+	digits := strings.TrimLeft(strings.TrimLeft(lit[i+1:], "+-"), "0")
+	return len(digits) > MaxExponentDigits
+}
 
 type valueDecoder struct {
 	s        string
@@ -357,6 +382,9 @@ func (d *valueDecoder) number() (any, error) {
 	end, ok := NumberEnd(d.s, d.i)
 	if !ok {
 		return nil, ErrSyntax
+	}
+	if exponentTooLong(d.s[d.i:end]) {
+		return nil, ErrNumberExponent
 	}
 	f, err := strconv.ParseFloat(d.s[d.i:end], 64)
 	if err != nil {

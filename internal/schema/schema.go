@@ -7,6 +7,8 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"iter"
 	"math/big"
 	"slices"
@@ -48,6 +50,24 @@ type Schema struct {
 // maxDepth is the nesting a schema may reach, as encoding/json allows.
 const maxDepth = 10000
 
+// ErrValidatorFailed is the error of a schema, or of data, on which
+// gojsonschema panicked: it dereferences the exact value of a number it
+// cannot read (math/big refuses an exponent such as that of
+// 0e10000000000000000000), and a broker must not stop for one document.
+var ErrValidatorFailed = errors.New("pigeon: the schema validator failed on the document")
+
+// guarded runs f, a call into gojsonschema, and turns a panic of it into
+// ErrValidatorFailed.
+func guarded[T any](f func() (T, error)) (v T, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("%w: %v", ErrValidatorFailed, r)
+		}
+	}()
+	return f()
+}
+
 // Compile compiles the JSON schema raw. A schema with an object holding
 // two members of one name, or a string that is not UTF-8, is refused: the
 // validators would read the last member, a reviewer the first. So is a
@@ -58,7 +78,7 @@ func Compile(raw []byte) (*Schema, error) {
 	if err := jsontext.Validate(raw, maxDepth); err != nil {
 		return nil, err
 	}
-	full, err := gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw))
+	full, err := guarded(func() (*gojsonschema.Schema, error) { return gojsonschema.NewSchema(gojsonschema.NewBytesLoader(raw)) })
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +245,7 @@ func (s *Schema) validate(data any, raw []byte, fast, exact bool) string {
 		// second validation.
 		return s.fast.reason(data, s.names)
 	}
-	res, err := s.full.Validate(gojsonschema.NewBytesLoader(raw))
+	res, err := guarded(func() (*gojsonschema.Result, error) { return s.full.Validate(gojsonschema.NewBytesLoader(raw)) })
 	if err != nil {
 		return "data could not be validated"
 	}
