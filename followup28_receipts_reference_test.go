@@ -25,8 +25,9 @@ type referenceFinder struct {
 }
 
 type referenceAcceptance struct {
-	subject string
-	seq     uint64
+	subject  string
+	seq      uint64
+	auditSeq uint64
 }
 
 func (f *referenceFinder) acceptanceOf(r *pigeon.AuditRecord) (referenceAcceptance, bool) {
@@ -34,7 +35,7 @@ func (f *referenceFinder) acceptanceOf(r *pigeon.AuditRecord) (referenceAcceptan
 		return referenceAcceptance{}, false
 	}
 	seq, _ := strconv.ParseUint(r.Seqs, 10, 64)
-	return referenceAcceptance{r.Subject, seq}, true
+	return referenceAcceptance{r.Subject, seq, r.Seq}, true
 }
 
 func (f *referenceFinder) Accepted(r *pigeon.AuditRecord) {
@@ -48,6 +49,10 @@ func (f *referenceFinder) Next(r *pigeon.AuditRecord) {
 	switch pigeon.Event(r.Type) {
 	case pigeon.EventPublishAccepted:
 		if a, ok := f.acceptanceOf(r); ok {
+			// Past those the first pass read from records trimmed since.
+			for f.next < len(f.accepted) && f.accepted[f.next].auditSeq < a.auditSeq {
+				f.next++
+			}
 			if f.next == len(f.accepted) {
 				f.accepted = append(f.accepted, a)
 			}

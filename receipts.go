@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,7 +122,16 @@ func (c ReceiptCursor) Before(d ReceiptCursor) bool {
 // that list them (a busy id reused many times, or a forged log), so Max
 // bounds them: past Max, Next keeps no more, sets Truncated and skips the
 // rest of the log, and the passes then take time in proportion to the log
-// read, Max and the acceptances of the id.
+// read, Max and the acceptances of the id. Records whose receipts are all
+// at or before After are not matched at all, so a later page costs no
+// more than the first.
+//
+// The log may change between the passes, as Receipts reads a live one:
+// records appended meanwhile are read by Next alone, which learns the
+// acceptances among them, and retention may trim the log's front. Next
+// tells the acceptances it reads from those Accepted read by their place
+// in the chain (AuditSeq), not by counting them, so that acceptances
+// trimmed meanwhile are not taken for ones appended meanwhile.
 type ReceiptFinder struct {
 	// Max is the most receipts kept (0 or negative: no cap).
 	Max int
@@ -147,10 +157,11 @@ type ReceiptFinder struct {
 }
 
 // acceptance is one message accepted under the id: its subject and
-// sequence.
+// sequence, and the place of its record in the chain.
 type acceptance struct {
-	subject string
-	seq     uint64
+	subject  string
+	seq      uint64
+	auditSeq uint64
 }
 
 // subjectAcceptances are the acceptances of the id on one subject.
@@ -256,7 +267,7 @@ func (f *ReceiptFinder) acceptanceOf(r *store.AuditRecord) (acceptance, bool) {
 		return acceptance{}, false
 	}
 	seq, _ := strconv.ParseUint(r.Seqs, 10, 64)
-	return acceptance{r.Subject, seq}, true
+	return acceptance{r.Subject, seq, r.Seq}, true
 }
 
 // add keeps rc, unless it is at or before After, or Max receipts are
@@ -281,13 +292,23 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 	switch Event(r.Type) {
 	case EventPublishAccepted:
 		if a, ok := f.acceptanceOf(r); ok {
-			if f.next == len(f.accepted) { // a single pass: learnt here
+			// The acceptances the first pass read from records that
+			// retention trimmed before this one read them: passed.
+			// Counted instead, the acceptances recorded between the
+			// passes would be taken for them, and never learnt.
+			for f.next < len(f.accepted) && f.accepted[f.next].auditSeq < a.auditSeq {
+				f.next++
+			}
+			if f.next == len(f.accepted) { // a single pass, or one recorded since the first: learnt here
 				f.learn(a)
 			}
 			f.next++
 		}
 		return
 	case EventDeliveryDispatched, EventDeliveryAcked, EventDeliveryNacked, EventDeliveryExhausted, EventReplayExecuted:
+		if f.passed(r) {
+			return
+		}
 	case EventReplyDelivered:
 		// A reply is never in a subject's log: it has no sequence, and
 		// an acceptance of the same id on the subject is another message.
@@ -336,6 +357,16 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		}
 		f.add(rc)
 	}
+}
+
+// passed reports whether every receipt r can make is at or before After:
+// they are left out, so they are not worked out either. A batch record
+// is matched against every acceptance of the id it lists, so without
+// this a page asked after the receipts of a forged log's many such
+// records would cost the work of all of them again, which Max bounds for
+// the first page alone.
+func (f *ReceiptFinder) passed(r *store.AuditRecord) bool {
+	return !f.After.Before(ReceiptCursor{AuditSeq: r.Seq, Seq: math.MaxUint64})
 }
 
 // oneSeq is the sequence the Seqs of a record of one message (not a

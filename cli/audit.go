@@ -160,7 +160,7 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		return 3
 	}
 	if len(f.Receipts) == 0 {
-		fmt.Fprintf(stderr, "pigeon audit receipts: no delivery of %s is recorded\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "pigeon audit receipts: no delivery of %s is recorded\n", printable(fs.Arg(0)))
 	}
 	return 0
 }
@@ -178,9 +178,12 @@ func scanReceipts(dir string, f *pigeon.ReceiptFinder) error {
 
 // receipts reads the receipts f looks for from the server, page by page
 // (GET /v1/audit/receipts/{id}), after f.After and up to f.Max (none:
-// every page), and sets f.Truncated when the server holds more. A page
-// whose next does not come after the last receipt read ends the reading
-// with an error: a server must not make the command read for ever.
+// every page), and sets f.Truncated when the server holds more. Each page
+// must move the reading on: its receipts in strictly ascending order
+// (ReceiptCursor) after the cursor asked, and a next only on a page with
+// receipts and not before its last. Anything else ends the reading with
+// an error: a server must neither make the command read for ever (empty
+// pages whose next creeps on) nor print a receipt twice.
 func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
 	after := f.After
 	for {
@@ -206,14 +209,22 @@ func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
 		if len(out.Receipts) > page {
 			return fmt.Errorf("the server answered %d receipts to a page of %d", len(out.Receipts), page)
 		}
-		f.Receipts = append(f.Receipts, out.Receipts...)
+		last := after
+		for _, r := range out.Receipts {
+			if !last.Before(r.Cursor()) {
+				return fmt.Errorf("the server answered receipt %s after %s: out of order, or one already read", r.Cursor(), last)
+			}
+			last = r.Cursor()
+		}
 		if out.Next == "" {
+			f.Receipts = append(f.Receipts, out.Receipts...)
 			return nil
 		}
 		next, err := pigeon.ParseReceiptCursor(out.Next)
-		if err != nil || !after.Before(next) {
-			return fmt.Errorf("the server named a next page (%.40q) that does not come after the last", out.Next)
+		if err != nil || len(out.Receipts) == 0 || next.Before(last) {
+			return fmt.Errorf("the server named a next page (%.40q) that does not come after the last receipt it answered", out.Next)
 		}
+		f.Receipts = append(f.Receipts, out.Receipts...)
 		if f.Max > 0 && len(f.Receipts) >= f.Max {
 			f.Truncated = true
 			return nil

@@ -36,3 +36,6 @@ func HoldLogWalks(s *Server) (release func()) {
 		}
 	}
 }
+
+// LogWalksInUse is how many walks of the audit log requests hold now.
+func LogWalksInUse(s *Server) int { return len(s.logWalks) }
