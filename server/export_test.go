@@ -39,3 +39,13 @@ func HoldLogWalks(s *Server) (release func()) {
 
 // LogWalksInUse is how many walks of the audit log requests hold now.
 func LogWalksInUse(s *Server) int { return len(s.logWalks) }
+
+// HoldLogWalkOf takes a walk of the audit log for principal, as a
+// receipts request of it would, and returns what gives it back.
+func HoldLogWalkOf(s *Server, principal string) (release func()) {
+	release, err := s.walkLog(principal)
+	if err != nil {
+		panic(err)
+	}
+	return release
+}

@@ -12,9 +12,38 @@ import (
 // maxLogWalks bounds the walks of the whole audit log that requests make
 // at once (receipts): each reads every record twice, seconds of a core
 // for a log of millions, and an auditor's credential must not be able to
-// keep every core at it. A request past the bound is answered 429
-// RATE_LIMITED at once, with Retry-After.
+// keep every core at it; one principal walks it for one request at a
+// time. A request past either bound is answered 429 RATE_LIMITED at once,
+// with Retry-After.
 const maxLogWalks = 2
+
+// walkLog takes a slot for a walk of the audit log by principal: one of
+// maxLogWalks, and the principal's only one, so that one credential
+// cannot hold them all while other auditors wait. It returns what gives
+// the slot back, or 429 RATE_LIMITED with Retry-After when none is free.
+func (s *Server) walkLog(principal string) (release func(), err error) {
+	s.walkMu.Lock()
+	defer s.walkMu.Unlock()
+	if s.walkers[principal] {
+		return nil, &pigeon.Error{Code: pigeon.CodeRateLimited,
+			Message: "this principal's receipts request before is still reading the audit log: one at a time",
+			Details: map[string]any{"retryAfterMs": int64(1000)}}
+	}
+	select {
+	case s.logWalks <- struct{}{}:
+	default:
+		return nil, &pigeon.Error{Code: pigeon.CodeRateLimited,
+			Message: fmt.Sprintf("the server is reading the audit log for %d other receipts requests, its most at once: try again shortly", maxLogWalks),
+			Details: map[string]any{"retryAfterMs": int64(1000)}}
+	}
+	s.walkers[principal] = true
+	return func() {
+		s.walkMu.Lock()
+		defer s.walkMu.Unlock()
+		delete(s.walkers, principal)
+		<-s.logWalks
+	}, nil
+}
 
 // receipts answers GET /v1/audit/receipts/{id}: the deliveries of message
 // id the audit log records (pigeon.Engine.Receipts), at most ?max= of
@@ -30,14 +59,11 @@ func receipts(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	select {
-	case rq.s.logWalks <- struct{}{}:
-		defer func() { <-rq.s.logWalks }()
-	default:
-		return 0, nil, &pigeon.Error{Code: pigeon.CodeRateLimited,
-			Message: fmt.Sprintf("the server is reading the audit log for %d other receipts requests, its most at once: try again shortly", maxLogWalks),
-			Details: map[string]any{"retryAfterMs": int64(1000)}}
+	release, err := rq.s.walkLog(rq.p.ID)
+	if err != nil {
+		return 0, nil, err
 	}
+	defer release()
 	if err := rq.reserveRead(); err != nil {
 		return 0, nil, err
 	}

@@ -122,3 +122,25 @@ func TestReceiptsWalksAreBounded(t *testing.T) {
 	r = f.do(t, http.MethodGet, "/v1/audit/receipts/msg_x", "auditor-token", "")
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 }
+
+// TestReceiptsOneWalkPerPrincipal: while one principal's receipts request
+// walks the audit log, its next is answered 429 RATE_LIMITED at once, and
+// another auditor is still answered: one credential cannot hold both
+// walks while the others wait.
+func TestReceiptsOneWalkPerPrincipal(t *testing.T) {
+	f := newFixture(t)
+	p, err := f.e.Authenticate(context.Background(), "auditor-token")
+	require.NoError(t, err)
+	release := server.HoldLogWalkOf(f.s, p.ID)
+	r := f.do(t, http.MethodGet, "/v1/audit/receipts/msg_x", "auditor-token", "")
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, pigeon.CodeRateLimited, r.code(t))
+	require.Contains(t, r.message(t), "one at a time")
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	r = f.do(t, http.MethodGet, "/v1/audit/receipts/msg_x", "checkout-auditor-token", "")
+	require.Equal(t, http.StatusOK, r.status, "another auditor: %s", r.body)
+	release()
+	r = f.do(t, http.MethodGet, "/v1/audit/receipts/msg_x", "auditor-token", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+	require.Zero(t, server.LogWalksInUse(f.s))
+}

@@ -299,6 +299,10 @@ type Server struct {
 	// logWalks holds a token for each walk of the whole audit log a
 	// request makes (receipts), maxLogWalks at most.
 	logWalks chan struct{}
+	// walkers are the principals walking the audit log now (walkLog),
+	// under walkMu.
+	walkMu  sync.Mutex
+	walkers map[string]bool
 	// statsCache is the engine's state as the console streams last read it.
 	statsCache struct {
 		mu  sync.Mutex
@@ -318,7 +322,7 @@ type Server struct {
 func New(e *pigeon.Engine, opts *Options) *Server {
 	o := opts.withDefaults()
 	s := &Server{e: e, opts: o, mux: http.NewServeMux(), ws: ws.NewServer(e, o.WebSocket), stopping: make(chan struct{}),
-		logWalks:       make(chan struct{}, maxLogWalks),
+		logWalks: make(chan struct{}, maxLogWalks), walkers: map[string]bool{},
 		consoleStreams: map[string]int{}, idPrefix: strconv.FormatUint(rand.Uint64()%(36*36*36*36*36*36), 36) + "-"}
 	s.proxies = trustedProxies(o.TrustedProxies)
 	s.conns = newConnLimitSite(o.MaxConnections, o.MaxConnectionsPerIP, o.ConnectionSite, o.TLS != nil, o.Logger, s.proxies, e.LockedOut)
