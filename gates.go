@@ -546,6 +546,11 @@ func noPAN(s string) string {
 	return s
 }
 
+// RedactPANs returns s with every card number written inside it named
+// "[REDACTED]", as the audit log names them: for free text a log keeps
+// that may quote what a client sent (a panic's value, a peer's error).
+func RedactPANs(s string) string { return noPANIn(s) }
+
 // noPANIn returns s with every card number written inside it named
 // "[REDACTED]": free text a client chose that the audit log keeps whole (a
 // replay's reason, a group key holding a subscription's selector and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,6 +307,7 @@ func (c *conn) dispatch(f *Frame) {
 		opWorkers.run(func() {
 			defer c.ops.Done()
 			defer c.requests.Add(-1)
+			defer c.survive(f)
 			c.request(f, caller, held)
 		})
 		return
@@ -319,8 +321,26 @@ func (c *conn) dispatch(f *Frame) {
 	opWorkers.run(func() {
 		defer c.ops.Done()
 		defer func() { <-c.sem }()
+		defer c.survive(f)
 		c.handle(f, caller)
 	})
+}
+
+// survive, deferred by an op's worker, turns a panic of the op into what
+// net/http makes of a handler's: the op is answered INTERNAL, the panic
+// is logged with its stack, and the connection is closed (what the op
+// left half done is its alone), while the broker and its other
+// connections go on. Unrecovered, a panic on a worker goroutine ends the
+// process and every connection it holds.
+func (c *conn) survive(f *Frame) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	c.srv.opts.Logger.ErrorContext(c.ctx, "a websocket op panicked: answered INTERNAL, closing the connection",
+		"op", f.Op, "principal", c.principal.ID, "panic", pigeon.RedactPANs(fmt.Sprint(p)), "stack", string(debug.Stack()))
+	c.answer(f.ID, pigeon.NewError(pigeon.CodeInternal, "the server failed on this %s", f.Op))
+	c.goBG(func() { c.close(websocket.StatusInternalError, "internal error") })
 }
 
 // begin registers one op unless the connection is draining.
