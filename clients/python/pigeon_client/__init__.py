@@ -46,7 +46,7 @@ from .errors import (
     TransportError,
     UnauthenticatedError,
 )
-from .http import HttpClient, KeyDirectory
+from .http import HttpClient, KeyDirectory, ReceiptsPage
 from .model import ReceivedMessage
 from .ws import Contract, Decision, Delivery, Session, Subscription, connect
 
@@ -62,6 +62,7 @@ __all__ = [
     "ReceivedMessage",
     "HttpClient",
     "KeyDirectory",
+    "ReceiptsPage",
     "Keys",
     "sign_message",
     "verify_message",

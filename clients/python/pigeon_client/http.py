@@ -15,13 +15,15 @@ closes mid-request raises :class:`~pigeon_client.errors.TransportError`.
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .crypto import select_key, verify_message_with_keys
@@ -39,7 +41,7 @@ from .model import ReceivedMessage, _pulled, _request_of, _unanswering_reply, _u
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
-__all__ = ["HttpClient", "KeyDirectory", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
+__all__ = ["HttpClient", "KeyDirectory", "ReceiptsPage", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
 
 # Control characters escaped: the text logged may be a server's.
 log = escaping_logger("pigeon_client")
@@ -223,6 +225,104 @@ def _q(segment: str) -> str:
     if segment in ("", ".", ".."):
         raise InvalidError("INVALID_ARGUMENT", f"{segment!r} cannot be a path segment")
     return urllib.parse.quote(segment, safe="")
+
+
+_U64_MAX = (1 << 64) - 1
+"""The largest number of a receipt cursor or receipt: the server's are
+unsigned 64-bit."""
+
+_CURSOR = re.compile(r"([0-9]{1,20})(?::([0-9]{1,20}))?")
+"""A receipt cursor as the server writes and reads it: an audit sequence, or
+one, a colon and a message sequence, in ASCII decimal."""
+
+
+@dataclass(frozen=True)
+class ReceiptsPage:
+    """One page of a message's receipts (:meth:`HttpClient.receipts`)."""
+
+    receipts: list[dict[str, Any]]
+    """Each delivery, acknowledgement, nack, exhaustion, replay or reply of
+    the message the audit log records, as the server sent it (``event``,
+    ``time``, ``principal``, ``contractId``, ``ref``, ``auditSeq``,
+    ``subject``, ``seq``), in order of the record (``auditSeq``), then of
+    the message's sequence (``seq``)."""
+    next: str | None = None
+    """Present when more receipts are recorded than the page holds: ask
+    again with ``after`` set to it."""
+
+
+def _receipt_cursor(s: Any) -> tuple[int, int] | None:
+    """The place ``s`` names in the order of receipts, ``(auditSeq, seq)``
+    (an audit sequence alone is after every receipt of its record); ``None``
+    unless it is a cursor the server reads."""
+    m = _CURSOR.fullmatch(s) if isinstance(s, str) else None
+    if m is None:
+        return None
+    c = (int(m[1]), _U64_MAX if m[2] is None else int(m[2]))
+    return c if c[0] <= _U64_MAX and c[1] <= _U64_MAX else None
+
+
+def _held_count(v: Any) -> bool:
+    """An integer of 0 to 2^64-1 (a bool, which Python takes for an int, is none)."""
+    return type(v) is int and 0 <= v <= _U64_MAX
+
+
+def _receipt_problem(r: Any) -> str | None:
+    """Why ``r`` is not a receipt of the server's, or ``None`` when it is one."""
+    if not isinstance(r, dict):
+        return "is not an object"
+    for k in ("event", "time", "principal", "contractId"):
+        if not isinstance(r.get(k), str):
+            return f"has no string {k}"
+    for k in ("ref", "subject"):
+        if r.get(k) is not None and not isinstance(r[k], str):
+            return f"has a {k} that is not a string"
+    if not _held_count(r.get("auditSeq")):
+        return "has an auditSeq that is not an integer of 0 to 2^64-1"
+    if r.get("seq") is not None and not _held_count(r["seq"]):
+        return "has a seq that is not an integer of 0 to 2^64-1"
+    return None
+
+
+def _receipts_page(p: Any, after: str | None, what: str) -> ReceiptsPage:
+    """The page a receipts answer ``p`` holds (see :meth:`HttpClient.receipts`),
+    or ``ProtocolError``: an answer that is no object, ``receipts`` that is
+    no list, a receipt that is not the server's or out of order (not after
+    ``after``, the cursor asked, or the one before it), or a ``next`` that
+    is no cursor, comes with no receipt, or comes before the page's last."""
+
+    def bad(why: str, **details: Any) -> ProtocolError:
+        return ProtocolError("BAD_REQUEST", f"{what}: the answer has {why}", details=details)
+
+    if not isinstance(p, dict):
+        raise bad("no receipts: it is not an object")
+    rs = p.get("receipts")
+    if rs is None:
+        rs = []
+    if not isinstance(rs, list):
+        raise bad(f"receipts that is not a list ({type(rs).__name__})")
+    last = _receipt_cursor(after) if after else None
+    for i, r in enumerate(rs):
+        why = _receipt_problem(r)
+        if why is not None:
+            raise bad(f"a receipt (entry {i}) that {why}", index=i)
+        c = (r["auditSeq"], r.get("seq") or 0)
+        if last is not None and not last < c:
+            before = "the cursor asked" if i == 0 else "the one before it"
+            raise bad(f"a receipt (entry {i}) that does not come after {before}", index=i,
+                      auditSeq=r["auditSeq"], seq=r.get("seq"))
+        last = c
+    nxt = p.get("next")
+    if nxt is None:
+        return ReceiptsPage(rs)
+    cursor = _receipt_cursor(nxt)
+    if cursor is None:
+        raise bad("a next that is not a cursor (digits, or digits, a colon and digits, each at most 2^64-1)")
+    if not rs or last is None:
+        raise bad("a next and no receipt: the next page would ask the same again")
+    if cursor < last:
+        raise bad(f"a next ({nxt}) before the page's last receipt: the next page would repeat receipts")
+    return ReceiptsPage(rs, nxt)
 
 
 class HttpClient:
@@ -490,6 +590,53 @@ class HttpClient:
     def audit(self, *, from_: int | None = None, max: int | None = None) -> list[dict[str, Any]]:
         """Hash-chained audit records, oldest first (role ``auditor``)."""
         return list(self._do("GET", "/v1/audit", query={"from": from_, "max": max})[1].get("records") or [])
+
+    def receipts(self, message_id: str, *, after: str | None = None, max: int | None = None) -> ReceiptsPage:
+        """One page of the receipts of message ``message_id`` (role
+        ``auditor``; ``GET /v1/audit/receipts/{id}``, the id
+        percent-encoded): who was handed it, and when, in order of the audit
+        record, then of the message's sequence. At most ``max`` (the
+        server's default and cap: 10 000); ``after`` is a page's ``next``
+        (or an audit sequence alone), and a malformed one is the server's
+        400 ``BAD_REQUEST``. ``next`` is set when more are recorded: ask
+        again with ``after`` set to it, or walk every page with
+        :meth:`iter_receipts`. 429 ``RATE_LIMITED`` (with its retry delay)
+        while the server reads the log for two others.
+
+        An answer is refused, ``ProtocolError``, unless ``receipts`` is a
+        list of receipt objects (strings where the route has strings;
+        ``auditSeq`` and ``seq`` integers of 0 to 2^64-1, a bool or a float
+        none), each after ``after`` and after the one before it, and
+        ``next`` is absent or a cursor (digits, or digits, a colon and
+        digits, each at most 2^64-1) of a page that holds a receipt, not
+        before its last one: a page never repeats a receipt, and a ``next``
+        never leads back."""
+        path = "/v1/audit/receipts/" + _q(message_id)
+        _, p = self._do("GET", path, query={"after": after, "max": max})
+        return _receipts_page(p, after, f"GET {path}")
+
+    def iter_receipts(self, message_id: str, *, max: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every receipt of message ``message_id`` (role ``auditor``), page
+        after page of at most ``max`` (:meth:`receipts`), following each
+        page's ``next`` until a page has none. Each page comes after the one
+        before it (:meth:`receipts` refuses a ``next`` that repeats or goes
+        back, ``ProtocolError``), so a server cannot make the walk ask the
+        same page forever; the walk ends at the first error. Each page reads
+        the log anew: a delivery recorded meanwhile comes in a later page.
+        An id that cannot be a path segment is refused here, before any
+        page is asked."""
+        _q(message_id)
+
+        def walk() -> Iterator[dict[str, Any]]:
+            after: str | None = None
+            while True:
+                page = self.receipts(message_id, after=after, max=max)
+                yield from page.receipts
+                if page.next is None:
+                    return
+                after = page.next
+
+        return walk()
 
     def quarantine(self, *, since: str | None = None, after: str | None = None, max: int | None = None) -> list[dict[str, Any]]:
         """Quarantined messages, redacted, oldest first (role ``auditor``). A

@@ -172,6 +172,47 @@ def test_http_subjects_audit_quarantine(server):
         admin.remove_role(checkout, "auditor")
 
 
+def test_http_receipts_pages(own_server):
+    scenario("http.receipts_pages")
+    # A server of its own: no worker of another scenario receives the
+    # message, so its receipts are the three replays alone.
+    server = own_server.start()
+    orders = HttpClient(server.http, "orders-token")
+    orders.connect(NOTIFY)
+    # An id that holds "/", "?", "#" and a space: the path must carry it whole.
+    mid = fresh("rcpt") + "/a b?c#d"
+    d = orders.publish(notification(id=mid))
+    assert d.accepted and d.id == mid
+    ops = HttpClient(server.http, "notify-replay-token")
+    ops.connect(NOTIFY)
+    reasons = [f"conformance receipts {i}" for i in range(3)]
+    for reason in reasons:
+        ms = ops.replay("notifications.send", reason=reason, from_sequence=d.sequence, to_sequence=d.sequence)
+        assert [m["id"] for m in ms] == [mid]
+
+    auditor = HttpClient(server.http, "auditor-token")
+    first = auditor.receipts(mid, max=2)
+    assert len(first.receipts) == 2 and isinstance(first.next, str)
+    second = auditor.receipts(mid, max=2, after=first.next)
+    assert len(second.receipts) == 1 and second.next is None
+    every = first.receipts + second.receipts
+    for r in every:
+        assert r["event"] == "replay.executed"
+        assert r["principal"] == "spiffe://merchant-prod/ns/ops/sa/notify-replay"
+        assert r["subject"] == "notifications.send" and r["seq"] == d.sequence
+    assert [r["ref"] for r in every] == reasons
+    assert [r["auditSeq"] for r in every] == sorted({r["auditSeq"] for r in every}), "in auditSeq order"
+    # The walk of every page gives the same three.
+    assert list(auditor.iter_receipts(mid, max=2)) == every
+
+    with pytest.raises(PigeonError) as e:
+        orders.receipts(mid)
+    assert e.value.code == "FORBIDDEN" and e.value.status == 403
+    with pytest.raises(PigeonError) as e:
+        auditor.receipts(mid, after="x:1")
+    assert e.value.code == "BAD_REQUEST" and e.value.status == 400
+
+
 async def test_http_request(server):
     scenario("http.request")
     c = HttpClient(server.http, "checkout-token")

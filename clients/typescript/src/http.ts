@@ -1,8 +1,8 @@
 /**
  * The HTTP client (docs/http.md), with the reference clients' surface:
- * connect, publish, request, receive, subjects, audit, quarantine; plus
- * ack, nack, replay, quarantine release, contract revocation, and the
- * account, role, grant and key routes an admin uses.
+ * connect, publish, request, receive, subjects, audit, receipts,
+ * quarantine; plus ack, nack, replay, quarantine release, contract
+ * revocation, and the account, role, grant and key routes an admin uses.
  *
  * Concurrency contract: an HttpClient holds no connection of its own (each
  * call is one fetch), so any number of calls may run at once. `connect`
@@ -13,7 +13,7 @@ import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldDecision, unheldMessage } from "./errors.js";
 import { requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
-import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions } from "./types.js";
+import type { Contract, Decision, Message, Pulled, Receipt, ReceiptsPage, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
   /** x-pigeon-region of every call */
@@ -286,6 +286,50 @@ export class HttpClient {
   }
 
   /**
+   * One page of the receipts of message `id` (role auditor; GET
+   * /v1/audit/receipts/{id}): who was handed it, and when, in order of the
+   * audit record, then of the message's sequence. At most `max` (the
+   * server's default and cap: 10 000); `after` is a page's `next` (or an
+   * audit sequence alone), and a malformed one is the server's 400
+   * BAD_REQUEST. `next` is there when more are recorded: ask again with
+   * `after` set to it, or walk every page with
+   * {@link HttpClient.allReceipts}. 429 RATE_LIMITED (with its retry
+   * delay) while the server reads the log for two others.
+   *
+   * An answer is refused, BAD_FRAME, unless `receipts` is a list of receipt
+   * objects (strings where the route has strings; `auditSeq` and `seq`
+   * integers of 0 to 2^53-1, which JSON.parse keeps exactly), each after
+   * `after` and after the one before it, and `next` is absent or a cursor
+   * (digits, or digits, a colon and digits, each at most 2^64-1) of a
+   * page that holds a receipt, not before its last one: a page never
+   * repeats a receipt, and a `next` never leads back.
+   */
+  async receipts(id: string, options: { after?: string; max?: number } = {}): Promise<ReceiptsPage> {
+    const path = `/v1/audit/receipts/${segment(id)}${query({ after: options.after, max: options.max })}`;
+    const r = await this.expect<{ receipts?: unknown; next?: unknown }>("receipts", (r) => isList(r.receipts), "GET", path);
+    return receiptsPage(r, options.after, `GET ${path}`);
+  }
+
+  /**
+   * Every receipt of message `id` (role auditor), page after page of at
+   * most `max` ({@link HttpClient.receipts}), following each page's
+   * `next` until a page has none. Each page comes after the one before it
+   * (receipts refuses a `next` that repeats or goes back, BAD_FRAME), so a
+   * server cannot make the walk ask the same page forever; the walk ends
+   * at the first error. Each page reads the log anew: a delivery recorded
+   * meanwhile comes in a later page.
+   */
+  async *allReceipts(id: string, options: { max?: number } = {}): AsyncGenerator<Receipt, void, undefined> {
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.receipts(id, { after, max: options.max });
+      yield* page.receipts;
+      if (page.next === undefined) return;
+      after = page.next;
+    }
+  }
+
+  /**
    * Quarantined messages, redacted, oldest first (role auditor). A page
    * stops at the server's read budget; the next page is `since` and `after`
    * set to the `time` and `id` of the page's last record.
@@ -457,6 +501,65 @@ function query(o: Record<string, unknown>): string {
   for (const [k, v] of Object.entries(o)) if (v !== undefined) q.set(k, String(v));
   const s = q.toString();
   return s ? `?${s}` : "";
+}
+
+/** The largest number of a receipt cursor: each of its two is one of the server's uint64s. */
+const U64_MAX = (1n << 64n) - 1n;
+/** A receipt cursor as the server writes and reads it: an audit sequence, or one, a colon and a message sequence. */
+const CURSOR = /^([0-9]{1,20})(?::([0-9]{1,20}))?$/;
+
+/**
+ * The place `s` names in the order of receipts, [auditSeq, seq] (an audit
+ * sequence alone is after every receipt of its record); undefined unless
+ * it is a cursor the server reads.
+ */
+function receiptCursor(s: unknown): [bigint, bigint] | undefined {
+  const m = typeof s === "string" ? CURSOR.exec(s) : null;
+  if (!m) return undefined;
+  const c: [bigint, bigint] = [BigInt(m[1]), m[2] === undefined ? U64_MAX : BigInt(m[2])];
+  return c[0] <= U64_MAX && c[1] <= U64_MAX ? c : undefined;
+}
+
+const cursorBefore = (a: [bigint, bigint], b: [bigint, bigint]): boolean => a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
+/** An integer JSON.parse kept exactly: 0 to 2^53-1. */
+const isHeldCount = (x: unknown): x is number => typeof x === "number" && Number.isSafeInteger(x) && x >= 0;
+
+/** Why `x` is not a receipt of the server's, or undefined when it is one. */
+function receiptProblem(x: unknown): string | undefined {
+  if (!isObj(x)) return "is not an object";
+  for (const k of ["event", "time", "principal", "contractId"]) if (typeof x[k] !== "string") return `has no string ${k}`;
+  for (const k of ["ref", "subject"]) if (x[k] !== undefined && x[k] !== null && typeof x[k] !== "string") return `has a ${k} that is not a string`;
+  if (!isHeldCount(x.auditSeq)) return "has an auditSeq that is not an integer of 0 to 2^53-1";
+  if (x.seq !== undefined && x.seq !== null && !isHeldCount(x.seq)) return "has a seq that is not an integer of 0 to 2^53-1";
+  return undefined;
+}
+
+/**
+ * The page a receipts answer holds (see {@link HttpClient.receipts}), or
+ * BAD_FRAME: a receipt that is not the server's, or out of order (not after
+ * `after`, which the caller gave, or the one before it), or a `next` that
+ * is no cursor, comes with no receipt, or comes before the page's last.
+ */
+function receiptsPage(r: { receipts?: unknown; next?: unknown }, after: string | undefined, what: string): ReceiptsPage {
+  const bad = (why: string, details: Record<string, unknown> = {}) => new PigeonError(ClientCodes.BAD_FRAME, `${what}: the answer has ${why}`, details);
+  const list = (r.receipts ?? []) as unknown[];
+  let last = after ? receiptCursor(after) : undefined;
+  for (let i = 0; i < list.length; i++) {
+    const x = list[i] as Receipt;
+    const why = receiptProblem(x);
+    if (why) throw bad(`a receipt (entry ${i}) that ${why}`, { index: i });
+    const c: [bigint, bigint] = [BigInt(x.auditSeq), BigInt(x.seq ?? 0)];
+    if (last && !cursorBefore(last, c)) {
+      throw bad(`a receipt (entry ${i}) that does not come after ${i === 0 ? "the cursor asked" : "the one before it"}`, { index: i, auditSeq: x.auditSeq, seq: x.seq });
+    }
+    last = c;
+  }
+  if (r.next === undefined || r.next === null) return { receipts: list as Receipt[] };
+  const next = receiptCursor(r.next);
+  if (!next) throw bad("a next that is not a cursor (digits, or digits, a colon and digits, each at most 2^64-1)");
+  if (list.length === 0 || !last) throw bad("a next and no receipt: the next page would ask the same again");
+  if (cursorBefore(next, last)) throw bad(`a next (${r.next as string}) before the page's last receipt: the next page would repeat receipts`);
+  return { receipts: list as Receipt[], next: r.next as string };
 }
 
 const hasContract = (r: Record<string, unknown>): boolean => isObj(r.contract) && typeof r.contract.id === "string";

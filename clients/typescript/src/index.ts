@@ -56,4 +56,4 @@ export {
 } from "./crypto.js";
 export type { PublicKey, KeyPair, Sealed, SignedFields } from "./crypto.js";
 export { canonicalize, parseStrict } from "./jcs.js";
-export type { Message, Signature, Contract, ContractSubject, Decision, Start, ReplayOptions, SettleOptions, Pulled } from "./types.js";
+export type { Message, Signature, Contract, ContractSubject, Decision, Start, ReplayOptions, SettleOptions, Pulled, Receipt, ReceiptsPage } from "./types.js";

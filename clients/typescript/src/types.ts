@@ -121,3 +121,38 @@ export interface Pulled {
    */
   attempts: number[];
 }
+
+/**
+ * One receipt of a message: a delivery, acknowledgement, nack, exhaustion,
+ * replay or reply of it that the audit log records (`HttpClient.receipts`;
+ * docs/http.md, "GET /v1/audit/receipts/{id}").
+ */
+export interface Receipt {
+  /** the record's event (`delivery.dispatched`, `replay.executed`, …) */
+  event: string;
+  /** when the record was written (RFC 3339) */
+  time: string;
+  /** who was handed the message, acked it, nacked it, … */
+  principal: string;
+  contractId: string;
+  /** the subscription; absent for a pull receive; the reason given for a replay; the request's id for a reply */
+  ref?: string;
+  /** the record's place in the audit chain: an integer of 0 to 2^53-1 (the client refuses any other) */
+  auditSeq: number;
+  /** the subject of the message received */
+  subject?: string;
+  /**
+   * the message's sequence (an id the publisher chose names another
+   * message once its own is trimmed); absent when the record names the id
+   * alone. An integer of 0 to 2^53-1 (the client refuses any other).
+   */
+  seq?: number;
+}
+
+/** What `HttpClient.receipts` resolves to: one page of a message's receipts. */
+export interface ReceiptsPage {
+  /** in order of the record (`auditSeq`), then of the message's sequence (`seq`) */
+  receipts: Receipt[];
+  /** present when more receipts are recorded than the page holds: ask again with `after` set to it */
+  next?: string;
+}

@@ -1,7 +1,7 @@
 // The HTTP client.
 import assert from "node:assert/strict";
 import { connect, HttpClient, PigeonError } from "../../dist/index.js";
-import { scenario, sharedServer, payment, notification, uniq, PRINCIPALS, approvePayments } from "../harness.mjs";
+import { scenario, sharedServer, Server, payment, notification, uniq, PRINCIPALS, approvePayments } from "../harness.mjs";
 
 scenario("http.publish", async () => {
   const srv = await sharedServer();
@@ -104,6 +104,54 @@ scenario("http.subjects_audit_quarantine", async () => {
   }
   assert.ok(outcome, "released: accepted or refused with its code");
   await assert.rejects(admin.release(qid), (e) => e.code === "BAD_REQUEST" && e.status === 400);
+});
+
+scenario("http.receipts_pages", async () => {
+  // A server of its own: no worker of another scenario receives the
+  // message, so its receipts are the three replays alone.
+  const srv = await Server.start();
+  try {
+    const orders = new HttpClient(srv.http, "orders-token");
+    await orders.connect(["notifications.send"]);
+    // An id that holds "/", "?", "#" and a space: the path must carry it whole.
+    const id = `${uniq("rcpt")}/a b?c#d`;
+    const d = await orders.publish(notification(uniq("rcpt"), { id }));
+    assert.equal(d.status, "accepted");
+    assert.equal(d.message.id, id);
+    const seq = d.message.sequence;
+    const ops = new HttpClient(srv.http, "notify-replay-token");
+    await ops.connect(["notifications.send"]);
+    for (let i = 0; i < 3; i++) {
+      const replayed = await ops.replay("notifications.send", { reason: `conformance receipts ${i}`, fromSequence: seq, toSequence: seq });
+      assert.deepEqual(replayed.map((m) => m.id), [id]);
+    }
+
+    const auditor = new HttpClient(srv.http, "auditor-token");
+    const first = await auditor.receipts(id, { max: 2 });
+    assert.equal(first.receipts.length, 2);
+    assert.equal(typeof first.next, "string");
+    const second = await auditor.receipts(id, { max: 2, after: first.next });
+    assert.equal(second.receipts.length, 1);
+    assert.equal(second.next, undefined);
+    const all = [...first.receipts, ...second.receipts];
+    for (const r of all) {
+      assert.equal(r.event, "replay.executed");
+      assert.equal(r.principal, "spiffe://merchant-prod/ns/ops/sa/notify-replay");
+      assert.equal(r.subject, "notifications.send");
+      assert.equal(r.seq, seq);
+    }
+    assert.deepEqual(all.map((r) => r.ref), [0, 1, 2].map((i) => `conformance receipts ${i}`));
+    for (let i = 1; i < all.length; i++) assert.ok(all[i].auditSeq > all[i - 1].auditSeq, "in auditSeq order");
+    // The walk of every page gives the same three.
+    const walked = [];
+    for await (const r of auditor.allReceipts(id, { max: 2 })) walked.push(r);
+    assert.deepEqual(walked, all);
+
+    await assert.rejects(orders.receipts(id), (e) => e instanceof PigeonError && e.code === "FORBIDDEN" && e.status === 403);
+    await assert.rejects(auditor.receipts(id, { after: "x:1" }), (e) => e instanceof PigeonError && e.code === "BAD_REQUEST" && e.status === 400);
+  } finally {
+    await srv.stop();
+  }
 });
 
 scenario("http.request", async () => {
