@@ -347,6 +347,11 @@ func TestIDSweepAcrossLostQuorum(t *testing.T) {
 		return err == nil
 	}, 60*time.Second, 200*time.Millisecond)
 	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	// A cluster just formed may take longer than Timeout to create its
+	// first streams: create them before the appends, until that works.
+	for _, subject := range []string{"a", "b"} {
+		require.Eventually(t, func() bool { _, err := s.stream(ctx, subject, true); return err == nil }, 60*time.Second, 200*time.Millisecond)
+	}
 	fill(t, s, "a", "a", 20)
 	fill(t, s, "b", "b", 20)
 	purgeMessages(t, s, "b") // b's entries are left

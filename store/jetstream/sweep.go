@@ -1,7 +1,6 @@
 package jetstream
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -188,45 +187,15 @@ func (w *idSweep) failed(next uint64, err error) error {
 // returns how many it freed and the first failure (after which it starts
 // no other).
 func (s *Store) sweepEntries(ctx context.Context, bucket string, es []*jetstream.RawStreamMsg) (int, error) {
-	var (
-		freed atomic.Int64
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return first != nil
-	}
-	work := make(chan *jetstream.RawStreamMsg)
-	for range min(idFreers, len(es)) {
-		wg.Go(func() {
-			for raw := range work {
-				if failed() {
-					continue
-				}
-				ok, err := s.sweepEntry(ctx, bucket, raw)
-				if ok {
-					freed.Add(1)
-				}
-				if err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for _, raw := range es {
-		if failed() {
-			break
+	var freed atomic.Int64
+	_, err := inParallel(es, idFreers, func(raw *jetstream.RawStreamMsg) error {
+		ok, err := s.sweepEntry(ctx, bucket, raw)
+		if ok {
+			freed.Add(1)
 		}
-		work <- raw
-	}
-	close(work)
-	wg.Wait()
-	return int(freed.Load()), first
+		return err
+	})
+	return int(freed.Load()), err
 }
 
 // sweepEntry frees raw, an entry of the ids bucket as a replica read it,

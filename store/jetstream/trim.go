@@ -1,12 +1,10 @@
 package jetstream
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -258,46 +256,8 @@ func (s *Store) purgedTo(ctx context.Context, st jetstream.Stream, cut uint64) b
 // at a time, and returns the entries it did not purge (after a purge
 // fails, it starts no other) and the first failure.
 func (s *Store) freeIDs(ctx context.Context, es []idEntry) ([]idEntry, error) {
-	if len(es) == 0 {
-		return nil, nil
-	}
 	bucket := s.bucketName("ids")
-	var (
-		mu    sync.Mutex
-		left  []idEntry
-		first error
-		wg    sync.WaitGroup
-	)
-	failed := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return first != nil
-	}
-	work := make(chan idEntry)
-	for range min(idFreers, len(es)) {
-		wg.Go(func() {
-			for e := range work {
-				var err error
-				if !failed() {
-					err = s.freeID(ctx, bucket, e)
-					if err == nil {
-						continue
-					}
-				}
-				mu.Lock()
-				left = append(left, e)
-				first = cmp.Or(first, err)
-				mu.Unlock()
-			}
-		})
-	}
-	i := 0
-	for ; i < len(es) && !failed(); i++ {
-		work <- es[i]
-	}
-	close(work)
-	wg.Wait()
-	return append(left, es[i:]...), first
+	return inParallel(es, idFreers, func(e idEntry) error { return s.freeID(ctx, bucket, e) })
 }
 
 // freeID purges the revisions of e.key up to e.rev. A purge up to a
