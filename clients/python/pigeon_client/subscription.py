@@ -214,7 +214,7 @@ def _run_key(d: "Delivery") -> tuple[str, int | None]:
     first (a higher sequence) is another, whose handler need not wait for
     the old one's run (each answer names its own sequence, and the server
     settles the two apart)."""
-    return d.message.get("id"), _wire_sequence(d.message.get("sequence"))
+    return d._id, d._sequence
 
 
 def _not_pending(ans: Any) -> Callable[[str, int], bool]:
@@ -305,13 +305,22 @@ def _data_size(message: dict[str, Any]) -> int:
 class Delivery:
     """One message handed over by a subscription; answer it with
     :meth:`ack` or :meth:`nack` (a handler's return or exception does). On
-    an at-most-once subscription (``ack="none"``) both send nothing."""
+    an at-most-once subscription (``ack="none"``) both send nothing.
 
-    __slots__ = ("message", "attempt", "subscription", "_gen", "settled", "_size")
+    The answer names the message id and sequence delivered, taken when the
+    delivery is handed over: a handler (or a middleware) that edits
+    :attr:`message` changes neither what :attr:`id` says nor which message
+    its answer settles."""
+
+    __slots__ = ("message", "attempt", "subscription", "_gen", "settled", "_size", "_id", "_sequence")
 
     def __init__(self, message: dict[str, Any], attempt: int, subscription: "Subscription", gen: int) -> None:
         self.message = message
         self.attempt = attempt
+        # What the answer names (see _settle): the subscription hands over
+        # only a message whose id is a non-empty string.
+        self._id: str = message.get("id", "")
+        self._sequence = _wire_sequence(message.get("sequence"))
         self.subscription = subscription
         self._gen = gen
         self.settled = False
@@ -323,7 +332,8 @@ class Delivery:
 
     @property
     def id(self) -> str:
-        return self.message.get("id", "")
+        """The id of the message delivered, which its answer names."""
+        return self._id
 
     @property
     def hops(self) -> int:
@@ -824,16 +834,18 @@ class Subscription:
                               "message": "the subscription has ended: the delivery went back to the server"})
         # A failure keeps its sequence: the server redelivers it on this
         # subscription only, so a resume must ask for it again.
-        at = _sequence(d.message.get("sequence"))
+        # Both as delivered (taken when the Delivery was made), not as the
+        # message dict says now: a handler may have edited it.
+        seq = d._sequence
+        at = _sequence(seq)
         if at is not None and ok:
             self._outstanding.discard(at)
             self._settled_high = max(self._settled_high, at)
-        seq = _wire_sequence(d.message.get("sequence"))
         # The answer names the delivery's sequence as well as its id: a late
         # answer never settles a newer message published under the id once
         # retention trimmed the one delivered (the server refuses it).
         if not ok:
-            f: dict[str, Any] = {"op": "nack", "sub": self.sid, "messageId": d.id}
+            f: dict[str, Any] = {"op": "nack", "sub": self.sid, "messageId": d._id}
             if seq is not None:
                 f["sequence"] = seq
             if delay_ms is not None:
@@ -841,7 +853,7 @@ class Subscription:
             await self.session._call(f, "ok")
             return
         fut = asyncio.get_running_loop().create_future()
-        self._ackq.append((d.id, seq or 0, d._gen, fut))
+        self._ackq.append((d._id, seq or 0, d._gen, fut))
         if self._ack_task is None:
             self._ack_task = asyncio.get_running_loop().create_task(self._flush_acks())
         await fut

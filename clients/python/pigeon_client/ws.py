@@ -778,17 +778,29 @@ class Session:
         if op == "deliver_batch":
             sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
             ds = f.get("deliveries")
+            if not isinstance(ds, list):
+                # Nothing in it can be handed over, whoever's it is (as the
+                # TypeScript client reports it).
+                self._report(ProtocolError(
+                    "BAD_REQUEST", f"the server sent a deliver_batch whose deliveries is not a list ({type(ds).__name__})",
+                    details={"op": "deliver_batch"}))
+                return
             if sub is None and f.get("sub") in self._gone:
                 return
-            if sub is None and isinstance(f.get("sub"), str):
+            if sub is None:
                 self._end_orphan(f["sub"], gen, bounded=True)
                 return
-            if sub is None or not isinstance(ds, list):
-                self._report(ProtocolError("BAD_REQUEST", f"deliver_batch for unknown sub {f.get('sub')!r}"))
-                return
-            for d in ds:
+            for i, d in enumerate(ds):
                 if isinstance(d, dict):
                     sub._push(d.get("message"), d.get("attempt"), gen)
+                else:
+                    # Each entry that is no object is reported, and the good
+                    # ones of the frame go on (its answer never comes: the
+                    # server's ack wait gives back whatever it meant).
+                    self._report(ProtocolError(
+                        "BAD_REQUEST",
+                        f"the server sent a deliver_batch whose delivery {i} is not an object ({type(d).__name__})",
+                        details={"op": "deliver_batch", "index": i}))
             return
         if op == "deliver":
             sub = self._subs.get(f.get("sub"))  # type: ignore[arg-type]
