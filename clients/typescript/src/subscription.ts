@@ -573,6 +573,12 @@ export class Subscription {
 
   private async run(d: Queued): Promise<void> {
     const key = runKey(d.m); // as pump took it, whatever the handler does to the message
+    // What the answer names, taken before the handler runs: a handler (or
+    // a stream's reader) that edits its message's id or sequence must not
+    // make the answer settle another message published under an id, nor
+    // move the resume position.
+    const id = d.m.id;
+    const seq = position(d.m);
     let ok = true;
     let unanswered = false;
     let delayMs: number | undefined;
@@ -589,7 +595,6 @@ export class Subscription {
       else if (e instanceof RetryAfter) delayMs = e.delayMs;
       else if (e && typeof (e as { retryAfterMs?: unknown }).retryAfterMs === "number") delayMs = (e as { retryAfterMs: number }).retryAfterMs;
     }
-    const id = d.m.id;
     if (this.options.ack === "none" || unanswered) {
       // At most once: nothing is answered, whatever the handler did.
       // Unanswered: the unsubscribe that follows, or the lost connection,
@@ -598,7 +603,6 @@ export class Subscription {
       // The answer names the delivery's sequence as well as its id: a late
       // answer never settles a newer message published under the id once
       // retention trimmed the one delivered (the server refuses it).
-      const seq = position(d.m);
       if (ok) {
         this.acks.push({ id, seq: seq ?? 0 });
         if (seq !== undefined) {
