@@ -514,14 +514,16 @@ func (s *Session) deliverOne(cc *clientConn, sub string, m *pigeon.Message, atte
 		return
 	}
 	cs.running.Add(1)
+	// Read before a worker may hand m to a handler, which may edit it.
+	seq := resumable(m.Sequence)
 	cs.queue = append(cs.queue, queuedDelivery{cc: cc, sid: sub, m: m, attempt: attempt, d: d})
 	cs.queuedN += len(m.Data)
-	if seq := resumable(m.Sequence); !cs.o.AtMostOnce && seq > 0 {
+	if !cs.o.AtMostOnce && seq > 0 {
 		cs.outstand(seq)
 	}
 	cs.cond.Signal()
 	cs.mu.Unlock()
-	cs.received(resumable(m.Sequence))
+	cs.received(seq)
 }
 
 // resumable is seq as a resume position: 0 (none) for the largest
@@ -595,12 +597,17 @@ func (cs *clientSub) work() {
 			cs.cond.Signal() // another worker may take the next one
 		}
 		cs.mu.Unlock()
+		// What the answer names, read before the handler runs: a handler
+		// that edits its message's ID or Sequence must not make the answer
+		// settle another message published under an id, nor move the
+		// resume position.
+		id, seq := q.m.ID, q.m.Sequence
 		err := cs.call(cs.delivery(q))
 		if !cs.o.AtMostOnce {
 			if err == nil {
-				done = resumable(q.m.Sequence)
+				done = resumable(seq)
 			}
-			cs.settle(q, err)
+			cs.settle(q, id, seq, err)
 		}
 		cs.running.Done()
 	}
@@ -761,12 +768,13 @@ func (cs *clientSub) call(d *pigeon.Delivery) (err error) {
 	return cs.h(cs.hctx, d)
 }
 
-// settle answers a delivery: an ack joins the next ack frame; a failure is
-// nacked at once, with the delay a pigeon.RetryAfter error asks for.
-func (cs *clientSub) settle(q queuedDelivery, handlerErr error) {
+// settle answers a delivery of message id at seq (read before its handler
+// ran): an ack joins the next ack frame; a failure is nacked at once, with
+// the delay a pigeon.RetryAfter error asks for.
+func (cs *clientSub) settle(q queuedDelivery, id string, seq uint64, handlerErr error) {
 	if handlerErr == nil {
 		cs.ackMu.Lock()
-		cs.acks = append(cs.acks, pendingAck{cc: q.cc, sid: q.sid, id: q.m.ID, seq: q.m.Sequence})
+		cs.acks = append(cs.acks, pendingAck{cc: q.cc, sid: q.sid, id: id, seq: seq})
 		cs.ackMu.Unlock()
 		select {
 		case cs.ackKick <- struct{}{}:
@@ -776,7 +784,7 @@ func (cs *clientSub) settle(q queuedDelivery, handlerErr error) {
 	}
 	// The sequence names the delivery answered: never a newer message
 	// published under the id once this one was trimmed.
-	f := Frame{Op: OpNack, Sub: q.sid, MessageID: q.m.ID, Sequence: q.m.Sequence}
+	f := Frame{Op: OpNack, Sub: q.sid, MessageID: id, Sequence: seq}
 	var re *pigeon.RetryError
 	if errors.As(handlerErr, &re) && re.Delay >= 0 {
 		ms := min(re.Delay, pigeon.MaxRetryDelay).Milliseconds()
