@@ -604,9 +604,7 @@ func (e *Engine) retryDelay(s *subject, n int, err error) time.Duration {
 	case "linear":
 		d = base * time.Duration(n)
 	default:
-		if n > 30 {
-			n = 30
-		}
+		n = min(max(n, 1), 30) // a shift by a negative count panics
 		d = base << (n - 1)
 	}
 	if d > s.maxDelay {

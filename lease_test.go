@@ -30,6 +30,10 @@ func TestRetryDelay(t *testing.T) {
 		{"exponential", 10, 300 * ms}, // 512 s capped at 30 s, scaled
 		{"exponential", 99, 300 * ms},
 		{"linear", 45, 300 * ms},
+		// An attempt below 1, which no lease has, waits as the first: a
+		// shift by a negative count panicked.
+		{"exponential", 0, 10 * ms},
+		{"", -3, 10 * ms},
 	} {
 		s := &subject{backoff: tc.backoff, maxDelay: 30 * time.Second}
 		require.Equal(t, tc.want, e.retryDelay(s, tc.n, nil), "%s attempt %d", tc.backoff, tc.n)

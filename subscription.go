@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,6 +151,7 @@ func (s *subscription) poke() {
 func (s *subscription) run() {
 	defer s.finish()
 	defer s.endAtExpiry()()
+	defer s.survive("delivery loop")
 	if s.subj.mode == ModePubSub {
 		s.runPubSub()
 	} else {
@@ -493,6 +495,7 @@ func (s *subscription) deliver(d *decoded, attempt int) {
 	start := s.e.since()
 	if s.ah != nil {
 		h := &handover{Delivery: Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, s: s, d: d, attempt: attempt, start: start}
+		defer h.survive()
 		s.ah(s.hctx, &h.Delivery, h.done)
 		return
 	}
@@ -531,6 +534,58 @@ func (h *handover) done(err error) {
 		h.s.e.took(StageDeliver, h.s.subj.name, h.start)
 		h.s.settled(h.d, h.attempt, err)
 	}
+}
+
+// errDeliveryPanicked is what a subscription whose delivery panicked
+// ends with, and what the delivery is settled with: a failure that
+// spends its attempt, so that a message the code delivering it panics on
+// runs out of attempts (quarantined where the subject says so) rather
+// than ending one consumer after another for ever.
+func errDeliveryPanicked() error {
+	return NewError(CodeInternal, "the broker failed delivering on this subscription; subscribe again")
+}
+
+// survive, deferred by the subscription's delivery loop, turns a panic of
+// the loop into the end of this subscription alone, INTERNAL, as net/http
+// turns a handler's panic into the end of its connection. The loop runs
+// code of the store, the decoder, the selector and the filter on what
+// publishers and the subscriber chose, and, for a transport, the
+// transport's handler: a panic on its goroutine, unrecovered, ended the
+// process and every connection and subscription it held. The loop's
+// deferred finish then ends the subscription as any stop does (its
+// window's deliveries settled, its leases given back, subscription.stopped
+// audited with the code). The panic is logged with its stack, card
+// numbers redacted; it is never returned (its value may quote a message).
+func (s *subscription) survive(where string) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	s.logPanic(where, p)
+	s.stop(errDeliveryPanicked())
+}
+
+func (s *subscription) logPanic(where string, p any) {
+	s.e.opts.Logger.Error("a subscription's "+where+" panicked: the subscription is ended, INTERNAL",
+		"subject", noPAN(s.subj.name), "subscription", s.id, "principal", noPAN(s.caller.Principal.ID),
+		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+}
+
+// survive, deferred around an asynchronous handler (a transport's: the
+// WebSocket server's serverSub.handle), turns its panic into the end of
+// the subscription and a failure of this delivery (its attempt spent). It
+// runs on the delivery loop or on a redelivery's goroutine, where a
+// panic would end the process. The subscription stops first, so the
+// failure is not delivered again to it; done does nothing when the
+// handler had settled the delivery already.
+func (h *handover) survive() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	h.s.logPanic("handler", p)
+	h.s.stop(errDeliveryPanicked())
+	h.done(errDeliveryPanicked())
 }
 
 // call runs the synchronous handler once on a copy of m, recovering a

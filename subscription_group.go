@@ -108,17 +108,7 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		acked = nil
 	}
 	if len(acked) > 0 {
-		g := s.g
-		g.mu.Lock()
-		var mine []uint64
-		holder := s.holder()
-		for _, d := range acked {
-			if l := g.leases[d.seq]; l != nil && l.holder == holder {
-				mine = append(mine, d.seq)
-			}
-		}
-		err := e.markDoneAll(ctx, g, mine)
-		g.mu.Unlock()
+		err := e.markMineDone(ctx, s, acked)
 		if err == nil { // else not done: the leases expire and the messages come back
 			s.resMu.Lock()
 			for _, d := range acked {
@@ -129,6 +119,24 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		}
 	}
 	e.pokeGroup(s.subj.name)
+}
+
+// markMineDone marks done, in s's group, the messages of acked whose
+// leases s holds. The group's lock is given back however markDoneAll
+// ends: a store that panics under it must not leave the group locked for
+// the subscription's finish, which takes it to give the leases back.
+func (e *Engine) markMineDone(ctx context.Context, s *subscription, acked []*decoded) error {
+	g := s.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var mine []uint64
+	holder := s.holder()
+	for _, d := range acked {
+		if l := g.leases[d.seq]; l != nil && l.holder == holder {
+			mine = append(mine, d.seq)
+		}
+	}
+	return e.markDoneAll(ctx, g, mine)
 }
 
 // mayAnswer reports whether the subscription's contract still allows it

@@ -43,6 +43,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,6 +310,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.untrack(c)
+	defer s.survive(c, p) // before untrack closes the connection without a word
 	if s.reauths.Load() != gen {
 		// Reauthenticate ran since the upgrade was authenticated, and may
 		// have missed this connection, not yet tracked: check it here.
@@ -387,6 +389,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	s.read(cctx, c, turn, caller)
+}
+
+// survive, deferred by a connection's handler once upgraded, turns a
+// panic of it (the broker's publish of a frame the client sent, a
+// subscription starting) into the end of this connection alone, closed
+// with 1011 (the handler's deferred work then ends its subscription and
+// revokes its contract, as at any end). Unrecovered, the panic reached
+// net/http, which logged it whole, card numbers with it, and the client
+// saw its connection cut without a close frame. Here it is logged with
+// its stack, card numbers redacted.
+func (s *Server) survive(c *websocket.Conn, p *pigeon.Principal) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	s.opts.Logger.Error("a mesgd connection panicked: closing it", "principal", p.ID,
+		"panic", pigeon.RedactPANs(fmt.Sprint(r)), "stack", string(debug.Stack()))
+	_ = c.Close(websocket.StatusInternalError, "internal error")
 }
 
 // read publishes every frame the client sends until the connection ends.

@@ -267,9 +267,14 @@ func (c *conn) dispatch(f *Frame) {
 			c.answer(f.ID, c.stopped())
 			return
 		}
-		c.handle(f, pigeon.Caller{})
-		c.keepContract(c.callerNow().ContractID)
-		c.ops.Done()
+		func() {
+			// On the read loop, not a worker: survive answers a panic
+			// INTERNAL and closes the connection, as for any op.
+			defer c.ops.Done()
+			defer c.survive(f)
+			c.handle(f, pigeon.Caller{})
+			c.keepContract(c.callerNow().ContractID)
+		}()
 		return
 	case OpSubscribe, OpUnsubscribe, OpReplay, OpReceive, OpRenew:
 	default:
