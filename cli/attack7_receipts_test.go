@@ -19,15 +19,7 @@ import (
 // get the rest, and exits 3; within it (or with no cap) it prints them all
 // and exits 0.
 func TestAttack7AuditReceiptsCapped(t *testing.T) {
-	const accepted, batches = 3, 4 // 12 receipts
-	dir, _ := auditDir(t, accepted+batches, func(r *store.AuditRecord) {
-		r.Outcome, r.Code, r.Principal = "allow", "OK", "bob"
-		if r.Seq <= accepted {
-			r.Type, r.MessageID, r.Seqs = string(pigeon.EventPublishAccepted), "msg_x", strconv.FormatUint(r.Seq, 10)
-			return
-		}
-		r.Type, r.Seqs, r.Count, r.Digest = string(pigeon.EventDeliveryDispatched), "1-3", 3, strings.Repeat("ab", 32)
-	})
+	dir := twelveReceipts(t)
 	for _, tc := range []struct {
 		args  []string
 		code  int
@@ -53,4 +45,21 @@ func TestAttack7AuditReceiptsCapped(t *testing.T) {
 			require.Empty(t, stderr)
 		}
 	}
+}
+
+// twelveReceipts is a data directory whose audit log holds three
+// acceptances of msg_x (sequences 1 to 3) and four delivery batches that
+// list all three: 12 receipts of msg_x.
+func twelveReceipts(t *testing.T) string {
+	t.Helper()
+	const accepted, batches = 3, 4
+	dir, _ := auditDir(t, accepted+batches, func(r *store.AuditRecord) {
+		r.Outcome, r.Code, r.Principal = "allow", "OK", "bob"
+		if r.Seq <= accepted {
+			r.Type, r.MessageID, r.Seqs = string(pigeon.EventPublishAccepted), "msg_x", strconv.FormatUint(r.Seq, 10)
+			return
+		}
+		r.Type, r.Seqs, r.Count, r.Digest = string(pigeon.EventDeliveryDispatched), "1-3", 3, strings.Repeat("ab", 32)
+	})
+	return dir
 }

@@ -4,15 +4,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"pigeon"
-	"pigeon/store"
 )
 
 // TestAuditReceiptsInPages: `pigeon audit receipts --max N` cut at its cap
@@ -20,15 +16,7 @@ import (
 // those pages prints every receipt of the uncapped run, once, in order. A
 // malformed --after is a usage error (exit 2) that prints nothing.
 func TestAuditReceiptsInPages(t *testing.T) {
-	const accepted, batches = 3, 4 // 12 receipts
-	dir, _ := auditDir(t, accepted+batches, func(r *store.AuditRecord) {
-		r.Outcome, r.Code, r.Principal = "allow", "OK", "bob"
-		if r.Seq <= accepted {
-			r.Type, r.MessageID, r.Seqs = string(pigeon.EventPublishAccepted), "msg_x", strconv.FormatUint(r.Seq, 10)
-			return
-		}
-		r.Type, r.Seqs, r.Count, r.Digest = string(pigeon.EventDeliveryDispatched), "1-3", 3, strings.Repeat("ab", 32)
-	})
+	dir := twelveReceipts(t)
 	run := func(args ...string) (int, string, string) {
 		return (*running)(nil).pigeon(t, t.Context(), append(append([]string{"audit", "receipts", "--data", dir}, args...), "msg_x")...)
 	}
