@@ -777,7 +777,13 @@ export class Session implements ConnOwner {
     const exp = Date.parse(k.expiresAt);
     const now = Date.now();
     const left = exp - now;
-    if (!(left > 0)) return;
+    if (!(left > 0)) {
+      // A renewal answered with a contract already expired (a few
+      // milliseconds granted, the answer read late on a busy machine) is
+      // too short to renew again, as one the floor puts past its expiry.
+      if (k.id === this.triedOf) this.reportTooShort(k, delayMs !== undefined);
+      return;
+    }
     let due = now + (delayMs ?? left - renewLead(left));
     if (k.id === this.triedOf) {
       // Every renewal of one contract the loop sends, retries included, is

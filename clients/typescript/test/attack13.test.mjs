@@ -47,3 +47,36 @@ for (const [what, edit] of EDITS) {
     });
   }
 }
+
+// A renewal answered with a contract that has expired by the time the
+// client reads the answer (a server granting a few milliseconds, an answer
+// a busy machine reads late) was dropped without a word: the loop stopped
+// and nothing said why. It is reported as renewals too short, once, as
+// one the floor puts past its expiry.
+test("a renewal whose answer is read after the contract it grants expired is reported too short", async () => {
+  const { RAW_CONTRACT, ok, onSession, sleep } = await import("./harness.mjs");
+  let renews = 0;
+  let exp = 0;
+  const srv = await rawServer(
+    (ws, f) => {
+      if (f.op !== "renew") return ok(ws, f);
+      renews++;
+      exp += 5; // a renewal of 5 ms, answered 50 ms after that is over
+      const answer = JSON.stringify({ op: "contract", re: f.id, contract: { ...RAW_CONTRACT, expiresAt: new Date(exp).toISOString() } });
+      setTimeout(() => ws.send(answer), Math.max(0, exp + 50 - Date.now()));
+    },
+    {
+      contract: () => {
+        exp = Date.now() + 200;
+        return { ...RAW_CONTRACT, expiresAt: new Date(exp).toISOString() };
+      },
+    },
+  );
+  const errors = [];
+  await onSession(srv, { reconnect: false, pingIntervalMs: 0, onError: (e) => errors.push(e) }, async () => {
+    await until(() => errors.some((e) => /too short/.test(e.message)), 10_000, "the report");
+    await sleep(300);
+    assert.equal(renews, 1);
+    assert.equal(errors.filter((e) => /too short/.test(e.message)).length, 1, errors.map(String).join("; "));
+  });
+});
