@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.server import serve
 
-from harness import eventually, negotiating, raw_contract, within
+from harness import SubscribingEndpoint as Endpoint, eventually, negotiating, raw_contract, within
 from pigeon_client import ProtocolError, connect
 from pigeon_client.subscription import _settle_body
 
@@ -45,62 +45,6 @@ def message_text(mid: str, sequence: str | None, hops: str | None = None) -> str
     if hops is not None:
         parts.append(f'"hops":{hops}')
     return "{" + ",".join(parts) + "}"
-
-
-class Endpoint:
-    """A raw server: answers subscribe (``from`` 1), ack, nack and
-    unsubscribe with ok and ping with pong, recording every frame and
-    every subscribe's ``start``; :meth:`deliver` sends messages (JSON text)
-    to the latest connection, as deliver frames or one deliver_batch."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.starts: list[Any] = []
-        self.conns: list[Any] = []
-        self.subscribed = asyncio.Event()
-
-    async def on_frame(self, ws: Any, f: dict[str, Any]) -> None:
-        self.frames.append(f)
-        if ws not in self.conns:
-            self.conns.append(ws)
-        op = f["op"]
-        if op == "subscribe":
-            self.starts.append(f.get("start"))
-            await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1", "from": 1}))
-            self.subscribed.set()
-        elif op in ("ack", "nack", "unsubscribe"):
-            await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
-        elif op == "ping":
-            await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
-
-    async def deliver(self, messages: list[str], batch: bool) -> None:
-        ws = self.conns[-1]
-        if batch:
-            ds = ",".join('{"attempt":1,"message":' + m + "}" for m in messages)
-            await ws.send('{"op":"deliver_batch","sub":"sub_1","deliveries":[' + ds + "]}")
-            return
-        for m in messages:
-            await ws.send('{"op":"deliver","sub":"sub_1","attempt":1,"message":' + m + "}")
-
-    def answered(self) -> list[tuple[str, str, int]]:
-        """Every ack and nack sent: (op, message id, sequence; 0: none)."""
-        out: list[tuple[str, str, int]] = []
-        for f in self.frames:
-            if f["op"] not in ("ack", "nack"):
-                continue
-            if "messageIds" in f:
-                out += [(f["op"], i, q) for i, q in zip(f["messageIds"], f["sequences"])]
-            else:
-                out.append((f["op"], f["messageId"], f.get("sequence", 0)))
-        return out
-
-    async def resume_start(self, s: Any) -> Any:
-        """Cut the connection; the ``start`` of the subscribe that resumes."""
-        n = len(self.starts)
-        await self.conns[-1].close()
-        await eventually(lambda: len(self.starts) > n, 10, "the resumed subscribe")
-        await within(s.wait_connected(5), 10)
-        return self.starts[-1]
 
 
 async def run(messages: list[str], mode: str | None, batch: bool, want: int,

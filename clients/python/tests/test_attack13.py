@@ -21,13 +21,12 @@ Each test failed before the fix."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import pytest
 from websockets.asyncio.server import serve
 
-from harness import eventually, negotiating, raw_contract, within
+from harness import SubscribingEndpoint as Endpoint, eventually, negotiating, raw_contract, within
 from pigeon_client import ProtocolError, RetryAfter, connect
 
 CONTRACT = raw_contract("x")
@@ -35,54 +34,6 @@ CONTRACT = raw_contract("x")
 
 def message(mid: str, sequence: int) -> dict[str, Any]:
     return {"id": mid, "subject": "x", "data": {}, "sequence": sequence}
-
-
-class Endpoint:
-    """A raw server: answers subscribe (``from`` 1), ack, nack and
-    unsubscribe with ok and ping with pong, recording every frame and every
-    subscribe's ``start``; :meth:`send` sends a frame to the latest
-    connection."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.starts: list[Any] = []
-        self.conns: list[Any] = []
-
-    async def on_frame(self, ws: Any, f: dict[str, Any]) -> None:
-        self.frames.append(f)
-        if ws not in self.conns:
-            self.conns.append(ws)
-        op = f["op"]
-        if op == "subscribe":
-            self.starts.append(f.get("start"))
-            await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1", "from": 1}))
-        elif op in ("ack", "nack", "unsubscribe"):
-            await ws.send(json.dumps({"op": "ok", "re": f["id"]}))
-        elif op == "ping":
-            await ws.send(json.dumps({"op": "pong", "re": f["id"]}))
-
-    async def send(self, frame: dict[str, Any]) -> None:
-        await self.conns[-1].send(json.dumps(frame))
-
-    def answered(self) -> list[tuple[str, str, int]]:
-        """Every ack and nack sent: (op, message id, sequence; 0: none)."""
-        out: list[tuple[str, str, int]] = []
-        for f in self.frames:
-            if f["op"] not in ("ack", "nack"):
-                continue
-            if "messageIds" in f:
-                out += [(f["op"], i, q) for i, q in zip(f["messageIds"], f["sequences"])]
-            else:
-                out.append((f["op"], f["messageId"], f.get("sequence", 0)))
-        return out
-
-    async def resume_start(self, s: Any) -> Any:
-        """Cut the connection; the ``start`` of the subscribe that resumes."""
-        n = len(self.starts)
-        await self.conns[-1].close()
-        await eventually(lambda: len(self.starts) > n, 10, "the resumed subscribe")
-        await within(s.wait_connected(5), 10)
-        return self.starts[-1]
 
 
 async def session(ep: Endpoint, reported: list[Any], srv: Any) -> Any:
