@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/internal/testlog"
 	"pigeon/store"
 	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
@@ -20,7 +21,7 @@ import (
 
 // panicEngine is chatEngine with its log kept in logs and, when st is not
 // nil, st as its store.
-func panicEngine(t *testing.T, logs *syncBuffer, st store.Store) *pigeon.Engine {
+func panicEngine(t *testing.T, logs *testlog.Buffer, st store.Store) *pigeon.Engine {
 	t.Helper()
 	opts := transporttest.Options()
 	opts.RetryBase = time.Millisecond
@@ -74,7 +75,7 @@ func TestAttack13HandlerPanicEndsOnlyItsSubscription(t *testing.T) {
 		}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &syncBuffer{}
+			logs := &testlog.Buffer{}
 			e := panicEngine(t, logs, nil)
 			pub := chatSession(t, e, tc.pub, tc.subject)
 			caller := callerFor(t, e, tc.sub, tc.subject)
@@ -153,7 +154,7 @@ func TestAttack13DeliveryLoopPanicEndsOnlyItsSubscription(t *testing.T) {
 	// A first engine writes the message; the second, over the same
 	// store, holds nothing of it in its cache and reads it from the store.
 	{
-		logs := &syncBuffer{}
+		logs := &testlog.Buffer{}
 		e := panicEngine(t, logs, mem)
 		pub := chatSession(t, e, "alice-token", "chat.messages")
 		_, err := pub.Publish(ctx, chat(1))
@@ -163,7 +164,7 @@ func TestAttack13DeliveryLoopPanicEndsOnlyItsSubscription(t *testing.T) {
 		require.NoError(t, pub.Close(ctx))
 		require.NoError(t, e.Shutdown(ctx))
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	e := panicEngine(t, logs, readPanicStore{mem})
 	caller := callerFor(t, e, "bob-token", "chat.messages")
 	faulty, err := e.Subscribe(ctx, caller, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil },
@@ -223,7 +224,7 @@ func (s *markPanicStore) MarkDone(ctx context.Context, key store.GroupKey, seq u
 func TestAttack13SettlePanicGivesTheGroupBack(t *testing.T) {
 	st := &markPanicStore{Store: memory.New(nil)}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	e := panicEngine(t, logs, st)
 	pub := chatSession(t, e, "boss-token", "jobs.run")
 	caller := callerFor(t, e, "crew-token", "jobs.run")

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/testlog"
 )
 
 // panickyGate panics on a message whose data holds "boom", as a gate of
@@ -26,24 +26,6 @@ var panickyGate = pigeon.GateFunc("panicky", func(_ context.Context, a *pigeon.A
 	return pigeon.Allow()
 })
 
-// syncBuffer is a log sink safe for the engine's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestGatePanicRefusesTheMessage: a gate that panics on a message refused
 // it INTERNAL, audited, logged with the gate's name and the panic (a card
 // number in it redacted), and the broker goes
@@ -51,7 +33,7 @@ func (s *syncBuffer) String() string {
 // the panic left Publish, which over WebSocket runs on a worker goroutine
 // and ended the broker's process.
 func TestGatePanicRefusesTheMessage(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	f := newFixture(t, func(o *pigeon.Options) {
 		o.Gates = []pigeon.Gate{panickyGate}
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
