@@ -150,12 +150,15 @@ async def raw_session(on_frame: Callable[[Any, dict], Awaitable[None]] | None = 
 
 class Answering:
     """A raw HTTP endpoint (see :func:`http_answering`): every request is
-    answered ``status`` with ``body`` (bytes, sent as they are); ``paths``
-    records what reached it, ``bodies`` the request bodies."""
+    answered ``status`` with ``body`` (bytes, sent as they are), or, when
+    ``respond`` is set, with the status and body it returns for the
+    request's path; ``paths`` records what reached it, ``bodies`` the
+    request bodies."""
 
     def __init__(self) -> None:
         self.status = 200
         self.body = b"{}"
+        self.respond: Callable[[str], tuple[int, bytes]] | None = None
         self.paths: list[str] = []
         self.bodies: list[bytes] = []
         self.url = ""
@@ -171,11 +174,12 @@ def http_answering() -> Iterator[Answering]:
         def _answer(self) -> None:
             a.paths.append(self.path)
             a.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            self.send_response(a.status)
+            status, body = a.respond(self.path) if a.respond else (a.status, a.body)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(a.body)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(a.body)
+            self.wfile.write(body)
 
         do_GET = do_POST = do_PUT = do_DELETE = _answer  # noqa: N815 (http.server's names)
 

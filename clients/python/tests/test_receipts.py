@@ -8,16 +8,14 @@ refusal test failed before the checks were written."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import itertools
 import json
-import threading
 import urllib.parse
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from harness import http_answering
+from harness import Answering, http_answering
 from pigeon_client import HttpClient, InvalidError, PigeonError, ProtocolError
 
 U64_MAX = (1 << 64) - 1
@@ -137,49 +135,23 @@ def test_receipts_percent_encodes_the_id_and_sends_after_and_max() -> None:
         assert len(srv.paths) == 6, "nothing sent for an id that cannot be a path segment"
 
 
-class Paging:
-    """A raw HTTP endpoint (see :func:`paging`): ``url``, and ``paths`` the
-    requests that reached it."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self.paths: list[str] = []
-
-
 @contextlib.contextmanager
-def paging(answer: Callable[[str | None], Any]) -> Iterator[Paging]:
-    """A raw HTTP endpoint whose answer to each request is ``answer(after)``
-    (the request's ``after``, ``None`` without one): a server that pages as
-    it likes. Past 50 requests it answers 500 with no error of the
-    broker's."""
-    pg = Paging()
+def paging(answer: Callable[[str | None], Any]) -> Iterator[Answering]:
+    """A raw HTTP endpoint (harness.http_answering) whose answer to each
+    request is ``answer(after)`` (the request's ``after``, ``None`` without
+    one): a server that pages as it likes. Past 50 requests it answers 500
+    with no error of the broker's."""
+    with http_answering() as pg:
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            pg.paths.append(self.path)
-            q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-            b = body(answer(q["after"][0] if "after" in q else None))
-            status = 200
+        def respond(path: str) -> tuple[int, bytes]:
             if len(pg.paths) > 50:
                 # A walk that never ends fails here, not by hanging the suite.
-                status, b = 500, b"asked too many times"
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(b)))
-            self.end_headers()
-            self.wfile.write(b)
+                return 500, b"asked too many times"
+            q = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+            return 200, body(answer(q["after"][0] if "after" in q else None))
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    pg.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    try:
+        pg.respond = respond
         yield pg
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_iter_receipts_follows_next_until_a_page_has_none() -> None:
