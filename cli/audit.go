@@ -187,7 +187,7 @@ func scanReceipts(dir string, f *pigeon.ReceiptFinder) error {
 func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
 	after := f.After
 	for {
-		page := maxRecordsPage
+		page := pigeon.DefaultMaxReceipts // the most the server answers in one page
 		if f.Max > 0 {
 			page = min(page, f.Max-len(f.Receipts))
 		}
@@ -232,9 +232,6 @@ func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
 		after = next
 	}
 }
-
-// maxRecordsPage is the most receipts the server answers in one page.
-const maxRecordsPage = 10000
 
 func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)

@@ -25,16 +25,12 @@ func (s *Server) walkLog(principal string) (release func(), err error) {
 	s.walkMu.Lock()
 	defer s.walkMu.Unlock()
 	if s.walkers[principal] {
-		return nil, &pigeon.Error{Code: pigeon.CodeRateLimited,
-			Message: "this principal's receipts request before is still reading the audit log: one at a time",
-			Details: map[string]any{"retryAfterMs": int64(1000)}}
+		return nil, walkRefused("this principal's receipts request before is still reading the audit log: one at a time")
 	}
 	select {
 	case s.logWalks <- struct{}{}:
 	default:
-		return nil, &pigeon.Error{Code: pigeon.CodeRateLimited,
-			Message: fmt.Sprintf("the server is reading the audit log for %d other receipts requests, its most at once: try again shortly", maxLogWalks),
-			Details: map[string]any{"retryAfterMs": int64(1000)}}
+		return nil, walkRefused(fmt.Sprintf("the server is reading the audit log for %d other receipts requests, its most at once: try again shortly", maxLogWalks))
 	}
 	s.walkers[principal] = true
 	return func() {
@@ -43,6 +39,12 @@ func (s *Server) walkLog(principal string) (release func(), err error) {
 		delete(s.walkers, principal)
 		<-s.logWalks
 	}, nil
+}
+
+// walkRefused is the 429 RATE_LIMITED of a receipts request that finds no
+// walk of the log free, to be tried again in a second (Retry-After).
+func walkRefused(msg string) *pigeon.Error {
+	return &pigeon.Error{Code: pigeon.CodeRateLimited, Message: msg, Details: map[string]any{"retryAfterMs": int64(1000)}}
 }
 
 // receipts answers GET /v1/audit/receipts/{id}: the deliveries of message
