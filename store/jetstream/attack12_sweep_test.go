@@ -158,11 +158,7 @@ func TestIDSweepKeepsHeldIDs(t *testing.T) {
 
 	// By the wall clock every entry is recent: none is freed, the
 	// pending append's included.
-	for range 2 {
-		n, err := s.sweepIDs(ctx)
-		require.NoError(t, err)
-		require.Zero(t, n)
-	}
+	requireSweepsFreeNothing(t, ctx, s)
 	require.Equal(t, held+40, idKeys(t, s))
 
 	// An hour on, the left entries are freed, in two steps, the held
@@ -211,11 +207,7 @@ func TestIDSweepAsksTheLeaders(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound, "the direct get is answered by the replica behind")
 
 	s.sweep.now = later
-	for range 2 {
-		n, err := s.sweepIDs(ctx)
-		require.NoError(t, err)
-		require.Zero(t, n)
-	}
+	requireSweepsFreeNothing(t, ctx, s)
 	require.Equal(t, 20, idKeys(t, s))
 	got, err := s.Lookup(ctx, "a-3")
 	require.NoError(t, err)
@@ -271,11 +263,7 @@ func TestIDSweepLeavesARacingClaim(t *testing.T) {
 
 			// The next passes keep it: its message is held.
 			s.sweep.checked = nil
-			for range 2 {
-				n, err := s.sweepIDs(ctx)
-				require.NoError(t, err)
-				require.Zero(t, n)
-			}
+			requireSweepsFreeNothing(t, ctx, s)
 			require.Equal(t, 1, idKeys(t, s))
 		})
 	}
@@ -388,4 +376,16 @@ func TestIDSweepAcrossLostQuorum(t *testing.T) {
 	}
 	_, _, err = s.Append(ctx, store.Message{Subject: "c", ID: "b-7", Time: now})
 	require.NoError(t, err, "freed at once")
+}
+
+// requireSweepsFreeNothing runs two steps of s's ids sweep (a whole pass
+// and the start of the next) and requires that neither fails nor frees an
+// entry.
+func requireSweepsFreeNothing(t *testing.T, ctx context.Context, s *Store) {
+	t.Helper()
+	for range 2 {
+		n, err := s.sweepIDs(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	}
 }
