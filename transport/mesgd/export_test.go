@@ -15,3 +15,10 @@ var EscapedPath = escapedPath
 // SetWaiting makes s call waiting as each delivery starts to wait for
 // its turn to write.
 func SetWaiting(s *Server, waiting func()) { s.waiting = waiting }
+
+// Tracked is how many connections s holds, those Reauthenticate checks.
+func Tracked(s *Server) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}

@@ -104,8 +104,13 @@ func TestReauthenticateEndsWithdrawnCertificates(t *testing.T) {
 	cB, err := dial(b.Issue(t, reauthB))
 	require.NoError(t, err)
 	var kA, kB string
-	require.Eventually(t, func() bool { kA, kB = contractOf(reauthA), contractOf(reauthB); return kA != "" && kB != "" },
-		30*time.Second, 5*time.Millisecond)
+	// The contracts are negotiated before the connections are tracked:
+	// wait for both, or Reauthenticate may run before a connection is
+	// one it checks (which then checks itself, and ended counts it not).
+	require.Eventually(t, func() bool {
+		kA, kB = contractOf(reauthA), contractOf(reauthB)
+		return kA != "" && kB != "" && mesgd.Tracked(srv) == 2
+	}, 30*time.Second, 5*time.Millisecond)
 
 	require.NoError(t, mtls.Reload([]identity.TrustDomain{{Name: "example.org", Authorities: []*x509.Certificate{b.Cert}}}))
 	ended, err := srv.Reauthenticate(ctx)
