@@ -41,7 +41,8 @@ from .model import ReceivedMessage, _pulled, _request_of, _unanswering_reply, _u
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
-__all__ = ["HttpClient", "KeyDirectory", "ReceiptsPage", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
+__all__ = ["HttpClient", "KeyDirectory", "ReceiptsPage", "RECEIPTS_MAX_WAIT", "RECEIPTS_RETRIES", "SEAL_MAX_AGE",
+           "VERIFY_MAX_AGE"]
 
 # Control characters escaped: the text logged may be a server's.
 log = escaping_logger("pigeon_client")
@@ -79,6 +80,37 @@ passed, rather than fill the memory. ``max_response_bytes`` changes it."""
 
 class _TooLarge(Exception):
     pass
+
+
+RECEIPTS_RETRIES = 5
+"""The most times :meth:`HttpClient.iter_receipts` waits out a 429 for one
+page: the next 429 for that page ends the walk with it."""
+
+RECEIPTS_MAX_WAIT = 30.0
+"""The longest :meth:`HttpClient.iter_receipts` waits on one 429 (seconds):
+a longer ``Retry-After`` is waited this long, then the page asked again."""
+
+_DELAY_SECONDS = re.compile(r"\s*([0-9]{1,10})\s*")
+
+
+def _retry_after(v: str | None) -> float | None:
+    """A ``Retry-After`` of delay-seconds (RFC 9110); ``None`` for any other
+    (absent, an HTTP date, garbage)."""
+    m = _DELAY_SECONDS.fullmatch(v) if isinstance(v, str) else None
+    return float(m.group(1)) if m else None
+
+
+def _retry_wait(e: PigeonError) -> float:
+    """How long to wait before asking again after the 429 ``e``: the
+    answer's ``Retry-After`` (seconds), else the error's
+    ``details.retryAfterMs`` (the broker sends both), else 1 s; at most
+    :data:`RECEIPTS_MAX_WAIT`."""
+    told = getattr(e, "_retry_after", None)
+    if told is None:
+        ms = e.details.get("retryAfterMs")
+        ok = type(ms) in (int, float) and ms == ms and 0 <= ms < float("inf")
+        told = ms / 1000 if ok else 1.0
+    return min(told, RECEIPTS_MAX_WAIT)
 
 
 def _read_bounded(resp: Any, limit: int) -> bytes:
@@ -397,11 +429,13 @@ class HttpClient:
 
     def _send(self, req: urllib.request.Request, method: str, path: str, seconds: float | None,
               limit: int) -> tuple[int, Any]:
+        retry_after = None  # a 429's Retry-After, kept on its error for iter_receipts
         try:
             with _NO_PROXY.open(req, timeout=seconds) as resp:
                 status, raw = resp.status, _read_bounded(resp, limit)
         except urllib.error.HTTPError as e:
             status = e.code
+            retry_after = _retry_after(e.headers.get("Retry-After")) if status == 429 and e.headers else None
             try:
                 raw = _read_bounded(e, limit)
             except _TooLarge:
@@ -443,8 +477,9 @@ class HttpClient:
                 # Not the broker's error body (a proxy's or load balancer's
                 # page: 502, 503, 504...): the broker was not reached, as
                 # the WebSocket dial reports a refused upgrade.
-                raise TransportError("CONNECTION_FAILED", f"{method} {path}: HTTP {status} without an error "
+                err = TransportError("CONNECTION_FAILED", f"{method} {path}: HTTP {status} without an error "
                                      "of the broker's", status=status)
+            err._retry_after = retry_after  # type: ignore[attr-defined]
             raise err
         return status, payload
 
@@ -601,7 +636,9 @@ class HttpClient:
         400 ``BAD_REQUEST``. ``next`` is set when more are recorded: ask
         again with ``after`` set to it, or walk every page with
         :meth:`iter_receipts`. 429 ``RATE_LIMITED`` (with its retry delay)
-        while the server reads the log for two others.
+        while the server reads the log for two others, or for this
+        principal's one before: this call does not wait it out (one
+        request, the caller's to retry), :meth:`iter_receipts` does.
 
         An answer is refused, ``ProtocolError``, unless ``receipts`` is a
         list of receipt objects (strings where the route has strings;
@@ -611,26 +648,64 @@ class HttpClient:
         digits, each at most 2^64-1) of a page that holds a receipt, not
         before its last one: a page never repeats a receipt, and a ``next``
         never leads back."""
+        return self._receipts(message_id, after, max, None)
+
+    def _receipts(self, message_id: str, after: str | None, max: int | None, timeout: float | None) -> ReceiptsPage:
         path = "/v1/audit/receipts/" + _q(message_id)
-        _, p = self._do("GET", path, query={"after": after, "max": max})
+        _, p = self._do("GET", path, query={"after": after, "max": max}, timeout=timeout)
         return _receipts_page(p, after, f"GET {path}")
 
-    def iter_receipts(self, message_id: str, *, max: int | None = None) -> Iterator[dict[str, Any]]:
+    def iter_receipts(self, message_id: str, *, max: int | None = None,
+                      timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Every receipt of message ``message_id`` (role ``auditor``), page
         after page of at most ``max`` (:meth:`receipts`), following each
         page's ``next`` until a page has none. Each page comes after the one
         before it (:meth:`receipts` refuses a ``next`` that repeats or goes
         back, ``ProtocolError``), so a server cannot make the walk ask the
-        same page forever; the walk ends at the first error. Each page reads
-        the log anew: a delivery recorded meanwhile comes in a later page.
-        An id that cannot be a path segment is refused here, before any
-        page is asked."""
+        same page forever. Each page reads the log anew: a delivery
+        recorded meanwhile comes in a later page. An id that cannot be a
+        path segment is refused here, before any page is asked.
+
+        A 429 (the server reading the log for two other walks, or for this
+        principal's one before) is waited out: the walk sleeps the answer's
+        ``Retry-After`` (else its ``retryAfterMs``, else 1 s; at most
+        :data:`RECEIPTS_MAX_WAIT`), then asks for the same page again, up
+        to :data:`RECEIPTS_RETRIES` times a page; the next 429 ends the walk
+        with it, as any other error does.
+
+        ``timeout`` (seconds, from the first page's request) bounds the
+        whole walk, its waits and the caller's reading of it included: each
+        page's request gets what is left of it (at most the client's
+        ``timeout``), a wait that would end past it is not begun (the 429
+        is raised instead), and once it has passed the next page is not
+        asked (``RequestTimeoutError``, ``REQUEST_TIMEOUT``). ``None``: each
+        request is bounded by the client's ``timeout`` alone."""
         _q(message_id)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
 
         def walk() -> Iterator[dict[str, Any]]:
+            end = None if timeout is None else time.monotonic() + timeout
             after: str | None = None
             while True:
-                page = self.receipts(message_id, after=after, max=max)
+                waited = 0
+                while True:
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise RequestTimeoutError("REQUEST_TIMEOUT", f"GET /v1/audit/receipts/{_q(message_id)}: no "
+                                                  f"whole walk within {timeout:g} s (timeout)", status=504)
+                    bound = left if left is None or not self.timeout else min(left, self.timeout)
+                    try:
+                        page = self._receipts(message_id, after, max, bound)
+                        break
+                    except PigeonError as e:
+                        if e.status != 429 or waited >= RECEIPTS_RETRIES:
+                            raise
+                        wait = _retry_wait(e)
+                        if end is not None and time.monotonic() + wait >= end:
+                            raise
+                        waited += 1
+                        time.sleep(wait)
                 yield from page.receipts
                 if page.next is None:
                     return

@@ -336,6 +336,14 @@ class Delivery:
         return self._id
 
     @property
+    def sequence(self) -> int:
+        """The sequence of the message delivered, which its answer names: 1
+        to 2^64-1, or 0 when the delivery carried none. Taken when the
+        delivery is handed over, as :attr:`id` is: a handler that edits
+        :attr:`message` does not change it."""
+        return self._sequence or 0
+
+    @property
     def hops(self) -> int:
         """How many WebAssembly programs deep the message is (its ``hops``,
         set by the broker; see :mod:`pigeon_client.model`): 0 when absent.
@@ -357,7 +365,7 @@ class Delivery:
         await self.subscription._settle(self, False, delay)
 
     def __repr__(self) -> str:
-        return f"Delivery(id={self.id!r}, attempt={self.attempt})"
+        return f"Delivery(id={self.id!r}, sequence={self.sequence}, attempt={self.attempt})"
 
 
 Handler = Callable[[Delivery], Any]
@@ -614,10 +622,20 @@ class Subscription:
         if not self._at_most_once:
             self._gen = 0  # no connection: every delivery so far is stale
 
-    def _push(self, message: Any, attempt: Any, gen: int) -> None:
+    def _push(self, message: Any, attempt: Any, gen: int, index: int | None = None) -> None:
+        """Hands over the delivery of ``message`` (entry ``index`` of a
+        ``deliver_batch``; ``None``: a ``deliver`` frame's)."""
         if self.ended or self._stopping or not isinstance(message, dict):
             if not isinstance(message, dict):
-                self.session._report(ProtocolError("BAD_REQUEST", "deliver without a message object"))
+                if index is None:
+                    self.session._report(ProtocolError(
+                        "BAD_REQUEST", f"the server sent a deliver without a message object ({type(message).__name__})",
+                        details={"op": "deliver"}))
+                else:
+                    # Named as the batch's other malformed entries are.
+                    self.session._report(ProtocolError(
+                        "BAD_REQUEST", f"the server sent a deliver_batch whose delivery {index} holds no message "
+                        f"object ({type(message).__name__})", details={"op": "deliver_batch", "index": index}))
             return
         if not isinstance(message.get("id"), str) or not message["id"]:
             # It could be neither answered nor told apart from another: not

@@ -792,7 +792,7 @@ class Session:
                 return
             for i, d in enumerate(ds):
                 if isinstance(d, dict):
-                    sub._push(d.get("message"), d.get("attempt"), gen)
+                    sub._push(d.get("message"), d.get("attempt"), gen, i)
                 else:
                     # Each entry that is no object is reported, and the good
                     # ones of the frame go on (its answer never comes: the

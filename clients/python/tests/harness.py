@@ -152,13 +152,13 @@ class Answering:
     """A raw HTTP endpoint (see :func:`http_answering`): every request is
     answered ``status`` with ``body`` (bytes, sent as they are), or, when
     ``respond`` is set, with the status and body it returns for the
-    request's path; ``paths`` records what reached it, ``bodies`` the
-    request bodies."""
+    request's path (and the headers, when it returns three); ``paths``
+    records what reached it, ``bodies`` the request bodies."""
 
     def __init__(self) -> None:
         self.status = 200
         self.body = b"{}"
-        self.respond: Callable[[str], tuple[int, bytes]] | None = None
+        self.respond: Callable[[str], tuple[int, bytes] | tuple[int, bytes, dict[str, str]]] | None = None
         self.paths: list[str] = []
         self.bodies: list[bytes] = []
         self.url = ""
@@ -174,8 +174,10 @@ def http_answering() -> Iterator[Answering]:
         def _answer(self) -> None:
             a.paths.append(self.path)
             a.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            status, body = a.respond(self.path) if a.respond else (a.status, a.body)
+            status, body, *more = a.respond(self.path) if a.respond else (a.status, a.body)
             self.send_response(status)
+            for k, v in (more[0] if more else {}).items():
+                self.send_header(k, v)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

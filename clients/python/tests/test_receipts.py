@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 import urllib.parse
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from harness import Answering, http_answering
-from pigeon_client import HttpClient, InvalidError, PigeonError, ProtocolError
+from pigeon_client import HttpClient, InvalidError, PigeonError, ProtocolError, RequestTimeoutError
+from pigeon_client.http import RECEIPTS_MAX_WAIT, RECEIPTS_RETRIES
 
 U64_MAX = (1 << 64) - 1
 
@@ -191,14 +193,112 @@ def test_iter_receipts_ends_when_a_server_repeats_a_cursor_or_leads_back(answer:
     assert len(pg.paths) <= 2
 
 
-def test_the_servers_refusals_reach_the_caller_typed() -> None:
+def busy(retry_after: str | None = "1", retry_after_ms: Any = 1000) -> tuple[int, bytes, dict[str, str]]:
+    """The broker's 429 of a receipts request that finds no walk of the log
+    free (``retry_after`` None: no ``Retry-After``)."""
+    err: dict[str, Any] = {"code": "RATE_LIMITED", "message": "busy"}
+    if retry_after_ms is not ...:
+        err["details"] = {"retryAfterMs": retry_after_ms}
+    return 429, body({"error": err}), ({} if retry_after is None else {"Retry-After": retry_after})
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits iter_receipts sleeps, recorded rather than slept."""
+    import pigeon_client.http as http_mod
+
+    waits: list[float] = []
+    monkeypatch.setattr(http_mod.time, "sleep", waits.append)
+    return waits
+
+
+def test_receipts_gives_the_servers_429_to_the_caller_at_once() -> None:
     with http_answering() as srv:
-        srv.status = 429
-        srv.body = b'{"error":{"code":"RATE_LIMITED","message":"busy","details":{"retryAfterMs":1000}}}'
-        c = HttpClient(srv.url, "auditor-token")
+        srv.respond = lambda path: busy()
         with pytest.raises(PigeonError) as e:
-            c.receipts("msg_1")
+            HttpClient(srv.url, "auditor-token").receipts("msg_1")
         assert e.value.code == "RATE_LIMITED" and e.value.status == 429
+    assert len(srv.paths) == 1, "one request: the caller's to retry"
+
+
+# Before: the walk ended at the first 429, mid-walk, with RATE_LIMITED.
+def test_iter_receipts_waits_out_a_429_and_goes_on_from_the_same_cursor() -> None:
+    at: list[float] = []
+    with http_answering() as pg:
+
+        def respond(path: str) -> Any:
+            at.append(time.monotonic())
+            if "after=" not in path:
+                return 200, body({"receipts": [receipt(2), receipt(5)], "next": "5:1"})
+            if sum("after=" in p for p in pg.paths) <= 2:
+                return busy("1")  # the second page: refused twice, then answered
+            return 200, body({"receipts": [receipt(9)]})
+
+        pg.respond = respond
+        got = [(r["auditSeq"], r["seq"]) for r in HttpClient(pg.url, "auditor-token").iter_receipts("msg_1", max=2)]
+    assert got == [(2, 1), (5, 1), (9, 1)], "every receipt, none twice"
+    assert pg.paths == ["/v1/audit/receipts/msg_1?max=2"] + ["/v1/audit/receipts/msg_1?after=5%3A1&max=2"] * 3
+    # A lower bound only (a slow machine waits longer).
+    assert all(b - a >= 0.9 for a, b in zip(at[1:], at[2:])), at
+
+
+def test_iter_receipts_waits_a_bounded_number_of_times_a_page(sleeps: list[float]) -> None:
+    with http_answering() as srv:
+        srv.respond = lambda path: busy("0", 0)
         with pytest.raises(PigeonError) as e:
-            next(c.iter_receipts("msg_1"))
+            next(HttpClient(srv.url, "auditor-token").iter_receipts("msg_1"))
+        assert e.value.code == "RATE_LIMITED" and e.value.status == 429
+    assert len(srv.paths) == RECEIPTS_RETRIES + 1, "one request, then one a wait"
+    assert sleeps == [0.0] * RECEIPTS_RETRIES
+
+
+@pytest.mark.parametrize(("refusal", "wait"), [
+    (busy("3", 7000), 3.0),
+    (busy("86400", 86_400_000), RECEIPTS_MAX_WAIT),
+    (busy("Fri, 31 Dec 2099 23:59:59 GMT", 2000), 2.0),
+    (busy(None, 4000), 4.0),
+    (busy(None, ...), 1.0),
+    (busy(None, "soon"), 1.0),
+    (busy(None, True), 1.0),
+], ids=["Retry-After", "capped", "an HTTP date: retryAfterMs", "no Retry-After: retryAfterMs", "neither",
+        "a retryAfterMs that is no number", "a retryAfterMs that is a bool"])
+def test_iter_receipts_waits_retry_after_else_retry_after_ms_else_a_second_at_most_the_cap(
+        sleeps: list[float], refusal: Any, wait: float) -> None:
+    with http_answering() as srv:
+        srv.respond = lambda path: refusal if len(srv.paths) == 1 else (200, body({"receipts": [receipt(3)]}))
+        got = list(HttpClient(srv.url, "auditor-token").iter_receipts("msg_1"))
+    assert [r["auditSeq"] for r in got] == [3]
+    assert sleeps == [wait]
+
+
+def test_iter_receipts_timeout_bounds_the_walk_its_waits_included(sleeps: list[float]) -> None:
+    # A wait that would end past the timeout is not begun: the 429 is raised.
+    with http_answering() as srv:
+        srv.respond = lambda path: busy("30")
+        with pytest.raises(PigeonError) as e:
+            next(HttpClient(srv.url, "auditor-token").iter_receipts("msg_1", timeout=5))
         assert e.value.code == "RATE_LIMITED"
+    assert len(srv.paths) == 1 and sleeps == []
+    # One that ends within it is waited.
+    with http_answering() as srv:
+        srv.respond = lambda path: busy("1") if len(srv.paths) == 1 else (200, body({"receipts": []}))
+        assert list(HttpClient(srv.url, "auditor-token").iter_receipts("msg_1", timeout=5)) == []
+    assert sleeps == [1.0]
+    for bad in (0, -1, float("nan")):
+        with pytest.raises(ValueError):
+            HttpClient("http://127.0.0.1:9", "t").iter_receipts("msg_1", timeout=bad)
+
+
+def test_iter_receipts_asks_no_page_once_its_timeout_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pigeon_client.http as http_mod
+
+    now = [1000.0]
+    monkeypatch.setattr(http_mod.time, "monotonic", lambda: now[0])
+    with http_answering() as srv:
+        srv.respond = lambda path: (200, body({"receipts": [receipt(2)], "next": "2:1"}))
+        walk = HttpClient(srv.url, "auditor-token", timeout=None).iter_receipts("msg_1", timeout=10)
+        assert next(walk)["auditSeq"] == 2
+        now[0] += 10  # the caller read slowly
+        with pytest.raises(RequestTimeoutError):
+            next(walk)
+    assert len(srv.paths) == 1

@@ -808,6 +808,14 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
         sub.report(Error::protocol("a delivery whose attempt is not an integer of 0 to 2^63-1"));
         return;
     };
+    if message.and_then(|m| m.get("sequence")).and_then(Value::as_u64) == Some(0) {
+        // No broker's: it numbers a subject's messages from 1 and leaves 0
+        // out. An answer naming 0 names no sequence, and would settle
+        // whichever message holds the id: left unanswered, as the Python
+        // and TypeScript clients leave it, for the server's ack wait.
+        sub.report(Error::protocol("a delivery whose sequence is 0, no broker's (it numbers messages from 1)"));
+        return;
+    }
     match message.map(Message::deserialize) {
         Some(Ok(m)) => {
             if !sub.dispatch(conn.clone(), sid, m, attempt) {

@@ -19,7 +19,7 @@ use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
 use crate::message::{Contract, Decision, Message, Status};
-pub use crate::receipts::{Receipt, ReceiptPages, ReceiptsPage, MAX_ALL_RECEIPTS, MAX_RECEIPTS_PAGE};
+pub use crate::receipts::{Receipt, ReceiptPages, ReceiptsPage, MAX_ALL_RECEIPTS, MAX_RECEIPTS_PAGE, RECEIPTS_MAX_WAIT, RECEIPTS_RETRIES};
 use crate::tls::{self, Target, TlsConfig};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -151,7 +151,7 @@ pub struct Health {
 pub struct HttpClient {
     target: Result<Target>,
     token: String,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     tls: Option<TlsConfig>,
     contract: Option<String>,
     region: Option<String>,
@@ -238,6 +238,21 @@ impl HttpClient {
         contract: Option<&str>,
         timeout: Duration,
     ) -> Result<(u16, Value)> {
+        self.call_told(method, path, body, contract, timeout, &mut None).await
+    }
+
+    /// [`call_under`](HttpClient::call_under), setting `told` to the
+    /// `Retry-After` of a 429 answer that names one in seconds (the
+    /// answer's header, which its error does not carry).
+    pub(crate) async fn call_told(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        contract: Option<&str>,
+        timeout: Duration,
+        told: &mut Option<Duration>,
+    ) -> Result<(u16, Value)> {
         if contract.is_some_and(|c| !contract_id_ok(c)) {
             return Err(Error::new("INVALID_ARGUMENT", "a contract id is visible ASCII"));
         }
@@ -251,9 +266,12 @@ impl HttpClient {
             ));
         }
         let target = self.target.as_ref().map_err(Clone::clone)?;
-        let (status, text) = tokio::time::timeout(timeout, self.round_trip(target, method, path, body, contract))
+        let (status, text, retry_after) = tokio::time::timeout(timeout, self.round_trip(target, method, path, body, contract))
             .await
             .map_err(|_| Error::transport("REQUEST_TIMEOUT", format!("{method} {path}: no answer in time")))??;
+        if status == 429 {
+            *told = retry_after;
+        }
         if (200..300).contains(&status) {
             // A body that is not JSON (a proxy's page) is no answer of the
             // server's: not read as an empty one (no keys, no fields).
@@ -292,7 +310,7 @@ impl HttpClient {
         path: &str,
         body: Option<Value>,
         contract: Option<&str>,
-    ) -> Result<(u16, Vec<u8>)> {
+    ) -> Result<(u16, Vec<u8>, Option<Duration>)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let body = body.map(|b| serde_json::to_vec(&b).expect("a JSON body encodes")).unwrap_or_default();
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", target.authority);
@@ -334,7 +352,9 @@ impl HttpClient {
             Err(e) if ctx.is_some() && e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
             Err(e) => return Err(lost(e)),
         }
-        parse_response(&raw).ok_or_else(|| Error::protocol(format!("{method} {path}: an HTTP answer that does not parse")))
+        let (status, body) =
+            parse_response(&raw).ok_or_else(|| Error::protocol(format!("{method} {path}: an HTTP answer that does not parse")))?;
+        Ok((status, body, retry_after(&raw)))
     }
 
     /// The published keys of `account` (`GET /v1/accounts/{id}/keys`).
@@ -846,6 +866,20 @@ fn parse_response(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
     }
 }
 
+/// The `Retry-After` of an answer's head when it is delay-seconds (RFC
+/// 9110: digits alone); `None` for any other (absent, an HTTP date).
+fn retry_after(raw: &[u8]) -> Option<Duration> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    resp.parse(raw).ok()?;
+    let v = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("retry-after"))?.value;
+    let v = std::str::from_utf8(v).ok()?.trim();
+    if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Duration::from_secs(v.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -857,6 +891,18 @@ mod tests {
         assert_eq!(r, (409, br#"{"a":1}"#.to_vec()));
         assert_eq!(encode_segment("spiffe://a/b c"), "spiffe%3A%2F%2Fa%2Fb%20c");
         assert_eq!(http_base("ws://127.0.0.1:9/v1/ws?region=uk"), "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn retry_after_is_read_as_delay_seconds_alone() {
+        let head = |v: &str| format!("HTTP/1.1 429 Too Many Requests\r\nRetry-After: {v}\r\nContent-Length: 0\r\n\r\n");
+        for (v, want) in [("1", Some(1)), ("0", Some(0)), (" 30 ", Some(30)), ("0086400", Some(86_400))] {
+            assert_eq!(retry_after(head(v).as_bytes()), want.map(Duration::from_secs), "{v:?}");
+        }
+        for v in ["", "-1", "1.5", "1e3", "+1", "Fri, 31 Dec 2099 23:59:59 GMT", "99999999999"] {
+            assert_eq!(retry_after(head(v).as_bytes()), None, "{v:?}");
+        }
+        assert_eq!(retry_after(b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"), None);
     }
 
     #[test]

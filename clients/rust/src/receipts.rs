@@ -18,10 +18,32 @@
 use crate::error::{Error, Result};
 use crate::http::{encode_segment, malformed, member, segment, HttpClient};
 use serde_json::Value;
+use std::time::Duration;
 
 /// The most receipts a page holds, the server's default and cap of `max`
 /// (10,000).
 pub const MAX_RECEIPTS_PAGE: u32 = 10_000;
+
+/// The most times [`ReceiptPages::next_page`] (and so
+/// [`HttpClient::all_receipts`]) waits out a 429 for one page (5): the next
+/// 429 for that page is returned.
+pub const RECEIPTS_RETRIES: u32 = 5;
+
+/// The longest [`ReceiptPages::next_page`] waits on one 429 (30 s): a
+/// longer `Retry-After` is waited this long, then the page asked again.
+pub const RECEIPTS_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// How long to wait before asking again after the 429 `e`: `told`, the
+/// answer's `Retry-After`, else the error's `details.retryAfterMs` (the
+/// broker sends both), else 1 s; at most [`RECEIPTS_MAX_WAIT`].
+fn retry_wait(e: &Error, told: Option<Duration>) -> Duration {
+    let wait = told
+        .or_else(|| {
+            e.details.get("retryAfterMs").and_then(Value::as_f64).filter(|ms| *ms >= 0.0).map(|ms| Duration::from_millis(ms as u64))
+        })
+        .unwrap_or(Duration::from_secs(1));
+    wait.min(RECEIPTS_MAX_WAIT)
+}
 
 /// The most receipts [`HttpClient::all_receipts`] gathers (100,000, ten
 /// full pages): past it the call fails `BAD_FRAME` rather than hold what a
@@ -213,9 +235,24 @@ impl HttpClient {
     /// the server refuses it `BAD_REQUEST` (400). The server's refusals as
     /// typed errors: `FORBIDDEN` (403) for a principal that is not an
     /// auditor, `RATE_LIMITED` (429, `Retry-After: 1`) while it reads the
-    /// log for two other such requests. `BAD_FRAME` for an answer not of
-    /// the route's shape (see the module's documentation).
+    /// log for two other such requests, or for this principal's one
+    /// before: this call does not wait it out (one request, the caller's
+    /// to retry); [`receipt_pages`](HttpClient::receipt_pages) and
+    /// [`all_receipts`](HttpClient::all_receipts) do. `BAD_FRAME` for an
+    /// answer not of the route's shape (see the module's documentation).
     pub async fn receipts(&self, message_id: &str, after: Option<&str>, max: Option<u32>) -> Result<ReceiptsPage> {
+        self.receipts_told(message_id, after, max, &mut None).await
+    }
+
+    /// [`receipts`](HttpClient::receipts), setting `told` to a 429's
+    /// `Retry-After`.
+    async fn receipts_told(
+        &self,
+        message_id: &str,
+        after: Option<&str>,
+        max: Option<u32>,
+        told: &mut Option<Duration>,
+    ) -> Result<ReceiptsPage> {
         let mut path = format!("/v1/audit/receipts/{}", segment(message_id)?);
         let mut query = Vec::new();
         if let Some(n) = max.filter(|&n| n > 0) {
@@ -227,7 +264,7 @@ impl HttpClient {
         if !query.is_empty() {
             path = format!("{path}?{}", query.join("&"));
         }
-        let (_, v) = self.call("GET", &path, None).await?;
+        let (_, v) = self.call_told("GET", &path, None, None, self.timeout, told).await?;
         // An after the server takes is a cursor; one that is not, it
         // refuses (its receipts are then not checked against it).
         let after = after.and_then(parse_cursor).unwrap_or((0, 0));
@@ -243,8 +280,8 @@ impl HttpClient {
     }
 
     /// Every receipt of `message_id`, read page by page (each of at most
-    /// `max`) through [`receipt_pages`](HttpClient::receipt_pages): the
-    /// first error of a page ends it. `BAD_FRAME` past
+    /// `max`) through [`receipt_pages`](HttpClient::receipt_pages), which
+    /// waits out a 429: the first error of a page ends it. `BAD_FRAME` past
     /// [`MAX_ALL_RECEIPTS`] receipts (read more page by page).
     pub async fn all_receipts(&self, message_id: &str, max: Option<u32>) -> Result<Vec<Receipt>> {
         let mut pages = self.receipt_pages(message_id, max);
@@ -295,9 +332,16 @@ impl ReceiptPages {
     /// server repeating a cursor or going back) is `BAD_FRAME` and ends
     /// the pages, as any other malformed answer (see
     /// [`HttpClient::receipts`]) does: every later call returns the same
-    /// error. Any other error (the server's refusal, `RATE_LIMITED`; the
-    /// transport's) leaves the pages where they were: call again to ask
-    /// for the same page.
+    /// error.
+    ///
+    /// A 429 (the server reading the log for two other walks, or for this
+    /// principal's one before) is waited out: the answer's `Retry-After`
+    /// (else its `retryAfterMs`, else 1 s; at most [`RECEIPTS_MAX_WAIT`]),
+    /// then the same page is asked again, up to [`RECEIPTS_RETRIES`] times;
+    /// the next 429 is returned. It, and any other error (the server's
+    /// refusal; the transport's), leaves the pages where they were: call
+    /// again to ask for the same page. So does dropping the future (a
+    /// caller's `tokio::time::timeout`, say), which ends a wait at once.
     pub async fn next_page(&mut self) -> Result<Option<ReceiptsPage>> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
@@ -305,10 +349,18 @@ impl ReceiptPages {
         if self.done {
             return Ok(None);
         }
-        let page = match self.http.receipts(&self.id, self.after.as_deref(), self.max).await {
-            Ok(p) => p,
-            Err(e) if e.code == "BAD_FRAME" => return Err(self.fail(e)),
-            Err(e) => return Err(e),
+        let mut waited = 0;
+        let page = loop {
+            let mut told = None;
+            match self.http.receipts_told(&self.id, self.after.as_deref(), self.max, &mut told).await {
+                Ok(p) => break p,
+                Err(e) if e.code == "BAD_FRAME" => return Err(self.fail(e)),
+                Err(e) if e.status == 429 && waited < RECEIPTS_RETRIES => {
+                    waited += 1;
+                    tokio::time::sleep(retry_wait(&e, told)).await;
+                }
+                Err(e) => return Err(e),
+            }
         };
         match &page.next {
             None => self.done = true,
@@ -351,6 +403,27 @@ mod tests {
         let past_64_bits = ["18446744073709551616", "1:18446744073709551616"];
         for bad in ["x:1", "1:x", ":1", "1:", "1:2:3", "-1", "+1", " 1", "1 ", "1: 2", "1.0", "١"].into_iter().chain(past_64_bits) {
             assert_eq!(parse_cursor(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_429_is_waited_its_retry_after_else_its_retry_after_ms_else_a_second_at_most_the_cap() {
+        let busy = |details: Value| Error::with_details("RATE_LIMITED", "busy", details.as_object().cloned().unwrap_or_default());
+        let s = Duration::from_secs;
+        for (told, details, want) in [
+            (Some(s(3)), json!({"retryAfterMs": 7000}), s(3)),
+            (Some(s(0)), json!({}), s(0)),
+            (Some(s(86_400)), json!({}), RECEIPTS_MAX_WAIT),
+            (None, json!({"retryAfterMs": 2000}), s(2)),
+            (None, json!({"retryAfterMs": 1500.5}), Duration::from_millis(1500)),
+            (None, json!({"retryAfterMs": 86_400_000u64}), RECEIPTS_MAX_WAIT),
+            (None, json!({"retryAfterMs": 1e300}), RECEIPTS_MAX_WAIT),
+            (None, json!({}), s(1)),
+            (None, json!({"retryAfterMs": "soon"}), s(1)),
+            (None, json!({"retryAfterMs": -5}), s(1)),
+            (None, json!({"retryAfterMs": true}), s(1)),
+        ] {
+            assert_eq!(retry_wait(&busy(details.clone()), told), want, "{told:?} {details}");
         }
     }
 

@@ -327,6 +327,58 @@ async fn an_attempt_that_is_not_an_integer_is_a_bad_frame_not_a_first_attempt() 
     end(s, task).await;
 }
 
+/// A delivery whose sequence is 0 is no broker's (it numbers a subject's
+/// messages from 1 and leaves 0 out): it is a bad frame, reported and
+/// left unanswered, as the Python and TypeScript clients refuse it; an
+/// ack of it would name no sequence and could settle a newer message
+/// published under its id. One without a sequence is still handed out.
+#[tokio::test]
+async fn a_delivery_of_sequence_0_is_a_bad_frame_and_left_unanswered() {
+    let acks: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = acks.clone();
+    let answer = subscribing_as("sub_1");
+    let (url, tx, task) = raw_server(move |f| {
+        if f["op"] == "ack" || f["op"] == "nack" {
+            seen.lock().unwrap().push(f.clone());
+        }
+        answer(f)
+    })
+    .await;
+    let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
+    let e = errs.clone();
+    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+    let zero = json!({"id": "msg_zero", "subject": "x", "sequence": 0, "data": {}});
+    let none = json!({"id": "msg_none", "subject": "x", "data": {}});
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": zero})).unwrap();
+    tx.send(
+        json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": zero}, {"attempt": 1, "message": msg(4)}]}),
+    )
+    .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": none})).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
+        got.push((d.message.id.clone(), d.message.sequence));
+        d.ack().await.unwrap();
+    }
+    assert_eq!(got, [("msg_4".to_string(), 4), ("msg_none".to_string(), 0)], "a delivery of sequence 0 was handed out");
+    let errs = errs.lock().unwrap().clone();
+    let frames: Vec<_> = errs.iter().filter(|e| e.code == "BAD_FRAME" && e.message.contains("sequence is 0")).collect();
+    assert_eq!(frames.len(), 2, "each delivery of sequence 0 is one BAD_FRAME: {errs:#?}");
+    let acked: Vec<String> = acks
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|f| match f["messageIds"].as_array() {
+            Some(ids) => ids.iter().map(|i| i.as_str().unwrap().to_string()).collect(),
+            None => vec![f["messageId"].as_str().unwrap().to_string()],
+        })
+        .collect();
+    assert!(!acked.iter().any(|id| id == "msg_zero"), "a delivery of sequence 0 was answered: {acked:?}");
+    end(s, task).await;
+}
+
 /// Data nested as deeply as the broker admits (pigeon.MaxJSONDepth, 64
 /// levels, the data object the first) is read, in the frame that nests it
 /// deepest (a deliver_batch: 4 levels more); so is data a level beyond

@@ -7,7 +7,7 @@
 
 mod common;
 
-use pigeon_client::http::{HttpClient, MAX_ALL_RECEIPTS};
+use pigeon_client::http::{HttpClient, MAX_ALL_RECEIPTS, RECEIPTS_RETRIES};
 use pigeon_client::{ErrorKind, ReplayOptions};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -85,6 +85,18 @@ async fn an_auditor_reads_the_receipts_of_a_message_page_by_page() {
 /// It answers at most 50 requests, then closes each connection: a client
 /// that would follow its pages for ever fails a transport error instead.
 async fn http_server(answer: impl Fn(usize, &str) -> (u16, String) + Send + Sync + 'static) -> (String, Arc<Mutex<Vec<String>>>) {
+    http_server_with_headers(move |n, head| {
+        let (status, text) = answer(n, head);
+        (status, String::new(), text)
+    })
+    .await
+}
+
+/// [`http_server`], whose `answer` also gives header lines (each ending
+/// in CRLF) to send.
+async fn http_server_with_headers(
+    answer: impl Fn(usize, &str) -> (u16, String, String) + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<String>>>) {
     use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
@@ -102,8 +114,8 @@ async fn http_server(answer: impl Fn(usize, &str) -> (u16, String) + Send + Sync
             if n >= 50 {
                 continue;
             }
-            let (status, text) = answer(n, &head);
-            let out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{text}", text.len());
+            let (status, headers, text) = answer(n, &head);
+            let out = format!("HTTP/1.1 {status} X\r\n{headers}Content-Length: {}\r\n\r\n{text}", text.len());
             let _ = tcp.write_all(out.as_bytes()).await;
         }
     });
@@ -324,24 +336,88 @@ async fn a_malformed_receipt_or_page_is_refused() {
     assert_eq!((page.receipts[0].ref_.as_str(), page.receipts[0].seq, page.next), ("", 0, None));
 }
 
+/// The broker's 429 of a receipts request that finds no walk of the log
+/// free: `Retry-After` (none when empty) and `details.retryAfterMs`.
+fn busy(retry_after: &str, retry_after_ms: u64) -> (u16, String, String) {
+    let headers = if retry_after.is_empty() { String::new() } else { format!("Retry-After: {retry_after}\r\n") };
+    let body = json!({"error": {"code": "RATE_LIMITED", "message": "busy", "details": {"retryAfterMs": retry_after_ms}}});
+    (429, headers, body.to_string())
+}
+
+fn ok(body: Value) -> (u16, String, String) {
+    (200, String::new(), body.to_string())
+}
+
 #[tokio::test]
-async fn a_refusal_leaves_the_pages_where_they_were() {
-    // Page one, then RATE_LIMITED once, then page two: asking again after
-    // the refusal reads page two.
-    let (url, heads) = http_server(|n, _| match n {
-        0 => (200, json!({"receipts": [receipt(5, 1)], "next": "5:1"}).to_string()),
-        1 => (429, json!({"error": {"code": "RATE_LIMITED", "message": "busy"}}).to_string()),
-        _ => (200, json!({"receipts": [receipt(6, 1)]}).to_string()),
+async fn receipts_gives_the_servers_429_to_the_caller_at_once() {
+    let (url, heads) = http_server_with_headers(|_, _| busy("1", 1000)).await;
+    let e = HttpClient::new(&url, "auditor-token").receipts("msg_1", None, None).await.expect_err("rate limited");
+    assert_eq!((e.code.as_str(), e.status), ("RATE_LIMITED", 429), "{e}");
+    assert_eq!(heads.lock().unwrap().len(), 1, "one request: the caller's to retry");
+}
+
+/// Before: the 429 ended the pages' reading mid-walk, `RATE_LIMITED`.
+#[tokio::test]
+async fn a_429_is_waited_out_and_the_pages_go_on_from_the_same_cursor() {
+    // Page one, then RATE_LIMITED twice (Retry-After: 1), then page two.
+    let at: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let seen = at.clone();
+    let (url, heads) = http_server_with_headers(move |n, _| {
+        seen.lock().unwrap().push(std::time::Instant::now());
+        match n {
+            0 => ok(json!({"receipts": [receipt(5, 1)], "next": "5:1"})),
+            1 | 2 => busy("1", 1000),
+            _ => ok(json!({"receipts": [receipt(6, 1)]})),
+        }
+    })
+    .await;
+    let h = HttpClient::new(&url, "auditor-token");
+    let got = tokio::time::timeout(Duration::from_secs(30), h.all_receipts("msg_1", None)).await.expect("still reading").unwrap();
+    assert_eq!(got.iter().map(|r| r.cursor()).collect::<Vec<_>>(), ["5:1", "6:1"], "every receipt, none twice");
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 4);
+    for h in &heads[1..] {
+        assert_eq!(line(h), "GET /v1/audit/receipts/msg_1?after=5%3A1 HTTP/1.1", "the same page asked again");
+    }
+    // A lower bound only (a slow machine waits longer).
+    let at = at.lock().unwrap().clone();
+    for w in at[1..].windows(2) {
+        assert!(w[1] - w[0] >= Duration::from_millis(900), "asked again {:?} after a Retry-After of 1 s", w[1] - w[0]);
+    }
+}
+
+#[tokio::test]
+async fn a_429_is_waited_out_a_bounded_number_of_times_then_returned_and_the_pages_stay() {
+    // RATE_LIMITED (Retry-After: 0) for RECEIPTS_RETRIES + 1 requests, then
+    // the page: the pages return the 429, and asked again read the page.
+    let refusals = RECEIPTS_RETRIES as usize + 1;
+    let (url, heads) =
+        http_server_with_headers(move |n, _| if n < refusals { busy("0", 0) } else { ok(json!({"receipts": [receipt(6, 1)]})) }).await;
+    let h = HttpClient::new(&url, "auditor-token");
+    let mut pages = h.receipt_pages("msg_1", None);
+    let e = pages.next_page().await.expect_err("rate limited");
+    assert_eq!((e.code.as_str(), e.status), ("RATE_LIMITED", 429), "{e}");
+    assert_eq!(heads.lock().unwrap().len(), refusals, "one request, then one a wait");
+    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts[0].cursor(), "6:1");
+    assert_eq!(pages.next_page().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_dropped_wait_leaves_the_pages_where_they_were() {
+    // Page one, then a 429 of Retry-After: 30, then page two.
+    let (url, heads) = http_server_with_headers(|n, _| match n {
+        0 => ok(json!({"receipts": [receipt(5, 1)], "next": "5:1"})),
+        1 => busy("30", 30_000),
+        _ => ok(json!({"receipts": [receipt(6, 1)]})),
     })
     .await;
     let h = HttpClient::new(&url, "auditor-token");
     let mut pages = h.receipt_pages("msg_1", None);
-    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts.len(), 1);
-    let e = pages.next_page().await.expect_err("rate limited");
-    assert_eq!((e.code.as_str(), e.status), ("RATE_LIMITED", 429), "{e}");
-    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts[0].cursor(), "6:1");
-    assert_eq!(pages.next_page().await.unwrap(), None);
+    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts[0].cursor(), "5:1");
+    // The caller's deadline ends the wait (the future dropped).
+    tokio::time::timeout(Duration::from_secs(1), pages.next_page()).await.expect_err("still waiting out 30 s");
+    assert_eq!(heads.lock().unwrap().len(), 2);
+    assert_eq!(pages.next_page().await.unwrap().unwrap().receipts[0].cursor(), "6:1", "the same page, asked again");
     let heads = heads.lock().unwrap().clone();
-    assert_eq!(line(&heads[1]), "GET /v1/audit/receipts/msg_1?after=5%3A1 HTTP/1.1");
-    assert_eq!(line(&heads[2]), line(&heads[1]), "the same page asked again");
+    assert_eq!(line(&heads[2]), line(&heads[1]));
 }

@@ -248,6 +248,18 @@ export function sequenceHeld(m: { sequence?: unknown }): boolean {
 }
 
 /**
+ * Whether the `sequence` of a message the server hands over (a delivery;
+ * a receive, replay or reply message) is one of the broker's and held
+ * exactly: absent, null, or an integer of 1 to 2^53-1. The broker numbers
+ * a subject's messages from 1 and leaves 0 out, so a 0 is no broker's
+ * (an answer naming it would name none, and settle whichever message holds
+ * the id), as the Python and Rust clients refuse it.
+ */
+export function sequenceDelivered(m: { sequence?: unknown }): boolean {
+  return sequenceHeld(m) && m.sequence !== 0;
+}
+
+/**
  * Whether a message's `hops` is one the broker sets: absent, null (as an
  * absent sequence is), or an integer of 0 to 2^32-1 (docs/protocol.md,
  * "hops"). A `hops` of another type or out of range is no broker's, and a
@@ -272,16 +284,17 @@ export function unheldHops(m: { hops?: unknown }): PigeonError {
 }
 
 /**
- * The BAD_FRAME of a delivery whose sequence the client cannot hold
- * exactly (see {@link sequenceHeld}): the delivery is not handed over and
- * not answered (an answer without the sequence could settle a newer
- * message under its id), so the server's ack wait gives it back.
+ * The BAD_FRAME of a delivery whose sequence is no broker's or the client
+ * cannot hold exactly (see {@link sequenceDelivered}): the delivery is not
+ * handed over and not answered (an answer without the sequence could
+ * settle a newer message under its id), so the server's ack wait gives it
+ * back.
  */
 export function unheldSequence(m: { sequence?: unknown }): PigeonError {
   const s = m.sequence;
   return new PigeonError(
     ClientCodes.BAD_FRAME,
-    "the server sent a delivery whose sequence is not an integer of 0 to 2^53-1, which this client cannot answer exactly",
+    "the server sent a delivery whose sequence is not an integer of 1 to 2^53-1, which this client cannot answer exactly",
     { sequence: typeof s === "number" ? s : typeof s },
   );
 }
@@ -311,21 +324,22 @@ export function unheldDecision(d: Record<string, unknown> | { status?: unknown; 
 /**
  * The BAD_FRAME of a stored message an answer hands the caller (`what`: a
  * `reply`, or entry `index` of a `receive` or a `replay` answer) whose
- * sequence the client cannot hold exactly (see {@link sequenceHeld}) or
- * whose hops is not the broker's (see {@link hopsHeld}); undefined when it
- * holds both. Such a message is refused as such a delivery is: a rounded
- * sequence names another message, which a replay or a resume from it, or
- * an ack of it, would name. `details` names the answer (`op`), the entry
+ * sequence is no broker's or the client cannot hold exactly (see
+ * {@link sequenceDelivered}) or whose hops is not the broker's (see
+ * {@link hopsHeld}); undefined when it holds both. Such a message is
+ * refused as such a delivery is: a 0 names none, and a rounded sequence
+ * another message, which a replay or a resume from it, or an ack of it,
+ * would name. `details` names the answer (`op`), the entry
  * (`index`), the message (`messageId`) and the value refused.
  */
 export function unheldMessage(m: { id?: unknown; sequence?: unknown; hops?: unknown }, what: string, index?: number): PigeonError | undefined {
   if (typeof m !== "object" || m === null) return undefined;
-  const held = sequenceHeld(m);
+  const held = sequenceDelivered(m);
   if (held && hopsHeld(m)) return undefined;
   const field = held ? "hops" : "sequence";
   const v = m[field];
   const at = index === undefined ? "" : ` (entry ${index})`;
-  const range = held ? "0 to 2^32-1" : "0 to 2^53-1, which this client cannot hold exactly";
+  const range = held ? "0 to 2^32-1" : "1 to 2^53-1, which this client cannot hold exactly";
   const details: ErrorDetails = { op: what, messageId: typeof m.id === "string" ? m.id : typeof m.id, [field]: typeof v === "number" ? v : typeof v };
   if (index !== undefined) details.index = index;
   return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message${at} whose ${field} is not an integer of ${range}`, details);

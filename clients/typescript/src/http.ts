@@ -40,6 +40,55 @@ export interface HttpOptions {
  */
 export const MAX_RESPONSE_BYTES = 256 << 20;
 
+/**
+ * The most times {@link HttpClient.allReceipts} waits out a 429 for one
+ * page (5): the next 429 for that page ends the walk with it.
+ */
+export const RECEIPTS_RETRIES = 5;
+
+/**
+ * The longest {@link HttpClient.allReceipts} waits on one 429 (30 s): a
+ * longer `Retry-After` is waited this long, then the page asked again.
+ */
+export const RECEIPTS_MAX_WAIT_MS = 30_000;
+
+/** The `Retry-After` (ms) of each 429 call() refused with, when it named one in seconds. */
+const retryAfters = new WeakMap<PigeonError, number>();
+
+/**
+ * How long to wait before asking again after the 429 `e`: the answer's
+ * `Retry-After` in seconds, else the error's `details.retryAfterMs` (the
+ * broker sends both), else 1 s; at most {@link RECEIPTS_MAX_WAIT_MS}.
+ */
+function retryWaitMs(e: PigeonError): number {
+  const told = retryAfters.get(e);
+  const ms = e.details.retryAfterMs;
+  const wait = told ?? (typeof ms === "number" && Number.isFinite(ms) && ms >= 0 ? ms : 1000);
+  return Math.min(wait, RECEIPTS_MAX_WAIT_MS);
+}
+
+/** A `Retry-After` of delay-seconds (RFC 9110), in ms; undefined for any other (an HTTP date, garbage). */
+function retryAfterMs(v: string | null | undefined): number | undefined {
+  const m = typeof v === "string" ? /^\s*([0-9]{1,10})\s*$/.exec(v) : null;
+  return m ? Number(m[1]) * 1000 : undefined;
+}
+
+/** Resolves after `ms`, or rejects with `signal`'s reason once it aborts. */
+function abortableSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, timerMs(ms));
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
 /** An HTTP method: a token (RFC 9110), letters only as every route's is. */
 const METHOD = /^[A-Za-z]{1,16}$/;
 /** A path of this client's routes: from the origin's root, no control characters, spaces or backslashes. */
@@ -76,8 +125,12 @@ export class HttpClient {
     this.fetchFn = options.fetch ?? globalThis.fetch.bind(globalThis);
   }
 
-  /** One call: the parsed JSON body, or the server's typed error with its status. */
-  async call<T = any>(method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number } = {}): Promise<T> {
+  /**
+   * One call: the parsed JSON body, or the server's typed error with its
+   * status. `signal` abandons it: the call rejects with the signal's
+   * reason.
+   */
+  async call<T = any>(method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<T> {
     // The path is appended to the origin: "@evil.example/…" or
     // ".evil.example/…" would send the token to another host, a CR or LF
     // (which the URL parser drops) change the route.
@@ -90,8 +143,12 @@ export class HttpClient {
       headers["x-pigeon-contract"] = this.contract.id;
     }
     if (body !== undefined) headers["content-type"] = "application/json";
+    const caller = opts.signal;
+    if (caller?.aborted) throw caller.reason;
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), timerMs(opts.timeoutMs ?? this.options.timeoutMs ?? 30_000));
+    const onAbort = () => ctl.abort();
+    caller?.addEventListener("abort", onAbort, { once: true });
     let res: Response;
     let text: string;
     try {
@@ -108,11 +165,13 @@ export class HttpClient {
       });
       text = await readBounded(res, this.options.maxResponseBytes ?? MAX_RESPONSE_BYTES, ctl);
     } catch (e) {
+      if (caller?.aborted) throw caller.reason;
       if (e instanceof PigeonError) throw e;
       if (ctl.signal.aborted) throw new PigeonError(ClientCodes.TIMEOUT, `${method} ${path} timed out`);
       throw transportError(`${method} ${path} failed: ${String((e as Error)?.message ?? e)}`, e);
     } finally {
       clearTimeout(timer);
+      caller?.removeEventListener("abort", onAbort);
     }
     let parsed: any;
     try {
@@ -130,8 +189,10 @@ export class HttpClient {
       throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) has ${why}`, {}, res.status);
     }
     if (!res.ok) {
-      if (parsed && parsed.error) throw fromWire(parsed.error, res.status);
-      throw new PigeonError("INTERNAL", `${method} ${path}: HTTP ${res.status}`, {}, res.status);
+      const err = parsed && parsed.error ? fromWire(parsed.error, res.status) : new PigeonError("INTERNAL", `${method} ${path}: HTTP ${res.status}`, {}, res.status);
+      const wait = res.status === 429 ? retryAfterMs(res.headers?.get?.("retry-after")) : undefined;
+      if (wait !== undefined) retryAfters.set(err, wait);
+      throw err;
     }
     // Every answer of the API is an object: null, an array or a number
     // would make the caller's reading of it throw a TypeError.
@@ -140,7 +201,7 @@ export class HttpClient {
   }
 
   /** call(), then `check` of the answer: BAD_FRAME when the server's answer is not of the shape the route has. */
-  private async expect<T>(what: string, check: (r: Record<string, unknown>) => boolean, method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number } = {}): Promise<T> {
+  private async expect<T>(what: string, check: (r: Record<string, unknown>) => boolean, method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<T> {
     const r = await this.call<Record<string, unknown>>(method, path, body, opts);
     if (!check(r)) throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer has no ${what}`, {});
     return r as T;
@@ -294,7 +355,9 @@ export class HttpClient {
    * BAD_REQUEST. `next` is there when more are recorded: ask again with
    * `after` set to it, or walk every page with
    * {@link HttpClient.allReceipts}. 429 RATE_LIMITED (with its retry
-   * delay) while the server reads the log for two others.
+   * delay) while the server reads the log for two others, or for this
+   * principal's one before: this call does not wait it out (one request,
+   * the caller's to retry), allReceipts does. `signal` abandons the call.
    *
    * An answer is refused, BAD_FRAME, unless `receipts` is a list of receipt
    * objects (strings where the route has strings; `auditSeq` and `seq`
@@ -304,9 +367,9 @@ export class HttpClient {
    * page that holds a receipt, not before its last one: a page never
    * repeats a receipt, and a `next` never leads back.
    */
-  async receipts(id: string, options: { after?: string; max?: number } = {}): Promise<ReceiptsPage> {
+  async receipts(id: string, options: { after?: string; max?: number; signal?: AbortSignal } = {}): Promise<ReceiptsPage> {
     const path = `/v1/audit/receipts/${segment(id)}${query({ after: options.after, max: options.max })}`;
-    const r = await this.expect<{ receipts?: unknown; next?: unknown }>("receipts", (r) => isList(r.receipts), "GET", path);
+    const r = await this.expect<{ receipts?: unknown; next?: unknown }>("receipts", (r) => isList(r.receipts), "GET", path, undefined, { signal: options.signal });
     return receiptsPage(r, options.after, `GET ${path}`);
   }
 
@@ -315,14 +378,33 @@ export class HttpClient {
    * most `max` ({@link HttpClient.receipts}), following each page's
    * `next` until a page has none. Each page comes after the one before it
    * (receipts refuses a `next` that repeats or goes back, BAD_FRAME), so a
-   * server cannot make the walk ask the same page forever; the walk ends
-   * at the first error. Each page reads the log anew: a delivery recorded
-   * meanwhile comes in a later page.
+   * server cannot make the walk ask the same page forever. Each page
+   * reads the log anew: a delivery recorded meanwhile comes in a later
+   * page.
+   *
+   * A 429 (the server reading the log for two other walks, or for this
+   * principal's one before) is waited out: the walk waits the answer's
+   * `Retry-After` (else its `retryAfterMs`, else 1 s; at most
+   * {@link RECEIPTS_MAX_WAIT_MS}), then asks for the same page again, up
+   * to {@link RECEIPTS_RETRIES} times a page; the next 429 ends the walk
+   * with it, as any other error does. `signal` ends the walk, a wait or a
+   * page's request included, with the signal's reason.
    */
-  async *allReceipts(id: string, options: { max?: number } = {}): AsyncGenerator<Receipt, void, undefined> {
+  async *allReceipts(id: string, options: { max?: number; signal?: AbortSignal } = {}): AsyncGenerator<Receipt, void, undefined> {
+    const { max, signal } = options;
     let after: string | undefined;
     for (;;) {
-      const page = await this.receipts(id, { after, max: options.max });
+      let page: ReceiptsPage;
+      for (let waited = 0; ; waited++) {
+        try {
+          page = await this.receipts(id, { after, max, signal });
+          break;
+        } catch (e) {
+          if (signal?.aborted) throw signal.reason;
+          if (!(e instanceof PigeonError) || e.status !== 429 || waited >= RECEIPTS_RETRIES) throw e;
+          await abortableSleep(retryWaitMs(e), signal);
+        }
+      }
       yield* page.receipts;
       if (page.next === undefined) return;
       after = page.next;

@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceHeld, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceDelivered, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -1079,7 +1079,7 @@ export class Session implements ConnOwner {
       this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver frame without a message or attempt", {}));
       return;
     }
-    if (!sequenceHeld(f.message)) {
+    if (!sequenceDelivered(f.message)) {
       this.report(unheldSequence(f.message));
       return;
     }
@@ -1107,7 +1107,7 @@ export class Session implements ConnOwner {
         this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a malformed delivery", {}));
         continue;
       }
-      if (!sequenceHeld(d.message)) {
+      if (!sequenceDelivered(d.message)) {
         this.report(unheldSequence(d.message));
         continue;
       }

@@ -6,7 +6,7 @@
 // failed before the checks were written.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { HttpClient, PigeonError } from "../dist/index.js";
+import { HttpClient, PigeonError, RECEIPTS_MAX_WAIT_MS, RECEIPTS_RETRIES } from "../dist/index.js";
 
 const receipt = (auditSeq, seq, over = {}) => ({
   event: "replay.executed",
@@ -160,10 +160,122 @@ test("allReceipts ends with BAD_FRAME when a server repeats a cursor or leads ba
   assert.deepEqual(wrong, []);
 });
 
-test("the server's refusals reach the caller typed, the walk's too", async () => {
-  const fetch = async () =>
-    new Response('{"error":{"code":"RATE_LIMITED","message":"busy","details":{"retryAfterMs":1000}}}', { status: 429, headers: { "content-type": "application/json", "retry-after": "1" } });
+/** The broker's 429 of a receipts request that finds no walk of the log free (retryAfter null: no Retry-After). */
+const busy = (retryAfter = "1", retryAfterMs = 1000) =>
+  new Response(JSON.stringify({ error: { code: "RATE_LIMITED", message: "busy", details: { retryAfterMs } } }), {
+    status: 429,
+    headers: { "content-type": "application/json", ...(retryAfter === null ? {} : { "retry-after": retryAfter }) },
+  });
+const ok200 = (x) => new Response(JSON.stringify(x), { status: 200, headers: { "content-type": "application/json" } });
+const rateLimited = (e) => e instanceof PigeonError && e.code === "RATE_LIMITED" && e.status === 429;
+
+test("receipts, one request, gives the server's 429 to the caller at once", async () => {
+  let n = 0;
+  const h = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch: async () => (n++, busy()) });
+  await assert.rejects(h.receipts("msg_1"), rateLimited);
+  assert.equal(n, 1, "not asked again");
+});
+
+// Before: the walk ended at the first 429, mid-walk, with RATE_LIMITED.
+test("allReceipts waits out a 429's Retry-After and goes on from the same cursor", async () => {
+  const asked = [];
+  const fetch = async (url) => {
+    const after = new URL(url).searchParams.get("after");
+    asked.push({ after, at: performance.now() });
+    if (after === null) return ok200({ receipts: [receipt(2, 1), receipt(5, 1)], next: "5:1" });
+    // The second page: refused twice (the server reading the log for two others), then answered.
+    if (asked.filter((a) => a.after === "5:1").length <= 2) return busy("1");
+    return ok200({ receipts: [receipt(9, 1)] });
+  };
   const h = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch });
-  await assert.rejects(h.receipts("msg_1"), (e) => e instanceof PigeonError && e.code === "RATE_LIMITED" && e.status === 429);
-  await assert.rejects(h.allReceipts("msg_1").next(), (e) => e instanceof PigeonError && e.code === "RATE_LIMITED");
+  const got = [];
+  for await (const r of h.allReceipts("msg_1", { max: 2 })) got.push([r.auditSeq, r.seq]);
+  assert.deepEqual(got, [[2, 1], [5, 1], [9, 1]], "every receipt, none twice");
+  assert.deepEqual(asked.map((a) => a.after), [null, "5:1", "5:1", "5:1"], "the same page asked again, not the first");
+  // The second of one second each: a lower bound only (a slow machine waits longer).
+  for (const i of [2, 3]) assert.ok(asked[i].at - asked[i - 1].at >= 900, `asked again ${asked[i].at - asked[i - 1].at} ms after a Retry-After of 1 s`);
+});
+
+test("allReceipts waits a bounded number of times a page, then gives the 429 to the caller", async () => {
+  let n = 0;
+  const h = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch: async () => (n++, busy("0", 0)) });
+  await assert.rejects(h.allReceipts("msg_1").next(), rateLimited);
+  assert.equal(n, RECEIPTS_RETRIES + 1, "one request, then one a wait");
+});
+
+test("allReceipts waits at most RECEIPTS_MAX_WAIT_MS, whatever Retry-After says", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const flush = () => new Promise((r) => setImmediate(r));
+  let n = 0;
+  const fetch = async () => (++n === 1 ? busy("86400", 86_400_000) : ok200({ receipts: [receipt(3, 1)] }));
+  const h = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch });
+  const first = h.allReceipts("msg_1").next();
+  for (let i = 0; i < 5; i++) await flush();
+  assert.equal(n, 1);
+  t.mock.timers.tick(RECEIPTS_MAX_WAIT_MS - 1);
+  for (let i = 0; i < 5; i++) await flush();
+  assert.equal(n, 1, "asked again before its wait");
+  t.mock.timers.tick(1);
+  for (let i = 0; i < 5; i++) await flush();
+  assert.equal(n, 2, "not asked again once RECEIPTS_MAX_WAIT_MS passed");
+  assert.deepEqual((await first).value, receipt(3, 1));
+});
+
+test("allReceipts reads Retry-After, else retryAfterMs, else waits 1 s", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const flush = async () => {
+    for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+  };
+  for (const [name, refusal, wait] of [
+    ["Retry-After", () => busy("3", 7000), 3000],
+    ["an HTTP date: retryAfterMs", () => busy("Fri, 31 Dec 2099 23:59:59 GMT", 2000), 2000],
+    ["no Retry-After: retryAfterMs", () => busy(null, 4000), 4000],
+    ["neither", () => new Response('{"error":{"code":"RATE_LIMITED","message":"busy"}}', { status: 429 }), 1000],
+  ]) {
+    let n = 0;
+    const h = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch: async () => (++n === 1 ? refusal() : ok200({ receipts: [] })) });
+    const done = h.allReceipts("msg_1").next();
+    await flush();
+    t.mock.timers.tick(wait - 1);
+    await flush();
+    assert.equal(n, 1, `${name}: asked again before ${wait} ms`);
+    t.mock.timers.tick(1);
+    await flush();
+    assert.equal(n, 2, `${name}: not asked again at ${wait} ms`);
+    assert.equal((await done).done, true);
+  }
+});
+
+test("an aborted signal ends allReceipts' wait, and its request", async () => {
+  // Aborted while it waits out a long Retry-After.
+  let n = 0;
+  const h = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch: async () => (n++, busy("30")) });
+  const ctl = new AbortController();
+  const walk = h.allReceipts("msg_1", { signal: ctl.signal }).next();
+  while (n === 0) await new Promise((r) => setImmediate(r));
+  ctl.abort(new Error("the caller gave up"));
+  await assert.rejects(walk, /the caller gave up/);
+  assert.equal(n, 1, "not asked again");
+
+  // Aborted while a page's request is on its way: the fetch is aborted too.
+  let seen;
+  const hanging = new HttpClient("http://127.0.0.1:9", "auditor-token", {
+    fetch: (_url, init) =>
+      new Promise((_, reject) => {
+        seen = init.signal;
+        init.signal.addEventListener("abort", () => reject(new Error("fetch aborted")));
+      }),
+  });
+  const ctl2 = new AbortController();
+  const walk2 = hanging.allReceipts("msg_1", { signal: ctl2.signal }).next();
+  while (!seen) await new Promise((r) => setImmediate(r));
+  ctl2.abort(new Error("stop now"));
+  await assert.rejects(walk2, /stop now/);
+  assert.equal(seen.aborted, true);
+
+  // Aborted before: nothing is asked.
+  let m = 0;
+  const idle = new HttpClient("http://127.0.0.1:9", "auditor-token", { fetch: async () => (m++, ok200({ receipts: [] })) });
+  await assert.rejects(idle.allReceipts("msg_1", { signal: AbortSignal.abort(new Error("already")) }).next(), /already/);
+  assert.equal(m, 0);
 });

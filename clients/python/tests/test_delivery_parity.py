@@ -1,0 +1,124 @@
+"""A push delivery as the TypeScript and Rust clients hand it over.
+
+``Delivery.sequence`` is the sequence of the message delivered, taken when
+the delivery is handed over (as ``id`` is, and as the answer names it):
+TypeScript and Rust expose it, Python did not. A delivery whose
+``sequence`` is 0 is no broker's (a subject's messages are numbered from 1,
+and the broker leaves 0 out): it is refused, reported and never handed
+over, in all three clients. A ``deliver_batch`` entry that is an object
+holding no message object is reported with its index, as the batch's
+other malformed entries are (it was reported as "deliver without a
+message object", naming neither the op nor the entry).
+
+The sequence and index tests failed before the fix; the sequence-0 test
+holds the rule the other clients now follow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from websockets.asyncio.server import serve
+
+from harness import SubscribingEndpoint as Endpoint, eventually, negotiating, raw_contract, within
+from pigeon_client import ProtocolError, connect
+
+CONTRACT = raw_contract("x")
+
+
+def message(mid: str, sequence: Any = ...) -> dict[str, Any]:
+    m: dict[str, Any] = {"id": mid, "subject": "x", "data": {}}
+    if sequence is not ...:
+        m["sequence"] = sequence
+    return m
+
+
+async def session(srv: Any, reported: list[Any]) -> Any:
+    port = srv.sockets[0].getsockname()[1]
+    return await within(connect(f"ws://127.0.0.1:{port}/v1/ws", "t", ["x"], on_error=reported.append,
+                                auto_renew=False, ping_interval=None), 5)
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["deliver", "deliver_batch"])
+async def test_a_delivery_tells_its_sequence_as_handed_over(batch):
+    ep = Endpoint()
+    seen: list[tuple[str, int]] = []
+    reported: list[Any] = []
+
+    read_only: list[bool] = []
+
+    def handler(d: Any) -> None:
+        d.message["sequence"] = 99  # an edit changes neither the sequence told nor the one answered
+        seen.append((d.id, d.sequence))
+        try:
+            d.sequence = 5
+            read_only.append(False)
+        except AttributeError:
+            read_only.append(True)
+
+    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
+        s = await session(srv, reported)
+        try:
+            await within(s.subscribe("x", handler), 5)
+            ms = [message("msg_a", 3), message("msg_b", (1 << 64) - 1), message("msg_c")]
+            if batch:
+                await ep.send({"op": "deliver_batch", "sub": "sub_1",
+                               "deliveries": [{"attempt": 1, "message": m} for m in ms]})
+            else:
+                for m in ms:
+                    await ep.send({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m})
+            await eventually(lambda: len(ep.answered()) == 3, 5, "the answers")
+        finally:
+            await s.close(timeout=1)
+    assert sorted(seen) == [("msg_a", 3), ("msg_b", (1 << 64) - 1), ("msg_c", 0)]
+    assert sorted(ep.answered()) == [("ack", "msg_a", 3), ("ack", "msg_b", (1 << 64) - 1), ("ack", "msg_c", 0)]
+    assert reported == []
+    assert read_only == [True] * 3, "Delivery.sequence cannot be set"
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["deliver", "deliver_batch"])
+async def test_a_delivery_of_sequence_0_is_refused_and_never_handed_over(batch):
+    ep = Endpoint()
+    handled: list[Any] = []
+    reported: list[Any] = []
+    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
+        s = await session(srv, reported)
+        try:
+            await within(s.subscribe("x", handled.append), 5)
+            ms = [message("msg_zero", 0), message("msg_ok", 4)]
+            if batch:
+                await ep.send({"op": "deliver_batch", "sub": "sub_1",
+                               "deliveries": [{"attempt": 1, "message": m} for m in ms]})
+            else:
+                for m in ms:
+                    await ep.send({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m})
+            await eventually(lambda: len(ep.answered()) == 1 and len(reported) == 1, 5, "the answer and the report")
+        finally:
+            await s.close(timeout=1)
+    assert [d.id for d in handled] == ["msg_ok"]
+    assert ep.answered() == [("ack", "msg_ok", 4)], "the refused delivery is not answered"
+    e = reported[0]
+    assert isinstance(e, ProtocolError) and e.details.get("sequence") == 0, e
+
+
+@pytest.mark.parametrize("entry", [{"attempt": 1}, {"attempt": 1, "message": None}, {"attempt": 1, "message": "msg_x"},
+                                   {"attempt": 1, "message": [message("msg_x", 9)]}],
+                         ids=["absent", "null", "string", "list"])
+async def test_a_deliver_batch_entry_without_a_message_object_is_reported_with_its_index(entry):
+    ep = Endpoint()
+    handled: list[Any] = []
+    reported: list[Any] = []
+    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
+        s = await session(srv, reported)
+        try:
+            await within(s.subscribe("x", handled.append), 5)
+            await ep.send({"op": "deliver_batch", "sub": "sub_1", "deliveries": [
+                {"attempt": 1, "message": message("msg_a", 3)}, entry, {"attempt": 1, "message": message("msg_b", 4)}]})
+            await eventually(lambda: len(ep.answered()) == 2 and len(reported) == 1, 5, "the good entries")
+        finally:
+            await s.close(timeout=1)
+    assert [d.id for d in handled] == ["msg_a", "msg_b"]
+    e = reported[0]
+    assert isinstance(e, ProtocolError) and e.code == "BAD_REQUEST", e
+    assert e.details == {"op": "deliver_batch", "index": 1}, e.details
+    assert "deliver_batch" in e.message and "delivery 1" in e.message, e.message

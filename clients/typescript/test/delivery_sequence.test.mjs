@@ -1,0 +1,60 @@
+// A message the server hands over with a sequence of 0: the broker numbers
+// a subject's messages from 1 and leaves 0 out, so a 0 is no broker's. It
+// was taken (and answered naming no sequence, which settles whichever
+// message holds the id); it is now refused BAD_FRAME and never handed
+// over, as the Python and Rust clients refuse it: a delivery (deliver and
+// deliver_batch), and a receive, replay or reply message. Each refusal
+// test failed before the fix.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { HttpClient, PigeonError } from "../dist/index.js";
+import { onSession, subscribingServer, until } from "./harness.mjs";
+
+const msg = (id, sequence) => ({ id, subject: "x", data: {}, ...(sequence === undefined ? {} : { sequence }) });
+
+for (const batch of [false, true]) {
+  test(`a ${batch ? "deliver_batch entry" : "deliver"} of sequence 0 is refused, unanswered, and the next goes on`, async () => {
+    const answered = [];
+    const { srv, socket } = await subscribingServer((ws, f) => {
+      if (f.op === "ack" || f.op === "nack") {
+        if (f.messageIds) f.messageIds.forEach((id, i) => answered.push([f.op, id, f.sequences[i]]));
+        else answered.push([f.op, f.messageId, f.sequence ?? 0]);
+      }
+      ws.send(JSON.stringify({ op: "ok", re: f.id }));
+    });
+    const errors = [];
+    const handled = [];
+    await onSession(srv, { reconnect: false, pingIntervalMs: 0, onError: (e) => errors.push(e) }, async (s) => {
+      await s.subscribe("x", (m) => {
+        handled.push(m.id);
+      });
+      const ms = [msg("msg_zero", 0), msg("msg_ok", 4), msg("msg_none")];
+      if (batch) socket().send(JSON.stringify({ op: "deliver_batch", sub: "sub_1", deliveries: ms.map((message) => ({ attempt: 1, message })) }));
+      else for (const message of ms) socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message }));
+      await until(() => answered.length === 2 && errors.length === 1, 5000, "the answers and the report");
+    });
+    assert.deepEqual(handled, ["msg_ok", "msg_none"]);
+    assert.deepEqual(answered.sort(), [["ack", "msg_none", 0], ["ack", "msg_ok", 4]], "the refused delivery is not answered");
+    assert.ok(errors[0] instanceof PigeonError && errors[0].code === "BAD_FRAME", String(errors[0]));
+    assert.equal(errors[0].details.sequence, 0);
+  });
+}
+
+test("a receive, replay or reply message of sequence 0 is refused as a delivery is", async () => {
+  const answer = (url) => {
+    if (url.endsWith("/receive") || url.endsWith("/replay")) return { messages: [msg("msg_zero", 0), msg("msg_ok", 4)] };
+    if (url.endsWith("/v1/requests")) return { status: "ok", message: { ...msg("msg_reply", 0), correlationId: "req_1" } };
+    return { contract: { id: "ctr_1" } };
+  };
+  const fetch = async (url) => new Response(JSON.stringify(answer(String(url))), { status: 200, headers: { "content-type": "application/json" } });
+  const errors = [];
+  const h = new HttpClient("http://127.0.0.1:9", "t", { fetch, onError: (e) => errors.push(e) });
+  await h.connect(["x"]);
+  assert.deepEqual((await h.receive("x")).map((m) => m.id), ["msg_ok"]);
+  assert.deepEqual((await h.replay("x")).map((m) => m.id), ["msg_ok"]);
+  assert.deepEqual(errors.map((e) => [e.code, e.details.op, e.details.index, e.details.sequence]), [
+    ["BAD_FRAME", "receive", 0, 0],
+    ["BAD_FRAME", "replay", 0, 0],
+  ]);
+  await assert.rejects(h.request({ id: "req_1", subject: "x", data: {} }), (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && e.details.sequence === 0);
+});
