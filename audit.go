@@ -248,16 +248,7 @@ func (e *Engine) flushCoalesced(now time.Time) {
 // set.
 func (e *Engine) queueAudit(r store.AuditRecord, wait bool) error {
 	if !wait {
-		a := &e.auditor
-		a.mu.Lock()
-		a.pending = append(a.pending, r)
-		a.queued++
-		a.results = append(a.results, nil)
-		a.mu.Unlock()
-		select {
-		case a.kick <- struct{}{}:
-		default:
-		}
+		e.auditor.QueueAudit(r)
 		return nil
 	}
 	return e.enqueueAudit(r)()

@@ -18,10 +18,29 @@ import (
 // log itself (after a crash, before it opens again). Such a store owns
 // the chain's head, so the auditor then appends through it
 // (store.AuditChainer) instead of chaining records itself. On any other
-// store the record is queued for the auditor after the append, as before.
+// store the record is queued for the auditor with the append, before any
+// reader of the store can see the message, where the store offers that
+// (acceptQueuer, as store/memory does), and otherwise after it.
+//
+// A delivery is recorded by a reader of the store, after the message is
+// there to read, so queued with the append the acceptance precedes every
+// record of the message's delivery in the chain. Pages of receipts rely
+// on it (ReceiptFinder): a page that read a delivery record before the
+// acceptance it lists could not match it, and the pages after that page
+// skip it. Queued after the append, the acceptance could follow a
+// delivery made in between, and a page read in that moment would miss
+// it.
 
-// appendAccepted appends sm and reports whether the store kept acc, the
-// audit record of its acceptance, with it; when it did not, the caller
+// acceptQueuer is the ability of a store (store/memory) to hand the
+// audit record of a message's acceptance, made as store.AcceptAppender
+// keeps it, to a queue once the message is stored and before any reader
+// of the store can see it.
+type acceptQueuer interface {
+	AppendAcceptedTo(ctx context.Context, m store.Message, accepted store.AuditRecord, q interface{ QueueAudit(store.AuditRecord) }) (store.Message, bool, error)
+}
+
+// appendAccepted appends sm and reports whether acc, the audit record of
+// its acceptance, is kept or queued with it; when it is not, the caller
 // audits acc itself once the message is accepted.
 func (e *Engine) appendAccepted(ctx context.Context, sm store.Message, acc store.AuditRecord) (stored store.Message, dup, audited bool, err error) {
 	if aa, ok := e.store.(store.AcceptAppender); ok {
@@ -30,8 +49,28 @@ func (e *Engine) appendAccepted(ctx context.Context, sm store.Message, acc store
 			return stored, dup, true, err
 		}
 	}
+	if aq, ok := e.store.(acceptQueuer); ok {
+		stored, dup, err = aq.AppendAcceptedTo(ctx, sm, acc, &e.auditor)
+		return stored, dup, err == nil && !dup, err
+	}
 	stored, dup, err = e.store.Append(ctx, sm)
 	return stored, dup, false, err
+}
+
+// QueueAudit queues r for the writer without waiting for its write: r
+// is an acceptance, handed over by an acceptQueuer under its lock, so it
+// is queued and nothing more (the observers hear of it from the caller,
+// after the lock; an acceptance is never bounded nor coalesced).
+func (a *auditor) QueueAudit(r store.AuditRecord) {
+	a.mu.Lock()
+	a.pending = append(a.pending, r)
+	a.queued++
+	a.results = append(a.results, nil)
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 // write appends one batch of the auditor's records to the store, chained:

@@ -43,7 +43,11 @@ type Receipt struct {
 // ReceiptCursor is a receipt's place in the order receipts are answered
 // in: by the record's place in the chain (AuditSeq), then, among the
 // receipts of one record (a batch listing several messages of the id),
-// by the message's sequence. No two receipts of one answer share one.
+// by the message's sequence. No two receipts of one answer share one. A
+// record naming the id alone (written before such records named the
+// sequence) has one receipt, whose sequence is worked out from the
+// acceptances around it and can change as the log does: a cursor at that
+// record, whatever its sequence, is after that receipt.
 type ReceiptCursor struct {
 	AuditSeq uint64 `json:"auditSeq"`
 	Seq      uint64 `json:"seq"`
@@ -103,13 +107,18 @@ func (c ReceiptCursor) Before(d ReceiptCursor) bool {
 // batch record names its messages by sequence, and it may precede the
 // acceptance in the chain: a subscriber reading the store can be handed a
 // message, and its batch recorded, in the moment between the message's
-// append and the queueing of its acceptance record. A single pass of Next
-// alone finds the deliveries recorded after the acceptance. A record of
-// one message (an acknowledgement by id, a nack, an exhaustion) names the
-// message id and its sequence (Seqs, no Count), and is that message's,
-// whatever acceptances of the id surround it: an answer can be recorded
-// before the acceptance of the message it answers, and after the id was
-// freed and taken by a newer one. Such a record written before they named
+// append and the queueing of its acceptance record (on a store that
+// neither keeps the record with the message nor queues it with the
+// append: see audit_durable.go; and in logs written before store/memory
+// did). A single pass of Next alone finds the deliveries recorded after
+// the acceptance. Two passes find them within one answer, not across
+// pages: a page read in that moment cannot match the record, and the
+// pages after it skip it. A record of one message (an acknowledgement by
+// id, a nack, an exhaustion) names the message id and its sequence
+// (Seqs, no Count), and is that message's, whatever acceptances of the
+// id surround it: an answer can be recorded before the acceptance of the
+// message it answers, and after the id was freed and taken by a newer
+// one. Such a record written before they named
 // the sequence names the id alone, and is taken for the acceptance in
 // force (inForce). Each record is matched by a search among the
 // acceptances of the id on its subject, so the passes take time in
@@ -348,12 +357,20 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 			// message, wherever its acceptance is in the log (before or
 			// after it, or trimmed from it).
 			rc.Seq = seq
-		} else if a, ok := f.inForce(r.Subject); ok {
+		} else {
 			// A record of one message by id alone (written before such
 			// records named the sequence): of the acceptance in force,
 			// or of the next one on its subject when it was recorded
-			// just before it.
-			rc.Seq = a.seq
+			// just before it. Those can change between two pages (an
+			// acceptance of the id appended, a trimmed one), and the
+			// sequence with them: its one receipt was answered when a
+			// page ended at the record, whatever sequence it had there.
+			if f.After.AuditSeq == r.Seq {
+				return
+			}
+			if a, ok := f.inForce(r.Subject); ok {
+				rc.Seq = a.seq
+			}
 		}
 		f.add(rc)
 	}

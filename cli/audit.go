@@ -119,7 +119,7 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store (read offline, unless --url is given)")
 	a := clientFlags(fs)
-	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default; negative: no cap)")
+	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default; negative: no cap, but from a server, with --url, 100000 at most: ten pages)")
 	after := fs.String("after", "", "print the receipts after this one: the next page a truncated run names (AUDITSEQ:SEQ), or an audit sequence alone for the receipts of later records")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -140,6 +140,10 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if f.Max == 0 {
 		f.Max = pigeon.DefaultMaxReceipts
 	}
+	ceiling := online && f.Max < 0
+	if ceiling {
+		f.Max = maxAllReceipts
+	}
 	if online {
 		err = a.receipts(ctx, f)
 	} else {
@@ -155,8 +159,12 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	if f.Truncated {
-		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; the next page is --after %s (or raise --max, negative: no cap)\n",
-			f.Max, printable(fs.Arg(0)), len(f.Receipts), f.Receipts[len(f.Receipts)-1].Cursor())
+		raise := "raise --max, negative: no cap"
+		if ceiling {
+			raise = fmt.Sprintf("read them offline with --data: from a server a negative --max reads %d at most", maxAllReceipts)
+		}
+		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; the next page is --after %s (or %s)\n",
+			f.Max, printable(fs.Arg(0)), len(f.Receipts), f.Receipts[len(f.Receipts)-1].Cursor(), raise)
 		return 3
 	}
 	if len(f.Receipts) == 0 {
@@ -164,6 +172,16 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	return 0
 }
+
+// maxAllReceipts is the most receipts `pigeon audit receipts --url` reads
+// when asked for no cap (a negative --max): ten full pages, as the Rust
+// client's all_receipts. Pages read the log anew, so a server keeps
+// naming a next page for as long as the message is delivered faster than
+// pages are read (a message replayed in a loop, or a server that makes
+// its answers up), and the command would read, and hold what it read,
+// for as long as it is answered. Past it the command stops as at a cap:
+// it prints the first and names the next page. A variable for the tests.
+var maxAllReceipts = 10 * pigeon.DefaultMaxReceipts
 
 // scanReceipts reads the receipts f looks for from the audit log of the
 // data directory dir.
@@ -178,8 +196,9 @@ func scanReceipts(dir string, f *pigeon.ReceiptFinder) error {
 
 // receipts reads the receipts f looks for from the server, page by page
 // (GET /v1/audit/receipts/{id}), after f.After and up to f.Max (none:
-// every page), and sets f.Truncated when the server holds more. Each page
-// must move the reading on: its receipts in strictly ascending order
+// every page; the command never asks for none, maxAllReceipts), and
+// sets f.Truncated when the server holds more. Each page must move the
+// reading on: its receipts in strictly ascending order
 // (ReceiptCursor) after the cursor asked, and a next only on a page with
 // receipts and not before its last. Anything else ends the reading with
 // an error: a server must neither make the command read for ever (empty

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -76,6 +77,25 @@ func (l *messageLog) unindexID(sl *subjectLog, c *chunk, j int, seq uint64) {
 // a copy, its times in UTC (see Times in the package doc). When two
 // messages share an ID, Lookup finds the later one.
 func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	return s.append(ctx, m, nil, nil)
+}
+
+// AppendAcceptedTo is Append, and when m is stored (not a duplicate, not
+// refused) it hands q the audit record of its acceptance, accepted with
+// Subject and MessageID set to m's and Seqs to its sequence in decimal
+// (as store.AcceptAppender keeps it), before any reader of the store can
+// see m: whatever q does with the record comes before anything done by a
+// reader that is handed m. The broker queues the record for its audit
+// log there, so that no record of the message's delivery (made by a
+// reader) precedes its acceptance in the chain. q is called under the
+// lock of every append: it must be brief and must not call the store.
+func (s *Store) AppendAcceptedTo(ctx context.Context, m store.Message, accepted store.AuditRecord, q interface{ QueueAudit(store.AuditRecord) }) (store.Message, bool, error) {
+	return s.append(ctx, m, &accepted, q)
+}
+
+// append is Append, handing q the acceptance record acc once m is stored
+// when q is not nil (AppendAcceptedTo).
+func (s *Store) append(ctx context.Context, m store.Message, acc *store.AuditRecord, q interface{ QueueAudit(store.AuditRecord) }) (store.Message, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Message{}, false, err
 	}
@@ -111,6 +131,10 @@ func (s *Store) Append(ctx context.Context, m store.Message) (store.Message, boo
 		l.ids.put(idHash, m.ID, loc, l.holdsID)
 	}
 	l.addClaim(&m, keyHash, loc, now)
+	if q != nil {
+		acc.Subject, acc.MessageID, acc.Seqs = m.Subject, m.ID, strconv.FormatUint(m.Seq, 10)
+		q.QueueAudit(*acc)
+	}
 	return m, false, nil
 }
 
