@@ -1,6 +1,9 @@
 package pigeon
 
 import (
+	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +36,10 @@ type fanout struct {
 	cursor  uint64 // next sequence the fan-out reads
 	inited  bool
 	hits    []*subscription
+
+	// working is the sequence the fan-out is reading or routing, which it
+	// passes over when that panics (step); only run touches it.
+	working uint64
 }
 
 func newFanout(e *Engine, subject string) *fanout {
@@ -160,23 +167,33 @@ func (f *fanout) pokeGroups() {
 	}
 }
 
-// run is the fan-out loop; it ends with the engine.
+// run is the fan-out loop; it ends with the engine. It runs the store's
+// reads, the decoder and the selector index on what publishers chose: a
+// panic of any of them is the fan-out's to survive (step, bounds), for
+// every subscriber of the subject and every message after.
 func (f *fanout) run() {
 	e := f.e
 	ctx := e.ctx // ends with Shutdown
-	_, last, err := e.store.Bounds(ctx, f.subject)
-	if err != nil {
-		return
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	// It starts at the subject's end; until the store tells it where
+	// that is, it asks again at each tick (subscribers wait to join).
+	last, ok := f.bounds(ctx)
+	for !ok {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		last, ok = f.bounds(ctx)
 	}
 	f.mu.Lock()
 	f.cursor, f.inited = last+1, true
 	f.admit()
 	f.mu.Unlock()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	for {
 		f.pokeGroups()
-		for f.forward() {
+		for f.step() {
 		}
 		select {
 		case <-f.wake:
@@ -185,9 +202,70 @@ func (f *fanout) run() {
 		case <-tick.C:
 			// Appends that were not notified (none are expected) are
 			// found at the next tick.
-			if _, last, err := e.store.Bounds(ctx, f.subject); err == nil {
+			if last, ok := f.bounds(ctx); ok {
 				f.appended(last)
 			}
+		}
+	}
+}
+
+// bounds reads the last sequence of the subject; ok is false when the
+// store failed, or panicked (logged).
+func (f *fanout) bounds(ctx context.Context) (last uint64, ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			f.logPanic("reading the subject's bounds", 0, p)
+			last, ok = 0, false
+		}
+	}()
+	_, last, err := f.e.store.Bounds(ctx, f.subject)
+	return last, err == nil
+}
+
+// step is forward, surviving its panic: a store's read, the decoder or the
+// selector index failing on one message must not end the process, nor the
+// fan-out of every message after it. The panic is logged with its stack,
+// card numbers redacted. The fan-out cannot tell then to whom it had
+// routed the message, nor whether it can route it at all: every live
+// subscriber is sent to read on by itself from where it stands (scatter),
+// as one whose queue is full is, and the fan-out passes over the message
+// (skip). A stored message is not lost so: each subscriber reads it (from
+// the recent cache, else from the store) on its own delivery loop, which
+// survives a panic of its own by ending that subscription alone, and
+// joins the fan-out again once caught up.
+func (f *fanout) step() (more bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			f.logPanic("routing", f.working, p)
+			f.scatter()
+			f.skip(f.working)
+			more = true // past the message, it may route what follows
+		}
+	}()
+	return f.forward()
+}
+
+// logPanic logs a panic of the fan-out where it was, at seq (0: at no
+// message), with its stack, card numbers redacted.
+func (f *fanout) logPanic(where string, seq uint64, p any) {
+	f.e.opts.Logger.Error("the fan-out panicked "+where+"; it goes on",
+		"subject", noPAN(f.subject), "seq", seq, "panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+}
+
+// scatter makes every live subscriber of the subject read on by itself
+// from where it stands (lagging), as route does with one whose queue is
+// full, and wakes it: it joins the fan-out again once caught up.
+func (f *fanout) scatter() {
+	e := f.e
+	e.subs.mu.RLock()
+	defer e.subs.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.hits) // a route that panicked left them
+	for s := range e.subs.all {
+		if s.subj.name == f.subject && f.live.Remove(s.sel, s) {
+			s.lagging.Store(true)
+			s.poke()
 		}
 	}
 }
@@ -209,6 +287,7 @@ func (f *fanout) forward() bool {
 		if d == nil {
 			break
 		}
+		f.working = cursor
 		f.route(d)
 		cursor++
 	}
@@ -219,11 +298,13 @@ func (f *fanout) forward() bool {
 		return true
 	}
 	// Not in the cache: read it (and what follows) from the store.
+	f.working = cursor
 	sms, err := e.store.Read(e.ctx, f.subject, cursor, maxBatch)
 	if err != nil || len(sms) == 0 {
 		return false
 	}
 	for _, sm := range sms {
+		f.working = sm.Seq
 		if d, err := e.decode(sm); err == nil {
 			f.route(d)
 		} else {

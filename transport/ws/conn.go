@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,8 +192,11 @@ func (c *conn) readLoop() {
 	var (
 		buf = frameBuf{keep: maxKeptBuffer}
 		in  interner // strings that repeat across this connection's frames
+		cur *Frame   // the frame being dispatched, for surviveRead
 	)
+	defer c.surviveRead(&cur)
 	for {
+		cur = nil
 		typ, err := buf.read(c.io, c.ws)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
@@ -233,6 +235,7 @@ func (c *conn) readLoop() {
 			continue
 		}
 		f.size = len(buf.frame)
+		cur = f
 		c.dispatch(f)
 	}
 }
@@ -247,6 +250,7 @@ func (c *conn) dispatch(f *Frame) {
 	case OpAck, OpNack:
 		if f.Sub != "" {
 			// Inline: it only hands the answer to the waiting handler.
+			c.hook(f)
 			c.settleSub(f)
 			return
 		}
@@ -285,6 +289,16 @@ func (c *conn) dispatch(f *Frame) {
 		c.answer(f.ID, c.stopped())
 		return
 	}
+	// The op counted (begin) is the read loop's to give back until a
+	// worker takes it, also when the loop panics meanwhile (surviveRead):
+	// teardown waits for every op counted.
+	counted := true
+	defer func() {
+		if counted {
+			c.ops.Done()
+		}
+	}()
+	c.hook(f)
 	// A frame runs under the contract in force when it was read, however
 	// long it waits for a slot.
 	caller := c.callerNow()
@@ -293,6 +307,7 @@ func (c *conn) dispatch(f *Frame) {
 		// connection: it must not hold a slot that the reply needs.
 		if c.requests.Add(1) > int64(cap(c.sem)) {
 			c.requests.Add(-1)
+			counted = false
 			c.ops.Done()
 			c.srv.stats.rateLimited.Add(1)
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "too many requests waiting on this connection"))
@@ -304,11 +319,13 @@ func (c *conn) dispatch(f *Frame) {
 		held, ok := c.srv.holdRequest(c.principal.ID, frameRequestCost(f))
 		if !ok {
 			c.requests.Add(-1)
+			counted = false
 			c.ops.Done()
 			c.srv.stats.rateLimited.Add(1)
 			c.answer(f.ID, errRequestBytes())
 			return
 		}
+		counted = false
 		opWorkers.run(func() {
 			defer c.ops.Done()
 			defer c.requests.Add(-1)
@@ -320,32 +337,15 @@ func (c *conn) dispatch(f *Frame) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.ctx.Done():
-		c.ops.Done()
-		return
+		return // counted: the deferred call gives it back
 	}
+	counted = false
 	opWorkers.run(func() {
 		defer c.ops.Done()
 		defer func() { <-c.sem }()
 		defer c.survive(f)
 		c.handle(f, caller)
 	})
-}
-
-// survive, deferred by an op's worker, turns a panic of the op into what
-// net/http makes of a handler's: the op is answered INTERNAL, the panic
-// is logged with its stack, and the connection is closed (what the op
-// left half done is its alone), while the broker and its other
-// connections go on. Unrecovered, a panic on a worker goroutine ends the
-// process and every connection it holds.
-func (c *conn) survive(f *Frame) {
-	p := recover()
-	if p == nil {
-		return
-	}
-	c.srv.opts.Logger.ErrorContext(c.ctx, "a websocket op panicked: answered INTERNAL, closing the connection",
-		"op", f.Op, "principal", c.principal.ID, "panic", pigeon.RedactPANs(fmt.Sprint(p)), "stack", string(debug.Stack()))
-	c.answer(f.ID, pigeon.NewError(pigeon.CodeInternal, "the server failed on this %s", f.Op))
-	c.goBG(func() { c.close(websocket.StatusInternalError, "internal error") })
 }
 
 // begin registers one op unless the connection is draining.

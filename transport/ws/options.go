@@ -127,6 +127,15 @@ type Options struct {
 	// Logger receives connection events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
+
+	// readHook, nil but in tests (export_test.go), is called with a frame
+	// at two points of the read loop's inline work: as the loop settles a
+	// push delivery with it, and once the loop has counted it as an op,
+	// before a worker takes it. A test's hook panics there, the one way
+	// to reach the loop's own recovery: no store, gate or observer the
+	// loop calls can panic there without leaving the engine's own state
+	// half done.
+	readHook func(*Frame)
 }
 
 func (o *Options) withDefaults() Options {
