@@ -624,26 +624,33 @@ class Subscription:
 
     def _push(self, message: Any, attempt: Any, gen: int, index: int | None = None) -> None:
         """Hands over the delivery of ``message`` (entry ``index`` of a
-        ``deliver_batch``; ``None``: a ``deliver`` frame's)."""
+        ``deliver_batch``; ``None``: a ``deliver`` frame's). Every report of
+        a delivery refused names the frame's op in its ``details``, and in a
+        ``deliver_batch`` the entry's ``index``, as the batch's entries that
+        are no object are named."""
+        op = "deliver" if index is None else "deliver_batch"
+        where: dict[str, Any] = {"op": op} if index is None else {"op": op, "index": index}
         if self.ended or self._stopping or not isinstance(message, dict):
             if not isinstance(message, dict):
                 if index is None:
                     self.session._report(ProtocolError(
                         "BAD_REQUEST", f"the server sent a deliver without a message object ({type(message).__name__})",
-                        details={"op": "deliver"}))
+                        details=where))
                 else:
-                    # Named as the batch's other malformed entries are.
                     self.session._report(ProtocolError(
                         "BAD_REQUEST", f"the server sent a deliver_batch whose delivery {index} holds no message "
-                        f"object ({type(message).__name__})", details={"op": "deliver_batch", "index": index}))
+                        f"object ({type(message).__name__})", details=where))
             return
-        if not isinstance(message.get("id"), str) or not message["id"]:
+        mid = message.get("id")
+        if not isinstance(mid, str) or not mid:
             # It could be neither answered nor told apart from another: not
             # handed over (unanswered, the server's ack wait gives it back).
+            at = "" if index is None else f" (deliver_batch entry {index})"
             self.session._report(ProtocolError(
-                "BAD_REQUEST", f"a delivery of {self.subject} whose message id is not a string: not handed over"))
+                "BAD_REQUEST", f"a delivery of {self.subject}{at} whose message id is not a non-empty string: "
+                "not handed over", details={**where, "messageId": mid if isinstance(mid, str) else type(mid).__name__}))
             return
-        unheld = _unheld_message(message, "deliver")
+        unheld = _unheld_message(message, op, index)
         if unheld is not None:
             # A sequence the client cannot hold exactly (present, and no
             # integer of 1 to 2^64-1) or a hops that is no broker's

@@ -10,6 +10,12 @@ holding no message object is reported with its index, as the batch's
 other malformed entries are (it was reported as "deliver without a
 message object", naming neither the op nor the entry).
 
+Every other report of a refused delivery (a message id that is no
+non-empty string, a sequence or hops no broker's) names its op and, in a
+``deliver_batch``, the entry's index the same way: the id's report had no
+details, and the others named the op ``deliver`` and no index whatever
+frame held the delivery.
+
 The sequence and index tests failed before the fix; the sequence-0 test
 holds the rule the other clients now follow."""
 
@@ -122,3 +128,47 @@ async def test_a_deliver_batch_entry_without_a_message_object_is_reported_with_i
     assert isinstance(e, ProtocolError) and e.code == "BAD_REQUEST", e
     assert e.details == {"op": "deliver_batch", "index": 1}, e.details
     assert "deliver_batch" in e.message and "delivery 1" in e.message, e.message
+
+
+# Each way a delivery's message can be refused: (case, the message).
+REFUSED_MESSAGES: list[tuple[str, Any]] = [
+    ("no message object", None),
+    ("an id that is a number", {"id": 5, "subject": "x", "data": {}, "sequence": 9}),
+    ("an empty id", {"id": "", "subject": "x", "data": {}, "sequence": 9}),
+    ("no id", {"subject": "x", "data": {}, "sequence": 9}),
+    ("a sequence of 0", message("msg_x", 0)),
+    ("a sequence that is a string", message("msg_x", "9")),
+    ("a hops that is no broker's", {**message("msg_x", 9), "hops": -1}),
+]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["deliver", "deliver_batch"])
+@pytest.mark.parametrize(("case", "bad"), REFUSED_MESSAGES, ids=[c for c, _ in REFUSED_MESSAGES])
+async def test_every_refusal_of_a_delivery_names_its_op_and_its_batch_entry(case, bad, batch):
+    # Each report of a refused delivery names the frame's op, and in a
+    # deliver_batch the entry's index, as the report of an entry holding no
+    # message object does: before, an id that is no string was reported
+    # with no details, and a sequence or hops no broker's as a "deliver"
+    # without the index, whatever frame held it.
+    ep = Endpoint()
+    handled: list[Any] = []
+    reported: list[Any] = []
+    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
+        s = await session(srv, reported)
+        try:
+            await within(s.subscribe("x", handled.append), 5)
+            ms = [message("msg_a", 3), bad, message("msg_b", 4)]
+            if batch:
+                await ep.send({"op": "deliver_batch", "sub": "sub_1",
+                               "deliveries": [{"attempt": 1, "message": m} for m in ms]})
+            else:
+                for m in ms:
+                    await ep.send({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m})
+            await eventually(lambda: len(ep.answered()) == 2 and len(reported) == 1, 5, "the good deliveries")
+        finally:
+            await s.close(timeout=1)
+    assert [d.id for d in handled] == ["msg_a", "msg_b"]
+    e = reported[0]
+    assert isinstance(e, ProtocolError) and e.code == "BAD_REQUEST", e
+    want = {"op": "deliver_batch", "index": 1} if batch else {"op": "deliver"}
+    assert {k: e.details[k] for k in ("op", "index") if k in e.details} == want, e.details

@@ -761,14 +761,14 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
             continue;
         }
         match f.get("op").and_then(Value::as_str) {
-            Some("deliver") => deliver(&conn, &inner, &f, f.get("message"), f.get("attempt")),
+            Some("deliver") => deliver(&conn, &inner, &f, f.get("message"), f.get("attempt"), None),
             Some("deliver_batch") => match f.get("deliveries").and_then(Value::as_array) {
                 Some(ds) => {
-                    for d in ds {
-                        deliver(&conn, &inner, &f, d.get("message"), d.get("attempt"));
+                    for (i, d) in ds.iter().enumerate() {
+                        deliver(&conn, &inner, &f, d.get("message"), d.get("attempt"), Some(i));
                     }
                 }
-                None => report(&inner, Error::protocol("a deliver_batch without deliveries")),
+                None => report(&inner, refused("a deliver_batch without deliveries", &json!({"op": "deliver_batch"}))),
             },
             Some("unsubscribed") => {
                 let sid = f.get("sub").and_then(Value::as_str).unwrap_or("");
@@ -788,9 +788,26 @@ async fn reader(conn: Arc<Conn>, inner: Weak<Inner>, mut stream: futures_util::s
     }
 }
 
-fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Value>, attempt: Option<&Value>) {
+/// The `BAD_FRAME` of a refused delivery, its `details` naming where it
+/// was (`at`: `op`, and `index` for a deliver_batch's entry), as the
+/// Python and TypeScript clients' reports do.
+fn refused(why: &str, at: &Value) -> Error {
+    let mut e = Error::protocol(why);
+    if let Value::Object(m) = at {
+        e.details = m.clone();
+    }
+    e
+}
+
+/// Hands over the delivery of `message` (entry `index` of a deliver_batch
+/// `f`; `None`: the deliver frame `f`'s), or reports why it cannot.
+fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Value>, attempt: Option<&Value>, index: Option<usize>) {
+    let at = match index {
+        Some(i) => json!({"op": "deliver_batch", "index": i}),
+        None => json!({"op": "deliver"}),
+    };
     let Some(sid) = f.get("sub").and_then(Value::as_str) else {
-        report(inner, Error::protocol("a delivery whose sub is not a string"));
+        report(inner, refused("a delivery whose sub is not a string", &at));
         return;
     };
     let sub = conn.subs.lock().unwrap().get(sid).cloned();
@@ -805,7 +822,7 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
     let Some(attempt) = attempt_of(attempt) else {
         // Left unanswered, as one without a valid message: the server's
         // ack wait gives it back.
-        sub.report(Error::protocol("a delivery whose attempt is not an integer of 0 to 2^63-1"));
+        sub.report(refused("a delivery whose attempt is not an integer of 0 to 2^63-1", &at));
         return;
     };
     if message.and_then(|m| m.get("sequence")).and_then(Value::as_u64) == Some(0) {
@@ -813,10 +830,13 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
         // out. An answer naming 0 names no sequence, and would settle
         // whichever message holds the id: left unanswered, as the Python
         // and TypeScript clients leave it, for the server's ack wait.
-        sub.report(Error::protocol("a delivery whose sequence is 0, no broker's (it numbers messages from 1)"));
+        sub.report(refused("a delivery whose sequence is 0, no broker's (it numbers messages from 1)", &at));
         return;
     }
     match message.map(Message::deserialize) {
+        // No answer could name it: left unanswered, as the Python and
+        // TypeScript clients leave it.
+        Some(Ok(m)) if m.id.is_empty() => sub.report(refused("a delivery whose message id is empty", &at)),
         Some(Ok(m)) => {
             if !sub.dispatch(conn.clone(), sid, m, attempt) {
                 // Ended, yet its server subscription still delivers (a
@@ -825,7 +845,7 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
                 conn.end_orphan(sid, false);
             }
         }
-        _ => sub.report(Error::protocol("a delivery without a valid message")),
+        _ => sub.report(refused("a delivery without a valid message", &at)),
     }
 }
 

@@ -560,7 +560,8 @@ impl HttpClient {
     /// client's timeout when longer. The request's refusal is that of
     /// [`publish`](HttpClient::publish). `CONTRACT_REQUIRED` without a
     /// contract, nothing sent; `BAD_FRAME` for an answer whose status is
-    /// not `replied` or without a message, and for a reply to another
+    /// not `replied` or without a message, a reply whose `sequence` is 0
+    /// (no broker's), and for a reply to another
     /// request: one without a `correlationId`, or naming another id than
     /// the request's (a request without an id, a signature or an
     /// idempotency key is sent with one drawn here, so that it can be
@@ -681,7 +682,7 @@ fn reply_of(v: &Value) -> std::result::Result<Message, String> {
     if !m.is_object() {
         return Err("a reply that is not an object".into());
     }
-    Message::deserialize(m).map_err(|e| format!("a reply that does not decode ({e})"))
+    crate::message::handed_over(m).map_err(|e| format!("a reply that is {e}"))
 }
 
 /// The messages of a receive: a `messages` array of stored messages.

@@ -9,7 +9,8 @@ use serde_json::Value;
 
 /// The JCS form of `v`, as UTF-8 bytes. `ENVELOPE_INVALID` when `v` has
 /// none, which includes a number whose value the canonical form would
-/// change (see [`exact_number`]): an integer beyond 2^53 such as
+/// change (its value is not that of the shortest decimal JCS writes for
+/// it, as the broker checks): an integer beyond 2^53 such as
 /// 9007199254740993 (serde_json keeps `u64` and `i64` exactly, JCS writes
 /// the nearest double), or, with serde_json's `arbitrary_precision`, more
 /// digits than a double keeps or an underflow to 0. Two data differing

@@ -252,6 +252,19 @@ pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> 
         .collect()
 }
 
+/// A message the server hands over (a receive, replay or reply message),
+/// decoded, unless its `sequence` is 0: the broker numbers a subject's
+/// messages from 1 and leaves 0 out, so a 0 is no broker's, and read as
+/// none it would make an ack or a resume name no sequence (settling
+/// whichever message holds the id), as a delivery of it would (refused
+/// the same way). An absent sequence is none, as in a delivery.
+pub(crate) fn handed_over(v: &Value) -> Result<Message, String> {
+    if v.get("sequence").and_then(Value::as_u64) == Some(0) {
+        return Err("a message whose sequence is 0, no broker's (it numbers messages from 1)".into());
+    }
+    Message::deserialize(v).map_err(|e| format!("a message that does not decode ({e})"))
+}
+
 /// `m` as a request is sent: with an id, drawn here when it has none and
 /// nothing binds one (a signature covers the id; a repeated idempotency
 /// key stands for the first request, whose id the caller may not know),

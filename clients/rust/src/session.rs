@@ -6,7 +6,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Contract, Decision, Message};
 use crate::subscription::{Handler, HandlerError, SubMode, SubShared, SubscribeOptions, Subscription};
 use crate::tls::TlsConfig;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -312,13 +311,19 @@ fn pull_answer(op: &str, subject: &str, id: &str, seq: u64, attempt: u32) -> Val
     f
 }
 
-fn messages_of(f: &Value) -> Result<Vec<Message>> {
+/// The messages of an `op` (receive, replay) answer; a message that does
+/// not decode or whose sequence is 0 (see [`crate::message::handed_over`])
+/// refuses the whole answer, `BAD_FRAME` naming its entry, as the HTTP
+/// receive refuses it.
+fn messages_of(op: &str, f: &Value) -> Result<Vec<Message>> {
     match f.get("messages") {
-        Some(Value::Array(a)) => {
-            a.iter().map(|m| Message::deserialize(m).map_err(|e| Error::protocol(format!("a message: {e}")))).collect()
-        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, m)| crate::message::handed_over(m).map_err(|e| Error::protocol(format!("{op}: an answer with messages[{i}]: {e}"))))
+            .collect(),
         Some(Value::Null) | None => Ok(Vec::new()),
-        _ => Err(Error::protocol("messages is not an array")),
+        _ => Err(Error::protocol(format!("{op}: an answer whose messages are not an array"))),
     }
 }
 
@@ -440,14 +445,14 @@ impl Session {
     /// whose message has no `correlationId`, or one naming another request
     /// than the id sent (unless an idempotency key makes it a repeat of an
     /// earlier one), is refused `BAD_FRAME`, never handed over as this
-    /// request's reply.
+    /// request's reply; so is a reply whose `sequence` is 0 (no broker's).
     pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
         self.inner.check_open()?;
         let conn = self.inner.conn().await?;
         let req = crate::message::request_of(m);
         let f = json!({"op": "request", "message": &*req, "timeoutMs": crate::time::wire_ms(timeout)});
         let ans = conn.call(obj(f), timeout.saturating_add(Duration::from_secs(2))).await?;
-        let reply: Message = serde_json::from_value(ans.get("message").cloned().unwrap_or(Value::Null))
+        let reply = crate::message::handed_over(ans.get("message").unwrap_or(&Value::Null))
             .map_err(|e| Error::protocol(format!("a reply without a valid message: {e}")))?;
         crate::message::check_reply(&req, &reply).map_err(Error::protocol)?;
         Ok(reply)
@@ -455,10 +460,15 @@ impl Session {
 
     /// Pulls up to `max` messages of `subject`. On a work-queue subject they
     /// are leased for the ack wait: settle each with [`ack`](Self::ack) or
-    /// [`nack`](Self::nack).
+    /// [`nack`](Self::nack). An answer holding a message that does not
+    /// decode, or whose `sequence` is 0 (no broker's: it numbers messages
+    /// from 1, and an ack naming 0 names none), is refused as a whole
+    /// (`BAD_FRAME`, kind [`Protocol`](ErrorKind::Protocol), naming the
+    /// entry), as [`HttpClient::receive`](crate::http::HttpClient::receive)
+    /// refuses it.
     pub async fn receive(&self, subject: &str, max: u32) -> Result<Vec<Message>> {
         let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
-        messages_of(&f)
+        messages_of("receive", &f)
     }
 
     /// [`receive`](Self::receive) that also returns, with each message,
@@ -476,7 +486,7 @@ impl Session {
     /// otherwise.
     pub async fn receive_attempts(&self, subject: &str, max: u32) -> Result<Vec<(Message, u32)>> {
         let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
-        let ms = messages_of(&f)?;
+        let ms = messages_of("receive", &f)?;
         let attempts = crate::message::attempts_of(&f, ms.len()).map_err(|e| Error::protocol(format!("a receive answer with {e}")))?;
         Ok(ms.into_iter().zip(attempts).collect())
     }
@@ -539,7 +549,8 @@ impl Session {
     }
 
     /// Returns retained messages of `subject` in sequence order.
-    /// `REPLAY_DENIED` when the policy refuses it (or wants a reason).
+    /// `REPLAY_DENIED` when the policy refuses it (or wants a reason);
+    /// `BAD_FRAME` for an answer as [`receive`](Self::receive) refuses it.
     pub async fn replay(&self, subject: &str, o: ReplayOptions) -> Result<Vec<Message>> {
         let mut f = json!({"op": "replay", "subject": subject});
         if let Some(r) = o.reason {
@@ -555,7 +566,7 @@ impl Session {
             f["max"] = json!(n);
         }
         let f = self.call(f).await?;
-        messages_of(&f)
+        messages_of("replay", &f)
     }
 
     /// An application-level ping; returns the round trip.

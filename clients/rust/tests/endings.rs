@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+use tokio_tungstenite::tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message as W;
 
@@ -184,6 +184,20 @@ fn op_of(m: &W) -> Option<Value> {
     }
 }
 
+/// The handshake callback of `pipe`: keeps the client's Authorization
+/// header, to send it on upstream. A type of its own, not a closure: the
+/// error type is tungstenite's (`ErrorResponse`, a whole HTTP response),
+/// which clippy's `result_large_err` flags in a closure but not in the
+/// trait's implementation.
+struct KeepAuth(Arc<Mutex<Option<HeaderValue>>>);
+
+impl Callback for KeepAuth {
+    fn on_request(self, req: &Request, resp: Response) -> Result<Response, ErrorResponse> {
+        *self.0.lock().unwrap() = req.headers().get("authorization").cloned();
+        Ok(resp)
+    }
+}
+
 async fn pipe(
     tcp: TcpStream,
     upstream: u16,
@@ -192,12 +206,7 @@ async fn pipe(
     mut hold: watch::Receiver<Option<String>>,
 ) {
     let auth: Arc<Mutex<Option<HeaderValue>>> = Arc::default();
-    let a = auth.clone();
-    let cb = move |req: &Request, resp: Response| {
-        *a.lock().unwrap() = req.headers().get("authorization").cloned();
-        Ok(resp)
-    };
-    let Ok(client) = tokio_tungstenite::accept_hdr_async(tcp, cb).await else { return };
+    let Ok(client) = tokio_tungstenite::accept_hdr_async(tcp, KeepAuth(auth.clone())).await else { return };
     let mut req = format!("ws://127.0.0.1:{upstream}/v1/ws").into_client_request().unwrap();
     if let Some(v) = auth.lock().unwrap().clone() {
         req.headers_mut().insert("authorization", v);

@@ -379,6 +379,109 @@ async fn a_delivery_of_sequence_0_is_a_bad_frame_and_left_unanswered() {
     end(s, task).await;
 }
 
+/// Each report of a refused delivery names its frame in `details`, as the
+/// Python and TypeScript clients' do: `op` (`deliver`, `deliver_batch`)
+/// and, for a batch's entry, its `index`. Before, none named either, and
+/// a delivery whose message id is empty (no answer can name it) was handed
+/// out.
+#[tokio::test]
+async fn every_refusal_of_a_delivery_names_its_op_and_batch_entry() {
+    let refused = [
+        ("sequence 0", json!({"attempt": 1, "message": {"id": "msg_x", "subject": "x", "sequence": 0}})),
+        ("an attempt of -1", json!({"attempt": -1, "message": msg(9)})),
+        ("a numeric id", json!({"attempt": 1, "message": {"id": 5, "subject": "x", "sequence": 9}})),
+        ("an empty id", json!({"attempt": 1, "message": {"id": "", "subject": "x", "sequence": 9}})),
+        ("no message", json!({"attempt": 1})),
+    ];
+    let mut wrong = Vec::new();
+    for batch in [false, true] {
+        for (name, bad) in &refused {
+            let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
+            let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
+            let e = errs.clone();
+            let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+            let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
+            let ds = [json!({"attempt": 1, "message": msg(3)}), bad.clone(), json!({"attempt": 1, "message": msg(4)})];
+            if batch {
+                tx.send(json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds})).unwrap();
+            } else {
+                for mut d in ds {
+                    d["op"] = json!("deliver");
+                    d["sub"] = json!("sub_1");
+                    tx.send(d).unwrap();
+                }
+            }
+            for want in ["msg_3", "msg_4"] {
+                let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
+                assert_eq!(d.message.id, want, "{name}");
+            }
+            let errs = errs.lock().unwrap().clone();
+            let want = if batch { json!({"op": "deliver_batch", "index": 1}) } else { json!({"op": "deliver"}) };
+            let got: Vec<Value> =
+                errs.iter().map(|e| json!({"code": e.code, "op": e.details.get("op"), "index": e.details.get("index")})).collect();
+            let want = json!([{"code": "BAD_FRAME", "op": want["op"], "index": want.get("index")}]);
+            if json!(got) != want {
+                wrong.push(format!("{} {name}: {got:?}", if batch { "deliver_batch" } else { "deliver" }));
+            }
+            end(s, task).await;
+        }
+    }
+    assert!(wrong.is_empty(), "not named:\n{}", wrong.join("\n"));
+}
+
+/// A receive, replay or reply answer naming a message of sequence 0 is no
+/// broker's either: the whole answer is refused `BAD_FRAME` (kind
+/// `Protocol`, status 502, as the HTTP receive refuses it), the entry
+/// named (`messages[i]`), rather than the message handed over as one
+/// without a sequence, whose ack or resume would name none and could
+/// settle a newer message published under its id. A message without a
+/// sequence is still taken, and so is one of sequence 1.
+#[tokio::test]
+async fn a_receive_replay_or_reply_of_sequence_0_is_a_bad_frame() {
+    let zero = json!({"id": "msg_zero", "subject": "x", "sequence": 0, "data": {}});
+    let none = json!({"id": "msg_none", "subject": "x", "data": {}});
+    let mut reply_zero = zero.clone();
+    reply_zero["correlationId"] = json!("msg_ask");
+    let answers = json!({
+        "zero": {"messages": [msg(4), zero], "reply": reply_zero},
+        "good": {"messages": [msg(1), none], "reply": {"id": "msg_r", "subject": "x", "sequence": 1, "correlationId": "msg_ask"}},
+    });
+    let ask = pigeon_client::Message { id: "msg_ask".into(), ..pigeon_client::Message::new("x", "q", "ask") };
+    let mut wrong = Vec::new();
+    for case in ["zero", "good"] {
+        let a = answers[case].clone();
+        let (url, _tx, task) = raw_server(move |f| match f["op"].as_str() {
+            Some("receive") | Some("replay") => vec![json!({"op": "messages", "re": f["id"], "messages": a["messages"]})],
+            Some("request") => vec![json!({"op": "reply", "re": f["id"], "message": a["reply"]})],
+            _ => vec![json!({"op": "ok", "re": f["id"]})],
+        })
+        .await;
+        let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+        let got = [
+            ("receive", s.receive("x", 10).await.map(|ms| ms.len())),
+            ("receive_attempts", s.receive_attempts("x", 10).await.map(|ms| ms.len())),
+            ("replay", s.replay("x", Default::default()).await.map(|ms| ms.len())),
+            ("request", s.request(&ask, Duration::from_secs(2)).await.map(|_| 1)),
+        ];
+        for (op, r) in got {
+            match (case, r) {
+                ("good", Ok(_)) => {}
+                ("good", Err(e)) => wrong.push(format!("{op}: a good answer refused: {e}")),
+                (_, Ok(n)) => wrong.push(format!("{op}: an answer naming sequence 0 taken ({n} messages)")),
+                (_, Err(e)) => {
+                    let shape = (e.code.as_str(), e.kind, e.status) == ("BAD_FRAME", pigeon_client::ErrorKind::Protocol, 502);
+                    let named = e.message.contains("sequence is 0") && (op == "request" || e.message.contains("messages[1]"));
+                    if !shape || !named {
+                        wrong.push(format!("{op}: not the HTTP receive's refusal, naming the entry: {e:?}"));
+                    }
+                }
+            }
+        }
+        end(s, task).await;
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// Data nested as deeply as the broker admits (pigeon.MaxJSONDepth, 64
 /// levels, the data object the first) is read, in the frame that nests it
 /// deepest (a deliver_batch: 4 levels more); so is data a level beyond

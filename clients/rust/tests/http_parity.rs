@@ -340,12 +340,18 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
     let publish: Call = |h| Box::pin(async move { h.publish(&job(1)).await.map(drop) });
     let receive: Call = |h| Box::pin(async move { h.receive(JOBS, 1, AckMode::Explicit).await.map(drop) });
     let request: Call = |h| Box::pin(async move { h.request(&Message::new(RPC, "q", "ask"), Duration::from_secs(1)).await.map(drop) });
+    // Keyed: a reply naming another request's id is taken, so only its sequence refuses it.
+    let request_keyed: Call = |h| {
+        Box::pin(async move { h.request(&Message::new(RPC, "q", "ask").with_idempotency_key("k"), Duration::from_secs(1)).await.map(drop) })
+    };
     let negotiate: Call = |mut h| Box::pin(async move { h.negotiate(&[JOBS], None).await.map(drop) });
     let get: Call = |h| Box::pin(async move { h.get_contract("ctr_1").await.map(drop) });
     let revoke: Call = |h| Box::pin(async move { h.revoke().await });
     let health: Call = |h| Box::pin(async move { h.health().await.map(drop) });
     let accepted = |m: String| format!(r#"{{"status":"accepted","message":{m}}}"#);
     let received = |m: String| format!(r#"{{"messages":[{m}]}}"#);
+    let replied =
+        |m: String| format!(r#"{{"status":"replied","message":{}}}"#, m.replace(r#""data""#, r#""correlationId":"msg_0","data""#));
     let cases: Vec<(&str, Call, u16, String)> = vec![
         ("publish: a fractional sequence", publish, 202, accepted(message("1.0"))),
         ("publish: an exponent", publish, 202, accepted(message("1e2"))),
@@ -373,6 +379,7 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
         ("request: another status", request, 200, format!(r#"{{"status":"accepted","message":{}}}"#, message("1"))),
         ("request: no message", request, 200, r#"{"status":"replied"}"#.into()),
         ("request: a message not an object", request, 200, r#"{"status":"replied","message":"hi"}"#.into()),
+        ("request: a zero sequence", request_keyed, 200, replied(message("0"))),
         ("negotiate: no contract", negotiate, 201, "{}".into()),
         ("negotiate: an id that adds a header", negotiate, 201, contract(r#""c\r\nX-Evil: 1""#)),
         ("negotiate: an empty id", negotiate, 201, contract(r#""""#)),
@@ -398,6 +405,9 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
         }
     }
     assert!(wrong.is_empty(), "not refused as BAD_FRAME:\n{}", wrong.join("\n"));
+    // The keyed reply of a sequence of 1 is taken: the zero alone refused it.
+    let (url, _) = canned(200, &replied(message("1"))).await;
+    request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
     // A negotiation refused as malformed leaves the contract held.
     let (url, _) = canned(201, &contract(r#""c\r\nX-Evil: 1""#)).await;
     let mut h = HttpClient::new(&url, "t").with_contract("ctr_1");

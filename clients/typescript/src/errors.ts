@@ -272,15 +272,34 @@ export function hopsHeld(m: { hops?: unknown }): boolean {
 }
 
 /**
+ * Where a pushed delivery was: a `deliver` frame, or entry `index` of a
+ * `deliver_batch`. The report of a refused delivery names it in its
+ * `details`, as the Python client's does.
+ */
+export type DeliveryAt = { op: "deliver" } | { op: "deliver_batch"; index: number };
+
+/** ` (deliver_batch entry i)` for a batch's entry, nothing for a lone deliver. */
+function entryOf(at: DeliveryAt): string {
+  return at.op === "deliver_batch" ? ` (deliver_batch entry ${at.index})` : "";
+}
+
+/** The details of a refused delivery: where it was, its message's id, then `extra`. */
+function deliveryDetails(m: { id?: unknown }, at: DeliveryAt, extra: ErrorDetails): ErrorDetails {
+  return { ...at, messageId: typeof m.id === "string" ? m.id : typeof m.id, ...extra };
+}
+
+/**
  * The BAD_FRAME of a delivery whose hops is not the broker's (see
  * {@link hopsHeld}): the delivery is not handed over and not answered, as
  * one with a sequence the client cannot hold is not.
  */
-export function unheldHops(m: { hops?: unknown }): PigeonError {
+export function unheldHops(m: { id?: unknown; hops?: unknown }, at: DeliveryAt): PigeonError {
   const h = m.hops;
-  return new PigeonError(ClientCodes.BAD_FRAME, "the server sent a delivery whose hops is not an integer of 0 to 2^32-1", {
-    hops: typeof h === "number" ? h : typeof h,
-  });
+  return new PigeonError(
+    ClientCodes.BAD_FRAME,
+    `the server sent a delivery${entryOf(at)} whose hops is not an integer of 0 to 2^32-1`,
+    deliveryDetails(m, at, { hops: typeof h === "number" ? h : typeof h }),
+  );
 }
 
 /**
@@ -290,13 +309,31 @@ export function unheldHops(m: { hops?: unknown }): PigeonError {
  * settle a newer message under its id), so the server's ack wait gives it
  * back.
  */
-export function unheldSequence(m: { sequence?: unknown }): PigeonError {
+export function unheldSequence(m: { id?: unknown; sequence?: unknown }, at: DeliveryAt): PigeonError {
   const s = m.sequence;
   return new PigeonError(
     ClientCodes.BAD_FRAME,
-    "the server sent a delivery whose sequence is not an integer of 1 to 2^53-1, which this client cannot answer exactly",
-    { sequence: typeof s === "number" ? s : typeof s },
+    `the server sent a delivery${entryOf(at)} whose sequence is not an integer of 1 to 2^53-1, which this client cannot answer exactly`,
+    deliveryDetails(m, at, { sequence: typeof s === "number" ? s : typeof s }),
   );
+}
+
+/**
+ * The BAD_FRAME of a pushed delivery `at` whose message cannot be handed
+ * over, undefined when it can: an id that is no non-empty string (an
+ * answer could not name it, so the handler would run it again at each
+ * redelivery), a sequence no broker's or the client cannot hold exactly
+ * ({@link unheldSequence}), a hops no broker's ({@link unheldHops}). Such
+ * a delivery is reported, not handed over and not answered: the server's
+ * ack wait gives it back. As the Python client refuses it.
+ */
+export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: unknown }, at: DeliveryAt): PigeonError | undefined {
+  if (typeof m.id !== "string" || m.id === "") {
+    return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a delivery${entryOf(at)} whose message id is not a non-empty string`, deliveryDetails(m, at, {}));
+  }
+  if (!sequenceDelivered(m)) return unheldSequence(m, at);
+  if (!hopsHeld(m)) return unheldHops(m, at);
+  return undefined;
 }
 
 /**

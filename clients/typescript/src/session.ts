@@ -18,7 +18,7 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, sequenceDelivered, transportError, unheldDecision, unheldSequence, hopsHeld, unheldHops, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, transportError, unheldDecision, refusedDelivery, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
 import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
@@ -1075,16 +1075,15 @@ export class Session implements ConnOwner {
   /** @internal */
   onDeliver(c: Conn, f: Frame): void {
     const s = typeof f.sub === "string" ? this.bySid.get(f.sub) : undefined;
+    // Each report of a refused delivery names the op (and in a batch the
+    // entry's index), as the Python client's does.
     if (!isObj(f.message) || typeof f.attempt !== "number") {
-      this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver frame without a message or attempt", {}));
+      this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver frame without a message or attempt", { op: "deliver" }));
       return;
     }
-    if (!sequenceDelivered(f.message)) {
-      this.report(unheldSequence(f.message));
-      return;
-    }
-    if (!hopsHeld(f.message)) {
-      this.report(unheldHops(f.message));
+    const refused = refusedDelivery(f.message, { op: "deliver" });
+    if (refused) {
+      this.report(refused);
       return;
     }
     if (s) s.enqueue(c, f.message as Message, f.attempt);
@@ -1095,24 +1094,21 @@ export class Session implements ConnOwner {
   onDeliverBatch(c: Conn, f: Frame): void {
     const s = typeof f.sub === "string" ? this.bySid.get(f.sub) : undefined;
     if (!Array.isArray(f.deliveries)) {
-      this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver_batch frame without deliveries", {}));
+      this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver_batch frame without deliveries", { op: "deliver_batch" }));
       return;
     }
     if (!s) {
       if (typeof f.sub === "string") this.endOrphan(c, f.sub, true);
       return;
     }
-    for (const d of f.deliveries as unknown[]) {
+    for (const [index, d] of (f.deliveries as unknown[]).entries()) {
       if (!isObj(d) || !isObj(d.message) || typeof d.attempt !== "number") {
-        this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a malformed delivery", {}));
+        this.report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent a malformed delivery (deliver_batch entry ${index})`, { op: "deliver_batch", index }));
         continue;
       }
-      if (!sequenceDelivered(d.message)) {
-        this.report(unheldSequence(d.message));
-        continue;
-      }
-      if (!hopsHeld(d.message)) {
-        this.report(unheldHops(d.message));
+      const refused = refusedDelivery(d.message, { op: "deliver_batch", index });
+      if (refused) {
+        this.report(refused);
         continue;
       }
       s.enqueue(c, d.message as Message, d.attempt);

@@ -58,3 +58,57 @@ test("a receive, replay or reply message of sequence 0 is refused as a delivery 
   ]);
   await assert.rejects(h.request({ id: "req_1", subject: "x", data: {} }), (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && e.details.sequence === 0);
 });
+
+// Each way a pushed delivery is refused, and its report: the frame's op,
+// and in a deliver_batch the entry's index, as the Python client names
+// them. Before, none of these reports named the op or the entry, and a
+// delivery whose message id is no non-empty string was handed to the
+// handler (which could never answer it, so each redelivery ran it again)
+// where the Python and Rust clients refuse it.
+const REFUSED = [
+  ["no message", { attempt: 1 }],
+  ["no attempt", { message: msg("msg_x", 9) }],
+  ["sequence 0", { attempt: 1, message: msg("msg_x", 0) }],
+  ["a string sequence", { attempt: 1, message: msg("msg_x", "9") }],
+  ["a hops no broker's", { attempt: 1, message: { ...msg("msg_x", 9), hops: -1 } }],
+  ["a numeric id", { attempt: 1, message: { ...msg("msg_x", 9), id: 5 } }],
+  ["an empty id", { attempt: 1, message: msg("", 9) }],
+  ["no id", { attempt: 1, message: { subject: "x", data: {}, sequence: 9 } }],
+];
+
+for (const batch of [false, true]) {
+  test(`every refusal of a ${batch ? "deliver_batch entry" : "deliver"} names its op${batch ? " and index" : ""}`, async () => {
+    const answered = [];
+    const { srv, socket } = await subscribingServer((ws, f) => {
+      if (f.op === "ack" || f.op === "nack") answered.push(...(f.messageIds ?? [f.messageId]));
+      ws.send(JSON.stringify({ op: "ok", re: f.id }));
+    });
+    const errors = [];
+    const handled = [];
+    const wrong = [];
+    await onSession(srv, { reconnect: false, pingIntervalMs: 0, onError: (e) => errors.push(e) }, async (s) => {
+      await s.subscribe("x", (m) => {
+        handled.push(m.id);
+      });
+      for (const [name, bad] of REFUSED) {
+        errors.length = 0;
+        handled.length = 0;
+        answered.length = 0;
+        const ds = [{ attempt: 1, message: msg("msg_a", 3) }, bad, { attempt: 1, message: msg("msg_b", 4) }];
+        if (batch) socket().send(JSON.stringify({ op: "deliver_batch", sub: "sub_1", deliveries: ds }));
+        else for (const d of ds) socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", ...d }));
+        try {
+          await until(() => answered.length === 2 && errors.length >= 1, 3000, "the good deliveries and the report");
+        } catch (e) {
+          wrong.push(`${name}: ${e.message}`);
+          continue;
+        }
+        const want = batch ? { op: "deliver_batch", index: 1 } : { op: "deliver" };
+        const got = errors.map((e) => [e.code, e.details.op, e.details.index]);
+        if (JSON.stringify(got) !== JSON.stringify([["BAD_FRAME", want.op, want.index]])) wrong.push(`${name}: ${JSON.stringify(got)}`);
+        if (JSON.stringify(handled) !== JSON.stringify(["msg_a", "msg_b"])) wrong.push(`${name}: handed over ${JSON.stringify(handled)}`);
+      }
+    });
+    assert.deepEqual(wrong, []);
+  });
+}
