@@ -58,13 +58,18 @@
 // checkpoint; a chain that does not verify fails Open with an error
 // matching store.ErrTampered. A second Open of a directory that another
 // process (or another Store) holds fails with a *LockedError naming the
-// holder's pid (errors.Is(err, store.ErrLocked)); the lock is a flock(2)
-// on the file LOCK, released when its holder closes the store or dies.
+// holder's pid (errors.Is(err, store.ErrLocked)); the lock is on the file
+// LOCK (flock(2) on Linux, macOS and the BSDs, LockFileEx on Windows;
+// elsewhere Open refuses rather than run unlocked), released when its
+// holder closes the store or dies.
 //
 // Files the store creates are 0600 and directories 0700 (messages may
 // hold personal data), and every directory it creates, the data
 // directory and its missing parents included, is fsynced into its parent
-// before anything is written below it.
+// before anything is written below it. Windows has neither file modes
+// nor a directory fsync: there NTFS's metadata journal keeps each create,
+// rename and removal whole or undone, but may lose the last few to a
+// power loss.
 //
 // Open rebuilds its indexes by reading every record, but keeps no message
 // body in memory: per subject its bounds, per message a hashed id (about
@@ -88,10 +93,10 @@
 // A write that fails (disk full, I/O error) or whose fsync fails is taken
 // back: the log is cut back to its last committed record, the caller (and
 // every caller whose record was in the same batch) gets the error, and
-// reads go on. ENOSPC is reported as an error matching store.ErrFull (and
-// syscall.ENOSPC). Should the log not be repairable, that log refuses
-// writes until the store is reopened, and Close records no clean
-// shutdown.
+// reads go on. ENOSPC (on Windows ERROR_DISK_FULL) is reported as an
+// error matching store.ErrFull (and the system's error). Should the log
+// not be repairable, that log refuses writes until the store is
+// reopened, and Close records no clean shutdown.
 //
 // # Retention
 //

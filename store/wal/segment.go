@@ -474,20 +474,13 @@ const (
 var dirSynced func(dir string)
 
 // syncDir fsyncs a directory so that created, renamed and removed entries
-// are durable.
+// are durable (fsyncDir: a no-op on Windows, which has no directory
+// fsync).
 func syncDir(dir string) error {
 	if dirSynced != nil {
 		dirSynced(dir)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fsyncDir(dir)
 }
 
 // mkdirDurable creates dir and its missing parents and fsyncs the parent

@@ -7,11 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"pigeon/store"
@@ -194,20 +191,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := mkdirDurable(dir); err != nil {
 		return nil, fmt.Errorf("wal: create data directory: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, filePerm)
+	lock, err := lockDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("wal: data directory %s is not writable: %w", dir, err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer lock.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, &LockedError{Dir: dir, PID: lockHolder(lock)}
-		}
-		return nil, fmt.Errorf("wal: lock %s: %w", dir, err)
-	}
-	// Name the holder for a refused Open; only the flock counts.
-	if err := lock.Truncate(0); err == nil {
-		_, _ = lock.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+"\n"), 0)
+		return nil, err
 	}
 	if err := probeWritable(dir); err != nil {
 		unlock(lock)
@@ -233,42 +219,6 @@ func Open(dir string, opts *Options) (*Store, error) {
 	go s.compactLoop()
 	go s.acceptLoop()
 	return s, nil
-}
-
-// LockedError is Open's error when another Store, in this process or
-// another, holds the directory (errors.Is(err, store.ErrLocked)). The
-// lock is a flock(2) on LOCK, which the kernel releases when its holder
-// closes the store or dies.
-type LockedError struct {
-	Dir string
-	PID int // the holder's process id as it wrote it in LOCK; 0 if unknown
-}
-
-func (e *LockedError) Error() string {
-	if e.PID > 0 {
-		return fmt.Sprintf("wal: %s is held by pid %d: %v", e.Dir, e.PID, store.ErrLocked)
-	}
-	return fmt.Sprintf("wal: %s: %v", e.Dir, store.ErrLocked)
-}
-
-// Unwrap makes errors.Is(err, store.ErrLocked) hold.
-func (e *LockedError) Unwrap() error { return store.ErrLocked }
-
-// lockHolder reads the pid the holder wrote in LOCK, 0 if there is none
-// (yet).
-func lockHolder(f *os.File) int {
-	b := make([]byte, 32)
-	n, _ := f.ReadAt(b, 0)
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(string(b[:n]), "pid ")))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	return pid
-}
-
-func unlock(f *os.File) {
-	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	f.Close()
 }
 
 func probeWritable(dir string) error {

@@ -16,9 +16,13 @@ import (
 
 // subjectDir names the directory of a subject: the name with bytes other
 // than [A-Za-z0-9_-] (and a leading '.') escaped as %XX, or, for names
-// that would escape to more than 200 bytes, '#' and a hash. The SUBJECT
-// file inside holds the real name.
-func subjectDir(name string) string {
+// that would escape to more than 200 bytes, '#' and a hash. On Windows a
+// trailing '.' and the first byte of a device name are escaped too
+// (windowsSafe). The SUBJECT file inside holds the real name.
+func subjectDir(name string) string { return subjectDirOn(runtime.GOOS, name) }
+
+// subjectDirOn is subjectDir as it is on goos.
+func subjectDirOn(goos, name string) string {
 	var b strings.Builder
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -27,6 +31,11 @@ func subjectDir(name string) string {
 		} else {
 			fmt.Fprintf(&b, "%%%02X", c)
 		}
+	}
+	if goos == "windows" {
+		s := windowsSafe(b.String())
+		b.Reset()
+		b.WriteString(s)
 	}
 	if b.Len() > 200 {
 		sum := sha256.Sum256([]byte(name))

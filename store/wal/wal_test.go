@@ -213,11 +213,7 @@ func TestNotWritable(t *testing.T) {
 		appendN(t, s, "a", 1, 3)
 		require.NoError(t, s.Close(t.Context()))
 		// Root ignores permission bits, so make the file system read-only.
-		if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-			t.Skipf("cannot bind-mount (%v)", err)
-		}
-		t.Cleanup(func() { _ = syscall.Unmount(dir, 0) })
-		require.NoError(t, syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""))
+		mountReadOnly(t, dir)
 		_, err := Open(dir, nil)
 		require.ErrorIs(t, err, syscall.EROFS)
 		require.Contains(t, err.Error(), "not writable")

@@ -616,17 +616,19 @@ func (w *logw) takeBackLocked(keep uint64, cause error, reqs []*wreq) {
 	}
 }
 
-// writeError wraps a write failure; ENOSPC becomes store.ErrFull.
+// writeError wraps a write failure; ENOSPC (isNoSpace) becomes
+// store.ErrFull.
 func writeError(name string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) {
+	if isNoSpace(err) {
 		return fmt.Errorf("wal: write %s: %w: %w", name, store.ErrFull, err)
 	}
 	return fmt.Errorf("wal: write %s: %w", name, err)
 }
 
-// closeError wraps a failure to close a log; ENOSPC becomes store.ErrFull.
+// closeError wraps a failure to close a log; ENOSPC (isNoSpace) becomes
+// store.ErrFull.
 func closeError(name string, err error) error {
-	if errors.Is(err, syscall.ENOSPC) {
+	if isNoSpace(err) {
 		return fmt.Errorf("wal: close %s: %w: %w", name, store.ErrFull, err)
 	}
 	return fmt.Errorf("wal: close %s: %w", name, err)
@@ -689,6 +691,12 @@ func (w *logw) truncateFront(cut uint64) error {
 	return w.exclusive(func() error {
 		if cut <= w.first.Load() {
 			return nil
+		}
+		if cut >= w.tailStart {
+			// tidwall/wal removes the tail segment and renames its rest
+			// in place, which Windows refuses while any handle without
+			// FILE_SHARE_DELETE (every handle Go opens) holds the file.
+			w.closeTail()
 		}
 		err := error(nil)
 		if f := w.s.faults.Load(); f != nil && f.truncate != nil {

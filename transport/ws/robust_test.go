@@ -121,7 +121,7 @@ func TestSubscriptionCapOverTheWire(t *testing.T) {
 func smallReceiveBuffer() *http.Client {
 	d := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
-		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		err := c.Control(func(fd uintptr) { serr = setReceiveBuffer(fd, 4096) })
 		if err != nil {
 			return err
 		}

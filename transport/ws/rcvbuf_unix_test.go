@@ -1,0 +1,11 @@
+//go:build unix
+
+package ws_test
+
+import "syscall"
+
+// setReceiveBuffer sets the kernel receive buffer of the socket fd to n
+// bytes.
+func setReceiveBuffer(fd uintptr, n int) error {
+	return syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
+}
