@@ -2,7 +2,9 @@ package pigeon
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +17,11 @@ import (
 // engine calls it synchronously on the paths it observes (the publish path
 // among them), so an implementation must be safe for concurrent use, must
 // not block and should cost no more than a few atomic updates. With
-// Options.Observer nil nothing is measured and nothing is called.
+// Options.Observer nil nothing is measured and nothing is called. A panic
+// of one of its calls is recovered and logged with its stack (card
+// numbers redacted), and changes no outcome: the engine goes on as if the
+// call had returned (under Observers, the observers after the one that
+// panicked miss that call).
 //
 // Records carry principals and message ids: an implementation that labels
 // metrics must keep its label sets bounded (subjects, codes, gates,
@@ -75,6 +81,10 @@ const (
 	// that a bound on the replies kept for later claims left out (label:
 	// subject).
 	NoteReplyNotKept Note = "reply_not_kept"
+	// NoteFanoutPanic is a panic of a subject's fan-out (a store read,
+	// the decoder or the routing of one message), which it survived and
+	// logged (label: subject).
+	NoteFanoutPanic Note = "fanout_panic"
 )
 
 // since is the start of an observed operation: the current time when an
@@ -89,18 +99,21 @@ func (e *Engine) since() time.Time {
 // took reports the operation that started at start (from since).
 func (e *Engine) took(stage Stage, subject string, start time.Time) {
 	if o := e.opts.Observer; o != nil && !start.IsZero() {
-		o.Took(stage, subject, time.Since(start))
+		e.observeTook(o, stage, subject, 1, time.Since(start))
 	}
 }
 
 // tookEach reports n operations of stage on subject that shared the span
 // since start: one clock read for all of them.
 func (e *Engine) tookEach(stage Stage, subject string, n int, start time.Time) {
-	o := e.opts.Observer
-	if o == nil || start.IsZero() || n == 0 {
-		return
+	if o := e.opts.Observer; o != nil && !start.IsZero() && n > 0 {
+		e.observeTook(o, stage, subject, n, time.Since(start))
 	}
-	d := time.Since(start)
+}
+
+// observeTook reports n operations of stage on subject that took d each.
+func (e *Engine) observeTook(o Observer, stage Stage, subject string, n int, d time.Duration) {
+	defer e.observerPanicked("Took")
 	for range n {
 		o.Took(stage, subject, d)
 	}
@@ -114,6 +127,7 @@ func (e *Engine) tookBatch(msgs []*Message, byPublish []bool, start time.Time) {
 	if o == nil || start.IsZero() {
 		return
 	}
+	defer e.observerPanicked("Took")
 	d := time.Since(start)
 	for i, m := range msgs {
 		if m != nil && !byPublish[i] {
@@ -125,21 +139,54 @@ func (e *Engine) tookBatch(msgs []*Message, byPublish []bool, start time.Time) {
 // observeRecord hands r to the Observer.
 func (e *Engine) observeRecord(r *AuditRecord) {
 	if o := e.opts.Observer; o != nil {
-		o.Audited(*r)
+		e.observeAudited(o, r)
 	}
+}
+
+func (e *Engine) observeAudited(o Observer, r *AuditRecord) {
+	defer e.observerPanicked("Audited")
+	o.Audited(*r)
 }
 
 // committed reports one store write that started at start (from since).
 func (e *Engine) committed(log CommitLog, records int, start time.Time) {
 	if o := e.opts.Observer; o != nil && !start.IsZero() {
-		o.Committed(log, records, time.Since(start))
+		e.observeCommitted(o, log, records, time.Since(start))
 	}
+}
+
+func (e *Engine) observeCommitted(o Observer, log CommitLog, records int, d time.Duration) {
+	defer e.observerPanicked("Committed")
+	o.Committed(log, records, d)
 }
 
 // note counts one n.
 func (e *Engine) note(n Note, label string) {
 	if o := e.opts.Observer; o != nil {
-		o.Noted(n, label)
+		e.observeNoted(o, n, label)
+	}
+}
+
+func (e *Engine) observeNoted(o Observer, n Note, label string) {
+	defer e.observerPanicked("Noted")
+	o.Noted(n, label)
+}
+
+// observerPanicked, deferred by every call into the Observer (the
+// observe* functions above, the only ones that make such calls), turns
+// a panic of the Observer into a log line, with its stack, card numbers
+// redacted, and the engine goes on as if the call had returned: an
+// Observer is the application's code, and the engine calls it on its
+// hot paths, often holding a lock or with a delivery not yet settled. Its
+// panic unrecovered reached the publisher or the requester, wedged the
+// audit writer or a subscription's end (a delivery never settled, a
+// WebSocket connection's teardown waiting for it for ever), or ended the
+// process from a goroutine of the engine's. The value is never returned:
+// it may quote a record.
+func (e *Engine) observerPanicked(method string) {
+	if p := recover(); p != nil {
+		e.opts.Logger.Error("an observer panicked in "+method+"; the engine goes on as if it had returned",
+			"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
 	}
 }
 

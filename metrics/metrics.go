@@ -113,6 +113,7 @@ type Metrics struct {
 	authFailures *counters // method
 	quarSkipped  *counters // subject
 	repliesLost  *counters // subject
+	fanoutPanics *counters // subject
 
 	latency      *histograms // stage
 	commitTime   *histograms // log
@@ -147,6 +148,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	m.authFailures = counter("auth_failures_total", "Credentials refused, by the method presented (token, jwt, mtls, none).", "method")
 	m.quarSkipped = counter("quarantine_skipped_total", "Refusals whose copy was not kept, their principal past the quarantine rate, by subject.", "subject")
 	m.repliesLost = counter("replies_not_kept_total", "Replies whose requester was not waiting and that the bounds on replies kept for a later claim left out, by subject.", "subject")
+	m.fanoutPanics = counter("fanout_panics_total", "Panics a subject's fan-out survived (a store read, the decoder or the routing of one message; logged with the stack), by subject.", "subject")
 	histogram := func(name, help string, buckets []float64, label string, known ...string) *histograms {
 		return newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pigeon", Name: name, Help: help, Buckets: buckets}, []string{label}), o.MaxSeries, known)
 	}
@@ -157,7 +159,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	m.commitTime = histogram("store_commit_duration_seconds", "Duration of one store write, by log (messages, audit).", latencyBuckets, "log", logs...)
 	m.commitRecord = histogram("store_commit_records", "Records carried by one store write (the group-commit batch size), by log.", prometheus.ExponentialBuckets(1, 2, 12), "log", logs...)
 	cs := []prometheus.Collector{m.decisions.vec, m.events.vec, m.deliveries.vec, m.redeliveries.vec, m.exhausted.vec,
-		m.authFailures.vec, m.quarSkipped.vec, m.repliesLost.vec, m.latency.vec, m.commitTime.vec, m.commitRecord.vec, newStateCollector(o)}
+		m.authFailures.vec, m.quarSkipped.vec, m.repliesLost.vec, m.fanoutPanics.vec, m.latency.vec, m.commitTime.vec, m.commitRecord.vec, newStateCollector(o)}
 	if !o.NoRuntime {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -208,7 +210,8 @@ func (m *Metrics) Committed(log pigeon.CommitLog, records int, d time.Duration) 
 }
 
 // Noted counts a redelivery, an authentication failure, a quarantine
-// copy not kept or a reply not kept for a later claim.
+// copy not kept, a reply not kept for a later claim or a panic the
+// fan-out survived.
 func (m *Metrics) Noted(n pigeon.Note, label string) {
 	switch n {
 	case pigeon.NoteRedelivery:
@@ -219,6 +222,8 @@ func (m *Metrics) Noted(n pigeon.Note, label string) {
 		m.quarSkipped.inc(1, label)
 	case pigeon.NoteReplyNotKept:
 		m.repliesLost.inc(1, label)
+	case pigeon.NoteFanoutPanic:
+		m.fanoutPanics.inc(1, label)
 	}
 }
 

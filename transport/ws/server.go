@@ -365,9 +365,13 @@ func (s *Server) release(principal string, c *conn) {
 // SHUTTING_DOWN; an ack or nack of a delivery is still taken), ends the
 // connection's subscriptions (their unanswered deliveries go back for
 // redelivery), lets every frame already being worked on finish and its
-// answer be written, and then closes with status 1001. It waits for all of that or for ctx; when ctx
-// ends first it closes what is left at once and returns ctx.Err(). It is
-// idempotent.
+// answer be written, and then closes with status 1001. It waits for all
+// of that or for ctx; when ctx ends first it closes what is left at once
+// (each connection's teardown goes on meanwhile) and returns ctx.Err()
+// without waiting for those teardowns: one held by code that never
+// returns would otherwise hold Shutdown, and the process ending with it,
+// past its deadline. It is idempotent: a later call waits again, for the
+// connections to be torn down or for its own ctx.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		s.mu.Lock()
@@ -394,7 +398,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			c.abort()
 		}
 		s.mu.Unlock()
-		<-s.drained
 		return ctx.Err()
 	}
 }

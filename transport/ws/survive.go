@@ -12,10 +12,16 @@ import (
 
 // survive, deferred by an op's worker, turns a panic of the op into what
 // net/http makes of a handler's: the op is answered INTERNAL, the panic
-// is logged with its stack, and the connection is closed (what the op
-// left half done is its alone), while the broker and its other
+// is logged with its stack, and the connection is closed with 1011 (what
+// the op left half done is its alone), while the broker and its other
 // connections go on. Unrecovered, a panic on a worker goroutine ends the
-// process and every connection it holds.
+// process and every connection it holds. The close is queued behind the
+// answer, as surviveRead's is, from a goroutine of the connection's (the
+// worker, or the read loop for a negotiate, must not wait for the
+// writer): closed at once, it was written ahead of the frames queued
+// before, and the client lost the answer and those frames. A connection
+// whose close is not written within the stall timeout (its client reads
+// nothing) is cut then.
 func (c *conn) survive(f *Frame) {
 	p := recover()
 	if p == nil {
@@ -24,7 +30,10 @@ func (c *conn) survive(f *Frame) {
 	c.srv.opts.Logger.ErrorContext(c.ctx, "a websocket op panicked: answered INTERNAL, closing the connection",
 		"op", f.Op, "principal", c.principal.ID, "panic", pigeon.RedactPANs(fmt.Sprint(p)), "stack", string(debug.Stack()))
 	c.answer(f.ID, pigeon.NewError(pigeon.CodeInternal, "the server failed on this %s", f.Op))
-	c.goBG(func() { c.close(websocket.StatusInternalError, "internal error") })
+	c.goBG(func() {
+		c.closeBehind(websocket.StatusInternalError, "internal error")
+		c.abort()
+	})
 }
 
 // surviveRead, deferred by the read loop, turns a panic of the loop's own
