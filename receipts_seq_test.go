@@ -41,11 +41,10 @@ func receiptsOf(rs []pigeon.Receipt, withTime bool) []receipt {
 // order-42 (sequence 1); retention trims it and a newer message takes the
 // id (sequence 3), which bob receives and acks at once. Each receipt of
 // order-42 names the message it was of: its sequence, bob, and the time
-// of the delivery or the ack. On the write-ahead log an acceptance record
-// joins the audit chain up to acceptLinger (10 ms) after its publish
-// returns, so the ack of the newer message is recorded before its
-// acceptance; an ack record naming the id alone was taken for the
-// acceptance then in force, the trimmed message's. The chain, with
+// of the delivery or the ack. An ack record naming the id alone, recorded
+// before the acceptance of the newer message (as on the write-ahead log
+// before its acceptances were chained ahead of the broker's records), was
+// taken for the acceptance then in force, the trimmed message's. The chain, with
 // records of one message in the form from before they named their
 // sequence, still verifies: through the engine, through the store, and as
 // `pigeon audit verify` and `pigeon audit receipts` read it offline.

@@ -17,13 +17,16 @@ import (
 // of its acceptance cost one durable write, the message's.
 //
 // AppendAccepted writes a kindAccepted record: the message and its
-// acceptance record, unchained. Once the message's batch is committed, the
-// acceptance record goes to the outbox (message-log commit order), and the
-// outbox is chained into the audit log by the accept flusher, a background
+// acceptance record, unchained. Once the message's batch is written, and
+// before its messages are visible to readers, the acceptance record goes
+// to the outbox (message-log commit order; onWritten), and the outbox is
+// chained into the audit log by the accept flusher, a background
 // goroutine that lets records accumulate for acceptLinger so that one
-// audit fsync covers many message batches, or at once by a reader of the
+// audit fsync covers many message batches; or at once by a reader of the
 // audit log (ReadAudit, AuditHead), so that a reader never misses an
-// acceptance that has returned.
+// acceptance that has returned; or by ChainAudit ahead of its own
+// records, so that no record made after a message could be read (a
+// record of its delivery) precedes its acceptance in the chain.
 //
 // A crash can lose the audit log's copy, never the record: recovery
 // (acceptCandidates, foundAccepted, restoreAccepted) finds every
@@ -203,7 +206,14 @@ func (s *Store) chainLocked(recs []store.AuditRecord, locs []uint64) *wreq {
 	return r
 }
 
-// ChainAudit implements store.AuditChainer.
+// ChainAudit implements store.AuditChainer. The acceptance records in the
+// outbox are chained first, in the same write: every message a reader
+// can see has its record there or already chained (subject logs put it
+// in the outbox before the message becomes visible), so in the chain the
+// acceptance of a message precedes every record appended after the
+// message could be read, the records of its delivery among them. Pages
+// of receipts rely on it: a page read while a delivery record preceded
+// its acceptance could not match it, and the pages after skip it.
 func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error {
 	if err := s.enter(ctx); err != nil {
 		return err
@@ -213,10 +223,20 @@ func (s *Store) ChainAudit(ctx context.Context, recs []store.AuditRecord) error 
 		return nil
 	}
 	w := s.audit.w
+	o := &s.out
 	w.mu.Lock()
 	if err := w.failed; err != nil {
 		w.mu.Unlock()
 		return err
+	}
+	o.mu.Lock()
+	acc, locs := o.takeLocked()
+	o.mu.Unlock()
+	if len(acc) > 0 {
+		// Queued ahead of recs: written in the same batch, or, one
+		// request a batch (SyncAlways), by the batch before. A failure
+		// fails both and puts acc back (onAuditFail).
+		o.last = s.chainLocked(acc, locs)
 	}
 	return w.awaitLocked(s.chainLocked(recs, nil))
 }
@@ -261,7 +281,7 @@ func (s *Store) acceptLoop() {
 			s.flushLogged()
 			return
 		}
-		t.Reset(acceptLinger)
+		t.Reset(s.linger())
 		select {
 		case <-t.C:
 		case <-s.quit:
@@ -270,6 +290,14 @@ func (s *Store) acceptLoop() {
 		}
 		s.flushLogged()
 	}
+}
+
+// linger is the accept flusher's: acceptLinger, or a test's (faults).
+func (s *Store) linger() time.Duration {
+	if f := s.faults.Load(); f != nil && f.linger != 0 {
+		return f.linger
+	}
+	return acceptLinger
 }
 
 func (s *Store) flushLogged() {

@@ -31,6 +31,10 @@
 // returned), and Open chains those a crash kept from the audit log. Since
 // the store then writes into the chain itself, a caller appends its own
 // records with ChainAudit (store.AuditChainer), not AppendAudit.
+// ChainAudit chains the waiting acceptance records ahead of the caller's,
+// and a message is visible to readers only once its record waits there,
+// so in the chain a message's acceptance precedes every record appended
+// after the message could be read: the records of its delivery.
 //
 // A write is visible to readers (Read, Lookup, Bounds, LoadGroup, ...)
 // only once it is committed, so nothing a reader saw can vanish in a

@@ -150,6 +150,12 @@ type faults struct {
 	// truncated runs after tidwall/wal dropped the front, before the log
 	// records its new first entry.
 	truncated func(w *logw)
+	// visible runs once a batch's records are visible to readers
+	// (committed), before onCommit, with the log's mu held: a reader's
+	// first moment.
+	visible func(w *logw)
+	// linger, when set, is the accept flusher's acceptLinger.
+	linger time.Duration
 }
 
 var (

@@ -246,12 +246,18 @@ func readSubjectFile(dir string, maxRecord int) (string, error) {
 func (s *Store) addSubject(name string, w *logw) *subject {
 	sub := &subject{name: name, num: uint32(len(s.msgs.list)), w: w}
 	x := &s.msgs.idx
-	w.onCommit = func(r *wreq) {
-		r.freeBuf()
-		sub.bytes.Add(uint64(r.body))
+	// The acceptance record goes to the outbox before the message is
+	// visible to readers: ChainAudit chains the outbox first, so a record
+	// of the message's delivery, made by a reader, follows its acceptance
+	// in the chain.
+	w.onWritten = func(r *wreq) {
 		if acc, ok := r.aux.(*store.AuditRecord); ok {
 			s.out.put(*acc, r.loc)
 		}
+	}
+	w.onCommit = func(r *wreq) {
+		r.freeBuf()
+		sub.bytes.Add(uint64(r.body))
 		if r.key == "" {
 			return
 		}

@@ -94,8 +94,15 @@ type logw struct {
 	filled    chan struct{}
 	delay     *time.Timer
 
-	onCommit func(r *wreq) // with mu held, in index order
-	onFail   func(r *wreq) // with mu held, for each request taken back
+	// onWritten, when set, runs for each request of a batch once the
+	// batch is written (and synced), before its records are visible to
+	// readers (committed); onCommit runs after. Mu is held, in index
+	// order. Subject logs put acceptance records in the outbox here, so
+	// that nothing a reader of a message does precedes its acceptance in
+	// the audit chain (see ChainAudit).
+	onWritten func(r *wreq)
+	onCommit  func(r *wreq) // with mu held, in index order
+	onFail    func(r *wreq) // with mu held, for each request taken back
 }
 
 // wreq is one caller's request: its entries and, after it is done, the
@@ -425,7 +432,15 @@ func (w *logw) commitLocked() {
 	if err != nil {
 		w.takeBackLocked(keep, err, batch)
 	} else {
+		if w.onWritten != nil {
+			for _, r := range batch {
+				w.onWritten(r)
+			}
+		}
 		w.committed.Store(batch[len(batch)-1].last())
+		if f := w.s.faults.Load(); f != nil && f.visible != nil {
+			f.visible(w)
+		}
 		for _, r := range batch {
 			w.onCommit(r)
 			r.done.Store(true)
