@@ -349,14 +349,42 @@ func (e *Engine) auditWriter() {
 func (e *Engine) writeAudit() {
 	a := &e.auditor
 	a.writing = true
+	// A panic of the application's code while a.mu is held (its clock,
+	// its logger) ends this call as a return would: a.mu held, the
+	// writer no longer marked writing, its waiters woken, every batch
+	// taken already settled. Unrecovered, it ended the process, or,
+	// where a caller survived it, left every later record waiting for a
+	// writer that was gone.
+	locked := true
+	defer func() {
+		if !locked {
+			return
+		}
+		if p := recover(); p != nil {
+			a.writing = false
+			// The batch written last was not handed back for reuse:
+			// batchBuf may still be pending's array, which the next
+			// batch would then be written from while records are
+			// queued into it. Fresh buffers come with the next batch.
+			a.batchBuf, a.resultBuf = nil, nil
+			a.cond.Broadcast()
+			e.logPanic("the audit writer", p)
+		}
+	}()
 	for len(a.pending) > 0 {
 		batch, results := a.pending, a.results
 		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
+		locked = false
 		a.mu.Unlock()
 		start := e.since()
-		err := a.write(batch)
+		// A panic of the store's write is a failed write (the log
+		// broken, its records counted lost, auditGuard failing closed),
+		// not the end of the process nor a writer left marked writing
+		// that every waiter waits on for ever.
+		err := e.caught("the audit log's write", func() error { return a.write(batch) })
 		e.committed(CommitAudit, len(batch), start)
 		a.mu.Lock()
+		locked = true
 		a.handled += uint64(len(batch))
 		if err != nil {
 			a.failed += uint64(len(batch))
@@ -371,15 +399,21 @@ func (e *Engine) writeAudit() {
 				e.opts.Logger.Error("audit log cannot be written: refusing operations until it can", "records", len(batch), "err", err)
 			}
 		} else if a.broken.Load() != nil {
-			e.opts.Logger.Warn("audit log is writable again", "lost", a.lost)
+			resume := !slices.ContainsFunc(batch, func(r store.AuditRecord) bool { return r.Type == string(EventAuditResumed) })
+			var at time.Time
+			if resume {
+				at = e.now() // before the log is whole: a clock that panics leaves it broken
+			}
+			lost := a.lost
 			a.broken.Store(nil)
-			if !slices.ContainsFunc(batch, func(r store.AuditRecord) bool { return r.Type == string(EventAuditResumed) }) {
+			if resume {
 				// The evidence says how much is missing, whoever wrote first.
-				a.pending = append(a.pending, EventAuditResumed.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: e.now(), Ref: strconv.FormatUint(a.lost, 10) + " records could not be written"}))
+				a.pending = append(a.pending, EventAuditResumed.record(OutcomeAllow, CodeOK, store.AuditRecord{Time: at, Ref: strconv.FormatUint(lost, 10) + " records could not be written"}))
 				a.results = append(a.results, nil)
 				a.queued++
 			}
 			a.lost = 0
+			e.opts.Logger.Warn("audit log is writable again", "lost", lost)
 		}
 		clear(batch)
 		clear(results)

@@ -65,7 +65,14 @@ func (e *Engine) VerifyAudit(ctx context.Context) (uint64, error) {
 // with e.verifies.mu held.
 func (e *Engine) startWalk(walk *auditWalk) {
 	e.goTracked(func() {
-		n, err := e.walkAudit(e.ctx)
+		// A panic of the walk (of the store, which the application may
+		// supply) is a failed walk: its callers are answered, and the
+		// next walk can start.
+		var n uint64
+		err := e.caught("the audit walk", func() (err error) {
+			n, err = e.walkAudit(e.ctx)
+			return err
+		})
 		w := &e.verifies
 		w.mu.Lock()
 		defer w.mu.Unlock()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -116,4 +118,22 @@ func (s *StaticTokens) Authenticate(_ context.Context, credential string) (*Prin
 		return e.p, nil
 	}
 	return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
+}
+
+// errUnknownCredential is the refusal of a credential the authenticator
+// named no principal for, or panicked on.
+func errUnknownCredential() error {
+	return NewError(CodeUnauthenticated, "unknown or missing credential")
+}
+
+// authPanicText is what the log keeps of p, an authenticator's panic: a
+// runtime error's own words (an index out of range, a nil dereference),
+// which name no value, else p's type alone. A value the authenticator
+// panicked with may quote the credential (a token, a claim, a
+// certificate's subject), which no log keeps; the stack says where.
+func authPanicText(p any) string {
+	if re, ok := p.(runtime.Error); ok {
+		return noPANIn(re.Error())
+	}
+	return fmt.Sprintf("a %T, not logged: it may quote the credential", p)
 }

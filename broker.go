@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -359,6 +361,8 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	} else {
+		o.Now = steadyClock(o.Now, func() *slog.Logger { return o.Logger })
 	}
 	if o.GroupRetention == 0 {
 		o.GroupRetention = DefaultGroupRetention
@@ -437,13 +441,67 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 
 func (e *Engine) now() time.Time { return e.opts.Now() }
 
-// goTracked starts fn on a goroutine that Shutdown waits for.
+// steadyClock is the application's clock now, which never panics: the
+// engine reads its clock under its locks (a group's, the audit writer's),
+// where a panic, recovered higher up, would leave the lock held and every
+// consumer of the group waiting. A panic of now is logged (by log's
+// logger, read then) and answered by time.Now.
+func steadyClock(now func() time.Time, log func() *slog.Logger) func() time.Time {
+	return func() (t time.Time) {
+		defer func() {
+			if p := recover(); p != nil {
+				log().Error("the clock (Options.Now) panicked; the system clock answers",
+					"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+				t = time.Now()
+			}
+		}()
+		return now()
+	}
+}
+
+// goTracked starts fn on a goroutine that Shutdown waits for. A panic of
+// fn ends fn alone, logged (survived), rather than the process: the
+// engine's background work calls the store and the Cluster, which the
+// application may supply (a third party's, with a bug), and the code of
+// other libraries. A loop that must go on after a panic (the janitor, the
+// bound trimmer, the cluster watch, a session's renewals) survives each
+// turn itself; this is what is left for the rest.
 func (e *Engine) goTracked(fn func()) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		defer e.survived("a background task of the engine")
 		fn()
 	}()
+}
+
+// survived, deferred by the engine's background work, recovers a panic
+// of it and logs it (where: what panicked), with its stack, card numbers
+// redacted; the work goes on at its next turn, or ends alone. The value
+// is only logged: it may quote a message or a record.
+func (e *Engine) survived(where string) {
+	if p := recover(); p != nil {
+		e.logPanic(where, p)
+	}
+}
+
+// caught runs fn and returns its error or, when fn panics, logs the panic
+// (where) and returns an INTERNAL error naming where, so that a caller
+// that retries or fails closed on an error does so on a panic too.
+func (e *Engine) caught(where string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.logPanic(where, p)
+			err = NewError(CodeInternal, "%s panicked", where)
+		}
+	}()
+	return fn()
+}
+
+// logPanic logs p, a panic of where that the engine survived.
+func (e *Engine) logPanic(where string, p any) {
+	e.opts.Logger.Error(where+" panicked; the engine goes on",
+		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
 }
 
 // sweepTimeout bounds one sweep of the janitor, and one count trim.
@@ -459,16 +517,24 @@ func (e *Engine) janitor() {
 		case <-e.done:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(e.ctx, sweepTimeout)
-			e.sweepContracts(ctx)
-			e.replies.sweep(e.now())
-			e.limiter.sweep(e.now())
-			e.recent.sweep(e.now().Add(-recentIdle))
-			e.enforceRetention(ctx)
-			e.flushCoalesced(e.now())
-			cancel()
+			e.sweep()
 		}
 	}
+}
+
+// sweep is one pass of the janitor. A panic of it (of the store, which
+// the application may supply) ends the pass, logged; the next tick sweeps
+// again.
+func (e *Engine) sweep() {
+	defer e.survived("the janitor's sweep")
+	ctx, cancel := context.WithTimeout(e.ctx, sweepTimeout)
+	defer cancel()
+	e.sweepContracts(ctx)
+	e.replies.sweep(e.now())
+	e.limiter.sweep(e.now())
+	e.recent.sweep(e.now().Add(-recentIdle))
+	e.enforceRetention(ctx)
+	e.flushCoalesced(e.now())
 }
 
 // LoadCatalog lints c, compiles every subject of it and makes the result
@@ -669,12 +735,24 @@ func (e *Engine) auditAuthFailure(ctx context.Context, c Credential, src, site S
 	_ = e.audit(ctx, EventAuthFailed.record(OutcomeDeny, code, store.AuditRecord{Ref: ref}))
 }
 
-func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (*Principal, error) {
+// authenticateCredential resolves c. A panic of the authenticator (the
+// application's code, or an identity provider's, run on what a client
+// presented) refuses c as an unknown credential is refused, with the same
+// error, so that a client learns nothing more from it; the callers count
+// and audit it as such. Unrecovered, it reached net/http, which logged
+// its value whole and cut the connection, or the in-process caller,
+// uncounted. It is logged without its value (authPanicText).
+func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (p *Principal, err error) {
 	if e.closed.Load() {
 		return nil, errShutdown()
 	}
-	var p *Principal
-	var err error
+	defer func() {
+		if r := recover(); r != nil {
+			e.opts.Logger.Error("the authenticator panicked: the credential is refused as unknown",
+				"method", credentialMethod(c), "panic", authPanicText(r), "stack", string(debug.Stack()))
+			p, err = nil, errUnknownCredential()
+		}
+	}()
 	if ca, ok := e.auth.(CredentialAuthenticator); ok {
 		p, err = ca.AuthenticateCredential(context.WithValue(ctx, engineKey{}, e), c)
 	} else if grant.LooksLikeJWT(c.Bearer) {
@@ -690,7 +768,7 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (*Pri
 		return nil, WrapError(CodeUnauthenticated, err, "unknown or missing credential")
 	}
 	if p == nil || p.ID == "" {
-		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
+		return nil, errUnknownCredential()
 	}
 	if !principalText(p.ID) {
 		// Ids are text everywhere they are compared: in the directory, in

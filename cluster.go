@@ -177,9 +177,11 @@ func (e *Engine) clusterBarrier(ctx context.Context) error {
 }
 
 // watchCluster applies other nodes' changes until the engine shuts down.
+// A panic of the Cluster's Watch (the application's, or a third party's)
+// is a failed watch, logged: it is called again a second later.
 func (e *Engine) watchCluster() {
 	for e.ctx.Err() == nil {
-		err := e.opts.Cluster.Watch(e.ctx, e.applyChange)
+		err := e.caught("the cluster's watch", func() error { return e.opts.Cluster.Watch(e.ctx, e.applyChange) })
 		if err != nil && e.ctx.Err() == nil {
 			e.opts.Logger.Warn("pigeon: cluster watch failed; retrying", "err", err)
 			select {
@@ -199,7 +201,7 @@ func (e *Engine) watchCluster() {
 func (e *Engine) untilApplied(what string, apply func() error) bool {
 	wait := 50 * time.Millisecond
 	for {
-		err := apply()
+		err := e.caught(what, apply) // a panic of the store is a failed read
 		if err == nil {
 			return true
 		}
@@ -213,7 +215,12 @@ func (e *Engine) untilApplied(what string, apply func() error) bool {
 	}
 }
 
+// applyChange applies c, another node's change. Watch may call it on a
+// goroutine of the Cluster's own, so it survives its own panics: one
+// reading the store is retried (untilApplied); any other is logged and
+// the watch goes on with the next change.
 func (e *Engine) applyChange(c ClusterChange) {
+	defer e.survived("applying another node's change")
 	switch c.Kind {
 	case ChangeAppended:
 		if f := e.fanoutOf(c.Subject); f != nil {

@@ -95,7 +95,10 @@ func (e *Engine) RenewContract(ctx context.Context, p *Principal, id string, ttl
 		}
 		old = c.exp.Load()
 	}
-	if err := e.saveContract(ctx, c); err != nil {
+	// A panic of the store's write is a failed write: the expiry goes
+	// back, as it does after an error, rather than stay later in memory
+	// than in the store.
+	if err := e.caught("saving a renewed contract", func() error { return e.saveContract(ctx, c) }); err != nil {
 		c.exp.CompareAndSwap(&at, old)
 		return nil, err
 	}

@@ -80,19 +80,35 @@ func (e *Engine) raiseFloors(ctx context.Context, subject string) error {
 	}
 	t.mu.Unlock()
 	var errs []error
-	for _, g := range held {
+	i := 0
+	// Every group held is let go and unlocked even when the store panics
+	// (the retention pass and the bound trimmer survive it): a group
+	// left locked would hang its consumers, and one left held would stay
+	// in memory for good.
+	defer func() {
+		for ; i < len(held); i++ {
+			e.releaseGroup(held[i])
+		}
+	}()
+	for ; i < len(held); i++ {
+		g := held[i]
 		select {
 		case <-g.loaded:
 		case <-ctx.Done():
 		}
 		if isLoaded(g) {
-			g.mu.Lock()
-			errs = append(errs, e.raiseFloor(ctx, g, first-1))
-			g.mu.Unlock()
+			errs = append(errs, e.raiseFloorLocked(ctx, g, first-1))
 		}
 		e.releaseGroup(g)
 	}
 	return errors.Join(errs...)
+}
+
+// raiseFloorLocked is raiseFloor under g.mu.
+func (e *Engine) raiseFloorLocked(ctx context.Context, g *group, floor uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return e.raiseFloor(ctx, g, floor)
 }
 
 // isLoaded reports whether g was loaded from the store without error.

@@ -288,7 +288,20 @@ var errPruned = errors.New("pigeon: group pruned")
 func (e *Engine) pruneGroups(ctx context.Context, gp store.GroupPruner, subject string, t time.Time) (int, error) {
 	tbl := &e.groups
 	var held []*group
-	n, err := gp.PruneGroups(ctx, subject, t, func(name string) bool {
+	// The stand-ins go even when the store panics (the retention pass
+	// survives it): one left in the table would hold its group's name,
+	// and everyone who came for it would wait, for good.
+	defer func() {
+		tbl.mu.Lock()
+		for _, g := range held {
+			g.refs--
+			tbl.drop(g)
+			g.err = errPruned
+			close(g.loaded)
+		}
+		tbl.mu.Unlock()
+	}()
+	return gp.PruneGroups(ctx, subject, t, func(name string) bool {
 		key := store.GroupKey{Subject: subject, Group: name}
 		tbl.mu.Lock()
 		defer tbl.mu.Unlock()
@@ -300,15 +313,6 @@ func (e *Engine) pruneGroups(ctx context.Context, gp store.GroupPruner, subject 
 		held = append(held, g)
 		return false
 	})
-	tbl.mu.Lock()
-	for _, g := range held {
-		g.refs--
-		tbl.drop(g)
-		g.err = errPruned
-		close(g.loaded)
-	}
-	tbl.mu.Unlock()
-	return n, err
 }
 
 // storedFull reports whether g, just loaded and held by the caller, is a

@@ -189,7 +189,13 @@ func (s *localSession) renewLoop(ttl time.Duration) {
 			continue // renewed meanwhile
 		}
 		ctx, cancel := context.WithTimeout(s.e.ctx, 10*time.Second)
-		k, err := s.e.RenewContract(ctx, s.caller.Principal, s.c.info.ID, ttl)
+		var k Contract
+		// A panic of the renewal (of the store, which the application
+		// may supply) is a failed renewal: tried again (RenewRetry).
+		err := s.e.caught("renewing a session's contract", func() (err error) {
+			k, err = s.e.RenewContract(ctx, s.caller.Principal, s.c.info.ID, ttl)
+			return err
+		})
 		cancel()
 		switch {
 		case err == nil && !k.ExpiresAt().After(exp):

@@ -171,15 +171,31 @@ func (e *Engine) boundTrimmer() {
 		case <-e.done:
 			return
 		case name := <-e.trimAsks:
-			s := e.subject(name) // as the catalog stands now
-			if s == nil {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(e.ctx, sweepTimeout)
-			if err := e.trimSubject(ctx, name, s, e.now()); err != nil {
-				e.opts.Logger.Error("retention: trim messages beyond retention.maxMessages or maxBytes", "subject", name, "err", err)
-			}
-			cancel()
+			e.trimAsked(name)
 		}
+	}
+}
+
+// trimAsked runs the trim asked for subject name. A panic of it (of the
+// store, which the application may supply) ends that trim alone, logged:
+// the subject asks again with its next message past a bound, and the
+// trimmer goes on with the other subjects' asks.
+func (e *Engine) trimAsked(name string) {
+	s := e.subject(name) // as the catalog stands now
+	if s == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			e.logPanic("the trim of subject "+noPAN(name)+" beyond retention.maxMessages or maxBytes", p)
+			if s.bounds != nil {
+				s.bounds.asked.Store(false)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(e.ctx, sweepTimeout)
+	defer cancel()
+	if err := e.trimSubject(ctx, name, s, e.now()); err != nil {
+		e.opts.Logger.Error("retention: trim messages beyond retention.maxMessages or maxBytes", "subject", name, "err", err)
 	}
 }
