@@ -486,3 +486,36 @@ func TestAuditWriterSurvivesALoggerPanic(t *testing.T) {
 	require.NoError(t, err)
 	requirePanicLogged(t, logs, "the audit writer")
 }
+
+func (s panickyStore) ReadAudit(ctx context.Context, from uint64, max int) ([]store.AuditRecord, error) {
+	s.maybePanic("ReadAudit")
+	return s.Store.ReadAudit(ctx, from, max)
+}
+
+// TestVerifyAuditWalkPanicIsAFailedWalk: a store whose read of the audit
+// log panics during VerifyAudit's walk (run on a goroutine of the
+// engine's) fails that walk, INTERNAL: its caller is answered at once and
+// the next VerifyAudit walks again and verifies. Before, the walk's
+// goroutine ended without answering (the backstop's recover), and every
+// VerifyAudit after it waited for it until its own ctx ended.
+func TestVerifyAuditWalkPanicIsAFailedWalk(t *testing.T) {
+	ctx, cancel := contextWithTimeout(30 * time.Second)
+	defer cancel()
+	st := newPanickyStore("ReadAudit", 0)
+	logs := &testlog.Buffer{}
+	o := transporttest.Options()
+	o.Store, o.Logger = st, logs.Logger()
+	e, err := pigeon.New(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	require.NoError(t, e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "one"}))
+
+	st.left.Store(1)
+	_, err = e.VerifyAudit(ctx)
+	requireCode(t, err, pigeon.CodeInternal)
+	require.True(t, st.fired(), "the walk's read panicked")
+	n, err := e.VerifyAudit(ctx)
+	require.NoError(t, err, "the next walk verifies")
+	require.Positive(t, n)
+	requirePanicLogged(t, logs, "the audit walk")
+}
