@@ -87,7 +87,7 @@ func (c *Chain) AuthenticateCredential(ctx context.Context, cred pigeon.Credenti
 		return nil, pigeon.NewError(pigeon.CodeRateLimited, "too many failed authentications from this address; try again later")
 	}
 	for _, m := range c.methods {
-		p, err := m.Auth.AuthenticateCredential(ctx, cred)
+		p, err := c.try(ctx, m, cred)
 		if errors.Is(err, pigeon.ErrUnrecognized) {
 			continue
 		}
@@ -110,6 +110,24 @@ func (c *Chain) AuthenticateCredential(ctx context.Context, cred pigeon.Credenti
 		c.refused("", cred, err)
 	}
 	return nil, err
+}
+
+// try asks m about cred. A panic of m (a bug of the method's, met on a
+// credential the client chose) is m's refusal: it is logged and counted
+// as one, and passed on untouched to the engine, which recovers it and
+// refuses the credential as unknown (pigeon.Options.Authenticator). It
+// unwound past the count before, and a deprecated Limiter never saw the
+// source that made the method panic.
+func (c *Chain) try(ctx context.Context, m Method, cred pigeon.Credential) (p *pigeon.Principal, err error) {
+	done := false
+	defer func() {
+		if !done {
+			c.refused(m.Name, cred, pigeon.NewError(pigeon.CodeUnauthenticated, "the method panicked on the credential"))
+		}
+	}()
+	p, err = m.Auth.AuthenticateCredential(ctx, cred)
+	done = true
+	return p, err
 }
 
 // refused logs a refusal (and counts it, with a deprecated Limiter). The reason is the error's message and

@@ -87,7 +87,7 @@ func readBodyInto(buf []byte, w http.ResponseWriter, r *http.Request, limit int6
 	if n := min(r.ContentLength, maxBodyPrealloc); n > 0 && int64(cap(buf)-len(buf)) < n+1 {
 		buf = append(buf, make([]byte, n+1)...)[:len(buf)]
 	}
-	body := http.MaxBytesReader(w, r.Body, limit)
+	body := http.MaxBytesReader(bareWriter(w), r.Body, limit)
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]

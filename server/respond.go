@@ -95,7 +95,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if r.ContentLength > limit {
 		return nil, pigeon.NewError(pigeon.CodePayloadTooLarge, "the body exceeds %d bytes", limit)
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	b, err := io.ReadAll(http.MaxBytesReader(bareWriter(w), r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

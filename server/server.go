@@ -379,22 +379,42 @@ func (s *Server) Reauthenticate(ctx context.Context) (ended int, err error) {
 // With a Logger enabled at slog.LevelDebug, every request is logged when
 // its answer is written: method, path, status, bytes and duration (never a
 // header, a query or a body).
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+//
+// A handler that panics (the engine's, a custom store's under it, a
+// mounted one) ends its request alone: the panic is logged with its
+// stack, card numbers redacted, and the request answered 500 INTERNAL
+// with the usual error body, or cut when its answer had already started,
+// or its connection closed when it had been hijacked (see survive).
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	aw := &answerWriter{ResponseWriter: rw}
+	var w http.ResponseWriter = aw
+	debug := false
+	var start time.Time
+	defer func() {
+		// Recovered here, a panic of any handler is logged redacted and
+		// answered INTERNAL when it still can be (survive); the request's
+		// line is logged after, with the status answered.
+		abort := false
+		if p := recover(); p != nil {
+			abort = s.survive(aw, r, p)
+		}
+		if debug {
+			s.opts.Logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", aw.statusCode(),
+				"bytes", aw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
+		}
+		if abort {
+			panic(http.ErrAbortHandler)
+		}
+	}()
 	r = s.fromClient(r)
-	debug := s.opts.Logger.Enabled(r.Context(), slog.LevelDebug)
+	debug = s.opts.Logger.Enabled(r.Context(), slog.LevelDebug)
 	if debug || len(r.Header["X-Request-Id"]) > 0 || len(r.Header["Upgrade"]) > 0 {
 		id := s.requestID(r)
 		w.Header()["X-Request-Id"] = []string{id}
 		r = r.WithContext(logctx.With(r.Context(), id))
 	}
 	if debug {
-		lw := &loggedWriter{ResponseWriter: w}
-		start := time.Now()
-		defer func() {
-			s.opts.Logger.DebugContext(r.Context(), "http request", "method", r.Method, "path", r.URL.EscapedPath(), "status", lw.statusCode(),
-				"bytes", lw.n, "duration", time.Since(start), "remote", r.RemoteAddr)
-		}()
-		w = lw
+		start = time.Now()
 	}
 	if !hostAllowed(r.Host, s.opts.AllowedHosts) {
 		writeError(w, pigeon.NewError(pigeon.CodeForbidden,
@@ -430,41 +450,6 @@ func (s *Server) requestID(r *http.Request) string {
 		return v
 	}
 	return s.idPrefix + strconv.FormatUint(s.requests.Add(1), 36)
-}
-
-// loggedWriter records the status and size of an answer. Unwrap lets
-// http.ResponseController and the WebSocket upgrade reach the connection.
-type loggedWriter struct {
-	http.ResponseWriter
-	status int
-	n      int64
-}
-
-func (w *loggedWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *loggedWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.n += int64(n)
-	return n, err
-}
-
-func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// statusCode is the answer's status; 101 for a WebSocket upgrade, which
-// writes through the hijacked connection.
-func (w *loggedWriter) statusCode() int {
-	if w.status == 0 {
-		return http.StatusSwitchingProtocols
-	}
-	return w.status
 }
 
 // canonicalPath is p as http.ServeMux cleans it before routing: rooted,
