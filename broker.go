@@ -362,7 +362,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	} else {
-		o.Now = steadyClock(o.Now, func() *slog.Logger { return o.Logger })
+		o.Now = steadyClock(o.Now, &o)
 	}
 	if o.GroupRetention == 0 {
 		o.GroupRetention = DefaultGroupRetention
@@ -444,15 +444,17 @@ func (e *Engine) now() time.Time { return e.opts.Now() }
 // steadyClock is the application's clock now, which never panics: the
 // engine reads its clock under its locks (a group's, the audit writer's),
 // where a panic, recovered higher up, would leave the lock held and every
-// consumer of the group waiting. A panic of now is logged (by log's
-// logger, read then) and answered by time.Now.
-func steadyClock(now func() time.Time, log func() *slog.Logger) func() time.Time {
+// consumer of the group waiting. A panic of now is logged (by o's
+// Logger, read then), noted to o's Observer (NotePanic, PanicClock) and
+// answered by time.Now.
+func steadyClock(now func() time.Time, o *Options) func() time.Time {
 	return func() (t time.Time) {
 		defer func() {
 			if p := recover(); p != nil {
-				log().Error("the clock (Options.Now) panicked; the system clock answers",
+				o.Logger.Error("the clock (Options.Now) panicked; the system clock answers",
 					"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
 				t = time.Now()
+				noteTo(o.Observer, o.Logger, NotePanic, PanicClock)
 			}
 		}()
 		return now()
@@ -498,10 +500,13 @@ func (e *Engine) caught(where string, fn func() error) (err error) {
 	return fn()
 }
 
-// logPanic logs p, a panic of where that the engine survived.
+// logPanic logs p, a panic of where that the engine survived, and notes
+// it (NotePanic, PanicBackground): survived and caught log through it, and
+// so do the audit writer and the bound trimmer.
 func (e *Engine) logPanic(where string, p any) {
 	e.opts.Logger.Error(where+" panicked; the engine goes on",
 		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+	e.note(NotePanic, PanicBackground)
 }
 
 // sweepTimeout bounds one sweep of the janitor, and one count trim.
@@ -751,6 +756,7 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (p *P
 			e.opts.Logger.Error("the authenticator panicked: the credential is refused as unknown",
 				"method", credentialMethod(c), "panic", authPanicText(r), "stack", string(debug.Stack()))
 			p, err = nil, errUnknownCredential()
+			e.note(NotePanic, PanicAuthenticator)
 		}
 	}()
 	if ca, ok := e.auth.(CredentialAuthenticator); ok {

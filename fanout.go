@@ -247,11 +247,12 @@ func (f *fanout) step() (more bool) {
 
 // logPanic logs a panic of the fan-out where it was, at seq (0: at no
 // message), with its stack, card numbers redacted, and notes it
-// (NoteFanoutPanic).
+// (NoteFanoutPanic by subject, and NotePanic with PanicFanout).
 func (f *fanout) logPanic(where string, seq uint64, p any) {
 	f.e.opts.Logger.Error("the fan-out panicked "+where+"; it goes on",
 		"subject", noPAN(f.subject), "seq", seq, "panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
 	f.e.note(NoteFanoutPanic, f.subject)
+	f.e.note(NotePanic, PanicFanout)
 }
 
 // scatter makes every live subscriber of the subject read on by itself

@@ -15,7 +15,8 @@ import (
 // cannot hold), and an application's gate is code the broker does not
 // know. Over WebSocket a publish runs on a worker goroutine, where a panic
 // would end every connection the broker holds. The panic is logged with
-// its stack, never returned: its value may quote the message.
+// its stack, never returned: its value may quote the message, and noted
+// (NotePanic, PanicGate).
 func (e *Engine) judge(ctx context.Context, gates []Gate, a *Admission) (gate string, v Verdict, ok bool) {
 	i := 0
 	defer func() {
@@ -24,6 +25,7 @@ func (e *Engine) judge(ctx context.Context, gates []Gate, a *Admission) (gate st
 			v, ok = Deny(CodeInternal, fmt.Sprintf("gate %s failed on this message", gate)), false
 			e.opts.Logger.Error("a gate panicked: the message is refused", "gate", gate, "subject", noPAN(a.Message.Subject),
 				"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+			e.note(NotePanic, PanicGate)
 		}
 	}()
 	for ; i < len(gates); i++ {

@@ -3,6 +3,7 @@ package pigeon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime/debug"
 	"slices"
@@ -19,9 +20,10 @@ import (
 // not block and should cost no more than a few atomic updates. With
 // Options.Observer nil nothing is measured and nothing is called. A panic
 // of one of its calls is recovered and logged with its stack (card
-// numbers redacted), and changes no outcome: the engine goes on as if the
-// call had returned (under Observers, the observers after the one that
-// panicked miss that call).
+// numbers redacted), and noted (NotePanic, PanicObserver); it changes no
+// outcome: the engine goes on as if the call had returned (under
+// Observers, the observers after the one that panicked miss that call,
+// except a Noted, which each is handed under its own recover).
 //
 // Records carry principals and message ids: an implementation that labels
 // metrics must keep its label sets bounded (subjects, codes, gates,
@@ -85,6 +87,22 @@ const (
 	// the decoder or the routing of one message), which it survived and
 	// logged (label: subject).
 	NoteFanoutPanic Note = "fanout_panic"
+	// NotePanic is a panic the engine survived, logged with its stack
+	// (label: where it was, one of the Panic* values; never a client's
+	// text). A fan-out's panic is noted both as NoteFanoutPanic and as
+	// NotePanic with PanicFanout.
+	NotePanic Note = "panic"
+)
+
+// Where a panic the engine survived was: the label of NotePanic.
+const (
+	PanicGate          = "gate"          // a gate's Check: the message is refused INTERNAL
+	PanicSubscription  = "subscription"  // a subscription's delivery loop or asynchronous handler: the subscription ends INTERNAL
+	PanicFanout        = "fanout"        // a subject's fan-out (also NoteFanoutPanic, by subject)
+	PanicObserver      = "observer"      // the Observer: the engine goes on as if the call had returned
+	PanicAuthenticator = "authenticator" // the Authenticator: the credential is refused as unknown
+	PanicBackground    = "background"    // the engine's background work (janitor, trims, cluster watch, renewals, audit writer and walk)
+	PanicClock         = "clock"         // Options.Now: the system clock answers
 )
 
 // since is the start of an observed operation: the current time when an
@@ -162,14 +180,32 @@ func (e *Engine) observeCommitted(o Observer, log CommitLog, records int, d time
 
 // note counts one n.
 func (e *Engine) note(n Note, label string) {
-	if o := e.opts.Observer; o != nil {
-		e.observeNoted(o, n, label)
+	noteTo(e.opts.Observer, e.opts.Logger, n, label)
+}
+
+// noteTo hands one n to o, if any, surviving its panic. Each Observer of
+// a list (Observers) is handed the note under its own recover, so that one
+// that panics leaves the others counting: a panic's note reaches the
+// metrics even when the Observer that panicked comes first.
+func noteTo(o Observer, log *slog.Logger, n Note, label string) {
+	if list, ok := o.(multiObserver); ok {
+		for _, one := range list {
+			observeNoted(o, one, log, n, label)
+		}
+		return
+	}
+	if o != nil {
+		observeNoted(o, o, log, n, label)
 	}
 }
 
-func (e *Engine) observeNoted(o Observer, n Note, label string) {
-	defer e.observerPanicked("Noted")
-	o.Noted(n, label)
+// observeNoted hands n to one, an Observer of all (the engine's). A panic
+// of it is logged and noted to all, except a panic of the note of an
+// Observer's panic, which is only logged: noting it again would call the
+// Observer that panicked, for ever.
+func observeNoted(all, one Observer, log *slog.Logger, n Note, label string) {
+	defer observerPanicked(all, log, "Noted", n != NotePanic || label != PanicObserver)
+	one.Noted(n, label)
 }
 
 // observerPanicked, deferred by every call into the Observer (the
@@ -183,10 +219,26 @@ func (e *Engine) observeNoted(o Observer, n Note, label string) {
 // WebSocket connection's teardown waiting for it for ever), or ended the
 // process from a goroutine of the engine's. The value is never returned:
 // it may quote a record.
+// The panic is noted (NotePanic, PanicObserver) to the same Observer.
 func (e *Engine) observerPanicked(method string) {
 	if p := recover(); p != nil {
-		e.opts.Logger.Error("an observer panicked in "+method+"; the engine goes on as if it had returned",
-			"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+		observerPanic(e.opts.Observer, e.opts.Logger, method, p, true)
+	}
+}
+
+// observerPanicked is Engine.observerPanicked for the calls made without
+// an engine at hand (noteTo); it notes the panic only when note is set.
+func observerPanicked(o Observer, log *slog.Logger, method string, note bool) {
+	if p := recover(); p != nil {
+		observerPanic(o, log, method, p, note)
+	}
+}
+
+func observerPanic(o Observer, log *slog.Logger, method string, p any, note bool) {
+	log.Error("an observer panicked in "+method+"; the engine goes on as if it had returned",
+		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+	if note {
+		noteTo(o, log, NotePanic, PanicObserver)
 	}
 }
 

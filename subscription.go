@@ -555,7 +555,8 @@ func errDeliveryPanicked() error {
 // deferred finish then ends the subscription as any stop does (its
 // window's deliveries settled, its leases given back, subscription.stopped
 // audited with the code). The panic is logged with its stack, card
-// numbers redacted; it is never returned (its value may quote a message).
+// numbers redacted, and noted (NotePanic, PanicSubscription); it is never
+// returned (its value may quote a message).
 func (s *subscription) survive(where string) {
 	p := recover()
 	if p == nil {
@@ -569,6 +570,7 @@ func (s *subscription) logPanic(where string, p any) {
 	s.e.opts.Logger.Error("a subscription's "+where+" panicked: the subscription is ended, INTERNAL",
 		"subject", noPAN(s.subj.name), "subscription", s.id, "principal", noPAN(s.caller.Principal.ID),
 		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+	s.e.note(NotePanic, PanicSubscription)
 }
 
 // survive, deferred around an asynchronous handler (a transport's: the

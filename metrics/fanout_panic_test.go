@@ -64,6 +64,8 @@ func TestFanoutPanicsAreCounted(t *testing.T) {
 		return got == 1
 	}, 30*time.Second, 10*time.Millisecond, "counted %v", got)
 	require.True(t, fired.Load())
+	got, _ = value(scrape(t, reg), "pigeon_panics_total", map[string]string{"where": pigeon.PanicFanout})
+	require.EqualValues(t, 1, got, "counted among every panic survived")
 }
 
 // TestFanoutPanicNoteIsCounted: NoteFanoutPanic counts by subject.

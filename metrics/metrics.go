@@ -16,7 +16,8 @@
 // # Bounded labels
 //
 // Labels are subjects, outcomes, decision codes, gates, event types, stages,
-// store logs, authentication methods and consumer groups; never a principal
+// store logs, authentication methods, the places a survived panic was
+// and consumer groups; never a principal
 // or a message id. A publish refused for a subject the catalog does not have
 // (by the contract gate, or by the envelope gate, which comes before it) is
 // counted under the subject Unknown, whatever name the client sent. A
@@ -37,6 +38,7 @@ package metrics
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -114,6 +116,7 @@ type Metrics struct {
 	quarSkipped  *counters // subject
 	repliesLost  *counters // subject
 	fanoutPanics *counters // subject
+	panics       *counters // where
 
 	latency      *histograms // stage
 	commitTime   *histograms // log
@@ -149,6 +152,10 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	m.quarSkipped = counter("quarantine_skipped_total", "Refusals whose copy was not kept, their principal past the quarantine rate, by subject.", "subject")
 	m.repliesLost = counter("replies_not_kept_total", "Replies whose requester was not waiting and that the bounds on replies kept for a later claim left out, by subject.", "subject")
 	m.fanoutPanics = counter("fanout_panics_total", "Panics a subject's fan-out survived (a store read, the decoder or the routing of one message; logged with the stack), by subject.", "subject")
+	m.panics = counter("panics_total", "Panics the engine survived (each logged with its stack), by where they were: gate, subscription, fanout, observer, authenticator, background, clock.", "where")
+	for _, w := range panicSites {
+		m.panics.inc(0, w) // present at 0, so that an alert's increase() sees the first
+	}
 	histogram := func(name, help string, buckets []float64, label string, known ...string) *histograms {
 		return newHistograms(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pigeon", Name: name, Help: help, Buckets: buckets}, []string{label}), o.MaxSeries, known)
 	}
@@ -159,7 +166,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 	m.commitTime = histogram("store_commit_duration_seconds", "Duration of one store write, by log (messages, audit).", latencyBuckets, "log", logs...)
 	m.commitRecord = histogram("store_commit_records", "Records carried by one store write (the group-commit batch size), by log.", prometheus.ExponentialBuckets(1, 2, 12), "log", logs...)
 	cs := []prometheus.Collector{m.decisions.vec, m.events.vec, m.deliveries.vec, m.redeliveries.vec, m.exhausted.vec,
-		m.authFailures.vec, m.quarSkipped.vec, m.repliesLost.vec, m.fanoutPanics.vec, m.latency.vec, m.commitTime.vec, m.commitRecord.vec, newStateCollector(o)}
+		m.authFailures.vec, m.quarSkipped.vec, m.repliesLost.vec, m.fanoutPanics.vec, m.panics.vec, m.latency.vec, m.commitTime.vec, m.commitRecord.vec, newStateCollector(o)}
 	if !o.NoRuntime {
 		cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -210,8 +217,9 @@ func (m *Metrics) Committed(log pigeon.CommitLog, records int, d time.Duration) 
 }
 
 // Noted counts a redelivery, an authentication failure, a quarantine
-// copy not kept, a reply not kept for a later claim or a panic the
-// fan-out survived.
+// copy not kept, a reply not kept for a later claim, a panic the
+// fan-out survived (by subject) or any panic the engine survived (by
+// where; a where not among the engine's counts under Other).
 func (m *Metrics) Noted(n pigeon.Note, label string) {
 	switch n {
 	case pigeon.NoteRedelivery:
@@ -224,8 +232,17 @@ func (m *Metrics) Noted(n pigeon.Note, label string) {
 		m.repliesLost.inc(1, label)
 	case pigeon.NoteFanoutPanic:
 		m.fanoutPanics.inc(1, label)
+	case pigeon.NotePanic:
+		if !slices.Contains(panicSites, label) {
+			label = Other
+		}
+		m.panics.inc(1, label)
 	}
 }
+
+// panicSites are the labels of pigeon.NotePanic.
+var panicSites = []string{pigeon.PanicGate, pigeon.PanicSubscription, pigeon.PanicFanout, pigeon.PanicObserver,
+	pigeon.PanicAuthenticator, pigeon.PanicBackground, pigeon.PanicClock}
 
 // labels is a label set of up to four values, a comparable map key.
 type labels [4]string

@@ -46,7 +46,7 @@ type Server struct {
 }
 
 type counters struct {
-	open, accepted, refused, stalled, tooBig, badText, pingTimeouts, rateLimited, queuedPeak, cut atomic.Int64
+	open, accepted, refused, stalled, tooBig, badText, pingTimeouts, rateLimited, queuedPeak, cut, panics atomic.Int64
 }
 
 // Stats are a server's counters since it started.
@@ -76,6 +76,11 @@ type Stats struct {
 	// the engine ended their subscription for a refusal (its contract
 	// revoked or expired, a role taken away) before they were written.
 	CutFrames int64
+	// Panics counts the panics the server survived, of an op's worker or
+	// of a connection's read loop (each answered INTERNAL, logged with its
+	// stack and closing its connection with 1011): the engine's Observer
+	// does not see them.
+	Panics int64
 }
 
 // NewServer returns the WebSocket endpoint of e.
@@ -91,7 +96,7 @@ func (s *Server) Stats() Stats {
 	c := &s.stats
 	return Stats{Open: c.open.Load(), Accepted: c.accepted.Load(), Refused: c.refused.Load(), Stalled: c.stalled.Load(),
 		PingTimeouts: c.pingTimeouts.Load(), TooBig: c.tooBig.Load(), InvalidText: c.badText.Load(), RateLimited: c.rateLimited.Load(),
-		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load(), CutFrames: c.cut.Load(),
+		QueuedBytes: s.budget.inUse(), QueuedBytesPeak: c.queuedPeak.Load(), CutFrames: c.cut.Load(), Panics: c.panics.Load(),
 		ReadBytes: s.reads.InUse(), ReadsRefused: int64(s.reads.Refused())}
 }
 

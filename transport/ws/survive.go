@@ -21,12 +21,13 @@ import (
 // writer): closed at once, it was written ahead of the frames queued
 // before, and the client lost the answer and those frames. A connection
 // whose close is not written within the stall timeout (its client reads
-// nothing) is cut then.
+// nothing) is cut then. The panic is counted in Stats.Panics.
 func (c *conn) survive(f *Frame) {
 	p := recover()
 	if p == nil {
 		return
 	}
+	c.srv.stats.panics.Add(1)
 	c.srv.opts.Logger.ErrorContext(c.ctx, "a websocket op panicked: answered INTERNAL, closing the connection",
 		"op", f.Op, "principal", c.principal.ID, "panic", pigeon.RedactPANs(fmt.Sprint(p)), "stack", string(debug.Stack()))
 	c.answer(f.ID, pigeon.NewError(pigeon.CodeInternal, "the server failed on this %s", f.Op))
@@ -42,7 +43,7 @@ func (c *conn) survive(f *Frame) {
 // this connection alone, as survive does for an op's worker: the frame,
 // when its id is known, is answered INTERNAL, the panic is logged with
 // its stack, card numbers redacted, and the connection is closed with
-// 1011 behind the frames queued before. The loop then returns, and serve's
+// 1011 behind the frames queued before, and counted in Stats.Panics. The loop then returns, and serve's
 // teardown releases what the connection held: its subscriptions end and
 // give back the deliveries they hold (to the group, for another consumer),
 // its ops finish, its slot among the principal's connections is freed.
@@ -59,6 +60,7 @@ func (c *conn) surviveRead(cur **Frame) {
 	if f != nil {
 		op = servedOp(f.Op)
 	}
+	c.srv.stats.panics.Add(1)
 	c.srv.opts.Logger.ErrorContext(c.ctx, "the websocket read loop panicked: closing the connection",
 		"op", op, "principal", c.principal.ID, "panic", pigeon.RedactPANs(fmt.Sprint(p)), "stack", string(debug.Stack()))
 	if f != nil {
