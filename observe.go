@@ -373,8 +373,10 @@ type VerifyResult struct {
 }
 
 // Stats reads the engine's state: the audit head, the open quarantine,
-// what each subject holds, each group's lag and leases. It costs one
-// quarantine listing, a Bounds read per subject of the catalog (and a
+// what each subject holds, each group's lag and leases. It costs an
+// AuditHead read on a store that chains audit records itself (the
+// write-ahead log's flushes its acceptances first), one quarantine
+// listing, a Bounds read per subject of the catalog (and a
 // Bytes read per subject with retention.maxBytes), one listing of the
 // subjects with messages and a Bounds read per such subject not in the
 // catalog (MaxStatsRemovedSubjects at most), one listing of the
@@ -384,9 +386,20 @@ type VerifyResult struct {
 // refresh, not a hot path.
 func (e *Engine) Stats(ctx context.Context) (Stats, error) {
 	var st Stats
-	e.auditor.mu.Lock()
-	st.AuditRecords = e.auditor.seq
-	e.auditor.mu.Unlock()
+	if _, ok := e.store.(store.AuditChainer); ok {
+		// Such a store chains the records (its own among them: the
+		// write-ahead log's acceptances) and knows the head; the
+		// auditor's, which it does not move, stays at 0.
+		last, _, err := e.store.AuditHead(ctx)
+		if err != nil {
+			return Stats{}, storeError(err)
+		}
+		st.AuditRecords = last.Seq
+	} else {
+		e.auditor.mu.Lock()
+		st.AuditRecords = e.auditor.seq
+		e.auditor.mu.Unlock()
+	}
 	if v := e.lastVerify.Load(); v != nil {
 		st.LastVerify = *v
 	}
