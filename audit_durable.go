@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"pigeon/store"
+	"pigeon/store/memory"
 )
 
 // Acceptance evidence on a durable store.
@@ -20,7 +21,7 @@ import (
 // (store.AuditChainer) instead of chaining records itself. On any other
 // store the record is queued for the auditor with the append, before any
 // reader of the store can see the message, where the store offers that
-// (acceptQueuer, as store/memory does), and otherwise after it.
+// (store/memory's AppendAcceptedTo), and otherwise after it.
 //
 // A delivery is recorded by a reader of the store, after the message is
 // there to read, so queued with the append the acceptance precedes every
@@ -31,26 +32,28 @@ import (
 // delivery made in between, and a page read in that moment would miss
 // it.
 
-// acceptQueuer is the ability of a store (store/memory) to hand the
-// audit record of a message's acceptance, made as store.AcceptAppender
-// keeps it, to a queue once the message is stored and before any reader
-// of the store can see it.
-type acceptQueuer interface {
-	AppendAcceptedTo(ctx context.Context, m store.Message, accepted store.AuditRecord, q interface{ QueueAudit(store.AuditRecord) }) (store.Message, bool, error)
-}
-
 // appendAccepted appends sm and reports whether acc, the audit record of
 // its acceptance, is kept or queued with it; when it is not, the caller
 // audits acc itself once the message is accepted.
 func (e *Engine) appendAccepted(ctx context.Context, sm store.Message, acc store.AuditRecord) (stored store.Message, dup, audited bool, err error) {
+	if h := e.afterAppend.Load(); h != nil {
+		defer func() {
+			if err == nil && !dup {
+				(*h)(stored)
+			}
+		}()
+	}
 	if aa, ok := e.store.(store.AcceptAppender); ok {
 		if _, ok := e.store.(store.AuditChainer); ok {
 			stored, dup, err = aa.AppendAccepted(ctx, sm, acc)
 			return stored, dup, true, err
 		}
 	}
-	if aq, ok := e.store.(acceptQueuer); ok {
-		stored, dup, err = aq.AppendAcceptedTo(ctx, sm, acc, &e.auditor)
+	// The memory store itself, not a type that embeds it: a wrapper that
+	// embeds it to change Append (a test's store failing appends, an
+	// application's instrumentation) would have its Append passed by.
+	if ms, ok := e.store.(*memory.Store); ok {
+		stored, dup, err = ms.AppendAcceptedTo(ctx, sm, acc, &e.auditor)
 		return stored, dup, err == nil && !dup, err
 	}
 	stored, dup, err = e.store.Append(ctx, sm)
@@ -58,7 +61,7 @@ func (e *Engine) appendAccepted(ctx context.Context, sm store.Message, acc store
 }
 
 // QueueAudit queues r for the writer without waiting for its write: r
-// is an acceptance, handed over by an acceptQueuer under its lock, so it
+// is an acceptance, handed over by the memory store under its lock, so it
 // is queued and nothing more (the observers hear of it from the caller,
 // after the lock; an acceptance is never bounded nor coalesced).
 func (a *auditor) QueueAudit(r store.AuditRecord) {

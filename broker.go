@@ -262,7 +262,11 @@ type Engine struct {
 	dir        directory
 	grantKey   ed25519.PrivateKey
 	lastVerify atomic.Pointer[VerifyResult]
-	verifies   auditWalks // VerifyAudit's walks, shared
+	// afterAppend, set by tests only, runs once the store has a message
+	// and before the engine answers for it (appendAccepted): the moment
+	// in which a reader of the store may be handed the message.
+	afterAppend atomic.Pointer[func(store.Message)]
+	verifies    auditWalks // VerifyAudit's walks, shared
 
 	closed   atomic.Bool
 	done     chan struct{}

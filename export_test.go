@@ -96,3 +96,13 @@ func (e *Engine) RecentExact(subject string, seq uint64) (exact, cached bool) {
 	d.value()
 	return d.exact, true
 }
+
+// SetAfterAppend makes h run once the store has each message published
+// and before the engine answers for it (nil: no more).
+func (e *Engine) SetAfterAppend(h func(store.Message)) {
+	if h == nil {
+		e.afterAppend.Store(nil)
+		return
+	}
+	e.afterAppend.Store(&h)
+}

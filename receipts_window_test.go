@@ -1,7 +1,6 @@
 package pigeon_test
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 
@@ -10,51 +9,7 @@ import (
 	"pigeon"
 	"pigeon/demo"
 	"pigeon/store"
-	"pigeon/store/memory"
 )
-
-// windowStore is a memory store that runs hook once a message is stored
-// and before the engine is told so: in the moment where, before the
-// acceptance record was queued with the message, a reader of the store
-// could be handed the message and its delivery recorded first.
-type windowStore struct {
-	*memory.Store
-	hook atomic.Pointer[func(store.Message)]
-}
-
-func (w *windowStore) fire(m store.Message) {
-	if h := w.hook.Swap(nil); h != nil {
-		(*h)(m)
-	}
-}
-
-func (w *windowStore) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
-	got, dup, err := w.Store.Append(ctx, m)
-	if err == nil && !dup {
-		w.fire(got)
-	}
-	return got, dup, err
-}
-
-// auditQueue is what the engine hands a memory store that queues the
-// acceptance record with the message.
-type auditQueue = interface{ QueueAudit(store.AuditRecord) }
-
-// AppendAcceptedTo, when the memory store has it, is the engine's way in:
-// the hook runs once it returns, as Append's does.
-func (w *windowStore) AppendAcceptedTo(ctx context.Context, m store.Message, acc store.AuditRecord, q auditQueue) (store.Message, bool, error) {
-	aq, ok := any(w.Store).(interface {
-		AppendAcceptedTo(context.Context, store.Message, store.AuditRecord, auditQueue) (store.Message, bool, error)
-	})
-	if !ok {
-		return w.Append(ctx, m)
-	}
-	got, dup, err := aq.AppendAcceptedTo(ctx, m, acc, q)
-	if err == nil && !dup {
-		w.fire(got)
-	}
-	return got, dup, err
-}
 
 // TestReceiptsPagedAcrossTheAcceptanceWindow: a message is replayed (with
 // the one before it: one record listing both) and then twice alone (two
@@ -68,8 +23,7 @@ func (w *windowStore) AppendAcceptedTo(ctx context.Context, m store.Message, acc
 // acceptance then came after all three records, and the next page,
 // after that later receipt, left the record listing both out for good.
 func TestReceiptsPagedAcrossTheAcceptanceWindow(t *testing.T) {
-	ws := &windowStore{Store: memory.New(nil)}
-	f := newFixture(t, func(o *pigeon.Options) { o.Store = ws })
+	f := newFixture(t) // the memory store
 	e := f.e
 	pub := f.connect("orders-token", "notifications.send")
 	replayer := f.connect("notify-replay-token", "notifications.send")
@@ -78,7 +32,11 @@ func TestReceiptsPagedAcrossTheAcceptanceWindow(t *testing.T) {
 
 	var first []pigeon.Receipt
 	var firstErr error
-	hook := func(m store.Message) {
+	var ran atomic.Bool
+	e.SetAfterAppend(func(m store.Message) {
+		if !ran.CompareAndSwap(false, true) {
+			return
+		}
 		both, err := replayer.Replay(ctx, pigeon.ReplayRequest{Subject: m.Subject, Reason: "both"})
 		require.NoError(t, err)
 		require.Len(t, both, 2)
@@ -88,11 +46,11 @@ func TestReceiptsPagedAcrossTheAcceptanceWindow(t *testing.T) {
 			require.Len(t, alone, 1)
 		}
 		first, firstErr = e.Receipts(ctx, m.ID, pigeon.WithMaxReceipts(1))
-	}
-	ws.hook.Store(&hook)
+	})
 	res, err := pub.Publish(ctx, demo.Notification("k-1"))
 	require.NoError(t, err)
-	require.Nil(t, ws.hook.Load(), "the hook ran")
+	e.SetAfterAppend(nil)
+	require.True(t, ran.Load(), "the hook ran")
 	id := res.Message.ID
 
 	all, err := e.Receipts(ctx, id, pigeon.WithMaxReceipts(-1))
