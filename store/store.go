@@ -432,7 +432,10 @@ type AuditChainer interface {
 
 // AcceptAppender is the optional ability to keep a message and the audit
 // record of its acceptance in one durable write. A store that has it also
-// implements AuditChainer.
+// implements AuditChainer. The broker appends through AppendAccepted,
+// not Append, when a store has it: a type that embeds such a store (the
+// write-ahead log) to change what Append does must change AppendAccepted
+// too, or hide it, or the broker passes its Append by.
 type AcceptAppender interface {
 	// AppendAccepted is Append, and when m is stored (not a duplicate)
 	// the audit record accepted (with Subject and MessageID set to m's,
