@@ -455,8 +455,7 @@ func steadyClock(now func() time.Time, o *Options) func() time.Time {
 	return func() (t time.Time) {
 		defer func() {
 			if p := recover(); p != nil {
-				o.Logger.Error("the clock (Options.Now) panicked; the system clock answers",
-					"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+				logPanic(o.Logger, "the clock (Options.Now) panicked; the system clock answers", panicText(p))
 				t = time.Now()
 				noteTo(o.Observer, o.Logger, NotePanic, PanicClock)
 			}
@@ -508,10 +507,27 @@ func (e *Engine) caught(where string, fn func() error) (err error) {
 // it (NotePanic, PanicBackground): survived and caught log through it, and
 // so do the audit writer and the bound trimmer.
 func (e *Engine) logPanic(where string, p any) {
-	e.opts.Logger.Error(where+" panicked; the engine goes on",
-		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
-	e.note(NotePanic, PanicBackground)
+	e.panicked(PanicBackground, where+" panicked; the engine goes on", panicText(p))
 }
+
+// panicked reports a panic the engine survived: it logs msg with attrs,
+// text (what the log keeps of the panic's value: panicText, or less) and
+// the stack, and notes it (NotePanic, where). Every recover of the engine
+// reports through it.
+func (e *Engine) panicked(where, msg, text string, attrs ...any) {
+	logPanic(e.opts.Logger, msg, text, attrs...)
+	e.note(NotePanic, where)
+}
+
+// logPanic logs msg, a panic survived, with attrs, text (what the log
+// keeps of its value) and the stack of the goroutine that recovered it.
+func logPanic(log *slog.Logger, msg, text string, attrs ...any) {
+	log.Error(msg, append(attrs, "panic", text, "stack", string(debug.Stack()))...)
+}
+
+// panicText is what a log keeps of p, a panic's value: its text, card
+// numbers redacted (the value may quote a message or a record).
+func panicText(p any) string { return noPANIn(fmt.Sprint(p)) }
 
 // sweepTimeout bounds one sweep of the janitor, and one count trim.
 const sweepTimeout = 10 * time.Second
@@ -757,10 +773,9 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (p *P
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			e.opts.Logger.Error("the authenticator panicked: the credential is refused as unknown",
-				"method", credentialMethod(c), "panic", authPanicText(r), "stack", string(debug.Stack()))
 			p, err = nil, errUnknownCredential()
-			e.note(NotePanic, PanicAuthenticator)
+			e.panicked(PanicAuthenticator, "the authenticator panicked: the credential is refused as unknown",
+				authPanicText(r), "method", credentialMethod(c))
 		}
 	}()
 	if ca, ok := e.auth.(CredentialAuthenticator); ok {

@@ -2,8 +2,6 @@ package pigeon
 
 import (
 	"context"
-	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,10 +247,8 @@ func (f *fanout) step() (more bool) {
 // message), with its stack, card numbers redacted, and notes it
 // (NoteFanoutPanic by subject, and NotePanic with PanicFanout).
 func (f *fanout) logPanic(where string, seq uint64, p any) {
-	f.e.opts.Logger.Error("the fan-out panicked "+where+"; it goes on",
-		"subject", noPAN(f.subject), "seq", seq, "panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+	f.e.panicked(PanicFanout, "the fan-out panicked "+where+"; it goes on", panicText(p), "subject", noPAN(f.subject), "seq", seq)
 	f.e.note(NoteFanoutPanic, f.subject)
-	f.e.note(NotePanic, PanicFanout)
 }
 
 // scatter makes every live subscriber of the subject read on by itself

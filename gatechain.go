@@ -3,7 +3,6 @@ package pigeon
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 )
 
 // judge runs gates over a in order and returns the name and verdict of
@@ -23,9 +22,7 @@ func (e *Engine) judge(ctx context.Context, gates []Gate, a *Admission) (gate st
 		if p := recover(); p != nil {
 			gate = gates[i].Name()
 			v, ok = Deny(CodeInternal, fmt.Sprintf("gate %s failed on this message", gate)), false
-			e.opts.Logger.Error("a gate panicked: the message is refused", "gate", gate, "subject", noPAN(a.Message.Subject),
-				"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
-			e.note(NotePanic, PanicGate)
+			e.panicked(PanicGate, "a gate panicked: the message is refused", panicText(p), "gate", gate, "subject", noPAN(a.Message.Subject))
 		}
 	}()
 	for ; i < len(gates); i++ {

@@ -2,10 +2,8 @@ package pigeon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -235,8 +233,7 @@ func observerPanicked(o Observer, log *slog.Logger, method string, note bool) {
 }
 
 func observerPanic(o Observer, log *slog.Logger, method string, p any, note bool) {
-	log.Error("an observer panicked in "+method+"; the engine goes on as if it had returned",
-		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
+	logPanic(log, "an observer panicked in "+method+"; the engine goes on as if it had returned", panicText(p))
 	if note {
 		noteTo(o, log, NotePanic, PanicObserver)
 	}

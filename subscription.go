@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -567,10 +566,8 @@ func (s *subscription) survive(where string) {
 }
 
 func (s *subscription) logPanic(where string, p any) {
-	s.e.opts.Logger.Error("a subscription's "+where+" panicked: the subscription is ended, INTERNAL",
-		"subject", noPAN(s.subj.name), "subscription", s.id, "principal", noPAN(s.caller.Principal.ID),
-		"panic", noPANIn(fmt.Sprint(p)), "stack", string(debug.Stack()))
-	s.e.note(NotePanic, PanicSubscription)
+	s.e.panicked(PanicSubscription, "a subscription's "+where+" panicked: the subscription is ended, INTERNAL", panicText(p),
+		"subject", noPAN(s.subj.name), "subscription", s.id, "principal", noPAN(s.caller.Principal.ID))
 }
 
 // survive, deferred around an asynchronous handler (a transport's: the
