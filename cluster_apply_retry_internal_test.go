@@ -10,29 +10,42 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"pigeon/internal/testlog"
 	"pigeon/store"
 	"pigeon/store/memory"
 )
 
-// failingReads is a store whose next n directory listings and contract
-// reads fail, as a store does while it loses its quorum for a moment.
-type failingReads struct {
+// badReads is a store whose next n directory listings and contract reads
+// fail, as a store does while it loses its quorum for a moment, or, with
+// panics set, panic, as a store of a third party with a bug might.
+type badReads struct {
 	store.Store
+	panics      bool
 	lists, gets atomic.Int32
 }
 
 var errReadFailed = errors.New("read failed")
 
-func (s *failingReads) List(ctx context.Context, bucket string) (map[string][]byte, error) {
-	if s.lists.Add(-1) >= 0 {
-		return nil, errReadFailed
+func (s *badReads) bad(n *atomic.Int32, what string) error {
+	if n.Add(-1) < 0 {
+		return nil
+	}
+	if s.panics {
+		panic(what + " failed on card 4111 1111 1111 1111")
+	}
+	return errReadFailed
+}
+
+func (s *badReads) List(ctx context.Context, bucket string) (map[string][]byte, error) {
+	if err := s.bad(&s.lists, "list"); err != nil {
+		return nil, err
 	}
 	return s.Store.List(ctx, bucket)
 }
 
-func (s *failingReads) GetContract(ctx context.Context, id string) (store.ContractRecord, error) {
-	if s.gets.Add(-1) >= 0 {
-		return store.ContractRecord{}, errReadFailed
+func (s *badReads) GetContract(ctx context.Context, id string) (store.ContractRecord, error) {
+	if err := s.bad(&s.gets, "get"); err != nil {
+		return store.ContractRecord{}, err
 	}
 	return s.Store.GetContract(ctx, id)
 }
@@ -45,10 +58,24 @@ func (s *failingReads) GetContract(ctx context.Context, id string) (store.Contra
 // or the contract until some later change. The change is now read again,
 // with a growing pause, until it is applied.
 func TestAnotherNodesChangeIsAppliedThroughFailedReads(t *testing.T) {
+	testChangeAppliedThroughBadReads(t, false)
+}
+
+// TestAnotherNodesChangeIsAppliedThroughPanickedReads: a store read that
+// panics while this node applies another node's change is a failed read:
+// read again until the change is applied, the panic logged. applyChange
+// may run on a goroutine of the Cluster's, where no caller could recover
+// it. Before, the panic ended the process.
+func TestAnotherNodesChangeIsAppliedThroughPanickedReads(t *testing.T) {
+	testChangeAppliedThroughBadReads(t, true)
+}
+
+func testChangeAppliedThroughBadReads(t *testing.T, panics bool) {
 	ctx := context.Background()
 	const id = "spiffe://merchant-prod/ns/shop/sa/node-b"
-	st := &failingReads{Store: memory.New(nil)}
-	e, err := New(ctx, &Options{Store: st, Catalog: &Catalog{Subjects: []SubjectPolicy{{
+	st := &badReads{Store: memory.New(nil), panics: panics}
+	logs := &testlog.Buffer{}
+	e, err := New(ctx, &Options{Store: st, Logger: logs.Logger(), Catalog: &Catalog{Subjects: []SubjectPolicy{{
 		Name: "t.x", Version: "v1", Mode: ModePubSub, Intents: []string{"test"},
 		Policy: map[Operation][]RuleSpec{OpPublish: {{Effect: "allow", Principals: []string{id}}}},
 	}}}})
@@ -88,4 +115,12 @@ func TestAnotherNodesChangeIsAppliedThroughFailedReads(t *testing.T) {
 		_, code, _ = e.checkContract(ctx, c.ID(), p, e.subject("t.x"), OpPublish)
 		require.Equal(t, CodeContractRevoked, code, "the contract another node revoked is refused here once its change is applied")
 	})
+
+	if panics {
+		out := logs.String()
+		require.Contains(t, out, "reading a changed contract panicked")
+		require.Contains(t, out, "reloading the access directory panicked")
+		require.Contains(t, out, Redacted)
+		require.NotContains(t, out, "4111 1111 1111 1111")
+	}
 }
