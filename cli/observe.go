@@ -85,6 +85,16 @@ func newObservation() (*observation, error) {
 			st := o.srv.ConnStats()
 			return st.Refused, st.LockedOut
 		},
+		TransportPanics: func() (uint64, uint64) {
+			if o.srv == nil {
+				return 0, 0
+			}
+			var m int64
+			if ms := o.srv.Mesgd(); ms != nil {
+				m = ms.Stats().Panics
+			}
+			return uint64(o.srv.WebSocket().Stats().Panics), uint64(m)
+		},
 	})
 	if err != nil {
 		return nil, err

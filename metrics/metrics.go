@@ -85,6 +85,13 @@ type Options struct {
 	// beyond a connection cap, and from a source locked out for refused
 	// credentials (server.Server.ConnStats).
 	ConnectionsRefused func() (limit, lockedOut uint64)
+	// TransportPanics, when set, is read at every scrape for the panics
+	// the WebSocket transports survived since they began, which the
+	// engine's Observer does not see: /v1/ws's (an op's worker, a read
+	// loop; server.Server.WebSocket().Stats().Panics) and /mesgd's (a
+	// connection's handler; mesgd.Server.Stats().Panics, 0 when it is not
+	// served).
+	TransportPanics func() (websocket, mesgd uint64)
 	// InCatalog, when set, reports whether a subject is one of the
 	// catalog's: a publish the envelope gate refused keeps its subject label
 	// when it is, and counts under Unknown otherwise. Without it every

@@ -18,7 +18,7 @@ type stateCollector struct {
 	mu      sync.Mutex
 	reading *statsReading // the reading in flight, nil when none
 
-	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, refused, contracts,
+	lag, inFlight, quarantineOpen, auditRecords, subscriptions, connections, refused, transportPanics, contracts,
 	verifyOK, verifyTime, verifyRecords, scrapeErrors, subjectMessages, subjectBytes *prometheus.Desc
 }
 
@@ -35,6 +35,7 @@ func newStateCollector(o Options) *stateCollector {
 		contracts:       d("contracts_live", "Negotiated contracts in force (not expired, not revoked)."),
 		connections:     d("websocket_connections", "Open WebSocket connections."),
 		refused:         d("connections_refused_total", "Connections refused as they were accepted, by reason: limit (a connection cap) or locked_out (a source locked out for refused credentials).", "reason"),
+		transportPanics: d("transport_panics_total", "Panics a WebSocket transport survived (each logged with its stack, its connection closed with 1011), by transport: websocket (/v1/ws) or mesgd (/mesgd).", "transport"),
 		verifyOK:        d("audit_last_verify_ok", "1 when the last audit chain verification held, 0 when it failed; absent before one."),
 		verifyTime:      d("audit_last_verify_timestamp_seconds", "When the audit chain was last verified (Unix time)."),
 		verifyRecords:   d("audit_last_verify_records", "Records the last audit chain verification checked."),
@@ -82,7 +83,7 @@ func (c *stateCollector) stats() (pigeon.Stats, error) {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.lag, c.inFlight, c.quarantineOpen, c.auditRecords, c.subscriptions, c.contracts,
-		c.connections, c.refused, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors, c.subjectMessages, c.subjectBytes} {
+		c.connections, c.refused, c.transportPanics, c.verifyOK, c.verifyTime, c.verifyRecords, c.scrapeErrors, c.subjectMessages, c.subjectBytes} {
 		ch <- d
 	}
 }
@@ -104,6 +105,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		limit, locked := c.o.ConnectionsRefused()
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(limit), "limit")
 		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(locked), "locked_out")
+	}
+	if c.o.TransportPanics != nil {
+		websocket, mesgd := c.o.TransportPanics()
+		ch <- prometheus.MustNewConstMetric(c.transportPanics, prometheus.CounterValue, float64(websocket), "websocket")
+		ch <- prometheus.MustNewConstMetric(c.transportPanics, prometheus.CounterValue, float64(mesgd), "mesgd")
 	}
 	if c.o.Stats == nil {
 		return

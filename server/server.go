@@ -341,6 +341,10 @@ func New(e *pigeon.Engine, opts *Options) *Server {
 // WebSocket returns the WebSocket endpoint (for its Stats).
 func (s *Server) WebSocket() *ws.Server { return s.ws }
 
+// Mesgd returns the mesgd endpoint (for its Stats), nil unless
+// Options.Mesgd.
+func (s *Server) Mesgd() *mesgd.Server { return s.mesgd }
+
 // Reauthenticate checks again the credential of every open WebSocket
 // connection, on /v1/ws and /mesgd (ws.Server.Reauthenticate,
 // mesgd.Server.Reauthenticate), as the engine judges it now: call it once

@@ -115,6 +115,8 @@ type Server struct {
 	// reauths counts the calls of Reauthenticate: an upgrade during one
 	// checks its credential again itself.
 	reauths atomic.Uint64
+	// panics counts the panics survive recovered (Stats.Panics).
+	panics atomic.Int64
 
 	// now is the engine's clock (pigeon.Options.Now), poll the longest
 	// the renewal sleeps between two readings of it, and armed, when
@@ -127,6 +129,17 @@ type Server struct {
 	// turn to write; tests set it.
 	waiting func()
 }
+
+// Stats are a server's counters since it started.
+type Stats struct {
+	// Panics counts the panics the server survived, of a connection's
+	// handler (each logged with its stack and closing its connection with
+	// 1011): the engine's Observer does not see them.
+	Panics int64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats { return Stats{Panics: s.panics.Load()} }
 
 // New returns the mesgd endpoint of e for opts.Subject.
 func New(e *pigeon.Engine, opts Options) *Server {
@@ -398,12 +411,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // revokes its contract, as at any end). Unrecovered, the panic reached
 // net/http, which logged it whole, card numbers with it, and the client
 // saw its connection cut without a close frame. Here it is logged with
-// its stack, card numbers redacted.
+// its stack, card numbers redacted, and counted in Stats.Panics (before
+// the close, so that a client that sees the close sees it counted).
 func (s *Server) survive(c *websocket.Conn, p *pigeon.Principal) {
 	r := recover()
 	if r == nil {
 		return
 	}
+	s.panics.Add(1)
 	s.opts.Logger.Error("a mesgd connection panicked: closing it", "principal", p.ID,
 		"panic", pigeon.RedactPANs(fmt.Sprint(r)), "stack", string(debug.Stack()))
 	_ = c.Close(websocket.StatusInternalError, "internal error")
