@@ -45,12 +45,37 @@ async def session(srv: Any, reported: list[Any]) -> Any:
                                 auto_renew=False, ping_interval=None), 5)
 
 
+def frames(ms: list[Any], batch: bool) -> list[dict[str, Any]]:
+    """The frames pushing the deliveries of ms: one deliver_batch, or a
+    deliver each."""
+    if batch:
+        return [{"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": m} for m in ms]}]
+    return [{"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m} for m in ms]
+
+
+async def push(handler: Any, sent: list[dict[str, Any]], answers: int, reports: int) -> tuple[Endpoint, list[Any]]:
+    """Pushes the frames sent to a subscription handled by handler, and
+    waits for the server to be answered answers times and the client to
+    report reports refusals; returns the server's endpoint and the
+    reports."""
+    ep = Endpoint()
+    reported: list[Any] = []
+    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
+        s = await session(srv, reported)
+        try:
+            await within(s.subscribe("x", handler), 5)
+            for f in sent:
+                await ep.send(f)
+            await eventually(lambda: len(ep.answered()) == answers and len(reported) == reports, 5,
+                             f"{answers} answers and {reports} reports")
+        finally:
+            await s.close(timeout=1)
+    return ep, reported
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["deliver", "deliver_batch"])
 async def test_a_delivery_tells_its_sequence_as_handed_over(batch):
-    ep = Endpoint()
     seen: list[tuple[str, int]] = []
-    reported: list[Any] = []
-
     read_only: list[bool] = []
 
     def handler(d: Any) -> None:
@@ -62,20 +87,8 @@ async def test_a_delivery_tells_its_sequence_as_handed_over(batch):
         except AttributeError:
             read_only.append(True)
 
-    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await session(srv, reported)
-        try:
-            await within(s.subscribe("x", handler), 5)
-            ms = [message("msg_a", 3), message("msg_b", (1 << 64) - 1), message("msg_c")]
-            if batch:
-                await ep.send({"op": "deliver_batch", "sub": "sub_1",
-                               "deliveries": [{"attempt": 1, "message": m} for m in ms]})
-            else:
-                for m in ms:
-                    await ep.send({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m})
-            await eventually(lambda: len(ep.answered()) == 3, 5, "the answers")
-        finally:
-            await s.close(timeout=1)
+    ms = [message("msg_a", 3), message("msg_b", (1 << 64) - 1), message("msg_c")]
+    ep, reported = await push(handler, frames(ms, batch), 3, 0)
     assert sorted(seen) == [("msg_a", 3), ("msg_b", (1 << 64) - 1), ("msg_c", 0)]
     assert sorted(ep.answered()) == [("ack", "msg_a", 3), ("ack", "msg_b", (1 << 64) - 1), ("ack", "msg_c", 0)]
     assert reported == []
@@ -84,23 +97,8 @@ async def test_a_delivery_tells_its_sequence_as_handed_over(batch):
 
 @pytest.mark.parametrize("batch", [False, True], ids=["deliver", "deliver_batch"])
 async def test_a_delivery_of_sequence_0_is_refused_and_never_handed_over(batch):
-    ep = Endpoint()
     handled: list[Any] = []
-    reported: list[Any] = []
-    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await session(srv, reported)
-        try:
-            await within(s.subscribe("x", handled.append), 5)
-            ms = [message("msg_zero", 0), message("msg_ok", 4)]
-            if batch:
-                await ep.send({"op": "deliver_batch", "sub": "sub_1",
-                               "deliveries": [{"attempt": 1, "message": m} for m in ms]})
-            else:
-                for m in ms:
-                    await ep.send({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m})
-            await eventually(lambda: len(ep.answered()) == 1 and len(reported) == 1, 5, "the answer and the report")
-        finally:
-            await s.close(timeout=1)
+    ep, reported = await push(handled.append, frames([message("msg_zero", 0), message("msg_ok", 4)], batch), 1, 1)
     assert [d.id for d in handled] == ["msg_ok"]
     assert ep.answered() == [("ack", "msg_ok", 4)], "the refused delivery is not answered"
     e = reported[0]
@@ -111,18 +109,9 @@ async def test_a_delivery_of_sequence_0_is_refused_and_never_handed_over(batch):
                                    {"attempt": 1, "message": [message("msg_x", 9)]}],
                          ids=["absent", "null", "string", "list"])
 async def test_a_deliver_batch_entry_without_a_message_object_is_reported_with_its_index(entry):
-    ep = Endpoint()
     handled: list[Any] = []
-    reported: list[Any] = []
-    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await session(srv, reported)
-        try:
-            await within(s.subscribe("x", handled.append), 5)
-            await ep.send({"op": "deliver_batch", "sub": "sub_1", "deliveries": [
-                {"attempt": 1, "message": message("msg_a", 3)}, entry, {"attempt": 1, "message": message("msg_b", 4)}]})
-            await eventually(lambda: len(ep.answered()) == 2 and len(reported) == 1, 5, "the good entries")
-        finally:
-            await s.close(timeout=1)
+    _, reported = await push(handled.append, [{"op": "deliver_batch", "sub": "sub_1", "deliveries": [
+        {"attempt": 1, "message": message("msg_a", 3)}, entry, {"attempt": 1, "message": message("msg_b", 4)}]}], 2, 1)
     assert [d.id for d in handled] == ["msg_a", "msg_b"]
     e = reported[0]
     assert isinstance(e, ProtocolError) and e.code == "BAD_REQUEST", e
@@ -150,23 +139,8 @@ async def test_every_refusal_of_a_delivery_names_its_op_and_its_batch_entry(case
     # message object does: before, an id that is no string was reported
     # with no details, and a sequence or hops no broker's as a "deliver"
     # without the index, whatever frame held it.
-    ep = Endpoint()
     handled: list[Any] = []
-    reported: list[Any] = []
-    async with serve(negotiating(ep.on_frame, CONTRACT), "127.0.0.1", 0) as srv:
-        s = await session(srv, reported)
-        try:
-            await within(s.subscribe("x", handled.append), 5)
-            ms = [message("msg_a", 3), bad, message("msg_b", 4)]
-            if batch:
-                await ep.send({"op": "deliver_batch", "sub": "sub_1",
-                               "deliveries": [{"attempt": 1, "message": m} for m in ms]})
-            else:
-                for m in ms:
-                    await ep.send({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m})
-            await eventually(lambda: len(ep.answered()) == 2 and len(reported) == 1, 5, "the good deliveries")
-        finally:
-            await s.close(timeout=1)
+    _, reported = await push(handled.append, frames([message("msg_a", 3), bad, message("msg_b", 4)], batch), 2, 1)
     assert [d.id for d in handled] == ["msg_a", "msg_b"]
     e = reported[0]
     assert isinstance(e, ProtocolError) and e.code == "BAD_REQUEST", e
