@@ -105,6 +105,21 @@ func requirePanicLogged(t *testing.T, logs *testlog.Buffer, where string) {
 	require.NotContains(t, out, "4111 1111 1111 1111")
 }
 
+// engineOn is an engine on transporttest's catalog over st, logging to
+// logs, with mutate applied to its options; it is shut down when t ends.
+func engineOn(t *testing.T, st store.Store, logs *testlog.Buffer, mutate ...func(*pigeon.Options)) *pigeon.Engine {
+	t.Helper()
+	o := transporttest.Options()
+	o.Store, o.Logger = st, logs.Logger()
+	for _, m := range mutate {
+		m(o)
+	}
+	e, err := pigeon.New(context.Background(), o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	return e
+}
+
 // TestAuditWritePanicFailsClosed: a store whose audit append panics is a
 // store whose audit append failed: the caller waiting for its record
 // learns STORE_UNAVAILABLE, operations that must leave evidence are
@@ -118,12 +133,8 @@ func TestAuditWritePanicFailsClosed(t *testing.T) {
 	defer cancel()
 	st := newPanickyStore("AppendAudit", 0)
 	logs := &testlog.Buffer{}
-	o := transporttest.Options()
-	o.Store, o.Logger = st, logs.Logger()
-	e, err := pigeon.New(ctx, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	_, err = e.Audit(ctx, 0, 0) // what New recorded is written
+	e := engineOn(t, st, logs)
+	_, err := e.Audit(ctx, 0, 0) // what New recorded is written
 	require.NoError(t, err)
 
 	st.left.Store(2) // the next write, and the probe's
@@ -402,14 +413,10 @@ func TestAuditWriterSurvivesAClockPanic(t *testing.T) {
 	st := newPanickyStore("AppendAudit", 0)
 	clock := &panickyClock{in: "pigeon.(*Engine).writeAudit"}
 	logs := &testlog.Buffer{}
-	o := transporttest.Options()
-	o.Store, o.Logger, o.Now = st, logs.Logger(), clock.Now
-	e, err := pigeon.New(ctx, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	e := engineOn(t, st, logs, func(o *pigeon.Options) { o.Now = clock.Now })
 
 	st.left.Store(1)
-	err = e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "lost"})
+	err := e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "lost"})
 	requireCode(t, err, pigeon.CodeStoreUnavailable)
 	clock.armed.Store(true)
 	require.NoError(t, e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "kept"}))
@@ -467,15 +474,12 @@ func TestAuditWriterSurvivesALoggerPanic(t *testing.T) {
 	st := newPanickyStore("AppendAudit", 0)
 	logs := &testlog.Buffer{}
 	armed := &atomic.Bool{}
-	o := transporttest.Options()
-	o.Store = st
-	o.Logger = slog.New(panickyHandler{logs.Logger().Handler(), "audit log is writable again", armed})
-	e, err := pigeon.New(ctx, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	e := engineOn(t, st, logs, func(o *pigeon.Options) {
+		o.Logger = slog.New(panickyHandler{o.Logger.Handler(), "audit log is writable again", armed})
+	})
 
 	st.left.Store(1)
-	err = e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "lost"})
+	err := e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "lost"})
 	requireCode(t, err, pigeon.CodeStoreUnavailable)
 	armed.Store(true)
 	_ = e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "kept"})
@@ -503,15 +507,11 @@ func TestVerifyAuditWalkPanicIsAFailedWalk(t *testing.T) {
 	defer cancel()
 	st := newPanickyStore("ReadAudit", 0)
 	logs := &testlog.Buffer{}
-	o := transporttest.Options()
-	o.Store, o.Logger = st, logs.Logger()
-	e, err := pigeon.New(ctx, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	e := engineOn(t, st, logs)
 	require.NoError(t, e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "one"}))
 
 	st.left.Store(1)
-	_, err = e.VerifyAudit(ctx)
+	_, err := e.VerifyAudit(ctx)
 	requireCode(t, err, pigeon.CodeInternal)
 	require.True(t, st.fired(), "the walk's read panicked")
 	n, err := e.VerifyAudit(ctx)
