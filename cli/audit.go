@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -119,7 +120,7 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs.SetOutput(stderr)
 	data := fs.String("data", "./pigeon-data", "data directory of the store (read offline, unless --url is given)")
 	a := clientFlags(fs)
-	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default; negative: no cap, but from a server, with --url, 100000 at most: ten pages)")
+	maxN := fs.Int("max", pigeon.DefaultMaxReceipts, "the most receipts printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default; negative: every receipt, 100000 at most: ten pages)")
 	after := fs.String("after", "", "print the receipts after this one: the next page a truncated run names (AUDITSEQ:SEQ), or an audit sequence alone for the receipts of later records")
 	if err := fs.Parse(args); err != nil {
 		return parseExit(err)
@@ -140,7 +141,7 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if f.Max == 0 {
 		f.Max = pigeon.DefaultMaxReceipts
 	}
-	ceiling := online && f.Max < 0
+	ceiling := f.Max < 0
 	if ceiling {
 		f.Max = maxAllReceipts
 	}
@@ -159,9 +160,12 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	if f.Truncated {
-		raise := "raise --max, negative: no cap"
-		if ceiling {
-			raise = fmt.Sprintf("read them offline with --data: from a server a negative --max reads %d at most", maxAllReceipts)
+		raise := fmt.Sprintf("raise --max; a negative --max reads %d at most", maxAllReceipts)
+		switch {
+		case ceiling && online:
+			raise = fmt.Sprintf("give --max a count, or read them offline with --data: a negative --max reads %d at most", maxAllReceipts)
+		case ceiling:
+			raise = fmt.Sprintf("give --max a count: a negative --max reads %d at most", maxAllReceipts)
 		}
 		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; the next page is --after %s (or %s)\n",
 			f.Max, printable(fs.Arg(0)), len(f.Receipts), f.Receipts[len(f.Receipts)-1].Cursor(), raise)
@@ -173,14 +177,19 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	return 0
 }
 
-// maxAllReceipts is the most receipts `pigeon audit receipts --url` reads
-// when asked for no cap (a negative --max): ten full pages, as the Rust
-// client's all_receipts. Pages read the log anew, so a server keeps
-// naming a next page for as long as the message is delivered faster than
-// pages are read (a message replayed in a loop, or a server that makes
-// its answers up), and the command would read, and hold what it read,
-// for as long as it is answered. Past it the command stops as at a cap:
-// it prints the first and names the next page. A variable for the tests.
+// maxAllReceipts is the most receipts `pigeon audit receipts` reads when
+// asked for every one (a negative --max): ten full pages, as the Rust
+// client's all_receipts. From a server (--url), pages read the log anew,
+// so a server keeps naming a next page for as long as the message is
+// delivered faster than pages are read (a message replayed in a loop, or
+// a server that makes its answers up), and the command would read, and
+// hold what it read, for as long as it is answered. Offline (--data) the
+// log is a file, but the receipts of one id number up to its acceptances
+// times the records that list them, so a forged log of a few megabytes
+// holds tens of millions of them, all held before the first is printed
+// (5,000 acceptances and 5,000 records listing them: 25 million). Past it
+// the command stops as at a cap, online and offline alike: it prints the
+// first and names the next page. A variable for the tests.
 var maxAllReceipts = 10 * pigeon.DefaultMaxReceipts
 
 // scanReceipts reads the receipts f looks for from the audit log of the
@@ -279,8 +288,17 @@ func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		enc := json.NewEncoder(stdout)
 		for _, r := range out.Records {
+			// Each record after the one printed before it: a server
+			// whose full pages do not move the reading on would keep the
+			// command reading, and printing, for as long as it answers.
+			if r.Seq < next {
+				return fail(stderr, "audit tail", fmt.Errorf("the server answered record %d, which does not come after the records printed (records from %d on were asked): out of order, or one already printed", r.Seq, next))
+			}
 			if err := enc.Encode(r); err != nil {
 				return fail(stderr, "audit tail", err)
+			}
+			if r.Seq == math.MaxUint64 {
+				return 0 // no record can follow it; reading on would start again from 0
 			}
 			next = r.Seq + 1
 		}

@@ -58,7 +58,9 @@ func TestAuditReceiptsNoCapEndsOnAnAdvancingServer(t *testing.T) {
 // audit receipts --url --max -1` prints every receipt of a message when
 // they fit under the ceiling (exit 0), and past it (here lowered to 2)
 // the first, naming the next page, from which the rest follow: every
-// receipt once, in order, as the offline read prints them.
+// receipt once, in order. Offline, from the stopped server's data
+// directory, the same ceiling cuts the same first page and names the same
+// next page.
 func TestAuditReceiptsNoCapAgainstAServer(t *testing.T) {
 	r := startServe(t, serveConfig{})
 	ctx := t.Context()
@@ -110,7 +112,14 @@ func TestAuditReceiptsNoCapAgainstAServer(t *testing.T) {
 	require.Equal(t, all, first+rest)
 
 	r.stop()
-	code, offline, stderr := (*running)(nil).pigeon(t, context.Background(), "audit", "receipts", "--data", r.data, "--max", "-1", id)
-	require.Equal(t, 0, code, stderr)
-	require.Equal(t, all, offline, "the ceiling is the online read's alone")
+	offline := func(args ...string) (int, string, string) {
+		return (*running)(nil).pigeon(t, context.Background(), append(append([]string{"audit", "receipts", "--data", r.data}, args...), id)...)
+	}
+	code, offFirst, offStderr := offline("--max", "-1")
+	require.Equal(t, 3, code, "offline, the same ceiling: %s", offStderr)
+	require.Equal(t, first, offFirst)
+	require.Contains(t, offStderr, "the next page is --after "+next[1]+" ")
+	code, offRest, offStderr := offline("--max", "-1", "--after", next[1])
+	require.Equal(t, 0, code, offStderr)
+	require.Equal(t, all, offFirst+offRest)
 }
