@@ -234,12 +234,13 @@ var releaseLocks idLocks
 
 // ReleaseQuarantine re-publishes a quarantined message under the
 // releasing caller's contract, through every gate again (Source becomes the
-// releaser). A record is released once, however many releases of it come
-// at once; the release is audited whether the re-publish is accepted or
-// refused, and so is a release refused because the record is unknown or
-// was released already. A release answered duplicate of another
-// message the releaser published under the same idempotency key is refused
-// CONFLICT and the record stays open: nothing of it was published.
+// releaser), at the depth it was published at (Message.Hops). A record is
+// released once, however many releases of it come at once; the release is
+// audited whether the re-publish is accepted or refused, and so is a
+// release refused because the record is unknown or was released already.
+// A release answered duplicate of another message the releaser published
+// under the same idempotency key is refused CONFLICT and the record stays
+// open: nothing of it was published.
 func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*Result, error) {
 	// One release of a record at a time, so that the one that finds it
 	// open is the only one that publishes it.
@@ -264,6 +265,12 @@ func (e *Engine) ReleaseQuarantine(ctx context.Context, c Caller, id string) (*R
 	if err != nil {
 		return refused(err)
 	}
+	// At the depth the message was published at (its Hops, which the
+	// broker wrote into the copy from its publisher's caller), never less:
+	// released at the releaser's, 0, a program's message would start its
+	// lineage again, and a loop of programs through a quarantine would go
+	// on past their MaxHops, one release at a time.
+	c.Hops = max(c.Hops, m.Hops)
 	// Into the log through every gate, never as a reply: a quarantined
 	// message on a request/reply subject whose correlationId names a
 	// request stored since would otherwise go to that requester, past the

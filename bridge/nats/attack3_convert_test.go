@@ -29,7 +29,7 @@ func TestAttack3WhiteSpacePayloadIsRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := convertRoute
 			r.Payload = tt.mode
-			m, err := convert(&r, []byte(tt.payload), "x")
+			m, _, err := convert(&r, []byte(tt.payload), "x")
 			if tt.code == "" {
 				require.NoError(t, err)
 				require.Empty(t, m.Data)

@@ -226,7 +226,7 @@ func (b *Bridge) run(ctx context.Context) error {
 		if err == nil {
 			b.sessions.Add(1)
 			began := time.Now()
-			err = b.serve(ctx, &generation{sess: sess, nc: nc, js: js, viol: viol})
+			err = b.serve(ctx, &generation{sess: sess, deep: deepPublisher(b.opts.Dialer, sess), nc: nc, js: js, viol: viol})
 			if time.Since(began) > b.opts.MaxReconnectDelay {
 				attempt = 0
 			}
@@ -379,6 +379,7 @@ func (b *Bridge) teardown(g *generation) {
 // generation is one session and what the routes run on it.
 type generation struct {
 	sess pigeon.Session
+	deep deepPublish // nil: the session publishes at depth 0 alone
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	viol *violations // nil without core Out routes

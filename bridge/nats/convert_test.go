@@ -21,6 +21,7 @@ func TestConvert(t *testing.T) {
 		payload string
 		id      string
 		want    pigeon.Message // compared field by field below
+		hops    uint32         // the depth the envelope carried
 		code    pigeon.Code    // a refusal
 	}{
 		{name: "plain object under the template", payload: `{"orderId":"o-1"}`, id: "nats-S-1",
@@ -38,9 +39,15 @@ func TestConvert(t *testing.T) {
 		{name: "the route's subject wins; source and broker fields cleared",
 			payload: `{"specversion":"1.0","type":"t","intent":"i","subject":"payments.authorize","source":"spiffe://evil","sequence":7,"contractId":"c","acceptedAt":"x","data":{}}`,
 			want:    pigeon.Message{SpecVersion: "1.0", Type: "t", Intent: "i", Data: []byte(`{}`)}},
-		{name: "every broker-set field cleared, hops included",
+		{name: "every broker-set field cleared, hops carried apart",
 			payload: `{"specversion":"1.0","type":"t","intent":"i","sequence":7,"contractId":"c","subjectId":"s","schemaId":"x","acceptedAt":"x","hops":3,"data":{}}`,
-			want:    pigeon.Message{SpecVersion: "1.0", Type: "t", Intent: "i", Data: []byte(`{}`)}},
+			want:    pigeon.Message{SpecVersion: "1.0", Type: "t", Intent: "i", Data: []byte(`{}`)}, hops: 3},
+		{name: "the largest hops an envelope holds", payload: `{"specversion":"1.0","type":"t","hops":4294967295,"data":{}}`,
+			want: pigeon.Message{SpecVersion: "1.0", Type: "t", Data: []byte(`{}`)}, hops: 1<<32 - 1},
+		{name: "an envelope hops beyond 2^32-1", payload: `{"specversion":"1.0","type":"t","hops":4294967296,"data":{}}`, code: pigeon.CodeEnvelopeInvalid},
+		{name: "an envelope hops that is a fraction", payload: `{"specversion":"1.0","type":"t","hops":1.5,"data":{}}`, code: pigeon.CodeEnvelopeInvalid},
+		{name: "data mode carries no hops", mode: PayloadData, payload: `{"specversion":"1.0","type":"t","hops":3}`,
+			want: pigeon.Message{Type: "order.created", Intent: "order_event", Classification: "internal", Region: "uk", Data: []byte(`{"specversion":"1.0","type":"t","hops":3}`)}},
 		{name: "an envelope hops that is not an integer of 0 to 2^32-1", payload: `{"specversion":"1.0","type":"t","hops":-1,"data":{}}`, code: pigeon.CodeEnvelopeInvalid},
 		{name: "data mode keeps an envelope as data", mode: PayloadData, payload: `{"specversion":"1.0","type":"t"}`,
 			want: pigeon.Message{Type: "order.created", Intent: "order_event", Classification: "internal", Region: "uk", Data: []byte(`{"specversion":"1.0","type":"t"}`)}},
@@ -64,7 +71,7 @@ func TestConvert(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := convertRoute
 			r.Payload = tt.mode
-			m, err := convert(&r, []byte(tt.payload), tt.id)
+			m, hops, err := convert(&r, []byte(tt.payload), tt.id)
 			if tt.code != "" {
 				require.Error(t, err)
 				require.Equal(t, tt.code, code(t, err))
@@ -74,6 +81,7 @@ func TestConvert(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
+			require.Equal(t, tt.hops, hops, "the depth carried")
 			want := tt.want
 			want.Subject = r.Subject
 			require.Equal(t, string(want.Data), string(m.Data))
@@ -96,7 +104,7 @@ func FuzzConvert(f *testing.F) {
 		r := convertRoute
 		r.Payload = []Payload{PayloadAuto, PayloadEnvelope, PayloadData}[int(mode)%3]
 		in := bytes.Clone(payload)
-		m, err := convert(&r, payload, id)
+		m, _, err := convert(&r, payload, id)
 		require.Equal(t, in, payload, "the payload is not changed")
 		if err != nil {
 			require.NotEqual(t, pigeon.CodeOK, pigeon.ErrorCode(err))

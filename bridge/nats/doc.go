@@ -70,6 +70,37 @@
 // own traffic that a wildcard matched: reply inboxes (a stream's PubAck)
 // and $ subjects (the JetStream API).
 //
+// # Loops
+//
+// A bridge skips what its own Out routes published, but a loop through two
+// bridges (Out X to a NATS subject, another bridge's In from it to Y, an
+// Out of Y, an In back to X), or through a bridge and a program, gives
+// each pass a fresh id: neither the broker's ids nor a stream's dedupe end
+// it. Each pass through an In route counts as one hop, as a program's emit
+// does (pigeon.Message.Hops). An envelope an Out route published carries
+// the hops the broker stored; the In route publishes it at one more, and
+// refuses one that carries Options.MaxHops or more (DefaultMaxHops, the
+// programs' own default) with HOPS_EXCEEDED (CodeHopsExceeded): counted,
+// logged, terminated on JetStream, like the bridge's other refusals. Data,
+// and an envelope without hops, are published at 1. So a loop of bridges
+// and programs, on one broker or several, ends within MaxHops passes and
+// emits.
+//
+// A NATS publisher chooses the hops of the envelopes it sends: 0 (a new
+// root), or up to MaxHops-1, which leaves programs handling its message
+// fewer levels of emits (none at MaxHops-1), as if it came out of a
+// chain. Only who may publish on an In route's NATS subject can do that,
+// and only to its own messages; a bridge whose NATS publishers must not
+// (its routes loop nowhere) sets MaxHops negative: nothing is counted or
+// refused, and every message is at depth 0.
+//
+// The broker writes a message's depth from its publisher's caller, and a
+// client cannot choose it. Only a bridge in process (a transport/inproc
+// Dialer) publishes at the depth it counts; over WebSocket every message
+// an In route publishes is at depth 0, and MaxHops refuses only what
+// programs made deep within one pass: a loop through a bridge over
+// WebSocket is not bounded.
+//
 // # Sessions
 //
 // When the session fails (the connection lost, the contract expired) the

@@ -11,7 +11,7 @@ import (
 
 // An Out route carries the envelope as the broker stored it, hops included
 // (the depth a program gave it): a NATS reader sees what a subscriber of
-// the broker sees. On the way back in, convert clears it (TestConvert).
+// the broker sees. An In route counts its pass from it (TestInCountsAHop).
 func TestOutCarriesHops(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {

@@ -47,14 +47,20 @@ const (
 	failed // err says how: see judge
 )
 
-// publish publishes m through g's session. redelivered says that m may
-// have been published before (a JetStream redelivery, a core NATS message
-// whose publisher named its id): the broker's MESSAGE_ID_TAKEN then means
-// it holds m already.
-func (in *inRoute) publish(g *generation, m *pigeon.Message, redelivered bool) (outcome, error) {
+// publish publishes m through g's session at depth hops (see depth).
+// redelivered says that m may have been published before (a JetStream
+// redelivery, a core NATS message whose publisher named its id): the
+// broker's MESSAGE_ID_TAKEN then means it holds m already.
+func (in *inRoute) publish(g *generation, m *pigeon.Message, hops uint32, redelivered bool) (outcome, error) {
 	ctx, cancel := context.WithTimeout(g.ctx, in.b.opts.PublishTimeout)
 	defer cancel()
-	res, err := g.sess.Publish(ctx, m)
+	var res *pigeon.Result
+	var err error
+	if g.deep != nil {
+		res, err = g.deep(ctx, m, hops)
+	} else {
+		res, err = g.sess.Publish(ctx, m)
+	}
 	switch {
 	case err == nil && res.Status == pigeon.StatusDuplicate:
 		in.c.duplicates.Add(1)
@@ -194,7 +200,11 @@ func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
 	}
 	hid := nm.Header.Get(HeaderMsgID)
 	redelivered := hid != "" // the publisher named it: a repeat is its retry
-	m, err := convert(in.r, nm.Data, "")
+	m, carried, err := convert(in.r, nm.Data, "")
+	var hops uint32
+	if err == nil {
+		hops, err = in.depth(carried)
+	}
 	if err == nil && !utf8.ValidString(hid) {
 		// The WebSocket session would send U+FFFD in its place: ids
 		// that differ would be taken for one.
@@ -217,7 +227,7 @@ func (in *inRoute) handleCore(g *generation, nm *nats.Msg) {
 		return
 	}
 	for attempt := 1; ; attempt++ {
-		out, err := in.publish(g, m, redelivered)
+		out, err := in.publish(g, m, hops, redelivered)
 		if out != failed {
 			return
 		}
@@ -566,7 +576,11 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg, created time
 		return
 	}
 	id := jetStreamID(meta.Stream, in.r.Durable, created, meta.Sequence.Stream)
-	m, err := convert(in.r, jm.Data(), id)
+	m, carried, err := convert(in.r, jm.Data(), id)
+	var hops uint32
+	if err == nil {
+		hops, err = in.depth(carried)
+	}
 	if err == nil {
 		err = in.fits(m)
 	}
@@ -575,7 +589,7 @@ func (in *inRoute) handleJetStream(g *generation, jm jetstream.Msg, created time
 		ack(in, jm.TermWithReason(string(pigeon.ErrorCode(err))))
 		return
 	}
-	out, err := in.publish(g, m, meta.NumDelivered > 1)
+	out, err := in.publish(g, m, hops, meta.NumDelivered > 1)
 	if out != failed {
 		if in.b.skipAck != nil && in.b.skipAck(in.r.Name, id) {
 			return

@@ -144,6 +144,20 @@ type Options struct {
 	// every route, at each of its redeliveries. Set it below the server's
 	// MaxFrame when that is smaller than the default.
 	MaxMessageBytes int
+	// MaxHops bounds how deep a message an In route carries in may be
+	// (default DefaultMaxHops). A pass through an In route counts as one
+	// hop, as a program's emit does: a payload that is a Pigeon envelope
+	// carrying hops h (what an Out route of this or another bridge
+	// published) is published at h+1, and one carrying MaxHops or more is
+	// refused HOPS_EXCEEDED (CodeHopsExceeded), so that a loop of bridges,
+	// with or without programs on the way, ends. Data, and an envelope
+	// without hops, count from 0: they are published at 1. The depth is
+	// the message's Hops in process (transport/inproc); over WebSocket a
+	// client cannot set it, the broker writes 0, and only the refusal
+	// holds (see the package documentation, Loops). Negative: the routes
+	// neither count nor refuse, and every message is at depth 0, as a
+	// client's (no loop of bridges is then bounded).
+	MaxHops int
 	// Logger receives the bridge's events; never payload values. Default:
 	// discard.
 	Logger *slog.Logger
@@ -157,6 +171,10 @@ const (
 	// (1 MiB) less room for the publish frame around the message.
 	DefaultMaxMessageBytes = 1<<20 - 1024
 	maxRouteName           = 64
+	// DefaultMaxHops is the default of Options.MaxHops: the programs'
+	// own (programs.DefaultMaxHops), so that a message is as deep after a
+	// pass through a bridge as after one through a program.
+	DefaultMaxHops = 8
 )
 
 // minReconnectDelay is the first wait of every backoff (backoff), and
@@ -179,6 +197,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxHops == 0 {
+		c.MaxHops = DefaultMaxHops
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

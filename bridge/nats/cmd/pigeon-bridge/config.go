@@ -33,6 +33,7 @@ type config struct {
 	PublishTimeout    time.Duration `yaml:"publishTimeout"`
 	MaxReconnectDelay time.Duration `yaml:"maxReconnectDelay"`
 	MaxMessageBytes   int           `yaml:"maxMessageBytes"`
+	MaxHops           int           `yaml:"maxHops"`
 	LogLevel          string        `yaml:"logLevel"`
 	Routes            []routeConfig `yaml:"routes"`
 }

@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Dialer: ws.Dialer{URL: cfg.Pigeon.URL, Options: []ws.Option{ws.WithLogger(logger),
 			ws.WithConnectOptions(pigeon.WithRegion(cfg.Pigeon.Region), pigeon.WithContractTTL(cfg.Pigeon.ContractTTL))}},
 		Credential: cred, URL: cfg.NATS.URL, Routes: cfg.routes(),
-		PublishTimeout: cfg.PublishTimeout, MaxReconnectDelay: cfg.MaxReconnectDelay, MaxMessageBytes: cfg.MaxMessageBytes, Logger: logger,
+		PublishTimeout: cfg.PublishTimeout, MaxReconnectDelay: cfg.MaxReconnectDelay, MaxMessageBytes: cfg.MaxMessageBytes, MaxHops: cfg.MaxHops, Logger: logger,
 	}
 	if _, err := natsbridge.New(opts); err != nil {
 		fmt.Fprintf(stderr, "pigeon-bridge: %s: %v\n", *path, err)

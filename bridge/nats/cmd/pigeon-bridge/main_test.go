@@ -44,6 +44,7 @@ pigeon:
 nats:
   url: nats://127.0.0.1:4222
 publishTimeout: 5s
+maxHops: -1
 logLevel: debug
 routes:
   - name: orders-out
@@ -91,6 +92,7 @@ func TestParseConfig(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, time.Hour, c.Pigeon.ContractTTL)
 			require.Equal(t, 5*time.Second, c.PublishTimeout)
+			require.Equal(t, -1, c.MaxHops)
 			routes := c.routes()
 			require.Equal(t, []natsbridge.Route{
 				{Name: "orders-out", Direction: natsbridge.Out, Subject: "orders.events", NATSSubject: "bridge.orders", JetStream: true, Stream: "ORDERS",
@@ -144,7 +146,7 @@ func TestStartupErrors(t *testing.T) {
 	}{
 		{"no flag", nil, 2, "usage: pigeon-bridge --config FILE"},
 		{"missing file", []string{"--config", filepath.Join(dir, "none.yaml")}, 2, "none.yaml: no such file"},
-		{"unknown key", []string{"--config", write("u.yaml", goodConfig+"extra: 1\n")}, 2, "u.yaml: yaml: unmarshal errors:\n  line 26: field extra not found in type main.config"},
+		{"unknown key", []string{"--config", write("u.yaml", goodConfig+"extra: 1\n")}, 2, "u.yaml: yaml: unmarshal errors:\n  line 27: field extra not found in type main.config"},
 		{"invalid route", []string{"--config", write("r.yaml", strings.Replace(goodConfig, "name: orders-in", "name: orders.in", 1))}, 2, `route "orders.in": Name`},
 		{"check", []string{"--config", write("g.yaml", goodConfig), "--check"}, 0, ""},
 		{"NATS unreachable", []string{"--config", write("n.yaml", strings.Replace(goodConfig, "127.0.0.1:4222", closedPort(), 1))}, 1, "cannot reach NATS at nats://"},
