@@ -12,4 +12,4 @@ if [ -z "${PIGEON_BIN:-}" ]; then
 fi
 npm ci --no-audit --no-fund --loglevel=error
 npx tsc -p tsconfig.json
-node --test --test-concurrency=1 test/unit.test.mjs test/hostile.test.mjs test/third_look.test.mjs test/fourth_look.test.mjs test/dupkey.test.mjs test/surrogate.test.mjs test/ack_sequence.test.mjs test/followup28.test.mjs test/followup28_client.test.mjs test/followup29.test.mjs test/attack7.test.mjs test/hops.test.mjs test/attack9.test.mjs test/attack10.test.mjs test/attack11.test.mjs test/attack13.test.mjs test/receipts.test.mjs test/delivery_sequence.test.mjs test/conformance.test.mjs test/browser.test.mjs
+node --test --test-concurrency=1 test/unit.test.mjs test/hostile.test.mjs test/third_look.test.mjs test/fourth_look.test.mjs test/dupkey.test.mjs test/surrogate.test.mjs test/ack_sequence.test.mjs test/followup28.test.mjs test/followup28_client.test.mjs test/followup29.test.mjs test/attack7.test.mjs test/hops.test.mjs test/attack9.test.mjs test/attack10.test.mjs test/attack11.test.mjs test/attack13.test.mjs test/receipts.test.mjs test/delivery_sequence.test.mjs test/delivery_fields.test.mjs test/conformance.test.mjs test/browser.test.mjs

@@ -47,7 +47,7 @@ from .errors import (
     UnauthenticatedError,
 )
 from .http import HttpClient, KeyDirectory, ReceiptsPage
-from .model import ReceivedMessage
+from .model import MAX_ATTEMPT, ReceivedMessage
 from .ws import Contract, Decision, Delivery, Session, Subscription, connect
 
 __version__ = "0.1.0"
@@ -60,6 +60,7 @@ __all__ = [
     "Contract",
     "Decision",
     "ReceivedMessage",
+    "MAX_ATTEMPT",
     "HttpClient",
     "KeyDirectory",
     "ReceiptsPage",

@@ -552,11 +552,13 @@ class HttpClient:
         Each is a :class:`~pigeon_client.model.ReceivedMessage`: the
         message's ``dict``, with ``attempt`` the attempt of its lease (0:
         not leased, as by an automatic receive), which :meth:`ack` and
-        :meth:`nack` of it send back. An answer whose ``attempts`` is not one
-        positive integer per message is ``ProtocolError`` (nothing is handed
-        out; the server's ack wait gives leased messages back); a message
-        whose ``hops`` is no broker's is left out, its ``ProtocolError`` to
-        ``on_error``."""
+        :meth:`nack` of it send back. An answer whose ``attempts`` is not a
+        list in step with the messages is ``ProtocolError`` (nothing is
+        handed out; the server's ack wait gives leased messages back); a
+        message whose attempt is not an integer of 1 to 2^31-1
+        (:data:`~pigeon_client.model.MAX_ATTEMPT`), whose ``sequence`` is
+        absent or no broker's, or whose ``hops`` is no broker's is left out,
+        its ``ProtocolError`` to ``on_error``, the others handed out."""
         self._need_contract()
         body: dict[str, Any] = {}
         if max is not None:

@@ -15,10 +15,12 @@ integer of 0 to 2^32-1 is no broker's: it is refused (``ProtocolError``),
 as the Go, TypeScript and Rust clients refuse it, never handed over. So is
 a delivered, received, replayed or reply message whose ``sequence`` is
 present and not an integer of 1 to 2^64-1 (a bool, a float, a string, 0, a
-negative, one beyond 64 bits): an ack or a nack of it could not name it,
-and one by its id alone could settle a newer message published under the
-id. A delivery so refused is not answered (the server's ack wait gives it
-back) and moves no resume position.
+negative, one beyond 64 bits), and a received or replayed message without
+one (the broker sends it with every message it reads from the log; a reply,
+which never enters the log, has none): an ack or a nack of it could not
+name it, and one by its id alone could settle a newer message published
+under the id. A delivery so refused is not answered (the server's ack wait
+gives it back) and moves no resume position.
 
 A message a :meth:`~pigeon_client.ws.Session.receive` (or an HTTP
 receive) hands out is a :class:`ReceivedMessage`: the same ``dict``, with
@@ -39,9 +41,11 @@ __all__ = ["Contract", "Decision", "ReceivedMessage"]
 
 _MAX_HOPS = (1 << 32) - 1
 
-MAX_ATTEMPT = (1 << 63) - 1
-"""The highest attempt the client takes or sends: the broker's attempts are
-Go ``int`` s."""
+MAX_ATTEMPT = (1 << 31) - 1
+"""The highest lease attempt the client takes from a receive answer or sends
+in an ack or a nack: 2^31-1, as the Go client (the reference) reads
+``attempts``, and as the TypeScript and Rust clients hold it. The broker
+counts attempts from 1 up to a subject's ``retry.maxAttempts``, far below."""
 
 
 def _hops(v: Any) -> int:
@@ -90,27 +94,35 @@ _MAX_WIRE_SEQUENCE = (1 << 64) - 1
 Go client refuses a frame with another)."""
 
 
-def _sequence_held(m: Any) -> bool:
-    """Whether the ``sequence`` of stored message ``m`` (a dict) is one the
-    broker sets: absent, ``None``, or an integer of 1 to 2^64-1 (the broker
-    numbers a subject's messages from 1 and leaves 0 out). A bool (which
-    Python takes for an int), a float, a string, 0, a negative or one
-    beyond 64 bits is no broker's: an ack or a replay naming it would name
-    nothing, or another message."""
+_LOGGED = ("receive", "replay")
+"""The answers whose messages are read from a subject's log: the broker
+sends each with its sequence."""
+
+
+def _sequence_held(m: Any, logged: bool = False) -> bool:
+    """Whether the ``sequence`` of message ``m`` (a dict) is one the broker
+    sets: an integer of 1 to 2^64-1 (the broker numbers a subject's
+    messages from 1 and leaves 0 out), or absent (``None``) unless
+    ``logged``: the broker sends the number with every message it reads
+    from the log, so a receive or replay message without one is no
+    broker's, as one of 0 is (a reply, which never enters the log, has
+    none). A bool (which Python takes for an int), a float, a string, 0, a
+    negative or one beyond 64 bits is no broker's: an ack or a replay
+    naming it would name nothing, or another message."""
     v = m.get("sequence")
-    return v is None or (type(v) is int and 0 < v <= _MAX_WIRE_SEQUENCE)
+    return (v is None and not logged) or (type(v) is int and 0 < v <= _MAX_WIRE_SEQUENCE)
 
 
 def _unheld_message(m: dict[str, Any], what: str, index: int | None = None) -> ProtocolError | None:
     """The ``ProtocolError`` (the client's malformed-frame error, as for any
     frame it cannot take) of a stored ``what`` message (a ``deliver``, a
     ``receive``, a ``replay``, a ``reply``; entry ``index`` of a list)
-    whose ``sequence`` (see :func:`_sequence_held`) or ``hops`` (see
-    :func:`_hops_held`) is no broker's; ``None`` when both are.
-    ``details`` names the answer (``op``), the entry, the message and the
-    value refused (its type when it is no int), as the TypeScript client's
-    ``unheldMessage`` does."""
-    if _sequence_held(m):
+    whose ``sequence`` (see :func:`_sequence_held`: a ``receive`` or
+    ``replay`` message must have one) or ``hops`` (see :func:`_hops_held`)
+    is no broker's; ``None`` when both are. ``details`` names the answer
+    (``op``), the entry, the message and the value refused (its type when
+    it is no int), as the TypeScript client's ``unheldMessage`` does."""
+    if _sequence_held(m, what in _LOGGED):
         return None if _hops_held(m) else _unheld_hops(m, what, index)
     return _unheld_field(m, what, index, "sequence", "1 to 2^64-1")
 
@@ -176,13 +188,13 @@ class ReceivedMessage(dict):  # type: ignore[type-arg]
         return (ReceivedMessage, (dict(self), self.attempt))
 
 
-def _attempts(ans: dict[str, Any], n: int, what: str) -> list[int]:
+def _attempts(ans: dict[str, Any], n: int, what: str) -> list[Any]:
     """The ``attempts`` of a receive answer ``ans`` holding ``n`` messages,
-    in step with them: all 0 when it has none. Anything but a list of ``n``
-    integers of 1 to :data:`MAX_ATTEMPT` (a bool is no integer) is a
-    malformed answer, ``ProtocolError``: the attempts could not be told to
-    their messages, and a wrong one sent back would settle nothing (an
-    older one) or another consumer's lease."""
+    in step with them, as sent: all 0 when it has none. Anything but a list
+    of ``n`` is a malformed answer, ``ProtocolError``: the attempts could
+    not be told to their messages. An entry that is no lease's attempt
+    (see :func:`_attempt_held`) refuses its message alone (see
+    :func:`_pulled`)."""
     at = ans.get("attempts")
     if at is None:
         return [0] * n
@@ -190,23 +202,26 @@ def _attempts(ans: dict[str, Any], n: int, what: str) -> list[int]:
         got = f"{len(at)} attempts" if isinstance(at, list) else f"attempts of type {type(at).__name__}"
         raise ProtocolError("BAD_REQUEST", f"the server's {what} answer holds {got} for {n} messages",
                             details={"op": what})
-    for i, v in enumerate(at):
-        if type(v) is not int or not 0 < v <= MAX_ATTEMPT:
-            raise ProtocolError("BAD_REQUEST", f"the server's {what} answer holds an attempt (entry {i}) that "
-                                "is not a positive integer", details={"op": what, "index": i})
     return at
+
+
+def _attempt_held(v: Any) -> bool:
+    """Whether ``v`` is a lease attempt a receive answer may name: an
+    integer of 1 to :data:`MAX_ATTEMPT` (a bool is no integer)."""
+    return type(v) is int and 0 < v <= MAX_ATTEMPT
 
 
 def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> list[ReceivedMessage]:
     """The messages of a ``receive`` or ``replay`` answer ``ans``, each with
     its attempt (``receive``: see :func:`_attempts`; ``replay`` leases
     nothing). ``ProtocolError`` for an answer whose ``messages`` is not a
-    list or whose ``attempts`` is malformed; an entry that is not an
-    object, or one whose ``sequence`` or ``hops`` is no broker's (see
-    :func:`_unheld_message`), is left out and its error passed to
-    ``report``: the others go on, each with its own
-    attempt (a leased one left out is not answered, so the server's ack
-    wait gives it back)."""
+    list or whose ``attempts`` is not a list in step with it; an entry
+    that is not an object, one whose ``sequence`` or ``hops`` is no
+    broker's (see :func:`_unheld_message`), or one whose attempt is no
+    lease's (see :func:`_attempt_held`: an ack naming a wrong one would be
+    refused, or settle another lease) is left out and its error passed to
+    ``report``: the others go on, each with its own attempt (a leased one
+    left out is not answered, so the server's ack wait gives it back)."""
     if not isinstance(ans, dict):
         raise ProtocolError("BAD_REQUEST", f"the server's {what} answer is not an object")
     ms = ans.get("messages")
@@ -214,6 +229,7 @@ def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> lis
         ms = []
     if not isinstance(ms, list):
         raise ProtocolError("BAD_REQUEST", "messages is not a list")
+    leased = what == "receive" and ans.get("attempts") is not None
     attempts = _attempts(ans, len(ms), what) if what == "receive" else [0] * len(ms)
     out: list[ReceivedMessage] = []
     for i, (m, a) in enumerate(zip(ms, attempts)):
@@ -223,6 +239,13 @@ def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> lis
                                  details={"op": what, "index": i, "entry": type(m).__name__}))
             continue
         unheld = _unheld_message(m, what, i)
+        if unheld is None and leased and not _attempt_held(a):
+            mid = m.get("id")
+            unheld = ProtocolError(
+                "BAD_REQUEST", f"the server sent a {what} message (entry {i}) whose attempt is not an integer "
+                "of 1 to 2^31-1: not handed over",
+                details={"op": what, "index": i, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
+                         "attempt": a if type(a) is int else type(a).__name__})
         if unheld is not None:
             report(unheld)
             continue

@@ -1510,10 +1510,13 @@ class Session:
         :class:`~pigeon_client.model.ReceivedMessage`: the message's
         ``dict``, with ``attempt`` the attempt of its lease (0: not leased),
         which :meth:`ack` and :meth:`nack` of it send back. An answer whose
-        ``attempts`` is not one positive integer per message fails the call
+        ``attempts`` is not a list in step with the messages fails the call
         (``ProtocolError``: nothing is handed out, and the server's ack wait
-        gives the messages back); a message whose ``hops`` is no broker's is
-        left out, its ``ProtocolError`` to ``on_error``."""
+        gives the messages back); a message whose attempt is not an integer
+        of 1 to 2^31-1 (:data:`~pigeon_client.model.MAX_ATTEMPT`), whose
+        ``sequence`` is absent or no broker's, or whose ``hops`` is no
+        broker's is left out, its ``ProtocolError`` to ``on_error``, the
+        others handed out."""
         f: dict[str, Any] = {"op": "receive", "subject": subject}
         if max is not None:
             f["max"] = max

@@ -58,7 +58,8 @@ async def test_a_ws_receive_hands_out_each_attempt_and_the_answers_send_it_back(
         await within(s.ack("x", "msg_3", sequence=3, attempt=4), 5)
         await within(s.ack("x", got[0], attempt=0), 5)  # 0: none sent, as v1
         await within(s.ack("x", dict(got[0])), 5)  # a copy keeps no attempt
-        for bad, exc in [(True, TypeError), (1.0, TypeError), ("2", TypeError), (-1, ValueError), (2**63, ValueError)]:
+        for bad, exc in [(True, TypeError), (1.0, TypeError), ("2", TypeError), (-1, ValueError), (2**31, ValueError),
+                         (2**63, ValueError)]:
             with pytest.raises(exc):
                 await s.ack("x", got[0], attempt=bad)
             with pytest.raises(exc):
@@ -94,16 +95,11 @@ async def test_an_entry_that_is_not_a_message_does_not_shift_the_attempts():
     assert reported[0].details == {"op": "receive", "index": 1, "entry": "int"}
 
 
+# Attempts that cannot be told to the messages. (An entry that is no
+# lease's attempt refuses its message alone: test_delivery_fields.py.)
 BAD_ATTEMPTS = [
     pytest.param([1], id="fewer"),
     pytest.param([1, 1, 1], id="more"),
-    pytest.param([1, True], id="bool"),
-    pytest.param([1, 0], id="zero"),
-    pytest.param([1, -2], id="negative"),
-    pytest.param([1, 2.0], id="float"),
-    pytest.param([1, "2"], id="string"),
-    pytest.param([1, None], id="null"),
-    pytest.param([1, 2**63], id="beyond-int64"),
     pytest.param({"0": 1, "1": 1}, id="object"),
     pytest.param(2, id="number"),
 ]

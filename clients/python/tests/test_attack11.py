@@ -192,7 +192,7 @@ def _check_pulled(got: list, reported: list, what: str, bad: Any) -> None:
 
 
 def _answer(bad: Any) -> dict[str, Any]:
-    return {"messages": [msg(1, sequence=bad), msg(2), msg(3, sequence=GOOD_SEQUENCES[1]), msg(4, sequence=None)],
+    return {"messages": [msg(1, sequence=bad), msg(2), msg(3, sequence=GOOD_SEQUENCES[1]), msg(4)],
             "attempts": [1, 1, 1, 1]}
 
 

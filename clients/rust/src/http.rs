@@ -406,6 +406,8 @@ impl HttpClient {
     /// `Session::ack_attempt` does over WebSocket: once that lease ran out
     /// and the message was leased again, to any worker of the principal,
     /// the server refuses it (`ACK_NOT_ALLOWED`, 403) and settles nothing.
+    /// An attempt beyond [`MAX_ATTEMPT`](crate::MAX_ATTEMPT) (2^31-1) is
+    /// no lease's: `INVALID_ARGUMENT`, nothing sent.
     pub async fn ack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32) -> Result<()> {
         self.settle("ack", subject, message_id, seq, attempt, None).await
     }
@@ -436,6 +438,7 @@ impl HttpClient {
     }
 
     async fn settle(&self, op: &str, subject: &str, message_id: &str, seq: u64, attempt: u32, delay: Option<Duration>) -> Result<()> {
+        let attempt = crate::message::sent_attempt(attempt)?;
         let contract = self.held(op)?;
         let mut body = json!({ "messageId": message_id });
         if seq > 0 {
@@ -561,7 +564,7 @@ impl HttpClient {
     /// [`publish`](HttpClient::publish). `CONTRACT_REQUIRED` without a
     /// contract, nothing sent; `BAD_FRAME` for an answer whose status is
     /// not `replied` or without a message, a reply whose `sequence` is 0
-    /// (no broker's), and for a reply to another
+    /// (no broker's; a reply has none), and for a reply to another
     /// request: one without a `correlationId`, or naming another id than
     /// the request's (a request without an id, a signature or an
     /// idempotency key is sent with one drawn here, so that it can be
@@ -617,7 +620,7 @@ impl HttpClient {
     /// lease. 0 when nothing is leased ([`AckMode::Auto`], a pubsub
     /// subject) or the server does not tell it. `BAD_FRAME` as `receive`,
     /// and for `attempts` that are not an array of integers of 1 to
-    /// 2^32-1, one per message (never matched to the messages otherwise).
+    /// 2^31-1 ([`MAX_ATTEMPT`](crate::MAX_ATTEMPT)), one per message (never matched to the messages otherwise).
     pub async fn receive_attempts(&self, subject: &str, max: u32, ack: AckMode) -> Result<Vec<(Message, u32)>> {
         let (path, v) = self.pull(subject, max, ack).await?;
         let pulled = || -> std::result::Result<Vec<(Message, u32)>, String> {
@@ -682,7 +685,7 @@ fn reply_of(v: &Value) -> std::result::Result<Message, String> {
     if !m.is_object() {
         return Err("a reply that is not an object".into());
     }
-    crate::message::handed_over(m).map_err(|e| format!("a reply that is {e}"))
+    crate::message::handed_over(m, false).map_err(|e| format!("a reply that is {e}"))
 }
 
 /// The messages of a receive: a `messages` array of stored messages.

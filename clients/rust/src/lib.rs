@@ -27,7 +27,7 @@ mod tls;
 
 pub use conn::MAX_PUBLISH_BATCH;
 pub use error::{escape_text, http_status, Error, ErrorKind, Result};
-pub use message::{Contract, ContractSubject, Decision, Message, Signature, Status};
+pub use message::{Contract, ContractSubject, Decision, Message, Signature, Status, MAX_ATTEMPT};
 pub use session::{
     ConnectOptions, ErrorCallback, PendingPublish, ReplayOptions, Session, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_PENDING_PUBLISH_BYTES,
     FINAL_RENEW_REFUSALS,

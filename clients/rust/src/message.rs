@@ -224,13 +224,21 @@ impl Decision {
     }
 }
 
+/// The largest lease attempt the client takes from a receive answer or
+/// sends in an ack or a nack: 2^31-1, as the Go client (the reference)
+/// reads `attempts`, and as the TypeScript and Python clients hold it. The
+/// broker counts attempts from 1 up to a subject's `retry.maxAttempts`,
+/// far below.
+pub const MAX_ATTEMPT: u32 = i32::MAX as u32;
+
 /// The `attempts` of a receive answer holding `n` messages: absent, none
 /// told (all 0: a pubsub receive, an automatic one, or a server that does
-/// not tell them); else an array of `n` integers of 1 to 2^32-1, the
-/// attempt of each message's lease in step with the messages. Anything
-/// else (not an array, `null`, another length, 0, a negative, a fraction,
-/// a string, an integer past `u32`) is a malformed answer: never read as
-/// some other message's attempt, nor as none.
+/// not tell them); else an array of `n` integers of 1 to
+/// [`MAX_ATTEMPT`], the attempt of each message's lease in step with the
+/// messages. Anything else (not an array, `null`, another length, 0, a
+/// negative, a fraction, a string, an integer past [`MAX_ATTEMPT`]) is a
+/// malformed answer: never read as some other message's attempt, nor as
+/// none.
 pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> {
     let Some(a) = answer.get("attempts") else {
         return Ok(vec![0; n]);
@@ -246,10 +254,20 @@ pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> 
         .map(|(i, v)| {
             v.as_u64()
                 .and_then(|x| u32::try_from(x).ok())
-                .filter(|&x| x > 0)
-                .ok_or_else(|| format!("attempts[{i}] that is not an integer of 1 to 2^32-1 ({v})"))
+                .filter(|&x| (1..=MAX_ATTEMPT).contains(&x))
+                .ok_or_else(|| format!("attempts[{i}] that is not an integer of 1 to 2^31-1 ({v})"))
         })
         .collect()
+}
+
+/// The attempt an ack or a nack sends: 0 (none) or one of 1 to
+/// [`MAX_ATTEMPT`]; `INVALID_ARGUMENT` for one beyond, nothing sent (no
+/// receive hands such an attempt out).
+pub(crate) fn sent_attempt(attempt: u32) -> crate::error::Result<u32> {
+    if attempt > MAX_ATTEMPT {
+        return Err(crate::error::Error::new("INVALID_ARGUMENT", format!("an attempt of {attempt} is beyond 2^31-1, no lease's")));
+    }
+    Ok(attempt)
 }
 
 /// A message the server hands over (a receive, replay or reply message),
@@ -257,10 +275,17 @@ pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> 
 /// messages from 1 and leaves 0 out, so a 0 is no broker's, and read as
 /// none it would make an ack or a resume name no sequence (settling
 /// whichever message holds the id), as a delivery of it would (refused
-/// the same way). An absent sequence is none, as in a delivery.
-pub(crate) fn handed_over(v: &Value) -> Result<Message, String> {
-    if v.get("sequence").and_then(Value::as_u64) == Some(0) {
-        return Err("a message whose sequence is 0, no broker's (it numbers messages from 1)".into());
+/// the same way). A `logged` message (a receive or replay message, read
+/// from the subject's log) is refused without a sequence too (absent or
+/// `null`): the broker sends the number with every message it stores. A
+/// reply never enters the log, so it has none.
+pub(crate) fn handed_over(v: &Value, logged: bool) -> Result<Message, String> {
+    match v.get("sequence") {
+        None | Some(Value::Null) if logged => {
+            return Err("a message without a sequence, no broker's (it numbers every message it stores)".into())
+        }
+        Some(s) if s.as_u64() == Some(0) => return Err("a message whose sequence is 0, no broker's (it numbers messages from 1)".into()),
+        _ => {}
     }
     Message::deserialize(v).map_err(|e| format!("a message that does not decode ({e})"))
 }

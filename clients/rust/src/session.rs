@@ -312,15 +312,17 @@ fn pull_answer(op: &str, subject: &str, id: &str, seq: u64, attempt: u32) -> Val
 }
 
 /// The messages of an `op` (receive, replay) answer; a message that does
-/// not decode or whose sequence is 0 (see [`crate::message::handed_over`])
-/// refuses the whole answer, `BAD_FRAME` naming its entry, as the HTTP
-/// receive refuses it.
+/// not decode or whose sequence is 0 or absent (see
+/// [`crate::message::handed_over`]) refuses the whole answer, `BAD_FRAME`
+/// naming its entry, as the HTTP receive refuses it.
 fn messages_of(op: &str, f: &Value) -> Result<Vec<Message>> {
     match f.get("messages") {
         Some(Value::Array(a)) => a
             .iter()
             .enumerate()
-            .map(|(i, m)| crate::message::handed_over(m).map_err(|e| Error::protocol(format!("{op}: an answer with messages[{i}]: {e}"))))
+            .map(|(i, m)| {
+                crate::message::handed_over(m, true).map_err(|e| Error::protocol(format!("{op}: an answer with messages[{i}]: {e}")))
+            })
             .collect(),
         Some(Value::Null) | None => Ok(Vec::new()),
         _ => Err(Error::protocol(format!("{op}: an answer whose messages are not an array"))),
@@ -445,14 +447,15 @@ impl Session {
     /// whose message has no `correlationId`, or one naming another request
     /// than the id sent (unless an idempotency key makes it a repeat of an
     /// earlier one), is refused `BAD_FRAME`, never handed over as this
-    /// request's reply; so is a reply whose `sequence` is 0 (no broker's).
+    /// request's reply; so is a reply whose `sequence` is 0 (no broker's;
+    /// a reply has none, as it never enters the subject's log).
     pub async fn request(&self, m: &Message, timeout: Duration) -> Result<Message> {
         self.inner.check_open()?;
         let conn = self.inner.conn().await?;
         let req = crate::message::request_of(m);
         let f = json!({"op": "request", "message": &*req, "timeoutMs": crate::time::wire_ms(timeout)});
         let ans = conn.call(obj(f), timeout.saturating_add(Duration::from_secs(2))).await?;
-        let reply = crate::message::handed_over(ans.get("message").unwrap_or(&Value::Null))
+        let reply = crate::message::handed_over(ans.get("message").unwrap_or(&Value::Null), false)
             .map_err(|e| Error::protocol(format!("a reply without a valid message: {e}")))?;
         crate::message::check_reply(&req, &reply).map_err(Error::protocol)?;
         Ok(reply)
@@ -461,8 +464,9 @@ impl Session {
     /// Pulls up to `max` messages of `subject`. On a work-queue subject they
     /// are leased for the ack wait: settle each with [`ack`](Self::ack) or
     /// [`nack`](Self::nack). An answer holding a message that does not
-    /// decode, or whose `sequence` is 0 (no broker's: it numbers messages
-    /// from 1, and an ack naming 0 names none), is refused as a whole
+    /// decode, or whose `sequence` is 0 or absent (no broker's: it numbers
+    /// every message it stores from 1, and an ack naming 0 names none), is
+    /// refused as a whole
     /// (`BAD_FRAME`, kind [`Protocol`](ErrorKind::Protocol), naming the
     /// entry), as [`HttpClient::receive`](crate::http::HttpClient::receive)
     /// refuses it.
@@ -480,7 +484,8 @@ impl Session {
     /// answer naming the older attempt is then refused (`ACK_NOT_ALLOWED`)
     /// instead of settling that session's lease. 0 when nothing is leased
     /// (a pubsub subject) or the server does not tell it. An answer whose
-    /// `attempts` is not an array of integers of 1 to 2^32-1, one per
+    /// `attempts` is not an array of integers of 1 to 2^31-1
+    /// ([`MAX_ATTEMPT`](crate::MAX_ATTEMPT)), one per
     /// message, is refused (`BAD_FRAME`, kind
     /// [`Protocol`](ErrorKind::Protocol)), never matched to the messages
     /// otherwise.
@@ -515,7 +520,10 @@ impl Session {
     /// as [`ack_sequence`](Self::ack_sequence)): once that lease ran out
     /// and the message was leased again, to any session of the principal,
     /// the server refuses it (`ACK_NOT_ALLOWED`) and settles nothing.
+    /// An attempt beyond [`MAX_ATTEMPT`](crate::MAX_ATTEMPT) (2^31-1) is
+    /// no lease's: `INVALID_ARGUMENT`, nothing sent.
     pub async fn ack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32) -> Result<()> {
+        let attempt = crate::message::sent_attempt(attempt)?;
         self.call(pull_answer("ack", subject, message_id, seq, attempt)).await.map(|_| ())
     }
 
@@ -540,8 +548,9 @@ impl Session {
     /// [`ack_attempt`](Self::ack_attempt); 0 names none): a late nack of
     /// an older attempt is refused (`ACK_NOT_ALLOWED`) and does not hand
     /// the message out again while another session runs it.
+    /// `INVALID_ARGUMENT` for an attempt beyond 2^31-1, as `ack_attempt`.
     pub async fn nack_attempt(&self, subject: &str, message_id: &str, seq: u64, attempt: u32, delay: Option<Duration>) -> Result<()> {
-        let mut f = pull_answer("nack", subject, message_id, seq, attempt);
+        let mut f = pull_answer("nack", subject, message_id, seq, crate::message::sent_attempt(attempt)?);
         if let Some(d) = delay {
             f["delayMs"] = json!(crate::time::retry_delay_ms(d));
         }

@@ -13,7 +13,7 @@ mod common;
 
 use common::{raw_server, Behaviour, OnFrame};
 use pigeon_client::http::{AckMode, HttpClient};
-use pigeon_client::{ConnectOptions, ErrorKind, Message, Session, Status};
+use pigeon_client::{ConnectOptions, ErrorKind, Message, Session, Status, MAX_ATTEMPT};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,7 +52,7 @@ async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
 }
 
 /// The `attempts` a hostile server may answer two messages with that are
-/// not one positive integer of `u32` per message.
+/// not one integer of 1 to 2^31-1 ([`MAX_ATTEMPT`]) per message.
 fn bad_attempts() -> Vec<(&'static str, Value)> {
     vec![
         ("null", json!(null)),
@@ -67,6 +67,7 @@ fn bad_attempts() -> Vec<(&'static str, Value)> {
         ("an integer as a float", json!([1, 2.0])),
         ("a string", json!([1, "2"])),
         ("a null", json!([1, null])),
+        ("past 2^31-1", json!([1, 2_147_483_648u64])),
         ("past u32", json!([1, 4_294_967_296u64])),
     ]
 }
@@ -149,6 +150,80 @@ async fn ws_request_refuses_a_reply_to_another_request() {
     let s = Session::connect(&url, "t", &["rpc"], opts()).await.unwrap();
     assert_eq!(s.request(&mine, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_mine");
     end(s, task).await;
+}
+
+/// The attempts the three clients agree on (the Go client's range): a
+/// receive answer's attempt is an integer of 1 to 2^31-1, and an ack or a
+/// nack sends 0 as none and one of 1 to 2^31-1 as it is. Each row: the
+/// attempt, whether a receive takes it, what an ack or a nack of it does
+/// (`Some(n)`: sent as `n`; `None`: refused `INVALID_ARGUMENT`, nothing
+/// sent). The Rust client refuses a whole receive answer that holds an
+/// attempt it cannot take, as one holding a message it cannot take.
+fn attempt_table() -> Vec<(u64, bool, Option<Option<u64>>)> {
+    vec![
+        (0, false, Some(None)),
+        (1, true, Some(Some(1))),
+        (2_147_483_647, true, Some(Some(2_147_483_647))),
+        (2_147_483_648, false, None),
+        (4_294_967_295, false, None),
+    ]
+}
+
+#[tokio::test]
+async fn the_attempt_limits_are_the_clients_agreed_table() {
+    assert_eq!(MAX_ATTEMPT, 2_147_483_647, "2^31-1, the Go client's");
+    let mut wrong = Vec::new();
+    for (attempt, taken, sent) in attempt_table() {
+        // A receive over WebSocket and over HTTP.
+        let answer = json!({"messages": [msg(7), msg(9)], "attempts": [2, attempt]});
+        let mut ws = answer.clone();
+        ws["op"] = json!("messages");
+        let (url, frames, task) = ws_answering(ws).await;
+        let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+        let text = answer.to_string();
+        let (http_url, seen) =
+            http_server(Arc::new(move |r: &Seen| (200, if r.head.contains("/receive ") { text.clone() } else { r#"{"ok":true}"#.into() })))
+                .await;
+        let h = HttpClient::new(&http_url, "t").with_contract("ctr_1");
+        let got = [("ws", s.receive_attempts(SUBJECT, 10).await), ("http", h.receive_attempts(SUBJECT, 5, AckMode::Explicit).await)];
+        for (t, r) in got {
+            match (taken, r) {
+                (true, Ok(ms)) if ms.iter().map(|(_, a)| u64::from(*a)).collect::<Vec<_>>() == vec![2, attempt] => {}
+                (false, Err(e)) if e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol => {}
+                (_, r) => wrong.push(format!(
+                    "{t} receive of attempt {attempt}: {:?}",
+                    r.map(|ms| ms.into_iter().map(|(_, a)| a).collect::<Vec<_>>())
+                )),
+            }
+        }
+        // An ack and a nack of it, over WebSocket and over HTTP.
+        let a = u32::try_from(attempt).unwrap();
+        frames.lock().unwrap().clear();
+        seen.lock().unwrap().clear();
+        let results = [
+            s.ack_attempt(SUBJECT, "msg_9", 9, a).await,
+            s.nack_attempt(SUBJECT, "msg_9", 9, a, None).await,
+            h.ack_attempt(SUBJECT, "msg_9", 9, a).await,
+            h.nack_attempt(SUBJECT, "msg_9", 9, a, None).await,
+        ];
+        let mut bodies: Vec<Value> = common::frames_without_ids(&frames).into_iter().filter(|f| f["op"] != "receive").collect();
+        bodies.extend(seen.lock().unwrap().iter().map(|r| r.body.clone()));
+        match sent {
+            Some(want) => {
+                let want = want.map_or(Value::Null, |n| json!(n));
+                if results.iter().any(Result::is_err) || bodies.len() != 4 || bodies.iter().any(|b| b["attempt"] != want) {
+                    wrong.push(format!("answer of attempt {attempt}: {results:?}, sent {bodies:?}"));
+                }
+            }
+            None => {
+                if !results.iter().all(|r| r.as_ref().is_err_and(|e| e.code == "INVALID_ARGUMENT")) || !bodies.is_empty() {
+                    wrong.push(format!("answer of attempt {attempt}: {results:?}, sent {bodies:?}"));
+                }
+            }
+        }
+        end(s, task).await;
+    }
+    assert!(wrong.is_empty(), "not the agreed limits:\n{}", wrong.join("\n"));
 }
 
 // ---- HTTP ----

@@ -431,25 +431,36 @@ async fn every_refusal_of_a_delivery_names_its_op_and_batch_entry() {
 
 /// A receive, replay or reply answer naming a message of sequence 0 is no
 /// broker's either: the whole answer is refused `BAD_FRAME` (kind
-/// `Protocol`, status 502, as the HTTP receive refuses it), the entry
-/// named (`messages[i]`), rather than the message handed over as one
-/// without a sequence, whose ack or resume would name none and could
-/// settle a newer message published under its id. A message without a
-/// sequence is still taken, and so is one of sequence 1.
+/// `Protocol`, status 502, as the HTTP receive refuses it), the entry named
+/// (`messages[i]`), rather than the message handed over as one without a
+/// sequence, whose ack or resume would name none and could settle a newer
+/// message published under its id. So is a receive or replay message
+/// without a sequence (absent or `null`: the broker sends the number with
+/// every message it reads from the log; these were taken before). A reply
+/// without a sequence is taken, as the broker sends every reply (a reply
+/// never enters the log), and so is a message of sequence 1.
 #[tokio::test]
 async fn a_receive_replay_or_reply_of_sequence_0_is_a_bad_frame() {
     let zero = json!({"id": "msg_zero", "subject": "x", "sequence": 0, "data": {}});
     let none = json!({"id": "msg_none", "subject": "x", "data": {}});
-    let mut reply_zero = zero.clone();
-    reply_zero["correlationId"] = json!("msg_ask");
+    let null_seq = json!({"id": "msg_null", "subject": "x", "sequence": null, "data": {}});
+    let reply = |m: &Value| {
+        let mut r = m.clone();
+        r["correlationId"] = json!("msg_ask");
+        r
+    };
+    let good = json!({"id": "msg_r", "subject": "x", "sequence": 1, "correlationId": "msg_ask"});
     let answers = json!({
-        "zero": {"messages": [msg(4), zero], "reply": reply_zero},
-        "good": {"messages": [msg(1), none], "reply": {"id": "msg_r", "subject": "x", "sequence": 1, "correlationId": "msg_ask"}},
+        "zero": {"messages": [msg(4), zero], "reply": reply(&zero), "why": "sequence is 0"},
+        "none": {"messages": [msg(4), none], "reply": reply(&none), "why": "without a sequence"},
+        "null": {"messages": [msg(4), null_seq], "reply": good, "why": "without a sequence"},
+        "good": {"messages": [msg(1), msg(2)], "reply": good},
     });
     let ask = pigeon_client::Message { id: "msg_ask".into(), ..pigeon_client::Message::new("x", "q", "ask") };
     let mut wrong = Vec::new();
-    for case in ["zero", "good"] {
+    for case in ["zero", "none", "null", "good"] {
         let a = answers[case].clone();
+        let why = a["why"].as_str().unwrap_or_default().to_string();
         let (url, _tx, task) = raw_server(move |f| match f["op"].as_str() {
             Some("receive") | Some("replay") => vec![json!({"op": "messages", "re": f["id"], "messages": a["messages"]})],
             Some("request") => vec![json!({"op": "reply", "re": f["id"], "message": a["reply"]})],
@@ -464,15 +475,16 @@ async fn a_receive_replay_or_reply_of_sequence_0_is_a_bad_frame() {
             ("request", s.request(&ask, Duration::from_secs(2)).await.map(|_| 1)),
         ];
         for (op, r) in got {
-            match (case, r) {
-                ("good", Ok(_)) => {}
-                ("good", Err(e)) => wrong.push(format!("{op}: a good answer refused: {e}")),
-                (_, Ok(n)) => wrong.push(format!("{op}: an answer naming sequence 0 taken ({n} messages)")),
-                (_, Err(e)) => {
+            let taken = case == "good" || (op == "request" && case != "zero");
+            match (taken, r) {
+                (true, Ok(_)) => {}
+                (true, Err(e)) => wrong.push(format!("{case} {op}: a good answer refused: {e}")),
+                (false, Ok(n)) => wrong.push(format!("{case} {op}: an answer naming no broker's sequence taken ({n} messages)")),
+                (false, Err(e)) => {
                     let shape = (e.code.as_str(), e.kind, e.status) == ("BAD_FRAME", pigeon_client::ErrorKind::Protocol, 502);
-                    let named = e.message.contains("sequence is 0") && (op == "request" || e.message.contains("messages[1]"));
+                    let named = e.message.contains(&why) && (op == "request" || e.message.contains("messages[1]"));
                     if !shape || !named {
-                        wrong.push(format!("{op}: not the HTTP receive's refusal, naming the entry: {e:?}"));
+                        wrong.push(format!("{case} {op}: not the HTTP receive's refusal, naming the entry: {e:?}"));
                     }
                 }
             }

@@ -408,6 +408,10 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
     // The keyed reply of a sequence of 1 is taken: the zero alone refused it.
     let (url, _) = canned(200, &replied(message("1"))).await;
     request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
+    // So is one without a sequence, as the broker sends every reply: a
+    // reply never enters the subject's log.
+    let (url, _) = canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","data":{{}}}}"#))).await;
+    request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
     // A negotiation refused as malformed leaves the contract held.
     let (url, _) = canned(201, &contract(r#""c\r\nX-Evil: 1""#)).await;
     let mut h = HttpClient::new(&url, "t").with_contract("ctr_1");

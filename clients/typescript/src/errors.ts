@@ -260,6 +260,33 @@ export function sequenceDelivered(m: { sequence?: unknown }): boolean {
 }
 
 /**
+ * Whether the `sequence` of a message a receive or a replay hands the
+ * caller, read from the subject's log, is one of the broker's and held
+ * exactly: an integer of 1 to 2^53-1, and present. The broker numbers
+ * every message it stores from 1 and always sends the number with it, so
+ * one without a sequence (absent or null) is no broker's, as one of 0 is:
+ * an ack of it would name no sequence, and settle whichever message holds
+ * the id. As the Python and Rust clients refuse it. (A reply never enters
+ * the log: it has no sequence, see {@link sequenceDelivered}.)
+ */
+export function sequenceStored(m: { sequence?: unknown }): boolean {
+  return m.sequence !== undefined && m.sequence !== null && sequenceDelivered(m);
+}
+
+/**
+ * The largest lease attempt the client takes from a receive answer or
+ * sends in an ack or a nack: 2^31-1, as the Go client (the reference)
+ * reads `attempts`, and as the Python and Rust clients hold it. The broker
+ * counts attempts from 1 up to a subject's `retry.maxAttempts`, far below.
+ */
+export const MAX_ATTEMPT = 2 ** 31 - 1;
+
+/** Whether `a` is a lease attempt a receive answer may name: an integer of 1 to {@link MAX_ATTEMPT}. */
+export function attemptHeld(a: unknown): a is number {
+  return typeof a === "number" && Number.isInteger(a) && a >= 1 && a <= MAX_ATTEMPT;
+}
+
+/**
  * Whether a message's `hops` is one the broker sets: absent, null (as an
  * absent sequence is), or an integer of 0 to 2^32-1 (docs/protocol.md,
  * "hops"). A `hops` of another type or out of range is no broker's, and a
@@ -362,16 +389,17 @@ export function unheldDecision(d: Record<string, unknown> | { status?: unknown; 
  * The BAD_FRAME of a stored message an answer hands the caller (`what`: a
  * `reply`, or entry `index` of a `receive` or a `replay` answer) whose
  * sequence is no broker's or the client cannot hold exactly (see
- * {@link sequenceDelivered}) or whose hops is not the broker's (see
- * {@link hopsHeld}); undefined when it holds both. Such a message is
- * refused as such a delivery is: a 0 names none, and a rounded sequence
- * another message, which a replay or a resume from it, or an ack of it,
- * would name. `details` names the answer (`op`), the entry
+ * {@link sequenceStored}: in a receive or replay answer none at all is no
+ * broker's either, while a reply has none) or whose hops is not the
+ * broker's (see {@link hopsHeld}); undefined when it holds both. Such a
+ * message is refused as such a delivery is: a 0 or none names none, and a
+ * rounded sequence another message, which a replay or a resume from it, or
+ * an ack of it, would name. `details` names the answer (`op`), the entry
  * (`index`), the message (`messageId`) and the value refused.
  */
 export function unheldMessage(m: { id?: unknown; sequence?: unknown; hops?: unknown }, what: string, index?: number): PigeonError | undefined {
   if (typeof m !== "object" || m === null) return undefined;
-  const held = sequenceDelivered(m);
+  const held = what === "reply" ? sequenceDelivered(m) : sequenceStored(m);
   if (held && hopsHeld(m)) return undefined;
   const field = held ? "hops" : "sequence";
   const v = m[field];
@@ -424,9 +452,12 @@ function typeName(x: unknown): string {
  * TypeError in the caller. A leased one left out is not answered, so the
  * server's ack wait gives it back. `attempts`, when given, is in step with
  * `list` (see {@link pullAttempts}): each message kept keeps its own, for
- * {@link attemptOf} and the ack or nack of it.
+ * {@link attemptOf} and the ack or nack of it, and one whose attempt is
+ * not an integer of 1 to {@link MAX_ATTEMPT} is left out and reported the
+ * same way (an ack naming a wrong attempt would be refused, or settle
+ * another lease), the others kept.
  */
-export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError) => void, attempts?: readonly number[]): M[] {
+export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError) => void, attempts?: readonly unknown[]): M[] {
   const out: M[] = [];
   for (let i = 0; i < list.length; i++) {
     const m: unknown = list[i];
@@ -439,8 +470,20 @@ export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError
       report(unheld);
       continue;
     }
-    const a = attempts?.[i] ?? 0;
-    if (a > 0) leaseAttempts.set(m, a);
+    const a: unknown = attempts?.[i];
+    if (attempts && !attemptHeld(a)) {
+      const id = (m as { id?: unknown }).id;
+      report(
+        new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message (entry ${i}) whose attempt is not an integer of 1 to 2^31-1`, {
+          op: what,
+          index: i,
+          messageId: typeof id === "string" ? id : typeof id,
+          attempt: typeof a === "number" ? a : typeName(a),
+        }),
+      );
+      continue;
+    }
+    if (attemptHeld(a)) leaseAttempts.set(m, a);
     out.push(m as M);
   }
   return out;
@@ -466,34 +509,24 @@ export function attemptOf(message: unknown): number {
 
 /**
  * The `attempts` of a `receive` answer holding `messages` (its raw list,
- * before any entry is left out): one positive safe integer per message, in
- * step with them; an answer without `attempts` leased nothing (0 each).
- * BAD_FRAME for anything else (not an array, null, another length, an
- * entry that is not an integer of 1 to 2^53-1), rather than an attempt
- * given to another message, or rounded: an ack naming the wrong attempt
- * would be refused, or settle another lease.
+ * before any entry is left out), in step with them; undefined for an
+ * answer without `attempts`, which leased nothing (0 each). BAD_FRAME for an `attempts` that
+ * cannot be told to the messages (not an array, null, another length),
+ * rather than an attempt given to another message. Its entries are
+ * returned as sent: one that is no lease's attempt refuses its message
+ * alone (see {@link heldMessages}).
  */
-export function pullAttempts(answer: Record<string, unknown>, what: string): number[] {
+export function pullAttempts(answer: Record<string, unknown>, what: string): readonly unknown[] | undefined {
   const n = Array.isArray(answer.messages) ? answer.messages.length : 0;
   const a = answer.attempts;
-  if (a === undefined) return new Array<number>(n).fill(0);
+  if (a === undefined) return undefined;
   if (!Array.isArray(a)) {
     throw new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} answer whose attempts is not a list`, { op: what, attempts: typeName(a) });
   }
   if (a.length !== n) {
     throw new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} answer holding ${a.length} attempts for ${n} messages`, { op: what, attempts: a.length, messages: n });
   }
-  for (let i = 0; i < a.length; i++) {
-    const x: unknown = a[i];
-    if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 1) {
-      throw new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} answer whose attempts entry ${i} is not an integer of 1 to 2^53-1`, {
-        op: what,
-        index: i,
-        attempt: typeof x === "number" ? x : typeName(x),
-      });
-    }
-  }
-  return a as number[];
+  return a as unknown[];
 }
 
 /**
@@ -502,8 +535,9 @@ export function pullAttempts(answer: Record<string, unknown>, what: string): num
  * the lease attempt a receive handed it out with, see
  * {@link attemptOf}) or its id; `sequence` and `attempt`, when given, are
  * sent instead (0: none). INVALID_ARGUMENT for a message without a string
- * id, a sequence or an attempt that is not a non-negative safe integer
- * (JSON.stringify would send a rounded or null one), or a message received
+ * id, a sequence that is not a non-negative safe integer (JSON.stringify
+ * would send a rounded or null one), an attempt that is not an integer of
+ * 0 to {@link MAX_ATTEMPT} (no lease's), or a message received
  * whose sequence is not one (beyond 2^53-1 JSON.parse rounded it, see
  * {@link sequenceHeld}): rather than an answer without the sequence, which
  * settles whichever message holds the id now. Pass the id alone to answer
@@ -528,7 +562,7 @@ export function settleBody(
   }
   let att = attemptOf(message);
   if (attempt !== undefined) {
-    if (typeof attempt !== "number" || !Number.isSafeInteger(attempt) || attempt < 0) throw new PigeonError("INVALID_ARGUMENT", `attempt must be a non-negative safe integer, not ${String(attempt)}`);
+    if (attempt !== 0 && !attemptHeld(attempt)) throw new PigeonError("INVALID_ARGUMENT", `attempt must be an integer of 0 to 2^31-1, not ${String(attempt)}`);
     att = attempt;
   }
   const body: { messageId: string; sequence?: number; attempt?: number } = { messageId: id };

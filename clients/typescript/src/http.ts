@@ -272,8 +272,9 @@ export class HttpClient {
    * it: once its lease ran out and the message was leased again, even to
    * another worker of the same principal, the late answer settles nothing
    * (403 ACK_NOT_ALLOWED) instead of the newer lease. An answer whose
-   * `attempts` is not one positive integer per message is refused,
-   * BAD_FRAME.
+   * `attempts` is not a list in step with the messages is refused,
+   * BAD_FRAME; a message whose attempt is not an integer of 1 to 2^31-1
+   * (MAX_ATTEMPT) is left out, its BAD_FRAME to onError (see heldMessages).
    */
   async receiveAttempts(subject: string, options: { max?: number; ack?: "auto" | "explicit" } = {}): Promise<Pulled> {
     const r = await this.expect<{ messages?: Message[] | null; attempts?: unknown }>("messages", (r) => isList(r.messages), "POST", `/v1/subjects/${segment(subject)}/receive`, options, { contract: true });

@@ -27,7 +27,7 @@ export { DEFAULT_MAX_BUFFERED_BYTES } from "./conn.js";
 export type { ConnectOptions, ReconnectOptions, SubscribeOptions, Delivery, Handler } from "./session.js";
 export { HttpClient, KeyCache, MAX_RESPONSE_BYTES, RECEIPTS_MAX_WAIT_MS, RECEIPTS_RETRIES, SEAL_MAX_AGE_MS, segment, VERIFY_MAX_AGE_MS } from "./http.js";
 export type { HttpOptions } from "./http.js";
-export { PigeonError, RetryAfter, ClientCodes, fromWire, statusOf } from "./errors.js";
+export { PigeonError, RetryAfter, ClientCodes, fromWire, statusOf, MAX_ATTEMPT } from "./errors.js";
 export type { ErrorKind, ErrorDetails } from "./errors.js";
 export {
   b64encode,

@@ -618,7 +618,8 @@ export class Session implements ConnOwner {
    * reply. The server waits `timeout` ms (default 30 s) and then refuses
    * with REQUEST_TIMEOUT; the client gives up a little later on its own.
    * A reply whose sequence or hops the client cannot hold is refused,
-   * BAD_FRAME (see unheldMessage). A request without an id, a signature
+   * BAD_FRAME (see unheldMessage); a reply has no sequence (it never
+   * enters the subject's log). A request without an id, a signature
    * or an idempotency key is sent with an id drawn here (`message` itself
    * is not changed), and a reply that does not answer it (no
    * correlationId, or one naming another id) is refused, BAD_FRAME (see
@@ -641,7 +642,8 @@ export class Session implements ConnOwner {
    * nack sends back; see {@link Session.receiveAttempts}). A message whose
    * sequence or hops the client cannot hold, or an entry that is not a
    * message object, is left out, its BAD_FRAME to onError (see
-   * heldMessages).
+   * heldMessages); so is one without a sequence, which the broker always
+   * sends with a message of the log.
    */
   async receive(subject: string, options: { max?: number } = {}): Promise<Message[]> {
     return (await this.receiveAttempts(subject, options)).messages;
@@ -655,8 +657,10 @@ export class Session implements ConnOwner {
    * ack and nack of that message send it: once its lease ran out and the
    * message was leased again, even to another session of the same
    * principal, the late answer settles nothing (ACK_NOT_ALLOWED) instead of
-   * the newer lease. An answer whose `attempts` is not one positive integer
-   * per message is refused, BAD_FRAME.
+   * the newer lease. An answer whose `attempts` is not a list in step with
+   * the messages is refused, BAD_FRAME; a message whose attempt is not an
+   * integer of 1 to 2^31-1 (MAX_ATTEMPT) is left out, its BAD_FRAME to
+   * onError, as one whose sequence is no broker's (see heldMessages).
    */
   async receiveAttempts(subject: string, options: { max?: number } = {}): Promise<Pulled> {
     const frame: Frame = { op: "receive", subject };

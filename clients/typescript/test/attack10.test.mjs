@@ -5,8 +5,7 @@
 // lease. The client keeps the attempt with each message it hands out
 // (receiveAttempts shows it) and sends it back with the ack or nack of
 // that message, on both transports; an "attempts" that is not in step with
-// the messages, or holds anything but positive safe integers, is a
-// malformed answer (BAD_FRAME), never mis-assigned. A pull or replay entry
+// the messages is a malformed answer (BAD_FRAME), never mis-assigned. A pull or replay entry
 // that is not a message object is left out and reported, the others
 // returned. Each test failed before the fix.
 import assert from "node:assert/strict";
@@ -57,7 +56,7 @@ test("a WebSocket receive hands each message's attempt over, and its ack and nac
     await s.ack("x", m, { attempt: 0 });
     await s.ack("x", "m_a", { sequence: 4 });
     await s.nack("x", "m_a", { sequence: 4, attempt: 3 });
-    for (const bad of [-1, 1.5, Number.NaN, 2 ** 53, "2"]) {
+    for (const bad of [-1, 1.5, Number.NaN, 2 ** 31, 2 ** 53, "2"]) {
       await assert.rejects(s.ack("x", m, { attempt: bad }), (e) => e.code === "INVALID_ARGUMENT", String(bad));
       await assert.rejects(s.nack("x", m, { attempt: bad }), (e) => e.code === "INVALID_ARGUMENT", String(bad));
     }
@@ -84,23 +83,18 @@ test("a WebSocket receive without attempts (pubsub, a v1 server) answers 0 each 
   assert.deepEqual(settled, [{ op: "ack", subject: "x", messageId: "m_a", sequence: 4 }]);
 });
 
-// "attempts" members that are no lease's attempts of these messages.
+// "attempts" members that cannot be told to these messages. (An entry that
+// is no lease's attempt refuses its message alone: delivery_fields.test.mjs.)
 const MALFORMED = [
   ["not an array", `"attempts":{"0":1}`],
   ["a number", `"attempts":1`],
   ["null", `"attempts":null`],
   ["fewer", `"attempts":[1]`],
   ["more", `"attempts":[1,2,3]`],
-  ["zero", `"attempts":[1,0]`],
-  ["negative", `"attempts":[1,-2]`],
-  ["fraction", `"attempts":[1,1.5]`],
-  ["beyond 2^53-1", `"attempts":[1,9007199254740993]`],
-  ["a string", `"attempts":[1,"2"]`],
-  ["null entry", `"attempts":[1,null]`],
 ];
 const TWO = `"messages":[${JSON.stringify(msg("m_a", 4))},${JSON.stringify(msg("m_b", 5))}]`;
 
-test("a WebSocket receive whose attempts are not positive safe integers in step with the messages is BAD_FRAME", async () => {
+test("a WebSocket receive whose attempts are not a list in step with the messages is BAD_FRAME", async () => {
   let members = "";
   const { srv, settled } = await pullServer(() => members);
   await onSession(srv, OPTS, async (s) => {
