@@ -57,6 +57,45 @@ type AttemptSettler interface {
 	NackAttempt(ctx context.Context, subject, messageID string, seq uint64, attempt int, delay time.Duration) error
 }
 
+// DepthPublisher is the ability of a Session to publish a message at a
+// depth (Message.Hops, Caller.Hops) other than 0: hops is written into
+// the message the broker admits, in place of the 0 a client's publish
+// gets, as a program's emit is written one deeper than its input. A
+// bridge carrying a message back in from another system (bridge/nats)
+// publishes it one deeper than the envelope it carried said, so that a
+// loop through bridges and programs ends at their bound. PublishAt with
+// hops 0 is Publish.
+//
+// The in-process session has it, and so does the WebSocket session; the
+// broker takes a WebSocket client's depth only from a principal holding
+// RoleBridge (Engine.MayPublishAtDepth) and refuses the publish of any
+// other with FORBIDDEN. Find it with a type assertion.
+type DepthPublisher interface {
+	PublishAt(ctx context.Context, m *Message, hops uint32) (*Result, error)
+}
+
+// RoleBridge is the role of a principal the broker lets publish at a
+// depth over a transport (DepthPublisher): a bridge's. A client without
+// it publishes at 0 whatever it asks, so that it cannot pass a message as
+// a program's output, nor restart a loop's count. Like RoleAdmin it is
+// given to an account (Engine.PutAccount) or a static token; no principal
+// holds it by default.
+const RoleBridge = "bridge"
+
+// MayPublishAtDepth reports whether p may publish at a depth over a
+// transport: whether it holds RoleBridge as its credential and account
+// stand now, not as they stood when it authenticated (a role taken from
+// its account since counts no more; a grant revoked since gives none).
+// The transports ask it at each publish that carries a depth; an
+// embedder's own Caller is trusted with its Hops, as with the rest.
+func (e *Engine) MayPublishAtDepth(p *Principal) bool {
+	if p == nil {
+		return false
+	}
+	q, err := e.currentPrincipal(p, e.now())
+	return err == nil && q.HasRole(RoleBridge)
+}
+
 // Dialer opens sessions to a broker. transport/inproc dials an *Engine in
 // process and transport/ws one over WebSocket; each is configured with its
 // ConnectOptions when it is built.
@@ -156,6 +195,7 @@ type localSession struct {
 var _ Session = (*localSession)(nil)
 var _ SequenceSettler = (*localSession)(nil)
 var _ AttemptSettler = (*localSession)(nil)
+var _ DepthPublisher = (*localSession)(nil)
 
 func (e *Engine) newLocalSession(c Caller, k *contract) *localSession {
 	return &localSession{e: e, caller: c, c: k, done: make(chan struct{})}
@@ -227,6 +267,18 @@ func (s *localSession) Publish(ctx context.Context, m *Message) (*Result, error)
 		return nil, err
 	}
 	return s.e.Publish(ctx, s.caller, m)
+}
+
+// PublishAt publishes m at depth hops (DepthPublisher). The in-process
+// session acts for its embedder, who chose to open it: its depth is
+// taken without a role, as an embedder's Caller is.
+func (s *localSession) PublishAt(ctx context.Context, m *Message, hops uint32) (*Result, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	c := s.caller
+	c.Hops = hops
+	return s.e.Publish(ctx, c, m)
 }
 
 func (s *localSession) Request(ctx context.Context, m *Message) (*Message, error) {

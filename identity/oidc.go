@@ -96,8 +96,9 @@ type Issuer struct {
 	// Empty: any role but the broker's own, admin and auditor
 	// (pigeon.RoleAdmin, pigeon.RoleAuditor), which open the HTTP API's
 	// account, grant, audit and quarantine routes, and programs
-	// (server.RolePrograms), which opens the program routes: a provider
-	// asserts those only when listed here, so that one whose users or
+	// (server.RolePrograms), which opens the program routes, and bridge
+	// (pigeon.RoleBridge), which lets a client publish at a depth: a
+	// provider asserts those only when listed here, so that one whose users or
 	// client applications may set their own roles does not make them the
 	// broker's administrators.
 	Roles []string
@@ -683,7 +684,7 @@ func (is *issuer) mayGive(role string) bool {
 	if len(is.cfg.Roles) > 0 {
 		return slices.Contains(is.cfg.Roles, role)
 	}
-	return role != pigeon.RoleAdmin && role != pigeon.RoleAuditor && role != rolePrograms
+	return role != pigeon.RoleAdmin && role != pigeon.RoleAuditor && role != rolePrograms && role != pigeon.RoleBridge
 }
 
 // mayAssert refuses a principal that is, or looks like, a SPIFFE ID

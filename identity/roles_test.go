@@ -20,8 +20,9 @@ import (
 // the caller's account. A provider
 // whose users or client applications may set their own roles (a custom
 // attribute, a self-service group) made any of them the broker's admin,
-// or its program operator. An issuer asserts admin, auditor or programs
-// only when its Roles lists them, and with Roles set, no role it does not
+// or its program operator, or a bridge (pigeon.RoleBridge: publishing at
+// a depth). An issuer asserts admin, auditor, programs or bridge only when
+// its Roles lists them, and with Roles set, no role it does not
 // list.
 func TestOIDCRolesAnIssuerMayAssert(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,6 +35,8 @@ func TestOIDCRolesAnIssuerMayAssert(t *testing.T) {
 		{"admin is dropped", nil, []string{"admin", "reader"}, []string{"reader"}},
 		{"auditor is dropped", nil, []string{"auditor"}, nil},
 		{"programs is dropped", nil, []string{server.RolePrograms, "reader"}, []string{"reader"}},
+		{"bridge is dropped", nil, []string{pigeon.RoleBridge, "reader"}, []string{"reader"}},
+		{"bridge when listed", []string{pigeon.RoleBridge}, []string{pigeon.RoleBridge}, []string{pigeon.RoleBridge}},
 		{"programs when listed", []string{server.RolePrograms}, []string{server.RolePrograms}, []string{server.RolePrograms}},
 		{"admin when listed", []string{"admin", "reader"}, []string{"admin", "reader", "writer"}, []string{"admin", "reader"}},
 		{"only listed roles", []string{"reader"}, []string{"reader", "writer", "auditor"}, []string{"reader"}},

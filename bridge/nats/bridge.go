@@ -226,7 +226,7 @@ func (b *Bridge) run(ctx context.Context) error {
 		if err == nil {
 			b.sessions.Add(1)
 			began := time.Now()
-			err = b.serve(ctx, &generation{sess: sess, deep: deepPublisher(b.opts.Dialer, sess), nc: nc, js: js, viol: viol})
+			err = b.serve(ctx, &generation{sess: sess, deep: deepPublisher(sess, b.log), nc: nc, js: js, viol: viol})
 			if time.Since(began) > b.opts.MaxReconnectDelay {
 				attempt = 0
 			}

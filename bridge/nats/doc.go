@@ -95,11 +95,16 @@
 // refused, and every message is at depth 0.
 //
 // The broker writes a message's depth from its publisher's caller, and a
-// client cannot choose it. Only a bridge in process (a transport/inproc
-// Dialer) publishes at the depth it counts; over WebSocket every message
-// an In route publishes is at depth 0, and MaxHops refuses only what
-// programs made deep within one pass: a loop through a bridge over
-// WebSocket is not bounded.
+// client cannot choose it. A bridge in process (a transport/inproc
+// Dialer) publishes at the depth it counts, as its embedder's caller.
+// Over WebSocket (the standalone pigeon-bridge) the session asks for the
+// depth (pigeon.DepthPublisher, the publish frame's "hops"), and the
+// broker takes it only from a principal holding the role bridge
+// (pigeon.RoleBridge), which an administrator gives the bridge's account.
+// Without it the broker refuses the depth; the bridge logs that once a
+// session and publishes at 0, as any client: then MaxHops refuses only
+// what programs made deep within one pass, and a loop through the bridge
+// is not bounded.
 //
 // # Sessions
 //

@@ -2,10 +2,11 @@ package natsbridge
 
 import (
 	"context"
+	"log/slog"
 	"math"
+	"sync/atomic"
 
 	"pigeon"
-	"pigeon/transport/inproc"
 )
 
 // CodeHopsExceeded refuses a message an In route would carry in deeper
@@ -35,34 +36,39 @@ func (in *inRoute) depth(carried uint32) (uint32, error) {
 // than 0.
 type deepPublish func(ctx context.Context, m *pigeon.Message, hops uint32) (*pigeon.Result, error)
 
+// warnNoDepth is logged once a session when the broker refuses the
+// bridge's principal a depth.
+const warnNoDepth = "natsbridge: the broker does not let this bridge's principal publish at a depth (it lacks the role in \"role\"): " +
+	"its messages are published at 0, and a loop through it is not bounded by MaxHops"
+
 // deepPublisher returns how the In routes publish on sess at a depth, or
-// nil when the session cannot: only an in-process session acts as a
-// Caller of an engine the bridge can reach (its Dialer's), which
-// publishes at the caller's Hops as package programs does. A session over
-// WebSocket is a client's, whose messages the broker always writes at
-// depth 0 (a client cannot choose a message's depth).
-func deepPublisher(d pigeon.Dialer, sess pigeon.Session) deepPublish {
-	var e *pigeon.Engine
-	switch d := d.(type) {
-	case inproc.Dialer:
-		e = d.Engine
-	case *inproc.Dialer:
-		if d != nil {
-			e = d.Engine
-		}
-	}
-	s, ok := sess.(interface{ Caller() pigeon.Caller })
-	if e == nil || !ok {
+// nil when the session cannot (it is not a pigeon.DepthPublisher). The
+// in-process session publishes at the depth asked, as its embedder's
+// Caller; over WebSocket the broker takes the depth only from a principal
+// holding pigeon.RoleBridge. From any other it refuses the publish
+// FORBIDDEN (which no publish is refused otherwise): the session then
+// publishes at 0, as a client's, for the rest of its life, and the bridge
+// logs once that a loop through it is unbounded until its principal is
+// given the role. A bridge that stopped instead would stop every bridge
+// deployed before the role existed; the next session tries again, so a
+// role given meanwhile counts from the next reconnection.
+func deepPublisher(sess pigeon.Session, log *slog.Logger) deepPublish {
+	dp, ok := sess.(pigeon.DepthPublisher)
+	if !ok {
 		return nil
 	}
-	// The session's own Publish is this call with Hops 0, after a check
-	// that the session is open: the bridge closes it only once every
-	// route's goroutine has ended (teardown), and the engine judges the
-	// caller's contract at each publish (expired, revoked) as for the
-	// session's.
+	var shallow atomic.Bool
 	return func(ctx context.Context, m *pigeon.Message, hops uint32) (*pigeon.Result, error) {
-		c := s.Caller()
-		c.Hops = hops
-		return e.Publish(ctx, c, m)
+		if hops == 0 || shallow.Load() {
+			return sess.Publish(ctx, m)
+		}
+		res, err := dp.PublishAt(ctx, m, hops)
+		if pigeon.ErrorCode(err) != pigeon.CodeForbidden {
+			return res, err
+		}
+		if shallow.CompareAndSwap(false, true) {
+			log.Warn(warnNoDepth, "role", pigeon.RoleBridge, "err", err)
+		}
+		return sess.Publish(ctx, m)
 	}
 }

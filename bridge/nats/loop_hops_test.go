@@ -2,6 +2,7 @@ package natsbridge
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strconv"
 	"sync"
@@ -57,20 +58,33 @@ func (p *natsTap) seen() []uint32 {
 // envelope carries), so neither the broker's ids nor the streams' dedupe
 // stop it. Each pass through an In route is one hop: the pass that would
 // publish deeper than MaxHops is refused HOPS_EXCEEDED, and the loop ends.
+//
+// Over WebSocket the bridges' principal holds pigeon.RoleBridge, as the
+// standalone pigeon-bridge's must for its loops to end: the broker takes
+// its publishes' depth then (without the role it writes 0, and the loop
+// goes on: TestInCountsAHop).
 func TestBridgeLoopEnds(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testBridgeLoopEnds(t, tr.dialer) })
+	}
+}
+
+func testBridgeLoopEnds(t *testing.T, dialer func(t testing.TB, e *pigeon.Engine) pigeon.Dialer) {
 	v := newEnv(t)
+	_, err := v.e.CreateAccount(t.Context(), pigeon.Account{ID: bridgePrin, Roles: []string{pigeon.RoleBridge}})
+	require.NoError(t, err)
 	n1, n2 := tap(t, v.tc, "loop.n1"), tap(t, v.tc, "loop.n2")
 	const maxHops = 3
-	a := start(t, Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, MaxHops: maxHops, Routes: []Route{
+	a := start(t, Options{Dialer: dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, MaxHops: maxHops, Routes: []Route{
 		{Name: "a-out", Direction: Out, Subject: ordersSubject, NATSSubject: "loop.n1"},
 		{Name: "a-in", Direction: In, Subject: ordersSubject, NATSSubject: "loop.n2", Payload: PayloadEnvelope},
 	}})
-	b := start(t, Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: connectNATS(t, v.ns.ClientURL(), 20*time.Millisecond),
+	b := start(t, Options{Dialer: dialer(t, v.e), Credential: bridgeToken, NATS: connectNATS(t, v.ns.ClientURL(), 20*time.Millisecond),
 		MaxHops: maxHops, Routes: []Route{
 			{Name: "b-in", Direction: In, Subject: copySubject, NATSSubject: "loop.n1", Payload: PayloadEnvelope},
 			{Name: "b-out", Direction: Out, Subject: copySubject, NATSSubject: "loop.n2"},
 		}})
-	_, err := publisher(t, v.e).Publish(t.Context(), order("o-1"))
+	_, err = publisher(t, v.e).Publish(t.Context(), order("o-1"))
 	require.NoError(t, err)
 
 	// The loop ends with one refusal, or goes on: 100 passes say it does.
@@ -92,67 +106,85 @@ func TestBridgeLoopEnds(t *testing.T) {
 }
 
 // An In route counts its pass as one hop: a message whose envelope
-// carried h is published at h+1 (in process; over WebSocket the broker
-// writes 0, as for any client), data at 1, and one that carried MaxHops
-// or more is refused HOPS_EXCEEDED before the broker, and on JetStream
-// terminated, never redelivered.
+// carried h is published at h+1 (in process, and over WebSocket when the
+// bridge's principal holds pigeon.RoleBridge), data at 1, and one that
+// carried MaxHops or more is refused HOPS_EXCEEDED before the broker, and
+// on JetStream terminated, never redelivered. Over WebSocket without the
+// role the broker refuses the depth FORBIDDEN: the bridge then publishes
+// at 0, as any client, logs it once, and goes on (it does not stop, as
+// for another FORBIDDEN).
 func TestInCountsAHop(t *testing.T) {
 	for _, tr := range transports {
-		for _, jsMode := range []bool{false, true} {
-			t.Run(tr.name+"/jetstream="+strconv.FormatBool(jsMode), func(t *testing.T) {
-				v := newEnv(t)
-				route := Route{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", Template: ordersTemplate}
-				var st jetstream.Stream
-				if jsMode {
-					st = v.stream(t, "LEGACY", "legacy.>")
-					route.JetStream, route.Stream = true, "LEGACY"
+		for _, role := range []bool{false, true} {
+			for _, jsMode := range []bool{false, true} {
+				if tr.name == "inproc" && !role {
+					continue // an embedder's session needs no role
 				}
-				got := subscribe(t, v.e, monitorToken, ordersSubject)
-				rb := start(t, Options{Dialer: tr.dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{route}})
-				env := func(id string, hops uint64) string {
-					return `{"specversion":"1.0","id":"` + id + `","type":"order.paid","intent":"order_event","hops":` +
-						strconv.FormatUint(hops, 10) + `,"data":{"orderId":"` + id + `"}}`
-				}
-				payloads := []string{
-					env("deep", DefaultMaxHops-1), // published at MaxHops
-					env("over", DefaultMaxHops),   // refused
-					env("absurd", 1<<32-1),        // refused
-					`{"orderId":"plain"}`,         // data: at 1
-					env("none", 0),                // at 1
-				}
-				for _, p := range payloads {
-					if jsMode {
-						_, err := v.js.Publish(t.Context(), "legacy.orders", []byte(p))
-						require.NoError(t, err)
-					} else {
-						require.NoError(t, v.tc.Publish("legacy.orders", []byte(p)))
-					}
-				}
-				var s RouteStats
-				require.Eventually(t, func() bool {
-					s = routeStats(rb.b, "orders-in")
-					return s.Forwarded == 3 && s.Refused[CodeHopsExceeded] == 2
-				}, 30*time.Second, 5*time.Millisecond, "the route's counts: %+v", &s)
-				require.Eventually(t, func() bool { return len(got.all()) == 3 }, 30*time.Second, 5*time.Millisecond)
-				want := []uint32{DefaultMaxHops, 1, 1}
-				if tr.name == "ws" {
-					want = []uint32{0, 0, 0} // a client's message is at depth 0
-				}
-				var hops []uint32
-				for _, m := range got.all() {
-					hops = append(hops, m.Hops)
-				}
-				require.Equal(t, want, hops)
-				if jsMode {
-					// Terminated: nothing waits for a redelivery.
-					require.Eventually(t, func() bool { return ackPending(t, st, "orders-in") == 0 }, 30*time.Second, 5*time.Millisecond)
-				}
-				s = routeStats(rb.b, "orders-in")
-				require.EqualValues(t, map[pigeon.Code]uint64{CodeHopsExceeded: 2}, s.Refused)
-				require.Zero(t, s.Retried)
-			})
+				t.Run(tr.name+"/role="+strconv.FormatBool(role)+"/jetstream="+strconv.FormatBool(jsMode), func(t *testing.T) {
+					testInCountsAHop(t, tr.dialer, role, jsMode)
+				})
+			}
 		}
 	}
+}
+
+func testInCountsAHop(t *testing.T, dialer func(t testing.TB, e *pigeon.Engine) pigeon.Dialer, role, jsMode bool) {
+	v := newEnv(t)
+	if role {
+		_, err := v.e.CreateAccount(t.Context(), pigeon.Account{ID: bridgePrin, Roles: []string{pigeon.RoleBridge}})
+		require.NoError(t, err)
+	}
+	warned := &recordCounter{msg: warnNoDepth, seen: make(chan struct{}, 2)}
+	route := Route{Name: "orders-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.orders", Template: ordersTemplate}
+	var st jetstream.Stream
+	if jsMode {
+		st = v.stream(t, "LEGACY", "legacy.>")
+		route.JetStream, route.Stream = true, "LEGACY"
+	}
+	got := subscribe(t, v.e, monitorToken, ordersSubject)
+	rb := start(t, Options{Dialer: dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Logger: slog.New(warned), Routes: []Route{route}})
+	env := func(id string, hops uint64) string {
+		return `{"specversion":"1.0","id":"` + id + `","type":"order.paid","intent":"order_event","hops":` +
+			strconv.FormatUint(hops, 10) + `,"data":{"orderId":"` + id + `"}}`
+	}
+	payloads := []string{
+		env("deep", DefaultMaxHops-1), // published at MaxHops
+		env("over", DefaultMaxHops),   // refused
+		env("absurd", 1<<32-1),        // refused
+		`{"orderId":"plain"}`,         // data: at 1
+		env("none", 0),                // at 1
+	}
+	for _, p := range payloads {
+		if jsMode {
+			_, err := v.js.Publish(t.Context(), "legacy.orders", []byte(p))
+			require.NoError(t, err)
+		} else {
+			require.NoError(t, v.tc.Publish("legacy.orders", []byte(p)))
+		}
+	}
+	var s RouteStats
+	require.Eventually(t, func() bool {
+		s = routeStats(rb.b, "orders-in")
+		return s.Forwarded == 3 && s.Refused[CodeHopsExceeded] == 2
+	}, 30*time.Second, 5*time.Millisecond, "the route's counts: %+v", &s)
+	require.Eventually(t, func() bool { return len(got.all()) == 3 }, 30*time.Second, 5*time.Millisecond)
+	want := []uint32{DefaultMaxHops, 1, 1}
+	if !role {
+		want = []uint32{0, 0, 0} // a client's message is at depth 0
+	}
+	var hops []uint32
+	for _, m := range got.all() {
+		hops = append(hops, m.Hops)
+	}
+	require.Equal(t, want, hops)
+	if jsMode {
+		// Terminated: nothing waits for a redelivery.
+		require.Eventually(t, func() bool { return ackPending(t, st, "orders-in") == 0 }, 30*time.Second, 5*time.Millisecond)
+	}
+	s = routeStats(rb.b, "orders-in")
+	require.EqualValues(t, map[pigeon.Code]uint64{CodeHopsExceeded: 2}, s.Refused)
+	require.Zero(t, s.Retried)
+	require.Equal(t, !role, len(warned.seen) == 1, "warned once without the role")
 }
 
 func TestDepth(t *testing.T) {

@@ -152,9 +152,10 @@ type Options struct {
 	// refused HOPS_EXCEEDED (CodeHopsExceeded), so that a loop of bridges,
 	// with or without programs on the way, ends. Data, and an envelope
 	// without hops, count from 0: they are published at 1. The depth is
-	// the message's Hops in process (transport/inproc); over WebSocket a
-	// client cannot set it, the broker writes 0, and only the refusal
-	// holds (see the package documentation, Loops). Negative: the routes
+	// the message's Hops in process (transport/inproc), and over
+	// WebSocket when the bridge's principal holds pigeon.RoleBridge;
+	// without it the broker writes 0 and only the refusal holds (see the
+	// package documentation, Loops). Negative: the routes
 	// neither count nor refuse, and every message is at depth 0, as a
 	// client's (no loop of bridges is then bounded).
 	MaxHops int

@@ -1,10 +1,13 @@
 package ws_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"pigeon"
+	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
 
@@ -45,4 +48,68 @@ func TestPublisherCannotSetHopsOverWebSocket(t *testing.T) {
 	sm, err := v.st.Lookup(t.Context(), published.ID)
 	require.NoError(t, err)
 	require.NotContains(t, string(sm.Body), `"hops"`, "stored: %s", sm.Body)
+}
+
+// TestFrameHopsNeedsTheBridgeRole: a publish or publish_batch frame's own
+// "hops" (the depth the broker writes, pigeon.Message.Hops) is taken only
+// from a principal holding pigeon.RoleBridge: any other's is refused
+// FORBIDDEN, the frame whole, and nothing is stored, so that a client
+// cannot pass its messages as a program's output or restart a loop's
+// count by asking. A "hops" of 0 is every client's publish. The role is
+// judged as the account stands at the frame: one taken away since the
+// connection opened counts no more. A hops that is not a uint32 is
+// refused BAD_REQUEST, as the frame's other integers are.
+func TestFrameHopsNeedsTheBridgeRole(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := t.Context()
+	const msg = `{"type":"chat","subject":"chat.messages","intent":"chat","data":{"text":"hi"},"hops":99}`
+
+	const refused = `{"id":"msg_refused_hops","type":"chat","subject":"chat.messages","intent":"chat","data":{"text":"hi"}}`
+	bob := v.raw(t, "bob-token")
+	bob.negotiate("chat.messages")
+	for _, tc := range []struct {
+		name, op, body string
+	}{
+		{"publish", ws.OpPublish, `,"hops":3,"message":` + refused},
+		{"publish_batch", ws.OpPublishBatch, `,"hops":3,"messages":[` + refused + `]`},
+	} {
+		t.Run("refused/"+tc.name, func(t *testing.T) {
+			bob.fail(tc.op, tc.body, pigeon.CodeForbidden)
+			_, err := v.st.Lookup(ctx, "msg_refused_hops")
+			require.Error(t, err, "stored")
+		})
+	}
+	zero := decodeMsg(t, bob.ok(ws.OpPublish, `,"hops":0,"message":`+msg, ws.OpDecision).Message)
+	require.Zero(t, zero.Hops)
+	_, err := v.dial(t, "bob-token", []string{"chat.messages"}).PublishAt(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages",
+		Intent: "chat", Data: json.RawMessage(`{"text":"hi"}`)}, 3)
+	require.Equal(t, pigeon.CodeForbidden, pigeon.ErrorCode(err), "%v", err)
+
+	_, err = v.e.CreateAccount(ctx, pigeon.Account{ID: transporttest.Alice, Roles: []string{pigeon.RoleBridge}})
+	require.NoError(t, err)
+	alice := v.raw(t, "alice-token")
+	alice.negotiate("chat.messages")
+	published := decodeMsg(t, alice.ok(ws.OpPublish, `,"hops":3,"message":`+msg, ws.OpDecision).Message)
+	require.Equal(t, uint32(3), published.Hops, "the decision")
+	sm, err := v.st.Lookup(ctx, published.ID)
+	require.NoError(t, err)
+	require.Contains(t, string(sm.Body), `"hops":3`, "stored")
+	batch := alice.ok(ws.OpPublishBatch, `,"hops":4294967295,"messages":[`+msg+`,`+msg+`]`, ws.OpDecisions)
+	require.Len(t, batch.Results, 2)
+	for _, r := range batch.Results {
+		require.Nil(t, r.Error)
+		require.Equal(t, uint32(4294967295), decodeMsg(t, r.Message).Hops, "the batch's decision")
+	}
+	res, err := v.dial(t, "alice-token", []string{"chat.messages"}).PublishAt(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages",
+		Intent: "chat", Data: json.RawMessage(`{"text":"hi"}`), Hops: 1}, 5)
+	require.NoError(t, err)
+	require.Equal(t, uint32(5), res.Message.Hops, "the Go client's PublishAt")
+
+	for _, bad := range []string{`-1`, `1.5`, `4294967296`, `"3"`, `true`} {
+		alice.fail(ws.OpPublish, `,"hops":`+bad+`,"message":`+msg, pigeon.CodeBadRequest)
+	}
+
+	_, err = v.e.RemoveAccountRole(ctx, transporttest.Alice, pigeon.RoleBridge)
+	require.NoError(t, err)
+	alice.fail(ws.OpPublish, `,"hops":3,"message":`+msg, pigeon.CodeForbidden)
 }

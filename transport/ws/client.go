@@ -365,6 +365,43 @@ func (s *Session) Publish(ctx context.Context, m *pigeon.Message) (*pigeon.Resul
 	return p.Wait(ctx)
 }
 
+// PublishAt publishes m at depth hops (pigeon.DepthPublisher): the
+// publish frame's "hops". The server takes it only from a principal
+// holding pigeon.RoleBridge and refuses it FORBIDDEN from any other;
+// hops 0 is Publish. Unlike Publish it does not share a frame with other
+// publishes: it waits for its own answer.
+func (s *Session) PublishAt(ctx context.Context, m *pigeon.Message, hops uint32) (*pigeon.Result, error) {
+	if hops == 0 {
+		return s.Publish(ctx, m)
+	}
+	if err := checkMessage(m); err != nil {
+		return nil, err
+	}
+	f, err := s.call(ctx, depthFrame(m, hops), nil)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := answerMessage(f)
+	if err != nil {
+		return nil, err
+	}
+	return &pigeon.Result{Status: f.Status, Message: msg}, nil
+}
+
+// depthFrame renders the publish frame of PublishAt.
+func depthFrame(m *pigeon.Message, hops uint32) func(b []byte, id string) []byte {
+	return func(b []byte, id string) []byte {
+		b = appendHead(b, OpPublish, "")
+		b = append(b, `,"id":`...)
+		b = jsontext.AppendString(b, id)
+		b = append(b, `,"hops":`...)
+		b = strconv.AppendUint(b, uint64(hops), 10)
+		b = append(b, `,"message":`...)
+		b = m.AppendJSON(b)
+		return append(b, '}')
+	}
+}
+
 // Request publishes a request and blocks until its reply or ctx ends
 // (REQUEST_TIMEOUT). The server waits as long as ctx's deadline allows,
 // or DefaultRequestTimeout when ctx has none, capped by its
@@ -437,6 +474,7 @@ func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pige
 }
 
 var _ pigeon.AttemptSettler = (*Session)(nil)
+var _ pigeon.DepthPublisher = (*Session)(nil)
 
 // ReceiveAttempts is Receive that also returns, in step with the
 // messages, the attempt of each one's lease (0 when not leased: a pubsub

@@ -324,12 +324,14 @@ const (
 	fMessageIDs
 	fSequence
 	fSequences
+	fHops
 )
 
 var frameNames = names{
 	fOp: "op", fID: "id", fBrief: "brief", fRe: "re", fSub: "sub", fStatus: "status", fTimeoutMs: "timeoutMs", fAttempt: "attempt",
 	fMessage: "message", fMessages: "messages", fAttempts: "attempts", fResults: "results", fDeliveries: "deliveries",
 	fMessageID: "messageId", fMessageIDs: "messageIds", fSequence: "sequence", fSequences: "sequences",
+	fHops: "hops",
 }
 
 // decodeFrameFast decodes a frame of the publish path, text CheckJSON
@@ -404,6 +406,12 @@ func (w *walker) frame() (*Frame, bool) {
 			f.Sequence, e = w.unsigned(j)
 		case fSequences:
 			f.Sequences, e = w.unsigneds(j)
+		case fHops:
+			var n uint64
+			if n, e = w.unsigned(j); n > math.MaxUint32 {
+				return -1 // encoding/json refuses it
+			}
+			f.Hops = uint32(n)
 		}
 		return e
 	})

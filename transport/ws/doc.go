@@ -99,7 +99,10 @@
 // data sent); the client puts a copy of the data it sent back into
 // Result.Message, so results are the same as from a full answer. The server
 // limits each connection to Options.PublishRate messages a second (default
-// 1,000,000), counting every message of a batch.
+// 1,000,000), counting every message of a batch. PublishAt
+// (pigeon.DepthPublisher) publishes at a depth, the frame's "hops", which
+// the server takes only from a principal holding pigeon.RoleBridge and
+// refuses FORBIDDEN from any other.
 //
 // # Concurrency
 //

@@ -63,6 +63,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"op":"error","re":"x","error":{"code":"BAD_REQUEST","message":"m","details":{"decision":{"outcome":"deny"}}}}`,
 		`{"op":"deliver","sub":"s","attempt":2,"message":{}}`,
 		`{"op":"publish_batch","id":"b","messages":[{"type":"t"},null,5,{"type":5},[]]}`,
+		`{"op":"publish","id":"p","hops":2,"message":{"type":"t","hops":5}}`, `{"op":"publish","id":"p","hops":4294967296,"message":{}}`,
 		`{"op":"decisions","re":"b","results":[{"status":"accepted","message":{"id":"m","sequence":1}},{"error":{"code":"RATE_LIMITED","message":"m","details":{}}}]}`,
 		`{"op":"\u0000","id":"\ud800"}`,
 		`{"op":1}`, `[`, `{}`, ` `, `{"op":"a","id":"b","messages":[{},1,"x"]}`,

@@ -113,9 +113,28 @@ func message(f *Frame) (*pigeon.Message, error) {
 	return f.Message, nil
 }
 
+// atDepth is caller publishing at the depth f asks for (its "hops"): a
+// frame without one publishes at 0, as every client's; one with one is
+// refused FORBIDDEN unless its principal holds pigeon.RoleBridge now
+// (pigeon.Engine.MayPublishAtDepth). The message's own "hops" is never
+// read: the broker writes it.
+func (c *conn) atDepth(f *Frame, caller pigeon.Caller) (pigeon.Caller, error) {
+	if f.Hops == 0 {
+		return caller, nil
+	}
+	if !c.srv.e.MayPublishAtDepth(caller.Principal) {
+		return caller, pigeon.NewError(pigeon.CodeForbidden, "publishing at a depth (\"hops\") requires the role %s", pigeon.RoleBridge)
+	}
+	caller.Hops = f.Hops
+	return caller, nil
+}
+
 func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	m, err := message(f)
 	if err != nil {
+		return nil, err
+	}
+	if caller, err = c.atDepth(f, caller); err != nil {
 		return nil, err
 	}
 	res, err := c.srv.e.Publish(c.ctx, caller, m)

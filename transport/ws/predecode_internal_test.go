@@ -147,6 +147,8 @@ func FuzzServerFrame(f *testing.F) {
 		`{"op":"publish_batch","id":"1","messages":[{"type":"a","data":{"n":1}},{"type":"b","data":{"n":1,"n":2}}]}`,
 		`{"op":"request","id":"1","message":{"data":"\u00e9"}}`,
 		`{"op":"publish","id":"1","message":{"data":1e400}}`,
+		`{"op":"publish","id":"1","hops":3,"message":{"type":"a","hops":1,"data":{"n":1}}}`,
+		`{"op":"publish_batch","id":"1","hops":1.0,"messages":[{"type":"a"}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -53,6 +53,10 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		res *pigeon.Result
 		err error
 	}
+	caller, err := c.atDepth(f, caller)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]outcome, len(f.Batch))
 	var (
 		in   interner

@@ -33,9 +33,14 @@ type config struct {
 	PublishTimeout    time.Duration `yaml:"publishTimeout"`
 	MaxReconnectDelay time.Duration `yaml:"maxReconnectDelay"`
 	MaxMessageBytes   int           `yaml:"maxMessageBytes"`
-	MaxHops           int           `yaml:"maxHops"`
-	LogLevel          string        `yaml:"logLevel"`
-	Routes            []routeConfig `yaml:"routes"`
+	// MaxHops is natsbridge.Options.MaxHops. It bounds a loop through
+	// bridges only when the broker lets the credential's principal
+	// publish at a depth: give its account the role bridge
+	// (pigeon.RoleBridge); without it every message is published at 0
+	// and the bridge logs so once a connection.
+	MaxHops  int           `yaml:"maxHops"`
+	LogLevel string        `yaml:"logLevel"`
+	Routes   []routeConfig `yaml:"routes"`
 }
 
 type routeConfig struct {

@@ -6,7 +6,11 @@
 // --check reads and checks the file and exits. The bridge stops on
 // SIGINT or SIGTERM (exit 0), on a fatal error such as a revoked contract
 // (exit 1), and refuses to start on a bad file (exit 2) or when NATS or the
-// broker cannot be reached (exit 1). docs/bridges.md is the reference.
+// broker cannot be reached (exit 1). The credential's principal must hold
+// the role bridge (pigeon.RoleBridge) for maxHops to bound a loop of
+// bridges: the broker takes a message's depth only from such a principal,
+// and without it the bridge publishes at 0 and logs so. docs/bridges.md
+// is the reference.
 package main
 
 import (
