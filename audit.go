@@ -118,9 +118,15 @@ type auditor struct {
 	kick     chan struct{}
 	batchBuf []store.AuditRecord
 	// results parallels pending: where a waiting caller learns whether
-	// its record was written (nil for records nobody waits for).
+	// its record was written (nil for records nobody waits for), or an
+	// acceptance's place reserved in the queue (slotOpen, slotDropped;
+	// see audit_durable.go).
 	results   []*error
 	resultBuf []*error
+	taken     uint64 // records ever taken off pending's front: pending[0] was queued taken+1st
+	holes     int    // reserved places in pending, open or dropped
+	open      int    // those still open, which the writer writes nothing past
+	released  bool   // no place is reserved any more (Shutdown)
 	// broken is why the last write failed, nil while writes succeed; lost
 	// counts the records dropped since it broke. While broken, operations
 	// that must leave evidence are refused (see auditGuard).
@@ -201,11 +207,12 @@ func auditFailure(err error) *Error {
 
 // auditAsync queues a record and leaves chaining and writing to the
 // background writer, which batches what accumulates while it writes; for
-// the high-rate events: deliveries, and accepted publishes on a store that
-// cannot keep their record with the message (see audit_durable.go). Under
-// a durable store a crash can lose the last milliseconds of such records,
-// never a message, and never a link of the chain (what is on disk is a
-// prefix of it).
+// the high-rate events: deliveries. (The acceptances of a store that
+// cannot keep their record with the message are queued so too, in a
+// place taken before the append: see audit_durable.go.) Under a durable
+// store a crash can lose the last milliseconds of such records, never a
+// message, and never a link of the chain (what is on disk is a prefix of
+// it).
 func (e *Engine) auditAsync(r store.AuditRecord) { e.appendAudit(r, false) }
 
 // appendAudit queues r, waiting for its write when wait is set, its text
@@ -269,11 +276,11 @@ func (e *Engine) enqueueAudit(r store.AuditRecord) (wait func() error) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		for a.handled < mine {
-			if !a.writing {
+			if !a.writing && a.ready() {
 				e.writeAudit()
 				continue
 			}
-			a.cond.Wait()
+			a.cond.Wait() // a writer at work, or an acceptance's place still open
 		}
 		return *res
 	}
@@ -328,12 +335,14 @@ func (e *Engine) auditWriter() {
 		select {
 		case <-a.kick:
 		case <-e.done:
+			a.release()
 			return
 		}
 		t.Reset(auditLinger)
 		select {
 		case <-t.C:
 		case <-e.done:
+			a.release()
 			return
 		}
 		a.mu.Lock()
@@ -371,21 +380,23 @@ func (e *Engine) writeAudit() {
 			e.logPanic("the audit writer", p)
 		}
 	}()
-	for len(a.pending) > 0 {
-		batch, results := a.pending, a.results
-		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
+	for a.ready() {
+		batch, results, n := a.take()
 		locked = false
 		a.mu.Unlock()
-		start := e.since()
-		// A panic of the store's write is a failed write (the log
-		// broken, its records counted lost, auditGuard failing closed),
-		// not the end of the process nor a writer left marked writing
-		// that every waiter waits on for ever.
-		err := e.caught("the audit log's write", func() error { return a.write(batch) })
-		e.committed(CommitAudit, len(batch), start)
+		var err error
+		if len(batch) > 0 { // not only dropped places
+			start := e.since()
+			// A panic of the store's write is a failed write (the log
+			// broken, its records counted lost, auditGuard failing
+			// closed), not the end of the process nor a writer left
+			// marked writing that every waiter waits on for ever.
+			err = e.caught("the audit log's write", func() error { return a.write(batch) })
+			e.committed(CommitAudit, len(batch), start)
+		}
 		a.mu.Lock()
 		locked = true
-		a.handled += uint64(len(batch))
+		a.handled += uint64(n)
 		if err != nil {
 			a.failed += uint64(len(batch))
 			a.lost += uint64(len(batch))
@@ -398,7 +409,7 @@ func (e *Engine) writeAudit() {
 			if a.broken.Swap(fail) == nil {
 				e.opts.Logger.Error("audit log cannot be written: refusing operations until it can", "records", len(batch), "err", err)
 			}
-		} else if a.broken.Load() != nil {
+		} else if len(batch) > 0 && a.broken.Load() != nil {
 			resume := !slices.ContainsFunc(batch, func(r store.AuditRecord) bool { return r.Type == string(EventAuditResumed) })
 			var at time.Time
 			if resume {
@@ -423,7 +434,49 @@ func (e *Engine) writeAudit() {
 	a.writing = false
 }
 
+// ready reports whether the front of the queue can be written: it holds
+// a record and does not start with an acceptance's open place. a.mu is
+// held.
+func (a *auditor) ready() bool {
+	return len(a.pending) > 0 && (a.open == 0 || a.results[0] != slotOpen)
+}
+
+// take removes the front of the queue that can be written and returns
+// its records, their results, and n, how many entries it removed: the
+// whole queue when no place is reserved in it (the common case, a swap
+// of buffers); otherwise the entries before the first open place, less
+// the dropped ones, the rest moved to the front. a.mu is held.
+func (a *auditor) take() (batch []store.AuditRecord, results []*error, n int) {
+	if a.holes == 0 {
+		batch, results = a.pending, a.results
+		a.pending, a.results = a.batchBuf[:0], a.resultBuf[:0]
+		a.taken += uint64(len(batch))
+		return batch, results, len(batch)
+	}
+	n = len(a.pending)
+	if a.open > 0 {
+		n = slices.Index(a.results, slotOpen)
+	}
+	batch, results = a.batchBuf[:0], a.resultBuf[:0]
+	for i, res := range a.results[:n] {
+		if res == slotDropped {
+			a.holes--
+			continue
+		}
+		batch, results = append(batch, a.pending[i]), append(results, res)
+	}
+	rest := copy(a.pending, a.pending[n:])
+	copy(a.results, a.results[n:])
+	clear(a.pending[rest:])
+	clear(a.results[rest:])
+	a.pending, a.results = a.pending[:rest], a.results[:rest]
+	a.taken += uint64(n)
+	return batch, results, n
+}
+
 // flushAudit writes what is still pending, waiting for a writer at work.
+// Records queued behind an acceptance's open place stay queued until it
+// is filled (see audit_durable.go); they are not chained yet.
 func (e *Engine) flushAudit() {
 	a := &e.auditor
 	a.mu.Lock()

@@ -400,7 +400,7 @@ func (e *Engine) accept(ctx context.Context, a *Admission) (*Result, error) {
 		return nil, err
 	}
 	start := e.since()
-	stored, dup, audited, err := e.appendAccepted(ctx, sm, acc)
+	stored, dup, audited, err := e.appendAccepted(ctx, sm, &acc)
 	e.committed(CommitMessages, 1, start)
 	*bp = sm.Body[:0]
 	bodyPool.Put(bp)
