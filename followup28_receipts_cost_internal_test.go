@@ -41,20 +41,33 @@ func forgedReceiptLog(k, alone, misses, hits int) []store.AuditRecord {
 // acceptances of one id and many records to match against them costs the
 // finder work in proportion to the log and the receipts it finds (times a
 // logarithm), not to acceptances times records: probes counts the
-// acceptances looked at, and the steps of the searches among them.
+// acceptances looked at, and the steps of the searches among them. That
+// holds too when the acceptances share one sequence (oneSeq), where each
+// batch record listing it makes one receipt alone: were every acceptance
+// at that sequence looked at for each record, the cost would be their
+// product while the receipts, and so Max, stayed small.
 func TestReceiptFinderCostOfAForgedLog(t *testing.T) {
 	const k = 2000
 	for _, tc := range []struct {
 		name                string
 		alone, misses, hits int
+		oneSeq              bool // every acceptance at sequence 1
 		receipts            int
 	}{
 		{name: "batch records listing none of the acceptances", misses: 2000},
 		{name: "records of the id alone before the acceptances", alone: 2000, receipts: 2000},
 		{name: "batch records listing every acceptance", hits: 20, receipts: 20 * k},
+		{name: "batch records listing acceptances at one sequence", hits: 2000, oneSeq: true, receipts: 2000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := forgedReceiptLog(k, tc.alone, tc.misses, tc.hits)
+			if tc.oneSeq {
+				for i := range log {
+					if Event(log[i].Type) == EventPublishAccepted {
+						log[i].Seqs = "1"
+					}
+				}
+			}
 			bound := 64 * (len(log) + tc.receipts)
 			one := NewReceiptFinder("X")
 			for i := range log {

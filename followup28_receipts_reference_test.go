@@ -150,32 +150,44 @@ func checkReceiptFinderMatchesReference(t *testing.T, seed uint64) {
 		return rng.IntN(hi + 1), hi
 	}
 	for _, id := range []string{"X", "Y"} {
-		got, want := pigeon.NewReceiptFinder(id), &referenceFinder{id: id}
-		for i := range log {
-			got.Next(&log[i])
-			want.Next(&log[i])
-		}
-		require.Equal(t, want.receipts, got.Receipts, "seed %d id %s: one pass", seed, id)
-
-		got, want = pigeon.NewReceiptFinder(id), &referenceFinder{id: id}
+		what := fmt.Sprintf("seed %d id %s", seed, id)
+		checkOnePassMatchesReference(t, log, id, what)
 		lo1, hi1 := 0, len(log)
 		lo2, hi2 := 0, len(log)
 		if rng.IntN(2) == 0 {
 			lo1, hi1 = cut()
 			lo2, hi2 = cut()
 		}
-		for i := lo1; i < hi1; i++ {
-			got.Accepted(&log[i])
-			want.Accepted(&log[i])
-		}
-		for i := lo2; i < hi2; i++ {
-			got.Next(&log[i])
-			want.Next(&log[i])
-		}
-		require.Equal(t, want.receipts, got.Receipts, "seed %d id %s: two passes, [%d,%d) then [%d,%d)", seed, id, lo1, hi1, lo2, hi2)
-
-		checkReceiptPages(t, log, id, 1+rng.IntN(4), fmt.Sprintf("seed %d id %s", seed, id))
+		checkTwoPassesMatchReference(t, log, id, lo1, hi1, lo2, hi2, what)
+		checkReceiptPages(t, log, id, 1+rng.IntN(4), what)
 	}
+}
+
+// checkOnePassMatchesReference requires that ReceiptFinder and
+// referenceFinder, reading log in one pass, find the same receipts of id.
+func checkOnePassMatchesReference(t *testing.T, log []pigeon.AuditRecord, id, what string) {
+	got, want := pigeon.NewReceiptFinder(id), &referenceFinder{id: id}
+	for i := range log {
+		got.Next(&log[i])
+		want.Next(&log[i])
+	}
+	require.Equal(t, want.receipts, got.Receipts, "%s: one pass", what)
+}
+
+// checkTwoPassesMatchReference requires that ReceiptFinder and
+// referenceFinder, reading log[lo1:hi1] in the first pass and
+// log[lo2:hi2] in the second, find the same receipts of id.
+func checkTwoPassesMatchReference(t *testing.T, log []pigeon.AuditRecord, id string, lo1, hi1, lo2, hi2 int, what string) {
+	got, want := pigeon.NewReceiptFinder(id), &referenceFinder{id: id}
+	for i := lo1; i < hi1; i++ {
+		got.Accepted(&log[i])
+		want.Accepted(&log[i])
+	}
+	for i := lo2; i < hi2; i++ {
+		got.Next(&log[i])
+		want.Next(&log[i])
+	}
+	require.Equal(t, want.receipts, got.Receipts, "%s: two passes, [%d,%d) then [%d,%d)", what, lo1, hi1, lo2, hi2)
 }
 
 // checkReceiptPages requires that the receipts of id in log, read in pages
@@ -220,6 +232,66 @@ func checkReceiptPages(t *testing.T, log []pigeon.AuditRecord, id string, size i
 func TestReceiptFinderMatchesReference(t *testing.T) {
 	for seed := range uint64(3000) {
 		checkReceiptFinderMatchesReference(t, seed)
+	}
+}
+
+// TestReceiptFinderMatchesReferenceOnDuplicateSequences: logs that accept
+// one id several times at one sequence on a subject (as a forged log can;
+// ReceiptFinder indexes the first alone), among batch records listing it
+// and records of the id alone whose receipt is of the acceptance in
+// force, are answered as referenceFinder answers them: in one pass, in
+// two over every pair of windows of the log, and in pages.
+func TestReceiptFinderMatchesReferenceOnDuplicateSequences(t *testing.T) {
+	accepted := func(subject, id, seq string) pigeon.AuditRecord {
+		return pigeon.AuditRecord{Type: string(pigeon.EventPublishAccepted), Subject: subject, MessageID: id, Seqs: seq}
+	}
+	batch := func(subject, seqs string, count int) pigeon.AuditRecord {
+		return pigeon.AuditRecord{Type: string(pigeon.EventDeliveryDispatched), Subject: subject, Seqs: seqs, Count: count, Principal: "bob"}
+	}
+	alone := func(subject, id string) pigeon.AuditRecord {
+		return pigeon.AuditRecord{Type: string(pigeon.EventDeliveryNacked), Subject: subject, MessageID: id, Principal: "carol"}
+	}
+	for _, tc := range []struct {
+		name string
+		log  []pigeon.AuditRecord
+	}{
+		{name: "batch records between acceptances at one sequence", log: []pigeon.AuditRecord{
+			accepted("s", "X", "1"), batch("s", "1", 1), accepted("s", "X", "1"), batch("s", "1-2", 2),
+			accepted("s", "X", "2"), accepted("s", "X", "1"), batch("s", "1-3", 3), batch("s", "1,2", 2),
+		}},
+		{name: "records of the id alone around acceptances at one sequence", log: []pigeon.AuditRecord{
+			alone("s", "X"), accepted("s", "X", "3"), alone("s", "X"), accepted("s", "X", "3"), alone("s", "X"),
+			accepted("t", "X", "3"), alone("s", "X"), accepted("s", "X", "3"), accepted("s", "X", "4"), alone("s", "X"),
+			accepted("s", "X", ""), batch("s", "3", 1), batch("t", "2-3", 2), alone("t", "X"),
+		}},
+		{name: "two ids and two subjects at one sequence", log: []pigeon.AuditRecord{
+			accepted("s", "X", "5"), accepted("s", "Y", "5"), accepted("t", "X", "5"), accepted("s", "X", "5"),
+			batch("s", "4-6", 3), batch("t", "5", 1), accepted("s", "Y", "5"), accepted("t", "X", "4"),
+			batch("t", "4-5", 2), alone("t", "X"), batch("s", "5", 1), alone("s", "Y"),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := tc.log
+			for i := range log {
+				log[i].Seq = uint64(i + 1)
+			}
+			for _, id := range []string{"X", "Y"} {
+				what := "id " + id
+				checkOnePassMatchesReference(t, log, id, what)
+				for lo1 := 0; lo1 <= len(log); lo1++ {
+					for hi1 := lo1; hi1 <= len(log); hi1++ {
+						for lo2 := 0; lo2 <= len(log); lo2++ {
+							for hi2 := lo2; hi2 <= len(log); hi2++ {
+								checkTwoPassesMatchReference(t, log, id, lo1, hi1, lo2, hi2, what)
+							}
+						}
+					}
+				}
+				for size := 1; size <= 4; size++ {
+					checkReceiptPages(t, log, id, size, what)
+				}
+			}
+		})
 	}
 }
 

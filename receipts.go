@@ -175,14 +175,19 @@ type acceptance struct {
 
 // subjectAcceptances are the acceptances of the id on one subject.
 type subjectAcceptances struct {
-	all []int // their places in accepted, ascending
-	// runs holds those with a sequence (not 0) as runs sorted by
-	// sequence, then place, of decreasing sizes, powers of two: adding
-	// one merges the runs of equal size (as a binary counter carries), so
-	// each is merged about log2(n) times, and a search looks into at most
-	// log2(n)+1 runs.
+	all []int // their places in accepted, ascending (inForce)
+	// runs holds the first of those at each sequence (not 0) as runs
+	// sorted by sequence, of decreasing sizes, powers of two: adding one
+	// merges the runs of equal size (as a binary counter carries), so each
+	// is merged about log2(n) times, and a search looks into at most
+	// log2(n)+1 runs. A batch record makes one receipt per sequence it
+	// lists, so the later acceptances at a sequence (a forged log's) are
+	// left out: each record listing it would otherwise look at every one
+	// of them, and a log of k of them and m such records would cost k×m
+	// for m receipts, which Max does not bound.
 	runs [][]seqPlace
-	max  uint64 // the highest sequence in runs
+	seqs map[uint64]struct{} // the sequences in runs
+	max  uint64              // the highest sequence in runs
 }
 
 // seqPlace is an acceptance with a sequence: the sequence and its place
@@ -214,6 +219,13 @@ func (f *ReceiptFinder) learn(a acceptance) {
 	if a.seq == 0 { // no sequence: no batch record lists it
 		return
 	}
+	if _, dup := s.seqs[a.seq]; dup { // a batch record's receipt of it is that of the first
+		return
+	}
+	if s.seqs == nil {
+		s.seqs = make(map[uint64]struct{})
+	}
+	s.seqs[a.seq] = struct{}{}
 	s.max = max(s.max, a.seq)
 	run := []seqPlace{{a.seq, place}}
 	for len(s.runs) > 0 && len(s.runs[len(s.runs)-1]) <= len(run) {
@@ -237,7 +249,8 @@ func mergeRuns(a, b []seqPlace) []seqPlace {
 }
 
 // listed sets f.hits to the places of the acceptances on subject whose
-// sequence seqs lists (as SeqsContain reads it), by sequence, then place.
+// sequence seqs lists (as SeqsContain reads it), the first at each
+// sequence alone, by sequence.
 func (f *ReceiptFinder) listed(subject, seqs string) {
 	f.hits = f.hits[:0]
 	s := f.bySubject[subject]
@@ -333,14 +346,11 @@ func (f *ReceiptFinder) Next(r *store.AuditRecord) {
 		// Of each acceptance of the id on the subject whose sequence
 		// it lists, by sequence: one receipt per sequence listed, even
 		// where a forged log accepted the id twice at one sequence (the
-		// two receipts would be the same).
+		// two receipts would be the same, so listed finds the first).
 		f.listed(r.Subject, r.Seqs)
-		for i, place := range f.hits {
+		for _, place := range f.hits {
 			if f.Truncated {
 				break
-			}
-			if i > 0 && f.accepted[place].seq == rc.Seq {
-				continue
 			}
 			rc.Seq = f.accepted[place].seq
 			f.add(rc)
@@ -444,7 +454,10 @@ func WithReceiptsAfter(c ReceiptCursor) ReceiptsOption {
 // Receipts reads the engine's audit log for the deliveries of message id,
 // in two passes (ReceiptFinder). Like Audit, it first writes the records
 // still queued (deliveries are recorded without waiting for the write), so
-// a delivery made before the call is among its receipts.
+// a delivery made before the call is among its receipts, unless it was
+// queued behind the acceptance of a message whose append is still in
+// flight on a store that orders acceptances through the engine (see
+// audit_durable.go): it is in a later answer, with that acceptance.
 //
 // It answers at most DefaultMaxReceipts receipts (WithMaxReceipts): the
 // receipts of one id number up to its acceptances times the delivery

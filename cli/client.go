@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"pigeon"
@@ -252,16 +253,55 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// printJSON writes v as one indented JSON document.
+// printJSON writes raw as one indented JSON document, terminal-safe
+// (terminalSafeJSON).
 func printJSON(w io.Writer, raw []byte) {
 	raw = bytes.TrimSpace(raw)
 	var buf bytes.Buffer
-	if json.Indent(&buf, raw, "", "  ") != nil {
-		buf.Reset()
-		buf.WriteString(printable(string(raw))) // not JSON: anything at all
+	var out []byte
+	if json.Indent(&buf, raw, "", "  ") == nil {
+		out = terminalSafeJSON(buf.Bytes())
+	} else {
+		out = []byte(printable(string(raw))) // not JSON: anything at all
 	}
-	buf.WriteByte('\n')
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(append(out, '\n'))
+}
+
+// terminalSafeJSON returns the JSON text b with what a terminal would act
+// on escaped, so that it reads as the same JSON. JSON allows DEL, C1
+// controls (U+009B is CSI) and, as Go reads it, bytes that are not UTF-8
+// unescaped in a string, and in valid JSON text they can be nowhere else:
+// each is written as a \u escape, a byte that is not UTF-8 as \ufffd (as
+// a decoder reads it). C0 controls cannot be in a string unescaped, and
+// between tokens b must hold none (json.Indent and json.Compact rewrite
+// that space).
+func terminalSafeJSON(b []byte) []byte {
+	unsafe := func(r rune, n int) bool {
+		return r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError && n == 1
+	}
+	var out []byte
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if !unsafe(r, n) {
+			if out != nil {
+				out = append(out, b[i:i+n]...)
+			}
+			i += n
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		if r == utf8.RuneError {
+			r = unicode.ReplacementChar
+		}
+		out = fmt.Appendf(out, `\u%04x`, r)
+		i += n
+	}
+	if out == nil {
+		return b
+	}
+	return out
 }
 
 func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -328,11 +368,21 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // listQuarantine prints every quarantine record from since on, one JSON
 // document a line, oldest first, asking for page after page (a page stops
-// at the server's read budget) until one comes back empty.
+// at the server's read budget) until one comes back empty. Pigeon lists
+// records by time, then id, and each page after the (time, id) of the
+// last record of the one before, so every record must come after the one
+// printed before it (the first at or after since): otherwise the server
+// is not moving on (the same page again, two pages in turn, records back
+// in time), and listQuarantine returns an error after the records it
+// printed rather than read for as long as it is answered.
 func listQuarantine(ctx context.Context, a *api, since string, stdout io.Writer) error {
 	q := url.Values{}
+	var prev *quarantineCursor // nil: before every record
 	if since != "" {
 		q.Set("since", since)
+		if t, err := time.Parse(time.RFC3339Nano, since); err == nil { // else the server refuses it
+			prev = &quarantineCursor{time: t}
+		}
 	}
 	for {
 		path := "/v1/quarantine"
@@ -352,19 +402,54 @@ func listQuarantine(ctx context.Context, a *api, since string, stdout io.Writer)
 		if len(out.Records) == 0 {
 			return nil
 		}
+		var last struct {
+			ID   string `json:"id"`
+			Time string `json:"time"`
+		}
 		for _, r := range out.Records {
-			fmt.Fprintf(stdout, "%s\n", r)
-		}
-		var last struct{ ID, Time string }
-		if err := json.Unmarshal(out.Records[len(out.Records)-1], &last); err != nil {
-			return err
-		}
-		if last.ID == "" || last.Time == "" || (q.Get("after") == last.ID && q.Get("since") == last.Time) {
-			return fmt.Errorf("the server's page ended with record %q at %q again", last.ID, last.Time)
+			last.ID, last.Time = "", ""
+			if err := json.Unmarshal(r, &last); err != nil {
+				return err
+			}
+			t, err := time.Parse(time.RFC3339Nano, last.Time)
+			if last.ID == "" || err != nil {
+				return fmt.Errorf("the server listed a record without an id and an RFC 3339 time (id %q, time %q)", last.ID, last.Time)
+			}
+			cur := quarantineCursor{time: t, id: last.ID}
+			if prev != nil && !prev.before(cur) {
+				return fmt.Errorf("the server's record %q at %s does not come after %s: its pages do not move on", cur.id, last.Time, prev)
+			}
+			// One line a record, as the same JSON, terminal-safe.
+			var line bytes.Buffer
+			if err := json.Compact(&line, r); err != nil {
+				return err
+			}
+			_, _ = stdout.Write(append(terminalSafeJSON(line.Bytes()), '\n'))
+			prev = &cur
 		}
 		q.Set("since", last.Time)
 		q.Set("after", last.ID)
 	}
+}
+
+// quarantineCursor is a quarantine record's place in the order Pigeon
+// lists them: by time, then id. One with an empty id (a --since alone)
+// comes before every record at or after its time.
+type quarantineCursor struct {
+	time time.Time
+	id   string
+}
+
+// before reports whether c comes before d.
+func (c quarantineCursor) before(d quarantineCursor) bool {
+	return c.time.Before(d.time) || c.time.Equal(d.time) && c.id < d.id
+}
+
+func (c quarantineCursor) String() string {
+	if c.id == "" {
+		return "--since " + c.time.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("record %q at %s", c.id, c.time.Format(time.RFC3339Nano))
 }
 
 func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
