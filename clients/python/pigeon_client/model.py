@@ -15,12 +15,15 @@ integer of 0 to 2^32-1 is no broker's: it is refused (``ProtocolError``),
 as the Go, TypeScript and Rust clients refuse it, never handed over. So is
 a delivered, received, replayed or reply message whose ``sequence`` is
 present and not an integer of 1 to 2^64-1 (a bool, a float, a string, 0, a
-negative, one beyond 64 bits), and a received or replayed message without
-one (the broker sends it with every message it reads from the log; a reply,
-which never enters the log, has none): an ack or a nack of it could not
-name it, and one by its id alone could settle a newer message published
-under the id. A delivery so refused is not answered (the server's ack wait
-gives it back) and moves no resume position.
+negative, one beyond 64 bits), and a delivered, received or replayed
+message without one (the broker sends it with every message it reads from
+the log, and every delivery is one; a reply, which never enters the log,
+has none): an ack or a nack of it could not name it, and one by its id
+alone could settle a newer message published under the id. So is a
+delivery or a leased received message whose attempt is not an integer of 1
+to 2^31-1 (:data:`MAX_ATTEMPT`; the broker counts attempts from 1). A
+delivery so refused is not answered (the server's ack wait gives it back)
+and moves no resume position.
 
 A message a :meth:`~pigeon_client.ws.Session.receive` (or an HTTP
 receive) hands out is a :class:`ReceivedMessage`: the same ``dict``, with
@@ -94,9 +97,10 @@ _MAX_WIRE_SEQUENCE = (1 << 64) - 1
 Go client refuses a frame with another)."""
 
 
-_LOGGED = ("receive", "replay")
-"""The answers whose messages are read from a subject's log: the broker
-sends each with its sequence."""
+_LOGGED = ("receive", "replay", "deliver", "deliver_batch")
+"""The answers and pushes whose messages are read from a subject's log:
+the broker sends each with its sequence (a delivery too: a subscription
+hands over the messages of the log)."""
 
 
 def _sequence_held(m: Any, logged: bool = False) -> bool:
@@ -117,8 +121,8 @@ def _unheld_message(m: dict[str, Any], what: str, index: int | None = None) -> P
     """The ``ProtocolError`` (the client's malformed-frame error, as for any
     frame it cannot take) of a stored ``what`` message (a ``deliver``, a
     ``receive``, a ``replay``, a ``reply``; entry ``index`` of a list)
-    whose ``sequence`` (see :func:`_sequence_held`: a ``receive`` or
-    ``replay`` message must have one) or ``hops`` (see :func:`_hops_held`)
+    whose ``sequence`` (see :func:`_sequence_held`: a ``receive``,
+    ``replay`` or delivered message must have one) or ``hops`` (see :func:`_hops_held`)
     is no broker's; ``None`` when both are. ``details`` names the answer
     (``op``), the entry, the message and the value refused (its type when
     it is no int), as the TypeScript client's ``unheldMessage`` does."""
@@ -206,9 +210,26 @@ def _attempts(ans: dict[str, Any], n: int, what: str) -> list[Any]:
 
 
 def _attempt_held(v: Any) -> bool:
-    """Whether ``v`` is a lease attempt a receive answer may name: an
-    integer of 1 to :data:`MAX_ATTEMPT` (a bool is no integer)."""
+    """Whether ``v`` is an attempt a receive answer (for a leased message)
+    or a delivery may name: an integer of 1 to :data:`MAX_ATTEMPT` (a bool
+    is no integer)."""
     return type(v) is int and 0 < v <= MAX_ATTEMPT
+
+
+def _unheld_attempt(m: dict[str, Any], what: str, index: int | None, a: Any) -> ProtocolError:
+    """The ``ProtocolError`` of a ``what`` message (entry ``index`` of a
+    list; a receive answer's or a delivery's) whose attempt ``a`` is no
+    broker's (see :func:`_attempt_held`): ``details`` names the answer
+    (``op``), the entry, the message and the value refused (its type when
+    it is no int)."""
+    mid = m.get("id")
+    at = "" if index is None else f" (entry {index})"
+    details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
+                               "attempt": a if type(a) is int else type(a).__name__}
+    if index is not None:
+        details["index"] = index
+    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose attempt is not an integer "
+                         "of 1 to 2^31-1: not handed over", details=details)
 
 
 def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> list[ReceivedMessage]:
@@ -240,12 +261,7 @@ def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> lis
             continue
         unheld = _unheld_message(m, what, i)
         if unheld is None and leased and not _attempt_held(a):
-            mid = m.get("id")
-            unheld = ProtocolError(
-                "BAD_REQUEST", f"the server sent a {what} message (entry {i}) whose attempt is not an integer "
-                "of 1 to 2^31-1: not handed over",
-                details={"op": what, "index": i, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
-                         "attempt": a if type(a) is int else type(a).__name__})
+            unheld = _unheld_attempt(m, what, i, a)
         if unheld is not None:
             report(unheld)
             continue

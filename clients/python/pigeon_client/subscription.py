@@ -82,7 +82,9 @@ from .errors import (
     error_from,
     escaping_logger,
 )
-from .model import _MAX_WIRE_SEQUENCE, MAX_ATTEMPT, ReceivedMessage, _hops, _unheld_message
+from .model import (
+    _MAX_WIRE_SEQUENCE, MAX_ATTEMPT, ReceivedMessage, _attempt_held, _hops, _unheld_attempt, _unheld_message,
+)
 
 if TYPE_CHECKING:
     from .ws import Session
@@ -200,11 +202,6 @@ def _wire_sequence(v: Any) -> int | None:
     ``v``: ``v`` when it is one the wire holds (an integer of 1 to 2^64-1,
     not a bool), else None (none named)."""
     return v if type(v) is int and 0 < v <= _MAX_WIRE_SEQUENCE else None
-
-
-def _attempt(v: Any) -> int:
-    """A delivery's attempt, 0 when the server named none a Go int holds."""
-    return v if type(v) is int and 0 <= v < (1 << 63) else 0
 
 
 def _run_key(d: "Delivery") -> tuple[str, int | None]:
@@ -338,9 +335,9 @@ class Delivery:
     @property
     def sequence(self) -> int:
         """The sequence of the message delivered, which its answer names: 1
-        to 2^64-1, or 0 when the delivery carried none. Taken when the
-        delivery is handed over, as :attr:`id` is: a handler that edits
-        :attr:`message` does not change it."""
+        to 2^64-1 (a delivery without one, or with 0, is refused and never
+        handed over). Taken when the delivery is handed over, as :attr:`id`
+        is: a handler that edits :attr:`message` does not change it."""
         return self._sequence or 0
 
     @property
@@ -651,15 +648,21 @@ class Subscription:
                 "not handed over", details={**where, "messageId": mid if isinstance(mid, str) else type(mid).__name__}))
             return
         unheld = _unheld_message(message, op, index)
+        if unheld is None and not _attempt_held(attempt):
+            unheld = _unheld_attempt(message, op, index, attempt)
         if unheld is not None:
-            # A sequence the client cannot hold exactly (present, and no
-            # integer of 1 to 2^64-1) or a hops that is no broker's
-            # (docs/protocol.md, "hops"): not handed over and not answered,
-            # as the TypeScript client refuses it. An answer without the
-            # sequence could settle a newer message published under the id;
-            # unanswered, the server's ack wait gives it back (at most once,
-            # it was done when sent). It counts for nothing here: neither
-            # its sequence nor anything else of it moves a resume position.
+            # A sequence the client cannot hold exactly or none at all
+            # (absent or null: the broker writes one into every delivery,
+            # and numbers from 1), a hops that is no broker's
+            # (docs/protocol.md, "hops"), or an attempt that is not an
+            # integer of 1 to 2^31-1 (the broker writes one into every
+            # delivery, counted from 1; the receive rule): not handed over
+            # and not answered, as the TypeScript and Rust clients refuse
+            # it. An answer without the sequence could settle a newer
+            # message published under the id; unanswered, the server's ack
+            # wait gives it back (at most once, it was done when sent). It
+            # counts for nothing here: neither its sequence nor anything
+            # else of it moves a resume position.
             self.session._report(unheld)
             return
         seq = _sequence(message.get("sequence"))
@@ -668,7 +671,7 @@ class Subscription:
             # received, dropped ones included (they were done when sent).
             if seq is not None:
                 self._settled_high = max(self._settled_high, seq)
-            d = Delivery(message, _attempt(attempt), self, gen)
+            d = Delivery(message, attempt, self, gen)
             if self._queue.qsize() == 0:
                 # Taken next whatever its size: measured only if another
                 # comes before it is taken.
@@ -705,7 +708,7 @@ class Subscription:
         self._waiting += 1
         if seq is not None:
             self._outstand(seq)
-        self._queue.put_nowait(Delivery(message, _attempt(attempt), self, gen))
+        self._queue.put_nowait(Delivery(message, attempt, self, gen))
 
     def _window(self) -> int:
         """The window asked of the server: deliveries it may have unanswered."""

@@ -819,19 +819,33 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
         }
         return;
     };
+    // Each refusal names the message too, when it has a string id, as the
+    // Python and TypeScript clients' reports do.
+    let mut at = at;
+    if let Some(id) = message.and_then(|m| m.get("id")).and_then(Value::as_str) {
+        at["messageId"] = json!(id);
+    }
     let Some(attempt) = attempt_of(attempt) else {
         // Left unanswered, as one without a valid message: the server's
         // ack wait gives it back.
-        sub.report(refused("a delivery whose attempt is not an integer of 0 to 2^63-1", &at));
+        sub.report(refused("a delivery whose attempt is not an integer of 1 to 2^31-1", &at));
         return;
     };
-    if message.and_then(|m| m.get("sequence")).and_then(Value::as_u64) == Some(0) {
-        // No broker's: it numbers a subject's messages from 1 and leaves 0
-        // out. An answer naming 0 names no sequence, and would settle
-        // whichever message holds the id: left unanswered, as the Python
-        // and TypeScript clients leave it, for the server's ack wait.
-        sub.report(refused("a delivery whose sequence is 0, no broker's (it numbers messages from 1)", &at));
-        return;
+    match message.filter(|m| m.is_object()).map(|m| m.get("sequence")) {
+        // No broker's: it numbers every message it stores from 1 and
+        // writes the number into every delivery (each read from the
+        // log). An answer naming 0, or none, names no sequence, and would
+        // settle whichever message holds the id: left unanswered, as the
+        // Python and TypeScript clients leave it, for the server's ack wait.
+        Some(Some(s)) if s.as_u64() == Some(0) => {
+            sub.report(refused("a delivery whose sequence is 0, no broker's (it numbers messages from 1)", &at));
+            return;
+        }
+        Some(None | Some(Value::Null)) => {
+            sub.report(refused("a delivery without a sequence, no broker's (it numbers every message it stores)", &at));
+            return;
+        }
+        _ => {}
     }
     match message.map(Message::deserialize) {
         // No answer could name it: left unanswered, as the Python and
@@ -849,20 +863,16 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
     }
 }
 
-/// A delivery's `attempt` as the Go client reads it, a Go `int`: a JSON
-/// integer (`1.0`, `1e0`, `"1"` and `true` are not), 0 when absent or
-/// null (the Go zero value; a broker always sends one, from 1). None
-/// refuses the delivery as a bad frame: not an integer, or one beyond
-/// 2^63-1 (which the Go client's `int` refuses too), or a negative one
-/// (which the Go client passes on, but no broker sends and a `u32` cannot
-/// hold). An attempt beyond `u32` is held at `u32::MAX`, never wrapped
-/// (2^32 + 1 would read as a first attempt).
+/// A delivery's `attempt` as a receive answer's attempts are read (see
+/// [`crate::message::attempts_of`]): a JSON integer of 1 to
+/// [`MAX_ATTEMPT`](crate::MAX_ATTEMPT), 2^31-1 (`1.0`, `1e0`, `"1"` and
+/// `true` are not). The broker writes one into every delivery, counted
+/// from 1. None refuses the delivery as a bad frame: absent or null (no
+/// broker's; it was read as 0, the Go zero value), 0, a negative, not an
+/// integer, or one beyond 2^31-1 (it was held at `u32::MAX`), as the
+/// Python and TypeScript clients refuse it.
 fn attempt_of(v: Option<&Value>) -> Option<u32> {
-    match v {
-        None | Some(Value::Null) => Some(0),
-        Some(Value::Number(n)) if n.is_u64() => n.as_u64().filter(|&a| a <= i64::MAX as u64).map(|a| u32::try_from(a).unwrap_or(u32::MAX)),
-        Some(_) => None,
-    }
+    v.and_then(Value::as_u64).and_then(|a| u32::try_from(a).ok()).filter(|a| (1..=crate::MAX_ATTEMPT).contains(a))
 }
 
 fn report(inner: &Weak<Inner>, e: Error) {
@@ -1165,16 +1175,33 @@ mod tests {
         }
     }
 
-    /// The attempts a Go `int` reads, and only those (see `attempt_of`).
+    /// The attempts a receive answer may name, and only those (see
+    /// `attempt_of`).
     #[test]
-    fn an_attempt_is_an_integer_a_go_int_holds() {
+    fn a_delivered_attempt_is_an_integer_of_1_to_2_31_minus_1() {
         let read = |t: &str| attempt_of(Some(&parse_frame(t.as_bytes()).unwrap()));
-        for (t, want) in [("1", 1), ("0", 0), ("null", 0), ("4294967295", u32::MAX), ("4294967297", u32::MAX)] {
+        for (t, want) in [("1", 1), ("2", 2), ("2147483647", crate::MAX_ATTEMPT)] {
             assert_eq!(read(t), Some(want), "{t}");
         }
-        assert_eq!(read("9223372036854775807"), Some(u32::MAX));
-        assert_eq!(attempt_of(None), Some(0));
-        for t in ["-1", "-0", "1.5", "1.0", "1e0", "\"1\"", "true", "[1]", "{}", "9223372036854775808", "18446744073709551615"] {
+        assert_eq!(attempt_of(None), None);
+        for t in [
+            "0",
+            "null",
+            "-1",
+            "-0",
+            "1.5",
+            "1.0",
+            "1e0",
+            "\"1\"",
+            "true",
+            "[1]",
+            "{}",
+            "2147483648",
+            "4294967295",
+            "4294967297",
+            "9223372036854775807",
+            "18446744073709551615",
+        ] {
             assert_eq!(read(t), None, "{t}");
         }
     }

@@ -278,16 +278,22 @@ pub(crate) fn sent_attempt(attempt: u32) -> crate::error::Result<u32> {
 /// the same way). A `logged` message (a receive or replay message, read
 /// from the subject's log) is refused without a sequence too (absent or
 /// `null`): the broker sends the number with every message it stores. A
-/// reply never enters the log, so it has none.
+/// reply never enters the log, so it has none: a `null` one is read as
+/// absent (none), as the Go, TypeScript and Python clients read it.
 pub(crate) fn handed_over(v: &Value, logged: bool) -> Result<Message, String> {
+    let decoded = |v: &Value| Message::deserialize(v).map_err(|e| format!("a message that does not decode ({e})"));
     match v.get("sequence") {
-        None | Some(Value::Null) if logged => {
-            return Err("a message without a sequence, no broker's (it numbers every message it stores)".into())
+        None | Some(Value::Null) if logged => Err("a message without a sequence, no broker's (it numbers every message it stores)".into()),
+        Some(s) if s.as_u64() == Some(0) => Err("a message whose sequence is 0, no broker's (it numbers messages from 1)".into()),
+        Some(Value::Null) => {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("sequence");
+            }
+            decoded(&v)
         }
-        Some(s) if s.as_u64() == Some(0) => return Err("a message whose sequence is 0, no broker's (it numbers messages from 1)".into()),
-        _ => {}
+        _ => decoded(v),
     }
-    Message::deserialize(v).map_err(|e| format!("a message that does not decode ({e})"))
 }
 
 /// `m` as a request is sent: with an id, drawn here when it has none and

@@ -232,10 +232,11 @@ pub(crate) struct StreamBuf {
 pub struct Delivery {
     pub message: Message,
     /// Counts deliveries of this message to this subscription (pub/sub) or
-    /// group (work queue), from 1. Read as the Go client reads it: 0 when
-    /// the server sent none (or null), `u32::MAX` for one beyond `u32`; a
-    /// delivery whose attempt is not an integer of 0 to 2^63-1 is a bad
-    /// frame, reported `BAD_FRAME` and never handed out.
+    /// group (work queue), from 1, to [`MAX_ATTEMPT`](crate::MAX_ATTEMPT)
+    /// (2^31-1), as a receive answer's attempts are read: a delivery whose
+    /// attempt is anything else (absent, null, 0, a negative, no integer,
+    /// one beyond 2^31-1) is a bad frame, reported `BAD_FRAME` and never
+    /// handed out.
     pub attempt: u32,
     handle: AckHandle,
     /// A delivery of an acknowledged stream subscription handed to its

@@ -252,78 +252,96 @@ async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subsc
     end(s, task).await;
 }
 
+/// An attempt beyond 2^31-1 is refused (see
+/// `a_delivery_whose_attempt_is_not_of_1_to_2_31_minus_1_is_a_bad_frame`),
+/// never wrapped to a first attempt (2^32 + 1) nor held at `u32::MAX` (it
+/// was, up to 2^63-1); a frame whose attempt no JSON number parser holds
+/// (1e400) is a bad frame too, and the reader goes on.
 #[tokio::test]
-async fn an_attempt_beyond_u32_is_not_wrapped_to_a_first_attempt() {
+async fn an_attempt_beyond_2_31_minus_1_is_refused_not_wrapped_or_held() {
     let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
     let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
-    // Integers a Go int holds: u64::MAX does not, and is refused (below).
-    for attempt in [(1u64 << 32) + 1, i64::MAX as u64] {
+    for attempt in [(1u64 << 31), (1u64 << 32) + 1, i64::MAX as u64] {
         tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": attempt, "message": msg(1)})).unwrap();
-        let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.unwrap().unwrap().unwrap();
-        assert_eq!(d.attempt, u32::MAX, "attempt {attempt}");
-        d.ack().await.unwrap();
     }
+    tx.send(Value::String(format!(r#"{{"op":"deliver","sub":"sub_1","attempt":1e400,"message":{}}}"#, msg(2)))).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 3, "message": msg(3)})).unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.unwrap().unwrap().unwrap();
+    assert_eq!((d.message.sequence, d.attempt), (3, 3), "a delivery whose attempt is beyond 2^31-1 was handed out");
+    d.ack().await.unwrap();
     end(s, task).await;
 }
 
-/// A delivery's attempt is read as the Go client reads it, an `int`: a
-/// JSON integer (0 when absent or null, the Go zero value); anything else
-/// (a fraction, a string, an integer beyond i64) makes the delivery a bad
-/// frame, as every other mistyped field does, and a negative one too (no
-/// broker sends it, and a `u32` cannot hold it): reported `BAD_FRAME`,
-/// never handed out (left unanswered), and the reader goes on. Before,
-/// each of these was read as a first attempt.
+/// The attempts a delivery may carry, and those it may not: the receive
+/// rule (an integer of 1 to 2^31-1, `MAX_ATTEMPT`), with an absent one as
+/// well. Each row's text is the attempt of one deliver frame and of one
+/// deliver_batch entry; `Some(a)` is the attempt handed out.
+const PUSHED_ATTEMPTS: [(&str, Option<u32>); 16] = [
+    ("1", Some(1)),
+    ("2", Some(2)),
+    ("2147483647", Some(pigeon_client::MAX_ATTEMPT)),
+    ("", None), // absent
+    ("null", None),
+    ("0", None),
+    ("-1", None),
+    ("-9223372036854775808", None),
+    ("1.5", None),
+    ("1.0", None),
+    ("\"1\"", None),
+    ("true", None),
+    ("{}", None),
+    ("2147483648", None),
+    ("4294967297", None),
+    ("9223372036854775807", None),
+];
+
+/// A delivery's attempt is read as a receive answer's attempts are: an
+/// integer of 1 to 2^31-1 (`MAX_ATTEMPT`), which the broker writes into
+/// every delivery, counted from 1. Anything else (absent, null, 0, a
+/// negative, a fraction, a string, an integer beyond 2^31-1) makes the
+/// delivery a bad frame, as the Python and TypeScript clients refuse it:
+/// reported `BAD_FRAME`, never handed out (left unanswered), and the
+/// reader goes on. Before, an absent, null or 0 attempt was handed out as
+/// 0 and one of up to 2^63-1 as up to `u32::MAX`.
 #[tokio::test]
-async fn an_attempt_that_is_not_an_integer_is_a_bad_frame_not_a_first_attempt() {
+async fn a_delivery_whose_attempt_is_not_of_1_to_2_31_minus_1_is_a_bad_frame() {
     let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
     let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
     let e = errs.clone();
     let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
-    let bad = [
-        "-1",
-        "-9223372036854775808",
-        "1.5",
-        "1.0",
-        "1e0",
-        "\"x\"",
-        "\"1\"",
-        "true",
-        "[1]",
-        "{}",
-        "9223372036854775808",
-        "18446744073709551615",
-        "1e400",
-    ];
-    for (i, a) in bad.iter().enumerate() {
+    let entry =
+        |a: &str, m: &Value| if a.is_empty() { format!(r#"{{"message":{m}}}"#) } else { format!(r#"{{"attempt":{a},"message":{m}}}"#) };
+    let mut want: Vec<(String, u32)> = Vec::new();
+    let mut entries = Vec::new();
+    for (i, (a, taken)) in PUSHED_ATTEMPTS.iter().enumerate() {
         let m = msg(100 + i as u64);
-        tx.send(Value::String(format!(r#"{{"op":"deliver","sub":"sub_1","attempt":{a},"message":{m}}}"#))).unwrap();
+        tx.send(Value::String(format!(r#"{{"op":"deliver","sub":"sub_1",{}"#, &entry(a, &m)[1..]))).unwrap();
+        if let Some(n) = taken {
+            want.push((m["id"].as_str().unwrap().to_string(), *n));
+        }
+        entries.push(entry(a, &msg(200 + i as u64)));
     }
-    let mut n_bad = bad.len();
     // One bad entry of a batch is refused alone; the others are delivered.
-    tx.send(json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": -1, "message": msg(200)}, {"attempt": 3, "message": msg(201)}]})).unwrap();
-    n_bad += 1;
-    let mut good = vec![(json!({"op": "deliver", "sub": "sub_1", "message": msg(1)}), 0u32)];
-    good.push((json!({"op": "deliver", "sub": "sub_1", "attempt": null, "message": msg(2)}), 0));
-    good.push((json!({"op": "deliver", "sub": "sub_1", "attempt": 0, "message": msg(3)}), 0));
-    good.push((json!({"op": "deliver", "sub": "sub_1", "attempt": 2, "message": msg(4)}), 2));
-    for (f, _) in &good {
-        tx.send(f.clone()).unwrap();
+    tx.send(Value::String(format!(r#"{{"op":"deliver_batch","sub":"sub_1","deliveries":[{}]}}"#, entries.join(",")))).unwrap();
+    for (i, (_, taken)) in PUSHED_ATTEMPTS.iter().enumerate() {
+        if let Some(n) = taken {
+            want.push((format!("msg_{}", 200 + i), *n));
+        }
     }
     let mut got = Vec::new();
-    for _ in 0..good.len() + 1 {
+    for _ in 0..want.len() {
         let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
         got.push((d.message.id.clone(), d.attempt));
         d.ack().await.unwrap();
     }
-    let mut want: Vec<(String, u32)> = vec![("msg_201".into(), 3)];
-    want.extend(good.iter().map(|(f, a)| (f["message"]["id"].as_str().unwrap().to_string(), *a)));
     assert_eq!(got, want, "a delivery with a malformed attempt was handed out");
+    let n_bad = 2 * PUSHED_ATTEMPTS.iter().filter(|(_, t)| t.is_none()).count();
     let errs = errs.lock().unwrap().clone();
     let frames: Vec<&pigeon_client::Error> = errs.iter().filter(|e| e.code == "BAD_FRAME").collect();
     assert_eq!(frames.len(), n_bad, "each malformed attempt is one BAD_FRAME: {errs:#?}");
-    assert!(frames.iter().all(|e| e.kind == pigeon_client::ErrorKind::Protocol), "{errs:#?}");
+    assert!(frames.iter().all(|e| e.kind == pigeon_client::ErrorKind::Protocol && e.message.contains("attempt")), "{errs:#?}");
     end(s, task).await;
 }
 
@@ -331,7 +349,10 @@ async fn an_attempt_that_is_not_an_integer_is_a_bad_frame_not_a_first_attempt() 
 /// messages from 1 and leaves 0 out): it is a bad frame, reported and
 /// left unanswered, as the Python and TypeScript clients refuse it; an
 /// ack of it would name no sequence and could settle a newer message
-/// published under its id. One without a sequence is still handed out.
+/// published under its id. So is one without a sequence (absent or
+/// `null`: the broker writes the number into every delivery, each read
+/// from the log), which was handed out as sequence 0 and acked by its id
+/// alone (absent), or refused as a message that does not decode (`null`).
 #[tokio::test]
 async fn a_delivery_of_sequence_0_is_a_bad_frame_and_left_unanswered() {
     let acks: Arc<Mutex<Vec<Value>>> = Arc::default();
@@ -355,17 +376,29 @@ async fn a_delivery_of_sequence_0_is_a_bad_frame_and_left_unanswered() {
         json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": zero}, {"attempt": 1, "message": msg(4)}]}),
     )
     .unwrap();
+    let null_seq = json!({"id": "msg_null", "subject": "x", "sequence": null, "data": {}});
     tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": none})).unwrap();
+    tx.send(
+        json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": null_seq}, {"attempt": 1, "message": none}]}),
+    )
+    .unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(5)})).unwrap();
     let mut got = Vec::new();
     for _ in 0..2 {
         let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
         got.push((d.message.id.clone(), d.message.sequence));
         d.ack().await.unwrap();
     }
-    assert_eq!(got, [("msg_4".to_string(), 4), ("msg_none".to_string(), 0)], "a delivery of sequence 0 was handed out");
+    assert_eq!(got, [("msg_4".to_string(), 4), ("msg_5".to_string(), 5)], "a delivery of sequence 0 or none was handed out");
     let errs = errs.lock().unwrap().clone();
     let frames: Vec<_> = errs.iter().filter(|e| e.code == "BAD_FRAME" && e.message.contains("sequence is 0")).collect();
     assert_eq!(frames.len(), 2, "each delivery of sequence 0 is one BAD_FRAME: {errs:#?}");
+    let frames: Vec<_> = errs.iter().filter(|e| e.code == "BAD_FRAME" && e.message.contains("without a sequence")).collect();
+    assert_eq!(frames.len(), 3, "each delivery without a sequence is one BAD_FRAME: {errs:#?}");
+    let ids: Vec<_> =
+        errs.iter().map(|e| (e.details.get("op").cloned(), e.details.get("index").cloned(), e.details.get("messageId").cloned())).collect();
+    assert_eq!(ids.len(), 5, "{errs:#?}");
+    assert_eq!(ids[3], (Some(json!("deliver_batch")), Some(json!(0)), Some(json!("msg_null"))), "{errs:#?}");
     let acked: Vec<String> = acks
         .lock()
         .unwrap()
@@ -375,7 +408,7 @@ async fn a_delivery_of_sequence_0_is_a_bad_frame_and_left_unanswered() {
             None => vec![f["messageId"].as_str().unwrap().to_string()],
         })
         .collect();
-    assert!(!acked.iter().any(|id| id == "msg_zero"), "a delivery of sequence 0 was answered: {acked:?}");
+    assert_eq!(acked, ["msg_4", "msg_5"], "a delivery of sequence 0 or none was answered");
     end(s, task).await;
 }
 
@@ -437,8 +470,10 @@ async fn every_refusal_of_a_delivery_names_its_op_and_batch_entry() {
 /// message published under its id. So is a receive or replay message
 /// without a sequence (absent or `null`: the broker sends the number with
 /// every message it reads from the log; these were taken before). A reply
-/// without a sequence is taken, as the broker sends every reply (a reply
-/// never enters the log), and so is a message of sequence 1.
+/// without a sequence (absent or `null`) is taken, as the broker sends
+/// every reply (a reply never enters the log), and so is a message of
+/// sequence 1; a reply whose sequence was `null` was refused as one that
+/// does not decode, where the Go, TypeScript and Python clients take it.
 #[tokio::test]
 async fn a_receive_replay_or_reply_of_sequence_0_is_a_bad_frame() {
     let zero = json!({"id": "msg_zero", "subject": "x", "sequence": 0, "data": {}});
@@ -453,7 +488,7 @@ async fn a_receive_replay_or_reply_of_sequence_0_is_a_bad_frame() {
     let answers = json!({
         "zero": {"messages": [msg(4), zero], "reply": reply(&zero), "why": "sequence is 0"},
         "none": {"messages": [msg(4), none], "reply": reply(&none), "why": "without a sequence"},
-        "null": {"messages": [msg(4), null_seq], "reply": good, "why": "without a sequence"},
+        "null": {"messages": [msg(4), null_seq], "reply": reply(&null_seq), "why": "without a sequence"},
         "good": {"messages": [msg(1), msg(2)], "reply": good},
     });
     let ask = pigeon_client::Message { id: "msg_ask".into(), ..pigeon_client::Message::new("x", "q", "ask") };

@@ -412,6 +412,10 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
     // reply never enters the subject's log.
     let (url, _) = canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","data":{{}}}}"#))).await;
     request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
+    // And one whose sequence is null, as the Go, TypeScript and Python
+    // clients take it (it was refused as a message that does not decode).
+    let (url, _) = canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","sequence":null,"data":{{}}}}"#))).await;
+    request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
     // A negotiation refused as malformed leaves the contract held.
     let (url, _) = canned(201, &contract(r#""c\r\nX-Evil: 1""#)).await;
     let mut h = HttpClient::new(&url, "t").with_contract("ctr_1");

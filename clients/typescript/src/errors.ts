@@ -248,9 +248,10 @@ export function sequenceHeld(m: { sequence?: unknown }): boolean {
 }
 
 /**
- * Whether the `sequence` of a message the server hands over (a delivery;
- * a receive, replay or reply message) is one of the broker's and held
- * exactly: absent, null, or an integer of 1 to 2^53-1. The broker numbers
+ * Whether the `sequence` of a message the server hands over (a reply; a
+ * delivery, a receive or replay message must have one too, see
+ * {@link sequenceStored}) is one of the broker's and held exactly:
+ * absent, null, or an integer of 1 to 2^53-1. The broker numbers
  * a subject's messages from 1 and leaves 0 out, so a 0 is no broker's
  * (an answer naming it would name none, and settle whichever message holds
  * the id), as the Python and Rust clients refuse it.
@@ -260,8 +261,8 @@ export function sequenceDelivered(m: { sequence?: unknown }): boolean {
 }
 
 /**
- * Whether the `sequence` of a message a receive or a replay hands the
- * caller, read from the subject's log, is one of the broker's and held
+ * Whether the `sequence` of a message a delivery, a receive or a replay
+ * hands the caller, read from the subject's log, is one of the broker's and held
  * exactly: an integer of 1 to 2^53-1, and present. The broker numbers
  * every message it stores from 1 and always sends the number with it, so
  * one without a sequence (absent or null) is no broker's, as one of 0 is:
@@ -330,8 +331,8 @@ export function unheldHops(m: { id?: unknown; hops?: unknown }, at: DeliveryAt):
 }
 
 /**
- * The BAD_FRAME of a delivery whose sequence is no broker's or the client
- * cannot hold exactly (see {@link sequenceDelivered}): the delivery is not
+ * The BAD_FRAME of a delivery whose sequence is absent, no broker's or one
+ * the client cannot hold exactly (see {@link sequenceStored}): the delivery is not
  * handed over and not answered (an answer without the sequence could
  * settle a newer message under its id), so the server's ack wait gives it
  * back.
@@ -346,20 +347,32 @@ export function unheldSequence(m: { id?: unknown; sequence?: unknown }, at: Deli
 }
 
 /**
- * The BAD_FRAME of a pushed delivery `at` whose message cannot be handed
- * over, undefined when it can: an id that is no non-empty string (an
- * answer could not name it, so the handler would run it again at each
- * redelivery), a sequence no broker's or the client cannot hold exactly
- * ({@link unheldSequence}), a hops no broker's ({@link unheldHops}). Such
- * a delivery is reported, not handed over and not answered: the server's
- * ack wait gives it back. As the Python client refuses it.
+ * The BAD_FRAME of a pushed delivery `at` of `attempt` whose message
+ * cannot be handed over, undefined when it can: an id that is no non-empty
+ * string (an answer could not name it, so the handler would run it again
+ * at each redelivery), a sequence no broker's or the client cannot hold
+ * exactly, or none at all ({@link unheldSequence}: every delivery comes
+ * from the subject's log, and the broker writes its sequence into each,
+ * see {@link sequenceStored}), a hops no broker's ({@link unheldHops}), an
+ * attempt that is not an integer of 1 to {@link MAX_ATTEMPT} (the broker
+ * writes one into every delivery, counted from 1; see {@link attemptHeld},
+ * the receive rule). Such a delivery is reported, not handed over and not
+ * answered: the server's ack wait gives it back. As the Python and Rust
+ * clients refuse it.
  */
-export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: unknown }, at: DeliveryAt): PigeonError | undefined {
+export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: unknown }, attempt: unknown, at: DeliveryAt): PigeonError | undefined {
   if (typeof m.id !== "string" || m.id === "") {
     return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a delivery${entryOf(at)} whose message id is not a non-empty string`, deliveryDetails(m, at, {}));
   }
-  if (!sequenceDelivered(m)) return unheldSequence(m, at);
+  if (!sequenceStored(m)) return unheldSequence(m, at);
   if (!hopsHeld(m)) return unheldHops(m, at);
+  if (!attemptHeld(attempt)) {
+    return new PigeonError(
+      ClientCodes.BAD_FRAME,
+      `the server sent a delivery${entryOf(at)} whose attempt is not an integer of 1 to 2^31-1`,
+      deliveryDetails(m, at, { attempt: typeof attempt === "number" ? attempt : typeName(attempt) }),
+    );
+  }
   return undefined;
 }
 

@@ -155,7 +155,7 @@ export interface SubscribeOptions {
 /** One delivery handed to a handler or an iterator. */
 export interface Delivery {
   message: Message;
-  /** counts deliveries of this message, from 1 */
+  /** counts deliveries of this message, from 1: an integer of 1 to MAX_ATTEMPT (2^31-1); a delivery with another is refused */
   attempt: number;
   /** the subscription's server id */
   sub: string;
@@ -1081,16 +1081,16 @@ export class Session implements ConnOwner {
     const s = typeof f.sub === "string" ? this.bySid.get(f.sub) : undefined;
     // Each report of a refused delivery names the op (and in a batch the
     // entry's index), as the Python client's does.
-    if (!isObj(f.message) || typeof f.attempt !== "number") {
-      this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver frame without a message or attempt", { op: "deliver" }));
+    if (!isObj(f.message)) {
+      this.report(new PigeonError(ClientCodes.BAD_FRAME, "the server sent a deliver frame without a message", { op: "deliver" }));
       return;
     }
-    const refused = refusedDelivery(f.message, { op: "deliver" });
+    const refused = refusedDelivery(f.message, f.attempt, { op: "deliver" });
     if (refused) {
       this.report(refused);
       return;
     }
-    if (s) s.enqueue(c, f.message as Message, f.attempt);
+    if (s) s.enqueue(c, f.message as Message, f.attempt as number);
     else if (typeof f.sub === "string") this.endOrphan(c, f.sub, true);
   }
 
@@ -1106,16 +1106,16 @@ export class Session implements ConnOwner {
       return;
     }
     for (const [index, d] of (f.deliveries as unknown[]).entries()) {
-      if (!isObj(d) || !isObj(d.message) || typeof d.attempt !== "number") {
+      if (!isObj(d) || !isObj(d.message)) {
         this.report(new PigeonError(ClientCodes.BAD_FRAME, `the server sent a malformed delivery (deliver_batch entry ${index})`, { op: "deliver_batch", index }));
         continue;
       }
-      const refused = refusedDelivery(d.message, { op: "deliver_batch", index });
+      const refused = refusedDelivery(d.message, d.attempt, { op: "deliver_batch", index });
       if (refused) {
         this.report(refused);
         continue;
       }
-      s.enqueue(c, d.message as Message, d.attempt);
+      s.enqueue(c, d.message as Message, d.attempt as number);
     }
   }
 

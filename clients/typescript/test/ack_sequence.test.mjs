@@ -47,25 +47,25 @@ test("a subscription's acks and nacks carry the sequence of the delivery they an
   });
 });
 
-test("a delivery without a usable sequence is acked with 0 in sequences, and none alone", async () => {
+// A delivery without a sequence (absent or null) was acked naming none (0
+// in sequences, none alone), which settles whichever message holds the id:
+// it is now refused, never handed over nor answered (see
+// test/delivery_push.test.mjs), and every ack names a sequence.
+test("a delivery without a sequence is never answered; every ack names one", async () => {
   const frames = [];
-  let held;
+  const errors = [];
   const { srv, socket } = await subscribingServer((ws, f) => {
     frames.push(f);
-    if (f.op === "ack" && !held) held = () => ok(ws, f);
-    else ok(ws, f);
+    ok(ws, f);
   });
-  await onSession(srv, OPTS, async (s) => {
+  await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
     await s.subscribe("x", async () => {}, { maxInFlight: 4 });
     deliver(socket(), msg(1, { sequence: undefined }));
-    await until(() => held, 2000, "the first ack");
     deliver(socket(), msg(2, { sequence: null }));
     deliver(socket(), msg(3));
-    await new Promise((r) => setTimeout(r, 50));
-    held();
-    await until(() => frames.length === 2, 2000, "the gathered acks");
-    assert.ok(!("sequence" in frames[0]), JSON.stringify(frames[0]));
-    assert.deepEqual(frames[1].sequences, [0, 3]);
+    await until(() => frames.length === 1 && errors.length === 2, 2000, "the ack and the reports");
+    assert.deepEqual([frames[0].messageId, frames[0].sequence], ["msg_3", 3], JSON.stringify(frames[0]));
+    assert.deepEqual(errors.map((e) => [e.code, e.details.messageId]), [["BAD_FRAME", "msg_1"], ["BAD_FRAME", "msg_2"]]);
   });
 });
 

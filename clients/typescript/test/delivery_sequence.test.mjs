@@ -31,12 +31,14 @@ for (const batch of [false, true]) {
       const ms = [msg("msg_zero", 0), msg("msg_ok", 4), msg("msg_none")];
       if (batch) socket().send(JSON.stringify({ op: "deliver_batch", sub: "sub_1", deliveries: ms.map((message) => ({ attempt: 1, message })) }));
       else for (const message of ms) socket().send(JSON.stringify({ op: "deliver", sub: "sub_1", attempt: 1, message }));
-      await until(() => answered.length === 2 && errors.length === 1, 5000, "the answers and the report");
+      await until(() => answered.length === 1 && errors.length === 2, 5000, "the answers and the reports");
     });
-    assert.deepEqual(handled, ["msg_ok", "msg_none"]);
-    assert.deepEqual(answered.sort(), [["ack", "msg_none", 0], ["ack", "msg_ok", 4]], "the refused delivery is not answered");
-    assert.ok(errors[0] instanceof PigeonError && errors[0].code === "BAD_FRAME", String(errors[0]));
-    assert.equal(errors[0].details.sequence, 0);
+    // One without a sequence is refused the same way (it was handed over,
+    // and acked by its id alone): see test/delivery_push.test.mjs.
+    assert.deepEqual(handled, ["msg_ok"]);
+    assert.deepEqual(answered, [["ack", "msg_ok", 4]], "a refused delivery is not answered");
+    assert.ok(errors.every((e) => e instanceof PigeonError && e.code === "BAD_FRAME"), String(errors));
+    assert.deepEqual(errors.map((e) => e.details.sequence), [0, "undefined"]);
   });
 }
 
