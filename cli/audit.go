@@ -153,9 +153,8 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return fail(stderr, "audit receipts", err)
 	}
-	enc := json.NewEncoder(stdout)
 	for _, r := range f.Receipts {
-		if err := enc.Encode(r); err != nil {
+		if err := writeJSONLine(stdout, r); err != nil { // a principal, a replay's reason: others' text
 			return fail(stderr, "audit receipts", err)
 		}
 	}
@@ -286,7 +285,6 @@ func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if err := json.Unmarshal(b, &out); err != nil {
 			return fail(stderr, "audit tail", err)
 		}
-		enc := json.NewEncoder(stdout)
 		for _, r := range out.Records {
 			// Each record after the one printed before it: a server
 			// whose full pages do not move the reading on would keep the
@@ -294,7 +292,7 @@ func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			if r.Seq < next {
 				return fail(stderr, "audit tail", fmt.Errorf("the server answered record %d, which does not come after the records printed (records from %d on were asked): out of order, or one already printed", r.Seq, next))
 			}
-			if err := enc.Encode(r); err != nil {
+			if err := writeJSONLine(stdout, r); err != nil { // a principal, a replay's reason: others' text
 				return fail(stderr, "audit tail", err)
 			}
 			if r.Seq == math.MaxUint64 {

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"pigeon"
@@ -200,7 +199,7 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	var pe *pigeon.Error
 	if errors.As(err, &pe) {
 		b, _ := json.Marshal(map[string]any{"error": wire.Encode(pe)})
-		fmt.Fprintf(stderr, "pigeon %s: %s\n%s\n", cmd, printable(string(pe.Code)), b)
+		fmt.Fprintf(stderr, "pigeon %s: %s\n%s\n", cmd, printable(string(pe.Code)), terminalSafeJSON(b))
 		return 1
 	}
 	fmt.Fprintf(stderr, "pigeon %s: %s\n", cmd, printable(err.Error()))
@@ -265,43 +264,6 @@ func printJSON(w io.Writer, raw []byte) {
 		out = []byte(printable(string(raw))) // not JSON: anything at all
 	}
 	_, _ = w.Write(append(out, '\n'))
-}
-
-// terminalSafeJSON returns the JSON text b with what a terminal would act
-// on escaped, so that it reads as the same JSON. JSON allows DEL, C1
-// controls (U+009B is CSI) and, as Go reads it, bytes that are not UTF-8
-// unescaped in a string, and in valid JSON text they can be nowhere else:
-// each is written as a \u escape, a byte that is not UTF-8 as \ufffd (as
-// a decoder reads it). C0 controls cannot be in a string unescaped, and
-// between tokens b must hold none (json.Indent and json.Compact rewrite
-// that space).
-func terminalSafeJSON(b []byte) []byte {
-	unsafe := func(r rune, n int) bool {
-		return r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError && n == 1
-	}
-	var out []byte
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if !unsafe(r, n) {
-			if out != nil {
-				out = append(out, b[i:i+n]...)
-			}
-			i += n
-			continue
-		}
-		if out == nil {
-			out = append(make([]byte, 0, len(b)+16), b[:i]...)
-		}
-		if r == utf8.RuneError {
-			r = unicode.ReplacementChar
-		}
-		out = fmt.Appendf(out, `\u%04x`, r)
-		i += n
-	}
-	if out == nil {
-		return b
-	}
-	return out
 }
 
 func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -36,6 +36,7 @@ func newLogger(cfg serveConfig, w io.Writer) (*slog.Logger, error) {
 		level = slog.LevelDebug
 	}
 	ho := &slog.HandlerOptions{Level: level}
+	w = terminalSafeRecords{w} // a program's log line, a principal: others' text
 	var h slog.Handler
 	switch cfg.logFormat {
 	case "text", "":
@@ -156,6 +157,6 @@ func catalogCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pigeon catalog asyncapi: %s\n", printable(err.Error()))
 		return 1
 	}
-	_, _ = stdout.Write(append(doc, '\n'))
+	_, _ = stdout.Write(append(terminalSafeJSON(doc), '\n')) // names and texts of the policy files
 	return 0
 }

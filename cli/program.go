@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -36,7 +37,14 @@ func programCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 			return fail(stderr, cmd, err)
 		}
 		for _, p := range out.Programs {
-			fmt.Fprintf(stdout, "%s\n", p)
+			// One line a program, the same JSON, terminal-safe: a
+			// manifest is its deployer's text, and the server's answer
+			// may hold a carriage return between tokens.
+			var line bytes.Buffer
+			if err := json.Compact(&line, p); err != nil {
+				return fail(stderr, cmd, err)
+			}
+			_, _ = stdout.Write(append(terminalSafeJSON(line.Bytes()), '\n'))
 		}
 		return 0
 	}

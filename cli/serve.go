@@ -569,7 +569,7 @@ func loopbackAddr(addr string) bool {
 func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Catalog, tokens []pigeon.StaticToken, storeBanner, metricsURL string) {
 	names := make([]string, len(c.Subjects))
 	for i, s := range c.Subjects {
-		names[i] = s.Name
+		names[i] = printable(s.Name) // the policy files' text
 	}
 	if isDemo {
 		fmt.Fprintf(w, "pigeon: DEMO MODE: serving the built-in demo catalog (%s)\n", strings.Join(names, ", "))

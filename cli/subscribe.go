@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -68,11 +67,11 @@ func subscribeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer s.Close(context.WithoutCancel(ctx))
 	var mu sync.Mutex
-	enc := json.NewEncoder(stdout)
 	sub, err := s.Subscribe(ctx, *subject, func(_ context.Context, d *pigeon.Delivery) error {
 		mu.Lock()
 		defer mu.Unlock()
-		return enc.Encode(delivery{Subject: d.Subject, Attempt: d.Attempt, Message: d.Message})
+		// A line of JSON, terminal-safe: the message is a publisher's text.
+		return writeJSONLine(stdout, delivery{Subject: d.Subject, Attempt: d.Attempt, Message: d.Message})
 	}, opts...)
 	if err != nil {
 		return fail(stderr, "subscribe", err)
