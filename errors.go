@@ -128,6 +128,12 @@ const CodeStoreNoQuorum Code = "STORE_NO_QUORUM"
 // on another node may not get it.
 const CodeClusterUnconfirmed Code = "CLUSTER_UNCONFIRMED"
 
+// CodeHopsExceeded refuses a message that has been through more bridges
+// and programs than a route carries one through (the bridge's
+// Options.MaxHops, say): its envelope says so, as it would in a loop. The
+// refusal is final: a retry is refused again.
+const CodeHopsExceeded Code = "HOPS_EXCEEDED"
+
 // CodeEncryptionReq is the old name of CodeEncryptionRequired.
 //
 // Deprecated: use CodeEncryptionRequired, named like CodeSignatureRequired.
@@ -152,7 +158,8 @@ func (c Code) Known() bool {
 		CodeSignatureRequired, CodeSignatureInvalid, CodeEncryptionRequired, CodeInvalidArgument, CodeConflict,
 		CodeTooManyContracts, CodeTooManySubscriptions, CodeTooManyGroups, CodeDuplicateKey, CodeInvalidUTF8,
 		CodeMessageIDTaken, CodeIdentityUnavailable, CodeProgramInvalid, CodeProgramNotFound, CodeProgramTrapped,
-		CodeProgramTimeout, CodeProgramLimit, CodeProgramVersionPruned, CodeStoreNoQuorum, CodeClusterUnconfirmed:
+		CodeProgramTimeout, CodeProgramLimit, CodeProgramVersionPruned, CodeStoreNoQuorum, CodeClusterUnconfirmed,
+		CodeHopsExceeded:
 		return true
 	}
 	return false

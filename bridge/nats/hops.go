@@ -9,12 +9,13 @@ import (
 	"pigeon"
 )
 
-// CodeHopsExceeded refuses a message an In route would carry in deeper
-// than Options.MaxHops: the envelope says it has been through MaxHops
-// bridges and programs already, as it would in a loop. Like the bridge's
-// other refusals it is counted (RouteStats.Refused), logged, and
-// terminated on JetStream, never retried.
-const CodeHopsExceeded pigeon.Code = "HOPS_EXCEEDED"
+// CodeHopsExceeded (pigeon.CodeHopsExceeded) refuses a message an In
+// route would carry in deeper than Options.MaxHops: the envelope says it
+// has been through MaxHops bridges and programs already, as it would in a
+// loop. Like the bridge's other refusals it is counted
+// (RouteStats.Refused), logged, and terminated on JetStream, never
+// retried.
+const CodeHopsExceeded = pigeon.CodeHopsExceeded
 
 // depth is the Hops an In route publishes a message at whose envelope
 // carried carried: one more, for this pass. It refuses, HOPS_EXCEEDED, a

@@ -121,7 +121,8 @@ func HTTPStatus(c pigeon.Code) int {
 		return http.StatusTooManyRequests
 	case pigeon.CodeSensitiveFieldDenied, pigeon.CodeRawPANDetected, pigeon.CodeIdempotencyRequired, pigeon.CodeClassificationDenied,
 		pigeon.CodeEnvelopeInvalid, pigeon.CodeSchemaInvalid, pigeon.CodeDataQuality, pigeon.CodeSignatureRequired, pigeon.CodeSignatureInvalid,
-		pigeon.CodeEncryptionRequired, pigeon.CodeDeliveryExhausted, pigeon.CodeProgramInvalid, pigeon.CodeProgramLimit:
+		pigeon.CodeEncryptionRequired, pigeon.CodeDeliveryExhausted, pigeon.CodeProgramInvalid, pigeon.CodeProgramLimit,
+		pigeon.CodeHopsExceeded:
 		return http.StatusUnprocessableEntity
 	case pigeon.CodeSubjectNotFound, pigeon.CodeMessageNotFound, pigeon.CodeQuarantineNotFound, pigeon.CodeNotFound, pigeon.CodeProgramNotFound:
 		return http.StatusNotFound

@@ -71,6 +71,7 @@ func TestHTTPStatus(t *testing.T) {
 		pigeon.CodeProgramInvalid:       http.StatusUnprocessableEntity,
 		pigeon.CodeProgramNotFound:      http.StatusNotFound,
 		pigeon.CodeProgramLimit:         http.StatusUnprocessableEntity,
+		pigeon.CodeHopsExceeded:         http.StatusUnprocessableEntity,
 		pigeon.CodeProgramTimeout:       http.StatusGatewayTimeout,
 		pigeon.CodeProgramTrapped:       http.StatusInternalServerError,
 		pigeon.CodeProgramVersionPruned: http.StatusGone,

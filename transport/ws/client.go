@@ -495,9 +495,9 @@ func (s *Session) ReceiveAttempts(ctx context.Context, subject string, max int) 
 			return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds %d attempts for %d messages", len(f.Attempts), len(msgs))
 		}
 		for i, a := range f.Attempts {
-			if a < 1 {
-				// A lease's attempt is 1 or more: an answer naming the
-				// wrong one settles nothing, or, 0, any lease.
+			if a < 1 || a > maxAttempt {
+				// A lease's attempt is 1 to maxAttempt: an answer naming
+				// the wrong one settles nothing, or, 0, any lease.
 				return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds attempt %d for message %d", a, i)
 			}
 		}

@@ -434,18 +434,55 @@ func (cs *clientSub) finish(err error) {
 // group at once, without spending an attempt on a consumer that never saw
 // it.
 func (s *Session) deliver(cc *clientConn, f *Frame) {
+	if s.refused(OpDeliver, -1, f.Sub, f.Message, f.Attempt) {
+		return
+	}
 	s.deliverOne(cc, f.Sub, f.Message, f.Attempt, nil)
 }
 
 // deliverBatch queues each delivery of a deliver_batch frame, in order.
 func (s *Session) deliverBatch(cc *clientConn, f *Frame) {
 	for i, d := range f.Deliveries {
+		if s.refused(OpDeliverBatch, i, f.Sub, d.Message, d.Attempt) {
+			continue
+		}
 		var pd *pigeon.Delivery
 		if len(f.delivered) == len(f.Deliveries) {
 			pd = f.delivered[i]
 		}
 		s.deliverOne(cc, f.Sub, d.Message, d.Attempt, pd)
 	}
+}
+
+// maxAttempt is the highest lease attempt the client takes from the
+// server, pushed or pulled: the TypeScript, Python and Rust clients'
+// MAX_ATTEMPT. The broker counts attempts from 1 up to a subject's
+// retry.maxAttempts, far below.
+const maxAttempt = math.MaxInt32
+
+// refused reports whether the delivery of message m under attempt, entry
+// index of an op frame (-1: the frame's one), is one no broker sends: a
+// message without a sequence (every delivery comes from the log, and an
+// ack by the id alone would settle whichever message holds the id), or an
+// attempt outside 1 to maxAttempt (a frame without one reads as 0). Such
+// a delivery is logged and dropped: not handed over, not answered (the
+// server's ack wait gives it back), no resume position moved.
+func (s *Session) refused(op string, index int, sub string, m *pigeon.Message, attempt int) bool {
+	if m == nil || m.ID == "" {
+		return false // deliverOne logs it
+	}
+	var why string
+	switch {
+	case m.Sequence == 0:
+		why = "without a sequence"
+	case attempt < 1 || attempt > maxAttempt:
+		why = "whose attempt is not an integer of 1 to 2^31-1"
+	default:
+		return false
+	}
+	s.o.logger.Warn("pigeon ws: the server sent a delivery "+why+"; not handed over",
+		"op", op, "index", index, "sub", sub, "messageId", m.ID, "sequence", m.Sequence, "attempt", attempt)
+	return true
 }
 
 // deliverOne queues one delivery of subscription sub; d, when not nil, is

@@ -82,9 +82,10 @@ func newScriptedServer(t *testing.T, script func(f *ws.Frame) []string) *scripte
 	return ss
 }
 
+// deliverFrame is a deliver frame of msg_<n> at sequence n+1.
 func deliverFrame(sub string, n int) string {
 	return `{"op":"deliver","sub":"` + sub + `","attempt":1,"message":{"specversion":"1.0","id":"msg_` + strconv.Itoa(n) +
-		`","type":"chat","source":"p","subject":"chat.messages","time":"2026-01-01T00:00:00Z","data":{}}}`
+		`","type":"chat","source":"p","subject":"chat.messages","time":"2026-01-01T00:00:00Z","sequence":` + strconv.Itoa(n+1) + `,"data":{}}}`
 }
 
 // A server that ignores the window the client asked for cannot make the

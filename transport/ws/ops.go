@@ -116,17 +116,44 @@ func message(f *Frame) (*pigeon.Message, error) {
 // atDepth is caller publishing at the depth f asks for (its "hops"): a
 // frame without one publishes at 0, as every client's; one with one is
 // refused FORBIDDEN unless its principal holds pigeon.RoleBridge now
-// (pigeon.Engine.MayPublishAtDepth). The message's own "hops" is never
-// read: the broker writes it.
-func (c *conn) atDepth(f *Frame, caller pigeon.Caller) (pigeon.Caller, error) {
+// (pigeon.Engine.MayPublishAtDepth), and the refusal audited (see
+// depthDenied). m is the frame's message (nil for a batch, whose messages
+// are not read yet). The message's own "hops" is never read: the broker
+// writes it.
+func (c *conn) atDepth(f *Frame, caller pigeon.Caller, m *pigeon.Message) (pigeon.Caller, error) {
 	if f.Hops == 0 {
 		return caller, nil
 	}
 	if !c.srv.e.MayPublishAtDepth(caller.Principal) {
-		return caller, pigeon.NewError(pigeon.CodeForbidden, "publishing at a depth (\"hops\") requires the role %s", pigeon.RoleBridge)
+		err := pigeon.NewError(pigeon.CodeForbidden, "publishing at a depth (\"hops\") requires the role %s", pigeon.RoleBridge)
+		c.depthDenied(f, caller, m, err)
+		return caller, err
 	}
 	caller.Hops = f.Hops
 	return caller, nil
+}
+
+// depthDenied audits refused, a publish frame's depth refused to caller
+// before the engine saw the message, as the HTTP server audits a
+// refusal for want of a role: an access.denied record naming the
+// principal, its contract and the operation ("ws publish hops", "ws
+// publish_batch hops"), coalesced per principal and code as those are.
+// The subject is named only when the catalog has it (the sender may name
+// any, and a new one each time would start a new run); the message id
+// of a single publish is named too. The refusal stands whether or not its
+// record is written.
+func (c *conn) depthDenied(f *Frame, caller pigeon.Caller, m *pigeon.Message, refused *pigeon.Error) {
+	rec := pigeon.AuditRecord{ContractID: caller.ContractID, Ref: "ws " + f.Op + " hops"}
+	if caller.Principal != nil {
+		rec.Principal = caller.Principal.ID
+	}
+	if m != nil {
+		rec.MessageID = m.ID
+		if _, err := c.srv.e.Subject(m.Subject); err == nil {
+			rec.Subject = m.Subject
+		}
+	}
+	_ = c.srv.e.Record(c.ctx, pigeon.EventAccessDenied, refused.Code, rec)
 }
 
 func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
@@ -134,7 +161,7 @@ func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if caller, err = c.atDepth(f, caller); err != nil {
+	if caller, err = c.atDepth(f, caller, m); err != nil {
 		return nil, err
 	}
 	res, err := c.srv.e.Publish(c.ctx, caller, m)

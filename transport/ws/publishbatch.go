@@ -53,7 +53,7 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		res *pigeon.Result
 		err error
 	}
-	caller, err := c.atDepth(f, caller)
+	caller, err := c.atDepth(f, caller, nil)
 	if err != nil {
 		return nil, err
 	}

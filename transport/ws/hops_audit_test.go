@@ -1,0 +1,61 @@
+package ws_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/transport/transporttest"
+	"pigeon/transport/ws"
+)
+
+// A publish or publish_batch frame carrying a depth ("hops") from a
+// principal without the role bridge is refused FORBIDDEN before the engine
+// sees it; the refusal is audited all the same, as the HTTP server audits
+// a refusal for want of a role: access.denied, outcome deny, FORBIDDEN,
+// naming the principal, its contract and the operation, and the subject
+// when the catalog has it (one the sender made up is left out, so naming a
+// new one each time starts no new run of coalesced refusals).
+func TestRefusedDepthIsAudited(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := t.Context()
+	const (
+		known   = `{"id":"msg_deep_1","type":"chat","subject":"chat.messages","intent":"chat","data":{"text":"hi"}}`
+		unknown = `{"id":"msg_deep_2","type":"chat","subject":"made.up","intent":"chat","data":{"text":"hi"}}`
+	)
+	bob := v.raw(t, "bob-token")
+	bobContract := bob.negotiate("chat.messages")
+	alice := v.raw(t, "alice-token")
+	aliceContract := alice.negotiate("chat.messages")
+	for _, tc := range []struct {
+		name                string
+		c                   *rawClient
+		op, body            string
+		principal, contract string
+		subject, messageID  string
+	}{
+		{"publish", bob, ws.OpPublish, `,"hops":3,"message":` + known, transporttest.Bob, bobContract.ID, "chat.messages", "msg_deep_1"},
+		{"publish_batch", bob, ws.OpPublishBatch, `,"hops":3,"messages":[` + known + `]`, transporttest.Bob, bobContract.ID, "", ""},
+		{"publish of a subject not in the catalog", alice, ws.OpPublish, `,"hops":1,"message":` + unknown, transporttest.Alice, aliceContract.ID, "", "msg_deep_2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.c.fail(tc.op, tc.body, pigeon.CodeForbidden)
+			recs, err := v.e.Audit(ctx, 0, 100000)
+			require.NoError(t, err)
+			var got []pigeon.AuditRecord
+			for _, r := range recs {
+				if r.Type == string(pigeon.EventAccessDenied) && r.Principal == tc.principal && r.Ref == "ws "+tc.op+" hops" {
+					got = append(got, r)
+				}
+			}
+			require.Len(t, got, 1, "the refusal's record")
+			r := got[0]
+			require.Equal(t, string(pigeon.OutcomeDeny), r.Outcome)
+			require.Equal(t, string(pigeon.CodeForbidden), r.Code)
+			require.Equal(t, tc.contract, r.ContractID)
+			require.Equal(t, tc.subject, r.Subject)
+			require.Equal(t, tc.messageID, r.MessageID)
+		})
+	}
+}
