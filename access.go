@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"pigeon/store"
@@ -79,6 +80,38 @@ func validID(kind, s string) error {
 	return nil
 }
 
+// validText checks a free-text name or value the directory keeps and
+// shows (an account attribute's name or value): UTF-8 without a control
+// character (C0, tab and newline included, DEL, C1), so that no listing,
+// console or terminal that prints it raw can be driven by ESC, CSI or CR
+// through it. kind names the field in the refusal.
+func validText(kind, s string) error {
+	switch {
+	case !utf8.ValidString(s):
+		return NewError(CodeInvalidArgument, "%s is not valid UTF-8", kind)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return NewError(CodeInvalidArgument, "%s holds a control character", kind)
+	}
+	return nil
+}
+
+// validAttributes checks every name and value of an account's attributes
+// with validText; a name must not be empty.
+func validAttributes(attrs map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		if k == "" {
+			return NewError(CodeInvalidArgument, "an attribute name is empty")
+		}
+		if err := validText("the attribute name "+strconv.Quote(k), k); err != nil {
+			return err
+		}
+		if err := validText("the value of attribute "+strconv.Quote(k), attrs[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // validIDs checks every name of list with validID.
 func validIDs(kind string, list []string) error {
 	for _, s := range list {
@@ -91,7 +124,8 @@ func validIDs(kind string, list []string) error {
 
 // CreateAccount adds an account. It fails with CONFLICT when one with the
 // id exists, and with INVALID_ARGUMENT when the id or a role name is not a
-// valid id (see MaxIDLength).
+// valid id (see MaxIDLength), or an attribute's name is empty or its name
+// or value is not UTF-8 or holds a control character (C0, DEL, C1).
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
@@ -100,6 +134,9 @@ func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) 
 		return Account{}, err
 	}
 	if err := validIDs("a role name", a.Roles); err != nil {
+		return Account{}, err
+	}
+	if err := validAttributes(a.Attributes); err != nil {
 		return Account{}, err
 	}
 	c := cloneAccount(&a)
@@ -210,6 +247,11 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	for i, p := range r.Permissions {
 		if p.Subject == "" {
 			return Role{}, NewError(CodeBadRequest, "permissions[%d]: subject is required", i)
+		}
+		if !utf8.ValidString(p.Subject) || strings.ContainsFunc(p.Subject, unicode.IsControl) {
+			// A subject name is one line of text; the role is listed and
+			// shown as it is defined.
+			return Role{}, NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control characters", i, p.Subject)
 		}
 		if len(p.Operations) == 0 {
 			return Role{}, NewError(CodeBadRequest, "permissions[%d]: operations are required", i)

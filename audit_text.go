@@ -19,18 +19,23 @@ import (
 const maxAuditText = 512
 
 // auditText is s as an audit record keeps it: valid UTF-8, each invalid
-// sequence replaced by U+FFFD, and at most maxAuditText bytes, a longer
-// text cut on a character boundary and marked with the length it had and
-// a digest of it (cutMark). A
+// sequence replaced by U+FFFD, quoted as Go's %q quotes it when it holds a
+// control character (C0, DEL, C1: ESC, CSI or CR in a name a client
+// chose would drive the terminal that shows the log), and at most
+// maxAuditText bytes, a longer text cut on a character boundary and
+// marked with the length it had and a digest of it (cutMark). A
 // record's hash is over the text it keeps, so every export of the record
 // (JSON over HTTP, a cluster's stored copy) verifies: JSON cannot carry
 // invalid UTF-8, and an encoder would replace it after the hash was taken.
 func auditText(s string) string {
-	if len(s) <= maxAuditText && utf8.ValidString(s) {
+	if len(s) <= maxAuditText && !hasControl(s) && utf8.ValidString(s) {
 		return s
 	}
 	orig := s
 	s = strings.ToValidUTF8(s, "\uFFFD")
+	if hasControl(s) {
+		s = strconv.Quote(s)
+	}
 	if len(s) <= maxAuditText {
 		return s
 	}

@@ -1,8 +1,10 @@
 package pigeon
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -21,6 +23,8 @@ func TestAuditText(t *testing.T) {
 		{"at the bound", at, at},
 		{"invalid bytes", "id\xff\xfe", "id\uFFFD"},
 		{"a truncated character", "caf\xc3", "caf\uFFFD"},
+		{"control characters", "a\x1b[2J\u009b\r", `"a\x1b[2J\u009b\r"`},
+		{"control character and invalid bytes", "a\n\xff", "\"a\\n\uFFFD\""},
 		{"one byte over", at + "b", strings.Repeat("a", maxAuditText-len(cutMark(at+"b"))) + cutMark(at+"b")},
 		{"cut inside a character", "a" + strings.Repeat("é", 400), "a" + strings.Repeat("é", (maxAuditText-1-len(cutMark("a"+strings.Repeat("é", 400))))/2) + cutMark("a"+strings.Repeat("é", 400))},
 	} {
@@ -34,8 +38,9 @@ func TestAuditText(t *testing.T) {
 }
 
 // FuzzAuditText: whatever a client sends, the kept text is valid UTF-8
-// within the bound, the same text when it already was, and a prefix of
-// the valid form of what was sent otherwise.
+// without control characters within the bound, the same text when it
+// already was, and a prefix of the valid form of what was sent (quoted
+// when it holds a control character) otherwise.
 func FuzzAuditText(f *testing.F) {
 	for _, s := range []string{"", "a", "\xff", strings.Repeat("é", 300), strings.Repeat("\xff", 600), strings.Repeat("a", 511) + "é"} {
 		f.Add(s)
@@ -44,11 +49,15 @@ func FuzzAuditText(f *testing.F) {
 		got := auditText(s)
 		require.True(t, utf8.ValidString(got))
 		require.LessOrEqual(t, len(got), maxAuditText)
-		if len(s) <= maxAuditText && utf8.ValidString(s) {
+		require.False(t, strings.ContainsFunc(got, unicode.IsControl), "%q", got)
+		if len(s) <= maxAuditText && utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
 			require.Equal(t, s, got)
 			return
 		}
 		valid := strings.ToValidUTF8(s, "\uFFFD")
+		if strings.ContainsFunc(valid, unicode.IsControl) {
+			valid = strconv.Quote(valid)
+		}
 		if len(valid) <= maxAuditText {
 			require.Equal(t, valid, got)
 			return

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"pigeon/store"
@@ -457,8 +459,10 @@ type ReplayRequest struct {
 
 // Replay returns retained messages of a subject in sequence order. The
 // subject must allow replay, the contract must grant it, and a reason must
-// be given where policy requires one; otherwise REPLAY_DENIED. Both
-// outcomes are audited.
+// be given where policy requires one; otherwise REPLAY_DENIED. A reason
+// over MaxReason bytes or holding a control character (C0, tab and
+// newline included, DEL, C1) is BAD_REQUEST, one that is not UTF-8
+// INVALID_UTF8. Both outcomes are audited.
 func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Message, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return nil, err
@@ -479,6 +483,11 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		return nil, deny(CodeBadRequest, "the reason is longer than "+strconv.Itoa(MaxReason)+" bytes")
 	case !utf8.ValidString(r.Reason):
 		return nil, deny(CodeInvalidUTF8, "the reason is not valid UTF-8")
+	case strings.ContainsFunc(r.Reason, unicode.IsControl):
+		// The reason is written whole into the replay.executed record and
+		// every receipt of it, read back by terminals and consoles: a line
+		// of text, without ESC, CSI, CR or any other control character.
+		return nil, deny(CodeBadRequest, "the reason holds a control character")
 	}
 	ctr, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
 	switch {

@@ -109,10 +109,18 @@ func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
 	if name, most := longField(m); name != "" {
 		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" is longer than "+strconv.Itoa(most)+" bytes")
 	}
-	if strings.ContainsFunc(m.ID, unicode.IsControl) {
+	if hasControl(m.ID) {
 		// An id is a name of one line: delivery records' digests and the
 		// audit log's text form join ids by newlines.
 		return Deny(CodeEnvelopeInvalid, "the message id holds a control character")
+	}
+	if name := controlField(m); name != "" {
+		// The names of a message are written into audit records,
+		// decisions, quarantine records and receipts, and shown by
+		// consoles and tools: ESC, CSI (U+009B) or CR in one would drive
+		// the terminal that shows it. Reason is prose and data the
+		// publisher's payload: neither is refused for its content here.
+		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" holds a control character")
 	}
 	if isPAN(m.ID) {
 		// The id is written where data never is: in the audit log (which
@@ -144,6 +152,50 @@ func CheckRegion(region string) error {
 		return NewError(CodeInvalidUTF8, "the region is not valid UTF-8")
 	}
 	return nil
+}
+
+// controlField names the first name of m a publisher sets (subject,
+// type, intent, idempotencyKey, classification, region, replyTo,
+// correlationId, the signature's kid, alg and sig) that holds a control
+// character (C0, DEL, C1); "" when none does. The id is checked on its
+// own, source is the principal's, and reason is prose.
+func controlField(m *Message) string {
+	fields := [...]struct{ name, v string }{
+		{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},
+		{"classification", m.Classification}, {"region", m.Region}, {"replyTo", m.ReplyTo}, {"correlationId", m.CorrelationID},
+	}
+	for _, f := range fields {
+		if hasControl(f.v) {
+			return f.name
+		}
+	}
+	if sig := m.Signature; sig != nil {
+		switch {
+		case hasControl(sig.KID):
+			return "signature.kid"
+		case hasControl(sig.Alg):
+			return "signature.alg"
+		case hasControl(sig.Sig):
+			return "signature.sig"
+		}
+	}
+	return ""
+}
+
+// hasControl reports whether s holds a control character as
+// unicode.IsControl reads one (C0, DEL, C1), a byte at a time: C1 is
+// U+0080 to U+009F, 0xC2 then 0x80 to 0x9F in UTF-8. It runs on every
+// name of every message and every audit text, so it decodes no rune.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c == 0x7f:
+			return true
+		case c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] < 0xa0:
+			return true
+		}
+	}
+	return false
 }
 
 // longField names the first text field of m a publisher sets that is

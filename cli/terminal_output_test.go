@@ -90,14 +90,26 @@ func TestStreamingCommandsPrintServerTextTerminalSafe(t *testing.T) {
 	res, err := e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, m)
 	require.NoError(t, err)
 
-	// A replay whose reason, the replayer's text, is hostile: the audit
-	// record and the message's receipts carry it as their ref.
+	// A replay whose reason, the replayer's text, is hostile is refused
+	// (its record carries no reason); one of plain text is the ref of the
+	// audit record and of the message's receipts. A publish to a subject
+	// named with control characters is refused, and its record holds the
+	// name quoted. So the broker itself writes none into its log, and the
+	// hostile server below stands for one that would.
 	rp, err := e.Authenticate(ctx, "notify-replay-token")
 	require.NoError(t, err)
 	rk, err := e.Negotiate(ctx, rp, "uk", []string{"notifications.send"}, 0)
 	require.NoError(t, err)
-	_, err = e.Replay(ctx, pigeon.Caller{Principal: rp, Region: "uk", ContractID: rk.ID()}, pigeon.ReplayRequest{Subject: "notifications.send", Reason: hostileText})
+	rc := pigeon.Caller{Principal: rp, Region: "uk", ContractID: rk.ID()}
+	_, err = e.Replay(ctx, rc, pigeon.ReplayRequest{Subject: "notifications.send", Reason: hostileText})
+	require.Equal(t, pigeon.CodeBadRequest, pigeon.ErrorCode(err), "%v", err)
+	const reason = "incident 42"
+	_, err = e.Replay(ctx, rc, pigeon.ReplayRequest{Subject: "notifications.send", Reason: reason})
 	require.NoError(t, err)
+	bad := demo.Notification("k-2")
+	bad.Subject = "notifications.send" + hostileText
+	_, err = e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, bad)
+	require.Error(t, err)
 
 	t.Run("subscribe", func(t *testing.T) {
 		sctx, cancel := context.WithCancel(ctx)
@@ -135,7 +147,7 @@ func TestStreamingCommandsPrintServerTextTerminalSafe(t *testing.T) {
 			for _, rec := range jsonLines(t, stdout.String()) {
 				refs = append(refs, rec["ref"])
 			}
-			require.Contains(t, refs, hostileText, stdout.String())
+			require.Contains(t, refs, reason, stdout.String())
 		})
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"pigeon/internal/cond"
 	"pigeon/internal/datapath"
@@ -104,7 +106,7 @@ func lintCatalog(c *Catalog, files []string) []Problem {
 	used := map[string]bool{}
 	for i := range c.Subjects {
 		s := &c.Subjects[i]
-		l.file, l.subject = files[i], s.Name
+		l.file, l.subject = files[i], shownName(s.Name)
 		if j, dup := seen[s.Name]; dup && s.Name != "" {
 			l.errorf("name", "subject %q is also defined by subject #%d", s.Name, j+1)
 		}
@@ -123,8 +125,9 @@ func lintCatalog(c *Catalog, files []string) []Problem {
 		l.file, l.subject = c.Sources.Schemas[n], ""
 		field := ""
 		if l.file == "" {
-			field = "schemas." + n
+			field = "schemas." + shownName(n)
 		}
+		l.text(field, "schema name", n)
 		if ref, ok := externalSchemaRef(c.Schemas[n]); ok {
 			l.errorf(field, "schema %q refers to %q, outside the schema: schemas are not loaded from URLs or files; "+
 				"copy the referenced schema under definitions and refer to it as #/definitions/NAME", n, ref)
@@ -316,6 +319,8 @@ func (l *linter) subjectPolicy(s *SubjectPolicy, schemas map[string][]byte) {
 		l.errorf("version", "version is required")
 	} else if strings.ContainsAny(s.Version, "@ \t\r\n") {
 		l.errorf("version", "version %q must not contain '@' or whitespace (policy ids are name@version)", s.Version)
+	} else {
+		l.text("version", "version", s.Version)
 	}
 	switch s.Mode {
 	case "":
@@ -366,7 +371,51 @@ func (l *linter) name(name string) {
 		l.errorf("name", "name %q must not contain '*', '>' or whitespace", name)
 	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, ".."):
 		l.errorf("name", "name %q has an empty dot-separated token", name)
+	default:
+		l.text("name", "name", name)
 	}
+}
+
+// text reports a name or value of the catalog (a subject, version, intent,
+// region, principal, role, attribute, classification, field path, schema
+// or rule name) that is not UTF-8 or holds a control character: C0 (tab,
+// CR and LF included), DEL or C1. Names are written into audit records,
+// decisions, receipts, the data directory and every listing of the
+// catalog, and are printed by tools that show them raw; ESC, CSI (U+009B)
+// or CR in one would drive the terminal that shows it. It reports whether
+// v passed.
+func (l *linter) text(field, what, v string) bool {
+	switch {
+	case !utf8.ValidString(v):
+		l.errorf(field, "%s %q is not valid UTF-8", what, v)
+	case strings.ContainsFunc(v, unicode.IsControl):
+		l.errorf(field, "%s %q holds a control character (C0, DEL or C1)", what, v)
+	default:
+		return true
+	}
+	return false
+}
+
+// expression reports a CEL expression (a rule's when, a quality rule's
+// expr) that holds a control character other than tab and newline, which
+// lay out an expression over lines (CEL refuses them in a string
+// literal). It reports whether v passed.
+func (l *linter) expression(field, v string) bool {
+	if strings.ContainsFunc(v, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' }) {
+		l.errorf(field, "expression %q holds a control character other than tab and newline", v)
+		return false
+	}
+	return true
+}
+
+// shownName is a name (or a message that quotes one) as a problem shows
+// it: itself when it is text, quoted (as %q) when it is not, so that no
+// problem, message or field path carries a control character raw.
+func shownName(name string) string {
+	if utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl) {
+		return name
+	}
+	return strconv.Quote(name)
 }
 
 // stringList reports empty and repeated entries.
@@ -377,6 +426,7 @@ func (l *linter) stringList(field string, list []string) {
 		switch {
 		case strings.TrimSpace(v) == "":
 			l.errorf(at, "entry is empty")
+		case !l.text(at, "entry", v):
 		case seen[v]:
 			l.warnf(at, "%q is listed twice", v)
 		}
@@ -392,9 +442,11 @@ func (l *linter) schema(ref *SchemaRef, schemas map[string][]byte) {
 		l.warnf("schema", "no schema: message data is not validated")
 		return
 	}
-	if ref.Name == "" {
+	switch _, ok := schemas[ref.Name]; {
+	case ref.Name == "":
 		l.errorf("schema.name", "schema.name is required when schema is set")
-	} else if _, ok := schemas[ref.Name]; !ok {
+	case !l.text("schema.name", "schema.name", ref.Name):
+	case !ok:
 		l.errorf("schema.name", "unknown schema %q: no schemas/%s.json, .yaml or .yml in the catalog", ref.Name, ref.Name)
 	}
 	if !slices.Contains(schemaCompatibility, strings.ToLower(ref.Compatibility)) {
@@ -404,6 +456,7 @@ func (l *linter) schema(ref *SchemaRef, schemas map[string][]byte) {
 }
 
 func (l *linter) region(r *RegionPolicy) {
+	l.text("regionPolicy.home", "home region", r.Home)
 	l.stringList("regionPolicy.allowedRegions", r.AllowedRegions)
 	l.oneOf("regionPolicy.crossRegion", r.CrossRegion, "", "allow", "deny")
 	if r.Home != "" && len(r.AllowedRegions) > 0 && !slices.Contains(r.AllowedRegions, r.Home) {
@@ -420,6 +473,7 @@ func (l *linter) delivery(d *DeliveryPolicy) {
 	l.nonNegative("delivery.idempotency.ttlMs", d.Idempotency.TTLMs)
 	switch key := d.Idempotency.Key; {
 	case key == "" || key == "idempotencyKey":
+	case !l.text("delivery.idempotency.key", "key", key):
 	case strings.HasPrefix(key, "data."):
 		l.fieldPath("delivery.idempotency.key", strings.TrimPrefix(key, "data."))
 	default:
@@ -432,6 +486,7 @@ func (l *linter) data(d *DataPolicy) {
 	if d.Classification == "" {
 		l.warnf("data.classification", "no classification: messages of any classification are accepted")
 	}
+	l.text("data.classification", "classification", d.Classification)
 	l.oneOf("data.encryption", d.Encryption, "", "required", "optional")
 	l.oneOf("data.tokenization", d.Tokenization, "", "required", "optional")
 	// Forbidden and tokenized paths match member names ignoring case.
@@ -465,6 +520,9 @@ func (l *linter) fieldPath(at, p string) {
 		l.errorf(at, "field path is empty")
 		return
 	}
+	if !l.text(at, "field path", p) {
+		return
+	}
 	if !datapath.WellFormed(p) {
 		l.errorf(at, "field path %q is malformed: want dot-separated names such as \"card.pan\"", p)
 	}
@@ -481,7 +539,7 @@ func (l *linter) rules(s *SubjectPolicy) {
 
 	allows := map[Operation]bool{}
 	for _, op := range ops {
-		field := "policy." + op
+		field := "policy." + shownName(op)
 		if !Operation(op).Valid() {
 			l.errorf(field, "unknown operation %q; must be publish, receive, ack or replay", op)
 		}
@@ -537,11 +595,13 @@ func (l *linter) rule(at string, op Operation, r *RuleSpec, s *SubjectPolicy) {
 	for _, k := range keys {
 		if strings.TrimSpace(k) == "" {
 			l.errorf(at+".attributes", "attribute name is empty")
+		} else if l.text(at+".attributes", "attribute name", k) {
+			l.text(at+".attributes."+k, "value", r.Attributes[k])
 		}
 	}
-	if r.When != "" {
+	if r.When != "" && l.expression(at+".when", r.When) {
 		if _, err := cond.Compile(r.When); err != nil {
-			l.errorf(at+".when", "%s", err)
+			l.errorf(at+".when", "%s", shownName(err.Error()))
 		}
 	}
 	// Any operation: an open receive rule hands every principal the data.
@@ -559,14 +619,18 @@ func (l *linter) qualityRules(rules []QualityRule) {
 		switch {
 		case strings.TrimSpace(q.Name) == "":
 			l.errorf(at+".name", "name is required")
+		case !l.text(at+".name", "rule name", q.Name):
 		case seen[q.Name]:
 			l.errorf(at+".name", "rule name %q is used twice", q.Name)
 		}
 		seen[q.Name] = true
-		if strings.TrimSpace(q.Expr) == "" {
+		switch {
+		case strings.TrimSpace(q.Expr) == "":
 			l.errorf(at+".expr", "expr is required")
-		} else if _, err := cond.Compile(q.Expr); err != nil {
-			l.errorf(at+".expr", "%s", err)
+		case l.expression(at+".expr", q.Expr):
+			if _, err := cond.Compile(q.Expr); err != nil {
+				l.errorf(at+".expr", "%s", shownName(err.Error()))
+			}
 		}
 		l.oneOf(at+".onFailure", q.OnFailure, "", "deny", "quarantine")
 		if q.Code != "" && !qualityCodePattern.MatchString(q.Code) {

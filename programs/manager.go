@@ -309,7 +309,7 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 	if err != nil {
 		p.err = err.Error()
 		mg.log.Error("stored program not bound", "program", name, "error", err)
-		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: p.rec.Manifest.Account, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
+		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: logged(p.rec.Manifest.Account), Subject: logged(p.rec.Manifest.Route.Subject), Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
 		return
 	}
 	mg.audit(ctx, pigeon.EventProgramBound, pigeon.CodeOK, p.b.caller, v)
@@ -446,7 +446,7 @@ func (mg *Manager) deploy(ctx context.Context, p *program, by *pigeon.Principal,
 	name := p.name
 	number := p.rec.Version + 1
 	refuse := func(err error) (Info, error) {
-		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: by.ID, Subject: man.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(number)})
+		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.ErrorCode(err), pigeon.AuditRecord{Principal: by.ID, Subject: logged(man.Route.Subject), Ref: "program:" + name + "@" + strconv.Itoa(number)})
 		return Info{}, err
 	}
 	if err := man.normalize(); err != nil {
@@ -638,7 +638,7 @@ func (mg *Manager) Remove(ctx context.Context, by *pigeon.Principal, name string
 		}
 	}
 	mg.forget(ctx, positions, name)
-	_ = mg.e.Record(ctx, pigeon.EventProgramRemoved, pigeon.CodeOK, pigeon.AuditRecord{Principal: by.ID, Subject: p.rec.Manifest.Route.Subject, Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
+	_ = mg.e.Record(ctx, pigeon.EventProgramRemoved, pigeon.CodeOK, pigeon.AuditRecord{Principal: by.ID, Subject: logged(p.rec.Manifest.Route.Subject), Ref: "program:" + name + "@" + strconv.Itoa(p.rec.Version)})
 	mg.recorded(&p.rec, &record{}, nil)
 	p.b, p.rec = nil, record{}
 	mg.forgetEmpty(p)

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"pigeon"
 )
@@ -100,7 +104,8 @@ func ValidName(name string) bool { return nameRE.MatchString(name) }
 // the defaults and checks every field. A manifest that reads two ways (an
 // object with a member named twice, a member named as a field in another
 // case, which encoding/json would take for it) or holds a string that is
-// not UTF-8 is refused too. A refusal is PROGRAM_INVALID with check
+// not UTF-8 is refused too, and so is one whose names hold a control
+// character (see checkText). A refusal is PROGRAM_INVALID with check
 // "manifest".
 func ParseManifest(b []byte) (Manifest, error) {
 	if len(b) > maxManifest {
@@ -153,6 +158,9 @@ func (m *Manifest) normalize() error {
 			return invalid(checkManifest, "publishes holds an empty subject")
 		}
 	}
+	if err := m.checkText(); err != nil {
+		return err
+	}
 	if len(m.Env) == 0 {
 		m.Env = nil
 	}
@@ -172,6 +180,61 @@ func (m *Manifest) normalize() error {
 		m.Limits.MaxEmits = DefaultMaxEmits
 	}
 	return nil
+}
+
+// checkText refuses a name of the manifest (route.subject, route.group,
+// account, a subject of publishes, an env name) that is not UTF-8 or
+// holds a control character (C0, DEL, C1), and a route.filter or env
+// value that holds one other than tab, newline and carriage return, which
+// lay out an expression or a configuration value (a certificate, say, its
+// lines ended CRLF where it was written on Windows) over lines.
+// The manifest is stored, shown by GET and in listings, and its subject
+// is written into program.refused audit records: ESC, CSI (U+009B) or CR
+// in it would drive the terminal that shows it.
+func (m *Manifest) checkText() error {
+	names := []struct{ field, v string }{{"route.subject", m.Route.Subject}, {"route.group", m.Route.Group}, {"account", m.Account}}
+	for i, s := range m.Publishes {
+		names = append(names, struct{ field, v string }{"publishes[" + strconv.Itoa(i) + "]", s})
+	}
+	for _, n := range names {
+		if !textName(n.v) {
+			return invalid(checkManifest, "%s %q is not UTF-8 text without control characters", n.field, n.v)
+		}
+	}
+	if !layoutText(m.Route.Filter) {
+		return invalid(checkManifest, "route.filter holds a control character other than tab, newline and carriage return")
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Env)) {
+		if !textName(k) {
+			return invalid(checkManifest, "env name %q is not UTF-8 text without control characters", k)
+		}
+		if !layoutText(m.Env[k]) {
+			return invalid(checkManifest, "the value of env %q holds a control character other than tab, newline and carriage return", k)
+		}
+	}
+	return nil
+}
+
+// layoutText reports whether s is UTF-8 without control characters but
+// tab, newline and carriage return.
+func layoutText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' })
+}
+
+// textName reports whether s is UTF-8 without control characters.
+func textName(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// logged is a name of a manifest as an audit record carries it: itself
+// when it is text, "" when checkText refuses it (a manifest refused, or
+// one stored by an older version), so no control character is written
+// into the log.
+func logged(s string) string {
+	if textName(s) {
+		return s
+	}
+	return ""
 }
 
 // subjects is what the program's contract is negotiated for: the route's
