@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"pigeon/store"
@@ -89,7 +88,7 @@ func validText(kind, s string) error {
 	switch {
 	case !utf8.ValidString(s):
 		return NewError(CodeInvalidArgument, "%s is not valid UTF-8", kind)
-	case strings.ContainsFunc(s, unicode.IsControl):
+	case hasControl(s):
 		return NewError(CodeInvalidArgument, "%s holds a control character", kind)
 	}
 	return nil
@@ -248,7 +247,7 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 		if p.Subject == "" {
 			return Role{}, NewError(CodeBadRequest, "permissions[%d]: subject is required", i)
 		}
-		if !utf8.ValidString(p.Subject) || strings.ContainsFunc(p.Subject, unicode.IsControl) {
+		if !utf8.ValidString(p.Subject) || hasControl(p.Subject) {
 			// A subject name is one line of text; the role is listed and
 			// shown as it is defined.
 			return Role{}, NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control characters", i, p.Subject)

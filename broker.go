@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"pigeon/internal/grant"
@@ -921,5 +920,5 @@ func sortSubjects(s []SubjectPolicy) {
 // principalText reports whether id is text: valid UTF-8 without control
 // characters.
 func principalText(id string) bool {
-	return utf8.ValidString(id) && !strings.ContainsFunc(id, unicode.IsControl)
+	return utf8.ValidString(id) && !hasControl(id)
 }

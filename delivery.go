@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"pigeon/store"
@@ -483,7 +481,7 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 		return nil, deny(CodeBadRequest, "the reason is longer than "+strconv.Itoa(MaxReason)+" bytes")
 	case !utf8.ValidString(r.Reason):
 		return nil, deny(CodeInvalidUTF8, "the reason is not valid UTF-8")
-	case strings.ContainsFunc(r.Reason, unicode.IsControl):
+	case hasControl(r.Reason):
 		// The reason is written whole into the replay.executed record and
 		// every receipt of it, read back by terminals and consoles: a line
 		// of text, without ESC, CSI, CR or any other control character.
