@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +13,6 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/server"
 )
 
 // TestQuarantineListEndsOnAServerThatDoesNotMoveOn: `pigeon quarantine
@@ -128,23 +126,12 @@ func TestQuarantineListEndsOnAServerThatDoesNotMoveOn(t *testing.T) {
 // a record of list on one line, so the output reads as the same JSON.
 func TestQuarantineRecordsPrintTerminalSafe(t *testing.T) {
 	ctx := t.Context()
-	e, err := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
-	require.NoError(t, err)
-	s := server.New(e, nil)
-	hs := httptest.NewServer(s)
-	t.Cleanup(func() {
-		hs.Close()
-		require.NoError(t, s.Shutdown(context.Background()))
-		require.NoError(t, e.Shutdown(context.Background()))
-	})
-	p, err := e.Authenticate(ctx, "orders-token")
-	require.NoError(t, err)
-	k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
-	require.NoError(t, err)
+	e, hs := demoServer(t, nil)
+	c := demoCaller(t, e, "orders-token", "notifications.send")
 	const recipient = "c\u009b2J\u007f\u0085"
 	m := demo.Notification("k-1")
 	m.Data = json.RawMessage(`{"recipientId":"` + recipient + `","channel":"sms","templateId":"t","recipient":{"ssn":"078-05-1120"}}`)
-	_, err = e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, m)
+	_, err := e.Publish(ctx, c, m)
 	var pe *pigeon.Error
 	require.ErrorAs(t, err, &pe)
 	id := pe.Details["quarantineId"].(string)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/server"
 )
 
 // TestQuarantineListPagesThrough: quarantine list prints every record
@@ -22,25 +20,13 @@ import (
 // the query) is sent escaped.
 func TestQuarantineListPagesThrough(t *testing.T) {
 	ctx := context.Background()
-	e, err := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...),
-		Catalog: demo.Catalog(), Region: "uk", MaxReadBytes: 1})
-	require.NoError(t, err)
-	s := server.New(e, nil)
-	hs := httptest.NewServer(s)
-	t.Cleanup(func() {
-		hs.Close()
-		require.NoError(t, s.Shutdown(ctx))
-		require.NoError(t, e.Shutdown(ctx))
-	})
-	p, err := e.Authenticate(ctx, "orders-token")
-	require.NoError(t, err)
-	k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
-	require.NoError(t, err)
+	e, hs := demoServer(t, func(o *pigeon.Options) { o.MaxReadBytes = 1 })
+	c := demoCaller(t, e, "orders-token", "notifications.send")
 	var want []string
 	for _, key := range []string{"k-1", "k-2", "k-3"} {
 		m := demo.Notification(key)
 		m.Data = json.RawMessage(`{"recipientId":"c","channel":"sms","templateId":"t","recipient":{"ssn":"078-05-1120"}}`)
-		_, err := e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, m)
+		_, err := e.Publish(ctx, c, m)
 		var pe *pigeon.Error
 		require.ErrorAs(t, err, &pe)
 		want = append(want, pe.Details["quarantineId"].(string))

@@ -15,7 +15,6 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/server"
 	"pigeon/store"
 )
 
@@ -67,27 +66,16 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 // data, and a principal whose publish was denied and audited.
 func TestStreamingCommandsPrintServerTextTerminalSafe(t *testing.T) {
 	ctx := t.Context()
-	e, err := pigeon.New(ctx, &pigeon.Options{Authenticator: pigeon.NewStaticTokens(demo.Tokens()...), Catalog: demo.Catalog(), Region: "uk"})
-	require.NoError(t, err)
-	s := server.New(e, nil)
-	hs := httptest.NewServer(s)
-	t.Cleanup(func() {
-		hs.Close()
-		require.NoError(t, s.Shutdown(context.Background()))
-		require.NoError(t, e.Shutdown(context.Background()))
-	})
+	e, hs := demoServer(t, nil)
 
 	// A message whose data holds C1 controls and DEL raw (JSON allows
 	// them) and ESC and CR escaped (JSON requires it).
 	recipient := "c\u009b2J\u007f\u0085"
 	data := `{"recipientId":"` + recipient + `\u001b[8m\r","channel":"sms","templateId":"t"}`
-	p, err := e.Authenticate(ctx, "orders-token")
-	require.NoError(t, err)
-	k, err := e.Negotiate(ctx, p, "uk", []string{"notifications.send"}, 0)
-	require.NoError(t, err)
+	c := demoCaller(t, e, "orders-token", "notifications.send")
 	m := demo.Notification("k-1")
 	m.Data = json.RawMessage(data)
-	res, err := e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, m)
+	res, err := e.Publish(ctx, c, m)
 	require.NoError(t, err)
 
 	// A replay whose reason, the replayer's text, is hostile is refused
@@ -96,11 +84,7 @@ func TestStreamingCommandsPrintServerTextTerminalSafe(t *testing.T) {
 	// named with control characters is refused, and its record holds the
 	// name quoted. So the broker itself writes none into its log, and the
 	// hostile server below stands for one that would.
-	rp, err := e.Authenticate(ctx, "notify-replay-token")
-	require.NoError(t, err)
-	rk, err := e.Negotiate(ctx, rp, "uk", []string{"notifications.send"}, 0)
-	require.NoError(t, err)
-	rc := pigeon.Caller{Principal: rp, Region: "uk", ContractID: rk.ID()}
+	rc := demoCaller(t, e, "notify-replay-token", "notifications.send")
 	_, err = e.Replay(ctx, rc, pigeon.ReplayRequest{Subject: "notifications.send", Reason: hostileText})
 	require.Equal(t, pigeon.CodeBadRequest, pigeon.ErrorCode(err), "%v", err)
 	const reason = "incident 42"
@@ -108,7 +92,7 @@ func TestStreamingCommandsPrintServerTextTerminalSafe(t *testing.T) {
 	require.NoError(t, err)
 	bad := demo.Notification("k-2")
 	bad.Subject = "notifications.send" + hostileText
-	_, err = e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, bad)
+	_, err = e.Publish(ctx, c, bad)
 	require.Error(t, err)
 
 	t.Run("subscribe", func(t *testing.T) {
