@@ -94,12 +94,37 @@ func validText(kind, s string) error {
 	return nil
 }
 
-// validAttributes checks every name and value of an account's attributes
-// with validText; a name must not be empty.
+// MaxAccountAttributes is the most attributes an account holds. The
+// directory keeps them, copies them into every principal of the account,
+// and listings, the console and policy conditions read them.
+const MaxAccountAttributes = 64
+
+// MaxAttributeNameLength is the longest account attribute name accepted,
+// in bytes: that of an id (MaxIDLength).
+const MaxAttributeNameLength = MaxIDLength
+
+// MaxAttributeValueLength is the longest account attribute value
+// accepted, in bytes.
+const MaxAttributeValueLength = 1024
+
+// validAttributes checks an account's attributes: at most
+// MaxAccountAttributes of them, every name 1 to MaxAttributeNameLength
+// bytes and every value at most MaxAttributeValueLength bytes, both
+// checked with validText.
 func validAttributes(attrs map[string]string) error {
+	if len(attrs) > MaxAccountAttributes {
+		return NewError(CodeInvalidArgument, "an account has %d attributes, more than %d", len(attrs), MaxAccountAttributes)
+	}
 	for _, k := range slices.Sorted(maps.Keys(attrs)) {
 		if k == "" {
 			return NewError(CodeInvalidArgument, "an attribute name is empty")
+		}
+		if len(k) > MaxAttributeNameLength {
+			// The name is not quoted: it is the long thing refused.
+			return NewError(CodeInvalidArgument, "an attribute name is %d bytes, more than %d", len(k), MaxAttributeNameLength)
+		}
+		if len(attrs[k]) > MaxAttributeValueLength {
+			return NewError(CodeInvalidArgument, "the value of attribute %s is %d bytes, more than %d", strconv.Quote(k), len(attrs[k]), MaxAttributeValueLength)
 		}
 		if err := validText("the attribute name "+strconv.Quote(k), k); err != nil {
 			return err
@@ -123,8 +148,11 @@ func validIDs(kind string, list []string) error {
 
 // CreateAccount adds an account. It fails with CONFLICT when one with the
 // id exists, and with INVALID_ARGUMENT when the id or a role name is not a
-// valid id (see MaxIDLength), or an attribute's name is empty or its name
-// or value is not UTF-8 or holds a control character (C0, DEL, C1).
+// valid id (see MaxIDLength), or there are more than MaxAccountAttributes
+// attributes, or an attribute's name is empty or longer than
+// MaxAttributeNameLength, its value longer than MaxAttributeValueLength,
+// or its name or value is not UTF-8 or holds a control character (C0,
+// DEL, C1). Nothing is created or audited then.
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -329,40 +330,70 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 // listQuarantine prints every quarantine record from since on, one JSON
-// document a line, oldest first, asking for page after page (a page stops
-// at the server's read budget) until one comes back empty. Pigeon lists
-// records by time, then id, and each page after the (time, id) of the
-// last record of the one before, so every record must come after the one
-// printed before it (the first at or after since): otherwise the server
-// is not moving on (the same page again, two pages in turn, records back
-// in time), and listQuarantine returns an error after the records it
-// printed rather than read for as long as it is answered.
+// document a line, oldest first (a quarantineListing of since and no cap).
 func listQuarantine(ctx context.Context, a *api, since string, stdout io.Writer) error {
+	_, err := quarantineListing{since: since}.list(ctx, a, stdout)
+	return err
+}
+
+// quarantineListing is what `pigeon quarantine list` asks for: the
+// records from since on (after the record of id after at that time, when
+// after is set: the next page a capped run names), at most max of them
+// (0: every one).
+type quarantineListing struct {
+	since, after string
+	max          int
+}
+
+// list prints the records of l, one JSON document a line, oldest first,
+// asking for page after page (a page stops at the server's read budget)
+// until one comes back empty or max are printed. Pigeon lists records by
+// time, then id, and each page after the (time, id) of the last record of
+// the one before, so every record must come after the one printed before
+// it (the first after l's since and after): otherwise the server is not
+// moving on (the same page again, two pages in turn, records back in
+// time), and list returns an error after the records it printed rather
+// than read for as long as it is answered. When a record beyond the max
+// printed is listed, list stops there and returns the cursor of the last
+// record printed: the next page. Without a max, a server that keeps
+// quarantining records as fast as they are read (or one that makes its
+// records up, each after the last) is read for as long as it answers.
+func (l quarantineListing) list(ctx context.Context, a *api, stdout io.Writer) (next *quarantineCursor, err error) {
 	q := url.Values{}
 	var prev *quarantineCursor // nil: before every record
-	if since != "" {
-		q.Set("since", since)
-		if t, err := time.Parse(time.RFC3339Nano, since); err == nil { // else the server refuses it
-			prev = &quarantineCursor{time: t}
+	if l.since != "" {
+		q.Set("since", l.since)
+		if t, err := time.Parse(time.RFC3339Nano, l.since); err == nil { // else the server refuses it
+			prev = &quarantineCursor{time: t, id: l.after}
+		}
+		if l.after != "" {
+			q.Set("after", l.after)
 		}
 	}
+	printed := 0
 	for {
+		if l.max > 0 {
+			// One more than is left to print: a record beyond the
+			// max tells that the run is capped.
+			// (Within the server's cap on a page, 10,000.)
+			q.Set("max", strconv.Itoa(min(l.max-printed, 10000)+1))
+		}
 		path := "/v1/quarantine"
 		if len(q) > 0 {
 			path += "?" + q.Encode()
 		}
 		b, err := a.do(ctx, http.MethodGet, path, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var out struct {
 			Records []json.RawMessage `json:"records"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
-			return err
+			return nil, err
 		}
 		if len(out.Records) == 0 {
-			return nil
+			return nil, nil
 		}
 		var last struct {
 			ID   string `json:"id"`
@@ -371,23 +402,27 @@ func listQuarantine(ctx context.Context, a *api, since string, stdout io.Writer)
 		for _, r := range out.Records {
 			last.ID, last.Time = "", ""
 			if err := json.Unmarshal(r, &last); err != nil {
-				return err
+				return nil, err
 			}
 			t, err := time.Parse(time.RFC3339Nano, last.Time)
 			if last.ID == "" || err != nil {
-				return fmt.Errorf("the server listed a record without an id and an RFC 3339 time (id %q, time %q)", last.ID, last.Time)
+				return nil, fmt.Errorf("the server listed a record without an id and an RFC 3339 time (id %q, time %q)", last.ID, last.Time)
 			}
 			cur := quarantineCursor{time: t, id: last.ID}
 			if prev != nil && !prev.before(cur) {
-				return fmt.Errorf("the server's record %q at %s does not come after %s: its pages do not move on", cur.id, last.Time, prev)
+				return nil, fmt.Errorf("the server's record %q at %s does not come after %s: its pages do not move on", cur.id, last.Time, prev)
+			}
+			if l.max > 0 && printed == l.max {
+				return prev, nil
 			}
 			// One line a record, as the same JSON, terminal-safe.
 			var line bytes.Buffer
 			if err := json.Compact(&line, r); err != nil {
-				return err
+				return nil, err
 			}
 			_, _ = stdout.Write(append(terminalSafeJSON(line.Bytes()), '\n'))
 			prev = &cur
+			printed++
 		}
 		q.Set("since", last.Time)
 		q.Set("after", last.ID)
@@ -419,6 +454,8 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	fs.SetOutput(stderr)
 	a := clientFlags(fs)
 	since := fs.String("since", "", "list records from this RFC 3339 time")
+	after := fs.String("after", "", "list: with --since, the records after this record id at that time (the next page a run capped by --max names)")
+	maxN := fs.Int("max", 0, "list: the most records printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: every record)")
 	contract := fs.String("contract", "", "release: contract id that grants publish on the record's subject (default: negotiate one)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -426,8 +463,22 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	}
 	cmd := "quarantine " + sub
 	if sub == "list" {
-		if err := listQuarantine(ctx, a, *since, stdout); err != nil {
+		switch {
+		case *maxN < 0:
+			fmt.Fprintf(stderr, "pigeon %s: --max must be 0 (every record) or more\n", cmd)
+			return 2
+		case *after != "" && *since == "":
+			fmt.Fprintf(stderr, "pigeon %s: --after needs --since: the time of the record it names\n", cmd)
+			return 2
+		}
+		next, err := quarantineListing{since: *since, after: *after, max: *maxN}.list(ctx, a, stdout)
+		if err != nil {
 			return fail(stderr, cmd, err)
+		}
+		if next != nil {
+			fmt.Fprintf(stderr, "pigeon %s: more than %d records are listed: only the first %d are printed; the next page is --since %s --after %s (or raise --max)\n",
+				cmd, *maxN, *maxN, next.time.Format(time.RFC3339Nano), printable(next.id))
+			return 3
 		}
 		return 0
 	}
