@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
@@ -112,4 +113,36 @@ func TestFrameHopsNeedsTheBridgeRole(t *testing.T) {
 	_, err = v.e.RemoveAccountRole(ctx, transporttest.Alice, pigeon.RoleBridge)
 	require.NoError(t, err)
 	alice.fail(ws.OpPublish, `,"hops":3,"message":`+msg, pigeon.CodeForbidden)
+}
+
+// TestRequestHopsNeedsTheBridgeRole: a request is published (admitted,
+// stored, delivered) as a publish is, so its frame's "hops" follows the
+// publish frame's rule: refused FORBIDDEN from a principal without
+// pigeon.RoleBridge, before anything is stored, and honoured for one
+// holding it, the request delivered at that depth. Before, a request's
+// "hops" was read and silently dropped: the request went out at 0 from
+// anyone, and a bridge's request restarted a loop's count.
+func TestRequestHopsNeedsTheBridgeRole(t *testing.T) {
+	v := newEnv(t, nil)
+	ctx := t.Context()
+	gateway := v.raw(t, "gateway-token")
+	gateway.negotiate("payments.authorize")
+	sub := gateway.ok(ws.OpSubscribe, `,"subject":"payments.authorize"`, ws.OpSubscribed).Sub
+	checkout := v.raw(t, "checkout-token")
+	checkout.negotiate("payments.authorize")
+
+	refused := demo.Payment("o-refused")
+	refused.ID = "msg_request_hops_refused"
+	checkout.fail(ws.OpRequest, `,"hops":3,"timeoutMs":50,"message":`+msgJSON(t, refused), pigeon.CodeForbidden)
+	_, err := v.st.Lookup(ctx, refused.ID)
+	require.Error(t, err, "stored")
+
+	_, err = v.e.CreateAccount(ctx, pigeon.Account{ID: demo.Checkout, Roles: []string{pigeon.RoleBridge}})
+	require.NoError(t, err)
+	checkout.write(`{"op":"request","id":"r1","hops":3,"timeoutMs":10000,"message":` + msgJSON(t, demo.Payment("o-1")) + `}`)
+	req := decodeMsg(t, gateway.push().Message)
+	require.Equal(t, uint32(3), req.Hops, "the request delivered")
+	gateway.ok(ws.OpPublish, `,"message":`+msgJSON(t, demo.Approval(req.ID)), ws.OpDecision)
+	gateway.ok(ws.OpAck, `,"sub":"`+sub+`","messageId":"`+req.ID+`"`, ws.OpOK)
+	require.Equal(t, ws.OpReply, checkout.answer("r1").Op)
 }

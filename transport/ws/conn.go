@@ -258,7 +258,8 @@ func (c *conn) dispatch(f *Frame) {
 	case OpPublish, OpRequest:
 		if !c.bucket.take(time.Now()) {
 			c.srv.stats.rateLimited.Add(1)
-			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded"))
+			c.rateDenied(f, 1)
+			c.answer(f.ID, errRateLimited)
 			return
 		}
 	case OpPublishBatch:

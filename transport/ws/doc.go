@@ -102,7 +102,9 @@
 // 1,000,000), counting every message of a batch. PublishAt
 // (pigeon.DepthPublisher) publishes at a depth, the frame's "hops", which
 // the server takes only from a principal holding pigeon.RoleBridge and
-// refuses FORBIDDEN from any other.
+// refuses FORBIDDEN from any other; a request frame's "hops" follows the
+// same rule. A frame refused RATE_LIMITED by the connection's publish rate
+// is audited (publish.denied, coalesced per principal, subject and code).
 //
 // # Concurrency
 //

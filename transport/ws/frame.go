@@ -89,9 +89,10 @@ type Frame struct {
 
 	// publish, publish_batch: answer accepted messages without their data
 	Brief bool `json:"brief,omitempty"`
-	// publish, publish_batch: the depth (pigeon.Message.Hops) to publish
-	// the messages at; 0, or absent, is a client's. Only a principal
-	// holding pigeon.RoleBridge may ask for another (FORBIDDEN otherwise).
+	// publish, publish_batch, request: the depth (pigeon.Message.Hops) to
+	// publish the messages at; 0, or absent, is a client's. Only a
+	// principal holding pigeon.RoleBridge may ask for another (FORBIDDEN
+	// otherwise).
 	Hops uint32 `json:"hops,omitempty"`
 
 	// publish, request, decision, reply, deliver, messages

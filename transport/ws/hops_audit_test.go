@@ -6,11 +6,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
+	"pigeon/demo"
 	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
 
-// A publish or publish_batch frame carrying a depth ("hops") from a
+// A publish, publish_batch or request frame carrying a depth ("hops") from a
 // principal without the role bridge is refused FORBIDDEN before the engine
 // sees it; the refusal is audited all the same, as the HTTP server audits
 // a refusal for want of a role: access.denied, outcome deny, FORBIDDEN,
@@ -28,6 +29,10 @@ func TestRefusedDepthIsAudited(t *testing.T) {
 	bobContract := bob.negotiate("chat.messages")
 	alice := v.raw(t, "alice-token")
 	aliceContract := alice.negotiate("chat.messages")
+	checkout := v.raw(t, "checkout-token")
+	checkoutContract := checkout.negotiate("payments.authorize")
+	request := demo.Payment("o-deep")
+	request.ID = "msg_deep_3"
 	for _, tc := range []struct {
 		name                string
 		c                   *rawClient
@@ -38,6 +43,7 @@ func TestRefusedDepthIsAudited(t *testing.T) {
 		{"publish", bob, ws.OpPublish, `,"hops":3,"message":` + known, transporttest.Bob, bobContract.ID, "chat.messages", "msg_deep_1"},
 		{"publish_batch", bob, ws.OpPublishBatch, `,"hops":3,"messages":[` + known + `]`, transporttest.Bob, bobContract.ID, "", ""},
 		{"publish of a subject not in the catalog", alice, ws.OpPublish, `,"hops":1,"message":` + unknown, transporttest.Alice, aliceContract.ID, "", "msg_deep_2"},
+		{"request", checkout, ws.OpRequest, `,"hops":2,"timeoutMs":50,"message":` + msgJSON(t, request), demo.Checkout, checkoutContract.ID, "payments.authorize", "msg_deep_3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.c.fail(tc.op, tc.body, pigeon.CodeForbidden)

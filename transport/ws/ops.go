@@ -137,7 +137,7 @@ func (c *conn) atDepth(f *Frame, caller pigeon.Caller, m *pigeon.Message) (pigeo
 // before the engine saw the message, as the HTTP server audits a
 // refusal for want of a role: an access.denied record naming the
 // principal, its contract and the operation ("ws publish hops", "ws
-// publish_batch hops"), coalesced per principal and code as those are.
+// publish_batch hops", "ws request hops"), coalesced per principal and code as those are.
 // The subject is named only when the catalog has it (the sender may name
 // any, and a new one each time would start a new run); the message id
 // of a single publish is named too. The refusal stands whether or not its
@@ -154,6 +154,38 @@ func (c *conn) depthDenied(f *Frame, caller pigeon.Caller, m *pigeon.Message, re
 		}
 	}
 	_ = c.srv.e.Record(c.ctx, pigeon.EventAccessDenied, refused.Code, rec)
+}
+
+// rateDenied audits the refusal, past the connection's publish rate, of
+// refused messages of f (a publish or request frame's one, or a batch's
+// messages past the rate) before the engine saw them, as the engine
+// audits its rate gate's refusals: a publish.denied record, RATE_LIMITED,
+// naming the principal, its contract and where it was refused ("ws
+// publish connection rate", "ws publish_batch connection rate: 2 of 5
+// messages"), with no gate (the engine's rate gate did not judge it).
+// RATE_LIMITED refusals are coalesced per principal, subject and code, so
+// a flood of refused frames writes a record and a count a second rather
+// than one each. The subject is named only when the catalog has it (a new
+// one each time would start a new run), and never for a batch. It runs on
+// the read loop: a refusal within a run only counts; the first of a run
+// waits for its write, as a gate's refusal does.
+func (c *conn) rateDenied(f *Frame, refused int) {
+	caller := c.callerNow()
+	rec := pigeon.AuditRecord{ContractID: caller.ContractID, Ref: "ws " + f.Op + " connection rate"}
+	if caller.Principal != nil {
+		rec.Principal = caller.Principal.ID
+	} else if c.principal != nil {
+		rec.Principal = c.principal.ID
+	}
+	if f.Op == OpPublishBatch {
+		rec.Ref += ": " + strconv.Itoa(refused) + " of " + strconv.Itoa(len(f.Batch)) + " messages"
+	} else if m := f.Message; m != nil {
+		rec.MessageID = m.ID
+		if _, err := c.srv.e.Subject(m.Subject); err == nil {
+			rec.Subject = m.Subject
+		}
+	}
+	_ = c.srv.e.Record(c.ctx, pigeon.EventPublishDenied, pigeon.CodeRateLimited, rec)
 }
 
 func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
@@ -209,6 +241,12 @@ func (c *conn) request(f *Frame, caller pigeon.Caller, held int64) {
 	defer release()
 	m, err := message(f)
 	if err != nil {
+		c.answer(f.ID, err)
+		return
+	}
+	// A request is published (admitted, stored, delivered) as a publish
+	// is: its depth follows the publish frame's rule.
+	if caller, err = c.atDepth(f, caller, m); err != nil {
 		c.answer(f.ID, err)
 		return
 	}

@@ -32,15 +32,18 @@ func (c *conn) admitBatch(f *Frame) bool {
 	f.admitted = c.bucket.takeUpTo(time.Now(), n)
 	if f.admitted < n {
 		c.srv.stats.rateLimited.Add(1)
+		c.rateDenied(f, n-f.admitted)
 	}
 	if f.admitted == 0 {
-		c.answer(f.ID, errBatchRateLimited)
+		c.answer(f.ID, errRateLimited)
 		return false
 	}
 	return true
 }
 
-var errBatchRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded")
+// errRateLimited refuses a publish or request frame, or the messages of a
+// batch, past the connection's publish rate (Options.PublishRate).
+var errRateLimited = pigeon.NewError(pigeon.CodeRateLimited, "connection publish rate exceeded")
 
 // publishBatch admits the messages of a publish_batch in order through
 // Engine.PublishBatch, so through every gate and the audit chain, with
@@ -102,7 +105,7 @@ func (c *conn) publishBatch(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		}
 		switch {
 		case i >= f.admitted:
-			b = appendErrorResult(b, errBatchRateLimited)
+			b = appendErrorResult(b, errRateLimited)
 		case o.err != nil:
 			b = appendErrorResult(b, o.err)
 		default:
