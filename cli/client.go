@@ -329,13 +329,6 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
-// listQuarantine prints every quarantine record from since on, one JSON
-// document a line, oldest first (a quarantineListing of since and no cap).
-func listQuarantine(ctx context.Context, a *api, since string, stdout io.Writer) error {
-	_, err := quarantineListing{since: since}.list(ctx, a, stdout)
-	return err
-}
-
 // quarantineListing is what `pigeon quarantine list` asks for: the
 // records from since on (after the record of id after at that time, when
 // after is set: the next page a capped run names), at most max of them

@@ -41,7 +41,8 @@ func TestQuarantineListPagesThrough(t *testing.T) {
 	a := &api{hc: http.DefaultClient, url: hs.URL, token: "auditor-token"}
 	for _, since := range []string{"", recs[0].Time.In(time.FixedZone("", 3600)).Format(time.RFC3339Nano)} {
 		var out strings.Builder
-		require.NoError(t, listQuarantine(ctx, a, since, &out))
+		_, err := quarantineListing{since: since}.list(ctx, a, &out)
+		require.NoError(t, err)
 		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 		var got []string
 		for _, l := range lines {
