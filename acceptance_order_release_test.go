@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,28 +11,11 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
-	"pigeon/store"
 	"pigeon/store/memory"
 )
 
-// appendFault is a memory store (embedded: the engine's path for any
-// store) whose Append runs fault first, while one is set: an error it
-// returns refuses the append.
-type appendFault struct {
-	*memory.Store
-	fault atomic.Pointer[func() error]
-}
-
-func (s *appendFault) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
-	if f := s.fault.Load(); f != nil {
-		if err := (*f)(); err != nil {
-			return store.Message{}, false, err
-		}
-	}
-	return s.Store.Append(ctx, m)
-}
-
-func (s *appendFault) set(f func() error) { s.fault.Store(&f) }
+// set makes before run first in each Append (appendHooks).
+func (s *appendHooks) set(before func() error) { s.before.Store(&before) }
 
 // within runs fn, or fails the test when fn has not returned within a
 // generous deadline: it waits behind an acceptance's place in the audit
@@ -62,15 +44,15 @@ func TestAcceptancePlaceDroppedWhenTheAppendDoesNotAccept(t *testing.T) {
 	refused := errors.New("the store refuses")
 	for _, tc := range []struct {
 		name string
-		arm  func(st *appendFault)
+		arm  func(st *appendHooks)
 		want string // the publish's outcome
 	}{
-		{"error", func(st *appendFault) { st.set(func() error { return refused }) }, "refused"},
-		{"panic", func(st *appendFault) { st.set(func() error { panic("the store panics") }) }, "panicked"},
-		{"duplicate", func(*appendFault) {}, "duplicate"}, // the same idempotency key again
+		{"error", func(st *appendHooks) { st.set(func() error { return refused }) }, "refused"},
+		{"panic", func(st *appendHooks) { st.set(func() error { panic("the store panics") }) }, "panicked"},
+		{"duplicate", func(*appendHooks) {}, "duplicate"}, // the same idempotency key again
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := &appendFault{Store: memory.New(nil)}
+			st := &appendHooks{Store: memory.New(nil)}
 			f := newFixture(t, func(o *pigeon.Options) { o.Store = st })
 			e := f.e
 			// Not closed before the engine's Shutdown, which gives up
@@ -100,7 +82,7 @@ func TestAcceptancePlaceDroppedWhenTheAppendDoesNotAccept(t *testing.T) {
 				}
 			})
 			require.Equal(t, tc.want, got)
-			st.fault.Store(nil)
+			st.before.Store(nil)
 
 			within(t, "a record written with its caller waiting", func() {
 				err = e.Record(ctx, pigeon.EventProgramDeployed, pigeon.CodeOK, pigeon.AuditRecord{Ref: "after the place"})
@@ -130,7 +112,7 @@ func TestAcceptancePlaceDroppedWhenTheAppendDoesNotAccept(t *testing.T) {
 // for an append its context does not bound. Once the append answers,
 // the publish is answered too.
 func TestShutdownReleasesAcceptancePlaces(t *testing.T) {
-	st := &appendFault{Store: memory.New(nil)}
+	st := &appendHooks{Store: memory.New(nil)}
 	f := newFixture(t, func(o *pigeon.Options) { o.Store = st })
 	e := f.e
 	pub := f.connect("orders-token", "notifications.send")

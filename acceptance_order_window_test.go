@@ -15,17 +15,24 @@ import (
 	"pigeon/store/memory"
 )
 
-// appendHooked is a memory store whose Append runs after, once the inner
-// Append returned and before it answers: the moment in which the message
-// is in the store for every reader and the engine has not heard of it.
-// Embedding the memory store, it takes the engine's path for any store
-// (the memory store's own is for that type alone).
-type appendHooked struct {
+// appendHooks is a memory store whose Append runs before first, while one
+// is set (an error it returns refuses the append), and after once the
+// inner Append returned and before it answers: the moment in which the
+// message is in the store for every reader and the engine has not heard
+// of it. Embedding the memory store, it takes the engine's path for any
+// store (the memory store's own is for that type alone).
+type appendHooks struct {
 	*memory.Store
-	after atomic.Pointer[func(store.Message)]
+	before atomic.Pointer[func() error]
+	after  atomic.Pointer[func(store.Message)]
 }
 
-func (s *appendHooked) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+func (s *appendHooks) Append(ctx context.Context, m store.Message) (store.Message, bool, error) {
+	if f := s.before.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			return store.Message{}, false, err
+		}
+	}
 	got, dup, err := s.Store.Append(ctx, m)
 	if h := s.after.Load(); h != nil && err == nil && !dup {
 		(*h)(got)
@@ -53,7 +60,7 @@ type windowPage struct {
 // could not match the first (a record listing two messages) and answered
 // the second, and the pages after it left the first out for good.
 func TestAcceptanceBeforeDeliveryOnAnyStore(t *testing.T) {
-	st := &appendHooked{Store: memory.New(nil)}
+	st := &appendHooks{Store: memory.New(nil)}
 	f := newFixture(t, func(o *pigeon.Options) { o.Store = st })
 	e := f.e
 	pub := f.connect("orders-token", "notifications.send")
