@@ -18,7 +18,7 @@ import (
 // first ones in chain order, says on stderr that it cut them and how to
 // get the rest, and exits 3; within it (or with no cap) it prints them all
 // and exits 0.
-func TestAttack7AuditReceiptsCapped(t *testing.T) {
+func TestAuditReceiptsCapped(t *testing.T) {
 	dir := twelveReceipts(t)
 	for _, tc := range []struct {
 		args  []string

@@ -9,14 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFollowup28ConnLimitCapsThe48: with MaxConnectionsPerIP set, the
+// TestConnLimitCapsThe48: with MaxConnectionsPerIP set, the
 // /64s of one IPv6 /48 together hold at most 16 times it: a /48 holder
 // dialling from a fresh /64 for each connection no longer takes 65,536
 // times the cap (every place MaxConnections allows). The next /48 has
 // places of its own, IPv4 sources (and IPv6 addresses that carry one)
 // are not counted together, a closed connection frees its /48's place,
 // and without a per-IP cap there is no /48 cap either.
-func TestFollowup28ConnLimitCapsThe48(t *testing.T) {
+func TestConnLimitCapsThe48(t *testing.T) {
 	const perIP = 1
 	cl := newConnLimit(0, perIP, true, slog.New(slog.DiscardHandler), nil, nil)
 	dial := limitedListener(t, cl)

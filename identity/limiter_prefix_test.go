@@ -19,7 +19,7 @@ import (
 // refused for the rest of the window, the next /48 and IPv4 sources not.
 // Below it the /48's honest clients are untouched: 15 of its /64s at their
 // own limit leave the others trying.
-func TestFollowup28LimiterCountsThe48(t *testing.T) {
+func TestLimiterCountsThe48(t *testing.T) {
 	var off atomic.Int64
 	now := func() time.Time { return time.Unix(1_700_000_000, 0).Add(time.Duration(off.Load())) }
 	addr := func(n int) string { return fmt.Sprintf("[2001:db8:1:%x::1]:443", n) } // /64 n of 2001:db8:1::/48

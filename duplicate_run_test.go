@@ -151,12 +151,13 @@ func waitStarted(t *testing.T, r *runLog, id string) {
 	}
 }
 
-// slowRunScenario is the attack of case (a) and (c): the first message's
-// handler runs for twenty ack waits while the subscription has free
-// workers, which handle later messages meanwhile. The message is never
-// handed to the subscription again while its run goes on (on one node a
-// lease is held for as long as an in-process handler runs; a pubsub
-// subscription hands a message again only after its handler answered),
+// slowRunScenario is a run past the ack wait, of a handler or of an
+// asynchronous delivery: the first message's handler runs for twenty ack
+// waits while the subscription has free workers, which handle later
+// messages meanwhile. The message is never handed to the subscription
+// again while its run goes on (on one node a lease is held for as long
+// as an in-process handler runs; a pubsub subscription hands a message
+// again only after its handler answered),
 // and, acknowledged, never again at all.
 func slowRunScenario(t *testing.T, c dupCase, subscribe func(e *pigeon.Engine, sess pigeon.Session, slow func(id string) bool, log *runLog) pigeon.Subscription) {
 	e := dupEngine(t)
@@ -247,7 +248,7 @@ func TestAnAsyncDeliveryPastItsAckWaitIsNotHandedOverAgainMeanwhile(t *testing.T
 	}
 }
 
-// Case (b): a handler that fails asking for no delay (RetryAfter(0)),
+// A handler that fails asking for no delay (RetryAfter(0)),
 // while the subscription's other workers are free, gets its message
 // again only once its run has returned: the failure is its answer, so
 // the redelivery cannot start before the run it answers ends.

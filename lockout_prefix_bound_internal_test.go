@@ -8,12 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFollowup28LockoutPrefixTableIsBounded: the /48s counted together
+// TestLockoutPrefixTableIsBounded: the /48s counted together
 // are remembered in a table of at most maxAuthSources, apart from the
 // sources' (whose bound and contents they do not change), forgetting the
 // /48 whose window began first; a /48 locked out recently stays locked,
 // for every /64 of it.
-func TestFollowup28LockoutPrefixTableIsBounded(t *testing.T) {
+func TestLockoutPrefixTableIsBounded(t *testing.T) {
 	g := newAuthGuard(1, time.Minute) // a /48 locks after 16 failures
 	at := time.Unix(1000, 0)
 	// in48 is an address in the j-th /64 of the i-th /48 of 2001:db8::/32

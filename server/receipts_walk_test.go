@@ -17,12 +17,12 @@ import (
 	"pigeon/store/memory"
 )
 
-// TestAttack12ReceiptsCheckedAgainBeforeTheAnswer: a walk of the audit
+// TestReceiptsCheckedAgainBeforeTheAnswer: a walk of the audit
 // log for receipts (GET /v1/audit/receipts/{id}) is read under the
 // auditor role checked when the request came in, and may take seconds; a
 // grant revoked, the role taken away or the account deleted while it
 // walks answers the refusal, not the receipts.
-func TestAttack12ReceiptsCheckedAgainBeforeTheAnswer(t *testing.T) {
+func TestReceiptsCheckedAgainBeforeTheAnswer(t *testing.T) {
 	for _, tc := range recheckCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			res := readWhileRevoking(t, tc.revoke, func(*testing.T, *fixture) (string, string) {
@@ -65,13 +65,13 @@ func (s *faultyWalks) ReadAudit(ctx context.Context, from uint64, limit int) ([]
 	return s.Store.ReadAudit(ctx, from, limit)
 }
 
-// TestAttack12ReceiptsWalkAlwaysGivesBack: a receipts request whose walk
+// TestReceiptsWalkAlwaysGivesBack: a receipts request whose walk
 // of the log ends other than with an answer (the client gone mid-walk,
 // the store failing, the store panicking) gives back its walk slot and
 // its room in the read pool: were one kept, maxLogWalks such requests
 // would leave every later one RATE_LIMITED for as long as the server
 // runs. Afterwards two walks at once are still answered.
-func TestAttack12ReceiptsWalkAlwaysGivesBack(t *testing.T) {
+func TestReceiptsWalkAlwaysGivesBack(t *testing.T) {
 	for _, fault := range []string{"stall", "fail", "panic"} {
 		t.Run(fault, func(t *testing.T) {
 			st := &faultyWalks{Store: memory.New(nil), fault: fault, reading: make(chan struct{}), goOn: make(chan struct{})}

@@ -12,13 +12,13 @@ import (
 	"pigeon"
 )
 
-// TestAttack7ConnectionSiteOptions: Options.ConnectionSite sets how
+// TestConnectionSiteOptions: Options.ConnectionSite sets how
 // MaxConnectionsPerIP counts the /64s of one IPv6 site together, through
 // the listener a Server wraps its own in: a smaller factor refuses sooner
 // (factor 2: two /64s of the /48, then a third is refused), a /56 site
 // leaves the next /56 of the /48 places of its own, off counts each /64
 // alone, and the default is the /48 at 16 times.
-func TestAttack7ConnectionSiteOptions(t *testing.T) {
+func TestConnectionSiteOptions(t *testing.T) {
 	e, err := pigeon.New(context.Background(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
@@ -51,9 +51,9 @@ func TestAttack7ConnectionSiteOptions(t *testing.T) {
 	}
 }
 
-// TestAttack7ConnectionSiteRefusedAtServe: Serve refuses to start, and
+// TestConnectionSiteRefusedAtServe: Serve refuses to start, and
 // closes its listener, with a ConnectionSite that is not valid.
-func TestAttack7ConnectionSiteRefusedAtServe(t *testing.T) {
+func TestConnectionSiteRefusedAtServe(t *testing.T) {
 	e, err := pigeon.New(context.Background(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })

@@ -25,7 +25,7 @@ import (
 // and a warning, once a minute at most, says how many were dropped; an
 // issuer configured to assert such a role (Issuer.Roles) is refused as
 // its config is read.
-func TestFollowup28TokenRolesMustBeRoleNames(t *testing.T) {
+func TestTokenRolesMustBeRoleNames(t *testing.T) {
 	long := strings.Repeat("r", pigeon.MaxIDLength)
 	for _, tc := range []struct {
 		name    string
@@ -80,7 +80,7 @@ func TestFollowup28TokenRolesMustBeRoleNames(t *testing.T) {
 // What a token may carry as a role is what the engine takes as a role name
 // (pigeon.Engine.PutRole): identity keeps its own copy of the syntax, held
 // to the engine's here.
-func TestFollowup28RoleNameSyntaxIsTheEngines(t *testing.T) {
+func TestRoleNameSyntaxIsTheEngines(t *testing.T) {
 	ctx := context.Background()
 	e, err := pigeon.New(ctx, &pigeon.Options{})
 	require.NoError(t, err)

@@ -11,7 +11,7 @@ import (
 	"pigeon"
 )
 
-// TestFollowup28LockoutCountsThe48: the /64s of one IPv6 /48 are also
+// TestLockoutCountsThe48: the /64s of one IPv6 /48 are also
 // counted together, against 16 × AuthFailureLimit. A guesser holding a
 // /48 that spends fewer than the limit in each of 32 of its /64s (limit
 // 2, so 32 failures for the /48) locks out the whole /48: a /64 of it
@@ -20,7 +20,7 @@ import (
 // authenticates again once the window has passed. IPv4 sources, and
 // IPv6 addresses that carry an IPv4 one (64:ff9b::/96, 6to4, Teredo:
 // their /48s hold many IPv4 clients), are not counted together.
-func TestFollowup28LockoutCountsThe48(t *testing.T) {
+func TestLockoutCountsThe48(t *testing.T) {
 	const limit = 2
 	f := newFixture(t, func(o *pigeon.Options) { o.AuthFailureLimit, o.AuthFailureWindow = limit, time.Minute })
 	try := func(tok, remote string) error {

@@ -15,7 +15,7 @@ import (
 	"pigeon"
 )
 
-// TestAttack12ReceiptsOnlineStopsAHostileServer: a server whose every
+// TestReceiptsOnlineStopsAHostileServer: a server whose every
 // page names a next past the cursor asked, but whose pages do not move
 // the command past the receipts it has printed (an empty page with a
 // next, its cursor one further each time; a page whose next is before
@@ -26,7 +26,7 @@ import (
 // command had printed nothing, so --max never stopped it) and the
 // repeated receipts were printed twice. A server that answers as Pigeon
 // does (a full page, next its last receipt's cursor) is read to the end.
-func TestAttack12ReceiptsOnlineStopsAHostileServer(t *testing.T) {
+func TestReceiptsOnlineStopsAHostileServer(t *testing.T) {
 	receipt := func(auditSeq, seq uint64) pigeon.Receipt {
 		return pigeon.Receipt{Event: pigeon.EventDeliveryDispatched, Principal: "bob", AuditSeq: auditSeq, Seq: seq}
 	}
@@ -109,12 +109,12 @@ func TestAttack12ReceiptsOnlineStopsAHostileServer(t *testing.T) {
 	require.Equal(t, int64(1+3), calls.Load())
 }
 
-// TestAttack12ReceiptsNoDeliveryLineIsPrintable: the id of a message no
+// TestReceiptsNoDeliveryLineIsPrintable: the id of a message no
 // delivery of is recorded is written on stderr as every other line of the
 // command writes text it did not choose (printable): an id pasted from a
 // log or a record with a terminal's control sequences in it cannot clear
 // the screen or fake a line of output. Before, this one line wrote it raw.
-func TestAttack12ReceiptsNoDeliveryLineIsPrintable(t *testing.T) {
+func TestReceiptsNoDeliveryLineIsPrintable(t *testing.T) {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"receipts":[]}`))
 	}))

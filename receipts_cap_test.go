@@ -37,14 +37,14 @@ func (s *forgedReceipts) ReadAudit(ctx context.Context, from uint64, limit int) 
 	return out, nil
 }
 
-// TestAttack7ReceiptsCapped: Engine.Receipts answers at most
+// TestReceiptsCapped: Engine.Receipts answers at most
 // DefaultMaxReceipts receipts (WithMaxReceipts chooses another cap): a
 // forged log with 200 acceptances of one id and 100 records listing them
 // all, 20,000 receipts, is answered with the first 10,000 in chain order
 // and an error that is ErrReceiptsTruncated and says how to ask for more;
 // a cap at or above the count (or none) answers them all without error,
 // and so does the default for a log within it.
-func TestAttack7ReceiptsCapped(t *testing.T) {
+func TestReceiptsCapped(t *testing.T) {
 	open := func(t *testing.T, accepted, batches uint64) *pigeon.Engine {
 		o := transporttest.Options()
 		o.Store = &forgedReceipts{Store: memory.New(nil), accepted: accepted, batches: batches}
@@ -89,9 +89,9 @@ func TestAttack7ReceiptsCapped(t *testing.T) {
 	require.Len(t, rs, 100)
 }
 
-// TestAttack7ReceiptFinderMax: a ReceiptFinder keeps at most Max receipts
+// TestReceiptFinderMax: a ReceiptFinder keeps at most Max receipts
 // and says it left some out (Truncated); without Max it keeps them all.
-func TestAttack7ReceiptFinderMax(t *testing.T) {
+func TestReceiptFinderMax(t *testing.T) {
 	s := &forgedReceipts{accepted: 5, batches: 4}
 	recs, err := s.ReadAudit(ctx, 1, 100)
 	require.NoError(t, err)

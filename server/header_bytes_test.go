@@ -35,7 +35,7 @@ func headerStatus(t *testing.T, addr string, n int) int {
 // The header is now bounded by Options.MaxHeaderBytes (default 64 KiB),
 // beyond which the request is answered 431 before any handler runs; a
 // negative value keeps net/http's bound.
-func TestFollowup28HeaderBytesBounded(t *testing.T) {
+func TestHeaderBytesBounded(t *testing.T) {
 	_, addr := limitServer(t, nil)
 	require.NotEqual(t, http.StatusRequestHeaderFieldsTooLarge, headerStatus(t, addr, 40<<10), "a 40 KiB header")
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, headerStatus(t, addr, 100<<10), "a 100 KiB header")

@@ -17,7 +17,7 @@ import (
 	"pigeon"
 )
 
-// cardDigits is the card number every attack below spells, in one form
+// cardDigits is the card number every test below spells, in one form
 // or another.
 const cardDigits = "4111111111111111"
 

@@ -19,7 +19,7 @@ import (
 // trusted proxy's X-Forwarded-For) locks a site out after a factor of 1
 // times the limit, a /56 site leaves the next /56 alone, and off counts
 // each /64 alone.
-func TestAttack7ServeSiteLimitOptions(t *testing.T) {
+func TestServeSiteLimitOptions(t *testing.T) {
 	cfg, _, ok := parseServe(nil, io.Discard, nil)
 	require.True(t, ok)
 	require.Equal(t, pigeon.SiteLimit{}, cfg.site, "the default: /48s at 16 times")

@@ -23,7 +23,7 @@ import (
 // claims no issuer. Both now read the claims alike: "ISS" is just another
 // claim, a duplicate member leaves the token unrecognized, and no key of
 // an issuer the verified claims do not name is ever fetched.
-func TestFollowup28IssuerReadAsVerified(t *testing.T) {
+func TestIssuerReadAsVerified(t *testing.T) {
 	a, b := newIDP(t), newIDP(t)
 	a.addKey(t, "a-1", jose.RS256, true)
 	b.addKey(t, "b-1", jose.RS256, true)

@@ -49,7 +49,7 @@ func callerFor(t *testing.T, e *pigeon.Engine, token, subject string) pigeon.Cal
 // panics on.
 func explodes(data []byte) bool { return bytes.Contains(data, []byte("explode")) }
 
-// TestAttack13HandlerPanicEndsOnlyItsSubscription: a transport's
+// TestHandlerPanicEndsOnlyItsSubscription: a transport's
 // asynchronous handler (the WebSocket server's, for one) that panics on a
 // message ends its own subscription, INTERNAL, and the delivery spends
 // its attempt; the broker, the other subscriptions and the message go on.
@@ -59,7 +59,7 @@ func explodes(data []byte) bool { return bytes.Contains(data, []byte("explode"))
 // the loop wedged for ever in its deferred end, waiting for the delivery
 // to settle: the subscription never stopped, its leases were never given
 // back, and Shutdown never returned.
-func TestAttack13HandlerPanicEndsOnlyItsSubscription(t *testing.T) {
+func TestHandlerPanicEndsOnlyItsSubscription(t *testing.T) {
 	chatMsg := func(text string) *pigeon.Message {
 		return &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(`{"kind":"chat","text":"` + text + `"}`)}
 	}
@@ -143,12 +143,12 @@ func (s readPanicStore) Read(ctx context.Context, subject string, from uint64, m
 	return ms, err
 }
 
-// TestAttack13DeliveryLoopPanicEndsOnlyItsSubscription: a panic in a
+// TestDeliveryLoopPanicEndsOnlyItsSubscription: a panic in a
 // subscription's delivery loop itself (here the store's read of what it
 // catches up on) ends that subscription, INTERNAL and audited, not the
 // process; other subscriptions start and deliver on. Before, it ended the
 // test binary.
-func TestAttack13DeliveryLoopPanicEndsOnlyItsSubscription(t *testing.T) {
+func TestDeliveryLoopPanicEndsOnlyItsSubscription(t *testing.T) {
 	mem := memory.New(nil)
 	t.Cleanup(func() { _ = mem.Close(context.Background()) })
 	// A first engine writes the message; the second, over the same
@@ -215,13 +215,13 @@ func (s *markPanicStore) MarkDone(ctx context.Context, key store.GroupKey, seq u
 	return s.Store.MarkDone(ctx, key, seq)
 }
 
-// TestAttack13SettlePanicGivesTheGroupBack: a panic while a work-queue
+// TestSettlePanicGivesTheGroupBack: a panic while a work-queue
 // subscription settles its consumer's answers in the store, under its
 // group's lock, ends that subscription alone, and the group is not left
 // locked: the subscription's end takes the lock to give its leases back,
 // and another consumer of the group is handed the job again. Before, the
 // lock stayed taken, the end waited on it for ever, and Shutdown with it.
-func TestAttack13SettlePanicGivesTheGroupBack(t *testing.T) {
+func TestSettlePanicGivesTheGroupBack(t *testing.T) {
 	st := &markPanicStore{Store: memory.New(nil)}
 	t.Cleanup(func() { _ = st.Close(context.Background()) })
 	logs := &testlog.Buffer{}

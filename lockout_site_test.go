@@ -13,14 +13,14 @@ import (
 	"pigeon"
 )
 
-// TestAttack7LockoutSiteLimitOptions: Options.AuthFailureSite sets how
+// TestLockoutSiteLimitOptions: Options.AuthFailureSite sets how
 // the lockout counts the /64s of one IPv6 site together. A smaller factor
 // locks the site sooner (factor 1, limit 2: two /64s with one refusal
 // each lock a third); a /56 site leaves the next /56 of the same /48
 // alone; Bits negative counts each /64 alone, so a campus or carrier NAT
 // behind one /48 is not locked out by its neighbours' refusals. The
 // default is unchanged (/48s at 16 times).
-func TestAttack7LockoutSiteLimitOptions(t *testing.T) {
+func TestLockoutSiteLimitOptions(t *testing.T) {
 	const limit = 2
 	// in is an address in /64 i of 2001:db8:7::/48 (i < 0x100: the
 	// first /56 of it).
@@ -68,10 +68,10 @@ func TestAttack7LockoutSiteLimitOptions(t *testing.T) {
 	}
 }
 
-// TestAttack7LockoutSiteLimitRefusedWhenInvalid: New refuses a site prefix
+// TestLockoutSiteLimitRefusedWhenInvalid: New refuses a site prefix
 // length that is not 1 to 63 bits (a site is wider than a source's /64)
 // and a negative factor, with INVALID_ARGUMENT naming the option.
-func TestAttack7LockoutSiteLimitRefusedWhenInvalid(t *testing.T) {
+func TestLockoutSiteLimitRefusedWhenInvalid(t *testing.T) {
 	for _, site := range []pigeon.SiteLimit{{Bits: 64}, {Bits: 128}, {Factor: -1}, {Bits: 48, Factor: math.MinInt}} {
 		_, err := pigeon.New(context.Background(), &pigeon.Options{AuthFailureSite: site})
 		pe := requireCode(t, err, pigeon.CodeInvalidArgument)
@@ -79,11 +79,11 @@ func TestAttack7LockoutSiteLimitRefusedWhenInvalid(t *testing.T) {
 	}
 }
 
-// TestAttack7SiteLimitOf: SiteLimit.Of is the prefix of Bits an IPv6
+// TestSiteLimitOf: SiteLimit.Of is the prefix of Bits an IPv6
 // source lies in (48 by default, as Source.Site), none for IPv4, for
 // addresses that carry one, when off or invalid; Limit is Factor times
 // the per-source limit, saturating, 0 when off.
-func TestAttack7SiteLimitOf(t *testing.T) {
+func TestSiteLimitOf(t *testing.T) {
 	src := pigeon.SourceOf("[2001:db8:7:1234:5::1]:1")
 	for _, tc := range []struct {
 		site pigeon.SiteLimit

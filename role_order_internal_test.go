@@ -8,7 +8,7 @@ import (
 )
 
 // roleOrderObserver runs hook on every audit record as the engine queues
-// it; keysOrderObserver (attack_dir2_keys_order_internal_test.go) gives it
+// it; keysOrderObserver (keys_order_internal_test.go) gives it
 // the methods it leaves alone.
 type roleOrderObserver struct {
 	keysOrderObserver

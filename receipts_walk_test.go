@@ -50,7 +50,7 @@ func (s *trimmedBetweenWalks) ReadAudit(ctx context.Context, from uint64, limit 
 	return out, nil
 }
 
-// TestAttack12ReceiptsTrimmedBetweenWalks: Receipts walks the audit log
+// TestReceiptsTrimmedBetweenWalks: Receipts walks the audit log
 // twice, and retention may trim its front between the walks while
 // deliveries are recorded at its end. The second walk then does not meet
 // the acceptances the first learnt from the trimmed records: it must
@@ -60,7 +60,7 @@ func (s *trimmedBetweenWalks) ReadAudit(ctx context.Context, from uint64, limit 
 // learns it, and drops the receipt of its delivery (6:3). That receipt
 // comes before the acknowledgement 7:3 it answers, so a reader paging
 // past 7:3 never saw it at all. Before, the answer was 4:2 and 7:3.
-func TestAttack12ReceiptsTrimmedBetweenWalks(t *testing.T) {
+func TestReceiptsTrimmedBetweenWalks(t *testing.T) {
 	st := &trimmedBetweenWalks{Store: memory.New(nil)}
 	e, err := New(context.Background(), &Options{Store: st})
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func TestAttack12ReceiptsTrimmedBetweenWalks(t *testing.T) {
 	require.Equal(t, []ReceiptCursor{{AuditSeq: 4, Seq: 2}, {AuditSeq: 6, Seq: 3}, {AuditSeq: 7, Seq: 3}}, got)
 }
 
-// TestAttack12ReceiptsAfterCostsNoMoreThanAPage: a page asked after a
+// TestReceiptsAfterCostsNoMoreThanAPage: a page asked after a
 // cursor is cut at its cap (Max) as the first is, and costs no more: the
 // receipts at or before the cursor are neither kept nor counted toward
 // Max, so the finder must not work them out either. On a forged log of
@@ -88,7 +88,7 @@ func TestAttack12ReceiptsTrimmedBetweenWalks(t *testing.T) {
 // Before, each page matched every record before its cursor against every
 // acceptance again: the page after the last cost the product, 4,000,000
 // probes and more, a walk slot held for as long, from one request.
-func TestAttack12ReceiptsAfterCostsNoMoreThanAPage(t *testing.T) {
+func TestReceiptsAfterCostsNoMoreThanAPage(t *testing.T) {
 	const k, hits = 2000, 2000
 	log := forgedReceiptLog(k, 0, 0, hits)
 	last := log[len(log)-1].Seq

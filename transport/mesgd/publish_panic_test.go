@@ -31,13 +31,13 @@ func (s appendPanicStore) Append(ctx context.Context, m store.Message) (store.Me
 	return s.Store.Append(ctx, m)
 }
 
-// TestAttack13PublishPanicClosesOnlyItsConnection: a frame whose publish
+// TestPublishPanicClosesOnlyItsConnection: a frame whose publish
 // panics beyond the gates closes its mesgd connection with 1011, the
 // panic logged with a card number in it redacted; the broker and other
 // connections go on. Before, the panic reached net/http, which logged it
 // whole, card number and all, and the client's connection was cut with
 // no close frame (EOF).
-func TestAttack13PublishPanicClosesOnlyItsConnection(t *testing.T) {
+func TestPublishPanicClosesOnlyItsConnection(t *testing.T) {
 	ctx := context.Background()
 	logs := &testlog.Buffer{}
 	rules := []pigeon.RuleSpec{{Effect: pigeon.EffectAllow, Principals: []string{"alice", "bob"}}}

@@ -11,14 +11,14 @@ import (
 	"pigeon/identity"
 )
 
-// TestAttack7LimiterSiteOptions: LimiterOptions.Site sets how the
+// TestLimiterSiteOptions: LimiterOptions.Site sets how the
 // handshake limiter counts the /64s of one IPv6 site together: a smaller
 // factor refuses sooner (factor 1, limit 2: a site is refused after two
 // failures from two /64s), a /56 site leaves the next /56 of the /48
 // alone, off counts each /64 alone whatever MaxPrefixFailures says, and
 // an invalid Site makes NewLimiter panic naming it (serve checks it
 // first).
-func TestAttack7LimiterSiteOptions(t *testing.T) {
+func TestLimiterSiteOptions(t *testing.T) {
 	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
 	in := func(i int) string { return fmt.Sprintf("[2001:db8:1:%x::1]:443", i) } // /64 i of 2001:db8:1::/48
 	for _, tc := range []struct {
