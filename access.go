@@ -272,26 +272,8 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 		return Role{}, err
 	}
 	for i, p := range r.Permissions {
-		if p.Subject == "" {
-			return Role{}, NewError(CodeBadRequest, "permissions[%d]: subject is required", i)
-		}
-		if !utf8.ValidString(p.Subject) || hasControl(p.Subject) {
-			// A subject name is one line of text; the role is listed and
-			// shown as it is defined.
-			return Role{}, NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control characters", i, p.Subject)
-		}
-		if len(p.Operations) == 0 {
-			return Role{}, NewError(CodeBadRequest, "permissions[%d]: operations are required", i)
-		}
-		for _, op := range p.Operations {
-			if !validOperation(string(op)) {
-				return Role{}, NewError(CodeBadRequest, "permissions[%d]: unknown operation %q", i, op)
-			}
-		}
-		if p.Selector != "" {
-			if _, err := ParseSelector(p.Selector); err != nil {
-				return Role{}, err
-			}
+		if err := checkPermission(i, p); err != nil {
+			return Role{}, err
 		}
 	}
 	c := Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)}

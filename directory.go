@@ -11,7 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"pigeon/internal/jsontext"
 	"pigeon/store"
 )
 
@@ -69,6 +71,39 @@ func (d *directory) version() uint64 { return d.ver.Load() }
 func (d *directory) bump() { d.ver.Add(1) }
 
 // load reads the directory from st, which it keeps for later changes.
+//
+// A store is a file on disk or a bucket another node writes, so load
+// checks each record again as the write path checked it, and never fails
+// open: no record may grant more than the write path would have let it,
+// and no revocation may be lost. What it finds is one of three kinds.
+//
+// It refuses to load (STORE_CORRUPT, naming the bucket and key) a record
+// no broker writes, or one whose skipping could grant more: text that
+// does not decode, or does not decode one way only (a member twice, a
+// member spelt in another case than its field, not UTF-8: see
+// decodeRecord); an account, role or grant stored under a key other than
+// its id, name or jti (which would shadow the record of that id, or put
+// two records under one id); an account with no createdAt, whose id or
+// role names are not valid ids (validID), or whose attributes break
+// validAttributes; and a revocation that does not decode, since skipping
+// it would make a revoked grant good again. An account is refused rather
+// than skipped because its roles and attributes can take access away (a
+// catalog deny rule or a condition can name them), while its principal
+// may still authenticate without it (a static token, OIDC, mTLS).
+//
+// It skips with a logged warning, as the write path would have refused
+// it, what can only grant: a role whose name is not a valid id; a role
+// permission with no subject, a subject that is not UTF-8 text without
+// control characters, no operations, an unknown operation, or a selector
+// that does not parse (the role loads without it); an account's key that
+// PublicKey.Validate refuses (a weak key would let anyone sign as the
+// account), that repeats an earlier key's kid, or that is past
+// MaxAccountKeys (the account loads without it); and a grant whose jti,
+// account or roles are not valid ids, or whose expiry
+// is not within MaxGrantTTL after its issue. Each of these was accepted
+// by some earlier version of the broker under looser rules: skipping it
+// only takes permissions away, so it does not keep the broker from
+// starting. A revocation is kept whatever its key: it only refuses.
 func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) error {
 	d.st = st
 	d.accounts, d.roles, d.grants, d.revoked = map[string]*Account{}, map[string]*Role{}, map[string]*grantRecord{}, map[string]time.Time{}
@@ -79,18 +114,27 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 		if err != nil {
 			return storeError(err)
 		}
-		for k, v := range kv {
-			if err := fn(k, v); err != nil {
-				return WrapError(CodeStoreCorrupt, err, "%s/%s does not decode", bucket, k)
+		// In key order, so that which record a refusal names, and the
+		// order of the warnings, does not change from one start to the next.
+		for _, k := range slices.Sorted(maps.Keys(kv)) {
+			if err := fn(k, kv[k]); err != nil {
+				if ErrorCode(err) == CodeStoreCorrupt {
+					return err
+				}
+				return WrapError(CodeStoreCorrupt, err, "%s/%q does not decode: %v", bucket, k, err)
 			}
 		}
 		return nil
 	}
 	if err := load(bucketAccounts, func(k string, v []byte) error {
 		var a Account
-		if err := json.Unmarshal(v, &a); err != nil {
+		if err := decodeRecord(v, &a); err != nil {
 			return err
 		}
+		if err := checkStoredAccount(k, &a); err != nil {
+			return WrapError(CodeStoreCorrupt, err, "%s/%q is not an account the broker would have stored: %v", bucketAccounts, k, err)
+		}
+		a.Keys = storedKeys(log, k, a.Keys)
 		d.accounts[a.ID] = &a
 		d.indexKeys(a.ID, nil, a.Keys)
 		if a.CreatedAt.After(d.created) {
@@ -102,18 +146,27 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 	}
 	if err := load(bucketRoles, func(k string, v []byte) error {
 		var r Role
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := decodeRecord(v, &r); err != nil {
 			return err
 		}
+		if r.Name != k {
+			return NewError(CodeStoreCorrupt, "%s/%q holds the role %q: a role is stored under its name", bucketRoles, k, r.Name)
+		}
+		if err := validID("a role name", r.Name); err != nil {
+			log.Warn("pigeon: a stored role's name is not a valid id; the role is skipped and grants nothing",
+				"role", r.Name, "err", err)
+			return nil
+		}
+		kept := make([]Permission, 0, len(r.Permissions))
 		for i, p := range r.Permissions {
-			if p.Selector == "" {
+			if err := checkPermission(i, p); err != nil {
+				log.Warn("pigeon: a stored role permission breaks the checks of PutRole (a selector that does not parse, a subject or operation that is not one); it grants nothing",
+					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
 				continue
 			}
-			if _, err := ParseSelector(p.Selector); err != nil {
-				log.Warn("pigeon: a stored role permission has a selector that does not parse; it grants nothing",
-					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
-			}
+			kept = append(kept, p)
 		}
+		r.Permissions = kept
 		d.roles[r.Name] = &r
 		return nil
 	}); err != nil {
@@ -121,8 +174,16 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 	}
 	if err := load(bucketGrants, func(k string, v []byte) error {
 		var g grantRecord
-		if err := json.Unmarshal(v, &g); err != nil {
+		if err := decodeRecord(v, &g); err != nil {
 			return err
+		}
+		if g.JTI != k {
+			return NewError(CodeStoreCorrupt, "%s/%q holds the grant %q: a grant is stored under its jti", bucketGrants, k, g.JTI)
+		}
+		if err := checkStoredGrant(&g); err != nil {
+			log.Warn("pigeon: a stored grant breaks the checks of IssueGrant; it is skipped and its token is refused",
+				"grant", g.JTI, "err", err)
+			return nil
 		}
 		d.grants[g.JTI] = &g
 		return nil
@@ -131,12 +192,123 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 	}
 	return load(bucketRevoked, func(k string, v []byte) error {
 		var t time.Time
-		if err := json.Unmarshal(v, &t); err != nil {
+		if err := decodeRecord(v, &t); err != nil {
 			return err
 		}
 		d.revoked[k] = t
 		return nil
 	})
+}
+
+// decodeRecord decodes the stored JSON record b into v, refusing text that
+// a reader could take more than one way and that the broker never writes:
+// text jsontext.Validate refuses (an object holding a member twice, of
+// which encoding/json would keep the last; not UTF-8; nested too deep)
+// and a member CheckNames refuses (spelt in another case than its field,
+// "ID" for "id", which encoding/json takes for the field). A member the
+// type does not know is ignored, as a field a later version adds.
+func decodeRecord(b []byte, v any) error {
+	if err := jsontext.Validate(b, edgeDepth); err != nil {
+		return err
+	}
+	if err := CheckNames(b, v); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// checkStoredAccount checks account a, stored under key, as CreateAccount
+// and the changes after it would have left it: its id is key and valid,
+// its role names are valid, its attributes are within their bounds, and
+// it has a creation time (which the grants and contracts of the account
+// are told from a later account of its id by).
+func checkStoredAccount(key string, a *Account) error {
+	if a.ID != key {
+		return NewError(CodeStoreCorrupt, "it holds the account %q: an account is stored under its id", a.ID)
+	}
+	if err := validID("an account id", a.ID); err != nil {
+		return err
+	}
+	if err := validIDs("a role name", a.Roles); err != nil {
+		return err
+	}
+	if err := validAttributes(a.Attributes); err != nil {
+		return err
+	}
+	if a.CreatedAt.IsZero() {
+		return NewError(CodeStoreCorrupt, "it has no createdAt")
+	}
+	return nil
+}
+
+// storedKeys returns the keys of account id that ValidateKeys would have
+// let it publish: each key PublicKey.Validate accepts, the first of a kid,
+// at most MaxAccountKeys. Each key left out is logged.
+func storedKeys(log *slog.Logger, id string, keys []PublicKey) []PublicKey {
+	var out []PublicKey
+	for _, k := range keys {
+		err := k.Validate()
+		switch {
+		case err != nil:
+		case slices.ContainsFunc(out, func(o PublicKey) bool { return o.KID == k.KID }):
+			err = NewError(CodeInvalidArgument, "kid %q appears twice", k.KID)
+		case len(out) == MaxAccountKeys:
+			err = NewError(CodeInvalidArgument, "an account publishes at most %d keys", MaxAccountKeys)
+		}
+		if err != nil {
+			log.Warn("pigeon: a stored account key breaks the checks of PutAccountKeys; the account loads without it",
+				"account", id, "kid", k.KID, "err", err)
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+// checkPermission checks permissions[i] of a role, for PutRole and for a
+// role read from the store. A subject name is one line of text: the role
+// is listed and shown as it is defined.
+func checkPermission(i int, p Permission) error {
+	if p.Subject == "" {
+		return NewError(CodeBadRequest, "permissions[%d]: subject is required", i)
+	}
+	if !utf8.ValidString(p.Subject) || hasControl(p.Subject) {
+		return NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control characters", i, p.Subject)
+	}
+	if len(p.Operations) == 0 {
+		return NewError(CodeBadRequest, "permissions[%d]: operations are required", i)
+	}
+	for _, op := range p.Operations {
+		if !validOperation(string(op)) {
+			return NewError(CodeBadRequest, "permissions[%d]: unknown operation %q", i, op)
+		}
+	}
+	if p.Selector != "" {
+		if _, err := ParseSelector(p.Selector); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkStoredGrant checks a stored grant as IssueGrant would have issued
+// it: its jti, account and roles are valid ids (it may have no role left:
+// RemoveAccountRole takes roles from grants), and it
+// expires after its issue, at most MaxGrantTTL later.
+func checkStoredGrant(g *grantRecord) error {
+	if err := validID("a grant id", g.JTI); err != nil {
+		return err
+	}
+	if err := validID("an account id", g.Account); err != nil {
+		return err
+	}
+	if err := validIDs("a role name", g.Roles); err != nil {
+		return err
+	}
+	if !g.ExpiresAt.After(g.IssuedAt) || g.ExpiresAt.Sub(g.IssuedAt) > MaxGrantTTL {
+		return NewError(CodeInvalidArgument, "a grant expires after its issue, at most %s later", MaxGrantTTL)
+	}
+	return nil
 }
 
 // reload reads the directory again from its store, where another node
