@@ -63,7 +63,7 @@ const (
 	EventRetentionQuarantine  Event = "retention.quarantine" // quarantine records older than Options.QuarantineRetention deleted; ref: how many
 	EventSubjectPurged        Event = "subject.purged"       // an admin removed the retained messages of a subject not in the catalog; ref: how many, principal: the admin
 	EventPurgeDenied          Event = "purge.denied"         // a purge refused (FORBIDDEN, CONFLICT, BAD_REQUEST); principal: the caller, subject: the one named, code: why; coalesced per principal and code
-	EventAccessDenied         Event = "access.denied"        // a principal refused an operation for want of a role (a server's route: 403 FORBIDDEN; a WebSocket publish or request at a depth without RoleBridge); principal: the caller, ref: the operation ("DELETE /v1/grants/{jti}", "ws publish hops"); coalesced per principal and code
+	EventAccessDenied         Event = "access.denied"        // a principal refused an operation for want of a role (a server's route: 403 FORBIDDEN; a WebSocket publish or request at a depth without RoleBridge), or a WebSocket upgrade past a connection bound (RATE_LIMITED); principal: the caller, ref: the operation ("DELETE /v1/grants/{jti}", "ws publish hops", "ws upgrade connection limit"); coalesced per principal and code
 	EventAuthFailed           Event = "auth.failed"          // a credential refused, or a source locked out after too many (RATE_LIMITED); ref: "auth:<method> from <source IP>" (and " (site <prefix> locked out)" when the source's IPv6 site locked it out), never the credential; coalesced per source and code
 	EventStoreTruncated       Event = "store.truncated"
 	EventAuditResumed         Event = "audit.resumed"

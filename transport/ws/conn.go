@@ -311,6 +311,7 @@ func (c *conn) dispatch(f *Frame) {
 			counted = false
 			c.ops.Done()
 			c.srv.stats.rateLimited.Add(1)
+			c.requestDenied(f, caller, "in flight")
 			c.answer(f.ID, pigeon.NewError(pigeon.CodeRateLimited, "too many requests waiting on this connection"))
 			return
 		}
@@ -323,6 +324,7 @@ func (c *conn) dispatch(f *Frame) {
 			counted = false
 			c.ops.Done()
 			c.srv.stats.rateLimited.Add(1)
+			c.requestDenied(f, caller, "bytes")
 			c.answer(f.ID, errRequestBytes())
 			return
 		}

@@ -103,8 +103,26 @@
 // (pigeon.DepthPublisher) publishes at a depth, the frame's "hops", which
 // the server takes only from a principal holding pigeon.RoleBridge and
 // refuses FORBIDDEN from any other; a request frame's "hops" follows the
-// same rule. A frame refused RATE_LIMITED by the connection's publish rate
-// is audited (publish.denied, coalesced per principal, subject and code).
+// same rule.
+//
+// # Refusals are audited
+//
+// Every RATE_LIMITED refusal of the server's own bounds, made before the
+// engine sees the frame, leaves a record in the engine's audit log with
+// the principal, the contract, the subject when the catalog has it, and a
+// Ref naming where it was refused, as the engine's own gates' refusals
+// do: a publish, request or publish_batch frame past the connection's
+// publish rate ("ws publish connection rate"), a request beyond the
+// connection's MaxInFlight waiting ("ws request in flight") or its
+// principal's MaxRequestBytesPerPrincipal ("ws request bytes"), each
+// publish.denied; a replay or receive frame that found no room in the
+// read pool (MaxReadBytesInFlight, MaxReadBytesPerPrincipal: "ws replay
+// read budget", "ws receive read budget"), replay.denied or
+// receive.denied; an upgrade beyond MaxConnections or
+// MaxConnectionsPerPrincipal ("ws upgrade connection limit", "ws upgrade
+// connections per principal"), access.denied. The engine coalesces them
+// per event, principal, subject and code, whatever the Ref: a flood
+// writes a record and a count a second, not a record a frame.
 //
 // # Concurrency
 //

@@ -163,29 +163,85 @@ func (c *conn) depthDenied(f *Frame, caller pigeon.Caller, m *pigeon.Message, re
 // naming the principal, its contract and where it was refused ("ws
 // publish connection rate", "ws publish_batch connection rate: 2 of 5
 // messages"), with no gate (the engine's rate gate did not judge it).
-// RATE_LIMITED refusals are coalesced per principal, subject and code, so
-// a flood of refused frames writes a record and a count a second rather
-// than one each. The subject is named only when the catalog has it (a new
-// one each time would start a new run), and never for a batch. It runs on
-// the read loop: a refusal within a run only counts; the first of a run
-// waits for its write, as a gate's refusal does.
+// See rateLimited for the rest, never the subject of a batch.
 func (c *conn) rateDenied(f *Frame, refused int) {
-	caller := c.callerNow()
-	rec := pigeon.AuditRecord{ContractID: caller.ContractID, Ref: "ws " + f.Op + " connection rate"}
+	ref := "ws " + f.Op + " connection rate"
+	var subject, id string
+	if f.Op == OpPublishBatch {
+		ref += ": " + strconv.Itoa(refused) + " of " + strconv.Itoa(len(f.Batch)) + " messages"
+	} else if m := f.Message; m != nil {
+		subject, id = m.Subject, m.ID
+	}
+	c.rateLimited(pigeon.EventPublishDenied, c.callerNow(), ref, subject, id)
+}
+
+// requestDenied audits a request frame f refused RATE_LIMITED, before it
+// was published, by a bound of the server's on the requests waiting for
+// their replies (where: "in flight", the connection's MaxInFlight of
+// them; "bytes", its principal's MaxRequestBytesPerPrincipal), as a
+// request refused at the engine's gates is audited, and as rateDenied
+// audits one past the connection's publish rate: publish.denied, Ref "ws
+// request in flight" or "ws request bytes", with the message's id. See
+// rateLimited.
+func (c *conn) requestDenied(f *Frame, caller pigeon.Caller, where string) {
+	var subject, id string
+	if m := f.Message; m != nil {
+		subject, id = m.Subject, m.ID
+	}
+	c.rateLimited(pigeon.EventPublishDenied, caller, "ws request "+where, subject, id)
+}
+
+// readDenied audits a replay or receive frame f refused before its read,
+// when err is RATE_LIMITED: the server's read pool had no room for it
+// (MaxReadBytesInFlight, after waiting) or its principal's reads held
+// their share (MaxReadBytesPerPrincipal), before anything was read,
+// leased or settled. It is audited as the engine audits a replay or
+// receive it refuses: replay.denied or receive.denied, Ref "ws replay
+// read budget" or "ws receive read budget". See rateLimited. Any other
+// err (REQUEST_TIMEOUT: the connection ended while the frame waited) is
+// no refusal of the bound and leaves no record.
+func (c *conn) readDenied(f *Frame, caller pigeon.Caller, err error) {
+	if pigeon.ErrorCode(err) != pigeon.CodeRateLimited {
+		return
+	}
+	ev := pigeon.EventReceiveDenied
+	if f.Op == OpReplay {
+		ev = pigeon.EventReplayDenied
+	}
+	c.rateLimited(ev, caller, "ws "+f.Op+" read budget", f.Subject, "")
+}
+
+// rateLimited writes the audit record of a frame refused RATE_LIMITED by
+// a bound of the server's own, before the engine saw it: ev, outcome
+// deny, the principal and the contract of caller (the connection's
+// principal when caller has none), ref naming where it was refused, and
+// no gate (no gate of the engine judged it). subject is named only when
+// the catalog has it (the sender may name any, and a new one each time
+// would start a new run), and messageID when the frame names one.
+//
+// The engine coalesces RATE_LIMITED refusals per event, principal,
+// subject and code, whatever their Ref: a flood of refused frames writes
+// the first of a run and, once its second has passed, one record counting
+// the rest ("coalesced:N", the latest refusal's fields), not one record
+// each; refusals of one event and subject made at different places (the
+// connection's publish rate and its requests in flight, say) share a run.
+// It runs on the goroutine that refused the frame (the read loop, or the
+// frame's worker), holding no lock: a refusal within a run only counts;
+// the first of a run waits for its write, as a gate's refusal does. The
+// refusal stands whether or not its record is written.
+func (c *conn) rateLimited(ev pigeon.Event, caller pigeon.Caller, ref, subject, messageID string) {
+	rec := pigeon.AuditRecord{ContractID: caller.ContractID, Ref: ref, MessageID: messageID}
 	if caller.Principal != nil {
 		rec.Principal = caller.Principal.ID
 	} else if c.principal != nil {
 		rec.Principal = c.principal.ID
 	}
-	if f.Op == OpPublishBatch {
-		rec.Ref += ": " + strconv.Itoa(refused) + " of " + strconv.Itoa(len(f.Batch)) + " messages"
-	} else if m := f.Message; m != nil {
-		rec.MessageID = m.ID
-		if _, err := c.srv.e.Subject(m.Subject); err == nil {
-			rec.Subject = m.Subject
+	if subject != "" {
+		if _, err := c.srv.e.Subject(subject); err == nil {
+			rec.Subject = subject
 		}
 	}
-	_ = c.srv.e.Record(c.ctx, pigeon.EventPublishDenied, pigeon.CodeRateLimited, rec)
+	_ = c.srv.e.Record(c.ctx, ev, pigeon.CodeRateLimited, rec)
 }
 
 func (c *conn) publish(f *Frame, caller pigeon.Caller) ([]byte, error) {
@@ -279,6 +335,7 @@ func (c *conn) replay(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	who := readpool.KeyOf(c.principal, pigeon.Source{})
 	held, err := c.srv.reads.Reserve(c.ctx, who, readpool.ReadReserve(c.srv.e))
 	if err != nil {
+		c.readDenied(f, caller, err)
 		return nil, err
 	}
 	defer func() { c.srv.reads.Resize(who, held, 0) }()
@@ -300,6 +357,7 @@ func (c *conn) receive(f *Frame, caller pigeon.Caller) ([]byte, error) {
 	who := readpool.KeyOf(c.principal, pigeon.Source{})
 	held, err := c.srv.reads.Reserve(c.ctx, who, readpool.ReadReserve(c.srv.e))
 	if err != nil {
+		c.readDenied(f, caller, err)
 		return nil, err
 	}
 	defer func() { c.srv.reads.Resize(who, held, 0) }()

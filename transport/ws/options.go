@@ -61,30 +61,34 @@ type Options struct {
 	PingInterval time.Duration
 	PingTimeout  time.Duration
 	// MaxConnections caps open connections (default 10000); an upgrade
-	// beyond it is refused with 429 RATE_LIMITED.
+	// beyond it is refused with 429 RATE_LIMITED, audited access.denied
+	// ("ws upgrade connection limit").
 	MaxConnections int
 	// MaxConnectionsPerPrincipal caps the open connections of one
 	// principal (default 1000, a tenth of MaxConnections; negative: no
 	// cap), so that one client cannot take every connection and lock the
-	// others out; an upgrade beyond it is refused with 429 RATE_LIMITED.
+	// others out; an upgrade beyond it is refused with 429 RATE_LIMITED,
+	// audited access.denied ("ws upgrade connections per principal").
 	MaxConnectionsPerPrincipal int
 	// PublishRate is how many messages per second one connection may
 	// publish (default 1000000, negative: unlimited), with bursts of
 	// PublishBurst (default PublishRate/10, at least 1): a publish or
 	// request frame counts one, a publish_batch frame one per message.
 	// Beyond it a frame is answered RATE_LIMITED, and the messages of a
-	// batch past it are refused RATE_LIMITED in their slots. The default
-	// is above what one connection reaches through every gate on common
-	// hardware (about 100k a second on two cores), so that a client on
-	// defaults is never slowed by it, while it still bounds a runaway
-	// connection; the subjects' own rate limits (per principal, in the
-	// policy) are what governs who may publish how much.
+	// batch past it are refused RATE_LIMITED in their slots, audited
+	// publish.denied ("ws publish connection rate"). The default is above
+	// what one connection reaches through every gate on common hardware
+	// (about 100k a second on two cores), so that a client on defaults is
+	// never slowed by it, while it still bounds a runaway connection; the
+	// subjects' own rate limits (per principal, in the policy) are what
+	// governs who may publish how much.
 	PublishRate  float64
 	PublishBurst int
 	// MaxInFlight bounds the frames of one connection being worked on at
 	// once (default 256); the server stops reading the connection while it
 	// is full. Requests waiting for a reply count against it separately:
-	// beyond MaxInFlight of them a request is answered RATE_LIMITED.
+	// beyond MaxInFlight of them a request is answered RATE_LIMITED,
+	// audited publish.denied ("ws request in flight").
 	MaxInFlight int
 	// MaxReadBytesInFlight bounds the memory that replay and receive
 	// frames hold at once across the server's connections, from the store
@@ -94,7 +98,9 @@ type Options struct {
 	// size. Without it, one connection could have MaxInFlight replays of
 	// up to MaxReadBytes each read and encoded, waiting for a writer that
 	// does not drain. A frame that finds no room waits up to two seconds
-	// and is then answered RATE_LIMITED before anything is read.
+	// and is then answered RATE_LIMITED before anything is read, audited
+	// replay.denied or receive.denied ("ws replay read budget", "ws
+	// receive read budget").
 	MaxReadBytesInFlight int64
 	// MaxReadBytesPerPrincipal bounds the part of MaxReadBytesInFlight
 	// the replay and receive frames of one principal, over all its
@@ -103,16 +109,19 @@ type Options struct {
 	// that a single read still runs. A frame that would take its principal
 	// past it waits aside, taking no place in the line, until that
 	// principal's own reads give room back, and is then answered
-	// RATE_LIMITED: one client reading slowly cannot take the whole pool
-	// and lock the others' reads out.
+	// RATE_LIMITED, audited as a refusal of MaxReadBytesInFlight is: one
+	// client reading slowly cannot take the whole pool and lock the
+	// others' reads out.
 	MaxReadBytesPerPrincipal int64
 	// MaxRequestBytesPerPrincipal bounds the memory that the requests of
 	// one principal waiting for their replies hold, over all its
 	// connections (default 64 MiB; negative: no bound): each holds its
 	// message, the data and about 4 KiB besides, until its reply comes or
 	// its timeout (up to MaxRequestTimeout) passes. A request beyond it is
-	// answered RATE_LIMITED before it is published; a principal with no
-	// request waiting may always send one. MaxInFlight bounds the requests
+	// answered RATE_LIMITED before it is published, audited publish.denied
+	// ("ws request bytes"; a refusal of Server.HoldRequest is its
+	// caller's to audit); a principal with no request waiting may always
+	// send one. MaxInFlight bounds the requests
 	// of one connection; without this bound, a principal could have
 	// MaxConnectionsPerPrincipal times as many requests of up to MaxFrame
 	// each pinned for minutes (a quarter of a terabyte on defaults).

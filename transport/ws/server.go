@@ -280,8 +280,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteUpgradeError(w, err)
 		return
 	}
-	if err := s.admit(p.ID); err != nil {
+	if where, err := s.admit(p.ID); err != nil {
 		s.stats.refused.Add(1)
+		if where != "" {
+			s.upgradeDenied(r.Context(), p, where)
+		}
 		wire.WriteHTTPError(w, err)
 		return
 	}
@@ -321,23 +324,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.opts.Logger.DebugContext(r.Context(), "websocket closed", "principal", p.ID, "remote", r.RemoteAddr)
 }
 
-// admit reserves a connection slot for principal.
-func (s *Server) admit(principal string) error {
+// admit reserves a connection slot for principal. Refused RATE_LIMITED,
+// where names the bound that refused it ("connection limit",
+// "connections per principal"), for upgradeDenied; it is empty when the
+// server is shutting down.
+func (s *Server) admit(principal string) (where string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
-		return errServerShutdown()
+		return "", errServerShutdown()
 	}
 	if s.stats.open.Load() >= int64(s.opts.MaxConnections) {
-		return pigeon.NewError(pigeon.CodeRateLimited, "connection limit reached")
+		return "connection limit", pigeon.NewError(pigeon.CodeRateLimited, "connection limit reached")
 	}
 	if limit := s.opts.MaxConnectionsPerPrincipal; limit >= 0 && s.perPrincipal[principal] >= limit {
-		return pigeon.NewError(pigeon.CodeRateLimited, "this principal holds %d connections, the most allowed", limit)
+		return "connections per principal", pigeon.NewError(pigeon.CodeRateLimited, "this principal holds %d connections, the most allowed", limit)
 	}
 	s.perPrincipal[principal]++
 	s.stats.open.Add(1)
 	s.wg.Add(1)
-	return nil
+	return "", nil
+}
+
+// upgradeDenied audits an upgrade of p, authenticated, refused
+// RATE_LIMITED by admit at where, the bound it met (MaxConnections or
+// MaxConnectionsPerPrincipal): an access.denied record, as an operation
+// refused to a principal is audited, naming the principal and the
+// operation ("ws upgrade connection limit", "ws upgrade connections per
+// principal"). The engine coalesces it per principal and code: a client
+// that reconnects in a loop writes a record and a count a second, the
+// count naming the latest refusal's operation. It runs after admit gave
+// its lock back, on the upgrade's own goroutine; the refusal stands
+// whether or not its record is written.
+func (s *Server) upgradeDenied(ctx context.Context, p *pigeon.Principal, where string) {
+	_ = s.e.Record(ctx, pigeon.EventAccessDenied, pigeon.CodeRateLimited, pigeon.AuditRecord{Principal: p.ID, Ref: "ws upgrade " + where})
 }
 
 // track registers an accepted connection unless the server is closing.
@@ -500,6 +520,10 @@ func (s *Server) holdRequest(principal string, n int64) (int64, bool) {
 // MaxRequestBytesPerPrincipal, shared with the principal's WebSocket
 // requests. It refuses RATE_LIMITED beyond the bound; otherwise release
 // gives the count back once the request no longer waits (call it once).
+// Its refusal is not audited here: it is the caller's to audit, which
+// knows its route, its request's context and the contract (as
+// publish.denied RATE_LIMITED, as a WebSocket request refused by the
+// bound is audited, Ref "ws request bytes").
 func (s *Server) HoldRequest(principal string, m *pigeon.Message) (release func(), err error) {
 	n, ok := s.holdRequest(principal, requestCost(m))
 	if !ok {
