@@ -27,7 +27,7 @@ func (s contractPanicStore) PutContract(ctx context.Context, c store.ContractRec
 	return s.Store.PutContract(ctx, c)
 }
 
-// TestAttack13NegotiatePanicClosesOnlyItsConnection: a negotiate frame,
+// TestNegotiatePanicClosesOnlyItsConnection: a negotiate frame,
 // worked on inline on the connection's read loop rather than on an op
 // worker, that panics is answered INTERNAL and its connection closed, as
 // any op's panic is (survive); the panic is logged, a card number in it
@@ -36,7 +36,7 @@ func (s contractPanicStore) PutContract(ctx context.Context, c store.ContractRec
 // with the card number whole, but left the hijacked connection open and
 // unanswered, never torn down: the client waited until its own deadline
 // (REQUEST_TIMEOUT).
-func TestAttack13NegotiatePanicClosesOnlyItsConnection(t *testing.T) {
+func TestNegotiatePanicClosesOnlyItsConnection(t *testing.T) {
 	logs := &testlog.Buffer{}
 	v := newEnv(t, &ws.Options{Logger: logs.Logger()}, func(o *pigeon.Options) {
 		o.Store = contractPanicStore{memory.New(nil)}
