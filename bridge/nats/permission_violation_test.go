@@ -15,7 +15,7 @@ import (
 // Forwarded and the broker was told it was delivered. It now reads the
 // connection's error after the flush: the publish fails, and the broker
 // redelivers it within the subject's retry policy.
-func TestAttack3CorePermissionViolationIsNotForwarded(t *testing.T) {
+func TestCorePermissionViolationIsNotForwarded(t *testing.T) {
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, Users: []*server.User{
 		{Username: "bridge", Password: "pw", Permissions: &server.Permissions{Publish: &server.SubjectPermission{Deny: []string{"bridge.denied"}}}},
 		{Username: "test", Password: "pw"},

@@ -40,7 +40,7 @@ const slack = 16 << 20
 // 64 MiB, header-heavy messages from a NATS publisher held about 1 GiB of
 // the bridge's memory. The bound is now 4 MiB, and the memory the route
 // holds stays within 16 times that.
-func TestAttack4CoreHeaderHeavyMessagesStayWithinTheBudget(t *testing.T) {
+func TestCoreHeaderHeavyMessagesStayWithinTheBudget(t *testing.T) {
 	v := newEnv(t)
 	b, err := New(Options{Dialer: transports[0].dialer(t, v.e), Credential: bridgeToken, NATS: v.nc, Routes: []Route{
 		{Name: "core-in", Direction: In, Subject: ordersSubject, NATSSubject: "legacy.core", Template: ordersTemplate},
@@ -81,7 +81,7 @@ func TestAttack4CoreHeaderHeavyMessagesStayWithinTheBudget(t *testing.T) {
 // messages holds at most fetchBatch times 1 MiB of them, besides
 // fetchBytes: about 40 MiB. This guards that budget: a larger batch or
 // byte bound breaks it.
-func TestAttack4JetStreamHeaderHeavyPullStaysWithinTheBudget(t *testing.T) {
+func TestJetStreamHeaderHeavyPullStaysWithinTheBudget(t *testing.T) {
 	v := newEnv(t)
 	st := v.stream(t, "LEGACY", "legacy.>")
 	_, err := v.js.PublishMsg(t.Context(), headerHeavy("legacy.orders", maxStoredHeaders+1))

@@ -19,7 +19,7 @@ import (
 // broker was told NATS took it. The connection's error handler, which the
 // bridge now wraps, hears both; the caller's handler is still called, and
 // given back when Run returns.
-func TestAttack4TwoRoutesDeniedAtOnce(t *testing.T) {
+func TestTwoRoutesDeniedAtOnce(t *testing.T) {
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, Users: []*server.User{
 		{Username: "bridge", Password: "pw", Permissions: &server.Permissions{Publish: &server.SubjectPermission{Deny: []string{"bridge.denied.>"}}}},
 	}})
@@ -73,7 +73,7 @@ func TestAttack4TwoRoutesDeniedAtOnce(t *testing.T) {
 
 // deniedSubject reads the subject of a publish violation as the server
 // quotes it, and nothing else.
-func TestAttack4DeniedSubject(t *testing.T) {
+func TestDeniedSubject(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		want string

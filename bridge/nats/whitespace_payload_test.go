@@ -12,7 +12,7 @@ import (
 // message without data, its bytes dropped silently, where any other
 // payload that is not JSON is refused. It is refused ENVELOPE_INVALID in
 // every mode; an empty payload is still a message without data.
-func TestAttack3WhiteSpacePayloadIsRefused(t *testing.T) {
+func TestWhiteSpacePayloadIsRefused(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		mode    Payload

@@ -1,8 +1,8 @@
-// Items the last client reviews left open: verification through a KeyCache
-// bounded as sealing is (a removed signing key stops verifying once the
-// cached list is older than VERIFY_MAX_AGE_MS, whatever the ttl), and the
-// resume bookkeeping of a handled delivery whose ack was refused or never
-// answered (the same in every client: handled, so not asked for again).
+// Verification through a KeyCache bounded as sealing is (a removed signing
+// key stops verifying once the cached list is older than VERIFY_MAX_AGE_MS,
+// whatever the ttl), and the resume bookkeeping of a handled delivery whose
+// ack was refused or never answered (the same in every client: handled, so
+// not asked for again).
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { connect, generateKeys, HttpClient, KeyCache, PigeonError, publicKeys, signMessage, VERIFY_MAX_AGE_MS } from "../dist/index.js";

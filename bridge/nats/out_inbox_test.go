@@ -13,7 +13,7 @@ import (
 // refused, but not the prefix a caller's connection replaces it with
 // (nats.CustomInboxPrefix), where the bridge's own requests (its PubAcks,
 // its read-backs) are answered, so Pigeon's publishers could answer them.
-func TestAttack3OutToACustomInboxIsRefused(t *testing.T) {
+func TestOutToACustomInboxIsRefused(t *testing.T) {
 	ns := runNATS(t, -1, "")
 	nc, err := nats.Connect(ns.ClientURL(), append(ConnectOptions(), nats.CustomInboxPrefix("_PRIV"))...)
 	require.NoError(t, err)

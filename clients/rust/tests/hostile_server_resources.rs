@@ -1,9 +1,8 @@
-//! A fourth attack review of the Rust client, with a hostile server (a raw
-//! WebSocket or HTTP endpoint of the test's own) and a careless
-//! application: renewals driven fast, server text in what is printed,
-//! frame sizes, queues without bound, a message run twice at once, a
-//! subscribe answered after close, hostile frames, HTTP redirects and
-//! answers a byte at a time.
+//! The Rust client against a hostile server (a raw WebSocket or HTTP
+//! endpoint of the test's own) and a careless application: renewals driven
+//! fast, server text in what is printed, frame sizes, queues without bound,
+//! a message run twice at once, a subscribe answered after close, hostile
+//! frames, HTTP redirects and answers a byte at a time.
 
 mod common;
 

@@ -1,6 +1,7 @@
-"""An attacker's fourth look at the Python WebSocket client: a hostile server
-(raw WebSocket endpoints of the test's own) and a careless caller, for the
-classes of holes just closed in the Go and TypeScript clients."""
+"""The Python WebSocket client against a hostile server (raw WebSocket
+endpoints of the test's own) and a careless caller driving its timers, logs,
+memory and handlers, for the classes of holes the Go and TypeScript clients
+guard against too."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import (
 // another principal that joins the group by name, with the same filter
 // or none, competes in a group of its own. With that filter the route
 // carries every message while another receiver sits in its group.
-func TestAttack3BridgeGroupBoundToItsPrincipal(t *testing.T) {
+func TestBridgeGroupBoundToItsPrincipal(t *testing.T) {
 	for _, filter := range []string{"", `principal.id != ""`} {
 		t.Run("intruder filter "+strconv.Quote(filter), func(t *testing.T) {
 			e := newEngine(t, withWorkQueue)

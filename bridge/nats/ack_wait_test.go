@@ -15,7 +15,7 @@ import (
 // durable, here the test's own pull) while the route still held them, and
 // published twice (harmless by their ids, but wasted). The route now keeps
 // them (InProgress) while they wait.
-func TestAttack4SlowBatchIsNotRedeliveredWhileHeld(t *testing.T) {
+func TestSlowBatchIsNotRedeliveredWhileHeld(t *testing.T) {
 	v := newEnv(t)
 	st := v.stream(t, "LEGACY", "legacy.>")
 	const ackWait = 2 * time.Second

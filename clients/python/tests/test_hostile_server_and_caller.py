@@ -1,6 +1,6 @@
-"""An attacker's third look at the Python client: a hostile or broken
-server (raw WebSocket and HTTP endpoints of the test's own) and a careless
-caller. Each test names what was done and what the client must answer."""
+"""The Python client against a hostile or broken server (raw WebSocket and
+HTTP endpoints of the test's own) and a careless caller. Each test names what
+was done and what the client must answer."""
 
 from __future__ import annotations
 

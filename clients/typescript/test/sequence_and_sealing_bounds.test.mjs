@@ -1,6 +1,5 @@
-// Items the last reviews left open in the TypeScript client: sequences
-// beyond 2^53, an unknown sealed alg in an error message, and sealing to a
-// key the recipient removed. Each test failed before its fix.
+// The TypeScript client and sequences beyond 2^53, an unknown sealed alg
+// in an error message, and sealing to a key the recipient removed. Each test failed before its fix.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { generateKeys, HttpClient, KeyCache, open, PigeonError, publicKeys, SEAL_MAX_AGE_MS, seal } from "../dist/index.js";
@@ -43,7 +42,7 @@ test("a pull answer to a message whose sequence JSON.parse rounded is refused, n
   });
   const errors = [];
   await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => {
-    // The pull leaves it out (test/attack9.test.mjs); a message held from
+    // The pull leaves it out (test/pulled_message_checks.test.mjs); a message held from
     // elsewhere with such a sequence is still refused by ack and nack.
     assert.deepEqual(await s.receive("x", { max: 1 }), []);
     assert.deepEqual(errors.map((e) => [e.code, e.details.messageId]), [["BAD_FRAME", "msg_big"]]);

@@ -18,7 +18,7 @@ import (
 // back from the stream the PubAck names, which must be the route's, at
 // the sequence it names; until the stream holds it, the publish fails
 // and the broker redelivers.
-func TestAttack3ForgedPubAckIsNotBelieved(t *testing.T) {
+func TestForgedPubAckIsNotBelieved(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		stream string // the route's Stream
@@ -76,7 +76,7 @@ func TestAttack3ForgedPubAckIsNotBelieved(t *testing.T) {
 // at a sequence the stream gave out, and not for a duplicate: a consumer
 // may take the message between the PubAck and its read-back. On a limits
 // stream, or beyond the stream's last sequence, it is not.
-func TestAttack3ReadBackOfARemovedMessage(t *testing.T) {
+func TestReadBackOfARemovedMessage(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
 		retention jetstream.RetentionPolicy
@@ -117,7 +117,7 @@ func TestAttack3ReadBackOfARemovedMessage(t *testing.T) {
 // A stream that transforms the subjects it takes stores what the route
 // publishes under another subject: the read-back still knows it for the
 // route's (by its Pigeon-Bridge header), rather than fail every publish.
-func TestAttack3ReadBackThroughASubjectTransform(t *testing.T) {
+func TestReadBackThroughASubjectTransform(t *testing.T) {
 	v := newEnv(t)
 	st, err := v.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "BUS", Subjects: []string{"out.orders"},
 		SubjectTransform: &jetstream.SubjectTransformConfig{Source: "out.orders", Destination: "stored.orders"}})

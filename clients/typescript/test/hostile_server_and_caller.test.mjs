@@ -1,4 +1,4 @@
-// Third look: a hostile or buggy server, a hostile network, a careless user.
+// A hostile or buggy server, a hostile network, a careless user.
 // Each test failed before its fix in src/.
 import assert from "node:assert/strict";
 import { createServer } from "node:http";

@@ -1,10 +1,9 @@
-"""Follow-up 28, client side: an ack frame answering one message id at two
-sequences (the id was reused once retention trimmed the first message) is
-answered with ``notPendingSequences`` in step with ``notPending``, and the
-client tells the settled answer from the refused one; a later message under
-a reused id does not wait for the old one's handler; a sealing key whose
-alg is not x25519 is refused before anything is sealed for it. Each test
-failed before its fix."""
+"""An ack frame answering one message id at two sequences (the id was
+reused once retention trimmed the first message) is answered with
+``notPendingSequences`` in step with ``notPending``, and the client tells the
+settled answer from the refused one; a later message under a reused id does
+not wait for the old one's handler; a sealing key whose alg is not x25519 is
+refused before anything is sealed for it. Each test failed before its fix."""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,4 @@
-// Fourth look: a hostile server driving the client's timers, logs, memory
+// A hostile server driving the client's timers, logs, memory
 // and handlers. Each test failed before its fix in src/.
 import assert from "node:assert/strict";
 import { test } from "node:test";
