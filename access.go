@@ -89,7 +89,7 @@ func validText(kind, s string) error {
 	case !utf8.ValidString(s):
 		return NewError(CodeInvalidArgument, "%s is not valid UTF-8", kind)
 	case hasControl(s):
-		return NewError(CodeInvalidArgument, "%s holds a control character", kind)
+		return NewError(CodeInvalidArgument, "%s holds a control or formatting character", kind)
 	}
 	return nil
 }
@@ -151,8 +151,8 @@ func validIDs(kind string, list []string) error {
 // valid id (see MaxIDLength), or there are more than MaxAccountAttributes
 // attributes, or an attribute's name is empty or longer than
 // MaxAttributeNameLength, its value longer than MaxAttributeValueLength,
-// or its name or value is not UTF-8 or holds a control character (C0,
-// DEL, C1). Nothing is created or audited then.
+// or its name or value is not UTF-8 or holds a control or formatting
+// character (hasControl). Nothing is created or audited then.
 func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err

@@ -918,7 +918,7 @@ func sortSubjects(s []SubjectPolicy) {
 }
 
 // principalText reports whether id is text: valid UTF-8 without control
-// characters.
+// or formatting characters (hasControl).
 func principalText(id string) bool {
 	return utf8.ValidString(id) && !hasControl(id)
 }

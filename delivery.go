@@ -484,8 +484,10 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	case hasControl(r.Reason):
 		// The reason is written whole into the replay.executed record and
 		// every receipt of it, read back by terminals and consoles: a line
-		// of text, without ESC, CSI, CR or any other control character.
-		return nil, deny(CodeBadRequest, "the reason holds a control character")
+		// of text, without ESC, CSI, CR or any other control character,
+		// and without a formatting character that reorders or breaks it
+		// (U+202E, U+2028: hasControl).
+		return nil, deny(CodeBadRequest, "the reason holds a control or formatting character")
 	}
 	ctr, code, reason := e.checkContract(ctx, c.ContractID, c.Principal, s, OpReplay)
 	switch {

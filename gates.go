@@ -111,16 +111,19 @@ func (envelopeGate) Check(_ context.Context, a *Admission) Verdict {
 	}
 	if hasControl(m.ID) {
 		// An id is a name of one line: delivery records' digests and the
-		// audit log's text form join ids by newlines.
-		return Deny(CodeEnvelopeInvalid, "the message id holds a control character")
+		// audit log's text form join ids by newlines. A formatting
+		// character (U+202E, U+2028) would show it as another.
+		return Deny(CodeEnvelopeInvalid, "the message id holds a control or formatting character")
 	}
 	if name := controlField(m); name != "" {
 		// The names of a message are written into audit records,
 		// decisions, quarantine records and receipts, and shown by
 		// consoles and tools: ESC, CSI (U+009B) or CR in one would drive
-		// the terminal that shows it. Reason is prose and data the
-		// publisher's payload: neither is refused for its content here.
-		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" holds a control character")
+		// the terminal that shows it, and U+202E (right-to-left override)
+		// or U+2028 (line separator) would show it, or the text after it,
+		// as another. Reason is prose and data the publisher's payload:
+		// neither is refused for its content here.
+		return Deny(CodeEnvelopeInvalid, "envelope field "+name+" holds a control or formatting character")
 	}
 	if isPAN(m.ID) {
 		// The id is written where data never is: in the audit log (which
@@ -157,8 +160,8 @@ func CheckRegion(region string) error {
 // controlField names the first name of m a publisher sets (subject,
 // type, intent, idempotencyKey, classification, region, replyTo,
 // correlationId, the signature's kid, alg and sig) that holds a control
-// character (C0, DEL, C1); "" when none does. The id is checked on its
-// own, source is the principal's, and reason is prose.
+// or formatting character (hasControl); "" when none does. The id is
+// checked on its own, source is the principal's, and reason is prose.
 func controlField(m *Message) string {
 	fields := [...]struct{ name, v string }{
 		{"subject", m.Subject}, {"type", m.Type}, {"intent", m.Intent}, {"idempotencyKey", m.IdempotencyKey},

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"pigeon"
 	"pigeon/internal/wire"
@@ -205,36 +204,6 @@ func fail(stderr io.Writer, cmd string, err error) int {
 	}
 	fmt.Fprintf(stderr, "pigeon %s: %s\n", cmd, printable(err.Error()))
 	return 1
-}
-
-// printable returns s, text that may come from a file or a peer (a policy
-// file's field name, a record's principal), with what a terminal would
-// act on written as Go escapes: C0 controls but tab (\x1b, \x0a: a line
-// of its own would fake a line of output), DEL, C1 controls (\u009b) and
-// bytes that are not UTF-8 (\x9b is CSI to an 8-bit terminal).
-func printable(s string) string {
-	unsafe := func(r rune) bool {
-		return r < 0x20 && r != '\t' || r >= 0x7f && r < 0xa0 || r == utf8.RuneError
-	}
-	i := strings.IndexFunc(s, unsafe)
-	if i < 0 {
-		return s
-	}
-	var b strings.Builder
-	b.WriteString(s[:i])
-	for s = s[i:]; s != ""; {
-		r, n := utf8.DecodeRuneInString(s)
-		switch {
-		case r == utf8.RuneError && n == 1, r < 0x80 && unsafe(r):
-			fmt.Fprintf(&b, `\x%02x`, s[0])
-		case unsafe(r) && r != utf8.RuneError:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteString(s[:n])
-		}
-		s = s[n:]
-	}
-	return b.String()
 }
 
 // parseInterspersed parses flags that may come before or after the

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -14,21 +15,46 @@ import (
 // log. A terminal acts on some of what that text may hold: C0 controls
 // (ESC starts a sequence, CR returns to the start of the line), DEL, C1
 // controls (U+009B is CSI) and bytes that are not UTF-8 (0x9b alone is
-// CSI to an 8-bit terminal). JSON is printed through terminalSafeJSON or
+// CSI to an 8-bit terminal). Others rearrange what it shows: the
+// formatting characters that reorder text or break its line
+// (reordering). JSON is printed through terminalSafeJSON or
 // writeJSONLine, other text through printable; %q is safe too
-// (strconv.Quote escapes what is not printable).
+// (strconv.Quote escapes what is not printable, these included).
+
+// reordering reports whether r is a formatting character that reorders
+// the text around it or breaks its line where a terminal, console or log
+// viewer shows it ("Trojan Source", CVE-2021-42574: "alice\u202Egnp.exe"
+// shows as "aliceexe.png"): U+061C ARABIC LETTER MARK, U+200E and U+200F
+// (the left-to-right and right-to-left marks), U+2028 LINE SEPARATOR and
+// U+2029 PARAGRAPH SEPARATOR, U+202A to U+202E (the embeddings and
+// overrides) and U+2066 to U+2069 (the isolates). They are the ones the
+// broker refuses in a name, as it refuses a control character; a record
+// stored before it did, or a message's data, may still hold them. The
+// zero width joiners (U+200C, U+200D) reorder nothing and are text.
+func reordering(r rune) bool {
+	switch {
+	case r == 0x061c, r == 0x200e, r == 0x200f:
+		return true
+	case r >= 0x2028 && r <= 0x202e:
+		return true
+	case r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
+}
 
 // terminalSafeJSON returns the JSON text b with what a terminal would act
-// on escaped, so that it reads as the same JSON. JSON allows DEL, C1
-// controls (U+009B is CSI) and, as Go reads it, bytes that are not UTF-8
-// unescaped in a string, and in valid JSON text they can be nowhere else:
-// each is written as a \u escape, a byte that is not UTF-8 as \ufffd (as
-// a decoder reads it). C0 controls cannot be in a string unescaped, and
-// between tokens b must hold none (json.Indent and json.Compact rewrite
-// that space).
+// on, or would reorder, escaped, so that it reads as the same JSON. JSON
+// allows DEL, C1 controls (U+009B is CSI), the formatting characters
+// that reorder text (reordering) and, as Go reads it, bytes that are not
+// UTF-8 unescaped in a string, and in valid JSON text they can be nowhere
+// else: each is written as a \u escape, a byte that is not UTF-8 as
+// \ufffd (as a decoder reads it). C0 controls cannot be in a string
+// unescaped, and between tokens b must hold none (json.Indent and
+// json.Compact rewrite that space).
 func terminalSafeJSON(b []byte) []byte {
 	unsafe := func(r rune, n int) bool {
-		return r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError && n == 1
+		return r == 0x7f || r >= 0x80 && r < 0xa0 || r == utf8.RuneError && n == 1 || reordering(r)
 	}
 	var out []byte
 	for i := 0; i < len(b); {
@@ -81,4 +107,36 @@ func (t terminalSafeRecords) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// printable returns s, text that may come from a file or a peer (a policy
+// file's field name, a record's principal), with what a terminal would
+// act on, or would reorder, written as Go escapes: C0 controls but tab
+// (\x1b, \x0a: a line of its own would fake a line of output), DEL, C1
+// controls (\u009b), the formatting characters that reorder text or break
+// its line (reordering: \u202e, \u2028) and bytes that are not UTF-8
+// (\x9b is CSI to an 8-bit terminal).
+func printable(s string) string {
+	unsafe := func(r rune) bool {
+		return r < 0x20 && r != '\t' || r >= 0x7f && r < 0xa0 || r == utf8.RuneError || reordering(r)
+	}
+	i := strings.IndexFunc(s, unsafe)
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for s = s[i:]; s != ""; {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1, r < 0x80 && unsafe(r):
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case unsafe(r) && r != utf8.RuneError:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }

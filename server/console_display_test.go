@@ -95,13 +95,15 @@ func TestConsoleSignInWithoutItsScriptKeepsTheTokenOutOfURLs(t *testing.T) {
 	}
 }
 
-// TestConsoleShowsInvisibleAndBidiCharactersOfPrincipalIDs: a principal
-// id comes from an identity provider, where a user may pick a name such
-// as U+202E followed by "nimda", which a browser draws as "admin". The
-// console shows such characters as escapes, so a decision is never seen
-// under another principal's name.
-func TestConsoleShowsInvisibleAndBidiCharactersOfPrincipalIDs(t *testing.T) {
-	const spoof = "\u202enimda"
+// TestConsoleShowsInvisibleCharactersOfPrincipalIDs: a principal id
+// comes from an identity provider, where a user may pick a name such as
+// U+200B (zero width space) followed by "admin", which a browser draws as
+// "admin". The console shows such characters as escapes (the same class
+// as the bidi overrides, which the broker now refuses in principal ids
+// but which records from before the rule may hold), so a decision is
+// never seen under another principal's name.
+func TestConsoleShowsInvisibleCharactersOfPrincipalIDs(t *testing.T) {
+	const spoof = "\u200badmin"
 	tokens := append(demo.Tokens(), pigeon.StaticToken{Token: "spoof-token", Principal: spoof})
 	feed := server.NewFeed(0)
 	e, err := pigeon.New(context.Background(), &pigeon.Options{Authenticator: pigeon.NewStaticTokens(tokens...),
@@ -132,9 +134,9 @@ func TestConsoleShowsInvisibleAndBidiCharactersOfPrincipalIDs(t *testing.T) {
 	poll("the decision", `document.querySelectorAll("#decisions tbody tr").length > 0`)
 	cells, err := chromedp.Run(page, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#decisions tbody tr")].map(tr => tr.cells[2].textContent)`))
 	require.NoError(t, err)
-	require.Contains(t, cells, `\u{202E}nimda`)
+	require.Contains(t, cells, `\u{200B}admin`)
 	for _, c := range cells {
-		require.NotContains(t, c, "\u202e")
+		require.NotContains(t, c, "\u200b")
 	}
 }
 

@@ -1,0 +1,107 @@
+package pigeon
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+)
+
+// formattingRunes are the formatting characters hasControl refuses
+// besides control characters: they reorder the text around them or break
+// its line where it is shown.
+var formattingRunes = []rune{
+	0x061c,         // ARABIC LETTER MARK
+	0x200e, 0x200f, // LEFT-TO-RIGHT and RIGHT-TO-LEFT MARK
+	0x2028, 0x2029, // LINE and PARAGRAPH SEPARATOR
+	0x202a, 0x202b, 0x202c, 0x202d, 0x202e, // the embeddings, POP DIRECTIONAL FORMATTING, the overrides
+	0x2066, 0x2067, 0x2068, 0x2069, // the isolates and POP DIRECTIONAL ISOLATE
+}
+
+// formattingNeighbours is text around the formatting runes that must stay
+// allowed: other scripts, the characters whose UTF-8 shares their first
+// bytes (U+2026 "…" and U+2027 before U+2028, U+202F after U+202E,
+// U+2065 and U+206A around the isolates, U+061B and U+061F around U+061C),
+// and the zero width joiners, which emoji, Persian and Indic scripts are
+// written with and which reorder nothing.
+var formattingNeighbours = []string{
+	"é", "日本", "réexécution ✓", "paiements — équipe 2",
+	"\u2026", "\u2027", "\u202f", "\u2065", "\u206a", "\u2070", "\u2030", "\u200b",
+	"\u061b", "\u061f", "مرحبا", "שלום",
+	"👩\u200d💻", "می\u200cخواهم", "क्\u200dष",
+}
+
+// isControlOrFormatting is hasControl read a rune at a time: the
+// reference the byte scan is checked against.
+func isControlOrFormatting(r rune) bool {
+	for _, f := range formattingRunes {
+		if r == f {
+			return true
+		}
+	}
+	return unicode.IsControl(r)
+}
+
+// hasControl refuses each formatting rune wherever it stands in a name,
+// and passes the text around them, the characters whose UTF-8 starts as
+// theirs and a sequence cut short included.
+func TestHasControlFindsFormattingCharacters(t *testing.T) {
+	for _, r := range formattingRunes {
+		f := string(r)
+		for _, s := range []string{f, "alice" + f + "gnp.exe", f + "orders", "orders." + f, "é" + f + "日本"} {
+			require.True(t, hasControl(s), "%q", s)
+		}
+	}
+	for _, s := range formattingNeighbours {
+		require.False(t, hasControl(s), "%q", s)
+		require.False(t, hasControl("orders."+s+".created"), "%q", s)
+	}
+	for _, s := range []string{"\xe2", "\xe2\x80", "a\xe2\x81", "\xd8", "\xc2"} {
+		require.False(t, hasControl(s), "a sequence cut short: %q", s)
+	}
+}
+
+// hasControl reads bytes where isControlOrFormatting reads runes: on
+// valid UTF-8 the two must agree, every control and formatting character
+// found and nothing else.
+func FuzzHasControlOrFormatting(f *testing.F) {
+	for _, s := range formattingNeighbours {
+		f.Add(s)
+	}
+	for _, r := range formattingRunes {
+		f.Add("a" + string(r) + "b")
+	}
+	for _, s := range []string{"", "orders.created", "a\x1b[2J", "\u009b2J", "\u00a0", "\u0100", "\u0180", "x\r", "\x7f", "\t", "é", "\xc2", "\xc2\x85", "\u0080\u009f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			hasControl(s) // reads no byte past the end
+			return
+		}
+		require.Equal(t, strings.ContainsFunc(s, isControlOrFormatting), hasControl(s), "%q", s)
+	})
+}
+
+// An audit record keeps a text with a formatting character quoted, as it
+// keeps one with a control character: a stored record from before the
+// names were refused, or a name the broker records without knowing it (a
+// subject it was asked for), shows as what it is, escapes and all.
+func TestAuditTextQuotesFormattingCharacters(t *testing.T) {
+	for _, r := range formattingRunes {
+		in := "alice" + string(r) + "gnp.exe"
+		got := auditText(in)
+		require.Equal(t, strconv.Quote(in), got)
+		require.Contains(t, got, fmt.Sprintf(`\u%04x`, r))
+		require.False(t, strings.ContainsFunc(got, isControlOrFormatting), "%q", got)
+	}
+	require.Equal(t, `"alice\u202egnp.exe"`, auditText("alice\u202egnp.exe"))
+	require.Equal(t, `"line one\u2028line two"`, auditText("line one\u2028line two"))
+	for _, s := range formattingNeighbours {
+		require.Equal(t, s, auditText(s), "text that reorders nothing is kept as it is")
+	}
+}
