@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -79,6 +81,55 @@ type StaticToken struct {
 	Roles      []string          `json:"roles,omitempty" yaml:"roles,omitempty"`
 }
 
+// Validate checks t as configuration states it (pigeon serve checks every
+// entry of its --tokens file with it, and refuses to start on an error):
+// a token; a principal that is an account id (1 to MaxIDLength bytes of
+// ASCII letters, digits and '.', '_', '-', ':', '@', '/', no '/'-separated
+// segment "." or ".."), as the account whose roles and attributes the
+// principal takes on is named; roles that are role names, by the same
+// rule; and attributes within the directory's bounds on an account's
+// (at most MaxAccountAttributes, names 1 to MaxAttributeNameLength bytes,
+// values at most MaxAttributeValueLength bytes, both UTF-8 without a
+// control or formatting character: hasControl), since they reach policy conditions, contracts,
+// audit records and the console as an account's do. The error is
+// INVALID_ARGUMENT and names the principal (quoted, its first 64 bytes),
+// never the token.
+//
+// NewStaticTokens does not call it: it skips an entry without a token or
+// a principal and takes the rest as given, and the engine refuses a
+// principal id that is not UTF-8 or holds a control or formatting character when it
+// authenticates it. An application that builds tokens from its own
+// configuration calls Validate on each.
+func (t StaticToken) Validate() error {
+	shown := strconv.Quote(t.Principal[:min(len(t.Principal), 64)])
+	if len(t.Principal) > 64 {
+		shown += "…"
+	}
+	refuse := func(err error) error {
+		var pe *Error
+		if errors.As(err, &pe) {
+			return NewError(CodeInvalidArgument, "the static token of principal %s: %s", shown, pe.Message)
+		}
+		return NewError(CodeInvalidArgument, "the static token of principal %s: %v", shown, err)
+	}
+	switch {
+	case t.Principal == "":
+		return NewError(CodeInvalidArgument, "a static token has no principal")
+	case t.Token == "":
+		return NewError(CodeInvalidArgument, "the static token of principal %s has no token", shown)
+	}
+	if err := validID("the principal", t.Principal); err != nil {
+		return refuse(err)
+	}
+	if err := validIDs("a role name", t.Roles); err != nil {
+		return refuse(err)
+	}
+	if err := validAttributes(t.Attributes); err != nil {
+		return refuse(err)
+	}
+	return nil
+}
+
 // StaticTokens authenticates a fixed set of bearer tokens. It is immutable once built and safe for
 // concurrent use. A token is looked up by its SHA-256 and then compared
 // with crypto/subtle, so how long a refusal takes does not depend on how
@@ -94,7 +145,9 @@ type staticEntry struct {
 	p     *Principal
 }
 
-// NewStaticTokens builds an authenticator from tokens (copied).
+// NewStaticTokens builds an authenticator from tokens (copied). An entry
+// without a token or a principal is skipped; nothing else is checked
+// (see StaticToken.Validate).
 func NewStaticTokens(tokens ...StaticToken) *StaticTokens {
 	s := &StaticTokens{byHash: make(map[[sha256.Size]byte]staticEntry, len(tokens))}
 	for _, t := range tokens {

@@ -22,7 +22,9 @@ type tokensFile struct {
 }
 
 // loadTokens reads a tokens file. Every entry needs a token and a
-// principal, and a token may appear once.
+// principal, and a token may appear once; each is checked with
+// pigeon.StaticToken.Validate (a principal and roles that are ids,
+// attributes within the directory's bounds).
 func loadTokens(path string) ([]pigeon.StaticToken, error) {
 	if err := checkNotWorldWritable(path); err != nil {
 		return nil, err
@@ -46,6 +48,12 @@ func loadTokens(path string) ([]pigeon.StaticToken, error) {
 			return nil, fmt.Errorf("%s: tokens[%d] has no principal", path, i)
 		case seen[t.Token]:
 			return nil, fmt.Errorf("%s: tokens[%d] repeats a token", path, i)
+		}
+		if err := t.Validate(); err != nil {
+			// The principal's id, roles and attributes as the directory
+			// takes an account's: the error names the principal, not the
+			// token.
+			return nil, fmt.Errorf("%s: tokens[%d]: %w", path, i, err)
 		}
 		seen[t.Token] = true
 	}

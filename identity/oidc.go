@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/netip"
@@ -87,7 +88,14 @@ type Issuer struct {
 	// name, 1 to pigeon.MaxIDLength bytes of ASCII letters, digits and
 	// . _ - : @ /, is dropped and logged); AttributeClaims maps attribute
 	// names to the claims whose values become them. A claim name may be a
-	// dotted path into nested objects ("realm_access.roles").
+	// dotted path into nested objects ("realm_access.roles"). Attribute
+	// names are held to the directory's bounds as the configuration is
+	// read: at most pigeon.MaxAccountAttributes of them, each 1 to
+	// pigeon.MaxAttributeNameLength bytes without a control character. A
+	// token whose attribute claim is longer than
+	// pigeon.MaxAttributeValueLength bytes or holds a control character
+	// (C0, tab and newline included, DEL, C1) is refused: see
+	// attributeValue.
 	PrincipalClaim  string
 	RolesClaim      string
 	AttributeClaims map[string]string
@@ -168,7 +176,10 @@ type issuer struct {
 	// that start with this one's: a principal of this issuer starting
 	// with one of them would be that issuer's.
 	shadows []string
-	log     *slog.Logger
+	// attrs are the names of cfg.AttributeClaims, sorted: a token with
+	// several values out of bounds is refused naming the same one.
+	attrs []string
+	log   *slog.Logger
 	// droppedWarned is when roles dropped from a token were last logged
 	// (unix nanoseconds; see roleNamesDropped).
 	droppedWarned atomic.Int64
@@ -267,6 +278,10 @@ func CheckIssuer(in Issuer) (Issuer, error) {
 			return c, fmt.Errorf("issuer %q: role %q is not a role name (1 to %d bytes of letters, digits and . _ - : @ /)", c.URL, r, pigeon.MaxIDLength)
 		}
 	}
+	if err := checkAttributeClaims(c.AttributeClaims); err != nil {
+		return c, fmt.Errorf("issuer %q: %w", c.URL, err)
+	}
+	c.AttributeClaims = maps.Clone(c.AttributeClaims)
 	c.TrustDomains = slices.Clone(c.TrustDomains)
 	for _, d := range c.TrustDomains {
 		if td, err := spiffeid.TrustDomainFromString(d); err != nil || td.Name() != d {
@@ -359,7 +374,7 @@ func newIssuer(in Issuer, o *OIDCOptions) (*issuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
-	is := &issuer{cfg: c, log: o.Logger}
+	is := &issuer{cfg: c, log: o.Logger, attrs: slices.Sorted(maps.Keys(c.AttributeClaims))}
 	for _, a := range c.Algorithms {
 		is.algs = append(is.algs, jose.SignatureAlgorithm(a))
 	}
@@ -599,8 +614,12 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 			p.Roles = nil
 		}
 	}
-	for attr, name := range is.cfg.AttributeClaims {
+	for _, attr := range is.attrs {
+		name := is.cfg.AttributeClaims[attr]
 		if v, ok := scalar(claim(claims, name)); ok && checkedClaim(claims, name) {
+			if err := attributeValue(v); err != nil {
+				return nil, refuse("the claim %q of attribute %q %s", name, attr, err)
+			}
 			if p.Attributes == nil {
 				p.Attributes = map[string]string{}
 			}
@@ -608,6 +627,75 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		}
 	}
 	return p, nil
+}
+
+// checkAttributeClaims checks an issuer's AttributeClaims against the
+// directory's bounds on an account's attributes (pigeon.Engine.CreateAccount):
+// at most pigeon.MaxAccountAttributes, every attribute name 1 to
+// pigeon.MaxAttributeNameLength bytes of UTF-8 without a control
+// character, and every claim named.
+func checkAttributeClaims(attrs map[string]string) error {
+	if len(attrs) > pigeon.MaxAccountAttributes {
+		return fmt.Errorf("%d attribute claims, more than an account's %d attributes", len(attrs), pigeon.MaxAccountAttributes)
+	}
+	for _, a := range slices.Sorted(maps.Keys(attrs)) {
+		switch {
+		case a == "":
+			return errors.New("an attribute name is empty")
+		case len(a) > pigeon.MaxAttributeNameLength:
+			// The name is not quoted: it is the long thing refused.
+			return fmt.Errorf("an attribute name is %d bytes, more than %d", len(a), pigeon.MaxAttributeNameLength)
+		case !utf8.ValidString(a) || strings.ContainsFunc(a, notTextRune):
+			return fmt.Errorf("the attribute name %q is not UTF-8 or holds a control character", a)
+		case attrs[a] == "":
+			return fmt.Errorf("the attribute %q names no claim", a)
+		}
+	}
+	return nil
+}
+
+// attributeValue checks the value of an attribute claim as the directory
+// checks an account's (pigeon.Engine.CreateAccount): at most
+// pigeon.MaxAttributeValueLength bytes, without a control character (C0,
+// tab and newline included, DEL, C1, and the formatting characters of
+// notTextRune), so that no policy condition,
+// contract, audit record, log or console line carries more, or is driven
+// by ESC, CSI or CR through it. The claims are valid UTF-8 (the JSON
+// decoder makes U+FFFD of anything else). The error does not quote the
+// value.
+//
+// A token with such a value is refused rather than the attribute dropped:
+// dropped, it would read as a token without the attribute, which a rule
+// that tests for its presence ("suspended" in principal.attributes, in a
+// deny rule) takes for a principal it lets through, and the attribute of
+// the same name of the principal's account would stand in for the
+// token's. Refusing costs only the bearer of the token: a user who put a
+// newline in a claim they set (a name) cannot sign in until they take it
+// out.
+func attributeValue(v string) error {
+	if len(v) > pigeon.MaxAttributeValueLength {
+		return fmt.Errorf("is %d bytes, longer than %d", len(v), pigeon.MaxAttributeValueLength)
+	}
+	if strings.ContainsFunc(v, notTextRune) {
+		return errors.New("holds a control character")
+	}
+	return nil
+}
+
+// notTextRune reports a rune the broker takes for a control character in
+// a name or a text it keeps (its hasControl): a control character as
+// unicode.IsControl reads one (C0, DEL, C1), or a formatting character
+// that reorders the text around it or breaks its line (U+061C, U+200E,
+// U+200F, U+2028 to U+202E, U+2066 to U+2069). TestAttributeValueBoundsAreTheEngines
+// holds it to the engine's.
+func notTextRune(r rune) bool {
+	switch {
+	case unicode.IsControl(r), r == 0x061c, r == 0x200e, r == 0x200f:
+		return true
+	case r >= 0x2028 && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
 }
 
 // verifiedBy maps the claims of OpenID Connect that a user may set to
