@@ -199,6 +199,7 @@ func (s *Server) consoleEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.holdConsoleStream(p.ID) {
+		s.boundDenied(r, p, pigeon.EventAccessDenied, boundConsoleStreams, pigeon.AuditRecord{})
 		writeError(w, pigeon.NewError(pigeon.CodeRateLimited,
 			"this principal holds the most console streams it may (%d): close a console first", s.opts.MaxConsoleStreamsPerPrincipal))
 		return

@@ -39,7 +39,15 @@ func auditCost(recs []pigeon.AuditRecord) int64 {
 // MaxReadBytesPerPrincipal, and package readpool), room for the engine's
 // largest answer before the read; the route's answer gives it back once
 // written.
-func (rq *request) reserveRead() error {
+//
+// A read refused RATE_LIMITED, for want of room, is audited
+// (boundDenied) as ev, the event of a refusal of the read (receive.denied,
+// replay.denied; access.denied for a read of the audit log or of the
+// quarantine), naming the contract and the subject the read names, if
+// any, and the bound: Ref "<route> read budget". A read whose request
+// ended while it waited (REQUEST_TIMEOUT) was refused by no bound and
+// leaves no record.
+func (rq *request) reserveRead(ev pigeon.Event, contractID, subject string) error {
 	var src pigeon.Source // whence an anonymous caller reads: none reaches here today
 	if rq.p == nil {
 		src = pigeon.SourceOf(rq.r.RemoteAddr)
@@ -47,6 +55,9 @@ func (rq *request) reserveRead() error {
 	rq.reader, rq.read = readpool.KeyOf(rq.p, src), true
 	n, err := rq.s.reads.Reserve(rq.ctx, rq.reader, readpool.ReadReserve(rq.s.e))
 	rq.held = n
+	if err != nil && pigeon.ErrorCode(err) == pigeon.CodeRateLimited {
+		rq.boundDenied(ev, boundReadBudget, contractID, subject, "")
+	}
 	return err
 }
 

@@ -14,7 +14,8 @@ import (
 // for a log of millions, and an auditor's credential must not be able to
 // keep every core at it; one principal walks it for one request at a
 // time. A request past either bound is answered 429 RATE_LIMITED at once,
-// with Retry-After.
+// with Retry-After, and audited (access.denied, Ref "GET
+// /v1/audit/receipts/{id} log walks"; see boundDenied).
 const maxLogWalks = 2
 
 // walkLog takes a slot for a walk of the audit log by principal: one of
@@ -63,10 +64,11 @@ func receipts(rq *request) (int, any, error) {
 	}
 	release, err := rq.s.walkLog(rq.p.ID)
 	if err != nil {
+		rq.boundDenied(pigeon.EventAccessDenied, boundLogWalks, "", "", "")
 		return 0, nil, err
 	}
 	defer release()
-	if err := rq.reserveRead(); err != nil {
+	if err := rq.reserveRead(pigeon.EventAccessDenied, "", ""); err != nil {
 		return 0, nil, err
 	}
 	rq.reread = true // a walk of the whole log, twice

@@ -56,9 +56,14 @@ func requestReply(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	// The request waits holding its message, as a WebSocket request does,
-	// and counts toward the same bound of its principal.
+	// and counts toward the same bound of its principal; refused by it,
+	// it is audited as the WebSocket's is (publish.denied, Ref "POST
+	// /v1/requests request bytes").
 	release, err := rq.s.ws.HoldRequest(c.Principal.ID, m)
 	if err != nil {
+		if pigeon.ErrorCode(err) == pigeon.CodeRateLimited {
+			rq.boundDenied(pigeon.EventPublishDenied, boundRequestBytes, c.ContractID, m.Subject, m.ID)
+		}
 		return 0, nil, err
 	}
 	defer release()

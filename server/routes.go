@@ -156,12 +156,19 @@ func (rq *request) stillMayCall(a access) error {
 // and returns it. The refusal stands whether or not its record is
 // written; a run of them from one principal is coalesced.
 func (s *Server) denied(r *http.Request, p *pigeon.Principal, refused *pigeon.Error) *pigeon.Error {
+	_ = s.e.Record(r.Context(), pigeon.EventAccessDenied, refused.Code, pigeon.AuditRecord{Principal: p.ID, Ref: operation(r)})
+	return refused
+}
+
+// operation names the operation r calls, for an audit record: its method
+// and the pattern of the route that serves it ("DELETE /v1/grants/{jti}"),
+// never the path the caller chose.
+func operation(r *http.Request) string {
 	op := r.Pattern
 	if !strings.Contains(op, " ") { // a pattern without its method
 		op = r.Method + " " + op
 	}
-	_ = s.e.Record(r.Context(), pigeon.EventAccessDenied, refused.Code, pigeon.AuditRecord{Principal: p.ID, Ref: op})
-	return refused
+	return op
 }
 
 // mayCall returns the refusal (403 FORBIDDEN) of r by p, an authenticated
@@ -333,7 +340,7 @@ func receive(rq *request) (int, any, error) {
 		return 0, nil, err
 	}
 	name := rq.r.PathValue("name")
-	if err := rq.reserveRead(); err != nil {
+	if err := rq.reserveRead(pigeon.EventReceiveDenied, c.ContractID, name); err != nil {
 		return 0, nil, err
 	}
 	if in.Ack == ackExplicit {
@@ -433,7 +440,7 @@ func replay(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rq.reserveRead(); err != nil {
+	if err := rq.reserveRead(pigeon.EventReplayDenied, c.ContractID, rq.r.PathValue("name")); err != nil {
 		return 0, nil, err
 	}
 	msgs, err := rq.s.e.Replay(rq.ctx, c, pigeon.ReplayRequest{Subject: rq.r.PathValue("name"),
@@ -469,7 +476,7 @@ func audit(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rq.reserveRead(); err != nil {
+	if err := rq.reserveRead(pigeon.EventAccessDenied, "", ""); err != nil {
 		return 0, nil, err
 	}
 	recs, err := rq.s.e.Audit(rq.ctx, from, n)
@@ -492,7 +499,7 @@ func listQuarantine(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := rq.reserveRead(); err != nil {
+	if err := rq.reserveRead(pigeon.EventAccessDenied, "", ""); err != nil {
 		return 0, nil, err
 	}
 	recs, err := rq.s.e.QuarantinePage(rq.ctx, pigeon.QuarantineQuery{Since: since, After: rq.query.Get("after"), Max: n})

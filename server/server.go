@@ -124,7 +124,8 @@ type Options struct {
 	// no cap). A stream is held for as long as its reader likes, so without
 	// it one auditor's token could hold every connection MaxConnections
 	// allows and lock every other client out. A stream beyond it is
-	// refused 429 RATE_LIMITED.
+	// refused 429 RATE_LIMITED and audited (access.denied, Ref "GET
+	// /v1/console/events console streams per principal").
 	MaxConsoleStreamsPerPrincipal int
 	// TrustedProxies lists the networks of the reverse proxies and load balancers in front of the server. A
 	// request whose TCP peer is in one of them is taken to come from the
@@ -148,9 +149,11 @@ type Options struct {
 	// asking for large answers and reading them slowly could keep a
 	// multiple of MaxReadBytes per connection in memory for up to
 	// WriteTimeout each. A read that finds no room waits up to two seconds
-	// and is then refused 429 RATE_LIMITED before anything is read. The
-	// WebSocket endpoint keeps a pool of its own, of this size unless
-	// WebSocket.MaxReadBytesInFlight says otherwise.
+	// and is then refused 429 RATE_LIMITED before anything is read, and
+	// audited (receive.denied, replay.denied, or access.denied for a page
+	// of the audit log, of the quarantine or of receipts; Ref "<route>
+	// read budget"). The WebSocket endpoint keeps a pool of its own, of
+	// this size unless WebSocket.MaxReadBytesInFlight says otherwise.
 	MaxReadBytesInFlight int64
 	// MaxReadBytesPerPrincipal bounds the part of MaxReadBytesInFlight
 	// the reads of one principal (of one source, for a caller without
