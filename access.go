@@ -542,6 +542,9 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 		return CodeOK, ""
 	}
 	now, code := e.dir.effectiveRoles(c.info.Principal, c.info.BaseRoles, c.info.GrantID, e.now())
+	if code == CodeStoreUnavailable {
+		return code, behindText
+	}
 	if code != CodeOK {
 		return code, "the grant behind this contract was revoked or expired"
 	}

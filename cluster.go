@@ -102,7 +102,9 @@ const (
 	ChangeAppended ClusterChangeKind = iota + 1
 	// ChangeDirectory: an account, role, grant or grant revocation changed;
 	// the engine reloads its access directory and every contract's next
-	// check sees the new one.
+	// check sees the new one. While the reload fails (or has run for a
+	// second without an answer), the engine refuses every authorization
+	// with STORE_UNAVAILABLE rather than judge it on the old directory.
 	ChangeDirectory
 	// ChangeContract: the stored contract ContractID changed (revoked).
 	ChangeContract
@@ -215,6 +217,23 @@ func (e *Engine) untilApplied(what string, apply func() error) bool {
 	}
 }
 
+// directoryBehind reports that the access directory fell behind a change
+// another node made (behind, with the reload's error), or caught up. While
+// it is behind, every authorization that consults it is refused
+// STORE_UNAVAILABLE (see directory.behind): a revocation made elsewhere
+// must not wait here for as long as the store cannot be read. Live
+// subscriptions are woken, so that they stop now rather than deliver on
+// the old directory.
+func (e *Engine) directoryBehind(behind bool, cause error) {
+	if behind {
+		e.opts.Logger.Error("pigeon: the access directory is behind a change another node made and cannot be read again; every authorization on this node is refused STORE_UNAVAILABLE until a reload succeeds",
+			"err", cause)
+		e.onAccessChanged()
+		return
+	}
+	e.opts.Logger.Info("pigeon: the access directory caught up with the other nodes; authorizations resume")
+}
+
 // applyChange applies c, another node's change. Watch may call it on a
 // goroutine of the Cluster's own, so it survives its own panics: one
 // reading the store is retried (untilApplied); any other is logged and
@@ -227,7 +246,7 @@ func (e *Engine) applyChange(c ClusterChange) {
 			f.appended(c.Seq)
 		}
 	case ChangeDirectory:
-		if !e.untilApplied("reloading the access directory", func() error { return e.dir.reload(e.ctx, e.opts.Logger) }) {
+		if !e.untilApplied("reloading the access directory", func() error { return e.dir.reload(e.ctx, e.opts.Logger, e.directoryBehind) }) {
 			return
 		}
 		e.onAccessChanged()

@@ -394,6 +394,9 @@ func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, erro
 		base = p.Roles
 	}
 	roles, code := e.dir.effectiveRoles(p.ID, base, p.grantID, now)
+	if code == CodeStoreUnavailable {
+		return p, errBehind()
+	}
 	if code != CodeOK {
 		return p, NewError(code, "the grant this principal authenticated with was revoked or has expired; authenticate again")
 	}

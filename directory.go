@@ -44,7 +44,12 @@ const (
 // same lock, so that records of changes are written in the order of the
 // changes.
 type directory struct {
-	st       store.Store
+	st store.Store
+	// changing is held by a change for as long as d.mu, and by a reload
+	// while it reads the store, which it does without d.mu: a reload's
+	// read includes every change of this node, while authorizations go on
+	// reading the maps (and a reload that hangs cannot hold them up).
+	changing sync.Mutex
 	mu       sync.RWMutex
 	accounts map[string]*Account
 	roles    map[string]*Role
@@ -62,6 +67,58 @@ type directory struct {
 	// CreatedAt, as contracts and grants tell their account.
 	created time.Time
 	ver     atomic.Uint64
+	// behind is set while a change another node made has not been
+	// applied here (a reload failed, or has run for directoryStaleAfter):
+	// every authorization that consults the directory is refused
+	// (errBehind) rather than judged on what may have been taken away
+	// elsewhere. Written under staleMu, read without a lock.
+	behind    atomic.Bool
+	staleMu   sync.Mutex
+	reloading bool // a reload is reading the store; under staleMu
+}
+
+// directoryStaleAfter bounds how long a reload of the directory (after
+// another node changed it) may read the store before the directory counts
+// as behind: a read that hangs (a store unreachable without an error, a
+// request that waits for its own timeout) ends authorizing on the old
+// directory after this long. A read that fails does so at once. It is
+// well within the liveness bound after which a ClusterBarrier stops
+// waiting for a node that does not confirm (store/jetstream: 3 s by
+// default), so a revocation another node waited for is refused here
+// before the other node could pass this one over as gone.
+const directoryStaleAfter = time.Second
+
+// lockChange locks d for a change; the returned func unlocks it.
+func (d *directory) lockChange() func() {
+	d.changing.Lock()
+	d.mu.Lock()
+	return func() {
+		d.mu.Unlock()
+		d.changing.Unlock()
+	}
+}
+
+// errBehind is the refusal of an authorization, or of a change whose
+// check reads the directory, while the directory is behind.
+func errBehind() error { return NewError(CodeStoreUnavailable, behindText) }
+
+// behindText is the text of errBehind, and of a contract's check refused
+// while the directory is behind.
+const behindText = "this node's access directory is behind a change made on another node and cannot be read again yet; retry later or on another node"
+
+// isBehind reports whether the directory is behind another node's change.
+func (d *directory) isBehind() bool { return d.behind.Load() }
+
+// setBehind records whether the directory is behind, and reports whether
+// that changed. A change bumps the version, so that every contract's next
+// check reads it. staleMu is held.
+func (d *directory) setBehind(behind bool) bool {
+	if d.behind.Load() == behind {
+		return false
+	}
+	d.behind.Store(behind)
+	d.bump()
+	return true
 }
 
 // version is the directory's version: it changes whenever what any
@@ -273,7 +330,7 @@ func checkPermission(i int, p Permission) error {
 		return NewError(CodeBadRequest, "permissions[%d]: subject is required", i)
 	}
 	if !utf8.ValidString(p.Subject) || hasControl(p.Subject) {
-		return NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control characters", i, p.Subject)
+		return NewError(CodeBadRequest, "permissions[%d]: subject %q is not UTF-8 text without control or formatting characters", i, p.Subject)
 	}
 	if len(p.Operations) == 0 {
 		return NewError(CodeBadRequest, "permissions[%d]: operations are required", i)
@@ -312,22 +369,62 @@ func checkStoredGrant(g *grantRecord) error {
 }
 
 // reload reads the directory again from its store, where another node
-// changed it, and bumps the version. It holds the write lock while it
-// reads, as a change does while it persists: what it reads then includes
-// every change of this node, so a reload never takes one back.
-func (d *directory) reload(ctx context.Context, log *slog.Logger) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// changed it, and bumps the version. It holds d.changing while it reads,
+// as a change does while it persists: what it reads then includes every
+// change of this node, so a reload never takes one back. It takes d.mu
+// only to put what it read in place: authorizations read the old
+// directory meanwhile.
+//
+// While another node's change is not applied, the directory is behind
+// (see behind): from the moment a reload fails (the store unreachable,
+// or a record load refuses as STORE_CORRUPT), or once one has read for
+// directoryStaleAfter without an answer, until a reload succeeds. Each
+// change of that state is reported to changed (from another goroutine
+// for a reload that hangs) with the error that caused it (nil: caught up).
+func (d *directory) reload(ctx context.Context, log *slog.Logger, changed func(behind bool, cause error)) (err error) {
+	d.changing.Lock()
+	defer d.changing.Unlock()
+	d.staleMu.Lock()
+	d.reloading = true
+	d.staleMu.Unlock()
+	slow := time.AfterFunc(directoryStaleAfter, func() {
+		d.staleMu.Lock()
+		flipped := d.reloading && d.setBehind(true)
+		d.staleMu.Unlock()
+		if flipped {
+			changed(true, NewError(CodeStoreUnavailable, "reading the directory has taken over %s", directoryStaleAfter))
+		}
+	})
+	defer slow.Stop()
+	applied := false
+	defer func() {
+		// A read that panicked (a store of a third party; the caller
+		// recovers it) is a failed read too.
+		cause := err
+		if !applied && cause == nil {
+			cause = NewError(CodeStoreUnavailable, "reading the directory panicked")
+		}
+		d.staleMu.Lock()
+		d.reloading = false
+		flipped := d.setBehind(!applied)
+		d.staleMu.Unlock()
+		if flipped {
+			changed(!applied, cause)
+		}
+	}()
 	var fresh directory
 	if err := fresh.load(ctx, d.st, log); err != nil {
 		return err
 	}
+	d.mu.Lock()
 	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
 	d.keyOwner = fresh.keyOwner
 	if fresh.created.After(d.created) {
 		d.created = fresh.created
 	}
 	d.bump()
+	d.mu.Unlock()
+	applied = true
 	return nil
 }
 
@@ -394,8 +491,10 @@ func (d *directory) accountList() []Account {
 // then. a.CreatedAt, when not after every account's the directory has
 // held, is moved a nanosecond past the latest (see created).
 func (d *directory) createAccount(ctx context.Context, a *Account, then func()) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
+	if d.isBehind() {
+		return errBehind() // the id may be taken, or a key claimed, on another node
+	}
 	if _, ok := d.accounts[a.ID]; ok {
 		return NewError(CodeConflict, "account %s exists", a.ID)
 	}
@@ -428,8 +527,10 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 // made, and then's audit records of two changes are written in their
 // order.
 func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Account) error, then func(before, after *Account)) (Account, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
+	if d.isBehind() {
+		return Account{}, errBehind() // storing the old account would undo another node's change
+	}
 	cur, ok := d.accounts[id]
 	if !ok {
 		return Account{}, NewError(CodeNotFound, "no account %s", id)
@@ -468,8 +569,10 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 // calls then (when not nil) under the lock, so that the audit records of
 // two changes of the account are written in their order.
 func (d *directory) removeAccountRole(ctx context.Context, id, role string, then func()) (Account, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
+	if d.isBehind() {
+		return Account{}, errBehind() // storing the old account would undo another node's change
+	}
 	cur, ok := d.accounts[id]
 	if !ok {
 		return Account{}, NewError(CodeNotFound, "no account %s", id)
@@ -505,9 +608,11 @@ func (d *directory) removeAccountRole(ctx context.Context, id, role string, then
 // fail between the two, the account is left with fewer grants, never an
 // account of that id created later with the grants of this one.
 func (d *directory) deleteAccount(ctx context.Context, id string, then func()) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
 	if _, ok := d.accounts[id]; !ok {
+		if d.isBehind() {
+			return errBehind()
+		}
 		return NewError(CodeNotFound, "no account %s", id)
 	}
 	for jti, g := range d.grants {
@@ -696,8 +801,7 @@ func (d *directory) roleList() []Role {
 
 // putRole defines or replaces role r, then calls then.
 func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
 	if err := d.put(ctx, bucketRoles, r.Name, r); err != nil {
 		return err
 	}
@@ -709,9 +813,11 @@ func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
 
 // deleteRole removes role name (NOT_FOUND otherwise), then calls then.
 func (d *directory) deleteRole(ctx context.Context, name string, then func()) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
 	if _, ok := d.roles[name]; !ok {
+		if d.isBehind() {
+			return errBehind()
+		}
 		return NewError(CodeNotFound, "no role %s", name)
 	}
 	if err := storeError(d.st.Delete(ctx, bucketRoles, name)); err != nil {
@@ -729,8 +835,10 @@ func (d *directory) deleteRole(ctx context.Context, name string, then func()) er
 // account a role later does not give it to the grants issued before. It
 // calls then under the lock once the grant is stored.
 func (d *directory) addGrant(ctx context.Context, g *grantRecord, then func()) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
+	if d.isBehind() {
+		return errBehind() // the account's roles may be fewer on another node
+	}
 	a := d.accounts[g.Account]
 	if a == nil || !g.of(a) {
 		return NewError(CodeNotFound, "no account %s", g.Account)
@@ -752,10 +860,12 @@ func (d *directory) addGrant(ctx context.Context, g *grantRecord, then func()) e
 // returns the account it was issued to, calling then with it under the
 // lock. Revoking twice is not an error.
 func (d *directory) revokeGrant(ctx context.Context, jti string, then func(account string)) (account string, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
 	g, ok := d.grants[jti]
 	if !ok {
+		if d.isBehind() {
+			return "", errBehind() // issued on another node since, perhaps
+		}
 		return "", NewError(CodeNotFound, "no grant %s", jti)
 	}
 	if _, done := d.revoked[jti]; !done {
@@ -808,8 +918,7 @@ func (d *directory) pruneGrants(ctx context.Context, cutoff time.Time, max int) 
 	if len(grants)+len(revoked) == 0 {
 		return 0, nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.lockChange()()
 	n := 0
 	for _, jti := range grants {
 		if g := d.grants[jti]; g == nil || !g.ExpiresAt.Before(cutoff) {
@@ -848,10 +957,15 @@ func (d *directory) grantExpiry(jti string) (at time.Time, ok bool) {
 // roles it carries (baseRoles) and its account's, or, for a grant token
 // (grantID), the grant's roles that the account still holds. A revoked,
 // expired or unknown grant, one issued to another account, or one whose
-// account is gone, is worth nothing (GRANT_REVOKED).
+// account is gone, is worth nothing (GRANT_REVOKED). While the directory
+// is behind another node's change, no credential is worth anything here
+// (STORE_UNAVAILABLE): the change may have taken it away.
 func (d *directory) effectiveRoles(principal string, baseRoles []string, grantID string, now time.Time) ([]string, Code) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
+	if d.isBehind() {
+		return nil, CodeStoreUnavailable
+	}
 	a := d.accounts[principal]
 	if grantID != "" {
 		g := d.grants[grantID]
@@ -872,10 +986,14 @@ func (d *directory) effectiveRoles(principal string, baseRoles []string, grantID
 // it without a selector; otherwise the selectors that scope it. A
 // permission whose selector does not parse (only a store written behind
 // the broker's back holds one: PutRole refuses it) grants nothing, so it
-// can never widen a scope to the whole subject.
+// can never widen a scope to the whole subject. While the directory is
+// behind another node's change, no role grants anything.
 func (d *directory) permissionScope(roles []string, subject string, op Operation) (scope []Selector, ok bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
+	if d.isBehind() {
+		return nil, false
+	}
 	unscoped := false
 	for _, name := range roles {
 		r := d.roles[name]

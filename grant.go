@@ -180,6 +180,9 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 		return nil, NewError(CodeUnauthenticated, "invalid grant token")
 	}
 	roles, code := e.dir.effectiveRoles(claims.Subject, nil, claims.ID, e.now())
+	if code == CodeStoreUnavailable {
+		return nil, errBehind() // the token may be good: not refused as one that is not
+	}
 	if code != CodeOK {
 		return nil, NewError(CodeUnauthenticated, "the grant was revoked or has expired")
 	}

@@ -1,0 +1,294 @@
+package pigeon_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/testlog"
+	"pigeon/store/memory"
+	"pigeon/transport/transporttest"
+)
+
+// directoryReads is a node's view of the shared store whose listings of
+// the directory's buckets can be made to fail, as a store that is
+// unreachable from this node, or to hang until released.
+type directoryReads struct {
+	nodeStore
+	mu     sync.Mutex
+	fail   bool
+	panics bool          // a failing listing panics, as a store with a bug might
+	hang   chan struct{} // not nil: a listing waits until it is closed
+}
+
+var errUnreachable = errors.New("store unreachable from this node")
+
+func (s *directoryReads) List(ctx context.Context, bucket string) (map[string][]byte, error) {
+	s.mu.Lock()
+	fail, panics, hang := s.fail, s.panics, s.hang
+	s.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if fail && panics {
+		panic("listing " + bucket + " failed")
+	}
+	if fail {
+		return nil, errUnreachable
+	}
+	return s.nodeStore.List(ctx, bucket)
+}
+
+func (s *directoryReads) set(fail, panics bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail, s.panics = fail, panics
+}
+
+// holdReads makes listings wait until the returned func is called.
+func (s *directoryReads) holdReads() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hang := make(chan struct{})
+	s.hang = hang
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.hang = nil
+			s.mu.Unlock()
+			close(hang)
+		})
+	}
+}
+
+// staleCluster is two nodes on one memory store: a, whose reads succeed,
+// and b, whose directory reads the test controls and whose log it reads.
+type staleCluster struct {
+	h      *hub
+	a, b   *pigeon.Engine
+	aNode  *hubNode
+	shared *memory.Store
+	bReads *directoryReads
+	bLog   *testlog.Buffer
+}
+
+func newStaleCluster(t *testing.T) *staleCluster {
+	t.Helper()
+	c := &staleCluster{h: &hub{leases: map[string]*hubLease{}}, shared: memory.New(nil), bLog: &testlog.Buffer{}}
+	oa := accessFixtureOptions()
+	c.aNode = c.h.node()
+	oa.Store, oa.Cluster = nodeStore{Store: c.shared, audit: memory.New(nil)}, c.aNode
+	ob := accessFixtureOptions()
+	c.bReads = &directoryReads{nodeStore: nodeStore{Store: c.shared, audit: memory.New(nil)}}
+	ob.Store, ob.Cluster, ob.Logger = c.bReads, c.h.node(), c.bLog.Logger()
+	for _, x := range []struct {
+		o *pigeon.Options
+		e **pigeon.Engine
+	}{{oa, &c.a}, {ob, &c.b}} {
+		e, err := pigeon.New(ctx, x.o)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+		*x.e = e
+	}
+	return c
+}
+
+// accessFixtureOptions are the options of accessFixture: the test
+// catalog with rooms.chat, whose publish only a role grants, and the
+// tokens of carol and dave.
+func accessFixtureOptions() *pigeon.Options {
+	o := transporttest.Options()
+	o.Catalog.Subjects = append(o.Catalog.Subjects, pigeon.SubjectPolicy{
+		Name: "rooms.chat", Version: "v1", Mode: pigeon.ModePubSub, Intents: []string{"chat"},
+		Policy: map[pigeon.Operation][]pigeon.RuleSpec{
+			pigeon.OpReceive: {{Effect: "allow", Roles: []string{"moderator"}}},
+		},
+	})
+	o.Authenticator = pigeon.NewStaticTokens(append(o.Authenticator.(*pigeon.StaticTokens).Tokens(),
+		pigeon.StaticToken{Token: "carol-token", Principal: carol},
+		pigeon.StaticToken{Token: "dave-token", Principal: dave})...)
+	o.Now = nil
+	return o
+}
+
+// requireLogged waits until b logged text: a state change is logged just
+// after it takes effect.
+func (c *staleCluster) requireLogged(t *testing.T, text string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(c.bLog.String(), text) }, 10*time.Second, 5*time.Millisecond, "%s", c.bLog.String())
+}
+
+// announce tells b of a directory change a made, as a's Cluster would.
+func (c *staleCluster) announce() {
+	c.h.broadcast(c.aNode, pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
+}
+
+// TestClusterDirectoryBehindFailsClosed: another node takes access away
+// (revokes a grant, takes a role from an account) while this node cannot
+// read the directory again (the store unreachable from it, a record it
+// refuses as corrupt, a read that hangs). Before, this node retried the
+// reload for as long as it failed and meanwhile authorized every
+// operation on its old directory: the revoked grant and the removed role
+// went on publishing here. Now the directory is behind from the first
+// failed read (or once a reload has run for directoryStaleAfter): every
+// check that consults it is refused STORE_UNAVAILABLE, the revoked
+// principal's included, until a reload succeeds; then this node recovers
+// by itself and the change is in force.
+func TestClusterDirectoryBehindFailsClosed(t *testing.T) {
+	type failure struct {
+		name string
+		// hangs: a change made on b waits for the reload that hangs
+		// (it holds the directory's change lock) rather than fail.
+		hangs  bool
+		break_ func(t *testing.T, c *staleCluster) (heal func())
+	}
+	unreachable := failure{"the store unreachable", false, func(_ *testing.T, c *staleCluster) func() {
+		c.bReads.set(true, false)
+		return func() { c.bReads.set(false, false) }
+	}}
+	panics := failure{"a read that panics", false, func(_ *testing.T, c *staleCluster) func() {
+		c.bReads.set(true, true)
+		return func() { c.bReads.set(false, false) }
+	}}
+	corrupt := failure{"a corrupt record", false, func(t *testing.T, c *staleCluster) func() {
+		// An account stored under another id: load refuses it.
+		require.NoError(t, c.shared.Put(ctx, "accounts", "mallory", []byte(`{"id":"`+dave+`","createdAt":"2026-11-29T12:00:00Z","roles":["member"]}`)))
+		return func() { require.NoError(t, c.shared.Delete(ctx, "accounts", "mallory")) }
+	}}
+	hangs := failure{"a read that hangs", true, func(t *testing.T, c *staleCluster) func() {
+		release := c.bReads.holdReads()
+		t.Cleanup(release)
+		return release
+	}}
+
+	type change struct {
+		name string
+		// session connects the principal the change cuts off on b.
+		session func(t *testing.T, c *staleCluster) pigeon.Session
+		// take makes the change on a.
+		take func(t *testing.T, c *staleCluster)
+		// refused is what the cut-off principal gets once b applied it.
+		refused pigeon.Code
+	}
+	var jti string
+	revokeGrant := change{"a grant revoked", func(t *testing.T, c *staleCluster) pigeon.Session {
+		g, err := c.a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+		require.NoError(t, err)
+		jti = g.JTI
+		c.announce()
+		return connectEventually(t, c.b, g.Token)
+	}, func(t *testing.T, c *staleCluster) {
+		require.NoError(t, c.a.RevokeGrant(ctx, jti))
+	}, pigeon.CodeGrantRevoked}
+	removeRole := change{"a role removed", func(t *testing.T, c *staleCluster) pigeon.Session {
+		return connectEventually(t, c.b, "carol-token")
+	}, func(t *testing.T, c *staleCluster) {
+		_, err := c.a.RemoveAccountRole(ctx, carol, "member")
+		require.NoError(t, err)
+	}, pigeon.CodeGrantRevoked}
+
+	for _, tc := range []struct {
+		change  change
+		failure failure
+	}{
+		{revokeGrant, unreachable},
+		{removeRole, unreachable},
+		{revokeGrant, corrupt},
+		{removeRole, hangs},
+		{revokeGrant, panics},
+	} {
+		t.Run(tc.change.name+" with "+tc.failure.name, func(t *testing.T) {
+			c := newStaleCluster(t)
+			_, err := c.a.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+			require.NoError(t, err)
+			_, err = c.a.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+			require.NoError(t, err)
+			// A grant nothing takes away: while b is behind, its token is
+			// not worth anything there either, but it is not refused as a
+			// revoked one (a client would throw a good token away).
+			spare, err := c.a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+			require.NoError(t, err)
+			c.announce()
+			require.NoError(t, connectEventually(t, c.b, spare.Token).Close(ctx))
+			cut := tc.change.session(t, c)
+			defer cut.Close(ctx)
+			// bob, whom nothing was taken from, publishes on chat.messages
+			// by the catalog's principal rule.
+			other := connectEventually(t, c.b, "bob-token", "chat.messages")
+			defer other.Close(ctx)
+			sub, err := other.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil })
+			require.NoError(t, err)
+			defer func() { _ = sub.Unsubscribe(ctx) }()
+			_, err = cut.Publish(ctx, chatIn("lobby", "before"))
+			require.NoError(t, err)
+			_, err = other.Publish(ctx, chatMessage("before"))
+			require.NoError(t, err)
+
+			heal := tc.failure.break_(t, c)
+			tc.change.take(t, c)
+			c.announce()
+
+			require.Eventually(t, func() bool {
+				_, err := cut.Publish(ctx, chatIn("lobby", "while behind"))
+				return err != nil
+			}, 10*time.Second, 5*time.Millisecond, "the principal another node cut off is refused here while the change is not applied")
+			_, err = cut.Publish(ctx, chatIn("lobby", "while behind"))
+			requireCode(t, err, pigeon.CodeStoreUnavailable)
+			_, err = other.Publish(ctx, chatMessage("while behind"))
+			requireCode(t, err, pigeon.CodeStoreUnavailable)
+			_, err = c.b.Connect(ctx, "bob-token", []string{"chat.messages"})
+			requireCode(t, err, pigeon.CodeStoreUnavailable)
+			_, err = c.b.Connect(ctx, spare.Token, []string{"rooms.chat"})
+			requireCode(t, err, pigeon.CodeStoreUnavailable)
+			c.requireLogged(t, "access directory is behind")
+			require.Eventually(t, func() bool { return pigeon.ErrorCode(sub.Err()) == pigeon.CodeStoreUnavailable }, 10*time.Second, 5*time.Millisecond,
+				"a running subscription stops rather than deliver on the old directory")
+
+			if !tc.failure.hangs {
+				// b's copy of carol's account is the old one: storing it
+				// with a role added would give back what a took away.
+				_, err = c.b.AddAccountRole(ctx, carol, "moderator")
+				requireCode(t, err, pigeon.CodeStoreUnavailable)
+			}
+
+			heal()
+			require.Eventually(t, func() bool {
+				_, err := other.Publish(ctx, chatMessage("after"))
+				return err == nil
+			}, 30*time.Second, 10*time.Millisecond, "the node recovers by itself once a reload succeeds")
+			_, err = cut.Publish(ctx, chatIn("lobby", "after"))
+			requireCode(t, err, tc.change.refused)
+			c.requireLogged(t, "access directory caught up")
+			a, err := c.a.GetAccount(ctx, carol)
+			require.NoError(t, err)
+			require.NotContains(t, a.Roles, "moderator")
+		})
+	}
+}
+
+// connectEventually connects credential to b for subjects (rooms.chat by
+// default) once b has applied the directory changes that allow it.
+func connectEventually(t *testing.T, e *pigeon.Engine, credential string, subjects ...string) pigeon.Session {
+	t.Helper()
+	if len(subjects) == 0 {
+		subjects = []string{"rooms.chat"}
+	}
+	var s pigeon.Session
+	require.Eventually(t, func() bool {
+		var err error
+		s, err = e.Connect(ctx, credential, subjects)
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond)
+	return s
+}
