@@ -43,9 +43,14 @@ const (
 	// coalescedRef is the Ref prefix of the record standing for a run's
 	// counted refusals; the count follows it.
 	coalescedRef = "coalesced:"
-	// coalescedLast precedes, in the Ref of an access.denied run's
-	// record, the route its latest refusal named.
+	// coalescedLast precedes, in the Ref of a run's record (but
+	// auth.failed's, whose run is one Ref), the Ref of its latest refusal:
+	// the route, or the bound, or the place, it was refused at.
 	coalescedLast = "last:"
+	// coalescedMixed follows the count, before coalescedLast, when the
+	// refusals the record stands for did not all carry one Ref, so that
+	// the latest is not read as where every one of them was refused.
+	coalescedMixed = "(refs differ)"
 )
 
 // coalesceKey names a run: refusals of one event, principal, subject,
@@ -98,23 +103,43 @@ type run struct {
 	start time.Time         // when the written first refusal was made
 	last  store.AuditRecord // the latest counted refusal
 	n     uint64            // refusals counted, not written
+	mixed bool              // the counted refusals carried more than one Ref
+}
+
+// count adds rec, a refusal of the run within its window, to the count.
+func (r *run) count(rec *store.AuditRecord) {
+	if r.n > 0 && rec.Ref != r.last.Ref {
+		r.mixed = true
+	}
+	r.n++
+	r.last = *rec
 }
 
 // summary is the record standing for the counted refusals of r: the
 // latest one's fields, no message id, and Ref naming how many, then, for
 // auth.failed, whose run is its Ref's, the method and source ("coalesced:N
-// auth:token from 192.0.2.7"), and for access.denied, whose run spans the
-// routes a principal tries, the latest refusal's route after "last:"
-// ("coalesced:N last:POST /v1/grants"), so that a route probed inside a
-// run is not known only as a count.
+// auth:token from 192.0.2.7"); for every other event, whose run spans
+// the Refs its refusals carry (the routes a principal tries, the bounds a
+// client's frames meet: "ws publish connection rate", "ws request
+// bytes", "POST /v1/requests request bytes"), the latest refusal's Ref
+// after "last:" ("coalesced:N last:POST /v1/grants"), preceded by "(refs
+// differ)" when the counted refusals did not all carry it ("coalesced:N
+// (refs differ) last:ws request bytes"), so that where the refusals of a
+// run were made is not known only as a count. The mark comes before the
+// Ref, which runs to the end: a Ref ending like the mark cannot pass for
+// it, and a Ref cut to the bound does not cut it. The Ref was held to
+// auditText before (a control or formatting character quoted), so it is
+// kept as it was written, quoted; the whole is held to the bound again.
 func (r *run) summary() store.AuditRecord {
 	s := r.last
 	s.MessageID = ""
 	ref := coalescedRef + strconv.FormatUint(r.n, 10)
-	switch s.Type {
-	case string(EventAuthFailed):
+	if s.Type == string(EventAuthFailed) {
 		ref += " " + s.Ref
-	case string(EventAccessDenied):
+	} else {
+		if r.mixed {
+			ref += " " + coalescedMixed
+		}
 		if s.Ref != "" {
 			ref += " " + coalescedLast + s.Ref
 		}
@@ -152,8 +177,7 @@ func (c *coalescer) admit(r *store.AuditRecord) (write bool, ended *store.AuditR
 		c.runs[k] = &run{start: r.Time}
 		return true, nil
 	case inWindow(w.start, r.Time):
-		w.n++
-		w.last = *r
+		w.count(r)
 		return false, nil
 	}
 	if w.n > 0 {

@@ -3,6 +3,7 @@ package pigeon_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,13 +49,16 @@ func refusedForRate(recs []pigeon.AuditRecord) (out []pigeon.AuditRecord, refusa
 	return out, refusals
 }
 
-// coalescedCount is the number of refusals a coalesced record stands for.
+// coalescedCount is the number of refusals a coalesced record stands for:
+// the count after "coalesced:", up to the space before what follows it
+// (the latest refusal's Ref, or auth.failed's method and source).
 func coalescedCount(r pigeon.AuditRecord) (int, bool) {
-	const prefix = "coalesced:"
-	if len(r.Ref) <= len(prefix) || r.Ref[:len(prefix)] != prefix {
+	rest, ok := strings.CutPrefix(r.Ref, "coalesced:")
+	if !ok {
 		return 0, false
 	}
-	n, err := strconv.Atoi(r.Ref[len(prefix):])
+	count, _, _ := strings.Cut(rest, " ")
+	n, err := strconv.Atoi(count)
 	return n, err == nil
 }
 

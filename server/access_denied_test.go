@@ -95,6 +95,6 @@ func TestRoleRefusalsCoalesce(t *testing.T) {
 	recs := denied()
 	require.Len(t, recs, 2)
 	require.Equal(t, "GET /v1/audit", recs[0].Ref)
-	require.Equal(t, "coalesced:39 last:GET /v1/roles", recs[1].Ref)
+	require.Equal(t, "coalesced:39 (refs differ) last:GET /v1/roles", recs[1].Ref)
 	require.Equal(t, demo.Orders, recs[1].Principal)
 }

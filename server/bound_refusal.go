@@ -47,8 +47,9 @@ func (rq *request) boundDenied(ev pigeon.Event, bound, contractID, subject, mess
 // The engine coalesces RATE_LIMITED refusals per event, principal,
 // subject and code, whatever their Ref: a flood of refused requests
 // writes the first of a run and, once its second has passed, one record
-// counting the rest, not one record each (for access.denied, naming the
-// latest refusal's Ref). It runs on the request's goroutine, after the
+// counting the rest, not one record each, naming the latest refusal's
+// Ref ("(refs differ)" before it when the rest were refused at more than
+// one bound). It runs on the request's goroutine, after the
 // bound's lock was given back, and only for a refusal: a request the
 // bound lets through costs nothing more. The refusal stands whether or
 // not its record is written.

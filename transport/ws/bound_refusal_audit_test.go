@@ -89,7 +89,7 @@ func TestRequestBoundRefusalsAudited(t *testing.T) {
 
 			recs := rateLimitedRecords(t, v, clk, pigeon.EventPublishDenied)
 			require.Less(t, len(recs), flood, "coalesced")
-			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1)}, refs(recs))
+			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, refs(recs))
 			for _, r := range recs {
 				require.Equal(t, p.ID, r.Principal)
 				require.Equal(t, contract.ID, r.ContractID)
@@ -169,8 +169,9 @@ func TestReadBudgetRefusalsAudited(t *testing.T) {
 			require.Len(t, replays, 2, "the first of the run and its count: %v", refs(replays))
 			require.Equal(t, "ws replay read budget", replays[0].Ref)
 			require.True(t, strings.HasPrefix(replays[1].Ref, "coalesced:"), replays[1].Ref)
+			require.True(t, strings.HasSuffix(replays[1].Ref, " last:ws replay read budget"), replays[1].Ref)
 			receives := rateLimitedRecords(t, v, clk, pigeon.EventReceiveDenied)
-			require.Equal(t, []string{"ws receive read budget", "coalesced:" + strconv.Itoa(flood/2-1)}, refs(receives))
+			require.Equal(t, []string{"ws receive read budget", "coalesced:" + strconv.Itoa(flood/2-1) + " last:ws receive read budget"}, refs(receives))
 			require.Equal(t, otherContract.ID, receives[0].ContractID)
 			for _, r := range append(replays, receives...) {
 				require.Equal(t, transporttest.Alice, r.Principal)

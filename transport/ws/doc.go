@@ -122,7 +122,10 @@
 // MaxConnectionsPerPrincipal ("ws upgrade connection limit", "ws upgrade
 // connections per principal"), access.denied. The engine coalesces them
 // per event, principal, subject and code, whatever the Ref: a flood
-// writes a record and a count a second, not a record a frame.
+// writes a record and a count a second, not a record a frame, the count
+// naming the latest refusal's Ref ("coalesced:N last:ws request bytes",
+// with "(refs differ)" before "last:" when the refusals it stands for
+// were made at more than one place).
 //
 // # Concurrency
 //

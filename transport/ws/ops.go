@@ -197,13 +197,15 @@ func (c *conn) requestDenied(f *Frame, caller pigeon.Caller, where string) {
 // their share (MaxReadBytesPerPrincipal), before anything was read,
 // leased or settled. It is audited as the engine audits a replay or
 // receive it refuses: replay.denied or receive.denied, Ref "ws replay
-// read budget" or "ws receive read budget". See rateLimited. Any other
-// err (REQUEST_TIMEOUT: the connection ended while the frame waited) is
-// no refusal of the bound and leaves no record.
+// read budget" or "ws receive read budget", and counted in
+// Stats.RateLimited. See rateLimited. Any other err (REQUEST_TIMEOUT: the
+// connection ended while the frame waited) is no refusal of the bound,
+// leaves no record and is counted only in Stats.ReadsRefused.
 func (c *conn) readDenied(f *Frame, caller pigeon.Caller, err error) {
 	if pigeon.ErrorCode(err) != pigeon.CodeRateLimited {
 		return
 	}
+	c.srv.stats.rateLimited.Add(1)
 	ev := pigeon.EventReceiveDenied
 	if f.Op == OpReplay {
 		ev = pigeon.EventReplayDenied
@@ -222,9 +224,11 @@ func (c *conn) readDenied(f *Frame, caller pigeon.Caller, err error) {
 // The engine coalesces RATE_LIMITED refusals per event, principal,
 // subject and code, whatever their Ref: a flood of refused frames writes
 // the first of a run and, once its second has passed, one record counting
-// the rest ("coalesced:N", the latest refusal's fields), not one record
-// each; refusals of one event and subject made at different places (the
-// connection's publish rate and its requests in flight, say) share a run.
+// the rest (the latest refusal's fields, Ref "coalesced:N last:<its
+// ref>"), not one record each; refusals of one event and subject made at
+// different places (the connection's publish rate and its requests in
+// flight, say) share a run, whose count then says so ("coalesced:N (refs
+// differ) last:ws request in flight").
 // It runs on the goroutine that refused the frame (the read loop, or the
 // frame's worker), holding no lock: a refusal within a run only counts;
 // the first of a run waits for its write, as a gate's refusal does. The

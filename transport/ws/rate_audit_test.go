@@ -70,7 +70,7 @@ func TestConnectionRateRefusalsAudited(t *testing.T) {
 	}
 	require.LessOrEqual(t, total, 4, "coalesced: %v", runs)
 	require.Equal(t, map[string][]string{
-		"chat.messages": {"ws publish connection rate", "coalesced:39"},
-		"":              {"ws publish_batch connection rate: 1 of 2 messages", "coalesced:21"},
+		"chat.messages": {"ws publish connection rate", "coalesced:39 (refs differ) last:ws request connection rate"},
+		"":              {"ws publish_batch connection rate: 1 of 2 messages", "coalesced:21 (refs differ) last:ws publish_batch connection rate: 1 of 1 messages"},
 	}, runs)
 }

@@ -62,7 +62,11 @@ type Stats struct {
 	// because a text frame was not UTF-8.
 	Stalled, PingTimeouts, TooBig, InvalidText int64
 	// RateLimited counts frames refused RATE_LIMITED, wholly or (a
-	// publish_batch past the rate) in some of their slots.
+	// publish_batch past the rate) in some of their slots: past the
+	// connection's publish rate, its requests in flight, its principal's
+	// request bytes (and a request of another route, HoldRequest, refused
+	// by that bound), or the read pool (a replay or receive, also counted
+	// in ReadsRefused). Upgrades refused are counted in Refused.
 	RateLimited int64
 	// QueuedBytes is the bytes of frames waiting to be written, across
 	// connections (bounded by Options.ServerQueueBytes); QueuedBytesPeak
@@ -70,7 +74,9 @@ type Stats struct {
 	QueuedBytes, QueuedBytesPeak int64
 	// ReadBytes is the bytes replay and receive frames hold before their
 	// answer is queued (bounded by Options.MaxReadBytesInFlight);
-	// ReadsRefused counts those refused for want of room.
+	// ReadsRefused counts those refused for want of room: RATE_LIMITED
+	// (counted in RateLimited too), or REQUEST_TIMEOUT when the frame's
+	// connection ended while it waited.
 	ReadBytes, ReadsRefused int64
 	// CutFrames counts deliver frames dropped from a write queue because
 	// the engine ended their subscription for a refusal (its contract
