@@ -794,10 +794,8 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (p *P
 	if p == nil || p.ID == "" {
 		return nil, errUnknownCredential()
 	}
-	if !principalText(p.ID) {
-		// Ids are text everywhere they are compared: in the directory, in
-		// rules, as lease holders (a push subscription's are not text).
-		return nil, NewError(CodeUnauthenticated, "the authenticator returned a principal id that is not text")
+	if err := checkPrincipal(p); err != nil {
+		return nil, err
 	}
 	if p.grantID != "" {
 		return p, nil
@@ -921,4 +919,47 @@ func sortSubjects(s []SubjectPolicy) {
 // or formatting characters (hasControl).
 func principalText(id string) bool {
 	return utf8.ValidString(id) && !hasControl(id)
+}
+
+// MaxPrincipalIDLength is the longest principal id the engine takes from
+// an authenticator, in bytes: the longest SPIFFE ID (2048 bytes, the
+// SPIFFE specification's bound, which a client certificate's may reach),
+// and above the longest an OIDC issuer gives (a 1024-byte claim behind a
+// principal prefix of at most 256 bytes) and an account id (MaxIDLength).
+const MaxPrincipalIDLength = 2048
+
+// checkPrincipal holds the principal an authenticator returned (any
+// Authenticator, the application's own included) to the bounds the
+// engine keeps on every principal, whoever vouched for it: an id of 1 to
+// MaxPrincipalIDLength bytes of text (principalText), and attributes
+// within the bounds of an account's (validAttributes: at most
+// MaxAccountAttributes, names and values bounded and text). A principal
+// is copied into every contract, lease, audit record and policy
+// condition it reaches, so one that breaks them is refused
+// UNAUTHENTICATED, counted and audited as another refused credential,
+// and nothing of it is kept. The error quotes neither the id nor an
+// attribute's value (an attribute's name, quoted, it may). It runs once
+// per authentication (a connection's, a request's), never per message.
+func checkPrincipal(p *Principal) error {
+	switch {
+	case len(p.ID) > MaxPrincipalIDLength:
+		return NewError(CodeUnauthenticated, "the authenticator returned a principal id of %d bytes, more than %d", len(p.ID), MaxPrincipalIDLength)
+	case !principalText(p.ID):
+		// Ids are text everywhere they are compared: in the directory, in
+		// rules, as lease holders (a push subscription's are not text).
+		return NewError(CodeUnauthenticated, "the authenticator returned a principal id that is not text")
+	}
+	if len(p.Attributes) == 0 {
+		return nil
+	}
+	if err := validAttributes(p.Attributes); err != nil {
+		// Not wrapped: the refusal is the credential's, not an invalid
+		// argument of the caller's (errors.Is(err, ErrInvalid)).
+		msg := err.Error()
+		if pe := (*Error)(nil); errors.As(err, &pe) {
+			msg = pe.Message
+		}
+		return NewError(CodeUnauthenticated, "the authenticator returned a principal whose attributes break an account's bounds: %s", msg)
+	}
+	return nil
 }

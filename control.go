@@ -1,79 +1,31 @@
 package pigeon
 
+import "pigeon/internal/textrule"
+
 // hasControl reports whether s holds a character that drives or
 // rearranges what a terminal, console or log viewer shows of it: a
-// control character as unicode.IsControl reads one (C0, DEL, C1), or a
-// formatting character that reorders the text around it or breaks its
-// line (Unicode's bidirectional controls, the "Trojan Source" class,
-// CVE-2021-42574):
-//
-//   - U+061C ARABIC LETTER MARK, U+200E LEFT-TO-RIGHT MARK and U+200F
-//     RIGHT-TO-LEFT MARK;
-//   - U+202A to U+202E, the embeddings and overrides (U+202E RIGHT-TO-LEFT
-//     OVERRIDE shows "alice\u202Egnp.exe" as "aliceexe.png");
-//   - U+2066 to U+2069, the isolates;
-//   - U+2028 LINE SEPARATOR and U+2029 PARAGRAPH SEPARATOR, newlines to
-//     JavaScript and to some terminals and log viewers.
-//
-// Other formatting characters are text: U+200C ZERO WIDTH NON-JOINER and
-// U+200D ZERO WIDTH JOINER write Persian, Indic scripts and emoji
-// sequences, and reorder nothing.
+// control character (C0, DEL, C1) or a formatting character that reorders
+// the text around it or breaks its line (U+061C, U+200E, U+200F, U+2028
+// to U+202E, U+2066 to U+2069). The rule is textrule's (internal/textrule),
+// the one every package of the broker reads, so that a name refused here
+// is refused by the policy linter, the manifest checks, the identity
+// providers and the selector parser too.
 //
 // It is the broker's one reading of "a control character" in a name (an
 // id, a principal, a message's names, a replay's reason, an account's
-// attributes, a role's subjects) and in audit texts; it runs on every
-// message and every audit record, so it decodes no rune but reads bytes,
-// each passed on one table read (controlStart) but C0, DEL and the three
-// that start a sequence it looks into: 0xC2 (C1: 0xC2 then 0x80 to 0x9F),
-// 0xD8 (U+061C: 0xD8 0x9C) and 0xE2 (U+200E to U+2069: 0xE2, then 0x80 or
-// 0x81, then one byte).
-func hasControl(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !controlStart[c] {
-			continue // printable ASCII, or a byte of no sequence looked into
-		}
-		switch c {
-		case 0xc2:
-			if i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] < 0xa0 {
-				return true
-			}
-		case 0xd8:
-			if i+1 < len(s) && s[i+1] == 0x9c {
-				return true
-			}
-		case 0xe2:
-			if i+2 < len(s) && formatting(s[i+1], s[i+2]) {
-				return true
-			}
-		default:
-			return true // C0 or DEL
-		}
-	}
-	return false
-}
+// attributes, a role's subjects, a group's name) and in audit texts; it
+// runs on every message and every audit record. It inlines, so that the
+// callers call textrule.HasControl, a byte scan, directly.
+func hasControl(s string) bool { return textrule.HasControl(s) }
 
-// controlStart marks the bytes hasControl stops at: C0 and DEL, each a
-// control character, and 0xC2, 0xD8 and 0xE2, which start one it looks
-// into.
-var controlStart = func() (t [256]bool) {
-	for c := range 0x20 {
-		t[c] = true
-	}
-	t[0x7f], t[0xc2], t[0xd8], t[0xe2] = true, true, true, true
-	return t
-}()
-
-// formatting reports whether 0xE2 then b1 and b2 is one of the
-// formatting characters hasControl refuses: U+200E, U+200F, U+2028 to
-// U+202E (0xE2 0x80 then 0x8E, 0x8F, 0xA8 to 0xAE) or U+2066 to U+2069
-// (0xE2 0x81 then 0xA6 to 0xA9).
-func formatting(b1, b2 byte) bool {
-	switch b1 {
-	case 0x80:
-		return b2 == 0x8e || b2 == 0x8f || b2 >= 0xa8 && b2 <= 0xae
-	case 0x81:
-		return b2 >= 0xa6 && b2 <= 0xa9
-	}
-	return false
-}
+// IsControlRune reports whether r is a character the broker refuses in
+// every name it keeps (an id, a principal, a subject, a group, a
+// catalog's or a program manifest's names, an account's attributes): a
+// control character as unicode.IsControl reads one (C0, DEL, C1), or a
+// formatting character that reorders the text around it or breaks its
+// line (U+061C, U+200E, U+200F, U+2028 to U+202E, U+2066 to U+2069).
+// U+200C and U+200D, and every other character, are text. It is the rule
+// the engine holds a principal to, whatever Authenticator returned it;
+// an identity provider, or an application's own Authenticator, may read
+// it to refuse such a name itself, with the reason it knows.
+func IsControlRune(r rune) bool { return textrule.IsControlRune(r) }

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"pigeon/internal/textrule"
 )
 
 // formattingRunes are the formatting characters hasControl refuses
@@ -46,45 +48,34 @@ func isControlOrFormatting(r rune) bool {
 	return unicode.IsControl(r)
 }
 
-// hasControl refuses each formatting rune wherever it stands in a name,
-// and passes the text around them, the characters whose UTF-8 starts as
-// theirs and a sequence cut short included.
-func TestHasControlFindsFormattingCharacters(t *testing.T) {
+// hasControl and IsControlRune are the rule of internal/textrule, where
+// it is tested and fuzzed against a rune-by-rune reference: the root
+// reads no rule of its own. hasControl refuses each formatting rune and
+// each control character wherever it stands in a name, passes the text
+// around them, and agrees with the reference and with textrule.HasControl
+// on every case; IsControlRune agrees with the reference on every rune.
+func TestHasControlIsTheTextRule(t *testing.T) {
+	var cases []string
 	for _, r := range formattingRunes {
-		f := string(r)
-		for _, s := range []string{f, "alice" + f + "gnp.exe", f + "orders", "orders." + f, "é" + f + "日本"} {
-			require.True(t, hasControl(s), "%q", s)
-		}
+		cases = append(cases, string(r), "alice"+string(r)+"gnp.exe", "orders."+string(r))
 	}
 	for _, s := range formattingNeighbours {
-		require.False(t, hasControl(s), "%q", s)
-		require.False(t, hasControl("orders."+s+".created"), "%q", s)
+		cases = append(cases, s, "orders."+s+".created")
 	}
-	for _, s := range []string{"\xe2", "\xe2\x80", "a\xe2\x81", "\xd8", "\xc2"} {
-		require.False(t, hasControl(s), "a sequence cut short: %q", s)
+	cases = append(cases, "", "orders.created", "a\x1b[2J", "\u009b2J", "x\r", "\x7f", "\t", "\xe2", "\xe2\x80", "\xd8", "\xc2")
+	for _, s := range cases {
+		want := strings.ContainsFunc(s, isControlOrFormatting) && utf8.ValidString(s)
+		require.Equal(t, want, hasControl(s), "%q", s)
+		require.Equal(t, textrule.HasControl(s), hasControl(s), "%q", s)
 	}
-}
-
-// hasControl reads bytes where isControlOrFormatting reads runes: on
-// valid UTF-8 the two must agree, every control and formatting character
-// found and nothing else.
-func FuzzHasControlOrFormatting(f *testing.F) {
-	for _, s := range formattingNeighbours {
-		f.Add(s)
-	}
-	for _, r := range formattingRunes {
-		f.Add("a" + string(r) + "b")
-	}
-	for _, s := range []string{"", "orders.created", "a\x1b[2J", "\u009b2J", "\u00a0", "\u0100", "\u0180", "x\r", "\x7f", "\t", "é", "\xc2", "\xc2\x85", "\u0080\u009f"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) {
-			hasControl(s) // reads no byte past the end
-			return
+	for r := rune(0); r < 0x3000; r++ {
+		if isControlOrFormatting(r) != hasControl(string(r)) {
+			t.Fatalf("hasControl(%q) is %v", string(r), hasControl(string(r)))
 		}
-		require.Equal(t, strings.ContainsFunc(s, isControlOrFormatting), hasControl(s), "%q", s)
-	})
+		if isControlOrFormatting(r) != IsControlRune(r) {
+			t.Fatalf("IsControlRune(U+%04X) is %v", r, IsControlRune(r))
+		}
+	}
 }
 
 // An audit record keeps a text with a formatting character quoted, as it

@@ -98,8 +98,11 @@ const MaxGroupName = 128
 // keys pull cursors "cursor:" and a principal. A name holding '|' could
 // spell the key of a group scoped to other routes, and one starting with
 // "cursor:" would be taken for a cursor, whose leases are not shared in a
-// cluster. Control characters, invalid UTF-8 and names longer than
-// MaxGroupName are refused too (INVALID_ARGUMENT).
+// cluster. Invalid UTF-8, names longer than MaxGroupName and names
+// holding a control or formatting character (hasControl: C0, DEL, C1,
+// U+202E and the other characters that reorder or break a line; a group's
+// name is listed, audited and shown as any other name) are refused too
+// (INVALID_ARGUMENT).
 func checkGroupName(g string) error {
 	switch {
 	case len(g) > MaxGroupName:
@@ -108,11 +111,10 @@ func checkGroupName(g string) error {
 		return NewError(CodeInvalidArgument, "a group name may not start with %q", cursorPrefix)
 	case !utf8.ValidString(g):
 		return NewError(CodeInvalidArgument, "a group name must be UTF-8")
-	}
-	for i := 0; i < len(g); i++ {
-		if c := g[i]; c == '|' || c < 0x20 || c == 0x7f {
-			return NewError(CodeInvalidArgument, "a group name may not hold %q", c)
-		}
+	case strings.IndexByte(g, '|') >= 0:
+		return NewError(CodeInvalidArgument, "a group name may not hold '|'")
+	case hasControl(g):
+		return NewError(CodeInvalidArgument, "a group name may not hold a control or formatting character")
 	}
 	return nil
 }

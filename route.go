@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"pigeon/internal/textrule"
 )
 
 // Selector limits. A selector over either limit is SELECTOR_INVALID.
@@ -66,8 +68,20 @@ type selPart struct {
 // A segment that is exactly '*' ends the selector, as in mesgd: it matches
 // everything from there on, so the text after it is not parsed and adds
 // nothing ("/foo=bar/*/narf=borf" is "/foo=bar"). Only the checks on the
-// whole text (length, segment count, UTF-8, control characters) still
-// apply to it.
+// whole text (length, segment count, UTF-8, control characters) and the
+// rule of names (no formatting character) still apply to it.
+//
+// What a selector may hold follows what each part is. The whole text is
+// one line (a URL path, a frame's field, a role's permission) and holds
+// no control character (C0, DEL, C1). A key is a path of field names,
+// names as the catalog's field paths are: it holds no formatting
+// character that reorders or breaks a line either (U+202E, U+2066, U+2028
+// and the rest of hasControl's), nor does the ignored text after a '*'
+// segment. A value is data, not a name: it is compared with a string of
+// the message, which may be right-to-left text that carries such
+// characters (U+200F RIGHT-TO-LEFT MARK, an isolate around a name), so it
+// may hold them, as the message's data does (the pigeon CLI escapes them
+// where it prints either).
 func ParseSelector(s string) (Selector, error) {
 	switch {
 	case s == "":
@@ -101,7 +115,11 @@ func ParseSelector(s string) (Selector, error) {
 		seg, tail, _ := strings.Cut(rest, "/")
 		if seg == "*" {
 			// As mesgd parses paths: '*' matches everything from here on,
-			// so whatever follows it is not read at all.
+			// so whatever follows it is not read at all, but for the rule
+			// of names: it is no value.
+			if i := strings.IndexFunc(tail, textrule.IsFormatting); i >= 0 {
+				return Selector{}, selectorError("formatting character at byte %d", off+len(seg)+1+i)
+			}
 			break
 		}
 		if seg == "" {
@@ -143,6 +161,11 @@ func parseTerm(seg string, off int) (selTerm, error) {
 	for raw := range strings.SplitSeq(rawKey, ".") {
 		if raw == "" {
 			return selTerm{}, selectorError("empty key part at byte %d", p)
+		}
+		if i := strings.IndexFunc(raw, textrule.IsFormatting); i >= 0 {
+			// A key is a field name: ParseSelector says why a value may
+			// hold one and a key may not.
+			return selTerm{}, selectorError("formatting character in a key at byte %d", p+i)
 		}
 		name, err := unescapeSelector(raw, p)
 		if err != nil {

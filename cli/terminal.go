@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"pigeon/internal/textrule"
 )
 
 // What the client commands print comes, much of it, from others: a
@@ -28,20 +30,11 @@ import (
 // (the left-to-right and right-to-left marks), U+2028 LINE SEPARATOR and
 // U+2029 PARAGRAPH SEPARATOR, U+202A to U+202E (the embeddings and
 // overrides) and U+2066 to U+2069 (the isolates). They are the ones the
-// broker refuses in a name, as it refuses a control character; a record
-// stored before it did, or a message's data, may still hold them. The
-// zero width joiners (U+200C, U+200D) reorder nothing and are text.
-func reordering(r rune) bool {
-	switch {
-	case r == 0x061c, r == 0x200e, r == 0x200f:
-		return true
-	case r >= 0x2028 && r <= 0x202e:
-		return true
-	case r >= 0x2066 && r <= 0x2069:
-		return true
-	}
-	return false
-}
+// broker refuses in a name, as it refuses a control character, read from
+// its one rule (textrule.IsFormatting); a record stored before it did, or
+// a message's data (a selector's value), may still hold them. The zero
+// width joiners (U+200C, U+200D) reorder nothing and are text.
+func reordering(r rune) bool { return textrule.IsFormatting(r) }
 
 // terminalSafeJSON returns the JSON text b with what a terminal would act
 // on, or would reorder, escaped, so that it reads as the same JSON. JSON

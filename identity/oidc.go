@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-jose/go-jose/v4"
@@ -569,7 +568,7 @@ func (is *issuer) principal(claims map[string]any) (*pigeon.Principal, error) {
 		return nil, refuse("the principal claim %q is missing or not a string", is.cfg.PrincipalClaim)
 	}
 	if strings.ContainsFunc(id, notNameRune) {
-		return nil, refuse("the principal claim %q holds a control character or U+FFFD", is.cfg.PrincipalClaim)
+		return nil, refuse("the principal claim %q holds a control or formatting character or U+FFFD", is.cfg.PrincipalClaim)
 	}
 	if !checkedClaim(claims, is.cfg.PrincipalClaim) {
 		return nil, refuse("the principal claim %q is not verified by the issuer (%s is not true)", is.cfg.PrincipalClaim, verifiedBy[is.cfg.PrincipalClaim])
@@ -683,20 +682,13 @@ func attributeValue(v string) error {
 }
 
 // notTextRune reports a rune the broker takes for a control character in
-// a name or a text it keeps (its hasControl): a control character as
-// unicode.IsControl reads one (C0, DEL, C1), or a formatting character
-// that reorders the text around it or breaks its line (U+061C, U+200E,
-// U+200F, U+2028 to U+202E, U+2066 to U+2069). TestAttributeValueBoundsAreTheEngines
-// holds it to the engine's.
-func notTextRune(r rune) bool {
-	switch {
-	case unicode.IsControl(r), r == 0x061c, r == 0x200e, r == 0x200f:
-		return true
-	case r >= 0x2028 && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true
-	}
-	return false
-}
+// a name or a text it keeps: its one rule (pigeon.IsControlRune), a
+// control character as unicode.IsControl reads one (C0, DEL, C1), or a
+// formatting character that reorders the text around it or breaks its
+// line (U+061C, U+200E, U+200F, U+2028 to U+202E, U+2066 to U+2069).
+// TestAttributeValueBoundsAreTheEngines holds the attribute checks to
+// the engine's.
+func notTextRune(r rune) bool { return pigeon.IsControlRune(r) }
 
 // verifiedBy maps the claims of OpenID Connect that a user may set to
 // what the provider has not checked (a sign-up form, a profile page, the
@@ -792,13 +784,17 @@ func (is *issuer) mayAssert(id string) error {
 	return nil
 }
 
-// notNameRune reports a rune no principal may hold. U+FFFD is what the
-// JSON decoder makes of a byte that is not UTF-8 and of an escaped lone
-// surrogate, so subjects the identity provider tells apart ("a\xff",
-// "a\ud800", "a\ufffd") would be one principal. A control character
-// (NUL, a newline) is no part of a name, and NUL separates the parts of
-// the broker's keys.
-func notNameRune(r rune) bool { return r == utf8.RuneError || unicode.IsControl(r) }
+// notNameRune reports a rune no principal may hold: one of the broker's
+// rule for every name (notTextRune, pigeon.IsControlRune), and U+FFFD.
+// A control character (NUL, a newline) is no part of a name, and NUL
+// separates the parts of the broker's keys; a formatting character that
+// reorders the text (U+202E) would show the principal, in every audit
+// record and listing, as another one, and the engine refuses such a
+// principal id anyway. U+FFFD is what the JSON decoder makes of a byte
+// that is not UTF-8 and of an escaped lone surrogate, so subjects the
+// identity provider tells apart ("a\xff", "a\ud800", "a\ufffd") would
+// be one principal.
+func notNameRune(r rune) bool { return r == utf8.RuneError || pigeon.IsControlRune(r) }
 
 // claim follows a dotted path into nested objects; a name that is itself
 // a claim wins over the path.

@@ -14,12 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"pigeon/internal/cond"
 	"pigeon/internal/datapath"
 	"pigeon/internal/schema"
+	"pigeon/internal/textrule"
 )
 
 // Problem severities. A catalog with an error problem is refused by the
@@ -378,18 +378,22 @@ func (l *linter) name(name string) {
 
 // text reports a name or value of the catalog (a subject, version, intent,
 // region, principal, role, attribute, classification, field path, schema
-// or rule name) that is not UTF-8 or holds a control character: C0 (tab,
-// CR and LF included), DEL or C1. Names are written into audit records,
-// decisions, receipts, the data directory and every listing of the
-// catalog, and are printed by tools that show them raw; ESC, CSI (U+009B)
-// or CR in one would drive the terminal that shows it. It reports whether
-// v passed.
+// or rule name) that is not UTF-8 or holds a control or formatting
+// character, as the broker reads one in every name (internal/textrule):
+// C0 (tab, CR and LF included), DEL, C1, and the formatting characters
+// that reorder the text around them or break its line (U+061C, U+200E,
+// U+200F, U+2028 to U+202E, U+2066 to U+2069). Names are written into
+// audit records, decisions, receipts, the data directory and every
+// listing of the catalog, and are printed by tools that show them raw;
+// ESC, CSI (U+009B) or CR in one would drive the terminal that shows it,
+// and U+202E would show "payments\u202Ecod.exe" as another name. It
+// reports whether v passed.
 func (l *linter) text(field, what, v string) bool {
 	switch {
 	case !utf8.ValidString(v):
 		l.errorf(field, "%s %q is not valid UTF-8", what, v)
-	case strings.ContainsFunc(v, unicode.IsControl):
-		l.errorf(field, "%s %q holds a control character (C0, DEL or C1)", what, v)
+	case textrule.HasControl(v):
+		l.errorf(field, "%s %q holds a control character (C0, DEL or C1) or a formatting character that reorders or breaks a line", what, v)
 	default:
 		return true
 	}
@@ -397,12 +401,17 @@ func (l *linter) text(field, what, v string) bool {
 }
 
 // expression reports a CEL expression (a rule's when, a quality rule's
-// expr) that holds a control character other than tab and newline, which
-// lay out an expression over lines (CEL refuses them in a string
-// literal). It reports whether v passed.
+// expr) that holds a control or formatting character (textrule) other
+// than tab and newline, which lay out an expression over lines (CEL
+// refuses them in a string literal). The formatting characters that
+// reorder text are refused as in a name: an expression is code, shown in
+// listings and reviews, where U+202E in a string literal shows the
+// expression as another one (the "Trojan Source" class); a literal that
+// means to hold one writes it as an escape ("\u202e"), which CEL reads.
+// It reports whether v passed.
 func (l *linter) expression(field, v string) bool {
-	if strings.ContainsFunc(v, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' }) {
-		l.errorf(field, "expression %q holds a control character other than tab and newline", v)
+	if strings.ContainsFunc(v, func(r rune) bool { return textrule.IsControlRune(r) && r != '\t' && r != '\n' }) {
+		l.errorf(field, "expression %q holds a control character other than tab and newline, or a formatting character that reorders or breaks a line", v)
 		return false
 	}
 	return true
@@ -410,9 +419,10 @@ func (l *linter) expression(field, v string) bool {
 
 // shownName is a name (or a message that quotes one) as a problem shows
 // it: itself when it is text, quoted (as %q) when it is not, so that no
-// problem, message or field path carries a control character raw.
+// problem, message or field path carries a control or formatting
+// character raw.
 func shownName(name string) string {
-	if utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl) {
+	if utf8.ValidString(name) && !textrule.HasControl(name) {
 		return name
 	}
 	return strconv.Quote(name)

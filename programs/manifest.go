@@ -184,13 +184,21 @@ func (m *Manifest) normalize() error {
 
 // checkText refuses a name of the manifest (route.subject, route.group,
 // account, a subject of publishes, an env name) that is not UTF-8 or
-// holds a control character (C0, DEL, C1), and a route.filter or env
-// value that holds one other than tab, newline and carriage return, which
-// lay out an expression or a configuration value (a certificate, say, its
-// lines ended CRLF where it was written on Windows) over lines.
-// The manifest is stored, shown by GET and in listings, and its subject
-// is written into program.refused audit records: ESC, CSI (U+009B) or CR
-// in it would drive the terminal that shows it.
+// holds a control or formatting character as the broker reads one in
+// every name (pigeon.IsControlRune: C0, DEL, C1, and U+202E and the others
+// that reorder the text around them or break its line), and a
+// route.filter that holds one other than tab, newline and carriage
+// return, which lay out an expression over lines: an expression is code,
+// shown in listings, and a literal that means to hold a formatting
+// character writes it as an escape. An env value is data the program
+// reads, not a name: it holds no control character but tab, newline and
+// carriage return (a certificate, say, its lines ended CRLF where it was
+// written on Windows), and may hold the formatting characters
+// (right-to-left text a program is configured with). The manifest is
+// stored, shown by GET and in listings, and its subject is written into
+// program.refused audit records: ESC, CSI (U+009B) or CR in it would
+// drive the terminal that shows it, and U+202E would show it as another
+// name.
 func (m *Manifest) checkText() error {
 	names := []struct{ field, v string }{{"route.subject", m.Route.Subject}, {"route.group", m.Route.Group}, {"account", m.Account}}
 	for i, s := range m.Publishes {
@@ -198,15 +206,15 @@ func (m *Manifest) checkText() error {
 	}
 	for _, n := range names {
 		if !textName(n.v) {
-			return invalid(checkManifest, "%s %q is not UTF-8 text without control characters", n.field, n.v)
+			return invalid(checkManifest, "%s %q is not UTF-8 text without control or formatting characters", n.field, n.v)
 		}
 	}
-	if !layoutText(m.Route.Filter) {
-		return invalid(checkManifest, "route.filter holds a control character other than tab, newline and carriage return")
+	if !layoutCode(m.Route.Filter) {
+		return invalid(checkManifest, "route.filter holds a control or formatting character other than tab, newline and carriage return")
 	}
 	for _, k := range slices.Sorted(maps.Keys(m.Env)) {
 		if !textName(k) {
-			return invalid(checkManifest, "env name %q is not UTF-8 text without control characters", k)
+			return invalid(checkManifest, "env name %q is not UTF-8 text without control or formatting characters", k)
 		}
 		if !layoutText(m.Env[k]) {
 			return invalid(checkManifest, "the value of env %q holds a control character other than tab, newline and carriage return", k)
@@ -216,14 +224,25 @@ func (m *Manifest) checkText() error {
 }
 
 // layoutText reports whether s is UTF-8 without control characters but
-// tab, newline and carriage return.
+// tab, newline and carriage return: data laid out over lines.
 func layoutText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' })
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && !lineLayout(r) })
 }
 
-// textName reports whether s is UTF-8 without control characters.
+// layoutCode reports whether s is UTF-8 without control or formatting
+// characters (pigeon.IsControlRune) but tab, newline and carriage
+// return: an expression laid out over lines.
+func layoutCode(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return pigeon.IsControlRune(r) && !lineLayout(r) })
+}
+
+// lineLayout reports whether r is tab, newline or carriage return.
+func lineLayout(r rune) bool { return r == '\t' || r == '\n' || r == '\r' }
+
+// textName reports whether s is UTF-8 without control or formatting
+// characters (pigeon.IsControlRune), as every name of the broker is.
 func textName(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, pigeon.IsControlRune)
 }
 
 // logged is a name of a manifest as an audit record carries it: itself
