@@ -322,9 +322,9 @@ func (r *Route) validateOut() error {
 		return invalid("route %q: Template is for In routes", r.Name)
 	case r.MaxInFlight < 0 || r.MaxInFlight > pigeon.MaxInFlightLimit:
 		return invalid("route %q: MaxInFlight must be 0 (one) to %d", r.Name, pigeon.MaxInFlightLimit)
-	case len(r.Group) > pigeon.MaxGroupName || strings.ContainsFunc(r.Group, func(c rune) bool { return c == '|' || c < 0x20 || c == 0x7f }) ||
+	case len(r.Group) > pigeon.MaxGroupName || strings.ContainsFunc(r.Group, func(c rune) bool { return c == '|' || pigeon.IsControlRune(c) }) ||
 		strings.HasPrefix(r.Group, "cursor:") || !utf8.ValidString(r.Group):
-		return invalid("route %q: Group must be at most %d bytes of UTF-8 without '|' or control characters, not starting with \"cursor:\"", r.Name, pigeon.MaxGroupName)
+		return invalid("route %q: Group must be at most %d bytes of UTF-8 without '|' or control or formatting characters, not starting with \"cursor:\"", r.Name, pigeon.MaxGroupName)
 	}
 	if r.Selector != "" {
 		if _, err := pigeon.ParseSelector(r.Selector); err != nil {

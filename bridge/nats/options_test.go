@@ -59,6 +59,8 @@ func TestOptionsValidation(t *testing.T) {
 		{"max in flight too high", base(with(out, func(r *Route) { r.MaxInFlight = pigeon.MaxInFlightLimit + 1 })), `route "o": MaxInFlight`},
 		{"group with a bar", base(with(out, func(r *Route) { r.Group = "a|b" })), `route "o": Group`},
 		{"cursor group", base(with(out, func(r *Route) { r.Group = "cursor:x" })), `route "o": Group`},
+		{"group with CSI", base(with(out, func(r *Route) { r.Group = "a\u009b2J" })), `route "o": Group`},
+		{"group with a right-to-left override", base(with(out, func(r *Route) { r.Group = "a\u202eb" })), `route "o": Group`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
