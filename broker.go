@@ -928,11 +928,17 @@ func principalText(id string) bool {
 // principal prefix of at most 256 bytes) and an account id (MaxIDLength).
 const MaxPrincipalIDLength = 2048
 
+// MaxPrincipalRoles is the most roles the engine takes from an
+// authenticator for one principal. Each is a role name (the syntax of
+// Engine.PutRole), as the directory's roles are named.
+const MaxPrincipalRoles = 256
+
 // checkPrincipal holds the principal an authenticator returned (any
 // Authenticator, the application's own included) to the bounds the
 // engine keeps on every principal, whoever vouched for it: an id of 1 to
-// MaxPrincipalIDLength bytes of text (principalText), and attributes
-// within the bounds of an account's (validAttributes: at most
+// MaxPrincipalIDLength bytes of text (principalText), at most
+// MaxPrincipalRoles roles, each a role name, and attributes within the
+// bounds of an account's (validAttributes: at most
 // MaxAccountAttributes, names and values bounded and text). A principal
 // is copied into every contract, lease, audit record and policy
 // condition it reaches, so one that breaks them is refused
@@ -948,6 +954,15 @@ func checkPrincipal(p *Principal) error {
 		// Ids are text everywhere they are compared: in the directory, in
 		// rules, as lease holders (a push subscription's are not text).
 		return NewError(CodeUnauthenticated, "the authenticator returned a principal id that is not text")
+	case len(p.Roles) > MaxPrincipalRoles:
+		return NewError(CodeUnauthenticated, "the authenticator returned %d roles, more than %d", len(p.Roles), MaxPrincipalRoles)
+	}
+	for _, r := range p.Roles {
+		if validID("a role name", r) != nil {
+			// A role reaches contracts, audit records and conditions,
+			// which take role names to be names.
+			return NewError(CodeUnauthenticated, "the authenticator returned a role that is not a role name")
+		}
 	}
 	if len(p.Attributes) == 0 {
 		return nil

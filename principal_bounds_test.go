@@ -2,6 +2,7 @@ package pigeon_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -55,6 +56,10 @@ func TestAuthenticatedPrincipalIsHeldToTheBounds(t *testing.T) {
 		{"U+202E in a value", pigeon.Principal{ID: "alice", Attributes: map[string]string{"team": "pay\u202ements"}}},
 		{"ESC in a name", pigeon.Principal{ID: "alice", Attributes: map[string]string{"te\x1bam": "x"}}},
 		{"a value not UTF-8", pigeon.Principal{ID: "alice", Attributes: map[string]string{"team": "pay\xff"}}},
+		{"one role too many", pigeon.Principal{ID: "alice", Roles: rolesOf(pigeon.MaxPrincipalRoles + 1)}},
+		{"a role with a newline", pigeon.Principal{ID: "alice", Roles: []string{"admin\nvvv"}}},
+		{"a role with U+202E", pigeon.Principal{ID: "alice", Roles: []string{"nimda\u202evvv"}}},
+		{"an empty role", pigeon.Principal{ID: "alice", Roles: []string{""}}},
 	}
 	for _, tc := range refused {
 		for _, kind := range []string{"Authenticator", "CredentialAuthenticator"} {
@@ -81,11 +86,22 @@ func TestAuthenticatedPrincipalIsHeldToTheBounds(t *testing.T) {
 		{ID: strings.Repeat("p", pigeon.MaxPrincipalIDLength)},
 		{ID: "alice", Attributes: attributesOf(pigeon.MaxAccountAttributes, strings.Repeat("v", pigeon.MaxAttributeValueLength))},
 		{ID: "alice", Attributes: map[string]string{"team": "مرحبا"}},
+		{ID: "alice", Roles: rolesOf(pigeon.MaxPrincipalRoles)},
 	} {
 		f := newFixture(t, func(o *pigeon.Options) { o.Authenticator = principalOf(p) })
 		got, err := f.e.Authenticate(ctx, "token")
 		require.NoError(t, err, "a principal at the bounds is taken")
 		require.Equal(t, p.ID, got.ID)
 		require.Equal(t, p.Attributes, got.Attributes)
+		require.Equal(t, p.Roles, got.Roles)
 	}
+}
+
+// rolesOf is n role names.
+func rolesOf(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "role-" + strconv.Itoa(i)
+	}
+	return out
 }
