@@ -145,18 +145,26 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if ceiling {
 		f.Max = maxAllReceipts
 	}
+	var (
+		printed int
+		last    pigeon.ReceiptCursor
+	)
+	emit := func(rs []pigeon.Receipt) error {
+		for _, r := range rs {
+			if err := writeJSONLine(stdout, r); err != nil { // a principal, a replay's reason: others' text
+				return err
+			}
+			printed, last = printed+1, r.Cursor()
+		}
+		return nil
+	}
 	if online {
-		err = a.receipts(ctx, f)
-	} else {
-		err = scanReceipts(*data, f)
+		err = a.receipts(ctx, f, emit) // page by page, as they come
+	} else if err = scanReceipts(*data, f); err == nil {
+		err = emit(f.Receipts)
 	}
 	if err != nil {
 		return fail(stderr, "audit receipts", err)
-	}
-	for _, r := range f.Receipts {
-		if err := writeJSONLine(stdout, r); err != nil { // a principal, a replay's reason: others' text
-			return fail(stderr, "audit receipts", err)
-		}
 	}
 	if f.Truncated {
 		raise := fmt.Sprintf("raise --max; a negative --max reads %d at most", maxAllReceipts)
@@ -167,10 +175,10 @@ func auditReceiptsCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 			raise = fmt.Sprintf("give --max a count: a negative --max reads %d at most", maxAllReceipts)
 		}
 		fmt.Fprintf(stderr, "pigeon audit receipts: more than %d deliveries of %s are recorded: only the first %d are printed; the next page is --after %s (or %s)\n",
-			f.Max, printable(fs.Arg(0)), len(f.Receipts), f.Receipts[len(f.Receipts)-1].Cursor(), raise)
+			f.Max, printable(fs.Arg(0)), printed, last, raise)
 		return 3
 	}
-	if len(f.Receipts) == 0 {
+	if printed == 0 {
 		fmt.Fprintf(stderr, "pigeon audit receipts: no delivery of %s is recorded\n", printable(fs.Arg(0)))
 	}
 	return 0
@@ -204,19 +212,23 @@ func scanReceipts(dir string, f *pigeon.ReceiptFinder) error {
 
 // receipts reads the receipts f looks for from the server, page by page
 // (GET /v1/audit/receipts/{id}), after f.After and up to f.Max (none:
-// every page; the command never asks for none, maxAllReceipts), and
-// sets f.Truncated when the server holds more. Each page must move the
+// every page; the command never asks for none, maxAllReceipts), hands
+// each page to emit before it asks for the next, and sets f.Truncated
+// when the server holds more. It keeps no page it handed on (f.Receipts
+// is left as it is), so it holds one page (maxAnswerBytes), not f.Max
+// receipts of a size the server chose. Each page must move the
 // reading on: its receipts in strictly ascending order
 // (ReceiptCursor) after the cursor asked, and a next only on a page with
 // receipts and not before its last. Anything else ends the reading with
 // an error: a server must neither make the command read for ever (empty
 // pages whose next creeps on) nor print a receipt twice.
-func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
+func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder, emit func([]pigeon.Receipt) error) error {
 	after := f.After
+	read := 0 // the receipts handed to emit
 	for {
 		page := pigeon.DefaultMaxReceipts // the most the server answers in one page
 		if f.Max > 0 {
-			page = min(page, f.Max-len(f.Receipts))
+			page = min(page, f.Max-read)
 		}
 		q := url.Values{"max": {strconv.Itoa(page)}}
 		if after != (pigeon.ReceiptCursor{}) {
@@ -244,15 +256,16 @@ func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder) error {
 			last = r.Cursor()
 		}
 		if out.Next == "" {
-			f.Receipts = append(f.Receipts, out.Receipts...)
-			return nil
+			return emit(out.Receipts)
 		}
 		next, err := pigeon.ParseReceiptCursor(out.Next)
 		if err != nil || len(out.Receipts) == 0 || next.Before(last) {
 			return fmt.Errorf("the server named a next page (%.40q) that does not come after the last receipt it answered", out.Next)
 		}
-		f.Receipts = append(f.Receipts, out.Receipts...)
-		if f.Max > 0 && len(f.Receipts) >= f.Max {
+		if err := emit(out.Receipts); err != nil {
+			return err
+		}
+		if read += len(out.Receipts); f.Max > 0 && read >= f.Max {
 			f.Truncated = true
 			return nil
 		}

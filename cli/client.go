@@ -149,9 +149,14 @@ func (a *api) do(ctx context.Context, method, path string, body any, headers ...
 		return nil, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
 	if err != nil {
 		return nil, err
+	}
+	if int64(len(b)) > maxAnswerBytes {
+		// Cut there, the answer would read as JSON that ends too soon:
+		// say why instead.
+		return nil, fmt.Errorf("the server's answer to %s %s is larger than %d bytes: it is not read", method, path, maxAnswerBytes)
 	}
 	if resp.StatusCode/100 == 2 {
 		return b, nil
@@ -164,6 +169,14 @@ func (a *api) do(ctx context.Context, method, path string, body any, headers ...
 	}
 	return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 }
+
+// maxAnswerBytes is the most of one answer the client commands read
+// (the server's own bound on the reads in flight, 256 MiB): a server
+// that answers without end, or a page larger than that, ends the command
+// with an error. A listing command holds one page at a time, so that
+// this bounds its memory however many records it is asked to print. A
+// variable for the tests.
+var maxAnswerBytes int64 = 256 << 20
 
 // badURL is the refusal of a --url that does not parse. url.Parse quotes
 // the whole URL in its error, the password of its user info with it; the
@@ -298,10 +311,18 @@ func publishCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
+// defaultMaxQuarantine is the most records `pigeon quarantine list`
+// prints when --max is not given (or is 0): a quarantine holds whatever
+// was refused, millions of records on a busy server, each with its whole
+// message, so a run without --max stops there, as `audit receipts` stops
+// at its default, and names the next page. A negative --max prints every
+// record, streamed a page at a time.
+const defaultMaxQuarantine = 1000
+
 // quarantineListing is what `pigeon quarantine list` asks for: the
 // records from since on (after the record of id after at that time, when
 // after is set: the next page a capped run names), at most max of them
-// (0: every one).
+// (0 or negative: every one).
 type quarantineListing struct {
 	since, after string
 	max          int
@@ -319,7 +340,9 @@ type quarantineListing struct {
 // printed is listed, list stops there and returns the cursor of the last
 // record printed: the next page. Without a max, a server that keeps
 // quarantining records as fast as they are read (or one that makes its
-// records up, each after the last) is read for as long as it answers.
+// records up, each after the last) is read for as long as it answers;
+// each page is printed before the next is asked for, so list holds one
+// page (maxAnswerBytes) whatever the number of records.
 func (l quarantineListing) list(ctx context.Context, a *api, stdout io.Writer) (next *quarantineCursor, err error) {
 	q := url.Values{}
 	var prev *quarantineCursor // nil: before every record
@@ -417,7 +440,7 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	a := clientFlags(fs)
 	since := fs.String("since", "", "list records from this RFC 3339 time")
 	after := fs.String("after", "", "list: with --since, the records after this record id at that time (the next page a run capped by --max names)")
-	maxN := fs.Int("max", 0, "list: the most records printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: every record)")
+	maxN := fs.Int("max", 0, fmt.Sprintf("list: the most records printed; beyond it the first are printed, a warning names the next page and the exit code is 3 (0: the default, %d; negative: every record)", defaultMaxQuarantine))
 	contract := fs.String("contract", "", "release: contract id that grants publish on the record's subject (default: negotiate one)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -425,21 +448,21 @@ func quarantineCmd(ctx context.Context, sub string, args []string, stdout, stder
 	}
 	cmd := "quarantine " + sub
 	if sub == "list" {
-		switch {
-		case *maxN < 0:
-			fmt.Fprintf(stderr, "pigeon %s: --max must be 0 (every record) or more\n", cmd)
-			return 2
-		case *after != "" && *since == "":
+		if *after != "" && *since == "" {
 			fmt.Fprintf(stderr, "pigeon %s: --after needs --since: the time of the record it names\n", cmd)
 			return 2
 		}
-		next, err := quarantineListing{since: *since, after: *after, max: *maxN}.list(ctx, a, stdout)
+		limit := *maxN
+		if limit == 0 {
+			limit = defaultMaxQuarantine
+		}
+		next, err := quarantineListing{since: *since, after: *after, max: limit}.list(ctx, a, stdout)
 		if err != nil {
 			return fail(stderr, cmd, err)
 		}
 		if next != nil {
-			fmt.Fprintf(stderr, "pigeon %s: more than %d records are listed: only the first %d are printed; the next page is --since %s --after %s (or raise --max)\n",
-				cmd, *maxN, *maxN, next.time.Format(time.RFC3339Nano), printable(next.id))
+			fmt.Fprintf(stderr, "pigeon %s: more than %d records are listed: only the first %d are printed; the next page is --since %s --after %s (or raise --max; a negative --max prints every record)\n",
+				cmd, limit, limit, next.time.Format(time.RFC3339Nano), printable(next.id))
 			return 3
 		}
 		return 0

@@ -48,13 +48,13 @@ func handOff(ctx context.Context, cmd []string, args []string, stdout, stderr io
 	bin, err := findClusterBinary()
 	if err != nil {
 		fmt.Fprintf(stderr, "pigeon %s: --store %s needs the %s binary: %v (build it with `cd store/jetstream && go build -o %s ./cmd/%s`)\n",
-			strings.Join(cmd, " "), storeFlag(args), clusterBinary, err, clusterBinary, clusterBinary)
+			strings.Join(cmd, " "), printable(storeFlag(args)), clusterBinary, printable(err.Error()), clusterBinary, clusterBinary)
 		return 2
 	}
 	c := exec.Command(bin, append(cmd, args...)...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
 	if err := c.Start(); err != nil {
-		fmt.Fprintf(stderr, "pigeon: starting %s: %v\n", bin, err)
+		fmt.Fprintf(stderr, "pigeon: starting %s: %s\n", printable(bin), printable(err.Error()))
 		return 1
 	}
 	done := make(chan error, 1)
@@ -70,7 +70,7 @@ func handOff(ctx context.Context, cmd []string, args []string, stdout, stderr io
 		return exit.ExitCode()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "pigeon: %s: %v\n", bin, err)
+		fmt.Fprintf(stderr, "pigeon: %s: %s\n", printable(bin), printable(err.Error()))
 		return 1
 	}
 	return 0

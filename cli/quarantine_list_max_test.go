@@ -23,8 +23,9 @@ import (
 // or one that makes them up, each after the last, kept it reading and
 // printing for as long as it answered. With N records or fewer it ends as
 // before (exit 0), and the next page it names, given back, goes on from
-// where it stopped, printing every record once. Without --max it reads
-// every page, as before.
+// where it stopped, printing every record once. A negative --max reads
+// every page (without --max the default applies:
+// TestQuarantineListDefaultMax).
 func TestQuarantineListMax(t *testing.T) {
 	base := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	at := func(sec int) quarantineMaxRec {
@@ -93,7 +94,7 @@ func TestQuarantineListMax(t *testing.T) {
 			answer: honest(seven), lines: quarantineMaxIDs(seven[4:]), calls: 2},
 		{name: "honest server, no --max", answer: honest(seven), lines: quarantineMaxIDs(seven), calls: 4},
 		{name: "--after without --since", args: []string{"--after", "q-1"}, answer: honest(seven), code: 2},
-		{name: "negative --max", args: []string{"--max", "-1"}, answer: honest(seven), code: 2},
+		{name: "negative --max: every record", args: []string{"--max", "-1"}, answer: honest(seven), lines: quarantineMaxIDs(seven), calls: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64

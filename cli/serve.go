@@ -586,7 +586,7 @@ func banner(w io.Writer, addr string, cfg serveConfig, isDemo bool, c *pigeon.Ca
 	} else {
 		fmt.Fprintf(w, "pigeon: serving %d subjects from %s (%s), %d tokens\n", len(names), cfg.policies, strings.Join(names, ", "), len(tokens))
 	}
-	fmt.Fprintf(w, "pigeon: store: %s\n", storeBanner)
+	fmt.Fprintf(w, "pigeon: store: %s\n", printable(storeBanner)) // a Store's text: a cluster's URL, a node's name
 	scheme, wsScheme := "http", "ws"
 	if cfg.tlsCert != "" {
 		scheme, wsScheme = "https", "wss"

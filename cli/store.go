@@ -135,7 +135,7 @@ func verifyStore(ctx context.Context, s Store, url string, stdout, stderr io.Wri
 		return 1
 	}
 	if len(chains) == 0 {
-		fmt.Fprintf(stderr, "pigeon audit verify: no audit chain in %s\n", url)
+		fmt.Fprintf(stderr, "pigeon audit verify: no audit chain in %s\n", printable(url))
 		return 1
 	}
 	code := 0
