@@ -339,19 +339,58 @@ func answerMessage(f *Frame) (*pigeon.Message, error) {
 	return f.Message, nil
 }
 
-// answerMessages is the messages of an answer frame; one that is not a
-// message (null) fails the call, as an answer without its message does:
-// no session hands its caller a nil message.
-func answerMessages(f *Frame) ([]*pigeon.Message, error) {
-	if f.Messages == nil {
-		return []*pigeon.Message{}, nil
+// answerMessages is the messages of a receive or replay answer frame
+// that the client holds (see heldMessages), for op; each other one is
+// left out and logged.
+func (s *Session) answerMessages(f *Frame, op string) []*pigeon.Message {
+	msgs, _ := s.heldMessages(f, op, nil)
+	return msgs
+}
+
+// heldMessages is the messages of a receive or replay answer frame that
+// the client holds, in order, and in step with them their lease attempts
+// taken from attempts (nil: 0 each, none leased). Each other entry is one
+// no broker sends, and is refused alone, as a pushed delivery is (see
+// refused) and as the TypeScript and Python clients refuse it: not a
+// message (null); a message without a sequence (every message received
+// or replayed comes from the log, and an ack by the id alone would settle
+// whichever message holds the id); or, when the answer names attempts,
+// one whose attempt is outside 1 to maxAttempt (an ack naming the wrong
+// one settles nothing or, 0, any lease). It is logged (WithLogger) and
+// left out: not handed over, never answered, so a leased one comes back
+// when its ack wait passes, and the others go on, so that one entry
+// cannot hide the messages beside it from the caller.
+func (s *Session) heldMessages(f *Frame, op string, attempts []int) ([]*pigeon.Message, []int) {
+	var kept []int
+	if attempts != nil {
+		kept = make([]int, 0, len(f.Messages))
 	}
-	for _, m := range f.Messages {
-		if m == nil {
-			return nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds a null message")
+	msgs := make([]*pigeon.Message, 0, len(f.Messages))
+	for i, m := range f.Messages {
+		var why, id string
+		var seq uint64
+		a := 0
+		if attempts != nil {
+			a = attempts[i]
 		}
+		switch {
+		case m == nil:
+			why = "entry that is not a message"
+		case m.Sequence == 0:
+			why, id = "message without a sequence", m.ID
+		case attempts != nil && (a < 1 || a > maxAttempt):
+			why, id, seq = "message whose attempt is not an integer of 1 to 2^31-1", m.ID, m.Sequence
+		default:
+			msgs = append(msgs, m)
+			if attempts != nil {
+				kept = append(kept, a)
+			}
+			continue
+		}
+		s.o.logger.Warn("pigeon ws: the server sent a "+op+" "+why+"; not handed over",
+			"op", op, "index", i, "messageId", id, "sequence", seq, "attempt", a)
 	}
-	return f.Messages, nil
+	return msgs, kept
 }
 
 // Publish admits one message; see Engine.Publish. It is PublishAsync
@@ -464,13 +503,16 @@ func checkReply(req, reply *pigeon.Message) error {
 	return nil
 }
 
-// Receive pulls up to max messages from subject; see Engine.Receive.
+// Receive pulls up to max messages from subject; see Engine.Receive. A
+// message of the answer that no broker sends (null, or without a
+// sequence) is logged and left out, the others returned (see
+// ReceiveAttempts).
 func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pigeon.Message, error) {
 	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReceive, Subject: subject, Max: max}), nil)
 	if err != nil {
 		return nil, err
 	}
-	return answerMessages(f)
+	return s.answerMessages(f, OpReceive), nil
 }
 
 var _ pigeon.AttemptSettler = (*Session)(nil)
@@ -480,29 +522,27 @@ var _ pigeon.DepthPublisher = (*Session)(nil)
 // messages, the attempt of each one's lease (0 when not leased: a pubsub
 // subject, or a server that does not tell it); see
 // Engine.ReceiveAttempts. AckAttempt and NackAttempt take it back.
+//
+// An answer whose attempts are not in step with its messages is refused
+// whole, INTERNAL: no attempt could be told to its message. A message of
+// the answer that no broker sends (null, without a sequence, or whose
+// attempt is outside 1 to 2^31-1) is refused alone: logged (WithLogger)
+// and left out, never answered, so the server's ack wait gives it back;
+// the others are returned, each with its own attempt, and the error is
+// nil. Receive and Replay leave such messages out the same way.
 func (s *Session) ReceiveAttempts(ctx context.Context, subject string, max int) ([]*pigeon.Message, []int, error) {
 	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReceive, Subject: subject, Max: max}), nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	msgs, err := answerMessages(f)
-	if err != nil {
-		return nil, nil, err
+	if f.Attempts == nil {
+		msgs := s.answerMessages(f, OpReceive)
+		return msgs, make([]int, len(msgs)), nil
 	}
-	attempts := make([]int, len(msgs))
-	if f.Attempts != nil {
-		if len(f.Attempts) != len(msgs) {
-			return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds %d attempts for %d messages", len(f.Attempts), len(msgs))
-		}
-		for i, a := range f.Attempts {
-			if a < 1 || a > maxAttempt {
-				// A lease's attempt is 1 to maxAttempt: an answer naming
-				// the wrong one settles nothing, or, 0, any lease.
-				return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds attempt %d for message %d", a, i)
-			}
-		}
-		copy(attempts, f.Attempts)
+	if len(f.Attempts) != len(f.Messages) {
+		return nil, nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer holds %d attempts for %d messages", len(f.Attempts), len(f.Messages))
 	}
+	msgs, attempts := s.heldMessages(f, OpReceive, f.Attempts)
 	return msgs, attempts, nil
 }
 
@@ -555,13 +595,15 @@ func (s *Session) Nack(ctx context.Context, subject, messageID string, delay tim
 	return s.NackSequence(ctx, subject, messageID, 0, delay)
 }
 
-// Replay returns retained messages again; see Engine.Replay.
+// Replay returns retained messages again; see Engine.Replay. A message
+// of the answer that no broker sends (null, or without a sequence) is
+// logged and left out, the others returned, as Receive does.
 func (s *Session) Replay(ctx context.Context, r pigeon.ReplayRequest) ([]*pigeon.Message, error) {
 	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReplay, Subject: r.Subject, Reason: r.Reason, FromSequence: r.FromSequence, ToSequence: r.ToSequence, Max: r.Max}), nil)
 	if err != nil {
 		return nil, err
 	}
-	return answerMessages(f)
+	return s.answerMessages(f, OpReplay), nil
 }
 
 // Reconnect replaces the connection: it dials again, negotiates a fresh

@@ -57,6 +57,15 @@
 // retention trimmed never settles a newer message published under the
 // same id (see docs/protocol.md).
 //
+// A message no broker sends (without a sequence, or leased under an
+// attempt outside 1 to 2^31-1) is refused alone, whether pushed (deliver,
+// deliver_batch) or pulled (the answer of Receive, ReceiveAttempts or
+// Replay, where an entry that is not a message is too): logged
+// (WithLogger), never handed over nor answered, so the server's ack wait
+// gives a leased one back, while the messages beside it are handed over
+// and can be acked. An answer malformed as a whole (attempts not in step
+// with its messages) fails its call INTERNAL.
+//
 // A connection that reads no frame for WithPingInterval (default 15 s; 0
 // disables) is pinged, and ends SESSION_CLOSED, logged once, when the pong
 // does not come within WithPingTimeout (default 10 s), as the TypeScript

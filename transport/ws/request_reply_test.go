@@ -78,23 +78,33 @@ func TestRequestRefusesAReplyToAnotherRequest(t *testing.T) {
 	}
 }
 
-// A receive answer whose attempts are not all 1 or more is refused, never
-// handed over as attempts an ack would send back.
-func TestReceiveAttemptsRefusesAttemptsBelowOne(t *testing.T) {
-	for _, attempts := range []string{"[1,0]", "[-1,1]", "[1,null]"} {
-		t.Run(attempts, func(t *testing.T) {
+// A message of a receive answer whose attempt is below 1 is never handed
+// over with an attempt an ack would send back: it is left out, the other
+// returned with its own (see TestPullAnswerRefusesABadEntryAlone).
+func TestReceiveAttemptsLeavesOutAttemptsBelowOne(t *testing.T) {
+	for _, tc := range []struct {
+		attempts string
+		kept     string
+		attempt  int
+	}{
+		{"[1,0]", "msg_a", 1},
+		{"[-1,1]", "msg_b", 1},
+		{"[2,null]", "msg_a", 2},
+	} {
+		t.Run(tc.attempts, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			url := fakeServer(t, func(id string) []byte {
-				return []byte(`{"op":"messages","re":"` + id + `","messages":[{"id":"msg_a","sequence":1},{"id":"msg_b","sequence":2}],"attempts":` + attempts + `}`)
+				return []byte(`{"op":"messages","re":"` + id + `","messages":[{"id":"msg_a","sequence":1},{"id":"msg_b","sequence":2}],"attempts":` + tc.attempts + `}`)
 			})
 			s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"})
 			require.NoError(t, err)
 			defer s.Close(ctx)
 			msgs, got, err := s.ReceiveAttempts(ctx, "jobs.run", 2)
-			require.Equal(t, pigeon.CodeInternal, pigeon.ErrorCode(err), "%v", err)
-			require.Nil(t, msgs)
-			require.Nil(t, got)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1)
+			require.Equal(t, tc.kept, msgs[0].ID)
+			require.Equal(t, []int{tc.attempt}, got)
 		})
 	}
 }

@@ -864,7 +864,7 @@ fn deliver(conn: &Arc<Conn>, inner: &Weak<Inner>, f: &Value, message: Option<&Va
 }
 
 /// A delivery's `attempt` as a receive answer's attempts are read (see
-/// [`crate::message::attempts_of`]): a JSON integer of 1 to
+/// [`crate::message::attempt_held`]): a JSON integer of 1 to
 /// [`MAX_ATTEMPT`](crate::MAX_ATTEMPT), 2^31-1 (`1.0`, `1e0`, `"1"` and
 /// `true` are not). The broker writes one into every delivery, counted
 /// from 1. None refuses the delivery as a bad frame: absent or null (no

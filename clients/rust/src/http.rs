@@ -13,7 +13,8 @@
 //! rather than fill it in with defaults: a missing or ill-typed field, and
 //! a message sequence that is not a JSON integer of 1 to 2^64-1 (`1.0`,
 //! `-1`, `"7"`, `2^64`, or none: a sequence of 0 names no message to
-//! [`HttpClient::ack_sequence`]).
+//! [`HttpClient::ack_sequence`]). A receive refuses such a message alone,
+//! the others returned (see [`HttpClient::receive`]).
 
 use crate::conn::parse_frame;
 use crate::crypto::PublicKey;
@@ -155,6 +156,7 @@ pub struct HttpClient {
     tls: Option<TlsConfig>,
     contract: Option<String>,
     region: Option<String>,
+    on_error: Option<crate::ErrorCallback>,
 }
 
 impl HttpClient {
@@ -169,7 +171,17 @@ impl HttpClient {
             tls: None,
             contract: None,
             region: None,
+            on_error: None,
         }
+    }
+
+    /// Receives the errors no caller can be handed, as
+    /// [`ConnectOptions::on_error`](crate::ConnectOptions::on_error) does
+    /// the session's: the `BAD_FRAME` of each message a
+    /// [`receive`](HttpClient::receive) leaves out. Default: none.
+    pub fn with_on_error(mut self, f: impl Fn(Error) + Send + Sync + 'static) -> HttpClient {
+        self.on_error = Some(Arc::new(f));
+        self
     }
 
     /// The region of every call (`x-pigeon-region`), as
@@ -590,11 +602,14 @@ impl HttpClient {
     /// [`ack_sequence`](HttpClient::ack_sequence)`(subject, &m.id,
     /// m.sequence)`. Every message returned has its id and its sequence
     /// exactly. `CONTRACT_REQUIRED` without a contract, nothing sent;
-    /// `BAD_FRAME` for an answer without a `messages` array, or a message
-    /// in it without an id or a sequence (see the module's documentation).
+    /// `BAD_FRAME` for an answer without a `messages` array. A message in
+    /// it without an id or a sequence (see the module's documentation), or
+    /// an entry that is no message object, is refused alone: left out,
+    /// never answered (its lease's ack wait gives it back), its `BAD_FRAME`
+    /// handed to [`with_on_error`](HttpClient::with_on_error)'s callback;
+    /// the others are returned, as the session's receive does.
     pub async fn receive(&self, subject: &str, max: u32, ack: AckMode) -> Result<Vec<Message>> {
-        let (path, v) = self.pull(subject, max, ack).await?;
-        messages_of(&v).map_err(|e| malformed("POST", &path, e))
+        Ok(self.receive_attempts(subject, max, ack).await?.into_iter().map(|(m, _)| m).collect())
     }
 
     /// Sends a receive; its path and the answer.
@@ -619,16 +634,20 @@ impl HttpClient {
     /// older attempt is then refused instead of settling that worker's
     /// lease. 0 when nothing is leased ([`AckMode::Auto`], a pubsub
     /// subject) or the server does not tell it. `BAD_FRAME` as `receive`,
-    /// and for `attempts` that are not an array of integers of 1 to
-    /// 2^31-1 ([`MAX_ATTEMPT`](crate::MAX_ATTEMPT)), one per message (never matched to the messages otherwise).
+    /// and for `attempts` that are not an array of one per message (never
+    /// matched to the messages otherwise); a message whose attempt is not
+    /// an integer of 1 to 2^31-1 ([`MAX_ATTEMPT`](crate::MAX_ATTEMPT)) is
+    /// refused alone, as `receive` refuses a message it cannot take.
     pub async fn receive_attempts(&self, subject: &str, max: u32, ack: AckMode) -> Result<Vec<(Message, u32)>> {
         let (path, v) = self.pull(subject, max, ack).await?;
-        let pulled = || -> std::result::Result<Vec<(Message, u32)>, String> {
-            let ms = messages_of(&v)?;
-            let attempts = crate::message::attempts_of(&v, ms.len())?;
-            Ok(ms.into_iter().zip(attempts).collect())
+        let ms = messages_of(&v).map_err(|e| malformed("POST", &path, e))?;
+        let attempts = crate::message::attempts_of(&v, ms.len()).map_err(|e| malformed("POST", &path, e))?;
+        let report = |e: Error| {
+            if let Some(cb) = &self.on_error {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(e)));
+            }
         };
-        pulled().map_err(|e| malformed("POST", &path, e))
+        Ok(crate::message::pulled("receive", &format!("POST {path}"), ms, attempts, stored_message, report))
     }
 }
 
@@ -688,12 +707,14 @@ fn reply_of(v: &Value) -> std::result::Result<Message, String> {
     crate::message::handed_over(m, false).map_err(|e| format!("a reply that is {e}"))
 }
 
-/// The messages of a receive: a `messages` array of stored messages.
-fn messages_of(v: &Value) -> std::result::Result<Vec<Message>, String> {
+/// The entries of a receive's `messages` array, each a stored message
+/// (see [`stored_message`]) or one left out (see
+/// [`crate::message::pulled`]).
+fn messages_of(v: &Value) -> std::result::Result<&[Value], String> {
     let Value::Array(a) = member(v, "messages")? else {
         return Err("messages that are not an array".into());
     };
-    a.iter().enumerate().map(|(i, m)| stored_message(m).map_err(|e| format!("messages[{i}]: {e}"))).collect()
+    Ok(a)
 }
 
 /// The contract of an answer: an object with an id that can go in

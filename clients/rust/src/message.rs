@@ -231,17 +231,17 @@ impl Decision {
 /// far below.
 pub const MAX_ATTEMPT: u32 = i32::MAX as u32;
 
-/// The `attempts` of a receive answer holding `n` messages: absent, none
-/// told (all 0: a pubsub receive, an automatic one, or a server that does
-/// not tell them); else an array of `n` integers of 1 to
-/// [`MAX_ATTEMPT`], the attempt of each message's lease in step with the
-/// messages. Anything else (not an array, `null`, another length, 0, a
-/// negative, a fraction, a string, an integer past [`MAX_ATTEMPT`]) is a
-/// malformed answer: never read as some other message's attempt, nor as
-/// none.
-pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> {
+/// The `attempts` of a receive answer holding `n` messages, as sent:
+/// absent, none told (`None`: a pubsub receive, an automatic one, or a
+/// server that does not tell them); else an array of `n` values, the
+/// attempt of each message's lease in step with the messages. Anything
+/// else (not an array, `null`, another length) is a malformed answer,
+/// refused whole: its attempts could not be told to their messages. An
+/// entry that is no lease's attempt (see [`attempt_held`]) refuses its
+/// message alone (see [`pulled`]).
+pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Option<&[Value]>, String> {
     let Some(a) = answer.get("attempts") else {
-        return Ok(vec![0; n]);
+        return Ok(None);
     };
     let Value::Array(a) = a else {
         return Err("attempts that are not an array".into());
@@ -249,15 +249,65 @@ pub(crate) fn attempts_of(answer: &Value, n: usize) -> Result<Vec<u32>, String> 
     if a.len() != n {
         return Err(format!("{} attempts for {n} messages", a.len()));
     }
-    a.iter()
-        .enumerate()
-        .map(|(i, v)| {
-            v.as_u64()
-                .and_then(|x| u32::try_from(x).ok())
-                .filter(|&x| (1..=MAX_ATTEMPT).contains(&x))
-                .ok_or_else(|| format!("attempts[{i}] that is not an integer of 1 to 2^31-1 ({v})"))
-        })
-        .collect()
+    Ok(Some(a))
+}
+
+/// The attempt `v` of a leased message when it is a lease's: a JSON
+/// integer of 1 to [`MAX_ATTEMPT`]; `None` for anything else (0, a
+/// negative, a fraction, a string, `null`, an integer past
+/// [`MAX_ATTEMPT`]), never read as some other attempt, nor as none.
+pub(crate) fn attempt_held(v: &Value) -> Option<u32> {
+    v.as_u64().and_then(|x| u32::try_from(x).ok()).filter(|&x| (1..=MAX_ATTEMPT).contains(&x))
+}
+
+/// The messages of an `op` answer (`receive`, `replay`; `what` names it in
+/// the message) `ms`, with the
+/// attempt of each one's lease taken from `attempts` (see
+/// [`attempts_of`]; `None`: 0 each), that the client holds, in order.
+/// Each entry `decode` refuses (not a message, one without a sequence,
+/// …), and, when the answer names attempts, each whose attempt is no
+/// lease's (see [`attempt_held`]: an ack naming a wrong one would be
+/// refused, or settle another lease), is left out alone and its
+/// `BAD_FRAME` (kind [`Protocol`](crate::ErrorKind::Protocol); `details`:
+/// `op`, the entry's `index`, the message's `messageId` when it is a
+/// string, as a refused delivery's) passed to `report`, as the TypeScript and
+/// Python clients do: a leased one left out is never answered, so the
+/// server's ack wait gives it back, and the others go on, so that one
+/// entry cannot hide the messages beside it.
+pub(crate) fn pulled(
+    op: &str,
+    what: &str,
+    ms: &[Value],
+    attempts: Option<&[Value]>,
+    decode: impl Fn(&Value) -> Result<Message, String>,
+    mut report: impl FnMut(crate::error::Error),
+) -> Vec<(Message, u32)> {
+    let mut out = Vec::with_capacity(ms.len());
+    for (i, m) in ms.iter().enumerate() {
+        let id = m.get("id").and_then(Value::as_str);
+        let why = match (decode(m), attempts.map(|a| &a[i])) {
+            (Err(e), _) => e,
+            (Ok(m), None) => {
+                out.push((m, 0));
+                continue;
+            }
+            (Ok(m), Some(a)) => match attempt_held(a) {
+                Some(a) => {
+                    out.push((m, a));
+                    continue;
+                }
+                None => format!("a message whose attempt is not an integer of 1 to 2^31-1 ({a})"),
+            },
+        };
+        let mut e = crate::error::Error::protocol(format!("{what}: messages[{i}] is {why}: not handed over"));
+        e.details.insert("op".into(), op.into());
+        e.details.insert("index".into(), i.into());
+        if let Some(id) = id {
+            e.details.insert("messageId".into(), id.into());
+        }
+        report(e);
+    }
+    out
 }
 
 /// The attempt an ack or a nack sends: 0 (none) or one of 1 to

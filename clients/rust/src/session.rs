@@ -311,22 +311,26 @@ fn pull_answer(op: &str, subject: &str, id: &str, seq: u64, attempt: u32) -> Val
     f
 }
 
-/// The messages of an `op` (receive, replay) answer; a message that does
-/// not decode or whose sequence is 0 or absent (see
-/// [`crate::message::handed_over`]) refuses the whole answer, `BAD_FRAME`
-/// naming its entry, as the HTTP receive refuses it.
-fn messages_of(op: &str, f: &Value) -> Result<Vec<Message>> {
-    match f.get("messages") {
-        Some(Value::Array(a)) => a
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                crate::message::handed_over(m, true).map_err(|e| Error::protocol(format!("{op}: an answer with messages[{i}]: {e}")))
-            })
-            .collect(),
-        Some(Value::Null) | None => Ok(Vec::new()),
-        _ => Err(Error::protocol(format!("{op}: an answer whose messages are not an array"))),
-    }
+/// The messages of an `op` (receive, replay) answer `f`, each with the
+/// attempt of its lease (0 each when the answer names none): see
+/// [`crate::message::pulled`]. A message that does not decode or whose
+/// sequence is 0 or absent (see [`crate::message::handed_over`]), or
+/// whose attempt is no lease's, is left out and its `BAD_FRAME` handed to
+/// `on_error`; the others are returned. An answer whose `messages` are not
+/// an array, or whose `attempts` are not an array in step with them, is
+/// refused whole, `BAD_FRAME`.
+fn messages_of(inner: &Inner, op: &str, f: &Value) -> Result<Vec<(Message, u32)>> {
+    let ms: &[Value] = match f.get("messages") {
+        Some(Value::Array(a)) => a,
+        Some(Value::Null) | None => &[],
+        _ => return Err(Error::protocol(format!("{op}: an answer whose messages are not an array"))),
+    };
+    let attempts = if op == "receive" {
+        crate::message::attempts_of(f, ms.len()).map_err(|e| Error::protocol(format!("a receive answer with {e}")))?
+    } else {
+        None
+    };
+    Ok(crate::message::pulled(op, op, ms, attempts, |m| crate::message::handed_over(m, true), |e| inner.report(e)))
 }
 
 impl Session {
@@ -463,16 +467,20 @@ impl Session {
 
     /// Pulls up to `max` messages of `subject`. On a work-queue subject they
     /// are leased for the ack wait: settle each with [`ack`](Self::ack) or
-    /// [`nack`](Self::nack). An answer holding a message that does not
-    /// decode, or whose `sequence` is 0 or absent (no broker's: it numbers
-    /// every message it stores from 1, and an ack naming 0 names none), is
-    /// refused as a whole
-    /// (`BAD_FRAME`, kind [`Protocol`](ErrorKind::Protocol), naming the
-    /// entry), as [`HttpClient::receive`](crate::http::HttpClient::receive)
-    /// refuses it.
+    /// [`nack`](Self::nack). A message of the answer that does not decode
+    /// (an entry that is no message object), or whose `sequence` is 0 or
+    /// absent (no broker's: it numbers every message it stores from 1, and
+    /// an ack naming 0 names none), or whose attempt is no lease's (see
+    /// [`receive_attempts`](Self::receive_attempts)), is refused alone:
+    /// left out, never answered (the server's ack wait gives it back), and
+    /// its `BAD_FRAME` (kind [`Protocol`](ErrorKind::Protocol), naming the
+    /// entry) handed to [`on_error`](ConnectOptions::on_error); the others
+    /// are returned, as the TypeScript and Python clients and
+    /// [`HttpClient::receive`](crate::http::HttpClient::receive) do. An
+    /// answer whose `messages` are not an array is refused whole
+    /// (`BAD_FRAME`).
     pub async fn receive(&self, subject: &str, max: u32) -> Result<Vec<Message>> {
-        let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
-        messages_of("receive", &f)
+        Ok(self.receive_attempts(subject, max).await?.into_iter().map(|(m, _)| m).collect())
     }
 
     /// [`receive`](Self::receive) that also returns, with each message,
@@ -484,16 +492,16 @@ impl Session {
     /// answer naming the older attempt is then refused (`ACK_NOT_ALLOWED`)
     /// instead of settling that session's lease. 0 when nothing is leased
     /// (a pubsub subject) or the server does not tell it. An answer whose
-    /// `attempts` is not an array of integers of 1 to 2^31-1
-    /// ([`MAX_ATTEMPT`](crate::MAX_ATTEMPT)), one per
-    /// message, is refused (`BAD_FRAME`, kind
-    /// [`Protocol`](ErrorKind::Protocol)), never matched to the messages
-    /// otherwise.
+    /// `attempts` is not an array of one per message is refused whole
+    /// (`BAD_FRAME`, kind [`Protocol`](ErrorKind::Protocol)), never
+    /// matched to the messages otherwise; a message whose attempt is not an
+    /// integer of 1 to 2^31-1 ([`MAX_ATTEMPT`](crate::MAX_ATTEMPT)) is
+    /// refused alone, as one [`receive`](Self::receive) cannot take: left
+    /// out, its `BAD_FRAME` to `on_error`, the others returned each with
+    /// its own attempt.
     pub async fn receive_attempts(&self, subject: &str, max: u32) -> Result<Vec<(Message, u32)>> {
         let f = self.call(json!({"op": "receive", "subject": subject, "max": max})).await?;
-        let ms = messages_of("receive", &f)?;
-        let attempts = crate::message::attempts_of(&f, ms.len()).map_err(|e| Error::protocol(format!("a receive answer with {e}")))?;
-        Ok(ms.into_iter().zip(attempts).collect())
+        messages_of(&self.inner, "receive", &f)
     }
 
     /// Acknowledges a message taken with `receive`, whichever message holds
@@ -558,8 +566,9 @@ impl Session {
     }
 
     /// Returns retained messages of `subject` in sequence order.
-    /// `REPLAY_DENIED` when the policy refuses it (or wants a reason);
-    /// `BAD_FRAME` for an answer as [`receive`](Self::receive) refuses it.
+    /// `REPLAY_DENIED` when the policy refuses it (or wants a reason); a
+    /// message of the answer is refused alone, and the answer whole, as
+    /// [`receive`](Self::receive) refuses them.
     pub async fn replay(&self, subject: &str, o: ReplayOptions) -> Result<Vec<Message>> {
         let mut f = json!({"op": "replay", "subject": subject});
         if let Some(r) = o.reason {
@@ -575,7 +584,7 @@ impl Session {
             f["max"] = json!(n);
         }
         let f = self.call(f).await?;
-        messages_of("replay", &f)
+        Ok(messages_of(&self.inner, "replay", &f)?.into_iter().map(|(m, _)| m).collect())
     }
 
     /// An application-level ping; returns the round trip.

@@ -338,7 +338,21 @@ async fn the_typed_calls_send_their_routes_bodies() {
 async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
     type Call = fn(HttpClient) -> std::pin::Pin<Box<dyn std::future::Future<Output = pigeon_client::Result<()>> + Send>>;
     let publish: Call = |h| Box::pin(async move { h.publish(&job(1)).await.map(drop) });
-    let receive: Call = |h| Box::pin(async move { h.receive(JOBS, 1, AckMode::Explicit).await.map(drop) });
+    // A message of a receive answer that is no broker's is refused alone,
+    // its BAD_FRAME to on_error (see tests/pull_refusal.rs): taken as the
+    // call's here; the answer itself is refused whole.
+    let receive: Call = |h| {
+        Box::pin(async move {
+            let refused = Arc::new(Mutex::new(None));
+            let r = refused.clone();
+            let h = h.with_on_error(move |e| {
+                r.lock().unwrap().get_or_insert(e);
+            });
+            h.receive(JOBS, 1, AckMode::Explicit).await?;
+            let first = refused.lock().unwrap().take();
+            first.map_or(Ok(()), Err)
+        })
+    };
     let request: Call = |h| Box::pin(async move { h.request(&Message::new(RPC, "q", "ask"), Duration::from_secs(1)).await.map(drop) });
     // Keyed: a reply naming another request's id is taken, so only its sequence refuses it.
     let request_keyed: Call = |h| {
