@@ -437,6 +437,14 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		e.goTracked(e.boundTrimmer)
 	}
 	if o.Cluster != nil {
+		if cc, ok := o.Cluster.(ClusterCurrent); ok {
+			// Looked at before New returns, not first in watchCluster's
+			// goroutine: an engine built after the moment its Cluster
+			// vouched for must not authorize meanwhile.
+			var until time.Time
+			_ = e.caught("the cluster's CurrentUntil", func() error { until = cc.CurrentUntil(); return nil })
+			e.dir.heard(until)
+		}
 		e.goTracked(e.watchCluster)
 	}
 	return e, nil

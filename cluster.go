@@ -53,6 +53,37 @@ type ClusterBarrier interface {
 	Barrier(ctx context.Context) error
 }
 
+// ClusterCurrent is an optional interface of a Cluster, which one whose
+// barrier passes over nodes that show no sign of life (ClusterBarrier)
+// must have: a node cut off from the others (the shared store
+// unreachable from it, a watch that stalls without an error) is never
+// told of their changes, and once the others stop waiting for it a
+// revocation is reported done while it still serves on what it last
+// applied. With it, the engine authorizes only until CurrentUntil: from
+// then on every authorization that consults the access directory (every
+// negotiation and every contract's next operation) is refused
+// STORE_UNAVAILABLE, and running subscriptions stop, until the Cluster
+// vouches again. The engine asks again when that moment comes, and every
+// 100 ms while it has passed.
+type ClusterCurrent interface {
+	// CurrentUntil returns the moment until which this node may go on
+	// authorizing on the changes it has applied. A Cluster vouches for
+	// it only while (1) no other node's barrier passes this node over
+	// before it (every node waits for this one to apply its changes, or
+	// fails unconfirmed, until a later moment, with room for the clocks
+	// of the nodes to differ), and (2) this node has applied every change
+	// a barrier may have passed it over for: after any spell in which the
+	// others may have stopped waiting for it, the Cluster catches up with
+	// every change made before its vouching was renewed before it
+	// vouches again. The moment never moves back; zero means not yet. It
+	// is called from the engine's own goroutine, and must be cheap.
+	CurrentUntil() time.Time
+}
+
+// currentPoll is how often the engine asks a ClusterCurrent again while
+// the moment it vouched for has passed.
+const currentPoll = 100 * time.Millisecond
+
 // ClusterReplyNotifier is an optional interface of a Cluster: Notify of
 // a reply (ChangeReply) that says whether the notice was written. With
 // it, a reply whose notice could not be written before ctx ends (the
@@ -180,8 +211,13 @@ func (e *Engine) clusterBarrier(ctx context.Context) error {
 
 // watchCluster applies other nodes' changes until the engine shuts down.
 // A panic of the Cluster's Watch (the application's, or a third party's)
-// is a failed watch, logged: it is called again a second later.
+// is a failed watch, logged: it is called again a second later. With a
+// ClusterCurrent, it also keeps the engine to the moment the Cluster
+// vouches for (keepCurrent).
 func (e *Engine) watchCluster() {
+	if cc, ok := e.opts.Cluster.(ClusterCurrent); ok {
+		e.goTracked(func() { e.keepCurrent(cc) })
+	}
 	for e.ctx.Err() == nil {
 		err := e.caught("the cluster's watch", func() error { return e.opts.Cluster.Watch(e.ctx, e.applyChange) })
 		if err != nil && e.ctx.Err() == nil {
@@ -232,6 +268,38 @@ func (e *Engine) directoryBehind(behind bool, cause error) {
 		return
 	}
 	e.opts.Logger.Info("pigeon: the access directory caught up with the other nodes; authorizations resume")
+}
+
+// keepCurrent makes the directory behind whenever the moment cc vouches
+// for (CurrentUntil) has passed, and no longer once it vouches again,
+// until the engine shuts down. It looks when that moment comes (which cc
+// has meanwhile moved on, as a rule), and every currentPoll after it.
+// A panic of cc counts as no vouching. It uses the system clock, as the
+// Cluster does, not Options.Now.
+func (e *Engine) keepCurrent(cc ClusterCurrent) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var until time.Time
+		_ = e.caught("the cluster's CurrentUntil", func() error { until = cc.CurrentUntil(); return nil })
+		left, changed := e.dir.heard(until)
+		if changed && left <= 0 {
+			e.opts.Logger.Error("pigeon: this node can no longer be sure it has heard every change the other nodes made (the cluster vouched for it until currentUntil: the shared store may be unreachable from this node, or its watch stalled); every authorization on this node is refused STORE_UNAVAILABLE until it has caught up",
+				"currentUntil", until)
+			e.onAccessChanged()
+		} else if changed {
+			e.opts.Logger.Info("pigeon: this node has caught up with the other nodes' changes; authorizations resume (unless a reload of the directory still fails)")
+		}
+		if left <= 0 {
+			left = currentPoll
+		}
+		t.Reset(left)
+	}
 }
 
 // applyChange applies c, another node's change. Watch may call it on a

@@ -68,13 +68,20 @@ type directory struct {
 	created time.Time
 	ver     atomic.Uint64
 	// behind is set while a change another node made has not been
-	// applied here (a reload failed, or has run for directoryStaleAfter):
-	// every authorization that consults the directory is refused
+	// applied here (a reload failed, or has run for directoryStaleAfter),
+	// or may not have been heard of (see unheard): every authorization that consults the directory is refused
 	// (errBehind) rather than judged on what may have been taken away
 	// elsewhere. Written under staleMu, read without a lock.
 	behind    atomic.Bool
 	staleMu   sync.Mutex
 	reloading bool // a reload is reading the store; under staleMu
+	// failed, unheard: why behind is set (it is their union), under
+	// staleMu. failed: a reload failed or hangs. unheard: the Cluster
+	// (ClusterCurrent) no longer vouches that this node has heard every
+	// change, heardUntil having passed; heardUntil is the latest moment
+	// it vouched for.
+	failed, unheard bool
+	heardUntil      time.Time
 }
 
 // directoryStaleAfter bounds how long a reload of the directory (after
@@ -103,16 +110,44 @@ func (d *directory) lockChange() func() {
 func errBehind() error { return NewError(CodeStoreUnavailable, behindText) }
 
 // behindText is the text of errBehind, and of a contract's check refused
-// while the directory is behind.
-const behindText = "this node's access directory is behind a change made on another node and cannot be read again yet; retry later or on another node"
+// while the directory is behind (a reload failed, or the node is no
+// longer vouched for).
+const behindText = "this node's access directory may be behind changes made on other nodes (it cannot read them, or can no longer be sure it has heard of them); retry later or on another node"
 
 // isBehind reports whether the directory is behind another node's change.
 func (d *directory) isBehind() bool { return d.behind.Load() }
 
-// setBehind records whether the directory is behind, and reports whether
-// that changed. A change bumps the version, so that every contract's next
+// setBehind records whether a reload failed (or hangs), and reports
+// whether that changed whether the directory is behind. staleMu is held.
+func (d *directory) setBehind(failed bool) bool {
+	d.failed = failed
+	return d.settle()
+}
+
+// heard records until, the moment up to which the Cluster vouches that
+// this node has heard every change of the others (ClusterCurrent; a
+// moment that never moves back: the latest one seen counts), and makes
+// the directory behind once it has passed. It returns how long from now
+// it has left (none: behind), and whether it passed, or was renewed
+// after it had, with this call.
+func (d *directory) heard(until time.Time) (left time.Duration, changed bool) {
+	d.staleMu.Lock()
+	defer d.staleMu.Unlock()
+	if until.After(d.heardUntil) {
+		d.heardUntil = until
+	}
+	left = time.Until(d.heardUntil)
+	changed = d.unheard != (left <= 0)
+	d.unheard = left <= 0
+	d.settle()
+	return left, changed
+}
+
+// settle makes behind the union of its causes, and reports whether it
+// changed. A change bumps the version, so that every contract's next
 // check reads it. staleMu is held.
-func (d *directory) setBehind(behind bool) bool {
+func (d *directory) settle() bool {
+	behind := d.failed || d.unheard
 	if d.behind.Load() == behind {
 		return false
 	}

@@ -45,13 +45,17 @@ var _ pigeon.ClusterReplyNotifier = (*Cluster)(nil)
 // bucket under its name and process, the highest revisions of the
 // directory and the contracts it has applied, refreshed at least every
 // third of Options.Liveness; a revoking node waits until every node whose
-// record is fresh has applied its change.
+// record is fresh has applied its change. CurrentUntil holds the other
+// side of that bound: a node stops authorizing before the others stop
+// waiting for it.
 type Cluster struct {
 	s                        *Store
 	leases, replies, applied jetstream.KeyValue
-	done                     appliedRevs // what this node applied; Watch's own, but Inst, set once
-	confirmed                time.Time   // when Watch last wrote done
-	dirWant                  dirRevs     // per directory bucket, the last change Watch delivered
+	done                     appliedRevs   // what this node applied; Watch's own, but Inst, set once
+	confirmed                time.Time     // when Watch last wrote done
+	vouching                               // Watch's own (see CurrentUntil)
+	until                    atomic.Uint64 // CurrentUntil, in Unix nanoseconds
+	dirWant                  dirRevs       // per directory bucket, the last change Watch delivered
 	// knownDir and knownCon are the highest revisions of a directory key
 	// and of a contract this node's watch has read (at its start, or
 	// delivered), applied or about to be: what a barrier waits for
@@ -70,6 +74,7 @@ type Cluster struct {
 var (
 	_ pigeon.Cluster        = (*Cluster)(nil)
 	_ pigeon.ClusterBarrier = (*Cluster)(nil)
+	_ pigeon.ClusterCurrent = (*Cluster)(nil)
 	_ pigeon.ClusterSize    = (*Cluster)(nil)
 	_ pigeon.LeaseExtender  = (*Cluster)(nil)
 )
@@ -126,6 +131,14 @@ func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 		return nil, s.fail(ctx, err)
 	}
 	c.done.Con = con
+	// The record is written now, before the engine loads the directory:
+	// the others wait for this node from now on (it applied nothing
+	// yet), so its engine may serve on what it loads until its watch has
+	// caught up, within currentFor of this write.
+	sent := time.Now()
+	if c.put(ctx) == nil {
+		c.vouch(sent)
+	}
 	return c, nil
 }
 
@@ -301,7 +314,18 @@ func (c *Cluster) replyParts(ctx context.Context, n notice) (notice, bool) {
 // as its watches are in place, so that nothing changed before is missed,
 // and confirms in the <P>_applied bucket what it applied (see Barrier).
 // Only one Watch of a Cluster runs at a time.
+//
+// It renews this node's record first, and fails if it cannot: from then
+// on the others wait for this node, so what the watches miss (what
+// changed before they began) is all they may have passed it over for,
+// and that is read when the watches begin. Only once it is applied does
+// Watch vouch for the node (CurrentUntil).
 func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
+	c.restart()
+	defer c.restart()
+	if c.confirm(ctx); c.sent.IsZero() {
+		return c.s.fail(ctx, fmt.Errorf("jetstream: this node's record in %s could not be written", c.s.bucketName("applied")))
+	}
 	ch := make(chan *nats.Msg, 1024)
 	sub, err := c.s.nc.ChanSubscribe(c.eventSubject(), ch)
 	if err != nil {
@@ -321,7 +345,9 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	// (the first: since NewCluster), so that a revocation made while the
 	// engine served without a watch (starting, or after a failure) is
 	// applied before it is confirmed.
-	con, err := c.s.contracts.WatchAll(ctx, jetstream.ResumeFromRevision(c.done.Con+1), jetstream.IgnoreDeletes())
+	// Deletions included: a catch-up (aim) waits for the bucket's last
+	// entry, whatever it is.
+	con, err := c.s.contracts.WatchAll(ctx, jetstream.ResumeFromRevision(c.done.Con+1))
 	if err != nil {
 		return c.s.fail(ctx, err)
 	}
@@ -363,12 +389,16 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	defer beat.Stop()
 	revoked := false // a revocation among the contract changes not confirmed yet
 	for {
+		c.settle()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-beat.C:
 			c.confirm(ctx)
 			c.count()
+			if err := c.stuck(); err != nil {
+				return err
+			}
 		case e, ok := <-peers.Updates():
 			if !ok {
 				return errors.New("jetstream: applied watch ended")
@@ -539,14 +569,6 @@ func recordNode(key string) string {
 		return key
 	}
 	return string(name)
-}
-
-// confirm writes what this node applied to its record in <P>_applied. A
-// failed write is made up for by the next one.
-func (c *Cluster) confirm(ctx context.Context) {
-	c.confirmed = time.Now()
-	b, _ := json.Marshal(c.done)
-	_, _ = c.applied.Put(ctx, c.recordKey(), b)
 }
 
 // unwatched marks the others' records unknown when the watch ends. When

@@ -98,7 +98,12 @@
 // made all the same (docs/cluster.md). It waits for every change of
 // access state its node wrote, its watch read, or it found in the store
 // (a contract loaded revoked), so a retry of the call on any node waits
-// for the node that lagged.
+// for the node that lagged. Cluster.CurrentUntil (pigeon.ClusterCurrent)
+// holds the other side of the bound: a node cut off from the others (NATS
+// unreachable, a link or a watch that stalls) stops authorizing two thirds
+// of Options.Liveness after its last confirmation that succeeded, before
+// any other node stops waiting for it, and serves again once its watch
+// has caught up with every change made meanwhile.
 //
 // A reply for a requester on another node travels in the <P>_replies
 // bucket; one too large for a NATS message (max_payload) travels in

@@ -43,7 +43,9 @@ type Options struct {
 	// Liveness is how long a node that stopped confirming (a killed or
 	// partitioned node) is still waited for by another node's revocation
 	// (default 3 s; see Cluster.Barrier). A node confirms at least every
-	// third of it.
+	// third of it, and its engine stops authorizing two thirds of it after
+	// its last confirmation that succeeded (Cluster.CurrentUntil): before
+	// the others stop waiting for it.
 	Liveness time.Duration
 	// BarrierTimeout bounds how long a revocation waits for every live
 	// node to confirm it (default 5 s); then it fails with
