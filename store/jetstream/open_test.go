@@ -25,6 +25,21 @@ func TestConnectUnreachable(t *testing.T) {
 	_, err = Connect(t.Context(), url, nil, nats.Timeout(500*time.Millisecond))
 	require.ErrorIs(t, err, nats.ErrNoServers, "every connection refused")
 	require.ErrorContains(t, err, url)
+
+	// With a user and password, the error names the URL without the
+	// password: it reaches logs and the operator's terminal.
+	withUser := "nats://pigeon:s3cret@" + l.Addr().String()
+	_, err = Connect(t.Context(), withUser, nil, nats.Timeout(500*time.Millisecond))
+	require.ErrorIs(t, err, nats.ErrNoServers)
+	require.ErrorContains(t, err, "nats://pigeon:xxxxx@"+l.Addr().String())
+	require.NotContains(t, err.Error(), "s3cret")
+}
+
+// TestRedactedURLs: each URL of a list loses the password of its user
+// info, and nothing else.
+func TestRedactedURLs(t *testing.T) {
+	require.Equal(t, "nats://a:4222,nats://u:xxxxx@b:4222,tls://c", RedactedURLs("nats://a:4222,nats://u:secret@b:4222,tls://c"))
+	require.Equal(t, "nats://u@b:4222", RedactedURLs("nats://u@b:4222"))
 }
 
 // TestOpenRefusesChangedStreams: a stream or bucket that another tool

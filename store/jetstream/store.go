@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,12 +126,12 @@ var (
 // Connect dials urls (comma-separated, as nats.Connect takes them) with
 // the given NATS options and opens the store on that connection, which the
 // store closes on Close. An unreachable cluster fails with an error naming
-// the URLs.
+// the URLs, their passwords left out (RedactedURLs).
 func Connect(ctx context.Context, urls string, opts *Options, natsOpts ...nats.Option) (*Store, error) {
 	natsOpts = append([]nats.Option{nats.Name("pigeon"), nats.MaxReconnects(-1)}, natsOpts...)
 	nc, err := nats.Connect(urls, natsOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: cannot reach NATS at %s: %w", urls, err)
+		return nil, fmt.Errorf("jetstream: cannot reach NATS at %s: %w", RedactedURLs(urls), err)
 	}
 	s, err := Open(ctx, nc, opts)
 	if err != nil {
@@ -557,4 +558,18 @@ func direct[T any](ctx context.Context, timeout time.Duration, read func() (T, e
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// RedactedURLs is urls (NATS URLs separated by commas, as nats.Connect
+// takes them) with the password of each URL's user info left out
+// (url.URL.Redacted), for errors, logs and banners that name a cluster
+// without its credentials. A part that does not parse as a URL is kept.
+func RedactedURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }

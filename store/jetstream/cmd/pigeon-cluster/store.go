@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	neturl "net/url"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,13 +78,13 @@ func (n *natsStore) Open(ctx context.Context, url string, env cli.StoreEnv) (*cl
 		return nil, err
 	}
 	return &cli.OpenStore{Store: st, Cluster: cl,
-		Banner: fmt.Sprintf("node %s of NATS JetStream cluster %s (prefix %s, R%d)", n.node, redacted(url), n.prefix, n.replicas)}, nil
+		Banner: fmt.Sprintf("node %s of NATS JetStream cluster %s (prefix %s, R%d)", n.node, jetstream.RedactedURLs(url), n.prefix, n.replicas)}, nil
 }
 
 func (n *natsStore) VerifyAudit(ctx context.Context, url string) ([]cli.AuditChain, error) {
 	nc, err := nats.Connect(url, n.options()...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s: %w", redacted(url), err)
+		return nil, fmt.Errorf("cannot reach NATS at %s: %w", jetstream.RedactedURLs(url), err)
 	}
 	defer nc.Close()
 	reports, err := jetstream.VerifyAudit(ctx, nc, n.prefix)
@@ -98,18 +96,4 @@ func (n *natsStore) VerifyAudit(ctx context.Context, url string) ([]cli.AuditCha
 		chains[i] = cli.AuditChain{Node: r.Node, Records: r.Records, Err: r.Err}
 	}
 	return chains, nil
-}
-
-// redacted is a --store value (URLs separated by commas) with the
-// password of each URL's user info left out (url.URL.Redacted): the
-// banner and the errors name the cluster without its credentials. The
-// cli prints both terminal-safe.
-func redacted(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := neturl.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }

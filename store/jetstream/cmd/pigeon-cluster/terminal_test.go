@@ -39,9 +39,3 @@ func TestAuditVerifyPrintsTerminalSafe(t *testing.T) {
 	}
 	require.Contains(t, printed, `n\x1b]0;owned\x07\u009b2J\u202egnp\u2028x`)
 }
-
-// TestBannerRedactsTheClusterPassword: serve's banner and the errors name
-// the cluster by its URLs without the password of their user info.
-func TestBannerRedactsTheClusterPassword(t *testing.T) {
-	require.Equal(t, "nats://a:4222,nats://u:xxxxx@b:4222,tls://c", redacted("nats://a:4222,nats://u:secret@b:4222,tls://c"))
-}
