@@ -450,6 +450,13 @@ func (e *Engine) negotiate(ctx context.Context, p *Principal, region string, nam
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, ErrorCode(err), store.AuditRecord{Principal: p.ID}))
 		return nil, err
 	}
+	if e.dir.isBehind() {
+		// Refused before the rate is taken from: a client retrying while
+		// this node cannot be sure of its directory keeps its burst for
+		// when it can (currentPrincipal would refuse it all the same).
+		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeStoreUnavailable, store.AuditRecord{Principal: p.ID}))
+		return nil, errBehind()
+	}
 	if rp := e.opts.NegotiateRate; rp.PerSecond > 0 && !e.limiter.take(rateKey{kind: limitNegotiate, principal: p.ID}, rp, now) {
 		e.audit(ctx, EventContractDenied.record(OutcomeDeny, CodeRateLimited, store.AuditRecord{Principal: p.ID}))
 		return nil, NewError(CodeRateLimited, "negotiation rate limit exceeded for this principal")
