@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -14,15 +13,9 @@ import (
 )
 
 // formattingRunes are the formatting characters hasControl refuses
-// besides control characters: they reorder the text around them or break
-// its line where it is shown.
-var formattingRunes = []rune{
-	0x061c,         // ARABIC LETTER MARK
-	0x200e, 0x200f, // LEFT-TO-RIGHT and RIGHT-TO-LEFT MARK
-	0x2028, 0x2029, // LINE and PARAGRAPH SEPARATOR
-	0x202a, 0x202b, 0x202c, 0x202d, 0x202e, // the embeddings, POP DIRECTIONAL FORMATTING, the overrides
-	0x2066, 0x2067, 0x2068, 0x2069, // the isolates and POP DIRECTIONAL ISOLATE
-}
+// besides control characters (internal/textrule checks the list against
+// a reference of its own).
+var formattingRunes = textrule.Formatting()
 
 // formattingNeighbours is text around the formatting runes that must stay
 // allowed: other scripts, the characters whose UTF-8 shares their first
@@ -38,15 +31,9 @@ var formattingNeighbours = []string{
 }
 
 // isControlOrFormatting is hasControl read a rune at a time: the
-// reference the byte scan is checked against.
-func isControlOrFormatting(r rune) bool {
-	for _, f := range formattingRunes {
-		if r == f {
-			return true
-		}
-	}
-	return unicode.IsControl(r)
-}
+// reference the byte scan is checked against (internal/textrule checks it
+// on every rune).
+var isControlOrFormatting = textrule.IsControlRune
 
 // hasControl and IsControlRune are the rule of internal/textrule, where
 // it is tested and fuzzed against a rune-by-rune reference: the root

@@ -10,17 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"pigeon/internal/textrule"
+
 	"github.com/stretchr/testify/require"
 )
 
 // formattingRunes are the formatting characters that reorder the text
 // around them or break its line where a terminal shows it ("Trojan
 // Source", CVE-2021-42574): "alice\u202Egnp.exe" shows as "aliceexe.png".
-var formattingRunes = []rune{
-	0x061c, 0x200e, 0x200f, 0x2028, 0x2029,
-	0x202a, 0x202b, 0x202c, 0x202d, 0x202e,
-	0x2066, 0x2067, 0x2068, 0x2069,
-}
+var formattingRunes = textrule.Formatting()
 
 // formattingText holds every formatting rune, between text.
 var formattingText = func() string {

@@ -114,3 +114,11 @@ func formatting(b1, b2 byte) bool {
 	}
 	return false
 }
+
+// Formatting returns the formatting characters the rule refuses besides
+// control characters (those IsFormatting reports), in order: U+061C,
+// U+200E, U+200F, U+2028 to U+202E and U+2066 to U+2069. A new slice each
+// call; tests of the rule's callers drive names through it.
+func Formatting() []rune {
+	return []rune{0x061c, 0x200e, 0x200f, 0x2028, 0x2029, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069}
+}

@@ -66,6 +66,7 @@ func TestHasControlFindsFormattingCharacters(t *testing.T) {
 // every rune of the Basic Multilingual Plane and the planes above it: no
 // other character is taken for one, and none is missed.
 func TestRunePredicatesAreTheRule(t *testing.T) {
+	require.Equal(t, formattingRunes, textrule.Formatting())
 	for r := rune(0); r <= unicode.MaxRune; r++ {
 		// Plain comparisons: require on each of 1.1 million runes is slow.
 		if slices.Contains(formattingRunes, r) != textrule.IsFormatting(r) {
