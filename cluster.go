@@ -62,9 +62,11 @@ type ClusterBarrier interface {
 // applied. With it, the engine authorizes only until CurrentUntil: from
 // then on every authorization that consults the access directory (every
 // negotiation and every contract's next operation) is refused
-// STORE_UNAVAILABLE, and running subscriptions stop, until the Cluster
-// vouches again. The engine asks again when that moment comes, and every
-// 100 ms while it has passed.
+// STORE_UNAVAILABLE, and running subscriptions deliver nothing (they
+// pause, and go on once it vouches again, unless what this node then
+// applied took their access away), until the Cluster vouches again. The
+// engine asks again when that moment comes, and every 100 ms while it
+// has passed.
 type ClusterCurrent interface {
 	// CurrentUntil returns the moment until which this node may go on
 	// authorizing on the changes it has applied. A Cluster vouches for
@@ -135,7 +137,8 @@ const (
 	// the engine reloads its access directory and every contract's next
 	// check sees the new one. While the reload fails (or has run for a
 	// second without an answer), the engine refuses every authorization
-	// with STORE_UNAVAILABLE rather than judge it on the old directory.
+	// with STORE_UNAVAILABLE rather than judge it on the old directory,
+	// and subscriptions deliver nothing until it succeeds.
 	ChangeDirectory
 	// ChangeContract: the stored contract ContractID changed (revoked).
 	ChangeContract
@@ -258,16 +261,18 @@ func (e *Engine) untilApplied(what string, apply func() error) bool {
 // it is behind, every authorization that consults it is refused
 // STORE_UNAVAILABLE (see directory.behind): a revocation made elsewhere
 // must not wait here for as long as the store cannot be read. Live
-// subscriptions are woken, so that they stop now rather than deliver on
-// the old directory.
+// subscriptions are woken, so that they pause now rather than deliver on
+// the old directory, and woken again once it caught up, so that each
+// judges its contract on the new directory at once: it ends if the change
+// took its access away, and goes on otherwise (subscription.checkDelivery).
 func (e *Engine) directoryBehind(behind bool, cause error) {
 	if behind {
-		e.opts.Logger.Error("pigeon: the access directory is behind a change another node made and cannot be read again; every authorization on this node is refused STORE_UNAVAILABLE until a reload succeeds",
+		e.opts.Logger.Error("pigeon: the access directory is behind a change another node made and cannot be read again; every authorization on this node is refused STORE_UNAVAILABLE, and subscriptions pause, until a reload succeeds",
 			"err", cause)
-		e.onAccessChanged()
-		return
+	} else {
+		e.opts.Logger.Info("pigeon: the access directory caught up with the other nodes; authorizations resume")
 	}
-	e.opts.Logger.Info("pigeon: the access directory caught up with the other nodes; authorizations resume")
+	e.onAccessChanged()
 }
 
 // keepCurrent makes the directory behind whenever the moment cc vouches
@@ -275,7 +280,9 @@ func (e *Engine) directoryBehind(behind bool, cause error) {
 // until the engine shuts down. It looks when that moment comes (which cc
 // has meanwhile moved on, as a rule), and every currentPoll after it.
 // A panic of cc counts as no vouching. It uses the system clock, as the
-// Cluster does, not Options.Now.
+// Cluster does, not Options.Now. Each change wakes the live
+// subscriptions, as directoryBehind does: they pause while the node is
+// not vouched for, and judge their contracts again once it is.
 func (e *Engine) keepCurrent(cc ClusterCurrent) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -289,11 +296,12 @@ func (e *Engine) keepCurrent(cc ClusterCurrent) {
 		_ = e.caught("the cluster's CurrentUntil", func() error { until = cc.CurrentUntil(); return nil })
 		left, changed := e.dir.heard(until)
 		if changed && left <= 0 {
-			e.opts.Logger.Error("pigeon: this node can no longer be sure it has heard every change the other nodes made (the cluster vouched for it until currentUntil: the shared store may be unreachable from this node, or its watch stalled); every authorization on this node is refused STORE_UNAVAILABLE until it has caught up",
+			e.opts.Logger.Error("pigeon: this node can no longer be sure it has heard every change the other nodes made (the cluster vouched for it until currentUntil: the shared store may be unreachable from this node, or its watch stalled); every authorization on this node is refused STORE_UNAVAILABLE, and subscriptions pause, until it has caught up",
 				"currentUntil", until)
 			e.onAccessChanged()
 		} else if changed {
 			e.opts.Logger.Info("pigeon: this node has caught up with the other nodes' changes; authorizations resume (unless a reload of the directory still fails)")
+			e.onAccessChanged()
 		}
 		if left <= 0 {
 			left = currentPoll

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,8 +144,9 @@ func (c *staleCluster) announce() {
 // went on publishing here. Now the directory is behind from the first
 // failed read (or once a reload has run for directoryStaleAfter): every
 // check that consults it is refused STORE_UNAVAILABLE, the revoked
-// principal's included, until a reload succeeds; then this node recovers
-// by itself and the change is in force.
+// principal's included, and running subscriptions deliver nothing (they
+// pause), until a reload succeeds; then this node recovers by itself, the
+// change is in force, and a subscription it took nothing from goes on.
 func TestClusterDirectoryBehindFailsClosed(t *testing.T) {
 	type failure struct {
 		name string
@@ -227,7 +229,8 @@ func TestClusterDirectoryBehindFailsClosed(t *testing.T) {
 			// by the catalog's principal rule.
 			other := connectEventually(t, c.b, "bob-token", "chat.messages")
 			defer other.Close(ctx)
-			sub, err := other.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil })
+			var delivered atomic.Int64
+			sub, err := other.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { delivered.Add(1); return nil })
 			require.NoError(t, err)
 			defer func() { _ = sub.Unsubscribe(ctx) }()
 			_, err = cut.Publish(ctx, chatIn("lobby", "before"))
@@ -252,8 +255,8 @@ func TestClusterDirectoryBehindFailsClosed(t *testing.T) {
 			_, err = c.b.Connect(ctx, spare.Token, []string{"rooms.chat"})
 			requireCode(t, err, pigeon.CodeStoreUnavailable)
 			c.requireLogged(t, "access directory is behind")
-			require.Eventually(t, func() bool { return pigeon.ErrorCode(sub.Err()) == pigeon.CodeStoreUnavailable }, 10*time.Second, 5*time.Millisecond,
-				"a running subscription stops rather than deliver on the old directory")
+			require.Never(t, func() bool { return isDone(sub) }, 200*time.Millisecond, 5*time.Millisecond,
+				"a running subscription pauses rather than deliver on the old directory; it does not end")
 
 			if !tc.failure.hangs {
 				// b's copy of carol's account is the old one: storing it
@@ -269,11 +272,24 @@ func TestClusterDirectoryBehindFailsClosed(t *testing.T) {
 			}, 30*time.Second, 10*time.Millisecond, "the node recovers by itself once a reload succeeds")
 			_, err = cut.Publish(ctx, chatIn("lobby", "after"))
 			requireCode(t, err, tc.change.refused)
+			require.Eventually(t, func() bool { return delivered.Load() == 2 }, 10*time.Second, 5*time.Millisecond,
+				"the paused subscription goes on once the node caught up")
+			require.NoError(t, sub.Err())
 			c.requireLogged(t, "access directory caught up")
 			a, err := c.a.GetAccount(ctx, carol)
 			require.NoError(t, err)
 			require.NotContains(t, a.Roles, "moderator")
 		})
+	}
+}
+
+// isDone reports whether sub has ended.
+func isDone(sub pigeon.Subscription) bool {
+	select {
+	case <-sub.Done():
+		return true
+	default:
+		return false
 	}
 }
 

@@ -229,25 +229,65 @@ func (s *subscription) finish() {
 // cannot be written probes it again.
 const auditPause = 100 * time.Millisecond
 
+// behindPause is how often a subscription paused by an access directory
+// that is behind (a cluster node that cannot read another node's change,
+// or is no longer vouched for) checks again, unless woken sooner: the
+// engine wakes every subscription when the directory catches up.
+const behindPause = 100 * time.Millisecond
+
 // checkDelivery re-checks the contract and receive rule before each
 // delivery and redelivery; a failure stops the subscription.
 // While the audit log cannot be written it waits: nothing is delivered
 // without its evidence, and the subscription goes on once the log is
-// whole.
+// whole. While the access directory is behind (a cluster node's
+// directory that may not hold another node's change) it waits too:
+// nothing is delivered on a directory that may be stale, and once it has
+// caught up the contract is judged on it, as on any wake-up. A change
+// that took its access away then ends the subscription (GRANT_REVOKED,
+// say); otherwise it goes on from where it was, and what was published
+// meanwhile follows. The wait ends with the subscription (Unsubscribe,
+// the contract's expiry or revocation, Shutdown).
 func (s *subscription) checkDelivery() bool {
-	for s.e.auditGuard(s.ctx) != nil {
+	for {
+		for s.e.auditGuard(s.ctx) != nil {
+			select {
+			case <-s.ctx.Done():
+				return false
+			case <-time.After(auditPause):
+			}
+		}
+		cur := s.e.subject(s.subj.name)
+		_, code, reason := s.e.checkContract(s.ctx, s.caller.ContractID, s.caller.Principal, cur, OpReceive)
+		if code == CodeOK {
+			return true
+		}
+		if !s.e.refusedBehind(code, reason) {
+			s.stop(NewError(code, "%s", reason))
+			return false
+		}
 		select {
 		case <-s.ctx.Done():
 			return false
-		case <-time.After(auditPause):
+		case <-s.wake: // the directory caught up, or access changed
+		case <-time.After(behindPause):
 		}
 	}
-	cur := s.e.subject(s.subj.name)
-	if _, code, reason := s.e.checkContract(s.ctx, s.caller.ContractID, s.caller.Principal, cur, OpReceive); code != CodeOK {
-		s.stop(NewError(code, "%s", reason))
-		return false
+}
+
+// refusedBehind reports whether a contract's check refused with code and
+// reason because the access directory is behind: it refused
+// STORE_UNAVAILABLE on that ground, or the directory fell behind while
+// the check read it (a role permission then grants nothing, and the check
+// finds it gone, GRANT_REVOKED). Such a refusal says nothing of the
+// contract itself: it is judged again once the directory has caught up.
+func (e *Engine) refusedBehind(code Code, reason string) bool {
+	switch code {
+	case CodeStoreUnavailable:
+		return reason == behindText || e.dir.isBehind()
+	case CodeGrantRevoked:
+		return e.dir.isBehind()
 	}
-	return true
+	return false
 }
 
 // matches reports whether the message's data matches the selector.

@@ -14,7 +14,15 @@ func (s *subscription) runGroup() {
 	for s.ctx.Err() == nil {
 		s.settlePending()
 		if !keepAt.IsZero() && !e.now().Before(keepAt) {
-			keepAt = e.keepShared(s)
+			if e.dir.isBehind() {
+				// Not extended while this node cannot tell whether the
+				// holder may still hold them: a revoked consumer must not
+				// keep messages from the group's others. A lease that
+				// lapses meanwhile is given to another consumer.
+				keepAt = e.now().Add(behindPause)
+			} else {
+				keepAt = e.keepShared(s)
+			}
 		}
 		if s.nAnswers.Load() >= maxBatch {
 			s.flush()
