@@ -11,6 +11,7 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/audittest"
 	"pigeon/internal/testclock"
 	"pigeon/server"
 	"pigeon/transport/ws"
@@ -38,32 +39,11 @@ func boundFixture(t *testing.T, opts *server.Options) *fixture {
 }
 
 // boundRecords closes the coalescing windows of f's engine and returns its
-// RATE_LIMITED records of ev, each an outcome deny judged by no gate of
-// the engine.
+// RATE_LIMITED records of ev (audittest.BoundRefusals).
 func boundRecords(t *testing.T, f *fixture, ev pigeon.Event) []pigeon.AuditRecord {
 	t.Helper()
 	f.clock.Advance(2 * time.Second) // the runs' windows close: their counts are written
-	recs, err := f.e.Audit(context.Background(), 0, 0)
-	require.NoError(t, err)
-	var out []pigeon.AuditRecord
-	for _, r := range recs {
-		if r.Type != string(ev) || r.Code != string(pigeon.CodeRateLimited) {
-			continue
-		}
-		require.Equal(t, string(pigeon.OutcomeDeny), r.Outcome)
-		require.Empty(t, r.Gate, "no gate of the engine judged it")
-		out = append(out, r)
-	}
-	return out
-}
-
-// boundRefs returns the Refs of recs, in order.
-func boundRefs(recs []pigeon.AuditRecord) []string {
-	out := make([]string, len(recs))
-	for i, r := range recs {
-		out[i] = r.Ref
-	}
-	return out
+	return audittest.BoundRefusals(t, f.e, ev, pigeon.CodeRateLimited)
 }
 
 // TestRequestBytesRefusalsAudited: POST /v1/requests refused 429
@@ -108,7 +88,7 @@ func TestRequestBytesRefusalsAudited(t *testing.T) {
 
 	recs := boundRecords(t, f, pigeon.EventPublishDenied)
 	require.Less(t, len(recs), flood, "coalesced")
-	require.Equal(t, []string{"POST /v1/requests request bytes", "coalesced:" + strconv.Itoa(flood-1) + " last:POST /v1/requests request bytes"}, boundRefs(recs))
+	require.Equal(t, []string{"POST /v1/requests request bytes", "coalesced:" + strconv.Itoa(flood-1) + " last:POST /v1/requests request bytes"}, audittest.Refs(recs))
 	for _, r := range recs {
 		require.Equal(t, demo.Checkout, r.Principal)
 		require.Equal(t, id, r.ContractID)
@@ -175,7 +155,7 @@ func TestReadBudgetRefusalsAudited(t *testing.T) {
 
 			recs := boundRecords(t, f, tc.ev)
 			require.Less(t, len(recs), flood, "coalesced")
-			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, boundRefs(recs))
+			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, audittest.Refs(recs))
 			for _, r := range recs {
 				require.Equal(t, tc.principal, r.Principal)
 				require.Equal(t, contract, r.ContractID)
@@ -216,7 +196,7 @@ func TestLogWalkRefusalsAudited(t *testing.T) {
 			}
 			const ref = "GET /v1/audit/receipts/{id} log walks"
 			recs := boundRecords(t, f, pigeon.EventAccessDenied)
-			require.Equal(t, []string{ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + ref}, boundRefs(recs))
+			require.Equal(t, []string{ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + ref}, audittest.Refs(recs))
 			for _, r := range recs {
 				require.Equal(t, demo.Auditor, r.Principal)
 			}
@@ -246,7 +226,7 @@ func TestConsoleStreamRefusalsAudited(t *testing.T) {
 	}
 	const ref = "GET /v1/console/events console streams per principal"
 	recs := boundRecords(t, f, pigeon.EventAccessDenied)
-	require.Equal(t, []string{ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + ref}, boundRefs(recs))
+	require.Equal(t, []string{ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + ref}, audittest.Refs(recs))
 	for _, r := range recs {
 		require.Equal(t, demo.Auditor, r.Principal)
 	}

@@ -2,8 +2,6 @@ package ws_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,38 +13,18 @@ import (
 
 	"pigeon"
 	"pigeon/demo"
+	"pigeon/internal/audittest"
 	"pigeon/internal/testclock"
 	"pigeon/transport/transporttest"
 	"pigeon/transport/ws"
 )
 
-// rateLimitedRecords closes the coalescing window of v's engine, whose
-// clock is clk, and returns its RATE_LIMITED records of ev, each an
-// outcome deny judged by no gate of the engine.
+// rateLimitedRecords closes the coalescing windows of v's engine (clk)
+// and returns its RATE_LIMITED records of ev (audittest.BoundRefusals).
 func rateLimitedRecords(t *testing.T, v *env, clk *testclock.Clock, ev pigeon.Event) []pigeon.AuditRecord {
 	t.Helper()
 	clk.Advance(2 * time.Second) // the runs' windows close: their counts are written
-	recs, err := v.e.Audit(context.Background(), 0, 100000)
-	require.NoError(t, err)
-	var out []pigeon.AuditRecord
-	for _, r := range recs {
-		if r.Type != string(ev) || r.Code != string(pigeon.CodeRateLimited) {
-			continue
-		}
-		require.Equal(t, string(pigeon.OutcomeDeny), r.Outcome)
-		require.Empty(t, r.Gate, "no gate of the engine judged it")
-		out = append(out, r)
-	}
-	return out
-}
-
-// refs returns the Refs of recs, in order.
-func refs(recs []pigeon.AuditRecord) []string {
-	out := make([]string, len(recs))
-	for i, r := range recs {
-		out[i] = r.Ref
-	}
-	return out
+	return audittest.BoundRefusals(t, v.e, ev, pigeon.CodeRateLimited)
 }
 
 // TestRequestBoundRefusalsAudited: a request frame refused RATE_LIMITED
@@ -89,7 +67,7 @@ func TestRequestBoundRefusalsAudited(t *testing.T) {
 
 			recs := rateLimitedRecords(t, v, clk, pigeon.EventPublishDenied)
 			require.Less(t, len(recs), flood, "coalesced")
-			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, refs(recs))
+			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, audittest.Refs(recs))
 			for _, r := range recs {
 				require.Equal(t, p.ID, r.Principal)
 				require.Equal(t, contract.ID, r.ContractID)
@@ -124,29 +102,10 @@ func TestReadBudgetRefusalsAudited(t *testing.T) {
 		{"share", ws.Options{MaxReadBytesInFlight: 48 << 20, StallTimeout: time.Hour}, "MaxReadBytesPerPrincipal"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			defer ws.SetReadWait(50 * time.Millisecond)()
 			clk := testclock.New(time.Now()) // one coalescing window until advanced
 			v := newEnv(t, &tc.opts, bulkEvents, func(o *pigeon.Options) { o.Now = clk.Now })
-			p, err := v.e.Authenticate(ctx, "alice-token")
-			require.NoError(t, err)
-			k, err := v.e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
-			require.NoError(t, err)
-			blob := strings.Repeat("x", 512<<10)
-			for i := range 20 {
-				_, err := v.e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, &pigeon.Message{
-					Type: "bulk", Subject: "bulk.events", Intent: "record", Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"blob":%q}`, i, blob))})
-				require.NoError(t, err)
-			}
-
-			// A connection that sends replay after replay and never reads
-			// the answers holds the bound.
-			stuck := v.rawWith(t, &websocket.DialOptions{HTTPClient: smallReceiveBuffer(), HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
-			stuckContract := stuck.negotiate("bulk.events")
-			for i := range 40 {
-				stuck.write(fmt.Sprintf(`{"op":"replay","id":"r%d","subject":"bulk.events","reason":"audit"}`, i))
-			}
-			eventually(t, func() bool { return v.srv.Stats().ReadsRefused > 0 }, "the stuck connection's replays reach the bound: %+v", v.srv.Stats())
+			stuck, stuckContract := holdReadPool(t, v)
 
 			other := v.raw(t, "alice-token")
 			otherContract := other.negotiate("bulk.events")
@@ -166,12 +125,12 @@ func TestReadBudgetRefusalsAudited(t *testing.T) {
 
 			contracts := []string{stuckContract.ID, otherContract.ID}
 			replays := rateLimitedRecords(t, v, clk, pigeon.EventReplayDenied)
-			require.Len(t, replays, 2, "the first of the run and its count: %v", refs(replays))
+			require.Len(t, replays, 2, "the first of the run and its count: %v", audittest.Refs(replays))
 			require.Equal(t, "ws replay read budget", replays[0].Ref)
 			require.True(t, strings.HasPrefix(replays[1].Ref, "coalesced:"), replays[1].Ref)
 			require.True(t, strings.HasSuffix(replays[1].Ref, " last:ws replay read budget"), replays[1].Ref)
 			receives := rateLimitedRecords(t, v, clk, pigeon.EventReceiveDenied)
-			require.Equal(t, []string{"ws receive read budget", "coalesced:" + strconv.Itoa(flood/2-1) + " last:ws receive read budget"}, refs(receives))
+			require.Equal(t, []string{"ws receive read budget", "coalesced:" + strconv.Itoa(flood/2-1) + " last:ws receive read budget"}, audittest.Refs(receives))
 			require.Equal(t, otherContract.ID, receives[0].ContractID)
 			for _, r := range append(replays, receives...) {
 				require.Equal(t, transporttest.Alice, r.Principal)
@@ -219,7 +178,7 @@ func TestUpgradeBoundRefusalsAudited(t *testing.T) {
 
 			recs := rateLimitedRecords(t, v, clk, pigeon.EventAccessDenied)
 			require.Less(t, len(recs), flood, "coalesced")
-			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, refs(recs))
+			require.Equal(t, []string{tc.ref, "coalesced:" + strconv.Itoa(flood-1) + " last:" + tc.ref}, audittest.Refs(recs))
 			for _, r := range recs {
 				require.Equal(t, transporttest.Alice, r.Principal)
 				require.Empty(t, r.Subject)

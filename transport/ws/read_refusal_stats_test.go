@@ -1,15 +1,9 @@
 package ws_test
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -35,28 +29,9 @@ func TestReadRefusalsCountAsRateLimited(t *testing.T) {
 		{"share", ws.Options{MaxReadBytesInFlight: 48 << 20, StallTimeout: time.Hour}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
 			defer ws.SetReadWait(50 * time.Millisecond)()
 			v := newEnv(t, &tc.opts, bulkEvents)
-			p, err := v.e.Authenticate(ctx, "alice-token")
-			require.NoError(t, err)
-			k, err := v.e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
-			require.NoError(t, err)
-			blob := strings.Repeat("x", 512<<10)
-			for i := range 20 {
-				_, err := v.e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, &pigeon.Message{
-					Type: "bulk", Subject: "bulk.events", Intent: "record", Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"blob":%q}`, i, blob))})
-				require.NoError(t, err)
-			}
-
-			// A connection that sends replay after replay and never reads
-			// the answers holds the bound.
-			stuck := v.rawWith(t, &websocket.DialOptions{HTTPClient: smallReceiveBuffer(), HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
-			stuck.negotiate("bulk.events")
-			for i := range 40 {
-				stuck.write(fmt.Sprintf(`{"op":"replay","id":"r%d","subject":"bulk.events","reason":"audit"}`, i))
-			}
-			eventually(t, func() bool { return v.srv.Stats().ReadsRefused > 0 }, "the stuck connection's replays reach the bound: %+v", v.srv.Stats())
+			stuck, _ := holdReadPool(t, v)
 
 			other := v.raw(t, "alice-token")
 			other.negotiate("bulk.events")

@@ -37,27 +37,10 @@ func bulkEvents(o *pigeon.Options) {
 // replay on another connection waits and is answered RATE_LIMITED; once
 // the stuck connection is gone, replays are served in full.
 func TestReadsInFlightAreBoundedOverWebSocket(t *testing.T) {
-	ctx := context.Background()
 	defer ws.SetReadWait(50 * time.Millisecond)()
 	const pool = 20 << 20 // one answer of 8 MiB and one reservation of 17 MiB do not both fit
 	v := newEnv(t, &ws.Options{MaxReadBytesInFlight: pool, StallTimeout: time.Hour}, bulkEvents)
-	p, err := v.e.Authenticate(ctx, "alice-token")
-	require.NoError(t, err)
-	k, err := v.e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
-	require.NoError(t, err)
-	blob := strings.Repeat("x", 512<<10)
-	for i := range 20 {
-		_, err := v.e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, &pigeon.Message{
-			Type: "bulk", Subject: "bulk.events", Intent: "record", Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"blob":%q}`, i, blob))})
-		require.NoError(t, err)
-	}
-
-	stuck := v.rawWith(t, &websocket.DialOptions{HTTPClient: smallReceiveBuffer(), HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
-	stuck.negotiate("bulk.events")
-	for i := range 40 {
-		stuck.write(fmt.Sprintf(`{"op":"replay","id":"r%d","subject":"bulk.events","reason":"audit"}`, i))
-	}
-	eventually(t, func() bool { return v.srv.Stats().ReadsRefused > 0 }, "the stuck connection's replays reach the bound: %+v", v.srv.Stats())
+	stuck, _ := holdReadPool(t, v)
 	require.LessOrEqual(t, v.srv.Stats().ReadBytes, int64(pool), "the reads hold at most the pool")
 
 	other := v.raw(t, "alice-token")
@@ -122,4 +105,31 @@ func TestReadsInFlightAreSharedFairlyOverWebSocket(t *testing.T) {
 	eventually(t, func() bool { return v.srv.Stats().ReadBytes == 0 }, "the stuck connection's reads give their room back: %+v", v.srv.Stats())
 	f = again.ok(ws.OpReplay, `,"subject":"bulk.events","reason":"audit","max":2`, ws.OpMessages)
 	require.Len(t, f.Messages, 2)
+}
+
+// holdReadPool publishes twenty messages of 512 KiB on bulk.events, as
+// alice, and opens a connection of alice's that sends replay after replay
+// of them and never reads the answers, until its reads hold the server's
+// read pool (or alice's share of it): a read has been refused. It returns
+// that connection and its contract.
+func holdReadPool(t *testing.T, v *env) (*rawClient, pigeon.ContractInfo) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := v.e.Authenticate(ctx, "alice-token")
+	require.NoError(t, err)
+	k, err := v.e.Negotiate(ctx, p, "uk", []string{"bulk.events"}, 0)
+	require.NoError(t, err)
+	blob := strings.Repeat("x", 512<<10)
+	for i := range 20 {
+		_, err := v.e.Publish(ctx, pigeon.Caller{Principal: p, Region: "uk", ContractID: k.ID()}, &pigeon.Message{
+			Type: "bulk", Subject: "bulk.events", Intent: "record", Data: json.RawMessage(fmt.Sprintf(`{"n":%d,"blob":%q}`, i, blob))})
+		require.NoError(t, err)
+	}
+	stuck := v.rawWith(t, &websocket.DialOptions{HTTPClient: smallReceiveBuffer(), HTTPHeader: http.Header{"Authorization": {"Bearer alice-token"}}})
+	contract := stuck.negotiate("bulk.events")
+	for i := range 40 {
+		stuck.write(fmt.Sprintf(`{"op":"replay","id":"r%d","subject":"bulk.events","reason":"audit"}`, i))
+	}
+	eventually(t, func() bool { return v.srv.Stats().ReadsRefused > 0 }, "the stuck connection's replays reach the bound: %+v", v.srv.Stats())
+	return stuck, contract
 }
