@@ -27,7 +27,8 @@ var hostileText = []struct{ name, s string }{
 }
 
 // requireNoControlInAudit fails when a string field of an audit record of
-// e holds a control character.
+// e holds a control character, or a formatting character that reorders
+// text or breaks its line (pigeon.IsControlRune, the rule of names).
 func requireNoControlInAudit(t *testing.T, e *pigeon.Engine) {
 	t.Helper()
 	recs, err := e.Audit(ctx, 0, 0)
@@ -39,7 +40,7 @@ func requireNoControlInAudit(t *testing.T, e *pigeon.Engine) {
 		require.NoError(t, json.Unmarshal(b, &fields))
 		for k, v := range fields {
 			if s, ok := v.(string); ok {
-				require.False(t, strings.ContainsFunc(s, unicode.IsControl), "audit record %s: %s holds a control character: %q", r.Type, k, s)
+				require.False(t, strings.ContainsFunc(s, pigeon.IsControlRune), "audit record %s: %s holds a control or formatting character: %q", r.Type, k, s)
 			}
 		}
 	}

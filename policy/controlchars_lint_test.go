@@ -4,7 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unicode"
+
+	"pigeon/internal/textrule"
 
 	"github.com/stretchr/testify/require"
 )
@@ -12,7 +13,9 @@ import (
 // hostileText are control characters a name of a policy file could carry
 // into audit records, receipts, the data directory and every listing of
 // the catalog: ESC (an ANSI sequence), CSI as one C1 character (U+009B),
-// CR, LF, DEL and NUL.
+// CR, LF, DEL and NUL; and formatting characters that reorder the text
+// around them or break its line ("Trojan Source"), which the broker
+// refuses in every name as it refuses a control character.
 var hostileText = []struct{ name, s string }{
 	{"ESC", "\x1b[2J"},
 	{"C1 CSI", "\u009b2J"},
@@ -20,21 +23,30 @@ var hostileText = []struct{ name, s string }{
 	{"LF", "\nok"},
 	{"DEL", "\x7f"},
 	{"NUL", "\x00"},
+	{"ALM U+061C", "\u061c"},
+	{"RLM U+200F", "\u200f"},
+	{"LS U+2028", "\u2028"},
+	{"RLE U+202B", "\u202b"},
+	{"RLO U+202E", "\u202e"},
+	{"LRI U+2066", "\u2066"},
+	{"PDI U+2069", "\u2069"},
 }
 
-// requireNoRawControl fails when a problem carries a control character
-// raw, in its subject, field or message: a lint report is printed.
+// requireNoRawControl fails when a problem carries a control or
+// formatting character raw (the rule of names, internal/textrule), in its
+// subject, field or message: a lint report is printed.
 func requireNoRawControl(t *testing.T, problems []Problem) {
 	t.Helper()
 	for _, p := range problems {
 		for _, s := range []string{p.Subject, p.Field, p.Message, p.String()} {
-			require.False(t, strings.ContainsFunc(s, unicode.IsControl), "problem carries a control character raw: %q", s)
+			require.False(t, strings.ContainsFunc(s, textrule.IsControlRune), "problem carries a control or formatting character raw: %q", s)
 		}
 	}
 }
 
 // A name or value of a policy file that holds a control character (C0,
-// DEL, C1) is an error problem at its field, both when the catalog is
+// DEL, C1) or a formatting character that reorders text or breaks a line
+// is an error problem at its field, both when the catalog is
 // loaded from files (pigeon policy lint, LoadDir) and when it is linted in
 // code (the broker lints every catalog it registers), and no problem
 // carries the character raw. Before, every one of these fields took ESC,
