@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -108,18 +106,7 @@ func TestClientCommandsEscapeFormattingCharacters(t *testing.T) {
 		"/v1/quarantine/q-1": `{"error":{"code":"FORBIDDEN","message":"` + raw + `","details":{"gate":"` + raw + `"}}}`,
 		"/v1/programs/prog":  `{"error":{"code":"` + raw + `","message":"` + raw + `"}}`,
 	}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, ok := answers[r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		if strings.Contains(a, `"error"`) {
-			w.WriteHeader(http.StatusForbidden)
-		}
-		_, _ = w.Write([]byte(a))
-	}))
-	t.Cleanup(hs.Close)
+	hs := answeringServer(t, answers)
 
 	for _, tc := range []struct {
 		name string

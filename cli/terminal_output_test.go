@@ -158,18 +158,7 @@ func TestClientCommandsPrintHostileServerTextTerminalSafe(t *testing.T) {
 		"/v1/programs/prog":       `{"error":{"code":"` + raw + `","message":"` + raw + `"}}`,
 		"/v1/subjects/s/messages": "{\"purged\":\r1,\"x\":\"" + raw + "\"}",
 	}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, ok := answers[r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		if strings.Contains(a, `"error"`) {
-			w.WriteHeader(http.StatusForbidden)
-		}
-		_, _ = w.Write([]byte(a))
-	}))
-	t.Cleanup(hs.Close)
+	hs := answeringServer(t, answers)
 
 	for _, tc := range []struct {
 		name  string
@@ -270,4 +259,24 @@ func TestWriteJSONLineIsEncoderOutputTerminalSafe(t *testing.T) {
 			require.Equal(t, enc.String(), got.String())
 		}
 	}
+}
+
+// answeringServer is a server that answers each path of answers with its
+// body, 403 when the body is an error, and 404 any other path: a server
+// behind --url whose text the CLI prints.
+func answeringServer(t *testing.T, answers map[string]string) *httptest.Server {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := answers[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		if strings.Contains(a, `"error"`) {
+			w.WriteHeader(http.StatusForbidden)
+		}
+		_, _ = w.Write([]byte(a))
+	}))
+	t.Cleanup(hs.Close)
+	return hs
 }
