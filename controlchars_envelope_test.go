@@ -9,6 +9,30 @@ import (
 	"pigeon/transport/transporttest"
 )
 
+// envelopeNames sets each name of a message's envelope (its id, and the
+// names the publisher chooses) to a value ending with v: the names the
+// broker refuses when they hold a control or formatting character.
+var envelopeNames = []struct {
+	name string
+	set  func(m *pigeon.Message, v string)
+}{
+	{"id", func(m *pigeon.Message, v string) { m.ID = "msg-1" + v }},
+	{"subject", func(m *pigeon.Message, v string) { m.Subject += v }},
+	{"type", func(m *pigeon.Message, v string) { m.Type += v }},
+	{"intent", func(m *pigeon.Message, v string) { m.Intent += v }},
+	{"idempotencyKey", func(m *pigeon.Message, v string) { m.IdempotencyKey = "k" + v }},
+	{"classification", func(m *pigeon.Message, v string) { m.Classification = "internal" + v }},
+	{"region", func(m *pigeon.Message, v string) { m.Region = "uk" + v }},
+	{"replyTo", func(m *pigeon.Message, v string) { m.ReplyTo = "inbox" + v }},
+	{"correlationId", func(m *pigeon.Message, v string) { m.CorrelationID = "c" + v }},
+	{"signature.kid", func(m *pigeon.Message, v string) {
+		m.Signature = &pigeon.Signature{KID: "k" + v, Alg: "EdDSA", Sig: "AAAA"}
+	}},
+	{"signature.alg", func(m *pigeon.Message, v string) {
+		m.Signature = &pigeon.Signature{KID: "k", Alg: "EdDSA" + v, Sig: "AAAA"}
+	}},
+}
+
 // A message whose names (subject, type, intent, idempotencyKey,
 // classification, region, replyTo, correlationId, the signature's kid,
 // alg and sig) hold a control character (C0, DEL, C1) is refused
@@ -19,31 +43,12 @@ import (
 // with the name written raw into the record. Reason is prose and is not
 // refused for its content.
 func TestPublishRefusesNamesWithControlCharacters(t *testing.T) {
-	fields := []struct {
-		name string
-		set  func(m *pigeon.Message, v string)
-	}{
-		{"subject", func(m *pigeon.Message, v string) { m.Subject += v }},
-		{"type", func(m *pigeon.Message, v string) { m.Type += v }},
-		{"intent", func(m *pigeon.Message, v string) { m.Intent += v }},
-		{"idempotencyKey", func(m *pigeon.Message, v string) { m.IdempotencyKey = "k" + v }},
-		{"classification", func(m *pigeon.Message, v string) { m.Classification = "internal" + v }},
-		{"region", func(m *pigeon.Message, v string) { m.Region = "uk" + v }},
-		{"replyTo", func(m *pigeon.Message, v string) { m.ReplyTo = "inbox" + v }},
-		{"correlationId", func(m *pigeon.Message, v string) { m.CorrelationID = "c" + v }},
-		{"signature.kid", func(m *pigeon.Message, v string) {
-			m.Signature = &pigeon.Signature{KID: "k" + v, Alg: "EdDSA", Sig: "AAAA"}
-		}},
-		{"signature.alg", func(m *pigeon.Message, v string) {
-			m.Signature = &pigeon.Signature{KID: "k", Alg: "EdDSA" + v, Sig: "AAAA"}
-		}},
-	}
 	f := accessFixture(t)
 	s := f.connect("alice-token", "chat.messages")
 	chat := func() *pigeon.Message {
 		return &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)}
 	}
-	for _, fl := range fields {
+	for _, fl := range envelopeNames {
 		for _, h := range hostileText {
 			t.Run(fl.name+"/"+h.name, func(t *testing.T) {
 				m := chat()

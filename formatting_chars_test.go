@@ -90,26 +90,12 @@ func TestDirectoryRefusesNamesWithFormattingCharacters(t *testing.T) {
 // was accepted, stored and delivered, and its id and names written raw
 // into audit records, quarantine records and receipts.
 func TestPublishRefusesNamesWithFormattingCharacters(t *testing.T) {
-	fields := []struct {
-		name string
-		set  func(m *pigeon.Message, v string)
-	}{
-		{"id", func(m *pigeon.Message, v string) { m.ID = "msg-1" + v }},
-		{"subject", func(m *pigeon.Message, v string) { m.Subject += v }},
-		{"type", func(m *pigeon.Message, v string) { m.Type += v }},
-		{"intent", func(m *pigeon.Message, v string) { m.Intent += v }},
-		{"idempotencyKey", func(m *pigeon.Message, v string) { m.IdempotencyKey = "k" + v }},
-		{"correlationId", func(m *pigeon.Message, v string) { m.CorrelationID = "c" + v }},
-		{"signature.kid", func(m *pigeon.Message, v string) {
-			m.Signature = &pigeon.Signature{KID: "k" + v, Alg: "EdDSA", Sig: "AAAA"}
-		}},
-	}
 	f := accessFixture(t)
 	s := f.connect("alice-token", "chat.messages")
 	chat := func() *pigeon.Message {
 		return &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)}
 	}
-	for _, fl := range fields {
+	for _, fl := range envelopeNames {
 		for _, fc := range formattingChars {
 			t.Run(fl.name+"/"+fc.name, func(t *testing.T) {
 				m := chat()
