@@ -45,23 +45,11 @@ var envelopeNames = []struct {
 func TestPublishRefusesNamesWithControlCharacters(t *testing.T) {
 	f := accessFixture(t)
 	s := f.connect("alice-token", "chat.messages")
-	chat := func() *pigeon.Message {
-		return &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)}
-	}
-	for _, fl := range envelopeNames {
-		for _, h := range hostileText {
-			t.Run(fl.name+"/"+h.name, func(t *testing.T) {
-				m := chat()
-				fl.set(m, h.s)
-				_, err := s.Publish(ctx, m)
-				requireCode(t, err, pigeon.CodeEnvelopeInvalid)
-			})
-		}
-	}
+	requireEnvelopeNamesRefused(t, s, hostileText, "")
 	require.Zero(t, auditCount(t, f.e, pigeon.EventPublishAccepted, pigeon.CodeOK), "nothing was accepted")
 	requireNoControlInAudit(t, f.e)
 
-	m := chat()
+	m := chatFor()
 	m.Reason = "line one\nline two"
 	_, err := s.Publish(ctx, m)
 	require.NoError(t, err, "a reason is prose")
@@ -85,4 +73,30 @@ func TestAuditQuotesUnknownNamesWithControlCharacters(t *testing.T) {
 	}
 	require.Equal(t, len(hostileText), auditCount(t, f.e, pigeon.EventContractDenied, pigeon.CodeSubjectNotFound), "every refusal is recorded")
 	requireNoControlInAudit(t, f.e)
+}
+
+// chatFor is a message to chat.messages that the access fixture's alice
+// may publish.
+func chatFor() *pigeon.Message {
+	return &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)}
+}
+
+// requireEnvelopeNamesRefused publishes, on s, chatFor with each name of
+// envelopeNames ending with each of chars, and requires each refused
+// ENVELOPE_INVALID, its message holding text when text is not empty.
+func requireEnvelopeNamesRefused(t *testing.T, s pigeon.Session, chars []struct{ name, s string }, text string) {
+	t.Helper()
+	for _, fl := range envelopeNames {
+		for _, c := range chars {
+			t.Run(fl.name+"/"+c.name, func(t *testing.T) {
+				m := chatFor()
+				fl.set(m, c.s)
+				_, err := s.Publish(ctx, m)
+				pe := requireCode(t, err, pigeon.CodeEnvelopeInvalid)
+				if text != "" {
+					require.Contains(t, pe.Error(), text)
+				}
+			})
+		}
+	}
 }

@@ -92,20 +92,7 @@ func TestDirectoryRefusesNamesWithFormattingCharacters(t *testing.T) {
 func TestPublishRefusesNamesWithFormattingCharacters(t *testing.T) {
 	f := accessFixture(t)
 	s := f.connect("alice-token", "chat.messages")
-	chat := func() *pigeon.Message {
-		return &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: []byte(`{"text":"hi"}`)}
-	}
-	for _, fl := range envelopeNames {
-		for _, fc := range formattingChars {
-			t.Run(fl.name+"/"+fc.name, func(t *testing.T) {
-				m := chat()
-				fl.set(m, fc.s)
-				_, err := s.Publish(ctx, m)
-				pe := requireCode(t, err, pigeon.CodeEnvelopeInvalid)
-				require.Contains(t, pe.Error(), "formatting character")
-			})
-		}
-	}
+	requireEnvelopeNamesRefused(t, s, formattingChars, "formatting character")
 	require.Zero(t, auditCount(t, f.e, pigeon.EventPublishAccepted, pigeon.CodeOK), "nothing was accepted")
 	requireNoControlInAudit(t, f.e)
 
@@ -113,7 +100,7 @@ func TestPublishRefusesNamesWithFormattingCharacters(t *testing.T) {
 	for _, fc := range formattingChars {
 		all.WriteString(fc.s)
 	}
-	m := chat()
+	m := chatFor()
 	m.ID = "msg-" + textNeighbours
 	m.IdempotencyKey = "k-" + textNeighbours
 	m.Reason = "line one\u2028line two \u202eprose"
