@@ -503,16 +503,12 @@ func checkReply(req, reply *pigeon.Message) error {
 	return nil
 }
 
-// Receive pulls up to max messages from subject; see Engine.Receive. A
-// message of the answer that no broker sends (null, or without a
-// sequence) is logged and left out, the others returned (see
-// ReceiveAttempts).
+// Receive pulls up to max messages from subject; see Engine.Receive. It
+// is ReceiveAttempts without the attempts: it refuses an answer, or a
+// message of it, as ReceiveAttempts does, and returns the same messages.
 func (s *Session) Receive(ctx context.Context, subject string, max int) ([]*pigeon.Message, error) {
-	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReceive, Subject: subject, Max: max}), nil)
-	if err != nil {
-		return nil, err
-	}
-	return s.answerMessages(f, OpReceive), nil
+	msgs, _, err := s.ReceiveAttempts(ctx, subject, max)
+	return msgs, err
 }
 
 var _ pigeon.AttemptSettler = (*Session)(nil)
@@ -524,12 +520,15 @@ var _ pigeon.DepthPublisher = (*Session)(nil)
 // Engine.ReceiveAttempts. AckAttempt and NackAttempt take it back.
 //
 // An answer whose attempts are not in step with its messages is refused
-// whole, INTERNAL: no attempt could be told to its message. A message of
+// whole, no attempt could be told to its message: INTERNAL for a list of
+// another length, BAD_REQUEST for "attempts" that is not a list (null
+// included: an answer without "attempts" leased nothing). A message of
 // the answer that no broker sends (null, without a sequence, or whose
-// attempt is outside 1 to 2^31-1) is refused alone: logged (WithLogger)
-// and left out, never answered, so the server's ack wait gives it back;
-// the others are returned, each with its own attempt, and the error is
-// nil. Receive and Replay leave such messages out the same way.
+// attempt is not an integer of 1 to 2^31-1: a fraction, 1.0, a string,
+// null, …) is refused alone: logged (WithLogger) and left out, never
+// answered, so the server's ack wait gives it back; the others are
+// returned, each with its own attempt, and the error is nil. Receive and
+// Replay leave such messages out the same way.
 func (s *Session) ReceiveAttempts(ctx context.Context, subject string, max int) ([]*pigeon.Message, []int, error) {
 	f, err := s.call(ctx, jsonFrame(Frame{Op: OpReceive, Subject: subject, Max: max}), nil)
 	if err != nil {

@@ -275,7 +275,7 @@ func (cc *clientConn) readLoop() {
 			}
 			return
 		}
-		f, err := decodeClientFrame(buf.frame, &in)
+		f, err := decodeFromServer(buf.frame, &in)
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
 			if f == nil || f.Re == "" {

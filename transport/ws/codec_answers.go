@@ -1,11 +1,13 @@
 package ws
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strconv"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 	"pigeon/internal/wire"
 )
 
@@ -119,4 +121,125 @@ func (w *walker) results(i int) ([]BatchResult, int) {
 type resultHandoff struct {
 	r pigeon.Result
 	m pigeon.Message
+}
+
+// decodeFromServer is the client's reader's decoder: decodeClientFrame,
+// with the "attempts" of a messages answer (a receive's) read entry by
+// entry, as the TypeScript, Python and Rust clients read it. An entry
+// that is no integer an int holds (a fraction, 1.0 or 1e0 included, a
+// string, null, a bool, an object, a list) reads as 0, no lease's
+// attempt: the pull refuses its message alone (heldMessages) and takes
+// the others. An "attempts" that is no list, null included, is a
+// malformed answer, refused whole (BAD_REQUEST, as decodeClientFrame
+// refuses a frame field of the wrong type): its attempts cannot be told
+// to its messages, and an absent one, not a null one, says the server
+// leased nothing. Every other frame decodes as decodeClientFrame decodes
+// it, once. The broker writes a list of integers, which that decoding
+// takes; a messages answer without such a list is looked over for its
+// "attempts", and decoded again, without them, only when it has one.
+func decodeFromServer(b []byte, in *interner) (*Frame, error) {
+	f, err := decodeClientFrame(b, in)
+	if err == nil && (f.Op != OpMessages || f.Attempts != nil) {
+		return f, nil
+	}
+	// A messages answer without attempts (absent, or null), or a frame
+	// refused, perhaps for its attempts alone.
+	s, e := memberValue(b, "attempts")
+	if s < 0 || pigeon.CheckJSON(b) != nil {
+		return f, err
+	}
+	// The frame without its attempts, which are read apart.
+	rest := make([]byte, 0, len(b)-(e-s)+2)
+	rest = append(append(append(rest, b[:s]...), "[]"...), b[e:]...)
+	g, gErr := decodeClientFrame(rest, in)
+	if g == nil || g.Op != OpMessages {
+		return f, err // no answer whose attempts the client reads
+	}
+	if gErr != nil {
+		return g, gErr
+	}
+	attempts, ok := entryAttempts(b, s)
+	if !ok {
+		g.Attempts = nil
+		return g, pigeon.NewError(pigeon.CodeBadRequest, `the server's answer holds "attempts" that is not a list (%s)`, jsonKind(b[s]))
+	}
+	g.Attempts = attempts
+	return g, nil
+}
+
+// memberValue returns where the value of the member name of the JSON
+// object b lies (b[s:e]), the member's name read as encoding/json reads
+// it (escapes decoded); -1, -1 when b is no object or has no such member
+// before what it cannot read. It checks nothing else: a caller checks b
+// (pigeon.CheckJSON, which refuses a name twice) before it reads the
+// value.
+func memberValue(b []byte, name string) (s, e int) {
+	i := jsontext.SpaceEnd(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return -1, -1
+	}
+	for i = jsontext.SpaceEnd(b, i+1); i < len(b) && b[i] == '"'; {
+		ne := jsontext.SkipString(b, i)
+		j := jsontext.SpaceEnd(b, ne)
+		if j >= len(b) || b[j] != ':' {
+			return -1, -1
+		}
+		if j = jsontext.SpaceEnd(b, j+1); j >= len(b) {
+			return -1, -1
+		}
+		e := jsontext.SkipValue(b, j)
+		if nameIs(b[i:ne], name) {
+			return j, e
+		}
+		if i = jsontext.SpaceEnd(b, e); i >= len(b) || b[i] != ',' {
+			return -1, -1
+		}
+		i = jsontext.SpaceEnd(b, i+1)
+	}
+	return -1, -1
+}
+
+// nameIs reports whether the JSON string q (quotes included) is name.
+func nameIs(q []byte, name string) bool {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return len(q) == len(name)+2 && string(q[1:len(q)-1]) == name
+	}
+	s, ok := stringValue(q)
+	return ok && s == name
+}
+
+// entryAttempts reads the list at b[i], a receive answer's "attempts",
+// entry by entry: an integer an int holds as itself, any other entry as
+// 0, no lease's attempt (see decodeFromServer); ok is false when the
+// value there is no list. b is text CheckJSON accepted.
+func entryAttempts(b []byte, i int) ([]int, bool) {
+	w := walker{b: b}
+	out := []int{}
+	end := w.array(i, func(j int) int {
+		e := jsontext.SkipValue(b, j)
+		n, err := strconv.ParseInt(string(b[j:e]), 10, strconv.IntSize)
+		if err != nil {
+			n = 0
+		}
+		out = append(out, int(n))
+		return e
+	})
+	return out, end >= 0
+}
+
+// jsonKind names the kind of the JSON value that starts with c.
+func jsonKind(c byte) string {
+	switch c {
+	case 'n':
+		return "null"
+	case '{':
+		return "an object"
+	case '[':
+		return "a list"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a bool"
+	}
+	return "a number"
 }
