@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CI of the Rust client: fetches the locked crates, builds the server unless
-# PIGEON_BIN names one, and runs the whole suite (unit tests, the
-# conformance scenarios against real `pigeon serve` processes, doc tests;
-# `cargo test` builds the examples too). Runnable from any directory.
+# PIGEON_BIN names one, checks the formatting and the lints (clippy, every
+# target, warnings as errors) where those tools are installed, and runs the
+# whole suite (unit tests, the conformance scenarios against real `pigeon
+# serve` processes, doc tests; `cargo test` builds the examples too).
+# Runnable from any directory.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -19,6 +21,11 @@ fi
 if cargo fmt --version >/dev/null 2>&1; then
   echo "== cargo fmt --check"
   cargo fmt --check
+fi
+
+if cargo clippy --version >/dev/null 2>&1; then
+  echo "== cargo clippy"
+  cargo clippy --locked --all-targets -- -D warnings
 fi
 
 echo "== cargo test --locked"

@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{raw_server, Behaviour, OnFrame};
-use pigeon_client::{ConnectOptions, HandlerError, Message, Session, Status, SubscribeOptions};
+use common::{raw_opts, raw_server, Behaviour, OnFrame};
+use pigeon_client::{HandlerError, Message, Session, Status, SubscribeOptions};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,10 +19,6 @@ fn msg(id: &str, seq: u64) -> Value {
 
 fn deliver(m: Value) -> String {
     json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m}).to_string()
-}
-
-fn opts() -> ConnectOptions {
-    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
 }
 
 /// An `on_frame` that subscribes "sub_1", records every other frame in
@@ -52,7 +48,7 @@ async fn a_subscriptions_acks_and_nacks_carry_the_sequence_of_the_delivery_they_
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let held: Arc<Mutex<Option<Value>>> = Arc::default();
     let (url, tx, task) = raw_server(Behaviour::default(), holding(frames.clone(), held.clone())).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let _sub = s
         .subscribe("x", SubscribeOptions::default().max_in_flight(4), |d| async move {
             if d.message.id == "msg_4" {
@@ -88,7 +84,7 @@ async fn gathered_acks_are_split_into_frames_within_the_servers_max_frame() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let held: Arc<Mutex<Option<Value>>> = Arc::default();
     let (url, tx, task) = raw_server(Behaviour::default(), holding(frames.clone(), held.clone())).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let d2 = done.clone();
     let _sub = s
@@ -134,7 +130,7 @@ async fn pull_acks_and_nacks_name_the_sequence_given() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let held = Arc::new(Mutex::new(Some(Value::Null))); // nothing held
     let (url, _tx, task) = raw_server(Behaviour::default(), holding(frames.clone(), held)).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     s.ack_sequence("x", "msg_7", 7).await.unwrap();
     s.ack("x", "msg_8").await.unwrap();
     s.ack_sequence("x", "msg_9", 0).await.unwrap();
@@ -189,7 +185,7 @@ fn job(id: &str, n: u64) -> Message {
 async fn a_late_answer_to_a_message_whose_id_was_reused_is_refused() {
     let dir = jobs_catalog();
     let mut server = common::Server::start_catalog(&dir);
-    let s = Session::connect(&server.url(), "worker-token", &[JOBS], opts()).await.unwrap();
+    let s = Session::connect(&server.url(), "worker-token", &[JOBS], raw_opts()).await.unwrap();
     // The HTTP answers act under the session's contract.
     let http = common::http(&server, "worker-token").with_contract(&s.contract().id);
     for (over_http, nack) in [(false, false), (false, true), (true, false), (true, true)] {
@@ -239,7 +235,7 @@ async fn a_late_answer_to_a_message_whose_id_was_reused_is_refused() {
 async fn http_acks_and_nacks_settle_under_the_contract_with_typed_errors() {
     let dir = jobs_catalog();
     let mut server = common::Server::start_catalog(&dir);
-    let s = Session::connect(&server.url(), "worker-token", &[JOBS], opts()).await.unwrap();
+    let s = Session::connect(&server.url(), "worker-token", &[JOBS], raw_opts()).await.unwrap();
     let http = common::http(&server, "worker-token").with_contract(&s.contract().id);
     // Without a contract: refused before anything is sent.
     let e = common::http(&server, "worker-token").ack(JOBS, "job-x").await.expect_err("no contract");
@@ -317,7 +313,7 @@ async fn an_ack_frame_answering_one_id_at_two_sequences_refuses_only_the_one_nam
             vec![ok]
         });
         let (url, _tx, task) = raw_server(Behaviour::default(), on_frame).await;
-        let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+        let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
         let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
         let d7 = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.unwrap().unwrap().unwrap();
         let d9 = tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.unwrap().unwrap().unwrap();
@@ -345,7 +341,7 @@ async fn an_ack_frame_answering_one_id_at_two_sequences_refuses_only_the_one_nam
 async fn a_newer_message_under_a_reused_id_does_not_wait_for_the_old_handler() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let (url, tx, task) = raw_server(Behaviour::default(), common::ok_to_all("sub_1", frames.clone())).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let runs: Arc<Mutex<Vec<u64>>> = Arc::default();
     let release = Arc::new(tokio::sync::Semaphore::new(0));
     let (r, rel) = (runs.clone(), release.clone());

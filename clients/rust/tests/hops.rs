@@ -5,16 +5,12 @@
 
 mod common;
 
-use common::{ok_to_all, raw_server, Behaviour, Server};
+use common::{end, ok_to_all, raw_opts, raw_server, Behaviour, Server};
 use pigeon_client::crypto::{self, Keys};
-use pigeon_client::{ConnectOptions, Message, Session, Status, SubscribeOptions};
+use pigeon_client::{Message, Session, Status, SubscribeOptions};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn opts() -> ConnectOptions {
-    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
-}
 
 fn deliver(m: &Value) -> String {
     json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": m}).to_string()
@@ -27,7 +23,7 @@ async fn next(sub: &mut pigeon_client::Subscription) -> pigeon_client::Delivery 
 #[tokio::test]
 async fn a_delivered_hops_is_exposed_and_an_absent_one_is_zero() {
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", Arc::default())).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let cases = [(json!(3), 3u32), (Value::Null, 0), (json!(0), 0), (json!(u32::MAX), u32::MAX)];
     for (i, (hops, _)) in cases.iter().enumerate() {
@@ -42,8 +38,7 @@ async fn a_delivered_hops_is_exposed_and_an_absent_one_is_zero() {
         assert_eq!((d.message.id.as_str(), d.message.hops), (format!("msg_{i}").as_str(), *want), "hops {hops}");
         d.ack().await.unwrap();
     }
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 /// A hops that is not a JSON integer of 0 to 2^32-1 makes the delivery a
@@ -54,7 +49,7 @@ async fn a_hops_that_is_not_an_integer_of_u32_is_a_bad_frame() {
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", Arc::default())).await;
     let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
     let e = errs.clone();
-    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let bad = ["-1", "1.5", "1.0", "1e0", "4294967296", "18446744073709551616", "\"3\"", "null", "true", "[3]"];
     for (i, h) in bad.iter().enumerate() {
@@ -71,8 +66,7 @@ async fn a_hops_that_is_not_an_integer_of_u32_is_a_bad_frame() {
     let errs = errs.lock().unwrap().clone();
     let frames: Vec<_> = errs.iter().filter(|e| e.code == "BAD_FRAME").collect();
     assert_eq!(frames.len(), bad.len(), "each malformed hops is one BAD_FRAME: {errs:#?}");
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 #[test]
@@ -96,7 +90,7 @@ async fn a_signed_message_delivered_with_hops_verifies() {
     wire["sequence"] = json!(1);
     wire["hops"] = json!(3);
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", Arc::default())).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     tx.send(deliver(&wire)).unwrap();
     let d = next(&mut sub).await;
@@ -106,8 +100,7 @@ async fn a_signed_message_delivered_with_hops_verifies() {
     let moved = Message { hops: 9, ..d.message.clone() };
     crypto::verify_message_with_keys(&moved, &k.public_keys()).unwrap();
     d.ack().await.unwrap();
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    end(s, task).await;
 }
 
 /// Over a real server: a hops the publisher writes is replaced (a

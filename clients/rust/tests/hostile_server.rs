@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::{end, http_canned, raw_http, raw_opts, Behaviour};
 use futures_util::{SinkExt, StreamExt};
 use pigeon_client::{ConnectOptions, Session, SubscribeOptions};
 use serde_json::{json, Value};
@@ -16,71 +17,24 @@ fn msg(i: u64) -> Value {
     json!({"id": format!("msg_{i}"), "subject": "x", "sequence": i, "data": {}})
 }
 
-/// A raw endpoint for one connection: answers negotiate, hands every other
-/// frame to `on_frame`, which returns the frames to send back; `cmd` sends
-/// frames at any time (a JSON string as the frame's text, as it is).
+/// A raw endpoint ([`common::raw_server`]): answers negotiate, hands every
+/// other frame to `on_frame`, which returns the frames to send back; `cmd`
+/// sends frames (text as given) at any time.
 async fn raw_server(
-    on_frame: impl Fn(&Value) -> Vec<Value> + Send + 'static,
-) -> (String, mpsc::UnboundedSender<Value>, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-    let task = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { return };
-        loop {
-            tokio::select! {
-                m = ws.next() => {
-                    let Some(Ok(W::Text(t))) = m else { return };
-                    let f: Value = serde_json::from_str(&t).unwrap();
-                    let out = if f["op"] == "negotiate" {
-                        let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": "2099-01-01T00:00:00Z"});
-                        vec![json!({"op": "contract", "re": f["id"], "contract": contract, "maxFrame": 1 << 20})]
-                    } else {
-                        on_frame(&f)
-                    };
-                    for o in out {
-                        if ws.send(W::Text(o.to_string())).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                Some(o) = rx.recv() => {
-                    // A JSON string is sent as the frame's text, as it is.
-                    let text = match o {
-                        Value::String(t) => t,
-                        o => o.to_string(),
-                    };
-                    if ws.send(W::Text(text)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    (format!("ws://127.0.0.1:{port}"), tx, task)
+    on_frame: impl Fn(&Value) -> Vec<Value> + Send + Sync + 'static,
+) -> (String, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
+    common::raw_server(Behaviour::default(), Arc::new(on_frame)).await
 }
 
 /// The frames a server answers every subscribe with (sid as the
 /// subscription's id) and every ack, nack and unsubscribe with (ok),
 /// for `raw_server`; other ops go unanswered.
-fn subscribing_as(sid: &'static str) -> impl Fn(&Value) -> Vec<Value> + Send + 'static {
+fn subscribing_as(sid: &'static str) -> impl Fn(&Value) -> Vec<Value> + Send + Sync + 'static {
     move |f| match f["op"].as_str() {
         Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": sid})],
         Some("ack") | Some("nack") | Some("unsubscribe") => vec![json!({"op": "ok", "re": f["id"]})],
         _ => vec![],
     }
-}
-
-/// Ends a test: stops the raw server, then closes the session (bounded:
-/// the server no longer answers).
-async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
-}
-
-fn opts() -> ConnectOptions {
-    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
 }
 
 #[tokio::test]
@@ -102,14 +56,14 @@ async fn deliveries_for_subscriptions_never_opened_cost_a_bounded_number_of_unsu
         vec![]
     })
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     s.ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let n = unsubs.lock().unwrap().len();
     assert!(n > 0 && n <= 64, "{n} unsubscribes in flight for subscriptions never opened");
     // Once answered, they are forgotten: new ones may follow, as few.
     for id in unsubs.lock().unwrap().drain(..) {
-        tx.send(json!({"op": "ok", "re": id})).unwrap();
+        tx.send(json!({"op": "ok", "re": id}).to_string()).unwrap();
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     s.ping().await.unwrap();
@@ -145,7 +99,7 @@ async fn a_server_that_ignores_the_window_cannot_make_a_subscription_queue_witho
     .await;
     let reported: Arc<Mutex<Vec<String>>> = Arc::default();
     let r = reported.clone();
-    let o = opts().on_error(move |e| r.lock().unwrap().push(e.to_string()));
+    let o = raw_opts().on_error(move |e| r.lock().unwrap().push(e.to_string()));
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let gate = Arc::new(tokio::sync::Notify::new());
     let handled = Arc::new(AtomicUsize::new(0));
@@ -216,7 +170,7 @@ async fn a_publish_the_server_never_answers_times_out_and_does_not_hold_up_the_n
         _ => vec![],
     })
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_millis(300))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_millis(300))).await.unwrap();
     let m = pigeon_client::Message::new("x", "t", "i");
     let r = tokio::time::timeout(Duration::from_secs(5), s.publish(&m)).await.expect("a publish waited past call_timeout");
     let e = r.unwrap_err();
@@ -235,13 +189,13 @@ async fn a_publish_the_server_never_answers_times_out_and_does_not_hold_up_the_n
 async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subscription() {
     // Every subscribe is answered with the same id.
     let (url, tx, task) = raw_server(subscribing_as("sub_same")).await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(2))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_secs(2))).await.unwrap();
     let mut first = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let second = s.subscribe_stream("x", SubscribeOptions::default()).await;
     let e = second.err().expect("a second subscription was given an id another one holds");
     assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
     assert_eq!(first.id().as_deref(), Some("sub_same"));
-    tx.send(json!({"op": "deliver", "sub": "sub_same", "attempt": 1, "message": msg(7)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_same", "attempt": 1, "message": msg(7)}).to_string()).unwrap();
     let d = tokio::time::timeout(Duration::from_secs(3), first.recv())
         .await
         .expect("the first subscription's deliveries went elsewhere")
@@ -260,13 +214,13 @@ async fn a_subscription_id_the_server_gives_twice_cannot_take_over_another_subsc
 #[tokio::test]
 async fn an_attempt_beyond_2_31_minus_1_is_refused_not_wrapped_or_held() {
     let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     for attempt in [(1u64 << 31), (1u64 << 32) + 1, i64::MAX as u64] {
-        tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": attempt, "message": msg(1)})).unwrap();
+        tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": attempt, "message": msg(1)}).to_string()).unwrap();
     }
-    tx.send(Value::String(format!(r#"{{"op":"deliver","sub":"sub_1","attempt":1e400,"message":{}}}"#, msg(2)))).unwrap();
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 3, "message": msg(3)})).unwrap();
+    tx.send(format!(r#"{{"op":"deliver","sub":"sub_1","attempt":1e400,"message":{}}}"#, msg(2))).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 3, "message": msg(3)}).to_string()).unwrap();
     let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.unwrap().unwrap().unwrap();
     assert_eq!((d.message.sequence, d.attempt), (3, 3), "a delivery whose attempt is beyond 2^31-1 was handed out");
     d.ack().await.unwrap();
@@ -309,7 +263,7 @@ async fn a_delivery_whose_attempt_is_not_of_1_to_2_31_minus_1_is_a_bad_frame() {
     let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
     let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
     let e = errs.clone();
-    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let entry =
         |a: &str, m: &Value| if a.is_empty() { format!(r#"{{"message":{m}}}"#) } else { format!(r#"{{"attempt":{a},"message":{m}}}"#) };
@@ -317,14 +271,14 @@ async fn a_delivery_whose_attempt_is_not_of_1_to_2_31_minus_1_is_a_bad_frame() {
     let mut entries = Vec::new();
     for (i, (a, taken)) in PUSHED_ATTEMPTS.iter().enumerate() {
         let m = msg(100 + i as u64);
-        tx.send(Value::String(format!(r#"{{"op":"deliver","sub":"sub_1",{}"#, &entry(a, &m)[1..]))).unwrap();
+        tx.send(format!(r#"{{"op":"deliver","sub":"sub_1",{}"#, &entry(a, &m)[1..])).unwrap();
         if let Some(n) = taken {
             want.push((m["id"].as_str().unwrap().to_string(), *n));
         }
         entries.push(entry(a, &msg(200 + i as u64)));
     }
     // One bad entry of a batch is refused alone; the others are delivered.
-    tx.send(Value::String(format!(r#"{{"op":"deliver_batch","sub":"sub_1","deliveries":[{}]}}"#, entries.join(",")))).unwrap();
+    tx.send(format!(r#"{{"op":"deliver_batch","sub":"sub_1","deliveries":[{}]}}"#, entries.join(","))).unwrap();
     for (i, (_, taken)) in PUSHED_ATTEMPTS.iter().enumerate() {
         if let Some(n) = taken {
             want.push((format!("msg_{}", 200 + i), *n));
@@ -367,22 +321,24 @@ async fn a_delivery_of_sequence_0_is_a_bad_frame_and_left_unanswered() {
     .await;
     let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
     let e = errs.clone();
-    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let zero = json!({"id": "msg_zero", "subject": "x", "sequence": 0, "data": {}});
     let none = json!({"id": "msg_none", "subject": "x", "data": {}});
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": zero})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": zero}).to_string()).unwrap();
     tx.send(
-        json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": zero}, {"attempt": 1, "message": msg(4)}]}),
+        json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": zero}, {"attempt": 1, "message": msg(4)}]})
+            .to_string(),
     )
     .unwrap();
     let null_seq = json!({"id": "msg_null", "subject": "x", "sequence": null, "data": {}});
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": none})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": none}).to_string()).unwrap();
     tx.send(
-        json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": null_seq}, {"attempt": 1, "message": none}]}),
+        json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": [{"attempt": 1, "message": null_seq}, {"attempt": 1, "message": none}]})
+            .to_string(),
     )
     .unwrap();
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(5)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(5)}).to_string()).unwrap();
     let mut got = Vec::new();
     for _ in 0..2 {
         let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
@@ -432,16 +388,16 @@ async fn every_refusal_of_a_delivery_names_its_op_and_batch_entry() {
             let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
             let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
             let e = errs.clone();
-            let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+            let s = Session::connect(&url, "t", &["x"], raw_opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
             let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
             let ds = [json!({"attempt": 1, "message": msg(3)}), bad.clone(), json!({"attempt": 1, "message": msg(4)})];
             if batch {
-                tx.send(json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds})).unwrap();
+                tx.send(json!({"op": "deliver_batch", "sub": "sub_1", "deliveries": ds}).to_string()).unwrap();
             } else {
                 for mut d in ds {
                     d["op"] = json!("deliver");
                     d["sub"] = json!("sub_1");
-                    tx.send(d).unwrap();
+                    tx.send(d.to_string()).unwrap();
                 }
             }
             for want in ["msg_3", "msg_4"] {
@@ -503,7 +459,7 @@ async fn a_receive_replay_or_reply_of_sequence_0_is_a_bad_frame() {
             _ => vec![json!({"op": "ok", "re": f["id"]})],
         })
         .await;
-        let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+        let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
         let got = [
             ("receive", s.receive("x", 10).await.map(|ms| ms.len())),
             ("receive_attempts", s.receive_attempts("x", 10).await.map(|ms| ms.len())),
@@ -543,7 +499,7 @@ async fn data_at_the_brokers_maximum_depth_is_read() {
     let (url, tx, task) = raw_server(subscribing_as("sub_1")).await;
     let errs: Arc<Mutex<Vec<pigeon_client::Error>>> = Arc::default();
     let e = errs.clone();
-    let s = Session::connect(&url, "t", &["x"], opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     // An object holding arrays: `levels` levels in all.
     let deep = |levels: usize| format!(r#"{{"x":{}{}}}"#, "[".repeat(levels - 1), "]".repeat(levels - 1));
@@ -555,7 +511,7 @@ async fn data_at_the_brokers_maximum_depth_is_read() {
     };
     for (id, levels) in [("msg_max", MAX_JSON_DEPTH), ("msg_beyond", MAX_JSON_DEPTH + 1), ("msg_far", 4 * MAX_JSON_DEPTH)] {
         let f = frame(id, levels);
-        tx.send(Value::String(f)).unwrap();
+        tx.send(f).unwrap();
     }
     for (id, levels) in [("msg_max", MAX_JSON_DEPTH), ("msg_beyond", MAX_JSON_DEPTH + 1)] {
         let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("not delivered").unwrap().unwrap();
@@ -573,7 +529,7 @@ async fn data_at_the_brokers_maximum_depth_is_read() {
         d.ack().await.unwrap();
     }
     // The reader goes on after the one too deep.
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(9)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(9)}).to_string()).unwrap();
     let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the reader stopped").unwrap().unwrap();
     assert_eq!(d.message.id, "msg_9");
     let errs = errs.lock().unwrap().clone();
@@ -641,7 +597,7 @@ async fn resume_after_the_largest_sequence(ack: pigeon_client::Ack) -> Vec<Value
             });
         }
     });
-    let o = opts().reconnect(true).call_timeout(Duration::from_secs(2));
+    let o = raw_opts().reconnect(true).call_timeout(Duration::from_secs(2));
     let o = ConnectOptions { backoff: (Duration::from_millis(10), Duration::from_millis(50)), ..o };
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let (dtx, mut drx) = mpsc::unbounded_channel();
@@ -664,42 +620,13 @@ async fn resume_after_the_largest_sequence(ack: pigeon_client::Ack) -> Vec<Value
     starts
 }
 
-/// A raw HTTP endpoint for one request: records what it read, answers
-/// with `head` and then `body_len` bytes of spaces, counting what it wrote.
-async fn raw_http(head: &'static str, body_len: usize) -> (String, Arc<Mutex<Vec<u8>>>, Arc<AtomicUsize>) {
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    let (read, written) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicUsize::new(0)));
-    let (r, w) = (read.clone(), written.clone());
-    tokio::spawn(async move {
-        let Ok((mut tcp, _)) = listener.accept().await else { return };
-        if !common::read_request_head(&mut tcp, &r).await {
-            return;
-        }
-        if tcp.write_all(head.as_bytes()).await.is_err() {
-            return;
-        }
-        let chunk = vec![b' '; 1 << 20];
-        let mut left = body_len;
-        while left > 0 {
-            let n = left.min(chunk.len());
-            if tcp.write_all(&chunk[..n]).await.is_err() {
-                return;
-            }
-            w.fetch_add(n, Ordering::SeqCst);
-            left -= n;
-        }
-    });
-    (url, read, written)
-}
-
 #[tokio::test]
 async fn an_http_answer_without_end_is_refused_rather_than_read_into_memory() {
     use pigeon_client::http::HttpClient;
     // 200 MiB without a length: what a server (or anything on a plain
     // http:// path) can stream at a client for as long as it likes.
-    let (url, _read, written) = raw_http("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 200 << 20).await;
+    let raw = raw_http("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", 200 << 20, None).await;
+    let (url, written) = (raw.url, raw.written);
     let h = HttpClient::new(&url, "t");
     let e = tokio::time::timeout(Duration::from_secs(20), h.fetch_keys("acct"))
         .await
@@ -708,7 +635,7 @@ async fn an_http_answer_without_end_is_refused_rather_than_read_into_memory() {
     assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
     assert!(written.load(Ordering::SeqCst) < 100 << 20, "{} bytes read", written.load(Ordering::SeqCst));
     // A Content-Length past the bound is refused too.
-    let (url, _read, _) = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n", 0).await;
+    let url = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n", 0, None).await.url;
     let e = HttpClient::new(&url, "t").call("GET", "/v1/x", None).await.unwrap_err();
     assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
 }
@@ -716,7 +643,7 @@ async fn an_http_answer_without_end_is_refused_rather_than_read_into_memory() {
 #[tokio::test]
 async fn a_2xx_answer_that_is_not_json_is_an_error_not_an_empty_key_list() {
     use pigeon_client::http::HttpClient;
-    let (url, _read, _) = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n<html>hi", 0).await;
+    let (url, _) = http_canned(200, "<html>hi").await;
     let e = HttpClient::new(&url, "t").fetch_keys("acct").await.expect_err("an HTML page read as no keys");
     assert_eq!(e.kind, pigeon_client::ErrorKind::Protocol, "{e}");
 }
@@ -758,9 +685,9 @@ async fn held_handler(
         }
     })
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(2))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_secs(2))).await.unwrap();
     let (sub, gate, mut started) = common::gated_subscribe(&s, "x").await;
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
     tokio::time::timeout(Duration::from_secs(3), started.recv()).await.unwrap();
     (s, sub, gate, frames, task)
 }
@@ -799,9 +726,9 @@ async fn an_on_error_callback_that_panics_does_not_stop_the_connection() {
         _ => vec![],
     })
     .await;
-    let o = opts().call_timeout(Duration::from_secs(2)).on_error(|e| panic!("a careless callback: {e}"));
+    let o = raw_opts().call_timeout(Duration::from_secs(2)).on_error(|e| panic!("a careless callback: {e}"));
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
-    tx.send(json!({"op": "what"})).unwrap(); // reaches on_error
+    tx.send(json!({"op": "what"}).to_string()).unwrap(); // reaches on_error
     tokio::time::sleep(Duration::from_millis(100)).await;
     s.ping().await.expect("the connection stopped reading");
     end(s, task).await;
@@ -817,7 +744,7 @@ async fn a_handler_that_panics_before_its_future_nacks_the_delivery() {
         answer(f)
     })
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let _sub = s
         .subscribe("x", SubscribeOptions::default(), |d| {
             // Panics while making its future, not inside it.
@@ -829,7 +756,7 @@ async fn a_handler_that_panics_before_its_future_nacks_the_delivery() {
         })
         .await
         .unwrap();
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
     let nacked = tokio::time::timeout(Duration::from_secs(3), async {
         loop {
             if frames.lock().unwrap().iter().any(|f| f["op"] == "nack" && f["messageId"] == "msg_1") {
@@ -859,7 +786,8 @@ async fn publishes_on_a_connection_whose_server_stopped_reading_end_when_it_is_d
         drop(ws);
     });
     // The bound on bytes of publishes pending is not what this tests.
-    let o = opts().call_timeout(Duration::from_millis(500)).keepalive(Some(Duration::from_millis(300))).max_pending_publish_bytes(64 << 20);
+    let o =
+        raw_opts().call_timeout(Duration::from_millis(500)).keepalive(Some(Duration::from_millis(300))).max_pending_publish_bytes(64 << 20);
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     // Large enough to fill the socket's buffers: the writer waits on it.
     let big = pigeon_client::Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(32 << 20)}));
@@ -888,10 +816,10 @@ async fn a_window_of_zero_set_as_a_field_is_one_not_a_subscription_that_takes_no
         _ => vec![],
     })
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions { window: Some(0), ..Default::default() }).await.unwrap();
     assert_eq!(asked.lock().unwrap().clone(), Some(json!(1)));
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
     let d = tokio::time::timeout(Duration::from_secs(3), sub.recv()).await.expect("the delivery was left unanswered").unwrap().unwrap();
     d.ack().await.unwrap();
     end(s, task).await;
@@ -922,7 +850,7 @@ async fn a_connection_lost_just_after_its_contract_is_not_taken_for_a_live_one()
         let o = ConnectOptions {
             backoff: (Duration::from_millis(20), Duration::from_millis(20)),
             reconnect_window: Duration::from_millis(300),
-            ..opts().reconnect(reconnect)
+            ..raw_opts().reconnect(reconnect)
         };
         let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
         if reconnect {
@@ -954,7 +882,7 @@ async fn a_handler_that_answers_its_delivery_itself_is_not_answered_again() {
         }
     })
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let sub = s
         .subscribe("x", SubscribeOptions::default(), |d| async move {
             if d.message.sequence == 1 {
@@ -967,8 +895,8 @@ async fn a_handler_that_answers_its_delivery_itself_is_not_answered_again() {
         })
         .await
         .unwrap();
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)})).unwrap();
-    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(2)})).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
+    tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(2)}).to_string()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     tokio::time::timeout(Duration::from_secs(3), sub.idle()).await.unwrap();
     let answers: Vec<(Value, Value)> = frames
@@ -990,15 +918,13 @@ async fn a_handler_that_answers_its_delivery_itself_is_not_answered_again() {
 async fn an_http_answer_with_a_duplicate_key_or_a_lone_surrogate_is_refused() {
     use pigeon_client::http::HttpClient;
     for (status, body) in [
-        ("200 OK", r#"{"sequence":8,"sequence":70}"#),
-        ("202 Accepted", r#"{"status":"accepted","message":{"id":"m","data":{"a":[{"b":1,"\u0062":2}]}}}"#),
-        ("403 Forbidden", r#"{"error":{"code":"FORBIDDEN","code":"INTERNAL","message":"m"}}"#),
-        ("200 OK", r#"{"keys":[{"kid":"\ud800"}]}"#),
-        ("200 OK", r#"{"keys":[{"kid":"\udc00\ud800"}]}"#),
+        (200, r#"{"sequence":8,"sequence":70}"#),
+        (202, r#"{"status":"accepted","message":{"id":"m","data":{"a":[{"b":1,"\u0062":2}]}}}"#),
+        (403, r#"{"error":{"code":"FORBIDDEN","code":"INTERNAL","message":"m"}}"#),
+        (200, r#"{"keys":[{"kid":"\ud800"}]}"#),
+        (200, r#"{"keys":[{"kid":"\udc00\ud800"}]}"#),
     ] {
-        let head: &'static str =
-            Box::leak(format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_boxed_str());
-        let (url, _read, _) = raw_http(head, 0).await;
+        let (url, _) = http_canned(status, body).await;
         let e = HttpClient::new(&url, "t").call("GET", "/v1/x", None).await.expect_err(body);
         assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", pigeon_client::ErrorKind::Protocol), "{body}: {e}");
     }
@@ -1067,7 +993,7 @@ async fn resume_after_a_failed_ack(how: &'static str) -> Value {
             });
         }
     });
-    let o = opts().reconnect(true).call_timeout(Duration::from_secs(2));
+    let o = raw_opts().reconnect(true).call_timeout(Duration::from_secs(2));
     let o = ConnectOptions { backoff: (Duration::from_millis(10), Duration::from_millis(50)), ..o };
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let _sub = s.subscribe("x", SubscribeOptions::default(), |_| async { Ok(()) }).await.unwrap();

@@ -14,25 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-use common::{in_ms, ok_to_all, raw_server, Behaviour, OnFrame};
+use common::{end, in_ms, ok_to_all, raw_http, raw_opts, raw_server, Behaviour, OnFrame};
 
 fn msg(i: u64) -> Value {
     json!({"id": format!("msg_{i}"), "subject": "x", "sequence": i, "data": {}})
-}
-
-fn opts() -> ConnectOptions {
-    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
 }
 
 fn recording(o: ConnectOptions) -> (ConnectOptions, Arc<Mutex<Vec<Error>>>) {
     let errs: Arc<Mutex<Vec<Error>>> = Arc::default();
     let e = errs.clone();
     (o.on_error(move |err| e.lock().unwrap().push(err)), errs)
-}
-
-async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(3), s.close()).await;
 }
 
 /// Counts the renew frames and answers each with `answer(frame)`.
@@ -60,7 +51,7 @@ async fn a_server_granting_renewals_a_few_ms_long_cannot_drive_the_renewal_loop(
         ),
     )
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts().auto_renew(true)).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().auto_renew(true)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let n = renews.load(Ordering::SeqCst);
     assert!(n >= 1, "the first renewal of a contract always comes");
@@ -77,7 +68,7 @@ async fn renewals_that_fail_are_retried_with_backoff() {
         renewing(renews.clone(), |f| json!({"op": "error", "re": f["id"], "error": {"code": "RATE_LIMITED", "message": "slow down"}})),
     )
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts().auto_renew(true)).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().auto_renew(true)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2300)).await;
     let n = renews.load(Ordering::SeqCst);
     assert!((1..=2).contains(&n), "{n} renewals of a 2 s contract whose renewals all fail");
@@ -96,7 +87,7 @@ async fn a_session_asking_for_short_contracts_still_renews_each_in_time() {
         }),
     )
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts().auto_renew(true).ttl(Duration::from_millis(400))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().auto_renew(true).ttl(Duration::from_millis(400))).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let n = renews.load(Ordering::SeqCst);
     assert!(n >= 4, "{n} renewals in 1.5 s of 400 ms contracts");
@@ -135,7 +126,7 @@ async fn renew_times(first: i64, grant: i64, watch: Duration, o: ConnectOptions)
 // TestShortServerContractsStayRenewed).
 #[tokio::test]
 async fn short_server_contracts_stay_renewed_400_ms() {
-    let (o, errs) = recording(opts());
+    let (o, errs) = recording(raw_opts());
     let (at, left) = renew_times(400, 400, Duration::from_secs(2), o).await;
     assert!(at.len() >= 5, "the contract lapsed: {} renewals in 2 s of 400 ms contracts", at.len());
     for (i, w) in at.windows(2).enumerate() {
@@ -148,7 +139,7 @@ async fn short_server_contracts_stay_renewed_400_ms() {
 
 #[tokio::test]
 async fn short_server_contracts_stay_renewed_hostile_10_ms() {
-    let (at, _) = renew_times(10, 150, Duration::from_secs(1), opts()).await;
+    let (at, _) = renew_times(10, 150, Duration::from_secs(1), raw_opts()).await;
     for (i, w) in at.windows(2).enumerate() {
         assert!(w[1] - w[0] >= Duration::from_millis(80), "renewal {} of {}: {:?} after the last", i + 1, at.len(), w[1] - w[0]);
     }
@@ -172,7 +163,7 @@ async fn server_text_in_an_error_as_displayed_has_its_control_characters_escaped
         }),
     )
     .await;
-    let (o, errs) = recording(opts());
+    let (o, errs) = recording(raw_opts());
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let e = s.ping().await.unwrap_err();
     assert_eq!(e.message, hostile, "the message itself is kept as sent");
@@ -203,7 +194,7 @@ async fn an_answer_above_16_mib_in_one_frame_is_read() {
         }),
     )
     .await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(20))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_secs(20))).await.unwrap();
     let ms = s.replay("x", Default::default()).await.expect("a 17 MiB answer ended the connection");
     assert_eq!(ms.len(), 1);
     end(s, task).await;
@@ -213,7 +204,7 @@ async fn an_answer_above_16_mib_in_one_frame_is_read() {
 async fn a_frame_larger_than_max_frame_bytes_ends_the_connection_with_a_typed_error() {
     let (url, _tx, task) =
         raw_server(Behaviour::default(), Arc::new(|f| vec![json!({"op": "pong", "re": f["id"], "pad": "x".repeat(2 << 20)})])).await;
-    let (o, errs) = recording(opts().max_frame_bytes(1 << 20));
+    let (o, errs) = recording(raw_opts().max_frame_bytes(1 << 20));
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let e = tokio::time::timeout(Duration::from_secs(5), s.ping()).await.expect("a hang").unwrap_err();
     assert_eq!(e.kind, ErrorKind::Transport, "{e}");
@@ -222,7 +213,7 @@ async fn a_frame_larger_than_max_frame_bytes_ends_the_connection_with_a_typed_er
     assert_eq!(failed.details.get("maxFrameBytes"), Some(&json!(1 << 20)), "{failed:?}");
     assert!(errs.lock().unwrap().iter().any(|e| e.details.contains_key("maxFrameBytes")));
     // Out of range: refused before dialling.
-    let e = Session::connect(&url, "t", &["x"], opts().max_frame_bytes(0)).await.err().expect("a max_frame_bytes of 0 was taken");
+    let e = Session::connect(&url, "t", &["x"], raw_opts().max_frame_bytes(0)).await.err().expect("a max_frame_bytes of 0 was taken");
     assert_eq!(e.code, "INVALID_ARGUMENT");
     task.abort();
 }
@@ -234,7 +225,7 @@ async fn a_publish_on_a_server_that_stops_reading_fails_within_its_timeout_witho
     let b = Behaviour { stop_reading: true, ..Default::default() };
     let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
     // The bound on bytes of publishes pending is not what this tests.
-    let o = opts().call_timeout(Duration::from_millis(400)).max_pending_publish_bytes(64 << 20);
+    let o = raw_opts().call_timeout(Duration::from_millis(400)).max_pending_publish_bytes(64 << 20);
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     // Large enough to fill the socket's buffers: the writer waits on it.
     let big = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(32 << 20)}));
@@ -253,7 +244,7 @@ async fn a_publish_on_a_server_that_stops_reading_fails_within_its_timeout_witho
 async fn calls_on_a_server_that_stops_reading_cannot_queue_without_bound() {
     let b = Behaviour { stop_reading: true, ..Default::default() };
     let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(20))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_secs(20))).await.unwrap();
     let req = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(1 << 20)}));
     let mut calls = Vec::new();
     for _ in 0..64 {
@@ -340,7 +331,7 @@ async fn a_server_that_reads_slowly_but_steadily_is_not_cut() {
     .await;
     // 64 KiB every 20 ms: about 3 MiB/s, so 12 MiB take several seconds.
     let url = slow_reading_proxy(&url, 64 << 10, Duration::from_millis(20)).await;
-    let (o, errs) = recording(opts().call_timeout(Duration::from_millis(700)));
+    let (o, errs) = recording(raw_opts().call_timeout(Duration::from_millis(700)));
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let big = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(12 << 20)}));
     let t = Instant::now();
@@ -356,7 +347,7 @@ async fn a_server_that_reads_slowly_but_steadily_is_not_cut() {
     // makes no progress for a whole call_timeout.
     let b = Behaviour { stop_reading: true, ..Default::default() };
     let (url, _tx, task) = raw_server(b, Arc::new(|_| vec![])).await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_millis(700))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_millis(700))).await.unwrap();
     let t = Instant::now();
     let e = tokio::time::timeout(Duration::from_secs(10), s.request(&big, Duration::from_secs(25)))
         .await
@@ -377,7 +368,7 @@ async fn a_server_that_reads_slowly_but_steadily_is_not_cut() {
 #[tokio::test]
 async fn publishes_pending_are_bounded_in_bytes() {
     let (url, _tx, task) = raw_server(Behaviour::default(), Arc::new(|_| vec![])).await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(Duration::from_secs(20))).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(Duration::from_secs(20))).await.unwrap();
     let mib = Message::new("x", "t", "i").with_data(json!({"pad": "x".repeat(1 << 20)}));
     let mut pending = Vec::new();
     let mut refused = None;
@@ -406,7 +397,7 @@ async fn publishes_pending_are_bounded_in_bytes() {
 
     // One of any size when none is pending; a bound of the option's own.
     let (url, _tx, task) = raw_server(Behaviour::default(), Arc::new(|_| vec![])).await;
-    let o = ConnectOptions { max_pending_publish_bytes: 1000, ..opts().call_timeout(Duration::from_secs(20)) };
+    let o = ConnectOptions { max_pending_publish_bytes: 1000, ..raw_opts().call_timeout(Duration::from_secs(20)) };
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let _first = s.publish_async(&mib).await.expect("one publish of any size is taken when none is pending");
     let e = s.publish_async(&Message::new("x", "t", "i")).await.err().expect("beyond the bound");
@@ -422,7 +413,7 @@ async fn publishes_pending_are_bounded_in_bytes() {
 #[tokio::test]
 async fn dropped_pending_publishes_keep_their_place_until_answered() {
     let (url, _tx, task) = raw_server(Behaviour::default(), Arc::new(|_| vec![])).await;
-    let o = ConnectOptions { max_pending_publishes: 4, ..opts().call_timeout(Duration::from_secs(20)) };
+    let o = ConnectOptions { max_pending_publishes: 4, ..raw_opts().call_timeout(Duration::from_secs(20)) };
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     for _ in 0..4 {
         drop(s.publish_async(&Message::new("x", "t", "i")).await.unwrap());
@@ -438,7 +429,7 @@ async fn dropped_pending_publishes_keep_their_place_until_answered() {
 async fn a_message_delivered_again_while_its_handler_runs_waits_for_that_run() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", frames.clone())).await;
-    let s = Session::connect(&url, "t", &["x"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let running: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let worst: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -490,7 +481,7 @@ async fn held(
     call_timeout: Duration,
 ) -> (Session, Arc<tokio::sync::Notify>, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
     let (url, tx, task) = raw_server(b, on_frame).await;
-    let s = Session::connect(&url, "t", &["x"], opts().call_timeout(call_timeout)).await.unwrap();
+    let s = Session::connect(&url, "t", &["x"], raw_opts().call_timeout(call_timeout)).await.unwrap();
     let (_sub, gate, mut started) = common::gated_subscribe(&s, "x").await;
     tx.send(json!({"op": "deliver", "sub": "sub_1", "attempt": 1, "message": msg(1)}).to_string()).unwrap();
     tokio::time::timeout(Duration::from_secs(3), started.recv()).await.unwrap();
@@ -582,7 +573,7 @@ async fn close_honours_its_timeout_with_a_server_that_ignores_the_close_frame() 
 async fn hostile_frames_are_typed_bad_frame_errors_and_the_reader_goes_on() {
     let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", frames)).await;
-    let (o, errs) = recording(opts());
+    let (o, errs) = recording(raw_opts());
     let s = Session::connect(&url, "t", &["x"], o).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
     let deliver =
@@ -626,43 +617,11 @@ async fn hostile_frames_are_typed_bad_frame_errors_and_the_reader_goes_on() {
 
 // 8. HTTP: redirects and answers a byte at a time.
 
-/// A raw HTTP endpoint: counts the connections; answers each request
-/// with `head`, then `trickle` bytes one every 50 ms.
-async fn raw_http(head: &'static str, trickle: usize) -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<u8>>>) {
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    let (conns, read) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
-    let (c, r) = (conns.clone(), read.clone());
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut tcp, _)) = listener.accept().await else { return };
-            c.fetch_add(1, Ordering::SeqCst);
-            let r = r.clone();
-            tokio::spawn(async move {
-                if !common::read_request_head(&mut tcp, &r).await {
-                    return;
-                }
-                if tcp.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                for _ in 0..trickle {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    if tcp.write_all(b" ").await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, conns, read)
-}
-
 #[tokio::test]
 async fn an_http_redirect_is_not_followed() {
     use pigeon_client::http::HttpClient;
-    let (url, conns, _) =
-        raw_http("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.2:1/steal\r\nContent-Length: 0\r\n\r\n", 0).await;
+    let raw = raw_http("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.2:1/steal\r\nContent-Length: 0\r\n\r\n", 0, None).await;
+    let (url, conns) = (raw.url, raw.conns);
     let e = HttpClient::new(&url, "secret").call("GET", "/v1/accounts", None).await.unwrap_err();
     assert_eq!(e.status, 307, "{e}");
     assert_eq!(conns.load(Ordering::SeqCst), 1);
@@ -671,7 +630,7 @@ async fn an_http_redirect_is_not_followed() {
 #[tokio::test]
 async fn an_http_answer_a_byte_at_a_time_cannot_hold_a_call_past_its_timeout() {
     use pigeon_client::http::HttpClient;
-    let (url, _, _) = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", 100_000).await;
+    let url = raw_http("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", 100_000, Some(Duration::from_millis(50))).await.url;
     let h = HttpClient::new(&url, "t").with_timeout(Duration::from_millis(500));
     let t = Instant::now();
     let e = tokio::time::timeout(Duration::from_secs(10), h.call("GET", "/v1/accounts", None)).await.expect("held past 10 s").unwrap_err();

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::http_canned;
 use pigeon_client::http::{AckMode, HttpClient};
 use pigeon_client::{ConnectOptions, ErrorKind, Message, Session, Status, SubscribeOptions};
 use serde_json::{json, Value};
@@ -241,32 +242,6 @@ async fn http_refusals_are_typed_with_their_code_and_status() {
 
 // ---- a hostile server ----
 
-/// One request a [`canned`] endpoint read: its head and body.
-#[derive(Clone, Debug)]
-struct Seen {
-    head: String,
-    body: Value,
-}
-
-/// An HTTP endpoint answering every request with `status` and `body`
-/// (Content-Length given), recording what it read.
-async fn canned(status: u16, body: &str) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-    let (s, answer) = (seen.clone(), format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{body}", body.len()));
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut tcp, _)) = listener.accept().await else { return };
-            let Some((head, body)) = common::read_request(&mut tcp).await else { continue };
-            s.lock().unwrap().push(Seen { head, body });
-            let _ = tcp.write_all(answer.as_bytes()).await;
-        }
-    });
-    (url, seen)
-}
-
 fn message(seq: &str) -> String {
     format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","sequence":{seq},"data":{{}}}}"#)
 }
@@ -278,11 +253,11 @@ fn contract(id: &str) -> String {
 #[tokio::test]
 async fn sequences_are_read_exactly_as_u64() {
     for seq in ["1", "9007199254740993", "18446744073709551615"] {
-        let (url, seen) = canned(202, &format!(r#"{{"status":"accepted","message":{}}}"#, message(seq))).await;
+        let (url, seen) = http_canned(202, &format!(r#"{{"status":"accepted","message":{}}}"#, message(seq))).await;
         let h = HttpClient::new(&url, "t").with_contract("ctr_1");
         let d = h.publish(&job(1)).await.unwrap();
         assert_eq!(d.sequence().to_string(), seq, "not rounded through a double");
-        let (url, _) = canned(200, &format!(r#"{{"messages":[{}]}}"#, message(seq))).await;
+        let (url, _) = http_canned(200, &format!(r#"{{"messages":[{}]}}"#, message(seq))).await;
         let h = HttpClient::new(&url, "t").with_contract("ctr_1");
         let got = h.receive(JOBS, 5, AckMode::Explicit).await.unwrap();
         assert_eq!(got[0].sequence.to_string(), seq);
@@ -296,7 +271,7 @@ async fn sequences_are_read_exactly_as_u64() {
 #[tokio::test]
 async fn the_typed_calls_send_their_routes_bodies() {
     // A receive: the ack mode, and max when one is given.
-    let (url, seen) = canned(200, r#"{"messages":[]}"#).await;
+    let (url, seen) = http_canned(200, r#"{"messages":[]}"#).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     assert!(h.receive("a b", 5, AckMode::Explicit).await.unwrap().is_empty());
     assert!(h.receive("a b", 0, AckMode::Auto).await.unwrap().is_empty());
@@ -311,7 +286,7 @@ async fn the_typed_calls_send_their_routes_bodies() {
     // (An idempotency key: the reply may answer an earlier request of
     // the key, so the canned reply's correlationId is taken.)
     let reply = r#"{"id":"msg_2","subject":"rpc.http","sequence":2,"correlationId":"msg_1"}"#;
-    let (url, seen) = canned(200, &format!(r#"{{"status":"replied","message":{reply}}}"#)).await;
+    let (url, seen) = http_canned(200, &format!(r#"{{"status":"replied","message":{reply}}}"#)).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     for t in [Duration::from_micros(1500), Duration::from_millis(250), Duration::MAX] {
         h.request(&Message::new(RPC, "q", "ask").with_idempotency_key("k-1"), t).await.unwrap();
@@ -320,7 +295,7 @@ async fn the_typed_calls_send_their_routes_bodies() {
     assert_eq!(ms, vec![json!(2), json!(250), json!(i64::MAX / 1_000_000)]);
 
     // A negotiation: the subjects and ttlMs, rounded up; no contract header.
-    let (url, seen) = canned(201, &contract(r#""ctr_9""#)).await;
+    let (url, seen) = http_canned(201, &contract(r#""ctr_9""#)).await;
     let mut h = HttpClient::new(&url, "t");
     h.negotiate(&[JOBS, RPC], Some(Duration::from_micros(10))).await.unwrap();
     assert_eq!(h.contract_id(), Some("ctr_9"));
@@ -410,7 +385,7 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
     // Every case run, the ones that fail listed together.
     let mut wrong = Vec::new();
     for (name, call, status, body) in cases {
-        let (url, _) = canned(status, &body).await;
+        let (url, _) = http_canned(status, &body).await;
         let h = HttpClient::new(&url, "t").with_contract("ctr_1");
         match call(h).await {
             Err(e) if e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol => {}
@@ -420,23 +395,24 @@ async fn malformed_answers_are_refused_rather_than_read_with_defaults() {
     }
     assert!(wrong.is_empty(), "not refused as BAD_FRAME:\n{}", wrong.join("\n"));
     // The keyed reply of a sequence of 1 is taken: the zero alone refused it.
-    let (url, _) = canned(200, &replied(message("1"))).await;
+    let (url, _) = http_canned(200, &replied(message("1"))).await;
     request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
     // So is one without a sequence, as the broker sends every reply: a
     // reply never enters the subject's log.
-    let (url, _) = canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","data":{{}}}}"#))).await;
+    let (url, _) = http_canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","data":{{}}}}"#))).await;
     request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
     // And one whose sequence is null, as the Go, TypeScript and Python
     // clients take it (it was refused as a message that does not decode).
-    let (url, _) = canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","sequence":null,"data":{{}}}}"#))).await;
+    let (url, _) =
+        http_canned(200, &replied(format!(r#"{{"id":"msg_1","subject":"{JOBS}","type":"job","sequence":null,"data":{{}}}}"#))).await;
     request_keyed(HttpClient::new(&url, "t").with_contract("ctr_1")).await.unwrap();
     // A negotiation refused as malformed leaves the contract held.
-    let (url, _) = canned(201, &contract(r#""c\r\nX-Evil: 1""#)).await;
+    let (url, _) = http_canned(201, &contract(r#""c\r\nX-Evil: 1""#)).await;
     let mut h = HttpClient::new(&url, "t").with_contract("ctr_1");
     h.negotiate(&[JOBS], None).await.expect_err("a bad id");
     assert_eq!(h.contract_id(), Some("ctr_1"));
     // The server's error with its code and status, whatever the route.
-    let (url, _) = canned(422, r#"{"error":{"code":"SCHEMA_INVALID","message":"no","details":{"gate":"schema"}}}"#).await;
+    let (url, _) = http_canned(422, r#"{"error":{"code":"SCHEMA_INVALID","message":"no","details":{"gate":"schema"}}}"#).await;
     let e = HttpClient::new(&url, "t").with_contract("ctr_1").publish(&job(1)).await.expect_err("refused");
     assert_eq!((e.code.as_str(), e.status, e.gate()), ("SCHEMA_INVALID", 422, Some("schema")), "{e}");
 }

@@ -11,9 +11,9 @@
 
 mod common;
 
-use common::{raw_server, Behaviour, OnFrame};
+use common::{end, http_answering, http_canned, http_server, raw_opts, HttpReply, Seen};
 use pigeon_client::http::{AckMode, HttpClient};
-use pigeon_client::{ConnectOptions, ErrorKind, Message, Session, Status, MAX_ATTEMPT};
+use pigeon_client::{ErrorKind, Message, Session, Status, MAX_ATTEMPT};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,31 +24,10 @@ fn msg(i: u64) -> Value {
     json!({"id": format!("msg_{i}"), "subject": SUBJECT, "sequence": i, "data": {}})
 }
 
-fn opts() -> ConnectOptions {
-    ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(|_| {})
-}
-
-/// A raw WebSocket endpoint answering every receive with `answer` (its
-/// `re` set), every other frame `ok`, recording the frames.
+/// A raw WebSocket endpoint answering every receive and request with
+/// `answer` (its `re` set), every other frame `ok`, recording the frames.
 async fn ws_answering(answer: Value) -> (String, Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<()>) {
-    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let seen = frames.clone();
-    let on_frame: OnFrame = Arc::new(move |f| {
-        seen.lock().unwrap().push(f.clone());
-        let mut a = match f["op"].as_str() {
-            Some("receive") | Some("request") => answer.clone(),
-            _ => json!({"op": "ok"}),
-        };
-        a["re"] = f["id"].clone();
-        vec![a]
-    });
-    let (url, _tx, task) = raw_server(Behaviour::default(), on_frame).await;
-    (url, frames, task)
-}
-
-async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
+    common::answering(&["receive", "request"], answer).await
 }
 
 /// The `attempts` a hostile server may answer two messages with that are
@@ -72,13 +51,14 @@ fn bad_attempts() -> Vec<(&'static str, Value, bool)> {
         ("a null", json!([1, null]), false),
         ("past 2^31-1", json!([1, 2_147_483_648u64]), false),
         ("past u32", json!([1, 4_294_967_296u64]), false),
+        ("past 2^63-1", json!([1, 9_223_372_036_854_775_808u64]), false),
     ]
 }
 
 #[tokio::test]
 async fn ws_receive_attempts_pairs_each_message_with_its_attempt() {
     let (url, _, task) = ws_answering(json!({"op": "messages", "messages": [msg(7), msg(9)], "attempts": [2, 1]})).await;
-    let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &[SUBJECT], raw_opts()).await.unwrap();
     let got = s.receive_attempts(SUBJECT, 10).await.unwrap();
     let got: Vec<(u64, u32)> = got.iter().map(|(m, a)| (m.sequence, *a)).collect();
     assert_eq!(got, vec![(7, 2), (9, 1)]);
@@ -86,7 +66,7 @@ async fn ws_receive_attempts_pairs_each_message_with_its_attempt() {
     // them): 0 for each, and receive as before.
     end(s, task).await;
     let (url, _, task) = ws_answering(json!({"op": "messages", "messages": [msg(7)]})).await;
-    let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &[SUBJECT], raw_opts()).await.unwrap();
     let got = s.receive_attempts(SUBJECT, 10).await.unwrap();
     assert_eq!(got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>(), vec![(7, 0)]);
     assert_eq!(s.receive(SUBJECT, 10).await.unwrap().len(), 1);
@@ -98,7 +78,7 @@ async fn ws_receive_attempts_refuses_attempts_not_one_positive_integer_per_messa
     let mut wrong = Vec::new();
     for (name, attempts, whole) in bad_attempts() {
         let (url, _, task) = ws_answering(json!({"op": "messages", "messages": [msg(7), msg(9)], "attempts": attempts})).await;
-        let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+        let s = Session::connect(&url, "t", &[SUBJECT], raw_opts()).await.unwrap();
         match s.receive_attempts(SUBJECT, 10).await {
             Err(e) if whole && e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol => {}
             Ok(got) if !whole && got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>() == vec![(7, 1)] => {}
@@ -113,7 +93,7 @@ async fn ws_receive_attempts_refuses_attempts_not_one_positive_integer_per_messa
 #[tokio::test]
 async fn ws_ack_and_nack_attempt_send_the_attempt() {
     let (url, frames, task) = ws_answering(json!({"op": "ok"})).await;
-    let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &[SUBJECT], raw_opts()).await.unwrap();
     s.ack_attempt(SUBJECT, "msg_7", 7, 2).await.unwrap();
     s.nack_attempt(SUBJECT, "msg_9", 9, 3, Some(Duration::from_millis(250))).await.unwrap();
     s.ack_sequence(SUBJECT, "msg_7", 7).await.unwrap();
@@ -144,14 +124,14 @@ async fn ws_request_refuses_a_reply_to_another_request() {
     let mine = Message { id: "msg_mine".into(), ..Message::new("rpc", "q", "ask") };
     for (name, corr) in [("another request's", Some("msg_other")), ("no correlationId", None)] {
         let (url, _, task) = ws_answering(reply(corr)).await;
-        let s = Session::connect(&url, "t", &["rpc"], opts()).await.unwrap();
+        let s = Session::connect(&url, "t", &["rpc"], raw_opts()).await.unwrap();
         let e = s.request(&mine, Duration::from_secs(5)).await.expect_err(name);
         assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", ErrorKind::Protocol), "{name}: {e}");
         end(s, task).await;
     }
     // The reply to the request sent is taken.
     let (url, _, task) = ws_answering(reply(Some("msg_mine"))).await;
-    let s = Session::connect(&url, "t", &["rpc"], opts()).await.unwrap();
+    let s = Session::connect(&url, "t", &["rpc"], raw_opts()).await.unwrap();
     assert_eq!(s.request(&mine, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_mine");
     end(s, task).await;
 }
@@ -183,11 +163,8 @@ async fn the_attempt_limits_are_the_clients_agreed_table() {
         let mut ws = answer.clone();
         ws["op"] = json!("messages");
         let (url, frames, task) = ws_answering(ws).await;
-        let s = Session::connect(&url, "t", &[SUBJECT], opts()).await.unwrap();
-        let text = answer.to_string();
-        let (http_url, seen) =
-            http_server(Arc::new(move |r: &Seen| (200, if r.head.contains("/receive ") { text.clone() } else { r#"{"ok":true}"#.into() })))
-                .await;
+        let s = Session::connect(&url, "t", &[SUBJECT], raw_opts()).await.unwrap();
+        let (http_url, seen) = http_answering("/receive ", answer).await;
         let h = HttpClient::new(&http_url, "t").with_contract("ctr_1");
         let got = [("ws", s.receive_attempts(SUBJECT, 10).await), ("http", h.receive_attempts(SUBJECT, 5, AckMode::Explicit).await)];
         for (t, r) in got {
@@ -232,51 +209,15 @@ async fn the_attempt_limits_are_the_clients_agreed_table() {
 
 // ---- HTTP ----
 
-/// One request an [`http_server`] read: its head and body.
-#[derive(Clone, Debug)]
-struct Seen {
-    head: String,
-    body: Value,
-}
-
-type Answer = Arc<dyn Fn(&Seen) -> (u16, String) + Send + Sync>;
-
-/// An HTTP endpoint answering each request as `answer` says (Content-Length
-/// given), recording what it read.
-async fn http_server(answer: Answer) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-    let s = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut tcp, _)) = listener.accept().await else { return };
-            let Some((head, body)) = common::read_request(&mut tcp).await else { continue };
-            let req = Seen { head, body };
-            let (status, text) = answer(&req);
-            s.lock().unwrap().push(req);
-            let out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{text}", text.len());
-            let _ = tcp.write_all(out.as_bytes()).await;
-        }
-    });
-    (url, seen)
-}
-
-async fn canned(status: u16, body: Value) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let text = body.to_string();
-    http_server(Arc::new(move |_| (status, text.clone()))).await
-}
-
 #[tokio::test]
 async fn http_receive_attempts_pairs_each_message_with_its_attempt() {
-    let (url, seen) = canned(200, json!({"messages": [msg(7), msg(9)], "attempts": [2, 1]})).await;
+    let (url, seen) = http_canned(200, json!({"messages": [msg(7), msg(9)], "attempts": [2, 1]})).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     let got = h.receive_attempts(SUBJECT, 5, AckMode::Explicit).await.unwrap();
     assert_eq!(got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>(), vec![(7, 2), (9, 1)]);
     assert_eq!(seen.lock().unwrap()[0].body, json!({"ack": "explicit", "max": 5}));
     // An automatic receive answers none: 0 for each.
-    let (url, _) = canned(200, json!({"messages": [msg(7)]})).await;
+    let (url, _) = http_canned(200, json!({"messages": [msg(7)]})).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     let got = h.receive_attempts(SUBJECT, 0, AckMode::Auto).await.unwrap();
     assert_eq!(got.iter().map(|(m, a)| (m.sequence, *a)).collect::<Vec<_>>(), vec![(7, 0)]);
@@ -286,7 +227,7 @@ async fn http_receive_attempts_pairs_each_message_with_its_attempt() {
 async fn http_receive_attempts_refuses_attempts_not_one_positive_integer_per_message() {
     let mut wrong = Vec::new();
     for (name, attempts, whole) in bad_attempts() {
-        let (url, _) = canned(200, json!({"messages": [msg(7), msg(9)], "attempts": attempts})).await;
+        let (url, _) = http_canned(200, json!({"messages": [msg(7), msg(9)], "attempts": attempts})).await;
         let h = HttpClient::new(&url, "t").with_contract("ctr_1");
         match h.receive_attempts(SUBJECT, 5, AckMode::Explicit).await {
             Err(e) if whole && e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol => {}
@@ -300,7 +241,7 @@ async fn http_receive_attempts_refuses_attempts_not_one_positive_integer_per_mes
 
 #[tokio::test]
 async fn http_ack_and_nack_attempt_send_the_attempt() {
-    let (url, seen) = canned(200, json!({"ok": true})).await;
+    let (url, seen) = http_canned(200, json!({"ok": true})).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     h.ack_attempt(SUBJECT, "msg_7", 7, 2).await.unwrap();
     h.nack_attempt(SUBJECT, "msg_9", 9, 3, Some(Duration::from_millis(250))).await.unwrap();
@@ -321,7 +262,7 @@ async fn http_ack_and_nack_attempt_send_the_attempt() {
 
 #[tokio::test]
 async fn http_region_is_sent_on_every_call() {
-    let (url, seen) = canned(200, json!({"messages": []})).await;
+    let (url, seen) = http_canned(200, json!({"messages": []})).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1").with_region("eu");
     h.receive(SUBJECT, 1, AckMode::Auto).await.unwrap();
     h.call("GET", "/v1/subjects", None).await.unwrap();
@@ -370,7 +311,7 @@ async fn http_request_refuses_a_reply_to_another_request() {
         }
         json!({"status": "replied", "message": m}).to_string()
     };
-    let echo: Answer = Arc::new(move |r| (200, reply(r.body["message"]["id"].as_str().map(str::to_string))));
+    let echo = move |_, r: &Seen| Some(HttpReply::new(200, reply(r.body["message"]["id"].as_str().map(str::to_string))));
     let (url, seen) = http_server(echo).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     // A request without an id is sent with one, which its reply names.
@@ -381,19 +322,19 @@ async fn http_request_refuses_a_reply_to_another_request() {
     let mine = Message { id: "msg_mine".into(), ..Message::new("rpc", "q", "ask") };
     assert_eq!(h.request(&mine, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_mine");
 
-    let (url, _) = http_server(Arc::new(move |_| (200, reply(Some("msg_other".into()))))).await;
+    let (url, _) = http_server(move |_, _| Some(HttpReply::new(200, reply(Some("msg_other".into()))))).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     for (name, m) in [("a request of its own id", mine.clone()), ("a request without an id", Message::new("rpc", "q", "ask"))] {
         let e = h.request(&m, Duration::from_secs(5)).await.expect_err(name);
         assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", ErrorKind::Protocol), "{name}: {e}");
     }
-    let (url, _) = http_server(Arc::new(move |_| (200, reply(None)))).await;
+    let (url, _) = http_server(move |_, _| Some(HttpReply::new(200, reply(None)))).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     let e = h.request(&mine, Duration::from_secs(5)).await.expect_err("no correlationId");
     assert_eq!((e.code.as_str(), e.kind), ("BAD_FRAME", ErrorKind::Protocol), "{e}");
     // With an idempotency key the request may repeat an earlier one of
     // another id, whose reply it is: taken.
-    let (url, seen) = http_server(Arc::new(move |_| (200, reply(Some("msg_first".into()))))).await;
+    let (url, seen) = http_server(move |_, _| Some(HttpReply::new(200, reply(Some("msg_first".into()))))).await;
     let h = HttpClient::new(&url, "t").with_contract("ctr_1");
     let keyed = Message::new("rpc", "q", "ask").with_idempotency_key("k-1");
     assert_eq!(h.request(&keyed, Duration::from_secs(5)).await.unwrap().correlation_id, "msg_first");

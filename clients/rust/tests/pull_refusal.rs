@@ -12,12 +12,11 @@
 
 mod common;
 
-use common::{raw_server, Behaviour, OnFrame};
+use common::{end, Seen};
 use pigeon_client::http::{AckMode, HttpClient};
 use pigeon_client::{ConnectOptions, Error, ErrorKind, ReplayOptions, Session};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const SUBJECT: &str = "jobs.run";
 
@@ -37,9 +36,10 @@ fn mixed(bad: Value) -> Value {
     })
 }
 
-/// The bad attempts of a leased message a hostile server may send.
+/// The bad attempts of a leased message a hostile server may send: 0, a
+/// negative, null, a fraction, a string, past 2^31-1 and past 2^63-1.
 fn bad_attempts() -> Vec<Value> {
-    vec![json!(0), json!(-1), json!(null), json!(1.5), json!("2"), json!(2_147_483_648u64)]
+    vec![json!(0), json!(-1), json!(null), json!(1.5), json!("2"), json!(2_147_483_648u64), json!(9_223_372_036_854_775_808u64)]
 }
 
 /// The refusals `on_error` received: each one's code, kind, op, index and
@@ -60,36 +60,15 @@ fn refusal(op: &str, index: u64, id: Option<&str>) -> (String, ErrorKind, Value,
 }
 
 /// A raw WebSocket endpoint answering every receive and replay with
-/// `answer` (op `messages`, its `re` set), every other frame `ok`,
-/// recording the frames.
-async fn ws_answering(answer: Value) -> (String, Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<()>) {
-    let frames: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let seen = frames.clone();
-    let on_frame: OnFrame = Arc::new(move |f| {
-        seen.lock().unwrap().push(f.clone());
-        let mut a = match f["op"].as_str() {
-            Some("receive") | Some("replay") => {
-                let mut a = answer.clone();
-                a["op"] = json!("messages");
-                a
-            }
-            _ => json!({"op": "ok"}),
-        };
-        a["re"] = f["id"].clone();
-        vec![a]
-    });
-    let (url, _tx, task) = raw_server(Behaviour::default(), on_frame).await;
-    (url, frames, task)
+/// `answer` (op `messages`), every other frame `ok`, recording the frames.
+async fn ws_answering(mut answer: Value) -> (String, Arc<Mutex<Vec<Value>>>, tokio::task::JoinHandle<()>) {
+    answer["op"] = json!("messages");
+    common::answering(&["receive", "replay"], answer).await
 }
 
 async fn connect(url: &str, on_error: impl Fn(Error) + Send + Sync + 'static) -> Session {
     let o = ConnectOptions::default().keepalive(None).auto_renew(false).reconnect(false).on_error(on_error);
     Session::connect(url, "t", &[SUBJECT], o).await.unwrap()
-}
-
-async fn end(s: Session, task: tokio::task::JoinHandle<()>) {
-    task.abort();
-    let _ = tokio::time::timeout(Duration::from_secs(2), s.close()).await;
 }
 
 /// The acks among `frames`: (messageId, sequence, attempt).
@@ -189,25 +168,10 @@ async fn ws_receive_refuses_an_answer_malformed_as_a_whole() {
 
 // ---- HTTP ----
 
-/// An HTTP endpoint answering every request with status 200 and `body`,
-/// recording the bodies it read.
-async fn http_answering(body: Value) -> (String, Arc<Mutex<Vec<Value>>>) {
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let s = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut tcp, _)) = listener.accept().await else { return };
-            let Some((head, req)) = common::read_request(&mut tcp).await else { continue };
-            let text = if head.contains("/receive ") { body.to_string() } else { r#"{"ok":true}"#.to_string() };
-            s.lock().unwrap().push(req);
-            let out = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}", text.len());
-            let _ = tcp.write_all(out.as_bytes()).await;
-        }
-    });
-    (url, seen)
+/// An HTTP endpoint answering every receive with `answer`, every other
+/// request `{"ok":true}`, recording what it read.
+async fn http_answering(answer: Value) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    common::http_answering("/receive ", answer).await
 }
 
 #[tokio::test]
@@ -227,8 +191,12 @@ async fn http_receive_refuses_a_bad_entry_alone() {
         for (m, a) in &got {
             h.ack_attempt(SUBJECT, &m.id, m.sequence, *a).await.unwrap();
         }
-        let acked: Vec<(Value, Value, Value)> =
-            seen.lock().unwrap().iter().map(|b| (b["messageId"].clone(), b["sequence"].clone(), b["attempt"].clone())).collect();
+        let acked: Vec<(Value, Value, Value)> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| (r.body["messageId"].clone(), r.body["sequence"].clone(), r.body["attempt"].clone()))
+            .collect();
         assert_eq!(acked, vec![(json!("msg_good1"), json!(1), json!(1)), (json!("msg_good2"), json!(3), json!(2))]);
     }
     // receive (without the attempts) leaves out an entry that is not a

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::{HttpReply, Seen};
 use pigeon_client::http::{HttpClient, MAX_ALL_RECEIPTS, RECEIPTS_RETRIES};
 use pigeon_client::{ErrorKind, ReplayOptions};
 use serde_json::{json, Value};
@@ -81,10 +82,10 @@ async fn an_auditor_reads_the_receipts_of_a_message_page_by_page() {
 // ---- a hostile server ----
 
 /// An HTTP endpoint answering each request with `answer(n, head)` (`n`
-/// counts from 0; Content-Length given), recording each request's head.
+/// counts from 0; Content-Length given), recording each request.
 /// It answers at most 50 requests, then closes each connection: a client
 /// that would follow its pages for ever fails a transport error instead.
-async fn http_server(answer: impl Fn(usize, &str) -> (u16, String) + Send + Sync + 'static) -> (String, Arc<Mutex<Vec<String>>>) {
+async fn http_server(answer: impl Fn(usize, &str) -> (u16, String) + Send + Sync + 'static) -> (String, Arc<Mutex<Vec<Seen>>>) {
     http_server_with_headers(move |n, head| {
         let (status, text) = answer(n, head);
         (status, String::new(), text)
@@ -96,34 +97,18 @@ async fn http_server(answer: impl Fn(usize, &str) -> (u16, String) + Send + Sync
 /// in CRLF) to send.
 async fn http_server_with_headers(
     answer: impl Fn(usize, &str) -> (u16, String, String) + Send + Sync + 'static,
-) -> (String, Arc<Mutex<Vec<String>>>) {
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
-    let seen = heads.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut tcp, _)) = listener.accept().await else { return };
-            let Some((head, _)) = common::read_request(&mut tcp).await else { continue };
-            let n = {
-                let mut s = seen.lock().unwrap();
-                s.push(head.clone());
-                s.len() - 1
-            };
-            if n >= 50 {
-                continue;
-            }
-            let (status, headers, text) = answer(n, &head);
-            let out = format!("HTTP/1.1 {status} X\r\n{headers}Content-Length: {}\r\n\r\n{text}", text.len());
-            let _ = tcp.write_all(out.as_bytes()).await;
-        }
-    });
-    (url, heads)
+) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    common::http_server(move |n, r| {
+        (n < 50).then(|| {
+            let (status, headers, body) = answer(n, &r.head);
+            HttpReply { status, headers, body }
+        })
+    })
+    .await
 }
 
 /// A server answering every request with `body`.
-async fn canned(body: Value) -> (String, Arc<Mutex<Vec<String>>>) {
+async fn canned(body: Value) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let text = body.to_string();
     http_server(move |_, _| (200, text.clone())).await
 }
@@ -147,9 +132,9 @@ fn bad_frame(e: &pigeon_client::Error) -> bool {
     e.code == "BAD_FRAME" && e.kind == ErrorKind::Protocol
 }
 
-/// The request line of a head.
-fn line(head: &str) -> &str {
-    head.split("\r\n").next().unwrap()
+/// The request line of a request.
+fn line(r: &Seen) -> &str {
+    r.head.split("\r\n").next().unwrap()
 }
 
 #[tokio::test]

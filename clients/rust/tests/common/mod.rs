@@ -1,11 +1,15 @@
 //! The conformance harness (clients/conformance/README.md): builds or finds
 //! the server, starts it on a port of 127.0.0.1 that it picks itself (and
 //! reports on stdout) with the conformance catalog, and records which
-//! scenarios ran.
+//! scenarios ran; beside it, the raw endpoints of [`raw`].
 
+// Each test crate uses a part of this module: what one leaves is not dead.
 #![allow(dead_code)]
 
-use futures_util::{SinkExt, StreamExt};
+mod raw;
+#[allow(unused_imports)] // as above: a test crate without raw endpoints uses none
+pub use raw::*;
+
 use pigeon_client::crypto::{b64_decode, Keys};
 use pigeon_client::http::HttpClient;
 use pigeon_client::{Message, Session};
@@ -14,10 +18,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::Message as W;
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root")
@@ -336,153 +338,4 @@ pub async fn gated_subscribe(
         .await
         .unwrap();
     (sub, gate, started)
-}
-
-/// Reads an HTTP request's head (through its blank line) from `tcp` into
-/// `read`, for the raw HTTP endpoints of the tests; false when the
-/// connection ended first.
-pub async fn read_request_head(tcp: &mut tokio::net::TcpStream, read: &std::sync::Arc<Mutex<Vec<u8>>>) -> bool {
-    use tokio::io::AsyncReadExt;
-    let mut buf = [0u8; 4096];
-    loop {
-        let Ok(n) = tcp.read(&mut buf).await else { return false };
-        if n == 0 {
-            return false;
-        }
-        let mut r = read.lock().unwrap();
-        r.extend_from_slice(&buf[..n]);
-        if r.windows(4).any(|x| x == b"\r\n\r\n") {
-            return true;
-        }
-    }
-}
-
-/// Reads one whole HTTP request from `tcp`, for the raw HTTP endpoints of
-/// the tests: its head (request line and headers, as text) and its body as
-/// JSON (`Null` when empty). The whole body is read before the caller
-/// answers: closing on unread bytes would reset the connection under the
-/// answer. None when the connection ended before a head came.
-pub async fn read_request(tcp: &mut tokio::net::TcpStream) -> Option<(String, Value)> {
-    use tokio::io::AsyncReadExt;
-    let read = Arc::new(Mutex::new(Vec::new()));
-    if !read_request_head(tcp, &read).await {
-        return None;
-    }
-    let raw = read.lock().unwrap().clone();
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    let head = String::from_utf8_lossy(&raw[..end]).to_string();
-    let len = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap()))
-        .unwrap_or(0);
-    let mut body = raw[end..].to_vec();
-    while body.len() < len {
-        let mut buf = [0u8; 4096];
-        match tcp.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => body.extend_from_slice(&buf[..n]),
-        }
-    }
-    let body = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).unwrap() };
-    Some((head, body))
-}
-
-/// The frames a raw endpoint recorded, each without its `id` (which the
-/// client draws), for comparing with the frames a test expects.
-pub fn frames_without_ids(frames: &Mutex<Vec<Value>>) -> Vec<Value> {
-    frames
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            let mut f = f.clone();
-            f.as_object_mut().unwrap().remove("id");
-            f
-        })
-        .collect()
-}
-
-/// The time `ms` milliseconds from now, as the broker writes times.
-pub fn in_ms(ms: i64) -> String {
-    pigeon_client::time::format_rfc3339_ms(pigeon_client::time::now_ms() + ms)
-}
-
-/// How a raw endpoint behaves beside the answers of `on_frame`.
-#[derive(Clone, Copy, Default)]
-pub struct Behaviour {
-    /// The contract of negotiate expires this many ms from now (default: 2099).
-    pub expires_in_ms: Option<i64>,
-    /// Read nothing after the negotiate (a server that stops reading).
-    pub stop_reading: bool,
-    /// Go on reading after the client's close frame, never answering it.
-    pub ignore_close: bool,
-}
-
-/// What a [`raw_server`] answers a frame with.
-pub type OnFrame = Arc<dyn Fn(&Value) -> Vec<Value> + Send + Sync>;
-
-/// A raw endpoint: answers negotiate, hands every other frame to
-/// `on_frame`, which returns the frames to send back; `cmd` sends frames
-/// (text as given) to the latest connection at any time.
-pub async fn raw_server(b: Behaviour, on_frame: OnFrame) -> (String, mpsc::UnboundedSender<String>, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (tx, rx) = mpsc::unbounded_channel::<String>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let task = tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else { return };
-            let (on_frame, rx) = (on_frame.clone(), rx.clone());
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { return };
-                let mut rx = rx.lock().await;
-                let mut negotiated = false;
-                loop {
-                    tokio::select! {
-                        m = ws.next(), if !(b.stop_reading && negotiated) => {
-                            let t = match m {
-                                Some(Ok(W::Text(t))) => t,
-                                Some(Ok(W::Close(_))) if b.ignore_close => continue,
-                                Some(Ok(W::Ping(_))) | Some(Ok(W::Pong(_))) => continue,
-                                _ => return,
-                            };
-                            let f: Value = serde_json::from_str(&t).unwrap();
-                            let out = if f["op"] == "negotiate" {
-                                negotiated = true;
-                                let exp = b.expires_in_ms.map_or("2099-01-01T00:00:00Z".to_string(), in_ms);
-                                let contract = json!({"id": "ctr_raw", "subjects": [], "expiresAt": exp});
-                                vec![json!({"op": "contract", "re": f["id"], "contract": contract, "maxFrame": 1 << 20})]
-                            } else {
-                                on_frame(&f)
-                            };
-                            for o in out {
-                                if ws.send(W::Text(o.to_string())).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        Some(o) = rx.recv() => {
-                            if ws.send(W::Text(o)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (format!("ws://127.0.0.1:{port}"), tx, task)
-}
-
-/// An `on_frame` that records every frame in `frames` and answers it:
-/// subscribe with subscription `sid`, ping with pong, the rest `ok`.
-pub fn ok_to_all(sid: &'static str, frames: Arc<Mutex<Vec<Value>>>) -> OnFrame {
-    Arc::new(move |f| {
-        frames.lock().unwrap().push(f.clone());
-        match f["op"].as_str() {
-            Some("subscribe") => vec![json!({"op": "subscribed", "re": f["id"], "sub": sid})],
-            Some("ping") => vec![json!({"op": "pong", "re": f["id"]})],
-            _ => vec![json!({"op": "ok", "re": f["id"]})],
-        }
-    })
 }
