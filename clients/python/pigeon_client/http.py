@@ -316,6 +316,28 @@ def _receipt_problem(r: Any) -> str | None:
     return None
 
 
+def _listed(p: Any, member: str, what: str) -> list[dict[str, Any]]:
+    """The list ``member`` of the answer ``p`` to ``what`` (``"GET
+    /v1/quarantine"``): a list of objects, as the route gives it (absent or
+    ``null``, which a server omitting an empty list sends: none), else
+    ``ProtocolError``, as the TypeScript client refuses it. A string would
+    be listed letter by letter, an object by its names, a number not at all
+    (``TypeError``), rather than refused."""
+    if not isinstance(p, dict):
+        raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: it is not an object")
+    v = p.get(member)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: it is not a list",
+                            details={member: type(v).__name__})
+    for i, r in enumerate(v):
+        if not isinstance(r, dict):
+            raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: entry {i} is not an object",
+                                details={"index": i, "entry": type(r).__name__})
+    return v
+
+
 def _receipts_page(p: Any, after: str | None, what: str) -> ReceiptsPage:
     """The page a receipts answer ``p`` holds (see :meth:`HttpClient.receipts`),
     or ``ProtocolError``: an answer that is no object, ``receipts`` that is
@@ -619,14 +641,20 @@ class HttpClient:
 
     def subjects(self) -> list[dict[str, Any]]:
         """The catalog (public)."""
-        return list(self._do("GET", "/v1/subjects")[1].get("subjects") or [])
+        return _listed(self._do("GET", "/v1/subjects")[1], "subjects", "GET /v1/subjects")
 
     def subject(self, name: str) -> dict[str, Any]:
         return self._do("GET", "/v1/subjects/" + _q(name))[1]["subject"]
 
     def audit(self, *, from_: int | None = None, max: int | None = None) -> list[dict[str, Any]]:
-        """Hash-chained audit records, oldest first (role ``auditor``)."""
-        return list(self._do("GET", "/v1/audit", query={"from": from_, "max": max})[1].get("records") or [])
+        """One page of the hash-chained audit records, oldest first (role
+        ``auditor``): at most ``max`` from audit sequence ``from_`` on; the
+        next page is ``from_`` set past the page's last ``seq``. Each call
+        asks for one page and holds it alone (its answer read up to
+        ``max_response_bytes``): nothing gathers records across pages.
+        ``ProtocolError`` for an answer whose ``records`` is not a list of
+        objects."""
+        return _listed(self._do("GET", "/v1/audit", query={"from": from_, "max": max})[1], "records", "GET /v1/audit")
 
     def receipts(self, message_id: str, *, after: str | None = None, max: int | None = None) -> ReceiptsPage:
         """One page of the receipts of message ``message_id`` (role
@@ -716,12 +744,17 @@ class HttpClient:
         return walk()
 
     def quarantine(self, *, since: str | None = None, after: str | None = None, max: int | None = None) -> list[dict[str, Any]]:
-        """Quarantined messages, redacted, oldest first (role ``auditor``). A
-        page stops at the server's read budget; the next page is ``since``
-        and ``after`` set to the ``time`` and ``id`` of the page's last
-        record."""
+        """One page of the quarantined messages, redacted, oldest first
+        (role ``auditor``). A page stops at ``max`` or the server's read
+        budget; the next page is ``since`` and ``after`` set to the ``time``
+        and ``id`` of the page's last record. Each call asks for one page
+        and holds it alone (its answer read up to ``max_response_bytes``):
+        walking the pages is the caller's, a page at a time, so nothing here
+        gathers records across pages (the CLI's ``quarantine list``, which
+        walks them, stops at 1000 records by default). ``ProtocolError``
+        for an answer whose ``records`` is not a list of objects."""
         query = {"since": since, "after": after, "max": max}
-        return list(self._do("GET", "/v1/quarantine", query=query)[1].get("records") or [])
+        return _listed(self._do("GET", "/v1/quarantine", query=query)[1], "records", "GET /v1/quarantine")
 
     def quarantine_record(self, record_id: str) -> dict[str, Any]:
         return self._do("GET", "/v1/quarantine/" + _q(record_id))[1]["record"]
@@ -772,7 +805,8 @@ class HttpClient:
 
     def keys(self, account_id: str) -> list[dict[str, Any]]:
         """An account's published public keys."""
-        return list(self._do("GET", f"/v1/accounts/{_q(account_id)}/keys")[1].get("keys") or [])
+        path = f"/v1/accounts/{_q(account_id)}/keys"
+        return _listed(self._do("GET", path)[1], "keys", f"GET {path}")
 
 
 SEAL_MAX_AGE = 10.0

@@ -192,20 +192,25 @@ class ReceivedMessage(dict):  # type: ignore[type-arg]
         return (ReceivedMessage, (dict(self), self.attempt))
 
 
-def _attempts(ans: dict[str, Any], n: int, what: str) -> list[Any]:
+def _attempts(ans: dict[str, Any], n: int, what: str) -> list[Any] | None:
     """The ``attempts`` of a receive answer ``ans`` holding ``n`` messages,
-    in step with them, as sent: all 0 when it has none. Anything but a list
-    of ``n`` is a malformed answer, ``ProtocolError``: the attempts could
-    not be told to their messages. An entry that is no lease's attempt
-    (see :func:`_attempt_held`) refuses its message alone (see
+    in step with them, as sent; ``None`` when the answer has no
+    ``attempts`` member (nothing was leased: 0 each). Anything else but a
+    list of ``n`` (``null`` included, which no broker sends: it writes the
+    list, or leaves the member out) is a malformed answer,
+    ``ProtocolError``: the attempts could not be told to their messages. As
+    the TypeScript and Rust clients refuse it. An entry that is no lease's
+    attempt (see :func:`_attempt_held`) refuses its message alone (see
     :func:`_pulled`)."""
-    at = ans.get("attempts")
-    if at is None:
-        return [0] * n
-    if not isinstance(at, list) or len(at) != n:
-        got = f"{len(at)} attempts" if isinstance(at, list) else f"attempts of type {type(at).__name__}"
-        raise ProtocolError("BAD_REQUEST", f"the server's {what} answer holds {got} for {n} messages",
-                            details={"op": what})
+    if "attempts" not in ans:
+        return None
+    at = ans["attempts"]
+    if not isinstance(at, list):
+        raise ProtocolError("BAD_REQUEST", f"the server sent a {what} answer whose attempts is not a list",
+                            details={"op": what, "attempts": type(at).__name__})
+    if len(at) != n:
+        raise ProtocolError("BAD_REQUEST", f"the server sent a {what} answer holding {len(at)} attempts for "
+                            f"{n} messages", details={"op": what, "attempts": len(at), "messages": n})
     return at
 
 
@@ -250,8 +255,9 @@ def _pulled(ans: Any, what: str, report: Callable[[ProtocolError], None]) -> lis
         ms = []
     if not isinstance(ms, list):
         raise ProtocolError("BAD_REQUEST", "messages is not a list")
-    leased = what == "receive" and ans.get("attempts") is not None
-    attempts = _attempts(ans, len(ms), what) if what == "receive" else [0] * len(ms)
+    told = _attempts(ans, len(ms), what) if what == "receive" else None
+    leased = told is not None
+    attempts = told if told is not None else [0] * len(ms)
     out: list[ReceivedMessage] = []
     for i, (m, a) in enumerate(zip(ms, attempts)):
         if not isinstance(m, dict):

@@ -103,28 +103,46 @@ def test_max_attempt_is_the_go_clients():
 
 
 # The attempts a receive answer may name for a message, and those it may not:
-# the table the three clients agree on (integers of 1 to 2^31-1, the Go
-# client's range). Each row's value is the attempt of entry 1 of three.
+# the table the clients agree on (integers of 1 to 2^31-1, the Go client's
+# range; the TypeScript client's test/delivery_fields.test.mjs holds the same
+# rows). Each row's value is the JSON text of the attempt of entry 1 of
+# three. An integer spelled with a fraction or an exponent (1.0, 1e0) is a
+# float to json.loads, and no integer (a bool, though an int to Python,
+# neither).
 RECEIVED = [
-    pytest.param(1, True, id="1"),
-    pytest.param((1 << 31) - 1, True, id="2^31-1"),
-    pytest.param(0, False, id="0"),
-    pytest.param(-1, False, id="negative"),
-    pytest.param(1.5, False, id="fraction"),
-    pytest.param(2.0, False, id="float"),
-    pytest.param(1 << 31, False, id="2^31"),
-    pytest.param(1 << 63, False, id="2^63"),
-    pytest.param("2", False, id="string"),
-    pytest.param(None, False, id="null"),
-    pytest.param(True, False, id="bool"),
-    pytest.param({}, False, id="object"),
+    pytest.param("1", True, id="1"),
+    pytest.param(str((1 << 31) - 1), True, id="2^31-1"),
+    pytest.param("0", False, id="0"),
+    pytest.param("-0", False, id="negative zero"),
+    pytest.param("-1", False, id="negative"),
+    pytest.param("1.5", False, id="fraction"),
+    pytest.param("1.0", False, id="integral fraction"),
+    pytest.param("1e0", False, id="exponent"),
+    pytest.param("10E-1", False, id="signed exponent"),
+    pytest.param(str(1 << 31), False, id="2^31"),
+    pytest.param("9007199254740993", False, id="beyond 2^53"),
+    pytest.param(str((1 << 63) - 1), False, id="2^63-1"),
+    pytest.param(str(1 << 63), False, id="2^63"),
+    pytest.param('"2"', False, id="a string"),
+    pytest.param("null", False, id="null"),
+    pytest.param("true", False, id="true"),
+    pytest.param("false", False, id="false"),
+    pytest.param("{}", False, id="an object"),
+    pytest.param("[1]", False, id="an array"),
 ]
 THREE = [msg("m_a", 4), msg("m_x", 5), msg("m_b", 6)]
 
 
-def _check_received(got: list[Any], reported: list[Any], attempt: Any, taken: bool) -> None:
+def _three(attempt: str, head: dict[str, Any] | None = None) -> str:
+    """The JSON text of an answer (``head``'s members first) holding THREE
+    with attempts 2, ``attempt`` (JSON text, as it is sent) and 3."""
+    body = json.dumps({**(head or {}), "messages": THREE})
+    return f'{body[:-1]},"attempts":[2,{attempt},3]}}'
+
+
+def _check_received(got: list[Any], reported: list[Any], attempt: str, taken: bool) -> None:
     if taken:
-        assert [(m["id"], m.attempt) for m in got] == [("m_a", 2), ("m_x", attempt), ("m_b", 3)]
+        assert [(m["id"], m.attempt) for m in got] == [("m_a", 2), ("m_x", json.loads(attempt)), ("m_b", 3)]
         assert reported == []
         return
     assert [(m["id"], m.attempt) for m in got] == [("m_a", 2), ("m_b", 3)], "the others are kept, with theirs"
@@ -138,7 +156,12 @@ def _check_received(got: list[Any], reported: list[Any], attempt: Any, taken: bo
 @pytest.mark.parametrize("attempt,taken", RECEIVED)
 async def test_a_ws_receive_refuses_alone_a_message_whose_attempt_is_no_leases(attempt, taken):
     reported: list[Any] = []
-    async with raw_session(endpoint(THREE, [2, attempt, 3]), CONTRACT, on_error=reported.append) as s:
+
+    async def on_frame(ws: Any, f: dict[str, Any]) -> None:
+        if f["op"] == "receive":
+            await ws.send(_three(attempt, {"op": "messages", "re": f["id"]}))
+
+    async with raw_session(on_frame, CONTRACT, on_error=reported.append) as s:
         got = await within(s.receive("x"), 5)
     _check_received(got, reported, attempt, taken)
 
@@ -149,7 +172,7 @@ def test_an_http_receive_refuses_alone_a_message_whose_attempt_is_no_leases(atte
     with http_answering() as srv:
         c = HttpClient(srv.url, "t", timeout=5, on_error=reported.append)
         c.contract = Contract.from_wire(CONTRACT)
-        srv.body = json.dumps({"messages": THREE, "attempts": [2, attempt, 3]}).encode()
+        srv.body = _three(attempt).encode()
         got = c.receive("x", ack="explicit")
     _check_received(got, reported, attempt, taken)
 

@@ -97,22 +97,33 @@ async def test_an_entry_that_is_not_a_message_does_not_shift_the_attempts():
 
 # Attempts that cannot be told to the messages. (An entry that is no
 # lease's attempt refuses its message alone: test_delivery_fields.py.)
+# ``null`` is no list either: no broker sends it (it writes the list, or
+# leaves the member out when nothing was leased), and reading it as absent
+# would hand the messages out as leased by no one, their answers naming no
+# attempt. Each row: the attempts, and the error's message and details
+# (the TypeScript client's, its values as Python names them).
 BAD_ATTEMPTS = [
-    pytest.param([1], id="fewer"),
-    pytest.param([1, 1, 1], id="more"),
-    pytest.param({"0": 1, "1": 1}, id="object"),
-    pytest.param(2, id="number"),
+    pytest.param([1], "holding 1 attempts for 2 messages", {"attempts": 1, "messages": 2}, id="fewer"),
+    pytest.param([1, 1, 1], "holding 3 attempts for 2 messages", {"attempts": 3, "messages": 2}, id="more"),
+    pytest.param({"0": 1, "1": 1}, "whose attempts is not a list", {"attempts": "dict"}, id="object"),
+    pytest.param(2, "whose attempts is not a list", {"attempts": "int"}, id="number"),
+    pytest.param(None, "whose attempts is not a list", {"attempts": "NoneType"}, id="null"),
 ]
 
 
-@pytest.mark.parametrize("attempts", BAD_ATTEMPTS)
-async def test_a_ws_receive_with_malformed_attempts_is_a_bad_frame(attempts):
+def _check_bad_attempts(e: ProtocolError, why: str, details: dict) -> None:
+    assert e.code == "BAD_REQUEST"
+    assert e.message == f"the server sent a receive answer {why}"
+    assert e.details == {"op": "receive", **details}
+
+
+@pytest.mark.parametrize("attempts,why,details", BAD_ATTEMPTS)
+async def test_a_ws_receive_with_malformed_attempts_is_a_bad_frame(attempts, why, details):
     answer = {"messages": [msg(1), msg(2)], "attempts": attempts}
     async with raw_session(answering(answer, []), CONTRACT) as s:
         with pytest.raises(ProtocolError) as e:
             await within(s.receive("x"), 5)
-        assert e.value.code == "BAD_REQUEST"
-        assert "attempt" in e.value.message
+        _check_bad_attempts(e.value, why, details)
         assert await within(s.replay("x"), 5) == [msg(1), msg(2)], "a replay leases nothing: attempts unread"
 
 
@@ -143,14 +154,14 @@ def test_an_http_receive_hands_out_each_attempt_and_the_answers_send_it_back():
         ]
 
 
-@pytest.mark.parametrize("attempts", BAD_ATTEMPTS)
-def test_an_http_receive_with_malformed_attempts_is_a_bad_frame(attempts):
+@pytest.mark.parametrize("attempts,why,details", BAD_ATTEMPTS)
+def test_an_http_receive_with_malformed_attempts_is_a_bad_frame(attempts, why, details):
     with http_answering() as srv:
         c = _http(srv)
         srv.body = json.dumps({"messages": [msg(1), msg(2)], "attempts": attempts}).encode()
         with pytest.raises(ProtocolError) as e:
             c.receive("x", ack="explicit")
-        assert e.value.code == "BAD_REQUEST"
+        _check_bad_attempts(e.value, why, details)
 
 
 async def _take(receive, ack, mid: str, deadline: float):

@@ -6,6 +6,7 @@
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import type { WebSocketLike } from "./socket.js";
 import { markNonIntegerV } from "./sigv.js";
+import { markSpelledAttempts } from "./attempts.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 
 /** What a connection reports to and routes through. */
@@ -212,6 +213,8 @@ export class Conn {
     }
     // A signature's "v" spelled 2.0 or 2e0 (one regular expression test).
     markNonIntegerV(text, fr);
+    // A lease attempt spelled 1.0 or 1e0 (two regular expression tests).
+    markSpelledAttempts(text, fr);
     if (fr.re !== undefined) {
       if (typeof fr.re !== "string" && typeof fr.re !== "number") {
         this.session.report(new PigeonError(ClientCodes.BAD_FRAME, "the server answered a frame id that is neither a string nor a number", {}));

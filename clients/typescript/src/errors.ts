@@ -6,6 +6,8 @@
  * of the code, and a `kind` that tells the families apart.
  */
 
+import { SpelledAttempt } from "./attempts.js";
+
 /** The family of an error. */
 export type ErrorKind =
   /** a gate or policy refused the message (403 family: INTENT_DENIED, REGION_DENIED, …) */
@@ -284,9 +286,19 @@ export function sequenceStored(m: { sequence?: unknown }): boolean {
  */
 export const MAX_ATTEMPT = 2 ** 31 - 1;
 
-/** Whether `a` is a lease attempt a receive answer may name: an integer of 1 to {@link MAX_ATTEMPT}. */
+/**
+ * Whether `a` is a lease attempt a receive answer may name: an integer of
+ * 1 to {@link MAX_ATTEMPT}, spelled as one (an attempt spelled with a
+ * fraction or an exponent, 1.0 or 1e0, is a {@link SpelledAttempt} here:
+ * see attempts.ts). The same set as the Python and Rust clients take.
+ */
 export function attemptHeld(a: unknown): a is number {
   return typeof a === "number" && Number.isInteger(a) && a >= 1 && a <= MAX_ATTEMPT;
+}
+
+/** What a refusal's details name of an attempt no lease's: the number, its spelling ("1.0"), or its type. */
+function attemptDetail(a: unknown): unknown {
+  return a instanceof SpelledAttempt ? a.spelling : typeof a === "number" ? a : typeName(a);
 }
 
 /**
@@ -372,7 +384,7 @@ export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: un
     return new PigeonError(
       ClientCodes.BAD_FRAME,
       `the server sent a delivery${entryOf(at)} whose attempt is not an integer of 1 to 2^31-1`,
-      deliveryDetails(m, at, { attempt: typeof attempt === "number" ? attempt : typeName(attempt) }),
+      deliveryDetails(m, at, { attempt: attemptDetail(attempt) }),
     );
   }
   return undefined;
@@ -493,7 +505,7 @@ export function heldMessages<M>(list: M[], what: string, report: (e: PigeonError
           op: what,
           index: i,
           messageId: typeof id === "string" ? id : typeof id,
-          attempt: typeof a === "number" ? a : typeName(a),
+          attempt: attemptDetail(a),
         }),
       );
       continue;

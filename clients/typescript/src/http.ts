@@ -9,6 +9,7 @@
  * replaces the contract later calls use.
  */
 import { markNonIntegerV } from "./sigv.js";
+import { markSpelledAttempts } from "./attempts.js";
 import { frameText, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldDecision, unheldMessage } from "./errors.js";
@@ -177,6 +178,7 @@ export class HttpClient {
     try {
       parsed = text === "" ? {} : JSON.parse(text);
       markNonIntegerV(text, parsed); // a signature's "v" spelled 2.0 or 2e0
+      markSpelledAttempts(text, parsed); // a lease attempt spelled 1.0 or 1e0
     } catch (e) {
       throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) is not JSON`, {}, res.status, { cause: e });
     }
@@ -342,7 +344,14 @@ export class HttpClient {
     return (await this.expect<{ subjects: Record<string, unknown>[] }>("subjects", (r) => isObjArray(r.subjects), "GET", "/v1/subjects")).subjects ?? [];
   }
 
-  /** Hash-chained audit records (role auditor). */
+  /**
+   * One page of the hash-chained audit records, oldest first (role
+   * auditor): at most `max` from audit sequence `from` on; the next page is
+   * `from` set past the page's last `seq`. Each call asks for one page and
+   * holds it alone (its answer read up to maxResponseBytes): nothing
+   * gathers records across pages. BAD_FRAME for an answer whose `records`
+   * is not a list of objects.
+   */
   async audit(options: { from?: number; max?: number } = {}): Promise<Record<string, any>[]> {
     return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/audit${query(options)}`)).records ?? [];
   }
@@ -413,9 +422,15 @@ export class HttpClient {
   }
 
   /**
-   * Quarantined messages, redacted, oldest first (role auditor). A page
-   * stops at the server's read budget; the next page is `since` and `after`
-   * set to the `time` and `id` of the page's last record.
+   * One page of the quarantined messages, redacted, oldest first (role
+   * auditor). A page stops at `max` or the server's read budget; the next
+   * page is `since` and `after` set to the `time` and `id` of the page's
+   * last record. Each call asks for one page and holds it alone (its
+   * answer read up to maxResponseBytes): walking the pages is the
+   * caller's, a page at a time, so nothing here gathers records across
+   * pages (the CLI's `quarantine list`, which walks them, stops at 1000
+   * records by default). BAD_FRAME for an answer whose `records` is not a
+   * list of objects.
    */
   async quarantine(options: { since?: string; after?: string; max?: number } = {}): Promise<Record<string, any>[]> {
     return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/quarantine${query(options)}`)).records ?? [];

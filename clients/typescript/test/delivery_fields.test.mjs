@@ -92,20 +92,31 @@ test("an HTTP receive or replay message without a sequence is refused as one of 
 });
 
 // The attempts a receive answer may name for a message, and those it may
-// not: the table the three clients agree on (integers of 1 to 2^31-1, the
-// Go client's range). Each row's value is entry 1 of three messages.
+// not: the table the clients agree on (integers of 1 to 2^31-1, the Go
+// client's range; tests/test_delivery_fields.py holds the same rows). Each
+// row's value is the JSON text of entry 1 of three messages. An integer
+// spelled with a fraction or an exponent (1.0, 1e0) is no integer to the
+// Go, Python and Rust decoders, though JSON.parse reads it as one.
 const RECEIVED = [
   ["1", "1", true],
   ["2^31-1", String(2 ** 31 - 1), true],
   ["0", "0", false],
+  ["negative zero", "-0", false],
   ["negative", "-1", false],
   ["fraction", "1.5", false],
+  ["integral fraction", "1.0", false],
+  ["exponent", "1e0", false],
+  ["signed exponent", "10E-1", false],
   ["2^31", String(2 ** 31), false],
   ["beyond 2^53", "9007199254740993", false],
+  ["2^63-1", "9223372036854775807", false],
+  ["2^63", "9223372036854775808", false],
   ["a string", `"2"`, false],
   ["null", "null", false],
-  ["a bool", "true", false],
+  ["true", "true", false],
+  ["false", "false", false],
   ["an object", "{}", false],
+  ["an array", "[1]", false],
 ];
 const THREE = `"messages":${json([msg("m_a", 4), msg("m_x", 5), msg("m_b", 6)])}`;
 
@@ -138,6 +149,49 @@ for (const transport of ["WebSocket", "HTTP"]) {
           errors: errors.map((e) => [e.code, e.details.op, e.details.index, e.details.messageId]),
         };
         if (json(have) !== json(want)) wrong.push(`${name}: ${json(have)}`);
+      }
+    };
+    if (transport === "HTTP") {
+      const h = fakeHttp(() => members, () => ({}), errors);
+      await check(() => h.receiveAttempts("x", { ack: "explicit" }));
+    } else {
+      const { srv } = await fakeServer(() => members);
+      await onSession(srv, { ...OPTS, onError: (e) => errors.push(e) }, async (s) => check(() => s.receiveAttempts("x")));
+    }
+    assert.deepEqual(wrong, []);
+  });
+}
+
+// An attempt spelled with a fraction or an exponent is found whatever
+// spells its member's name (JSON.parse reads "\u0061ttempts" as
+// "attempts"), and is named as spelled in the refusal; the same spelling
+// in a message's data changes nothing.
+const DATA_SPELLED = { ...msg("m_a", 4), data: { attempts: [1.5], attempt: 2.5, n: 1 } };
+const dataText = (m) => json(m).replace("[1.5]", "[1.0]").replace("2.5", "2.0");
+const SPELLED = [
+  ["an escaped name", `${THREE},"\\u0061ttempts":[2,1.0,3]`, ["m_a", "m_b"], [2, 3], [[1, "m_x", "1.0"]]],
+  ["an exponent", `${THREE},"attempts":[2e0,1,3]`, ["m_x", "m_b"], [1, 3], [[0, "m_a", "2e0"]]],
+  ["spaced", `${THREE},"attempts" : [ 2 , 1 , 30E-1 ]`, ["m_a", "m_x"], [2, 1], [[2, "m_b", "30E-1"]]],
+  ["in data", `"messages":[${dataText(DATA_SPELLED)}],"attempts":[2]`, ["m_a"], [2], []],
+];
+
+for (const transport of ["WebSocket", "HTTP"]) {
+  test(`a ${transport} receive finds an attempt spelled as a non-integer number wherever the text puts it, and names its spelling`, async () => {
+    const errors = [];
+    let members = "";
+    const wrong = [];
+    const check = async (receiveAttempts) => {
+      for (const [name, text, ids, attempts, refused] of SPELLED) {
+        errors.length = 0;
+        members = text;
+        const got = await receiveAttempts();
+        const have = {
+          ids: got.messages.map((m) => m.id),
+          attempts: got.attempts,
+          refused: errors.map((e) => [e.details.index, e.details.messageId, e.details.attempt]),
+        };
+        if (json(have) !== json({ ids, attempts, refused })) wrong.push(`${name}: ${json(have)}`);
+        if (name === "in data" && json(got.messages[0]?.data) !== json({ attempts: [1], attempt: 2, n: 1 })) wrong.push(`${name}: data ${json(got.messages[0]?.data)}`);
       }
     };
     if (transport === "HTTP") {
