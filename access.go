@@ -245,7 +245,11 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 // very next authorization check of every contract and subscription that
 // relied on it; in a cluster, on every live node once it returns (see
 // ClusterBarrier; CLUSTER_UNCONFIRMED: the role is removed, but a node did
-// not confirm it in time).
+// not confirm it in time). Like every change that only takes access away
+// (DeleteRole, DeleteAccount, RevokeGrant), it goes on while the audit log
+// cannot be written, where the changes that give access are refused (the
+// audit guard): its account.role.removed record is then lost, and counted
+// in audit.resumed.
 func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Account, error) {
 	written := noWait
 	a, err := e.dir.removeAccountRole(ctx, id, role, func() {
@@ -518,6 +522,37 @@ func (e *Engine) resolveAccount(p *Principal) *Principal {
 	out.Roles = uniqueSorted(append(slices.Clone(p.Roles), a.Roles...))
 	out.account = a.CreatedAt
 	return out
+}
+
+// resolvePrincipal is resolveAccount, refusing the principal when the
+// attributes it would carry, its account's overlaid by its credential's,
+// break an account's bounds (validAttributes): each set alone is within
+// them (CreateAccount, checkPrincipal), but the two together may hold up
+// to 2 × MaxAccountAttributes, and the account may be created with its
+// attributes after the credential was made. The refusal is
+// UNAUTHENTICATED, as checkPrincipal's, and quotes no value.
+func (e *Engine) resolvePrincipal(p *Principal) (*Principal, error) {
+	out := e.resolveAccount(p)
+	if err := checkMergedAttributes(out.Attributes); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkMergedAttributes checks attrs, a credential's attributes laid over
+// its account's, with validAttributes: UNAUTHENTICATED otherwise.
+func checkMergedAttributes(attrs map[string]string) error {
+	if len(attrs) == 0 {
+		return nil
+	}
+	if err := validAttributes(attrs); err != nil {
+		msg := err.Error()
+		if pe := (*Error)(nil); errors.As(err, &pe) {
+			msg = pe.Message
+		}
+		return NewError(CodeUnauthenticated, "the credential's attributes laid over its account's break an account's bounds: %s", msg)
+	}
+	return nil
 }
 
 // accountAttributes is the attributes of account a (nil: none) overlaid

@@ -808,7 +808,7 @@ func (e *Engine) authenticateCredential(ctx context.Context, c Credential) (p *P
 	if p.grantID != "" {
 		return p, nil
 	}
-	return e.resolveAccount(p), nil
+	return e.resolvePrincipal(p)
 }
 
 // Negotiate issues a contract to p for the subjects policy permits. ttl 0

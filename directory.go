@@ -196,7 +196,24 @@ func (d *directory) bump() { d.ver.Add(1) }
 // by some earlier version of the broker under looser rules: skipping it
 // only takes permissions away, so it does not keep the broker from
 // starting. A revocation is kept whatever its key: it only refuses.
+//
+// It also refuses (STORE_CORRUPT) a record of a key's owner
+// (bucketKeyOwners) that reserveKeys would not have written: see
+// checkKeyOwners. Such a record only refuses (it keeps a key from every
+// other account), so skipping it could let another account publish the
+// key and sign as its owner. Those records are read at load only, not at
+// each reload: they are one per key ever published, and every one is
+// checked again when it is read to decide a claim (storedKeyOwner).
 func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) error {
+	if err := d.read(ctx, st, log); err != nil {
+		return err
+	}
+	return checkKeyOwners(ctx, st)
+}
+
+// read reads the accounts, roles, grants and revocations of st into d, as
+// load describes, and keeps st for later changes.
+func (d *directory) read(ctx context.Context, st store.Store, log *slog.Logger) error {
 	d.st = st
 	d.accounts, d.roles, d.grants, d.revoked = map[string]*Account{}, map[string]*Role{}, map[string]*grantRecord{}, map[string]time.Time{}
 	d.keyOwner = map[string]string{}
@@ -290,6 +307,43 @@ func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) 
 		d.revoked[k] = t
 		return nil
 	})
+}
+
+// checkKeyOwners checks every record of bucketKeyOwners in st with
+// decodeKeyOwner, in key order, and returns the first refusal
+// (STORE_CORRUPT, naming the bucket and key).
+func checkKeyOwners(ctx context.Context, st store.Store) error {
+	kv, err := st.List(ctx, bucketKeyOwners)
+	if err != nil {
+		return storeError(err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(kv)) {
+		if _, err := decodeKeyOwner(k, kv[k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeKeyOwner reads v, the record of bucketKeyOwners under key, as
+// reserveKeys writes it: key is a public key's one spelling (the strict
+// base64url of 32 bytes, as PublicKey.Validate takes it), and v decodes
+// one way only (decodeRecord) to the id of the account that owns the key,
+// a valid account id (validID: no control character, no space). Anything
+// else is STORE_CORRUPT: the record was written behind the broker's
+// back, and the key it reserves cannot be told.
+func decodeKeyOwner(key string, v []byte) (string, error) {
+	if b, err := keyEncoding.DecodeString(key); err != nil || len(b) != 32 || len(key) != keyEncoding.EncodedLen(32) {
+		return "", NewError(CodeStoreCorrupt, "%s/%q is not under a public key's base64url: reserveKeys writes none such", bucketKeyOwners, key)
+	}
+	var r keyOwnerRecord
+	if err := decodeRecord(v, &r); err != nil {
+		return "", WrapError(CodeStoreCorrupt, err, "%s/%q does not decode: %v", bucketKeyOwners, key, err)
+	}
+	if err := validID("an account id", r.Account); err != nil {
+		return "", WrapError(CodeStoreCorrupt, err, "%s/%q does not name an account: %v", bucketKeyOwners, key, err)
+	}
+	return r.Account, nil
 }
 
 // decodeRecord decodes the stored JSON record b into v, refusing text that
@@ -448,7 +502,7 @@ func (d *directory) reload(ctx context.Context, log *slog.Logger, changed func(b
 		}
 	}()
 	var fresh directory
-	if err := fresh.load(ctx, d.st, log); err != nil {
+	if err := fresh.read(ctx, d.st, log); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -717,7 +771,8 @@ type keyOwnerRecord struct {
 }
 
 // storedKeyOwner returns the account that published key, as the store
-// has it.
+// has it: a record decodeKeyOwner refuses is STORE_CORRUPT, which refuses
+// the claim it was read for.
 func (d *directory) storedKeyOwner(ctx context.Context, key string) (string, bool, error) {
 	v, err := d.st.Get(ctx, bucketKeyOwners, key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -726,11 +781,11 @@ func (d *directory) storedKeyOwner(ctx context.Context, key string) (string, boo
 	if err != nil {
 		return "", false, storeError(err)
 	}
-	var r keyOwnerRecord
-	if err := json.Unmarshal(v, &r); err != nil || r.Account == "" {
-		return "", false, NewError(CodeStoreCorrupt, "%s/%s does not decode", bucketKeyOwners, key)
+	owner, err := decodeKeyOwner(key, v)
+	if err != nil {
+		return "", false, err
 	}
-	return r.Account, true, nil
+	return owner, true, nil
 }
 
 // newKeys returns the keys of keys that old does not hold.

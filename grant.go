@@ -88,11 +88,12 @@ func (e *Engine) loadGrantKey(ctx context.Context) error {
 // A token's expiry is in whole seconds, so ttl is too: a fraction of a
 // second is dropped, and a ttl under a second, whose token would be born
 // expired, is INVALID_ARGUMENT. Roles whose token would be over the size
-// a grant token may have (grant.MaxPayloadLen) are INVALID_ARGUMENT. The
-// grant carries those of roles that the account holds when it is issued
-// (the token's roles claim is what was asked for; it grants nothing by
-// itself), less each role taken from the account since
-// (RemoveAccountRole): the roles in effect at every later check are those
+// a grant token may have (grant.MaxPayloadLen), or more than
+// MaxPrincipalRoles of them (the most a principal carries), are
+// INVALID_ARGUMENT. The grant carries those of roles that the account
+// holds when it is issued (the token's roles claim is what was asked for;
+// it grants nothing by itself), less each role taken from the account
+// since (RemoveAccountRole): the roles in effect at every later check are those
 // of the grant that the account still holds then, and a role the account
 // is given after the grant was issued, or given back, is not among them.
 func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string, ttl time.Duration) (GrantToken, error) {
@@ -111,6 +112,10 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	}
 	if err := validIDs("a role name", roles); err != nil {
 		return GrantToken{}, err
+	}
+	if n := len(uniqueSorted(roles)); n > MaxPrincipalRoles {
+		// Its principal would carry them: authentication would refuse it.
+		return GrantToken{}, NewError(CodeInvalidArgument, "a grant carries at most %d roles, not %d", MaxPrincipalRoles, n)
 	}
 	switch {
 	case ttl < 0:
@@ -170,7 +175,9 @@ func (e *Engine) RevokeGrant(ctx context.Context, jti string) error {
 // authenticateGrant verifies a grant token: EdDSA signed by this broker,
 // issued by it, not expired, not revoked, for an account that exists. Any
 // other algorithm (none, HS256, RS256) is refused before the signature is
-// looked at.
+// looked at. The principal it yields is held to checkPrincipal's bounds
+// (UNAUTHENTICATED otherwise), whether the engine verifies the token
+// itself or a CredentialAuthenticator does through GrantTokens.
 func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	if e.grantKey == nil {
 		return nil, NewError(CodeUnauthenticated, "unknown or missing credential")
@@ -191,5 +198,13 @@ func (e *Engine) authenticateGrant(tok string) (*Principal, error) {
 	if a := e.dir.lookup(claims.Subject); a != nil {
 		attrs, created = maps.Clone(a.Attributes), a.CreatedAt
 	}
-	return &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, Method: AuthGrant, Expires: claims.ExpiresAt, grantID: claims.ID, account: created, resolved: true}, nil
+	p := &Principal{ID: claims.Subject, Attributes: attrs, Roles: roles, Method: AuthGrant, Expires: claims.ExpiresAt, grantID: claims.ID, account: created, resolved: true}
+	// The principal is held to the bounds of any authenticator's, however
+	// the grant came to be authenticated: the grant's record and its
+	// account are read from a store, where an earlier broker or another
+	// writer may have left what IssueGrant would refuse now.
+	if err := checkPrincipal(p); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
