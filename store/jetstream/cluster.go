@@ -137,7 +137,7 @@ func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 	// caught up, within currentFor of this write.
 	sent := time.Now()
 	if c.put(ctx) == nil {
-		c.vouch(sent)
+		c.vouch(sent.Add(c.currentFor()))
 	}
 	return c, nil
 }
@@ -395,6 +395,7 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			return ctx.Err()
 		case <-beat.C:
 			c.confirm(ctx)
+			c.recheck(ctx)
 			c.count()
 			if err := c.stuck(); err != nil {
 				return err
@@ -436,7 +437,11 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 				c.s.raiseFloor(c.dirWant)
 				maxRev(&c.knownDir, e.Revision())
 			}
-			if e.Delta() == 0 { // a burst of changes is one reload
+			// A burst of changes is one reload, whether the stream held
+			// more when it sent this one (Delta) or the watch holds more
+			// already, which a reload now would read as well; the change
+			// a catch-up or a check waits for is applied at once.
+			if (e.Delta() == 0 && len(dir.Updates()) == 0) || c.awaits(e.Revision()) {
 				c.applyDirectory(ctx, fn, e.Revision())
 				c.confirm(ctx)
 			}

@@ -103,7 +103,11 @@
 // unreachable, a link or a watch that stalls) stops authorizing two thirds
 // of Options.Liveness after its last confirmation that succeeded, before
 // any other node stops waiting for it, and serves again once its watch
-// has caught up with every change made meanwhile.
+// has caught up with every change made meanwhile. A watch that stalls
+// while the confirmations succeed is found out too: every beat reads the
+// last entries of the directory and the contracts again, and a node
+// whose watch has not applied what was read stops authorizing less than
+// Liveness after the first change it missed.
 //
 // A reply for a requester on another node travels in the <P>_replies
 // bucket; one too large for a NATS message (max_payload) travels in

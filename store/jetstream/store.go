@@ -46,7 +46,9 @@ type Options struct {
 	// (default 3 s; see Cluster.Barrier). A node confirms at least every
 	// third of it, and its engine stops authorizing two thirds of it after
 	// its last confirmation that succeeded (Cluster.CurrentUntil): before
-	// the others stop waiting for it.
+	// the others stop waiting for it; and, should its watch stall while
+	// it confirms, Liveness after the last read of the directory's and
+	// the contracts' last entries (made every beat) its watch applied.
 	Liveness time.Duration
 	// BarrierTimeout bounds how long a revocation waits for every live
 	// node to confirm it (default 5 s); then it fails with

@@ -1,0 +1,264 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/testlog"
+	"pigeon/store"
+)
+
+// pauseWatches pauses, on the NATS server, the consumers that deliver to
+// inbox (one node's connection, given its own inbox prefix) from the
+// streams of the directory and of the contracts: the node's watches of
+// them stall without an error, the server still sending their heartbeats,
+// so that the client sees nothing amiss, while the rest of the node's
+// traffic (its record's writes, its reads) goes on. It returns what
+// resumes them; a consumer gone meanwhile (the watch started again) is
+// left alone.
+func pauseWatches(ctx context.Context, t *testing.T, s *Store, inbox string) (resume func()) {
+	t.Helper()
+	type paused struct{ stream, name string }
+	var held []paused
+	for _, bucket := range []string{"kv", "contracts"} {
+		stream := "KV_" + s.bucketName(bucket)
+		st, err := s.js.Stream(ctx, stream)
+		require.NoError(t, err)
+		found := 0
+		list := st.ListConsumers(ctx)
+		for info := range list.Info() {
+			if !strings.HasPrefix(info.Config.DeliverSubject, inbox+".") {
+				continue
+			}
+			_, err := s.js.PauseConsumer(ctx, stream, info.Name, time.Now().Add(time.Hour))
+			require.NoError(t, err)
+			held = append(held, paused{stream, info.Name})
+			found++
+		}
+		require.NoError(t, list.Err())
+		require.NotZero(t, found, "no watch of %s to pause", stream)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() {
+			// The pause ends a moment from now rather than at once: a
+			// consumer resumed (ResumeConsumer) delivers nothing until
+			// its stream gets a new message, one whose pause ran out
+			// delivers what it holds.
+			for _, p := range held {
+				_, _ = s.js.PauseConsumer(context.WithoutCancel(ctx), p.stream, p.name, time.Now().Add(10*time.Millisecond))
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// TestClusterWatchStalledStopsAuthorizing: node b's watches of the
+// directory and the contracts stop delivering (their consumers paused on
+// the NATS server, which goes on sending their heartbeats: no error for
+// the client to see), while everything else b does with NATS works, its
+// record's writes included. Node a revokes a grant; its barrier waits for
+// b, which never confirms, and the call fails CLUSTER_UNCONFIRMED naming
+// b. Before, b's Cluster went on vouching for it (CurrentUntil moved on
+// with every write of its record, the catch-up having been done when its
+// watch began), and b went on authorizing the revoked grant for as long
+// as the stall lasted. Now every beat reads the last entries of the
+// directory and the contracts again, and b is vouched for no longer than
+// Liveness after the last such read its watch applied: CurrentUntil
+// stops moving, b refuses every authorization STORE_UNAVAILABLE, and it
+// serves again, the grant revoked, once its watch delivers again, or,
+// when it does not, once the watch is started again.
+func TestClusterWatchStalledStopsAuthorizing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		resume bool // the paused watches resume; otherwise b's watch starts again
+	}{
+		{"the watch resumes", true},
+		{"the watch is started again", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := runServer(t)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			prefix := freshPrefix()
+			const inbox = "_INBOX_b"
+			var bLog testlog.Buffer
+			var sb *Store
+			var cb *Cluster
+			start := func(name string) *pigeon.Engine {
+				opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+				if name == "b" {
+					opts = append(opts, nats.CustomInboxPrefix(inbox))
+				}
+				nc, err := nats.Connect(srv.ClientURL(), opts...)
+				require.NoError(t, err)
+				t.Cleanup(nc.Close)
+				// a waits a second for b to confirm its revocation, not
+				// five.
+				s, err := Open(ctx, nc, &Options{Prefix: prefix, Node: name, Memory: true, BarrierTimeout: time.Second})
+				require.NoError(t, err)
+				cl, err := NewCluster(ctx, s)
+				require.NoError(t, err)
+				o := clusterOptions()
+				o.Store, o.Cluster = s, cl
+				if name == "b" {
+					o.Logger = bLog.Logger()
+					sb, cb = s, cl
+				}
+				e, err := pigeon.New(ctx, o)
+				require.NoError(t, err)
+				t.Cleanup(func() {
+					_ = e.Shutdown(context.Background())
+					_ = s.Close(context.Background())
+				})
+				return e
+			}
+			a, b := start("a"), start("b")
+
+			_, err := a.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+			require.NoError(t, err)
+			_, err = a.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+			require.NoError(t, err)
+			g, err := a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+			require.NoError(t, err)
+			msg := func(room string) *pigeon.Message {
+				return &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: json.RawMessage(`{"room":"` + room + `"}`)}
+			}
+			var revoked pigeon.Session
+			require.Eventually(t, func() bool { // once b applied the grant
+				revoked, err = b.Connect(ctx, g.Token, []string{"rooms.chat"})
+				return err == nil
+			}, 10*time.Second, 10*time.Millisecond)
+			defer revoked.Close(ctx)
+			other, err := b.Connect(ctx, "bob-token", []string{"chat.messages"})
+			require.NoError(t, err)
+			defer other.Close(ctx)
+			_, err = revoked.Publish(ctx, msg("before"))
+			require.NoError(t, err)
+
+			resume := pauseWatches(ctx, t, sb, inbox)
+			// b's record is written still, so a waits for b, which never
+			// confirms: the revocation is made, but unconfirmed.
+			err = a.RevokeGrant(ctx, g.JTI)
+			requireCode(t, err, pigeon.CodeClusterUnconfirmed)
+			require.ErrorContains(t, err, "nodes b did not confirm")
+
+			// b stops authorizing: it has not heard of the revocation.
+			require.Eventually(t, func() bool { return time.Now().After(cb.CurrentUntil()) },
+				30*time.Second, 10*time.Millisecond, "b's Cluster goes on vouching for it while its watch delivers nothing")
+			require.Eventually(t, func() bool {
+				return strings.Contains(bLog.String(), "can no longer be sure it has heard every change")
+			}, 10*time.Second, 10*time.Millisecond)
+			behind := func(err error) {
+				t.Helper()
+				requireCode(t, err, pigeon.CodeStoreUnavailable)
+				require.ErrorContains(t, err, "access directory may be behind")
+			}
+			_, err = revoked.Publish(ctx, msg("while stalled"))
+			behind(err)
+			_, err = other.Publish(ctx, chatMsg("lobby", "while stalled"))
+			behind(err)
+			_, err = b.Connect(ctx, "bob-token", []string{"chat.messages"})
+			behind(err)
+
+			// b serves again once its watch delivers: the grant revoked.
+			if tc.resume {
+				resume()
+			}
+			require.Eventually(t, func() bool {
+				_, err := other.Publish(ctx, chatMsg("lobby", "after"))
+				return err == nil
+			}, 60*time.Second, 20*time.Millisecond, "b serves again once its watch delivers")
+			_, err = revoked.Publish(ctx, msg("after"))
+			requireCode(t, err, pigeon.CodeGrantRevoked)
+			require.Contains(t, bLog.String(), "has caught up with the other nodes")
+			if !tc.resume {
+				require.Contains(t, bLog.String(), "has not applied the changes made before")
+			}
+		})
+	}
+}
+
+// TestClusterWatchKeepingUpStaysVouchedFor: while another node changes
+// the directory and the contracts as fast as it can, node b's watch,
+// which keeps up, has applied at every beat what the beat before read
+// again, so b's Cluster vouches for it all along (CurrentUntil never
+// passes), and b confirms the last change once the stream of changes
+// ends.
+func TestClusterWatchKeepingUpStaysVouchedFor(t *testing.T) {
+	srv := runServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	prefix := freshPrefix()
+	const liveness = 1500 * time.Millisecond
+	open := func(name string) *Store {
+		s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: name, Memory: true, Liveness: liveness})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		return s
+	}
+	sa, sb := open("a"), open("b")
+	cb, err := NewCluster(ctx, sb)
+	require.NoError(t, err)
+	o := clusterOptions()
+	o.Store, o.Cluster = sb, cb
+	b, err := pigeon.New(ctx, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	require.Eventually(t, func() bool { // b's watch began and caught up
+		_, err := cb.applied.Get(ctx, cb.recordKey())
+		return err == nil && time.Now().Before(cb.CurrentUntil())
+	}, 10*time.Second, 10*time.Millisecond)
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			role := fmt.Sprintf(`{"name":"churn%d","permissions":[]}`, i%50)
+			if err := sa.Put(ctx, "roles", fmt.Sprintf("churn%d", i%50), []byte(role)); err != nil {
+				done <- err
+				return
+			}
+			c := store.ContractRecord{ID: fmt.Sprintf("churn%d", i%50), Principal: carol, IssuedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour), Revoked: i%2 == 1}
+			if err := sa.PutContract(ctx, c); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	require.Never(t, func() bool { return !time.Now().Before(cb.CurrentUntil()) },
+		4*liveness, 5*time.Millisecond, "b's Cluster stopped vouching for it while its watch kept up")
+	close(stop)
+	require.NoError(t, <-done)
+
+	dir, err := lastRevision(ctx, sa.kv)
+	require.NoError(t, err)
+	con, err := lastRevision(ctx, sa.contracts)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // b applied and confirmed the last change
+		e, err := cb.applied.Get(ctx, cb.recordKey())
+		if err != nil {
+			return false
+		}
+		var r appliedRevs
+		require.NoError(t, json.Unmarshal(e.Value(), &r))
+		return r.Dir >= dir && r.Con >= con
+	}, 10*time.Second, 10*time.Millisecond)
+	require.True(t, time.Now().Before(cb.CurrentUntil()))
+}
