@@ -464,9 +464,12 @@ const maxAttempt = math.MaxInt32
 // index of an op frame (-1: the frame's one), is one no broker sends: a
 // message without a sequence (every delivery comes from the log, and an
 // ack by the id alone would settle whichever message holds the id), or an
-// attempt outside 1 to maxAttempt (a frame without one reads as 0). Such
-// a delivery is logged and dropped: not handed over, not answered (the
-// server's ack wait gives it back), no resume position moved.
+// attempt outside 1 to maxAttempt (a frame without one reads as 0, and so
+// does one that is no integer at all: a fraction, 1.0, a string, null,
+// …; see decodeFromServer). Such a delivery is logged and dropped: not
+// handed over, not answered (the server's ack wait gives it back), no
+// resume position moved; the deliveries beside it in its deliver_batch go
+// on.
 func (s *Session) refused(op string, index int, sub string, m *pigeon.Message, attempt int) bool {
 	if m == nil || m.ID == "" {
 		return false // deliverOne logs it

@@ -133,14 +133,24 @@ type resultHandoff struct {
 // malformed answer, refused whole (BAD_REQUEST, as decodeClientFrame
 // refuses a frame field of the wrong type): its attempts cannot be told
 // to its messages, and an absent one, not a null one, says the server
-// leased nothing. Every other frame decodes as decodeClientFrame decodes
-// it, once. The broker writes a list of integers, which that decoding
-// takes; a messages answer without such a list is looked over for its
-// "attempts", and decoded again, without them, only when it has one.
+// leased nothing. A push's attempts, a deliver's "attempt" and each
+// deliver_batch entry's, are read the same way (pushedApart): one that is
+// no integer an int holds reads as 0, and the session refuses that
+// delivery alone (Session.refused) and hands over the others. Every other
+// frame decodes as decodeClientFrame decodes it, once. The broker writes
+// integers, which that decoding takes; a messages answer without a list
+// of them is looked over for its "attempts", and decoded again, without
+// them, only when it has one; a push is looked over only when that
+// decoding refused it.
 func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 	f, err := decodeClientFrame(b, in)
 	if err == nil && (f.Op != OpMessages || f.Attempts != nil) {
 		return f, nil
+	}
+	if err != nil {
+		if g := pushedApart(b, in); g != nil {
+			return g, nil
+		}
 	}
 	// A messages answer without attempts (absent, or null), or a frame
 	// refused, perhaps for its attempts alone.
@@ -167,14 +177,76 @@ func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 	return g, nil
 }
 
+// pushedApart decodes a deliver or deliver_batch push that
+// decodeClientFrame refused, when what it refused is an attempt that is
+// no integer an int holds (a fraction, 1.0 or 1e0 included, one beyond
+// 2^63-1, a string, a bool, an object, a list; a null one reads as 0
+// already): the frame's "attempt", or the "attempt" of entries of its
+// "deliveries". The frame
+// is decoded again with each such attempt written 0, no lease's attempt,
+// which the session refuses, logged, for that delivery alone, as it
+// refuses an attempt of 0 or beyond 2^31-1 (Session.refused); the other
+// deliveries keep their own. nil when b is no such push, CheckJSON
+// refuses it, none of its attempts is no integer, or it is refused for
+// something else as well: it is then refused whole, as before, with the
+// error decodeClientFrame gave.
+func pushedApart(b []byte, in *interner) *Frame {
+	s, e := memberValue(b, "op")
+	if s < 0 {
+		return nil
+	}
+	op, ok := stringValue(b[s:e])
+	if !ok || (op != OpDeliver && op != OpDeliverBatch) || pigeon.CheckJSON(b) != nil {
+		return nil
+	}
+	var bad [][2]int // where each attempt no int holds lies, in order
+	if op == OpDeliver {
+		if s, e := memberValue(b, "attempt"); s >= 0 && !intText(b[s:e]) {
+			bad = append(bad, [2]int{s, e})
+		}
+	} else if s, _ := memberValue(b, "deliveries"); s >= 0 {
+		w := walker{b: b}
+		w.array(s, func(j int) int {
+			if s, e := memberValueAt(b, j, "attempt"); s >= 0 && !intText(b[s:e]) {
+				bad = append(bad, [2]int{s, e})
+			}
+			return jsontext.SkipValue(b, j)
+		})
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	rest, at := make([]byte, 0, len(b)), 0
+	for _, r := range bad {
+		rest = append(append(rest, b[at:r[0]]...), '0')
+		at = r[1]
+	}
+	rest = append(rest, b[at:]...)
+	g, err := decodeClientFrame(rest, in)
+	if err != nil || g.Op != op {
+		return nil
+	}
+	return g
+}
+
+// intText reports whether the JSON value v is an integer an int holds,
+// as encoding/json reads one into an int.
+func intText(v []byte) bool {
+	_, err := strconv.ParseInt(string(v), 10, strconv.IntSize)
+	return err == nil
+}
+
 // memberValue returns where the value of the member name of the JSON
 // object b lies (b[s:e]), the member's name read as encoding/json reads
 // it (escapes decoded); -1, -1 when b is no object or has no such member
 // before what it cannot read. It checks nothing else: a caller checks b
 // (pigeon.CheckJSON, which refuses a name twice) before it reads the
 // value.
-func memberValue(b []byte, name string) (s, e int) {
-	i := jsontext.SpaceEnd(b, 0)
+func memberValue(b []byte, name string) (s, e int) { return memberValueAt(b, 0, name) }
+
+// memberValueAt is memberValue of the object at b[i] (after white space).
+func memberValueAt(b []byte, i int, name string) (s, e int) {
+	i = jsontext.SpaceEnd(b, i)
 	if i >= len(b) || b[i] != '{' {
 		return -1, -1
 	}

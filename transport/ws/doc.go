@@ -63,11 +63,13 @@
 // Replay, where an entry that is not a message is too): logged
 // (WithLogger), never handed over nor answered, so the server's ack wait
 // gives a leased one back, while the messages beside it are handed over
-// and can be acked. A pulled message whose attempt is no integer at all
-// (a fraction, 1.0, a string, null) is refused alone the same way. An
-// answer malformed as a whole fails its call: INTERNAL for attempts of
-// another length than its messages, BAD_REQUEST for attempts that are not
-// a list (null included; an answer without attempts leased nothing).
+// and can be acked. A message whose attempt is no integer at all (a
+// fraction, 1.0, a string, null), pulled or pushed (a deliver, or an
+// entry of a deliver_batch, whose other entries are handed over), is
+// refused alone the same way. An answer malformed as a whole fails its
+// call: INTERNAL for attempts of another length than its messages,
+// BAD_REQUEST for attempts that are not a list (null included; an answer
+// without attempts leased nothing).
 //
 // A connection that reads no frame for WithPingInterval (default 15 s; 0
 // disables) is pinged, and ends SESSION_CLOSED, logged once, when the pong
