@@ -136,6 +136,26 @@ func validAttributes(attrs map[string]string) error {
 	return nil
 }
 
+// checkAccountRoles holds roles, an account's roles (unique), to the most
+// an account holds: MaxPrincipalRoles, the most a principal carries, since
+// every principal of the account carries them all (resolveAccount), and
+// one that carries more is refused at authentication (checkMerged).
+// INVALID_ARGUMENT otherwise: CreateAccount and AddAccountRole refuse the
+// write. An account an earlier broker stored with more still loads, and
+// is neither refused nor skipped: its roles may take access away (a
+// catalog deny rule may name one), so skipping it could lift a deny, and
+// refusing to start would stop an upgrade. Its principals fail closed
+// instead: every authentication merged with it is refused
+// UNAUTHENTICATED (resolvePrincipal), and every contract checked against
+// it GRANT_REVOKED (checkAccess). A grant of it (IssueGrant) carries only
+// the grant's roles the account holds, at most MaxPrincipalRoles.
+func checkAccountRoles(roles []string) error {
+	if len(roles) > MaxPrincipalRoles {
+		return NewError(CodeInvalidArgument, "an account holds at most %d roles, not %d", MaxPrincipalRoles, len(roles))
+	}
+	return nil
+}
+
 // validIDs checks every name of list with validID.
 func validIDs(kind string, list []string) error {
 	for _, s := range list {
@@ -148,7 +168,8 @@ func validIDs(kind string, list []string) error {
 
 // CreateAccount adds an account. It fails with CONFLICT when one with the
 // id exists, and with INVALID_ARGUMENT when the id or a role name is not a
-// valid id (see MaxIDLength), or there are more than MaxAccountAttributes
+// valid id (see MaxIDLength), or there are more than MaxPrincipalRoles
+// roles (see checkAccountRoles), or more than MaxAccountAttributes
 // attributes, or an attribute's name is empty or longer than
 // MaxAttributeNameLength, its value longer than MaxAttributeValueLength,
 // or its name or value is not UTF-8 or holds a control or formatting
@@ -161,6 +182,9 @@ func (e *Engine) CreateAccount(ctx context.Context, a Account) (Account, error) 
 		return Account{}, err
 	}
 	if err := validIDs("a role name", a.Roles); err != nil {
+		return Account{}, err
+	}
+	if err := checkAccountRoles(uniqueSorted(a.Roles)); err != nil {
 		return Account{}, err
 	}
 	if err := validAttributes(a.Attributes); err != nil {
@@ -211,7 +235,10 @@ func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
 // rule names takes access away: every contract and subscription of the
 // account that holds an operation the rule refuses fails its next check
 // with GRANT_REVOKED; in a cluster, on every live node once it returns
-// (see ClusterBarrier).
+// (see ClusterBarrier). An account holds at most MaxPrincipalRoles roles
+// (see checkAccountRoles): a role it does not hold, given to an account
+// that holds as many, is INVALID_ARGUMENT, and nothing is changed or
+// audited.
 func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Account{}, err
@@ -223,7 +250,15 @@ func (e *Engine) AddAccountRole(ctx context.Context, id, role string) (Account, 
 	// records of two role changes are in the order they were made.
 	written := noWait
 	a, err := e.dir.updateAccount(ctx, id, func(a *Account) error {
-		a.Roles = uniqueSorted(append(a.Roles, role))
+		// Judged against the account as it is when the role is given,
+		// under the lock that changes it.
+		next := uniqueSorted(append(a.Roles, role))
+		if len(next) > len(uniqueSorted(a.Roles)) {
+			if err := checkAccountRoles(next); err != nil {
+				return err
+			}
+		}
+		a.Roles = next
 		return nil
 	}, func(_, _ *Account) {
 		written = e.auditInOrder(EventAccountRoleAdded.record("", CodeOK, store.AuditRecord{Principal: id, Ref: role}))
@@ -524,35 +559,61 @@ func (e *Engine) resolveAccount(p *Principal) *Principal {
 	return out
 }
 
-// resolvePrincipal is resolveAccount, refusing the principal when the
-// attributes it would carry, its account's overlaid by its credential's,
-// break an account's bounds (validAttributes): each set alone is within
-// them (CreateAccount, checkPrincipal), but the two together may hold up
-// to 2 × MaxAccountAttributes, and the account may be created with its
-// attributes after the credential was made. The refusal is
-// UNAUTHENTICATED, as checkPrincipal's, and quotes no value.
+// resolvePrincipal is resolveAccount, refusing the principal when what
+// it would carry, merged with its account, breaks a principal's bounds
+// (checkMerged): more than MaxPrincipalRoles roles, its credential's and
+// its account's together, or attributes, its account's overlaid by its
+// credential's, beyond an account's bounds (validAttributes). Each set
+// alone is within them (checkPrincipal; CreateAccount, AddAccountRole),
+// but the two together may hold up to twice as many, an account may gain
+// its roles or attributes after the credential was made, and an account
+// an earlier broker stored may hold more roles than it may now. The
+// refusal is UNAUTHENTICATED, as checkPrincipal's, and quotes no value.
 func (e *Engine) resolvePrincipal(p *Principal) (*Principal, error) {
 	out := e.resolveAccount(p)
-	if err := checkMergedAttributes(out.Attributes); err != nil {
+	if err := checkMerged(out.Roles, out.Attributes); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// checkMergedAttributes checks attrs, a credential's attributes laid over
-// its account's, with validAttributes: UNAUTHENTICATED otherwise.
-func checkMergedAttributes(attrs map[string]string) error {
+// checkMerged holds roles and attrs, what a principal carries once merged
+// with its account (its credential's roles and its account's, unique; its
+// account's attributes overlaid by its credential's), to the bounds
+// checkPrincipal holds a credential's principal to: UNAUTHENTICATED,
+// quoting no value, otherwise (see mergedBeyondBounds). Every place that
+// merges a principal with its account again checks the merge with it: at
+// authentication (resolvePrincipal), when a connection negotiates or
+// renews on the principal it authenticated with (currentPrincipal), and
+// at a contract's checks (checkAccess, and checkContractAt for the rules'
+// principal), where the refusal is GRANT_REVOKED.
+func checkMerged(roles []string, attrs map[string]string) error {
+	if why := mergedBeyondBounds(roles, attrs); why != "" {
+		return NewError(CodeUnauthenticated, "%s", why)
+	}
+	return nil
+}
+
+// mergedBeyondBounds says why roles and attrs, a principal's merged with
+// its account, break a principal's bounds (more than MaxPrincipalRoles
+// roles; attributes validAttributes refuses), naming no value, or returns
+// "" when they are within them.
+func mergedBeyondBounds(roles []string, attrs map[string]string) string {
+	if len(roles) > MaxPrincipalRoles {
+		return "the principal merged with its account carries " + strconv.Itoa(len(roles)) +
+			" roles, more than " + strconv.Itoa(MaxPrincipalRoles)
+	}
 	if len(attrs) == 0 {
-		return nil
+		return ""
 	}
 	if err := validAttributes(attrs); err != nil {
 		msg := err.Error()
 		if pe := (*Error)(nil); errors.As(err, &pe) {
 			msg = pe.Message
 		}
-		return NewError(CodeUnauthenticated, "the credential's attributes laid over its account's break an account's bounds: %s", msg)
+		return "the credential's attributes laid over its account's break an account's bounds: " + msg
 	}
-	return nil
+	return ""
 }
 
 // accountAttributes is the attributes of account a (nil: none) overlaid
@@ -583,10 +644,17 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	if code != CodeOK {
 		return code, "the grant behind this contract was revoked or expired"
 	}
-	if !c.info.AccountCreatedAt.IsZero() {
-		if a := e.dir.lookup(c.info.Principal); a == nil || !a.CreatedAt.Equal(c.info.AccountCreatedAt) {
-			return CodeGrantRevoked, "the account this contract was negotiated for was deleted"
-		}
+	acct := c.account(&e.dir) // nil for a contract's account deleted since
+	if acct == nil && !c.info.AccountCreatedAt.IsZero() {
+		return CodeGrantRevoked, "the account this contract was negotiated for was deleted"
+	}
+	// The contract's principal merged with its account now, whose rules
+	// deniedSince matches, is held to the bounds as at authentication:
+	// the account may have gained roles or attributes since. Refused as a
+	// deleted account is.
+	attrs := accountAttributes(acct, c.info.BaseAttributes)
+	if why := mergedBeyondBounds(now, attrs); why != "" {
+		return CodeGrantRevoked, why + "; authenticate and negotiate again"
 	}
 	for _, r := range c.info.Roles {
 		if !slices.Contains(now, r) {
@@ -596,7 +664,7 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	if !e.rolePermissionsCover(c, now) {
 		return CodeGrantRevoked, "a role permission this contract relied on was deleted or narrowed; negotiate again"
 	}
-	if e.deniedSince(c, now) {
+	if e.deniedSince(c, now, acct, attrs) {
 		return CodeGrantRevoked, "a role given, or an account created, since makes a deny rule refuse an operation of this contract; negotiate again"
 	}
 	c.checkedAt(v, uniqueSorted(now))
@@ -611,22 +679,22 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 // created since, whose attributes any such rule may name. Giving either
 // takes access away, as taking a role does. Rules that look at the
 // message are applied to each message. The rule is matched as negotiation
-// matched it, with the roles now, c's principal and region, and the
-// attributes of c's account under those c's credential carried itself
-// (c.info.BaseAttributes).
-func (e *Engine) deniedSince(c *contract, roles []string) bool {
+// matched it, with the roles now, c's principal and region, and attrs,
+// the attributes of acct, c's account (c.account), under those c's
+// credential carried itself (c.info.BaseAttributes): checkAccess held
+// both to a principal's bounds.
+func (e *Engine) deniedSince(c *contract, roles []string, acct *Account, attrs map[string]string) bool {
 	var given []string
 	for _, r := range roles {
 		if !slices.Contains(c.info.Roles, r) {
 			given = append(given, r)
 		}
 	}
-	acct := c.account(&e.dir)
 	created := c.info.AccountCreatedAt.IsZero() && acct != nil && len(acct.Attributes) > 0
 	if len(given) == 0 && !created {
 		return false
 	}
-	q := &Principal{ID: c.info.Principal, Roles: roles, Attributes: accountAttributes(acct, c.info.BaseAttributes)}
+	q := &Principal{ID: c.info.Principal, Roles: roles, Attributes: attrs}
 	cat := e.catalog.Load()
 	for name, g := range c.permits {
 		s := cat.subjects[name]

@@ -162,22 +162,53 @@ func (c *contract) checkedAt(ver uint64, roles []string) {
 // created again under its id since, are the contract's. p itself when
 // they are the same; a copy otherwise. The account is looked up only when
 // p was merged with another account than c's.
+//
+// The roles are those a check held to a principal's bounds (checkAccess,
+// or currentPrincipal at negotiation), and p's own attributes were held
+// to them at authentication; attributes merged again with c's account
+// (ruleAttributes) are held to them by checkContractAt, which every
+// caller runs for p and c just before.
 func (c *contract) rulePrincipal(d *directory, p *Principal) *Principal {
 	roles := c.info.Roles
 	if st := c.access.Load(); st != nil {
 		roles = st.roles
 	}
-	attrs := p.Attributes
-	stale := p.resolved && !p.account.Equal(c.info.AccountCreatedAt)
-	if stale {
-		attrs = accountAttributes(c.account(d), p.baseAttrs)
-	}
+	attrs, stale := c.ruleAttributes(d, p)
 	if sameSet(roles, p.Roles) && (!stale || maps.Equal(attrs, p.Attributes)) {
 		return p
 	}
 	q := *p
 	q.Roles, q.Attributes = roles, attrs
 	return &q
+}
+
+// ruleAttributes is the attributes the rules see p, acting under c, carry
+// (see rulePrincipal), and whether they were merged again (stale): p's
+// own when p was merged with c's account, or was built by hand; those of
+// c's account now under those p's credential carries otherwise, which
+// may break the bounds p's own were held to (see ruleBounds).
+func (c *contract) ruleAttributes(d *directory, p *Principal) (attrs map[string]string, stale bool) {
+	if !p.resolved || p.account.Equal(c.info.AccountCreatedAt) {
+		return p.Attributes, false
+	}
+	return accountAttributes(c.account(d), p.baseAttrs), true
+}
+
+// ruleBounds says why the attributes the rules would see p carry under c
+// (ruleAttributes), merged again with c's account, break a principal's
+// bounds (mergedBeyondBounds), or returns "": a credential of the
+// account, authenticated before the account was created again with
+// attributes of its own, may act under a contract another credential of
+// it negotiated since, and would then carry both sets of attributes.
+// Only such a merge is checked, once per operation: p's own attributes
+// were checked at authentication, and the roles are the contract's,
+// checked by checkAccess.
+func (c *contract) ruleBounds(d *directory, p *Principal) string {
+	attrs, stale := c.ruleAttributes(d, p)
+	if !stale {
+		return ""
+	}
+	return mergedBeyondBounds(nil, attrs)
 }
 
 // account returns c's account: the one created at AccountCreatedAt (nil
@@ -388,6 +419,15 @@ func MillisField(name string, ms int64) (time.Duration, error) {
 // and no account: its contracts do not end with an account. The returned
 // principal is p when nothing changed, a copy otherwise (Expires kept); it
 // is never nil.
+//
+// What it merges is held to a principal's bounds as authentication holds
+// them (checkMerged): at most MaxPrincipalRoles roles (its credential's
+// and its account's, or a grant's its account still holds) and
+// attributes within an account's bounds. An account may have gained roles
+// or attributes since p authenticated, and a grant's record may have been
+// rewritten in the store; the principal is then refused UNAUTHENTICATED,
+// as authenticating its credential again would be, and the caller
+// (negotiate, RenewContract, MayPublishAtDepth) acts on nothing.
 func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, error) {
 	base := p.baseRoles
 	if !p.resolved {
@@ -415,7 +455,10 @@ func (e *Engine) currentPrincipal(p *Principal, now time.Time) (*Principal, erro
 		}
 	}
 	if p.resolved && slices.Equal(roles, p.Roles) && p.account.Equal(created) && maps.Equal(attrs, p.Attributes) {
-		return p, nil
+		return p, nil // as authentication held it to the bounds
+	}
+	if err := checkMerged(roles, attrs); err != nil {
+		return p, err
 	}
 	q := *p
 	q.Roles, q.baseRoles, q.Attributes, q.account, q.resolved = roles, base, attrs, created, true
@@ -682,6 +725,11 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 	}
 	if code, reason := e.checkAccess(c); code != CodeOK {
 		return nil, code, reason
+	}
+	if why := c.ruleBounds(&e.dir, p); why != "" {
+		// Refused as checkAccess refuses a contract whose principal,
+		// merged with its account now, breaks the bounds.
+		return nil, CodeGrantRevoked, why + "; authenticate and negotiate again"
 	}
 	if subj == nil {
 		return nil, CodeSubjectNotFound, "unknown subject"

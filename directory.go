@@ -195,7 +195,10 @@ func (d *directory) bump() { d.ver.Add(1) }
 // is not within MaxGrantTTL after its issue. Each of these was accepted
 // by some earlier version of the broker under looser rules: skipping it
 // only takes permissions away, so it does not keep the broker from
-// starting. A revocation is kept whatever its key: it only refuses.
+// starting. A revocation is kept whatever its key: it only refuses. An
+// account holding more than MaxPrincipalRoles roles loads (its roles may
+// deny, so skipping it could lift a deny); its principals are refused at
+// authentication and its contracts at their next check (checkAccountRoles).
 //
 // It also refuses (STORE_CORRUPT) a record of a key's owner
 // (bucketKeyOwners) that reserveKeys would not have written: see

@@ -18,7 +18,7 @@ import (
 // its principal carried them all.
 func TestGrantOfMoreRolesThanAPrincipalCarriesRefusedAtIssue(t *testing.T) {
 	f := accessFixture(t)
-	_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: rolesOf(pigeon.MaxPrincipalRoles + 1)})
+	_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: rolesOf(pigeon.MaxPrincipalRoles)})
 	require.NoError(t, err)
 
 	_, err = f.e.IssueGrant(ctx, carol, rolesOf(pigeon.MaxPrincipalRoles+1), time.Hour)
@@ -41,10 +41,12 @@ func TestGrantOfMoreRolesThanAPrincipalCarriesRefusedAtIssue(t *testing.T) {
 // engine verified itself skipped the bounds, and its principal carried
 // every role.
 func TestGrantPrincipalHeldToTheBoundsAtAuthentication(t *testing.T) {
-	st := storeOf(t)
-	a := accessFixture(t, func(o *pigeon.Options) { o.Store = st })
-	_, err := a.e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: rolesOf(pigeon.MaxPrincipalRoles + 1)})
+	// An account holds at most MaxPrincipalRoles roles (CreateAccount),
+	// but one stored with more by an earlier broker loads.
+	roles, err := json.Marshal(rolesOf(pigeon.MaxPrincipalRoles + 1))
 	require.NoError(t, err)
+	st := storeOf(t, storedRecord{"accounts", carol, storedAccount(carol, `"roles":`+string(roles))})
+	a := accessFixture(t, func(o *pigeon.Options) { o.Store = st })
 	g, err := a.e.IssueGrant(ctx, carol, rolesOf(1), time.Hour)
 	require.NoError(t, err)
 
