@@ -37,7 +37,7 @@ from .errors import (
     escaping_logger,
     new_error,
 )
-from .model import ReceivedMessage, _pulled, _request_of, _unanswering_reply, _unheld_message
+from .model import ReceivedMessage, _member, _object, _pulled, _request_of, _unanswering_reply, _unheld_message
 from .subscription import _delay_ms, _settle_body
 from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
 
@@ -322,10 +322,10 @@ def _listed(p: Any, member: str, what: str) -> list[dict[str, Any]]:
     ``null``, which a server omitting an empty list sends: none), else
     ``ProtocolError``, as the TypeScript client refuses it. A string would
     be listed letter by letter, an object by its names, a number not at all
-    (``TypeError``), rather than refused."""
-    if not isinstance(p, dict):
-        raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: it is not an object")
-    v = p.get(member)
+    (``TypeError``), rather than refused. The list's counterpart of
+    :func:`~pigeon_client.model._member`, through which every other answer
+    is read."""
+    v = _object(p, f"{what}: the answer holding {member}").get(member)
     if v is None:
         return []
     if not isinstance(v, list):
@@ -336,6 +336,13 @@ def _listed(p: Any, member: str, what: str) -> list[dict[str, Any]]:
             raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: entry {i} is not an object",
                                 details={"index": i, "entry": type(r).__name__})
     return v
+
+
+def _contract(p: Any, what: str) -> Contract:
+    """The contract of the answer ``p`` to ``what`` (``"POST
+    /v1/contracts"``), or ``ProtocolError`` (see :func:`~pigeon_client.model._object` and
+    :meth:`Contract.from_wire`)."""
+    return Contract.from_wire(_object(p, f"{what}: the answer").get("contract"), f"{what}: the answer's contract")
 
 
 def _receipts_page(p: Any, after: str | None, what: str) -> ReceiptsPage:
@@ -512,16 +519,21 @@ class HttpClient:
     # --- the reference surface ---
 
     def health(self) -> dict[str, Any]:
-        return self._do("GET", "/health")[1]
+        """The server's health (public): ``{"ok": true, ...}``;
+        ``ProtocolError`` for an answer that is not an object."""
+        return _object(self._do("GET", "/health")[1], "GET /health: the answer")
 
     def connect(self, subjects: Iterable[str], *, ttl: float | None = None) -> Contract:
-        """Negotiate a contract (``POST /v1/contracts``); later calls use it."""
+        """Negotiate a contract (``POST /v1/contracts``); later calls use it.
+        An answer whose contract is not of the route's shape (see
+        :meth:`Contract.from_wire`) is ``ProtocolError``, and the contract
+        held stays."""
         _check_ttl(ttl)
         body: dict[str, Any] = {"subjects": list(subjects)}
         if ttl is not None:
             body["ttlMs"] = max(1, int(ttl * 1000))
         _, p = self._do("POST", "/v1/contracts", body)
-        self.contract = Contract.from_wire(p.get("contract") if isinstance(p, dict) else None)
+        self.contract = _contract(p, "POST /v1/contracts")
         return self.contract
 
     def revoke(self, contract_id: str | None = None) -> None:
@@ -532,14 +544,15 @@ class HttpClient:
         self._do("DELETE", "/v1/contracts/" + _q(cid))
 
     def get_contract(self, contract_id: str) -> Contract:
-        _, p = self._do("GET", "/v1/contracts/" + _q(contract_id))
-        return Contract.from_wire(p.get("contract"))
+        """A contract this principal holds; ``ProtocolError`` as :meth:`connect`."""
+        path = "/v1/contracts/" + _q(contract_id)
+        return _contract(self._do("GET", path)[1], f"GET {path}")
 
     def publish(self, message: dict[str, Any]) -> Decision:
         """Publish one message: ``accepted`` (202) or ``duplicate`` (200)."""
         self._need_contract()
         _, p = self._do("POST", "/v1/messages", message, contract=True)
-        return Decision.from_wire(p)
+        return Decision.from_wire(p, "POST /v1/messages: the answer")
 
     def request(self, message: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any]:
         """Publish a request and return the reply message
@@ -644,7 +657,10 @@ class HttpClient:
         return _listed(self._do("GET", "/v1/subjects")[1], "subjects", "GET /v1/subjects")
 
     def subject(self, name: str) -> dict[str, Any]:
-        return self._do("GET", "/v1/subjects/" + _q(name))[1]["subject"]
+        """One subject of the catalog (public); ``ProtocolError`` for an
+        answer whose ``subject`` is not an object with a string ``name``."""
+        path = "/v1/subjects/" + _q(name)
+        return _member(self._do("GET", path)[1], "subject", f"GET {path}", ("name",))
 
     def audit(self, *, from_: int | None = None, max: int | None = None) -> list[dict[str, Any]]:
         """One page of the hash-chained audit records, oldest first (role
@@ -757,51 +773,69 @@ class HttpClient:
         return _listed(self._do("GET", "/v1/quarantine", query=query)[1], "records", "GET /v1/quarantine")
 
     def quarantine_record(self, record_id: str) -> dict[str, Any]:
-        return self._do("GET", "/v1/quarantine/" + _q(record_id))[1]["record"]
+        """One quarantine record (role ``auditor``); ``ProtocolError`` for an
+        answer whose ``record`` is not an object with a string ``id``."""
+        path = "/v1/quarantine/" + _q(record_id)
+        return _member(self._do("GET", path)[1], "record", f"GET {path}", ("id",))
 
     def release(self, record_id: str) -> Decision:
         """Re-publish a quarantined message through every gate under this
         client's contract (role ``auditor`` + a contract with publish)."""
-        _, p = self._do("POST", f"/v1/quarantine/{_q(record_id)}/release", {}, contract=True)
-        return Decision.from_wire(p)
+        path = f"/v1/quarantine/{_q(record_id)}/release"
+        _, p = self._do("POST", path, {}, contract=True)
+        return Decision.from_wire(p, f"POST {path}: the answer")
 
     # --- accounts, roles, grants, keys ---
 
     def create_account(self, account_id: str, *, attributes: dict[str, Any] | None = None,
                        roles: list[str] | None = None, exist_ok: bool = False) -> dict[str, Any] | None:
-        """Create an account (role ``admin``); ``exist_ok`` tolerates 409 CONFLICT."""
+        """Create an account (role ``admin``); ``exist_ok`` tolerates 409
+        CONFLICT. The account answered; ``ProtocolError`` for an answer
+        whose ``account`` is not an object with a string ``id`` (as for
+        every call that answers an account)."""
         body: dict[str, Any] = {"id": account_id}
         if attributes is not None:
             body["attributes"] = attributes
         if roles is not None:
             body["roles"] = roles
         try:
-            return self._do("POST", "/v1/accounts", body)[1]["account"]
+            return _member(self._do("POST", "/v1/accounts", body)[1], "account", "POST /v1/accounts", ("id",))
         except PigeonError as e:
             if exist_ok and e.code == "CONFLICT":
                 return None
             raise
 
     def put_role(self, name: str, permissions: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._do("PUT", "/v1/roles/" + _q(name), {"permissions": permissions})[1]["role"]
+        """Define a role (role ``admin``); the role answered, ``ProtocolError``
+        for an answer whose ``role`` is not an object with a string ``name``."""
+        path = "/v1/roles/" + _q(name)
+        return _member(self._do("PUT", path, {"permissions": permissions})[1], "role", f"PUT {path}", ("name",))
 
     def add_role(self, account_id: str, role: str) -> dict[str, Any]:
-        return self._do("PUT", f"/v1/accounts/{_q(account_id)}/roles/{_q(role)}")[1]["account"]
+        """Give an account a role (role ``admin``); the account, as :meth:`create_account`."""
+        path = f"/v1/accounts/{_q(account_id)}/roles/{_q(role)}"
+        return _member(self._do("PUT", path)[1], "account", f"PUT {path}", ("id",))
 
     def remove_role(self, account_id: str, role: str) -> dict[str, Any]:
-        return self._do("DELETE", f"/v1/accounts/{_q(account_id)}/roles/{_q(role)}")[1]["account"]
+        """Take a role from an account (role ``admin``); the account, as :meth:`create_account`."""
+        path = f"/v1/accounts/{_q(account_id)}/roles/{_q(role)}"
+        return _member(self._do("DELETE", path)[1], "account", f"DELETE {path}", ("id",))
 
     def grant(self, account_id: str, roles: list[str], *, ttl: float | None = None) -> dict[str, Any]:
-        """Issue a grant token: ``{"token","jti","expiresAt"}``."""
+        """Issue a grant token: ``{"token","jti","expiresAt"}``;
+        ``ProtocolError`` for an answer without the three strings."""
         _check_ttl(ttl)
         body: dict[str, Any] = {"account": account_id, "roles": roles}
         if ttl is not None:
             body["ttlMs"] = int(ttl * 1000)
-        return self._do("POST", "/v1/grants", body)[1]
+        _, p = self._do("POST", "/v1/grants", body)
+        return _object(p, "POST /v1/grants: the answer", ("token", "jti", "expiresAt"))
 
     def put_keys(self, account_id: str, keys: list[dict[str, Any]]) -> dict[str, Any]:
-        """Publish an account's public keys (the account itself or an admin)."""
-        return self._do("PUT", f"/v1/accounts/{_q(account_id)}/keys", {"keys": keys})[1]["account"]
+        """Publish an account's public keys (the account itself or an
+        admin); the account, as :meth:`create_account`."""
+        path = f"/v1/accounts/{_q(account_id)}/keys"
+        return _member(self._do("PUT", path, {"keys": keys})[1], "account", f"PUT {path}", ("id",))
 
     def keys(self, account_id: str) -> list[dict[str, Any]]:
         """An account's published public keys."""

@@ -97,6 +97,40 @@ _MAX_WIRE_SEQUENCE = (1 << 64) - 1
 Go client refuses a frame with another)."""
 
 
+def _object(v: Any, what: str, strings: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``v``, the value ``what`` names (``"GET /v1/subjects/x: the
+    answer's subject"``), when it is a JSON object whose members named in
+    ``strings`` are strings, and those named in ``optional`` strings or
+    absent (or ``null``); else ``ProtocolError`` (``BAD_REQUEST``, the
+    client's error for every malformed answer). Every answer the client
+    reads goes through it (or :func:`~pigeon_client.http._listed`, which
+    does the same for a list): indexed as it came, an answer of another
+    shape raised ``KeyError``, ``TypeError`` or ``AttributeError`` from
+    inside the call, or reached the caller as a value of another type than
+    the call returns. ``details`` names the member refused and the type
+    found."""
+    if not isinstance(v, dict):
+        raise ProtocolError("BAD_REQUEST", f"{what} is not an object ({type(v).__name__})",
+                            details={"type": type(v).__name__})
+    for k in strings:
+        if not isinstance(v.get(k), str):
+            raise ProtocolError("BAD_REQUEST", f"{what} has no string {k} ({type(v.get(k)).__name__})",
+                                details={"member": k, "type": type(v.get(k)).__name__})
+    for k in optional:
+        if v.get(k) is not None and not isinstance(v[k], str):
+            raise ProtocolError("BAD_REQUEST", f"{what} has a {k} that is not a string ({type(v[k]).__name__})",
+                                details={"member": k, "type": type(v[k]).__name__})
+    return v
+
+
+def _member(p: Any, member: str, what: str, strings: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The object ``member`` of the answer ``p`` to ``what`` (``"GET
+    /v1/subjects/x"``), whose members named in ``strings`` are strings;
+    else ``ProtocolError`` (see :func:`_object`): an answer that is not an
+    object, or whose ``member`` is absent, ``null`` or not an object."""
+    return _object(_object(p, f"{what}: the answer").get(member), f"{what}: the answer's {member}", strings)
+
+
 _LOGGED = ("receive", "replay", "deliver", "deliver_batch")
 """The answers and pushes whose messages are read from a subject's log:
 the broker sends each with its sequence (a delivery too: a subscription
@@ -288,9 +322,18 @@ class Contract:
     raw: dict[str, Any] = field(repr=False)
 
     @classmethod
-    def from_wire(cls, d: Any) -> "Contract":
-        if not isinstance(d, dict) or not isinstance(d.get("id"), str):
-            raise ProtocolError("BAD_REQUEST", "undecodable contract from server")
+    def from_wire(cls, d: Any, what: str = "the server's contract") -> "Contract":
+        """The contract ``d`` (``what`` names it in an error), or
+        ``ProtocolError`` (``BAD_REQUEST``) unless it is an object with a
+        string ``id``, a ``principal`` and a ``region`` that are strings
+        when present, and ``subjects`` absent, ``null`` or a list of
+        objects, each with a string ``name`` and ``operations`` absent,
+        ``null`` or a list of strings: a contract of another shape would
+        reach the caller as values of other types than the contract's (its
+        operations a string, listed letter by letter). A refusal in a
+        reconnect or a renewal fails it as any malformed answer does (it is
+        tried again), rather than a ``TypeError`` escaping its task."""
+        d = _object(d, what, ("id",), ("principal", "region"))
 
         def t(name: str) -> _dt.datetime | None:
             try:
@@ -298,12 +341,18 @@ class Contract:
             except ValueError:
                 return None
 
-        subjects_ = d.get("subjects")
-        if subjects_ is not None and not isinstance(subjects_, list):
-            # A TypeError here would escape the reconnect and renewal tasks.
-            raise ProtocolError("BAD_REQUEST", "undecodable contract from server: subjects is not a list")
-        subjects = [s for s in subjects_ or [] if isinstance(s, dict)]
-        return cls(d["id"], d.get("principal", ""), subjects, d.get("region", ""), t("issuedAt"), t("expiresAt"), d)
+        subjects = d.get("subjects")
+        if subjects is not None and not isinstance(subjects, list):
+            raise ProtocolError("BAD_REQUEST", f"{what} has subjects that is not a list ({type(subjects).__name__})",
+                                details={"member": "subjects", "type": type(subjects).__name__})
+        for i, s in enumerate(subjects or []):
+            _object(s, f"{what} (subject {i})", ("name",))
+            ops = s.get("operations")
+            if ops is not None and not (isinstance(ops, list) and all(isinstance(o, str) for o in ops)):
+                raise ProtocolError("BAD_REQUEST", f"{what} (subject {i}) has operations that are not a list of "
+                                    "strings", details={"member": "operations", "index": i})
+        return cls(d["id"], d.get("principal") or "", list(subjects or []), d.get("region") or "", t("issuedAt"),
+                   t("expiresAt"), d)
 
     def operations(self, subject: str) -> list[str]:
         """The operations granted on ``subject`` (empty when not in the contract)."""
@@ -327,7 +376,7 @@ class Decision:
 
     @property
     def id(self) -> str:
-        return self.message.get("id", "")
+        return self.message.get("id") or ""
 
     @property
     def sequence(self) -> int:
@@ -348,7 +397,24 @@ class Decision:
         return self.status == "duplicate"
 
     @classmethod
-    def from_wire(cls, f: Any) -> "Decision":
-        if not isinstance(f, dict) or not isinstance(f.get("status"), str) or not isinstance(f.get("message"), dict):
-            raise ProtocolError("BAD_REQUEST", "undecodable decision from server")
-        return cls(f["status"], f["message"])
+    def from_wire(cls, f: Any, what: str = "the server's decision") -> "Decision":
+        """The decision ``f`` (``what`` names it in an error), or
+        ``ProtocolError`` (``BAD_REQUEST``) unless it is an object whose
+        ``status`` is ``accepted`` or ``duplicate`` and whose ``message`` is
+        an object with an ``id`` that is a string when present and a
+        ``sequence`` absent, ``null`` or an integer of 0 to 2^64-1 (a bool
+        none), as the TypeScript and Rust clients refuse any other: a
+        decision of another shape would reach the caller as values of other
+        types than :attr:`id` and :attr:`sequence` (``int()`` of a string
+        raised ``ValueError`` there)."""
+        f = _object(f, what, ("status",))
+        if f["status"] not in ("accepted", "duplicate"):
+            raise ProtocolError("BAD_REQUEST", f"{what} has a status that is neither accepted nor duplicate "
+                                f"({f['status']!r:.40})", details={"member": "status"})
+        m = _object(f.get("message"), f"{what}'s message", optional=("id",))
+        s = m.get("sequence")
+        if s is not None and not (type(s) is int and 0 <= s <= _MAX_WIRE_SEQUENCE):
+            raise ProtocolError("BAD_REQUEST", f"{what}'s message has a sequence that is not an integer of 0 to "
+                                f"2^64-1 ({type(s).__name__})",
+                                details={"member": "sequence", "type": type(s).__name__})
+        return cls(f["status"], m)

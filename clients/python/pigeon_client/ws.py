@@ -570,7 +570,7 @@ class Session:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
         asked = _dt.datetime.now(_dt.timezone.utc)
         ans = await self._attach_call(f, "contract")
-        self._contract = Contract.from_wire(ans.get("contract"))
+        self._contract = Contract.from_wire(ans.get("contract"), "the negotiate answer's contract")
         self._negotiated_life = _granted(self._contract, asked)
         mf = ans.get("maxFrame")
         if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:
@@ -1072,7 +1072,7 @@ class Session:
         if self.ttl is not None:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
         ans = await self._call(f, "contract")
-        c = Contract.from_wire(ans.get("contract"))
+        c = Contract.from_wire(ans.get("contract"), "the renew answer's contract")
         # A reconnect or a negotiate meanwhile brought another contract: that
         # one stays in force.
         if gen == self._gen and self._contract is before and (before is None or before.id == c.id):
@@ -1096,7 +1096,7 @@ class Session:
             f["ttlMs"] = max(1, int(self.ttl * 1000))
         asked = _dt.datetime.now(_dt.timezone.utc)
         ans = await self._call(f, "contract")
-        self._contract = Contract.from_wire(ans.get("contract"))
+        self._contract = Contract.from_wire(ans.get("contract"), "the negotiate answer's contract")
         self._negotiated_life = _granted(self._contract, asked)
         mf = ans.get("maxFrame")
         if isinstance(mf, int) and not isinstance(mf, bool) and mf > 0:

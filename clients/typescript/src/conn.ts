@@ -211,7 +211,7 @@ export class Conn {
       } else this.session.report(err);
       return;
     }
-    // A signature's "v" spelled 2.0 or 2e0 (one regular expression test).
+    // A signature's "v" spelled 2.0 or 2e0, its name escaped or not (two regular expression tests).
     markNonIntegerV(text, fr);
     // A lease attempt spelled 1.0 or 1e0 (two regular expression tests).
     markSpelledAttempts(text, fr);
@@ -304,8 +304,34 @@ export function answer(f: Frame, op: string, check: (f: Frame) => boolean): Fram
 }
 
 export const isObj = (x: unknown): x is Record<string, unknown> => !!x && typeof x === "object" && !Array.isArray(x);
+/** Absent, null or a string: a member the route may leave out. */
+const isOptionalString = (x: unknown): boolean => x === undefined || x === null || typeof x === "string";
+/** An object whose members `names` are strings. */
+export const hasStrings = (x: unknown, ...names: string[]): x is Record<string, unknown> => isObj(x) && names.every((k) => typeof x[k] === "string");
+/**
+ * A decision of the route's shape: status `accepted` or `duplicate`, and a
+ * message object whose id is a string when present (its sequence is
+ * unheldDecision's to check).
+ */
 export const isDecision = (x: unknown): boolean =>
-  isObj(x) && (x.status === "accepted" || x.status === "duplicate") && isObj(x.message);
+  isObj(x) && (x.status === "accepted" || x.status === "duplicate") && isObj(x.message) && isOptionalString(x.message.id);
+/**
+ * A contract of the route's shape, as every answer that hands one over
+ * (negotiate, renew, POST /v1/contracts, GET /v1/contracts/{id}) is
+ * checked: an object with a string id, a principal and a region that are
+ * strings when present, and subjects absent, null or a list of objects,
+ * each with a string name and operations absent, null or a list of
+ * strings; as the Python client's Contract.from_wire. Any other reached the
+ * caller as a Contract of other types than its own (operations a string).
+ */
+export const isContract = (x: unknown): x is Record<string, unknown> =>
+  hasStrings(x, "id") &&
+  isOptionalString(x.principal) &&
+  isOptionalString(x.region) &&
+  (x.subjects === undefined ||
+    x.subjects === null ||
+    (Array.isArray(x.subjects) &&
+      x.subjects.every((s) => hasStrings(s, "name") && (s.operations === undefined || s.operations === null || (Array.isArray(s.operations) && s.operations.every((o) => typeof o === "string"))))));
 
 export function closedError(): PigeonError {
   return new PigeonError(ClientCodes.CLOSED, "the session is closed");

@@ -10,7 +10,7 @@
  */
 import { markNonIntegerV } from "./sigv.js";
 import { markSpelledAttempts } from "./attempts.js";
-import { frameText, isDecision, isObj, timerMs } from "./conn.js";
+import { frameText, hasStrings, isContract, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldDecision, unheldMessage } from "./errors.js";
 import { requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
@@ -436,9 +436,9 @@ export class HttpClient {
     return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/quarantine${query(options)}`)).records ?? [];
   }
 
-  /** One quarantine record (role auditor). */
+  /** One quarantine record (role auditor); BAD_FRAME for an answer whose `record` is not an object with a string `id`. */
   async quarantineRecord(id: string): Promise<Record<string, any>> {
-    return (await this.expect<{ record: Record<string, any> }>("record", (r) => isObj(r.record), "GET", `/v1/quarantine/${segment(id)}`)).record;
+    return (await this.expect<{ record: Record<string, any> }>("record", (r) => hasStrings(r.record, "id"), "GET", `/v1/quarantine/${segment(id)}`)).record;
   }
 
   /** Re-publishes a quarantined message through every gate under this client's contract. */
@@ -448,20 +448,24 @@ export class HttpClient {
 
   // ---------- accounts, roles, grants, keys ----------
 
-  /** Creates an account (admin); `ifMissing` tolerates 409 CONFLICT. */
+  /**
+   * Creates an account (admin); `ifMissing` tolerates 409 CONFLICT. The
+   * account answered; BAD_FRAME for an answer whose `account` is not an
+   * object with a string `id`.
+   */
   async createAccount(id: string, options: { attributes?: Record<string, string>; roles?: string[]; ifMissing?: boolean } = {}): Promise<Record<string, any> | undefined> {
     const { ifMissing, ...rest } = options;
     try {
-      return (await this.call<{ account: Record<string, any> }>("POST", "/v1/accounts", { id, ...rest })).account;
+      return (await this.expect<{ account: Record<string, any> }>("account", (r) => hasStrings(r.account, "id"), "POST", "/v1/accounts", { id, ...rest })).account;
     } catch (e) {
       if (ifMissing && e instanceof PigeonError && e.status === 409) return undefined;
       throw e;
     }
   }
 
-  /** Defines a role (admin). */
+  /** Defines a role (admin); the role answered, BAD_FRAME for an answer whose `role` is not an object with a string `name`. */
   async putRole(name: string, permissions: { subject: string; operations: string[]; selector?: string }[]): Promise<Record<string, any>> {
-    return (await this.call<{ role: Record<string, any> }>("PUT", `/v1/roles/${segment(name)}`, { permissions })).role;
+    return (await this.expect<{ role: Record<string, any> }>("role", (r) => hasStrings(r.role, "name"), "PUT", `/v1/roles/${segment(name)}`, { permissions })).role;
   }
 
   /** Gives an account a role (admin). */
@@ -474,11 +478,11 @@ export class HttpClient {
     await this.call("DELETE", `/v1/accounts/${segment(account)}/roles/${segment(role)}`);
   }
 
-  /** Issues a grant token for some of an account's roles (admin). */
+  /** Issues a grant token for some of an account's roles (admin); BAD_FRAME for an answer without the three strings. */
   async issueGrant(account: string, roles: string[], options: { ttl?: number } = {}): Promise<{ token: string; jti: string; expiresAt: string }> {
     const body: Record<string, unknown> = { account, roles };
     if (options.ttl !== undefined) body.ttlMs = finiteMs("ttl", options.ttl);
-    return this.call("POST", "/v1/grants", body);
+    return this.expect("token, jti and expiresAt strings", (r) => hasStrings(r, "token", "jti", "expiresAt"), "POST", "/v1/grants", body);
   }
 
   /** Publishes an account's public keys (the account itself or an admin). */
@@ -660,7 +664,7 @@ function receiptsPage(r: { receipts?: unknown; next?: unknown }, after: string |
   return { receipts: list as Receipt[], next: r.next as string };
 }
 
-const hasContract = (r: Record<string, unknown>): boolean => isObj(r.contract) && typeof r.contract.id === "string";
+const hasContract = (r: Record<string, unknown>): boolean => isContract(r.contract);
 /**
  * A list; absent or null (a server that omits an empty list) is taken as
  * none. Its entries are checked one by one (see heldMessages).

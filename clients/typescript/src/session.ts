@@ -20,7 +20,7 @@
  */
 import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, transportError, unheldDecision, refusedDelivery, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
+import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isContract, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions, Start } from "./types.js";
 import { loneSurrogate } from "./jcs.js";
@@ -334,7 +334,7 @@ export class Session implements ConnOwner {
       const asked = Date.now();
       // Bounded like the handshake: a server that upgrades and never answers
       // would otherwise hold connect() (or a reconnect) forever.
-      const f = answer(await c.call(frame, this.options.connectTimeoutMs ?? 10_000), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
+      const f = answer(await c.call(frame, this.options.connectTimeoutMs ?? 10_000), "contract", (f) => isContract(f.contract));
       // Lost as the contract arrived (in the same turn): not a connection
       // to keep, for the close that would start a reconnect has passed.
       if (c.closed) throw c.closeError ?? transportError("the connection closed as its contract arrived");
@@ -752,7 +752,7 @@ export class Session implements ConnOwner {
   private async renewOn(c: Conn, ttl: number | undefined): Promise<Contract> {
     const frame: Frame = { op: "renew" };
     if (ttl !== undefined) frame.ttlMs = finiteMs("ttl", ttl);
-    const f = answer(await c.call(frame), "contract", (f) => isObj(f.contract) && typeof (f.contract as Contract).id === "string");
+    const f = answer(await c.call(frame), "contract", (f) => isContract(f.contract));
     const k = f.contract as Contract;
     const cur = this._contract;
     // Replaced meanwhile (the new one has its own schedule), or an answer

@@ -3,18 +3,22 @@
  * `"v": 2.0` or `2e0` as 2, the second signing form, where the Go, Python
  * and Rust clients refuse such a signature (their decoders keep the
  * spelling). The frame text is the only place the spelling survives, so the
- * reader looks for it there: a search of each frame (see suspect) for a
- * `"v"` member holding a number with a fraction or an exponent; only when
- * one is there is the frame parsed a second time, with those numbers
- * turned into marked strings, to find which envelope signatures they were.
- * Such a signature's `v` is handed over as its text ("2.0"), which names no
- * form: verifyMessage refuses it (SIGNATURE_INVALID), canonicalSigningInput
- * too (ENVELOPE_INVALID). The `v` of a sealed payload (the message data's
- * `sealed` member, seal.SealData) is marked the same way: the Go, Python
- * and Rust clients decode it as an integer and refuse `1.0` or `1e0`, so
- * openData refuses the spelling too (SEAL_TAMPERED). A `"v"` anywhere else
- * (in data) is left as JSON.parse read it.
+ * reader looks for it there, as it does for a lease attempt (attempts.ts):
+ * a cheap test of each frame (see suspect) for a `"v"` member holding a
+ * number with a fraction or an exponent, or for an escape that could spell
+ * the name (ESCAPED_LETTER: JSON.parse reads `"\u0076"` as `v`); only when
+ * one is there is the text walked (spelledNumbers, spelled.ts, which
+ * attempts.ts shares) to find which envelope signatures those numbers
+ * were. Such a signature's `v` is handed over as its text ("2.0"), which
+ * names no form: verifyMessage refuses it (SIGNATURE_INVALID),
+ * canonicalSigningInput too (ENVELOPE_INVALID). The `v` of a sealed
+ * payload (the message data's `sealed` member, seal.SealData) is marked the
+ * same way: the Go, Python and Rust clients decode it as an integer and
+ * refuse `1.0` or `1e0`, so openData refuses the spelling too
+ * (SEAL_TAMPERED). A `"v"` anywhere else (in data) is left as JSON.parse
+ * read it.
  */
+import { ESCAPED_LETTER, spelledNumbers } from "./spelled.js";
 
 /** A `"v"` member whose number has a fraction or an exponent. */
 const SUSPECT = /"v"\s*:\s*-?\d+[.eE]/;
@@ -54,64 +58,50 @@ function skipSpace(text: string, i: number): number {
   }
 }
 
-/** Each `"v"` member and its whole number, for the rewrite. */
-const MEMBER = /"v"(\s*:\s*)(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)/g;
-
-/** The prefix of the string a rewritten number becomes (text no server writes as a signature's v). */
-const MARK = "\u0000pigeon-v:";
-
 type Obj = Record<string, unknown>;
 const isObj = (x: unknown): x is Obj => !!x && typeof x === "object" && !Array.isArray(x);
+
+/**
+ * The deepest `v` a mark looks at: a sealed payload's in a `deliver_batch`
+ * entry's message (`deliveries[i].message.data.sealed.v`), in the sixth
+ * container.
+ */
+const MAX_DEPTH = 6;
 
 /**
  * Marks, in `parsed` (JSON.parse of `text`), every envelope signature,
  * and every sealed payload of message data (`data.sealed`), whose `v` the
  * text spells as a non-integer number equal to an integer (2.0, 2e0,
- * 20e-1): its `v` becomes that spelling, a string. Looks at the messages
- * of a frame or an HTTP answer: `message`, `messages[i]`,
- * `deliveries[i].message`, `results[i].message`. Costs one regular
- * expression test for a text without such a member.
+ * 20e-1), however the text spells the member names: its `v` becomes that
+ * spelling, a string. Looks at the messages of a frame or an HTTP answer:
+ * `message`, `messages[i]`, `deliveries[i].message`,
+ * `results[i].message`. Costs two regular expression tests for a text
+ * without such a member or an escaped letter.
  */
 export function markNonIntegerV(text: string, parsed: unknown): void {
-  if (!isObj(parsed) || !suspect(text)) return;
-  let any = false;
-  const marked = text.replace(MEMBER, (all, colon: string, num: string) => {
-    // A fraction or exponent whose value is an integer: the spelling a
-    // strict decoder refuses where JSON.parse reads the integer.
-    if (!/[.eE]/.test(num) || !Number.isInteger(Number(num))) return all;
-    any = true;
-    return `"v"${colon}${JSON.stringify(MARK + num)}`;
-  });
-  if (!any) return;
-  let again: unknown;
-  try {
-    again = JSON.parse(marked);
-  } catch {
-    return; // a "v" inside a string key's text: the rewrite broke nothing it needs
-  }
-  if (!isObj(again)) return;
-  for (const [a, b] of messagePairs(parsed, again)) {
-    markV(a.signature, b.signature);
-    if (isObj(a.data) && isObj(b.data)) markV(a.data.sealed, b.data.sealed);
+  if (!isObj(parsed) || !(suspect(text) || ESCAPED_LETTER.test(text))) return;
+  for (const { path, spelling } of spelledNumbers(text, MAX_DEPTH)) {
+    if (path[path.length - 1] !== "v") continue;
+    const [m, rest] = messageAt(parsed, path);
+    if (!isObj(m)) continue;
+    let holder: unknown;
+    if (rest.length === 2 && rest[0] === "signature") holder = m.signature;
+    else if (rest.length === 3 && rest[0] === "data" && rest[1] === "sealed" && isObj(m.data)) holder = m.data.sealed;
+    if (isObj(holder) && typeof holder.v === "number") holder.v = spelling;
   }
 }
 
-/** Hands the spelling marked in b (the second parse) to a's `v`. */
-function markV(a: unknown, b: unknown): void {
-  if (isObj(a) && isObj(b) && typeof b.v === "string" && b.v.startsWith(MARK)) a.v = b.v.slice(MARK.length);
-}
-
-/** The messages of a frame or answer, in both parses, side by side. */
-function* messagePairs(a: Obj, b: Obj): Generator<[Obj, Obj]> {
-  if (isObj(a.message) && isObj(b.message)) yield [a.message, b.message];
-  for (const [list, inner] of [["messages", false], ["deliveries", true], ["results", true]] as const) {
-    const la = a[list];
-    const lb = b[list];
-    if (!Array.isArray(la) || !Array.isArray(lb) || la.length !== lb.length) continue;
-    for (let i = 0; i < la.length; i++) {
-      const x: unknown = inner && isObj(la[i]) ? (la[i] as Obj).message : la[i];
-      const y: unknown = inner && isObj(lb[i]) ? (lb[i] as Obj).message : lb[i];
-      if (isObj(x) && isObj(y)) yield [x, y];
-    }
-  }
+/**
+ * The message of `parsed` a path into it runs through (`message`,
+ * `messages[i]`, `deliveries[i].message`, `results[i].message`), and the
+ * rest of the path past it; undefined when the path runs through none.
+ */
+function messageAt(parsed: Obj, path: (string | number)[]): [unknown, (string | number)[]] {
+  const [a, b, c] = path;
+  if (a === "message") return [parsed.message, path.slice(1)];
+  if (typeof b !== "number") return [undefined, []];
+  const list = a === "messages" || a === "deliveries" || a === "results" ? parsed[a] : undefined;
+  if (!Array.isArray(list) || b >= list.length) return [undefined, []];
+  if (a === "messages") return [list[b], path.slice(2)];
+  return c === "message" && isObj(list[b]) ? [list[b].message, path.slice(3)] : [undefined, []];
 }
