@@ -2,7 +2,6 @@ package pigeon
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -118,7 +117,12 @@ type ClusterChange struct {
 	ContractID string
 	// Revoked: ChangeContract, when the Cluster read the change itself and
 	// it revokes the contract; the engine then does not read the store
-	// again. False: the engine reads the contract from the store.
+	// again. False: the engine reads the contract from the store, and the
+	// contract is in doubt on this node while that read fails (or has not
+	// answered within a second): every check of it is refused
+	// STORE_UNAVAILABLE and its subscriptions pause, until a read says
+	// whether the change revoked it. A Cluster that can tell should say
+	// so: its revocations then take effect without a read.
 	Revoked bool `json:",omitempty"`
 	// RequestID, Requester (the request's principal) and Reply:
 	// ChangeReply.
@@ -141,6 +145,18 @@ const (
 	// and subscriptions deliver nothing until it succeeds.
 	ChangeDirectory
 	// ChangeContract: the stored contract ContractID changed (revoked).
+	// Unless the change says it revokes the contract (Revoked), the engine
+	// reads the contract from the store, whether or not this node has
+	// loaded it, and revokes it here if it was revoked. While that read
+	// fails (or has run for a second without an answer), the contract is
+	// in doubt: every check of it on this node (its next publish, receive,
+	// ack or renewal, and the check before each delivery of its running
+	// subscriptions) is refused STORE_UNAVAILABLE rather than judged on
+	// what this node held before the change, and its subscriptions
+	// deliver nothing, without ending, until a read succeeds. Other
+	// contracts are not affected. The watch waits for the read for at
+	// most that second, then goes on with the next change while the read
+	// is tried again (50 ms doubling to 5 s).
 	ChangeContract
 	// ChangeReply: a reply to request RequestID, for a requester that was
 	// not waiting on the node that admitted it.
@@ -238,7 +254,9 @@ func (e *Engine) watchCluster() {
 // engine shuts down. A change another node made is applied before the
 // watch goes on: the watch confirms what it was handed (ClusterBarrier),
 // and a revocation read at a moment the store failed, then left, would be
-// confirmed while this node still honoured what it took away.
+// confirmed while this node still honoured what it took away. A changed
+// contract is the exception: the watch goes on once it is in doubt
+// (readChangedContract), refused here until the read succeeds.
 func (e *Engine) untilApplied(what string, apply func() error) bool {
 	wait := 50 * time.Millisecond
 	for {
@@ -331,33 +349,10 @@ func (e *Engine) applyChange(c ClusterChange) {
 			e.replies.deliver(c.RequestID, c.Requester, c.Reply, e.now())
 		}
 	case ChangeContract:
-		e.contracts.mu.Lock()
-		cached := e.contracts.m[c.ContractID]
-		if cached == nil && c.Revoked {
-			e.contracts.noteRevokedAway(c.ContractID, time.Now())
-		}
-		e.contracts.mu.Unlock()
-		if cached == nil {
-			return // loaded from the store when first used
-		}
-		if !c.Revoked {
-			var rec store.ContractRecord
-			found := true
-			if !e.untilApplied("reading a changed contract", func() error {
-				var err error
-				rec, err = e.store.GetContract(e.ctx, c.ContractID)
-				if errors.Is(err, store.ErrNotFound) {
-					found, err = false, nil
-				}
-				return err
-			}) || !found || !rec.Revoked {
-				return
-			}
-		}
-		if cached.revoked.Swap(true) {
+		if c.Revoked {
+			e.revokeAway(c.ContractID)
 			return
 		}
-		e.live.release(cached.info.Principal, c.ContractID)
-		e.onContractRevoked(c.ContractID)
+		e.readChangedContract(c.ContractID) // in doubt while it cannot be read
 	}
 }

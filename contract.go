@@ -720,6 +720,9 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 	if c.revoked.Load() {
 		return nil, CodeContractRevoked, "the contract was revoked"
 	}
+	if e.contractInDoubt(id) {
+		return nil, CodeStoreUnavailable, doubtText
+	}
 	if !now.Before(c.expiresAt()) && !e.renewedElsewhere(ctx, c, now) {
 		return nil, CodeContractExpired, "the contract has expired"
 	}

@@ -37,10 +37,12 @@ func (e *Engine) countStoredContracts(ctx context.Context) error {
 // liveContracts counts each principal's live (unexpired, unrevoked)
 // contracts for Options.MaxContractsPerPrincipal. Every operation costs
 // amortized O(log n) in the principal's own contracts, never a scan of all
-// contracts.
+// contracts. It also holds the contracts whose state this node cannot
+// tell, another node having changed them (doubt; see contract_doubt.go).
 type liveContracts struct {
-	mu sync.Mutex
-	by map[string]*principalLive
+	mu    sync.Mutex
+	by    map[string]*principalLive
+	doubt contractDoubts
 }
 
 // principalLive is one principal's live contracts: their expiries by id,

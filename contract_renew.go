@@ -61,6 +61,8 @@ func (e *Engine) RenewContract(ctx context.Context, p *Principal, id string, ttl
 		return deny(NewError(CodeContractPrincipalMismatch, mismatchReason))
 	case c.revoked.Load():
 		return deny(NewError(CodeContractRevoked, "the contract was revoked"))
+	case e.contractInDoubt(id):
+		return deny(NewError(CodeStoreUnavailable, "%s", doubtText))
 	case !now.Before(c.expiresAt()) && !e.renewedElsewhere(ctx, c, now):
 		return deny(NewError(CodeContractExpired, "the contract has expired; negotiate a new one"))
 	}

@@ -283,7 +283,7 @@ func (s *subscription) checkDelivery() bool {
 func (e *Engine) refusedBehind(code Code, reason string) bool {
 	switch code {
 	case CodeStoreUnavailable:
-		return reason == behindText || e.dir.isBehind()
+		return reason == behindText || reason == doubtText || e.dir.isBehind()
 	case CodeGrantRevoked:
 		return e.dir.isBehind()
 	}

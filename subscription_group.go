@@ -14,7 +14,7 @@ func (s *subscription) runGroup() {
 	for s.ctx.Err() == nil {
 		s.settlePending()
 		if !keepAt.IsZero() && !e.now().Before(keepAt) {
-			if e.dir.isBehind() {
+			if e.dir.isBehind() || e.contractInDoubt(s.caller.ContractID) {
 				// Not extended while this node cannot tell whether the
 				// holder may still hold them: a revoked consumer must not
 				// keep messages from the group's others. A lease that
