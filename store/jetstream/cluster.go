@@ -62,10 +62,13 @@ type Cluster struct {
 	// besides this node's own writes (see Barrier).
 	knownDir, knownCon atomic.Uint64
 
+	probe chan struct{} // a barrier asks Watch to write this node's record (ask)
+
 	mu    sync.Mutex
 	peers map[string]peer // by record key (node and process), from the <P>_applied bucket
 	ready bool            // Watch runs and peers holds every record
-	moved chan struct{}   // closed and replaced when peers changes
+	echo  echo            // this node's own record, as its watch delivers it back
+	moved chan struct{}   // closed and replaced when peers or echo changes
 	live  atomic.Int32    // LiveNodes: 1 + the peers live at the last count
 
 	lostReplies atomic.Uint64 // LostReplies
@@ -109,7 +112,7 @@ const replyTTL = 5 * time.Minute
 
 // NewCluster returns the Cluster of the nodes sharing s's prefix.
 func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
-	c := &Cluster{s: s, peers: map[string]peer{}, moved: make(chan struct{})}
+	c := &Cluster{s: s, peers: map[string]peer{}, moved: make(chan struct{}), probe: make(chan struct{}, 1)}
 	c.done.Inst = rand.Text()
 	for _, b := range []struct {
 		kv   *jetstream.KeyValue
@@ -323,6 +326,7 @@ func (c *Cluster) replyParts(ctx context.Context, n notice) (notice, bool) {
 func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
 	c.restart()
 	defer c.restart()
+	c.forgetWrites()
 	if c.confirm(ctx); c.sent.IsZero() {
 		return c.s.fail(ctx, fmt.Errorf("jetstream: this node's record in %s could not be written", c.s.bucketName("applied")))
 	}
@@ -396,10 +400,22 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 		case <-beat.C:
 			c.confirm(ctx)
 			c.recheck(ctx)
+			// The records the watch holds are taken first: a write of
+			// this node's record still to come back is then one the
+			// watch has not delivered, not one this loop was slow to
+			// take.
+			if !c.drainRecords(peers) {
+				return errors.New("jetstream: applied watch ended")
+			}
 			c.count()
 			if err := c.stuck(); err != nil {
 				return err
 			}
+			if err := c.unheard(); err != nil {
+				return err
+			}
+		case <-c.probe:
+			c.confirm(ctx)
 		case e, ok := <-peers.Updates():
 			if !ok {
 				return errors.New("jetstream: applied watch ended")
@@ -592,19 +608,19 @@ func (c *Cluster) unwatched(watchCtx context.Context) {
 	_ = c.applied.Delete(ctx, c.recordKey())
 }
 
-// see records another node's record (or its removal); nil marks the end
-// of the records there were when the watch began.
+// see records another node's record (or its removal), or this node's
+// own as its watch delivers it back (echo); nil marks the end of the
+// records there were when the watch began.
 func (c *Cluster) see(e jetstream.KeyValueEntry) {
-	key, ok := c.peerKey(e)
-	if !ok {
-		return
-	}
+	key, other := c.peerKey(e)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var r appliedRevs
 	switch {
 	case e == nil:
 		c.ready = true
+	case !other:
+		c.heardLocked(e)
 	case e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &r) != nil:
 		delete(c.peers, key)
 	default:
@@ -632,7 +648,10 @@ func (c *Cluster) peerKey(e jetstream.KeyValueEntry) (string, bool) {
 // LiveNodes implements pigeon.ClusterSize: this node and the others whose
 // record in <P>_applied was refreshed within Options.Liveness, as counted
 // when a record last changed or at the last beat (every Liveness/3). It
-// is 1 until this node's watch has read every record.
+// is 1 until this node's watch has read every record. A node drops out
+// only once the watch has delivered a write of this node's own record
+// stored more than Liveness after that node's last (see Barrier): a watch
+// that stalls keeps the count it had rather than lose every other node.
 func (c *Cluster) LiveNodes() int { return max(1, int(c.live.Load())) }
 
 // count recounts the live nodes: a node that stops refreshing its record
@@ -650,33 +669,68 @@ func (c *Cluster) countLocked() {
 	}
 	n := 1
 	for _, p := range c.peers {
-		if time.Since(p.at) <= c.s.opts.Liveness {
+		if !c.gone(p) {
 			n++
 		}
 	}
 	c.live.Store(int32(n))
 }
 
+// barrierWait is what a barrier waits for, as this node's watch of
+// <P>_applied last told.
+type barrierWait struct {
+	late []string // the live nodes that have not applied the change
+	// unheard: the watch has not delivered a write of this node's record
+	// sent since the barrier began, so a record written meanwhile (a
+	// node that started, or confirmed) may be missing from its view.
+	unheard bool
+	// unproven: a node among late looks stale by this node's clock, not
+	// yet by the watch's (gone); a write of this node's record tells.
+	unproven bool
+	moved    <-chan struct{} // closed at the next change of any record
+}
+
 // lagging returns the live nodes that have not applied want yet, and a
 // channel closed at the next change of any node's record.
 func (c *Cluster) lagging(want appliedRevs) ([]string, <-chan struct{}) {
+	w := c.waiting(want, time.Time{})
+	return w.late, w.moved
+}
+
+// waiting returns what a barrier that began at began waits for, to have
+// every live node apply want.
+func (c *Cluster) waiting(want appliedRevs, began time.Time) barrierWait {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ready {
-		return []string{"(this node's watch of the others is not running)"}, c.moved
+		return barrierWait{late: []string{"(this node's watch of the others is not running)"}, moved: c.moved}
 	}
-	var out []string
+	w := barrierWait{unheard: !c.heardSince(began), moved: c.moved}
 	for k, p := range c.peers {
-		if time.Since(p.at) <= c.s.opts.Liveness && (p.Dir < want.Dir || p.Con < want.Con) {
-			name := recordNode(k)
-			if name == c.s.opts.Node {
-				name += " (another process)"
-			}
-			out = append(out, name)
+		if c.gone(p) || (p.Dir >= want.Dir && p.Con >= want.Con) {
+			continue
 		}
+		w.unproven = w.unproven || c.unproven(p)
+		name := recordNode(k)
+		if name == c.s.opts.Node {
+			name += " (another process)"
+		}
+		w.late = append(w.late, name)
 	}
-	slices.Sort(out)
-	return out, c.moved
+	slices.Sort(w.late)
+	return w
+}
+
+// err is the error of a barrier that ended waiting for w.
+func (w barrierWait) err(cause error) error {
+	const unheard = "this node's watch of the others' records is not delivering (a write of its own record made since the wait began has not come back), so a node may be missed"
+	switch {
+	case len(w.late) == 0:
+		return fmt.Errorf("jetstream: the change could not be confirmed: %s: %w", unheard, cause)
+	case w.unheard:
+		return fmt.Errorf("jetstream: nodes %s did not confirm the change, and %s: %w", strings.Join(w.late, ", "), unheard, cause)
+	}
+	return fmt.Errorf("jetstream: nodes %s did not confirm the change: %w", strings.Join(w.late, ", "), cause)
 }
 
 // Barrier implements pigeon.ClusterBarrier: it waits until every other
@@ -691,7 +745,23 @@ func (c *Cluster) lagging(want appliedRevs) ([]string, <-chan struct{}) {
 // stops refreshing (killed, cut off) drops out after Liveness; the wait
 // ends with an error naming the nodes that did not confirm when ctx ends
 // or Options.BarrierTimeout passes.
+//
+// What this node's watch of <P>_applied says is taken on evidence only,
+// never on a guess: each write of this node's own record that succeeded
+// comes back through that watch after every record stored before it
+// (echo). The barrier has the Watch write the record when it begins, and
+// confirms nothing until that write (or a later one) came back: every
+// record stored before the barrier began has been seen, a node that
+// started meanwhile included. And it passes a node over only once the
+// watch has delivered a write of this node's record stored (by the
+// server's clock, the one that stamps every record) more than Liveness
+// after that node's last: it wrote nothing for Liveness. A watch that
+// stalls without an error (a consumer paused, the Watch held up) so holds
+// every barrier up, and it fails naming the cause, rather than pass every
+// node over as its records seem to age; the Watch starts again once a
+// write has not come back within Liveness (unheard).
 func (c *Cluster) Barrier(ctx context.Context) error {
+	began := time.Now()
 	want := appliedRevs{
 		Dir: max(c.s.dirRev.Load(), c.knownDir.Load()),
 		Con: max(c.s.conRev.Load(), c.knownCon.Load()),
@@ -700,16 +770,22 @@ func (c *Cluster) Barrier(ctx context.Context) error {
 	defer cancel()
 	recheck := time.NewTicker(max(c.s.opts.Liveness/10, time.Millisecond))
 	defer recheck.Stop()
+	c.ask()
 	for {
-		late, moved := c.lagging(want)
-		if len(late) == 0 {
+		w := c.waiting(want, began)
+		if len(w.late) == 0 && !w.unheard {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("jetstream: nodes %s did not confirm the change: %w", strings.Join(late, ", "), ctx.Err())
-		case <-moved:
+			return w.err(ctx.Err())
+		case <-w.moved:
 		case <-recheck.C: // a node's record may have gone stale
+			// A write asked for may have failed; a node that looks stale
+			// is passed over once a write tells.
+			if w.unheard || w.unproven {
+				c.ask()
+			}
 		}
 	}
 }

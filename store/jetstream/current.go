@@ -94,11 +94,16 @@ func (c *Cluster) restart() { c.vouching = vouching{} }
 
 // put writes done to this node's record in <P>_applied, within
 // currentFor: a write that takes longer keeps the node current no more.
+// A write that succeeded is awaited back through the watch (echo).
 func (c *Cluster) put(ctx context.Context) error {
 	b, _ := json.Marshal(c.done)
 	ctx, cancel := context.WithTimeout(ctx, c.currentFor())
 	defer cancel()
-	_, err := c.applied.Put(ctx, c.recordKey(), b)
+	sent := time.Now()
+	rev, err := c.applied.Put(ctx, c.recordKey(), b)
+	if err == nil {
+		c.wrote(rev, sent)
+	}
 	return err
 }
 

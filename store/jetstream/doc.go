@@ -107,7 +107,13 @@
 // while the confirmations succeed is found out too: every beat reads the
 // last entries of the directory and the contracts again, and a node
 // whose watch has not applied what was read stops authorizing less than
-// Liveness after the first change it missed.
+// Liveness after the first change it missed. The revoking node's own
+// watch of <P>_applied is held to evidence as well: a barrier confirms
+// nothing until a write of the node's own record made since it began has
+// come back through that watch, and passes a node over (as LiveNodes
+// drops one) only once the watch has delivered a write of it stored more
+// than Liveness after that node's last; a watch whose writes do not come
+// back within Liveness starts again.
 //
 // A reply for a requester on another node travels in the <P>_replies
 // bucket; one too large for a NATS message (max_payload) travels in

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -27,9 +28,16 @@ import (
 // left alone.
 func pauseWatches(ctx context.Context, t *testing.T, s *Store, inbox string) (resume func()) {
 	t.Helper()
+	return pauseConsumers(ctx, t, s, inbox, "kv", "contracts")
+}
+
+// pauseConsumers pauses, as pauseWatches does, the consumers that
+// deliver to inbox from the streams of the named buckets of s's prefix.
+func pauseConsumers(ctx context.Context, t *testing.T, s *Store, inbox string, buckets ...string) (resume func()) {
+	t.Helper()
 	type paused struct{ stream, name string }
 	var held []paused
-	for _, bucket := range []string{"kv", "contracts"} {
+	for _, bucket := range buckets {
 		stream := "KV_" + s.bucketName(bucket)
 		st, err := s.js.Stream(ctx, stream)
 		require.NoError(t, err)
@@ -194,7 +202,9 @@ func TestClusterWatchStalledStopsAuthorizing(t *testing.T) {
 // which keeps up, has applied at every beat what the beat before read
 // again, so b's Cluster vouches for it all along (CurrentUntil never
 // passes), and b confirms the last change once the stream of changes
-// ends.
+// ends. Its watch of the nodes' records keeps up too: every write of b's
+// own record comes back through it, so each barrier b begins meanwhile
+// is confirmed, and the watch never starts again.
 func TestClusterWatchKeepingUpStaysVouchedFor(t *testing.T) {
 	srv := runServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -210,8 +220,9 @@ func TestClusterWatchKeepingUpStaysVouchedFor(t *testing.T) {
 	sa, sb := open("a"), open("b")
 	cb, err := NewCluster(ctx, sb)
 	require.NoError(t, err)
+	var bLog testlog.Buffer
 	o := clusterOptions()
-	o.Store, o.Cluster = sb, cb
+	o.Store, o.Cluster, o.Logger = sb, cb, bLog.Logger()
 	b, err := pigeon.New(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
@@ -242,10 +253,33 @@ func TestClusterWatchKeepingUpStaysVouchedFor(t *testing.T) {
 			}
 		}
 	}()
+	barriers := make(chan error, 1)
+	go func() { // barriers on b, one after the other, while the changes go on
+		n := 0
+		for {
+			select {
+			case <-stop:
+				if n == 0 {
+					barriers <- errors.New("no barrier ran")
+					return
+				}
+				barriers <- nil
+				return
+			default:
+			}
+			if err := cb.Barrier(ctx); err != nil {
+				barriers <- err
+				return
+			}
+			n++
+		}
+	}()
 	require.Never(t, func() bool { return !time.Now().Before(cb.CurrentUntil()) },
 		4*liveness, 5*time.Millisecond, "b's Cluster stopped vouching for it while its watch kept up")
 	close(stop)
 	require.NoError(t, <-done)
+	require.NoError(t, <-barriers, "a barrier on b was not confirmed while its watch kept up")
+	require.NotContains(t, bLog.String(), "cluster watch failed", "b's watch started again while it kept up")
 
 	dir, err := lastRevision(ctx, sa.kv)
 	require.NoError(t, err)
