@@ -64,13 +64,18 @@ func TestFromServerReadsAttemptsApart(t *testing.T) {
 	}
 }
 
-// FuzzFromServerFrame holds decodeFromServer to decodeClientFrame, and a
-// messages answer's attempts to encoding/json's reading of each entry.
+// FuzzFromServerFrame holds decodeFromServer to decodeClientFrame, a
+// messages answer's attempts to encoding/json's reading of each entry,
+// and the lists it reads entry by entry to the entries that decode alone
+// (requireEntriesSound).
 func FuzzFromServerFrame(f *testing.F) {
 	for _, tc := range pulledFrames {
 		f.Add([]byte(tc.in))
 	}
 	for _, tc := range pushedFrames {
+		f.Add([]byte(tc.in))
+	}
+	for _, tc := range listFrames {
 		f.Add([]byte(tc.in))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -81,10 +86,13 @@ func FuzzFromServerFrame(f *testing.F) {
 // requireFromServerSound holds the client's reader's decoding of b to
 // decodeClientFrame's: the same frame and error, but for a messages
 // answer whose "attempts" decodeClientFrame could not take (an entry no
-// int holds, or null); and a messages answer's attempts, when taken, to
-// encoding/json's reading of each entry as an integer (0 when it is none).
+// int holds, or null), or a list frame read entry by entry
+// (requireEntriesSound); and a messages answer's attempts, when taken,
+// to encoding/json's reading of each entry as an integer (0 when it is
+// none).
 func requireFromServerSound(t *testing.T, b []byte) {
 	t.Helper()
+	requireEntriesSound(t, b)
 	want, wantErr := decodeClientFrame(b, &interner{})
 	got, gotErr := decodeFromServer(b, &interner{})
 	pulled := got != nil && got.Op == OpMessages
@@ -93,11 +101,11 @@ func requireFromServerSound(t *testing.T, b []byte) {
 		require.Equal(t, pigeon.CodeBadRequest, pigeon.ErrorCode(gotErr), "a null attempts: %q", b)
 		require.Nil(t, got.Attempts)
 	case wantErr != nil && gotErr == nil && got != nil && (got.Op == OpDeliver || got.Op == OpDeliverBatch):
-		// A push refused for its attempts alone: read apart.
-		requirePushedSound(t, b)
+		// A push read apart: its attempt, or its entries
+		// (requireEntriesSound).
 		return
 	case wantErr != nil && pulled && pigeon.ErrorCode(gotErr) != pigeon.ErrorCode(wantErr):
-		// Refused for its attempts alone: read apart.
+		// Read apart: its attempts, or its entries.
 		require.Contains(t, []pigeon.Code{"", pigeon.CodeBadRequest}, pigeon.ErrorCode(gotErr), "%q", b)
 	default:
 		require.Equal(t, pigeon.ErrorCode(wantErr), pigeon.ErrorCode(gotErr), "%q", b)

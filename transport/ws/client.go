@@ -351,15 +351,19 @@ func (s *Session) answerMessages(f *Frame, op string) []*pigeon.Message {
 // the client holds, in order, and in step with them their lease attempts
 // taken from attempts (nil: 0 each, none leased). Each other entry is one
 // no broker sends, and is refused alone, as a pushed delivery is (see
-// refused) and as the TypeScript and Python clients refuse it: not a
-// message (null); a message without a sequence (every message received
+// refused) and as the TypeScript, Python and Rust clients refuse it: an
+// entry the decoder could not read as a message (no object, a member of
+// the wrong type: a sequence that is a string, negative or a fraction, an
+// id that is a number, …; its text in f.Batch, see decodeFromServer); not
+// a message (null); a message without a sequence (every message received
 // or replayed comes from the log, and an ack by the id alone would settle
 // whichever message holds the id); or, when the answer names attempts,
 // one whose attempt is outside 1 to maxAttempt (an ack naming the wrong
-// one settles nothing or, 0, any lease). It is logged (WithLogger) and
-// left out: not handed over, never answered, so a leased one comes back
-// when its ack wait passes, and the others go on, so that one entry
-// cannot hide the messages beside it from the caller.
+// one settles nothing or, 0, any lease). It is logged (WithLogger),
+// naming its index and what can be read of its message, and left out:
+// not handed over, never answered, so a leased one comes back when its
+// ack wait passes, and the others go on, so that one entry cannot hide
+// the messages beside it from the caller.
 func (s *Session) heldMessages(f *Frame, op string, attempts []int) ([]*pigeon.Message, []int) {
 	var kept []int
 	if attempts != nil {
@@ -369,11 +373,15 @@ func (s *Session) heldMessages(f *Frame, op string, attempts []int) ([]*pigeon.M
 	for i, m := range f.Messages {
 		var why, id string
 		var seq uint64
+		var err error
 		a := 0
 		if attempts != nil {
 			a = attempts[i]
 		}
 		switch {
+		case f.Batch != nil && f.Batch[i] != nil:
+			why, err = "entry that is no message the broker sends", leftOutError(OpMessages, f.Batch[i])
+			id, seq, _ = leftOut(f.Batch[i], false)
 		case m == nil:
 			why = "entry that is not a message"
 		case m.Sequence == 0:
@@ -387,8 +395,11 @@ func (s *Session) heldMessages(f *Frame, op string, attempts []int) ([]*pigeon.M
 			}
 			continue
 		}
-		s.o.logger.Warn("pigeon ws: the server sent a "+op+" "+why+"; not handed over",
-			"op", op, "index", i, "messageId", id, "sequence", seq, "attempt", a)
+		args := []any{"op", op, "index", i, "messageId", id, "sequence", seq, "attempt", a}
+		if err != nil {
+			args = append(args, "err", err)
+		}
+		s.o.logger.Warn("pigeon ws: the server sent a "+op+" "+why+"; not handed over", args...)
 	}
 	return msgs, kept
 }

@@ -441,8 +441,14 @@ func (s *Session) deliver(cc *clientConn, f *Frame) {
 }
 
 // deliverBatch queues each delivery of a deliver_batch frame, in order.
+// An entry the decoder left out (its text in f.Batch, see
+// decodeFromServer) is refused alone (refusedEntry).
 func (s *Session) deliverBatch(cc *clientConn, f *Frame) {
 	for i, d := range f.Deliveries {
+		if f.Batch != nil && f.Batch[i] != nil {
+			s.refusedEntry(OpDeliverBatch, i, f.Sub, f.Batch[i], d.Attempt)
+			continue
+		}
 		if s.refused(OpDeliverBatch, i, f.Sub, d.Message, d.Attempt) {
 			continue
 		}
@@ -461,21 +467,28 @@ func (s *Session) deliverBatch(cc *clientConn, f *Frame) {
 const maxAttempt = math.MaxInt32
 
 // refused reports whether the delivery of message m under attempt, entry
-// index of an op frame (-1: the frame's one), is one no broker sends: a
-// message without a sequence (every delivery comes from the log, and an
-// ack by the id alone would settle whichever message holds the id), or an
-// attempt outside 1 to maxAttempt (a frame without one reads as 0, and so
-// does one that is no integer at all: a fraction, 1.0, a string, null,
-// …; see decodeFromServer). Such a delivery is logged and dropped: not
-// handed over, not answered (the server's ack wait gives it back), no
-// resume position moved; the deliveries beside it in its deliver_batch go
-// on.
+// index of an op frame (-1: the frame's one), is one no broker sends: no
+// message (null, absent) or one without an id (which no answer could
+// name); a message without a sequence (every delivery comes from the log,
+// and an ack by the id alone would settle whichever message holds the
+// id); or an attempt outside 1 to maxAttempt (a frame without one reads
+// as 0, and so does one that is no integer at all: a fraction, 1.0, a
+// string, null, …; see decodeFromServer). Such a delivery is logged and
+// dropped: not handed over, not answered (the server's ack wait gives it
+// back), no resume position moved; the deliveries beside it in its
+// deliver_batch go on. An entry of a deliver_batch the decoder could not
+// read at all is refused the same way (refusedEntry).
 func (s *Session) refused(op string, index int, sub string, m *pigeon.Message, attempt int) bool {
-	if m == nil || m.ID == "" {
-		return false // deliverOne logs it
+	var why, id string
+	var seq uint64
+	if m != nil {
+		id, seq = m.ID, m.Sequence
 	}
-	var why string
 	switch {
+	case m == nil:
+		why = "without a message"
+	case m.ID == "":
+		why = "whose message has no id"
 	case m.Sequence == 0:
 		why = "without a sequence"
 	case attempt < 1 || attempt > maxAttempt:
@@ -484,8 +497,21 @@ func (s *Session) refused(op string, index int, sub string, m *pigeon.Message, a
 		return false
 	}
 	s.o.logger.Warn("pigeon ws: the server sent a delivery "+why+"; not handed over",
-		"op", op, "index", index, "sub", sub, "messageId", m.ID, "sequence", m.Sequence, "attempt", attempt)
+		"op", op, "index", index, "sub", sub, "messageId", id, "sequence", seq, "attempt", attempt)
 	return true
+}
+
+// refusedEntry refuses entry index of a deliver_batch (op) that the
+// decoder left out, its text entry (see decodeFromServer), as refused
+// refuses a delivery no broker sends: logged, naming the entry and what
+// can be read of its message (its id, sequence and attempt; empty or 0
+// when none can) and why it does not decode; not handed over, not
+// answered (the server's ack wait gives it back), no resume position
+// moved; the deliveries beside it go on.
+func (s *Session) refusedEntry(op string, index int, sub string, entry []byte, attempt int) {
+	id, seq, _ := leftOut(entry, true)
+	s.o.logger.Warn("pigeon ws: the server sent a deliver_batch entry that is no delivery the broker sends; not handed over",
+		"op", op, "index", index, "sub", sub, "messageId", id, "sequence", seq, "attempt", attempt, "err", leftOutError(op, entry))
 }
 
 // deliverOne queues one delivery of subscription sub; d, when not nil, is

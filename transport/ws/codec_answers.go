@@ -124,109 +124,267 @@ type resultHandoff struct {
 }
 
 // decodeFromServer is the client's reader's decoder: decodeClientFrame,
-// with the "attempts" of a messages answer (a receive's) read entry by
-// entry, as the TypeScript, Python and Rust clients read it. An entry
+// which decodes every frame the broker writes once, and nothing more;
+// where that decoding refuses a frame, the lists the client reads apart
+// (a deliver_batch's "deliveries", a messages answer's "messages" and
+// "attempts": a receive's or a replay's) are read entry by entry, as the
+// TypeScript, Python and Rust clients read them, so that one entry no
+// broker sends is refused alone and the others are handed over.
+//
+// A frame CheckJSON refuses (a name twice in an object, anywhere; a lone
+// surrogate) is refused whole, as all four clients refuse it: readers
+// could take its text differently. So is one refused for anything but
+// its lists: the frame without them (each written []) must decode.
+// Otherwise (entriesApart) each entry is decoded alone, as the only entry
+// of a frame of the same op: one that decodes is kept as it decodes; one
+// that does not is left out (a nil message in its place, a delivery
+// without a message whose attempt is encoding/json's reading of its
+// "attempt", 0 when none), its text kept at its index in the frame's
+// Batch (nil at every other index, and Batch nil when every entry
+// decoded), for the session to refuse it alone: logged, naming its
+// index and what can be read of its message (leftOut), never handed
+// over nor answered, so the server's ack wait gives it back
+// (Session.refused, Session.heldMessages).
+//
+// A messages answer's "attempts" is read entry by entry too: an entry
 // that is no integer an int holds (a fraction, 1.0 or 1e0 included, a
 // string, null, a bool, an object, a list) reads as 0, no lease's
-// attempt: the pull refuses its message alone (heldMessages) and takes
-// the others. An "attempts" that is no list, null included, is a
-// malformed answer, refused whole (BAD_REQUEST, as decodeClientFrame
-// refuses a frame field of the wrong type): its attempts cannot be told
-// to its messages, and an absent one, not a null one, says the server
-// leased nothing. A push's attempts, a deliver's "attempt" and each
-// deliver_batch entry's, are read the same way (pushedApart): one that is
-// no integer an int holds reads as 0, and the session refuses that
-// delivery alone (Session.refused) and hands over the others. Every other
-// frame decodes as decodeClientFrame decodes it, once. The broker writes
-// integers, which that decoding takes; a messages answer without a list
-// of them is looked over for its "attempts", and decoded again, without
-// them, only when it has one; a push is looked over only when that
-// decoding refused it.
+// attempt, which refuses its message alone. An "attempts" that is no
+// list, null included, is a malformed answer, refused whole (BAD_REQUEST,
+// as decodeClientFrame refuses a frame field of the wrong type): its
+// attempts cannot be told to its messages, and an absent one, not a null
+// one, says the server leased nothing; a messages answer without a list
+// of attempts is looked over for its "attempts" for that.
+//
+// A deliver's "attempt" that is no integer an int holds reads as 0 the
+// same way (attemptApart), and the session refuses that delivery alone; a
+// deliver refused for anything else is refused whole.
 func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 	f, err := decodeClientFrame(b, in)
-	if err == nil && (f.Op != OpMessages || f.Attempts != nil) {
+	if err == nil {
+		if f.Op == OpMessages && f.Attempts == nil {
+			// Absent: nothing leased. Present, the answer decoding without
+			// any: null.
+			if s, _ := memberValue(b, "attempts"); s >= 0 {
+				return f, attemptsNotAList(b[s])
+			}
+		}
 		return f, nil
 	}
-	if err != nil {
-		if g := pushedApart(b, in); g != nil {
-			return g, nil
-		}
-	}
-	// A messages answer without attempts (absent, or null), or a frame
-	// refused, perhaps for its attempts alone.
-	s, e := memberValue(b, "attempts")
-	if s < 0 || pigeon.CheckJSON(b) != nil {
-		return f, err
-	}
-	// The frame without its attempts, which are read apart.
-	rest := make([]byte, 0, len(b)-(e-s)+2)
-	rest = append(append(append(rest, b[:s]...), "[]"...), b[e:]...)
-	g, gErr := decodeClientFrame(rest, in)
-	if g == nil || g.Op != OpMessages {
-		return f, err // no answer whose attempts the client reads
-	}
-	if gErr != nil {
-		return g, gErr
-	}
-	attempts, ok := entryAttempts(b, s)
-	if !ok {
-		g.Attempts = nil
-		return g, pigeon.NewError(pigeon.CodeBadRequest, `the server's answer holds "attempts" that is not a list (%s)`, jsonKind(b[s]))
-	}
-	g.Attempts = attempts
-	return g, nil
-}
-
-// pushedApart decodes a deliver or deliver_batch push that
-// decodeClientFrame refused, when what it refused is an attempt that is
-// no integer an int holds (a fraction, 1.0 or 1e0 included, one beyond
-// 2^63-1, a string, a bool, an object, a list; a null one reads as 0
-// already): the frame's "attempt", or the "attempt" of entries of its
-// "deliveries". The frame
-// is decoded again with each such attempt written 0, no lease's attempt,
-// which the session refuses, logged, for that delivery alone, as it
-// refuses an attempt of 0 or beyond 2^31-1 (Session.refused); the other
-// deliveries keep their own. nil when b is no such push, CheckJSON
-// refuses it, none of its attempts is no integer, or it is refused for
-// something else as well: it is then refused whole, as before, with the
-// error decodeClientFrame gave.
-func pushedApart(b []byte, in *interner) *Frame {
 	s, e := memberValue(b, "op")
 	if s < 0 {
-		return nil
+		return f, err
 	}
-	op, ok := stringValue(b[s:e])
-	if !ok || (op != OpDeliver && op != OpDeliverBatch) || pigeon.CheckJSON(b) != nil {
-		return nil
+	op, _ := stringValue(b[s:e])
+	if (op != OpDeliver && op != OpDeliverBatch && op != OpMessages) || pigeon.CheckJSON(b) != nil {
+		return f, err
 	}
-	var bad [][2]int // where each attempt no int holds lies, in order
+	var (
+		g    *Frame
+		gErr error
+	)
 	if op == OpDeliver {
-		if s, e := memberValue(b, "attempt"); s >= 0 && !intText(b[s:e]) {
-			bad = append(bad, [2]int{s, e})
-		}
-	} else if s, _ := memberValue(b, "deliveries"); s >= 0 {
-		w := walker{b: b}
-		w.array(s, func(j int) int {
-			if s, e := memberValueAt(b, j, "attempt"); s >= 0 && !intText(b[s:e]) {
-				bad = append(bad, [2]int{s, e})
-			}
-			return jsontext.SkipValue(b, j)
-		})
+		g = attemptApart(b, in)
+	} else {
+		g, gErr = entriesApart(b, op, in)
 	}
-	if len(bad) == 0 {
+	if g == nil {
+		return f, err
+	}
+	return g, gErr
+}
+
+// attemptsNotAList is the refusal of a messages answer whose "attempts",
+// starting with c, is no list.
+func attemptsNotAList(c byte) error {
+	return pigeon.NewError(pigeon.CodeBadRequest, `the server's answer holds "attempts" that is not a list (%s)`, jsonKind(c))
+}
+
+// attemptApart decodes a deliver that decodeClientFrame refused, when
+// what it refused is an "attempt" that is no integer an int holds (a
+// fraction, 1.0 or 1e0 included, one beyond 2^63-1, a string, a bool, an
+// object, a list; a null one reads as 0 already): decoded again with it
+// written 0, no lease's attempt, which the session refuses, logged, as it
+// refuses an attempt of 0 or beyond 2^31-1 (Session.refused). nil when
+// its attempt is an integer or it is refused for something else as well:
+// it is then refused whole. b is text CheckJSON accepted.
+func attemptApart(b []byte, in *interner) *Frame {
+	s, e := memberValue(b, "attempt")
+	if s < 0 || intText(b[s:e]) {
 		return nil
 	}
-	rest, at := make([]byte, 0, len(b)), 0
-	for _, r := range bad {
-		rest = append(append(rest, b[at:r[0]]...), '0')
-		at = r[1]
-	}
-	rest = append(rest, b[at:]...)
+	rest := make([]byte, 0, len(b))
+	rest = append(append(append(rest, b[:s]...), '0'), b[e:]...)
 	g, err := decodeClientFrame(rest, in)
-	if err != nil || g.Op != op {
+	if err != nil || g.Op != OpDeliver {
 		return nil
 	}
 	return g
+}
+
+// entriesApart decodes a deliver_batch or a messages answer (op) that
+// decodeClientFrame refused, its lists read entry by entry (see
+// decodeFromServer); nil when it is refused for something else: its lists
+// no lists, or the frame without them refused. b is text CheckJSON
+// accepted.
+func entriesApart(b []byte, op string, in *interner) (*Frame, error) {
+	list := [2]int{-1, -1}     // where the list lies
+	attempts := [2]int{-1, -1} // where a messages answer's attempts lie
+	if op == OpDeliverBatch {
+		list[0], list[1] = memberValue(b, "deliveries")
+	} else {
+		list[0], list[1] = memberValue(b, "messages")
+		attempts[0], attempts[1] = memberValue(b, "attempts")
+	}
+	if list[0] >= 0 && b[list[0]] == 'n' {
+		list[0] = -1 // null: no entries, as decodeClientFrame reads it
+	}
+	if list[0] >= 0 && b[list[0]] != '[' || list[0] < 0 && attempts[0] < 0 {
+		return nil, nil
+	}
+	g, err := decodeClientFrame(emptied(b, list, attempts), in)
+	if err != nil || g.Op != op {
+		return nil, nil
+	}
+	if attempts[0] >= 0 {
+		n, ok := entryAttempts(b, attempts[0])
+		if !ok {
+			g.Attempts = nil
+			return g, attemptsNotAList(b[attempts[0]])
+		}
+		g.Attempts = n
+	}
+	if list[0] >= 0 {
+		readEntries(g, b, list[0], in)
+	}
+	return g, nil
+}
+
+// emptied is b with each of the values at a and c (where s, e: b[s:e];
+// s -1: none) written [].
+func emptied(b []byte, a, c [2]int) []byte {
+	if c[0] >= 0 && (a[0] < 0 || c[0] < a[0]) {
+		a, c = c, a
+	}
+	out, at := make([]byte, 0, len(b)+4), 0
+	for _, r := range [2][2]int{a, c} {
+		if r[0] >= 0 {
+			out = append(append(out, b[at:r[0]]...), "[]"...)
+			at = r[1]
+		}
+	}
+	return append(out, b[at:]...)
+}
+
+// readEntries fills the list of g, a deliver_batch or a messages answer
+// decoded without it, from the list at b[i], each entry decoded alone
+// (entryAlone); the text of each entry that does not decode goes to
+// g.Batch, at its index (see decodeFromServer).
+func readEntries(g *Frame, b []byte, i int, in *interner) {
+	var (
+		left  []json.RawMessage // in step with the entries: those left out
+		n     int
+		batch = g.Op == OpDeliverBatch
+	)
+	if batch {
+		g.Deliveries, g.delivered = []DeliveryEntry{}, []*pigeon.Delivery{}
+	} else {
+		g.Messages = []*pigeon.Message{}
+	}
+	w := walker{b: b}
+	w.array(i, func(j int) int {
+		e := jsontext.SkipValue(b, j)
+		h, err := decodeClientFrame(entryAlone(g.Op, b[j:e]), in)
+		ok := err == nil && h.Op == g.Op && (batch && len(h.Deliveries) == 1 || !batch && len(h.Messages) == 1)
+		switch {
+		case ok && batch:
+			var pd *pigeon.Delivery
+			if len(h.delivered) == 1 {
+				pd = h.delivered[0]
+			}
+			g.Deliveries, g.delivered = append(g.Deliveries, h.Deliveries[0]), append(g.delivered, pd)
+		case ok:
+			g.Messages = append(g.Messages, h.Messages[0])
+		case batch:
+			_, _, attempt := leftOut(b[j:e], true)
+			g.Deliveries, g.delivered = append(g.Deliveries, DeliveryEntry{Attempt: attempt}), append(g.delivered, nil)
+		default:
+			g.Messages = append(g.Messages, nil)
+		}
+		if !ok && left == nil {
+			left = make([]json.RawMessage, n, n+1)
+		}
+		if left != nil {
+			var text json.RawMessage
+			if !ok {
+				text = append(text, b[j:e]...) // b is the reader's, reused
+			}
+			left = append(left, text)
+		}
+		n++
+		return e
+	})
+	g.Batch = left
+}
+
+// entryAlone is the frame of op (deliver_batch or messages) whose list
+// holds entry alone: the entry at the depth it has in any such frame, so
+// that it decodes as it would beside others.
+func entryAlone(op string, entry []byte) []byte {
+	head := `{"op":"messages","messages":[`
+	if op == OpDeliverBatch {
+		head = `{"op":"deliver_batch","deliveries":[`
+	}
+	out := make([]byte, 0, len(head)+len(entry)+2)
+	return append(append(append(out, head...), entry...), "]}"...)
+}
+
+// leftOut reads what can be read of an entry left out of a list (see
+// decodeFromServer), a delivery (batch) or a message, as encoding/json
+// reads it: its message's id, when a string; its sequence, when an
+// integer a uint64 holds; a delivery's attempt, when an integer an int
+// holds; each otherwise zero.
+func leftOut(entry []byte, batch bool) (id string, seq uint64, attempt int) {
+	msg := entry
+	if batch {
+		var d struct {
+			Attempt json.RawMessage `json:"attempt"`
+			Message json.RawMessage `json:"message"`
+		}
+		_ = json.Unmarshal(entry, &d)
+		if n, err := strconv.ParseInt(string(d.Attempt), 10, strconv.IntSize); err == nil {
+			attempt = int(n)
+		}
+		msg = d.Message
+	}
+	var m struct {
+		ID       json.RawMessage `json:"id"`
+		Sequence json.RawMessage `json:"sequence"`
+	}
+	if json.Unmarshal(msg, &m) == nil {
+		_ = json.Unmarshal(m.ID, &id)
+		if n, err := strconv.ParseUint(string(m.Sequence), 10, 64); err == nil {
+			seq = n
+		}
+	}
+	return id, seq, attempt
+}
+
+// leftOutError is why the entry left out of a list of op did not decode
+// alone, as encoding/json, or the frame decoder, says it.
+func leftOutError(op string, entry []byte) error {
+	var v any = new(pigeon.Message)
+	if op == OpDeliverBatch {
+		v = new(DeliveryEntry)
+	}
+	if err := pigeon.CheckNames(entry, v); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(entry, v); err != nil {
+		return err
+	}
+	_, err := decodeClientFrame(entryAlone(op, entry), nil)
+	return err
 }
 
 // intText reports whether the JSON value v is an integer an int holds,

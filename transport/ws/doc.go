@@ -60,16 +60,23 @@
 // A message no broker sends (without a sequence, or leased under an
 // attempt outside 1 to 2^31-1) is refused alone, whether pushed (deliver,
 // deliver_batch) or pulled (the answer of Receive, ReceiveAttempts or
-// Replay, where an entry that is not a message is too): logged
-// (WithLogger), never handed over nor answered, so the server's ack wait
-// gives a leased one back, while the messages beside it are handed over
-// and can be acked. A message whose attempt is no integer at all (a
-// fraction, 1.0, a string, null), pulled or pushed (a deliver, or an
-// entry of a deliver_batch, whose other entries are handed over), is
-// refused alone the same way. An answer malformed as a whole fails its
-// call: INTERNAL for attempts of another length than its messages,
-// BAD_REQUEST for attempts that are not a list (null included; an answer
-// without attempts leased nothing).
+// Replay): logged (WithLogger), never handed over nor answered, so the
+// server's ack wait gives a leased one back, while the messages beside it
+// are handed over and can be acked. A message whose attempt is no integer
+// at all (a fraction, 1.0, a string, null), pulled or pushed, is refused
+// alone the same way. So is any entry of a deliver_batch, or of a
+// Receive, ReceiveAttempts or Replay answer, that is no delivery or
+// message the broker sends: no object, null included, or a message with
+// a member of the wrong type (a sequence that is a string, negative or a
+// fraction, an id that is a number, a time that is no string, …); its
+// log names its index and, where they can be read, its message's id and
+// sequence, and the entries beside it are handed over. A frame whose text
+// readers could take differently (a name twice in one object, a lone
+// surrogate) is refused whole, logged as undecodable. An answer malformed
+// as a whole fails its call: BAD_REQUEST for messages that are not a list,
+// INTERNAL for attempts of another length than its messages, BAD_REQUEST
+// for attempts that are not a list (null included; an answer without
+// attempts leased nothing).
 //
 // A connection that reads no frame for WithPingInterval (default 15 s; 0
 // disables) is pinged, and ends SESSION_CLOSED, logged once, when the pong

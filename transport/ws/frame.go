@@ -147,7 +147,10 @@ type Frame struct {
 	// publish_batch: its messages, read from "messages", each to be
 	// decoded and judged on its own: Batch holds the text of those the
 	// frame decoder left undecoded, decoded the others (the two are as
-	// long as the batch, one of them nil at each index).
+	// long as the batch, one of them nil at each index). deliver_batch
+	// and messages, on the client's side: the text of each entry the
+	// client's reader left out (decodeFromServer), nil at the others;
+	// nil when none was.
 	Batch   []json.RawMessage `json:"-"`
 	decoded []*pigeon.Message
 	// decisions: one result per message of the batch, in order.
