@@ -631,10 +631,17 @@ func accountAttributes(a *Account, base map[string]string) map[string]string {
 }
 
 // checkAccess re-validates a contract's roles when the directory changed
-// since its last check; the common path is one comparison.
+// since its last check, or is behind; the common path is three atomic
+// loads (the version, the last check, behind) and a comparison.
 func (e *Engine) checkAccess(c *contract) (Code, string) {
 	v := e.dir.version()
-	if st := c.access.Load(); st != nil && st.ver == v {
+	// The last check's result holds while the version is the one it was
+	// made at, and the directory is not behind: settle publishes behind
+	// before it bumps the version, so in between a check would otherwise
+	// pass on a result the version still vouches for. One more atomic
+	// load; a check that sees behind goes on to effectiveRoles, which
+	// refuses it.
+	if st := c.access.Load(); st != nil && st.ver == v && !e.dir.isBehind() {
 		return CodeOK, ""
 	}
 	now, code := e.dir.effectiveRoles(c.info.Principal, c.info.BaseRoles, c.info.GrantID, e.now())
@@ -654,7 +661,7 @@ func (e *Engine) checkAccess(c *contract) (Code, string) {
 	// deleted account is.
 	attrs := accountAttributes(acct, c.info.BaseAttributes)
 	if why := mergedBeyondBounds(now, attrs); why != "" {
-		return CodeGrantRevoked, why + "; authenticate and negotiate again"
+		return CodeGrantRevoked, beyondBoundsReason(why)
 	}
 	for _, r := range c.info.Roles {
 		if !slices.Contains(now, r) {

@@ -126,6 +126,13 @@ type contract struct {
 	// the contract before a revocation cannot store it unrevoked after the
 	// revocation's write.
 	saveMu sync.Mutex
+	// ruleBoundsHeld, when set (by a test), runs once ruleBounds found
+	// what the rules would see p carry, merged again with c's account,
+	// within the bounds, and returned: the instant before rulePrincipal
+	// merges it again, when a change of the directory may move it past
+	// them. Only a merge again reaches it, never an operation's common
+	// path.
+	ruleBoundsHeld func()
 }
 
 // accessState is what a contract's last access check found: the
@@ -165,21 +172,31 @@ func (c *contract) checkedAt(ver uint64, roles []string) {
 //
 // The roles are those a check held to a principal's bounds (checkAccess,
 // or currentPrincipal at negotiation), and p's own attributes were held
-// to them at authentication; attributes merged again with c's account
-// (ruleAttributes) are held to them by checkContractAt, which every
-// caller runs for p and c just before.
-func (c *contract) rulePrincipal(d *directory, p *Principal) *Principal {
+// to them at authentication. Attributes merged again with c's account
+// (ruleAttributes) are held to them here, as checkContractAt, which every
+// caller runs for p and c just before, held them (ruleBounds): the
+// account is read again, and may have been created, with attributes of
+// its own, in between. It returns no principal and why then, the reason
+// the caller refuses the operation with, GRANT_REVOKED, as
+// checkContractAt does (see beyondBoundsReason); "" otherwise. A
+// principal not merged again is neither looked up nor checked.
+func (c *contract) rulePrincipal(d *directory, p *Principal) (*Principal, string) {
 	roles := c.info.Roles
 	if st := c.access.Load(); st != nil {
 		roles = st.roles
 	}
 	attrs, stale := c.ruleAttributes(d, p)
+	if stale {
+		if why := mergedBeyondBounds(nil, attrs); why != "" {
+			return nil, beyondBoundsReason(why)
+		}
+	}
 	if sameSet(roles, p.Roles) && (!stale || maps.Equal(attrs, p.Attributes)) {
-		return p
+		return p, ""
 	}
 	q := *p
 	q.Roles, q.Attributes = roles, attrs
-	return &q
+	return &q, ""
 }
 
 // ruleAttributes is the attributes the rules see p, acting under c, carry
@@ -202,14 +219,27 @@ func (c *contract) ruleAttributes(d *directory, p *Principal) (attrs map[string]
 // it negotiated since, and would then carry both sets of attributes.
 // Only such a merge is checked, once per operation: p's own attributes
 // were checked at authentication, and the roles are the contract's,
-// checked by checkAccess.
+// checked by checkAccess. The caller that goes on to apply the rules
+// merges again, and checks again (rulePrincipal).
 func (c *contract) ruleBounds(d *directory, p *Principal) string {
 	attrs, stale := c.ruleAttributes(d, p)
 	if !stale {
 		return ""
 	}
-	return mergedBeyondBounds(nil, attrs)
+	if why := mergedBeyondBounds(nil, attrs); why != "" {
+		return why
+	}
+	if c.ruleBoundsHeld != nil {
+		c.ruleBoundsHeld()
+	}
+	return ""
 }
+
+// beyondBoundsReason is the reason a contract's operation is refused
+// (GRANT_REVOKED) when the principal acting under it, merged with its
+// account now, breaks a principal's bounds for why (mergedBeyondBounds):
+// by checkAccess, checkContractAt and the callers of rulePrincipal alike.
+func beyondBoundsReason(why string) string { return why + "; authenticate and negotiate again" }
 
 // account returns c's account: the one created at AccountCreatedAt (nil
 // when it was deleted since) or, for a contract negotiated without an
@@ -732,7 +762,7 @@ func (e *Engine) checkContractAt(ctx context.Context, id string, p *Principal, s
 	if why := c.ruleBounds(&e.dir, p); why != "" {
 		// Refused as checkAccess refuses a contract whose principal,
 		// merged with its account now, breaks the bounds.
-		return nil, CodeGrantRevoked, why + "; authenticate and negotiate again"
+		return nil, CodeGrantRevoked, beyondBoundsReason(why)
 	}
 	if subj == nil {
 		return nil, CodeSubjectNotFound, "unknown subject"

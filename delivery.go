@@ -498,7 +498,11 @@ func (e *Engine) Replay(ctx context.Context, c Caller, r ReplayRequest) ([]*Mess
 	case s.policy.Replay.RequireReason && r.Reason == "":
 		return nil, deny(CodeReplayDenied, "replay requires a reason")
 	}
-	a := &Admission{Message: &Message{Subject: s.name, Reason: r.Reason, Source: c.Principal.ID}, Principal: ctr.rulePrincipal(&e.dir, c.Principal), Region: c.Region, subj: s, Now: e.now()}
+	rp, why := ctr.rulePrincipal(&e.dir, c.Principal)
+	if why != "" {
+		return nil, deny(CodeGrantRevoked, why) // as checkContract refuses it
+	}
+	a := &Admission{Message: &Message{Subject: s.name, Reason: r.Reason, Source: c.Principal.ID}, Principal: rp, Region: c.Region, subj: s, Now: e.now()}
 	if v := s.evalRules(OpReplay, a); !v.Allowed() {
 		if v.Code == CodePolicyDenied {
 			v.Code = CodeReplayDenied

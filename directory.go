@@ -146,6 +146,24 @@ func (d *directory) heard(until time.Time) (left time.Duration, changed bool) {
 // settle makes behind the union of its causes, and reports whether it
 // changed. A change bumps the version, so that every contract's next
 // check reads it. staleMu is held.
+//
+// Behind is published before the version is bumped, and a check passes
+// on the result a contract's last check cached (checkAccess) only while
+// the version is the one it was cached at and behind reads false: once
+// behind is visible no check passes on a cached result, in the instant
+// before the bump too. (The version alone could not close it in either
+// order: bumped first, a check in between recomputes, reads behind still
+// false and caches its result at the new version, which the version then
+// vouches for once behind is set.) A result is cached only by a check
+// that read behind false (effectiveRoles refuses otherwise) after it read
+// the version: so none is cached, while the directory is behind, at a
+// version read after behind was set. Catching up, behind is cleared
+// before the bump: a check in between reads the directory as caught up
+// (a reload put what it read in place, with a bump of its own, before it
+// settles; a node vouched for again has heard every change), and the
+// bump has every contract check again at the new version; a result
+// cached before the directory fell behind carries a version at least two
+// bumps old and is never taken again.
 func (d *directory) settle() bool {
 	behind := d.failed || d.unheard
 	if d.behind.Load() == behind {

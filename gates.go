@@ -257,10 +257,15 @@ func (g contractGate) Check(ctx context.Context, a *Admission) Verdict {
 			a.Message.Region = r
 		}
 	}
-	a.contract, a.Contract = c, c
 	// The gates after this one, and the rules among them, see the roles
-	// the contract holds now.
-	a.Principal = c.rulePrincipal(&g.e.dir, a.Principal)
+	// the contract holds now, and the caller merged with the contract's
+	// account now: refused as checkContractAt refuses it when that breaks
+	// a principal's bounds (the account read again, created since).
+	p, reason := c.rulePrincipal(&g.e.dir, a.Principal)
+	if reason != "" {
+		return Deny(CodeGrantRevoked, reason)
+	}
+	a.contract, a.Contract, a.Principal = c, c, p
 	return Allow()
 }
 
