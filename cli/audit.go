@@ -239,8 +239,8 @@ func (a *api) receipts(ctx context.Context, f *pigeon.ReceiptFinder, emit func([
 			return err
 		}
 		var out struct {
-			Receipts []pigeon.Receipt `json:"receipts"`
-			Next     string           `json:"next"`
+			Receipts recordPage[pigeon.Receipt] `json:"receipts"`
+			Next     string                     `json:"next"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
 			return fmt.Errorf("the server's answer is not a page of receipts: %w", err)
@@ -293,7 +293,7 @@ func auditTailCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return fail(stderr, "audit tail", err)
 		}
 		var out struct {
-			Records []pigeon.AuditRecord `json:"records"`
+			Records recordPage[pigeon.AuditRecord] `json:"records"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
 			return fail(stderr, "audit tail", err)

@@ -360,8 +360,8 @@ func (l quarantineListing) list(ctx context.Context, a *api, stdout io.Writer) (
 		if l.max > 0 {
 			// One more than is left to print: a record beyond the
 			// max tells that the run is capped.
-			// (Within the server's cap on a page, 10,000.)
-			q.Set("max", strconv.Itoa(min(l.max-printed, 10000)+1))
+			// (Within the server's cap on a page, maxPageRecords.)
+			q.Set("max", strconv.Itoa(min(l.max-printed, maxPageRecords)+1))
 		}
 		path := "/v1/quarantine"
 		if len(q) > 0 {
@@ -372,7 +372,7 @@ func (l quarantineListing) list(ctx context.Context, a *api, stdout io.Writer) (
 			return nil, err
 		}
 		var out struct {
-			Records []json.RawMessage `json:"records"`
+			Records recordPage[json.RawMessage] `json:"records"`
 		}
 		if err := json.Unmarshal(b, &out); err != nil {
 			return nil, err

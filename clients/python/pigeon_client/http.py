@@ -15,6 +15,7 @@ closes mid-request raises :class:`~pigeon_client.errors.TransportError`.
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import socket
 import threading
@@ -39,10 +40,10 @@ from .errors import (
 )
 from .model import ReceivedMessage, _member, _object, _pulled, _request_of, _unanswering_reply, _unheld_message
 from .subscription import _delay_ms, _settle_body
-from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _loads_frame, _lone_surrogate
+from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _frame_decoder, _loads_frame, _lone_surrogate
 
-__all__ = ["HttpClient", "KeyDirectory", "ReceiptsPage", "RECEIPTS_MAX_WAIT", "RECEIPTS_RETRIES", "SEAL_MAX_AGE",
-           "VERIFY_MAX_AGE"]
+__all__ = ["HttpClient", "KeyDirectory", "ReceiptsPage", "MAX_ACCOUNT_KEYS", "MAX_PAGE_RECORDS", "RECEIPTS_MAX_WAIT",
+           "RECEIPTS_RETRIES", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
 
 # Control characters escaped: the text logged may be a server's.
 log = escaping_logger("pigeon_client")
@@ -80,6 +81,101 @@ passed, rather than fill the memory. ``max_response_bytes`` changes it."""
 
 class _TooLarge(Exception):
     pass
+
+
+MAX_PAGE_RECORDS = 10_000
+"""The most records one page of the audit log (:meth:`HttpClient.audit`),
+the quarantine (:meth:`HttpClient.quarantine`) or a message's receipts
+(:meth:`HttpClient.receipts`) holds: the server's default and cap of
+``max`` (``maxRecords`` in server/routes.go). An answer listing more is no
+server's: it is refused, ``ProtocolError`` (``BAD_REQUEST``), once the entry
+past it is reached, before that entry or any after it is built (256 MiB of
+``{}`` entries is about 89 million dicts, several GiB)."""
+
+MAX_ACCOUNT_KEYS = 64
+"""The most keys an account publishes (``pigeon.MaxAccountKeys``,
+signature.go; the server loads no more): a :meth:`HttpClient.keys` answer
+listing more is refused as a page past :data:`MAX_PAGE_RECORDS` is."""
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+class _Longer(Exception):
+    """A listing answer whose list holds more entries than the server sends."""
+
+
+def _scan(scan: Callable[[str, int], tuple[Any, int]], text: str, i: int) -> tuple[Any, int]:
+    """The JSON value at ``text[i]`` and where it ends, as json reads one."""
+    try:
+        return scan(text, i)
+    except StopIteration as e:
+        raise json.JSONDecodeError("Expecting value", text, e.value) from None
+
+
+def _entries(text: str, i: int, scan: Callable[[str, int], tuple[Any, int]], most: int) -> tuple[list[Any], int]:
+    """The entries of the JSON array whose ``[`` is just before ``text[i]``,
+    and where it ends; ``_Longer`` as it comes to an entry past ``most``,
+    which is not read."""
+    out: list[Any] = []
+    i = _SPACE.match(text, i).end()
+    if text.startswith("]", i):
+        return out, i + 1
+    while True:
+        if len(out) == most:
+            raise _Longer()
+        v, i = _scan(scan, text, i)
+        out.append(v)
+        i = _SPACE.match(text, i).end()
+        if text.startswith(",", i):
+            i = _SPACE.match(text, i + 1).end()
+        elif text.startswith("]", i):
+            return out, i + 1
+        else:
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+
+
+def _loads_listing(text: str, member: str, most: int) -> tuple[Any, list[tuple[dict, str]]]:
+    """:func:`~pigeon_client.ws._loads_frame` of a listing answer, an object
+    whose member ``member`` is a list of at most ``most`` entries: json.loads
+    builds every entry before the list can be counted, so the outermost
+    object is read here, each of its members by json's own scanner, and the
+    entries of ``member``'s list one at a time; ``_Longer`` as it comes to
+    an entry past ``most``, which is not read, nor anything after it. Text
+    that is not an object is read by ``_loads_frame`` (the shape check
+    refuses it); text that is not JSON raises ``ValueError``, as there."""
+    dups: list[tuple[dict, str]] = []
+    dec = _frame_decoder(dups)
+    scan = dec.scan_once
+    i = _SPACE.match(text).end()
+    if not text.startswith("{", i):
+        return _loads_frame(text)
+    pairs: list[tuple[str, Any]] = []
+    i = _SPACE.match(text, i + 1).end()
+    if not text.startswith("}", i):
+        while True:
+            if not text.startswith('"', i):
+                raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+            name, i = json.decoder.scanstring(text, i + 1)
+            i = _SPACE.match(text, i).end()
+            if not text.startswith(":", i):
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+            i = _SPACE.match(text, i + 1).end()
+            if name == member and text.startswith("[", i):
+                value, i = _entries(text, i + 1, scan, most)
+            else:
+                value, i = _scan(scan, text, i)
+            pairs.append((name, value))
+            i = _SPACE.match(text, i).end()
+            if text.startswith(",", i):
+                i = _SPACE.match(text, i + 1).end()
+            elif text.startswith("}", i):
+                break
+            else:
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+    end = _SPACE.match(text, i + 1).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return dec.object_pairs_hook(pairs), dups
 
 
 RECEIPTS_RETRIES = 5
@@ -419,7 +515,12 @@ class HttpClient:
         query: dict[str, Any] | None = None,
         contract: bool = False,
         timeout: float | None = None,
+        listed: tuple[str, int] | None = None,
     ) -> tuple[int, Any]:
+        """One call: its status and JSON answer, else its error. With
+        ``listed`` (a member and a count), a 2xx answer whose member is a
+        list of more entries is refused, ``ProtocolError``, before they are
+        built (see :func:`_loads_listing`)."""
         url = self.base_url + path
         if query:
             q = {k: v for k, v in query.items() if v is not None}
@@ -446,7 +547,7 @@ class HttpClient:
         deadline = _Deadline(seconds) if seconds else None  # None: no bound, as urllib's
         req._deadline = deadline  # type: ignore[attr-defined]
         try:
-            return self._send(req, method, path, seconds, limit)
+            return self._send(req, method, path, seconds, limit, listed)
         except TransportError:
             if deadline is not None and deadline.expired:
                 raise RequestTimeoutError("REQUEST_TIMEOUT", f"{method} {path}: no whole answer within "
@@ -457,7 +558,7 @@ class HttpClient:
                 deadline.cancel()
 
     def _send(self, req: urllib.request.Request, method: str, path: str, seconds: float | None,
-              limit: int) -> tuple[int, Any]:
+              limit: int, listed: tuple[str, int] | None = None) -> tuple[int, Any]:
         retry_after = None  # a 429's Retry-After, kept on its error for iter_receipts
         try:
             with _NO_PROXY.open(req, timeout=seconds) as resp:
@@ -487,11 +588,21 @@ class HttpClient:
         why = None
         try:
             text = raw.decode("utf-8") if raw else ""
-            payload, dups = _loads_frame(text) if text else (None, [])
+            if not text:
+                payload, dups = None, []
+            elif listed is not None and status < 400:
+                payload, dups = _loads_listing(text, *listed)
+            else:
+                payload, dups = _loads_frame(text)
             if dups:
                 why = f"the member {dups[0][1]!r} twice in one object"
             elif _lone_surrogate(text):
                 why = "a string holding a lone surrogate"
+        except _Longer:
+            member, most = listed or ("", 0)
+            raise ProtocolError("BAD_REQUEST", f"{method} {path}: the answer lists more than {most} {member}, more "
+                                "than the server sends in one answer", status=status,
+                                details={"member": member, "most": most}) from None
         except (ValueError, RecursionError):
             if status >= 400:
                 payload = None  # refused by something else than the broker: below
@@ -669,8 +780,10 @@ class HttpClient:
         asks for one page and holds it alone (its answer read up to
         ``max_response_bytes``): nothing gathers records across pages.
         ``ProtocolError`` for an answer whose ``records`` is not a list of
-        objects."""
-        return _listed(self._do("GET", "/v1/audit", query={"from": from_, "max": max})[1], "records", "GET /v1/audit")
+        objects, or lists more than :data:`MAX_PAGE_RECORDS` (refused before
+        the records past it are built)."""
+        _, p = self._do("GET", "/v1/audit", query={"from": from_, "max": max}, listed=("records", MAX_PAGE_RECORDS))
+        return _listed(p, "records", "GET /v1/audit")
 
     def receipts(self, message_id: str, *, after: str | None = None, max: int | None = None) -> ReceiptsPage:
         """One page of the receipts of message ``message_id`` (role
@@ -693,12 +806,15 @@ class HttpClient:
         ``next`` is absent or a cursor (digits, or digits, a colon and
         digits, each at most 2^64-1) of a page that holds a receipt, not
         before its last one: a page never repeats a receipt, and a ``next``
-        never leads back."""
+        never leads back. An answer listing more than
+        :data:`MAX_PAGE_RECORDS` receipts is refused before the receipts past
+        it are built."""
         return self._receipts(message_id, after, max, None)
 
     def _receipts(self, message_id: str, after: str | None, max: int | None, timeout: float | None) -> ReceiptsPage:
         path = "/v1/audit/receipts/" + _q(message_id)
-        _, p = self._do("GET", path, query={"after": after, "max": max}, timeout=timeout)
+        _, p = self._do("GET", path, query={"after": after, "max": max}, timeout=timeout,
+                        listed=("receipts", MAX_PAGE_RECORDS))
         return _receipts_page(p, after, f"GET {path}")
 
     def iter_receipts(self, message_id: str, *, max: int | None = None,
@@ -768,9 +884,12 @@ class HttpClient:
         walking the pages is the caller's, a page at a time, so nothing here
         gathers records across pages (the CLI's ``quarantine list``, which
         walks them, stops at 1000 records by default). ``ProtocolError``
-        for an answer whose ``records`` is not a list of objects."""
+        for an answer whose ``records`` is not a list of objects, or lists
+        more than :data:`MAX_PAGE_RECORDS` (refused before the records past
+        it are built)."""
         query = {"since": since, "after": after, "max": max}
-        return _listed(self._do("GET", "/v1/quarantine", query=query)[1], "records", "GET /v1/quarantine")
+        _, p = self._do("GET", "/v1/quarantine", query=query, listed=("records", MAX_PAGE_RECORDS))
+        return _listed(p, "records", "GET /v1/quarantine")
 
     def quarantine_record(self, record_id: str) -> dict[str, Any]:
         """One quarantine record (role ``auditor``); ``ProtocolError`` for an
@@ -838,9 +957,12 @@ class HttpClient:
         return _member(self._do("PUT", path, {"keys": keys})[1], "account", f"PUT {path}", ("id",))
 
     def keys(self, account_id: str) -> list[dict[str, Any]]:
-        """An account's published public keys."""
+        """An account's published public keys; ``ProtocolError`` for an
+        answer whose ``keys`` is not a list of objects, or lists more than
+        :data:`MAX_ACCOUNT_KEYS` (refused before the keys past it are
+        built)."""
         path = f"/v1/accounts/{_q(account_id)}/keys"
-        return _listed(self._do("GET", path)[1], "keys", f"GET {path}")
+        return _listed(self._do("GET", path, listed=("keys", MAX_ACCOUNT_KEYS))[1], "keys", f"GET {path}")
 
 
 SEAL_MAX_AGE = 10.0

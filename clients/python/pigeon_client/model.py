@@ -326,20 +326,26 @@ class Contract:
         """The contract ``d`` (``what`` names it in an error), or
         ``ProtocolError`` (``BAD_REQUEST``) unless it is an object with a
         string ``id``, a ``principal`` and a ``region`` that are strings
-        when present, and ``subjects`` absent, ``null`` or a list of
-        objects, each with a string ``name`` and ``operations`` absent,
-        ``null`` or a list of strings: a contract of another shape would
-        reach the caller as values of other types than the contract's (its
-        operations a string, listed letter by letter). A refusal in a
-        reconnect or a renewal fails it as any malformed answer does (it is
-        tried again), rather than a ``TypeError`` escaping its task."""
-        d = _object(d, what, ("id",), ("principal", "region"))
+        when present, an ``issuedAt`` and an ``expiresAt`` that are RFC 3339
+        times when present (absent, ``null`` or empty: ``None``), and
+        ``subjects`` absent, ``null`` or a list of objects, each with a
+        string ``name`` and ``operations`` absent, ``null`` or a list of
+        strings: a contract of another shape would reach the caller as
+        values of other types than the contract's (its operations a string,
+        listed letter by letter; an ``expires_at`` of ``None`` for a time
+        that does not parse, which the session never renews). A refusal in
+        a reconnect or a renewal fails it as any malformed answer does (it
+        is tried again), rather than a ``TypeError`` escaping its task."""
+        d = _object(d, what, ("id",), ("principal", "region", "issuedAt", "expiresAt"))
 
         def t(name: str) -> _dt.datetime | None:
-            try:
-                return parse_rfc3339(d[name]) if d.get(name) else None
-            except ValueError:
+            if not d.get(name):
                 return None
+            try:
+                return parse_rfc3339(d[name])
+            except (ValueError, OverflowError):
+                raise ProtocolError("BAD_REQUEST", f"{what} has a {name} that is not an RFC 3339 time "
+                                    f"({d[name]!r:.64})", details={"member": name}) from None
 
         subjects = d.get("subjects")
         if subjects is not None and not isinstance(subjects, list):

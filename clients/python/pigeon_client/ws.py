@@ -119,12 +119,9 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _loads_frame(raw: str) -> tuple[Any, list[tuple[dict, str]]]:
-    """A frame's JSON, and each object of it (data included) that holds a
-    member name twice, with that name: json.loads keeps the last of them,
-    another reader the first, and the server never sends one (it refuses
-    them, DUPLICATE_KEY)."""
-    dups: list[tuple[dict, str]] = []
+def _frame_decoder(dups: list[tuple[dict, str]]) -> json.JSONDecoder:
+    """The decoder of a frame's JSON (see :func:`_loads_frame`), which adds
+    to ``dups`` each object it builds that holds a member name twice."""
 
     def pairs(ps: list[tuple[str, Any]]) -> dict:
         d = dict(ps)
@@ -137,7 +134,17 @@ def _loads_frame(raw: str) -> tuple[Any, list[tuple[dict, str]]]:
                 seen.add(k)
         return d
 
-    return json.loads(raw, parse_constant=_not_json, object_pairs_hook=pairs), dups
+    return json.JSONDecoder(parse_constant=_not_json, object_pairs_hook=pairs)
+
+
+def _loads_frame(raw: str) -> tuple[Any, list[tuple[dict, str]]]:
+    """A frame's JSON, and each object of it (data included) that holds a
+    member name twice, with that name: json.loads keeps the last of them,
+    another reader the first, and the server never sends one (it refuses
+    them, DUPLICATE_KEY)."""
+    dups: list[tuple[dict, str]] = []
+    dec = _frame_decoder(dups)
+    return json.loads(raw, parse_constant=dec.parse_constant, object_pairs_hook=dec.object_pairs_hook), dups
 
 
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")

@@ -128,6 +128,14 @@ BAD_CONTRACTS: list[Any] = [
     pytest.param({**CONTRACT, "subjects": [{"name": 7, "operations": ["publish"]}]}, id="a-subject-name-a-number"),
     pytest.param({**CONTRACT, "subjects": [{"name": "x", "operations": "publish"}]}, id="operations-a-string"),
     pytest.param({**CONTRACT, "subjects": [{"name": "x", "operations": [7]}]}, id="an-operation-a-number"),
+    # A time that does not parse was read as None: a contract the session
+    # never renews, as if it had no expiry.
+    pytest.param({**CONTRACT, "expiresAt": "tomorrow"}, id="expiresAt-not-a-time"),
+    pytest.param({**CONTRACT, "expiresAt": "2099-13-45T12:15:00Z"}, id="expiresAt-no-date"),
+    pytest.param({**CONTRACT, "expiresAt": 7}, id="expiresAt-a-number"),
+    pytest.param({**CONTRACT, "expiresAt": ["2099-11-29T12:15:00Z"]}, id="expiresAt-a-list"),
+    pytest.param({**CONTRACT, "issuedAt": "2026-11-29"}, id="issuedAt-a-date-alone"),
+    pytest.param({**CONTRACT, "issuedAt": {}}, id="issuedAt-an-object"),
 ]
 
 
@@ -138,6 +146,11 @@ def test_a_contract_of_the_routes_shape_is_read_whole() -> None:
     assert [(n, c.operations(n)) for n in c.subject_names] == [("x", ["publish", "subscribe"]), ("y", []), ("z", [])]
     c = Contract.from_wire({"id": "ctr_1", "subjects": None})
     assert (c.principal, c.region, c.subjects) == ("", "", [])
+    c = Contract.from_wire(CONTRACT)
+    assert (c.issued_at.isoformat(), c.expires_at.isoformat()) == ("2026-11-29T12:00:00+00:00", "2099-11-29T12:15:00+00:00")
+    for no_time in ({}, {"issuedAt": None, "expiresAt": None}, {"issuedAt": "", "expiresAt": ""}):
+        c = Contract.from_wire({"id": "ctr_1", **no_time})
+        assert (c.issued_at, c.expires_at) == (None, None), no_time
 
 
 @pytest.mark.parametrize("contract", BAD_CONTRACTS)

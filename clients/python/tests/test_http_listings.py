@@ -3,8 +3,13 @@ an account's keys, a message's receipts. Each call asks for one page and
 holds that page alone, its answer read up to ``max_response_bytes`` (256 MiB
 by default); the walk of receipt pages (``iter_receipts``) yields each page
 before it asks for the next. So no listing of the client gathers records
-across pages, and none needs a cap on the records it holds (the CLI's
-``quarantine list`` walks every page, and stops at 1000 records by default).
+across pages (the CLI's ``quarantine list`` walks every page, and stops at
+1000 records by default). A page holds at most the server's cap of records
+(:data:`MAX_PAGE_RECORDS`, an account's keys :data:`MAX_ACCOUNT_KEYS`): an
+answer listing more is refused, ``ProtocolError``, as its reading comes to
+the entry past the cap, before that entry or any after it is built (256 MiB
+of ``{}`` entries is about 89 million dicts). The catalog (``subjects``)
+has no such cap on the server.
 
 A listing answer whose list is not a list of objects is refused,
 ``ProtocolError``, as the TypeScript client refuses it
@@ -22,6 +27,8 @@ import pytest
 
 from harness import http_answering
 from pigeon_client import HttpClient, PigeonError, ProtocolError
+from pigeon_client.http import MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, _loads_listing
+from pigeon_client.ws import _loads_frame
 
 # Each listing: its call and the member of the answer holding its list.
 LISTINGS: list[Any] = [
@@ -100,3 +107,74 @@ def test_a_walk_of_receipt_pages_yields_each_page_before_it_asks_for_the_next() 
             if len(seen) == 5:
                 break
     assert seen == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3)]
+
+
+# Each listing the server caps: its call, the member holding its list, the
+# most entries the server sends there, and entry i of a page.
+CAPPED: list[Any] = [
+    pytest.param(lambda c: c.audit(), "records", MAX_PAGE_RECORDS,
+                 lambda i: {"seq": i + 1, "note": 'a [list], "quoted", {braced}'}, id="audit"),
+    pytest.param(lambda c: c.quarantine(), "records", MAX_PAGE_RECORDS,
+                 lambda i: {"id": f"qr_{i}", "message": {"data": [[1, 2], {"a": [3]}]}}, id="quarantine"),
+    pytest.param(lambda c: c.receipts("m_1").receipts, "receipts", MAX_PAGE_RECORDS, lambda i: _receipt(i + 1),
+                 id="receipts"),
+    pytest.param(lambda c: c.keys("acct"), "keys", MAX_ACCOUNT_KEYS,
+                 lambda i: {"kid": f"k{i}", "use": "sig", "alg": "ed25519", "key": "AAAA"}, id="keys"),
+]
+
+
+@pytest.mark.parametrize("call,member,most,entry", CAPPED)
+def test_a_page_of_the_servers_cap_is_read_and_one_of_more_is_refused_before_the_entries_past_it_are_built(
+        call: Callable[[HttpClient], Any], member: str, most: int, entry: Callable[[int], Any]) -> None:
+    def page(n: int, name: str = member, comma: str = ",") -> str:
+        return '{"' + name + '":[' + comma.join(json.dumps(entry(i)) for i in range(n)) + "]}"
+
+    escaped = member.replace(member[0], "\\u%04x" % ord(member[0]), 1)
+    refused = [
+        ("one more", page(most + 1)),
+        ("one more, spaced out", page(most + 1, comma=" \r\n,\t ").replace(":[", " : [ \n", 1)),
+        ("one more, under an escaped name", page(most + 1, escaped)),
+        ("empty objects past the cap", '{"' + member + '":[' + "{}," * (most * 10) + "{}]}"),
+        # The entry past the cap, and all after it, are not read: were they,
+        # the answer would be refused as no JSON.
+        ("one more, then no JSON", page(most)[:-2] + ",{},{@@ no JSON"),
+    ]
+    wrong: list[str] = []
+    with http_answering() as srv:
+        c = HttpClient(srv.url, "t", timeout=30)
+        srv.body = page(most).encode()
+        assert len(call(c)) == most, "a full page is read"
+        for name, text in refused:
+            srv.body = text.encode()
+            try:
+                got = call(c)
+            except ProtocolError as e:
+                if e.code != "BAD_REQUEST" or f"more than {most} {member}" not in e.message:
+                    wrong.append(f"{name}: {e!r:.300}")
+                continue
+            wrong.append(f"{name}: {len(got)} entries handed over")
+        # A list of that name deeper in the answer is not the page's.
+        srv.body = ('{"x":' + page(most + 1) + ',"' + member + '":[]}').encode()
+        assert call(c) == []
+    assert wrong == []
+
+
+@pytest.mark.parametrize("text", [
+    '{"records":[]}', ' {} ', '{"records":null,"x":1}', '{"x":[1,2],"records":[{"a":{"b":[1,{"c":2}]}},7,"s",null]}',
+    '{"\\u0072ecords":[{"a":1}], "records":[{"b":2}]}', '{"records":[{"a":1,"a":2}]}', '{"a":1,"a":2,"records":[]}',
+    '{"records":[1,2,3]} \n', '[{"records":[1]}]', '"records"', "null", '{"records":[1.5e3,-0,true,false]}',
+])
+def test_a_listing_answer_is_read_as_a_frame_is(text: str) -> None:
+    assert _loads_listing(text, "records", 5) == _loads_frame(text)
+
+
+@pytest.mark.parametrize("text", [
+    '{"records":[1,]}', '{"records":[1 2]}', '{"records":[1]', '{"records":[1]}}', '{"records":[1]} x', '{records:[]}',
+    '{"records" [1]}', '{"records":[NaN]}', '{"records":[1],}', '{"x":1 "records":[]}', '{"records":["\x01"]}',
+    '\ufeff{"records":[]}', '{', '',
+])
+def test_a_listing_answer_that_is_no_json_is_refused_as_a_frame_is(text: str) -> None:
+    with pytest.raises(ValueError):
+        _loads_frame(text)
+    with pytest.raises(ValueError):
+        _loads_listing(text, "records", 5)

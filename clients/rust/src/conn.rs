@@ -9,6 +9,7 @@ use crate::tls::{self, Stream, Target, TlsContext};
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -96,66 +97,140 @@ pub const MAX_BUFFERED_BYTES: usize = 16 << 20;
 /// range (`1e400`) and nesting deeper than 128 fail as in serde_json, and so
 /// do lone surrogate escapes (`"\ud800"`) and text that is not UTF-8.
 pub(crate) fn parse_frame(text: &[u8]) -> std::result::Result<Value, serde_json::Error> {
-    use serde::de::{self, MapAccess, SeqAccess, Visitor};
-    struct Strict(Value);
-    impl<'de> Deserialize<'de> for Strict {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-            d.deserialize_any(StrictVisitor)
-        }
-    }
-    struct StrictVisitor;
-    impl<'de> Visitor<'de> for StrictVisitor {
-        type Value = Strict;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("JSON")
-        }
-        fn visit_bool<E>(self, b: bool) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::Bool(b)))
-        }
-        fn visit_i64<E>(self, n: i64) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::from(n)))
-        }
-        fn visit_u64<E>(self, n: u64) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::from(n)))
-        }
-        fn visit_f64<E: de::Error>(self, n: f64) -> std::result::Result<Strict, E> {
-            serde_json::Number::from_f64(n).map(|n| Strict(Value::Number(n))).ok_or_else(|| E::custom("a number out of range"))
-        }
-        fn visit_str<E>(self, v: &str) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::String(v.to_owned())))
-        }
-        fn visit_string<E>(self, v: String) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::String(v)))
-        }
-        fn visit_unit<E>(self) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::Null))
-        }
-        fn visit_none<E>(self) -> std::result::Result<Strict, E> {
-            Ok(Strict(Value::Null))
-        }
-        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Strict, D::Error> {
-            Strict::deserialize(d)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> std::result::Result<Strict, A::Error> {
-            let mut v = Vec::new();
-            while let Some(Strict(x)) = a.next_element()? {
-                v.push(x);
-            }
-            Ok(Strict(Value::Array(v)))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Strict, A::Error> {
-            let mut m = Map::new();
-            while let Some(k) = a.next_key::<String>()? {
-                if m.contains_key(&k) {
-                    return Err(de::Error::custom(format!("duplicate key {k:?}")));
-                }
-                let Strict(v) = a.next_value()?;
-                m.insert(k, v);
-            }
-            Ok(Strict(Value::Object(m)))
-        }
-    }
     serde_json::from_slice::<Strict>(text).map(|s| s.0)
+}
+
+/// The list of a listing answer: the member of the answer (an object)
+/// holding it, and the most entries the server ever sends there.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listing {
+    pub(crate) member: &'static str,
+    pub(crate) most: usize,
+}
+
+/// Why [`parse_listing`] read no answer.
+#[derive(Debug)]
+pub(crate) enum ListingError {
+    /// The text is not JSON as [`parse_frame`] takes it.
+    Json(serde_json::Error),
+    /// The listing's array holds an entry past its `most`.
+    Longer,
+}
+
+/// [`parse_frame`] of a listing answer: when `text` is an object whose
+/// member `list.member` is an array, the entries of that array are built
+/// one at a time, and the reading ends ([`ListingError::Longer`]) at an
+/// entry past `list.most`, which is skipped over, not built, as nothing
+/// after it is. So an answer of millions of `{}` entries costs the entries
+/// up to the bound, not a `Value` each.
+pub(crate) fn parse_listing(text: &[u8], list: Listing) -> std::result::Result<Value, ListingError> {
+    use serde::de::DeserializeSeed;
+    let longer = Cell::new(false);
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let read = Seeded(StrictVisitor { top: Some((list, &longer)), most: None }).deserialize(&mut de).and_then(|s| de.end().map(|()| s.0));
+    match read {
+        Ok(v) => Ok(v),
+        Err(_) if longer.get() => Err(ListingError::Longer),
+        Err(e) => Err(ListingError::Json(e)),
+    }
+}
+
+/// A JSON value read strictly (see [`parse_frame`]).
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor { top: None, most: None })
+    }
+}
+
+/// A [`StrictVisitor`] as a seed: the value it reads.
+struct Seeded<'a>(StrictVisitor<'a>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seeded<'_> {
+    type Value = Strict;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Strict, D::Error> {
+        d.deserialize_any(self.0)
+    }
+}
+
+/// Reads a [`Strict`] value; `top`: the value is a listing answer, whose
+/// member of the listing's name is read with `most` its bound; `most`: an
+/// array holds at most that many entries, else the flag is set and the
+/// reading fails.
+struct StrictVisitor<'a> {
+    top: Option<(Listing, &'a Cell<bool>)>,
+    most: Option<(usize, &'a Cell<bool>)>,
+}
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor<'_> {
+    type Value = Strict;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, b: bool) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::Bool(b)))
+    }
+    fn visit_i64<E>(self, n: i64) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::from(n)))
+    }
+    fn visit_u64<E>(self, n: u64) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::from(n)))
+    }
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> std::result::Result<Strict, E> {
+        serde_json::Number::from_f64(n).map(|n| Strict(Value::Number(n))).ok_or_else(|| E::custom("a number out of range"))
+    }
+    fn visit_str<E>(self, v: &str) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::String(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::Null))
+    }
+    fn visit_none<E>(self) -> std::result::Result<Strict, E> {
+        Ok(Strict(Value::Null))
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> std::result::Result<Strict, D::Error> {
+        Strict::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> std::result::Result<Strict, A::Error> {
+        let mut v = Vec::new();
+        loop {
+            if let Some((most, longer)) = self.most {
+                if v.len() == most {
+                    // One more entry is skipped over, not built.
+                    if a.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                        longer.set(true);
+                        return Err(serde::de::Error::custom(format!("more than {most} entries")));
+                    }
+                    break;
+                }
+            }
+            match a.next_element::<Strict>()? {
+                Some(Strict(x)) => v.push(x),
+                None => break,
+            }
+        }
+        Ok(Strict(Value::Array(v)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> std::result::Result<Strict, A::Error> {
+        let mut m = Map::new();
+        while let Some(k) = a.next_key::<String>()? {
+            if m.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!("duplicate key {k:?}")));
+            }
+            let Strict(v) = match self.top {
+                Some((list, longer)) if k == list.member => {
+                    a.next_value_seed(Seeded(StrictVisitor { top: None, most: Some((list.most, longer)) }))?
+                }
+                _ => a.next_value()?,
+            };
+            m.insert(k, v);
+        }
+        Ok(Strict(Value::Object(m)))
+    }
 }
 
 /// A queued publish: the message's JSON text, where its data is in it

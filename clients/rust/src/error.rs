@@ -57,6 +57,13 @@ pub enum ErrorKind {
     /// (`DELIVERIES_DROPPED`; `details`: `subject`, `dropped`, `maxQueued`,
     /// `maxQueuedBytes`). Only reported to `on_error`.
     Dropped,
+    /// A call that gathers pages stopped at the most it holds, with more
+    /// recorded: [`HttpClient::all_receipts`](crate::http::HttpClient::all_receipts)
+    /// past [`with_all_receipts_max`](crate::http::HttpClient::with_all_receipts_max)
+    /// receipts (`RECEIPTS_TRUNCATED`; `details`: `max`, and `next`, the
+    /// cursor to read on from). Nothing is wrong with the answers: raise the
+    /// bound, or read page by page.
+    Truncated,
 }
 
 /// An error of the Pigeon client: the server's stable `code`, its
@@ -307,6 +314,7 @@ fn kind_of(code: &str, details: &Map<String, Value>) -> ErrorKind {
         | "PROGRAM_LIMIT_EXCEEDED" => ErrorKind::Server,
         "DELIVERY_EXHAUSTED" => ErrorKind::Quarantined,
         "DELIVERIES_DROPPED" => ErrorKind::Dropped,
+        "RECEIPTS_TRUNCATED" => ErrorKind::Truncated,
         _ => ErrorKind::Denied,
     }
 }
@@ -352,7 +360,10 @@ pub fn http_status(code: &str) -> u16 {
         "SUBJECT_NOT_FOUND" | "MESSAGE_NOT_FOUND" | "QUARANTINE_NOT_FOUND" | "NOT_FOUND" | "PROGRAM_NOT_FOUND" => 404,
         "BAD_REQUEST" | "SELECTOR_INVALID" | "FILTER_INVALID" | "POLICY_INVALID" | "INVALID_ARGUMENT" | "DUPLICATE_KEY"
         | "INVALID_UTF8" => 400,
-        "PAYLOAD_TOO_LARGE" => 413,
+        // RECEIPTS_TRUNCATED, the client's own: more than a call gathers,
+        // as PAYLOAD_TOO_LARGE is the other clients' answer longer than
+        // they read.
+        "PAYLOAD_TOO_LARGE" | "RECEIPTS_TRUNCATED" => 413,
         "METHOD_NOT_ALLOWED" => 405,
         "CONFLICT" | "MESSAGE_ID_TAKEN" => 409,
         "PROGRAM_VERSION_PRUNED" => 410,

@@ -16,7 +16,7 @@
 //! [`HttpClient::ack_sequence`]). A receive refuses such a message alone,
 //! the others returned (see [`HttpClient::receive`]).
 
-use crate::conn::parse_frame;
+use crate::conn::{parse_frame, parse_listing, Listing, ListingError};
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
 use crate::message::{Contract, Decision, Message, Status};
@@ -69,6 +69,12 @@ pub fn http_base(url: &str) -> String {
 /// longer one is refused (`BAD_FRAME`, [`ErrorKind::Protocol`](crate::ErrorKind::Protocol))
 /// rather than read into memory for as long as the server sends.
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// The most keys an account publishes (64, `pigeon.MaxAccountKeys` in
+/// signature.go; the server loads no more):
+/// [`fetch_keys`](HttpClient::fetch_keys) refuses an answer listing more,
+/// `BAD_FRAME`, without building the keys past it.
+pub const MAX_ACCOUNT_KEYS: usize = 64;
 
 /// Whether `method` and `path` can go in a request line as they are: a
 /// method of token characters, a path that starts with `/` and holds only
@@ -157,6 +163,8 @@ pub struct HttpClient {
     contract: Option<String>,
     region: Option<String>,
     on_error: Option<crate::ErrorCallback>,
+    /// The most receipts [`all_receipts`](HttpClient::all_receipts) gathers.
+    pub(crate) all_receipts_max: usize,
 }
 
 impl HttpClient {
@@ -172,6 +180,7 @@ impl HttpClient {
             contract: None,
             region: None,
             on_error: None,
+            all_receipts_max: MAX_ALL_RECEIPTS,
         }
     }
 
@@ -214,6 +223,17 @@ impl HttpClient {
     /// [`Transport`](crate::ErrorKind::Transport)).
     pub fn with_timeout(mut self, timeout: Duration) -> HttpClient {
         self.timeout = timeout;
+        self
+    }
+
+    /// The most receipts [`all_receipts`](HttpClient::all_receipts)
+    /// gathers before it fails `RECEIPTS_TRUNCATED` (default
+    /// [`MAX_ALL_RECEIPTS`], 100,000): each is held until the call returns,
+    /// so a bound set past what memory holds lets a server (or a message
+    /// delivered without end) fill it. [`receipt_pages`](HttpClient::receipt_pages)
+    /// holds one page at a time, whatever the number.
+    pub fn with_all_receipts_max(mut self, max: usize) -> HttpClient {
+        self.all_receipts_max = max;
         self
     }
 
@@ -265,6 +285,30 @@ impl HttpClient {
         timeout: Duration,
         told: &mut Option<Duration>,
     ) -> Result<(u16, Value)> {
+        let (status, text) = self.exchange(method, path, body, contract, timeout, told).await?;
+        answer_of(method, path, status, &text, None)
+    }
+
+    /// `GET path`, a listing, as [`call_told`](HttpClient::call_told)
+    /// reads it: a 2xx answer whose member `list.member` is an array of
+    /// more than `list.most` entries is refused `BAD_FRAME`, the entries
+    /// past the bound not built (see [`parse_listing`]).
+    pub(crate) async fn get_listing(&self, path: &str, list: Listing, told: &mut Option<Duration>) -> Result<(u16, Value)> {
+        let (status, text) = self.exchange("GET", path, None, None, self.timeout, told).await?;
+        answer_of("GET", path, status, &text, Some(list))
+    }
+
+    /// One request and its answer's status and body, unread, within
+    /// `timeout`; `told` as [`call_told`](HttpClient::call_told) sets it.
+    async fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        contract: Option<&str>,
+        timeout: Duration,
+        told: &mut Option<Duration>,
+    ) -> Result<(u16, Vec<u8>)> {
         if contract.is_some_and(|c| !contract_id_ok(c)) {
             return Err(Error::new("INVALID_ARGUMENT", "a contract id is visible ASCII"));
         }
@@ -284,35 +328,7 @@ impl HttpClient {
         if status == 429 {
             *told = retry_after;
         }
-        if (200..300).contains(&status) {
-            // A body that is not JSON (a proxy's page) is no answer of the
-            // server's: not read as an empty one (no keys, no fields).
-            if text.iter().all(u8::is_ascii_whitespace) {
-                return Ok((status, Value::Null));
-            }
-            // Strict as a frame is: an object with two members of one name
-            // (at any depth) is refused, not read as the last of them.
-            let v = parse_frame(&text)
-                .map_err(|e| Error::protocol(format!("{method} {path}: HTTP {status} with a body that is not JSON ({e})")))?;
-            return Ok((status, v));
-        }
-        let v: Value = match parse_frame(&text) {
-            Ok(v) => v,
-            // JSON, but with a duplicate key: neither of the two is the
-            // server's error.
-            Err(e) if e.is_data() => {
-                let mut e = Error::protocol(format!("{method} {path}: HTTP {status} with an ambiguous body ({e})"));
-                e.status = status;
-                return Err(e);
-            }
-            Err(_) => Value::Null,
-        };
-        let mut e = match v.get("error") {
-            Some(err) => Error::from_wire(err),
-            None => Error::new("INTERNAL", format!("{method} {path}: HTTP {status}")),
-        };
-        e.status = status;
-        Err(e)
+        Ok((status, text))
     }
 
     async fn round_trip(
@@ -369,9 +385,12 @@ impl HttpClient {
         Ok((status, body, retry_after(&raw)))
     }
 
-    /// The published keys of `account` (`GET /v1/accounts/{id}/keys`).
+    /// The published keys of `account` (`GET /v1/accounts/{id}/keys`);
+    /// `BAD_FRAME` for an answer listing more than [`MAX_ACCOUNT_KEYS`]
+    /// (the keys past it not built) or keys that do not decode.
     pub async fn fetch_keys(&self, account: &str) -> Result<Vec<PublicKey>> {
-        let (_, v) = self.call("GET", &format!("/v1/accounts/{}/keys", segment(account)?), None).await?;
+        let list = Listing { member: "keys", most: MAX_ACCOUNT_KEYS };
+        let (_, v) = self.get_listing(&format!("/v1/accounts/{}/keys", segment(account)?), list, &mut None).await?;
         serde_json::from_value(v.get("keys").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| Error::protocol(format!("keys: {e}")))
     }
 
@@ -655,6 +674,52 @@ impl HttpClient {
 /// millisecond is not 0, which the server reads as its default).
 fn ceil_ms(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1_000_000)).map_or(i64::MAX as u64, |ms| ms.min(i64::MAX as u64))
+}
+
+/// The JSON of the answer of `method` `path` with `status` and body `text`
+/// (`Null` for a 2xx answer without one), or the server's error of any
+/// other status; with `list`, a 2xx answer listing more than `list.most`
+/// entries in `list.member` is refused `BAD_FRAME` (see [`parse_listing`]).
+fn answer_of(method: &str, path: &str, status: u16, text: &[u8], list: Option<Listing>) -> Result<(u16, Value)> {
+    if (200..300).contains(&status) {
+        // A body that is not JSON (a proxy's page) is no answer of the
+        // server's: not read as an empty one (no keys, no fields).
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return Ok((status, Value::Null));
+        }
+        // Strict as a frame is: an object with two members of one name
+        // (at any depth) is refused, not read as the last of them.
+        let not_json = |e: serde_json::Error| Error::protocol(format!("{method} {path}: HTTP {status} with a body that is not JSON ({e})"));
+        let v = match list {
+            None => parse_frame(text).map_err(not_json)?,
+            Some(list) => parse_listing(text, list).map_err(|e| match e {
+                ListingError::Json(e) => not_json(e),
+                ListingError::Longer => malformed(
+                    method,
+                    path,
+                    format!("more than {} entries in {}, more than the server sends in one answer", list.most, list.member),
+                ),
+            })?,
+        };
+        return Ok((status, v));
+    }
+    let v: Value = match parse_frame(text) {
+        Ok(v) => v,
+        // JSON, but with a duplicate key: neither of the two is the
+        // server's error.
+        Err(e) if e.is_data() => {
+            let mut e = Error::protocol(format!("{method} {path}: HTTP {status} with an ambiguous body ({e})"));
+            e.status = status;
+            return Err(e);
+        }
+        Err(_) => Value::Null,
+    };
+    let mut e = match v.get("error") {
+        Some(err) => Error::from_wire(err),
+        None => Error::new("INTERNAL", format!("{method} {path}: HTTP {status}")),
+    };
+    e.status = status;
+    Err(e)
 }
 
 /// The `BAD_FRAME` error of a 2xx answer of `method` `path` that is not of

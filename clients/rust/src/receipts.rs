@@ -15,13 +15,15 @@
 //! repeats a cursor or goes back ends the reading with an error, and a
 //! hostile server cannot keep a reader asking for one page for ever.
 
+use crate::conn::Listing;
 use crate::error::{Error, Result};
 use crate::http::{encode_segment, malformed, member, segment, HttpClient};
 use serde_json::Value;
 use std::time::Duration;
 
 /// The most receipts a page holds, the server's default and cap of `max`
-/// (10,000).
+/// (10,000; `maxRecords` in server/routes.go): an answer listing more is
+/// refused `BAD_FRAME` without building the receipts past it.
 pub const MAX_RECEIPTS_PAGE: u32 = 10_000;
 
 /// The most times [`ReceiptPages::next_page`] (and so
@@ -45,9 +47,12 @@ fn retry_wait(e: &Error, told: Option<Duration>) -> Duration {
     wait.min(RECEIPTS_MAX_WAIT)
 }
 
-/// The most receipts [`HttpClient::all_receipts`] gathers (100,000, ten
-/// full pages): past it the call fails `BAD_FRAME` rather than hold what a
-/// server sends for as long as it sends. Read more page by page with
+/// The most receipts [`HttpClient::all_receipts`] gathers by default
+/// (100,000, ten full pages; the Go CLI's `audit receipts` reads as many at
+/// most): past it the call fails `RECEIPTS_TRUNCATED`
+/// ([`ErrorKind::Truncated`](crate::ErrorKind::Truncated)) rather than hold
+/// what a server sends for as long as it sends. Raise it with
+/// [`HttpClient::with_all_receipts_max`], or read page by page with
 /// [`HttpClient::receipt_pages`].
 pub const MAX_ALL_RECEIPTS: usize = 100_000;
 
@@ -264,7 +269,7 @@ impl HttpClient {
         if !query.is_empty() {
             path = format!("{path}?{}", query.join("&"));
         }
-        let (_, v) = self.call_told("GET", &path, None, None, self.timeout, told).await?;
+        let (_, v) = self.get_listing(&path, Listing { member: "receipts", most: MAX_RECEIPTS_PAGE as usize }, told).await?;
         // An after the server takes is a cursor; one that is not, it
         // refuses (its receipts are then not checked against it).
         let after = after.and_then(parse_cursor).unwrap_or((0, 0));
@@ -281,18 +286,35 @@ impl HttpClient {
 
     /// Every receipt of `message_id`, read page by page (each of at most
     /// `max`) through [`receipt_pages`](HttpClient::receipt_pages), which
-    /// waits out a 429: the first error of a page ends it. `BAD_FRAME` past
-    /// [`MAX_ALL_RECEIPTS`] receipts (read more page by page).
+    /// waits out a 429: the first error of a page ends it. At most
+    /// [`with_all_receipts_max`](HttpClient::with_all_receipts_max) of them
+    /// ([`MAX_ALL_RECEIPTS`] by default): when more are recorded the call
+    /// fails `RECEIPTS_TRUNCATED` ([`ErrorKind::Truncated`](crate::ErrorKind::Truncated),
+    /// not a malformed answer), `details.max` the bound and `details.next`
+    /// the cursor of the last receipt within it: pass it as `after` to
+    /// [`receipts`](HttpClient::receipts) to read on from there, page by
+    /// page.
     pub async fn all_receipts(&self, message_id: &str, max: Option<u32>) -> Result<Vec<Receipt>> {
+        let most = self.all_receipts_max;
         let mut pages = self.receipt_pages(message_id, max);
         let mut all = Vec::new();
         while let Some(p) = pages.next_page().await? {
             all.extend(p.receipts);
-            if all.len() > MAX_ALL_RECEIPTS {
-                return Err(Error::protocol(format!(
-                    "GET /v1/audit/receipts/{}: more than {MAX_ALL_RECEIPTS} receipts (read them page by page with receipt_pages)",
-                    encode_segment(message_id)
-                )));
+            if all.len() > most {
+                let mut details = serde_json::Map::new();
+                details.insert("max".into(), most.into());
+                if let Some(last) = most.checked_sub(1).map(|i| &all[i]) {
+                    details.insert("next".into(), last.cursor().into());
+                }
+                return Err(Error::with_details(
+                    "RECEIPTS_TRUNCATED",
+                    format!(
+                        "GET /v1/audit/receipts/{}: more than {most} receipts are recorded, the most all_receipts gathers \
+                         (with_all_receipts_max; read on page by page after details.next)",
+                        encode_segment(message_id)
+                    ),
+                    details,
+                ));
             }
         }
         Ok(all)

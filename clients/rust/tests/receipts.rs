@@ -197,22 +197,71 @@ async fn a_next_that_repeats_or_goes_back_ends_the_pages() {
     }
 }
 
+/// A server whose pages of `size` receipts go on past the one before,
+/// `pages` of them (`None`: for ever), each naming the next but the last.
+async fn pages_of(size: u64, pages: Option<usize>) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    http_server(move |n, _| {
+        let base = n as u64 * size;
+        let rs: Vec<Value> = (1..=size).map(|i| receipt(base + i, 1)).collect();
+        let last = pages.is_some_and(|p| n + 1 >= p);
+        let page = if last { json!({"receipts": rs}) } else { json!({"receipts": rs, "next": format!("{}:1", base + size)}) };
+        (200, page.to_string())
+    })
+    .await
+}
+
+/// Whether `e` is the refusal of all_receipts past its bound `max`, naming
+/// `next` the cursor to read on from.
+fn truncated(e: &pigeon_client::Error, max: usize, next: Option<&str>) -> bool {
+    e.code == "RECEIPTS_TRUNCATED"
+        && e.kind == ErrorKind::Truncated
+        && e.details.get("max") == Some(&json!(max))
+        && e.details.get("next").and_then(Value::as_str) == next
+}
+
 #[tokio::test]
 async fn pages_without_end_are_not_gathered_without_bound() {
     // Every page full and past the one before, for ever.
-    let (url, heads) = http_server(|n, _| {
-        let base = n as u64 * 10_000;
-        let rs: Vec<Value> = (1..=10_000).map(|i| receipt(base + i, 1)).collect();
-        (200, json!({"receipts": rs, "next": format!("{}:1", base + 10_000)}).to_string())
-    })
-    .await;
+    let (url, heads) = pages_of(10_000, None).await;
     let h = HttpClient::new(&url, "auditor-token");
     let e = tokio::time::timeout(Duration::from_secs(60), h.all_receipts("msg_1", None))
         .await
         .expect("still gathering pages")
         .expect_err("pages without end");
-    assert!(bad_frame(&e), "{e}");
+    // The bound the caller reached, not a malformed answer.
+    assert!(truncated(&e, MAX_ALL_RECEIPTS, Some("100000:1")), "{e:?}");
+    assert_eq!(e.status, 413, "{e:?}");
     assert_eq!(heads.lock().unwrap().len(), MAX_ALL_RECEIPTS / 10_000 + 1);
+}
+
+#[tokio::test]
+async fn the_bound_of_all_receipts_is_the_callers_to_set() {
+    let mut wrong = Vec::new();
+    // (pages of 10 recorded, the bound, what all_receipts gives: the
+    // receipts gathered, or the next of its RECEIPTS_TRUNCATED)
+    for (pages, most, want) in [
+        (Some(3), 30, Ok(30)),
+        (Some(3), 29, Err(Some("29:1"))),
+        (Some(3), 1_000, Ok(30)),
+        (None, 25, Err(Some("25:1"))),
+        (None, 300, Err(Some("300:1"))),
+        (Some(1), 0, Err(None)),
+    ] {
+        let (url, heads) = pages_of(10, pages).await;
+        let h = HttpClient::new(&url, "auditor-token").with_all_receipts_max(most);
+        let got = tokio::time::timeout(Duration::from_secs(60), h.all_receipts("msg_1", Some(10))).await.expect("still gathering pages");
+        match (&got, want) {
+            (Ok(rs), Ok(n)) if rs.len() == n && rs.windows(2).all(|w| w[0].audit_seq < w[1].audit_seq) => {}
+            (Err(e), Err(next)) if truncated(e, most, next) => {
+                let asked = heads.lock().unwrap().len();
+                if asked != most / 10 + 1 {
+                    wrong.push(format!("{pages:?} pages, at most {most}: {asked} pages asked for"));
+                }
+            }
+            _ => wrong.push(format!("{pages:?} pages, at most {most}: {:?}", got.map(|rs| rs.len()))),
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 #[tokio::test]

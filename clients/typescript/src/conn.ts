@@ -316,10 +316,18 @@ export const hasStrings = (x: unknown, ...names: string[]): x is Record<string, 
 export const isDecision = (x: unknown): boolean =>
   isObj(x) && (x.status === "accepted" || x.status === "duplicate") && isObj(x.message) && isOptionalString(x.message.id);
 /**
+ * No time (absent, null or empty, as the Python client reads them), or a
+ * string Date.parse reads as one (not NaN). A contract's issuedAt or
+ * expiresAt of any other value was taken as no time: the session computed
+ * NaN from it and never renewed the contract, saying nothing.
+ */
+const isOptionalTime = (x: unknown): boolean => x === undefined || x === null || x === "" || (typeof x === "string" && !Number.isNaN(Date.parse(x)));
+/**
  * A contract of the route's shape, as every answer that hands one over
  * (negotiate, renew, POST /v1/contracts, GET /v1/contracts/{id}) is
  * checked: an object with a string id, a principal and a region that are
- * strings when present, and subjects absent, null or a list of objects,
+ * strings when present, issuedAt and expiresAt times when present (strings
+ * Date.parse reads; absent, null or empty: no time), and subjects absent, null or a list of objects,
  * each with a string name and operations absent, null or a list of
  * strings; as the Python client's Contract.from_wire. Any other reached the
  * caller as a Contract of other types than its own (operations a string).
@@ -328,6 +336,8 @@ export const isContract = (x: unknown): x is Record<string, unknown> =>
   hasStrings(x, "id") &&
   isOptionalString(x.principal) &&
   isOptionalString(x.region) &&
+  isOptionalTime(x.issuedAt) &&
+  isOptionalTime(x.expiresAt) &&
   (x.subjects === undefined ||
     x.subjects === null ||
     (Array.isArray(x.subjects) &&

@@ -12,6 +12,7 @@ import { markNonIntegerV } from "./sigv.js";
 import { markSpelledAttempts } from "./attempts.js";
 import { frameText, hasStrings, isContract, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
+import { listsMoreThan } from "./entries.js";
 import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldDecision, unheldMessage } from "./errors.js";
 import { requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, Pulled, Receipt, ReceiptsPage, ReplayOptions, SettleOptions } from "./types.js";
@@ -40,6 +41,29 @@ export interface HttpOptions {
  * fill the memory.
  */
 export const MAX_RESPONSE_BYTES = 256 << 20;
+
+/**
+ * The most records one page of the audit log (`audit`), the quarantine
+ * (`quarantine`) or a message's receipts (`receipts`) holds, 10 000: the
+ * server's default and cap of `max` (`maxRecords` in server/routes.go). An
+ * answer listing more is no server's: it is refused, BAD_FRAME, counted on
+ * its text before JSON.parse builds a record (256 MiB of `{}` entries is
+ * about 89 million objects, several GiB once parsed).
+ */
+export const MAX_PAGE_RECORDS = 10_000;
+
+/**
+ * The most keys an account publishes, 64 (`pigeon.MaxAccountKeys`,
+ * signature.go; the server loads no more): a `fetchKeys` answer listing
+ * more is refused, BAD_FRAME, as a page past {@link MAX_PAGE_RECORDS} is.
+ */
+export const MAX_ACCOUNT_KEYS = 64;
+
+/**
+ * The list of a listing answer: the answer's member holding it, and the
+ * most entries the server ever sends there.
+ */
+type Listed = readonly [member: string, most: number];
 
 /**
  * The most times {@link HttpClient.allReceipts} waits out a 429 for one
@@ -132,6 +156,14 @@ export class HttpClient {
    * reason.
    */
   async call<T = any>(method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<T> {
+    return this.send<T>(method, path, body, opts);
+  }
+
+  /**
+   * call(); with `list`, a 2xx answer whose member `list[0]` is an array of
+   * more than `list[1]` entries is refused, BAD_FRAME, before it is parsed.
+   */
+  private async send<T>(method: string, path: string, body: unknown, opts: { contract?: boolean; timeoutMs?: number; signal?: AbortSignal }, list?: Listed): Promise<T> {
     // The path is appended to the origin: "@evil.example/…" or
     // ".evil.example/…" would send the token to another host, a CR or LF
     // (which the URL parser drops) change the route.
@@ -174,6 +206,10 @@ export class HttpClient {
       clearTimeout(timer);
       caller?.removeEventListener("abort", onAbort);
     }
+    if (list && res.ok && listsMoreThan(text, list[0], list[1])) {
+      const [member, most] = list;
+      throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer lists more than ${most} ${member}, more than the server sends in one answer`, { member, most }, res.status);
+    }
     let parsed: any;
     try {
       parsed = text === "" ? {} : JSON.parse(text);
@@ -203,8 +239,9 @@ export class HttpClient {
   }
 
   /** call(), then `check` of the answer: BAD_FRAME when the server's answer is not of the shape the route has. */
-  private async expect<T>(what: string, check: (r: Record<string, unknown>) => boolean, method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<T> {
-    const r = await this.call<Record<string, unknown>>(method, path, body, opts);
+  private async expect<T>(what: string, check: (r: Record<string, unknown>) => boolean, method: string, path: string, body?: unknown, opts: { contract?: boolean; timeoutMs?: number; signal?: AbortSignal; list?: Listed } = {}): Promise<T> {
+    const { list, ...callOpts } = opts;
+    const r = await this.send<Record<string, unknown>>(method, path, body, callOpts, list);
     if (!check(r)) throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer has no ${what}`, {});
     return r as T;
   }
@@ -350,10 +387,11 @@ export class HttpClient {
    * `from` set past the page's last `seq`. Each call asks for one page and
    * holds it alone (its answer read up to maxResponseBytes): nothing
    * gathers records across pages. BAD_FRAME for an answer whose `records`
-   * is not a list of objects.
+   * is not a list of objects, or lists more than {@link MAX_PAGE_RECORDS}
+   * (refused before they are parsed).
    */
   async audit(options: { from?: number; max?: number } = {}): Promise<Record<string, any>[]> {
-    return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/audit${query(options)}`)).records ?? [];
+    return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/audit${query(options)}`, undefined, { list: ["records", MAX_PAGE_RECORDS] })).records ?? [];
   }
 
   /**
@@ -375,11 +413,12 @@ export class HttpClient {
    * `after` and after the one before it, and `next` is absent or a cursor
    * (digits, or digits, a colon and digits, each at most 2^64-1) of a
    * page that holds a receipt, not before its last one: a page never
-   * repeats a receipt, and a `next` never leads back.
+   * repeats a receipt, and a `next` never leads back. An answer listing more
+   * than {@link MAX_PAGE_RECORDS} receipts is refused before they are parsed.
    */
   async receipts(id: string, options: { after?: string; max?: number; signal?: AbortSignal } = {}): Promise<ReceiptsPage> {
     const path = `/v1/audit/receipts/${segment(id)}${query({ after: options.after, max: options.max })}`;
-    const r = await this.expect<{ receipts?: unknown; next?: unknown }>("receipts", (r) => isList(r.receipts), "GET", path, undefined, { signal: options.signal });
+    const r = await this.expect<{ receipts?: unknown; next?: unknown }>("receipts", (r) => isList(r.receipts), "GET", path, undefined, { signal: options.signal, list: ["receipts", MAX_PAGE_RECORDS] });
     return receiptsPage(r, options.after, `GET ${path}`);
   }
 
@@ -430,10 +469,11 @@ export class HttpClient {
    * caller's, a page at a time, so nothing here gathers records across
    * pages (the CLI's `quarantine list`, which walks them, stops at 1000
    * records by default). BAD_FRAME for an answer whose `records` is not a
-   * list of objects.
+   * list of objects, or lists more than {@link MAX_PAGE_RECORDS} (refused
+   * before they are parsed).
    */
   async quarantine(options: { since?: string; after?: string; max?: number } = {}): Promise<Record<string, any>[]> {
-    return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/quarantine${query(options)}`)).records ?? [];
+    return (await this.expect<{ records: Record<string, any>[] }>("records", (r) => isObjArray(r.records), "GET", `/v1/quarantine${query(options)}`, undefined, { list: ["records", MAX_PAGE_RECORDS] })).records ?? [];
   }
 
   /** One quarantine record (role auditor); BAD_FRAME for an answer whose `record` is not an object with a string `id`. */
@@ -490,9 +530,13 @@ export class HttpClient {
     await this.call("PUT", `/v1/accounts/${segment(account)}/keys`, { keys });
   }
 
-  /** An account's published keys (any authenticated principal). */
+  /**
+   * An account's published keys (any authenticated principal); BAD_FRAME
+   * for an answer whose `keys` is not a list of objects, or lists more than
+   * {@link MAX_ACCOUNT_KEYS} (refused before they are parsed).
+   */
   async fetchKeys(account: string): Promise<PublicKey[]> {
-    return (await this.expect<{ keys: PublicKey[] }>("keys", (r) => isObjArray(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`)).keys ?? [];
+    return (await this.expect<{ keys: PublicKey[] }>("keys", (r) => isObjArray(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`, undefined, { list: ["keys", MAX_ACCOUNT_KEYS] })).keys ?? [];
   }
 }
 

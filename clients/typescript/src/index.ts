@@ -25,7 +25,7 @@ export { MAX_QUEUED, MAX_QUEUED_BYTES } from "./subscription.js";
 export { DEFAULT_MAX_FRAME_BYTES } from "./socket.js";
 export { DEFAULT_MAX_BUFFERED_BYTES } from "./conn.js";
 export type { ConnectOptions, ReconnectOptions, SubscribeOptions, Delivery, Handler } from "./session.js";
-export { HttpClient, KeyCache, MAX_RESPONSE_BYTES, RECEIPTS_MAX_WAIT_MS, RECEIPTS_RETRIES, SEAL_MAX_AGE_MS, segment, VERIFY_MAX_AGE_MS } from "./http.js";
+export { HttpClient, KeyCache, MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, MAX_RESPONSE_BYTES, RECEIPTS_MAX_WAIT_MS, RECEIPTS_RETRIES, SEAL_MAX_AGE_MS, segment, VERIFY_MAX_AGE_MS } from "./http.js";
 export type { HttpOptions } from "./http.js";
 export { PigeonError, RetryAfter, ClientCodes, fromWire, statusOf, MAX_ATTEMPT } from "./errors.js";
 export type { ErrorKind, ErrorDetails } from "./errors.js";

@@ -92,6 +92,13 @@ const BAD_CONTRACTS = [
   ["a subject name a number", { ...CONTRACT, subjects: [{ name: 7, operations: ["publish"] }] }],
   ["operations a string", { ...CONTRACT, subjects: [{ name: "x", operations: "publish" }] }],
   ["an operation a number", { ...CONTRACT, subjects: [{ name: "x", operations: [7] }] }],
+  // A time Date.parse cannot read (NaN): the session renewed no contract
+  // whose expiry it could not compute.
+  ["expiresAt not a time", { ...CONTRACT, expiresAt: "tomorrow" }],
+  ["expiresAt a number", { ...CONTRACT, expiresAt: 7 }],
+  ["expiresAt an object", { ...CONTRACT, expiresAt: {} }],
+  ["issuedAt not a time", { ...CONTRACT, issuedAt: "2026-13-45T99:00:00Z" }],
+  ["issuedAt a list", { ...CONTRACT, issuedAt: ["2026-01-01T00:00:00Z"] }],
 ];
 
 test("a contract of another shape is refused over HTTP and WebSocket (negotiate and renew), BAD_FRAME", async () => {
@@ -136,8 +143,9 @@ test("a contract of another shape is refused over HTTP and WebSocket (negotiate 
   assert.deepEqual(wrong, []);
 });
 
-test("a contract of the route's shape is read whole: subjects, and operations, absent or null are taken", async () => {
-  for (const contract of [CONTRACT, { ...CONTRACT, subjects: [{ name: "x", operations: null }, { name: "y" }] }, { id: "ctr_1", subjects: null }]) {
+test("a contract of the route's shape is read whole: subjects, and operations, absent or null are taken, and times absent, null or empty", async () => {
+  const times = { ...CONTRACT, issuedAt: "2026-01-01T00:00:00Z", expiresAt: "2099-01-01T00:00:00.123456789+01:00" };
+  for (const contract of [CONTRACT, times, { ...CONTRACT, subjects: [{ name: "x", operations: null }, { name: "y" }] }, { id: "ctr_1", subjects: null }, { id: "ctr_1", issuedAt: null, expiresAt: null }]) {
     assert.deepEqual(await answering(() => ({ contract })).connect(["x"]), contract);
   }
 });

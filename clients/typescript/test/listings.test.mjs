@@ -3,14 +3,18 @@
 // page and holds that page alone, its answer read up to maxResponseBytes
 // (256 MiB by default); the walk of receipt pages (allReceipts) yields each
 // page before it asks for the next. So no listing of the client gathers
-// records across pages, and none needs a cap on the records it holds (the
-// CLI's `quarantine list` walks every page, and stops at 1000 records by
-// default). A listing answer whose list is not a list of objects is
-// refused, BAD_FRAME (tests/test_http_listings.py holds the same table for
-// the Python client).
+// records across pages (the CLI's `quarantine list` walks every page, and
+// stops at 1000 records by default). A page holds at most the server's cap
+// of records (MAX_PAGE_RECORDS, an account's keys MAX_ACCOUNT_KEYS): an
+// answer listing more is refused, BAD_FRAME, counted on its text before
+// JSON.parse builds a record (256 MiB of `{}` entries is about 89 million
+// objects). The catalog (subjects) has no such cap on the server. A
+// listing answer whose list is not a list of objects is refused, BAD_FRAME
+// (tests/test_http_listings.py holds the same tables for the Python
+// client).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { HttpClient, PigeonError } from "../dist/index.js";
+import { HttpClient, MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, PigeonError } from "../dist/index.js";
 
 /** An HttpClient whose fetch answers every request with `answer(path)` (a JSON text), keeping the paths asked. */
 function answering(answer, options = {}) {
@@ -88,3 +92,56 @@ test("a walk of receipt pages yields each page before it asks for the next, hold
   }
   assert.deepEqual(seen, [[1, 1], [2, 1], [3, 2], [4, 2], [5, 3]]);
 });
+
+// Each listing the server caps: its call, the member holding its list, the
+// most entries the server sends there, and entry i of a page.
+const CAPPED = [
+  ["audit", (h) => h.audit(), "records", MAX_PAGE_RECORDS, (i) => ({ seq: i + 1, note: "a [list], \"quoted\", {braced}" })],
+  ["quarantine", (h) => h.quarantine(), "records", MAX_PAGE_RECORDS, (i) => ({ id: `qr_${i}`, message: { data: [[1, 2], { a: [3] }] } })],
+  ["receipts", (h) => h.receipts("m_1"), "receipts", MAX_PAGE_RECORDS, (i) => receipt(i + 1)],
+  ["keys", (h) => h.fetchKeys("acct"), "keys", MAX_ACCOUNT_KEYS, (i) => ({ kid: `k${i}`, use: "sig", alg: "ed25519", key: "AAAA" })],
+];
+
+/** The number of times fn() has JSON.parse read `text` whole, and what fn returned or threw. */
+async function parsesOf(text, fn) {
+  const parse = JSON.parse;
+  let n = 0;
+  JSON.parse = function (t, reviver) {
+    if (t === text) n++;
+    return parse.call(JSON, t, reviver);
+  };
+  let result;
+  try {
+    result = await fn();
+  } catch (e) {
+    result = e;
+  } finally {
+    JSON.parse = parse;
+  }
+  return [n, result];
+}
+
+for (const [listing, call, member, most, entry] of CAPPED) {
+  test(`${listing}: an answer of ${most} entries is read, and one of more is refused, BAD_FRAME, before JSON.parse builds its entries`, async () => {
+    const page = (n, name = member, comma = ",") => `{"${name}":[${Array.from({ length: n }, (_, i) => JSON.stringify(entry(i))).join(comma)}]}`;
+    const full = page(most);
+    const [, got] = await parsesOf(full, () => call(answering(() => full).h));
+    assert.equal(Array.isArray(got) ? got.length : got.receipts?.length, most, `the full page is read: ${got}`);
+    const refusals = [
+      ["one more", page(most + 1)],
+      ["one more, spaced out", page(most + 1, member, " \r\n,\t ").replace(":[", " : [ \n")],
+      ["one more, under an escaped name", page(most + 1, member.replace(member[0], `\\u00${member.charCodeAt(0).toString(16)}`))],
+      ["empty objects past the bound", `{"${member}":[${"{},".repeat(most * 10)}{}]}`],
+    ];
+    for (const [name, text] of refusals) {
+      const [parsed, err] = await parsesOf(text, () => call(answering(() => text).h));
+      const read = (v) => (v instanceof Error ? String(v) : `${(Array.isArray(v) ? v : v.receipts).length} entries handed over`);
+      assert.ok(err instanceof PigeonError && err.code === "BAD_FRAME", `${name}: ${read(err)}`);
+      assert.match(err.message, new RegExp(`more than ${most} ${member}`), name);
+      assert.equal(parsed, 0, `${name}: the answer was parsed`);
+    }
+    // A list of that name deeper in the answer is not the page's.
+    const nested = `{"x":${page(most + 1)},"${member}":[]}`;
+    assert.deepEqual(await call(answering(() => nested).h).then((v) => (Array.isArray(v) ? v : v.receipts)), []);
+  });
+}
