@@ -66,7 +66,8 @@ func TestFromServerReadsAttemptsApart(t *testing.T) {
 
 // FuzzFromServerFrame holds decodeFromServer to decodeClientFrame, a
 // messages answer's attempts to encoding/json's reading of each entry,
-// and the lists it reads entry by entry to the entries that decode alone
+// and the lists it reads entry by entry (a decisions answer's results
+// among them) and a deliver's message to the entries that decode alone
 // (requireEntriesSound).
 func FuzzFromServerFrame(f *testing.F) {
 	for _, tc := range pulledFrames {
@@ -86,8 +87,8 @@ func FuzzFromServerFrame(f *testing.F) {
 // requireFromServerSound holds the client's reader's decoding of b to
 // decodeClientFrame's: the same frame and error, but for a messages
 // answer whose "attempts" decodeClientFrame could not take (an entry no
-// int holds, or null), or a list frame read entry by entry
-// (requireEntriesSound); and a messages answer's attempts, when taken,
+// int holds, or null), or a list frame read entry by entry, or a
+// deliver read apart (requireEntriesSound); and a messages answer's attempts, when taken,
 // to encoding/json's reading of each entry as an integer (0 when it is
 // none).
 func requireFromServerSound(t *testing.T, b []byte) {
@@ -100,9 +101,9 @@ func requireFromServerSound(t *testing.T, b []byte) {
 	case wantErr == nil && want.Op == OpMessages && want.Attempts == nil && gotErr != nil:
 		require.Equal(t, pigeon.CodeBadRequest, pigeon.ErrorCode(gotErr), "a null attempts: %q", b)
 		require.Nil(t, got.Attempts)
-	case wantErr != nil && gotErr == nil && got != nil && (got.Op == OpDeliver || got.Op == OpDeliverBatch):
-		// A push read apart: its attempt, or its entries
-		// (requireEntriesSound).
+	case wantErr != nil && gotErr == nil && got != nil && (got.Op == OpDeliver || got.Op == OpDeliverBatch || got.Op == OpDecisions):
+		// A push read apart (its attempt and message, or its entries),
+		// or a decisions answer's results (requireEntriesSound).
 		return
 	case wantErr != nil && pulled && pigeon.ErrorCode(gotErr) != pigeon.ErrorCode(wantErr):
 		// Read apart: its attempts, or its entries.

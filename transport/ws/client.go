@@ -381,7 +381,8 @@ func (s *Session) heldMessages(f *Frame, op string, attempts []int) ([]*pigeon.M
 		switch {
 		case f.Batch != nil && f.Batch[i] != nil:
 			why, err = "entry that is no message the broker sends", leftOutError(OpMessages, f.Batch[i])
-			id, seq, _ = leftOut(f.Batch[i], false)
+			r := leftOut(OpMessages, f.Batch[i])
+			id, seq = r.id, r.seq
 		case m == nil:
 			why = "entry that is not a message"
 		case m.Sequence == 0:

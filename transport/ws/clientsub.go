@@ -433,7 +433,15 @@ func (cs *clientSub) finish(err error) {
 // unsubscribe that ends its server subscription gives it back to the
 // group at once, without spending an attempt on a consumer that never saw
 // it.
+//
+// A deliver whose message the decoder left out (its text in f.Batch, see
+// decodeFromServer) is refused as a deliver_batch's entry is
+// (refusedEntry).
 func (s *Session) deliver(cc *clientConn, f *Frame) {
+	if len(f.Batch) == 1 && f.Batch[0] != nil {
+		s.refusedEntry(OpDeliver, -1, f.Sub, f.Batch[0], f.Attempt)
+		return
+	}
 	if s.refused(OpDeliver, -1, f.Sub, f.Message, f.Attempt) {
 		return
 	}
@@ -502,16 +510,21 @@ func (s *Session) refused(op string, index int, sub string, m *pigeon.Message, a
 }
 
 // refusedEntry refuses entry index of a deliver_batch (op) that the
-// decoder left out, its text entry (see decodeFromServer), as refused
-// refuses a delivery no broker sends: logged, naming the entry and what
-// can be read of its message (its id, sequence and attempt; empty or 0
-// when none can) and why it does not decode; not handed over, not
-// answered (the server's ack wait gives it back), no resume position
+// decoder left out, its text entry, or the message of a deliver (op,
+// index -1) that it left out, its text entry (see decodeFromServer), as
+// refused refuses a delivery no broker sends: logged, naming the entry
+// and what can be read of its message (its id, sequence and attempt;
+// empty or 0 when none can) and why it does not decode; not handed over,
+// not answered (the server's ack wait gives it back), no resume position
 // moved; the deliveries beside it go on.
 func (s *Session) refusedEntry(op string, index int, sub string, entry []byte, attempt int) {
-	id, seq, _ := leftOut(entry, true)
-	s.o.logger.Warn("pigeon ws: the server sent a deliver_batch entry that is no delivery the broker sends; not handed over",
-		"op", op, "index", index, "sub", sub, "messageId", id, "sequence", seq, "attempt", attempt, "err", leftOutError(op, entry))
+	what := "a deliver_batch entry that is no delivery"
+	if op == OpDeliver {
+		what = "a deliver whose message is no message"
+	}
+	r := leftOut(op, entry)
+	s.o.logger.Warn("pigeon ws: the server sent "+what+" the broker sends; not handed over",
+		"op", op, "index", index, "sub", sub, "messageId", r.id, "sequence", r.seq, "attempt", attempt, "err", leftOutError(op, entry))
 }
 
 // deliverOne queues one delivery of subscription sub; d, when not nil, is

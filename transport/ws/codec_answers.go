@@ -126,8 +126,10 @@ type resultHandoff struct {
 // decodeFromServer is the client's reader's decoder: decodeClientFrame,
 // which decodes every frame the broker writes once, and nothing more;
 // where that decoding refuses a frame, the lists the client reads apart
-// (a deliver_batch's "deliveries", a messages answer's "messages" and
-// "attempts": a receive's or a replay's) are read entry by entry, as the
+// (entryList: a deliver_batch's "deliveries", a messages answer's
+// "messages" and "attempts", a receive's or a replay's, a decisions
+// answer's "results") are read entry by entry, and a deliver's "attempt"
+// and "message" apart from the rest of it (deliverApart), as the
 // TypeScript, Python and Rust clients read them, so that one entry no
 // broker sends is refused alone and the others are handed over.
 //
@@ -136,15 +138,17 @@ type resultHandoff struct {
 // could take its text differently. So is one refused for anything but
 // its lists: the frame without them (each written []) must decode.
 // Otherwise (entriesApart) each entry is decoded alone, as the only entry
-// of a frame of the same op: one that decodes is kept as it decodes; one
-// that does not is left out (a nil message in its place, a delivery
-// without a message whose attempt is encoding/json's reading of its
-// "attempt", 0 when none), its text kept at its index in the frame's
-// Batch (nil at every other index, and Batch nil when every entry
-// decoded), for the session to refuse it alone: logged, naming its
-// index and what can be read of its message (leftOut), never handed
-// over nor answered, so the server's ack wait gives it back
-// (Session.refused, Session.heldMessages).
+// of a frame of the same op (entryAlone): one that decodes is kept as it
+// decodes; one that does not is left out (leaveOut: a nil message in its
+// place, a result of nothing, a delivery without a message whose attempt
+// is encoding/json's reading of its "attempt", 0 when none), its text
+// kept at its index in the frame's Batch (nil at every other index, and
+// Batch nil when every entry decoded). The session refuses it alone: a
+// delivery or a message is logged, naming its index and what can be read
+// of its message (leftOut), never handed over nor answered, so the
+// server's ack wait gives it back (Session.refused, Session.heldMessages);
+// a result fails its own publish alone, BAD_REQUEST (resolvePublishes),
+// the broker having maybe accepted the message.
 //
 // A messages answer's "attempts" is read entry by entry too: an entry
 // that is no integer an int holds (a fraction, 1.0 or 1e0 included, a
@@ -157,8 +161,10 @@ type resultHandoff struct {
 // of attempts is looked over for its "attempts" for that.
 //
 // A deliver's "attempt" that is no integer an int holds reads as 0 the
-// same way (attemptApart), and the session refuses that delivery alone; a
-// deliver refused for anything else is refused whole.
+// same way, and a deliver's "message" that does not decode alone is left
+// out as a list's entry is, its text the frame's Batch's one entry
+// (deliverApart); the session refuses that delivery alone. A deliver
+// refused for anything else is refused whole.
 func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 	f, err := decodeClientFrame(b, in)
 	if err == nil {
@@ -176,7 +182,7 @@ func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 		return f, err
 	}
 	op, _ := stringValue(b[s:e])
-	if (op != OpDeliver && op != OpDeliverBatch && op != OpMessages) || pigeon.CheckJSON(b) != nil {
+	if (op != OpDeliver && entryList(op) == "") || pigeon.CheckJSON(b) != nil {
 		return f, err
 	}
 	var (
@@ -184,7 +190,7 @@ func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 		gErr error
 	)
 	if op == OpDeliver {
-		g = attemptApart(b, in)
+		g = deliverApart(b, in)
 	} else {
 		g, gErr = entriesApart(b, op, in)
 	}
@@ -194,125 +200,154 @@ func decodeFromServer(b []byte, in *interner) (*Frame, error) {
 	return g, gErr
 }
 
+// entryList is the member of a frame of op whose list the client's
+// reader reads entry by entry (see decodeFromServer): a deliver_batch's
+// "deliveries", a messages answer's "messages", a decisions answer's
+// "results"; "" for any other op.
+func entryList(op string) string {
+	switch op {
+	case OpDeliverBatch:
+		return "deliveries"
+	case OpMessages:
+		return "messages"
+	case OpDecisions:
+		return "results"
+	}
+	return ""
+}
+
 // attemptsNotAList is the refusal of a messages answer whose "attempts",
 // starting with c, is no list.
 func attemptsNotAList(c byte) error {
 	return pigeon.NewError(pigeon.CodeBadRequest, `the server's answer holds "attempts" that is not a list (%s)`, jsonKind(c))
 }
 
-// attemptApart decodes a deliver that decodeClientFrame refused, when
-// what it refused is an "attempt" that is no integer an int holds (a
-// fraction, 1.0 or 1e0 included, one beyond 2^63-1, a string, a bool, an
-// object, a list; a null one reads as 0 already): decoded again with it
-// written 0, no lease's attempt, which the session refuses, logged, as it
-// refuses an attempt of 0 or beyond 2^31-1 (Session.refused). nil when
-// its attempt is an integer or it is refused for something else as well:
-// it is then refused whole. b is text CheckJSON accepted.
-func attemptApart(b []byte, in *interner) *Frame {
-	s, e := memberValue(b, "attempt")
-	if s < 0 || intText(b[s:e]) {
+// deliverApart decodes a deliver that decodeClientFrame refused, its
+// "attempt" and its "message" read apart from the rest of it. An attempt
+// that is no integer an int holds (a fraction, 1.0 or 1e0 included, one
+// beyond 2^63-1, a string, a bool, an object, a list; a null one reads
+// as 0 already) reads as 0, no lease's attempt, which the session
+// refuses, logged, as it refuses an attempt of 0 or beyond 2^31-1
+// (Session.refused). A message (but null, which reads as none already)
+// is decoded alone, as the message of a deliver of nothing else
+// (entryAlone): one that does not decode is left out (Message nil), its
+// text the frame's Batch's one entry, for the session to refuse, logged,
+// as it refuses a deliver_batch's entry left out (Session.deliver). nil
+// when the frame without them (the attempt written 0, the message null)
+// does not decode: it is refused whole. b is text CheckJSON accepted.
+func deliverApart(b []byte, in *interner) *Frame {
+	attempt, msg := rewrite{text: "0"}, rewrite{text: "null"}
+	attempt.s, attempt.e = memberValue(b, "attempt")
+	msg.s, msg.e = memberValue(b, "message")
+	if attempt.s >= 0 && intText(b[attempt.s:attempt.e]) {
+		attempt.s = -1 // decoded with the rest
+	}
+	if msg.s >= 0 && b[msg.s] == 'n' {
+		msg.s = -1 // null: no message, as decodeClientFrame reads it
+	}
+	if attempt.s < 0 && msg.s < 0 {
 		return nil
 	}
-	rest := make([]byte, 0, len(b))
-	rest = append(append(append(rest, b[:s]...), '0'), b[e:]...)
-	g, err := decodeClientFrame(rest, in)
+	g, err := decodeClientFrame(rewritten(b, attempt, msg), in)
 	if err != nil || g.Op != OpDeliver {
 		return nil
+	}
+	if msg.s >= 0 {
+		text := b[msg.s:msg.e]
+		if h, err := decodeClientFrame(entryAlone(OpDeliver, text), in); err == nil && h.Op == OpDeliver && h.Message != nil {
+			g.Message = h.Message
+		} else {
+			g.Batch = []json.RawMessage{bytes.Clone(text)} // b is the reader's, reused
+		}
 	}
 	return g
 }
 
-// entriesApart decodes a deliver_batch or a messages answer (op) that
-// decodeClientFrame refused, its lists read entry by entry (see
-// decodeFromServer); nil when it is refused for something else: its lists
-// no lists, or the frame without them refused. b is text CheckJSON
-// accepted.
+// entriesApart decodes a frame of op (a deliver_batch, a messages or a
+// decisions answer) that decodeClientFrame refused, its lists read entry
+// by entry (see decodeFromServer); nil when it is refused for something
+// else: its lists no lists, or the frame without them refused. b is text
+// CheckJSON accepted.
 func entriesApart(b []byte, op string, in *interner) (*Frame, error) {
-	list := [2]int{-1, -1}     // where the list lies
-	attempts := [2]int{-1, -1} // where a messages answer's attempts lie
-	if op == OpDeliverBatch {
-		list[0], list[1] = memberValue(b, "deliveries")
-	} else {
-		list[0], list[1] = memberValue(b, "messages")
-		attempts[0], attempts[1] = memberValue(b, "attempts")
+	list := rewrite{text: "[]"}                   // the list read entry by entry
+	attempts := rewrite{s: -1, e: -1, text: "[]"} // a messages answer's attempts
+	list.s, list.e = memberValue(b, entryList(op))
+	if op == OpMessages {
+		attempts.s, attempts.e = memberValue(b, "attempts")
 	}
-	if list[0] >= 0 && b[list[0]] == 'n' {
-		list[0] = -1 // null: no entries, as decodeClientFrame reads it
+	if list.s >= 0 && b[list.s] == 'n' {
+		list.s = -1 // null: no entries, as decodeClientFrame reads it
 	}
-	if list[0] >= 0 && b[list[0]] != '[' || list[0] < 0 && attempts[0] < 0 {
+	if list.s >= 0 && b[list.s] != '[' || list.s < 0 && attempts.s < 0 {
 		return nil, nil
 	}
-	g, err := decodeClientFrame(emptied(b, list, attempts), in)
+	g, err := decodeClientFrame(rewritten(b, list, attempts), in)
 	if err != nil || g.Op != op {
 		return nil, nil
 	}
-	if attempts[0] >= 0 {
-		n, ok := entryAttempts(b, attempts[0])
+	if attempts.s >= 0 {
+		n, ok := entryAttempts(b, attempts.s)
 		if !ok {
 			g.Attempts = nil
-			return g, attemptsNotAList(b[attempts[0]])
+			return g, attemptsNotAList(b[attempts.s])
 		}
 		g.Attempts = n
 	}
-	if list[0] >= 0 {
-		readEntries(g, b, list[0], in)
+	if list.s >= 0 {
+		readEntries(g, b, list.s, in)
 	}
 	return g, nil
 }
 
-// emptied is b with each of the values at a and c (where s, e: b[s:e];
-// s -1: none) written [].
-func emptied(b []byte, a, c [2]int) []byte {
-	if c[0] >= 0 && (a[0] < 0 || c[0] < a[0]) {
-		a, c = c, a
-	}
-	out, at := make([]byte, 0, len(b)+4), 0
-	for _, r := range [2][2]int{a, c} {
-		if r[0] >= 0 {
-			out = append(append(out, b[at:r[0]]...), "[]"...)
-			at = r[1]
+// rewrite is where a value lies in a frame's text b (b[s:e]; s -1:
+// nowhere), and the text written in its place for the frame to be
+// decoded without it.
+type rewrite struct {
+	s, e int
+	text string
+}
+
+// rewritten is b with the value of each of rs (which do not overlap)
+// written as its text.
+func rewritten(b []byte, rs ...rewrite) []byte {
+	slices.SortFunc(rs, func(x, y rewrite) int { return x.s - y.s })
+	out, at := make([]byte, 0, len(b)+8), 0
+	for _, r := range rs {
+		if r.s >= 0 {
+			out = append(append(out, b[at:r.s]...), r.text...)
+			at = r.e
 		}
 	}
 	return append(out, b[at:]...)
 }
 
-// readEntries fills the list of g, a deliver_batch or a messages answer
+// readEntries fills the list of g, a frame of a list op (entryList)
 // decoded without it, from the list at b[i], each entry decoded alone
 // (entryAlone); the text of each entry that does not decode goes to
 // g.Batch, at its index (see decodeFromServer).
 func readEntries(g *Frame, b []byte, i int, in *interner) {
 	var (
-		left  []json.RawMessage // in step with the entries: those left out
-		n     int
-		batch = g.Op == OpDeliverBatch
+		left []json.RawMessage // in step with the entries: those left out
+		n    int
 	)
-	if batch {
+	switch g.Op {
+	case OpDeliverBatch:
 		g.Deliveries, g.delivered = []DeliveryEntry{}, []*pigeon.Delivery{}
-	} else {
+	case OpDecisions:
+		g.Results = []BatchResult{}
+	default:
 		g.Messages = []*pigeon.Message{}
 	}
 	w := walker{b: b}
 	w.array(i, func(j int) int {
 		e := jsontext.SkipValue(b, j)
 		h, err := decodeClientFrame(entryAlone(g.Op, b[j:e]), in)
-		ok := err == nil && h.Op == g.Op && (batch && len(h.Deliveries) == 1 || !batch && len(h.Messages) == 1)
-		switch {
-		case ok && batch:
-			var pd *pigeon.Delivery
-			if len(h.delivered) == 1 {
-				pd = h.delivered[0]
+		ok := err == nil && h.Op == g.Op && takeEntry(g, h)
+		if !ok {
+			leaveOut(g, b[j:e])
+			if left == nil {
+				left = make([]json.RawMessage, n, n+1)
 			}
-			g.Deliveries, g.delivered = append(g.Deliveries, h.Deliveries[0]), append(g.delivered, pd)
-		case ok:
-			g.Messages = append(g.Messages, h.Messages[0])
-		case batch:
-			_, _, attempt := leftOut(b[j:e], true)
-			g.Deliveries, g.delivered = append(g.Deliveries, DeliveryEntry{Attempt: attempt}), append(g.delivered, nil)
-		default:
-			g.Messages = append(g.Messages, nil)
-		}
-		if !ok && left == nil {
-			left = make([]json.RawMessage, n, n+1)
 		}
 		if left != nil {
 			var text json.RawMessage
@@ -327,33 +362,93 @@ func readEntries(g *Frame, b []byte, i int, in *interner) {
 	g.Batch = left
 }
 
-// entryAlone is the frame of op (deliver_batch or messages) whose list
-// holds entry alone: the entry at the depth it has in any such frame, so
-// that it decodes as it would beside others.
-func entryAlone(op string, entry []byte) []byte {
-	head := `{"op":"messages","messages":[`
-	if op == OpDeliverBatch {
-		head = `{"op":"deliver_batch","deliveries":[`
+// takeEntry appends to the list of g the one entry of h, a frame of g's
+// op decoded from that entry alone (entryAlone); false, nothing
+// appended, when h holds another number of entries.
+func takeEntry(g, h *Frame) bool {
+	switch g.Op {
+	case OpDeliverBatch:
+		if len(h.Deliveries) != 1 {
+			return false
+		}
+		var pd *pigeon.Delivery
+		if len(h.delivered) == 1 {
+			pd = h.delivered[0]
+		}
+		g.Deliveries, g.delivered = append(g.Deliveries, h.Deliveries[0]), append(g.delivered, pd)
+	case OpDecisions:
+		if len(h.Results) != 1 {
+			return false
+		}
+		g.Results = append(g.Results, h.Results[0])
+	default:
+		if len(h.Messages) != 1 {
+			return false
+		}
+		g.Messages = append(g.Messages, h.Messages[0])
 	}
-	out := make([]byte, 0, len(head)+len(entry)+2)
-	return append(append(append(out, head...), entry...), "]}"...)
+	return true
 }
 
-// leftOut reads what can be read of an entry left out of a list (see
-// decodeFromServer), a delivery (batch) or a message, as encoding/json
-// reads it: its message's id, when a string; its sequence, when an
-// integer a uint64 holds; a delivery's attempt, when an integer an int
-// holds; each otherwise zero.
-func leftOut(entry []byte, batch bool) (id string, seq uint64, attempt int) {
+// leaveOut appends to the list of g what stands for entry, which did not
+// decode alone: a delivery without a message, its attempt as leftOut
+// reads it; a result of nothing; a nil message.
+func leaveOut(g *Frame, entry []byte) {
+	switch g.Op {
+	case OpDeliverBatch:
+		d := DeliveryEntry{Attempt: leftOut(g.Op, entry).attempt}
+		g.Deliveries, g.delivered = append(g.Deliveries, d), append(g.delivered, nil)
+	case OpDecisions:
+		g.Results = append(g.Results, BatchResult{})
+	default:
+		g.Messages = append(g.Messages, nil)
+	}
+}
+
+// entryAlone is the frame of op (a list op, see entryList) whose list
+// holds entry alone, or the deliver whose message is entry: the entry at
+// the depth it has in any such frame, so that it decodes as it would
+// beside others.
+func entryAlone(op string, entry []byte) []byte {
+	out := make([]byte, 0, len(entry)+40)
+	out = append(append(append(out, `{"op":"`...), op...), `","`...)
+	if op == OpDeliver {
+		out = append(append(out, `message":`...), entry...)
+		return append(out, '}')
+	}
+	out = append(append(append(out, entryList(op)...), `":[`...), entry...)
+	return append(out, "]}"...)
+}
+
+// entryRead is what can be read of an entry left out (see leftOut).
+type entryRead struct {
+	id      string // its message's
+	seq     uint64 // its message's
+	attempt int    // a delivery's
+	status  string // a result's
+}
+
+// leftOut reads what can be read of an entry of a frame of op left out
+// (see decodeFromServer), as encoding/json reads it: its message's id,
+// when a string; its sequence, when an integer a uint64 holds; a
+// delivery's attempt, when an integer an int holds; a result's status,
+// when a string; each otherwise zero. The entry is a delivery (a
+// deliver_batch's) or a result (a decisions answer's), each with its
+// message in "message", or a message (a messages answer's, a deliver's).
+func leftOut(op string, entry []byte) (r entryRead) {
 	msg := entry
-	if batch {
+	if op == OpDeliverBatch || op == OpDecisions {
 		var d struct {
 			Attempt json.RawMessage `json:"attempt"`
+			Status  json.RawMessage `json:"status"`
 			Message json.RawMessage `json:"message"`
 		}
 		_ = json.Unmarshal(entry, &d)
-		if n, err := strconv.ParseInt(string(d.Attempt), 10, strconv.IntSize); err == nil {
-			attempt = int(n)
+		if n, err := strconv.ParseInt(string(d.Attempt), 10, strconv.IntSize); err == nil && op == OpDeliverBatch {
+			r.attempt = int(n)
+		}
+		if op == OpDecisions {
+			_ = json.Unmarshal(d.Status, &r.status)
 		}
 		msg = d.Message
 	}
@@ -362,20 +457,25 @@ func leftOut(entry []byte, batch bool) (id string, seq uint64, attempt int) {
 		Sequence json.RawMessage `json:"sequence"`
 	}
 	if json.Unmarshal(msg, &m) == nil {
-		_ = json.Unmarshal(m.ID, &id)
+		_ = json.Unmarshal(m.ID, &r.id)
 		if n, err := strconv.ParseUint(string(m.Sequence), 10, 64); err == nil {
-			seq = n
+			r.seq = n
 		}
 	}
-	return id, seq, attempt
+	return r
 }
 
-// leftOutError is why the entry left out of a list of op did not decode
+// leftOutError is why the entry left out of a frame of op did not decode
 // alone, as encoding/json, or the frame decoder, says it.
 func leftOutError(op string, entry []byte) error {
-	var v any = new(pigeon.Message)
-	if op == OpDeliverBatch {
+	var v any
+	switch op {
+	case OpDeliverBatch:
 		v = new(DeliveryEntry)
+	case OpDecisions:
+		v = new(BatchResult)
+	default:
+		v = new(pigeon.Message)
 	}
 	if err := pigeon.CheckNames(entry, v); err != nil {
 		return err

@@ -70,7 +70,9 @@
 // a member of the wrong type (a sequence that is a string, negative or a
 // fraction, an id that is a number, a time that is no string, …); its
 // log names its index and, where they can be read, its message's id and
-// sequence, and the entries beside it are handed over. A frame whose text
+// sequence, and the entries beside it are handed over. A deliver whose
+// message is no message the broker sends is refused the same way, logged
+// with its op and what can be read of its message. A frame whose text
 // readers could take differently (a name twice in one object, a lone
 // surrogate) is refused whole, logged as undecodable. An answer malformed
 // as a whole fails its call: BAD_REQUEST for messages that are not a list,
@@ -113,14 +115,21 @@
 // publishes queued while the connection's writer is busy leave together in
 // one publish_batch frame (up to MaxPublishBatch), each still judged by
 // every gate and audited on its own, its refusal resolving only its own
-// PendingPublish. In-flight publishes are bounded per Session
-// (WithMaxPendingPublishes); a lost connection resolves every one of them
-// with its transport error. Publish is PublishAsync then Wait. The frames
-// ask for brief answers, which leave out an accepted message's data (the
-// data sent); the client puts a copy of the data it sent back into
-// Result.Message, so results are the same as from a full answer. The server
-// limits each connection to Options.PublishRate messages a second (default
-// 1,000,000), counting every message of a batch. PublishAt
+// PendingPublish. A result of the batch's decisions answer that the
+// client cannot read (a status that is no string, a message with a
+// member of the wrong type, an error that is no error, a result that is
+// no object) fails only its own PendingPublish, BAD_REQUEST, saying that
+// the message may have been accepted all the same: look it up, or
+// publish it again under an idempotency key, rather than take it for
+// refused; the others resolve with their decisions. In-flight publishes
+// are bounded per Session (WithMaxPendingPublishes); a lost connection
+// resolves every one of them with its transport error. Publish is
+// PublishAsync then Wait. The frames ask for brief answers, which leave
+// out an accepted message's data (the data sent); the client puts a copy
+// of the data it sent back into Result.Message, so results are the same
+// as from a full answer. The server limits each connection to
+// Options.PublishRate messages a second (default 1,000,000), counting
+// every message of a batch. PublishAt
 // (pigeon.DepthPublisher) publishes at a depth, the frame's "hops", which
 // the server takes only from a principal holding pigeon.RoleBridge and
 // refuses FORBIDDEN from any other; a request frame's "hops" follows the

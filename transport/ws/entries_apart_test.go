@@ -165,6 +165,53 @@ func (e entryOf) text(op, msg string) string {
 	return `{"attempt":` + strconv.Itoa(e.attempt) + `,"message":` + msg + `}`
 }
 
+// A deliver whose message is no message the broker sends, whatever is
+// wrong with it, is refused as an entry of a deliver_batch is
+// (TestListEntryRefusedAlone, over the same messages): logged as not
+// handed over, naming its op and, when they can be read, its message's
+// id and sequence; never handed to a handler nor acked (the server's ack
+// wait gives it back); the deliveries beside it are handed over and
+// acked, and the connection stays up. Before, a message the decoder could
+// not take (a sequence that is a string, an id that is a number, a
+// message that is no object, …) was logged only as an undecodable frame
+// from the server, naming neither the delivery nor its message.
+func TestDeliverMessageRefusedAlone(t *testing.T) {
+	for _, row := range badEntries {
+		if row.entry != "" {
+			continue // a deliver_batch's entry, or a messages answer's
+		}
+		t.Run(row.name, func(t *testing.T) {
+			all := []entryOf{{"msg_a", 2, 3}, {"msg_x", 1, 5}, {"msg_b", 3, 7}}
+			frames := make([]string, len(all))
+			for i, e := range all {
+				msg := entryMessage
+				if e.id == "msg_x" {
+					msg = strings.Replace(entryMessage, row.old, row.new, 1)
+					if row.message != "" {
+						msg = row.message
+					}
+				}
+				frames[i] = e.deliver(msg)
+			}
+			logs := &entryLogs{}
+			seen, acked := pushFrames(t, frames, logs)
+			require.Equal(t, []entryOf{{"msg_a", 2, 3}, {"msg_b", 3, 7}, {"msg_end", 1, 9}}, seen,
+				"the deliveries beside it are handed over")
+			require.Equal(t, []entryOf{{"msg_a", 0, 3}, {"msg_b", 0, 7}, {"msg_end", 0, 9}}, acked,
+				"the deliveries handed over are acked, the refused one never")
+			require.Equal(t, []loggedEntry{{ws.OpDeliver, -1, row.id, row.seq}}, logs.got(),
+				"the refusal is logged as not handed over, naming its op and what can be read of its message")
+		})
+	}
+}
+
+// deliver is a deliver push of e (on s1) with msg its message (for
+// entryMessage, the entry's id and sequence written in).
+func (e entryOf) deliver(msg string) string {
+	d := e.text(ws.OpDeliverBatch, msg)
+	return `{"op":"deliver","sub":"s1",` + strings.TrimSuffix(strings.TrimPrefix(d, "{"), "}") + `}`
+}
+
 // pushEntries subscribes to jobs.run on a scripted server that pushes
 // the deliveries entries in one deliver_batch, then msg_end (attempt 1,
 // sequence 9) in a deliver of its own; it returns the deliveries handed
@@ -172,13 +219,21 @@ func (e entryOf) text(op, msg string) string {
 // and the subscription ended.
 func pushEntries(t *testing.T, entries []string, logs *entryLogs) (seen, acked []entryOf) {
 	t.Helper()
-	batch := `{"op":"deliver_batch","sub":"s1","deliveries":[` + strings.Join(entries, ",") + `]}`
-	end := `{"op":"deliver","sub":"s1",` + strings.TrimSuffix(strings.TrimPrefix(entryOf{"msg_end", 1, 9}.text(ws.OpDeliverBatch, entryMessage), "{"), "}") + `}`
+	return pushFrames(t, []string{`{"op":"deliver_batch","sub":"s1","deliveries":[` + strings.Join(entries, ",") + `]}`}, logs)
+}
+
+// pushFrames subscribes to jobs.run on a scripted server that pushes
+// frames (on s1), then msg_end (attempt 1, sequence 9) in a deliver of
+// its own; it returns the deliveries handed to the handler and the acks
+// the server read, once msg_end is handled and the subscription ended.
+func pushFrames(t *testing.T, frames []string, logs *entryLogs) (seen, acked []entryOf) {
+	t.Helper()
+	end := entryOf{"msg_end", 1, 9}.deliver(entryMessage)
 	var mu sync.Mutex
 	srv := newScriptedServer(t, func(f *ws.Frame) []string {
 		switch f.Op {
 		case ws.OpSubscribe:
-			return []string{subscribedFrame(f, "s1"), batch, end}
+			return append(append([]string{subscribedFrame(f, "s1")}, frames...), end)
 		case ws.OpAck:
 			mu.Lock()
 			if f.MessageID != "" {

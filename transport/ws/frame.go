@@ -147,10 +147,11 @@ type Frame struct {
 	// publish_batch: its messages, read from "messages", each to be
 	// decoded and judged on its own: Batch holds the text of those the
 	// frame decoder left undecoded, decoded the others (the two are as
-	// long as the batch, one of them nil at each index). deliver_batch
-	// and messages, on the client's side: the text of each entry the
-	// client's reader left out (decodeFromServer), nil at the others;
-	// nil when none was.
+	// long as the batch, one of them nil at each index). deliver_batch,
+	// messages and decisions, on the client's side: the text of each
+	// entry the client's reader left out (decodeFromServer), nil at the
+	// others; nil when none was. deliver, on the client's side: the text
+	// of its message, its one entry, when the reader left it out.
 	Batch   []json.RawMessage `json:"-"`
 	decoded []*pigeon.Message
 	// decisions: one result per message of the batch, in order.

@@ -134,10 +134,12 @@ func (p *PendingPublish) resolveWith(status string, m *pigeon.Message, res *pige
 // Once queued the publish no longer depends on ctx. Publishes queued while
 // the connection's writer is busy leave together in one publish_batch
 // frame; each is judged by every gate on its own, as Publish is, and a
-// refusal resolves only its own PendingPublish. Publishes in flight
-// together may be admitted in any order (as concurrent Publish calls
-// are): wait for an answer before publishing what must follow it.
-// Close fails the publishes not yet answered; wait for them first.
+// refusal resolves only its own PendingPublish, as does a result of the
+// answer that the client cannot read (BAD_REQUEST: the message may have
+// been accepted all the same). Publishes in flight together may be
+// admitted in any order (as concurrent Publish calls are): wait for an
+// answer before publishing what must follow it. Close fails the
+// publishes not yet answered; wait for them first.
 func (s *Session) PublishAsync(ctx context.Context, m *pigeon.Message) (*PendingPublish, error) {
 	return s.publishAsync(ctx, m, false)
 }
@@ -411,7 +413,10 @@ func (cc *clientConn) nextPublishFrame() []byte {
 
 // resolvePublishes resolves the publishes one frame carried with its
 // answer: a decision for a lone publish, a decisions frame slot by slot
-// for a batch, an error frame for all of them.
+// for a batch, an error frame for all of them. A result of the decisions
+// that the decoder could not read (its text in f.Batch, see
+// decodeFromServer) fails its own publish alone (unreadResult); the
+// others are resolved with their own.
 func resolvePublishes(items []*PendingPublish, f *Frame) {
 	switch {
 	case f.Op == OpError:
@@ -428,6 +433,8 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 	case f.Op == OpDecisions && len(f.Results) == len(items):
 		for i, r := range f.Results {
 			switch {
+			case f.Batch != nil && f.Batch[i] != nil:
+				items[i].resolve(nil, unreadResult(i, len(items), f.Batch[i]))
 			case r.Error != nil:
 				items[i].resolve(nil, r.Error.Err())
 			case r.Message == nil:
@@ -439,4 +446,21 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 	default:
 		failAll(items, pigeon.NewError(pigeon.CodeInternal, "the server answered a publish with %q for %d messages", f.Op, len(items)))
 	}
+}
+
+// unreadResult is what the publish whose result, index of n in a
+// decisions answer, is entry fails with when the client could not read
+// it (see decodeFromServer): BAD_REQUEST, as a malformed answer fails its
+// call, wrapping why it did not decode, and saying that the message may
+// have been accepted all the same (with the status the answer gives it,
+// when that reads as one the broker answers): the broker judged and maybe
+// stored it, so that it is not taken for refused and published again
+// without an idempotency key.
+func unreadResult(index, n int, entry []byte) error {
+	said := ""
+	if st := leftOut(OpDecisions, entry).status; st == pigeon.StatusAccepted || st == pigeon.StatusDuplicate {
+		said = "; the answer says " + strconv.Quote(st)
+	}
+	return pigeon.WrapError(pigeon.CodeBadRequest, leftOutError(OpDecisions, entry),
+		"the server's answer for this message (index %d of the %d results of its publish_batch) could not be read: the message may have been accepted%s", index, n, said)
 }
