@@ -436,6 +436,9 @@ func (s *Session) PublishAt(ctx context.Context, m *pigeon.Message, hops uint32)
 	if err != nil {
 		return nil, err
 	}
+	if err := answeredStatus(f.Status); err != nil {
+		return nil, err
+	}
 	return &pigeon.Result{Status: f.Status, Message: msg}, nil
 }
 

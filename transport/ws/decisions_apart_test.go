@@ -174,3 +174,23 @@ func publishBatchOf(t *testing.T, results string) []published {
 	require.NoError(t, s.Err(), "an unread result does not end the connection")
 	return out
 }
+
+// A result that decodes but whose status no broker answers a publish with
+// (null, empty, another word) fails its own publish, BAD_REQUEST, saying
+// the message may have been accepted; the results beside it resolve.
+func TestDecisionResultOfAnotherStatusRefusedAlone(t *testing.T) {
+	for _, status := range []string{`null`, `""`, `"refused"`, `"Accepted"`, `"quarantined"`} {
+		t.Run(status, func(t *testing.T) {
+			odd := strings.Replace(resultOf("msg_x", 5), `"status":"accepted"`, `"status":`+status, 1)
+			require.NotEqual(t, resultOf("msg_x", 5), odd)
+			outcomes := publishBatchOf(t, `"results":[`+resultOf("msg_a", 10)+`,`+odd+`,`+resultOf("msg_b", 12)+`]`)
+			require.Nil(t, outcomes[1].res)
+			require.Equal(t, pigeon.CodeBadRequest, pigeon.ErrorCode(outcomes[1].err), "%v", outcomes[1].err)
+			require.ErrorContains(t, outcomes[1].err, "the message may have been accepted")
+			for _, i := range []int{0, 2} {
+				require.NoError(t, outcomes[i].err, "publish %d", i)
+				require.Equal(t, pigeon.StatusAccepted, outcomes[i].res.Status)
+			}
+		})
+	}
+}

@@ -116,6 +116,11 @@ func (p *PendingPublish) resolve(res *pigeon.Result, err error) {
 // res, when not nil, is the Result to resolve p with (the frame decoder
 // allocates it with m).
 func (p *PendingPublish) resolveWith(status string, m *pigeon.Message, res *pigeon.Result) {
+	if err := answeredStatus(status); err != nil {
+		p.data = nil
+		p.resolve(nil, err)
+		return
+	}
 	if m.Data == nil && status == pigeon.StatusAccepted {
 		m.Data = p.data
 	}
@@ -446,6 +451,17 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 	default:
 		failAll(items, pigeon.NewError(pigeon.CodeInternal, "the server answered a publish with %q for %d messages", f.Op, len(items)))
 	}
+}
+
+// answeredStatus refuses a decision whose status is none a broker
+// answers a publish with (accepted or duplicate; a refusal is an error):
+// BAD_REQUEST, as an answer the client cannot read, saying that the
+// message may have been accepted all the same.
+func answeredStatus(status string) error {
+	if status == pigeon.StatusAccepted || status == pigeon.StatusDuplicate {
+		return nil
+	}
+	return pigeon.NewError(pigeon.CodeBadRequest, "the server answered a publish with status %q, which no broker sends: the message may have been accepted", status)
 }
 
 // unreadResult is what the publish whose result, index of n in a
