@@ -214,8 +214,32 @@ func (e *Engine) GetAccount(_ context.Context, id string) (Account, error) {
 	return e.dir.account(id)
 }
 
-// ListAccounts returns every account, sorted by id.
+// ListAccounts returns every account, sorted by id. A caller that shows
+// them to someone (an API) pages them with ListAccountsPage instead.
 func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accountList() }
+
+// ListAccountsPage returns one page of the accounts, sorted by id: the
+// first max whose ids sort after after ("": from the first; max <= 0:
+// every one after it), and next, the after of the page that follows: the
+// last id of this one, or "" when no account follows it. It holds the
+// page alone, never a copy of the whole directory, so a page of ten of a
+// million accounts costs ten copies. An after that is not a valid account
+// id (see MaxIDLength), which no page ever names, is INVALID_ARGUMENT.
+// Each page reads the directory as it is then: an account created or
+// deleted between two pages is listed or not by where its id falls, and
+// no account that stays is listed twice or missed.
+func (e *Engine) ListAccountsPage(_ context.Context, after string, max int) (accounts []Account, next string, err error) {
+	if after != "" {
+		if err := validID("after, an account id", after); err != nil {
+			return nil, "", err
+		}
+	}
+	page, more := e.dir.accountPage(after, max)
+	if more {
+		next = page[len(page)-1].ID
+	}
+	return page, next, nil
+}
 
 // DeleteAccount removes an account; contracts that relied on its roles
 // stop working at their next check.
@@ -333,8 +357,26 @@ func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 // GetRole returns one role.
 func (e *Engine) GetRole(_ context.Context, name string) (Role, error) { return e.dir.role(name) }
 
-// ListRoles returns every role, sorted by name.
+// ListRoles returns every role, sorted by name. A caller that shows them
+// to someone (an API) pages them with ListRolesPage instead.
 func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
+
+// ListRolesPage returns one page of the roles, sorted by name, as
+// ListAccountsPage pages the accounts: the first max after the name after,
+// and next, the after of the page that follows ("" when none follows). An
+// after that is not a valid role name is INVALID_ARGUMENT.
+func (e *Engine) ListRolesPage(_ context.Context, after string, max int) (roles []Role, next string, err error) {
+	if after != "" {
+		if err := validID("after, a role name", after); err != nil {
+			return nil, "", err
+		}
+	}
+	page, more := e.dir.rolePage(after, max)
+	if more {
+		next = page[len(page)-1].Name
+	}
+	return page, next, nil
+}
 
 // DeleteRole removes a role definition. Every contract and subscription
 // that relied on one of its permissions fails its next check with

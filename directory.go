@@ -8,11 +8,13 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
+	"pigeon/internal/firstn"
 	"pigeon/internal/jsontext"
 	"pigeon/store"
 )
@@ -597,6 +599,41 @@ func (d *directory) accountList() []Account {
 	return out
 }
 
+// accountPage returns copies of the first max accounts by id that sort
+// after the id after (every one after it when max <= 0), and whether
+// another follows them. It holds the page alone, not a copy of every
+// account (firstn), so a directory of a million accounts answers a page of
+// ten in ten copies.
+func (d *directory) accountPage(after string, max int) (page []Account, more bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	k := firstn.New(pageRoom(max, len(d.accounts)), func(a, b *Account) int { return strings.Compare(a.ID, b.ID) })
+	for id, a := range d.accounts {
+		if id > after {
+			k.Offer(a)
+		}
+	}
+	kept := k.Sorted()
+	if more = max > 0 && len(kept) > max; more {
+		kept = kept[:max]
+	}
+	page = make([]Account, len(kept))
+	for i, a := range kept {
+		page[i] = cloneAccount(a)
+	}
+	return page, more
+}
+
+// pageRoom is what a page of at most max entries (max <= 0: every one of
+// all) keeps while it looks for them: one more than max, which tells
+// whether another follows.
+func pageRoom(max, all int) int {
+	if max <= 0 || max >= all {
+		return all
+	}
+	return max + 1
+}
+
 // createAccount adds account a (CONFLICT when its id exists), then calls
 // then. a.CreatedAt, when not after every account's the directory has
 // held, is moved a nanosecond past the latest (see created).
@@ -908,6 +945,29 @@ func (d *directory) roleList() []Role {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// rolePage returns copies of the first max roles by name that sort after
+// the name after (every one after it when max <= 0), and whether another
+// follows them; as accountPage, it holds the page alone.
+func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	k := firstn.New(pageRoom(max, len(d.roles)), func(a, b *Role) int { return strings.Compare(a.Name, b.Name) })
+	for name, r := range d.roles {
+		if name > after {
+			k.Offer(r)
+		}
+	}
+	kept := k.Sorted()
+	if more = max > 0 && len(kept) > max; more {
+		kept = kept[:max]
+	}
+	page = make([]Role, len(kept))
+	for i, r := range kept {
+		page[i] = Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)}
+	}
+	return page, more
 }
 
 // putRole defines or replaces role r, then calls then.

@@ -14,11 +14,12 @@ import (
 
 // The access commands are the command line of the admin API's accounts,
 // roles and grants (docs/http.md, role admin): each call is one request
-// whose answer is printed as one JSON document on stdout; a refusal is the
-// typed error (code, then the JSON error body) on stderr and exit 1; a
-// wrong command line exits 2. Every id in a path — an account id is a
-// principal id such as spiffe://org/ns/x/sa/y, a role name, a grant's
-// jti — is path-escaped as one segment.
+// whose answer is printed as one JSON document on stdout (account list and
+// role list read page after page and print one document an entry:
+// nameListing); a refusal is the typed error (code, then the JSON error
+// body) on stderr and exit 1; a wrong command line exits 2. Every id in a
+// path — an account id is a principal id such as spiffe://org/ns/x/sa/y, a
+// role name, a grant's jti — is path-escaped as one segment.
 
 // accessCmd is one access command: its flags (the client flags and its
 // own) and its positional arguments.
@@ -127,8 +128,12 @@ func grantCmd(ctx context.Context, sub string, args []string, stdout, stderr io.
 func accountCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	switch sub {
 	case "list":
-		return request(ctx, "account list", "List the accounts the broker keeps (role admin).",
-			http.MethodGet, func([]string) string { return "/v1/accounts" }, args, stdout, stderr)
+		c := newAccessCmd("account list", "List the accounts the broker keeps (role admin), by id, one JSON document a line,\npage after page.", stderr)
+		limit, after := nameListingFlags(c.fs, "", "accounts", "account id")
+		if _, exit := c.parse(args); exit >= 0 {
+			return exit
+		}
+		return nameListing{cmd: c.name, noun: "accounts", path: "/v1/accounts", field: "accounts", key: "id", after: *after, max: limit()}.run(ctx, c.a, stdout, stderr)
 	case "create":
 		c := newAccessCmd("account create", "Create an account; ID is its principal id, e.g. spiffe://org/ns/x/sa/y (role admin).", stderr, "ID")
 		var roles []string
@@ -171,8 +176,12 @@ func accountCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 // roleCmd runs pigeon role list|show|put|delete: the /v1/roles routes.
 func roleCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) int {
 	if sub == "list" {
-		return request(ctx, "role list", "List the roles the broker keeps, with their permissions (role admin).",
-			http.MethodGet, func([]string) string { return "/v1/roles" }, args, stdout, stderr)
+		c := newAccessCmd("role list", "List the roles the broker keeps, with their permissions (role admin), by name, one JSON\ndocument a line, page after page.", stderr)
+		limit, after := nameListingFlags(c.fs, "", "roles", "role name")
+		if _, exit := c.parse(args); exit >= 0 {
+			return exit
+		}
+		return nameListing{cmd: c.name, noun: "roles", path: "/v1/roles", field: "roles", key: "name", after: *after, max: limit()}.run(ctx, c.a, stdout, stderr)
 	}
 	if sub != "put" {
 		method, about := http.MethodGet, "Show a role and its permissions (role admin)."

@@ -59,7 +59,8 @@ func negotiateHTTP(t *testing.T, url, token, subject string) (int, []byte) {
 // and publishes under it; account role remove, after which the contract's
 // next publish is refused with GRANT_REVOKED; grant revoke, after which
 // the token itself is refused (401); then account role add, account
-// delete and role delete. Each answer is one JSON document on stdout.
+// delete and role delete. Each answer is one JSON document on stdout; a
+// listing prints one an entry.
 func TestAccessCommands(t *testing.T) {
 	t.Setenv("PIGEON_TOKEN", "admin-token") // the environment's token, as an operator's shell has it
 	ctx := context.Background()
@@ -81,6 +82,21 @@ func TestAccessCommands(t *testing.T) {
 		require.False(t, dec.More(), "one document: %s", stdout)
 		return out
 	}
+	// listed runs a listing that must succeed and returns the member key
+	// of each entry, one JSON document a line.
+	listed := func(t *testing.T, key string, args ...string) []string {
+		t.Helper()
+		exit, stdout, stderr := r.pigeon(t, ctx, args...)
+		require.Equal(t, 0, exit, stderr)
+		require.Empty(t, stderr)
+		var names []string
+		for l := range strings.Lines(stdout) {
+			var entry map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &entry), "one document a line: %s", stdout)
+			names = append(names, entry[key].(string))
+		}
+		return names
+	}
 	role := func(out map[string]any) map[string]any { return out["role"].(map[string]any) }
 	account := func(out map[string]any) map[string]any { return out["account"].(map[string]any) }
 
@@ -101,18 +117,14 @@ func TestAccessCommands(t *testing.T) {
 	require.NoError(t, pr.Close())
 	require.Len(t, role(out)["permissions"], 1, "the body of standard input")
 	require.Equal(t, []any{"receive"}, role(out)["permissions"].([]any)[0].(map[string]any)["operations"])
-	out = run(t, "role", "list")
-	require.Len(t, out["roles"], 2)
-	require.Equal(t, "notify", out["roles"].([]any)[0].(map[string]any)["name"])
+	require.Equal(t, []string{"notify", "reader"}, listed(t, "name", "role", "list"))
 	out = run(t, "role", "show", "notify")
 	require.Equal(t, "notifications.send", role(out)["permissions"].([]any)[0].(map[string]any)["subject"])
 
 	out = run(t, "account", "create", id, "--role", "notify")
 	require.Equal(t, id, account(out)["id"])
 	require.Equal(t, []any{"notify"}, account(out)["roles"])
-	out = run(t, "account", "list")
-	require.Len(t, out["accounts"], 1)
-	require.Equal(t, id, out["accounts"].([]any)[0].(map[string]any)["id"])
+	require.Equal(t, []string{id}, listed(t, "id", "account", "list"))
 	out = run(t, "account", "show", id)
 	require.Equal(t, []any{"notify"}, account(out)["roles"])
 

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -21,32 +20,16 @@ func programCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 	module := fs.String("module", "", "deploy: the WebAssembly module (.wasm)")
 	manifest := fs.String("manifest", "", "deploy: the manifest (JSON: route, account, publishes, limits, env)")
 	version := fs.Int("version", 0, "rollback: the version to deploy again (default: the one before the current)")
+	limit, after := nameListingFlags(fs, "list: ", "programs", "program name")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return parseExit(err)
 	}
 	if sub == "list" {
-		b, err := a.do(ctx, http.MethodGet, "/v1/programs", nil)
-		if err != nil {
-			return fail(stderr, cmd, err)
-		}
-		var out struct {
-			Programs []json.RawMessage `json:"programs"`
-		}
-		if err := json.Unmarshal(b, &out); err != nil {
-			return fail(stderr, cmd, err)
-		}
-		for _, p := range out.Programs {
-			// One line a program, the same JSON, terminal-safe: a
-			// manifest is its deployer's text, and the server's answer
-			// may hold a carriage return between tokens.
-			var line bytes.Buffer
-			if err := json.Compact(&line, p); err != nil {
-				return fail(stderr, cmd, err)
-			}
-			_, _ = stdout.Write(append(terminalSafeJSON(line.Bytes()), '\n'))
-		}
-		return 0
+		// One line a program, the same JSON, terminal-safe: a manifest is
+		// its deployer's text, and the server's answer may hold a
+		// carriage return between tokens.
+		return nameListing{cmd: cmd, noun: "programs", path: "/v1/programs", field: "programs", key: "name", after: *after, max: limit()}.run(ctx, a, stdout, stderr)
 	}
 	if len(pos) != 1 {
 		fmt.Fprintf(stderr, "pigeon %s: one program name is required\n", cmd)

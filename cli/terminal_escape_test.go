@@ -110,7 +110,7 @@ func (f *fakeChains) VerifyAudit(context.Context, string) ([]AuditChain, error) 
 func TestPeerTextEscapedOnTheTerminal(t *testing.T) {
 	const evil = "\x1b]0;owned\x07\x1b[2J\r\n\x9b"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/accounts" {
+		if r.URL.Path == "/v1/accounts/x" {
 			_, _ = io.WriteString(w, "not json "+evil)
 			return
 		}
@@ -129,7 +129,7 @@ func TestPeerTextEscapedOnTheTerminal(t *testing.T) {
 		opts []Option
 		code int
 	}{
-		{"2xx not JSON", []string{"account", "list", "--url", srv.URL, "--token", "t"}, nil, 0},
+		{"2xx not JSON", []string{"account", "show", "x", "--url", srv.URL, "--token", "t"}, nil, 0},
 		{"HTTP error page", []string{"role", "list", "--url", srv.URL, "--token", "t"}, nil, 1},
 		{"cluster node names", []string{"audit", "verify", "--store", "fake://x"}, []Option{cluster}, 1},
 	}

@@ -60,8 +60,21 @@ type accountBody struct {
 	Account pigeon.Account `json:"account"`
 }
 
+// listAccounts answers GET /v1/accounts: one page of the accounts by id
+// (pigeon.Engine.ListAccountsPage), at most ?max= (default and cap
+// maxRecords) after the id ?after= names; "next", when more follow, is
+// the ?after= of the next page. A directory of a million accounts is
+// never read whole for one request.
 func listAccounts(rq *request) (int, any, error) {
-	return http.StatusOK, map[string]any{"accounts": rq.s.e.ListAccounts(rq.ctx)}, nil
+	after, n, err := rq.namePage()
+	if err != nil {
+		return 0, nil, err
+	}
+	as, next, err := rq.s.e.ListAccountsPage(rq.ctx, after, n)
+	if err != nil {
+		return 0, nil, rq.afterRefused(err, "an account id")
+	}
+	return http.StatusOK, namedPage("accounts", as, next), nil
 }
 
 func createAccount(rq *request) (int, any, error) {
@@ -171,8 +184,18 @@ type roleBody struct {
 	Role pigeon.Role `json:"role"`
 }
 
+// listRoles answers GET /v1/roles: one page of the roles by name
+// (pigeon.Engine.ListRolesPage), paged as listAccounts pages the accounts.
 func listRoles(rq *request) (int, any, error) {
-	return http.StatusOK, map[string]any{"roles": rq.s.e.ListRoles(rq.ctx)}, nil
+	after, n, err := rq.namePage()
+	if err != nil {
+		return 0, nil, err
+	}
+	rs, next, err := rq.s.e.ListRolesPage(rq.ctx, after, n)
+	if err != nil {
+		return 0, nil, rq.afterRefused(err, "a role name")
+	}
+	return http.StatusOK, namedPage("roles", rs, next), nil
 }
 
 func getRole(rq *request) (int, any, error) {

@@ -111,17 +111,24 @@ func getProgram(rq *request) (int, any, error) {
 	return http.StatusOK, map[string]any{"program": rq.shown(info)}, nil
 }
 
-// listPrograms lists the programs; to a principal without RoleAdmin, those
-// that run as its own account.
+// listPrograms lists one page of the programs by name
+// (programs.Manager.ListPage), paged as listAccounts pages the accounts;
+// to a principal without RoleAdmin, only those that run as its own
+// account: the others take no place in its pages, and no "next" it is
+// answered names one.
 func listPrograms(rq *request) (int, any, error) {
-	all := rq.s.opts.Programs.List(rq.ctx)
-	shown := all[:0]
-	for _, info := range all {
-		if rq.mayRead(info) {
-			shown = append(shown, rq.shown(info))
-		}
+	after, n, err := rq.namePage()
+	if err != nil {
+		return 0, nil, err
 	}
-	return http.StatusOK, map[string]any{"programs": shown}, nil
+	page, next, err := rq.s.opts.Programs.ListPage(rq.ctx, after, n, rq.mayRead)
+	if err != nil {
+		return 0, nil, rq.afterRefused(err, "a program name")
+	}
+	for i := range page {
+		page[i] = rq.shown(page[i])
+	}
+	return http.StatusOK, namedPage("programs", page, next), nil
 }
 
 // mayRead reports whether the caller may see program info: an admin any,

@@ -22,6 +22,9 @@ var queryParams = map[string][]string{
 	"GET /v1/audit":               {"from", "max"},
 	"GET /v1/audit/receipts/{id}": {"after", "max"},
 	"GET /v1/quarantine":          {"since", "after", "max"},
+	"GET /v1/accounts":            {"after", "max"},
+	"GET /v1/roles":               {"after", "max"},
+	"GET /v1/programs":            {"after", "max"},
 }
 
 // parseQuery reads r's query string strictly: every parameter must be one

@@ -452,7 +452,8 @@ func replay(rq *request) (int, any, error) {
 	return http.StatusOK, messagesBody(msgs), nil
 }
 
-// maxRecords caps one page of audit or quarantine records.
+// maxRecords caps one page of a listing: audit or quarantine records,
+// receipts, and the accounts, roles and programs (namePage).
 const maxRecords = 10000
 
 // pageSize reads ?max=, defaulting to and capped at maxRecords.
@@ -465,6 +466,36 @@ func (rq *request) pageSize() (int, error) {
 		n = maxRecords
 	}
 	return int(n), nil
+}
+
+// namePage reads the query of a listing by id or name (GET /v1/accounts,
+// /v1/roles, /v1/programs): ?after=, the id the page starts after (""
+// for the first page), and ?max= (pageSize: default and cap maxRecords).
+func (rq *request) namePage() (after string, max int, err error) {
+	max, err = rq.pageSize()
+	return rq.query.Get("after"), max, err
+}
+
+// afterRefused is err, the refusal of a page of a listing by id or name,
+// with INVALID_ARGUMENT (an ?after= that is not an id of the kind the
+// listing holds, what: no page names one) answered as the query
+// parameter's BAD_REQUEST, as a bad ?after= of receipts is.
+func (rq *request) afterRefused(err error, what string) error {
+	if pigeon.ErrorCode(err) != pigeon.CodeInvalidArgument {
+		return err
+	}
+	return pigeon.NewError(pigeon.CodeBadRequest, "query parameter after must be a page's next, %s (%s)", what, quoteCut(rq.query.Get("after"), 64))
+}
+
+// namedPage is the answer of one page of a listing by id or name: its
+// entries under key ("accounts") and, when more follow, "next", the
+// ?after= of the page that follows.
+func namedPage(key string, entries any, next string) map[string]any {
+	out := map[string]any{key: entries}
+	if next != "" {
+		out["next"] = next
+	}
+	return out
 }
 
 func audit(rq *request) (int, any, error) {
