@@ -21,9 +21,14 @@ the log, and every delivery is one; a reply, which never enters the log,
 has none): an ack or a nack of it could not name it, and one by its id
 alone could settle a newer message published under the id. So is a
 delivery or a leased received message whose attempt is not an integer of 1
-to 2^31-1 (:data:`MAX_ATTEMPT`; the broker counts attempts from 1). A
-delivery so refused is not answered (the server's ack wait gives it back)
-and moves no resume position.
+to 2^31-1 (:data:`MAX_ATTEMPT`; the broker counts attempts from 1). So is
+a message with any other member of another type than the envelope gives it
+(the Go struct ``pigeon.Message``, as the Go and Rust clients decode it: an
+``id``, ``time``, ``type`` or other string member that is no string, a
+``signature`` that is no object or whose ``v`` is no integer; ``null``
+reads as absent): what a receiver gets is a message the broker could have
+sent. A delivery so refused is not answered (the server's ack wait gives it
+back) and moves no resume position.
 
 A message a :meth:`~pigeon_client.ws.Session.receive` (or an HTTP
 receive) hands out is a :class:`ReceivedMessage`: the same ``dict``, with
@@ -151,18 +156,83 @@ def _sequence_held(m: Any, logged: bool = False) -> bool:
     return (v is None and not logged) or (type(v) is int and 0 < v <= _MAX_WIRE_SEQUENCE)
 
 
+_STRING_MEMBERS = ("specversion", "id", "type", "source", "subject", "time", "intent", "idempotencyKey",
+                   "classification", "region", "replyTo", "correlationId", "reason", "contractId", "subjectId",
+                   "schemaId", "acceptedAt")
+"""The envelope's members that hold a string (or ``null``) in every message
+the broker sends (the Go struct ``pigeon.Message``)."""
+
+_MIN_FORM, _MAX_FORM = -(1 << 63), (1 << 63) - 1
+"""The signature forms (``v``) a message may name: what a Go ``int`` holds,
+as the Go and Rust clients decode it (any but 2 never verifies)."""
+
+
+def _message_fault(m: dict[str, Any]) -> tuple[str, str, Any] | None:
+    """The first member of message ``m`` whose type is not the envelope's,
+    as (its path, the type it must have, what it holds: its number when a
+    float, else its type's name), ``None`` when there is none: a string
+    member (see :data:`_STRING_MEMBERS`) that is not a ``str``; a
+    ``signature`` that is not an object, or whose ``kid``, ``alg`` or
+    ``sig`` is not a ``str``, or whose ``v`` is not an integer of -2^63 to
+    2^63-1 (a float, ``2.0`` included, a bool, a string). As the Go and
+    Rust clients decode a message: ``None`` reads as absent, as the broker
+    reads ``null`` in every envelope field; a member the envelope does not
+    name is left as it came; ``data`` holds any JSON value. ``sequence``
+    and ``hops`` are :func:`_unheld_message`'s to check."""
+    for k in _STRING_MEMBERS:
+        v = m.get(k)
+        if v is not None and not isinstance(v, str):
+            return k, "a string", type(v).__name__
+    sig = m.get("signature")
+    if sig is None:
+        return None
+    if not isinstance(sig, dict):
+        return "signature", "an object", type(sig).__name__
+    for k in ("kid", "alg", "sig"):
+        v = sig.get(k)
+        if v is not None and not isinstance(v, str):
+            return f"signature.{k}", "a string", type(v).__name__
+    v = sig.get("v")
+    if v is not None and not (type(v) is int and _MIN_FORM <= v <= _MAX_FORM):
+        return "signature.v", "an integer", v if type(v) is float else type(v).__name__
+    return None
+
+
+def _misshapen(m: dict[str, Any], what: str, index: int | None, fault: tuple[str, str, Any]) -> ProtocolError:
+    """The ``ProtocolError`` of a ``what`` message (entry ``index`` of a
+    list) with a member of the wrong type (see :func:`_message_fault`):
+    ``details`` names the answer (``op``), the entry, the message, the
+    ``member`` and what it holds (``found``)."""
+    member, want, found = fault
+    mid = m.get("id")
+    at = "" if index is None else f" (entry {index})"
+    details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
+                               "member": member, "found": found}
+    if index is not None:
+        details["index"] = index
+    return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose {member} is not {want}: "
+                         "not handed over", details=details)
+
+
 def _unheld_message(m: dict[str, Any], what: str, index: int | None = None) -> ProtocolError | None:
     """The ``ProtocolError`` (the client's malformed-frame error, as for any
     frame it cannot take) of a stored ``what`` message (a ``deliver``, a
     ``receive``, a ``replay``, a ``reply``; entry ``index`` of a list)
     whose ``sequence`` (see :func:`_sequence_held`: a ``receive``,
-    ``replay`` or delivered message must have one) or ``hops`` (see :func:`_hops_held`)
-    is no broker's; ``None`` when both are. ``details`` names the answer
-    (``op``), the entry, the message and the value refused (its type when
-    it is no int), as the TypeScript client's ``unheldMessage`` does."""
-    if _sequence_held(m, what in _LOGGED):
-        return None if _hops_held(m) else _unheld_hops(m, what, index)
-    return _unheld_field(m, what, index, "sequence", "1 to 2^64-1")
+    ``replay`` or delivered message must have one) or ``hops`` (see
+    :func:`_hops_held`) is no broker's, or that has any other member of the
+    wrong type (see :func:`_message_fault`: an ``id`` that is a number, a
+    ``time`` that is a number, a ``signature`` of another shape); ``None``
+    when it is a message the broker could have sent. ``details`` names the
+    answer (``op``), the entry, the message and the value refused (its
+    type when it is no int), as the TypeScript client's ``unheldMessage``
+    does."""
+    if not _sequence_held(m, what in _LOGGED):
+        return _unheld_field(m, what, index, "sequence", "1 to 2^64-1")
+    if not _hops_held(m):
+        return _unheld_hops(m, what, index)
+    fault = _message_fault(m)
+    return None if fault is None else _misshapen(m, what, index, fault)
 
 
 def _request_of(m: Any) -> Any:

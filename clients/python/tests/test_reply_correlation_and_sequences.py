@@ -49,6 +49,9 @@ def reply_to(req: dict[str, Any], correlation: Any) -> dict[str, Any]:
 OK = "ok"
 NONE = "without a correlationId"
 OTHER = "another request"
+# A correlationId that is no string makes the reply no message the broker
+# sends (tests/test_message_shapes.py).
+MISSHAPEN = "whose correlationId is not a string"
 
 # (name, message, correlation of the reply for the request as sent (... : none), expected)
 CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], Any], str]] = [
@@ -57,7 +60,7 @@ CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], Any], str]] = 
     ("drawn-id-none-refused", {"subject": "x", "data": {"n": 1}}, lambda r: ..., NONE),
     ("drawn-id-empty-refused", {"subject": "x", "data": {"n": 1}}, lambda r: "", NONE),
     ("drawn-id-null-refused", {"subject": "x", "data": {"n": 1}}, lambda r: None, NONE),
-    ("drawn-id-number-refused", {"subject": "x", "data": {"n": 1}}, lambda r: 7, NONE),
+    ("drawn-id-number-refused", {"subject": "x", "data": {"n": 1}}, lambda r: 7, MISSHAPEN),
     ("own-id-taken", {"id": "m_mine", "subject": "x", "data": {}}, lambda r: "m_mine", OK),
     ("own-id-other-refused", {"id": "m_mine", "subject": "x", "data": {}}, lambda r: "m_other", OTHER),
     ("keyed-any-taken", {"subject": "x", "data": {}, "idempotencyKey": "k1"}, lambda r: "msg_first", OK),

@@ -17,12 +17,10 @@
  * `attempt` and a `deliver_batch` entry's; a number anywhere else (in
  * data) is left as JSON.parse read it.
  */
-import { ESCAPED_LETTER, spelledNumbers } from "./spelled.js";
+import { ESCAPED_LETTER, SpelledNumber, spelledNumbers } from "./spelled.js";
 
 /** An attempt the text spelled with a fraction or an exponent: `spelling` is that text ("1.0", "1e0"). */
-export class SpelledAttempt {
-  constructor(readonly spelling: string) {}
-}
+export class SpelledAttempt extends SpelledNumber {}
 
 /** An `attempt` or `attempts` member whose number (or a number of whose list) has a fraction or an exponent. */
 const SUSPECT = /"attempts?"\s*:\s*(?:\[[^\]"{}]*?)?-?\d+[.eE]/;

@@ -5,7 +5,7 @@
  */
 import { ClientCodes, fromWire, PigeonError, transportError } from "./errors.js";
 import type { WebSocketLike } from "./socket.js";
-import { markNonIntegerV } from "./sigv.js";
+import { markSpelledIntegers } from "./sigv.js";
 import { markSpelledAttempts } from "./attempts.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 
@@ -211,8 +211,8 @@ export class Conn {
       } else this.session.report(err);
       return;
     }
-    // A signature's "v" spelled 2.0 or 2e0, its name escaped or not (two regular expression tests).
-    markNonIntegerV(text, fr);
+    // A signature's "v", a message's sequence or hops, spelled 2.0 or 2e0, its name escaped or not (two regular expression tests).
+    markSpelledIntegers(text, fr);
     // A lease attempt spelled 1.0 or 1e0 (two regular expression tests).
     markSpelledAttempts(text, fr);
     if (fr.re !== undefined) {

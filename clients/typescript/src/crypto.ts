@@ -507,7 +507,7 @@ export function seal(plaintext: Uint8Array, recipientKid: string, recipientPub: 
  * (a sender key of small order, under which anyone can sign, included);
  * so does a `v` that is not an integer (a string; `1.0` or `1e0` in the
  * text, which the client's reader hands over as that spelling, see
- * markNonIntegerV: Go, Python and Rust decode `v` as an integer and
+ * markSpelledIntegers: Go, Python and Rust decode `v` as an integer and
  * refuse them); an unknown version or algorithm throws SEAL_UNSUPPORTED.
  */
 export function open(s: Sealed, recipientPriv: Uint8Array | string, senderPub: Uint8Array | string): Uint8Array {

@@ -6,7 +6,9 @@
  * of the code, and a `kind` that tells the families apart.
  */
 
-import { SpelledAttempt } from "./attempts.js";
+import { messageFault, numberDetail, typeName } from "./shape.js";
+import type { MemberFault } from "./shape.js";
+import { SpelledNumber } from "./spelled.js";
 
 /** The family of an error. */
 export type ErrorKind =
@@ -297,9 +299,7 @@ export function attemptHeld(a: unknown): a is number {
 }
 
 /** What a refusal's details name of an attempt no lease's: the number, its spelling ("1.0"), or its type. */
-function attemptDetail(a: unknown): unknown {
-  return a instanceof SpelledAttempt ? a.spelling : typeof a === "number" ? a : typeName(a);
-}
+const attemptDetail = numberDetail;
 
 /**
  * Whether a message's `hops` is one the broker sets: absent, null (as an
@@ -330,6 +330,24 @@ function deliveryDetails(m: { id?: unknown }, at: DeliveryAt, extra: ErrorDetail
   return { ...at, messageId: typeof m.id === "string" ? m.id : typeof m.id, ...extra };
 }
 
+/** What a refusal names of a sequence or hops: the number, its spelling ("5.0", see sigv.ts), or its typeof. */
+function spelledOr(x: unknown): unknown {
+  return x instanceof SpelledNumber ? x.spelling : typeof x === "number" ? x : typeof x;
+}
+
+/**
+ * The BAD_FRAME of a delivery whose message has a member of the wrong
+ * type (see messageFault, shape.ts): not handed over and not answered, as
+ * one whose sequence the client cannot hold is not.
+ */
+function misshapenDelivery(m: { id?: unknown }, at: DeliveryAt, f: MemberFault): PigeonError {
+  return new PigeonError(
+    ClientCodes.BAD_FRAME,
+    `the server sent a delivery${entryOf(at)} whose ${f.member} is not ${f.want}`,
+    deliveryDetails(m, at, { member: f.member, found: f.found }),
+  );
+}
+
 /**
  * The BAD_FRAME of a delivery whose hops is not the broker's (see
  * {@link hopsHeld}): the delivery is not handed over and not answered, as
@@ -340,7 +358,7 @@ export function unheldHops(m: { id?: unknown; hops?: unknown }, at: DeliveryAt):
   return new PigeonError(
     ClientCodes.BAD_FRAME,
     `the server sent a delivery${entryOf(at)} whose hops is not an integer of 0 to 2^32-1`,
-    deliveryDetails(m, at, { hops: typeof h === "number" ? h : typeof h }),
+    deliveryDetails(m, at, { hops: spelledOr(h) }),
   );
 }
 
@@ -356,7 +374,7 @@ export function unheldSequence(m: { id?: unknown; sequence?: unknown }, at: Deli
   return new PigeonError(
     ClientCodes.BAD_FRAME,
     `the server sent a delivery${entryOf(at)} whose sequence is not an integer of 1 to 2^53-1, which this client cannot answer exactly`,
-    deliveryDetails(m, at, { sequence: typeof s === "number" ? s : typeof s }),
+    deliveryDetails(m, at, { sequence: spelledOr(s) }),
   );
 }
 
@@ -367,7 +385,10 @@ export function unheldSequence(m: { id?: unknown; sequence?: unknown }, at: Deli
  * at each redelivery), a sequence no broker's or the client cannot hold
  * exactly, or none at all ({@link unheldSequence}: every delivery comes
  * from the subject's log, and the broker writes its sequence into each,
- * see {@link sequenceStored}), a hops no broker's ({@link unheldHops}), an
+ * see {@link sequenceStored}; one spelled 5.0 is none, see sigv.ts), a
+ * hops no broker's ({@link unheldHops}), any other member of the wrong
+ * type (a `time` that is a number, a `type` that is an object, a
+ * `signature` of another shape: see messageFault, shape.ts), an
  * attempt that is not an integer of 1 to {@link MAX_ATTEMPT} (the broker
  * writes one into every delivery, counted from 1; see {@link attemptHeld},
  * the receive rule). Such a delivery is reported, not handed over and not
@@ -380,6 +401,8 @@ export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: un
   }
   if (!sequenceStored(m)) return unheldSequence(m, at);
   if (!hopsHeld(m)) return unheldHops(m, at);
+  const fault = messageFault(m as Record<string, unknown>);
+  if (fault) return misshapenDelivery(m, at, fault);
   if (!attemptHeld(attempt)) {
     return new PigeonError(
       ClientCodes.BAD_FRAME,
@@ -393,9 +416,10 @@ export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: un
 /**
  * The BAD_FRAME of a publish decision (a `publish`, a `publish_batch`
  * entry, HTTP `POST /v1/messages` or a quarantine release) whose message
- * has a sequence the client cannot hold exactly (see {@link sequenceHeld});
- * undefined when it holds it. Such a decision is refused as such a
- * delivery is, rather than resolved with a rounded sequence (another
+ * has a sequence the client cannot hold exactly (see {@link sequenceHeld};
+ * one spelled 5.0 is none, as the Python client refuses a float, see
+ * sigv.ts); undefined when it holds it. Such a decision is refused as such
+ * a delivery is, rather than resolved with a rounded sequence (another
  * message's, which a resume or a replay from it would name). The broker
  * did admit the message: the error says so, with `status` and
  * `messageId` in its details, so that it is not taken for a refusal and
@@ -404,11 +428,10 @@ export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: un
 export function unheldDecision(d: Record<string, unknown> | { status?: unknown; message?: unknown }): PigeonError | undefined {
   const m = d.message as { id?: unknown; sequence?: unknown } | undefined;
   if (!m || sequenceHeld(m)) return undefined;
-  const s = m.sequence;
   return new PigeonError(
     ClientCodes.BAD_FRAME,
     `the server ${String(d.status) === "duplicate" ? "answered duplicate" : "accepted the message"} with a sequence that is not an integer of 0 to 2^53-1, which this client cannot hold exactly`,
-    { status: String(d.status), messageId: typeof m.id === "string" ? m.id : typeof m.id, sequence: typeof s === "number" ? s : typeof s },
+    { status: String(d.status), messageId: typeof m.id === "string" ? m.id : typeof m.id, sequence: spelledOr(m.sequence) },
   );
 }
 
@@ -417,23 +440,36 @@ export function unheldDecision(d: Record<string, unknown> | { status?: unknown; 
  * `reply`, or entry `index` of a `receive` or a `replay` answer) whose
  * sequence is no broker's or the client cannot hold exactly (see
  * {@link sequenceStored}: in a receive or replay answer none at all is no
- * broker's either, while a reply has none) or whose hops is not the
- * broker's (see {@link hopsHeld}); undefined when it holds both. Such a
+ * broker's either, while a reply has none; one spelled 5.0 is none, see
+ * sigv.ts), whose hops is not the broker's (see {@link hopsHeld}), or that
+ * has any other member of the wrong type (an `id` that is a number, a
+ * `time` that is a number, a `signature` of another shape: see
+ * messageFault, shape.ts); undefined when it holds them all. Such a
  * message is refused as such a delivery is: a 0 or none names none, and a
  * rounded sequence another message, which a replay or a resume from it, or
  * an ack of it, would name. `details` names the answer (`op`), the entry
- * (`index`), the message (`messageId`) and the value refused.
+ * (`index`), the message (`messageId`) and the value refused (for a member
+ * of the wrong type: the `member` and what it holds, `found`).
  */
 export function unheldMessage(m: { id?: unknown; sequence?: unknown; hops?: unknown }, what: string, index?: number): PigeonError | undefined {
   if (typeof m !== "object" || m === null) return undefined;
   const held = what === "reply" ? sequenceDelivered(m) : sequenceStored(m);
-  if (held && hopsHeld(m)) return undefined;
-  const field = held ? "hops" : "sequence";
-  const v = m[field];
+  const hops = held && hopsHeld(m);
+  const fault = hops ? messageFault(m as Record<string, unknown>) : undefined;
+  if (hops && !fault) return undefined;
   const at = index === undefined ? "" : ` (entry ${index})`;
-  const range = held ? "0 to 2^32-1" : "1 to 2^53-1, which this client cannot hold exactly";
-  const details: ErrorDetails = { op: what, messageId: typeof m.id === "string" ? m.id : typeof m.id, [field]: typeof v === "number" ? v : typeof v };
+  const details: ErrorDetails = { op: what, messageId: typeof m.id === "string" ? m.id : typeof m.id };
   if (index !== undefined) details.index = index;
+  if (fault) {
+    return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message${at} whose ${fault.member} is not ${fault.want}`, {
+      ...details,
+      member: fault.member,
+      found: fault.found,
+    });
+  }
+  const field = held ? "hops" : "sequence";
+  const range = held ? "0 to 2^32-1" : "1 to 2^53-1, which this client cannot hold exactly";
+  details[field] = spelledOr(m[field]);
   return new PigeonError(ClientCodes.BAD_FRAME, `the server sent a ${what} message${at} whose ${field} is not an integer of ${range}`, details);
 }
 
@@ -463,11 +499,6 @@ export function unansweringReply(req: { id?: unknown; idempotencyKey?: unknown }
     });
   }
   return undefined;
-}
-
-/** What a value is, for a BAD_FRAME's details: "null", "array", or its typeof. */
-function typeName(x: unknown): string {
-  return x === null ? "null" : Array.isArray(x) ? "array" : typeof x;
 }
 
 /**

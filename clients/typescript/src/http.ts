@@ -8,7 +8,7 @@
  * call is one fetch), so any number of calls may run at once. `connect`
  * replaces the contract later calls use.
  */
-import { markNonIntegerV } from "./sigv.js";
+import { markSpelledIntegers } from "./sigv.js";
 import { markSpelledAttempts } from "./attempts.js";
 import { frameText, hasStrings, isContract, isDecision, isObj, timerMs } from "./conn.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
@@ -213,7 +213,7 @@ export class HttpClient {
     let parsed: any;
     try {
       parsed = text === "" ? {} : JSON.parse(text);
-      markNonIntegerV(text, parsed); // a signature's "v" spelled 2.0 or 2e0
+      markSpelledIntegers(text, parsed); // a signature's "v", a message's sequence or hops, spelled 2.0 or 2e0
       markSpelledAttempts(text, parsed); // a lease attempt spelled 1.0 or 1e0
     } catch (e) {
       throw new PigeonError(ClientCodes.BAD_FRAME, `${method} ${path}: the answer (HTTP ${res.status}) is not JSON`, {}, res.status, { cause: e });

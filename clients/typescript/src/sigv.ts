@@ -1,48 +1,58 @@
 /**
- * A signature's `v` spelled as a non-integer number. JSON.parse reads
- * `"v": 2.0` or `2e0` as 2, the second signing form, where the Go, Python
- * and Rust clients refuse such a signature (their decoders keep the
- * spelling). The frame text is the only place the spelling survives, so the
- * reader looks for it there, as it does for a lease attempt (attempts.ts):
- * a cheap test of each frame (see suspect) for a `"v"` member holding a
- * number with a fraction or an exponent, or for an escape that could spell
- * the name (ESCAPED_LETTER: JSON.parse reads `"\u0076"` as `v`); only when
- * one is there is the text walked (spelledNumbers, spelled.ts, which
- * attempts.ts shares) to find which envelope signatures those numbers
- * were. Such a signature's `v` is handed over as its text ("2.0"), which
- * names no form: verifyMessage refuses it (SIGNATURE_INVALID),
- * canonicalSigningInput too (ENVELOPE_INVALID). The `v` of a sealed
- * payload (the message data's `sealed` member, seal.SealData) is marked the
- * same way: the Go, Python and Rust clients decode it as an integer and
+ * A signature's `v`, or a message's `sequence` or `hops`, spelled as a
+ * non-integer number. JSON.parse reads `"v": 2.0` or `2e0` as 2, the
+ * second signing form, and `"sequence": 5.0` as 5, where the Go, Python
+ * and Rust clients refuse such a message (their decoders keep the
+ * spelling: a float is no integer). The frame text is the only place the
+ * spelling survives, so the reader looks for it there, as it does for a
+ * lease attempt (attempts.ts): a cheap test of each frame (see suspect)
+ * for a `"v"`, `"sequence"` or `"hops"` member holding a number with a
+ * fraction or an exponent, or for an escape that could spell the name
+ * (ESCAPED_LETTER: JSON.parse reads `"\u0076"` as `v`); only when one is
+ * there is the text walked (spelledNumbers, spelled.ts, which attempts.ts
+ * shares) to find which envelope members those numbers were. Such a
+ * signature's `v` becomes its text ("2.0"), which names no form:
+ * verifyMessage refuses it (SIGNATURE_INVALID), canonicalSigningInput too
+ * (ENVELOPE_INVALID), and the message check (messageFault, shape.ts)
+ * refuses the message that holds it, as it refuses one whose `sequence` or
+ * `hops` is a {@link SpelledNumber}. The `v` of a sealed payload (the
+ * message data's `sealed` member, seal.SealData) is marked as a
+ * signature's: the Go, Python and Rust clients decode it as an integer and
  * refuse `1.0` or `1e0`, so openData refuses the spelling too
- * (SEAL_TAMPERED). A `"v"` anywhere else (in data) is left as JSON.parse
- * read it.
+ * (SEAL_TAMPERED). A `"v"`, `"sequence"` or `"hops"` anywhere else (in
+ * data) is left as JSON.parse read it.
  */
-import { ESCAPED_LETTER, spelledNumbers } from "./spelled.js";
+import { ESCAPED_LETTER, SpelledNumber, spelledNumbers } from "./spelled.js";
 
-/** A `"v"` member whose number has a fraction or an exponent. */
-const SUSPECT = /"v"\s*:\s*-?\d+[.eE]/;
+/** A `"v"`, `"sequence"` or `"hops"` member whose number has a fraction or an exponent. */
+const SUSPECT = /"(?:v|sequence|hops)"\s*:\s*-?\d+[.eE]/;
 
-/** From this length on, indexOf finds the `"v"` members faster than SUSPECT scans the text. */
+/** The names SUSPECT looks for, as a long text is searched for them. */
+const NAMES = ['"v"', '"sequence"', '"hops"'];
+
+/** From this length on, indexOf finds the members faster than SUSPECT scans the text. */
 const LONG_TEXT = 1 << 20;
 
 /**
- * Whether text holds a `"v"` member whose number has a fraction or an
- * exponent: the cheap test, on every frame. A regular expression on
- * shorter texts; on a long one (large data, few messages) indexOf finds
- * each `"v"` (one per signed message) and what follows it is read by hand.
+ * Whether text holds a `"v"`, `"sequence"` or `"hops"` member whose number
+ * has a fraction or an exponent: the cheap test, on every frame. A regular
+ * expression on shorter texts; on a long one (large data, few messages)
+ * indexOf finds each member of those names (a few per message) and what
+ * follows it is read by hand.
  */
 function suspect(text: string): boolean {
   if (text.length < LONG_TEXT) return SUSPECT.test(text);
-  for (let i = text.indexOf('"v"'); i >= 0; i = text.indexOf('"v"', i + 3)) {
-    let j = skipSpace(text, i + 3);
-    if (text.charCodeAt(j) !== 0x3a) continue; // ':'
-    j = skipSpace(text, j + 1);
-    if (text.charCodeAt(j) === 0x2d) j++; // '-'
-    const digits = j;
-    while (isDigit(text.charCodeAt(j))) j++;
-    const c = text.charCodeAt(j);
-    if (j > digits && (c === 0x2e || c === 0x65 || c === 0x45)) return true; // '.', 'e', 'E'
+  for (const name of NAMES) {
+    for (let i = text.indexOf(name); i >= 0; i = text.indexOf(name, i + name.length)) {
+      let j = skipSpace(text, i + name.length);
+      if (text.charCodeAt(j) !== 0x3a) continue; // ':'
+      j = skipSpace(text, j + 1);
+      if (text.charCodeAt(j) === 0x2d) j++; // '-'
+      const digits = j;
+      while (isDigit(text.charCodeAt(j))) j++;
+      const c = text.charCodeAt(j);
+      if (j > digits && (c === 0x2e || c === 0x65 || c === 0x45)) return true; // '.', 'e', 'E'
+    }
   }
   return false;
 }
@@ -73,22 +83,42 @@ const MAX_DEPTH = 6;
  * and every sealed payload of message data (`data.sealed`), whose `v` the
  * text spells as a non-integer number equal to an integer (2.0, 2e0,
  * 20e-1), however the text spells the member names: its `v` becomes that
- * spelling, a string. Looks at the messages of a frame or an HTTP answer:
- * `message`, `messages[i]`, `deliveries[i].message`,
+ * spelling, a string; and every message whose `sequence` or `hops` the
+ * text so spells: it becomes a {@link SpelledNumber}, which no check of a
+ * message handed over takes (a publish decision's `hops` is left as
+ * JSON.parse read it: a decision's message is checked for its sequence
+ * alone, see unheldDecision). Looks at the messages of a frame or an HTTP
+ * answer: `message`, `messages[i]`, `deliveries[i].message`,
  * `results[i].message`. Costs two regular expression tests for a text
  * without such a member or an escaped letter.
  */
-export function markNonIntegerV(text: string, parsed: unknown): void {
+export function markSpelledIntegers(text: string, parsed: unknown): void {
   if (!isObj(parsed) || !(suspect(text) || ESCAPED_LETTER.test(text))) return;
+  const decision = isDecisions(parsed);
   for (const { path, spelling } of spelledNumbers(text, MAX_DEPTH)) {
-    if (path[path.length - 1] !== "v") continue;
+    const last = path[path.length - 1];
+    if (last !== "v" && last !== "sequence" && (last !== "hops" || decision)) continue;
     const [m, rest] = messageAt(parsed, path);
     if (!isObj(m)) continue;
+    if (last !== "v") {
+      if (rest.length === 1 && typeof m[last] === "number") m[last] = new SpelledNumber(spelling);
+      continue;
+    }
     let holder: unknown;
     if (rest.length === 2 && rest[0] === "signature") holder = m.signature;
     else if (rest.length === 3 && rest[0] === "data" && rest[1] === "sealed" && isObj(m.data)) holder = m.data.sealed;
     if (isObj(holder) && typeof holder.v === "number") holder.v = spelling;
   }
+}
+
+/**
+ * Whether `parsed` is a publish decision or decisions: a frame of op
+ * `decision` or `decisions`, or an HTTP answer (no op) whose status is
+ * `accepted` or `duplicate` (a publish or a quarantine release).
+ */
+function isDecisions(parsed: Obj): boolean {
+  const op = parsed.op;
+  return op === "decision" || op === "decisions" || (op === undefined && (parsed.status === "accepted" || parsed.status === "duplicate"));
 }
 
 /**

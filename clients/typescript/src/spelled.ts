@@ -3,13 +3,24 @@
  * value is an integer (1.0, 1e0, 20e-1). JSON.parse reads each as the
  * integer, where the Go, Python and Rust clients keep the spelling (a
  * float is no integer) and refuse it where the wire has an integer: a
- * lease attempt (attempts.ts), a signature's or a sealed payload's `v`
- * (sigv.ts). The text is the only place the spelling survives. Each
- * reader runs a cheap test of the text first (a regular expression for
- * its member holding such a number, and {@link ESCAPED_LETTER}); only when
- * it passes is the text walked ({@link spelledNumbers}) to find where
- * those numbers are.
+ * lease attempt (attempts.ts), a signature's or a sealed payload's `v`, a
+ * message's `sequence` or `hops` (sigv.ts). The text is the only place the
+ * spelling survives. Each reader runs a cheap test of the text first (a
+ * regular expression for its member holding such a number, and
+ * {@link ESCAPED_LETTER}); only when it passes is the text walked
+ * ({@link spelledNumbers}) to find where those numbers are.
  */
+
+/**
+ * A number the text spelled with a fraction or an exponent where the wire
+ * has an integer: `spelling` is that text ("5.0", "1e0"). A reader puts it
+ * in place of the integer JSON.parse read, so that no check takes it for
+ * one (a lease attempt, attempts.ts; a message's sequence or hops,
+ * sigv.ts) and a refusal can name the spelling.
+ */
+export class SpelledNumber {
+  constructor(readonly spelling: string) {}
+}
 
 /**
  * An escape of a lower-case letter (\u0061 to \u007a): a member name

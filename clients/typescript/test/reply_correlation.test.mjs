@@ -20,6 +20,8 @@ const DRAWN = /^msg_[0-9a-z]{20}$/;
 const badFrame = (re) => (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && re.test(e.message);
 const NO_CORRELATION = badFrame(/without a correlationId/);
 const ANOTHER = badFrame(/another request/);
+// A correlationId that is no string makes the reply no message the broker sends (see test/message_shapes.test.mjs).
+const MISSHAPEN = badFrame(/whose correlationId is not a string/);
 
 /** The reply a responder would publish to request message `req`, with `correlationId` `c` (left out when undefined). */
 function replyTo(req, c) {
@@ -39,7 +41,7 @@ const CASES = [
   ["an id-less request refuses a reply to another request", { subject: "x", data: { n: 1 } }, () => "msg_someone_else", ANOTHER],
   ["an id-less request refuses a reply without a correlationId", { subject: "x", data: { n: 1 } }, () => undefined, NO_CORRELATION],
   ["an id-less request refuses an empty correlationId", { subject: "x", data: { n: 1 } }, () => "", NO_CORRELATION],
-  ["an id-less request refuses a correlationId that is not a string", { subject: "x", data: { n: 1 } }, () => 7, NO_CORRELATION],
+  ["an id-less request refuses a correlationId that is not a string", { subject: "x", data: { n: 1 } }, () => 7, MISSHAPEN],
   ["a caller's own id is kept and its reply taken", { id: "m_mine", subject: "x", data: {} }, () => "m_mine", "ok"],
   ["a caller's own id refuses a reply to another request", { id: "m_mine", subject: "x", data: {} }, () => "m_other", ANOTHER],
   ["a keyed request takes any non-empty correlationId", { subject: "x", data: {}, idempotencyKey: "k1" }, () => "msg_first_request", "ok"],
