@@ -601,25 +601,36 @@ func (d *directory) accountList() []Account {
 
 // accountPage returns copies of the first max accounts by id that sort
 // after the id after (every one after it when max <= 0), and whether
-// another follows them. It holds the page alone, not a copy of every
-// account (firstn), so a directory of a million accounts answers a page of
-// ten in ten copies.
+// another follows them (pageOf).
 func (d *directory) accountPage(after string, max int) (page []Account, more bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	k := firstn.New(pageRoom(max, len(d.accounts)), func(a, b *Account) int { return strings.Compare(a.ID, b.ID) })
-	for id, a := range d.accounts {
-		if id > after {
-			k.Offer(a)
+	return pageOf(d.accounts, after, max, cloneAccount)
+}
+
+// pageOf returns copies (clone) of the first max entries of m by key that
+// sort after the key after (every one after it when max <= 0), and
+// whether another follows them. It holds the page alone, not a copy of
+// every entry (firstn), so a directory of a million accounts answers a
+// page of ten in ten copies. The caller holds the directory's lock.
+func pageOf[T any](m map[string]*T, after string, max int, clone func(*T) T) (page []T, more bool) {
+	type keyed struct {
+		key string
+		v   *T
+	}
+	k := firstn.New(pageRoom(max, len(m)), func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	for key, v := range m {
+		if key > after {
+			k.Offer(keyed{key, v})
 		}
 	}
 	kept := k.Sorted()
 	if more = max > 0 && len(kept) > max; more {
 		kept = kept[:max]
 	}
-	page = make([]Account, len(kept))
-	for i, a := range kept {
-		page[i] = cloneAccount(a)
+	page = make([]T, len(kept))
+	for i, e := range kept {
+		page[i] = clone(e.v)
 	}
 	return page, more
 }
@@ -949,25 +960,11 @@ func (d *directory) roleList() []Role {
 
 // rolePage returns copies of the first max roles by name that sort after
 // the name after (every one after it when max <= 0), and whether another
-// follows them; as accountPage, it holds the page alone.
+// follows them (pageOf).
 func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	k := firstn.New(pageRoom(max, len(d.roles)), func(a, b *Role) int { return strings.Compare(a.Name, b.Name) })
-	for name, r := range d.roles {
-		if name > after {
-			k.Offer(r)
-		}
-	}
-	kept := k.Sorted()
-	if more = max > 0 && len(kept) > max; more {
-		kept = kept[:max]
-	}
-	page = make([]Role, len(kept))
-	for i, r := range kept {
-		page[i] = Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)}
-	}
-	return page, more
+	return pageOf(d.roles, after, max, func(r *Role) Role { return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)} })
 }
 
 // putRole defines or replaces role r, then calls then.
