@@ -204,6 +204,73 @@ func (w *stallingWatch) resume() {
 	}
 }
 
+// memberGrant puts on e the role "member", which may publish on
+// rooms.chat, and carol's account holding it, and issues carol a grant
+// of it for an hour.
+func memberGrant(ctx context.Context, t *testing.T, e *pigeon.Engine) pigeon.GrantToken {
+	t.Helper()
+	_, err := e.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+	require.NoError(t, err)
+	_, err = e.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+	require.NoError(t, err)
+	g, err := e.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+	require.NoError(t, err)
+	return g
+}
+
+// roomMsg is a chat message on rooms.chat, which memberGrant's grant may
+// publish.
+func roomMsg(room string) *pigeon.Message {
+	return &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: json.RawMessage(`{"room":"` + room + `"}`)}
+}
+
+// grantSessions connects on e, once e has applied g, carol with g's
+// token on rooms.chat (revoked: the session whose grant the test
+// revokes) and bob on chat.messages (other: one no revocation touches).
+// Both are closed when the test ends.
+func grantSessions(ctx context.Context, t *testing.T, e *pigeon.Engine, g pigeon.GrantToken) (revoked, other pigeon.Session) {
+	t.Helper()
+	require.Eventually(t, func() bool { // once e applied the grant
+		var err error
+		revoked, err = e.Connect(ctx, g.Token, []string{"rooms.chat"})
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	t.Cleanup(func() { _ = revoked.Close(context.Background()) })
+	other, err := e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	return revoked, other
+}
+
+// requireAuthorizesNothing requires that e, which may not have heard of
+// every change, refuses STORE_UNAVAILABLE all it is asked to authorize:
+// a publication on revoked's grant and one on other's (their text saying
+// when), and a new session.
+func requireAuthorizesNothing(ctx context.Context, t *testing.T, e *pigeon.Engine, revoked, other pigeon.Session, when string) {
+	t.Helper()
+	behind := func(err error) {
+		t.Helper()
+		requireCode(t, err, pigeon.CodeStoreUnavailable)
+		require.ErrorContains(t, err, "access directory may be behind")
+	}
+	_, err := revoked.Publish(ctx, roomMsg(when))
+	behind(err)
+	_, err = other.Publish(ctx, chatMsg("lobby", when))
+	behind(err)
+	_, err = e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	behind(err)
+}
+
+// requireServesAgain polls until other's node lets it publish again;
+// why says what is waited for.
+func requireServesAgain(ctx context.Context, t *testing.T, other pigeon.Session, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, err := other.Publish(ctx, chatMsg("lobby", "after"))
+		return err == nil
+	}, 60*time.Second, 20*time.Millisecond, why)
+}
+
 // TestClusterNodeCutOffStopsAuthorizing: node b is cut off from the
 // others (NATS unreachable from it; a link that stalls without an error;
 // its watch stalled while its connection works), and node a revokes a
@@ -246,63 +313,34 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 			link := startLinkProxy(t, srv.Addr().String())
 			var watch *stallingWatch
 			var bLog testlog.Buffer
-			start := func(name string, b bool) *pigeon.Engine {
-				url := srv.ClientURL()
-				if b && tc.link {
-					url = link.url()
-				}
-				s, err := Open(ctx, connect(t, url), &Options{Prefix: prefix, Node: name, Memory: true})
-				require.NoError(t, err)
-				cl, err := NewCluster(ctx, s)
-				require.NoError(t, err)
-				o := clusterOptions()
-				o.Store, o.Cluster = s, cl
-				if b {
-					o.Logger = bLog.Logger()
-					if tc.link {
-						o.Store = auditApart{Store: s, audit: memory.New(nil)}
-					}
-					if tc.watch {
-						watch = &stallingWatch{Cluster: cl}
-						o.Cluster = watch
-					}
-				}
-				e, err := pigeon.New(ctx, o)
-				require.NoError(t, err)
-				t.Cleanup(func() {
-					link.heal()
-					if watch != nil {
-						watch.resume()
-					}
-					_ = e.Shutdown(context.Background())
-					_ = s.Close(context.Background())
-				})
-				return e
+			a := clusterEngine(ctx, t, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: "a", Memory: true}, nil).e
+			url := srv.ClientURL()
+			if tc.link {
+				url = link.url()
 			}
-			a, b := start("a", false), start("b", true)
+			b := clusterEngine(ctx, t, connect(t, url), &Options{Prefix: prefix, Node: "b", Memory: true}, func(o *pigeon.Options) {
+				o.Logger = bLog.Logger()
+				if tc.link {
+					o.Store = auditApart{Store: o.Store, audit: memory.New(nil)}
+				}
+				if tc.watch {
+					watch = &stallingWatch{Cluster: o.Cluster.(*Cluster)}
+					o.Cluster = watch
+				}
+			}).e
+			t.Cleanup(func() { // before either engine shuts down
+				link.heal()
+				if watch != nil {
+					watch.resume()
+				}
+			})
 
-			_, err := a.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
-			require.NoError(t, err)
-			_, err = a.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
-			require.NoError(t, err)
-			g, err := a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
-			require.NoError(t, err)
-			msg := func(room string) *pigeon.Message {
-				return &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: json.RawMessage(`{"room":"` + room + `"}`)}
-			}
-			var revoked pigeon.Session
-			require.Eventually(t, func() bool { // once b applied the grant
-				revoked, err = b.Connect(ctx, g.Token, []string{"rooms.chat"})
-				return err == nil
-			}, 10*time.Second, 10*time.Millisecond)
-			defer revoked.Close(ctx)
-			other, err := b.Connect(ctx, "bob-token", []string{"chat.messages"})
-			require.NoError(t, err)
-			defer other.Close(ctx)
+			g := memberGrant(ctx, t, a)
+			revoked, other := grantSessions(ctx, t, b, g)
 			sub, err := other.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { return nil })
 			require.NoError(t, err)
 			defer func() { _ = sub.Unsubscribe(ctx) }()
-			_, err = revoked.Publish(ctx, msg("before"))
+			_, err = revoked.Publish(ctx, roomMsg("before"))
 			require.NoError(t, err)
 
 			tc.cut.cut(link, watch)
@@ -311,17 +349,7 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 			require.NoError(t, a.RevokeGrant(ctx, g.JTI))
 
 			// From then on b authorizes nothing: it may not have heard.
-			behind := func(err error) {
-				t.Helper()
-				requireCode(t, err, pigeon.CodeStoreUnavailable)
-				require.ErrorContains(t, err, "access directory may be behind")
-			}
-			_, err = revoked.Publish(ctx, msg("while cut off"))
-			behind(err)
-			_, err = other.Publish(ctx, chatMsg("lobby", "while cut off"))
-			behind(err)
-			_, err = b.Connect(ctx, "bob-token", []string{"chat.messages"})
-			behind(err)
+			requireAuthorizesNothing(ctx, t, b, revoked, other, "while cut off")
 			require.Never(t, func() bool {
 				select {
 				case <-sub.Done():
@@ -335,12 +363,9 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 			// Back in touch, b catches up and serves again, the grant
 			// revoked.
 			tc.cut.heal(link, watch)
-			require.Eventually(t, func() bool {
-				_, err := other.Publish(ctx, chatMsg("lobby", "after"))
-				return err == nil
-			}, 60*time.Second, 20*time.Millisecond, "b serves again once back in touch")
+			requireServesAgain(ctx, t, other, "b serves again once back in touch")
 			require.NoError(t, sub.Err())
-			_, err = revoked.Publish(ctx, msg("after"))
+			_, err = revoked.Publish(ctx, roomMsg("after"))
 			requireCode(t, err, pigeon.CodeGrantRevoked)
 			require.Contains(t, bLog.String(), "has caught up with the other nodes")
 		})

@@ -50,34 +50,17 @@ func TestClusterRecordsWatchStalledConfirmsNothing(t *testing.T) {
 				inbox    = "_INBOX_a"
 				liveness = 1500 * time.Millisecond
 			)
-			nc, err := nats.Connect(srv.ClientURL(), nats.CustomInboxPrefix(inbox))
-			require.NoError(t, err)
-			t.Cleanup(nc.Close)
+			var aLog testlog.Buffer
 			// a waits for c six times Liveness: a passing-over on the
 			// strength of the stalled view (after Liveness) would answer
 			// well before, and a's watch has started again (within
 			// Liveness and a beat of the stall, and the engine's second)
 			// well before, so that the failed wait names c.
-			s, err := Open(ctx, nc, &Options{Prefix: prefix, Node: "a", Memory: true, Liveness: liveness, BarrierTimeout: 6 * liveness})
-			require.NoError(t, err)
-			cl, err := NewCluster(ctx, s)
-			require.NoError(t, err)
-			var aLog testlog.Buffer
-			o := clusterOptions()
-			o.Store, o.Cluster, o.Logger = s, cl, aLog.Logger()
-			a, err := pigeon.New(ctx, o)
-			require.NoError(t, err)
-			t.Cleanup(func() {
-				_ = a.Shutdown(context.Background())
-				_ = s.Close(context.Background())
+			na := clusterEngine(ctx, t, connect(t, srv.ClientURL(), nats.CustomInboxPrefix(inbox)), &Options{Prefix: prefix, Node: "a", Memory: true, Liveness: liveness, BarrierTimeout: 6 * liveness}, func(o *pigeon.Options) {
+				o.Logger = aLog.Logger()
 			})
-
-			_, err = a.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
-			require.NoError(t, err)
-			_, err = a.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
-			require.NoError(t, err)
-			g, err := a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
-			require.NoError(t, err)
+			a, s, cl := na.e, na.s, na.cl
+			g := memberGrant(ctx, t, a)
 
 			// Node c, on a connection of its own: its record is written
 			// every quarter of Liveness with what it applied, every

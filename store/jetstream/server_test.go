@@ -26,10 +26,12 @@ func runServer(t testing.TB) *server.Server {
 	return s
 }
 
-// connect dials url, closing the connection when t ends.
-func connect(t testing.TB, url string) *nats.Conn {
+// connect dials url, reconnecting without end, with opts besides (an
+// inbox prefix of the node's own, say), closing the connection when t
+// ends.
+func connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(url, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc

@@ -101,57 +101,16 @@ func TestClusterWatchStalledStopsAuthorizing(t *testing.T) {
 			prefix := freshPrefix()
 			const inbox = "_INBOX_b"
 			var bLog testlog.Buffer
-			var sb *Store
-			var cb *Cluster
-			start := func(name string) *pigeon.Engine {
-				opts := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
-				if name == "b" {
-					opts = append(opts, nats.CustomInboxPrefix(inbox))
-				}
-				nc, err := nats.Connect(srv.ClientURL(), opts...)
-				require.NoError(t, err)
-				t.Cleanup(nc.Close)
-				// a waits a second for b to confirm its revocation, not
-				// five.
-				s, err := Open(ctx, nc, &Options{Prefix: prefix, Node: name, Memory: true, BarrierTimeout: time.Second})
-				require.NoError(t, err)
-				cl, err := NewCluster(ctx, s)
-				require.NoError(t, err)
-				o := clusterOptions()
-				o.Store, o.Cluster = s, cl
-				if name == "b" {
-					o.Logger = bLog.Logger()
-					sb, cb = s, cl
-				}
-				e, err := pigeon.New(ctx, o)
-				require.NoError(t, err)
-				t.Cleanup(func() {
-					_ = e.Shutdown(context.Background())
-					_ = s.Close(context.Background())
-				})
-				return e
-			}
-			a, b := start("a"), start("b")
+			// a waits a second for b to confirm its revocation, not five.
+			a := clusterEngine(ctx, t, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: "a", Memory: true, BarrierTimeout: time.Second}, nil).e
+			nb := clusterEngine(ctx, t, connect(t, srv.ClientURL(), nats.CustomInboxPrefix(inbox)), &Options{Prefix: prefix, Node: "b", Memory: true, BarrierTimeout: time.Second}, func(o *pigeon.Options) {
+				o.Logger = bLog.Logger()
+			})
+			b, sb, cb := nb.e, nb.s, nb.cl
 
-			_, err := a.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
-			require.NoError(t, err)
-			_, err = a.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
-			require.NoError(t, err)
-			g, err := a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
-			require.NoError(t, err)
-			msg := func(room string) *pigeon.Message {
-				return &pigeon.Message{Type: "chat", Subject: "rooms.chat", Intent: "chat", Data: json.RawMessage(`{"room":"` + room + `"}`)}
-			}
-			var revoked pigeon.Session
-			require.Eventually(t, func() bool { // once b applied the grant
-				revoked, err = b.Connect(ctx, g.Token, []string{"rooms.chat"})
-				return err == nil
-			}, 10*time.Second, 10*time.Millisecond)
-			defer revoked.Close(ctx)
-			other, err := b.Connect(ctx, "bob-token", []string{"chat.messages"})
-			require.NoError(t, err)
-			defer other.Close(ctx)
-			_, err = revoked.Publish(ctx, msg("before"))
+			g := memberGrant(ctx, t, a)
+			revoked, other := grantSessions(ctx, t, b, g)
+			_, err := revoked.Publish(ctx, roomMsg("before"))
 			require.NoError(t, err)
 
 			resume := pauseWatches(ctx, t, sb, inbox)
@@ -167,27 +126,14 @@ func TestClusterWatchStalledStopsAuthorizing(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return strings.Contains(bLog.String(), "can no longer be sure it has heard every change")
 			}, 10*time.Second, 10*time.Millisecond)
-			behind := func(err error) {
-				t.Helper()
-				requireCode(t, err, pigeon.CodeStoreUnavailable)
-				require.ErrorContains(t, err, "access directory may be behind")
-			}
-			_, err = revoked.Publish(ctx, msg("while stalled"))
-			behind(err)
-			_, err = other.Publish(ctx, chatMsg("lobby", "while stalled"))
-			behind(err)
-			_, err = b.Connect(ctx, "bob-token", []string{"chat.messages"})
-			behind(err)
+			requireAuthorizesNothing(ctx, t, b, revoked, other, "while stalled")
 
 			// b serves again once its watch delivers: the grant revoked.
 			if tc.resume {
 				resume()
 			}
-			require.Eventually(t, func() bool {
-				_, err := other.Publish(ctx, chatMsg("lobby", "after"))
-				return err == nil
-			}, 60*time.Second, 20*time.Millisecond, "b serves again once its watch delivers")
-			_, err = revoked.Publish(ctx, msg("after"))
+			requireServesAgain(ctx, t, other, "b serves again once its watch delivers")
+			_, err = revoked.Publish(ctx, roomMsg("after"))
 			requireCode(t, err, pigeon.CodeGrantRevoked)
 			require.Contains(t, bLog.String(), "has caught up with the other nodes")
 			if !tc.resume {
@@ -211,21 +157,13 @@ func TestClusterWatchKeepingUpStaysVouchedFor(t *testing.T) {
 	defer cancel()
 	prefix := freshPrefix()
 	const liveness = 1500 * time.Millisecond
-	open := func(name string) *Store {
-		s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: name, Memory: true, Liveness: liveness})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close(context.Background()) })
-		return s
-	}
-	sa, sb := open("a"), open("b")
-	cb, err := NewCluster(ctx, sb)
+	sa, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: "a", Memory: true, Liveness: liveness})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = sa.Close(context.Background()) })
 	var bLog testlog.Buffer
-	o := clusterOptions()
-	o.Store, o.Cluster, o.Logger = sb, cb, bLog.Logger()
-	b, err := pigeon.New(ctx, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	cb := clusterEngine(ctx, t, connect(t, srv.ClientURL()), &Options{Prefix: prefix, Node: "b", Memory: true, Liveness: liveness}, func(o *pigeon.Options) {
+		o.Logger = bLog.Logger()
+	}).cl
 	require.Eventually(t, func() bool { // b's watch began and caught up
 		_, err := cb.applied.Get(ctx, cb.recordKey())
 		return err == nil && time.Now().Before(cb.CurrentUntil())
