@@ -2,7 +2,6 @@ package ws_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 
@@ -71,11 +70,8 @@ func TestPullAnswerRefusesAnAttemptAlone(t *testing.T) {
 		for _, row := range pulledAttempts {
 			t.Run(form.name+"/"+row.name, func(t *testing.T) {
 				ctx := context.Background()
-				url, acks := pullServer(t, form.before+three+`,`+form.member+`:[2,`+row.text+`,3]`)
-				logs := &entryRefusals{}
-				s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"}, ws.WithLogger(slog.New(logs)))
-				require.NoError(t, err)
-				defer s.Close(ctx)
+				logs := &refusalLog{}
+				s, acks := pullSession(t, form.before+three+`,`+form.member+`:[2,`+row.text+`,3]`, logs)
 
 				ids, attempts, refused := []string{"msg_a", "msg_b"}, []int{2, 3}, []entryRefusal{{ws.OpReceive, 1, "msg_x"}}
 				if row.taken {
@@ -88,12 +84,12 @@ func TestPullAnswerRefusesAnAttemptAlone(t *testing.T) {
 				require.NoError(t, err, "a refused entry does not fail the answer")
 				require.Equal(t, ids, messageIDs(msgs))
 				require.Equal(t, attempts, got, "each message kept keeps its own attempt")
-				require.Equal(t, refused, logs.got(), "the refusal is logged, naming its entry and message")
+				require.Equal(t, refused, logs.withoutSequences(), "the refusal is logged, naming its entry and message")
 
 				plain, err := s.Receive(ctx, "jobs.run", 3)
 				require.NoError(t, err)
 				require.Equal(t, ids, messageIDs(plain), "Receive leaves out what ReceiveAttempts does")
-				require.Equal(t, append(refused, refused...), logs.got())
+				require.Equal(t, append(refused, refused...), logs.withoutSequences())
 
 				var want []ws.Frame
 				for i, m := range msgs {
@@ -128,10 +124,7 @@ func TestPullAnswerAttemptsNotAListIsRefusedWhole(t *testing.T) {
 		} {
 			t.Run(form.name+"/"+tc.name, func(t *testing.T) {
 				ctx := context.Background()
-				url, acks := pullServer(t, form.before+tc.answer)
-				s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"})
-				require.NoError(t, err)
-				defer s.Close(ctx)
+				s, acks := pullSession(t, form.before+tc.answer, nil)
 				msgs, attempts, err := s.ReceiveAttempts(ctx, "jobs.run", 2)
 				requireCodeOf(t, err, pigeon.CodeBadRequest)
 				require.ErrorContains(t, err, "attempts")
@@ -147,10 +140,7 @@ func TestPullAnswerAttemptsNotAListIsRefusedWhole(t *testing.T) {
 	}
 	t.Run("absent", func(t *testing.T) {
 		ctx := context.Background()
-		url, _ := pullServer(t, two)
-		s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"})
-		require.NoError(t, err)
-		defer s.Close(ctx)
+		s, _ := pullSession(t, two, nil)
 		msgs, attempts, err := s.ReceiveAttempts(ctx, "jobs.run", 2)
 		require.NoError(t, err)
 		require.Equal(t, []string{"msg_a", "msg_b"}, messageIDs(msgs))

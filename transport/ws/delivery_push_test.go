@@ -2,46 +2,13 @@ package ws_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"pigeon"
 	"pigeon/transport/ws"
 )
-
-// refusals gathers the messageId of each refused delivery the client logs.
-type refusals struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (l *refusals) Enabled(context.Context, slog.Level) bool { return true }
-func (l *refusals) Handle(_ context.Context, r slog.Record) error {
-	if !strings.Contains(r.Message, "delivery") || !strings.Contains(r.Message, "not handed over") {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "messageId" {
-			l.mu.Lock()
-			l.ids = append(l.ids, a.Value.String())
-			l.mu.Unlock()
-		}
-		return true
-	})
-	return nil
-}
-func (l *refusals) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *refusals) WithGroup(string) slog.Handler      { return l }
-func (l *refusals) got() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.ids...)
-}
 
 // pushedMessage is a message msg_bad whose members after "time" are rest.
 func pushedMessage(rest string) string {
@@ -84,56 +51,11 @@ func TestClientRefusesAPushedDeliveryWithoutSequenceOrAttempt(t *testing.T) {
 				} else {
 					bad = `{"op":"deliver","sub":"s1"` + tc.attempt + `,"message":` + pushedMessage(tc.rest) + `}`
 				}
-				var (
-					mu    sync.Mutex
-					acked []string
-				)
-				srv := newScriptedServer(t, func(f *ws.Frame) []string {
-					switch f.Op {
-					case ws.OpSubscribe:
-						return []string{subscribedFrame(f, "s1"), bad, deliverSeq("s1", "good", 9)}
-					case ws.OpReceive:
-						return []string{`{"op":"messages","re":"` + f.ID + `","messages":[]}`}
-					case ws.OpAck:
-						mu.Lock()
-						if f.MessageID != "" {
-							acked = append(acked, f.MessageID)
-						}
-						acked = append(acked, f.MessageIDs...)
-						mu.Unlock()
-					}
-					return []string{okFrame(f)}
-				})
-				logs := &refusals{}
-				ctx := context.Background()
-				s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"}, ws.WithLogger(slog.New(logs)))
-				require.NoError(t, err)
-				defer s.Close(ctx)
-				var seen []string
-				sub, err := s.Subscribe(ctx, "chat.messages", func(_ context.Context, d *pigeon.Delivery) error {
-					mu.Lock()
-					seen = append(seen, d.Message.ID)
-					mu.Unlock()
-					return nil
-				})
-				require.NoError(t, err)
-				// The answer to a later frame comes after both deliveries.
-				_, err = s.Receive(ctx, "chat.messages", 1)
-				require.NoError(t, err)
-				eventually(t, func() bool {
-					mu.Lock()
-					defer mu.Unlock()
-					return len(acked) > 0
-				}, "the well-formed delivery acked")
-				// Unsubscribe waits for every delivery queued to be handled
-				// and answered.
-				require.NoError(t, sub.Unsubscribe(ctx))
-				mu.Lock()
-				defer mu.Unlock()
-				require.Equal(t, []string{"msg_good"}, seen, "the refused delivery reaches no handler")
-				require.Equal(t, []string{"msg_good"}, acked, "the refused delivery is not acked")
-				require.Equal(t, []string{"msg_bad"}, logs.got(), "the refusal is reported, naming the message")
-				require.NoError(t, s.Err(), "a refused delivery does not end the connection")
+				logs := &refusalLog{}
+				seen, acked := scriptedPush(t, "chat.messages", []string{bad, deliverSeq("s1", "good", 9)}, "msg_good", logs)
+				require.Equal(t, []string{"msg_good"}, idsOf(seen), "the refused delivery reaches no handler")
+				require.Equal(t, []string{"msg_good"}, idsOf(acked), "the refused delivery is not acked")
+				require.Equal(t, []string{"msg_bad"}, logs.ids(), "the refusal is reported, naming the message")
 			})
 		}
 	}

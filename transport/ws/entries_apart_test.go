@@ -2,10 +2,8 @@ package ws_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,7 +104,7 @@ func TestListEntryRefusedAlone(t *testing.T) {
 							}
 						}
 					}
-					logs := &entryLogs{}
+					logs := &refusalLog{}
 					var seen, acked []entryOf
 					if op == ws.OpDeliverBatch {
 						seen, acked = pushEntries(t, texts, logs)
@@ -141,14 +139,6 @@ func TestListEntryRefusedAlone(t *testing.T) {
 			}
 		}
 	}
-}
-
-// entryOf is an entry of a list: its message's id, its attempt (a
-// delivery's, or a receive's "attempts") and its sequence.
-type entryOf struct {
-	id      string
-	attempt int
-	seq     uint64
 }
 
 // text is the entry as op's list holds it, with msg its message (for
@@ -193,7 +183,7 @@ func TestDeliverMessageRefusedAlone(t *testing.T) {
 				}
 				frames[i] = e.deliver(msg)
 			}
-			logs := &entryLogs{}
+			logs := &refusalLog{}
 			seen, acked := pushFrames(t, frames, logs)
 			require.Equal(t, []entryOf{{"msg_a", 2, 3}, {"msg_b", 3, 7}, {"msg_end", 1, 9}}, seen,
 				"the deliveries beside it are handed over")
@@ -217,7 +207,7 @@ func (e entryOf) deliver(msg string) string {
 // sequence 9) in a deliver of its own; it returns the deliveries handed
 // to the handler and the acks the server read, once msg_end is handled
 // and the subscription ended.
-func pushEntries(t *testing.T, entries []string, logs *entryLogs) (seen, acked []entryOf) {
+func pushEntries(t *testing.T, entries []string, logs *refusalLog) (seen, acked []entryOf) {
 	t.Helper()
 	return pushFrames(t, []string{`{"op":"deliver_batch","sub":"s1","deliveries":[` + strings.Join(entries, ",") + `]}`}, logs)
 }
@@ -225,52 +215,11 @@ func pushEntries(t *testing.T, entries []string, logs *entryLogs) (seen, acked [
 // pushFrames subscribes to jobs.run on a scripted server that pushes
 // frames (on s1), then msg_end (attempt 1, sequence 9) in a deliver of
 // its own; it returns the deliveries handed to the handler and the acks
-// the server read, once msg_end is handled and the subscription ended.
-func pushFrames(t *testing.T, frames []string, logs *entryLogs) (seen, acked []entryOf) {
+// the server read, once msg_end is handled and the subscription ended
+// (scriptedPush).
+func pushFrames(t *testing.T, frames []string, logs *refusalLog) (seen, acked []entryOf) {
 	t.Helper()
-	end := entryOf{"msg_end", 1, 9}.deliver(entryMessage)
-	var mu sync.Mutex
-	srv := newScriptedServer(t, func(f *ws.Frame) []string {
-		switch f.Op {
-		case ws.OpSubscribe:
-			return append(append([]string{subscribedFrame(f, "s1")}, frames...), end)
-		case ws.OpAck:
-			mu.Lock()
-			if f.MessageID != "" {
-				acked = append(acked, entryOf{f.MessageID, f.Attempt, f.Sequence})
-			}
-			for i, id := range f.MessageIDs {
-				acked = append(acked, entryOf{id, 0, f.Sequences[i]})
-			}
-			mu.Unlock()
-		}
-		return []string{okFrame(f)}
-	})
-	ctx := context.Background()
-	s, err := ws.Dial(ctx, srv.url, "token", []string{"jobs.run"}, ws.WithLogger(slog.New(logs)))
-	require.NoError(t, err)
-	defer s.Close(ctx)
-	sub, err := s.Subscribe(ctx, "jobs.run", func(_ context.Context, d *pigeon.Delivery) error {
-		mu.Lock()
-		seen = append(seen, entryOf{d.Message.ID, d.Attempt, d.Message.Sequence})
-		mu.Unlock()
-		return nil
-	})
-	require.NoError(t, err)
-	// One worker hands deliveries over in order: once msg_end is
-	// handled, those before it were.
-	eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) > 0 && seen[len(seen)-1].id == "msg_end"
-	}, "the delivery after the batch handled")
-	// Unsubscribe sends the acks of the deliveries handled before it
-	// ends the subscription.
-	require.NoError(t, sub.Unsubscribe(ctx))
-	require.NoError(t, s.Err(), "a refused entry does not end the connection")
-	mu.Lock()
-	defer mu.Unlock()
-	return seen, acked
+	return scriptedPush(t, "jobs.run", append(frames, entryOf{"msg_end", 1, 9}.deliver(entryMessage)), "msg_end", logs)
 }
 
 // pullEntries receives (op receive: ReceiveAttempts, then Receive, the
@@ -278,7 +227,7 @@ func pushFrames(t *testing.T, frames []string, logs *entryLogs) (seen, acked []e
 // from a scripted server answering with entries; it returns the messages
 // handed over, each with its attempt, and the acks the server read: a
 // receive's messages are acked with their attempts, a replay's are not.
-func pullEntries(t *testing.T, op string, entries []string, all []entryOf, logs *entryLogs) (seen, acked []entryOf) {
+func pullEntries(t *testing.T, op string, entries []string, all []entryOf, logs *refusalLog) (seen, acked []entryOf) {
 	t.Helper()
 	answer := `"messages":[` + strings.Join(entries, ",") + `]`
 	if op == ws.OpReceive {
@@ -288,11 +237,8 @@ func pullEntries(t *testing.T, op string, entries []string, all []entryOf, logs 
 		}
 		answer += `,"attempts":[` + strings.Join(attempts, ",") + `]`
 	}
-	url, acks := pullServer(t, answer)
+	s, acks := pullSession(t, answer, logs)
 	ctx := context.Background()
-	s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"}, ws.WithLogger(slog.New(logs)))
-	require.NoError(t, err)
-	defer s.Close(ctx)
 	if op == ws.OpReplay {
 		msgs, err := s.Replay(ctx, pigeon.ReplayRequest{Subject: "jobs.run", Reason: "audit"})
 		require.NoError(t, err, "a refused entry does not fail the answer")
@@ -321,58 +267,4 @@ func pullEntries(t *testing.T, op string, entries []string, all []entryOf, logs 
 	}
 	require.NoError(t, s.Err(), "a refused entry does not end the connection")
 	return seen, acked
-}
-
-// entryLogs gathers the entries the client logs as not handed over.
-type entryLogs struct {
-	mu      sync.Mutex
-	entries []loggedEntry
-}
-
-// loggedEntry is one logged refusal: the op, the entry's index, and the
-// id and sequence of its message as far as they could be read.
-type loggedEntry struct {
-	op        string
-	index     int64
-	messageID string
-	sequence  uint64
-}
-
-func (l *entryLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (l *entryLogs) Handle(_ context.Context, r slog.Record) error {
-	if !strings.Contains(r.Message, "not handed over") {
-		return nil
-	}
-	var e loggedEntry
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "op":
-			e.op = a.Value.String()
-		case "index":
-			e.index = a.Value.Int64()
-		case "messageId":
-			e.messageID = a.Value.String()
-		case "sequence":
-			e.sequence = a.Value.Uint64()
-		}
-		return true
-	})
-	l.mu.Lock()
-	l.entries = append(l.entries, e)
-	l.mu.Unlock()
-	return nil
-}
-func (l *entryLogs) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *entryLogs) WithGroup(string) slog.Handler      { return l }
-func (l *entryLogs) got() []loggedEntry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]loggedEntry(nil), l.entries...)
-}
-
-// keep forgets the entries logged after the first n.
-func (l *entryLogs) keep(n int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = l.entries[:n]
 }

@@ -3,7 +3,6 @@ package ws_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 
@@ -13,60 +12,17 @@ import (
 	"pigeon/transport/ws"
 )
 
-// entryRefusals gathers the entries of receive and replay answers the
-// client logs as not handed over.
-type entryRefusals struct {
-	mu      sync.Mutex
-	entries []entryRefusal
-}
-
-// entryRefusal is one logged refusal: the op, the entry's index and the
-// id of its message ("" for an entry that is none).
-type entryRefusal struct {
-	op        string
-	index     int64
-	messageID string
-}
-
-func (l *entryRefusals) Enabled(context.Context, slog.Level) bool { return true }
-func (l *entryRefusals) Handle(_ context.Context, r slog.Record) error {
-	if !strings.Contains(r.Message, "not handed over") {
-		return nil
-	}
-	var e entryRefusal
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case "op":
-			e.op = a.Value.String()
-		case "index":
-			e.index = a.Value.Int64()
-		case "messageId":
-			e.messageID = a.Value.String()
-		}
-		return true
-	})
-	l.mu.Lock()
-	l.entries = append(l.entries, e)
-	l.mu.Unlock()
-	return nil
-}
-func (l *entryRefusals) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *entryRefusals) WithGroup(string) slog.Handler      { return l }
-func (l *entryRefusals) got() []entryRefusal {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]entryRefusal(nil), l.entries...)
-}
-
 // pulledMessage is a stored message id with the members rest (its
 // sequence, or none).
 func pulledMessage(id, rest string) string {
 	return `{"specversion":"1.0","id":"` + id + `","type":"job","source":"p","subject":"jobs.run","time":"2026-01-01T00:00:00Z"` + rest + `,"data":{}}`
 }
 
-// pullServer is a scripted server answering every receive and replay with
-// answer (the members after "re"), and recording the acks it is sent.
-func pullServer(t *testing.T, answer string) (url string, acks func() []ws.Frame) {
+// pullSession dials a scripted server answering every receive and
+// replay with answer (the members after "re"), and recording the acks it
+// is sent; the session logs to logs, when not nil. It is closed when the
+// test ends.
+func pullSession(t *testing.T, answer string, logs slog.Handler) (s *ws.Session, acks func() []ws.Frame) {
 	t.Helper()
 	var (
 		mu  sync.Mutex
@@ -83,7 +39,15 @@ func pullServer(t *testing.T, answer string) (url string, acks func() []ws.Frame
 		}
 		return []string{okFrame(f)}
 	})
-	return srv.url, func() []ws.Frame {
+	var opts []ws.Option
+	if logs != nil {
+		opts = append(opts, ws.WithLogger(slog.New(logs)))
+	}
+	ctx := context.Background()
+	s, err := ws.Dial(ctx, srv.url, "token", []string{"jobs.run"}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(ctx) })
+	return s, func() []ws.Frame {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]ws.Frame(nil), got...)
@@ -111,19 +75,16 @@ func TestPullAnswerRefusesABadEntryAlone(t *testing.T) {
 	} {
 		t.Run(bad.name, func(t *testing.T) {
 			ctx := context.Background()
-			url, acks := pullServer(t, `"messages":[`+good1+`,`+pulledMessage("msg_attempt", `,"sequence":2`)+`,`+good2+`,`+
-				pulledMessage("msg_unsequenced", "")+`],"attempts":[1,`+bad.attempt+`,2,1]`)
-			logs := &entryRefusals{}
-			s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"}, ws.WithLogger(slog.New(logs)))
-			require.NoError(t, err)
-			defer s.Close(ctx)
+			logs := &refusalLog{}
+			s, acks := pullSession(t, `"messages":[`+good1+`,`+pulledMessage("msg_attempt", `,"sequence":2`)+`,`+good2+`,`+
+				pulledMessage("msg_unsequenced", "")+`],"attempts":[1,`+bad.attempt+`,2,1]`, logs)
 
 			msgs, attempts, err := s.ReceiveAttempts(ctx, "jobs.run", 4)
 			require.NoError(t, err, "the refusals do not fail the answer")
 			require.Len(t, msgs, 2)
 			require.Equal(t, []string{"msg_good1", "msg_good2"}, []string{msgs[0].ID, msgs[1].ID})
 			require.Equal(t, []int{1, 2}, attempts, "each message kept keeps its own attempt")
-			require.Equal(t, []entryRefusal{{ws.OpReceive, 1, "msg_attempt"}, {ws.OpReceive, 3, "msg_unsequenced"}}, logs.got(),
+			require.Equal(t, []entryRefusal{{ws.OpReceive, 1, "msg_attempt"}, {ws.OpReceive, 3, "msg_unsequenced"}}, logs.withoutSequences(),
 				"each refusal is reported, naming its entry and message")
 
 			for i, m := range msgs {
@@ -163,11 +124,8 @@ func TestPullAndReplayAnswersRefuseAMessageWithoutSequenceAlone(t *testing.T) {
 	} {
 		t.Run(tc.op, func(t *testing.T) {
 			ctx := context.Background()
-			url, _ := pullServer(t, answer)
-			logs := &entryRefusals{}
-			s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"}, ws.WithLogger(slog.New(logs)))
-			require.NoError(t, err)
-			defer s.Close(ctx)
+			logs := &refusalLog{}
+			s, _ := pullSession(t, answer, logs)
 			msgs, attempts, err := tc.pull(ctx, s)
 			require.NoError(t, err)
 			require.Len(t, msgs, 2)
@@ -177,7 +135,7 @@ func TestPullAndReplayAnswersRefuseAMessageWithoutSequenceAlone(t *testing.T) {
 			if op != ws.OpReplay {
 				op = ws.OpReceive
 			}
-			require.Equal(t, refused(op), logs.got())
+			require.Equal(t, refused(op), logs.withoutSequences())
 		})
 	}
 }
@@ -196,10 +154,7 @@ func TestPullAnswerMalformedAsAWholeIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			url, acks := pullServer(t, tc.answer)
-			s, err := ws.Dial(ctx, url, "token", []string{"jobs.run"})
-			require.NoError(t, err)
-			defer s.Close(ctx)
+			s, acks := pullSession(t, tc.answer, nil)
 			msgs, attempts, err := s.ReceiveAttempts(ctx, "jobs.run", 2)
 			require.Error(t, err)
 			require.Nil(t, msgs)
