@@ -263,15 +263,7 @@ func (e *Engine) revokeAway(id string) {
 // pokeContract wakes the running subscriptions of contract id, so that
 // they check it again now.
 func (e *Engine) pokeContract(id string) {
-	e.subs.mu.RLock()
-	var hit []*subscription
-	for s := range e.subs.all {
-		if s.caller.ContractID == id {
-			hit = append(hit, s)
-		}
-	}
-	e.subs.mu.RUnlock()
-	for _, s := range hit {
+	for _, s := range e.subscriptionsOf(id) {
 		s.poke()
 	}
 }

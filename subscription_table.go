@@ -82,18 +82,23 @@ func (ss *sessionSubs) closeAll() {
 // subscription's loop next looks at the contract. The leases its pull
 // receives hold go back to their groups.
 func (e *Engine) onContractRevoked(id string) {
-	e.subs.mu.Lock()
+	for _, s := range e.subscriptionsOf(id) {
+		s.stop(NewError(CodeContractRevoked, "the contract was revoked")) // ends s.ctx, which every wait of the loop watches
+	}
+	// What its pull receives hold goes back, without waiting here for a
+	// group busy with a store read.
+	e.goTracked(func() { e.releaseRevoked(id) })
+}
+
+// subscriptionsOf returns the running subscriptions of contract id.
+func (e *Engine) subscriptionsOf(id string) []*subscription {
+	e.subs.mu.RLock()
+	defer e.subs.mu.RUnlock()
 	var hit []*subscription
 	for s := range e.subs.all {
 		if s.caller.ContractID == id {
 			hit = append(hit, s)
 		}
 	}
-	e.subs.mu.Unlock()
-	for _, s := range hit {
-		s.stop(NewError(CodeContractRevoked, "the contract was revoked")) // ends s.ctx, which every wait of the loop watches
-	}
-	// What its pull receives hold goes back, without waiting here for a
-	// group busy with a store read.
-	e.goTracked(func() { e.releaseRevoked(id) })
+	return hit
 }
