@@ -216,6 +216,20 @@ export function loneSurrogate(t: string): boolean {
 }
 
 /**
+ * Where the JSON string that opens at t[i] (a quote) closes: the index of
+ * its closing quote, the first one not escaped (JSON text has one).
+ */
+export function stringEnd(t: string, i: number): number {
+  let j = t.indexOf('"', i + 1);
+  for (;;) {
+    let k = j - 1;
+    while (t.charCodeAt(k) === 0x5c) k--;
+    if ((j - 1 - k) % 2 === 0) return j;
+    j = t.indexOf('"', j + 1);
+  }
+}
+
+/**
  * The first member name that one object of `t` holds twice (compared
  * unescaped: "a" and "\u0061" are one name), and whether that object is
  * t's outermost; undefined when there is none. `t` is text JSON.parse
@@ -233,14 +247,7 @@ export function duplicateMember(t: string): { name: string; top: boolean } | und
   for (let i = 0; i < t.length; ) {
     const c = t.charCodeAt(i);
     if (c === 0x22) {
-      // A string: its closing quote is the first one not escaped.
-      let j = t.indexOf('"', i + 1);
-      for (;;) {
-        let k = j - 1;
-        while (t.charCodeAt(k) === 0x5c) k--;
-        if ((j - 1 - k) % 2 === 0) break;
-        j = t.indexOf('"', j + 1);
-      }
+      const j = stringEnd(t, i);
       if (expectKey) {
         const raw = t.slice(i + 1, j);
         const name = raw.includes("\\") ? (JSON.parse(t.slice(i, j + 1)) as string) : raw;

@@ -11,6 +11,8 @@
  * ({@link spelledNumbers}) to find where those numbers are.
  */
 
+import { stringEnd } from "./jcs.js";
+
 /**
  * A number the text spelled with a fraction or an exponent where the wire
  * has an integer: `spelling` is that text ("5.0", "1e0"). A reader puts it
@@ -50,14 +52,7 @@ export function* spelledNumbers(t: string, maxDepth: number): Generator<{ path: 
   for (let i = 0; i < t.length; ) {
     const c = t.charCodeAt(i);
     if (c === 0x22) {
-      // A string: its closing quote is the first one not escaped.
-      let j = t.indexOf('"', i + 1);
-      for (;;) {
-        let k = j - 1;
-        while (t.charCodeAt(k) === 0x5c) k--;
-        if ((j - 1 - k) % 2 === 0) break;
-        j = t.indexOf('"', j + 1);
-      }
+      const j = stringEnd(t, i);
       if (expectKey) {
         if (path.length <= maxDepth) {
           const raw = t.slice(i + 1, j);
