@@ -2,7 +2,7 @@ package pigeon_test
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,40 +35,43 @@ func TestClusterLeasesAreNotExtendedWhileBehind(t *testing.T) {
 	n := &extendingVouchingNode{vouchingNode: &vouchingNode{hubNode: hn}, ext: &extendingNode{hubNode: hn}}
 	n.beat()
 	t.Cleanup(func() { n.cut(false) })
-	o := dupOptions()
-	for j := range o.Catalog.Subjects {
-		o.Catalog.Subjects[j].Delivery.AckWaitMs = extendAck.Milliseconds()
-	}
-	o.Store, o.Cluster = nodeStore{Store: memory.New(nil), audit: memory.New(nil)}, n
-	e, err := pigeon.New(context.Background(), o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	o := extendOptions()
+	o.Store, o.Cluster = viewOf(memory.New(nil)), n
+	e := startEngine(t, o)
 
 	c := dupCases[0]
-	pub := dupConnect(t, e, c.pub, c.subject)
-	log := newRunLog()
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	sub, err := dupConnect(t, e, c.sub, c.subject).Subscribe(context.Background(), c.subject, log.holding(release))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
-	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
-	id := publishN(t, pub, c, 0, 1)[0]
-	waitStarted(t, log, id)
-	require.Eventually(t, func() bool { return n.ext.writes.Load() > 0 }, 10*time.Second, time.Millisecond, "the lease is extended while the handler runs")
+	free := holdExtendedJob(t, dupConnect(t, e, c.pub, c.subject), dupConnect(t, e, c.sub, c.subject), &n.ext.writes)
 
 	n.cut(false)
 	require.Eventually(t, func() bool {
 		_, err := e.Connect(ctx, c.pub, []string{c.subject})
 		return pigeon.ErrorCode(err) == pigeon.CodeStoreUnavailable
 	}, 10*time.Second, 5*time.Millisecond, "the node is behind once it is no longer vouched for")
-	w := n.ext.writes.Load()
-	require.Never(t, func() bool { return n.ext.writes.Load() > w }, 5*extendAck, 10*time.Millisecond,
-		"a lease is extended while the directory is behind")
-
-	n.beat()
-	require.Eventually(t, func() bool { return n.ext.writes.Load() > w }, 10*time.Second, time.Millisecond,
-		"the lease is extended again once the node is vouched for")
+	requireExtensionPaused(t, &n.ext.writes, "a lease is extended while the directory is behind",
+		n.beat, "the lease is extended again once the node is vouched for")
 	free()
+}
+
+// holdExtendedJob publishes one job of dupCases[0] from pub and waits
+// until consumer's handler runs it, held until free is called, and its
+// lease has been extended (writes has grown).
+func holdExtendedJob(t *testing.T, pub, consumer pigeon.Session, writes *atomic.Int64) (free func()) {
+	t.Helper()
+	c := dupCases[0]
+	log, free := holdingSubscription(t, consumer, c.subject)
+	id := publishN(t, pub, c, 0, 1)[0]
+	waitStarted(t, log, id)
+	require.Eventually(t, func() bool { return writes.Load() > 0 }, 10*time.Second, time.Millisecond, "the lease is extended while the handler runs")
+	return free
+}
+
+// requireExtensionPaused requires that no lease is written for five ack
+// waits (failing with while), and that one is written again once resume
+// was called (failing with again).
+func requireExtensionPaused(t *testing.T, writes *atomic.Int64, while string, resume func(), again string) {
+	t.Helper()
+	w := writes.Load()
+	require.Never(t, func() bool { return writes.Load() > w }, 5*extendAck, 10*time.Millisecond, while)
+	resume()
+	require.Eventually(t, func() bool { return writes.Load() > w }, 10*time.Second, time.Millisecond, again)
 }

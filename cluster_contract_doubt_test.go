@@ -3,7 +3,6 @@ package pigeon_test
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/internal/testlog"
 	"pigeon/store"
 	"pigeon/store/memory"
 	"pigeon/transport/transporttest"
@@ -23,17 +21,14 @@ import (
 // unreachable from this node, or one read is held back with what it read.
 type contractReads struct {
 	nodeStore
-	mu     sync.Mutex
-	fail   bool
-	panics bool          // a failing read panics, as a store with a bug might
-	hang   chan struct{} // not nil: a read waits until it is closed
-	held   map[string]chan struct{}
-	reads  atomic.Int64 // reads of a contract that were answered
+	readFaults
+	held  map[string]chan struct{} // guarded by readFaults.mu
+	reads atomic.Int64             // reads of a contract that were answered
 }
 
 func (s *contractReads) GetContract(ctx context.Context, id string) (store.ContractRecord, error) {
 	s.mu.Lock()
-	fail, panics, hang, held := s.fail, s.panics, s.hang, s.held[id]
+	held := s.held[id]
 	delete(s.held, id)
 	s.mu.Unlock()
 	if held != nil {
@@ -44,45 +39,11 @@ func (s *contractReads) GetContract(ctx context.Context, id string) (store.Contr
 		<-held
 		return rec, err
 	}
-	if hang != nil {
-		select {
-		case <-hang:
-		case <-ctx.Done():
-			return store.ContractRecord{}, ctx.Err()
-		}
-	}
-	if fail && panics {
-		panic("reading contract " + id + " failed")
-	}
-	if fail {
-		return store.ContractRecord{}, errUnreachable
+	if err := s.fault(ctx, "reading contract "+id); err != nil {
+		return store.ContractRecord{}, err
 	}
 	defer s.reads.Add(1)
 	return s.nodeStore.GetContract(ctx, id)
-}
-
-// set makes contract reads fail (and panic), or succeed again.
-func (s *contractReads) set(fail, panics bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail, s.panics = fail, panics
-}
-
-// holdReads makes contract reads wait until the returned func is called.
-func (s *contractReads) holdReads() (release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	hang := make(chan struct{})
-	s.hang = hang
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.hang = nil
-			s.mu.Unlock()
-			close(hang)
-		})
-	}
 }
 
 // holdNext makes the next read of contract id read the store at once and
@@ -107,12 +68,18 @@ type changeCounting struct {
 }
 
 func (n *changeCounting) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
-	return n.hubNode.Watch(ctx, func(c pigeon.ClusterChange) {
+	return n.hubNode.Watch(ctx, countingApplied(fn, pigeon.ChangeContract, &n.applied))
+}
+
+// countingApplied is fn, counting in applied the changes of kind it has
+// applied.
+func countingApplied(fn func(pigeon.ClusterChange), kind pigeon.ClusterChangeKind, applied *atomic.Int64) func(pigeon.ClusterChange) {
+	return func(c pigeon.ClusterChange) {
 		fn(c)
-		if c.Kind == pigeon.ChangeContract {
-			n.applied.Add(1)
+		if c.Kind == kind {
+			applied.Add(1)
 		}
-	})
+	}
 }
 
 // doubtCluster is two nodes on one memory store, joined by a Cluster
@@ -120,34 +87,19 @@ func (n *changeCounting) Watch(ctx context.Context, fn func(pigeon.ClusterChange
 // Revoked): a, whose reads succeed, and b, whose contract reads the test
 // controls and whose log it reads.
 type doubtCluster struct {
-	h      *hub
-	a, b   *pigeon.Engine
-	aNode  *hubNode
+	*nodePair
 	bNode  *changeCounting
 	bReads *contractReads
-	bLog   *testlog.Buffer
 }
 
 func newDoubtCluster(t *testing.T) *doubtCluster {
 	t.Helper()
-	c := &doubtCluster{h: &hub{leases: map[string]*hubLease{}}, bLog: &testlog.Buffer{}}
-	shared := memory.New(nil)
-	oa := transporttest.Options()
-	c.aNode = c.h.node()
-	oa.Store, oa.Cluster = nodeStore{Store: shared, audit: memory.New(nil)}, c.aNode
-	ob := transporttest.Options()
-	c.bNode = &changeCounting{hubNode: c.h.node()}
-	c.bReads = &contractReads{nodeStore: nodeStore{Store: shared, audit: memory.New(nil)}}
-	ob.Store, ob.Cluster, ob.Logger = c.bReads, c.bNode, c.bLog.Logger()
-	for _, x := range []struct {
-		o *pigeon.Options
-		e **pigeon.Engine
-	}{{oa, &c.a}, {ob, &c.b}} {
-		e, err := pigeon.New(ctx, x.o)
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-		*x.e = e
-	}
+	c := &doubtCluster{}
+	c.nodePair = startNodePair(t, transporttest.Options, func(h *hub, view nodeStore) (store.Store, pigeon.Cluster) {
+		c.bNode = &changeCounting{hubNode: h.node()}
+		c.bReads = &contractReads{nodeStore: view}
+		return c.bReads, c.bNode
+	})
 	return c
 }
 
@@ -291,7 +243,7 @@ func TestClusterContractInDoubtFailsClosed(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, doubtedSub.Unsubscribe(ctx))
 			}
-			require.Eventually(t, func() bool { return strings.Contains(c.bLog.String(), "was read again") }, 10*time.Second, 5*time.Millisecond)
+			c.requireLogged(t, "was read again")
 			require.NoError(t, keptSub.Err())
 		})
 	}
@@ -345,7 +297,7 @@ func TestClusterContractInDoubtThroughShutdown(t *testing.T) {
 				c.bReads.set(true, false)
 			}
 			c.tell(sess.Contract().ID())
-			require.Eventually(t, func() bool { return strings.Contains(c.bLog.String(), "cannot read it again") }, 10*time.Second, 5*time.Millisecond)
+			c.requireLogged(t, "cannot read it again")
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			require.NoError(t, c.b.Shutdown(sctx))
@@ -361,30 +313,14 @@ func TestClusterContractInDoubtThroughShutdown(t *testing.T) {
 func TestClusterLeasesAreNotExtendedWhileContractInDoubt(t *testing.T) {
 	h := &hub{leases: map[string]*hubLease{}}
 	n := &extendingNode{hubNode: h.node()}
-	o := dupOptions()
-	for j := range o.Catalog.Subjects {
-		o.Catalog.Subjects[j].Delivery.AckWaitMs = extendAck.Milliseconds()
-	}
-	reads := &contractReads{nodeStore: nodeStore{Store: memory.New(nil), audit: memory.New(nil)}}
+	o := extendOptions()
+	reads := &contractReads{nodeStore: viewOf(memory.New(nil))}
 	o.Store, o.Cluster = reads, n
-	e, err := pigeon.New(context.Background(), o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
+	e := startEngine(t, o)
 
 	c := dupCases[0]
-	pub := dupConnect(t, e, c.pub, c.subject)
-	log := newRunLog()
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
 	consumer := dupConnect(t, e, c.sub, c.subject)
-	sub, err := consumer.Subscribe(context.Background(), c.subject, log.holding(release))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
-	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
-	id := publishN(t, pub, c, 0, 1)[0]
-	waitStarted(t, log, id)
-	require.Eventually(t, func() bool { return n.writes.Load() > 0 }, 10*time.Second, time.Millisecond, "the lease is extended while the handler runs")
+	free := holdExtendedJob(t, dupConnect(t, e, c.pub, c.subject), consumer, &n.writes)
 
 	reads.set(true, false)
 	h.broadcast(nil, pigeon.ClusterChange{Kind: pigeon.ChangeContract, ContractID: consumer.Contract().ID()})
@@ -392,12 +328,7 @@ func TestClusterLeasesAreNotExtendedWhileContractInDoubt(t *testing.T) {
 		_, err := consumer.Receive(ctx, c.subject, 1)
 		return pigeon.ErrorCode(err) == pigeon.CodeStoreUnavailable
 	}, 10*time.Second, 5*time.Millisecond, "the contract is in doubt once it cannot be read")
-	w := n.writes.Load()
-	require.Never(t, func() bool { return n.writes.Load() > w }, 5*extendAck, 10*time.Millisecond,
-		"a lease is extended while its contract is in doubt")
-
-	reads.set(false, false)
-	require.Eventually(t, func() bool { return n.writes.Load() > w }, 10*time.Second, time.Millisecond,
-		"the lease is extended again once the contract is read")
+	requireExtensionPaused(t, &n.writes, "a lease is extended while its contract is in doubt",
+		func() { reads.set(false, false) }, "the lease is extended again once the contract is read")
 	free()
 }

@@ -2,7 +2,6 @@ package pigeon_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/internal/testlog"
+	"pigeon/store"
 	"pigeon/store/memory"
 )
 
@@ -111,39 +110,24 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 		{"its vouching panics", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &hub{leases: map[string]*hubLease{}}
-			shared := memory.New(nil)
-			oa := accessFixtureOptions()
-			aNode := h.node()
-			oa.Store, oa.Cluster = nodeStore{Store: shared, audit: memory.New(nil)}, aNode
-			b := &vouchingNode{hubNode: h.node()}
-			b.beat()
-			t.Cleanup(func() { b.cut(false) })
-			var bLog testlog.Buffer
-			ob := accessFixtureOptions()
-			ob.Store, ob.Cluster, ob.Logger = nodeStore{Store: shared, audit: memory.New(nil)}, b, bLog.Logger()
-			var ea, eb *pigeon.Engine
-			for _, x := range []struct {
-				o *pigeon.Options
-				e **pigeon.Engine
-			}{{oa, &ea}, {ob, &eb}} {
-				e, err := pigeon.New(ctx, x.o)
-				require.NoError(t, err)
-				t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-				*x.e = e
-			}
-			announce := func() { h.broadcast(aNode, pigeon.ClusterChange{Kind: pigeon.ChangeDirectory}) }
+			var b *vouchingNode
+			c := startNodePair(t, accessFixtureOptions, func(h *hub, view nodeStore) (store.Store, pigeon.Cluster) {
+				b = &vouchingNode{hubNode: h.node()}
+				b.beat()
+				t.Cleanup(func() { b.cut(false) })
+				return view, b
+			})
 
-			_, err := ea.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
+			_, err := c.a.PutRole(ctx, pigeon.Role{Name: "member", Permissions: []pigeon.Permission{{Subject: "rooms.chat", Operations: []pigeon.Operation{pigeon.OpPublish}}}})
 			require.NoError(t, err)
-			_, err = ea.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
+			_, err = c.a.CreateAccount(ctx, pigeon.Account{ID: carol, Roles: []string{"member"}})
 			require.NoError(t, err)
-			g, err := ea.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
+			g, err := c.a.IssueGrant(ctx, carol, []string{"member"}, time.Hour)
 			require.NoError(t, err)
-			announce()
-			cutOff := connectEventually(t, eb, g.Token)
+			c.announce()
+			cutOff := connectEventually(t, c.b, g.Token)
 			defer cutOff.Close(ctx)
-			other := connectEventually(t, eb, "bob-token", "chat.messages")
+			other := connectEventually(t, c.b, "bob-token", "chat.messages")
 			defer other.Close(ctx)
 			var delivered atomic.Int64
 			sub, err := other.Subscribe(ctx, "chat.messages", func(context.Context, *pigeon.Delivery) error { delivered.Add(1); return nil })
@@ -154,7 +138,7 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 
 			// b is cut off: the revocation never reaches it.
 			b.cut(tc.panics)
-			require.NoError(t, ea.RevokeGrant(ctx, g.JTI))
+			require.NoError(t, c.a.RevokeGrant(ctx, g.JTI))
 
 			require.Eventually(t, func() bool {
 				_, err := cutOff.Publish(ctx, chatIn("lobby", "while cut off"))
@@ -164,15 +148,15 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 			requireCode(t, err, pigeon.CodeStoreUnavailable)
 			_, err = other.Publish(ctx, chatMessage("while cut off"))
 			requireCode(t, err, pigeon.CodeStoreUnavailable)
-			_, err = eb.Connect(ctx, "bob-token", []string{"chat.messages"})
+			_, err = c.b.Connect(ctx, "bob-token", []string{"chat.messages"})
 			requireCode(t, err, pigeon.CodeStoreUnavailable)
 			require.Never(t, func() bool { return isDone(sub) }, 200*time.Millisecond, 5*time.Millisecond,
 				"a running subscription pauses rather than deliver on what b last applied; it does not end")
-			require.Contains(t, bLog.String(), "can no longer be sure it has heard every change")
+			require.Contains(t, c.bLog.String(), "can no longer be sure it has heard every change")
 
 			// b is in touch again, and catches up before it is vouched for.
 			seen := b.seen.Load()
-			announce()
+			c.announce()
 			require.Eventually(t, func() bool { return b.seen.Load() > seen }, 10*time.Second, 5*time.Millisecond)
 			b.beat()
 			require.Eventually(t, func() bool {
@@ -184,7 +168,7 @@ func TestClusterNodeCutOffStopsAuthorizing(t *testing.T) {
 			require.Eventually(t, func() bool { return delivered.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
 				"the paused subscription goes on once b is vouched for")
 			require.NoError(t, sub.Err())
-			require.Eventually(t, func() bool { return strings.Contains(bLog.String(), "has caught up with the other nodes") }, 10*time.Second, 5*time.Millisecond)
+			c.requireLogged(t, "has caught up with the other nodes")
 		})
 	}
 }
@@ -196,11 +180,9 @@ func TestClusterNotVouchedForAuthorizesNothingFromTheStart(t *testing.T) {
 	h := &hub{leases: map[string]*hubLease{}}
 	n := &vouchingNode{hubNode: h.node()} // never beats: until is zero
 	o := accessFixtureOptions()
-	o.Store, o.Cluster = nodeStore{Store: memory.New(nil), audit: memory.New(nil)}, n
-	e, err := pigeon.New(ctx, o)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-	_, err = e.Connect(ctx, "bob-token", []string{"chat.messages"})
+	o.Store, o.Cluster = viewOf(memory.New(nil)), n
+	e := startEngine(t, o)
+	_, err := e.Connect(ctx, "bob-token", []string{"chat.messages"})
 	requireCode(t, err, pigeon.CodeStoreUnavailable)
 	n.beat()
 	t.Cleanup(func() { n.cut(false) })

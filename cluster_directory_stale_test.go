@@ -3,7 +3,6 @@ package pigeon_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,96 +11,95 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/internal/testlog"
-	"pigeon/store/memory"
+	"pigeon/store"
 	"pigeon/transport/transporttest"
 )
 
-// directoryReads is a node's view of the shared store whose listings of
-// the directory's buckets can be made to fail, as a store that is
-// unreachable from this node, or to hang until released.
-type directoryReads struct {
-	nodeStore
+// readFaults makes a store view's reads fail, panic or hang, as in a
+// store that is unreachable from this node.
+type readFaults struct {
 	mu     sync.Mutex
 	fail   bool
-	panics bool          // a failing listing panics, as a store with a bug might
-	hang   chan struct{} // not nil: a listing waits until it is closed
+	panics bool          // a failing read panics, as a store with a bug might
+	hang   chan struct{} // not nil: a read waits until it is closed
 }
 
 var errUnreachable = errors.New("store unreachable from this node")
 
-func (s *directoryReads) List(ctx context.Context, bucket string) (map[string][]byte, error) {
-	s.mu.Lock()
-	fail, panics, hang := s.fail, s.panics, s.hang
-	s.mu.Unlock()
-	if hang != nil {
-		select {
-		case <-hang:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	if fail && panics {
-		panic("listing " + bucket + " failed")
-	}
-	if fail {
-		return nil, errUnreachable
-	}
-	return s.nodeStore.List(ctx, bucket)
+// set makes reads fail (and panic), or succeed again.
+func (f *readFaults) set(fail, panics bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail, f.panics = fail, panics
 }
 
-func (s *directoryReads) set(fail, panics bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail, s.panics = fail, panics
-}
-
-// holdReads makes listings wait until the returned func is called.
-func (s *directoryReads) holdReads() (release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// holdReads makes reads wait until the returned func is called.
+func (f *readFaults) holdReads() (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	hang := make(chan struct{})
-	s.hang = hang
+	f.hang = hang
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			s.mu.Lock()
-			s.hang = nil
-			s.mu.Unlock()
+			f.mu.Lock()
+			f.hang = nil
+			f.mu.Unlock()
 			close(hang)
 		})
 	}
 }
 
+// fault is what a read called what meets: it waits while reads are held,
+// then panics or fails as set; nil, it goes on.
+func (f *readFaults) fault(ctx context.Context, what string) error {
+	f.mu.Lock()
+	fail, panics, hang := f.fail, f.panics, f.hang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if fail && panics {
+		panic(what + " failed")
+	}
+	if fail {
+		return errUnreachable
+	}
+	return nil
+}
+
+// directoryReads is a node's view of the shared store whose listings of
+// the directory's buckets the test can make fail, panic or hang.
+type directoryReads struct {
+	nodeStore
+	readFaults
+}
+
+func (s *directoryReads) List(ctx context.Context, bucket string) (map[string][]byte, error) {
+	if err := s.fault(ctx, "listing "+bucket); err != nil {
+		return nil, err
+	}
+	return s.nodeStore.List(ctx, bucket)
+}
+
 // staleCluster is two nodes on one memory store: a, whose reads succeed,
 // and b, whose directory reads the test controls and whose log it reads.
 type staleCluster struct {
-	h      *hub
-	a, b   *pigeon.Engine
-	aNode  *hubNode
-	shared *memory.Store
+	*nodePair
 	bReads *directoryReads
-	bLog   *testlog.Buffer
 }
 
 func newStaleCluster(t *testing.T) *staleCluster {
 	t.Helper()
-	c := &staleCluster{h: &hub{leases: map[string]*hubLease{}}, shared: memory.New(nil), bLog: &testlog.Buffer{}}
-	oa := accessFixtureOptions()
-	c.aNode = c.h.node()
-	oa.Store, oa.Cluster = nodeStore{Store: c.shared, audit: memory.New(nil)}, c.aNode
-	ob := accessFixtureOptions()
-	c.bReads = &directoryReads{nodeStore: nodeStore{Store: c.shared, audit: memory.New(nil)}}
-	ob.Store, ob.Cluster, ob.Logger = c.bReads, c.h.node(), c.bLog.Logger()
-	for _, x := range []struct {
-		o *pigeon.Options
-		e **pigeon.Engine
-	}{{oa, &c.a}, {ob, &c.b}} {
-		e, err := pigeon.New(ctx, x.o)
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-		*x.e = e
-	}
+	c := &staleCluster{}
+	c.nodePair = startNodePair(t, accessFixtureOptions, func(h *hub, view nodeStore) (store.Store, pigeon.Cluster) {
+		c.bReads = &directoryReads{nodeStore: view}
+		return c.bReads, h.node()
+	})
 	return c
 }
 
@@ -121,18 +119,6 @@ func accessFixtureOptions() *pigeon.Options {
 		pigeon.StaticToken{Token: "dave-token", Principal: dave})...)
 	o.Now = nil
 	return o
-}
-
-// requireLogged waits until b logged text: a state change is logged just
-// after it takes effect.
-func (c *staleCluster) requireLogged(t *testing.T, text string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return strings.Contains(c.bLog.String(), text) }, 10*time.Second, 5*time.Millisecond, "%s", c.bLog.String())
-}
-
-// announce tells b of a directory change a made, as a's Cluster would.
-func (c *staleCluster) announce() {
-	c.h.broadcast(c.aNode, pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
 }
 
 // TestClusterDirectoryBehindFailsClosed: another node takes access away

@@ -45,6 +45,15 @@ func (n *extendingNode) Extend(_ context.Context, key store.GroupKey, seqs []uin
 // extendAck is the ack wait of jobs.run in these tests.
 const extendAck = 100 * time.Millisecond
 
+// extendOptions are dupOptions with jobs.run's ack wait extendAck.
+func extendOptions() *pigeon.Options {
+	o := dupOptions()
+	for j := range o.Catalog.Subjects {
+		o.Catalog.Subjects[j].Delivery.AckWaitMs = extendAck.Milliseconds()
+	}
+	return o
+}
+
 // extendingNodes starts two engines on one store, joined by a hub whose
 // nodes extend leases, jobs.run's ack wait extendAck.
 func extendingNodes(t *testing.T, logs *testlog.Buffer) (*hub, [2]*pigeon.Engine, [2]*extendingNode) {
@@ -53,21 +62,32 @@ func extendingNodes(t *testing.T, logs *testlog.Buffer) (*hub, [2]*pigeon.Engine
 	var es [2]*pigeon.Engine
 	var ns [2]*extendingNode
 	for i := range es {
-		o := dupOptions()
-		for j := range o.Catalog.Subjects {
-			o.Catalog.Subjects[j].Delivery.AckWaitMs = extendAck.Milliseconds()
-		}
+		o := extendOptions()
 		ns[i] = &extendingNode{hubNode: h.node()}
-		o.Store, o.Cluster = nodeStore{Store: st, audit: memory.New(nil)}, ns[i]
+		o.Store, o.Cluster = viewOf(st), ns[i]
 		if logs != nil {
 			o.Logger = logs.Logger()
 		}
-		e, err := pigeon.New(context.Background(), o)
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-		es[i] = e
+		es[i] = startEngine(t, o)
 	}
 	return h, es, ns
+}
+
+// holdingSubscription subscribes consumer to subject with a handler that
+// logs its runs in log and holds each until free is called. When the test
+// ends free is called, before the unsubscribe, which waits for the
+// handlers.
+func holdingSubscription(t *testing.T, consumer pigeon.Session, subject string, opts ...pigeon.SubscribeOption) (log *runLog, free func()) {
+	t.Helper()
+	log = newRunLog()
+	release := make(chan struct{})
+	var once sync.Once
+	free = func() { once.Do(func() { close(release) }) }
+	sub, err := consumer.Subscribe(context.Background(), subject, log.holding(release), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
+	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
+	return log, free
 }
 
 // With a LeaseExtender, the cluster leases of messages whose handlers run
@@ -81,14 +101,7 @@ func TestClusterLeasesAreExtendedWhileHandlersRun(t *testing.T) {
 	_, es, ns := extendingNodes(t, nil)
 	c := dupCases[0]
 	pub := dupConnect(t, es[1], c.pub, c.subject)
-	log := newRunLog()
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	subA, err := dupConnect(t, es[0], c.sub, c.subject).Subscribe(context.Background(), c.subject, log.holding(release), pigeon.WithMaxInFlight(n))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = subA.Unsubscribe(context.Background()) })
-	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
+	log, free := holdingSubscription(t, dupConnect(t, es[0], c.sub, c.subject), c.subject, pigeon.WithMaxInFlight(n))
 	ids := publishN(t, pub, c, 0, n)
 	for _, id := range ids {
 		require.Eventually(t, func() bool { _, running := log.count(id); return running == 1 }, 10*time.Second, time.Millisecond)
@@ -127,14 +140,7 @@ func TestALostClusterLeaseIsLoggedAndNoLongerExtended(t *testing.T) {
 	h, es, ns := extendingNodes(t, &logs)
 	c := dupCases[0]
 	pub := dupConnect(t, es[1], c.pub, c.subject)
-	log := newRunLog()
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	sub, err := dupConnect(t, es[0], c.sub, c.subject).Subscribe(context.Background(), c.subject, log.holding(release))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe(context.Background()) })
-	t.Cleanup(free) // before the unsubscribe, which waits for the handlers
+	log, free := holdingSubscription(t, dupConnect(t, es[0], c.sub, c.subject), c.subject)
 	id := publishN(t, pub, c, 0, 1)[0]
 	waitStarted(t, log, id)
 	// Another node takes the lease over, as after a partition.

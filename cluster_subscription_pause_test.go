@@ -4,17 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"pigeon/store"
+
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/internal/testlog"
-	"pigeon/store/memory"
 )
 
 // directoryCounting is a vouching node that counts the directory changes
@@ -25,12 +24,7 @@ type directoryCounting struct {
 }
 
 func (n *directoryCounting) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) error {
-	return n.vouchingNode.Watch(ctx, func(c pigeon.ClusterChange) {
-		fn(c)
-		if c.Kind == pigeon.ChangeDirectory {
-			n.applied.Add(1)
-		}
-	})
+	return n.vouchingNode.Watch(ctx, countingApplied(fn, pigeon.ChangeDirectory, &n.applied))
 }
 
 // texts records the texts of the chat messages a handler was handed.
@@ -71,46 +65,22 @@ func (r *texts) distinct() []string {
 // directory reads and whose vouching (pigeon.ClusterCurrent) the test
 // controls.
 type pauseCluster struct {
-	h      *hub
-	a, b   *pigeon.Engine
-	aNode  *hubNode
+	*nodePair
 	bNode  *directoryCounting
 	bReads *directoryReads
-	bLog   *testlog.Buffer
 }
 
 func newPauseCluster(t *testing.T) *pauseCluster {
 	t.Helper()
-	c := &pauseCluster{h: &hub{leases: map[string]*hubLease{}}, bLog: &testlog.Buffer{}}
-	shared := memory.New(nil)
-	oa := accessFixtureOptions()
-	c.aNode = c.h.node()
-	oa.Store, oa.Cluster = nodeStore{Store: shared, audit: memory.New(nil)}, c.aNode
-	c.bNode = &directoryCounting{vouchingNode: &vouchingNode{hubNode: c.h.node()}}
-	c.bNode.beat()
-	t.Cleanup(func() { c.bNode.cut(false) })
-	ob := accessFixtureOptions()
-	c.bReads = &directoryReads{nodeStore: nodeStore{Store: shared, audit: memory.New(nil)}}
-	ob.Store, ob.Cluster, ob.Logger = c.bReads, c.bNode, c.bLog.Logger()
-	for _, x := range []struct {
-		o *pigeon.Options
-		e **pigeon.Engine
-	}{{oa, &c.a}, {ob, &c.b}} {
-		e, err := pigeon.New(ctx, x.o)
-		require.NoError(t, err)
-		t.Cleanup(func() { require.NoError(t, e.Shutdown(context.Background())) })
-		*x.e = e
-	}
+	c := &pauseCluster{}
+	c.nodePair = startNodePair(t, accessFixtureOptions, func(h *hub, view nodeStore) (store.Store, pigeon.Cluster) {
+		c.bNode = &directoryCounting{vouchingNode: &vouchingNode{hubNode: h.node()}}
+		c.bNode.beat()
+		t.Cleanup(func() { c.bNode.cut(false) })
+		c.bReads = &directoryReads{nodeStore: view}
+		return c.bReads, c.bNode
+	})
 	return c
-}
-
-func (c *pauseCluster) announce() {
-	c.h.broadcast(c.aNode, pigeon.ClusterChange{Kind: pigeon.ChangeDirectory})
-}
-
-func (c *pauseCluster) requireLogged(t *testing.T, text string) {
-	t.Helper()
-	require.Eventually(t, func() bool { return strings.Contains(c.bLog.String(), text) }, 10*time.Second, 5*time.Millisecond, "%s", c.bLog.String())
 }
 
 // TestClusterSubscriptionPausesWhileDirectoryBehind: while a node's
