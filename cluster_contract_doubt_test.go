@@ -207,7 +207,7 @@ func TestClusterContractInDoubtFailsClosed(t *testing.T) {
 			requireCode(t, err, pigeon.CodeStoreUnavailable)
 			_, err = c.b.RenewContract(ctx, callerOf(aliceSess).Principal, id, time.Hour)
 			requireCode(t, err, pigeon.CodeStoreUnavailable)
-			require.Contains(t, c.bLog.String(), "cannot read it again")
+			c.requireLogged(t, "cannot read it again")
 			require.Eventually(t, func() bool { return c.bNode.applied.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
 				"b's watch goes on with the changes after this one while the contract cannot be read")
 
