@@ -136,7 +136,7 @@ func TestClusterRecordsWatchStalledConfirmsNothing(t *testing.T) {
 			require.Equal(t, 2, cl.LiveNodes())
 			// a's watch, its own record's writes not coming back, started
 			// again: the paused consumer is never resumed.
-			require.Contains(t, aLog.String(), "has not delivered this node's own record")
+			requireLogged(t, &aLog, "has not delivered this node's own record")
 
 			// Once c has applied the revocation, a retry is confirmed.
 			applyAll()
