@@ -276,6 +276,7 @@ func (cc *clientConn) readLoop() {
 			return
 		}
 		f, err := decodeFromServer(buf.frame, &in)
+		unread := err
 		if err != nil {
 			cc.s.o.logger.Warn("pigeon ws: undecodable frame from server", "err", err)
 			if f == nil || f.Re == "" {
@@ -308,6 +309,10 @@ func (cc *clientConn) readLoop() {
 				continue
 			}
 			if p.pub != nil {
+				if unread != nil {
+					failAll(p.pub, unreadAnswer(buf.frame, len(p.pub), unread))
+					continue
+				}
 				resolvePublishes(p.pub, f)
 				continue
 			}

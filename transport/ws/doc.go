@@ -121,7 +121,10 @@
 // no object) fails only its own PendingPublish, BAD_REQUEST, saying that
 // the message may have been accepted all the same: look it up, or
 // publish it again under an idempotency key, rather than take it for
-// refused; the others resolve with their decisions. In-flight publishes
+// refused; the others resolve with their decisions. An answer the client
+// cannot read at all (a lone publish's decision, a whole decisions frame)
+// fails its publishes with the decoder's code, saying the same, unless it
+// reads as an error frame. In-flight publishes
 // are bounded per Session (WithMaxPendingPublishes); a lost connection
 // resolves every one of them with its transport error. Publish is
 // PublishAsync then Wait. The frames ask for brief answers, which leave

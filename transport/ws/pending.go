@@ -3,6 +3,7 @@ package ws
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -462,6 +463,29 @@ func answeredStatus(status string) error {
 		return nil
 	}
 	return pigeon.NewError(pigeon.CodeBadRequest, "the server answered a publish with status %q, which no broker sends: the message may have been accepted", status)
+}
+
+// unreadAnswer is what the n publishes one frame carried fail with when
+// the client could not read the server's answer to it, b, at all (err,
+// the decoder's refusal, whose code it keeps): unless the answer reads as
+// an error frame, it says that the messages may have been accepted all
+// the same, as unreadResult says of one result, so that a lone publish is
+// not taken for refused and published again without an idempotency key.
+func unreadAnswer(b []byte, n int, err error) error {
+	if s, e := memberValue(b, "op"); s >= 0 {
+		if op, _ := stringValue(b[s:e]); op == OpError {
+			return err
+		}
+	}
+	why := err.Error()
+	var pe *pigeon.Error
+	if errors.As(err, &pe) {
+		why = pe.Message
+	}
+	if n == 1 {
+		return pigeon.WrapError(pigeon.ErrorCode(err), err, "the server's answer for this message could not be read (%s): the message may have been accepted", why)
+	}
+	return pigeon.WrapError(pigeon.ErrorCode(err), err, "the server's answer for these %d messages could not be read (%s): each message may have been accepted", n, why)
 }
 
 // unreadResult is what the publish whose result, index of n in a
