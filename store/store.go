@@ -482,7 +482,17 @@ type ContractRecord struct {
 
 // ContractLog keeps negotiated contracts.
 type ContractLog interface {
-	// PutContract stores or replaces a contract.
+	// PutContract stores or replaces a contract, with one exception every
+	// store keeps: a revocation is final. A put of a record not revoked
+	// over a stored one that is revoked stores nothing and returns nil; the
+	// stored record stays as it was, its expiry included. A node renews a
+	// contract as it holds it, and in a cluster it may not have heard yet
+	// that another node revoked it: were its write to replace the
+	// revocation, every node that loads the contract afterwards (restarted,
+	// or one that never held it) would honour it again. A durable store
+	// keeps the rule across a restart too, whatever order its log replays.
+	// (A revoked contract that DeleteExpiredContracts dropped is gone: a
+	// later put stores the record anew.)
 	PutContract(ctx context.Context, c ContractRecord) error
 	// GetContract returns one contract or ErrNotFound.
 	GetContract(ctx context.Context, id string) (ContractRecord, error)

@@ -10,7 +10,9 @@ import (
 	"pigeon/store"
 )
 
-// PutContract stores a copy of c, replacing a contract with the same ID.
+// PutContract stores a copy of c, replacing a contract with the same ID,
+// unless the stored one is revoked and c is not: a revocation is final
+// (store.ContractLog), and the stored record stays as it was.
 func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -20,6 +22,9 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	defer s.contractMu.Unlock()
 	if err := s.checkClosed(); err != nil {
 		return err
+	}
+	if cur, ok := s.contracts[c.ID]; ok && cur.Revoked && !c.Revoked {
+		return nil
 	}
 	s.contracts[c.ID] = c
 	return nil

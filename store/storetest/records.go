@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -391,6 +392,103 @@ func (su *suite) testContracts(t *testing.T) {
 	n, err = s.DeleteExpiredContracts(ctx, base)
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// testRevocationFinal: a put of a contract not revoked over a stored one
+// that is revoked leaves the stored record as it was (store.ContractLog):
+// a node that renews a contract before it hears of another node's
+// revocation must not bring the contract back. It holds for a put that
+// races the revocation and, for a durable store, after a reopen.
+func (su *suite) testRevocationFinal(t *testing.T) {
+	contract := func(id string, expires time.Duration, body string) store.ContractRecord {
+		return store.ContractRecord{
+			ID: id, Principal: "svc-" + id, Region: "eu-west", IssuedAt: at(-time.Hour),
+			ExpiresAt: at(expires), Body: []byte(body),
+		}
+	}
+	revoke := func(c store.ContractRecord) store.ContractRecord {
+		c.Revoked = true
+		return c
+	}
+	requireStored := func(t *testing.T, s store.Store, want store.ContractRecord, msg string) {
+		t.Helper()
+		got, err := s.GetContract(t.Context(), want.ID)
+		require.NoError(t, err, msg)
+		require.Equal(t, normContract(want), normContract(got), msg)
+		if l, ok := s.(store.ContractLister); ok {
+			all, err := l.ListContracts(t.Context(), time.Time{})
+			require.NoError(t, err)
+			require.Contains(t, normContracts(all...), normContract(want), "listed: %s", msg)
+		}
+	}
+
+	cases := []struct {
+		name string
+		// before is what the store holds before the revocation: nothing,
+		// or the contract not revoked.
+		before []store.ContractRecord
+	}{
+		{"revoked over a stored contract", []store.ContractRecord{contract("c1", time.Hour, `{"v":1}`)}},
+		{"revoked as first stored", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := su.store(t)
+			ctx := t.Context()
+			for _, c := range tc.before {
+				require.NoError(t, s.PutContract(ctx, c))
+			}
+			revoked := revoke(contract("c1", time.Hour, `{"v":1}`))
+			require.NoError(t, s.PutContract(ctx, revoked))
+
+			// A renewal as a node that has not heard of the revocation
+			// writes it: a later expiry, a new body, not revoked.
+			renewed := contract("c1", 3*time.Hour, `{"v":2}`)
+			require.NoError(t, s.PutContract(ctx, renewed), "a put over a revoked contract is not an error")
+			requireStored(t, s, revoked, "a put not revoked brought the contract back")
+
+			if su.f.Reopen != nil {
+				s = su.reopen(t, s)
+				requireStored(t, s, revoked, "after a reopen")
+				require.NoError(t, s.PutContract(ctx, renewed))
+				requireStored(t, s, revoked, "a put after a reopen")
+			}
+		})
+	}
+
+	t.Run("racing the revocation", func(t *testing.T) {
+		s := su.store(t)
+		ctx := t.Context()
+		const workers, each = 4, 25
+		live := contract("c1", time.Hour, `{"v":1}`)
+		require.NoError(t, s.PutContract(ctx, live))
+		revoked := revoke(live)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*each+1)
+		for w := range workers {
+			wg.Go(func() {
+				for i := range each {
+					renewed := contract("c1", time.Hour+time.Duration(w*each+i+1)*time.Second, `{"v":2}`)
+					errs <- s.PutContract(ctx, renewed)
+				}
+			})
+		}
+		wg.Go(func() { errs <- s.PutContract(ctx, revoked) })
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		got, err := s.GetContract(ctx, "c1")
+		require.NoError(t, err)
+		require.True(t, got.Revoked, "a put not revoked committed after the revocation brought the contract back")
+		if su.f.Reopen != nil {
+			s = su.reopen(t, s)
+			again, err := s.GetContract(ctx, "c1")
+			require.NoError(t, err)
+			require.Equal(t, normContract(got), normContract(again), "a reopen changed the revoked contract")
+		}
+	})
 }
 
 func (su *suite) testKV(t *testing.T) {

@@ -59,6 +59,9 @@
 //     message was trimmed may be named or not.
 //   - AppendAudit refuses a batch that does not continue the log, whole.
 //   - ListQuarantine: max <= 0 means no limit; oldest first.
+//   - PutContract of a contract not revoked over a stored one that is
+//     revoked stores nothing and succeeds: a revocation is final, the
+//     revoked record stays as it was, also after a reopen.
 //   - KV Delete of a missing key is a no-op; List of an unknown bucket is
 //     empty.
 //   - After Close every method returns store.ErrClosed, even when Close was
@@ -110,6 +113,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("ListMessageSubjects", su.testListMessageSubjects)
 	t.Run("Contracts", su.testContracts)
 	t.Run("ListContracts", su.testListContracts)
+	t.Run("RevocationFinal", su.testRevocationFinal)
 	t.Run("KV", su.testKV)
 	t.Run("Close", su.testClose)
 	t.Run("CanceledContext", su.testCanceled)

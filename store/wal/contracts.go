@@ -10,7 +10,12 @@ import (
 	"pigeon/store"
 )
 
-// PutContract implements store.ContractLog.
+// PutContract implements store.ContractLog. A put of c not revoked over a
+// stored contract that is revoked leaves the stored one as it was: a
+// revocation is final. The rule is kept where the record is applied (when
+// it commits and when Open replays it, see metaLog.apply), so a put that
+// races a revocation, or is replayed after it, cannot undo it either; the
+// look here only spares the log a record that would change nothing.
 func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	if err := s.enter(ctx); err != nil {
 		return err
@@ -18,6 +23,14 @@ func (s *Store) PutContract(ctx context.Context, c store.ContractRecord) error {
 	defer s.leave()
 	if c.ID == "" {
 		return errors.New("wal: put contract: empty id")
+	}
+	if !c.Revoked {
+		s.meta.mu.RLock()
+		cur, ok := s.meta.contracts[c.ID]
+		s.meta.mu.RUnlock()
+		if ok && cur.Revoked {
+			return nil
+		}
 	}
 	_, err := s.metaWrite(encodeContract(&c))
 	return err

@@ -110,8 +110,12 @@ func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 		}
 	case kindContract:
 		c := decodeContract(d)
+		// A revocation is final: a record not revoked leaves a revoked
+		// contract as it was, when it commits as when it is replayed.
 		if d.err == nil {
-			m.contracts[c.ID] = c
+			if cur, ok := m.contracts[c.ID]; !ok || !cur.Revoked || c.Revoked {
+				m.contracts[c.ID] = c
+			}
 		}
 	case kindContractGC:
 		t := d.time()
