@@ -229,16 +229,25 @@ func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accoun
 // deleted between two pages is listed or not by where its id falls, and
 // no account that stays is listed twice or missed.
 func (e *Engine) ListAccountsPage(_ context.Context, after string, max int) (accounts []Account, next string, err error) {
+	return listPage(after, max, "an account id", e.dir.accountPage, func(a *Account) string { return a.ID })
+}
+
+// listPage is one page of a listing by id or name (ListAccountsPage,
+// ListRolesPage): the entries page finds after the id after, at most max,
+// and next, the id (key) of the last when page reports that another
+// follows. An after that is not a valid id (what: of which kind) is
+// INVALID_ARGUMENT, and page is not called.
+func listPage[T any](after string, max int, what string, page func(after string, max int) ([]T, bool), key func(*T) string) (entries []T, next string, err error) {
 	if after != "" {
-		if err := validID("after, an account id", after); err != nil {
+		if err := validID("after, "+what, after); err != nil {
 			return nil, "", err
 		}
 	}
-	page, more := e.dir.accountPage(after, max)
+	entries, more := page(after, max)
 	if more {
-		next = page[len(page)-1].ID
+		next = key(&entries[len(entries)-1])
 	}
-	return page, next, nil
+	return entries, next, nil
 }
 
 // DeleteAccount removes an account; contracts that relied on its roles
@@ -366,16 +375,7 @@ func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
 // and next, the after of the page that follows ("" when none follows). An
 // after that is not a valid role name is INVALID_ARGUMENT.
 func (e *Engine) ListRolesPage(_ context.Context, after string, max int) (roles []Role, next string, err error) {
-	if after != "" {
-		if err := validID("after, a role name", after); err != nil {
-			return nil, "", err
-		}
-	}
-	page, more := e.dir.rolePage(after, max)
-	if more {
-		next = page[len(page)-1].Name
-	}
-	return page, next, nil
+	return listPage(after, max, "a role name", e.dir.rolePage, func(r *Role) string { return r.Name })
 }
 
 // DeleteRole removes a role definition. Every contract and subscription

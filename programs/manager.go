@@ -207,7 +207,9 @@ type Info struct {
 // New returns the Manager of e and binds every program kept in
 // Options.KV again, each at its stored version. A program that cannot be
 // bound is audited (program.refused), logged and listed with its error;
-// it stays unbound until deployed again.
+// it stays unbound until deployed again. A program stored under a key
+// that is not a program name (ValidName), which no deploy writes, is
+// skipped (see restore).
 func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error) {
 	var o Options
 	if opts != nil {
@@ -274,7 +276,25 @@ func New(ctx context.Context, e *pigeon.Engine, opts *Options) (*Manager, error)
 // restore binds one stored program again. It holds the program's lock as
 // a deploy does: the binding's watch, started by bind, reads p.b under it
 // when the subscription ends, which may be before bind has returned.
+//
+// A record stored under a key that is not a program name (ValidName),
+// which no deploy writes (a store changed by hand), is skipped, as the
+// directory skips a stored role whose name is not a valid id: it is not
+// bound, shown or listed; a warning naming the key is logged, and
+// program.refused (PROGRAM_INVALID) is audited with the key quoted in its
+// ref (program:"Bad Name"). Skipping it only keeps code from running, so
+// it does not keep the broker from starting. Restored, it would run under
+// a name no deploy takes, and a page of ListPage would name it as next,
+// the after the following page refuses. The record is left in the store
+// for its operator.
 func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
+	if !ValidName(name) {
+		key := cut(name, 128) // a program name is at most 63 bytes
+		mg.log.Warn("stored program skipped: its key is not a program name (a-z, 0-9, '.', '_', '-'; at most 63); it is not bound",
+			"bucket", bucket, "key", key)
+		_ = mg.e.Record(ctx, pigeon.EventProgramRefused, pigeon.CodeProgramInvalid, pigeon.AuditRecord{Ref: "program:" + strconv.Quote(key)})
+		return
+	}
 	p := &program{name: name}
 	p.mu.Lock()
 	defer p.mu.Unlock()

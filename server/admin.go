@@ -62,9 +62,10 @@ type accountBody struct {
 
 // listAccounts answers GET /v1/accounts: one page of the accounts by id
 // (pigeon.Engine.ListAccountsPage), at most ?max= (default and cap
-// maxRecords) after the id ?after= names; "next", when more follow, is
-// the ?after= of the next page. A directory of a million accounts is
-// never read whole for one request.
+// maxRecords) after the id ?after= names, and fewer when they would take
+// the answer past its byte budget (namedPage: maxPageBytes); "next", when
+// more follow, is the ?after= of the next page. A directory of a million
+// accounts is never read whole for one request.
 func listAccounts(rq *request) (int, any, error) {
 	after, n, err := rq.namePage()
 	if err != nil {
@@ -74,7 +75,8 @@ func listAccounts(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, rq.afterRefused(err, "an account id")
 	}
-	return http.StatusOK, namedPage("accounts", as, next), nil
+	body, err := namedPage("accounts", as, next, func(a *pigeon.Account) string { return a.ID })
+	return http.StatusOK, body, err
 }
 
 func createAccount(rq *request) (int, any, error) {
@@ -195,7 +197,8 @@ func listRoles(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, rq.afterRefused(err, "a role name")
 	}
-	return http.StatusOK, namedPage("roles", rs, next), nil
+	body, err := namedPage("roles", rs, next, func(r *pigeon.Role) string { return r.Name })
+	return http.StatusOK, body, err
 }
 
 func getRole(rq *request) (int, any, error) {

@@ -49,3 +49,15 @@ func HoldLogWalkOf(s *Server, principal string) (release func()) {
 	}
 	return release
 }
+
+// MaxPageBytes is the byte budget of a page of GET /v1/accounts,
+// /v1/roles and /v1/programs.
+func MaxPageBytes() int { return maxPageBytes }
+
+// SetMaxPageBytes sets the byte budget of a page of GET /v1/accounts,
+// /v1/roles and /v1/programs, and returns what restores it.
+func SetMaxPageBytes(n int) (restore func()) {
+	old := maxPageBytes
+	maxPageBytes = n
+	return func() { maxPageBytes = old }
+}

@@ -128,7 +128,8 @@ func listPrograms(rq *request) (int, any, error) {
 	for i := range page {
 		page[i] = rq.shown(page[i])
 	}
-	return http.StatusOK, namedPage("programs", page, next), nil
+	body, err := namedPage("programs", page, next, func(in *programs.Info) string { return in.Name })
+	return http.StatusOK, body, err
 }
 
 // mayRead reports whether the caller may see program info: an admin any,

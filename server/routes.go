@@ -1,7 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -456,6 +458,17 @@ func replay(rq *request) (int, any, error) {
 // receipts, and the accounts, roles and programs (namePage).
 const maxRecords = 10000
 
+// maxPageBytes is the byte budget of one page of a listing by id or name
+// (GET /v1/accounts, /v1/roles, /v1/programs; namedPage): the most its
+// entries take in the answer's JSON, the commas between them included. A
+// page of maxRecords entries would otherwise reach gigabytes: an account
+// may hold 64 attributes of over a kilobyte each (about 400 KB in JSON),
+// a program's entry a hundred manifests. 4 MiB holds about ten of the
+// largest accounts and a full page of accounts of a few hundred bytes, and
+// is small beside what a client reads of an answer (the CLI and the
+// clients read 64 MiB or more). A variable for the tests.
+var maxPageBytes = 4 << 20
+
 // pageSize reads ?max=, defaulting to and capped at maxRecords.
 func (rq *request) pageSize() (int, error) {
 	n, err := rq.queryInt("max")
@@ -487,15 +500,48 @@ func (rq *request) afterRefused(err error, what string) error {
 	return pigeon.NewError(pigeon.CodeBadRequest, "query parameter after must be a page's next, %s (%s)", what, quoteCut(rq.query.Get("after"), 64))
 }
 
-// namedPage is the answer of one page of a listing by id or name: its
-// entries under key ("accounts") and, when more follow, "next", the
-// ?after= of the page that follows.
-func namedPage(key string, entries any, next string) map[string]any {
-	out := map[string]any{key: entries}
-	if next != "" {
-		out["next"] = next
+// namedPage is the answer of one page of a listing by id or name, the
+// JSON body itself: entries, in their order, under key ("accounts") and,
+// when more follow, "next", the ?after= of the page that follows; name
+// is an entry's id or name. next is the page's as the listing found it
+// (its last entry, or "" when none follows it), unless the page ends
+// before its last entry at the byte budget: namedPage encodes the entries
+// one by one, as writeJSON would (json.Marshal's encoding), and stops
+// before the one that would take them past maxPageBytes; next is then the
+// last entry it holds. The first entry is always held, however large, so
+// that a client paging by next moves on, and gets every entry once.
+// Each entry is encoded once, straight into the body (the one past the
+// budget is encoded and dropped).
+func namedPage[T any](key string, entries []T, next string, name func(*T) string) ([]byte, error) {
+	var body bytes.Buffer
+	body.WriteString(`{"` + key + `":[`)
+	start := body.Len()
+	enc := json.NewEncoder(&body) // json.Marshal's encoding, HTML escaped, then a newline
+	for i := range entries {
+		mark := body.Len()
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		if err := enc.Encode(&entries[i]); err != nil {
+			return nil, pigeon.WrapError(pigeon.CodeInternal, err, "encode response")
+		}
+		body.Truncate(body.Len() - 1) // the newline
+		if i > 0 && body.Len()-start > maxPageBytes {
+			body.Truncate(mark)
+			next = name(&entries[i-1])
+			break
+		}
 	}
-	return out
+	body.WriteByte(']')
+	if next != "" {
+		body.WriteString(`,"next":`)
+		if err := enc.Encode(next); err != nil {
+			return nil, pigeon.WrapError(pigeon.CodeInternal, err, "encode response")
+		}
+		body.Truncate(body.Len() - 1)
+	}
+	body.WriteByte('}')
+	return body.Bytes(), nil
 }
 
 func audit(rq *request) (int, any, error) {
