@@ -310,7 +310,10 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 	// by an older version (whose bounds were wider) or changed in the
 	// store is refused, not bound with its limits unchecked.
 	man := p.rec.Manifest
-	err := man.normalize()
+	err := p.rec.intact(name)
+	if err == nil {
+		err = man.normalize()
+	}
 	var v *version
 	if err == nil {
 		v, err = newVersion(ctx, mg, name, p.rec.Version, man, p.rec.Module)
@@ -333,6 +336,21 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 		return
 	}
 	mg.audit(ctx, pigeon.EventProgramBound, pigeon.CodeOK, p.b.caller, v)
+}
+
+// intact refuses (STORE_CORRUPT) a record, stored under key, that no
+// deploy writes: one naming another program than its key, or whose module
+// is not the one its digest names (a record changed or damaged in the
+// store). Bound, it would run code other than the code deployed, audited
+// and listed under that digest, or run one program under another's name.
+func (r *record) intact(key string) error {
+	if r.Name != key {
+		return pigeon.NewError(pigeon.CodeStoreCorrupt, "the record stored under %q names program %q", key, cut(r.Name, 128))
+	}
+	if sum := sha256.Sum256(r.Module); hex.EncodeToString(sum[:]) != r.SHA256 {
+		return pigeon.NewError(pigeon.CodeStoreCorrupt, "the stored module of program %s version %d does not match its digest", key, r.Version)
+	}
+	return nil
 }
 
 // A Precondition is checked under the program's lock just before a
