@@ -41,6 +41,9 @@ export function markSpelledAttempts(text: string, parsed: unknown): void {
   if (!isObj(parsed) || !(SUSPECT.test(text) || ESCAPED_LETTER.test(text))) return;
   const op = parsed.op;
   for (const { path, spelling } of spelledNumbers(text, MAX_DEPTH)) {
+    // An attempt is a signed integer to Go, which reads -0 as 0: no
+    // lease's attempt, refused as the 0 JSON.parse read.
+    if (spelling === "-0") continue;
     const [a, b, c] = path;
     const mark = new SpelledAttempt(spelling);
     if (path.length === 2 && a === "attempts" && typeof b === "number" && (op === undefined || op === "messages")) {

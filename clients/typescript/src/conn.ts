@@ -8,6 +8,7 @@ import type { WebSocketLike } from "./socket.js";
 import { markSpelledIntegers } from "./sigv.js";
 import { markSpelledAttempts } from "./attempts.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
+import { parseTime } from "./times.js";
 
 /** What a connection reports to and routes through. */
 export interface ConnOwner {
@@ -309,25 +310,21 @@ const isOptionalString = (x: unknown): boolean => x === undefined || x === null 
 /** An object whose members `names` are strings. */
 export const hasStrings = (x: unknown, ...names: string[]): x is Record<string, unknown> => isObj(x) && names.every((k) => typeof x[k] === "string");
 /**
- * A decision of the route's shape: status `accepted` or `duplicate`, and a
- * message object whose id is a string when present (its sequence is
- * unheldDecision's to check).
+ * No time (absent, null or empty, as the Python client reads them), or an
+ * RFC 3339 time as Go reads one (parseTime, times.ts). A contract's
+ * issuedAt or expiresAt of any other value was taken as no time: the
+ * session computed NaN from it and never renewed the contract, saying
+ * nothing; and one Date.parse reads but Go does not ("Dec 5 2026",
+ * "2026-12-05", a time without an offset, read as local time) was renewed
+ * on another schedule than the Go client's.
  */
-export const isDecision = (x: unknown): boolean =>
-  isObj(x) && (x.status === "accepted" || x.status === "duplicate") && isObj(x.message) && isOptionalString(x.message.id);
-/**
- * No time (absent, null or empty, as the Python client reads them), or a
- * string Date.parse reads as one (not NaN). A contract's issuedAt or
- * expiresAt of any other value was taken as no time: the session computed
- * NaN from it and never renewed the contract, saying nothing.
- */
-const isOptionalTime = (x: unknown): boolean => x === undefined || x === null || x === "" || (typeof x === "string" && !Number.isNaN(Date.parse(x)));
+const isOptionalTime = (x: unknown): boolean => x === undefined || x === null || x === "" || !Number.isNaN(parseTime(x));
 /**
  * A contract of the route's shape, as every answer that hands one over
  * (negotiate, renew, POST /v1/contracts, GET /v1/contracts/{id}) is
  * checked: an object with a string id, a principal and a region that are
- * strings when present, issuedAt and expiresAt times when present (strings
- * Date.parse reads; absent, null or empty: no time), and subjects absent, null or a list of objects,
+ * strings when present, issuedAt and expiresAt times when present (RFC 3339
+ * as Go reads it, see parseTime; absent, null or empty: no time), and subjects absent, null or a list of objects,
  * each with a string name and operations absent, null or a list of
  * strings; as the Python client's Contract.from_wire. Any other reached the
  * caller as a Contract of other types than its own (operations a string).

@@ -11,6 +11,7 @@ import { randomBytes } from "@noble/hashes/utils.js";
 import { canonicalize } from "./jcs.js";
 import { PigeonError } from "./errors.js";
 import type { Message } from "./types.js";
+import { parseTimeExact, type ExactTime } from "./times.js";
 
 const utf8 = new TextEncoder();
 const utf8d = new TextDecoder("utf-8", { fatal: true });
@@ -84,7 +85,13 @@ export interface PublicKey {
   alg: "ed25519" | "x25519";
   /** raw 32-byte key, base64url without padding */
   key: string;
+  /**
+   * RFC 3339, as Go reads it (see parseTime, times.ts): the key is valid
+   * from this instant on. Absent, null or empty: since always. Spelled
+   * otherwise ("2026-12-05", "Dec 5 2026"), the key is valid at no time.
+   */
   notBefore?: string;
+  /** RFC 3339, as notBefore: the key is valid until this instant (exclusive). Absent, null or empty: no end. */
   notAfter?: string;
 }
 
@@ -134,27 +141,60 @@ export function publicKeys(k: KeyPair): PublicKey[] {
   ];
 }
 
-function validAt(k: PublicKey, t: number): boolean {
-  if (k.notBefore && !(Date.parse(k.notBefore) <= t)) return false;
-  if (k.notAfter && !(t < Date.parse(k.notAfter))) return false;
-  return true;
+/**
+ * Where a key's window edge `x` (its notBefore or notAfter) lies: `open`
+ * (no bound) when absent, null or empty, as every client reads it; the
+ * instant RFC 3339 names (see parseTimeExact, times.ts); undefined when it
+ * is anything else ("Dec 5 2026", "2026-12-05", a number). Go reads a
+ * window only as RFC 3339, and a list holding another spelling not at all:
+ * a key whose window this client cannot read as Go does is valid at no
+ * time (see validAt), so that nothing verifies with it and nothing is
+ * sealed for it, rather than a window read otherwise than Go reads it.
+ */
+function windowEdge(x: unknown, open: ExactTime): ExactTime | undefined {
+  return x === undefined || x === null || x === "" ? open : parseTimeExact(x);
+}
+
+const ALWAYS: ExactTime = [-Infinity, 0];
+const NEVER: ExactTime = [Infinity, 0];
+
+/**
+ * Whether the instant t lies in k's window [notBefore, notAfter), as Go's
+ * PublicKey.ValidAt finds it at every precision the clients read times
+ * (nanoseconds, microseconds, milliseconds, each truncated): t is at or
+ * after notBefore to the nanosecond, and before notAfter to the
+ * millisecond. A window closed within a millisecond (notAfter
+ * ...00.0005Z) does not hold ...00.0001Z, and one that opens within it
+ * (notBefore ...00.0005Z) does not hold ...00.0003Z. False for a key whose
+ * window cannot be read (see windowEdge).
+ */
+function validAt(k: PublicKey, t: ExactTime): boolean {
+  const nb = windowEdge(k.notBefore, ALWAYS);
+  const na = windowEdge(k.notAfter, NEVER);
+  if (!nb || !na) return false;
+  return (t[0] > nb[0] || (t[0] === nb[0] && t[1] >= nb[1])) && t[0] < na[0];
 }
 
 /**
  * Selects a published key as Go's pigeon.SelectKey does: with a kid, the key
  * of that kid and use valid at `at`; without one, the valid key of that use
  * with the latest notBefore (the last listed among equals). Undefined when
- * none fits.
+ * none fits. A key whose notBefore or notAfter is not RFC 3339 (as Go reads
+ * it) is valid at no time.
  */
 export function selectKey(keys: readonly PublicKey[], kid: string, use: "sig" | "enc", at: Date | number = Date.now()): PublicKey | undefined {
-  const t = typeof at === "number" ? at : at.getTime();
+  return selectKeyAt(keys, kid, use, [typeof at === "number" ? at : at.getTime(), 0]);
+}
+
+/** selectKey at an instant read to the nanosecond (a message's time, see parseTimeExact). */
+function selectKeyAt(keys: readonly PublicKey[], kid: string, use: "sig" | "enc", t: ExactTime): PublicKey | undefined {
   let best: PublicKey | undefined;
-  let bestNB = -Infinity;
+  let bestNB: ExactTime = ALWAYS;
   for (const k of keys) {
     if (k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t)) continue;
     if (kid !== "") return k;
-    const nb = k.notBefore ? Date.parse(k.notBefore) : -Infinity;
-    if (best === undefined || nb >= bestNB) {
+    const nb = windowEdge(k.notBefore, ALWAYS)!;
+    if (best === undefined || nb[0] > bestNB[0] || (nb[0] === bestNB[0] && nb[1] >= bestNB[1])) {
       best = k;
       bestNB = nb;
     }
@@ -326,8 +366,6 @@ export function canonicalSigningInput(m: SignedFields): Uint8Array {
   return utf8.encode(canonicalize(["pigeon-sig-v2", subject, id, time, ...fields, data]));
 }
 
-const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
-
 /**
  * Signs m in place with the Ed25519 seed in the second form (see
  * {@link canonicalSigningInput}): fills an empty id and time (both are
@@ -343,7 +381,7 @@ export function signMessage<M extends Partial<Message>>(m: M, kid: string, signi
   const seed = bytesOf(signingSeed, "signing seed", 32);
   if (!m.id) m.id = newMessageId();
   if (!m.time) m.time = new Date().toISOString();
-  else if (!RFC3339.test(m.time)) throw new PigeonError("ENVELOPE_INVALID", "time is not an RFC 3339 timestamp");
+  else if (!parseTimeExact(m.time)) throw new PigeonError("ENVELOPE_INVALID", "time is not an RFC 3339 timestamp");
   const input = canonicalSigningInput({ ...(m as Message), signature: undefined });
   m.signature = { kid, alg: "ed25519", sig: b64encode(ed25519.sign(input, seed)), v: SIGNATURE_V2 };
   return m;
@@ -401,11 +439,11 @@ export function verifyMessage(m: Partial<Message>, signingPublic: Uint8Array | s
  */
 export function verifyMessageWithKeys(m: Partial<Message>, keys: readonly PublicKey[]): void {
   if (!m.signature) throw new PigeonError("SIGNATURE_REQUIRED", "the message is not signed");
-  const t = typeof m.time === "string" && RFC3339.test(m.time) ? Date.parse(m.time) : NaN;
-  if (Number.isNaN(t)) throw new PigeonError("SIGNATURE_INVALID", "signature invalid: time is not RFC 3339");
+  const t = parseTimeExact(m.time);
+  if (!t) throw new PigeonError("SIGNATURE_INVALID", "signature invalid: time is not RFC 3339");
   // Without a kid selectKey would pick the latest key; Go refuses instead.
   if (typeof m.signature.kid !== "string" || m.signature.kid === "") throw new PigeonError("SIGNATURE_INVALID", "signature invalid: the signature has no kid");
-  const k = selectKey(keys, m.signature.kid, "sig", t);
+  const k = selectKeyAt(keys, m.signature.kid, "sig", t);
   if (!k || k.alg !== "ed25519") throw new PigeonError("SIGNATURE_INVALID", "signature invalid: no valid signing key of that kid");
   verifyMessage(m, k.key);
 }
@@ -606,7 +644,7 @@ export function verifyAndOpen(m: Partial<Message>, senderKeys: readonly PublicKe
   verifyMessageWithKeys(m, senderKeys);
   const sealed = (m.data as { sealed?: { senderKid?: string } } | undefined)?.sealed;
   const kid = typeof sealed?.senderKid === "string" ? sealed.senderKid : "";
-  const k = selectKey(senderKeys, kid, "sig", typeof m.time === "string" ? Date.parse(m.time) : Date.now());
+  const k = selectKeyAt(senderKeys, kid, "sig", parseTimeExact(m.time)!); // verified: an RFC 3339 time
   if (!k) throw new SealTamperedError();
   return openData(m.data, recipient.encryptionPrivate, k.key);
 }

@@ -414,28 +414,6 @@ export function refusedDelivery(m: { id?: unknown; sequence?: unknown; hops?: un
 }
 
 /**
- * The BAD_FRAME of a publish decision (a `publish`, a `publish_batch`
- * entry, HTTP `POST /v1/messages` or a quarantine release) whose message
- * has a sequence the client cannot hold exactly (see {@link sequenceHeld};
- * one spelled 5.0 is none, as the Python client refuses a float, see
- * sigv.ts); undefined when it holds it. Such a decision is refused as such
- * a delivery is, rather than resolved with a rounded sequence (another
- * message's, which a resume or a replay from it would name). The broker
- * did admit the message: the error says so, with `status` and
- * `messageId` in its details, so that it is not taken for a refusal and
- * published again under another id.
- */
-export function unheldDecision(d: Record<string, unknown> | { status?: unknown; message?: unknown }): PigeonError | undefined {
-  const m = d.message as { id?: unknown; sequence?: unknown } | undefined;
-  if (!m || sequenceHeld(m)) return undefined;
-  return new PigeonError(
-    ClientCodes.BAD_FRAME,
-    `the server ${String(d.status) === "duplicate" ? "answered duplicate" : "accepted the message"} with a sequence that is not an integer of 0 to 2^53-1, which this client cannot hold exactly`,
-    { status: String(d.status), messageId: typeof m.id === "string" ? m.id : typeof m.id, sequence: spelledOr(m.sequence) },
-  );
-}
-
-/**
  * The BAD_FRAME of a stored message an answer hands the caller (`what`: a
  * `reply`, or entry `index` of a `receive` or a `replay` answer) whose
  * sequence is no broker's or the client cannot hold exactly (see

@@ -10,10 +10,11 @@
  */
 import { markSpelledIntegers } from "./sigv.js";
 import { markSpelledAttempts } from "./attempts.js";
-import { frameText, hasStrings, isContract, isDecision, isObj, timerMs } from "./conn.js";
+import { frameText, hasStrings, isContract, isObj, timerMs } from "./conn.js";
+import { readDecision } from "./decision.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { listsMoreThan } from "./entries.js";
-import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldDecision, unheldMessage } from "./errors.js";
+import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldMessage } from "./errors.js";
 import { requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, Pulled, Receipt, ReceiptsPage, ReplayOptions, SettleOptions } from "./types.js";
 
@@ -267,7 +268,7 @@ export class HttpClient {
 
   /** Publishes one message: `accepted` (202) or `duplicate` (200), else the gate's error. */
   async publish(message: Message): Promise<Decision> {
-    return heldDecision(await this.expect<Decision>("decision", isDecision, "POST", "/v1/messages", message, { contract: true }));
+    return heldDecision(await this.expect<Record<string, unknown>>("decision", isObj, "POST", "/v1/messages", message, { contract: true }));
   }
 
   /**
@@ -483,7 +484,7 @@ export class HttpClient {
 
   /** Re-publishes a quarantined message through every gate under this client's contract. */
   async release(id: string): Promise<Decision> {
-    return heldDecision(await this.expect<Decision>("decision", isDecision, "POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true }));
+    return heldDecision(await this.expect<Record<string, unknown>>("decision", isObj, "POST", `/v1/quarantine/${segment(id)}/release`, { contractId: this.contract?.id }, { contract: true }));
   }
 
   // ---------- accounts, roles, grants, keys ----------
@@ -755,9 +756,9 @@ async function readBounded(res: Response, limit: number, ctl: AbortController): 
   return new TextDecoder().decode(all);
 }
 
-/** d, unless its message's sequence is one the client cannot hold exactly (see unheldDecision). */
-function heldDecision(d: Decision): Decision {
-  const unheld = unheldDecision(d);
-  if (unheld) throw unheld;
+/** The decision answer a publish or a release resolves with, read as a WebSocket decision is (see readDecision). */
+function heldDecision(a: Record<string, unknown>): Decision {
+  const d = readDecision({ status: a.status, message: a.message });
+  if (d instanceof PigeonError) throw d;
   return d;
 }

@@ -18,13 +18,15 @@
  * subscriptions. A refusal to renegotiate ends the session with that error.
  * The contract is renewed in place before it expires (ConnectOptions.autoRenew).
  */
-import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, transportError, unheldDecision, refusedDelivery, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
+import { ClientCodes, escapeControls, finiteMs, fromWire, settleBody, isServerCode, PigeonError, retryDelayMs, transportError, refusedDelivery, unheldMessage, unansweringReply, heldMessages, attemptOf, pullAttempts } from "./errors.js";
 import { dial, DEFAULT_MAX_FRAME_BYTES, WS_FRAME_TOO_LARGE, type DialOptions, type WebSocketConstructor } from "./socket.js";
-import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isContract, isDecision, isObj, sleep, utf8Length, type Frame } from "./conn.js";
+import { answer, closedError, Conn, errText, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_MAX_BUFFERED_BYTES, MAX_TIMER_MS, timerMs, type ConnOwner, isContract, isObj, sleep, utf8Length, type Frame } from "./conn.js";
 import { callerSlot, checkSubscribeOptions, Subscription, UNANSWERED, type ReleaseReason, type Slot, type SlotHandler } from "./subscription.js";
 import type { Contract, Decision, Message, Pulled, ReplayOptions, SettleOptions, Start } from "./types.js";
 import { loneSurrogate } from "./jcs.js";
 import { requestOf } from "./crypto.js";
+import { parseTime } from "./times.js";
+import { readDecision } from "./decision.js";
 
 export { Subscription };
 
@@ -341,7 +343,7 @@ export class Session implements ConnOwner {
       this._contract = f.contract as Contract;
       this.maxFrame = typeof f.maxFrame === "number" ? f.maxFrame : 0;
       // The renewal floor is a quarter of what this negotiation granted.
-      this.negotiatedLife = Date.parse(this._contract.expiresAt) - asked;
+      this.negotiatedLife = parseTime(this._contract.expiresAt) - asked;
       // A negotiated contract's first renewal always comes.
       this.triedOf = "";
     } catch (e) {
@@ -578,23 +580,20 @@ export class Session implements ConnOwner {
     for (const q of batch) q.json = ""; // sent: only the data is kept until the answer
     answered
       .then((f) => {
+        // Each decision is read as Go reads it (readDecision): one that
+        // cannot be read fails its own publish, saying that the message may
+        // have been accepted; in a batch the others resolve with their own.
+        const settle = (q: QueuedPublish, d: Decision | PigeonError) => {
+          if (d instanceof PigeonError) q.reject(d);
+          else q.resolve(decided(d.status, d.message, q.data));
+        };
         if (batch.length === 1) {
-          const a = answer(f, "decision", isDecision);
-          const unheld = unheldDecision(a);
-          if (unheld) batch[0]!.reject(unheld);
-          else batch[0]!.resolve(decided(a.status as Decision["status"], a.message as Message, batch[0]!.data));
+          const a = answer(f, "decision", () => true);
+          settle(batch[0]!, readDecision({ status: a.status, message: a.message }));
           return;
         }
         const a = answer(f, "decisions", (f) => Array.isArray(f.results) && f.results.length === batch.length);
-        (a.results as unknown[]).forEach((r, i) => {
-          if (isDecision(r)) {
-            const d = r as Decision;
-            const unheld = unheldDecision(d);
-            if (unheld) batch[i]!.reject(unheld);
-            else batch[i]!.resolve(decided(d.status, d.message, batch[i]!.data));
-          } else if (isObj(r) && r.error) batch[i]!.reject(fromWire(r.error));
-          else batch[i]!.reject(new PigeonError(ClientCodes.BAD_FRAME, "the server's decision has neither status nor error", {}));
-        });
+        (a.results as unknown[]).forEach((r, i) => settle(batch[i]!, readDecision(r, { index: i, of: batch.length })));
       })
       .catch((e: unknown) => {
         const err = e instanceof PigeonError ? e : transportError(String(e), e);
@@ -757,7 +756,7 @@ export class Session implements ConnOwner {
     const cur = this._contract;
     // Replaced meanwhile (the new one has its own schedule), or an answer
     // overtaken by a later renewal: the contract in force stays.
-    if (this.conn !== c || !cur || cur.id !== k.id || !(Date.parse(k.expiresAt) > Date.parse(cur.expiresAt))) return k;
+    if (this.conn !== c || !cur || cur.id !== k.id || !(parseTime(k.expiresAt) > parseTime(cur.expiresAt))) return k;
     this._contract = k;
     if (typeof f.maxFrame === "number") this.maxFrame = f.maxFrame;
     this.scheduleRenew();
@@ -778,7 +777,7 @@ export class Session implements ConnOwner {
     const k = this._contract;
     const c = this.conn;
     if (!k || !c) return;
-    const exp = Date.parse(k.expiresAt);
+    const exp = parseTime(k.expiresAt);
     const now = Date.now();
     const left = exp - now;
     if (!(left > 0)) {
@@ -849,7 +848,7 @@ export class Session implements ConnOwner {
   private async autoRenew(c: Conn, k: Contract, exp: number): Promise<void> {
     this.renewTimer = undefined;
     // Renewed or replaced meanwhile (its own schedule is set), or over.
-    const current = () => !this.closing && !this.closedFinal && this.conn === c && !c.closed && this._contract?.id === k.id && Date.parse(this._contract.expiresAt) === exp;
+    const current = () => !this.closing && !this.closedFinal && this.conn === c && !c.closed && this._contract?.id === k.id && parseTime(this._contract.expiresAt) === exp;
     if (!current() || Date.now() >= exp) return;
     const ttl = this.options.ttl;
     this.triedAt = Date.now();

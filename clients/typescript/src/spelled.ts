@@ -1,12 +1,15 @@
 /**
- * Numbers a JSON text spells with a fraction or an exponent though their
- * value is an integer (1.0, 1e0, 20e-1). JSON.parse reads each as the
- * integer, where the Go, Python and Rust clients keep the spelling (a
- * float is no integer) and refuse it where the wire has an integer: a
+ * Numbers a JSON text spells otherwise than the integer JSON.parse reads:
+ * with a fraction or an exponent though their value is an integer (1.0,
+ * 1e0, 20e-1), or as a negative zero (-0). JSON.parse reads 5.0 as 5 and
+ * -0 as a zero, where the Go, Python and Rust clients keep the spelling 5.0
+ * (a float is no integer) and refuse it where the wire has an integer: a
  * lease attempt (attempts.ts), a signature's or a sealed payload's `v`, a
- * message's `sequence` or `hops` (sigv.ts). The text is the only place the
- * spelling survives. Each reader runs a cheap test of the text first (a
- * regular expression for its member holding such a number, and
+ * message's `sequence` or `hops` (sigv.ts); and the Go client refuses -0
+ * where the wire has an unsigned integer (strconv.ParseUint takes no
+ * sign): a message's `sequence` or `hops` (sigv.ts). The text is the only
+ * place the spelling survives. Each reader runs a cheap test of the text
+ * first (a regular expression for its member holding such a number, and
  * {@link ESCAPED_LETTER}); only when it passes is the text walked
  * ({@link spelledNumbers}) to find where those numbers are.
  */
@@ -15,10 +18,11 @@ import { stringEnd } from "./jcs.js";
 
 /**
  * A number the text spelled with a fraction or an exponent where the wire
- * has an integer: `spelling` is that text ("5.0", "1e0"). A reader puts it
- * in place of the integer JSON.parse read, so that no check takes it for
- * one (a lease attempt, attempts.ts; a message's sequence or hops,
- * sigv.ts) and a refusal can name the spelling.
+ * has an integer, or as -0 where it has an unsigned one: `spelling` is
+ * that text ("5.0", "1e0", "-0"). A reader puts it in place of the
+ * integer JSON.parse read, so that no check takes it for one (a lease
+ * attempt, attempts.ts; a message's sequence or hops, sigv.ts) and a
+ * refusal can name the spelling.
  */
 export class SpelledNumber {
   constructor(readonly spelling: string) {}
@@ -39,8 +43,9 @@ const inNumber = (c: number): boolean => isDigit(c) || c === 0x2e || c === 0x65 
 /**
  * Each number of the JSON text `t` (text JSON.parse accepted) within the
  * first `maxDepth` containers that has a fraction or an exponent and whose
- * value is an integer, with its path: the member name or index in each
- * container around it, outermost first. Names are decoded (and only those
+ * value is an integer, or that is spelled -0 (its spelling tells the two
+ * apart), with its path: the member name or index in each container
+ * around it, outermost first. Names are decoded (and only those
  * within that depth, and only those with an escape), so that
  * `"\u0061ttempts"` is `attempts` and `"\u0076"` is `v`, as JSON.parse
  * reads them. One pass over the text.
@@ -68,7 +73,7 @@ export function* spelledNumbers(t: string, maxDepth: number): Generator<{ path: 
       while (j < t.length && inNumber(t.charCodeAt(j))) j++;
       if (path.length <= maxDepth) {
         const s = t.slice(i, j);
-        if (/[.eE]/.test(s) && Number.isInteger(Number(s))) yield { path: path.slice(), spelling: s };
+        if (s === "-0" || (/[.eE]/.test(s) && Number.isInteger(Number(s)))) yield { path: path.slice(), spelling: s };
       }
       i = j;
       continue;

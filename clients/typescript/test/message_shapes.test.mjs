@@ -213,12 +213,11 @@ for (const op of ["receive", "replay"]) {
   }
 }
 
-// A publish decision's message is checked for its sequence alone (see
-// test/decision_sequence.test.mjs): one spelled 5.0 is refused, as the
-// Python client refuses a float there, and a hops spelled 1.0 is read as
-// JSON.parse reads it, never handed over as the reader's mark of a
-// spelling.
-test("a publish decision refuses a sequence spelled 5.0 and reads a hops spelled 1.0 as 1", async () => {
+// A publish decision's message is read as Go reads it, each member of its
+// type (see test/decision_shapes.test.mjs): a sequence spelled 5.0 or a
+// hops spelled 1.0 is refused, as the Go client refuses a float there (a
+// hops so spelled was read as 1 before).
+test("a publish decision refuses a sequence spelled 5.0 and a hops spelled 1.0", async () => {
   let body = "";
   const fetch = async () => new Response(body, { status: 202, headers: { "content-type": "application/json" } });
   const h = new HttpClient("http://127.0.0.1:9", "t", { fetch });
@@ -226,6 +225,8 @@ test("a publish decision refuses a sequence spelled 5.0 and reads a hops spelled
   body = `{"status":"accepted","message":${messageText("m_d", 5).replace(`"sequence":5`, `"sequence":5.0`)}}`;
   await assert.rejects(h.publish({ subject: "x", data: {} }), (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && e.details.sequence === "5.0");
   body = `{"status":"accepted","message":${messageText("m_d", 5).replace(`"data":{}`, `"data":{},"hops":1.0`)}}`;
+  await assert.rejects(h.publish({ subject: "x", data: {} }), (e) => e instanceof PigeonError && e.code === "BAD_FRAME" && e.details.hops === "1.0");
+  body = `{"status":"accepted","message":${messageText("m_d", 5).replace(`"data":{}`, `"data":{},"hops":1`)}}`;
   const d = await h.publish({ subject: "x", data: {} });
   assert.deepEqual([d.message.sequence, d.message.hops], [5, 1]);
 });
