@@ -76,8 +76,11 @@ _HKDF_INFO = b"pigeon-seal-v1 xchacha20poly1305 key"
 _SAFE_INT = 2**53
 _B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
 _KID = re.compile(r"^[\x21-\x7e]{1,128}$")
+# RFC 3339's date-time as Go's time.Parse(time.RFC3339Nano) takes it, and
+# nothing else (see parse_rfc3339): ASCII digits only (``\d`` would take
+# any script's), matched whole (``$`` would take a trailing newline).
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]+))?(Z|[+-]([0-9]{2}):([0-9]{2}))"
 )
 
 
@@ -119,17 +122,34 @@ def now_rfc3339() -> str:
 
 
 def parse_rfc3339(s: str) -> _dt.datetime:
-    """Parse an RFC 3339 time (any fraction length, Z or an offset)."""
-    m = _RFC3339.match(s) if isinstance(s, str) else None
+    """Parse an RFC 3339 time as the Go client reads one (``pigeon``'s
+    ``parseRFC3339``, Go's ``time.Parse(time.RFC3339Nano)`` without what
+    RFC 3339 does not have): ``YYYY-MM-DDTHH:MM:SS`` with an upper-case
+    ``T``, an optional ``.`` and one or more digits (any number of them,
+    read to the microsecond, the rest cut off, as Go cuts past the
+    nanosecond), then ``Z`` or ``+HH:MM``/``-HH:MM`` with the hour below 24
+    and the minute below 60; a real date (no 30 February, no month 13), an
+    hour below 24, a minute and a second below 60 (no leap second). Digits
+    are ASCII digits. ``ValueError`` for anything else: a date alone
+    (``2026-12-05``), a space or a lower-case ``t`` for the ``T``, a
+    lower-case ``z``, no seconds (``2026-12-05T10:00Z``), no offset, the
+    basic form (``20261205T100000Z``), a comma before the fraction, an
+    offset without its colon, a single-digit field, white space around it,
+    and the year 0000, which Go takes but ``datetime`` cannot hold (Go's
+    ``parseRFC3339`` refuses it too). ``datetime.fromisoformat`` takes most
+    of these, so it never reads a time from the server."""
+    m = _RFC3339.fullmatch(s) if isinstance(s, str) else None
     if not m:
         raise ValueError(f"not an RFC 3339 time: {s!r:.60}")
-    y, mo, d, h, mi, sec, frac, tz = m.groups()
+    y, mo, d, h, mi, sec, frac, tz, oh, om = m.groups()
     micro = int((frac or "0")[:6].ljust(6, "0"))
-    if tz in ("Z", "z"):
+    if tz == "Z":
         tzinfo = _dt.timezone.utc
-    else:
+    elif int(oh) < 24 and int(om) < 60:
         sign = 1 if tz[0] == "+" else -1
-        tzinfo = _dt.timezone(sign * _dt.timedelta(hours=int(tz[1:3]), minutes=int(tz[4:6])))
+        tzinfo = _dt.timezone(sign * _dt.timedelta(hours=int(oh), minutes=int(om)))
+    else:
+        raise ValueError(f"not an RFC 3339 time (offset {tz}): {s!r:.60}")
     return _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), micro, tzinfo=tzinfo)
 
 
@@ -376,10 +396,18 @@ def verify_message(message: dict[str, Any], public_key: bytes) -> None:
 
 
 def _valid_at(k: dict[str, Any], t: _dt.datetime) -> bool:
+    """Whether key ``k``'s window, ``notBefore`` (inclusive) to ``notAfter``
+    (exclusive), holds ``t``. A bound absent or ``null`` is open; one that
+    is not an RFC 3339 time (:func:`parse_rfc3339`: ``""``, ``0``,
+    ``false``, a date alone, …) makes the key valid at no time, so nothing
+    verifies or is sealed with it: Go reads a key list into
+    ``pigeon.PublicKey`` values, whose ``time.Time`` bounds refuse such a
+    value, and the whole list with it."""
     try:
-        if k.get("notBefore") and t < parse_rfc3339(k["notBefore"]):
+        nb, na = k.get("notBefore"), k.get("notAfter")
+        if nb is not None and t < parse_rfc3339(nb):
             return False
-        if k.get("notAfter") and t >= parse_rfc3339(k["notAfter"]):
+        if na is not None and t >= parse_rfc3339(na):
             return False
     except ValueError:
         return False
@@ -401,7 +429,8 @@ def select_key(
             if k.get("kid") == kid:
                 return k
             continue
-        nb = parse_rfc3339(k["notBefore"]) if k.get("notBefore") else _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        nb = k.get("notBefore")
+        nb = parse_rfc3339(nb) if nb is not None else _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
         if best is None or nb >= best_nb:
             best, best_nb = k, nb
     return best

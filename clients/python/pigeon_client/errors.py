@@ -149,13 +149,18 @@ class PigeonError(Exception):
 
     @property
     def quarantine_id(self) -> str | None:
-        """The quarantine record's id, when the message was quarantined."""
-        return self.details.get("quarantineId")
+        """The quarantine record's id, when the message was quarantined: the
+        details' ``quarantineId`` when it is a non-empty string."""
+        q = self.details.get("quarantineId")
+        return q if isinstance(q, str) and q else None
 
     @property
     def decision(self) -> dict[str, Any] | None:
-        """The gate's whole decision, when a gate refused."""
-        return self.details.get("decision")
+        """The gate's whole decision, when a gate refused: the details'
+        ``decision`` when it reads as one (see :func:`_gate_decision`),
+        else ``None``."""
+        d = self.details.get("decision")
+        return d if _gate_decision(d) else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r}, status={self.status})"
@@ -227,6 +232,39 @@ class RetryAfter(Exception):
         super().__init__(f"retry after {delay}s" + (f": {cause}" if cause else ""))
 
 
+_DECISION_STRINGS = ("code", "gate", "reason", "subject", "subjectId", "contractId", "policyId", "schemaId",
+                     "principal", "messageId", "quarantineId")
+"""The string members of a gate's decision (``pigeon.Decision``) besides
+its ``outcome``."""
+
+
+def _gate_decision(d: Any) -> bool:
+    """Whether ``d``, an error's ``details.decision``, reads as a gate's
+    decision as the Go client reads it (``wire.Error.Err``: it takes one
+    that decodes into ``pigeon.Decision`` with an outcome, and leaves any
+    other out): an object whose ``outcome`` is a non-empty string, whose
+    other string members (``code``, ``gate``, ``reason``,
+    ``quarantineId``…) are strings, absent or ``null``, and whose ``time``
+    is absent, ``null`` or an RFC 3339 time
+    (:func:`~pigeon_client.crypto.parse_rfc3339`). Any other is not the
+    error's decision: it does not make the error a
+    :class:`QuarantinedError`, and :attr:`PigeonError.decision` is
+    ``None``."""
+    if not isinstance(d, dict) or not isinstance(d.get("outcome"), str) or not d["outcome"]:
+        return False
+    if any(d.get(k) is not None and not isinstance(d[k], str) for k in _DECISION_STRINGS):
+        return False
+    if d.get("time") is None:
+        return True
+    from .crypto import parse_rfc3339  # crypto imports this module
+
+    try:
+        parse_rfc3339(d["time"])
+    except ValueError:
+        return False
+    return True
+
+
 def _class_for(code: str, details: dict[str, Any]) -> type[PigeonError]:
     if code in _UNAUTHENTICATED:
         return UnauthenticatedError
@@ -237,9 +275,8 @@ def _class_for(code: str, details: dict[str, Any]) -> type[PigeonError]:
     if code == "REQUEST_TIMEOUT":
         return RequestTimeoutError
     decision = details.get("decision")
-    quarantined = bool(details.get("quarantineId")) or (
-        isinstance(decision, dict) and decision.get("outcome") == "quarantine"
-    )
+    q = details.get("quarantineId")
+    quarantined = (isinstance(q, str) and bool(q)) or (_gate_decision(decision) and decision["outcome"] == "quarantine")
     if quarantined or code == "DELIVERY_EXHAUSTED":
         return QuarantinedError
     if code in _NOT_FOUND:

@@ -38,9 +38,28 @@ from .errors import (
     escaping_logger,
     new_error,
 )
-from .model import ReceivedMessage, _member, _object, _pulled, _request_of, _unanswering_reply, _unheld_message
+from .model import (
+    ReceivedMessage,
+    _member,
+    _object,
+    _pulled,
+    _request_of,
+    _settle_negative_zeros,
+    _unanswering_reply,
+    _unheld_message,
+)
 from .subscription import _delay_ms, _settle_body
-from .ws import Contract, Decision, _check_header_value, _check_ttl, _dumps, _frame_decoder, _loads_frame, _lone_surrogate
+from .ws import (
+    Contract,
+    Decision,
+    _check_header_value,
+    _check_ttl,
+    _dumps,
+    _frame_decoder,
+    _loads_frame,
+    _lone_surrogate,
+    _spells_negative_zero,
+)
 
 __all__ = ["HttpClient", "KeyDirectory", "ReceiptsPage", "MAX_ACCOUNT_KEYS", "MAX_PAGE_RECORDS", "RECEIPTS_MAX_WAIT",
            "RECEIPTS_RETRIES", "SEAL_MAX_AGE", "VERIFY_MAX_AGE"]
@@ -144,7 +163,8 @@ def _loads_listing(text: str, member: str, most: int) -> tuple[Any, list[tuple[d
     that is not an object is read by ``_loads_frame`` (the shape check
     refuses it); text that is not JSON raises ``ValueError``, as there."""
     dups: list[tuple[dict, str]] = []
-    dec = _frame_decoder(dups)
+    negative_zero = _spells_negative_zero(text)
+    dec = _frame_decoder(dups, negative_zero)
     scan = dec.scan_once
     i = _SPACE.match(text).end()
     if not text.startswith("{", i):
@@ -175,7 +195,10 @@ def _loads_listing(text: str, member: str, most: int) -> tuple[Any, list[tuple[d
     end = _SPACE.match(text, i + 1).end()
     if end != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
-    return dec.object_pairs_hook(pairs), dups
+    v = dec.object_pairs_hook(pairs)
+    if negative_zero:
+        _settle_negative_zeros(v)
+    return v, dups
 
 
 RECEIPTS_RETRIES = 5

@@ -11,11 +11,13 @@ whatever a publisher writes (a ``hops`` in a message published is
 replaced), and no signature covers it. :attr:`Decision.hops` and
 :attr:`~pigeon_client.subscription.Delivery.hops` read it as an ``int``.
 A delivered, received, replayed or reply message whose ``hops`` is not an
-integer of 0 to 2^32-1 is no broker's: it is refused (``ProtocolError``),
-as the Go, TypeScript and Rust clients refuse it, never handed over. So is
-a delivered, received, replayed or reply message whose ``sequence`` is
-present and not an integer of 1 to 2^64-1 (a bool, a float, a string, 0, a
-negative, one beyond 64 bits), and a delivered, received or replayed
+integer of 0 to 2^32-1 (``-0``, ``1.0`` and ``1e0`` are none, as for Go's
+``strconv.ParseUint``: see :class:`_NegativeZero`) is no broker's: it is
+refused (``ProtocolError``), as the Go, TypeScript and Rust clients refuse
+it, never handed over. So is a delivered, received, replayed or reply
+message whose ``sequence`` is present and not an integer of 1 to 2^64-1 (a
+bool, a float, a string, 0, ``-0``, a negative, one beyond 64 bits), and a
+delivered, received or replayed
 message without one (the broker sends it with every message it reads from
 the log, and every delivery is one; a reply, which never enters the log,
 has none): an ack or a nack of it could not name it, and one by its id
@@ -49,6 +51,87 @@ __all__ = ["Contract", "Decision", "ReceivedMessage"]
 
 _MAX_HOPS = (1 << 32) - 1
 
+
+class _NegativeZero(int):
+    """An integer a server's JSON spells ``-0``, as the frame decoder reads
+    it (:func:`_read_int`): 0, but not of ``type`` ``int``, so that every
+    check of an unsigned member (``type(v) is int and 0 <= v``: a message's
+    ``sequence`` and ``hops``, a receipt's ``auditSeq``, a frame's
+    ``from``…) refuses it, as Go's ``strconv.ParseUint`` refuses ``-0``
+    (``encoding/json`` reading a ``uint64``). Where Go reads a signed
+    integer (an ``attempt``, a signature's ``v``, ``maxFrame``) and in
+    ``data`` it is read as a plain 0 (:func:`_settle_negative_zeros`).
+    ``repr`` and ``str`` show ``-0``; ``json`` writes it ``0``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "-0"
+
+    __str__ = __repr__
+
+
+NEGATIVE_ZERO = _NegativeZero(0)
+
+
+def _read_int(text: str) -> int:
+    """The ``parse_int`` of the frame decoder: ``text``, an integer as JSON
+    spells it, with ``-0`` kept apart (:data:`NEGATIVE_ZERO`)."""
+    return NEGATIVE_ZERO if text == "-0" else int(text)
+
+
+_SIGNED_FRAME_MEMBERS = ("attempt", "maxFrame", "ttlMs", "timeoutMs", "delayMs", "maxInFlight", "window", "max")
+"""The members of a frame that Go's ``Frame`` reads as signed integers
+(``int``, ``int64``), where ``-0`` is 0."""
+
+
+def _settle_negative_zeros(v: Any) -> None:
+    """Read each ``-0`` of the decoded frame (or HTTP answer) ``v`` where Go
+    reads a signed integer, or no integer at all, as a plain 0: anywhere in
+    a ``data`` member, a ``signature``'s ``v``, the frame's signed members
+    (:data:`_SIGNED_FRAME_MEMBERS`), the entries of its ``attempts`` and
+    the ``attempt`` of each of its ``deliveries``. Every other one stays
+    :data:`NEGATIVE_ZERO`, which the checks of unsigned members refuse.
+    Run only on a text that spells ``-0``."""
+    if isinstance(v, dict):
+        for k in _SIGNED_FRAME_MEMBERS:
+            if isinstance(v.get(k), _NegativeZero):
+                v[k] = 0
+        at = v.get("attempts")
+        if isinstance(at, list):
+            at[:] = [0 if isinstance(a, _NegativeZero) else a for a in at]
+        ds = v.get("deliveries")
+        for d in ds if isinstance(ds, list) else ():
+            if isinstance(d, dict) and isinstance(d.get("attempt"), _NegativeZero):
+                d["attempt"] = 0
+    stack: list[tuple[Any, bool]] = [(v, False)]  # (a value, whether it lies in data)
+    while stack:
+        x, in_data = stack.pop()
+        if isinstance(x, dict):
+            for k, y in x.items():
+                if isinstance(y, _NegativeZero) and (in_data or k == "data"):
+                    x[k] = 0
+                elif isinstance(y, (dict, list)):
+                    stack.append((y, in_data or k == "data"))
+            sig = x.get("signature")
+            if not in_data and isinstance(sig, dict) and isinstance(sig.get("v"), _NegativeZero):
+                sig["v"] = 0
+        elif isinstance(x, list):
+            for i, y in enumerate(x):
+                if isinstance(y, _NegativeZero) and in_data:
+                    x[i] = 0
+                elif isinstance(y, (dict, list)):
+                    stack.append((y, in_data))
+
+
+def _shown(v: Any) -> Any:
+    """How ``details`` shows a refused value ``v`` that should have been an
+    integer: the integer, ``"-0"``, or the name of its type."""
+    if type(v) is int:
+        return v
+    return "-0" if isinstance(v, _NegativeZero) else type(v).__name__
+
+
 MAX_ATTEMPT = (1 << 31) - 1
 """The highest lease attempt the client takes from a receive answer or sends
 in an ack or a nack: 2^31-1, as the Go client (the reference) reads
@@ -58,8 +141,9 @@ counts attempts from 1 up to a subject's ``retry.maxAttempts``, far below."""
 
 def _hops(v: Any) -> int:
     """A message's ``hops`` (docs/protocol.md, "hops"): the integer of 0 to
-    2^32-1 the broker sends, else 0 (absent, ``None``; for a decision, one
-    that is no broker's: see :func:`_hops_held`)."""
+    2^32-1 the broker sends, else 0 (absent, ``None``; a message with
+    another is refused before it is read: see :func:`_hops_held` and
+    :meth:`Decision.from_wire`)."""
     return v if type(v) is int and 0 <= v <= _MAX_HOPS else 0
 
 
@@ -90,7 +174,7 @@ def _unheld_field(m: dict[str, Any], what: str, index: int | None, field: str, b
     mid = m.get("id")
     at = "" if index is None else f" (entry {index})"
     details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
-                               field: v if type(v) is int else type(v).__name__}
+                               field: _shown(v)}
     if index is not None:
         details["index"] = index
     return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose {field} is not an integer "
@@ -334,7 +418,7 @@ def _unheld_attempt(m: dict[str, Any], what: str, index: int | None, a: Any) -> 
     mid = m.get("id")
     at = "" if index is None else f" (entry {index})"
     details: dict[str, Any] = {"op": what, "messageId": mid if isinstance(mid, str) else type(mid).__name__,
-                               "attempt": a if type(a) is int else type(a).__name__}
+                               "attempt": _shown(a)}
     if index is not None:
         details["index"] = index
     return ProtocolError("BAD_REQUEST", f"the server sent a {what} message{at} whose attempt is not an integer "
@@ -475,22 +559,46 @@ class Decision:
     @classmethod
     def from_wire(cls, f: Any, what: str = "the server's decision") -> "Decision":
         """The decision ``f`` (``what`` names it in an error), or
-        ``ProtocolError`` (``BAD_REQUEST``) unless it is an object whose
-        ``status`` is ``accepted`` or ``duplicate`` and whose ``message`` is
-        an object with an ``id`` that is a string when present and a
-        ``sequence`` absent, ``null`` or an integer of 0 to 2^64-1 (a bool
-        none), as the TypeScript and Rust clients refuse any other: a
-        decision of another shape would reach the caller as values of other
-        types than :attr:`id` and :attr:`sequence` (``int()`` of a string
-        raised ``ValueError`` there)."""
-        f = _object(f, what, ("status",))
-        if f["status"] not in ("accepted", "duplicate"):
-            raise ProtocolError("BAD_REQUEST", f"{what} has a status that is neither accepted nor duplicate "
-                                f"({f['status']!r:.40})", details={"member": "status"})
-        m = _object(f.get("message"), f"{what}'s message", optional=("id",))
-        s = m.get("sequence")
-        if s is not None and not (type(s) is int and 0 <= s <= _MAX_WIRE_SEQUENCE):
-            raise ProtocolError("BAD_REQUEST", f"{what}'s message has a sequence that is not an integer of 0 to "
-                                f"2^64-1 ({type(s).__name__})",
-                                details={"member": "sequence", "type": type(s).__name__})
-        return cls(f["status"], m)
+        ``ProtocolError`` (``BAD_REQUEST``) unless it is one the broker
+        sends, as the Go client decodes a ``decision`` and each result of a
+        ``decisions`` answer: an object whose ``status`` is ``accepted`` or
+        ``duplicate``, and whose ``message`` is an object of the envelope's
+        shape (``pigeon.Message``): a ``sequence`` absent, ``null`` or an
+        integer of 0 to 2^64-1 (not ``-0``, ``5.0``, ``5e0``, a bool, a
+        string), a ``hops`` absent, ``null`` or an integer of 0 to 2^32-1,
+        every string member (``id``, ``time``, ``reason``,
+        ``acceptedAt``…) a string or ``null``, a ``signature`` absent,
+        ``null`` or an object of strings and an integer ``v`` (see
+        :func:`_message_fault`). The error says that the message may have
+        been accepted all the same, as the Go client's does: the broker
+        judged it and may have stored it, so it is not to be taken for
+        refused and published again without an idempotency key. A decision
+        of another shape would reach the caller as values of other types
+        than :attr:`id` and :attr:`sequence` (``int()`` of a string raised
+        ``ValueError`` there)."""
+
+        def unread(why: str, **details: Any) -> ProtocolError:
+            return ProtocolError("BAD_REQUEST", f"{what} {why}: the message may have been accepted", details=details)
+
+        if not isinstance(f, dict):
+            raise unread(f"is not an object ({type(f).__name__})", type=type(f).__name__)
+        status = f.get("status")
+        if not isinstance(status, str):
+            raise unread(f"has no string status ({type(status).__name__})", member="status",
+                         type=type(status).__name__)
+        if status not in ("accepted", "duplicate"):
+            raise unread(f"has a status that is neither accepted nor duplicate ({status!r:.40})", member="status")
+        m = f.get("message")
+        if not isinstance(m, dict):
+            raise unread(f"has a message that is not an object ({type(m).__name__})", member="message",
+                         type=type(m).__name__)
+        for k, most in (("sequence", _MAX_WIRE_SEQUENCE), ("hops", _MAX_HOPS)):
+            v = m.get(k)
+            if v is not None and not (type(v) is int and 0 <= v <= most):
+                raise unread(f"has a message whose {k} is not an integer of 0 to 2^{most.bit_length()}-1 "
+                             f"({_shown(v)})", member=k, found=_shown(v))
+        fault = _message_fault(m)
+        if fault is not None:
+            k, want, found = fault
+            raise unread(f"has a message whose {k} is not {want} ({found})", member=k, found=found)
+        return cls(status, m)

@@ -67,7 +67,18 @@ from .errors import (
     escaping_logger,
     new_error,
 )
-from .model import Contract, Decision, ReceivedMessage, _pulled, _request_of, _unanswering_reply, _unheld_message
+from .model import (
+    Contract,
+    Decision,
+    ReceivedMessage,
+    _pulled,
+    _read_int,
+    _request_of,
+    _settle_negative_zeros,
+    _shown,
+    _unanswering_reply,
+    _unheld_message,
+)
 from .subscription import Delivery, Handler, Subscription, _caller_slot, _delay_ms, _sequence, _settle_body
 
 __all__ = ["connect", "Session", "Subscription", "Delivery", "Contract", "Decision", "MAX_PUBLISH_BATCH"]
@@ -119,9 +130,12 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _frame_decoder(dups: list[tuple[dict, str]]) -> json.JSONDecoder:
+def _frame_decoder(dups: list[tuple[dict, str]], negative_zero: bool = False) -> json.JSONDecoder:
     """The decoder of a frame's JSON (see :func:`_loads_frame`), which adds
-    to ``dups`` each object it builds that holds a member name twice."""
+    to ``dups`` each object it builds that holds a member name twice; with
+    ``negative_zero``, one that reads the integer ``-0`` as
+    :data:`~pigeon_client.model.NEGATIVE_ZERO` (see
+    :func:`_spells_negative_zero`)."""
 
     def pairs(ps: list[tuple[str, Any]]) -> dict:
         d = dict(ps)
@@ -134,17 +148,97 @@ def _frame_decoder(dups: list[tuple[dict, str]]) -> json.JSONDecoder:
                 seen.add(k)
         return d
 
+    if negative_zero:
+        return json.JSONDecoder(parse_constant=_not_json, object_pairs_hook=pairs, parse_int=_read_int)
     return json.JSONDecoder(parse_constant=_not_json, object_pairs_hook=pairs)
+
+
+# Where a JSON text may spell the integer -0: a value (after ":", "[" or
+# ",") "-0" not followed by a digit (no number), a fraction or an exponent
+# (a float). A time's "-05:00" or a name's "shard-0" is none; inside a string
+# it may still match ("a,-0"), which only costs the slower decoding.
+_NEGATIVE_ZERO = re.compile(r"[:\[,][ \t\n\r]*-0(?![0-9.eE])")
+
+
+def _spells_negative_zero(raw: str) -> bool:
+    """Whether the JSON text ``raw`` may hold the integer ``-0``, which
+    json.loads reads as 0: a frame that does is decoded keeping it apart
+    (:func:`_loads_frame`), as Go refuses it for every unsigned integer."""
+    return "-0" in raw and _NEGATIVE_ZERO.search(raw) is not None
 
 
 def _loads_frame(raw: str) -> tuple[Any, list[tuple[dict, str]]]:
     """A frame's JSON, and each object of it (data included) that holds a
     member name twice, with that name: json.loads keeps the last of them,
     another reader the first, and the server never sends one (it refuses
-    them, DUPLICATE_KEY)."""
+    them, DUPLICATE_KEY). An integer spelled ``-0`` is read as
+    :data:`~pigeon_client.model.NEGATIVE_ZERO` where Go reads an unsigned
+    integer, which every check of one refuses, and as 0 elsewhere
+    (:func:`~pigeon_client.model._settle_negative_zeros`)."""
     dups: list[tuple[dict, str]] = []
+    if _spells_negative_zero(raw):
+        dec = _frame_decoder(dups, negative_zero=True)
+        v = json.loads(raw, parse_constant=dec.parse_constant, object_pairs_hook=dec.object_pairs_hook,
+                       parse_int=_read_int)
+        _settle_negative_zeros(v)
+        return v, dups
     dec = _frame_decoder(dups)
     return json.loads(raw, parse_constant=dec.parse_constant, object_pairs_hook=dec.object_pairs_hook), dups
+
+
+_I64 = (-(1 << 63), (1 << 63) - 1)
+_U64 = (0, (1 << 64) - 1)
+# The integer members of a frame, as the Go client's Frame types them
+# (int and int64 signed, uint32 and uint64 unsigned), with the bounds of
+# each; and those that hold a list of integers.
+_FRAME_INTEGERS: dict[str, tuple[int, int]] = {
+    "ttlMs": _I64, "maxFrame": _I64, "timeoutMs": _I64, "delayMs": _I64, "attempt": _I64, "maxInFlight": _I64,
+    "window": _I64, "max": _I64, "hops": (0, (1 << 32) - 1), "sequence": _U64, "from": _U64,
+    "fromSequence": _U64, "toSequence": _U64,
+}
+_FRAME_INTEGER_LISTS: dict[str, tuple[int, int]] = {"sequences": _U64, "notPendingSequences": _U64, "attempts": _I64}
+
+
+def _bounds(lo: int, hi: int) -> str:
+    """``lo`` to ``hi`` as powers of two (``0 to 2^64-1``)."""
+
+    def power(n: int) -> str:
+        if n < 0:
+            return f"-2^{(-n).bit_length() - 1}"
+        return f"2^{n.bit_length()}-1" if n else "0"
+
+    return f"{power(lo)} to {power(hi)}"
+
+
+def _frame_integer_fault(f: dict[str, Any]) -> tuple[str, tuple[int, int], Any] | None:
+    """The first integer member of frame ``f`` (see :data:`_FRAME_INTEGERS`)
+    that holds no integer the Go client reads there, as (its name, its
+    bounds, what it holds: see :func:`~pigeon_client.model._shown`);
+    ``None`` when there is none. ``null`` reads as absent; a list's entry
+    is read as a member. Go refuses such a frame whole (``encoding/json``
+    and ``strconv``: a fraction, ``5.0`` and ``5e0`` included, a string, a
+    bool, a value beyond the bounds, ``-0`` for an unsigned member), but
+    for a ``deliver``'s ``attempt`` and a ``messages`` answer's
+    ``attempts``, which it reads entry by entry and which the session
+    checks so (a delivery, a message refused alone)."""
+    op = f.get("op")
+    for k, v in f.items():
+        if v is None:
+            continue
+        b = _FRAME_INTEGERS.get(k)
+        if b is not None:
+            if not (type(v) is int and b[0] <= v <= b[1]) and not (k == "attempt" and op == "deliver"):
+                return k, b, _shown(v)
+            continue
+        b = _FRAME_INTEGER_LISTS.get(k)
+        if b is None or (k == "attempts" and op == "messages"):
+            continue
+        if not isinstance(v, list):
+            return k, b, type(v).__name__
+        for x in v:
+            if x is not None and not (type(x) is int and b[0] <= x <= b[1]):
+                return k, b, _shown(x)
+    return None
 
 
 _TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -762,12 +856,23 @@ class Session:
             self._report(ProtocolError("BAD_REQUEST", "the server sent a frame that is not a JSON object"))
             return
         lone = not dups and _lone_surrogate(raw)
-        if dups or lone:
+        fault = None if dups or lone else _frame_integer_fault(f)
+        if dups or lone or fault:
             # Refused whole, as the Rust client refuses it: no delivery in it
             # is handed over (the server's ack wait gives it back), and the
-            # call it answers fails, when its "re" is there once.
-            why = f"the member {dups[0][1]!r} twice in one object" if dups else "a string holding a lone surrogate"
-            err = ProtocolError("BAD_REQUEST", f"the server sent a frame with {why}")
+            # call it answers fails, when its "re" is there once. So is one
+            # with an integer member the Go client does not read, as Go
+            # refuses it whole.
+            details: dict[str, Any] = {}
+            if dups:
+                why = f"the member {dups[0][1]!r} twice in one object"
+            elif lone:
+                why = "a string holding a lone surrogate"
+            else:
+                k, (lo, hi), found = fault  # type: ignore[misc]
+                why = f"a {k} that holds no integer of {_bounds(lo, hi)} ({found})"
+                details = {"op": f.get("op") if isinstance(f.get("op"), str) else None, "member": k, "found": found}
+            err = ProtocolError("BAD_REQUEST", f"the server sent a frame with {why}", details=details)
             re_dup = any(d is f and k == "re" for d, k in dups)
             re_ = None if re_dup else f.get("re")
             fut = self._pending.pop(re_, None) if isinstance(re_, str) and re_ else None
@@ -1327,27 +1432,38 @@ class Session:
             enc, data, fut = batch[0]
             frame = _RawFrame('{"op":"publish","brief":true,"message":' + enc)
             try:
-                ans = await self._call_raw(frame, "decision")
+                try:
+                    ans = await self._call_raw(frame, "decision")
+                except ProtocolError as e:
+                    raise _unread_answer(e, 1) from e
                 fut.set_result(_decided(ans, data)) if not fut.done() else None
             except PigeonError as e:
                 if not fut.done():
                     fut.set_exception(e)
             return
         frame = _RawFrame('{"op":"publish_batch","brief":true,"messages":[' + ",".join(e for e, _, _ in batch) + "]")
-        ans = await self._call_raw(frame, "decisions")
+        n = len(batch)
+        try:
+            ans = await self._call_raw(frame, "decisions")
+        except ProtocolError as e:
+            raise _unread_answer(e, n) from e
         results = ans.get("results")
-        if not isinstance(results, list) or len(results) != len(batch):
-            raise ProtocolError("BAD_REQUEST", "decisions do not match the batch")
-        for (_, data, fut), r in zip(batch, results):
+        if not isinstance(results, list) or len(results) != n:
+            found = f"{len(results)} results" if isinstance(results, list) else f"results of {type(results).__name__}"
+            raise _unread_answer(ProtocolError("BAD_REQUEST", f"{found} for {n} messages"), n)
+        for i, ((_, data, fut), r) in enumerate(zip(batch, results)):
             if fut.done():
                 continue
-            if isinstance(r, dict) and r.get("error") is not None:
-                fut.set_exception(error_from(r["error"]))
-            else:
-                try:
-                    fut.set_result(_decided(r, data))
-                except PigeonError as e:
-                    fut.set_exception(e)
+            # A slot no broker sends fails its own publish alone, as the Go
+            # client's unreadResult does; the others take their own.
+            what = f"the server's answer for this message (index {i} of the {n} results of its publish_batch)"
+            try:
+                if isinstance(r, dict) and r.get("error") is not None:
+                    fut.set_exception(_slot_error(r["error"], what))
+                else:
+                    fut.set_result(_decided(r, data, what))
+            except PigeonError as e:
+                fut.set_exception(e)
 
     def _admit(self, ws: ClientConnection) -> None:
         """Refuse a call (``RATE_LIMITED``, nothing sent) while
@@ -1730,14 +1846,55 @@ def _encode(message: Any) -> tuple[str, Any]:
     return enc, data
 
 
-def _decided(f: Any, data: Any) -> Decision:
+def _decided(f: Any, data: Any, what: str = "the server's decision") -> Decision:
     """The decision of a brief answer: an accepted message without data gets
     the data sent (see _encode). An answer that carries data (a duplicate,
-    whose data is the original's; a server that ignores brief) keeps it."""
-    d = Decision.from_wire(f)
+    whose data is the original's; a server that ignores brief) keeps it.
+    ``ProtocolError`` for one no broker sends (:meth:`Decision.from_wire`,
+    ``what`` naming it)."""
+    d = Decision.from_wire(f, what)
     if d.status == "accepted" and "data" not in d.message:
         d.message["data"] = {} if data is _NO_DATA else data
     return d
+
+
+def _unread_answer(e: ProtocolError, n: int) -> ProtocolError:
+    """The error of the ``n`` publishes of one frame whose answer the client
+    could not read (``e``: a frame refused whole, an answer of another op,
+    an error it cannot decode, a ``decisions`` answer whose ``results`` is
+    no list of one result per message): ``e``'s code and details, saying
+    that each message may have been accepted all the same, as the Go
+    client's unreadAnswer does."""
+    what = "this message" if n == 1 else f"these {n} messages"
+    each = "the message" if n == 1 else "each message"
+    err = ProtocolError(e.code, f"the server's answer for {what} could not be read ({e.message}): {each} may have "
+                        "been accepted", status=e.status, details=e.details)
+    err.__cause__ = e
+    return err
+
+
+def _slot_error(e: Any, what: str) -> PigeonError:
+    """The error a ``decisions`` result's ``error`` (``what`` names the
+    result) refuses its message with, when it is one the broker sends, as
+    the Go client decodes it (``wire.Error``): an object whose ``code`` is
+    a string, whose ``message`` is absent, ``null`` or a string and whose
+    ``details`` is absent, ``null`` or an object. Anything else fails the
+    publish with ``BAD_REQUEST``, saying that the message may have been
+    accepted (the Go client's unreadResult): it is not the broker's
+    refusal."""
+    why = None
+    if not isinstance(e, dict):
+        why = f"an error that is not an object ({type(e).__name__})"
+    elif not isinstance(e.get("code"), str):
+        why = f"an error whose code is not a string ({type(e.get('code')).__name__})"
+    elif e.get("message") is not None and not isinstance(e["message"], str):
+        why = f"an error whose message is not a string ({type(e['message']).__name__})"
+    elif e.get("details") is not None and not isinstance(e["details"], dict):
+        why = f"an error whose details is not an object ({type(e['details']).__name__})"
+    if why is not None:
+        return ProtocolError("BAD_REQUEST", f"{what} has {why}: the message may have been accepted",
+                             details={"member": "error"})
+    return error_from(e)
 
 
 class _RawFrame:

@@ -124,9 +124,14 @@ def test_over_http_a_message_whose_hops_is_no_brokers_is_refused(bad):
 
 
 def test_a_decisions_hops():
-    for message, want in [({"id": "m", "hops": 3}, 3), ({"id": "m"}, 0), ({"id": "m", "hops": True}, 0),
-                          ({"id": "m", "hops": -1}, 0), ({"id": "m", "hops": 2**32}, 0)]:
+    for message, want in [({"id": "m", "hops": 3}, 3), ({"id": "m"}, 0), ({"id": "m", "hops": None}, 0),
+                          ({"id": "m", "hops": 2**32 - 1}, 2**32 - 1)]:
         assert Decision.from_wire({"status": "accepted", "message": message}).hops == want, message
+    # One no broker's refuses the decision, as the Go client refuses it
+    # (test_publish_decisions.py).
+    for hops in (True, -1, 2**32, 1.0, "1"):
+        with pytest.raises(ProtocolError):
+            Decision.from_wire({"status": "accepted", "message": {"id": "m", "hops": hops}})
 
 
 async def test_a_signed_message_delivered_with_hops_verifies():

@@ -200,7 +200,9 @@ async def test_sequences_out_of_range_never_go_back_on_the_wire():
     bad = [True, -5, 0, 2**64, 2**70, 1.5, "9"]
 
     async def on_sub(ws, f):
-        await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1", "from": 2**70}))
+        # Without a from (a from beyond 64 bits refuses the answer whole, as
+        # Go refuses it: test_integer_spellings.py).
+        await ws.send(json.dumps({"op": "subscribed", "re": f["id"], "sub": "sub_1"}))
         # Refused (a sequence the client cannot hold), never handed over:
         ds = [{"attempt": 1, "message": msg(i, sequence=q)} for i, q in enumerate(bad)]
         # Refused too (an attempt no broker's: it was handed over as 0):
@@ -230,7 +232,7 @@ async def test_sequences_out_of_range_never_go_back_on_the_wire():
         frame = sub._subscribe_frame(resume=True)
         assert frame["start"] == {"sequence": 7}, frame
         sub._outstanding.clear()
-        assert "start" not in sub._subscribe_frame(resume=True)  # the bad from was not kept
+        assert "start" not in sub._subscribe_frame(resume=True)
 
 
 # --- a subscribe that gave up before its answer ---

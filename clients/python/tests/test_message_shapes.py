@@ -6,11 +6,11 @@ envelope of the type the Go struct ``pigeon.Message`` gives it
 One with a member of another type (a ``sequence`` that is a string,
 negative, a fraction, spelled ``5.0`` or beyond 2^64-1; an ``id`` that is a
 number; a ``time`` that is a number; a ``type`` that is an object; ``hops``
-negative or beyond 2^32-1; a ``signature`` that is no object or whose ``v``
-is a fraction), or a message or an entry that is no object, is refused
-alone: reported (``ProtocolError``: its op, its index in a list, its
-message's id when it is a string), never handed over and never acked, the
-others handed over and acked. The table is the Go client's (transport/ws,
+negative, spelled ``-0`` or beyond 2^32-1; a ``signature`` that is no
+object or whose ``v`` is a fraction), or a message or an entry that is no
+object, is refused alone: reported (``ProtocolError``: its op, its index in
+a list, its message's id when it is a string), never handed over and never
+acked, the others handed over and acked. The table is the Go client's (transport/ws,
 ``TestListEntryRefusedAlone``), at each position of three entries. Before,
 a ``time`` that is a number, a ``type`` that is an object or a signature of
 another shape was handed over as it came, and a receive or replay message
@@ -53,6 +53,7 @@ ROWS: list[tuple[str, dict[str, Any]]] = [
     ("sequence spelled 5.0", {**spoil('"sequence":5', '"sequence":5.0'), "id": True}),
     ("sequence spelled 5e0", {**spoil('"sequence":5', '"sequence":5e0'), "id": True}),
     ("sequence beyond 2^64-1", {**spoil('"sequence":5', '"sequence":18446744073709551616'), "id": True}),
+    ("sequence spelled -0", {**spoil('"sequence":5', '"sequence":-0'), "id": True}),
     ("id a number", spoil('"id":"msg_x"', '"id":7')),
     ("time a number", {**spoil('"time":"2026-01-01T00:00:00Z"', '"time":20260101'), "id": True}),
     ("type an object", {**spoil('"type":"job"', '"type":{"name":"job"}'), "id": True}),
@@ -61,6 +62,7 @@ ROWS: list[tuple[str, dict[str, Any]]] = [
     ("hops negative", {**spoil(DATA, DATA + ',"hops":-1'), "id": True}),
     ("hops beyond 2^32-1", {**spoil(DATA, DATA + ',"hops":4294967296'), "id": True}),
     ("hops spelled 1.0", {**spoil(DATA, DATA + ',"hops":1.0'), "id": True}),
+    ("hops spelled -0", {**spoil(DATA, DATA + ',"hops":-0'), "id": True}),
     ("signature a string", {**spoil(DATA, DATA + ',"signature":"sig"'), "id": True}),
     ("signature a list", {**spoil(DATA, DATA + ',"signature":[]'), "id": True}),
     ("signature kid a number",
@@ -96,6 +98,9 @@ TAKEN: list[tuple[str, dict[str, Any]]] = [
     ("signature form null", spoil(DATA, DATA + ',"signature":{"kid":"k","alg":"ed25519","sig":"x","v":null}')),
     ("hops 2^32-1", spoil(DATA, DATA + ',"hops":4294967295')),
     ("data's own 5.0", spoil(DATA, '"data":{"sequence":5.0,"v":2.5,"time":1}')),
+    ("data's own -0", spoil(DATA, '"data":{"sequence":-0,"hops":[-0]}')),
+    # A Go int: -0 is 0, the first form.
+    ("signature form spelled -0", spoil(DATA, DATA + ',"signature":{"kid":"k","alg":"ed25519","sig":"x","v":-0}')),
     ("a member the envelope does not name", spoil(DATA, DATA + ',"extra":{"n":1.0}')),
 ]
 

@@ -59,6 +59,9 @@ HOSTILE = [
     ("a seq past 2^64-1", {"receipts": [receipt(1, U64_MAX + 1)]}, "seq.*2\\^64-1"),
     ("a negative seq", {"receipts": [receipt(1, -1)]}, "seq"),
     ("a seq that is true", {"receipts": [receipt(1, True)]}, "seq"),
+    # A uint64 in Go, which takes no -0 (json.loads reads it as 0).
+    ("an auditSeq spelled -0", json.dumps({"receipts": [receipt(12345)]}).replace("12345", "-0"), "auditSeq"),
+    ("a seq spelled -0", json.dumps({"receipts": [receipt(1, 12345)]}).replace("12345", "-0"), "has a seq"),
     ("a second receipt before the first", {"receipts": [receipt(5), receipt(4)]}, "entry 1.*after the one before"),
     ("the same receipt twice", {"receipts": [receipt(5), receipt(5)]}, "entry 1.*after the one before"),
     ("a next that is a number", {"receipts": [receipt(5)], "next": 5}, "next that is not a cursor"),
