@@ -73,3 +73,34 @@ func TestLonePublishAnswerUnread(t *testing.T) {
 		})
 	}
 }
+
+// A publish answered with no message, or with a frame of another op or
+// another number of results, fails INTERNAL and says, as an unread answer
+// does, that the message may have been accepted.
+func TestPublishAnswerOfAnotherShape(t *testing.T) {
+	for _, row := range []struct {
+		name   string
+		answer func(id string) string
+	}{
+		{name: "a decision without its message", answer: func(id string) string { return `{"op":"decision","re":"` + id + `","status":"accepted"}` }},
+		{name: "an answer of another op", answer: func(id string) string { return `{"op":"ok","re":"` + id + `"}` }},
+		{name: "decisions of another number", answer: func(id string) string { return `{"op":"decisions","re":"` + id + `","results":[]}` }},
+	} {
+		t.Run(row.name, func(t *testing.T) {
+			srv := newScriptedServer(t, func(f *ws.Frame) []string {
+				if f.Op == ws.OpPublish {
+					return []string{row.answer(f.ID)}
+				}
+				return []string{okFrame(f)}
+			})
+			ctx := context.Background()
+			s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
+			require.NoError(t, err)
+			defer s.Close(ctx)
+			res, err := s.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(`{"n":1}`)})
+			require.Nil(t, res)
+			require.Equal(t, pigeon.CodeInternal, pigeon.ErrorCode(err), "%v", err)
+			require.ErrorContains(t, err, "may have been accepted")
+		})
+	}
+}

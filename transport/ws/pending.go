@@ -432,7 +432,7 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 		}
 	case f.Op == OpDecision && len(items) == 1:
 		if f.Message == nil {
-			items[0].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
+			items[0].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message: the message may have been accepted"))
 			return
 		}
 		items[0].resolveWith(f.Status, f.Message, nil)
@@ -444,13 +444,13 @@ func resolvePublishes(items []*PendingPublish, f *Frame) {
 			case r.Error != nil:
 				items[i].resolve(nil, r.Error.Err())
 			case r.Message == nil:
-				items[i].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message"))
+				items[i].resolve(nil, pigeon.NewError(pigeon.CodeInternal, "the server's answer has no message: the message may have been accepted"))
 			default:
 				items[i].resolveWith(r.Status, r.Message, r.result)
 			}
 		}
 	default:
-		failAll(items, pigeon.NewError(pigeon.CodeInternal, "the server answered a publish with %q for %d messages", f.Op, len(items)))
+		failAll(items, pigeon.NewError(pigeon.CodeInternal, "the server answered a publish with %q for %d messages: each message may have been accepted", f.Op, len(items)))
 	}
 }
 
