@@ -24,6 +24,17 @@ type hub struct {
 	mu     sync.Mutex
 	nodes  []*hubNode
 	leases map[string]*hubLease
+	// now is the clock leases run out by (nil: the system clock); the
+	// engines' Options.Now when the test moves time.
+	now func() time.Time
+}
+
+// clock reads the hub's clock.
+func (h *hub) clock() time.Time {
+	if h.now != nil {
+		return h.now()
+	}
+	return time.Now()
 }
 
 type hubLease struct {
@@ -84,7 +95,7 @@ func (n *hubNode) Acquire(_ context.Context, key store.GroupKey, seq uint64, dea
 		n.h.leases[leaseKey(key, seq)] = l
 	case l.done:
 		return pigeon.LeaseState{Done: true}, nil
-	case l.node != n && time.Now().Before(l.until):
+	case l.node != n && n.h.clock().Before(l.until):
 		return pigeon.LeaseState{Until: l.until}, nil
 	}
 	l.node, l.until = n, deadline

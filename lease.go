@@ -505,12 +505,18 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 	return e.markDone(ctx, g, sm.Seq)
 }
 
-// leaseFor leases up to n messages of the subscription's group to it. It
-// also returns when the next lease of the group falls due.
-func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Duration, error) {
+// leaseFor leases up to n messages of the subscription's group to it,
+// with each one's delivery attempt. It also returns until, when the first
+// of their leases runs out (zero: none is held), and when the next lease
+// of the group falls due. A lease runs out one ack wait after the batch
+// began, in the cluster too, however long the batch's store calls took
+// (a round trip or more per message on a networked store): the first
+// extension of the batch's leases is due from until (keepShared), not
+// from the moment the batch is handed over.
+func (e *Engine) leaseFor(s *subscription, n int) (msgs []*decoded, attempts []int, until time.Time, next time.Duration, err error) {
 	g := s.g
 	match := func(d *decoded) bool { return s.matches(d) && s.selects(d) }
-	msgs, err := e.leaseBatch(s.ctx, g, s.subj, s.holder(), "", n, 0, true, match)
+	msgs, err = e.leaseBatch(s.ctx, g, s.subj, s.holder(), "", n, 0, true, match)
 	if err != nil {
 		// What the batch leased before the store failed was never handed
 		// over: back to the group at once, uncounted, rather than held
@@ -519,17 +525,19 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 		for _, d := range msgs {
 			_ = e.settle(ctx, s, d.seq, ErrUndelivered)
 		}
-		return nil, nil, 0, err
+		return nil, nil, time.Time{}, 0, err
 	}
-	attempts := make([]int, len(msgs))
+	attempts = make([]int, len(msgs))
 	g.mu.Lock()
 	now := e.now()
-	var next time.Duration
 	for i, d := range msgs {
 		// Held while the handler runs (busy), the lease is still the
 		// subscription's, unless a trim or a purge ended it meanwhile.
 		if l := g.leases[d.seq]; l != nil {
 			attempts[i] = l.attempt
+			if until.IsZero() || l.deadline.Before(until) {
+				until = l.deadline
+			}
 		}
 	}
 	for _, l := range g.leases {
@@ -541,7 +549,7 @@ func (e *Engine) leaseFor(s *subscription, n int) ([]*decoded, []int, time.Durat
 		}
 	}
 	g.mu.Unlock()
-	return msgs, attempts, next, nil
+	return msgs, attempts, until, next, nil
 }
 
 // settle acks or nacks a leased message of a subscription.

@@ -30,10 +30,14 @@ func (s *subscription) runGroup() {
 		free := cap(s.slots) - len(s.slots)
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
-			msgs, attempts, next, err := e.leaseFor(s, free)
-			if len(msgs) > 0 && e.extends(s.g) {
-				// Leased for one ack wait: due with a third of it left.
-				if due := e.now().Add(s.subj.ackWait - s.subj.ackWait/3); keepAt.IsZero() || due.Before(keepAt) {
+			msgs, attempts, until, next, err := e.leaseFor(s, free)
+			if !until.IsZero() && e.extends(s.g) {
+				// Due with a third of the ack wait left, counted from
+				// when the leases were taken: a batch whose store calls
+				// took long has spent part of it already, and counted
+				// from now the leases could run out for the other nodes
+				// before their first extension.
+				if due := until.Add(-s.subj.ackWait / 3); keepAt.IsZero() || due.Before(keepAt) {
 					keepAt = due
 				}
 			}
