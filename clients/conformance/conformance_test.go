@@ -22,7 +22,7 @@ import (
 	"pigeon/seal"
 )
 
-var update = flag.Bool("update", false, "rewrite vectors/go.json, vectors/canonical.json and codes.json")
+var update = flag.Bool("update", false, "rewrite vectors/go.json, vectors/canonical.json, vectors/times.json and codes.json")
 
 var b64 = base64.RawURLEncoding
 

@@ -674,29 +674,33 @@ impl Conn {
     }
 }
 
-/// The decision `v` on the publish `p`. Publish frames ask for brief
-/// answers: an accepted message without data gets the data sent, parsed
-/// from the text sent as the server's would be (`{}` when the message had
-/// none). An answer that carries data (a duplicate, whose data is the
-/// original's; a server that ignores brief) keeps it.
-fn decision_of(v: &Value, p: &PubItem) -> Result<Decision> {
-    let status = match v.get("status").and_then(Value::as_str) {
-        Some("accepted") => Status::Accepted,
-        Some("duplicate") => Status::Duplicate,
-        _ => return Err(Error::protocol("a decision without a known status")),
-    };
-    let raw = v.get("message").ok_or_else(|| Error::protocol("a decision without a message"))?;
-    let mut message = Message::deserialize(raw).map_err(|e| Error::protocol(format!("a decision's message: {e}")))?;
-    if status == Status::Accepted && raw.get("data").is_none() {
-        message.data = match &p.data {
+/// The decision `v` on the publish `p`, read as Go reads it
+/// ([`read_decision`](crate::message::read_decision); `at`: its slot in a
+/// `decisions` answer). Publish frames ask for brief answers: an accepted
+/// message without data gets the data sent, parsed from the text sent as
+/// the server's would be (`{}` when the message had none). An answer that
+/// carries data (a duplicate, whose data is the original's; a server that
+/// ignores brief) keeps it.
+fn decision_of(v: &Value, p: &PubItem, at: crate::message::SlotAt) -> Result<Decision> {
+    let mut d = crate::message::read_decision(v, at)?;
+    if d.status == Status::Accepted && v.get("message").and_then(|m| m.get("data")).is_none() {
+        d.message.data = match &p.data {
             Some(r) => serde_json::from_str(&p.json[r.clone()]).map_err(|e| Error::protocol(format!("the data sent: {e}")))?,
             None => Value::Object(Map::new()),
         };
     }
-    Ok(Decision { status, message })
+    Ok(d)
 }
 
+/// Resolves the publishes one frame carried with its answer `f`: an error
+/// frame fails them all with its error; a lone publish's `decision` and
+/// each slot of a batch's `decisions` are read as Go reads them (see
+/// [`decision_of`]), a slot that does not read failing its own publish
+/// alone. A `decisions` answer of another number of results than the
+/// messages sent cannot be told to them: each publish fails `BAD_FRAME`,
+/// saying that its message may have been accepted, as any other answer.
 fn answer_batch(items: Vec<PubItem>, f: &Value) {
+    let n = items.len();
     match f.get("op").and_then(Value::as_str) {
         Some("error") => {
             let e = f.get("error").map(Error::from_wire).unwrap_or_else(|| Error::protocol("an error frame without an error"));
@@ -704,28 +708,38 @@ fn answer_batch(items: Vec<PubItem>, f: &Value) {
                 let _ = p.tx.send(Err(e.clone()));
             }
         }
-        Some("decision") if items.len() == 1 => {
+        Some("decision") if n == 1 => {
+            // The decision's own members; an error frame's `error` is no
+            // member of a decision.
+            let mut d = Map::new();
+            for k in ["status", "message"] {
+                if let Some(v) = f.get(k) {
+                    d.insert(k.into(), v.clone());
+                }
+            }
             for p in items {
-                let r = decision_of(f, &p);
+                let r = decision_of(&Value::Object(d.clone()), &p, None);
                 let _ = p.tx.send(r);
             }
         }
-        Some("decisions") => {
-            let results = f.get("results").and_then(Value::as_array);
-            for (i, p) in items.into_iter().enumerate() {
-                let r = match results.and_then(|r| r.get(i)) {
-                    Some(slot) => match slot.get("error") {
-                        Some(e) => Err(Error::from_wire(e)),
-                        None => decision_of(slot, &p),
-                    },
-                    None => Err(Error::protocol("a decisions frame with fewer results than messages")),
-                };
+        Some("decisions") if f.get("results").and_then(Value::as_array).is_some_and(|r| r.len() == n) => {
+            let results = f["results"].as_array().unwrap();
+            for (i, (p, slot)) in items.into_iter().zip(results).enumerate() {
+                let r = decision_of(slot, &p, Some((i, n)));
                 let _ = p.tx.send(r);
             }
         }
-        _ => {
+        op => {
+            let said =
+                op.map_or_else(|| "a frame without an op".to_string(), |op| format!("{:?}", op.chars().take(64).collect::<String>()));
+            let what = if n == 1 {
+                "the message may have been accepted".to_string()
+            } else {
+                format!("each of the {n} messages may have been accepted")
+            };
+            let e = Error::protocol(format!("the server answered a publish with {said}, which does not answer it: {what}"));
             for p in items {
-                let _ = p.tx.send(Err(Error::protocol("an unexpected answer to a publish")));
+                let _ = p.tx.send(Err(e.clone()));
             }
         }
     }
@@ -1308,13 +1322,13 @@ mod tests {
             }
             json!({"status": status, "message": m})
         };
-        let d = decision_of(&answer("accepted", None), &item(&sent)).unwrap();
+        let d = decision_of(&answer("accepted", None), &item(&sent), None).unwrap();
         assert_eq!((d.status, d.message.sequence, &d.message.data), (Status::Accepted, 3, &sent.data));
-        let d = decision_of(&answer("accepted", None), &item(&Message::new("s", "t", "i"))).unwrap();
+        let d = decision_of(&answer("accepted", None), &item(&Message::new("s", "t", "i")), None).unwrap();
         assert_eq!(d.message.data, json!({}));
-        let d = decision_of(&answer("accepted", Some(json!({"server": 1}))), &item(&sent)).unwrap();
+        let d = decision_of(&answer("accepted", Some(json!({"server": 1}))), &item(&sent), None).unwrap();
         assert_eq!(d.message.data, json!({"server": 1}));
-        let d = decision_of(&answer("duplicate", Some(json!({"original": 1}))), &item(&sent)).unwrap();
+        let d = decision_of(&answer("duplicate", Some(json!({"original": 1}))), &item(&sent), None).unwrap();
         assert_eq!((d.status, d.message.data), (Status::Duplicate, json!({"original": 1})));
     }
 }

@@ -81,7 +81,7 @@ fn form_input(m: &Message, v2: bool) -> Result<Vec<u8>> {
     if m.subject.is_empty() || m.id.is_empty() || m.time.is_empty() {
         return Err(Error::new("ENVELOPE_INVALID", "subject, id and time must be set to sign or verify"));
     }
-    if time::parse_rfc3339_ms(&m.time).is_none() {
+    if time::parse_rfc3339(&m.time).is_none() {
         return Err(Error::new("ENVELOPE_INVALID", "time is not RFC 3339"));
     }
     let data = match &m.data {
@@ -156,15 +156,18 @@ pub fn verify_message(m: &Message, key: &VerifyingKey) -> Result<()> {
 }
 
 /// Verifies `m` with the sender's published keys: the signing key of the
-/// signature's kid valid at the message time.
+/// signature's kid valid at the message time, read to the nanosecond
+/// ([`time::parse_rfc3339`], [`PublicKey::valid_at_time`]), as Go's
+/// `VerifyMessageWithKeys`. `SIGNATURE_INVALID` when the time is no RFC
+/// 3339 time as Go reads one, or no key of the kid is valid then.
 pub fn verify_message_with_keys(m: &Message, keys: &[PublicKey]) -> Result<()> {
     let s = m.signature.as_ref().ok_or_else(|| Error::crypto("SIGNATURE_REQUIRED", "the message is not signed"))?;
-    let t = time::parse_rfc3339_ms(&m.time).ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the message time is not RFC 3339"))?;
+    let t = time::parse_rfc3339(&m.time).ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the message time is not RFC 3339"))?;
     if s.kid.is_empty() {
         // select_key would pick the latest key; Go refuses instead.
         return Err(Error::crypto("SIGNATURE_INVALID", "the signature has no kid"));
     }
-    let k = select_key(keys, &s.kid, "sig", t)
+    let k = select_key_at(keys, &s.kid, "sig", t)
         .ok_or_else(|| Error::crypto("SIGNATURE_INVALID", format!("no signing key {} valid at the message time", s.kid)))?;
     let vk = k.ed25519_key().ok_or_else(|| Error::crypto("SIGNATURE_INVALID", "the key is not an Ed25519 public key"))?;
     verify_message(m, &vk)
@@ -224,6 +227,15 @@ fn canonical_x25519(u: &[u8; 32]) -> bool {
 }
 
 /// A published public key (docs/security.md, "Published keys").
+///
+/// `not_before` and `not_after` are RFC 3339 as the Go code reads a time
+/// ([`time::parse_rfc3339`]): the key is valid from `not_before` on and
+/// until `not_after` (exclusive). Empty (absent or `null` on the wire), or
+/// the instant `0001-01-01T00:00:00Z` (Go's zero time, which its
+/// `PublicKey.ValidAt` reads as no bound): no bound. Spelled otherwise
+/// (`2026-12-05`, `2026-12-05t00:00:00z`, `2026-02-30T00:00:00Z`), the key
+/// is valid at no time: nothing verifies with it and nothing is sealed
+/// for it, rather than a window read otherwise than Go reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PublicKey {
@@ -232,11 +244,37 @@ pub struct PublicKey {
     pub use_: String,
     pub alg: String,
     pub key: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty", deserialize_with = "window_edge")]
     pub not_before: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty", deserialize_with = "window_edge")]
     pub not_after: String,
 }
+
+/// Reads a window edge: a string, or `null` as none (`""`), as Go's
+/// `encoding/json` reads `null` into a `time.Time` (the zero time: no
+/// bound).
+fn window_edge<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Where a window edge lies: `Ok(None)` for no bound (empty, or Go's zero
+/// time), `Ok(Some(t))` for the instant RFC 3339 names, `Err(())` for a
+/// text that is no RFC 3339 time as Go reads one.
+fn edge(s: &str) -> std::result::Result<Option<time::Timestamp>, ()> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    match time::parse_rfc3339(s) {
+        Some(t) if t == time::Timestamp::GO_ZERO => Ok(None),
+        Some(t) => Ok(Some(t)),
+        None => Err(()),
+    }
+}
+
+/// The precisions (in nanoseconds) at which the clients read times: Go to
+/// the nanosecond, Python to the microsecond, TypeScript to the
+/// millisecond (Go's `clientPrecisions`).
+const CLIENT_PRECISIONS: [u32; 3] = [1, 1_000, 1_000_000];
 
 impl PublicKey {
     /// A signing key entry for a raw Ed25519 public key.
@@ -261,11 +299,27 @@ impl PublicKey {
             not_after: String::new(),
         }
     }
-    /// Whether `notBefore <= t < notAfter` (t in Unix milliseconds).
+    /// Whether the key is valid at `t`, milliseconds since the Unix epoch
+    /// (see [`valid_at_time`](PublicKey::valid_at_time)).
     pub fn valid_at(&self, t: i64) -> bool {
-        let nb = if self.not_before.is_empty() { Some(i64::MIN) } else { time::parse_rfc3339_ms(&self.not_before) };
-        let na = if self.not_after.is_empty() { Some(i64::MAX) } else { time::parse_rfc3339_ms(&self.not_after) };
-        matches!((nb, na), (Some(nb), Some(na)) if nb <= t && t < na)
+        self.valid_at_time(time::Timestamp::from_unix_ms(t))
+    }
+    /// Whether `at` lies in the key's window `[not_before, not_after)` as
+    /// Go's `PublicKey.ValidAt` finds it: at every precision the clients
+    /// read times (nanoseconds, microseconds, milliseconds, each
+    /// truncated), so that `not_before` binds to the nanosecond and
+    /// `not_after` to the millisecond (a window closed at `...00.0005Z`
+    /// does not hold `...00.0001Z`: a client reading milliseconds finds it
+    /// closed then). False for a key whose window does not read (see
+    /// [`PublicKey`]).
+    pub fn valid_at_time(&self, at: time::Timestamp) -> bool {
+        let (Ok(nb), Ok(na)) = (edge(&self.not_before), edge(&self.not_after)) else {
+            return false;
+        };
+        CLIENT_PRECISIONS.iter().all(|&unit| {
+            let at = at.truncate(unit);
+            nb.is_none_or(|nb| at >= nb.truncate(unit)) && na.is_none_or(|na| at < na.truncate(unit))
+        })
     }
     /// The Ed25519 key, when this is one.
     pub fn ed25519_key(&self) -> Option<VerifyingKey> {
@@ -283,23 +337,33 @@ impl PublicKey {
     }
 }
 
-/// The key of `kid` and `use_` valid at `t`; without a kid, the valid key
-/// of that use with the latest `notBefore` (the last listed among equals).
+/// The key of `kid` and `use_` valid at `t` (milliseconds since the Unix
+/// epoch); see [`select_key_at`].
 pub fn select_key<'a>(keys: &'a [PublicKey], kid: &str, use_: &str, t: i64) -> Option<&'a PublicKey> {
-    let mut best: Option<&PublicKey> = None;
-    for k in keys.iter().filter(|k| k.use_ == use_ && k.valid_at(t)) {
+    select_key_at(keys, kid, use_, time::Timestamp::from_unix_ms(t))
+}
+
+/// The key of `kid` and `use_` valid at `at` ([`PublicKey::valid_at_time`]),
+/// as Go's `pigeon.SelectKey`: with a kid, the first key of that kid;
+/// without one, the valid key of that use with the latest `notBefore` (the
+/// last listed among equals). A key whose window does not read is valid
+/// at no time: never chosen.
+pub fn select_key_at<'a>(keys: &'a [PublicKey], kid: &str, use_: &str, at: time::Timestamp) -> Option<&'a PublicKey> {
+    let mut best: Option<(&PublicKey, Option<time::Timestamp>)> = None;
+    for k in keys.iter().filter(|k| k.use_ == use_ && k.valid_at_time(at)) {
         if !kid.is_empty() {
             if k.kid == kid {
                 return Some(k);
             }
             continue;
         }
-        let nb = |k: &PublicKey| time::parse_rfc3339_ms(&k.not_before).unwrap_or(i64::MIN);
-        if best.is_none_or(|b| nb(k) >= nb(b)) {
-            best = Some(k);
+        // Valid, so its notBefore reads; none (no bound) is the earliest.
+        let nb = edge(&k.not_before).ok().flatten();
+        if best.is_none_or(|(_, b)| nb >= b) {
+            best = Some((k, nb));
         }
     }
-    best
+    best.map(|(k, _)| k)
 }
 
 /// A key id as the Go code derives it: `prefix` and the base64url of the

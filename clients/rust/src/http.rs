@@ -19,7 +19,7 @@
 use crate::conn::{parse_frame, parse_listing, Listing, ListingError};
 use crate::crypto::PublicKey;
 use crate::error::{Error, Result};
-use crate::message::{Contract, Decision, Message, Status};
+use crate::message::{Contract, Decision, Message};
 pub use crate::receipts::{Receipt, ReceiptPages, ReceiptsPage, MAX_ALL_RECEIPTS, MAX_RECEIPTS_PAGE, RECEIPTS_MAX_WAIT, RECEIPTS_RETRIES};
 use crate::tls::{self, Target, TlsConfig};
 use serde::Deserialize;
@@ -574,14 +574,19 @@ impl HttpClient {
     /// A refusal is the gate's typed error with its status (`details.gate`,
     /// `details.decision`, `details.quarantineId` when quarantined):
     /// `SUBJECT_NOT_IN_CONTRACT` 403, `SENSITIVE_FIELD_DENIED` 422, ….
-    /// `CONTRACT_REQUIRED` without a contract, nothing sent; `BAD_FRAME`
-    /// for an answer without a known status and a message of an id and a
-    /// sequence (see the module's documentation).
+    /// `CONTRACT_REQUIRED` without a contract, nothing sent; `BAD_FRAME`,
+    /// saying that the message may have been accepted, for an answer that
+    /// does not read as Go reads a decision (a member of another type, a
+    /// `sequence` or `hops` spelled `-0` or `5.0`, a status no broker
+    /// answers with: see the module's documentation) or whose message has
+    /// no id or no sequence: the broker judged the message and may have
+    /// stored it, so it is not to be published again without an
+    /// idempotency key.
     pub async fn publish(&self, m: &Message) -> Result<Decision> {
         let contract = self.held("publish")?;
         let body = serde_json::to_value(m).map_err(|e| Error::new("ENVELOPE_INVALID", e.to_string()))?;
         let (_, v) = self.call_under("POST", "/v1/messages", Some(body), Some(contract), self.timeout).await?;
-        decision_of(&v).map_err(|e| malformed("POST", "/v1/messages", e))
+        decision_of(&v)
     }
 
     /// Publishes `m` as a request on a request/reply subject and waits for
@@ -749,15 +754,26 @@ fn stored_message(v: &Value) -> std::result::Result<Message, String> {
     Message::deserialize(v).map_err(|e| format!("a message that does not decode ({e})"))
 }
 
-/// The decision of a publish: a known `status` and the admitted message.
-fn decision_of(v: &Value) -> std::result::Result<Decision, String> {
-    let status = match member(v, "status")?.as_str() {
-        Some("accepted") => Status::Accepted,
-        Some("duplicate") => Status::Duplicate,
-        _ => return Err("a status that is neither \"accepted\" nor \"duplicate\"".into()),
-    };
-    let message = stored_message(member(v, "message")?)?;
-    Ok(Decision { status, message })
+/// The decision of a publish, read as a WebSocket decision is
+/// ([`read_decision`](crate::message::read_decision): each member of its
+/// type, a known `status`, a message), the message one the broker holds
+/// (see [`stored_message`]). One that does not read fails `BAD_FRAME`
+/// saying that the message may have been accepted.
+fn decision_of(v: &Value) -> Result<Decision> {
+    let d = crate::message::read_decision(v, None).map_err(|mut e| {
+        if e.code == "BAD_FRAME" {
+            e.message = format!("POST /v1/messages: {}", e.message);
+        }
+        e
+    })?;
+    if let Err(why) = stored_message(&v["message"]) {
+        let mut e = Error::protocol(format!(
+            "POST /v1/messages: the server's answer for this message could not be read ({why}): the message may have been accepted"
+        ));
+        e.details.insert("status".into(), json!(v["status"]));
+        return Err(e);
+    }
+    Ok(d)
 }
 
 /// The reply of a request/reply: status `replied` and the reply message.

@@ -2,7 +2,7 @@
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 fn empty(s: &str) -> bool {
     s.is_empty()
@@ -23,11 +23,16 @@ fn zero32(n: &u32) -> bool {
 /// time and data only and still verifies. Any other integer decodes and
 /// then never verifies (`SIGNATURE_INVALID`); a `"v"` that is not an
 /// integer (`2.5`, `"2"`, `null`) is refused when the signature is decoded,
-/// as a mistyped `kid` is. `v` is written last, and only when set.
+/// as a mistyped `kid` is. `kid`, `alg` and `sig` absent or `null` read as
+/// `""`, as Go reads them (such a signature decodes, and never verifies).
+/// `v` is written last, and only when set.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Signature {
+    #[serde(default, deserialize_with = "text")]
     pub kid: String,
+    #[serde(default, deserialize_with = "text")]
     pub alg: String,
+    #[serde(default, deserialize_with = "text")]
     pub sig: String,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "signature_form")]
     pub v: Option<i64>,
@@ -58,6 +63,18 @@ fn signature_form<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Err
 /// meaning, and one signing input, in every client and in the broker).
 fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Reads a message's `sequence` or `hops`: a JSON integer of the type's
+/// range, or `null` as absent (0), as Go's `encoding/json` leaves an
+/// unsigned integer at `null`. Any other spelling is refused, as Go's
+/// `strconv.ParseUint` refuses it: `-0`, `5.0`, `5e0` (serde_json reads
+/// each as a float), a negative, a fraction, an integer past the range,
+/// a string. Where a message must carry a sequence (a delivery, a
+/// receive or replay message) its absence, `null` included, is refused
+/// before the message is decoded.
+fn count<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The message envelope of the HTTP API and the WebSocket protocol. Empty
@@ -98,7 +115,7 @@ pub struct Message {
     pub correlation_id: String,
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "zero")]
+    #[serde(default, skip_serializing_if = "zero", deserialize_with = "count")]
     pub sequence: u64,
     #[serde(default, skip_serializing_if = "empty", deserialize_with = "text")]
     pub contract_id: String,
@@ -114,9 +131,10 @@ pub struct Message {
     /// message of hops d. The broker sets it whatever a publisher writes
     /// (what is set here before a publish is replaced), and no signature
     /// covers it. A delivered `hops` that is not a JSON integer of 0 to
-    /// 2^32-1 (`-1`, `1.5`, `1.0`, `"1"`, `null`) does not decode, as a bad
-    /// `sequence` does not: the delivery is a bad frame.
-    #[serde(default, skip_serializing_if = "zero32")]
+    /// 2^32-1 (`-1`, `-0`, `1.5`, `1.0`, `1e0`, `"1"`) does not decode, as
+    /// a bad `sequence` does not: the delivery is a bad frame. `null` is
+    /// read as absent (0), as Go reads it.
+    #[serde(default, skip_serializing_if = "zero32", deserialize_with = "count")]
     pub hops: u32,
 }
 
@@ -222,6 +240,133 @@ impl Decision {
     pub fn sequence(&self) -> u64 {
         self.message.sequence
     }
+}
+
+/// Where a publish decision was: a lone publish's answer (`None`), or slot
+/// `index` of the `of` results of a `publish_batch`'s `decisions` answer.
+pub(crate) type SlotAt = Option<(usize, usize)>;
+
+/// "this message", with its slot in a batch.
+fn answered(at: SlotAt) -> String {
+    match at {
+        None => "this message".into(),
+        Some((index, of)) => format!("this message (index {index} of the {of} results of its publish_batch)"),
+    }
+}
+
+/// A decision the client cannot read: `BAD_FRAME` (kind
+/// [`Protocol`](crate::ErrorKind::Protocol)) saying why and that the
+/// message may have been accepted, `details` naming what was read
+/// (`status`, `messageId`) and the slot (`index`, `results`).
+fn unread(at: SlotAt, why: &str, mut details: Map<String, Value>) -> crate::error::Error {
+    let mut e = crate::error::Error::protocol(format!(
+        "the server's answer for {} could not be read ({why}): the message may have been accepted",
+        answered(at)
+    ));
+    if let Some((index, of)) = at {
+        details.insert("index".into(), index.into());
+        details.insert("results".into(), of.into());
+    }
+    e.details.extend(details);
+    e
+}
+
+/// Why `e`, a slot's `error`, is no error object as Go's `wire.Error`
+/// reads one (its `code` and `message` strings, its `details` an object,
+/// each when present and not `null`); `None` when it is one.
+fn error_fault(e: &Value) -> Option<&'static str> {
+    let Value::Object(o) = e else { return Some("is not an object") };
+    if o.get("code").is_some_and(|c| !c.is_null() && !c.is_string()) {
+        return Some("code is not a string");
+    }
+    if o.get("message").is_some_and(|c| !c.is_null() && !c.is_string()) {
+        return Some("message is not a string");
+    }
+    if o.get("details").is_some_and(|c| !c.is_null() && !c.is_object()) {
+        return Some("details is not an object");
+    }
+    None
+}
+
+/// Reads a publish decision `d` as the Go client reads one (transport/ws:
+/// `decodeFromServer`, `resolvePublishes`): a `publish`'s `decision`
+/// answer (`at` `None`; its `status` and `message`), a slot of a
+/// `publish_batch`'s `decisions` answer, or the answer of HTTP `POST
+/// /v1/messages`. Each member is read to its type first: the decision an
+/// object, `status` a string, `message` an envelope whose every member is
+/// of the type [`Message`] gives it (`sequence` and `hops` unsigned
+/// integers: `-0`, `5.0`, `5e0` are none), a slot's `error` an error
+/// object (`code` and `message` strings, `details` an object), each absent
+/// or `null` where it may be. Only then is what it says read: a slot's
+/// error, whatever else the slot holds (the publish fails with it); else
+/// the message, with status `accepted` or `duplicate`.
+///
+/// A decision that does not read so is no broker's, but the broker judged
+/// the message and may have stored it: the publish fails `BAD_FRAME`
+/// saying that the message may have been accepted, so that it is not taken
+/// for refused and published again without an idempotency key. In a
+/// `decisions` answer such a slot fails its own publish alone.
+pub(crate) fn read_decision(d: &Value, at: SlotAt) -> crate::error::Result<Decision> {
+    let mut details = Map::new();
+    let Value::Object(o) = d else {
+        return Err(unread(at, "it is not an object", details));
+    };
+    let status = match o.get("status") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => {
+            details.insert("status".into(), s.as_str().into());
+            Some(s.as_str())
+        }
+        Some(_) => return Err(unread(at, "its status is not a string", details)),
+    };
+    let message = match o.get("message") {
+        None | Some(Value::Null) => None,
+        Some(m @ Value::Object(mo)) => {
+            if let Some(id) = mo.get("id").and_then(Value::as_str) {
+                details.insert("messageId".into(), id.into());
+            }
+            match Message::deserialize(m) {
+                Ok(m) => Some(m),
+                Err(e) => return Err(unread(at, &format!("its message does not decode: {e}"), details)),
+            }
+        }
+        Some(_) => return Err(unread(at, "its message is not an object", details)),
+    };
+    if at.is_some() {
+        match o.get("error") {
+            None | Some(Value::Null) => {}
+            Some(e) => {
+                if let Some(fault) = error_fault(e) {
+                    return Err(unread(at, &format!("its error {fault}"), details));
+                }
+                return Err(crate::error::Error::from_wire(e));
+            }
+        }
+    }
+    let Some(message) = message else {
+        return Err(unread(at, "it has no message", details));
+    };
+    let status = match status {
+        Some("accepted") => Status::Accepted,
+        Some("duplicate") => Status::Duplicate,
+        s => {
+            let said = match s {
+                Some(s) => format!("status {}", Value::from(s.chars().take(64).collect::<String>())),
+                None => "no status".into(),
+            };
+            let mut e = crate::error::Error::protocol(format!(
+                "the server answered {} with {said}, which no broker sends: the message may have been accepted",
+                answered(at)
+            ));
+            if let Some((index, of)) = at {
+                details.insert("index".into(), index.into());
+                details.insert("results".into(), of.into());
+            }
+            e.details.extend(details);
+            return Err(e);
+        }
+    };
+    Ok(Decision { status, message })
 }
 
 /// The largest lease attempt the client takes from a receive answer or

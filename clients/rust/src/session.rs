@@ -417,6 +417,10 @@ impl Session {
 
     /// Publishes one message and waits for the decision: `accepted` or
     /// `duplicate` with the message id and sequence, or the typed refusal.
+    /// A decision that does not read as Go reads one (a member of another
+    /// type, a `sequence` spelled `5.0`, a status no broker answers with)
+    /// fails `BAD_FRAME` saying that the message may have been accepted:
+    /// look it up, or publish again under the same idempotency key.
     pub async fn publish(&self, m: &Message) -> Result<Decision> {
         self.publish_async(m).await?.await
     }

@@ -1,4 +1,5 @@
-//! RFC 3339 times as the protocol writes them (UTC, milliseconds).
+//! RFC 3339 times as the protocol writes them, read as the Go code reads
+//! them (see [`parse_rfc3339`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,49 +25,104 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Parses an RFC 3339 time (`2026-11-29T12:00:00Z`, with optional fraction
-/// and offset) to milliseconds since the Unix epoch.
-pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+/// An instant as the Go code holds one (`time.Time`): Unix seconds,
+/// floored, and the nanoseconds after them (0 to 999,999,999), so an
+/// instant before 1970 has a negative second and nanoseconds counted
+/// forward from it. Ordered as time runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp {
+    pub unix_seconds: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    /// Go's zero `time.Time`, `0001-01-01T00:00:00Z`: as a signing key's
+    /// `notBefore` or `notAfter`, no bound (`PublicKey.ValidAt` reads a
+    /// zero edge as none).
+    pub const GO_ZERO: Timestamp = Timestamp { unix_seconds: -62_135_596_800, nanos: 0 };
+
+    /// The instant `ms` milliseconds after the Unix epoch.
+    pub fn from_unix_ms(ms: i64) -> Timestamp {
+        Timestamp { unix_seconds: ms.div_euclid(1000), nanos: (ms.rem_euclid(1000) * 1_000_000) as u32 }
+    }
+
+    /// Milliseconds since the Unix epoch, the nanoseconds past the
+    /// millisecond dropped (toward the past, as Go's `Truncate`).
+    pub fn unix_ms(self) -> i64 {
+        self.unix_seconds * 1000 + i64::from(self.nanos / 1_000_000)
+    }
+
+    /// The instant truncated to a multiple of `unit` nanoseconds (a
+    /// divisor of a second), toward the past, as Go's `Time.Truncate`.
+    pub(crate) fn truncate(self, unit: u32) -> Timestamp {
+        Timestamp { unix_seconds: self.unix_seconds, nanos: self.nanos - self.nanos % unit }
+    }
+}
+
+/// The days of `month` (1 to 12) of `year` in the proleptic Gregorian
+/// calendar, as Go's time package counts them: 29 February in a leap year
+/// only (every fourth, but not a century unless a fourth one).
+fn days_in(month: i64, year: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Reads `s` as RFC 3339, exactly as the broker and the Go client read a
+/// message's time (`pigeon`'s `parseRFC3339`, then `time.Parse`; the
+/// cases of `clients/conformance/vectors/times.json` hold every client to
+/// Go's reading): `YYYY-MM-DDTHH:MM:SS`, an optional `.` and one or more
+/// digits (any number: the first nine are kept, the rest dropped), then
+/// `Z` or `+HH:MM`/`-HH:MM`. Upper-case `T` and `Z` only; ASCII digits
+/// only. The year is 0001 to 9999 (0000 is refused, as the broker
+/// refuses it), the month 01 to 12, the day 01 to the month's last (29
+/// February in a leap year only), the hour 00 to 23, the minute and the
+/// second 00 to 59 (no leap second, as Go), an offset's hour 00 to 23 and
+/// its minute 00 to 59. Anything else (another separator, a comma before
+/// the fraction, a missing or extra part, white space, a sign before the
+/// year, the empty text) is no time: `None`.
+pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
         return None;
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = s.get(r)?;
-        if !t.bytes().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-        t.parse().ok()
+        b[r].iter().try_fold(0i64, |n, &c| c.is_ascii_digit().then(|| n * 10 + i64::from(c - b'0')))
     };
     let (y, mo, d, h, mi, se) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    if y < 1 || !(1..=12).contains(&mo) || d < 1 || d > days_in(mo, y) || h > 23 || mi > 59 || se > 59 {
         return None;
     }
     let mut i = 19;
-    let mut ms = 0i64;
+    let mut nanos = 0u32;
     if b[i] == b'.' {
         i += 1;
         let start = i;
         while i < b.len() && b[i].is_ascii_digit() {
+            if i - start < 9 {
+                nanos = nanos * 10 + u32::from(b[i] - b'0');
+            }
             i += 1;
         }
         if i == start {
             return None;
         }
-        let frac = &s[start..i];
-        let mut digits: String = frac.chars().take(3).collect();
-        while digits.len() < 3 {
-            digits.push('0');
+        for _ in (i - start).min(9)..9 {
+            nanos *= 10;
         }
-        ms = digits.parse().ok()?;
     }
-    let off = match b.get(i)? {
-        b'Z' | b'z' if i + 1 == b.len() => 0,
-        c @ (b'+' | b'-') if b.len() == i + 6 && b[i + 3] == b':' => {
-            let oh = num(i + 1..i + 3)?;
-            let om = num(i + 4..i + 6)?;
-            let o = (oh * 60 + om) * 60_000;
-            if *c == b'+' {
+    let offset = match &b[i..] {
+        [b'Z'] => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let o = (oh * 60 + om) * 60;
+            if *sign == b'+' {
                 o
             } else {
                 -o
@@ -74,8 +130,15 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
         }
         _ => return None,
     };
-    let days = days_from_civil(y, mo, d);
-    Some(((days * 24 + h) * 60 + mi) * 60_000 + se * 1000 + ms - off)
+    let unix_seconds = ((days_from_civil(y, mo, d) * 24 + h) * 60 + mi) * 60 + se - offset;
+    Some(Timestamp { unix_seconds, nanos })
+}
+
+/// Reads an RFC 3339 time as [`parse_rfc3339`] does, to milliseconds since
+/// the Unix epoch (the fraction truncated toward the past, as Go's
+/// `Truncate`).
+pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    parse_rfc3339(s).map(Timestamp::unix_ms)
 }
 
 /// Formats milliseconds since the Unix epoch as `2026-11-29T12:00:00.000Z`.
@@ -120,6 +183,19 @@ mod tests {
         assert_eq!(parse_rfc3339_ms("2026-11-29T12:00:02.5+01:00").unwrap(), parse_rfc3339_ms("2026-11-29T11:00:02.500Z").unwrap());
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert!(parse_rfc3339_ms("2026-11-29 12:00:00Z").is_none());
+    }
+
+    #[test]
+    fn a_timestamp_holds_milliseconds_before_and_after_the_epoch() {
+        for ms in [-62_135_596_800_000, -1001, -1, 0, 1, 999, 1000, 1_796_466_030_123] {
+            let t = Timestamp::from_unix_ms(ms);
+            assert!(t.nanos < 1_000_000_000);
+            assert_eq!(t.unix_ms(), ms);
+        }
+        assert_eq!(Timestamp::from_unix_ms(-1), Timestamp { unix_seconds: -1, nanos: 999_000_000 });
+        let t = parse_rfc3339("1969-12-31T23:59:59.9995Z").unwrap();
+        assert_eq!((t.truncate(1_000_000), t.unix_ms()), (Timestamp { unix_seconds: -1, nanos: 999_000_000 }, -1));
+        assert_eq!(parse_rfc3339("0001-01-01T00:00:00Z"), Some(Timestamp::GO_ZERO));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A message's `hops` (docs/protocol.md, "hops"): how many WebAssembly
 //! programs deep it is, set by the broker. A delivery exposes it (0 when
-//! absent), a malformed one is a bad frame as a malformed sequence is, it
+//! absent or `null`), a malformed one is a bad frame as a malformed sequence is, it
 //! enters no signing input, and what a publisher writes there is replaced.
 
 mod common;
@@ -25,25 +25,27 @@ async fn a_delivered_hops_is_exposed_and_an_absent_one_is_zero() {
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", Arc::default())).await;
     let s = Session::connect(&url, "t", &["x"], raw_opts()).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
-    let cases = [(json!(3), 3u32), (Value::Null, 0), (json!(0), 0), (json!(u32::MAX), u32::MAX)];
+    // None: no hops member; null reads as absent, as Go reads it.
+    let cases = [(Some(json!(3)), 3u32), (None, 0), (Some(Value::Null), 0), (Some(json!(0)), 0), (Some(json!(u32::MAX)), u32::MAX)];
     for (i, (hops, _)) in cases.iter().enumerate() {
         let mut m = json!({"id": format!("msg_{i}"), "subject": "x", "sequence": i + 1, "data": {}});
-        if !hops.is_null() {
-            m["hops"] = hops.clone();
+        if let Some(h) = hops {
+            m["hops"] = h.clone();
         }
         tx.send(deliver(&m)).unwrap();
     }
     for (i, (hops, want)) in cases.iter().enumerate() {
         let d = next(&mut sub).await;
-        assert_eq!((d.message.id.as_str(), d.message.hops), (format!("msg_{i}").as_str(), *want), "hops {hops}");
+        assert_eq!((d.message.id.as_str(), d.message.hops), (format!("msg_{i}").as_str(), *want), "hops {hops:?}");
         d.ack().await.unwrap();
     }
     end(s, task).await;
 }
 
-/// A hops that is not a JSON integer of 0 to 2^32-1 makes the delivery a
-/// bad frame, as a sequence that is not an integer of its range does:
-/// reported `BAD_FRAME`, never handed out, and the reader goes on.
+/// A hops that is not a JSON integer of 0 to 2^32-1 (nor `null`, read as
+/// absent) makes the delivery a bad frame, as a sequence that is not an
+/// integer of its range does: reported `BAD_FRAME`, never handed out, and
+/// the reader goes on.
 #[tokio::test]
 async fn a_hops_that_is_not_an_integer_of_u32_is_a_bad_frame() {
     let (url, tx, task) = raw_server(Behaviour::default(), ok_to_all("sub_1", Arc::default())).await;
@@ -51,7 +53,7 @@ async fn a_hops_that_is_not_an_integer_of_u32_is_a_bad_frame() {
     let e = errs.clone();
     let s = Session::connect(&url, "t", &["x"], raw_opts().on_error(move |err| e.lock().unwrap().push(err))).await.unwrap();
     let mut sub = s.subscribe_stream("x", SubscribeOptions::default()).await.unwrap();
-    let bad = ["-1", "1.5", "1.0", "1e0", "4294967296", "18446744073709551616", "\"3\"", "null", "true", "[3]"];
+    let bad = ["-1", "-0", "-0.0", "1.5", "1.0", "1e0", "4294967296", "18446744073709551616", "\"3\"", "true", "[3]"];
     for (i, h) in bad.iter().enumerate() {
         tx.send(format!(
             r#"{{"op":"deliver","sub":"sub_1","attempt":1,"message":{{"id":"msg_bad_{i}","subject":"x","sequence":{},"hops":{h},"data":{{}}}}}}"#,

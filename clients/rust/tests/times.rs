@@ -1,0 +1,232 @@
+//! Times read as the broker and the Go client read them: RFC 3339 proper
+//! (`pigeon`'s `parseRFC3339`, then `time.Parse`), to the nanosecond, as
+//! `clients/conformance/vectors/times.json` holds Go's reading of each
+//! text. The client took lower-case `t` and `z`, a second 60, a day 31 of
+//! any month (30 February included, read as 2 March), the year 0000, and
+//! read a time to the millisecond only: a signing key whose window was so
+//! spelled verified a signature here that Go refuses, and a window closed
+//! within a millisecond held a message time Go finds past it. A key whose
+//! window does not read is valid at no time, and a window edge `null` or
+//! at Go's zero time (`0001-01-01T00:00:00Z`) is no bound, as Go reads
+//! them.
+
+use pigeon_client::crypto::{select_key, select_key_at, sign_message, verify_message_with_keys, Keys, PublicKey};
+use pigeon_client::time::{parse_rfc3339, parse_rfc3339_ms, Timestamp};
+use pigeon_client::Message;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Reading {
+    #[serde(default)]
+    refused: bool,
+    #[serde(default)]
+    unix_seconds: String,
+    #[serde(default)]
+    nanos: String,
+}
+
+impl Reading {
+    fn instant(&self) -> Option<Timestamp> {
+        (!self.refused).then(|| Timestamp { unix_seconds: self.unix_seconds.parse().unwrap(), nanos: self.nanos.parse().unwrap() })
+    }
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    time: String,
+    #[serde(flatten)]
+    go: Reading,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Window {
+    name: String,
+    #[serde(default)]
+    not_before: String,
+    #[serde(default)]
+    not_after: String,
+    time: String,
+    valid: bool,
+}
+
+#[derive(Deserialize)]
+struct Vectors {
+    cases: Vec<Case>,
+    windows: Vec<Window>,
+}
+
+fn vectors() -> Vectors {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../conformance/vectors/times.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn keys() -> Keys {
+    Keys::from_bytes([7; 32], [107; 32])
+}
+
+/// A message at `time`, signed by `k` (the time as given).
+fn signed_at(k: &Keys, time: &str) -> Message {
+    let mut m = Message::new("x", "t", "i").with_data(serde_json::json!({"n": 1}));
+    m.id = "msg_times".into();
+    m.time = "2026-01-01T00:00:00Z".into();
+    sign_message(&mut m, &k.signing_kid, &k.signing).unwrap();
+    // The signature covers the time: sign again at the time asked for,
+    // which sign_message refuses when it does not read.
+    m.time = time.into();
+    let _ = sign_message(&mut m, &k.signing_kid, &k.signing);
+    m
+}
+
+fn sig_key(k: &Keys) -> PublicKey {
+    k.public_keys().into_iter().find(|p| p.use_ == "sig").unwrap()
+}
+
+fn enc_key(k: &Keys) -> PublicKey {
+    k.public_keys().into_iter().find(|p| p.use_ == "enc").unwrap()
+}
+
+#[test]
+fn every_time_is_read_as_go_reads_it() {
+    let v = vectors();
+    assert!(v.cases.len() >= 100, "{} cases", v.cases.len());
+    let mut wrong = Vec::new();
+    for c in &v.cases {
+        let want = c.go.instant();
+        let got = parse_rfc3339(&c.time);
+        if got != want {
+            wrong.push(format!("{} ({:?}): {got:?}, Go: {want:?}", c.name, c.time));
+        }
+        // Milliseconds: the same instant, truncated toward the past.
+        let ms = want.map(|t| t.unix_seconds * 1000 + i64::from(t.nanos / 1_000_000));
+        if parse_rfc3339_ms(&c.time) != ms {
+            wrong.push(format!("{} ({:?}) in ms: {:?}, Go: {ms:?}", c.name, c.time, parse_rfc3339_ms(&c.time)));
+        }
+    }
+    assert!(wrong.is_empty(), "read otherwise than Go:\n{}", wrong.join("\n"));
+}
+
+/// A message whose time Go does not read is not signed (`ENVELOPE_INVALID`)
+/// and does not verify (`SIGNATURE_INVALID`); one whose time it reads
+/// verifies with a key opening at that instant and not with one opening a
+/// nanosecond later.
+#[test]
+fn a_message_time_signs_and_verifies_as_go_reads_it() {
+    let k = keys();
+    let mut wrong = Vec::new();
+    for c in vectors().cases.iter().filter(|c| !c.time.is_empty()) {
+        let mut m = Message::new("x", "t", "i");
+        m.time = c.time.clone();
+        let signed = sign_message(&mut m, &k.signing_kid, &k.signing);
+        match (c.go.instant(), signed) {
+            (None, Err(e)) if e.code == "ENVELOPE_INVALID" => {}
+            (Some(_), Ok(())) => {}
+            (want, got) => wrong.push(format!("{}: signing gave {:?}, Go reads {want:?}", c.name, got.map_err(|e| e.code))),
+        }
+        let m = signed_at(&k, &c.time);
+        let open = vec![sig_key(&k)];
+        match c.go.instant() {
+            None => match verify_message_with_keys(&m, &open) {
+                Err(e) if e.code == "SIGNATURE_INVALID" => {}
+                r => wrong.push(format!("{}: verified ({:?}), Go reads no time", c.name, r.map_err(|e| e.code))),
+            },
+            Some(at) => {
+                let mut from = sig_key(&k);
+                from.not_before = c.time.clone();
+                if verify_message_with_keys(&m, &[from.clone()]).is_err() {
+                    wrong.push(format!("{}: a key opening at the message time refused it", c.name));
+                }
+                let later =
+                    Timestamp { unix_seconds: at.unix_seconds + i64::from(at.nanos == 999_999_999), nanos: (at.nanos + 1) % 1_000_000_000 };
+                if select_key_at(&[from.clone()], &k.signing_kid, "sig", later).is_none() {
+                    wrong.push(format!("{}: a key opening at the time is not valid a nanosecond later", c.name));
+                }
+                let earlier =
+                    Timestamp { unix_seconds: at.unix_seconds - i64::from(at.nanos == 0), nanos: (at.nanos + 999_999_999) % 1_000_000_000 };
+                if at != Timestamp::GO_ZERO && select_key_at(&[from], &k.signing_kid, "sig", earlier).is_some() {
+                    wrong.push(format!("{}: a key opening at the time is valid a nanosecond before", c.name));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A key whose notBefore or notAfter Go's parser does not read is valid
+/// at no time: nothing verifies with it, nothing is sealed for it.
+#[test]
+fn a_key_whose_window_does_not_read_is_valid_at_no_time() {
+    let k = keys();
+    let m = signed_at(&k, "2026-12-05T10:20:30Z");
+    verify_message_with_keys(&m, &[sig_key(&k)]).unwrap();
+    let mut wrong = Vec::new();
+    for c in vectors().cases.iter().filter(|c| c.go.refused && !c.time.is_empty()) {
+        for edge in ["notBefore", "notAfter"] {
+            let set = |mut p: PublicKey| {
+                if edge == "notBefore" {
+                    p.not_before = c.time.clone();
+                } else {
+                    p.not_after = c.time.clone();
+                }
+                p
+            };
+            if verify_message_with_keys(&m, &[set(sig_key(&k))]).is_ok() {
+                wrong.push(format!("{edge} {}: verified", c.name));
+            }
+            for t in [i64::MIN / 2, 0, 1_796_466_030_000, i64::MAX / 2] {
+                if select_key(&[set(sig_key(&k))], &k.signing_kid, "sig", t).is_some() {
+                    wrong.push(format!("{edge} {}: selected at {t}", c.name));
+                }
+                if select_key(&[set(enc_key(&k))], "", "enc", t).is_some() {
+                    wrong.push(format!("{edge} {}: sealed for at {t}", c.name));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Beside a key whose window does not read, a valid one is chosen, even
+/// where the unreadable window, read loosely, would name a later
+/// notBefore.
+#[test]
+fn beside_a_key_whose_window_does_not_read_the_valid_one_is_chosen() {
+    let (k, other) = (keys(), Keys::from_bytes([8; 32], [108; 32]));
+    let mut good = enc_key(&k);
+    good.not_before = "2025-01-01T00:00:00Z".into();
+    let mut loose = enc_key(&other);
+    loose.not_before = "2026-01-01t00:00:00z".into();
+    let at = parse_rfc3339_ms("2026-12-05T10:20:30Z").unwrap();
+    assert_eq!(select_key(&[good.clone(), loose.clone()], "", "enc", at).map(|p| &p.kid), Some(&good.kid));
+    assert_eq!(select_key(&[loose, good.clone()], "", "enc", at).map(|p| &p.kid), Some(&good.kid));
+}
+
+/// Each window of the vectors holds a message time as Go's
+/// `VerifyMessageWithKeys` finds it (`PublicKey.ValidAt`), the key read
+/// from its JSON text as a published key is.
+#[test]
+fn every_window_holds_a_message_time_as_go_finds_it() {
+    let k = keys();
+    let v = vectors();
+    assert!(v.windows.len() >= 15);
+    let mut wrong = Vec::new();
+    for w in &v.windows {
+        let mut text = serde_json::to_value(sig_key(&k)).unwrap().to_string();
+        text.pop();
+        for (name, edge) in [("notBefore", &w.not_before), ("notAfter", &w.not_after)] {
+            if !edge.is_empty() {
+                text.push_str(&format!(",\"{name}\":{edge}"));
+            }
+        }
+        text.push('}');
+        let key: PublicKey = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {text}: {e}", w.name));
+        let m = signed_at(&k, &w.time);
+        let got = verify_message_with_keys(&m, &[key]);
+        if got.is_ok() != w.valid {
+            wrong.push(format!("{}: {:?}, Go: valid {}", w.name, got.map_err(|e| e.code), w.valid));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
