@@ -3,6 +3,8 @@ package pigeon
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -437,6 +439,47 @@ type PublicKey struct {
 	Key       string    `json:"key"`
 	NotBefore time.Time `json:"notBefore,omitzero"`
 	NotAfter  time.Time `json:"notAfter,omitzero"`
+}
+
+// UnmarshalJSON reads a published key, its notBefore and notAfter as
+// every Pigeon reader reads a time (parseRFC3339: RFC 3339 proper, to the
+// nanosecond; null or absent is no bound). encoding/json alone would take
+// a window the other clients read as no time at all (an offset of 24
+// hours or 60 minutes, a comma before the fraction, a one-digit hour), so
+// that a key listed by a server would verify a message in Go and in no
+// other client.
+func (k *PublicKey) UnmarshalJSON(b []byte) error {
+	type plain PublicKey
+	var v struct {
+		*plain
+		NotBefore json.RawMessage `json:"notBefore"`
+		NotAfter  json.RawMessage `json:"notAfter"`
+	}
+	var out PublicKey
+	v.plain = (*plain)(&out)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	for _, w := range [...]struct {
+		name string
+		raw  json.RawMessage
+		to   *time.Time
+	}{{"notBefore", v.NotBefore, &out.NotBefore}, {"notAfter", v.NotAfter, &out.NotAfter}} {
+		if len(w.raw) == 0 || string(w.raw) == "null" {
+			continue
+		}
+		var text string
+		if err := json.Unmarshal(w.raw, &text); err != nil {
+			return fmt.Errorf("key %s: %w", w.name, err)
+		}
+		t, ok := parseRFC3339(text)
+		if !ok {
+			return fmt.Errorf("key %s %q is not an RFC 3339 time", w.name, text)
+		}
+		*w.to = t
+	}
+	*k = out
+	return nil
 }
 
 // Ed25519PublicKey returns pub as a published signing key named kid, valid
