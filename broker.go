@@ -417,6 +417,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 	if err := e.dir.load(ctx, e.store, e.opts.Logger); err != nil {
 		return nil, err
 	}
+	e.dir.refreshed = e.onAccessChanged
 	if err := e.loadGrantKey(ctx); err != nil {
 		return nil, err
 	}

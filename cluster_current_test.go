@@ -51,10 +51,13 @@ func (n *vouchingNode) CurrentUntil() time.Time {
 	return n.until
 }
 
-// beat vouches for the node every 20 ms until cut is called.
+// beat vouches for the node every 20 ms until cut is called, from the
+// moment it returns: an engine started right after reads the node as
+// vouched for, whether or not the beating goroutine has run yet.
 func (n *vouchingNode) beat() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.until = time.Now().Add(vouchAhead)
 	n.stop = make(chan struct{})
 	n.panics = false
 	stop := n.stop

@@ -47,6 +47,12 @@ const (
 // changes.
 type directory struct {
 	st store.Store
+	// log takes the warnings of a read of the store (load, refresh).
+	log *slog.Logger
+	// refreshed, when not nil, is called once a change that met a record
+	// another node changed has read the directory again (refresh): the
+	// engine wakes its subscriptions, as after a reload.
+	refreshed func()
 	// changing is held by a change for as long as d.mu, and by a reload
 	// while it reads the store, which it does without d.mu: a reload's
 	// read includes every change of this node, while authorizations go on
@@ -228,6 +234,7 @@ func (d *directory) bump() { d.ver.Add(1) }
 // each reload: they are one per key ever published, and every one is
 // checked again when it is read to decide a claim (storedKeyOwner).
 func (d *directory) load(ctx context.Context, st store.Store, log *slog.Logger) error {
+	d.log = log
 	if err := d.read(ctx, st, log); err != nil {
 		return err
 	}
@@ -259,15 +266,11 @@ func (d *directory) read(ctx context.Context, st store.Store, log *slog.Logger) 
 		return nil
 	}
 	if err := load(bucketAccounts, func(k string, v []byte) error {
-		var a Account
-		if err := decodeRecord(v, &a); err != nil {
+		a, err := loadAccount(log, k, v)
+		if err != nil {
 			return err
 		}
-		if err := checkStoredAccount(k, &a); err != nil {
-			return WrapError(CodeStoreCorrupt, err, "%s/%q is not an account the broker would have stored: %v", bucketAccounts, k, err)
-		}
-		a.Keys = storedKeys(log, k, a.Keys)
-		d.accounts[a.ID] = &a
+		d.accounts[a.ID] = a
 		d.indexKeys(a.ID, nil, a.Keys)
 		if a.CreatedAt.After(d.created) {
 			d.created = a.CreatedAt
@@ -277,59 +280,101 @@ func (d *directory) read(ctx context.Context, st store.Store, log *slog.Logger) 
 		return err
 	}
 	if err := load(bucketRoles, func(k string, v []byte) error {
-		var r Role
-		if err := decodeRecord(v, &r); err != nil {
-			return err
+		r, err := loadRole(log, k, v)
+		if r != nil {
+			d.roles[r.Name] = r
 		}
-		if r.Name != k {
-			return NewError(CodeStoreCorrupt, "%s/%q holds the role %q: a role is stored under its name", bucketRoles, k, r.Name)
-		}
-		if err := validID("a role name", r.Name); err != nil {
-			log.Warn("pigeon: a stored role's name is not a valid id; the role is skipped and grants nothing",
-				"role", r.Name, "err", err)
-			return nil
-		}
-		kept := make([]Permission, 0, len(r.Permissions))
-		for i, p := range r.Permissions {
-			if err := checkPermission(i, p); err != nil {
-				log.Warn("pigeon: a stored role permission breaks the checks of PutRole (a selector that does not parse, a subject or operation that is not one); it grants nothing",
-					"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
-				continue
-			}
-			kept = append(kept, p)
-		}
-		r.Permissions = kept
-		d.roles[r.Name] = &r
-		return nil
+		return err
 	}); err != nil {
 		return err
 	}
 	if err := load(bucketGrants, func(k string, v []byte) error {
-		var g grantRecord
-		if err := decodeRecord(v, &g); err != nil {
-			return err
+		g, err := loadGrant(log, k, v)
+		if g != nil {
+			d.grants[g.JTI] = g
 		}
-		if g.JTI != k {
-			return NewError(CodeStoreCorrupt, "%s/%q holds the grant %q: a grant is stored under its jti", bucketGrants, k, g.JTI)
-		}
-		if err := checkStoredGrant(&g); err != nil {
-			log.Warn("pigeon: a stored grant breaks the checks of IssueGrant; it is skipped and its token is refused",
-				"grant", g.JTI, "err", err)
-			return nil
-		}
-		d.grants[g.JTI] = &g
-		return nil
+		return err
 	}); err != nil {
 		return err
 	}
 	return load(bucketRevoked, func(k string, v []byte) error {
-		var t time.Time
-		if err := decodeRecord(v, &t); err != nil {
-			return err
+		t, err := loadRevocation(v)
+		if err == nil {
+			d.revoked[k] = t
 		}
-		d.revoked[k] = t
-		return nil
+		return err
 	})
+}
+
+// loadAccount reads v, stored under k in bucketAccounts, as load does:
+// an error refuses it, and the account returned is without the keys load
+// skips (logged to log).
+func loadAccount(log *slog.Logger, k string, v []byte) (*Account, error) {
+	var a Account
+	if err := decodeRecord(v, &a); err != nil {
+		return nil, err
+	}
+	if err := checkStoredAccount(k, &a); err != nil {
+		return nil, WrapError(CodeStoreCorrupt, err, "%s/%q is not an account the broker would have stored: %v", bucketAccounts, k, err)
+	}
+	a.Keys = storedKeys(log, k, a.Keys)
+	return &a, nil
+}
+
+// loadRole reads v, stored under k in bucketRoles, as load does: an error
+// refuses it, a nil role (and no error) skips it, and the role returned
+// is without the permissions load skips (each logged to log).
+func loadRole(log *slog.Logger, k string, v []byte) (*Role, error) {
+	var r Role
+	if err := decodeRecord(v, &r); err != nil {
+		return nil, err
+	}
+	if r.Name != k {
+		return nil, NewError(CodeStoreCorrupt, "%s/%q holds the role %q: a role is stored under its name", bucketRoles, k, r.Name)
+	}
+	if err := validID("a role name", r.Name); err != nil {
+		log.Warn("pigeon: a stored role's name is not a valid id; the role is skipped and grants nothing",
+			"role", r.Name, "err", err)
+		return nil, nil
+	}
+	kept := make([]Permission, 0, len(r.Permissions))
+	for i, p := range r.Permissions {
+		if err := checkPermission(i, p); err != nil {
+			log.Warn("pigeon: a stored role permission breaks the checks of PutRole (a selector that does not parse, a subject or operation that is not one); it grants nothing",
+				"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	r.Permissions = kept
+	return &r, nil
+}
+
+// loadGrant reads v, stored under k in bucketGrants, as load does: an
+// error refuses it, and a nil grant (and no error) skips it (logged to
+// log).
+func loadGrant(log *slog.Logger, k string, v []byte) (*grantRecord, error) {
+	var g grantRecord
+	if err := decodeRecord(v, &g); err != nil {
+		return nil, err
+	}
+	if g.JTI != k {
+		return nil, NewError(CodeStoreCorrupt, "%s/%q holds the grant %q: a grant is stored under its jti", bucketGrants, k, g.JTI)
+	}
+	if err := checkStoredGrant(&g); err != nil {
+		log.Warn("pigeon: a stored grant breaks the checks of IssueGrant; it is skipped and its token is refused",
+			"grant", g.JTI, "err", err)
+		return nil, nil
+	}
+	return &g, nil
+}
+
+// loadRevocation reads v, a record of bucketRevoked: the expiry of the
+// grant it revokes.
+func loadRevocation(v []byte) (time.Time, error) {
+	var t time.Time
+	err := decodeRecord(v, &t)
+	return t, err
 }
 
 // checkKeyOwners checks every record of bucketKeyOwners in st with
@@ -528,25 +573,9 @@ func (d *directory) reload(ctx context.Context, log *slog.Logger, changed func(b
 	if err := fresh.read(ctx, d.st, log); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
-	d.keyOwner = fresh.keyOwner
-	if fresh.created.After(d.created) {
-		d.created = fresh.created
-	}
-	d.bump()
-	d.mu.Unlock()
+	d.takeRead(&fresh)
 	applied = true
 	return nil
-}
-
-// put stores v as JSON under bucket/key.
-func (d *directory) put(ctx context.Context, bucket, key string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return WrapError(CodeInternal, err, "encode %s", bucket)
-	}
-	return storeError(d.st.Put(ctx, bucket, key, b))
 }
 
 func cloneAccount(a *Account) Account {
@@ -645,10 +674,16 @@ func pageRoom(max, all int) int {
 	return max + 1
 }
 
-// createAccount adds account a (CONFLICT when its id exists), then calls
-// then. a.CreatedAt, when not after every account's the directory has
-// held, is moved a nanosecond past the latest (see created).
+// createAccount adds account a (CONFLICT when its id exists, here or, in
+// a store that can swap, on another node that created it since this node
+// read the directory: see fresh), then calls then. a.CreatedAt, when not
+// after every account's the directory has held, is moved a nanosecond
+// past the latest (see created).
 func (d *directory) createAccount(ctx context.Context, a *Account, then func()) error {
+	return d.fresh(ctx, func() error { return d.createAccountOnce(ctx, a, then) })
+}
+
+func (d *directory) createAccountOnce(ctx context.Context, a *Account, then func()) error {
 	defer d.lockChange()()
 	if d.isBehind() {
 		return errBehind() // the id may be taken, or a key claimed, on another node
@@ -662,13 +697,19 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 	if err := ValidateKeys(a.Keys); err != nil {
 		return WrapError(CodeBadRequest, err, "%v", err)
 	}
+	// Looked up before the keys are reserved: an account another node
+	// created since reserves none of them to its id.
+	f, err := d.find(ctx, bucketAccounts, a.ID, nil)
+	if err != nil {
+		return err
+	}
 	if err := d.claimKeys(ctx, a.ID, nil, a.Keys); err != nil {
 		return err
 	}
 	if err := d.reserveKeys(ctx, a.ID, a.Keys, true); err != nil {
 		return err
 	}
-	if err := d.put(ctx, bucketAccounts, a.ID, a); err != nil {
+	if err := d.replace(ctx, f, a); err != nil {
 		return err
 	}
 	d.accounts[a.ID] = a
@@ -684,7 +725,19 @@ func (d *directory) createAccount(ctx context.Context, a *Account, then func()) 
 // lock: fn judges the change against the account as it is when it is
 // made, and then's audit records of two changes are written in their
 // order.
-func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Account) error, then func(before, after *Account)) (Account, error) {
+//
+// The account is stored only if the store still holds it as this node
+// does; otherwise fn is applied once more to the account as the store
+// holds it (see fresh), and then is called for that change alone.
+func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Account) error, then func(before, after *Account)) (out Account, err error) {
+	err = d.fresh(ctx, func() error {
+		out, err = d.updateAccountOnce(ctx, id, fn, then)
+		return err
+	})
+	return out, err
+}
+
+func (d *directory) updateAccountOnce(ctx context.Context, id string, fn func(a *Account) error, then func(before, after *Account)) (Account, error) {
 	defer d.lockChange()()
 	if d.isBehind() {
 		return Account{}, errBehind() // storing the old account would undo another node's change
@@ -697,6 +750,10 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	if err := fn(&c); err != nil {
 		return Account{}, err
 	}
+	f, err := d.find(ctx, bucketAccounts, id, cur)
+	if err != nil {
+		return Account{}, err
+	}
 	if err := d.claimKeys(ctx, id, cur.Keys, c.Keys); err != nil {
 		return Account{}, err
 	}
@@ -706,7 +763,7 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 	if err := d.reserveKeys(ctx, id, newKeys(c.Keys, cur.Keys), false); err != nil {
 		return Account{}, err
 	}
-	if err := d.put(ctx, bucketAccounts, id, &c); err != nil {
+	if err := d.replace(ctx, f, &c); err != nil {
 		return Account{}, err
 	}
 	d.accounts[id] = &c
@@ -726,7 +783,20 @@ func (d *directory) updateAccount(ctx context.Context, id string, fn func(a *Acc
 // have lost it, never the other way round. Once the account is stored it
 // calls then (when not nil) under the lock, so that the audit records of
 // two changes of the account are written in their order.
-func (d *directory) removeAccountRole(ctx context.Context, id, role string, then func()) (Account, error) {
+//
+// The account is looked up in the store before any grant is written, and
+// each record is written only if the store still holds it as this node
+// does (see fresh): a node not yet told that another deleted the account
+// (and forgot its grants, revoked ones included) writes neither back.
+func (d *directory) removeAccountRole(ctx context.Context, id, role string, then func()) (out Account, err error) {
+	err = d.fresh(ctx, func() error {
+		out, err = d.removeAccountRoleOnce(ctx, id, role, then)
+		return err
+	})
+	return out, err
+}
+
+func (d *directory) removeAccountRoleOnce(ctx context.Context, id, role string, then func()) (Account, error) {
 	defer d.lockChange()()
 	if d.isBehind() {
 		return Account{}, errBehind() // storing the old account would undo another node's change
@@ -735,13 +805,17 @@ func (d *directory) removeAccountRole(ctx context.Context, id, role string, then
 	if !ok {
 		return Account{}, NewError(CodeNotFound, "no account %s", id)
 	}
+	f, err := d.find(ctx, bucketAccounts, id, cur)
+	if err != nil {
+		return Account{}, err
+	}
 	for jti, g := range d.grants {
 		if g.Account != id || !slices.Contains(g.Roles, role) {
 			continue
 		}
 		ng := *g
 		ng.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r string) bool { return r == role })
-		if err := d.put(ctx, bucketGrants, jti, &ng); err != nil {
+		if err := d.write(ctx, bucketGrants, jti, g, &ng); err != nil {
 			d.bump() // grants narrowed before the failure are in force
 			return Account{}, err
 		}
@@ -749,7 +823,7 @@ func (d *directory) removeAccountRole(ctx context.Context, id, role string, then
 	}
 	c := cloneAccount(cur)
 	c.Roles = slices.DeleteFunc(c.Roles, func(r string) bool { return r == role })
-	if err := d.put(ctx, bucketAccounts, id, &c); err != nil {
+	if err := d.replace(ctx, f, &c); err != nil {
 		d.bump()
 		return Account{}, err
 	}
@@ -764,27 +838,41 @@ func (d *directory) removeAccountRole(ctx context.Context, id, role string, then
 // deleteAccount removes account id (NOT_FOUND otherwise) and the grants
 // issued to it, then calls then. The grants go first: should the store
 // fail between the two, the account is left with fewer grants, never an
-// account of that id created later with the grants of this one.
+// account of that id created later with the grants of this one. The
+// revocations of its revoked grants stay until the grants expire
+// (pruneGrants forgets them then): a grant record that comes back by any
+// path (a node that cannot compare what it writes over, a store written
+// behind the broker's back) is still refused. Each record goes only if
+// the store still holds it as this node does (see fresh).
 func (d *directory) deleteAccount(ctx context.Context, id string, then func()) error {
+	return d.fresh(ctx, func() error { return d.deleteAccountOnce(ctx, id, then) })
+}
+
+func (d *directory) deleteAccountOnce(ctx context.Context, id string, then func()) error {
 	defer d.lockChange()()
-	if _, ok := d.accounts[id]; !ok {
+	cur, ok := d.accounts[id]
+	if !ok {
 		if d.isBehind() {
 			return errBehind()
 		}
 		return NewError(CodeNotFound, "no account %s", id)
 	}
+	f, err := d.find(ctx, bucketAccounts, id, cur)
+	if err != nil {
+		return err
+	}
 	for jti, g := range d.grants {
 		if g.Account != id {
 			continue
 		}
-		if err := d.forgetGrant(ctx, jti); err != nil {
+		if err := d.forgetGrant(ctx, jti, true); err != nil {
 			return err
 		}
 	}
-	if err := d.reserveKeys(ctx, id, d.accounts[id].Keys, false); err != nil {
+	if err := d.reserveKeys(ctx, id, cur.Keys, false); err != nil {
 		return err
 	}
-	if err := storeError(d.st.Delete(ctx, bucketAccounts, id)); err != nil {
+	if err := d.replace(ctx, f, nil); err != nil {
 		return err
 	}
 	d.indexKeys(id, d.accounts[id].Keys, nil)
@@ -873,7 +961,8 @@ func newKeys(old, keys []PublicKey) []PublicKey {
 // claimKeys checked) or to drop (keys listed before this rule have no
 // record yet). A store that several brokers share creates each record
 // once (store.KVCreator), so that of two accounts that claim one key on
-// two nodes at once, one gets CONFLICT; in a store without that, the
+// two nodes at once, one gets CONFLICT (a store that can swap instead,
+// store.KVSwapper, swaps from no value); in a store without either, the
 // later write wins. It runs before the change is stored: should that
 // fail, a key is reserved to an account that does not list it, which only
 // that account could have wanted to list. Dropping a key never fails on
@@ -893,14 +982,7 @@ func (d *directory) reserveKeys(ctx context.Context, id string, keys []PublicKey
 			if err != nil {
 				return WrapError(CodeInternal, err, "encode %s", bucketKeyOwners)
 			}
-			c, creates := d.st.(store.KVCreator)
-			if !creates {
-				if err := storeError(d.st.Put(ctx, bucketKeyOwners, k.Key, b)); err != nil {
-					return err
-				}
-				continue
-			}
-			err = c.Create(ctx, bucketKeyOwners, k.Key, b)
+			err = d.createKeyOwner(ctx, k.Key, b)
 			if !errors.Is(err, store.ErrExists) {
 				if err := storeError(err); err != nil {
 					return err
@@ -967,10 +1049,21 @@ func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
 	return pageOf(d.roles, after, max, func(r *Role) Role { return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)} })
 }
 
-// putRole defines or replaces role r, then calls then.
+// putRole defines or replaces role r, then calls then. It writes only
+// over the definition this node holds, or where the store holds none when
+// this node holds none (see fresh): a node not yet told of another node's
+// change of the role (a redefinition, a deletion) reads the directory
+// again, then puts the role as asked. A put is a whole definition, given
+// by its caller, so the later put wins; a role deleted elsewhere is
+// defined again only by a put of it, never written back by a change of
+// something else.
 func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
+	return d.fresh(ctx, func() error { return d.putRoleOnce(ctx, r, then) })
+}
+
+func (d *directory) putRoleOnce(ctx context.Context, r *Role, then func()) error {
 	defer d.lockChange()()
-	if err := d.put(ctx, bucketRoles, r.Name, r); err != nil {
+	if err := d.write(ctx, bucketRoles, r.Name, none(d.roles[r.Name]), r); err != nil {
 		return err
 	}
 	d.roles[r.Name] = r
@@ -979,16 +1072,22 @@ func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
 	return nil
 }
 
-// deleteRole removes role name (NOT_FOUND otherwise), then calls then.
+// deleteRole removes role name (NOT_FOUND otherwise, here or, once read
+// again, in the store: see fresh), then calls then.
 func (d *directory) deleteRole(ctx context.Context, name string, then func()) error {
+	return d.fresh(ctx, func() error { return d.deleteRoleOnce(ctx, name, then) })
+}
+
+func (d *directory) deleteRoleOnce(ctx context.Context, name string, then func()) error {
 	defer d.lockChange()()
-	if _, ok := d.roles[name]; !ok {
+	cur, ok := d.roles[name]
+	if !ok {
 		if d.isBehind() {
 			return errBehind()
 		}
 		return NewError(CodeNotFound, "no role %s", name)
 	}
-	if err := storeError(d.st.Delete(ctx, bucketRoles, name)); err != nil {
+	if err := d.write(ctx, bucketRoles, name, cur, nil); err != nil {
 		return err
 	}
 	delete(d.roles, name)
@@ -1001,8 +1100,18 @@ func (d *directory) deleteRole(ctx context.Context, name string, then func()) er
 // account holds now (NOT_FOUND when the account is gone since): a grant
 // carries only roles its account held when it was issued, so giving the
 // account a role later does not give it to the grants issued before. It
-// calls then under the lock once the grant is stored.
+// calls then under the lock once the grant is stored. The account's roles
+// are those the store holds (see fresh): a node not yet told that another
+// took a role from the account issues no grant carrying it.
 func (d *directory) addGrant(ctx context.Context, g *grantRecord, then func()) error {
+	asked := g.Roles
+	return d.fresh(ctx, func() error {
+		g.Roles = asked
+		return d.addGrantOnce(ctx, g, then)
+	})
+}
+
+func (d *directory) addGrantOnce(ctx context.Context, g *grantRecord, then func()) error {
 	defer d.lockChange()()
 	if d.isBehind() {
 		return errBehind() // the account's roles may be fewer on another node
@@ -1011,11 +1120,14 @@ func (d *directory) addGrant(ctx context.Context, g *grantRecord, then func()) e
 	if a == nil || !g.of(a) {
 		return NewError(CodeNotFound, "no account %s", g.Account)
 	}
+	if _, err := d.find(ctx, bucketAccounts, a.ID, a); err != nil {
+		return err
+	}
 	g.Roles = intersect(g.Roles, a.Roles)
 	if g.Roles == nil {
 		g.Roles = []string{}
 	}
-	if err := d.put(ctx, bucketGrants, g.JTI, g); err != nil {
+	if err := d.write(ctx, bucketGrants, g.JTI, nil, g); err != nil {
 		return err
 	}
 	d.grants[g.JTI] = g
@@ -1026,8 +1138,17 @@ func (d *directory) addGrant(ctx context.Context, g *grantRecord, then func()) e
 
 // revokeGrant revokes grant jti (NOT_FOUND when it was never issued) and
 // returns the account it was issued to, calling then with it under the
-// lock. Revoking twice is not an error.
+// lock. Revoking twice is not an error, nor revoking a grant another node
+// revoked since this node read the directory (see fresh).
 func (d *directory) revokeGrant(ctx context.Context, jti string, then func(account string)) (account string, err error) {
+	err = d.fresh(ctx, func() error {
+		account, err = d.revokeGrantOnce(ctx, jti, then)
+		return err
+	})
+	return account, err
+}
+
+func (d *directory) revokeGrantOnce(ctx context.Context, jti string, then func(account string)) (account string, err error) {
 	defer d.lockChange()()
 	g, ok := d.grants[jti]
 	if !ok {
@@ -1037,7 +1158,7 @@ func (d *directory) revokeGrant(ctx context.Context, jti string, then func(accou
 		return "", NewError(CodeNotFound, "no grant %s", jti)
 	}
 	if _, done := d.revoked[jti]; !done {
-		if err := d.put(ctx, bucketRevoked, jti, g.ExpiresAt); err != nil {
+		if err := d.write(ctx, bucketRevoked, jti, nil, g.ExpiresAt); err != nil {
 			return "", err
 		}
 		d.revoked[jti] = g.ExpiresAt
@@ -1047,17 +1168,18 @@ func (d *directory) revokeGrant(ctx context.Context, jti string, then func(accou
 	return g.Account, nil
 }
 
-// forgetGrant deletes grant jti and its revocation, the record first: a
-// token whose record is gone is refused whatever else remains. d.mu is
-// held for writing.
-func (d *directory) forgetGrant(ctx context.Context, jti string) error {
-	if err := storeError(d.st.Delete(ctx, bucketGrants, jti)); err != nil {
+// forgetGrant deletes grant jti and, unless keepRevoked, its revocation,
+// the record first: a token whose record is gone is refused whatever else
+// remains. Each goes only if the store holds it as this node does
+// (errStale otherwise). d.mu is held for writing.
+func (d *directory) forgetGrant(ctx context.Context, jti string, keepRevoked bool) error {
+	if err := d.write(ctx, bucketGrants, jti, none(d.grants[jti]), nil); err != nil {
 		return err
 	}
 	delete(d.grants, jti)
 	d.bump()
-	if _, ok := d.revoked[jti]; ok {
-		if err := storeError(d.st.Delete(ctx, bucketRevoked, jti)); err != nil {
+	if exp, ok := d.revoked[jti]; ok && !keepRevoked {
+		if err := d.write(ctx, bucketRevoked, jti, exp, nil); err != nil {
 			return err
 		}
 		delete(d.revoked, jti)
@@ -1069,7 +1191,19 @@ func (d *directory) forgetGrant(ctx context.Context, jti string) error {
 // before cutoff: their tokens are refused for their expiry alone. It
 // returns how many it forgot. It looks for them under the read lock, so
 // that a pass with nothing to forget never holds up an authentication.
-func (d *directory) pruneGrants(ctx context.Context, cutoff time.Time, max int) (int, error) {
+// One that meets a record another node changed (or forgot) reads the
+// directory again and looks once more (see fresh).
+func (d *directory) pruneGrants(ctx context.Context, cutoff time.Time, max int) (n int, err error) {
+	err = d.fresh(ctx, func() error {
+		var m int
+		m, err = d.pruneGrantsOnce(ctx, cutoff, max)
+		n += m
+		return err
+	})
+	return n, err
+}
+
+func (d *directory) pruneGrantsOnce(ctx context.Context, cutoff time.Time, max int) (int, error) {
 	var grants, revoked []string
 	d.mu.RLock()
 	for jti, g := range d.grants {
@@ -1092,16 +1226,17 @@ func (d *directory) pruneGrants(ctx context.Context, cutoff time.Time, max int) 
 		if g := d.grants[jti]; g == nil || !g.ExpiresAt.Before(cutoff) {
 			continue // gone meanwhile
 		}
-		if err := d.forgetGrant(ctx, jti); err != nil {
+		if err := d.forgetGrant(ctx, jti, false); err != nil {
 			return n, err
 		}
 		n++
 	}
 	for _, jti := range revoked {
-		if _, ok := d.revoked[jti]; !ok || d.grants[jti] != nil {
+		exp, ok := d.revoked[jti]
+		if !ok || d.grants[jti] != nil {
 			continue
 		}
-		if err := storeError(d.st.Delete(ctx, bucketRevoked, jti)); err != nil {
+		if err := d.write(ctx, bucketRevoked, jti, exp, nil); err != nil {
 			return n, err
 		}
 		delete(d.revoked, jti)

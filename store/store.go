@@ -35,6 +35,9 @@ var (
 	// ErrExists is returned by KVCreator.Create for a key that has a
 	// value.
 	ErrExists = errors.New("store: exists")
+	// ErrChanged is returned by KVSwapper.Swap when the key no longer
+	// holds the value the caller read.
+	ErrChanged = errors.New("store: changed since read")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("store: closed")
 	// ErrCorrupt is returned (wrapped in *CorruptError) when persisted data
@@ -532,6 +535,28 @@ type KVCreator interface {
 	// Create stores a copy of val under bucket and key if the key has no
 	// value, and returns ErrExists, storing nothing, if it has one.
 	Create(ctx context.Context, bucket, key string, val []byte) error
+}
+
+// KVSwapper is the optional ability of a KV to replace a value only if
+// it is still the one the caller read, atomically: a compare-and-swap. A
+// store that several brokers share implements it, so that a broker that
+// changes a record from its own copy, not yet told that another broker
+// changed or deleted the record since, does not undo that change with its
+// write (the access directory writes every account, role, grant and
+// revocation through it). Without it, the directory's writes are plain
+// Put and Delete: the later write wins.
+type KVSwapper interface {
+	// Swap stores a copy of val under bucket and key (a nil val deletes
+	// the key) if the key's value is byte for byte old (a nil old: the key
+	// has no value; an empty, non-nil old: the key holds the empty value).
+	// Otherwise it stores nothing and returns ErrChanged. The comparison
+	// and the write are one step against every other writer of the store
+	// (of a store that several brokers share, every broker's): of two
+	// swaps from one old value to others, one at most succeeds. A deleted
+	// key counts as one with no value. Like Put, a swap that returns
+	// another error (ErrNoQuorum, a timeout) may or may not have been
+	// made: the caller reads the key again to know.
+	Swap(ctx context.Context, bucket, key string, old, val []byte) error
 }
 
 // RecoveryReporter is the optional ability of a durable store to say what

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -47,10 +48,18 @@ func (s *Store) Create(ctx context.Context, bucket, key string, val []byte) erro
 	return s.fail(ctx, err)
 }
 
-// Get implements store.KV.
+// Get implements store.KV. A record of the access directory (an account,
+// role, grant or revocation) is read from the stream's leader: the
+// directory reads one to compare it with its own copy before it swaps it
+// (Swap, which compares at the leader), and a replica behind would answer
+// with a value older than this node's own last write of it, which the
+// directory would take for another node's change.
 func (s *Store) Get(ctx context.Context, bucket, key string) ([]byte, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
+	}
+	if directoryBucket(bucket) >= 0 {
+		return s.leaderGet(ctx, s.bucketName("kv"), kvKey(bucket, key))
 	}
 	return getValue(ctx, s, s.kv, kvKey(bucket, key))
 }
@@ -61,11 +70,19 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 		return err
 	}
 	k := kvKey(bucket, key)
-	if err := s.kv.Delete(ctx, k); err != nil || directoryBucket(bucket) < 0 {
+	if err := s.kv.Delete(ctx, k); err != nil {
 		return s.fail(ctx, err)
 	}
-	// A barrier waits for the delete marker: its revision is the last of
-	// the key's history.
+	return s.wroteDeletion(ctx, bucket, k)
+}
+
+// wroteDeletion notes this node's delete of k, of bucket, when it is a
+// directory bucket (see wroteDirectory): a barrier waits for the delete
+// marker, whose revision is the last of the key's history.
+func (s *Store) wroteDeletion(ctx context.Context, bucket, k string) error {
+	if directoryBucket(bucket) < 0 {
+		return nil
+	}
 	h, err := s.kv.History(ctx, k)
 	if err != nil {
 		return s.fail(ctx, err)
@@ -73,6 +90,69 @@ func (s *Store) Delete(ctx context.Context, bucket, key string) error {
 	s.wroteDirectory(bucket, h[len(h)-1].Revision())
 	return nil
 }
+
+// Swap implements store.KVSwapper by revision: it reads the key's last
+// entry from the stream's leader (a replica behind could hold an older
+// value that matches old), compares its value with old (a delete marker,
+// or no entry, is no value), and writes with that entry's revision as the
+// stream's precondition: an update (a create where the key has no value),
+// or a delete marker. The leader decides the precondition once for every
+// node, so of two swaps from one revision one at most is made. A write
+// refused because the key moved on since the read is read again: made
+// when the key still holds old (another write of the same bytes), and
+// ErrChanged otherwise.
+func (s *Store) Swap(ctx context.Context, bucket, key string, old, val []byte) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	k := kvKey(bucket, key)
+	for {
+		m, err := leaderLastOp(ctx, s.nc, s.bucketName("kv"), k)
+		if err != nil {
+			return s.fail(ctx, err)
+		}
+		var cur []byte
+		var rev uint64 // the precondition: 0, no entry at all
+		if m != nil {
+			rev = m.Sequence
+			if !isMarker(m) {
+				cur = m.Data
+				if cur == nil {
+					cur = []byte{}
+				}
+			}
+		}
+		if (cur != nil) != (old != nil) || !bytes.Equal(cur, old) {
+			return store.ErrChanged
+		}
+		switch {
+		case cur == nil && val == nil:
+			return nil // no value, and none wanted
+		case val == nil:
+			err = s.kv.Delete(ctx, k, jetstream.LastRevision(rev))
+			if err == nil {
+				return s.wroteDeletion(ctx, bucket, k)
+			}
+		default:
+			var wrote uint64
+			if wrote, err = s.kv.Update(ctx, k, val, rev); err == nil {
+				s.wroteDirectory(bucket, wrote)
+				return nil
+			}
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+			return s.fail(ctx, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+var (
+	_ store.KVCreator = (*Store)(nil)
+	_ store.KVSwapper = (*Store)(nil)
+)
 
 // wroteDirectory notes this node's write rev of bucket, when it is a
 // directory bucket: a barrier waits for it, and this node's own lists

@@ -41,6 +41,45 @@ func (s *Store) store(ctx context.Context, bucket, key string, val []byte, creat
 	return nil
 }
 
+// Swap stores a copy of val under bucket and key (nil: deletes the key)
+// if the key's value is old (nil: the key has none), and returns
+// store.ErrChanged, storing nothing, otherwise (store.KVSwapper). The
+// comparison and the write hold the store's lock.
+func (s *Store) Swap(ctx context.Context, bucket, key string, old, val []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	val = bytes.Clone(val) // nil stays nil: a delete
+	s.kvMu.Lock()
+	defer s.kvMu.Unlock()
+	if err := s.checkClosed(); err != nil {
+		return err
+	}
+	cur, ok := s.kv[bucket][key]
+	if ok != (old != nil) || !bytes.Equal(cur, old) {
+		return store.ErrChanged
+	}
+	if val == nil {
+		delete(s.kv[bucket], key)
+		if len(s.kv[bucket]) == 0 {
+			delete(s.kv, bucket)
+		}
+		return nil
+	}
+	b := s.kv[bucket]
+	if b == nil {
+		b = make(map[string][]byte)
+		s.kv[bucket] = b
+	}
+	b[key] = val
+	return nil
+}
+
+var (
+	_ store.KVCreator = (*Store)(nil)
+	_ store.KVSwapper = (*Store)(nil)
+)
+
 // Get returns a copy of the value under bucket and key, or
 // store.ErrNotFound.
 func (s *Store) Get(ctx context.Context, bucket, key string) ([]byte, error) {

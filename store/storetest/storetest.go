@@ -14,7 +14,7 @@
 // store.SeqTrimmer, store.ByteTrimmer, store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
 // store.GroupPruner, store.FloorRaiser, store.GroupLister,
 // store.GroupSubjectLister, store.MessageSubjectLister, store.ContractLister,
-// store.AcceptAppender with
+// store.KVSwapper, store.AcceptAppender with
 // store.AuditChainer)
 // are tested when the store has them and skipped when it has not.
 //
@@ -64,6 +64,10 @@
 //     revoked record stays as it was, also after a reopen.
 //   - KV Delete of a missing key is a no-op; List of an unknown bucket is
 //     empty.
+//   - Swap (store.KVSwapper) compares the key's value with old byte for
+//     byte, a nil old standing for no value and an empty one for the
+//     empty value; a deleted key has no value; a nil val deletes; of
+//     swaps racing from one value exactly one is made.
 //   - After Close every method returns store.ErrClosed, even when Close was
 //     called with a done context. With a done context every other method
 //     returns the context's error and writes nothing.
@@ -115,6 +119,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("ListContracts", su.testListContracts)
 	t.Run("RevocationFinal", su.testRevocationFinal)
 	t.Run("KV", su.testKV)
+	t.Run("Swap", su.testSwap)
 	t.Run("Close", su.testClose)
 	t.Run("CanceledContext", su.testCanceled)
 	t.Run("Reopen", su.testReopen)

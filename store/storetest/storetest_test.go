@@ -37,6 +37,7 @@ var (
 	_ store.SeqTrimmer     = (*handle)(nil)
 	_ store.ByteTrimmer    = (*handle)(nil)
 	_ store.ContractLister = (*handle)(nil)
+	_ store.KVSwapper      = (*handle)(nil)
 	_ store.GroupPruner    = (*handle)(nil)
 	_ store.FloorRaiser    = (*handle)(nil)
 
@@ -167,6 +168,10 @@ func (h *handle) ListContracts(ctx context.Context, t time.Time) ([]store.Contra
 
 func (h *handle) Put(ctx context.Context, bucket, key string, val []byte) error {
 	return h.s().Put(ctx, bucket, key, val)
+}
+
+func (h *handle) Swap(ctx context.Context, bucket, key string, old, val []byte) error {
+	return h.s().Swap(ctx, bucket, key, old, val)
 }
 
 func (h *handle) Get(ctx context.Context, bucket, key string) ([]byte, error) {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -130,28 +131,58 @@ func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 	case kindKVPut:
 		bucket, key, val := d.str(), d.str(), d.bytes()
 		if d.err == nil {
-			b := m.kv[bucket]
-			if b == nil {
-				b = make(map[string][]byte)
-				m.kv[bucket] = b
-			}
-			if val == nil {
-				val = []byte{}
-			}
-			b[key] = val
+			m.kvPut(bucket, key, val)
 		}
 	case kindKVDelete:
 		bucket, key := d.str(), d.str()
 		if d.err == nil {
-			delete(m.kv[bucket], key)
-			if len(m.kv[bucket]) == 0 {
-				delete(m.kv, bucket)
+			m.kvDelete(bucket, key)
+		}
+	case kindKVSwap:
+		// Made only if the key holds old when the record is applied, as
+		// it commits and as it is replayed: records apply in the log's
+		// order, under m.mu, so of two swaps from one value the first
+		// applied is made and the second finds the key changed. res 1:
+		// made.
+		bucket, key := d.str(), d.str()
+		hasOld, old := d.bool(), d.bytes()
+		hasVal, val := d.bool(), d.bytes()
+		if d.err == nil {
+			cur, ok := m.kv[bucket][key]
+			if ok == hasOld && bytes.Equal(cur, old) {
+				if hasVal {
+					m.kvPut(bucket, key, val)
+				} else {
+					m.kvDelete(bucket, key)
+				}
+				res = 1
 			}
 		}
 	default:
 		return 0, fmt.Errorf("unexpected record kind %d in metadata", rec[4])
 	}
 	return res, d.done()
+}
+
+// kvPut stores val (nil: the empty value) under bucket and key.
+func (m *metaLog) kvPut(bucket, key string, val []byte) {
+	b := m.kv[bucket]
+	if b == nil {
+		b = make(map[string][]byte)
+		m.kv[bucket] = b
+	}
+	if val == nil {
+		val = []byte{}
+	}
+	b[key] = val
+}
+
+// kvDelete removes the value under bucket and key.
+func (m *metaLog) kvDelete(bucket, key string) {
+	delete(m.kv[bucket], key)
+	if len(m.kv[bucket]) == 0 {
+		delete(m.kv, bucket)
+	}
 }
 
 // group is one consumer group's progress, and the time and meta index of

@@ -40,6 +40,7 @@ const (
 	kindContractGC   byte = 21 // meta/: DeleteExpiredContracts
 	kindKVPut        byte = 30 // meta/
 	kindKVDelete     byte = 31 // meta/
+	kindKVSwap       byte = 32 // meta/: Swap, applied only if the key holds the old value
 	kindSnapshot     byte = 40 // meta.snapshot header: covers meta index N
 	kindQuarantine   byte = 50 // quarantine/: PutQuarantine
 	kindQuarantineT  byte = 51 // quarantine/: TrimQuarantineBefore tombstone
