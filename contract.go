@@ -81,6 +81,38 @@ type ContractInfo struct {
 	Auth AuthMethod `json:"auth,omitempty"`
 }
 
+// UnmarshalJSON reads a contract, its issuedAt, expiresAt and
+// accountCreatedAt as every Pigeon reader reads a time (RFC 3339 proper,
+// the broker's syntax), as the other clients read a contract: a time
+// encoding/json alone takes (an offset of 24 hours, a comma before the
+// fraction, a one-digit hour) would have the Go client renew on another
+// schedule than the others, from an expiry they refuse.
+func (c *ContractInfo) UnmarshalJSON(b []byte) error {
+	type plain ContractInfo
+	var v struct {
+		*plain
+		IssuedAt         json.RawMessage `json:"issuedAt"`
+		ExpiresAt        json.RawMessage `json:"expiresAt"`
+		AccountCreatedAt json.RawMessage `json:"accountCreatedAt"`
+	}
+	var out ContractInfo
+	v.plain = (*plain)(&out)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	for _, m := range [...]struct {
+		name string
+		raw  json.RawMessage
+		to   *time.Time
+	}{{"contract issuedAt", v.IssuedAt, &out.IssuedAt}, {"contract expiresAt", v.ExpiresAt, &out.ExpiresAt}, {"contract accountCreatedAt", v.AccountCreatedAt, &out.AccountCreatedAt}} {
+		if err := timeMember(m.name, m.raw, m.to); err != nil {
+			return err
+		}
+	}
+	*c = out
+	return nil
+}
+
 // View returns a Contract backed by a copy of the info, for clients that
 // received a contract over the wire; the engine reads stored contracts
 // through it too. It fails closed: an operation listed in a subject's

@@ -460,25 +460,32 @@ func (k *PublicKey) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
-	for _, w := range [...]struct {
-		name string
-		raw  json.RawMessage
-		to   *time.Time
-	}{{"notBefore", v.NotBefore, &out.NotBefore}, {"notAfter", v.NotAfter, &out.NotAfter}} {
-		if len(w.raw) == 0 || string(w.raw) == "null" {
-			continue
-		}
-		var text string
-		if err := json.Unmarshal(w.raw, &text); err != nil {
-			return fmt.Errorf("key %s: %w", w.name, err)
-		}
-		t, ok := parseRFC3339(text)
-		if !ok {
-			return fmt.Errorf("key %s %q is not an RFC 3339 time", w.name, text)
-		}
-		*w.to = t
+	if err := timeMember("key notBefore", v.NotBefore, &out.NotBefore); err != nil {
+		return err
+	}
+	if err := timeMember("key notAfter", v.NotAfter, &out.NotAfter); err != nil {
+		return err
 	}
 	*k = out
+	return nil
+}
+
+// timeMember reads raw, the JSON value of the time member name, into to
+// as every Pigeon reader reads a time (parseRFC3339); absent or null
+// leaves to as it is, as encoding/json leaves a time.Time.
+func timeMember(name string, raw json.RawMessage, to *time.Time) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var text string
+	if err := json.Unmarshal(raw, &text); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	t, ok := parseRFC3339(text)
+	if !ok {
+		return fmt.Errorf("%s %q is not an RFC 3339 time", name, text)
+	}
+	*to = t
 	return nil
 }
 
