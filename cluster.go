@@ -183,7 +183,10 @@ type Leaser interface {
 // extends every lease of a subscription's group due within half an ack
 // wait in the same call: at most two extensions of a lease per ack wait.
 // A node that stops (killed, cut off from the others) stops extending:
-// its leases run out at most one ack wait after its last extension.
+// its leases run out at most one ack wait after its last extension. A
+// lease Extend reports lost is extended no more, and its delivery is
+// told: the handler's context is cancelled (ACK_NOT_ALLOWED), and its
+// answer settles nothing (SubscribeOptions.LeaseLost).
 type LeaseExtender interface {
 	// Extend moves the deadline of this node's leases of seqs of the
 	// group key to deadline. It returns the sequences whose lease this

@@ -147,8 +147,9 @@ type lease struct {
 	attempt  int
 	busy     bool // an in-process handler is running: the lease does not expire
 	// lost: busy, and the cluster found this node's lease of the message
-	// lost (keepShared): it is not extended again. deadline is, while
-	// busy, when the cluster lease runs out for the other nodes.
+	// lost (keepShared): it is not extended again, its handler is told,
+	// and its answer settles nothing (settle, settleAll). deadline is,
+	// while busy, when the cluster lease runs out for the other nodes.
 	lost bool
 	// contract is the contract a pull receive took the lease under (""
 	// for a push subscription's, which gives its leases back as it stops):
@@ -185,8 +186,12 @@ func (e *Engine) extends(g *group) bool {
 // LeaseExtender.Extend call, to one ack wait from now. Each lease is thus
 // written at most twice per ack wait, however long its handler runs. It
 // returns when it is next due (zero: s holds no such lease). A lease the
-// cluster reports lost is logged and no longer extended; its handler's
-// answer settles it as before (an ack marks it done).
+// cluster reports lost is logged and no longer extended, and its
+// delivery is told (subscription.loseLeases): its handler's context is
+// cancelled with ACK_NOT_ALLOWED as the cause (a transport's LeaseLost is
+// called). Its answer settles nothing (settle): another node may run the
+// message, and an ack here would mark it done under that node's lease.
+// Only the subscription's loop calls it.
 func (e *Engine) keepShared(s *subscription) time.Time {
 	g := s.g
 	if !e.extends(g) {
@@ -199,12 +204,14 @@ func (e *Engine) keepShared(s *subscription) time.Time {
 	now := e.now()
 	var seqs []uint64
 	var next time.Time
+	held := map[uint64]*lease{} // the leases extended: answered and leased again meanwhile, a sequence is another lease
 	for seq, l := range g.leases {
 		if l.holder != holder || !l.busy || l.lost {
 			continue
 		}
 		if l.deadline.Sub(now) <= w/2 {
 			seqs = append(seqs, seq)
+			held[seq] = l
 		} else if due := l.deadline.Add(-w / 3); next.IsZero() || due.Before(next) {
 			next = due
 		}
@@ -227,23 +234,29 @@ func (e *Engine) keepShared(s *subscription) time.Time {
 	for _, seq := range lost {
 		gone[seq] = true
 	}
+	var lose []uint64
 	g.mu.Lock()
 	for _, seq := range seqs {
 		l := g.leases[seq]
-		if l == nil || l.holder != holder || !l.busy {
+		if l == nil || l != held[seq] || l.holder != holder || !l.busy {
 			continue // answered meanwhile
 		}
 		if gone[seq] {
 			l.lost = true
+			lose = append(lose, seq)
 			continue
 		}
 		l.deadline = deadline
 	}
 	g.mu.Unlock()
 	if len(lost) > 0 {
-		e.opts.Logger.Warn("pigeon: running handlers' cluster leases were lost; another node may run their messages too",
+		e.opts.Logger.Warn("pigeon: running handlers' cluster leases were lost; another node may run their messages too: their handlers are told, their answers settle nothing",
 			"subject", g.key.Subject, "group", g.key.Group, "leases", len(lost), "first", slices.Min(lost))
 	}
+	// Told after the group is let go (a transport's LeaseLost may answer
+	// at once). No lease of s can be answered, settled and taken again
+	// meanwhile: that is the loop's work, and the loop is here.
+	s.loseLeases(lose)
 	if due := deadline.Add(-w / 3); next.IsZero() || due.Before(next) {
 		next = due
 	}
@@ -552,13 +565,22 @@ func (e *Engine) leaseFor(s *subscription, n int) (msgs []*decoded, attempts []i
 	return msgs, attempts, until, next, nil
 }
 
-// settle acks or nacks a leased message of a subscription.
+// settle acks or nacks a leased message of a subscription. A lease the
+// cluster reported lost (lease.lost) is settled by none of its answers:
+// it is let go here at once, and the node asks the cluster again, which
+// has the message leased to another node, or done.
 func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handlerErr error) error {
 	g := s.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[seq]
 	if l == nil || l.holder != s.holder() {
+		return nil
+	}
+	if l.lost {
+		// Not released in the cluster: the lease there is not this
+		// node's, and a release marked done would end the other node's.
+		l.free(e.now())
 		return nil
 	}
 	if handlerErr == nil {
@@ -663,8 +685,10 @@ func (e *Engine) releaseLeases(s *subscription) {
 			// handler: the attempt does not count.
 			e.uncount(ctx, g, seq, l.attempt)
 		}
+		if !l.lost { // a lost lease is not this node's to release
+			mine = append(mine, seq)
+		}
 		l.free(now)
-		mine = append(mine, seq)
 	}
 	g.mu.Unlock()
 	e.releaseShared(ctx, g, false, now, mine...)

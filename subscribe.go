@@ -14,7 +14,11 @@ import (
 
 // Handler handles one pushed delivery. Returning nil acknowledges it;
 // returning an error, or panicking, gives it back for redelivery with the
-// subject's backoff.
+// subject's backoff. ctx ends with the subscription; on a work-queue or
+// request/reply subject in a cluster whose leases are extended
+// (LeaseExtender), it is also cancelled when the delivery's lease is lost
+// (another node may run the message), context.Cause(ctx) then an *Error
+// with code CodeAckNotAllowed: the delivery's answer settles nothing.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // RetryError is a handler failure that asks for redelivery after Delay
@@ -216,7 +220,17 @@ type SubscribeOptions struct {
 	// stops handing deliveries over for now: after a batch, after a
 	// redelivery, and before it waits for a free slot. A transport that
 	// gathers deliveries into one frame sends it then.
-	Flush      func()
+	Flush func()
+	// LeaseLost, for an AsyncHandler on a work-queue or request/reply
+	// subject in a cluster whose leases are extended (LeaseExtender), is
+	// called when the cluster reports the lease of a delivery handed over
+	// and not yet answered lost: it ran out (the node was cut off or
+	// stalled) and another node may run the message. The delivery's
+	// answer then settles nothing, whatever it is: a transport tells its
+	// client, or refuses the client's answer, ACK_NOT_ALLOWED. It must
+	// not block; it may call the delivery's done. (A Handler's context is
+	// cancelled instead, its cause ACK_NOT_ALLOWED.)
+	LeaseLost  func(messageID string, seq uint64)
 	Middleware []Middleware
 }
 
@@ -237,6 +251,11 @@ func WithAtMostOnce() SubscribeOption { return func(o *SubscribeOptions) { o.AtM
 
 // WithFlush sets SubscribeOptions.Flush.
 func WithFlush(fn func()) SubscribeOption { return func(o *SubscribeOptions) { o.Flush = fn } }
+
+// WithLeaseLost sets SubscribeOptions.LeaseLost.
+func WithLeaseLost(fn func(messageID string, seq uint64)) SubscribeOption {
+	return func(o *SubscribeOptions) { o.LeaseLost = fn }
+}
 
 // WithMaxInFlight bounds concurrent handler calls (1 to 10000, default 1).
 func WithMaxInFlight(n int) SubscribeOption { return func(o *SubscribeOptions) { o.MaxInFlight = n } }

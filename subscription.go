@@ -58,6 +58,13 @@ type subscription struct {
 	err         error
 	stopped     atomic.Bool
 
+	// While the group's cluster leases are extended (Engine.extends),
+	// what tells each delivery handed over and not yet answered that its
+	// lease was lost, by sequence (track, loseLeases): its handler's
+	// context is cancelled, or SubscribeOptions.LeaseLost is called.
+	lostMu sync.Mutex
+	onLost map[uint64]func()
+
 	// Outcomes reported by the handler, taken by the loop: acknowledged
 	// messages to record, refusals (and the redeliveries that follow
 	// them) to record, work-queue outcomes to settle in the store. The loop records them after the dispatch
@@ -532,25 +539,87 @@ func (s *subscription) deliver(d *decoded, attempt int) {
 		s.e.note(NoteRedelivery, s.subj.name)
 	}
 	start := s.e.since()
+	extends := s.g != nil && s.e.extends(s.g)
 	if s.ah != nil {
 		h := &handover{Delivery: Delivery{Subject: s.subj.name, Message: d.m, Attempt: attempt, Session: s.sess, src: d}, s: s, d: d, attempt: attempt, start: start}
+		if lost := s.opts.LeaseLost; extends && lost != nil {
+			id, seq := d.m.ID, d.seq
+			h.tracked = true
+			s.track(seq, func() { lost(id, seq) })
+		}
 		defer h.survive()
 		s.ah(s.hctx, &h.Delivery, h.done)
 		return
 	}
 	// One at a time, the handler runs on the loop, unless the loop must
 	// extend its message's cluster lease meanwhile (keepShared).
-	if cap(s.slots) == 1 && (s.g == nil || !s.e.extends(s.g)) {
-		err := s.call(d.m, attempt)
+	if cap(s.slots) == 1 && !extends {
+		err := s.call(s.hctx, d.m, attempt)
 		s.e.took(StageDeliver, s.subj.name, start)
 		s.settled(d, attempt, err)
 		return
 	}
+	ctx := s.hctx
+	var cancel context.CancelCauseFunc
+	if extends {
+		// A context of its own, which the loss of its cluster lease
+		// cancels (loseLeases).
+		ctx, cancel = context.WithCancelCause(s.hctx)
+		s.track(d.seq, func() { cancel(errLeaseLost()) })
+	}
 	go func() {
-		err := s.call(d.m, attempt)
+		err := s.call(ctx, d.m, attempt)
+		if cancel != nil {
+			s.untrack(d.seq)
+			cancel(nil)
+		}
 		s.e.took(StageDeliver, s.subj.name, start)
 		s.settled(d, attempt, err)
 	}()
+}
+
+// errLeaseLost is the cause of a handler's context cancelled because its
+// delivery's cluster lease was lost, and what refuses its answer: the
+// code a pull consumer's answer after its lease ran out is refused with.
+func errLeaseLost() error {
+	return NewError(CodeAckNotAllowed, "the delivery's cluster lease was lost: another node may run the message, and this delivery's answer settles nothing")
+}
+
+// track registers lose as what tells the delivery of seq, handed over
+// now, that its cluster lease was lost. Deliveries and losses of leases
+// are both the loop's (deliver, keepShared), and a message is handed to a
+// subscription once at a time: seq names one delivery until untrack.
+func (s *subscription) track(seq uint64, lose func()) {
+	s.lostMu.Lock()
+	if s.onLost == nil {
+		s.onLost = make(map[uint64]func())
+	}
+	s.onLost[seq] = lose
+	s.lostMu.Unlock()
+}
+
+// untrack ends the tracking of the delivery of seq: it was answered.
+func (s *subscription) untrack(seq uint64) {
+	s.lostMu.Lock()
+	delete(s.onLost, seq)
+	s.lostMu.Unlock()
+}
+
+// loseLeases tells the deliveries of seqs still running that their
+// cluster leases were lost. Only the loop calls it (keepShared).
+func (s *subscription) loseLeases(seqs []uint64) {
+	var tell []func()
+	s.lostMu.Lock()
+	for _, seq := range seqs {
+		if lose := s.onLost[seq]; lose != nil {
+			delete(s.onLost, seq)
+			tell = append(tell, lose)
+		}
+	}
+	s.lostMu.Unlock()
+	for _, lose := range tell {
+		lose() // never blocks: a cancel, or a transport's LeaseLost
+	}
 }
 
 // handover is one delivery to an asynchronous handler: the Delivery it is
@@ -564,12 +633,16 @@ type handover struct {
 	attempt int
 	start   time.Time
 	once    atomic.Bool
+	tracked bool // the loss of its cluster lease is told (track)
 }
 
 // done is the delivery's done: the first call settles it, later ones do
 // nothing.
 func (h *handover) done(err error) {
 	if h.once.CompareAndSwap(false, true) {
+		if h.tracked {
+			h.s.untrack(h.d.seq)
+		}
 		h.s.e.took(StageDeliver, h.s.subj.name, h.start)
 		h.s.settled(h.d, h.attempt, err)
 	}
@@ -627,9 +700,9 @@ func (h *handover) survive() {
 	h.done(errDeliveryPanicked())
 }
 
-// call runs the synchronous handler once on a copy of m, recovering a
-// panic as a failure.
-func (s *subscription) call(m *Message, attempt int) (err error) {
+// call runs the synchronous handler once on a copy of m with ctx,
+// recovering a panic as a failure.
+func (s *subscription) call(ctx context.Context, m *Message, attempt int) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("pigeon: handler panicked: %v", p)
@@ -642,7 +715,7 @@ func (s *subscription) call(m *Message, attempt int) (err error) {
 	}{}
 	m.cloneTo(&b.m)
 	b.d = Delivery{Subject: s.subj.name, Message: &b.m, Attempt: attempt, Session: s.sess}
-	return s.h(s.hctx, &b.d)
+	return s.h(ctx, &b.d)
 }
 
 // settled takes the handler's answer to one delivery. An acknowledgement

@@ -11,19 +11,24 @@ func (s *subscription) runGroup() {
 	// keepAt: when the cluster leases of running handlers are next due
 	// to be extended (keepShared); zero: none runs.
 	var keepAt time.Time
+	// keep extends them when they are due.
+	keep := func() {
+		if keepAt.IsZero() || e.now().Before(keepAt) {
+			return
+		}
+		if e.dir.isBehind() || e.contractInDoubt(s.caller.ContractID) {
+			// Not extended while this node cannot tell whether the
+			// holder may still hold them: a revoked consumer must not
+			// keep messages from the group's others. A lease that
+			// lapses meanwhile is given to another consumer.
+			keepAt = e.now().Add(behindPause)
+		} else {
+			keepAt = e.keepShared(s)
+		}
+	}
 	for s.ctx.Err() == nil {
 		s.settlePending()
-		if !keepAt.IsZero() && !e.now().Before(keepAt) {
-			if e.dir.isBehind() || e.contractInDoubt(s.caller.ContractID) {
-				// Not extended while this node cannot tell whether the
-				// holder may still hold them: a revoked consumer must not
-				// keep messages from the group's others. A lease that
-				// lapses meanwhile is given to another consumer.
-				keepAt = e.now().Add(behindPause)
-			} else {
-				keepAt = e.keepShared(s)
-			}
-		}
+		keep()
 		if s.nAnswers.Load() >= maxBatch {
 			s.flush()
 		}
@@ -31,6 +36,7 @@ func (s *subscription) runGroup() {
 		var wait time.Duration = 50 * time.Millisecond
 		if free > 0 && s.checkDelivery() {
 			msgs, attempts, until, next, err := e.leaseFor(s, free)
+			early := false // the batch's leases were extended before their handover
 			if !until.IsZero() && e.extends(s.g) {
 				// Due with a third of the ack wait left, counted from
 				// when the leases were taken: a batch whose store calls
@@ -39,6 +45,14 @@ func (s *subscription) runGroup() {
 				// before their first extension.
 				if due := until.Add(-s.subj.ackWait / 3); keepAt.IsZero() || due.Before(keepAt) {
 					keepAt = due
+				}
+				// A batch slower than two thirds of an ack wait (its
+				// leases all date from its start) is due already: its
+				// leases are extended before they are handed over, and
+				// one the cluster reports lost (another node took it
+				// after it ran out) is not handed over at all.
+				if early = !e.now().Before(keepAt); early {
+					keep()
 				}
 			}
 			if err != nil && !transient(err) {
@@ -51,6 +65,9 @@ func (s *subscription) runGroup() {
 			// leases again.
 			sent := &s.sent
 			for i, d := range msgs {
+				if early && e.letGoIfLost(s, d.seq) {
+					continue
+				}
 				ok := s.acquire()
 				if ok && !s.checkDelivery() {
 					s.release()
@@ -100,6 +117,7 @@ func (s *subscription) runGroup() {
 // failure is given back for redelivery.
 func (e *Engine) settleAll(s *subscription, rs []outcome) {
 	ctx := context.WithoutCancel(s.ctx)
+	rs = e.refuseLost(s, rs)
 	var acked []*decoded
 	for _, r := range rs {
 		if r.err == nil {
@@ -131,6 +149,60 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		}
 	}
 	e.pokeGroup(s.subj.name)
+}
+
+// letGoIfLost lets go of s's lease of seq, taken and not handed over,
+// when the cluster reported it lost as it was extended before the
+// handover: the message is not handed over (another node may run it),
+// and the node asks the cluster again. It reports whether it did.
+func (e *Engine) letGoIfLost(s *subscription, seq uint64) bool {
+	g := s.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l := g.leases[seq]
+	if l == nil || l.holder != s.holder() || !l.lost {
+		return false
+	}
+	l.free(e.now())
+	return true
+}
+
+// refuseLost takes out of rs the answers to deliveries whose cluster
+// lease was lost while their handlers ran (lease.lost, keepShared) and
+// returns the others. Such an answer settles nothing, an ack as a
+// failure: another node may hold the message's lease, and an ack here
+// would mark it done under that node's run. Its lease is let go at once
+// (settle), and the answer is audited as refused, ack.denied or
+// nack.denied with ACK_NOT_ALLOWED, as a pull consumer's answer after its
+// lease ran out is.
+func (e *Engine) refuseLost(s *subscription, rs []outcome) []outcome {
+	if !e.extends(s.g) {
+		return rs
+	}
+	g, holder := s.g, s.holder()
+	kept := rs[:0]
+	var refused []outcome
+	g.mu.Lock()
+	now := e.now()
+	for _, r := range rs {
+		if l := g.leases[r.d.seq]; l != nil && l.holder == holder && l.lost {
+			l.free(now)
+			refused = append(refused, r)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	g.mu.Unlock()
+	for _, r := range refused {
+		ev := EventAckDenied
+		if r.err != nil {
+			ev = EventNackDenied
+		}
+		rec := ev.record(OutcomeDeny, CodeAckNotAllowed, s.base())
+		rec.MessageID, rec.Seqs = r.d.m.ID, seqText(r.d.seq)
+		e.auditAsync(rec)
+	}
+	return kept
 }
 
 // markMineDone marks done, in s's group, the messages of acked whose

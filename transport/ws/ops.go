@@ -443,6 +443,9 @@ func (c *conn) subscribe(f *Frame, caller pigeon.Caller) ([]byte, error) {
 		ss.batch = true
 		opts = append(opts, pigeon.WithFlush(ss.flush))
 	}
+	if !ss.atMost {
+		opts = append(opts, pigeon.WithLeaseLost(ss.leaseLost))
+	}
 	sub, err := c.srv.e.SubscribeAsync(c.ctx, caller, f.Subject, ss.handle, opts...)
 	if err != nil {
 		return nil, err
@@ -484,9 +487,10 @@ func (c *conn) unsubscribe(f *Frame) ([]byte, error) {
 // (messageId) or many (messageIds), each at the sequence it was handed
 // over at when the frame names it (sequence; sequences, in step with
 // messageIds). The answer is ok when every one was waiting; ids that were
-// not (already settled, their ack wait passed, or handed over at another
-// sequence) are named in the ok's notPending, or, for a single id,
-// refused with ACK_NOT_ALLOWED. When any of those answers named a
+// not (already settled, their ack wait passed, their cluster lease was
+// lost, or handed over at another sequence) are named in the ok's
+// notPending, or, for a single id, refused with ACK_NOT_ALLOWED. When any
+// of those answers named a
 // sequence, notPendingSequences gives, in step with notPending, the
 // sequence each named (0: none): one id answered at two sequences, one
 // settled and one not, is then told apart.
@@ -517,7 +521,7 @@ func (c *conn) settleSub(f *Frame) {
 	}
 	if len(f.MessageIDs) == 0 {
 		if !ss.settle(f.MessageID, f.Sequence, a) {
-			c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, its ack wait passed, or handed over at another sequence)", f.MessageID, f.Sub))
+			c.answer(f.ID, pigeon.NewError(pigeon.CodeAckNotAllowed, "no delivery of %s awaits an answer on %s (already settled, its ack wait passed, its cluster lease was lost, or handed over at another sequence)", f.MessageID, f.Sub))
 			return
 		}
 		_ = c.send(c.ctx, encodeSimple(OpOK, f.ID))

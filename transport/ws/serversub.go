@@ -130,6 +130,9 @@ var (
 	errAckWait = errors.New("ws: the client did not answer within the ack wait")
 	// errUnsubscribed: the client unsubscribed before answering.
 	errUnsubscribed = errors.New("ws: the client unsubscribed before answering")
+	// errLeaseLost: the cluster lost the delivery's lease before the
+	// client answered (leaseLost).
+	errLeaseLost = errors.New("ws: the delivery's cluster lease was lost before the client answered")
 )
 
 func newServerSub(c *conn, caller pigeon.Caller, ackWait time.Duration, atMost bool) *serverSub {
@@ -514,6 +517,28 @@ func (ss *serverSub) expire(match func(inflight) bool, outcome func(inflight) er
 		f.done(outcome(f))
 	}
 	return len(due)
+}
+
+// leaseLost takes the delivery of id at seq out of pending when the
+// cluster reports its lease lost (pigeon.WithLeaseLost): it ran out while
+// the node was cut off or stalled, and another node may run the message.
+// Its answer would settle nothing; the client's, when it comes, finds no
+// delivery waiting and is refused ACK_NOT_ALLOWED (or named in
+// notPending), as an answer after the ack wait is. The delivery is
+// remembered as one swept (its late answer may name no sequence), and
+// settled now. A frame still in the write queue is written all the same:
+// it may carry other deliveries.
+func (ss *serverSub) leaseLost(id string, seq uint64) {
+	ss.mu.Lock()
+	f, ok := ss.pending[id]
+	if ok = ok && f.seq == seq; ok {
+		delete(ss.pending, id)
+		ss.swept.add(id, seq)
+	}
+	ss.mu.Unlock()
+	if ok {
+		f.done(errLeaseLost)
+	}
 }
 
 // frame renders the deliver frame of d once the connection's write budgets

@@ -1,0 +1,124 @@
+package ws_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"pigeon"
+	"pigeon/internal/testclock"
+	"pigeon/store"
+	"pigeon/transport/ws"
+)
+
+// losingCluster is a Cluster of one node whose leases are this node's
+// until lose: from then on Extend reports every lease it is asked about
+// lost, and Acquire finds each held by another node, as after that node
+// took them once they ran out.
+type losingCluster struct {
+	mu       sync.Mutex
+	attempts map[uint64]int
+	lost     bool
+	done     bool // a Release marked a lease done
+}
+
+var _ pigeon.LeaseExtender = (*losingCluster)(nil)
+
+func (c *losingCluster) Notify(pigeon.ClusterChange) {}
+
+func (c *losingCluster) Watch(ctx context.Context, _ func(pigeon.ClusterChange)) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (c *losingCluster) Acquire(_ context.Context, _ store.GroupKey, seq uint64, deadline time.Time) (pigeon.LeaseState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return pigeon.LeaseState{Until: deadline.Add(time.Hour)}, nil
+	}
+	c.attempts[seq]++
+	return pigeon.LeaseState{Acquired: true, Attempt: c.attempts[seq]}, nil
+}
+
+func (c *losingCluster) Release(_ context.Context, _ store.GroupKey, _ uint64, done bool, _ time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done = c.done || done
+	return nil
+}
+
+func (c *losingCluster) Extend(_ context.Context, _ store.GroupKey, seqs []uint64, _ time.Time) ([]uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return seqs, nil
+	}
+	return nil, nil
+}
+
+func (c *losingCluster) lose() {
+	c.mu.Lock()
+	c.lost = true
+	c.mu.Unlock()
+}
+
+func (c *losingCluster) settled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+// When the cluster reports lost the lease of a delivery a WebSocket
+// subscriber holds unanswered (it ran out while the node was cut off or
+// stalled, and another node may run the message), the server settles the
+// delivery as refused (nack.denied, ACK_NOT_ALLOWED) and takes it out of
+// what waits for an answer: the client's later ack is refused
+// ACK_NOT_ALLOWED, or named in notPending, and settles nothing in the
+// cluster. Before, the server took the ack, and the engine marked the
+// message done under the other node's lease.
+func TestALostClusterLeaseRefusesTheClientsLaterAnswer(t *testing.T) {
+	cl := &losingCluster{attempts: map[uint64]int{}}
+	clk := testclock.New(time.Now())
+	v := newEnv(t, nil, func(o *pigeon.Options) {
+		o.Cluster, o.Now = cl, clk.Now
+		// The server's own ack wait reads the system clock: a minute
+		// does not pass. The engine's runs on clk.
+		for i := range o.Catalog.Subjects {
+			if p := &o.Catalog.Subjects[i]; p.Name == "jobs.run" {
+				p.Delivery.AckWaitMs = time.Minute.Milliseconds()
+			}
+		}
+	})
+	boss := v.raw(t, "boss-token")
+	boss.negotiate("jobs.run")
+	crew := v.raw(t, "crew-token")
+	crew.negotiate("jobs.run")
+	sub := crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`, ws.OpSubscribed).Sub
+	boss.ok(ws.OpPublish, `,"message":`+jobJSON("job-1", 1), ws.OpDecision)
+	d := crew.push()
+	require.Equal(t, ws.OpDeliver, d.Op)
+	seq := strconv.FormatUint(d.Message.Sequence, 10)
+
+	cl.lose()
+	clk.Advance(time.Minute) // the lease's extension is due: the cluster reports it lost
+	eventually(t, func() bool {
+		recs, err := v.e.Audit(context.Background(), 0, 0)
+		require.NoError(t, err)
+		for _, r := range recs {
+			if r.Type == string(pigeon.EventNackDenied) && r.MessageID == "job-1" && r.Code == string(pigeon.CodeAckNotAllowed) {
+				return true
+			}
+		}
+		return false
+	}, "the delivery whose lease was lost was not settled as refused")
+
+	crew.fail(ws.OpAck, `,"sub":"`+sub+`","messageId":"job-1","sequence":`+seq, pigeon.CodeAckNotAllowed)
+	a := crew.ok(ws.OpAck, `,"sub":"`+sub+`","messageIds":["job-1"],"sequences":[`+seq+`]`, ws.OpOK)
+	require.Equal(t, []string{"job-1"}, a.NotPending)
+	require.False(t, cl.settled(), "an answer after the loss marked the message done in the cluster")
+}
