@@ -218,16 +218,31 @@ func (e *Engine) GetAccount(_ context.Context, id string) (Account, error) {
 // them to someone (an API) pages them with ListAccountsPage instead.
 func (e *Engine) ListAccounts(_ context.Context) []Account { return e.dir.accountList() }
 
+// MaxPageBytes is the byte budget of a page of ListAccountsPage and
+// ListRolesPage (max > 0): a page ends before the entry that would take
+// its entries past it, each counted as json.Marshal encodes it, with a
+// comma between two. The first entry of a page is on it however large it
+// is, so that paging by next moves on. The server holds a page of
+// GET /v1/accounts, /v1/roles and /v1/programs to the same budget: a page
+// the engine answers is never cut shorter than the server would cut it,
+// and the engine copies no entry the server would leave off. 4 MiB holds
+// a full page of accounts of a few hundred bytes, or about ten of the
+// largest the write path takes (about 400 KB of JSON each).
+const MaxPageBytes = 4 << 20
+
 // ListAccountsPage returns one page of the accounts, sorted by id: the
 // first max whose ids sort after after ("": from the first; max <= 0:
 // every one after it), and next, the after of the page that follows: the
-// last id of this one, or "" when no account follows it. It holds the
-// page alone, never a copy of the whole directory, so a page of ten of a
-// million accounts costs ten copies. An after that is not a valid account
-// id (see MaxIDLength), which no page ever names, is INVALID_ARGUMENT.
-// Each page reads the directory as it is then: an account created or
-// deleted between two pages is listed or not by where its id falls, and
-// no account that stays is listed twice or missed.
+// last id of this one, or "" when no account follows it. A page of max > 0
+// also ends where its accounts reach MaxPageBytes of JSON: a page may hold
+// fewer than max entries while next is set. It holds the page alone, never
+// a copy of the whole directory, so a page of ten of a million accounts
+// costs ten copies, and a page of max 10,000 of the largest accounts at
+// most about fifty. An after that is not a valid account id (see MaxIDLength), which
+// no page ever names, is INVALID_ARGUMENT. Each page reads the directory
+// as it is then: an account created or deleted between two pages is
+// listed or not by where its id falls, and no account that stays is
+// listed twice or missed.
 func (e *Engine) ListAccountsPage(_ context.Context, after string, max int) (accounts []Account, next string, err error) {
 	return listPage(after, max, "an account id", e.dir.accountPage, func(a *Account) string { return a.ID })
 }
@@ -251,7 +266,12 @@ func listPage[T any](after string, max int, what string, page func(after string,
 }
 
 // DeleteAccount removes an account; contracts that relied on its roles
-// stop working at their next check.
+// stop working at their next check. The grants issued to it are forgotten
+// with it, and their tokens refused from then on. The revocations of
+// those of them that were revoked stay until the grants have expired
+// (the retention pass forgets them an hour after): a grant record that
+// comes back by any path (a node that cannot compare what it writes
+// over, a store written behind the broker's back) is still refused.
 func (e *Engine) DeleteAccount(ctx context.Context, id string) error {
 	written := noWait
 	if err := e.dir.deleteAccount(ctx, id, func() {
@@ -372,8 +392,10 @@ func (e *Engine) ListRoles(_ context.Context) []Role { return e.dir.roleList() }
 
 // ListRolesPage returns one page of the roles, sorted by name, as
 // ListAccountsPage pages the accounts: the first max after the name after,
-// and next, the after of the page that follows ("" when none follows). An
-// after that is not a valid role name is INVALID_ARGUMENT.
+// fewer where they reach MaxPageBytes of JSON (a page may hold fewer than
+// max entries while next is set), and next, the after of the page that
+// follows ("" when none follows). An after that is not a valid role name
+// is INVALID_ARGUMENT.
 func (e *Engine) ListRolesPage(_ context.Context, after string, max int) (roles []Role, next string, err error) {
 	return listPage(after, max, "a role name", e.dir.rolePage, func(r *Role) string { return r.Name })
 }

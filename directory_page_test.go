@@ -1,8 +1,10 @@
 package pigeon_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -131,4 +133,133 @@ func TestDirectoryPages(t *testing.T) {
 // filterPrefix returns the names of list that start with prefix, in order.
 func filterPrefix(list []string, prefix string) []string {
 	return slices.DeleteFunc(slices.Clone(list), func(s string) bool { return len(s) < len(prefix) || s[:len(prefix)] != prefix })
+}
+
+// TestDirectoryPageByteBudget: a page of ListAccountsPage and ListRolesPage
+// asked for max 10,000 (the server's cap) ends where its entries reach
+// pigeon.MaxPageBytes of JSON (json.Marshal's, a comma between two), not
+// at max: a directory of the largest accounts the write path takes
+// (MaxAccountAttributes attributes of the longest name and value, the
+// values plain or written as six-byte escapes), and of large roles,
+// answers pages of a few entries, each within the budget yet full (the
+// entry that follows would take it past), with next set to its last
+// entry: the page the server sends, copied, and no entry more. Before, a
+// page copied up to max entries, all but a budget's worth of which the
+// server threw away. Walking the pages by next lists every entry once, in
+// order.
+func TestDirectoryPageByteBudget(t *testing.T) {
+	e := newFixture(t).e
+	type lister struct {
+		name   string
+		create func(id string, i int)
+		page   func(after string) (entries []any, names []string, next string)
+		get    func(id string) any
+		all    func() []string
+	}
+	value := func(i, n int) string { // plain for an even i, escaped for an odd one
+		return strings.Repeat([]string{"v", "<"}[i%2], n)
+	}
+	listers := []lister{
+		{
+			name: "accounts",
+			create: func(id string, i int) {
+				attrs := make(map[string]string, pigeon.MaxAccountAttributes)
+				for j := range pigeon.MaxAccountAttributes {
+					name := fmt.Sprintf("attr-%02d-", j)
+					attrs[name+strings.Repeat("n", pigeon.MaxAttributeNameLength-len(name))] = value(i, pigeon.MaxAttributeValueLength)
+				}
+				_, err := e.CreateAccount(ctx, pigeon.Account{ID: id, Attributes: attrs})
+				require.NoError(t, err)
+			},
+			page: func(after string) (entries []any, ids []string, next string) {
+				as, next, err := e.ListAccountsPage(ctx, after, 10000)
+				require.NoError(t, err)
+				for _, a := range as {
+					entries, ids = append(entries, a), append(ids, a.ID)
+				}
+				return entries, ids, next
+			},
+			get: func(id string) any {
+				a, err := e.GetAccount(ctx, id)
+				require.NoError(t, err)
+				return a
+			},
+			all: func() (ids []string) {
+				for _, a := range e.ListAccounts(ctx) {
+					ids = append(ids, a.ID)
+				}
+				return ids
+			},
+		},
+		{
+			name: "roles",
+			create: func(id string, i int) {
+				perms := make([]pigeon.Permission, 64)
+				for j := range perms {
+					perms[j] = pigeon.Permission{Subject: fmt.Sprintf("big.%02d.", j) + value(i, 1024), Operations: []pigeon.Operation{pigeon.OpReceive}}
+				}
+				_, err := e.PutRole(ctx, pigeon.Role{Name: id, Permissions: perms})
+				require.NoError(t, err)
+			},
+			page: func(after string) (entries []any, names []string, next string) {
+				rs, next, err := e.ListRolesPage(ctx, after, 10000)
+				require.NoError(t, err)
+				for _, r := range rs {
+					entries, names = append(entries, r), append(names, r.Name)
+				}
+				return entries, names, next
+			},
+			get: func(name string) any {
+				r, err := e.GetRole(ctx, name)
+				require.NoError(t, err)
+				return r
+			},
+			all: func() (names []string) {
+				for _, r := range e.ListRoles(ctx) {
+					names = append(names, r.Name)
+				}
+				return names
+			},
+		},
+	}
+	jsonLen := func(v any) int {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		return len(b)
+	}
+	for _, l := range listers {
+		t.Run(l.name, func(t *testing.T) {
+			prefix := "spiffe://test/" + l.name + "/big-"
+			var want []string
+			for i := range 40 {
+				want = append(want, fmt.Sprintf("%s%02d", prefix, i))
+				l.create(want[i], i)
+			}
+			all := l.all()
+			var got []string
+			after := ""
+			pages := 1
+			for ; ; pages++ {
+				require.LessOrEqual(t, pages, len(all), "the pages end")
+				entries, names, next := l.page(after)
+				require.NotEmpty(t, names)
+				got = append(got, names...)
+				size := len(entries) - 1 // the commas
+				for _, entry := range entries {
+					size += jsonLen(entry)
+				}
+				require.LessOrEqual(t, size, pigeon.MaxPageBytes, "page %d: its entries within the budget", pages)
+				if next == "" {
+					break
+				}
+				require.Equal(t, names[len(names)-1], next, "page %d: next is its last entry", pages)
+				following := l.get(all[slices.Index(all, next)+1])
+				require.Greater(t, size+1+jsonLen(following), pigeon.MaxPageBytes, "page %d: it ends only where the next entry would take it past the budget", pages)
+				after = next
+			}
+			require.Equal(t, all, got, "every entry once, in order")
+			require.Equal(t, want, filterPrefix(got, prefix))
+			require.Greater(t, pages, 2, "the entries take several pages")
+		})
+	}
 }

@@ -467,7 +467,7 @@ const maxRecords = 10000
 // largest accounts and a full page of accounts of a few hundred bytes, and
 // is small beside what a client reads of an answer (the CLI and the
 // clients read 64 MiB or more). A variable for the tests.
-var maxPageBytes = 4 << 20
+var maxPageBytes = pigeon.MaxPageBytes
 
 // pageSize reads ?max=, defaulting to and capped at maxRecords.
 func (rq *request) pageSize() (int, error) {

@@ -1,0 +1,89 @@
+package pigeon
+
+import (
+	"context"
+	"slices"
+	"sort"
+)
+
+// The directory's roles: the copies it hands out, and the definition and
+// deletion of a role.
+
+// role returns a copy of role name (NOT_FOUND otherwise).
+func (d *directory) role(name string) (Role, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	r, ok := d.roles[name]
+	if !ok {
+		return Role{}, NewError(CodeNotFound, "no role %s", name)
+	}
+	return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)}, nil
+}
+
+// roleList returns a copy of every role, sorted by name.
+func (d *directory) roleList() []Role {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]Role, 0, len(d.roles))
+	for _, r := range d.roles {
+		out = append(out, Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// rolePage returns copies of the first max roles by name that sort after
+// the name after (every one after it when max <= 0), fewer where they
+// would pass MaxPageBytes, and whether another follows them (pageOf).
+func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return pageOf(d.roles, after, max, func(r *Role) Role { return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)} }, roleJSONLen)
+}
+
+// putRole defines or replaces role r, then calls then. It writes only
+// over the definition this node holds, or where the store holds none when
+// this node holds none (see fresh): a node not yet told of another node's
+// change of the role (a redefinition, a deletion) reads the directory
+// again, then puts the role as asked. A put is a whole definition, given
+// by its caller, so the later put wins; a role deleted elsewhere is
+// defined again only by a put of it, never written back by a change of
+// something else.
+func (d *directory) putRole(ctx context.Context, r *Role, then func()) error {
+	return d.fresh(ctx, func() error { return d.putRoleOnce(ctx, r, then) })
+}
+
+func (d *directory) putRoleOnce(ctx context.Context, r *Role, then func()) error {
+	defer d.lockChange()()
+	if err := d.write(ctx, bucketRoles, r.Name, none(d.roles[r.Name]), r); err != nil {
+		return err
+	}
+	d.roles[r.Name] = r
+	d.bump()
+	then()
+	return nil
+}
+
+// deleteRole removes role name (NOT_FOUND otherwise, here or, once read
+// again, in the store: see fresh), then calls then.
+func (d *directory) deleteRole(ctx context.Context, name string, then func()) error {
+	return d.fresh(ctx, func() error { return d.deleteRoleOnce(ctx, name, then) })
+}
+
+func (d *directory) deleteRoleOnce(ctx context.Context, name string, then func()) error {
+	defer d.lockChange()()
+	cur, ok := d.roles[name]
+	if !ok {
+		if d.isBehind() {
+			return errBehind()
+		}
+		return NewError(CodeNotFound, "no role %s", name)
+	}
+	if err := d.write(ctx, bucketRoles, name, cur, nil); err != nil {
+		return err
+	}
+	delete(d.roles, name)
+	d.bump()
+	then()
+	return nil
+}
