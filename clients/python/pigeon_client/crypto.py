@@ -121,13 +121,34 @@ def now_rfc3339() -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
+def _rfc3339_parts(s: Any) -> tuple[_dt.date, _dt.time, str, int]:
+    """The date, the clock time, the fraction's first nine digits (padded
+    with zeros) and the offset in minutes east of UTC of an RFC 3339 time
+    as Go reads one (see :func:`parse_rfc3339`); ``ValueError`` otherwise."""
+    m = _RFC3339.fullmatch(s) if isinstance(s, str) else None
+    if not m:
+        raise ValueError(f"not an RFC 3339 time: {s!r:.60}")
+    y, mo, d, h, mi, sec, frac, tz, oh, om = m.groups()
+    # ValueError for the year 0000, a day the month does not have, month
+    # 13, hour 24, minute or second 60.
+    date, clock = _dt.date(int(y), int(mo), int(d)), _dt.time(int(h), int(mi), int(sec))
+    if tz == "Z":
+        offset = 0
+    elif int(oh) < 24 and int(om) < 60:
+        offset = (1 if tz[0] == "+" else -1) * (int(oh) * 60 + int(om))
+    else:
+        raise ValueError(f"not an RFC 3339 time (offset {tz}): {s!r:.60}")
+    return date, clock, (frac or "")[:9].ljust(9, "0"), offset
+
+
 def parse_rfc3339(s: str) -> _dt.datetime:
     """Parse an RFC 3339 time as the Go client reads one (``pigeon``'s
     ``parseRFC3339``, Go's ``time.Parse(time.RFC3339Nano)`` without what
     RFC 3339 does not have): ``YYYY-MM-DDTHH:MM:SS`` with an upper-case
     ``T``, an optional ``.`` and one or more digits (any number of them,
     read to the microsecond, the rest cut off, as Go cuts past the
-    nanosecond), then ``Z`` or ``+HH:MM``/``-HH:MM`` with the hour below 24
+    nanosecond; :func:`parse_rfc3339_ns` reads the nanoseconds too), then
+    ``Z`` or ``+HH:MM``/``-HH:MM`` with the hour below 24
     and the minute below 60; a real date (no 30 February, no month 13), an
     hour below 24, a minute and a second below 60 (no leap second). Digits
     are ASCII digits. ``ValueError`` for anything else: a date alone
@@ -138,19 +159,33 @@ def parse_rfc3339(s: str) -> _dt.datetime:
     and the year 0000, which Go takes but ``datetime`` cannot hold (Go's
     ``parseRFC3339`` refuses it too). ``datetime.fromisoformat`` takes most
     of these, so it never reads a time from the server."""
-    m = _RFC3339.fullmatch(s) if isinstance(s, str) else None
-    if not m:
-        raise ValueError(f"not an RFC 3339 time: {s!r:.60}")
-    y, mo, d, h, mi, sec, frac, tz, oh, om = m.groups()
-    micro = int((frac or "0")[:6].ljust(6, "0"))
-    if tz == "Z":
-        tzinfo = _dt.timezone.utc
-    elif int(oh) < 24 and int(om) < 60:
-        sign = 1 if tz[0] == "+" else -1
-        tzinfo = _dt.timezone(sign * _dt.timedelta(hours=int(oh), minutes=int(om)))
-    else:
-        raise ValueError(f"not an RFC 3339 time (offset {tz}): {s!r:.60}")
-    return _dt.datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), micro, tzinfo=tzinfo)
+    date, clock, frac, offset = _rfc3339_parts(s)
+    tzinfo = _dt.timezone.utc if offset == 0 else _dt.timezone(_dt.timedelta(minutes=offset))
+    return _dt.datetime.combine(date, clock.replace(microsecond=int(frac[:6])), tzinfo=tzinfo)
+
+
+_EPOCH_ORDINAL = _dt.date(1970, 1, 1).toordinal()
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def parse_rfc3339_ns(s: str) -> int:
+    """The instant an RFC 3339 time names, read as :func:`parse_rfc3339`
+    reads it, as nanoseconds since the Unix epoch, to the nanosecond as Go
+    reads it (the first nine digits of the fraction, the rest cut off).
+    Every instant RFC 3339 writes, an offset taking it into the year 0000
+    or 10000 included. ``ValueError`` for what :func:`parse_rfc3339`
+    refuses."""
+    date, clock, frac, offset = _rfc3339_parts(s)
+    days = date.toordinal() - _EPOCH_ORDINAL
+    seconds = days * 86400 + clock.hour * 3600 + clock.minute * 60 + clock.second - offset * 60
+    return seconds * 1_000_000_000 + int(frac)
+
+
+def _ns_of(t: _dt.datetime) -> int:
+    """An aware datetime as nanoseconds since the Unix epoch (``TypeError``
+    for a naive one)."""
+    d = t - _EPOCH
+    return (d.days * 86400 + d.seconds) * 1_000_000_000 + d.microseconds * 1000
 
 
 # --- canonical signing form --------------------------------------------------
@@ -395,42 +430,77 @@ def verify_message(message: dict[str, Any], public_key: bytes) -> None:
         raise new_error("SIGNATURE_INVALID", "the signature does not verify") from e
 
 
-def _valid_at(k: dict[str, Any], t: _dt.datetime) -> bool:
+# Go's zero time.Time, 0001-01-01T00:00:00Z, in nanoseconds since the Unix
+# epoch: a window edge at that instant is no bound in Go (IsZero), and Go's
+# SelectKey ranks a key with no notBefore there.
+_GO_ZERO_NS = -62135596800 * 1_000_000_000
+# The precisions at which the clients read times (Go's clientPrecisions,
+# signature.go): Go to the nanosecond, this client to the microsecond, the
+# TypeScript and Rust clients to the millisecond.
+_PRECISIONS_NS = (1, 1_000, 1_000_000)
+
+
+def _window_edge(x: Any) -> int | None:
+    """A key's ``notBefore`` or ``notAfter`` in nanoseconds since the
+    epoch; None (no bound) when absent or ``null`` or at Go's zero time
+    (``0001-01-01T00:00:00Z``, at any offset); ``ValueError`` when it is
+    not an RFC 3339 time."""
+    if x is None:
+        return None
+    t = parse_rfc3339_ns(x)
+    return None if t == _GO_ZERO_NS else t
+
+
+def _valid_at(k: dict[str, Any], t: int) -> bool:
     """Whether key ``k``'s window, ``notBefore`` (inclusive) to ``notAfter``
-    (exclusive), holds ``t``. A bound absent or ``null`` is open; one that
-    is not an RFC 3339 time (:func:`parse_rfc3339`: ``""``, ``0``,
-    ``false``, a date alone, …) makes the key valid at no time, so nothing
-    verifies or is sealed with it: Go reads a key list into
-    ``pigeon.PublicKey`` values, whose ``time.Time`` bounds refuse such a
-    value, and the whole list with it."""
+    (exclusive), holds the instant ``t`` (nanoseconds since the epoch), as
+    Go's ``PublicKey.ValidAt`` finds it: at every precision the clients
+    read times, each truncated, so that ``notBefore`` binds to the
+    nanosecond and ``notAfter`` to the millisecond (a window closed at
+    ``…00.0005Z`` does not hold ``…00.0001Z``). A bound absent, ``null``
+    or at Go's zero time is open; one that is not an RFC 3339 time
+    (:func:`parse_rfc3339`: ``""``, ``0``, ``false``, a date alone, …)
+    makes the key valid at no time, so nothing verifies or is sealed with
+    it: Go reads a key list into ``pigeon.PublicKey`` values, which refuse
+    such a value, and the whole list with it."""
     try:
-        nb, na = k.get("notBefore"), k.get("notAfter")
-        if nb is not None and t < parse_rfc3339(nb):
-            return False
-        if na is not None and t >= parse_rfc3339(na):
-            return False
+        nb, na = _window_edge(k.get("notBefore")), _window_edge(k.get("notAfter"))
     except ValueError:
         return False
+    for d in _PRECISIONS_NS:
+        at = t - t % d
+        if nb is not None and at < nb - nb % d:
+            return False
+        if na is not None and at >= na - na % d:
+            return False
     return True
 
 
 def select_key(
     keys: Iterable[dict[str, Any]], kid: str, use: str, at: _dt.datetime | None = None
 ) -> dict[str, Any] | None:
-    """The published key of ``use`` (``sig``/``enc``) valid at ``at`` (now by
-    default): the one named ``kid``, or without a kid the one with the latest
+    """The published key of ``use`` (``sig``/``enc``) valid at ``at`` (a
+    timezone-aware datetime, now by default), as Go's ``SelectKey`` finds
+    it: the one named ``kid``, or without a kid the one with the latest
     ``notBefore`` (the last listed among equals)."""
-    at = at or _dt.datetime.now(_dt.timezone.utc)
-    best, best_nb = None, None
+    return _select_key_at(keys, kid, use, _ns_of(at or _dt.datetime.now(_dt.timezone.utc)))
+
+
+def _select_key_at(keys: Iterable[dict[str, Any]], kid: str, use: str, t: int) -> dict[str, Any] | None:
+    """:func:`select_key` at the instant ``t``, nanoseconds since the epoch
+    (a message's time, :func:`parse_rfc3339_ns`)."""
+    best, best_nb = None, 0
     for k in keys:
-        if not isinstance(k, dict) or k.get("use") != use or not _valid_at(k, at):
+        if not isinstance(k, dict) or k.get("use") != use or not _valid_at(k, t):
             continue
         if kid:
             if k.get("kid") == kid:
                 return k
             continue
-        nb = k.get("notBefore")
-        nb = parse_rfc3339(nb) if nb is not None else _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+        # Go ranks a key with no notBefore at its zero time: one opening
+        # before that instant (the year 0000, at an offset) ranks earlier.
+        nb = _window_edge(k.get("notBefore"))
+        nb = _GO_ZERO_NS if nb is None else nb
         if best is None or nb >= best_nb:
             best, best_nb = k, nb
     return best
@@ -445,10 +515,10 @@ def verify_message_with_keys(message: dict[str, Any], keys: Iterable[dict[str, A
     if not isinstance(sig, dict):
         raise new_error("SIGNATURE_INVALID", "the signature is not an object")
     try:
-        t = parse_rfc3339(message.get("time", ""))
+        t = parse_rfc3339_ns(message.get("time", ""))
     except ValueError as e:
         raise new_error("SIGNATURE_INVALID", "message time is not RFC 3339") from e
-    k = select_key(keys, sig.get("kid", ""), "sig", t)
+    k = _select_key_at(keys, sig.get("kid", ""), "sig", t)
     if k is None or not sig.get("kid"):
         raise new_error("SIGNATURE_INVALID", "no published signing key of that kid is valid at the message time")
     try:
@@ -703,8 +773,8 @@ def open_message(
     data = message.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("sealed"), dict):
         raise NotSealed("the data has no sealed member")
-    t = parse_rfc3339(message["time"])
-    k = select_key(sender_keys, str(data["sealed"].get("senderKid", "")), "sig", t)
+    t = parse_rfc3339_ns(message["time"])
+    k = _select_key_at(sender_keys, str(data["sealed"].get("senderKid", "")), "sig", t)
     if k is None:
         raise SealTampered("no published signing key of the sealed senderKid")
     if data["sealed"].get("recipientKid") != recipient.encryption_kid:

@@ -87,11 +87,12 @@ export interface PublicKey {
   key: string;
   /**
    * RFC 3339, as Go reads it (see parseTime, times.ts): the key is valid
-   * from this instant on. Absent, null or empty: since always. Spelled
-   * otherwise ("2026-12-05", "Dec 5 2026"), the key is valid at no time.
+   * from this instant on. Absent, null, empty or Go's zero time
+   * (0001-01-01T00:00:00Z): since always. Spelled otherwise ("2026-12-05",
+   * "Dec 5 2026"), the key is valid at no time.
    */
   notBefore?: string;
-  /** RFC 3339, as notBefore: the key is valid until this instant (exclusive). Absent, null or empty: no end. */
+  /** RFC 3339, as notBefore: the key is valid until this instant (exclusive). Absent, null, empty or Go's zero time: no end. */
   notAfter?: string;
 }
 
@@ -143,20 +144,27 @@ export function publicKeys(k: KeyPair): PublicKey[] {
 
 /**
  * Where a key's window edge `x` (its notBefore or notAfter) lies: `open`
- * (no bound) when absent, null or empty, as every client reads it; the
- * instant RFC 3339 names (see parseTimeExact, times.ts); undefined when it
- * is anything else ("Dec 5 2026", "2026-12-05", a number). Go reads a
- * window only as RFC 3339, and a list holding another spelling not at all:
- * a key whose window this client cannot read as Go does is valid at no
- * time (see validAt), so that nothing verifies with it and nothing is
- * sealed for it, rather than a window read otherwise than Go reads it.
+ * (no bound) when absent, null or empty, as every client reads it, and
+ * when it is Go's zero time (0001-01-01T00:00:00Z, at any offset), which
+ * Go's PublicKey.ValidAt reads as no bound (a notAfter there closes
+ * nothing); the instant RFC 3339 names (see parseTimeExact, times.ts);
+ * undefined when it is anything else ("Dec 5 2026", "2026-12-05", a
+ * number). Go reads a window only as RFC 3339, and a list holding another
+ * spelling not at all: a key whose window this client cannot read as Go
+ * does is valid at no time (see validAt), so that nothing verifies with
+ * it and nothing is sealed for it, rather than a window read otherwise
+ * than Go reads it.
  */
 function windowEdge(x: unknown, open: ExactTime): ExactTime | undefined {
-  return x === undefined || x === null || x === "" ? open : parseTimeExact(x);
+  if (x === undefined || x === null || x === "") return open;
+  const t = parseTimeExact(x);
+  return t !== undefined && t[0] === GO_ZERO[0] && t[1] === GO_ZERO[1] ? open : t;
 }
 
 const ALWAYS: ExactTime = [-Infinity, 0];
 const NEVER: ExactTime = [Infinity, 0];
+/** Go's zero time.Time, 0001-01-01T00:00:00Z: where Go's SelectKey ranks a key with no notBefore. */
+const GO_ZERO: ExactTime = [-62135596800000, 0];
 
 /**
  * Whether the instant t lies in k's window [notBefore, notAfter), as Go's
@@ -193,7 +201,9 @@ function selectKeyAt(keys: readonly PublicKey[], kid: string, use: "sig" | "enc"
   for (const k of keys) {
     if (k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t)) continue;
     if (kid !== "") return k;
-    const nb = windowEdge(k.notBefore, ALWAYS)!;
+    // Go ranks a key with no notBefore at its zero time: one opening
+    // before that instant (the year 0000, at an offset) ranks earlier.
+    const nb = windowEdge(k.notBefore, GO_ZERO)!;
     if (best === undefined || nb[0] > bestNB[0] || (nb[0] === bestNB[0] && nb[1] >= bestNB[1])) {
       best = k;
       bestNB = nb;

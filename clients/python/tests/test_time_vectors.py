@@ -1,0 +1,195 @@
+"""Every time of clients/conformance/vectors/times.json (Go's reading of
+each text: ``parseRFC3339``, then ``time.Parse``) is read here as Go reads
+it: to the nanosecond by :func:`~pigeon_client.crypto.parse_rfc3339_ns`,
+and to the microsecond, truncated, by
+:func:`~pigeon_client.crypto.parse_rfc3339` (a ``datetime`` holds no
+finer). Every key window of it holds a message time as Go's
+``VerifyMessageWithKeys`` finds it (``PublicKey.ValidAt``).
+
+The client read a message's time and a key's window to the microsecond
+and compared them there alone: a key opening within a microsecond held a
+message time Go finds before it, and one closing within a millisecond a
+message time Go (and the TypeScript and Rust clients, which read
+milliseconds) finds past it, so a signature verified here that Go
+refuses. A window edge at Go's zero time (``0001-01-01T00:00:00Z``, at any
+offset) closed the key, where Go reads it as no bound.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import nacl.signing
+import pytest
+
+from harness import ROOT
+from pigeon_client import PigeonError
+from pigeon_client import crypto
+from pigeon_client.crypto import Keys, parse_rfc3339, select_key, sign_message, verify_message_with_keys
+
+VECTORS = json.loads((ROOT / "clients/conformance/vectors/times.json").read_text(encoding="utf-8"))
+
+# Rows whose outcome here is documented to differ from Go's, by name, with
+# the reason. None: Python's integers keep every nanosecond, and a
+# ``datetime`` holds every instant of the vectors (the year 0000 and 10000
+# ones as a time of the year 0001 or 9999 at its offset).
+DIFFERS: dict[str, str] = {}
+
+KEYS = Keys("sig-times", nacl.signing.SigningKey(bytes([7]) * 32), "enc-times", bytes([107]) * 32)
+SIG_KEY, ENC_KEY = KEYS.public_keys()
+UTC = dt.timezone.utc
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+NS = 10**9
+
+
+def _go_ns(case: dict[str, Any]) -> int | None:
+    """Go's reading of a case, nanoseconds since the epoch; None: Go refuses it."""
+    return None if case.get("refused") else int(case["unixSeconds"]) * NS + int(case["nanos"])
+
+
+def _ns_of(t: dt.datetime) -> int:
+    d = t - EPOCH
+    return (d.days * 86400 + d.seconds) * NS + d.microseconds * 1000
+
+
+def _spell(ns: int) -> str:
+    """The instant ``ns`` spelled as RFC 3339 with nine digits of fraction:
+    in UTC, or at the offset +23:59 or -23:59 that brings an instant of the
+    year 0000 or 10000 into 0001 to 9999."""
+    for off in (0, 23 * 60 + 59, -(23 * 60 + 59)):
+        local = ns + off * 60 * NS
+        sec, frac = divmod(local, NS)
+        days, sod = divmod(sec, 86400)
+        ordinal = days + EPOCH.toordinal()
+        if not dt.date.min.toordinal() <= ordinal <= dt.date.max.toordinal():
+            continue
+        zone = "Z" if off == 0 else ("+" if off > 0 else "-") + "23:59"
+        clock = f"{sod // 3600:02d}:{sod // 60 % 60:02d}:{sod % 60:02d}.{frac:09d}"
+        return f"{dt.date.fromordinal(ordinal).isoformat()}T{clock}{zone}"
+    raise AssertionError(f"no RFC 3339 spelling of {ns}")
+
+
+def _signed_at(time: str) -> dict[str, Any]:
+    m = {"subject": "x", "id": "msg_times", "time": time, "data": {"n": 1}}
+    return sign_message(m, KEYS.signing_kid, KEYS.signing_key)
+
+
+def _verifies(m: dict[str, Any], keys: list[dict[str, Any]]) -> bool:
+    try:
+        verify_message_with_keys(m, keys)
+    except PigeonError as e:
+        assert e.code == "SIGNATURE_INVALID", e
+        return False
+    return True
+
+
+def _outcome(name: str, got: Any, want: Any) -> None:
+    if name in DIFFERS:
+        return
+    assert got == want, f"{name}: {got!r}, Go: {want!r}"
+
+
+def test_the_vectors_are_read() -> None:
+    assert len(VECTORS["cases"]) >= 100
+    assert len(VECTORS["windows"]) >= 15
+    assert not set(DIFFERS) - {c["name"] for c in VECTORS["cases"] + VECTORS["windows"]}
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=lambda c: c["name"])
+def test_every_time_reads_as_go_reads_it(case: dict[str, Any]) -> None:
+    want = _go_ns(case)
+    try:
+        got: int | None = crypto.parse_rfc3339_ns(case["time"])
+    except ValueError:
+        got = None
+    _outcome(case["name"], got, want)
+    # The datetime: the same instant, truncated toward the past to the microsecond.
+    try:
+        micro: int | None = _ns_of(parse_rfc3339(case["time"]))
+    except ValueError:
+        micro = None
+    _outcome(case["name"], micro, None if want is None else want // 1000 * 1000)
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=lambda c: c["name"])
+def test_a_message_time_signs_and_verifies_as_go_reads_it(case: dict[str, Any]) -> None:
+    """A time Go refuses is not signed (``ENVELOPE_INVALID``) nor verified;
+    a message at a time it reads verifies with a key opening at that
+    instant and not with one opening a nanosecond later."""
+    name, text, want = case["name"], case["time"], _go_ns(case)
+    if want is None:
+        if text != "":  # sign_message stamps an empty time with now, as Go's SignMessage
+            try:
+                _signed_at(text)
+                signed = "signed"
+            except PigeonError as e:
+                signed = e.code
+            _outcome(name, signed, "ENVELOPE_INVALID")
+        _outcome(name, _verifies({**_signed_at("2026-12-05T10:20:30Z"), "time": text}, [SIG_KEY]), False)
+        return
+    m = _signed_at(text)
+    _outcome(name, _verifies(m, [SIG_KEY]), True)
+    _outcome(name, _verifies(m, [{**SIG_KEY, "notBefore": text}]), True)
+    at, later = _spell(want), _spell(want + 1)
+    assert crypto.parse_rfc3339_ns(at) == want, at
+    _outcome(name, _verifies(m, [{**SIG_KEY, "notBefore": at}]), True)
+    _outcome(name, _verifies(m, [{**SIG_KEY, "notBefore": later}]), False)
+
+
+@pytest.mark.parametrize("case", [c for c in VECTORS["cases"] if c.get("refused")], ids=lambda c: c["name"])
+def test_a_key_whose_window_does_not_read_is_valid_at_no_time(case: dict[str, Any]) -> None:
+    m = _signed_at("2026-12-05T10:20:30Z")
+    assert _verifies(m, [SIG_KEY])
+    for edge in ("notBefore", "notAfter"):
+        _outcome(case["name"], _verifies(m, [{**SIG_KEY, edge: case["time"]}]), False)
+        for at in (dt.datetime.min.replace(tzinfo=UTC), EPOCH, dt.datetime.max.replace(tzinfo=UTC)):
+            _outcome(case["name"], select_key([{**SIG_KEY, edge: case["time"]}], SIG_KEY["kid"], "sig", at), None)
+            _outcome(case["name"], select_key([{**ENC_KEY, edge: case["time"]}], "", "enc", at), None)
+
+
+@pytest.mark.parametrize("window", VECTORS["windows"], ids=lambda w: w["name"])
+def test_every_key_window_holds_a_message_time_as_go_finds_it(window: dict[str, Any]) -> None:
+    text = json.dumps(SIG_KEY)[:-1]
+    for name in ("notBefore", "notAfter"):
+        if name in window:
+            text += f', "{name}": {window[name]}'
+    key = json.loads(text + "}")
+    _outcome(window["name"], _verifies(_signed_at(window["time"]), [key]), window["valid"])
+
+
+ZERO = "0001-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("zero", [ZERO, "0001-01-01T01:00:00+01:00", "0001-01-01T00:00:00.000000000-00:00"])
+def test_a_window_edge_at_gos_zero_time_is_no_bound(zero: str) -> None:
+    now = dt.datetime(2026, 12, 5, 10, 20, 30, tzinfo=UTC)
+    assert (select_key([{**ENC_KEY, "notAfter": zero}], "", "enc", now) or {}).get("kid") == ENC_KEY["kid"]
+    assert _verifies(_signed_at("2026-12-05T10:20:30Z"), [{**SIG_KEY, "notAfter": zero}])
+    # A message time before the zero instant: a notBefore there is no bound either.
+    assert _verifies(_signed_at("0001-01-01T00:30:00+01:00"), [{**SIG_KEY, "notBefore": zero}])
+    # A notAfter a nanosecond past it does close the key.
+    closed = {**SIG_KEY, "notAfter": "0001-01-01T00:00:00.000000001Z"}
+    assert not _verifies(_signed_at("2026-12-05T10:20:30Z"), [closed])
+
+
+def test_without_a_kid_the_latest_notbefore_is_chosen_as_go_ranks_it() -> None:
+    """Go's SelectKey ranks a key with no notBefore, or one at its zero
+    time, at that zero time: one opening before that instant (the year
+    0000, at an offset) ranks earlier; among equals the last listed; and
+    notBefore is ranked to the nanosecond."""
+    now = dt.datetime(2026, 12, 5, 10, 20, 30, tzinfo=UTC)
+    other_keys = Keys("sig-other", nacl.signing.SigningKey(bytes([8]) * 32), "enc-other", bytes([108]) * 32)
+    other = other_keys.public_keys()[1]
+    before = {**other, "notBefore": "0001-01-01T00:30:00+01:00"}
+    for open_ in (ENC_KEY, {**ENC_KEY, "notBefore": None}, {**ENC_KEY, "notBefore": ZERO}):
+        assert select_key([open_, before], "", "enc", now)["kid"] == ENC_KEY["kid"]
+        assert select_key([before, open_], "", "enc", now)["kid"] == ENC_KEY["kid"]
+    zero_other = {**other, "notBefore": ZERO}
+    assert select_key([ENC_KEY, zero_other], "", "enc", now)["kid"] == other["kid"]
+    assert select_key([zero_other, ENC_KEY], "", "enc", now)["kid"] == ENC_KEY["kid"]
+    a = {**ENC_KEY, "notBefore": "2026-01-01T00:00:00.0000001Z"}
+    b = {**other, "notBefore": "2026-01-01T00:00:00.0000002Z"}
+    assert select_key([b, a], "", "enc", now)["kid"] == other["kid"]
+    assert select_key([a, b], "", "enc", now)["kid"] == other["kid"]

@@ -1,0 +1,198 @@
+// Every time of clients/conformance/vectors/times.json (Go's reading of
+// each text: parseRFC3339, then time.Parse) is read here as Go reads it,
+// to the nanosecond (parseTimeExact) and to the millisecond (parseTime);
+// every key window of it holds a message time as Go's
+// VerifyMessageWithKeys finds it (PublicKey.ValidAt). A window edge at
+// Go's zero time (0001-01-01T00:00:00Z, at any offset) is no bound, as Go
+// reads it: this client read a notAfter there as a key closed since year
+// 1, and refused a signature Go and the other clients verify; and it
+// ranked a notBefore before that instant after an absent one, so that
+// another key was chosen to seal for than Go chooses.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { keyPairFrom, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
+import { parseTime, parseTimeExact } from "../dist/times.js";
+
+const V = JSON.parse(readFileSync(fileURLToPath(new URL("../../conformance/vectors/times.json", import.meta.url)), "utf8"));
+
+// Rows whose outcome here is documented to differ from Go's, by name, with
+// the reason. None: every instant RFC 3339 writes (years 0001 to 9999,
+// and a day either side by an offset) is within 2^53 milliseconds of the
+// epoch, so a Number keeps its milliseconds exactly and the nanoseconds
+// past them are kept apart (ExactTime).
+const DIFFERS = new Map();
+
+const keys = keyPairFrom(new Uint8Array(32).fill(7), new Uint8Array(32).fill(107));
+const sigKey = publicKeys(keys).find((k) => k.use === "sig");
+const encKey = publicKeys(keys).find((k) => k.use === "enc");
+
+const NS = 1_000_000_000n;
+const floorDiv = (a, b) => (a >= 0n ? a / b : -((-a + b - 1n) / b));
+
+/** Go's reading of a case as nanoseconds since the epoch (BigInt), or undefined when Go refuses it. */
+const goNanos = (c) => (c.refused ? undefined : BigInt(c.unixSeconds) * NS + BigInt(c.nanos));
+
+/** An ExactTime (milliseconds, nanoseconds past them) as nanoseconds since the epoch. */
+const nanosOf = (t) => BigInt(t[0]) * 1_000_000n + BigInt(t[1]);
+
+/** Year, month and day of the day `days` after 1970-01-01 (proleptic Gregorian). */
+function civil(days) {
+  const z = days + 719468;
+  const era = Math.floor(z / 146097);
+  const doe = z - era * 146097;
+  const yoe = Math.floor((doe - Math.floor(doe / 1460) + Math.floor(doe / 36524) - Math.floor(doe / 146096)) / 365);
+  const doy = doe - (365 * yoe + Math.floor(yoe / 4) - Math.floor(yoe / 100));
+  const mp = Math.floor((5 * doy + 2) / 153);
+  const m = mp < 10 ? mp + 3 : mp - 9;
+  return [yoe + era * 400 + (m <= 2 ? 1 : 0), m, doy - Math.floor((153 * mp + 2) / 5) + 1];
+}
+
+/**
+ * The instant ns (nanoseconds since the epoch, BigInt) spelled as RFC 3339
+ * with nine digits of fraction: in UTC, or at the offset +23:59 or -23:59
+ * that brings an instant of the year 0000 or 10000 into 0001 to 9999.
+ */
+function spell(ns) {
+  const pad = (n, w) => String(n).padStart(w, "0");
+  for (const off of [0, 23 * 60 + 59, -(23 * 60 + 59)]) {
+    const local = ns + BigInt(off) * 60n * NS;
+    const sec = floorDiv(local, NS);
+    const days = floorDiv(sec, 86400n);
+    const sod = Number(sec - days * 86400n);
+    const [y, m, d] = civil(Number(days));
+    if (y < 1 || y > 9999) continue;
+    const zone = off === 0 ? "Z" : `${off > 0 ? "+" : "-"}23:59`;
+    return `${pad(y, 4)}-${pad(m, 2)}-${pad(d, 2)}T${pad(Math.floor(sod / 3600), 2)}:${pad(Math.floor(sod / 60) % 60, 2)}:${pad(sod % 60, 2)}.${pad(local - sec * NS, 9)}${zone}`;
+  }
+  throw new Error(`no RFC 3339 spelling of ${ns}`);
+}
+
+/** Whether verifyMessageWithKeys verifies m with keys: true, or false for SIGNATURE_INVALID (anything else throws). */
+function verifies(m, keyList) {
+  try {
+    verifyMessageWithKeys(m, keyList);
+    return true;
+  } catch (e) {
+    if (!(e instanceof PigeonError && e.code === "SIGNATURE_INVALID")) throw e;
+    return false;
+  }
+}
+
+/** A message signed at time, which must read. */
+const signedAt = (time) => signMessage({ subject: "x", id: "msg_times", time, data: { n: 1 } }, keys.signingKid, keys.signingSeed);
+
+/** Records name's outcome: wrong unless it is Go's, or documented to differ. */
+function check(wrong, name, got, want, what) {
+  if (got === want || DIFFERS.has(name)) return;
+  wrong.push(`${name}: ${what} ${got}, Go: ${want}`);
+}
+
+test("time vectors: every time is read as Go reads it, to the nanosecond and to the millisecond (vectors/times.json)", () => {
+  assert.ok(V.cases.length >= 100, `${V.cases.length} cases`);
+  const wrong = [];
+  for (const c of V.cases) {
+    const want = goNanos(c);
+    const exact = parseTimeExact(c.time);
+    check(wrong, c.name, exact === undefined ? "refused" : String(nanosOf(exact)), want === undefined ? "refused" : String(want), "ns");
+    if (exact !== undefined) {
+      if (!Number.isSafeInteger(exact[0]) || !Number.isInteger(exact[1]) || exact[1] < 0 || exact[1] > 999_999) wrong.push(`${c.name}: not an exact time ${exact}`);
+    }
+    // Milliseconds: the same instant, truncated toward the past.
+    const ms = parseTime(c.time);
+    check(wrong, c.name, Number.isNaN(ms) ? "refused" : String(ms), want === undefined ? "refused" : String(floorDiv(want, 1_000_000n)), "ms");
+  }
+  assert.deepEqual(wrong, []);
+});
+
+test("time vectors: a message time signs and verifies as Go reads it; a key opening then holds it, one opening a nanosecond later does not", () => {
+  const wrong = [];
+  const good = signedAt("2026-12-05T10:20:30Z");
+  for (const c of V.cases) {
+    const want = goNanos(c);
+    if (want === undefined) {
+      // Go: SignMessage refuses it (ENVELOPE_INVALID; an empty time is stamped with now) and VerifyMessageWithKeys too.
+      if (c.time !== "") {
+        let signed;
+        try {
+          signedAt(c.time);
+          signed = "signed";
+        } catch (e) {
+          signed = e instanceof PigeonError ? e.code : String(e);
+        }
+        check(wrong, c.name, signed, "ENVELOPE_INVALID", "signing");
+      }
+      check(wrong, c.name, verifies({ ...good, time: c.time }, [sigKey]), false, "verified with the time");
+      continue;
+    }
+    const m = signedAt(c.time);
+    check(wrong, c.name, verifies(m, [sigKey]), true, "verified with no window");
+    check(wrong, c.name, verifies(m, [{ ...sigKey, notBefore: c.time }]), true, "verified with a key opening at the text");
+    const at = spell(want);
+    check(wrong, c.name, String(nanosOf(parseTimeExact(at) ?? [NaN, 0])), String(want), `the spelling ${at} read as`);
+    check(wrong, c.name, verifies(m, [{ ...sigKey, notBefore: at }]), true, `verified with a key opening at ${at}`);
+    const later = spell(want + 1n);
+    check(wrong, c.name, verifies(m, [{ ...sigKey, notBefore: later }]), false, `verified with a key opening at ${later}`);
+  }
+  assert.deepEqual(wrong, []);
+});
+
+test("time vectors: a key whose window does not read as Go reads it is valid at no time", () => {
+  const m = signedAt("2026-12-05T10:20:30Z");
+  assert.ok(verifies(m, [sigKey]));
+  const wrong = [];
+  // The empty text is no bound here, as absent (see PublicKey): not a window of a key Go reads.
+  for (const c of V.cases.filter((c) => c.refused && c.time !== "")) {
+    for (const edge of ["notBefore", "notAfter"]) {
+      check(wrong, c.name, verifies(m, [{ ...sigKey, [edge]: c.time }]), false, `${edge}: verified`);
+      for (const t of [-8.64e15, 0, 1796466030000, 8.64e15]) {
+        check(wrong, c.name, selectKey([{ ...sigKey, [edge]: c.time }], sigKey.kid, "sig", t)?.kid, undefined, `${edge}: selected at ${t}`);
+        check(wrong, c.name, selectKey([{ ...encKey, [edge]: c.time }], "", "enc", t)?.kid, undefined, `${edge}: sealed for at ${t}`);
+      }
+    }
+  }
+  assert.deepEqual(wrong, []);
+});
+
+test("time vectors: every key window holds a message time as Go's VerifyMessageWithKeys finds it", () => {
+  assert.ok(V.windows.length >= 15, `${V.windows.length} windows`);
+  const wrong = [];
+  for (const w of V.windows) {
+    // The key read from its JSON text, as a published key list is.
+    let text = JSON.stringify(sigKey).slice(0, -1);
+    for (const [name, edge] of [["notBefore", w.notBefore], ["notAfter", w.notAfter]]) {
+      if (edge !== undefined) text += `,"${name}":${edge}`;
+    }
+    const key = JSON.parse(text + "}");
+    check(wrong, w.name, verifies(signedAt(w.time), [key]), w.valid, "valid");
+  }
+  assert.deepEqual(wrong, []);
+});
+
+// Go's SelectKey takes, without a kid, the valid key with the latest
+// notBefore, an absent one and one at Go's zero time alike being that
+// zero time: an instant before it (the year 0000, spelled at an offset)
+// is earlier still.
+test("time vectors: a window edge at Go's zero time is no bound, and ranks as an absent notBefore", () => {
+  const ZERO = "0001-01-01T00:00:00Z";
+  const now = Date.parse("2026-12-05T10:20:30Z");
+  for (const zero of [ZERO, "0001-01-01T01:00:00+01:00", "0001-01-01T00:00:00.000000000-00:00"]) {
+    assert.equal(selectKey([{ ...encKey, notAfter: zero }], "", "enc", now)?.kid, encKey.kid, `notAfter ${zero}: sealed for`);
+    assert.ok(verifies(signedAt("2026-12-05T10:20:30Z"), [{ ...sigKey, notAfter: zero }]), `notAfter ${zero}: verified`);
+    // A message time before the zero instant: a notBefore there is no bound either.
+    assert.ok(verifies(signedAt("0001-01-01T00:30:00+01:00"), [{ ...sigKey, notBefore: zero }]), `notBefore ${zero}: verified`);
+  }
+  // A notAfter a nanosecond past the zero time does close the key.
+  assert.ok(!verifies(signedAt("2026-12-05T10:20:30Z"), [{ ...sigKey, notAfter: "0001-01-01T00:00:00.000000001Z" }]));
+  const other = publicKeys(keyPairFrom(new Uint8Array(32).fill(8), new Uint8Array(32).fill(108))).find((k) => k.use === "enc");
+  const before = { ...other, notBefore: "0001-01-01T00:30:00+01:00" };
+  for (const open of [encKey, { ...encKey, notBefore: null }, { ...encKey, notBefore: ZERO }]) {
+    assert.equal(selectKey([open, before], "", "enc", now)?.kid, encKey.kid, `${open.notBefore} then the year 0000`);
+    assert.equal(selectKey([before, open], "", "enc", now)?.kid, encKey.kid, `the year 0000 then ${open.notBefore}`);
+  }
+  // Among equals the last listed, as Go.
+  const zeroOther = { ...other, notBefore: ZERO };
+  assert.equal(selectKey([encKey, zeroOther], "", "enc", now)?.kid, other.kid);
+  assert.equal(selectKey([zeroOther, encKey], "", "enc", now)?.kid, encKey.kid);
+});
