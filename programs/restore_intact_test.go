@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
-	"pigeon/store/wal"
 )
 
 // A stored program whose record no deploy writes is refused at start,
@@ -37,30 +36,8 @@ func TestRestoreRefusesARecordNoDeployWrites(t *testing.T) {
 		{"no digest", func(rec map[string]any) { delete(rec, "sha256") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			ctx := context.Background()
-			open := func() (*fixture, *wal.Store) {
-				st, err := wal.Open(dir, nil)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = st.Close(ctx) })
-				return newFixture(t, st), st
-			}
-			f, st := open()
-			_, err := f.mg.Deploy(ctx, admin, "ok", manifest(group("ok")), modOK)
-			require.NoError(t, err)
-			f.stop(t)
-			raw, err := st.Get(ctx, "programs", "ok")
-			require.NoError(t, err)
-			var rec map[string]any
-			require.NoError(t, json.Unmarshal(raw, &rec))
-			tc.change(rec)
-			raw, err = json.Marshal(rec)
-			require.NoError(t, err)
-			require.NoError(t, st.Put(ctx, "programs", "ok", raw))
-			require.NoError(t, st.Close(ctx))
-
-			f, _ = open()
-			in, err := f.mg.Get(ctx, "ok")
+			f := restartedWithRecord(t, tc.change)
+			in, err := f.mg.Get(context.Background(), "ok")
 			require.NoError(t, err)
 			require.False(t, in.Bound, "bound from a record no deploy writes")
 			require.Contains(t, in.Error, "STORE_CORRUPT")

@@ -45,21 +45,7 @@ func TestLonePublishAnswerUnread(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
-			srv := newScriptedServer(t, func(f *ws.Frame) []string {
-				switch f.Op {
-				case ws.OpPublish:
-					return []string{row.answer(f.ID)}
-				case ws.OpReceive:
-					return []string{`{"op":"messages","re":"` + f.ID + `","messages":[]}`}
-				}
-				return []string{okFrame(f)}
-			})
-			ctx := context.Background()
-			s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-			require.NoError(t, err)
-			defer s.Close(ctx)
-
-			res, err := s.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(`{"n":1}`)})
+			s, res, err := publishAnsweredWith(t, row.answer)
 			require.Nil(t, res)
 			require.Equal(t, row.code, pigeon.ErrorCode(err), "%v", err)
 			if row.accepted {
@@ -68,7 +54,7 @@ func TestLonePublishAnswerUnread(t *testing.T) {
 			} else {
 				require.NotContains(t, err.Error(), "may have been accepted")
 			}
-			_, err = s.Receive(ctx, "chat.messages", 1)
+			_, err = s.Receive(context.Background(), "chat.messages", 1)
 			require.NoError(t, err, "the connection stays up")
 		})
 	}
@@ -87,20 +73,33 @@ func TestPublishAnswerOfAnotherShape(t *testing.T) {
 		{name: "decisions of another number", answer: func(id string) string { return `{"op":"decisions","re":"` + id + `","results":[]}` }},
 	} {
 		t.Run(row.name, func(t *testing.T) {
-			srv := newScriptedServer(t, func(f *ws.Frame) []string {
-				if f.Op == ws.OpPublish {
-					return []string{row.answer(f.ID)}
-				}
-				return []string{okFrame(f)}
-			})
-			ctx := context.Background()
-			s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
-			require.NoError(t, err)
-			defer s.Close(ctx)
-			res, err := s.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(`{"n":1}`)})
+			_, res, err := publishAnsweredWith(t, row.answer)
 			require.Nil(t, res)
 			require.Equal(t, pigeon.CodeInternal, pigeon.ErrorCode(err), "%v", err)
 			require.ErrorContains(t, err, "may have been accepted")
 		})
 	}
+}
+
+// publishAnsweredWith publishes one message to a scripted server that
+// answers the publish with answer (given the frame's id) and a receive
+// with no messages, and returns the session (closed at the test's end)
+// and the publish's outcome.
+func publishAnsweredWith(t *testing.T, answer func(id string) string) (*ws.Session, *pigeon.Result, error) {
+	t.Helper()
+	srv := newScriptedServer(t, func(f *ws.Frame) []string {
+		switch f.Op {
+		case ws.OpPublish:
+			return []string{answer(f.ID)}
+		case ws.OpReceive:
+			return []string{`{"op":"messages","re":"` + f.ID + `","messages":[]}`}
+		}
+		return []string{okFrame(f)}
+	})
+	ctx := context.Background()
+	s, err := ws.Dial(ctx, srv.url, "token", []string{"chat.messages"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	res, err := s.Publish(ctx, &pigeon.Message{Type: "chat", Subject: "chat.messages", Intent: "chat", Data: json.RawMessage(`{"n":1}`)})
+	return s, res, err
 }
