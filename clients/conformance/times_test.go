@@ -179,21 +179,27 @@ type timeCase struct {
 	KeyWindow *timeReading `json:"keyWindow,omitempty"`
 }
 
-// windowCase is a signing key's window, spelled as JSON texts (empty: the
-// member left out), and whether Go's VerifyMessageWithKeys finds the key
-// valid at a message time (PublicKey.ValidAt, at every precision the
-// clients read times).
+// windowCase is a signing key's window, each edge spelled as the JSON
+// text of its value (`"2026-01-01T00:00:00Z"`, `null`, `""`, `5`, `{}`;
+// empty: the member left out), and whether Go's VerifyMessageWithKeys
+// finds the key valid at a message time (PublicKey.ValidAt, at every
+// precision the clients read times). Refused: Go does not decode the key
+// at all (PublicKey.UnmarshalJSON reads an edge only as null or an RFC
+// 3339 string), so it is valid at no time, and every client holds it so.
 type windowCase struct {
 	Name      string `json:"name"`
 	NotBefore string `json:"notBefore,omitempty"`
 	NotAfter  string `json:"notAfter,omitempty"`
 	Time      string `json:"time"`
 	Valid     bool   `json:"valid"`
+	Refused   bool   `json:"refused,omitempty"`
 }
 
-// windowRows are key windows at the edges of ValidAt. Each edge is
-// spelled as RFC 3339 proper, which Go reads alike as a message time and
-// as a key's window.
+// windowRows are key windows at the edges of ValidAt, each edge the JSON
+// text of its value. An RFC 3339 edge is spelled as RFC 3339 proper,
+// which Go reads alike as a message time and as a key's window; the last
+// rows hold edges that are no RFC 3339 string, for which Go decodes no
+// key.
 var windowRows = []struct{ name, notBefore, notAfter, time string }{
 	{"no window", "", "", "2026-01-01T00:00:00Z"},
 	{"at notBefore", `"2026-01-01T00:00:00Z"`, "", "2026-01-01T00:00:00Z"},
@@ -217,6 +223,25 @@ var windowRows = []struct{ name, notBefore, notAfter, time string }{
 	{"notAfter at 0001-01-01T00:00:00Z at an offset", "", `"0001-01-01T01:00:00+01:00"`, "2026-01-01T00:00:00Z"},
 	{"notBefore at 0001-01-01T00:00:00Z", `"0001-01-01T00:00:00Z"`, "", "0001-01-01T00:00:00Z"},
 	{"notAfter a nanosecond after 0001-01-01T00:00:00Z", "", `"0001-01-01T00:00:00.000000001Z"`, "2026-01-01T00:00:00Z"},
+	// An edge that is no RFC 3339 string: Go does not decode the key, so
+	// it is valid at no time, whatever the other edge; the empty string
+	// is not an absent edge.
+	{"notAfter empty, on a key that opened", `"2025-01-01T00:00:00Z"`, `""`, "2026-01-01T00:00:00Z"},
+	{"notAfter empty", "", `""`, "2026-01-01T00:00:00Z"},
+	{"notBefore empty", `""`, "", "2026-01-01T00:00:00Z"},
+	{"notBefore empty, on a key that closes", `""`, `"2027-01-01T00:00:00Z"`, "2026-01-01T00:00:00Z"},
+	{"both edges empty", `""`, `""`, "2026-01-01T00:00:00Z"},
+	{"notAfter a number of seconds", "", "1798761600", "2026-01-01T00:00:00Z"},
+	{"notAfter a number of milliseconds", "", "1798761600000", "2026-01-01T00:00:00Z"},
+	{"notBefore zero", "0", "", "2026-01-01T00:00:00Z"},
+	{"notBefore a fraction", "1.5", "", "2026-01-01T00:00:00Z"},
+	{"notAfter true", "", "true", "2026-01-01T00:00:00Z"},
+	{"notBefore false", "false", "", "2026-01-01T00:00:00Z"},
+	{"notAfter an object", "", "{}", "2026-01-01T00:00:00Z"},
+	{"notBefore an object with a time", `{"time":"2025-01-01T00:00:00Z"}`, "", "2026-01-01T00:00:00Z"},
+	{"notAfter a list", "", "[]", "2026-01-01T00:00:00Z"},
+	{"notBefore a list of a time", `["2025-01-01T00:00:00Z"]`, "", "2026-01-01T00:00:00Z"},
+	{"notAfter empty, notBefore null", "null", `""`, "2026-01-01T00:00:00Z"},
 }
 
 type timeVectors struct {
@@ -291,8 +316,9 @@ func goKeyWindow(t *testing.T, k keyPair, s string) (time.Time, bool) {
 
 // goWindow is whether Go finds a key of the window spelled (JSON texts,
 // decoded by encoding/json as a published key is) valid at the time of a
-// message signed at at.
-func goWindow(t *testing.T, k keyPair, notBefore, notAfter, at string) bool {
+// message signed at at, and whether it refuses to decode the key: its
+// window then, and nothing else of it, since the key is otherwise sound.
+func goWindow(t *testing.T, k keyPair, notBefore, notAfter, at string) (valid, refused bool) {
 	text := `{"kid":"` + k.sigKID + `","use":"sig","alg":"ed25519","key":"` + b64.EncodeToString(k.sigPub) + `"`
 	if notBefore != "" {
 		text += `,"notBefore":` + notBefore
@@ -300,8 +326,16 @@ func goWindow(t *testing.T, k keyPair, notBefore, notAfter, at string) bool {
 	if notAfter != "" {
 		text += `,"notAfter":` + notAfter
 	}
+	text += "}"
+	require.True(t, json.Valid([]byte(text)), "%s", text)
 	var key pigeon.PublicKey
-	require.NoError(t, json.Unmarshal([]byte(text+"}"), &key))
+	if err := json.Unmarshal([]byte(text), &key); err != nil {
+		require.Regexp(t, `^key not(Before|After)\b`, err.Error(), "%s", text)
+		// Nor does a list holding it decode: nothing verifies.
+		var list []pigeon.PublicKey
+		require.Error(t, json.Unmarshal([]byte("["+text+"]"), &list), "%s", text)
+		return false, true
+	}
 	m := &pigeon.Message{Subject: "x", ID: "msg_window", Time: at, Data: json.RawMessage(`{}`)}
 	require.NoError(t, pigeon.SignMessage(m, k.sigKID, k.sigPriv))
 	err := pigeon.VerifyMessageWithKeys(m, []pigeon.PublicKey{key})
@@ -309,7 +343,7 @@ func goWindow(t *testing.T, k keyPair, notBefore, notAfter, at string) bool {
 		var pe *pigeon.Error
 		require.True(t, errors.As(err, &pe) && pe.Code == pigeon.CodeSignatureInvalid && strings.Contains(pe.Message, "valid at the message time"), "%v", err)
 	}
-	return err == nil
+	return err == nil, false
 }
 
 func goTimeVectors(t *testing.T) timeVectors {
@@ -321,9 +355,10 @@ func goTimeVectors(t *testing.T) timeVectors {
 			"Every client reads every text as Go does; the clients read a signing key's notBefore and notAfter with the same parser, a key whose window does not read being valid at no time. " +
 			"keyWindow, where present, is what Go's encoding/json and PublicKey.Validate make of the text as a published key's window, which the broker stores and lists again in its own spelling (time.Time's MarshalJSON): " +
 			"a broker never lists a window spelled otherwise than RFC 3339 proper.",
-		WindowNote: "Each window is a signing key's notBefore and notAfter as JSON texts (absent: the member left out) and whether Go's VerifyMessageWithKeys finds the key valid at the time of a message signed then: " +
+		WindowNote: "Each window is a signing key's notBefore and notAfter, each the JSON text of the member's value (a time with its quotes, null, the empty string as two quotes, 5, {}; absent: the member left out), and whether Go's VerifyMessageWithKeys finds the key valid at the time of a message signed then: " +
 			"PublicKey.ValidAt, which holds the window at every precision the clients read times (nanoseconds, microseconds, milliseconds, each truncated), so that notBefore binds to the nanosecond and notAfter to the millisecond; " +
-			"null is no bound, and so is an edge at the instant 0001-01-01T00:00:00Z, Go's zero time.Time (a notAfter there closes nothing; the broker never lists one).",
+			"null is no bound, and so is an edge at the instant 0001-01-01T00:00:00Z, Go's zero time.Time (a notAfter there closes nothing; the broker never lists one). " +
+			"refused: Go does not decode the key, nor a list holding it, because an edge is neither null nor an RFC 3339 string (the empty string, a number, true, an object, a list); every client holds such a key valid at no time, whatever the other edge: nothing verifies with it, nothing is sealed for it, it is never chosen.",
 	}
 	seen := map[string]bool{}
 	for _, c := range timeSpellings {
@@ -337,7 +372,10 @@ func goTimeVectors(t *testing.T) timeVectors {
 		v.Cases = append(v.Cases, tc)
 	}
 	for _, w := range windowRows {
-		v.Windows = append(v.Windows, windowCase{Name: w.name, NotBefore: w.notBefore, NotAfter: w.notAfter, Time: w.time, Valid: goWindow(t, k, w.notBefore, w.notAfter, w.time)})
+		require.False(t, seen["window "+w.name], "window %q listed twice", w.name)
+		seen["window "+w.name] = true
+		valid, refused := goWindow(t, k, w.notBefore, w.notAfter, w.time)
+		v.Windows = append(v.Windows, windowCase{Name: w.name, NotBefore: w.notBefore, NotAfter: w.notAfter, Time: w.time, Valid: valid, Refused: refused})
 	}
 	return v
 }

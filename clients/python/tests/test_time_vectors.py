@@ -149,14 +149,41 @@ def test_a_key_whose_window_does_not_read_is_valid_at_no_time(case: dict[str, An
             _outcome(case["name"], select_key([{**ENC_KEY, edge: case["time"]}], "", "enc", at), None)
 
 
-@pytest.mark.parametrize("window", VECTORS["windows"], ids=lambda w: w["name"])
-def test_every_key_window_holds_a_message_time_as_go_finds_it(window: dict[str, Any]) -> None:
-    text = json.dumps(SIG_KEY)[:-1]
+def _with_window(k: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
+    """Key ``k`` with the window of a row, read from its JSON text as a
+    published key list is."""
+    text = json.dumps(k)[:-1]
     for name in ("notBefore", "notAfter"):
         if name in window:
             text += f', "{name}": {window[name]}'
-    key = json.loads(text + "}")
-    _outcome(window["name"], _verifies(_signed_at(window["time"]), [key]), window["valid"])
+    return json.loads(text + "}")
+
+
+@pytest.mark.parametrize("window", VECTORS["windows"], ids=lambda w: w["name"])
+def test_every_key_window_holds_a_message_time_as_go_finds_it(window: dict[str, Any]) -> None:
+    _outcome(window["name"], _verifies(_signed_at(window["time"]), [_with_window(SIG_KEY, window)]), window["valid"])
+
+
+def test_the_windows_go_does_not_decode_are_read() -> None:
+    refused = [w for w in VECTORS["windows"] if w.get("refused")]
+    assert len(refused) >= 10
+    assert all(not w["valid"] for w in refused)
+
+
+@pytest.mark.parametrize("window", [w for w in VECTORS["windows"] if w.get("refused")], ids=lambda w: w["name"])
+def test_a_key_whose_window_go_does_not_decode_is_valid_at_no_time(window: dict[str, Any]) -> None:
+    """Go does not decode a key whose window edge is neither null nor an
+    RFC 3339 string (the empty string, a number, ``true``, an object, a
+    list): nothing verifies with it here, nothing is sealed for it, and
+    beside an open key the open one is chosen."""
+    name = window["name"]
+    m = _signed_at("2026-12-05T10:20:30Z")
+    _outcome(name, _verifies(m, [_with_window(SIG_KEY, window)]), False)
+    other = {**ENC_KEY, "kid": "enc-other"}
+    for at in (dt.datetime.min.replace(tzinfo=UTC), EPOCH, dt.datetime(2026, 12, 5, tzinfo=UTC), dt.datetime.max.replace(tzinfo=UTC)):
+        _outcome(name, select_key([_with_window(SIG_KEY, window)], SIG_KEY["kid"], "sig", at), None)
+        _outcome(name, select_key([_with_window(ENC_KEY, window)], "", "enc", at), None)
+        _outcome(name, (select_key([ENC_KEY, _with_window(other, window)], "", "enc", at) or {}).get("kid"), ENC_KEY["kid"])
 
 
 ZERO = "0001-01-01T00:00:00Z"

@@ -228,14 +228,19 @@ fn canonical_x25519(u: &[u8; 32]) -> bool {
 
 /// A published public key (docs/security.md, "Published keys").
 ///
-/// `not_before` and `not_after` are RFC 3339 as the Go code reads a time
+/// `not_before` and `not_after` are each the JSON value of the member as
+/// listed, to be RFC 3339 strings as the Go code reads a time
 /// ([`time::parse_rfc3339`]): the key is valid from `not_before` on and
-/// until `not_after` (exclusive). Empty (absent or `null` on the wire), or
+/// until `not_after` (exclusive). `None` (absent or `null` on the wire), or
 /// the instant `0001-01-01T00:00:00Z` (Go's zero time, which its
 /// `PublicKey.ValidAt` reads as no bound): no bound. Spelled otherwise
-/// (`2026-12-05`, `2026-12-05t00:00:00z`, `2026-02-30T00:00:00Z`), the key
-/// is valid at no time: nothing verifies with it and nothing is sealed
-/// for it, rather than a window read otherwise than Go reads it.
+/// (`2026-12-05`, `2026-12-05t00:00:00z`, `2026-02-30T00:00:00Z`, the
+/// empty string) or not a string (a number, `true`, an object, a list),
+/// the key is valid at no time: nothing verifies with it and nothing is
+/// sealed for it, rather than a window read otherwise than Go reads it (Go
+/// decodes no such key). The value is kept as listed, so that an empty
+/// string is not taken for an absent edge: a `notAfter` of `""` on a
+/// retired key closes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PublicKey {
@@ -244,26 +249,23 @@ pub struct PublicKey {
     pub use_: String,
     pub alg: String,
     pub key: String,
-    #[serde(default, skip_serializing_if = "String::is_empty", deserialize_with = "window_edge")]
-    pub not_before: String,
-    #[serde(default, skip_serializing_if = "String::is_empty", deserialize_with = "window_edge")]
-    pub not_after: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<serde_json::Value>,
 }
 
-/// Reads a window edge: a string, or `null` as none (`""`), as Go's
-/// `encoding/json` reads `null` into a `time.Time` (the zero time: no
-/// bound).
-fn window_edge<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
-    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
-}
-
-/// Where a window edge lies: `Ok(None)` for no bound (empty, or Go's zero
-/// time), `Ok(Some(t))` for the instant RFC 3339 names, `Err(())` for a
-/// text that is no RFC 3339 time as Go reads one.
-fn edge(s: &str) -> std::result::Result<Option<time::Timestamp>, ()> {
-    if s.is_empty() {
-        return Ok(None);
-    }
+/// Where a window edge lies: `Ok(None)` for no bound (absent or `null`,
+/// or Go's zero time), `Ok(Some(t))` for the instant an RFC 3339 string
+/// names, `Err(())` for anything else: a string that is no RFC 3339 time
+/// as Go reads one (the empty string included), or a value of another
+/// type.
+fn edge(v: &Option<serde_json::Value>) -> std::result::Result<Option<time::Timestamp>, ()> {
+    let s = match v {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::String(s)) => s,
+        Some(_) => return Err(()),
+    };
     match time::parse_rfc3339(s) {
         Some(t) if t == time::Timestamp::GO_ZERO => Ok(None),
         Some(t) => Ok(Some(t)),
@@ -284,8 +286,8 @@ impl PublicKey {
             use_: "sig".into(),
             alg: "ed25519".into(),
             key: b64_encode(key.as_bytes()),
-            not_before: String::new(),
-            not_after: String::new(),
+            not_before: None,
+            not_after: None,
         }
     }
     /// An encryption key entry for a raw X25519 public key.
@@ -295,8 +297,8 @@ impl PublicKey {
             use_: "enc".into(),
             alg: "x25519".into(),
             key: b64_encode(key.as_bytes()),
-            not_before: String::new(),
-            not_after: String::new(),
+            not_before: None,
+            not_after: None,
         }
     }
     /// Whether the key is valid at `t`, milliseconds since the Unix epoch

@@ -16,11 +16,12 @@ use pigeon_client::Message;
 use std::time::Duration;
 
 /// bob's encryption key of `keys`, valid from `not_before` to `not_after`
-/// (RFC 3339, empty: no bound).
+/// (RFC 3339, empty: no bound, the member left out).
 fn enc(keys: &Keys, not_before: &str, not_after: &str) -> PublicKey {
+    let edge = |s: &str| (!s.is_empty()).then(|| s.into());
     let mut k = keys.public_keys().remove(1);
-    k.not_before = not_before.into();
-    k.not_after = not_after.into();
+    k.not_before = edge(not_before);
+    k.not_after = edge(not_after);
     k
 }
 

@@ -8,7 +8,11 @@
 //! within a millisecond held a message time Go finds past it. A key whose
 //! window does not read is valid at no time, and a window edge `null` or
 //! at Go's zero time (`0001-01-01T00:00:00Z`) is no bound, as Go reads
-//! them.
+//! them. An edge that is the empty string, or no string at all (a number,
+//! `true`, an object, a list), makes the key valid at no time, as Go
+//! decodes no such key: the client read `""` as an absent edge, so that a
+//! key listed with `notAfter: ""` verified for ever, and refused a whole
+//! list holding a key whose edge was a number.
 
 use pigeon_client::crypto::{select_key, select_key_at, sign_message, verify_message_with_keys, Keys, PublicKey};
 use pigeon_client::time::{parse_rfc3339, parse_rfc3339_ms, Timestamp};
@@ -50,6 +54,9 @@ struct Window {
     not_after: String,
     time: String,
     valid: bool,
+    /// Go does not decode the key: its window is neither `null` nor RFC 3339.
+    #[serde(default)]
+    refused: bool,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +93,29 @@ fn sig_key(k: &Keys) -> PublicKey {
 
 fn enc_key(k: &Keys) -> PublicKey {
     k.public_keys().into_iter().find(|p| p.use_ == "enc").unwrap()
+}
+
+/// `p` (a key without a window) with the members `edges` (a name and the
+/// JSON text of its value; empty: left out), read from its JSON text as a
+/// published key list is; the decoding error when it does not decode.
+fn with_edges(p: &PublicKey, edges: &[(&str, &str)]) -> Result<PublicKey, String> {
+    let mut text = serde_json::to_string(p).unwrap();
+    text.pop();
+    for (name, edge) in edges.iter().filter(|(_, edge)| !edge.is_empty()) {
+        text.push_str(&format!(",\"{name}\":{edge}"));
+    }
+    text.push('}');
+    serde_json::from_str(&text).map_err(|e| format!("{text}: {e}"))
+}
+
+/// `p` with its window edge `name` the JSON string `s`.
+fn with_edge(p: &PublicKey, name: &str, s: &str) -> PublicKey {
+    with_edges(p, &[(name, &serde_json::to_string(s).unwrap())]).unwrap()
+}
+
+/// `p` with the window of the row `w`.
+fn with_window(p: &PublicKey, w: &Window) -> Result<PublicKey, String> {
+    with_edges(p, &[("notBefore", &w.not_before), ("notAfter", &w.not_after)])
 }
 
 #[test]
@@ -133,19 +163,18 @@ fn a_message_time_signs_and_verifies_as_go_reads_it() {
                 r => wrong.push(format!("{}: verified ({:?}), Go reads no time", c.name, r.map_err(|e| e.code))),
             },
             Some(at) => {
-                let mut from = sig_key(&k);
-                from.not_before = c.time.clone();
-                if verify_message_with_keys(&m, &[from.clone()]).is_err() {
+                let from = [with_edge(&sig_key(&k), "notBefore", &c.time)];
+                if verify_message_with_keys(&m, &from).is_err() {
                     wrong.push(format!("{}: a key opening at the message time refused it", c.name));
                 }
                 let later =
                     Timestamp { unix_seconds: at.unix_seconds + i64::from(at.nanos == 999_999_999), nanos: (at.nanos + 1) % 1_000_000_000 };
-                if select_key_at(&[from.clone()], &k.signing_kid, "sig", later).is_none() {
+                if select_key_at(&from, &k.signing_kid, "sig", later).is_none() {
                     wrong.push(format!("{}: a key opening at the time is not valid a nanosecond later", c.name));
                 }
                 let earlier =
                     Timestamp { unix_seconds: at.unix_seconds - i64::from(at.nanos == 0), nanos: (at.nanos + 999_999_999) % 1_000_000_000 };
-                if at != Timestamp::GO_ZERO && select_key_at(&[from], &k.signing_kid, "sig", earlier).is_some() {
+                if at != Timestamp::GO_ZERO && select_key_at(&from, &k.signing_kid, "sig", earlier).is_some() {
                     wrong.push(format!("{}: a key opening at the time is valid a nanosecond before", c.name));
                 }
             }
@@ -154,24 +183,18 @@ fn a_message_time_signs_and_verifies_as_go_reads_it() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// A key whose notBefore or notAfter Go's parser does not read is valid
-/// at no time: nothing verifies with it, nothing is sealed for it.
+/// A key whose notBefore or notAfter Go's parser does not read (the
+/// empty text included: it is not an absent edge) is valid at no time:
+/// nothing verifies with it, nothing is sealed for it.
 #[test]
 fn a_key_whose_window_does_not_read_is_valid_at_no_time() {
     let k = keys();
     let m = signed_at(&k, "2026-12-05T10:20:30Z");
     verify_message_with_keys(&m, &[sig_key(&k)]).unwrap();
     let mut wrong = Vec::new();
-    for c in vectors().cases.iter().filter(|c| c.go.refused && !c.time.is_empty()) {
+    for c in vectors().cases.iter().filter(|c| c.go.refused) {
         for edge in ["notBefore", "notAfter"] {
-            let set = |mut p: PublicKey| {
-                if edge == "notBefore" {
-                    p.not_before = c.time.clone();
-                } else {
-                    p.not_after = c.time.clone();
-                }
-                p
-            };
+            let set = |p: PublicKey| with_edge(&p, edge, &c.time);
             if verify_message_with_keys(&m, &[set(sig_key(&k))]).is_ok() {
                 wrong.push(format!("{edge} {}: verified", c.name));
             }
@@ -194,10 +217,8 @@ fn a_key_whose_window_does_not_read_is_valid_at_no_time() {
 #[test]
 fn beside_a_key_whose_window_does_not_read_the_valid_one_is_chosen() {
     let (k, other) = (keys(), Keys::from_bytes([8; 32], [108; 32]));
-    let mut good = enc_key(&k);
-    good.not_before = "2025-01-01T00:00:00Z".into();
-    let mut loose = enc_key(&other);
-    loose.not_before = "2026-01-01t00:00:00z".into();
+    let good = with_edge(&enc_key(&k), "notBefore", "2025-01-01T00:00:00Z");
+    let loose = with_edge(&enc_key(&other), "notBefore", "2026-01-01t00:00:00z");
     let at = parse_rfc3339_ms("2026-12-05T10:20:30Z").unwrap();
     assert_eq!(select_key(&[good.clone(), loose.clone()], "", "enc", at).map(|p| &p.kid), Some(&good.kid));
     assert_eq!(select_key(&[loose, good.clone()], "", "enc", at).map(|p| &p.kid), Some(&good.kid));
@@ -210,22 +231,63 @@ fn beside_a_key_whose_window_does_not_read_the_valid_one_is_chosen() {
 fn every_window_holds_a_message_time_as_go_finds_it() {
     let k = keys();
     let v = vectors();
-    assert!(v.windows.len() >= 15);
+    assert!(v.windows.len() >= 30);
     let mut wrong = Vec::new();
     for w in &v.windows {
-        let mut text = serde_json::to_value(sig_key(&k)).unwrap().to_string();
-        text.pop();
-        for (name, edge) in [("notBefore", &w.not_before), ("notAfter", &w.not_after)] {
-            if !edge.is_empty() {
-                text.push_str(&format!(",\"{name}\":{edge}"));
+        let key = match with_window(&sig_key(&k), w) {
+            Ok(key) => key,
+            Err(e) => {
+                wrong.push(format!("{}: does not decode: {e}", w.name));
+                continue;
             }
-        }
-        text.push('}');
-        let key: PublicKey = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {text}: {e}", w.name));
+        };
         let m = signed_at(&k, &w.time);
         let got = verify_message_with_keys(&m, &[key]);
         if got.is_ok() != w.valid {
             wrong.push(format!("{}: {:?}, Go: valid {}", w.name, got.map_err(|e| e.code), w.valid));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A key whose window Go does not decode (an edge neither `null` nor an
+/// RFC 3339 string) is read, and so is a list holding it, but it is valid
+/// at no time: nothing verifies with it, it is never chosen, nothing is
+/// sealed for it, and beside an open key the open one is chosen.
+#[test]
+fn a_key_whose_window_go_does_not_decode_is_valid_at_no_time() {
+    let (k, other) = (keys(), Keys::from_bytes([8; 32], [108; 32]));
+    let refused: Vec<Window> = vectors().windows.into_iter().filter(|w| w.refused).collect();
+    assert!(refused.len() >= 10, "{} refused windows", refused.len());
+    let m = signed_at(&k, "2026-12-05T10:20:30Z");
+    let mut wrong = Vec::new();
+    for w in &refused {
+        assert!(!w.valid, "{}", w.name);
+        let (Ok(sig), Ok(enc), Ok(enc_other)) =
+            (with_window(&sig_key(&k), w), with_window(&enc_key(&k), w), with_window(&enc_key(&other), w))
+        else {
+            wrong.push(format!("{}: does not decode", w.name));
+            continue;
+        };
+        let list = serde_json::to_string(&[enc_key(&k), enc_other.clone()]).unwrap();
+        match serde_json::from_str::<Vec<PublicKey>>(&list) {
+            Ok(l) if l == [enc_key(&k), enc_other.clone()] => {}
+            r => wrong.push(format!("{}: the list {list} read as {r:?}", w.name)),
+        }
+        if verify_message_with_keys(&m, std::slice::from_ref(&sig)).is_ok() {
+            wrong.push(format!("{}: verified", w.name));
+        }
+        for t in [i64::MIN / 2, 0, 1_796_466_030_000, i64::MAX / 2] {
+            if select_key(std::slice::from_ref(&sig), &k.signing_kid, "sig", t).is_some() {
+                wrong.push(format!("{}: selected at {t}", w.name));
+            }
+            if select_key(std::slice::from_ref(&enc), "", "enc", t).is_some() {
+                wrong.push(format!("{}: sealed for at {t}", w.name));
+            }
+            let chosen = select_key(&[enc_key(&k), enc_other.clone()], "", "enc", t).map(|p| p.kid.clone());
+            if chosen.as_ref() != Some(&k.encryption_kid) {
+                wrong.push(format!("{}: beside an open key, {chosen:?} chosen at {t}", w.name));
+            }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

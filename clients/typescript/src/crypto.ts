@@ -87,12 +87,13 @@ export interface PublicKey {
   key: string;
   /**
    * RFC 3339, as Go reads it (see parseTime, times.ts): the key is valid
-   * from this instant on. Absent, null, empty or Go's zero time
+   * from this instant on. Absent, null or Go's zero time
    * (0001-01-01T00:00:00Z): since always. Spelled otherwise ("2026-12-05",
-   * "Dec 5 2026"), the key is valid at no time.
+   * "Dec 5 2026", the empty string) or of another type (a number, true, an
+   * object), the key is valid at no time: Go does not decode it.
    */
   notBefore?: string;
-  /** RFC 3339, as notBefore: the key is valid until this instant (exclusive). Absent, null, empty or Go's zero time: no end. */
+  /** RFC 3339, as notBefore: the key is valid until this instant (exclusive). Absent, null or Go's zero time: no end; empty or not a string: valid at no time. */
   notAfter?: string;
 }
 
@@ -144,19 +145,20 @@ export function publicKeys(k: KeyPair): PublicKey[] {
 
 /**
  * Where a key's window edge `x` (its notBefore or notAfter) lies: `open`
- * (no bound) when absent, null or empty, as every client reads it, and
- * when it is Go's zero time (0001-01-01T00:00:00Z, at any offset), which
- * Go's PublicKey.ValidAt reads as no bound (a notAfter there closes
- * nothing); the instant RFC 3339 names (see parseTimeExact, times.ts);
- * undefined when it is anything else ("Dec 5 2026", "2026-12-05", a
- * number). Go reads a window only as RFC 3339, and a list holding another
- * spelling not at all: a key whose window this client cannot read as Go
- * does is valid at no time (see validAt), so that nothing verifies with
- * it and nothing is sealed for it, rather than a window read otherwise
- * than Go reads it.
+ * (no bound) when absent or null, as every client reads it, and when it
+ * is Go's zero time (0001-01-01T00:00:00Z, at any offset), which Go's
+ * PublicKey.ValidAt reads as no bound (a notAfter there closes nothing);
+ * the instant RFC 3339 names (see parseTimeExact, times.ts); undefined
+ * when it is anything else ("Dec 5 2026", "2026-12-05", the empty string,
+ * a number, true, an object). Go reads a window only as null or an RFC
+ * 3339 string, and a list holding anything else not at all: a key whose
+ * window this client cannot read as Go does is valid at no time (see
+ * validAt), so that nothing verifies with it and nothing is sealed for
+ * it, rather than a window read otherwise than Go reads it. The empty
+ * string is not an absent edge: a notAfter "" on a retired key closes it.
  */
 function windowEdge(x: unknown, open: ExactTime): ExactTime | undefined {
-  if (x === undefined || x === null || x === "") return open;
+  if (x === undefined || x === null) return open;
   const t = parseTimeExact(x);
   return t !== undefined && t[0] === GO_ZERO[0] && t[1] === GO_ZERO[1] ? open : t;
 }
