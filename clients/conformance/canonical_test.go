@@ -287,8 +287,15 @@ func goCanonicalVectors(t *testing.T) canonicalVectors {
 // suites read, against Go's CanonicalSigningInput. With -update it writes
 // the file first.
 func TestCanonicalVectors(t *testing.T) {
-	path := filepath.Join("vectors", "canonical.json")
-	want := goCanonicalVectors(t)
+	requireVectors(t, "canonical.json", "TestCanonicalVectors", goCanonicalVectors(t))
+}
+
+// requireVectors requires vectors/name to hold want, what Go computes now
+// (test: the test that rewrites it with -update); with -update it writes
+// want there first.
+func requireVectors[V any](t *testing.T, name, test string, want V) {
+	t.Helper()
+	path := filepath.Join("vectors", name)
 	if *update {
 		b, err := json.MarshalIndent(want, "", "  ")
 		require.NoError(t, err)
@@ -296,7 +303,7 @@ func TestCanonicalVectors(t *testing.T) {
 	}
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var got canonicalVectors
+	var got V
 	require.NoError(t, json.Unmarshal(b, &got))
-	require.Equal(t, want, got, "vectors/canonical.json is stale (go test ./clients/conformance -run TestCanonicalVectors -update rewrites it)")
+	require.Equal(t, want, got, "vectors/%s is stale (go test ./clients/conformance -run %s -update rewrites it)", name, test)
 }

@@ -3,8 +3,6 @@ package conformance
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -384,16 +382,5 @@ func goTimeVectors(t *testing.T) timeVectors {
 // read, against how Go reads each time now. With -update it writes the
 // file first.
 func TestTimeVectors(t *testing.T) {
-	path := filepath.Join("vectors", "times.json")
-	want := goTimeVectors(t)
-	if *update {
-		b, err := json.MarshalIndent(want, "", "  ")
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, append(b, '\n'), 0o644))
-	}
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var got timeVectors
-	require.NoError(t, json.Unmarshal(b, &got))
-	require.Equal(t, want, got, "vectors/times.json is stale (go test ./clients/conformance -run TestTimeVectors -update rewrites it)")
+	requireVectors(t, "times.json", "TestTimeVectors", goTimeVectors(t))
 }
