@@ -34,11 +34,19 @@ type clientConn struct {
 	cork   *corkConn // nil with a caller's HTTP client
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte
-	pq     *pubQueue // publishes waiting for the writer
-	seq    atomic.Uint64
-	done   chan struct{}
-	bg     sync.WaitGroup
+	// io is the context of the connection's reads and writes. With the
+	// session's own HTTP client it is ctx without its end, and the socket
+	// (cork's) is closed as ctx ends, which ends a read or a write at
+	// once as ctx's end would: the WebSocket library then does not watch
+	// a context for each read and each write (a callback armed and
+	// disarmed, a few allocations each, several per frame). With a
+	// caller's HTTP client, whose socket is not at hand, it is ctx.
+	io   context.Context
+	out  chan []byte
+	pq   *pubQueue // publishes waiting for the writer
+	seq  atomic.Uint64
+	done chan struct{}
+	bg   sync.WaitGroup
 
 	// wmu is held by whoever writes: the writer for a burst (up to its
 	// flush), or a caller writing its own frame. wbuf is its buffer for
@@ -140,6 +148,14 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 	wsc.SetReadLimit(s.o.maxFrame)
 	cc := &clientConn{s: s, ws: wsc, cork: cork.Load(), out: make(chan []byte, s.o.writeQueue), pq: newPubQueue(), done: make(chan struct{}), pending: map[string]*pendingCall{}}
 	cc.ctx, cc.cancel = context.WithCancel(context.Background())
+	cc.io = cc.ctx
+	if cc.cork != nil {
+		cc.io = context.WithoutCancel(cc.ctx)
+		// The socket itself: the WebSocket library's CloseNow waits for
+		// a close handshake under way (close) rather than ending it, as
+		// the end of a read's context did.
+		context.AfterFunc(cc.ctx, func() { _ = cc.cork.Close() })
+	}
 	cc.bg.Add(3)
 	go cc.readLoop()
 	go cc.writeLoop()
@@ -154,7 +170,7 @@ func (s *Session) dialConn(ctx context.Context) (*clientConn, error) {
 // write writes one frame, as the stall watch sees.
 func (cc *clientConn) write(b []byte) error {
 	cc.writing.Add(1)
-	err := cc.ws.Write(cc.ctx, websocket.MessageText, b)
+	err := cc.ws.Write(cc.io, websocket.MessageText, b)
 	cc.writing.Add(1)
 	return err
 }
@@ -258,7 +274,7 @@ func (cc *clientConn) readLoop() {
 		in  interner
 	)
 	for {
-		typ, err := buf.read(cc.ctx, cc.ws)
+		typ, err := buf.read(cc.io, cc.ws)
 		if err != nil {
 			cc.fail(err)
 			return

@@ -8,11 +8,13 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"pigeon"
+	"pigeon/internal/jsontext"
 )
 
 // DefaultWindow is how many deliveries of one subscription the server may
@@ -938,25 +940,53 @@ func (cs *clientSub) sendAcks(bound time.Duration, acks []pendingAck) {
 	// Each id goes with the sequence its delivery had: an ack never
 	// settles a newer message published under the id once the one
 	// answered was trimmed.
-	f := Frame{Op: OpAck, Sub: acks[0].sid}
-	if len(acks) == 1 {
-		f.MessageID, f.Sequence = acks[0].id, acks[0].seq
-	} else {
-		f.MessageIDs = make([]string, len(acks))
-		f.Sequences = make([]uint64, len(acks))
-		for i, a := range acks {
-			f.MessageIDs[i], f.Sequences[i] = a.id, a.seq
-		}
-	}
+	sub := acks[0].sid
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	a, err := acks[0].cc.call(ctx, jsonFrame(f), nil)
+	a, err := acks[0].cc.call(ctx, ackFrame(sub, acks), nil)
 	if err != nil {
-		cs.s.o.logger.Debug("pigeon ws: ack failed", "sub", f.Sub, "count", len(acks), "err", err)
+		cs.s.o.logger.Debug("pigeon ws: ack failed", "sub", sub, "count", len(acks), "err", err)
 		return
 	}
 	if len(a.NotPending) > 0 {
-		cs.s.o.logger.Debug("pigeon ws: acks of deliveries no longer pending", "sub", f.Sub, "count", len(a.NotPending))
+		cs.s.o.logger.Debug("pigeon ws: acks of deliveries no longer pending", "sub", sub, "count", len(a.NotPending))
+	}
+}
+
+// ackFrame renders the ack frame of acks, all of subscription sub, byte
+// for byte as encoding/json renders its Frame, without reflection (an ack
+// frame goes out for every delivery handled, or every few): sequence
+// (none when 0) and messageId for one, messageIds and sequences for more.
+func ackFrame(sub string, acks []pendingAck) func(b []byte, id string) []byte {
+	return func(b []byte, id string) []byte {
+		b = append(b, `{"op":"ack","id":`...)
+		b = jsontext.AppendString(b, id)
+		b = append(b, `,"sub":`...)
+		b = jsontext.AppendString(b, sub)
+		if len(acks) == 1 {
+			if acks[0].seq != 0 {
+				b = append(b, `,"sequence":`...)
+				b = strconv.AppendUint(b, acks[0].seq, 10)
+			}
+			b = append(b, `,"messageId":`...)
+			b = jsontext.AppendString(b, acks[0].id)
+			return append(b, '}')
+		}
+		b = append(b, `,"messageIds":[`...)
+		for i, a := range acks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsontext.AppendString(b, a.id)
+		}
+		b = append(b, `],"sequences":[`...)
+		for i, a := range acks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, a.seq, 10)
+		}
+		return append(b, "]}"...)
 	}
 }
 

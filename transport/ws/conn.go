@@ -523,13 +523,8 @@ func (c *conn) ownOverdue() {
 	}
 }
 
-// enqueue queues a frame that holds n reserved bytes; on failure it gives
-// them back.
-func (c *conn) enqueue(ctx context.Context, b []byte, n int64) error {
-	return c.enqueueFor(ctx, b, n, nil, nil)
-}
-
-// enqueueFor is enqueue for a frame of deliveries of sub, which the writer
+// enqueueFor queues a frame that holds n reserved bytes (on failure it
+// gives them back), of deliveries of sub, which the writer
 // drops instead of writing when the engine has ended sub by then for a
 // refusal (serverSub.cut) or when the end of the connection withheld it
 // (w, the frame's wireState; nil when no answer waits for the frame).
