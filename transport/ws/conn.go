@@ -515,10 +515,16 @@ func (c *conn) writeOwn(b []byte) error {
 var epoch = time.Now()
 
 // ownOverdue aborts the connection when the write of writeOwn running now
-// began the stall timeout ago or more; a timer that fired for a write that
-// has ended does nothing.
+// began the stall timeout ago or more, counted and logged as a stall of
+// the queue is (Stats.Stalled); a timer that fired for a write that has
+// ended does nothing. It aborts rather than closes: the close frame would
+// wait for the write that is stuck.
 func (c *conn) ownOverdue() {
 	if at := c.ownStart.Load(); at != 0 && time.Duration(int64(time.Since(epoch))+1-at) >= c.srv.opts.StallTimeout {
+		if !c.stalled.Swap(true) {
+			c.srv.stats.stalled.Add(1)
+			c.srv.opts.Logger.WarnContext(c.ctx, "websocket answer write stalled; closing", "principal", c.principal.ID)
+		}
 		c.abort()
 	}
 }

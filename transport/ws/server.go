@@ -57,7 +57,8 @@ type Stats struct {
 	// (unauthenticated, over the connection limit, shutting down).
 	Accepted, Refused int64
 	// Stalled counts connections closed with 1008 because their write queue
-	// stayed full; PingTimeouts those closed because a pong never came;
+	// stayed full, and those aborted because an answer written without the
+	// queue made no progress for the stall timeout; PingTimeouts those closed because a pong never came;
 	// TooBig those closed with 1009; InvalidText those closed with 1007
 	// because a text frame was not UTF-8.
 	Stalled, PingTimeouts, TooBig, InvalidText int64

@@ -16,7 +16,8 @@ import (
 // TestWriteOwnStallTimeout: a frame that send writes itself to a peer
 // that stopped reading fails within about the stall timeout and aborts
 // the connection, as the write under a deadline did; one that goes out
-// leaves the connection alone, even once its timer's time has passed.
+// leaves the connection alone, even once its timer's time has passed. The
+// abort is counted in Stats.Stalled, as a stall of the queue is.
 func TestWriteOwnStallTimeout(t *testing.T) {
 	accepted := make(chan *websocket.Conn, 1)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,13 +37,15 @@ func TestWriteOwnStallTimeout(t *testing.T) {
 	t.Cleanup(func() { _ = wsc.CloseNow() })
 
 	const stall = 200 * time.Millisecond
-	c := newConn(context.Background(), NewServer(nil, &Options{StallTimeout: stall}), wsc, nil, &pigeon.Principal{ID: "crew"}, "uk")
+	srv := NewServer(nil, &Options{StallTimeout: stall})
+	c := newConn(context.Background(), srv, wsc, nil, &pigeon.Principal{ID: "crew"}, "uk")
 
 	c.wmu.Lock()
 	require.NoError(t, c.writeOwn([]byte(`{"op":"ok","re":"1"}`)))
 	c.wmu.Unlock()
 	time.Sleep(2 * stall) // the timer of a write that ended does nothing
 	require.NoError(t, c.ctx.Err())
+	require.Zero(t, srv.Stats().Stalled)
 
 	big := make([]byte, 64<<20) // more than the socket buffers hold
 	start := time.Now()
@@ -52,4 +55,5 @@ func TestWriteOwnStallTimeout(t *testing.T) {
 	require.Error(t, err)
 	require.Less(t, time.Since(start), 20*stall)
 	require.Error(t, c.ctx.Err(), "the connection is aborted")
+	require.Equal(t, int64(1), srv.Stats().Stalled, "counted as a stall of the queue is")
 }
