@@ -31,6 +31,22 @@ func jobJSON(id string, n int) string {
 	return `{"id":"` + id + `","type":"job","subject":"jobs.run","intent":"run","data":{"n":` + strconv.Itoa(n) + `}}`
 }
 
+// pushedJob has boss publish job-1 on jobs.run and a raw crew client,
+// subscribed in group g, receive it. It returns boss, crew, the
+// subscription and the deliver frame.
+func pushedJob(t *testing.T, v *env) (boss, crew *rawClient, sub string, d *ws.Frame) {
+	t.Helper()
+	boss = v.raw(t, "boss-token")
+	boss.negotiate("jobs.run")
+	crew = v.raw(t, "crew-token")
+	crew.negotiate("jobs.run")
+	sub = crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`, ws.OpSubscribed).Sub
+	boss.ok(ws.OpPublish, `,"message":`+jobJSON("job-1", 1), ws.OpDecision)
+	d = crew.push()
+	require.Equal(t, ws.OpDeliver, d.Op)
+	return boss, crew, sub, d
+}
+
 // reusedDelivery leaves a raw crew subscription on jobs.run holding, in
 // flight, the delivery of job-x at sequence 3, after it had been handed
 // job-x at sequence 1, trimmed since, and other at sequence 2: its answer

@@ -94,14 +94,7 @@ func TestALostClusterLeaseRefusesTheClientsLaterAnswer(t *testing.T) {
 			}
 		}
 	})
-	boss := v.raw(t, "boss-token")
-	boss.negotiate("jobs.run")
-	crew := v.raw(t, "crew-token")
-	crew.negotiate("jobs.run")
-	sub := crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`, ws.OpSubscribed).Sub
-	boss.ok(ws.OpPublish, `,"message":`+jobJSON("job-1", 1), ws.OpDecision)
-	d := crew.push()
-	require.Equal(t, ws.OpDeliver, d.Op)
+	_, crew, sub, d := pushedJob(t, v)
 	seq := strconv.FormatUint(d.Message.Sequence, 10)
 
 	cl.lose()

@@ -33,14 +33,7 @@ func (deliverPanics) Noted(pigeon.Note, string)                      {}
 // its lease and the connection's slot until the process ended.
 func TestObserverPanicOnAckOverWebSocket(t *testing.T) {
 	v := newEnv(t, nil, longAckWait, func(o *pigeon.Options) { o.Observer = deliverPanics{} })
-	boss := v.raw(t, "boss-token")
-	boss.negotiate("jobs.run")
-	crew := v.raw(t, "crew-token")
-	crew.negotiate("jobs.run")
-	sub := crew.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`, ws.OpSubscribed).Sub
-	boss.ok(ws.OpPublish, `,"message":`+jobJSON("job-1", 1), ws.OpDecision)
-	d := crew.push()
-	require.Equal(t, ws.OpDeliver, d.Op)
+	boss, crew, sub, _ := pushedJob(t, v)
 	crew.ok(ws.OpAck, `,"sub":"`+sub+`","messageId":"job-1"`, ws.OpOK)
 	require.NoError(t, crew.c.CloseNow())
 	eventually(t, func() bool { return v.srv.Stats().Open == 1 }, "the connection is torn down: %d open", v.srv.Stats().Open)
@@ -51,7 +44,7 @@ func TestObserverPanicOnAckOverWebSocket(t *testing.T) {
 	other.negotiate("jobs.run")
 	other.ok(ws.OpSubscribe, `,"subject":"jobs.run","group":"g"`, ws.OpSubscribed)
 	boss.ok(ws.OpPublish, `,"message":`+jobJSON("job-2", 2), ws.OpDecision)
-	d = other.push()
+	d := other.push()
 	require.Equal(t, ws.OpDeliver, d.Op)
 	require.Equal(t, "job-2", decodeMsg(t, d.Message).ID)
 }
