@@ -56,6 +56,11 @@ type Cluster struct {
 	vouching                               // Watch's own (see CurrentUntil)
 	until                    atomic.Uint64 // CurrentUntil, in Unix nanoseconds
 	dirWant                  dirRevs       // per directory bucket, the last change Watch delivered
+	// repDone is the revision of the last reply notice Watch read (at
+	// first, the <P>_replies bucket's last when the Cluster was made): a
+	// watch begun again after a failure reads the notices written while
+	// none ran, so a requester on this node is not left to time out.
+	repDone uint64
 	// knownDir and knownCon are the highest revisions of a directory key
 	// and of a contract this node's watch has read (at its start, or
 	// delivered), applied or about to be: what a barrier waits for
@@ -134,6 +139,9 @@ func NewCluster(ctx context.Context, s *Store) (*Cluster, error) {
 		return nil, s.fail(ctx, err)
 	}
 	c.done.Con = con
+	if c.repDone, err = lastRevision(ctx, c.replies); err != nil {
+		return nil, s.fail(ctx, err)
+	}
 	// The record is written now, before the engine loads the directory:
 	// the others wait for this node from now on (it applied nothing
 	// yet), so its engine may serve on what it loads until its watch has
@@ -357,7 +365,9 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 	}
 	defer con.Stop()
 	// Notices only (keys of one token): not the parts of a large one.
-	rep, err := c.replies.WatchFiltered(ctx, []string{"*"}, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	// From the first this node has not read: those written while no
+	// watch ran (the engine starting, or a failed watch down) included.
+	rep, err := c.replies.WatchFiltered(ctx, []string{"*"}, jetstream.ResumeFromRevision(c.repDone+1), jetstream.IgnoreDeletes())
 	if err != nil {
 		return c.s.fail(ctx, err)
 	}
@@ -430,8 +440,12 @@ func (c *Cluster) Watch(ctx context.Context, fn func(pigeon.ClusterChange)) erro
 			if !ok {
 				return errors.New("jetstream: reply watch ended")
 			}
+			if e == nil {
+				continue
+			}
+			c.repDone = max(c.repDone, e.Revision())
 			var n notice
-			if e == nil || json.Unmarshal(e.Value(), &n) != nil || c.own(n) || n.Change.Kind != pigeon.ChangeReply {
+			if json.Unmarshal(e.Value(), &n) != nil || c.own(n) || n.Change.Kind != pigeon.ChangeReply {
 				continue
 			}
 			if n.Parts > 0 {
