@@ -815,7 +815,9 @@ type leaseVal struct {
 	Inst    string `json:"inst,omitempty"`
 	Until   int64  `json:"until,omitempty"` // Unix nanoseconds
 	Attempt int    `json:"attempt,omitempty"`
-	Done    bool   `json:"done,omitempty"`
+	// Done: settled; Node and Inst then name the process that settled it
+	// (none in a marker written before they did).
+	Done bool `json:"done,omitempty"`
 	// Released: the holder gave the lease up before Until (a nack, its
 	// retry time), which Extend does not undo: an Extend the engine
 	// started before the nack reports the lease lost rather than hold
@@ -911,18 +913,23 @@ func (c *Cluster) readLease(ctx context.Context, k string, leader bool) (val []b
 	return e.Value(), e.Revision(), false, nil
 }
 
-// Release implements pigeon.Leaser. A lease given up early (not done)
-// is marked released with retryAt as its deadline, by compare-and-set
+// Release implements pigeon.Leaser. Every release is a compare-and-set
 // retried as Acquire's (casRetry): a write between its read and its own
 // (this node's Extend, a replica behind answering the read) sends it
 // back to read again rather than give up, and a lease that is no longer
 // this node's, as the bucket's leader tells, is left alone.
+//
+// A lease given up early (not done) is marked released with retryAt as
+// its deadline. A done release marks this node's lease settled, or finds
+// it settled by this node already (a release repeated); a lease another
+// node holds or settled (taken after this node's ran out) or that is
+// gone is left as it is, and the release fails with a *pigeon.Error of
+// code ACK_NOT_ALLOWED (errLeaseNotHeld): the answer settled nothing,
+// and another node may run the message.
 func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
 	k := leaseKey(key, seq)
 	if done {
-		b, _ := json.Marshal(leaseVal{Done: true})
-		_, err := c.leases.Put(ctx, k, b)
-		return c.s.fail(ctx, err)
+		return c.settleLease(ctx, key, seq)
 	}
 	return casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
 		val, rev, _, err := c.readLease(ctx, k, leader)
@@ -942,6 +949,60 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 		done, err := casDone(err)
 		return done, c.s.fail(ctx, err)
 	})
+}
+
+// settleLease marks this node's lease of seq done (Release, done): by
+// compare-and-set at the revision read, so that a lease another node
+// took meanwhile is never ended by this node's late answer. The marker
+// names the process that settled it: a release repeated by it finds its
+// own marker and writes nothing. A lease that is not this process's (held
+// or settled by another, or gone), as the bucket's leader tells, is left
+// as it is, and the answer is errLeaseNotHeld. A marker naming nobody
+// (written before markers named their process) counts as this node's.
+func (c *Cluster) settleLease(ctx context.Context, key store.GroupKey, seq uint64) error {
+	k := leaseKey(key, seq)
+	held := true
+	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
+		val, rev, _, err := c.readLease(ctx, k, leader)
+		if err != nil {
+			return false, err
+		}
+		var l leaseVal
+		if val != nil {
+			if err := json.Unmarshal(val, &l); err != nil {
+				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
+			}
+		}
+		settled := l.Done && (l.Node == "" || l.Node == c.s.opts.Node && l.Inst == c.done.Inst)
+		held = val != nil && (settled || c.mine(l))
+		switch {
+		case !held:
+			// Another process's, or gone, as the leader tells: a replica
+			// behind may not have this node's lease yet.
+			return leader, nil
+		case settled:
+			return true, nil
+		}
+		b, _ := json.Marshal(leaseVal{Node: c.s.opts.Node, Inst: c.done.Inst, Done: true})
+		_, err = c.leases.Update(ctx, k, b, rev)
+		done, err := casDone(err)
+		return done, c.s.fail(ctx, err)
+	})
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errLeaseNotHeld(seq)
+	}
+	return nil
+}
+
+// errLeaseNotHeld is the answer of a done release of a lease this node
+// no longer holds: ACK_NOT_ALLOWED, as the engine refuses an answer to a
+// delivery whose lease was lost. It names the sequence only: a group's
+// name is the caller's text (the engine logs the subject beside it).
+func errLeaseNotHeld(seq uint64) error {
+	return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's: another node took it after it ran out (and may have settled it), or it is gone; the answer settled nothing", seq)
 }
 
 // extendParallel bounds the lease keys one Extend call writes at once.
