@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, Iterator
 
 import nacl.signing
 import pytest
 
-from harness import ROOT
+from harness import ROOT, Answering, http_answering
 from pigeon_client import PigeonError
 from pigeon_client import crypto
 from pigeon_client.crypto import Keys, parse_rfc3339, select_key, sign_message, verify_message_with_keys
+from pigeon_client.http import HttpClient, KeyDirectory
 
 VECTORS = json.loads((ROOT / "clients/conformance/vectors/times.json").read_text(encoding="utf-8"))
 
@@ -149,14 +150,20 @@ def test_a_key_whose_window_does_not_read_is_valid_at_no_time(case: dict[str, An
             _outcome(case["name"], select_key([{**ENC_KEY, edge: case["time"]}], "", "enc", at), None)
 
 
-def _with_window(k: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
-    """Key ``k`` with the window of a row, read from its JSON text as a
-    published key list is."""
+def _key_text(k: dict[str, Any], window: dict[str, Any]) -> str:
+    """The JSON text of key ``k`` with the window of a row (the JSON texts
+    of its edges)."""
     text = json.dumps(k)[:-1]
     for name in ("notBefore", "notAfter"):
         if name in window:
             text += f', "{name}": {window[name]}'
-    return json.loads(text + "}")
+    return text + "}"
+
+
+def _with_window(k: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
+    """Key ``k`` with the window of a row, read from its JSON text as a
+    published key list is."""
+    return json.loads(_key_text(k, window))
 
 
 @pytest.mark.parametrize("window", VECTORS["windows"], ids=lambda w: w["name"])
@@ -184,6 +191,62 @@ def test_a_key_whose_window_go_does_not_decode_is_valid_at_no_time(window: dict[
         _outcome(name, select_key([_with_window(SIG_KEY, window)], SIG_KEY["kid"], "sig", at), None)
         _outcome(name, select_key([_with_window(ENC_KEY, window)], "", "enc", at), None)
         _outcome(name, (select_key([ENC_KEY, _with_window(other, window)], "", "enc", at) or {}).get("kid"), ENC_KEY["kid"])
+
+
+def _unreadable_windows() -> list[dict[str, Any]]:
+    """Every window of the vectors that makes a key valid at no time: each
+    refused time as the key's ``notBefore`` and as its ``notAfter``, and
+    each refused window; each with its name and the JSON texts of its
+    edges."""
+    rows: list[dict[str, Any]] = [
+        {"name": f"{c['name']}, as {edge}", edge: json.dumps(c["time"])}
+        for c in VECTORS["cases"] if c.get("refused") for edge in ("notBefore", "notAfter")
+    ]
+    return rows + [w for w in VECTORS["windows"] if w.get("refused")]
+
+
+UNREADABLE = _unreadable_windows()
+OTHER = Keys("sig-other", nacl.signing.SigningKey(bytes([8]) * 32), "enc-other", bytes([108]) * 32)
+
+
+@pytest.fixture(scope="module")
+def key_lists() -> Iterator[tuple[Answering, dict[str, bytes]]]:
+    """An HTTP endpoint answering ``GET /v1/accounts/{id}/keys`` with the
+    body the test sets for the path."""
+    lists: dict[str, bytes] = {}
+    with http_answering() as a:
+        a.respond = lambda path: (200, lists[path])
+        yield a, lists
+
+
+def test_the_unreadable_windows_are_read() -> None:
+    assert len(UNREADABLE) >= 150
+
+
+@pytest.mark.parametrize("window", UNREADABLE, ids=lambda w: w["name"])
+def test_a_key_list_holding_a_key_whose_window_does_not_read_keeps_every_other_key(
+    window: dict[str, Any], key_lists: tuple[Answering, dict[str, bytes]]
+) -> None:
+    """An account's key list is read key by key: a key whose window does
+    not read is kept as listed and valid at no time, and costs the caller
+    none of the other keys: they verify, and the encryption key among them
+    is sealed for, though the unreadable one is listed after it (where,
+    valid, it would be chosen). The TypeScript and Rust clients read the
+    list alike. Go's client reads no key list: a Go program decoding the
+    answer into ``[]pigeon.PublicKey`` refuses the whole list (the
+    vectors' refused rows)."""
+    server, lists = key_lists
+    other_sig, other_enc = OTHER.public_keys()
+    listed = [_key_text(SIG_KEY, window), json.dumps(other_sig), json.dumps(ENC_KEY), _key_text(other_enc, window)]
+    account = f"account-{UNREADABLE.index(window)}"
+    lists[f"/v1/accounts/{account}/keys"] = ('{"keys": [' + ", ".join(listed) + "]}").encode()
+    directory = KeyDirectory(HttpClient(server.url, "t"))
+    keys = directory.get(account)
+    assert keys == [json.loads(k) for k in listed]
+    assert not _verifies(_signed_at("2026-12-05T10:20:30Z"), keys)
+    theirs = {"subject": "x", "id": "msg_times", "time": "2026-12-05T10:20:30Z", "data": {"n": 1}}
+    directory.verify(account, sign_message(theirs, OTHER.signing_kid, OTHER.signing_key))
+    assert directory.encryption_key(account)["kid"] == ENC_KEY["kid"]
 
 
 ZERO = "0001-01-01T00:00:00Z"

@@ -14,10 +14,16 @@
 //! key listed with `notAfter: ""` verified for ever, and refused a whole
 //! list holding a key whose edge was a number.
 
+mod common;
+
 use pigeon_client::crypto::{select_key, select_key_at, sign_message, verify_message_with_keys, Keys, PublicKey};
+use pigeon_client::http::{HttpClient, KeyCache};
 use pigeon_client::time::{parse_rfc3339, parse_rfc3339_ms, Timestamp};
 use pigeon_client::Message;
 use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -95,16 +101,23 @@ fn enc_key(k: &Keys) -> PublicKey {
     k.public_keys().into_iter().find(|p| p.use_ == "enc").unwrap()
 }
 
-/// `p` (a key without a window) with the members `edges` (a name and the
-/// JSON text of its value; empty: left out), read from its JSON text as a
-/// published key list is; the decoding error when it does not decode.
-fn with_edges(p: &PublicKey, edges: &[(&str, &str)]) -> Result<PublicKey, String> {
+/// The JSON text of `p` (a key without a window) with the members `edges`
+/// (a name and the JSON text of its value; empty: left out).
+fn key_text(p: &PublicKey, edges: &[(&str, &str)]) -> String {
     let mut text = serde_json::to_string(p).unwrap();
     text.pop();
     for (name, edge) in edges.iter().filter(|(_, edge)| !edge.is_empty()) {
         text.push_str(&format!(",\"{name}\":{edge}"));
     }
     text.push('}');
+    text
+}
+
+/// `p` (a key without a window) with the members `edges` (see
+/// [`key_text`]), read from its JSON text as a published key list is; the
+/// decoding error when it does not decode.
+fn with_edges(p: &PublicKey, edges: &[(&str, &str)]) -> Result<PublicKey, String> {
+    let text = key_text(p, edges);
     serde_json::from_str(&text).map_err(|e| format!("{text}: {e}"))
 }
 
@@ -288,6 +301,76 @@ fn a_key_whose_window_go_does_not_decode_is_valid_at_no_time() {
             if chosen.as_ref() != Some(&k.encryption_kid) {
                 wrong.push(format!("{}: beside an open key, {chosen:?} chosen at {t}", w.name));
             }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Every window of the vectors that makes a key valid at no time: each
+/// refused time as the key's `notBefore` and as its `notAfter`, and each
+/// refused window; each a name and the JSON texts of its edges (empty:
+/// left out).
+fn unreadable_windows() -> Vec<(String, String, String)> {
+    let v = vectors();
+    let mut rows = Vec::new();
+    for c in v.cases.iter().filter(|c| c.go.refused) {
+        let edge = serde_json::to_string(&c.time).unwrap();
+        rows.push((format!("{}, as notBefore", c.name), edge.clone(), String::new()));
+        rows.push((format!("{}, as notAfter", c.name), String::new(), edge));
+    }
+    rows.extend(v.windows.into_iter().filter(|w| w.refused).map(|w| (w.name, w.not_before, w.not_after)));
+    rows
+}
+
+/// An account's key list is read key by key: a key whose window does not
+/// read is kept as listed and valid at no time, and costs the caller none
+/// of the other keys: they verify, and the encryption key among them is
+/// sealed for, though the unreadable one is listed after it (where, valid,
+/// it would be chosen). The TypeScript and Python clients read the list
+/// alike. Go's client reads no key list: a Go program decoding the answer
+/// into `[]pigeon.PublicKey` refuses the whole list (the vectors' refused
+/// rows).
+#[tokio::test]
+async fn a_key_list_holding_a_key_whose_window_does_not_read_keeps_every_other_key() {
+    let (k, other) = (keys(), Keys::from_bytes([8; 32], [108; 32]));
+    let rows = unreadable_windows();
+    assert!(rows.len() >= 150, "{} unreadable windows", rows.len());
+    let lists: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let served = lists.clone();
+    let (url, _) = common::http_server(move |_, r| {
+        let path = r.head.split(' ').nth(1).unwrap_or_default();
+        Some(common::HttpReply::new(200, served.lock().unwrap().get(path).cloned().unwrap_or_default()))
+    })
+    .await;
+    let cache = KeyCache::new(HttpClient::new(&url, "t"), Duration::from_secs(300));
+    let (mine, theirs) = (signed_at(&k, "2026-12-05T10:20:30Z"), signed_at(&other, "2026-12-05T10:20:30Z"));
+    let mut wrong = Vec::new();
+    for (i, (name, not_before, not_after)) in rows.iter().enumerate() {
+        let edges = [("notBefore", not_before.as_str()), ("notAfter", not_after.as_str())];
+        let open = |p: PublicKey| serde_json::to_string(&p).unwrap();
+        let listed = [key_text(&sig_key(&k), &edges), open(sig_key(&other)), open(enc_key(&k)), key_text(&enc_key(&other), &edges)];
+        let account = format!("account-{i}");
+        lists.lock().unwrap().insert(format!("/v1/accounts/{account}/keys"), format!("{{\"keys\":[{}]}}", listed.join(",")));
+        let got = match cache.keys(&account).await {
+            Ok(got) => got,
+            Err(e) => {
+                wrong.push(format!("{name}: the list is refused: {} {}", e.code, e.message));
+                continue;
+            }
+        };
+        let want: Vec<PublicKey> = listed.iter().map(|text| serde_json::from_str(text).unwrap()).collect();
+        if *got != want {
+            wrong.push(format!("{name}: read as {got:?}"));
+        }
+        if verify_message_with_keys(&mine, &got).is_ok() {
+            wrong.push(format!("{name}: the unreadable key verified"));
+        }
+        if let Err(e) = cache.verify(&account, &theirs).await {
+            wrong.push(format!("{name}: the readable signing key did not verify: {}", e.code));
+        }
+        match cache.encryption_key(&account).await {
+            Ok(key) if key.kid == k.encryption_kid => {}
+            r => wrong.push(format!("{name}: sealed for {:?}", r.map(|key| key.kid).map_err(|e| e.code))),
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { keyPairFrom, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
+import { HttpClient, KeyCache, keyPairFrom, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
 import { parseTime, parseTimeExact } from "../dist/times.js";
 
 const V = JSON.parse(readFileSync(fileURLToPath(new URL("../../conformance/vectors/times.json", import.meta.url)), "utf8"));
@@ -157,11 +157,16 @@ test("time vectors: a key whose window does not read as Go reads it is valid at 
 
 /** The key k with the window w of the vectors, read from its JSON text as a published key list is. */
 function withWindow(k, w) {
+  return JSON.parse(keyText(k, w));
+}
+
+/** The JSON text of the key k with the window w (the JSON texts of its edges). */
+function keyText(k, w) {
   let text = JSON.stringify(k).slice(0, -1);
-  for (const [name, edge] of [["notBefore", w.notBefore], ["notAfter", w.notAfter]]) {
-    if (edge !== undefined) text += `,"${name}":${edge}`;
+  for (const name of ["notBefore", "notAfter"]) {
+    if (w[name] !== undefined) text += `,"${name}":${w[name]}`;
   }
-  return JSON.parse(text + "}");
+  return text + "}";
 }
 
 test("time vectors: every key window holds a message time as Go's VerifyMessageWithKeys finds it", () => {
@@ -189,6 +194,66 @@ test("time vectors: a key whose window Go does not decode is valid at no time: n
       check(wrong, w.name, selectKey([withWindow(encKey, w)], "", "enc", t)?.kid, undefined, `sealed for at ${t}`);
       // Beside an open key, the open one is chosen.
       check(wrong, w.name, selectKey([encKey, withWindow({ ...encKey, kid: "enc-other" }, w)], "", "enc", t)?.kid, encKey.kid, `chosen beside an open key at ${t}`);
+    }
+  }
+  assert.deepEqual(wrong, []);
+});
+
+/**
+ * Every window of the vectors that makes a key valid at no time: each
+ * refused time as the key's notBefore and as its notAfter, and each
+ * refused window. Each with its name and the JSON texts of its edges.
+ */
+function unreadableWindows() {
+  const out = [];
+  for (const c of V.cases.filter((c) => c.refused)) {
+    for (const edge of ["notBefore", "notAfter"]) out.push({ name: `${c.name}, as ${edge}`, [edge]: JSON.stringify(c.time) });
+  }
+  return out.concat(V.windows.filter((w) => w.refused));
+}
+
+// An account's key list is read key by key: a key whose window does not
+// read (a window the vectors hold valid at no time) is kept as listed and
+// valid at no time, and costs the caller none of the other keys of the
+// list: they verify, and the encryption key among them is sealed for,
+// though the unreadable one is listed after it (where, valid, it would be
+// chosen). The Python and Rust clients read the list alike. Go's client
+// reads no key list: a Go program decoding the answer into
+// []pigeon.PublicKey refuses the whole list (the vectors' refused rows).
+test("time vectors: a key list holding a key whose window does not read keeps every other key: they verify and are sealed for", async () => {
+  const otherKeys = keyPairFrom(new Uint8Array(32).fill(8), new Uint8Array(32).fill(108));
+  const [otherSig, otherEnc] = ["sig", "enc"].map((use) => publicKeys(otherKeys).find((k) => k.use === use));
+  const rows = unreadableWindows();
+  assert.ok(rows.length >= 150, `${rows.length} unreadable windows`);
+  const answers = new Map();
+  const fetch = async (url) => new Response(answers.get(new URL(url).pathname), { status: 200, headers: { "content-type": "application/json" } });
+  const cache = new KeyCache(new HttpClient("http://127.0.0.1:9", "t", { fetch }));
+  const mine = signedAt("2026-12-05T10:20:30Z");
+  const theirs = signMessage({ subject: "x", id: "msg_times", time: "2026-12-05T10:20:30Z", data: { n: 1 } }, otherKeys.signingKid, otherKeys.signingSeed);
+  const wrong = [];
+  for (const [i, w] of rows.entries()) {
+    const account = `account-${i}`;
+    const listed = [keyText(sigKey, w), JSON.stringify(otherSig), JSON.stringify(encKey), keyText(otherEnc, w)];
+    answers.set(`/v1/accounts/${account}/keys`, `{"keys":[${listed.join(",")}]}`);
+    let keyList;
+    try {
+      keyList = await cache.get(account);
+    } catch (e) {
+      wrong.push(`${w.name}: the list is refused: ${e}`);
+      continue;
+    }
+    if (JSON.stringify(keyList) !== JSON.stringify(listed.map((k) => JSON.parse(k)))) wrong.push(`${w.name}: read as ${JSON.stringify(keyList)}`);
+    if (verifies(mine, keyList)) wrong.push(`${w.name}: the unreadable key verified`);
+    try {
+      await cache.verify(account, theirs);
+    } catch (e) {
+      wrong.push(`${w.name}: the readable signing key did not verify: ${e}`);
+    }
+    try {
+      const k = await cache.encryptionKey(account);
+      if (k.kid !== encKey.kid) wrong.push(`${w.name}: sealed for ${k.kid}`);
+    } catch (e) {
+      wrong.push(`${w.name}: no key to seal for: ${e}`);
     }
   }
   assert.deepEqual(wrong, []);
