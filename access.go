@@ -50,6 +50,21 @@ type Role struct {
 	Permissions []Permission `json:"permissions"`
 }
 
+// MaxRolePermissions is the most permissions a role holds. Every node
+// keeps every role, and an authorization check reads the permissions of
+// each of its principal's roles (up to MaxPrincipalRoles of them), so
+// PutRole refuses a longer list (INVALID_ARGUMENT) before anything is
+// written. A role stored with more (an earlier broker, a store written
+// behind the broker's back) loads with its first MaxRolePermissions: the
+// rest grant nothing (see load).
+const MaxRolePermissions = 1024
+
+// MaxPermissionOperations is the most operations a permission lists: as
+// many as there are operations (Operations), so a longer list names one
+// twice. PutRole refuses a permission listing more (INVALID_ARGUMENT),
+// and load skips one stored with more, as any permission PutRole refuses.
+const MaxPermissionOperations = 4
+
 // MaxIDLength is the longest account id, role name or grant id accepted.
 const MaxIDLength = 256
 
@@ -353,15 +368,23 @@ func (e *Engine) RemoveAccountRole(ctx context.Context, id, role string) (Accoun
 }
 
 // PutRole defines or replaces a role. The name must be a valid id (see
-// MaxIDLength), selectors must parse and operations must be known. A
-// contract or subscription that relied on a permission the new definition
-// drops or narrows fails its next check with GRANT_REVOKED.
+// MaxIDLength), selectors must parse and operations must be known. A role
+// holds at most MaxRolePermissions permissions, and a permission lists at
+// most MaxPermissionOperations operations: a longer list is
+// INVALID_ARGUMENT, and nothing is written or audited (a role defined
+// before keeps its definition). A contract or subscription that relied on
+// a permission the new definition drops or narrows fails its next check
+// with GRANT_REVOKED.
 func (e *Engine) PutRole(ctx context.Context, r Role) (Role, error) {
 	if err := e.auditGuard(ctx); err != nil {
 		return Role{}, err
 	}
 	if err := validID("a role name", r.Name); err != nil {
 		return Role{}, err
+	}
+	if n := len(r.Permissions); n > MaxRolePermissions {
+		// Counted before any is checked: a longer list costs no more.
+		return Role{}, NewError(CodeInvalidArgument, "a role holds at most %d permissions, not %d", MaxRolePermissions, n)
 	}
 	for i, p := range r.Permissions {
 		if err := checkPermission(i, p); err != nil {

@@ -42,19 +42,25 @@ import (
 // It skips with a logged warning, as the write path would have refused
 // it, what can only grant: a role whose name is not a valid id; a role
 // permission with no subject, a subject that is not UTF-8 text without
-// control characters, no operations, an unknown operation, or a selector
-// that does not parse (the role loads without it); an account's key that
-// PublicKey.Validate refuses (a weak key would let anyone sign as the
-// account), that repeats an earlier key's kid, or that is past
-// MaxAccountKeys (the account loads without it); and a grant whose jti,
-// account or roles are not valid ids, or whose expiry
-// is not within MaxGrantTTL after its issue. Each of these was accepted
-// by some earlier version of the broker under looser rules: skipping it
-// only takes permissions away, so it does not keep the broker from
-// starting. A revocation is kept whatever its key: it only refuses. An
-// account holding more than MaxPrincipalRoles roles loads (its roles may
-// deny, so skipping it could lift a deny); its principals are refused at
-// authentication and its contracts at their next check (checkAccountRoles).
+// control characters, no operations, more than MaxPermissionOperations of
+// them, an unknown operation, or a selector that does not parse (the role
+// loads without it), and a role's permissions past its first
+// MaxRolePermissions (the role loads with those first ones, checked as
+// above; the rest are not read, and one warning counts them); an
+// account's key that PublicKey.Validate refuses (a weak key would let
+// anyone sign as the account), that repeats an earlier key's kid, or that
+// is past MaxAccountKeys (the account loads without it; the keys past the
+// bound are one warning); and a grant that carries more than
+// MaxPrincipalRoles roles, whose jti, account or roles are not valid ids,
+// or whose expiry is not within MaxGrantTTL after its issue (its token is
+// refused). Past a bound, a record costs its decoding and no more checks
+// than one within it. Each of these was accepted by some earlier version
+// of the broker under looser rules: skipping it only takes permissions
+// away, so it does not keep the broker from starting. A revocation is
+// kept whatever its key: it only refuses. An account holding more than
+// MaxPrincipalRoles roles loads (its roles may deny, so skipping it could
+// lift a deny); its principals are refused at authentication and its
+// contracts at their next check (checkAccountRoles).
 //
 // It also refuses (STORE_CORRUPT) a record of a key's owner
 // (bucketKeyOwners) that reserveKeys would not have written: see
@@ -167,10 +173,17 @@ func loadRole(log *slog.Logger, k string, v []byte) (*Role, error) {
 			"role", r.Name, "err", err)
 		return nil, nil
 	}
-	kept := make([]Permission, 0, len(r.Permissions))
-	for i, p := range r.Permissions {
+	perms := r.Permissions
+	if len(perms) > MaxRolePermissions {
+		// One warning for them all, and none of them read further.
+		log.Warn("pigeon: a stored role holds more permissions than PutRole takes; it loads with the first of them, and the rest grant nothing",
+			"role", r.Name, "permissions", len(perms), "kept", MaxRolePermissions)
+		perms = perms[:MaxRolePermissions]
+	}
+	kept := make([]Permission, 0, len(perms))
+	for i, p := range perms {
 		if err := checkPermission(i, p); err != nil {
-			log.Warn("pigeon: a stored role permission breaks the checks of PutRole (a selector that does not parse, a subject or operation that is not one); it grants nothing",
+			log.Warn("pigeon: a stored role permission breaks the checks of PutRole (a selector that does not parse, a subject or operation that is not one, more operations than there are); it grants nothing",
 				"role", r.Name, "permission", i, "subject", p.Subject, "err", err)
 			continue
 		}
@@ -250,17 +263,22 @@ func checkStoredAccount(key string, a *Account) error {
 
 // storedKeys returns the keys of account id that ValidateKeys would have
 // let it publish: each key PublicKey.Validate accepts, the first of a kid,
-// at most MaxAccountKeys. Each key left out is logged.
+// at most MaxAccountKeys. Each key left out before MaxAccountKeys are
+// kept is logged; the keys after them, all left out, are logged once
+// together, and not read.
 func storedKeys(log *slog.Logger, id string, keys []PublicKey) []PublicKey {
 	var out []PublicKey
-	for _, k := range keys {
+	for i, k := range keys {
+		if len(out) == MaxAccountKeys {
+			log.Warn("pigeon: a stored account lists more keys than PutAccountKeys takes; the account loads without the keys after the first it takes",
+				"account", id, "keys", len(keys), "skipped", len(keys)-i, "err", NewError(CodeInvalidArgument, "an account publishes at most %d keys", MaxAccountKeys))
+			break
+		}
 		err := k.Validate()
 		switch {
 		case err != nil:
 		case slices.ContainsFunc(out, func(o PublicKey) bool { return o.KID == k.KID }):
 			err = NewError(CodeInvalidArgument, "kid %q appears twice", k.KID)
-		case len(out) == MaxAccountKeys:
-			err = NewError(CodeInvalidArgument, "an account publishes at most %d keys", MaxAccountKeys)
 		}
 		if err != nil {
 			log.Warn("pigeon: a stored account key breaks the checks of PutAccountKeys; the account loads without it",
@@ -285,6 +303,9 @@ func checkPermission(i int, p Permission) error {
 	if len(p.Operations) == 0 {
 		return NewError(CodeBadRequest, "permissions[%d]: operations are required", i)
 	}
+	if n := len(p.Operations); n > MaxPermissionOperations {
+		return NewError(CodeInvalidArgument, "permissions[%d]: a permission lists at most %d operations, each once, not %d", i, MaxPermissionOperations, n)
+	}
 	for _, op := range p.Operations {
 		if !validOperation(string(op)) {
 			return NewError(CodeBadRequest, "permissions[%d]: unknown operation %q", i, op)
@@ -299,10 +320,15 @@ func checkPermission(i int, p Permission) error {
 }
 
 // checkStoredGrant checks a stored grant as IssueGrant would have issued
-// it: its jti, account and roles are valid ids (it may have no role left:
-// RemoveAccountRole takes roles from grants), and it
-// expires after its issue, at most MaxGrantTTL later.
+// it: it carries at most MaxPrincipalRoles roles, its jti, account and
+// roles are valid ids (it may have no role left: RemoveAccountRole takes
+// roles from grants), and it expires after its issue, at most MaxGrantTTL
+// later.
 func checkStoredGrant(g *grantRecord) error {
+	if n := len(g.Roles); n > MaxPrincipalRoles {
+		// Counted before the names are read.
+		return NewError(CodeInvalidArgument, "a grant carries at most %d roles, not %d", MaxPrincipalRoles, n)
+	}
 	if err := validID("a grant id", g.JTI); err != nil {
 		return err
 	}
