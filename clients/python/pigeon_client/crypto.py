@@ -451,6 +451,20 @@ def _window_edge(x: Any) -> int | None:
     return None if t == _GO_ZERO_NS else t
 
 
+def is_key_entry(k: Any) -> bool:
+    """Whether ``k``, an entry of a key list, is a key: a dict whose
+    ``kid``, ``use``, ``alg`` and ``key`` are strings. Any other entry (one
+    of them absent, ``null`` or of another type, or the entry not an
+    object) is no key: :meth:`~pigeon_client.http.HttpClient.keys` leaves
+    it out of the list it reads, and :func:`select_key` never chooses it,
+    so that nothing verifies with it and nothing is sealed for it, and it
+    costs the caller none of the other keys of the list (as in the
+    TypeScript and Rust clients). Its window is not looked at here: a key
+    whose window does not read is kept, valid at no time
+    (:func:`_valid_at`)."""
+    return isinstance(k, dict) and all(isinstance(k.get(n), str) for n in ("kid", "use", "alg", "key"))
+
+
 def _valid_at(k: dict[str, Any], t: int) -> bool:
     """Whether key ``k``'s window, ``notBefore`` (inclusive) to ``notAfter``
     (exclusive), holds the instant ``t`` (nanoseconds since the epoch), as
@@ -461,8 +475,10 @@ def _valid_at(k: dict[str, Any], t: int) -> bool:
     or at Go's zero time is open; one that is not an RFC 3339 time
     (:func:`parse_rfc3339`: ``""``, ``0``, ``false``, a date alone, …)
     makes the key valid at no time, so nothing verifies or is sealed with
-    it: Go reads a key list into ``pigeon.PublicKey`` values, which refuse
-    such a value, and the whole list with it."""
+    it, and the key costs the caller none of the other keys of its list.
+    Go's client reads no key list: a Go program decoding one with
+    ``encoding/json`` into ``[]pigeon.PublicKey`` would refuse such a
+    value, and the whole list with it."""
     try:
         nb, na = _window_edge(k.get("notBefore")), _window_edge(k.get("notAfter"))
     except ValueError:
@@ -482,7 +498,8 @@ def select_key(
     """The published key of ``use`` (``sig``/``enc``) valid at ``at`` (a
     timezone-aware datetime, now by default), as Go's ``SelectKey`` finds
     it: the one named ``kid``, or without a kid the one with the latest
-    ``notBefore`` (the last listed among equals)."""
+    ``notBefore`` (the last listed among equals). An entry that is no key
+    (:func:`is_key_entry`) is never chosen."""
     return _select_key_at(keys, kid, use, _ns_of(at or _dt.datetime.now(_dt.timezone.utc)))
 
 
@@ -491,7 +508,7 @@ def _select_key_at(keys: Iterable[dict[str, Any]], kid: str, use: str, t: int) -
     (a message's time, :func:`parse_rfc3339_ns`)."""
     best, best_nb = None, 0
     for k in keys:
-        if not isinstance(k, dict) or k.get("use") != use or not _valid_at(k, t):
+        if not is_key_entry(k) or k["use"] != use or not _valid_at(k, t):
             continue
         if kid:
             if k.get("kid") == kid:

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from .crypto import select_key, verify_message_with_keys
+from .crypto import is_key_entry, select_key, verify_message_with_keys
 from .errors import (
     InvalidError,
     PigeonError,
@@ -444,16 +444,24 @@ def _listed(p: Any, member: str, what: str) -> list[dict[str, Any]]:
     (``TypeError``), rather than refused. The list's counterpart of
     :func:`~pigeon_client.model._member`, through which every other answer
     is read."""
+    v = _list_of(p, member, what)
+    for i, r in enumerate(v):
+        if not isinstance(r, dict):
+            raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: entry {i} is not an object",
+                                details={"index": i, "entry": type(r).__name__})
+    return v
+
+
+def _list_of(p: Any, member: str, what: str) -> list[Any]:
+    """The list ``member`` of the answer ``p`` to ``what``, as
+    :func:`_listed` reads it, its entries left for the caller to read (an
+    account's keys, read entry by entry)."""
     v = _object(p, f"{what}: the answer holding {member}").get(member)
     if v is None:
         return []
     if not isinstance(v, list):
         raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: it is not a list",
                             details={member: type(v).__name__})
-    for i, r in enumerate(v):
-        if not isinstance(r, dict):
-            raise ProtocolError("BAD_REQUEST", f"{what}: the answer has no {member}: entry {i} is not an object",
-                                details={"index": i, "entry": type(r).__name__})
     return v
 
 
@@ -980,12 +988,17 @@ class HttpClient:
         return _member(self._do("PUT", path, {"keys": keys})[1], "account", f"PUT {path}", ("id",))
 
     def keys(self, account_id: str) -> list[dict[str, Any]]:
-        """An account's published public keys; ``ProtocolError`` for an
-        answer whose ``keys`` is not a list of objects, or lists more than
-        :data:`MAX_ACCOUNT_KEYS` (refused before the keys past it are
-        built)."""
+        """An account's published public keys, read entry by entry: an
+        entry that is no key (not an object, or its ``kid``, ``use``,
+        ``alg`` or ``key`` absent, ``null`` or not a string; see
+        :func:`~pigeon_client.crypto.is_key_entry`) is left out, and costs
+        the caller none of the other keys, as in the TypeScript and Rust
+        clients. ``ProtocolError`` for an answer whose ``keys`` is not a
+        list, or lists more than :data:`MAX_ACCOUNT_KEYS` entries (refused
+        before the entries past it are built)."""
         path = f"/v1/accounts/{_q(account_id)}/keys"
-        return _listed(self._do("GET", path, listed=("keys", MAX_ACCOUNT_KEYS))[1], "keys", f"GET {path}")
+        p = self._do("GET", path, listed=("keys", MAX_ACCOUNT_KEYS))[1]
+        return [k for k in _list_of(p, "keys", f"GET {path}") if is_key_entry(k)]
 
 
 SEAL_MAX_AGE = 10.0

@@ -15,7 +15,9 @@ A listing answer whose list is not a list of objects is refused,
 ``ProtocolError``, as the TypeScript client refuses it
 (test/listings.test.mjs holds the same table): before, a string was listed
 letter by letter, an object by its member names, and a number or an answer
-that is not an object raised ``TypeError`` or ``AttributeError``."""
+that is not an object raised ``TypeError`` or ``AttributeError``. An
+account's keys are read entry by entry: an entry that is no key is left
+out, the other keys kept."""
 
 from __future__ import annotations
 
@@ -30,38 +32,55 @@ from pigeon_client import HttpClient, PigeonError, ProtocolError
 from pigeon_client.http import MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, _loads_listing
 from pigeon_client.ws import _loads_frame
 
-# Each listing: its call and the member of the answer holding its list.
+
+def _record(id_: str) -> dict[str, Any]:
+    return {"id": id_}
+
+
+def _key(id_: str) -> dict[str, Any]:
+    return {"kid": id_, "use": "sig", "alg": "ed25519", "key": "AAAA"}
+
+
+# Each listing: its call, the member of the answer holding its list, and
+# its entry of an id. The keys are read entry by entry: an entry that is
+# no key (not an object, or one without a kid) is left out, the other keys
+# kept (tests/test_time_vectors.py holds the table of such entries).
 LISTINGS: list[Any] = [
-    pytest.param(lambda c: c.subjects(), "subjects", id="subjects"),
-    pytest.param(lambda c: c.audit(from_=1, max=2), "records", id="audit"),
-    pytest.param(lambda c: c.quarantine(max=2), "records", id="quarantine"),
-    pytest.param(lambda c: c.keys("acct"), "keys", id="keys"),
+    pytest.param(lambda c: c.subjects(), "subjects", _record, id="subjects"),
+    pytest.param(lambda c: c.audit(from_=1, max=2), "records", _record, id="audit"),
+    pytest.param(lambda c: c.quarantine(max=2), "records", _record, id="quarantine"),
+    pytest.param(lambda c: c.keys("acct"), "keys", _key, id="keys"),
 ]
 
-# Each answer: its JSON text (``M`` stands for the listing's member), and the
-# list the call returns (None: refused, ProtocolError).
-ANSWERS: list[tuple[str, str, list[Any] | None]] = [
-    ("a list of objects", '{"M":[{"id":"r1"},{"id":"r2"}]}', [{"id": "r1"}, {"id": "r2"}]),
+# Each answer: its JSON text (``M`` stands for the listing's member, ``R1``
+# and ``R2`` for its entries of the ids r1 and r2), the ids of the list the
+# call returns (None: refused, ProtocolError), and the ids the keys listing
+# returns where it differs.
+ANSWERS: list[tuple[Any, ...]] = [
+    ("a list of objects", '{"M":[R1,R2]}', ["r1", "r2"]),
     ("an empty list", '{"M":[]}', []),
     ("absent", "{}", []),
     ("null", '{"M":null}', []),
     ("a string", '{"M":"abc"}', None),
     ("an object", '{"M":{"a":1}}', None),
     ("a number", '{"M":7}', None),
-    ("an entry that is not an object", '{"M":[{"id":"r1"},"r2"]}', None),
-    ("an answer that is not an object", '[{"id":"r1"}]', None),
+    ("an entry that is not an object", '{"M":[R1,"r2"]}', None, ["r1"]),
+    ("an answer that is not an object", "[R1]", None),
 ]
 
 
-@pytest.mark.parametrize("call,member", LISTINGS)
+@pytest.mark.parametrize("call,member,entry", LISTINGS)
 def test_a_listing_asks_for_one_page_and_returns_its_list_of_objects_and_refuses_any_other_shape(
-        call: Callable[[HttpClient], Any], member: str) -> None:
+        call: Callable[[HttpClient], Any], member: str, entry: Callable[[str], dict[str, Any]]) -> None:
     wrong: list[str] = []
     with http_answering() as srv:
         c = HttpClient(srv.url, "t", timeout=5)
-        for name, text, want in ANSWERS:
+        for name, template, ids, *key_ids in ANSWERS:
             srv.paths.clear()
-            srv.body = text.replace("M", member).encode()
+            text = template.replace("M", member)
+            srv.body = text.replace("R1", json.dumps(entry("r1"))).replace("R2", json.dumps(entry("r2"))).encode()
+            read = key_ids[0] if key_ids and member == "keys" else ids
+            want = None if read is None else [entry(i) for i in read]
             got: Any
             try:
                 got = call(c)

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import nacl.signing
 import pytest
 
 from harness import ROOT, Answering, http_answering
-from pigeon_client import PigeonError
+from pigeon_client import PigeonError, ProtocolError
 from pigeon_client import crypto
 from pigeon_client.crypto import Keys, parse_rfc3339, select_key, sign_message, verify_message_with_keys
-from pigeon_client.http import HttpClient, KeyDirectory
+from pigeon_client.http import MAX_ACCOUNT_KEYS, HttpClient, KeyDirectory
 
 VECTORS = json.loads((ROOT / "clients/conformance/vectors/times.json").read_text(encoding="utf-8"))
 
@@ -247,6 +247,66 @@ def test_a_key_list_holding_a_key_whose_window_does_not_read_keeps_every_other_k
     theirs = {"subject": "x", "id": "msg_times", "time": "2026-12-05T10:20:30Z", "data": {"n": 1}}
     directory.verify(account, sign_message(theirs, OTHER.signing_kid, OTHER.signing_key))
     assert directory.encryption_key(account)["kid"] == ENC_KEY["kid"]
+
+
+def _without(k: dict[str, Any], name: str) -> dict[str, Any]:
+    return {n: v for n, v in k.items() if n != name}
+
+
+# Entries of a key list that are no key: each a name and what it makes of
+# a sound key. The same rows as the TypeScript (test/time_vectors.test.mjs)
+# and Rust (tests/times.rs) tables.
+NO_KEYS: list[Any] = [
+    pytest.param(lambda k: _without(k, "kid"), id="kid absent"),
+    pytest.param(lambda k: {**k, "kid": 7}, id="kid a number"),
+    pytest.param(lambda k: {**k, "use": {"use": k["use"]}}, id="use an object"),
+    pytest.param(lambda k: {**k, "alg": None}, id="alg null"),
+    pytest.param(lambda k: _without(k, "key"), id="key absent"),
+    pytest.param(lambda k: k["kid"], id="the entry a string, not an object"),
+]
+
+
+@pytest.mark.parametrize("no_key", NO_KEYS)
+def test_a_key_list_holding_an_entry_that_is_no_key_keeps_every_other_key(
+    no_key: Callable[[dict[str, Any]], Any], key_lists: tuple[Answering, dict[str, bytes]]
+) -> None:
+    """An account's key list is read entry by entry: an entry that is no
+    key (not an object, or its ``kid``, ``use``, ``alg`` or ``key`` absent,
+    ``null`` or not a string) is left out, so that nothing verifies with it
+    and nothing is sealed for it, and costs the caller none of the other
+    keys: they verify, and the encryption key among them is sealed for,
+    though the entry is listed after it (where, were it a key, it would be
+    chosen). The TypeScript and Rust clients read the list alike. This
+    client refused the whole list for an entry that is not an object
+    (``ProtocolError``), and kept the other entries as listed: one without
+    a kid, or with an ``alg`` null, listed last was chosen to seal for, and
+    sealing failed. :func:`select_key` never chooses such an entry of a
+    list handed to it. The entries still count towards the bound of an
+    answer (:data:`MAX_ACCOUNT_KEYS`): past it, the answer is refused."""
+    server, lists = key_lists
+    other_sig, other_enc = OTHER.public_keys()
+    listed = [no_key(SIG_KEY), other_sig, ENC_KEY, no_key(other_enc)]
+    mine = _signed_at("2026-12-05T10:20:30Z")
+    assert (select_key(listed, "", "enc") or {}).get("kid") == ENC_KEY["kid"]
+    assert not _verifies(mine, listed)
+    account = f"account-no-key-{id(no_key)}"
+    lists[f"/v1/accounts/{account}/keys"] = json.dumps({"keys": listed}).encode()
+    directory = KeyDirectory(HttpClient(server.url, "t"))
+    keys = directory.get(account)
+    assert keys == [other_sig, ENC_KEY]
+    with pytest.raises(PigeonError) as e:
+        directory.verify(account, mine)
+    assert e.value.code == "SIGNATURE_INVALID"
+    theirs = {"subject": "x", "id": "msg_times", "time": "2026-12-05T10:20:30Z", "data": {"n": 1}}
+    directory.verify(account, sign_message(theirs, OTHER.signing_kid, OTHER.signing_key))
+    assert directory.encryption_key(account)["kid"] == ENC_KEY["kid"]
+    # Listed past the bound, beside as many keys as make it up, the entry
+    # is one too many: the answer is refused.
+    lists[f"/v1/accounts/{account}-past-the-bound/keys"] = json.dumps(
+        {"keys": [other_sig] * MAX_ACCOUNT_KEYS + [no_key(SIG_KEY)]}).encode()
+    with pytest.raises(ProtocolError) as past:
+        directory.get(f"{account}-past-the-bound")
+    assert f"more than {MAX_ACCOUNT_KEYS}" in str(past.value), past.value
 
 
 ZERO = "0001-01-01T00:00:00Z"

@@ -241,6 +241,11 @@ fn canonical_x25519(u: &[u8; 32]) -> bool {
 /// decodes no such key). The value is kept as listed, so that an empty
 /// string is not taken for an absent edge: a `notAfter` of `""` on a
 /// retired key closes it.
+///
+/// `kid`, `use`, `alg` and `key` are strings: a listed entry where one of
+/// them is absent, `null` or of another type is no key, and
+/// [`HttpClient::fetch_keys`](crate::http::HttpClient::fetch_keys) leaves
+/// it out of the list it reads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PublicKey {

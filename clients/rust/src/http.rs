@@ -385,13 +385,17 @@ impl HttpClient {
         Ok((status, body, retry_after(&raw)))
     }
 
-    /// The published keys of `account` (`GET /v1/accounts/{id}/keys`);
-    /// `BAD_FRAME` for an answer listing more than [`MAX_ACCOUNT_KEYS`]
-    /// (the keys past it not built) or keys that do not decode.
+    /// The published keys of `account` (`GET /v1/accounts/{id}/keys`),
+    /// read entry by entry: an entry that is no key (not an object, or
+    /// its `kid`, `use`, `alg` or `key` absent, `null` or not a string) is
+    /// left out, and costs the caller none of the other keys, as in the
+    /// TypeScript and Python clients. `BAD_FRAME` for an answer listing
+    /// more than [`MAX_ACCOUNT_KEYS`] entries (the entries past it not
+    /// built) or whose `keys` is not a list.
     pub async fn fetch_keys(&self, account: &str) -> Result<Vec<PublicKey>> {
         let list = Listing { member: "keys", most: MAX_ACCOUNT_KEYS };
         let (_, v) = self.get_listing(&format!("/v1/accounts/{}/keys", segment(account)?), list, &mut None).await?;
-        serde_json::from_value(v.get("keys").cloned().unwrap_or(Value::Array(vec![]))).map_err(|e| Error::protocol(format!("keys: {e}")))
+        read_keys(v.get("keys").cloned().unwrap_or(Value::Array(vec![])))
     }
 
     /// Publishes `keys` for `account` (`PUT /v1/accounts/{id}/keys`; the
@@ -812,6 +816,22 @@ fn contract_of(v: &Value) -> std::result::Result<Contract, String> {
         return Err("a contract whose expiresAt is not a string".into());
     }
     Contract::deserialize(c).map_err(|e| format!("a contract that does not decode ({e})"))
+}
+
+/// The keys of an account's key list `v`, read entry by entry, as the
+/// TypeScript and Python clients read it: an entry is a key when it is an
+/// object whose `kid`, `use`, `alg` and `key` are strings; any other entry
+/// (one of them absent, `null` or of another type, or the entry not an
+/// object) is left out, so that nothing verifies with it and nothing is
+/// sealed for it, and the other keys of the list are read as listed. A
+/// key whose window does not read is kept, valid at no time (see
+/// [`PublicKey`]). `BAD_FRAME` when `v` is not a list. Go's client reads
+/// no key list: decoding the answer into `[]pigeon.PublicKey` with
+/// `encoding/json` would refuse the whole list for one entry of the wrong
+/// type (and read an absent or `null` member as the empty string).
+fn read_keys(v: Value) -> Result<Vec<PublicKey>> {
+    let entries: Vec<Value> = serde_json::from_value(v).map_err(|e| Error::protocol(format!("keys: {e}")))?;
+    Ok(entries.into_iter().filter_map(|e| serde_json::from_value(e).ok()).collect())
 }
 
 type Cached = (Instant, Arc<Vec<PublicKey>>);

@@ -17,10 +17,11 @@
 mod common;
 
 use pigeon_client::crypto::{select_key, select_key_at, sign_message, verify_message_with_keys, Keys, PublicKey};
-use pigeon_client::http::{HttpClient, KeyCache};
+use pigeon_client::http::{HttpClient, KeyCache, MAX_ACCOUNT_KEYS};
 use pigeon_client::time::{parse_rfc3339, parse_rfc3339_ms, Timestamp};
 use pigeon_client::Message;
 use serde::Deserialize;
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -371,6 +372,124 @@ async fn a_key_list_holding_a_key_whose_window_does_not_read_keeps_every_other_k
         match cache.encryption_key(&account).await {
             Ok(key) if key.kid == k.encryption_kid => {}
             r => wrong.push(format!("{name}: sealed for {:?}", r.map(|key| key.kid).map_err(|e| e.code))),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The key list answers of a [`key_lists`] server, by path.
+type Lists = Arc<Mutex<HashMap<String, String>>>;
+
+/// A server answering `GET /v1/accounts/{id}/keys` with the text set for
+/// its path in the map, and a [`KeyCache`] reading it.
+async fn key_lists() -> (KeyCache, Lists) {
+    let lists: Lists = Arc::default();
+    let served = lists.clone();
+    let (url, _) = common::http_server(move |_, r| {
+        let path = r.head.split(' ').nth(1).unwrap_or_default();
+        Some(common::HttpReply::new(200, served.lock().unwrap().get(path).cloned().unwrap_or_default()))
+    })
+    .await;
+    (KeyCache::new(HttpClient::new(&url, "t"), Duration::from_secs(300)), lists)
+}
+
+/// What an entry that is no key makes of a sound key (its JSON object).
+type NoKey = fn(Value) -> Value;
+
+/// Entries of a key list that are no key: each a name and what it makes
+/// of a sound key (its JSON object). The same rows as the TypeScript
+/// (test/time_vectors.test.mjs) and Python (tests/test_time_vectors.py)
+/// tables.
+fn entries_that_are_no_keys() -> Vec<(&'static str, NoKey)> {
+    fn set(mut k: Value, name: &str, v: Value) -> Value {
+        k[name] = v;
+        k
+    }
+    fn without(mut k: Value, name: &str) -> Value {
+        k.as_object_mut().unwrap().remove(name);
+        k
+    }
+    vec![
+        ("kid absent", |k| without(k, "kid")),
+        ("kid a number", |k| set(k, "kid", json!(7))),
+        ("use an object", |k| {
+            let u = k["use"].clone();
+            set(k, "use", json!({ "use": u }))
+        }),
+        ("alg null", |k| set(k, "alg", Value::Null)),
+        ("key absent", |k| without(k, "key")),
+        ("the entry a string, not an object", |k| k["kid"].clone()),
+    ]
+}
+
+/// An account's key list is read entry by entry: an entry that is no key
+/// (not an object, or its `kid`, `use`, `alg` or `key` absent, `null` or
+/// not a string) is left out, so that nothing verifies with it and
+/// nothing is sealed for it, and costs the caller none of the other keys:
+/// they verify, and the encryption key among them is sealed for, though
+/// the entry is listed after it (where, were it a key, it would be
+/// chosen). The TypeScript and Python clients read the list alike. The
+/// client refused the whole list (`BAD_FRAME`, "keys: missing field
+/// `kid`"), so that one broken or hostile entry cost the caller every key
+/// of the account. The entries still count towards the bound of an
+/// answer ([`MAX_ACCOUNT_KEYS`]): past it, the answer is refused.
+#[tokio::test]
+async fn a_key_list_holding_an_entry_that_is_no_key_keeps_every_other_key() {
+    let (k, other) = (keys(), Keys::from_bytes([8; 32], [108; 32]));
+    let (cache, lists) = key_lists().await;
+    let (mine, theirs) = (signed_at(&k, "2026-12-05T10:20:30Z"), signed_at(&other, "2026-12-05T10:20:30Z"));
+    let value = |p: PublicKey| serde_json::to_value(p).unwrap();
+    let mut wrong = Vec::new();
+    for (i, (name, no_key)) in entries_that_are_no_keys().into_iter().enumerate() {
+        let listed = [no_key(value(sig_key(&k))), value(sig_key(&other)), value(enc_key(&k)), no_key(value(enc_key(&other)))];
+        let account = format!("account-{i}");
+        lists.lock().unwrap().insert(format!("/v1/accounts/{account}/keys"), json!({ "keys": listed }).to_string());
+        let got = match cache.keys(&account).await {
+            Ok(got) => got,
+            Err(e) => {
+                wrong.push(format!("{name}: the list is refused: {} {}", e.code, e.message));
+                continue;
+            }
+        };
+        if *got != [sig_key(&other), enc_key(&k)] {
+            wrong.push(format!("{name}: read as {got:?}"));
+        }
+        if verify_message_with_keys(&mine, &got).is_ok() || cache.verify(&account, &mine).await.is_ok() {
+            wrong.push(format!("{name}: the entry verified"));
+        }
+        if let Err(e) = cache.verify(&account, &theirs).await {
+            wrong.push(format!("{name}: the signing key did not verify: {}", e.code));
+        }
+        match cache.encryption_key(&account).await {
+            Ok(key) if key.kid == k.encryption_kid => {}
+            r => wrong.push(format!("{name}: sealed for {:?}", r.map(|key| key.kid).map_err(|e| e.code))),
+        }
+        // Listed past the bound, beside as many keys as make it up, the
+        // entry is one too many: the answer is refused.
+        let mut full: Vec<Value> = (0..MAX_ACCOUNT_KEYS).map(|_| value(sig_key(&other))).collect();
+        full.push(no_key(value(sig_key(&k))));
+        let account = format!("account-{i}-past-the-bound");
+        lists.lock().unwrap().insert(format!("/v1/accounts/{account}/keys"), json!({ "keys": full }).to_string());
+        match cache.keys(&account).await {
+            Err(e) if e.code == "BAD_FRAME" && e.message.contains(&format!("more than {MAX_ACCOUNT_KEYS} entries in keys")) => {}
+            r => wrong.push(format!("{name}, past the bound: {:?}", r.map(|ks| ks.len()))),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A key list that is not a list stays refused, `BAD_FRAME`, as before:
+/// it holds no entry to read.
+#[tokio::test]
+async fn a_key_list_that_is_not_a_list_is_refused() {
+    let (cache, lists) = key_lists().await;
+    let mut wrong = Vec::new();
+    for (i, keys) in [json!("abc"), json!({"kid": "k"}), json!(7), json!(true)].into_iter().enumerate() {
+        let account = format!("account-{i}");
+        lists.lock().unwrap().insert(format!("/v1/accounts/{account}/keys"), json!({ "keys": keys }).to_string());
+        match cache.keys(&account).await {
+            Err(e) if e.code == "BAD_FRAME" => {}
+            r => wrong.push(format!("{keys}: {r:?}")),
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

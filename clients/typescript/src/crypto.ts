@@ -144,6 +144,22 @@ export function publicKeys(k: KeyPair): PublicKey[] {
 }
 
 /**
+ * Whether `x`, an entry of a key list, is a key: an object whose kid, use,
+ * alg and key are strings. Any other entry (one of them absent, null or of
+ * another type, or the entry not an object) is no key: HttpClient.fetchKeys
+ * leaves it out of the list it reads, and selectKey never chooses it, so
+ * that nothing verifies with it and nothing is sealed for it, and it costs
+ * the caller none of the other keys of the list (as in the Python and Rust
+ * clients). Its window is not looked at here: a key whose window does not
+ * read is kept, valid at no time (see validAt).
+ */
+export function isKeyEntry(x: unknown): x is PublicKey {
+  if (typeof x !== "object" || x === null || Array.isArray(x)) return false;
+  const k = x as Record<string, unknown>;
+  return typeof k.kid === "string" && typeof k.use === "string" && typeof k.alg === "string" && typeof k.key === "string";
+}
+
+/**
  * Where a key's window edge `x` (its notBefore or notAfter) lies: `open`
  * (no bound) when absent or null, as every client reads it, and when it
  * is Go's zero time (0001-01-01T00:00:00Z, at any offset), which Go's
@@ -190,7 +206,8 @@ function validAt(k: PublicKey, t: ExactTime): boolean {
  * of that kid and use valid at `at`; without one, the valid key of that use
  * with the latest notBefore (the last listed among equals). Undefined when
  * none fits. A key whose notBefore or notAfter is not RFC 3339 (as Go reads
- * it) is valid at no time.
+ * it) is valid at no time; an entry that is no key (see isKeyEntry) is
+ * never chosen.
  */
 export function selectKey(keys: readonly PublicKey[], kid: string, use: "sig" | "enc", at: Date | number = Date.now()): PublicKey | undefined {
   return selectKeyAt(keys, kid, use, [typeof at === "number" ? at : at.getTime(), 0]);
@@ -201,7 +218,7 @@ function selectKeyAt(keys: readonly PublicKey[], kid: string, use: "sig" | "enc"
   let best: PublicKey | undefined;
   let bestNB: ExactTime = ALWAYS;
   for (const k of keys) {
-    if (k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t)) continue;
+    if (!isKeyEntry(k) || k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t)) continue;
     if (kid !== "") return k;
     // Go ranks a key with no notBefore at its zero time: one opening
     // before that instant (the year 0000, at an offset) ranks earlier.

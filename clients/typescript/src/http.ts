@@ -15,7 +15,7 @@ import { readDecision } from "./decision.js";
 import { duplicateMember, loneSurrogate } from "./jcs.js";
 import { listsMoreThan } from "./entries.js";
 import { attemptOf, ClientCodes, escapeControls, finiteMs, fromWire, heldMessages, PigeonError, pullAttempts, retryDelayMs, settleBody, transportError, unansweringReply, unheldMessage } from "./errors.js";
-import { requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
+import { isKeyEntry, requestOf, selectKey, verifyMessageWithKeys, type PublicKey } from "./crypto.js";
 import type { Contract, Decision, Message, Pulled, Receipt, ReceiptsPage, ReplayOptions, SettleOptions } from "./types.js";
 
 export interface HttpOptions {
@@ -532,12 +532,17 @@ export class HttpClient {
   }
 
   /**
-   * An account's published keys (any authenticated principal); BAD_FRAME
-   * for an answer whose `keys` is not a list of objects, or lists more than
-   * {@link MAX_ACCOUNT_KEYS} (refused before they are parsed).
+   * An account's published keys (any authenticated principal), read entry
+   * by entry: an entry that is no key (not an object, or its kid, use, alg
+   * or key absent, null or not a string; see isKeyEntry) is left out, and
+   * costs the caller none of the other keys, as in the Python and Rust
+   * clients. BAD_FRAME for an answer whose `keys` is not a list, or lists
+   * more than {@link MAX_ACCOUNT_KEYS} entries (refused before they are
+   * parsed).
    */
   async fetchKeys(account: string): Promise<PublicKey[]> {
-    return (await this.expect<{ keys: PublicKey[] }>("keys", (r) => isObjArray(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`, undefined, { list: ["keys", MAX_ACCOUNT_KEYS] })).keys ?? [];
+    const r = await this.expect<{ keys?: unknown[] | null }>("keys", (r) => isList(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`, undefined, { list: ["keys", MAX_ACCOUNT_KEYS] });
+    return (r.keys ?? []).filter(isKeyEntry);
   }
 }
 

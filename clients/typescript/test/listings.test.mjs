@@ -9,9 +9,10 @@
 // answer listing more is refused, BAD_FRAME, counted on its text before
 // JSON.parse builds a record (256 MiB of `{}` entries is about 89 million
 // objects). The catalog (subjects) has no such cap on the server. A
-// listing answer whose list is not a list of objects is refused, BAD_FRAME
-// (tests/test_http_listings.py holds the same tables for the Python
-// client).
+// listing answer whose list is not a list of objects is refused, BAD_FRAME,
+// but for an account's keys, read entry by entry: an entry that is no key
+// is left out (tests/test_http_listings.py holds the same tables for the
+// Python client).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { HttpClient, MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, PigeonError } from "../dist/index.js";
@@ -27,33 +28,40 @@ function answering(answer, options = {}) {
   return { h: new HttpClient("http://127.0.0.1:9", "t", { fetch, ...options }), paths };
 }
 
-// Each listing: its call and the member of the answer holding its list.
+// Each listing: its call, the member of the answer holding its list, and
+// its entry of an id. The keys are read entry by entry: an entry that is
+// no key (not an object, or one without a kid) is left out, the other keys
+// kept (time_vectors.test.mjs holds the table of such entries).
 const LISTINGS = [
-  ["subjects", (h) => h.subjects(), "subjects"],
-  ["audit", (h) => h.audit({ from: 1, max: 2 }), "records"],
-  ["quarantine", (h) => h.quarantine({ max: 2 }), "records"],
-  ["keys", (h) => h.fetchKeys("acct"), "keys"],
+  ["subjects", (h) => h.subjects(), "subjects", (id) => ({ id })],
+  ["audit", (h) => h.audit({ from: 1, max: 2 }), "records", (id) => ({ id })],
+  ["quarantine", (h) => h.quarantine({ max: 2 }), "records", (id) => ({ id })],
+  ["keys", (h) => h.fetchKeys("acct"), "keys", (id) => ({ kid: id, use: "sig", alg: "ed25519", key: "AAAA" })],
 ];
 
-// Each answer: its JSON text (`M` stands for the listing's member), and the
-// list the call returns (undefined: refused, BAD_FRAME).
+// Each answer: its JSON text (`M` stands for the listing's member, `R1`
+// and `R2` for its entries of the ids r1 and r2), the ids of the list the
+// call returns (undefined: refused, BAD_FRAME), and the ids the keys
+// listing returns where it differs.
 const ANSWERS = [
-  ["a list of objects", `{"M":[{"id":"r1"},{"id":"r2"}]}`, [{ id: "r1" }, { id: "r2" }]],
+  ["a list of objects", `{"M":[R1,R2]}`, ["r1", "r2"]],
   ["an empty list", `{"M":[]}`, []],
   ["absent", `{}`, []],
   ["null", `{"M":null}`, []],
   ["a string", `{"M":"abc"}`, undefined],
   ["an object", `{"M":{"a":1}}`, undefined],
   ["a number", `{"M":7}`, undefined],
-  ["an entry that is not an object", `{"M":[{"id":"r1"},"r2"]}`, undefined],
-  ["an answer that is not an object", `[{"id":"r1"}]`, undefined],
+  ["an entry that is not an object", `{"M":[R1,"r2"]}`, undefined, ["r1"]],
+  ["an answer that is not an object", `[R1]`, undefined],
 ];
 
-for (const [listing, call, member] of LISTINGS) {
+for (const [listing, call, member, entry] of LISTINGS) {
   test(`the ${listing} listing asks for one page and returns its list of objects, and refuses any other shape`, async () => {
     const wrong = [];
-    for (const [name, text, want] of ANSWERS) {
-      const { h, paths } = answering(() => text.replace("M", member));
+    for (const [name, template, ids, keyIds = ids] of ANSWERS) {
+      const text = template.replace("M", member).replace("R1", JSON.stringify(entry("r1"))).replace("R2", JSON.stringify(entry("r2")));
+      const want = (listing === "keys" ? keyIds : ids)?.map(entry);
+      const { h, paths } = answering(() => text);
       let got;
       try {
         got = await call(h);

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { HttpClient, KeyCache, keyPairFrom, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
+import { HttpClient, KeyCache, keyPairFrom, MAX_ACCOUNT_KEYS, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
 import { parseTime, parseTimeExact } from "../dist/times.js";
 
 const V = JSON.parse(readFileSync(fileURLToPath(new URL("../../conformance/vectors/times.json", import.meta.url)), "utf8"));
@@ -255,6 +255,75 @@ test("time vectors: a key list holding a key whose window does not read keeps ev
     } catch (e) {
       wrong.push(`${w.name}: no key to seal for: ${e}`);
     }
+  }
+  assert.deepEqual(wrong, []);
+});
+
+// Entries of a key list that are no key: each a name and what it makes of
+// a sound key. The same rows as the Python (tests/test_time_vectors.py)
+// and Rust (tests/times.rs) tables.
+const NO_KEYS = [
+  ["kid absent", ({ kid, ...k }) => k],
+  ["kid a number", (k) => ({ ...k, kid: 7 })],
+  ["use an object", (k) => ({ ...k, use: { use: k.use } })],
+  ["alg null", (k) => ({ ...k, alg: null })],
+  ["key absent", ({ key, ...k }) => k],
+  ["the entry a string, not an object", (k) => k.kid],
+];
+
+// An account's key list is read entry by entry: an entry that is no key
+// (not an object, or its kid, use, alg or key absent, null or not a
+// string) is left out, so that nothing verifies with it and nothing is
+// sealed for it, and costs the caller none of the other keys: they verify,
+// and the encryption key among them is sealed for, though the entry is
+// listed after it (where, were it a key, it would be chosen). The Python
+// and Rust clients read the list alike. This client refused the whole
+// list for an entry that is not an object (BAD_FRAME), and kept the other
+// entries as listed: one without a kid, or with an alg null, listed last
+// was chosen to seal for, and sealing failed. selectKey never chooses such
+// an entry of a list handed to it. The entries still count towards the
+// bound of an answer (MAX_ACCOUNT_KEYS): past it, the answer is refused.
+test("a key list holding an entry that is no key keeps every other key: they verify and are sealed for", async () => {
+  const otherKeys = keyPairFrom(new Uint8Array(32).fill(8), new Uint8Array(32).fill(108));
+  const [otherSig, otherEnc] = ["sig", "enc"].map((use) => publicKeys(otherKeys).find((k) => k.use === use));
+  const answers = new Map();
+  const fetch = async (url) => new Response(answers.get(new URL(url).pathname), { status: 200, headers: { "content-type": "application/json" } });
+  const cache = new KeyCache(new HttpClient("http://127.0.0.1:9", "t", { fetch }));
+  const mine = signedAt("2026-12-05T10:20:30Z");
+  const theirs = signMessage({ subject: "x", id: "msg_times", time: "2026-12-05T10:20:30Z", data: { n: 1 } }, otherKeys.signingKid, otherKeys.signingSeed);
+  const wrong = [];
+  for (const [i, [name, noKey]] of NO_KEYS.entries()) {
+    const listed = [noKey(sigKey), otherSig, encKey, noKey(otherEnc)];
+    if (selectKey(listed, "", "enc")?.kid !== encKey.kid) wrong.push(`${name}: selectKey chose ${JSON.stringify(selectKey(listed, "", "enc"))}`);
+    if (verifies(mine, listed)) wrong.push(`${name}: the entry verified (a list handed over)`);
+    const account = `account-${i}`;
+    answers.set(`/v1/accounts/${account}/keys`, JSON.stringify({ keys: listed }));
+    let keyList;
+    try {
+      keyList = await cache.get(account);
+    } catch (e) {
+      wrong.push(`${name}: the list is refused: ${e}`);
+      continue;
+    }
+    if (JSON.stringify(keyList) !== JSON.stringify([otherSig, encKey])) wrong.push(`${name}: read as ${JSON.stringify(keyList)}`);
+    if (await cache.verify(account, mine).then(() => true, () => false)) wrong.push(`${name}: the entry verified`);
+    try {
+      await cache.verify(account, theirs);
+    } catch (e) {
+      wrong.push(`${name}: the signing key did not verify: ${e}`);
+    }
+    try {
+      const k = await cache.encryptionKey(account);
+      if (k.kid !== encKey.kid) wrong.push(`${name}: sealed for ${JSON.stringify(k)}`);
+    } catch (e) {
+      wrong.push(`${name}: no key to seal for: ${e}`);
+    }
+    // Listed past the bound, beside as many keys as make it up, the entry
+    // is one too many: the answer is refused.
+    const full = [...Array.from({ length: MAX_ACCOUNT_KEYS }, () => otherSig), noKey(sigKey)];
+    answers.set(`/v1/accounts/${account}-past-the-bound/keys`, JSON.stringify({ keys: full }));
+    const past = await cache.get(`${account}-past-the-bound`).then((ks) => `${ks.length} keys`, (e) => e);
+    if (!(past instanceof PigeonError && past.code === "BAD_FRAME" && past.message.includes(`more than ${MAX_ACCOUNT_KEYS} keys`))) wrong.push(`${name}, past the bound: ${past}`);
   }
   assert.deepEqual(wrong, []);
 });
