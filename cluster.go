@@ -171,7 +171,18 @@ type Leaser interface {
 	Acquire(ctx context.Context, key store.GroupKey, seq uint64, deadline time.Time) (LeaseState, error)
 	// Release ends this node's lease of seq: done after an ack (or a skip,
 	// or exhaustion), otherwise the message may be leased again from
-	// retryAt on.
+	// retryAt on. Only this node's own lease is ended. A done release of
+	// a lease this node no longer holds (another node took it after this
+	// node's ran out, and holds or settled it; or it is gone) writes
+	// nothing and fails with a *Error of code ACK_NOT_ALLOWED; one this
+	// node settled already is no change. The engine settles an
+	// acknowledged message's lease so before it records the message done
+	// in the group's progress, which every node shares, and refuses the
+	// acknowledgement (ACK_NOT_ALLOWED, audited ack.denied) when the
+	// release does, writing nothing: another node may run the message.
+	// Any other error is logged, and the message recorded done all the
+	// same. A release that is not done, of a lease this node does not
+	// hold, is no change.
 	Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error
 }
 
@@ -203,7 +214,10 @@ type LeaseState struct {
 	// (1 for the first lease of seq in the cluster).
 	Acquired bool
 	Attempt  int
-	// Done: a node settled seq; nobody leases it again.
+	// Done: a node settled seq; nobody leases it again. The engine then
+	// records it done in the group's progress too (no change when it is
+	// there already): the node that settled the lease may have failed to
+	// write the progress, or stopped before it did.
 	Done bool
 	// Until: when not acquired and not done, another node holds seq until
 	// then.

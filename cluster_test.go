@@ -103,12 +103,23 @@ func (n *hubNode) Acquire(_ context.Context, key store.GroupKey, seq uint64, dea
 	return pigeon.LeaseState{Acquired: true, Attempt: l.attempt}, nil
 }
 
+// Release ends n's own lease only, as the real store's does: a done
+// release of a lease another node holds or settled (it took the message
+// over after n's ran out), or that is gone, writes nothing and fails
+// ACK_NOT_ALLOWED; a release given up early of another node's lease is
+// no change. A done release repeated by the node that settled it is no
+// change either.
 func (n *hubNode) Release(_ context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
 	n.h.mu.Lock()
 	defer n.h.mu.Unlock()
-	if l := n.h.leases[leaseKey(key, seq)]; l != nil && (done || l.node == n) {
-		l.done = l.done || done
-		l.until = retryAt
+	l := n.h.leases[leaseKey(key, seq)]
+	switch {
+	case l != nil && l.node == n:
+		if l.done = l.done || done; !l.done {
+			l.until = retryAt
+		}
+	case done:
+		return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's", seq)
 	}
 	return nil
 }

@@ -104,7 +104,8 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 }
 
 // settleReceived marks msgs, just leased to holder in group, done in one
-// write. A message whose lease holder changed meanwhile is left alone.
+// write. A message whose lease holder changed meanwhile is left alone, as
+// is one whose cluster lease another node took (markDoneAll).
 func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder string, msgs []*Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -122,7 +123,8 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 			seqs = append(seqs, m.Sequence)
 		}
 	}
-	return e.markDoneAll(ctx, g, seqs)
+	_, err = e.markDoneAll(ctx, g, seqs)
+	return err
 }
 
 // receiveCursor hands out up to max messages of a pubsub subject after
@@ -173,8 +175,9 @@ func (e *Engine) receiveCursor(ctx context.Context, c Caller, s *subject, max in
 	if err := still(); err != nil {
 		return nil, err
 	}
-	// The cursor moves past what is handed out, in one durable write.
-	if err := e.markDoneAll(ctx, g, seqs); err != nil {
+	// The cursor moves past what is handed out, in one durable write (a
+	// cursor is not shared in a cluster: nothing is refused).
+	if _, err := e.markDoneAll(ctx, g, seqs); err != nil {
 		return nil, err
 	}
 	if len(seqs) > 0 {
@@ -246,7 +249,10 @@ func (e *Engine) AckSequence(ctx context.Context, c Caller, subjectName, message
 // another principal. An attempt of 0 names none: the ack then settles
 // whichever lease the caller's principal holds, as Ack does (protocol v1).
 // On a pubsub subject, where nothing is leased, the attempt is not looked
-// at. A negative attempt is INVALID_ARGUMENT.
+// at. A negative attempt is INVALID_ARGUMENT. In a cluster, an ack whose
+// lease ran out and was taken over by another node (Leaser.Release
+// refuses it) settles nothing either, ACK_NOT_ALLOWED, even while this
+// node has not yet taken the lease back.
 func (e *Engine) AckAttempt(ctx context.Context, c Caller, subjectName, messageID string, seq uint64, attempt int) error {
 	if err := checkAttempt(attempt); err != nil {
 		return err
@@ -273,7 +279,14 @@ func (e *Engine) AckAttempt(ctx context.Context, c Caller, subjectName, messageI
 		e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
 		return NewError(CodeAckNotAllowed, "message %s is not leased to this consumer", sm.ID)
 	}
-	if err := e.markDone(ctx, g, sm.Seq); err != nil {
+	refused, err := e.markDoneAll(ctx, g, []uint64{sm.Seq})
+	if len(refused) > 0 {
+		// The lease ran out in the cluster, and another node took the
+		// message over (or settled it): this ack settles nothing.
+		e.audit(ctx, EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))
+		return NewError(CodeAckNotAllowed, "message %s is no longer leased to this consumer: its lease ran out and another node took the message over", sm.ID)
+	}
+	if err != nil {
 		return err
 	}
 	e.audit(ctx, EventDeliveryAcked.record(OutcomeAllow, CodeOK, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: sm.ID, Seqs: seqText(sm.Seq)}))

@@ -280,7 +280,10 @@ func (e *Engine) unleaseLocked(ctx context.Context, g *group, holder string, seq
 	return back
 }
 
-// markDone records seq as done; g.mu must be held.
+// markDone records seq as done for a reason other than an answer (a
+// message the group skips, one whose attempts ran out, one retention
+// trimmed), then ends this node's cluster lease of it; g.mu must be held.
+// An answer goes through markDoneAll, which settles the lease first.
 func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 	if g.prog.IsDone(seq) {
 		return nil
@@ -295,13 +298,17 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 
 // releaseShared ends this node's cluster-wide leases of seqs (see
 // Leaser.Release). A failure is logged, not returned: the store already
-// holds the outcome, and the lease runs out by itself.
+// holds the outcome, and the lease runs out by itself. A done release
+// the cluster refuses ACK_NOT_ALLOWED (the lease is not this node's: a
+// trimmed message may be one it never leased) is not logged: the
+// message is done for the group either way.
 func (e *Engine) releaseShared(ctx context.Context, g *group, done bool, retryAt time.Time, seqs ...uint64) {
 	if !e.shared(g) {
 		return
 	}
 	for _, seq := range seqs {
-		if err := e.opts.Cluster.Release(ctx, g.key, seq, done, retryAt); err != nil {
+		err := e.opts.Cluster.Release(ctx, g.key, seq, done, retryAt)
+		if err != nil && !(done && ErrorCode(err) == CodeAckNotAllowed) {
 			e.opts.Logger.Warn("pigeon: releasing a cluster lease failed", "subject", g.key.Subject, "seq", seq, "err", err)
 		}
 	}
@@ -321,15 +328,59 @@ func (g *group) setDone(seq uint64) {
 	}
 }
 
-// markDoneAll records seqs as done with one store write where the store
-// can batch them.
-func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error {
+// markDoneAll records seqs, answered by their lease holders on this node
+// (acknowledged), as done, with one store write where the store can
+// batch them; g.mu must be held. In a cluster-shared group each one's
+// cluster lease is settled first (Leaser.Release, done), and the group's
+// progress, which every node shares, is written after it, only for the
+// ones the cluster settled. One it refuses ACK_NOT_ALLOWED is not this
+// node's to settle (its lease ran out here and another node took it
+// over, and may run the message or have settled it; or it is gone): it
+// is not recorded done, its lease here is let go at once (the node asks
+// the cluster again, which has it leased elsewhere, or done), and it is
+// returned in refused, for the caller to refuse the answer. Any other
+// failure of a release is logged, and the message recorded done all the
+// same: the lease runs out by itself. Written before the release, the
+// progress marked a late answer's message done for every node while
+// another node ran it.
+func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) (refused []uint64, err error) {
+	settled := seqs
+	if e.shared(g) {
+		settled = make([]uint64, 0, len(seqs))
+		for _, seq := range seqs {
+			if g.prog.IsDone(seq) {
+				continue
+			}
+			err := e.opts.Cluster.Release(ctx, g.key, seq, true, time.Time{})
+			switch {
+			case ErrorCode(err) == CodeAckNotAllowed:
+				if l := g.leases[seq]; l != nil {
+					l.free(e.now())
+				}
+				refused = append(refused, seq)
+				continue
+			case err != nil:
+				e.opts.Logger.Warn("pigeon: releasing a cluster lease failed", "subject", g.key.Subject, "seq", seq, "err", err)
+			}
+			settled = append(settled, seq)
+		}
+	}
+	return refused, e.writeDone(ctx, g, settled)
+}
+
+// writeDone records seqs as done in the store, with one write where the
+// store can batch them, then in g; g.mu must be held.
+func (e *Engine) writeDone(ctx context.Context, g *group, seqs []uint64) error {
 	bp, ok := e.store.(store.BatchProgress)
 	if !ok || len(seqs) < 2 {
 		for _, seq := range seqs {
-			if err := e.markDone(ctx, g, seq); err != nil {
-				return err
+			if g.prog.IsDone(seq) {
+				continue
 			}
+			if err := e.store.MarkDone(ctx, g.key, seq); err != nil {
+				return storeError(err)
+			}
+			g.setDone(seq)
 		}
 		return nil
 	}
@@ -339,7 +390,6 @@ func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) error
 	for _, seq := range seqs {
 		g.setDone(seq)
 	}
-	e.releaseShared(ctx, g, true, time.Time{}, seqs...)
 	return nil
 }
 
@@ -470,6 +520,14 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 		case err != nil:
 			return nil, storeError(err)
 		case st.Done:
+			// A node settled it. The group's progress may not say so yet:
+			// an answer settles the cluster lease before it writes the
+			// progress, and that write may have failed, or its node
+			// stopped between the two. Written again (no change when it
+			// is there), so that the progress catches up.
+			if err := e.store.MarkDone(ctx, g.key, sm.Seq); err != nil {
+				return nil, storeError(err)
+			}
 			g.setDone(sm.Seq)
 			return nil, nil
 		case !st.Acquired:
@@ -536,7 +594,7 @@ func (e *Engine) leaseFor(s *subscription, n int) (msgs []*decoded, attempts []i
 		// until its ack wait with an attempt spent.
 		ctx := context.WithoutCancel(s.ctx)
 		for _, d := range msgs {
-			_ = e.settle(ctx, s, d.seq, ErrUndelivered)
+			_ = e.settle(ctx, s, d, ErrUndelivered)
 		}
 		return nil, nil, time.Time{}, 0, err
 	}
@@ -568,9 +626,12 @@ func (e *Engine) leaseFor(s *subscription, n int) (msgs []*decoded, attempts []i
 // settle acks or nacks a leased message of a subscription. A lease the
 // cluster reported lost (lease.lost) is settled by none of its answers:
 // it is let go here at once, and the node asks the cluster again, which
-// has the message leased to another node, or done.
-func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handlerErr error) error {
-	g := s.g
+// has the message leased to another node, or done. An ack the cluster
+// refuses (markDoneAll: the lease ran out and another node took it) is
+// refused as refuseLost refuses one, audited ack.denied ACK_NOT_ALLOWED,
+// and its error returned.
+func (e *Engine) settle(ctx context.Context, s *subscription, d *decoded, handlerErr error) error {
+	g, seq := s.g, d.seq
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.leases[seq]
@@ -584,7 +645,12 @@ func (e *Engine) settle(ctx context.Context, s *subscription, seq uint64, handle
 		return nil
 	}
 	if handlerErr == nil {
-		return e.markDone(ctx, g, seq)
+		refused, err := e.markDoneAll(ctx, g, []uint64{seq})
+		if len(refused) > 0 {
+			e.refusedAnswer(s, d, nil)
+			return errLeaseLost()
+		}
+		return err
 	}
 	if errors.Is(handlerErr, ErrUndelivered) {
 		// Back at once, as the attempt before it.

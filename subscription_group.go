@@ -78,7 +78,7 @@ func (s *subscription) runGroup() {
 					// once, uncounted.
 					ctx := context.WithoutCancel(s.ctx)
 					for _, d := range msgs[i:] {
-						_ = e.settle(ctx, s, d.seq, ErrUndelivered)
+						_ = e.settle(ctx, s, d, ErrUndelivered)
 					}
 					break
 				}
@@ -127,7 +127,7 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		rec := EventDeliveryNacked.record(OutcomeDeny, CodeOK, s.base())
 		rec.MessageID, rec.Seqs = r.d.m.ID, seqText(r.d.seq)
 		e.auditAsync(rec)
-		_ = e.settle(ctx, s, r.d.seq, r.err)
+		_ = e.settle(ctx, s, r.d, r.err)
 	}
 	if len(acked) > 0 && !s.mayAnswer(ctx) {
 		// The contract stopped allowing the consumer while its handler
@@ -138,7 +138,8 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		acked = nil
 	}
 	if len(acked) > 0 {
-		err := e.markMineDone(ctx, s, acked)
+		var err error
+		acked, err = e.markMineDone(ctx, s, acked)
 		if err == nil { // else not done: the leases expire and the messages come back
 			s.resMu.Lock()
 			for _, d := range acked {
@@ -194,22 +195,43 @@ func (e *Engine) refuseLost(s *subscription, rs []outcome) []outcome {
 	}
 	g.mu.Unlock()
 	for _, r := range refused {
-		ev := EventAckDenied
-		if r.err != nil {
-			ev = EventNackDenied
-		}
-		rec := ev.record(OutcomeDeny, CodeAckNotAllowed, s.base())
-		rec.MessageID, rec.Seqs = r.d.m.ID, seqText(r.d.seq)
-		e.auditAsync(rec)
+		e.refusedAnswer(s, r.d, r.err)
 	}
 	return kept
 }
 
+// refusedAnswer audits s's answer to d (an ack when err is nil) as
+// refused, ack.denied or nack.denied with ACK_NOT_ALLOWED: the
+// delivery's cluster lease is no longer this node's, and the answer
+// settled nothing.
+func (e *Engine) refusedAnswer(s *subscription, d *decoded, err error) {
+	ev := EventAckDenied
+	if err != nil {
+		ev = EventNackDenied
+	}
+	rec := ev.record(OutcomeDeny, CodeAckNotAllowed, s.base())
+	rec.MessageID, rec.Seqs = d.m.ID, seqText(d.seq)
+	e.auditAsync(rec)
+}
+
 // markMineDone marks done, in s's group, the messages of acked whose
-// leases s holds. The group's lock is given back however markDoneAll
-// ends: a store that panics under it must not leave the group locked for
-// the subscription's finish, which takes it to give the leases back.
-func (e *Engine) markMineDone(ctx context.Context, s *subscription, acked []*decoded) error {
+// leases s holds, and returns acked without those the cluster refused
+// (markDoneAll: their leases ran out here and another node took them
+// over), whose acks are audited as refused, as refuseLost's are. The
+// group's lock is given back however markDoneAll ends: a store that
+// panics under it must not leave the group locked for the subscription's
+// finish, which takes it to give the leases back.
+func (e *Engine) markMineDone(ctx context.Context, s *subscription, acked []*decoded) ([]*decoded, error) {
+	refused, err := e.markMineLocked(ctx, s, acked)
+	if len(refused) > 0 {
+		acked = s.refuse(acked, refused)
+	}
+	return acked, err
+}
+
+// markMineLocked is markMineDone's work under the group's lock: it
+// returns the sequences the cluster refused.
+func (e *Engine) markMineLocked(ctx context.Context, s *subscription, acked []*decoded) ([]uint64, error) {
 	g := s.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -221,6 +243,24 @@ func (e *Engine) markMineDone(ctx context.Context, s *subscription, acked []*dec
 		}
 	}
 	return e.markDoneAll(ctx, g, mine)
+}
+
+// refuse audits the acks of acked whose sequences are in refused as
+// refused (refusedAnswer) and returns the others.
+func (s *subscription) refuse(acked []*decoded, refused []uint64) []*decoded {
+	no := make(map[uint64]bool, len(refused))
+	for _, seq := range refused {
+		no[seq] = true
+	}
+	var kept []*decoded
+	for _, d := range acked {
+		if no[d.seq] {
+			s.e.refusedAnswer(s, d, nil)
+			continue
+		}
+		kept = append(kept, d)
+	}
+	return kept
 }
 
 // mayAnswer reports whether the subscription's contract still allows it

@@ -23,7 +23,7 @@ type losingCluster struct {
 	mu       sync.Mutex
 	attempts map[uint64]int
 	lost     bool
-	done     bool // a Release marked a lease done
+	done     bool // a Release asked to mark a lease done
 }
 
 var _ pigeon.LeaseExtender = (*losingCluster)(nil)
@@ -45,10 +45,16 @@ func (c *losingCluster) Acquire(_ context.Context, _ store.GroupKey, seq uint64,
 	return pigeon.LeaseState{Acquired: true, Attempt: c.attempts[seq]}, nil
 }
 
-func (c *losingCluster) Release(_ context.Context, _ store.GroupKey, _ uint64, done bool, _ time.Time) error {
+// Release records a done release, asked for; once the leases are lost it
+// refuses one ACK_NOT_ALLOWED, as a Cluster does for a lease another
+// node took.
+func (c *losingCluster) Release(_ context.Context, _ store.GroupKey, seq uint64, done bool, _ time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.done = c.done || done
+	if done && c.lost {
+		return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is another node's", seq)
+	}
 	return nil
 }
 
@@ -113,5 +119,5 @@ func TestALostClusterLeaseRefusesTheClientsLaterAnswer(t *testing.T) {
 	crew.fail(ws.OpAck, `,"sub":"`+sub+`","messageId":"job-1","sequence":`+seq, pigeon.CodeAckNotAllowed)
 	a := crew.ok(ws.OpAck, `,"sub":"`+sub+`","messageIds":["job-1"],"sequences":[`+seq+`]`, ws.OpOK)
 	require.Equal(t, []string{"job-1"}, a.NotPending)
-	require.False(t, cl.settled(), "an answer after the loss marked the message done in the cluster")
+	require.False(t, cl.settled(), "an answer after the loss was taken to the cluster as settling the message")
 }
