@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"pigeon/internal/sortedkeys"
 	"pigeon/store"
 )
 
@@ -54,6 +55,12 @@ type directory struct {
 	roles    map[string]*Role
 	grants   map[string]*grantRecord
 	revoked  map[string]time.Time
+	// accountIndex and roleIndex keep the ids of accounts and the names of
+	// roles in order, for their pages (pageOf): a change that adds a key
+	// to one of the maps or removes one tells it (Changed); one that
+	// replaces the maps resets them (resetPages).
+	accountIndex sortedkeys.Index[*Account]
+	roleIndex    sortedkeys.Index[*Role]
 	// keyOwner maps each published public key (its base64url text, one
 	// spelling per key) to the account that publishes it. A key belongs to
 	// one account only: another account that listed it would have every

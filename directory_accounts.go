@@ -67,7 +67,7 @@ func (d *directory) accountList() []Account {
 func (d *directory) accountPage(after string, max int) (page []Account, more bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return pageOf(d.accounts, after, max, cloneAccount, accountJSONLen)
+	return pageOf(d.mu.RLocker(), &d.accountIndex, d.accountMap, after, max, cloneAccount, accountJSONLen)
 }
 
 // createAccount adds account a (CONFLICT when its id exists, here or, in
@@ -109,6 +109,7 @@ func (d *directory) createAccountOnce(ctx context.Context, a *Account, then func
 		return err
 	}
 	d.accounts[a.ID] = a
+	d.accountIndex.Changed(a.ID)
 	d.indexKeys(a.ID, nil, a.Keys)
 	d.created = a.CreatedAt
 	d.bump()
@@ -273,6 +274,7 @@ func (d *directory) deleteAccountOnce(ctx context.Context, id string, then func(
 	}
 	d.indexKeys(id, d.accounts[id].Keys, nil)
 	delete(d.accounts, id)
+	d.accountIndex.Changed(id)
 	d.bump()
 	then()
 	return nil

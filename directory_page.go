@@ -1,11 +1,11 @@
 package pigeon
 
 import (
-	"strings"
+	"sync"
 	"time"
 
-	"pigeon/internal/firstn"
 	"pigeon/internal/jsontext"
+	"pigeon/internal/sortedkeys"
 )
 
 // Pages of a listing of the directory (ListAccountsPage, ListRolesPage):
@@ -14,56 +14,72 @@ import (
 
 // pageOf returns copies (clone) of the first max entries of m by key that
 // sort after the key after (every one after it when max <= 0), and
-// whether another follows them. It holds the page alone, not a copy of
-// every entry (firstn), so a directory of a million accounts answers a
-// page of ten in ten copies. A page of max > 0 also ends before the entry
-// that would take it past MaxPageBytes, each entry counted as size counts
-// it (its JSON) with a comma between two, as the server counts the
-// entries of its answer; more is then true. The first entry is on the
-// page however large it is, so that paging by its last entry moves on. So
-// a page of the largest accounts is at most about fifty copies, not max.
-// The caller holds the directory's lock.
-func pageOf[T any](m map[string]*T, after string, max int, clone func(*T) T, size func(*T) int) (page []T, more bool) {
-	type keyed struct {
-		key string
-		v   *T
-	}
-	k := firstn.New(pageRoom(max, len(m)), func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	for key, v := range m {
-		if key > after {
-			k.Offer(keyed{key, v})
-		}
-	}
-	kept := k.Sorted()
-	if more = max > 0 && len(kept) > max; more {
-		kept = kept[:max]
-	}
+// whether another follows them. It finds them in x, the keys of m in order
+// (sortedkeys): a binary search and the page, not a scan of every entry,
+// so a directory of a million accounts answers a page of ten in ten
+// copies and O(log n) steps, and a listing of it page by page costs one
+// sort of its keys, not a pass over it for every page. A page of max > 0
+// also ends before the entry that would take it past MaxPageBytes, each
+// entry counted as size counts it (its JSON) with a comma between two, as
+// the server counts the entries of its answer; more is then true. The
+// first entry is on the page however large it is, so that paging by its
+// last entry moves on. So a page of the largest accounts is at most about
+// fifty copies, not max.
+//
+// The caller holds l, the directory's lock for reading. When x must sort
+// the keys first (the first page, the first after the maps were replaced,
+// or after more than sortedkeys.MaxChanged keys were added or removed), it
+// gives l back while it sorts, and the page is read from the map as it is
+// once l is taken again (m: the directory may have replaced its maps
+// meanwhile).
+func pageOf[T any](l sync.Locker, x *sortedkeys.Index[*T], m func() map[string]*T, after string, max int, clone func(*T) T, size func(*T) int) (page []T, more bool) {
 	page = []T{}
 	used := 0 // the bytes of the page's entries, commas included
-	for i, e := range kept {
-		if max > 0 {
-			n := size(e.v)
-			if i > 0 {
-				n++ // the comma before it
-				if used+n > MaxPageBytes {
-					return page, true
-				}
-			}
-			used += n
+	x.Walk(l, m, after, pageRoom(max), func(_ string, v *T) bool {
+		if max <= 0 {
+			page = append(page, clone(v))
+			return true
 		}
-		page = append(page, clone(e.v))
-	}
+		if len(page) == max {
+			more = true // one more follows a full page
+			return false
+		}
+		n := size(v)
+		if len(page) > 0 {
+			n++ // the comma before it
+			if used+n > MaxPageBytes {
+				more = true
+				return false
+			}
+		}
+		used += n
+		page = append(page, clone(v))
+		return true
+	})
 	return page, more
 }
 
-// pageRoom is what a page of at most max entries (max <= 0: every one of
-// all) keeps while it looks for them: one more than max, which tells
-// whether another follows.
-func pageRoom(max, all int) int {
-	if max <= 0 || max >= all {
-		return all
+// pageRoom is the most entries a page of at most max entries (max <= 0:
+// every one) looks at: one more than max, which tells whether another
+// follows; 0 for every one.
+func pageRoom(max int) int {
+	if max <= 0 {
+		return 0
 	}
 	return max + 1
+}
+
+// accountMap and roleMap are the directory's maps as they are when
+// called, for pageOf, which may read them after it gave the lock back.
+func (d *directory) accountMap() map[string]*Account { return d.accounts }
+
+func (d *directory) roleMap() map[string]*Role { return d.roles }
+
+// resetPages tells the indexes of the pages (pageOf) that the maps of
+// accounts and roles were replaced whole. d.mu is held for writing.
+func (d *directory) resetPages() {
+	d.accountIndex.Reset()
+	d.roleIndex.Reset()
 }
 
 // accountJSONLen is len(json.Marshal(a)), counted without encoding a:

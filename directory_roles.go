@@ -38,7 +38,7 @@ func (d *directory) roleList() []Role {
 func (d *directory) rolePage(after string, max int) (page []Role, more bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	return pageOf(d.roles, after, max, func(r *Role) Role { return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)} }, roleJSONLen)
+	return pageOf(d.mu.RLocker(), &d.roleIndex, d.roleMap, after, max, func(r *Role) Role { return Role{Name: r.Name, Permissions: slices.Clone(r.Permissions)} }, roleJSONLen)
 }
 
 // putRole defines or replaces role r, then calls then. It writes only
@@ -59,6 +59,7 @@ func (d *directory) putRoleOnce(ctx context.Context, r *Role, then func()) error
 		return err
 	}
 	d.roles[r.Name] = r
+	d.roleIndex.Changed(r.Name)
 	d.bump()
 	then()
 	return nil
@@ -83,6 +84,7 @@ func (d *directory) deleteRoleOnce(ctx context.Context, name string, then func()
 		return err
 	}
 	delete(d.roles, name)
+	d.roleIndex.Changed(name)
 	d.bump()
 	then()
 	return nil

@@ -221,6 +221,7 @@ func (d *directory) takeRead(fresh *directory) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.accounts, d.roles, d.grants, d.revoked = fresh.accounts, fresh.roles, fresh.grants, fresh.revoked
+	d.resetPages()
 	d.keyOwner = fresh.keyOwner
 	if fresh.created.After(d.created) {
 		d.created = fresh.created

@@ -1,10 +1,8 @@
 package programs
 
 import (
-	"container/heap"
 	"context"
 	"slices"
-	"strings"
 
 	"pigeon"
 )
@@ -15,7 +13,9 @@ import (
 // of the page that follows: the last name of this one, or "" when no
 // program keep accepts follows it. Programs keep refuses take no place in
 // a page, and next never names one. It holds the page alone (and one
-// more), never a copy of every program, and shows each as Get does. An
+// more), never a copy of every program, and shows each as Get does. The
+// page is found by the names in order (sortedNames): a binary search and
+// the programs from there, not a scan of every program for each page. An
 // after that is not a valid program name (ValidName) is INVALID_ARGUMENT;
 // a closed Manager is SHUTTING_DOWN. keep runs with the Manager's lock
 // held: it must not call the Manager.
@@ -28,51 +28,60 @@ func (mg *Manager) ListPage(_ context.Context, after string, max int, keep func(
 		mg.mu.Unlock()
 		return nil, "", pigeon.NewError(pigeon.CodeShutdown, "the program manager is closed")
 	}
-	room := len(mg.progs)
-	if max > 0 && max < room {
-		room = max + 1 // one more tells whether another follows
-	}
-	var h byNameDesc
-	for name, p := range mg.progs {
-		if name <= after {
-			continue
+	var kept []*Info
+	for _, name := range mg.names.after(after) {
+		p := mg.progs[name]
+		if p == nil {
+			continue // cannot be: names is kept in step with progs
 		}
-		in := p.view.Load()
-		switch {
-		case in == nil || keep != nil && !keep(*in):
-		case len(h) < room:
-			heap.Push(&h, in)
-		case name < h[0].Name:
-			h[0] = in
-			heap.Fix(&h, 0)
+		if in := p.view.Load(); in != nil && (keep == nil || keep(*in)) {
+			kept = append(kept, in)
+			if max > 0 && len(kept) > max { // one more tells whether another follows
+				break
+			}
 		}
 	}
 	mg.mu.Unlock()
-	slices.SortFunc(h, func(a, b *Info) int { return strings.Compare(a.Name, b.Name) })
-	if max > 0 && len(h) > max {
-		h = h[:max]
-		next = h[max-1].Name
+	if max > 0 && len(kept) > max {
+		kept = kept[:max]
+		next = kept[max-1].Name
 	}
-	page = make([]Info, len(h))
-	for i, in := range h {
+	page = make([]Info, len(kept))
+	for i, in := range kept {
 		page[i] = *in
 	}
 	return page, next, nil
 }
 
-// byNameDesc is a heap of programs whose root is the greatest name: the
-// first of a page's candidates to go when one that sorts before it is
-// found.
-type byNameDesc []*Info
+// sortedNames is the names of a Manager's programs in order, kept in step
+// with its table (Manager.progs) under its lock: a page of ListPage is a
+// binary search and the programs from there, not a scan of every program
+// for each page. A name is added or removed in O(n) (a copy of the names
+// after it), which a deploy or a removal does once beside its own far
+// larger work (a module compiled, a binding started or stopped); the
+// programs restored at start come in order, each added at the end.
+type sortedNames []string
 
-func (h byNameDesc) Len() int           { return len(h) }
-func (h byNameDesc) Less(i, j int) bool { return h[i].Name > h[j].Name }
-func (h byNameDesc) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *byNameDesc) Push(x any)        { *h = append(*h, x.(*Info)) }
+// add adds name, unless it is there.
+func (s *sortedNames) add(name string) {
+	if i, found := slices.BinarySearch(*s, name); !found {
+		*s = slices.Insert(*s, i, name)
+	}
+}
 
-func (h *byNameDesc) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// remove removes name, if it is there.
+func (s *sortedNames) remove(name string) {
+	if i, found := slices.BinarySearch(*s, name); found {
+		*s = slices.Delete(*s, i, i+1)
+	}
+}
+
+// after is the names that sort after after, in order: a view of s, valid
+// until s next changes.
+func (s sortedNames) after(after string) []string {
+	i, found := slices.BinarySearch(s, after)
+	if found {
+		i++
+	}
+	return s[i:]
 }

@@ -145,6 +145,9 @@ type Manager struct {
 	progs  map[string]*program
 	quota  quota
 	closed bool
+	// names is the names of progs in order, for ListPage: kept in step
+	// with progs, under mu.
+	names sortedNames
 }
 
 // program is one name with its current binding.
@@ -300,6 +303,7 @@ func (mg *Manager) restore(ctx context.Context, name string, raw []byte) {
 	defer p.mu.Unlock()
 	defer p.snapshot()
 	mg.progs[name] = p
+	mg.names.add(name)
 	if err := json.Unmarshal(raw, &p.rec); err != nil {
 		p.err = "the stored record does not decode: " + err.Error()
 		mg.log.Error("stored program unreadable", "program", name, "error", err)
@@ -737,6 +741,7 @@ func (mg *Manager) program(name string, create bool) (*program, error) {
 		}
 		p = &program{name: name}
 		mg.progs[name] = p
+		mg.names.add(name)
 	}
 	return p, nil
 }
@@ -792,6 +797,7 @@ func (mg *Manager) forgetEmpty(p *program) {
 	mg.mu.Lock()
 	if mg.progs[p.name] == p {
 		delete(mg.progs, p.name)
+		mg.names.remove(p.name)
 	}
 	mg.mu.Unlock()
 }

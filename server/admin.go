@@ -65,10 +65,14 @@ type accountBody struct {
 // maxRecords) after the id ?after= names, and fewer when they would take
 // the answer past its byte budget (namedPage: maxPageBytes); "next", when
 // more follow, is the ?after= of the next page. A directory of a million
-// accounts is never read whole for one request.
+// accounts is never read whole for one request. The page is a read of the
+// server's read pool, as a page of the audit log is (reservePage).
 func listAccounts(rq *request) (int, any, error) {
 	after, n, err := rq.namePage()
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := rq.reservePage(); err != nil {
 		return 0, nil, err
 	}
 	as, next, err := rq.s.e.ListAccountsPage(rq.ctx, after, n)
@@ -76,6 +80,7 @@ func listAccounts(rq *request) (int, any, error) {
 		return 0, nil, rq.afterRefused(err, "an account id")
 	}
 	body, err := namedPage("accounts", as, next, func(a *pigeon.Account) string { return a.ID })
+	rq.keepPage(len(as), body)
 	return http.StatusOK, body, err
 }
 
@@ -193,11 +198,15 @@ func listRoles(rq *request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := rq.reservePage(); err != nil {
+		return 0, nil, err
+	}
 	rs, next, err := rq.s.e.ListRolesPage(rq.ctx, after, n)
 	if err != nil {
 		return 0, nil, rq.afterRefused(err, "a role name")
 	}
 	body, err := namedPage("roles", rs, next, func(r *pigeon.Role) string { return r.Name })
+	rq.keepPage(len(rs), body)
 	return http.StatusOK, body, err
 }
 

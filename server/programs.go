@@ -115,10 +115,14 @@ func getProgram(rq *request) (int, any, error) {
 // (programs.Manager.ListPage), paged as listAccounts pages the accounts;
 // to a principal without RoleAdmin, only those that run as its own
 // account: the others take no place in its pages, and no "next" it is
-// answered names one.
+// answered names one. The page is a read of the server's read pool
+// (reservePage).
 func listPrograms(rq *request) (int, any, error) {
 	after, n, err := rq.namePage()
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := rq.reservePage(); err != nil {
 		return 0, nil, err
 	}
 	page, next, err := rq.s.opts.Programs.ListPage(rq.ctx, after, n, rq.mayRead)
@@ -129,6 +133,7 @@ func listPrograms(rq *request) (int, any, error) {
 		page[i] = rq.shown(page[i])
 	}
 	body, err := namedPage("programs", page, next, func(in *programs.Info) string { return in.Name })
+	rq.keepPage(len(page), body)
 	return http.StatusOK, body, err
 }
 

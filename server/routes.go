@@ -489,6 +489,23 @@ func (rq *request) namePage() (after string, max int, err error) {
 	return rq.query.Get("after"), max, err
 }
 
+// reservePage reserves room in the server's read pool (reserveRead) for a
+// page of a listing by id or name (GET /v1/accounts, /v1/roles,
+// /v1/programs), as a page of the audit log or of the quarantine reserves
+// it: listings in flight at once hold at most the pool, each principal's
+// at most its share, and one refused for want of room is RATE_LIMITED
+// (429, Retry-After), audited access.denied ("GET /v1/accounts read
+// budget"), before the listing is read.
+func (rq *request) reservePage() error {
+	return rq.reserveRead(pigeon.EventAccessDenied, "", "")
+}
+
+// keepPage keeps, of a listing's reservation, what its answer holds until
+// written: the entries the page copied and body, their JSON.
+func (rq *request) keepPage(entries int, body []byte) {
+	rq.keepRead(readpool.Cost(entries, int64(len(body))))
+}
+
 // afterRefused is err, the refusal of a page of a listing by id or name,
 // with INVALID_ARGUMENT (an ?after= that is not an id of the kind the
 // listing holds, what: no page names one) answered as the query

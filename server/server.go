@@ -141,8 +141,8 @@ type Options struct {
 	// them from text.
 	TrustedProxies []netip.Prefix
 	// MaxReadBytesInFlight bounds the memory the reads of the API (pull
-	// receive, replay, the quarantine's and the audit log's pages) hold at
-	// once, from the store read until the
+	// receive, replay, the quarantine's and the audit log's pages, the pages of
+	// accounts, roles and programs) hold at once, from the store read until the
 	// answer is written (default DefaultMaxReadBytesInFlight; negative: no
 	// bound). Each read reserves twice the engine's MaxReadBytes before it
 	// reads and keeps about what its answer holds. Without it, clients
