@@ -81,7 +81,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 			if err = still(); err != nil {
 				e.giveBack(ctx, s, pullGroup, c.Principal.ID, out)
 			} else if settle {
-				err = e.settleReceived(ctx, s, pullGroup, c.Principal.ID, out)
+				out, attempts, err = e.settleReceived(ctx, s, pullGroup, c.Principal.ID, out, attempts)
 			}
 		}
 	}
@@ -104,17 +104,61 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 }
 
 // settleReceived marks msgs, just leased to holder in group, done in one
-// write. A message whose lease holder changed meanwhile is left alone, as
-// is one whose cluster lease another node took (markDoneAll).
-func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder string, msgs []*Message) error {
+// write, and returns what is handed out: msgs, attempts in step. A
+// message whose lease holder changed meanwhile is left alone, as is one
+// whose cluster lease another node took (markDoneAll).
+//
+// When the store fails to record them, a message left not done is not
+// handed out: its lease goes back to the group at once, its attempt given
+// back, as the leases of a receive that fails before its write are
+// (giveBack); before, it stayed leased to the caller, who was never
+// handed it, until its ack wait ran out, an attempt spent. A message
+// that stands settled all the same (unrecorded: recorded before the
+// failure, or settled in the cluster) is done for the group and would be
+// lost were it not handed out: the call then hands those out, and the
+// failure is logged; when none does, the call fails with the store's
+// error.
+func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder string, msgs []*Message, attempts []int) ([]*Message, []int, error) {
 	if len(msgs) == 0 {
-		return nil
+		return msgs, attempts, nil
 	}
 	g, err := e.group(ctx, store.GroupKey{Subject: s.name, Group: group})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer e.releaseGroup(g)
+	back, err := e.settleReceivedLocked(ctx, g, holder, msgs)
+	if len(back) > 0 {
+		e.pokeGroup(s.name) // the group's other consumers look again
+	}
+	if err == nil {
+		return msgs, attempts, nil
+	}
+	gone := make(map[uint64]bool, len(back))
+	for _, seq := range back {
+		gone[seq] = true
+	}
+	var (
+		out  []*Message
+		atts []int
+	)
+	for i, m := range msgs {
+		if !gone[m.Sequence] {
+			out, atts = append(out, m), append(atts, attempts[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil, err
+	}
+	e.opts.Logger.Warn("pigeon: recording received messages done failed; those it left not done go back to the group",
+		"subject", s.name, "handedOut", len(out), "back", len(back), "err", err)
+	return out, atts, nil
+}
+
+// settleReceivedLocked is settleReceived's work under g's lock: it
+// returns the store's failure and the sequences of msgs it gave back
+// (unrecorded).
+func (e *Engine) settleReceivedLocked(ctx context.Context, g *group, holder string, msgs []*Message) (back []uint64, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	seqs := make([]uint64, 0, len(msgs))
@@ -123,8 +167,10 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 			seqs = append(seqs, m.Sequence)
 		}
 	}
-	_, err = e.markDoneAll(ctx, g, seqs)
-	return err
+	if _, err = e.markDoneAll(ctx, g, seqs); err != nil {
+		_, back = e.unrecorded(context.WithoutCancel(ctx), g, holder, seqs, true, e.now())
+	}
+	return back, err
 }
 
 // receiveCursor hands out up to max messages of a pubsub subject after

@@ -393,6 +393,57 @@ func (e *Engine) writeDone(ctx context.Context, g *group, seqs []uint64) error {
 	return nil
 }
 
+// unrecorded lets go, at once, of holder's leases of seqs after
+// markDoneAll failed to record them done: a lease held for a settlement
+// the store never recorded would hold its message for ever (a push
+// subscription's lease is busy, and never runs out while the
+// subscription lives; in a cluster it is extended). Each lease of holder
+// still there is freed, due now. It returns those of seqs that stand
+// settled all the same, and those that come back for another delivery:
+//
+//   - one the store recorded before the failure (a store without batch
+//     writes records one at a time) is done;
+//   - in a cluster-shared group, one markDoneAll settled in the cluster
+//     first (Leaser.Release, done) is done for every node: the next lease
+//     of it, here or on another node, finds it settled and writes the
+//     group's progress again (leaseMsg), and hands nothing over. (One
+//     whose release failed otherwise, which markDoneAll takes as settled
+//     all the same, is not done in the cluster: it comes back.)
+//   - any other is not done: it comes back, as a lease that ran out does,
+//     at once, to any consumer of the group, its attempt counted (the
+//     consumer was handed it), or given back when uncount is set (it never
+//     reached one), as after a crash between the handler's answer and the
+//     write. At least once: the message is handled again.
+//
+// A sequence markDoneAll refused (ACK_NOT_ALLOWED: another node's now)
+// or whose lease is no longer holder's is neither. g.mu must be held.
+func (e *Engine) unrecorded(ctx context.Context, g *group, holder string, seqs []uint64, uncount bool, now time.Time) (settled, back []uint64) {
+	shared := e.shared(g)
+	for _, seq := range seqs {
+		if g.prog.IsDone(seq) {
+			settled = append(settled, seq)
+			continue
+		}
+		l := g.leases[seq]
+		if l == nil || l.holder != holder {
+			continue
+		}
+		if shared {
+			// Not released again: the cluster holds it done, and a
+			// release that is not done of a lease it settled is no change.
+			l.free(now)
+			settled = append(settled, seq)
+			continue
+		}
+		if uncount {
+			e.uncount(ctx, g, seq, l.attempt)
+		}
+		l.free(now)
+		back = append(back, seq)
+	}
+	return settled, back
+}
+
 // requeue makes seq due again after a lease attempt failed part-way (the
 // store refused the attempt, or the caller went away), so that no message
 // is left neither leased, done nor due; g.mu must be held. The last
@@ -432,7 +483,16 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder, c
 			return err
 		}
 		if match != nil && !match(d) {
-			return e.markDone(ctx, g, d.seq)
+			if err := e.markDone(ctx, g, d.seq); err != nil {
+				// Not recorded skipped: the lease just taken for it ends
+				// at once, its attempt given back (nobody was handed
+				// it), rather than hold the message from the group's
+				// other members until its ack wait with an attempt spent.
+				back := e.unleaseLocked(ctx, g, holder, []uint64{d.seq}, true, now)
+				e.releaseShared(ctx, g, false, now, back...)
+				return err
+			}
+			return nil
 		}
 		out = append(out, d)
 		size += int(d.size)
@@ -649,6 +709,9 @@ func (e *Engine) settle(ctx context.Context, s *subscription, d *decoded, handle
 		if len(refused) > 0 {
 			e.refusedAnswer(s, d, nil)
 			return errLeaseLost()
+		}
+		if err != nil {
+			e.unrecorded(ctx, g, s.holder(), []uint64{seq}, false, e.now())
 		}
 		return err
 	}

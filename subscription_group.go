@@ -138,9 +138,10 @@ func (e *Engine) settleAll(s *subscription, rs []outcome) {
 		acked = nil
 	}
 	if len(acked) > 0 {
-		var err error
-		acked, err = e.markMineDone(ctx, s, acked)
-		if err == nil { // else not done: the leases expire and the messages come back
+		// On a failed write acked keeps those that stand settled all the
+		// same (unrecorded); the others come back for redelivery.
+		acked, _ = e.markMineDone(ctx, s, acked)
+		if len(acked) > 0 {
 			s.resMu.Lock()
 			for _, d := range acked {
 				s.acked.add(d.seq, d.m.ID)
@@ -217,21 +218,45 @@ func (e *Engine) refusedAnswer(s *subscription, d *decoded, err error) {
 // markMineDone marks done, in s's group, the messages of acked whose
 // leases s holds, and returns acked without those the cluster refused
 // (markDoneAll: their leases ran out here and another node took them
-// over), whose acks are audited as refused, as refuseLost's are. The
-// group's lock is given back however markDoneAll ends: a store that
-// panics under it must not leave the group locked for the subscription's
-// finish, which takes it to give the leases back.
+// over), whose acks are audited as refused, as refuseLost's are. When
+// the store fails to record them, the failure is logged and returned
+// with those of acked that stand settled all the same; the leases of the
+// others are let go at once and their messages come back for another
+// delivery, their attempts counted (unrecorded): the handler ran, but
+// its answer was not recorded, as after a crash between the two. Before,
+// their leases stayed held, busy, for as long as the subscription lived
+// (in a cluster, extended): the messages were neither settled nor
+// delivered again. The group's lock is given back however markDoneAll
+// ends: a store that panics under it must not leave the group locked for
+// the subscription's finish, which takes it to give the leases back.
 func (e *Engine) markMineDone(ctx context.Context, s *subscription, acked []*decoded) ([]*decoded, error) {
-	refused, err := e.markMineLocked(ctx, s, acked)
+	refused, settled, back, err := e.markMineLocked(ctx, s, acked)
 	if len(refused) > 0 {
 		acked = s.refuse(acked, refused)
 	}
-	return acked, err
+	if err == nil {
+		return acked, nil
+	}
+	e.opts.Logger.Warn("pigeon: recording acknowledged messages done failed; their messages are delivered again",
+		"subject", s.subj.name, "subscription", s.id, "redelivered", len(back), "settled", len(settled), "err", err)
+	keep := make(map[uint64]bool, len(settled))
+	for _, seq := range settled {
+		keep[seq] = true
+	}
+	var kept []*decoded
+	for _, d := range acked {
+		if keep[d.seq] {
+			kept = append(kept, d)
+		}
+	}
+	return kept, err // settleAll wakes the group's consumers
 }
 
 // markMineLocked is markMineDone's work under the group's lock: it
-// returns the sequences the cluster refused.
-func (e *Engine) markMineLocked(ctx context.Context, s *subscription, acked []*decoded) ([]uint64, error) {
+// returns the sequences the cluster refused and, when the store failed
+// to record the others, those that stand settled and those that come
+// back (unrecorded).
+func (e *Engine) markMineLocked(ctx context.Context, s *subscription, acked []*decoded) (refused, settled, back []uint64, err error) {
 	g := s.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -242,7 +267,11 @@ func (e *Engine) markMineLocked(ctx context.Context, s *subscription, acked []*d
 			mine = append(mine, d.seq)
 		}
 	}
-	return e.markDoneAll(ctx, g, mine)
+	refused, err = e.markDoneAll(ctx, g, mine)
+	if err != nil {
+		settled, back = e.unrecorded(ctx, g, holder, mine, false, e.now())
+	}
+	return refused, settled, back, err
 }
 
 // refuse audits the acks of acked whose sequences are in refused as
