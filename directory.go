@@ -68,9 +68,11 @@ type directory struct {
 	keyOwner map[string]string
 	// created is the latest CreatedAt of an account this directory has
 	// held (a deleted one included): createAccount stamps a new account
-	// after it, so that an account deleted and created again under its id
-	// within one tick of the clock is still told from its predecessor by
-	// CreatedAt, as contracts and grants tell their account.
+	// after it, and after the latest the store keeps (stampCreated: an
+	// account deleted before this node read the directory, on a node whose
+	// clock ran ahead), so that an account deleted and created again under
+	// its id is still told from its predecessor by CreatedAt, as
+	// contracts and grants tell their account.
 	created time.Time
 	ver     atomic.Uint64
 	// behind is set while a change another node made has not been

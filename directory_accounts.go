@@ -2,10 +2,14 @@ package pigeon
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"sort"
 	"time"
+
+	"pigeon/store"
 )
 
 // The directory's accounts: the copies it hands out, and the changes of
@@ -36,6 +40,26 @@ func (d *directory) account(id string) (Account, error) {
 		return Account{}, NewError(CodeNotFound, "no account %s", id)
 	}
 	return cloneAccount(a), nil
+}
+
+// accountFor returns a copy of account id for a change to be made of it
+// (a grant issued to it): one this node has not heard of is looked for
+// in the store before it is NOT_FOUND (see absent), and read with the
+// directory once found there.
+func (d *directory) accountFor(ctx context.Context, id string) (Account, error) {
+	if a, err := d.account(id); err == nil {
+		return a, nil
+	}
+	if err := d.fresh(ctx, func() error {
+		_, notFound := d.account(id)
+		if notFound == nil {
+			return nil // read with the directory
+		}
+		return d.absent(ctx, bucketAccounts, id, nil, notFound)
+	}); err != nil {
+		return Account{}, err
+	}
+	return d.account(id)
 }
 
 // accountKeys returns a copy of the public keys account id publishes.
@@ -72,9 +96,11 @@ func (d *directory) accountPage(after string, max int) (page []Account, more boo
 
 // createAccount adds account a (CONFLICT when its id exists, here or, in
 // a store that can swap, on another node that created it since this node
-// read the directory: see fresh), then calls then. a.CreatedAt, when not
-// after every account's the directory has held, is moved a nanosecond
-// past the latest (see created).
+// read the directory: see fresh; an account of the id this node holds
+// that another node deleted since is read again, and a is created), then
+// calls then. a.CreatedAt, when not after every account's the directory
+// has held, here or as the store keeps it (stampCreated), is moved a
+// nanosecond past the latest (see created).
 func (d *directory) createAccount(ctx context.Context, a *Account, then func()) error {
 	return d.fresh(ctx, func() error { return d.createAccountOnce(ctx, a, then) })
 }
@@ -84,7 +110,10 @@ func (d *directory) createAccountOnce(ctx context.Context, a *Account, then func
 	if d.isBehind() {
 		return errBehind() // the id may be taken, or a key claimed, on another node
 	}
-	if _, ok := d.accounts[a.ID]; ok {
+	if cur, ok := d.accounts[a.ID]; ok {
+		if _, err := d.find(ctx, bucketAccounts, a.ID, cur); err != nil {
+			return err // deleted elsewhere, perhaps: read again, it is created
+		}
 		return NewError(CodeConflict, "account %s exists", a.ID)
 	}
 	if !a.CreatedAt.After(d.created) {
@@ -97,6 +126,9 @@ func (d *directory) createAccountOnce(ctx context.Context, a *Account, then func
 	// created since reserves none of them to its id.
 	f, err := d.find(ctx, bucketAccounts, a.ID, nil)
 	if err != nil {
+		return err
+	}
+	if err := d.stampCreated(ctx, a); err != nil {
 		return err
 	}
 	if err := d.claimKeys(ctx, a.ID, nil, a.Keys); err != nil {
@@ -141,7 +173,7 @@ func (d *directory) updateAccountOnce(ctx context.Context, id string, fn func(a 
 	}
 	cur, ok := d.accounts[id]
 	if !ok {
-		return Account{}, NewError(CodeNotFound, "no account %s", id)
+		return Account{}, d.absent(ctx, bucketAccounts, id, nil, NewError(CodeNotFound, "no account %s", id))
 	}
 	c := cloneAccount(cur)
 	if err := fn(&c); err != nil {
@@ -184,12 +216,20 @@ func (d *directory) updateAccountOnce(ctx context.Context, id string, fn func(a 
 // The account is looked up in the store before any grant is written, and
 // each record is written only if the store still holds it as this node
 // does (see fresh): a node not yet told that another deleted the account
-// (and forgot its grants, revoked ones included) writes neither back.
+// (and forgot its grants, revoked ones included) writes neither back. An
+// account this node has not heard of is looked for in the store before
+// it is NOT_FOUND (see absent). Once the account is stored, the grants
+// the store holds for it are narrowed too (sweepGrants): one issued on
+// another node a moment before, which this node had not heard of, does
+// not keep the role, to be in force again were it given back.
 func (d *directory) removeAccountRole(ctx context.Context, id, role string, then func()) (out Account, err error) {
 	err = d.fresh(ctx, func() error {
 		out, err = d.removeAccountRoleOnce(ctx, id, role, then)
 		return err
 	})
+	if err == nil {
+		d.sweepGrants(ctx, &out, role)
+	}
 	return out, err
 }
 
@@ -200,7 +240,7 @@ func (d *directory) removeAccountRoleOnce(ctx context.Context, id, role string, 
 	}
 	cur, ok := d.accounts[id]
 	if !ok {
-		return Account{}, NewError(CodeNotFound, "no account %s", id)
+		return Account{}, d.absent(ctx, bucketAccounts, id, nil, NewError(CodeNotFound, "no account %s", id))
 	}
 	f, err := d.find(ctx, bucketAccounts, id, cur)
 	if err != nil {
@@ -240,42 +280,109 @@ func (d *directory) removeAccountRoleOnce(ctx context.Context, id, role string, 
 // (pruneGrants forgets them then): a grant record that comes back by any
 // path (a node that cannot compare what it writes over, a store written
 // behind the broker's back) is still refused. Each record goes only if
-// the store still holds it as this node does (see fresh).
+// the store still holds it as this node does (see fresh). An account this
+// node has not heard of is looked for in the store before it is
+// NOT_FOUND (see absent). Once the account is deleted, the grants the
+// store holds for it go too (sweepGrants): one issued on another node a
+// moment before, which this node had not heard of, is not left behind.
 func (d *directory) deleteAccount(ctx context.Context, id string, then func()) error {
-	return d.fresh(ctx, func() error { return d.deleteAccountOnce(ctx, id, then) })
+	var gone *Account
+	if err := d.fresh(ctx, func() error {
+		var err error
+		gone, err = d.deleteAccountOnce(ctx, id, then)
+		return err
+	}); err != nil {
+		return err
+	}
+	d.sweepGrants(ctx, gone, "")
+	return nil
 }
 
-func (d *directory) deleteAccountOnce(ctx context.Context, id string, then func()) error {
+func (d *directory) deleteAccountOnce(ctx context.Context, id string, then func()) (*Account, error) {
 	defer d.lockChange()()
 	cur, ok := d.accounts[id]
 	if !ok {
-		if d.isBehind() {
-			return errBehind()
-		}
-		return NewError(CodeNotFound, "no account %s", id)
+		return nil, d.absent(ctx, bucketAccounts, id, nil, NewError(CodeNotFound, "no account %s", id))
 	}
 	f, err := d.find(ctx, bucketAccounts, id, cur)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for jti, g := range d.grants {
 		if g.Account != id {
 			continue
 		}
 		if err := d.forgetGrant(ctx, jti, true); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := d.reserveKeys(ctx, id, cur.Keys, false); err != nil {
-		return err
+		return nil, err
 	}
 	if err := d.replace(ctx, f, nil); err != nil {
-		return err
+		return nil, err
 	}
 	d.indexKeys(id, d.accounts[id].Keys, nil)
 	delete(d.accounts, id)
 	d.accountIndex.Changed(id)
 	d.bump()
 	then()
-	return nil
+	return cur, nil
+}
+
+// createdKey is the key, in bucketBroker, of the latest CreatedAt the
+// directory gave an account (see created and stampCreated).
+const createdKey = "accounts.created"
+
+// createdTries is how often stampCreated reads and swaps the stored
+// latest CreatedAt that other nodes move on meanwhile before the creation
+// is refused, retryable.
+const createdTries = 8
+
+// stampCreated moves a.CreatedAt a nanosecond past the latest CreatedAt
+// the store keeps (createdKey) when it is not after it, and keeps a's as
+// the latest. An account's CreatedAt is what its contracts and grants
+// tell it from an earlier account of its id by (see grantRecord.of), so
+// no two accounts of the directory's history may have the same one: a
+// node's created covers the accounts it held, but one started since an
+// account was deleted (or restarted) never held it, and with a clock
+// behind the node that created it, it would stamp an account created
+// again under the id as its predecessor was, and honour the grants and
+// contracts of the deleted account. The store keeps the latest across
+// nodes and restarts, written with store.KVSwapper from the value read
+// (another node's creation in between is read again), with a plain Put
+// in a store that cannot swap. A stored value that does not decode is
+// STORE_CORRUPT, and no account is created: the latest it held cannot be
+// told. d.mu is held for writing.
+func (d *directory) stampCreated(ctx context.Context, a *Account) error {
+	for range createdTries {
+		b, err := d.st.Get(ctx, bucketBroker, createdKey)
+		if errors.Is(err, store.ErrNotFound) {
+			b, err = nil, nil
+		}
+		if err != nil {
+			return storeError(err)
+		}
+		if b != nil {
+			var latest time.Time
+			if err := decodeRecord(b, &latest); err != nil {
+				return WrapError(CodeStoreCorrupt, err, "%s/%q does not decode: %v", bucketBroker, createdKey, err)
+			}
+			if !a.CreatedAt.After(latest) {
+				a.CreatedAt = latest.Add(time.Nanosecond)
+			}
+		}
+		v, err := json.Marshal(a.CreatedAt)
+		if err != nil {
+			return WrapError(CodeInternal, err, "encode %s", createdKey)
+		}
+		sw, ok := d.st.(store.KVSwapper)
+		if !ok {
+			return storeError(d.st.Put(ctx, bucketBroker, createdKey, v))
+		}
+		if err := sw.Swap(ctx, bucketBroker, createdKey, b, v); !errors.Is(err, store.ErrChanged) {
+			return storeError(err)
+		}
+	}
+	return NewError(CodeStoreUnavailable, "the latest account creation time the store keeps changed %d times while it was read (accounts created on other nodes); retry", createdTries)
 }

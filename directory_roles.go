@@ -65,8 +65,11 @@ func (d *directory) putRoleOnce(ctx context.Context, r *Role, then func()) error
 	return nil
 }
 
-// deleteRole removes role name (NOT_FOUND otherwise, here or, once read
-// again, in the store: see fresh), then calls then.
+// deleteRole removes role name, then calls then. A role this node has
+// not heard of is looked for in the store before it is NOT_FOUND (see
+// absent): one defined on another node a moment ago is deleted here too.
+// One deleted elsewhere since this node read the directory is NOT_FOUND
+// once read again (see fresh).
 func (d *directory) deleteRole(ctx context.Context, name string, then func()) error {
 	return d.fresh(ctx, func() error { return d.deleteRoleOnce(ctx, name, then) })
 }
@@ -75,10 +78,7 @@ func (d *directory) deleteRoleOnce(ctx context.Context, name string, then func()
 	defer d.lockChange()()
 	cur, ok := d.roles[name]
 	if !ok {
-		if d.isBehind() {
-			return errBehind()
-		}
-		return NewError(CodeNotFound, "no role %s", name)
+		return d.absent(ctx, bucketRoles, name, nil, NewError(CodeNotFound, "no role %s", name))
 	}
 	if err := d.write(ctx, bucketRoles, name, cur, nil); err != nil {
 		return err

@@ -112,6 +112,27 @@ func (d *directory) write(ctx context.Context, bucket, key string, was, v any) e
 	return d.replace(ctx, f, v)
 }
 
+// absent answers a change of bucket/key that this node's copy does not
+// hold (or holds as was, another than the one the change is for: nil
+// when it holds none) with notFound, once it looked in the store: a
+// record another node wrote since this node read the directory is
+// errStale, which fresh answers by reading the directory again and
+// making the change on what it read, so that a role, account or grant
+// created elsewhere a moment ago can be deleted, changed or revoked here
+// at once, not only once this node is told of it. While the directory is
+// behind it answers errBehind without looking. A store that cannot swap
+// is not looked in (see find). d.mu is held for writing, or not at all:
+// it reads the store alone.
+func (d *directory) absent(ctx context.Context, bucket, key string, was any, notFound error) error {
+	if d.isBehind() {
+		return errBehind()
+	}
+	if _, err := d.find(ctx, bucket, key, was); err != nil {
+		return err
+	}
+	return notFound
+}
+
 // none is p, or an untyped nil for a nil p: what find and write take for
 // a record this node's copy does not hold.
 func none[T any](p *T) any {
@@ -119,6 +140,15 @@ func none[T any](p *T) any {
 		return nil
 	}
 	return p
+}
+
+// logger is the logger of the directory's warnings: its log, the default
+// one when it has none (a directory not loaded by an engine).
+func (d *directory) logger() *slog.Logger {
+	if d.log == nil {
+		return slog.Default()
+	}
+	return d.log
 }
 
 // quiet takes the warnings of records read to compare them: load logged
@@ -196,12 +226,8 @@ func (d *directory) refresh(ctx context.Context) error {
 	if err := func() error {
 		d.changing.Lock()
 		defer d.changing.Unlock()
-		log := d.log
-		if log == nil {
-			log = slog.Default()
-		}
 		var fresh directory
-		if err := fresh.read(ctx, d.st, log); err != nil {
+		if err := fresh.read(ctx, d.st, d.logger()); err != nil {
 			return err
 		}
 		d.takeRead(&fresh)

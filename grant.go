@@ -103,7 +103,9 @@ func (e *Engine) IssueGrant(ctx context.Context, account string, roles []string,
 	if e.grantKey == nil {
 		return GrantToken{}, WrapError(CodeInternal, errNoGrantKey, "grants are unavailable")
 	}
-	acct, err := e.GetAccount(ctx, account)
+	// An account created on another node a moment ago, which this node
+	// has not heard of, is looked for in the store (accountFor).
+	acct, err := e.dir.accountFor(ctx, account)
 	if err != nil {
 		return GrantToken{}, err
 	}
