@@ -3,6 +3,7 @@ package pigeon
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -81,7 +82,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 			if err = still(); err != nil {
 				e.giveBack(ctx, s, pullGroup, c.Principal.ID, out)
 			} else if settle {
-				out, attempts, err = e.settleReceived(ctx, s, pullGroup, c.Principal.ID, out, attempts)
+				out, attempts, err = e.settleReceived(ctx, c, s, pullGroup, out, attempts)
 			}
 		}
 	}
@@ -103,10 +104,17 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 	return out, attempts, nil
 }
 
-// settleReceived marks msgs, just leased to holder in group, done in one
-// write, and returns what is handed out: msgs, attempts in step. A
-// message whose lease holder changed meanwhile is left alone, as is one
-// whose cluster lease another node took (markDoneAll).
+// settleReceived marks msgs, just leased to c's principal in group, done
+// in one write, and returns what is handed out: msgs, attempts in step. A
+// message whose lease holder changed meanwhile is left alone.
+//
+// In a cluster-shared group each one's cluster lease is settled first
+// (markDoneAll). One the cluster refuses (ACK_NOT_ALLOWED: its lease ran
+// out here before the settle, and another node took it over and runs it,
+// or settled it) is not handed out, and its refusal is audited ack.denied,
+// as a pull consumer's late ack is (AckAttempt) and a handler's answer on
+// a lost lease (refusedAnswer): handed out, it ran here while the other
+// node's consumer ran it too.
 //
 // When the store fails to record them, a message left not done is not
 // handed out: its lease goes back to the group at once, its attempt given
@@ -118,7 +126,7 @@ func (e *Engine) receive(ctx context.Context, c Caller, subjectName string, max 
 // lost were it not handed out: the call then hands those out, and the
 // failure is logged; when none does, the call fails with the store's
 // error.
-func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder string, msgs []*Message, attempts []int) ([]*Message, []int, error) {
+func (e *Engine) settleReceived(ctx context.Context, c Caller, s *subject, group string, msgs []*Message, attempts []int) ([]*Message, []int, error) {
 	if len(msgs) == 0 {
 		return msgs, attempts, nil
 	}
@@ -127,15 +135,18 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 		return nil, nil, err
 	}
 	defer e.releaseGroup(g)
-	back, err := e.settleReceivedLocked(ctx, g, holder, msgs)
+	refused, back, err := e.settleReceivedLocked(ctx, g, c.Principal.ID, msgs)
 	if len(back) > 0 {
 		e.pokeGroup(s.name) // the group's other consumers look again
 	}
-	if err == nil {
+	if err == nil && len(refused) == 0 {
 		return msgs, attempts, nil
 	}
-	gone := make(map[uint64]bool, len(back))
+	gone := make(map[uint64]bool, len(refused)+len(back))
 	for _, seq := range back {
+		gone[seq] = true
+	}
+	for _, seq := range refused {
 		gone[seq] = true
 	}
 	var (
@@ -147,6 +158,14 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 			out, atts = append(out, m), append(atts, attempts[i])
 		}
 	}
+	for _, m := range msgs {
+		if slices.Contains(refused, m.Sequence) {
+			e.auditAsync(EventAckDenied.record(OutcomeDeny, CodeAckNotAllowed, store.AuditRecord{Subject: s.name, Principal: c.Principal.ID, ContractID: c.ContractID, MessageID: m.ID, Seqs: seqText(m.Sequence)}))
+		}
+	}
+	if err == nil {
+		return out, atts, nil
+	}
 	if len(out) == 0 {
 		return nil, nil, err
 	}
@@ -156,9 +175,10 @@ func (e *Engine) settleReceived(ctx context.Context, s *subject, group, holder s
 }
 
 // settleReceivedLocked is settleReceived's work under g's lock: it
-// returns the store's failure and the sequences of msgs it gave back
+// returns the sequences of msgs the cluster refused to settle
+// (markDoneAll), the store's failure, and the sequences it gave back
 // (unrecorded).
-func (e *Engine) settleReceivedLocked(ctx context.Context, g *group, holder string, msgs []*Message) (back []uint64, err error) {
+func (e *Engine) settleReceivedLocked(ctx context.Context, g *group, holder string, msgs []*Message) (refused, back []uint64, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	seqs := make([]uint64, 0, len(msgs))
@@ -167,10 +187,10 @@ func (e *Engine) settleReceivedLocked(ctx context.Context, g *group, holder stri
 			seqs = append(seqs, m.Sequence)
 		}
 	}
-	if _, err = e.markDoneAll(ctx, g, seqs); err != nil {
+	if refused, err = e.markDoneAll(ctx, g, seqs); err != nil {
 		_, back = e.unrecorded(context.WithoutCancel(ctx), g, holder, seqs, true, e.now())
 	}
-	return back, err
+	return refused, back, err
 }
 
 // receiveCursor hands out up to max messages of a pubsub subject after

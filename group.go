@@ -100,6 +100,15 @@ type group struct {
 	attempts map[uint64]int
 	leases   map[uint64]*lease
 	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
+	// unspent: cluster leases this node acquired whose attempt the store
+	// refused to record (leaseMsg): nobody was handed their messages, and
+	// the next lease of each here takes its cluster lease over while it
+	// holds, rather than acquire it again and spend one more attempt.
+	unspent map[uint64]clusterLease
+	// exhausted: messages whose exhaustion is written (quarantine copy,
+	// delivery.exhausted record) but not their done mark (exhaust): the
+	// next try only marks them done.
+	exhausted map[uint64]bool
 }
 
 // idle reports whether g keeps nothing at now that the store does not, so
@@ -112,7 +121,11 @@ type group struct {
 //   - no redelivery due, nor free lease, of a sequence whose attempt the
 //     store has not recorded (g.attempts holds what it has: MarkAttempt
 //     comes before g counts an attempt, and uncount writes the count it
-//     gives back), which loading the group would not find due again.
+//     gives back), which loading the group would not find due again;
+//   - no cluster lease held for a next attempt (unspent), and no
+//     exhaustion waiting for its done mark (exhausted): loaded again, the
+//     group would spend one more attempt, or write the exhaustion's audit
+//     record again.
 //
 // Floor and Done reach the store before g takes them, and every sequence
 // below next is done, leased or due, so the store gives next back too.
@@ -128,7 +141,12 @@ func (g *group) idle(now time.Time) bool {
 			return false
 		}
 	}
-	return true
+	for _, l := range g.unspent {
+		if now.Before(l.until) {
+			return false
+		}
+	}
+	return len(g.exhausted) == 0
 }
 
 // group returns the state of key, loaded from the store unless it is in

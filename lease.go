@@ -322,6 +322,8 @@ func (g *group) setDone(seq uint64) {
 	}
 	delete(g.leases, seq)
 	delete(g.attempts, seq)
+	delete(g.unspent, seq)
+	delete(g.exhausted, seq)
 	g.prog.MarkDone(seq)
 	if g.next <= g.prog.Floor {
 		g.next = g.prog.Floor + 1
@@ -572,39 +574,63 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 // leaseMsg starts the next attempt of sm for holder, or exhausts it. The
 // lease names contract, a pull receive's (lease.contract), "" for a push
 // subscription's.
+//
+// In a cluster-shared group the cluster counts the attempt as it leases
+// the message (Leaser.Acquire). When the store then refuses to record the
+// attempt, nobody is handed the message, and the cluster lease stays this
+// node's until its deadline: it is kept (group.unspent), and the next
+// lease of the message here, while it holds, takes it over, its attempt
+// as the cluster counted it, with the deadline the cluster holds it to.
+// Acquired again instead, it was counted again (a Leaser counts every
+// acquire, of a lease its node holds or released too), and a message
+// could run out of attempts with fewer deliveries. A store that fails
+// past the lease's deadline spends one attempt per ack wait so, as a
+// node that stops between its lease and its delivery does.
 func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Message, holder, contract string, now time.Time) (*decoded, error) {
 	n := g.attempts[sm.Seq] + 1
-	if e.shared(g) {
-		st, err := e.opts.Cluster.Acquire(ctx, g.key, sm.Seq, now.Add(s.ackWait))
-		switch {
-		case err != nil:
-			return nil, storeError(err)
-		case st.Done:
-			// A node settled it. The group's progress may not say so yet:
-			// an answer settles the cluster lease before it writes the
-			// progress, and that write may have failed, or its node
-			// stopped between the two. Written again (no change when it
-			// is there), so that the progress catches up.
-			if err := e.store.MarkDone(ctx, g.key, sm.Seq); err != nil {
+	deadline := now.Add(s.ackWait)
+	shared := e.shared(g)
+	if shared {
+		kept, ok := g.unspent[sm.Seq]
+		delete(g.unspent, sm.Seq)
+		if ok && now.Before(kept.until) {
+			n, deadline = kept.attempt, kept.until
+		} else {
+			st, err := e.opts.Cluster.Acquire(ctx, g.key, sm.Seq, deadline)
+			switch {
+			case err != nil:
 				return nil, storeError(err)
+			case st.Done:
+				// A node settled it. The group's progress may not say so
+				// yet: an answer settles the cluster lease before it
+				// writes the progress, and that write may have failed, or
+				// its node stopped between the two. Written again (no
+				// change when it is there), so that the progress catches
+				// up.
+				if err := e.store.MarkDone(ctx, g.key, sm.Seq); err != nil {
+					return nil, storeError(err)
+				}
+				g.setDone(sm.Seq)
+				return nil, nil
+			case !st.Acquired:
+				// Another node's: look again when its lease ends.
+				g.leases[sm.Seq] = &lease{deadline: st.Until, attempt: g.attempts[sm.Seq]}
+				return nil, nil
 			}
-			g.setDone(sm.Seq)
-			return nil, nil
-		case !st.Acquired:
-			// Another node's: look again when its lease ends.
-			g.leases[sm.Seq] = &lease{deadline: st.Until, attempt: g.attempts[sm.Seq]}
-			return nil, nil
+			n = st.Attempt
 		}
-		n = st.Attempt
 	}
 	if n > s.maxAtt {
 		return nil, e.exhaust(ctx, g, s, sm)
 	}
 	if err := e.store.MarkAttempt(ctx, g.key, sm.Seq, n); err != nil {
+		if shared {
+			g.keepUnspent(sm.Seq, clusterLease{attempt: n, until: deadline})
+		}
 		return nil, storeError(err)
 	}
 	g.attempts[sm.Seq] = n
-	g.leases[sm.Seq] = &lease{holder: holder, contract: contract, deadline: now.Add(s.ackWait), attempt: n}
+	g.leases[sm.Seq] = &lease{holder: holder, contract: contract, deadline: deadline, attempt: n}
 	if n > 1 {
 		e.note(NoteRedelivery, s.name)
 	}
@@ -615,25 +641,21 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 	return d, nil
 }
 
-// exhaust ends a message whose attempts ran out: quarantined with
-// DELIVERY_EXHAUSTED when the subject says so, dropped otherwise; audited
-// either way.
-func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Message) error {
-	rec := EventDeliveryExhausted.record(OutcomeDeny, CodeDeliveryExhausted, store.AuditRecord{Subject: s.name, PolicyID: s.policyID, MessageID: sm.ID, Seqs: seqText(sm.Seq), Ref: noPANIn(g.key.Group)})
-	if s.policy.Quarantine.OnHandlerFailure {
-		dm, err := e.decode(sm)
-		if err == nil {
-			m := dm.m
-			a := &Admission{Message: m, Data: dm.value(), Principal: &Principal{ID: m.Source}, subj: s, Now: e.now()}
-			d := &Decision{Outcome: OutcomeQuarantine, Code: CodeDeliveryExhausted, Gate: "delivery", Reason: "delivery attempts exhausted",
-				Subject: s.name, SubjectID: s.name, PolicyID: s.policyID, SchemaID: s.schemaID, Principal: m.Source, ContractID: m.ContractID, MessageID: m.ID}
-			if id, err := e.quarantine(ctx, a, d); err == nil {
-				rec.Outcome, rec.Ref = string(OutcomeQuarantine), id
-			}
-		}
+// clusterLease is a cluster lease this node acquired and handed to
+// nobody (group.unspent): its attempt, and when it runs out for the
+// other nodes.
+type clusterLease struct {
+	attempt int
+	until   time.Time
+}
+
+// keepUnspent keeps l, this node's cluster lease of seq, for the next
+// lease of seq here; g.mu must be held.
+func (g *group) keepUnspent(seq uint64, l clusterLease) {
+	if g.unspent == nil {
+		g.unspent = map[uint64]clusterLease{}
 	}
-	e.audit(ctx, rec)
-	return e.markDone(ctx, g, sm.Seq)
+	g.unspent[seq] = l
 }
 
 // leaseFor leases up to n messages of the subscription's group to it,

@@ -28,16 +28,22 @@ func newQuarantineID() string { return "qr_" + NewMessageID()[4:] }
 // quarantine keeps a redacted copy of the refused message. A release that
 // the gates refuse again keeps none: the message stays in the record it is
 // released from, whose id is returned, so that retrying a release cannot
-// multiply the copies.
+// multiply the copies. The copy's id is d.QuarantineID when d names one
+// (an exhausted delivery's, which every try names alike: the store
+// replaces a record of the same id), drawn at random otherwise.
 func (e *Engine) quarantine(ctx context.Context, a *Admission, d *Decision) (string, error) {
 	if a.release != "" {
 		return a.release, nil
+	}
+	id := d.QuarantineID
+	if id == "" {
+		id = newQuarantineID()
 	}
 	m := *a.Message
 	m.Data = redactData(a.Data, a.subj.redact)
 	redactEnvelope(&m)
 	rec := store.QuarantineRecord{
-		ID: newQuarantineID(), Time: a.Now, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID,
+		ID: id, Time: a.Now, Subject: d.Subject, Principal: d.Principal, ContractID: d.ContractID,
 		PolicyID: d.PolicyID, SchemaID: d.SchemaID, MessageID: noPAN(a.Message.ID), Code: string(d.Code), Gate: d.Gate, Reason: d.Reason,
 		Body: m.AppendJSON(nil),
 	}
