@@ -56,6 +56,21 @@ type acceptTrack struct {
 func (t *acceptTrack) floor(seq uint64) uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.floorLocked(seq)
+}
+
+// queue returns the floor for the message queued at seq, as floor does,
+// and adds seq to the pending ones: one lock for both.
+func (t *acceptTrack) queue(seq uint64) uint64 {
+	t.mu.Lock()
+	f := t.floorLocked(seq)
+	t.pend = append(t.pend, seq)
+	t.mu.Unlock()
+	return f
+}
+
+// floorLocked is floor with t.mu held.
+func (t *acceptTrack) floorLocked(seq uint64) uint64 {
 	for len(t.pend) > 0 {
 		if _, ok := t.done[t.pend[0]]; !ok {
 			return t.pend[0] - 1
@@ -76,15 +91,35 @@ func (t *acceptTrack) add(seq uint64) {
 // not pending (a record recovery restored) is ignored.
 func (t *acceptTrack) audited(seq uint64) {
 	t.mu.Lock()
-	if len(t.pend) == 0 || seq < t.pend[0] {
-		t.mu.Unlock()
-		return
-	}
-	if t.done == nil {
-		t.done = make(map[uint64]struct{})
-	}
-	t.done[seq] = struct{}{}
+	t.auditedLocked(seq)
 	t.mu.Unlock()
+}
+
+// auditedAt is audited for the messages at locs, all of this subject,
+// under one lock.
+func (t *acceptTrack) auditedAt(locs []uint64) {
+	t.mu.Lock()
+	for _, loc := range locs {
+		_, seq := unpack(loc)
+		t.auditedLocked(seq)
+	}
+	t.mu.Unlock()
+}
+
+// auditedLocked is audited with t.mu held. Records commit in sequence
+// order, so the lowest pending sequence is the usual one: it leaves pend
+// at once, as floor would drop it; any other waits in done for floor.
+func (t *acceptTrack) auditedLocked(seq uint64) {
+	switch {
+	case len(t.pend) == 0 || seq < t.pend[0]:
+	case seq == t.pend[0] && len(t.done) == 0:
+		t.pend = t.pend[1:]
+	default:
+		if t.done == nil {
+			t.done = make(map[uint64]struct{})
+		}
+		t.done[seq] = struct{}{}
+	}
 }
 
 // failed forgets seq, whose message was not written (its sequence will be
@@ -109,6 +144,10 @@ type outbox struct {
 	// Records of failed audit writes, in order, older than recs.
 	retryRecs []store.AuditRecord
 	retryLocs []uint64
+	// spareRecs and spareLocs are emptied arrays of a committed flush,
+	// which the next records fill instead of growing new ones.
+	spareRecs []store.AuditRecord
+	spareLocs []uint64
 	kick      chan struct{}
 	last      *wreq // the last audit request made from the outbox; audit w.mu
 }
@@ -117,13 +156,55 @@ type outbox struct {
 // flusher.
 func (o *outbox) put(r store.AuditRecord, loc uint64) {
 	o.mu.Lock()
+	o.appendLocked(r, loc)
+	o.mu.Unlock()
+	o.wake()
+}
+
+// putWritten adds the acceptance records of the messages of a written
+// batch (a subject log's requests, in order) and wakes the flusher once.
+func (o *outbox) putWritten(batch []*wreq) {
+	n := 0
+	o.mu.Lock()
+	for _, r := range batch {
+		if ar, ok := r.aux.(*store.AuditRecord); ok {
+			o.appendLocked(*ar, r.loc)
+			n++
+		}
+	}
+	o.mu.Unlock()
+	if n > 0 {
+		o.wake()
+	}
+}
+
+// appendLocked adds one record, into the spare arrays when the outbox is
+// empty; o.mu is held.
+func (o *outbox) appendLocked(r store.AuditRecord, loc uint64) {
+	if o.recs == nil && o.spareRecs != nil {
+		o.recs, o.locs = o.spareRecs, o.spareLocs
+		o.spareRecs, o.spareLocs = nil, nil
+	}
 	o.recs = append(o.recs, r)
 	o.locs = append(o.locs, loc)
-	o.mu.Unlock()
+}
+
+func (o *outbox) wake() {
 	select {
 	case o.kick <- struct{}{}:
 	default:
 	}
+}
+
+// recycle keeps the arrays of a committed flush, emptied, for the records
+// to come, unless the spare ones are as large.
+func (o *outbox) recycle(recs []store.AuditRecord, locs []uint64) {
+	clear(recs) // nothing of the records is kept alive by the spare
+	o.mu.Lock()
+	if cap(recs) > cap(o.spareRecs) && cap(locs) > 0 {
+		o.spareRecs, o.spareLocs = recs[:0], locs[:0]
+	}
+	o.mu.Unlock()
 }
 
 // putBack returns the records of a failed audit write for the next flush,
@@ -157,16 +238,32 @@ type auditAux struct {
 }
 
 // chainLocked chains recs onto the audit log's pending head in place and
-// queues them as one request. The audit log's mu is held.
+// queues them as one request. The audit log's mu is held. An acceptance
+// record from the outbox (locs is set) without its Seqs gets the sequence
+// of the message at its location.
 func (s *Store) chainLocked(recs []store.AuditRecord, locs []uint64) *wreq {
 	a := &s.audit
 	w := a.w
-	buf := getRecBuf()
+	size := 0
+	for i := range recs {
+		size += auditSize(&recs[i])
+	}
+	buf := getChainBuf(size)
 	ends := make([]int, len(recs))
-	// The ids and hashes made here are strings of one buffer, never
-	// written again once each is taken: one allocation for the batch.
-	// Its capacity holds them all, so it is never moved.
-	text := make([]byte, 0, len(recs)*(len("aud_")+20+64))
+	// The ids, sequences and hashes made here are strings of one buffer,
+	// never written again once each is taken: one allocation for the
+	// batch. Its capacity holds them all, so it is never moved.
+	text := make([]byte, 0, len(recs)*(len("aud_")+20+20+64))
+	if locs != nil {
+		for i := range recs {
+			if r := &recs[i]; r.Seqs == "" {
+				_, seq := unpack(locs[i])
+				at := len(text)
+				text = strconv.AppendUint(text, seq, 10)
+				r.Seqs = unsafe.String(&text[at], len(text)-at)
+			}
+		}
+	}
 	a.mu.Lock()
 	prev := a.pend
 	for i := range recs {
@@ -307,13 +404,23 @@ func (s *Store) flushLogged() {
 }
 
 // onAuditCommit and onAuditFail keep the outbox's books for a committed or
-// failed audit request; the audit log's mu is held.
+// failed audit request; the audit log's mu is held. A committed request's
+// arrays from the outbox go back to it (recycle).
 func (s *Store) onAuditCommit(x *auditAux) {
-	for _, loc := range x.locs {
-		num, seq := unpack(loc)
-		if sub := s.subjectByNum(num); sub != nil {
-			sub.track.audited(seq)
+	for i := 0; i < len(x.locs); {
+		num, _ := unpack(x.locs[i])
+		j := i + 1
+		for j < len(x.locs) && x.locs[j]>>seqBits == x.locs[i]>>seqBits {
+			j++
 		}
+		if sub := s.subjectByNum(num); sub != nil {
+			sub.track.auditedAt(x.locs[i:j])
+		}
+		i = j
+	}
+	if x.locs != nil {
+		s.out.recycle(x.recs, x.locs)
+		x.recs, x.locs = nil, nil
 	}
 }
 
@@ -346,6 +453,13 @@ func (s *Store) AppendAccepted(ctx context.Context, m store.Message, accepted st
 	}
 	accepted.Subject, accepted.MessageID = m.Subject, m.ID
 	return s.append(ctx, m, &accepted)
+}
+
+// acceptedReq is the write request of an accepted message and the
+// acceptance record it keeps (its aux), in one allocation.
+type acceptedReq struct {
+	wreq
+	acc store.AuditRecord
 }
 
 // acceptFloors returns every subject's floor now: the highest sequence up

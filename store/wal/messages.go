@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -109,25 +108,50 @@ type retry struct {
 func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord, skip []uint64) (store.Message, bool, retry, *wreq, error) {
 	w := sub.w
 	x := &s.msgs.idx
+	// What allocates is done before the log's lock is taken: the request
+	// (with the acceptance record it keeps) and room for its record. A
+	// publisher held there by the garbage collector's assist would hold
+	// every other publisher of the subject.
+	var (
+		r   *wreq
+		rec *store.AuditRecord // the request's copy of acc
+	)
+	if acc != nil {
+		ar := &acceptedReq{acc: *acc}
+		r, rec = &ar.wreq, &ar.acc
+		r.aux = rec
+	} else {
+		r = new(wreq)
+	}
+	r.id, r.key, r.body = m.ID, m.IdemKey, len(m.Body)
+	r.buf = getRecBuf()
+	if rec != nil {
+		r.buf.grow(acceptedSize(&m, rec))
+	} else {
+		r.buf.grow(messageSize(&m))
+	}
+	at := unixNano(m.Time)
 	w.mu.Lock()
 	if w.failed != nil {
 		w.mu.Unlock()
+		r.freeBuf()
 		return store.Message{}, false, retry{}, nil, w.failed
 	}
 	seq := w.next
 	if seq >= 1<<seqBits {
 		w.mu.Unlock()
+		r.freeBuf()
 		return store.Message{}, false, retry{}, nil, fmt.Errorf("wal: subject %q is out of sequences", sub.name)
 	}
 	m.Seq = seq
 	loc := pack(sub.num, seq)
-	r := &wreq{id: m.ID, key: m.IdemKey, loc: loc, body: len(m.Body)}
-	at := unixNano(m.Time)
+	r.loc = loc
 	x.mu.Lock()
 	if m.IdemKey != "" {
 		if e, ok := x.findClaim(m.IdemKey, at, skip); ok {
 			x.mu.Unlock()
 			w.mu.Unlock()
+			r.freeBuf()
 			stored, dup, rt, err := s.duplicate(e, m.IdemKey)
 			return stored, dup, rt, nil, err
 		}
@@ -137,14 +161,11 @@ func (s *Store) appendOnce(sub *subject, m store.Message, acc *store.AuditRecord
 	x.clock = max(x.clock, at)
 	x.sweepLocked()
 	x.mu.Unlock()
-	r.buf = getRecBuf()
-	if acc != nil {
+	if rec != nil {
 		// The acceptance names the message's sequence, as the broker's
-		// own record does; the record encodes it from the message.
-		acc.Seqs = strconv.FormatUint(seq, 10)
-		r.aux = acc
-		r.buf.b = appendAccepted(r.buf.b[:0], &m, acc, sub.track.floor(seq))
-		sub.track.add(seq)
+		// own record does: the record encodes it from the message, and
+		// the flusher (chainLocked) from the message's location.
+		r.buf.b = appendAccepted(r.buf.b[:0], &m, rec, sub.track.queue(seq))
 	} else {
 		r.buf.b = appendMessage(r.buf.b[:0], &m)
 	}

@@ -73,16 +73,53 @@ func appendEnc(dst []byte, kind byte) enc {
 // recBuf is a pooled buffer that message and audit records are encoded in.
 // WriteBatch copies records, so the buffer is free again once its request
 // is committed or failed.
-type recBuf struct{ b []byte }
+type recBuf struct {
+	b     []byte
+	chain bool // from chainBufs
+}
 
-var recBufs = sync.Pool{New: func() any { return new(recBuf) }}
+// recBufs hold the buffers of single records and small batches;
+// chainBufs those of the accept flusher's batches (chainLocked), a few
+// hundred kilobytes each, which would otherwise be grown anew whenever a
+// message's buffer came out of the pool instead.
+var (
+	recBufs   = sync.Pool{New: func() any { return new(recBuf) }}
+	chainBufs = sync.Pool{New: func() any { return &recBuf{chain: true} }}
+)
 
-// maxPooledRec is the largest buffer kept for reuse.
-const maxPooledRec = 256 << 10
+// maxPooledRec and maxPooledChain are the largest buffers kept for reuse.
+const (
+	maxPooledRec   = 256 << 10
+	maxPooledChain = 4 << 20
+)
 
 func getRecBuf() *recBuf { return recBufs.Get().(*recBuf) }
 
+// getChainBuf returns an empty buffer of at least size bytes for a batch
+// of audit records.
+func getChainBuf(size int) *recBuf {
+	p := chainBufs.Get().(*recBuf)
+	p.grow(size)
+	return p
+}
+
+// grow makes room for n more bytes at once, instead of in the many steps
+// of the appends that encode a record.
+func (p *recBuf) grow(n int) {
+	if cap(p.b)-len(p.b) < n {
+		p.b = slices.Grow(p.b, n)
+	}
+}
+
 func (p *recBuf) put() {
+	if p.chain {
+		if cap(p.b) > maxPooledChain {
+			p.b = nil
+		}
+		p.b = p.b[:0]
+		chainBufs.Put(p)
+		return
+	}
 	if cap(p.b) > maxPooledRec {
 		p.b = nil
 	}
@@ -304,6 +341,34 @@ func appendMessage(dst []byte, m *store.Message) []byte {
 	e.raw(m.Body)
 	e.finish()
 	return e.b
+}
+
+// acceptedSize is about the size of the record appendAccepted makes of
+// m and r (exactly a bound, unless a time is in a fixed zone of a long
+// name): each field with its length, each time in at most 64 bytes.
+func acceptedSize(m *store.Message, r *store.AuditRecord) int {
+	n := recHeader + 3*binary.MaxVarintLen64 + 3*64 + len(m.ID) + len(m.IdemKey) + len(m.Body)
+	for _, s := range [...]string{r.Type, r.Outcome, r.Code, r.Gate, r.Principal, r.ContractID, r.PolicyID, r.SchemaID, r.Ref} {
+		n += binary.MaxVarintLen64 + len(s)
+	}
+	return n
+}
+
+// messageSize is about the size of the record appendMessage makes of m,
+// as acceptedSize is.
+func messageSize(m *store.Message) int {
+	return recHeader + 3*binary.MaxVarintLen64 + 2*64 + len(m.ID) + len(m.IdemKey) + len(m.Body)
+}
+
+// auditSize is about the size of appendAudit's record of r once chained:
+// its fields, its id and hashes (made by chainLocked), and the lengths.
+func auditSize(r *store.AuditRecord) int {
+	n := recHeader + 24*binary.MaxVarintLen64 + len("aud_") + 20 + 2*64 + 40
+	for _, s := range [...]string{r.Type, r.Outcome, r.Code, r.Gate, r.Subject, r.Principal, r.ContractID,
+		r.PolicyID, r.SchemaID, r.MessageID, r.Ref, r.Seqs, r.Digest} {
+		n += len(s)
+	}
+	return n
 }
 
 // appendAccepted appends the record of m kept with its acceptance audit

@@ -250,19 +250,25 @@ func (s *Store) addSubject(name string, w *logw) *subject {
 	// visible to readers: ChainAudit chains the outbox first, so a record
 	// of the message's delivery, made by a reader, follows its acceptance
 	// in the chain.
-	w.onWritten = func(r *wreq) {
-		if acc, ok := r.aux.(*store.AuditRecord); ok {
-			s.out.put(*acc, r.loc)
+	w.onWritten = s.out.putWritten
+	w.onCommitted = func(batch []*wreq) {
+		var n uint64
+		keys := false
+		for _, r := range batch {
+			r.freeBuf()
+			n += uint64(r.body)
+			keys = keys || r.key != ""
 		}
-	}
-	w.onCommit = func(r *wreq) {
-		r.freeBuf()
-		sub.bytes.Add(uint64(r.body))
-		if r.key == "" {
+		sub.bytes.Add(n)
+		if !keys {
 			return
 		}
 		x.mu.Lock()
-		delete(x.pending, r.loc)
+		for _, r := range batch {
+			if r.key != "" {
+				delete(x.pending, r.loc)
+			}
+		}
 		x.mu.Unlock()
 	}
 	w.onFail = func(r *wreq) {

@@ -57,6 +57,10 @@ type logw struct {
 	cond  sync.Cond
 	next  uint64 // index of the next enqueued entry
 	queue []*wreq
+	// spare is the emptied array of the last batch committed, which the
+	// queue takes when the next batch leaves it, instead of growing a new
+	// one while the writers hold mu (SyncBatch and SyncNone).
+	spare []*wreq
 	busy  bool // a leader is writing, or exclusive holds the log
 	// exclWaiting counts the exclusive callers waiting for busy to clear:
 	// while one waits no new batch starts (mayLeadLocked), so it has the
@@ -94,15 +98,19 @@ type logw struct {
 	filled    chan struct{}
 	delay     *time.Timer
 
-	// onWritten, when set, runs for each request of a batch once the
-	// batch is written (and synced), before its records are visible to
-	// readers (committed); onCommit runs after. Mu is held, in index
-	// order. Subject logs put acceptance records in the outbox here, so
-	// that nothing a reader of a message does precedes its acceptance in
-	// the audit chain (see ChainAudit).
-	onWritten func(r *wreq)
-	onCommit  func(r *wreq) // with mu held, in index order
-	onFail    func(r *wreq) // with mu held, for each request taken back
+	// onWritten, when set, runs once a batch is written (and synced),
+	// with the batch's requests in index order, before its records are
+	// visible to readers (committed); onCommitted and onCommit run after.
+	// Mu is held. Subject logs put acceptance records in the outbox here,
+	// so that nothing a reader of a message does precedes its acceptance
+	// in the audit chain (see ChainAudit).
+	onWritten func(batch []*wreq)
+	// onCommitted, when set, runs once for a committed batch, with mu
+	// held, before onCommit runs for each of its requests: the books a
+	// batch keeps under one lock (subject logs).
+	onCommitted func(batch []*wreq)
+	onCommit    func(r *wreq) // with mu held, in index order
+	onFail      func(r *wreq) // with mu held, for each request taken back
 }
 
 // wreq is one caller's request: its entries and, after it is done, the
@@ -410,7 +418,7 @@ func (w *logw) commitLocked() {
 	if w.s.opts.Sync == SyncAlways {
 		batch, w.queue = w.queue[:1:1], w.queue[1:]
 	} else {
-		batch, w.queue = w.queue, nil
+		batch, w.queue, w.spare = w.queue, w.spare, nil
 	}
 	keep := w.committed.Load()
 	w.lastBatch = len(batch)
@@ -433,18 +441,23 @@ func (w *logw) commitLocked() {
 		w.takeBackLocked(keep, err, batch)
 	} else {
 		if w.onWritten != nil {
-			for _, r := range batch {
-				w.onWritten(r)
-			}
+			w.onWritten(batch)
 		}
 		w.committed.Store(batch[len(batch)-1].last())
 		if f := w.s.faults.Load(); f != nil && f.visible != nil {
 			f.visible(w)
 		}
+		if w.onCommitted != nil {
+			w.onCommitted(batch)
+		}
 		for _, r := range batch {
 			w.onCommit(r)
 			r.done.Store(true)
 			w.wakeLocked(r)
+		}
+		if w.s.opts.Sync != SyncAlways { // a batch of one shares the queue's array
+			clear(batch)
+			w.spare = batch[:0]
 		}
 	}
 	w.idleLocked()
