@@ -186,6 +186,43 @@ type Leaser interface {
 	Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error
 }
 
+// LeaseReturner is an optional interface of a Cluster's Leaser: with it,
+// a lease whose message never reached a consumer (the store failed to
+// record its attempt, a transport could not send it (ErrUndelivered), a
+// subscription stopped before handing it over, a skip the store did not
+// record) is given back uncounted, and the next lease of the message, on
+// any node, is the same attempt, as on one node. Without it such a lease
+// is released (Release, not done) and the next one counts one attempt
+// more: a message bounced by sends that fail may be exhausted unread.
+//
+// A Leaser that also counts from the attempts the store recorded (the
+// larger of the two, as store/jetstream does) needs the engine to lower
+// that count first: before it returns a lease whose attempt the store
+// recorded, it writes attempt-1 to the store
+// (store.ProgressLog.MarkAttempt), while the lease is still its own.
+// When that write fails, or the lease's deadline has passed on this
+// node's clock (another node may hold it), the engine releases the lease
+// instead, its attempt spent: one attempt too many, never one too few.
+type LeaseReturner interface {
+	// Return gives this process's lease of seq of the group key back,
+	// uncounted: only while the lease is this process's at exactly
+	// attempt (not settled; held, or let go by this process and not taken
+	// since), it is written, by compare-and-set, as attempt-1, released,
+	// due again at retryAt, and the next Acquire of it, here or on
+	// another node, counts attempt again. A lease another node holds or
+	// settled, one this process settled, one at another attempt (this
+	// node leased the message again meanwhile), and one that is gone are
+	// left as they are, and Return fails with a *Error of code
+	// ACK_NOT_ALLOWED: the engine then leaves the lease alone (its
+	// attempt stays counted, or another lease holds). A Return repeated,
+	// with the same attempt and retryAt, once it was written is no change
+	// and returns nil. Any other error means the lease may or may not
+	// have been given back; the engine logs it, and the lease runs out by
+	// itself. It is safe for concurrent use, and called with the group's
+	// lock held or not.
+	Return(ctx context.Context, key store.GroupKey, seq uint64, attempt int, retryAt time.Time) error
+}
+
 // LeaseExtender is an optional interface of a Cluster's Leaser: with it,
 // a message leased to a push subscription stays leased to this node for
 // as long as its in-process handler runs, as on one node, rather than

@@ -15,8 +15,11 @@ import (
 // cluster-shared group the cluster counts a message's attempts as it
 // leases it (Leaser.Acquire). When the store then fails to record the
 // attempt (a store without quorum for a moment), nobody is handed the
-// message, and the node keeps the cluster lease it took: its next lease
-// of the message takes that lease over, its attempt counted once. Here a
+// message, and the node gives the cluster lease back uncounted
+// (LeaseReturner, which the hub has; a cluster without it keeps the lease
+// for the node's next lease: see
+// TestAnAttemptTheStoreFailsToRecordGoesBackToTheCluster), so the next
+// lease of the message counts its attempt once. Here a
 // message with one attempt allowed is handed over as its first attempt,
 // to a pull consumer as to a push subscription. Before, the next lease
 // acquired the cluster lease again, which the cluster counts as one more

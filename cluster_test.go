@@ -27,6 +27,10 @@ type hub struct {
 	// now is the clock leases run out by (nil: the system clock); the
 	// engines' Options.Now when the test moves time.
 	now func() time.Time
+	// progress, when set, is the store whose recorded attempts Acquire
+	// counts from too (the larger of the lease's and the store's), as
+	// store/jetstream's does.
+	progress store.ProgressLog
 }
 
 // clock reads the hub's clock.
@@ -98,9 +102,38 @@ func (n *hubNode) Acquire(_ context.Context, key store.GroupKey, seq uint64, dea
 	case l.node != n && n.h.clock().Before(l.until):
 		return pigeon.LeaseState{Until: l.until}, nil
 	}
-	l.node, l.until = n, deadline
-	l.attempt++
+	next := l.attempt + 1
+	if n.h.progress != nil {
+		g, err := n.h.progress.LoadGroup(context.Background(), key)
+		if err != nil {
+			return pigeon.LeaseState{}, err
+		}
+		next = max(next, g.Attempts[seq]+1)
+	}
+	l.node, l.until, l.attempt = n, deadline, next
 	return pigeon.LeaseState{Acquired: true, Attempt: l.attempt}, nil
+}
+
+var _ pigeon.LeaseReturner = (*hubNode)(nil)
+
+// Return gives n's own lease of seq back uncounted, as the real store's
+// does: only while n holds it (not done) at attempt; another node's, a
+// settled one, one at another attempt or none writes nothing and fails
+// ACK_NOT_ALLOWED. A repeat of a return written is no change.
+func (n *hubNode) Return(_ context.Context, key store.GroupKey, seq uint64, attempt int, retryAt time.Time) error {
+	n.h.mu.Lock()
+	defer n.h.mu.Unlock()
+	l := n.h.leases[leaseKey(key, seq)]
+	switch {
+	case l == nil || l.node != n || l.done:
+		return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's", seq)
+	case l.attempt == attempt-1 && l.until.Equal(retryAt):
+		return nil // returned already
+	case l.attempt != attempt:
+		return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is attempt %d, not %d", seq, l.attempt, attempt)
+	}
+	l.attempt, l.until = attempt-1, retryAt
+	return nil
 }
 
 // Release ends n's own lease only, as the real store's does: a done

@@ -101,9 +101,11 @@ type group struct {
 	leases   map[uint64]*lease
 	retry    []uint64 // sequences due for redelivery (lease expired or nacked), ascending by due
 	// unspent: cluster leases this node acquired whose attempt the store
-	// refused to record (leaseMsg): nobody was handed their messages, and
-	// the next lease of each here takes its cluster lease over while it
-	// holds, rather than acquire it again and spend one more attempt.
+	// refused to record (leaseMsg), with a Leaser that cannot give them
+	// back uncounted (no LeaseReturner; Engine.unspent): nobody was
+	// handed their messages, and the next lease of each here takes its
+	// cluster lease over while it holds, rather than acquire it again and
+	// spend one more attempt.
 	unspent map[uint64]clusterLease
 	// exhausted: messages whose exhaustion is written (quarantine copy,
 	// delivery.exhausted record) but not their done mark (exhaust): the

@@ -312,5 +312,5 @@ func (e *Engine) handBack(ctx context.Context, s *subscription, ds []*decoded) {
 	now := e.now()
 	back := e.unleaseLocked(ctx, g, s.holder(), seqs, false, now)
 	g.mu.Unlock()
-	e.releaseShared(ctx, g, false, now, back...)
+	e.letGoShared(ctx, g, now, back...)
 }

@@ -951,6 +951,64 @@ func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, d
 	})
 }
 
+var _ pigeon.LeaseReturner = (*Cluster)(nil)
+
+// Return implements pigeon.LeaseReturner: a compare-and-set of this
+// process's lease of seq, at attempt, to attempt-1, released, due at
+// retryAt, retried as Release's (casRetry). Acquire counts from the
+// larger of the lease's attempt and the group's stored one: the engine
+// lowers the stored one first (store.ProgressLog.MarkAttempt). A lease
+// that is not this process's at attempt (another process's, settled by
+// any, at another attempt, or gone), as the bucket's leader tells, is
+// left as it is, and the answer is a *pigeon.Error of code
+// ACK_NOT_ALLOWED (errNotReturned). One this process gave back already,
+// as this call would (a Return repeated after its write's answer was
+// lost), is no change.
+func (c *Cluster) Return(ctx context.Context, key store.GroupKey, seq uint64, attempt int, retryAt time.Time) error {
+	k := leaseKey(key, seq)
+	held := true
+	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
+		val, rev, _, err := c.readLease(ctx, k, leader)
+		if err != nil {
+			return false, err
+		}
+		var l leaseVal
+		if val != nil {
+			if err := json.Unmarshal(val, &l); err != nil {
+				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
+			}
+		}
+		returned := l.Released && l.Attempt == attempt-1 && l.Until == retryAt.UnixNano()
+		held = val != nil && c.mine(l) && (l.Attempt == attempt || returned)
+		switch {
+		case !held:
+			// Not this process's at attempt, as the leader tells: a
+			// replica behind may not have this node's lease yet.
+			return leader, nil
+		case returned:
+			return true, nil
+		}
+		l.Attempt, l.Until, l.Released = attempt-1, retryAt.UnixNano(), true
+		b, _ := json.Marshal(l)
+		_, err = c.leases.Update(ctx, k, b, rev)
+		done, err := casDone(err)
+		return done, c.s.fail(ctx, err)
+	})
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errNotReturned(seq, attempt)
+	}
+	return nil
+}
+
+// errNotReturned is the answer of a Return of a lease this process does
+// not hold at attempt: ACK_NOT_ALLOWED, nothing written.
+func errNotReturned(seq uint64, attempt int) error {
+	return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's at attempt %d: another node took it after it ran out (and may have settled it), this node leased it again, or it is gone; nothing was given back", seq, attempt)
+}
+
 // settleLease marks this node's lease of seq done (Release, done): by
 // compare-and-set at the revision read, so that a lease another node
 // took meanwhile is never ended by this node's late answer. The marker
