@@ -79,6 +79,19 @@ func grantRolesIn(t *testing.T, st *memory.Store) int {
 	return n
 }
 
+// createdHolds is a case's held for a write that creates account dave:
+// how many entries (count) it holds, 0 when the write was refused.
+func createdHolds(count func(pigeon.Account) int) func(*testing.T, *pigeon.Engine, *memory.Store) int {
+	return func(t *testing.T, e *pigeon.Engine, _ *memory.Store) int {
+		a, err := e.GetAccount(ctx, dave)
+		if pigeon.ErrorCode(err) == pigeon.CodeNotFound {
+			return 0
+		}
+		require.NoError(t, err)
+		return count(a)
+	}
+}
+
 // TestMaxPermissionOperationsIsOneOfEachOperation: a permission listing
 // every operation once is within the bound, and a longer list names one
 // twice. An operation added to Operations moves the bound with it.
@@ -145,14 +158,7 @@ func TestDirectoryWritesBoundEveryList(t *testing.T) {
 				_, err := e.CreateAccount(ctx, pigeon.Account{ID: dave, Roles: rolesOf(n)})
 				return err
 			},
-			held: func(t *testing.T, e *pigeon.Engine, _ *memory.Store) int {
-				a, err := e.GetAccount(ctx, dave)
-				if pigeon.ErrorCode(err) == pigeon.CodeNotFound {
-					return 0
-				}
-				require.NoError(t, err)
-				return len(a.Roles)
-			},
+			held: createdHolds(func(a pigeon.Account) int { return len(a.Roles) }),
 		},
 		{
 			name: "an account's roles (AddAccountRole)", bound: pigeon.MaxPrincipalRoles, code: pigeon.CodeInvalidArgument,
@@ -178,14 +184,7 @@ func TestDirectoryWritesBoundEveryList(t *testing.T) {
 				_, err := e.CreateAccount(ctx, pigeon.Account{ID: dave, Attributes: attributesOf(n, "x")})
 				return err
 			},
-			held: func(t *testing.T, e *pigeon.Engine, _ *memory.Store) int {
-				a, err := e.GetAccount(ctx, dave)
-				if pigeon.ErrorCode(err) == pigeon.CodeNotFound {
-					return 0
-				}
-				require.NoError(t, err)
-				return len(a.Attributes)
-			},
+			held: createdHolds(func(a pigeon.Account) int { return len(a.Attributes) }),
 		},
 		{
 			name: "an account's keys (CreateAccount)", bound: pigeon.MaxAccountKeys, code: pigeon.CodeBadRequest,
@@ -194,14 +193,7 @@ func TestDirectoryWritesBoundEveryList(t *testing.T) {
 				_, err := e.CreateAccount(ctx, pigeon.Account{ID: dave, Keys: signingKeysOf(n)})
 				return err
 			},
-			held: func(t *testing.T, e *pigeon.Engine, _ *memory.Store) int {
-				a, err := e.GetAccount(ctx, dave)
-				if pigeon.ErrorCode(err) == pigeon.CodeNotFound {
-					return 0
-				}
-				require.NoError(t, err)
-				return len(a.Keys)
-			},
+			held: createdHolds(func(a pigeon.Account) int { return len(a.Keys) }),
 		},
 		{
 			name: "an account's keys (PutAccountKeys)", bound: pigeon.MaxAccountKeys, code: pigeon.CodeBadRequest,
