@@ -965,34 +965,11 @@ var _ pigeon.LeaseReturner = (*Cluster)(nil)
 // as this call would (a Return repeated after its write's answer was
 // lost), is no change.
 func (c *Cluster) Return(ctx context.Context, key store.GroupKey, seq uint64, attempt int, retryAt time.Time) error {
-	k := leaseKey(key, seq)
-	held := true
-	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
-		val, rev, _, err := c.readLease(ctx, k, leader)
-		if err != nil {
-			return false, err
-		}
-		var l leaseVal
-		if val != nil {
-			if err := json.Unmarshal(val, &l); err != nil {
-				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
-			}
-		}
+	held, err := c.ownLease(ctx, leaseKey(key, seq), func(l leaseVal, present bool) (held, already bool, next leaseVal) {
 		returned := l.Released && l.Attempt == attempt-1 && l.Until == retryAt.UnixNano()
-		held = val != nil && c.mine(l) && (l.Attempt == attempt || returned)
-		switch {
-		case !held:
-			// Not this process's at attempt, as the leader tells: a
-			// replica behind may not have this node's lease yet.
-			return leader, nil
-		case returned:
-			return true, nil
-		}
-		l.Attempt, l.Until, l.Released = attempt-1, retryAt.UnixNano(), true
-		b, _ := json.Marshal(l)
-		_, err = c.leases.Update(ctx, k, b, rev)
-		done, err := casDone(err)
-		return done, c.s.fail(ctx, err)
+		l2 := l
+		l2.Attempt, l2.Until, l2.Released = attempt-1, retryAt.UnixNano(), true
+		return present && c.mine(l) && (l.Attempt == attempt || returned), returned, l2
 	})
 	if err != nil {
 		return err
@@ -1018,7 +995,27 @@ func errNotReturned(seq uint64, attempt int) error {
 // as it is, and the answer is errLeaseNotHeld. A marker naming nobody
 // (written before markers named their process) counts as this node's.
 func (c *Cluster) settleLease(ctx context.Context, key store.GroupKey, seq uint64) error {
-	k := leaseKey(key, seq)
+	held, err := c.ownLease(ctx, leaseKey(key, seq), func(l leaseVal, present bool) (held, already bool, next leaseVal) {
+		settled := l.Done && (l.Node == "" || l.Node == c.s.opts.Node && l.Inst == c.done.Inst)
+		return present && (settled || c.mine(l)), settled, leaseVal{Node: c.s.opts.Node, Inst: c.done.Inst, Done: true}
+	})
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errLeaseNotHeld(seq)
+	}
+	return nil
+}
+
+// ownLease changes lease key k by compare-and-set, retried as Acquire's
+// (casRetry), when decide, given the lease as read (present false: no
+// lease), finds it this process's (held): to next, unless the change is
+// made already (already). A lease that is not held, as the bucket's
+// leader tells (a replica behind may not have this node's lease yet), is
+// left as it is, and held is false. A lease that does not decode is a
+// *store.CorruptError.
+func (c *Cluster) ownLease(ctx context.Context, k string, decide func(l leaseVal, present bool) (held, already bool, next leaseVal)) (bool, error) {
 	held := true
 	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
 		val, rev, _, err := c.readLease(ctx, k, leader)
@@ -1031,28 +1028,21 @@ func (c *Cluster) settleLease(ctx context.Context, key store.GroupKey, seq uint6
 				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
 			}
 		}
-		settled := l.Done && (l.Node == "" || l.Node == c.s.opts.Node && l.Inst == c.done.Inst)
-		held = val != nil && (settled || c.mine(l))
+		var already bool
+		var next leaseVal
+		held, already, next = decide(l, val != nil)
 		switch {
 		case !held:
-			// Another process's, or gone, as the leader tells: a replica
-			// behind may not have this node's lease yet.
 			return leader, nil
-		case settled:
+		case already:
 			return true, nil
 		}
-		b, _ := json.Marshal(leaseVal{Node: c.s.opts.Node, Inst: c.done.Inst, Done: true})
+		b, _ := json.Marshal(next)
 		_, err = c.leases.Update(ctx, k, b, rev)
 		done, err := casDone(err)
 		return done, c.s.fail(ctx, err)
 	})
-	if err != nil {
-		return err
-	}
-	if !held {
-		return errLeaseNotHeld(seq)
-	}
-	return nil
+	return held, err
 }
 
 // errLeaseNotHeld is the answer of a done release of a lease this node

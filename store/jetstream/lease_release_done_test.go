@@ -124,13 +124,14 @@ func TestDoneRelease(t *testing.T) {
 	}
 }
 
-// TestLaggingReplicaDoneRelease: a done release whose read a replica
-// behind answers (without this node's lease) reads the lease again from
-// the bucket's leader, and settles it, rather than report it not held.
-func TestLaggingReplicaDoneRelease(t *testing.T) {
+// heldLeaseBehindReplica returns a store and its Cluster holding the
+// lease of sequence 1 of key, whose next direct read a replica behind
+// answers (lagDirect), with a context that ends with the test.
+func heldLeaseBehindReplica(t *testing.T) (context.Context, *Store, *Cluster, store.GroupKey) {
+	t.Helper()
 	srv := runServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Memory: true, Timeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	c, err := NewCluster(ctx, s)
@@ -140,6 +141,14 @@ func TestLaggingReplicaDoneRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Acquired)
 	lagDirect(t, s, "KV_"+s.bucketName("leases"))
+	return ctx, s, c, key
+}
+
+// TestLaggingReplicaDoneRelease: a done release whose read a replica
+// behind answers (without this node's lease) reads the lease again from
+// the bucket's leader, and settles it, rather than report it not held.
+func TestLaggingReplicaDoneRelease(t *testing.T) {
+	ctx, s, c, key := heldLeaseBehindReplica(t)
 
 	require.NoError(t, c.Release(ctx, key, 1, true, time.Time{}), "a done release after the replica behind's read")
 	m, err := leaderLast(ctx, s.nc, s.bucketName("leases"), leaseKey(key, 1))

@@ -144,18 +144,7 @@ func TestReturnGivesTheAttemptBack(t *testing.T) {
 // (without this node's lease) reads the lease again from the bucket's
 // leader, and gives it back, rather than report it not held.
 func TestLaggingReplicaReturn(t *testing.T) {
-	srv := runServer(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	s, err := Open(ctx, connect(t, srv.ClientURL()), &Options{Prefix: freshPrefix(), Memory: true, Timeout: 100 * time.Millisecond})
-	require.NoError(t, err)
-	c, err := NewCluster(ctx, s)
-	require.NoError(t, err)
-	key := store.GroupKey{Subject: "orders", Group: "billing"}
-	st, err := c.Acquire(ctx, key, 1, time.Now().Add(time.Minute))
-	require.NoError(t, err)
-	require.True(t, st.Acquired)
-	lagDirect(t, s, "KV_"+s.bucketName("leases"))
+	ctx, s, c, key := heldLeaseBehindReplica(t)
 
 	retryAt := time.Now()
 	require.NoError(t, c.Return(ctx, key, 1, 1, retryAt), "a return after the replica behind's read")
