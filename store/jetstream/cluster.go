@@ -1097,36 +1097,11 @@ func (c *Cluster) Extend(ctx context.Context, key store.GroupKey, seqs []uint64,
 // extend moves the deadline of this node's lease key k to deadline; false
 // when this node does not hold it.
 func (c *Cluster) extend(ctx context.Context, k string, deadline time.Time) (bool, error) {
-	held := false
-	err := casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
-		val, rev, _, err := c.readLease(ctx, k, leader)
-		if err != nil {
-			return false, err
-		}
-		var l leaseVal
-		if val != nil {
-			if err := json.Unmarshal(val, &l); err != nil {
-				return false, &store.CorruptError{File: c.s.bucketName("leases"), Reason: err.Error()}
-			}
-		}
-		if val == nil || !c.mine(l) || l.Released {
-			// Not held (gone, settled, another process's, released by a
-			// nack), as the leader tells: a replica behind may not have
-			// this node's last write.
-			return leader, nil
-		}
-		held = true
-		if l.Until >= deadline.UnixNano() {
-			return true, nil // already as long
-		}
-		l.Until = deadline.UnixNano()
-		b, _ := json.Marshal(l)
-		_, err = c.leases.Update(ctx, k, b, rev)
-		done, err := casDone(err)
-		if !done {
-			held = false
-		}
-		return done, c.s.fail(ctx, err)
+	return c.ownLease(ctx, k, func(l leaseVal, present bool) (held, already bool, next leaseVal) {
+		// Not held: gone, settled, another process's, or released by a
+		// nack. Already: as long.
+		next = l
+		next.Until = deadline.UnixNano()
+		return present && c.mine(l) && !l.Released, l.Until >= deadline.UnixNano(), next
 	})
-	return held, err
 }
