@@ -418,6 +418,7 @@ func New(ctx context.Context, opts *Options) (*Engine, error) {
 		return nil, err
 	}
 	e.dir.refreshed = e.onAccessChanged
+	e.dir.shared = e.opts.Cluster != nil
 	if err := e.loadGrantKey(ctx); err != nil {
 		return nil, err
 	}

@@ -45,6 +45,11 @@ type directory struct {
 	// another node changed has read the directory again (refresh): the
 	// engine wakes its subscriptions, as after a reload.
 	refreshed func()
+	// shared is set when the store is shared with other nodes (the
+	// engine's Options.Cluster): a change of an account then sweeps the
+	// store for grants another node issued to it (sweepGrants). A node
+	// alone holds every grant in its copy already.
+	shared bool
 	// changing is held by a change for as long as d.mu, and by a reload
 	// while it reads the store, which it does without d.mu: a reload's
 	// read includes every change of this node, while authorizations go on

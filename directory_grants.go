@@ -286,10 +286,12 @@ func (d *directory) swapGrant(ctx context.Context, sw store.KVSwapper, jti strin
 // Nothing it does is refused: a store that fails it leaves the grants it
 // did not reach (worth nothing for a deleted account; without the role
 // while the account is), with a logged warning. A store that cannot swap
-// is not read (see find).
+// is not read (see find), nor one this node does not share (d.shared):
+// alone, the node's copy holds every grant, and the change went through
+// them all.
 func (d *directory) sweepGrants(ctx context.Context, a *Account, role string) {
 	sw, ok := d.st.(store.KVSwapper)
-	if !ok || a == nil {
+	if !ok || a == nil || !d.shared {
 		return
 	}
 	if err := d.sweepGrantsOf(ctx, sw, a, role); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,4 +444,45 @@ func TestAccountCreatedAgainHonoursNoGrantOfItsPredecessor(t *testing.T) {
 			require.True(t, again.CreatedAt.After(old.CreatedAt), "the account created again is stamped %v, its predecessor %v", again.CreatedAt, old.CreatedAt)
 		})
 	}
+}
+
+// grantListings counts the listings of the grants bucket a store is
+// asked for.
+type grantListings struct {
+	*memory.Store
+	n atomic.Int64
+}
+
+func (s *grantListings) List(ctx context.Context, bucket string) (map[string][]byte, error) {
+	if bucket == "grants" {
+		s.n.Add(1)
+	}
+	return s.Store.List(ctx, bucket)
+}
+
+// TestDirectoryAloneDoesNotSweepTheStoresGrants: the sweep of the store's
+// grants after an account changes finds grants other nodes issued. A node
+// without a Cluster holds every grant in its copy, and its change goes
+// through them: it does not list the grants bucket for each deleted
+// account or role taken (a read of every grant of the directory), and the
+// grants still go with the account, or lose the role.
+func TestDirectoryAloneDoesNotSweepTheStoresGrants(t *testing.T) {
+	st := &grantListings{Store: memory.New(nil)}
+	f := accessFixture(t, func(o *pigeon.Options) { o.Store = st })
+	_, err := f.e.CreateAccount(ctx, pigeon.Account{ID: dave, Roles: []string{"member", "extra"}})
+	require.NoError(t, err)
+	kept, err := f.e.IssueGrant(ctx, dave, []string{"member", "extra"}, time.Hour)
+	require.NoError(t, err)
+	before := st.n.Load()
+
+	_, err = f.e.RemoveAccountRole(ctx, dave, "extra")
+	require.NoError(t, err)
+	roles, ok := grantRolesInStore(t, st.Store, kept.JTI)
+	require.True(t, ok)
+	require.Equal(t, []string{"member"}, roles, "the role taken left the grant")
+
+	require.NoError(t, f.e.DeleteAccount(ctx, dave))
+	_, ok = grantRolesInStore(t, st.Store, kept.JTI)
+	require.False(t, ok, "the grant went with its account")
+	require.Equal(t, before, st.n.Load(), "the grants bucket was listed")
 }
