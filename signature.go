@@ -644,11 +644,13 @@ func checkKID(kid string) error {
 // verifier finds the key a signature names, old or new. Without a kid it
 // returns the valid key with the latest NotBefore (the last listed among
 // equals), which is how a sender picks the current encryption key of a
-// recipient. ok is false when no key qualifies.
+// recipient. A key PublicKey.Validate refuses (one a server never lists:
+// an empty kid, a key that is not 32 bytes, a weak key) is passed over, so
+// a sound key listed beside it is chosen. ok is false when no key qualifies.
 func SelectKey(keys []PublicKey, kid, use string, at time.Time) (PublicKey, bool) {
 	best := -1
 	for i, k := range keys {
-		if (use != "" && k.Use != use) || (kid != "" && k.KID != kid) || !k.ValidAt(at) {
+		if (use != "" && k.Use != use) || (kid != "" && k.KID != kid) || !k.ValidAt(at) || k.Validate() != nil {
 			continue
 		}
 		if kid != "" {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"pigeon/seal"
+
 	"github.com/stretchr/testify/require"
 
 	"pigeon"
@@ -313,8 +315,13 @@ func TestVerifyMessageWithKeysRotation(t *testing.T) {
 
 func TestSelectKey(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	kp, err := seal.GenerateKeys()
+	require.NoError(t, err)
 	k := func(kid, use string, nb, na int) pigeon.PublicKey {
-		p := pigeon.PublicKey{KID: kid, Use: use}
+		p := pigeon.Ed25519PublicKey(kid, kp.SigningPublic)
+		if use == pigeon.UseEnc {
+			p = pigeon.X25519PublicKey(kid, kp.EncryptionPublic)
+		}
 		if nb > 0 {
 			p.NotBefore = t0.AddDate(0, nb, 0)
 		}

@@ -452,17 +452,54 @@ def _window_edge(x: Any) -> int | None:
 
 
 def is_key_entry(k: Any) -> bool:
-    """Whether ``k``, an entry of a key list, is a key: a dict whose
-    ``kid``, ``use``, ``alg`` and ``key`` are strings. Any other entry (one
-    of them absent, ``null`` or of another type, or the entry not an
-    object) is no key: :meth:`~pigeon_client.http.HttpClient.keys` leaves
-    it out of the list it reads, and :func:`select_key` never chooses it,
-    so that nothing verifies with it and nothing is sealed for it, and it
-    costs the caller none of the other keys of the list (as in the
-    TypeScript and Rust clients). Its window is not looked at here: a key
-    whose window does not read is kept, valid at no time
-    (:func:`_valid_at`)."""
-    return isinstance(k, dict) and all(isinstance(k.get(n), str) for n in ("kid", "use", "alg", "key"))
+    """Whether ``k``, an entry of a key list, is a key as the server lists
+    one (Go's ``PublicKey.Validate``, the window aside): a dict whose
+    ``kid`` is 1 to 128 printable ASCII characters, whose ``use`` is
+    ``sig`` with ``alg`` ``ed25519`` or ``enc`` with ``alg`` ``x25519``,
+    and whose ``key`` is the one base64url spelling of 32 bytes (43
+    characters), neither an Ed25519 point of small order nor an X25519 key
+    of low order or not in canonical form. Any other entry (one of them
+    absent, ``null`` or of another type, the entry not an object, or a
+    kid, use, alg or key the server never lists) is no key:
+    :meth:`~pigeon_client.http.HttpClient.keys` leaves it out of the list
+    it reads, and :func:`select_key` never chooses it, so that nothing
+    verifies with it and nothing is sealed for it, and it costs the caller
+    none of the other keys of the list (as in the TypeScript and Rust
+    clients): a sound key listed beside it is chosen, whatever the entry's
+    ``notBefore``. Its window is not looked at here: a key whose window
+    does not read is kept, valid at no time (:func:`_valid_at`)."""
+    if not isinstance(k, dict):
+        return False
+    kid, use, alg, key = k.get("kid"), k.get("use"), k.get("alg"), k.get("key")
+    if not isinstance(kid, str) or not _KID.fullmatch(kid) or not isinstance(key, str) or len(key) != 43:
+        return False
+    sig = use == "sig" and alg == "ed25519"
+    if not sig and not (use == "enc" and alg == "x25519"):
+        return False
+    try:
+        b = b64url_decode(key)
+    except ValueError:
+        return False
+    return len(b) == 32 and not (_weak_signing_key(b) if sig else _weak_encryption_key(b))
+
+
+def _weak_encryption_key(u: bytes) -> bool:
+    """Whether the 32-byte X25519 public key ``u`` is unusable, as Go's
+    ``seal.WeakEncryptionKey`` finds it: not in canonical form
+    (:func:`_canonical_x25519`), or of low order (every secret agreed with
+    it is zero). Nothing sealed for such a key opens, and :func:`seal`
+    refuses it."""
+    if not _canonical_x25519(u):
+        return True
+    try:
+        return sodium.crypto_scalarmult(_PROBE, u) == bytes(32)
+    except Exception:  # libsodium refuses a low-order point
+        return True
+
+
+# The X25519 private key _weak_encryption_key agrees a secret with (Go's
+# seal probe).
+_PROBE = hashlib.sha256(b"pigeon-seal-v1 low-order probe").digest()
 
 
 def _valid_at(k: dict[str, Any], t: int) -> bool:
@@ -508,7 +545,8 @@ def _select_key_at(keys: Iterable[dict[str, Any]], kid: str, use: str, t: int) -
     (a message's time, :func:`parse_rfc3339_ns`)."""
     best, best_nb = None, 0
     for k in keys:
-        if not is_key_entry(k) or k["use"] != use or not _valid_at(k, t):
+        # The cheap tests first: is_key_entry agrees an X25519 secret.
+        if not isinstance(k, dict) or k.get("use") != use or not _valid_at(k, t) or not is_key_entry(k):
             continue
         if kid:
             if k.get("kid") == kid:

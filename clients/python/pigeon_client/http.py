@@ -454,8 +454,7 @@ def _listed(p: Any, member: str, what: str) -> list[dict[str, Any]]:
 
 def _list_of(p: Any, member: str, what: str) -> list[Any]:
     """The list ``member`` of the answer ``p`` to ``what``, as
-    :func:`_listed` reads it, its entries left for the caller to read (an
-    account's keys, read entry by entry)."""
+    :func:`_listed` reads it, its entries left for the caller to read."""
     v = _object(p, f"{what}: the answer holding {member}").get(member)
     if v is None:
         return []
@@ -988,17 +987,26 @@ class HttpClient:
         return _member(self._do("PUT", path, {"keys": keys})[1], "account", f"PUT {path}", ("id",))
 
     def keys(self, account_id: str) -> list[dict[str, Any]]:
-        """An account's published public keys, read entry by entry: an
-        entry that is no key (not an object, or its ``kid``, ``use``,
-        ``alg`` or ``key`` absent, ``null`` or not a string; see
-        :func:`~pigeon_client.crypto.is_key_entry`) is left out, and costs
-        the caller none of the other keys, as in the TypeScript and Rust
-        clients. ``ProtocolError`` for an answer whose ``keys`` is not a
-        list, or lists more than :data:`MAX_ACCOUNT_KEYS` entries (refused
-        before the entries past it are built)."""
+        """An account's published public keys, read as every client reads
+        them (docs/protocol.md, "Published keys"). The answer is the object
+        the server sends, ``{"keys": [...]}`` (``[]`` for an account without
+        keys, or no account): any other answer (``keys`` null, absent or not
+        a list; a bare list, a number, null; an empty body) is refused,
+        ``ProtocolError``, not read as no keys; so is a list of more than
+        :data:`MAX_ACCOUNT_KEYS` entries (before the entries past it are
+        built). The list is read entry by entry: an entry that is no key as
+        the server lists one (see :func:`~pigeon_client.crypto.is_key_entry`:
+        not an object; a kid, use, alg or key absent or not a string; a kid,
+        use, alg or key the server never lists) is left out, and costs the
+        caller none of the other keys, as in the TypeScript and Rust
+        clients."""
         path = f"/v1/accounts/{_q(account_id)}/keys"
         p = self._do("GET", path, listed=("keys", MAX_ACCOUNT_KEYS))[1]
-        return [k for k in _list_of(p, "keys", f"GET {path}") if is_key_entry(k)]
+        v = _object(p, f"GET {path}: the answer holding keys").get("keys")
+        if not isinstance(v, list):
+            raise ProtocolError("BAD_REQUEST", f"GET {path}: the answer has no list of keys ({type(v).__name__})",
+                                details={"keys": type(v).__name__})
+        return [k for k in v if is_key_entry(k)]
 
 
 SEAL_MAX_AGE = 10.0

@@ -253,9 +253,17 @@ def _without(k: dict[str, Any], name: str) -> dict[str, Any]:
     return {n: v for n, v in k.items() if n != name}
 
 
+def _key_bytes(k: dict[str, Any], b: bytes) -> dict[str, Any]:
+    """The key ``k`` with its bytes replaced by ``b``."""
+    return {**k, "key": crypto.b64url(b)}
+
+
 # Entries of a key list that are no key: each a name and what it makes of
-# a sound key. The same rows as the TypeScript (test/time_vectors.test.mjs)
-# and Rust (tests/times.rs) tables.
+# a sound key (of either use). The same rows as the TypeScript
+# (test/time_vectors.test.mjs) and Rust (tests/times.rs) tables. The rows
+# from "kid empty" on are of the right types but hold what the server never
+# lists (``PublicKey.Validate`` refuses it) and what sealing or verifying
+# with fails on.
 NO_KEYS: list[Any] = [
     pytest.param(lambda k: _without(k, "kid"), id="kid absent"),
     pytest.param(lambda k: {**k, "kid": 7}, id="kid a number"),
@@ -263,6 +271,25 @@ NO_KEYS: list[Any] = [
     pytest.param(lambda k: {**k, "alg": None}, id="alg null"),
     pytest.param(lambda k: _without(k, "key"), id="key absent"),
     pytest.param(lambda k: k["kid"], id="the entry a string, not an object"),
+    pytest.param(lambda k: {**k, "kid": ""}, id="kid empty"),
+    pytest.param(lambda k: {**k, "kid": "k" * 129}, id="kid of 129 characters"),
+    pytest.param(lambda k: {**k, "kid": k["kid"] + " 2"}, id="kid holding a space"),
+    pytest.param(lambda k: {**k, "kid": k["kid"] + "\n"}, id="kid ending in a line feed"),
+    pytest.param(lambda k: {**k, "kid": k["kid"] + "\u00e9"}, id="kid not ASCII"),
+    pytest.param(lambda k: {**k, "use": "signing"}, id="use unknown"),
+    pytest.param(lambda k: {**k, "alg": "x25519" if k["use"] == "sig" else "ed25519"}, id="alg of the other use"),
+    pytest.param(lambda k: {**k, "key": ""}, id="key empty"),
+    pytest.param(lambda k: _key_bytes(k, crypto.b64url_decode(k["key"])[:31]), id="key of 31 bytes"),
+    pytest.param(lambda k: _key_bytes(k, crypto.b64url_decode(k["key"]) + b"\x01"), id="key of 33 bytes"),
+    pytest.param(lambda k: {**k, "key": k["key"] + "="}, id="key padded"),
+    pytest.param(lambda k: {**k, "key": k["key"][:20] + "\n" + k["key"][20:]}, id="key holding a line feed"),
+    pytest.param(lambda k: {**k, "key": "+/" + k["key"][2:]}, id="key in standard base64"),
+    pytest.param(lambda k: {**k, "key": k["key"][:42] + ("C" if k["key"][42] == "B" else "B")},
+                 id="key whose last character has bits past the 32 bytes"),
+    pytest.param(lambda k: _key_bytes(k, bytes([1]) + bytes(31)),
+                 id="key of small order (the Ed25519 identity, the X25519 u = 1)"),
+    pytest.param(lambda k: _key_bytes(k, bytes([0xED]) + bytes([0xFF]) * 30 + bytes([0x7F])),
+                 id="key not canonical (2^255-19)"),
 ]
 
 
@@ -271,21 +298,27 @@ def test_a_key_list_holding_an_entry_that_is_no_key_keeps_every_other_key(
     no_key: Callable[[dict[str, Any]], Any], key_lists: tuple[Answering, dict[str, bytes]]
 ) -> None:
     """An account's key list is read entry by entry: an entry that is no
-    key (not an object, or its ``kid``, ``use``, ``alg`` or ``key`` absent,
-    ``null`` or not a string) is left out, so that nothing verifies with it
-    and nothing is sealed for it, and costs the caller none of the other
-    keys: they verify, and the encryption key among them is sealed for,
-    though the entry is listed after it (where, were it a key, it would be
+    key (not an object; its ``kid``, ``use``, ``alg`` or ``key`` absent,
+    ``null`` or not a string; or a key the server never lists: a kid not
+    of 1 to 128 printable ASCII characters, a use other than ``sig`` with
+    ``ed25519`` or ``enc`` with ``x25519``, a key that is not the one
+    base64url spelling of 32 bytes, a key of small order or not canonical)
+    is left out, so that nothing verifies with it and nothing is sealed for
+    it, and costs the caller none of the other keys: they verify, and the
+    encryption key among them is sealed for, though the entry is listed
+    after it with a later ``notBefore`` (where, were it a key, it would be
     chosen). The TypeScript and Rust clients read the list alike. This
     client refused the whole list for an entry that is not an object
     (``ProtocolError``), and kept the other entries as listed: one without
     a kid, or with an ``alg`` null, listed last was chosen to seal for, and
-    sealing failed. :func:`select_key` never chooses such an entry of a
-    list handed to it. The entries still count towards the bound of an
-    answer (:data:`MAX_ACCOUNT_KEYS`): past it, the answer is refused."""
+    sealing failed; so, later, was one of the right types whose kid was
+    empty or whose key was 31 bytes. :func:`select_key` never chooses such
+    an entry of a list handed to it. The entries still count towards the
+    bound of an answer (:data:`MAX_ACCOUNT_KEYS`): past it, the answer is
+    refused."""
     server, lists = key_lists
     other_sig, other_enc = OTHER.public_keys()
-    listed = [no_key(SIG_KEY), other_sig, ENC_KEY, no_key(other_enc)]
+    listed = [no_key(SIG_KEY), other_sig, ENC_KEY, no_key({**other_enc, "notBefore": "2026-01-01T00:00:00Z"})]
     mine = _signed_at("2026-12-05T10:20:30Z")
     assert (select_key(listed, "", "enc") or {}).get("kid") == ENC_KEY["kid"]
     assert not _verifies(mine, listed)

@@ -211,6 +211,16 @@ fn weak_signing_key(pub_: &[u8; 32]) -> bool {
     SMALL_ORDER_ED25519.contains(&k)
 }
 
+/// Whether the X25519 public key `u` is unusable, as Go's
+/// `seal.WeakEncryptionKey` finds it: not in canonical form (see
+/// [`canonical_x25519`]), or of low order (every secret agreed with it is
+/// zero). Nothing sealed for such a key opens, and [`seal`] refuses it.
+fn weak_encryption_key(u: &[u8; 32]) -> bool {
+    // The private key agreed with is Go's seal probe.
+    let probe: [u8; 32] = Sha256::digest(b"pigeon-seal-v1 low-order probe").into();
+    !canonical_x25519(u) || !StaticSecret::from(probe).diffie_hellman(&XPublic::from(*u)).was_contributory()
+}
+
 /// Whether the little-endian X25519 public key `u` is below 2^255-19 (its
 /// top bit clear included): the spelling its holder's private key gives.
 /// X25519 ignores the top bit and reduces u, but the seal's header binds the
@@ -245,7 +255,8 @@ fn canonical_x25519(u: &[u8; 32]) -> bool {
 /// `kid`, `use`, `alg` and `key` are strings: a listed entry where one of
 /// them is absent, `null` or of another type is no key, and
 /// [`HttpClient::fetch_keys`](crate::http::HttpClient::fetch_keys) leaves
-/// it out of the list it reads.
+/// it out of the list it reads; so is an entry that is not
+/// [`sound`](PublicKey::is_sound).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PublicKey {
@@ -328,6 +339,30 @@ impl PublicKey {
             nb.is_none_or(|nb| at >= nb.truncate(unit)) && na.is_none_or(|na| at < na.truncate(unit))
         })
     }
+    /// Whether this is a key as the server lists one (Go's
+    /// `PublicKey.Validate`, the window aside): its `kid` is 1 to 128
+    /// printable ASCII characters, its `use` is `sig` with `alg` `ed25519`
+    /// or `enc` with `alg` `x25519`, and its `key` is the one base64url
+    /// spelling of 32 bytes (43 characters), neither an Ed25519 point of
+    /// small order nor an X25519 key of low order or not in canonical
+    /// form. Any other entry of a key list is no key:
+    /// [`HttpClient::fetch_keys`](crate::http::HttpClient::fetch_keys)
+    /// leaves it out and [`select_key_at`] never chooses it, so that
+    /// nothing verifies with it and nothing is sealed for it, and a sound
+    /// key listed beside it is chosen, whatever its `notBefore`, as in the
+    /// TypeScript and Python clients. Its window is not looked at here.
+    pub fn is_sound(&self) -> bool {
+        let kid = &self.kid;
+        if kid.is_empty() || kid.len() > 128 || !kid.bytes().all(|c| (0x21..0x7f).contains(&c)) || self.key.len() != 43 {
+            return false;
+        }
+        let Some(b) = b64_32(&self.key) else { return false };
+        match (self.use_.as_str(), self.alg.as_str()) {
+            ("sig", "ed25519") => !weak_signing_key(&b),
+            ("enc", "x25519") => !weak_encryption_key(&b),
+            _ => false,
+        }
+    }
     /// The Ed25519 key, when this is one.
     pub fn ed25519_key(&self) -> Option<VerifyingKey> {
         if self.alg != "ed25519" {
@@ -354,15 +389,14 @@ pub fn select_key<'a>(keys: &'a [PublicKey], kid: &str, use_: &str, t: i64) -> O
 /// as Go's `pigeon.SelectKey`: with a kid, the first key of that kid;
 /// without one, the valid key of that use with the latest `notBefore` (the
 /// last listed among equals). A key whose window does not read is valid
-/// at no time: never chosen.
+/// at no time: never chosen; nor is a key that is not
+/// [`sound`](PublicKey::is_sound).
 pub fn select_key_at<'a>(keys: &'a [PublicKey], kid: &str, use_: &str, at: time::Timestamp) -> Option<&'a PublicKey> {
     let mut best: Option<(&PublicKey, Option<time::Timestamp>)> = None;
-    for k in keys.iter().filter(|k| k.use_ == use_ && k.valid_at_time(at)) {
+    // The cheap tests first: is_sound agrees an X25519 secret.
+    for k in keys.iter().filter(|k| k.use_ == use_ && (kid.is_empty() || k.kid == kid) && k.valid_at_time(at) && k.is_sound()) {
         if !kid.is_empty() {
-            if k.kid == kid {
-                return Some(k);
-            }
-            continue;
+            return Some(k);
         }
         // Valid, so its notBefore reads; none (no bound) is the earliest.
         let nb = edge(&k.not_before).ok().flatten();

@@ -386,16 +386,29 @@ impl HttpClient {
     }
 
     /// The published keys of `account` (`GET /v1/accounts/{id}/keys`),
-    /// read entry by entry: an entry that is no key (not an object, or
-    /// its `kid`, `use`, `alg` or `key` absent, `null` or not a string) is
-    /// left out, and costs the caller none of the other keys, as in the
-    /// TypeScript and Python clients. `BAD_FRAME` for an answer listing
-    /// more than [`MAX_ACCOUNT_KEYS`] entries (the entries past it not
-    /// built) or whose `keys` is not a list.
+    /// read as every client reads them (docs/protocol.md, "Published
+    /// keys"). The answer is the object the server sends, `{"keys":[…]}`
+    /// (`[]` for an account without keys, or no account): any other
+    /// answer (`keys` null, absent or not a list; a bare list, a number,
+    /// null; an empty body) is refused, `BAD_FRAME`, not read as no keys;
+    /// so is a list of more than [`MAX_ACCOUNT_KEYS`] entries (the entries
+    /// past it not built). The list is read entry by entry: an entry that
+    /// is no key as the server lists one (not an object; a `kid`, `use`,
+    /// `alg` or `key` absent or not a string; a key that is not
+    /// [`sound`](PublicKey::is_sound)) is left out, and costs the caller
+    /// none of the other keys, as in the TypeScript and Python clients.
     pub async fn fetch_keys(&self, account: &str) -> Result<Vec<PublicKey>> {
         let list = Listing { member: "keys", most: MAX_ACCOUNT_KEYS };
-        let (_, v) = self.get_listing(&format!("/v1/accounts/{}/keys", segment(account)?), list, &mut None).await?;
-        read_keys(v.get("keys").cloned().unwrap_or(Value::Array(vec![])))
+        let path = format!("/v1/accounts/{}/keys", segment(account)?);
+        let (_, v) = self.get_listing(&path, list, &mut None).await?;
+        match v {
+            Value::Object(mut o) => match o.remove("keys") {
+                Some(Value::Array(entries)) => Ok(read_keys(entries)),
+                Some(_) => Err(malformed("GET", &path, "keys that is not a list".into())),
+                None => Err(malformed("GET", &path, "no \"keys\"".into())),
+            },
+            _ => Err(malformed("GET", &path, "a value that is not a JSON object".into())),
+        }
     }
 
     /// Publishes `keys` for `account` (`PUT /v1/accounts/{id}/keys`; the
@@ -818,20 +831,20 @@ fn contract_of(v: &Value) -> std::result::Result<Contract, String> {
     Contract::deserialize(c).map_err(|e| format!("a contract that does not decode ({e})"))
 }
 
-/// The keys of an account's key list `v`, read entry by entry, as the
+/// The keys of an account's key list, read entry by entry, as the
 /// TypeScript and Python clients read it: an entry is a key when it is an
-/// object whose `kid`, `use`, `alg` and `key` are strings; any other entry
-/// (one of them absent, `null` or of another type, or the entry not an
-/// object) is left out, so that nothing verifies with it and nothing is
-/// sealed for it, and the other keys of the list are read as listed. A
-/// key whose window does not read is kept, valid at no time (see
-/// [`PublicKey`]). `BAD_FRAME` when `v` is not a list. Go's client reads
-/// no key list: decoding the answer into `[]pigeon.PublicKey` with
-/// `encoding/json` would refuse the whole list for one entry of the wrong
-/// type (and read an absent or `null` member as the empty string).
-fn read_keys(v: Value) -> Result<Vec<PublicKey>> {
-    let entries: Vec<Value> = serde_json::from_value(v).map_err(|e| Error::protocol(format!("keys: {e}")))?;
-    Ok(entries.into_iter().filter_map(|e| serde_json::from_value(e).ok()).collect())
+/// object whose `kid`, `use`, `alg` and `key` are strings and that is
+/// [`sound`](PublicKey::is_sound); any other entry (one of them absent,
+/// `null` or of another type, the entry not an object, or a key the
+/// server never lists) is left out, so that nothing verifies with it and
+/// nothing is sealed for it, and the other keys of the list are read as
+/// listed. A key whose window does not read is kept, valid at no time
+/// (see [`PublicKey`]). Go's client reads no key list: decoding the
+/// answer into `[]pigeon.PublicKey` with `encoding/json` would refuse the
+/// whole list for one entry of the wrong type (and read an absent or
+/// `null` member as the empty string).
+fn read_keys(entries: Vec<Value>) -> Vec<PublicKey> {
+    entries.into_iter().filter_map(|e| serde_json::from_value(e).ok()).filter(PublicKey::is_sound).collect()
 }
 
 type Cached = (Instant, Arc<Vec<PublicKey>>);

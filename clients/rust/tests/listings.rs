@@ -11,6 +11,7 @@
 mod common;
 
 use common::{http_answering, http_canned};
+use pigeon_client::crypto::Keys;
 use pigeon_client::http::{HttpClient, MAX_ACCOUNT_KEYS, MAX_RECEIPTS_PAGE};
 use pigeon_client::ErrorKind;
 use serde_json::{json, Value};
@@ -20,8 +21,12 @@ fn receipt(i: usize) -> Value {
            "auditSeq": i + 1, "seq": 1, "note": "a [list], \"quoted\", {braced}"})
 }
 
+/// A sound signing key of kid `k{i}` (the keys listing reads only sound
+/// keys), with a member that is no field of a key.
 fn key(i: usize) -> Value {
-    json!({"kid": format!("k{i}"), "use": "sig", "alg": "ed25519", "key": "AAAA", "extra": [[1, 2], {"a": [3]}]})
+    let mut k = serde_json::to_value(&Keys::from_bytes([7; 32], [107; 32]).public_keys()[0]).unwrap();
+    (k["kid"], k["extra"]) = (json!(format!("k{i}")), json!([[1, 2], {"a": [3]}]));
+    k
 }
 
 /// The answer whose `member` lists `n` entries, `entry(i)` each, written

@@ -144,20 +144,38 @@ export function publicKeys(k: KeyPair): PublicKey[] {
 }
 
 /**
- * Whether `x`, an entry of a key list, is a key: an object whose kid, use,
- * alg and key are strings. Any other entry (one of them absent, null or of
- * another type, or the entry not an object) is no key: HttpClient.fetchKeys
- * leaves it out of the list it reads, and selectKey never chooses it, so
- * that nothing verifies with it and nothing is sealed for it, and it costs
- * the caller none of the other keys of the list (as in the Python and Rust
- * clients). Its window is not looked at here: a key whose window does not
- * read is kept, valid at no time (see validAt).
+ * Whether `x`, an entry of a key list, is a key as the server lists one
+ * (Go's PublicKey.Validate, the window aside): an object whose kid is 1 to
+ * 128 printable ASCII characters, whose use is "sig" with alg "ed25519" or
+ * "enc" with alg "x25519", and whose key is the one base64url spelling of
+ * 32 bytes (43 characters), neither an Ed25519 point of small order nor
+ * an X25519 key of low order or not in canonical form. Any other entry
+ * (one of them absent, null or of another type, the entry not an object,
+ * or a kid, use, alg or key the server never lists) is no key:
+ * HttpClient.fetchKeys leaves it out of the list it reads, and selectKey
+ * never chooses it, so that nothing verifies with it and nothing is sealed
+ * for it, and it costs the caller none of the other keys of the list (as
+ * in the Python and Rust clients): a sound key listed beside it is chosen,
+ * whatever the entry's notBefore. Its window is not looked at here: a key
+ * whose window does not read is kept, valid at no time (see validAt).
  */
 export function isKeyEntry(x: unknown): x is PublicKey {
   if (typeof x !== "object" || x === null || Array.isArray(x)) return false;
   const k = x as Record<string, unknown>;
-  return typeof k.kid === "string" && typeof k.use === "string" && typeof k.alg === "string" && typeof k.key === "string";
+  if (typeof k.kid !== "string" || !KID.test(k.kid) || typeof k.key !== "string" || k.key.length !== 43) return false;
+  const sig = k.use === "sig" && k.alg === "ed25519";
+  if (!sig && !(k.use === "enc" && k.alg === "x25519")) return false;
+  let b: Uint8Array;
+  try {
+    b = b64decode(k.key);
+  } catch {
+    return false;
+  }
+  return b.length === 32 && (sig ? !weakSigningKey(b) : !weakEncryptionKey(b));
 }
+
+/** A kid as the server takes one (Go's checkKID): 1 to 128 printable ASCII characters, no space. */
+const KID = /^[\x21-\x7e]{1,128}$/;
 
 /**
  * Where a key's window edge `x` (its notBefore or notAfter) lies: `open`
@@ -218,7 +236,8 @@ function selectKeyAt(keys: readonly PublicKey[], kid: string, use: "sig" | "enc"
   let best: PublicKey | undefined;
   let bestNB: ExactTime = ALWAYS;
   for (const k of keys) {
-    if (!isKeyEntry(k) || k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t)) continue;
+    // The cheap tests first: isKeyEntry agrees an X25519 secret.
+    if (typeof k !== "object" || k === null || k.use !== use || (kid !== "" && k.kid !== kid) || !validAt(k, t) || !isKeyEntry(k)) continue;
     if (kid !== "") return k;
     // Go ranks a key with no notBefore at its zero time: one opening
     // before that instant (the year 0000, at an offset) ranks earlier.
@@ -281,6 +300,24 @@ function littleEndian(b: Uint8Array): bigint {
   let n = 0n;
   for (let i = b.length - 1; i >= 0; i--) n = (n << 8n) | BigInt(b[i]!);
   return n;
+}
+
+/** The X25519 private key weakEncryptionKey agrees a secret with (Go's seal probe). */
+const PROBE = sha256(utf8.encode("pigeon-seal-v1 low-order probe"));
+
+/**
+ * Whether a 32-byte X25519 public key is unusable, as Go's
+ * seal.WeakEncryptionKey finds it: not in canonical form (see
+ * canonicalX25519), or of low order (every secret agreed with it is zero).
+ * Nothing sealed for such a key opens, and seal refuses it.
+ */
+function weakEncryptionKey(u: Uint8Array): boolean {
+  if (!canonicalX25519(u)) return true;
+  try {
+    return x25519.getSharedSecret(PROBE, u).every((b) => b === 0);
+  } catch {
+    return true; // noble refuses a secret of zeros
+  }
 }
 
 /**

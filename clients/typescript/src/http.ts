@@ -532,17 +532,22 @@ export class HttpClient {
   }
 
   /**
-   * An account's published keys (any authenticated principal), read entry
-   * by entry: an entry that is no key (not an object, or its kid, use, alg
-   * or key absent, null or not a string; see isKeyEntry) is left out, and
+   * An account's published keys (any authenticated principal), read as
+   * every client reads them (docs/protocol.md, "Published keys"). The
+   * answer is the object the server sends, `{"keys":[…]}` (`[]` for an
+   * account without keys, or no account): any other answer (`keys` null,
+   * absent or not a list; a bare list, a number, null; an empty body) is
+   * refused, BAD_FRAME, not read as no keys; so is a list of more than
+   * {@link MAX_ACCOUNT_KEYS} entries (before they are parsed). The list is
+   * read entry by entry: an entry that is no key as the server lists one
+   * (see isKeyEntry: not an object; a kid, use, alg or key absent or not a
+   * string; a kid, use, alg or key the server never lists) is left out, and
    * costs the caller none of the other keys, as in the Python and Rust
-   * clients. BAD_FRAME for an answer whose `keys` is not a list, or lists
-   * more than {@link MAX_ACCOUNT_KEYS} entries (refused before they are
-   * parsed).
+   * clients.
    */
   async fetchKeys(account: string): Promise<PublicKey[]> {
-    const r = await this.expect<{ keys?: unknown[] | null }>("keys", (r) => isList(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`, undefined, { list: ["keys", MAX_ACCOUNT_KEYS] });
-    return (r.keys ?? []).filter(isKeyEntry);
+    const r = await this.expect<{ keys: unknown[] }>("list of keys", (r) => Array.isArray(r.keys), "GET", `/v1/accounts/${segment(account)}/keys`, undefined, { list: ["keys", MAX_ACCOUNT_KEYS] });
+    return r.keys.filter(isKeyEntry);
   }
 }
 

@@ -9,13 +9,14 @@
 // answer listing more is refused, BAD_FRAME, counted on its text before
 // JSON.parse builds a record (256 MiB of `{}` entries is about 89 million
 // objects). The catalog (subjects) has no such cap on the server. A
-// listing answer whose list is not a list of objects is refused, BAD_FRAME,
-// but for an account's keys, read entry by entry: an entry that is no key
-// is left out (tests/test_http_listings.py holds the same tables for the
-// Python client).
+// listing answer whose list is not a list of objects is refused, BAD_FRAME
+// (tests/test_http_listings.py holds the same tables for the Python
+// client). An account's keys are read by their own rule
+// (key_lists.test.mjs): `keys` must be there, and an entry that is no key
+// is left out.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { HttpClient, MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, PigeonError } from "../dist/index.js";
+import { HttpClient, keyPairFrom, MAX_ACCOUNT_KEYS, MAX_PAGE_RECORDS, PigeonError, publicKeys } from "../dist/index.js";
 
 /** An HttpClient whose fetch answers every request with `answer(path)` (a JSON text), keeping the paths asked. */
 function answering(answer, options = {}) {
@@ -29,20 +30,16 @@ function answering(answer, options = {}) {
 }
 
 // Each listing: its call, the member of the answer holding its list, and
-// its entry of an id. The keys are read entry by entry: an entry that is
-// no key (not an object, or one without a kid) is left out, the other keys
-// kept (time_vectors.test.mjs holds the table of such entries).
+// its entry of an id.
 const LISTINGS = [
   ["subjects", (h) => h.subjects(), "subjects", (id) => ({ id })],
   ["audit", (h) => h.audit({ from: 1, max: 2 }), "records", (id) => ({ id })],
   ["quarantine", (h) => h.quarantine({ max: 2 }), "records", (id) => ({ id })],
-  ["keys", (h) => h.fetchKeys("acct"), "keys", (id) => ({ kid: id, use: "sig", alg: "ed25519", key: "AAAA" })],
 ];
 
 // Each answer: its JSON text (`M` stands for the listing's member, `R1`
-// and `R2` for its entries of the ids r1 and r2), the ids of the list the
-// call returns (undefined: refused, BAD_FRAME), and the ids the keys
-// listing returns where it differs.
+// and `R2` for its entries of the ids r1 and r2), and the ids of the list
+// the call returns (undefined: refused, BAD_FRAME).
 const ANSWERS = [
   ["a list of objects", `{"M":[R1,R2]}`, ["r1", "r2"]],
   ["an empty list", `{"M":[]}`, []],
@@ -51,16 +48,16 @@ const ANSWERS = [
   ["a string", `{"M":"abc"}`, undefined],
   ["an object", `{"M":{"a":1}}`, undefined],
   ["a number", `{"M":7}`, undefined],
-  ["an entry that is not an object", `{"M":[R1,"r2"]}`, undefined, ["r1"]],
+  ["an entry that is not an object", `{"M":[R1,"r2"]}`, undefined],
   ["an answer that is not an object", `[R1]`, undefined],
 ];
 
 for (const [listing, call, member, entry] of LISTINGS) {
   test(`the ${listing} listing asks for one page and returns its list of objects, and refuses any other shape`, async () => {
     const wrong = [];
-    for (const [name, template, ids, keyIds = ids] of ANSWERS) {
+    for (const [name, template, ids] of ANSWERS) {
       const text = template.replace("M", member).replace("R1", JSON.stringify(entry("r1"))).replace("R2", JSON.stringify(entry("r2")));
-      const want = (listing === "keys" ? keyIds : ids)?.map(entry);
+      const want = ids?.map(entry);
       const { h, paths } = answering(() => text);
       let got;
       try {
@@ -101,13 +98,16 @@ test("a walk of receipt pages yields each page before it asks for the next, hold
   assert.deepEqual(seen, [[1, 1], [2, 1], [3, 2], [4, 2], [5, 3]]);
 });
 
+/** A sound signing key: the keys listing reads only sound keys. */
+const SIG_KEY = publicKeys(keyPairFrom(new Uint8Array(32).fill(7), new Uint8Array(32).fill(107)))[0];
+
 // Each listing the server caps: its call, the member holding its list, the
 // most entries the server sends there, and entry i of a page.
 const CAPPED = [
   ["audit", (h) => h.audit(), "records", MAX_PAGE_RECORDS, (i) => ({ seq: i + 1, note: "a [list], \"quoted\", {braced}" })],
   ["quarantine", (h) => h.quarantine(), "records", MAX_PAGE_RECORDS, (i) => ({ id: `qr_${i}`, message: { data: [[1, 2], { a: [3] }] } })],
   ["receipts", (h) => h.receipts("m_1"), "receipts", MAX_PAGE_RECORDS, (i) => receipt(i + 1)],
-  ["keys", (h) => h.fetchKeys("acct"), "keys", MAX_ACCOUNT_KEYS, (i) => ({ kid: `k${i}`, use: "sig", alg: "ed25519", key: "AAAA" })],
+  ["keys", (h) => h.fetchKeys("acct"), "keys", MAX_ACCOUNT_KEYS, (i) => ({ ...SIG_KEY, kid: `k${i}` })],
 ];
 
 /** The number of times fn() has JSON.parse read `text` whole, and what fn returned or threw. */

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { HttpClient, KeyCache, keyPairFrom, MAX_ACCOUNT_KEYS, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
+import { b64decode, b64encode, HttpClient, KeyCache, keyPairFrom, MAX_ACCOUNT_KEYS, PigeonError, publicKeys, selectKey, signMessage, verifyMessageWithKeys } from "../dist/index.js";
 import { parseTime, parseTimeExact } from "../dist/times.js";
 
 const V = JSON.parse(readFileSync(fileURLToPath(new URL("../../conformance/vectors/times.json", import.meta.url)), "utf8"));
@@ -259,9 +259,15 @@ test("time vectors: a key list holding a key whose window does not read keeps ev
   assert.deepEqual(wrong, []);
 });
 
+/** The key k with its bytes replaced by those of `hex` (32 bytes, little-endian as listed). */
+const keyBytes = (k, hex) => ({ ...k, key: b64encode(Uint8Array.from(hex.match(/../g), (b) => parseInt(b, 16))) });
+
 // Entries of a key list that are no key: each a name and what it makes of
-// a sound key. The same rows as the Python (tests/test_time_vectors.py)
-// and Rust (tests/times.rs) tables.
+// a sound key (of either use). The same rows as the Python
+// (tests/test_time_vectors.py) and Rust (tests/times.rs) tables. The rows
+// from "kid empty" on are of the right types but hold what the server
+// never lists (PublicKey.Validate refuses it) and what sealing or
+// verifying with fails on.
 const NO_KEYS = [
   ["kid absent", ({ kid, ...k }) => k],
   ["kid a number", (k) => ({ ...k, kid: 7 })],
@@ -269,20 +275,41 @@ const NO_KEYS = [
   ["alg null", (k) => ({ ...k, alg: null })],
   ["key absent", ({ key, ...k }) => k],
   ["the entry a string, not an object", (k) => k.kid],
+  ["kid empty", (k) => ({ ...k, kid: "" })],
+  ["kid of 129 characters", (k) => ({ ...k, kid: "k".repeat(129) })],
+  ["kid holding a space", (k) => ({ ...k, kid: `${k.kid} 2` })],
+  ["kid ending in a line feed", (k) => ({ ...k, kid: `${k.kid}\n` })],
+  ["kid not ASCII", (k) => ({ ...k, kid: `${k.kid}\u00e9` })],
+  ["use unknown", (k) => ({ ...k, use: "signing" })],
+  ["alg of the other use", (k) => ({ ...k, alg: k.use === "sig" ? "x25519" : "ed25519" })],
+  ["key empty", (k) => ({ ...k, key: "" })],
+  ["key of 31 bytes", (k) => ({ ...k, key: b64encode(b64decode(k.key).subarray(0, 31)) })],
+  ["key of 33 bytes", (k) => ({ ...k, key: b64encode(Uint8Array.of(...b64decode(k.key), 1)) })],
+  ["key padded", (k) => ({ ...k, key: `${k.key}=` })],
+  ["key holding a line feed", (k) => ({ ...k, key: `${k.key.slice(0, 20)}\n${k.key.slice(20)}` })],
+  ["key in standard base64", (k) => ({ ...k, key: `+/${k.key.slice(2)}` })],
+  ["key whose last character has bits past the 32 bytes", (k) => ({ ...k, key: k.key.slice(0, 42) + (k.key[42] === "B" ? "C" : "B") })],
+  ["key of small order (the Ed25519 identity, the X25519 u = 1)", (k) => keyBytes(k, "01" + "00".repeat(31))],
+  ["key not canonical (2^255-19)", (k) => keyBytes(k, "ed" + "ff".repeat(30) + "7f")],
 ];
 
 // An account's key list is read entry by entry: an entry that is no key
-// (not an object, or its kid, use, alg or key absent, null or not a
-// string) is left out, so that nothing verifies with it and nothing is
-// sealed for it, and costs the caller none of the other keys: they verify,
-// and the encryption key among them is sealed for, though the entry is
-// listed after it (where, were it a key, it would be chosen). The Python
-// and Rust clients read the list alike. This client refused the whole
-// list for an entry that is not an object (BAD_FRAME), and kept the other
-// entries as listed: one without a kid, or with an alg null, listed last
-// was chosen to seal for, and sealing failed. selectKey never chooses such
-// an entry of a list handed to it. The entries still count towards the
-// bound of an answer (MAX_ACCOUNT_KEYS): past it, the answer is refused.
+// (not an object; its kid, use, alg or key absent, null or not a string;
+// or a key the server never lists: a kid not of 1 to 128 printable ASCII
+// characters, a use other than sig with alg ed25519 or enc with alg
+// x25519, a key that is not the one base64url spelling of 32 bytes, a key
+// of small order or not canonical) is left out, so that nothing verifies
+// with it and nothing is sealed for it, and costs the caller none of the
+// other keys: they verify, and the encryption key among them is sealed
+// for, though the entry is listed after it with a later notBefore (where,
+// were it a key, it would be chosen). The Python and Rust clients read
+// the list alike. This client refused the whole list for an entry that is
+// not an object (BAD_FRAME), and kept the other entries as listed: one
+// without a kid, or with an alg null, listed last was chosen to seal for,
+// and sealing failed; so, later, was one of the right types whose kid was
+// empty or whose key was 31 bytes. selectKey never chooses such an entry
+// of a list handed to it. The entries still count towards the bound of an
+// answer (MAX_ACCOUNT_KEYS): past it, the answer is refused.
 test("a key list holding an entry that is no key keeps every other key: they verify and are sealed for", async () => {
   const otherKeys = keyPairFrom(new Uint8Array(32).fill(8), new Uint8Array(32).fill(108));
   const [otherSig, otherEnc] = ["sig", "enc"].map((use) => publicKeys(otherKeys).find((k) => k.use === use));
@@ -293,7 +320,7 @@ test("a key list holding an entry that is no key keeps every other key: they ver
   const theirs = signMessage({ subject: "x", id: "msg_times", time: "2026-12-05T10:20:30Z", data: { n: 1 } }, otherKeys.signingKid, otherKeys.signingSeed);
   const wrong = [];
   for (const [i, [name, noKey]] of NO_KEYS.entries()) {
-    const listed = [noKey(sigKey), otherSig, encKey, noKey(otherEnc)];
+    const listed = [noKey(sigKey), otherSig, encKey, noKey({ ...otherEnc, notBefore: "2026-01-01T00:00:00Z" })];
     if (selectKey(listed, "", "enc")?.kid !== encKey.kid) wrong.push(`${name}: selectKey chose ${JSON.stringify(selectKey(listed, "", "enc"))}`);
     if (verifies(mine, listed)) wrong.push(`${name}: the entry verified (a list handed over)`);
     const account = `account-${i}`;

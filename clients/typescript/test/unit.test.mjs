@@ -424,11 +424,12 @@ test("openData takes the sealed object's member names exactly; parseStrict refus
 });
 
 test("selectKey: kid, use and validity window; the latest notBefore without a kid", () => {
+  const [sig, enc] = publicKeys(keyPairFrom(new Uint8Array(32).fill(1), new Uint8Array(32).fill(2)));
   const keys = [
-    { kid: "sig-old", use: "sig", alg: "ed25519", key: "k1", notAfter: "2026-11-01T00:00:00Z" },
-    { kid: "sig-new", use: "sig", alg: "ed25519", key: "k2", notBefore: "2026-11-01T00:00:00Z" },
-    { kid: "enc-a", use: "enc", alg: "x25519", key: "k3" },
-    { kid: "enc-b", use: "enc", alg: "x25519", key: "k4", notBefore: "2026-10-01T00:00:00Z" },
+    { ...sig, kid: "sig-old", notAfter: "2026-11-01T00:00:00Z" },
+    { ...sig, kid: "sig-new", notBefore: "2026-11-01T00:00:00Z" },
+    { ...enc, kid: "enc-a" },
+    { ...enc, kid: "enc-b", notBefore: "2026-10-01T00:00:00Z" },
   ];
   assert.equal(selectKey(keys, "sig-old", "sig", Date.parse("2026-10-31T23:59:59Z"))?.kid, "sig-old");
   assert.equal(selectKey(keys, "sig-old", "sig", Date.parse("2026-11-01T00:00:00Z")), undefined);
