@@ -169,21 +169,27 @@ const (
 type Leaser interface {
 	// Acquire leases seq of the group key to this node until deadline.
 	Acquire(ctx context.Context, key store.GroupKey, seq uint64, deadline time.Time) (LeaseState, error)
-	// Release ends this node's lease of seq: done after an ack (or a skip,
-	// or exhaustion), otherwise the message may be leased again from
-	// retryAt on. Only this node's own lease is ended. A done release of
-	// a lease this node no longer holds (another node took it after this
-	// node's ran out, and holds or settled it; or it is gone) writes
-	// nothing and fails with a *Error of code ACK_NOT_ALLOWED; one this
-	// node settled already is no change. The engine settles an
-	// acknowledged message's lease so before it records the message done
-	// in the group's progress, which every node shares, and refuses the
-	// acknowledgement (ACK_NOT_ALLOWED, audited ack.denied) when the
-	// release does, writing nothing: another node may run the message.
-	// Any other error is logged, and the message recorded done all the
-	// same. A release that is not done, of a lease this node does not
-	// hold, is no change.
-	Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error
+	// Release ends this node's lease of seq at attempt (LeaseState.Attempt
+	// of the Acquire that leased it): done after an ack (or a skip, or
+	// exhaustion), otherwise the message may be leased again from retryAt
+	// on. Only this node's own lease at attempt is ended: the engine may
+	// send a release after it let go of the group's lock, and by then it
+	// may hold the message again under a later attempt, which the late
+	// release must leave alone. A release of a lease this node does not
+	// hold at attempt (another node took it after this node's ran out,
+	// and holds or settled it; this node leased it again since; or it is
+	// gone) writes nothing and fails with a *Error of code
+	// ACK_NOT_ALLOWED, as LeaseReturner.Return does. A done release of a
+	// lease this node settled already is no change, and so is a release
+	// that is not done of a lease this node released already, as early
+	// or earlier. The engine settles an acknowledged message's lease so
+	// before it records the message done in the group's progress, which
+	// every node shares, and refuses the acknowledgement (ACK_NOT_ALLOWED,
+	// audited ack.denied) when the release does, writing nothing: another
+	// node may run the message. Any other error of a done release is
+	// logged, and the message recorded done all the same. A release that
+	// is not done and is refused leaves the lease to whoever holds it.
+	Release(ctx context.Context, key store.GroupKey, seq uint64, attempt int, done bool, retryAt time.Time) error
 }
 
 // LeaseReturner is an optional interface of a Cluster's Leaser: with it,
@@ -198,10 +204,15 @@ type Leaser interface {
 // A Leaser that also counts from the attempts the store recorded (the
 // larger of the two, as store/jetstream does) needs the engine to lower
 // that count first: before it returns a lease whose attempt the store
-// recorded, it writes attempt-1 to the store
-// (store.ProgressLog.MarkAttempt), while the lease is still its own.
-// When that write fails, or the lease's deadline has passed on this
-// node's clock (another node may hold it), the engine releases the lease
+// recorded, it lowers the store's count from attempt to attempt-1 by
+// compare-and-set (store.AttemptLowerer), while the lease is still its
+// own. The store refuses when it no longer holds attempt (another node
+// took the lease over and recorded its own attempt): a plain write
+// landing after that node's would leave the count too low, and the
+// message could be delivered more often than its attempts allow. When the
+// store refuses, the write fails, the store cannot compare (no
+// AttemptLowerer), or the lease's deadline has passed on this node's
+// clock (another node may hold it), the engine releases the lease
 // instead, its attempt spent: one attempt too many, never one too few.
 type LeaseReturner interface {
 	// Return gives this process's lease of seq of the group key back,

@@ -25,11 +25,11 @@ type stallingNode struct {
 	stall func()
 }
 
-func (n *stallingNode) Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
+func (n *stallingNode) Release(ctx context.Context, key store.GroupKey, seq uint64, attempt int, done bool, retryAt time.Time) error {
 	if done {
 		n.once.Do(n.stall)
 	}
-	return n.hubNode.Release(ctx, key, seq, done, retryAt)
+	return n.hubNode.Release(ctx, key, seq, attempt, done, retryAt)
 }
 
 // A settled receive (ReceiveSettled, the HTTP pull) whose cluster lease

@@ -136,23 +136,25 @@ func (n *hubNode) Return(_ context.Context, key store.GroupKey, seq uint64, atte
 	return nil
 }
 
-// Release ends n's own lease only, as the real store's does: a done
-// release of a lease another node holds or settled (it took the message
-// over after n's ran out), or that is gone, writes nothing and fails
-// ACK_NOT_ALLOWED; a release given up early of another node's lease is
-// no change. A done release repeated by the node that settled it is no
-// change either.
-func (n *hubNode) Release(_ context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
+// Release ends n's own lease at attempt only, as the real store's does:
+// a release of a lease another node holds or settled (it took the
+// message over after n's ran out), of n's lease at another attempt (n
+// leased the message again since), or of none writes nothing and fails
+// ACK_NOT_ALLOWED. A done release repeated by the node that settled the
+// lease is no change.
+func (n *hubNode) Release(_ context.Context, key store.GroupKey, seq uint64, attempt int, done bool, retryAt time.Time) error {
 	n.h.mu.Lock()
 	defer n.h.mu.Unlock()
 	l := n.h.leases[leaseKey(key, seq)]
 	switch {
-	case l != nil && l.node == n:
-		if l.done = l.done || done; !l.done {
-			l.until = retryAt
-		}
+	case done && l != nil && l.node == n && l.done:
+		return nil // settled already
+	case l == nil || l.node != n || l.done || l.attempt != attempt:
+		return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's at attempt %d", seq, attempt)
 	case done:
-		return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's", seq)
+		l.done = true
+	default:
+		l.until = retryAt
 	}
 	return nil
 }

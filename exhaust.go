@@ -12,7 +12,8 @@ import (
 
 // exhaust ends a message whose attempts ran out: quarantined with
 // DELIVERY_EXHAUSTED when the subject says so, dropped otherwise; audited
-// either way (delivery.exhausted), then recorded done for the group. g.mu
+// either way (delivery.exhausted), then recorded done for the group, and
+// its cluster lease, at attempt (the one that ran out), settled. g.mu
 // must be held.
 //
 // Once per message and group, however often the done write fails: the
@@ -37,7 +38,7 @@ import (
 // written again by a node that did not write it. Recording the message
 // done first instead would lose it, copy and record unwritten, to a crash
 // between the two writes.
-func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Message) error {
+func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Message, attempt int) error {
 	if !g.exhausted[sm.Seq] {
 		if err := e.writeExhausted(ctx, g, s, sm); err != nil {
 			return err
@@ -47,7 +48,7 @@ func (e *Engine) exhaust(ctx context.Context, g *group, s *subject, sm store.Mes
 		}
 		g.exhausted[sm.Seq] = true
 	}
-	return e.markDone(ctx, g, sm.Seq)
+	return e.markDone(ctx, g, sm.Seq, attempt)
 }
 
 // writeExhausted writes the quarantine copy (when the subject keeps one)

@@ -179,9 +179,9 @@ func (e *Engine) unleaseLocked(ctx context.Context, g *group, holder string, seq
 	var back []letGo
 	for _, seq := range seqs {
 		if l := g.leases[seq]; l != nil && l.holder == holder {
-			b := letGo{seq: seq}
+			b := letGo{seq: seq, attempt: l.attempt}
 			if uncount {
-				b.attempt = e.uncount(ctx, g, seq, l, now)
+				b.uncounted = e.uncount(ctx, g, seq, l, now)
 			}
 			l.free(now)
 			back = append(back, b)
@@ -192,9 +192,10 @@ func (e *Engine) unleaseLocked(ctx context.Context, g *group, holder string, seq
 
 // markDone records seq as done for a reason other than an answer (a
 // message the group skips, one whose attempts ran out, one retention
-// trimmed), then ends this node's cluster lease of it; g.mu must be held.
-// An answer goes through markDoneAll, which settles the lease first.
-func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
+// trimmed), then ends this node's cluster lease of it at attempt (see
+// group.leaseAttempt); g.mu must be held. An answer goes through
+// markDoneAll, which settles the lease first.
+func (e *Engine) markDone(ctx context.Context, g *group, seq uint64, attempt int) error {
 	if g.prog.IsDone(seq) {
 		return nil
 	}
@@ -202,7 +203,7 @@ func (e *Engine) markDone(ctx context.Context, g *group, seq uint64) error {
 		return storeError(err)
 	}
 	g.setDone(seq)
-	e.releaseShared(ctx, g, true, time.Time{}, seq)
+	e.releaseAt(ctx, g, true, time.Time{}, letGo{seq: seq, attempt: attempt})
 	return nil
 }
 
@@ -286,7 +287,7 @@ func (e *Engine) leaseBatch(ctx context.Context, g *group, s *subject, holder, c
 			return err
 		}
 		if match != nil && !match(d) {
-			if err := e.markDone(ctx, g, d.seq); err != nil {
+			if err := e.markDone(ctx, g, d.seq, g.leaseAttempt(d.seq)); err != nil {
 				// Not recorded skipped: the lease just taken for it ends
 				// at once, its attempt given back (nobody was handed
 				// it), rather than hold the message from the group's
@@ -367,7 +368,7 @@ func (e *Engine) leaseOne(ctx context.Context, g *group, s *subject, seq uint64,
 		if err := e.raisePastTrimmed(ctx, g); err != nil {
 			return nil, storeError(err)
 		}
-		return nil, e.markDone(ctx, g, seq)
+		return nil, e.markDone(ctx, g, seq, g.leaseAttempt(seq))
 	}
 	return e.leaseMsg(ctx, g, s, sms[0], holder, contract, now)
 }
@@ -425,7 +426,7 @@ func (e *Engine) leaseMsg(ctx context.Context, g *group, s *subject, sm store.Me
 		}
 	}
 	if n > s.maxAtt {
-		return nil, e.exhaust(ctx, g, s, sm)
+		return nil, e.exhaust(ctx, g, s, sm, n)
 	}
 	if err := e.store.MarkAttempt(ctx, g.key, sm.Seq, n); err != nil {
 		if shared {
@@ -528,7 +529,7 @@ func (e *Engine) settle(ctx context.Context, s *subscription, d *decoded, handle
 		// Back at once, as the attempt before it.
 		now := e.now()
 		delete(g.leases, seq)
-		back := letGo{seq: seq, attempt: e.uncount(ctx, g, seq, l, now)}
+		back := letGo{seq: seq, attempt: l.attempt, uncounted: e.uncount(ctx, g, seq, l, now)}
 		g.retry = append(g.retry, seq)
 		e.letGoShared(ctx, g, now, back)
 		return nil
@@ -602,11 +603,11 @@ func (e *Engine) releaseLeases(s *subscription) {
 		if l.holder != holder {
 			continue
 		}
-		b := letGo{seq: seq}
+		b := letGo{seq: seq, attempt: l.attempt}
 		if !l.busy {
 			// Leased as the subscription stopped, never handed to the
 			// handler: the attempt does not count.
-			b.attempt = e.uncount(ctx, g, seq, l, now)
+			b.uncounted = e.uncount(ctx, g, seq, l, now)
 		}
 		if !l.lost { // a lost lease is not this node's to release
 			mine = append(mine, b)
@@ -648,16 +649,18 @@ func (e *Engine) releaseRevoked(id string) {
 		}
 		g.mu.Lock()
 		now := e.now()
-		var seqs []uint64
+		var ls []letGo
 		for seq, l := range g.leases {
 			if l.contract == id && l.holder != "" {
 				l.free(now)
-				seqs = append(seqs, seq)
+				ls = append(ls, letGo{seq: seq, attempt: l.attempt})
 			}
 		}
 		g.mu.Unlock()
-		if len(seqs) > 0 {
-			e.releaseShared(ctx, g, false, now, seqs...)
+		if len(ls) > 0 {
+			// Sent with the group let go: each names its attempt, and
+			// leaves a lease this node took of the message since alone.
+			e.releaseAt(ctx, g, false, now, ls...)
 			e.pokeGroup(g.key.Subject)
 		}
 	}

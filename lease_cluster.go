@@ -97,22 +97,48 @@ func (e *Engine) keepShared(s *subscription) time.Time {
 	return next
 }
 
-// releaseShared ends this node's cluster-wide leases of seqs (see
-// Leaser.Release). A failure is logged, not returned: the store already
-// holds the outcome, and the lease runs out by itself. A done release
-// the cluster refuses ACK_NOT_ALLOWED (the lease is not this node's: a
-// trimmed message may be one it never leased) is not logged: the
-// message is done for the group either way.
+// releaseShared ends this node's cluster-wide leases of seqs, each at the
+// attempt of its lease here (group.leaseAttempt); g.mu must be held (a
+// release sent once it is let go names its attempts: releaseAt).
 func (e *Engine) releaseShared(ctx context.Context, g *group, done bool, retryAt time.Time, seqs ...uint64) {
 	if !e.shared(g) {
 		return
 	}
-	for _, seq := range seqs {
-		err := e.opts.Cluster.Release(ctx, g.key, seq, done, retryAt)
-		if err != nil && !(done && ErrorCode(err) == CodeAckNotAllowed) {
-			e.opts.Logger.Warn("pigeon: releasing a cluster lease failed", "subject", g.key.Subject, "seq", seq, "err", err)
+	ls := make([]letGo, len(seqs))
+	for i, seq := range seqs {
+		ls[i] = letGo{seq: seq, attempt: g.leaseAttempt(seq)}
+	}
+	e.releaseAt(ctx, g, done, retryAt, ls...)
+}
+
+// releaseAt ends this node's cluster-wide leases ls, each at its attempt
+// (see Leaser.Release); g.mu need not be held. A failure is logged, not
+// returned: the store already holds the outcome, and the lease runs out
+// by itself. A release the cluster refuses ACK_NOT_ALLOWED is not logged:
+// the lease is not this node's at that attempt (another node took it, or
+// this node leased the message again since, which the release must leave
+// alone; a trimmed message may be one it never leased), and a done
+// message is done for the group either way.
+func (e *Engine) releaseAt(ctx context.Context, g *group, done bool, retryAt time.Time, ls ...letGo) {
+	if !e.shared(g) {
+		return
+	}
+	for _, l := range ls {
+		err := e.opts.Cluster.Release(ctx, g.key, l.seq, l.attempt, done, retryAt)
+		if err != nil && ErrorCode(err) != CodeAckNotAllowed {
+			e.opts.Logger.Warn("pigeon: releasing a cluster lease failed", "subject", g.key.Subject, "seq", l.seq, "err", err)
 		}
 	}
+}
+
+// leaseAttempt is the attempt of this node's lease of seq: its lease's
+// here, or the last attempt g counted of it when it holds no lease (one
+// whose lease ran out, and was dropped). g.mu must be held.
+func (g *group) leaseAttempt(seq uint64) int {
+	if l := g.leases[seq]; l != nil {
+		return l.attempt
+	}
+	return g.attempts[seq]
 }
 
 // markDoneAll records seqs, answered by their lease holders on this node
@@ -138,7 +164,7 @@ func (e *Engine) markDoneAll(ctx context.Context, g *group, seqs []uint64) (refu
 			if g.prog.IsDone(seq) {
 				continue
 			}
-			err := e.opts.Cluster.Release(ctx, g.key, seq, true, time.Time{})
+			err := e.opts.Cluster.Release(ctx, g.key, seq, g.leaseAttempt(seq), true, time.Time{})
 			switch {
 			case ErrorCode(err) == CodeAckNotAllowed:
 				if l := g.leases[seq]; l != nil {

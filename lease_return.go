@@ -2,16 +2,23 @@ package pigeon
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"pigeon/store"
 )
 
 // letGo is a cluster lease this node gives up before its deadline
-// (released, not done), for letGoShared: of seq and, when attempt > 0,
-// given back uncounted at attempt (LeaseReturner.Return); 0: released,
-// its attempt spent (Leaser.Release).
+// (released, not done), for letGoShared: of seq, at attempt (the cluster
+// lease's, LeaseState.Attempt), given back uncounted when uncounted is set
+// (LeaseReturner.Return), otherwise released, its attempt spent
+// (Leaser.Release). Either names the attempt, so that one sent after the
+// group's lock was let go ends this lease, never the next one this node
+// took meanwhile.
 type letGo struct {
-	seq     uint64
-	attempt int
+	seq       uint64
+	attempt   int
+	uncounted bool
 }
 
 // returns reports whether g's cluster leases can be given back
@@ -29,52 +36,77 @@ func (e *Engine) returns(g *group) bool {
 // many, never one too few. g.mu must be held; now is the engine's clock.
 //
 // In a cluster-shared group the Leaser counts the attempts, as it leases
-// a message. With a LeaseReturner, uncount returns the attempt for
-// letGoShared to give the cluster lease back uncounted, once the store's
-// count is lowered: a Leaser may count from the store's attempts too
+// a message. With a LeaseReturner, uncount reports whether letGoShared is
+// to give the cluster lease back uncounted, once the store's count is
+// lowered: a Leaser may count from the store's attempts too
 // (store/jetstream counts from the larger), and the store's count is
 // lowered while the lease is still this node's, so that no node takes the
-// lease meanwhile and counts from the store's higher one. A lease whose
-// deadline has passed may be another node's by now, and a write of the
-// store's count could lower that node's: it is released instead, its
-// attempt spent, as is one whose store write fails (0 returned). Without
-// a LeaseReturner only g is lowered, and the Leaser counts the attempt
-// again, as before.
-func (e *Engine) uncount(ctx context.Context, g *group, seq uint64, l *lease, now time.Time) int {
+// lease meanwhile and counts from the store's higher one. The store's
+// count is lowered only from l's attempt (lowerAttempt: a compare-and-set,
+// store.AttemptLowerer): another node that took the lease over and
+// recorded a later attempt before the write landed keeps its count. A
+// lease whose deadline has passed may be another node's by now: it is
+// released instead, its attempt spent, as is one whose store write fails
+// or is refused (false returned). Without a LeaseReturner only g is
+// lowered, and the Leaser counts the attempt again, as before.
+func (e *Engine) uncount(ctx context.Context, g *group, seq uint64, l *lease, now time.Time) bool {
 	n := l.attempt
 	returns := e.returns(g)
 	if returns && !now.Before(l.deadline) {
-		return 0
+		return false
 	}
-	if !e.shared(g) || returns {
-		if err := e.store.MarkAttempt(ctx, g.key, seq, n-1); err != nil {
-			e.opts.Logger.Warn("pigeon: giving a delivery attempt back failed; it stays spent", "subject", g.key.Subject, "seq", seq, "err", err)
-			return 0
-		}
+	if (!e.shared(g) || returns) && !e.lowerAttempt(ctx, g, seq, n) {
+		return false
 	}
 	g.attempts[seq] = n - 1
-	if returns {
-		return n
+	return returns
+}
+
+// lowerAttempt lowers the store's count of seq's attempts in g from n to
+// n-1, and reports whether it did: by compare-and-set where the store can
+// (store.AttemptLowerer), so that a write landing after another node
+// recorded a later attempt changes nothing. A store that cannot compare is
+// written with MarkAttempt on one node (nothing else writes the group's
+// attempts), and not at all in a cluster-shared group: a plain write
+// there could undo another node's count. A failure is logged; a refusal
+// (the store holds another attempt) is not a failure. g.mu must be held.
+func (e *Engine) lowerAttempt(ctx context.Context, g *group, seq uint64, n int) bool {
+	var err error
+	lw, ok := e.store.(store.AttemptLowerer)
+	switch {
+	case ok:
+		err = lw.LowerAttempt(ctx, g.key, seq, n, n-1)
+	case e.shared(g):
+		return false
+	default:
+		err = e.store.MarkAttempt(ctx, g.key, seq, n-1)
 	}
-	return 0
+	switch {
+	case errors.Is(err, store.ErrChanged):
+		e.opts.Logger.Info("pigeon: a delivery attempt was not given back: the store holds another attempt (another node leased the message since); it stays spent", "subject", g.key.Subject, "seq", seq, "attempt", n, "err", err)
+	case err != nil:
+		e.opts.Logger.Warn("pigeon: giving a delivery attempt back failed; it stays spent", "subject", g.key.Subject, "seq", seq, "err", err)
+	}
+	return err == nil
 }
 
 // letGoShared ends this node's cluster leases ls before their deadlines,
-// due again at retryAt: each one with an attempt is given back uncounted
+// due again at retryAt: each one uncounted is given back so
 // (LeaseReturner.Return), the others are released, their attempts spent
-// (Leaser.Release, not done). A return the cluster refuses
-// (ACK_NOT_ALLOWED: the lease is not this node's at that attempt any
-// more; another node took it after it ran out, or this node leased the
-// message again meanwhile) is left so: another lease holds. Any other
-// failure is logged, not returned: the lease runs out by itself.
+// (Leaser.Release, not done), each at its attempt. A return or a release
+// the cluster refuses (ACK_NOT_ALLOWED: the lease is not this node's at
+// that attempt any more; another node took it after it ran out, or this
+// node leased the message again meanwhile) is left so: another lease
+// holds. Any other failure is logged, not returned: the lease runs out by
+// itself. g.mu need not be held.
 func (e *Engine) letGoShared(ctx context.Context, g *group, retryAt time.Time, ls ...letGo) {
 	if !e.shared(g) {
 		return
 	}
 	r, _ := e.opts.Cluster.(LeaseReturner)
 	for _, l := range ls {
-		if l.attempt <= 0 || r == nil {
-			e.releaseShared(ctx, g, false, retryAt, l.seq)
+		if !l.uncounted || r == nil {
+			e.releaseAt(ctx, g, false, retryAt, l)
 			continue
 		}
 		if err := r.Return(ctx, g.key, l.seq, l.attempt, retryAt); err != nil && ErrorCode(err) != CodeAckNotAllowed {

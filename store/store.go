@@ -36,7 +36,9 @@ var (
 	// value.
 	ErrExists = errors.New("store: exists")
 	// ErrChanged is returned by KVSwapper.Swap when the key no longer
-	// holds the value the caller read.
+	// holds the value the caller read, and (as an *AttemptChangedError)
+	// by AttemptLowerer.LowerAttempt when the attempt recorded is not the
+	// one the caller read.
 	ErrChanged = errors.New("store: changed since read")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("store: closed")
@@ -270,6 +272,44 @@ func (g *GroupState) MarkAttempt(seq uint64, n int) {
 	g.Attempts[seq] = n
 }
 
+// LowerAttempt applies AttemptLowerer.LowerAttempt to g: attempt to of
+// seq when the attempt recorded is from; otherwise g is left as it is
+// and the answer is an *AttemptChangedError (or the error of
+// CheckLowerAttempt).
+func (g *GroupState) LowerAttempt(seq uint64, from, to int) error {
+	if err := g.AttemptIs(seq, from, to); err != nil {
+		return err
+	}
+	g.MarkAttempt(seq, to)
+	return nil
+}
+
+// AttemptIs reports whether LowerAttempt(seq, from, to) would lower g:
+// nil when the attempt recorded of seq is from (and to lowers it), an
+// *AttemptChangedError when it is another, none, or seq is done. It
+// changes nothing.
+func (g *GroupState) AttemptIs(seq uint64, from, to int) error {
+	if err := CheckLowerAttempt(from, to); err != nil {
+		return err
+	}
+	if g.IsDone(seq) {
+		return &AttemptChangedError{Seq: seq, From: from, Done: true}
+	}
+	if a := g.Attempts[seq]; a != from {
+		return &AttemptChangedError{Seq: seq, From: from, Found: a}
+	}
+	return nil
+}
+
+// CheckLowerAttempt refuses a LowerAttempt that lowers nothing: to must
+// be below from, and not negative.
+func CheckLowerAttempt(from, to int) error {
+	if to < 0 || to >= from {
+		return fmt.Errorf("store: an attempt lowered from %d to %d: to must be below from, and not negative", from, to)
+	}
+	return nil
+}
+
 // ProgressLog keeps consumer progress: cursors, acks and delivery attempts.
 type ProgressLog interface {
 	// MarkDone records seq as done for the group (ack, exhaust or cursor
@@ -368,6 +408,50 @@ func CopyGroups[G any](gs map[string]G, max int, state func(G) *GroupState) map[
 	}
 	return out
 }
+
+// AttemptLowerer is the optional ability to lower a recorded delivery
+// attempt only while it is still the one the caller read: a
+// compare-and-set. A store that several brokers share implements it, so
+// that a broker that gives an attempt back (its delivery never reached a
+// consumer) does not undo a later attempt another broker recorded
+// meanwhile: written with MarkAttempt, which overwrites, a lowering that
+// lands after that broker's write leaves the count below the attempts
+// made, and a message may be delivered more often than its attempts
+// allow.
+type AttemptLowerer interface {
+	// LowerAttempt records attempt to of seq if the attempt recorded is
+	// from, and otherwise stores nothing and returns an
+	// *AttemptChangedError (errors.Is ErrChanged): another attempt is
+	// recorded, none is, or seq is done. to must be below from and not
+	// negative (CheckLowerAttempt). The comparison and the write are one
+	// step against every other write of the group's progress (of a store
+	// that several brokers share, every broker's). It is a write as
+	// MarkAttempt is (GroupPruner's write time); one refused writes
+	// nothing. Like MarkAttempt, one that returns another error may or
+	// may not have been made.
+	LowerAttempt(ctx context.Context, key GroupKey, seq uint64, from, to int) error
+}
+
+// AttemptChangedError is the answer of a LowerAttempt refused: the
+// attempt recorded of Seq is not From.
+type AttemptChangedError struct {
+	Seq  uint64
+	From int // the attempt the caller expected
+	// Found is the attempt recorded (0: none); Done, that Seq is done
+	// and none is recorded.
+	Found int
+	Done  bool
+}
+
+func (e *AttemptChangedError) Error() string {
+	if e.Done {
+		return fmt.Sprintf("store: the attempt of sequence %d was not lowered: the sequence is done", e.Seq)
+	}
+	return fmt.Sprintf("store: the attempt of sequence %d was not lowered: %d is recorded, not %d", e.Seq, e.Found, e.From)
+}
+
+// Is makes errors.Is(err, ErrChanged) true.
+func (e *AttemptChangedError) Is(target error) bool { return target == ErrChanged }
 
 // BatchProgress is the optional ability to mark many sequences done in one
 // write (one durable commit), for receivers that take a batch at once.

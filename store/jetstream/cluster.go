@@ -914,41 +914,38 @@ func (c *Cluster) readLease(ctx context.Context, k string, leader bool) (val []b
 }
 
 // Release implements pigeon.Leaser. Every release is a compare-and-set
-// retried as Acquire's (casRetry): a write between its read and its own
-// (this node's Extend, a replica behind answering the read) sends it
-// back to read again rather than give up, and a lease that is no longer
-// this node's, as the bucket's leader tells, is left alone.
+// of this process's lease at attempt, retried as Acquire's (casRetry,
+// through ownLease): a write between its read and its own (this node's
+// Extend, a replica behind answering the read) sends it back to read
+// again rather than give up. A lease that is not this process's at
+// attempt, as the bucket's leader tells (another process holds or
+// settled it, taken after this one's ran out; this process leased the
+// message again since, at a later attempt; or it is gone), is left as it
+// is, and the release fails with a *pigeon.Error of code ACK_NOT_ALLOWED
+// (errLeaseNotHeld): a release sent late, after this node's lock was let
+// go, never ends the lease that followed it.
 //
 // A lease given up early (not done) is marked released with retryAt as
-// its deadline. A done release marks this node's lease settled, or finds
-// it settled by this node already (a release repeated); a lease another
-// node holds or settled (taken after this node's ran out) or that is
-// gone is left as it is, and the release fails with a *pigeon.Error of
-// code ACK_NOT_ALLOWED (errLeaseNotHeld): the answer settled nothing,
-// and another node may run the message.
-func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, done bool, retryAt time.Time) error {
-	k := leaseKey(key, seq)
+// its deadline; one released so already, as early or earlier, is no
+// change. A done release marks this node's lease settled, or finds it
+// settled by this process already (a release repeated): the answer
+// settled nothing otherwise, and another node may run the message.
+func (c *Cluster) Release(ctx context.Context, key store.GroupKey, seq uint64, attempt int, done bool, retryAt time.Time) error {
 	if done {
-		return c.settleLease(ctx, key, seq)
+		return c.settleLease(ctx, key, seq, attempt)
 	}
-	return casRetry(ctx, c.s.bucketName("leases"), k, func(leader bool) (bool, error) {
-		val, rev, _, err := c.readLease(ctx, k, leader)
-		if err != nil {
-			return false, err
-		}
-		var l leaseVal
-		if val == nil || json.Unmarshal(val, &l) != nil || !c.mine(l) {
-			return leader, nil // not held, as the leader tells: taken over meanwhile
-		}
-		if l.Released && l.Until <= retryAt.UnixNano() {
-			return true, nil
-		}
-		l.Until, l.Released = retryAt.UnixNano(), true
-		b, _ := json.Marshal(l)
-		_, err = c.leases.Update(ctx, k, b, rev)
-		done, err := casDone(err)
-		return done, c.s.fail(ctx, err)
+	held, err := c.ownLease(ctx, leaseKey(key, seq), func(l leaseVal, present bool) (held, already bool, next leaseVal) {
+		next = l
+		next.Until, next.Released = retryAt.UnixNano(), true
+		return present && c.mine(l) && l.Attempt == attempt, l.Released && l.Until <= retryAt.UnixNano(), next
 	})
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errLeaseNotHeld(seq, attempt)
+	}
+	return nil
 }
 
 var _ pigeon.LeaseReturner = (*Cluster)(nil)
@@ -957,13 +954,13 @@ var _ pigeon.LeaseReturner = (*Cluster)(nil)
 // process's lease of seq, at attempt, to attempt-1, released, due at
 // retryAt, retried as Release's (casRetry). Acquire counts from the
 // larger of the lease's attempt and the group's stored one: the engine
-// lowers the stored one first (store.ProgressLog.MarkAttempt). A lease
-// that is not this process's at attempt (another process's, settled by
-// any, at another attempt, or gone), as the bucket's leader tells, is
-// left as it is, and the answer is a *pigeon.Error of code
-// ACK_NOT_ALLOWED (errNotReturned). One this process gave back already,
-// as this call would (a Return repeated after its write's answer was
-// lost), is no change.
+// lowers the stored one first, from attempt only (Store.LowerAttempt, a
+// compare-and-set of the group's progress). A lease that is not this
+// process's at attempt (another process's, settled by any, at another
+// attempt, or gone), as the bucket's leader tells, is left as it is, and
+// the answer is a *pigeon.Error of code ACK_NOT_ALLOWED (errNotReturned).
+// One this process gave back already, as this call would (a Return
+// repeated after its write's answer was lost), is no change.
 func (c *Cluster) Return(ctx context.Context, key store.GroupKey, seq uint64, attempt int, retryAt time.Time) error {
 	held, err := c.ownLease(ctx, leaseKey(key, seq), func(l leaseVal, present bool) (held, already bool, next leaseVal) {
 		returned := l.Released && l.Attempt == attempt-1 && l.Until == retryAt.UnixNano()
@@ -986,24 +983,26 @@ func errNotReturned(seq uint64, attempt int) error {
 	return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's at attempt %d: another node took it after it ran out (and may have settled it), this node leased it again, or it is gone; nothing was given back", seq, attempt)
 }
 
-// settleLease marks this node's lease of seq done (Release, done): by
-// compare-and-set at the revision read, so that a lease another node
-// took meanwhile is never ended by this node's late answer. The marker
-// names the process that settled it: a release repeated by it finds its
-// own marker and writes nothing. A lease that is not this process's (held
-// or settled by another, or gone), as the bucket's leader tells, is left
-// as it is, and the answer is errLeaseNotHeld. A marker naming nobody
-// (written before markers named their process) counts as this node's.
-func (c *Cluster) settleLease(ctx context.Context, key store.GroupKey, seq uint64) error {
+// settleLease marks this node's lease of seq at attempt done (Release,
+// done): by compare-and-set at the revision read, so that a lease another
+// node took meanwhile, or this node's next one, is never ended by a late
+// answer. The marker names the process that settled it: a release
+// repeated by it finds its own marker and writes nothing (settled, the
+// message is leased at no attempt again). A lease that is not this
+// process's at attempt (held or settled by another, at another attempt,
+// or gone), as the bucket's leader tells, is left as it is, and the
+// answer is errLeaseNotHeld. A marker naming nobody (written before
+// markers named their process) counts as this node's.
+func (c *Cluster) settleLease(ctx context.Context, key store.GroupKey, seq uint64, attempt int) error {
 	held, err := c.ownLease(ctx, leaseKey(key, seq), func(l leaseVal, present bool) (held, already bool, next leaseVal) {
 		settled := l.Done && (l.Node == "" || l.Node == c.s.opts.Node && l.Inst == c.done.Inst)
-		return present && (settled || c.mine(l)), settled, leaseVal{Node: c.s.opts.Node, Inst: c.done.Inst, Done: true}
+		return present && (settled || c.mine(l) && l.Attempt == attempt), settled, leaseVal{Node: c.s.opts.Node, Inst: c.done.Inst, Done: true}
 	})
 	if err != nil {
 		return err
 	}
 	if !held {
-		return errLeaseNotHeld(seq)
+		return errLeaseNotHeld(seq, attempt)
 	}
 	return nil
 }
@@ -1045,12 +1044,13 @@ func (c *Cluster) ownLease(ctx context.Context, k string, decide func(l leaseVal
 	return held, err
 }
 
-// errLeaseNotHeld is the answer of a done release of a lease this node
-// no longer holds: ACK_NOT_ALLOWED, as the engine refuses an answer to a
-// delivery whose lease was lost. It names the sequence only: a group's
-// name is the caller's text (the engine logs the subject beside it).
-func errLeaseNotHeld(seq uint64) error {
-	return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's: another node took it after it ran out (and may have settled it), or it is gone; the answer settled nothing", seq)
+// errLeaseNotHeld is the answer of a release of a lease this node does
+// not hold at attempt: ACK_NOT_ALLOWED, as the engine refuses an answer
+// to a delivery whose lease was lost, and as errNotReturned. It names the
+// sequence and the attempt only: a group's name is the caller's text (the
+// engine logs the subject beside it).
+func errLeaseNotHeld(seq uint64, attempt int) error {
+	return pigeon.NewError(pigeon.CodeAckNotAllowed, "the cluster lease of sequence %d is not this node's at attempt %d: another node took it after it ran out (and may have settled it), this node leased it again, or it is gone; the release changed nothing", seq, attempt)
 }
 
 // extendParallel bounds the lease keys one Extend call writes at once.

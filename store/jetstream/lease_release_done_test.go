@@ -53,7 +53,7 @@ func TestLateDoneReleaseLeavesTheNextHoldersLease(t *testing.T) {
 	require.Equal(t, 2, st.Attempt)
 
 	// a's handler ends now: its answer settles nothing.
-	requireNotHeld(t, a.Release(ctx, key, 1, true, time.Time{}), "node a's late done release was taken as settling the message")
+	requireNotHeld(t, a.Release(ctx, key, 1, 1, true, time.Time{}), "node a's late done release was taken as settling the message")
 
 	// b still holds the message.
 	lost, err := b.Extend(ctx, key, []uint64{1}, bUntil.Add(time.Minute))
@@ -67,9 +67,9 @@ func TestLateDoneReleaseLeavesTheNextHoldersLease(t *testing.T) {
 
 	// b's answer settles it; a repeat is no change, and a's release is
 	// still refused: b settled it, not a.
-	require.NoError(t, b.Release(ctx, key, 1, true, time.Time{}))
-	require.NoError(t, b.Release(ctx, key, 1, true, time.Time{}), "a done release repeated")
-	requireNotHeld(t, a.Release(ctx, key, 1, true, time.Time{}), "node a's release after node b settled the message")
+	require.NoError(t, b.Release(ctx, key, 1, 2, true, time.Time{}))
+	require.NoError(t, b.Release(ctx, key, 1, 2, true, time.Time{}), "a done release repeated")
+	requireNotHeld(t, a.Release(ctx, key, 1, 1, true, time.Time{}), "node a's release after node b settled the message")
 	st, err = a.Acquire(ctx, key, 1, time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	require.True(t, st.Done)
@@ -109,7 +109,7 @@ func TestDoneRelease(t *testing.T) {
 				require.True(t, st.Acquired)
 			}
 			for range tc.releases {
-				err := a.Release(ctx, key, seq, true, time.Time{})
+				err := a.Release(ctx, key, seq, 1, true, time.Time{})
 				if tc.settled {
 					require.NoError(t, err)
 				} else {
@@ -150,11 +150,11 @@ func heldLeaseBehindReplica(t *testing.T) (context.Context, *Store, *Cluster, st
 func TestLaggingReplicaDoneRelease(t *testing.T) {
 	ctx, s, c, key := heldLeaseBehindReplica(t)
 
-	require.NoError(t, c.Release(ctx, key, 1, true, time.Time{}), "a done release after the replica behind's read")
+	require.NoError(t, c.Release(ctx, key, 1, 1, true, time.Time{}), "a done release after the replica behind's read")
 	m, err := leaderLast(ctx, s.nc, s.bucketName("leases"), leaseKey(key, 1))
 	require.NoError(t, err)
 	var l leaseVal
 	require.NoError(t, json.Unmarshal(m.Data, &l))
 	require.True(t, l.Done, "the leader holds %+v", l)
-	require.NoError(t, c.Release(ctx, key, 1, true, time.Time{}), "repeated")
+	require.NoError(t, c.Release(ctx, key, 1, 1, true, time.Time{}), "repeated")
 }

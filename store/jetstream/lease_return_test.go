@@ -108,18 +108,18 @@ func TestReturnGivesTheAttemptBack(t *testing.T) {
 			}},
 			{"SettledByAnotherNode", func(t *testing.T, seq uint64) int {
 				n := acquire(t, a, seq, time.Now().Add(-time.Second))
-				acquire(t, b, seq, time.Now().Add(time.Minute))
-				require.NoError(t, b.Release(ctx, key, seq, true, time.Time{}))
+				m := acquire(t, b, seq, time.Now().Add(time.Minute))
+				require.NoError(t, b.Release(ctx, key, seq, m, true, time.Time{}))
 				return n
 			}},
 			{"Settled", func(t *testing.T, seq uint64) int {
 				n := acquire(t, a, seq, time.Now().Add(time.Minute))
-				require.NoError(t, a.Release(ctx, key, seq, true, time.Time{}))
+				require.NoError(t, a.Release(ctx, key, seq, n, true, time.Time{}))
 				return n
 			}},
 			{"OtherAttempt", func(t *testing.T, seq uint64) int {
 				n := acquire(t, a, seq, time.Now().Add(time.Minute))
-				require.NoError(t, a.Release(ctx, key, seq, false, time.Now()))
+				require.NoError(t, a.Release(ctx, key, seq, n, false, time.Now()))
 				require.Equal(t, 2, acquire(t, a, seq, time.Now().Add(time.Minute)))
 				return n
 			}},

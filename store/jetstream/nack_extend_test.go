@@ -51,7 +51,7 @@ func TestNackedLeaseIsNotExtendedAgain(t *testing.T) {
 
 	t.Run("ExtendAfterRelease", func(t *testing.T) {
 		acquire(t, 1)
-		require.NoError(t, a.Release(ctx, key, 1, false, time.Now()))
+		require.NoError(t, a.Release(ctx, key, 1, 1, false, time.Now()))
 		lost, err := a.Extend(ctx, key, []uint64{1}, time.Now().Add(10*time.Minute))
 		require.NoError(t, err)
 		require.Equal(t, []uint64{1}, lost, "an Extend after the nack's release extended the lease")
@@ -70,7 +70,7 @@ func TestNackedLeaseIsNotExtendedAgain(t *testing.T) {
 			})
 			wg.Go(func() {
 				<-start
-				require.NoError(t, a.Release(ctx, key, seq, false, time.Now()))
+				require.NoError(t, a.Release(ctx, key, seq, 1, false, time.Now()))
 			})
 			close(start)
 			wg.Wait()

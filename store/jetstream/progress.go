@@ -35,6 +35,46 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	return s.updateGroup(ctx, key, func(g *store.GroupState) { g.MarkAttempt(seq, n) })
 }
 
+// LowerAttempt implements store.AttemptLowerer: a compare-and-set of the
+// group's entry at the revision read, made only when that entry records
+// attempt from of seq, retried as updateGroupIf's (casRetry). Another
+// attempt recorded, none, or seq done, as the bucket's leader tells (a
+// replica behind may not have the attempt read yet), writes nothing and
+// is a *store.AttemptChangedError.
+func (s *Store) LowerAttempt(ctx context.Context, key store.GroupKey, seq uint64, from, to int) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if err := store.CheckLowerAttempt(from, to); err != nil {
+		return err
+	}
+	k := progressKey(key)
+	var changed error
+	err := casRetry(ctx, s.bucketName("progress"), k, func(leader bool) (bool, error) {
+		g, rev, _, err := s.loadGroupFrom(ctx, key, leader)
+		if err != nil {
+			return false, err
+		}
+		if changed = g.LowerAttempt(seq, from, to); changed != nil {
+			return leader, nil
+		}
+		val, err := json.Marshal(&g)
+		if err != nil {
+			return false, err
+		}
+		// An entry that records an attempt is there: rev is its own.
+		_, err = s.progress.Update(ctx, k, val, rev)
+		done, err := casDone(err)
+		return done, s.fail(ctx, err)
+	})
+	if err != nil {
+		return err
+	}
+	return changed
+}
+
+var _ store.AttemptLowerer = (*Store)(nil)
+
 // RaiseFloor implements store.FloorRaiser in one compare-and-set, as
 // MarkDone. A raise to the group's floor or below writes nothing.
 func (s *Store) RaiseFloor(ctx context.Context, key store.GroupKey, floor uint64) error {

@@ -58,7 +58,7 @@ func TestTwinProcessesDoNotShareALease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uint64{1}, lost, "the other process extended the first one's lease as its own")
 
-	require.NoError(t, second.Release(ctx, key, 1, false, time.Now().Add(-time.Second)))
+	requireNotHeld(t, second.Release(ctx, key, 1, 1, false, time.Now().Add(-time.Second)), "the other process released the first one's lease")
 	l, err = second.Acquire(ctx, key, 1, deadline)
 	require.NoError(t, err)
 	require.False(t, l.Acquired, "the other process's release freed the first one's lease")
@@ -73,7 +73,7 @@ func TestTwinProcessesDoNotShareALease(t *testing.T) {
 	require.Equal(t, 2, l.Attempt)
 
 	// Once it runs out, the other process takes it.
-	require.NoError(t, first.Release(ctx, key, 1, false, time.Now().Add(-time.Second)))
+	require.NoError(t, first.Release(ctx, key, 1, 2, false, time.Now().Add(-time.Second)))
 	l, err = second.Acquire(ctx, key, 1, deadline)
 	require.NoError(t, err)
 	require.True(t, l.Acquired)

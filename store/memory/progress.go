@@ -51,6 +51,27 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	return nil
 }
 
+// LowerAttempt implements store.AttemptLowerer: under the lock every
+// progress write takes, attempt to of seq when from is recorded, and
+// otherwise nothing written and a *store.AttemptChangedError.
+func (s *Store) LowerAttempt(ctx context.Context, key store.GroupKey, seq uint64, from, to int) error {
+	if err := s.lockProgress(ctx); err != nil {
+		return err
+	}
+	defer s.progMu.Unlock()
+	var cur store.GroupState
+	if g := s.groups[key.Subject][key.Group]; g != nil {
+		cur = g.state
+	}
+	if err := cur.AttemptIs(seq, from, to); err != nil {
+		return err
+	}
+	s.write(key).MarkAttempt(seq, to)
+	return nil
+}
+
+var _ store.AttemptLowerer = (*Store)(nil)
+
 // lockProgress takes progMu for writing once ctx and the store are found
 // live; the caller unlocks it when the error is nil.
 func (s *Store) lockProgress(ctx context.Context) error {

@@ -110,6 +110,11 @@ func ops(s store.Store) []op {
 			return err
 		}})
 	}
+	if _, ok := s.(store.AttemptLowerer); ok {
+		list = append(list, op{"LowerAttempt", func(ctx context.Context, s store.Store) error {
+			return s.(store.AttemptLowerer).LowerAttempt(ctx, k, 2, 1, 0)
+		}})
+	}
 	if _, ok := s.(store.ContractLister); ok {
 		list = append(list, op{"ListContracts", func(ctx context.Context, s store.Store) error {
 			_, err := s.(store.ContractLister).ListContracts(ctx, time.Time{})

@@ -14,7 +14,7 @@
 // store.SeqTrimmer, store.ByteTrimmer, store.AuditTrimmer, store.QuarantineTrimmer, store.BatchProgress,
 // store.GroupPruner, store.FloorRaiser, store.GroupLister,
 // store.GroupSubjectLister, store.MessageSubjectLister, store.ContractLister,
-// store.KVSwapper, store.AcceptAppender with
+// store.KVSwapper, store.AttemptLowerer, store.AcceptAppender with
 // store.AuditChainer)
 // are tested when the store has them and skipped when it has not.
 //
@@ -43,6 +43,11 @@
 //     by each record's Time, a released record included.
 //   - MarkAttempt on a done sequence is a no-op; MarkDone forgets the
 //     attempts of the sequence it marks.
+//   - LowerAttempt (store.AttemptLowerer) lowers only from the attempt
+//     recorded: another one, none (for a group never seen too) or a done
+//     sequence is an *AttemptChangedError and writes nothing; one that
+//     would not lower (to at or above from, or negative) is another
+//     error; of lowerings racing from one attempt exactly one is made.
 //   - PruneGroups goes by the wall clock (every backend stamps progress
 //     writes with it by default): a group written before t and after it
 //     counts as written after it; a deleted group written again starts
@@ -120,6 +125,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, f Features) {
 	t.Run("RevocationFinal", su.testRevocationFinal)
 	t.Run("KV", su.testKV)
 	t.Run("Swap", su.testSwap)
+	t.Run("LowerAttempt", su.testLowerAttempt)
 	t.Run("Close", su.testClose)
 	t.Run("CanceledContext", su.testCanceled)
 	t.Run("Reopen", su.testReopen)

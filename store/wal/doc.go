@@ -12,7 +12,7 @@
 //
 // Under SyncAlways and SyncBatch, a returned Append means durable: the
 // record is on disk (fsync) before Append returns, and so is every other
-// write (MarkDone, MarkAttempt, PutQuarantine, AppendAudit, PutContract,
+// write (MarkDone, MarkAttempt, LowerAttempt, PutQuarantine, AppendAudit, PutContract,
 // Put, Delete, the trims). SyncBatch (the default) is group commit:
 // concurrent writers to one log share one fsync, and each returns only
 // after its own record is on disk; under many concurrent writers a leader

@@ -73,6 +73,20 @@ func (m *metaLog) apply(index uint64, rec []byte) (int, error) {
 		if d.err == nil {
 			m.write(key, index, at).MarkAttempt(seq, int(n))
 		}
+	case kindLowerAttempt:
+		// Made only if the attempt recorded is from when the record is
+		// applied, as it commits and as it is replayed (as kindKVSwap):
+		// records apply in the log's order, under m.mu, so a lowering
+		// applied after another write changed the attempt is not made,
+		// on a replay either. res 1: made.
+		key := store.GroupKey{Subject: d.str(), Group: d.str()}
+		seq := d.uvarint()
+		from, to := d.varint(), d.varint()
+		at := m.stamp(d)
+		if d.err == nil && m.attemptIs(key, seq, from, to) == nil {
+			m.write(key, index, at).MarkAttempt(seq, int(to))
+			res = 1
+		}
 	case kindFloor:
 		key := store.GroupKey{Subject: d.str(), Group: d.str()}
 		floor := d.uvarint()
@@ -191,6 +205,19 @@ type group struct {
 	store.GroupState
 	at    time.Time
 	index uint64
+}
+
+// attemptIs is store.GroupState.AttemptIs of the progress of key (the
+// zero state when there is none); from and to as a record holds them.
+func (m *metaLog) attemptIs(key store.GroupKey, seq uint64, from, to int64) error {
+	if from != int64(int(from)) || to != int64(int(to)) {
+		return fmt.Errorf("wal: an attempt lowered from %d to %d does not fit an int", from, to)
+	}
+	var cur store.GroupState
+	if g := m.get(key); g != nil {
+		cur = g.GroupState
+	}
+	return cur.AttemptIs(seq, int(from), int(to))
 }
 
 // get returns the progress of key, or nil.

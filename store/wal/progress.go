@@ -91,6 +91,48 @@ func (s *Store) MarkAttempt(ctx context.Context, key store.GroupKey, seq uint64,
 	return err
 }
 
+// LowerAttempt implements store.AttemptLowerer with one record (kind
+// 15) that carries the attempt read and the one written, and is applied
+// only if the group holds the attempt read when it is applied: as it
+// commits, under the lock every meta record is applied under, and in the
+// same order on replay, so that a lowering the store refused is not made
+// by a reopen either (as Swap). One that cannot be made now writes
+// nothing.
+func (s *Store) LowerAttempt(ctx context.Context, key store.GroupKey, seq uint64, from, to int) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	s.meta.mu.RLock()
+	err := s.meta.attemptIs(key, seq, int64(from), int64(to))
+	s.meta.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	e := newEnc(kindLowerAttempt, len(key.Subject)+len(key.Group)+40)
+	e.str(key.Subject)
+	e.str(key.Group)
+	e.uvarint(seq)
+	e.varint(int64(from))
+	e.varint(int64(to))
+	e.varint(stampOf(s.opts.Now()))
+	made, err := s.metaWrite(e.finish())
+	if err != nil || made == 1 {
+		return err
+	}
+	// Another write of the attempt was applied between the look above
+	// and the record's.
+	s.meta.mu.RLock()
+	err = s.meta.attemptIs(key, seq, int64(from), int64(to))
+	s.meta.mu.RUnlock()
+	if err == nil { // written back to from since: not made all the same
+		err = &store.AttemptChangedError{Seq: seq, From: from, Found: from}
+	}
+	return err
+}
+
+var _ store.AttemptLowerer = (*Store)(nil)
+
 // RaiseFloor implements store.FloorRaiser with one record, which a
 // replay applies as the commit did; a snapshot keeps the state it left.
 // Like every progress record, it is a write that a PruneGroups record

@@ -36,6 +36,7 @@ const (
 	kindGroupState   byte = 12 // meta snapshot: one group's whole state
 	kindGroupsPruned byte = 13 // meta/: PruneGroups
 	kindFloor        byte = 14 // meta/: progress RaiseFloor
+	kindLowerAttempt byte = 15 // meta/: progress LowerAttempt, applied only if the attempt recorded is the one read
 	kindContract     byte = 20 // meta/: PutContract
 	kindContractGC   byte = 21 // meta/: DeleteExpiredContracts
 	kindKVPut        byte = 30 // meta/

@@ -83,7 +83,7 @@ func FuzzRecordDecoders(f *testing.F) {
 	} {
 		f.Add(p[4], p[recHeader:])
 	}
-	for _, k := range []byte{kindDone, kindAttempt, kindGroupState, kindGroupsPruned, kindFloor, kindContractGC, kindKVPut, kindKVDelete, kindKVSwap, kindQuarantine, kindQuarantineT, kindCheckpoint} {
+	for _, k := range []byte{kindDone, kindAttempt, kindLowerAttempt, kindGroupState, kindGroupsPruned, kindFloor, kindContractGC, kindKVPut, kindKVDelete, kindKVSwap, kindQuarantine, kindQuarantineT, kindCheckpoint} {
 		f.Add(k, []byte{1, 's', 1, 'g', 0xff, 0xff, 0xff, 0xff, 0x0f, 2})
 	}
 	f.Fuzz(func(t *testing.T, kind byte, body []byte) {

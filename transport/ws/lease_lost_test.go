@@ -48,7 +48,7 @@ func (c *losingCluster) Acquire(_ context.Context, _ store.GroupKey, seq uint64,
 // Release records a done release, asked for; once the leases are lost it
 // refuses one ACK_NOT_ALLOWED, as a Cluster does for a lease another
 // node took.
-func (c *losingCluster) Release(_ context.Context, _ store.GroupKey, seq uint64, done bool, _ time.Time) error {
+func (c *losingCluster) Release(_ context.Context, _ store.GroupKey, seq uint64, _ int, done bool, _ time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.done = c.done || done
